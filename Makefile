@@ -1,0 +1,131 @@
+# fp8lab — build, test, bench, demo, sanitize.  `make help` lists the targets.
+# Probes compile and link; override any of them: CUDA=0|1|auto, MPI=0|1|auto.
+
+BUILD    ?= build
+CC       ?= gcc
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA     ?= auto
+OPT      ?= -O2
+SAN      ?=
+LUA_CFLAGS := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+LUA_LIBS   := $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
+
+# x86-64-v3 (AVX2/FMA/F16C) is the baseline; AVX-512 paths are chosen at run time.
+ARCHFLAGS ?= -march=x86-64-v3 -mtune=native
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp $(ARCHFLAGS) -Icore
+ifeq ($(SAN),1)
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+endif
+LDLIBS   += -ldnnl -lm -lpthread -fopenmp
+
+# ---- feature probes (compile + link) ----------------------------------------------------
+probe = $(shell printf '$(2)' > $(BUILD)/probe_$(1).c 2>/dev/null; \
+          $(CC) $(BUILD)/probe_$(1).c -o $(BUILD)/probe_$(1) $(3) >/dev/null 2>&1 && echo 1 || echo 0)
+$(shell mkdir -p $(BUILD))
+HAVE_DNNL := $(call probe,dnnl,\#include <dnnl.h>\nint main(void){return dnnl_version()==0;},-ldnnl)
+HAVE_READLINE := $(call probe,rl,\#include <stdio.h>\n\#include <readline/readline.h>\nint main(void){return rl_initialize();},-lreadline)
+
+ifeq ($(CUDA),auto)
+  ifneq ($(NVCC),)
+    CUDA_ON := $(shell mkdir -p $(BUILD) && printf '__global__ void k(){}\nint main(){k<<<1,1>>>();return 0;}\n' > $(BUILD)/probe_cuda.cu && $(NVCC) $(BUILD)/probe_cuda.cu -o $(BUILD)/probe_cuda >/dev/null 2>&1 && echo 1 || echo 0)
+  else
+    CUDA_ON := 0
+  endif
+else
+  CUDA_ON := $(CUDA)
+endif
+
+ifeq ($(HAVE_READLINE),1)
+  CFLAGS += -DFL_HAVE_READLINE
+  LDLIBS += -lreadline
+endif
+
+CORE_SRC := $(wildcard core/*.c core/cpu/*.c)
+LUA_C    := $(wildcard lua/*.c)
+LUA_SRC  := $(shell find lua/fp8 -name '*.lua' 2>/dev/null | sort)
+TEST_C   := $(wildcard tests/c/*.c)
+CU_SRC   := $(wildcard kernels/*.cu)
+
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+LUA_OBJ  := $(LUA_C:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_embed.o
+
+ifeq ($(CUDA_ON),1)
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  NVCCFLAGS ?= -O2 -std=c++17 -Icore -gencode arch=compute_89,code=sm_89 \
+               -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC
+  CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
+  CFLAGS   += -DFL_HAVE_CUDA
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+else
+  CU_OBJ   :=
+endif
+
+BIN := $(BUILD)/fp8lab
+
+.PHONY: all deps test test-c test-lua test-exhaustive test-gpu bench demo sanitize clean help probes
+all: probes $(BIN)
+
+probes:
+	@printf '  %s oneDNN\n' "$(if $(filter 1,$(HAVE_DNNL)),✓,✗ (install libdnnl-dev))"
+	@printf '  %s readline\n' "$(if $(filter 1,$(HAVE_READLINE)),✓,✗ (plain line input))"
+	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LUA_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(wildcard core/*.h kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# Lua sources are embedded into the binary (module name from the path: lua/fp8/nn/init.lua -> fp8.nn).
+$(BUILD)/embed: scripts/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -o $@ $<
+$(BUILD)/gen/lua_embed.c: $(LUA_SRC) $(BUILD)/embed
+	@mkdir -p $(dir $@)
+	$(BUILD)/embed lua $(LUA_SRC) > $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/lua_embed.o: $(BUILD)/gen/lua_embed.c
+	$(CC) -O1 -c $< -o $@
+
+$(BIN): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LUA_LIBS) $(LDLIBS)
+
+$(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# ---- tests --------------------------------------------------------------------------------
+# Each runner prints "N passed, N failed"; scripts/test-summary.sh adds them up.
+test: deps all $(BUILD)/test_core
+	@bash scripts/run-tests.sh $(BUILD)
+
+test-c: $(BUILD)/test_core
+	$(BUILD)/test_core
+
+test-lua: $(BIN)
+	$(BIN) tests/busted.lua tests/spec
+
+test-gpu: all $(BUILD)/test_core
+	@bash scripts/run-tests.sh $(BUILD) gpu
+
+sanitize:
+	$(MAKE) BUILD=build-san SAN=1 OPT=-O1 CUDA=0 all build-san/test_core
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  bash scripts/run-tests.sh build-san
+
+bench: all
+	@bash scripts/bench.sh $(BUILD)
+
+demo: deps all
+	$(BIN) scripts/tour.lua
+
+clean:
+	rm -rf build build-san
+
+help:
+	@echo "make [all] | test | test-gpu | bench | demo | sanitize | clean   (CUDA=auto|0|1)"

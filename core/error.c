@@ -1,0 +1,36 @@
+/* error.c — thread-local error messages and the process-wide interrupt flag. */
+#include "error.h"
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char fl_err_buf[1024];
+static _Thread_local size_t fl_err_detail_off;
+static volatile sig_atomic_t fl_interrupt_flag;
+
+fl_status fl_set_error(fl_status code, const char *file, int line, const char *fmt, ...) {
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    int n = snprintf(fl_err_buf, sizeof fl_err_buf, "%s:%d: ", base, line);
+    if (n < 0 || (size_t)n >= sizeof fl_err_buf) n = 0;
+    fl_err_detail_off = (size_t)n;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fl_err_buf + n, sizeof fl_err_buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *fl_last_error(void) { return fl_err_buf; }
+const char *fl_last_error_detail(void) { return fl_err_buf + fl_err_detail_off; }
+void fl_clear_error(void) { fl_err_buf[0] = 0; fl_err_detail_off = 0; }
+
+void fl_interrupt_set(void) { fl_interrupt_flag = 1; }
+void fl_interrupt_clear(void) { fl_interrupt_flag = 0; }
+int fl_interrupt_pending(void) { return fl_interrupt_flag != 0; }
+fl_status fl_check_interrupt(void) {
+    if (!fl_interrupt_flag) return FL_OK;
+    fl_interrupt_flag = 0;
+    return FL_ERR(FL_EINTR, "interrupted");
+}

@@ -1,0 +1,37 @@
+/* error.h — status codes, the thread-local error message, and the interrupt flag.
+ * Core functions return fl_status; on failure they record "file:line: detail" for fl_last_error(). */
+#ifndef FL_ERROR_H
+#define FL_ERROR_H
+
+typedef enum {
+    FL_OK = 0,
+    FL_EINVAL,      /* bad argument: shape, dtype, range */
+    FL_ENOMEM,      /* allocation failed */
+    FL_EIO,         /* file or stream problem */
+    FL_EINTR,       /* interrupted by the user (Ctrl-C) */
+    FL_EDEVICE,     /* device (CUDA, oneDNN) call failed */
+    FL_EUNSUPPORTED,/* not implemented for this dtype/device */
+    FL_STATUS_COUNT
+} fl_status;
+
+/* Record an error message (printf-style). Returns `code` so callers can `return FL_ERR(...)`. */
+fl_status fl_set_error(fl_status code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define FL_ERR(code, ...) fl_set_error((code), __FILE__, __LINE__, __VA_ARGS__)
+
+/* The last message recorded on this thread ("" when none). */
+const char *fl_last_error(void);
+/* The message without the "file:line: " prefix, for users. */
+const char *fl_last_error_detail(void);
+void fl_clear_error(void);
+
+/* Interrupt flag: set from a signal handler, polled by long core loops. */
+void fl_interrupt_set(void);
+void fl_interrupt_clear(void);
+int  fl_interrupt_pending(void);
+/* Returns FL_EINTR (with message "interrupted") and clears the flag if one is pending, else FL_OK. */
+fl_status fl_check_interrupt(void);
+
+#define FL_TRY(expr) do { fl_status fl__s = (expr); if (fl__s != FL_OK) return fl__s; } while (0)
+
+#endif

@@ -1,0 +1,55 @@
+/* ops.h — every tensor op, declared once. Each validates its arguments (shapes, dtypes,
+ * devices), allocates the result and dispatches to the tensor's device (core/device.h).
+ * Results are new tensors with refcount 1 in *out. Compute happens in fp32; the result dtype
+ * is the promotion of the inputs (fp32 > bf16 = fp16; bf16 with fp16 → fp32).
+ * Arithmetic on FP8 tensors is refused with a message saying to dequantize first. */
+#ifndef FL_OPS_H
+#define FL_OPS_H
+
+#include "tensor.h"
+#include "rng.h"
+
+typedef enum { FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_BINOP_COUNT } fl_binop;
+typedef enum { FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_UNOP_COUNT } fl_unop;
+typedef enum { FL_OP_SUM = 0, FL_OP_MEAN, FL_OP_MAX, FL_OP_MIN, FL_OP_AMAX, FL_REDOP_COUNT } fl_redop;
+extern const char *const fl_binop_names[FL_BINOP_COUNT];
+extern const char *const fl_unop_names[FL_UNOP_COUNT];
+extern const char *const fl_redop_names[FL_REDOP_COUNT];
+
+#define FL_ALL_DIMS (-1000)
+
+/* Broadcast result shape of two shapes (numpy rules); error shows both shapes. */
+fl_status fl_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout, int64_t *out);
+
+fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b);
+/* a op s, or s op a when scalar_first. */
+fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first);
+fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a);
+/* dim == FL_ALL_DIMS reduces everything to a 0-d tensor; negative dim counts from the end. */
+fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim);
+/* Matrix product: [m,k]x[k,n], [k]x[k,n], [m,k]x[k], and batched [...,m,k]x[...,k,n] with
+ * broadcast batch dims. fp32 accumulation. fp32 inputs → fp32 GEMM; bf16/fp16 inputs →
+ * bf16/fp16 GEMM with fp32 accumulation (oneDNN on the CPU). */
+fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
+
+/* Factories. */
+fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_dtype dt);
+fl_status fl_rand(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* U[0,1) */
+fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* N(0,1) */
+
+/* Quantization (FP8-SPEC §1). Scale choice, in order: opts.scale if > 0; else from opts.amax
+ * if > 0; else from the tensor's own amax (per tensor, or per index along `axis`):
+ * scale = fl_scale_from_amax(amax, fmt, margin, 1). An all-zero tensor/row gets scale 1. */
+typedef struct {
+    float scale;       /* <= 0: not given */
+    float amax;        /* <= 0: not given */
+    int margin;        /* default 0 */
+    int axis;          /* -1 per-tensor; else the dim that keeps one scale per index (per-row: 0 of a 2-D tensor) */
+    fl_overflow overflow; /* default FL_SATURATE */
+} fl_quant_opts;
+void fl_quant_opts_default(fl_quant_opts *o);
+fl_status fl_quantize(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, const fl_quant_opts *opts);
+/* FP8 → dt (fp32/bf16/fp16), applying scale_inv. */
+fl_status fl_dequantize(fl_tensor **out, const fl_tensor *q, fl_dtype dt);
+
+#endif

@@ -1,0 +1,80 @@
+/* tensor.h — refcounted storage and strided tensors (up to 8 dims, 64-byte aligned memory).
+ * An FP8 tensor holds bytes plus its scale_inv: dequantized value = decode(byte) * scale_inv,
+ * one fp32 value per tensor or one per index along `scale_axis` (per-row scaling). */
+#ifndef FL_TENSOR_H
+#define FL_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "error.h"
+#include "format.h"
+
+#define FL_MAX_DIMS 8
+
+typedef enum { FL_DEV_CPU = 0, FL_DEV_CUDA = 1, FL_DEV_COUNT } fl_device_id;
+
+typedef struct fl_storage {
+    int refcount;
+    int device;        /* fl_device_id */
+    size_t nbytes;
+    void *data;        /* 64-byte aligned (host) or device pointer */
+} fl_storage;
+
+typedef struct fl_tensor {
+    int refcount;
+    fl_dtype dtype;
+    int device;                      /* fl_device_id */
+    int ndim;                        /* 0 = scalar */
+    int64_t shape[FL_MAX_DIMS];
+    int64_t stride[FL_MAX_DIMS];     /* in elements; 0 for broadcast dims */
+    int64_t offset;                  /* in elements, into storage */
+    fl_storage *storage;
+    /* FP8 tensors only (NULL / -1 otherwise): */
+    struct fl_tensor *scale_inv;     /* fp32, [1] or [shape[scale_axis]], contiguous, same device */
+    int scale_axis;                  /* -1: per-tensor */
+    fl_cast_stats qstats;            /* what the quantizing cast reported (amax of the source, counters) */
+} fl_tensor;
+
+/* Construction. `shape` may be NULL when ndim == 0. Sizes must be >= 0.
+ * New tensors are contiguous, uninitialised (empty) or filled. Each returns a tensor with refcount 1. */
+fl_status fl_tensor_empty(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device);
+fl_status fl_tensor_zeros(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device);
+fl_status fl_tensor_full(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, double value, int device);
+/* Wrap a copy of n fp32 values as a tensor of the given shape and dtype (cast with RNE). */
+fl_status fl_tensor_from_f32(fl_tensor **out, const float *src, int ndim, const int64_t *shape, fl_dtype dt);
+
+fl_tensor *fl_tensor_retain(fl_tensor *t);
+void fl_tensor_release(fl_tensor *t);   /* NULL is fine */
+
+int64_t fl_tensor_numel(const fl_tensor *t);
+bool fl_tensor_is_contiguous(const fl_tensor *t);
+/* Address of element 0 (storage data + offset * element size). */
+void *fl_tensor_data(const fl_tensor *t);
+bool fl_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);
+/* Writes "[2, 3]" into buf; returns buf. */
+char *fl_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
+
+/* Views (share storage). A shape entry of -1 is inferred. view needs a layout that allows it
+ * (error otherwise, suggesting reshape); reshape copies when it must. */
+fl_status fl_tensor_view(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape);
+fl_status fl_tensor_reshape(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape);
+fl_status fl_tensor_transpose(fl_tensor **out, const fl_tensor *t, int d0, int d1); /* negative dims count from the end */
+fl_status fl_tensor_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t index); /* drops dim */
+fl_status fl_tensor_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t start, int64_t length);
+/* Broadcast view to `shape` (stride 0 on expanded dims); error names both shapes. */
+fl_status fl_tensor_expand(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape);
+/* Contiguous tensor with the same values: t itself (retained) when already contiguous. */
+fl_status fl_tensor_contiguous(fl_tensor **out, const fl_tensor *t);
+/* Copy into a new contiguous tensor of dtype dt (fp32/bf16/fp16; RNE). FP8 targets: use fl_quantize. */
+fl_status fl_tensor_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt);
+/* Copy src into dst (same shape, any layouts; dtypes among fp32/bf16/fp16 are converted). */
+fl_status fl_tensor_copy_(fl_tensor *dst, const fl_tensor *src);
+
+/* Element access by full index (negative indices are not accepted here; the binding normalises). */
+fl_status fl_tensor_get(const fl_tensor *t, const int64_t *index, double *value);
+fl_status fl_tensor_set(fl_tensor *t, const int64_t *index, double value);
+/* Whole tensor as fp32, row-major, into a caller buffer of numel floats (FP8: dequantized). */
+fl_status fl_tensor_read_f32(const fl_tensor *t, float *dst);
+
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# install-deps.sh — installs the Debian 12 packages fp8lab builds, tests and demos with.
+# Idempotent: does nothing when everything is present. Needs root (or sudo) to install.
+set -euo pipefail
+PKGS=(build-essential pkg-config lua5.4 liblua5.4-dev libdnnl-dev libyaml-dev zlib1g-dev
+      libcjson-dev libreadline-dev lua-busted dataset-fashion-mnist fortunes)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"
+  else
+    echo "install-deps: these Debian packages are missing: ${missing[*]}" >&2
+    echo "install-deps: run as root (or with sudo): apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
