@@ -24,8 +24,9 @@ LDLIBS   += -ldnnl -lm -lpthread -fopenmp
 probe = $(shell printf '$(2)' > $(BUILD)/probe_$(1).c 2>/dev/null; \
           $(CC) $(BUILD)/probe_$(1).c -o $(BUILD)/probe_$(1) $(3) >/dev/null 2>&1 && echo 1 || echo 0)
 $(shell mkdir -p $(BUILD))
-HAVE_DNNL := $(call probe,dnnl,\#include <dnnl.h>\nint main(void){return dnnl_version()==0;},-ldnnl)
-HAVE_READLINE := $(call probe,rl,\#include <stdio.h>\n\#include <readline/readline.h>\nint main(void){return rl_initialize();},-lreadline)
+HASH := \#
+HAVE_DNNL := $(call probe,dnnl,$(HASH)include <dnnl.h>\nint main(void){return dnnl_version()==0;},-ldnnl)
+HAVE_READLINE := $(call probe,rl,$(HASH)include <stdio.h>\n$(HASH)include <readline/readline.h>\nint main(void){return rl_initialize();},-lreadline)
 
 ifeq ($(CUDA),auto)
   ifneq ($(NVCC),)
@@ -54,7 +55,8 @@ LUA_OBJ  := $(LUA_C:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_embed.o
 ifeq ($(CUDA_ON),1)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   NVCCFLAGS ?= -O2 -std=c++17 -Icore -gencode arch=compute_89,code=sm_89 \
-               -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC
+               -gencode=arch=compute_90a,code=sm_90a \
+               -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
   CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
   CFLAGS   += -DFL_HAVE_CUDA
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
@@ -75,11 +77,11 @@ probes:
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h)
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LUA_CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(wildcard core/*.h kernels/*.h)
+$(BUILD)/%.o: %.cu $(wildcard core/*.h kernels/*.h kernels/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -115,7 +117,7 @@ test-gpu: all $(BUILD)/test_core
 
 sanitize:
 	$(MAKE) BUILD=build-san SAN=1 OPT=-O1 CUDA=0 all build-san/test_core
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	FL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  bash scripts/run-tests.sh build-san
 
 bench: all
@@ -129,3 +131,8 @@ clean:
 
 help:
 	@echo "make [all] | test | test-gpu | bench | demo | sanitize | clean   (CUDA=auto|0|1)"
+
+# ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
+# Links only the objects it uses so it builds even while other core files are in progress.
+$(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lm -fopenmp

@@ -1,0 +1,179 @@
+/* cpu_device.c — the CPU device table: aligned host memory, strided copy and fill, and the shared
+ * tile walker and load/store helpers the other CPU kernel files use. */
+#include "cpu_internal.h"
+#include <stdlib.h>
+#include <string.h>
+
+static fl_status cpu_alloc(size_t nbytes, void **ptr) {
+    size_t n = (nbytes + 63) & ~(size_t)63;
+    *ptr = aligned_alloc(64, n);
+    if (!*ptr) return FL_ERR(FL_ENOMEM, "out of memory allocating %zu bytes on cpu", nbytes);
+    return FL_OK;
+}
+static void cpu_free(void *p) { free(p); }
+static fl_status cpu_memcpy(void *dst, const void *src, size_t n) { if (n) memcpy(dst, src, n); return FL_OK; }
+
+void fl_cpu_load(const fl_tensor *t, int64_t off, int64_t stride, int64_t n, float *dst) {
+    const char *base = fl_tensor_data(t);
+    switch (t->dtype) {
+    case FL_F32: {
+        const float *p = (const float *)base + off;
+        if (stride == 1) memcpy(dst, p, (size_t)n * 4);
+        else for (int64_t i = 0; i < n; i++) dst[i] = p[i * stride];
+        break;
+    }
+    case FL_BF16: case FL_F16: {
+        const uint16_t *p = (const uint16_t *)base + off;
+        if (stride == 1) {
+            if (t->dtype == FL_BF16) fl_bf16_to_f32_n(p, dst, (size_t)n); else fl_f16_to_f32_n(p, dst, (size_t)n);
+        } else if (t->dtype == FL_BF16) {
+            for (int64_t i = 0; i < n; i++) dst[i] = fl_bf16_to_f32(p[i * stride]);
+        } else {
+            for (int64_t i = 0; i < n; i++) dst[i] = fl_f16_to_f32(p[i * stride]);
+        }
+        break;
+    }
+    default: {
+        const uint8_t *p = (const uint8_t *)base + off;
+        for (int64_t i = 0; i < n; i++) dst[i] = fl_fp8_to_f32(p[i * stride], t->dtype);
+    }
+    }
+}
+
+void fl_cpu_store(fl_tensor *t, int64_t off, int64_t stride, int64_t n, const float *src) {
+    char *base = fl_tensor_data(t);
+    switch (t->dtype) {
+    case FL_F32: {
+        float *p = (float *)base + off;
+        if (stride == 1) memcpy(p, src, (size_t)n * 4);
+        else for (int64_t i = 0; i < n; i++) p[i * stride] = src[i];
+        break;
+    }
+    case FL_BF16: case FL_F16: {
+        uint16_t *p = (uint16_t *)base + off;
+        if (stride == 1) {
+            if (t->dtype == FL_BF16) fl_f32_to_bf16_n(src, p, (size_t)n); else fl_f32_to_f16_n(src, p, (size_t)n);
+        } else if (t->dtype == FL_BF16) {
+            for (int64_t i = 0; i < n; i++) p[i * stride] = fl_f32_to_bf16(src[i]);
+        } else {
+            for (int64_t i = 0; i < n; i++) p[i * stride] = fl_f32_to_f16(src[i]);
+        }
+        break;
+    }
+    default: {
+        uint8_t *p = (uint8_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i * stride] = fl_f32_to_fp8(src[i], t->dtype, FL_SATURATE);
+    }
+    }
+}
+
+fl_status fl_cpu_for_tiles(int ndim, const int64_t *shape, int nt, const fl_tensor *const *ts,
+                           fl_cpu_tile_fn fn, void *ctx) {
+    /* Coalesce: drop size-1 dims and merge neighbours that are contiguous for every tensor, so
+     * most layouts become one long inner run. */
+    int nd = 0;
+    int64_t sh[FL_MAX_DIMS], st[3][FL_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0) return FL_OK;
+        if (shape[d] == 1) continue;
+        bool merge = nd > 0;
+        for (int k = 0; k < nt && merge; k++) merge = st[k][nd - 1] == ts[k]->stride[d] * shape[d];
+        if (merge) {
+            sh[nd - 1] *= shape[d];
+            for (int k = 0; k < nt; k++) st[k][nd - 1] = ts[k]->stride[d];
+        } else {
+            sh[nd] = shape[d];
+            for (int k = 0; k < nt; k++) st[k][nd] = ts[k]->stride[d];
+            nd++;
+        }
+    }
+    if (nd == 0) { sh[0] = 1; for (int k = 0; k < nt; k++) st[k][0] = 1; nd = 1; }
+    int64_t inner = sh[nd - 1], tiles_per_row = (inner + FL_CPU_TILE - 1) / FL_CPU_TILE, rows = 1;
+    for (int d = 0; d < nd - 1; d++) rows *= sh[d];
+    int64_t ntiles = rows * tiles_per_row;
+    int64_t tile_elems = inner < FL_CPU_TILE ? inner : FL_CPU_TILE;
+    int64_t chunk = FL_CPU_POLL / tile_elems + 1;
+    for (int64_t c0 = 0; c0 < ntiles; c0 += chunk) {
+        FL_TRY(fl_check_interrupt());
+        int64_t c1 = c0 + chunk < ntiles ? c0 + chunk : ntiles;
+        #pragma omp parallel for schedule(static) if ((c1 - c0) * tile_elems >= FL_CPU_PAR_MIN)
+        for (int64_t t = c0; t < c1; t++) {
+            int64_t row = t / tiles_per_row, j0 = (t % tiles_per_row) * FL_CPU_TILE;
+            int64_t off[3] = { 0, 0, 0 }, istr[3];
+            int64_t r = row;
+            for (int d = nd - 2; d >= 0; d--) {
+                int64_t i = r % sh[d];
+                r /= sh[d];
+                for (int k = 0; k < nt; k++) off[k] += i * st[k][d];
+            }
+            for (int k = 0; k < nt; k++) { istr[k] = st[k][nd - 1]; off[k] += j0 * istr[k]; }
+            int64_t n = inner - j0 < FL_CPU_TILE ? inner - j0 : FL_CPU_TILE;
+            fn(ctx, n, off, istr);
+        }
+    }
+    return FL_OK;
+}
+
+/* ---- copy and fill ------------------------------------------------------------------------ */
+
+typedef struct { fl_tensor *dst; const fl_tensor *src; } copy_ctx;
+
+static void copy_tile(void *vc, int64_t n, const int64_t *off, const int64_t *st) {
+    copy_ctx *c = vc;
+    if (c->dst->dtype == c->src->dtype) {
+        /* Same dtype: move the bits (FP8 bytes and NaN payloads unchanged). */
+        size_t es = fl_format(c->dst->dtype)->size;
+        char *d = (char *)fl_tensor_data(c->dst) + off[0] * (int64_t)es;
+        const char *s = (const char *)fl_tensor_data(c->src) + off[1] * (int64_t)es;
+        if (st[0] == 1 && st[1] == 1) { memcpy(d, s, (size_t)n * es); return; }
+        for (int64_t i = 0; i < n; i++) memcpy(d + i * st[0] * (int64_t)es, s + i * st[1] * (int64_t)es, es);
+        return;
+    }
+    float buf[FL_CPU_TILE];
+    fl_cpu_load(c->src, off[1], st[1], n, buf);
+    fl_cpu_store(c->dst, off[0], st[0], n, buf);
+}
+
+static fl_status cpu_copy(fl_tensor *dst, const fl_tensor *src) {
+    if ((fl_format(dst->dtype)->is_fp8 || fl_format(src->dtype)->is_fp8) && dst->dtype != src->dtype)
+        return FL_ERR(FL_EINVAL, "copy: %s to %s needs quantize/dequantize", fl_format(src->dtype)->name, fl_format(dst->dtype)->name);
+    const fl_tensor *ts[2] = { dst, src };
+    copy_ctx c = { dst, src };
+    return fl_cpu_for_tiles(dst->ndim, dst->shape, 2, ts, copy_tile, &c);
+}
+
+static fl_status cpu_fill(fl_tensor *dst, double value) {
+    int64_t n = fl_tensor_numel(dst);
+    void *d = fl_tensor_data(dst);
+    float f = (float)value;
+    switch (dst->dtype) {
+    case FL_F32: { float *p = d; for (int64_t i = 0; i < n; i++) p[i] = f; break; }
+    case FL_BF16: case FL_F16: {
+        uint16_t h = dst->dtype == FL_BF16 ? fl_f32_to_bf16(f) : fl_f32_to_f16(f), *p = d;
+        for (int64_t i = 0; i < n; i++) p[i] = h;
+        break;
+    }
+    default: memset(d, fl_f32_to_fp8(f, dst->dtype, FL_SATURATE), (size_t)n);
+    }
+    return FL_OK;
+}
+
+static const fl_device fl_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_host = cpu_memcpy,
+    .from_host = cpu_memcpy,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .binary = fl_cpu_binary,
+    .binary_scalar = fl_cpu_binary_scalar,
+    .unary = fl_cpu_unary,
+    .reduce = fl_cpu_reduce,
+    .matmul = fl_cpu_matmul,
+    .quantize = fl_cpu_quantize,
+    .dequantize = fl_cpu_dequantize,
+    .amax = fl_cpu_amax,
+};
+
+const fl_device *fl_cpu_device(void) { return &fl_cpu; }

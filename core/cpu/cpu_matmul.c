@@ -1,0 +1,166 @@
+/* cpu_matmul.c — batched GEMM through oneDNN's matmul primitive (fp32, bf16, fp16 inputs; fp32
+ * accumulation; fp32 or input-dtype output). Primitives are created once per shape and kept in a
+ * small LRU cache. One engine and stream for the process, made on first use. */
+#include "cpu_internal.h"
+#include <dnnl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t ba, bb, m, n, k;   /* ba/bb: batch of a and b (1 = broadcast) */
+    int da, db, dd;            /* dnnl data types */
+    dnnl_primitive_t prim;     /* NULL with `unimpl` set: oneDNN has no kernel, remembered */
+    bool unimpl;
+    dnnl_memory_desc_t md[3];  /* src, weights, dst */
+    uint64_t used;
+} mm_entry;
+
+#define MM_CACHE 32
+static struct {
+    pthread_mutex_t lock;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    mm_entry e[MM_CACHE];
+    uint64_t tick;
+} mm = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+#define DNNL_CHECK(call)                                                                       \
+    do { dnnl_status_t s_ = (call);                                                            \
+         if (s_ != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN %s failed (status %d)", #call, (int)s_); } while (0)
+
+static dnnl_data_type_t dnnl_dt(fl_dtype t) {
+    return t == FL_F32 ? dnnl_f32 : t == FL_BF16 ? dnnl_bf16 : dnnl_f16;
+}
+
+static fl_status mm_init(void) {
+    if (mm.engine) return FL_OK;
+    DNNL_CHECK(dnnl_engine_create(&mm.engine, dnnl_cpu, 0));
+    DNNL_CHECK(dnnl_stream_create(&mm.stream, mm.engine, dnnl_stream_default_flags));
+    return FL_OK;
+}
+
+/* Find or create the primitive. Sets *unimpl instead of failing when oneDNN has no
+ * implementation for this combination, so the caller can fall back. */
+static fl_status mm_get(mm_entry **out, int64_t ba, int64_t bb, int64_t m, int64_t n, int64_t k,
+                        dnnl_data_type_t da, dnnl_data_type_t db, dnnl_data_type_t dd, bool *unimpl) {
+    *unimpl = false;
+    mm_entry *lru = &mm.e[0];
+    for (int i = 0; i < MM_CACHE; i++) {
+        mm_entry *e = &mm.e[i];
+        if ((e->prim || e->unimpl) && e->ba == ba && e->bb == bb && e->m == m && e->n == n && e->k == k &&
+            e->da == (int)da && e->db == (int)db && e->dd == (int)dd) {
+            e->used = ++mm.tick;
+            *out = e;
+            *unimpl = e->unimpl;
+            return FL_OK;
+        }
+        if (e->used < lru->used) lru = e;   /* empty slots have used == 0 */
+    }
+    int64_t bd = ba > bb ? ba : bb;
+    dnnl_dims_t ad = { ba, m, k }, as = { m * k, k, 1 };
+    dnnl_dims_t wd = { bb, k, n }, ws = { k * n, n, 1 };
+    dnnl_dims_t dd3 = { bd, m, n }, ds = { m * n, n, 1 };
+    dnnl_memory_desc_t md[3];
+    DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[0], 3, ad, da, as));
+    DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[1], 3, wd, db, ws));
+    DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[2], 3, dd3, dd, ds));
+    dnnl_matmul_desc_t desc;
+    DNNL_CHECK(dnnl_matmul_desc_init(&desc, &md[0], &md[1], NULL, &md[2]));
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, NULL, mm.engine, NULL);
+    if (s == dnnl_unimplemented) {
+        if (lru->prim) dnnl_primitive_destroy(lru->prim);
+        *lru = (mm_entry){ ba, bb, m, n, k, (int)da, (int)db, (int)dd, NULL, true, { md[0], md[1], md[2] }, ++mm.tick };
+        *unimpl = true;
+        return FL_OK;
+    }
+    if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_desc_create(matmul) failed (status %d)", (int)s);
+    dnnl_primitive_t prim;
+    s = dnnl_primitive_create(&prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_create(matmul) failed (status %d)", (int)s);
+    if (lru->prim) dnnl_primitive_destroy(lru->prim);
+    *lru = (mm_entry){ ba, bb, m, n, k, (int)da, (int)db, (int)dd, prim, false, { md[0], md[1], md[2] }, ++mm.tick };
+    *out = lru;
+    return FL_OK;
+}
+
+static fl_status mm_exec(mm_entry *e, const void *a, const void *b, void *d) {
+    dnnl_memory_t mem[3] = { NULL, NULL, NULL };
+    void *ptr[3] = { (void *)a, (void *)b, d };
+    fl_status st = FL_OK;
+    for (int i = 0; i < 3 && st == FL_OK; i++)
+        if (dnnl_memory_create(&mem[i], &e->md[i], mm.engine, ptr[i]) != dnnl_success)
+            st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
+    if (st == FL_OK) {
+        dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, mem[0] }, { DNNL_ARG_WEIGHTS, mem[1] }, { DNNL_ARG_DST, mem[2] } };
+        dnnl_status_t s = dnnl_primitive_execute(e->prim, mm.stream, 3, args);
+        if (s == dnnl_success) s = dnnl_stream_wait(mm.stream);
+        if (s != dnnl_success) st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_execute(matmul) failed (status %d)", (int)s);
+    }
+    for (int i = 0; i < 3; i++) if (mem[i]) dnnl_memory_destroy(mem[i]);
+    return st;
+}
+
+/* Widen a contiguous 16-bit tensor to a new fp32 one (the fallback when oneDNN lacks a kernel). */
+static fl_status widen(fl_tensor **out, const fl_tensor *t) {
+    fl_tensor *f;
+    FL_TRY(fl_tensor_empty(&f, FL_F32, t->ndim, t->shape, FL_DEV_CPU));
+    for (int i = 0; i < t->ndim; i++) f->stride[i] = t->stride[i];   /* keep the batch stride 0 */
+    int64_t n = t->stride[0] == 0 ? t->shape[1] * t->shape[2] : fl_tensor_numel(t);
+    fl_cpu_load(t, 0, 1, n, fl_tensor_data(f));
+    *out = f;
+    return FL_OK;
+}
+
+static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
+    FL_TRY(mm_init());
+    int64_t B = dst->shape[0], M = dst->shape[1], N = dst->shape[2], K = a->shape[2];
+    int64_t ba = (a->stride[0] == 0 && B > 1) ? 1 : B, bb = (b->stride[0] == 0 && B > 1) ? 1 : B;
+    dnnl_data_type_t da = dnnl_dt(a->dtype), db = dnnl_dt(b->dtype), dd = dnnl_dt(dst->dtype);
+    mm_entry *e;
+    bool unimpl;
+    FL_TRY(mm_get(&e, ba, bb, M, N, K, da, db, dd, &unimpl));
+    if (!unimpl) return mm_exec(e, fl_tensor_data(a), fl_tensor_data(b), fl_tensor_data(dst));
+    /* No batched-broadcast kernel: one GEMM per batch entry. */
+    if (B > 1 && (ba == 1 || bb == 1)) {
+        FL_TRY(mm_get(&e, 1, 1, M, N, K, da, db, dd, &unimpl));
+        if (!unimpl) {
+            size_t ea = fl_format(a->dtype)->size, eb = fl_format(b->dtype)->size, ed = fl_format(dst->dtype)->size;
+            for (int64_t i = 0; i < B; i++) {
+                FL_TRY(fl_check_interrupt());
+                FL_TRY(mm_exec(e, (const char *)fl_tensor_data(a) + (ba > 1 ? i * M * K * (int64_t)ea : 0),
+                               (const char *)fl_tensor_data(b) + (bb > 1 ? i * K * N * (int64_t)eb : 0),
+                               (char *)fl_tensor_data(dst) + i * M * N * (int64_t)ed));
+            }
+            return FL_OK;
+        }
+    }
+    if (a->dtype == FL_F32 && b->dtype == FL_F32 && dst->dtype == FL_F32)
+        return FL_ERR(FL_EDEVICE, "oneDNN has no fp32 matmul for [%lld, %lld, %lld] x [%lld, %lld, %lld]",
+                      (long long)ba, (long long)M, (long long)K, (long long)bb, (long long)K, (long long)N);
+    /* 16-bit inputs without a kernel (e.g. fp16 on a CPU lacking it): every value is exact in fp32,
+     * so an fp32 GEMM gives the same fp32-accumulated products. */
+    fl_tensor *fa = NULL, *fb = NULL, *fd = NULL;
+    fl_status st = a->dtype == FL_F32 ? (fa = fl_tensor_retain((fl_tensor *)a), FL_OK) : widen(&fa, a);
+    if (st == FL_OK) st = b->dtype == FL_F32 ? (fb = fl_tensor_retain((fl_tensor *)b), FL_OK) : widen(&fb, b);
+    if (st == FL_OK) st = dst->dtype == FL_F32 ? (fd = fl_tensor_retain(dst), FL_OK)
+                                               : fl_tensor_empty(&fd, FL_F32, 3, dst->shape, FL_DEV_CPU);
+    if (st == FL_OK) st = matmul_locked(fd, fa, fb);
+    if (st == FL_OK && fd != dst) fl_cpu_store(dst, 0, 1, fl_tensor_numel(dst), fl_tensor_data(fd));
+    fl_tensor_release(fa);
+    fl_tensor_release(fb);
+    fl_tensor_release(fd);
+    return st;
+}
+
+fl_status fl_cpu_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
+    if (a->ndim != 3 || b->ndim != 3 || dst->ndim != 3)
+        return FL_ERR(FL_EINVAL, "cpu matmul expects 3-d operands, got %d-d and %d-d", a->ndim, b->ndim);
+    FL_TRY(fl_check_interrupt());
+    pthread_mutex_lock(&mm.lock);
+    fl_status st = matmul_locked(dst, a, b);
+    pthread_mutex_unlock(&mm.lock);
+    return st;
+}

@@ -1,0 +1,154 @@
+/* cpu_quant.c — FP8 quantize (scale, cast, stats), dequantize and amax on the CPU, on top of the
+ * fused fp32 kernels in format.h. bf16/fp16 sources are widened to fp32 in chunks first.
+ * Per-axis scaling walks the tensor as [outer, size, inner] runs, one scale per run. */
+#include "cpu_internal.h"
+#include <math.h>
+#include <stdlib.h>
+
+#define QCHUNK 16384
+
+static void stats_merge(fl_cast_stats *t, const fl_cast_stats *s) {
+    if (s->amax > t->amax) t->amax = s->amax;
+    t->underflow += s->underflow;
+    t->saturated += s->saturated;
+    t->nan += s->nan;
+}
+
+/* Quantize n contiguous source elements starting at element `off` into dst bytes at `off`. */
+static fl_status quant_run(fl_tensor *dst, const fl_tensor *src, int64_t off, int64_t n, float scale,
+                           fl_overflow p, fl_cast_stats *acc, float *buf) {
+    uint8_t *d = (uint8_t *)fl_tensor_data(dst) + off;
+    fl_cast_stats s;
+    if (src->dtype == FL_F32) {
+        FL_TRY(fl_quantize_f32((const float *)fl_tensor_data(src) + off, d, (size_t)n, dst->dtype, scale, p, &s));
+        stats_merge(acc, &s);
+        return FL_OK;
+    }
+    for (int64_t j = 0; j < n; j += QCHUNK) {
+        int64_t len = n - j < QCHUNK ? n - j : QCHUNK;
+        fl_cpu_load(src, off + j, 1, len, buf);
+        FL_TRY(fl_quantize_f32(buf, d + j, (size_t)len, dst->dtype, scale, p, &s));
+        stats_merge(acc, &s);
+    }
+    return FL_OK;
+}
+
+fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
+    fl_cast_stats acc = { 0, 0, 0, 0 };
+    float *buf = NULL;
+    fl_status st = FL_OK;
+    if (src->dtype != FL_F32 && !(buf = malloc(QCHUNK * sizeof(float))))
+        return FL_ERR(FL_ENOMEM, "quantize: out of memory");
+    int64_t n = fl_tensor_numel(src);
+    float *si = fl_tensor_data(dst->scale_inv);
+    if (axis < 0) {
+        st = quant_run(dst, src, 0, n, scales[0], p, &acc, buf);
+        si[0] = 1.0f / scales[0];
+    } else {
+        int64_t outer, size, inner;
+        fl_cpu_split_axis(src, axis, &outer, &size, &inner);
+        for (int64_t s = 0; s < size; s++) si[s] = 1.0f / scales[s];
+        int64_t done = 0;
+        for (int64_t o = 0; o < outer && st == FL_OK; o++)
+            for (int64_t s = 0; s < size && st == FL_OK; s++) {
+                st = quant_run(dst, src, (o * size + s) * inner, inner, scales[s], p, &acc, buf);
+                /* Short runs (per-column scaling) never reach format.c's own poll. */
+                if ((done += inner) >= FL_CPU_POLL) { done = 0; if (st == FL_OK) st = fl_check_interrupt(); }
+            }
+    }
+    free(buf);
+    if (st == FL_OK) dst->qstats = acc;
+    return st;
+}
+
+fl_status fl_cpu_dequantize(fl_tensor *dst, const fl_tensor *q) {
+    if (!fl_tensor_is_contiguous(q)) {
+        fl_tensor *c;
+        FL_TRY(fl_tensor_contiguous(&c, q));
+        fl_status st = fl_cpu_dequantize(dst, c);
+        fl_tensor_release(c);
+        return st;
+    }
+    int64_t outer = 1, size = 1, inner = fl_tensor_numel(q);
+    if (q->scale_axis >= 0) fl_cpu_split_axis(q, q->scale_axis, &outer, &size, &inner);
+    const float *si = fl_tensor_data(q->scale_inv);
+    const uint8_t *src = fl_tensor_data(q);
+    float *buf = NULL;
+    if (dst->dtype != FL_F32 && !(buf = malloc(QCHUNK * sizeof(float))))
+        return FL_ERR(FL_ENOMEM, "dequantize: out of memory");
+    int64_t done = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t s = 0; s < size; s++) {
+            int64_t off = (o * size + s) * inner;
+            float sc = si[q->scale_axis >= 0 ? s * q->scale_inv->stride[0] : 0];
+            for (int64_t j = 0; j < inner; j += QCHUNK) {
+                int64_t len = inner - j < QCHUNK ? inner - j : QCHUNK;
+                if ((done += len) >= FL_CPU_POLL) {
+                    done = 0;
+                    fl_status st = fl_check_interrupt();
+                    if (st != FL_OK) { free(buf); return st; }
+                }
+                if (dst->dtype == FL_F32) {
+                    fl_dequantize_f32(src + off + j, (float *)fl_tensor_data(dst) + off + j, (size_t)len, q->dtype, sc);
+                } else {
+                    fl_dequantize_f32(src + off + j, buf, (size_t)len, q->dtype, sc);
+                    fl_cpu_store(dst, off + j, 1, len, buf);
+                }
+            }
+        }
+    free(buf);
+    return FL_OK;
+}
+
+/* amax (NaN ignored, as fl_amax_f32 does) of a contiguous run of any non-FP8 dtype. */
+static float amax_run(const fl_tensor *t, int64_t off, int64_t n) {
+    if (t->dtype == FL_F32) return fl_amax_f32((const float *)fl_tensor_data(t) + off, (size_t)n);
+    float buf[FL_CPU_TILE], m = 0;
+    for (int64_t j = 0; j < n; j += FL_CPU_TILE) {
+        int64_t len = n - j < FL_CPU_TILE ? n - j : FL_CPU_TILE;
+        fl_cpu_load(t, off + j, 1, len, buf);
+        float v = fl_amax_f32(buf, (size_t)len);
+        if (v > m) m = v;
+    }
+    return m;
+}
+
+fl_status fl_cpu_amax(const fl_tensor *src, int axis, float *out) {
+    if (!fl_tensor_is_contiguous(src)) {
+        fl_tensor *c;
+        FL_TRY(fl_tensor_contiguous(&c, src));
+        fl_status st = fl_cpu_amax(c, axis, out);
+        fl_tensor_release(c);
+        return st;
+    }
+    int64_t n = fl_tensor_numel(src);
+    if (axis < 0) {
+        /* Blocks of 1M: poll between them; max is order-independent so threads may split a block. */
+        float m = 0;
+        for (int64_t i = 0; i < n; i += FL_CPU_POLL) {
+            FL_TRY(fl_check_interrupt());
+            int64_t len = n - i < FL_CPU_POLL ? n - i : FL_CPU_POLL;
+            int64_t nsub = (len + 65535) / 65536;
+            float part[FL_CPU_POLL / 65536 + 1];
+            #pragma omp parallel for schedule(static) if (len >= FL_CPU_PAR_MIN * 4)
+            for (int64_t b = 0; b < nsub; b++) {
+                int64_t j = b * 65536;
+                part[b] = amax_run(src, i + j, len - j < 65536 ? len - j : 65536);
+            }
+            for (int64_t b = 0; b < nsub; b++) if (part[b] > m) m = part[b];
+        }
+        out[0] = m;
+        return FL_OK;
+    }
+    int64_t outer, size, inner;
+    fl_cpu_split_axis(src, axis, &outer, &size, &inner);
+    for (int64_t s = 0; s < size; s++) out[s] = 0;
+    int64_t done = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t s = 0; s < size; s++) {
+            float v = amax_run(src, (o * size + s) * inner, inner);
+            if (v > out[s]) out[s] = v;
+            if ((done += inner) >= FL_CPU_POLL) { done = 0; FL_TRY(fl_check_interrupt()); }
+        }
+    return FL_OK;
+}

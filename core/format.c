@@ -1,0 +1,506 @@
+/* format.c — the dtype traits table and bit-exact conversions between fp32 and bf16, fp16,
+ * E4M3 (OCP E4M3FN) and E5M2, plus the fused quantize/amax loops (AVX-512 and portable). */
+#include "format.h"
+#include "format_internal.h"
+
+#include <assert.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+#ifdef __x86_64__
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static inline uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+/* ---- FP8 encoding parameters ------------------------------------------------------------
+ * One description drives the scalar, portable and AVX-512 encoders so they cannot drift apart.
+ * Encoding works on |x| as fp32 bits `a`:
+ *   normal range (a >= min_normal): round the 23-bit mantissa to `mant` bits (RNE, by integer
+ *     add of half-ulp-minus-one plus the LSB of the kept part), then re-bias the exponent;
+ *     a carry out of the mantissa bumps the exponent, which is exactly what rounding needs.
+ *   subnormal range: add a "magic" power of two whose ulp equals the FP8 subnormal spacing;
+ *     the FPU's own RNE rounding then produces the code in the low bits (needs DAZ/FTZ off,
+ *     which is the default and what we run with).
+ * A code above max_code is overflow (for E4M3 that includes 0x7F, the NaN code that 480
+ * would need), then the policy picks max_code or the IEEE overflow code. */
+typedef struct {
+    int shift;          /* 23 - mant */
+    uint32_t rebias;    /* (127 - bias) << mant, subtracted from (a >> shift) */
+    uint32_t min_normal;/* fp32 bits of the smallest normal */
+    uint32_t magic;     /* fp32 bits of 2^(1 - bias - mant + 23) */
+    uint32_t max_code;  /* largest finite magnitude code */
+    uint32_t ovf_ieee;  /* magnitude code for overflow under FL_IEEE */
+    uint32_t nan_code;  /* magnitude code for a NaN input */
+} fp8_params;
+
+static const fp8_params E4M3_P = {
+    20, (127u - 7u) << 3, (127u - 6u) << 23, (127u + 1u - 7u - 3u + 23u) << 23, 0x7E, 0x7F, 0x7F};
+static const fp8_params E5M2_P = {
+    21, (127u - 15u) << 2, (127u - 14u) << 23, (127u + 1u - 15u - 2u + 23u) << 23, 0x7B, 0x7C, 0x7E};
+
+static inline uint32_t fp8_encode(float x, const fp8_params *P, fl_overflow pol) {
+    uint32_t u = f2u(x), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return sign | P->nan_code;
+    uint32_t r;
+    if (a >= P->min_normal) {
+        uint32_t rnd = a + ((1u << (P->shift - 1)) - 1u) + ((a >> P->shift) & 1u);
+        r = (rnd >> P->shift) - P->rebias;
+        if (r > P->max_code) r = pol == FL_IEEE ? P->ovf_ieee : P->max_code;
+    } else {
+        r = f2u(u2f(a) + u2f(P->magic)) - P->magic;
+    }
+    return sign | r;
+}
+
+static inline float fp8_decode(uint8_t b, int mant, int bias, bool has_inf) {
+    uint32_t sign = (uint32_t)(b & 0x80) << 24;
+    int e = (b >> mant) & ((0x7F >> mant));
+    int m = b & ((1 << mant) - 1);
+    int emax = 0x7F >> mant;
+    if (has_inf) {
+        if (e == emax) return u2f(sign | (m ? 0x7FC00000u : 0x7F800000u));
+    } else if (e == emax && m == (1 << mant) - 1) {
+        return u2f(sign | 0x7FC00000u);
+    }
+    if (e == 0) { /* subnormal: m * 2^(1-bias-mant), exact in fp32 */
+        float v = (float)m * u2f((uint32_t)(127 + 1 - bias - mant) << 23);
+        return u2f(sign | f2u(v));
+    }
+    return u2f(sign | ((uint32_t)(e - bias + 127) << 23) | ((uint32_t)m << (23 - mant)));
+}
+
+float fl_e4m3_to_f32(uint8_t b) { return fp8_decode(b, 3, 7, false); }
+float fl_e5m2_to_f32(uint8_t b) { return fp8_decode(b, 2, 15, true); }
+uint8_t fl_f32_to_e4m3(float x, fl_overflow p) { return (uint8_t)fp8_encode(x, &E4M3_P, p); }
+uint8_t fl_f32_to_e5m2(float x, fl_overflow p) { return (uint8_t)fp8_encode(x, &E5M2_P, p); }
+
+uint8_t fl_f32_to_fp8(float x, fl_dtype fmt, fl_overflow p) {
+    return fmt == FL_E5M2 ? fl_f32_to_e5m2(x, p) : fl_f32_to_e4m3(x, p);
+}
+float fl_fp8_to_f32(uint8_t b, fl_dtype fmt) {
+    return fmt == FL_E5M2 ? fl_e5m2_to_f32(b) : fl_e4m3_to_f32(b);
+}
+bool fl_fp8_is_nan(uint8_t b, fl_dtype fmt) {
+    uint8_t m = b & 0x7F;
+    return fmt == FL_E5M2 ? m > 0x7C : m == 0x7F;
+}
+
+/* ---- bf16 / fp16 scalars ------------------------------------------------------------------- */
+float fl_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+uint16_t fl_f32_to_bf16(float x) {
+    uint32_t u = f2u(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* NaN handling mirrors F16C (VCVTPH2PS / VCVTPS2PH) so scalar and bulk paths agree bit for bit:
+ * the quiet bit is set and the payload's top bits are kept. */
+float fl_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1F) return u2f(sign | 0x7F800000u | (m ? 0x400000u | (m << 13) : 0));
+    if (e == 0) return u2f(sign | f2u((float)m * 0x1p-24f));
+    return u2f(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+uint16_t fl_f32_to_f16(float x) {
+    uint32_t u = f2u(x), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7C00u); /* >= 65536 always rounds to inf */
+    if (a >= 0x38800000u) {                                   /* normal: >= 2^-14 */
+        uint32_t rnd = a + 0xFFFu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((rnd >> 13) - (112u << 10))); /* carry may reach 0x7C00 = inf */
+    }
+    /* subnormal spacing 2^-24: magic 2^(-24+23) = 0.5 */
+    return (uint16_t)(sign | (f2u(u2f(a) + 0.5f) - 0x3F000000u));
+}
+
+/* ---- traits table ---------------------------------------------------------------------------- */
+static float to_f32_f32(uint32_t b) { return u2f(b); }
+static float to_f32_bf16(uint32_t b) { return fl_bf16_to_f32((uint16_t)b); }
+static float to_f32_f16(uint32_t b) { return fl_f16_to_f32((uint16_t)b); }
+static float to_f32_e4m3(uint32_t b) { return fl_e4m3_to_f32((uint8_t)b); }
+static float to_f32_e5m2(uint32_t b) { return fl_e5m2_to_f32((uint8_t)b); }
+static uint32_t from_f32_f32(float x, fl_overflow p) { (void)p; return f2u(x); }
+/* The 16-bit formats overflow to inf; under FL_SATURATE an infinite result becomes ±max. */
+static uint32_t from_f32_bf16(float x, fl_overflow p) {
+    uint16_t h = fl_f32_to_bf16(x);
+    if (p == FL_SATURATE && (h & 0x7FFFu) == 0x7F80u) h = (uint16_t)((h & 0x8000u) | 0x7F7Fu);
+    return h;
+}
+static uint32_t from_f32_f16(float x, fl_overflow p) {
+    uint16_t h = fl_f32_to_f16(x);
+    if (p == FL_SATURATE && (h & 0x7FFFu) == 0x7C00u) h = (uint16_t)((h & 0x8000u) | 0x7BFFu);
+    return h;
+}
+static uint32_t from_f32_e4m3(float x, fl_overflow p) { return fl_f32_to_e4m3(x, p); }
+static uint32_t from_f32_e5m2(float x, fl_overflow p) { return fl_f32_to_e5m2(x, p); }
+
+static const fl_format_traits TRAITS[] = {
+    [FL_F32] = {"fp32", "float32", 32, 4, 8, 23, 127, FLT_MAX, FLT_MIN, 0x1p-149, true, false,
+                2 * ((1 << 23) - 1), to_f32_f32, from_f32_f32},
+    [FL_BF16] = {"bf16", "bfloat16", 16, 2, 8, 7, 127, 0x1.FEp127, 0x1p-126, 0x1p-133, true, false,
+                 2 * 127, to_f32_bf16, from_f32_bf16},
+    [FL_F16] = {"fp16", "float16", 16, 2, 5, 10, 15, 65504.0, 0x1p-14, 0x1p-24, true, false,
+                2 * 1023, to_f32_f16, from_f32_f16},
+    [FL_E4M3] = {"e4m3", "float8_e4m3fn", 8, 1, 4, 3, 7, 448.0, 0x1p-6, 0x1p-9, false, true, 2,
+                 to_f32_e4m3, from_f32_e4m3},
+    [FL_E5M2] = {"e5m2", "float8_e5m2", 8, 1, 5, 2, 15, 57344.0, 0x1p-14, 0x1p-16, true, true, 6,
+                 to_f32_e5m2, from_f32_e5m2},
+};
+static_assert(sizeof TRAITS / sizeof TRAITS[0] == FL_DTYPE_COUNT, "one traits row per fl_dtype");
+
+const fl_format_traits *fl_format(fl_dtype t) {
+    return (unsigned)t < FL_DTYPE_COUNT ? &TRAITS[t] : NULL;
+}
+
+static const struct { const char *name; fl_dtype t; } ALIASES[] = {
+    {"fp32", FL_F32},  {"float32", FL_F32}, {"float", FL_F32}, {"f32", FL_F32},
+    {"bf16", FL_BF16}, {"bfloat16", FL_BF16},
+    {"fp16", FL_F16},  {"float16", FL_F16}, {"half", FL_F16},  {"f16", FL_F16},
+    {"e4m3", FL_E4M3}, {"float8_e4m3fn", FL_E4M3}, {"fp8_e4m3", FL_E4M3}, {"e4m3fn", FL_E4M3},
+    {"e5m2", FL_E5M2}, {"float8_e5m2", FL_E5M2}, {"fp8_e5m2", FL_E5M2},
+};
+
+bool fl_dtype_from_name(const char *name, fl_dtype *out) {
+    if (!name) return false;
+    for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
+        if (strcasecmp(name, ALIASES[i].name) == 0) {
+            if (out) *out = ALIASES[i].t;
+            return true;
+        }
+    return false;
+}
+
+const char *fl_dtype_choices(void) { return "fp32, bf16, fp16, e4m3, e5m2"; }
+
+/* ---- fused quantize ---------------------------------------------------------------------------
+ * Kernels work on one block and accumulate into a fl_cast_stats; the driver splits the array
+ * into blocks (interrupt polling, OpenMP). amax starts at 0 so an all-NaN source gives 0. */
+#define FL_QBLOCK ((size_t)1 << 18) /* 256K elements = 1 MiB of fp32 per block */
+#define FL_PAR_MIN ((size_t)1 << 18)
+
+/* Written branch-free with an integer amax (for non-negative floats the bit patterns order like
+ * the values; NaN patterns are masked to 0) so the compiler can vectorise it for AVX2. */
+__attribute__((optimize("tree-vectorize")))
+static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
+                                 float scale, fl_overflow pol, fl_cast_stats *st) {
+    uint32_t amax = f2u(st->amax);
+    uint32_t unf = 0, sat = 0, nan = 0; /* per block: n <= FL_QBLOCK */
+    const uint32_t ovf = pol == FL_IEEE ? P->ovf_ieee : P->max_code, shift = (uint32_t)P->shift;
+    const uint32_t half = (1u << (shift - 1)) - 1u, rebias = P->rebias, minn = P->min_normal;
+    const uint32_t magic = P->magic, maxc = P->max_code, nanc = P->nan_code;
+    const float magic_f = u2f(magic);
+    for (size_t i = 0; i < n; i++) {
+        float x = src[i];
+        uint32_t xa = f2u(x) & 0x7FFFFFFFu;
+        uint32_t xnan = xa > 0x7F800000u;
+        uint32_t xm = xa & (xnan - 1u);
+        amax = xm > amax ? xm : amax;
+        uint32_t u = f2u(x * scale), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+        uint32_t rn = ((a + half + ((a >> shift) & 1u)) >> shift) - rebias;
+        uint32_t rs = f2u(u2f(a) + magic_f) - magic;
+        uint32_t is_nan = a > 0x7F800000u, normal = a >= minn;
+        uint32_t over = normal & (is_nan ^ 1u) & (rn > maxc);
+        /* selects as masks: keeps the loop free of control flow for the vectoriser */
+        uint32_t r = (rn & (0u - normal)) | (rs & (normal - 1u));
+        r ^= (r ^ ovf) & (0u - over);
+        r ^= (r ^ nanc) & (0u - is_nan);
+        dst[i] = (uint8_t)(sign | r);
+        nan += xnan;
+        sat += over & (xa < 0x7F800000u);
+        unf += (r == 0) & (xa != 0);
+    }
+    st->amax = u2f(amax);
+    st->underflow += unf;
+    st->saturated += sat;
+    st->nan += nan;
+}
+
+#ifdef __x86_64__
+/* One 16-lane step: returns the 16 codes (one per 32-bit lane) and updates amax and the
+ * counters, which live in vector registers (masked +1) so the loop has no scalar popcounts. */
+typedef struct {
+    __m512i absm, inf, half, one, minn, magic_i, maxc, ovf, nanc, zero, b80;
+    __m512 magic, vs;
+    __m128i shift;
+} q512_consts;
+
+__attribute__((target("avx512f"), always_inline))
+static inline __m512i q512_step(const q512_consts *c, __m512 x, __mmask16 k, __m512 *vmax,
+                                __m512i *unf, __m512i *sat, __m512i *nan) {
+    __m512i xa = _mm512_and_si512(_mm512_castps_si512(x), c->absm);
+    *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
+    __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, c->vs));
+    __m512i a = _mm512_and_si512(u, c->absm);
+    __m512i lsb = _mm512_and_si512(_mm512_srl_epi32(a, c->shift), c->one);
+    /* c->half already has rebias << shift subtracted; only used where a >= min_normal, so the
+     * sum cannot wrap there */
+    __m512i rn = _mm512_srl_epi32(_mm512_add_epi32(_mm512_add_epi32(a, c->half), lsb), c->shift);
+    __m512i rs = _mm512_sub_epi32(
+        _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), c->magic)), c->magic_i);
+    __mmask16 is_nan = _mm512_cmpgt_epu32_mask(a, c->inf);
+    __mmask16 normal = _mm512_cmpge_epu32_mask(a, c->minn);
+    __mmask16 over = _mm512_mask_cmpgt_epu32_mask(normal & ~is_nan, rn, c->maxc);
+    __m512i r = _mm512_mask_blend_epi32(normal, rs, rn);
+    r = _mm512_mask_blend_epi32(over, r, c->ovf);
+    r = _mm512_mask_blend_epi32(is_nan, r, c->nanc);
+    __mmask16 xnan = _mm512_mask_cmpgt_epu32_mask(k, xa, c->inf);
+    __mmask16 xfin = _mm512_mask_cmplt_epu32_mask(k, xa, c->inf);
+    __mmask16 zr = _mm512_mask_cmpeq_epu32_mask(_mm512_mask_cmpneq_epu32_mask(k, xa, c->zero), r, c->zero);
+    *nan = _mm512_mask_add_epi32(*nan, xnan, *nan, c->one);
+    *sat = _mm512_mask_add_epi32(*sat, over & xfin, *sat, c->one);
+    *unf = _mm512_mask_add_epi32(*unf, zr, *unf, c->one);
+    return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), c->b80, 0xF8); /* r | (u>>24 & 0x80) */
+}
+
+__attribute__((target("avx512f")))
+static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
+                               float scale, fl_overflow pol, fl_cast_stats *st) {
+    q512_consts c;
+    c.absm = _mm512_set1_epi32(0x7FFFFFFF); c.inf = _mm512_set1_epi32(0x7F800000);
+    c.half = _mm512_set1_epi32((int)(((1u << (P->shift - 1)) - 1u) - (P->rebias << P->shift)));
+    c.one = _mm512_set1_epi32(1);
+    c.minn = _mm512_set1_epi32((int)P->min_normal);
+    c.magic_i = _mm512_set1_epi32((int)P->magic); c.maxc = _mm512_set1_epi32((int)P->max_code);
+    c.ovf = _mm512_set1_epi32((int)(pol == FL_IEEE ? P->ovf_ieee : P->max_code));
+    c.nanc = _mm512_set1_epi32((int)P->nan_code); c.zero = _mm512_setzero_si512();
+    c.b80 = _mm512_set1_epi32(0x80);
+    c.magic = _mm512_castsi512_ps(c.magic_i); c.vs = _mm512_set1_ps(scale);
+    c.shift = _mm_cvtsi32_si128(P->shift);
+    __m512 vmax = _mm512_set1_ps(st->amax);
+    /* lane counters: a block is at most FL_QBLOCK elements, far below 2^31 per lane */
+    __m512i unf = c.zero, sat = c.zero, nan = c.zero;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) { /* 4 vectors → one full 64-byte store */
+        __m512i r0 = q512_step(&c, _mm512_loadu_ps(src + i), 0xFFFF, &vmax, &unf, &sat, &nan);
+        __m512i r1 = q512_step(&c, _mm512_loadu_ps(src + i + 16), 0xFFFF, &vmax, &unf, &sat, &nan);
+        __m512i r2 = q512_step(&c, _mm512_loadu_ps(src + i + 32), 0xFFFF, &vmax, &unf, &sat, &nan);
+        __m512i r3 = q512_step(&c, _mm512_loadu_ps(src + i + 48), 0xFFFF, &vmax, &unf, &sat, &nan);
+        __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r0)),
+                                             _mm512_cvtepi32_epi8(r1), 1);
+        __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r2)),
+                                             _mm512_cvtepi32_epi8(r3), 1);
+        _mm512_storeu_si512(dst + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __m512i r = q512_step(&c, _mm512_maskz_loadu_ps(k, src + i), k, &vmax, &unf, &sat, &nan);
+        _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, r);
+    }
+    st->amax = _mm512_reduce_max_ps(vmax);
+    st->underflow += _mm512_reduce_add_epi32(unf);
+    st->saturated += _mm512_reduce_add_epi32(sat);
+    st->nan += _mm512_reduce_add_epi32(nan);
+}
+#endif
+
+typedef void (*quant_block_fn)(const float *, uint8_t *, size_t, const fp8_params *, float,
+                               fl_overflow, fl_cast_stats *);
+
+static quant_block_fn pick_quant(int path) {
+#ifdef __x86_64__
+    if (path != FL_PATH_PORTABLE && __builtin_cpu_supports("avx512f")) return quant_block_avx512;
+#endif
+    return quant_block_portable;
+}
+
+int fl_format_has_avx512(void) {
+#ifdef __x86_64__
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
+                               fl_overflow p, fl_cast_stats *stats, int path) {
+    if (fmt != FL_E4M3 && fmt != FL_E5M2)
+        return FL_ERR(FL_EINVAL, "quantize: expected an FP8 dtype (e4m3 or e5m2), got %s",
+                      fl_format(fmt) ? fl_format(fmt)->name : "an unknown dtype");
+    if (n && (!src || !dst)) return FL_ERR(FL_EINVAL, "quantize: NULL buffer for %zu elements", n);
+    const fp8_params *P = fmt == FL_E5M2 ? &E5M2_P : &E4M3_P;
+    quant_block_fn fn = pick_quant(path);
+    if (n <= FL_PAR_MIN) { /* small: no OpenMP region at all (entering one costs ~1 us) */
+        FL_TRY(fl_check_interrupt());
+        fl_cast_stats st = {0};
+        fn(src, dst, n, P, scale, p, &st);
+        if (stats) *stats = st;
+        return FL_OK;
+    }
+    size_t nb = (n + FL_QBLOCK - 1) / FL_QBLOCK;
+    float amax = 0.0f;
+    int64_t unf = 0, sat = 0, nan = 0;
+    int stop = 0;
+    /* Integer counters and max are order-independent, so the result is deterministic. */
+#pragma omp parallel for schedule(static) reduction(max : amax) reduction(+ : unf, sat, nan)
+    for (size_t b = 0; b < nb; b++) {
+        int s;
+#pragma omp atomic read
+        s = stop;
+        if (s) continue;
+        if (fl_interrupt_pending()) {
+#pragma omp atomic write
+            stop = 1;
+            continue;
+        }
+        size_t lo = b * FL_QBLOCK, len = n - lo < FL_QBLOCK ? n - lo : FL_QBLOCK;
+        fl_cast_stats st = {0};
+        fn(src + lo, dst + lo, len, P, scale, p, &st);
+        amax = st.amax > amax ? st.amax : amax;
+        unf += st.underflow;
+        sat += st.saturated;
+        nan += st.nan;
+    }
+    if (stop) {
+        fl_status s = fl_check_interrupt(); /* clears the flag and records "interrupted" */
+        return s != FL_OK ? s : FL_ERR(FL_EINTR, "interrupted");
+    }
+    if (stats) {
+        stats->amax = amax;
+        stats->underflow = unf;
+        stats->saturated = sat;
+        stats->nan = nan;
+    }
+    return FL_OK;
+}
+
+fl_status fl_quantize_f32(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
+                          fl_overflow p, fl_cast_stats *stats) {
+    return fl_quantize_f32_path(src, dst, n, fmt, scale, p, stats, FL_PATH_AUTO);
+}
+
+/* ---- amax ------------------------------------------------------------------------------------ */
+static float amax_portable(const float *src, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(src[i]);
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+#ifdef __x86_64__
+__attribute__((target("avx512f")))
+static float amax_avx512(const float *src, size_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512 m0 = _mm512_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        m0 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(src + i), absm)), m0);
+        m1 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(src + i + 16), absm)), m1);
+        m2 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(src + i + 32), absm)), m2);
+        m3 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(src + i + 48), absm)), m3);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __m512i x = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(k, src + i)), absm);
+        m0 = _mm512_max_ps(_mm512_castsi512_ps(x), m0);
+    }
+    return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+}
+#endif
+
+float fl_amax_f32_path(const float *src, size_t n, int path) {
+    float (*fn)(const float *, size_t) = amax_portable;
+#ifdef __x86_64__
+    if (path != FL_PATH_PORTABLE && __builtin_cpu_supports("avx512f")) fn = amax_avx512;
+#endif
+    if (n <= FL_PAR_MIN) return fn(src, n);
+    size_t nb = (n + FL_QBLOCK - 1) / FL_QBLOCK;
+    float m = 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : m)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * FL_QBLOCK, len = n - lo < FL_QBLOCK ? n - lo : FL_QBLOCK;
+        float v = fn(src + lo, len);
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+float fl_amax_f32(const float *src, size_t n) { return fl_amax_f32_path(src, n, FL_PATH_AUTO); }
+
+/* ---- dequantize -------------------------------------------------------------------------------
+ * A 256-entry decode table per format; built once at load time and read-only afterwards. */
+static float LUT_E4M3[256], LUT_E5M2[256];
+__attribute__((constructor)) static void build_luts(void) {
+    for (int i = 0; i < 256; i++) {
+        LUT_E4M3[i] = fl_e4m3_to_f32((uint8_t)i);
+        LUT_E5M2[i] = fl_e5m2_to_f32((uint8_t)i);
+    }
+}
+
+void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, float scale_inv) {
+    const float *lut = fmt == FL_E5M2 ? LUT_E5M2 : LUT_E4M3;
+    if (n <= FL_PAR_MIN) {
+        for (size_t i = 0; i < n; i++) dst[i] = lut[src[i]] * scale_inv;
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = lut[src[i]] * scale_inv;
+}
+
+/* ---- bulk 16-bit conversions ---------------------------------------------------------------
+ * AVX2/F16C are in the x86-64-v3 baseline; the scalar loops finish the tails (same results). */
+void fl_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+#ifdef __AVX2__
+    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i r7 = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), q = _mm256_set1_epi32(0x400000);
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), inf); /* signed ok: both < 2^31 */
+        __m256i rnd = _mm256_add_epi32(_mm256_add_epi32(u, r7), _mm256_and_si256(_mm256_srli_epi32(u, 16), one));
+        __m256i v = _mm256_srli_epi32(_mm256_blendv_epi8(rnd, _mm256_or_si256(u, q), isnan), 16);
+        __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storeu_si128((__m128i *)(dst + i), p);
+    }
+#endif
+    for (; i < n; i++) dst[i] = fl_f32_to_bf16(src[i]);
+}
+
+void fl_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+#ifdef __AVX2__
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(v, 16));
+    }
+#endif
+    for (; i < n; i++) dst[i] = fl_bf16_to_f32(src[i]);
+}
+
+void fl_f32_to_f16_n(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; i++) dst[i] = fl_f32_to_f16(src[i]);
+}
+
+void fl_f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    for (; i < n; i++) dst[i] = fl_f16_to_f32(src[i]);
+}
+
+/* ---- scales ----------------------------------------------------------------------------------
+ * Computed in fp32 in the same order as TransformerEngine: (max / amax) / 2^margin. */
+float fl_scale_from_amax(float amax, fl_dtype fmt, int margin, float fallback) {
+    const fl_format_traits *t = fl_format(fmt);
+    if (!t || !(amax > 0.0f) || !isfinite(amax)) return fallback;
+    float s = ((float)t->max / amax) / exp2f((float)margin);
+    if (isinf(s)) s = FLT_MAX;
+    return s;
+}

@@ -1,0 +1,404 @@
+/* ops.c — the device-independent half of every op: argument checks with messages that show the
+ * shapes, dtype promotion, result allocation, broadcasting, then dispatch to the device table. */
+#include "ops.h"
+#include "device.h"
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *const fl_binop_names[FL_BINOP_COUNT] = { "add", "sub", "mul", "div" };
+const char *const fl_unop_names[FL_UNOP_COUNT] = { "abs", "neg", "exp", "log", "sqrt" };
+const char *const fl_redop_names[FL_REDOP_COUNT] = { "sum", "mean", "max", "min", "amax" };
+_Static_assert(sizeof fl_binop_names / sizeof *fl_binop_names == FL_BINOP_COUNT, "binop without a name");
+_Static_assert(sizeof fl_unop_names / sizeof *fl_unop_names == FL_UNOP_COUNT, "unop without a name");
+_Static_assert(sizeof fl_redop_names / sizeof *fl_redop_names == FL_REDOP_COUNT, "redop without a name");
+
+#define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
+
+static fl_status get_device(const fl_tensor *t, const char *op, const fl_device **dev) {
+    *dev = fl_device_get(t->device);
+    if (!*dev) return FL_ERR(FL_EDEVICE, "%s: device %s is not available", op, fl_device_name(t->device));
+    return FL_OK;
+}
+
+static fl_status need_entry(const void *fn, const fl_device *dev, const char *op) {
+    if (!fn) return FL_ERR(FL_EUNSUPPORTED, "%s is not supported on %s", op, dev->name);
+    return FL_OK;
+}
+
+static fl_status refuse_fp8(const fl_tensor *t, const char *op) {
+    if (fl_format(t->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "%s: %s tensor: call :dequantize() first (FP8 tensors only hold quantized data)",
+                      op, fl_format(t->dtype)->name);
+    return FL_OK;
+}
+
+static fl_status same_device(const fl_tensor *a, const fl_tensor *b, const char *op) {
+    if (a->device != b->device)
+        return FL_ERR(FL_EINVAL, "%s: tensors are on different devices (%s and %s); move one with :to()",
+                      op, fl_device_name(a->device), fl_device_name(b->device));
+    return FL_OK;
+}
+
+/* fp32 > bf16 = fp16; bf16 with fp16 → fp32 (neither holds the other). */
+static fl_dtype promote(fl_dtype a, fl_dtype b) {
+    if (a == b) return a;
+    return FL_F32;
+}
+
+fl_status fl_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout, int64_t *out) {
+    int n = na > nb ? na : nb;
+    if (n > FL_MAX_DIMS) return FL_ERR(FL_EINVAL, "broadcast: more than %d dims", FL_MAX_DIMS);
+    int64_t res[FL_MAX_DIMS];
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - na), ib = i - (n - nb);
+        int64_t x = ia >= 0 ? a[ia] : 1, y = ib >= 0 ? b[ib] : 1;
+        if (x != y && x != 1 && y != 1) {
+            char sa[200], sb[200];
+            return FL_ERR(FL_EINVAL, "shapes %s and %s cannot be broadcast together (dim %d: %lld vs %lld)",
+                          fl_shape_str(sa, sizeof sa, na, a), fl_shape_str(sb, sizeof sb, nb, b), i, (long long)x, (long long)y);
+        }
+        res[i] = x == 1 ? y : x;
+    }
+    *nout = n;
+    memcpy(out, res, sizeof(int64_t) * (size_t)n);
+    return FL_OK;
+}
+
+fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
+    *out = NULL;
+    if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "unknown binary op %d", (int)op);
+    const char *name = fl_binop_names[op];
+    FL_TRY(refuse_fp8(a, name));
+    FL_TRY(refuse_fp8(b, name));
+    FL_TRY(same_device(a, b, name));
+    const fl_device *dev;
+    FL_TRY(get_device(a, name, &dev));
+    FL_TRY(need_entry((const void *)dev->binary, dev, name));
+    int n;
+    int64_t shape[FL_MAX_DIMS];
+    if (fl_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &n, shape) != FL_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", fl_last_error_detail());   /* the message buffer is reused */
+        return FL_ERR(FL_EINVAL, "%s: %s", name, msg);
+    }
+    fl_tensor *r = NULL, *ea = NULL, *eb = NULL;
+    fl_status st = fl_tensor_empty(&r, promote(a->dtype, b->dtype), n, shape, a->device);
+    if (st == FL_OK) st = fl_tensor_expand(&ea, a, n, shape);
+    if (st == FL_OK) st = fl_tensor_expand(&eb, b, n, shape);
+    if (st == FL_OK && fl_tensor_numel(r) > 0) st = dev->binary(op, r, ea, eb);
+    fl_tensor_release(ea);
+    fl_tensor_release(eb);
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
+fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first) {
+    *out = NULL;
+    if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "unknown binary op %d", (int)op);
+    const char *name = fl_binop_names[op];
+    FL_TRY(refuse_fp8(a, name));
+    const fl_device *dev;
+    FL_TRY(get_device(a, name, &dev));
+    FL_TRY(need_entry((const void *)dev->binary_scalar, dev, name));
+    fl_tensor *r;
+    FL_TRY(fl_tensor_empty(&r, a->dtype, a->ndim, a->shape, a->device));
+    fl_status st = fl_tensor_numel(r) ? dev->binary_scalar(op, r, a, s, scalar_first) : FL_OK;
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
+fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
+    *out = NULL;
+    if ((int)op < 0 || op >= FL_UNOP_COUNT) return FL_ERR(FL_EINVAL, "unknown unary op %d", (int)op);
+    const char *name = fl_unop_names[op];
+    FL_TRY(refuse_fp8(a, name));
+    const fl_device *dev;
+    FL_TRY(get_device(a, name, &dev));
+    FL_TRY(need_entry((const void *)dev->unary, dev, name));
+    fl_tensor *r;
+    FL_TRY(fl_tensor_empty(&r, a->dtype, a->ndim, a->shape, a->device));
+    fl_status st = fl_tensor_numel(r) ? dev->unary(op, r, a) : FL_OK;
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
+fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
+    *out = NULL;
+    if ((int)op < 0 || op >= FL_REDOP_COUNT) return FL_ERR(FL_EINVAL, "unknown reduction %d", (int)op);
+    const char *name = fl_redop_names[op];
+    char sa[200];
+    FL_TRY(refuse_fp8(a, name));
+    const fl_device *dev;
+    FL_TRY(get_device(a, name, &dev));
+    FL_TRY(need_entry((const void *)dev->reduce, dev, name));
+    bool all = dim == FL_ALL_DIMS || a->ndim == 0;
+    if (!all) {
+        if (dim < -a->ndim || dim >= a->ndim)
+            return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a tensor of shape %s (expected %d..%d)",
+                          name, dim, SHAPE(sa, a), -a->ndim, a->ndim - 1);
+        if (dim < 0) dim += a->ndim;
+    } else if (dim != FL_ALL_DIMS && (dim < -1 || dim > 0)) {
+        return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a 0-d tensor", name, dim);
+    }
+    int64_t count = all ? fl_tensor_numel(a) : a->shape[dim];
+    if (count == 0 && (op == FL_OP_MAX || op == FL_OP_MIN || op == FL_OP_AMAX))
+        return FL_ERR(FL_EINVAL, "%s: the reduced range of tensor %s is empty and %s has no identity", name, SHAPE(sa, a), name);
+    int64_t kshape[FL_MAX_DIMS];
+    int kn = all ? 0 : a->ndim;
+    for (int i = 0; i < kn; i++) kshape[i] = i == dim ? 1 : a->shape[i];
+    if (all && keepdim) { kn = a->ndim; for (int i = 0; i < kn; i++) kshape[i] = 1; }
+    fl_tensor *r = NULL, *c = NULL;
+    fl_status st = fl_tensor_empty(&r, a->dtype, kn, kshape, a->device);
+    if (st == FL_OK) st = fl_tensor_contiguous(&c, a);
+    if (st == FL_OK && fl_tensor_numel(r) > 0) st = dev->reduce(op, r, c, all ? -1 : dim);
+    fl_tensor_release(c);
+    if (st == FL_OK && !all && !keepdim) {
+        /* Drop the reduced dim: a view of the contiguous keepdim result. */
+        int64_t shape[FL_MAX_DIMS];
+        for (int i = 0, j = 0; i < a->ndim; i++) if (i != dim) shape[j++] = a->shape[i];
+        fl_tensor *v;
+        st = fl_tensor_view(&v, r, a->ndim - 1, shape);
+        fl_tensor_release(r);
+        r = st == FL_OK ? v : NULL;
+    }
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
+/* [batch..., rows, cols] operand → contiguous 3-D [B, rows, cols] (batch stride 0 when the operand
+ * has no batch of its own and B > 1). */
+static fl_status as_batched(fl_tensor **out, const fl_tensor *t, int nt, const int64_t *tshape,
+                            int nbatch, const int64_t *batch, int64_t B) {
+    fl_tensor *v = NULL, *e = NULL, *c = NULL;
+    int64_t rows = tshape[nt - 2], cols = tshape[nt - 1], own = 1;
+    for (int i = 0; i < nt - 2; i++) own *= tshape[i];
+    int64_t s3[3] = { 1, rows, cols }, b3[3] = { B, rows, cols };
+    fl_status st;
+    if (own == 1) {
+        st = fl_tensor_reshape(&v, t, 3, s3);
+        if (st == FL_OK) st = fl_tensor_contiguous(&c, v);
+        if (st == FL_OK) st = fl_tensor_expand(out, c, 3, b3);
+    } else {
+        int64_t full[FL_MAX_DIMS];
+        memcpy(full, batch, sizeof(int64_t) * (size_t)nbatch);
+        full[nbatch] = rows;
+        full[nbatch + 1] = cols;
+        st = fl_tensor_reshape(&v, t, nt, tshape);
+        if (st == FL_OK) st = fl_tensor_expand(&e, v, nbatch + 2, full);
+        if (st == FL_OK) st = fl_tensor_contiguous(&c, e);
+        if (st == FL_OK) st = fl_tensor_view(out, c, 3, b3);
+    }
+    fl_tensor_release(v);
+    fl_tensor_release(e);
+    fl_tensor_release(c);
+    return st;
+}
+
+fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
+    char sa[200], sb[200];
+    *out = NULL;
+    FL_TRY(refuse_fp8(a, "matmul"));
+    FL_TRY(refuse_fp8(b, "matmul"));
+    FL_TRY(same_device(a, b, "matmul"));
+    if (a->ndim == 0 || b->ndim == 0)
+        return FL_ERR(FL_EINVAL, "matmul: both arguments need at least 1 dim, got shapes %s and %s", SHAPE(sa, a), SHAPE(sb, b));
+    const fl_device *dev;
+    FL_TRY(get_device(a, "matmul", &dev));
+    FL_TRY(need_entry((const void *)dev->matmul, dev, "matmul"));
+    int na = a->ndim, nb = b->ndim;
+    int64_t as[FL_MAX_DIMS + 1], bs[FL_MAX_DIMS + 1];
+    if (na == 1) { as[0] = 1; as[1] = a->shape[0]; na = 2; } else memcpy(as, a->shape, sizeof(int64_t) * (size_t)na);
+    if (nb == 1) { bs[0] = b->shape[0]; bs[1] = 1; nb = 2; } else memcpy(bs, b->shape, sizeof(int64_t) * (size_t)nb);
+    int64_t M = as[na - 2], K = as[na - 1], N = bs[nb - 1];
+    if (bs[nb - 2] != K)
+        return FL_ERR(FL_EINVAL, "matmul: shapes %s and %s are not aligned (%lld != %lld)",
+                      SHAPE(sa, a), SHAPE(sb, b), (long long)K, (long long)bs[nb - 2]);
+    int nbatch;
+    int64_t batch[FL_MAX_DIMS];
+    if (fl_broadcast_shape(na - 2, as, nb - 2, bs, &nbatch, batch) != FL_OK)
+        return FL_ERR(FL_EINVAL, "matmul: batch dims of shapes %s and %s cannot be broadcast together", SHAPE(sa, a), SHAPE(sb, b));
+    int64_t B = 1;
+    for (int i = 0; i < nbatch; i++) B *= batch[i];
+    int64_t oshape[FL_MAX_DIMS + 2];
+    int no = 0;
+    for (int i = 0; i < nbatch; i++) oshape[no++] = batch[i];
+    if (a->ndim > 1) oshape[no++] = M;
+    if (b->ndim > 1) oshape[no++] = N;
+    if (no > FL_MAX_DIMS) return FL_ERR(FL_EINVAL, "matmul: result would have more than %d dims", FL_MAX_DIMS);
+
+    fl_dtype dt = promote(a->dtype, b->dtype);
+    fl_tensor *ca = NULL, *cb = NULL, *a3 = NULL, *b3 = NULL, *d = NULL, *r = NULL;
+    int64_t d3[3] = { B, M, N };
+    fl_status st = a->dtype == dt ? (ca = fl_tensor_retain((fl_tensor *)a), FL_OK) : fl_tensor_to(&ca, a, dt);
+    if (st == FL_OK) st = b->dtype == dt ? (cb = fl_tensor_retain((fl_tensor *)b), FL_OK) : fl_tensor_to(&cb, b, dt);
+    if (st == FL_OK) st = fl_tensor_empty(&d, dt, 3, d3, a->device);
+    if (st == FL_OK && B * M * N > 0) {
+        if (K == 0) {
+            st = dev->fill(d, 0.0);
+        } else {
+            st = as_batched(&a3, ca, na, as, nbatch, batch, B);
+            if (st == FL_OK) st = as_batched(&b3, cb, nb, bs, nbatch, batch, B);
+            if (st == FL_OK) st = dev->matmul(d, a3, b3);
+        }
+    }
+    if (st == FL_OK) st = fl_tensor_view(&r, d, no, oshape);
+    fl_tensor_release(ca);
+    fl_tensor_release(cb);
+    fl_tensor_release(a3);
+    fl_tensor_release(b3);
+    fl_tensor_release(d);
+    if (st != FL_OK) return st;
+    *out = r;
+    return FL_OK;
+}
+
+/* ---- factories ---------------------------------------------------------------------------- */
+
+static fl_status check_factory_dtype(fl_dtype dt, const char *op) {
+    if ((int)dt < 0 || dt >= FL_DTYPE_COUNT) return FL_ERR(FL_EINVAL, "%s: unknown dtype %d (expected one of %s)", op, (int)dt, fl_dtype_choices());
+    if (fl_format(dt)->is_fp8)
+        return FL_ERR(FL_EINVAL, "%s: cannot make %s values directly; make fp32 and quantize", op, fl_format(dt)->name);
+    return FL_OK;
+}
+
+/* Builds an fp32 CPU tensor, lets fill() write its values, converts to dt. */
+static fl_status make_f32(fl_tensor **out, int ndim, const int64_t *shape, fl_dtype dt,
+                          void (*fill)(void *ctx, float *p, size_t n), void *ctx) {
+    fl_tensor *f;
+    FL_TRY(fl_tensor_empty(&f, FL_F32, ndim, shape, FL_DEV_CPU));
+    fill(ctx, fl_tensor_data(f), (size_t)fl_tensor_numel(f));
+    if (dt == FL_F32) { *out = f; return FL_OK; }
+    fl_status st = fl_tensor_to(out, f, dt);
+    fl_tensor_release(f);
+    return st;
+}
+
+typedef struct { double start, step; } arange_ctx;
+static void arange_fill(void *vc, float *p, size_t n) {
+    arange_ctx *c = vc;
+    for (size_t i = 0; i < n; i++) p[i] = (float)(c->start + (double)i * c->step);
+}
+
+fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_dtype dt) {
+    *out = NULL;
+    FL_TRY(check_factory_dtype(dt, "arange"));
+    if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
+        return FL_ERR(FL_EINVAL, "arange: start, end and step must be finite and step nonzero, got %g, %g, %g", start, end, step);
+    double cnt = ceil((end - start) / step);
+    if (cnt < 0) cnt = 0;
+    if (cnt > 1e15) return FL_ERR(FL_EINVAL, "arange: %g elements is too many", cnt);
+    int64_t n = (int64_t)cnt;
+    arange_ctx c = { start, step };
+    return make_f32(out, 1, &n, dt, arange_fill, &c);
+}
+
+typedef struct { fl_rng *r; bool normal; } rng_ctx;
+static void rng_fill(void *vc, float *p, size_t n) {
+    rng_ctx *c = vc;
+    if (c->normal) fl_rng_normal(c->r, p, n, 0.0f, 1.0f);
+    else fl_rng_uniform(c->r, p, n, 0.0f, 1.0f);
+}
+
+fl_status fl_rand(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt) {
+    *out = NULL;
+    FL_TRY(check_factory_dtype(dt, "rand"));
+    rng_ctx c = { r ? r : fl_default_rng(), false };
+    return make_f32(out, ndim, shape, dt, rng_fill, &c);
+}
+
+fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt) {
+    *out = NULL;
+    FL_TRY(check_factory_dtype(dt, "randn"));
+    rng_ctx c = { r ? r : fl_default_rng(), true };
+    return make_f32(out, ndim, shape, dt, rng_fill, &c);
+}
+
+/* ---- quantization ------------------------------------------------------------------------- */
+
+void fl_quant_opts_default(fl_quant_opts *o) {
+    o->scale = 0;
+    o->amax = 0;
+    o->margin = 0;
+    o->axis = -1;
+    o->overflow = FL_SATURATE;
+}
+
+fl_status fl_quantize(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, const fl_quant_opts *opts) {
+    char sa[200];
+    *out = NULL;
+    fl_quant_opts o;
+    if (opts) o = *opts; else fl_quant_opts_default(&o);
+    if ((int)fmt < 0 || fmt >= FL_DTYPE_COUNT || !fl_format(fmt)->is_fp8)
+        return FL_ERR(FL_EINVAL, "quantize: target must be e4m3 or e5m2, got %s",
+                      (int)fmt >= 0 && fmt < FL_DTYPE_COUNT ? fl_format(fmt)->name : "an unknown dtype");
+    if (fl_format(src->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "quantize: source is already %s; dequantize it first", fl_format(src->dtype)->name);
+    if (o.axis < -1 || o.axis >= src->ndim)
+        return FL_ERR(FL_EINVAL, "quantize: axis %d out of range for shape %s (expected -1 for per-tensor, or 0..%d)",
+                      o.axis, SHAPE(sa, src), src->ndim - 1);
+    if (o.overflow != FL_SATURATE && o.overflow != FL_IEEE)
+        return FL_ERR(FL_EINVAL, "quantize: unknown overflow policy %d", (int)o.overflow);
+    if (o.scale > 0 && !isfinite(o.scale)) return FL_ERR(FL_EINVAL, "quantize: scale must be finite, got %g", (double)o.scale);
+    if (isnan(o.scale) || isnan(o.amax)) return FL_ERR(FL_EINVAL, "quantize: scale and amax must not be NaN");
+    const fl_device *dev;
+    FL_TRY(get_device(src, "quantize", &dev));
+    FL_TRY(need_entry((const void *)dev->quantize, dev, "quantize"));
+    int64_t ns = o.axis >= 0 ? src->shape[o.axis] : 1;
+    float *scales = malloc((size_t)(ns ? ns : 1) * sizeof(float));
+    if (!scales) return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld scales", (long long)ns);
+    fl_tensor *c = NULL, *r = NULL;
+    fl_status st = fl_tensor_contiguous(&c, src);
+    if (st == FL_OK) {
+        if (o.scale > 0) {
+            for (int64_t i = 0; i < ns; i++) scales[i] = o.scale;
+        } else if (o.amax > 0) {
+            float s = fl_scale_from_amax(o.amax, fmt, o.margin, 1.0f);
+            for (int64_t i = 0; i < ns; i++) scales[i] = s;
+        } else {
+            st = need_entry((const void *)dev->amax, dev, "amax");
+            if (st == FL_OK && fl_tensor_numel(c) > 0) st = dev->amax(c, o.axis, scales);
+            else for (int64_t i = 0; i < ns; i++) scales[i] = 0;
+            /* An all-zero tensor or row (amax 0) keeps scale 1. */
+            for (int64_t i = 0; st == FL_OK && i < ns; i++) scales[i] = fl_scale_from_amax(scales[i], fmt, o.margin, 1.0f);
+        }
+    }
+    if (st == FL_OK) st = fl_tensor_empty(&r, fmt, src->ndim, src->shape, src->device);
+    if (st == FL_OK && o.axis >= 0) {
+        fl_tensor_release(r->scale_inv);
+        r->scale_inv = NULL;
+        st = fl_tensor_empty(&r->scale_inv, FL_F32, 1, &ns, src->device);
+        r->scale_axis = o.axis;
+    }
+    if (st == FL_OK) st = dev->quantize(r, c, scales, o.axis, o.overflow);
+    free(scales);
+    fl_tensor_release(c);
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
+fl_status fl_dequantize(fl_tensor **out, const fl_tensor *q, fl_dtype dt) {
+    *out = NULL;
+    if (!fl_format(q->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "dequantize: expected an e4m3 or e5m2 tensor, got %s", fl_format(q->dtype)->name);
+    if ((int)dt < 0 || dt >= FL_DTYPE_COUNT || fl_format(dt)->is_fp8)
+        return FL_ERR(FL_EINVAL, "dequantize: target must be fp32, bf16 or fp16");
+    if (!q->scale_inv) return FL_ERR(FL_EINVAL, "dequantize: %s tensor has no scale_inv", fl_format(q->dtype)->name);
+    const fl_device *dev;
+    FL_TRY(get_device(q, "dequantize", &dev));
+    FL_TRY(need_entry((const void *)dev->dequantize, dev, "dequantize"));
+    fl_tensor *c = NULL, *r = NULL;
+    fl_status st = fl_tensor_contiguous(&c, q);
+    if (st == FL_OK) st = fl_tensor_empty(&r, dt, q->ndim, q->shape, q->device);
+    if (st == FL_OK && fl_tensor_numel(r) > 0) st = dev->dequantize(r, c);
+    fl_tensor_release(c);
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}

@@ -1,0 +1,56 @@
+/* fl_cuda.h — the core headers, seen from C++ (nvcc), plus the CUDA error helpers every .cu uses.
+ * Only the .cu files under kernels/ include this; core/ and lua/ never see CUDA headers. */
+#ifndef FL_CUDA_H
+#define FL_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "error.h"
+#include "format.h"
+#include "tensor.h"
+#include "device.h"
+#include "cuda_api.h"
+}
+
+/* Turn a CUDA error into FL_EDEVICE with "cudaXxx failed: <code name>: <string>", never abort.
+ * Also clears the sticky "last error" so one failure does not poison later calls. */
+static inline fl_status fl_cuda_fail(cudaError_t e, const char *what, const char *file, int line) {
+    (void)cudaGetLastError();
+    return fl_set_error(FL_EDEVICE, file, line, "%s failed: %s: %s", what, cudaGetErrorName(e),
+                        cudaGetErrorString(e));
+}
+#define FL_CUDA_CHECK(call, what)                                                       \
+    do { cudaError_t fl__e = (call);                                                    \
+         if (fl__e != cudaSuccess) return fl_cuda_fail(fl__e, what, __FILE__, __LINE__); } while (0)
+
+/* The one stream all fp8lab work on the (single) CUDA device is ordered on; the caching allocator
+ * relies on this: a block freed and handed out again is only touched by later work on this stream. */
+cudaStream_t fl_cuda_stream(void);
+/* Multiprocessor count of the device, to size grid-stride launches. */
+int fl_cuda_sm_count(void);
+
+/* Launchers (kernels/quantize.cu). Pointers are device memory; counters are device memory laid
+ * out as fl_cuda_qstats. Each checks its preconditions and the launch. */
+typedef struct {
+    unsigned int amax_bits;        /* float bits of max |x|; non-negative floats order as integers */
+    unsigned int pad;
+    unsigned long long underflow, saturated, nan;
+} fl_cuda_qstats;
+
+/* Per-tensor: dst[i] = fp8(src[i] * scale); dst may be NULL (amax and counters only). */
+fl_status cuda_quantize(const void *src, fl_dtype src_dt, uint8_t *dst, size_t n, fl_dtype fmt,
+                        float scale, fl_overflow p, fl_cuda_qstats *stats, cudaStream_t stream);
+/* Per-index along an axis: the tensor is `outer` x `len` x `inner` (row-major); element
+ * (o, r, i) uses scales[r]; row_amax_bits[r] (len entries, zeroed by the caller) receives max |x|
+ * of index r. dst may be NULL. scales may be NULL when dst is NULL. */
+fl_status cuda_quantize_rows(const void *src, fl_dtype src_dt, uint8_t *dst, size_t outer, size_t len,
+                             size_t inner, fl_dtype fmt, const float *scales, fl_overflow p,
+                             fl_cuda_qstats *stats, unsigned int *row_amax_bits, cudaStream_t stream);
+/* dst[i] = decode(q[i]) * scale_inv[(i / inner) % len]  (len == 1, inner == n: per-tensor),
+ * written as dst_dt (fp32/bf16/fp16, round to nearest even). */
+fl_status cuda_dequantize(const uint8_t *q, fl_dtype fmt, void *dst, fl_dtype dst_dt, size_t n,
+                          const float *scale_inv, size_t len, size_t inner, cudaStream_t stream);
+
+#endif

@@ -1,0 +1,286 @@
+/* quantize.cu — fused scale + cast + amax (fp32/bf16/fp16 → E4M3/E5M2), per tensor and per row, and
+ * the dequantize kernel. Maths: q[i] = fp8(x[i]·s) with RNE and the saturate or IEEE overflow policy
+ * (fp8_cvt.h); amax = max |x| over the *unscaled* source, NaN ignored; counters: underflow (x ≠ 0
+ * whose code is ±0), saturated (finite x whose x·s rounds past the largest finite code), nan (NaN x). Dequantize:
+ * y = decode(q)·s_inv in fp32, then RNE to the output dtype.
+ * Layouts: contiguous row-major; per-row means the tensor viewed as [outer, len, inner] with one
+ * scale per middle index (axis 0 of a 2-D tensor: outer = 1, len = rows, inner = cols).
+ * Tolerance: bit-exact with the CPU (bytes, amax and counters); tests/c/test_gpu_quantize.c. */
+#include "fl_cuda.h"
+#include "fp8_cvt.h"
+#include <cuda_fp16.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+
+struct Acc {
+    float amax;
+    unsigned long long underflow, saturated, nan;
+};
+
+template <int SRC> struct SrcT;            /* element type and its decode to fp32 */
+template <> struct SrcT<FL_F32> {
+    typedef float T;
+    static __device__ __forceinline__ float f(T v) { return v; }
+};
+template <> struct SrcT<FL_BF16> {
+    typedef uint16_t T;
+    static __device__ __forceinline__ float f(T v) { return __uint_as_float((uint32_t)v << 16); }
+};
+template <> struct SrcT<FL_F16> {
+    typedef uint16_t T;
+    static __device__ __forceinline__ float f(T v) { return __half2float(__ushort_as_half(v)); }
+};
+
+template <int FMT> struct FmtT;
+template <> struct FmtT<FL_E4M3> { enum { M = 3, B = 7 }; };
+template <> struct FmtT<FL_E5M2> { enum { M = 2, B = 15 }; };
+
+/* One element: cast, and fold its contribution into the thread's accumulators. */
+template <int FMT, bool IEEE>
+__device__ __forceinline__ uint8_t quant_one(float x, float scale, Acc &acc) {
+    typedef FmtT<FMT> F;
+    float ax = fabsf(x);
+    acc.amax = fmaxf(acc.amax, ax);          /* fmaxf drops a NaN operand */
+    bool over;
+    uint8_t q = fl_cvt_fp8<F::M, F::B>(x * scale, IEEE, &over);
+    if (x != x) acc.nan++;
+    else {
+        if (x != 0.0f && (q & 0x7f) == 0) acc.underflow++;
+        if (over && ax != INFINITY) acc.saturated++;
+    }
+    return q;
+}
+
+/* Cast elements [begin, end) striding by `stride` from `tid`; with vec, 16-byte loads and
+ * VEC-byte stores (begin must then be a multiple of VEC and the pointers aligned). */
+template <int SRC, int FMT, bool IEEE, bool WRITE>
+__device__ __forceinline__ void quant_range(const typename SrcT<SRC>::T *src, uint8_t *dst, size_t begin,
+                                            size_t end, size_t tid, size_t stride, float scale, bool vec,
+                                            Acc &acc) {
+    typedef typename SrcT<SRC>::T T;
+    constexpr int VEC = 16 / (int)sizeof(T);
+    size_t tail = begin;
+    if (vec) {
+        size_t vb = begin / VEC, ve = end / VEC;
+        for (size_t v = vb + tid; v < ve; v += stride) {
+            uint4 raw = __ldg(reinterpret_cast<const uint4 *>(src) + v);
+            const T *e = reinterpret_cast<const T *>(&raw);
+            uint32_t w[2] = { 0, 0 };           /* the VEC output bytes, packed little-endian */
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                w[k >> 2] |= (uint32_t)quant_one<FMT, IEEE>(SrcT<SRC>::f(e[k]), scale, acc) << (8 * (k & 3));
+            if (WRITE) {
+                if (VEC == 4) *reinterpret_cast<uint32_t *>(dst + v * VEC) = w[0];
+                else *reinterpret_cast<uint2 *>(dst + v * VEC) = make_uint2(w[0], w[1]);
+            }
+        }
+        tail = ve * VEC;
+    }
+    for (size_t i = tail + tid; i < end; i += stride) {
+        uint8_t q = quant_one<FMT, IEEE>(SrcT<SRC>::f(src[i]), scale, acc);
+        if (WRITE) dst[i] = q;
+    }
+}
+
+/* Block-wide reduction of the accumulators; the result is valid in thread 0. */
+__device__ Acc block_reduce(Acc a) {
+    __shared__ Acc sh[kThreads / 32];
+    for (int o = 16; o > 0; o >>= 1) {
+        a.amax = fmaxf(a.amax, __shfl_down_sync(0xffffffffu, a.amax, o));
+        a.underflow += __shfl_down_sync(0xffffffffu, a.underflow, o);
+        a.saturated += __shfl_down_sync(0xffffffffu, a.saturated, o);
+        a.nan += __shfl_down_sync(0xffffffffu, a.nan, o);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sh[warp] = a;
+    __syncthreads();
+    if (warp == 0) {
+        a = lane < (int)(blockDim.x >> 5) ? sh[lane] : Acc{0.0f, 0, 0, 0};
+        for (int o = 16; o > 0; o >>= 1) {
+            a.amax = fmaxf(a.amax, __shfl_down_sync(0xffffffffu, a.amax, o));
+            a.underflow += __shfl_down_sync(0xffffffffu, a.underflow, o);
+            a.saturated += __shfl_down_sync(0xffffffffu, a.saturated, o);
+            a.nan += __shfl_down_sync(0xffffffffu, a.nan, o);
+        }
+    }
+    __syncthreads();   /* sh is reused by the next call (per-row loop) */
+    return a;
+}
+
+/* One atomic per block and counter; amax as integer max on the float bits (both non-negative). */
+__device__ __forceinline__ void flush(const Acc &a, fl_cuda_qstats *st) {
+    if (a.amax > 0.0f) atomicMax(&st->amax_bits, __float_as_uint(a.amax));
+    if (a.underflow) atomicAdd(&st->underflow, a.underflow);
+    if (a.saturated) atomicAdd(&st->saturated, a.saturated);
+    if (a.nan) atomicAdd(&st->nan, a.nan);
+}
+
+template <int SRC, int FMT, bool IEEE, bool WRITE>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(const typename SrcT<SRC>::T *src, uint8_t *dst,
+                                                            size_t n, float scale, bool vec,
+                                                            fl_cuda_qstats *st) {
+    Acc acc{0.0f, 0, 0, 0};
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    quant_range<SRC, FMT, IEEE, WRITE>(src, dst, 0, n, tid, stride, scale, vec, acc);
+    acc = block_reduce(acc);
+    if (threadIdx.x == 0) flush(acc, st);
+}
+
+/* One block per row (grid-stride over rows): row r of [outer*len] uses scales[r % len]. */
+template <int SRC, int FMT, bool IEEE, bool WRITE>
+__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const typename SrcT<SRC>::T *src, uint8_t *dst,
+                                                                 size_t rows, size_t len, size_t inner,
+                                                                 const float *scales, bool vec,
+                                                                 fl_cuda_qstats *st, unsigned int *row_amax) {
+    Acc total{0.0f, 0, 0, 0};
+    for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        size_t r = row % len;
+        float scale = scales ? scales[r] : 1.0f;
+        Acc acc{0.0f, 0, 0, 0};
+        quant_range<SRC, FMT, IEEE, WRITE>(src, dst, row * inner, row * inner + inner, threadIdx.x, blockDim.x,
+                                           scale, vec, acc);
+        total.underflow += acc.underflow;
+        total.saturated += acc.saturated;
+        total.nan += acc.nan;
+        total.amax = fmaxf(total.amax, acc.amax);
+        float ra = block_reduce(Acc{acc.amax, 0, 0, 0}).amax;
+        if (threadIdx.x == 0 && ra > 0.0f) atomicMax(row_amax + r, __float_as_uint(ra));
+    }
+    total = block_reduce(total);
+    if (threadIdx.x == 0) flush(total, st);
+}
+
+__device__ __forceinline__ uint16_t f32_to_bf16_rne(float v) {
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);   /* quiet NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+template <int FMT, int DST>
+__global__ void __launch_bounds__(kThreads) dequantize_kernel(const uint8_t *q, void *dst, size_t n,
+                                                              const float *scale_inv, size_t len, size_t inner) {
+    typedef FmtT<FMT> F;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    float s0 = scale_inv[0];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float s = len == 1 ? s0 : scale_inv[(i / inner) % len];
+        float v = fl_dec_fp8<F::M, F::B>(q[i]) * s;
+        if (DST == FL_F32) static_cast<float *>(dst)[i] = v;
+        else if (DST == FL_BF16) static_cast<uint16_t *>(dst)[i] = f32_to_bf16_rne(v);
+        else {
+            uint16_t h = __half_as_ushort(__float2half_rn(v));
+            if (v != v) h = (uint16_t)(((__float_as_uint(v) >> 16) & 0x8000u) | 0x7e00u);
+            static_cast<uint16_t *>(dst)[i] = h;
+        }
+    }
+}
+
+unsigned grid_for(size_t work) {
+    size_t cap = (size_t)fl_cuda_sm_count() * 8, g = (work + kThreads - 1) / kThreads;
+    if (g > cap) g = cap;
+    return g ? (unsigned)g : 1u;
+}
+
+bool is_fp8(fl_dtype t) { return t == FL_E4M3 || t == FL_E5M2; }
+bool is_src(fl_dtype t) { return t == FL_F32 || t == FL_BF16 || t == FL_F16; }
+
+/* Dispatch the runtime (source dtype, format, policy, write) to a template instance. Amax-only
+ * launches (dst NULL) use one instance per source dtype: the cast's format does not matter there. */
+template <template <int, int, bool, bool> class L, typename... A>
+fl_status dispatch(fl_dtype s, fl_dtype f, fl_overflow p, bool write, A... a) {
+#define FL_Q_SRC(S)                                                                              \
+    if (s == S) {                                                                                \
+        if (!write) return L<S, FL_E4M3, false, false>::run(a...);                               \
+        if (f == FL_E4M3) return p == FL_IEEE ? L<S, FL_E4M3, true, true>::run(a...)             \
+                                              : L<S, FL_E4M3, false, true>::run(a...);           \
+        return p == FL_IEEE ? L<S, FL_E5M2, true, true>::run(a...) : L<S, FL_E5M2, false, true>::run(a...); \
+    }
+    FL_Q_SRC(FL_F32) FL_Q_SRC(FL_BF16) FL_Q_SRC(FL_F16)
+#undef FL_Q_SRC
+    return FL_ERR(FL_EUNSUPPORTED, "quantize on cuda: expected an fp32, bf16 or fp16 source, got %s",
+                  fl_format(s)->name);
+}
+
+template <int S, int F, bool I, bool W> struct LaunchTensor {
+    static fl_status run(const void *src, uint8_t *dst, size_t n, float scale, bool vec, fl_cuda_qstats *st,
+                         cudaStream_t stream) {
+        typedef typename SrcT<S>::T T;
+        size_t work = vec ? n / (16 / sizeof(T)) + 1 : n;
+        quantize_kernel<S, F, I, W><<<grid_for(work), kThreads, 0, stream>>>((const T *)src, dst, n, scale, vec, st);
+        FL_CUDA_CHECK(cudaGetLastError(), "quantize_kernel launch");
+        return FL_OK;
+    }
+};
+template <int S, int F, bool I, bool W> struct LaunchRows {
+    static fl_status run(const void *src, uint8_t *dst, size_t rows, size_t len, size_t inner, const float *scales,
+                         bool vec, fl_cuda_qstats *st, unsigned *row_amax, cudaStream_t stream) {
+        typedef typename SrcT<S>::T T;
+        size_t cap = (size_t)fl_cuda_sm_count() * 16;
+        unsigned g = (unsigned)(rows < cap ? rows : cap);
+        quantize_rows_kernel<S, F, I, W><<<g ? g : 1, kThreads, 0, stream>>>((const T *)src, dst, rows, len, inner,
+                                                                             scales, vec, st, row_amax);
+        FL_CUDA_CHECK(cudaGetLastError(), "quantize_rows_kernel launch");
+        return FL_OK;
+    }
+};
+
+bool aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
+
+}  // namespace
+
+fl_status cuda_quantize(const void *src, fl_dtype src_dt, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
+                        fl_overflow p, fl_cuda_qstats *stats, cudaStream_t stream) {
+    if (!is_src(src_dt) || !is_fp8(fmt) || !stats || (n && !src))
+        return FL_ERR(FL_EINVAL, "cuda_quantize: expected an fp32/bf16/fp16 source, an e4m3/e5m2 target and "
+                                 "a stats buffer, got %s -> %s", fl_format(src_dt)->name, fl_format(fmt)->name);
+    if (n == 0) return FL_OK;
+    size_t vecw = 16 / fl_format(src_dt)->size;
+    bool vec = aligned(src, 16) && (!dst || aligned(dst, vecw));
+    return dispatch<LaunchTensor>(src_dt, fmt, p, dst != NULL, src, dst, n, scale, vec, stats, stream);
+}
+
+fl_status cuda_quantize_rows(const void *src, fl_dtype src_dt, uint8_t *dst, size_t outer, size_t len, size_t inner,
+                             fl_dtype fmt, const float *scales, fl_overflow p, fl_cuda_qstats *stats,
+                             unsigned int *row_amax_bits, cudaStream_t stream) {
+    if (!is_src(src_dt) || !is_fp8(fmt) || !stats || !row_amax_bits || (dst && !scales))
+        return FL_ERR(FL_EINVAL, "cuda_quantize_rows: expected an fp32/bf16/fp16 source, an e4m3/e5m2 target, "
+                                 "stats, row amax and (when casting) scales, got %s -> %s",
+                      fl_format(src_dt)->name, fl_format(fmt)->name);
+    size_t rows = outer * len;
+    if (rows == 0 || inner == 0) return FL_OK;
+    size_t vecw = 16 / fl_format(src_dt)->size;
+    bool vec = inner % vecw == 0 && aligned(src, 16) && (!dst || aligned(dst, vecw));
+    return dispatch<LaunchRows>(src_dt, fmt, p, dst != NULL, src, dst, rows, len, inner, scales, vec, stats,
+                                row_amax_bits, stream);
+}
+
+fl_status cuda_dequantize(const uint8_t *q, fl_dtype fmt, void *dst, fl_dtype dst_dt, size_t n,
+                          const float *scale_inv, size_t len, size_t inner, cudaStream_t stream) {
+    if (!is_fp8(fmt) || !is_src(dst_dt) || !scale_inv || len == 0 || (len > 1 && inner == 0))
+        return FL_ERR(FL_EINVAL, "cuda_dequantize: expected an e4m3/e5m2 source, an fp32/bf16/fp16 target and "
+                                 "a scale_inv, got %s -> %s", fl_format(fmt)->name, fl_format(dst_dt)->name);
+    if (n == 0) return FL_OK;
+    unsigned g = grid_for(n);
+#define FL_DQ(F, D) dequantize_kernel<F, D><<<g, kThreads, 0, stream>>>(q, dst, n, scale_inv, len, inner)
+    if (fmt == FL_E4M3) {
+        if (dst_dt == FL_F32) FL_DQ(FL_E4M3, FL_F32); else if (dst_dt == FL_BF16) FL_DQ(FL_E4M3, FL_BF16);
+        else FL_DQ(FL_E4M3, FL_F16);
+    } else {
+        if (dst_dt == FL_F32) FL_DQ(FL_E5M2, FL_F32); else if (dst_dt == FL_BF16) FL_DQ(FL_E5M2, FL_BF16);
+        else FL_DQ(FL_E5M2, FL_F16);
+    }
+#undef FL_DQ
+    FL_CUDA_CHECK(cudaGetLastError(), "dequantize_kernel launch");
+    return FL_OK;
+}
+
+/* Host entry points to the device conversions, for tests that run without a GPU. */
+extern "C" unsigned char fl_cuda_cvt_fp8_host(float x, int fmt, int policy) {
+    bool over;
+    return fmt == FL_E4M3 ? fl_cvt_fp8<3, 7>(x, policy == FL_IEEE, &over) : fl_cvt_fp8<2, 15>(x, policy == FL_IEEE, &over);
+}
+extern "C" float fl_cuda_decode_fp8_host(unsigned char b, int fmt) {
+    return fmt == FL_E4M3 ? fl_dec_fp8<3, 7>(b) : fl_dec_fp8<2, 15>(b);
+}

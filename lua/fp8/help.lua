@@ -1,0 +1,129 @@
+-- help.lua — help() for the REPL and scripts: an overview of the fp8 API and one entry per
+-- function, kept as data ({name, sig, doc, section}) so other modules can add their own.
+local M = {}
+
+M.entries = {}   -- in insertion order
+local by_name = {}
+
+-- add{name=, sig=, doc=, section=}; a later entry with the same name replaces the earlier one.
+function M.add(e)
+  assert(type(e) == "table" and type(e.name) == "string",
+         "help.add expects a table {name=..., sig=..., doc=...}, got " .. type(e))
+  e.section = e.section or "Other"
+  if by_name[e.name] then
+    for i, old in ipairs(M.entries) do if old.name == e.name then M.entries[i] = e end end
+  else
+    M.entries[#M.entries + 1] = e
+  end
+  by_name[e.name] = e
+  return e
+end
+
+local sections = { "Formats", "Tensors", "Quantization", "REPL", "Other" }
+
+local function add_all(list) for _, e in ipairs(list) do M.add(e) end end
+
+add_all {
+  { section = "Formats", name = "formats", sig = "fp8.formats()",
+    doc = "Prints the FP8 formats side by side: E4M3 (OCP E4M3FN, max 448, no inf) and E5M2\n"
+       .. "(IEEE-like, max 57344, ±inf), with bias, smallest normal and subnormal." },
+  { section = "Formats", name = "encode", sig = "fp8.encode(x, fmt [, {saturate=true}]) -> byte",
+    doc = "Rounds the number x to the nearest FP8 value (ties to even) and returns its byte.\n"
+       .. "fmt is \"e4m3\" or \"e5m2\". saturate=true (default) clamps overflow to ±max as training\n"
+       .. "casts do; saturate=false follows IEEE/ml_dtypes (E5M2 → inf, E4M3 → NaN 0x7F)." },
+  { section = "Formats", name = "decode", sig = "fp8.decode(byte, fmt) -> number",
+    doc = "The exact value of an FP8 byte (0..255) in format fmt." },
+  { section = "Formats", name = "explain", sig = "fp8.explain(x, fmt)",
+    doc = "Shows how x is stored: sign, exponent and mantissa bits, the value it rounds to and\n"
+       .. "the rounding error; tells when x overflows or underflows." },
+  { section = "Tensors", name = "tensor", sig = "fp8.tensor(table | {{...}, ...}) -> Tensor",
+    doc = "A fp32 tensor from a (nested) Lua table of numbers." },
+  { section = "Tensors", name = "zeros", sig = "fp8.zeros{d1, d2, ...} -> Tensor",
+    doc = "A fp32 tensor of zeros with the given shape." },
+  { section = "Tensors", name = "randn", sig = "fp8.randn{d1, d2, ...} -> Tensor",
+    doc = "Normal(0, 1) samples; reproducible after fp8.manual_seed(n)." },
+  { section = "Tensors", name = "manual_seed", sig = "fp8.manual_seed(n)",
+    doc = "Seeds the random generator: same seed, same script, same numbers." },
+  { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
+    doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / and :abs(),\n"
+       .. ":max(), :item(), :numel(), :shape()." },
+  { section = "Quantization", name = "Tensor:quantize",
+    sig = "x:quantize(fmt [, {scale=s, axis=d}]) -> Tensor",
+    doc = "Casts to FP8 with a scale (default fp8_max / amax, per tensor; axis=d for one scale\n"
+       .. "per row along d). The result carries scale_inv: value = decode(byte) * scale_inv." },
+  { section = "Quantization", name = "Tensor:dequantize", sig = "q:dequantize() -> Tensor",
+    doc = "Back to fp32: decode(byte) * scale_inv." },
+  { section = "Quantization", name = "Tensor:to", sig = "x:to(dtype) -> Tensor",
+    doc = "Converts to \"f32\", \"bf16\", \"f16\", \"e4m3\" or \"e5m2\" (saturating casts)." },
+  { section = "REPL", name = "help", sig = "help([fn | \"name\"])",
+    doc = "help() lists everything; help(fp8.encode) or help(\"encode\") shows one entry.\n"
+       .. "Modules add entries with require(\"fp8.help\").add{name=, sig=, doc=}." },
+  { section = "REPL", name = "keys", sig = "REPL keys",
+    doc = "Tab completes globals, fields after '.' and methods after ':'. Up/Down walk the history\n"
+       .. "(~/.fp8lab_history). Ctrl-C clears the line, or interrupts a running computation.\n"
+       .. "Ctrl-D exits. Expressions print their value; an unfinished statement continues on '>>'." },
+}
+
+-- Finds the name under which a function is published in fp8 (or as a Tensor method).
+local function name_of(fn)
+  local fp8 = rawget(_G, "fp8")
+  if type(fp8) ~= "table" then return nil end
+  for k, v in pairs(fp8) do if rawequal(v, fn) then return k end end
+  -- tensor methods live in the __index of the named metatable "fp8.Tensor" (STYLE.md)
+  local mt = debug.getregistry()["fp8.Tensor"]
+  for _, idx in ipairs(require("fp8.repl").metatable_index_tables(mt)) do
+    for k, v in pairs(idx) do if rawequal(v, fn) then return "Tensor:" .. k end end
+  end
+  for k, v in pairs(fp8) do
+    if type(v) == "table" then
+      for k2, v2 in pairs(v) do if rawequal(v2, fn) then return k .. "." .. k2 end end
+    end
+  end
+  return nil
+end
+
+function M.lookup(x)
+  if type(x) == "string" then
+    local name = x:gsub("^fp8%.", ""):gsub("%(%)$", "")
+    return by_name[name] or by_name["Tensor:" .. name:gsub("^[%w_]+[:%.]", "")]
+  end
+  local name = name_of(x)
+  if name then return by_name[name] or by_name["Tensor:" .. name] end
+  if x == M.help then return by_name.help end
+  return nil
+end
+
+local function entry_text(e)
+  return e.sig .. "\n" .. (e.doc or ""):gsub("[^\n]+", "    %0")
+end
+
+-- text([x]) -> the help text help() prints.
+function M.text(x)
+  if x == nil then
+    local out = { "fp8lab — FP8 mixed-precision training from Lua. help(\"name\") for one entry.", "" }
+    for _, sec in ipairs(sections) do
+      local lines = {}
+      for _, e in ipairs(M.entries) do
+        if e.section == sec then lines[#lines + 1] = string.format("  %-40s", e.sig) end
+      end
+      if #lines > 0 then
+        out[#out + 1] = sec .. ":"
+        for _, l in ipairs(lines) do out[#out + 1] = (l:gsub("%s+$", "")) end
+        out[#out + 1] = ""
+      end
+    end
+    return table.concat(out, "\n")
+  end
+  local e = M.lookup(x)
+  if e then return entry_text(e) end
+  local names = {}
+  for _, en in ipairs(M.entries) do names[#names + 1] = en.name end
+  return "no help for " .. (type(x) == "string" and ("'" .. x .. "'") or tostring(x))
+    .. "; known: " .. table.concat(names, ", ")
+end
+
+function M.help(x)
+  print(M.text(x))
+end
+
+return M

@@ -1,0 +1,91 @@
+-- fp8 — the public Lua module: the C functions of fp8.core plus the Lua-level helpers
+-- (formats table, encode options, explain, tensor printing). The host sets the global `fp8`.
+local core = require "fp8.core"
+require "fp8.tensor"            -- installs printing (__tostring) and Lua methods on fp8.Tensor
+
+local fp8 = {}
+for k, v in pairs(core) do
+  if type(k) == "string" and k:sub(1, 1) ~= "_" then fp8[k] = v end
+end
+
+-- encode(x, fmt [, {saturate=bool}]): saturate (clamp to ±max) is the default, as training casts do;
+-- {saturate=false} is the IEEE policy (overflow → inf for e5m2, NaN for e4m3).
+function fp8.encode(x, fmt, opts)
+  local saturate = true
+  if opts ~= nil then
+    if type(opts) ~= "table" then
+      error(("bad argument #3 to 'encode' (expected an options table {saturate=bool}, got %s)"):format(type(opts)), 2)
+    end
+    for k in pairs(opts) do
+      if k ~= "saturate" then
+        error(("encode: unknown option '%s' (valid: saturate)"):format(tostring(k)), 2)
+      end
+    end
+    if opts.saturate ~= nil then
+      if type(opts.saturate) ~= "boolean" then
+        error(("encode: saturate must be a boolean, got %s"):format(type(opts.saturate)), 2)
+      end
+      saturate = opts.saturate
+    end
+  end
+  return core.encode(x, fmt, saturate)
+end
+
+-- The order the formats are shown in: narrow to wide, as a reader compares them.
+local FORMAT_ORDER = { "e4m3", "e5m2", "fp16", "bf16", "fp32" }
+
+local function fmtnum(v)
+  if v == math.huge then return "inf" end
+  if v >= 1e6 or v < 1e-3 then return ("%.4g"):format(v) end
+  return ("%.6g"):format(v)
+end
+
+-- formats([quiet]) prints the traits of every format side by side and returns them
+-- (a list in display order, also keyed by name).
+function fp8.formats(quiet)
+  local list = {}
+  for i, name in ipairs(FORMAT_ORDER) do
+    local f = core.format(name)
+    list[i] = f
+    list[name] = f
+  end
+  if not quiet then
+    local cols = {
+      { "format", function(f) return f.name end },
+      { "bits", function(f) return tostring(f.bits) end },
+      { "exp", function(f) return tostring(f.exp_bits) end },
+      { "mant", function(f) return tostring(f.mantissa_bits) end },
+      { "bias", function(f) return tostring(f.bias) end },
+      { "max", function(f) return fmtnum(f.max) end },
+      { "min normal", function(f) return fmtnum(f.min_normal) end },
+      { "min subnormal", function(f) return fmtnum(f.min_subnormal) end },
+      { "inf", function(f) return f.has_inf and "yes" or "no" end },
+      { "NaN codes", function(f) return tostring(f.nan_codes) end },
+    }
+    local rows, width = {}, {}
+    for c, col in ipairs(cols) do width[c] = #col[1] end
+    for r, f in ipairs(list) do
+      rows[r] = {}
+      for c, col in ipairs(cols) do
+        rows[r][c] = col[2](f)
+        width[c] = math.max(width[c], #rows[r][c])
+      end
+    end
+    local function line(cells)
+      local out = {}
+      for c, s in ipairs(cells) do
+        out[c] = c == 1 and s .. (" "):rep(width[c] - #s) or (" "):rep(width[c] - #s) .. s
+      end
+      return table.concat(out, "  ")
+    end
+    local header = {}
+    for c, col in ipairs(cols) do header[c] = col[1] end
+    print(line(header))
+    for _, r in ipairs(rows) do print(line(r)) end
+  end
+  return list
+end
+
+fp8.explain = require "fp8.explain"
+
+return fp8

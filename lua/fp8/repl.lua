@@ -1,0 +1,193 @@
+-- repl.lua — the Lua half of the fp8lab REPL: the value printer and tab completion.
+-- lua/main.c reads lines and calls print_results/complete; both are pure so busted tests them.
+local M = {}
+
+-- Limits of the printer: nesting depth, entries shown per table, width before going multi-line.
+M.max_depth = 4
+M.max_items = 40
+M.width = 78
+
+local function quote(s)
+  local q = string.format("%q", s)
+  return (q:gsub("\\\n", "\\n"):gsub("\\9", "\\t"))
+end
+
+local function is_ident(k)
+  return type(k) == "string" and k:match("^[%a_][%w_]*$") ~= nil
+end
+
+local function has_tostring(v)
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__tostring") ~= nil
+end
+
+-- Key order: array part first (done by the caller), then numbers, strings, other types.
+local type_rank = { number = 1, string = 2, boolean = 3 }
+local function key_less(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return (type_rank[ta] or 9) < (type_rank[tb] or 9) end
+  if ta == "number" or ta == "string" then return a < b end
+  return tostring(a) < tostring(b)
+end
+
+local format
+
+local function format_key(k, opts, seen, depth)
+  if is_ident(k) then return k end
+  return "[" .. format(k, opts, seen, depth + 1) .. "]"
+end
+
+local function format_table(t, opts, seen, depth, indent)
+  if seen[t] then return "<cycle " .. tostring(t) .. ">" end
+  if depth >= opts.max_depth then return "{...}" end
+  seen[t] = true
+  local items, n, shown = {}, 0, 0
+  local len = rawlen(t)
+  local truncated = 0
+  for i = 1, len do
+    n = n + 1
+    if shown < opts.max_items then
+      items[#items + 1] = format(rawget(t, i), opts, seen, depth + 1, indent .. "  ")
+      shown = shown + 1
+    else
+      truncated = truncated + 1
+    end
+  end
+  local keys = {}
+  for k in next, t do
+    if not (math.type(k) == "integer" and k >= 1 and k <= len) then keys[#keys + 1] = k end
+  end
+  table.sort(keys, key_less)
+  for _, k in ipairs(keys) do
+    if shown < opts.max_items then
+      items[#items + 1] = format_key(k, opts, seen, depth) .. " = "
+        .. format(rawget(t, k), opts, seen, depth + 1, indent .. "  ")
+      shown = shown + 1
+    else
+      truncated = truncated + 1
+    end
+  end
+  seen[t] = nil  -- only ancestors count as cycles; shared subtables print twice
+  if truncated > 0 then items[#items + 1] = "... (" .. truncated .. " more)" end
+  if #items == 0 then return "{}" end
+  local one = "{" .. table.concat(items, ", ") .. "}"
+  if #one + #indent <= opts.width and not one:find("\n") then return one end
+  local inner = indent .. "  "
+  return "{\n" .. inner .. table.concat(items, ",\n" .. inner) .. "\n" .. indent .. "}"
+end
+
+-- format(v [, opts]) -> string as the REPL shows it. opts: max_depth, max_items, width.
+function format(v, opts, seen, depth, indent)
+  opts = opts or M
+  seen, depth, indent = seen or {}, depth or 0, indent or ""
+  local tv = type(v)
+  if tv == "string" then return quote(v) end
+  if tv == "table" then
+    if has_tostring(v) then
+      local ok, s = pcall(tostring, v)
+      return ok and s or ("<__tostring failed: " .. tostring(s) .. ">")
+    end
+    return format_table(v, opts, seen, depth, indent)
+  end
+  if tv == "number" and math.type(v) == "float" and v == math.floor(v) and v > -1e16 and v < 1e16 then
+    return string.format("%.1f", v)   -- keep 2.0 distinguishable from 2
+  end
+  local ok, s = pcall(tostring, v)
+  return ok and s or ("<" .. tv .. ": __tostring failed>")
+end
+M.format = format
+
+-- print_results(...): what the REPL does with the values of an expression.
+function M.print_results(...)
+  local n = select("#", ...)
+  local out = {}
+  for i = 1, n do out[i] = format((select(i, ...))) end
+  io.stdout:write(table.concat(out, "\t"), "\n")
+  io.stdout:flush()
+end
+
+------------------------------------------------------------------------------------------
+-- Completion
+
+local keywords = {
+  "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if",
+  "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
+}
+
+-- Adds the identifier keys of t, then of its metatables' __index tables (inheritance chains).
+local function collect(obj, out, want_methods)
+  local visited = {}
+  local function add_keys(t)
+    if type(t) ~= "table" or visited[t] then return end
+    visited[t] = true
+    for k, v in next, t do
+      if is_ident(k) and (not want_methods or type(v) == "function" or type(v) == "table") then
+        out[k] = true
+      end
+    end
+  end
+  if type(obj) == "table" then add_keys(obj) end
+  local cur, guard = obj, 0
+  while guard < 8 do
+    guard = guard + 1
+    local idx = M.index_tables(cur)
+    if #idx == 0 then break end
+    for _, t in ipairs(idx) do add_keys(t) end
+    cur = idx[1]
+  end
+end
+
+-- index_tables(v) -> the tables behind v's metatable __index: the table itself, or, when
+-- __index is a function (fp8.Tensor's resolves methods and x[i]), the tables among its upvalues.
+function M.index_tables(v)
+  return M.metatable_index_tables(getmetatable(v))
+end
+
+function M.metatable_index_tables(mt)
+  if type(mt) ~= "table" then return {} end
+  local idx = rawget(mt, "__index")
+  if type(idx) == "table" then return { idx } end
+  local out = {}
+  if type(idx) == "function" then
+    for i = 1, 16 do
+      local name, up = debug.getupvalue(idx, i)
+      if name == nil then break end
+      if type(up) == "table" and up ~= _G then out[#out + 1] = up end
+    end
+  end
+  return out
+end
+
+-- complete(line [, env]) -> sorted list of candidates for the expression ending the line,
+-- each the whole expression (e.g. "fp8.tensor", "x:shape"). env defaults to _G.
+function M.complete(line, env)
+  env = env or _G
+  local word = line:match("[%w_%.:]*$") or ""
+  local head, sep, part = word:match("^(.*)([%.:])([%w_]*)$")
+  local names = {}
+  if not head then
+    part = word
+    if part:match("^%d") then return {} end
+    collect(env, names, false)
+    for _, k in ipairs(keywords) do names[k] = true end
+  else
+    -- only plain a.b.c chains are walked: evaluating calls could have side effects
+    if not head:match("^[%a_][%w_]*$") and not head:match("^[%a_][%w_]*[%w_%.]*[%w_]$") then return {} end
+    if head:find("%.%.") then return {} end
+    local obj = env
+    for name in head:gmatch("[^%.]+") do
+      local ok, v = pcall(function() return obj[name] end)
+      if not ok or v == nil then return {} end
+      obj = v
+    end
+    collect(obj, names, sep == ":")
+  end
+  local out = {}
+  for k in pairs(names) do
+    if k:sub(1, #part) == part then out[#out + 1] = (head and head .. sep or "") .. k end
+  end
+  table.sort(out)
+  return out
+end
+
+return M

@@ -1,0 +1,134 @@
+-- fp8.tensor — the Lua half of the fp8.Tensor class: PyTorch-style printing (tostring, REPL) and
+-- small methods that are clearer in Lua. The C half (lua/l_tensor.c) owns the memory.
+local core = require "fp8.core"
+local Tensor, mt = core.Tensor, core._metatable
+
+local M = {}
+M.threshold = 1000   -- more elements than this → summarised print
+M.edgeitems = 3      -- kept at each end of a long dimension when summarised
+M.precision = 4
+
+local function shape_str(shape)
+  return "[" .. table.concat(shape, ", ") .. "]"
+end
+
+-- One number formatter for the whole tensor, chosen like PyTorch: fixed point unless the
+-- magnitudes are very large, very small, or span more than 3 decades.
+local function make_formatter(values)
+  local maxa, mina = 0, math.huge
+  for _, v in ipairs(values) do
+    local a = math.abs(v)
+    if a == a and a ~= math.huge and a ~= 0 then
+      if a > maxa then maxa = a end
+      if a < mina then mina = a end
+    end
+  end
+  local p = M.precision
+  local sci = maxa > 0 and (maxa >= 1e8 or mina < 10 ^ -p or maxa / mina > 1e3 and maxa >= 1e4)
+  local pat = sci and ("%." .. p .. "e") or ("%." .. p .. "f")
+  return function(v)
+    if v ~= v then return "nan" end
+    if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+    return pat:format(v)
+  end
+end
+
+local ELL = "..."
+
+-- Render the flat row-major `strs` (kept sizes `kept`, real sizes `shape`) as nested brackets.
+local function render(strs, kept, shape, summarised, indent)
+  local nd = #kept
+  local pos = 1
+  local function block(d, ind)
+    local parts = {}
+    local n = kept[d]
+    local cut = summarised and shape[d] > 2 * M.edgeitems
+    for i = 1, n do
+      if cut and i == M.edgeitems + 1 then parts[#parts + 1] = ELL end
+      if d == nd then
+        parts[#parts + 1] = strs[pos]; pos = pos + 1
+      else
+        parts[#parts + 1] = block(d + 1, ind .. " ")
+      end
+    end
+    if d == nd then return "[" .. table.concat(parts, ", ") .. "]" end
+    local sep = "," .. ("\n"):rep(nd - d) .. ind .. " "
+    return "[" .. table.concat(parts, sep) .. "]"
+  end
+  return block(1, indent)
+end
+
+local function body(t)
+  local shape = t:shape()
+  local n = t:numel()
+  if #shape == 0 then
+    local v = t:item()
+    return make_formatter({ v })(v)
+  end
+  if n == 0 then return "[]" end
+  local summarised = n > M.threshold
+  local values, kept
+  if summarised then
+    values, kept = t:_values(M.edgeitems)
+  else
+    values, kept = t:_values(), shape
+  end
+  local f = make_formatter(values)
+  local strs, w = {}, 0
+  for i, v in ipairs(values) do
+    strs[i] = f(v)
+    if #strs[i] > w then w = #strs[i] end
+  end
+  for i, s in ipairs(strs) do strs[i] = (" "):rep(w - #s) .. s end
+  return render(strs, kept, shape, summarised, (" "):rep(#"tensor("))
+end
+
+local function num(v) return ("%.6g"):format(v) end
+
+function mt.__tostring(t)
+  if t:is_released() then return "tensor(<released>)" end
+  local parts = {}
+  if t:is_fp8() then
+    parts[1] = body(t:dequantize())
+    parts[#parts + 1] = "dtype=" .. t:dtype()
+    parts[#parts + 1] = "shape=" .. shape_str(t:shape())
+    parts[#parts + 1] = "device=" .. t:device()
+    local ax = t:scale_axis()
+    if ax then
+      local s = t:scale():_values()
+      local shown = {}
+      if #s <= 2 * M.edgeitems then
+        for i, v in ipairs(s) do shown[i] = num(v) end
+      else
+        for i = 1, M.edgeitems do shown[#shown + 1] = num(s[i]) end
+        shown[#shown + 1] = ELL
+        for i = #s - M.edgeitems + 1, #s do shown[#shown + 1] = num(s[i]) end
+      end
+      parts[#parts + 1] = ("scale=[%s] (per index of dim %d)"):format(table.concat(shown, ", "), ax)
+    else
+      parts[#parts + 1] = "scale=" .. num(t:scale())
+    end
+    local q = t:qstats()
+    parts[#parts + 1] = "amax=" .. num(q.amax)
+    parts[#parts + 1] = "underflow=" .. q.underflow
+    parts[#parts + 1] = "saturated=" .. q.saturated
+    if q.nan > 0 then parts[#parts + 1] = "nan=" .. q.nan end
+  else
+    parts[1] = body(t)
+    parts[#parts + 1] = "dtype=" .. t:dtype()
+    parts[#parts + 1] = "shape=" .. shape_str(t:shape())
+    parts[#parts + 1] = "device=" .. t:device()
+  end
+  return "tensor(" .. table.concat(parts, ", ") .. ")"
+end
+
+-- t:print() — print and return the tensor (handy at the end of a chain).
+function Tensor.print(t)
+  print(tostring(t))
+  return t
+end
+
+-- Lua-level convenience: t:tolist() for 1-D tensors is the same as totable().
+Tensor.tolist = Tensor.totable
+
+return M

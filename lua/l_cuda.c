@@ -1,0 +1,97 @@
+/* l_cuda.c — the fp8.cuda table: is_built, is_available, device_count, synchronize and the memory
+ * counters. Talks to the GPU only through kernels/cuda_api.h; without FL_HAVE_CUDA it answers "no". */
+#include <lauxlib.h>
+#include <lua.h>
+#ifdef FL_HAVE_CUDA
+#include "../kernels/cuda_api.h"
+#endif
+
+int luaopen_fp8_cuda(lua_State *L);
+
+static int l_is_built(lua_State *L) {
+#ifdef FL_HAVE_CUDA
+    lua_pushboolean(L, 1);
+#else
+    lua_pushboolean(L, 0);
+#endif
+    return 1;
+}
+
+#ifdef FL_HAVE_CUDA
+
+/* Quiet: a question, not a request for the GPU; the CPU-fallback notice comes when a tensor or
+ * synchronize() actually asks for the cuda device. */
+static int l_is_available(lua_State *L) {
+    lua_pushboolean(L, fl_cuda_device_count() > 0);
+    return 1;
+}
+static int l_device_count(lua_State *L) {
+    lua_pushinteger(L, fl_cuda_device_count());
+    return 1;
+}
+static int l_synchronize(lua_State *L) {
+    if (fl_cuda_synchronize() != FL_OK) return luaL_error(L, "%s", fl_last_error_detail());
+    return 0;
+}
+/* Byte counts are exact integers in Lua 5.4. Before the device is used they are 0. */
+static int l_memory_allocated(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)fl_cuda_memory_allocated());
+    return 1;
+}
+static int l_max_memory_allocated(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)fl_cuda_max_memory_allocated());
+    return 1;
+}
+static int l_reset_peak_memory_stats(lua_State *L) {
+    fl_cuda_reset_peak_memory();
+    return 0;
+}
+static int l_memory_reserved(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)fl_cuda_memory_reserved());
+    return 1;
+}
+static int l_empty_cache(lua_State *L) {
+    fl_cuda_empty_cache();
+    return 0;
+}
+/* Why the GPU is unusable, or nil when it is usable (or not probed yet). */
+static int l_unavailable_reason(lua_State *L) {
+    if (fl_cuda_device_count() > 0) { lua_pushnil(L); return 1; }
+    const char *r = fl_cuda_unavailable_reason();
+    if (r[0]) lua_pushstring(L, r); else lua_pushnil(L);
+    return 1;
+}
+
+#else /* built without CUDA */
+
+static int l_is_available(lua_State *L) { lua_pushboolean(L, 0); return 1; }
+static int l_device_count(lua_State *L) { lua_pushinteger(L, 0); return 1; }
+static int l_no_cuda(lua_State *L) { return luaL_error(L, "fp8lab was built without CUDA"); }
+#define l_synchronize l_no_cuda
+#define l_memory_allocated l_no_cuda
+#define l_max_memory_allocated l_no_cuda
+#define l_reset_peak_memory_stats l_no_cuda
+#define l_memory_reserved l_no_cuda
+#define l_empty_cache l_no_cuda
+static int l_unavailable_reason(lua_State *L) { lua_pushstring(L, "fp8lab was built without CUDA"); return 1; }
+
+#endif
+
+static const luaL_Reg cuda_funcs[] = {
+    {"is_built", l_is_built},
+    {"is_available", l_is_available},
+    {"device_count", l_device_count},
+    {"synchronize", l_synchronize},
+    {"memory_allocated", l_memory_allocated},
+    {"max_memory_allocated", l_max_memory_allocated},
+    {"reset_peak_memory_stats", l_reset_peak_memory_stats},
+    {"memory_reserved", l_memory_reserved},
+    {"empty_cache", l_empty_cache},
+    {"unavailable_reason", l_unavailable_reason},
+    {NULL, NULL},
+};
+
+int luaopen_fp8_cuda(lua_State *L) {
+    luaL_newlib(L, cuda_funcs);
+    return 1;
+}

@@ -1,0 +1,124 @@
+/* l_fp8.c — luaopen_fp8_core: the C half of the `fp8` module (format traits, scalar FP8
+ * encode/decode, the RNG seed) plus the tensor class from l_tensor.c. lua/fp8/init.lua wraps it. */
+#include <math.h>
+#include <string.h>
+#include "l_util.h"
+#include "rng.h"
+
+/* Round a double to float with round-to-odd, so the following float → FP8 round-to-nearest-even
+ * sees no double rounding (24 bits ≥ FP8's 4 mantissa bits + 2): a Lua number just above a tie
+ * point must not round like the tie itself. */
+static float f32_round_odd(double x) {
+    float f = (float)x;
+    if ((double)f == x || !isfinite(f) || isnan(x)) return f;
+    if (fabs((double)f) > fabs(x)) f = nextafterf(f, 0.0f);
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    b |= 1u;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* encode(x, fmt [, saturate]) -> byte. init.lua turns {saturate=bool} into the boolean. */
+static int l_encode(lua_State *L) {
+    double x = luaL_checknumber(L, 1);
+    fl_dtype fmt = fl_lcheckfp8(L, 2);
+    int saturate = lua_isnoneornil(L, 3) ? 1 : lua_toboolean(L, 3);
+    uint8_t b = fl_f32_to_fp8(f32_round_odd(x), fmt, saturate ? FL_SATURATE : FL_IEEE);
+    lua_pushinteger(L, b);
+    return 1;
+}
+
+static int l_decode(lua_State *L) {
+    int isint = 0;
+    lua_Integer b = lua_tointegerx(L, 1, &isint);
+    if (!isint) {
+        if (lua_type(L, 1) == LUA_TNUMBER)
+            return luaL_argerror(L, 1, lua_pushfstring(L, "expected an integer byte 0..255, got %s",
+                                                       lua_tostring(L, 1)));
+        return luaL_argerror(L, 1, lua_pushfstring(L, "expected an integer byte 0..255, got %s",
+                                                   luaL_typename(L, 1)));
+    }
+    if (b < 0 || b > 255)
+        return luaL_argerror(L, 1, lua_pushfstring(L, "byte must be in 0..255, got %I", b));
+    fl_dtype fmt = fl_lcheckfp8(L, 2);
+    lua_pushnumber(L, (lua_Number)fl_fp8_to_f32((uint8_t)b, fmt));
+    return 1;
+}
+
+/* Whether a byte is one of the format's NaN codes (explain.lua uses it). */
+static int l_is_nan_code(lua_State *L) {
+    lua_Integer b = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, b >= 0 && b <= 255, 1, "byte must be in 0..255");
+    fl_dtype fmt = fl_lcheckfp8(L, 2);
+    lua_pushboolean(L, fl_fp8_is_nan((uint8_t)b, fmt));
+    return 1;
+}
+
+static void set_num(lua_State *L, const char *k, double v) { lua_pushnumber(L, v); lua_setfield(L, -2, k); }
+static void set_int(lua_State *L, const char *k, lua_Integer v) { lua_pushinteger(L, v); lua_setfield(L, -2, k); }
+
+/* format(name) -> table of traits. */
+static int l_format(lua_State *L) {
+    fl_dtype dt = fl_lcheckdtype(L, 1);
+    const fl_format_traits *f = fl_format(dt);
+    lua_createtable(L, 0, 16);
+    lua_pushstring(L, f->name); lua_setfield(L, -2, "name");
+    lua_pushstring(L, f->long_name); lua_setfield(L, -2, "long_name");
+    set_int(L, "bits", f->bits);
+    set_int(L, "bytes", (lua_Integer)f->size);
+    set_int(L, "exp_bits", f->exp_bits);
+    set_int(L, "mantissa_bits", f->mant_bits);
+    set_int(L, "bias", f->bias);
+    set_num(L, "max", f->max);
+    set_num(L, "min_normal", f->min_normal);
+    set_num(L, "min_subnormal", f->min_subnormal);
+    set_num(L, "eps", ldexp(1.0, -f->mant_bits));  /* gap between 1 and the next value */
+    lua_pushboolean(L, f->has_inf); lua_setfield(L, -2, "has_inf");
+    lua_pushboolean(L, f->is_fp8); lua_setfield(L, -2, "is_fp8");
+    set_int(L, "nan_codes", f->nan_count);
+    return 1;
+}
+
+/* dtype_names() -> {"fp32", "bf16", ...} in enum order. */
+static int l_dtype_names(lua_State *L) {
+    lua_createtable(L, FL_DTYPE_COUNT, 0);
+    for (int i = 0; i < FL_DTYPE_COUNT; i++) {
+        lua_pushstring(L, fl_format((fl_dtype)i)->name);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int l_manual_seed(lua_State *L) {
+    int isint = 0;
+    lua_Integer s = lua_tointegerx(L, 1, &isint);
+    if (!isint) return luaL_argerror(L, 1, lua_pushfstring(L, "expected an integer seed, got %s",
+                                                           lua_type(L, 1) == LUA_TNUMBER ? lua_tostring(L, 1) : luaL_typename(L, 1)));
+    fl_manual_seed((uint64_t)s);
+    return 0;
+}
+
+static const luaL_Reg core_funcs[] = {
+    {"encode", l_encode},
+    {"decode", l_decode},
+    {"is_nan_code", l_is_nan_code},
+    {"format", l_format},
+    {"dtype_names", l_dtype_names},
+    {"manual_seed", l_manual_seed},
+    {NULL, NULL},
+};
+
+int luaopen_fp8_cuda(lua_State *L);  /* l_cuda.c (the cuda helper's file) */
+
+int luaopen_fp8_core(lua_State *L) {
+    luaL_newlib(L, core_funcs);
+    /* fp8.cuda is always there (it answers "not built"/"no device" itself); requiref also makes
+     * require "fp8.cuda" work without the host having to preload it. */
+    luaL_requiref(L, "fp8.cuda", luaopen_fp8_cuda, 0);
+    lua_setfield(L, -2, "cuda");
+    lua_pushstring(L, fl_dtype_choices());
+    lua_setfield(L, -2, "dtype_choices");
+    fl_lopen_tensor(L);
+    return 1;
+}

@@ -1,0 +1,779 @@
+/* l_tensor.c — the fp8.Tensor class (liolib.c style: named metatable, methods behind __index)
+ * and the tensor factories. Every result is boxed before the core call that fills it, so a Lua
+ * error never leaks a core tensor. Dims and indices are 1-based here, 0-based in the core. */
+#include <math.h>
+#include <string.h>
+#include "l_util.h"
+#include "device.h"
+#include "ops.h"
+#include "rng.h"
+
+/* ---- argument helpers ------------------------------------------------------------------- */
+
+static int64_t check_int(lua_State *L, int idx, const char *what) {
+    int isint = 0;
+    lua_Integer v = lua_tointegerx(L, idx, &isint);
+    if (!isint) {
+        if (lua_type(L, idx) == LUA_TNUMBER)
+            luaL_error(L, "%s must be an integer, got %s", what, lua_tostring(L, idx));
+        luaL_error(L, "%s must be an integer, got %s", what, luaL_typename(L, idx));
+    }
+    return (int64_t)v;
+}
+
+/* Optional trailing dtype: a name or {dtype=name}. Returns the default when absent. */
+static fl_dtype opt_dtype_at(lua_State *L, int idx, fl_dtype def, const char *fname) {
+    int t = lua_type(L, idx);
+    if (t == LUA_TNONE || t == LUA_TNIL) return def;
+    if (t == LUA_TSTRING) return fl_lcheckdtype(L, idx);
+    if (t == LUA_TTABLE) {
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            lua_pop(L, 1);
+            if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "dtype") != 0) {
+                lua_pushvalue(L, -1);
+                const char *k = luaL_tolstring(L, -1, NULL);
+                luaL_error(L, "%s: unknown option '%s' (valid: dtype)", fname, k);
+            }
+        }
+        fl_dtype dt = def;
+        if (lua_getfield(L, idx, "dtype") != LUA_TNIL) {
+            if (lua_type(L, -1) != LUA_TSTRING)
+                luaL_error(L, "%s: dtype must be a string (%s), got %s", fname, fl_dtype_choices(),
+                           luaL_typename(L, -1));
+            dt = fl_ldtype_from(L, lua_tostring(L, -1), "dtype");
+        }
+        lua_pop(L, 1);
+        return dt;
+    }
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected a dtype name or {dtype=...}, got %s",
+                                          luaL_typename(L, idx)));
+    return def;
+}
+
+/* Factories make fp32/bf16/fp16 tensors; FP8 ones come from :quantize. */
+static void reject_fp8_dtype(lua_State *L, fl_dtype dt, const char *fname) {
+    if (fl_format(dt)->is_fp8)
+        luaL_error(L, "%s: dtype %s is an FP8 format; create a fp32 tensor and call :quantize(\"%s\")",
+                   fname, fl_format(dt)->name, fl_format(dt)->name);
+}
+
+/* Read one size list entry at the top of the stack (popped). allow_infer: -1 permitted. */
+static int64_t shape_entry(lua_State *L, int dim, int allow_infer, const char *fname) {
+    int isint = 0;
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    if (!isint) {
+        const char *got = lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1);
+        luaL_error(L, "%s: size of dimension %d must be an integer, got %s", fname, dim, got);
+    }
+    if (v < 0 && !(allow_infer && v == -1))
+        luaL_error(L, "%s: size of dimension %d must be >= 0%s, got %I", fname, dim,
+                   allow_infer ? " (or -1 to infer it)" : "", v);
+    lua_pop(L, 1);
+    return (int64_t)v;
+}
+
+/* A shape given as a table {2, 3} at `first`, or as integers first, first+1, ... Returns the index
+ * of the first argument after the shape. */
+static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int allow_infer, const char *fname) {
+    if (lua_type(L, first) == LUA_TTABLE) {
+        lua_Integer n = luaL_len(L, first);
+        if (n > FL_MAX_DIMS)
+            luaL_error(L, "%s: at most %d dimensions, got %I", fname, FL_MAX_DIMS, n);
+        for (int i = 0; i < n; i++) {
+            lua_geti(L, first, i + 1);
+            shape[i] = shape_entry(L, i + 1, allow_infer, fname);
+        }
+        *ndim = (int)n;
+        return first + 1;
+    }
+    int n = 0, i = first;
+    while (lua_type(L, i) == LUA_TNUMBER) {
+        if (n == FL_MAX_DIMS) luaL_error(L, "%s: at most %d dimensions", fname, FL_MAX_DIMS);
+        lua_pushvalue(L, i);
+        shape[n] = shape_entry(L, n + 1, allow_infer, fname);
+        n++, i++;
+    }
+    *ndim = n;
+    return i;
+}
+
+/* 1-based (or negative from the end) dim → 0-based. */
+static int check_dim(lua_State *L, int arg, int ndim) {
+    int64_t d = check_int(L, arg, "dim");
+    if (ndim == 0) luaL_error(L, "dim %d given, but the tensor is 0-d (it has no dimensions)", (int)d);
+    if (d >= 1 && d <= ndim) return (int)(d - 1);
+    if (d < 0 && d >= -ndim) return (int)(ndim + d);
+    luaL_error(L, "dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)", (int)d, ndim, ndim, ndim);
+    return 0;
+}
+
+/* 1-based (or negative) index along dim d → 0-based. */
+static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d) {
+    int64_t n = t->shape[d];
+    if (i >= 1 && i <= n) return i - 1;
+    if (i < 0 && i >= -n) return n + i;
+    luaL_error(L, "index %I out of range for dimension %d of size %I%s", i, d + 1, (lua_Integer)n,
+               i == 0 ? " (indices are 1-based)" : "");
+    return 0;
+}
+
+/* ---- factories -------------------------------------------------------------------------- */
+
+static int l_zeros_ones(lua_State *L, double v, const char *fname) {
+    int ndim; int64_t shape[FL_MAX_DIMS];
+    int next = parse_shape(L, 1, &ndim, shape, 0, fname);
+    fl_dtype dt = opt_dtype_at(L, next, FL_F32, fname);
+    reject_fp8_dtype(L, dt, fname);
+    fl_tensor **slot = fl_lnewbox(L);
+    if (v == 0) FL_LCALL(L, fl_tensor_zeros(slot, dt, ndim, shape, FL_DEV_CPU));
+    else FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, FL_DEV_CPU));
+    return 1;
+}
+static int l_zeros(lua_State *L) { return l_zeros_ones(L, 0, "zeros"); }
+static int l_ones(lua_State *L) { return l_zeros_ones(L, 1, "ones"); }
+
+static int l_empty(lua_State *L) {
+    int ndim; int64_t shape[FL_MAX_DIMS];
+    int next = parse_shape(L, 1, &ndim, shape, 0, "empty");
+    fl_dtype dt = opt_dtype_at(L, next, FL_F32, "empty");
+    reject_fp8_dtype(L, dt, "empty");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_empty(slot, dt, ndim, shape, FL_DEV_CPU));
+    return 1;
+}
+
+static int l_full(lua_State *L) {
+    int ndim; int64_t shape[FL_MAX_DIMS];
+    if (lua_type(L, 1) != LUA_TTABLE)
+        return luaL_argerror(L, 1, lua_pushfstring(L, "expected a shape table like {2, 3}, got %s", luaL_typename(L, 1)));
+    parse_shape(L, 1, &ndim, shape, 0, "full");
+    double v = luaL_checknumber(L, 2);
+    fl_dtype dt = opt_dtype_at(L, 3, FL_F32, "full");
+    reject_fp8_dtype(L, dt, "full");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, FL_DEV_CPU));
+    return 1;
+}
+
+static int l_arange(lua_State *L) {
+    int n = 0;
+    while (n < 3 && lua_type(L, n + 1) == LUA_TNUMBER) n++;
+    if (n == 0) return luaL_argerror(L, 1, lua_pushfstring(L, "expected arange(n) or arange(start, end [, step]), got %s", luaL_typename(L, 1)));
+    double a = 0, b, step = 1;
+    if (n == 1) b = lua_tonumber(L, 1);
+    else { a = lua_tonumber(L, 1); b = lua_tonumber(L, 2); if (n == 3) step = lua_tonumber(L, 3); }
+    if (step == 0) return luaL_error(L, "arange: step must be nonzero");
+    fl_dtype dt = opt_dtype_at(L, n + 1, FL_F32, "arange");
+    reject_fp8_dtype(L, dt, "arange");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_arange(slot, a, b, step, dt));
+    return 1;
+}
+
+static int l_random(lua_State *L, int normal, const char *fname) {
+    int ndim; int64_t shape[FL_MAX_DIMS];
+    int next = parse_shape(L, 1, &ndim, shape, 0, fname);
+    fl_dtype dt = opt_dtype_at(L, next, FL_F32, fname);
+    reject_fp8_dtype(L, dt, fname);
+    fl_tensor **slot = fl_lnewbox(L);
+    if (normal) FL_LCALL(L, fl_randn(slot, fl_default_rng(), ndim, shape, dt));
+    else FL_LCALL(L, fl_rand(slot, fl_default_rng(), ndim, shape, dt));
+    return 1;
+}
+static int l_rand(lua_State *L) { return l_random(L, 0, "rand"); }
+static int l_randn(lua_State *L) { return l_random(L, 1, "randn"); }
+
+/* Nested tables → shape: follow the first element down. */
+static void nested_shape(lua_State *L, int idx, int *ndim, int64_t *shape) {
+    int n = 0;
+    lua_pushvalue(L, idx);
+    while (lua_type(L, -1) == LUA_TTABLE) {
+        if (n == FL_MAX_DIMS) luaL_error(L, "tensor: nesting deeper than %d dimensions", FL_MAX_DIMS);
+        shape[n++] = (int64_t)luaL_len(L, -1);
+        if (shape[n - 1] == 0) break;
+        lua_geti(L, -1, 1);
+        lua_remove(L, -2);
+    }
+    lua_pop(L, 1);
+    *ndim = n;
+}
+
+/* Position "[2][1]" of the element being read, for ragged/type errors. */
+static const char *where_str(char *buf, size_t len, int depth, const int64_t *pos) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < depth && k < len; i++) k += (size_t)snprintf(buf + k, len - k, "[%lld]", (long long)pos[i] + 1);
+    return buf;
+}
+
+static void fill_nested(lua_State *L, int depth, int ndim, const int64_t *shape, int64_t *pos, float **dst) {
+    char w[160];
+    if (depth == ndim) {
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "tensor: expected a number at %s, got %s", where_str(w, sizeof w, depth, pos),
+                       luaL_typename(L, -1));
+        *(*dst)++ = (float)lua_tonumber(L, -1);
+        return;
+    }
+    if (lua_type(L, -1) != LUA_TTABLE)
+        luaL_error(L, "tensor: ragged nested table: expected a table of %I elements at %s, got %s",
+                   (lua_Integer)shape[depth], depth ? where_str(w, sizeof w, depth, pos) : "the top",
+                   luaL_typename(L, -1));
+    lua_Integer n = luaL_len(L, -1);
+    if (n != shape[depth])
+        luaL_error(L, "tensor: ragged nested table: %s has %I elements, expected %I (like the first one at that depth)",
+                   depth ? where_str(w, sizeof w, depth, pos) : "the top", n, (lua_Integer)shape[depth]);
+    for (int64_t i = 0; i < shape[depth]; i++) {
+        pos[depth] = i;
+        lua_geti(L, -1, i + 1);
+        fill_nested(L, depth + 1, ndim, shape, pos, dst);
+        lua_pop(L, 1);
+    }
+}
+
+static int l_tensor_new(lua_State *L) {
+    fl_tensor *src = fl_ltotensor(L, 1);
+    fl_dtype dt = opt_dtype_at(L, 2, src ? src->dtype : FL_F32, "tensor");
+    if (src) {  /* copy of an existing tensor */
+        reject_fp8_dtype(L, dt, "tensor");
+        fl_tensor **slot = fl_lnewbox(L);
+        if (src->scale_inv) FL_LCALL(L, fl_dequantize(slot, src, dt));
+        else FL_LCALL(L, fl_tensor_to(slot, src, dt));
+        return 1;
+    }
+    reject_fp8_dtype(L, dt, "tensor");
+    int t = lua_type(L, 1);
+    if (t != LUA_TTABLE && t != LUA_TNUMBER)
+        return luaL_argerror(L, 1, lua_pushfstring(L, "expected a number or a nested table of numbers, got %s",
+                                                   luaL_typename(L, 1)));
+    int ndim = 0; int64_t shape[FL_MAX_DIMS];
+    if (t == LUA_TTABLE) nested_shape(L, 1, &ndim, shape);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    /* The staging buffer is a userdata so a Lua error in the middle frees it. */
+    float *buf = (float *)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof(float), 0);
+    float *p = buf;
+    int64_t pos[FL_MAX_DIMS] = {0};
+    lua_pushvalue(L, 1);
+    fill_nested(L, 0, ndim, shape, pos, &p);
+    lua_pop(L, 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_from_f32(slot, buf, ndim, shape, dt));
+    return 1;
+}
+
+static int l_is_tensor(lua_State *L) {
+    lua_pushboolean(L, luaL_testudata(L, 1, FL_TENSOR_MT) != NULL);
+    return 1;
+}
+
+/* ---- metadata ----------------------------------------------------------------------------- */
+
+static int m_shape(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    lua_createtable(L, t->ndim, 0);
+    for (int i = 0; i < t->ndim; i++) { lua_pushinteger(L, t->shape[i]); lua_rawseti(L, -2, i + 1); }
+    return 1;
+}
+static int m_stride(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    lua_createtable(L, t->ndim, 0);
+    for (int i = 0; i < t->ndim; i++) { lua_pushinteger(L, t->stride[i]); lua_rawseti(L, -2, i + 1); }
+    return 1;
+}
+static int m_size(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (lua_isnoneornil(L, 2)) return m_shape(L);
+    lua_pushinteger(L, t->shape[check_dim(L, 2, t->ndim)]);
+    return 1;
+}
+static int m_dim(lua_State *L) { lua_pushinteger(L, fl_lchecktensor(L, 1)->ndim); return 1; }
+static int m_numel(lua_State *L) { lua_pushinteger(L, fl_tensor_numel(fl_lchecktensor(L, 1))); return 1; }
+static int m_dtype(lua_State *L) { lua_pushstring(L, fl_format(fl_lchecktensor(L, 1)->dtype)->name); return 1; }
+static int m_device(lua_State *L) { lua_pushstring(L, fl_device_name(fl_lchecktensor(L, 1)->device)); return 1; }
+static int m_is_contiguous(lua_State *L) { lua_pushboolean(L, fl_tensor_is_contiguous(fl_lchecktensor(L, 1))); return 1; }
+static int m_is_fp8(lua_State *L) { lua_pushboolean(L, fl_format(fl_lchecktensor(L, 1)->dtype)->is_fp8); return 1; }
+static int m_shape_str(lua_State *L) { fl_tensor *t = fl_lchecktensor(L, 1); fl_lpushshape(L, t->ndim, t->shape); return 1; }
+
+static int m_len(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (t->ndim == 0) return luaL_error(L, "# of a 0-d tensor is undefined (it has no dimension 1)");
+    lua_pushinteger(L, t->shape[0]);
+    return 1;
+}
+
+/* Release the reference early; later use of the tensor is an error. */
+static int m_free(lua_State *L) {
+    fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, 1, FL_TENSOR_MT);
+    fl_tensor_release(*slot);
+    *slot = NULL;
+    return 0;
+}
+static int m_is_released(lua_State *L) {
+    fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, 1, FL_TENSOR_MT);
+    lua_pushboolean(L, *slot == NULL);
+    return 1;
+}
+
+/* ---- views -------------------------------------------------------------------------------- */
+
+static int m_view_reshape(lua_State *L, int reshape) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    const char *fname = reshape ? "reshape" : "view";
+    int ndim; int64_t shape[FL_MAX_DIMS];
+    int next = parse_shape(L, 2, &ndim, shape, 1, fname);
+    if (!lua_isnone(L, next))
+        return luaL_argerror(L, next, lua_pushfstring(L, "expected only sizes, got %s", luaL_typename(L, next)));
+    fl_tensor **slot = fl_lnewbox(L);
+    if (reshape) FL_LCALL(L, fl_tensor_reshape(slot, t, ndim, shape));
+    else FL_LCALL(L, fl_tensor_view(slot, t, ndim, shape));
+    return 1;
+}
+static int m_view(lua_State *L) { return m_view_reshape(L, 0); }
+static int m_reshape(lua_State *L) { return m_view_reshape(L, 1); }
+
+static int m_transpose(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int d0 = check_dim(L, 2, t->ndim), d1 = check_dim(L, 3, t->ndim);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_transpose(slot, t, d0, d1));
+    return 1;
+}
+static int m_t(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (t->ndim != 2) {
+        lua_pushfstring(L, "t() expects a 2-D tensor, got %d-D shape ", t->ndim);
+        fl_lpushshape(L, t->ndim, t->shape);
+        lua_concat(L, 2);
+        return lua_error(L);
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_transpose(slot, t, 0, 1));
+    return 1;
+}
+static int m_contiguous(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_contiguous(slot, t));
+    return 1;
+}
+static int m_narrow(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int d = check_dim(L, 2, t->ndim);
+    int64_t start = norm_index(L, (lua_Integer)check_int(L, 3, "start"), t, d);
+    int64_t len = check_int(L, 4, "length");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_narrow(slot, t, d, start, len));
+    return 1;
+}
+static int m_expand(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int ndim; int64_t shape[FL_MAX_DIMS];
+    parse_shape(L, 2, &ndim, shape, 0, "expand");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_expand(slot, t, ndim, shape));
+    return 1;
+}
+static int m_clone(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (fl_format(t->dtype)->is_fp8)
+        return luaL_error(L, "clone() of an FP8 tensor is not supported; dequantize() and quantize again");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_to(slot, t, t->dtype));
+    return 1;
+}
+static int m_to(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_dtype dt = fl_lcheckdtype(L, 2);
+    if (fl_format(dt)->is_fp8)
+        return luaL_error(L, "to(\"%s\"): FP8 needs a scale; use :quantize(\"%s\") (optionally with {scale=...} or {axis=...})",
+                          fl_format(dt)->name, fl_format(dt)->name);
+    fl_tensor **slot = fl_lnewbox(L);
+    if (fl_format(t->dtype)->is_fp8) FL_LCALL(L, fl_dequantize(slot, t, dt));
+    else FL_LCALL(L, fl_tensor_to(slot, t, dt));
+    return 1;
+}
+
+/* ---- element access ----------------------------------------------------------------------- */
+
+static void read_index_table(lua_State *L, int arg, const fl_tensor *t, int64_t *idx, const char *fname) {
+    luaL_checktype(L, arg, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, arg);
+    if (n != t->ndim) {
+        lua_pushfstring(L, "%s: expected %d indices for a tensor of shape ", fname, t->ndim);
+        fl_lpushshape(L, t->ndim, t->shape);
+        lua_pushfstring(L, ", got %I", n);
+        lua_concat(L, 3);
+        lua_error(L);
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        lua_geti(L, arg, d + 1);
+        lua_Integer i = (lua_Integer)check_int(L, -1, "index");
+        lua_pop(L, 1);
+        idx[d] = norm_index(L, i, t, d);
+    }
+}
+
+static void push_number_or_int(lua_State *L, double v) { lua_pushnumber(L, v); }
+
+static int m_get(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int64_t idx[FL_MAX_DIMS];
+    read_index_table(L, 2, t, idx, "get");
+    double v;
+    FL_LCALL(L, fl_tensor_get(t, idx, &v));
+    push_number_or_int(L, v);
+    return 1;
+}
+static int m_set(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int64_t idx[FL_MAX_DIMS];
+    read_index_table(L, 2, t, idx, "set");
+    double v = luaL_checknumber(L, 3);
+    FL_LCALL(L, fl_tensor_set(t, idx, v));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_item(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (fl_tensor_numel(t) != 1) {
+        lua_pushstring(L, "item() needs a tensor with exactly one element, got shape ");
+        fl_lpushshape(L, t->ndim, t->shape);
+        lua_concat(L, 2);
+        return lua_error(L);
+    }
+    int64_t idx[FL_MAX_DIMS] = {0};
+    double v;
+    FL_LCALL(L, fl_tensor_get(t, idx, &v));
+    lua_pushnumber(L, v);
+    return 1;
+}
+
+/* __index: method names first, then integer indices (x[i]). */
+static int m_index(lua_State *L) {
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        lua_pushvalue(L, 2);
+        lua_rawget(L, lua_upvalueindex(1));
+        return 1;
+    }
+    if (lua_type(L, 2) != LUA_TNUMBER) { lua_pushnil(L); return 1; }
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    lua_Integer i = (lua_Integer)check_int(L, 2, "index");
+    if (t->ndim == 0) return luaL_error(L, "cannot index a 0-d tensor; use :item()");
+    int64_t k = norm_index(L, i, t, 0);
+    if (t->ndim == 1) {
+        double v;
+        FL_LCALL(L, fl_tensor_get(t, &k, &v));
+        lua_pushnumber(L, v);
+        return 1;
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_select(slot, t, 0, k));
+    return 1;
+}
+
+static int m_newindex(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (lua_type(L, 2) != LUA_TNUMBER)
+        return luaL_error(L, "cannot set field '%s' on a tensor (only x[i] = v for 1-D tensors)", luaL_tolstring(L, 2, NULL));
+    lua_Integer i = (lua_Integer)check_int(L, 2, "index");
+    if (t->ndim != 1) {
+        lua_pushfstring(L, "x[i] = v works on 1-D tensors; this one has shape ");
+        fl_lpushshape(L, t->ndim, t->shape);
+        lua_pushstring(L, "; use x:set({i, j, ...}, v)");
+        lua_concat(L, 3);
+        return lua_error(L);
+    }
+    int64_t k = norm_index(L, i, t, 0);
+    double v = luaL_checknumber(L, 3);
+    FL_LCALL(L, fl_tensor_set(t, &k, v));
+    return 0;
+}
+
+/* Row-major fp32 copy of all values (FP8: dequantized) into a Lua-owned buffer. */
+static float *read_all(lua_State *L, const fl_tensor *t, int64_t *n) {
+    *n = fl_tensor_numel(t);
+    float *buf = (float *)lua_newuserdatauv(L, (size_t)(*n ? *n : 1) * sizeof(float), 0);
+    FL_LCALL(L, fl_tensor_read_f32(t, buf));
+    return buf;
+}
+
+static void push_nested(lua_State *L, const fl_tensor *t, int d, const float **p) {
+    if (d == t->ndim) { lua_pushnumber(L, *(*p)++); return; }
+    lua_createtable(L, (int)t->shape[d], 0);
+    for (int64_t i = 0; i < t->shape[d]; i++) {
+        push_nested(L, t, d + 1, p);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int m_totable(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int64_t n;
+    const float *p = read_all(L, t, &n);
+    push_nested(L, t, 0, &p);
+    return 1;
+}
+
+/* _values([edge]): flat list of values in row-major order. With edge, dims longer than 2*edge
+ * keep only their first and last `edge` indices (what a summarised print shows); the second
+ * result is the kept size per dim. */
+static int m_values(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    lua_Integer edge = luaL_optinteger(L, 2, 0);
+    int64_t n = fl_tensor_numel(t);
+    if (edge <= 0) {
+        const float *p = read_all(L, t, &n);
+        lua_createtable(L, (int)n, 0);
+        for (int64_t i = 0; i < n; i++) { lua_pushnumber(L, p[i]); lua_rawseti(L, -2, i + 1); }
+        return 1;
+    }
+    int64_t kept[FL_MAX_DIMS], idx[FL_MAX_DIMS], pos[FL_MAX_DIMS] = {0}, total = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        kept[d] = t->shape[d] > 2 * edge ? 2 * edge : t->shape[d];
+        total *= kept[d];
+    }
+    lua_createtable(L, (int)total, 0);
+    for (int64_t k = 0; k < total; k++) {
+        for (int d = 0; d < t->ndim; d++)
+            idx[d] = (t->shape[d] > 2 * edge && pos[d] >= edge) ? t->shape[d] - 2 * edge + pos[d] : pos[d];
+        double v = 0;
+        if (total > 0) FL_LCALL(L, fl_tensor_get(t, idx, &v));
+        lua_pushnumber(L, v);
+        lua_rawseti(L, -2, k + 1);
+        for (int d = t->ndim - 1; d >= 0; d--) { if (++pos[d] < kept[d]) break; pos[d] = 0; }
+    }
+    lua_createtable(L, t->ndim, 0);
+    for (int d = 0; d < t->ndim; d++) { lua_pushinteger(L, kept[d]); lua_rawseti(L, -2, d + 1); }
+    return 2;
+}
+
+/* ---- arithmetic --------------------------------------------------------------------------- */
+
+static int arith(lua_State *L, fl_binop op) {
+    fl_tensor *a = fl_ltotensor(L, 1), *b = fl_ltotensor(L, 2);
+    const char *opname = fl_binop_names[op];
+    for (int i = 1; i <= 2; i++) {
+        fl_tensor **s = (fl_tensor **)luaL_testudata(L, i, FL_TENSOR_MT);
+        if (s && !*s) return luaL_error(L, "%s: operand %d is a released tensor", opname, i);
+        if (!s && lua_type(L, i) != LUA_TNUMBER)
+            return luaL_error(L, "%s: expected a tensor or a number as operand %d, got %s", opname, i, luaL_typename(L, i));
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    if (a && b) FL_LCALL(L, fl_binary(slot, op, a, b));
+    else if (a) FL_LCALL(L, fl_binary_scalar(slot, op, a, lua_tonumber(L, 2), false));
+    else FL_LCALL(L, fl_binary_scalar(slot, op, b, lua_tonumber(L, 1), true));
+    return 1;
+}
+static int m_add(lua_State *L) { return arith(L, FL_OP_ADD); }
+static int m_sub(lua_State *L) { return arith(L, FL_OP_SUB); }
+static int m_mul(lua_State *L) { return arith(L, FL_OP_MUL); }
+static int m_div(lua_State *L) { return arith(L, FL_OP_DIV); }
+
+static int unary(lua_State *L, fl_unop op) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_unary(slot, op, t));
+    return 1;
+}
+static int m_abs(lua_State *L) { return unary(L, FL_OP_ABS); }
+static int m_neg(lua_State *L) { return unary(L, FL_OP_NEG); }
+static int m_exp(lua_State *L) { return unary(L, FL_OP_EXP); }
+static int m_log(lua_State *L) { return unary(L, FL_OP_LOG); }
+static int m_sqrt(lua_State *L) { return unary(L, FL_OP_SQRT); }
+
+static int reduce(lua_State *L, fl_redop op) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int dim = FL_ALL_DIMS;
+    if (!lua_isnoneornil(L, 2)) dim = check_dim(L, 2, t->ndim);
+    bool keepdim = lua_toboolean(L, 3);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_reduce(slot, op, t, dim, keepdim));
+    return 1;
+}
+static int m_sum(lua_State *L) { return reduce(L, FL_OP_SUM); }
+static int m_mean(lua_State *L) { return reduce(L, FL_OP_MEAN); }
+static int m_max(lua_State *L) { return reduce(L, FL_OP_MAX); }
+static int m_min(lua_State *L) { return reduce(L, FL_OP_MIN); }
+/* amax: for an FP8 tensor, the amax of the source its cast saw (a number); else a reduction. */
+static int m_amax(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (fl_format(t->dtype)->is_fp8) { lua_pushnumber(L, t->qstats.amax); return 1; }
+    return reduce(L, FL_OP_AMAX);
+}
+
+static int l_matmul(lua_State *L) {
+    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_matmul(slot, a, b));
+    return 1;
+}
+
+/* ---- FP8 ---------------------------------------------------------------------------------- */
+
+static float opt_positive(lua_State *L, int opts, const char *key) {
+    float v = 0;
+    if (lua_getfield(L, opts, key) != LUA_TNIL) {
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "quantize: %s must be a number, got %s", key, luaL_typename(L, -1));
+        double d = lua_tonumber(L, -1);
+        if (!(d > 0) || !isfinite(d))
+            luaL_error(L, "quantize: %s must be a finite number > 0, got %s", key, lua_tostring(L, -1));
+        v = (float)d;
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static int m_quantize(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_dtype fmt = fl_lcheckfp8(L, 2);
+    fl_quant_opts o;
+    fl_quant_opts_default(&o);
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        static const char *const valid[] = {"scale", "amax", "margin", "axis", "saturate", NULL};
+        lua_pushnil(L);
+        while (lua_next(L, 3)) {
+            lua_pop(L, 1);
+            int ok = 0;
+            if (lua_type(L, -1) == LUA_TSTRING)
+                for (int i = 0; valid[i]; i++) ok |= strcmp(lua_tostring(L, -1), valid[i]) == 0;
+            if (!ok) {
+                lua_pushvalue(L, -1);
+                return luaL_error(L, "quantize: unknown option '%s' (valid: scale, amax, margin, axis, saturate)",
+                                  luaL_tolstring(L, -1, NULL));
+            }
+        }
+        o.scale = opt_positive(L, 3, "scale");
+        o.amax = opt_positive(L, 3, "amax");
+        if (o.scale > 0 && o.amax > 0) return luaL_error(L, "quantize: give either scale or amax, not both");
+        if (lua_getfield(L, 3, "margin") != LUA_TNIL) o.margin = (int)check_int(L, -1, "quantize: margin");
+        lua_pop(L, 1);
+        if (lua_getfield(L, 3, "axis") != LUA_TNIL) o.axis = check_dim(L, lua_gettop(L), t->ndim);
+        lua_pop(L, 1);
+        if (lua_getfield(L, 3, "saturate") != LUA_TNIL) {
+            if (!lua_isboolean(L, -1)) return luaL_error(L, "quantize: saturate must be a boolean, got %s", luaL_typename(L, -1));
+            o.overflow = lua_toboolean(L, -1) ? FL_SATURATE : FL_IEEE;
+        }
+        lua_pop(L, 1);
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_quantize(slot, t, fmt, &o));
+    return 1;
+}
+
+static fl_tensor *check_fp8(lua_State *L, int arg, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, arg);
+    if (!t->scale_inv || !fl_format(t->dtype)->is_fp8)
+        luaL_error(L, "%s() needs an FP8 tensor (from :quantize), got dtype %s", fname, fl_format(t->dtype)->name);
+    return t;
+}
+
+static int m_dequantize(lua_State *L) {
+    fl_tensor *t = check_fp8(L, 1, "dequantize");
+    fl_dtype dt = lua_isnoneornil(L, 2) ? FL_F32 : fl_lcheckdtype(L, 2);
+    if (fl_format(dt)->is_fp8) return luaL_error(L, "dequantize: target dtype must be fp32, bf16 or fp16, got %s", fl_format(dt)->name);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_dequantize(slot, t, dt));
+    return 1;
+}
+
+/* scale()/scale_inv(): a number per-tensor, an fp32 tensor (a copy) per-axis. */
+static int push_scale(lua_State *L, int inverse) {
+    fl_tensor *t = check_fp8(L, 1, inverse ? "scale_inv" : "scale");
+    if (t->scale_axis < 0) {
+        double si = 0;
+        int64_t z = 0;
+        FL_LCALL(L, fl_tensor_get(t->scale_inv, &z, &si));
+        lua_pushnumber(L, inverse ? si : 1.0 / si);
+        return 1;
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    if (inverse) FL_LCALL(L, fl_tensor_to(slot, t->scale_inv, FL_F32));
+    else FL_LCALL(L, fl_binary_scalar(slot, FL_OP_DIV, t->scale_inv, 1.0, true));
+    return 1;
+}
+static int m_scale(lua_State *L) { return push_scale(L, 0); }
+static int m_scale_inv(lua_State *L) { return push_scale(L, 1); }
+static int m_scale_axis(lua_State *L) {
+    fl_tensor *t = check_fp8(L, 1, "scale_axis");
+    if (t->scale_axis < 0) lua_pushnil(L); else lua_pushinteger(L, t->scale_axis + 1);
+    return 1;
+}
+
+static int m_bytes(lua_State *L) {
+    fl_tensor *t = check_fp8(L, 1, "bytes");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_contiguous(slot, t));
+    fl_tensor *c = *slot;
+    if (c->device != FL_DEV_CPU) return luaL_error(L, "bytes(): the tensor is on %s; only CPU tensors can be read", fl_device_name(c->device));
+    const uint8_t *p = (const uint8_t *)fl_tensor_data(c);
+    int64_t n = fl_tensor_numel(c);
+    lua_createtable(L, (int)n, 0);
+    for (int64_t i = 0; i < n; i++) { lua_pushinteger(L, p[i]); lua_rawseti(L, -2, i + 1); }
+    return 1;
+}
+
+static int m_underflow(lua_State *L) { lua_pushinteger(L, check_fp8(L, 1, "underflow")->qstats.underflow); return 1; }
+static int m_saturated(lua_State *L) { lua_pushinteger(L, check_fp8(L, 1, "saturated")->qstats.saturated); return 1; }
+static int m_qstats(lua_State *L) {
+    fl_tensor *t = check_fp8(L, 1, "qstats");
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, t->qstats.amax); lua_setfield(L, -2, "amax");
+    lua_pushinteger(L, t->qstats.underflow); lua_setfield(L, -2, "underflow");
+    lua_pushinteger(L, t->qstats.saturated); lua_setfield(L, -2, "saturated");
+    lua_pushinteger(L, t->qstats.nan); lua_setfield(L, -2, "nan");
+    return 1;
+}
+
+/* ---- registration ------------------------------------------------------------------------- */
+
+static const luaL_Reg methods[] = {
+    {"shape", m_shape}, {"size", m_size}, {"stride", m_stride}, {"dim", m_dim}, {"numel", m_numel},
+    {"dtype", m_dtype}, {"device", m_device}, {"is_contiguous", m_is_contiguous}, {"is_fp8", m_is_fp8},
+    {"shape_str", m_shape_str},
+    {"free", m_free}, {"is_released", m_is_released},
+    {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},
+    {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to},
+    {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
+    {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
+    {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt},
+    {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
+    {"matmul", l_matmul},
+    {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},
+    {"scale_axis", m_scale_axis},
+    {"bytes", m_bytes}, {"underflow", m_underflow}, {"saturated", m_saturated}, {"qstats", m_qstats},
+    {NULL, NULL},
+};
+
+static const luaL_Reg metamethods[] = {
+    {"__newindex", m_newindex}, {"__len", m_len},
+    {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div}, {"__unm", m_neg},
+    {"__gc", m_free}, {"__close", m_free},
+    {NULL, NULL},
+};
+
+static const luaL_Reg factories[] = {
+    {"tensor", l_tensor_new}, {"zeros", l_zeros}, {"ones", l_ones}, {"empty", l_empty}, {"full", l_full},
+    {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {"is_tensor", l_is_tensor},
+    {"matmul", l_matmul},
+    {NULL, NULL},
+};
+
+void fl_lopen_tensor(lua_State *L) {
+    int lib = lua_gettop(L);
+    luaL_newmetatable(L, FL_TENSOR_MT);
+    luaL_setfuncs(L, metamethods, 0);
+    luaL_newlib(L, methods);                /* methods table; Lua code (fp8/tensor.lua) adds more */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, lib, "Tensor");
+    lua_pushcclosure(L, m_index, 1);        /* __index: methods by name, x[i] by number */
+    lua_setfield(L, -2, "__index");
+    lua_pushliteral(L, "fp8.Tensor");
+    lua_setfield(L, -2, "__name");
+    lua_setfield(L, lib, "_metatable");     /* so fp8/tensor.lua can add __tostring */
+    luaL_setfuncs(L, factories, 0);
+}

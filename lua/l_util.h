@@ -1,0 +1,50 @@
+/* l_util.h — helpers shared by the Lua binding files (lua/l_*.c): turning a core status into a
+ * Lua error, the ENOMEM retry, the fp8.Tensor userdata box, and argument parsing for dtypes. */
+#ifndef FL_L_UTIL_H
+#define FL_L_UTIL_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include "error.h"
+#include "format.h"
+#include "tensor.h"
+
+#define FL_TENSOR_MT "fp8.Tensor"
+
+/* Raise a Lua error for a failed core call (no-op on FL_OK). The core message is passed as an
+ * argument, never as the format, since it may contain '%'. */
+int fl_lcheck(lua_State *L, fl_status s);
+
+/* Run a core call; on FL_ENOMEM collect all Lua garbage (which may free tensors) and retry once
+ * (Torch7's THCudaMalloc pattern). `expr` is evaluated at most twice, so it must be repeatable:
+ * write results only into a box slot that starts NULL. */
+#define FL_LCALL(L, expr)                                                   \
+    do {                                                                    \
+        fl_status fl__ls = (expr);                                          \
+        if (fl__ls == FL_ENOMEM) { lua_gc((L), LUA_GCCOLLECT); fl__ls = (expr); } \
+        fl_lcheck((L), fl__ls);                                             \
+    } while (0)
+
+/* Push a new, empty fp8.Tensor box and return its slot. Fill the slot with a core call after
+ * the box exists, so an error never leaks the tensor: the box owns exactly one reference. */
+fl_tensor **fl_lnewbox(lua_State *L);
+/* The tensor at `arg`; raises an argument error for non-tensors and for released tensors. */
+fl_tensor *fl_lchecktensor(lua_State *L, int arg);
+/* The tensor at idx, or NULL when the value is not a (live) tensor. */
+fl_tensor *fl_ltotensor(lua_State *L, int idx);
+/* Push a new box owning one new reference to t (retains it). */
+void fl_lpushretained(lua_State *L, fl_tensor *t);
+
+/* A dtype name at `arg` (any name fl_dtype_from_name knows); error lists the valid ones. */
+fl_dtype fl_lcheckdtype(lua_State *L, int arg);
+/* Same, for a name already read; `what` names the argument in the message. */
+fl_dtype fl_ldtype_from(lua_State *L, const char *name, const char *what);
+/* An FP8 format ("e4m3" | "e5m2", aliases accepted). */
+fl_dtype fl_lcheckfp8(lua_State *L, int arg);
+/* Shape string "[2, 3]" pushed on the stack and returned. */
+const char *fl_lpushshape(lua_State *L, int ndim, const int64_t *shape);
+
+/* Registration of the tensor class and its factories (l_tensor.c) into the table at -1. */
+void fl_lopen_tensor(lua_State *L);
+
+#endif

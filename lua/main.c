@@ -1,0 +1,639 @@
+/* main.c — the fp8lab host: a Lua 5.4 interpreter (modelled on lua.c) with the fp8 library
+ * preloaded, embedded Lua sources, a readline REPL whose printing and completion live in fp8.repl. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <lualib.h>
+
+#if defined(__has_include)
+#if __has_include(<dnnl.h>)
+#include <dnnl.h>
+#define FL_HAVE_DNNL_H 1
+#endif
+#endif
+
+#ifdef FL_HAVE_READLINE
+#include <readline/history.h>
+#include <readline/readline.h>
+#endif
+
+#include "error.h"
+
+#define FL_VERSION "0.1.0"
+#define FL_PROGNAME "fp8lab"
+#define FL_PROMPT "fp8> "
+#define FL_PROMPT2 ">> "
+#define FL_MAXINPUT 4096
+
+/* The generated table (scripts/embed.c); the anonymous struct is compatible across units. */
+extern const struct {
+    const char *name;
+    const char *path;
+    const unsigned char *src;
+    size_t len;
+} fl_lua_embedded[];
+
+/* Provided by the binding layer (lua/l_fp8.c). */
+extern int luaopen_fp8_core(lua_State *L);
+
+/* The signal handler needs the running state; lua.c keeps the same single global for the same
+ * reason (a handler has no other way to reach it). */
+static lua_State *globalL = NULL;
+static const char *progname = FL_PROGNAME;
+
+/* ---- messages and protected calls ------------------------------------------------------ */
+
+static void l_message(const char *pname, const char *msg) {
+    if (pname) fprintf(stderr, "%s: ", pname);
+    fprintf(stderr, "%s\n", msg);
+    fflush(stderr);
+}
+
+/* Prints the error on top of the stack (if any) and pops it. */
+static int report(lua_State *L, int status) {
+    if (status != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        if (msg == NULL) msg = "(error object is not a string)";
+        l_message(progname, msg);
+        lua_pop(L, 1);
+    }
+    return status;
+}
+
+/* Message handler: turns any error object into "msg\ntraceback". Tables with __tostring work. */
+static int msghandler(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* Ctrl-C while Lua runs: the hook raises at the next call/return/line/instruction, and the
+ * core's flag makes long C loops return FL_EINTR. A second Ctrl-C before the hook fires gets
+ * the default action (kill), so a stuck C call can still be stopped. */
+static void lstop(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    luaL_error(L, "interrupted!");
+}
+
+static void laction(int sig) {
+    signal(sig, SIG_DFL);
+    fl_interrupt_set();
+    lua_sethook(globalL, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+}
+
+/* Runs a function with laction as the SIGINT handler, then puts back whatever was in force
+ * (default, the REPL's prompt handler, or readline's own when called from completion). */
+static int docall(lua_State *L, int narg, int nres) {
+    int base = lua_gettop(L) - narg;
+    lua_pushcfunction(L, msghandler);
+    lua_insert(L, base);
+    globalL = L;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = laction;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+    int status = lua_pcall(L, narg, nres, base);
+    sigaction(SIGINT, &old, NULL);
+    lua_sethook(L, NULL, 0, 0);  /* a Ctrl-C that landed after the last hook point */
+    lua_remove(L, base);
+    return status;
+}
+
+/* ---- embedded modules ------------------------------------------------------------------ */
+
+/* Loads module `name` from the FP8LAB_LUA_DIR tree (upvalue). The variable may name either the
+ * directory holding fp8/ (e.g. lua) or fp8/ itself. Pushes loader+path or a "no file" string. */
+static int search_dev_dir(lua_State *L, const char *name, const char *dir) {
+    luaL_Buffer b;
+    const char *rel = luaL_gsub(L, name, ".", "/");
+    const char *sub = strchr(rel, '/') ? strchr(rel, '/') + 1 : "";
+    const char *cand[4];
+    int n = 0;
+    cand[n++] = lua_pushfstring(L, "%s/%s.lua", dir, rel);
+    cand[n++] = lua_pushfstring(L, "%s/%s/init.lua", dir, rel);
+    if (*sub) cand[n++] = lua_pushfstring(L, "%s/%s.lua", dir, sub);
+    cand[n++] = *sub ? lua_pushfstring(L, "%s/%s/init.lua", dir, sub) : lua_pushfstring(L, "%s/init.lua", dir);
+    for (int i = 0; i < n; i++) {
+        FILE *f = fopen(cand[i], "r");
+        if (!f) continue;
+        fclose(f);
+        if (luaL_loadfilex(L, cand[i], "t") != LUA_OK)
+            return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, cand[i],
+                              lua_tostring(L, -1));
+        lua_pushstring(L, cand[i]);
+        return 2;
+    }
+    luaL_buffinit(L, &b);
+    for (int i = 0; i < n; i++) {  /* require adds "\n\t" before each searcher's message */
+        luaL_addstring(&b, i ? "\n\tno file '" : "no file '");
+        luaL_addstring(&b, cand[i]);
+        luaL_addstring(&b, "'");
+    }
+    luaL_pushresult(&b);
+    return 1;
+}
+
+/* package.searchers entry: fp8 modules from FP8LAB_LUA_DIR (development), then the embedded
+ * table. Chunk names are "@lua/fp8/x.lua" so tracebacks point at the source file. */
+static int embedded_searcher(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    const char *dir = lua_tostring(L, lua_upvalueindex(1));
+    int is_fp8 = strcmp(name, "fp8") == 0 || strncmp(name, "fp8.", 4) == 0;
+    const char *dev_miss = "";
+    if (dir && *dir && is_fp8) {
+        int r = search_dev_dir(L, name, dir);
+        if (r == 2) return 2;
+        dev_miss = lua_tostring(L, -1);
+    }
+    for (int i = 0; fl_lua_embedded[i].name; i++) {
+        if (strcmp(fl_lua_embedded[i].name, name) != 0) continue;
+        const char *chunk = lua_pushfstring(L, "@%s", fl_lua_embedded[i].path);
+        if (luaL_loadbufferx(L, (const char *)fl_lua_embedded[i].src, fl_lua_embedded[i].len, chunk, "t") != LUA_OK)
+            return luaL_error(L, "error loading embedded module '%s':\n\t%s", name, lua_tostring(L, -1));
+        lua_pushstring(L, fl_lua_embedded[i].path);
+        return 2;
+    }
+    lua_pushfstring(L, "%s%sno embedded module '%s'", dev_miss, *dev_miss ? "\n\t" : "", name);
+    return 1;
+}
+
+static void install_searcher(lua_State *L) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchers");
+    lua_pushstring(L, getenv("FP8LAB_LUA_DIR") ? getenv("FP8LAB_LUA_DIR") : "");
+    lua_pushcclosure(L, embedded_searcher, 1);
+    /* insert at position 2, right after the preload searcher */
+    for (lua_Integer i = (lua_Integer)luaL_len(L, -2); i >= 2; i--) {
+        lua_geti(L, -2, i);
+        lua_seti(L, -3, i + 1);
+    }
+    lua_seti(L, -2, 2);
+    lua_getfield(L, -2, "preload");
+    lua_pushcfunction(L, luaopen_fp8_core);
+    lua_setfield(L, -2, "fp8.core");
+    lua_pop(L, 3);
+}
+
+/* Builds the `host` table handed to fp8.cli: versions and build features. */
+static void push_host_info(lua_State *L) {
+    lua_newtable(L);
+    lua_pushstring(L, FL_VERSION);
+    lua_setfield(L, -2, "version");
+    lua_pushstring(L, LUA_RELEASE);
+    lua_setfield(L, -2, "lua");
+#ifdef FL_HAVE_DNNL_H
+    const dnnl_version_t *v = dnnl_version();
+    lua_pushfstring(L, "%d.%d.%d", (int)v->major, (int)v->minor, (int)v->patch);
+    lua_setfield(L, -2, "onednn");
+#endif
+#ifdef FL_HAVE_CUDA
+    lua_pushboolean(L, 1);
+#else
+    lua_pushboolean(L, 0);
+#endif
+    lua_setfield(L, -2, "cuda");
+#ifdef FL_HAVE_READLINE
+    lua_pushstring(L, rl_library_version);
+    lua_setfield(L, -2, "readline");
+#endif
+}
+
+/* require(name) under the traceback handler; on success leaves the module on the stack. */
+static int dorequire(lua_State *L, const char *name) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, name);
+    return docall(L, 1, 1);
+}
+
+/* fp8 = require "fp8"; help = require("fp8.help").help */
+static int load_fp8(lua_State *L) {
+    if (report(L, dorequire(L, "fp8")) != LUA_OK) return 0;
+    lua_setglobal(L, "fp8");
+    if (report(L, dorequire(L, "fp8.help")) != LUA_OK) return 0;
+    lua_getfield(L, -1, "help");
+    lua_setglobal(L, "help");
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* ---- command line ---------------------------------------------------------------------- */
+
+static void print_usage(FILE *out) {
+    fprintf(out,
+            "usage: %s [options] [script [args]]\n"
+            "       %s COMMAND [args]\n"
+            "Options:\n"
+            "  -e CODE        run CODE (repeatable)\n"
+            "  -l NAME        require library NAME into global NAME\n"
+            "  -i             enter the REPL after running the script\n"
+            "  -v, --version  show version information\n"
+            "  -h, --help     show this help\n"
+            "  --             stop handling options\n"
+            "  -              run stdin as a script and stop handling options\n"
+            "Commands:\n"
+            "  env            show versions of fp8lab, Lua, oneDNN and whether CUDA is built in\n"
+            "  launch         start a (multi-process) training script  (not yet implemented)\n"
+            "  config         write or check an accelerate-style config.yaml  (not yet implemented)\n"
+            "  test           run the test suite  (not yet implemented)\n"
+            "Environment:\n"
+            "  FP8LAB_LUA_DIR  load fp8 Lua modules from this directory before the embedded ones\n"
+            "  FP8LAB_HISTORY  REPL history file (default ~/.fp8lab_history)\n",
+            progname, progname);
+}
+
+static void print_version(void) {
+    printf("%s %s (%s)\n", FL_PROGNAME, FL_VERSION, LUA_RELEASE);
+    fflush(stdout);
+}
+
+enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, HAS_H = 8, HAS_ERR = 16 };
+
+/* Scans options like lua.c; returns flags and sets *first to the index of the script (argc if
+ * none). Option arguments (-e CODE, -l NAME) are only validated here and run in runargs. */
+static int collectargs(char **argv, int argc, int *first) {
+    int flags = 0, i;
+    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-") == 0) break;                 /* script from stdin */
+        if (strcmp(a, "--") == 0) { i++; break; }
+        if (strcmp(a, "-i") == 0) flags |= HAS_I;
+        else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) flags |= HAS_V;
+        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) flags |= HAS_H;
+        else if (a[1] == 'e' || a[1] == 'l') {
+            if (a[1] == 'e') flags |= HAS_E;
+            if (a[2] == '\0' && (++i >= argc || argv[i] == NULL)) {
+                fprintf(stderr, "%s: '%s' needs an argument\n", progname, a);
+                return HAS_ERR;
+            }
+        } else {
+            fprintf(stderr, "%s: unrecognized option '%s'\n", progname, a);
+            return HAS_ERR;
+        }
+    }
+    *first = i;
+    return flags;
+}
+
+/* arg table as in lua.c: arg[0] = script, positive indices its arguments, negative ones the
+ * interpreter and options. */
+static void createargtable(lua_State *L, char **argv, int argc, int script) {
+    if (script == argc) script = 0;
+    lua_createtable(L, argc - script - 1, script + 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i - script);
+    }
+    lua_setglobal(L, "arg");
+}
+
+static int dochunk(lua_State *L, int status) {
+    if (status == LUA_OK) status = docall(L, 0, 0);
+    return report(L, status);
+}
+
+/* Runs -e and -l options in order. */
+static int runargs(lua_State *L, char **argv, int n) {
+    for (int i = 1; i < n; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l')) continue;
+        const char *v = a[2] ? a + 2 : argv[++i];
+        int status;
+        if (a[1] == 'e') {
+            status = dochunk(L, luaL_loadbuffer(L, v, strlen(v), "=(command line)"));
+        } else {
+            status = report(L, dorequire(L, v));
+            if (status == LUA_OK) lua_setglobal(L, v);
+        }
+        if (status != LUA_OK) return 0;
+    }
+    return 1;
+}
+
+/* Runs the script at argv[script] ("-" = stdin) with its arguments as `...`. */
+static int handle_script(lua_State *L, char **argv, int argc, int script) {
+    const char *fname = argv[script];
+    if (strcmp(fname, "-") == 0 && (script == 0 || strcmp(argv[script - 1], "--") != 0)) fname = NULL;
+    int status = luaL_loadfile(L, fname);
+    if (status == LUA_OK) {
+        int n = argc - script - 1;
+        luaL_checkstack(L, n + 3, "too many script arguments");
+        for (int i = script + 1; i < argc; i++) lua_pushstring(L, argv[i]);
+        status = docall(L, n, 0);
+    }
+    return report(L, status);
+}
+
+/* `fp8lab COMMAND ...`: fp8.cli.main(host, cmd, args...) returns the exit status. */
+static int run_subcommand(lua_State *L, char **argv, int argc) {
+    if (report(L, dorequire(L, "fp8.cli")) != LUA_OK) return 1;
+    lua_getfield(L, -1, "main");
+    lua_remove(L, -2);
+    push_host_info(L);
+    luaL_checkstack(L, argc, "too many arguments");
+    for (int i = 1; i < argc; i++) lua_pushstring(L, argv[i]);
+    if (report(L, docall(L, argc, 1)) != LUA_OK) return 1;
+    int rc = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return rc;
+}
+
+/* ---- REPL ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t prompt_interrupted = 0;
+static int interactive = 0;  /* stdin is a terminal: show banner and prompts */
+
+static void prompt_sigint(int sig) {
+    (void)sig;
+    prompt_interrupted = 1;
+}
+
+#ifdef FL_HAVE_READLINE
+static const char *history_path(void) {
+    static char buf[1024];
+    const char *h = getenv("FP8LAB_HISTORY");
+    if (h && *h) return h;
+    const char *home = getenv("HOME");
+    if (!home) return NULL;
+    snprintf(buf, sizeof buf, "%s/.fp8lab_history", home);
+    return buf;
+}
+
+/* Readline's input function. Readline's own signal handling is off (rl_catch_signals = 0), so
+ * SIGINT reaches prompt_sigint and interrupts read() (no SA_RESTART); a Ctrl-C at the prompt
+ * then empties the line and accepts it, and loadline drops what was typed so far. */
+static int fl_rl_getc(FILE *f) {
+    for (;;) {
+        unsigned char c;
+        /* the flag is checked before read() too: the signal may land while readline redraws */
+        ssize_t r = prompt_interrupted ? -1 : read(fileno(f), &c, 1);
+        if (r == 1) return c;
+        if (r == 0) return EOF;
+        if (!prompt_interrupted && errno != EINTR) return EOF;
+        if (prompt_interrupted) {
+            rl_replace_line("", 0);
+            fputs("^C", rl_outstream ? rl_outstream : stdout);
+            return '\n';
+        }
+    }
+}
+
+/* Completion: fp8.repl.complete(text before cursor) gives the candidates for the trailing
+ * expression; readline's word breaks are set so that word is exactly that expression. */
+static char **fl_rl_complete(const char *text, int start, int end) {
+    (void)start;
+    lua_State *L = globalL;
+    rl_attempted_completion_over = 1;
+    int top = lua_gettop(L);
+    char **matches = NULL;
+    if (dorequire(L, "fp8.repl") == LUA_OK) {
+        lua_getfield(L, -1, "complete");
+        lua_pushlstring(L, rl_line_buffer, (size_t)end);
+        if (docall(L, 1, 1) == LUA_OK && lua_istable(L, -1)) {
+            size_t n = (size_t)luaL_len(L, -1);
+            if (n > 0 && (matches = calloc(n + 2, sizeof *matches)) != NULL) {
+                /* matches[0] is the common prefix; readline computes it when we pass text. */
+                matches[0] = strdup(text);
+                for (size_t i = 1; i <= n; i++) {
+                    lua_geti(L, -1, (lua_Integer)i);
+                    matches[i] = strdup(lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+                    lua_pop(L, 1);
+                }
+                if (n == 1) {  /* single match replaces the word outright */
+                    free(matches[0]);
+                    matches[0] = matches[1];
+                    matches[1] = NULL;
+                } else {
+                    /* let readline fill in the longest common prefix */
+                    size_t lcp = strlen(matches[1]);
+                    for (size_t i = 2; i <= n; i++)
+                        for (size_t k = 0; k < lcp; k++)
+                            if (matches[i][k] != matches[1][k]) { lcp = k; break; }
+                    free(matches[0]);
+                    matches[0] = strndup(matches[1], lcp);
+                }
+            }
+        }
+    }
+    lua_settop(L, top);
+    return matches;
+}
+#endif
+
+/* Reads one line without its newline; NULL at end of input. Result must be freed. */
+static char *read_line(const char *prompt) {
+#ifdef FL_HAVE_READLINE
+    if (interactive) return readline(prompt);
+#endif
+    char buf[FL_MAXINPUT];
+    if (interactive) { fputs(prompt, stdout); fflush(stdout); }
+    size_t len = 0, cap = 0;
+    char *line = NULL;
+    for (;;) {
+        errno = 0;
+        if (fgets(buf, sizeof buf, stdin) == NULL) {
+            if (errno == EINTR && prompt_interrupted) { clearerr(stdin); free(line); return strdup(""); }
+            if (line) return line;
+            return NULL;
+        }
+        size_t n = strlen(buf);
+        if (len + n + 1 > cap) {
+            cap = (len + n + 1) * 2;
+            char *nl = realloc(line, cap);
+            if (!nl) { free(line); return NULL; }
+            line = nl;
+        }
+        memcpy(line + len, buf, n + 1);
+        len += n;
+        if (len > 0 && line[len - 1] == '\n') { line[len - 1] = 0; return line; }
+    }
+}
+
+static void save_line(const char *line) {
+#ifdef FL_HAVE_READLINE
+    if (!interactive || !*line) return;
+    add_history(line);
+    const char *hp = history_path();
+    if (hp && append_history(1, hp) != 0) write_history(hp);  /* append fails if file is new */
+#else
+    (void)line;
+#endif
+}
+
+/* After Ctrl-C at a prompt: readline ends its line itself; a terminal read by fgets does not. */
+static void interrupted_newline(void) {
+#ifdef FL_HAVE_READLINE
+    if (interactive) return;
+#endif
+    if (interactive) { fputs("\n", stdout); fflush(stdout); }
+}
+
+/* An incomplete chunk: the parser stopped at the end of the input. */
+static int incomplete(lua_State *L, int status) {
+    if (status != LUA_ERRSYNTAX) return 0;
+    size_t lmsg;
+    const char *msg = lua_tolstring(L, -1, &lmsg);
+    return lmsg >= 5 && strcmp(msg + lmsg - 5, "<eof>") == 0;
+}
+
+/* Compiles one REPL statement, reading continuation lines while it is incomplete. Returns
+ * -1 at end of input, 0 when the line was abandoned (Ctrl-C), else 1 with a function or an
+ * error message on the stack and the status in *st. */
+static int loadline(lua_State *L, int *st) {
+    prompt_interrupted = 0;
+    char *line = read_line(FL_PROMPT);
+    if (line == NULL) return -1;
+    if (prompt_interrupted) { free(line); interrupted_newline(); return 0; }
+    const char *p = line;
+    if (*p == '=') p++;  /* "=expr" as in Lua 5.1 */
+    const char *ret = lua_pushfstring(L, "return %s;", p);
+    int status = luaL_loadbuffer(L, ret, strlen(ret), "=stdin");
+    if (status == LUA_OK) {
+        lua_remove(L, -2);
+        save_line(line);
+        free(line);
+        *st = LUA_OK;
+        return 1;
+    }
+    lua_pop(L, 2);
+    lua_pushstring(L, line);
+    free(line);
+    for (;;) {
+        size_t len;
+        const char *code = lua_tolstring(L, -1, &len);
+        status = luaL_loadbuffer(L, code, len, "=stdin");
+        if (!incomplete(L, status)) break;
+        lua_pop(L, 1);
+        char *more = read_line(FL_PROMPT2);
+        if (more == NULL || prompt_interrupted) {
+            if (prompt_interrupted) interrupted_newline();
+            free(more);
+            lua_pop(L, 1);
+            return more == NULL ? -1 : 0;
+        }
+        lua_pushliteral(L, "\n");
+        lua_pushstring(L, more);
+        lua_concat(L, 3);
+        free(more);
+    }
+    save_line(lua_tostring(L, -2));
+    lua_remove(L, -2);
+    *st = status;
+    return 1;
+}
+
+/* Prints results through fp8.repl.print_results so the format is the same everywhere. */
+static void print_results(lua_State *L, int n) {
+    if (n == 0) return;
+    int base = lua_gettop(L) - n;
+    if (dorequire(L, "fp8.repl") != LUA_OK) { report(L, LUA_ERRRUN); lua_settop(L, base); return; }
+    lua_getfield(L, -1, "print_results");
+    lua_remove(L, -2);
+    lua_insert(L, base + 1);
+    report(L, docall(L, n, 0));
+}
+
+static void repl(lua_State *L) {
+    const char *saved = progname;
+    progname = NULL;  /* REPL errors are printed without the program name, as lua.c does */
+    interactive = isatty(STDIN_FILENO);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = prompt_sigint;  /* no SA_RESTART: a read at the prompt returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+#ifdef FL_HAVE_READLINE
+    if (interactive) {
+        rl_readline_name = FL_PROGNAME;
+        rl_catch_signals = 0;
+        rl_getc_function = fl_rl_getc;
+        rl_attempted_completion_function = fl_rl_complete;
+        rl_completion_append_character = '\0';
+        /* every character that cannot be part of `a.b:c` breaks a word */
+        rl_completer_word_break_characters = " \t\n\"'`@$><=;|&{}()[],+-*/%^#~!?\\";
+        rl_basic_word_break_characters = rl_completer_word_break_characters;
+        const char *hp = history_path();
+        if (hp) read_history(hp);
+    }
+#endif
+    if (interactive) {
+        printf("%s %s (%s) — type help() for help, Ctrl-D to exit\n", FL_PROGNAME, FL_VERSION, LUA_RELEASE);
+        fflush(stdout);
+    }
+    int status, r;
+    while ((r = loadline(L, &status)) != -1) {
+        if (r == 0) continue;
+        fl_interrupt_clear();
+        if (status == LUA_OK) {
+            int base = lua_gettop(L) - 1;
+            status = docall(L, 0, LUA_MULTRET);
+            if (status == LUA_OK) print_results(L, lua_gettop(L) - base);
+        }
+        report(L, status);
+        lua_settop(L, 0);
+    }
+    if (interactive) fputs("\n", stdout);
+    fflush(stdout);
+    sigaction(SIGINT, &old, NULL);
+    progname = saved;
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+static int is_subcommand(const char *a) {
+    return strcmp(a, "env") == 0 || strcmp(a, "launch") == 0 || strcmp(a, "config") == 0 ||
+           strcmp(a, "test") == 0;
+}
+
+/* Everything that can raise runs here, protected, so main stays free of Lua errors. */
+static int pmain(lua_State *L) {
+    int argc = (int)lua_tointeger(L, 1);
+    char **argv = (char **)lua_touserdata(L, 2);
+    int script, rc = 0;
+    luaL_openlibs(L);
+    install_searcher(L);
+    if (argc >= 2 && is_subcommand(argv[1])) {
+        createargtable(L, argv, argc, 1);
+        if (!load_fp8(L)) rc = 1;
+        else rc = run_subcommand(L, argv, argc);
+        lua_pushinteger(L, rc);
+        return 1;
+    }
+    int flags = collectargs(argv, argc, &script);
+    if (flags == HAS_ERR) { print_usage(stderr); lua_pushinteger(L, 1); return 1; }
+    if (flags & HAS_H) { print_usage(stdout); lua_pushinteger(L, 0); return 1; }
+    if (flags & HAS_V) print_version();
+    createargtable(L, argv, argc, script);
+    if (!load_fp8(L)) { lua_pushinteger(L, 1); return 1; }
+    if (!runargs(L, argv, script)) { lua_pushinteger(L, 1); return 1; }
+    if (script < argc && handle_script(L, argv, argc, script) != LUA_OK) { lua_pushinteger(L, 1); return 1; }
+    if (flags & HAS_I) repl(L);
+    else if (script == argc && !(flags & (HAS_E | HAS_V))) repl(L);
+    lua_pushinteger(L, 0);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    lua_State *L = luaL_newstate();
+    if (L == NULL) { l_message(progname, "cannot create state: not enough memory"); return 1; }
+    globalL = L;
+    lua_pushcfunction(L, pmain);
+    lua_pushinteger(L, argc);
+    lua_pushlightuserdata(L, argv);
+    int status = lua_pcall(L, 2, 1, 0);
+    int rc = status == LUA_OK ? (int)lua_tointeger(L, -1) : 1;
+    if (status != LUA_OK) report(L, status);
+    lua_close(L);
+    return rc;
+}

@@ -1,0 +1,170 @@
+-- host_spec.lua — the fp8lab command line, spawned as a child process: options, arg, stdin
+-- scripts, exit codes, error reports, sub-commands and Ctrl-C.
+local BIN = assert(FP8LAB_BIN, "run through tests/busted.lua, which sets FP8LAB_BIN")
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function slurp(path)
+  local f = io.open(path, "rb"); local s = f and f:read("a") or ""; if f then f:close() end
+  os.remove(path)
+  return s
+end
+
+-- run(args [, stdin_text [, prefix]]) -> stdout, stderr, exit code. args is a shell fragment.
+local function run(args, input, prefix)
+  local out, err, inp = os.tmpname(), os.tmpname(), os.tmpname()
+  local f = assert(io.open(inp, "wb")); f:write(input or ""); f:close()
+  local cmd = string.format("%s%s %s <%s >%s 2>%s", prefix or "", q(BIN), args, inp, out, err)
+  local _, _, code = os.execute(cmd)
+  os.remove(inp)
+  return slurp(out), slurp(err), code
+end
+
+local function script(text)
+  local p = os.tmpname()
+  local f = assert(io.open(p, "wb")); f:write(text); f:close()
+  return p
+end
+
+describe("fp8lab command line", function()
+  it("-e runs code, repeatedly and in order", function()
+    local out, err, code = run("-e " .. q("x = 20") .. " -e " .. q("print(x + 22)"))
+    assert.are.equal("42\n", out)
+    assert.are.equal("", err)
+    assert.are.equal(0, code)
+  end)
+
+  it("sets the globals fp8 and help in scripts", function()
+    local out, _, code = run("-e " .. q("print(type(fp8), type(help))"))
+    assert.are.equal(0, code)
+    assert.are.equal("table\tfunction\n", out)
+  end)
+
+  it("gives a script its arguments in arg and in ...", function()
+    local p = script("print(arg[0] == (...) and 'x' or 'ok', #arg, arg[1], arg[2], select('#', ...), ...)\n"
+      .. "print(arg[-1], arg[-2])\n")
+    local out, _, code = run("-e " .. q("y=1") .. " " .. q(p) .. " a 'b c'")
+    os.remove(p)
+    assert.are.equal(0, code)
+    local l1, l2 = out:match("^(.-)\n(.-)\n$")
+    assert.are.equal("ok\t2\ta\tb c\t2\ta\tb c", l1)
+    assert.are.equal("y=1\t-e", l2)   -- negative indices: the options before the script
+  end)
+
+  it("runs a script from stdin with -", function()
+    local out, _, code = run("- one two", "print('stdin', ...)\n")
+    assert.are.equal(0, code)
+    assert.are.equal("stdin\tone\ttwo\n", out)
+  end)
+
+  it("stops reading options after --", function()
+    local p = script("print(...)\n")
+    local out, _, code = run("-- " .. q(p) .. " -v")
+    os.remove(p)
+    assert.are.equal(0, code)
+    assert.are.equal("-v\n", out)
+  end)
+
+  it("-v prints the version", function()
+    local out, _, code = run("-v")
+    assert.are.equal(0, code)
+    assert.matches("^fp8lab 0%.1%.0 %(Lua 5%.4%.%d+%)\n$", out)
+    assert.are.equal(out, (run("--version")))
+  end)
+
+  it("--help lists options and sub-commands", function()
+    local out, _, code = run("--help")
+    assert.are.equal(0, code)
+    for _, w in ipairs { "usage:", "-e CODE", "-i", "-v", "--", "env", "launch", "config", "test" } do
+      assert.truthy(out:find(w, 1, true), "help lacks " .. w)
+    end
+    assert.are.equal(out, (run("-h")))
+  end)
+
+  it("rejects an unknown option with usage and exit 1", function()
+    local out, err, code = run("--frobnicate")
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.truthy(err:find("unrecognized option '--frobnicate'", 1, true))
+    assert.truthy(err:find("usage:", 1, true))
+  end)
+
+  it("-e without its argument is an error", function()
+    local _, err, code = run("-e")
+    assert.are.equal(1, code)
+    assert.truthy(err:find("'-e' needs an argument", 1, true))
+  end)
+
+  it("a failing script exits 1 with message and traceback on stderr", function()
+    local p = script("local function inner() error('boom') end\ninner()\n")
+    local out, err, code = run(q(p))
+    os.remove(p)
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.matches("^fp8lab: [^\n]*:1: boom\nstack traceback:\n", err)
+    assert.truthy(err:find("in local 'inner'", 1, true) or err:find("in function 'inner'", 1, true)
+      or err:find("inner", 1, true))
+  end)
+
+  it("reports a syntax error and exits 1", function()
+    local p = script("x = = 1\n")
+    local _, err, code = run(q(p))
+    os.remove(p)
+    assert.are.equal(1, code)
+    assert.truthy(err:find("unexpected symbol near '='", 1, true))
+  end)
+
+  it("reports a missing script", function()
+    local _, err, code = run(q("/nonexistent/dir/x.lua"))
+    assert.are.equal(1, code)
+    assert.truthy(err:find("cannot open /nonexistent/dir/x.lua", 1, true))
+  end)
+
+  it("shows error objects through __tostring", function()
+    local _, err, code = run("-e " .. q("error(setmetatable({}, {__tostring = function() return 'custom error' end}))"))
+    assert.are.equal(1, code)
+    assert.are.equal("fp8lab: custom error\n", err)
+  end)
+
+  it("loads the Lua library from the embedded sources", function()
+    local out, _, code = run("-e " .. q("print(debug.getinfo(require('fp8.repl').format, 'S').source)"),
+      nil, "env -u FP8LAB_LUA_DIR ")
+    assert.are.equal(0, code)
+    assert.are.equal("@lua/fp8/repl.lua\n", out)
+  end)
+
+  it("loads fp8 modules from FP8LAB_LUA_DIR first", function()
+    local dir = os.tmpname(); os.remove(dir)
+    assert(os.execute("mkdir -p " .. q(dir .. "/fp8")))
+    local f = assert(io.open(dir .. "/fp8/devmod.lua", "w")); f:write("return 'from dev dir'\n"); f:close()
+    local out, _, code = run("-e " .. q("print((require('fp8.devmod')))"), nil, "FP8LAB_LUA_DIR=" .. q(dir) .. " ")
+    os.execute("rm -rf " .. q(dir))
+    assert.are.equal(0, code)
+    assert.are.equal("from dev dir\n", out)
+  end)
+
+  it("env prints versions", function()
+    local out, _, code = run("env")
+    assert.are.equal(0, code)
+    assert.matches("fp8lab%s+0%.1%.0", out)
+    assert.matches("Lua%s+Lua 5%.4", out)
+    assert.matches("oneDNN%s+%S+", out)
+    assert.matches("CUDA%s+%S+", out)
+  end)
+
+  it("launch and config are reserved and exit 2", function()
+    for _, c in ipairs { "launch", "config" } do
+      local _, err, code = run(c)
+      assert.are.equal(2, code)
+      assert.truthy(err:find("not yet implemented", 1, true))
+    end
+  end)
+
+  it("Ctrl-C stops a running script with 'interrupted!' and exit 1", function()
+    -- --foreground: otherwise timeout signals the child and then its whole group, and a second
+    -- SIGINT before the hook fires takes the default action (kill), as in lua.c
+    local _, err, code = run("-e " .. q("while true do end"), nil, "timeout --foreground --preserve-status -s INT 1 ")
+    assert.are.equal(1, code)
+    assert.truthy(err:find("interrupted!", 1, true), err)
+  end)
+end)

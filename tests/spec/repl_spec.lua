@@ -1,0 +1,216 @@
+-- repl_spec.lua — the REPL: the value printer and completion of fp8.repl as pure functions,
+-- help entries, and whole sessions through a pipe and through a pseudo-terminal.
+local repl = require "fp8.repl"
+local help = require "fp8.help"
+local BIN = FP8LAB_BIN
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+describe("repl.format", function()
+  local f = repl.format
+  it("quotes strings and escapes control characters", function()
+    assert.are.equal('"hi"', f("hi"))
+    assert.are.equal('"a\\nb"', f("a\nb"))
+    assert.are.equal('"say \\"x\\""', f('say "x"'))
+  end)
+  it("prints numbers, keeping floats and integers apart", function()
+    assert.are.equal("3", f(3))
+    assert.are.equal("2.0", f(2.0))
+    assert.are.equal("0.5", f(0.5))
+    assert.are.equal("nil", f(nil))
+    assert.are.equal("true", f(true))
+  end)
+  it("prints tables nested, array part first, keys sorted", function()
+    assert.are.equal('{1, "a", b = {c = true}, z = 2}', f({ 1, "a", z = 2, b = { c = true } }))
+    assert.are.equal('{[10] = 2, ["x y"] = 1}', f({ [10] = 2, ["x y"] = 1 }))  -- numbers first
+    assert.are.equal("{}", f({}))
+  end)
+  it("detects cycles", function()
+    local t = { name = "root" }; t.self = t
+    local s = f(t)
+    assert.truthy(s:find('name = "root"', 1, true))
+    assert.truthy(s:find("self = <cycle table: ", 1, true))
+  end)
+  it("prints a shared (non-cyclic) subtable in full each time", function()
+    local s = { 1 }
+    assert.are.equal("{a = {1}, b = {1}}", f({ a = s, b = s }))
+  end)
+  it("caps the depth", function()
+    -- six nested tables, five shown: the sixth is elided
+    assert.are.equal("{{{{{{...}}}}}}", f({ { { { { { 1 } } } } } }, { max_depth = 5, max_items = 40, width = 78 }))
+    assert.are.equal("{a = {...}}", f({ a = { b = 1 } }, { max_depth = 1, max_items = 40, width = 78 }))
+  end)
+  it("caps the number of entries", function()
+    local t = {}; for i = 1, 100 do t[i] = i end
+    local s = f(t, { max_depth = 4, max_items = 5, width = 200 })
+    assert.are.equal("{1, 2, 3, 4, 5, ... (95 more)}", s)
+  end)
+  it("goes multi-line when one line is too wide", function()
+    local s = f({ alpha = string.rep("a", 40), beta = string.rep("b", 40) })
+    assert.are.equal('{\n  alpha = "' .. string.rep("a", 40) .. '",\n  beta = "' .. string.rep("b", 40) .. '"\n}', s)
+  end)
+  it("uses __tostring for tables and userdata", function()
+    local obj = setmetatable({}, { __tostring = function() return "Tensor[2, 3] f32" end })
+    assert.are.equal("Tensor[2, 3] f32", f(obj))
+    assert.are.equal("{Tensor[2, 3] f32}", f({ obj }))
+    assert.matches("^file %(", f(io.stdout))
+  end)
+  it("survives a failing __tostring", function()
+    local bad = setmetatable({}, { __tostring = function() error("nope") end })
+    assert.matches("^<__tostring failed", f(bad))
+  end)
+end)
+
+describe("repl.complete", function()
+  local methods = { shape = function() end, sum = function() end, dtype = "f32" }
+  local Tensor = { __index = methods }
+  local env = {
+    fp8 = { tensor = 1, zeros = 2, nn = { Linear = 3, LayerNorm = 4 } },
+    print = print, pairs = pairs,
+    x = setmetatable({}, Tensor),
+    s = "text",
+  }
+  local c = repl.complete
+  it("completes globals and keywords", function()
+    assert.are.same({ "print" }, c("pri", env))
+    assert.are.same({ "pairs", "print" }, c("p", env))
+    assert.are.same({ "while" }, c("whi", env))
+  end)
+  it("completes fields after '.'", function()
+    assert.are.same({ "fp8.tensor" }, c("fp8.ten", env))
+    assert.are.same({ "fp8.nn.LayerNorm", "fp8.nn.Linear" }, c("fp8.nn.L", env))
+    assert.are.same({ "fp8.nn", "fp8.tensor", "fp8.zeros" }, c("fp8.", env))
+  end)
+  it("completes methods after ':' through the metatable's __index", function()
+    assert.are.same({ "x:shape", "x:sum" }, c("x:s", env))
+    assert.are.same({ "s:upper" }, c("s:upp", env))   -- the string metatable
+  end)
+  it("uses only the expression at the end of the line", function()
+    assert.are.same({ "fp8.zeros" }, c("local y = print(fp8.ze", env))
+    assert.are.same({ "x:shape" }, c("a, b = x:sh", env))
+  end)
+  it("does not evaluate calls or unknown names", function()
+    assert.are.same({}, c("f().x", env))
+    assert.are.same({}, c("nothere.x", env))
+    assert.are.same({}, c("fp8.tensor.x", env))   -- a number has no fields
+    assert.are.same({}, c("12.", env))
+  end)
+  it("defaults to the globals", function()
+    assert.are.same({ "fp8" }, c("fp8"))
+  end)
+end)
+
+describe("help", function()
+  it("has an overview with sections", function()
+    local t = help.text()
+    for _, w in ipairs { "Formats:", "Tensors:", "Quantization:", "REPL:", "fp8.encode", "help(" } do
+      assert.truthy(t:find(w, 1, true), "overview lacks " .. w)
+    end
+  end)
+  it("finds one entry by name or by function", function()
+    assert.truthy(help.text("encode"):find("fp8.encode(x, fmt", 1, true))
+    assert.truthy(help.text("fp8.encode"):find("fp8.encode(x, fmt", 1, true))
+    if type(fp8) == "table" and fp8.encode then
+      assert.truthy(help.text(fp8.encode):find("fp8.encode(x, fmt", 1, true))
+    end
+    assert.truthy(help.text("nosuchthing"):find("no help for 'nosuchthing'", 1, true))
+  end)
+  it("can be extended by other modules", function()
+    help.add { name = "spec_demo", sig = "fp8.spec_demo(n)", doc = "A demo entry.", section = "Other" }
+    assert.truthy(help.text("spec_demo"):find("A demo entry.", 1, true))
+    assert.truthy(help.text():find("fp8.spec_demo(n)", 1, true))
+  end)
+end)
+
+describe("REPL session", function()
+  local function session(input)
+    local inp, out = os.tmpname(), os.tmpname()
+    local f = assert(io.open(inp, "wb")); f:write(input); f:close()
+    local _, _, code = os.execute(string.format("%s <%s >%s 2>&1", q(BIN), inp, out))
+    f = assert(io.open(out, "rb")); local s = f:read("a"); f:close()
+    os.remove(inp); os.remove(out)
+    return s, code
+  end
+
+  it("runs lines from a pipe, auto-printing expressions", function()
+    local out, code = session('1 + 1\nx = {1, "a"}\nx\n"s", nil, 2.5\n=3\n')
+    assert.are.equal(0, code)
+    assert.are.equal('2\n{1, "a"}\n"s"\tnil\t2.5\n3\n', out)
+  end)
+
+  it("continues incomplete statements over several lines", function()
+    local out = session("for i = 1, 3 do\n  print(i)\nend\nfunction f(a)\nreturn a * 2\nend\nf(21)\n")
+    assert.are.equal("1\n2\n3\n42\n", out)
+  end)
+
+  it("reports errors with a traceback and goes on", function()
+    local out, code = session("error('oops')\nprint('after')\nx = = 1\nprint('end')\n")
+    assert.are.equal(0, code)
+    assert.truthy(out:find("stdin:1: oops\nstack traceback:", 1, true))
+    assert.truthy(out:find("after", 1, true))
+    assert.truthy(out:find("unexpected symbol near '='", 1, true))
+    assert.truthy(out:find("end\n$"))
+  end)
+
+  it("has help and fp8 as globals", function()
+    local out = session("type(help), type(fp8)\n")
+    assert.are.equal('"function"\t"table"\n', out)
+  end)
+
+  -- The terminal path (readline, Ctrl-C at the prompt and during a computation, completion)
+  -- needs a pty; python3's pty module drives one.
+  local has_python = os.execute("python3 -c 'import pty' >/dev/null 2>&1")
+  local pty_it = has_python and it or pending
+  pty_it("handles Ctrl-C and completion at a terminal", function()
+    local driver = [==[
+import os, pty, sys, time, select
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["FP8LAB_HISTORY"] = os.devnull
+    os.execv(sys.argv[1], [sys.argv[1]])
+buf = b""
+def expect(s, t=10):
+    global buf
+    end = time.time() + t
+    while s.encode() not in buf:
+        r, _, _ = select.select([fd], [], [], max(0, end - time.time()))
+        if not r:
+            print("TIMEOUT waiting for %r; got %r" % (s, buf[-300:])); sys.exit(1)
+        buf += os.read(fd, 4096)
+    buf = buf[buf.index(s.encode()) + len(s):]
+expect("fp8> ")
+os.write(fd, b"x = 0 while true do x = x + 1 end\n"); time.sleep(0.5); os.write(fd, b"\x03")
+expect("interrupted!"); expect("fp8> ")
+os.write(fd, b"x > 0\n"); expect("true"); expect("fp8> ")
+os.write(fd, b"abc"); time.sleep(0.2); os.write(fd, b"\x03"); expect("fp8> ")
+os.write(fd, b"for i = 1, 2 do\n"); expect(">> "); os.write(fd, b"\x03"); expect("fp8> ")
+os.write(fd, b"40 + 2\n"); expect("42"); expect("fp8> ")
+if sys.argv[2] == "readline":
+    os.write(fd, b"string.for\t('%d', 7)\n"); expect("\"7\""); expect("fp8> ")
+os.write(fd, b"\x04")
+_, st = os.waitpid(pid, 0)
+print("exit", os.waitstatus_to_exitcode(st))
+]==]
+    local py = os.tmpname()
+    local f = assert(io.open(py, "w")); f:write(driver); f:close()
+    -- tab completion needs readline; `fp8lab env` says whether it was built in
+    local e = io.popen(q(BIN) .. " env"); local env_out = e:read("a"); e:close()
+    local rl = env_out:find("readline%s+not built") and "plain" or "readline"
+    local p = io.popen("python3 " .. q(py) .. " " .. q(BIN) .. " " .. rl .. " 2>&1")
+    local out = p:read("a"); p:close()
+    os.remove(py)
+    assert.are.equal("exit 0\n", out)
+  end)
+end)
+
+describe("completion of fp8 tensors", function()
+  it("lists tensor methods behind the C __index function", function()
+    if not (type(fp8) == "table" and fp8.zeros) then return pending("fp8.zeros not available") end
+    local got = require("fp8.repl").complete("x:sh", { x = fp8.zeros{2} })
+    assert.truthy(#got > 0)
+    for _, c in ipairs(got) do assert.matches("^x:sh", c) end
+    local found = false
+    for _, c in ipairs(got) do if c == "x:shape" then found = true end end
+    assert.is_true(found)
+  end)
+end)

@@ -1,0 +1,326 @@
+-- tensor_spec.lua — the fp8.Tensor API: factories, views, indexing, arithmetic, reductions, matmul,
+-- dtype casts, quantization and printing, each checked against hand values or plain Lua loops.
+local fp8 = fp8 or require "fp8"
+
+local function close(a, b, tol)
+  return math.abs(a - b) <= (tol or 1e-6) * math.max(1, math.abs(b))
+end
+
+local function assert_table_close(want, got, tol, path)
+  path = path or ""
+  if type(want) == "table" then
+    assert.are.equal(#want, #got, "length at " .. path)
+    for i = 1, #want do assert_table_close(want[i], got[i], tol, path .. "[" .. i .. "]") end
+  else
+    assert.is_true(close(got, want, tol), ("%s: want %.9g, got %.9g"):format(path, want, got))
+  end
+end
+
+-- bf16 rounding reference: keep 8 significant bits, ties to even (done with doubles).
+local function ref_bf16(x)
+  if x == 0 then return x end
+  local m, e = math.frexp(x)            -- x = m·2^e, 0.5 <= |m| < 1
+  local scaled = m * 256                -- 8 significant bits
+  local r = math.floor(scaled)
+  local frac = scaled - r
+  if frac > 0.5 or (frac == 0.5 and r % 2 == 1) then r = r + 1 end
+  return r / 256 * 2 ^ e
+end
+
+describe("factories", function()
+  it("builds from nested tables", function()
+    local x = fp8.tensor{{1, 2, 3}, {4, 5, 6}}
+    assert.are.same({2, 3}, x:shape())
+    assert.are.equal(2, x:dim())
+    assert.are.equal(6, x:numel())
+    assert.are.equal("fp32", x:dtype())
+    assert.are.same({{1, 2, 3}, {4, 5, 6}}, x:totable())
+    assert.are.equal(3, x:size(2))
+    assert.are.equal(2, x:size(-2))
+    assert.are.equal(2, #x)
+  end)
+  it("takes a dtype", function()
+    assert.are.equal("bf16", fp8.tensor({1, 2}, "bf16"):dtype())
+    assert.are.equal("fp16", fp8.tensor({1, 2}, {dtype = "fp16"}):dtype())
+    assert.are.equal("bf16", fp8.zeros(2, 3, "bf16"):dtype())
+    assert.are.equal("fp16", fp8.ones({2}, {dtype = "fp16"}):dtype())
+  end)
+  it("makes zeros, ones, full, arange", function()
+    assert.are.same({{0, 0, 0}, {0, 0, 0}}, fp8.zeros{2, 3}:totable())
+    assert.are.same({{0, 0, 0}, {0, 0, 0}}, fp8.zeros(2, 3):totable())
+    assert.are.same({1, 1}, fp8.ones(2):totable())
+    assert.are.same({{7, 7}}, fp8.full({1, 2}, 7):totable())
+    assert.are.same({0, 1, 2, 3}, fp8.arange(4):totable())
+    assert.are.same({2, 4, 6}, fp8.arange(2, 8, 2):totable())
+    assert.are.equal(0, fp8.zeros(0, 3):numel())
+  end)
+  it("builds 0-d tensors from numbers", function()
+    local s = fp8.tensor(2.5)
+    assert.are.equal(0, s:dim())
+    assert.are.equal(2.5, s:item())
+  end)
+  it("draws reproducible random numbers", function()
+    fp8.manual_seed(42)
+    local a = fp8.randn{100}:totable()
+    fp8.manual_seed(42)
+    local b = fp8.randn{100}:totable()
+    assert.are.same(a, b)
+    local u = fp8.rand{1000}
+    assert.is_true(u:min():item() >= 0 and u:max():item() < 1)
+    local mean = fp8.randn{10000}:mean():item()
+    assert.is_true(math.abs(mean) < 0.05, "randn mean " .. mean)
+  end)
+  it("recognises tensors", function()
+    assert.is_true(fp8.is_tensor(fp8.zeros(1)))
+    assert.is_false(fp8.is_tensor({}))
+    assert.is_false(fp8.is_tensor(3))
+  end)
+end)
+
+describe("views and indexing", function()
+  local x
+  before_each(function() x = fp8.arange(6):view(2, 3) end)
+
+  it("views and reshapes with -1 inference", function()
+    assert.are.same({3, 2}, x:view{3, 2}:shape())
+    assert.are.same({6}, x:reshape(-1):shape())
+    assert.are.same({{0, 1}, {2, 3}, {4, 5}}, x:reshape(3, -1):totable())
+  end)
+  it("transposes with 1-based and negative dims", function()
+    local t = x:transpose(1, 2)
+    assert.are.same({{0, 3}, {1, 4}, {2, 5}}, t:totable())
+    assert.is_false(t:is_contiguous())
+    assert.is_true(t:contiguous():is_contiguous())
+    assert.are.same(t:totable(), x:t():totable())
+    assert.are.same(t:totable(), x:transpose(-1, -2):totable())
+    -- a view of a transpose needs a copy: reshape does it
+    assert.are.same({0, 3, 1, 4, 2, 5}, t:reshape(6):totable())
+  end)
+  it("indexes 1-based, negative from the end", function()
+    assert.are.same({3, 4, 5}, x[2]:totable())
+    assert.are.equal(5, x[2][3])
+    assert.are.equal(5, x[-1][-1])
+    assert.are.equal(1, x:get{1, 2})
+    x:set({1, 2}, 10)
+    assert.are.equal(10, x:get{1, 2})
+  end)
+  it("shares storage between a view and its base", function()
+    local row = x[2]
+    row[1] = 99
+    assert.are.equal(99, x:get{2, 1})
+    local flat = x:view(6)
+    flat[-1] = -1
+    assert.are.equal(-1, x:get{2, 3})
+  end)
+  it("clones into independent memory", function()
+    local c = x:clone()
+    c:set({1, 1}, 42)
+    assert.are.equal(0, x:get{1, 1})
+  end)
+  it("frees early and via <close>", function()
+    local y = fp8.zeros(3)
+    y:free()
+    assert.is_true(y:is_released())
+    assert.are.equal("tensor(<released>)", tostring(y))
+    local z
+    do
+      local w <close> = fp8.zeros(2)
+      z = w
+    end
+    assert.is_true(z:is_released())
+  end)
+end)
+
+describe("arithmetic", function()
+  local a, b
+  before_each(function()
+    a = fp8.tensor{{1, 2, 3}, {4, 5, 6}}
+    b = fp8.tensor{10, 20, 30}
+  end)
+  it("broadcasts a row over a matrix", function()
+    assert.are.same({{11, 22, 33}, {14, 25, 36}}, (a + b):totable())
+    assert.are.same({{-9, -18, -27}, {-6, -15, -24}}, (a - b):totable())
+    assert.are.same({{10, 40, 90}, {40, 100, 180}}, (a * b):totable())
+    assert_table_close({{0.1, 0.1, 0.1}, {0.4, 0.25, 0.2}}, (a / b):totable(), 1e-6)
+  end)
+  it("broadcasts a column", function()
+    local col = fp8.tensor{{1}, {2}}
+    assert.are.same({{2, 3, 4}, {6, 7, 8}}, (a + col):totable())
+  end)
+  it("takes numbers on either side", function()
+    assert.are.same({{2, 3, 4}, {5, 6, 7}}, (a + 1):totable())
+    assert.are.same({{0, -1, -2}, {-3, -4, -5}}, (1 - a):totable())
+    assert.are.same({{2, 4, 6}, {8, 10, 12}}, (2 * a):totable())
+    assert_table_close({{1, 0.5, 1 / 3}, {0.25, 0.2, 1 / 6}}, (1 / a):totable(), 1e-6)
+    assert.are.same({{-1, -2, -3}, {-4, -5, -6}}, (-a):totable())
+  end)
+  it("applies unary maths", function()
+    local v = fp8.tensor{-1, 4, 0.25}
+    assert.are.same({1, 4, 0.25}, v:abs():totable())
+    assert_table_close({1, 2, 0.5}, v:abs():sqrt():totable(), 1e-6)
+    assert_table_close({math.exp(-1), math.exp(4), math.exp(0.25)}, v:exp():totable(), 1e-6)
+    assert_table_close({0, math.log(4)}, fp8.tensor{1, 4}:log():totable(), 1e-6)
+  end)
+end)
+
+describe("reductions", function()
+  local a
+  before_each(function() a = fp8.tensor{{1, -2, 3}, {4, 5, -6}} end)
+  it("reduces everything to a 0-d tensor", function()
+    assert.are.equal(5, a:sum():item())
+    assert.is_true(close(a:mean():item(), 5 / 6))
+    assert.are.equal(5, a:max():item())
+    assert.are.equal(-6, a:min():item())
+    assert.are.equal(6, a:amax():item())
+  end)
+  it("reduces along a 1-based dim, with keepdim", function()
+    assert.are.same({5, 3, -3}, a:sum(1):totable())
+    assert.are.same({2, 3}, a:sum(2):totable())
+    assert.are.same({{2}, {3}}, a:sum(2, true):totable())
+    assert.are.same({3, 5}, a:max(-1):totable())
+    assert.are.same({1, -2, -6}, a:min(1):totable())
+  end)
+end)
+
+describe("matmul", function()
+  it("matches a naive Lua triple loop", function()
+    fp8.manual_seed(3)
+    local A, B = fp8.randn{5, 7}, fp8.randn{7, 4}
+    local a, b = A:totable(), B:totable()
+    local want = {}
+    for i = 1, 5 do
+      want[i] = {}
+      for j = 1, 4 do
+        local s = 0
+        for k = 1, 7 do s = s + a[i][k] * b[k][j] end
+        want[i][j] = s
+      end
+    end
+    assert_table_close(want, A:matmul(B):totable(), 1e-5)
+    assert_table_close(want, fp8.matmul(A, B):totable(), 1e-5)
+  end)
+  it("multiplies a matrix by a vector", function()
+    local m = fp8.tensor{{1, 2}, {3, 4}}
+    assert.are.same({5, 11}, m:matmul(fp8.tensor{1, 2}):totable())
+  end)
+end)
+
+describe("dtype casts", function()
+  it("rounds to bf16 to nearest even", function()
+    local xs = {1, 1 + 2 ^ -8, 1 + 3 * 2 ^ -9, 3.14159265, -0.1, 1e-3, 65504, 1 + 2 ^ -7 + 2 ^ -8}
+    local got = fp8.tensor(xs):to("bf16")
+    assert.are.equal("bf16", got:dtype())
+    for i, x in ipairs(xs) do
+      local xf = fp8.tensor{x}[1]           -- the fp32 value the tensor holds
+      assert.are.equal(ref_bf16(xf), got[i], "element " .. i)
+    end
+    assert.are.equal("fp32", got:to("fp32"):dtype())
+  end)
+  it("rounds to fp16", function()
+    local h = fp8.tensor{1 + 2 ^ -11, 1 + 3 * 2 ^ -11}:to("fp16")
+    assert.are.same({1, 1 + 2 * 2 ^ -10}, h:totable())
+  end)
+end)
+
+describe("quantize / dequantize", function()
+  it("quantizes per tensor with scale = 448 / amax", function()
+    local x = fp8.tensor{{0.5, -1}, {2, -4}}
+    local q = x:quantize("e4m3")
+    assert.is_true(q:is_fp8())
+    assert.are.equal("e4m3", q:dtype())
+    local s = 448 / 4
+    assert.is_true(close(q:scale(), s, 1e-6))
+    assert.is_true(close(q:scale_inv(), 1 / s, 1e-6))
+    assert.are.equal(4, q:amax())
+    local bytes = q:bytes()
+    local src = {0.5, -1, 2, -4}
+    local deq = q:dequantize():view(4):totable()
+    for i = 1, 4 do
+      local want = fp8.encode(src[i] * s, "e4m3")
+      assert.are.equal(want, bytes[i], "byte " .. i)
+      assert.is_true(close(deq[i], fp8.decode(want, "e4m3") / s, 1e-6), "value " .. i)
+    end
+    assert.are.equal(0, q:underflow())
+    assert.are.equal(0, q:saturated())
+  end)
+  it("uses an explicit scale and counts underflow and saturation", function()
+    local x = fp8.tensor{1e-4, 1, 1000, 0}
+    local q = x:quantize("e4m3", {scale = 1})
+    assert.are.same({fp8.encode(1e-4, "e4m3"), fp8.encode(1, "e4m3"), fp8.encode(1000, "e4m3"), 0}, q:bytes())
+    assert.are.equal(1, q:underflow())
+    assert.are.equal(1, q:saturated())
+    local st = q:qstats()
+    assert.are.equal(1000, st.amax)
+    assert.are.equal(1, st.underflow)
+    local qi = x:quantize("e5m2", {scale = 100, saturate = false})
+    assert.are.equal(math.huge, qi:dequantize()[3])
+  end)
+  it("derives the scale from a given amax and margin", function()
+    local q = fp8.tensor{1, 2}:quantize("e4m3", {amax = 8, margin = 1})
+    assert.is_true(close(q:scale(), 448 / 8 / 2, 1e-6))
+  end)
+  it("quantizes per row with axis=1", function()
+    local x = fp8.tensor{{1, 2, 3, 4}, {1000, 2000, 3000, 4000}}
+    local q = x:quantize("e4m3", {axis = 1})
+    local sc = q:scale()
+    assert.is_true(fp8.is_tensor(sc))
+    assert.are.same({2}, sc:shape())
+    local want_s = {448 / 4, 448 / 4000}
+    local rows = x:totable()
+    local bytes = q:bytes()
+    local deq = q:dequantize():totable()
+    for r = 1, 2 do
+      assert.is_true(close(sc[r], want_s[r], 1e-6))
+      for c = 1, 4 do
+        local b = fp8.encode(rows[r][c] * want_s[r], "e4m3")
+        assert.are.equal(b, bytes[(r - 1) * 4 + c])
+        assert.is_true(close(deq[r][c], fp8.decode(b, "e4m3") / want_s[r], 1e-5))
+      end
+    end
+  end)
+  it("dequantizes to bf16 and indexes FP8 tensors", function()
+    local q = fp8.tensor{1, 2, 3}:quantize("e4m3", {scale = 1})
+    assert.are.equal("bf16", q:dequantize("bf16"):dtype())
+    assert.are.equal(2, q[2])
+    assert.are.same({1, 2, 3}, q:to("fp32"):totable())
+  end)
+end)
+
+describe("printing", function()
+  it("prints like PyTorch with dtype, shape and device", function()
+    assert.are.equal(
+      "tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], dtype=fp32, shape=[2, 2], device=cpu)",
+      tostring(fp8.tensor{{1, 2}, {3, 4}}))
+    assert.are.equal("tensor(2.5000, dtype=fp32, shape=[], device=cpu)", tostring(fp8.tensor(2.5)))
+    assert.are.equal("tensor([], dtype=fp32, shape=[0], device=cpu)", tostring(fp8.zeros(0)))
+  end)
+  it("aligns columns", function()
+    local s = tostring(fp8.tensor{{1, -20}, {300, 4}})
+    assert.truthy(s:find("[[  1.0000, -20.0000],", 1, true), s)
+    assert.truthy(s:find("[300.0000,   4.0000]]", 1, true), s)
+  end)
+  it("switches to scientific notation for tiny or huge values", function()
+    assert.truthy(tostring(fp8.tensor{1e-6, 1}):find("1.0000e-06", 1, true))
+  end)
+  it("summarises large tensors", function()
+    local s = tostring(fp8.arange(2000))
+    assert.truthy(s:find("...", 1, true))
+    assert.truthy(s:find("1999.0000", 1, true))
+    assert.falsy(s:find("1000.0000", 1, true))
+    local m = tostring(fp8.zeros(40, 50))
+    local lines = 0
+    for _ in m:gmatch("\n") do lines = lines + 1 end
+    assert.are.equal(6, lines)        -- 3 rows, "...", 3 rows
+  end)
+  it("shows FP8 tensors dequantized with format, scale, amax and counters", function()
+    local s = tostring(fp8.tensor{1, 2, 4}:quantize("e4m3"))
+    assert.truthy(s:find("dtype=e4m3", 1, true), s)
+    assert.truthy(s:find("scale=112", 1, true), s)
+    assert.truthy(s:find("amax=4", 1, true), s)
+    assert.truthy(s:find("underflow=0", 1, true), s)
+    assert.truthy(s:find("saturated=0", 1, true), s)
+    assert.truthy(s:find("4.0000", 1, true), s)
+    local r = tostring(fp8.tensor{{1, 2}, {10, 20}}:quantize("e4m3", {axis = 1}))
+    assert.truthy(r:find("per index of dim 1", 1, true), r)
+  end)
+end)
