@@ -25,7 +25,8 @@ local function add_all(list) for _, e in ipairs(list) do M.add(e) end end
 
 add_all {
   { section = "Formats", name = "formats", sig = "fp8.formats()",
-    doc = "Prints the FP8 formats side by side: E4M3 (OCP E4M3FN, max 448, no inf) and E5M2\n"
+    doc = "fp8.formats(true) returns the traits instead of printing them.\n"
+       .. "Prints the FP8 formats side by side: E4M3 (OCP E4M3FN, max 448, no inf) and E5M2\n"
        .. "(IEEE-like, max 57344, ±inf), with bias, smallest normal and subnormal." },
   { section = "Formats", name = "encode", sig = "fp8.encode(x, fmt [, {saturate=true}]) -> byte",
     doc = "Rounds the number x to the nearest FP8 value (ties to even) and returns its byte.\n"
@@ -48,13 +49,40 @@ add_all {
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / and :abs(),\n"
        .. ":max(), :item(), :numel(), :shape()." },
   { section = "Quantization", name = "Tensor:quantize",
-    sig = "x:quantize(fmt [, {scale=s, axis=d}]) -> Tensor",
-    doc = "Casts to FP8 with a scale (default fp8_max / amax, per tensor; axis=d for one scale\n"
-       .. "per row along d). The result carries scale_inv: value = decode(byte) * scale_inv." },
+    sig = "x:quantize(fmt [, {scale=s | amax=a, margin=m, axis=d, saturate=true}]) -> Tensor",
+    doc = "Casts to FP8 with a scale: given, or fp8_max / amax / 2^margin from the given or the\n"
+       .. "tensor's own amax; axis=d keeps one scale per index of dim d (axis=1 on a matrix: per row).\n"
+       .. "The result carries scale_inv: value = decode(byte) * scale_inv." },
   { section = "Quantization", name = "Tensor:dequantize", sig = "q:dequantize() -> Tensor",
     doc = "Back to fp32: decode(byte) * scale_inv." },
   { section = "Quantization", name = "Tensor:to", sig = "x:to(dtype) -> Tensor",
-    doc = "Converts to \"f32\", \"bf16\", \"f16\", \"e4m3\" or \"e5m2\" (saturating casts)." },
+    doc = "Converts between \"fp32\", \"bf16\" and \"fp16\" (round to nearest even). FP8 needs a\n"
+       .. "scale: use x:quantize(\"e4m3\"); an FP8 tensor's :to(\"fp32\") dequantizes." },
+  { section = "Formats", name = "format", sig = "fp8.format(name) -> table",
+    doc = "Traits of one dtype: name, bits, exp_bits, mantissa_bits, bias, max, min_normal,\n"
+       .. "min_subnormal, has_inf, nan_codes. Names: fp32, bf16, fp16, e4m3, e5m2 (and aliases)." },
+  { section = "Tensors", name = "ones", sig = "fp8.ones{d1, ...} / fp8.full(shape, v) / fp8.empty(shape)",
+    doc = "Tensors filled with 1, with v, or uninitialised. A trailing dtype (\"bf16\") picks the dtype." },
+  { section = "Tensors", name = "arange", sig = "fp8.arange(n) | fp8.arange(a, b [, step])",
+    doc = "Evenly spaced values in [a, b) (or [0, n))." },
+  { section = "Tensors", name = "rand", sig = "fp8.rand{d1, ...} -> Tensor",
+    doc = "Uniform [0, 1) samples from the seeded Philox generator." },
+  { section = "Tensors", name = "Tensor:shape", sig = "x:shape() / x:size(d) / x:dim() / x:numel() / x:dtype()",
+    doc = "Shape as a list, one size (1-based d), number of dims, element count, dtype name." },
+  { section = "Tensors", name = "Tensor:view", sig = "x:view(d1, ...) / x:reshape(...) / x:transpose(a, b) / x:t()",
+    doc = "Views share storage (-1 infers a size; view needs a compatible layout, reshape copies when\n"
+       .. "it must). Dims are 1-based; negative dims count from the end. x:contiguous() packs a view." },
+  { section = "Tensors", name = "Tensor:get", sig = "x[i] / x:get{i, j} / x:set({i, j}, v) / x:item() / x:totable()",
+    doc = "1-based indexing (negative from the end): x[i] is a row view (or a number for 1-D).\n"
+       .. "item() reads a one-element tensor; totable() gives nested Lua tables." },
+  { section = "Tensors", name = "Tensor:sum", sig = "x:sum([dim [, keepdim]]) / :mean / :max / :min / :amax() / :abs()",
+    doc = "Reductions over everything or one dim (sums accumulate in double). amax = max |x|." },
+  { section = "Quantization", name = "Tensor:scale", sig = "q:scale() / q:scale_inv() / q:amax() / q:bytes()",
+    doc = "The FP8 tensor's scale (a number, or a tensor for per-row scaling), its inverse, the amax\n"
+       .. "of the source it was made from, and its raw bytes as integers." },
+  { section = "Quantization", name = "Tensor:underflow", sig = "q:underflow() / q:saturated() / q:qstats()",
+    doc = "How many nonzero values became zero, and how many exceeded the format's max\n"
+       .. "(clamped, or inf/NaN with saturate=false), in the cast that made q." },
   { section = "REPL", name = "help", sig = "help([fn | \"name\"])",
     doc = "help() lists everything; help(fp8.encode) or help(\"encode\") shows one entry.\n"
        .. "Modules add entries with require(\"fp8.help\").add{name=, sig=, doc=}." },
