@@ -136,3 +136,6 @@ help:
 # Links only the objects it uses so it builds even while other core files are in progress.
 $(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lm -fopenmp
+
+# ---- data helper: zlib for the IDX .gz reader (core/data.c) ----
+LDLIBS   += -lz

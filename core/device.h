@@ -24,8 +24,10 @@ typedef struct fl_device {
     fl_status (*unary)(fl_unop op, fl_tensor *dst, const fl_tensor *a);
     /* dim < 0: reduce all into a 1-element dst; else dst has a's shape with shape[dim] == 1 (keepdim layout). */
     fl_status (*reduce)(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim);
-    /* dst[b] = a[b] x b[b] for 3-D contiguous inputs [B,M,K] x [B,K,N] (B may be 1; a or b may
-     * have batch stride 0 for broadcast). Same dtype for a and b; dst fp32 or that dtype. */
+    /* dst[b] = a[b] x b[b] for 3-D inputs [B,M,K] x [B,K,N] (B may be 1; a or b may have batch
+     * stride 0 for broadcast). Each operand's batch entries are row-major (stride[2] == 1) or
+     * column-major, i.e. a transposed matrix (stride[1] == 1, stride[2] == rows); batch stride rows*cols
+     * or 0. dst is contiguous. Same dtype for a and b; dst fp32 or that dtype. */
     fl_status (*matmul)(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
     /* dst (FP8, contiguous, scale_inv allocated) from src (contiguous fp32/bf16/fp16) with the
      * given per-tensor scale or per-index scales (scales: n floats on host, n = 1 or shape[axis]).

@@ -2,6 +2,7 @@
  * shapes, dtype promotion, result allocation, broadcasting, then dispatch to the device table. */
 #include "ops.h"
 #include "device.h"
+#include "ops_raw.h"
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -66,7 +67,7 @@ fl_status fl_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
     return FL_OK;
 }
 
-fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
+fl_status fl_binary_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "unknown binary op %d", (int)op);
     const char *name = fl_binop_names[op];
@@ -95,7 +96,7 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     return FL_OK;
 }
 
-fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first) {
+fl_status fl_binary_scalar_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "unknown binary op %d", (int)op);
     const char *name = fl_binop_names[op];
@@ -111,7 +112,7 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
     return FL_OK;
 }
 
-fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
+fl_status fl_unary_raw(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_UNOP_COUNT) return FL_ERR(FL_EINVAL, "unknown unary op %d", (int)op);
     const char *name = fl_unop_names[op];
@@ -127,7 +128,7 @@ fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     return FL_OK;
 }
 
-fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
+fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_REDOP_COUNT) return FL_ERR(FL_EINVAL, "unknown reduction %d", (int)op);
     const char *name = fl_redop_names[op];
@@ -171,8 +172,24 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
     return FL_OK;
 }
 
-/* [batch..., rows, cols] operand → contiguous 3-D [B, rows, cols] (batch stride 0 when the operand
- * has no batch of its own and B > 1). */
+/* Whether the device GEMM can read a 3-D [B, rows, cols] view as it is: each batch entry row-major
+ * or column-major (a transposed matrix, e.g. Wᵀ of a linear layer) and batch stride rows·cols or 0.
+ * Canonicalises the strides of size-1 dims so the device only has to look at stride[2]. */
+static bool gemm_ready(fl_tensor *t) {
+    int64_t r = t->shape[1], c = t->shape[2];
+    if (!(t->shape[0] == 1 || t->stride[0] == 0 || t->stride[0] == r * c)) return false;
+    bool row = (c == 1 || t->stride[2] == 1) && (r == 1 || t->stride[1] == c);
+    bool col = (r == 1 || t->stride[1] == 1) && (c == 1 || t->stride[2] == r);
+    if (row) { t->stride[1] = c; t->stride[2] = 1; }
+    else if (col) { t->stride[1] = 1; t->stride[2] = r; }
+    else return false;
+    if (t->shape[0] == 1) t->stride[0] = r * c;
+    return true;
+}
+
+/* [batch..., rows, cols] operand → 3-D [B, rows, cols] the device GEMM accepts (batch stride 0 when
+ * the operand has no batch of its own and B > 1). Copies only when the layout needs it: a transposed
+ * view (stride pattern of Wᵀ) goes through as it is. */
 static fl_status as_batched(fl_tensor **out, const fl_tensor *t, int nt, const int64_t *tshape,
                             int nbatch, const int64_t *batch, int64_t B) {
     fl_tensor *v = NULL, *e = NULL, *c = NULL;
@@ -180,10 +197,17 @@ static fl_status as_batched(fl_tensor **out, const fl_tensor *t, int nt, const i
     for (int i = 0; i < nt - 2; i++) own *= tshape[i];
     int64_t s3[3] = { 1, rows, cols }, b3[3] = { B, rows, cols };
     fl_status st;
+    *out = NULL;
     if (own == 1) {
         st = fl_tensor_reshape(&v, t, 3, s3);
-        if (st == FL_OK) st = fl_tensor_contiguous(&c, v);
-        if (st == FL_OK) st = fl_tensor_expand(out, c, 3, b3);
+        if (st == FL_OK && !gemm_ready(v)) {
+            st = fl_tensor_contiguous(&c, v);
+            fl_tensor_release(v);
+            v = c;
+            c = NULL;
+        }
+        if (st == FL_OK) st = fl_tensor_expand(out, v, 3, b3);
+        if (st == FL_OK) gemm_ready(*out);
     } else {
         int64_t full[FL_MAX_DIMS];
         memcpy(full, batch, sizeof(int64_t) * (size_t)nbatch);
@@ -191,8 +215,15 @@ static fl_status as_batched(fl_tensor **out, const fl_tensor *t, int nt, const i
         full[nbatch + 1] = cols;
         st = fl_tensor_reshape(&v, t, nt, tshape);
         if (st == FL_OK) st = fl_tensor_expand(&e, v, nbatch + 2, full);
-        if (st == FL_OK) st = fl_tensor_contiguous(&c, e);
-        if (st == FL_OK) st = fl_tensor_view(out, c, 3, b3);
+        if (st == FL_OK && fl_tensor_view(out, e, 3, b3) == FL_OK && gemm_ready(*out)) {
+            /* a view the GEMM reads directly */
+        } else if (st == FL_OK) {
+            fl_clear_error();
+            fl_tensor_release(*out);
+            *out = NULL;
+            st = fl_tensor_contiguous(&c, e);
+            if (st == FL_OK) st = fl_tensor_view(out, c, 3, b3);
+        }
     }
     fl_tensor_release(v);
     fl_tensor_release(e);
@@ -200,7 +231,7 @@ static fl_status as_batched(fl_tensor **out, const fl_tensor *t, int nt, const i
     return st;
 }
 
-fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
+fl_status fl_matmul_raw(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, fl_dtype cdt, fl_dtype odt) {
     char sa[200], sb[200];
     *out = NULL;
     FL_TRY(refuse_fp8(a, "matmul"));
@@ -232,12 +263,13 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     if (b->ndim > 1) oshape[no++] = N;
     if (no > FL_MAX_DIMS) return FL_ERR(FL_EINVAL, "matmul: result would have more than %d dims", FL_MAX_DIMS);
 
-    fl_dtype dt = promote(a->dtype, b->dtype);
+    fl_dtype dt = cdt == FL_DTYPE_COUNT ? promote(a->dtype, b->dtype) : cdt;
+    if (odt == FL_DTYPE_COUNT) odt = dt;
     fl_tensor *ca = NULL, *cb = NULL, *a3 = NULL, *b3 = NULL, *d = NULL, *r = NULL;
     int64_t d3[3] = { B, M, N };
     fl_status st = a->dtype == dt ? (ca = fl_tensor_retain((fl_tensor *)a), FL_OK) : fl_tensor_to(&ca, a, dt);
     if (st == FL_OK) st = b->dtype == dt ? (cb = fl_tensor_retain((fl_tensor *)b), FL_OK) : fl_tensor_to(&cb, b, dt);
-    if (st == FL_OK) st = fl_tensor_empty(&d, dt, 3, d3, a->device);
+    if (st == FL_OK) st = fl_tensor_empty(&d, odt, 3, d3, a->device);
     if (st == FL_OK && B * M * N > 0) {
         if (K == 0) {
             st = dev->fill(d, 0.0);

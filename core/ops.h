@@ -31,6 +31,20 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
  * broadcast batch dims. fp32 accumulation. fp32 inputs → fp32 GEMM; bf16/fp16 inputs →
  * bf16/fp16 GEMM with fp32 accumulation (oneDNN on the CPU). */
 fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
+/* fl_binary, fl_binary_scalar, fl_unary, fl_reduce (sum, mean), fl_matmul record autograd nodes
+ * (core/autograd.h); max/min/amax results carry no history. Under autocast (fl_autocast_dtype()
+ * bf16/fp16) fl_matmul rounds fp32 inputs to that dtype and returns fp32. */
+
+/* Differentiable views and copies: the tensor.c layout functions (fl_tensor_view, ...) plus an
+ * autograd node when grad mode is on and t requires grad. Lua's view methods call these. */
+fl_status fl_view(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape);
+fl_status fl_reshape(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape);
+fl_status fl_transpose(fl_tensor **out, const fl_tensor *t, int d0, int d1);
+fl_status fl_expand(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape);
+fl_status fl_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t start, int64_t length);
+fl_status fl_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t index);
+fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t);
+fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt);   /* fp32/bf16/fp16; gradient flows back as fp32 */
 
 /* Factories. */
 fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_dtype dt);

@@ -3,6 +3,7 @@
 #include "tensor.h"
 #include "device.h"
 #include "ops.h"
+#include "autograd.h"
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
@@ -77,6 +78,8 @@ void fl_tensor_release(fl_tensor *t) {
     if (!t || --t->refcount > 0) return;
     storage_release(t->storage);
     fl_tensor_release(t->scale_inv);
+    fl_tensor_release(t->grad);
+    fl_node_release(t->grad_fn);
     free(t);
 }
 
@@ -111,6 +114,10 @@ static fl_status view_header(fl_tensor **out, const fl_tensor *t) {
     if (!v) return FL_ERR(FL_ENOMEM, "out of memory allocating a tensor header");
     *v = *t;
     v->refcount = 1;
+    /* The copied header must not share (and later double-release) t's history. */
+    v->requires_grad = false;
+    v->grad = NULL;
+    v->grad_fn = NULL;
     v->storage->refcount++;
     fl_tensor_retain(v->scale_inv);
     *out = v;

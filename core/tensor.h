@@ -21,6 +21,8 @@ typedef struct fl_storage {
     void *data;        /* 64-byte aligned (host) or device pointer */
 } fl_storage;
 
+struct fl_node;   /* core/autograd.h */
+
 typedef struct fl_tensor {
     int refcount;
     fl_dtype dtype;
@@ -34,6 +36,12 @@ typedef struct fl_tensor {
     struct fl_tensor *scale_inv;     /* fp32, [1] or [shape[scale_axis]], contiguous, same device */
     int scale_axis;                  /* -1: per-tensor */
     fl_cast_stats qstats;            /* what the quantizing cast reported (amax of the source, counters) */
+    /* Autograd (core/autograd.h). Every new header — fresh tensors, views, copies — starts with these
+     * cleared: the layout functions in this file record no history; the differentiable views are
+     * fl_view/fl_reshape/... in ops.h. */
+    bool requires_grad;
+    struct fl_tensor *grad;          /* owned; fp32, this tensor's shape; NULL until a backward reaches it */
+    struct fl_node *grad_fn;         /* owned; NULL for leaves */
 } fl_tensor;
 
 /* Construction. `shape` may be NULL when ndim == 0. Sizes must be >= 0.

@@ -326,8 +326,8 @@ static int m_view_reshape(lua_State *L, int reshape) {
     if (!lua_isnone(L, next))
         return luaL_argerror(L, next, lua_pushfstring(L, "expected only sizes, got %s", luaL_typename(L, next)));
     fl_tensor **slot = fl_lnewbox(L);
-    if (reshape) FL_LCALL(L, fl_tensor_reshape(slot, t, ndim, shape));
-    else FL_LCALL(L, fl_tensor_view(slot, t, ndim, shape));
+    if (reshape) FL_LCALL(L, fl_reshape(slot, t, ndim, shape));
+    else FL_LCALL(L, fl_view(slot, t, ndim, shape));
     return 1;
 }
 static int m_view(lua_State *L) { return m_view_reshape(L, 0); }
@@ -337,7 +337,7 @@ static int m_transpose(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int d0 = check_dim(L, 2, t->ndim), d1 = check_dim(L, 3, t->ndim);
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_transpose(slot, t, d0, d1));
+    FL_LCALL(L, fl_transpose(slot, t, d0, d1));
     return 1;
 }
 static int m_t(lua_State *L) {
@@ -349,13 +349,13 @@ static int m_t(lua_State *L) {
         return lua_error(L);
     }
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_transpose(slot, t, 0, 1));
+    FL_LCALL(L, fl_transpose(slot, t, 0, 1));
     return 1;
 }
 static int m_contiguous(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_contiguous(slot, t));
+    FL_LCALL(L, fl_contiguous(slot, t));
     return 1;
 }
 static int m_narrow(lua_State *L) {
@@ -364,7 +364,7 @@ static int m_narrow(lua_State *L) {
     int64_t start = norm_index(L, (lua_Integer)check_int(L, 3, "start"), t, d);
     int64_t len = check_int(L, 4, "length");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_narrow(slot, t, d, start, len));
+    FL_LCALL(L, fl_narrow(slot, t, d, start, len));
     return 1;
 }
 static int m_expand(lua_State *L) {
@@ -372,7 +372,7 @@ static int m_expand(lua_State *L) {
     int ndim; int64_t shape[FL_MAX_DIMS];
     parse_shape(L, 2, &ndim, shape, 0, "expand");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_expand(slot, t, ndim, shape));
+    FL_LCALL(L, fl_expand(slot, t, ndim, shape));
     return 1;
 }
 static int m_clone(lua_State *L) {
@@ -380,7 +380,7 @@ static int m_clone(lua_State *L) {
     if (fl_format(t->dtype)->is_fp8)
         return luaL_error(L, "clone() of an FP8 tensor is not supported; dequantize() and quantize again");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_to(slot, t, t->dtype));
+    FL_LCALL(L, fl_to(slot, t, t->dtype));
     return 1;
 }
 static int m_to(lua_State *L) {
@@ -391,7 +391,7 @@ static int m_to(lua_State *L) {
                           fl_format(dt)->name, fl_format(dt)->name);
     fl_tensor **slot = fl_lnewbox(L);
     if (fl_format(t->dtype)->is_fp8) FL_LCALL(L, fl_dequantize(slot, t, dt));
-    else FL_LCALL(L, fl_tensor_to(slot, t, dt));
+    else FL_LCALL(L, fl_to(slot, t, dt));
     return 1;
 }
 
@@ -456,6 +456,9 @@ static int m_index(lua_State *L) {
     if (lua_type(L, 2) == LUA_TSTRING) {
         lua_pushvalue(L, 2);
         lua_rawget(L, lua_upvalueindex(1));
+        /* Not a method: fields such as t.grad (l_autograd.c). */
+        fl_tensor *t;
+        if (lua_isnil(L, -1) && (t = fl_ltotensor(L, 1)) != NULL && fl_lautograd_field(L, t, lua_tostring(L, 2))) return 1;
         return 1;
     }
     if (lua_type(L, 2) != LUA_TNUMBER) { lua_pushnil(L); return 1; }
@@ -470,12 +473,13 @@ static int m_index(lua_State *L) {
         return 1;
     }
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_select(slot, t, 0, k));
+    FL_LCALL(L, fl_select(slot, t, 0, k));
     return 1;
 }
 
 static int m_newindex(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    if (lua_type(L, 2) == LUA_TSTRING && fl_lautograd_setfield(L, t, lua_tostring(L, 2), 3)) return 0;
     if (lua_type(L, 2) != LUA_TNUMBER)
         return luaL_error(L, "cannot set field '%s' on a tensor (only x[i] = v for 1-D tensors)", luaL_tolstring(L, 2, NULL));
     lua_Integer i = (lua_Integer)check_int(L, 2, "index");
@@ -707,7 +711,7 @@ static int m_scale_axis(lua_State *L) {
 static int m_bytes(lua_State *L) {
     fl_tensor *t = check_fp8(L, 1, "bytes");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_contiguous(slot, t));
+    FL_LCALL(L, fl_contiguous(slot, t));
     fl_tensor *c = *slot;
     if (c->device != FL_DEV_CPU) return luaL_error(L, "bytes(): the tensor is on %s; only CPU tensors can be read", fl_device_name(c->device));
     const uint8_t *p = (const uint8_t *)fl_tensor_data(c);

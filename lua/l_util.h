@@ -44,6 +44,13 @@ fl_dtype fl_lcheckfp8(lua_State *L, int arg);
 /* Shape string "[2, 3]" pushed on the stack and returned. */
 const char *fl_lpushshape(lua_State *L, int ndim, const int64_t *shape);
 
+/* Autograd fields of tensors (l_autograd.c): push t.<key> and return 1, or return 0 when the key is
+ * not one; assign t.<key> = value at stack index val and return 1, or 0 when not one. */
+int fl_lautograd_field(lua_State *L, fl_tensor *t, const char *key);
+int fl_lautograd_setfield(lua_State *L, fl_tensor *t, const char *key, int val);
+void fl_lopen_autograd(lua_State *L);   /* into the fp8.core table at -1, after fl_lopen_tensor */
+void fl_lopen_nn(lua_State *L);         /* sets core._nn and package.loaded["fp8._nn"] */
+
 /* Registration of the tensor class and its factories (l_tensor.c) into the table at -1. */
 void fl_lopen_tensor(lua_State *L);
 

@@ -1,5 +1,7 @@
 /* cpu_matmul.c — batched GEMM through oneDNN's matmul primitive (fp32, bf16, fp16 inputs; fp32
- * accumulation; fp32 or input-dtype output). Primitives are created once per shape and kept in a
+ * accumulation; fp32 or input-dtype output). Each operand is row-major or column-major per batch
+ * entry (stride[2] != 1 marks a transposed operand, e.g. a linear layer's Wᵀ), so no copies are made
+ * for transposes. Primitives are created once per shape and kept in a
  * small LRU cache. One engine and stream for the process, made on first use. */
 #include "cpu_internal.h"
 #include <dnnl.h>
@@ -10,6 +12,7 @@
 typedef struct {
     int64_t ba, bb, m, n, k;   /* ba/bb: batch of a and b (1 = broadcast) */
     int da, db, dd;            /* dnnl data types */
+    int ta, tb;                /* operand stored column-major (transposed) */
     dnnl_primitive_t prim;     /* NULL with `unimpl` set: oneDNN has no kernel, remembered */
     bool unimpl;
     dnnl_memory_desc_t md[3];  /* src, weights, dst */
@@ -43,13 +46,13 @@ static fl_status mm_init(void) {
 /* Find or create the primitive. Sets *unimpl instead of failing when oneDNN has no
  * implementation for this combination, so the caller can fall back. */
 static fl_status mm_get(mm_entry **out, int64_t ba, int64_t bb, int64_t m, int64_t n, int64_t k,
-                        dnnl_data_type_t da, dnnl_data_type_t db, dnnl_data_type_t dd, bool *unimpl) {
+                        dnnl_data_type_t da, dnnl_data_type_t db, dnnl_data_type_t dd, int ta, int tb, bool *unimpl) {
     *unimpl = false;
     mm_entry *lru = &mm.e[0];
     for (int i = 0; i < MM_CACHE; i++) {
         mm_entry *e = &mm.e[i];
         if ((e->prim || e->unimpl) && e->ba == ba && e->bb == bb && e->m == m && e->n == n && e->k == k &&
-            e->da == (int)da && e->db == (int)db && e->dd == (int)dd) {
+            e->da == (int)da && e->db == (int)db && e->dd == (int)dd && e->ta == ta && e->tb == tb) {
             e->used = ++mm.tick;
             *out = e;
             *unimpl = e->unimpl;
@@ -58,12 +61,12 @@ static fl_status mm_get(mm_entry **out, int64_t ba, int64_t bb, int64_t m, int64
         if (e->used < lru->used) lru = e;   /* empty slots have used == 0 */
     }
     int64_t bd = ba > bb ? ba : bb;
-    dnnl_dims_t ad = { ba, m, k }, as = { m * k, k, 1 };
-    dnnl_dims_t wd = { bb, k, n }, ws = { k * n, n, 1 };
+    dnnl_dims_t ad = { ba, m, k }, as = { m * k, k, 1 }, ast = { m * k, 1, m };
+    dnnl_dims_t wd = { bb, k, n }, ws = { k * n, n, 1 }, wst = { k * n, 1, k };
     dnnl_dims_t dd3 = { bd, m, n }, ds = { m * n, n, 1 };
     dnnl_memory_desc_t md[3];
-    DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[0], 3, ad, da, as));
-    DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[1], 3, wd, db, ws));
+    DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[0], 3, ad, da, ta ? ast : as));
+    DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[1], 3, wd, db, tb ? wst : ws));
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[2], 3, dd3, dd, ds));
     dnnl_matmul_desc_t desc;
     DNNL_CHECK(dnnl_matmul_desc_init(&desc, &md[0], &md[1], NULL, &md[2]));
@@ -71,7 +74,7 @@ static fl_status mm_get(mm_entry **out, int64_t ba, int64_t bb, int64_t m, int64
     dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, NULL, mm.engine, NULL);
     if (s == dnnl_unimplemented) {
         if (lru->prim) dnnl_primitive_destroy(lru->prim);
-        *lru = (mm_entry){ ba, bb, m, n, k, (int)da, (int)db, (int)dd, NULL, true, { md[0], md[1], md[2] }, ++mm.tick };
+        *lru = (mm_entry){ ba, bb, m, n, k, (int)da, (int)db, (int)dd, ta, tb, NULL, true, { md[0], md[1], md[2] }, ++mm.tick };
         *unimpl = true;
         return FL_OK;
     }
@@ -81,7 +84,7 @@ static fl_status mm_get(mm_entry **out, int64_t ba, int64_t bb, int64_t m, int64
     dnnl_primitive_desc_destroy(pd);
     if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_create(matmul) failed (status %d)", (int)s);
     if (lru->prim) dnnl_primitive_destroy(lru->prim);
-    *lru = (mm_entry){ ba, bb, m, n, k, (int)da, (int)db, (int)dd, prim, false, { md[0], md[1], md[2] }, ++mm.tick };
+    *lru = (mm_entry){ ba, bb, m, n, k, (int)da, (int)db, (int)dd, ta, tb, prim, false, { md[0], md[1], md[2] }, ++mm.tick };
     *out = lru;
     return FL_OK;
 }
@@ -119,13 +122,14 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
     int64_t B = dst->shape[0], M = dst->shape[1], N = dst->shape[2], K = a->shape[2];
     int64_t ba = (a->stride[0] == 0 && B > 1) ? 1 : B, bb = (b->stride[0] == 0 && B > 1) ? 1 : B;
     dnnl_data_type_t da = dnnl_dt(a->dtype), db = dnnl_dt(b->dtype), dd = dnnl_dt(dst->dtype);
+    int ta = a->stride[2] != 1, tb = b->stride[2] != 1;
     mm_entry *e;
     bool unimpl;
-    FL_TRY(mm_get(&e, ba, bb, M, N, K, da, db, dd, &unimpl));
+    FL_TRY(mm_get(&e, ba, bb, M, N, K, da, db, dd, ta, tb, &unimpl));
     if (!unimpl) return mm_exec(e, fl_tensor_data(a), fl_tensor_data(b), fl_tensor_data(dst));
     /* No batched-broadcast kernel: one GEMM per batch entry. */
     if (B > 1 && (ba == 1 || bb == 1)) {
-        FL_TRY(mm_get(&e, 1, 1, M, N, K, da, db, dd, &unimpl));
+        FL_TRY(mm_get(&e, 1, 1, M, N, K, da, db, dd, ta, tb, &unimpl));
         if (!unimpl) {
             size_t ea = fl_format(a->dtype)->size, eb = fl_format(b->dtype)->size, ed = fl_format(dst->dtype)->size;
             for (int64_t i = 0; i < B; i++) {

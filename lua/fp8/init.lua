@@ -40,8 +40,9 @@ local function fmtnum(v)
   return ("%.6g"):format(v)
 end
 
--- formats([quiet]) prints the traits of every format side by side and returns them
--- (a list in display order, also keyed by name).
+-- formats() prints the traits of every format side by side (and returns nothing, so the prompt
+-- does not print them twice); formats(true) prints nothing and returns them as a list in display
+-- order, also keyed by name.
 function fp8.formats(quiet)
   local list = {}
   for i, name in ipairs(FORMAT_ORDER) do
@@ -82,10 +83,13 @@ function fp8.formats(quiet)
     for c, col in ipairs(cols) do header[c] = col[1] end
     print(line(header))
     for _, r in ipairs(rows) do print(line(r)) end
+    return
   end
   return list
 end
 
 fp8.explain = require "fp8.explain"
+fp8.data = require "fp8.data"; fp8.progress = require "fp8.progress"; fp8.amp = require "fp8.amp"  -- data helper
+setmetatable(fp8, { __index = function(t, k) local m = ({ nn = "fp8.nn", optim = "fp8.optim" })[k]; if m then m = require(m); rawset(t, k, m) end; return m end })  -- modules helper: fp8.nn / fp8.optim load on first use
 
 return fp8

@@ -78,13 +78,16 @@ describe("fp8.format", function()
 end)
 
 describe("fp8.formats", function()
-  it("prints a row per format and returns the traits", function()
+  it("prints a row per format; formats(true) returns the traits without printing", function()
     local lines = {}
     local saved = print
     _G.print = function(...) lines[#lines + 1] = table.concat({ ... }, "\t") end
-    local ok, list = pcall(fp8.formats)
+    local ok, ret = pcall(fp8.formats)
+    local ok2, list = pcall(fp8.formats, true)
     _G.print = saved
-    assert.is_true(ok, list)
+    assert.is_true(ok, ret)
+    assert.is_nil(ret)            -- nothing to print twice at the prompt
+    assert.is_true(ok2, list)
     assert.are.equal(5, #list)
     assert.are.equal(448, list.e4m3.max)
     assert.are.equal(6, #lines) -- header + 5 formats

@@ -1,0 +1,384 @@
+/* autograd.c — the reverse-mode engine declared in autograd.h: grad/autocast modes, nodes, the
+ * topological backward walk with gradient accumulation, and graph release. */
+#include "autograd.h"
+#include "ops.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- modes -------------------------------------------------------------------------------- */
+
+static _Thread_local bool grad_off;            /* zero-initialised: grad mode on by default */
+static _Thread_local fl_dtype autocast_dt = FL_F32;
+
+bool fl_grad_enabled(void) { return !grad_off; }
+bool fl_set_grad_enabled(bool on) { bool prev = !grad_off; grad_off = !on; return prev; }
+fl_dtype fl_autocast_dtype(void) { return autocast_dt; }
+fl_dtype fl_set_autocast_dtype(fl_dtype dt) { fl_dtype prev = autocast_dt; autocast_dt = dt; return prev; }
+
+bool fl_any_requires_grad(int n, const fl_tensor *const *ts) {
+    if (grad_off) return false;
+    for (int i = 0; i < n; i++) if (ts[i] && ts[i]->requires_grad) return true;
+    return false;
+}
+
+/* ---- nodes -------------------------------------------------------------------------------- */
+
+fl_status fl_node_new(fl_node **out, const char *name, fl_backward_fn fn, int ninputs, const fl_tensor *const *inputs) {
+    *out = NULL;
+    if (ninputs < 0 || ninputs > FL_NODE_MAX_INPUTS)
+        return FL_ERR(FL_EINVAL, "autograd: a node takes at most %d inputs, got %d", FL_NODE_MAX_INPUTS, ninputs);
+    fl_node *n = calloc(1, sizeof *n);
+    if (!n) return FL_ERR(FL_ENOMEM, "autograd: out of memory allocating a node");
+    n->refcount = 1;
+    n->name = name;
+    n->backward = fn;
+    n->ninputs = ninputs;
+    for (int i = 0; i < ninputs; i++) n->inputs[i] = fl_tensor_retain((fl_tensor *)inputs[i]);
+    *out = n;
+    return FL_OK;
+}
+
+void fl_node_save(fl_node *n, int slot, const fl_tensor *t) {
+    if (slot < 0 || slot >= FL_NODE_MAX_SAVED) return;
+    fl_tensor *old = n->saved[slot];
+    n->saved[slot] = fl_tensor_retain((fl_tensor *)t);
+    fl_tensor_release(old);
+}
+
+bool fl_node_input_needs_grad(const fl_node *n, int i) {
+    return i >= 0 && i < n->ninputs && n->inputs[i] && n->inputs[i]->requires_grad;
+}
+
+/* Drops everything a node holds. The node stays as a marker: backward == NULL means "freed by a
+ * backward without retain_graph" (the engine reports a second backward through it). */
+static void node_clear(fl_node *n) {
+    for (int i = 0; i < FL_NODE_MAX_INPUTS; i++) { fl_tensor_release(n->inputs[i]); n->inputs[i] = NULL; }
+    for (int i = 0; i < FL_NODE_MAX_SAVED; i++) { fl_tensor_release(n->saved[i]); n->saved[i] = NULL; }
+    if (n->ctx && n->ctx_free) n->ctx_free(n->ctx);
+    n->ctx = NULL;
+    n->ninputs = 0;
+    n->backward = NULL;
+}
+
+/* Releasing a node releases its inputs, which release their nodes, ... A long chain would recurse
+ * once per node, so nested releases are queued and the outermost call drains the queue. */
+static _Thread_local fl_node **rel_queue;
+static _Thread_local size_t rel_len, rel_cap;
+static _Thread_local bool rel_active;
+
+void fl_node_release(fl_node *n) {
+    if (!n || --n->refcount > 0) return;
+    if (rel_active) {
+        if (rel_len == rel_cap) {
+            size_t cap = rel_cap ? rel_cap * 2 : 64;
+            fl_node **q = realloc(rel_queue, cap * sizeof *q);
+            if (!q) { node_clear(n); free(n); return; }   /* out of memory: fall back to recursion */
+            rel_queue = q;
+            rel_cap = cap;
+        }
+        rel_queue[rel_len++] = n;
+        return;
+    }
+    rel_active = true;
+    node_clear(n);
+    free(n);
+    while (rel_len > 0) {
+        fl_node *m = rel_queue[--rel_len];
+        node_clear(m);
+        free(m);
+    }
+    rel_active = false;
+}
+
+void fl_autograd_attach(fl_tensor *out, fl_node *node) {
+    fl_node_release(out->grad_fn);
+    out->grad_fn = node;
+    out->requires_grad = true;
+}
+
+/* ---- tensor-level helpers ---------------------------------------------------------------- */
+
+fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on) {
+    if (t->grad_fn) {
+        if (on) return FL_OK;   /* already part of a graph: requires grad by construction */
+        return FL_ERR(FL_EINVAL, "requires_grad: only leaf tensors can change requires_grad; this one was made by %s "
+                      "(use :detach() to get a tensor without history)", t->grad_fn->name);
+    }
+    if (on && fl_format(t->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "requires_grad: %s tensors cannot require gradients (they hold quantized data); "
+                      "keep an fp32 master copy and quantize it in forward", fl_format(t->dtype)->name);
+    t->requires_grad = on;
+    return FL_OK;
+}
+
+fl_status fl_tensor_detach(fl_tensor **out, const fl_tensor *t) {
+    /* A view header over the same storage: the layout functions never copy history. */
+    return fl_tensor_view(out, t, t->ndim, t->shape);
+}
+
+void fl_tensor_zero_grad(fl_tensor *t) {
+    fl_tensor_release(t->grad);
+    t->grad = NULL;
+}
+
+/* A gradient tensor we may write in place: fp32, contiguous, and the only reference to its memory. */
+static bool exclusively_owned(const fl_tensor *g) {
+    return g->refcount == 1 && g->storage->refcount == 1 && g->dtype == FL_F32 && fl_tensor_is_contiguous(g) &&
+           g->device == FL_DEV_CPU && !g->grad_fn;
+}
+
+/* A fresh fp32 contiguous copy of g (or g itself, retained, when it already is one we own). */
+static fl_status own_f32(fl_tensor **out, const fl_tensor *g) {
+    if (exclusively_owned(g)) { *out = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
+    return fl_tensor_to(out, g, FL_F32);
+}
+
+/* *acc += g, in place when *acc is exclusively ours, else by replacing *acc with a new sum. */
+static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
+    if (!*acc) return own_f32(acc, g);
+    fl_tensor *a = *acc;
+    if (exclusively_owned(a) && g->dtype == FL_F32 && fl_tensor_is_contiguous(g) && g->device == FL_DEV_CPU) {
+        float *d = fl_tensor_data(a);
+        const float *s = fl_tensor_data(g);
+        int64_t n = fl_tensor_numel(a);
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+        return FL_OK;
+    }
+    fl_tensor *sum = NULL;
+    FL_TRY(fl_binary(&sum, FL_OP_ADD, a, g));
+    fl_tensor *o = NULL;
+    fl_status st = own_f32(&o, sum);
+    fl_tensor_release(sum);
+    if (st != FL_OK) return st;
+    fl_tensor_release(a);
+    *acc = o;
+    return FL_OK;
+}
+
+fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
+    char a[200], b[200];
+    if (!fl_shape_equal(t->ndim, t->shape, g->ndim, g->shape))
+        return FL_ERR(FL_EINVAL, "autograd: gradient of shape %s for a tensor of shape %s",
+                      fl_shape_str(b, sizeof b, g->ndim, g->shape), fl_shape_str(a, sizeof a, t->ndim, t->shape));
+    /* t->grad may be shared with Lua (t.grad handed out): accumulate in place so holders see the sum,
+     * like PyTorch's .grad; the first gradient is copied so it never aliases another tensor. */
+    if (!t->grad) {
+        if (g->refcount == 1 && exclusively_owned(g)) { t->grad = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
+        return fl_tensor_to(&t->grad, g, FL_F32);
+    }
+    fl_tensor *gr = t->grad;
+    if (gr->dtype == FL_F32 && fl_tensor_is_contiguous(gr) && gr->device == FL_DEV_CPU &&
+        g->dtype == FL_F32 && fl_tensor_is_contiguous(g) && g->device == FL_DEV_CPU) {
+        float *d = fl_tensor_data(gr);
+        const float *s = fl_tensor_data(g);
+        int64_t n = fl_tensor_numel(gr);
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+        return FL_OK;
+    }
+    fl_tensor *sum = NULL;
+    FL_TRY(fl_binary(&sum, FL_OP_ADD, gr, g));
+    fl_status st = fl_tensor_copy_(gr, sum);
+    fl_tensor_release(sum);
+    return st;
+}
+
+fl_status fl_sum_to_shape(fl_tensor **out, const fl_tensor *g, int ndim, const int64_t *shape) {
+    char a[200], b[200];
+    *out = NULL;
+    if (fl_shape_equal(g->ndim, g->shape, ndim, shape)) { *out = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
+    if (ndim > g->ndim)
+        return FL_ERR(FL_EINVAL, "sum_to_shape: cannot sum %s down to %s",
+                      fl_shape_str(a, sizeof a, g->ndim, g->shape), fl_shape_str(b, sizeof b, ndim, shape));
+    fl_tensor *cur = fl_tensor_retain((fl_tensor *)g);
+    int lead = g->ndim - ndim;
+    /* Leading dims: sum them away (one reduction each, largest index first keeps the indices valid). */
+    fl_status st = FL_OK;
+    for (int d = lead - 1; d >= 0 && st == FL_OK; d--) {
+        fl_tensor *r = NULL;
+        st = fl_reduce(&r, FL_OP_SUM, cur, d, false);
+        fl_tensor_release(cur);
+        cur = r;
+    }
+    for (int i = 0; i < ndim && st == FL_OK; i++) {
+        if (shape[i] == cur->shape[i]) continue;
+        if (shape[i] != 1) {
+            st = FL_ERR(FL_EINVAL, "sum_to_shape: cannot sum %s down to %s",
+                        fl_shape_str(a, sizeof a, g->ndim, g->shape), fl_shape_str(b, sizeof b, ndim, shape));
+            break;
+        }
+        fl_tensor *r = NULL;
+        st = fl_reduce(&r, FL_OP_SUM, cur, i, true);
+        fl_tensor_release(cur);
+        cur = r;
+    }
+    if (st != FL_OK) { fl_tensor_release(cur); return st; }
+    *out = cur;
+    return FL_OK;
+}
+
+/* ---- the backward walk ------------------------------------------------------------------- */
+
+/* Open-addressing map node → index into the order array. */
+typedef struct { fl_node **keys; int *vals; size_t cap; } node_map;
+
+static size_t hash_ptr(const void *p) { uintptr_t x = (uintptr_t)p; x ^= x >> 17; x *= 0xed5ad4bbu; x ^= x >> 11; return (size_t)x; }
+
+static fl_status map_init(node_map *m, size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n + 2) cap *= 2;
+    m->cap = cap;
+    m->keys = calloc(cap, sizeof *m->keys);
+    m->vals = malloc(cap * sizeof *m->vals);
+    if (!m->keys || !m->vals) { free(m->keys); free(m->vals); m->keys = NULL; m->vals = NULL; return FL_ERR(FL_ENOMEM, "backward: out of memory"); }
+    return FL_OK;
+}
+static int map_get(const node_map *m, const fl_node *k) {
+    for (size_t i = hash_ptr(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->keys[i]) return -1;
+        if (m->keys[i] == k) return m->vals[i];
+    }
+}
+static fl_status map_put(node_map *m, fl_node *k, int v, size_t count) {
+    if (2 * (count + 1) > m->cap) {
+        node_map n;
+        FL_TRY(map_init(&n, count + 1));
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->keys[i]) {
+                size_t j = hash_ptr(m->keys[i]) & (n.cap - 1);
+                while (n.keys[j]) j = (j + 1) & (n.cap - 1);
+                n.keys[j] = m->keys[i];
+                n.vals[j] = m->vals[i];
+            }
+        free(m->keys); free(m->vals);
+        *m = n;
+    }
+    size_t i = hash_ptr(k) & (m->cap - 1);
+    while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (m->cap - 1);
+    m->keys[i] = k;
+    m->vals[i] = v;
+    return FL_OK;
+}
+
+static const char *SECOND_TIME = "backward: trying to backward through the graph a second time (use retain_graph=true)";
+
+/* Post-order DFS (iterative: graphs can be thousands of nodes deep). order[] ends up with every node
+ * after all nodes that consume its output... reversed: we emit a node after its inputs' nodes, so
+ * walking order[] from the end visits consumers before producers. */
+static fl_status topo_order(fl_node *root, fl_node ***order_out, size_t *n_out, node_map *map) {
+    size_t cap = 64, n = 0, sp = 0, scap = 64;
+    fl_node **order = malloc(cap * sizeof *order);
+    struct frame { fl_node *node; int next; } *stack = malloc(scap * sizeof *stack);
+    fl_status st = FL_OK;
+    if (!order || !stack) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+    if ((st = map_init(map, 64)) != FL_OK) goto done;
+    /* map value -2 marks "on the stack / being visited"; >= 0 is the index in order. */
+    stack[sp++] = (struct frame){ root, 0 };
+    if ((st = map_put(map, root, -2, 0)) != FL_OK) goto done;
+    size_t count = 1;
+    while (sp > 0) {
+        struct frame *f = &stack[sp - 1];
+        fl_node *nd = f->node;
+        if (!nd->backward) { st = FL_ERR(FL_EINVAL, "%s", SECOND_TIME); goto done; }
+        if (f->next < nd->ninputs) {
+            fl_tensor *in = nd->inputs[f->next++];
+            fl_node *c = in ? in->grad_fn : NULL;
+            if (!c || map_get(map, c) != -1) continue;
+            if (sp == scap) {
+                void *p = realloc(stack, 2 * scap * sizeof *stack);
+                if (!p) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+                stack = p; scap *= 2;
+            }
+            if ((st = map_put(map, c, -2, count++)) != FL_OK) goto done;
+            stack[sp++] = (struct frame){ c, 0 };
+            continue;
+        }
+        if (n == cap) {
+            void *p = realloc(order, 2 * cap * sizeof *order);
+            if (!p) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+            order = p; cap *= 2;
+        }
+        if ((st = map_put(map, nd, (int)n, count)) != FL_OK) goto done;
+        order[n++] = nd;
+        sp--;
+    }
+done:
+    free(stack);
+    if (st != FL_OK) { free(order); free(map->keys); free(map->vals); map->keys = NULL; map->vals = NULL; return st; }
+    *order_out = order;
+    *n_out = n;
+    return FL_OK;
+}
+
+fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
+    char a[200], b[200];
+    if (!root->requires_grad)
+        return FL_ERR(FL_EINVAL, "backward: tensor does not require grad and has no grad_fn "
+                      "(call :requires_grad(true) on the leaves, and compute outside no_grad)");
+    fl_tensor *g0 = NULL;
+    if (grad) {
+        if (!fl_shape_equal(grad->ndim, grad->shape, root->ndim, root->shape))
+            return FL_ERR(FL_EINVAL, "backward: grad has shape %s but the tensor has shape %s",
+                          fl_shape_str(a, sizeof a, grad->ndim, grad->shape), fl_shape_str(b, sizeof b, root->ndim, root->shape));
+        if (fl_format(grad->dtype)->is_fp8)
+            return FL_ERR(FL_EINVAL, "backward: grad is %s; dequantize it first", fl_format(grad->dtype)->name);
+        FL_TRY(fl_tensor_to(&g0, grad, FL_F32));
+    } else {
+        if (fl_tensor_numel(root) != 1)
+            return FL_ERR(FL_EINVAL, "backward: grad can be implicitly created only for scalar outputs; got shape %s",
+                          fl_shape_str(a, sizeof a, root->ndim, root->shape));
+        FL_TRY(fl_tensor_full(&g0, FL_F32, root->ndim, root->shape, 1.0, root->device));
+    }
+    if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
+        fl_status st = fl_accumulate_grad(root, g0);
+        fl_tensor_release(g0);
+        return st;
+    }
+    fl_node **order = NULL;
+    size_t n = 0;
+    node_map map = { 0 };
+    fl_status st = topo_order(root->grad_fn, &order, &n, &map);
+    if (st != FL_OK) { fl_tensor_release(g0); return st; }
+    /* Hold every node while we work: clearing one node's inputs may drop the last other reference
+     * to a node later in the order. */
+    for (size_t k = 0; k < n; k++) order[k]->refcount++;
+    fl_tensor **grads = calloc(n, sizeof *grads);   /* gradient of each node's output */
+    if (!grads) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+    grads[n - 1] = g0;                           /* the root node is last in post-order */
+    g0 = NULL;
+    bool prev_mode = fl_set_grad_enabled(false);   /* backward builds no graph of its own */
+    for (size_t k = n; k-- > 0 && st == FL_OK;) {
+        fl_node *nd = order[k];
+        fl_tensor *go = grads[k];
+        grads[k] = NULL;
+        if (!go) continue;                        /* no gradient flowed here (e.g. unused output) */
+        fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
+        st = fl_check_interrupt();
+        if (st == FL_OK) st = nd->backward(nd, go, gin);
+        fl_tensor_release(go);
+        for (int i = 0; i < nd->ninputs; i++) {
+            fl_tensor *in = nd->inputs[i], *gi = gin[i];
+            if (!gi) continue;
+            if (st == FL_OK && in && in->requires_grad) {
+                if (!fl_shape_equal(gi->ndim, gi->shape, in->ndim, in->shape))
+                    st = FL_ERR(FL_EINVAL, "backward: %s produced a gradient of shape %s for input %d of shape %s",
+                                nd->name, fl_shape_str(a, sizeof a, gi->ndim, gi->shape), i,
+                                fl_shape_str(b, sizeof b, in->ndim, in->shape));
+                else if (in->grad_fn) st = accumulate(&grads[map_get(&map, in->grad_fn)], gi);
+                else st = fl_accumulate_grad(in, gi);
+            }
+            fl_tensor_release(gi);
+        }
+    }
+    fl_set_grad_enabled(prev_mode);
+    if (st == FL_OK && !retain_graph)
+        for (size_t k = 0; k < n; k++) node_clear(order[k]);
+done:
+    if (grads) for (size_t k = 0; k < n; k++) fl_tensor_release(grads[k]);
+    free(grads);
+    for (size_t k = 0; k < n; k++) fl_node_release(order[k]);
+    free(order);
+    free(map.keys);
+    free(map.vals);
+    fl_tensor_release(g0);
+    return st;
+}

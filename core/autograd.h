@@ -1,0 +1,68 @@
+/* autograd.h — reverse-mode autodiff in the core. Ops record a node on their output when grad mode
+ * is on and an input requires grad; fl_backward() orders the graph reachable from the root
+ * (topologically) and runs each node's backward once, accumulating into leaf tensors' `grad`.
+ * A node keeps what its backward needs (`saved`) — for an FP8 linear that is the FP8 input and
+ * weight, which is where FP8 saves activation memory (FP8-SPEC §2).
+ * Ownership: an output tensor owns one reference to its grad_fn node; a node owns one reference
+ * to each input and saved tensor. Inputs never point at outputs, so there are no cycles. */
+#ifndef FL_AUTOGRAD_H
+#define FL_AUTOGRAD_H
+
+#include "tensor.h"
+
+#define FL_NODE_MAX_INPUTS 4
+#define FL_NODE_MAX_SAVED 8
+
+typedef struct fl_node fl_node;
+/* grad_out has the output's shape (fp32, contiguous). Write one new tensor (refcount 1) per input
+ * into grad_in[i] with that input's shape, or leave NULL when inputs[i] needs no gradient
+ * (check fl_node_input_needs_grad). The engine releases them after accumulation. */
+typedef fl_status (*fl_backward_fn)(fl_node *node, const fl_tensor *grad_out, fl_tensor **grad_in);
+
+struct fl_node {
+    int refcount;
+    const char *name;                         /* "MatmulBackward", shown by grad_fn printing */
+    fl_backward_fn backward;
+    int ninputs;
+    fl_tensor *inputs[FL_NODE_MAX_INPUTS];    /* retained */
+    fl_tensor *saved[FL_NODE_MAX_SAVED];      /* retained; NULL when unused */
+    double dargs[8];                          /* op parameters (eps, p, scale, ...) */
+    int64_t iargs[8];                         /* op parameters (dims, flags, ...) */
+    void *ctx;                                /* op-specific extra state, freed by ctx_free */
+    void (*ctx_free)(void *ctx);
+};
+
+/* Grad mode (thread-local; on by default). */
+bool fl_grad_enabled(void);
+bool fl_set_grad_enabled(bool on);            /* returns the previous mode */
+/* True when grad mode is on and any of the n tensors (NULL entries ignored) requires grad. */
+bool fl_any_requires_grad(int n, const fl_tensor *const *ts);
+
+/* A node with refcount 1 whose inputs are retained. */
+fl_status fl_node_new(fl_node **out, const char *name, fl_backward_fn fn, int ninputs, const fl_tensor *const *inputs);
+void fl_node_save(fl_node *n, int slot, const fl_tensor *t);   /* retains t (NULL clears) */
+bool fl_node_input_needs_grad(const fl_node *n, int i);
+void fl_node_release(fl_node *n);
+/* out->grad_fn = node (takes over the caller's reference), out->requires_grad = true. */
+void fl_autograd_attach(fl_tensor *out, fl_node *node);
+
+/* Backward from root. grad NULL means ones (root must have one element; error otherwise). Frees the
+ * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly). */
+fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);
+/* Leaves only: error on a non-leaf ("only leaf tensors ..."), and on non-float dtypes. */
+fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on);
+/* Same data, no history. */
+fl_status fl_tensor_detach(fl_tensor **out, const fl_tensor *t);
+/* Drops t->grad (set to NULL) — the PyTorch set_to_none=True behaviour. */
+void fl_tensor_zero_grad(fl_tensor *t);
+/* t->grad += g (allocated on first use, fp32, t's shape; g is summed over broadcast dims by the caller). */
+fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g);
+/* Sum g down to `shape` (undo broadcasting): used by binary-op backwards. */
+fl_status fl_sum_to_shape(fl_tensor **out, const fl_tensor *g, int ndim, const int64_t *shape);
+
+/* Autocast (mixed precision for GEMMs): FL_F32 = off, FL_BF16 or FL_F16 = GEMM inputs rounded to that
+ * dtype, fp32 accumulation and fp32 outputs; master weights stay fp32. Thread-local. */
+fl_dtype fl_autocast_dtype(void);
+fl_dtype fl_set_autocast_dtype(fl_dtype dt);  /* returns the previous one; error-free, validates in the binding */
+
+#endif

@@ -1,0 +1,50 @@
+/* cpu_nn.h — CPU kernels of the neural-network ops, forward and backward, on contiguous fp32
+ * buffers (row-major; "rows" = product of leading dims, "cols" = last dim). core/nn.c wraps them
+ * into differentiable ops (validation, allocation, autograd nodes). Each kernel is checked against a
+ * float64 reference in tests/c/test_nn*.c. Long loops poll fl_check_interrupt(). */
+#ifndef FL_CPU_NN_H
+#define FL_CPU_NN_H
+#include <stdint.h>
+#include "error.h"
+
+/* y = max(x, 0); dx = dy * (x > 0) */
+void fl_cpu_relu_fwd(const float *x, float *y, int64_t n);
+void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n);
+/* GELU exact: x·Φ(x) (erf); tanh: 0.5x(1+tanh(√(2/π)(x+0.044715x³))). approx: 0 exact, 1 tanh. */
+void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx);
+void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx);
+/* Softmax / log-softmax over the last dim of [rows, cols]; backward takes the forward output y. */
+void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
+void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
+void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+/* Cross-entropy of logits [rows, cols] with integer class targets (0-based, stored as float; a target
+ * equal to ignore_index contributes nothing), label smoothing eps (PyTorch semantics: target
+ * distribution (1-eps)·onehot + eps/cols), mean over non-ignored rows. Returns the loss in *loss and
+ * the count of non-ignored rows in *count; FL_EINVAL if a target is out of [0, cols) and not ignored.
+ * Backward: dlogits = dloss · (softmax − target_dist) / count on non-ignored rows, 0 on ignored. */
+fl_status fl_cpu_cross_entropy_fwd(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                   int64_t ignore_index, float label_smoothing, double *loss, int64_t *count);
+fl_status fl_cpu_cross_entropy_bwd(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                   int64_t ignore_index, float label_smoothing, float dloss, float *dlogits);
+/* LayerNorm over the last dim: y = (x-mean)·rstd·w + b (w, b may be NULL); saves mean and rstd [rows].
+ * Backward: dx, and dw/db accumulated (+=) when non-NULL. */
+void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                          int64_t rows, int64_t cols, float eps);
+void fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                          float *dx, float *dw, float *db, int64_t rows, int64_t cols);
+/* Embedding: y[i,:] = weight[idx[i],:]; idx as floats holding integers in [0, vocab). Backward adds
+ * dy rows into dweight (+=). */
+fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y);
+void fl_cpu_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t dim, float *dweight);
+/* Dropout with a counter-based mask: keep with prob 1-p, scale kept by 1/(1-p). mask (n bytes) is
+ * written in forward and reused in backward. Deterministic for (seed, offset). */
+void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset);
+void fl_cpu_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
+/* Causal scaled-dot-product attention on [B, H, T, D] contiguous q, k, v → out [B, H, T, D];
+ * att (B·H·T·T floats) holds the softmax probabilities for backward. scale usually 1/√D. */
+void fl_cpu_sdpa_causal_fwd(const float *q, const float *k, const float *v, float *out, float *att,
+                            int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal);
+void fl_cpu_sdpa_causal_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                            float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale);
+#endif

@@ -1,0 +1,124 @@
+/* cpu_nn_act.c — elementwise NN kernels: ReLU, GELU (erf and tanh forms) and counter-based dropout,
+ * forward and backward. Elementwise, so threads split the index range and results are thread-independent. */
+#include "cpu_nn_internal.h"
+
+void fl_cpu_relu_fwd(const float *x, float *y, int64_t n) {
+    #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
+    /* the subgradient at 0 is 0, as in PyTorch */
+    #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+#define GELU_RSQRT2   0.70710678118654752f   /* 1/√2 */
+#define GELU_RSQRT2PI 0.39894228040143268f   /* 1/√(2π) */
+#define GELU_K        0.79788456080286536f   /* √(2/π) */
+#define GELU_C        0.044715f
+
+/* erff/tanhf are libm calls, so these loops stay scalar; threads carry large tensors. The GELU
+ * threshold is lower than for cheap ops because each element costs tens of cycles. */
+void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
+    if (approx) {
+        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+        }
+    } else {
+        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + erff(v * GELU_RSQRT2));
+        }
+    }
+}
+
+/* Exact derivatives: d/dx xΦ(x) = Φ(x) + x·φ(x); for the tanh form with u = k(x + c·x³), t = tanh(u):
+ * 0.5(1+t) + 0.5x(1−t²)·k(1 + 3c·x²). */
+void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx) {
+    if (approx) {
+        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+            float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+            dx[i] = dy[i] * d;
+        }
+    } else {
+        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            float cdf = 0.5f * (1.0f + erff(v * GELU_RSQRT2));
+            float pdf = GELU_RSQRT2PI * fl_nn_expf(-0.5f * v * v);
+            dx[i] = dy[i] * (cdf + v * pdf);
+        }
+    }
+}
+
+/* Philox4x32-10 of core/rng.c for PHILOX_LANES consecutive counters at once, written lane-wise so
+ * the 32×32→64 multiplies vectorise (fl_philox4x32 does one block per call: 4x slower here). The
+ * dropout test checks every word against fl_philox4x32. */
+#define PHILOX_LANES 8
+static void philox_lanes(uint64_t key, uint64_t counter, uint32_t out[4][PHILOX_LANES]) {
+    uint32_t c0[PHILOX_LANES], c1[PHILOX_LANES], c2[PHILOX_LANES], c3[PHILOX_LANES];
+    for (int l = 0; l < PHILOX_LANES; l++) {
+        uint64_t c = counter + (uint64_t)l;
+        c0[l] = (uint32_t)c; c1[l] = (uint32_t)(c >> 32); c2[l] = 0; c3[l] = 0;
+    }
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        #pragma omp simd
+        for (int l = 0; l < PHILOX_LANES; l++) {
+            uint64_t p0 = (uint64_t)0xD2511F53u * c0[l], p1 = (uint64_t)0xCD9E8D57u * c2[l];
+            uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+            c0[l] = hi1 ^ c1[l] ^ k0;
+            c1[l] = lo1;
+            c2[l] = hi0 ^ c3[l] ^ k1;
+            c3[l] = lo0;
+        }
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    for (int l = 0; l < PHILOX_LANES; l++) { out[0][l] = c0[l]; out[1][l] = c1[l]; out[2][l] = c2[l]; out[3][l] = c3[l]; }
+}
+
+/* Element i draws word i%4 of Philox block (offset + i/4) under key `seed`, so the mask depends only
+ * on (seed, offset, i) — not on threads — and a caller advances `offset` by ceil(n/4) per call.
+ * Keep iff the word's top 24 bits, read as u in [0,1), are >= p: P(keep) = 1 − p up to 2^-24. */
+void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
+    if (!(p > 0.0f)) {   /* p = 0 (or NaN, rejected by the caller): identity, full mask */
+        #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) { y[i] = x[i]; mask[i] = 1; }
+        return;
+    }
+    if (p >= 1.0f) {     /* everything dropped; 1/(1-p) would be inf, PyTorch returns zeros */
+        #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) { y[i] = 0.0f; mask[i] = 0; }
+        return;
+    }
+    const uint32_t thr = (uint32_t)((double)p * 16777216.0);
+    const float scale = 1.0f / (1.0f - p);
+    const int64_t blocks = (n + 3) / 4, groups = (blocks + PHILOX_LANES - 1) / PHILOX_LANES;
+    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 4) schedule(static)
+    for (int64_t gi = 0; gi < groups; gi++) {
+        uint32_t w[4][PHILOX_LANES];
+        philox_lanes(seed, offset + (uint64_t)(gi * PHILOX_LANES), w);
+        for (int l = 0; l < PHILOX_LANES; l++) {
+            int64_t i0 = (gi * PHILOX_LANES + l) * 4;
+            for (int64_t j = 0; j < 4 && i0 + j < n; j++) {
+                uint8_t keep = (w[j][l] >> 8) >= thr;
+                mask[i0 + j] = keep;
+                y[i0 + j] = keep ? x[i0 + j] * scale : 0.0f;
+            }
+        }
+    }
+}
+
+void fl_cpu_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
+    const float scale = p > 0.0f && p < 1.0f ? 1.0f / (1.0f - p) : (p >= 1.0f ? 0.0f : 1.0f);
+    #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+}

@@ -1,0 +1,47 @@
+/* cpu_nn_internal.h — helpers shared by the cpu_nn_*.c kernel files: a branch-free expf that gcc
+ * auto-vectorises (glibc's expf only vectorises under -ffast-math), and the threading threshold. */
+#ifndef FL_CPU_NN_INTERNAL_H
+#define FL_CPU_NN_INTERNAL_H
+#include <stdint.h>
+#include <math.h>
+#include "cpu_nn.h"
+
+/* Without this, gcc keeps the selects of the exp/max loops as branches (a float compare may trap
+ * under the default -ftrapping-math) and these loops stay scalar: 5-10x slower softmax. We never
+ * rely on FP exception flags, so the kernel files drop that guarantee. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+/* Below this many elements a kernel stays on one thread (thread start-up costs more than it saves). */
+#define FL_NN_PAR_MIN (1 << 16)
+
+/* e^x to ~1 ulp over the whole float range: e^x = 2^k·e^r with |r| <= ln2/2 and Cephes' degree-6
+ * polynomial. 2^k is built from two exponent fields (k split in halves) so subnormal results are
+ * right too. Every step is arithmetic or a select, so loops calling it vectorise. NaN propagates,
+ * -inf → 0, overflow → inf. */
+static inline float fl_nn_expf(float x) {
+    float xc = x > 88.7228394f ? 88.7228394f : x;
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = xc != xc ? 0.0f : xc;   /* keep the int conversion below defined; NaN is restored at the end */
+    /* round-to-nearest via the 1.5·2^23 trick: pure float adds, no libm rintf */
+    float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - k * 0.693359375f;        /* ln2 split hi + lo: k·hi is exact */
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
+    union { uint32_t u; float f; } s1, s2;
+    s1.u = (uint32_t)(k1 + 127) << 23;   /* k1, k2 in [-75, 64]: normal exponent fields */
+    s2.u = (uint32_t)(k2 + 127) << 23;
+    y = y * s1.f * s2.f;
+    y = x < -104.0f ? 0.0f : y;
+    y = x > 88.7228394f ? INFINITY : y;
+    return x != x ? x : y;
+}
+#endif

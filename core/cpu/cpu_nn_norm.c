@@ -1,0 +1,120 @@
+/* cpu_nn_norm.c — LayerNorm over the last dim and Embedding lookup, forward and backward. Per-row work
+ * runs one row per thread; the parameter gradients (dw, db, dweight) are split by columns, each column
+ * summed over rows in row order, so every result is independent of the thread count. */
+#include "cpu_nn_internal.h"
+
+/* Columns per thread task in the column-split gradient sums: 64 floats = 4 cache lines per row. */
+#define COL_BLOCK 64
+
+/* Two passes in double per row: the mean, then the biased variance Σ(x−mean)²/n (no cancellation). */
+void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                          int64_t rows, int64_t cols, float eps) {
+    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        double s = 0.0;
+        #pragma omp simd reduction(+:s)
+        for (int64_t j = 0; j < cols; j++) s += (double)xr[j];
+        double mu = s / (double)cols, v = 0.0;
+        #pragma omp simd reduction(+:v)
+        for (int64_t j = 0; j < cols; j++) { double d = (double)xr[j] - mu; v += d * d; }
+        float m = (float)mu, rs = (float)(1.0 / sqrt(v / (double)cols + (double)eps));
+        mean[r] = m; rstd[r] = rs;
+        if (w && b) {
+            #pragma omp simd
+            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+        } else if (w) {
+            #pragma omp simd
+            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * w[j];
+        } else if (b) {
+            #pragma omp simd
+            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs + b[j];
+        } else {
+            #pragma omp simd
+            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs;
+        }
+    }
+}
+
+/* With x̂ = (x−mean)·rstd and g = dy·w: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)); dw += Σ_rows dy·x̂,
+ * db += Σ_rows dy. */
+void fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                          float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+    const int par = rows > 1 && rows * cols > FL_NN_PAR_MIN;
+    if (dx) {
+        #pragma omp parallel for if (par) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * cols, *gr = dy + r * cols;
+            float *dr = dx + r * cols;
+            const float m = mean[r], rs = rstd[r];
+            float sg = 0.0f, sgx = 0.0f;
+            if (w) {
+                #pragma omp simd reduction(+:sg, sgx)
+                for (int64_t j = 0; j < cols; j++) {
+                    float g = gr[j] * w[j];
+                    sg += g; sgx += g * (xr[j] - m) * rs;
+                }
+            } else {
+                #pragma omp simd reduction(+:sg, sgx)
+                for (int64_t j = 0; j < cols; j++) { sg += gr[j]; sgx += gr[j] * (xr[j] - m) * rs; }
+            }
+            const float a = sg / (float)cols, c = sgx / (float)cols;
+            if (w) {
+                #pragma omp simd
+                for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
+            } else {
+                #pragma omp simd
+                for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] - a - (xr[j] - m) * rs * c);
+            }
+        }
+    }
+    if (!dw && !db) return;
+    const int64_t nblk = (cols + COL_BLOCK - 1) / COL_BLOCK;
+    #pragma omp parallel for if (par && nblk > 1) schedule(static)
+    for (int64_t bk = 0; bk < nblk; bk++) {
+        const int64_t j0 = bk * COL_BLOCK, nj = cols - j0 < COL_BLOCK ? cols - j0 : COL_BLOCK;
+        float aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * cols + j0, *gr = dy + r * cols + j0;
+            const float m = mean[r], rs = rstd[r];
+            #pragma omp simd
+            for (int64_t j = 0; j < nj; j++) { aw[j] += gr[j] * (xr[j] - m) * rs; ab[j] += gr[j]; }
+        }
+        if (dw) for (int64_t j = 0; j < nj; j++) dw[j0 + j] += aw[j];
+        if (db) for (int64_t j = 0; j < nj; j++) db[j0 + j] += ab[j];
+    }
+}
+
+fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y) {
+    for (int64_t i = 0; i < n; i++) {
+        double t = idx[i];
+        if (!(t >= 0.0 && t < (double)vocab) || t != floor(t))
+            return FL_ERR(FL_EINVAL, "embedding: index %g at position %lld is out of range [0, %lld) (vocab size %lld)",
+                          t, (long long)i, (long long)vocab, (long long)vocab);
+    }
+    #pragma omp parallel for if (n > 1 && n * dim > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float *src = weight + (int64_t)idx[i] * dim;
+        float *dst = y + i * dim;
+        #pragma omp simd
+        for (int64_t j = 0; j < dim; j++) dst[j] = src[j];
+    }
+    return FL_OK;
+}
+
+/* Repeated indices add into the same row, so threads split columns (never rows) and each visits the
+ * positions in order: deterministic sums. Indices were validated by the forward. */
+void fl_cpu_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t dim, float *dweight) {
+    const int64_t nblk = (dim + COL_BLOCK - 1) / COL_BLOCK;
+    #pragma omp parallel for if (nblk > 1 && n * dim > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t bk = 0; bk < nblk; bk++) {
+        const int64_t j0 = bk * COL_BLOCK, nj = dim - j0 < COL_BLOCK ? dim - j0 : COL_BLOCK;
+        for (int64_t i = 0; i < n; i++) {
+            float *dst = dweight + (int64_t)idx[i] * dim + j0;
+            const float *src = dy + i * dim + j0;
+            #pragma omp simd
+            for (int64_t j = 0; j < nj; j++) dst[j] += src[j];
+        }
+    }
+}

@@ -1,0 +1,127 @@
+/* linear.c — y = x·Wᵀ + b, the training hot path: one GEMM per direction, W read in place through a
+ * transposed view (never copied), bias added in the output pass. The three GEMMs (fprop, dgrad,
+ * wgrad) are separate functions so the FP8 linear can swap each for a quantized one per recipe. */
+#include "nn.h"
+#include "autograd.h"
+#include "ops_raw.h"
+#include "device.h"
+#include <string.h>
+
+#define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
+
+/* y2[N,out] = x2[N,in] · Wᵀ  (W [out,in] seen as a column-major [in,out]) */
+static fl_status gemm_fprop(fl_tensor **y2, const fl_tensor *x2, const fl_tensor *w, fl_dtype cdt, fl_dtype odt) {
+    fl_tensor *wt = NULL;
+    FL_TRY(fl_tensor_transpose(&wt, w, 0, 1));
+    fl_status st = fl_matmul_raw(y2, x2, wt, cdt, odt);
+    fl_tensor_release(wt);
+    return st;
+}
+/* dX2[N,in] = dY2[N,out] · W[out,in] */
+static fl_status gemm_dgrad(fl_tensor **dx2, const fl_tensor *dy2, const fl_tensor *w, fl_dtype cdt) {
+    return fl_matmul_raw(dx2, dy2, w, cdt, FL_F32);
+}
+/* dW[out,in] = dY2ᵀ · X2 (the sum over all rows is the GEMM's K dimension) */
+static fl_status gemm_wgrad(fl_tensor **dw, const fl_tensor *dy2, const fl_tensor *x2, fl_dtype cdt) {
+    fl_tensor *dyt = NULL;
+    FL_TRY(fl_tensor_transpose(&dyt, dy2, 0, 1));
+    fl_status st = fl_matmul_raw(dw, dyt, x2, cdt, FL_F32);
+    fl_tensor_release(dyt);
+    return st;
+}
+
+/* y2 += b row-wise. y2 fp32 contiguous is done in place; otherwise a broadcast add makes a new tensor. */
+static fl_status add_bias(fl_tensor **y2, const fl_tensor *b) {
+    fl_tensor *y = *y2;
+    if (y->dtype == FL_F32 && b->dtype == FL_F32 && y->device == FL_DEV_CPU && fl_tensor_is_contiguous(y) &&
+        fl_tensor_is_contiguous(b)) {
+        int64_t rows = y->shape[0], cols = y->shape[1];
+        float *py = fl_tensor_data(y);
+        const float *pb = fl_tensor_data(b);
+        #pragma omp parallel for if (rows * cols > (1 << 16))
+        for (int64_t r = 0; r < rows; r++) {
+            float *row = py + r * cols;
+            for (int64_t c = 0; c < cols; c++) row[c] += pb[c];
+        }
+        return FL_OK;
+    }
+    fl_tensor *s = NULL;
+    FL_TRY(fl_binary_raw(&s, FL_OP_ADD, y, b));
+    fl_tensor_release(y);
+    *y2 = s;
+    return FL_OK;
+}
+
+static fl_status linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *x = n->inputs[0], *x2 = n->saved[0], *w = n->saved[1];
+    fl_dtype cdt = (fl_dtype)n->iargs[0];
+    int64_t outf = w->shape[0];
+    int64_t gs[2] = { -1, outf };
+    fl_tensor *g2 = NULL, *gc = NULL, *t = NULL;
+    fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
+    /* Round dY once for both GEMMs under autocast. */
+    if (st == FL_OK) st = g2->dtype == cdt ? (gc = fl_tensor_retain(g2), FL_OK) : fl_tensor_to(&gc, g2, cdt);
+    if (st == FL_OK && fl_node_input_needs_grad(n, 0)) {
+        st = gemm_dgrad(&t, gc, w, cdt);
+        if (st == FL_OK) st = fl_tensor_reshape(&gin[0], t, x->ndim, x->shape);
+        fl_tensor_release(t);
+    }
+    if (st == FL_OK && fl_node_input_needs_grad(n, 1)) st = gemm_wgrad(&gin[1], gc, x2, cdt);
+    if (st == FL_OK && fl_node_input_needs_grad(n, 2)) st = fl_reduce_raw(&gin[2], FL_OP_SUM, g2, 0, false);
+    fl_tensor_release(g2);
+    fl_tensor_release(gc);
+    return st;
+}
+
+fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b) {
+    char sx[200], sw[200], sb[200];
+    *out = NULL;
+    const fl_tensor *ts[3] = { x, w, b };
+    for (int i = 0; i < 3; i++)
+        if (ts[i] && fl_format(ts[i]->dtype)->is_fp8)
+            return FL_ERR(FL_EINVAL, "linear: %s is %s; dequantize it first (FP8 GEMMs go through the FP8 linear)",
+                          i == 0 ? "input" : i == 1 ? "weight" : "bias", fl_format(ts[i]->dtype)->name);
+    if (w->ndim != 2)
+        return FL_ERR(FL_EINVAL, "linear: weight must be 2-D [out_features, in_features], got %s", SHAPE(sw, w));
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+        return FL_ERR(FL_EINVAL, "linear: input %s does not match weight %s (in_features %lld)",
+                      SHAPE(sx, x), SHAPE(sw, w), (long long)w->shape[1]);
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return FL_ERR(FL_EINVAL, "linear: bias %s does not match weight %s (expected [%lld])",
+                      SHAPE(sb, b), SHAPE(sw, w), (long long)w->shape[0]);
+    if (x->device != w->device || (b && b->device != w->device))
+        return FL_ERR(FL_EINVAL, "linear: input, weight and bias must be on one device (%s, %s%s%s)",
+                      fl_device_name(x->device), fl_device_name(w->device), b ? ", " : "", b ? fl_device_name(b->device) : "");
+    fl_dtype ac = fl_autocast_dtype(), cdt, odt;
+    if (x->dtype == FL_F32 && w->dtype == FL_F32 && (ac == FL_BF16 || ac == FL_F16)) { cdt = ac; odt = FL_F32; }
+    else { cdt = x->dtype == w->dtype ? x->dtype : FL_F32; odt = cdt; }
+
+    int64_t x2s[2] = { -1, w->shape[1] };
+    int64_t ys[FL_MAX_DIMS];
+    memcpy(ys, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    ys[x->ndim - 1] = w->shape[0];
+    fl_tensor *x2 = NULL, *xc = NULL, *wc = NULL, *y2 = NULL;
+    fl_status st = fl_tensor_reshape(&x2, x, 2, x2s);
+    if (st == FL_OK) st = x2->dtype == cdt ? (xc = fl_tensor_retain(x2), FL_OK) : fl_tensor_to(&xc, x2, cdt);
+    if (st == FL_OK) st = w->dtype == cdt ? (wc = fl_tensor_retain((fl_tensor *)w), FL_OK) : fl_tensor_to(&wc, w, cdt);
+    if (st == FL_OK) st = gemm_fprop(&y2, xc, wc, cdt, odt);
+    if (st == FL_OK && b) st = add_bias(&y2, b);
+    if (st == FL_OK) st = fl_tensor_view(out, y2, x->ndim, ys);
+    if (st == FL_OK && fl_any_requires_grad(3, ts)) {
+        fl_node *n = NULL;
+        st = fl_node_new(&n, "LinearBackward", linear_bwd, 3, ts);
+        if (st == FL_OK) {
+            fl_autograd_attach(*out, n);
+            /* The (possibly rounded) operands the forward GEMM used: backward reuses them. */
+            fl_node_save(n, 0, xc);
+            fl_node_save(n, 1, wc);
+            n->iargs[0] = cdt;
+        }
+    }
+    fl_tensor_release(x2);
+    fl_tensor_release(xc);
+    fl_tensor_release(wc);
+    fl_tensor_release(y2);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}

@@ -1,0 +1,36 @@
+/* nn.h — differentiable neural-network ops: argument checks with shapes in the messages, fp32
+ * conversion of bf16/fp16 inputs, the CPU kernels of core/cpu/cpu_nn.h, and autograd nodes saving
+ * what backward needs. Results are new tensors (refcount 1) in *out; FP8 inputs are refused. */
+#ifndef FL_NN_H
+#define FL_NN_H
+#include "tensor.h"
+#include "rng.h"
+
+/* y = x·Wᵀ + b for x [..., in], W [out, in], b [out] or NULL: one GEMM reading W in place (no
+ * transposed copy). Backward: dX = dY·W, dW = dYᵀ·X (over all leading dims), db = Σ dY.
+ * Under autocast bf16/fp16 the GEMMs run in that dtype with fp32 results. */
+fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b);
+
+fl_status fl_relu(fl_tensor **out, const fl_tensor *x);
+/* approx: 0 exact (erf), 1 tanh */
+fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx);
+/* Over the last dim. */
+fl_status fl_softmax(fl_tensor **out, const fl_tensor *x);
+fl_status fl_log_softmax(fl_tensor **out, const fl_tensor *x);
+/* logits [..., C], target [...] holding class indices (any non-FP8 dtype, integral values); mean
+ * over rows whose target != ignore_index. 0-d result. */
+fl_status fl_cross_entropy(fl_tensor **out, const fl_tensor *logits, const fl_tensor *target,
+                           int64_t ignore_index, double label_smoothing);
+/* mean((x - y)²); y needs the same shape (it may require grad too). */
+fl_status fl_mse_loss(fl_tensor **out, const fl_tensor *x, const fl_tensor *y);
+/* Over the last dim; w, b [last dim] or NULL. */
+fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, double eps);
+/* idx [...] integral values in [0, vocab), weight [vocab, dim] → [..., dim] */
+fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *weight);
+/* Inverted dropout. Not training or p == 0: x itself (retained). rng NULL: fl_default_rng(); its
+ * seed and counter pick the mask and the counter advances past the blocks used. */
+fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool training, fl_rng *rng);
+/* q, k, v [B, H, T, D] → [B, H, T, D]; scale <= 0 means 1/√D; causal masks j > i. */
+fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const fl_tensor *v, bool causal, double scale);
+
+#endif

@@ -1,0 +1,376 @@
+/* ops_grad.c — the differentiable front of the generic ops (ops.h): each runs its history-free half
+ * (ops_raw.h, tensor.c) and, when grad mode is on and an input requires grad, records a node whose
+ * backward is defined next to it. Gradients are fp32. */
+#include "ops_raw.h"
+#include "autograd.h"
+#include <math.h>
+#include <string.h>
+
+/* Attach a new node to *out (releasing *out on failure, so callers can just return). */
+static fl_status record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
+                        const fl_tensor *const *ins) {
+    fl_node *nd;
+    fl_status st = fl_node_new(&nd, name, fn, n, ins);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; return st; }
+    fl_autograd_attach(*out, nd);
+    if (np) *np = nd;
+    return FL_OK;
+}
+
+/* Save an output through a history-free header: the output owns the node, so saving the output
+ * itself would make a reference cycle. */
+static fl_status save_detached(fl_node *n, int slot, const fl_tensor *t) {
+    fl_tensor *d;
+    FL_TRY(fl_tensor_detach(&d, t));
+    fl_node_save(n, slot, d);
+    fl_tensor_release(d);
+    return FL_OK;
+}
+
+/* g (full shape) summed down to input i's shape into gin[i]; takes over the caller's reference to g. */
+static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in) {
+    fl_status st = fl_sum_to_shape(gin, g, in->ndim, in->shape);
+    fl_tensor_release(g);
+    return st;
+}
+
+/* ---- binary ------------------------------------------------------------------------------- */
+
+static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    fl_binop op = (fl_binop)n->iargs[0];
+    const fl_tensor *a = n->saved[0], *b = n->saved[1];
+    for (int i = 0; i < 2; i++) {
+        if (!fl_node_input_needs_grad(n, i)) continue;
+        fl_tensor *t = NULL, *u = NULL, *v = NULL;
+        fl_status st = FL_OK;
+        switch (op) {
+        case FL_OP_ADD: t = fl_tensor_retain((fl_tensor *)g); break;
+        case FL_OP_SUB:
+            if (i == 0) t = fl_tensor_retain((fl_tensor *)g);
+            else st = fl_unary_raw(&t, FL_OP_NEG, g);
+            break;
+        case FL_OP_MUL: st = fl_binary_raw(&t, FL_OP_MUL, g, i == 0 ? b : a); break;
+        case FL_OP_DIV:
+            if (i == 0) { st = fl_binary_raw(&t, FL_OP_DIV, g, b); break; }
+            /* d(a/b)/db = -a/b² */
+            st = fl_binary_raw(&u, FL_OP_MUL, g, a);
+            if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_MUL, b, b);
+            if (st == FL_OK) {
+                fl_tensor *w = NULL;
+                st = fl_binary_raw(&w, FL_OP_DIV, u, v);
+                if (st == FL_OK) st = fl_unary_raw(&t, FL_OP_NEG, w);
+                fl_tensor_release(w);
+            }
+            break;
+        default: break;
+        }
+        fl_tensor_release(u);
+        fl_tensor_release(v);
+        if (st != FL_OK) { fl_tensor_release(t); return st; }
+        FL_TRY(reduce_into(&gin[i], t, n->inputs[i]));
+    }
+    return FL_OK;
+}
+
+static const char *const binary_names[FL_BINOP_COUNT] = { "AddBackward", "SubBackward", "MulBackward", "DivBackward" };
+
+fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
+    FL_TRY(fl_binary_raw(out, op, a, b));
+    const fl_tensor *ins[2] = { a, b };
+    if (!fl_any_requires_grad(2, ins)) return FL_OK;
+    fl_node *n;
+    FL_TRY(record(out, &n, binary_names[op], binary_bwd, 2, ins));
+    n->iargs[0] = op;
+    if (op == FL_OP_MUL || op == FL_OP_DIV) { fl_node_save(n, 0, a); fl_node_save(n, 1, b); }
+    return FL_OK;
+}
+
+static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    fl_binop op = (fl_binop)n->iargs[0];
+    bool first = n->iargs[1] != 0;
+    double s = n->dargs[0];
+    switch (op) {
+    case FL_OP_ADD: gin[0] = fl_tensor_retain((fl_tensor *)g); return FL_OK;
+    case FL_OP_SUB: if (!first) { gin[0] = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
+                    return fl_unary_raw(&gin[0], FL_OP_NEG, g);
+    case FL_OP_MUL: return fl_binary_scalar_raw(&gin[0], FL_OP_MUL, g, s, false);
+    case FL_OP_DIV: {
+        if (!first) return fl_binary_scalar_raw(&gin[0], FL_OP_DIV, g, s, false);
+        /* d(s/a)/da = -s/a² */
+        fl_tensor *a2 = NULL, *t = NULL;
+        fl_status st = fl_binary_raw(&a2, FL_OP_MUL, n->saved[0], n->saved[0]);
+        if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_DIV, g, a2);
+        if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, -s, false);
+        fl_tensor_release(a2);
+        fl_tensor_release(t);
+        return st;
+    }
+    default: return FL_ERR(FL_EINVAL, "autograd: unknown binary op %d", (int)op);
+    }
+}
+
+fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first) {
+    FL_TRY(fl_binary_scalar_raw(out, op, a, s, scalar_first));
+    if (!fl_any_requires_grad(1, &a)) return FL_OK;
+    fl_node *n;
+    FL_TRY(record(out, &n, binary_names[op], binary_scalar_bwd, 1, &a));
+    n->iargs[0] = op;
+    n->iargs[1] = scalar_first;
+    n->dargs[0] = s;
+    if (op == FL_OP_DIV && scalar_first) fl_node_save(n, 0, a);
+    return FL_OK;
+}
+
+/* ---- unary -------------------------------------------------------------------------------- */
+
+static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    fl_unop op = (fl_unop)n->iargs[0];
+    const fl_tensor *x = n->saved[0];     /* input (abs, log) or output (exp, sqrt) */
+    switch (op) {
+    case FL_OP_NEG: return fl_unary_raw(&gin[0], FL_OP_NEG, g);
+    case FL_OP_EXP: return fl_binary_raw(&gin[0], FL_OP_MUL, g, x);
+    case FL_OP_LOG: return fl_binary_raw(&gin[0], FL_OP_DIV, g, x);
+    case FL_OP_SQRT: {
+        fl_tensor *t = NULL;
+        fl_status st = fl_binary_raw(&t, FL_OP_DIV, g, x);
+        if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, 0.5, false);
+        fl_tensor_release(t);
+        return st;
+    }
+    case FL_OP_ABS: {
+        /* sign(x)·g, with sign(0) = 0 as in PyTorch */
+        fl_tensor *xs = NULL, *r = NULL;
+        FL_TRY(fl_tensor_to(&xs, x, FL_F32));
+        fl_status st = fl_tensor_to(&r, g, FL_F32);
+        if (st == FL_OK) {
+            const float *px = fl_tensor_data(xs);
+            float *pr = fl_tensor_data(r);
+            for (int64_t i = 0, m = fl_tensor_numel(r); i < m; i++) pr[i] = px[i] > 0 ? pr[i] : px[i] < 0 ? -pr[i] : 0.0f;
+        }
+        fl_tensor_release(xs);
+        if (st != FL_OK) { fl_tensor_release(r); return st; }
+        gin[0] = r;
+        return FL_OK;
+    }
+    default: return FL_ERR(FL_EINVAL, "autograd: unknown unary op %d", (int)op);
+    }
+}
+
+static const char *const unary_names[FL_UNOP_COUNT] = { "AbsBackward", "NegBackward", "ExpBackward", "LogBackward", "SqrtBackward" };
+
+fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
+    FL_TRY(fl_unary_raw(out, op, a));
+    if (!fl_any_requires_grad(1, &a)) return FL_OK;
+    fl_node *n;
+    FL_TRY(record(out, &n, unary_names[op], unary_bwd, 1, &a));
+    n->iargs[0] = op;
+    if (op == FL_OP_ABS || op == FL_OP_LOG) fl_node_save(n, 0, a);
+    else if (op == FL_OP_EXP || op == FL_OP_SQRT) FL_TRY(save_detached(n, 0, *out));
+    return FL_OK;
+}
+
+/* ---- reductions --------------------------------------------------------------------------- */
+
+static fl_status reduce_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *in = n->inputs[0];
+    bool mean = n->iargs[0] == FL_OP_MEAN;
+    int dim = (int)n->iargs[1];
+    int64_t count = dim < 0 ? fl_tensor_numel(in) : in->shape[dim];
+    double f = mean ? (count ? 1.0 / (double)count : NAN) : 1.0;
+    fl_tensor *k = NULL, *e = NULL;
+    fl_status st;
+    if (dim < 0) {
+        float v;
+        FL_TRY(fl_tensor_read_f32(g, &v));
+        return fl_tensor_full(&gin[0], FL_F32, in->ndim, in->shape, v * f, in->device);
+    }
+    int64_t ks[FL_MAX_DIMS];
+    for (int i = 0; i < in->ndim; i++) ks[i] = i == dim ? 1 : in->shape[i];
+    st = fl_tensor_reshape(&k, g, in->ndim, ks);
+    if (st == FL_OK) st = fl_tensor_expand(&e, k, in->ndim, in->shape);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, e, f, false);
+    fl_tensor_release(k);
+    fl_tensor_release(e);
+    return st;
+}
+
+fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
+    FL_TRY(fl_reduce_raw(out, op, a, dim, keepdim));
+    /* max/min/amax are used for statistics (scales, logging); they carry no history. */
+    if ((op != FL_OP_SUM && op != FL_OP_MEAN) || !fl_any_requires_grad(1, &a)) return FL_OK;
+    fl_node *n;
+    FL_TRY(record(out, &n, op == FL_OP_SUM ? "SumBackward" : "MeanBackward", reduce_bwd, 1, &a));
+    n->iargs[0] = op;
+    bool all = dim == FL_ALL_DIMS || a->ndim == 0;
+    n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
+    n->iargs[2] = keepdim;
+    return FL_OK;
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+/* The GEMM compute dtype: autocast rounds fp32 operands to bf16/fp16 (fp32 result). */
+static void matmul_dtypes(const fl_tensor *a, const fl_tensor *b, fl_dtype *cdt, fl_dtype *odt) {
+    fl_dtype ac = fl_autocast_dtype();
+    if (a->dtype == FL_F32 && b->dtype == FL_F32 && (ac == FL_BF16 || ac == FL_F16)) { *cdt = ac; *odt = FL_F32; return; }
+    *cdt = FL_DTYPE_COUNT;   /* the promotion */
+    *odt = FL_DTYPE_COUNT;
+}
+
+static fl_status matmul_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *a = n->saved[0], *b = n->saved[1], *ia = n->inputs[0], *ib = n->inputs[1];
+    fl_dtype cdt = (fl_dtype)n->iargs[0];
+    fl_tensor *a2 = NULL, *b2 = NULL, *g2 = NULL, *t = NULL, *tt = NULL, *s = NULL;
+    int64_t shp[FL_MAX_DIMS + 2];
+    fl_status st = FL_OK;
+    /* Promote 1-D operands to matrices and put the dropped M / N dims back into g. */
+    int64_t K = a->shape[a->ndim - 1];
+    int64_t as2[2] = { 1, K }, bs2[2] = { K, 1 };
+    if (a->ndim == 1) st = fl_tensor_view(&a2, a, 2, as2); else a2 = fl_tensor_retain((fl_tensor *)a);
+    if (st == FL_OK) { if (b->ndim == 1) st = fl_tensor_view(&b2, b, 2, bs2); else b2 = fl_tensor_retain((fl_tensor *)b); }
+    if (st == FL_OK) {
+        int ng = g->ndim;
+        memcpy(shp, g->shape, sizeof(int64_t) * (size_t)ng);
+        if (b->ndim == 1) shp[ng++] = 1;
+        if (a->ndim == 1) { shp[ng] = shp[ng - 1]; shp[ng - 1] = 1; ng++; }
+        st = fl_tensor_reshape(&g2, g, ng, shp);
+    }
+    if (st == FL_OK && fl_node_input_needs_grad(n, 0)) {
+        /* dA = dY · Bᵀ (summed over broadcast batch dims) */
+        st = fl_tensor_transpose(&tt, b2, -1, -2);
+        if (st == FL_OK) st = fl_matmul_raw(&t, g2, tt, cdt, FL_F32);
+        if (st == FL_OK) st = fl_sum_to_shape(&s, t, a2->ndim, a2->shape);
+        if (st == FL_OK) st = fl_tensor_reshape(&gin[0], s, ia->ndim, ia->shape);
+        fl_tensor_release(t); fl_tensor_release(tt); fl_tensor_release(s);
+        t = tt = s = NULL;
+    }
+    if (st == FL_OK && fl_node_input_needs_grad(n, 1)) {
+        if (b2->ndim == 2 && a2->ndim > 2) {
+            /* B shared across a batch: one GEMM over the flattened rows, dB = A_flatᵀ · dY_flat */
+            int64_t af[2] = { -1, K }, gf[2] = { -1, g2->shape[g2->ndim - 1] };
+            fl_tensor *af2 = NULL, *gf2 = NULL;
+            st = fl_tensor_reshape(&af2, a2, 2, af);
+            if (st == FL_OK) st = fl_tensor_reshape(&gf2, g2, 2, gf);
+            if (st == FL_OK) st = fl_tensor_transpose(&tt, af2, 0, 1);
+            if (st == FL_OK) st = fl_matmul_raw(&s, tt, gf2, cdt, FL_F32);
+            fl_tensor_release(af2); fl_tensor_release(gf2);
+        } else {
+            st = fl_tensor_transpose(&tt, a2, -1, -2);
+            if (st == FL_OK) st = fl_matmul_raw(&t, tt, g2, cdt, FL_F32);
+            if (st == FL_OK) st = fl_sum_to_shape(&s, t, b2->ndim, b2->shape);
+        }
+        if (st == FL_OK) st = fl_tensor_reshape(&gin[1], s, ib->ndim, ib->shape);
+        fl_tensor_release(t); fl_tensor_release(tt); fl_tensor_release(s);
+    }
+    fl_tensor_release(a2);
+    fl_tensor_release(b2);
+    fl_tensor_release(g2);
+    return st;
+}
+
+fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
+    *out = NULL;
+    fl_dtype cdt, odt;
+    matmul_dtypes(a, b, &cdt, &odt);
+    const fl_tensor *ins[2] = { a, b };
+    bool rec = fl_any_requires_grad(2, ins);
+    if (!rec) return fl_matmul_raw(out, a, b, cdt, odt);
+    /* Convert once and keep the converted operands for backward (no second conversion there). */
+    fl_tensor *ca = NULL, *cb = NULL;
+    fl_status st = FL_OK;
+    if (cdt != FL_DTYPE_COUNT && a->dtype != cdt && !fl_format(a->dtype)->is_fp8) st = fl_tensor_to(&ca, a, cdt);
+    else ca = fl_tensor_retain((fl_tensor *)a);
+    if (st == FL_OK) {
+        if (cdt != FL_DTYPE_COUNT && b->dtype != cdt && !fl_format(b->dtype)->is_fp8) st = fl_tensor_to(&cb, b, cdt);
+        else cb = fl_tensor_retain((fl_tensor *)b);
+    }
+    if (st == FL_OK) st = fl_matmul_raw(out, ca, cb, cdt, odt);
+    fl_node *n = NULL;
+    if (st == FL_OK) st = record(out, &n, "MatmulBackward", matmul_bwd, 2, ins);
+    if (st == FL_OK) {
+        fl_node_save(n, 0, ca);
+        fl_node_save(n, 1, cb);
+        n->iargs[0] = cdt;
+    }
+    fl_tensor_release(ca);
+    fl_tensor_release(cb);
+    return st;
+}
+
+/* ---- views and copies --------------------------------------------------------------------- */
+
+static fl_status reshape_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    return fl_tensor_reshape(&gin[0], g, n->inputs[0]->ndim, n->inputs[0]->shape);
+}
+static fl_status transpose_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    return fl_tensor_transpose(&gin[0], g, (int)n->iargs[0], (int)n->iargs[1]);
+}
+static fl_status expand_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    return fl_sum_to_shape(&gin[0], g, n->inputs[0]->ndim, n->inputs[0]->shape);
+}
+static fl_status identity_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    (void)n;
+    gin[0] = fl_tensor_retain((fl_tensor *)g);
+    return FL_OK;
+}
+/* narrow / select: zeros of the input's shape with g written into the selected part. */
+static fl_status slice_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *in = n->inputs[0];
+    fl_tensor *z = NULL, *part = NULL;
+    FL_TRY(fl_tensor_zeros(&z, FL_F32, in->ndim, in->shape, in->device));
+    fl_status st = n->iargs[3] ? fl_tensor_select(&part, z, (int)n->iargs[0], n->iargs[1])
+                               : fl_tensor_narrow(&part, z, (int)n->iargs[0], n->iargs[1], n->iargs[2]);
+    if (st == FL_OK) st = fl_tensor_copy_(part, g);
+    fl_tensor_release(part);
+    if (st != FL_OK) { fl_tensor_release(z); return st; }
+    gin[0] = z;
+    return FL_OK;
+}
+
+static fl_status view_record(fl_tensor **out, const fl_tensor *t, const char *name, fl_backward_fn fn, fl_node **np) {
+    if (!fl_any_requires_grad(1, &t)) { if (np) *np = NULL; return FL_OK; }
+    return record(out, np, name, fn, 1, &t);
+}
+
+fl_status fl_view(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape) {
+    FL_TRY(fl_tensor_view(out, t, ndim, shape));
+    return view_record(out, t, "ViewBackward", reshape_bwd, NULL);
+}
+fl_status fl_reshape(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape) {
+    FL_TRY(fl_tensor_reshape(out, t, ndim, shape));
+    return view_record(out, t, "ReshapeBackward", reshape_bwd, NULL);
+}
+fl_status fl_transpose(fl_tensor **out, const fl_tensor *t, int d0, int d1) {
+    FL_TRY(fl_tensor_transpose(out, t, d0, d1));
+    fl_node *n;
+    FL_TRY(view_record(out, t, "TransposeBackward", transpose_bwd, &n));
+    if (n) { n->iargs[0] = d0; n->iargs[1] = d1; }
+    return FL_OK;
+}
+fl_status fl_expand(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape) {
+    FL_TRY(fl_tensor_expand(out, t, ndim, shape));
+    return view_record(out, t, "ExpandBackward", expand_bwd, NULL);
+}
+fl_status fl_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t start, int64_t length) {
+    FL_TRY(fl_tensor_narrow(out, t, dim, start, length));
+    fl_node *n;
+    FL_TRY(view_record(out, t, "NarrowBackward", slice_bwd, &n));
+    if (n) { n->iargs[0] = dim < 0 ? dim + t->ndim : dim; n->iargs[1] = start; n->iargs[2] = length; n->iargs[3] = 0; }
+    return FL_OK;
+}
+fl_status fl_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t index) {
+    FL_TRY(fl_tensor_select(out, t, dim, index));
+    fl_node *n;
+    FL_TRY(view_record(out, t, "SelectBackward", slice_bwd, &n));
+    if (n) { n->iargs[0] = dim < 0 ? dim + t->ndim : dim; n->iargs[1] = index; n->iargs[3] = 1; }
+    return FL_OK;
+}
+fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t) {
+    FL_TRY(fl_tensor_contiguous(out, t));
+    if (*out == t) return FL_OK;    /* already contiguous: the same tensor, with its own history */
+    return view_record(out, t, "ContiguousBackward", identity_bwd, NULL);
+}
+fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
+    FL_TRY(fl_tensor_to(out, t, dt));
+    return view_record(out, t, "ToBackward", identity_bwd, NULL);
+}

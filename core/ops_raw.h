@@ -1,0 +1,16 @@
+/* ops_raw.h — the history-free halves of the differentiable ops in ops.h, for the autograd layer
+ * (core/ops_grad.c, core/linear.c, core/nn.c) and backward functions. They never record nodes. */
+#ifndef FL_OPS_RAW_H
+#define FL_OPS_RAW_H
+#include "ops.h"
+
+fl_status fl_binary_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b);
+fl_status fl_binary_scalar_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first);
+fl_status fl_unary_raw(fl_tensor **out, fl_unop op, const fl_tensor *a);
+fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim);
+/* Matmul with explicit compute dtype cdt (inputs converted to it when they differ; FL_DTYPE_COUNT:
+ * the promotion of the inputs) and output dtype odt (FL_DTYPE_COUNT: cdt). Transposed views of
+ * either operand are read in place. */
+fl_status fl_matmul_raw(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, fl_dtype cdt, fl_dtype odt);
+
+#endif

@@ -1,0 +1,37 @@
+/* optim.h — fused optimizer updates (SGD, AdamW) and the gradient helpers of clip_grad_norm_.
+ * One pass over memory per parameter, SIMD inner loops, OpenMP across threads for large tensors.
+ * Optimizer states are separate tensor arguments so that later states of other dtypes (MS-AMP O2:
+ * E4M3 m, fp16 v) can get their own step functions without changing the callers' shape. */
+#ifndef FL_OPTIM_H
+#define FL_OPTIM_H
+#include <stdbool.h>
+#include "tensor.h"
+
+/* PyTorch torch.optim.SGD, one parameter:
+ *   d = g + wd·p;  momentum ≠ 0: buf = first_step ? d : momentum·buf + (1−dampening)·d,
+ *   d = nesterov ? d + momentum·buf : buf;   p −= lr·d.
+ * p, g (and buf when momentum ≠ 0) are contiguous fp32 tensors with the same number of elements.
+ * buf may be NULL only when momentum == 0. */
+fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *momentum_buf, double lr, double momentum,
+                      double dampening, double weight_decay, bool nesterov, bool first_step);
+
+/* PyTorch torch.optim.AdamW (amsgrad=false), with its order of operations:
+ *   p *= 1 − lr·wd;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;
+ *   bc1 = 1 − β1^step, bc2 = 1 − β2^step;  denom = √v / √bc2 + eps;  p −= (lr/bc1) · m / denom.
+ * step counts from 1 (the step being taken). p, g, m, v contiguous fp32, same element count. */
+fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, double lr, double beta1,
+                        double beta2, double eps, double weight_decay, int64_t step);
+
+/* The raw kernels behind them (n contiguous floats), for callers that already hold buffers. Scalars
+ * are double so that derived ones (1−β2, 1−lr·wd) are formed before rounding to fp32, as PyTorch does. */
+void fl_sgd_kernel_f32(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
+                       double weight_decay, bool nesterov, bool first_step);
+void fl_adamw_kernel_f32(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
+                         double beta2, double eps, double weight_decay, int64_t step);
+
+/* Σ x² over a tensor of any float dtype and layout, accumulated in double (clip_grad_norm_). */
+fl_status fl_sumsq(const fl_tensor *t, double *out);
+/* t *= s in place (fp32 tensor, any layout). */
+fl_status fl_scale_(fl_tensor *t, double s);
+
+#endif

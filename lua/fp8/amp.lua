@@ -1,0 +1,210 @@
+-- fp8.amp — the mixed-precision switch ("no" | "bf16" | "fp16", the values Accelerate's
+-- mixed_precision takes; "fp8" joins later) mapped onto fp8.set_autocast_dtype, and GradScaler,
+-- the dynamic loss scaler fp16 needs (GradScalerKwargs defaults, FP8-SPEC §5).
+local C = require "fp8._data"
+
+local M = {}
+
+-- mode -> autocast dtype. "fp32" is accepted as a synonym of "no".
+M.MODES = { no = "fp32", fp32 = "fp32", bf16 = "bf16", fp16 = "fp16" }
+M.MODE_NAMES = "no, bf16, fp16"
+
+local function fp8mod()
+  local fp8 = require "fp8"
+  if type(fp8.set_autocast_dtype) ~= "function" or type(fp8.autocast_dtype) ~= "function" then
+    error("mixed precision needs fp8.set_autocast_dtype (the autograd engine), which this build lacks", 3)
+  end
+  return fp8
+end
+
+-- The autocast dtype for a mixed-precision mode; an unknown mode is an error listing the valid ones.
+function M.dtype_for(mode, level)
+  local dt = type(mode) == "string" and M.MODES[mode:lower()]
+  if not dt then
+    error(("mixed precision must be one of %s; got %s"):format(M.MODE_NAMES,
+      type(mode) == "string" and ("'" .. mode .. "'") or type(mode)), (level or 1) + 1)
+  end
+  return dt
+end
+
+-- set_mixed_precision(mode) switches autocast for the rest of the program; returns the previous dtype.
+function M.set_mixed_precision(mode)
+  local dt = M.dtype_for(mode, 2)
+  local fp8 = fp8mod()
+  local prev = fp8.autocast_dtype()
+  fp8.set_autocast_dtype(dt)
+  return prev
+end
+
+-- autocast(mode, fn, ...) runs fn(...) with the mode's autocast on and restores the previous
+-- setting afterwards, also when fn raises (the error is passed on unchanged).
+function M.autocast(mode, fn, ...)
+  local dt = M.dtype_for(mode, 2)
+  if type(fn) ~= "function" then error(("autocast: expected a function as argument #2, got %s"):format(type(fn)), 2) end
+  local fp8 = fp8mod()
+  local prev = fp8.autocast_dtype()
+  fp8.set_autocast_dtype(dt)
+  local res = table.pack(pcall(fn, ...))
+  fp8.set_autocast_dtype(prev)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- ---- GradScaler ---------------------------------------------------------------------------
+
+local GradScaler = {}
+GradScaler.__index = GradScaler
+GradScaler.__name = "GradScaler"
+M.GradScaler = GradScaler
+
+local DEFAULTS = { init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true }
+local KEYS = { "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled" }
+
+setmetatable(GradScaler, { __call = function(_, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error(("GradScaler: expected an options table, got %s"):format(type(opts)), 2) end
+  local valid = {}
+  for _, k in ipairs(KEYS) do valid[k] = true end
+  for k in pairs(opts) do
+    if not valid[k] then error(("GradScaler: unknown option '%s' (valid: %s)"):format(tostring(k), table.concat(KEYS, ", ")), 2) end
+  end
+  local o = {}
+  for _, k in ipairs(KEYS) do if opts[k] == nil then o[k] = DEFAULTS[k] else o[k] = opts[k] end end
+  local function num(k, cond, what)
+    if type(o[k]) ~= "number" or not cond(o[k]) then
+      error(("GradScaler: %s must be %s, got %s"):format(k, what, tostring(o[k])), 3)
+    end
+  end
+  num("init_scale", function(v) return v > 0 and v < math.huge end, "a finite number > 0")
+  num("growth_factor", function(v) return v > 1 and v < math.huge end, "a number > 1")
+  num("backoff_factor", function(v) return v > 0 and v < 1 end, "a number in (0, 1)")
+  num("growth_interval", function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1")
+  if type(o.enabled) ~= "boolean" then error(("GradScaler: enabled must be a boolean, got %s"):format(type(o.enabled)), 2) end
+  return setmetatable({
+    _scale = o.init_scale, growth_factor = o.growth_factor, backoff_factor = o.backoff_factor,
+    growth_interval = o.growth_interval, enabled = o.enabled,
+    _growth_tracker = 0,      -- clean steps since the last growth or backoff
+    _unscaled = false,        -- grads of this step already unscaled (by unscale_ or step)
+    found_inf = false,        -- this step's grads had inf/NaN
+    skipped_steps = 0, steps = 0,
+  }, GradScaler)
+end })
+
+function GradScaler:get_scale() return self.enabled and self._scale or 1.0 end
+function GradScaler:is_enabled() return self.enabled end
+
+-- scale(loss) -> loss * scale (the loss itself when disabled).
+function GradScaler:scale(loss)
+  if not self.enabled then return loss end
+  if type(loss) == "number" then return loss * self._scale end
+  return loss * self._scale
+end
+
+-- The parameters an optimizer updates: param_groups[i].params, .params, or :parameters().
+local function optimizer_params(opt)
+  if type(opt) ~= "table" then error(("GradScaler: expected an optimizer, got %s"):format(type(opt)), 3) end
+  local out = {}
+  if type(opt.param_groups) == "table" then
+    for _, g in ipairs(opt.param_groups) do
+      for _, p in ipairs(g.params or g) do out[#out + 1] = p end
+    end
+    return out
+  end
+  if type(opt.params) == "table" then return opt.params end
+  if type(opt.parameters) == "function" then return opt:parameters() end
+  error("GradScaler: cannot find the optimizer's parameters (expected param_groups or params)", 3)
+end
+
+local function grad_of(p)
+  local g = p.grad
+  if type(g) == "function" then g = p:grad() end
+  return g
+end
+
+-- unscale_(optimizer): divide every gradient by the scale in place, and note whether any had inf/NaN.
+-- Call it before gradient clipping; step() then does not unscale again.
+function GradScaler:unscale_(optimizer)
+  if not self.enabled then return end
+  if self._unscaled then error("GradScaler: unscale_() was already called since the last update()", 2) end
+  local inv = 1.0 / self._scale
+  local found = false
+  for _, p in ipairs(optimizer_params(optimizer)) do
+    local g = grad_of(p)
+    if g ~= nil and C.unscale_(g, inv) then found = true end
+  end
+  self.found_inf = found
+  self._unscaled = true
+end
+
+-- step(optimizer, ...) -> true when the optimizer stepped, false when skipped for inf/NaN grads.
+function GradScaler:step(optimizer, ...)
+  if type(optimizer) ~= "table" or type(optimizer.step) ~= "function" then
+    error(("GradScaler:step: expected an optimizer with :step(), got %s"):format(type(optimizer)), 2)
+  end
+  self.steps = self.steps + 1
+  if not self.enabled then optimizer:step(...); return true end
+  if not self._unscaled then self:unscale_(optimizer) end
+  if self.found_inf then
+    self.skipped_steps = self.skipped_steps + 1
+    return false
+  end
+  optimizer:step(...)
+  return true
+end
+
+-- update([new_scale]): back off after an overflow, grow after growth_interval clean steps.
+function GradScaler:update(new_scale)
+  if not self.enabled then return end
+  if new_scale ~= nil then
+    if type(new_scale) ~= "number" or not (new_scale > 0 and new_scale < math.huge) then
+      error(("GradScaler:update: new_scale must be a finite number > 0, got %s"):format(tostring(new_scale)), 2)
+    end
+    self._scale = new_scale
+    self._growth_tracker = 0
+  elseif self.found_inf then
+    self._scale = self._scale * self.backoff_factor
+    self._growth_tracker = 0
+  else
+    self._growth_tracker = self._growth_tracker + 1
+    if self._growth_tracker == self.growth_interval then
+      local grown = self._scale * self.growth_factor
+      if grown < math.huge then self._scale = grown end   -- torch keeps the scale finite too
+      self._growth_tracker = 0
+    end
+  end
+  self.found_inf = false
+  self._unscaled = false
+end
+
+function GradScaler:state_dict()
+  if not self.enabled then return {} end
+  return { scale = self._scale, growth_factor = self.growth_factor, backoff_factor = self.backoff_factor,
+           growth_interval = self.growth_interval, _growth_tracker = self._growth_tracker }
+end
+
+function GradScaler:load_state_dict(sd)
+  if type(sd) ~= "table" then error(("GradScaler:load_state_dict: expected a table, got %s"):format(type(sd)), 2) end
+  if sd.scale ~= nil then self._scale = sd.scale end
+  for _, k in ipairs { "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" } do
+    if sd[k] ~= nil then self[k] = sd[k] end
+  end
+end
+
+function GradScaler:__tostring()
+  return ("GradScaler(scale=%g, growth_tracker=%d/%d, skipped=%d%s)"):format(self._scale, self._growth_tracker,
+    self.growth_interval, self.skipped_steps, self.enabled and "" or ", disabled")
+end
+
+local ok, help = pcall(require, "fp8.help")
+if ok and help.add then
+  help.add { section = "Other", name = "amp.autocast", sig = "fp8.amp.autocast(mode, fn, ...)",
+    doc = "Runs fn(...) with mixed precision mode \"no\" | \"bf16\" | \"fp16\" (GEMM inputs rounded to that dtype,\n"
+       .. "fp32 accumulation, fp32 master weights) and restores the previous mode, also on error.\n"
+       .. "fp8.amp.set_mixed_precision(mode) switches it for good." }
+  help.add { section = "Other", name = "amp.GradScaler",
+    sig = "fp8.amp.GradScaler{init_scale=65536, growth_factor=2, backoff_factor=0.5, growth_interval=2000, enabled=true}",
+    doc = "Dynamic loss scaling for fp16: scaler:scale(loss):backward(); scaler:step(opt) (skipped when a grad has\n"
+       .. "inf/NaN); scaler:update() (backoff on overflow, growth after growth_interval clean steps); :get_scale()." }
+end
+
+return M

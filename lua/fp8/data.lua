@@ -1,0 +1,409 @@
+-- fp8.data — datasets and batching: FashionMNIST (IDX .gz files of Debian's dataset-fashion-mnist),
+-- TextDataset (character level, any text file) and DataLoader (seeded shuffling, fast C gather).
+require "fp8.core"                 -- the tensor class must exist before we make tensors
+local C = require "fp8._data"
+
+local M = {}
+
+M.FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
+-- Mean and std of the Fashion-MNIST training pixels (x/255), the usual normalisation constants.
+M.FASHION_MNIST_MEAN = 0.2860
+M.FASHION_MNIST_STD = 0.3530
+
+M.clock = C.clock                  -- wall seconds, monotonic (scripts time their runs with it)
+M.isatty = C.isatty
+
+-- ---- option checking ----------------------------------------------------------------------
+
+-- opts must be a table whose keys are all in `valid` (a list); errors name the unknown key and the valid ones.
+local function check_keys(fname, opts, valid, level, positional)
+  if type(opts) ~= "table" then
+    error(("%s: expected an options table {%s=...}, got %s"):format(fname, valid[1], type(opts)), level + 1)
+  end
+  local ok = {}
+  for _, k in ipairs(valid) do ok[k] = true end
+  for k in pairs(opts) do
+    if not ok[k] and not (positional and k == 1) then
+      error(("%s: unknown option '%s' (valid: %s)"):format(fname, tostring(k), table.concat(valid, ", ")), level + 1)
+    end
+  end
+end
+
+local function opt_type(fname, opts, key, want, default, level)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= want then
+    error(("%s: %s must be a %s, got %s"):format(fname, key, want, type(v)), level + 1)
+  end
+  return v
+end
+
+local function opt_int(fname, opts, key, default, min, level)
+  local v = opts[key]
+  if v == nil then return default end
+  if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v) and v == v) then
+    error(("%s: %s must be an integer, got %s"):format(fname, key, type(v) == "number" and tostring(v) or type(v)), level + 1)
+  end
+  v = math.tointeger(v)
+  if v < min then error(("%s: %s must be >= %d, got %d"):format(fname, key, min, v), level + 1) end
+  return v
+end
+
+local function file_exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+local function check_index(fname, i, n)
+  if math.type(i) ~= "integer" then
+    if type(i) == "number" and i == math.floor(i) then i = math.tointeger(i)
+    else error(("%s: index must be an integer, got %s"):format(fname, type(i) == "number" and tostring(i) or type(i)), 3) end
+  end
+  if i < 1 or i > n then
+    error(("%s: index %d out of range 1..%d%s"):format(fname, i, n, i == 0 and " (indices are 1-based)" or ""), 3)
+  end
+  return i
+end
+
+-- Datasets share this metatable shape: #ds, ds[i] -> {x, y}, ds:get(i) -> x, y.
+local function dataset_class(name)
+  local cls = {}
+  cls.__name = name
+  cls.__len = function(self) return self.n end
+  cls.__index = function(self, k)
+    if type(k) == "number" then return { cls.get(self, k) } end
+    return cls[k]
+  end
+  cls.__tostring = function(self) return self:_describe() end
+  return cls
+end
+
+-- ---- FashionMNIST -------------------------------------------------------------------------
+
+local FashionMNIST = dataset_class("FashionMNIST")
+M.FashionMNIST = FashionMNIST
+FashionMNIST.classes = { "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot" }
+
+-- The file for `stem` under root: the .gz Debian ships, or an unpacked copy.
+local function idx_file(root, stem)
+  local gz = root .. "/" .. stem .. ".gz"
+  if file_exists(gz) then return gz end
+  if file_exists(root .. "/" .. stem) then return root .. "/" .. stem end
+  return gz
+end
+
+local function load_fashion(opts, level)
+  local fname = "FashionMNIST"
+  check_keys(fname, opts, { "root", "train", "normalize", "limit" }, level + 1)
+  local root = opt_type(fname, opts, "root", "string", M.FASHION_MNIST_ROOT, level + 1)
+  local train = opt_type(fname, opts, "train", "boolean", true, level + 1)
+  local limit = opt_int(fname, opts, "limit", nil, 1, level + 1)
+  local mean, std = 0, 0
+  local norm = opts.normalize
+  if norm == nil or norm == false then
+    mean, std = 0, 0
+  elseif norm == true then
+    mean, std = M.FASHION_MNIST_MEAN, M.FASHION_MNIST_STD
+  elseif type(norm) == "table" and type(norm[1] or norm.mean) == "number" and type(norm[2] or norm.std) == "number" then
+    mean, std = norm[1] or norm.mean, norm[2] or norm.std
+    if std <= 0 then error(("%s: normalize std must be > 0, got %g"):format(fname, std), level + 1) end
+  else
+    error(("%s: normalize must be a boolean or {mean, std}, got %s"):format(fname, type(norm)), level + 1)
+  end
+  local split = train and "train" or "t10k"
+  local ipath = idx_file(root, split .. "-images-idx3-ubyte")
+  local lpath = idx_file(root, split .. "-labels-idx1-ubyte")
+  for _, p in ipairs { ipath, lpath } do
+    if not file_exists(p) then
+      error(("%s: %s: No such file or directory — install Debian's dataset-fashion-mnist package "
+             .. "(apt-get install dataset-fashion-mnist) or pass root=..."):format(fname, p), level + 1)
+    end
+  end
+  local ok, images, rows, cols = pcall(C.load_images, ipath, mean, std)
+  if not ok then error(fname .. ": " .. tostring(images), level + 1) end
+  local ok2, labels = pcall(C.load_labels, lpath)
+  if not ok2 then error(fname .. ": " .. tostring(labels), level + 1) end
+  local n = images:size(1)
+  if labels:size(1) ~= n then
+    error(("%s: %s has %d images but %s has %d labels"):format(fname, ipath, n, lpath, labels:size(1)), level + 1)
+  end
+  if limit and limit < n then
+    -- contiguous copies, so the full arrays can be freed
+    images = images:narrow(1, 1, limit):contiguous()
+    labels = labels:narrow(1, 1, limit):contiguous()
+    n = limit
+  end
+  return setmetatable({ images = images, labels = labels, n = n, rows = rows, cols = cols,
+                        train = train, root = root, mean = mean, std = std }, FashionMNIST)
+end
+
+-- FashionMNIST{root=, train=true, normalize=false|true|{mean, std}, limit=N}
+setmetatable(FashionMNIST, { __call = function(_, opts) return load_fashion(opts or {}, 2) end })
+
+function FashionMNIST:get(i)
+  i = check_index("FashionMNIST", i, self.n)
+  return self.images[i], math.tointeger(self.labels[i])
+end
+
+-- The DataLoader's fast path: a whole batch by C gather (indices 1-based).
+function FashionMNIST:_batch(idx)
+  return C.gather(self.images, idx), C.gather(self.labels, idx)
+end
+
+function FashionMNIST:_describe()
+  return ("FashionMNIST(%s, %d images %dx%d%s)"):format(self.train and "train" or "test", self.n, self.rows,
+    self.cols, self.std > 0 and (", normalised mean=%.4f std=%.4f"):format(self.mean, self.std) or "")
+end
+
+-- ---- TextDataset --------------------------------------------------------------------------
+
+local TextDataset = dataset_class("TextDataset")
+M.TextDataset = TextDataset
+
+-- TextDataset{path=, block_size=, text=, split="all"|"train"|"val", val_fraction=0.1}
+-- Vocabulary: the distinct bytes of the whole text, sorted (so train and val splits agree).
+local function load_text(opts, level)
+  local fname = "TextDataset"
+  check_keys(fname, opts, { "path", "block_size", "text", "split", "val_fraction" }, level + 1)
+  local path = opt_type(fname, opts, "path", "string", nil, level + 1)
+  local text = opt_type(fname, opts, "text", "string", nil, level + 1)
+  if (path == nil) == (text == nil) then
+    error(fname .. ": give exactly one of path= (a text file) or text= (a string)", level + 1)
+  end
+  if opts.block_size == nil then error(fname .. ": block_size is required (an integer >= 1)", level + 1) end
+  local block = opt_int(fname, opts, "block_size", nil, 1, level + 1)
+  local split = opt_type(fname, opts, "split", "string", "all", level + 1)
+  if split ~= "all" and split ~= "train" and split ~= "val" then
+    error(("%s: split must be one of all, train, val; got '%s'"):format(fname, split), level + 1)
+  end
+  local vf = opt_type(fname, opts, "val_fraction", "number", 0.1, level + 1)
+  if not (vf > 0 and vf < 1) then error(("%s: val_fraction must be in (0, 1), got %g"):format(fname, vf), level + 1) end
+  if path then
+    local f, err = io.open(path, "rb")
+    if not f then error(("%s: cannot open text file: %s"):format(fname, err), level + 1) end
+    text = f:read("a")
+    f:close()
+    if text == nil then error(("%s: %s: cannot read (is it a directory?)"):format(fname, path), level + 1) end
+  end
+  local tokens, vocab = C.encode_bytes(text)
+  local total = tokens:size(1)
+  if split ~= "all" then
+    local ntrain = math.floor(total * (1 - vf))
+    if split == "train" then tokens = tokens:narrow(1, 1, math.max(ntrain, 1))
+    else tokens = tokens:narrow(1, ntrain + 1, total - ntrain) end
+    tokens = tokens:contiguous()
+  end
+  local ntok = tokens:size(1)
+  if ntok < block + 1 then
+    error(("%s: %s has %d characters%s, need at least block_size + 1 = %d"):format(fname,
+      path or "the text", ntok, split ~= "all" and (" in its %s split"):format(split) or "", block + 1), level + 1)
+  end
+  local stoi, itos = {}, {}
+  for i = 1, #vocab do
+    local ch = vocab:sub(i, i)
+    stoi[ch] = i - 1
+    itos[i - 1] = ch
+  end
+  return setmetatable({ tokens = tokens, vocab = vocab, vocab_size = #vocab, block_size = block,
+                        stoi = stoi, itos = itos, n = ntok - block, path = path, split = split }, TextDataset)
+end
+
+setmetatable(TextDataset, { __call = function(_, opts) return load_text(opts or {}, 2) end })
+
+-- ds:get(i) -> x [T], y [T]: tokens i..i+T-1 and the next ones (ids 0-based).
+function TextDataset:get(i)
+  i = check_index("TextDataset", i, self.n)
+  local x, y = C.windows(self.tokens, { i }, self.block_size)
+  return x:view(self.block_size), y:view(self.block_size)
+end
+
+function TextDataset:_batch(idx)
+  return C.windows(self.tokens, idx, self.block_size)
+end
+
+-- ds:encode("text") -> 1-D tensor of ids; a character outside the vocabulary is an error naming it.
+function TextDataset:encode(s)
+  if type(s) ~= "string" then error(("encode: expected a string, got %s"):format(type(s)), 2) end
+  local ids = {}
+  for i = 1, #s do
+    local ch = s:sub(i, i)
+    local id = self.stoi[ch]
+    if not id then error(("encode: character %q (byte %d) is not in the vocabulary of %d characters"):format(ch, ch:byte(), self.vocab_size), 2) end
+    ids[i] = id
+  end
+  local fp8 = require "fp8"
+  if #ids == 0 then return fp8.zeros(0) end
+  return fp8.tensor(ids)
+end
+
+-- ds:decode(ids) with ids a tensor (any shape, read row-major) or a list of numbers -> string.
+function TextDataset:decode(ids)
+  local list
+  if type(ids) == "table" then list = ids
+  elseif type(ids) == "userdata" and ids._values then list = ids:_values()
+  else error(("decode: expected a tensor or a list of token ids, got %s"):format(type(ids)), 2) end
+  local out = {}
+  for i, id in ipairs(list) do
+    local ch = self.itos[math.tointeger(id) or -1]
+    if not ch then error(("decode: token id %s at position %d is not in 0..%d"):format(tostring(id), i, self.vocab_size - 1), 2) end
+    out[i] = ch
+  end
+  return table.concat(out)
+end
+
+function TextDataset:_describe()
+  return ("TextDataset(%s, %d tokens, vocab %d, block %d)"):format(self.path or "<string>", self.tokens:size(1),
+    self.vocab_size, self.block_size)
+end
+
+-- ---- DataLoader ---------------------------------------------------------------------------
+
+-- splitmix64: a tiny seeded generator of our own, so shuffling neither reads nor disturbs
+-- math.random or the tensor RNG (same seed + epoch → same order, whatever else the script does).
+local function splitmix(state)
+  local z = state[1] + 0x9E3779B97F4A7C15
+  state[1] = z
+  z = (z ~ (z >> 30)) * -4658895280553007687   -- 0xBF58476D1CE4E5B9
+  z = (z ~ (z >> 27)) * -7723592293110705685   -- 0x94D049BB133111EB
+  return z ~ (z >> 31)
+end
+
+local function permutation(n, seed, epoch)
+  local state = { seed * 1000003 + epoch * 0x632BE59BD9B4E019 }
+  local p = {}
+  for i = 1, n do p[i] = i end
+  for i = n, 2, -1 do
+    local j = (splitmix(state) >> 11) % i + 1      -- 53 high bits: non-negative, ample range
+    p[i], p[j] = p[j], p[i]
+  end
+  return p
+end
+
+local DataLoader = {}
+DataLoader.__name = "DataLoader"
+DataLoader.__index = DataLoader
+M.DataLoader = DataLoader
+
+local function dataset_len(ds)
+  local mt = getmetatable(ds)
+  if mt and mt.__len then return #ds end
+  if type(ds) == "table" then return #ds end
+  return nil
+end
+
+-- DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0}
+setmetatable(DataLoader, { __call = function(_, opts)
+  local fname = "DataLoader"
+  check_keys(fname, opts, { "dataset", "batch_size", "shuffle", "drop_last", "seed" }, 2, true)
+  local ds = opts.dataset or opts[1]
+  if type(ds) ~= "table" then
+    error(("%s: dataset must be a dataset (FashionMNIST, TextDataset or a table of items), got %s"):format(fname, type(ds)), 2)
+  end
+  local n = dataset_len(ds)
+  if not n or n < 1 then error(fname .. ": dataset is empty (or has no length)", 2) end
+  local self = setmetatable({
+    dataset = ds, n = n,
+    batch_size = opt_int(fname, opts, "batch_size", 1, 1, 2),
+    shuffle = opt_type(fname, opts, "shuffle", "boolean", false, 2),
+    drop_last = opt_type(fname, opts, "drop_last", "boolean", false, 2),
+    seed = opt_int(fname, opts, "seed", 0, -math.maxinteger, 2),
+    epoch = 0,          -- epochs started so far; the next one is epoch + 1
+  }, DataLoader)
+  if self.drop_last and n < self.batch_size then
+    error(("%s: drop_last with batch_size %d leaves no batch from %d items"):format(fname, self.batch_size, n), 2)
+  end
+  return self
+end })
+
+function DataLoader:__len()
+  if self.drop_last then return self.n // self.batch_size end
+  return (self.n + self.batch_size - 1) // self.batch_size
+end
+
+function DataLoader:__tostring()
+  return ("DataLoader(%d items, batch_size=%d, %d batches%s%s)"):format(self.n, self.batch_size, #self,
+    self.shuffle and (", shuffle seed=%d"):format(self.seed) or "", self.drop_last and ", drop_last" or "")
+end
+
+-- Fix the epoch number of the next iteration (the shuffle order depends on seed and epoch).
+function DataLoader:set_epoch(e)
+  if math.type(e) ~= "integer" or e < 1 then error("set_epoch: expected an integer >= 1, got " .. tostring(e), 2) end
+  self.epoch = e - 1
+end
+
+-- Generic datasets: stack items (x tensors or numbers) into batch tensors through Lua tables.
+local function stack(items)
+  local fp8 = require "fp8"
+  local first = items[1]
+  if type(first) == "number" then return fp8.tensor(items) end
+  if type(first) == "userdata" and first.totable then
+    local rows = {}
+    for i, t in ipairs(items) do rows[i] = t:totable() end
+    return fp8.tensor(rows)
+  end
+  return items   -- anything else: the list itself
+end
+
+local function slow_batch(ds, idx)
+  local xs, ys = {}, {}
+  for b, i in ipairs(idx) do
+    local x, y
+    if ds.get then x, y = ds:get(i)
+    else
+      local item = ds[i]
+      if type(item) == "table" and getmetatable(item) == nil then x, y = item[1], item[2] else x = item end
+    end
+    xs[b], ys[b] = x, y
+  end
+  return stack(xs), ys[1] ~= nil and stack(ys) or nil
+end
+
+-- loader:iter() -> an iterator over one epoch: for x, y in loader:iter() do ... end
+function DataLoader:iter()
+  self.epoch = self.epoch + 1
+  local order
+  if self.shuffle then order = permutation(self.n, self.seed, self.epoch) end
+  local nb, bs, n, ds = #self, self.batch_size, self.n, self.dataset
+  local fast = ds._batch
+  local b = 0
+  return function()
+    b = b + 1
+    if b > nb then return nil end
+    local lo = (b - 1) * bs + 1
+    local hi = math.min(lo + bs - 1, n)
+    local idx = {}
+    for k = lo, hi do idx[k - lo + 1] = order and order[k] or k end
+    if fast then return fast(ds, idx) end
+    return slow_batch(ds, idx)
+  end
+end
+
+-- `for x, y in loader do`: the generic for calls the loader with control value nil first, which
+-- starts a new epoch; later calls get the previous x and continue it.
+function DataLoader:__call(_, control)
+  if control == nil or not self._it then self._it = self:iter() end
+  local x, y = self._it()
+  if x == nil then self._it = nil end
+  return x, y
+end
+
+-- ---- help ---------------------------------------------------------------------------------
+
+local ok, help = pcall(require, "fp8.help")
+if ok and help.add then
+  local sec = "Other"
+  help.add { section = sec, name = "data.FashionMNIST", sig = "fp8.data.FashionMNIST{root=, train=true, normalize=false, limit=}",
+    doc = "Fashion-MNIST from the IDX .gz files of Debian's dataset-fashion-mnist package\n"
+       .. "(/usr/share/datasets/fashion-mnist). ds.images [N,784] fp32 in [0,1] (or (x-mean)/std with\n"
+       .. "normalize=true or {mean, std}), ds.labels [N] (0..9), ds.classes, #ds, ds:get(i) -> x, y, ds[i] -> {x, y}." }
+  help.add { section = sec, name = "data.TextDataset", sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val'}",
+    doc = "Character-level text: vocabulary = the file's distinct bytes, sorted. ds:get(i) -> x[T], y[T] (y shifted by one),\n"
+       .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string." }
+  help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0}",
+    doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
+       .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator." }
+end
+
+return M

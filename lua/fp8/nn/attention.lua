@@ -1,0 +1,50 @@
+-- attention.lua — fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0}: a fused qkv projection
+-- Linear(d, 3d), causal scaled-dot-product attention over n_head heads, an output projection, and
+-- dropout on the attention output (nanoGPT's block; input and output [B, T, n_embd]).
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local Module = require "fp8.nn.module"
+local Linear = require "fp8.nn.linear"
+local Dropout = require "fp8.nn.dropout"
+local F = require "fp8.nn.functional"
+
+local CausalSelfAttention = Module.class("CausalSelfAttention")
+
+function CausalSelfAttention:__init(cfg)
+  if type(cfg) ~= "table" then
+    error(("CausalSelfAttention: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(type(cfg)), 3)
+  end
+  local d, h = cfg.n_embd, cfg.n_head
+  if math.type(d) ~= "integer" or d <= 0 then
+    error(("CausalSelfAttention: n_embd must be a positive integer, got %s"):format(tostring(d)), 3)
+  end
+  if math.type(h) ~= "integer" or h <= 0 or d % h ~= 0 then
+    error(("CausalSelfAttention: n_head must be a positive integer dividing n_embd=%d, got %s"):format(d, tostring(h)), 3)
+  end
+  self.n_embd, self.n_head = d, h
+  self.qkv = Linear(d, 3 * d, cfg.bias ~= false)
+  self.proj = Linear(d, d, cfg.bias ~= false)
+  self.resid_dropout = Dropout(cfg.dropout or 0)
+end
+
+function CausalSelfAttention:forward(x)
+  if not fp8.is_tensor(x) or x:dim() ~= 3 or x:size(3) ~= self.n_embd then
+    error(("expected input [B, T, %d], got %s"):format(self.n_embd,
+      fp8.is_tensor(x) and Module._shape_str(x) or type(x)), 0)
+  end
+  local B, T, C = x:size(1), x:size(2), x:size(3)
+  local H = self.n_head
+  local D = C // H
+  local qkv = self.qkv(x)                                  -- [B, T, 3C]
+  -- split into q, k, v and move heads forward: [B, T, C] → [B, T, H, D] → [B, H, T, D]
+  local function head(i)
+    return qkv:narrow(3, i * C + 1, C):reshape { B, T, H, D }:transpose(2, 3):contiguous()
+  end
+  local q, k, v = head(0), head(1), head(2)
+  local y = F.scaled_dot_product_attention(q, k, v, { is_causal = true })   -- [B, H, T, D]
+  y = y:transpose(2, 3):contiguous():reshape { B, T, C }
+  return self.resid_dropout(self.proj(y))
+end
+
+function CausalSelfAttention:extra_repr() return ("n_embd=%d, n_head=%d"):format(self.n_embd, self.n_head) end
+
+return CausalSelfAttention

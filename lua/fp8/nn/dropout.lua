@@ -1,0 +1,24 @@
+-- dropout.lua — fp8.nn.Dropout(p=0.5): zeroes elements with probability p in training and scales
+-- the rest by 1/(1-p); the identity in eval mode.
+local Module = require "fp8.nn.module"
+local F = require "fp8.nn.functional"
+
+local Dropout = Module.class("Dropout")
+
+function Dropout:__init(p)
+  if type(p) == "table" then p = p.p end
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    error(("Dropout: p must be a probability in [0, 1], got %s"):format(tostring(p)), 3)
+  end
+  self.p = p
+end
+
+function Dropout:forward(x)
+  if not self.training or self.p == 0 then return x end
+  return F.dropout(x, self.p, true)
+end
+
+function Dropout:extra_repr() return ("p=%g"):format(self.p) end
+
+return Dropout

@@ -1,0 +1,28 @@
+-- embedding.lua — fp8.nn.Embedding(num_embeddings, embedding_dim): a lookup table, weight N(0, 1)
+-- as in PyTorch; indices are 0-based token ids stored in a tensor.
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local Module = require "fp8.nn.module"
+local F = require "fp8.nn.functional"
+local init = require "fp8.nn.init_fns"
+
+local Embedding = Module.class("Embedding")
+
+function Embedding:__init(num, dim)
+  if type(num) == "table" then num, dim = num.num_embeddings, num.embedding_dim end
+  for what, v in pairs { num_embeddings = num, embedding_dim = dim } do
+    if math.type(v) ~= "integer" or v <= 0 then
+      error(("Embedding: %s must be a positive integer, got %s"):format(what, tostring(v)), 3)
+    end
+  end
+  self.num_embeddings, self.embedding_dim = num, dim
+  self:register_parameter("weight", init.normal({ num, dim }, 0, 1))
+end
+
+function Embedding:forward(idx)
+  if not fp8.is_tensor(idx) then error(("expected a tensor of token ids, got %s"):format(type(idx)), 0) end
+  return F.embedding(idx, self.weight)
+end
+
+function Embedding:extra_repr() return ("%d, %d"):format(self.num_embeddings, self.embedding_dim) end
+
+return Embedding

@@ -1,0 +1,172 @@
+-- functional.lua — fp8.nn.functional (alias fp8.nn.F): the differentiable NN ops implemented in C
+-- (lua/l_nn.c), re-exported with argument checks whose messages name the function and the problem.
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+
+local F = {}
+
+-- The C table comes from the autograd binding; it is looked up on first use so this file loads
+-- even in a build that lacks it (the error then says what is missing).
+local C
+local function core()
+  if C then return C end
+  local c = require "fp8.core"
+  C = rawget(c, "nn") or rawget(c, "_nn") or package.loaded["fp8._nn"]
+  if not C then
+    local ok, m = pcall(require, "fp8._nn")
+    if ok and type(m) == "table" then C = m end
+  end
+  if not C then error("fp8.nn.functional: this build has no C NN ops (lua/l_nn.c)", 3) end
+  return C
+end
+
+local function shape_str(t)
+  local s = t:shape()
+  for i = 1, #s do s[i] = tostring(s[i]) end
+  return "[" .. table.concat(s, ", ") .. "]"
+end
+
+local function check_tensor(fname, what, v)
+  if not fp8.is_tensor(v) then
+    error(("%s: %s must be a tensor, got %s"):format(fname, what, type(v)), 3)
+  end
+end
+
+local function check_opts(fname, opts, valid)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), 3) end
+  for k in pairs(opts) do
+    if not valid[k] then
+      local names = {}
+      for n in pairs(valid) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s' (valid: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+  return opts
+end
+
+-- linear(x[..., in], w[out, in] [, b[out]]) → x·wᵀ + b
+function F.linear(x, w, b)
+  check_tensor("linear", "input", x); check_tensor("linear", "weight", w)
+  if w:dim() ~= 2 then error(("linear: weight must be 2-D [out, in], got %s"):format(shape_str(w)), 2) end
+  if x:dim() < 1 or x:size(-1) ~= w:size(2) then
+    error(("linear: expected input [..., %d], got %s"):format(w:size(2), shape_str(x)), 2)
+  end
+  if b ~= nil then
+    check_tensor("linear", "bias", b)
+    if b:dim() ~= 1 or b:size(1) ~= w:size(1) then
+      error(("linear: bias must be [%d], got %s"):format(w:size(1), shape_str(b)), 2)
+    end
+  end
+  return core().linear(x, w, b)
+end
+
+function F.relu(x) check_tensor("relu", "input", x); return core().relu(x) end
+
+-- gelu(x [, approximate "none"|"tanh"]) (also {approximate=...})
+function F.gelu(x, approximate)
+  check_tensor("gelu", "input", x)
+  if type(approximate) == "table" then approximate = approximate.approximate end
+  approximate = approximate or "none"
+  if approximate ~= "none" and approximate ~= "tanh" then
+    error(("gelu: approximate must be \"none\" or \"tanh\", got %s"):format(tostring(approximate)), 2)
+  end
+  return core().gelu(x, approximate)
+end
+
+local function check_dim(fname, x, dim)
+  if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
+  local n = x:dim()
+  if dim == 0 or dim > n or dim < -n then
+    error(("%s: dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)"):format(fname, dim, n, n, n), 3)
+  end
+end
+
+function F.softmax(x, dim)
+  check_tensor("softmax", "input", x); dim = dim or -1; check_dim("softmax", x, dim)
+  return core().softmax(x, dim)
+end
+
+function F.log_softmax(x, dim)
+  check_tensor("log_softmax", "input", x); dim = dim or -1; check_dim("log_softmax", x, dim)
+  return core().log_softmax(x, dim)
+end
+
+-- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) [, {label_smoothing, ignore_index}])
+function F.cross_entropy(logits, targets, opts)
+  check_tensor("cross_entropy", "logits", logits); check_tensor("cross_entropy", "targets", targets)
+  opts = check_opts("cross_entropy", opts, { label_smoothing = true, ignore_index = true })
+  if logits:dim() ~= 2 then
+    error(("cross_entropy: logits must be [N, C], got %s (reshape [B, T, C] to [B*T, C])"):format(shape_str(logits)), 2)
+  end
+  if targets:dim() ~= 1 or targets:size(1) ~= logits:size(1) then
+    error(("cross_entropy: targets must be [%d] to match logits %s, got %s"):format(logits:size(1), shape_str(logits),
+      shape_str(targets)), 2)
+  end
+  local ls = opts.label_smoothing or 0
+  if type(ls) ~= "number" or ls < 0 or ls > 1 then
+    error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(tostring(ls)), 2)
+  end
+  return core().cross_entropy(logits, targets, opts)
+end
+
+function F.mse_loss(a, b)
+  check_tensor("mse_loss", "input", a); check_tensor("mse_loss", "target", b)
+  if shape_str(a) ~= shape_str(b) then
+    error(("mse_loss: input %s and target %s must have the same shape"):format(shape_str(a), shape_str(b)), 2)
+  end
+  return core().mse_loss(a, b)
+end
+
+-- layer_norm(x[..., C], w[C], b[C] [, eps=1e-5]) (w, b may be nil)
+function F.layer_norm(x, w, b, eps)
+  check_tensor("layer_norm", "input", x)
+  local c = x:size(-1)
+  for what, t in pairs { weight = w, bias = b } do
+    check_tensor("layer_norm", what, t)
+    if t:dim() ~= 1 or t:size(1) ~= c then
+      error(("layer_norm: %s must be [%d] to match input %s, got %s"):format(what, c, shape_str(x), shape_str(t)), 2)
+    end
+  end
+  return core().layer_norm(x, w, b, eps or 1e-5)
+end
+
+-- embedding(idx (token ids as numbers, 0-based), weight[V, D]) → [idx..., D]
+function F.embedding(idx, weight)
+  check_tensor("embedding", "indices", idx); check_tensor("embedding", "weight", weight)
+  if weight:dim() ~= 2 then error(("embedding: weight must be [num_embeddings, dim], got %s"):format(shape_str(weight)), 2) end
+  return core().embedding(idx, weight)
+end
+
+function F.dropout(x, p, training)
+  check_tensor("dropout", "input", x)
+  p = p == nil and 0.5 or p
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    error(("dropout: p must be a probability in [0, 1], got %s"):format(tostring(p)), 2)
+  end
+  if training == nil then training = true end
+  if not training or p == 0 then return x end
+  return core().dropout(x, p, training)
+end
+
+-- scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=true}])
+function F.scaled_dot_product_attention(q, k, v, opts)
+  check_tensor("scaled_dot_product_attention", "q", q)
+  check_tensor("scaled_dot_product_attention", "k", k)
+  check_tensor("scaled_dot_product_attention", "v", v)
+  opts = check_opts("scaled_dot_product_attention", opts, { is_causal = true, scale = true })
+  if q:dim() ~= 4 or shape_str(q) ~= shape_str(k) or shape_str(q) ~= shape_str(v) then
+    error(("scaled_dot_product_attention: q, k, v must all be [B, H, T, D], got %s, %s, %s"):format(
+      shape_str(q), shape_str(k), shape_str(v)), 2)
+  end
+  return core().scaled_dot_product_attention(q, k, v, opts)
+end
+
+-- Anything else the C table offers is reachable too (F.xyz → C.xyz).
+return setmetatable(F, {
+  __index = function(_, k)
+    local ok, c = pcall(core)
+    if ok then return c[k] end
+    return nil
+  end,
+})

@@ -1,0 +1,194 @@
+-- gpt.lua — fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0}: a small GPT-2
+-- (nanoGPT): token + position embeddings, n_layer pre-LN TransformerBlocks, a final LayerNorm and an
+-- LM head tied to the token embedding. Initialised as nanoGPT: N(0, 0.02), biases 0, and the
+-- residual projections (attn.proj, mlp's second Linear) N(0, 0.02/√(2·n_layer)).
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local Module = require "fp8.nn.module"
+local Embedding = require "fp8.nn.embedding"
+local LayerNorm = require "fp8.nn.layernorm"
+local Dropout = require "fp8.nn.dropout"
+local Sequential = require "fp8.nn.sequential"
+local TransformerBlock = require "fp8.nn.transformer"
+local F = require "fp8.nn.functional"
+local init = require "fp8.nn.init_fns"
+
+local GPT = Module.class("GPT")
+
+local REQUIRED = { "vocab_size", "block_size", "n_layer", "n_head", "n_embd" }
+local VALID = { vocab_size = true, block_size = true, n_layer = true, n_head = true, n_embd = true, dropout = true,
+                bias = true }
+
+function GPT:__init(cfg)
+  if type(cfg) ~= "table" then
+    error(("GPT: expected a config table {vocab_size=, block_size=, n_layer=, n_head=, n_embd=, dropout=}, got %s")
+      :format(type(cfg)), 3)
+  end
+  for k in pairs(cfg) do
+    if not VALID[k] then
+      error(("GPT: unknown option '%s' (valid: block_size, bias, dropout, n_embd, n_head, n_layer, vocab_size)")
+        :format(tostring(k)), 3)
+    end
+  end
+  for _, k in ipairs(REQUIRED) do
+    if math.type(cfg[k]) ~= "integer" or cfg[k] <= 0 then
+      error(("GPT: %s must be a positive integer, got %s"):format(k, tostring(cfg[k])), 3)
+    end
+  end
+  if cfg.n_embd % cfg.n_head ~= 0 then
+    error(("GPT: n_embd (%d) must be divisible by n_head (%d)"):format(cfg.n_embd, cfg.n_head), 3)
+  end
+  local c = {}
+  for k, v in pairs(cfg) do c[k] = v end
+  c.dropout = c.dropout or 0
+  self.config = c
+  self.wte = Embedding(c.vocab_size, c.n_embd)
+  self.wpe = Embedding(c.block_size, c.n_embd)
+  self.drop = Dropout(c.dropout)
+  local blocks = {}
+  for i = 1, c.n_layer do blocks[i] = TransformerBlock(c) end
+  self.blocks = Sequential(blocks)
+  self.ln_f = LayerNorm(c.n_embd)
+  self:_init_weights()
+end
+
+function GPT:_init_weights()
+  local Linear, Emb = require "fp8.nn.linear", Embedding
+  local std = 0.02
+  for _, nm in ipairs(self:named_modules()) do
+    local m = nm[2]
+    local mt = getmetatable(m)
+    if mt == Linear then
+      init.normal_(m.weight, 0, std)
+      if m.bias then init.zeros_(m.bias) end
+    elseif mt == Emb then
+      init.normal_(m.weight, 0, std)
+    end
+  end
+  -- GPT-2's scaled init of the projections that write into the residual stream
+  local scaled = std / math.sqrt(2 * self.config.n_layer)
+  for _, np in ipairs(self:named_parameters()) do
+    if np[1]:match("%.attn%.proj%.weight$") or np[1]:match("%.mlp%.2%.weight$") then
+      init.normal_(np[2], 0, scaled)
+    end
+  end
+end
+
+-- forward(idx[B, T] [, targets[B, T]]) → logits[B, T, vocab] (, loss when targets are given)
+function GPT:forward(idx, targets)
+  if not fp8.is_tensor(idx) or idx:dim() ~= 2 then
+    error(("expected token ids [B, T], got %s"):format(fp8.is_tensor(idx) and Module._shape_str(idx) or type(idx)), 0)
+  end
+  local B, T = idx:size(1), idx:size(2)
+  local c = self.config
+  if T > c.block_size then
+    error(("sequence length %d is longer than block_size %d"):format(T, c.block_size), 0)
+  end
+  local pos = fp8.arange(T)                          -- positions 0..T-1
+  local x = self.drop(self.wte(idx) + self.wpe(pos))  -- [B, T, d] + [T, d]
+  x = self.blocks(x)
+  x = self.ln_f(x)
+  local logits = F.linear(x, self.wte.weight)         -- tied head: [B, T, vocab]
+  if targets == nil then return logits end
+  if not fp8.is_tensor(targets) or targets:numel() ~= B * T then
+    error(("targets must be [%d, %d] like idx, got %s"):format(B, T,
+      fp8.is_tensor(targets) and Module._shape_str(targets) or type(targets)), 0)
+  end
+  local loss = F.cross_entropy(logits:reshape { B * T, c.vocab_size }, targets:reshape { B * T })
+  return logits, loss
+end
+
+-- A small local generator (SplitMix64) so a `seed` makes sampling reproducible without touching
+-- the global fp8 RNG stream used by training.
+local function splitmix(seed)
+  local s = seed
+  return function()
+    s = s + 0x9E3779B97F4A7C15
+    local z = s
+    z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ~ (z >> 27)) * 0x94D049BB133111EB
+    z = z ~ (z >> 31)
+    return (z >> 11) * (1.0 / 9007199254740992.0)   -- 53 bits → [0, 1)
+  end
+end
+
+-- generate(idx[B, T], max_new_tokens [, {temperature=1, top_k=nil, seed=nil}]) → idx[B, T + new]
+-- Samples one token at a time from the last position's distribution (temperature 0: greedy), in
+-- eval mode; with `seed` the draws come from a private generator, so they are reproducible.
+function GPT:generate(idx, max_new_tokens, opts)
+  if not fp8.is_tensor(idx) or idx:dim() ~= 2 then
+    error(("generate: idx must be token ids [B, T], got %s"):format(fp8.is_tensor(idx) and Module._shape_str(idx) or type(idx)), 2)
+  end
+  if math.type(max_new_tokens) ~= "integer" or max_new_tokens < 0 then
+    error(("generate: max_new_tokens must be a non-negative integer, got %s"):format(tostring(max_new_tokens)), 2)
+  end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "temperature" and k ~= "top_k" and k ~= "seed" then
+      error(("generate: unknown option '%s' (valid: seed, temperature, top_k)"):format(tostring(k)), 2)
+    end
+  end
+  local temperature = opts.temperature or 1.0
+  if type(temperature) ~= "number" or temperature < 0 then
+    error(("generate: temperature must be a number >= 0, got %s"):format(tostring(temperature)), 2)
+  end
+  local top_k = opts.top_k
+  if top_k ~= nil and (math.type(top_k) ~= "integer" or top_k < 1) then
+    error(("generate: top_k must be a positive integer, got %s"):format(tostring(top_k)), 2)
+  end
+  local rand = opts.seed and splitmix(opts.seed) or math.random
+  local V, bs = self.config.vocab_size, self.config.block_size
+  local rows = idx:totable()
+  local B = #rows
+  local function step()
+    local T = #rows[1]
+    local first = math.max(1, T - bs + 1)             -- crop the context to block_size
+    local ctx = {}
+    for b = 1, B do ctx[b] = table.move(rows[b], first, T, 1, {}) end
+    local logits = self(fp8.tensor(ctx))              -- [B, Tc, V]
+    local Tc = logits:size(2)
+    local last = logits:narrow(2, Tc, 1):reshape { B, V }:totable()
+    for b = 1, B do
+      local l = last[b]
+      local tok
+      if temperature == 0 then
+        tok = 1
+        for i = 2, V do if l[i] > l[tok] then tok = i end end
+      else
+        local cut = -math.huge
+        if top_k and top_k < V then
+          local sorted = table.move(l, 1, V, 1, {})
+          table.sort(sorted, function(a, c) return a > c end)
+          cut = sorted[top_k]
+        end
+        local mx = -math.huge
+        for i = 1, V do if l[i] > mx then mx = l[i] end end
+        local p, sum = {}, 0
+        for i = 1, V do
+          p[i] = l[i] >= cut and math.exp((l[i] - mx) / temperature) or 0
+          sum = sum + p[i]
+        end
+        local r, acc = rand() * sum, 0
+        tok = V
+        for i = 1, V do
+          acc = acc + p[i]
+          if r < acc and p[i] > 0 then tok = i break end
+        end
+      end
+      rows[b][#rows[b] + 1] = tok - 1                  -- token ids are 0-based
+    end
+  end
+  -- sampling runs in eval mode (no dropout) without recording a graph; the mode is restored after
+  local was_training = self.training
+  self:eval()
+  local run = function() for _ = 1, max_new_tokens do step() end end
+  local no_grad = (package.loaded.fp8 or {}).no_grad or fp8.no_grad
+  local ok, err
+  if no_grad then ok, err = pcall(no_grad, run) else ok, err = pcall(run) end
+  self:train(was_training)
+  if not ok then error(err, 0) end
+  return fp8.tensor(rows)
+end
+
+function GPT:extra_repr() return "" end
+
+return GPT

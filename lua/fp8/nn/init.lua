@@ -1,0 +1,57 @@
+-- fp8.nn — neural-network modules (one class per file here), the functional ops (fp8.nn.F),
+-- initialisers (fp8.nn.init) and utils (clip_grad_norm_). Loaded on first use of fp8.nn.
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local Module = require "fp8.nn.module"
+local F = require "fp8.nn.functional"
+local act = require "fp8.nn.activations"
+
+local nn = {
+  Module = Module,
+  Linear = require "fp8.nn.linear",
+  LayerNorm = require "fp8.nn.layernorm",
+  ReLU = act.ReLU,
+  GELU = act.GELU,
+  Dropout = require "fp8.nn.dropout",
+  Embedding = require "fp8.nn.embedding",
+  Sequential = require "fp8.nn.sequential",
+  CausalSelfAttention = require "fp8.nn.attention",
+  TransformerBlock = require "fp8.nn.transformer",
+  GPT = require "fp8.nn.gpt",
+  functional = F,
+  F = F,
+  init = require "fp8.nn.init_fns",
+  utils = require "fp8.nn.utils",
+}
+
+-- Parameter(t): marks a tensor as a trainable leaf (requires_grad) and returns it.
+function nn.Parameter(t)
+  if not fp8.is_tensor(t) then error(("Parameter: expected a tensor, got %s"):format(type(t)), 2) end
+  if not t:requires_grad() then t:requires_grad(true) end
+  return t
+end
+
+function nn.cross_entropy(...) return F.cross_entropy(...) end
+function nn.mse_loss(...) return F.mse_loss(...) end
+
+local help = require "fp8.help"
+local function add(name, sig, doc) help.add { section = "Other", name = name, sig = sig, doc = doc } end
+add("nn.Module", "fp8.nn.Module.class(name [, parent])",
+  "Base class of layers. m(x) runs m:forward(x). Assigning a Module or a tensor that requires grad\n"
+  .. "to self.x registers it. Methods: parameters(), named_parameters() (dotted names in order),\n"
+  .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad().")
+add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
+  "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
+add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true}])",
+  "Normalises the last dimension; weight ones, bias zeros.")
+add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
+  "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed.")
+add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0}",
+  "A small GPT-2: model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
+  .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based).")
+add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm) -> norm",
+  "Scales all gradients so their total L2 norm is at most max_norm; returns the norm before clipping.")
+add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
+  .. "layer_norm / embedding / dropout / scaled_dot_product_attention",
+  "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) [, {label_smoothing, ignore_index}]).")
+
+return nn

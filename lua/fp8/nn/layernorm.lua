@@ -1,0 +1,42 @@
+-- layernorm.lua — fp8.nn.LayerNorm(normalized_shape [, {eps=1e-5, elementwise_affine=true, bias=true}])
+-- over the last dimension; weight starts at ones, bias at zeros (PyTorch's defaults).
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local Module = require "fp8.nn.module"
+local F = require "fp8.nn.functional"
+
+local LayerNorm = Module.class("LayerNorm")
+
+function LayerNorm:__init(n, opts)
+  if type(n) == "table" and #n == 1 then n = n[1] end
+  if math.type(n) ~= "integer" or n <= 0 then
+    error(("LayerNorm: normalized_shape must be a positive integer (the last dimension), got %s"):format(tostring(n)), 3)
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then error(("LayerNorm: options must be a table, got %s"):format(type(opts)), 3) end
+  for k in pairs(opts) do
+    if k ~= "eps" and k ~= "elementwise_affine" and k ~= "bias" then
+      error(("LayerNorm: unknown option '%s' (valid: bias, elementwise_affine, eps)"):format(tostring(k)), 3)
+    end
+  end
+  self.normalized_shape = n
+  self.eps = opts.eps or 1e-5
+  self.elementwise_affine = opts.elementwise_affine ~= false
+  if self.elementwise_affine then
+    self:register_parameter("weight", fp8.ones { n })
+    if opts.bias ~= false then self:register_parameter("bias", fp8.zeros { n }) end
+  end
+end
+
+function LayerNorm:forward(x)
+  if not fp8.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if x:dim() < 1 or x:size(-1) ~= self.normalized_shape then
+    error(("expected input [..., %d], got %s"):format(self.normalized_shape, Module._shape_str(x)), 0)
+  end
+  return F.layer_norm(x, self.weight, self.bias, self.eps)
+end
+
+function LayerNorm:extra_repr()
+  return ("(%d,), eps=%g, elementwise_affine=%s"):format(self.normalized_shape, self.eps, tostring(self.elementwise_affine))
+end
+
+return LayerNorm

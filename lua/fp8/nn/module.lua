@@ -1,0 +1,392 @@
+-- module.lua — fp8.nn.Module: the class system every layer uses (Class(...) builds, instance(...)
+-- runs forward), ordered registration of parameters, buffers and submodules, train/eval, state_dict,
+-- PyTorch-style printing, and error context ("in layer 3 (Linear) forward: ...").
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+
+local Module = {}
+Module.__name = "Module"
+
+local function is_tensor(v) return fp8.is_tensor(v) end
+
+local function shape_str(t)
+  local s = t:shape()
+  for i = 1, #s do s[i] = tostring(s[i]) end
+  return "[" .. table.concat(s, ", ") .. "]"
+end
+Module._shape_str = shape_str
+
+local function is_module(v)
+  if type(v) ~= "table" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__is_module_class") == true
+end
+Module.is_module = is_module
+
+-- Instance lookup: registered parameters, buffers and submodules first (they live in ordered
+-- stores, not in the instance table, so that assignment can be intercepted), then the class.
+local function make_index(cls)
+  return function(self, k)
+    local store = rawget(self, "_parameters")
+    if store then
+      local v = store.map[k]; if v ~= nil then return v end
+      v = rawget(self, "_buffers").map[k]; if v ~= nil then return v end
+      v = rawget(self, "_modules").map[k]; if v ~= nil then return v end
+    end
+    return cls[k]
+  end
+end
+
+-- An ordered store: names in registration order (deterministic named_parameters), map name → value.
+local function new_store() return { names = {}, map = {} } end
+local function store_set(st, name, v)
+  if st.map[name] == nil and v ~= nil then st.names[#st.names + 1] = name end
+  if v == nil and st.map[name] ~= nil then
+    for i, n in ipairs(st.names) do if n == name then table.remove(st.names, i) break end end
+  end
+  st.map[name] = v
+end
+
+-- Assignment: a Module becomes a submodule, a tensor that requires grad a parameter; assigning to an
+-- already registered name replaces it in place (keeping its position); anything else is a plain field.
+local function newindex(self, k, v)
+  local params, bufs, mods = rawget(self, "_parameters"), rawget(self, "_buffers"), rawget(self, "_modules")
+  if params and type(k) == "string" then
+    if is_module(v) then
+      store_set(params, k, nil); store_set(bufs, k, nil)
+      rawset(v, "_name", k)
+      return store_set(mods, k, v)
+    elseif params.map[k] ~= nil then
+      if v ~= nil and not is_tensor(v) then
+        error(("cannot assign %s to parameter '%s' (expected a tensor or nil)"):format(type(v), k), 2)
+      end
+      return store_set(params, k, v)
+    elseif bufs.map[k] ~= nil then
+      return store_set(bufs, k, v)
+    elseif mods.map[k] ~= nil then
+      if v ~= nil then error(("cannot assign %s to submodule '%s' (expected a Module or nil)"):format(type(v), k), 2) end
+      return store_set(mods, k, nil)
+    elseif is_tensor(v) and v.requires_grad and v:requires_grad() and v:is_leaf() then
+      return store_set(params, k, v)
+    end
+  end
+  rawset(self, k, v)
+end
+
+-- Module.class(name [, parent]) → a new class. Calling the class builds an instance and runs
+-- its __init(self, ...). Metamethods are copied, since Lua does not inherit them through __index.
+function Module.class(name, parent)
+  parent = parent or Module
+  local cls = {}
+  cls.__name = name
+  cls.__is_module_class = true
+  cls.__index = make_index(cls)
+  cls.__newindex = newindex
+  cls.__call = function(self, ...) return self:_call(...) end
+  cls.__tostring = function(self) return self:_repr() end
+  cls.__len = rawget(parent, "__len")
+  cls.__pairs = rawget(parent, "__pairs")
+  cls.super = parent
+  setmetatable(cls, {
+    __index = parent,
+    __call = function(c, ...)
+      local self = setmetatable({}, c)
+      Module._setup(self)
+      self:__init(...)
+      return self
+    end,
+    __tostring = function() return "fp8.nn." .. name end,
+  })
+  return cls
+end
+
+function Module._setup(self)
+  rawset(self, "_parameters", new_store())
+  rawset(self, "_buffers", new_store())
+  rawset(self, "_modules", new_store())
+  rawset(self, "training", true)
+end
+
+function Module:__init() end
+
+function Module:forward()
+  error(("%s has no forward() (subclasses define it)"):format(self:type_name()), 2)
+end
+
+function Module:type_name() return getmetatable(self).__name end
+
+-- How the module is named in its parent's error messages: "layer 3" for container positions,
+-- the attribute name otherwise ("attn", "blocks"), nothing for a top-level module.
+local function context_name(self)
+  local n = rawget(self, "_name")
+  if n == nil then return self:type_name() end
+  if tostring(n):match("^%d+$") then return ("in layer %s (%s)"):format(n, self:type_name()) end
+  return ("in %s (%s)"):format(n, self:type_name())
+end
+
+-- Runs forward; an error gets "in <name> (<Class>) forward: " in front, so nested containers
+-- build a path down to the failing layer.
+function Module:_call(...)
+  local res = table.pack(pcall(self.forward, self, ...))
+  if res[1] then return table.unpack(res, 2, res.n) end
+  local err = res[2]
+  if type(err) == "string" and not err:match("^interrupted") then
+    -- a top-level container passes on its child's "in layer ..." path as it is
+    if rawget(self, "_name") ~= nil or not err:match("^in ") then
+      error(context_name(self) .. " forward: " .. err, 0)
+    end
+  end
+  error(err, 0)
+end
+
+-- ---- registration ---------------------------------------------------------------------------
+
+local function check_name(self, name, what)
+  if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
+    error(("register_%s: name must be a non-empty string without '.', got %s"):format(what, tostring(name)), 3)
+  end
+end
+
+-- register_parameter(name, tensor|nil): the tensor becomes a leaf that requires grad.
+function Module:register_parameter(name, t)
+  check_name(self, name, "parameter")
+  if t ~= nil then
+    if not is_tensor(t) then error(("register_parameter('%s'): expected a tensor, got %s"):format(name, type(t)), 2) end
+    if t.requires_grad and not t:requires_grad() then t:requires_grad(true) end
+  end
+  store_set(rawget(self, "_parameters"), name, t)
+  return t
+end
+
+-- register_buffer(name, tensor|nil): state that is saved in state_dict but not trained.
+function Module:register_buffer(name, t)
+  check_name(self, name, "buffer")
+  if t ~= nil and not is_tensor(t) then
+    error(("register_buffer('%s'): expected a tensor, got %s"):format(name, type(t)), 2)
+  end
+  store_set(rawget(self, "_buffers"), name, t)
+  return t
+end
+
+function Module:add_module(name, m)
+  if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
+    error(("add_module: name must be a non-empty string without '.', got %s"):format(tostring(name)), 2)
+  end
+  if m ~= nil and not is_module(m) then error(("add_module('%s'): expected a Module, got %s"):format(name, type(m)), 2) end
+  if m then rawset(m, "_name", name) end
+  store_set(rawget(self, "_modules"), name, m)
+  return m
+end
+
+-- ---- traversal ------------------------------------------------------------------------------
+
+function Module:named_children()
+  local mods, out = rawget(self, "_modules"), {}
+  for _, n in ipairs(mods.names) do out[#out + 1] = { n, mods.map[n] } end
+  return out
+end
+
+function Module:children()
+  local out = {}
+  for i, nc in ipairs(self:named_children()) do out[i] = nc[2] end
+  return out
+end
+
+-- named_modules() → list of {name, module}, self first (name ""), depth first, each module once.
+function Module:named_modules(prefix, seen, out)
+  prefix, seen, out = prefix or "", seen or {}, out or {}
+  if seen[self] then return out end
+  seen[self] = true
+  out[#out + 1] = { prefix, self }
+  for _, nc in ipairs(self:named_children()) do
+    nc[2]:named_modules(prefix == "" and nc[1] or prefix .. "." .. nc[1], seen, out)
+  end
+  return out
+end
+
+function Module:modules()
+  local out = {}
+  for i, nm in ipairs(self:named_modules()) do out[i] = nm[2] end
+  return out
+end
+
+local function named_tensors(self, storename)
+  local out, seen = {}, {}
+  for _, nm in ipairs(self:named_modules()) do
+    local st = rawget(nm[2], storename)
+    for _, n in ipairs(st.names) do
+      local t = st.map[n]
+      if not seen[t] then
+        seen[t] = true
+        out[#out + 1] = { nm[1] == "" and n or nm[1] .. "." .. n, t }
+      end
+    end
+  end
+  return out
+end
+
+-- named_parameters() → list of {"blocks.1.attn.qkv.weight", tensor} in registration order.
+function Module:named_parameters() return named_tensors(self, "_parameters") end
+function Module:named_buffers() return named_tensors(self, "_buffers") end
+
+function Module:parameters()
+  local out = {}
+  for i, np in ipairs(self:named_parameters()) do out[i] = np[2] end
+  return out
+end
+
+function Module:buffers()
+  local out = {}
+  for i, nb in ipairs(self:named_buffers()) do out[i] = nb[2] end
+  return out
+end
+
+-- num_parameters([only_trainable]) → total element count (shared parameters counted once).
+function Module:num_parameters(only_trainable)
+  local n = 0
+  for _, p in ipairs(self:parameters()) do
+    if not only_trainable or not p.requires_grad or p:requires_grad() then n = n + p:numel() end
+  end
+  return n
+end
+
+-- apply(fn): fn(module) on every submodule, children before parents (as PyTorch); returns self.
+function Module:apply(fn)
+  if type(fn) ~= "function" then error(("apply: expected a function, got %s"):format(type(fn)), 2) end
+  for _, c in ipairs(self:children()) do c:apply(fn) end
+  fn(self)
+  return self
+end
+
+function Module:train(mode)
+  if mode == nil then mode = true end
+  if type(mode) ~= "boolean" then error(("train: mode must be a boolean, got %s"):format(type(mode)), 2) end
+  rawset(self, "training", mode)
+  for _, c in ipairs(self:children()) do c:train(mode) end
+  return self
+end
+
+function Module:eval() return self:train(false) end
+
+-- zero_grad(): drop every parameter's gradient (PyTorch's set_to_none=True).
+function Module:zero_grad()
+  for _, p in ipairs(self:parameters()) do
+    if p.zero_grad then p:zero_grad() end
+  end
+  return self
+end
+
+-- ---- state ----------------------------------------------------------------------------------
+
+local function detached_copy(t)
+  if t:is_fp8() then return t:dequantize() end   -- FP8 clone is refused; keep the values it stands for
+  if t.detach then t = t:detach() end
+  return t:clone()
+end
+
+-- state_dict() → {name → tensor}: detached copies of parameters and buffers.
+function Module:state_dict()
+  local sd = {}
+  for _, np in ipairs(self:named_parameters()) do sd[np[1]] = detached_copy(np[2]) end
+  for _, nb in ipairs(self:named_buffers()) do sd[nb[1]] = detached_copy(nb[2]) end
+  return sd
+end
+
+-- state_dict_keys() → the names state_dict uses, in model order (state_dict itself is a hash).
+function Module:state_dict_keys()
+  local keys = {}
+  for _, np in ipairs(self:named_parameters()) do keys[#keys + 1] = np[1] end
+  for _, nb in ipairs(self:named_buffers()) do keys[#keys + 1] = nb[1] end
+  return keys
+end
+
+local function quoted_list(names)
+  local q = {}
+  for i, n in ipairs(names) do q[i] = '"' .. n .. '"' end
+  return table.concat(q, ", ")
+end
+
+-- load_state_dict(sd [, strict=true]) copies values into the existing tensors (so optimizers that
+-- hold them keep working). Shape mismatches are always errors; missing/unexpected keys are errors
+-- when strict, else reported in the returned {missing_keys=, unexpected_keys=}.
+function Module:load_state_dict(sd, strict)
+  if type(sd) ~= "table" then error(("load_state_dict: expected a table {name → tensor}, got %s"):format(type(sd)), 2) end
+  if strict == nil then strict = true end
+  if type(strict) == "table" then strict = strict.strict ~= false end
+  local copy_ = require("fp8._optim").copy_
+  local targets, missing, unexpected, problems = {}, {}, {}, {}
+  for _, list in ipairs { self:named_parameters(), self:named_buffers() } do
+    for _, nt in ipairs(list) do targets[nt[1]] = nt[2] end
+  end
+  for _, name in ipairs(self:state_dict_keys()) do
+    local src, dst = sd[name], targets[name]
+    if src == nil then
+      missing[#missing + 1] = name
+    elseif not is_tensor(src) then
+      problems[#problems + 1] = ('for "%s": expected a tensor, got %s'):format(name, type(src))
+    elseif shape_str(src) ~= shape_str(dst) then
+      problems[#problems + 1] = ('size mismatch for "%s": copying a tensor of shape %s from the state_dict, the shape in the current model is %s')
+        :format(name, shape_str(src), shape_str(dst))
+    end
+  end
+  for k in pairs(sd) do
+    if targets[k] == nil then unexpected[#unexpected + 1] = tostring(k) end
+  end
+  table.sort(unexpected)
+  if strict then
+    if #missing > 0 then problems[#problems + 1] = "missing key(s) in state_dict: " .. quoted_list(missing) end
+    if #unexpected > 0 then problems[#problems + 1] = "unexpected key(s) in state_dict: " .. quoted_list(unexpected) end
+  end
+  if #problems > 0 then
+    error(("load_state_dict for %s: %s"):format(self:type_name(), table.concat(problems, "; ")), 2)
+  end
+  for name, dst in pairs(targets) do
+    local src = sd[name]
+    if src ~= nil then
+      if src:is_fp8() then src = src:dequantize() end
+      copy_(dst, src)
+    end
+  end
+  return { missing_keys = missing, unexpected_keys = unexpected }
+end
+
+-- ---- printing -------------------------------------------------------------------------------
+
+-- extra_repr() → the text inside the parentheses ("in_features=784, out_features=512, bias=true").
+function Module:extra_repr() return "" end
+
+local function indent(s, n)
+  local pad = (" "):rep(n)
+  return (s:gsub("\n", "\n" .. pad))
+end
+
+function Module:_repr()
+  local lines = {}
+  local extra = self:extra_repr()
+  if extra ~= "" then
+    for l in (extra .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = l end
+  end
+  for _, nc in ipairs(self:named_children()) do
+    lines[#lines + 1] = "(" .. nc[1] .. "): " .. indent(nc[2]:_repr(), 2)
+  end
+  local head = self:type_name() .. "("
+  if #lines == 0 then return head .. ")" end
+  if #lines == 1 and #self:named_children() == 0 then return head .. lines[1] .. ")" end
+  return head .. "\n  " .. table.concat(lines, "\n  ") .. "\n)"
+end
+
+Module.__is_module_class = true
+Module.__index = make_index(Module)
+Module.__newindex = newindex
+Module.__call = function(self, ...) return self:_call(...) end
+Module.__tostring = function(self) return self:_repr() end
+setmetatable(Module, {
+  __call = function(c, ...)
+    local self = setmetatable({}, c)
+    Module._setup(self)
+    self:__init(...)
+    return self
+  end,
+  __tostring = function() return "fp8.nn.Module" end,
+})
+
+return Module

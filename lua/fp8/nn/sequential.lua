@@ -1,0 +1,54 @@
+-- sequential.lua — fp8.nn.Sequential(m1, m2, ...) or Sequential{m1, m2, ...}: runs its layers in
+-- order. Layers are named "0", "1", ... (PyTorch's names, so state_dict keys match); s[1] is the first.
+local Module = require "fp8.nn.module"
+
+local Sequential = Module.class("Sequential")
+
+function Sequential:__init(...)
+  local layers = { ... }
+  if select("#", ...) == 1 and type(layers[1]) == "table" and not Module.is_module(layers[1]) then
+    layers = layers[1]
+  end
+  for i, m in ipairs(layers) do
+    if not Module.is_module(m) then
+      error(("Sequential: layer %d must be a Module, got %s"):format(i, type(m)), 3)
+    end
+    self:add_module(tostring(i - 1), m)
+  end
+  -- a list like {a, nil, b} would drop layers silently
+  for k in pairs(layers) do
+    if math.type(k) ~= "integer" or k < 1 or k > #layers then
+      error(("Sequential: expected a list of modules, got key %s"):format(tostring(k)), 3)
+    end
+  end
+end
+
+-- append(m): adds a layer at the end; returns self.
+function Sequential:append(m)
+  if not Module.is_module(m) then error(("Sequential:append: expected a Module, got %s"):format(type(m)), 2) end
+  self:add_module(tostring(#self), m)
+  return self
+end
+Sequential.add = Sequential.append
+
+function Sequential:forward(x)
+  for _, m in ipairs(self:children()) do
+    x = m(x)
+  end
+  return x
+end
+
+Sequential.__len = function(self) return #rawget(self, "_modules").names end
+
+-- s[i] (1-based) → the i-th layer (named i-1)
+local base_index = Sequential.__index
+Sequential.__index = function(self, k)
+  if math.type(k) == "integer" then
+    local n = #rawget(self, "_modules").names
+    if k < 0 then k = n + 1 + k end
+    return rawget(self, "_modules").map[tostring(k - 1)]
+  end
+  return base_index(self, k)
+end
+
+return Sequential

@@ -1,0 +1,66 @@
+-- utils.lua — fp8.nn.utils: clip_grad_norm_(params, max_norm [, norm_type=2]), the norm accumulated
+-- in float64 over all gradients.
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+
+local M = {}
+
+-- Accepts a list of tensors, a Module, or optimizer-style groups ({params = {...}}).
+local function param_list(params, fname)
+  if type(params) == "table" and params.parameters and type(params.parameters) == "function" then
+    return params:parameters()
+  end
+  if fp8.is_tensor(params) then return { params } end
+  if type(params) ~= "table" then
+    error(("%s: expected a list of tensors or a Module, got %s"):format(fname, type(params)), 3)
+  end
+  local out = {}
+  for i, p in ipairs(params) do
+    if type(p) == "table" and p.params then
+      for _, q in ipairs(p.params) do out[#out + 1] = q end
+    elseif fp8.is_tensor(p) then
+      out[#out + 1] = p
+    else
+      error(("%s: entry %d must be a tensor, got %s"):format(fname, i, type(p)), 3)
+    end
+  end
+  return out
+end
+M._param_list = param_list
+
+-- clip_grad_norm_(params, max_norm [, norm_type=2]) → total norm (before clipping). When it
+-- exceeds max_norm every gradient is scaled in place by max_norm / (norm + 1e-6).
+function M.clip_grad_norm_(params, max_norm, norm_type)
+  local list = param_list(params, "clip_grad_norm_")
+  if type(max_norm) ~= "number" or max_norm < 0 then
+    error(("clip_grad_norm_: max_norm must be a number >= 0, got %s"):format(tostring(max_norm)), 2)
+  end
+  norm_type = norm_type or 2
+  if norm_type ~= 2 and norm_type ~= math.huge and norm_type ~= "inf" then
+    error(("clip_grad_norm_: norm_type must be 2 or math.huge (\"inf\"), got %s"):format(tostring(norm_type)), 2)
+  end
+  local C = require "fp8._optim"
+  local grads = {}
+  for _, p in ipairs(list) do
+    local g = p.grad
+    if g ~= nil then grads[#grads + 1] = g end
+  end
+  local total
+  if norm_type == 2 then
+    local ss = 0.0
+    for _, g in ipairs(grads) do ss = ss + C.sumsq(g) end
+    total = math.sqrt(ss)
+  else
+    total = 0.0
+    for _, g in ipairs(grads) do
+      local m = g:abs():max():item()
+      if m > total or m ~= m then total = m end
+    end
+  end
+  if total > max_norm then
+    local coef = max_norm / (total + 1e-6)
+    for _, g in ipairs(grads) do C.scale_(g, coef) end
+  end
+  return total
+end
+
+return M

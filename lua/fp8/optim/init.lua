@@ -1,0 +1,22 @@
+-- fp8.optim — optimizers (SGD, AdamW) whose updates run in fused C kernels, and learning-rate
+-- schedules (fp8.optim.lr_scheduler). Loaded on first use of fp8.optim.
+local optim = {
+  Optimizer = require "fp8.optim.optimizer",
+  SGD = require "fp8.optim.sgd",
+  AdamW = require "fp8.optim.adamw",
+  lr_scheduler = require "fp8.optim.lr_scheduler",
+}
+
+local help = require "fp8.help"
+local function add(name, sig, doc) help.add { section = "Other", name = name, sig = sig, doc = doc } end
+add("optim.SGD", "fp8.optim.SGD(params, {lr, momentum=0, dampening=0, weight_decay=0, nesterov=false})",
+  "Stochastic gradient descent as torch.optim.SGD. params: model:parameters(), a Module, or groups\n"
+  .. "{{params=..., lr=...}, ...}. opt:step() updates parameters that have a grad; opt:zero_grad().")
+add("optim.AdamW", "fp8.optim.AdamW(params, {lr=1e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=1e-2})",
+  "AdamW as torch.optim.AdamW (decoupled weight decay, bias correction). Also AdamW{params=..., lr=...}.\n"
+  .. "opt:state_dict() / opt:load_state_dict(sd) save and restore steps and moments.")
+add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_steps, total_steps, min_lr})",
+  "Also StepLR(opt, {step_size, gamma}), CosineAnnealingLR(opt, {T_max, eta_min}), LambdaLR(opt, fn).\n"
+  .. "sched:step() after opt:step(); sched:get_last_lr() → {lr, ...}.")
+
+return optim

@@ -1,0 +1,150 @@
+-- lr_scheduler.lua — fp8.optim.lr_scheduler: learning-rate schedules that set each parameter group's
+-- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); StepLR, CosineAnnealingLR and
+-- warmup_cosine (linear warmup, then cosine decay to min_lr) are built on it. Call :step() after
+-- optimizer:step(); :get_last_lr() returns the list of current lrs.
+local M = {}
+
+local function check_opt(name, opt)
+  if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
+    error(("%s: expected an optimizer from fp8.optim, got %s"):format(name, type(opt)), 4)
+  end
+end
+
+local function check_keys(name, opts, valid)
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 4) end
+  for k in pairs(opts) do
+    if not valid[k] then
+      local names = {}
+      for n in pairs(valid) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s' (valid: %s)"):format(name, tostring(k), table.concat(names, ", ")), 4)
+    end
+  end
+end
+
+local function check_int(name, key, v, min)
+  if math.type(v) ~= "integer" or v < min then
+    error(("%s: %s must be an integer >= %d, got %s"):format(name, key, min, tostring(v)), 4)
+  end
+end
+
+local Scheduler = {}
+Scheduler.__index = Scheduler
+
+-- new(name, opt, lr_fn, [last_epoch]) — lr_fn(epoch, base_lr, group_index) → lr. Sets epoch 0's lr now,
+-- as PyTorch's constructors do.
+local function new(name, opt, lr_fn, last_epoch)
+  check_opt(name, opt)
+  local self = setmetatable({ name = name, optimizer = opt, lr_fn = lr_fn, base_lrs = {} }, Scheduler)
+  for i, g in ipairs(opt.param_groups) do
+    g.initial_lr = g.initial_lr or g.lr
+    self.base_lrs[i] = g.initial_lr
+  end
+  self.last_epoch = (last_epoch or -1)
+  self:step()
+  return self
+end
+
+function Scheduler:get_lr()
+  local out = {}
+  for i, base in ipairs(self.base_lrs) do out[i] = self.lr_fn(self.last_epoch, base, i) end
+  return out
+end
+
+-- step([epoch]): advance one step (or jump to `epoch`) and write the new lrs into the groups.
+function Scheduler:step(epoch)
+  if epoch ~= nil then
+    check_int(self.name .. ":step", "epoch", epoch, 0)
+    self.last_epoch = epoch
+  else
+    self.last_epoch = self.last_epoch + 1
+  end
+  local lrs = self:get_lr()
+  for i, g in ipairs(self.optimizer.param_groups) do g.lr = lrs[i] end
+  self._last_lr = lrs
+  return self
+end
+
+function Scheduler:get_last_lr()
+  return table.move(self._last_lr, 1, #self._last_lr, 1, {})
+end
+
+function Scheduler:state_dict()
+  return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}) }
+end
+
+function Scheduler:load_state_dict(sd)
+  if type(sd) ~= "table" or math.type(sd.last_epoch) ~= "integer" then
+    error(("%s:load_state_dict: expected a table from state_dict(), got %s"):format(self.name, type(sd)), 2)
+  end
+  self.base_lrs = table.move(sd.base_lrs, 1, #sd.base_lrs, 1, {})
+  self.last_epoch = sd.last_epoch
+  local lrs = self:get_lr()
+  for i, g in ipairs(self.optimizer.param_groups) do g.lr = lrs[i] end
+  self._last_lr = lrs
+end
+
+-- LambdaLR(opt, fn) or LambdaLR(opt, {fn1, fn2, ...} per group): lr = base_lr · fn(epoch).
+function M.LambdaLR(opt, lr_lambda)
+  check_opt("LambdaLR", opt)
+  local fns = lr_lambda
+  if type(lr_lambda) == "function" then
+    fns = {}
+    for i = 1, #opt.param_groups do fns[i] = lr_lambda end
+  elseif type(lr_lambda) ~= "table" or #lr_lambda ~= #opt.param_groups then
+    error(("LambdaLR: lr_lambda must be a function or a list of %d functions, got %s"):format(#opt.param_groups,
+      type(lr_lambda)), 2)
+  end
+  return new("LambdaLR", opt, function(epoch, base, i) return base * fns[i](epoch) end)
+end
+
+-- StepLR(opt, {step_size, gamma=0.1}): lr = base · gamma^floor(epoch / step_size).
+function M.StepLR(opt, opts)
+  check_opt("StepLR", opt)
+  if math.type(opts) == "integer" then opts = { step_size = opts } end
+  check_keys("StepLR", opts, { step_size = true, gamma = true })
+  check_int("StepLR", "step_size", opts.step_size, 1)
+  local gamma = opts.gamma or 0.1
+  if type(gamma) ~= "number" or gamma < 0 then error(("StepLR: gamma must be a number >= 0, got %s"):format(tostring(gamma)), 2) end
+  local step_size = opts.step_size
+  return new("StepLR", opt, function(epoch, base) return base * gamma ^ (epoch // step_size) end)
+end
+
+-- CosineAnnealingLR(opt, {T_max, eta_min=0}): closed form η_min + (base − η_min)(1 + cos(π·t/T_max))/2.
+function M.CosineAnnealingLR(opt, opts)
+  check_opt("CosineAnnealingLR", opt)
+  check_keys("CosineAnnealingLR", opts, { T_max = true, eta_min = true })
+  check_int("CosineAnnealingLR", "T_max", opts.T_max, 1)
+  local eta_min, T = opts.eta_min or 0, opts.T_max
+  return new("CosineAnnealingLR", opt, function(epoch, base)
+    return eta_min + (base - eta_min) * (1 + math.cos(math.pi * epoch / T)) / 2
+  end)
+end
+
+-- warmup_cosine(opt, {warmup_steps=0, total_steps, min_lr=0}):
+--   step < warmup:  base · (step + 1) / warmup        (linear ramp, the first step already > 0)
+--   then:           min_lr + (base − min_lr) · (1 + cos(π · progress)) / 2,
+--                   progress = (step − warmup) / (total − warmup), clamped to [0, 1]
+-- (nanoGPT's get_lr schedule; after total_steps the lr stays at min_lr).
+function M.warmup_cosine(opt, opts)
+  check_opt("warmup_cosine", opt)
+  check_keys("warmup_cosine", opts, { warmup_steps = true, total_steps = true, min_lr = true })
+  local warmup, total, min_lr = opts.warmup_steps or 0, opts.total_steps, opts.min_lr or 0
+  check_int("warmup_cosine", "warmup_steps", warmup, 0)
+  check_int("warmup_cosine", "total_steps", total, 1)
+  if warmup > total then
+    error(("warmup_cosine: warmup_steps (%d) must not exceed total_steps (%d)"):format(warmup, total), 2)
+  end
+  if type(min_lr) ~= "number" or min_lr < 0 then
+    error(("warmup_cosine: min_lr must be a number >= 0, got %s"):format(tostring(min_lr)), 2)
+  end
+  return new("warmup_cosine", opt, function(step, base)
+    if step < warmup then return base * (step + 1) / warmup end
+    local progress = total == warmup and 1 or (step - warmup) / (total - warmup)
+    if progress > 1 then progress = 1 end
+    return min_lr + (base - min_lr) * (1 + math.cos(math.pi * progress)) / 2
+  end)
+end
+M.WarmupCosine = M.warmup_cosine
+
+return M

@@ -1,0 +1,208 @@
+-- fp8.progress — a progress bar for long loops: count/total, rate, ETA and live values (loss) set with
+-- bar:set_postfix{...}. Redraws one line on a terminal; prints plain lines every N steps otherwise.
+local C = require "fp8._data"
+
+local M = {}
+local Bar = {}
+Bar.__index = Bar
+Bar.__name = "ProgressBar"
+M.Bar = Bar
+
+local VALID = { "desc", "total", "every", "tty", "out", "width", "min_interval" }
+
+local function fmt_time(s)
+  if s ~= s or s == math.huge or s < 0 then return "?" end
+  s = math.floor(s + 0.5)
+  local h, m = s // 3600, (s // 60) % 60
+  if h > 0 then return ("%d:%02d:%02d"):format(h, m, s % 60) end
+  return ("%d:%02d"):format(m, s % 60)
+end
+
+local function fmt_value(v)
+  if math.type(v) == "integer" then return tostring(v) end
+  if type(v) == "number" then
+    if v ~= 0 and (math.abs(v) < 1e-3 or math.abs(v) >= 1e5) then return ("%.3e"):format(v) end
+    return ("%.4f"):format(v)
+  end
+  return tostring(v)
+end
+
+-- progress(iterable, opts): iterable is a number n (yields 1..n), a loader with :iter() and #
+-- (yields what the loader yields), a list (yields i, v) or an iterator function (give total=).
+local function new(iterable, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error(("progress: expected an options table {desc=...}, got %s"):format(type(opts)), 3) end
+  local ok = {}
+  for _, k in ipairs(VALID) do ok[k] = true end
+  for k in pairs(opts) do
+    if not ok[k] then error(("progress: unknown option '%s' (valid: %s)"):format(tostring(k), table.concat(VALID, ", ")), 3) end
+  end
+  local self = setmetatable({ n = 0, postfix = {}, postfix_order = {} }, Bar)
+  local t = type(iterable)
+  if t == "number" then
+    if iterable ~= math.floor(iterable) or iterable < 0 then
+      error(("progress: a count must be a non-negative integer, got %s"):format(tostring(iterable)), 3)
+    end
+    local n, i = math.tointeger(iterable), 0
+    self.total = n
+    self._make = function() i = 0; return function() i = i + 1; if i <= n then return i end end end
+  elseif (t == "table" or t == "userdata") and type(iterable.iter) == "function" then
+    self.total = #iterable
+    self._make = function() return iterable:iter() end
+  elseif t == "table" then
+    self.total = #iterable
+    self._make = function()
+      local i = 0
+      return function() i = i + 1; if iterable[i] ~= nil then return i, iterable[i] end end
+    end
+  elseif t == "function" then
+    self._make = function() return iterable end
+  else
+    error(("progress: expected a number, a loader, a list or an iterator function, got %s"):format(t), 3)
+  end
+  if opts.total ~= nil then
+    if type(opts.total) ~= "number" or opts.total < 0 then
+      error(("progress: total must be a non-negative number, got %s"):format(tostring(opts.total)), 3)
+    end
+    self.total = math.tointeger(opts.total) or opts.total
+  end
+  if opts.desc ~= nil and type(opts.desc) ~= "string" then
+    error(("progress: desc must be a string, got %s"):format(type(opts.desc)), 3)
+  end
+  self.desc = opts.desc
+  self.out = opts.out or io.stdout
+  if opts.tty ~= nil then
+    if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 3) end
+    self.tty = opts.tty
+  else
+    local env = os.getenv("FP8LAB_PROGRESS")
+    self.tty = self.out == io.stdout and C.isatty(1) and env ~= "plain"
+  end
+  if opts.every ~= nil then
+    if math.type(opts.every) ~= "integer" or opts.every < 1 then
+      error(("progress: every must be an integer >= 1, got %s"):format(tostring(opts.every)), 3)
+    end
+    self.every = opts.every
+  else
+    -- plain mode: about ten lines per loop
+    self.every = self.total and math.max(1, (self.total + 9) // 10) or 100
+  end
+  self.width = opts.width or 24
+  self.min_interval = opts.min_interval or 0.1
+  return self
+end
+
+setmetatable(M, { __call = function(_, iterable, opts) return new(iterable, opts) end })
+M.new = function(iterable, opts) return new(iterable, opts) end
+
+-- bar:set_postfix{loss=0.31, acc=0.9} (keys shown in the order first seen; sorted within one call).
+function Bar:set_postfix(t, v)
+  if type(t) == "string" then t = { [t] = v } end
+  if type(t) ~= "table" then error(("set_postfix: expected a table {name=value}, got %s"):format(type(t)), 2) end
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    if self.postfix[k] == nil then self.postfix_order[#self.postfix_order + 1] = k end
+    self.postfix[k] = t[k]
+  end
+  return self
+end
+
+function Bar:line()
+  local now = C.clock()
+  local elapsed = now - (self.t0 or now)
+  local rate = elapsed > 0 and self.n / elapsed or 0
+  local parts = {}
+  if self.desc then parts[#parts + 1] = self.desc .. ":" end
+  if self.total and self.total > 0 then
+    local frac = math.min(1, self.n / self.total)
+    if self.tty then
+      local fill = math.floor(frac * self.width + 0.5)
+      parts[#parts + 1] = ("%3d%%|%s%s|"):format(math.floor(frac * 100), ("#"):rep(fill), (" "):rep(self.width - fill))
+      parts[#parts + 1] = ("%d/%d"):format(self.n, self.total)
+    else
+      parts[#parts + 1] = ("%d/%d (%d%%)"):format(self.n, self.total, math.floor(frac * 100))
+    end
+  else
+    parts[#parts + 1] = tostring(self.n)
+  end
+  local eta = (self.total and rate > 0) and (self.total - self.n) / rate or nil
+  local timing = ("[%s<%s, %s it/s]"):format(fmt_time(elapsed), eta and fmt_time(eta) or "?",
+    rate >= 100 and ("%.0f"):format(rate) or ("%.2f"):format(rate))
+  parts[#parts + 1] = timing
+  for _, k in ipairs(self.postfix_order) do parts[#parts + 1] = k .. "=" .. fmt_value(self.postfix[k]) end
+  return table.concat(parts, " ")
+end
+
+function Bar:_draw(final)
+  if self.tty then
+    local now = C.clock()
+    if not final and self._last_draw and now - self._last_draw < self.min_interval then return end
+    self._last_draw = now
+    self.out:write("\r", self:line(), "\27[K", final and "\n" or "")
+    self.out:flush()
+  elseif final or self.n % self.every == 0 then
+    if final and self._last_printed == self.n then return end
+    self._last_printed = self.n
+    self.out:write(self:line(), "\n")
+    self.out:flush()
+  end
+end
+
+-- bar:update([k=1]) advances the count by k (for manual loops).
+function Bar:update(k)
+  if not self.t0 then self.t0 = C.clock() end
+  self.n = self.n + (k or 1)
+  self:_draw(false)
+end
+
+function Bar:close()
+  if self.closed then return end
+  self.closed = true
+  if not self.t0 then self.t0 = C.clock() end
+  self:_draw(true)
+end
+
+-- Elapsed wall seconds since the first step.
+function Bar:elapsed() return self.t0 and C.clock() - self.t0 or 0 end
+
+-- bar:iter() -> iterator that counts each step (the count is taken when the NEXT item is asked
+-- for, so the rate includes the loop body's work) and closes the bar at the end.
+function Bar:iter()
+  local it = self._make()
+  self.t0 = C.clock()
+  self.n, self.closed = 0, false
+  local started = false
+  return function()
+    if started then
+      self.n = self.n + 1
+      self:_draw(false)
+    end
+    started = true
+    local a, b, c = it()
+    if a == nil then self:close() end
+    return a, b, c
+  end
+end
+
+-- `for x, y in bar do`: a nil control value (first call) starts the loop.
+function Bar:__call(_, control)
+  if control == nil or not self._it then self._it = self:iter() end
+  local a, b, c = self._it()
+  if a == nil then self._it = nil end
+  return a, b, c
+end
+
+function Bar:__tostring() return self:line() end
+
+local ok, help = pcall(require, "fp8.help")
+if ok and help.add then
+  help.add { section = "Other", name = "progress", sig = "fp8.progress(n | loader | list | iterator [, {desc=, total=, every=, tty=}])",
+    doc = "local bar = fp8.progress(loader, {desc=\"epoch 1\"})\n"
+       .. "for x, y in bar do ...; bar:set_postfix{loss=l} end\n"
+       .. "Shows count/total, elapsed<ETA, it/s and the postfix values; one redrawn line on a terminal,\n"
+       .. "plain lines every `every` steps otherwise (FP8LAB_PROGRESS=plain forces plain lines)." }
+end
+
+return M

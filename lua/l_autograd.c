@@ -1,0 +1,189 @@
+/* l_autograd.c — the autograd surface of fp8.Tensor (requires_grad, the t.grad field, backward,
+ * detach, zero_grad, is_leaf, grad_fn) and the grad/autocast mode functions of fp8.
+ * t.grad is a FIELD (tensor or nil), read and assigned through l_tensor.c's __index/__newindex;
+ * t:grad() also works: a tensor called as g(owner) returns g when it is owner's gradient. */
+#include <string.h>
+#include "l_util.h"
+#include "autograd.h"
+#include "ops.h"
+
+/* t:requires_grad() -> bool; t:requires_grad(bool) -> t (so fp8.randn(3, 4):requires_grad(true) chains) */
+static int m_requires_grad(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (lua_isnone(L, 2)) { lua_pushboolean(L, t->requires_grad); return 1; }
+    if (!lua_isboolean(L, 2))
+        return luaL_argerror(L, 2, lua_pushfstring(L, "expected a boolean, got %s", luaL_typename(L, 2)));
+    fl_lcheck(L, fl_tensor_set_requires_grad(t, lua_toboolean(L, 2)));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_is_leaf(lua_State *L) { lua_pushboolean(L, fl_lchecktensor(L, 1)->grad_fn == NULL); return 1; }
+
+static int m_grad_fn(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (t->grad_fn) lua_pushstring(L, t->grad_fn->name); else lua_pushnil(L);
+    return 1;
+}
+
+static int m_detach(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_detach(slot, t));
+    return 1;
+}
+
+static int m_zero_grad(lua_State *L) {
+    fl_tensor_zero_grad(fl_lchecktensor(L, 1));
+    return 0;
+}
+
+/* t:backward([grad][, {retain_graph=bool}]) — grad may be omitted for a one-element t. */
+static int m_backward(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *g = NULL;
+    int opts = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        if (lua_istable(L, 2) && !fl_ltotensor(L, 2)) opts = 2;
+        else g = fl_lchecktensor(L, 2);
+    }
+    if (!opts && !lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        opts = 3;
+    }
+    bool retain = false;
+    if (opts) {
+        lua_pushnil(L);
+        while (lua_next(L, opts)) {
+            const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+            if (!k || strcmp(k, "retain_graph") != 0)
+                return luaL_error(L, "backward: unknown option '%s' (valid: retain_graph)", k ? k : luaL_typename(L, -2));
+            if (!lua_isboolean(L, -1))
+                return luaL_error(L, "backward: retain_graph must be a boolean, got %s", luaL_typename(L, -1));
+            retain = lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    FL_LCALL(L, fl_backward(t, g, retain));
+    return 0;
+}
+
+/* Tensor __call: g(owner) -> g when g is owner's gradient, which makes t:grad() read like t.grad. */
+static int m_call(lua_State *L) {
+    fl_tensor *g = fl_lchecktensor(L, 1);
+    fl_tensor *owner = fl_ltotensor(L, 2);
+    if (!owner || owner->grad != g)
+        return luaL_error(L, "a tensor is not callable (t:grad() works as the field t.grad)");
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* __eq: two boxes are equal when they hold the same core tensor (t.grad makes a new box per read). */
+static int m_eq(lua_State *L) {
+    fl_tensor *a = fl_ltotensor(L, 1), *b = fl_ltotensor(L, 2);
+    lua_pushboolean(L, a && a == b);
+    return 1;
+}
+
+/* __index hook for string keys l_tensor.c does not find among the methods: "grad". */
+int fl_lautograd_field(lua_State *L, fl_tensor *t, const char *key) {
+    if (strcmp(key, "grad") == 0) {
+        if (t->grad) fl_lpushretained(L, t->grad); else lua_pushnil(L);
+        return 1;
+    }
+    return 0;
+}
+
+/* __newindex hook: t.grad = nil | tensor of t's shape (stored as fp32). Returns 0 for other keys. */
+int fl_lautograd_setfield(lua_State *L, fl_tensor *t, const char *key, int val) {
+    if (strcmp(key, "grad") != 0) return 0;
+    if (lua_isnil(L, val)) { fl_tensor_zero_grad(t); return 1; }
+    fl_tensor *g = fl_ltotensor(L, val);
+    if (!g) return luaL_error(L, "t.grad must be a tensor or nil, got %s", luaL_typename(L, val));
+    if (!fl_shape_equal(g->ndim, g->shape, t->ndim, t->shape)) {
+        lua_pushstring(L, "t.grad: gradient shape ");
+        fl_lpushshape(L, g->ndim, g->shape);
+        lua_pushstring(L, " does not match the tensor's shape ");
+        fl_lpushshape(L, t->ndim, t->shape);
+        lua_concat(L, 4);
+        return lua_error(L);
+    }
+    fl_tensor *c = NULL;
+    if (g->dtype == FL_F32) c = fl_tensor_retain(g);
+    else fl_lcheck(L, fl_tensor_to(&c, g, FL_F32));
+    fl_tensor_release(t->grad);
+    t->grad = c;
+    return 1;
+}
+
+/* ---- modes -------------------------------------------------------------------------------- */
+
+/* Run fn(...) with grad mode `on`, restoring the previous mode even when fn raises. */
+static int with_grad_mode(lua_State *L, bool on, const char *fname) {
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    (void)fname;
+    bool prev = fl_set_grad_enabled(on);
+    int nargs = lua_gettop(L) - 1;
+    int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
+    fl_set_grad_enabled(prev);
+    if (st != LUA_OK) return lua_error(L);   /* rethrow the original error value */
+    return lua_gettop(L);
+}
+static int l_no_grad(lua_State *L) { return with_grad_mode(L, false, "no_grad"); }
+static int l_enable_grad(lua_State *L) { return with_grad_mode(L, true, "enable_grad"); }
+static int l_is_grad_enabled(lua_State *L) { lua_pushboolean(L, fl_grad_enabled()); return 1; }
+static int l_set_grad_enabled(lua_State *L) {
+    if (!lua_isboolean(L, 1)) return luaL_argerror(L, 1, lua_pushfstring(L, "expected a boolean, got %s", luaL_typename(L, 1)));
+    lua_pushboolean(L, fl_set_grad_enabled(lua_toboolean(L, 1)));   /* the previous mode */
+    return 1;
+}
+
+static const char *const autocast_names[] = { "fp32", "bf16", "fp16", NULL };
+static const fl_dtype autocast_dts[] = { FL_F32, FL_BF16, FL_F16 };
+
+static int l_autocast_dtype(lua_State *L) {
+    fl_dtype dt = fl_autocast_dtype();
+    lua_pushstring(L, fl_format(dt)->name);
+    return 1;
+}
+/* set_autocast_dtype("fp32"|"bf16"|"fp16") -> previous name */
+static int l_set_autocast_dtype(lua_State *L) {
+    const char *name = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+    if (!name) return luaL_argerror(L, 1, lua_pushfstring(L, "expected a dtype name (fp32, bf16, fp16), got %s", luaL_typename(L, 1)));
+    fl_dtype dt;
+    int idx = -1;
+    if (fl_dtype_from_name(name, &dt))
+        for (int i = 0; autocast_names[i]; i++) if (autocast_dts[i] == dt) idx = i;
+    if (idx < 0) return luaL_argerror(L, 1, lua_pushfstring(L, "autocast dtype must be one of fp32, bf16, fp16, got '%s'", name));
+    fl_dtype prev = fl_set_autocast_dtype(autocast_dts[idx]);
+    lua_pushstring(L, fl_format(prev)->name);
+    return 1;
+}
+
+static const luaL_Reg tensor_methods[] = {
+    {"requires_grad", m_requires_grad}, {"is_leaf", m_is_leaf}, {"grad_fn", m_grad_fn},
+    {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"backward", m_backward},
+    {NULL, NULL},
+};
+
+static const luaL_Reg funcs[] = {
+    {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
+    {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},
+    {"set_autocast_dtype", l_set_autocast_dtype},
+    {NULL, NULL},
+};
+
+/* Called with the fp8.core table at -1 (after fl_lopen_tensor, which set core.Tensor and _metatable). */
+void fl_lopen_autograd(lua_State *L) {
+    int lib = lua_gettop(L);
+    luaL_setfuncs(L, funcs, 0);
+    lua_getfield(L, lib, "Tensor");
+    luaL_setfuncs(L, tensor_methods, 0);
+    lua_pop(L, 1);
+    luaL_getmetatable(L, FL_TENSOR_MT);
+    lua_pushcfunction(L, m_call);
+    lua_setfield(L, -2, "__call");
+    lua_pushcfunction(L, m_eq);
+    lua_setfield(L, -2, "__eq");
+    lua_pop(L, 1);
+}

@@ -1,0 +1,229 @@
+/* l_nn.c — the differentiable NN ops of core/nn.h for Lua, as require("fp8.core")._nn (also
+ * package.loaded["fp8._nn"]); lua/fp8/nn/functional.lua re-exports them as fp8.nn.functional.
+ * Dims are 1-based, negative from the end; option tables reject unknown keys. */
+#include <string.h>
+#include <math.h>
+#include "l_util.h"
+#include "nn.h"
+#include "ops.h"
+
+/* Check that the table at idx (or nil) has only the given keys. */
+static void check_opts(lua_State *L, int idx, const char *fname, const char *const *valid, const char *list) {
+    if (lua_isnoneornil(L, idx)) return;
+    if (!lua_istable(L, idx))
+        luaL_error(L, "%s: options must be a table {%s}, got %s", fname, list, luaL_typename(L, idx));
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        bool ok = false;
+        for (int i = 0; k && valid[i]; i++) if (strcmp(k, valid[i]) == 0) ok = true;
+        if (!ok) luaL_error(L, "%s: unknown option '%s' (valid: %s)", fname, k ? k : luaL_typename(L, -2), list);
+        lua_pop(L, 1);
+    }
+}
+
+/* opts[key] as a number (def when absent). */
+static double opt_number(lua_State *L, int idx, const char *fname, const char *key, double def) {
+    if (lua_isnoneornil(L, idx)) return def;
+    lua_getfield(L, idx, key);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "%s: %s must be a number, got %s", fname, key, luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static bool opt_bool(lua_State *L, int idx, const char *fname, const char *key, bool def) {
+    if (lua_isnoneornil(L, idx)) return def;
+    lua_getfield(L, idx, key);
+    bool v = def;
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1)) luaL_error(L, "%s: %s must be a boolean, got %s", fname, key, luaL_typename(L, -1));
+        v = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* An optional tensor argument: nil/none → NULL. */
+static fl_tensor *opt_tensor(lua_State *L, int arg) {
+    return lua_isnoneornil(L, arg) ? NULL : fl_lchecktensor(L, arg);
+}
+
+static void no_extra(lua_State *L, int first, const char *fname) {
+    if (!lua_isnone(L, first))
+        luaL_error(L, "%s: too many arguments (got an extra %s as argument %d)", fname, luaL_typename(L, first), first);
+}
+
+static int l_linear(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2), *b = opt_tensor(L, 3);
+    no_extra(L, 4, "linear");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_linear(slot, x, w, b));
+    return 1;
+}
+
+static int l_relu(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    no_extra(L, 2, "relu");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_relu(slot, x));
+    return 1;
+}
+
+/* gelu(x [, "none"|"tanh"]) */
+static int l_gelu(lua_State *L) {
+    static const char *const names[] = { "none", "tanh", NULL };
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    int approx = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        if (lua_type(L, 2) != LUA_TSTRING)
+            return luaL_argerror(L, 2, lua_pushfstring(L, "approximate must be \"none\" or \"tanh\", got %s", luaL_typename(L, 2)));
+        const char *a = lua_tostring(L, 2);
+        approx = -1;
+        for (int i = 0; names[i]; i++) if (strcmp(a, names[i]) == 0) approx = i;
+        if (approx < 0) return luaL_argerror(L, 2, lua_pushfstring(L, "approximate must be \"none\" or \"tanh\", got \"%s\"", a));
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_gelu(slot, x, approx));
+    return 1;
+}
+
+/* 1-based dim (negative from the end) → 0-based. */
+static int check_dim(lua_State *L, int arg, const fl_tensor *t, const char *fname) {
+    int isint = 0;
+    lua_Integer d = lua_tointegerx(L, arg, &isint);
+    int n = t->ndim;
+    if (!isint) luaL_error(L, "%s: dim must be an integer, got %s", fname, luaL_typename(L, arg));
+    if (d == 0 || d > n || d < -n) luaL_error(L, "%s: dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)", fname, (int)d, n, n, n);
+    return d > 0 ? (int)d - 1 : n + (int)d;
+}
+
+/* softmax over any dim: the kernels work on the last one, so other dims go through differentiable
+ * transposes. */
+static int softmax_any(lua_State *L, int log) {
+    const char *fname = log ? "log_softmax" : "softmax";
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    if (x->ndim == 0) return luaL_error(L, "%s: expected a tensor with at least 1 dim, got a 0-d tensor", fname);
+    int d = lua_isnoneornil(L, 2) ? x->ndim - 1 : check_dim(L, 2, x, fname);
+    no_extra(L, 3, fname);
+    fl_status (*fn)(fl_tensor **, const fl_tensor *) = log ? fl_log_softmax : fl_softmax;
+    if (d == x->ndim - 1) {
+        fl_tensor **slot = fl_lnewbox(L);
+        FL_LCALL(L, fn(slot, x));
+        return 1;
+    }
+    fl_tensor **t1 = fl_lnewbox(L);
+    FL_LCALL(L, fl_transpose(t1, x, d, -1));
+    fl_tensor **t2 = fl_lnewbox(L);
+    FL_LCALL(L, fn(t2, *t1));
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_transpose(slot, *t2, d, -1));
+    return 1;
+}
+static int l_softmax(lua_State *L) { return softmax_any(L, 0); }
+static int l_log_softmax(lua_State *L) { return softmax_any(L, 1); }
+
+/* cross_entropy(logits[N, C] (or [..., C]), target[N] (0-based class ids) [, {ignore_index=-100, label_smoothing=0}]) */
+static int l_cross_entropy(lua_State *L) {
+    static const char *const valid[] = { "ignore_index", "label_smoothing", NULL };
+    fl_tensor *lg = fl_lchecktensor(L, 1), *tg = fl_lchecktensor(L, 2);
+    check_opts(L, 3, "cross_entropy", valid, "ignore_index, label_smoothing");
+    no_extra(L, 4, "cross_entropy");
+    double ii = opt_number(L, 3, "cross_entropy", "ignore_index", -100);
+    if (ii != floor(ii)) return luaL_error(L, "cross_entropy: ignore_index must be an integer, got %f", ii);
+    double ls = opt_number(L, 3, "cross_entropy", "label_smoothing", 0);
+    if (!(ls >= 0 && ls <= 1)) return luaL_error(L, "cross_entropy: label_smoothing must be in [0, 1], got %f", ls);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_cross_entropy(slot, lg, tg, (int64_t)ii, ls));
+    return 1;
+}
+
+static int l_mse_loss(lua_State *L) {
+    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    no_extra(L, 3, "mse_loss");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_mse_loss(slot, a, b));
+    return 1;
+}
+
+/* layer_norm(x, w|nil, b|nil [, eps=1e-5]) */
+static int l_layer_norm(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = opt_tensor(L, 2), *b = opt_tensor(L, 3);
+    double eps = 1e-5;
+    if (!lua_isnoneornil(L, 4)) {
+        if (lua_type(L, 4) != LUA_TNUMBER) return luaL_argerror(L, 4, lua_pushfstring(L, "eps must be a number, got %s", luaL_typename(L, 4)));
+        eps = lua_tonumber(L, 4);
+    }
+    no_extra(L, 5, "layer_norm");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_layer_norm(slot, x, w, b, eps));
+    return 1;
+}
+
+static int l_embedding(lua_State *L) {
+    fl_tensor *idx = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
+    no_extra(L, 3, "embedding");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_embedding(slot, idx, w));
+    return 1;
+}
+
+/* dropout(x [, p=0.5 [, training=true]]) — the mask comes from the default generator (fp8.manual_seed). */
+static int l_dropout(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    double p = 0.5;
+    if (!lua_isnoneornil(L, 2)) {
+        if (lua_type(L, 2) != LUA_TNUMBER) return luaL_argerror(L, 2, lua_pushfstring(L, "p must be a number in [0, 1], got %s", luaL_typename(L, 2)));
+        p = lua_tonumber(L, 2);
+    }
+    bool training = true;
+    if (!lua_isnoneornil(L, 3)) {
+        if (!lua_isboolean(L, 3)) return luaL_argerror(L, 3, lua_pushfstring(L, "training must be a boolean, got %s", luaL_typename(L, 3)));
+        training = lua_toboolean(L, 3);
+    }
+    no_extra(L, 4, "dropout");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_dropout(slot, x, p, training, NULL));
+    return 1;
+}
+
+/* scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=false, scale=1/sqrt(D)}]) */
+static int l_sdpa(lua_State *L) {
+    static const char *const valid[] = { "is_causal", "scale", NULL };
+    const char *fname = "scaled_dot_product_attention";
+    fl_tensor *q = fl_lchecktensor(L, 1), *k = fl_lchecktensor(L, 2), *v = fl_lchecktensor(L, 3);
+    check_opts(L, 4, fname, valid, "is_causal, scale");
+    no_extra(L, 5, fname);
+    bool causal = opt_bool(L, 4, fname, "is_causal", false);
+    double scale = opt_number(L, 4, fname, "scale", 0);
+    if (!lua_isnoneornil(L, 4)) {
+        lua_getfield(L, 4, "scale");
+        bool given = !lua_isnil(L, -1);
+        lua_pop(L, 1);
+        if (given && !(scale > 0 && isfinite(scale))) return luaL_error(L, "%s: scale must be a positive finite number, got %f", fname, scale);
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_sdpa(slot, q, k, v, causal, scale));
+    return 1;
+}
+
+static const luaL_Reg funcs[] = {
+    {"linear", l_linear}, {"relu", l_relu}, {"gelu", l_gelu}, {"softmax", l_softmax},
+    {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
+    {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
+    {"scaled_dot_product_attention", l_sdpa},
+    {NULL, NULL},
+};
+
+/* Named _nn (not nn) so fp8/init.lua's copy of core fields leaves fp8.nn to the Lua nn library. */
+void fl_lopen_nn(lua_State *L) {
+    luaL_newlib(L, funcs);
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_pushvalue(L, -2);
+    lua_setfield(L, -2, "fp8._nn");
+    lua_pop(L, 1);
+    lua_setfield(L, -2, "_nn");
+}

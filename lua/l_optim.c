@@ -1,0 +1,88 @@
+/* l_optim.c — the C half of fp8.optim: fused SGD/AdamW steps and the in-place helpers that
+ * clip_grad_norm_ and load_state_dict need (Σx², scale_, copy_). Published as fp8.core._optim
+ * (require "fp8._optim"); the Lua files under lua/fp8/optim and lua/fp8/nn are the user-facing API. */
+#include <math.h>
+#include "l_util.h"
+#include "optim.h"
+
+static double check_num(lua_State *L, int arg, const char *fname, const char *what) {
+    if (lua_type(L, arg) != LUA_TNUMBER)
+        return luaL_error(L, "%s: %s must be a number, got %s", fname, what, luaL_typename(L, arg));
+    double v = lua_tonumber(L, arg);
+    if (!isfinite(v)) return luaL_error(L, "%s: %s must be finite, got %f", fname, what, v);
+    return v;
+}
+
+/* sgd_step(p, g, buf|nil, lr, momentum, dampening, weight_decay, nesterov, first_step) */
+static int l_sgd_step(lua_State *L) {
+    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2);
+    fl_tensor *buf = lua_isnoneornil(L, 3) ? NULL : fl_lchecktensor(L, 3);
+    double lr = check_num(L, 4, "sgd_step", "lr");
+    double mom = check_num(L, 5, "sgd_step", "momentum");
+    double damp = check_num(L, 6, "sgd_step", "dampening");
+    double wd = check_num(L, 7, "sgd_step", "weight_decay");
+    bool nesterov = lua_toboolean(L, 8), first = lua_toboolean(L, 9);
+    fl_lcheck(L, fl_sgd_step(p, g, buf, lr, mom, damp, wd, nesterov, first));
+    return 0;
+}
+
+/* adamw_step(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) */
+static int l_adamw_step(lua_State *L) {
+    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2);
+    fl_tensor *m = fl_lchecktensor(L, 3), *v = fl_lchecktensor(L, 4);
+    double lr = check_num(L, 5, "adamw_step", "lr");
+    double b1 = check_num(L, 6, "adamw_step", "beta1");
+    double b2 = check_num(L, 7, "adamw_step", "beta2");
+    double eps = check_num(L, 8, "adamw_step", "eps");
+    double wd = check_num(L, 9, "adamw_step", "weight_decay");
+    int isint = 0;
+    lua_Integer step = lua_tointegerx(L, 10, &isint);
+    if (!isint) return luaL_error(L, "adamw_step: step must be an integer, got %s", luaL_typename(L, 10));
+    fl_lcheck(L, fl_adamw_step(p, g, m, v, lr, b1, b2, eps, wd, (int64_t)step));
+    return 0;
+}
+
+/* sumsq(t) -> Σ x² (double) */
+static int l_sumsq(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    double s = 0;
+    fl_lcheck(L, fl_sumsq(t, &s));
+    lua_pushnumber(L, s);
+    return 1;
+}
+
+/* scale_(t, s): t *= s in place; returns t. */
+static int l_scale_(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    double s = luaL_checknumber(L, 2);
+    fl_lcheck(L, fl_scale_(t, s));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* copy_(dst, src): dst's values replaced by src's (same shape); returns dst. */
+static int l_copy_(lua_State *L) {
+    fl_tensor *dst = fl_lchecktensor(L, 1), *src = fl_lchecktensor(L, 2);
+    if (!fl_shape_equal(dst->ndim, dst->shape, src->ndim, src->shape)) {
+        char a[128], b[128];
+        return luaL_error(L, "copy_: shapes differ: destination %s, source %s",
+                          fl_shape_str(a, sizeof a, dst->ndim, dst->shape), fl_shape_str(b, sizeof b, src->ndim, src->shape));
+    }
+    FL_LCALL(L, fl_tensor_copy_(dst, src));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static const luaL_Reg optim_funcs[] = {
+    {"sgd_step", l_sgd_step},
+    {"adamw_step", l_adamw_step},
+    {"sumsq", l_sumsq},
+    {"scale_", l_scale_},
+    {"copy_", l_copy_},
+    {NULL, NULL},
+};
+
+int luaopen_fp8_optim_c(lua_State *L) {
+    luaL_newlib(L, optim_funcs);
+    return 1;
+}

@@ -1,0 +1,167 @@
+-- train_char_gpt.lua — a tiny character-level GPT (fp8.nn.GPT) trained on a text file (default: the
+-- fortunes of Debian's `fortunes` package), printing train/val loss periodically and a sampled text
+-- at the end. Run: build/fp8lab scripts/train_char_gpt.lua [--steps N] [--text FILE] ... (--help)
+local fp8 = fp8 or require "fp8"
+local nn = require "fp8.nn"
+local optim = require "fp8.optim"
+local data, amp = fp8.data, fp8.amp
+
+-- The default corpus: the first readable plain-text file among the fortunes databases.
+local function default_text()
+  for _, p in ipairs { "/usr/share/games/fortunes/fortunes", "/usr/share/games/fortunes/literature",
+                       "/usr/share/games/fortunes/science", "/usr/share/games/fortunes/art" } do
+    local f = io.open(p, "rb")
+    if f then
+      local ok = f:read(1) ~= nil
+      f:close()
+      if ok then return p end
+    end
+  end
+  return "/usr/share/games/fortunes/fortunes"
+end
+
+local OPTIONS = {
+  { "steps", "int", 300, "optimizer steps" },
+  { "block-size", "int", 64, "context length (characters)" },
+  { "layers", "int", 2, "transformer blocks" },
+  { "heads", "int", 4, "attention heads" },
+  { "d-model", "int", 64, "embedding width" },
+  { "batch-size", "int", 16, "sequences per step" },
+  { "lr", "num", 3e-3, "peak AdamW learning rate (warmup, then cosine decay)" },
+  { "seed", "int", 1337, "seed of weights, batches and sampling" },
+  { "text", "str", nil, "text file to train on (default: Debian's fortunes)" },
+  { "mixed-precision", "str", "no", "no | bf16 | fp16" },
+  { "eval-every", "int", 50, "steps between loss reports" },
+  { "sample-len", "int", 200, "characters to generate at the end" },
+  { "temperature", "num", 0.8, "sampling temperature (0 = greedy)" },
+}
+
+local function usage()
+  local lines = { "usage: fp8lab scripts/train_char_gpt.lua [options]", "", "Trains a tiny character-level GPT. Options:" }
+  for _, o in ipairs(OPTIONS) do
+    lines[#lines + 1] = ("  %-24s %s (default %s)"):format("--" .. o[1] .. (o[2] == "str" and " S" or " N"), o[4],
+      o[3] == nil and "fortunes" or tostring(o[3]))
+  end
+  lines[#lines + 1] = "  --help                   this text"
+  return table.concat(lines, "\n")
+end
+
+local function parse_args(argv)
+  local spec, opts, names = {}, {}, {}
+  for _, o in ipairs(OPTIONS) do spec[o[1]] = o; opts[o[1]] = o[3]; names[#names + 1] = "--" .. o[1] end
+  names[#names + 1] = "--help"
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    local name, val = a:match("^%-%-([%w%-]+)=(.*)$")
+    if not name then name = a:match("^%-%-([%w%-]+)$") end
+    if not name then error(("unexpected argument '%s' (valid: %s)"):format(a, table.concat(names, " ")), 0) end
+    if name == "help" then print(usage()); os.exit(0) end
+    local o = spec[name]
+    if not o then error(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " ")), 0) end
+    if val == nil then
+      i = i + 1
+      val = argv[i]
+      if val == nil then error(("option --%s needs a value"):format(name), 0) end
+    end
+    if o[2] == "int" then
+      local v = math.tointeger(tonumber(val))
+      if not v or v < (name == "sample-len" and 0 or 1) then
+        error(("option --%s expects a positive integer, got '%s'"):format(name, val), 0)
+      end
+      opts[name] = v
+    elseif o[2] == "num" then
+      local v = tonumber(val)
+      if not v or v < 0 then error(("option --%s expects a number >= 0, got '%s'"):format(name, val), 0) end
+      opts[name] = v
+    else
+      opts[name] = val
+    end
+    i = i + 1
+  end
+  if opts["d-model"] % opts.heads ~= 0 then
+    error(("--d-model (%d) must be divisible by --heads (%d)"):format(opts["d-model"], opts.heads), 0)
+  end
+  if not (opts.lr > 0) then error("--lr must be > 0", 0) end
+  amp.dtype_for(opts["mixed-precision"])   -- validates, naming the valid modes
+  return opts
+end
+
+local opts = parse_args(arg or {})
+local path = opts.text or default_text()
+fp8.manual_seed(opts.seed)
+local T = opts["block-size"]
+local train_ds = data.TextDataset{path = path, block_size = T, split = "train"}
+local val_ds = data.TextDataset{path = path, block_size = T, split = "val"}
+local loader = data.DataLoader{train_ds, batch_size = opts["batch-size"], shuffle = true, drop_last = true, seed = opts.seed}
+local val_loader = data.DataLoader{val_ds, batch_size = opts["batch-size"], shuffle = true, drop_last = false, seed = opts.seed + 1}
+
+local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
+                     n_head = opts.heads, n_embd = opts["d-model"]}
+local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, betas = {0.9, 0.95}})
+local warm = math.max(1, opts.steps // 20)
+local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = warm, total_steps = opts.steps, min_lr = opts.lr / 10})
+local scaler = amp.GradScaler{enabled = opts["mixed-precision"] == "fp16"}
+
+print(("char GPT on %s: %d train / %d val characters, vocab %d; %d layers, %d heads, d_model %d, block %d, "
+  .. "%d parameters; %d steps of batch %d, mixed precision %s"):format(path, train_ds.tokens:size(1),
+  val_ds.tokens:size(1), train_ds.vocab_size, opts.layers, opts.heads, opts["d-model"], T,
+  model:num_parameters(), opts.steps, opts["batch-size"], opts["mixed-precision"]))
+
+-- Mean loss over a few validation batches (no grad, eval mode).
+local function val_loss(nbatches)
+  model:eval()
+  local sum, n = 0, 0
+  fp8.no_grad(function()
+    for x, y in val_loader do
+      local _, loss = model(x, y)
+      sum, n = sum + loss:item(), n + 1
+      if n >= nbatches then break end
+    end
+  end)
+  model:train()
+  return sum / n
+end
+
+local prev = amp.set_mixed_precision(opts["mixed-precision"])
+local t0 = data.clock()
+local ok, err = pcall(function()
+  local step, run_sum, run_n = 0, 0, 0
+  local bar = fp8.progress(opts.steps, {desc = "train"})
+  local it
+  for _ in bar do
+    local x, y
+    if it then x, y = it() end
+    if x == nil then it = loader:iter(); x, y = it() end   -- next epoch when one runs out
+    local _, loss = model(x, y)
+    opt:zero_grad()
+    scaler:scale(loss):backward()
+    scaler:unscale_(opt)
+    nn.utils.clip_grad_norm_(model:parameters(), 1.0)
+    scaler:step(opt)
+    scaler:update()
+    sched:step()
+    step = step + 1
+    local l = loss:item()
+    run_sum, run_n = run_sum + l, run_n + 1
+    bar:set_postfix{loss = l}
+    if step % opts["eval-every"] == 0 or step == opts.steps then
+      print(("step %d/%d  train_loss=%.4f  val_loss=%.4f  lr=%.2e  (%.1fs)"):format(step, opts.steps,
+        run_sum / run_n, val_loss(4), sched:get_last_lr()[1], data.clock() - t0))
+      run_sum, run_n = 0, 0
+    end
+  end
+end)
+fp8.set_autocast_dtype(prev)
+if not ok then error(err, 0) end
+
+-- Sample: start from a newline and let the model write.
+if opts["sample-len"] > 0 then
+  local start = train_ds.stoi["\n"] or 0
+  model:eval()
+  local out = model:generate(fp8.tensor{{start}}, opts["sample-len"], {temperature = opts.temperature, seed = opts.seed})
+  print("---- sample (temperature " .. opts.temperature .. ") ----")
+  print(train_ds:decode(out[1]))
+  print("----")
+end
+print(("final val_loss=%.4f time=%.1fs"):format(val_loss(8), data.clock() - t0))

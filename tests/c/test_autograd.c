@@ -1,0 +1,160 @@
+/* test_autograd.c — graph behaviour of the engine: accumulation over several uses, retain_graph,
+ * no_grad, detach, zero_grad, error messages, deep graphs, and reference counts (run under ASan via
+ * `make BUILD=build-ag-san SAN=1 OPT=-O1 CUDA=0 build-ag-san/test_core` for leaks). */
+#include "runner.h"
+#include "autograd.h"
+#include "nn.h"
+#include "ops.h"
+#include <string.h>
+
+static fl_tensor *vec(const float *v, int64_t n, bool rg) {
+    fl_tensor *t = NULL;
+    if (fl_tensor_from_f32(&t, v, 1, &n, FL_F32) != FL_OK) return NULL;
+    if (rg) fl_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static float at(const fl_tensor *t, int64_t i) { double v = 0; fl_tensor_get(t, &i, &v); return (float)v; }
+
+TEST(autograd_accumulates_over_two_uses) {
+    float xv[3] = { 1, 2, 3 };
+    fl_tensor *x = vec(xv, 3, true), *a, *b, *c, *s;
+    REQUIRE_OK(fl_binary_scalar(&a, FL_OP_MUL, x, 3.0, false));
+    REQUIRE_OK(fl_binary(&b, FL_OP_MUL, x, x));
+    REQUIRE_OK(fl_binary(&c, FL_OP_ADD, a, b));    /* c = 3x + x², dc/dx = 3 + 2x */
+    REQUIRE_OK(fl_reduce(&s, FL_OP_SUM, c, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(s, NULL, false));
+    REQUIRE(x->grad, "no grad");
+    for (int i = 0; i < 3; i++) CHECK_CLOSE(at(x->grad, i), 3 + 2 * xv[i], 1e-6, 0);
+    /* a second graph accumulates into the same .grad */
+    fl_tensor *s2;
+    REQUIRE_OK(fl_reduce(&s2, FL_OP_SUM, x, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(s2, NULL, false));
+    for (int i = 0; i < 3; i++) CHECK_CLOSE(at(x->grad, i), 4 + 2 * xv[i], 1e-6, 0);
+    CHECK(x->grad_fn == NULL && c->grad_fn != NULL, "leaf/non-leaf");
+    CHECK(strcmp(c->grad_fn->name, "AddBackward") == 0, "name %s", c->grad_fn->name);
+    fl_tensor *ts[] = { x, a, b, c, s, s2 };
+    for (int i = 0; i < 6; i++) fl_tensor_release(ts[i]);
+}
+
+TEST(autograd_retain_graph_and_second_backward_error) {
+    float xv[2] = { 1, -2 };
+    fl_tensor *x = vec(xv, 2, true), *e, *s;
+    REQUIRE_OK(fl_unary(&e, FL_OP_EXP, x));
+    REQUIRE_OK(fl_reduce(&s, FL_OP_SUM, e, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(s, NULL, true));
+    REQUIRE_OK(fl_backward(s, NULL, false));     /* retained: a second pass works and accumulates */
+    CHECK_CLOSE(at(x->grad, 0), 2 * expf(1), 1e-5, 1e-6);
+    fl_status st = fl_backward(s, NULL, false);
+    CHECK(st == FL_EINVAL && strstr(fl_last_error(), "second time (use retain_graph=true)"), "%s", fl_last_error());
+    fl_tensor_release(x); fl_tensor_release(e); fl_tensor_release(s);
+}
+
+TEST(autograd_errors) {
+    int64_t sh[2] = { 4, 3 };
+    fl_tensor *x, *y, *z;
+    REQUIRE_OK(fl_tensor_zeros(&x, FL_F32, 2, sh, FL_DEV_CPU));
+    fl_status st = fl_backward(x, NULL, false);
+    CHECK(st == FL_EINVAL && strstr(fl_last_error(), "does not require grad"), "%s", fl_last_error());
+    REQUIRE_OK(fl_tensor_set_requires_grad(x, true));
+    REQUIRE_OK(fl_binary_scalar(&y, FL_OP_MUL, x, 2, false));
+    st = fl_backward(y, NULL, false);
+    CHECK(st == FL_EINVAL && strstr(fl_last_error(), "grad can be implicitly created only for scalar outputs; got shape [4, 3]"),
+          "%s", fl_last_error());
+    st = fl_tensor_set_requires_grad(y, false);
+    CHECK(st == FL_EINVAL && strstr(fl_last_error(), "only leaf tensors"), "%s", fl_last_error());
+    /* linear shape message */
+    int64_t xs[2] = { 32, 100 }, ws[2] = { 512, 784 };
+    fl_tensor *a, *w;
+    REQUIRE_OK(fl_tensor_zeros(&a, FL_F32, 2, xs, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_zeros(&w, FL_F32, 2, ws, FL_DEV_CPU));
+    st = fl_linear(&z, a, w, NULL);
+    CHECK(st == FL_EINVAL && strstr(fl_last_error(), "linear: input [32, 100] does not match weight [512, 784] (in_features 784)"),
+          "%s", fl_last_error());
+    fl_tensor_release(x); fl_tensor_release(y); fl_tensor_release(a); fl_tensor_release(w);
+}
+
+TEST(autograd_no_grad_and_detach) {
+    float xv[2] = { 1, 2 };
+    fl_tensor *x = vec(xv, 2, true), *y, *d, *z;
+    bool prev = fl_set_grad_enabled(false);
+    REQUIRE_OK(fl_binary_scalar(&y, FL_OP_MUL, x, 2, false));
+    fl_set_grad_enabled(prev);
+    CHECK(!y->requires_grad && !y->grad_fn, "no_grad recorded history");
+    REQUIRE_OK(fl_tensor_detach(&d, x));
+    CHECK(!d->requires_grad && !d->grad_fn && d->storage == x->storage, "detach shares data, no history");
+    REQUIRE_OK(fl_binary_scalar(&z, FL_OP_MUL, d, 2, false));
+    CHECK(!z->requires_grad, "detached input made a graph");
+    fl_tensor *s;
+    REQUIRE_OK(fl_reduce(&s, FL_OP_SUM, x, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(s, NULL, false));
+    CHECK(x->grad != NULL, "grad");
+    fl_tensor_zero_grad(x);
+    CHECK(x->grad == NULL, "zero_grad sets grad to none");
+    fl_tensor *ts[] = { x, y, d, z, s };
+    for (int i = 0; i < 5; i++) fl_tensor_release(ts[i]);
+}
+
+TEST(autograd_deep_chain) {
+    /* 20000 nodes: the iterative walk and the queued release must not recurse per node. */
+    float v = 1.0f;
+    fl_tensor *x = vec(&v, 1, true), *cur = fl_tensor_retain(x);
+    for (int i = 0; i < 20000; i++) {
+        fl_tensor *n;
+        REQUIRE_OK(fl_binary_scalar(&n, FL_OP_ADD, cur, 0.0, false));
+        fl_tensor_release(cur);
+        cur = n;
+    }
+    fl_tensor *s;
+    REQUIRE_OK(fl_reduce(&s, FL_OP_SUM, cur, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(s, NULL, true));
+    CHECK_CLOSE(at(x->grad, 0), 1.0, 0, 0);
+    fl_tensor_release(cur);
+    fl_tensor_release(s);          /* frees the whole retained chain */
+    CHECK(x->refcount == 1, "x refcount %d after the graph is gone", x->refcount);
+    fl_tensor_release(x);
+}
+
+TEST(autograd_views_of_leaf_and_refcounts) {
+    int64_t sh[2] = { 2, 3 }, sv[1] = { 6 };
+    fl_tensor *x, *v, *s;
+    REQUIRE_OK(fl_randn(&x, NULL, 2, sh, FL_F32));
+    REQUIRE_OK(fl_tensor_set_requires_grad(x, true));
+    REQUIRE_OK(fl_view(&v, x, 1, sv));
+    CHECK(v->grad_fn && !v->grad && v->requires_grad, "view records");
+    fl_tensor *raw;
+    REQUIRE_OK(fl_tensor_view(&raw, x, 1, sv));
+    CHECK(!raw->grad_fn && !raw->requires_grad && !raw->grad, "layout view copies no history");
+    REQUIRE_OK(fl_reduce(&s, FL_OP_MEAN, v, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(s, NULL, false));
+    CHECK(x->grad && x->grad->ndim == 2, "grad has x's shape");
+    CHECK_CLOSE(at(v, 0), at(raw, 0), 0, 0);
+    fl_tensor_release(v); fl_tensor_release(raw); fl_tensor_release(s);
+    CHECK(x->refcount == 1, "refcount %d", x->refcount);
+    fl_tensor_release(x);
+}
+
+TEST(autograd_mlp_step_shapes) {
+    /* A small MLP forward/backward through linear, relu and cross_entropy: every parameter gets a
+     * gradient of its own shape, and the input (no requires_grad) gets none. */
+    int64_t xs[2] = { 16, 20 }, w1s[2] = { 32, 20 }, b1s[1] = { 32 }, w2s[2] = { 5, 32 }, b2s[1] = { 5 }, ts[1] = { 16 };
+    fl_tensor *x, *w1, *b1, *w2, *b2, *t, *h, *r, *o, *loss;
+    REQUIRE_OK(fl_randn(&x, NULL, 2, xs, FL_F32));
+    REQUIRE_OK(fl_randn(&w1, NULL, 2, w1s, FL_F32));
+    REQUIRE_OK(fl_randn(&b1, NULL, 1, b1s, FL_F32));
+    REQUIRE_OK(fl_randn(&w2, NULL, 2, w2s, FL_F32));
+    REQUIRE_OK(fl_randn(&b2, NULL, 1, b2s, FL_F32));
+    REQUIRE_OK(fl_tensor_zeros(&t, FL_F32, 1, ts, FL_DEV_CPU));
+    fl_tensor *p[4] = { w1, b1, w2, b2 };
+    for (int i = 0; i < 4; i++) fl_tensor_set_requires_grad(p[i], true);
+    REQUIRE_OK(fl_linear(&h, x, w1, b1));
+    REQUIRE_OK(fl_relu(&r, h));
+    REQUIRE_OK(fl_linear(&o, r, w2, b2));
+    REQUIRE_OK(fl_cross_entropy(&loss, o, t, -100, 0));
+    REQUIRE_OK(fl_backward(loss, NULL, false));
+    for (int i = 0; i < 4; i++)
+        CHECK(p[i]->grad && fl_shape_equal(p[i]->grad->ndim, p[i]->grad->shape, p[i]->ndim, p[i]->shape), "param %d", i);
+    CHECK(x->grad == NULL, "input got a gradient");
+    fl_tensor *all[] = { x, w1, b1, w2, b2, t, h, r, o, loss };
+    for (int i = 0; i < 10; i++) fl_tensor_release(all[i]);
+}

@@ -1,0 +1,577 @@
+/* test_nn_kernels.c — core/cpu/cpu_nn.h kernels against float64 references written here: forwards
+ * against direct formulas, backwards against analytic float64 gradients and central differences of
+ * the float64 forward contracted with a random dy. */
+#include "runner.h"
+#include "cpu/cpu_nn.h"
+#include "error.h"
+#include "rng.h"
+#include <stdint.h>
+#include <stdlib.h>
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+static uint64_t lcg_state = 88172645463325252ull;
+static double urand(void) {   /* xorshift64: independent of core/rng.c */
+    lcg_state ^= lcg_state << 13; lcg_state ^= lcg_state >> 7; lcg_state ^= lcg_state << 17;
+    return (double)(lcg_state >> 11) / 9007199254740992.0;
+}
+static float *frand(int64_t n, double lo, double hi) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(lo + (hi - lo) * urand());
+    return p;
+}
+static float *fzeros(int64_t n) { return calloc((size_t)(n ? n : 1), sizeof(float)); }
+static double *dcopy(const float *x, int64_t n) {
+    double *d = malloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+/* max |a-b| / (atol + rtol|b|) over n: <= 1 means within tolerance. A NaN reference marks an
+ * element that was not sampled (fd_grad with stride > 1) and is skipped. */
+static double worst(const float *a, const double *b, int64_t n, double atol, double rtol) {
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(b[i])) continue;
+        double e = fabs((double)a[i] - b[i]) / (atol + rtol * fabs(b[i]));
+        if (!(e <= w)) w = e;   /* NaN counts as worst */
+    }
+    return w;
+}
+
+/* A scalar function of a double vector, for finite differences: f(x) = Σ dy·forward(x). */
+typedef double (*scalar_fn)(const double *x, void *ctx);
+/* Central differences of f at x into g (x restored afterwards). Large inputs sample about 150
+ * coordinates (the rest are NaN = skipped) so the O(n²) cost stays small. */
+static void fd_grad(scalar_fn f, void *ctx, double *x, int64_t n, double *g) {
+    int64_t stride = n > 150 ? n / 150 + 1 : 1;
+    for (int64_t i = 0; i < n; i++) g[i] = NAN;
+    for (int64_t i = (n - 1) % stride; i < n; i += stride) {
+        double h = 1e-6 * (1.0 + fabs(x[i])), x0 = x[i];
+        x[i] = x0 + h; double fp = f(x, ctx);
+        x[i] = x0 - h; double fm = f(x, ctx);
+        x[i] = x0;
+        g[i] = (fp - fm) / (2 * h);
+    }
+}
+
+/* ---- ReLU / GELU ------------------------------------------------------------------------- */
+TEST(nn_relu_fwd_bwd) {
+    int64_t n = 37;
+    float *x = frand(n, -2, 2), *dy = frand(n, -1, 1), *y = fzeros(n), *dx = fzeros(n);
+    x[0] = 0.0f;
+    fl_cpu_relu_fwd(x, y, n);
+    fl_cpu_relu_bwd(x, dy, dx, n);
+    for (int64_t i = 0; i < n; i++) {
+        CHECK(y[i] == (x[i] > 0 ? x[i] : 0.0f), "y[%lld]", (long long)i);
+        CHECK(dx[i] == (x[i] > 0 ? dy[i] : 0.0f), "dx[%lld]", (long long)i);
+    }
+    free(x); free(dy); free(y); free(dx);
+}
+
+static double gelu_ref(double x, int approx) {
+    if (approx) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+}
+
+static void check_gelu(int *fl__failed, int approx, int64_t n) {
+    float *x = frand(n, -6, 6), *dy = frand(n, -1, 1), *y = fzeros(n), *dx = fzeros(n);
+    x[0] = 0.0f; x[1] = -12.0f; x[2] = 12.0f;
+    double *ry = malloc(n * sizeof(double)), *rdx = malloc(n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i], h = 1e-6;
+        ry[i] = gelu_ref(v, approx);
+        rdx[i] = dy[i] * (gelu_ref(v + h, approx) - gelu_ref(v - h, approx)) / (2 * h);
+    }
+    fl_cpu_gelu_fwd(x, y, n, approx);
+    fl_cpu_gelu_bwd(x, dy, dx, n, approx);
+    double wy = worst(y, ry, n, 1e-6, 1e-5), wd = worst(dx, rdx, n, 1e-6, 1e-4);
+    CHECK(wy <= 1, "gelu(approx=%d) fwd worst %g", approx, wy);
+    CHECK(wd <= 1, "gelu(approx=%d) bwd worst %g", approx, wd);
+    free(x); free(dy); free(y); free(dx); free(ry); free(rdx);
+}
+TEST(nn_gelu_exact) { check_gelu(fl__failed, 0, 1001); check_gelu(fl__failed, 0, 200003); }
+TEST(nn_gelu_tanh)  { check_gelu(fl__failed, 1, 1001); check_gelu(fl__failed, 1, 200003); }
+
+/* ---- softmax / log-softmax ----------------------------------------------------------------- */
+typedef struct { int64_t rows, cols; const float *dy; int log; } sm_ctx;
+static void softmax_ref(const double *x, double *y, int64_t rows, int64_t cols, int log_) {
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = x + r * cols; double *yr = y + r * cols;
+        double m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < cols; j++) if (xr[j] > m) m = xr[j];
+        for (int64_t j = 0; j < cols; j++) s += exp(xr[j] - m);
+        for (int64_t j = 0; j < cols; j++) yr[j] = log_ ? xr[j] - m - log(s) : exp(xr[j] - m) / s;
+    }
+}
+static double sm_scalar(const double *x, void *vc) {
+    sm_ctx *c = vc;
+    int64_t n = c->rows * c->cols;
+    double *y = malloc(n * sizeof(double)), s = 0;
+    softmax_ref(x, y, c->rows, c->cols, c->log);
+    for (int64_t i = 0; i < n; i++) s += c->dy[i] * y[i];
+    free(y);
+    return s;
+}
+
+static void check_softmax(int *fl__failed, int log_, int64_t rows, int64_t cols, int fd) {
+    int64_t n = rows * cols;
+    float *x = frand(n, -8, 8), *dy = frand(n, -1, 1), *y = fzeros(n), *dx = fzeros(n);
+    double *xd = dcopy(x, n), *ry = malloc(n * sizeof(double)), *rdx = malloc(n * sizeof(double));
+    softmax_ref(xd, ry, rows, cols, log_);
+    /* analytic float64 backward */
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t j = 0; j < cols; j++) s += log_ ? dy[r * cols + j] : dy[r * cols + j] * ry[r * cols + j];
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t i = r * cols + j;
+            rdx[i] = log_ ? dy[i] - exp(ry[i]) * s : ry[i] * (dy[i] - s);
+        }
+    }
+    if (log_) { fl_cpu_log_softmax_fwd(x, y, rows, cols); fl_cpu_log_softmax_bwd(y, dy, dx, rows, cols); }
+    else { fl_cpu_softmax_fwd(x, y, rows, cols); fl_cpu_softmax_bwd(y, dy, dx, rows, cols); }
+    double wy = worst(y, ry, n, 1e-6, 1e-5), wd = worst(dx, rdx, n, 1e-6, 1e-4);
+    CHECK(wy <= 1, "%s [%lld,%lld] fwd worst %g", log_ ? "log_softmax" : "softmax", (long long)rows, (long long)cols, wy);
+    CHECK(wd <= 1, "%s [%lld,%lld] bwd worst %g", log_ ? "log_softmax" : "softmax", (long long)rows, (long long)cols, wd);
+    if (fd) {   /* independent check of the analytic reference itself */
+        sm_ctx c = { rows, cols, dy, log_ };
+        double *g = malloc(n * sizeof(double));
+        fd_grad(sm_scalar, &c, xd, n, g);
+        double wf = worst(dx, g, n, 1e-5, 1e-4);
+        CHECK(wf <= 1, "%s [%lld,%lld] bwd vs finite differences worst %g", log_ ? "log_softmax" : "softmax",
+              (long long)rows, (long long)cols, wf);
+        free(g);
+    }
+    free(x); free(dy); free(y); free(dx); free(xd); free(ry); free(rdx);
+}
+TEST(nn_softmax) {
+    check_softmax(fl__failed, 0, 1, 1, 1);
+    check_softmax(fl__failed, 0, 1, 13, 1);
+    check_softmax(fl__failed, 0, 7, 37, 1);
+    check_softmax(fl__failed, 0, 3, 1000, 0);
+    check_softmax(fl__failed, 0, 257, 1001, 0);   /* threaded path */
+}
+TEST(nn_log_softmax) {
+    check_softmax(fl__failed, 1, 1, 1, 1);
+    check_softmax(fl__failed, 1, 1, 13, 1);
+    check_softmax(fl__failed, 1, 7, 37, 1);
+    check_softmax(fl__failed, 1, 257, 1001, 0);
+}
+TEST(nn_softmax_stable_extremes) {
+    /* huge logits (naive exp overflows) and -inf entries (masked) */
+    float x[6] = { 1e4f, 1e4f - 1.0f, -INFINITY, -1e4f, 1e4f, -INFINITY }, y[6], ly[6];
+    fl_cpu_softmax_fwd(x, y, 2, 3);
+    fl_cpu_log_softmax_fwd(x, ly, 2, 3);
+    double e1 = exp(-1.0), s = 1 + e1;
+    CHECK_CLOSE(y[0], 1 / s, 1e-7, 1e-6); CHECK_CLOSE(y[1], e1 / s, 1e-7, 1e-6); CHECK(y[2] == 0.0f, "%g", y[2]);
+    CHECK(y[3] == 0.0f && y[5] == 0.0f, "%g %g", y[3], y[5]); CHECK_CLOSE(y[4], 1.0, 0, 1e-7);
+    CHECK_CLOSE(ly[0], -log(s), 1e-6, 1e-5); CHECK(isinf(ly[2]) && ly[2] < 0, "%g", ly[2]);
+    CHECK_CLOSE(ly[3], -2e4, 0, 1e-6); CHECK_CLOSE(ly[4], 0.0, 1e-7, 0);
+    /* the kernel's exp over its whole range, subnormal results included: rows [0, a] → y1 = e^a/(1+e^a) */
+    const float as[] = { -110.0f, -103.0f, -90.0f, -50.0f, -1.0f, 0.5f, 30.0f };
+    for (unsigned k = 0; k < sizeof as / sizeof as[0]; k++) {
+        float r[2] = { 0.0f, as[k] }, o[2];
+        fl_cpu_softmax_fwd(r, o, 1, 2);
+        double ea = exp((double)as[k]);
+        CHECK_CLOSE(o[1], ea / (1 + ea), 1.5e-45, 1e-5);
+    }
+    float z[3] = { 1.0f, NAN, 2.0f }, o[3];
+    fl_cpu_log_softmax_fwd(z, o, 1, 3);   /* NaN anywhere in a row → NaN row, as in PyTorch */
+    CHECK(isnan(o[0]) && isnan(o[2]), "NaN row: %g %g", o[0], o[2]);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------- */
+typedef struct { int64_t rows, cols, ii; double eps; const float *t; } ce_ctx;
+static double ce_ref(const double *x, void *vc) {   /* -Σ q log p, mean over non-ignored rows */
+    ce_ctx *c = vc;
+    double tot = 0; int64_t cnt = 0;
+    for (int64_t r = 0; r < c->rows; r++) {
+        if ((int64_t)c->t[r] == c->ii) continue;
+        const double *xr = x + r * c->cols;
+        double m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < c->cols; j++) if (xr[j] > m) m = xr[j];
+        for (int64_t j = 0; j < c->cols; j++) s += exp(xr[j] - m);
+        for (int64_t j = 0; j < c->cols; j++) {
+            double q = c->eps / c->cols + (j == (int64_t)c->t[r] ? 1 - c->eps : 0);
+            tot -= q * (xr[j] - m - log(s));
+        }
+        cnt++;
+    }
+    return tot / cnt;
+}
+
+static void check_ce(int *fl__failed, int64_t rows, int64_t cols, double eps, int64_t ii, int nignored) {
+    int64_t n = rows * cols;
+    float *x = frand(n, -5, 5), *t = malloc(rows * sizeof(float)), *dx = fzeros(n);
+    for (int64_t r = 0; r < rows; r++) t[r] = (float)(int64_t)(urand() * cols);
+    for (int i = 0; i < nignored && i < rows; i++) t[(i * 3) % rows] = (float)ii;
+    ce_ctx c = { rows, cols, ii, eps, t };
+    double *xd = dcopy(x, n), *g = malloc(n * sizeof(double));
+    double ref = ce_ref(xd, &c), loss = -1; int64_t count = -1;
+    CHECK_OK(fl_cpu_cross_entropy_fwd(x, t, rows, cols, ii, (float)eps, &loss, &count));
+    int64_t expect = 0;
+    for (int64_t r = 0; r < rows; r++) expect += (int64_t)t[r] != ii;
+    CHECK(count == expect, "count %lld vs %lld", (long long)count, (long long)expect);
+    CHECK_CLOSE(loss, ref, 1e-6, 1e-5);
+    float dloss = 0.75f;
+    CHECK_OK(fl_cpu_cross_entropy_bwd(x, t, rows, cols, ii, (float)eps, dloss, dx));
+    fd_grad(ce_ref, &c, xd, n, g);
+    for (int64_t i = 0; i < n; i++) g[i] *= dloss;   /* NaN (unsampled) stays NaN */
+    double w = worst(dx, g, n, 1e-6, 1e-4);
+    CHECK(w <= 1, "ce [%lld,%lld] eps %g bwd vs finite differences worst %g", (long long)rows, (long long)cols, eps, w);
+    for (int64_t r = 0; r < rows; r++) if ((int64_t)t[r] == ii)
+        for (int64_t j = 0; j < cols; j++) CHECK(dx[r * cols + j] == 0.0f, "ignored row %lld has grad", (long long)r);
+    free(x); free(t); free(dx); free(xd); free(g);
+}
+TEST(nn_cross_entropy) {
+    check_ce(fl__failed, 1, 1, 0.0, -100, 0);
+    check_ce(fl__failed, 1, 5, 0.0, -100, 0);
+    check_ce(fl__failed, 9, 11, 0.0, -100, 0);
+    check_ce(fl__failed, 9, 11, 0.1, -100, 3);   /* label smoothing + ignore_index */
+    check_ce(fl__failed, 6, 37, 0.25, 2, 2);     /* ignore_index inside the class range */
+    check_ce(fl__failed, 70, 1003, 0.1, -100, 5); /* threaded path; fd samples coordinates */
+}
+TEST(nn_cross_entropy_all_ignored) {
+    float x[6] = { 1, 2, 3, 4, 5, 6 }, t[2] = { -100, -100 }, dx[6];
+    double loss = 0; int64_t count = -1;
+    CHECK_OK(fl_cpu_cross_entropy_fwd(x, t, 2, 3, -100, 0.1f, &loss, &count));
+    CHECK(isnan(loss), "loss %g (PyTorch: nan)", loss);
+    CHECK(count == 0, "count %lld", (long long)count);
+    for (int i = 0; i < 6; i++) dx[i] = 7;
+    CHECK_OK(fl_cpu_cross_entropy_bwd(x, t, 2, 3, -100, 0.1f, 1.0f, dx));
+    for (int i = 0; i < 6; i++) CHECK(dx[i] == 0.0f, "dx[%d] = %g", i, dx[i]);
+}
+TEST(nn_cross_entropy_bad_target) {
+    float x[6] = { 1, 2, 3, 4, 5, 6 }, dx[6];
+    const float bad[] = { 3.0f, -1.0f, 1.5f, NAN, -100.5f };
+    for (unsigned k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        float t[2] = { 0.0f, bad[k] };
+        double loss = 0; int64_t count = 0;
+        fl_clear_error();
+        fl_status st = fl_cpu_cross_entropy_fwd(x, t, 2, 3, -100, 0.0f, &loss, &count);
+        CHECK(st == FL_EINVAL, "target %g: status %d", bad[k], (int)st);
+        CHECK(strstr(fl_last_error(), "out of range [0, 3)") && strstr(fl_last_error(), "row 1"),
+              "message: %s", fl_last_error());
+        st = fl_cpu_cross_entropy_bwd(x, t, 2, 3, -100, 0.0f, 1.0f, dx);
+        CHECK(st == FL_EINVAL, "bwd target %g: status %d", bad[k], (int)st);
+    }
+}
+
+/* ---- layernorm ----------------------------------------------------------------------------- */
+typedef struct { int64_t rows, cols; double eps; const float *dy; int which; double *x, *w, *b; } ln_ctx;
+static void ln_ref(const double *x, const double *w, const double *b, double *y, int64_t rows, int64_t cols, double eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = x + r * cols;
+        double m = 0, v = 0;
+        for (int64_t j = 0; j < cols; j++) m += xr[j];
+        m /= cols;
+        for (int64_t j = 0; j < cols; j++) v += (xr[j] - m) * (xr[j] - m);
+        v /= cols;
+        for (int64_t j = 0; j < cols; j++)
+            y[r * cols + j] = (xr[j] - m) / sqrt(v + eps) * (w ? w[j] : 1) + (b ? b[j] : 0);
+    }
+}
+/* f = Σ dy·LN(x; w, b) as a function of one of x (which=0), w (1), b (2). */
+static double ln_scalar(const double *p, void *vc) {
+    ln_ctx *c = vc;
+    int64_t n = c->rows * c->cols;
+    double *y = malloc(n * sizeof(double)), s = 0;
+    ln_ref(c->which == 0 ? p : c->x, c->which == 1 ? p : c->w, c->which == 2 ? p : c->b, y, c->rows, c->cols, c->eps);
+    for (int64_t i = 0; i < n; i++) s += c->dy[i] * y[i];
+    free(y);
+    return s;
+}
+
+static void check_ln(int *fl__failed, int64_t rows, int64_t cols, int affine, int fd) {
+    int64_t n = rows * cols;
+    float eps = 1e-5f;
+    float *x = frand(n, -3, 5), *dy = frand(n, -1, 1), *w = affine ? frand(cols, 0.5, 1.5) : NULL,
+          *b = affine ? frand(cols, -1, 1) : NULL;
+    float *y = fzeros(n), *mean = fzeros(rows), *rstd = fzeros(rows), *dx = fzeros(n);
+    float *dw = frand(cols, 1, 1), *db = frand(cols, -2, -2);   /* pre-filled: the kernel accumulates */
+    double *xd = dcopy(x, n), *wd = affine ? dcopy(w, cols) : NULL, *bd = affine ? dcopy(b, cols) : NULL;
+    double *ry = malloc(n * sizeof(double));
+    ln_ref(xd, wd, bd, ry, rows, cols, eps);
+    fl_cpu_layernorm_fwd(x, w, b, y, mean, rstd, rows, cols, eps);
+    double wy = worst(y, ry, n, 1e-5, 1e-5);
+    CHECK(wy <= 1, "layernorm [%lld,%lld] affine %d fwd worst %g", (long long)rows, (long long)cols, affine, wy);
+    for (int64_t r = 0; r < rows; r++) {
+        double m = 0, v = 0;
+        for (int64_t j = 0; j < cols; j++) m += xd[r * cols + j];
+        m /= cols;
+        for (int64_t j = 0; j < cols; j++) v += (xd[r * cols + j] - m) * (xd[r * cols + j] - m);
+        CHECK_CLOSE(mean[r], m, 1e-6, 1e-6);
+        CHECK_CLOSE(rstd[r], 1 / sqrt(v / cols + eps), 0, 1e-5);
+    }
+    fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, affine ? dw : NULL, affine ? db : NULL, rows, cols);
+    /* analytic float64 reference */
+    double *rdx = calloc(n, sizeof(double)), *rdw = calloc(cols, sizeof(double)), *rdb = calloc(cols, sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        double m = 0, v = 0, sg = 0, sgx = 0;
+        for (int64_t j = 0; j < cols; j++) m += xd[r * cols + j];
+        m /= cols;
+        for (int64_t j = 0; j < cols; j++) v += (xd[r * cols + j] - m) * (xd[r * cols + j] - m);
+        double rs = 1 / sqrt(v / cols + eps);
+        for (int64_t j = 0; j < cols; j++) {
+            double xh = (xd[r * cols + j] - m) * rs, g = dy[r * cols + j] * (affine ? wd[j] : 1);
+            sg += g; sgx += g * xh;
+            rdw[j] += dy[r * cols + j] * xh; rdb[j] += dy[r * cols + j];
+        }
+        for (int64_t j = 0; j < cols; j++) {
+            double xh = (xd[r * cols + j] - m) * rs, g = dy[r * cols + j] * (affine ? wd[j] : 1);
+            rdx[r * cols + j] = rs * (g - sg / cols - xh * sgx / cols);
+        }
+    }
+    double wdx = worst(dx, rdx, n, 1e-4, 1e-3);
+    CHECK(wdx <= 1, "layernorm [%lld,%lld] dx worst %g", (long long)rows, (long long)cols, wdx);
+    if (affine) {
+        for (int64_t j = 0; j < cols; j++) { rdw[j] += 1; rdb[j] += -2; }
+        double ww = worst(dw, rdw, cols, 1e-4, 1e-4), wb = worst(db, rdb, cols, 1e-4, 1e-4);
+        CHECK(ww <= 1 && wb <= 1, "layernorm dw worst %g, db worst %g", ww, wb);
+    }
+    if (fd) {   /* finite differences of the float64 forward, for x, w and b */
+        ln_ctx c = { rows, cols, eps, dy, 0, xd, wd, bd };
+        double *g = malloc(n * sizeof(double));
+        fd_grad(ln_scalar, &c, xd, n, g);
+        double wf = worst(dx, g, n, 1e-4, 1e-3);
+        CHECK(wf <= 1, "layernorm [%lld,%lld] dx vs fd worst %g", (long long)rows, (long long)cols, wf);
+        if (affine) {
+            c.which = 1; fd_grad(ln_scalar, &c, wd, cols, g);
+            for (int64_t j = 0; j < cols; j++) g[j] += 1;
+            double w1 = worst(dw, g, cols, 1e-4, 1e-4);
+            c.which = 2; fd_grad(ln_scalar, &c, bd, cols, g);
+            for (int64_t j = 0; j < cols; j++) g[j] += -2;
+            double w2 = worst(db, g, cols, 1e-4, 1e-4);
+            CHECK(w1 <= 1 && w2 <= 1, "layernorm dw/db vs fd worst %g %g", w1, w2);
+        }
+        free(g);
+    }
+    free(x); free(dy); free(w); free(b); free(y); free(mean); free(rstd); free(dx); free(dw); free(db);
+    free(xd); free(wd); free(bd); free(ry); free(rdx); free(rdw); free(rdb);
+}
+TEST(nn_layernorm) {
+    check_ln(fl__failed, 1, 1, 1, 1);     /* zero variance: y = b */
+    check_ln(fl__failed, 1, 13, 1, 1);
+    check_ln(fl__failed, 5, 37, 1, 1);
+    check_ln(fl__failed, 5, 37, 0, 1);
+    check_ln(fl__failed, 3, 1000, 1, 0);
+    check_ln(fl__failed, 130, 1027, 1, 0);   /* threaded, column blocks with a ragged tail */
+    /* a large offset: single-pass E[x²]−E[x]² in float would lose everything here */
+    float x[4] = { 10000.0f, 10000.5f, 10001.0f, 10001.5f }, y[4], m, rs;
+    fl_cpu_layernorm_fwd(x, NULL, NULL, y, &m, &rs, 1, 4, 0.0f);
+    /* mean 10000.75, deviations ±0.25, ±0.75, variance 0.3125 */
+    CHECK_CLOSE(m, 10000.75, 0, 1e-9);
+    CHECK_CLOSE(y[0], -0.75 / sqrt(0.3125), 1e-5, 1e-5);
+    CHECK_CLOSE(y[3], 0.75 / sqrt(0.3125), 1e-5, 1e-5);
+}
+
+/* ---- embedding ----------------------------------------------------------------------------- */
+TEST(nn_embedding) {
+    int64_t vocab = 7, dim = 19, n = 11;
+    float *wt = frand(vocab * dim, -1, 1), idx[11] = { 0, 6, 3, 3, 1, 0, 6, 6, 2, 5, 4 };
+    float *y = fzeros(n * dim), *dy = frand(n * dim, -1, 1), *dw = frand(vocab * dim, 0.5, 0.5);
+    CHECK_OK(fl_cpu_embedding_fwd(idx, n, wt, vocab, dim, y));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < dim; j++) CHECK(y[i * dim + j] == wt[(int64_t)idx[i] * dim + j], "y[%lld,%lld]", (long long)i, (long long)j);
+    fl_cpu_embedding_bwd(idx, n, dy, dim, dw);
+    double *ref = malloc(vocab * dim * sizeof(double));
+    for (int64_t e = 0; e < vocab * dim; e++) ref[e] = 0.5;
+    for (int64_t i = 0; i < n; i++) for (int64_t j = 0; j < dim; j++) ref[(int64_t)idx[i] * dim + j] += dy[i * dim + j];
+    double w = worst(dw, ref, vocab * dim, 1e-6, 1e-6);
+    CHECK(w <= 1, "embedding dweight worst %g", w);
+    const float bad[] = { 7.0f, -1.0f, 2.5f, NAN };
+    for (unsigned k = 0; k < 4; k++) {
+        float bi[3] = { 1, 2, bad[k] };
+        fl_status st = fl_cpu_embedding_fwd(bi, 3, wt, vocab, dim, y);
+        CHECK(st == FL_EINVAL, "index %g: status %d", bad[k], (int)st);
+        CHECK(strstr(fl_last_error(), "vocab size 7") != NULL, "message: %s", fl_last_error());
+    }
+    free(wt); free(y); free(dy); free(dw); free(ref);
+    /* large: threaded column split with many repeats */
+    vocab = 50; dim = 300; n = 1000;
+    wt = frand(vocab * dim, -1, 1); dy = frand(n * dim, -1, 1); dw = fzeros(vocab * dim);
+    float *ix = malloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) ix[i] = (float)(int64_t)(urand() * vocab);
+    fl_cpu_embedding_bwd(ix, n, dy, dim, dw);
+    ref = calloc(vocab * dim, sizeof(double));
+    for (int64_t i = 0; i < n; i++) for (int64_t j = 0; j < dim; j++) ref[(int64_t)ix[i] * dim + j] += dy[i * dim + j];
+    w = worst(dw, ref, vocab * dim, 1e-5, 1e-5);
+    CHECK(w <= 1, "embedding large dweight worst %g", w);
+    free(wt); free(dy); free(dw); free(ref); free(ix);
+}
+
+/* ---- dropout ------------------------------------------------------------------------------- */
+TEST(nn_dropout) {
+    int64_t n = 1000003;
+    float *x = frand(n, -1, 1), *y = fzeros(n), *y2 = fzeros(n), *dy = frand(n, -1, 1), *dx = fzeros(n);
+    uint8_t *mask = malloc(n), *mask2 = malloc(n);
+    fl_cpu_dropout_fwd(x, y, mask, n, 0.0f, 42, 0);
+    int same = 1;
+    for (int64_t i = 0; i < n; i++) same &= y[i] == x[i] && mask[i] == 1;
+    CHECK(same, "p = 0 is the identity");
+    fl_cpu_dropout_fwd(x, y, mask, n, 0.5f, 42, 0);
+    int64_t kept = 0; int ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+        kept += mask[i];
+        ok &= mask[i] ? y[i] == x[i] * 2.0f : y[i] == 0.0f;
+    }
+    double frac = (double)kept / n;
+    CHECK(fabs(frac - 0.5) < 0.003, "kept fraction %g", frac);   /* 6 sigma at n = 1e6 */
+    CHECK(ok, "kept values scaled by 1/(1-p), dropped are 0");
+    fl_cpu_dropout_fwd(x, y2, mask2, n, 0.5f, 42, 0);
+    CHECK(memcmp(mask, mask2, n) == 0 && memcmp(y, y2, n * sizeof(float)) == 0, "same seed → same mask");
+    fl_cpu_dropout_fwd(x, y2, mask2, n, 0.5f, 43, 0);
+    CHECK(memcmp(mask, mask2, n) != 0, "another seed → another mask");
+    /* the mask of element i depends only on (seed, offset + i/4): a shifted call reproduces it */
+    fl_cpu_dropout_fwd(x + 8, y2, mask2, 1001, 0.5f, 42, 2);
+    CHECK(memcmp(mask + 8, mask2, 1001) == 0, "offset counts 4-element Philox blocks");
+    /* the contract: element i keeps iff the top 24 bits of word i%4 of fl_philox4x32(seed, offset + i/4) >= p·2^24 */
+    ok = 1;
+    for (int64_t i = 0; i < 4099; i++) {
+        uint32_t wd[4];
+        fl_philox4x32(42, 5 + (uint64_t)(i / 4), wd);
+        if (i == 0) fl_cpu_dropout_fwd(x, y2, mask2, 4099, 0.5f, 42, 5);
+        ok &= mask2[i] == ((double)(wd[i % 4] >> 8) / 16777216.0 >= 0.5);
+    }
+    CHECK(ok, "mask follows fl_philox4x32(seed, offset + i/4)");
+    fl_cpu_dropout_bwd(mask, dy, dx, n, 0.5f);
+    ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= dx[i] == (mask[i] ? dy[i] * 2.0f : 0.0f);
+    CHECK(ok, "backward applies the forward mask and scale");
+    fl_cpu_dropout_fwd(x, y, mask, n, 0.1f, 7, 0);
+    kept = 0;
+    for (int64_t i = 0; i < n; i++) kept += mask[i];
+    CHECK(fabs((double)kept / n - 0.9) < 0.002, "p = 0.1 kept fraction %g", (double)kept / n);
+    CHECK_CLOSE(y[0], mask[0] ? x[0] / 0.9 : 0.0, 1e-7, 1e-6);
+    fl_cpu_dropout_fwd(x, y, mask, 5, 1.0f, 7, 0);
+    for (int i = 0; i < 5; i++) CHECK(y[i] == 0.0f && mask[i] == 0, "p = 1 drops all");
+    free(x); free(y); free(y2); free(dy); free(dx); free(mask); free(mask2);
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+typedef struct { int64_t B, H, T, D; double scale; int causal; const float *dy; int which; double *q, *k, *v; } at_ctx;
+static void sdpa_ref(const double *q, const double *k, const double *v, double *out, double *att,
+                     int64_t BH, int64_t T, int64_t D, double scale, int causal) {
+    double *s = malloc(T * sizeof(double));
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int64_t i = 0; i < T; i++) {
+            const double *qi = q + (bh * T + i) * D;
+            double m = -INFINITY, z = 0;
+            for (int64_t j = 0; j < T; j++) {
+                if (causal && j > i) { s[j] = -INFINITY; continue; }
+                double d = 0;
+                for (int64_t e = 0; e < D; e++) d += qi[e] * k[(bh * T + j) * D + e];
+                s[j] = d * scale;
+                if (s[j] > m) m = s[j];
+            }
+            for (int64_t j = 0; j < T; j++) { s[j] = exp(s[j] - m); z += s[j]; }
+            for (int64_t e = 0; e < D; e++) out[(bh * T + i) * D + e] = 0;
+            for (int64_t j = 0; j < T; j++) {
+                double p = s[j] / z;
+                if (att) att[(bh * T + i) * T + j] = p;
+                for (int64_t e = 0; e < D; e++) out[(bh * T + i) * D + e] += p * v[(bh * T + j) * D + e];
+            }
+        }
+    free(s);
+}
+/* Analytic float64 backward from the reference probabilities: dV = Pᵀ dO, dS = P ⊙ (dO Vᵀ − rowsum),
+ * dQ = scale·dS K, dK = scale·dSᵀ Q. */
+static void sdpa_bwd_ref(const double *q, const double *k, const double *v, const double *att, const float *dout,
+                         double *dq, double *dk, double *dv, int64_t BH, int64_t T, int64_t D, double scale) {
+    double *ds = malloc(T * sizeof(double));
+    for (int64_t e = 0; e < BH * T * D; e++) dq[e] = dk[e] = dv[e] = 0;
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int64_t i = 0; i < T; i++) {
+            const double *p = att + (bh * T + i) * T;
+            const float *go = dout + (bh * T + i) * D;
+            double rs = 0;
+            for (int64_t j = 0; j < T; j++) {
+                double dp = 0;
+                for (int64_t e = 0; e < D; e++) dp += go[e] * v[(bh * T + j) * D + e];
+                ds[j] = dp; rs += p[j] * dp;
+            }
+            for (int64_t j = 0; j < T; j++) {
+                double g = scale * p[j] * (ds[j] - rs);
+                for (int64_t e = 0; e < D; e++) {
+                    dq[(bh * T + i) * D + e] += g * k[(bh * T + j) * D + e];
+                    dk[(bh * T + j) * D + e] += g * q[(bh * T + i) * D + e];
+                    dv[(bh * T + j) * D + e] += p[j] * go[e];
+                }
+            }
+        }
+    free(ds);
+}
+
+static double at_scalar(const double *p, void *vc) {
+    at_ctx *c = vc;
+    int64_t n = c->B * c->H * c->T * c->D;
+    double *o = malloc(n * sizeof(double)), s = 0;
+    sdpa_ref(c->which == 0 ? p : c->q, c->which == 1 ? p : c->k, c->which == 2 ? p : c->v, o, NULL,
+             c->B * c->H, c->T, c->D, c->scale, c->causal);
+    for (int64_t i = 0; i < n; i++) s += c->dy[i] * o[i];
+    free(o);
+    return s;
+}
+
+static void check_sdpa(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t D, int causal, int fd) {
+    int64_t n = B * H * T * D, na = B * H * T * T;
+    float scale = (float)(1.0 / sqrt((double)D));
+    float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dy = frand(n, -1, 1);
+    float *o = fzeros(n), *att = frand(na, 9, 9), *dq = frand(n, 5, 5), *dk = frand(n, 5, 5), *dv = frand(n, 5, 5);
+    double *qd = dcopy(q, n), *kd = dcopy(k, n), *vd = dcopy(v, n);
+    double *ro = malloc(n * sizeof(double)), *ra = malloc(na * sizeof(double));
+    sdpa_ref(qd, kd, vd, ro, ra, B * H, T, D, scale, causal);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal);
+    double wo = worst(o, ro, n, 1e-5, 1e-4), wa = worst(att, ra, na, 1e-6, 1e-4);
+    CHECK(wo <= 1 && wa <= 1, "sdpa B%lld H%lld T%lld D%lld causal %d fwd worst out %g att %g",
+          (long long)B, (long long)H, (long long)T, (long long)D, causal, wo, wa);
+    fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale);
+    {
+        double *r[3] = { malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)) };
+        sdpa_bwd_ref(qd, kd, vd, ra, dy, r[0], r[1], r[2], B * H, T, D, scale);
+        const float *got[3] = { dq, dk, dv };
+        for (int w = 0; w < 3; w++) {
+            double e = worst(got[w], r[w], n, 1e-5, 1e-4);
+            CHECK(e <= 1, "sdpa B%lld H%lld T%lld D%lld causal %d grad %d vs analytic worst %g",
+                  (long long)B, (long long)H, (long long)T, (long long)D, causal, w, e);
+            free(r[w]);
+        }
+    }
+    if (fd) {
+        at_ctx c = { B, H, T, D, scale, causal, dy, 0, qd, kd, vd };
+        double *g = malloc(n * sizeof(double));
+        const float *got[3] = { dq, dk, dv };
+        double *arg[3] = { qd, kd, vd };
+        const char *nm[3] = { "dq", "dk", "dv" };
+        for (int w = 0; w < 3; w++) {
+            c.which = w;
+            fd_grad(at_scalar, &c, arg[w], n, g);
+            double e = worst(got[w], g, n, 1e-4, 1e-3);
+            CHECK(e <= 1, "sdpa B%lld H%lld T%lld D%lld causal %d %s vs fd worst %g",
+                  (long long)B, (long long)H, (long long)T, (long long)D, causal, nm[w], e);
+        }
+        free(g);
+    }
+    free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv);
+    free(qd); free(kd); free(vd); free(ro); free(ra);
+}
+TEST(nn_sdpa) {
+    for (int causal = 0; causal <= 1; causal++) {
+        check_sdpa(fl__failed, 1, 1, 1, 1, causal, 1);    /* T = 1: out = v */
+        check_sdpa(fl__failed, 1, 2, 5, 3, causal, 1);
+        check_sdpa(fl__failed, 2, 3, 17, 13, causal, 1);
+        check_sdpa(fl__failed, 2, 2, 33, 16, causal, 0);  /* threaded path */
+        check_sdpa(fl__failed, 1, 2, 130, 64, causal, 0);
+    }
+}
+TEST(nn_sdpa_causal_mask) {
+    /* first query attends only to the first key: out[0] = v[0]; att above the diagonal is exactly 0 */
+    int64_t T = 6, D = 4;
+    float *q = frand(T * D, -1, 1), *k = frand(T * D, -1, 1), *v = frand(T * D, -1, 1), *o = fzeros(T * D), *att = frand(T * T, 3, 3);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 1);
+    for (int64_t d = 0; d < D; d++) CHECK_CLOSE(o[d], v[d], 1e-7, 1e-6);
+    for (int64_t i = 0; i < T; i++) for (int64_t j = i + 1; j < T; j++) CHECK(att[i * T + j] == 0.0f, "att[%lld,%lld]", (long long)i, (long long)j);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 0);
+    int any = 0;
+    for (int64_t j = 1; j < T; j++) any |= att[j] != 0.0f;
+    CHECK(any, "non-causal first row attends to later keys");
+    free(q); free(k); free(v); free(o); free(att);
+}

@@ -1,0 +1,410 @@
+-- data_spec.lua — fp8.data (FashionMNIST on small IDX files written here, TextDataset, DataLoader),
+-- fp8.progress in plain-line mode and fp8.amp.GradScaler with a fake optimizer. Expected values come
+-- from the bytes we write and plain Lua arithmetic.
+local fp8 = fp8 or require "fp8"
+
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir))
+
+local function write(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local function pixel(i, j) return (i * 29 + j * 13) % 256 end   -- image i (0-based), pixel j
+
+-- An IDX pair of n images rows x cols and their labels (i % 10), unpacked names under dir.
+local function make_fashion(dir, split, n, rows, cols, opts)
+  opts = opts or {}
+  os.execute("mkdir -p " .. dir)
+  local px = {}
+  for i = 0, n - 1 do
+    for j = 0, rows * cols - 1 do px[#px + 1] = string.char(pixel(i, j)) end
+  end
+  local body = table.concat(px)
+  if opts.cut then body = body:sub(1, #body - opts.cut) end
+  local magic = opts.magic or 0x803
+  write(dir .. "/" .. split .. "-images-idx3-ubyte", string.pack(">I4I4I4I4", magic, n, rows, cols) .. body)
+  local lb = {}
+  for i = 0, (opts.nlabels or n) - 1 do lb[#lb + 1] = string.char(i % 10) end
+  write(dir .. "/" .. split .. "-labels-idx1-ubyte", string.pack(">I4I4", 0x801, opts.nlabels or n) .. table.concat(lb))
+end
+
+local root = tmpdir .. "/fm"
+make_fashion(root, "train", 7, 2, 3)
+make_fashion(root, "t10k", 4, 2, 3)
+
+describe("fp8.data.FashionMNIST", function()
+  it("reads IDX images and labels, scaled to [0,1]", function()
+    local ds = fp8.data.FashionMNIST{root = root, train = true}
+    assert.are.equal(7, #ds)
+    assert.are.same({7, 6}, ds.images:shape())
+    assert.are.same({7}, ds.labels:shape())
+    for i = 0, 6 do
+      for j = 0, 5 do
+        assert.is_true(math.abs(ds.images:get{i + 1, j + 1} - pixel(i, j) / 255) < 1e-6)
+      end
+      assert.are.equal(i % 10, ds.labels[i + 1])
+    end
+    local x, y = ds:get(3)
+    assert.are.same({6}, x:shape())
+    assert.are.equal(2, y)
+    assert.are.equal(2, ds[3][2])
+    assert.are.equal("Trouser", ds.classes[2])
+    local te = fp8.data.FashionMNIST{root = root, train = false}
+    assert.are.equal(4, #te)
+  end)
+
+  it("normalises with (x - mean) / std", function()
+    local ds = fp8.data.FashionMNIST{root = root, normalize = {0.5, 0.25}}
+    local want = (pixel(2, 4) / 255 - 0.5) / 0.25
+    assert.is_true(math.abs(ds.images:get{3, 5} - want) < 1e-5)
+    local d2 = fp8.data.FashionMNIST{root = root, normalize = true}
+    want = (pixel(0, 1) / 255 - 0.2860) / 0.3530
+    assert.is_true(math.abs(d2.images:get{1, 2} - want) < 1e-5)
+  end)
+
+  it("limit keeps the first N samples", function()
+    local ds = fp8.data.FashionMNIST{root = root, limit = 3}
+    assert.are.equal(3, #ds)
+    assert.are.same({3, 6}, ds.images:shape())
+  end)
+
+  it("reads gzipped files", function()
+    if not os.execute("command -v gzip >/dev/null 2>&1") then return end
+    local gzroot = tmpdir .. "/gz"
+    make_fashion(gzroot, "train", 5, 2, 2)
+    assert(os.execute("gzip -f " .. gzroot .. "/*-ubyte"))
+    local ds = fp8.data.FashionMNIST{root = gzroot}
+    assert.are.equal(5, #ds)
+    assert.is_true(math.abs(ds.images:get{5, 4} - pixel(4, 3) / 255) < 1e-6)
+  end)
+
+  it("names the Debian package when files are missing", function()
+    local ok, err = pcall(fp8.data.FashionMNIST, {root = tmpdir .. "/nowhere"})
+    assert.is_false(ok)
+    assert.matches("No such file or directory", err)
+    assert.matches("dataset%-fashion%-mnist", err)
+    assert.matches("root=", err)
+  end)
+
+  it("rejects corrupt and truncated files", function()
+    local bad = tmpdir .. "/bad"
+    make_fashion(bad, "train", 3, 2, 2, {magic = 0x1234})
+    local ok, err = pcall(fp8.data.FashionMNIST, {root = bad})
+    assert.is_false(ok)
+    assert.matches("not an IDX file: bad magic 0x00001234", err)
+    make_fashion(bad, "train", 3, 2, 2, {cut = 5})
+    ok, err = pcall(fp8.data.FashionMNIST, {root = bad})
+    assert.is_false(ok)
+    assert.matches("truncated: expected 12 bytes of pixels, got 7", err)
+    make_fashion(bad, "train", 3, 2, 2, {nlabels = 2})
+    ok, err = pcall(fp8.data.FashionMNIST, {root = bad})
+    assert.is_false(ok)
+    assert.matches("3 images but .* 2 labels", err)
+  end)
+
+  it("checks its options", function()
+    local ok, err = pcall(fp8.data.FashionMNIST, {root = root, trian = true})
+    assert.is_false(ok)
+    assert.matches("unknown option 'trian' %(valid: root, train, normalize, limit%)", err)
+    ok, err = pcall(fp8.data.FashionMNIST, {root = root, train = "yes"})
+    assert.matches("train must be a boolean, got string", err)
+    ok, err = pcall(fp8.data.FashionMNIST, {root = root, normalize = "z"})
+    assert.matches("normalize must be a boolean or {mean, std}", err)
+    local ds = fp8.data.FashionMNIST{root = root}
+    ok, err = pcall(ds.get, ds, 8)
+    assert.matches("index 8 out of range 1..7", err)
+  end)
+end)
+
+describe("fp8.data.DataLoader", function()
+  local ds = fp8.data.FashionMNIST{root = root}
+
+  local function epoch_labels(loader)
+    local out, sizes = {}, {}
+    for x, y in loader do
+      sizes[#sizes + 1] = x:size(1)
+      assert.are.equal(x:size(1), y:size(1))
+      assert.are.equal(6, x:size(2))
+      for _, v in ipairs(y:totable()) do out[#out + 1] = v end
+    end
+    return out, sizes
+  end
+
+  it("batches in order without shuffle, last batch partial", function()
+    local dl = fp8.data.DataLoader{ds, batch_size = 3}
+    assert.are.equal(3, #dl)
+    local labels, sizes = epoch_labels(dl)
+    assert.are.same({3, 3, 1}, sizes)
+    assert.are.same({0, 1, 2, 3, 4, 5, 6}, labels)
+  end)
+
+  it("batch x rows match the dataset rows", function()
+    local dl = fp8.data.DataLoader{dataset = ds, batch_size = 4, shuffle = true, seed = 5}
+    for x, y in dl do
+      for b = 1, x:size(1) do
+        local i = math.tointeger(y[b])     -- labels are i % 10 with i < 7: the label is the index
+        assert.is_true(math.abs(x:get{b, 2} - pixel(i, 1) / 255) < 1e-6)
+      end
+    end
+  end)
+
+  it("drop_last drops the partial batch", function()
+    local dl = fp8.data.DataLoader{ds, batch_size = 3, drop_last = true}
+    assert.are.equal(2, #dl)
+    local _, sizes = epoch_labels(dl)
+    assert.are.same({3, 3}, sizes)
+  end)
+
+  it("shuffles deterministically from seed and epoch", function()
+    local a = fp8.data.DataLoader{ds, batch_size = 2, shuffle = true, seed = 42}
+    local b = fp8.data.DataLoader{ds, batch_size = 2, shuffle = true, seed = 42}
+    local a1, a2 = epoch_labels(a), epoch_labels(a)
+    local b1, b2 = epoch_labels(b), epoch_labels(b)
+    assert.are.same(a1, b1)
+    assert.are.same(a2, b2)
+    assert.are_not.same(a1, a2)          -- a new order each epoch
+    local sorted = {table.unpack(a1)}
+    table.sort(sorted)
+    assert.are.same({0, 1, 2, 3, 4, 5, 6}, sorted)   -- a permutation
+    b:set_epoch(2)
+    assert.are.same(a2, (epoch_labels(b)))
+    local c = fp8.data.DataLoader{ds, batch_size = 2, shuffle = true, seed = 43}
+    local c1 = epoch_labels(c)
+    local d1 = epoch_labels(fp8.data.DataLoader{ds, batch_size = 2, shuffle = true, seed = 44})
+    assert.is_true(not (table.concat(a1, ",") == table.concat(c1, ",") and table.concat(c1, ",") == table.concat(d1, ",")))
+  end)
+
+  it("stacks items of a plain Lua dataset", function()
+    local items = {}
+    for i = 1, 5 do items[i] = {fp8.tensor{i, -i}, i * 10} end
+    local dl = fp8.data.DataLoader{items, batch_size = 2}
+    local xs, ys = {}, {}
+    for x, y in dl do
+      xs[#xs + 1] = x:totable()
+      ys[#ys + 1] = y:totable()
+    end
+    assert.are.same({{{1, -1}, {2, -2}}, {{3, -3}, {4, -4}}, {{5, -5}}}, xs)
+    assert.are.same({{10, 20}, {30, 40}, {50}}, ys)
+  end)
+
+  it("checks its options", function()
+    local ok, err = pcall(fp8.data.DataLoader, {ds, batch_size = 0})
+    assert.matches("batch_size must be >= 1, got 0", err)
+    ok, err = pcall(fp8.data.DataLoader, {ds, batchsize = 2})
+    assert.matches("unknown option 'batchsize' %(valid: dataset, batch_size, shuffle, drop_last, seed%)", err)
+    ok, err = pcall(fp8.data.DataLoader, {dataset = 3})
+    assert.matches("dataset must be a dataset", err)
+    ok, err = pcall(fp8.data.DataLoader, {ds, batch_size = 2.5})
+    assert.matches("batch_size must be an integer, got 2.5", err)
+  end)
+end)
+
+describe("fp8.data.TextDataset", function()
+  local path = tmpdir .. "/text.txt"
+  local text = "the cat sat on the mat.\n"
+  write(path, text)
+
+  it("builds a sorted byte vocabulary and shifted windows", function()
+    local ds = fp8.data.TextDataset{path = path, block_size = 5}
+    local chars = {}
+    for ch in text:gmatch(".") do chars[ch] = true end
+    local want = {}
+    for ch in pairs(chars) do want[#want + 1] = ch end
+    table.sort(want)
+    assert.are.equal(table.concat(want), ds.vocab)
+    assert.are.equal(#want, ds.vocab_size)
+    assert.are.equal(#text - 5, #ds)
+    local x, y = ds:get(1)
+    assert.are.same({5}, x:shape())
+    assert.are.equal("the c", ds:decode(x))
+    assert.are.equal("he ca", ds:decode(y))
+    x, y = ds:get(#ds)
+    assert.are.equal(text:sub(-6, -2), ds:decode(x))
+    assert.are.equal(text:sub(-5), ds:decode(y))
+    assert.are.equal("mat", ds:decode(ds:encode("mat")))
+    assert.are.equal("tea", ds:decode{ds.stoi.t, ds.stoi.e, ds.stoi.a})
+  end)
+
+  it("batches windows through the DataLoader", function()
+    local ds = fp8.data.TextDataset{path = path, block_size = 4}
+    local dl = fp8.data.DataLoader{ds, batch_size = 8, shuffle = true, seed = 1}
+    for x, y in dl do
+      assert.are.equal(4, x:size(2))
+      for b = 1, x:size(1) do
+        local xs, ys = ds:decode(x[b]), ds:decode(y[b])
+        assert.are.equal(xs:sub(2), ys:sub(1, 3))
+        assert.is_truthy(text:find(xs .. ys:sub(-1), 1, true))
+      end
+    end
+  end)
+
+  it("splits train/val and reports errors", function()
+    local tr = fp8.data.TextDataset{text = ("abcdefghij"):rep(10), block_size = 3, split = "train"}
+    local va = fp8.data.TextDataset{text = ("abcdefghij"):rep(10), block_size = 3, split = "val"}
+    assert.are.equal(90 - 3, #tr)
+    assert.are.equal(10 - 3, #va)
+    assert.are.equal(tr.vocab, va.vocab)
+    local ok, err = pcall(fp8.data.TextDataset, {path = tmpdir .. "/missing.txt", block_size = 4})
+    assert.matches("cannot open text file: .*missing.txt: No such file or directory", err)
+    ok, err = pcall(fp8.data.TextDataset, {text = "abc", block_size = 4})
+    assert.matches("has 3 characters, need at least block_size %+ 1 = 5", err)
+    ok, err = pcall(fp8.data.TextDataset, {path = path})
+    assert.matches("block_size is required", err)
+    ok, err = pcall(fp8.data.TextDataset, {path = path, block_size = 4, blk = 1})
+    assert.matches("unknown option 'blk'", err)
+    local ds = fp8.data.TextDataset{path = path, block_size = 4}
+    ok, err = pcall(ds.encode, ds, "cats!")
+    assert.matches("character \"!\" %(byte 33%) is not in the vocabulary", err)
+    ok, err = pcall(ds.decode, ds, {1, 99})
+    assert.matches("token id 99 at position 2", err)
+  end)
+end)
+
+describe("fp8.progress", function()
+  -- A writer that collects into a table (plain mode: out is not a terminal).
+  local function sink()
+    local s = {buf = {}}
+    function s:write(...) for _, v in ipairs{...} do self.buf[#self.buf + 1] = v end end
+    function s:flush() end
+    function s:text() return table.concat(self.buf) end
+    return s
+  end
+
+  it("prints plain lines every N steps and at the end", function()
+    local out = sink()
+    local bar = fp8.progress(10, {desc = "train", every = 4, out = out, tty = false})
+    local seen = 0
+    for i in bar do
+      seen = seen + 1
+      assert.are.equal(seen, i)
+      bar:set_postfix{loss = 1 / i}
+    end
+    assert.are.equal(10, seen)
+    local lines = {}
+    for l in out:text():gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.are.equal(3, #lines)          -- after 4, 8 and the final 10
+    assert.matches("^train: 4/10 %(40%%%) %[.*it/s%] loss=0%.2500$", lines[1])
+    assert.matches("^train: 8/10", lines[2])
+    assert.matches("^train: 10/10 %(100%%%) .* loss=0%.1000$", lines[3])
+    assert.is_nil(out:text():find("\r", 1, true))
+  end)
+
+  it("wraps a loader and redraws one line in tty mode", function()
+    local ds = fp8.data.FashionMNIST{root = root}
+    local dl = fp8.data.DataLoader{ds, batch_size = 2}
+    local out = sink()
+    local bar = fp8.progress(dl, {out = out, tty = true, min_interval = 0})
+    local n = 0
+    for x, y in bar do n = n + 1; assert.are.equal(6, x:size(2)) end
+    assert.are.equal(4, n)
+    assert.are.equal(4, bar.n)
+    local text = out:text()
+    assert.is_truthy(text:find("\r", 1, true))
+    assert.matches("4/4", text)
+    assert.are.equal("\n", text:sub(-1))
+  end)
+
+  it("checks its arguments", function()
+    local ok, err = pcall(fp8.progress, 5, {dsc = "x"})
+    assert.matches("unknown option 'dsc' %(valid: desc, total", err)
+    ok, err = pcall(fp8.progress, "x")
+    assert.matches("expected a number, a loader, a list or an iterator function, got string", err)
+  end)
+end)
+
+describe("fp8.amp", function()
+  -- A fake optimizer over real gradient tensors: params are tables {grad = tensor}.
+  local function fake(grads)
+    local opt = {params = {}, stepped = 0}
+    for i, g in ipairs(grads) do opt.params[i] = {grad = fp8.tensor(g)} end
+    function opt:step() self.stepped = self.stepped + 1 end
+    return opt
+  end
+
+  it("GradScaler defaults follow GradScalerKwargs", function()
+    local s = fp8.amp.GradScaler()
+    assert.are.equal(65536, s:get_scale())
+    local sd = s:state_dict()
+    assert.are.equal(2, sd.growth_factor)
+    assert.are.equal(0.5, sd.backoff_factor)
+    assert.are.equal(2000, sd.growth_interval)
+    assert.are.equal(12 * 65536, s:scale(12))
+  end)
+
+  it("unscales gradients and steps when they are finite", function()
+    local s = fp8.amp.GradScaler{init_scale = 8}
+    local opt = fake{{8, -16}, {4}}
+    assert.is_true(s:step(opt))
+    assert.are.equal(1, opt.stepped)
+    assert.are.same({1, -2}, opt.params[1].grad:totable())
+    assert.are.same({0.5}, opt.params[2].grad:totable())
+    s:update()
+    assert.are.equal(8, s:get_scale())
+  end)
+
+  it("skips the step on inf/NaN and backs off", function()
+    local s = fp8.amp.GradScaler{init_scale = 1024}
+    local opt = fake{{1, 2}, {0 / 0}}
+    assert.is_false(s:step(opt))
+    assert.are.equal(0, opt.stepped)
+    s:update()
+    assert.are.equal(512, s:get_scale())
+    assert.are.equal(1, s.skipped_steps)
+    opt = fake{{math.huge}}
+    s:step(opt)
+    s:update()
+    assert.are.equal(256, s:get_scale())
+  end)
+
+  it("grows after growth_interval clean steps", function()
+    local s = fp8.amp.GradScaler{init_scale = 4, growth_interval = 3}
+    for i = 1, 2 do s:step(fake{{1}}); s:update() end
+    assert.are.equal(4, s:get_scale())
+    s:step(fake{{1}}); s:update()
+    assert.are.equal(8, s:get_scale())
+    -- an overflow resets the count of clean steps
+    s:step(fake{{1}}); s:update()
+    s:step(fake{{math.huge}}); s:update()
+    assert.are.equal(4, s:get_scale())
+    for i = 1, 2 do s:step(fake{{1}}); s:update() end
+    assert.are.equal(4, s:get_scale())
+    s:step(fake{{1}}); s:update()
+    assert.are.equal(8, s:get_scale())
+  end)
+
+  it("disabled scaler passes everything through", function()
+    local s = fp8.amp.GradScaler{enabled = false}
+    assert.are.equal(3, s:scale(3))
+    local opt = fake{{math.huge}}
+    assert.is_true(s:step(opt))
+    assert.are.equal(1, opt.stepped)
+    assert.are.equal(1, s:get_scale())
+  end)
+
+  it("checks its options", function()
+    local ok, err = pcall(fp8.amp.GradScaler, {init_scale = 0})
+    assert.matches("init_scale must be a finite number > 0, got 0", err)
+    ok, err = pcall(fp8.amp.GradScaler, {growth = 2})
+    assert.matches("unknown option 'growth' %(valid: init_scale, growth_factor, backoff_factor, growth_interval, enabled%)", err)
+    ok, err = pcall(fp8.amp.GradScaler, {backoff_factor = 2})
+    assert.matches("backoff_factor must be a number in %(0, 1%)", err)
+  end)
+
+  it("autocast maps the mixed-precision switch and restores on error", function()
+    assert.matches("mixed precision must be one of no, bf16, fp16; got 'fp9'", select(2, pcall(fp8.amp.dtype_for, "fp9")))
+    if not fp8.set_autocast_dtype then return end   -- the autograd engine is not in this build
+    local before = fp8.autocast_dtype()
+    local inside = fp8.amp.autocast("bf16", function() return fp8.autocast_dtype() end)
+    assert.are.equal("bf16", inside)
+    assert.are.equal(before, fp8.autocast_dtype())
+    local ok, err = pcall(fp8.amp.autocast, "fp16", function() error("boom") end)
+    assert.is_false(ok)
+    assert.matches("boom", err)
+    assert.are.equal(before, fp8.autocast_dtype())
+    assert.are.equal("fp32", fp8.amp.autocast("no", fp8.autocast_dtype))
+  end)
+end)

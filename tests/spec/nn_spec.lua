@@ -1,0 +1,377 @@
+-- nn_spec.lua — fp8.nn: module trees and their printing, parameter names and counts (GPT against a
+-- hand formula), state_dict round trips and load errors, train/eval, initialisation statistics,
+-- forward passes against float64 Lua loops, error messages with layer context, clip_grad_norm_.
+local fp8 = fp8 or require "fp8"
+local nn = fp8.nn
+
+local function flat(t)
+  local out = {}
+  local function walk(x) if type(x) == "table" then for _, v in ipairs(x) do walk(v) end else out[#out + 1] = x end end
+  walk(t:totable())
+  return out
+end
+
+local function stats(t)
+  local v = flat(t)
+  local s, s2, lo, hi = 0, 0, math.huge, -math.huge
+  for _, x in ipairs(v) do s = s + x; s2 = s2 + x * x; lo = math.min(lo, x); hi = math.max(hi, x) end
+  local mean = s / #v
+  return mean, math.sqrt(s2 / #v - mean * mean), lo, hi
+end
+
+local function names(list)
+  local out = {}
+  for i, np in ipairs(list) do out[i] = np[1] end
+  return out
+end
+
+local function has_autograd()
+  return fp8.randn { 1 }.requires_grad ~= nil and pcall(function() return nn.F.relu(fp8.zeros { 1 }) end)
+end
+
+describe("fp8.nn modules", function()
+  before_each(function() fp8.manual_seed(1234) end)
+
+  it("prints a model tree like PyTorch", function()
+    local m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10, false))
+    assert.are.equal(
+      "Sequential(\n"
+      .. "  (0): Linear(in_features=784, out_features=512, bias=true)\n"
+      .. "  (1): ReLU()\n"
+      .. "  (2): Linear(in_features=512, out_features=10, bias=false)\n"
+      .. ")", tostring(m))
+    local s = tostring(nn.Sequential(nn.Sequential(nn.LayerNorm(8), nn.GELU("tanh")), nn.Dropout(0.1), nn.Embedding(5, 8)))
+    assert.are.equal(
+      "Sequential(\n"
+      .. "  (0): Sequential(\n"
+      .. "    (0): LayerNorm((8,), eps=1e-05, elementwise_affine=true)\n"
+      .. "    (1): GELU(approximate='tanh')\n"
+      .. "  )\n"
+      .. "  (1): Dropout(p=0.1)\n"
+      .. "  (2): Embedding(5, 8)\n"
+      .. ")", s)
+  end)
+
+  it("names parameters with dotted paths in registration order", function()
+    local m = nn.Sequential { nn.Linear(4, 3), nn.ReLU(), nn.Sequential(nn.Linear(3, 2), nn.LayerNorm(2)) }
+    assert.are.same({ "0.weight", "0.bias", "2.0.weight", "2.0.bias", "2.1.weight", "2.1.bias" }, names(m:named_parameters()))
+    assert.are.equal(6, #m:parameters())
+    assert.are.equal(4 * 3 + 3 + 3 * 2 + 2 + 2 + 2, m:num_parameters())
+    assert.are.equal(3, #m)
+    assert.are.equal(m:children()[3], m[3])
+    assert.are.same({ 3, 4 }, m[1].weight:shape())
+  end)
+
+  it("registers submodules and parameters by assignment in a custom Module", function()
+    local Net = nn.Module.class("Net")
+    function Net:__init(d)
+      self.enc = nn.Linear(d, d)
+      self.scale = self:register_parameter("scale", fp8.ones { d })
+      self.head = nn.Linear(d, 1)
+      self:register_buffer("steps", fp8.zeros { 1 })
+      self.note = "plain field"
+    end
+    function Net:forward(x) return self.head(self.enc(x) * self.scale) end
+    local n = Net(4)
+    assert.are.same({ "scale", "enc.weight", "enc.bias", "head.weight", "head.bias" }, names(n:named_parameters()))
+    assert.are.same({ "steps" }, names(n:named_buffers()))
+    assert.are.equal("plain field", n.note)
+    assert.are.same({ "scale", "enc.weight", "enc.bias", "head.weight", "head.bias", "steps" }, n:state_dict_keys())
+    assert.truthy(tostring(n):find("(enc): Linear(in_features=4, out_features=4, bias=true)", 1, true))
+    local seen = {}
+    n:apply(function(m) seen[#seen + 1] = m:type_name() end)
+    assert.are.same({ "Linear", "Linear", "Net" }, seen)
+  end)
+
+  it("propagates train/eval to every submodule", function()
+    local g = nn.GPT { vocab_size = 11, block_size = 8, n_layer = 2, n_head = 2, n_embd = 8, dropout = 0.1 }
+    assert.is_true(g.training)
+    g:eval()
+    for _, m in ipairs(g:modules()) do assert.is_false(m.training, m:type_name()) end
+    g:train()
+    for _, m in ipairs(g:modules()) do assert.is_true(m.training, m:type_name()) end
+    g.blocks:train(false)
+    assert.is_true(g.training)
+    assert.is_false(g.blocks[2].attn.resid_dropout.training)
+  end)
+
+  it("counts GPT parameters as the hand formula says (tied head counted once)", function()
+    local V, T, L, d = 37, 16, 3, 24
+    local g = nn.GPT { vocab_size = V, block_size = T, n_layer = L, n_head = 4, n_embd = d }
+    -- per block: ln1 2d, qkv 3d²+3d, proj d²+d, ln2 2d, fc 4d²+4d, fc2 4d²+d  = 12d² + 13d
+    local want = V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
+    assert.are.equal(want, g:num_parameters())
+    local ns = names(g:named_parameters())
+    assert.are.equal("wte.weight", ns[1])
+    assert.are.equal("blocks.1.attn.qkv.bias", ns[2 + 12 + 4])   -- 12 tensors per block
+    assert.are.equal("ln_f.bias", ns[#ns])
+  end)
+
+  it("initialises like PyTorch (Linear, Embedding, LayerNorm) and nanoGPT (GPT)", function()
+    local lin = nn.Linear(400, 300)
+    local b = 1 / math.sqrt(400)
+    local mean, std, lo, hi = stats(lin.weight)
+    assert.is_true(lo >= -b and hi <= b, ("weight range [%g, %g] vs ±%g"):format(lo, hi, b))
+    assert.is_true(math.abs(mean) < 0.02 * b * 3, "mean " .. mean)
+    assert.is_true(math.abs(std - b / math.sqrt(3)) < 0.02 * b, ("std %g vs %g"):format(std, b / math.sqrt(3)))
+    local _, _, blo, bhi = stats(lin.bias)
+    assert.is_true(blo >= -b and bhi <= b)
+    local emb = nn.Embedding(200, 100)
+    mean, std = stats(emb.weight)
+    assert.is_true(math.abs(mean) < 0.02 and math.abs(std - 1) < 0.02, ("N(0,1): mean %g std %g"):format(mean, std))
+    local ln = nn.LayerNorm(7)
+    assert.are.same({ 1, 1, 1, 1, 1, 1, 1 }, ln.weight:totable())
+    assert.are.same({ 0, 0, 0, 0, 0, 0, 0 }, ln.bias:totable())
+    local L = 4
+    local g = nn.GPT { vocab_size = 50, block_size = 32, n_layer = L, n_head = 4, n_embd = 64 }
+    _, std = stats(g.blocks[1].attn.qkv.weight)
+    assert.is_true(math.abs(std - 0.02) < 0.001, "qkv std " .. std)
+    _, std = stats(g.blocks[1].attn.proj.weight)
+    local want = 0.02 / math.sqrt(2 * L)
+    assert.is_true(math.abs(std - want) < 0.1 * want, ("proj std %g vs %g"):format(std, want))
+    _, std = stats(g.blocks[2].mlp[3].weight)
+    assert.is_true(math.abs(std - want) < 0.1 * want, ("mlp proj std %g vs %g"):format(std, want))
+    local _, _, zlo, zhi = stats(g.blocks[1].attn.qkv.bias)
+    assert.are.equal(0, zlo); assert.are.equal(0, zhi)
+  end)
+
+  it("round-trips state_dict into a fresh model", function()
+    local function make() return nn.Sequential(nn.Linear(5, 4), nn.GELU(), nn.LayerNorm(4), nn.Linear(4, 2)) end
+    local a, b = make(), make()
+    local sd = a:state_dict()
+    assert.are.equal(6, (function() local n = 0 for _ in pairs(sd) do n = n + 1 end return n end)())
+    assert.are_not.same(a[1].weight:totable(), b[1].weight:totable())
+    local w_before = b[1].weight
+    b:load_state_dict(sd)
+    for _, np in ipairs(a:named_parameters()) do
+      assert.are.same(np[2]:totable(), sd[np[1]]:totable())
+    end
+    assert.are.same(a[1].weight:totable(), b[1].weight:totable())
+    assert.are.same(a[4].bias:totable(), b[4].bias:totable())
+    assert.are.equal(w_before, b[1].weight)          -- copied in place: optimizers keep their tensors
+    -- the state_dict holds copies: changing the model afterwards does not change it
+    local saved = sd["0.weight"]:totable()
+    fp8.nn.init.zeros_(a[1].weight)
+    assert.are.same(saved, sd["0.weight"]:totable())
+  end)
+
+  it("reports missing, unexpected and mis-shaped keys in load_state_dict", function()
+    local m = nn.Sequential(nn.Linear(3, 2))
+    local sd = m:state_dict()
+    sd["0.bias"] = nil
+    sd["1.weight"] = fp8.zeros { 1 }
+    local ok, err = pcall(m.load_state_dict, m, sd)
+    assert.is_false(ok)
+    assert.truthy(err:find('missing key(s) in state_dict: "0.bias"', 1, true), err)
+    assert.truthy(err:find('unexpected key(s) in state_dict: "1.weight"', 1, true), err)
+    local r = m:load_state_dict(sd, false)
+    assert.are.same({ "0.bias" }, r.missing_keys)
+    assert.are.same({ "1.weight" }, r.unexpected_keys)
+    local sd2 = m:state_dict()
+    sd2["0.weight"] = fp8.zeros { 3, 2 }
+    ok, err = pcall(m.load_state_dict, m, sd2)
+    assert.is_false(ok)
+    assert.truthy(err:find('size mismatch for "0.weight"', 1, true), err)
+    assert.truthy(err:find("[3, 2]", 1, true) and err:find("[2, 3]", 1, true), err)
+    ok, err = pcall(m.load_state_dict, m, "nope")
+    assert.is_false(ok)
+    assert.truthy(err:find("expected a table", 1, true), err)
+  end)
+
+  it("rejects bad constructor arguments with clear messages", function()
+    local cases = {
+      { function() nn.Linear(0, 3) end, "in_features must be a positive integer" },
+      { function() nn.Linear(3, 2.5) end, "out_features must be a positive integer" },
+      { function() nn.Dropout(1.5) end, "p must be a probability" },
+      { function() nn.GELU("fast") end, 'approximate must be "none" or "tanh"' },
+      { function() nn.Sequential(nn.ReLU(), 3) end, "layer 2 must be a Module" },
+      { function() nn.GPT { vocab_size = 10, block_size = 8, n_layer = 1, n_head = 3, n_embd = 8 } end,
+        "must be divisible by n_head" },
+      { function() nn.GPT { vocab_size = 10, block_size = 8, n_layer = 1, n_head = 2, n_embd = 8, heads = 2 } end,
+        "unknown option 'heads'" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[2], 1, true), tostring(err))
+    end
+  end)
+
+  it("names the layer and both shapes when the input shape is wrong", function()
+    local lin = nn.Linear(784, 10)
+    local ok, err = pcall(lin, fp8.zeros { 32, 100 })
+    assert.is_false(ok)
+    assert.are.equal("Linear forward: expected input [..., 784], got [32, 100]", err)
+    local m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(100, 10))
+    ok, err = pcall(m, fp8.zeros { 32, 100 })
+    assert.is_false(ok)
+    assert.are.equal("in layer 0 (Linear) forward: expected input [..., 784], got [32, 100]", err)
+    local outer = nn.Sequential(nn.Sequential(nn.Dropout(0), nn.Linear(5, 2)))
+    ok, err = pcall(outer, fp8.zeros { 2, 4 })
+    assert.is_false(ok)
+    assert.are.equal("in layer 0 (Sequential) forward: in layer 1 (Linear) forward: expected input [..., 5], got [2, 4]", err)
+  end)
+end)
+
+describe("fp8.nn forward passes (need autograd bindings)", function()
+  if not has_autograd() then
+    pending("autograd bindings not in this build")
+    return
+  end
+  before_each(function() fp8.manual_seed(7) end)
+
+  it("Linear computes x·Wᵀ + b (float64 reference)", function()
+    local lin = nn.Linear(5, 3)
+    local x = fp8.randn { 4, 5 }
+    local y = lin(x):totable()
+    local X, W, B = x:totable(), lin.weight:totable(), lin.bias:totable()
+    for i = 1, 4 do
+      for j = 1, 3 do
+        local s = B[j]
+        for k = 1, 5 do s = s + X[i][k] * W[j][k] end
+        assert.is_true(math.abs(y[i][j] - s) < 1e-5, ("y[%d][%d] = %g, want %g"):format(i, j, y[i][j], s))
+      end
+    end
+    assert.is_true(lin.weight:requires_grad())
+    assert.is_true(lin.weight:is_leaf())
+  end)
+
+  it("Sequential MLP forward equals the composition of its layers", function()
+    local m = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    local x = fp8.randn { 6, 3 }
+    local X, W1, B1, W2, B2 = x:totable(), m[1].weight:totable(), m[1].bias:totable(), m[3].weight:totable(), m[3].bias:totable()
+    local y = m(x):totable()
+    for i = 1, 6 do
+      local h = {}
+      for j = 1, 4 do
+        local s = B1[j]
+        for k = 1, 3 do s = s + X[i][k] * W1[j][k] end
+        h[j] = math.max(s, 0)
+      end
+      for j = 1, 2 do
+        local s = B2[j]
+        for k = 1, 4 do s = s + h[k] * W2[j][k] end
+        assert.is_true(math.abs(y[i][j] - s) < 1e-5)
+      end
+    end
+  end)
+
+  it("GPT returns logits [B, T, V] and a loss near log(V) at init, and generates tokens", function()
+    local V = 13
+    local g = nn.GPT { vocab_size = V, block_size = 8, n_layer = 2, n_head = 2, n_embd = 16 }
+    local idx = fp8.tensor { { 1, 2, 3, 4, 5 }, { 6, 7, 8, 9, 10 } }
+    local logits, loss = g(idx, fp8.tensor { { 2, 3, 4, 5, 6 }, { 7, 8, 9, 10, 11 } })
+    assert.are.same({ 2, 5, V }, logits:shape())
+    assert.is_true(math.abs(loss:item() - math.log(V)) < 0.3, "loss " .. loss:item())
+    local out = g:generate(idx, 6, { temperature = 1.0, top_k = 5, seed = 42 })
+    assert.are.same({ 2, 11 }, out:shape())
+    for _, row in ipairs(out:totable()) do
+      for _, t in ipairs(row) do assert.is_true(t >= 0 and t < V and t == math.floor(t)) end
+    end
+    assert.are.same(out:totable(), g:generate(idx, 6, { temperature = 1.0, top_k = 5, seed = 42 }):totable())
+    local ok, err = pcall(g, fp8.zeros { 1, 9 })
+    assert.is_false(ok)
+    assert.truthy(err:find("longer than block_size 8", 1, true), err)
+  end)
+
+  it("causal attention: a later token does not change earlier outputs", function()
+    local a = nn.CausalSelfAttention { n_embd = 8, n_head = 2 }
+    local x = fp8.randn { 1, 4, 8 }
+    local y1 = a(x):totable()
+    local x2 = x:clone()
+    for d = 1, 8 do x2:set({ 1, 4, d }, 5.0) end
+    local y2 = a(x2):totable()
+    for t = 1, 3 do
+      for d = 1, 8 do assert.is_true(math.abs(y1[1][t][d] - y2[1][t][d]) < 1e-6) end
+    end
+  end)
+
+  it("attention gradients match central finite differences", function()
+    local a = nn.CausalSelfAttention { n_embd = 4, n_head = 2 }
+    local x = fp8.randn { 2, 3, 4 }
+    local r = fp8.randn { 2, 3, 4 }
+    local function f() return fp8.no_grad(function() return (a(x) * r):sum():item() end) end
+    a:zero_grad()
+    ;(a(x) * r):sum():backward()
+    local w = a.qkv.weight
+    local g = w.grad:totable()
+    for _, ij in ipairs { { 1, 1 }, { 5, 2 }, { 9, 3 }, { 12, 4 } } do   -- a q, a k and two v rows
+      local i, j = ij[1], ij[2]
+      local w0, h = w:get { i, j }, 1e-2
+      w:set({ i, j }, w0 + h); local fp = f()
+      w:set({ i, j }, w0 - h); local fm = f()
+      w:set({ i, j }, w0)
+      local num = (fp - fm) / (2 * h)
+      assert.is_true(math.abs(num - g[i][j]) < 2e-3 + 2e-2 * math.abs(num),
+        ("dW[%d][%d]: autograd %g, finite difference %g"):format(i, j, g[i][j], num))
+    end
+  end)
+
+  it("a small GPT learns a repeating sequence and every parameter gets a gradient", function()
+    fp8.manual_seed(0)
+    local g = nn.GPT { vocab_size = 8, block_size = 16, n_layer = 2, n_head = 2, n_embd = 32 }
+    local seq = {}
+    for i = 1, 17 do seq[i] = (i * 3) % 8 end
+    local x, y = fp8.tensor { table.move(seq, 1, 16, 1, {}) }, fp8.tensor { table.move(seq, 2, 17, 1, {}) }
+    local opt = fp8.optim.AdamW(g, { lr = 1e-2, weight_decay = 0 })
+    local first, last
+    for step = 1, 30 do
+      opt:zero_grad()
+      local _, loss = g(x, y)
+      loss:backward()
+      if step == 1 then
+        for _, np in ipairs(g:named_parameters()) do assert.is_not_nil(np[2].grad, np[1] .. " has no grad") end
+      end
+      nn.utils.clip_grad_norm_(g:parameters(), 1.0)
+      opt:step()
+      first = first or loss:item()
+      last = loss:item()
+    end
+    assert.is_true(first > 1.5 and last < 0.1, ("loss %g → %g"):format(first, last))
+    local out = g:generate(fp8.tensor { { seq[1] } }, 8, { temperature = 0 }):totable()[1]
+    for i = 1, 9 do assert.are.equal(seq[i], out[i]) end
+  end)
+
+  it("clip_grad_norm_ returns the float64 total norm and scales grads to max_norm", function()
+    local a, b = fp8.zeros { 2, 2 }:requires_grad(true), fp8.zeros { 3 }:requires_grad(true)
+    local ga, gb = fp8.tensor { { 3, 0 }, { 0, 4 } }, fp8.tensor { 12, 0, 0 }
+    local loss = (a * ga):sum() + (b * gb):sum()
+    loss:backward()
+    local total = nn.utils.clip_grad_norm_({ a, b }, 6.5)
+    assert.is_true(math.abs(total - 13) < 1e-9, "norm " .. total)
+    local coef = 6.5 / (13 + 1e-6)
+    local A, B = a.grad:totable(), b.grad:totable()
+    assert.is_true(math.abs(A[1][1] - 3 * coef) < 1e-6 and math.abs(A[2][2] - 4 * coef) < 1e-6)
+    assert.is_true(math.abs(B[1] - 12 * coef) < 1e-6)
+    -- below the limit: untouched
+    assert.is_true(math.abs(nn.utils.clip_grad_norm_({ a, b }, 100) - 6.5) < 1e-5)
+    assert.is_true(math.abs(a.grad:totable()[1][1] - 3 * coef) < 1e-7)
+  end)
+
+  it("trains a 2-layer MLP on XOR-like data with AdamW", function()
+    fp8.manual_seed(3)
+    -- 4 clusters: label = xor of the signs
+    local xs, ys = {}, {}
+    local pts = { { -1, -1, 0 }, { -1, 1, 1 }, { 1, -1, 1 }, { 1, 1, 0 } }
+    local noise = fp8.randn { 64, 2 }:totable()
+    for i = 1, 64 do
+      local p = pts[(i - 1) % 4 + 1]
+      xs[i] = { p[1] + 0.1 * noise[i][1], p[2] + 0.1 * noise[i][2] }
+      ys[i] = p[3]
+    end
+    local x, y = fp8.tensor(xs), fp8.tensor(ys)
+    local model = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2))
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 0.05, weight_decay = 0 })
+    local first, last
+    for step = 1, 150 do
+      opt:zero_grad()
+      local loss = nn.cross_entropy(model(x), y)
+      loss:backward()
+      opt:step()
+      if step == 1 then first = loss:item() end
+      last = loss:item()
+    end
+    assert.is_true(first > 0.5, "initial loss " .. first)
+    assert.is_true(last < 0.05, ("final loss %g (from %g)"):format(last, first))
+  end)
+end)

@@ -1,0 +1,225 @@
+-- optim_spec.lua — fp8.optim: SGD (momentum, dampening, nesterov, weight decay) and AdamW steps
+-- against hand-written float64 Lua references over 3 steps, parameter groups, state_dict round
+-- trips, argument errors, and the learning-rate schedules at chosen steps.
+local fp8 = fp8 or require "fp8"
+local optim = fp8.optim
+local sched = optim.lr_scheduler
+
+local function close(a, b, tol) return math.abs(a - b) <= (tol or 1e-6) * math.max(1, math.abs(b)) end
+
+local function has_autograd()
+  return fp8.randn { 1 }.requires_grad ~= nil
+end
+
+-- Gives p the gradient g (a Lua list) through autograd: loss = Σ p·g  ⇒  ∂loss/∂p = g.
+local function set_grad(p, g)
+  p:zero_grad()
+  local loss = (p * fp8.tensor(g)):sum()
+  loss:backward()
+end
+
+local P0 = { 0.5, -1.25, 2.0, 0.1 }
+local GRADS = { { 0.3, -0.2, 1.5, -0.01 }, { -0.7, 0.4, 0.2, 0.05 }, { 0.1, 0.9, -1.1, 0.02 } }
+
+local function sgd_ref(o)
+  local p, buf = { table.unpack(P0) }, nil
+  for s = 1, 3 do
+    local g = GRADS[s]
+    local nb = {}
+    for i = 1, #p do
+      local d = g[i] + (o.weight_decay or 0) * p[i]
+      if (o.momentum or 0) ~= 0 then
+        nb[i] = buf == nil and d or o.momentum * buf[i] + (1 - (o.dampening or 0)) * d
+        d = o.nesterov and d + o.momentum * nb[i] or nb[i]
+      end
+      p[i] = p[i] - o.lr * d
+    end
+    if (o.momentum or 0) ~= 0 then buf = nb end
+  end
+  return p
+end
+
+local function adamw_ref(o)
+  local lr, b1, b2, eps, wd = o.lr or 1e-3, (o.betas or {})[1] or 0.9, (o.betas or {})[2] or 0.999, o.eps or 1e-8,
+    o.weight_decay or 1e-2
+  local p, m, v = { table.unpack(P0) }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 }
+  for s = 1, 3 do
+    local g = GRADS[s]
+    for i = 1, #p do
+      p[i] = p[i] * (1 - lr * wd)
+      m[i] = b1 * m[i] + (1 - b1) * g[i]
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i]
+      local mhat, vhat = m[i] / (1 - b1 ^ s), v[i] / (1 - b2 ^ s)
+      p[i] = p[i] - lr * mhat / (math.sqrt(vhat) + eps)
+    end
+  end
+  return p
+end
+
+describe("fp8.optim steps (need autograd bindings)", function()
+  if not has_autograd() then
+    pending("autograd bindings not in this build")
+    return
+  end
+
+  local function run(make)
+    local p = fp8.tensor(P0):requires_grad(true)
+    local opt = make({ p })
+    for s = 1, 3 do
+      set_grad(p, GRADS[s])
+      opt:step()
+    end
+    return p:totable(), opt
+  end
+
+  for _, o in ipairs {
+    { lr = 0.1 },
+    { lr = 0.1, weight_decay = 0.05 },
+    { lr = 0.05, momentum = 0.9 },
+    { lr = 0.05, momentum = 0.9, dampening = 0.3, weight_decay = 0.01 },
+    { lr = 0.05, momentum = 0.8, nesterov = true, weight_decay = 0.01 },
+  } do
+    local label = {}
+    for k, v in pairs(o) do label[#label + 1] = k .. "=" .. tostring(v) end
+    table.sort(label)
+    it("SGD{" .. table.concat(label, ", ") .. "} matches the float64 reference over 3 steps", function()
+      local got = run(function(ps) return optim.SGD(ps, o) end)
+      local want = sgd_ref(o)
+      for i = 1, #want do assert.is_true(close(got[i], want[i], 1e-6), ("[%d] %.9g vs %.9g"):format(i, got[i], want[i])) end
+    end)
+  end
+
+  for _, o in ipairs {
+    {},
+    { lr = 0.01, betas = { 0.8, 0.99 }, eps = 1e-6, weight_decay = 0.1 },
+    { lr = 0.1, weight_decay = 0 },
+  } do
+    it(("AdamW{lr=%s, wd=%s} matches the float64 reference over 3 steps"):format(tostring(o.lr), tostring(o.weight_decay)), function()
+      local got, opt = run(function(ps) return optim.AdamW(ps, o) end)
+      local want = adamw_ref(o)
+      for i = 1, #want do assert.is_true(close(got[i], want[i], 2e-6), ("[%d] %.9g vs %.9g"):format(i, got[i], want[i])) end
+      local sd = opt:state_dict()
+      assert.are.equal(3, sd.state[1].step)
+      assert.are.same({ 1 }, sd.param_groups[1].params)
+    end)
+  end
+
+  it("accepts the single-table form and skips parameters without a gradient", function()
+    local a = fp8.tensor { 1, 2 }:requires_grad(true)
+    local b = fp8.tensor { 3, 4 }:requires_grad(true)
+    local opt = optim.AdamW { params = { a, b }, lr = 0.1, weight_decay = 0 }
+    set_grad(a, { 1, -1 })
+    opt:step()
+    assert.are.same({ 3, 4 }, b:totable())
+    assert.is_true(close(a:totable()[1], 0.9, 1e-6) and close(a:totable()[2], 2.1, 1e-6))
+    opt:zero_grad()
+    assert.is_nil(a.grad)
+  end)
+
+  it("uses per-group options", function()
+    local a = fp8.tensor { 1 }:requires_grad(true)
+    local b = fp8.tensor { 1 }:requires_grad(true)
+    local opt = optim.SGD({ { params = { a } }, { params = { b }, lr = 0.5 } }, { lr = 0.1 })
+    set_grad(a, { 1 }); set_grad(b, { 1 })
+    opt:step()
+    assert.is_true(close(a:item(), 0.9) and close(b:item(), 0.5))
+  end)
+
+  it("continues identically after state_dict / load_state_dict", function()
+    local function setup()
+      local p = fp8.tensor(P0):requires_grad(true)
+      return p, optim.AdamW({ p }, { lr = 0.05 })
+    end
+    local p1, o1 = setup()
+    set_grad(p1, GRADS[1]); o1:step()
+    local sd = o1:state_dict()
+    local p2, o2 = setup()
+    fp8.nn.init.copy_(p2, p1)
+    o2:load_state_dict(sd)
+    for _, pair in ipairs { { p1, o1 }, { p2, o2 } } do
+      set_grad(pair[1], GRADS[2]); pair[2]:step()
+    end
+    assert.are.same(p1:totable(), p2:totable())
+  end)
+end)
+
+describe("fp8.optim arguments", function()
+  local function p() return fp8.zeros { 2 } end
+  it("rejects bad options with clear messages", function()
+    local cases = {
+      { function() optim.SGD({ p() }, {}) end, "option 'lr' is required" },
+      { function() optim.SGD({ p() }, { lr = 0.1, nesterov = true }) end, "nesterov momentum requires momentum > 0" },
+      { function() optim.SGD({ p() }, { lr = 0.1, momentum = 0.9, dampening = 0.1, nesterov = true }) end,
+        "dampening = 0" },
+      { function() optim.SGD({ p() }, { lr = -1 }) end, "lr must be a number >= 0" },
+      { function() optim.AdamW({ p() }, { betas = { 0.9, 1.0 } }) end, "betas[2] must be in [0, 1)" },
+      { function() optim.AdamW({ p() }, { lr = 0.1, momentum = 0.9 }) end, "unknown option 'momentum'" },
+      { function() optim.AdamW({ p() }, { amsgrad = true }) end, "amsgrad=true is not supported" },
+      { function() optim.AdamW({ 1, 2 }) end, "must be a tensor" },
+      { function() optim.AdamW({}) end, "no parameters" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[2], 1, true), tostring(err))
+    end
+  end)
+
+  it("takes a Module's parameters", function()
+    local m = fp8.nn.Sequential(fp8.nn.Linear(3, 2), fp8.nn.ReLU(), fp8.nn.Linear(2, 1))
+    local opt = optim.SGD(m, { lr = 0.1 })
+    assert.are.equal(4, #opt.param_groups[1].params)
+    assert.truthy(tostring(opt):find("lr: 0.1", 1, true))
+  end)
+end)
+
+describe("fp8.optim.lr_scheduler", function()
+  local function opt(lr) return optim.SGD({ fp8.zeros { 1 } }, { lr = lr }) end
+
+  it("StepLR decays by gamma every step_size steps", function()
+    local o = opt(0.1)
+    local s = sched.StepLR(o, { step_size = 3, gamma = 0.5 })
+    local seen = { s:get_last_lr()[1] }
+    for _ = 1, 7 do s:step(); seen[#seen + 1] = o.param_groups[1].lr end
+    local want = { 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025 }
+    for i = 1, #want do assert.is_true(close(seen[i], want[i], 1e-12), ("step %d: %g vs %g"):format(i - 1, seen[i], want[i])) end
+  end)
+
+  it("warmup_cosine ramps linearly, then follows the cosine down to min_lr", function()
+    local o = opt(1.0)
+    local s = sched.warmup_cosine(o, { warmup_steps = 4, total_steps = 12, min_lr = 0.1 })
+    local lrs = { s:get_last_lr()[1] }
+    for _ = 1, 14 do s:step(); lrs[#lrs + 1] = s:get_last_lr()[1] end
+    local function want(t)
+      if t < 4 then return (t + 1) / 4 end
+      local pr = math.min(1, (t - 4) / 8)
+      return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * pr))
+    end
+    for t = 0, 14 do assert.is_true(close(lrs[t + 1], want(t), 1e-12), ("t=%d: %g vs %g"):format(t, lrs[t + 1], want(t))) end
+    assert.is_true(close(lrs[5], 1.0, 1e-12))   -- t = 4: peak
+    assert.is_true(close(lrs[9], 0.55, 1e-12))  -- t = 8: halfway, (1 + 0.1) / 2
+    assert.is_true(close(lrs[13], 0.1, 1e-12))  -- t = 12: min_lr, and it stays there
+    assert.is_true(close(lrs[15], 0.1, 1e-12))
+  end)
+
+  it("CosineAnnealingLR and LambdaLR follow their formulas, per group", function()
+    local o = optim.SGD({ { params = { fp8.zeros { 1 } }, lr = 1.0 }, { params = { fp8.zeros { 1 } }, lr = 0.5 } }, { lr = 1 })
+    local s = sched.CosineAnnealingLR(o, { T_max = 10, eta_min = 0.0 })
+    for _ = 1, 5 do s:step() end
+    local l = s:get_last_lr()
+    assert.is_true(close(l[1], 0.5, 1e-12) and close(l[2], 0.25, 1e-12))
+    local o2 = opt(0.2)
+    local s2 = sched.LambdaLR(o2, function(e) return 1 / (e + 1) end)
+    s2:step(); s2:step()
+    assert.is_true(close(o2.param_groups[1].lr, 0.2 / 3, 1e-12))
+  end)
+
+  it("rejects bad schedule options", function()
+    local ok, err = pcall(sched.warmup_cosine, opt(1), { warmup_steps = 20, total_steps = 10 })
+    assert.is_false(ok)
+    assert.truthy(err:find("must not exceed total_steps", 1, true), err)
+    ok, err = pcall(sched.StepLR, opt(1), { step = 3 })
+    assert.is_false(ok)
+    assert.truthy(err:find("unknown option 'step'", 1, true), err)
+  end)
+end)

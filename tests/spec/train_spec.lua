@@ -1,0 +1,145 @@
+-- train_spec.lua — end-to-end runs of scripts/train_fashion_mnist.lua and scripts/train_char_gpt.lua
+-- as child processes on small generated data: the final line's format, learning on an easy synthetic
+-- task, identical loss curves for the same seed, and option errors.
+local bin = FP8LAB_BIN or "build/fp8lab"
+
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir .. "/fm"))
+
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- Run a script; returns the combined output and whether it exited with status 0.
+local function run(script, args)
+  local cmd = sh_quote(bin) .. " " .. script
+  for _, a in ipairs(args) do cmd = cmd .. " " .. sh_quote(a) end
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+local function last_line(s)
+  local last
+  for l in s:gmatch("[^\n]+") do last = l end
+  return last
+end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- A synthetic Fashion-MNIST: class c lights up rows 2c..2c+3 (bright) over a noisy background,
+-- so a one-epoch MLP must separate it almost perfectly.
+local function make_dataset(dir, split, n)
+  local img, lab = {}, {}
+  local state = 12345
+  for i = 0, n - 1 do
+    local c = i % 10
+    local px = {}
+    for r = 0, 27 do
+      for col = 0, 27 do
+        state = (state * 1103515245 + 12345) % 2147483648
+        local noise = (state >> 16) % 60
+        px[#px + 1] = (r >= 2 * c + 4 and r < 2 * c + 8) and 200 + noise // 2 or noise
+      end
+    end
+    img[#img + 1] = string.char(table.unpack(px, 1, 392)) .. string.char(table.unpack(px, 393, 784))
+    lab[#lab + 1] = string.char(c)
+  end
+  local f = assert(io.open(dir .. "/" .. split .. "-images-idx3-ubyte", "wb"))
+  f:write(string.pack(">I4I4I4I4", 0x803, n, 28, 28), table.concat(img))
+  f:close()
+  f = assert(io.open(dir .. "/" .. split .. "-labels-idx1-ubyte", "wb"))
+  f:write(string.pack(">I4I4", 0x801, n), table.concat(lab))
+  f:close()
+end
+make_dataset(tmpdir .. "/fm", "train", 1200)
+make_dataset(tmpdir .. "/fm", "t10k", 300)
+
+describe("scripts/train_fashion_mnist.lua", function()
+  local base = { "--root", tmpdir .. "/fm", "--epochs", "1", "--batch-size", "100", "--quiet" }
+  local function args(extra)
+    local a = { table.unpack(base) }
+    for _, v in ipairs(extra) do a[#a + 1] = v end
+    return a
+  end
+
+  it("trains, ends with the summary line and writes the loss CSV", function()
+    local csv = tmpdir .. "/a.csv"
+    local out, ok = run("scripts/train_fashion_mnist.lua", args { "--out", csv, "--seed", "7" })
+    assert.is_true(ok, out)
+    local last = last_line(out)
+    local acc, loss, time, sps = last:match("^final test_acc=(%d+%.%d%d)%% loss=([%d%.]+) time=([%d%.]+)s samples/s=(%d+)$")
+    assert.is_truthy(acc, "last line: " .. tostring(last))
+    assert.is_true(tonumber(acc) > 80, "synthetic task not learned: " .. last)
+    assert.is_true(tonumber(loss) > 0 and tonumber(time) > 0 and tonumber(sps) > 0)
+    assert.matches("epoch 1/1 .* test_acc=", out)
+    local text = read(csv)
+    assert.matches("^step,epoch,loss,lr\n1,1,", text)
+    local rows = select(2, text:gsub("\n", ""))
+    assert.are.equal(1 + 12, rows)        -- header + 1200/100 steps
+  end)
+
+  it("gives the same loss curve for the same seed", function()
+    local a, b = tmpdir .. "/s1.csv", tmpdir .. "/s2.csv"
+    local out1, ok1 = run("scripts/train_fashion_mnist.lua", args { "--out", a, "--seed", "3" })
+    local out2, ok2 = run("scripts/train_fashion_mnist.lua", args { "--out", b, "--seed", "3" })
+    assert.is_true(ok1 and ok2, out1 .. out2)
+    assert.are.equal(read(a), read(b))
+    local c = tmpdir .. "/s3.csv"
+    run("scripts/train_fashion_mnist.lua", args { "--out", c, "--seed", "4" })
+    assert.are_not.equal(read(a), read(c))
+  end)
+
+  it("runs in bf16 and fp16 mixed precision", function()
+    for _, mp in ipairs { "bf16", "fp16" } do
+      local out, ok = run("scripts/train_fashion_mnist.lua", args { "--out", tmpdir .. "/mp.csv", "--mixed-precision", mp })
+      assert.is_true(ok, out)
+      assert.matches("^final test_acc=", last_line(out))
+      if mp == "fp16" then assert.matches("loss_scale=", out) end
+    end
+  end)
+
+  it("rejects unknown options and bad values, listing the valid ones", function()
+    local out, ok = run("scripts/train_fashion_mnist.lua", { "--epoch", "2" })
+    assert.is_false(ok)
+    assert.matches("unknown option '%-%-epoch' %(valid: %-%-epochs %-%-batch%-size %-%-lr", out)
+    out, ok = run("scripts/train_fashion_mnist.lua", { "--mixed-precision", "fp9" })
+    assert.is_false(ok)
+    assert.matches("must be one of no, bf16, fp16; got 'fp9'", out)
+    out, ok = run("scripts/train_fashion_mnist.lua", { "--epochs", "two" })
+    assert.is_false(ok)
+    assert.matches("%-%-epochs expects an integer, got 'two'", out)
+    out, ok = run("scripts/train_fashion_mnist.lua", { "--root", tmpdir .. "/none", "--epochs", "1" })
+    assert.is_false(ok)
+    assert.matches("dataset%-fashion%-mnist", out)
+    out, ok = run("scripts/train_fashion_mnist.lua", { "--help" })
+    assert.is_true(ok)
+    assert.matches("%-%-mixed%-precision", out)
+  end)
+end)
+
+describe("scripts/train_char_gpt.lua", function()
+  it("trains a tiny GPT and prints a sample", function()
+    local path = tmpdir .. "/text.txt"
+    local f = assert(io.open(path, "w"))
+    f:write(("the quick brown fox jumps over the lazy dog.\n"):rep(40))
+    f:close()
+    local out, ok = run("scripts/train_char_gpt.lua", { "--text", path, "--steps", "4", "--block-size", "16",
+      "--layers", "1", "--d-model", "16", "--heads", "2", "--batch-size", "4", "--eval-every", "2", "--sample-len", "20" })
+    assert.is_true(ok, out)
+    assert.matches("step 4/4 +train_loss=[%d%.]+ +val_loss=", out)
+    assert.matches("%-%-%-%- sample", out)
+    assert.matches("^final val_loss=[%d%.]+ time=", last_line(out))
+  end)
+
+  it("rejects unknown options", function()
+    local out, ok = run("scripts/train_char_gpt.lua", { "--stepz", "4" })
+    assert.is_false(ok)
+    assert.matches("unknown option '%-%-stepz' %(valid: %-%-steps", out)
+  end)
+end)
