@@ -13,7 +13,7 @@ LUA_LIBS   := $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
 # x86-64-v3 (AVX2/FMA/F16C) is the baseline; AVX-512 paths are chosen at run time.
 ARCHFLAGS ?= -march=x86-64-v3 -mtune=native
 CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp $(ARCHFLAGS) -Icore
+CFLAGS   += -std=c11 -D_GNU_SOURCE -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -fopenmp $(ARCHFLAGS) -Icore
 ifeq ($(SAN),1)
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=address,undefined
@@ -66,7 +66,7 @@ endif
 
 BIN := $(BUILD)/fp8lab
 
-.PHONY: all deps test test-c test-lua test-exhaustive test-gpu bench demo sanitize clean help probes
+.PHONY: tour all deps test test-c test-lua test-exhaustive test-gpu bench demo sanitize clean help probes
 all: probes $(BIN)
 
 probes:
@@ -123,14 +123,19 @@ sanitize:
 bench: all
 	@bash scripts/bench.sh $(BUILD)
 
+# The main job: train the Fashion-MNIST MLP (needs Debian's dataset-fashion-mnist, installed by deps).
 demo: deps all
+	$(BIN) scripts/train_fashion_mnist.lua
+
+# A guided tour of the FP8 formats at the prompt.
+tour: all
 	$(BIN) scripts/tour.lua
 
 clean:
 	rm -rf build build-san
 
 help:
-	@echo "make [all] | test | test-gpu | bench | demo | sanitize | clean   (CUDA=auto|0|1)"
+	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean   (CUDA=auto|0|1)"
 
 # ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
 # Links only the objects it uses so it builds even while other core files are in progress.

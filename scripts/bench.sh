@@ -2,6 +2,8 @@
 # bench.sh BUILD — builds and runs the benchmarks and rewrites their sections of
 # docs/performance.md (each section is replaced in place; the rest of the file is kept).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/perfdoc.sh
 B=${1:-build}
 DOC=docs/performance.md
 SECTION="## CPU quantize (fp32 → E4M3 + amax)"
@@ -25,17 +27,6 @@ $table
 MD
 )
 
-mkdir -p docs
-tmp=$(mktemp "$DOC.XXXXXX")
-if [ -f "$DOC" ]; then
-  # copy everything except our section (from its heading up to the next "## " heading)
-  awk -v sec="$SECTION" -v body="$body" '
-    $0 == sec { skip = 1; if (!done) { print body; print ""; done = 1 }; next }
-    skip && /^## / { skip = 0 }
-    !skip { print }
-    END { if (!done) { print ""; print body } }' "$DOC" > "$tmp"
-else
-  { echo "# fp8lab performance"; echo; echo "Every figure here comes with its command, machine and date."; echo; echo "$body"; } > "$tmp"
-fi
-mv "$tmp" "$DOC"
-echo "wrote $DOC"
+write_section "$SECTION" "$body"
+
+bash scripts/bench_train.sh "$B"

@@ -21,7 +21,7 @@ local function default_text()
 end
 
 local OPTIONS = {
-  { "steps", "int", 300, "optimizer steps" },
+  { "steps", "int", 200, "optimizer steps" },
   { "block-size", "int", 64, "context length (characters)" },
   { "layers", "int", 2, "transformer blocks" },
   { "heads", "int", 4, "attention heads" },

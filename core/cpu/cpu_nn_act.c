@@ -22,10 +22,10 @@ void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
  * threshold is lower than for cheap ops because each element costs tens of cycles. */
 void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
     if (approx) {
-        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+        #pragma omp parallel for simd if (n > FL_NN_PAR_MIN / 8) schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+            y[i] = 0.5f * v * (1.0f + fl_nn_tanhf(GELU_K * (v + GELU_C * v * v * v)));
         }
     } else {
         #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
@@ -40,11 +40,17 @@ void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
  * 0.5(1+t) + 0.5x(1−t²)·k(1 + 3c·x²). */
 void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx) {
     if (approx) {
-        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+        #pragma omp parallel for simd if (n > FL_NN_PAR_MIN / 8) schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
-            float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+            /* t = tanh(u) and 1 − t² = 4e/(1+e)² from the same e = e^(−2|u|): computing 1 − t·t would
+             * cancel badly where t → ±1 and the factor v·(1+3Cv²) is large. */
+            float u = GELU_K * (v + GELU_C * v * v * v);
+            float e = fl_nn_expf(-2.0f * (u < 0.0f ? -u : u));
+            float t = (1.0f - e) / (1.0f + e);
+            t = u < 0.0f ? -t : t;
+            float sech2 = 4.0f * e / ((1.0f + e) * (1.0f + e));
+            float d = 0.5f * (1.0f + t) + 0.5f * v * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
             dx[i] = dy[i] * d;
         }
     } else {

@@ -57,8 +57,8 @@ local function make_dataset(dir, split, n)
   f:write(string.pack(">I4I4", 0x801, n), table.concat(lab))
   f:close()
 end
-make_dataset(tmpdir .. "/fm", "train", 1200)
-make_dataset(tmpdir .. "/fm", "t10k", 300)
+make_dataset(tmpdir .. "/fm", "train", 600)
+make_dataset(tmpdir .. "/fm", "t10k", 200)
 
 describe("scripts/train_fashion_mnist.lua", function()
   local base = { "--root", tmpdir .. "/fm", "--epochs", "1", "--batch-size", "100", "--quiet" }
@@ -81,7 +81,7 @@ describe("scripts/train_fashion_mnist.lua", function()
     local text = read(csv)
     assert.matches("^step,epoch,loss,lr\n1,1,", text)
     local rows = select(2, text:gsub("\n", ""))
-    assert.are.equal(1 + 12, rows)        -- header + 1200/100 steps
+    assert.are.equal(1 + 6, rows)         -- header + 600/100 steps
   end)
 
   it("gives the same loss curve for the same seed", function()
