@@ -21,64 +21,26 @@ local function default_text()
 end
 
 local OPTIONS = {
-  { "steps", "int", 200, "optimizer steps" },
-  { "block-size", "int", 64, "context length (characters)" },
-  { "layers", "int", 2, "transformer blocks" },
-  { "heads", "int", 4, "attention heads" },
-  { "d-model", "int", 64, "embedding width" },
-  { "batch-size", "int", 16, "sequences per step" },
-  { "lr", "num", 3e-3, "peak AdamW learning rate (warmup, then cosine decay)" },
-  { "seed", "int", 1337, "seed of weights, batches and sampling" },
+  { "steps", "int", 200, "optimizer steps", 1 },
+  { "block-size", "int", 64, "context length (characters)", 1 },
+  { "layers", "int", 2, "transformer blocks", 1 },
+  { "heads", "int", 4, "attention heads", 1 },
+  { "d-model", "int", 64, "embedding width", 1 },
+  { "batch-size", "int", 16, "sequences per step", 1 },
+  { "lr", "num", 3e-3, "peak AdamW learning rate (warmup, then cosine decay)", 0 },
+  { "seed", "int", 1337, "seed of weights, batches and sampling", 1 },
   { "text", "str", nil, "text file to train on (default: Debian's fortunes)" },
   { "mixed-precision", "str", "no", "no | bf16 | fp16" },
-  { "eval-every", "int", 50, "steps between loss reports" },
-  { "sample-len", "int", 200, "characters to generate at the end" },
-  { "temperature", "num", 0.8, "sampling temperature (0 = greedy)" },
+  { "eval-every", "int", 50, "steps between loss reports", 1 },
+  { "sample-len", "int", 200, "characters to generate at the end", 0 },
+  { "temperature", "num", 0.8, "sampling temperature (0 = greedy)", 0 },
 }
 
-local function usage()
-  local lines = { "usage: fp8lab scripts/train_char_gpt.lua [options]", "", "Trains a tiny character-level GPT. Options:" }
-  for _, o in ipairs(OPTIONS) do
-    lines[#lines + 1] = ("  %-24s %s (default %s)"):format("--" .. o[1] .. (o[2] == "str" and " S" or " N"), o[4],
-      o[3] == nil and "fortunes" or tostring(o[3]))
-  end
-  lines[#lines + 1] = "  --help                   this text"
-  return table.concat(lines, "\n")
-end
+local ARGS = { usage = "usage: fp8lab scripts/train_char_gpt.lua [options]",
+               about = "Trains a tiny character-level GPT. Options:", default_text = "fortunes" }
 
 local function parse_args(argv)
-  local spec, opts, names = {}, {}, {}
-  for _, o in ipairs(OPTIONS) do spec[o[1]] = o; opts[o[1]] = o[3]; names[#names + 1] = "--" .. o[1] end
-  names[#names + 1] = "--help"
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    local name, val = a:match("^%-%-([%w%-]+)=(.*)$")
-    if not name then name = a:match("^%-%-([%w%-]+)$") end
-    if not name then error(("unexpected argument '%s' (valid: %s)"):format(a, table.concat(names, " ")), 0) end
-    if name == "help" then print(usage()); os.exit(0) end
-    local o = spec[name]
-    if not o then error(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " ")), 0) end
-    if val == nil then
-      i = i + 1
-      val = argv[i]
-      if val == nil then error(("option --%s needs a value"):format(name), 0) end
-    end
-    if o[2] == "int" then
-      local v = math.tointeger(tonumber(val))
-      if not v or v < (name == "sample-len" and 0 or 1) then
-        error(("option --%s expects a positive integer, got '%s'"):format(name, val), 0)
-      end
-      opts[name] = v
-    elseif o[2] == "num" then
-      local v = tonumber(val)
-      if not v or v < 0 then error(("option --%s expects a number >= 0, got '%s'"):format(name, val), 0) end
-      opts[name] = v
-    else
-      opts[name] = val
-    end
-    i = i + 1
-  end
+  local opts = require("fp8.args").parse(argv, OPTIONS, ARGS)
   if opts["d-model"] % opts.heads ~= 0 then
     error(("--d-model (%d) must be divisible by --heads (%d)"):format(opts["d-model"], opts.heads), 0)
   end

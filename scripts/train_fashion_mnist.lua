@@ -24,55 +24,11 @@ local OPTIONS = {
   { "quiet", "flag", false, "no progress bars" },
 }
 
-local function usage()
-  local lines = { "usage: fp8lab scripts/train_fashion_mnist.lua [options]", "",
-                  "Trains a 784-512-256-10 MLP on Fashion-MNIST. Options:" }
-  for _, o in ipairs(OPTIONS) do
-    local left = "  --" .. o[1] .. (o[2] == "flag" and "" or (" " .. (o[2] == "str" and "S" or "N")))
-    lines[#lines + 1] = ("%-28s %s%s"):format(left, o[4], o[2] == "flag" and "" or (" (default " .. tostring(o[3]) .. ")"))
-  end
-  lines[#lines + 1] = "  --help                       this text"
-  return table.concat(lines, "\n")
-end
+local ARGS = { usage = "usage: fp8lab scripts/train_fashion_mnist.lua [options]",
+               about = "Trains a 784-512-256-10 MLP on Fashion-MNIST. Options:" }
 
--- --name value or --name=value; unknown names and bad values are errors naming the valid choices.
 local function parse_args(argv)
-  local spec, opts, names = {}, {}, {}
-  for _, o in ipairs(OPTIONS) do spec[o[1]] = o; opts[o[1]] = o[3]; names[#names + 1] = "--" .. o[1] end
-  names[#names + 1] = "--help"
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    local name, val = a:match("^%-%-([%w%-]+)=(.*)$")
-    if not name then name = a:match("^%-%-([%w%-]+)$") end
-    if not name then
-      error(("unexpected argument '%s' (options start with --; valid: %s)"):format(a, table.concat(names, " ")), 0)
-    end
-    if name == "help" then print(usage()); os.exit(0) end
-    local o = spec[name]
-    if not o then error(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " ")), 0) end
-    if o[2] == "flag" then
-      opts[name] = true
-    else
-      if val == nil then
-        i = i + 1
-        val = argv[i]
-        if val == nil then error(("option --%s needs a value"):format(name), 0) end
-      end
-      if o[2] == "int" then
-        local v = math.tointeger(tonumber(val))
-        if not v then error(("option --%s expects an integer, got '%s'"):format(name, val), 0) end
-        opts[name] = v
-      elseif o[2] == "num" then
-        local v = tonumber(val)
-        if not v then error(("option --%s expects a number, got '%s'"):format(name, val), 0) end
-        opts[name] = v
-      else
-        opts[name] = val
-      end
-    end
-    i = i + 1
-  end
+  local opts = require("fp8.args").parse(argv, OPTIONS, ARGS)
   if opts.epochs < 1 then error(("--epochs must be >= 1, got %d"):format(opts.epochs), 0) end
   if opts["batch-size"] < 1 then error(("--batch-size must be >= 1, got %d"):format(opts["batch-size"]), 0) end
   if not (opts.lr > 0) then error(("--lr must be > 0, got %g"):format(opts.lr), 0) end

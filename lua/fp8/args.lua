@@ -1,0 +1,62 @@
+-- args.lua — command-line options for fp8lab scripts: `--name value` or `--name=value`, typed
+-- (int, num, str, flag), with defaults, an optional lower bound, a generated --help text, and errors
+-- that name the valid options. Used by scripts/train_*.lua.
+--   local opts = require("fp8.args").parse(arg, OPTIONS, {usage = "usage: ...", about = "..."})
+-- OPTIONS is a list of {name, type, default, help [, min]}; a nil default shows as `default_text`.
+local M = {}
+
+function M.usage(options, cfg)
+  local lines = { cfg.usage, "", cfg.about }
+  for _, o in ipairs(options) do
+    local left = "  --" .. o[1] .. (o[2] == "flag" and "" or (" " .. (o[2] == "str" and "S" or "N")))
+    local default = o[3] == nil and (cfg.default_text or "none") or tostring(o[3])
+    lines[#lines + 1] = ("%-28s %s%s"):format(left, o[4], o[2] == "flag" and "" or (" (default " .. default .. ")"))
+  end
+  lines[#lines + 1] = ("%-28s %s"):format("  --help", "this text")
+  return table.concat(lines, "\n")
+end
+
+local function convert(o, val)
+  local name, kind, min = o[1], o[2], o[5]
+  if kind == "int" or kind == "num" then
+    local v = tonumber(val)
+    if kind == "int" then v = v and math.tointeger(v) end
+    local what = kind == "int" and "an integer" or "a number"
+    if min then what = what .. " >= " .. tostring(min) end
+    if not v or (min and v < min) then error(("option --%s expects %s, got '%s'"):format(name, what, val), 0) end
+    return v
+  end
+  return val
+end
+
+function M.parse(argv, options, cfg)
+  local spec, opts, names = {}, {}, {}
+  for _, o in ipairs(options) do spec[o[1]] = o; opts[o[1]] = o[3]; names[#names + 1] = "--" .. o[1] end
+  names[#names + 1] = "--help"
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    local name, val = a:match("^%-%-([%w%-]+)=(.*)$")
+    if not name then name = a:match("^%-%-([%w%-]+)$") end
+    if not name then
+      error(("unexpected argument '%s' (options start with --; valid: %s)"):format(a, table.concat(names, " ")), 0)
+    end
+    if name == "help" then print(M.usage(options, cfg)); os.exit(0) end
+    local o = spec[name]
+    if not o then error(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " ")), 0) end
+    if o[2] == "flag" then
+      opts[name] = true
+    else
+      if val == nil then
+        i = i + 1
+        val = argv[i]
+        if val == nil then error(("option --%s needs a value"):format(name), 0) end
+      end
+      opts[name] = convert(o, val)
+    end
+    i = i + 1
+  end
+  return opts
+end
+
+return M
