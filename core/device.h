@@ -9,6 +9,9 @@
 
 #include "ops.h"
 
+/* Activation kinds of the act_fwd/act_bwd kernels. */
+typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_COUNT } fl_act;
+
 typedef struct fl_device {
     const char *name;                  /* "cpu", "cuda" */
     fl_status (*alloc)(size_t nbytes, void **ptr);
@@ -36,6 +39,73 @@ typedef struct fl_device {
     fl_status (*dequantize)(fl_tensor *dst, const fl_tensor *q);      /* dst contiguous */
     /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis] values), into host memory. */
     fl_status (*amax)(const fl_tensor *src, int axis, float *out);
+
+    /* ---- neural-network kernels (core/nn.c, core/linear.c) ------------------------------------
+     * Pointers are this device's memory: contiguous fp32 buffers, row-major, "rows" = product of the
+     * leading dims, "cols" = the last dim; core/nn.c has checked the shapes. The CPU versions
+     * (core/cpu/cpu_nn.h) document the maths of each and are the reference the others are tested
+     * against. Results that core/ needs on the host (a loss, a count) come back through host pointers. */
+    fl_status (*act_fwd)(fl_act kind, const float *x, float *y, int64_t n);
+    fl_status (*act_bwd)(fl_act kind, const float *x, const float *dy, float *dx, int64_t n);
+    /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */
+    fl_status (*softmax_fwd)(bool log, const float *x, float *y, int64_t rows, int64_t cols);
+    fl_status (*softmax_bwd)(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+    /* Targets are class indices stored as floats; FL_EINVAL naming the first bad row for a target
+     * outside [0, cols) that is not ignore_index. *loss (host) is the mean over counted rows. */
+    fl_status (*cross_entropy_fwd)(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                   int64_t ignore_index, float label_smoothing, double *loss, int64_t *count);
+    fl_status (*cross_entropy_bwd)(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                   int64_t ignore_index, float label_smoothing, float dloss, float *dlogits);
+    /* *sum (host) = Σ (x−y)² accumulated in double;  backward: dx = f·(x − y). */
+    fl_status (*mse_fwd)(const float *x, const float *y, int64_t n, double *sum);
+    fl_status (*mse_bwd)(const float *x, const float *y, float *dx, int64_t n, float f);
+    /* LayerNorm over the last dim; w, b may be NULL; mean and rstd [rows] are saved for backward,
+     * which writes dx and accumulates (+=) into dw, db when they are non-NULL. */
+    fl_status (*layernorm_fwd)(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                               int64_t rows, int64_t cols, float eps);
+    fl_status (*layernorm_bwd)(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                               float *dx, float *dw, float *db, int64_t rows, int64_t cols);
+    /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows
+     * into dweight (+=), in index order (deterministic). */
+    fl_status (*embedding_fwd)(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y);
+    fl_status (*embedding_bwd)(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim, float *dweight);
+    /* Inverted dropout, mask from Philox(seed) at block offset + i/4 for element i, so every device
+     * draws the same mask for the same (seed, offset). mask: n bytes of this device's memory. */
+    fl_status (*dropout_fwd)(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset);
+    fl_status (*dropout_bwd)(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
+    /* Scaled-dot-product attention on [B, H, T, D] q, k, v; att (B·H·T·T) keeps the probabilities
+     * for backward, which overwrites dq, dk, dv. */
+    fl_status (*sdpa_fwd)(const float *q, const float *k, const float *v, float *out, float *att,
+                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal);
+    fl_status (*sdpa_bwd)(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                          float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                          bool causal);
+    /* y[r, :] += b for r < rows (the linear layer's bias, in place). */
+    fl_status (*bias_add)(float *y, const float *b, int64_t rows, int64_t cols);
+
+    /* ---- optimizers (core/optim.c; maths in core/optim.h) -------------------------------------
+     * Contiguous fp32 buffers of n elements; per-element arithmetic in the order of core/optim.c so
+     * results agree to fp32 rounding. msamp_adamw takes tensors that core/optim.c has validated. */
+    fl_status (*sgd)(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
+                     double weight_decay, bool nesterov, bool first_step);
+    fl_status (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
+                       double eps, double weight_decay, int64_t step);
+    fl_status (*msamp_adamw)(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
+                             fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,
+                             int64_t step);
+    /* Σ x² of a contiguous fp32/bf16/fp16 tensor, accumulated in double, into host memory. */
+    fl_status (*sumsq)(const fl_tensor *t, double *out);
+
+    /* ---- FP8 GEMM (core/fp8_linear.c) -----------------------------------------------------------
+     * dst [M, N] fp32 contiguous = (Σ_k dec(a)[m, k]·dec(b)[k, n]) · sa[m] · sb[n] (+ bias[n]), fp32
+     * accumulation of exact FP8 products. a [M, K] and b [K, N] are FP8 tensors, each contiguous or the
+     * transposed view of a contiguous one; a's scale_inv is per tensor or one per row (scale_axis 0),
+     * b's per tensor or one per column (scale_axis 1); bias fp32/bf16/fp16 [N] or NULL. b_cache
+     * (optional): a slot where the device keeps what it derives from b's bytes (the CPU: their bf16
+     * decode; CUDA: a K-major copy) to reuse on the next call with the same bytes; the caller clears
+     * and releases it when b's bytes change. */
+    fl_status (*fp8_gemm)(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
+                          fl_tensor **b_cache);
 } fl_device;
 
 const fl_device *fl_device_get(int id);   /* NULL if that device is not available */

@@ -54,6 +54,10 @@ typedef struct {
     bool fast_accum;                         /* FP8 only; fprop */
     bool accumulate;                         /* D += product (not with FP8 D) */
     bool tf32;                               /* fp32 inputs: allow TF32 tensor cores */
+    /* Strided batch (high-precision GEMMs only): batch > 1 runs `batch` independent GEMMs, entry z
+     * reading A at a + z·stride_a, B at b + z·stride_b and writing D at d + z·stride_d (elements; a
+     * stride of 0 broadcasts that operand). batch 0 or 1: one GEMM. No bias or d_amax with batch > 1. */
+    int64_t batch, stride_a, stride_b, stride_d;
 } fl_cuda_gemm_args;
 
 /* Fills a with m, n, k and the defaults: dense leading dimensions, no transposes, no bias/amax. */
