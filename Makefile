@@ -54,7 +54,7 @@ LUA_OBJ  := $(LUA_C:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_embed.o
 
 ifeq ($(CUDA_ON),1)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-  NVCCFLAGS ?= -O2 -std=c++17 -Icore -gencode arch=compute_89,code=sm_89 \
+  NVCCFLAGS ?= -O2 -std=c++20 -Icore -gencode arch=compute_89,code=sm_89 \
                -gencode=arch=compute_90a,code=sm_90a \
                -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
   CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)

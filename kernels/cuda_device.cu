@@ -2,6 +2,7 @@
  * notice), a caching allocator, host<->device copies on one stream, and the quantize/dequantize/amax
  * entries of the device table (core/device.h). Every CUDA error becomes FL_EDEVICE, never an abort. */
 #include "fl_cuda.h"
+#include "cuda_entries.h"
 #include <mutex>
 #include <stdio.h>
 #include <string.h>
@@ -213,16 +214,43 @@ fl_status cuda_amax_entry(const fl_tensor *src, int axis, float *out) {
 }
 
 const fl_device cuda_device = {
-    /* name */ "cuda",
-    /* alloc */ cuda_alloc,
-    /* free */ cuda_free,
-    /* to_host */ cuda_to_host,
-    /* from_host */ cuda_from_host,
-    /* copy, fill, binary, binary_scalar, unary, reduce, matmul: not yet on the GPU */
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    /* quantize */ cuda_quantize_entry,
-    /* dequantize */ cuda_dequantize_entry,
-    /* amax */ cuda_amax_entry,
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .to_host = cuda_to_host,
+    .from_host = cuda_from_host,
+    .copy = fl_cuda_dev_copy,
+    .fill = fl_cuda_dev_fill,
+    .binary = fl_cuda_dev_binary,
+    .binary_scalar = fl_cuda_dev_binary_scalar,
+    .unary = fl_cuda_dev_unary,
+    .reduce = fl_cuda_dev_reduce,
+    .matmul = fl_cuda_dev_matmul,
+    .quantize = cuda_quantize_entry,
+    .dequantize = cuda_dequantize_entry,
+    .amax = cuda_amax_entry,
+    .act_fwd = fl_cuda_dev_act_fwd,
+    .act_bwd = fl_cuda_dev_act_bwd,
+    .softmax_fwd = fl_cuda_dev_softmax_fwd,
+    .softmax_bwd = fl_cuda_dev_softmax_bwd,
+    .cross_entropy_fwd = fl_cuda_dev_cross_entropy_fwd,
+    .cross_entropy_bwd = fl_cuda_dev_cross_entropy_bwd,
+    .mse_fwd = fl_cuda_dev_mse_fwd,
+    .mse_bwd = fl_cuda_dev_mse_bwd,
+    .layernorm_fwd = fl_cuda_dev_layernorm_fwd,
+    .layernorm_bwd = fl_cuda_dev_layernorm_bwd,
+    .embedding_fwd = fl_cuda_dev_embedding_fwd,
+    .embedding_bwd = fl_cuda_dev_embedding_bwd,
+    .dropout_fwd = fl_cuda_dev_dropout_fwd,
+    .dropout_bwd = fl_cuda_dev_dropout_bwd,
+    .sdpa_fwd = fl_cuda_dev_sdpa_fwd,
+    .sdpa_bwd = fl_cuda_dev_sdpa_bwd,
+    .bias_add = fl_cuda_dev_bias_add,
+    .sgd = fl_cuda_dev_sgd,
+    .adamw = fl_cuda_dev_adamw,
+    .msamp_adamw = fl_cuda_dev_msamp_adamw,
+    .sumsq = fl_cuda_dev_sumsq,
+    .fp8_gemm = fl_cuda_dev_fp8_gemm,
 };
 
 /* Probe without side effects on stderr. Returns the device count, or 0 with `reason` set. */
