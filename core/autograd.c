@@ -1,6 +1,7 @@
 /* autograd.c — the reverse-mode engine declared in autograd.h: grad/autocast modes, nodes, the
  * topological backward walk with gradient accumulation, and graph release. */
 #include "autograd.h"
+#include "device.h"
 #include "recipe.h"
 #include "ops_raw.h"
 #include "profiler.h"
@@ -128,7 +129,25 @@ void fl_tensor_zero_grad(fl_tensor *t) {
 /* A gradient tensor we may write in place: fp32, contiguous, and the only reference to its memory. */
 static bool exclusively_owned(const fl_tensor *g) {
     return g->refcount == 1 && g->storage->refcount == 1 && g->dtype == FL_F32 && fl_tensor_is_contiguous(g) &&
-           g->device == FL_DEV_CPU && !g->grad_fn;
+           !g->grad_fn;
+}
+
+/* d += s for contiguous fp32 tensors of one shape on one device, in place. */
+static fl_status add_inplace(fl_tensor *d, const fl_tensor *s) {
+    if (d->device == FL_DEV_CPU) {
+        float *pd = fl_tensor_data(d);
+        const float *ps = fl_tensor_data(s);
+        int64_t n = fl_tensor_numel(d);
+        #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+        for (int64_t i = 0; i < n; i++) pd[i] += ps[i];
+        return FL_OK;
+    }
+    /* Elementwise, so the device may read and write the same buffer. */
+    return fl_device_get(d->device)->binary(FL_OP_ADD, d, d, s);
+}
+
+static bool f32_contiguous_on(const fl_tensor *t, int device) {
+    return t->dtype == FL_F32 && fl_tensor_is_contiguous(t) && t->device == device;
 }
 
 /* A fresh fp32 contiguous copy of g (or g itself, retained, when it already is one we own). */
@@ -141,14 +160,7 @@ static fl_status own_f32(fl_tensor **out, const fl_tensor *g) {
 static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
     if (!*acc) return own_f32(acc, g);
     fl_tensor *a = *acc;
-    if (exclusively_owned(a) && g->dtype == FL_F32 && fl_tensor_is_contiguous(g) && g->device == FL_DEV_CPU) {
-        float *d = fl_tensor_data(a);
-        const float *s = fl_tensor_data(g);
-        int64_t n = fl_tensor_numel(a);
-        #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-        return FL_OK;
-    }
+    if (exclusively_owned(a) && f32_contiguous_on(g, a->device)) return add_inplace(a, g);
     fl_tensor *sum = NULL;
     FL_TRY(fl_binary(&sum, FL_OP_ADD, a, g));
     fl_tensor *o = NULL;
@@ -195,7 +207,9 @@ static fl_status accumulate_fp8(fl_tensor *t, const fl_tensor *g) {
         st = fl_tensor_to(&sum, g, FL_F32);
     }
     if (st != FL_OK) return st;
-    float amax = sum->device == FL_DEV_CPU ? fl_amax_f32(fl_tensor_data(sum), (size_t)fl_tensor_numel(sum)) : 0.0f;
+    float amax = 0.0f;
+    if (fl_tensor_numel(sum) > 0) st = fl_device_get(sum->device)->amax(sum, -1, &amax);
+    if (st != FL_OK) { fl_tensor_release(sum); return st; }
     fl_quant_opts o;
     fl_quant_opts_default(&o);
     o.scale = fl_scale_for(amax > FL_AMAX_FLOOR ? amax : FL_AMAX_FLOOR, t->grad_dtype, 0, true, 1.0f);
@@ -221,15 +235,7 @@ fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
         return fl_tensor_to(&t->grad, g, FL_F32);
     }
     fl_tensor *gr = t->grad;
-    if (gr->dtype == FL_F32 && fl_tensor_is_contiguous(gr) && gr->device == FL_DEV_CPU &&
-        g->dtype == FL_F32 && fl_tensor_is_contiguous(g) && g->device == FL_DEV_CPU) {
-        float *d = fl_tensor_data(gr);
-        const float *s = fl_tensor_data(g);
-        int64_t n = fl_tensor_numel(gr);
-        #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-        return FL_OK;
-    }
+    if (f32_contiguous_on(gr, gr->device) && f32_contiguous_on(g, gr->device)) return add_inplace(gr, g);
     fl_tensor *sum = NULL;
     FL_TRY(fl_binary(&sum, FL_OP_ADD, gr, g));
     fl_status st = fl_tensor_copy_(gr, sum);

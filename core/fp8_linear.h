@@ -16,7 +16,7 @@
  *   ROWWISE_GW_HP  ao rowwise_with_gw_hp: fprop rowwise, dgrad dY rowwise × W tensorwise, wgrad in
  *               high precision.
  * High-precision GEMMs run in the autocast dtype active at forward time (bf16 or fp16 with fp32
- * accumulation) or fp32. Outputs and gradients are fp32. CPU tensors only in this build. */
+ * accumulation) or fp32. Outputs and gradients are fp32. All operands on one device (CPU or CUDA). */
 #ifndef FL_FP8_LINEAR_H
 #define FL_FP8_LINEAR_H
 #include "recipe.h"
@@ -33,7 +33,8 @@ typedef struct fl_fp8_layer {
     fl_fp8_granularity gran;
     /* FP8 weight cache (TENSOR granularity) */
     fl_tensor *wq;
-    fl_tensor *wq_bf16;             /* its bytes decoded for the CPU GEMMs (same lifetime as wq) */
+    fl_tensor *wq_dev;              /* what the device's fp8_gemm derived from wq's bytes (the CPU: their
+                                     * bf16 decode; CUDA: a K-major copy); same lifetime as wq */
     const fl_storage *wq_storage;
     uint64_t wq_version;
     int64_t wq_offset;
@@ -59,14 +60,15 @@ void fl_fp8_layer_drop_cache(fl_fp8_layer *l);
 fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                         fl_fp8_layer *l, bool record, const fl_tensor *w_fp8);
 
-/* Building blocks, exported for tests and for other FP8 ops. src is [R, C] fp32 contiguous.
- * axis -1: one scale; 0: one per row; 1: one per column. scales[] (R, C or 1 entries) are the
- * multipliers applied before the cast; the result carries 1/scales as scale_inv. */
-fl_status fl_fp8_cast_2d(fl_tensor **out, const float *src, int64_t rows, int64_t cols, fl_dtype fmt,
-                         int axis, const float *scales, fl_cast_stats *stats);
-/* amax per axis (as above; NaN ignored) into out[]. */
-void fl_fp8_amax_2d(const float *src, int64_t rows, int64_t cols, int axis, float *out);
-/* The bytes of an FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not applied). */
+/* Building blocks, exported for tests and for other FP8 ops, on the tensor's device. src is a contiguous
+ * fp32 [R, C] tensor; axis -1: one scale; 0: one per row; 1: one per column. scales[] (host; R, C or 1
+ * entries) are the multipliers applied before the cast (saturating); the result carries 1/scales as
+ * scale_inv and the cast's statistics in qstats (amax of the source, underflow/saturation counts). */
+fl_status fl_fp8_cast_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis, const float *scales);
+/* amax per axis (as above; NaN ignored) into out[] (host). */
+fl_status fl_fp8_amax_2d(const fl_tensor *src, int axis, float *out);
+/* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not
+ * applied); core/cpu/cpu_fp8_gemm.c. */
 fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
 
 #endif

@@ -31,22 +31,14 @@ static fl_status gemm_wgrad(fl_tensor **dw, const fl_tensor *dy2, const fl_tenso
     return st;
 }
 
-/* y2 += b row-wise. y2 fp32 contiguous is done in place; otherwise a broadcast add makes a new tensor. */
+/* y2 += b row-wise. y2 fp32 contiguous is done in place by the device; otherwise a broadcast add makes
+ * a new tensor. */
 static fl_status add_bias(fl_tensor **y2, const fl_tensor *b) {
     fl_tensor *y = *y2;
-    if (y->dtype == FL_F32 && b->dtype == FL_F32 && y->device == FL_DEV_CPU && fl_tensor_is_contiguous(y) &&
-        fl_tensor_is_contiguous(b)) {
-        int64_t rows = y->shape[0], cols = y->shape[1];
-        float *py = fl_tensor_data(y);
-        const float *pb = fl_tensor_data(b);
-        #pragma omp parallel for if (rows * cols > (1 << 16))
-        for (int64_t r = 0; r < rows; r++) {
-            float *row = py + r * cols;
-            #pragma omp simd
-            for (int64_t c = 0; c < cols; c++) row[c] += pb[c];
-        }
-        return FL_OK;
-    }
+    const fl_device *dev = fl_device_get(y->device);
+    if (dev && dev->bias_add && y->dtype == FL_F32 && b->dtype == FL_F32 && fl_tensor_is_contiguous(y) &&
+        fl_tensor_is_contiguous(b))
+        return dev->bias_add(fl_tensor_data(y), fl_tensor_data(b), y->shape[0], y->shape[1]);
     fl_tensor *s = NULL;
     FL_TRY(fl_binary_raw(&s, FL_OP_ADD, y, b));
     fl_tensor_release(y);

@@ -1,27 +1,50 @@
-/* nn.c — differentiable NN ops over the CPU kernels of cpu/cpu_nn.h: checks, fp32 contiguous
- * operands, output allocation and autograd nodes (what each backward needs is saved on the node). */
+/* nn.c — differentiable NN ops over the devices' NN kernels (core/device.h; the CPU's are cpu/cpu_nn.h):
+ * checks, fp32 contiguous operands on the input's device, output allocation and autograd nodes (what
+ * each backward needs is saved on the node). */
 #include "nn.h"
 #include "autograd.h"
 #include "ops_raw.h"
 #include "device.h"
 #include "profiler.h"
-#include "cpu/cpu_nn.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
-/* An fp32 contiguous CPU version of t (t itself, retained, when it already is one). */
+/* An fp32 contiguous version of t on its device (t itself, retained, when it already is one). */
 static fl_status f32c(fl_tensor **out, const fl_tensor *t, const char *op, const char *what) {
     *out = NULL;
     if (fl_format(t->dtype)->is_fp8)
         return FL_ERR(FL_EINVAL, "%s: %s is an %s tensor; dequantize it first (e.g. x:dequantize())", op, what, fl_format(t->dtype)->name);
-    if (t->device != FL_DEV_CPU)
-        return FL_ERR(FL_EUNSUPPORTED, "%s is not supported on %s yet (CPU only)", op, fl_device_name(t->device));
     if (t->dtype == FL_F32 && fl_tensor_is_contiguous(t)) { *out = fl_tensor_retain((fl_tensor *)t); return FL_OK; }
     return fl_tensor_to(out, t, FL_F32);
 }
+
+/* The device of t and the entry `fn` of it (NULL: the device has none). */
+static fl_status nn_device(const fl_tensor *t, const void *(*pick)(const fl_device *), const char *op,
+                           const fl_device **dev) {
+    *dev = fl_device_get(t->device);
+    if (!*dev) return FL_ERR(FL_EDEVICE, "%s: device %s is not available", op, fl_device_name(t->device));
+    if (!pick(*dev)) return FL_ERR(FL_EUNSUPPORTED, "%s is not supported on %s", op, (*dev)->name);
+    return FL_OK;
+}
+#define NN_DEVICE(t, field, op, dev) nn_device(t, pick_##field, op, dev)
+#define PICK(field) static const void *pick_##field(const fl_device *d) { return (const void *)d->field; }
+PICK(act_fwd) PICK(softmax_fwd) PICK(cross_entropy_fwd) PICK(mse_fwd) PICK(layernorm_fwd) PICK(embedding_fwd)
+PICK(dropout_fwd) PICK(sdpa_fwd)
+
+/* Every tensor of one op on one device: the error names the op and both devices. */
+static fl_status same_device(const char *op, int n, const fl_tensor *const *ts) {
+    for (int i = 1; i < n; i++)
+        if (ts[i] && ts[i]->device != ts[0]->device)
+            return FL_ERR(FL_EINVAL, "%s: arguments are on different devices (%s and %s); move them to one device",
+                          op, fl_device_name(ts[0]->device), fl_device_name(ts[i]->device));
+    return FL_OK;
+}
+
+/* The device of a tensor that an op already validated (backward functions). */
+static const fl_device *DEV(const fl_tensor *t) { return fl_device_get(t->device); }
 
 static float *F(const fl_tensor *t) { return (float *)fl_tensor_data(t); }
 
@@ -47,10 +70,21 @@ static fl_status save_detached(fl_node *n, int slot, const fl_tensor *t) {
     return FL_OK;
 }
 
-/* A new fp32 tensor shaped like `like`; the gradient buffers of backward functions. */
+/* A new fp32 tensor shaped like `like`, on its device; the gradient buffers of backward functions. */
 static fl_status new_like(fl_tensor **out, const fl_tensor *like, bool zero) {
-    return zero ? fl_tensor_zeros(out, FL_F32, like->ndim, like->shape, FL_DEV_CPU)
-                : fl_tensor_empty(out, FL_F32, like->ndim, like->shape, FL_DEV_CPU);
+    return zero ? fl_tensor_zeros(out, FL_F32, like->ndim, like->shape, like->device)
+                : fl_tensor_empty(out, FL_F32, like->ndim, like->shape, like->device);
+}
+
+/* A new n-element 1-D fp32 tensor on t's device (zeroed when asked). */
+static fl_status new_vec(fl_tensor **out, const fl_tensor *t, int64_t n, bool zero) {
+    return zero ? fl_tensor_zeros(out, FL_F32, 1, &n, t->device) : fl_tensor_empty(out, FL_F32, 1, &n, t->device);
+}
+
+/* Release a freshly made result on failure. */
+static fl_status drop_on_error(fl_status st, fl_tensor **out) {
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
 }
 
 /* ---- activations -------------------------------------------------------------------------- */
@@ -58,36 +92,32 @@ static fl_status new_like(fl_tensor **out, const fl_tensor *like, bool zero) {
 static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->saved[0];
     FL_TRY(new_like(&gin[0], x, false));
-    int64_t m = fl_tensor_numel(x);
-    if (n->iargs[0] < 0) fl_cpu_relu_bwd(F(x), F(g), F(gin[0]), m);
-    else fl_cpu_gelu_bwd(F(x), F(g), F(gin[0]), m, (int)n->iargs[0]);
-    return FL_OK;
+    return DEV(x)->act_bwd((fl_act)n->iargs[0], F(x), F(g), F(gin[0]), fl_tensor_numel(x));
 }
 
-/* approx < 0: relu */
-static fl_status activation(fl_tensor **out, const fl_tensor *x, int approx, const char *op) {
+static fl_status activation(fl_tensor **out, const fl_tensor *x, fl_act kind, const char *op) {
     *out = NULL;
     FL_PROF_SCOPE(op); FL_PROF_SHAPES(x);
+    const fl_device *dev;
+    FL_TRY(NN_DEVICE(x, act_fwd, op, &dev));
     fl_tensor *xc;
     FL_TRY(f32c(&xc, x, op, "input"));
     fl_status st = new_like(out, xc, false);
+    if (st == FL_OK) st = drop_on_error(dev->act_fwd(kind, F(xc), F(*out), fl_tensor_numel(xc)), out);
     if (st == FL_OK) {
-        int64_t m = fl_tensor_numel(xc);
-        if (approx < 0) fl_cpu_relu_fwd(F(xc), F(*out), m);
-        else fl_cpu_gelu_fwd(F(xc), F(*out), m, approx);
         fl_node *n;
-        st = maybe_record(out, &n, approx < 0 ? "ReluBackward" : "GeluBackward", act_bwd, 1, &x);
-        if (st == FL_OK && n) { fl_node_save(n, 0, xc); n->iargs[0] = approx; }
+        st = maybe_record(out, &n, kind == FL_ACT_RELU ? "ReluBackward" : "GeluBackward", act_bwd, 1, &x);
+        if (st == FL_OK && n) { fl_node_save(n, 0, xc); n->iargs[0] = kind; }
     }
     fl_tensor_release(xc);
     return st;
 }
 
-fl_status fl_relu(fl_tensor **out, const fl_tensor *x) { return activation(out, x, -1, "relu"); }
+fl_status fl_relu(fl_tensor **out, const fl_tensor *x) { return activation(out, x, FL_ACT_RELU, "relu"); }
 fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx) {
     *out = NULL;
     if (approx != 0 && approx != 1) return FL_ERR(FL_EINVAL, "gelu: approximate must be 0 (none) or 1 (tanh), got %d", approx);
-    return activation(out, x, approx, "gelu");
+    return activation(out, x, approx ? FL_ACT_GELU_TANH : FL_ACT_GELU, "gelu");
 }
 
 /* ---- softmax ------------------------------------------------------------------------------ */
@@ -96,22 +126,21 @@ static fl_status softmax_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *y = n->saved[0];
     FL_TRY(new_like(&gin[0], y, false));
     int64_t cols = last_dim(y), rows = cols ? fl_tensor_numel(y) / cols : 0;
-    if (n->iargs[0]) fl_cpu_log_softmax_bwd(F(y), F(g), F(gin[0]), rows, cols);
-    else fl_cpu_softmax_bwd(F(y), F(g), F(gin[0]), rows, cols);
-    return FL_OK;
+    return DEV(y)->softmax_bwd(n->iargs[0] != 0, F(y), F(g), F(gin[0]), rows, cols);
 }
 
 static fl_status softmax_any(fl_tensor **out, const fl_tensor *x, int log) {
     const char *op = log ? "log_softmax" : "softmax";
     *out = NULL;
     FL_PROF_SCOPE(op); FL_PROF_SHAPES(x);
+    const fl_device *dev;
+    FL_TRY(NN_DEVICE(x, softmax_fwd, op, &dev));
     fl_tensor *xc;
     FL_TRY(f32c(&xc, x, op, "input"));
     fl_status st = new_like(out, xc, false);
+    int64_t cols = last_dim(xc), rows = cols ? fl_tensor_numel(xc) / cols : 0;
+    if (st == FL_OK) st = drop_on_error(dev->softmax_fwd(log != 0, F(xc), F(*out), rows, cols), out);
     if (st == FL_OK) {
-        int64_t cols = last_dim(xc), rows = cols ? fl_tensor_numel(xc) / cols : 0;
-        if (log) fl_cpu_log_softmax_fwd(F(xc), F(*out), rows, cols);
-        else fl_cpu_softmax_fwd(F(xc), F(*out), rows, cols);
         fl_node *n;
         st = maybe_record(out, &n, log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &x);
         if (st == FL_OK && n) { st = save_detached(n, 0, *out); n->iargs[0] = log; }
@@ -131,7 +160,7 @@ static fl_status ce_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_tensor *d;
     FL_TRY(new_like(&d, lg, false));
     int64_t cols = last_dim(lg), rows = cols ? fl_tensor_numel(lg) / cols : 0;
-    fl_status st = fl_cpu_cross_entropy_bwd(F(lg), F(tg), rows, cols, n->iargs[0], (float)n->dargs[0], dloss, F(d));
+    fl_status st = DEV(lg)->cross_entropy_bwd(F(lg), F(tg), rows, cols, n->iargs[0], (float)n->dargs[0], dloss, F(d));
     if (st != FL_OK) { fl_tensor_release(d); return st; }
     gin[0] = d;
     return FL_OK;
@@ -151,14 +180,17 @@ fl_status fl_cross_entropy(fl_tensor **out, const fl_tensor *logits, const fl_te
         return FL_ERR(FL_EINVAL, "cross_entropy: label_smoothing must be in [0, 1], got %g", label_smoothing);
     if (target->requires_grad && fl_grad_enabled())
         return FL_ERR(FL_EINVAL, "cross_entropy: target holds class indices and cannot require grad");
+    const fl_device *dev;
+    FL_TRY(same_device("cross_entropy", 2, (const fl_tensor *[]){ logits, target }));
+    FL_TRY(NN_DEVICE(logits, cross_entropy_fwd, "cross_entropy", &dev));
     fl_tensor *lc = NULL, *tc = NULL;
     FL_TRY(f32c(&lc, logits, "cross_entropy", "logits"));
     fl_status st = f32c(&tc, target, "cross_entropy", "target");
     int64_t cols = last_dim(lc), rows = cols ? fl_tensor_numel(lc) / cols : 0;
     double loss = 0;
     int64_t count = 0;
-    if (st == FL_OK) st = fl_cpu_cross_entropy_fwd(F(lc), F(tc), rows, cols, ignore_index, (float)label_smoothing, &loss, &count);
-    if (st == FL_OK) st = fl_tensor_full(out, FL_F32, 0, NULL, loss, FL_DEV_CPU);
+    if (st == FL_OK) st = dev->cross_entropy_fwd(F(lc), F(tc), rows, cols, ignore_index, (float)label_smoothing, &loss, &count);
+    if (st == FL_OK) st = fl_tensor_full(out, FL_F32, 0, NULL, loss, lc->device);
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, "CrossEntropyBackward", ce_bwd, 1, &logits);
@@ -183,10 +215,7 @@ static fl_status mse_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     for (int i = 0; i < 2; i++) {
         if (!fl_node_input_needs_grad(n, i)) continue;
         FL_TRY(new_like(&gin[i], x, false));
-        float *d = F(gin[i]);
-        const float *px = F(x), *py = F(y);
-        float s = i == 0 ? f : -f;
-        for (int64_t k = 0; k < m; k++) d[k] = s * (px[k] - py[k]);
+        FL_TRY(DEV(x)->mse_bwd(F(x), F(y), F(gin[i]), m, i == 0 ? f : -f));
     }
     return FL_OK;
 }
@@ -197,15 +226,17 @@ fl_status fl_mse_loss(fl_tensor **out, const fl_tensor *x, const fl_tensor *y) {
     FL_PROF_SCOPE("mse_loss"); FL_PROF_SHAPES(x, y);
     if (!fl_shape_equal(x->ndim, x->shape, y->ndim, y->shape))
         return FL_ERR(FL_EINVAL, "mse_loss: input %s and target %s must have the same shape", SHAPE(a, x), SHAPE(b, y));
+    const fl_device *dev;
+    FL_TRY(same_device("mse_loss", 2, (const fl_tensor *[]){ x, y }));
+    FL_TRY(NN_DEVICE(x, mse_fwd, "mse_loss", &dev));
     fl_tensor *xc = NULL, *yc = NULL;
     FL_TRY(f32c(&xc, x, "mse_loss", "input"));
     fl_status st = f32c(&yc, y, "mse_loss", "target");
     if (st == FL_OK) {
         int64_t m = fl_tensor_numel(xc);
-        const float *px = F(xc), *py = F(yc);
         double s = 0;
-        for (int64_t k = 0; k < m; k++) { double d = (double)px[k] - (double)py[k]; s += d * d; }
-        st = fl_tensor_full(out, FL_F32, 0, NULL, m ? s / (double)m : NAN, FL_DEV_CPU);
+        st = dev->mse_fwd(F(xc), F(yc), m, &s);
+        if (st == FL_OK) st = fl_tensor_full(out, FL_F32, 0, NULL, m ? s / (double)m : NAN, xc->device);
     }
     if (st == FL_OK) {
         const fl_tensor *ins[2] = { x, y };
@@ -225,10 +256,11 @@ static fl_status ln_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     int64_t cols = last_dim(x), rows = cols ? fl_tensor_numel(x) / cols : 0;
     fl_tensor *dx = NULL, *dw = NULL, *db = NULL;
     fl_status st = new_like(&dx, x, false);
-    if (st == FL_OK && fl_node_input_needs_grad(n, 1)) st = fl_tensor_zeros(&dw, FL_F32, 1, &cols, FL_DEV_CPU);
-    if (st == FL_OK && fl_node_input_needs_grad(n, 2)) st = fl_tensor_zeros(&db, FL_F32, 1, &cols, FL_DEV_CPU);
+    if (st == FL_OK && fl_node_input_needs_grad(n, 1)) st = new_vec(&dw, x, cols, true);
+    if (st == FL_OK && fl_node_input_needs_grad(n, 2)) st = new_vec(&db, x, cols, true);
     if (st == FL_OK)
-        fl_cpu_layernorm_bwd(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(g), F(dx), dw ? F(dw) : NULL, db ? F(db) : NULL, rows, cols);
+        st = DEV(x)->layernorm_bwd(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(g), F(dx), dw ? F(dw) : NULL,
+                                   db ? F(db) : NULL, rows, cols);
     if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }
     if (fl_node_input_needs_grad(n, 0)) gin[0] = dx; else fl_tensor_release(dx);
     gin[1] = dw;
@@ -248,16 +280,20 @@ fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
             return FL_ERR(FL_EINVAL, "layer_norm: %s %s does not match input %s (expected [%lld])", i ? "bias" : "weight",
                           SHAPE(a, wb[i]), SHAPE(c, x), (long long)cols);
     if (!(eps >= 0) || !isfinite(eps)) return FL_ERR(FL_EINVAL, "layer_norm: eps must be finite and >= 0, got %g", eps);
+    const fl_device *dev;
+    FL_TRY(same_device("layer_norm", 3, (const fl_tensor *[]){ x, w, b }));
+    FL_TRY(NN_DEVICE(x, layernorm_fwd, "layer_norm", &dev));
     fl_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL;
     int64_t rows = cols ? fl_tensor_numel(x) / cols : 0;
     fl_status st = f32c(&xc, x, "layer_norm", "input");
     if (st == FL_OK && w) st = f32c(&wc, w, "layer_norm", "weight");
     if (st == FL_OK && b) st = f32c(&bc, b, "layer_norm", "bias");
-    if (st == FL_OK) st = fl_tensor_empty(&mean, FL_F32, 1, &rows, FL_DEV_CPU);
-    if (st == FL_OK) st = fl_tensor_empty(&rstd, FL_F32, 1, &rows, FL_DEV_CPU);
+    if (st == FL_OK) st = new_vec(&mean, x, rows, false);
+    if (st == FL_OK) st = new_vec(&rstd, x, rows, false);
     if (st == FL_OK) st = new_like(out, xc, false);
+    if (st == FL_OK)
+        st = dev->layernorm_fwd(F(xc), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out), F(mean), F(rstd), rows, cols, (float)eps);
     if (st == FL_OK) {
-        fl_cpu_layernorm_fwd(F(xc), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out), F(mean), F(rstd), rows, cols, (float)eps);
         const fl_tensor *ins[3] = { x, w, b };
         fl_node *n;
         st = maybe_record(out, &n, "LayerNormBackward", ln_bwd, 3, ins);
@@ -278,9 +314,8 @@ fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
 
 static fl_status emb_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *idx = n->saved[0], *w = n->inputs[1];
-    FL_TRY(fl_tensor_zeros(&gin[1], FL_F32, 2, w->shape, FL_DEV_CPU));
-    fl_cpu_embedding_bwd(F(idx), fl_tensor_numel(idx), F(g), w->shape[1], F(gin[1]));
-    return FL_OK;
+    FL_TRY(fl_tensor_zeros(&gin[1], FL_F32, 2, w->shape, w->device));
+    return DEV(w)->embedding_bwd(F(idx), fl_tensor_numel(idx), F(g), w->shape[0], w->shape[1], F(gin[1]));
 }
 
 fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *weight) {
@@ -289,14 +324,17 @@ fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *w
     FL_PROF_SCOPE("embedding"); FL_PROF_SHAPES(idx, weight);
     if (weight->ndim != 2) return FL_ERR(FL_EINVAL, "embedding: weight must be 2-D [num_embeddings, dim], got %s", SHAPE(a, weight));
     if (idx->ndim + 1 > FL_MAX_DIMS) return FL_ERR(FL_EINVAL, "embedding: indices have too many dims (%d)", idx->ndim);
+    const fl_device *dev;
+    FL_TRY(same_device("embedding", 2, (const fl_tensor *[]){ weight, idx }));
+    FL_TRY(NN_DEVICE(weight, embedding_fwd, "embedding", &dev));
     fl_tensor *ic = NULL, *wc = NULL;
     FL_TRY(f32c(&ic, idx, "embedding", "indices"));
     fl_status st = f32c(&wc, weight, "embedding", "weight");
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
     shape[idx->ndim] = weight->shape[1];
-    if (st == FL_OK) st = fl_tensor_empty(out, FL_F32, idx->ndim + 1, shape, FL_DEV_CPU);
-    if (st == FL_OK) st = fl_cpu_embedding_fwd(F(ic), fl_tensor_numel(ic), F(wc), weight->shape[0], weight->shape[1], F(*out));
+    if (st == FL_OK) st = fl_tensor_empty(out, FL_F32, idx->ndim + 1, shape, weight->device);
+    if (st == FL_OK) st = dev->embedding_fwd(F(ic), fl_tensor_numel(ic), F(wc), weight->shape[0], weight->shape[1], F(*out));
     if (st == FL_OK) {
         const fl_tensor *ins[2] = { NULL, weight };   /* indices get no gradient */
         fl_node *n;
@@ -311,14 +349,19 @@ fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *w
 
 /* ---- dropout ------------------------------------------------------------------------------ */
 
-typedef struct { uint8_t *mask; } dropout_ctx;
-static void dropout_ctx_free(void *p) { dropout_ctx *c = p; free(c->mask); free(c); }
+/* The keep mask lives on the input's device, one byte per element, owned by the backward node. */
+typedef struct { uint8_t *mask; int device; } dropout_ctx;
+static void dropout_ctx_free(void *p) {
+    dropout_ctx *c = p;
+    const fl_device *dev = fl_device_get(c->device);
+    if (dev && c->mask) dev->free(c->mask);
+    free(c);
+}
 
 static fl_status dropout_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     dropout_ctx *c = n->ctx;
     FL_TRY(new_like(&gin[0], g, false));
-    fl_cpu_dropout_bwd(c->mask, F(g), F(gin[0]), fl_tensor_numel(g), (float)n->dargs[0]);
-    return FL_OK;
+    return DEV(g)->dropout_bwd(c->mask, F(g), F(gin[0]), fl_tensor_numel(g), (float)n->dargs[0]);
 }
 
 fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool training, fl_rng *rng) {
@@ -326,30 +369,33 @@ fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool trainin
     FL_PROF_SCOPE("dropout"); FL_PROF_SHAPES(x);
     if (!(p >= 0.0 && p <= 1.0)) return FL_ERR(FL_EINVAL, "dropout: p must be in [0, 1], got %g", p);
     if (!training || p == 0.0) { *out = fl_tensor_retain((fl_tensor *)x); return FL_OK; }
+    const fl_device *dev;
+    FL_TRY(NN_DEVICE(x, dropout_fwd, "dropout", &dev));
     fl_tensor *xc;
     FL_TRY(f32c(&xc, x, "dropout", "input"));
     int64_t m = fl_tensor_numel(xc);
     dropout_ctx *c = calloc(1, sizeof *c);
-    uint8_t *mask = malloc((size_t)(m ? m : 1));
-    fl_status st = (c && mask) ? new_like(out, xc, false) : FL_ERR(FL_ENOMEM, "dropout: out of memory for a %lld-byte mask", (long long)m);
+    fl_status st = c ? dev->alloc((size_t)(m ? m : 1), (void **)&c->mask)
+                     : FL_ERR(FL_ENOMEM, "dropout: out of memory for its backward state");
+    if (c) c->device = xc->device;
+    if (st == FL_OK) st = new_like(out, xc, false);
     if (st == FL_OK) {
         fl_rng *r = rng ? rng : fl_default_rng();
         /* The kernel draws Philox block offset + i/4 for element i: claim those blocks. */
-        fl_cpu_dropout_fwd(F(xc), F(*out), mask, m, (float)p, r->seed, r->counter);
+        st = drop_on_error(dev->dropout_fwd(F(xc), F(*out), c->mask, m, (float)p, r->seed, r->counter), out);
         r->counter += (uint64_t)((m + 3) / 4);
+    }
+    if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, "DropoutBackward", dropout_bwd, 1, &x);
         if (st == FL_OK && n) {
-            c->mask = mask;
             n->ctx = c;
             n->ctx_free = dropout_ctx_free;
             n->dargs[0] = p;
             c = NULL;
-            mask = NULL;
         }
     }
-    free(mask);
-    free(c);
+    if (c) dropout_ctx_free(c);
     fl_tensor_release(xc);
     return st;
 }
@@ -362,8 +408,8 @@ static fl_status sdpa_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_status st = FL_OK;
     for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], q, false);   /* the kernel overwrites them */
     if (st == FL_OK)
-        fl_cpu_sdpa_causal_bwd(F(q), F(k), F(v), F(att), F(g), F(d[0]), F(d[1]), F(d[2]),
-                               q->shape[0], q->shape[1], q->shape[2], q->shape[3], (float)n->dargs[0], (int)n->iargs[0]);
+        st = DEV(q)->sdpa_bwd(F(q), F(k), F(v), F(att), F(g), F(d[0]), F(d[1]), F(d[2]), q->shape[0], q->shape[1],
+                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0);
     for (int i = 0; i < 3; i++) {
         if (st == FL_OK && fl_node_input_needs_grad(n, i)) gin[i] = d[i];
         else fl_tensor_release(d[i]);
@@ -379,6 +425,9 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
         return FL_ERR(FL_EINVAL, "scaled_dot_product_attention: q, k, v must all be [B, H, T, D] of one shape, got %s, %s, %s",
                       SHAPE(a, q), SHAPE(b, k), SHAPE(c, v));
     if (!isfinite(scale)) return FL_ERR(FL_EINVAL, "scaled_dot_product_attention: scale must be finite, got %g", scale);
+    const fl_device *dev;
+    FL_TRY(same_device("scaled_dot_product_attention", 3, (const fl_tensor *[]){ q, k, v }));
+    FL_TRY(NN_DEVICE(q, sdpa_fwd, "scaled_dot_product_attention", &dev));
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
     FL_PROF_FLOPS(4.0 * (double)B * (double)H * (double)T * (double)T * (double)D);   /* QKᵀ and AV */
     fl_tensor *qc = NULL, *kc = NULL, *vc = NULL, *att = NULL;
@@ -386,11 +435,11 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
     if (st == FL_OK) st = f32c(&kc, k, "scaled_dot_product_attention", "k");
     if (st == FL_OK) st = f32c(&vc, v, "scaled_dot_product_attention", "v");
     int64_t as[4] = { B, H, T, T };
-    if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
     if (st == FL_OK) st = new_like(out, qc, false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
+    if (st == FL_OK) st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal);
     if (st == FL_OK) {
-        fl_cpu_sdpa_causal_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal ? 1 : 0);
         const fl_tensor *ins[3] = { q, k, v };
         fl_node *n;
         st = maybe_record(out, &n, "SdpaBackward", sdpa_bwd, 3, ins);

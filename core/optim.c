@@ -1,22 +1,35 @@
-/* optim.c — fused SGD and AdamW parameter updates on contiguous fp32, plus Σx² and in-place scaling
- * for gradient clipping. Scalars are computed in double once per call, the per-element work in fp32
- * as PyTorch's foreach/fused kernels do, so results match torch.optim to fp32 rounding. */
+/* optim.c — the optimizer steps' argument checks and dispatch to the parameter's device (the fused
+ * kernels are the devices' sgd/adamw/msamp_adamw entries: core/cpu/cpu_optim.c, kernels/optim.cu),
+ * plus Σx² and in-place scaling for gradient clipping. Written tensors are marked (fl_tensor_bump)
+ * so caches keyed on their storage version (the FP8 weight cache) see the change. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "device.h"
+#include "ops_raw.h"
 #include "optim.h"
 #include "profiler.h"
-#include "recipe.h"
 
-/* Below this many elements the thread start-up costs more than the update itself. */
-#define FL_OPTIM_PAR_MIN (1 << 16)
+/* The device every tensor of a step lives on, and the entry it needs (NULL tensors are skipped). */
+static fl_status step_device(const char *fn, int n, const fl_tensor *const *ts, const fl_device **dev) {
+    int d = ts[0]->device;
+    for (int i = 1; i < n; i++)
+        if (ts[i] && ts[i]->device != d)
+            return FL_ERR(FL_EINVAL, "%s: the parameter is on %s but another argument is on %s; move them to one device",
+                          fn, fl_device_name(d), fl_device_name(ts[i]->device));
+    *dev = fl_device_get(d);
+    if (!*dev) return FL_ERR(FL_EDEVICE, "%s: device %s is not available", fn, fl_device_name(d));
+    return FL_OK;
+}
+
+static fl_status missing_entry(const char *fn, const fl_device *dev) {
+    return FL_ERR(FL_EUNSUPPORTED, "%s is not supported on %s", fn, dev->name);
+}
 
 static fl_status check_f32(const fl_tensor *t, const char *fn, const char *what, int64_t n) {
     if (!t) return FL_ERR(FL_EINVAL, "%s: %s is missing", fn, what);
     if (t->dtype != FL_F32)
         return FL_ERR(FL_EUNSUPPORTED, "%s: %s must be fp32, got %s", fn, what, fl_format(t->dtype)->name);
-    if (t->device != FL_DEV_CPU)
-        return FL_ERR(FL_EUNSUPPORTED, "%s: %s is on a device this build's optimizer kernels do not handle", fn, what);
     if (!fl_tensor_is_contiguous(t))
         return FL_ERR(FL_EINVAL, "%s: %s must be contiguous", fn, what);
     if (n >= 0 && fl_tensor_numel(t) != n) {
@@ -27,47 +40,7 @@ static fl_status check_f32(const fl_tensor *t, const char *fn, const char *what,
     return FL_OK;
 }
 
-void fl_sgd_kernel_f32(float *restrict p, const float *restrict g, float *restrict buf, int64_t n, double lr_,
-                       double momentum_, double dampening, double weight_decay_, bool nesterov, bool first_step) {
-    const float lr = (float)lr_, momentum = (float)momentum_, weight_decay = (float)weight_decay_;
-    if (momentum_ == 0.0) {
-        #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + weight_decay * p[i]);
-        return;
-    }
-    const float keep = (float)(1.0 - dampening);
-    #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float d = g[i] + weight_decay * p[i];
-        /* PyTorch clones d into a fresh buffer on the first step (no dampening then). */
-        float b = first_step ? d : momentum * buf[i] + keep * d;
-        buf[i] = b;
-        p[i] -= lr * (nesterov ? d + momentum * b : b);
-    }
-}
-
-void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, int64_t n,
-                         double lr, double beta1_, double beta2_, double eps_, double weight_decay, int64_t step) {
-    /* Bias corrections in double: β^step for large step is where fp32 would lose digits. */
-    double bc1 = 1.0 - pow(beta1_, (double)step);
-    double bc2 = 1.0 - pow(beta2_, (double)step);
-    const float decay = (float)(1.0 - lr * weight_decay);
-    const float step_size = (float)(lr / bc1);
-    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
-    const float beta1 = (float)beta1_, beta2 = (float)beta2_, eps = (float)eps_;
-    const float a1 = (float)(1.0 - beta1_), a2 = (float)(1.0 - beta2_);
-    #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float mi = beta1 * m[i] + a1 * gi;
-        float vi = beta2 * v[i] + a2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        /* v ≥ 0 always, so the builtin avoids the errno path that would block vectorisation. */
-        float denom = __builtin_sqrtf(vi) * inv_bc2_sqrt + eps;
-        p[i] = p[i] * decay - step_size * mi / denom;
-    }
-}
+static float *F(const fl_tensor *t) { return t ? (float *)fl_tensor_data(t) : NULL; }
 
 fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *buf, double lr, double momentum, double dampening,
                       double weight_decay, bool nesterov, bool first_step) {
@@ -76,13 +49,15 @@ fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *buf, double l
     int64_t n = fl_tensor_numel(p);
     FL_TRY(check_f32(g, "sgd_step", "gradient", n));
     if (momentum != 0.0) FL_TRY(check_f32(buf, "sgd_step", "momentum buffer", n));
+    else buf = NULL;
     if (nesterov && (momentum <= 0.0 || dampening != 0.0))
         return FL_ERR(FL_EINVAL, "sgd_step: nesterov needs momentum > 0 and dampening = 0 (got momentum %g, dampening %g)",
                       momentum, dampening);
+    const fl_device *dev;
+    FL_TRY(step_device("sgd_step", 3, (const fl_tensor *[]){ p, g, buf }, &dev));
+    if (!dev->sgd) return missing_entry("sgd_step", dev);
     fl_tensor_bump(p);
-    fl_sgd_kernel_f32(fl_tensor_data(p), fl_tensor_data(g), buf ? fl_tensor_data(buf) : NULL, n, lr, momentum,
-                      dampening, weight_decay, nesterov, first_step);
-    return FL_OK;
+    return dev->sgd(F(p), F(g), F(buf), n, lr, momentum, dampening, weight_decay, nesterov, first_step);
 }
 
 fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, double lr, double beta1,
@@ -96,10 +71,11 @@ fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tenso
     if (step < 1) return FL_ERR(FL_EINVAL, "adamw_step: step counts from 1, got %lld", (long long)step);
     if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))
         return FL_ERR(FL_EINVAL, "adamw_step: betas must be in [0, 1), got (%g, %g)", beta1, beta2);
+    const fl_device *dev;
+    FL_TRY(step_device("adamw_step", 4, (const fl_tensor *[]){ p, g, m, v }, &dev));
+    if (!dev->adamw) return missing_entry("adamw_step", dev);
     fl_tensor_bump(p);
-    fl_adamw_kernel_f32(fl_tensor_data(p), fl_tensor_data(g), fl_tensor_data(m), fl_tensor_data(v), n, lr, beta1, beta2,
-                        eps, weight_decay, step);
-    return FL_OK;
+    return dev->adamw(F(p), F(g), F(m), F(v), n, lr, beta1, beta2, eps, weight_decay, step);
 }
 
 static fl_status check_msamp(const fl_tensor *t, const char *what, int64_t n, int dtmask) {
@@ -107,8 +83,8 @@ static fl_status check_msamp(const fl_tensor *t, const char *what, int64_t n, in
     if (!(dtmask & (1 << t->dtype)))
         return FL_ERR(FL_EINVAL, "msamp_adamw_step: %s has dtype %s, which this step does not take", what,
                       fl_format(t->dtype)->name);
-    if (t->device != FL_DEV_CPU || !fl_tensor_is_contiguous(t))
-        return FL_ERR(FL_EINVAL, "msamp_adamw_step: %s must be a contiguous CPU tensor", what);
+    if (!fl_tensor_is_contiguous(t))
+        return FL_ERR(FL_EINVAL, "msamp_adamw_step: %s must be contiguous", what);
     if (n >= 0 && fl_tensor_numel(t) != n)
         return FL_ERR(FL_EINVAL, "msamp_adamw_step: %s has %lld elements, the parameter %lld", what,
                       (long long)fl_tensor_numel(t), (long long)n);
@@ -117,43 +93,8 @@ static fl_status check_msamp(const fl_tensor *t, const char *what, int64_t n, in
     return FL_OK;
 }
 
-/* MS-AMP Adam works in chunks: each chunk of m, v, g (and p) is widened to fp32 scratch with the bulk
- * vectorised conversions of format.h, updated with plain SIMD fp32 arithmetic, and narrowed again. */
-#define MSAMP_CHUNK 4096
-
-typedef struct {
-    const void *g; fl_dtype gdt; float gsi;
-    void *m; fl_dtype mdt; float msi;
-    void *v; fl_dtype vdt; float vsi;
-    float beta1, beta2, a1, a2;
-} msamp_ctx;
-
-static void widen(const void *src, fl_dtype dt, int64_t off, int64_t len, float si, float *dst) {
-    switch (dt) {
-    case FL_F32: memcpy(dst, (const float *)src + off, (size_t)len * sizeof(float)); break;
-    case FL_F16:
-        fl_f16_to_f32_n((const uint16_t *)src + off, dst, (size_t)len);
-        if (si != 1.0f) for (int64_t i = 0; i < len; i++) dst[i] *= si;
-        break;
-    default: fl_dequantize_f32((const uint8_t *)src + off, dst, (size_t)len, dt, si); break;
-    }
-}
-
-/* New moments of elements [off, off+len) into mb, vb (gb: the gradient, kept for the caller). */
-static void msamp_moments(const msamp_ctx *c, int64_t off, int64_t len, float *gb, float *mb, float *vb) {
-    widen(c->g, c->gdt, off, len, c->gsi, gb);
-    widen(c->m, c->mdt, off, len, c->msi, mb);
-    widen(c->v, c->vdt, off, len, c->vsi, vb);
-    const float b1 = c->beta1, b2 = c->beta2, a1 = c->a1, a2 = c->a2;
-    #pragma omp simd
-    for (int64_t i = 0; i < len; i++) {
-        mb[i] = b1 * mb[i] + a1 * gb[i];
-        vb[i] = b2 * vb[i] + a2 * gb[i] * gb[i];
-    }
-}
-
 fl_status fl_msamp_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
-                              fl_tensor *p_fp8, double lr, double beta1_, double beta2_, double eps_, double weight_decay,
+                              fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,
                               int64_t step) {
     FL_PROF_SCOPE("msamp_adamw_step"); FL_PROF_SHAPES(p);
     const int F32 = 1 << FL_F32, F16 = 1 << FL_F16, FP8 = (1 << FL_E4M3) | (1 << FL_E5M2);
@@ -165,83 +106,31 @@ fl_status fl_msamp_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl
     FL_TRY(check_msamp(v_scale_inv, "second-moment scale_inv", 1, F32));
     if (p_fp8) FL_TRY(check_msamp(p_fp8, "FP8 weight", n, 1 << FL_E4M3));
     if (step < 1) return FL_ERR(FL_EINVAL, "msamp_adamw_step: step counts from 1, got %lld", (long long)step);
-    if (!(beta1_ >= 0.0 && beta1_ < 1.0) || !(beta2_ >= 0.0 && beta2_ < 1.0))
-        return FL_ERR(FL_EINVAL, "msamp_adamw_step: betas must be in [0, 1), got (%g, %g)", beta1_, beta2_);
-    const double bc1 = 1.0 - pow(beta1_, (double)step), bc2 = 1.0 - pow(beta2_, (double)step);
-    const float decay = (float)(1.0 - lr * weight_decay), step_size = (float)(lr / bc1);
-    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2)), eps = (float)eps_;
-    float *msi = m->scale_inv ? fl_tensor_data(m->scale_inv) : NULL, *vsi = fl_tensor_data(v_scale_inv);
-    msamp_ctx c = {
-        .g = fl_tensor_data(g), .gdt = g->dtype,
-        .gsi = g->scale_inv ? *(const float *)fl_tensor_data(g->scale_inv) : 1.0f,
-        .m = fl_tensor_data(m), .mdt = m->dtype, .msi = msi ? *msi : 1.0f,
-        .v = fl_tensor_data(v), .vdt = v->dtype, .vsi = v->dtype == FL_F32 ? 1.0f : *vsi,
-        .beta1 = (float)beta1_, .beta2 = (float)beta2_, .a1 = (float)(1.0 - beta1_), .a2 = (float)(1.0 - beta2_),
-    };
-    const int64_t nch = (n + MSAMP_CHUNK - 1) / MSAMP_CHUNK;
-    const bool par = n >= FL_OPTIM_PAR_MIN;
-    /* Pass 1: the amaxes of the new moments (only the quantized ones need them; O1 keeps fp32). */
-    float mmax = 0.0f, vmax = 0.0f;
-    if (c.mdt != FL_F32 || c.vdt != FL_F32) {
-        #pragma omp parallel if (par) reduction(max : mmax, vmax)
-        {
-            float gb[MSAMP_CHUNK], mb[MSAMP_CHUNK], vb[MSAMP_CHUNK];
-            #pragma omp for schedule(static)
-            for (int64_t k = 0; k < nch; k++) {
-                int64_t off = k * MSAMP_CHUNK, len = n - off < MSAMP_CHUNK ? n - off : MSAMP_CHUNK;
-                msamp_moments(&c, off, len, gb, mb, vb);
-                for (int64_t i = 0; i < len; i++) {
-                    float a = fabsf(mb[i]);
-                    mmax = a > mmax ? a : mmax;
-                    vmax = vb[i] > vmax ? vb[i] : vmax;
-                }
-            }
-        }
-    }
-    const float ms = fl_scale_for(mmax > FL_AMAX_FLOOR ? mmax : FL_AMAX_FLOOR, FL_E4M3, 0, true, 1.0f);
-    const float vs = fl_scale_for(vmax > FL_AMAX_FLOOR ? vmax : FL_AMAX_FLOOR, FL_F16, 0, true, 1.0f);
-    /* Pass 2: the same arithmetic again, now writing m, v and the parameter. */
-    #pragma omp parallel if (par)
-    {
-        float gb[MSAMP_CHUNK], mb[MSAMP_CHUNK], vb[MSAMP_CHUNK], pb[MSAMP_CHUNK];
-        #pragma omp for schedule(static)
-        for (int64_t k = 0; k < nch; k++) {
-            int64_t off = k * MSAMP_CHUNK, len = n - off < MSAMP_CHUNK ? n - off : MSAMP_CHUNK;
-            msamp_moments(&c, off, len, gb, mb, vb);
-            widen(fl_tensor_data(p), p->dtype, off, len, 1.0f, pb);
-            #pragma omp simd
-            for (int64_t i = 0; i < len; i++)
-                pb[i] = pb[i] * decay - step_size * mb[i] / (sqrtf(vb[i]) * inv_bc2_sqrt + eps);
-            if (p->dtype == FL_F32) memcpy((float *)fl_tensor_data(p) + off, pb, (size_t)len * sizeof(float));
-            else fl_f32_to_f16_n(pb, (uint16_t *)fl_tensor_data(p) + off, (size_t)len);
-            if (c.mdt == FL_F32) memcpy((float *)c.m + off, mb, (size_t)len * sizeof(float));
-            else fl_quantize_f32(mb, (uint8_t *)c.m + off, (size_t)len, FL_E4M3, ms, FL_SATURATE, NULL);
-            if (c.vdt == FL_F32) memcpy((float *)c.v + off, vb, (size_t)len * sizeof(float));
-            else {
-                for (int64_t i = 0; i < len; i++) vb[i] *= vs;
-                fl_f32_to_f16_n(vb, (uint16_t *)c.v + off, (size_t)len);
-            }
-        }
-    }
-    if (c.mdt != FL_F32) *msi = 1.0f / ms;
-    if (c.vdt != FL_F32) *vsi = 1.0f / vs;
+    if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))
+        return FL_ERR(FL_EINVAL, "msamp_adamw_step: betas must be in [0, 1), got (%g, %g)", beta1, beta2);
+    const fl_device *dev;
+    FL_TRY(step_device("msamp_adamw_step", 6, (const fl_tensor *[]){ p, g, m, v, v_scale_inv, p_fp8 }, &dev));
+    if (!dev->msamp_adamw) return missing_entry("msamp_adamw_step", dev);
+    fl_status st = dev->msamp_adamw(p, g, m, v, v_scale_inv, p_fp8, lr, beta1, beta2, eps, weight_decay, step);
     fl_tensor_bump(p);
     fl_tensor_bump(m);
     fl_tensor_bump(v);
-    if (p_fp8) {
-        /* O3: the forward's E4M3 weight from the new master, fresh power-of-two scale. */
-        fl_tensor *p32 = NULL;
-        FL_TRY(fl_tensor_to(&p32, p, FL_F32));
-        const float *pf = fl_tensor_data(p32);
-        float pmax = fl_amax_f32(pf, (size_t)n);
-        const float ps = fl_scale_for(pmax > FL_AMAX_FLOOR ? pmax : FL_AMAX_FLOOR, FL_E4M3, 0, true, 1.0f);
-        fl_status st = fl_quantize_f32(pf, fl_tensor_data(p_fp8), (size_t)n, FL_E4M3, ps, FL_SATURATE, NULL);
-        fl_tensor_release(p32);
-        FL_TRY(st);
-        *(float *)fl_tensor_data(p_fp8->scale_inv) = 1.0f / ps;
-        fl_tensor_bump(p_fp8);
-    }
-    return FL_OK;
+    if (p_fp8) fl_tensor_bump(p_fp8);
+    return st;
+}
+
+fl_status fl_sumsq(const fl_tensor *t, double *out) {
+    if (!t) return FL_ERR(FL_EINVAL, "sumsq: tensor is missing");
+    const fl_device *dev;
+    FL_TRY(step_device("sumsq", 1, &t, &dev));
+    if (!dev->sumsq) return missing_entry("sumsq", dev);
+    /* FP8 (dequantized) and non-contiguous layouts become one contiguous fp32/bf16/fp16 tensor first. */
+    fl_tensor *c = NULL;
+    if (fl_format(t->dtype)->is_fp8) FL_TRY(fl_dequantize(&c, t, FL_F32));
+    else FL_TRY(fl_tensor_contiguous(&c, t));
+    fl_status st = dev->sumsq(c, out);
+    fl_tensor_release(c);
+    return st;
 }
 
 /* Visit every element offset of a strided tensor (row-major order). */
@@ -259,44 +148,38 @@ fl_status fl_msamp_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl
         }                                                                                     \
     } while (0)
 
-fl_status fl_sumsq(const fl_tensor *t, double *out) {
-    if (!t) return FL_ERR(FL_EINVAL, "sumsq: tensor is missing");
-    if (t->device != FL_DEV_CPU) return FL_ERR(FL_EUNSUPPORTED, "sumsq: only CPU tensors");
-    int64_t n = fl_tensor_numel(t);
-    double s = 0.0;
-    if (t->dtype == FL_F32 && fl_tensor_is_contiguous(t)) {
-        const float *x = fl_tensor_data(t);
-        #pragma omp parallel for simd reduction(+ : s) schedule(static) if (n >= FL_OPTIM_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-    } else {
-        /* Other dtypes and layouts: read as fp32 (FP8 dequantized) once, then sum. */
-        float *x = malloc((size_t)(n ? n : 1) * sizeof(float));
-        if (!x) return FL_ERR(FL_ENOMEM, "sumsq: out of memory for %lld floats", (long long)n);
-        fl_status st = fl_tensor_read_f32(t, x);
-        if (st != FL_OK) { free(x); return st; }
-        for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-        free(x);
-    }
-    *out = s;
-    return FL_OK;
-}
-
 fl_status fl_scale_(fl_tensor *t, double s) {
     if (!t) return FL_ERR(FL_EINVAL, "scale_: tensor is missing");
-    if (fl_format(t->dtype)->is_fp8 && t->scale_inv && t->device == FL_DEV_CPU) {
+    const fl_device *dev;
+    FL_TRY(step_device("scale_", 1, (const fl_tensor *const *)&t, &dev));
+    if (fl_format(t->dtype)->is_fp8 && t->scale_inv) {
         /* A quantized tensor scales exactly through its scale_inv (the bytes stay). */
-        float *si = fl_tensor_data(t->scale_inv);
-        for (int64_t i = 0; i < fl_tensor_numel(t->scale_inv); i++) si[i] *= (float)s;
-        return FL_OK;
+        if (t->device == FL_DEV_CPU) {
+            float *si = fl_tensor_data(t->scale_inv);
+            for (int64_t i = 0; i < fl_tensor_numel(t->scale_inv); i++) si[i] *= (float)s;
+            return FL_OK;
+        }
+        return dev->binary_scalar(FL_OP_MUL, t->scale_inv, t->scale_inv, s, false);
     }
-    if (t->dtype != FL_F32 || t->device != FL_DEV_CPU)
-        return FL_ERR(FL_EUNSUPPORTED, "scale_: needs a CPU fp32 tensor, got %s", fl_format(t->dtype)->name);
+    if (t->dtype != FL_F32)
+        return FL_ERR(FL_EUNSUPPORTED, "scale_: needs an fp32 or FP8 tensor, got %s", fl_format(t->dtype)->name);
+    fl_tensor_bump(t);
+    if (t->device != FL_DEV_CPU) {
+        /* Elementwise in place on the device: dst and source are the same contiguous tensor. */
+        if (fl_tensor_is_contiguous(t)) return dev->binary_scalar(FL_OP_MUL, t, t, s, false);
+        fl_tensor *c = NULL, *r = NULL;
+        FL_TRY(fl_tensor_contiguous(&c, t));
+        fl_status st = fl_binary_scalar_raw(&r, FL_OP_MUL, c, s, false);
+        if (st == FL_OK) st = fl_tensor_copy_(t, r);
+        fl_tensor_release(c);
+        fl_tensor_release(r);
+        return st;
+    }
     float *x = (float *)t->storage->data + t->offset;
     const float f = (float)s;
-    fl_tensor_bump(t);
     if (fl_tensor_is_contiguous(t)) {
         int64_t n = fl_tensor_numel(t);
-        #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+        #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
         for (int64_t i = 0; i < n; i++) x[i] *= f;
     } else {
         FOR_EACH_OFFSET(t, off, x[off] *= f);

@@ -1,6 +1,7 @@
 /* cpu_device.c — the CPU device table: aligned host memory, strided copy and fill, and the shared
  * tile walker and load/store helpers the other CPU kernel files use. */
 #include "cpu_internal.h"
+#include "cpu_nn.h"
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -186,6 +187,28 @@ static const fl_device fl_cpu = {
     .quantize = fl_cpu_quantize,
     .dequantize = fl_cpu_dequantize,
     .amax = fl_cpu_amax,
+    .act_fwd = fl_cpu_act_fwd,
+    .act_bwd = fl_cpu_act_bwd,
+    .softmax_fwd = fl_cpu_softmax_fwd_entry,
+    .softmax_bwd = fl_cpu_softmax_bwd_entry,
+    .cross_entropy_fwd = fl_cpu_cross_entropy_fwd,
+    .cross_entropy_bwd = fl_cpu_cross_entropy_bwd,
+    .mse_fwd = fl_cpu_mse_fwd,
+    .mse_bwd = fl_cpu_mse_bwd,
+    .layernorm_fwd = fl_cpu_layernorm_fwd_entry,
+    .layernorm_bwd = fl_cpu_layernorm_bwd_entry,
+    .embedding_fwd = fl_cpu_embedding_fwd,
+    .embedding_bwd = fl_cpu_embedding_bwd_entry,
+    .dropout_fwd = fl_cpu_dropout_fwd_entry,
+    .dropout_bwd = fl_cpu_dropout_bwd_entry,
+    .sdpa_fwd = fl_cpu_sdpa_fwd,
+    .sdpa_bwd = fl_cpu_sdpa_bwd,
+    .bias_add = fl_cpu_bias_add,
+    .sgd = fl_cpu_sgd,
+    .adamw = fl_cpu_adamw,
+    .msamp_adamw = fl_cpu_msamp_adamw,
+    .sumsq = fl_cpu_sumsq,
+    .fp8_gemm = fl_cpu_fp8_gemm,
 };
 
 const fl_device *fl_cpu_device(void) { return &fl_cpu; }

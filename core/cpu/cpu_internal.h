@@ -48,6 +48,39 @@ fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const 
 fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
 fl_status fl_cpu_dequantize(fl_tensor *dst, const fl_tensor *q);
 fl_status fl_cpu_amax(const fl_tensor *src, int axis, float *out);
+/* NN entries (cpu_nn_entries.c over the kernels of cpu_nn.h), optimizer entries (cpu_optim.c) and the
+ * FP8 GEMM (cpu_fp8_gemm.c); contracts in core/device.h. */
+fl_status fl_cpu_act_fwd(fl_act kind, const float *x, float *y, int64_t n);
+fl_status fl_cpu_act_bwd(fl_act kind, const float *x, const float *dy, float *dx, int64_t n);
+fl_status fl_cpu_softmax_fwd_entry(bool log, const float *x, float *y, int64_t rows, int64_t cols);
+fl_status fl_cpu_softmax_bwd_entry(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+fl_status fl_cpu_mse_fwd(const float *x, const float *y, int64_t n, double *sum);
+fl_status fl_cpu_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f);
+fl_status fl_cpu_layernorm_fwd_entry(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                                     int64_t rows, int64_t cols, float eps);
+fl_status fl_cpu_layernorm_bwd_entry(const float *x, const float *w, const float *mean, const float *rstd,
+                                     const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols);
+fl_status fl_cpu_embedding_bwd_entry(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
+                                     float *dweight);
+fl_status fl_cpu_dropout_fwd_entry(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+                                   uint64_t offset);
+fl_status fl_cpu_dropout_bwd_entry(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
+fl_status fl_cpu_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
+                          int64_t T, int64_t D, float scale, bool causal);
+fl_status fl_cpu_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                          float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                          bool causal);
+fl_status fl_cpu_bias_add(float *y, const float *b, int64_t rows, int64_t cols);
+fl_status fl_cpu_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
+                     double weight_decay, bool nesterov, bool first_step);
+fl_status fl_cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
+                       double eps, double weight_decay, int64_t step);
+fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
+                             fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,
+                             int64_t step);
+fl_status fl_cpu_sumsq(const fl_tensor *t, double *out);
+fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
+                          fl_tensor **b_cache);
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */
 static inline void fl_cpu_split_axis(const fl_tensor *t, int axis, int64_t *outer, int64_t *size, int64_t *inner) {

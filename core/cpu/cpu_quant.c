@@ -33,6 +33,46 @@ static fl_status quant_run(fl_tensor *dst, const fl_tensor *src, int64_t off, in
     return FL_OK;
 }
 
+/* fp32 [rows, cols] with one scale per row (per_col false) or per column (per_col true): the shapes of
+ * per-row and per-column FP8 scaling. Rows are independent, so threads split them; a per-column row is
+ * multiplied by its scales into scratch first so the vectorised cast sees a single scale (1), and its
+ * amax is taken from the source row (stats describe the source, not the scaled scratch). */
+static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float *scales, int64_t rows, int64_t cols,
+                              bool per_col, fl_overflow p, fl_cast_stats *acc) {
+    const float *x = fl_tensor_data(src);
+    uint8_t *d = fl_tensor_data(dst);
+    int nerr = 0;
+    #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
+    {
+        fl_cast_stats mine = { 0, 0, 0, 0 };
+        float *tmp = per_col ? malloc((size_t)cols * sizeof(float)) : NULL;
+        if (per_col && !tmp) {
+            #pragma omp atomic
+            nerr++;
+        } else {
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; r++) {
+                fl_cast_stats s;
+                const float *row = x + r * cols;
+                if (!per_col) {
+                    fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
+                } else {
+                    #pragma omp simd
+                    for (int64_t c = 0; c < cols; c++) tmp[c] = row[c] * scales[c];
+                    fl_quantize_f32(tmp, d + r * cols, (size_t)cols, dst->dtype, 1.0f, p, &s);
+                    s.amax = fl_amax_f32(row, (size_t)cols);
+                }
+                stats_merge(&mine, &s);
+            }
+        }
+        free(tmp);
+        #pragma omp critical
+        stats_merge(acc, &mine);
+    }
+    if (nerr) return FL_ERR(FL_ENOMEM, "quantize: out of memory for a row buffer");
+    return fl_check_interrupt();
+}
+
 fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
     fl_cast_stats acc = { 0, 0, 0, 0 };
     float *buf = NULL;
@@ -48,6 +88,12 @@ fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *sca
         int64_t outer, size, inner;
         fl_cpu_split_axis(src, axis, &outer, &size, &inner);
         for (int64_t s = 0; s < size; s++) si[s] = 1.0f / scales[s];
+        if (src->dtype == FL_F32 && (inner == 1 || outer == 1)) {
+            free(buf);
+            st = quant_f32_2d(dst, src, scales, inner == 1 ? outer : size, inner == 1 ? size : inner, inner == 1, p, &acc);
+            if (st == FL_OK) dst->qstats = acc;
+            return st;
+        }
         int64_t done = 0;
         for (int64_t o = 0; o < outer && st == FL_OK; o++)
             for (int64_t s = 0; s < size && st == FL_OK; s++) {
@@ -142,7 +188,25 @@ fl_status fl_cpu_amax(const fl_tensor *src, int axis, float *out) {
     }
     int64_t outer, size, inner;
     fl_cpu_split_axis(src, axis, &outer, &size, &inner);
+    if (src->dtype == FL_F32 && outer == 1) {   /* one amax per row: rows are independent */
+        const float *x = fl_tensor_data(src);
+        #pragma omp parallel for schedule(static) if (size * inner >= FL_CPU_PAR_MIN)
+        for (int64_t r = 0; r < size; r++) out[r] = fl_amax_f32(x + r * inner, (size_t)inner);
+        return fl_check_interrupt();
+    }
     for (int64_t s = 0; s < size; s++) out[s] = 0;
+    if (src->dtype == FL_F32 && inner == 1) {   /* one amax per column: stream the rows into a max vector */
+        const float *x = fl_tensor_data(src);
+        for (int64_t o = 0; o < outer; o++) {
+            const float *row = x + o * size;
+            #pragma omp simd
+            for (int64_t c = 0; c < size; c++) {
+                float a = fabsf(row[c]);   /* NaN compares false: ignored, as fl_amax_f32 does */
+                out[c] = a > out[c] ? a : out[c];
+            }
+        }
+        return fl_check_interrupt();
+    }
     int64_t done = 0;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t s = 0; s < size; s++) {

@@ -1,0 +1,81 @@
+/* cpu_nn_entries.c — the CPU device's NN entries (core/device.h): the kernels of cpu_nn.h behind the
+ * device-table signatures, plus the small ones that have no kernel file of their own (MSE, bias add). */
+#include "cpu_internal.h"
+#include "cpu_nn.h"
+#include "cpu_nn_internal.h"
+
+fl_status fl_cpu_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
+    if (kind == FL_ACT_RELU) fl_cpu_relu_fwd(x, y, n);
+    else fl_cpu_gelu_fwd(x, y, n, kind == FL_ACT_GELU_TANH);
+    return FL_OK;
+}
+fl_status fl_cpu_act_bwd(fl_act kind, const float *x, const float *dy, float *dx, int64_t n) {
+    if (kind == FL_ACT_RELU) fl_cpu_relu_bwd(x, dy, dx, n);
+    else fl_cpu_gelu_bwd(x, dy, dx, n, kind == FL_ACT_GELU_TANH);
+    return FL_OK;
+}
+fl_status fl_cpu_softmax_fwd_entry(bool log, const float *x, float *y, int64_t rows, int64_t cols) {
+    if (log) fl_cpu_log_softmax_fwd(x, y, rows, cols); else fl_cpu_softmax_fwd(x, y, rows, cols);
+    return FL_OK;
+}
+fl_status fl_cpu_softmax_bwd_entry(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols) {
+    if (log) fl_cpu_log_softmax_bwd(y, dy, dx, rows, cols); else fl_cpu_softmax_bwd(y, dy, dx, rows, cols);
+    return FL_OK;
+}
+fl_status fl_cpu_mse_fwd(const float *x, const float *y, int64_t n, double *sum) {
+    double s = 0;
+    #pragma omp parallel for reduction(+ : s) schedule(static) if (n > FL_NN_PAR_MIN)
+    for (int64_t k = 0; k < n; k++) { double d = (double)x[k] - (double)y[k]; s += d * d; }
+    *sum = s;
+    return FL_OK;
+}
+fl_status fl_cpu_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f) {
+    #pragma omp parallel for simd schedule(static) if (n > FL_NN_PAR_MIN)
+    for (int64_t k = 0; k < n; k++) dx[k] = f * (x[k] - y[k]);
+    return FL_OK;
+}
+fl_status fl_cpu_layernorm_fwd_entry(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                                     int64_t rows, int64_t cols, float eps) {
+    fl_cpu_layernorm_fwd(x, w, b, y, mean, rstd, rows, cols, eps);
+    return FL_OK;
+}
+fl_status fl_cpu_layernorm_bwd_entry(const float *x, const float *w, const float *mean, const float *rstd,
+                                     const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+    fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
+    return FL_OK;
+}
+fl_status fl_cpu_embedding_bwd_entry(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
+                                     float *dweight) {
+    (void)vocab;   /* indices were checked by the forward */
+    fl_cpu_embedding_bwd(idx, n, dy, dim, dweight);
+    return FL_OK;
+}
+fl_status fl_cpu_dropout_fwd_entry(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+                                   uint64_t offset) {
+    fl_cpu_dropout_fwd(x, y, mask, n, p, seed, offset);
+    return FL_OK;
+}
+fl_status fl_cpu_dropout_bwd_entry(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
+    fl_cpu_dropout_bwd(mask, dy, dx, n, p);
+    return FL_OK;
+}
+fl_status fl_cpu_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
+                          int64_t T, int64_t D, float scale, bool causal) {
+    fl_cpu_sdpa_causal_fwd(q, k, v, out, att, B, H, T, D, scale, causal);
+    return FL_OK;
+}
+fl_status fl_cpu_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                          float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                          bool causal) {
+    fl_cpu_sdpa_causal_bwd(q, k, v, att, dout, dq, dk, dv, B, H, T, D, scale, causal);
+    return FL_OK;
+}
+fl_status fl_cpu_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {
+    #pragma omp parallel for if (rows * cols > (1 << 16))
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = y + r * cols;
+        #pragma omp simd
+        for (int64_t c = 0; c < cols; c++) row[c] += b[c];
+    }
+    return FL_OK;
+}

@@ -1,0 +1,198 @@
+/* cpu_optim.c — the CPU device's optimizer entries (core/device.h; maths in core/optim.h): fused SGD and
+ * AdamW on contiguous fp32, MS-AMP's low-bit AdamW, and Σx² for clip_grad_norm_. core/optim.c validates
+ * the arguments and marks the written tensors; these only compute. Scalars are formed in double once per
+ * call, the per-element work in fp32 as PyTorch's foreach/fused kernels do. */
+#include "cpu_internal.h"
+#include "optim.h"
+#include "recipe.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Below this many elements the thread start-up costs more than the update itself. */
+#define FL_OPTIM_PAR_MIN (1 << 16)
+
+void fl_sgd_kernel_f32(float *restrict p, const float *restrict g, float *restrict buf, int64_t n, double lr_,
+                       double momentum_, double dampening, double weight_decay_, bool nesterov, bool first_step) {
+    const float lr = (float)lr_, momentum = (float)momentum_, weight_decay = (float)weight_decay_;
+    if (momentum_ == 0.0) {
+        #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + weight_decay * p[i]);
+        return;
+    }
+    const float keep = (float)(1.0 - dampening);
+    #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] + weight_decay * p[i];
+        /* PyTorch clones d into a fresh buffer on the first step (no dampening then). */
+        float b = first_step ? d : momentum * buf[i] + keep * d;
+        buf[i] = b;
+        p[i] -= lr * (nesterov ? d + momentum * b : b);
+    }
+}
+
+void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, int64_t n,
+                         double lr, double beta1_, double beta2_, double eps_, double weight_decay, int64_t step) {
+    /* Bias corrections in double: β^step for large step is where fp32 would lose digits. */
+    double bc1 = 1.0 - pow(beta1_, (double)step);
+    double bc2 = 1.0 - pow(beta2_, (double)step);
+    const float decay = (float)(1.0 - lr * weight_decay);
+    const float step_size = (float)(lr / bc1);
+    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
+    const float beta1 = (float)beta1_, beta2 = (float)beta2_, eps = (float)eps_;
+    const float a1 = (float)(1.0 - beta1_), a2 = (float)(1.0 - beta2_);
+    #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + a1 * gi;
+        float vi = beta2 * v[i] + a2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        /* v ≥ 0 always, so the builtin avoids the errno path that would block vectorisation. */
+        float denom = __builtin_sqrtf(vi) * inv_bc2_sqrt + eps;
+        p[i] = p[i] * decay - step_size * mi / denom;
+    }
+}
+
+fl_status fl_cpu_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
+                     double weight_decay, bool nesterov, bool first_step) {
+    fl_sgd_kernel_f32(p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first_step);
+    return FL_OK;
+}
+
+fl_status fl_cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
+                       double eps, double weight_decay, int64_t step) {
+    fl_adamw_kernel_f32(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+    return FL_OK;
+}
+
+/* MS-AMP Adam works in chunks: each chunk of m, v, g (and p) is widened to fp32 scratch with the bulk
+ * vectorised conversions of format.h, updated with plain SIMD fp32 arithmetic, and narrowed again. */
+#define MSAMP_CHUNK 4096
+
+typedef struct {
+    const void *g; fl_dtype gdt; float gsi;
+    void *m; fl_dtype mdt; float msi;
+    void *v; fl_dtype vdt; float vsi;
+    float beta1, beta2, a1, a2;
+} msamp_ctx;
+
+static void widen(const void *src, fl_dtype dt, int64_t off, int64_t len, float si, float *dst) {
+    switch (dt) {
+    case FL_F32: memcpy(dst, (const float *)src + off, (size_t)len * sizeof(float)); break;
+    case FL_F16:
+        fl_f16_to_f32_n((const uint16_t *)src + off, dst, (size_t)len);
+        if (si != 1.0f) for (int64_t i = 0; i < len; i++) dst[i] *= si;
+        break;
+    default: fl_dequantize_f32((const uint8_t *)src + off, dst, (size_t)len, dt, si); break;
+    }
+}
+
+/* New moments of elements [off, off+len) into mb, vb (gb: the gradient, kept for the caller). */
+static void msamp_moments(const msamp_ctx *c, int64_t off, int64_t len, float *gb, float *mb, float *vb) {
+    widen(c->g, c->gdt, off, len, c->gsi, gb);
+    widen(c->m, c->mdt, off, len, c->msi, mb);
+    widen(c->v, c->vdt, off, len, c->vsi, vb);
+    const float b1 = c->beta1, b2 = c->beta2, a1 = c->a1, a2 = c->a2;
+    #pragma omp simd
+    for (int64_t i = 0; i < len; i++) {
+        mb[i] = b1 * mb[i] + a1 * gb[i];
+        vb[i] = b2 * vb[i] + a2 * gb[i] * gb[i];
+    }
+}
+
+fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
+                             fl_tensor *p_fp8, double lr, double beta1_, double beta2_, double eps_, double weight_decay,
+                             int64_t step) {
+    const int64_t n = fl_tensor_numel(p);
+    const double bc1 = 1.0 - pow(beta1_, (double)step), bc2 = 1.0 - pow(beta2_, (double)step);
+    const float decay = (float)(1.0 - lr * weight_decay), step_size = (float)(lr / bc1);
+    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2)), eps = (float)eps_;
+    float *msi = m->scale_inv ? fl_tensor_data(m->scale_inv) : NULL, *vsi = fl_tensor_data(v_scale_inv);
+    msamp_ctx c = {
+        .g = fl_tensor_data(g), .gdt = g->dtype,
+        .gsi = g->scale_inv ? *(const float *)fl_tensor_data(g->scale_inv) : 1.0f,
+        .m = fl_tensor_data(m), .mdt = m->dtype, .msi = msi ? *msi : 1.0f,
+        .v = fl_tensor_data(v), .vdt = v->dtype, .vsi = v->dtype == FL_F32 ? 1.0f : *vsi,
+        .beta1 = (float)beta1_, .beta2 = (float)beta2_, .a1 = (float)(1.0 - beta1_), .a2 = (float)(1.0 - beta2_),
+    };
+    const int64_t nch = (n + MSAMP_CHUNK - 1) / MSAMP_CHUNK;
+    const bool par = n >= FL_OPTIM_PAR_MIN;
+    /* Pass 1: the amaxes of the new moments (only the quantized ones need them; O1 keeps fp32). */
+    float mmax = 0.0f, vmax = 0.0f;
+    if (c.mdt != FL_F32 || c.vdt != FL_F32) {
+        #pragma omp parallel if (par) reduction(max : mmax, vmax)
+        {
+            float gb[MSAMP_CHUNK], mb[MSAMP_CHUNK], vb[MSAMP_CHUNK];
+            #pragma omp for schedule(static)
+            for (int64_t k = 0; k < nch; k++) {
+                int64_t off = k * MSAMP_CHUNK, len = n - off < MSAMP_CHUNK ? n - off : MSAMP_CHUNK;
+                msamp_moments(&c, off, len, gb, mb, vb);
+                for (int64_t i = 0; i < len; i++) {
+                    float a = fabsf(mb[i]);
+                    mmax = a > mmax ? a : mmax;
+                    vmax = vb[i] > vmax ? vb[i] : vmax;
+                }
+            }
+        }
+    }
+    const float ms = fl_scale_for(mmax > FL_AMAX_FLOOR ? mmax : FL_AMAX_FLOOR, FL_E4M3, 0, true, 1.0f);
+    const float vs = fl_scale_for(vmax > FL_AMAX_FLOOR ? vmax : FL_AMAX_FLOOR, FL_F16, 0, true, 1.0f);
+    /* Pass 2: the same arithmetic again, now writing m, v and the parameter. */
+    #pragma omp parallel if (par)
+    {
+        float gb[MSAMP_CHUNK], mb[MSAMP_CHUNK], vb[MSAMP_CHUNK], pb[MSAMP_CHUNK];
+        #pragma omp for schedule(static)
+        for (int64_t k = 0; k < nch; k++) {
+            int64_t off = k * MSAMP_CHUNK, len = n - off < MSAMP_CHUNK ? n - off : MSAMP_CHUNK;
+            msamp_moments(&c, off, len, gb, mb, vb);
+            widen(fl_tensor_data(p), p->dtype, off, len, 1.0f, pb);
+            #pragma omp simd
+            for (int64_t i = 0; i < len; i++)
+                pb[i] = pb[i] * decay - step_size * mb[i] / (sqrtf(vb[i]) * inv_bc2_sqrt + eps);
+            if (p->dtype == FL_F32) memcpy((float *)fl_tensor_data(p) + off, pb, (size_t)len * sizeof(float));
+            else fl_f32_to_f16_n(pb, (uint16_t *)fl_tensor_data(p) + off, (size_t)len);
+            if (c.mdt == FL_F32) memcpy((float *)c.m + off, mb, (size_t)len * sizeof(float));
+            else fl_quantize_f32(mb, (uint8_t *)c.m + off, (size_t)len, FL_E4M3, ms, FL_SATURATE, NULL);
+            if (c.vdt == FL_F32) memcpy((float *)c.v + off, vb, (size_t)len * sizeof(float));
+            else {
+                for (int64_t i = 0; i < len; i++) vb[i] *= vs;
+                fl_f32_to_f16_n(vb, (uint16_t *)c.v + off, (size_t)len);
+            }
+        }
+    }
+    if (c.mdt != FL_F32) *msi = 1.0f / ms;
+    if (c.vdt != FL_F32) *vsi = 1.0f / vs;
+    if (p_fp8) {
+        /* O3: the forward's E4M3 weight from the new master, fresh power-of-two scale. */
+        fl_tensor *p32 = NULL;
+        FL_TRY(fl_tensor_to(&p32, p, FL_F32));
+        const float *pf = fl_tensor_data(p32);
+        float pmax = fl_amax_f32(pf, (size_t)n);
+        const float ps = fl_scale_for(pmax > FL_AMAX_FLOOR ? pmax : FL_AMAX_FLOOR, FL_E4M3, 0, true, 1.0f);
+        fl_status st = fl_quantize_f32(pf, fl_tensor_data(p_fp8), (size_t)n, FL_E4M3, ps, FL_SATURATE, NULL);
+        fl_tensor_release(p32);
+        FL_TRY(st);
+        *(float *)fl_tensor_data(p_fp8->scale_inv) = 1.0f / ps;
+    }
+    return FL_OK;
+}
+
+fl_status fl_cpu_sumsq(const fl_tensor *t, double *out) {
+    int64_t n = fl_tensor_numel(t);
+    double s = 0.0;
+    if (t->dtype == FL_F32) {
+        const float *x = fl_tensor_data(t);
+        #pragma omp parallel for simd reduction(+ : s) schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    } else {
+        float buf[FL_CPU_TILE];
+        for (int64_t j = 0; j < n; j += FL_CPU_TILE) {
+            int64_t len = n - j < FL_CPU_TILE ? n - j : FL_CPU_TILE;
+            fl_cpu_load(t, j, 1, len, buf);
+            for (int64_t i = 0; i < len; i++) s += (double)buf[i] * (double)buf[i];
+        }
+    }
+    *out = s;
+    return FL_OK;
+}
