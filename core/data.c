@@ -1,6 +1,7 @@
 /* data.c — IDX reader (through zlib, which reads gzipped and plain files alike), batch gather,
  * language-model windows and the loss-scaler's unscale + inf/NaN check. */
 #include "data.h"
+#include "optim.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -206,10 +207,18 @@ fl_status fl_data_windows(fl_tensor **x, fl_tensor **y, const fl_tensor *tokens,
 
 fl_status fl_data_unscale_(fl_tensor *t, float factor, bool *found_nonfinite) {
     if (!t) return FL_ERR(FL_EINVAL, "unscale: tensor is NULL");
-    if (t->dtype != FL_F32 || t->device != FL_DEV_CPU)
-        return FL_ERR(FL_EUNSUPPORTED, "unscale: gradients must be fp32 CPU tensors, got %s", fl_format(t->dtype)->name);
+    if (t->dtype != FL_F32)
+        return FL_ERR(FL_EUNSUPPORTED, "unscale: gradients must be fp32 tensors, got %s", fl_format(t->dtype)->name);
     int64_t n = fl_tensor_numel(t);
     if (n == 0) return FL_OK;
+    if (t->device != FL_DEV_CPU) {
+        /* On a device: Σx² in double is finite exactly when every element is (|x| <= FLT_MAX squares to
+         * at most ~1.2e77), then one in-place scaling pass. */
+        double ss = 0;
+        FL_TRY(fl_sumsq(t, &ss));
+        if (!isfinite(ss)) *found_nonfinite = true;
+        return fl_scale_(t, factor);
+    }
     int bad = 0;
     if (fl_tensor_is_contiguous(t)) {
         float *p = fl_tensor_data(t);

@@ -45,6 +45,8 @@ fl_status fl_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t start,
 fl_status fl_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t index);
 fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t);
 fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt);   /* fp32/bf16/fp16; gradient flows back as fp32 */
+/* t on another device (fl_tensor_to_device); the gradient flows back to t's device. */
+fl_status fl_to_device(fl_tensor **out, const fl_tensor *t, int device);
 
 /* Factories. */
 fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_dtype dt);

@@ -384,3 +384,12 @@ fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
     FL_TRY(fl_tensor_to(out, t, dt));
     return view_record(out, t, "ToBackward", identity_bwd, NULL);
 }
+
+static fl_status to_device_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    return fl_tensor_to_device(&gin[0], g, n->inputs[0]->device);
+}
+fl_status fl_to_device(fl_tensor **out, const fl_tensor *t, int device) {
+    FL_TRY(fl_tensor_to_device(out, t, device));
+    if (*out == t) return FL_OK;    /* already there: the same tensor, with its own history */
+    return view_record(out, t, "ToDeviceBackward", to_device_bwd, NULL);
+}

@@ -521,6 +521,73 @@ fl_status fl_tensor_copy_(fl_tensor *dst, const fl_tensor *src) {
     return st;
 }
 
+/* ---- devices ------------------------------------------------------------------------------ */
+
+/* Contiguous bytes of t (any dtype) copied to a new tensor on `device`; FP8 keeps its scale state. */
+static fl_status copy_to_device(fl_tensor **out, const fl_tensor *t, int device) {
+    *out = NULL;
+    const fl_device *sdev, *ddev;
+    FL_TRY(device_of(t, &sdev));
+    if (!(ddev = fl_device_get(device))) return FL_ERR(FL_EDEVICE, "device %s is not available", fl_device_name(device));
+    fl_tensor *c = NULL, *r = NULL;
+    FL_TRY(fl_tensor_contiguous(&c, t));
+    fl_status st = fl_tensor_empty(&r, t->dtype, t->ndim, t->shape, device);
+    size_t nb = (size_t)fl_tensor_numel(c) * fl_format(c->dtype)->size;
+    if (st == FL_OK && nb) {
+        if (t->device == FL_DEV_CPU) st = ddev->from_host(fl_tensor_data(r), fl_tensor_data(c), nb);
+        else if (device == FL_DEV_CPU) st = sdev->to_host(fl_tensor_data(r), fl_tensor_data(c), nb);
+        else {
+            void *tmp = malloc(nb);
+            st = tmp ? sdev->to_host(tmp, fl_tensor_data(c), nb) : FL_ERR(FL_ENOMEM, "to: out of memory for %zu bytes", nb);
+            if (st == FL_OK) st = ddev->from_host(fl_tensor_data(r), tmp, nb);
+            free(tmp);
+        }
+    }
+    if (st == FL_OK && t->scale_inv) {
+        fl_tensor *si = NULL;
+        st = copy_to_device(&si, t->scale_inv, device);
+        if (st == FL_OK) {
+            fl_tensor_release(r->scale_inv);
+            r->scale_inv = si;
+            r->scale_axis = t->scale_axis;
+            r->qstats = t->qstats;
+        }
+    }
+    fl_tensor_release(c);
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
+fl_status fl_tensor_to_device(fl_tensor **out, const fl_tensor *t, int device) {
+    *out = NULL;
+    if (device < 0 || device >= FL_DEV_COUNT) return FL_ERR(FL_EINVAL, "to: unknown device %d", device);
+    if (t->device == device) { *out = fl_tensor_retain((fl_tensor *)t); return FL_OK; }
+    return copy_to_device(out, t, device);
+}
+
+fl_status fl_tensor_move_(fl_tensor *t, int device) {
+    if (t->device == device) return FL_OK;
+    fl_tensor *c = NULL, *g = NULL;
+    FL_TRY(fl_tensor_to_device(&c, t, device));
+    fl_status st = t->grad ? fl_tensor_to_device(&g, t->grad, device) : FL_OK;
+    if (st != FL_OK) { fl_tensor_release(c); return st; }
+    /* Take over c's storage and layout; c's header (with t's old storage after the swap) is released. */
+    fl_storage *old = t->storage;
+    t->storage = c->storage;
+    c->storage = old;
+    t->device = device;
+    t->offset = 0;
+    memcpy(t->stride, c->stride, sizeof t->stride);
+    fl_tensor *si = t->scale_inv;
+    t->scale_inv = c->scale_inv;
+    c->scale_inv = si;
+    if (t->grad) { fl_tensor_release(t->grad); t->grad = g; }
+    fl_tensor_bump(t);
+    fl_tensor_release(c);
+    return FL_OK;
+}
+
 /* ---- element access ----------------------------------------------------------------------- */
 
 static fl_status element_offset(const fl_tensor *t, const int64_t *index, int64_t *off) {

@@ -82,6 +82,15 @@ fl_status fl_tensor_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt);
 /* Copy src into dst (same shape, any layouts; dtypes among fp32/bf16/fp16 are converted). */
 fl_status fl_tensor_copy_(fl_tensor *dst, const fl_tensor *src);
 
+/* A contiguous copy of t on another device (t itself, retained, when it is already there). FP8 tensors
+ * keep their bytes, scale_inv (moved along), scale_axis and cast statistics. Records no history (the
+ * differentiable version is fl_to_device in ops.h). */
+fl_status fl_tensor_to_device(fl_tensor **out, const fl_tensor *t, int device);
+/* Moves t's data to `device` in place: t gets a fresh contiguous storage there (its grad, if any, is
+ * moved too), so every holder of this tensor sees it on the new device — what Module:to() does to
+ * parameters. Views made earlier keep the old data. */
+fl_status fl_tensor_move_(fl_tensor *t, int device);
+
 /* Mark t's storage as written in place (optimizer steps, copy_, set, fill): bumps storage->version. */
 void fl_tensor_bump(fl_tensor *t);
 /* Bytes of tensor storage currently allocated on a device, and the peak since the last reset:

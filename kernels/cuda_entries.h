@@ -1,4 +1,4 @@
-/* cuda_entries.h — the entries of the "cuda" device table (core/device.h), one family per kernels/*.cu
+/* cuda_entries.h — the entries of the "cuda" device table (core/device.h), one family per kernels/<family>.cu
  * file, as plain C so tests can call them directly. Each has exactly the signature and contract of its
  * fl_device field (core/device.h documents them; the CPU device is the reference). Every entry checks
  * what it relies on (device pointers, dtypes, layouts) and returns FL_EINVAL/FL_EUNSUPPORTED/FL_EDEVICE

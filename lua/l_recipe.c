@@ -267,12 +267,17 @@ static int l_scale_for(lua_State *L) {
     return 1;
 }
 
+/* bytes([device="cpu"]) -> live, peak bytes of tensor storage on that device. */
+static int opt_device(lua_State *L, int arg, const char *fname) {
+    return lua_isnoneornil(L, arg) ? FL_DEV_CPU : fl_lcheckdevice(L, arg, fname);
+}
 static int l_bytes(lua_State *L) {
-    lua_pushinteger(L, (lua_Integer)fl_bytes_live(FL_DEV_CPU));
-    lua_pushinteger(L, (lua_Integer)fl_bytes_peak(FL_DEV_CPU));
+    int dev = opt_device(L, 1, "bytes");
+    lua_pushinteger(L, (lua_Integer)fl_bytes_live(dev));
+    lua_pushinteger(L, (lua_Integer)fl_bytes_peak(dev));
     return 2;
 }
-static int l_reset_peak(lua_State *L) { fl_bytes_reset_peak(FL_DEV_CPU); return 0; }
+static int l_reset_peak(lua_State *L) { fl_bytes_reset_peak(opt_device(L, 1, "reset_peak")); return 0; }
 
 /* storage_bytes(t) -> bytes of t's storage (and of its scale_inv), for per-parameter accounting. */
 static int l_storage_bytes(lua_State *L) {

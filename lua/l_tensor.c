@@ -58,19 +58,23 @@ static int64_t check_int(lua_State *L, int idx, const char *what) {
     return (int64_t)v;
 }
 
-/* Optional trailing dtype: a name or {dtype=name}. Returns the default when absent. */
-static fl_dtype opt_dtype_at(lua_State *L, int idx, fl_dtype def, const char *fname) {
+/* Optional trailing factory options: a dtype name, or {dtype=name, device="cpu"|"cuda"}. Returns the
+ * dtype (the default when absent) and sets *device (FL_DEV_CPU when absent; pass NULL where a device
+ * is not accepted). */
+static fl_dtype opt_dtype_at_dev(lua_State *L, int idx, fl_dtype def, const char *fname, int *device) {
     int t = lua_type(L, idx);
+    if (device) *device = FL_DEV_CPU;
     if (t == LUA_TNONE || t == LUA_TNIL) return def;
     if (t == LUA_TSTRING) return fl_lcheckdtype(L, idx);
+    const char *valid = device ? "dtype, device" : "dtype";
     if (t == LUA_TTABLE) {
         lua_pushnil(L);
         while (lua_next(L, idx)) {
             lua_pop(L, 1);
-            if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "dtype") != 0) {
+            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+            if (!k || !(strcmp(k, "dtype") == 0 || (device && strcmp(k, "device") == 0))) {
                 lua_pushvalue(L, -1);
-                const char *k = luaL_tolstring(L, -1, NULL);
-                luaL_error(L, "%s: unknown option '%s' (valid: dtype)", fname, k);
+                luaL_error(L, "%s: unknown option '%s' (valid: %s)", fname, luaL_tolstring(L, -1, NULL), valid);
             }
         }
         fl_dtype dt = def;
@@ -81,11 +85,26 @@ static fl_dtype opt_dtype_at(lua_State *L, int idx, fl_dtype def, const char *fn
             dt = fl_ldtype_from(L, lua_tostring(L, -1), "dtype");
         }
         lua_pop(L, 1);
+        if (device && lua_getfield(L, idx, "device") != LUA_TNIL) *device = fl_lcheckdevice(L, lua_gettop(L), fname);
+        if (device) lua_pop(L, 1);
         return dt;
     }
-    luaL_argerror(L, idx, lua_pushfstring(L, "expected a dtype name or {dtype=...}, got %s",
+    luaL_argerror(L, idx, lua_pushfstring(L, "expected a dtype name or {%s=...}, got %s", device ? "dtype=..., device" : "dtype",
                                           luaL_typename(L, idx)));
     return def;
+}
+static fl_dtype opt_dtype_at(lua_State *L, int idx, fl_dtype def, const char *fname) {
+    return opt_dtype_at_dev(L, idx, def, fname, NULL);
+}
+
+/* A factory result made on the CPU moved to `device` in its box (a no-op for the CPU). */
+static void to_device_in_box(lua_State *L, fl_tensor **slot, int device) {
+    if (device == FL_DEV_CPU) return;
+    fl_tensor *moved = NULL;
+    fl_status st = fl_tensor_to_device(&moved, *slot, device);
+    if (st != FL_OK) fl_lcheck(L, st);
+    fl_tensor_release(*slot);
+    *slot = moved;
 }
 
 /* Factories make fp32/bf16/fp16 tensors; FP8 ones come from :quantize. */
@@ -161,11 +180,12 @@ static int l_zeros_ones(lua_State *L, double v, const char *fname) {
     gc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
-    fl_dtype dt = opt_dtype_at(L, next, FL_F32, fname);
+    int dev;
+    fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, fname, &dev);
     reject_fp8_dtype(L, dt, fname);
     fl_tensor **slot = fl_lnewbox(L);
-    if (v == 0) FL_LCALL(L, fl_tensor_zeros(slot, dt, ndim, shape, FL_DEV_CPU));
-    else FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, FL_DEV_CPU));
+    if (v == 0) FL_LCALL(L, fl_tensor_zeros(slot, dt, ndim, shape, dev));
+    else FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, dev));
     return 1;
 }
 static int l_zeros(lua_State *L) { return l_zeros_ones(L, 0, "zeros"); }
@@ -175,10 +195,11 @@ static int l_empty(lua_State *L) {
     gc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, "empty");
-    fl_dtype dt = opt_dtype_at(L, next, FL_F32, "empty");
+    int dev;
+    fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, "empty", &dev);
     reject_fp8_dtype(L, dt, "empty");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_empty(slot, dt, ndim, shape, FL_DEV_CPU));
+    FL_LCALL(L, fl_tensor_empty(slot, dt, ndim, shape, dev));
     return 1;
 }
 
@@ -188,10 +209,11 @@ static int l_full(lua_State *L) {
         return luaL_argerror(L, 1, lua_pushfstring(L, "expected a shape table like {2, 3}, got %s", luaL_typename(L, 1)));
     parse_shape(L, 1, &ndim, shape, 0, "full");
     double v = luaL_checknumber(L, 2);
-    fl_dtype dt = opt_dtype_at(L, 3, FL_F32, "full");
+    int dev;
+    fl_dtype dt = opt_dtype_at_dev(L, 3, FL_F32, "full", &dev);
     reject_fp8_dtype(L, dt, "full");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, FL_DEV_CPU));
+    FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, dev));
     return 1;
 }
 
@@ -203,10 +225,12 @@ static int l_arange(lua_State *L) {
     if (n == 1) b = lua_tonumber(L, 1);
     else { a = lua_tonumber(L, 1); b = lua_tonumber(L, 2); if (n == 3) step = lua_tonumber(L, 3); }
     if (step == 0) return luaL_error(L, "arange: step must be nonzero");
-    fl_dtype dt = opt_dtype_at(L, n + 1, FL_F32, "arange");
+    int dev;
+    fl_dtype dt = opt_dtype_at_dev(L, n + 1, FL_F32, "arange", &dev);
     reject_fp8_dtype(L, dt, "arange");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_arange(slot, a, b, step, dt));
+    to_device_in_box(L, slot, dev);
     return 1;
 }
 
@@ -214,11 +238,13 @@ static int l_random(lua_State *L, int normal, const char *fname) {
     gc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
-    fl_dtype dt = opt_dtype_at(L, next, FL_F32, fname);
+    int dev;
+    fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, fname, &dev);
     reject_fp8_dtype(L, dt, fname);
     fl_tensor **slot = fl_lnewbox(L);
     if (normal) FL_LCALL(L, fl_randn(slot, fl_default_rng(), ndim, shape, dt));
     else FL_LCALL(L, fl_rand(slot, fl_default_rng(), ndim, shape, dt));
+    to_device_in_box(L, slot, dev);
     return 1;
 }
 static int l_rand(lua_State *L) { return l_random(L, 0, "rand"); }
@@ -425,6 +451,18 @@ static int m_clone(lua_State *L) {
 }
 static int m_to(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    int dev;
+    if (lua_type(L, 2) == LUA_TSTRING && fl_device_from_name(lua_tostring(L, 2), &dev)) {
+        fl_tensor **slot = fl_lnewbox(L);
+        FL_LCALL(L, fl_to_device(slot, t, dev));
+        return 1;
+    }
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        fl_dtype d;
+        if (!fl_dtype_from_name(lua_tostring(L, 2), &d))
+            return luaL_error(L, "to: unknown dtype '%s' (valid: %s; or a device: cpu, cuda)",
+                              lua_tostring(L, 2), fl_dtype_choices());
+    }
     fl_dtype dt = fl_lcheckdtype(L, 2);
     if (fl_format(dt)->is_fp8)
         return luaL_error(L, "to(\"%s\"): FP8 needs a scale; use :quantize(\"%s\") (optionally with {scale=...} or {axis=...})",
@@ -432,6 +470,27 @@ static int m_to(lua_State *L) {
     fl_tensor **slot = fl_lnewbox(L);
     if (fl_format(t->dtype)->is_fp8) FL_LCALL(L, fl_dequantize(slot, t, dt));
     else FL_LCALL(L, fl_to(slot, t, dt));
+    return 1;
+}
+
+static int m_cuda(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_to_device(slot, t, FL_DEV_CUDA));
+    return 1;
+}
+static int m_cpu(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_to_device(slot, t, FL_DEV_CPU));
+    return 1;
+}
+/* t:move_(device): the data (and .grad) of t itself moves; returns t. */
+static int m_move_(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int dev = fl_lcheckdevice(L, 2, "move_");
+    FL_LCALL(L, fl_tensor_move_(t, dev));
+    lua_settop(L, 1);
     return 1;
 }
 
@@ -783,7 +842,7 @@ static const luaL_Reg methods[] = {
     {"shape_str", m_shape_str},
     {"free", m_free}, {"is_released", m_is_released},
     {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},
-    {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to},
+    {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
     {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt},

@@ -1,6 +1,7 @@
 /* l_util.c — the shared binding helpers declared in l_util.h (status → Lua error, tensor boxes,
  * dtype argument parsing). */
 #include "l_util.h"
+#include "device.h"
 #include <string.h>
 
 int fl_lcheck(lua_State *L, fl_status s) {
@@ -66,6 +67,21 @@ fl_dtype fl_lcheckfp8(lua_State *L, int arg) {
     if (!fl_dtype_from_name(name, &dt) || !fl_format(dt)->is_fp8)
         luaL_argerror(L, arg, lua_pushfstring(L, "unknown FP8 format '%s' (valid: e4m3, e5m2)", name));
     return dt;
+}
+
+int fl_device_from_name(const char *name, int *dev) {
+    for (int d = 0; d < FL_DEV_COUNT; d++)
+        if (strcmp(name, fl_device_name(d)) == 0) { *dev = d; return 1; }
+    return 0;
+}
+
+int fl_lcheckdevice(lua_State *L, int arg, const char *fname) {
+    int dev = FL_DEV_CPU;
+    if (lua_type(L, arg) != LUA_TSTRING)
+        luaL_error(L, "%s: device must be \"cpu\" or \"cuda\", got %s", fname, luaL_typename(L, arg));
+    if (!fl_device_from_name(lua_tostring(L, arg), &dev))
+        luaL_error(L, "%s: unknown device '%s' (valid: cpu, cuda)", fname, lua_tostring(L, arg));
+    return dev;
 }
 
 const char *fl_lpushshape(lua_State *L, int ndim, const int64_t *shape) {

@@ -41,6 +41,10 @@ fl_dtype fl_lcheckdtype(lua_State *L, int arg);
 fl_dtype fl_ldtype_from(lua_State *L, const char *name, const char *what);
 /* An FP8 format ("e4m3" | "e5m2", aliases accepted). */
 fl_dtype fl_lcheckfp8(lua_State *L, int arg);
+/* A device name ("cpu" | "cuda") at `arg`; the error names fname and the valid devices. */
+int fl_lcheckdevice(lua_State *L, int arg, const char *fname);
+/* Whether name is a device name; sets *dev. */
+int fl_device_from_name(const char *name, int *dev);
 /* Shape string "[2, 3]" pushed on the stack and returned. */
 const char *fl_lpushshape(lua_State *L, int ndim, const int64_t *shape);
 

@@ -34,10 +34,13 @@ local function accelerator()
   return fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = h and { h } or {} }
 end
 
-local function live_mib()
+local function live_mib(dev)
   collectgarbage("collect"); collectgarbage("collect")
-  return (R.bytes()) / 2 ^ 20
+  return (R.bytes(dev)) / 2 ^ 20
 end
+
+-- Queued GPU work finishes before a clock is read.
+local function sync(dev) if dev == "cuda" then fp8.cuda.synchronize() end end
 
 local function rss_peak_mib()
   local f = io.open("/proc/self/status")
@@ -46,15 +49,17 @@ local function rss_peak_mib()
   return tonumber(s:match("VmHWM:%s+(%d+)")) / 1024
 end
 
-local function time_steps(step, fwd)
+local function time_steps(step, fwd, dev)
   for _ = 1, warmup do step() end
-  local before = live_mib()
+  local before = live_mib(dev)
   local keep = fwd()                       -- the forward's output holds the graph and its saved tensors
-  local act = live_mib() - before
+  local act = live_mib(dev) - before
   keep = nil
   local clock = require("fp8._data").clock   -- monotonic wall seconds
+  sync(dev)
   local start = clock()
   for _ = 1, steps do step() end
+  sync(dev)
   return (clock() - start) / steps * 1000, act
 end
 
@@ -68,12 +73,14 @@ local function bench_mlp()
   local labels = {}
   for j = 1, 256 do labels[j] = (j * 7) % 10 end
   local y = fp8.tensor(labels)
+  local dev = acc:device()
+  x, y = x:to(dev), y:to(dev)
   local function fwd() return F.cross_entropy(model(x), y) end
   local function step()
     local loss = fwd()
     opt:zero_grad(); acc:backward(loss); opt:step()
   end
-  return time_steps(step, fwd)
+  return time_steps(step, fwd, dev)
 end
 
 local function bench_gpt()
@@ -90,13 +97,14 @@ local function bench_gpt()
     for b = 1, B do r[b] = {} for t = a, z do r[b][#r[b] + 1] = ids[b][t] end end
     return fp8.tensor(r)
   end
-  local x, y = cols(1, T), cols(2, T + 1)
+  local dev = acc:device()
+  local x, y = cols(1, T):to(dev), cols(2, T + 1):to(dev)
   local function fwd() return F.cross_entropy(model(x):view(B * T, V), y:view(B * T)) end
   local function step()
     local loss = fwd()
     opt:zero_grad(); acc:backward(loss); opt:step()
   end
-  return time_steps(step, fwd)
+  return time_steps(step, fwd, dev)
 end
 
 if opts.model == "mlp" or opts.model == "all" then

@@ -57,7 +57,7 @@ local function accuracy(model)
   local hits, n = 0, 0
   model:eval()
   fp8.no_grad(function()
-    for x, y in data.DataLoader{test_ds, batch_size = 1000} do
+    for x, y in data.DataLoader{test_ds, batch_size = 1000, device = model:device()} do
       local rows, labels = model(x):totable(), y:totable()
       for i, r in ipairs(rows) do
         local best = 1
@@ -71,25 +71,27 @@ local function accuracy(model)
   return hits / n
 end
 
-local function live_bytes()
+-- Bytes of tensor storage on a device ("cpu" or "cuda"), after a full collection.
+local function live_bytes(dev)
   collectgarbage("collect"); collectgarbage("collect")
-  return (R.bytes())
+  return (R.bytes(dev))
 end
 
 local function run(recipe)
   local name, mp, handler = recipe[1], recipe[2], recipe[3]
   fp8.manual_seed(opts.seed)
-  local base = live_bytes()
+  local acc = fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = handler and { handler() } or {} }
+  local dev = acc:device()
+  local base = live_bytes(dev)
   local model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
   local nparams = model:num_parameters()
   local opt = optim.AdamW(model:parameters(), { lr = opts.lr })
-  local acc = fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = handler and { handler() } or {} }
-  model, opt = acc:prepare(model, opt)
   local loader = data.DataLoader{ train_ds, batch_size = opts["batch-size"], shuffle = true, seed = opts.seed }
+  model, opt, loader = acc:prepare(model, opt, loader)
   local sched = optim.lr_scheduler.CosineAnnealingLR(opt, { T_max = opts.epochs * #loader })
   local curve, steps, train_time, last = {}, 0, 0, 0
-  R.reset_peak()
-  local peak_base = (R.bytes())
+  R.reset_peak(dev)
+  local peak_base = (R.bytes(dev))
   for _ = 1, opts.epochs do
     local sum, count = 0, 0
     local t0 = data.clock()
@@ -107,18 +109,18 @@ local function run(recipe)
     train_time = train_time + data.clock() - t0
     last = sum / count
   end
-  local _, peak = R.bytes()
+  local _, peak = R.bytes(dev)
   -- Training state: one more step (gradients kept), then everything but the model, its gradients,
   -- the optimizer and the recipe state dropped; what the allocator still holds above the baseline.
   local function one_step()
     local x, y = train_ds:get(1)
-    x, y = x:view(1, 784), fp8.tensor { y }
+    x, y = x:view(1, 784):to(dev), fp8.tensor({ y }):to(dev)
     opt:zero_grad()
     acc:backward(F.cross_entropy(model(x), y))
     opt:step()
   end
   one_step()
-  local state_bytes = live_bytes() - base
+  local state_bytes = live_bytes(dev) - base
   return { name = name, acc = accuracy(model), loss = last, ms = train_time / steps * 1000,
            peak_mib = (peak - peak_base) / 2 ^ 20, bpp = state_bytes / nparams, curve = curve,
            fp8_layers = #acc._fp8_layers }

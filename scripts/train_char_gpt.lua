@@ -31,6 +31,7 @@ local OPTIONS = {
   { "seed", "int", 1337, "seed of weights, batches and sampling", 1 },
   { "text", "str", nil, "text file to train on (default: Debian's fortunes)" },
   { "mixed-precision", "str", "no", "no | bf16 | fp16" },
+  { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
   { "eval-every", "int", 50, "steps between loss reports", 1 },
   { "sample-len", "int", 200, "characters to generate at the end", 0 },
   { "temperature", "num", 0.8, "sampling temperature (0 = greedy)", 0 },
@@ -46,6 +47,12 @@ local function parse_args(argv)
   end
   if not (opts.lr > 0) then error("--lr must be > 0", 0) end
   amp.dtype_for(opts["mixed-precision"])   -- validates, naming the valid modes
+  if opts.device ~= "auto" and opts.device ~= "cpu" and opts.device ~= "cuda" then
+    error(("--device must be one of auto, cpu, cuda; got '%s'"):format(opts.device), 0)
+  end
+  if opts.device == "cuda" and not fp8.cuda.is_available() then
+    error("--device cuda: no usable GPU (" .. tostring(fp8.cuda.unavailable_reason()) .. ")", 0)
+  end
   return opts
 end
 
@@ -60,15 +67,17 @@ local val_loader = data.DataLoader{val_ds, batch_size = opts["batch-size"], shuf
 
 local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
                      n_head = opts.heads, n_embd = opts["d-model"]}
+local device = opts.device == "auto" and (fp8.cuda.is_available() and "cuda" or "cpu") or opts.device
+model:to(device); loader:to(device); val_loader:to(device)
 local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, betas = {0.9, 0.95}})
 local warm = math.max(1, opts.steps // 20)
 local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = warm, total_steps = opts.steps, min_lr = opts.lr / 10})
 local scaler = amp.GradScaler{enabled = opts["mixed-precision"] == "fp16"}
 
 print(("char GPT on %s: %d train / %d val characters, vocab %d; %d layers, %d heads, d_model %d, block %d, "
-  .. "%d parameters; %d steps of batch %d, mixed precision %s"):format(path, train_ds.tokens:size(1),
+  .. "%d parameters; %d steps of batch %d, mixed precision %s, on %s"):format(path, train_ds.tokens:size(1),
   val_ds.tokens:size(1), train_ds.vocab_size, opts.layers, opts.heads, opts["d-model"], T,
-  model:num_parameters(), opts.steps, opts["batch-size"], opts["mixed-precision"]))
+  model:num_parameters(), opts.steps, opts["batch-size"], opts["mixed-precision"], device))
 
 -- Mean loss over a few validation batches (no grad, eval mode).
 local function val_loss(nbatches)

@@ -25,6 +25,7 @@ local OPTIONS = {
   { "limit", "int", 0, "use only the first N training (and N/6 test) images; 0 = all" },
   { "root", "str", data.FASHION_MNIST_ROOT, "directory with the IDX .gz files" },
   { "out", "str", "build/fashion_mnist_loss.csv", "loss curve CSV (a .png beside it with gnuplot)" },
+  { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
   { "quiet", "flag", false, "no progress bars" },
 }
 
@@ -57,6 +58,12 @@ local function parse_args(argv)
     end
   end
   if opts["fp8-backend"] and mp ~= "fp8" then error("--fp8-backend needs --mixed-precision fp8", 0) end
+  if opts.device ~= "auto" and opts.device ~= "cpu" and opts.device ~= "cuda" then
+    error(("--device must be one of auto, cpu, cuda; got '%s'"):format(opts.device), 0)
+  end
+  if opts.device == "cuda" and not fp8.cuda.is_available() then
+    error("--device cuda: no usable GPU (" .. tostring(fp8.cuda.unavailable_reason()) .. ")", 0)
+  end
   opts.backend = backend
   return opts
 end
@@ -89,8 +96,9 @@ elseif opts.backend == "ao" then
 elseif opts.backend == "msamp" then
   handlers[1] = fp8.MSAMPRecipeKwargs{opt_level = opts["fp8-opt-level"]}
 end
-local accel = fp8.Accelerator{mixed_precision = mp, kwargs_handlers = handlers}
-model, opt = accel:prepare(model, opt)
+local accel = fp8.Accelerator{mixed_precision = mp, kwargs_handlers = handlers, cpu = opts.device == "cpu"}
+-- the model and both loaders go to the accelerator's device (the GPU when there is one)
+model, opt, train_loader, test_loader = accel:prepare(model, opt, train_loader, test_loader)
 
 local total_steps = opts.epochs * #train_loader
 -- Cosine decay from the peak lr to 0 over the run, stepped once per optimizer step.

@@ -54,7 +54,14 @@ local function new(opts)
     _fp8_weights = setmetatable({}, { __mode = "k" }),   -- O3: fp16 master → its E4M3 weight
     _stats_log = nil,
   }, Accelerator)
-  self._device = "cpu"
+  -- Accelerate's rule: the GPU when there is one, unless cpu=true (or FP8LAB_USE_CPU=1).
+  if opts.cpu ~= nil and type(opts.cpu) ~= "boolean" then
+    error(("Accelerator: cpu must be a boolean, got %s"):format(type(opts.cpu)), 3)
+  end
+  local env_cpu = os.getenv("FP8LAB_USE_CPU")
+  local force_cpu = opts.cpu == true or env_cpu == "1" or env_cpu == "true"
+  local okc, cuda = pcall(require, "fp8.cuda")
+  self._device = (not force_cpu and okc and cuda.is_available()) and "cuda" or "cpu"
   self.process_index = tonumber(os.getenv("FP8LAB_RANK") or os.getenv("OMPI_COMM_WORLD_RANK") or "0") or 0
   self.num_processes = tonumber(os.getenv("FP8LAB_WORLD_SIZE") or os.getenv("OMPI_COMM_WORLD_SIZE") or "1") or 1
   self.local_process_index = tonumber(os.getenv("FP8LAB_LOCAL_RANK") or os.getenv("OMPI_COMM_WORLD_LOCAL_RANK") or "0") or 0
@@ -102,6 +109,9 @@ end
 function Accelerator:_prepare_model(model)
   if not Module.is_module(model) then return model end
   self._models[#self._models + 1] = model
+  -- on the accelerator's device first, so every copy the conversion makes (fp16 weights, FP8 weights)
+  -- is made there
+  if model:device() ~= self._device then model:to(self._device) end
   if self.mixed_precision ~= "fp8" then
     return self:_wrap_autocast(model)
   end
@@ -217,6 +227,10 @@ function Accelerator:_prepare_optimizer(opt)
   return w
 end
 
+local function is_loader(v)
+  return type(v) == "table" and getmetatable(v) == require("fp8.data").DataLoader
+end
+
 local function is_optimizer(v)
   return type(v) == "table" and type(v.param_groups) == "table" and type(v.step) == "function"
 end
@@ -227,7 +241,8 @@ function Accelerator:prepare(...)
   local args = table.pack(...)
   if args.n == 0 then error("prepare: expected models, optimizers or data loaders", 2) end
   for i = 1, args.n do
-    if Module.is_module(args[i]) then args[i] = self:_prepare_model(args[i]) end
+    if Module.is_module(args[i]) then args[i] = self:_prepare_model(args[i])
+    elseif is_loader(args[i]) then args[i] = self:prepare_data_loader(args[i]) end
   end
   for i = 1, args.n do
     if is_optimizer(args[i]) then
@@ -242,7 +257,11 @@ end
 
 function Accelerator:prepare_model(m) return (self:prepare(m)) end
 function Accelerator:prepare_optimizer(o) return (self:prepare(o)) end
-function Accelerator:prepare_data_loader(d) return d end
+-- A DataLoader hands out its batches on the accelerator's device from now on.
+function Accelerator:prepare_data_loader(d)
+  if is_loader(d) then d:to(self._device) end
+  return d
+end
 
 -- backward(loss): loss scaling under fp16; gradient accumulation divides by the step count.
 function Accelerator:backward(loss, opts)

@@ -2,6 +2,7 @@
 -- TextDataset (character level, any text file) and DataLoader (seeded shuffling, fast C gather).
 require "fp8.core"                 -- the tensor class must exist before we make tensors
 local C = require "fp8._data"
+local core_is_tensor = require("fp8.core").is_tensor
 
 local M = {}
 
@@ -293,10 +294,10 @@ local function dataset_len(ds)
   return nil
 end
 
--- DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0}
+-- DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device="cpu"}
 setmetatable(DataLoader, { __call = function(_, opts)
   local fname = "DataLoader"
-  check_keys(fname, opts, { "dataset", "batch_size", "shuffle", "drop_last", "seed" }, 2, true)
+  check_keys(fname, opts, { "dataset", "batch_size", "shuffle", "drop_last", "seed", "device" }, 2, true)
   local ds = opts.dataset or opts[1]
   if type(ds) ~= "table" then
     error(("%s: dataset must be a dataset (FashionMNIST, TextDataset or a table of items), got %s"):format(fname, type(ds)), 2)
@@ -311,6 +312,7 @@ setmetatable(DataLoader, { __call = function(_, opts)
     seed = opt_int(fname, opts, "seed", 0, -math.maxinteger, 2),
     epoch = 0,          -- epochs started so far; the next one is epoch + 1
   }, DataLoader)
+  self:to(opts.device or "cpu", 3)
   if self.drop_last and n < self.batch_size then
     error(("%s: drop_last with batch_size %d leaves no batch from %d items"):format(fname, self.batch_size, n), 2)
   end
@@ -325,6 +327,15 @@ end
 function DataLoader:__tostring()
   return ("DataLoader(%d items, batch_size=%d, %d batches%s%s)"):format(self.n, self.batch_size, #self,
     self.shuffle and (", shuffle seed=%d"):format(self.seed) or "", self.drop_last and ", drop_last" or "")
+end
+
+-- to(device): batches come out on "cpu" (the default) or "cuda" (what Accelerator:prepare sets).
+function DataLoader:to(device, level)
+  if device ~= "cpu" and device ~= "cuda" then
+    error(("DataLoader: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)), level or 2)
+  end
+  self.device = device
+  return self
 end
 
 -- Fix the epoch number of the next iteration (the shuffle order depends on seed and epoch).
@@ -375,8 +386,14 @@ function DataLoader:iter()
     local hi = math.min(lo + bs - 1, n)
     local idx = {}
     for k = lo, hi do idx[k - lo + 1] = order and order[k] or k end
-    if fast then return fast(ds, idx) end
-    return slow_batch(ds, idx)
+    local x, y
+    if fast then x, y = fast(ds, idx) else x, y = slow_batch(ds, idx) end
+    local dev = self.device
+    if dev ~= "cpu" then
+      if core_is_tensor(x) then x = x:to(dev) end
+      if core_is_tensor(y) then y = y:to(dev) end
+    end
+    return x, y
   end
 end
 

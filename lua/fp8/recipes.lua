@@ -134,6 +134,13 @@ function M.unpack_state(t)
   return st
 end
 
+-- Module:to moves parameters and buffers; MS-AMP O3's FP8 weight is neither, so it moves here.
+function FP8Linear:_move_extra(device)
+  local q = rawget(self, "weight_fp8")
+  if q then q:move_(device) end
+  self.fp8_meta:drop_cache()
+end
+
 function FP8Linear:_before_state_dict() self.fp8_state = M.pack_state(self.fp8_meta:state()) end
 function FP8Linear:_after_load_state_dict() self.fp8_meta:load_state(M.unpack_state(self.fp8_state)) end
 

@@ -5,6 +5,7 @@
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Module = require "fp8.nn.module"
 local Embedding = require "fp8.nn.embedding"
+local Linear = require "fp8.nn.linear"   -- at load time, the class the blocks' layers were made from
 local LayerNorm = require "fp8.nn.layernorm"
 local Dropout = require "fp8.nn.dropout"
 local Sequential = require "fp8.nn.sequential"
@@ -52,7 +53,7 @@ function GPT:__init(cfg)
 end
 
 function GPT:_init_weights()
-  local Linear, Emb = require "fp8.nn.linear", Embedding
+  local Emb = Embedding
   local std = 0.02
   for _, nm in ipairs(self:named_modules()) do
     local m = nm[2]
@@ -83,7 +84,7 @@ function GPT:forward(idx, targets)
   if T > c.block_size then
     error(("sequence length %d is longer than block_size %d"):format(T, c.block_size), 0)
   end
-  local pos = fp8.arange(T)                          -- positions 0..T-1
+  local pos = fp8.arange(T, { device = idx:device() })   -- positions 0..T-1, where the ids are
   local x = self.drop(self.wte(idx) + self.wpe(pos))  -- [B, T, d] + [T, d]
   x = self.blocks(x)
   x = self.ln_f(x)
@@ -139,12 +140,13 @@ function GPT:generate(idx, max_new_tokens, opts)
   local V, bs = self.config.vocab_size, self.config.block_size
   local rows = idx:totable()
   local B = #rows
+  local dev = self:device()
   local function step()
     local T = #rows[1]
     local first = math.max(1, T - bs + 1)             -- crop the context to block_size
     local ctx = {}
     for b = 1, B do ctx[b] = table.move(rows[b], first, T, 1, {}) end
-    local logits = self(fp8.tensor(ctx))              -- [B, Tc, V]
+    local logits = self(fp8.tensor(ctx):to(dev))      -- [B, Tc, V]
     local Tc = logits:size(2)
     local last = logits:narrow(2, Tc, 1):reshape { B, V }:totable()
     for b = 1, B do
@@ -186,7 +188,7 @@ function GPT:generate(idx, max_new_tokens, opts)
   if no_grad then ok, err = pcall(no_grad, run) else ok, err = pcall(run) end
   self:train(was_training)
   if not ok then error(err, 0) end
-  return fp8.tensor(rows)
+  return fp8.tensor(rows):to(idx:device())
 end
 
 function GPT:extra_repr() return "" end

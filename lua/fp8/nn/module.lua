@@ -251,6 +251,32 @@ function Module:num_parameters(only_trainable)
   return n
 end
 
+-- to(device) / cuda() / cpu(): moves every parameter and buffer (and their .grad) to "cpu" or "cuda" in
+-- place, as PyTorch's Module.to does, so optimizers and other holders of the tensors follow; modules
+-- holding device tensors outside their parameters and buffers move them in _move_extra(device).
+-- Returns self.
+function Module:to(device)
+  if device ~= "cpu" and device ~= "cuda" then
+    error(("to: device must be \"cpu\" or \"cuda\", got %s"):format(type(device) == "string" and ("'" .. device .. "'") or type(device)), 2)
+  end
+  for _, list in ipairs { self:parameters(), self:buffers() } do
+    for _, t in ipairs(list) do t:move_(device) end
+  end
+  for _, m in ipairs(self:modules()) do
+    local extra = m._move_extra
+    if extra then extra(m, device) end
+  end
+  return self
+end
+function Module:cuda() return self:to("cuda") end
+function Module:cpu() return self:to("cpu") end
+
+-- device() → the device of the first parameter ("cpu" for a module without parameters).
+function Module:device()
+  local p = self:parameters()[1]
+  return p and p:device() or "cpu"
+end
+
 -- apply(fn): fn(module) on every submodule, children before parents (as PyTorch); returns self.
 function Module:apply(fn)
   if type(fn) ~= "function" then error(("apply: expected a function, got %s"):format(type(fn)), 2) end

@@ -41,7 +41,8 @@ function AdamW:step(closure)
       if grad ~= nil then
         local st = self.state[p]
         if st == nil then
-          st = { step = 0, exp_avg = fp8.zeros(p:shape()), exp_avg_sq = fp8.zeros(p:shape()) }
+          local on = { device = p:device() }
+          st = { step = 0, exp_avg = fp8.zeros(p:shape(), on), exp_avg_sq = fp8.zeros(p:shape(), on) }
           self.state[p] = st
         end
         st.step = st.step + 1

@@ -34,12 +34,13 @@ function MSAMPAdamW.from_adamw(opt, extra)
 end
 
 local function new_state(p, fp32)
-  local shape = p:shape()
+  local shape, f32, f16 = p:shape(), { device = p:device() }, { dtype = "fp16", device = p:device() }
   if fp32 then
-    return { step = 0, exp_avg = core.zeros(shape), exp_avg_sq = core.zeros(shape), exp_avg_sq_scale_inv = core.ones { 1 } }
+    return { step = 0, exp_avg = core.zeros(shape, f32), exp_avg_sq = core.zeros(shape, f32),
+             exp_avg_sq_scale_inv = core.ones({ 1 }, f32) }
   end
-  return { step = 0, exp_avg = core.zeros(shape):quantize("e4m3"), exp_avg_sq = core.zeros(shape, "fp16"),
-           exp_avg_sq_scale_inv = core.ones { 1 } }
+  return { step = 0, exp_avg = core.zeros(shape, f32):quantize("e4m3"), exp_avg_sq = core.zeros(shape, f16),
+           exp_avg_sq_scale_inv = core.ones({ 1 }, f32) }
 end
 
 function MSAMPAdamW:step(closure)

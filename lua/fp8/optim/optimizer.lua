@@ -159,7 +159,7 @@ function Optimizer:load_state_dict(sd)
               error(("%s:load_state_dict: state '%s' of parameter %d has %d elements, the parameter %d"):format(
                 self.name, k, sg.params[i], v:numel(), p:numel()), 2)
             end
-            mine[k] = copy_(fp8.zeros(p:shape()), v:reshape(p:shape()))
+            mine[k] = copy_(fp8.zeros(p:shape(), { device = p:device() }), v:reshape(p:shape()))
           else
             mine[k] = v
           end

@@ -41,7 +41,7 @@ function SGD:step(closure)
         local fresh, buf = false, nil
         if g.momentum ~= 0 then
           fresh = st.momentum_buffer == nil
-          if fresh then st.momentum_buffer = fp8.zeros(p:shape()) end
+          if fresh then st.momentum_buffer = fp8.zeros(p:shape(), { device = p:device() }) end
           buf = st.momentum_buffer
         end
         C.sgd_step(p, grad:contiguous(), buf, g.lr, g.momentum, g.dampening, g.weight_decay, g.nesterov, fresh)
