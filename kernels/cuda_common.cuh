@@ -28,6 +28,44 @@ FL_HD float fl_fdiv(float a, float b) { return a / b; }
 FL_HD float fl_fsqrt(float a) { return sqrtf(a); }
 #endif
 
+/* Separately rounded fp64 operations, for sums that must round as the CPU's double loops do. */
+#if defined(__CUDA_ARCH__)
+FL_HD double fl_dadd(double a, double b) { return __dadd_rn(a, b); }
+FL_HD double fl_dsub(double a, double b) { return __dsub_rn(a, b); }
+FL_HD double fl_dmul(double a, double b) { return __dmul_rn(a, b); }
+FL_HD double fl_ddiv(double a, double b) { return __ddiv_rn(a, b); }
+#else
+FL_HD double fl_dadd(double a, double b) { return a + b; }
+FL_HD double fl_dsub(double a, double b) { return a - b; }
+FL_HD double fl_dmul(double a, double b) { return a * b; }
+FL_HD double fl_ddiv(double a, double b) { return a / b; }
+#endif
+
+/* e^x exactly as core/cpu/cpu_nn_internal.h's fl_nn_expf computes it (2^k·e^r, Cephes' degree-6
+ * polynomial, 2^k from two exponent fields), every operation separately rounded as the CPU build does,
+ * so softmax, GELU and attention give the CPU's bits for the same inputs. NaN propagates, −inf → 0,
+ * overflow → inf. */
+FL_HD float fl_cu_expf(float x) {
+    float xc = x > 88.7228394f ? 88.7228394f : x;
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = xc != xc ? 0.0f : xc;
+    float k = fl_fsub(fl_fadd(fl_fmul(xc, 1.44269504088896341f), 12582912.0f), 12582912.0f);
+    float r = fl_fsub(xc, fl_fmul(k, 0.693359375f));
+    r = fl_fsub(r, fl_fmul(k, -2.12194440e-4f));
+    float p = 1.9875691500e-4f;
+    p = fl_fadd(fl_fmul(p, r), 1.3981999507e-3f);
+    p = fl_fadd(fl_fmul(p, r), 8.3334519073e-3f);
+    p = fl_fadd(fl_fmul(p, r), 4.1665795894e-2f);
+    p = fl_fadd(fl_fmul(p, r), 1.6666665459e-1f);
+    p = fl_fadd(fl_fmul(p, r), 5.0000001201e-1f);
+    float y = fl_fadd(fl_fadd(fl_fmul(fl_fmul(p, r), r), r), 1.0f);
+    int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
+    y = fl_fmul(fl_fmul(y, fl_u2f((uint32_t)(k1 + 127) << 23)), fl_u2f((uint32_t)(k2 + 127) << 23));
+    y = x < -104.0f ? 0.0f : y;
+    y = x > 88.7228394f ? INFINITY : y;
+    return x != x ? x : y;
+}
+
 /* The scale a recipe derives from an amax (core/recipe.c fl_scale_for with core/format.c
  * fl_scale_from_amax): fmt_max·2^-margin/amax in fp32, as (fmt_max/amax)/2^margin; or, with pow2,
  * 2^(floor(log2(fmt_max/amax)) − margin) from the binary exponent of the double quotient, clamped to

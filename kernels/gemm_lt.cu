@@ -6,9 +6,11 @@
  * (one per column of our D) runs along cuBLASLt's rows, as its bias epilogue wants.
  * cuBLASLt is loaded with dlopen on the first GEMM (so fp8lab starts without it and a build without
  * it still runs everything else); override the library with FP8LAB_CUBLASLT=/path/libcublasLt.so.
+ * Strided batches (high precision only) set BATCH_COUNT and STRIDED_BATCH_OFFSET on all four layouts;
+ * an entry's alignment is that of its base pointer and of its batch stride in bytes.
  * Plans (descriptors, layouts, the heuristic's algorithm) are cached per shape/dtype/layout/epilogue/
- * alignment; when cuBLASLt takes no bias epilogue or AMAX_D for a combination, a small kernel adds the
- * bias / computes the amax after the GEMM instead.
+ * alignment/batch and strides; when cuBLASLt takes no bias epilogue or AMAX_D for a combination, a small
+ * kernel adds the bias / computes the amax after the GEMM instead.
  * Tolerance: |gpu − ref| ≤ 1e-5·Σ|a·b| (+ output rounding) against float64 sums of the decoded
  * operands; fast accumulation looser (tests/c/test_gpu_fp8.c says how and why). */
 #include "cuda_common.cuh"
@@ -28,6 +30,23 @@ uint32_t alignment_of(const void *p) {
 }
 
 bool fp8_gemm(const fl_cuda_gemm_args *g) { return is_fp8_dtype(g->a_dtype) || is_fp8_dtype(g->b_dtype); }
+
+/* Strided batch: batch 0 and 1 are one GEMM (strides ignored). */
+bool batched(const fl_cuda_gemm_args *g) { return g->batch > 1; }
+
+/* The alignment cuBLASLt may assume for an operand: of its base pointer and, in a strided batch, of
+ * every entry (base + z·stride elements), so an odd stride lowers it. */
+uint32_t operand_alignment(const fl_cuda_gemm_args *g, const void *p, fl_dtype dt, int64_t stride) {
+    uint32_t a = alignment_of(p);
+    if (batched(g) && stride != 0) {
+        uint64_t bytes = (uint64_t)stride * (uint64_t)(fl_format(dt) ? fl_format(dt)->size : 1);
+        while (a > 1 && bytes % a != 0) a >>= 1;
+    }
+    return a;
+}
+uint32_t align_a(const fl_cuda_gemm_args *g) { return operand_alignment(g, g->a, g->a_dtype, g->stride_a); }
+uint32_t align_b(const fl_cuda_gemm_args *g) { return operand_alignment(g, g->b, g->b_dtype, g->stride_b); }
+uint32_t align_d(const fl_cuda_gemm_args *g) { return operand_alignment(g, g->d, g->d_dtype, g->stride_d); }
 
 /* Whether cuBLASLt's bias epilogue takes this bias dtype: FP8 inputs want bf16 (fp16 for fp16 D);
  * other GEMMs want D's dtype. */
@@ -53,6 +72,21 @@ fl_status check_args(const fl_cuda_gemm_args *g) {
                       (long long)g->lda, (long long)g->ldb, (long long)g->ldd);
     if (g->bias && g->bias_dtype != FL_F32 && g->bias_dtype != FL_BF16 && g->bias_dtype != FL_F16)
         return FL_ERR(FL_EINVAL, "%s: bias must be fp32, bf16 or fp16, got %s", ctx, dtn(g->bias_dtype));
+    if (g->batch < 0 || g->batch > INT32_MAX)
+        return FL_ERR(FL_EINVAL, "%s: batch %lld out of range (0 or 1: one GEMM; at most %d)", ctx,
+                      (long long)g->batch, INT32_MAX);
+    if (batched(g)) {
+        if (g->stride_a < 0 || g->stride_b < 0 || g->stride_d <= 0)
+            return FL_ERR(FL_EINVAL, "%s: batch %lld needs batch strides stride_a, stride_b >= 0 and stride_d > 0 "
+                          "(got %lld, %lld, %lld; every entry must write its own D)", ctx, (long long)g->batch,
+                          (long long)g->stride_a, (long long)g->stride_b, (long long)g->stride_d);
+        if (fp8_gemm(g) || is_fp8_dtype(g->d_dtype))
+            return FL_ERR(FL_EUNSUPPORTED, "%s: strided batch (batch %lld) is for high-precision GEMMs only, not FP8",
+                          ctx, (long long)g->batch);
+        if (g->bias || g->d_amax)
+            return FL_ERR(FL_EINVAL, "%s: strided batch (batch %lld) takes no %s", ctx, (long long)g->batch,
+                          g->bias ? "bias" : "d_amax");
+    }
     size_t dsz = fl_format(g->d_dtype) ? fl_format(g->d_dtype)->size : 0;
     if (fp8_gemm(g)) {
         if (!is_fp8_dtype(g->a_dtype) || !is_fp8_dtype(g->b_dtype))
@@ -105,8 +139,9 @@ namespace {
 #define FL_LT_FUNCS(X)                                                                                       \
     X(cublasLtCreate) X(cublasLtGetStatusName) X(cublasLtGetVersion) X(cublasLtMatmulDescCreate)            \
     X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulDescDestroy) X(cublasLtMatrixLayoutCreate)           \
-    X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceSetAttribute) \
-    X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+    X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)      \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulAlgoGetHeuristic) \
+    X(cublasLtMatmul)
 
 struct LtApi {
 #define FL_LT_PTR(f) decltype(&::f) f;
@@ -179,6 +214,7 @@ struct Key {                       /* memset to 0 before filling: compared and h
     int32_t a_trans, b_trans, amax, fast, accum, tf32;
     int64_t m, n, k, lda, ldb, ldd;
     uint32_t al_a, al_b, al_d, al_bias;
+    int64_t batch, stride_a, stride_b, stride_d;   /* batch 1 and strides 0 for a single GEMM */
 };
 struct KeyHash {
     size_t operator()(const Key &k) const {
@@ -272,6 +308,18 @@ fl_status build_plan(Dev &d, const fl_cuda_gemm_args *g, int cfg, Plan *out, con
     TRY(lt.cublasLtMatrixLayoutCreate(&p.lc, d8 ? CUDA_R_16BF : cuda_type(g->d_dtype), g->n, g->m, g->ldd),
         "cublasLtMatrixLayoutCreate(C)");
     TRY(lt.cublasLtMatrixLayoutCreate(&p.ld, cuda_type(g->d_dtype), g->n, g->m, g->ldd), "cublasLtMatrixLayoutCreate(D)");
+    if (batched(g)) {
+        /* Every layout carries the batch count (cuBLASLt wants them equal); cuBLASLt's A is our B. */
+        const int32_t bc = (int32_t)g->batch;
+        const int64_t off[4] = { g->stride_b, g->stride_a, g->stride_d, g->stride_d };
+        cublasLtMatrixLayout_t lays[4] = { p.la, p.lb, p.lc, p.ld };
+        for (int i = 0; i < 4; i++) {
+            TRY(lt.cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
+                "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+            TRY(lt.cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &off[i],
+                                                    sizeof off[i]), "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+        }
+    }
     if (fp8) {
         int8_t fast = g->fast_accum ? 1 : 0;
         TRY(lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast),
@@ -310,7 +358,7 @@ fl_status build_plan(Dev &d, const fl_cuda_gemm_args *g, int cfg, Plan *out, con
     }
     {
         uint64_t ws = kWorkspace;
-        uint32_t al_a = alignment_of(g->b), al_b = alignment_of(g->a), al_d = alignment_of(g->d);
+        uint32_t al_a = align_b(g), al_b = align_a(g), al_d = align_d(g);   /* cuBLASLt's A is our B */
         TRY(lt.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
         TRY(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
             "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
@@ -428,8 +476,10 @@ extern "C" fl_status fl_cuda_gemm(const fl_cuda_gemm_args *g, fl_cuda_stream_t s
     key.a_trans = g->a_trans; key.b_trans = g->b_trans; key.amax = g->d_amax != NULL; key.fast = g->fast_accum;
     key.accum = g->accumulate; key.tf32 = g->tf32 && g->a_dtype == FL_F32;
     key.m = g->m; key.n = g->n; key.k = g->k; key.lda = g->lda; key.ldb = g->ldb; key.ldd = g->ldd;
-    key.al_a = alignment_of(g->a); key.al_b = alignment_of(g->b); key.al_d = alignment_of(g->d);
+    key.al_a = align_a(g); key.al_b = align_b(g); key.al_d = align_d(g);
     key.al_bias = g->bias ? alignment_of(g->bias) : 0;
+    key.batch = batched(g) ? g->batch : 1;
+    if (batched(g)) { key.stride_a = g->stride_a; key.stride_b = g->stride_b; key.stride_d = g->stride_d; }
 
     auto it = d.plans.find(key);
     int cfg = it == d.plans.end() ? 0 : it->second.cfg;

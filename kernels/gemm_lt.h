@@ -56,7 +56,9 @@ typedef struct {
     bool tf32;                               /* fp32 inputs: allow TF32 tensor cores */
     /* Strided batch (high-precision GEMMs only): batch > 1 runs `batch` independent GEMMs, entry z
      * reading A at a + z·stride_a, B at b + z·stride_b and writing D at d + z·stride_d (elements; a
-     * stride of 0 broadcasts that operand). batch 0 or 1: one GEMM. No bias or d_amax with batch > 1. */
+     * stride of 0 broadcasts that operand; stride_d must be > 0, so every entry writes its own D). batch 0
+     * or 1: one GEMM, strides ignored. No bias, d_amax or FP8 with batch > 1 (FL_EINVAL / FL_EUNSUPPORTED).
+     * An odd stride is fine: the alignment cuBLASLt is told is that of every entry, not just the first. */
     int64_t batch, stride_a, stride_b, stride_d;
 } fl_cuda_gemm_args;
 

@@ -1,0 +1,63 @@
+/* fl_cuda_host.h — the kernels' own __host__ __device__ code run on the host over host memory (same
+ * per-element and per-row code, sequentially), so tests can check it against core/ without a GPU. Each
+ * is defined in the .cu file named before its group. Test use only; linked only with FL_HAVE_CUDA. */
+#ifndef FL_CUDA_HOST_H
+#define FL_CUDA_HOST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "device.h"
+#include "gemm_lt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Host runs of the device code (kernels/elementwise.cu, reduce.cu, matmul.cu): CPU tensors in. */
+fl_status fl_cuda_copy_host(fl_tensor *dst, const fl_tensor *src);
+fl_status fl_cuda_fill_host(fl_tensor *dst, double value);
+fl_status fl_cuda_binary_host(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
+fl_status fl_cuda_binary_scalar_host(fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool scalar_first);
+fl_status fl_cuda_unary_host(fl_unop op, fl_tensor *dst, const fl_tensor *a);
+fl_status fl_cuda_reduce_host(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim);
+fl_status fl_cuda_sumsq_host(const fl_tensor *t, double *out);
+fl_status fl_cuda_matmul_args_host(const fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, fl_cuda_gemm_args *g);
+uint16_t fl_cuda_f32_to_bf16_host(float x);
+float fl_cuda_f16_to_f32_host(uint16_t h);
+
+/* The device code run on the host (defined in the kernels' .cu files). */
+void fl_cuda_nn_philox_host(uint64_t key, uint64_t counter, uint32_t out[4]);
+float fl_cuda_expf_host(float x);
+fl_status fl_cuda_nn_act_fwd_host(fl_act kind, const float *x, float *y, int64_t n);
+fl_status fl_cuda_nn_act_bwd_host(fl_act kind, const float *x, const float *dy, float *dx, int64_t n);
+void fl_cuda_nn_dropout_fwd_host(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+                                 uint64_t offset);
+void fl_cuda_nn_dropout_bwd_host(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
+void fl_cuda_nn_softmax_fwd_host(bool log, const float *x, float *y, int64_t rows, int64_t cols);
+void fl_cuda_nn_softmax_bwd_host(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+fl_status fl_cuda_nn_cross_entropy_fwd_host(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                            int64_t ignore_index, float label_smoothing, double *loss, int64_t *count);
+fl_status fl_cuda_nn_cross_entropy_bwd_host(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                            int64_t ignore_index, float label_smoothing, float dloss, float *dlogits);
+double fl_cuda_nn_mse_sum_host(const float *x, const float *y, int64_t n);
+void fl_cuda_nn_layernorm_fwd_host(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                                   int64_t rows, int64_t cols, float eps);
+void fl_cuda_nn_layernorm_bwd_host(const float *x, const float *w, const float *mean, const float *rstd,
+                                   const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols);
+
+/* Host runs of the kernels' device code (defined in kernels/attention.cu, optim.cu, fp8_gemm.cu). */
+void fl_cuda_attn_softmax_rows_host(float *att, int64_t rows, int64_t T, float scale, bool causal);
+void fl_cuda_attn_dsoftmax_rows_host(const float *att, float *ds, int64_t rows, int64_t T, float scale);
+fl_status fl_cuda_sgd_host(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
+                           double dampening, double weight_decay, bool nesterov, bool first_step);
+int fl_cuda_fp8_gemm_native(void);
+uint16_t fl_cuda_fp8_bf16_host(uint8_t b, int fmt);
+void fl_cuda_fp8_transpose_host(const uint8_t *src, void *dst, int64_t R, int64_t C, int decode_fmt);
+void fl_cuda_fp8_epilogue_host(float *d, int64_t M, int64_t N, const float *sa, bool a_vec, const float *sb,
+                               bool b_vec, const void *bias, int bias_dt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
