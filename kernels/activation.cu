@@ -1,0 +1,280 @@
+/* activation.cu — ReLU and GELU (erf and tanh forms) forward and backward, inverted dropout with the
+ * CPU's Philox mask, and the linear layer's bias add, as the "cuda" device entries (core/device.h);
+ * core/cpu/cpu_nn_act.c is the reference, mirrored operation by operation.
+ * Maths: relu y = max(x, 0), dx = dy·[x > 0] (subgradient 0 at 0). GELU erf: y = 0.5x(1 + erf(x/√2)),
+ * dx = dy(Φ(x) + x·φ(x)). GELU tanh through one exponential: u = √(2/π)(x + 0.044715x³), e = e^(−2|u|),
+ * y = x·σ(2u) with σ(2u) = 1/(1+e) (u ≥ 0) or e/(1+e) (u < 0), dx = dy(σ + 2x·e/(1+e)²·√(2/π)(1 + 3·0.044715x²)),
+ * with the CPU's fl_nn_expf (core/cpu/cpu_nn_internal.h) ported bit for bit. Dropout: element i keeps iff
+ * (word i%4 of Philox4x32-10(key seed, counter offset + i/4)) >> 8 ≥ ⌊p·2^24⌋, kept values scaled by
+ * 1/(1−p); p ≤ 0 (or NaN) is the identity, p ≥ 1 drops everything. Bias: y[r, :] += b.
+ * Layouts: contiguous fp32 (mask: n bytes); grid-stride loops with 64-bit indices, one thread per element
+ * (per Philox block of 4 elements for dropout); bias add on a 2-D grid of columns × rows.
+ * Tolerance: every operation is separately rounded (the _rn intrinsics: no FMA contraction), so all results
+ * are bit-exact with the CPU except GELU's erf form, whose erff is CUDA's (≤ 2 ulp from glibc's):
+ * |gpu − cpu| ≤ 1e-6·(1 + |x|) (tests/c/test_gpu_nn.c). The element functions are __host__ __device__;
+ * the fl_cuda_nn_*_host functions at the end run them on the host for tests without a GPU. */
+#include "cuda_common.cuh"
+#include "fl_cuda_host.h"
+#include "cuda_entries.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+constexpr float kRsqrt2 = 0.70710678118654752f;     /* 1/√2, as GELU_RSQRT2 in cpu_nn_act.c */
+constexpr float kRsqrt2Pi = 0.39894228040143268f;   /* 1/√(2π) */
+constexpr float kGeluK = 0.79788456080286536f;      /* √(2/π) */
+constexpr float kGeluC = 0.044715f;
+
+
+FL_HD float relu_fwd(float x) { return x > 0.0f ? x : 0.0f; }
+FL_HD float relu_bwd(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
+
+/* 0.5f·v·(1 + erff(v/√2)) */
+FL_HD float gelu_fwd(float v) {
+    return fl_fmul(fl_fmul(0.5f, v), fl_fadd(1.0f, erff(fl_fmul(v, kRsqrt2))));
+}
+/* dy·(cdf + v·pdf), cdf = 0.5(1 + erf(v/√2)), pdf = e^(−v²/2)/√(2π) */
+FL_HD float gelu_bwd(float v, float dy) {
+    float cdf = fl_fmul(0.5f, fl_fadd(1.0f, erff(fl_fmul(v, kRsqrt2))));
+    float pdf = fl_fmul(kRsqrt2Pi, fl_cu_expf(fl_fmul(fl_fmul(-0.5f, v), v)));
+    return fl_fmul(dy, fl_fadd(cdf, fl_fmul(v, pdf)));
+}
+
+/* u = K·(v + ((C·v)·v)·v) */
+FL_HD float gelu_tanh_u(float v) { return fl_fmul(kGeluK, fl_fadd(v, fl_fmul(fl_fmul(fl_fmul(kGeluC, v), v), v))); }
+
+/* (v·(u < 0 ? e : 1)) / (1 + e) */
+FL_HD float gelu_tanh_fwd(float v) {
+    float u = gelu_tanh_u(v);
+    float e = fl_cu_expf(fl_fmul(-2.0f, u < 0.0f ? -u : u));
+    return fl_fdiv(fl_fmul(v, u < 0.0f ? e : 1.0f), fl_fadd(1.0f, e));
+}
+/* dy·(sig + ((((2v)·e)·r)·r)·K·(1 + ((3C)·v)·v)), r = 1/(1+e), sig = (u < 0 ? e : 1)·r */
+FL_HD float gelu_tanh_bwd(float v, float dy) {
+    float u = gelu_tanh_u(v);
+    float e = fl_cu_expf(fl_fmul(-2.0f, u < 0.0f ? -u : u));
+    float r = fl_fdiv(1.0f, fl_fadd(1.0f, e));
+    float sig = fl_fmul(u < 0.0f ? e : 1.0f, r);
+    float t = fl_fmul(fl_fmul(fl_fmul(fl_fmul(fl_fmul(2.0f, v), e), r), r), kGeluK);
+    float q = fl_fadd(1.0f, fl_fmul(fl_fmul(fl_fmul(3.0f, kGeluC), v), v));
+    return fl_fmul(dy, fl_fadd(sig, fl_fmul(t, q)));
+}
+
+FL_HD float act_fwd_elem(int kind, float x) {
+    return kind == FL_ACT_RELU ? relu_fwd(x) : kind == FL_ACT_GELU ? gelu_fwd(x) : gelu_tanh_fwd(x);
+}
+FL_HD float act_bwd_elem(int kind, float x, float dy) {
+    return kind == FL_ACT_RELU ? relu_bwd(x, dy) : kind == FL_ACT_GELU ? gelu_bwd(x, dy) : gelu_tanh_bwd(x, dy);
+}
+
+/* Philox4x32-10 exactly as core/rng.c fl_philox4x32: counter (lo, hi, 0, 0), key = seed. */
+FL_HD void philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* What fl_cpu_dropout_fwd/_bwd derive from p on the host: mode 0 identity (p ≤ 0 or NaN), 1 all
+ * dropped (p ≥ 1), 2 random; thr = ⌊p·2^24⌋; scale = 1/(1−p) (forward), and the backward's scale. */
+struct DropoutParams {
+    int mode;
+    uint32_t thr;
+    float scale;
+};
+DropoutParams dropout_params(float p) {
+    DropoutParams d = { 2, 0, 1.0f };
+    if (!(p > 0.0f)) d.mode = 0;
+    else if (p >= 1.0f) d.mode = 1;
+    else {
+        d.thr = (uint32_t)((double)p * 16777216.0);
+        d.scale = 1.0f / (1.0f - p);
+    }
+    return d;
+}
+float dropout_bwd_scale(float p) { return p > 0.0f && p < 1.0f ? 1.0f / (1.0f - p) : (p >= 1.0f ? 0.0f : 1.0f); }
+
+/* Philox block b: elements 4b .. 4b+3 (those < n). */
+FL_HD void dropout_block(const float *x, float *y, uint8_t *mask, int64_t n, int64_t b, const DropoutParams &d,
+                         uint64_t seed, uint64_t offset) {
+    const int64_t i0 = b * 4;
+    if (d.mode != 2) {
+        for (int64_t j = 0; j < 4 && i0 + j < n; j++) {
+            y[i0 + j] = d.mode == 0 ? x[i0 + j] : 0.0f;
+            mask[i0 + j] = d.mode == 0 ? 1 : 0;
+        }
+        return;
+    }
+    uint32_t w[4];
+    philox4x32(seed, offset + (uint64_t)b, w);
+    for (int64_t j = 0; j < 4 && i0 + j < n; j++) {
+        uint8_t keep = (w[j] >> 8) >= d.thr;
+        mask[i0 + j] = keep;
+        y[i0 + j] = keep ? fl_fmul(x[i0 + j], d.scale) : 0.0f;
+    }
+}
+
+FL_HD float dropout_bwd_elem(uint8_t m, float dy, float scale) { return m ? fl_fmul(dy, scale) : 0.0f; }
+
+/* ---- kernels ------------------------------------------------------------------------------------- */
+
+template <int KIND>
+__global__ void __launch_bounds__(kThreads) act_fwd_kernel(const float *x, float *y, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = act_fwd_elem(KIND, x[i]);
+}
+
+template <int KIND>
+__global__ void __launch_bounds__(kThreads) act_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dx[i] = act_bwd_elem(KIND, x[i], dy[i]);
+}
+
+__global__ void __launch_bounds__(kThreads) dropout_fwd_kernel(const float *x, float *y, uint8_t *mask, int64_t n,
+                                                               DropoutParams d, uint64_t seed, uint64_t offset) {
+    const int64_t blocks = (n + 3) / 4;
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < blocks; b += (int64_t)gridDim.x * blockDim.x)
+        dropout_block(x, y, mask, n, b, d, seed, offset);
+}
+
+__global__ void __launch_bounds__(kThreads) dropout_bwd_kernel(const uint8_t *mask, const float *dy, float *dx,
+                                                               int64_t n, float scale) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dx[i] = dropout_bwd_elem(mask[i], dy[i], scale);
+}
+
+/* Block (tx, ty): tx threads along the columns, ty rows; both grid dimensions stride. */
+__global__ void __launch_bounds__(kThreads) bias_add_kernel(float *y, const float *b, int64_t rows, int64_t cols) {
+    const int64_t c0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, cs = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += (int64_t)gridDim.y * blockDim.y) {
+        float *yr = y + r * cols;
+        for (int64_t c = c0; c < cols; c += cs) yr[c] = fl_fadd(yr[c], b[c]);
+    }
+}
+
+fl_status check_kind(const char *fn, fl_act kind) {
+    if ((int)kind < 0 || (int)kind >= FL_ACT_COUNT)
+        return FL_ERR(FL_EINVAL, "%s on cuda: unknown activation kind %d", fn, (int)kind);
+    return FL_OK;
+}
+
+fl_status check_n(const char *fn, int64_t n) {
+    if (n < 0) return FL_ERR(FL_EINVAL, "%s on cuda: negative element count %lld", fn, (long long)n);
+    return FL_OK;
+}
+
+fl_status check_ptrs(const char *fn, int64_t n, const void *a, const void *b, const void *c) {
+    if (n > 0 && (!a || !b || !c)) return FL_ERR(FL_EINVAL, "%s on cuda: a NULL buffer", fn);
+    return FL_OK;
+}
+
+unsigned grid_1d(int64_t work) { return grid_for_work((size_t)work, kThreads, 8); }
+
+}  // namespace
+
+/* ---- entries ----------------------------------------------------------------------------------------- */
+
+extern "C" fl_status fl_cuda_dev_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
+    FL_TRY(check_kind("act_fwd", kind));
+    FL_TRY(check_n("act_fwd", n));
+    FL_TRY(check_ptrs("act_fwd", n, x, y, y));
+    if (n == 0) return FL_OK;
+    cudaStream_t st = fl_cuda_stream();
+    unsigned g = grid_1d(n);
+    if (kind == FL_ACT_RELU) act_fwd_kernel<FL_ACT_RELU><<<g, kThreads, 0, st>>>(x, y, n);
+    else if (kind == FL_ACT_GELU) act_fwd_kernel<FL_ACT_GELU><<<g, kThreads, 0, st>>>(x, y, n);
+    else act_fwd_kernel<FL_ACT_GELU_TANH><<<g, kThreads, 0, st>>>(x, y, n);
+    FL_CUDA_CHECK(cudaGetLastError(), "act_fwd_kernel launch");
+    return FL_OK;
+}
+
+extern "C" fl_status fl_cuda_dev_act_bwd(fl_act kind, const float *x, const float *dy, float *dx, int64_t n) {
+    FL_TRY(check_kind("act_bwd", kind));
+    FL_TRY(check_n("act_bwd", n));
+    FL_TRY(check_ptrs("act_bwd", n, x, dy, dx));
+    if (n == 0) return FL_OK;
+    cudaStream_t st = fl_cuda_stream();
+    unsigned g = grid_1d(n);
+    if (kind == FL_ACT_RELU) act_bwd_kernel<FL_ACT_RELU><<<g, kThreads, 0, st>>>(x, dy, dx, n);
+    else if (kind == FL_ACT_GELU) act_bwd_kernel<FL_ACT_GELU><<<g, kThreads, 0, st>>>(x, dy, dx, n);
+    else act_bwd_kernel<FL_ACT_GELU_TANH><<<g, kThreads, 0, st>>>(x, dy, dx, n);
+    FL_CUDA_CHECK(cudaGetLastError(), "act_bwd_kernel launch");
+    return FL_OK;
+}
+
+extern "C" fl_status fl_cuda_dev_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, float p,
+                                             uint64_t seed, uint64_t offset) {
+    FL_TRY(check_n("dropout_fwd", n));
+    FL_TRY(check_ptrs("dropout_fwd", n, x, y, mask));
+    if (n == 0) return FL_OK;
+    DropoutParams d = dropout_params(p);
+    dropout_fwd_kernel<<<grid_1d((n + 3) / 4), kThreads, 0, fl_cuda_stream()>>>(x, y, mask, n, d, seed, offset);
+    FL_CUDA_CHECK(cudaGetLastError(), "dropout_fwd_kernel launch");
+    return FL_OK;
+}
+
+extern "C" fl_status fl_cuda_dev_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
+    FL_TRY(check_n("dropout_bwd", n));
+    FL_TRY(check_ptrs("dropout_bwd", n, mask, dy, dx));
+    if (n == 0) return FL_OK;
+    dropout_bwd_kernel<<<grid_1d(n), kThreads, 0, fl_cuda_stream()>>>(mask, dy, dx, n, dropout_bwd_scale(p));
+    FL_CUDA_CHECK(cudaGetLastError(), "dropout_bwd_kernel launch");
+    return FL_OK;
+}
+
+extern "C" fl_status fl_cuda_dev_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {
+    if (rows < 0 || cols < 0)
+        return FL_ERR(FL_EINVAL, "bias_add on cuda: negative shape [%lld, %lld]", (long long)rows, (long long)cols);
+    if (rows == 0 || cols == 0) return FL_OK;
+    FL_TRY(check_ptrs("bias_add", rows * cols, y, b, b));
+    /* Narrow rows get narrow blocks: tx = cols rounded up to a warp (≤ 256), ty = 256/tx rows. */
+    int64_t tx64 = cols >= kThreads ? kThreads : (cols + 31) / 32 * 32;
+    unsigned tx = (unsigned)tx64, ty = kThreads / tx;
+    int64_t gx = (cols + tx - 1) / tx, gy = (rows + ty - 1) / ty;
+    dim3 grid((unsigned)(gx < 65535 ? gx : 65535), (unsigned)(gy < 65535 ? gy : 65535));
+    bias_add_kernel<<<grid, dim3(tx, ty), 0, fl_cuda_stream()>>>(y, b, rows, cols);
+    FL_CUDA_CHECK(cudaGetLastError(), "bias_add_kernel launch");
+    return FL_OK;
+}
+
+/* ---- the same element code on the host (tests/c/test_gpu_nn.c) ------------------------------------- */
+
+extern "C" void fl_cuda_nn_philox_host(uint64_t key, uint64_t counter, uint32_t out[4]) {
+    philox4x32(key, counter, out);
+}
+
+extern "C" float fl_cuda_expf_host(float x) { return fl_cu_expf(x); }
+
+extern "C" fl_status fl_cuda_nn_act_fwd_host(fl_act kind, const float *x, float *y, int64_t n) {
+    FL_TRY(check_kind("act_fwd", kind));
+    for (int64_t i = 0; i < n; i++) y[i] = act_fwd_elem(kind, x[i]);
+    return FL_OK;
+}
+
+extern "C" fl_status fl_cuda_nn_act_bwd_host(fl_act kind, const float *x, const float *dy, float *dx, int64_t n) {
+    FL_TRY(check_kind("act_bwd", kind));
+    for (int64_t i = 0; i < n; i++) dx[i] = act_bwd_elem(kind, x[i], dy[i]);
+    return FL_OK;
+}
+
+extern "C" void fl_cuda_nn_dropout_fwd_host(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+                                            uint64_t offset) {
+    DropoutParams d = dropout_params(p);
+    for (int64_t b = 0; b < (n + 3) / 4; b++) dropout_block(x, y, mask, n, b, d, seed, offset);
+}
+
+extern "C" void fl_cuda_nn_dropout_bwd_host(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
+    float s = dropout_bwd_scale(p);
+    for (int64_t i = 0; i < n; i++) dx[i] = dropout_bwd_elem(mask[i], dy[i], s);
+}
