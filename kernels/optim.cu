@@ -1,4 +1,7 @@
-/* optim.cu — AdamW and MS-AMP's low-bit AdamW on the GPU (core/optim.h). Maths: PyTorch's AdamW
+/* optim.cu — SGD, AdamW and MS-AMP's low-bit AdamW on the GPU (core/optim.h), and the optimizer entries
+ * of the cuda device table (sgd, adamw, msamp_adamw; core/device.h). SGD is PyTorch's
+ *   d = g + wd·p;  momentum ≠ 0: b = first_step ? d : μ·b + (1−dampening)·d, d = nesterov ? d + μ·b : b;
+ *   p = p − lr·d   (scalars rounded to fp32 on the host, as core/optim.c fl_sgd_kernel_f32). AdamW is
  *   m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;  p = p·(1 − lr·wd) − (lr/bc1)·m / (√v/√bc2 + eps)
  * with the scalars formed in double on the host and the per-element work in fp32, in core/optim.c's
  * order, every operation separately rounded (no FMA contraction). MS-AMP (O2/O3): m E4M3 and v fp16,
@@ -7,8 +10,11 @@
  * moments (the new amaxes, then the writes); O3 re-casts the E4M3 weight from the new master.
  * Layout: contiguous 1-D arrays; one grid-stride kernel per pass, single-thread kernels for the
  * scales in between. Deterministic: amaxes combine by max. Tolerance: bit-exact with core/optim.c
- * (tests/c/test_gpu_fp8.c); the element functions are __host__ __device__ and also run on the host. */
+ * (tests/c/test_gpu_fp8.c; SGD and the entries: tests/c/test_gpu_train_ops.c); the element functions
+ * are __host__ __device__ and also run on the host. */
 #include "cuda_common.cuh"
+#include "fl_cuda_host.h"
+#include "cuda_entries.h"
 
 extern "C" {
 #include "recipe.h"
@@ -57,6 +63,50 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(float *p, const float *
                                                          AdamScalars s) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         adamw_elem(p, g, m, v, i, s);
+}
+
+/* ---- SGD ------------------------------------------------------------------------------------------ */
+
+struct SgdScalars {
+    float lr, momentum, weight_decay, keep;   /* keep = 1 − dampening */
+    bool has_momentum, nesterov, first_step;
+};
+
+/* Exactly fl_sgd_kernel_f32's scalar set-up. */
+SgdScalars sgd_scalars(double lr, double momentum, double dampening, double weight_decay, bool nesterov,
+                       bool first_step) {
+    SgdScalars s;
+    s.lr = (float)lr; s.momentum = (float)momentum; s.weight_decay = (float)weight_decay;
+    s.keep = (float)(1.0 - dampening);
+    s.has_momentum = momentum != 0.0;
+    s.nesterov = nesterov; s.first_step = first_step;
+    return s;
+}
+
+/* Element i in fl_sgd_kernel_f32's order, each operation rounded on its own. buf is only touched with
+ * momentum (it may be NULL without). */
+FL_HD void sgd_elem(float *p, const float *g, float *buf, size_t i, const SgdScalars &s) {
+    const float d = fl_fadd(g[i], fl_fmul(s.weight_decay, p[i]));
+    if (!s.has_momentum) {
+        p[i] = fl_fsub(p[i], fl_fmul(s.lr, d));
+        return;
+    }
+    /* PyTorch clones d into a fresh buffer on the first step (no dampening then). */
+    const float b = s.first_step ? d : fl_fadd(fl_fmul(s.momentum, buf[i]), fl_fmul(s.keep, d));
+    buf[i] = b;
+    p[i] = fl_fsub(p[i], fl_fmul(s.lr, s.nesterov ? fl_fadd(d, fl_fmul(s.momentum, b)) : b));
+}
+
+__global__ void __launch_bounds__(kThreads) sgd_kernel(float *p, const float *g, float *buf, size_t n, SgdScalars s) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        sgd_elem(p, g, buf, i, s);
+}
+
+fl_status check_sgd(int64_t n, const float *p, const float *g, const float *buf, double momentum) {
+    if (n < 0) return FL_ERR(FL_EINVAL, "cuda sgd: n must be >= 0, got %lld", (long long)n);
+    if (n && (!p || !g)) return FL_ERR(FL_EINVAL, "cuda sgd: a NULL array");
+    if (n && momentum != 0.0 && !buf) return FL_ERR(FL_EINVAL, "cuda sgd: momentum %g needs a momentum buffer", momentum);
+    return FL_OK;
 }
 
 /* ---- MS-AMP ----------------------------------------------------------------------------------- */
@@ -271,7 +321,111 @@ extern "C" fl_status fl_cuda_msamp_adamw(const fl_cuda_msamp_args *a, unsigned i
     return FL_OK;
 }
 
+/* ---- the device-table entries (core/device.h) ----------------------------------------------------- */
+
+extern "C" fl_status fl_cuda_dev_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
+                                     double dampening, double weight_decay, bool nesterov, bool first_step) {
+    FL_TRY(check_sgd(n, p, g, buf, momentum));
+    if (n == 0) return FL_OK;
+    SgdScalars s = sgd_scalars(lr, momentum, dampening, weight_decay, nesterov, first_step);
+    sgd_kernel<<<grid_for_work((size_t)n, kThreads, 8), kThreads, 0, fl_cuda_stream()>>>(p, g, buf, (size_t)n, s);
+    FL_CUDA_CHECK(cudaGetLastError(), "sgd_kernel launch");
+    return FL_OK;
+}
+
+extern "C" fl_status fl_cuda_dev_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr,
+                                       double beta1, double beta2, double eps, double weight_decay, int64_t step) {
+    if (n < 0) return FL_ERR(FL_EINVAL, "cuda adamw: n must be >= 0, got %lld", (long long)n);
+    return fl_cuda_adamw(p, g, m, v, (size_t)n, lr, beta1, beta2, eps, weight_decay, step, NULL);
+}
+
+namespace {
+
+/* A tensor the msamp entry reads: on the GPU, contiguous, n elements; its data pointer. */
+fl_status msamp_tensor(const fl_tensor *t, const char *what, int64_t n, void **data) {
+    if (!t) return FL_ERR(FL_EINVAL, "cuda msamp_adamw: %s is missing", what);
+    if (t->device != FL_DEV_CUDA || !fl_tensor_is_contiguous(t))
+        return FL_ERR(FL_EINVAL, "cuda msamp_adamw: %s must be a contiguous cuda tensor", what);
+    if (n >= 0 && fl_tensor_numel(t) != n)
+        return FL_ERR(FL_EINVAL, "cuda msamp_adamw: %s has %lld elements, expected %lld", what,
+                      (long long)fl_tensor_numel(t), (long long)n);
+    *data = fl_tensor_data(t);
+    return FL_OK;
+}
+
+/* The per-tensor scale_inv of an FP8 (or scaled) tensor: one fp32 on the GPU. */
+fl_status msamp_scale(const fl_tensor *t, const char *what, float **si) {
+    void *d = NULL;
+    if (!t->scale_inv) return FL_ERR(FL_EINVAL, "cuda msamp_adamw: %s needs its scale_inv", what);
+    if (t->scale_inv->dtype != FL_F32 || t->scale_axis >= 0)
+        return FL_ERR(FL_EINVAL, "cuda msamp_adamw: %s must have one fp32 per-tensor scale", what);
+    FL_TRY(msamp_tensor(t->scale_inv, what, 1, &d));
+    *si = static_cast<float *>(d);
+    return FL_OK;
+}
+
+struct WorkWords {   /* the msamp work words, from the device allocator */
+    void *p = nullptr;
+    ~WorkWords() {
+        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
+    }
+};
+
+}  // namespace
+
+extern "C" fl_status fl_cuda_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v,
+                                             fl_tensor *v_scale_inv, fl_tensor *p_fp8, double lr, double beta1,
+                                             double beta2, double eps, double weight_decay, int64_t step) {
+    fl_cuda_msamp_args a;
+    memset(&a, 0, sizeof a);
+    void *pd = NULL, *gd = NULL, *md = NULL, *vd = NULL, *vsd = NULL, *pfd = NULL;
+    FL_TRY(msamp_tensor(p, "the parameter", -1, &pd));
+    const int64_t n = fl_tensor_numel(p);
+    FL_TRY(msamp_tensor(g, "the gradient", n, &gd));
+    FL_TRY(msamp_tensor(m, "the first moment", n, &md));
+    FL_TRY(msamp_tensor(v, "the second moment", n, &vd));
+    FL_TRY(msamp_tensor(v_scale_inv, "the second-moment scale_inv", 1, &vsd));
+    if (v_scale_inv->dtype != FL_F32)
+        return FL_ERR(FL_EINVAL, "cuda msamp_adamw: the second-moment scale_inv must be fp32");
+    a.p = pd; a.p_dtype = p->dtype;
+    a.g = gd; a.g_dtype = g->dtype;
+    if (is_fp8_dtype(g->dtype)) {
+        float *gsi = NULL;
+        FL_TRY(msamp_scale(g, "the FP8 gradient", &gsi));
+        a.g_scale_inv = gsi;
+    }
+    a.m = md; a.m_dtype = m->dtype;
+    if (m->dtype == FL_E4M3) FL_TRY(msamp_scale(m, "the e4m3 first moment", &a.m_scale_inv));
+    a.v = vd; a.v_dtype = v->dtype;
+    a.v_scale_inv = static_cast<float *>(vsd);
+    if (p_fp8) {
+        FL_TRY(msamp_tensor(p_fp8, "the FP8 weight", n, &pfd));
+        if (p_fp8->dtype != FL_E4M3) return FL_ERR(FL_EINVAL, "cuda msamp_adamw: the FP8 weight must be e4m3");
+        a.p_fp8 = static_cast<uint8_t *>(pfd);
+        FL_TRY(msamp_scale(p_fp8, "the FP8 weight", &a.p_fp8_scale_inv));
+    }
+    a.n = (size_t)n;
+    a.lr = lr; a.beta1 = beta1; a.beta2 = beta2; a.eps = eps; a.weight_decay = weight_decay; a.step = step;
+    FL_TRY(check_msamp(&a));   /* dtypes and scalars, before any allocation */
+    if (n == 0) return FL_OK;
+    const fl_device *dev = fl_device_get(FL_DEV_CUDA);
+    if (!dev) return FL_ERR(FL_EDEVICE, "cuda msamp_adamw: the cuda device is not available");
+    WorkWords w;
+    FL_TRY(dev->alloc(FL_CUDA_MSAMP_WORK_WORDS * sizeof(unsigned), &w.p));
+    /* The words go back to the allocator on return; their next user is ordered after these launches. */
+    return fl_cuda_msamp_adamw(&a, static_cast<unsigned *>(w.p), NULL);
+}
+
 /* ---- the same element code on the host ----------------------------------------------------------- */
+
+/* fl_cuda_dev_sgd's element code over host memory (tests; declared there). */
+extern "C" fl_status fl_cuda_sgd_host(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
+                                      double dampening, double weight_decay, bool nesterov, bool first_step) {
+    FL_TRY(check_sgd(n, p, g, buf, momentum));
+    SgdScalars s = sgd_scalars(lr, momentum, dampening, weight_decay, nesterov, first_step);
+    for (int64_t i = 0; i < n; i++) sgd_elem(p, g, buf, (size_t)i, s);
+    return FL_OK;
+}
 
 extern "C" fl_status fl_cuda_adamw_host(float *p, const float *g, float *m, float *v, size_t n, double lr,
                                         double beta1, double beta2, double eps, double weight_decay, int64_t step) {
