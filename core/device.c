@@ -28,6 +28,20 @@ void fl_device_register(int id, const fl_device *dev) {
     if (id >= 0 && id < FL_DEV_COUNT) fl_devices[id] = dev;
 }
 
+const char *fl_device_unavailable(int id) {
+    if (id == FL_DEV_CPU) return "";
+#ifdef FL_HAVE_CUDA
+    extern const char *fl_cuda_unavailable_reason(void);
+    if (id == FL_DEV_CUDA) {
+        const char *r = fl_cuda_unavailable_reason();
+        return r && r[0] ? r : "no CUDA GPU";
+    }
+    return "unknown device";
+#else
+    return id == FL_DEV_CUDA ? "fp8lab was built without CUDA" : "unknown device";
+#endif
+}
+
 const char *fl_device_name(int id) {
     return (id >= 0 && id < FL_DEV_COUNT) ? fl_device_names[id] : "?";
 }

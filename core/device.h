@@ -112,5 +112,7 @@ const fl_device *fl_device_get(int id);   /* NULL if that device is not availabl
 void fl_device_register(int id, const fl_device *dev);
 const fl_device *fl_cpu_device(void);
 const char *fl_device_name(int id);       /* "cpu", "cuda" */
+/* Why fl_device_get(id) gives NULL ("" for the CPU): for error messages. */
+const char *fl_device_unavailable(int id);
 
 #endif

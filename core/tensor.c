@@ -30,7 +30,7 @@ void fl_tensor_bump(fl_tensor *t) { if (t && t->storage) t->storage->version++; 
 
 static fl_status storage_new(fl_storage **out, int device, size_t nbytes) {
     const fl_device *dev = fl_device_get(device);
-    if (!dev) return FL_ERR(FL_EDEVICE, "device %s is not available", fl_device_name(device));
+    if (!dev) return FL_ERR(FL_EDEVICE, "device %s is not available (%s)", fl_device_name(device), fl_device_unavailable(device));
     fl_storage *s = calloc(1, sizeof *s);
     if (!s) return FL_ERR(FL_ENOMEM, "out of memory allocating a storage header");
     /* Never ask for 0 bytes: empty tensors still get a valid, aligned pointer. */
@@ -528,7 +528,8 @@ static fl_status copy_to_device(fl_tensor **out, const fl_tensor *t, int device)
     *out = NULL;
     const fl_device *sdev, *ddev;
     FL_TRY(device_of(t, &sdev));
-    if (!(ddev = fl_device_get(device))) return FL_ERR(FL_EDEVICE, "device %s is not available", fl_device_name(device));
+    if (!(ddev = fl_device_get(device)))
+        return FL_ERR(FL_EDEVICE, "device %s is not available (%s)", fl_device_name(device), fl_device_unavailable(device));
     fl_tensor *c = NULL, *r = NULL;
     FL_TRY(fl_tensor_contiguous(&c, t));
     fl_status st = fl_tensor_empty(&r, t->dtype, t->ndim, t->shape, device);

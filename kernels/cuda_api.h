@@ -8,7 +8,7 @@
 
 /* Registers the "cuda" device (FL_DEV_CUDA) when a GPU is usable. Called lazily by
  * fl_device_get(FL_DEV_CUDA). Without a GPU/driver it prints, once per process, the line
- * "fp8lab: CUDA built in but no GPU available (<reason>); using the CPU" on stderr and returns
+ * "fp8lab: CUDA built in but no GPU available (<reason>)" on stderr and returns
  * FL_EDEVICE with the reason as the message. Later calls repeat the outcome without printing. */
 fl_status fl_cuda_register(void);
 

@@ -318,7 +318,7 @@ extern "C" fl_status fl_cuda_register(void) {
         return FL_OK;
     }
     if (print) {    /* once per process, and only when someone asked for the GPU */
-        fprintf(stderr, "fp8lab: CUDA built in but no GPU available (%s); using the CPU\n", reason_short);
+        fprintf(stderr, "fp8lab: CUDA built in but no GPU available (%s)\n", reason_short);
         fflush(stderr);
     }
     return FL_ERR(FL_EDEVICE, "no CUDA GPU available: %s", reason);
