@@ -121,6 +121,7 @@ sanitize:
 	  bash scripts/run-tests.sh build-san
 
 bench: all
+	@bash scripts/install-deps.sh bench
 	@bash scripts/bench.sh $(BUILD)
 
 # The main job: train the Fashion-MNIST MLP in FP8 with the default recipe (MS-AMP O2 unless

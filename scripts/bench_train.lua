@@ -17,8 +17,17 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "fp8-format", "str", "HYBRID", "te: HYBRID | E4M3" },
   { "fp8-recipe", "str", "tensorwise", "ao: tensorwise | rowwise | rowwise_with_gw_hp" },
   { "fp8-opt-level", "str", "O2", "msamp: O1 | O2 | O3" },
+  { "layers", "int", 4, "GPT: transformer blocks", 1 },
+  { "d-model", "int", 256, "GPT: embedding width", 1 },
+  { "heads", "int", 4, "GPT: attention heads", 1 },
+  { "seq", "int", 128, "GPT: sequence length", 1 },
+  { "batch", "int", 16, "GPT: sequences per step", 1 },
+  { "vocab", "int", 96, "GPT: vocabulary size", 2 },
+  { "peak-tflops", "num", 989.4, "dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989.4)", 0 },
+  { "cpu", "flag", false, "stay on the CPU even when there is a GPU" },
 }, { usage = "usage: fp8lab scripts/bench_train.lua [options]", about = "Times training steps. Options:" })
 local steps, warmup = opts.steps, opts.warmup
+local gpt_params = 0
 local R = require "fp8._recipe"
 
 local function accelerator()
@@ -31,7 +40,7 @@ local function accelerator()
       or b == "msamp" and fp8.MSAMPRecipeKwargs{ opt_level = opts["fp8-opt-level"] }
       or error("--fp8-backend must be te, ao or msamp", 0)
   end
-  return fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = h and { h } or {} }
+  return fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = h and { h } or {}, cpu = opts.cpu }
 end
 
 local function live_mib(dev)
@@ -85,8 +94,9 @@ end
 
 local function bench_gpt()
   fp8.manual_seed(0)
-  local B, T, V = 16, 128, 96
-  local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = 4, n_head = 4, n_embd = 256 }
+  local B, T, V = opts.batch, opts.seq, opts.vocab
+  local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = opts.layers, n_head = opts.heads, n_embd = opts["d-model"] }
+  gpt_params = model:num_parameters() - T * opts["d-model"]   -- position embeddings do no matmul
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })
   local acc = accelerator()
   model, opt = acc:prepare(model, opt)
@@ -113,5 +123,15 @@ if opts.model == "mlp" or opts.model == "all" then
 end
 if opts.model == "gpt" or opts.model == "all" then
   local ms, act = bench_gpt()
-  print(("model=gpt ms_per_step=%.2f steps=%d peak_rss_mib=%.0f act_mib=%.1f"):format(ms, steps, rss_peak_mib(), act))
+  local line = ("model=gpt ms_per_step=%.2f steps=%d peak_rss_mib=%.0f act_mib=%.1f"):format(ms, steps, rss_peak_mib(), act)
+  -- Throughput and model FLOPs utilisation (PaLM's count: 6·N per token for the weights, 12·L·d·T for
+  -- attention scores and values, forward and backward), against the GPU's dense bf16 peak.
+  local tokens = opts.batch * opts.seq
+  local flops = tokens * (6 * gpt_params + 12 * opts.layers * opts["d-model"] * opts.seq)
+  line = line .. (" params=%d tokens_per_s=%.0f tflops=%.1f"):format(gpt_params, tokens / (ms / 1000), flops / (ms / 1000) / 1e12)
+  if not opts.cpu and fp8.cuda.is_available() then
+    line = line .. (" mfu=%.1f%% gpu_peak_gib=%.2f"):format(100 * flops / (ms / 1000) / (opts["peak-tflops"] * 1e12),
+      fp8.cuda.max_memory_allocated() / 2 ^ 30)
+  end
+  print(line)
 end

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs the Debian 12 packages fp8lab builds, tests and demos with.
 # Idempotent: does nothing when everything is present. Needs root (or sudo) to install.
-# `install-deps.sh fuzz` also installs clang, which only `make fuzz` (libFuzzer) needs.
+# `install-deps.sh fuzz` also installs clang, which only `make fuzz` (libFuzzer) needs;
+# `install-deps.sh bench` the peers `make bench` measures against (Debian's PyTorch with OpenBLAS).
 set -euo pipefail
 PKGS=(build-essential pkg-config lua5.4 liblua5.4-dev libdnnl-dev libyaml-dev zlib1g-dev
       libcjson-dev libreadline-dev lua-busted dataset-fashion-mnist fortunes
@@ -9,7 +10,8 @@ PKGS=(build-essential pkg-config lua5.4 liblua5.4-dev libdnnl-dev libyaml-dev zl
 for group in "$@"; do
   case "$group" in
     fuzz) PKGS+=(clang) ;;
-    *) echo "install-deps: unknown group '$group' (known: fuzz)" >&2; exit 2 ;;
+    bench) PKGS+=(python3-torch libopenblas0-pthread) ;;
+    *) echo "install-deps: unknown group '$group' (known: fuzz, bench)" >&2; exit 2 ;;
   esac
 done
 missing=()

@@ -418,9 +418,10 @@ if ok and help.add then
   help.add { section = sec, name = "data.TextDataset", sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val'}",
     doc = "Character-level text: vocabulary = the file's distinct bytes, sorted. ds:get(i) -> x[T], y[T] (y shifted by one),\n"
        .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string." }
-  help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0}",
+  help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
-       .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator." }
+       .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"
+       .. "loader:to(\"cuda\") hands out batches on the GPU (Accelerator:prepare does this)." }
 end
 
 return M

@@ -63,9 +63,14 @@ add_all {
        .. "The result carries scale_inv: value = decode(byte) * scale_inv." },
   { section = "Quantization", name = "Tensor:dequantize", sig = "q:dequantize() -> Tensor",
     doc = "Back to fp32: decode(byte) * scale_inv." },
-  { section = "Quantization", name = "Tensor:to", sig = "x:to(dtype) -> Tensor",
+  { section = "Quantization", name = "Tensor:to", sig = "x:to(dtype | device) -> Tensor",
     doc = "Converts between \"fp32\", \"bf16\" and \"fp16\" (round to nearest even). FP8 needs a\n"
-       .. "scale: use x:quantize(\"e4m3\"); an FP8 tensor's :to(\"fp32\") dequantizes." },
+       .. "scale: use x:quantize(\"e4m3\"); an FP8 tensor's :to(\"fp32\") dequantizes. x:to(\"cuda\") /\n"
+       .. "x:to(\"cpu\") copy to a device (see Tensor:cuda)." },
+  { section = "Tensors", name = "Tensor:cuda", sig = "x:cuda() / x:cpu() / x:move_(device) -> Tensor",
+    doc = "A copy on the GPU / on the CPU (x itself when already there; FP8 keeps bytes and scales;\n"
+       .. "gradients flow back). x:move_(\"cuda\") moves x's own data (and .grad) in place, as\n"
+       .. "Module:to does. Factories take {dtype=, device=}: fp8.zeros({2, 3}, {device=\"cuda\"})." },
   { section = "Formats", name = "format", sig = "fp8.format(name) -> table",
     doc = "Traits of one dtype: name, bits, exp_bits, mantissa_bits, bias, max, min_normal,\n"
        .. "min_subnormal, has_inf, nan_codes. Names: fp32, bf16, fp16, e4m3, e5m2 (and aliases)." },

@@ -38,7 +38,8 @@ local function add(name, sig, doc) help.add { section = "Training", name = name,
 add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   "Base class of layers. m(x) runs m:forward(x). Assigning a Module or a tensor that requires grad\n"
   .. "to self.x registers it. Methods: parameters(), named_parameters() (dotted names in order),\n"
-  .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad().")
+  .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad(),\n"
+  .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device().")
 add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
 add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true}])",
