@@ -183,18 +183,6 @@ fl_status check_sizes(const char *fn, int64_t B, int64_t H, int64_t T, int64_t D
     return FL_OK;
 }
 
-/* Scratch device memory from the device allocator, given back on every path. */
-struct DevBuf {
-    void *p = nullptr;
-    ~DevBuf() {
-        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
-    }
-    fl_status alloc(size_t n) {
-        const fl_device *d = fl_device_get(FL_DEV_CUDA);
-        if (!d) return FL_ERR(FL_EDEVICE, "cuda sdpa: the cuda device is not available");
-        return d->alloc(n ? n : 1, &p);
-    }
-};
 
 }  // namespace
 
@@ -228,7 +216,7 @@ extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const 
     if (rows == 0 || D == 0) return FL_OK;   /* dq, dk, dv have no elements */
     if (!q || !k || !v || !att || !dout || !dq || !dk || !dv) return FL_ERR(FL_EINVAL, "%s: a NULL array", fn);
     const int64_t sq = T * D, sa = T * T;
-    DevBuf ds;
+    fl_cu_scratch ds;
     FL_TRY(ds.alloc((size_t)(BH * sa) * sizeof(float)));
     float *dsp = static_cast<float *>(ds.p);
     /* dP = dO·Vᵀ: A = dO [T, D], B = V stored [n = T, k = D]. */

@@ -34,12 +34,32 @@ FL_HD double fl_dadd(double a, double b) { return __dadd_rn(a, b); }
 FL_HD double fl_dsub(double a, double b) { return __dsub_rn(a, b); }
 FL_HD double fl_dmul(double a, double b) { return __dmul_rn(a, b); }
 FL_HD double fl_ddiv(double a, double b) { return __ddiv_rn(a, b); }
+FL_HD double fl_dsqrt(double a) { return __dsqrt_rn(a); }
 #else
 FL_HD double fl_dadd(double a, double b) { return a + b; }
 FL_HD double fl_dsub(double a, double b) { return a - b; }
 FL_HD double fl_dmul(double a, double b) { return a * b; }
 FL_HD double fl_ddiv(double a, double b) { return a / b; }
+FL_HD double fl_dsqrt(double a) { return sqrt(a); }
 #endif
+
+/* Scratch device memory from the device's caching allocator, given back on every path (error paths
+ * included). Freeing while queued kernels still use it is safe: all work is ordered on the one stream,
+ * so a block handed out again is only touched by later work. */
+struct fl_cu_scratch {
+    void *p = nullptr;
+    fl_cu_scratch() = default;
+    fl_cu_scratch(const fl_cu_scratch &) = delete;
+    fl_cu_scratch &operator=(const fl_cu_scratch &) = delete;
+    ~fl_cu_scratch() {
+        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
+    }
+    fl_status alloc(size_t bytes) {
+        const fl_device *d = fl_device_get(FL_DEV_CUDA);
+        if (!d) return FL_ERR(FL_EDEVICE, "cuda scratch: the cuda device is not available");
+        return d->alloc(bytes ? bytes : 1, &p);
+    }
+};
 
 /* e^x exactly as core/cpu/cpu_nn_internal.h's fl_nn_expf computes it (2^k·e^r, Cephes' degree-6
  * polynomial, 2^k from two exponent fields), every operation separately rounded as the CPU build does,

@@ -80,19 +80,6 @@ void row_launch_shape(int64_t width, int64_t rows, dim3 *grid, dim3 *block) {
     *grid = dim3((unsigned)(gx < 1 ? 1 : gx < 65535 ? gx : 65535), (unsigned)(gy < 1 ? 1 : gy < 65535 ? gy : 65535));
 }
 
-/* Scratch device memory from the device's caching allocator, given back on every path (safe while
- * queued kernels still use it: all work is ordered on the one stream). */
-struct Scratch {
-    void *p = nullptr;
-    ~Scratch() {
-        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
-    }
-    fl_status alloc(size_t bytes) {
-        const fl_device *d = fl_device_get(FL_DEV_CUDA);
-        if (!d) return FL_ERR(FL_EDEVICE, "cuda scratch: the cuda device is not available");
-        return d->alloc(bytes ? bytes : 1, &p);
-    }
-};
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -109,7 +96,7 @@ extern "C" fl_status fl_cuda_dev_embedding_fwd(const float *idx, int64_t n, cons
     if (!idx || (dim > 0 && (!y || (vocab > 0 && !weight))))
         return FL_ERR(FL_EINVAL, "embedding_fwd on cuda: a NULL buffer");
     cudaStream_t st = fl_cuda_stream();
-    Scratch s;
+    fl_cu_scratch s;
     FL_TRY(s.alloc(sizeof(unsigned long long)));
     unsigned long long *bad = (unsigned long long *)s.p;
     FL_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof *bad, st), "cudaMemsetAsync");
@@ -159,7 +146,7 @@ extern "C" fl_status fl_cuda_dev_embedding_bwd(const float *idx, int64_t n, cons
                   "cub::DeviceRadixSort::SortPairs (size query)");
     /* scratch: [temp][keys in][positions in][keys out][positions out], each 256-byte aligned */
     const size_t arr = round256((size_t)n * sizeof(uint32_t)), tb = round256(temp_bytes);
-    Scratch s;
+    fl_cu_scratch s;
     FL_TRY(s.alloc(tb + 4 * arr));
     char *base = (char *)s.p;
     uint32_t *keys_in = (uint32_t *)(base + tb), *pos_in = (uint32_t *)(base + tb + arr);

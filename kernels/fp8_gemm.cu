@@ -208,19 +208,6 @@ int device_cc(void) {
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* Scratch device memory from the device allocator, given back on every path. Work using it is queued on
- * the one stream, so a block handed out again is only touched after that work. */
-struct DevBuf {
-    void *p = nullptr;
-    ~DevBuf() {
-        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
-    }
-    fl_status alloc(size_t n) {
-        const fl_device *d = fl_device_get(FL_DEV_CUDA);
-        if (!d) return FL_ERR(FL_EDEVICE, "cuda fp8_gemm: the cuda device is not available");
-        return d->alloc(n ? n : 1, &p);
-    }
-};
 
 const char *dtn(fl_dtype t) { return fl_format(t) ? fl_format(t)->name : "an unknown dtype"; }
 
@@ -326,7 +313,7 @@ extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, co
     const bool fp8_ok = K % 16 == 0 && N % 16 == 0 && !(a->dtype == FL_E5M2 && b->dtype == FL_E5M2) && aligned16(d) &&
                         (!a_k || aligned16(ad)) && (!b_k || aligned16(bd)) && device_cc() >= 89;
     if (fp8_ok) {
-        DevBuf acopy, bcopy;
+        fl_cu_scratch acopy, bcopy;
         const void *A = ad, *B = bd;
         if (!a_k) {   /* a stored [K, M] → [M, K] */
             FL_TRY(acopy.alloc((size_t)(M * K)));
@@ -365,7 +352,7 @@ extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, co
         /* cuBLASLt has no FP8 kernel for this case: the bf16 route below gives the same products. */
     }
 
-    DevBuf a16, b16;
+    fl_cu_scratch a16, b16;
     FL_TRY(a16.alloc((size_t)(M * K) * sizeof(uint16_t)));
     FL_TRY(decode_kmajor(ad, a_k, a->dtype, M, K, static_cast<uint16_t *>(a16.p)));
     const void *B16 = cached(FL_BF16);

@@ -13,31 +13,15 @@
  * Tolerance against the CPU (tests/c/test_gpu_nn.c): the per-element operations are the CPU's, mean and
  * rstd round fp64 values computed in another order (equal but for a rare last-bit tie), fp32 sums within
  * 4u(√n + 8) of their Σ|terms| (the CPU's dw/db sums run over rows sequentially, ours in chunks). */
-#include "cuda_common.cuh"
+#include "rows.cuh"
 #include "fl_cuda_host.h"
 #include "cuda_entries.h"
 
 namespace {
 
-constexpr int kWarpRowsBlock = 256;
-constexpr int kRowBlock = 512;
-constexpr int kWarpMaxCols = 1024;
 constexpr int kColTile = 32, kRowLanes = 8;   /* parameter-gradient blocks: 32 columns × 8 row lanes */
 constexpr int64_t kMinChunkRows = 64, kMaxChunks = 256;
 
-#if defined(__CUDA_ARCH__)
-FL_HD double fl_dadd(double a, double b) { return __dadd_rn(a, b); }
-FL_HD double fl_dsub(double a, double b) { return __dsub_rn(a, b); }
-FL_HD double fl_dmul(double a, double b) { return __dmul_rn(a, b); }
-FL_HD double fl_ddiv(double a, double b) { return __ddiv_rn(a, b); }
-FL_HD double fl_dsqrt(double a) { return __dsqrt_rn(a); }
-#else
-FL_HD double fl_dadd(double a, double b) { return a + b; }
-FL_HD double fl_dsub(double a, double b) { return a - b; }
-FL_HD double fl_dmul(double a, double b) { return a * b; }
-FL_HD double fl_ddiv(double a, double b) { return a / b; }
-FL_HD double fl_dsqrt(double a) { return sqrt(a); }
-#endif
 
 /* ---- per-element and per-row maths (host and device) ------------------------------------------------- */
 
@@ -61,37 +45,6 @@ FL_HD float ln_g(float dy, const float *w, int64_t j) { return w ? fl_fmul(dy, w
 FL_HD float ln_gx(float g, float x, float m, float rs) { return fl_fmul(fl_fmul(g, fl_fsub(x, m)), rs); }
 FL_HD float ln_dx(float g, float x, float m, float rs, float a, float c) {
     return fl_fmul(rs, fl_fsub(fl_fsub(g, a), fl_fmul(fl_fmul(fl_fsub(x, m), rs), c)));
-}
-
-/* ---- row groups and reductions (as in softmax.cu) ------------------------------------------------------ */
-
-template <int W> struct Rows {
-    static constexpr int kBlock = W == 32 ? kWarpRowsBlock : W;
-    static constexpr int kPerBlock = kBlock / W;
-    static __device__ __forceinline__ int lane() { return W == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x; }
-    static __device__ __forceinline__ int64_t first() { return (int64_t)blockIdx.x * kPerBlock + threadIdx.x / W; }
-    static __device__ __forceinline__ int64_t step() { return (int64_t)gridDim.x * kPerBlock; }
-};
-
-struct AddF { __device__ float operator()(float a, float b) const { return fl_fadd(a, b); } };
-struct AddD { __device__ double operator()(double a, double b) const { return fl_dadd(a, b); } };
-
-/* Identical in every thread of the group: a commutative xor butterfly inside each warp, then the warps'
- * values in warp order. Block mode: every thread of the block must call it. */
-template <int W, typename T, typename Op>
-__device__ __forceinline__ T group_reduce(T v, Op op) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if constexpr (W > 32) {
-        __shared__ T sh[W / 32];
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-        __syncthreads();
-        v = sh[0];
-#pragma unroll
-        for (int k = 1; k < W / 32; k++) v = op(v, sh[k]);
-    }
-    return v;
 }
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */
@@ -197,25 +150,6 @@ int64_t chunk_rows_for(int64_t rows) {
     return c > kMinChunkRows ? c : kMinChunkRows;
 }
 
-struct Scratch {
-    void *p = nullptr;
-    ~Scratch() {
-        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
-    }
-    fl_status alloc(size_t bytes) {
-        const fl_device *d = fl_device_get(FL_DEV_CUDA);
-        if (!d) return FL_ERR(FL_EDEVICE, "cuda scratch: the cuda device is not available");
-        return d->alloc(bytes ? bytes : 1, &p);
-    }
-};
-
-template <int W>
-unsigned rows_grid(int64_t rows) {
-    int64_t g = (rows + Rows<W>::kPerBlock - 1) / Rows<W>::kPerBlock, cap = (int64_t)fl_cuda_sm_count() * 32;
-    if (g > cap) g = cap;
-    return g > 0 ? (unsigned)g : 1u;
-}
-
 fl_status check_shape(const char *fn, int64_t rows, int64_t cols) {
     if (rows < 0 || cols < 0)
         return FL_ERR(FL_EINVAL, "%s on cuda: negative shape [%lld, %lld]", fn, (long long)rows, (long long)cols);
@@ -263,7 +197,7 @@ extern "C" fl_status fl_cuda_dev_layernorm_bwd(const float *x, const float *w, c
     }
     if (!dw && !db) return FL_OK;
     const int64_t chunk = chunk_rows_for(rows), chunks = (rows + chunk - 1) / chunk;
-    Scratch s;
+    fl_cu_scratch s;
     float *pw = NULL, *pb = NULL;
     if (chunks > 0) {
         FL_TRY(s.alloc(2 * (size_t)chunks * (size_t)cols * sizeof(float)));

@@ -364,12 +364,6 @@ fl_status msamp_scale(const fl_tensor *t, const char *what, float **si) {
     return FL_OK;
 }
 
-struct WorkWords {   /* the msamp work words, from the device allocator */
-    void *p = nullptr;
-    ~WorkWords() {
-        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
-    }
-};
 
 }  // namespace
 
@@ -408,10 +402,8 @@ extern "C" fl_status fl_cuda_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, f
     a.lr = lr; a.beta1 = beta1; a.beta2 = beta2; a.eps = eps; a.weight_decay = weight_decay; a.step = step;
     FL_TRY(check_msamp(&a));   /* dtypes and scalars, before any allocation */
     if (n == 0) return FL_OK;
-    const fl_device *dev = fl_device_get(FL_DEV_CUDA);
-    if (!dev) return FL_ERR(FL_EDEVICE, "cuda msamp_adamw: the cuda device is not available");
-    WorkWords w;
-    FL_TRY(dev->alloc(FL_CUDA_MSAMP_WORK_WORDS * sizeof(unsigned), &w.p));
+    fl_cu_scratch w;
+    FL_TRY(w.alloc(FL_CUDA_MSAMP_WORK_WORDS * sizeof(unsigned)));
     /* The words go back to the allocator on return; their next user is ordered after these launches. */
     return fl_cuda_msamp_adamw(&a, static_cast<unsigned *>(w.p), NULL);
 }

@@ -16,15 +16,12 @@
  * Tolerance against the CPU (tests/c/test_gpu_nn.c): the per-element operations and the maxima are
  * bit-exact; only sums are in another order: fp32 sums within 4u(√cols + 8) of their Σ|terms|, fp64 sums
  * to ~1e-12 relative. MSE backward is bit-exact. */
-#include "cuda_common.cuh"
+#include "rows.cuh"
 #include "fl_cuda_host.h"
 #include "cuda_entries.h"
 
 namespace {
 
-constexpr int kWarpRowsBlock = 256;   /* warp-per-row kernels: 8 rows per block */
-constexpr int kRowBlock = 512;        /* block-per-row kernels */
-constexpr int kWarpMaxCols = 1024;    /* above this a row gets a whole block */
 constexpr int kSumThreads = 256;
 
 
@@ -79,46 +76,6 @@ CeGrad ce_grad_scalars(int64_t cnt, int64_t cols, float label_smoothing, float d
 FL_HD double sq_diff(float x, float y) {
     double d = fl_dsub((double)x, (double)y);
     return fl_dmul(d, d);
-}
-
-/* ---- row groups and reductions ---------------------------------------------------------------------- */
-
-/* W = 32: one warp per row, kWarpRowsBlock/32 rows per block; W = kRowBlock: one block per row. */
-template <int W> struct Rows {
-    static constexpr int kBlock = W == 32 ? kWarpRowsBlock : W;
-    static constexpr int kPerBlock = kBlock / W;
-    static __device__ __forceinline__ int lane() { return W == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x; }
-    static __device__ __forceinline__ int64_t first() { return (int64_t)blockIdx.x * kPerBlock + threadIdx.x / W; }
-    static __device__ __forceinline__ int64_t step() { return (int64_t)gridDim.x * kPerBlock; }
-};
-
-struct AddF { __device__ float operator()(float a, float b) const { return fl_fadd(a, b); } };
-struct AddD { __device__ double operator()(double a, double b) const { return fl_dadd(a, b); } };
-/* Symmetric in its operands (a +0/−0 tie gives +0 whichever comes first), so every lane of a butterfly
- * ends with the same value. Operands are never NaN (per-thread maxima start at −inf and skip NaN). */
-struct MaxF {
-    __device__ float operator()(float a, float b) const {
-        return a > b ? a : b > a ? b : (signbit(a) ? b : a);
-    }
-};
-
-/* The group's reduction of v, identical in every thread of the group (the op is commutative, so both
- * lanes of each butterfly pair compute the same value; the warps' values are then combined in warp order
- * by every thread). Block mode: every thread of the block must call it. */
-template <int W, typename T, typename Op>
-__device__ __forceinline__ T group_reduce(T v, Op op) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if constexpr (W > 32) {
-        __shared__ T sh[W / 32];
-        __syncthreads();                     /* the previous call's readers are done */
-        if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-        __syncthreads();
-        v = sh[0];
-#pragma unroll
-        for (int k = 1; k < W / 32; k++) v = op(v, sh[k]);
-    }
-    return v;
 }
 
 template <int W>
@@ -260,27 +217,6 @@ __global__ void __launch_bounds__(kSumThreads) mse_bwd_kernel(const float *x, co
 
 /* ---- launch helpers ------------------------------------------------------------------------------------- */
 
-/* Scratch device memory from the device's caching allocator, given back on every path. Freeing while
- * kernels that use it are queued is safe: all work is ordered on the one stream. */
-struct Scratch {
-    void *p = nullptr;
-    ~Scratch() {
-        if (p) fl_device_get(FL_DEV_CUDA)->free(p);
-    }
-    fl_status alloc(size_t bytes) {
-        const fl_device *d = fl_device_get(FL_DEV_CUDA);
-        if (!d) return FL_ERR(FL_EDEVICE, "cuda scratch: the cuda device is not available");
-        return d->alloc(bytes ? bytes : 1, &p);
-    }
-};
-
-template <int W>
-unsigned rows_grid(int64_t rows) {
-    int64_t g = (rows + Rows<W>::kPerBlock - 1) / Rows<W>::kPerBlock, cap = (int64_t)fl_cuda_sm_count() * 32;
-    if (g > cap) g = cap;
-    return g > 0 ? (unsigned)g : 1u;
-}
-
 fl_status check_shape(const char *fn, int64_t rows, int64_t cols) {
     if (rows < 0 || cols < 0)
         return FL_ERR(FL_EINVAL, "%s on cuda: negative shape [%lld, %lld]", fn, (long long)rows, (long long)cols);
@@ -357,7 +293,7 @@ extern "C" fl_status fl_cuda_dev_cross_entropy_fwd(const float *logits, const fl
     }
     cudaStream_t st = fl_cuda_stream();
     /* scratch: [flags: 2 words][total][row losses: rows] */
-    Scratch s;
+    fl_cu_scratch s;
     FL_TRY(s.alloc((3 + (size_t)rows) * sizeof(double)));
     unsigned long long *flags = (unsigned long long *)s.p;
     double *total = (double *)s.p + 2, *buf = total + 1;
@@ -395,7 +331,7 @@ extern "C" fl_status fl_cuda_dev_cross_entropy_bwd(const float *logits, const fl
     if (rows == 0) return FL_OK;
     if (!logits || !target || !dlogits) return FL_ERR(FL_EINVAL, "cross_entropy_bwd on cuda: a NULL buffer");
     cudaStream_t st = fl_cuda_stream();
-    Scratch s;
+    fl_cu_scratch s;
     FL_TRY(s.alloc(2 * sizeof(unsigned long long)));
     int64_t cnt = 0;
     FL_TRY(ce_check(target, rows, cols, ignore_index, (unsigned long long *)s.p, &cnt, st));
@@ -414,7 +350,7 @@ extern "C" fl_status fl_cuda_dev_mse_fwd(const float *x, const float *y, int64_t
     /* A grid fixed by n alone (not by the GPU), so the order of the sum is too. */
     int64_t blocks = (n + kSumThreads - 1) / kSumThreads;
     if (blocks > 1024) blocks = 1024;
-    Scratch s;
+    fl_cu_scratch s;
     FL_TRY(s.alloc((1 + (size_t)blocks) * sizeof(double)));
     double *out = (double *)s.p, *partial = out + 1;
     mse_partial_kernel<<<(unsigned)blocks, kSumThreads, 0, st>>>(x, y, n, partial);
