@@ -77,7 +77,7 @@ probes:
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h kernels/*.h)
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h kernels/*.h tests/c/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LUA_CFLAGS) -c $< -o $@
 

@@ -43,6 +43,22 @@ FL_HD double fl_ddiv(double a, double b) { return a / b; }
 FL_HD double fl_dsqrt(double a) { return sqrt(a); }
 #endif
 
+/* The checks an entry makes on a tensor it is handed: present, a known dtype, on the device the entry
+ * runs on (CUDA, or the host for the host runs of the device code), at most FL_MAX_DIMS dims, storage
+ * behind a non-empty tensor. Messages say "<op> on cuda: <role> ...". */
+static inline fl_status fl_cu_check_tensor(const fl_tensor *t, bool host, const char *op, const char *role) {
+    if (!t) return FL_ERR(FL_EINVAL, "%s on cuda: the %s tensor is missing", op, role);
+    if ((unsigned)t->dtype >= FL_DTYPE_COUNT) return FL_ERR(FL_EINVAL, "%s on cuda: %s has dtype %d", op, role, (int)t->dtype);
+    const int want = host ? FL_DEV_CPU : FL_DEV_CUDA;
+    if (t->device != want)
+        return FL_ERR(FL_EINVAL, "%s on cuda: %s is a %s tensor, expected %s", op, role, fl_device_name(t->device),
+                      host ? "cpu (host run)" : "cuda");
+    if (t->ndim < 0 || t->ndim > FL_MAX_DIMS) return FL_ERR(FL_EINVAL, "%s on cuda: %s has %d dims", op, role, t->ndim);
+    if (fl_tensor_numel(t) > 0 && (!t->storage || !t->storage->data))
+        return FL_ERR(FL_EINVAL, "%s on cuda: %s has no storage", op, role);
+    return FL_OK;
+}
+
 /* Scratch device memory from the device's caching allocator, given back on every path (error paths
  * included). Freeing while queued kernels still use it is safe: all work is ordered on the one stream,
  * so a block handed out again is only touched by later work. */

@@ -368,20 +368,6 @@ fl_status ew_run(const EwPlan &p, const EwOp &o, bool host) {
 const char *dname(int dt) { return fl_format((fl_dtype)dt) ? fl_format((fl_dtype)dt)->name : "?"; }
 bool is_fp8(int dt) { return dt == FL_E4M3 || dt == FL_E5M2; }
 
-/* The device the entry runs on: CUDA, or the host for the host runs of the device code. */
-fl_status check_tensor(const fl_tensor *t, bool host, const char *op, const char *role) {
-    if (!t) return FL_ERR(FL_EINVAL, "%s on cuda: the %s tensor is missing", op, role);
-    if ((unsigned)t->dtype >= FL_DTYPE_COUNT) return FL_ERR(FL_EINVAL, "%s on cuda: %s has dtype %d", op, role, (int)t->dtype);
-    const int want = host ? FL_DEV_CPU : FL_DEV_CUDA;
-    if (t->device != want)
-        return FL_ERR(FL_EINVAL, "%s on cuda: %s is a %s tensor, expected %s", op, role, fl_device_name(t->device),
-                      host ? "cpu (host run)" : "cuda");
-    if (t->ndim < 0 || t->ndim > FL_MAX_DIMS) return FL_ERR(FL_EINVAL, "%s on cuda: %s has %d dims", op, role, t->ndim);
-    if (fl_tensor_numel(t) > 0 && (!t->storage || !t->storage->data))
-        return FL_ERR(FL_EINVAL, "%s on cuda: %s has no storage", op, role);
-    return FL_OK;
-}
-
 fl_status check_same_shape(const fl_tensor *dst, const fl_tensor *t, const char *op, const char *role) {
     if (fl_shape_equal(dst->ndim, dst->shape, t->ndim, t->shape)) return FL_OK;
     char a[200], b[200];
@@ -390,8 +376,8 @@ fl_status check_same_shape(const fl_tensor *dst, const fl_tensor *t, const char 
 }
 
 fl_status copy_impl(fl_tensor *dst, const fl_tensor *src, bool host) {
-    FL_TRY(check_tensor(dst, host, "copy", "destination"));
-    FL_TRY(check_tensor(src, host, "copy", "source"));
+    FL_TRY(fl_cu_check_tensor(dst, host, "copy", "destination"));
+    FL_TRY(fl_cu_check_tensor(src, host, "copy", "source"));
     FL_TRY(check_same_shape(dst, src, "copy", "the source"));
     if (dst->dtype != src->dtype && (is_fp8(dst->dtype) || is_fp8(src->dtype)))
         return FL_ERR(FL_EINVAL, "copy: %s to %s needs quantize/dequantize", dname(src->dtype), dname(dst->dtype));
@@ -403,7 +389,7 @@ fl_status copy_impl(fl_tensor *dst, const fl_tensor *src, bool host) {
 }
 
 fl_status fill_impl(fl_tensor *dst, double value, bool host) {
-    FL_TRY(check_tensor(dst, host, "fill", "destination"));
+    FL_TRY(fl_cu_check_tensor(dst, host, "fill", "destination"));
     if (!fl_tensor_is_contiguous(dst)) return FL_ERR(FL_EINVAL, "fill on cuda: expected a contiguous destination");
     const int64_t n = fl_tensor_numel(dst);
     if (n == 0) return FL_OK;
@@ -440,9 +426,9 @@ fl_status fill_impl(fl_tensor *dst, double value, bool host) {
 fl_status binary_impl(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool host) {
     if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "binary op on cuda: unknown op %d", (int)op);
     const char *name = fl_binop_names[op];
-    FL_TRY(check_tensor(dst, host, name, "destination"));
-    FL_TRY(check_tensor(a, host, name, "a"));
-    FL_TRY(check_tensor(b, host, name, "b"));
+    FL_TRY(fl_cu_check_tensor(dst, host, name, "destination"));
+    FL_TRY(fl_cu_check_tensor(a, host, name, "a"));
+    FL_TRY(fl_cu_check_tensor(b, host, name, "b"));
     FL_TRY(check_same_shape(dst, a, name, "a"));
     FL_TRY(check_same_shape(dst, b, name, "b"));
     EwPlan p;
@@ -455,8 +441,8 @@ fl_status binary_impl(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_
 fl_status binary_scalar_impl(fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool first, bool host) {
     if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "scalar op on cuda: unknown op %d", (int)op);
     const char *name = fl_binop_names[op];
-    FL_TRY(check_tensor(dst, host, name, "destination"));
-    FL_TRY(check_tensor(a, host, name, "a"));
+    FL_TRY(fl_cu_check_tensor(dst, host, name, "destination"));
+    FL_TRY(fl_cu_check_tensor(a, host, name, "a"));
     FL_TRY(check_same_shape(dst, a, name, "a"));
     EwPlan p;
     const fl_tensor *ts[2] = { dst, a };
@@ -468,8 +454,8 @@ fl_status binary_scalar_impl(fl_binop op, fl_tensor *dst, const fl_tensor *a, do
 fl_status unary_impl(fl_unop op, fl_tensor *dst, const fl_tensor *a, bool host) {
     if ((int)op < 0 || op >= FL_UNOP_COUNT) return FL_ERR(FL_EINVAL, "unary op on cuda: unknown op %d", (int)op);
     const char *name = fl_unop_names[op];
-    FL_TRY(check_tensor(dst, host, name, "destination"));
-    FL_TRY(check_tensor(a, host, name, "a"));
+    FL_TRY(fl_cu_check_tensor(dst, host, name, "destination"));
+    FL_TRY(fl_cu_check_tensor(a, host, name, "a"));
     FL_TRY(check_same_shape(dst, a, name, "a"));
     EwPlan p;
     const fl_tensor *ts[2] = { dst, a };

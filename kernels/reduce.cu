@@ -470,19 +470,6 @@ fl_status dispatch_cols(int dt, const ColPlan &p, bool host) {
 
 /* ---- entries -------------------------------------------------------------------------------------- */
 
-fl_status check_tensor(const fl_tensor *t, bool host, const char *op, const char *role) {
-    if (!t) return FL_ERR(FL_EINVAL, "%s on cuda: the %s tensor is missing", op, role);
-    if ((unsigned)t->dtype >= FL_DTYPE_COUNT) return FL_ERR(FL_EINVAL, "%s on cuda: %s has dtype %d", op, role, (int)t->dtype);
-    const int want = host ? FL_DEV_CPU : FL_DEV_CUDA;
-    if (t->device != want)
-        return FL_ERR(FL_EINVAL, "%s on cuda: %s is a %s tensor, expected %s", op, role, fl_device_name(t->device),
-                      host ? "cpu (host run)" : "cuda");
-    if (t->ndim < 0 || t->ndim > FL_MAX_DIMS) return FL_ERR(FL_EINVAL, "%s on cuda: %s has %d dims", op, role, t->ndim);
-    if (fl_tensor_numel(t) > 0 && (!t->storage || !t->storage->data))
-        return FL_ERR(FL_EINVAL, "%s on cuda: %s has no storage", op, role);
-    return FL_OK;
-}
-
 fl_status reduce_contig(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim, bool host) {
     const char *name = fl_redop_names[op];
     int64_t outer = 1, size = fl_tensor_numel(a), inner = 1;
@@ -519,8 +506,8 @@ fl_status reduce_contig(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim
 fl_status reduce_impl(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim, bool host) {
     if ((int)op < 0 || op >= FL_REDOP_COUNT) return FL_ERR(FL_EINVAL, "reduce on cuda: unknown reduction %d", (int)op);
     const char *name = fl_redop_names[op];
-    FL_TRY(check_tensor(dst, host, name, "destination"));
-    FL_TRY(check_tensor(a, host, name, "input"));
+    FL_TRY(fl_cu_check_tensor(dst, host, name, "destination"));
+    FL_TRY(fl_cu_check_tensor(a, host, name, "input"));
     if (dim >= a->ndim && a->ndim > 0)
         return FL_ERR(FL_EINVAL, "%s on cuda: dim %d out of range for a %d-d tensor", name, dim, a->ndim);
     if (fl_tensor_is_contiguous(a)) return reduce_contig(op, dst, a, dim, host);
@@ -532,7 +519,7 @@ fl_status reduce_impl(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim, 
 }
 
 fl_status sumsq_impl(const fl_tensor *t, double *out, bool host) {
-    FL_TRY(check_tensor(t, host, "sumsq", "input"));
+    FL_TRY(fl_cu_check_tensor(t, host, "sumsq", "input"));
     if (!out) return FL_ERR(FL_EINVAL, "sumsq on cuda: no result pointer");
     if (t->dtype != FL_F32 && t->dtype != FL_BF16 && t->dtype != FL_F16)
         return FL_ERR(FL_EINVAL, "sumsq on cuda: expected an fp32, bf16 or fp16 tensor, got %s", fl_format(t->dtype)->name);

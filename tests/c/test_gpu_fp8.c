@@ -6,6 +6,7 @@
  * without one; the *_on_host tests run the kernels' own __host__ __device__ code on the host, and the
  * argument checks run before any CUDA call, so both run everywhere CUDA is built in. */
 #include "runner.h"
+#include "gpu_test.h"
 #include "device.h"
 #include "format.h"
 #include "optim.h"
@@ -27,29 +28,7 @@ TEST(gpu_fp8_kernels_not_built) { printf("  skipped: built without CUDA\n"); }
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
 
-static const fl_device *gpu_or_skip(void) {
-    const fl_device *d = fl_device_get(FL_DEV_CUDA);
-    if (!d) printf("  skipped: no GPU\n");
-    return d;
-}
 
-static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static float from_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
-static bool same_float(float a, float b) { return bits_of(a) == bits_of(b) || (a != a && b != b); }
-
-/* Device allocations of one test, freed together. */
-typedef struct { const fl_device *d; void *p[64]; int n; } pool;
-static void *dalloc(pool *pl, size_t bytes) {
-    void *p = NULL;
-    if (pl->n == 64 || pl->d->alloc(bytes ? bytes : 1, &p) != FL_OK) return NULL;
-    return pl->p[pl->n++] = p;
-}
-static void *dput(pool *pl, const void *host, size_t bytes) {
-    void *p = dalloc(pl, bytes);
-    if (p && bytes && pl->d->from_host(p, host, bytes) != FL_OK) return NULL;
-    return p;
-}
-static void pool_free(pool *pl) { for (int i = 0; i < pl->n; i++) pl->d->free(pl->p[i]); pl->n = 0; }
 
 /* Random normals at several magnitudes plus the values where casts go wrong (as in test_gpu_quantize.c). */
 static void fill_test_data(float *x, size_t n, uint64_t seed, bool specials) {

@@ -8,6 +8,7 @@
  * on the host (fl_cuda_nn_*_host), and the argument checks run before any CUDA call, so both run
  * everywhere CUDA is built in. */
 #include "runner.h"
+#include "gpu_test.h"
 #include "device.h"
 #include "error.h"
 #include "rng.h"
@@ -144,9 +145,6 @@ static float *fcopy(const float *x, int64_t n) {
     return p;
 }
 
-static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static float from_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
-static bool same_float(float a, float b) { return bits_of(a) == bits_of(b) || (a != a && b != b); }
 
 #define U24 (1.0 / 16777216.0)   /* the fp32 unit roundoff 2^-24 */
 /* Two fp32 sums of the same terms in different orders differ by at most u·(d1 + d2)·Σ|terms|, d the
@@ -196,26 +194,6 @@ static bool check_tol(int *fl__failed, const char *what, const float *got, const
     return bad == 0;
 }
 
-static const fl_device *gpu_or_skip(void) {
-    const fl_device *d = fl_device_get(FL_DEV_CUDA);
-    if (!d) printf("  skipped: no GPU\n");
-    return d;
-}
-
-/* Device allocations of one test, freed together. */
-typedef struct { const fl_device *d; void *p[64]; int n; } pool;
-static void *dalloc(pool *pl, size_t bytes) {
-    void *p = NULL;
-    if (pl->n == 64 || pl->d->alloc(bytes ? bytes : 1, &p) != FL_OK) return NULL;
-    return pl->p[pl->n++] = p;
-}
-static void *dput(pool *pl, const void *host, size_t bytes) {
-    void *p = dalloc(pl, bytes);
-    if (p && bytes && pl->d->from_host(p, host, bytes) != FL_OK) return NULL;
-    return p;
-}
-static fl_status dget(pool *pl, void *host, const void *dev, size_t bytes) { return pl->d->to_host(host, dev, bytes); }
-static void pool_free(pool *pl) { for (int i = 0; i < pl->n; i++) pl->d->free(pl->p[i]); pl->n = 0; }
 
 #define FB(n) ((size_t)(n) * sizeof(float))
 

@@ -9,6 +9,7 @@
  * __host__ __device__ code (the same plans and loops) on host memory, which works wherever CUDA is built
  * in, and gpu_* runs on the GPU, passing with "skipped: no GPU" without one. */
 #include "runner.h"
+#include "gpu_test.h"
 #include "device.h"
 #include "format.h"
 #include "ops.h"
@@ -48,16 +49,8 @@ static const impl HOST_RUN = { "host run", FL_DEV_CPU, fl_cuda_copy_host, fl_cud
 static const impl GPU_RUN = { "gpu", FL_DEV_CUDA, fl_cuda_dev_copy, fl_cuda_dev_fill, fl_cuda_dev_binary,
                               fl_cuda_dev_binary_scalar, fl_cuda_dev_unary, fl_cuda_dev_reduce, fl_cuda_dev_sumsq };
 
-static const fl_device *gpu_or_skip(void) {
-    const fl_device *d = fl_device_get(FL_DEV_CUDA);
-    if (!d) printf("  skipped: no GPU\n");
-    return d;
-}
-
 static size_t esz(fl_dtype t) { return fl_format(t)->size; }
 static const char *dtn(fl_dtype t) { return fl_format(t)->name; }
-static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static float from_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
 /* ---- element codes ---------------------------------------------------------------------------------- */
 

@@ -2,6 +2,7 @@
  * (core/format.c, independent of kernels/): bytes, amax and counters bit-exact, per tensor and per
  * row. Every test is named gpu_* (make test-gpu) and passes with "skipped: no GPU" without a device. */
 #include "runner.h"
+#include "gpu_test.h"
 #include "device.h"
 #include "format.h"
 #include "rng.h"
@@ -12,14 +13,6 @@
 #include "../../kernels/cuda_api.h"
 #endif
 
-static const fl_device *gpu_or_skip(void) {
-    const fl_device *d = fl_device_get(FL_DEV_CUDA);
-    if (!d) printf("  skipped: no GPU\n");
-    return d;
-}
-
-static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static float from_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
 /* Random normals at several magnitudes plus the values where casts go wrong: signed zeros, NaN,
  * infinities, fp32 subnormals, FP8 max, the overflow boundary and exact rounding midpoints. */

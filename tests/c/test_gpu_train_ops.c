@@ -6,6 +6,7 @@
  * on the host (exp, softmax rows, SGD elements, FP8 → bf16 decode, tiled transpose, GEMM epilogue), and
  * the argument checks run before any CUDA call, so both run wherever CUDA is built in. */
 #include "runner.h"
+#include "gpu_test.h"
 #include "cpu/cpu_nn_internal.h"
 #include "device.h"
 #include "format.h"
@@ -32,27 +33,7 @@ TEST(gpu_train_ops_not_built) { printf("  skipped: built without CUDA\n"); }
 
 #define FP32_U (1.0 / 16777216.0)   /* 2^-24: fp32's unit roundoff */
 
-static const fl_device *gpu_or_skip(void) {
-    const fl_device *d = fl_device_get(FL_DEV_CUDA);
-    if (!d) printf("  skipped: no GPU\n");
-    return d;
-}
 
-static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-
-/* Device allocations of one test, freed together. */
-typedef struct { const fl_device *d; void *p[64]; int n; } pool;
-static void *dalloc(pool *pl, size_t bytes) {
-    void *p = NULL;
-    if (pl->n == 64 || pl->d->alloc(bytes ? bytes : 1, &p) != FL_OK) return NULL;
-    return pl->p[pl->n++] = p;
-}
-static void *dput(pool *pl, const void *host, size_t bytes) {
-    void *p = dalloc(pl, bytes);
-    if (p && bytes && pl->d->from_host(p, host, bytes) != FL_OK) return NULL;
-    return p;
-}
-static void pool_free(pool *pl) { for (int i = 0; i < pl->n; i++) pl->d->free(pl->p[i]); pl->n = 0; }
 
 static uint64_t xs_state = 0x2545F4914F6CDD1Dull;
 static uint64_t xs_next(void) { xs_state ^= xs_state << 13; xs_state ^= xs_state >> 7; xs_state ^= xs_state << 17; return xs_state; }
