@@ -100,12 +100,13 @@ typedef struct fl_device {
      * dst [M, N] fp32 contiguous = (Σ_k dec(a)[m, k]·dec(b)[k, n]) · sa[m] · sb[n] (+ bias[n]), fp32
      * accumulation of exact FP8 products. a [M, K] and b [K, N] are FP8 tensors, each contiguous or the
      * transposed view of a contiguous one; a's scale_inv is per tensor or one per row (scale_axis 0),
-     * b's per tensor or one per column (scale_axis 1); bias fp32/bf16/fp16 [N] or NULL. b_cache
-     * (optional): a slot where the device keeps what it derives from b's bytes (the CPU: their bf16
-     * decode; CUDA: a K-major copy) to reuse on the next call with the same bytes; the caller clears
-     * and releases it when b's bytes change. */
+     * b's per tensor or one per column (scale_axis 1); bias fp32/bf16/fp16 [N] or NULL. a_cache, b_cache
+     * (optional): slots where the device keeps what it derives from a's / b's bytes (the CPU: their bf16
+     * decode; CUDA: b's K-major copy) to reuse on the next call with the same bytes in either orientation
+     * (the weight in fprop and dgrad, dY in dgrad and wgrad); the caller releases a slot when the bytes
+     * change. A device may leave a slot unused. */
     fl_status (*fp8_gemm)(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **b_cache);
+                          fl_tensor **a_cache, fl_tensor **b_cache);
 } fl_device;
 
 const fl_device *fl_device_get(int id);   /* NULL if that device is not available */

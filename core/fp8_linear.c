@@ -130,16 +130,17 @@ static fl_status cast_role(fl_tensor **q, const fl_tensor *src32, fl_scaling *s,
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
 
 /* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
- * their scales (device.h fp8_gemm; transposed views are read as they are). b_cache: the layer's slot for
- * what the device derives from the cached FP8 weight's bytes, or NULL. */
+ * their scales (device.h fp8_gemm; transposed views are read as they are). a_cache / b_cache: slots for
+ * what the device derives from a's / b's bytes (dY shared by dgrad and wgrad; the cached FP8 weight), or
+ * NULL. */
 static fl_status gemm_fp8(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **b_cache) {
+                          fl_tensor **a_cache, fl_tensor **b_cache) {
     *out = NULL;
     const fl_device *dev = fl_device_get(a->device);
     if (!dev || !dev->fp8_gemm) return FL_ERR(FL_EUNSUPPORTED, "fp8 gemm is not supported on %s", fl_device_name(a->device));
     int64_t shape[2] = { a->shape[0], b->shape[1] };
     FL_TRY(fl_tensor_empty(out, FL_F32, 2, shape, a->device));
-    fl_status st = fl_tensor_numel(*out) ? dev->fp8_gemm(*out, a, b, bias, b_cache) : FL_OK;
+    fl_status st = fl_tensor_numel(*out) ? dev->fp8_gemm(*out, a, b, bias, a_cache, b_cache) : FL_OK;
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
@@ -212,6 +213,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
     bool fp8_dx = need_dx && !l->hp[1], fp8_dw = need_dw && !l->hp[2] && l->gran != FL_GRAN_ROWWISE_GW_HP;
     int64_t gs[2] = { -1, M };
     fl_tensor *g2 = NULL, *g32 = NULL, *gq = NULL, *gqc = NULL, *t = NULL, *tt = NULL, *wq2 = NULL, *xq2 = NULL;
+    fl_tensor *gq_dev = NULL;   /* what the device derived from gq's bytes: shared by dgrad and wgrad */
     l->backwards++;
     fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
     if (st == FL_OK) st = as_f32(&g32, g2);
@@ -225,7 +227,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             st = cast_role(&gq, g32, sg, -1, record);
             if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, false);   /* fprop ran in high precision */
             const fl_tensor *wq = n->saved[SV_W] ? n->saved[SV_W] : wq2;
-            if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, wcache(l, wq));
+            if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, &gq_dev, wcache(l, wq));
         } else {
             /* dY per row; W per column (ROWWISE) or per tensor (GW_HP), current power-of-two scales. */
             fl_tensor *w32 = NULL;
@@ -235,7 +237,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             if (st == FL_OK) st = as_f32(&w32, n->saved[SV_W]);
             if (st == FL_OK) st = cast_role(&wq2, w32, &ws, l->gran == FL_GRAN_ROWWISE ? 1 : -1, false);
             fl_tensor_release(w32);
-            if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL);
+            if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL);
         }
         if (st == FL_OK) st = fl_tensor_reshape(&gin[0], t, x->ndim, x->shape);
         fl_tensor_release(t); t = NULL;
@@ -256,7 +258,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
                 fl_tensor_release(x32);
             }
             if (st == FL_OK) st = transposed(&tt, gq);
-            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, NULL);
+            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, &gq_dev, NULL);
         } else {
             /* ROWWISE: dY per column (one scale per output feature), X per column (per input feature). */
             fl_tensor *x32 = NULL;
@@ -268,10 +270,11 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             if (st == FL_OK) st = cast_role(&xq2, x32, &xs, 1, false);
             fl_tensor_release(x32);
             if (st == FL_OK) st = transposed(&tt, gqc);
-            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL);
+            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL, NULL);
         }
     }
     if (st == FL_OK && need_db) st = fl_reduce_raw(&gin[2], FL_OP_SUM, g32, 0, false);
+    fl_tensor_release(gq_dev);
     fl_tensor_release(tt);
     fl_tensor_release(gq);
     fl_tensor_release(gqc);
@@ -339,7 +342,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
         if (st == FL_OK) st = cast_role(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
         fl_tensor *wt = NULL;
         if (st == FL_OK) st = transposed(&wt, wq);
-        if (st == FL_OK) st = gemm_fp8(&y2, xq, wt, b, rowwise ? NULL : wcache(l, wq));
+        if (st == FL_OK) st = gemm_fp8(&y2, xq, wt, b, NULL, rowwise ? NULL : wcache(l, wq));
         fl_tensor_release(wt);
     }
     if (st == FL_OK) st = fl_tensor_view(out, y2, x->ndim, ys);

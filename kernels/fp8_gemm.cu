@@ -9,7 +9,7 @@
  * (core/fp8_linear.c gemm_scaled), separately rounded. Where the FP8 GEMM cannot run (k or n not multiples
  * of 16, an unaligned operand, e5m2 × e5m2, a GPU below sm_89, or cuBLASLt refusing it) both operands are
  * decoded exactly to bf16 (K-major) and multiplied by a bf16 GEMM with fp32 accumulation — the same exact
- * products — followed by the same epilogue. b_cache keeps what was derived from b's bytes: its K-major
+ * products — followed by the same epilogue. a_cache is left unused; b_cache keeps what was derived from b's bytes: its K-major
  * FP8 copy (dtype b's) or its K-major bf16 decode (dtype bf16), both [N, K].
  * Deterministic: every output element is written by one thread; the GEMMs are cuBLASLt's.
  * Tolerance (tests/c/test_gpu_train_ops.c): |gpu − ref| ≤ max(1e-5, (K+2)·2^-24)·|sa·sb|·Σ|a·b| + 2^-21·|ref|
@@ -250,7 +250,8 @@ fl_status make_cache(fl_tensor **slot, fl_dtype dt, int64_t N, int64_t K, Fill f
 }  // namespace
 
 extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                                          fl_tensor **b_cache) {
+                                          fl_tensor **a_cache, fl_tensor **b_cache) {
+    (void)a_cache;   /* a's K-major copy is needed only once per use (wgrad's dYᵀ): nothing to reuse */
     FL_TRY(check_operand(a, "a"));
     FL_TRY(check_operand(b, "b"));
     const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];

@@ -88,9 +88,9 @@ static fl_status decoded(fl_tensor **out, const fl_tensor *q, fl_tensor **cache)
 }
 
 fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **b_cache) {
+                          fl_tensor **a_cache, fl_tensor **b_cache) {
     fl_tensor *ad = NULL, *bd = NULL, *acc = NULL, *b32 = NULL;
-    fl_status st = decoded(&ad, a, NULL);
+    fl_status st = decoded(&ad, a, a_cache);
     if (st == FL_OK) st = decoded(&bd, b, b_cache);
     /* (oneDNN 2.6 can fuse a run-time output scale and the bias into the GEMM, but then picks a
      * non-JIT bf16 kernel here: ~1.6x slower per step than this separate pass, measured.) */

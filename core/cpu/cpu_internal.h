@@ -80,7 +80,7 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
                              int64_t step);
 fl_status fl_cpu_sumsq(const fl_tensor *t, double *out);
 fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **b_cache);
+                          fl_tensor **a_cache, fl_tensor **b_cache);
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */
 static inline void fl_cpu_split_axis(const fl_tensor *t, int axis, int64_t *outer, int64_t *size, int64_t *inner) {
