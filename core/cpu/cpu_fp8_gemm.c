@@ -60,14 +60,18 @@ fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q) {
 
 /* q's bytes decoded into a bf16 tensor of q's shape and strides: q is contiguous or the transposed
  * view of a contiguous tensor (base); the decode is of the base, transposed back as a view. `cache`
- * (optional) holds the base's decode across calls. */
+ * (optional) holds the base's decode across calls, which may see the base in either orientation. With a
+ * dim of 1 both readings of q describe the same bytes in the same order, so the cached decode is
+ * re-viewed in the base shape this call implies rather than trusted to have it. */
 static fl_status decoded(fl_tensor **out, const fl_tensor *q, fl_tensor **cache) {
     *out = NULL;
     bool tr = !fl_tensor_is_contiguous(q);
-    fl_tensor *base = NULL, *dec = NULL;
+    int64_t base_shape[2] = { tr ? q->shape[1] : q->shape[0], tr ? q->shape[0] : q->shape[1] };
+    fl_tensor *dec = NULL;
     if (cache && *cache) {
-        dec = fl_tensor_retain(*cache);
+        FL_TRY(fl_tensor_view(&dec, *cache, 2, base_shape));
     } else {
+        fl_tensor *base = NULL;
         if (tr) {
             fl_status st = fl_tensor_transpose(&base, q, 0, 1);
             if (st == FL_OK && !fl_tensor_is_contiguous(base))
