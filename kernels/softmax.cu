@@ -232,6 +232,18 @@ fl_status check_shape(const char *fn, int64_t rows, int64_t cols) {
     } while (0)
 #define FL_COMMA ,
 
+/* The CPU's message for the first bad target row (on_device: its value read back from the GPU first). */
+fl_status bad_target(double value, int64_t row, int64_t cols) {
+    return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is out of range [0, %lld)", value, (long long)row,
+                  (long long)cols);
+}
+fl_status bad_target_on_device(const float *target, int64_t row, int64_t cols, cudaStream_t st) {
+    float tf;
+    FL_CUDA_CHECK(cudaMemcpyAsync(&tf, target + row, sizeof tf, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
+    FL_CUDA_CHECK(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+    return bad_target((double)tf, row, cols);
+}
+
 /* The target check of both cross-entropy directions: count of valid rows, or FL_EINVAL naming the first
  * bad row exactly as the CPU does. flags: 2 device words; synchronizes. */
 fl_status ce_check(const float *target, int64_t rows, int64_t cols, int64_t ignore_index, unsigned long long *flags,
@@ -244,13 +256,7 @@ fl_status ce_check(const float *target, int64_t rows, int64_t cols, int64_t igno
     unsigned long long h[2];
     FL_CUDA_CHECK(cudaMemcpyAsync(h, flags, sizeof h, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
     FL_CUDA_CHECK(cudaStreamSynchronize(st), "cudaStreamSynchronize");
-    if (h[0] != ~0ull) {
-        float tf;
-        FL_CUDA_CHECK(cudaMemcpyAsync(&tf, target + h[0], sizeof tf, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
-        FL_CUDA_CHECK(cudaStreamSynchronize(st), "cudaStreamSynchronize");
-        return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is out of range [0, %lld)", (double)tf,
-                      (long long)h[0], (long long)cols);
-    }
+    if (h[0] != ~0ull) return bad_target_on_device(target, (int64_t)h[0], cols, st);
     *count = (int64_t)h[1];
     return FL_OK;
 }
@@ -309,13 +315,7 @@ extern "C" fl_status fl_cuda_dev_cross_entropy_fwd(const float *logits, const fl
     unsigned long long h[3];
     FL_CUDA_CHECK(cudaMemcpyAsync(h, s.p, sizeof h, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
     FL_CUDA_CHECK(cudaStreamSynchronize(st), "cudaStreamSynchronize");
-    if (h[0] != ~0ull) {
-        float tf;
-        FL_CUDA_CHECK(cudaMemcpyAsync(&tf, target + h[0], sizeof tf, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
-        FL_CUDA_CHECK(cudaStreamSynchronize(st), "cudaStreamSynchronize");
-        return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is out of range [0, %lld)", (double)tf,
-                      (long long)h[0], (long long)cols);
-    }
+    if (h[0] != ~0ull) return bad_target_on_device(target, (int64_t)h[0], cols, st);
     double tot;
     memcpy(&tot, &h[2], sizeof tot);
     const int64_t cnt = (int64_t)h[1];
@@ -408,9 +408,7 @@ static fl_status ce_check_host(const float *target, int64_t rows, int64_t cols, 
     int64_t c = 0;
     for (int64_t r = 0; r < rows; r++) {
         int s = ce_target_state(target[r], cols, ignore_index);
-        if (s == 2)
-            return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is out of range [0, %lld)",
-                          (double)target[r], (long long)r, (long long)cols);
+        if (s == 2) return bad_target((double)target[r], r, cols);
         c += s;
     }
     *count = c;
