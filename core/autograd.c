@@ -207,16 +207,14 @@ static fl_status accumulate_fp8(fl_tensor *t, const fl_tensor *g) {
         st = fl_tensor_to(&sum, g, FL_F32);
     }
     if (st != FL_OK) return st;
-    float amax = 0.0f;
-    if (fl_tensor_numel(sum) > 0) st = fl_device_get(sum->device)->amax(sum, -1, &amax);
-    if (st != FL_OK) { fl_tensor_release(sum); return st; }
-    fl_quant_opts o;
-    fl_quant_opts_default(&o);
-    o.scale = fl_scale_for(amax > FL_AMAX_FLOOR ? amax : FL_AMAX_FLOOR, t->grad_dtype, 0, true, 1.0f);
-    if (!isfinite(amax)) o.overflow = FL_IEEE;
-    st = fl_quantize(&q, sum, t->grad_dtype, &o);
+    /* Current scaling on the sum's device (no host round trip): scale = 2^floor(log2(max/amax)) from its
+     * amax, so no finite value overflows and the IEEE policy only changes what an inf becomes. */
+    const fl_device *dev = fl_device_get(sum->device);
+    st = fl_tensor_empty(&q, t->grad_dtype, sum->ndim, sum->shape, sum->device);
+    if (st == FL_OK) st = dev->quantize_current ? dev->quantize_current(q, sum, -1, 0, true, FL_IEEE)
+                                                : FL_ERR(FL_EUNSUPPORTED, "FP8 gradients are not supported on %s", dev->name);
     fl_tensor_release(sum);
-    if (st != FL_OK) return st;
+    if (st != FL_OK) { fl_tensor_release(q); return st; }
     fl_tensor_release(t->grad);
     t->grad = q;
     return FL_OK;

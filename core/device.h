@@ -34,8 +34,13 @@ typedef struct fl_device {
     fl_status (*matmul)(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
     /* dst (FP8, contiguous, scale_inv allocated) from src (contiguous fp32/bf16/fp16) with the
      * given per-tensor scale or per-index scales (scales: n floats on host, n = 1 or shape[axis]).
-     * Fills dst->qstats and dst->scale_inv. */
+     * Fills dst->scale_inv and dst->qstats, or sets dst->qfuture when the statistics come later
+     * (tensor.h; the CUDA device: no stream sync per cast). */
     fl_status (*quantize)(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
+    /* The same cast with current scaling, its scales derived on the device from src itself (no host
+     * round trip): per tensor (axis < 0) or per index along axis, amax = max |src| (NaN ignored) and
+     * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (recipe.h). */
+    fl_status (*quantize_current)(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
     fl_status (*dequantize)(fl_tensor *dst, const fl_tensor *q);      /* dst contiguous */
     /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis] values), into host memory. */
     fl_status (*amax)(const fl_tensor *src, int axis, float *out);
@@ -104,9 +109,11 @@ typedef struct fl_device {
      * (optional): slots where the device keeps what it derives from a's / b's bytes (the CPU: their bf16
      * decode; CUDA: b's K-major copy) to reuse on the next call with the same bytes in either orientation
      * (the weight in fprop and dgrad, dY in dgrad and wgrad); the caller releases a slot when the bytes
-     * change. A device may leave a slot unused. */
+     * change. A device may leave a slot unused. fast_accum: the caller allows a reduced-precision
+     * accumulator (cuBLASLt's FAST_ACCUM on Hopper; TransformerEngine uses it for fprop only); a device
+     * without one accumulates in fp32 as always. */
     fl_status (*fp8_gemm)(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache);
+                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum);
 } fl_device;
 
 const fl_device *fl_device_get(int id);   /* NULL if that device is not available */

@@ -1,7 +1,8 @@
 /* fp8_linear.c — the FP8 linear layer (see fp8_linear.h) on any device: casts through the device's
  * quantize/amax entries (the CPU's fused scale+cast+amax kernels of format.c), GEMMs through its fp8_gemm
  * entry (the CPU: oneDNN bf16 GEMMs of exactly decoded FP8 bytes; CUDA: cuBLASLt FP8). Recipe state
- * (scales, amax histories) lives on the host. */
+ * (scales, amax histories) lives on the host; a device may report a cast's statistics later (recipe.h),
+ * so a delayed cast needs only its stored scale and a current one derives its scale on the device. */
 #include "fp8_linear.h"
 #include "autograd.h"
 #include "nn.h"
@@ -27,6 +28,7 @@ fl_status fl_fp8_layer_new(fl_fp8_layer **out, fl_scaling roles[FL_NROLES], cons
     for (int i = 0; i < FL_NROLES; i++) { l->role[i] = roles[i]; roles[i].history = NULL; }
     for (int i = 0; i < 3; i++) l->hp[i] = hp ? hp[i] : false;
     l->gran = gran;
+    l->fast_accum = true;    /* TransformerEngine's default: fprop fast, dgrad/wgrad split accumulation */
     *out = l;
     return FL_OK;
 }
@@ -47,8 +49,13 @@ void fl_fp8_layer_release(fl_fp8_layer *l) {
     free(l);
 }
 
-void fl_fp8_layer_update(fl_fp8_layer *l) {
-    for (int i = 0; i < FL_NROLES; i++) fl_scaling_update(&l->role[i]);
+fl_status fl_fp8_layer_update(fl_fp8_layer *l) {
+    fl_status st = FL_OK;
+    for (int i = 0; i < FL_NROLES; i++) {
+        fl_status r = fl_scaling_update(&l->role[i]);
+        if (st == FL_OK) st = r;
+    }
+    return st;
 }
 
 /* ---- casts ----------------------------------------------------------------------------------- */
@@ -64,22 +71,43 @@ fl_status fl_fp8_amax_2d(const fl_tensor *src, int axis, float *out) {
     return dev->amax(src, axis, out);
 }
 
+/* An FP8 [R, C] tensor for src's cast along axis, its scale_inv allocated. */
+static fl_status new_q(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis) {
+    fl_tensor *q = NULL;
+    FL_TRY(fl_tensor_empty(&q, fmt, 2, src->shape, src->device));
+    if (axis >= 0) {
+        int64_t ns = src->shape[axis];
+        fl_tensor_release(q->scale_inv);
+        q->scale_inv = NULL;
+        fl_status st = fl_tensor_empty(&q->scale_inv, FL_F32, 1, &ns, src->device);
+        if (st != FL_OK) { fl_tensor_release(q); return st; }
+        q->scale_axis = axis;
+    }
+    *out = q;
+    return FL_OK;
+}
+
 fl_status fl_fp8_cast_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis, const float *scales) {
     *out = NULL;
     const fl_device *dev = fl_device_get(src->device);
     if (!dev || !dev->quantize) return FL_ERR(FL_EUNSUPPORTED, "fp8 cast is not supported on %s", fl_device_name(src->device));
-    int64_t ns = axis < 0 ? 1 : src->shape[axis];
     fl_tensor *q = NULL;
-    FL_TRY(fl_tensor_empty(&q, fmt, 2, src->shape, src->device));
-    fl_status st = FL_OK;
-    if (axis >= 0) {
-        fl_tensor_release(q->scale_inv);
-        q->scale_inv = NULL;
-        st = fl_tensor_empty(&q->scale_inv, FL_F32, 1, &ns, src->device);
-        q->scale_axis = axis;
-    }
+    FL_TRY(new_q(&q, src, fmt, axis));
     /* Empty tensors too: the entry still writes scale_inv = 1/scales. */
-    if (st == FL_OK) st = dev->quantize(q, src, scales, axis, FL_SATURATE);
+    fl_status st = dev->quantize(q, src, scales, axis, FL_SATURATE);
+    if (st != FL_OK) { fl_tensor_release(q); return st; }
+    *out = q;
+    return FL_OK;
+}
+
+fl_status fl_fp8_cast_current_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis, int margin, bool pow2) {
+    *out = NULL;
+    const fl_device *dev = fl_device_get(src->device);
+    if (!dev || !dev->quantize_current)
+        return FL_ERR(FL_EUNSUPPORTED, "fp8 cast with current scaling is not supported on %s", fl_device_name(src->device));
+    fl_tensor *q = NULL;
+    FL_TRY(new_q(&q, src, fmt, axis));
+    fl_status st = dev->quantize_current(q, src, axis, margin, pow2, FL_SATURATE);
     if (st != FL_OK) { fl_tensor_release(q); return st; }
     *out = q;
     return FL_OK;
@@ -91,31 +119,32 @@ static fl_status as_f32(fl_tensor **out, const fl_tensor *t) {
     return fl_tensor_to(out, t, FL_F32);
 }
 
-/* The scales a role gives an operand of [rows, cols] along `axis`, and the cast. Delayed roles use
- * their stored scale; current roles derive it from this tensor. The role observes the cast. */
-static fl_status cast_role(fl_tensor **q, const fl_tensor *src32, fl_scaling *s, int axis, bool record) {
-    int64_t rows = src32->shape[0], cols = src32->shape[1];
-    int64_t ns = axis < 0 ? 1 : axis == 0 ? rows : cols;
-    float one, *scales = ns == 1 ? &one : malloc((size_t)ns * sizeof(float));
-    if (!scales) return FL_ERR(FL_ENOMEM, "fp8 cast: out of memory for %lld scales", (long long)ns);
-    fl_status rc = FL_OK;
-    if (s->rule == FL_SCALE_DELAYED && axis < 0) {
-        scales[0] = s->scale;
-    } else {
-        rc = fl_fp8_amax_2d(src32, axis, scales);
-        for (int64_t i = 0; rc == FL_OK && i < ns; i++) {
-            float a = scales[i] > FL_AMAX_FLOOR ? scales[i] : FL_AMAX_FLOOR;
-            scales[i] = fl_scale_for(a, s->fmt, s->margin, s->pow2, 1.0f);
-        }
-    }
-    if (rc == FL_OK) rc = fl_fp8_cast_2d(q, src32, s->fmt, axis, scales);
-    if (rc == FL_OK) {
-        const fl_cast_stats *st = &(*q)->qstats;
-        if (axis < 0) { s->scale = scales[0]; s->scale_inv = 1.0f / scales[0]; }
-        fl_scaling_observe(s, st->nan ? NAN : st->amax, rows * cols, st->underflow, st->saturated, record);
-    }
-    if (scales != &one) free(scales);
-    return rc;
+/* Whether role s casts along `axis` with current scaling (or `force_current`): a delayed role's
+ * per-tensor cast uses its stored scale; every other cast derives its scales from the tensor itself. */
+static bool is_current(const fl_scaling *s, bool force_current, int axis) {
+    return force_current || s->rule == FL_SCALE_CURRENT || axis >= 0;
+}
+
+/* Cast src32 [rows, cols] to role s's format along `axis` (fl_fp8_cast_current_2d or the stored scale),
+ * without touching the role: the caller observes the cast (observe()) when it counts. */
+static fl_status cast_role(fl_tensor **q, const fl_tensor *src32, const fl_scaling *s, bool force_current, int axis) {
+    if (is_current(s, force_current, axis)) return fl_fp8_cast_current_2d(q, src32, s->fmt, axis, s->margin, s->pow2);
+    return fl_fp8_cast_2d(q, src32, s->fmt, -1, &s->scale);
+}
+
+/* Role s observes the cast that made q (possibly still pending on the device: recipe.h). A per-tensor
+ * current-scaling cast also sets the role's scale, which fp8.stats reports. */
+static fl_status observe(fl_scaling *s, const fl_tensor *q, bool record) {
+    bool take_scale = q->scale_axis < 0 && s->rule == FL_SCALE_CURRENT;
+    return fl_scaling_observe_cast(s, q, fl_tensor_numel(q), record, take_scale);
+}
+
+/* cast_role + observe on the role itself. */
+static fl_status cast_observed(fl_tensor **q, const fl_tensor *src32, fl_scaling *s, int axis, bool record) {
+    FL_TRY(cast_role(q, src32, s, false, axis));
+    fl_status st = observe(s, *q, record);
+    if (st != FL_OK) { fl_tensor_release(*q); *q = NULL; }
+    return st;
 }
 
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
@@ -123,15 +152,15 @@ static fl_status cast_role(fl_tensor **q, const fl_tensor *src32, fl_scaling *s,
 /* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
  * their scales (device.h fp8_gemm; transposed views are read as they are). a_cache / b_cache: slots for
  * what the device derives from a's / b's bytes (dY shared by dgrad and wgrad; the cached FP8 weight), or
- * NULL. */
+ * NULL. fast_accum: fprop only (fl_fp8_layer.fast_accum). */
 static fl_status gemm_fp8(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache) {
+                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
     *out = NULL;
     const fl_device *dev = fl_device_get(a->device);
     if (!dev || !dev->fp8_gemm) return FL_ERR(FL_EUNSUPPORTED, "fp8 gemm is not supported on %s", fl_device_name(a->device));
     int64_t shape[2] = { a->shape[0], b->shape[1] };
     FL_TRY(fl_tensor_empty(out, FL_F32, 2, shape, a->device));
-    fl_status st = fl_tensor_numel(*out) ? dev->fp8_gemm(*out, a, b, bias, a_cache, b_cache) : FL_OK;
+    fl_status st = fl_tensor_numel(*out) ? dev->fp8_gemm(*out, a, b, bias, a_cache, b_cache, fast_accum) : FL_OK;
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
@@ -170,14 +199,13 @@ static fl_status weight_q(fl_tensor **wq, fl_fp8_layer *l, const fl_tensor *w, c
                l->wq_offset == w->offset && (s->rule != FL_SCALE_DELAYED || l->wq_scale == s->scale);
     if (hit) {
         l->cache_hits++;
-        fl_scaling_observe(s, l->wq_stats.nan ? NAN : l->wq_stats.amax, fl_tensor_numel(w), l->wq_stats.underflow,
-                           l->wq_stats.saturated, record);
+        FL_TRY(observe(s, l->wq, record));
         *wq = fl_tensor_retain(l->wq);
         return FL_OK;
     }
     fl_tensor *w32 = NULL;
     FL_TRY(as_f32(&w32, w));
-    fl_status st = cast_role(wq, w32, s, -1, record);
+    fl_status st = cast_observed(wq, w32, s, -1, record);
     fl_tensor_release(w32);
     if (st != FL_OK) return st;
     l->weight_casts++;
@@ -187,7 +215,6 @@ static fl_status weight_q(fl_tensor **wq, fl_fp8_layer *l, const fl_tensor *w, c
     l->wq_version = w->storage->version;
     l->wq_offset = w->offset;
     l->wq_scale = s->scale;
-    l->wq_stats = (*wq)->qstats;
     return FL_OK;
 }
 
@@ -215,20 +242,19 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
         if (!fp8_dx) {
             st = gemm_hp(&t, g32, n->saved[SV_WHP] ? n->saved[SV_WHP] : w, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
-            st = cast_role(&gq, g32, sg, -1, record);
+            st = cast_observed(&gq, g32, sg, -1, record);
             if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, false);   /* fprop ran in high precision */
             const fl_tensor *wq = n->saved[SV_W] ? n->saved[SV_W] : wq2;
-            if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, &gq_dev, wcache(l, wq));
+            if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, &gq_dev, wcache(l, wq), false);
         } else {
             /* dY per row; W per column (ROWWISE) or per tensor (GW_HP), current power-of-two scales. */
             fl_tensor *w32 = NULL;
-            fl_scaling ws = l->role[FL_ROLE_WEIGHT];
-            ws.rule = FL_SCALE_CURRENT;
-            st = cast_role(&gq, g32, sg, 0, record);
+            st = cast_observed(&gq, g32, sg, 0, record);
             if (st == FL_OK) st = as_f32(&w32, n->saved[SV_W]);
-            if (st == FL_OK) st = cast_role(&wq2, w32, &ws, l->gran == FL_GRAN_ROWWISE ? 1 : -1, false);
+            if (st == FL_OK)
+                st = cast_role(&wq2, w32, &l->role[FL_ROLE_WEIGHT], true, l->gran == FL_GRAN_ROWWISE ? 1 : -1);
             fl_tensor_release(w32);
-            if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL);
+            if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL, false);
         }
         if (st == FL_OK) st = fl_tensor_reshape(&gin[0], t, x->ndim, x->shape);
         fl_tensor_release(t); t = NULL;
@@ -241,27 +267,24 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             st = transposed(&tt, g32);
             if (st == FL_OK) st = gemm_hp(&gin[1], tt, xhp, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
-            if (!gq) st = cast_role(&gq, g32, sg, -1, record);
+            if (!gq) st = cast_observed(&gq, g32, sg, -1, record);
             if (st == FL_OK && !n->saved[SV_X]) {   /* fprop ran in high precision: cast the input now */
                 fl_tensor *x32 = NULL;
                 st = as_f32(&x32, n->saved[SV_XHP]);
-                if (st == FL_OK) st = cast_role(&xq2, x32, &l->role[FL_ROLE_INPUT], -1, false);
+                if (st == FL_OK) st = cast_observed(&xq2, x32, &l->role[FL_ROLE_INPUT], -1, false);
                 fl_tensor_release(x32);
             }
             if (st == FL_OK) st = transposed(&tt, gq);
-            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, &gq_dev, NULL);
+            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, &gq_dev, NULL, false);
         } else {
             /* ROWWISE: dY per column (one scale per output feature), X per column (per input feature). */
             fl_tensor *x32 = NULL;
-            fl_scaling xs = l->role[FL_ROLE_INPUT];
-            xs.rule = FL_SCALE_CURRENT;
-            fl_scaling gsc = *sg;
-            st = cast_role(&gqc, g32, &gsc, 1, false);
+            st = cast_role(&gqc, g32, sg, true, 1);
             if (st == FL_OK) st = as_f32(&x32, n->saved[SV_X]);
-            if (st == FL_OK) st = cast_role(&xq2, x32, &xs, 1, false);
+            if (st == FL_OK) st = cast_role(&xq2, x32, &l->role[FL_ROLE_INPUT], true, 1);
             fl_tensor_release(x32);
             if (st == FL_OK) st = transposed(&tt, gqc);
-            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL, NULL);
+            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL, NULL, false);
         }
     }
     if (st == FL_OK && need_db) st = fl_reduce_raw(&gin[2], FL_OP_SUM, g32, 0, false);
@@ -315,6 +338,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
         fl_tensor *wt = NULL;
         float xa = 0.0f;
         st = fl_fp8_amax_2d(x32, -1, &xa);
+        if (st == FL_OK) st = fl_scaling_flush(&l->role[FL_ROLE_INPUT]);   /* keep the casts' order */
         if (st == FL_OK) fl_scaling_observe(&l->role[FL_ROLE_INPUT], xa, fl_tensor_numel(x32), 0, 0, false);
         if (st == FL_OK) st = transposed(&wt, w);
         if (st == FL_OK) st = gemm_hp(&y2, x32, wt, cdt, b);
@@ -322,18 +346,15 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     } else if (st == FL_OK) {
         int axis = rowwise ? 0 : -1;
         if (rowwise) {
-            fl_scaling ws = l->role[FL_ROLE_WEIGHT];
             st = as_f32(&w32, w);
-            if (st == FL_OK) st = cast_role(&wq, w32, &ws, 0, false);
-            if (st == FL_OK) fl_scaling_observe(&l->role[FL_ROLE_WEIGHT], wq->qstats.amax, M * K,
-                                                wq->qstats.underflow, wq->qstats.saturated, record);
+            if (st == FL_OK) st = cast_observed(&wq, w32, &l->role[FL_ROLE_WEIGHT], 0, record);
         } else {
             st = weight_q(&wq, l, w, w_fp8, record);
         }
-        if (st == FL_OK) st = cast_role(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
+        if (st == FL_OK) st = cast_observed(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
         fl_tensor *wt = NULL;
         if (st == FL_OK) st = transposed(&wt, wq);
-        if (st == FL_OK) st = gemm_fp8(&y2, xq, wt, b, NULL, rowwise ? NULL : wcache(l, wq));
+        if (st == FL_OK) st = gemm_fp8(&y2, xq, wt, b, NULL, rowwise ? NULL : wcache(l, wq), l->fast_accum);
         fl_tensor_release(wt);
     }
     if (st == FL_OK) st = fl_tensor_view(out, y2, x->ndim, ys);

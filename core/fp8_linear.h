@@ -31,6 +31,7 @@ typedef struct fl_fp8_layer {
     fl_scaling role[FL_NROLES];
     bool hp[3];                     /* fprop, dgrad, wgrad in high precision */
     fl_fp8_granularity gran;
+    bool fast_accum;                /* fprop GEMM may use the device's fast (reduced-precision) accumulation */
     /* FP8 weight cache (TENSOR granularity) */
     fl_tensor *wq;
     fl_tensor *wq_dev;              /* what the device's fp8_gemm derived from wq's bytes (the CPU: their
@@ -39,7 +40,6 @@ typedef struct fl_fp8_layer {
     uint64_t wq_version;
     int64_t wq_offset;
     float wq_scale;
-    fl_cast_stats wq_stats;
     /* counters for fp8.stats and tests */
     int64_t forwards, backwards, weight_casts, cache_hits;
 } fl_fp8_layer;
@@ -48,8 +48,9 @@ typedef struct fl_fp8_layer {
 fl_status fl_fp8_layer_new(fl_fp8_layer **out, fl_scaling roles[FL_NROLES], const bool hp[3], fl_fp8_granularity gran);
 fl_fp8_layer *fl_fp8_layer_retain(fl_fp8_layer *l);
 void fl_fp8_layer_release(fl_fp8_layer *l);
-/* End of an optimizer step: the delayed rule's update on every role (recipe.h). */
-void fl_fp8_layer_update(fl_fp8_layer *l);
+/* End of an optimizer step: the delayed rule's update on every role (recipe.h), after the roles' queued
+ * observations (the one wait for the device per step). */
+fl_status fl_fp8_layer_update(fl_fp8_layer *l);
 void fl_fp8_layer_drop_cache(fl_fp8_layer *l);
 
 /* y = x·Wᵀ + b. x [..., K] fp32/bf16/fp16; w [M, K] fp32/bf16/fp16 (the parameter gradients flow
@@ -65,6 +66,10 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
  * entries) are the multipliers applied before the cast (saturating); the result carries 1/scales as
  * scale_inv and the cast's statistics in qstats (amax of the source, underflow/saturation counts). */
 fl_status fl_fp8_cast_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis, const float *scales);
+/* The same cast with current scaling in one device call and no host round trip: scales =
+ * fl_scale_for(max(amax, FL_AMAX_FLOOR), fmt, margin, pow2, 1) of src's own amax (per tensor or per
+ * index along axis; NaN ignored). qstats may be pending (q->qfuture; fl_tensor_qstats). */
+fl_status fl_fp8_cast_current_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis, int margin, bool pow2);
 /* amax per axis (as above; NaN ignored) into out[] (host). */
 fl_status fl_fp8_amax_2d(const fl_tensor *src, int axis, float *out);
 /* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not

@@ -10,7 +10,7 @@
 #include <string.h>
 
 const char *const fl_binop_names[FL_BINOP_COUNT] = { "add", "sub", "mul", "div" };
-const char *const fl_unop_names[FL_UNOP_COUNT] = { "abs", "neg", "exp", "log", "sqrt" };
+const char *const fl_unop_names[FL_UNOP_COUNT] = { "abs", "neg", "exp", "log", "sqrt", "sign" };
 const char *const fl_redop_names[FL_REDOP_COUNT] = { "sum", "mean", "max", "min", "amax" };
 _Static_assert(sizeof fl_binop_names / sizeof *fl_binop_names == FL_BINOP_COUNT, "binop without a name");
 _Static_assert(sizeof fl_unop_names / sizeof *fl_unop_names == FL_UNOP_COUNT, "unop without a name");

@@ -137,36 +137,19 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         fl_tensor_release(t);
         return st;
     }
-    case FL_OP_ABS: {
-        /* sign(x)·g, with sign(0) = 0 as in PyTorch; computed on the host (a rare op with no device
-         * kernel), the result copied back to g's device. */
-        fl_tensor *xs = NULL, *r = NULL;
-        fl_status st = fl_tensor_empty(&xs, FL_F32, x->ndim, x->shape, FL_DEV_CPU);
-        if (st == FL_OK) st = fl_tensor_copy_(xs, x);
-        if (st == FL_OK) st = fl_tensor_empty(&r, FL_F32, g->ndim, g->shape, FL_DEV_CPU);
-        if (st == FL_OK) st = fl_tensor_copy_(r, g);
-        if (st == FL_OK) {
-            const float *px = fl_tensor_data(xs);
-            float *pr = fl_tensor_data(r);
-            for (int64_t i = 0, m = fl_tensor_numel(r); i < m; i++) pr[i] = px[i] > 0 ? pr[i] : px[i] < 0 ? -pr[i] : 0.0f;
-        }
-        fl_tensor_release(xs);
-        if (st == FL_OK && g->device != FL_DEV_CPU) {
-            fl_tensor *d = NULL;
-            st = fl_tensor_empty(&d, FL_F32, g->ndim, g->shape, g->device);
-            if (st == FL_OK) st = fl_tensor_copy_(d, r);
-            fl_tensor_release(r);
-            r = d;
-        }
-        if (st != FL_OK) { fl_tensor_release(r); return st; }
-        gin[0] = r;
-        return FL_OK;
+    case FL_OP_ABS: {   /* sign(x)·g: 0 at x = 0 as in PyTorch, NaN at NaN */
+        fl_tensor *sg = NULL;
+        fl_status st = fl_unary_raw(&sg, FL_OP_SIGN, x);
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, sg);
+        fl_tensor_release(sg);
+        return st;
     }
+    case FL_OP_SIGN: return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);   /* flat almost everywhere */
     default: return FL_ERR(FL_EINVAL, "autograd: unknown unary op %d", (int)op);
     }
 }
 
-static const char *const unary_names[FL_UNOP_COUNT] = { "AbsBackward", "NegBackward", "ExpBackward", "LogBackward", "SqrtBackward" };
+static const char *const unary_names[FL_UNOP_COUNT] = { "AbsBackward", "NegBackward", "ExpBackward", "LogBackward", "SqrtBackward", "SignBackward" };
 
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     FL_TRY(fl_unary_raw(out, op, a));

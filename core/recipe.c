@@ -28,17 +28,48 @@ fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool 
     return FL_OK;
 }
 
+/* One queued observation: fl_scaling_observe_cast's arguments. */
+struct fl_scaling_obs {
+    fl_stats_future *f;
+    int64_t n;
+    bool into_history, take_scale;
+};
+
+static void drop_pending(fl_scaling *s, int from) {
+    for (int i = from; i < s->npending; i++) fl_stats_future_release(s->pending[i].f);
+    s->npending = 0;
+}
+
 void fl_scaling_free(fl_scaling *s) {
     if (!s) return;
+    drop_pending(s, 0);
+    free(s->pending);
     free(s->history);
     s->history = NULL;
+    s->pending = NULL;
+    s->cap_pending = 0;
 }
 
 fl_status fl_scaling_copy(fl_scaling *dst, const fl_scaling *src) {
     *dst = *src;
+    dst->pending = NULL;
+    dst->npending = dst->cap_pending = 0;
     dst->history = malloc((size_t)src->hist_len * sizeof(float));
     if (!dst->history) return FL_ERR(FL_ENOMEM, "scaling: out of memory copying an amax history");
     memcpy(dst->history, src->history, (size_t)src->hist_len * sizeof(float));
+    if (src->npending) {
+        dst->pending = malloc((size_t)src->npending * sizeof *dst->pending);
+        if (!dst->pending) {
+            free(dst->history);
+            dst->history = NULL;
+            return FL_ERR(FL_ENOMEM, "scaling: out of memory copying %d pending observations", src->npending);
+        }
+        for (int i = 0; i < src->npending; i++) {
+            dst->pending[i] = src->pending[i];
+            fl_stats_future_retain(dst->pending[i].f);
+        }
+        dst->npending = dst->cap_pending = src->npending;
+    }
     return FL_OK;
 }
 
@@ -70,6 +101,48 @@ void fl_scaling_observe(fl_scaling *s, float amax, int64_t n, int64_t underflow,
     if (into_history) fl_scaling_record(s, amax);
 }
 
+static void apply_cast(fl_scaling *s, const fl_cast_stats *st, int64_t n, bool into_history, bool take_scale) {
+    fl_scaling_observe(s, st->nan ? NAN : st->amax, n, st->underflow, st->saturated, into_history);
+    if (take_scale) {
+        s->scale = fl_scale_for(st->amax > FL_AMAX_FLOOR ? st->amax : FL_AMAX_FLOOR, s->fmt, s->margin, s->pow2, 1.0f);
+        s->scale_inv = 1.0f / s->scale;
+    }
+}
+
+fl_status fl_scaling_observe_cast(fl_scaling *s, const fl_tensor *q, int64_t n, bool into_history, bool take_scale) {
+    if (!q->qfuture) {
+        FL_TRY(fl_scaling_flush(s));   /* earlier casts first: the last one observed is the one reported */
+        apply_cast(s, &q->qstats, n, into_history, take_scale);
+        return FL_OK;
+    }
+    if (s->npending == s->cap_pending) {
+        int cap = s->cap_pending ? 2 * s->cap_pending : 8;
+        struct fl_scaling_obs *p = realloc(s->pending, (size_t)cap * sizeof *p);
+        if (!p) return FL_ERR(FL_ENOMEM, "scaling: out of memory queueing a cast's statistics");
+        s->pending = p;
+        s->cap_pending = cap;
+    }
+    s->pending[s->npending++] = (struct fl_scaling_obs){ fl_stats_future_retain(q->qfuture), n, into_history, take_scale };
+    return FL_OK;
+}
+
+fl_status fl_scaling_flush(fl_scaling *s) {
+    for (int i = 0; i < s->npending; i++) {
+        struct fl_scaling_obs *o = &s->pending[i];
+        fl_cast_stats st;
+        fl_status rc = o->f->wait(o->f, &st);
+        fl_stats_future_release(o->f);
+        o->f = NULL;
+        if (rc != FL_OK) {
+            drop_pending(s, i + 1);
+            return rc;
+        }
+        apply_cast(s, &st, o->n, o->into_history, o->take_scale);
+    }
+    s->npending = 0;
+    return FL_OK;
+}
+
 float fl_scaling_amax(const fl_scaling *s) {
     if (s->algo == FL_AMAX_MOST_RECENT) return s->history[0];
     float m = 0.0f;
@@ -81,9 +154,10 @@ float fl_scaling_amax(const fl_scaling *s) {
     return m;
 }
 
-void fl_scaling_update(fl_scaling *s) {
-    if (s->rule != FL_SCALE_DELAYED) return;
-    if (s->history[0] == 0.0f) return;           /* the role did not run this step */
+fl_status fl_scaling_update(fl_scaling *s) {
+    FL_TRY(fl_scaling_flush(s));
+    if (s->rule != FL_SCALE_DELAYED) return FL_OK;
+    if (s->history[0] == 0.0f) return FL_OK;     /* the role did not run this step */
     if (s->updates % s->interval == 0) {
         float amax = fl_scaling_amax(s);
         if (amax > 0.0f && isfinite(amax)) {
@@ -94,4 +168,5 @@ void fl_scaling_update(fl_scaling *s) {
     s->updates++;
     if (s->hist_len > 1) memmove(s->history + 1, s->history, (size_t)(s->hist_len - 1) * sizeof(float));
     s->history[0] = 0.0f;
+    return FL_OK;
 }

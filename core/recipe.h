@@ -9,13 +9,17 @@
  *   pow2     (MS-AMP): like delayed (inputs/gradients, 16-step window, max) or current (weights),
  *            but the scale is rounded down to a power of two: 2^(floor(log2(max/amax)) − margin).
  * Amaxes from several casts in one step combine by max (a module called twice in a step).
- * NaN or ±inf amaxes and amax 0 keep the old scale. */
+ * NaN or ±inf amaxes and amax 0 keep the old scale.
+ * A device may report a cast's statistics asynchronously (tensor.h fl_stats_future): the role then
+ * queues the observation and applies it, in cast order, when its state is next read or updated
+ * (fl_scaling_flush) — on the GPU one wait per step instead of one stream sync per cast. */
 #ifndef FL_RECIPE_H
 #define FL_RECIPE_H
 #include <stdbool.h>
 #include <stdint.h>
 #include "error.h"
 #include "format.h"
+#include "tensor.h"
 
 typedef enum { FL_SCALE_DELAYED = 0, FL_SCALE_CURRENT = 1 } fl_scale_rule;
 typedef enum { FL_AMAX_MOST_RECENT = 0, FL_AMAX_MAX = 1 } fl_amax_algo;
@@ -39,13 +43,16 @@ typedef struct fl_scaling {
      * that underflowed to zero, values that saturated. */
     float last_amax;
     int64_t last_n, last_underflow, last_saturated;
+    /* Observed casts whose statistics are not known yet, oldest first (fl_scaling_flush). */
+    struct fl_scaling_obs *pending;
+    int npending, cap_pending;
 } fl_scaling;
 
 /* History of hist_len zeros, scale 1. hist_len is used by the delayed rule only (>= 1). */
 fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin,
                           fl_amax_algo algo, int hist_len, int interval);
 void fl_scaling_free(fl_scaling *s);
-/* Deep copy (history included) into an uninitialised dst. */
+/* Deep copy (history and pending observations included) into an uninitialised dst. */
 fl_status fl_scaling_copy(fl_scaling *dst, const fl_scaling *src);
 
 /* The scale a rule derives from an amax (FP8-SPEC §2–§4): fp8_max·2^-margin/amax, or its
@@ -58,14 +65,22 @@ float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallba
 void fl_scaling_record(fl_scaling *s, float amax);
 /* Record the stats of one cast (amax goes through fl_scaling_record when `into_history`). */
 void fl_scaling_observe(fl_scaling *s, float amax, int64_t n, int64_t underflow, int64_t saturated, bool into_history);
+/* Observe the cast that made FP8 tensor q (n source elements): its amax (NaN if the source had a NaN)
+ * and counters, into the history when `into_history`. take_scale: the role's scale becomes the one the
+ * current rule derives from that amax (fl_scale_for(max(amax, FL_AMAX_FLOOR)), what a per-tensor
+ * current-scaling cast used). Applied now when q's statistics are known, else queued (q->qfuture). */
+fl_status fl_scaling_observe_cast(fl_scaling *s, const fl_tensor *q, int64_t n, bool into_history, bool take_scale);
+/* Apply every queued observation in order (waiting for the device where needed). Every reader of a
+ * role's state and fl_scaling_update call it first. On an error the remaining ones are dropped. */
+fl_status fl_scaling_flush(fl_scaling *s);
 
-/* End-of-step update of the delayed rule: if the role ran this step (history[0] != 0), derive the
+/* End-of-step update (after fl_scaling_flush) of the delayed rule: if the role ran this step (history[0] != 0), derive the
  * new scale when (updates % interval) == 0 — amax = max(history) or history[0], and only a finite
  * positive amax replaces the scale — then roll the ring (oldest drops, slot 0 cleared). A role
  * that did not run (history[0] == 0) is left untouched. Current-rule roles are not changed. */
-void fl_scaling_update(fl_scaling *s);
+fl_status fl_scaling_update(fl_scaling *s);
 
-/* The amax the update rule would use now (max over the history or the most recent entry). */
+/* The amax the update rule would use now (max over the history or the most recent entry); flush first. */
 float fl_scaling_amax(const fl_scaling *s);
 
 #endif

@@ -93,9 +93,27 @@ bool fl_shape_equal(int na, const int64_t *a, int nb, const int64_t *b) {
 
 fl_tensor *fl_tensor_retain(fl_tensor *t) { if (t) t->refcount++; return t; }
 
+fl_stats_future *fl_stats_future_retain(fl_stats_future *f) { if (f) f->refcount++; return f; }
+
+void fl_stats_future_release(fl_stats_future *f) {
+    if (f && --f->refcount == 0) f->destroy(f);
+}
+
+fl_status fl_tensor_qstats(const fl_tensor *t, fl_cast_stats *out) {
+    fl_tensor *m = (fl_tensor *)t;   /* resolving a pending future only caches what was always the value */
+    if (m->qfuture) {
+        FL_TRY(m->qfuture->wait(m->qfuture, &m->qstats));
+        fl_stats_future_release(m->qfuture);
+        m->qfuture = NULL;
+    }
+    *out = m->qstats;
+    return FL_OK;
+}
+
 void fl_tensor_release(fl_tensor *t) {
     if (!t || --t->refcount > 0) return;
     storage_release(t->storage);
+    fl_stats_future_release(t->qfuture);
     fl_tensor_release(t->scale_inv);
     fl_tensor_release(t->grad);
     fl_node_release(t->grad_fn);
@@ -139,6 +157,7 @@ static fl_status view_header(fl_tensor **out, const fl_tensor *t) {
     v->grad_fn = NULL;
     v->storage->refcount++;
     fl_tensor_retain(v->scale_inv);
+    fl_stats_future_retain(v->qfuture);
     *out = v;
     return FL_OK;
 }
@@ -456,6 +475,7 @@ fl_status fl_tensor_contiguous(fl_tensor **out, const fl_tensor *t) {
         c->scale_inv = fl_tensor_retain(t->scale_inv);
         c->scale_axis = t->scale_axis;
         c->qstats = t->qstats;
+        c->qfuture = fl_stats_future_retain(t->qfuture);
     }
     *out = c;
     return FL_OK;
@@ -552,6 +572,7 @@ static fl_status copy_to_device(fl_tensor **out, const fl_tensor *t, int device)
             r->scale_inv = si;
             r->scale_axis = t->scale_axis;
             r->qstats = t->qstats;
+            r->qfuture = fl_stats_future_retain(t->qfuture);
         }
     }
     fl_tensor_release(c);

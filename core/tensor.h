@@ -24,6 +24,18 @@ typedef struct fl_storage {
 
 struct fl_node;   /* core/autograd.h */
 
+/* Statistics of a cast that a device computes asynchronously (the CUDA device: no stream sync per cast).
+ * wait() blocks until they are known and writes them; destroy() frees the future once the last holder
+ * lets go. Refcounted: the FP8 tensor and every recipe role that observed the cast hold it. */
+typedef struct fl_stats_future {
+    int refcount;
+    fl_status (*wait)(struct fl_stats_future *f, fl_cast_stats *out);
+    void (*destroy)(struct fl_stats_future *f);
+} fl_stats_future;
+
+fl_stats_future *fl_stats_future_retain(fl_stats_future *f);   /* NULL is fine */
+void fl_stats_future_release(fl_stats_future *f);              /* NULL is fine */
+
 typedef struct fl_tensor {
     int refcount;
     fl_dtype dtype;
@@ -37,6 +49,8 @@ typedef struct fl_tensor {
     struct fl_tensor *scale_inv;     /* fp32, [1] or [shape[scale_axis]], contiguous, same device */
     int scale_axis;                  /* -1: per-tensor */
     fl_cast_stats qstats;            /* what the quantizing cast reported (amax of the source, counters) */
+    fl_stats_future *qfuture;        /* owned; non-NULL while the device has not reported qstats yet:
+                                      * read them through fl_tensor_qstats() */
     /* Autograd (core/autograd.h). Every new header — fresh tensors, views, copies — starts with these
      * cleared: the layout functions in this file record no history; the differentiable views are
      * fl_view/fl_reshape/... in ops.h. */
@@ -59,6 +73,9 @@ fl_tensor *fl_tensor_retain(fl_tensor *t);
 void fl_tensor_release(fl_tensor *t);   /* NULL is fine */
 
 int64_t fl_tensor_numel(const fl_tensor *t);
+/* The statistics of the cast that made FP8 tensor t, waiting for the device when they are still pending
+ * (they are then kept in t->qstats). */
+fl_status fl_tensor_qstats(const fl_tensor *t, fl_cast_stats *out);
 bool fl_tensor_is_contiguous(const fl_tensor *t);
 /* Address of element 0 (storage data + offset * element size). */
 void *fl_tensor_data(const fl_tensor *t);

@@ -4,6 +4,7 @@
 #include "fl_cuda.h"
 #include "cuda_entries.h"
 #include <mutex>
+#include <new>
 #include <stdio.h>
 #include <string.h>
 #include <unordered_map>
@@ -125,51 +126,166 @@ fl_status check_src(const fl_tensor *src, const char *op) {
     return FL_OK;
 }
 
-/* Shared by quantize and amax: stats (+ per-index amax) for src, casting into dst when given. */
-fl_status run_quantize(uint8_t *dst, fl_dtype fmt, const fl_tensor *src, const float *scales, int axis,
-                       fl_overflow p, fl_cast_stats *stats, float *row_amax_out) {
+/* ---- cast statistics without a stream sync per cast ------------------------------------------
+ * Each cast adds its counters into a slot of one device array; the tensor (and every recipe role that
+ * observes the cast) holds a future on the slot (tensor.h fl_stats_future). The first wait copies every
+ * slot in use to a pinned mirror at once, then syncs; futures of casts queued before that copy read the
+ * mirror without another sync. So a training step waits once (at the recipe update), not once per cast.
+ * A slot is reused only after its last holder lets go. When every slot is held, casts fall back to a
+ * synchronous read. */
+constexpr int kStatSlots = 1 << 14;
+
+struct StatsArena {
+    std::mutex mu;
+    fl_cuda_qstats *dev = NULL, *host = NULL;   /* kStatSlots each; host is pinned */
+    std::vector<int> free_slots;
+    int high = 0;                               /* slots [0, high) have been handed out at least once */
+    unsigned long long launched = 0, mirrored = 0;
+    bool failed = false;                        /* allocation failed once: always use the fallback */
+} arena;
+
+struct CudaStatsFuture {
+    fl_stats_future base;
+    int slot;
+    unsigned long long seq;                     /* arena.launched when the cast was queued */
+};
+
+fl_cast_stats stats_from(const fl_cuda_qstats &h) {
+    fl_cast_stats st;
+    unsigned b = h.amax_bits;
+    memcpy(&st.amax, &b, sizeof b);
+    st.underflow = (int64_t)h.underflow;
+    st.saturated = (int64_t)h.saturated;
+    st.nan = (int64_t)h.nan;
+    return st;
+}
+
+fl_status future_wait(fl_stats_future *f, fl_cast_stats *out) {
+    CudaStatsFuture *cf = reinterpret_cast<CudaStatsFuture *>(f);
+    std::lock_guard<std::mutex> g(arena.mu);
+    if (cf->seq > arena.mirrored) {
+        unsigned long long upto = arena.launched;
+        FL_CUDA_CHECK(cudaMemcpyAsync(arena.host, arena.dev, (size_t)arena.high * sizeof(fl_cuda_qstats),
+                                      cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (cast statistics)");
+        FL_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize (cast statistics)");
+        arena.mirrored = upto;
+    }
+    *out = stats_from(arena.host[cf->slot]);
+    return FL_OK;
+}
+
+void future_destroy(fl_stats_future *f) {
+    CudaStatsFuture *cf = reinterpret_cast<CudaStatsFuture *>(f);
+    {
+        std::lock_guard<std::mutex> g(arena.mu);
+        arena.free_slots.push_back(cf->slot);
+    }
+    delete cf;
+}
+
+/* Where a cast's counters go: an arena slot (then take() makes the future) or, when none is free, a
+ * scratch block read back synchronously by finish(). */
+struct StatsSink {
+    fl_cuda_qstats *d = NULL;
+    int slot = -1;
+    Scratch scratch;
+
+    fl_status open() {
+        {
+            std::lock_guard<std::mutex> g(arena.mu);
+            if (!arena.dev && !arena.failed) {
+                void *dp = NULL, *hp = NULL;
+                if (cudaMalloc(&dp, kStatSlots * sizeof(fl_cuda_qstats)) != cudaSuccess ||
+                    cudaHostAlloc(&hp, kStatSlots * sizeof(fl_cuda_qstats), cudaHostAllocDefault) != cudaSuccess) {
+                    (void)cudaGetLastError();
+                    if (dp) cudaFree(dp);
+                    arena.failed = true;
+                } else {
+                    arena.dev = (fl_cuda_qstats *)dp;
+                    arena.host = (fl_cuda_qstats *)hp;
+                }
+            }
+            if (arena.dev) {
+                if (!arena.free_slots.empty()) { slot = arena.free_slots.back(); arena.free_slots.pop_back(); }
+                else if (arena.high < kStatSlots) slot = arena.high++;
+            }
+            if (slot >= 0) d = arena.dev + slot;
+        }
+        if (!d) {
+            FL_TRY(cuda_alloc(sizeof(fl_cuda_qstats), &scratch.p));
+            d = (fl_cuda_qstats *)scratch.p;
+        }
+        fl_status st = FL_OK;
+        cudaError_t e = cudaMemsetAsync(d, 0, sizeof(fl_cuda_qstats), stream);
+        if (e != cudaSuccess) { st = fl_cuda_fail(e, "cudaMemsetAsync", __FILE__, __LINE__); release_slot(); }
+        return st;
+    }
+    void release_slot() {
+        if (slot < 0) return;
+        std::lock_guard<std::mutex> g(arena.mu);
+        arena.free_slots.push_back(slot);
+        slot = -1;
+    }
+    /* After the kernels are queued: dst's statistics as a future, or read now. */
+    fl_status finish(fl_tensor *dst) {
+        fl_stats_future_release(dst->qfuture);
+        dst->qfuture = NULL;
+        if (slot >= 0) {
+            CudaStatsFuture *f = new (std::nothrow) CudaStatsFuture;
+            if (f) {
+                f->base.refcount = 1;
+                f->base.wait = future_wait;
+                f->base.destroy = future_destroy;
+                f->slot = slot;
+                {
+                    std::lock_guard<std::mutex> g(arena.mu);
+                    f->seq = ++arena.launched;
+                }
+                slot = -1;
+                dst->qfuture = &f->base;
+                return FL_OK;
+            }
+        }
+        fl_cuda_qstats h;
+        FL_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+        FL_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize");   /* also surfaces kernel faults */
+        release_slot();
+        dst->qstats = stats_from(h);
+        return FL_OK;
+    }
+    ~StatsSink() { release_slot(); }
+};
+
+/* amax per tensor or per index along axis into host memory (one sync: the caller wants the values). */
+fl_status run_amax(const fl_tensor *src, int axis, float *out) {
     size_t n = (size_t)fl_tensor_numel(src), outer = 1, len = 1, inner = n;
     if (axis >= 0) {
         if (axis >= src->ndim)
-            return FL_ERR(FL_EINVAL, "quantize on cuda: axis %d out of range for a %d-d tensor", axis, src->ndim);
+            return FL_ERR(FL_EINVAL, "amax on cuda: axis %d out of range for a %d-d tensor", axis, src->ndim);
         split_axis(src, axis, &outer, &len, &inner);
     }
-    /* scratch layout: [stats][row amax bits: len][scales: len] */
-    size_t bytes = sizeof(fl_cuda_qstats) + (axis >= 0 ? 2 * len * sizeof(float) : 0);
+    /* scratch layout: [stats][row amax bits: len] */
+    size_t bytes = sizeof(fl_cuda_qstats) + (axis >= 0 ? len * sizeof(float) : 0);
     Scratch s;
     FL_TRY(cuda_alloc(bytes, &s.p));
     fl_cuda_qstats *dstats = (fl_cuda_qstats *)s.p;
     unsigned *drow = (unsigned *)(dstats + 1);
-    float *dscales = (float *)(drow + len);
-    FL_CUDA_CHECK(cudaMemsetAsync(s.p, 0, sizeof(fl_cuda_qstats) + (axis >= 0 ? len * sizeof(float) : 0), stream),
-                  "cudaMemsetAsync");
+    FL_CUDA_CHECK(cudaMemsetAsync(s.p, 0, bytes, stream), "cudaMemsetAsync");
     const void *x = fl_tensor_data(src);
-    if (axis < 0) {
-        FL_TRY(cuda_quantize(x, src->dtype, dst, n, fmt, dst ? scales[0] : 1.0f, p, dstats, stream));
+    if (axis < 0) FL_TRY(cuda_quantize(x, src->dtype, NULL, n, FL_E4M3, 1.0f, NULL, FL_SATURATE, dstats, stream));
+    else FL_TRY(cuda_quantize_rows(x, src->dtype, NULL, outer, len, inner, FL_E4M3, NULL, FL_SATURATE, dstats, drow, stream));
+    if (axis >= 0) {
+        FL_CUDA_CHECK(cudaMemcpyAsync(out, drow, len * sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     } else {
-        if (dst) FL_CUDA_CHECK(cudaMemcpyAsync(dscales, scales, len * sizeof(float), cudaMemcpyHostToDevice, stream),
-                               "cudaMemcpyAsync");
-        FL_TRY(cuda_quantize_rows(x, src->dtype, dst, outer, len, inner, fmt, dst ? dscales : NULL, p, dstats, drow,
-                                  stream));
-    }
-    fl_cuda_qstats h;
-    FL_CUDA_CHECK(cudaMemcpyAsync(&h, dstats, sizeof h, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-    if (row_amax_out && axis >= 0)
-        FL_CUDA_CHECK(cudaMemcpyAsync(row_amax_out, drow, len * sizeof(float), cudaMemcpyDeviceToHost, stream),
+        FL_CUDA_CHECK(cudaMemcpyAsync(out, &dstats->amax_bits, sizeof(float), cudaMemcpyDeviceToHost, stream),
                       "cudaMemcpyAsync");
-    FL_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize");   /* also surfaces kernel faults */
-    if (stats) {
-        unsigned b = h.amax_bits;
-        memcpy(&stats->amax, &b, sizeof b);
-        stats->underflow = (int64_t)h.underflow;
-        stats->saturated = (int64_t)h.saturated;
-        stats->nan = (int64_t)h.nan;
     }
-    if (row_amax_out && axis < 0) memcpy(row_amax_out, &h.amax_bits, sizeof(float));
+    FL_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return FL_OK;
 }
 
-fl_status cuda_quantize_entry(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
+/* Checks shared by both quantize entries; the number of scales. */
+fl_status check_quantize(const fl_tensor *dst, const fl_tensor *src, int axis, size_t *nscale) {
     FL_TRY(check_src(src, "quantize"));
     if (dst->dtype != FL_E4M3 && dst->dtype != FL_E5M2)
         return FL_ERR(FL_EINVAL, "quantize on cuda: expected an e4m3 or e5m2 destination, got %s",
@@ -179,15 +295,67 @@ fl_status cuda_quantize_entry(fl_tensor *dst, const fl_tensor *src, const float 
                       (long long)fl_tensor_numel(src));
     if (axis >= src->ndim)
         return FL_ERR(FL_EINVAL, "quantize on cuda: axis %d out of range for a %d-d tensor", axis, src->ndim);
-    size_t nscale = axis < 0 ? 1 : (size_t)src->shape[axis];
-    fl_tensor *si = dst->scale_inv;
-    if (!si || si->dtype != FL_F32 || si->device != FL_DEV_CUDA || (size_t)fl_tensor_numel(si) != nscale)
-        return FL_ERR(FL_EINVAL, "quantize on cuda: expected dst->scale_inv as %zu fp32 value(s) on cuda", nscale);
-    FL_TRY(run_quantize((uint8_t *)fl_tensor_data(dst), dst->dtype, src, scales, axis, p, &dst->qstats, NULL));
-    /* scale_inv = 1/scale in fp32 on the host, exactly as the CPU path computes it. */
-    std::vector<float> inv(nscale);
-    for (size_t i = 0; i < nscale; i++) inv[i] = 1.0f / scales[i];
-    return cuda_from_host(fl_tensor_data(si), inv.data(), nscale * sizeof(float));
+    *nscale = axis < 0 ? 1 : (size_t)src->shape[axis];
+    const fl_tensor *si = dst->scale_inv;
+    if (!si || si->dtype != FL_F32 || si->device != FL_DEV_CUDA || (size_t)fl_tensor_numel(si) != *nscale)
+        return FL_ERR(FL_EINVAL, "quantize on cuda: expected dst->scale_inv as %zu fp32 value(s) on cuda", *nscale);
+    return FL_OK;
+}
+
+/* The cast of both entries, all on the stream (no host wait): host scales (`scales`) or, when `current`,
+ * scales the device derives from src's amax (margin, pow2); scale_inv written on the device. */
+fl_status quantize_async(fl_tensor *dst, const fl_tensor *src, const float *scales, bool current, int margin,
+                         bool pow2, int axis, fl_overflow p) {
+    size_t nscale;
+    FL_TRY(check_quantize(dst, src, axis, &nscale));
+    size_t n = (size_t)fl_tensor_numel(src), outer = 1, len = 1, inner = n;
+    if (axis >= 0) split_axis(src, axis, &outer, &len, &inner);
+    float *si = (float *)fl_tensor_data(dst->scale_inv);
+    const void *x = fl_tensor_data(src);
+    uint8_t *q = (uint8_t *)fl_tensor_data(dst);
+    StatsSink sink;
+    FL_TRY(sink.open());
+    /* scratch: [amax-pass stats][row amax bits: len][scales: len] */
+    Scratch s;
+    size_t bytes = sizeof(fl_cuda_qstats) + 2 * nscale * sizeof(float);
+    FL_TRY(cuda_alloc(bytes, &s.p));
+    fl_cuda_qstats *pass = (fl_cuda_qstats *)s.p;
+    unsigned *drow = (unsigned *)(pass + 1);
+    float *dscales = (float *)(drow + nscale);
+    FL_CUDA_CHECK(cudaMemsetAsync(s.p, 0, sizeof(fl_cuda_qstats) + nscale * sizeof(float), stream), "cudaMemsetAsync");
+    if (current) {
+        if (axis < 0) {
+            FL_TRY(cuda_quantize(x, src->dtype, NULL, n, dst->dtype, 1.0f, NULL, FL_SATURATE, pass, stream));
+            FL_TRY(cuda_scales(1, &pass->amax_bits, NULL, 0.0f, dst->dtype, margin, pow2, dscales, si, stream));
+        } else {
+            FL_TRY(cuda_quantize_rows(x, src->dtype, NULL, outer, len, inner, dst->dtype, NULL, FL_SATURATE, pass, drow,
+                                      stream));
+            FL_TRY(cuda_scales(len, drow, NULL, 0.0f, dst->dtype, margin, pow2, dscales, si, stream));
+        }
+    } else if (axis < 0) {
+        FL_TRY(cuda_scales(1, NULL, NULL, scales[0], dst->dtype, 0, false, NULL, si, stream));
+    } else {
+        /* pageable source: the copy is staged before cudaMemcpyAsync returns, so `scales` may go right away */
+        FL_CUDA_CHECK(cudaMemcpyAsync(dscales, scales, len * sizeof(float), cudaMemcpyHostToDevice, stream),
+                      "cudaMemcpyAsync");
+        FL_TRY(cuda_scales(len, NULL, dscales, 0.0f, dst->dtype, 0, false, NULL, si, stream));
+    }
+    if (axis < 0)
+        FL_TRY(cuda_quantize(x, src->dtype, q, n, dst->dtype, current ? 1.0f : scales[0], current ? dscales : NULL, p,
+                             sink.d, stream));
+    else   /* the row amaxes come out the same again: atomicMax of equal values */
+        FL_TRY(cuda_quantize_rows(x, src->dtype, q, outer, len, inner, dst->dtype, dscales, p, sink.d, drow, stream));
+    return sink.finish(dst);
+}
+
+fl_status cuda_quantize_entry(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
+    return quantize_async(dst, src, scales, false, 0, false, axis, p);
+}
+
+fl_status cuda_quantize_current_entry(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2,
+                                      fl_overflow p) {
+    if (margin < 0 || margin > 64) return FL_ERR(FL_EINVAL, "quantize on cuda: margin must be in 0..64, got %d", margin);
+    return quantize_async(dst, src, NULL, true, margin, pow2, axis, p);
 }
 
 fl_status cuda_dequantize_entry(fl_tensor *dst, const fl_tensor *q) {
@@ -210,7 +378,7 @@ fl_status cuda_dequantize_entry(fl_tensor *dst, const fl_tensor *q) {
 
 fl_status cuda_amax_entry(const fl_tensor *src, int axis, float *out) {
     FL_TRY(check_src(src, "amax"));
-    return run_quantize(NULL, FL_E4M3, src, NULL, axis, FL_SATURATE, NULL, out);
+    return run_amax(src, axis, out);
 }
 
 const fl_device cuda_device = {
@@ -227,6 +395,7 @@ const fl_device cuda_device = {
     .reduce = fl_cuda_dev_reduce,
     .matmul = fl_cuda_dev_matmul,
     .quantize = cuda_quantize_entry,
+    .quantize_current = cuda_quantize_current_entry,
     .dequantize = cuda_dequantize_entry,
     .amax = cuda_amax_entry,
     .act_fwd = fl_cuda_dev_act_fwd,

@@ -72,7 +72,7 @@ fl_status fl_cuda_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m
  * operand is not), per-row/per-column scales applied in the epilogue pass; shapes cuBLASLt's FP8
  * kernels refuse run as a bf16 GEMM of the exactly decoded bytes (the same products). */
 fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                               fl_tensor **a_cache, fl_tensor **b_cache);
+                               fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum);
 
 #ifdef __cplusplus
 }

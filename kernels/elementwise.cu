@@ -125,6 +125,7 @@ FL_HD float ew_unop(int op, float x) {
     case FL_OP_NEG: return fl_u2f(fl_f2u(x) ^ 0x80000000u);
     case FL_OP_EXP: return (float)exp((double)x);
     case FL_OP_LOG: return (float)log((double)x);
+    case FL_OP_SIGN: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
     default: return fl_fsqrt(x);
     }
 }

@@ -35,9 +35,16 @@ int fl_cuda_sm_count(void);
 /* Launchers (kernels/quantize.cu). Pointers are device memory; counters are device memory laid
  * out as fl_cuda_qstats (fl_cuda_ops.h). Each checks its preconditions and the launch. */
 
-/* Per-tensor: dst[i] = fp8(src[i] * scale); dst may be NULL (amax and counters only). */
+/* Per-tensor: dst[i] = fp8(src[i] * scale), scale read from dscale (device) when that is non-NULL; dst may
+ * be NULL (amax and counters only). */
 fl_status cuda_quantize(const void *src, fl_dtype src_dt, uint8_t *dst, size_t n, fl_dtype fmt,
-                        float scale, fl_overflow p, fl_cuda_qstats *stats, cudaStream_t stream);
+                        float scale, const float *dscale, fl_overflow p, fl_cuda_qstats *stats, cudaStream_t stream);
+/* n scales and their inverses on the device: scale[i] = the current rule (recipe.h fl_scale_for of
+ * max(amax, FL_AMAX_FLOOR), fmt's max, margin, pow2) of amax_bits[i] (float bits); without amax_bits,
+ * given[i] (device), or `value` when given is NULL too; scale_inv[i] = 1/scale[i] (IEEE division, as the
+ * host computes it). scale may be NULL. */
+fl_status cuda_scales(size_t n, const unsigned int *amax_bits, const float *given, float value, fl_dtype fmt,
+                      int margin, bool pow2, float *scale, float *scale_inv, cudaStream_t stream);
 /* Per-index along an axis: the tensor is `outer` x `len` x `inner` (row-major); element
  * (o, r, i) uses scales[r]; row_amax_bits[r] (len entries, zeroed by the caller) receives max |x|
  * of index r. dst may be NULL. scales may be NULL when dst is NULL. */

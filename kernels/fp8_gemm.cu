@@ -250,7 +250,7 @@ fl_status make_cache(fl_tensor **slot, fl_dtype dt, int64_t N, int64_t K, Fill f
 }  // namespace
 
 extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                                          fl_tensor **a_cache, fl_tensor **b_cache) {
+                                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
     (void)a_cache;   /* a's K-major copy is needed only once per use (wgrad's dYᵀ): nothing to reuse */
     FL_TRY(check_operand(a, "a"));
     FL_TRY(check_operand(b, "b"));
@@ -337,6 +337,7 @@ extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, co
         g.a = A; g.a_dtype = a->dtype; g.lda = K;
         g.b = B; g.b_dtype = b->dtype; g.ldb = K;
         g.d = d; g.d_dtype = FL_F32; g.ldd = N;
+        g.fast_accum = fast_accum;
         const bool per_tensor = !e.a_vec && !e.b_vec;
         if (per_tensor) {
             g.a_scale_inv = e.sa;

@@ -8,6 +8,10 @@
  * Tolerance: bit-exact with the CPU (bytes, amax and counters); tests/c/test_gpu_quantize.c. */
 #include "cuda_common.cuh"
 
+extern "C" {
+#include "recipe.h"
+}
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -45,8 +49,9 @@ __device__ __forceinline__ void quant_range(const typename SrcT<SRC>::T *src, ui
 
 template <int SRC, int FMT, bool IEEE, bool WRITE>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(const typename SrcT<SRC>::T *src, uint8_t *dst,
-                                                            size_t n, float scale, bool vec,
+                                                            size_t n, float scale, const float *dscale, bool vec,
                                                             fl_cuda_qstats *st) {
+    if (dscale) scale = *dscale;   /* a scale the device derived (current scaling) */
     Acc acc{0.0f, 0, 0, 0};
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     quant_range<SRC, FMT, IEEE, WRITE>(src, dst, 0, n, tid, stride, scale, vec, acc);
@@ -76,6 +81,24 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const typename 
     }
     total = block_reduce(total);
     if (threadIdx.x == 0) flush(total, st);
+}
+
+/* scale[i] (when scale is non-NULL) and scale_inv[i] = 1/scale for i < n: from amax_bits[i] by the
+ * current rule (fl_scale_for of max(amax, FL_AMAX_FLOOR)), or given[i], or value. */
+__global__ void __launch_bounds__(kThreads) scales_kernel(size_t n, const unsigned int *amax_bits, const float *given,
+                                                          float value, float fmt_max, int margin, bool pow2, float *scale,
+                                                          float *scale_inv) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float s;
+        if (amax_bits) {
+            float a = __uint_as_float(amax_bits[i]);
+            s = fl_cu_scale_for(a > FL_AMAX_FLOOR ? a : FL_AMAX_FLOOR, fmt_max, margin, pow2, 1.0f);
+        } else {
+            s = given ? given[i] : value;
+        }
+        if (scale) scale[i] = s;
+        scale_inv[i] = fl_fdiv(1.0f, s);
+    }
 }
 
 template <int FMT, int DST>
@@ -124,11 +147,12 @@ fl_status dispatch(fl_dtype s, fl_dtype f, fl_overflow p, bool write, A... a) {
 }
 
 template <int S, int F, bool I, bool W> struct LaunchTensor {
-    static fl_status run(const void *src, uint8_t *dst, size_t n, float scale, bool vec, fl_cuda_qstats *st,
-                         cudaStream_t stream) {
+    static fl_status run(const void *src, uint8_t *dst, size_t n, float scale, const float *dscale, bool vec,
+                         fl_cuda_qstats *st, cudaStream_t stream) {
         typedef typename SrcT<S>::T T;
         size_t work = vec ? n / (16 / sizeof(T)) + 1 : n;
-        quantize_kernel<S, F, I, W><<<grid_for(work), kThreads, 0, stream>>>((const T *)src, dst, n, scale, vec, st);
+        quantize_kernel<S, F, I, W><<<grid_for(work), kThreads, 0, stream>>>((const T *)src, dst, n, scale, dscale,
+                                                                             vec, st);
         FL_CUDA_CHECK(cudaGetLastError(), "quantize_kernel launch");
         return FL_OK;
     }
@@ -151,14 +175,14 @@ bool aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
 }  // namespace
 
 fl_status cuda_quantize(const void *src, fl_dtype src_dt, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
-                        fl_overflow p, fl_cuda_qstats *stats, cudaStream_t stream) {
+                        const float *dscale, fl_overflow p, fl_cuda_qstats *stats, cudaStream_t stream) {
     if (!is_src(src_dt) || !is_fp8(fmt) || !stats || (n && !src))
         return FL_ERR(FL_EINVAL, "cuda_quantize: expected an fp32/bf16/fp16 source, an e4m3/e5m2 target and "
                                  "a stats buffer, got %s -> %s", fl_format(src_dt)->name, fl_format(fmt)->name);
     if (n == 0) return FL_OK;
     size_t vecw = 16 / fl_format(src_dt)->size;
     bool vec = aligned(src, 16) && (!dst || aligned(dst, vecw));
-    return dispatch<LaunchTensor>(src_dt, fmt, p, dst != NULL, src, dst, n, scale, vec, stats, stream);
+    return dispatch<LaunchTensor>(src_dt, fmt, p, dst != NULL, src, dst, n, scale, dscale, vec, stats, stream);
 }
 
 fl_status cuda_quantize_rows(const void *src, fl_dtype src_dt, uint8_t *dst, size_t outer, size_t len, size_t inner,
@@ -174,6 +198,18 @@ fl_status cuda_quantize_rows(const void *src, fl_dtype src_dt, uint8_t *dst, siz
     bool vec = inner % vecw == 0 && aligned(src, 16) && (!dst || aligned(dst, vecw));
     return dispatch<LaunchRows>(src_dt, fmt, p, dst != NULL, src, dst, rows, len, inner, scales, vec, stats,
                                 row_amax_bits, stream);
+}
+
+fl_status cuda_scales(size_t n, const unsigned int *amax_bits, const float *given, float value, fl_dtype fmt,
+                      int margin, bool pow2, float *scale, float *scale_inv, cudaStream_t stream) {
+    if (!is_fp8(fmt) || !scale_inv || margin < 0 || margin > 64)
+        return FL_ERR(FL_EINVAL, "cuda_scales: expected an e4m3/e5m2 format, a scale_inv and a margin in 0..64, "
+                                 "got %s margin %d", fl_format(fmt)->name, margin);
+    if (n == 0) return FL_OK;
+    scales_kernel<<<grid_for(n), kThreads, 0, stream>>>(n, amax_bits, given, value, (float)fl_format(fmt)->max, margin,
+                                                        pow2, scale, scale_inv);
+    FL_CUDA_CHECK(cudaGetLastError(), "scales_kernel launch");
+    return FL_OK;
 }
 
 fl_status cuda_dequantize(const uint8_t *q, fl_dtype fmt, void *dst, fl_dtype dst_dt, size_t n,

@@ -88,11 +88,12 @@ static void role_from(lua_State *L, int t, const char *name, fl_scaling *s, fl_d
     lua_settop(L, top);
 }
 
-/* layer_new{input={…}, weight={…}, grad={…}, hp={fprop, dgrad, wgrad}, granularity=} */
+/* layer_new{input={…}, weight={…}, grad={…}, hp={fprop, dgrad, wgrad}, granularity=, fast_accum=} */
 static int l_layer_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp", NULL };
     const char *gran = opt_choice(L, 1, "granularity", "tensor", grans, "FP8 layer");
+    bool fast = opt_bool(L, 1, "fast_accum", true, "FP8 layer");
     bool hp[3] = { false, false, false };
     lua_getfield(L, 1, "hp");
     if (!lua_isnil(L, -1)) {
@@ -119,6 +120,7 @@ static int l_layer_new(lua_State *L) {
                                                      : strcmp(gran, "tensor") == 0 ? FL_GRAN_TENSOR : FL_GRAN_ROWWISE_GW_HP);
     if (st != FL_OK) for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&roles[i]);
     fl_lcheck(L, st);
+    b->l->fast_accum = fast;
     return 1;
 }
 
@@ -129,7 +131,7 @@ static int l_meta_gc(lua_State *L) {
     return 0;
 }
 
-static int l_meta_update(lua_State *L) { fl_fp8_layer_update(check_meta(L, 1)); return 0; }
+static int l_meta_update(lua_State *L) { fl_lcheck(L, fl_fp8_layer_update(check_meta(L, 1))); return 0; }
 static int l_meta_drop_cache(lua_State *L) { fl_fp8_layer_drop_cache(check_meta(L, 1)); return 0; }
 
 static const char *fmt_name(fl_dtype d) { return fl_format(d)->name; }
@@ -163,12 +165,14 @@ static int l_meta_state(lua_State *L) {
     fl_fp8_layer *l = check_meta(L, 1);
     static const char *const keys[FL_NROLES] = { "input", "weight", "grad" };
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };
+    for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* casts still pending */
     lua_createtable(L, 0, 12);
     for (int i = 0; i < FL_NROLES; i++) { push_role(L, &l->role[i]); lua_setfield(L, -2, keys[i]); }
     lua_createtable(L, 3, 0);
     for (int i = 0; i < 3; i++) { lua_pushboolean(L, l->hp[i]); lua_rawseti(L, -2, i + 1); }
     lua_setfield(L, -2, "hp");
     lua_pushstring(L, grans[l->gran]); lua_setfield(L, -2, "granularity");
+    lua_pushboolean(L, l->fast_accum); lua_setfield(L, -2, "fast_accum");
     lua_pushinteger(L, l->forwards); lua_setfield(L, -2, "forwards");
     lua_pushinteger(L, l->backwards); lua_setfield(L, -2, "backwards");
     lua_pushinteger(L, l->weight_casts); lua_setfield(L, -2, "weight_casts");
@@ -181,6 +185,7 @@ static int l_meta_load_state(lua_State *L) {
     fl_fp8_layer *l = check_meta(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     static const char *const keys[FL_NROLES] = { "input", "weight", "grad" };
+    for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* then overwritten */
     for (int i = 0; i < FL_NROLES; i++) {
         fl_scaling *s = &l->role[i];
         lua_getfield(L, 2, keys[i]);

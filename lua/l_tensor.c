@@ -688,6 +688,7 @@ static int m_neg(lua_State *L) { return unary(L, FL_OP_NEG); }
 static int m_exp(lua_State *L) { return unary(L, FL_OP_EXP); }
 static int m_log(lua_State *L) { return unary(L, FL_OP_LOG); }
 static int m_sqrt(lua_State *L) { return unary(L, FL_OP_SQRT); }
+static int m_sign(lua_State *L) { return unary(L, FL_OP_SIGN); }
 
 static int reduce(lua_State *L, fl_redop op) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -705,7 +706,12 @@ static int m_min(lua_State *L) { return reduce(L, FL_OP_MIN); }
 /* amax: for an FP8 tensor, the amax of the source its cast saw (a number); else a reduction. */
 static int m_amax(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    if (fl_format(t->dtype)->is_fp8) { lua_pushnumber(L, t->qstats.amax); return 1; }
+    if (fl_format(t->dtype)->is_fp8) {
+        fl_cast_stats st;
+        fl_lcheck(L, fl_tensor_qstats(t, &st));
+        lua_pushnumber(L, st.amax);
+        return 1;
+    }
     return reduce(L, FL_OP_AMAX);
 }
 
@@ -822,15 +828,21 @@ static int m_bytes(lua_State *L) {
     return 1;
 }
 
-static int m_underflow(lua_State *L) { lua_pushinteger(L, check_fp8(L, 1, "underflow")->qstats.underflow); return 1; }
-static int m_saturated(lua_State *L) { lua_pushinteger(L, check_fp8(L, 1, "saturated")->qstats.saturated); return 1; }
+/* The cast statistics of the FP8 tensor at arg 1 (waiting for the device if they are still pending). */
+static fl_cast_stats qstats_of(lua_State *L, const char *what) {
+    fl_cast_stats st;
+    fl_lcheck(L, fl_tensor_qstats(check_fp8(L, 1, what), &st));
+    return st;
+}
+static int m_underflow(lua_State *L) { lua_pushinteger(L, qstats_of(L, "underflow").underflow); return 1; }
+static int m_saturated(lua_State *L) { lua_pushinteger(L, qstats_of(L, "saturated").saturated); return 1; }
 static int m_qstats(lua_State *L) {
-    fl_tensor *t = check_fp8(L, 1, "qstats");
+    fl_cast_stats st = qstats_of(L, "qstats");
     lua_createtable(L, 0, 4);
-    lua_pushnumber(L, t->qstats.amax); lua_setfield(L, -2, "amax");
-    lua_pushinteger(L, t->qstats.underflow); lua_setfield(L, -2, "underflow");
-    lua_pushinteger(L, t->qstats.saturated); lua_setfield(L, -2, "saturated");
-    lua_pushinteger(L, t->qstats.nan); lua_setfield(L, -2, "nan");
+    lua_pushnumber(L, st.amax); lua_setfield(L, -2, "amax");
+    lua_pushinteger(L, st.underflow); lua_setfield(L, -2, "underflow");
+    lua_pushinteger(L, st.saturated); lua_setfield(L, -2, "saturated");
+    lua_pushinteger(L, st.nan); lua_setfield(L, -2, "nan");
     return 1;
 }
 
@@ -845,7 +857,7 @@ static const luaL_Reg methods[] = {
     {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
     {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
-    {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt},
+    {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
     {"matmul", l_matmul},
     {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},

@@ -185,6 +185,7 @@ static const fl_device fl_cpu = {
     .reduce = fl_cpu_reduce,
     .matmul = fl_cpu_matmul,
     .quantize = fl_cpu_quantize,
+    .quantize_current = fl_cpu_quantize_current,
     .dequantize = fl_cpu_dequantize,
     .amax = fl_cpu_amax,
     .act_fwd = fl_cpu_act_fwd,

@@ -62,6 +62,7 @@ static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
     case FL_OP_NEG: for (int64_t i = 0; i < n; i++) d[i] = -a[i]; break;
     case FL_OP_EXP: for (int64_t i = 0; i < n; i++) d[i] = expf(a[i]); break;
     case FL_OP_LOG: for (int64_t i = 0; i < n; i++) d[i] = logf(a[i]); break;
+    case FL_OP_SIGN: for (int64_t i = 0; i < n; i++) d[i] = a[i] > 0 ? 1.0f : a[i] < 0 ? -1.0f : a[i]; break;
     default:        for (int64_t i = 0; i < n; i++) d[i] = sqrtf(a[i]); break;
     }
 }

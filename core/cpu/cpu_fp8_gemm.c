@@ -92,7 +92,8 @@ static fl_status decoded(fl_tensor **out, const fl_tensor *q, fl_tensor **cache)
 }
 
 fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache) {
+                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
+    (void)fast_accum;   /* oneDNN's bf16 kernels accumulate in fp32 whatever the caller allows */
     fl_tensor *ad = NULL, *bd = NULL, *acc = NULL, *b32 = NULL;
     fl_status st = decoded(&ad, a, a_cache);
     if (st == FL_OK) st = decoded(&bd, b, b_cache);

@@ -46,6 +46,7 @@ fl_status fl_cpu_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
                           const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
 fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
+fl_status fl_cpu_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
 fl_status fl_cpu_dequantize(fl_tensor *dst, const fl_tensor *q);
 fl_status fl_cpu_amax(const fl_tensor *src, int axis, float *out);
 /* NN entries (cpu_nn_entries.c over the kernels of cpu_nn.h), optimizer entries (cpu_optim.c) and the
@@ -80,7 +81,7 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
                              int64_t step);
 fl_status fl_cpu_sumsq(const fl_tensor *t, double *out);
 fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache);
+                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum);
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */
 static inline void fl_cpu_split_axis(const fl_tensor *t, int axis, int64_t *outer, int64_t *size, int64_t *inner) {

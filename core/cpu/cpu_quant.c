@@ -2,6 +2,7 @@
  * fused fp32 kernels in format.h. bf16/fp16 sources are widened to fp32 in chunks first.
  * Per-axis scaling walks the tensor as [outer, size, inner] runs, one scale per run. */
 #include "cpu_internal.h"
+#include "recipe.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -104,6 +105,20 @@ fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *sca
     }
     free(buf);
     if (st == FL_OK) dst->qstats = acc;
+    return st;
+}
+
+fl_status fl_cpu_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p) {
+    int64_t ns = axis < 0 ? 1 : src->shape[axis];
+    float one, *scales = ns <= 1 ? &one : malloc((size_t)ns * sizeof(float));
+    if (!scales) return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld scales", (long long)ns);
+    fl_status st = FL_OK;
+    if (fl_tensor_numel(src) > 0) st = fl_cpu_amax(src, axis, scales);
+    else for (int64_t i = 0; i < ns; i++) scales[i] = 0.0f;
+    for (int64_t i = 0; st == FL_OK && i < ns; i++)
+        scales[i] = fl_scale_for(scales[i] > FL_AMAX_FLOOR ? scales[i] : FL_AMAX_FLOOR, dst->dtype, margin, pow2, 1.0f);
+    if (st == FL_OK) st = fl_cpu_quantize(dst, src, scales, axis, p);
+    if (scales != &one) free(scales);
     return st;
 }
 

@@ -55,7 +55,7 @@ add_all {
     doc = "Seeds the random generator: same seed, same script, same numbers." },
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / and :abs(),\n"
-       .. ":max(), :item(), :numel(), :shape()." },
+       .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :max(), :item(), :numel(), :shape()." },
   { section = "Quantization", name = "Tensor:quantize",
     sig = "x:quantize(fmt [, {scale=s | amax=a, margin=m, axis=d, saturate=true}]) -> Tensor",
     doc = "Casts to FP8 with a scale: given, or fp8_max / amax / 2^margin from the given or the\n"

@@ -162,7 +162,7 @@ TEST(gpu_quantize_per_tensor_matches_cpu) {
                         CHECK(bad == 0, "%s->%s off %d policy %d scale %g: %d bytes differ, first at %zu "
                               "(x=%a gpu 0x%02x cpu 0x%02x)", fl_format(srcs[si])->name, fl_format(fmts[fi])->name,
                               off, p, scales[ki], bad, first, xw[first], got[first], ref[first]);
-                        CHECK_STATS(q->qstats, rs);
+                        { fl_cast_stats qs; REQUIRE_OK(fl_tensor_qstats(q, &qs)); CHECK_STATS(qs, rs); }
                         CHECK(bits_of(sinv) == bits_of(1.0f / scales[ki]), "scale_inv %g", sinv);
                         fl_tensor_release(q); fl_tensor_release(v); fl_tensor_release(g);
                     }
@@ -214,7 +214,7 @@ TEST(gpu_quantize_per_row_matches_cpu) {
                     int bad = count_byte_mismatches(got, ref, n, &first);
                     CHECK(bad == 0, "case %zu %s->%s policy %d: %d bytes differ, first at %zu", c,
                           fl_format(src_dt)->name, fl_format(fmt)->name, p, bad, first);
-                    CHECK_STATS(q->qstats, total);
+                    { fl_cast_stats qs; REQUIRE_OK(fl_tensor_qstats(q, &qs)); CHECK_STATS(qs, total); }
                     for (size_t r = 0; r < len; r++) {
                         CHECK(bits_of(row_got[r]) == bits_of(row_ref[r]), "case %zu amax[%zu] %g vs %g", c, r,
                               row_got[r], row_ref[r]);
@@ -224,6 +224,100 @@ TEST(gpu_quantize_per_row_matches_cpu) {
                 }
         free(x); free(xw); free(scales); free(row_ref); free(row_got); free(sinv); free(ref); free(got);
     }
+}
+
+/* Current scaling on the device (quantize_current): the scales come from the GPU's own amax pass, with
+ * no host round trip. Against the CPU entry on the same values: bytes, scale_inv bits, statistics; the
+ * statistics stay pending (qfuture) until read. */
+TEST(gpu_quantize_current_matches_cpu) {
+    const fl_device *d = gpu_or_skip();
+    if (!d) return;
+    const fl_device *cpu = fl_cpu_device();
+    struct { int ndim; int64_t shape[3]; int axis; } cases[] = {
+        { 2, { 333, 1024 }, -1 }, { 2, { 333, 1024 }, 0 }, { 2, { 64, 1001 }, 1 }, { 3, { 2, 37, 129 }, 1 },
+        { 2, { 0, 16 }, -1 }, { 2, { 0, 16 }, 1 }, { 1, { 7 }, -1 } };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int ndim = cases[c].ndim, axis = cases[c].axis;
+        const int64_t *shape = cases[c].shape;
+        size_t n = 1, ns = axis < 0 ? 1 : (size_t)shape[axis];
+        for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+        float *x = malloc(n * 4 + 4), *sg = malloc(ns * 4 + 4), *sr = malloc(ns * 4 + 4);
+        uint8_t *got = malloc(n + 1);
+        fill_test_data(x, n, 99 + c);
+        if (c == 6) for (size_t i = 0; i < n; i++) x[i] = 0.0f;   /* all zeros: the amax floor */
+        for (int si = 0; si < 2; si++)
+            for (int fi = 0; fi < 2; fi++)
+                for (int v = 0; v < 3; v++) {
+                    fl_dtype src_dt = si ? FL_BF16 : FL_F32, fmt = fi ? FL_E5M2 : FL_E4M3;
+                    bool pow2 = v >= 1;
+                    int margin = v == 2 ? 3 : 0;
+                    fl_tensor *g = to_gpu(d, x, ndim, shape, src_dt), *h = NULL;
+                    fl_tensor *q = fp8_dst(ndim, shape, fmt, (int64_t)ns, axis);
+                    fl_tensor *qr = NULL, *sir = NULL;
+                    REQUIRE(g && q, "alloc: %s", fl_last_error());
+                    REQUIRE_OK(fl_tensor_from_f32(&h, x, ndim, shape, src_dt));
+                    REQUIRE_OK(fl_tensor_empty(&qr, fmt, ndim, shape, FL_DEV_CPU));
+                    int64_t ns64 = (int64_t)ns;
+                    REQUIRE_OK(fl_tensor_empty(&sir, FL_F32, 1, &ns64, FL_DEV_CPU));
+                    fl_tensor_release(qr->scale_inv);
+                    qr->scale_inv = sir;
+                    qr->scale_axis = axis;
+                    REQUIRE_OK(d->quantize_current(q, g, axis, margin, pow2, FL_SATURATE));
+                    CHECK(n == 0 || q->qfuture, "case %zu: the statistics were read back at once", c);
+                    REQUIRE_OK(cpu->quantize_current(qr, h, axis, margin, pow2, FL_SATURATE));
+                    REQUIRE_OK(d->to_host(got, fl_tensor_data(q), n));
+                    REQUIRE_OK(d->to_host(sg, fl_tensor_data(q->scale_inv), ns * 4));
+                    memcpy(sr, fl_tensor_data(qr->scale_inv), ns * 4);
+                    size_t first = 0;
+                    int bad = count_byte_mismatches(got, fl_tensor_data(qr), n, &first);
+                    const char *what = fl_format(src_dt)->name;
+                    CHECK(bad == 0, "case %zu %s->%s pow2 %d margin %d: %d bytes differ, first at %zu", c, what,
+                          fl_format(fmt)->name, pow2, margin, bad, first);
+                    for (size_t r = 0; r < ns; r++)
+                        if (bits_of(sg[r]) != bits_of(sr[r])) {
+                            CHECK(0, "case %zu %s pow2 %d: scale_inv[%zu] %a vs %a", c, what, pow2, r, sg[r], sr[r]);
+                            break;
+                        }
+                    fl_cast_stats qs;
+                    REQUIRE_OK(fl_tensor_qstats(q, &qs));
+                    CHECK_STATS(qs, qr->qstats);
+                    fl_tensor_release(q); fl_tensor_release(g); fl_tensor_release(qr); fl_tensor_release(h);
+                }
+        free(x); free(sg); free(sr); free(got);
+    }
+}
+
+/* More casts alive at once than the statistics arena has slots: the overflow reads back synchronously,
+ * every tensor still reports its own statistics, and the slots come back when the tensors go. */
+TEST(gpu_quantize_pending_stats_outlive_the_arena) {
+    const fl_device *d = gpu_or_skip();
+    if (!d) return;
+    enum { CASTS = 20000 };
+    fl_tensor **qs = calloc(CASTS, sizeof *qs);
+    int64_t n = 4;
+    int pending = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < CASTS; i++) {
+            float v[4] = { (float)(i + 1), -0.5f, 0.0f, 1e-30f };
+            fl_tensor *g = to_gpu(d, v, 1, &n, FL_F32);
+            qs[i] = fp8_dst(1, &n, FL_E4M3, 1, -1);
+            float scale = 1.0f;
+            REQUIRE(g && qs[i], "alloc %d: %s", i, fl_last_error());
+            REQUIRE_OK(d->quantize(qs[i], g, &scale, -1, FL_SATURATE));
+            if (round == 0 && qs[i]->qfuture) pending++;
+            fl_tensor_release(g);
+        }
+        int bad = 0;
+        for (int i = CASTS - 1; i >= 0; i--) {
+            fl_cast_stats st;
+            REQUIRE_OK(fl_tensor_qstats(qs[i], &st));
+            if (st.amax != (float)(i + 1) || st.underflow != 1 || (i + 1 > 448) != (st.saturated == 1)) bad++;
+            fl_tensor_release(qs[i]);
+        }
+        CHECK(bad == 0, "round %d: %d casts report another cast's statistics", round, bad);
+    }
+    CHECK(pending > 0 && pending < CASTS, "%d of %d casts were left pending (expected some, not all)", pending, CASTS);
+    free(qs);
 }
 
 TEST(gpu_amax_per_tensor_matches_cpu) {

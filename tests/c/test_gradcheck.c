@@ -167,6 +167,7 @@ static void f64_unary(const double *const *in, double *o) {
         case FL_OP_NEG: o[j] = -x; break;
         case FL_OP_EXP: o[j] = exp(x); break;
         case FL_OP_LOG: o[j] = log(x); break;
+        case FL_OP_SIGN: o[j] = x > 0 ? 1 : x < 0 ? -1 : 0; break;
         default: o[j] = sqrt(x); break;
         }
     }

@@ -19,6 +19,21 @@ describe("autograd", function()
     assert.is_true(x:grad() == x.grad)         -- t:grad() reads the same field
   end)
 
+  it("abs backward is sign(x)·g (0 at 0, NaN at NaN); sign() has a zero gradient", function()
+    local x = fp8.tensor({ -2, 0, 3, -0.5, 0 / 0 }):requires_grad(true)
+    local s = x:sign():totable()
+    assert.are.same({ -1, 0, 1, -1 }, { s[1], s[2], s[3], s[4] })
+    assert.is_true(s[5] ~= s[5])
+    assert.are.equal("AbsBackward", x:abs():grad_fn())
+    x:abs():backward(fp8.tensor({ 10, 20, 30, 40, 50 }))
+    local g = x.grad:totable()
+    assert.are.same({ -10, 0, 30, -40 }, { g[1], g[2], g[3], g[4] })
+    assert.is_true(g[5] ~= g[5])
+    x.grad = nil
+    x:sign():sum():backward()
+    assert.are.same({ 0, 0, 0, 0, 0 }, x.grad:totable())
+  end)
+
   it("accumulates across backward calls and zero_grad / t.grad = nil clears", function()
     local x = fp8.tensor({ 1, 2 }):requires_grad(true)
     x:sum():backward()
