@@ -25,6 +25,7 @@ atomic_int fl_prof_on;
 typedef struct {
     fl_prof_event pub;
     int64_t live0;                       /* profile_memory: fl_bytes_live at begin */
+    uint64_t m0, m1;                     /* device marks at begin and end (0: none) */
     bool mem;
 } ev_t;
 
@@ -33,6 +34,9 @@ static ev_t **chunks;                    /* chunks[i >> CHUNK_BITS][i & (CHUNK_L
 static size_t nchunks, cap_chunks, count, dropped;
 static uint64_t gen = 1;                 /* bumped by clear: older tokens and thread stacks are stale */
 static atomic_uint flags;
+static const fl_prof_device_clock *dclock;   /* guarded by mu */
+static uint64_t dorigin;                     /* the session's origin mark (0: no device time) */
+static int64_t dorigin_ns;                   /* its CLOCK_MONOTONIC time */
 
 /* Interned strings: open addressing on an FNV-1a hash; freed by clear. */
 static char **itab;
@@ -132,12 +136,27 @@ static int64_t index_of(uint64_t tok) {
     return i < count ? (int64_t)i : -1;
 }
 
+void fl_prof_set_device_clock(const fl_prof_device_clock *c) {
+    pthread_mutex_lock(&mu);
+    dclock = c;
+    pthread_mutex_unlock(&mu);
+}
+
+bool fl_prof_has_device_clock(void) {
+    pthread_mutex_lock(&mu);
+    bool r = dclock != NULL;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
 fl_status fl_prof_start(unsigned f) {
     pthread_mutex_lock(&mu);
     if (atomic_load(&fl_prof_on)) {
         pthread_mutex_unlock(&mu);
         return FL_ERR(FL_EINVAL, "profiler: already recording (stop the running profiler first)");
     }
+    if ((f & FL_PROF_DEVICE) && dclock && !dorigin) dorigin = dclock->origin(&dorigin_ns);
+    if (!dorigin) f &= ~(unsigned)FL_PROF_DEVICE;
     atomic_store(&flags, f);
     atomic_store(&fl_prof_on, 1);
     pthread_mutex_unlock(&mu);
@@ -172,6 +191,8 @@ uint64_t fl_prof_begin(const char *name, fl_prof_kind kind, const char *note) {
     if (tl_depth < MAX_DEPTH) tl_stack[tl_depth++] = (int64_t)idx;
     e->mem = (f & FL_PROF_MEMORY) != 0;
     if (e->mem) e->live0 = (int64_t)fl_bytes_live(FL_DEV_CPU);
+    e->pub.dev_start_ns = e->pub.dev_end_ns = -1;
+    if ((f & FL_PROF_DEVICE) && dclock && dorigin) e->m0 = dclock->mark();
     uint64_t tok = token_of(idx);
     e->pub.start_ns = fl_prof_now_ns();   /* last, so the bookkeeping above is not in the event */
     pthread_mutex_unlock(&mu);
@@ -181,6 +202,7 @@ uint64_t fl_prof_begin(const char *name, fl_prof_kind kind, const char *note) {
 static void close_ev(ev_t *e, int64_t now) {
     if (e->pub.end_ns >= 0) return;
     e->pub.end_ns = now;
+    if (e->m0 && dclock) e->m1 = dclock->mark();
     if (e->mem) e->pub.bytes = (int64_t)fl_bytes_live(FL_DEV_CPU) - e->live0;
 }
 
@@ -284,8 +306,40 @@ int64_t fl_prof_index(uint64_t tok) {
     return i;
 }
 
+/* Give every device mark back (caller holds mu). */
+static void release_marks(void) {
+    for (size_t i = 0; dclock && i < count; i++) {
+        ev_t *e = at(i);
+        if (e->m0) dclock->release(e->m0);
+        if (e->m1) dclock->release(e->m1);
+        e->m0 = e->m1 = 0;
+    }
+}
+
+size_t fl_prof_resolve_device(void) {
+    size_t n = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; dclock && dorigin && i < count; i++) {
+        ev_t *e = at(i);
+        if (!e->m0 || !e->m1) continue;
+        int64_t a, b;
+        if (dclock->elapsed_ns(dorigin, e->m0, &a) && dclock->elapsed_ns(dorigin, e->m1, &b)) {
+            e->pub.dev_start_ns = dorigin_ns + a;
+            e->pub.dev_end_ns = dorigin_ns + (b > a ? b : a);
+            n++;
+        }
+        dclock->release(e->m0);
+        dclock->release(e->m1);
+        e->m0 = e->m1 = 0;
+    }
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
 void fl_prof_clear(void) {
     pthread_mutex_lock(&mu);
+    release_marks();
+    if (dorigin && dclock && !atomic_load(&fl_prof_on)) { dclock->release(dorigin); dorigin = 0; }
     for (size_t c = 0; c < nchunks; c++) free(chunks[c]);
     free(chunks);
     chunks = NULL;

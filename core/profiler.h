@@ -10,7 +10,12 @@
  * Events nest per thread: an event begun while another is open on the same thread is its child
  * (parent index, depth). Ranges (fl_prof_push/fl_prof_end) nest the same way; the Lua side uses
  * them for "ProfilerStep#N" and module paths. Events live in a growable buffer until
- * fl_prof_clear(). Thread-safe; one recording session at a time. */
+ * fl_prof_clear(). Thread-safe; one recording session at a time.
+ * Device time (FL_PROF_DEVICE, activities "cuda"): a device that runs work asynchronously registers a
+ * clock (the CUDA backend: events on its stream). Every event then also queues a device timestamp where
+ * it begins and ends; fl_prof_resolve_device() later turns them into the event's device span — the
+ * time the device's queue took to get from the first mark to the second, i.e. the work the event
+ * queued plus any time the device sat idle waiting for it. */
 #ifndef FL_PROFILER_H
 #define FL_PROFILER_H
 
@@ -19,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "error.h"
+#include "prof_clock.h"
 
 struct fl_tensor;
 
@@ -26,7 +32,7 @@ typedef enum { FL_PROF_OP = 0, FL_PROF_RANGE, FL_PROF_MODULE, FL_PROF_KIND_COUNT
 extern const char *const fl_prof_kind_names[FL_PROF_KIND_COUNT];   /* "op", "range", "module" */
 
 /* Options of a recording session (fl_prof_start). */
-enum { FL_PROF_RECORD_SHAPES = 1u, FL_PROF_MEMORY = 2u, FL_PROF_WITH_FLOPS = 4u };
+enum { FL_PROF_RECORD_SHAPES = 1u, FL_PROF_MEMORY = 2u, FL_PROF_WITH_FLOPS = 4u, FL_PROF_DEVICE = 8u };
 
 typedef struct {
     const char *name;      /* interned: valid until fl_prof_clear() */
@@ -38,6 +44,8 @@ typedef struct {
     int64_t bytes;         /* profile_memory: net CPU tensor bytes allocated during the event (may be < 0) */
     double flops;          /* with_flops: floating-point operations, 0 when not counted */
     uint64_t tid;          /* kernel thread id */
+    int64_t dev_start_ns;  /* FL_PROF_DEVICE: when the device reached the event's begin and end marks, on */
+    int64_t dev_end_ns;    /* the CLOCK_MONOTONIC scale (fl_prof_resolve_device); -1 while unknown */
     int depth;             /* 0 at top level */
     fl_prof_kind kind;
 } fl_prof_event;
@@ -45,7 +53,8 @@ typedef struct {
 /* Nonzero while recording. Read by the macros below; change it only through start/stop. */
 extern atomic_int fl_prof_on;
 
-fl_status fl_prof_start(unsigned flags);   /* error if a session is already recording */
+/* Error if a session is already recording. FL_PROF_DEVICE without a device clock records host time only. */
+fl_status fl_prof_start(unsigned flags);
 void fl_prof_stop(void);                   /* events stay until fl_prof_clear(); open ones can still end */
 unsigned fl_prof_flags(void);              /* the flags of the current (or last) session */
 int64_t fl_prof_now_ns(void);
@@ -69,6 +78,9 @@ size_t fl_prof_dropped(void);              /* events lost to allocation failures
 bool fl_prof_get(size_t i, fl_prof_event *out);
 int64_t fl_prof_index(uint64_t tok);       /* the index of a token's event, -1 for a stale token */
 void fl_prof_clear(void);                  /* frees events and names; not while recording on another thread */
+/* Fill dev_start_ns/dev_end_ns of every closed event that has device marks (waiting for the device) and
+ * free the marks; events still open keep theirs. Returns how many events got a device span. */
+size_t fl_prof_resolve_device(void);
 
 /* ---- instrumentation macros --------------------------------------------------------------- */
 

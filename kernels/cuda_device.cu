@@ -3,6 +3,10 @@
  * entries of the device table (core/device.h). Every CUDA error becomes FL_EDEVICE, never an abort. */
 #include "fl_cuda.h"
 #include "cuda_entries.h"
+extern "C" {
+#include "prof_clock.h"
+}
+#include <cmath>
 #include <mutex>
 #include <new>
 #include <stdio.h>
@@ -469,6 +473,62 @@ int ensure_locked(void) {
 
 bool notice_printed;
 
+/* ---- the profiler's device clock (core/prof_clock.h): CUDA events on the stream, pooled --------- */
+std::mutex clock_mu;
+std::vector<cudaEvent_t> clock_events;   /* handle h is clock_events[h - 1] */
+std::vector<uint64_t> clock_free;
+
+cudaEvent_t clock_event(uint64_t h) {
+    std::lock_guard<std::mutex> g(clock_mu);
+    return h && h <= clock_events.size() ? clock_events[h - 1] : NULL;
+}
+
+uint64_t clock_mark(void) {
+    std::lock_guard<std::mutex> g(clock_mu);
+    uint64_t h;
+    if (!clock_free.empty()) {
+        h = clock_free.back();
+        clock_free.pop_back();
+    } else {
+        cudaEvent_t e;
+        if (cudaEventCreate(&e) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+        clock_events.push_back(e);
+        h = clock_events.size();
+    }
+    if (cudaEventRecord(clock_events[h - 1], stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        clock_free.push_back(h);
+        return 0;
+    }
+    return h;
+}
+
+uint64_t clock_origin(int64_t *cpu_ns) {
+    if (cudaStreamSynchronize(stream) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    uint64_t h = clock_mark();
+    if (h && cudaEventSynchronize(clock_event(h)) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    *cpu_ns = fl_prof_now_ns();
+    return h;
+}
+
+bool clock_elapsed(uint64_t a, uint64_t b, int64_t *ns) {
+    cudaEvent_t ea = clock_event(a), eb = clock_event(b);
+    float ms = 0.0f;
+    if (!ea || !eb || cudaEventSynchronize(eb) != cudaSuccess || cudaEventElapsedTime(&ms, ea, eb) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    *ns = (int64_t)std::llround((double)ms * 1e6);
+    return true;
+}
+
+void clock_release(uint64_t h) {
+    std::lock_guard<std::mutex> g(clock_mu);
+    if (h && h <= clock_events.size()) clock_free.push_back(h);
+}
+
+const fl_prof_device_clock cuda_clock = { clock_origin, clock_mark, clock_elapsed, clock_release };
+
 }  // namespace
 
 cudaStream_t fl_cuda_stream(void) { return stream; }
@@ -484,6 +544,7 @@ extern "C" fl_status fl_cuda_register(void) {
     }
     if (state > 0) {
         fl_device_register(FL_DEV_CUDA, &cuda_device);
+        fl_prof_set_device_clock(&cuda_clock);   /* activities "cuda": device time of every event */
         return FL_OK;
     }
     if (print) {    /* once per process, and only when someone asked for the GPU */

@@ -20,10 +20,11 @@ static bool opt_flag(lua_State *L, int t, const char *k) {
     return v;
 }
 
-/* start{record_shapes=, profile_memory=, with_flops=} */
+/* start{record_shapes=, profile_memory=, with_flops=, device=} (device: device time where a device clock
+ * is registered) */
 static int l_start(lua_State *L) {
-    static const char *const keys[] = { "record_shapes", "profile_memory", "with_flops" };
-    static const unsigned bits[] = { FL_PROF_RECORD_SHAPES, FL_PROF_MEMORY, FL_PROF_WITH_FLOPS };
+    static const char *const keys[] = { "record_shapes", "profile_memory", "with_flops", "device" };
+    static const unsigned bits[] = { FL_PROF_RECORD_SHAPES, FL_PROF_MEMORY, FL_PROF_WITH_FLOPS, FL_PROF_DEVICE };
     unsigned flags = 0;
     if (!lua_isnoneornil(L, 1)) {
         luaL_checktype(L, 1, LUA_TTABLE);
@@ -34,7 +35,7 @@ static int l_start(lua_State *L) {
             if (lua_type(L, -1) == LUA_TSTRING)
                 for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) known = known || strcmp(lua_tostring(L, -1), keys[i]) == 0;
             if (!known)
-                return luaL_error(L, "profiler.start: unknown option '%s' (valid: record_shapes, profile_memory, with_flops)",
+                return luaL_error(L, "profiler.start: unknown option '%s' (valid: record_shapes, profile_memory, with_flops, device)",
                                   luaL_tolstring(L, -1, NULL));
         }
         for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
@@ -52,6 +53,11 @@ static int l_count(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_count
 static int l_dropped(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_dropped()); return 1; }
 static int l_now(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_now_ns()); return 1; }
 static int l_getpid(lua_State *L) { lua_pushinteger(L, (lua_Integer)getpid()); return 1; }
+/* has_device_clock() -> whether device time can be recorded (a GPU in use); device_on() -> whether the
+ * current session records it; resolve_device() -> events that got a device span (waits for the device). */
+static int l_has_device_clock(lua_State *L) { lua_pushboolean(L, fl_prof_has_device_clock()); return 1; }
+static int l_device_on(lua_State *L) { lua_pushboolean(L, (fl_prof_flags() & FL_PROF_DEVICE) != 0); return 1; }
+static int l_resolve_device(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_resolve_device()); return 1; }
 
 /* push(name [, "range"|"module" [, note]]) -> token (0 while not recording) */
 static int l_push(lua_State *L) {
@@ -79,7 +85,8 @@ static int l_index(lua_State *L) {
 }
 
 /* events([first]) -> list of {name, kind, start_ns, end_ns (-1: still open), tid, parent (position or
- * nil), depth, flops?, bytes?, shapes?, note?} from position `first` (1-based) on. */
+ * nil), depth, flops?, bytes?, shapes?, note?, dev_start_ns?, dev_end_ns? (after resolve_device)} from
+ * position `first` (1-based) on. */
 static int l_events(lua_State *L) {
     lua_Integer first = luaL_optinteger(L, 1, 1);
     luaL_argcheck(L, first >= 1, 1, "first position must be >= 1");
@@ -100,6 +107,10 @@ static int l_events(lua_State *L) {
         if (mem) { lua_pushinteger(L, e.bytes); lua_setfield(L, -2, "bytes"); }
         if (e.shapes) { lua_pushstring(L, e.shapes); lua_setfield(L, -2, "shapes"); }
         if (e.note) { lua_pushstring(L, e.note); lua_setfield(L, -2, "note"); }
+        if (e.dev_start_ns >= 0) {
+            lua_pushinteger(L, e.dev_start_ns); lua_setfield(L, -2, "dev_start_ns");
+            lua_pushinteger(L, e.dev_end_ns); lua_setfield(L, -2, "dev_end_ns");
+        }
         lua_rawseti(L, -2, (lua_Integer)out);
     }
     return 1;
@@ -144,6 +155,9 @@ static const luaL_Reg funcs[] = {
     {"now", l_now},
     {"mkdir_p", l_mkdir_p},
     {"getpid", l_getpid},
+    {"has_device_clock", l_has_device_clock},
+    {"device_on", l_device_on},
+    {"resolve_device", l_resolve_device},
     {NULL, NULL},
 };
 

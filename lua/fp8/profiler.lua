@@ -66,14 +66,22 @@ function M.profile(opts, extra)
     M._stack_noticed = true
     io.stderr:write("fp8lab: notice: profiler: with_stack is accepted but no stacks are recorded (with_modules gives module paths)\n")
   end
-  for _, a in ipairs(o.activities or {}) do
-    if a == "cuda" and not M._cuda_noticed then
-      M._cuda_noticed = true
-      io.stderr:write("fp8lab: notice: profiler: device time (activities \"cuda\") is not recorded yet; ops get CPU wall time\n")
+  local device = false
+  for _, a in ipairs(o.activities or {}) do device = device or a == "cuda" end
+  if device and not P.has_device_clock() then
+    -- the GPU comes up on first use; asking for it here gives the profiler its clock
+    local okc, cuda = pcall(require, "fp8.cuda")
+    if okc and cuda.is_available() then pcall(cuda.synchronize) end
+    if not P.has_device_clock() then
+      device = false
+      if not M._cuda_noticed then
+        M._cuda_noticed = true
+        io.stderr:write("fp8lab: notice: profiler: activities \"cuda\" without a GPU in use; ops get CPU wall time only\n")
+      end
     end
   end
   return setmetatable({
-    options = o, schedule = o.schedule_option, rank = extra.rank or env_rank(),
+    options = o, device = device, schedule = o.schedule_option, rank = extra.rank or env_rank(),
     step_num = 0, windows = 0, _events = {}, _state = "idle", _on = false,
   }, Profiler)
 end
@@ -94,7 +102,8 @@ end
 
 function Profiler:_turn_on()
   local o = self.options
-  P.start { record_shapes = o.record_shapes, profile_memory = o.profile_memory, with_flops = o.with_flops }
+  P.start { record_shapes = o.record_shapes, profile_memory = o.profile_memory, with_flops = o.with_flops,
+            device = self.device }
   self._on = true
   if o.with_modules then
     paths = {}
@@ -112,8 +121,10 @@ function Profiler:_turn_off()
 end
 
 -- Events of the finished window → self._events: times relative to start, parent positions shifted,
--- each op's enclosing module path (module) and step number (step).
+-- each op's enclosing module path (module) and step number (step), and with device time the span the
+-- device took for the event (device_ts_ns, device_dur_ns; device_ts/device_dur in µs).
 function Profiler:_collect(drop)
+  if self.device then P.resolve_device() end
   local raw, base, out = P.events(), #self._events, self._events
   P.clear()
   local pos, module, step = {}, {}, {}
@@ -125,6 +136,11 @@ function Profiler:_collect(drop)
       out[n] = { name = e.name, kind = e.kind, tid = e.tid, depth = e.depth, parent = par,
                  ts_ns = rel, dur_ns = e.end_ns - e.start_ns, ts = rel / 1000, dur = (e.end_ns - e.start_ns) / 1000,
                  flops = e.flops, bytes = e.bytes, shapes = e.shapes }
+      if e.dev_start_ns then
+        local o = out[n]
+        o.device_ts_ns, o.device_dur_ns = e.dev_start_ns - self.t0, e.dev_end_ns - e.dev_start_ns
+        o.device_ts, o.device_dur = o.device_ts_ns / 1000, o.device_dur_ns / 1000
+      end
       pos[i] = n
       module[i] = e.kind == "module" and e.note or (e.parent and module[e.parent])
       step[i] = e.name:match("^ProfilerStep#(%d+)$") and tonumber(e.name:match("%d+$")) or (e.parent and step[e.parent])
@@ -243,13 +259,18 @@ function Profiler:run(fn, ...)
 end
 
 -- events() → every event kept so far (read-only): {name, kind ("op"|"range"|"module"), ts, dur
--- (µs from start), ts_ns, dur_ns, tid, parent (position), depth, step, module, shapes, flops, bytes}.
+-- (µs from start), ts_ns, dur_ns, tid, parent (position), depth, step, module, shapes, flops, bytes,
+-- device_ts, device_dur, device_ts_ns, device_dur_ns (activities "cuda" on a GPU)}.
 function Profiler:events() return self._events end
 
 -- ---- key_averages -----------------------------------------------------------------------------
 
-local SORT_KEYS = { "cpu_time_total", "self_cpu_time_total", "cpu_time", "count", "flops", "cpu_memory_usage",
+local SORT_KEYS = { "cpu_time_total", "self_cpu_time_total", "cpu_time", "device_time_total",
+                    "self_device_time_total", "device_time", "count", "flops", "cpu_memory_usage",
                     "self_cpu_memory_usage", "name" }
+-- PyTorch's older names for the device columns
+local SORT_ALIASES = { cuda_time_total = "device_time_total", self_cuda_time_total = "self_device_time_total",
+                       cuda_time = "device_time" }
 
 local Averages = {}
 Averages.__index = Averages
@@ -257,7 +278,8 @@ Averages.__name = "fp8.profiler.KeyAverages"
 
 -- key_averages([{group_by_input_shape=false}]) → a list of rows, one per event name ("ProfilerStep*"
 -- for the steps), sorted by total time: key, count, cpu_time_total, self_cpu_time_total, cpu_time
--- (average), in µs (and *_ns integers), flops, cpu_memory_usage, self_cpu_memory_usage (bytes).
+-- (average), in µs (and *_ns integers), flops, cpu_memory_usage, self_cpu_memory_usage (bytes); with
+-- device time also device_time_total, self_device_time_total, device_time (µs, *_ns).
 function Profiler:key_averages(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("key_averages: expected an options table, got %s"):format(type(opts)), 2) end
@@ -267,11 +289,14 @@ function Profiler:key_averages(opts)
     end
   end
   local ev = self._events
-  local child_ns, child_bytes = {}, {}
+  local child_ns, child_bytes, child_dev = {}, {}, {}
+  local has_dev = false
   for _, e in ipairs(ev) do
+    has_dev = has_dev or e.device_dur_ns ~= nil
     if e.parent then
       child_ns[e.parent] = (child_ns[e.parent] or 0) + e.dur_ns
       child_bytes[e.parent] = (child_bytes[e.parent] or 0) + (e.bytes or 0)
+      child_dev[e.parent] = (child_dev[e.parent] or 0) + (e.device_dur_ns or 0)
     end
   end
   local rows, by = {}, {}
@@ -281,7 +306,8 @@ function Profiler:key_averages(opts)
     local r = by[key]
     if not r then
       r = { key = name, input_shapes = opts.group_by_input_shape and e.shapes or nil, count = 0,
-            cpu_time_total_ns = 0, self_cpu_time_total_ns = 0, flops = 0, cpu_memory_usage = 0, self_cpu_memory_usage = 0 }
+            cpu_time_total_ns = 0, self_cpu_time_total_ns = 0, flops = 0, cpu_memory_usage = 0, self_cpu_memory_usage = 0,
+            device_time_total_ns = 0, self_device_time_total_ns = 0 }
       by[key] = r
       rows[#rows + 1] = r
     end
@@ -291,17 +317,25 @@ function Profiler:key_averages(opts)
     r.flops = r.flops + (e.flops or 0)
     r.cpu_memory_usage = r.cpu_memory_usage + (e.bytes or 0)
     r.self_cpu_memory_usage = r.self_cpu_memory_usage + (e.bytes or 0) - (child_bytes[i] or 0)
+    if e.device_dur_ns then
+      r.device_time_total_ns = r.device_time_total_ns + e.device_dur_ns
+      -- children's device spans can overlap the parent's edges by the mark granularity: never below 0
+      r.self_device_time_total_ns = r.self_device_time_total_ns + math.max(0, e.device_dur_ns - (child_dev[i] or 0))
+    end
   end
   for _, r in ipairs(rows) do
     r.cpu_time_total = r.cpu_time_total_ns / 1000
     r.self_cpu_time_total = r.self_cpu_time_total_ns / 1000
     r.cpu_time = r.cpu_time_total / r.count
+    r.device_time_total = r.device_time_total_ns / 1000
+    r.self_device_time_total = r.self_device_time_total_ns / 1000
+    r.device_time = r.device_time_total / r.count
   end
   table.sort(rows, function(a, b)
     if a.cpu_time_total_ns ~= b.cpu_time_total_ns then return a.cpu_time_total_ns > b.cpu_time_total_ns end
     return a.key < b.key
   end)
-  rows.with_flops, rows.profile_memory = self.options.with_flops, self.options.profile_memory
+  rows.with_flops, rows.profile_memory, rows.with_device = self.options.with_flops, self.options.profile_memory, has_dev
   return setmetatable(rows, Averages)
 end
 
@@ -332,6 +366,7 @@ function Averages:table(opts)
     end
   end
   local sort_by = opts.sort_by or "cpu_time_total"
+  sort_by = SORT_ALIASES[sort_by] or sort_by
   local valid = false
   for _, k in ipairs(SORT_KEYS) do valid = valid or k == sort_by end
   if not valid then
@@ -356,6 +391,11 @@ function Averages:table(opts)
   local self_total = 0
   for _, r in ipairs(rows) do self_total = self_total + r.self_cpu_time_total_ns end
   local heads = { "Name", "# Calls", "Total (ms)", "Self (ms)", "Self %", "Avg (ms)" }
+  local dev_total = 0
+  if self.with_device then
+    for _, r in ipairs(rows) do dev_total = dev_total + r.self_device_time_total_ns end
+    heads[#heads + 1] = "Device Total (ms)"; heads[#heads + 1] = "Device Self (ms)"; heads[#heads + 1] = "Device Self %"
+  end
   if self.with_flops then heads[#heads + 1] = "FLOP/s" end
   if self.profile_memory then heads[#heads + 1] = "CPU Mem"; heads[#heads + 1] = "Self CPU Mem" end
   local shapes = false
@@ -369,7 +409,13 @@ function Averages:table(opts)
     local c = { name, tostring(r.count), ("%.3f"):format(r.cpu_time_total / 1000), ("%.3f"):format(r.self_cpu_time_total / 1000),
                 ("%.2f%%"):format(self_total > 0 and 100 * r.self_cpu_time_total_ns / self_total or 0),
                 ("%.3f"):format(r.cpu_time / 1000) }
-    if self.with_flops then c[#c + 1] = fmt_rate(r.flops, r.cpu_time_total) end
+    if self.with_device then
+      c[#c + 1] = ("%.3f"):format(r.device_time_total / 1000)
+      c[#c + 1] = ("%.3f"):format(r.self_device_time_total / 1000)
+      c[#c + 1] = ("%.2f%%"):format(dev_total > 0 and 100 * r.self_device_time_total_ns / dev_total or 0)
+    end
+    -- FLOP/s over device time where the work ran on the device
+    if self.with_flops then c[#c + 1] = fmt_rate(r.flops, self.with_device and r.device_time_total > 0 and r.device_time_total or r.cpu_time_total) end
     if self.profile_memory then c[#c + 1] = fmt_bytes(r.cpu_memory_usage); c[#c + 1] = fmt_bytes(r.self_cpu_memory_usage) end
     if shapes then c[#c + 1] = r.input_shapes or "" end
     cells[#cells + 1] = c
@@ -391,6 +437,7 @@ function Averages:table(opts)
   for i = 2, #cells do lines[#lines + 1] = line(cells[i]) end
   lines[#lines + 1] = lines[1]
   lines[#lines + 1] = ("Self CPU time total: %.3f ms"):format(self_total / 1e6)
+  if self.with_device then lines[#lines + 1] = ("Self device time total: %.3f ms"):format(dev_total / 1e6) end
   return table.concat(lines, "\n")
 end
 
@@ -418,8 +465,13 @@ function Profiler:export_chrome_trace(path)
   local function add(s) parts[#parts + 1] = s end
   add(('{"ph": "M", "name": "process_name", "pid": %d, "tid": 0, "args": {"name": %s}}'):format(pid,
     jstr(("fp8lab rank %d"):format(self.rank))))
-  local tids = {}
+  local tids, GPU_TID = {}, 0x7ffffff0
   for _, e in ipairs(self._events) do
+    if e.device_ts_ns and not tids[GPU_TID] then
+      tids[GPU_TID] = true
+      add((',\n{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "cuda stream (device time)"}}'):format(
+        pid, GPU_TID))
+    end
     if not tids[e.tid] then
       tids[e.tid] = true
       add((',\n{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": %s}}'):format(pid, e.tid,
@@ -435,6 +487,10 @@ function Profiler:export_chrome_trace(path)
     if e.step then args[#args + 1] = ('"step": %d'):format(e.step) end
     add((',\n{"ph": "X", "cat": "%s", "name": %s, "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {%s}}'):format(
       CAT[e.kind] or "cpu_op", jstr(e.name), pid, e.tid, us(e.ts_ns), us(e.dur_ns), table.concat(args, ", ")))
+    if e.device_ts_ns and e.device_ts_ns >= 0 then   -- the same event as the device saw it
+      add((',\n{"ph": "X", "cat": "device", "name": %s, "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {%s}}'):format(
+        jstr(e.name), pid, GPU_TID, us(e.device_ts_ns), us(e.device_dur_ns), table.concat(args, ", ")))
+    end
   end
   add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "windows": %d}}\n'):format(
     self.rank, self.windows))
@@ -484,17 +540,20 @@ local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
   add("profiler.profile", "fp8.profiler.profile{schedule_option={wait=,warmup=,active=[,repeat=,skip_first=]}, record_shapes=,\n"
-    .. "  profile_memory=, with_flops=, with_modules=, on_trace_ready=fn, output_trace_dir=} -> prof",
+    .. "  profile_memory=, with_flops=, with_modules=, activities=, on_trace_ready=fn, output_trace_dir=} -> prof",
     "torch.profiler for fp8lab (the keys of fp8.ProfileKwargs, or a handler). prof:start(), prof:step() once per\n"
     .. "training step, prof:stop(); or prof:run(function(prof) ... end). Only active steps are kept, each in a\n"
     .. "\"ProfilerStep#N\" range; every op records wall time, nesting, and with the options its input shapes,\n"
-    .. "FLOPs, net CPU bytes and module path. At the end of each active window the trace goes to\n"
+    .. "FLOPs, net CPU bytes, module path, and with activities={\"cpu\",\"cuda\"} on a GPU its device time.\n"
+    .. "At the end of each active window the trace goes to\n"
     .. "<output_trace_dir>/trace_rank<R>.json and on_trace_ready(prof) runs. Your own ranges:\n"
     .. "fp8.profiler.record_function(name, fn, ...).")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"
-    .. "average, FLOP/s (with_flops), CPU memory (profile_memory). tostring() prints the table; sort_by is\n"
-    .. "cpu_time_total, self_cpu_time_total, cpu_time, count, flops, cpu_memory_usage, self_cpu_memory_usage or name.")
+    .. "average, FLOP/s (with_flops), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"
+    .. "tostring() prints the table; sort_by is cpu_time_total, self_cpu_time_total, cpu_time,\n"
+    .. "device_time_total, self_device_time_total, device_time, count, flops, cpu_memory_usage,\n"
+    .. "self_cpu_memory_usage or name.")
   add("prof:export_chrome_trace", "prof:export_chrome_trace(path)",
     "Writes the recorded events as Chrome trace JSON (complete events, µs) atomically; open it in\n"
     .. "chrome://tracing or https://ui.perfetto.dev. Args per event: shapes, flops, bytes, module, step.")

@@ -49,5 +49,28 @@ describe("fp8.cuda", function()
       cuda.reset_peak_memory_stats()
       assert.equals(cuda.memory_allocated(), cuda.max_memory_allocated())
     end)
+
+    it("the profiler records device time with activities \"cuda\"", function()
+      local fp8 = require "fp8"
+      local prof = fp8.profiler.profile{ activities = { "cpu", "cuda" }, with_flops = true }
+      assert.is_true(prof.device)
+      local a, b = fp8.randn({ 1024, 1024 }):cuda(), fp8.randn({ 1024, 1024 }):cuda()
+      prof:run(function() for _ = 1, 5 do a = a:matmul(b) * 1e-3 end end)
+      local mm
+      for _, r in ipairs(prof:key_averages()) do if r.key == "matmul" then mm = r end end
+      assert.equals(5, mm.count)
+      -- 5 GEMMs of 2.1 GFLOP each take device time; a bound no GPU reaches (10 PFLOP/s) and a sane upper one
+      assert.is_true(mm.device_time_total_ns > 5 * 2.1e9 / 1e16 * 1e9, tostring(mm.device_time_total_ns))
+      assert.is_true(mm.device_time_total_ns < 5e9)
+      local s = tostring(prof:key_averages())
+      assert.truthy(s:find("Device Total (ms)", 1, true))
+      local path = os.tmpname()
+      prof:export_chrome_trace(path)
+      local f = io.open(path)
+      local text = f:read("a")
+      f:close()
+      os.remove(path)
+      assert.truthy(text:find('"cat": "device"', 1, true))
+    end)
   end
 end)

@@ -439,6 +439,70 @@ describe("key_averages", function()
   end)
 end)
 
+describe("device time", function()
+  after_each(stop_leftovers)
+
+  -- Events as a GPU session leaves them (device spans from the CUDA clock), without a GPU: the table,
+  -- the sort keys and the trace's device track are the Lua side's work.
+  local function with_device_events()
+    local prof = profiler.profile{ with_flops = true }
+    prof._events = {
+      { name = "ProfilerStep#0", kind = "range", tid = 1, depth = 0, ts_ns = 0, dur_ns = 9000, ts = 0, dur = 9,
+        device_ts_ns = 1000, device_dur_ns = 20000, device_ts = 1, device_dur = 20 },
+      { name = "linear", kind = "op", tid = 1, depth = 1, parent = 1, ts_ns = 1000, dur_ns = 3000, ts = 1, dur = 3,
+        flops = 2e6, device_ts_ns = 2000, device_dur_ns = 12000, device_ts = 2, device_dur = 12 },
+      { name = "gelu", kind = "op", tid = 1, depth = 1, parent = 1, ts_ns = 5000, dur_ns = 2000, ts = 5, dur = 2,
+        device_ts_ns = 14000, device_dur_ns = 4000, device_ts = 14, device_dur = 4 },
+    }
+    prof.windows = 1
+    return prof
+  end
+
+  it("key_averages adds device totals and self times; the table shows them", function()
+    local ka = with_device_events():key_averages()
+    local by = {}
+    for _, r in ipairs(ka) do by[r.key] = r end
+    assert.equal(12000, by.linear.device_time_total_ns)
+    assert.equal(12000, by.linear.self_device_time_total_ns)
+    assert.equal(20000, by["ProfilerStep*"].device_time_total_ns)
+    assert.equal(4000, by["ProfilerStep*"].self_device_time_total_ns)   -- 20 µs minus its ops' 16
+    assert.near(4, by.gelu.device_time, 1e-9)
+    local s = tostring(ka)
+    assert.truthy(s:find("Device Total (ms)", 1, true) and s:find("Device Self %", 1, true))
+    assert.truthy(s:find("Self device time total: 0.020 ms", 1, true))
+    assert.truthy(s:find("166.67 G", 1, true))   -- FLOP/s over the device time: 2e6 / 12 µs
+    local t = ka:table{ sort_by = "cuda_time_total", row_limit = 2 }   -- PyTorch's older name
+    local first = t:match("\n%-+[^\n]*\n([^\n]+)")
+    assert.truthy(first:find("^ProfilerStep%*"), first)
+    local t2 = ka:table{ sort_by = "self_device_time_total" }
+    assert.truthy(t2:match("\n%-+[^\n]*\n([^\n]+)"):find("^linear"))
+  end)
+
+  it("the Chrome trace carries a device track with the same events", function()
+    local path = tmpdir .. "/dev.json"
+    with_device_events():export_chrome_trace(path)
+    local doc = json_decode(read(path))
+    local dev, named = 0, false
+    for _, e in ipairs(doc.traceEvents) do
+      if e.ph == "M" and e.args.name == "cuda stream (device time)" then named = true end
+      if e.cat == "device" then
+        dev = dev + 1
+        if e.name == "linear" then assert.near(2, e.ts, EPS); assert.near(12, e.dur, EPS) end
+      end
+    end
+    assert.is_true(named)
+    assert.equal(3, dev)
+  end)
+
+  it("without a GPU, activities \"cuda\" records host time only", function()
+    local prof = profiler.profile{ activities = { "cpu", "cuda" } }
+    if prof.device then return end   -- a GPU is in use: tests/gpu/cuda_spec.lua checks the real thing
+    prof:run(function() local _ = fp8.randn{ 4, 4 } + 1 end)
+    for _, e in ipairs(prof:events()) do assert.is_nil(e.device_dur_ns) end
+    assert.is_nil(tostring(prof:key_averages()):find("Device", 1, true))
+  end)
+end)
+
 describe("profiler API", function()
   after_each(stop_leftovers)
 
