@@ -156,6 +156,8 @@ static fl_status cast_observed(fl_tensor **q, const fl_tensor *src32, fl_scaling
 static fl_status gemm_fp8(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
                           fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
     *out = NULL;
+    FL_PROF_SCOPE("fp8_gemm"); FL_PROF_SHAPES(a, b);
+    FL_PROF_FLOPS(2.0 * (double)a->shape[0] * (double)b->shape[1] * (double)a->shape[1]);
     const fl_device *dev = fl_device_get(a->device);
     if (!dev || !dev->fp8_gemm) return FL_ERR(FL_EUNSUPPORTED, "fp8 gemm is not supported on %s", fl_device_name(a->device));
     int64_t shape[2] = { a->shape[0], b->shape[1] };

@@ -417,6 +417,91 @@ static fl_status sdpa_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return st;
 }
 
+/* View of part `i` (0 q, 1 k, 2 v) of a packed [B, T, 3C] tensor as [B, H, T, D] (strided), or with i < 0
+ * the whole [B, T, C] tensor seen that way. */
+static fl_status heads_view(fl_tensor **out, const fl_tensor *t, int i, int64_t H) {
+    *out = NULL;
+    int64_t B = t->shape[0], T = t->shape[1], C = i < 0 ? t->shape[2] : t->shape[2] / 3;
+    int64_t s4[4] = { B, T, H, C / H };
+    fl_tensor *part = NULL, *v4 = NULL;
+    fl_status st = i < 0 ? (part = fl_tensor_retain((fl_tensor *)t), FL_OK) : fl_tensor_narrow(&part, t, 2, i * C, C);
+    if (st == FL_OK) st = fl_tensor_view(&v4, part, 4, s4);
+    if (st == FL_OK) st = fl_tensor_transpose(out, v4, 1, 2);
+    fl_tensor_release(part);
+    fl_tensor_release(v4);
+    return st;
+}
+
+static fl_status sdpa_qkv_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *att = n->saved[3];
+    int64_t H = q->shape[1];
+    fl_tensor *d[3] = { NULL, NULL, NULL }, *gv = NULL, *gc = NULL, *dqkv = NULL;
+    int64_t ds[3] = { g->shape[0], g->shape[1], 3 * g->shape[2] };
+    fl_status st = heads_view(&gv, g, -1, H);
+    if (st == FL_OK) st = fl_tensor_contiguous(&gc, gv);
+    for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], q, false);   /* the kernel overwrites them */
+    if (st == FL_OK)
+        st = DEV(q)->sdpa_bwd(F(q), F(k), F(v), F(att), F(gc), F(d[0]), F(d[1]), F(d[2]), q->shape[0], H,
+                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0);
+    if (st == FL_OK) st = fl_tensor_empty(&dqkv, FL_F32, 3, ds, g->device);
+    for (int i = 0; i < 3 && st == FL_OK; i++) {
+        fl_tensor *part = NULL;
+        st = heads_view(&part, dqkv, i, H);
+        if (st == FL_OK) st = fl_tensor_copy_(part, d[i]);
+        fl_tensor_release(part);
+    }
+    for (int i = 0; i < 3; i++) fl_tensor_release(d[i]);
+    fl_tensor_release(gv);
+    fl_tensor_release(gc);
+    if (st == FL_OK) gin[0] = dqkv;
+    else fl_tensor_release(dqkv);
+    return st;
+}
+
+fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool causal, double scale) {
+    char a[200];
+    *out = NULL;
+    FL_PROF_SCOPE("scaled_dot_product_attention"); FL_PROF_SHAPES(qkv);
+    if (qkv->ndim != 3 || H < 1 || qkv->shape[2] % (3 * H) != 0)
+        return FL_ERR(FL_EINVAL, "attention: expected qkv [B, T, 3·C] with C divisible by %lld heads, got %s",
+                      (long long)H, SHAPE(a, qkv));
+    if (!isfinite(scale)) return FL_ERR(FL_EINVAL, "attention: scale must be finite, got %g", scale);
+    const fl_device *dev;
+    FL_TRY(NN_DEVICE(qkv, sdpa_fwd, "scaled_dot_product_attention", &dev));
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
+    FL_PROF_FLOPS(4.0 * (double)B * (double)H * (double)T * (double)T * (double)D);   /* QKᵀ and AV */
+    fl_tensor *x = NULL, *p[3] = { NULL, NULL, NULL }, *o = NULL, *att = NULL, *ov = NULL;
+    fl_status st = f32c(&x, qkv, "attention", "qkv");
+    for (int i = 0; i < 3 && st == FL_OK; i++) {
+        fl_tensor *view = NULL;
+        st = heads_view(&view, x, i, H);
+        if (st == FL_OK) st = fl_tensor_contiguous(&p[i], view);
+        fl_tensor_release(view);
+    }
+    int64_t as[4] = { B, H, T, T }, os[3] = { B, T, C };
+    if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
+    if (st == FL_OK) st = new_like(&o, p[0], false);
+    if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
+    if (st == FL_OK) st = dev->sdpa_fwd(F(p[0]), F(p[1]), F(p[2]), F(o), F(att), B, H, T, D, (float)scale, causal);
+    if (st == FL_OK) st = fl_tensor_empty(out, FL_F32, 3, os, qkv->device);
+    if (st == FL_OK) st = heads_view(&ov, *out, -1, H);
+    if (st == FL_OK) st = fl_tensor_copy_(ov, o);
+    if (st == FL_OK) {
+        fl_node *n;
+        st = maybe_record(out, &n, "SdpaBackward", sdpa_qkv_bwd, 1, (const fl_tensor *[]){ qkv });
+        if (st == FL_OK && n) {
+            for (int i = 0; i < 3; i++) fl_node_save(n, i, p[i]);
+            fl_node_save(n, 3, att);
+            n->dargs[0] = scale;
+            n->iargs[0] = causal;
+        }
+    }
+    for (int i = 0; i < 3; i++) fl_tensor_release(p[i]);
+    fl_tensor_release(x); fl_tensor_release(o); fl_tensor_release(att); fl_tensor_release(ov);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
 fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const fl_tensor *v, bool causal, double scale) {
     char a[200], b[200], c[200];
     *out = NULL;

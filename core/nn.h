@@ -35,5 +35,9 @@ fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *w
 fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool training, fl_rng *rng);
 /* q, k, v [B, H, T, D] → [B, H, T, D]; scale <= 0 means 1/√D; causal masks j > i. */
 fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const fl_tensor *v, bool causal, double scale);
+/* The same attention on the packed projection a transformer makes: qkv [B, T, 3·C] (q, k, v side by side,
+ * C = H·D) → [B, T, C], heads split and merged by strided copies on the device. One node whose backward
+ * writes dqkv directly: splitting with narrow would cost a zero-filled [B, T, 3·C] per part and their sum. */
+fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t heads, bool causal, double scale);
 
 #endif

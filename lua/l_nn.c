@@ -210,11 +210,35 @@ static int l_sdpa(lua_State *L) {
     return 1;
 }
 
+/* qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=false, scale=1/sqrt(D)}]) -> [B, T, C] */
+static int l_sdpa_qkv(lua_State *L) {
+    static const char *const valid[] = { "is_causal", "scale", NULL };
+    const char *fname = "qkv_attention";
+    fl_tensor *qkv = fl_lchecktensor(L, 1);
+    int isint = 0;
+    lua_Integer h = lua_tointegerx(L, 2, &isint);
+    if (!isint || h < 1) return luaL_error(L, "%s: n_head must be a positive integer, got %s", fname, luaL_tolstring(L, 2, NULL));
+    check_opts(L, 3, fname, valid, "is_causal, scale");
+    no_extra(L, 4, fname);
+    bool causal = opt_bool(L, 3, fname, "is_causal", false);
+    double scale = opt_number(L, 3, fname, "scale", 0);
+    if (!lua_isnoneornil(L, 3)) {
+        lua_getfield(L, 3, "scale");
+        bool given = !lua_isnil(L, -1);
+        lua_pop(L, 1);
+        if (given && !(scale > 0 && isfinite(scale))) return luaL_error(L, "%s: scale must be a positive finite number, got %f", fname, scale);
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_sdpa_qkv(slot, qkv, (int64_t)h, causal, scale));
+    return 1;
+}
+
 static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"relu", l_relu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"scaled_dot_product_attention", l_sdpa},
+    {"qkv_attention", l_sdpa_qkv},
     {NULL, NULL},
 };
 

@@ -94,18 +94,24 @@ static fl_status decoded(fl_tensor **out, const fl_tensor *q, fl_tensor **cache)
 fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
                           fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
     (void)fast_accum;   /* oneDNN's bf16 kernels accumulate in fp32 whatever the caller allows */
-    fl_tensor *ad = NULL, *bd = NULL, *acc = NULL, *b32 = NULL;
+    fl_tensor *ad = NULL, *bd = NULL, *a3 = NULL, *b3 = NULL, *d3 = NULL, *b32 = NULL;
     fl_status st = decoded(&ad, a, a_cache);
     if (st == FL_OK) st = decoded(&bd, b, b_cache);
-    /* (oneDNN 2.6 can fuse a run-time output scale and the bias into the GEMM, but then picks a
-     * non-JIT bf16 kernel here: ~1.6x slower per step than this separate pass, measured.) */
-    if (st == FL_OK) st = fl_matmul_raw(&acc, ad, bd, FL_BF16, FL_F32);
+    /* The GEMM writes dst itself; the scale/bias pass then runs over it in place. (oneDNN 2.6 can fuse a
+     * run-time output scale and the bias into the GEMM, but then picks a non-JIT bf16 kernel here: ~1.6x
+     * slower per step than this separate pass, measured.) */
+    const int64_t M = dst->shape[0], N = dst->shape[1], K = a->shape[1];
+    const int64_t s3a[3] = { 1, M, K }, s3b[3] = { 1, K, N }, s3d[3] = { 1, M, N };
+    if (st == FL_OK) st = fl_tensor_view(&a3, ad, 3, s3a);
+    if (st == FL_OK) st = fl_tensor_view(&b3, bd, 3, s3b);
+    if (st == FL_OK) st = fl_tensor_view(&d3, dst, 3, s3d);
+    if (st == FL_OK) st = K == 0 ? fl_cpu_device()->fill(dst, 0.0) : fl_cpu_device()->matmul(d3, a3, b3);
     if (st == FL_OK && bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias)
                                       ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
                                       : fl_tensor_to(&b32, bias, FL_F32);
     if (st == FL_OK) {
         int64_t m = dst->shape[0], n = dst->shape[1];
-        const float *pa = fl_tensor_data(acc), *pb = b32 ? fl_tensor_data(b32) : NULL;
+        const float *pa = fl_tensor_data(dst), *pb = b32 ? fl_tensor_data(b32) : NULL;
         const float *sa = fl_tensor_data(a->scale_inv), *sb = fl_tensor_data(b->scale_inv);
         const bool sa_vec = a->scale_axis >= 0, sb_vec = b->scale_axis >= 0;
         float *py = fl_tensor_data(dst);
@@ -126,7 +132,9 @@ fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b
     }
     fl_tensor_release(ad);
     fl_tensor_release(bd);
-    fl_tensor_release(acc);
+    fl_tensor_release(a3);
+    fl_tensor_release(b3);
+    fl_tensor_release(d3);
     fl_tensor_release(b32);
     return st;
 }

@@ -260,6 +260,14 @@ describe("the cuda device against the CPU device", function()
     end
   end)
 
+  it("attention on the packed qkv projection", function()
+    for _, c in ipairs { { 2, 17, 3 * 32, 4 }, { 1, 1, 3 * 5, 1 }, { 2, 64, 3 * 128, 4 } } do
+      check(("qkv_attention %dx%dx%d heads %d"):format(c[1], c[2], c[3], c[4]),
+        function(qkv) return F.qkv_attention(qkv, c[4], { is_causal = true }) end,
+        { leaf { c[1], c[2], c[3] } }, 1e-5, GEMM_TOL, 1e-5, 1e-4)
+    end
+  end)
+
   it("linear with bias, fp32 and under bf16 autocast", function()
     check("linear", F.linear, { leaf { 33, 64 }, leaf { 48, 64 }, leaf { 48 } }, 1e-5, GEMM_TOL)
     fp8.set_autocast_dtype("bf16")

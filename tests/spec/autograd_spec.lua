@@ -175,6 +175,27 @@ describe("fp8.core._nn", function()
     local o = C.scaled_dot_product_attention(q, q, q, { is_causal = true })
     o:sum():backward()
     assert.are.same({ 1, 2, 4, 8 }, q.grad:shape())
+    -- the packed form gives the same bits as splitting the projection by hand, forward and backward
+    local F = require "fp8.nn.functional"
+    for _, causal in ipairs { true, false } do
+      local B, T, H, D = 2, 5, 3, 4
+      local C3 = 3 * H * D
+      local x1 = fp8.randn(B, T, C3):requires_grad(true)
+      local x2 = x1:detach():requires_grad(true)
+      local y1 = F.qkv_attention(x1, H, { is_causal = causal })
+      local function head(i) return x2:narrow(3, i * H * D + 1, H * D):reshape { B, T, H, D }:transpose(2, 3):contiguous() end
+      local y2 = F.scaled_dot_product_attention(head(0), head(1), head(2), { is_causal = causal })
+      y2 = y2:transpose(2, 3):contiguous():reshape { B, T, H * D }
+      assert.are.same(y2:totable(), y1:totable())
+      local w = fp8.randn(B, T, H * D)
+      y1:mul(w):sum():backward()
+      y2:mul(w):sum():backward()
+      assert.are.same(x2.grad:totable(), x1.grad:totable())
+    end
+    assert.has_error(function() F.qkv_attention(fp8.randn(2, 3, 10), 2) end)     -- 10 is not 3·C with C % 2 == 0
+    assert.has_error(function() F.qkv_attention(fp8.randn(2, 3, 12), 0) end)
+    assert.has_error(function() F.qkv_attention(fp8.randn(6, 12), 2) end)
+    assert.has_error(function() F.qkv_attention(fp8.randn(2, 3, 12), 2, { causal = true }) end)
     assert.is_true(close(C.mse_loss(fp8.tensor({ 1, 2 }), fp8.tensor({ 0, 0 })):item(), 2.5))
   end)
 end)

@@ -31,17 +31,10 @@ function CausalSelfAttention:forward(x)
     error(("expected input [B, T, %d], got %s"):format(self.n_embd,
       fp8.is_tensor(x) and Module._shape_str(x) or type(x)), 0)
   end
-  local B, T, C = x:size(1), x:size(2), x:size(3)
   local H = self.n_head
-  local D = C // H
   local qkv = self.qkv(x)                                  -- [B, T, 3C]
-  -- split into q, k, v and move heads forward: [B, T, C] → [B, T, H, D] → [B, H, T, D]
-  local function head(i)
-    return qkv:narrow(3, i * C + 1, C):reshape { B, T, H, D }:transpose(2, 3):contiguous()
-  end
-  local q, k, v = head(0), head(1), head(2)
-  local y = F.scaled_dot_product_attention(q, k, v, { is_causal = true })   -- [B, H, T, D]
-  y = y:transpose(2, 3):contiguous():reshape { B, T, C }
+  -- heads split ([B, T, 3C] → q, k, v [B, H, T, D]) and merged back to [B, T, C] inside the op
+  local y = F.qkv_attention(qkv, H, { is_causal = true })
   return self.resid_dropout(self.proj(y))
 end
 

@@ -162,6 +162,22 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   return core().scaled_dot_product_attention(q, k, v, opts)
 end
 
+-- qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=, scale=}]) → [B, T, C]: the attention of the packed
+-- projection a transformer makes (q, k, v side by side), heads split and merged inside one op, so the
+-- backward writes the qkv gradient at once (narrow-splitting costs a zero-filled [B, T, 3C] per part).
+function F.qkv_attention(qkv, n_head, opts)
+  check_tensor("qkv_attention", "qkv", qkv)
+  if math.type(n_head) ~= "integer" or n_head < 1 then
+    error(("qkv_attention: n_head must be a positive integer, got %s"):format(tostring(n_head)), 2)
+  end
+  opts = check_opts("qkv_attention", opts, { is_causal = true, scale = true })
+  if qkv:dim() ~= 3 or qkv:size(3) % (3 * n_head) ~= 0 then
+    error(("qkv_attention: expected qkv [B, T, 3·C] with C divisible by n_head=%d, got %s"):format(n_head,
+      shape_str(qkv)), 2)
+  end
+  return core().qkv_attention(qkv, n_head, opts)
+end
+
 -- Anything else the C table offers is reachable too (F.xyz → C.xyz).
 return setmetatable(F, {
   __index = function(_, k)

@@ -52,7 +52,9 @@ add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropo
 add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm) -> norm",
   "Scales all gradients so their total L2 norm is at most max_norm; returns the norm before clipping.")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
-  .. "layer_norm / embedding / dropout / scaled_dot_product_attention",
-  "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) [, {label_smoothing, ignore_index}]).")
+  .. "layer_norm / embedding / dropout / scaled_dot_product_attention / qkv_attention",
+  "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) [, {label_smoothing, ignore_index}]).\n"
+  .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
+  .. "heads split and merged inside the op (what CausalSelfAttention uses).")
 
 return nn
