@@ -41,6 +41,13 @@ typedef struct fl_device {
      * round trip): per tensor (axis < 0) or per index along axis, amax = max |src| (NaN ignored) and
      * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (recipe.h). */
     fl_status (*quantize_current)(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
+    /* Per-tensor quantize of a 2-D src [R, C] that also writes dst_t [C, R]: the same bytes transposed, in
+     * the same pass (the K-major copies Hopper's FP8 GEMMs need for dgrad and wgrad). scale: the host scale
+     * (delayed scaling), or NULL for current scaling with (margin, pow2). Saturating only. dst_t shares dst's
+     * scale_inv and statistics. NULL entry: the device needs no such copy (the CPU's GEMMs read transposed
+     * operands in place). The copy may be handed to fp8_gemm as a cache slot's content for that operand. */
+    fl_status (*quantize_transpose)(fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,
+                                    int margin, bool pow2, fl_overflow p);
     fl_status (*dequantize)(fl_tensor *dst, const fl_tensor *q);      /* dst contiguous */
     /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis] values), into host memory. */
     fl_status (*amax)(const fl_tensor *src, int axis, float *out);

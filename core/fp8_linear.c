@@ -147,6 +147,31 @@ static fl_status cast_observed(fl_tensor **q, const fl_tensor *src32, fl_scaling
     return st;
 }
 
+/* cast_observed per tensor, plus the transposed copy *qt ([C, R], sharing q's scale and statistics) when
+ * `want_t` and the device makes one in the same pass (quantize_transpose); else *qt stays NULL and the
+ * device's GEMM transposes when it needs to. */
+static fl_status cast_observed_t(fl_tensor **q, fl_tensor **qt, const fl_tensor *src32, fl_scaling *s, bool record,
+                                 bool want_t) {
+    *qt = NULL;
+    const fl_device *dev = fl_device_get(src32->device);
+    if (!want_t || !dev || !dev->quantize_transpose) return cast_observed(q, src32, s, -1, record);
+    fl_tensor *a = NULL, *b = NULL;
+    const int64_t ts[2] = { src32->shape[1], src32->shape[0] };
+    fl_status st = new_q(&a, src32, s->fmt, -1);
+    if (st == FL_OK) st = fl_tensor_empty(&b, s->fmt, 2, ts, src32->device);
+    if (st == FL_OK) {
+        fl_tensor_release(b->scale_inv);
+        b->scale_inv = fl_tensor_retain(a->scale_inv);
+        st = dev->quantize_transpose(a, b, src32, is_current(s, false, -1) ? NULL : &s->scale, s->margin, s->pow2,
+                                     FL_SATURATE);
+    }
+    if (st == FL_OK) st = observe(s, a, record);
+    if (st != FL_OK) { fl_tensor_release(a); fl_tensor_release(b); return st; }
+    *q = a;
+    *qt = b;
+    return FL_OK;
+}
+
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
 
 /* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
@@ -190,11 +215,13 @@ static fl_status transposed(fl_tensor **out, const fl_tensor *t) { return fl_ten
 
 /* ---- forward / backward ------------------------------------------------------------------------ */
 
-enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3 };
+enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes transposed (wgrad), when made */ };
 
 /* The weight operand of a TENSOR-granularity forward: the caller's FP8 weight, the cache, or a
- * fresh cast (then cached). */
-static fl_status weight_q(fl_tensor **wq, fl_fp8_layer *l, const fl_tensor *w, const fl_tensor *w_fp8, bool record) {
+ * fresh cast (then cached). want_t: dgrad will run in FP8, so a device that casts with a transposed copy
+ * makes it now and it becomes the cache's device slot (what dgrad's GEMM reads). */
+static fl_status weight_q(fl_tensor **wq, fl_fp8_layer *l, const fl_tensor *w, const fl_tensor *w_fp8, bool record,
+                          bool want_t) {
     fl_scaling *s = &l->role[FL_ROLE_WEIGHT];
     if (w_fp8) { *wq = fl_tensor_retain((fl_tensor *)w_fp8); return FL_OK; }
     bool hit = l->wq && l->wq_storage == w->storage && l->wq_version == w->storage->version &&
@@ -205,14 +232,15 @@ static fl_status weight_q(fl_tensor **wq, fl_fp8_layer *l, const fl_tensor *w, c
         *wq = fl_tensor_retain(l->wq);
         return FL_OK;
     }
-    fl_tensor *w32 = NULL;
+    fl_tensor *w32 = NULL, *wqt = NULL;
     FL_TRY(as_f32(&w32, w));
-    fl_status st = cast_observed(wq, w32, s, -1, record);
+    fl_status st = cast_observed_t(wq, &wqt, w32, s, record, want_t);
     fl_tensor_release(w32);
     if (st != FL_OK) return st;
     l->weight_casts++;
     fl_fp8_layer_drop_cache(l);
     l->wq = fl_tensor_retain(*wq);
+    l->wq_dev = wqt;
     l->wq_storage = w->storage;
     l->wq_version = w->storage->version;
     l->wq_offset = w->offset;
@@ -234,6 +262,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
     int64_t gs[2] = { -1, M };
     fl_tensor *g2 = NULL, *g32 = NULL, *gq = NULL, *gqc = NULL, *t = NULL, *tt = NULL, *wq2 = NULL, *xq2 = NULL;
     fl_tensor *gq_dev = NULL;   /* what the device derived from gq's bytes: shared by dgrad and wgrad */
+    fl_tensor *xt = NULL;       /* x's FP8 bytes transposed, when the cast made them (wgrad's b) */
     l->backwards++;
     fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
     if (st == FL_OK) st = as_f32(&g32, g2);
@@ -244,8 +273,9 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
         if (!fp8_dx) {
             st = gemm_hp(&t, g32, n->saved[SV_WHP] ? n->saved[SV_WHP] : w, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
-            st = cast_observed(&gq, g32, sg, -1, record);
-            if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, false);   /* fprop ran in high precision */
+            /* gq_dev: dY's bytes transposed, made in the cast's pass where the device can (wgrad's dYᵀ) */
+            st = cast_observed_t(&gq, &gq_dev, g32, sg, record, fp8_dw);
+            if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, false, true);   /* fprop ran in high precision */
             const fl_tensor *wq = n->saved[SV_W] ? n->saved[SV_W] : wq2;
             if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, &gq_dev, wcache(l, wq), false);
         } else {
@@ -269,15 +299,18 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             st = transposed(&tt, g32);
             if (st == FL_OK) st = gemm_hp(&gin[1], tt, xhp, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
-            if (!gq) st = cast_observed(&gq, g32, sg, -1, record);
+            if (!gq) st = cast_observed_t(&gq, &gq_dev, g32, sg, record, true);
             if (st == FL_OK && !n->saved[SV_X]) {   /* fprop ran in high precision: cast the input now */
                 fl_tensor *x32 = NULL;
                 st = as_f32(&x32, n->saved[SV_XHP]);
-                if (st == FL_OK) st = cast_observed(&xq2, x32, &l->role[FL_ROLE_INPUT], -1, false);
+                if (st == FL_OK) st = cast_observed_t(&xq2, &xt, x32, &l->role[FL_ROLE_INPUT], false, true);
                 fl_tensor_release(x32);
+            } else if (st == FL_OK) {
+                xt = fl_tensor_retain(n->saved[SV_XT]);
             }
             if (st == FL_OK) st = transposed(&tt, gq);
-            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, &gq_dev, NULL, false);
+            if (st == FL_OK)
+                st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, &gq_dev, xt ? &xt : NULL, false);
         } else {
             /* ROWWISE: dY per column (one scale per output feature), X per column (per input feature). */
             fl_tensor *x32 = NULL;
@@ -291,6 +324,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
     }
     if (st == FL_OK && need_db) st = fl_reduce_raw(&gin[2], FL_OP_SUM, g32, 0, false);
     fl_tensor_release(gq_dev);
+    fl_tensor_release(xt);
     fl_tensor_release(tt);
     fl_tensor_release(gq);
     fl_tensor_release(gqc);
@@ -331,7 +365,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     const fl_tensor *ts[3] = { x, w, b };
     bool grad = fl_any_requires_grad(3, ts);
     bool rowwise = l->gran != FL_GRAN_TENSOR;
-    fl_tensor *x2 = NULL, *x32 = NULL, *xq = NULL, *wq = NULL, *w32 = NULL, *y2 = NULL, *xhp = NULL;
+    fl_tensor *x2 = NULL, *x32 = NULL, *xq = NULL, *xqt = NULL, *wq = NULL, *w32 = NULL, *y2 = NULL, *xhp = NULL;
     l->forwards++;
     fl_status st = fl_tensor_reshape(&x2, x, 2, x2s);
     if (st == FL_OK) st = as_f32(&x32, x2);
@@ -351,9 +385,12 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
             st = as_f32(&w32, w);
             if (st == FL_OK) st = cast_observed(&wq, w32, &l->role[FL_ROLE_WEIGHT], 0, record);
         } else {
-            st = weight_q(&wq, l, w, w_fp8, record);
+            st = weight_q(&wq, l, w, w_fp8, record, grad && !l->hp[1]);
         }
-        if (st == FL_OK) st = cast_observed(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
+        /* wgrad in FP8 reads x's bytes transposed: made in the cast's pass where the device can */
+        if (st == FL_OK && !rowwise)
+            st = cast_observed_t(&xq, &xqt, x32, &l->role[FL_ROLE_INPUT], record, grad && !l->hp[2]);
+        else if (st == FL_OK) st = cast_observed(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
         fl_tensor *wt = NULL;
         if (st == FL_OK) st = transposed(&wt, wq);
         if (st == FL_OK) st = gemm_fp8(&y2, xq, wt, b, NULL, rowwise ? NULL : wcache(l, wq), l->fast_accum);
@@ -375,7 +412,11 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
              * along the other axis in backward (torchao's choice). */
             if (!rowwise) {
                 /* Backward reads only the FP8 copy of x: let the fp32 activation go (FP8-SPEC §2). */
-                if (!l->hp[0] && !l->hp[2]) { fl_node_save(n, SV_X, xq); st = fl_node_input_stub(n, 0); }
+                if (!l->hp[0] && !l->hp[2]) {
+                    fl_node_save(n, SV_X, xq);
+                    fl_node_save(n, SV_XT, xqt);
+                    st = fl_node_input_stub(n, 0);
+                }
                 if (!l->hp[0] && !l->hp[1]) fl_node_save(n, SV_W, wq);
                 if (l->hp[2] || l->hp[0]) {
                     if (l->hp[2] && cdt != FL_F32) st = fl_tensor_to(&xhp, x2, cdt);
@@ -392,6 +433,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     fl_tensor_release(x2);
     fl_tensor_release(x32);
     fl_tensor_release(xq);
+    fl_tensor_release(xqt);
     fl_tensor_release(wq);
     fl_tensor_release(w32);
     fl_tensor_release(y2);

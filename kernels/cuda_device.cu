@@ -352,6 +352,43 @@ fl_status quantize_async(fl_tensor *dst, const fl_tensor *src, const float *scal
     return sink.finish(dst);
 }
 
+fl_status cuda_quantize_transpose_entry(fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,
+                                        int margin, bool pow2, fl_overflow p) {
+    size_t nscale;
+    FL_TRY(check_quantize(dst, src, -1, &nscale));
+    if (src->ndim != 2) return FL_ERR(FL_EINVAL, "quantize_transpose on cuda: expected a 2-D source, got %d dims", src->ndim);
+    if (p != FL_SATURATE) return FL_ERR(FL_EUNSUPPORTED, "quantize_transpose on cuda: only the saturating cast");
+    if (margin < 0 || margin > 64) return FL_ERR(FL_EINVAL, "quantize_transpose on cuda: margin must be in 0..64, got %d", margin);
+    const int64_t rows = src->shape[0], cols = src->shape[1];
+    if (!dst_t || dst_t->dtype != dst->dtype || dst_t->device != FL_DEV_CUDA || dst_t->ndim != 2 ||
+        dst_t->shape[0] != cols || dst_t->shape[1] != rows || !fl_tensor_is_contiguous(dst_t))
+        return FL_ERR(FL_EINVAL, "quantize_transpose on cuda: expected a contiguous %s [%lld, %lld] cuda destination for "
+                      "the transposed copy", fl_format(dst->dtype)->name, (long long)cols, (long long)rows);
+    float *si = (float *)fl_tensor_data(dst->scale_inv);
+    StatsSink sink;
+    FL_TRY(sink.open());
+    Scratch s;   /* [amax-pass stats][the scale] */
+    FL_TRY(cuda_alloc(sizeof(fl_cuda_qstats) + sizeof(float), &s.p));
+    fl_cuda_qstats *pass = (fl_cuda_qstats *)s.p;
+    float *dscale = (float *)(pass + 1);
+    FL_CUDA_CHECK(cudaMemsetAsync(s.p, 0, sizeof(fl_cuda_qstats), stream), "cudaMemsetAsync");
+    const void *x = fl_tensor_data(src);
+    if (!scale) {
+        FL_TRY(cuda_quantize(x, src->dtype, NULL, (size_t)(rows * cols), dst->dtype, 1.0f, NULL, FL_SATURATE, pass, stream));
+        FL_TRY(cuda_scales(1, &pass->amax_bits, NULL, 0.0f, dst->dtype, margin, pow2, dscale, si, stream));
+    } else {
+        FL_TRY(cuda_scales(1, NULL, NULL, *scale, dst->dtype, 0, false, dscale, si, stream));
+    }
+    if (rows * cols > 0)
+        FL_TRY(fl_cuda_cast_transpose(x, src->dtype, rows, cols, dst->dtype, dscale, NULL, (uint8_t *)fl_tensor_data(dst),
+                                      (uint8_t *)fl_tensor_data(dst_t), sink.d, NULL, stream));
+    FL_TRY(sink.finish(dst));
+    fl_stats_future_release(dst_t->qfuture);
+    dst_t->qfuture = fl_stats_future_retain(dst->qfuture);
+    dst_t->qstats = dst->qstats;
+    return FL_OK;
+}
+
 fl_status cuda_quantize_entry(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
     return quantize_async(dst, src, scales, false, 0, false, axis, p);
 }
@@ -400,6 +437,7 @@ const fl_device cuda_device = {
     .matmul = fl_cuda_dev_matmul,
     .quantize = cuda_quantize_entry,
     .quantize_current = cuda_quantize_current_entry,
+    .quantize_transpose = cuda_quantize_transpose_entry,
     .dequantize = cuda_dequantize_entry,
     .amax = cuda_amax_entry,
     .act_fwd = fl_cuda_dev_act_fwd,

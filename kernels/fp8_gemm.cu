@@ -9,8 +9,10 @@
  * (core/fp8_linear.c gemm_scaled), separately rounded. Where the FP8 GEMM cannot run (k or n not multiples
  * of 16, an unaligned operand, e5m2 × e5m2, a GPU below sm_89, or cuBLASLt refusing it) both operands are
  * decoded exactly to bf16 (K-major) and multiplied by a bf16 GEMM with fp32 accumulation — the same exact
- * products — followed by the same epilogue. a_cache is left unused; b_cache keeps what was derived from b's bytes: its K-major
- * FP8 copy (dtype b's) or its K-major bf16 decode (dtype bf16), both [N, K].
+ * products — followed by the same epilogue. b_cache keeps what was derived from b's bytes: its K-major
+ * FP8 copy (dtype b's) or its K-major bf16 decode (dtype bf16), both [N, K]. a_cache is read, never
+ * written: an a stored [K, M] uses the [M, K] FP8 bytes found there (quantize_transpose's copy, which the
+ * FP8 linear hands in for wgrad's dYᵀ) instead of transposing; b_cache may come prefilled the same way.
  * Deterministic: every output element is written by one thread; the GEMMs are cuBLASLt's.
  * Tolerance (tests/c/test_gpu_train_ops.c): |gpu − ref| ≤ max(1e-5, (K+2)·2^-24)·|sa·sb|·Σ|a·b| + 2^-21·|ref|
  * against float64 sums of the decoded bytes; the transposes, decodes and epilogue are exact / the CPU's
@@ -251,7 +253,6 @@ fl_status make_cache(fl_tensor **slot, fl_dtype dt, int64_t N, int64_t K, Fill f
 
 extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
                                           fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
-    (void)a_cache;   /* a's K-major copy is needed only once per use (wgrad's dYᵀ): nothing to reuse */
     FL_TRY(check_operand(a, "a"));
     FL_TRY(check_operand(b, "b"));
     const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
@@ -310,13 +311,20 @@ extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, co
             return NULL;
         return fl_tensor_data(c);
     };
+    auto cached_a = [&]() -> const void * {   /* a's [M, K] K-major bytes, when the caller's cast made them */
+        const fl_tensor *c = a_cache ? *a_cache : NULL;
+        if (!c || c->dtype != a->dtype || c->device != FL_DEV_CUDA || c->ndim != 2 || c->shape[0] != M ||
+            c->shape[1] != K || !fl_tensor_is_contiguous(c) || !aligned16(fl_tensor_data(c)))
+            return NULL;
+        return fl_tensor_data(c);
+    };
 
     const bool fp8_ok = K % 16 == 0 && N % 16 == 0 && !(a->dtype == FL_E5M2 && b->dtype == FL_E5M2) && aligned16(d) &&
                         (!a_k || aligned16(ad)) && (!b_k || aligned16(bd)) && device_cc() >= 89;
     if (fp8_ok) {
         fl_cu_scratch acopy, bcopy;
         const void *A = ad, *B = bd;
-        if (!a_k) {   /* a stored [K, M] → [M, K] */
+        if (!a_k && !(A = cached_a())) {   /* a stored [K, M] → [M, K], unless the cast already wrote it */
             FL_TRY(acopy.alloc((size_t)(M * K)));
             FL_TRY(launch_transpose(OUT_BYTES, ad, acopy.p, K, M));
             A = acopy.p;

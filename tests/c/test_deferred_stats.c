@@ -1,9 +1,10 @@
 /* test_deferred_stats.c — cast statistics that a device reports later (tensor.h fl_stats_future,
  * recipe.h pending observations), as the CUDA device does to avoid a stream sync per FP8 cast. A stand-in
  * device ("deferred": the CPU's kernels, but every cast hands its statistics back through a future and
- * poisons qstats) runs the FP8 linear of every granularity for a few training steps after the plain CPU
- * did: outputs, gradients and recipe state must be the same bits, the observations must really wait
- * until the update, and every future must be freed. Needs no GPU. */
+ * poisons qstats, and like CUDA casts with a transposed copy that the FP8 linear hands to its GEMMs) runs
+ * the FP8 linear of every granularity for a few training steps after the plain CPU did: outputs, gradients
+ * and recipe state must be the same bits, the observations must really wait until the update, the
+ * transposed copies must hold the operands' bytes K-major, and every future must be freed. Needs no GPU. */
 #include "runner.h"
 #include <float.h>
 #include <stdlib.h>
@@ -57,6 +58,51 @@ static fl_status fake_quantize_current(fl_tensor *dst, const fl_tensor *src, int
     return defer(dst);
 }
 
+/* quantize_transpose as the CUDA device has it: the cast plus its bytes transposed, sharing the future. */
+static fl_status fake_quantize_transpose(fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,
+                                         int margin, bool pow2, fl_overflow p) {
+    const fl_device *cpu = fl_cpu_device();
+    FL_TRY(scale ? cpu->quantize(dst, src, scale, -1, p) : cpu->quantize_current(dst, src, -1, margin, pow2, p));
+    const int64_t R = src->shape[0], C = src->shape[1];
+    const uint8_t *q = fl_tensor_data(dst);
+    uint8_t *t = fl_tensor_data(dst_t);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) t[c * R + r] = q[r * C + c];
+    FL_TRY(defer(dst));
+    dst_t->qfuture = fl_stats_future_retain(dst->qfuture);
+    return FL_OK;
+}
+
+static int slots_checked, slots_bad;
+
+/* Byte (i, j) of a 2-D FP8 tensor or view. */
+static uint8_t byte_at(const fl_tensor *t, int64_t i, int64_t j) {
+    return ((const uint8_t *)fl_tensor_data(t))[i * t->stride[0] + j * t->stride[1]];
+}
+
+/* Where CUDA's GEMM reads a slot instead of transposing — an operand not stored K-major (a as a transposed
+ * view, b stored [K, N]) — a slot prefilled with FP8 bytes must hold it K-major: a [M, K] as [M, K], b [K, N]
+ * as [N, K]. (The same slot serves the other GEMM in the other orientation, where it is not read.) The CPU's
+ * GEMM then runs without the slots: they hold bf16 decodes there. */
+static void check_slot(const fl_tensor *op, fl_tensor **slot, bool is_b) {
+    if (!slot || !*slot || !fl_format((*slot)->dtype)->is_fp8) return;
+    if (fl_tensor_is_contiguous(op) != is_b) return;   /* stored K-major already: the slot is not read */
+    const fl_tensor *s = *slot;
+    int64_t R = is_b ? op->shape[1] : op->shape[0], C = is_b ? op->shape[0] : op->shape[1];
+    slots_checked++;
+    if (s->dtype != op->dtype || s->ndim != 2 || s->shape[0] != R || s->shape[1] != C) { slots_bad++; return; }
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++)
+            if (byte_at(s, i, j) != (is_b ? byte_at(op, j, i) : byte_at(op, i, j))) { slots_bad++; return; }
+}
+
+static fl_status fake_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
+                               fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
+    check_slot(a, a_cache, false);
+    check_slot(b, b_cache, true);
+    return fl_cpu_device()->fp8_gemm(dst, a, b, bias, NULL, NULL, fast_accum);
+}
+
 static fl_device fake;
 
 /* The stand-in takes the CPU's slot (its kernels check for CPU tensors, so it must be "the CPU"); every
@@ -65,6 +111,8 @@ static void install_fake(void) {
     fake = *fl_cpu_device();
     fake.quantize = fake_quantize;
     fake.quantize_current = fake_quantize_current;
+    fake.quantize_transpose = fake_quantize_transpose;
+    fake.fp8_gemm = fake_fp8_gemm;
     fl_device_register(FL_DEV_CPU, &fake);
 }
 
@@ -209,7 +257,7 @@ TEST(deferred_stats_fp8_linear_matches_cpu_bit_for_bit) {
     static const char *const kinds[] = { "te delayed", "current", "current pow2 (msamp)", "rowwise" };
     static snapshot ref[STEPS], got[STEPS];
     for (int kind = 0; kind < 4; kind++) {
-        live_futures = waits = 0;
+        live_futures = waits = slots_checked = slots_bad = 0;
         int64_t hits_ref = 0, hits_got = 0;
         REQUIRE_OK(run_kind(kind, ref, &hits_ref));
         CHECK(waits == 0 && ref[0].pending_x == 0, "%s: the CPU itself deferred", kinds[kind]);
@@ -236,6 +284,10 @@ TEST(deferred_stats_fp8_linear_matches_cpu_bit_for_bit) {
         CHECK(hits_ref == hits_got, "%s: weight cache hits %lld vs %lld", kinds[kind], (long long)hits_ref,
               (long long)hits_got);
         CHECK(live_futures == 0, "%s: %d futures leaked", kinds[kind], live_futures);
+        /* per step, TENSOR granularity: wgrad's dYᵀ and x, and dgrad's W after each fresh weight cast */
+        CHECK(slots_bad == 0, "%s: %d of %d transposed copies hold other bytes", kinds[kind], slots_bad, slots_checked);
+        CHECK(kind == 3 ? slots_checked == 0 : slots_checked >= 2 * STEPS + STEPS / 2,
+              "%s: %d transposed copies reached the GEMMs", kinds[kind], slots_checked);
     }
 }
 

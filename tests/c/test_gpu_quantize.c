@@ -287,6 +287,61 @@ TEST(gpu_quantize_current_matches_cpu) {
     }
 }
 
+/* quantize_transpose: the cast and its transposed copy in one pass (fused cast_transpose), host scale or
+ * current scaling; bytes against the CPU's cast, the copy against their transpose, scale_inv and stats. */
+TEST(gpu_quantize_transpose_matches_cpu) {
+    const fl_device *d = gpu_or_skip();
+    if (!d) return;
+    const fl_device *cpu = fl_cpu_device();
+    const int64_t shapes[][2] = { { 64, 128 }, { 33, 17 }, { 1, 48 }, { 130, 64 }, { 0, 16 } };
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int64_t R = shapes[c][0], C = shapes[c][1], ts[2] = { C, R };
+        size_t n = (size_t)(R * C);
+        float *x = malloc(n * 4 + 4);
+        uint8_t *got = malloc(n + 1), *got_t = malloc(n + 1);
+        fill_test_data(x, n, 500 + c);
+        for (int si = 0; si < 2; si++)
+            for (int fi = 0; fi < 2; fi++)
+                for (int v = 0; v < 3; v++) {   /* 0: host scale; 1: current; 2: current pow2 margin 2 */
+                    fl_dtype src_dt = si ? FL_BF16 : FL_F32, fmt = fi ? FL_E5M2 : FL_E4M3;
+                    const float scale = 0.37f;
+                    fl_tensor *g = to_gpu(d, x, 2, shapes[c], src_dt), *q = fp8_dst(2, shapes[c], fmt, 1, -1);
+                    fl_tensor *qt = NULL, *h = NULL, *qr = NULL;
+                    REQUIRE(g && q, "alloc: %s", fl_last_error());
+                    REQUIRE_OK(fl_tensor_empty(&qt, fmt, 2, ts, FL_DEV_CUDA));
+                    fl_tensor_release(qt->scale_inv);
+                    qt->scale_inv = fl_tensor_retain(q->scale_inv);
+                    REQUIRE_OK(fl_tensor_from_f32(&h, x, 2, shapes[c], src_dt));
+                    REQUIRE_OK(fl_tensor_empty(&qr, fmt, 2, shapes[c], FL_DEV_CPU));
+                    REQUIRE_OK(d->quantize_transpose(q, qt, g, v == 0 ? &scale : NULL, v == 2 ? 2 : 0, v == 2,
+                                                     FL_SATURATE));
+                    REQUIRE_OK(v == 0 ? cpu->quantize(qr, h, &scale, -1, FL_SATURATE)
+                                      : cpu->quantize_current(qr, h, -1, v == 2 ? 2 : 0, v == 2, FL_SATURATE));
+                    REQUIRE_OK(d->to_host(got, fl_tensor_data(q), n));
+                    REQUIRE_OK(d->to_host(got_t, fl_tensor_data(qt), n));
+                    const uint8_t *ref = fl_tensor_data(qr);
+                    size_t first = 0;
+                    int bad = count_byte_mismatches(got, ref, n, &first), bad_t = 0;
+                    for (int64_t i = 0; i < R; i++)
+                        for (int64_t j = 0; j < C; j++) bad_t += got_t[j * R + i] != ref[i * C + j];
+                    CHECK(bad == 0 && bad_t == 0, "[%lld, %lld] %s->%s variant %d: %d bytes and %d transposed bytes "
+                          "differ", (long long)R, (long long)C, fl_format(src_dt)->name, fl_format(fmt)->name, v, bad,
+                          bad_t);
+                    float sinv;
+                    REQUIRE_OK(d->to_host(&sinv, fl_tensor_data(q->scale_inv), 4));
+                    CHECK(bits_of(sinv) == bits_of(((const float *)fl_tensor_data(qr->scale_inv))[0]), "scale_inv %a", sinv);
+                    fl_cast_stats st, stt;
+                    REQUIRE_OK(fl_tensor_qstats(q, &st));
+                    REQUIRE_OK(fl_tensor_qstats(qt, &stt));
+                    CHECK_STATS(st, qr->qstats);
+                    CHECK_STATS(stt, qr->qstats);
+                    fl_tensor_release(q); fl_tensor_release(qt); fl_tensor_release(g); fl_tensor_release(h);
+                    fl_tensor_release(qr);
+                }
+        free(x); free(got); free(got_t);
+    }
+}
+
 /* More casts alive at once than the statistics arena has slots: the overflow reads back synchronously,
  * every tensor still reports its own statistics, and the slots come back when the tensors go. */
 TEST(gpu_quantize_pending_stats_outlive_the_arena) {
