@@ -86,12 +86,13 @@ typedef struct fl_device {
     fl_status (*dropout_fwd)(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset);
     fl_status (*dropout_bwd)(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
     /* Scaled-dot-product attention on [B, H, T, D] q, k, v; att (B·H·T·T) keeps the probabilities
-     * for backward, which overwrites dq, dk, dv. */
+     * for backward, which overwrites dq, dk, dv. bf16 (bf16 autocast): every GEMM operand (q, k, v, P;
+     * dO, dS) rounded to bf16, fp32 accumulation; softmax and its backward in fp32 (core/cpu/cpu_nn.h). */
     fl_status (*sdpa_fwd)(const float *q, const float *k, const float *v, float *out, float *att,
-                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal);
+                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16);
     fl_status (*sdpa_bwd)(const float *q, const float *k, const float *v, const float *att, const float *dout,
                           float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                          bool causal);
+                          bool causal, bool bf16);
     /* y[r, :] += b for r < rows (the linear layer's bias, in place). */
     fl_status (*bias_add)(float *y, const float *b, int64_t rows, int64_t cols);
 

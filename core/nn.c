@@ -409,7 +409,7 @@ static fl_status sdpa_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], q, false);   /* the kernel overwrites them */
     if (st == FL_OK)
         st = DEV(q)->sdpa_bwd(F(q), F(k), F(v), F(att), F(g), F(d[0]), F(d[1]), F(d[2]), q->shape[0], q->shape[1],
-                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0);
+                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0, n->iargs[1] != 0);
     for (int i = 0; i < 3; i++) {
         if (st == FL_OK && fl_node_input_needs_grad(n, i)) gin[i] = d[i];
         else fl_tensor_release(d[i]);
@@ -442,7 +442,7 @@ static fl_status sdpa_qkv_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], q, false);   /* the kernel overwrites them */
     if (st == FL_OK)
         st = DEV(q)->sdpa_bwd(F(q), F(k), F(v), F(att), F(gc), F(d[0]), F(d[1]), F(d[2]), q->shape[0], H,
-                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0);
+                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0, n->iargs[1] != 0);
     if (st == FL_OK) st = fl_tensor_empty(&dqkv, FL_F32, 3, ds, g->device);
     for (int i = 0; i < 3 && st == FL_OK; i++) {
         fl_tensor *part = NULL;
@@ -482,7 +482,8 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
     if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
     if (st == FL_OK) st = new_like(&o, p[0], false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
-    if (st == FL_OK) st = dev->sdpa_fwd(F(p[0]), F(p[1]), F(p[2]), F(o), F(att), B, H, T, D, (float)scale, causal);
+    const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */
+    if (st == FL_OK) st = dev->sdpa_fwd(F(p[0]), F(p[1]), F(p[2]), F(o), F(att), B, H, T, D, (float)scale, causal, bf16);
     if (st == FL_OK) st = fl_tensor_empty(out, FL_F32, 3, os, qkv->device);
     if (st == FL_OK) st = heads_view(&ov, *out, -1, H);
     if (st == FL_OK) st = fl_tensor_copy_(ov, o);
@@ -494,6 +495,7 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
             fl_node_save(n, 3, att);
             n->dargs[0] = scale;
             n->iargs[0] = causal;
+            n->iargs[1] = bf16;
         }
     }
     for (int i = 0; i < 3; i++) fl_tensor_release(p[i]);
@@ -523,7 +525,8 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
     if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
     if (st == FL_OK) st = new_like(out, qc, false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
-    if (st == FL_OK) st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal);
+    const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */
+    if (st == FL_OK) st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16);
     if (st == FL_OK) {
         const fl_tensor *ins[3] = { q, k, v };
         fl_node *n;
@@ -532,6 +535,7 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
             fl_node_save(n, 0, qc); fl_node_save(n, 1, kc); fl_node_save(n, 2, vc); fl_node_save(n, 3, att);
             n->dargs[0] = scale;
             n->iargs[0] = causal;
+            n->iargs[1] = bf16;
         }
     }
     fl_tensor_release(qc); fl_tensor_release(kc); fl_tensor_release(vc); fl_tensor_release(att);

@@ -5,7 +5,8 @@
  *   backward  dP = dO·Vᵀ;  dS = scale·P ⊙ (dP − rowsum(P ⊙ dP)) over the live length of each row of P
  *             (up to its last nonzero entry, as the CPU does), 0 beyond;  dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO
  * The products are fp32 strided-batch cuBLASLt GEMMs over all B·H heads (kernels/gemm_lt.h; true fp32
- * products, TF32 off); between them one row kernel: a warp per row, lane l owning entries j ≡ l (mod 32)
+ * products, TF32 off), or with bf16 (bf16 autocast) bf16 GEMMs with fp32 accumulation on RNE-rounded copies
+ * of every operand (Q, K, V, P; dO, dS), as the CPU rounds them; between them one row kernel: a warp per row, lane l owning entries j ≡ l (mod 32)
  * in every pass, partial results combined by a fixed xor-butterfly, so runs are bit-identical. The row
  * arithmetic is separately rounded and its exp is core/cpu's fl_nn_expf step for step, so given the same
  * scores a row matches the CPU up to the order of its sums; the __host__ __device__ row code also runs on
@@ -143,28 +144,32 @@ fl_status launch_rows(bool backward, const float *att_in, float *rows_buf, int64
     return FL_OK;
 }
 
-/* One operand of a batched GEMM: base pointer, leading dimension, stored transposed, batch stride. */
+/* One operand of a batched GEMM: base pointer (fp32, or bf16 bits in bf16 mode), leading dimension,
+ * stored transposed, batch stride (elements). */
 struct Opnd {
-    const float *p;
+    const void *p;
     int64_t ld;
     bool trans;
     int64_t stride;
 };
 
-/* D[z] = op(A[z])·op(B[z]) for z < batch (gemm_lt.h's row-major semantics), fp32 in and out. */
-fl_status bgemm(int64_t batch, int64_t m, int64_t n, int64_t k, Opnd a, Opnd b, float *d, int64_t ldd,
+/* D[z] = op(A[z])·op(B[z]) for z < batch (gemm_lt.h's row-major semantics), A and B of dtype `in` (fp32
+ * or bf16), fp32 D and accumulation. */
+fl_status bgemm(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, Opnd a, Opnd b, float *d, int64_t ldd,
                 int64_t stride_d) {
     fl_cuda_gemm_args g;
     fl_cuda_gemm_args_init(&g, m, n, k);
-    g.a_dtype = g.b_dtype = g.d_dtype = FL_F32;
+    g.a_dtype = g.b_dtype = in;
+    g.d_dtype = FL_F32;
     g.lda = a.ld; g.a_trans = a.trans;
     g.ldb = b.ld; g.b_trans = b.trans;
     g.ldd = ldd;
     g.tf32 = false;
+    const size_t es = in == FL_F32 ? sizeof(float) : sizeof(uint16_t);
     for (int64_t z0 = 0; z0 < batch; z0 += kMaxBatch) {
         const int64_t nb = batch - z0 < kMaxBatch ? batch - z0 : kMaxBatch;
-        g.a = a.p + z0 * a.stride;
-        g.b = b.p + z0 * b.stride;
+        g.a = static_cast<const char *>(a.p) + (size_t)(z0 * a.stride) * es;
+        g.b = static_cast<const char *>(b.p) + (size_t)(z0 * b.stride) * es;
         g.d = d + z0 * stride_d;
         g.batch = nb;
         g.stride_a = a.stride; g.stride_b = b.stride; g.stride_d = stride_d;
@@ -172,6 +177,32 @@ fl_status bgemm(int64_t batch, int64_t m, int64_t n, int64_t k, Opnd a, Opnd b, 
     }
     return FL_OK;
 }
+
+__global__ void __launch_bounds__(kThreads) to_bf16_kernel(const float *x, uint16_t *y, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = f32_to_bf16_rne(x[i]);
+}
+
+/* The GEMM operands of one call: each fp32 array as it is, or (bf16 mode) its RNE bf16 copy in scratch. */
+struct Operands {
+    bool bf16;
+    fl_cu_scratch buf[6];
+    int used = 0;
+    explicit Operands(bool b) : bf16(b) {}
+    fl_dtype dtype() const { return bf16 ? FL_BF16 : FL_F32; }
+    fl_status get(const float *x, size_t n, const void **out) {
+        if (!bf16) { *out = x; return FL_OK; }
+        fl_cu_scratch &s = buf[used++];
+        FL_TRY(s.alloc(n * sizeof(uint16_t)));
+        if (n) {
+            size_t g = (n + kThreads - 1) / kThreads, cap = (size_t)fl_cuda_sm_count() * 8;
+            to_bf16_kernel<<<(unsigned)(g < cap ? g : cap), kThreads, 0, fl_cuda_stream()>>>(x, static_cast<uint16_t *>(s.p), n);
+            FL_CUDA_CHECK(cudaGetLastError(), "to_bf16_kernel launch");
+        }
+        *out = s.p;
+        return FL_OK;
+    }
+};
 
 fl_status check_sizes(const char *fn, int64_t B, int64_t H, int64_t T, int64_t D) {
     if (B < 0 || H < 0 || T < 0 || D < 0)
@@ -187,7 +218,8 @@ fl_status check_sizes(const char *fn, int64_t B, int64_t H, int64_t T, int64_t D
 }  // namespace
 
 extern "C" fl_status fl_cuda_dev_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att,
-                                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal) {
+                                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal,
+                                          bool bf16) {
     const char *fn = "cuda sdpa_fwd";
     FL_TRY(check_sizes(fn, B, H, T, D));
     const int64_t BH = B * H, rows = BH * T;
@@ -199,16 +231,22 @@ extern "C" fl_status fl_cuda_dev_sdpa_fwd(const float *q, const float *k, const 
         FL_CUDA_CHECK(cudaMemsetAsync(att, 0, (size_t)(BH * sa) * sizeof(float), fl_cuda_stream()), "cudaMemsetAsync");
         return launch_rows(false, NULL, att, rows, T, scale, causal);
     }
+    Operands op(bf16);
+    const void *q_, *k_, *v_, *p_;
+    FL_TRY(op.get(q, (size_t)(BH * sq), &q_));
+    FL_TRY(op.get(k, (size_t)(BH * sq), &k_));
+    FL_TRY(op.get(v, (size_t)(BH * sq), &v_));
     /* S = Q·Kᵀ: A = Q [T, D], B = K stored [n = T, k = D]. */
-    FL_TRY(bgemm(BH, T, T, D, Opnd{ q, D, false, sq }, Opnd{ k, D, false, sq }, att, T, sa));
+    FL_TRY(bgemm(op.dtype(), BH, T, T, D, Opnd{ q_, D, false, sq }, Opnd{ k_, D, false, sq }, att, T, sa));
     FL_TRY(launch_rows(false, NULL, att, rows, T, scale, causal));
-    /* out = P·V: A = P [T, T], B = V stored [k = T, n = D]. */
-    return bgemm(BH, T, D, T, Opnd{ att, T, false, sa }, Opnd{ v, D, true, sq }, out, D, sq);
+    FL_TRY(op.get(att, (size_t)(BH * sa), &p_));
+    /* out = P·V: A = P [T, T], B = V stored [k = T, n = D]. Scratch goes back on return, after these on the stream. */
+    return bgemm(op.dtype(), BH, T, D, T, Opnd{ p_, T, false, sa }, Opnd{ v_, D, true, sq }, out, D, sq);
 }
 
 extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const float *v, const float *att,
                                           const float *dout, float *dq, float *dk, float *dv, int64_t B, int64_t H,
-                                          int64_t T, int64_t D, float scale, bool causal) {
+                                          int64_t T, int64_t D, float scale, bool causal, bool bf16) {
     (void)causal;   /* above the diagonal P = 0, so dS = 0 there either way */
     const char *fn = "cuda sdpa_bwd";
     FL_TRY(check_sizes(fn, B, H, T, D));
@@ -219,16 +257,25 @@ extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const 
     fl_cu_scratch ds;
     FL_TRY(ds.alloc((size_t)(BH * sa) * sizeof(float)));
     float *dsp = static_cast<float *>(ds.p);
+    Operands op(bf16);
+    const void *q_, *k_, *v_, *o_, *p_, *s_;
+    FL_TRY(op.get(dout, (size_t)(BH * sq), &o_));
+    FL_TRY(op.get(v, (size_t)(BH * sq), &v_));
+    const fl_dtype in = op.dtype();
     /* dP = dO·Vᵀ: A = dO [T, D], B = V stored [n = T, k = D]. */
-    FL_TRY(bgemm(BH, T, T, D, Opnd{ dout, D, false, sq }, Opnd{ v, D, false, sq }, dsp, T, sa));
+    FL_TRY(bgemm(in, BH, T, T, D, Opnd{ o_, D, false, sq }, Opnd{ v_, D, false, sq }, dsp, T, sa));
     FL_TRY(launch_rows(true, att, dsp, rows, T, scale, causal));
+    FL_TRY(op.get(dsp, (size_t)(BH * sa), &s_));
+    FL_TRY(op.get(k, (size_t)(BH * sq), &k_));
+    FL_TRY(op.get(q, (size_t)(BH * sq), &q_));
+    FL_TRY(op.get(att, (size_t)(BH * sa), &p_));
     /* dQ = dS·K: A = dS [T, T], B = K stored [k = T, n = D]. */
-    FL_TRY(bgemm(BH, T, D, T, Opnd{ dsp, T, false, sa }, Opnd{ k, D, true, sq }, dq, D, sq));
+    FL_TRY(bgemm(in, BH, T, D, T, Opnd{ s_, T, false, sa }, Opnd{ k_, D, true, sq }, dq, D, sq));
     /* dK = dSᵀ·Q: A = dSᵀ, i.e. dS stored [k = T, m = T]; B = Q stored [k = T, n = D]. */
-    FL_TRY(bgemm(BH, T, D, T, Opnd{ dsp, T, true, sa }, Opnd{ q, D, true, sq }, dk, D, sq));
-    /* dV = Pᵀ·dO: A = P stored [k = T, m = T]; B = dO stored [k = T, n = D]. ds goes back to the
-     * allocator on return; whoever gets it next is ordered after these GEMMs on the one stream. */
-    return bgemm(BH, T, D, T, Opnd{ att, T, true, sa }, Opnd{ dout, D, true, sq }, dv, D, sq);
+    FL_TRY(bgemm(in, BH, T, D, T, Opnd{ s_, T, true, sa }, Opnd{ q_, D, true, sq }, dk, D, sq));
+    /* dV = Pᵀ·dO: A = P stored [k = T, m = T]; B = dO stored [k = T, n = D]. ds and the copies go back to
+     * the allocator on return; whoever gets them next is ordered after these GEMMs on the one stream. */
+    return bgemm(in, BH, T, D, T, Opnd{ p_, T, true, sa }, Opnd{ o_, D, true, sq }, dv, D, sq);
 }
 
 /* ---- the row code on the host (tests) ------------------------------------------------------------

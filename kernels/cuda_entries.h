@@ -54,12 +54,12 @@ fl_status fl_cuda_dev_embedding_fwd(const float *idx, int64_t n, const float *we
                                     float *y);
 fl_status fl_cuda_dev_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
                                     float *dweight);
-/* attention.cu: batched GEMMs + fused (causal) softmax. */
+/* attention.cu: batched GEMMs (fp32, or bf16 operands with bf16) + fused (causal) softmax. */
 fl_status fl_cuda_dev_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B,
-                               int64_t H, int64_t T, int64_t D, float scale, bool causal);
+                               int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16);
 fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
                                float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D,
-                               float scale, bool causal);
+                               float scale, bool causal, bool bf16);
 /* optim.cu */
 fl_status fl_cuda_dev_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
                           double dampening, double weight_decay, bool nesterov, bool first_step);

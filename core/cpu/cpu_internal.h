@@ -45,6 +45,9 @@ fl_status fl_cpu_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
  * cached oneDNN primitives of fl_cpu_matmul (one per distinct shape and stride set). */
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
                           const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
+/* The same with bf16 operands (bits), fp32 accumulation and result. */
+fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,
+                           bool ta, const uint16_t *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
 fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
 fl_status fl_cpu_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
 fl_status fl_cpu_dequantize(fl_tensor *dst, const fl_tensor *q);
@@ -67,10 +70,10 @@ fl_status fl_cpu_dropout_fwd_entry(const float *x, float *y, uint8_t *mask, int6
                                    uint64_t offset);
 fl_status fl_cpu_dropout_bwd_entry(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
 fl_status fl_cpu_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
-                          int64_t T, int64_t D, float scale, bool causal);
+                          int64_t T, int64_t D, float scale, bool causal, bool bf16);
 fl_status fl_cpu_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
                           float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                          bool causal);
+                          bool causal, bool bf16);
 fl_status fl_cpu_bias_add(float *y, const float *b, int64_t rows, int64_t cols);
 fl_status fl_cpu_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
                      double weight_decay, bool nesterov, bool first_step);

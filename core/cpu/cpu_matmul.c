@@ -180,21 +180,32 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
     return st;
 }
 
-fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
-                          const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc) {
+static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                          int64_t sa, bool ta, const void *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc,
+                          int64_t sc) {
     if (batch <= 0 || m <= 0 || n <= 0 || k <= 0)
         return FL_ERR(FL_EINVAL, "gemm: empty shape %lld x [%lld, %lld, %lld]", (long long)batch, (long long)m, (long long)n, (long long)k);
-    mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_f32, dnnl_f32, dnnl_f32, ta, tb };
+    mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb };
     pthread_mutex_lock(&mm.lock);
     mm_entry *e = NULL;
     bool unimpl = false;
     fl_status st = mm_init();
     if (st == FL_OK) st = mm_get(&e, &key, &unimpl);
-    if (st == FL_OK && unimpl) st = FL_ERR(FL_EDEVICE, "oneDNN has no fp32 batched matmul for %lld x [%lld, %lld, %lld]",
-                                          (long long)batch, (long long)m, (long long)n, (long long)k);
+    if (st == FL_OK && unimpl) st = FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]",
+                                          fl_format(in)->name, (long long)batch, (long long)m, (long long)n, (long long)k);
     if (st == FL_OK) st = mm_exec(e, a, b, c);
     pthread_mutex_unlock(&mm.lock);
     return st;
+}
+
+fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
+                          const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc) {
+    return gemm_raw(FL_F32, batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
+}
+
+fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,
+                           bool ta, const uint16_t *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc) {
+    return gemm_raw(FL_BF16, batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
 }
 
 fl_status fl_cpu_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {

@@ -44,12 +44,14 @@ void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, floa
 void fl_cpu_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
 /* Causal scaled-dot-product attention on [B, H, T, D] contiguous q, k, v → out [B, H, T, D];
  * att (B·H·T·T floats) holds the softmax probabilities for backward. scale usually 1/√D. Backward
- * overwrites dq, dk, dv and takes the forward's `causal`. */
+ * overwrites dq, dk, dv and takes the forward's `causal` and `bf16`. bf16 (bf16 autocast): every GEMM
+ * operand — q, k, v and P forward; dO, v, P, dS, k, q backward — is rounded to bf16 (RNE), products
+ * accumulate in fp32; the softmax and its backward stay fp32 (dS rounded after its scale). */
 void fl_cpu_sdpa_causal_fwd(const float *q, const float *k, const float *v, float *out, float *att,
-                            int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal);
+                            int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool bf16);
 void fl_cpu_sdpa_causal_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
                             float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                            int causal);
+                            int causal, bool bf16);
 /* The attention kernels use batched GEMMs (oneDNN) and fall back to per-row loops when a GEMM cannot
  * run; tests clear this to check the fallback. */
 extern _Atomic bool fl_cpu_sdpa_gemm_allowed;

@@ -3,7 +3,9 @@
  * heads at once (transposes read in place), with one fused row pass between them: scale + causal mask +
  * softmax forward, dS = scale·P⊙(dP − rowsum(P⊙dP)) backward. Each row is done by one thread with
  * fixed-order sums, so results do not depend on the thread count. The per-row loops at the end are
- * the fallback when a GEMM cannot run (out of memory, no oneDNN kernel). */
+ * the fallback when a GEMM cannot run (out of memory, no oneDNN kernel). With bf16 (bf16 autocast) the
+ * GEMMs take bf16 operands — the rounded copies are made once per call, P and dS block by block after
+ * their row pass — and accumulate in fp32; the fallback rounds the same operands. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include <stdlib.h>
@@ -29,6 +31,9 @@ static inline void scores_row_dot(const float *a, const float *b, float *s, int6
     }
 }
 
+/* x rounded to bf16 and back (RNE): what a bf16 GEMM operand holds. */
+static inline float bf16r(float x) { return fl_bf16_to_f32(fl_f32_to_bf16(x)); }
+
 static void transpose(const float *src, float *dst, int64_t T, int64_t D) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t d = 0; d < D; d++) dst[d * T + t] = src[t * D + d];
@@ -37,7 +42,7 @@ static void transpose(const float *src, float *dst, int64_t T, int64_t D) {
 /* Fallback forward, one (b, h) head per thread; scores use a per-thread transposed copy of K, so q·Kᵀ
  * is Σ_d q[d]·Kᵀ[d, :] with no horizontal sums. */
 static void sdpa_fwd_rows(const float *q, const float *k, const float *v, float *out, float *att,
-                            int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal) {
+                            int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool r16) {
     const int64_t BH = B * H;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN)
     {
@@ -64,7 +69,7 @@ static void sdpa_fwd_rows(const float *q, const float *k, const float *v, float 
                 for (int64_t j = n; j < T; j++) s[j] = 0.0f;
                 for (int64_t d = 0; d < D; d++) o[d] = 0.0f;
                 for (int64_t j = 0; j < n; j++) {
-                    const float p = s[j], *vr = vh + j * D;
+                    const float p = r16 ? bf16r(s[j]) : s[j], *vr = vh + j * D;
                     #pragma omp simd
                     for (int64_t d = 0; d < D; d++) o[d] += p * vr[d];
                 }
@@ -76,7 +81,8 @@ static void sdpa_fwd_rows(const float *q, const float *k, const float *v, float 
 
 /* Fallback backward, one (b, h) head per thread. Masked entries have P = 0, so only j < n(i) is visited. */
 static void sdpa_bwd_rows(const float *q, const float *k, const float *v, const float *att, const float *dout,
-                            float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale) {
+                            float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                            bool r16) {
     const int64_t BH = B * H;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN)
     {
@@ -107,7 +113,7 @@ static void sdpa_bwd_rows(const float *q, const float *k, const float *v, const 
                 #pragma omp simd
                 for (int64_t j = 0; j < n; j++) dsr[j] = scale * p[j] * (dsr[j] - dot);
                 for (int64_t j = 0; j < n; j++) {
-                    const float g = dsr[j], pj = p[j], *kj = kh + j * D;
+                    const float g = r16 ? bf16r(dsr[j]) : dsr[j], pj = r16 ? bf16r(p[j]) : p[j], *kj = kh + j * D;
                     float *dkj = dkh + j * D, *dvj = dvh + j * D;
                     #pragma omp simd
                     for (int64_t d = 0; d < D; d++) {
@@ -209,37 +215,103 @@ static void row_pass(const float *p, float *d, int64_t BH, int64_t T, int64_t i0
     }
 }
 
-/* Per row block: S = Q·Kᵀ into att, softmax in place, O = P·V. */
+/* The GEMMs of one call in fp32 or on bf16 copies: operand `f` (fp32) or its bf16 copy `h`, same layout. */
+typedef struct { bool bf16; } gemm_mode;
+static fl_status gemm(gemm_mode g, int64_t batch, int64_t m, int64_t n, int64_t k, const float *af, const uint16_t *ah,
+                      int64_t lda, int64_t sa, bool ta, const float *bf, const uint16_t *bh, int64_t ldb, int64_t sb,
+                      bool tb, float *c, int64_t ldc, int64_t sc) {
+    if (g.bf16) return fl_cpu_gemm_bf16(batch, m, n, k, ah, lda, sa, ta, bh, ldb, sb, tb, c, ldc, sc);
+    return fl_cpu_gemm_f32(batch, m, n, k, af, lda, sa, ta, bf, ldb, sb, tb, c, ldc, sc);
+}
+
+/* bf16 copies of n floats (threads over chunks); NULL when out of memory. */
+static uint16_t *bf16_copy(const float *x, int64_t n) {
+    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(uint16_t));
+    if (!h) return NULL;
+    const int64_t blk = 1 << 16, nblk = (n + blk - 1) / blk;
+    #pragma omp parallel for if (n > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t b = 0; b < nblk; b++) fl_f32_to_bf16_n(x + b * blk, h + b * blk, (size_t)(n - b * blk < blk ? n - b * blk : blk));
+    return h;
+}
+
+/* Rows [i0, i1) of every head's [T, T] matrix src as bf16 into dst (same layout). */
+static void rows_to_bf16(const float *src, uint16_t *dst, int64_t BH, int64_t T, int64_t i0, int64_t i1) {
+    #pragma omp parallel for if (BH > 1 && BH * (i1 - i0) * T > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t bh = 0; bh < BH; bh++)
+        fl_f32_to_bf16_n(src + bh * T * T + i0 * T, dst + bh * T * T + i0 * T, (size_t)((i1 - i0) * T));
+}
+
+/* Per row block: S = Q·Kᵀ into att, softmax in place, O = P·V. bf16: on bf16 copies of Q, K, V and of
+ * each block of P. */
 static fl_status sdpa_fwd_gemm(const float *q, const float *k, const float *v, float *out, float *att,
-                               int64_t BH, int64_t T, int64_t D, float scale, int causal) {
+                               int64_t BH, int64_t T, int64_t D, float scale, int causal, bool bf16) {
     const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb, sq = T * D, sa = T * T;
-    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
-        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, m = i1 - i0, nk = causal ? i1 : T;
-        FL_TRY(fl_cpu_gemm_f32(BH, m, nk, D, q + i0 * D, D, sq, false, k, D, sq, true, att + i0 * T, T, sa));
-        row_pass(NULL, att, BH, T, i0, i1, scale, causal);
-        FL_TRY(fl_cpu_gemm_f32(BH, m, D, nk, att + i0 * T, T, sa, false, v, D, sq, false, out + i0 * D, D, sq));
+    const gemm_mode g = { bf16 };
+    uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *p16 = NULL;
+    fl_status st = FL_OK;
+    if (bf16) {
+        q16 = bf16_copy(q, BH * sq); k16 = bf16_copy(k, BH * sq); v16 = bf16_copy(v, BH * sq);
+        p16 = malloc((size_t)(BH * sa) * sizeof(uint16_t));
+        if (!q16 || !k16 || !v16 || !p16) st = FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 operands");
     }
-    return FL_OK;
+    for (int64_t i0 = 0; i0 < T && st == FL_OK; i0 += Tb) {
+        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, m = i1 - i0, nk = causal ? i1 : T;
+        st = gemm(g, BH, m, nk, D, q + i0 * D, q16 ? q16 + i0 * D : NULL, D, sq, false, k, k16, D, sq, true, att + i0 * T,
+                  T, sa);
+        if (st != FL_OK) break;
+        row_pass(NULL, att, BH, T, i0, i1, scale, causal);
+        if (bf16) rows_to_bf16(att, p16, BH, T, i0, i1);
+        st = gemm(g, BH, m, D, nk, att + i0 * T, p16 ? p16 + i0 * T : NULL, T, sa, false, v, v16, D, sq, false,
+                  out + i0 * D, D, sq);
+    }
+    free(q16); free(k16); free(v16); free(p16);
+    return st;
 }
 
 /* Query blocks: dP = dO·Vᵀ, dS (row pass), dQ = dS·K. Then key blocks [j0, j1), which only rows i ≥ j0
- * see when causal: dV = Pᵀ·dO and dK = dSᵀ·Q over those rows. */
+ * see when causal: dV = Pᵀ·dO and dK = dSᵀ·Q over those rows. bf16: on bf16 copies of dO, V, K, Q, P
+ * and of each block of dS. */
 static fl_status sdpa_bwd_gemm(const float *q, const float *k, const float *v, const float *att, const float *dout,
                                float *dq, float *dk, float *dv, float *ds, int64_t BH, int64_t T, int64_t D,
-                               float scale, int causal) {
+                               float scale, int causal, bool bf16) {
     const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb, sq = T * D, sa = T * T;
-    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
+    const gemm_mode g = { bf16 };
+    uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL, *p16 = NULL, *s16 = NULL;
+    fl_status st = FL_OK;
+    if (bf16) {
+        q16 = bf16_copy(q, BH * sq); k16 = bf16_copy(k, BH * sq); v16 = bf16_copy(v, BH * sq);
+        o16 = bf16_copy(dout, BH * sq); p16 = bf16_copy(att, BH * sa);
+        s16 = malloc((size_t)(BH * sa) * sizeof(uint16_t));
+        if (!q16 || !k16 || !v16 || !o16 || !p16 || !s16) st = FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 operands");
+    }
+    for (int64_t i0 = 0; i0 < T && st == FL_OK; i0 += Tb) {
         const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, m = i1 - i0, nk = causal ? i1 : T;
-        FL_TRY(fl_cpu_gemm_f32(BH, m, nk, D, dout + i0 * D, D, sq, false, v, D, sq, true, ds + i0 * T, T, sa));
+        st = gemm(g, BH, m, nk, D, dout + i0 * D, o16 ? o16 + i0 * D : NULL, D, sq, false, v, v16, D, sq, true,
+                  ds + i0 * T, T, sa);
+        if (st != FL_OK) break;
         row_pass(att, ds, BH, T, i0, i1, scale, causal);
-        FL_TRY(fl_cpu_gemm_f32(BH, m, D, nk, ds + i0 * T, T, sa, false, k, D, sq, false, dq + i0 * D, D, sq));
+        if (bf16) rows_to_bf16(ds, s16, BH, T, i0, i1);
+        st = gemm(g, BH, m, D, nk, ds + i0 * T, s16 ? s16 + i0 * T : NULL, T, sa, false, k, k16, D, sq, false,
+                  dq + i0 * D, D, sq);
     }
-    for (int64_t j0 = 0; j0 < T; j0 += Tb) {
+    for (int64_t j0 = 0; j0 < T && st == FL_OK; j0 += Tb) {
         const int64_t j1 = j0 + Tb < T ? j0 + Tb : T, m = j1 - j0, r0 = causal ? j0 : 0;
-        FL_TRY(fl_cpu_gemm_f32(BH, m, D, T - r0, att + r0 * T + j0, T, sa, true, dout + r0 * D, D, sq, false, dv + j0 * D, D, sq));
-        FL_TRY(fl_cpu_gemm_f32(BH, m, D, T - r0, ds + r0 * T + j0, T, sa, true, q + r0 * D, D, sq, false, dk + j0 * D, D, sq));
+        st = gemm(g, BH, m, D, T - r0, att + r0 * T + j0, p16 ? p16 + r0 * T + j0 : NULL, T, sa, true, dout + r0 * D,
+                  o16 ? o16 + r0 * D : NULL, D, sq, false, dv + j0 * D, D, sq);
+        if (st == FL_OK)
+            st = gemm(g, BH, m, D, T - r0, ds + r0 * T + j0, s16 ? s16 + r0 * T + j0 : NULL, T, sa, true, q + r0 * D,
+                      q16 ? q16 + r0 * D : NULL, D, sq, false, dk + j0 * D, D, sq);
     }
-    return FL_OK;
+    free(q16); free(k16); free(v16); free(o16); free(p16); free(s16);
+    return st;
+}
+
+/* Rounded fp32 copies for the fallback under bf16: NULL (then the unrounded values are used) when out of
+ * memory, which is the fallback's own situation already. */
+static float *rounded_copy(const float *x, int64_t n) {
+    float *r = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (r) for (int64_t i = 0; i < n; i++) r[i] = bf16r(x[i]);
+    return r;
 }
 
 _Atomic bool fl_cpu_sdpa_gemm_allowed = true;
@@ -247,11 +319,16 @@ _Atomic bool fl_cpu_sdpa_gemm_allowed = true;
 /* att[i, j] = softmax_j(scale · q_i·k_j) over j ≤ i when causal (0 stored above the diagonal),
  * out_i = Σ_j att[i, j] · v_j. */
 void fl_cpu_sdpa_causal_fwd(const float *q, const float *k, const float *v, float *out, float *att,
-                            int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal) {
+                            int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool bf16) {
     const int64_t BH = B * H;
     if (BH <= 0 || T <= 0) return;
-    if (D > 0 && fl_cpu_sdpa_gemm_allowed && sdpa_fwd_gemm(q, k, v, out, att, BH, T, D, scale, causal) == FL_OK) return;
-    sdpa_fwd_rows(q, k, v, out, att, B, H, T, D, scale, causal);
+    if (D > 0 && fl_cpu_sdpa_gemm_allowed && sdpa_fwd_gemm(q, k, v, out, att, BH, T, D, scale, causal, bf16) == FL_OK)
+        return;
+    const int64_t n = BH * T * D;
+    float *qr = bf16 ? rounded_copy(q, n) : NULL, *kr = bf16 ? rounded_copy(k, n) : NULL;
+    float *vr = bf16 ? rounded_copy(v, n) : NULL;
+    sdpa_fwd_rows(qr ? qr : q, kr ? kr : k, vr ? vr : v, out, att, B, H, T, D, scale, causal, bf16);
+    free(qr); free(kr); free(vr);
 }
 
 /* With P = att, dP = dO·Vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)): dV = Pᵀ·dO, dQ = scale·dS·K,
@@ -259,11 +336,16 @@ void fl_cpu_sdpa_causal_fwd(const float *q, const float *k, const float *v, floa
  * blocks are skipped: above the diagonal P = 0 either way). */
 void fl_cpu_sdpa_causal_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
                             float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                            int causal) {
+                            int causal, bool bf16) {
     const int64_t BH = B * H;
     if (BH <= 0 || T <= 0 || D <= 0) return;
     float *ds = fl_cpu_sdpa_gemm_allowed ? malloc((size_t)(BH * T * T) * sizeof(float)) : NULL;
-    fl_status st = ds ? sdpa_bwd_gemm(q, k, v, att, dout, dq, dk, dv, ds, BH, T, D, scale, causal) : FL_ENOMEM;
+    fl_status st = ds ? sdpa_bwd_gemm(q, k, v, att, dout, dq, dk, dv, ds, BH, T, D, scale, causal, bf16) : FL_ENOMEM;
     free(ds);
-    if (st != FL_OK) sdpa_bwd_rows(q, k, v, att, dout, dq, dk, dv, B, H, T, D, scale);
+    if (st == FL_OK) return;
+    const int64_t n = BH * T * D;
+    float *qr = bf16 ? rounded_copy(q, n) : NULL, *kr = bf16 ? rounded_copy(k, n) : NULL;
+    float *vr = bf16 ? rounded_copy(v, n) : NULL, *gr = bf16 ? rounded_copy(dout, n) : NULL;
+    sdpa_bwd_rows(qr ? qr : q, kr ? kr : k, vr ? vr : v, att, gr ? gr : dout, dq, dk, dv, B, H, T, D, scale, bf16);
+    free(qr); free(kr); free(vr); free(gr);
 }

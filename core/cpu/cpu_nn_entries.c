@@ -60,14 +60,14 @@ fl_status fl_cpu_dropout_bwd_entry(const uint8_t *mask, const float *dy, float *
     return FL_OK;
 }
 fl_status fl_cpu_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
-                          int64_t T, int64_t D, float scale, bool causal) {
-    fl_cpu_sdpa_causal_fwd(q, k, v, out, att, B, H, T, D, scale, causal);
+                          int64_t T, int64_t D, float scale, bool causal, bool bf16) {
+    fl_cpu_sdpa_causal_fwd(q, k, v, out, att, B, H, T, D, scale, causal, bf16);
     return FL_OK;
 }
 fl_status fl_cpu_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
                           float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                          bool causal) {
-    fl_cpu_sdpa_causal_bwd(q, k, v, att, dout, dq, dk, dv, B, H, T, D, scale, causal);
+                          bool causal, bool bf16) {
+    fl_cpu_sdpa_causal_bwd(q, k, v, att, dout, dq, dk, dv, B, H, T, D, scale, causal, bf16);
     return FL_OK;
 }
 fl_status fl_cpu_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {

@@ -278,10 +278,10 @@ static fl_tensor fake_vec(fl_dtype dt, int64_t n) {
 
 TEST(gpu_train_entries_reject_bad_arguments) {
     float *ff = (float *)(uintptr_t)0x10000;
-    CHECK(fl_cuda_dev_sdpa_fwd(ff, ff, ff, ff, ff, -1, 1, 4, 4, 0.5f, true) == FL_EINVAL, "B = -1: %s", fl_last_error());
-    CHECK(fl_cuda_dev_sdpa_bwd(ff, ff, ff, ff, ff, ff, ff, ff, 1, 1, -4, 4, 0.5f, true) == FL_EINVAL, "T = -4");
-    CHECK(fl_cuda_dev_sdpa_fwd(NULL, NULL, NULL, NULL, NULL, 0, 3, 4, 4, 0.5f, true) == FL_OK, "B = 0 is a no-op");
-    CHECK(fl_cuda_dev_sdpa_fwd(ff, ff, ff, ff, NULL, 1, 1, 4, 4, 0.5f, true) == FL_EINVAL, "NULL att");
+    CHECK(fl_cuda_dev_sdpa_fwd(ff, ff, ff, ff, ff, -1, 1, 4, 4, 0.5f, true, false) == FL_EINVAL, "B = -1: %s", fl_last_error());
+    CHECK(fl_cuda_dev_sdpa_bwd(ff, ff, ff, ff, ff, ff, ff, ff, 1, 1, -4, 4, 0.5f, true, false) == FL_EINVAL, "T = -4");
+    CHECK(fl_cuda_dev_sdpa_fwd(NULL, NULL, NULL, NULL, NULL, 0, 3, 4, 4, 0.5f, true, false) == FL_OK, "B = 0 is a no-op");
+    CHECK(fl_cuda_dev_sdpa_fwd(ff, ff, ff, ff, NULL, 1, 1, 4, 4, 0.5f, true, false) == FL_EINVAL, "NULL att");
     CHECK(fl_cuda_dev_sgd(ff, ff, NULL, -1, 0.1, 0.0, 0.0, 0.0, false, false) == FL_EINVAL, "n = -1");
     CHECK(fl_cuda_dev_sgd(ff, ff, NULL, 8, 0.1, 0.9, 0.0, 0.0, false, false) == FL_EINVAL &&
           strstr(fl_last_error(), "momentum"), "momentum without a buffer: %s", fl_last_error());
@@ -550,7 +550,7 @@ TEST(gpu_sdpa_fwd_matches_f64) {
         snprintf(what, sizeof what, "B %lld H %lld T %lld D %lld%s scale %g", (long long)c->B, (long long)c->H,
                  (long long)c->T, (long long)c->D, c->causal ? " causal" : "", c->scale);
         for (int run = 0; run < 2; run++) {
-            REQUIRE_OK(fl_cuda_dev_sdpa_fwd(dq, dk, dv, dout, datt, c->B, c->H, c->T, c->D, c->scale, c->causal));
+            REQUIRE_OK(fl_cuda_dev_sdpa_fwd(dq, dk, dv, dout, datt, c->B, c->H, c->T, c->D, c->scale, c->causal, false));
             REQUIRE_OK(d->to_host(run ? att2 : att, datt, na * 4));
             REQUIRE_OK(d->to_host(run ? out2 : out, dout, nq * 4));
         }
@@ -572,6 +572,54 @@ TEST(gpu_sdpa_fwd_matches_f64) {
     }
 }
 
+/* bf16 attention (bf16 autocast) against the CPU's bf16 attention on the same inputs: both round q, k, v,
+ * P, dO and dS to bf16 and accumulate in fp32, so they differ by summation order and by a bf16 rounding of
+ * P or dS that lands on the other side of a tie: |gpu − cpu| ≤ 2^-7·(|cpu| + mean |cpu|). A second run
+ * gives the same bits. */
+TEST(gpu_sdpa_bf16_matches_cpu) {
+    const fl_device *d = gpu_or_skip();
+    if (!d) return;
+    const fl_device *cpu = fl_cpu_device();
+    pool pl = { d, { 0 }, 0 };
+    for (size_t ci = 0; ci < NATTN; ci++) {
+        const attn_cfg *c = &ATTN_CFGS[ci];
+        const int64_t BH = c->B * c->H, nq = BH * c->T * c->D, na = BH * c->T * c->T;
+        if (nq == 0) continue;
+        float *q = rnormal((size_t)nq, 700 + ci, c->qstd), *k = rnormal((size_t)nq, 710 + ci, 1.0f),
+              *v = rnormal((size_t)nq, 720 + ci, 1.0f), *go = rnormal((size_t)nq, 730 + ci, 1.0f);
+        float *ro = malloc(nq * 4), *ra = malloc(na * 4), *rg[3] = { malloc(nq * 4), malloc(nq * 4), malloc(nq * 4) };
+        float *o = malloc(nq * 4), *o2 = malloc(nq * 4), *g[3] = { malloc(nq * 4), malloc(nq * 4), malloc(nq * 4) };
+        REQUIRE_OK(cpu->sdpa_fwd(q, k, v, ro, ra, c->B, c->H, c->T, c->D, c->scale, c->causal, true));
+        REQUIRE_OK(cpu->sdpa_bwd(q, k, v, ra, go, rg[0], rg[1], rg[2], c->B, c->H, c->T, c->D, c->scale, c->causal, true));
+        float *dq = dput(&pl, q, nq * 4), *dk = dput(&pl, k, nq * 4), *dv = dput(&pl, v, nq * 4), *dgo = dput(&pl, go, nq * 4);
+        float *dout = dalloc(&pl, nq * 4), *datt = dalloc(&pl, na * 4), *dg[3] = { dalloc(&pl, nq * 4), dalloc(&pl, nq * 4),
+                                                                                dalloc(&pl, nq * 4) };
+        REQUIRE(dq && dk && dv && dgo && dout && datt && dg[0] && dg[1] && dg[2], "alloc: %s", fl_last_error());
+        for (int run = 0; run < 2; run++) {
+            REQUIRE_OK(fl_cuda_dev_sdpa_fwd(dq, dk, dv, dout, datt, c->B, c->H, c->T, c->D, c->scale, c->causal, true));
+            REQUIRE_OK(d->to_host(run ? o2 : o, dout, nq * 4));
+        }
+        CHECK(memcmp(o, o2, nq * 4) == 0, "attn cfg %zu: a second bf16 run differs", ci);
+        REQUIRE_OK(fl_cuda_dev_sdpa_bwd(dq, dk, dv, datt, dgo, dg[0], dg[1], dg[2], c->B, c->H, c->T, c->D, c->scale,
+                                        c->causal, true));
+        for (int w = 0; w < 3; w++) REQUIRE_OK(d->to_host(g[w], dg[w], nq * 4));
+        const float *got[4] = { o, g[0], g[1], g[2] }, *ref[4] = { ro, rg[0], rg[1], rg[2] };
+        static const char *const nm[4] = { "out", "dq", "dk", "dv" };
+        for (int w = 0; w < 4; w++) {
+            double mean = 0;
+            for (int64_t i = 0; i < nq; i++) mean += fabs(ref[w][i]);
+            mean /= (double)nq;
+            int bad = 0;
+            for (int64_t i = 0; i < nq; i++)
+                bad += !(fabs((double)got[w][i] - ref[w][i]) <= 0x1p-7 * (fabs(ref[w][i]) + mean));
+            CHECK(bad == 0, "attn cfg %zu bf16 %s: %d of %lld entries off the CPU's", ci, nm[w], bad, (long long)nq);
+        }
+        pool_free(&pl);
+        free(q); free(k); free(v); free(go); free(ro); free(ra); free(o); free(o2);
+        for (int w = 0; w < 3; w++) { free(rg[w]); free(g[w]); }
+    }
+}
+
 /* D = 0: every score is 0, so each row is uniform over its keys. */
 TEST(gpu_sdpa_fwd_no_features) {
     const fl_device *d = gpu_or_skip();
@@ -581,7 +629,7 @@ TEST(gpu_sdpa_fwd_no_features) {
     float att[2 * T * T];
     float *datt = dalloc(&pl, sizeof att), *dummy = dalloc(&pl, 4);
     REQUIRE(datt && dummy, "alloc");
-    REQUIRE_OK(fl_cuda_dev_sdpa_fwd(dummy, dummy, dummy, dummy, datt, 2, 1, T, 0, 0.5f, true));
+    REQUIRE_OK(fl_cuda_dev_sdpa_fwd(dummy, dummy, dummy, dummy, datt, 2, 1, T, 0, 0.5f, true, false));
     REQUIRE_OK(d->to_host(att, datt, sizeof att));
     int bad = 0;
     for (int64_t r = 0; r < 2 * T; r++)
@@ -661,7 +709,7 @@ TEST(gpu_sdpa_bwd_matches_f64) {
         REQUIRE(dq && dk && dv && dgo && datt && gq && gk && gv, "alloc: %s", fl_last_error());
         for (int run = 0; run < 2; run++) {
             dqh[run] = malloc(nq * 4); dkh[run] = malloc(nq * 4); dvh[run] = malloc(nq * 4);
-            REQUIRE_OK(fl_cuda_dev_sdpa_bwd(dq, dk, dv, datt, dgo, gq, gk, gv, c->B, c->H, T, D, c->scale, c->causal));
+            REQUIRE_OK(fl_cuda_dev_sdpa_bwd(dq, dk, dv, datt, dgo, gq, gk, gv, c->B, c->H, T, D, c->scale, c->causal, false));
             REQUIRE_OK(d->to_host(dqh[run], gq, nq * 4));
             REQUIRE_OK(d->to_host(dkh[run], gk, nq * 4));
             REQUIRE_OK(d->to_host(dvh[run], gv, nq * 4));

@@ -538,11 +538,11 @@ static void check_sdpa(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t
     double *qd = dcopy(q, n), *kd = dcopy(k, n), *vd = dcopy(v, n);
     double *ro = malloc(n * sizeof(double)), *ra = malloc(na * sizeof(double));
     sdpa_ref(qd, kd, vd, ro, ra, B * H, T, D, scale, causal);
-    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, false);
     double wo = worst(o, ro, n, 1e-5, 1e-4), wa = worst(att, ra, na, 1e-6, 1e-4);
     CHECK(wo <= 1 && wa <= 1, "sdpa B%lld H%lld T%lld D%lld causal %d fwd worst out %g att %g",
           (long long)B, (long long)H, (long long)T, (long long)D, causal, wo, wa);
-    fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal);
+    fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, false);
     {
         double *r[3] = { malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)) };
         sdpa_bwd_ref(qd, kd, vd, ra, dy, r[0], r[1], r[2], B * H, T, D, scale);
@@ -605,6 +605,88 @@ TEST(nn_sdpa_fallback) {
     }
     fl_cpu_sdpa_gemm_allowed = true;
 }
+/* bf16 attention (bf16 autocast): q, k, v, P, dO and dS enter the GEMMs as bf16, products accumulate in
+ * fp32. Checked against float64 built from the same rounded operands: P against softmax(bf16 q·bf16 kᵀ);
+ * out and dV against sums over the kernel's own P rounded to bf16 (so no rounding tie can differ: fp32
+ * accumulation bounds); dQ and dK, whose dS is computed in fp32 and then rounded, within bf16's half ulp
+ * per term. The GEMM path and the fallback must both do it, and bf16 must differ from fp32. */
+static double bfr(double x) { return fl_bf16_to_f32(fl_f32_to_bf16((float)x)); }
+static void check_sdpa_bf16(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t D, int causal) {
+    const int64_t BH = B * H, n = BH * T * D, na = BH * T * T;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dy = frand(n, -1, 1);
+    float *o = fzeros(n), *o32 = fzeros(n), *att = fzeros(na), *att32 = fzeros(na);
+    float *dq = fzeros(n), *dk = fzeros(n), *dv = fzeros(n);
+    double *qr = malloc(n * sizeof(double)), *kr = malloc(n * sizeof(double)), *vr = malloc(n * sizeof(double));
+    double *gr = malloc(n * sizeof(double)), *ra = malloc(na * sizeof(double)), *ro = malloc(n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) { qr[i] = bfr(q[i]); kr[i] = bfr(k[i]); vr[i] = bfr(v[i]); gr[i] = bfr(dy[i]); }
+    sdpa_ref(qr, kr, vr, ro, ra, BH, T, D, scale, causal);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, true);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o32, att32, B, H, T, D, scale, causal, false);
+    CHECK(worst(att, ra, na, 1e-6, 1e-4) <= 1, "bf16 sdpa T%lld D%lld causal %d: probabilities off", (long long)T,
+          (long long)D, causal);
+    for (int path = 0; path < 2; path++) {   /* 0: the GEMMs; 1: the per-row fallback */
+        fl_cpu_sdpa_gemm_allowed = path == 0;
+        fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, true);
+        fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, true);
+        fl_cpu_sdpa_gemm_allowed = true;
+        double *r_o = calloc(n, sizeof(double)), *m_o = calloc(n, sizeof(double)), *r_dv = calloc(n, sizeof(double));
+        double *m_dv = calloc(n, sizeof(double)), *r_dq = calloc(n, sizeof(double)), *m_dq = calloc(n, sizeof(double));
+        double *r_dk = calloc(n, sizeof(double)), *m_dk = calloc(n, sizeof(double));
+        /* out and dV from the kernel's P, rounded: fp32 accumulation of exact bf16 products */
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t i = 0; i < T; i++) {
+                const float *p = att + (bh * T + i) * T;
+                double dp[1024], rs = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    double pr = bfr(p[j]), d = 0;
+                    for (int64_t e = 0; e < D; e++) {
+                        r_o[(bh * T + i) * D + e] += pr * vr[(bh * T + j) * D + e];
+                        m_o[(bh * T + i) * D + e] += fabs(pr * vr[(bh * T + j) * D + e]);
+                        r_dv[(bh * T + j) * D + e] += pr * gr[(bh * T + i) * D + e];
+                        m_dv[(bh * T + j) * D + e] += fabs(pr * gr[(bh * T + i) * D + e]);
+                        d += gr[(bh * T + i) * D + e] * vr[(bh * T + j) * D + e];
+                    }
+                    dp[j] = d;
+                    rs += p[j] * d;
+                }
+                for (int64_t j = 0; j < T; j++) {
+                    double g = scale * p[j] * (dp[j] - rs);
+                    for (int64_t e = 0; e < D; e++) {
+                        r_dq[(bh * T + i) * D + e] += g * kr[(bh * T + j) * D + e];
+                        m_dq[(bh * T + i) * D + e] += fabs(g * kr[(bh * T + j) * D + e]);
+                        r_dk[(bh * T + j) * D + e] += g * qr[(bh * T + i) * D + e];
+                        m_dk[(bh * T + j) * D + e] += fabs(g * qr[(bh * T + i) * D + e]);
+                    }
+                }
+            }
+        int bad_o = 0, bad_dv = 0, bad_dq = 0, bad_dk = 0, diff32 = 0;
+        const double acc = (double)(T + 2) * 0x1p-24, half_ulp = 0x1p-8;
+        for (int64_t i = 0; i < n; i++) {
+            bad_o += !(fabs(o[i] - r_o[i]) <= acc * m_o[i] + 1e-30);
+            bad_dv += !(fabs(dv[i] - r_dv[i]) <= acc * m_dv[i] + 1e-30);
+            /* dS: fp32 arithmetic, then one bf16 rounding per term (half an ulp, 2^-9 relative; 2^-8 allows
+             * for the fp32 dS landing on the other side of a tie) */
+            bad_dq += !(fabs(dq[i] - r_dq[i]) <= (half_ulp + 1e-5) * m_dq[i] + 1e-6);
+            bad_dk += !(fabs(dk[i] - r_dk[i]) <= (half_ulp + 1e-5) * m_dk[i] + 1e-6);
+            diff32 += o[i] != o32[i];
+        }
+        CHECK(bad_o + bad_dv + bad_dq + bad_dk == 0, "bf16 sdpa %s T%lld D%lld causal %d: out %d, dv %d, dq %d, dk %d of %lld off",
+              path ? "fallback" : "gemm", (long long)T, (long long)D, causal, bad_o, bad_dv, bad_dq, bad_dk, (long long)n);
+        CHECK(diff32 > n / 4, "bf16 sdpa %s: only %d of %lld outputs differ from fp32 attention", path ? "fallback" : "gemm",
+              diff32, (long long)n);
+        free(r_o); free(m_o); free(r_dv); free(m_dv); free(r_dq); free(m_dq); free(r_dk); free(m_dk);
+    }
+    free(q); free(k); free(v); free(dy); free(o); free(o32); free(att); free(att32); free(dq); free(dk); free(dv);
+    free(qr); free(kr); free(vr); free(gr); free(ra); free(ro);
+}
+TEST(nn_sdpa_bf16) {
+    for (int causal = 0; causal <= 1; causal++) {
+        check_sdpa_bf16(fl__failed, 1, 2, 5, 8, causal);
+        check_sdpa_bf16(fl__failed, 2, 2, 33, 16, causal);
+        check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
+    }
+}
 /* A row whose probabilities underflow to exact zeros up to the diagonal still gets the right gradient
  * (the backward trims rows at the last nonzero probability). */
 TEST(nn_sdpa_underflow_rows) {
@@ -617,11 +699,11 @@ TEST(nn_sdpa_underflow_rows) {
     double *qd = dcopy(q, n), *kd = dcopy(k, n), *vd = dcopy(v, n), *ro = malloc(n * sizeof(double)), *ra = malloc(T * T * sizeof(double));
     double *r[3] = { malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)) };
     sdpa_ref(qd, kd, vd, ro, ra, 1, T, D, 0.5, 1);
-    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 1);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 1, false);
     int zeros = 0;
     for (int64_t j = 0; j <= 5; j++) zeros += att[5 * T + j] == 0.0f;
     CHECK(zeros == 5 && att[5 * T + 2] == 1.0f, "row 5: %d zeros, p52 %g", zeros, att[5 * T + 2]);
-    fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, 1, 1, T, D, 0.5f, 1);
+    fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, 1, 1, T, D, 0.5f, 1, false);
     sdpa_bwd_ref(qd, kd, vd, ra, dy, r[0], r[1], r[2], 1, T, D, 0.5);
     const float *got[3] = { dq, dk, dv };
     for (int w = 0; w < 3; w++) {
@@ -636,10 +718,10 @@ TEST(nn_sdpa_causal_mask) {
     /* first query attends only to the first key: out[0] = v[0]; att above the diagonal is exactly 0 */
     int64_t T = 6, D = 4;
     float *q = frand(T * D, -1, 1), *k = frand(T * D, -1, 1), *v = frand(T * D, -1, 1), *o = fzeros(T * D), *att = frand(T * T, 3, 3);
-    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 1);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 1, false);
     for (int64_t d = 0; d < D; d++) CHECK_CLOSE(o[d], v[d], 1e-7, 1e-6);
     for (int64_t i = 0; i < T; i++) for (int64_t j = i + 1; j < T; j++) CHECK(att[i * T + j] == 0.0f, "att[%lld,%lld]", (long long)i, (long long)j);
-    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 0);
+    fl_cpu_sdpa_causal_fwd(q, k, v, o, att, 1, 1, T, D, 0.5f, 0, false);
     int any = 0;
     for (int64_t j = 1; j < T; j++) any |= att[j] != 0.0f;
     CHECK(any, "non-causal first row attends to later keys");
