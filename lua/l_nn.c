@@ -190,21 +190,29 @@ static int l_dropout(lua_State *L) {
     return 1;
 }
 
-/* scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=false, scale=1/sqrt(D)}]) */
-static int l_sdpa(lua_State *L) {
+/* The options table of both attention functions at index `arg`: {is_causal=false, scale=1/sqrt(D)} (scale 0:
+ * the default); nothing may follow it. */
+static void attn_opts(lua_State *L, int arg, const char *fname, bool *causal, double *scale) {
     static const char *const valid[] = { "is_causal", "scale", NULL };
-    const char *fname = "scaled_dot_product_attention";
-    fl_tensor *q = fl_lchecktensor(L, 1), *k = fl_lchecktensor(L, 2), *v = fl_lchecktensor(L, 3);
-    check_opts(L, 4, fname, valid, "is_causal, scale");
-    no_extra(L, 5, fname);
-    bool causal = opt_bool(L, 4, fname, "is_causal", false);
-    double scale = opt_number(L, 4, fname, "scale", 0);
-    if (!lua_isnoneornil(L, 4)) {
-        lua_getfield(L, 4, "scale");
+    check_opts(L, arg, fname, valid, "is_causal, scale");
+    no_extra(L, arg + 1, fname);
+    *causal = opt_bool(L, arg, fname, "is_causal", false);
+    *scale = opt_number(L, arg, fname, "scale", 0);
+    if (!lua_isnoneornil(L, arg)) {
+        lua_getfield(L, arg, "scale");
         bool given = !lua_isnil(L, -1);
         lua_pop(L, 1);
-        if (given && !(scale > 0 && isfinite(scale))) return luaL_error(L, "%s: scale must be a positive finite number, got %f", fname, scale);
+        if (given && !(*scale > 0 && isfinite(*scale)))
+            luaL_error(L, "%s: scale must be a positive finite number, got %f", fname, *scale);
     }
+}
+
+/* scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=false, scale=1/sqrt(D)}]) */
+static int l_sdpa(lua_State *L) {
+    fl_tensor *q = fl_lchecktensor(L, 1), *k = fl_lchecktensor(L, 2), *v = fl_lchecktensor(L, 3);
+    bool causal;
+    double scale;
+    attn_opts(L, 4, "scaled_dot_product_attention", &causal, &scale);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_sdpa(slot, q, k, v, causal, scale));
     return 1;
@@ -212,22 +220,14 @@ static int l_sdpa(lua_State *L) {
 
 /* qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=false, scale=1/sqrt(D)}]) -> [B, T, C] */
 static int l_sdpa_qkv(lua_State *L) {
-    static const char *const valid[] = { "is_causal", "scale", NULL };
-    const char *fname = "qkv_attention";
     fl_tensor *qkv = fl_lchecktensor(L, 1);
     int isint = 0;
     lua_Integer h = lua_tointegerx(L, 2, &isint);
-    if (!isint || h < 1) return luaL_error(L, "%s: n_head must be a positive integer, got %s", fname, luaL_tolstring(L, 2, NULL));
-    check_opts(L, 3, fname, valid, "is_causal, scale");
-    no_extra(L, 4, fname);
-    bool causal = opt_bool(L, 3, fname, "is_causal", false);
-    double scale = opt_number(L, 3, fname, "scale", 0);
-    if (!lua_isnoneornil(L, 3)) {
-        lua_getfield(L, 3, "scale");
-        bool given = !lua_isnil(L, -1);
-        lua_pop(L, 1);
-        if (given && !(scale > 0 && isfinite(scale))) return luaL_error(L, "%s: scale must be a positive finite number, got %f", fname, scale);
-    }
+    if (!isint || h < 1)
+        return luaL_error(L, "qkv_attention: n_head must be a positive integer, got %s", luaL_tolstring(L, 2, NULL));
+    bool causal;
+    double scale;
+    attn_opts(L, 3, "qkv_attention", &causal, &scale);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_sdpa_qkv(slot, qkv, (int64_t)h, causal, scale));
     return 1;
