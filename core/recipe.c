@@ -123,7 +123,7 @@ fl_status fl_scaling_observe_cast(fl_scaling *s, const fl_tensor *q, int64_t n, 
         s->cap_pending = cap;
     }
     s->pending[s->npending++] = (struct fl_scaling_obs){ fl_stats_future_retain(q->qfuture), n, into_history, take_scale };
-    return FL_OK;
+    return s->npending >= FL_SCALING_MAX_PENDING ? fl_scaling_flush(s) : FL_OK;
 }
 
 fl_status fl_scaling_flush(fl_scaling *s) {

@@ -27,6 +27,9 @@ typedef enum { FL_AMAX_MOST_RECENT = 0, FL_AMAX_MAX = 1 } fl_amax_algo;
 /* The floor torchao puts under an amax before dividing (FP8-SPEC §3, §6). */
 #define FL_AMAX_FLOOR 1e-12f
 #define FL_HISTORY_MAX (1 << 20)
+/* Queued observations a role keeps before it waits for them itself (a loop that never updates, e.g.
+ * evaluation, must not grow the queue or hold the device's statistics slots without bound). */
+#define FL_SCALING_MAX_PENDING 256
 
 typedef struct fl_scaling {
     fl_dtype fmt;            /* FL_E4M3 or FL_E5M2 */

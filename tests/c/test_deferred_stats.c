@@ -291,6 +291,31 @@ TEST(deferred_stats_fp8_linear_matches_cpu_bit_for_bit) {
     }
 }
 
+/* Forward passes without updates (evaluation) must not queue observations without bound. */
+TEST(deferred_stats_queue_is_bounded) {
+    live_futures = waits = 0;
+    lin c;
+    REQUIRE_OK(make_lin(&c, FL_DEV_CPU, 9));
+    fl_fp8_layer *l = layer(1);
+    int most = 0;
+    fl_status st = FL_OK;
+    install_fake();
+    for (int i = 0; i < 3 * FL_SCALING_MAX_PENDING && st == FL_OK; i++) {
+        fl_tensor *y = NULL;
+        st = fl_fp8_linear(&y, c.x, c.w, c.b, l, false, NULL);
+        fl_tensor_release(y);
+        if (l->role[FL_ROLE_INPUT].npending > most) most = l->role[FL_ROLE_INPUT].npending;
+    }
+    remove_fake();
+    CHECK(st == FL_OK, "forward: %s", fl_last_error());
+    CHECK(most > 0 && most < FL_SCALING_MAX_PENDING, "the input role queued up to %d observations", most);
+    CHECK(waits >= 2, "%d waits over %d forwards", waits, 3 * FL_SCALING_MAX_PENDING);
+    CHECK(live_futures <= FL_SCALING_MAX_PENDING + 2, "%d futures alive", live_futures);
+    fl_fp8_layer_release(l);
+    free_lin(&c);
+    CHECK(live_futures == 0, "%d futures leaked", live_futures);
+}
+
 TEST(deferred_stats_wait_failure_is_reported_and_frees) {
     live_futures = waits = fail_waits = 0;
     lin c;
