@@ -87,6 +87,10 @@ float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallba
     return ldexpf(1.0f, exp);
 }
 
+float fl_scale_current(float amax, fl_dtype fmt, int margin, bool pow2) {
+    return fl_scale_for(amax > FL_AMAX_FLOOR ? amax : FL_AMAX_FLOOR, fmt, margin, pow2, 1.0f);
+}
+
 void fl_scaling_record(fl_scaling *s, float amax) {
     float *h0 = &s->history[0];
     if (isnan(amax) || isnan(*h0)) *h0 = NAN;
@@ -104,7 +108,7 @@ void fl_scaling_observe(fl_scaling *s, float amax, int64_t n, int64_t underflow,
 static void apply_cast(fl_scaling *s, const fl_cast_stats *st, int64_t n, bool into_history, bool take_scale) {
     fl_scaling_observe(s, st->nan ? NAN : st->amax, n, st->underflow, st->saturated, into_history);
     if (take_scale) {
-        s->scale = fl_scale_for(st->amax > FL_AMAX_FLOOR ? st->amax : FL_AMAX_FLOOR, s->fmt, s->margin, s->pow2, 1.0f);
+        s->scale = fl_scale_current(st->amax, s->fmt, s->margin, s->pow2);
         s->scale_inv = 1.0f / s->scale;
     }
 }

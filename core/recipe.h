@@ -64,6 +64,10 @@ fl_status fl_scaling_copy(fl_scaling *dst, const fl_scaling *src);
  * fp8_max/1e-12 (finite, harmless: zeros stay zeros). */
 float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallback);
 
+/* Current scaling's scale for a tensor with this amax: fl_scale_for(max(amax, FL_AMAX_FLOOR), fmt, margin,
+ * pow2, 1) — NaN counts as the floor too (every device's quantize_current uses this rule). */
+float fl_scale_current(float amax, fl_dtype fmt, int margin, bool pow2);
+
 /* Record one cast's amax into history[0] (max with what this step already saw; NaN sticks). */
 void fl_scaling_record(fl_scaling *s, float amax);
 /* Record the stats of one cast (amax goes through fl_scaling_record when `into_history`). */

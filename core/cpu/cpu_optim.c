@@ -136,8 +136,8 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
             }
         }
     }
-    const float ms = fl_scale_for(mmax > FL_AMAX_FLOOR ? mmax : FL_AMAX_FLOOR, FL_E4M3, 0, true, 1.0f);
-    const float vs = fl_scale_for(vmax > FL_AMAX_FLOOR ? vmax : FL_AMAX_FLOOR, FL_F16, 0, true, 1.0f);
+    const float ms = fl_scale_current(mmax, FL_E4M3, 0, true);
+    const float vs = fl_scale_current(vmax, FL_F16, 0, true);
     /* Pass 2: the same arithmetic again, now writing m, v and the parameter. */
     #pragma omp parallel if (par)
     {
@@ -169,7 +169,7 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
         FL_TRY(fl_tensor_to(&p32, p, FL_F32));
         const float *pf = fl_tensor_data(p32);
         float pmax = fl_amax_f32(pf, (size_t)n);
-        const float ps = fl_scale_for(pmax > FL_AMAX_FLOOR ? pmax : FL_AMAX_FLOOR, FL_E4M3, 0, true, 1.0f);
+        const float ps = fl_scale_current(pmax, FL_E4M3, 0, true);
         fl_status st = fl_quantize_f32(pf, fl_tensor_data(p_fp8), (size_t)n, FL_E4M3, ps, FL_SATURATE, NULL);
         fl_tensor_release(p32);
         FL_TRY(st);

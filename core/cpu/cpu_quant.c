@@ -116,7 +116,7 @@ fl_status fl_cpu_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis
     if (fl_tensor_numel(src) > 0) st = fl_cpu_amax(src, axis, scales);
     else for (int64_t i = 0; i < ns; i++) scales[i] = 0.0f;
     for (int64_t i = 0; st == FL_OK && i < ns; i++)
-        scales[i] = fl_scale_for(scales[i] > FL_AMAX_FLOOR ? scales[i] : FL_AMAX_FLOOR, dst->dtype, margin, pow2, 1.0f);
+        scales[i] = fl_scale_current(scales[i], dst->dtype, margin, pow2);
     if (st == FL_OK) st = fl_cpu_quantize(dst, src, scales, axis, p);
     if (scales != &one) free(scales);
     return st;
