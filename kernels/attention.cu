@@ -6,7 +6,8 @@
  *             (up to its last nonzero entry, as the CPU does), 0 beyond;  dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO
  * The products are fp32 strided-batch cuBLASLt GEMMs over all B·H heads (kernels/gemm_lt.h; true fp32
  * products, TF32 off), or with bf16 (bf16 autocast) bf16 GEMMs with fp32 accumulation on RNE-rounded copies
- * of every operand (Q, K, V, P; dO, dS), as the CPU rounds them; between them one row kernel: a warp per row, lane l owning entries j ≡ l (mod 32)
+ * of every operand (Q, K, V, P; dO, dS), as the CPU rounds them — P's and dS's written by the row kernel that
+ * makes them, the others by one conversion pass each; between the GEMMs one row kernel: a warp per row, lane l owning entries j ≡ l (mod 32)
  * in every pass, partial results combined by a fixed xor-butterfly, so runs are bit-identical. The row
  * arithmetic is separately rounded and its exp is core/cpu's fl_nn_expf step for step, so given the same
  * scores a row matches the CPU up to the order of its sums; the __host__ __device__ row code also runs on
@@ -97,10 +98,17 @@ __device__ __forceinline__ int64_t warp_max_i64(int64_t v) {
     return v;
 }
 
-/* att holds S = Q·Kᵀ for rows·T entries (rows = B·H·T); softmax in place. The row loop is warp-uniform,
- * so the full-mask shuffles see every lane. */
+/* The row just written (this lane's entries) as bf16 into out16, when given: the bf16 GEMMs' operand made
+ * while the row is still in cache, instead of a separate pass over the whole matrix. */
+__device__ __forceinline__ void row_bf16(const float *v, uint16_t *out16, int64_t T, int lane) {
+    if (out16)
+        for (int64_t j = lane; j < T; j += kWarp) out16[j] = f32_to_bf16_rne(v[j]);
+}
+
+/* att holds S = Q·Kᵀ for rows·T entries (rows = B·H·T); softmax in place (and its bf16 copy into p16 when
+ * given). The row loop is warp-uniform, so the full-mask shuffles see every lane. */
 __global__ void __launch_bounds__(kThreads) attn_softmax_kernel(float *att, int64_t rows, int64_t T, float scale,
-                                                                bool causal) {
+                                                                bool causal, uint16_t *p16) {
     const int lane = threadIdx.x & (kWarp - 1);
     const int64_t nwarps = (int64_t)gridDim.x * kRowsPerBlock;
     for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5); r < rows; r += nwarps) {
@@ -109,12 +117,14 @@ __global__ void __launch_bounds__(kThreads) attn_softmax_kernel(float *att, int6
         const float m = warp_max(sm_max_part(s, n, scale, lane));
         const float sum = warp_sum(sm_exp_part(s, n, scale, m, lane));
         sm_norm_part(s, n, T, fl_fdiv(1.0f, sum), lane);
+        __syncwarp();
+        row_bf16(s, p16 ? p16 + r * T : NULL, T, lane);
     }
 }
 
-/* ds holds dP = dO·Vᵀ; replaced by dS. */
+/* ds holds dP = dO·Vᵀ; replaced by dS (and its bf16 copy into s16 when given). */
 __global__ void __launch_bounds__(kThreads) attn_dsoftmax_kernel(const float *att, float *ds, int64_t rows, int64_t T,
-                                                                 float scale) {
+                                                                 float scale, uint16_t *s16) {
     const int lane = threadIdx.x & (kWarp - 1);
     const int64_t nwarps = (int64_t)gridDim.x * kRowsPerBlock;
     for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5); r < rows; r += nwarps) {
@@ -124,21 +134,25 @@ __global__ void __launch_bounds__(kThreads) attn_dsoftmax_kernel(const float *at
         if (n < 1) n = 1;
         const float dot = warp_sum(dot_part(p, d, n, lane));
         ds_write_part(p, d, n, T, dot, scale, lane);
+        __syncwarp();
+        row_bf16(d, s16 ? s16 + r * T : NULL, T, lane);
     }
 }
 
 /* ---- launches ------------------------------------------------------------------------------------- */
 
+/* The row pass over rows_buf (softmax, or dS from dP with backward), writing its bf16 copy into out16
+ * too when given. */
 fl_status launch_rows(bool backward, const float *att_in, float *rows_buf, int64_t rows, int64_t T, float scale,
-                      bool causal) {
+                      bool causal, uint16_t *out16 = NULL) {
     if (rows == 0) return FL_OK;
     const unsigned grid = grid_for_work((size_t)rows, kRowsPerBlock, 8);
     cudaStream_t st = fl_cuda_stream();
     if (backward) {
-        attn_dsoftmax_kernel<<<grid, kThreads, 0, st>>>(att_in, rows_buf, rows, T, scale);
+        attn_dsoftmax_kernel<<<grid, kThreads, 0, st>>>(att_in, rows_buf, rows, T, scale, out16);
         FL_CUDA_CHECK(cudaGetLastError(), "attn_dsoftmax_kernel launch");
     } else {
-        attn_softmax_kernel<<<grid, kThreads, 0, st>>>(rows_buf, rows, T, scale, causal);
+        attn_softmax_kernel<<<grid, kThreads, 0, st>>>(rows_buf, rows, T, scale, causal, out16);
         FL_CUDA_CHECK(cudaGetLastError(), "attn_softmax_kernel launch");
     }
     return FL_OK;
@@ -202,6 +216,15 @@ struct Operands {
         *out = s.p;
         return FL_OK;
     }
+    /* An uninitialised bf16 buffer of n elements (bf16 mode), for a row pass to fill; NULL otherwise. */
+    fl_status empty16(size_t n, uint16_t **out) {
+        *out = NULL;
+        if (!bf16) return FL_OK;
+        fl_cu_scratch &s = buf[used++];
+        FL_TRY(s.alloc(n * sizeof(uint16_t)));
+        *out = static_cast<uint16_t *>(s.p);
+        return FL_OK;
+    }
 };
 
 fl_status check_sizes(const char *fn, int64_t B, int64_t H, int64_t T, int64_t D) {
@@ -238,8 +261,10 @@ extern "C" fl_status fl_cuda_dev_sdpa_fwd(const float *q, const float *k, const 
     FL_TRY(op.get(v, (size_t)(BH * sq), &v_));
     /* S = Q·Kᵀ: A = Q [T, D], B = K stored [n = T, k = D]. */
     FL_TRY(bgemm(op.dtype(), BH, T, T, D, Opnd{ q_, D, false, sq }, Opnd{ k_, D, false, sq }, att, T, sa));
-    FL_TRY(launch_rows(false, NULL, att, rows, T, scale, causal));
-    FL_TRY(op.get(att, (size_t)(BH * sa), &p_));
+    uint16_t *p16;
+    FL_TRY(op.empty16((size_t)(BH * sa), &p16));
+    FL_TRY(launch_rows(false, NULL, att, rows, T, scale, causal, p16));
+    p_ = bf16 ? (const void *)p16 : (const void *)att;
     /* out = P·V: A = P [T, T], B = V stored [k = T, n = D]. Scratch goes back on return, after these on the stream. */
     return bgemm(op.dtype(), BH, T, D, T, Opnd{ p_, T, false, sa }, Opnd{ v_, D, true, sq }, out, D, sq);
 }
@@ -264,8 +289,10 @@ extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const 
     const fl_dtype in = op.dtype();
     /* dP = dO·Vᵀ: A = dO [T, D], B = V stored [n = T, k = D]. */
     FL_TRY(bgemm(in, BH, T, T, D, Opnd{ o_, D, false, sq }, Opnd{ v_, D, false, sq }, dsp, T, sa));
-    FL_TRY(launch_rows(true, att, dsp, rows, T, scale, causal));
-    FL_TRY(op.get(dsp, (size_t)(BH * sa), &s_));
+    uint16_t *s16;
+    FL_TRY(op.empty16((size_t)(BH * sa), &s16));
+    FL_TRY(launch_rows(true, att, dsp, rows, T, scale, causal, s16));
+    s_ = bf16 ? (const void *)s16 : (const void *)dsp;
     FL_TRY(op.get(k, (size_t)(BH * sq), &k_));
     FL_TRY(op.get(q, (size_t)(BH * sq), &q_));
     FL_TRY(op.get(att, (size_t)(BH * sa), &p_));
