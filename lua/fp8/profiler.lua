@@ -545,9 +545,8 @@ if okh and help.add then
     .. "training step, prof:stop(); or prof:run(function(prof) ... end). Only active steps are kept, each in a\n"
     .. "\"ProfilerStep#N\" range; every op records wall time, nesting, and with the options its input shapes,\n"
     .. "FLOPs, net CPU bytes, module path, and with activities={\"cpu\",\"cuda\"} on a GPU its device time.\n"
-    .. "At the end of each active window the trace goes to\n"
-    .. "<output_trace_dir>/trace_rank<R>.json and on_trace_ready(prof) runs. Your own ranges:\n"
-    .. "fp8.profiler.record_function(name, fn, ...).")
+    .. "At the end of each active window the trace goes to <output_trace_dir>/trace_rank<R>.json and\n"
+    .. "on_trace_ready(prof) runs. Your own ranges: fp8.profiler.record_function(name, fn, ...).")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"
     .. "average, FLOP/s (with_flops), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"
