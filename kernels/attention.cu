@@ -4,6 +4,7 @@
  *             att = 0 exactly for j ≥ n(i);  out = att·V
  *   backward  dP = dO·Vᵀ;  dS = scale·P ⊙ (dP − rowsum(P ⊙ dP)) over the live length of each row of P
  *             (up to its last nonzero entry, as the CPU does), 0 beyond;  dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO
+ * Causal attention runs in the CPU's blocks of query rows, skipping the products above the diagonal.
  * The products are fp32 strided-batch cuBLASLt GEMMs over all B·H heads (kernels/gemm_lt.h; true fp32
  * products, TF32 off), or with bf16 (bf16 autocast) bf16 GEMMs with fp32 accumulation on RNE-rounded copies
  * of every operand (Q, K, V, P; dO, dS), as the CPU rounds them — P's and dS's written by the row kernel that
@@ -227,6 +228,21 @@ struct Operands {
     }
 };
 
+/* p advanced by n elements of dtype `in` (fp32 or bf16). */
+const void *adv(const void *p, int64_t n, fl_dtype in) {
+    return static_cast<const char *>(p) + (size_t)n * (in == FL_F32 ? sizeof(float) : sizeof(uint16_t));
+}
+
+/* Causal attention in blocks of query rows, as core/cpu/cpu_nn_attn.c does it: rows [i0, i1) only see keys
+ * [0, i1), so the GEMMs skip the rest (with 8 blocks, 9/16 of the square is computed). About 64 rows a
+ * block, at most 8; one block when not causal. The blocks are the CPU's, so both devices sum the same
+ * products. */
+int64_t attn_nblocks(int64_t T, bool causal) {
+    if (!causal) return 1;
+    int64_t nb = (T + 63) / 64;
+    return nb > 8 ? 8 : nb;
+}
+
 fl_status check_sizes(const char *fn, int64_t B, int64_t H, int64_t T, int64_t D) {
     if (B < 0 || H < 0 || T < 0 || D < 0)
         return FL_ERR(FL_EINVAL, "%s: sizes must be >= 0, got B=%lld H=%lld T=%lld D=%lld", fn, (long long)B,
@@ -259,20 +275,32 @@ extern "C" fl_status fl_cuda_dev_sdpa_fwd(const float *q, const float *k, const 
     FL_TRY(op.get(q, (size_t)(BH * sq), &q_));
     FL_TRY(op.get(k, (size_t)(BH * sq), &k_));
     FL_TRY(op.get(v, (size_t)(BH * sq), &v_));
-    /* S = Q·Kᵀ: A = Q [T, D], B = K stored [n = T, k = D]. */
-    FL_TRY(bgemm(op.dtype(), BH, T, T, D, Opnd{ q_, D, false, sq }, Opnd{ k_, D, false, sq }, att, T, sa));
+    const fl_dtype in = op.dtype();
+    const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb;
+    /* S = Q·Kᵀ per row block: A = Q rows [i0, i1), B = K stored [n = nk, k = D]; the row kernel then reads
+     * only j < n(i) <= nk and writes the zeros beyond. */
+    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
+        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
+        FL_TRY(bgemm(in, BH, i1 - i0, nk, D, Opnd{ adv(q_, i0 * D, in), D, false, sq }, Opnd{ k_, D, false, sq },
+                     att + i0 * T, T, sa));
+    }
     uint16_t *p16;
     FL_TRY(op.empty16((size_t)(BH * sa), &p16));
     FL_TRY(launch_rows(false, NULL, att, rows, T, scale, causal, p16));
     p_ = bf16 ? (const void *)p16 : (const void *)att;
-    /* out = P·V: A = P [T, T], B = V stored [k = T, n = D]. Scratch goes back on return, after these on the stream. */
-    return bgemm(op.dtype(), BH, T, D, T, Opnd{ p_, T, false, sa }, Opnd{ v_, D, true, sq }, out, D, sq);
+    /* out = P·V per row block: A = P rows [i0, i1) × keys [0, nk), B = V stored [k = nk, n = D]. Scratch goes
+     * back on return, after these on the stream. */
+    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
+        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
+        FL_TRY(bgemm(in, BH, i1 - i0, D, nk, Opnd{ adv(p_, i0 * T, in), T, false, sa }, Opnd{ v_, D, true, sq },
+                     out + i0 * D, D, sq));
+    }
+    return FL_OK;
 }
 
 extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const float *v, const float *att,
                                           const float *dout, float *dq, float *dk, float *dv, int64_t B, int64_t H,
                                           int64_t T, int64_t D, float scale, bool causal, bool bf16) {
-    (void)causal;   /* above the diagonal P = 0, so dS = 0 there either way */
     const char *fn = "cuda sdpa_bwd";
     FL_TRY(check_sizes(fn, B, H, T, D));
     const int64_t BH = B * H, rows = BH * T;
@@ -287,8 +315,15 @@ extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const 
     FL_TRY(op.get(dout, (size_t)(BH * sq), &o_));
     FL_TRY(op.get(v, (size_t)(BH * sq), &v_));
     const fl_dtype in = op.dtype();
-    /* dP = dO·Vᵀ: A = dO [T, D], B = V stored [n = T, k = D]. */
-    FL_TRY(bgemm(in, BH, T, T, D, Opnd{ o_, D, false, sq }, Opnd{ v_, D, false, sq }, dsp, T, sa));
+    /* Row blocks as in forward; `causal` only decides which products are skipped: above the diagonal P = 0,
+     * so dS = 0 there either way. */
+    const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb;
+    /* dP = dO·Vᵀ per row block: A = dO rows [i0, i1), B = V stored [n = nk, k = D]. */
+    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
+        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
+        FL_TRY(bgemm(in, BH, i1 - i0, nk, D, Opnd{ adv(o_, i0 * D, in), D, false, sq }, Opnd{ v_, D, false, sq },
+                     dsp + i0 * T, T, sa));
+    }
     uint16_t *s16;
     FL_TRY(op.empty16((size_t)(BH * sa), &s16));
     FL_TRY(launch_rows(true, att, dsp, rows, T, scale, causal, s16));
@@ -296,13 +331,25 @@ extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const 
     FL_TRY(op.get(k, (size_t)(BH * sq), &k_));
     FL_TRY(op.get(q, (size_t)(BH * sq), &q_));
     FL_TRY(op.get(att, (size_t)(BH * sa), &p_));
-    /* dQ = dS·K: A = dS [T, T], B = K stored [k = T, n = D]. */
-    FL_TRY(bgemm(in, BH, T, D, T, Opnd{ s_, T, false, sa }, Opnd{ k_, D, true, sq }, dq, D, sq));
-    /* dK = dSᵀ·Q: A = dSᵀ, i.e. dS stored [k = T, m = T]; B = Q stored [k = T, n = D]. */
-    FL_TRY(bgemm(in, BH, T, D, T, Opnd{ s_, T, true, sa }, Opnd{ q_, D, true, sq }, dk, D, sq));
-    /* dV = Pᵀ·dO: A = P stored [k = T, m = T]; B = dO stored [k = T, n = D]. ds and the copies go back to
-     * the allocator on return; whoever gets them next is ordered after these GEMMs on the one stream. */
-    return bgemm(in, BH, T, D, T, Opnd{ p_, T, true, sa }, Opnd{ o_, D, true, sq }, dv, D, sq);
+    /* dQ = dS·K per row block: A = dS rows [i0, i1) × keys [0, nk), B = K stored [k = nk, n = D]. */
+    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
+        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
+        FL_TRY(bgemm(in, BH, i1 - i0, D, nk, Opnd{ adv(s_, i0 * T, in), T, false, sa }, Opnd{ k_, D, true, sq },
+                     dq + i0 * D, D, sq));
+    }
+    /* Key blocks [j0, j1), seen only by rows r >= r0 (r0 = j0 when causal):
+     *   dK = dSᵀ·Q: A = dSᵀ, i.e. dS rows [r0, T) × keys [j0, j1) stored [k, m]; B = Q rows [r0, T) stored [k, n];
+     *   dV = Pᵀ·dO: the same with P and dO.
+     * ds and the copies go back to the allocator on return; whoever gets them next is ordered after these
+     * GEMMs on the one stream. */
+    for (int64_t j0 = 0; j0 < T; j0 += Tb) {
+        const int64_t j1 = j0 + Tb < T ? j0 + Tb : T, r0 = causal ? j0 : 0;
+        FL_TRY(bgemm(in, BH, j1 - j0, D, T - r0, Opnd{ adv(s_, r0 * T + j0, in), T, true, sa },
+                     Opnd{ adv(q_, r0 * D, in), D, true, sq }, dk + j0 * D, D, sq));
+        FL_TRY(bgemm(in, BH, j1 - j0, D, T - r0, Opnd{ adv(p_, r0 * T + j0, in), T, true, sa },
+                     Opnd{ adv(o_, r0 * D, in), D, true, sq }, dv + j0 * D, D, sq));
+    }
+    return FL_OK;
 }
 
 /* ---- the row code on the host (tests) ------------------------------------------------------------
