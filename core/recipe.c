@@ -50,29 +50,6 @@ void fl_scaling_free(fl_scaling *s) {
     s->cap_pending = 0;
 }
 
-fl_status fl_scaling_copy(fl_scaling *dst, const fl_scaling *src) {
-    *dst = *src;
-    dst->pending = NULL;
-    dst->npending = dst->cap_pending = 0;
-    dst->history = malloc((size_t)src->hist_len * sizeof(float));
-    if (!dst->history) return FL_ERR(FL_ENOMEM, "scaling: out of memory copying an amax history");
-    memcpy(dst->history, src->history, (size_t)src->hist_len * sizeof(float));
-    if (src->npending) {
-        dst->pending = malloc((size_t)src->npending * sizeof *dst->pending);
-        if (!dst->pending) {
-            free(dst->history);
-            dst->history = NULL;
-            return FL_ERR(FL_ENOMEM, "scaling: out of memory copying %d pending observations", src->npending);
-        }
-        for (int i = 0; i < src->npending; i++) {
-            dst->pending[i] = src->pending[i];
-            fl_stats_future_retain(dst->pending[i].f);
-        }
-        dst->npending = dst->cap_pending = src->npending;
-    }
-    return FL_OK;
-}
-
 float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallback) {
     if (!pow2) return fl_scale_from_amax(amax, fmt, margin, fallback);
     if (!(amax > 0.0f) || !isfinite(amax)) return fallback;

@@ -55,8 +55,6 @@ typedef struct fl_scaling {
 fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin,
                           fl_amax_algo algo, int hist_len, int interval);
 void fl_scaling_free(fl_scaling *s);
-/* Deep copy (history and pending observations included) into an uninitialised dst. */
-fl_status fl_scaling_copy(fl_scaling *dst, const fl_scaling *src);
 
 /* The scale a rule derives from an amax (FP8-SPEC §2–§4): fp8_max·2^-margin/amax, or its
  * power-of-two rounding down; `fallback` when amax is not finite or <= 0; FLT_MAX for an infinite
