@@ -243,6 +243,32 @@ int64_t attn_nblocks(int64_t T, bool causal) {
     return nb > 8 ? 8 : nb;
 }
 
+/* The products of one row block loop, over all B·H heads (operands of dtype `in`, [T, D] and [T, T] per head):
+ *   scores:  dst[i0:i1, 0:nk] = A[i0:i1, :] · B[0:nk, :]ᵀ        (S = Q·Kᵀ, dP = dO·Vᵀ; dst [T, T])
+ *   apply:   dst[i0:i1, :]    = M[i0:i1, 0:nk] · B[0:nk, :]        (O = P·V, dQ = dS·K; M [T, T], dst [T, D])
+ * with nk = i1 when causal, else T. */
+fl_status scores_blocks(fl_dtype in, int64_t BH, int64_t T, int64_t D, bool causal, const void *a, const void *b,
+                        float *dst) {
+    const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb;
+    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
+        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
+        FL_TRY(bgemm(in, BH, i1 - i0, nk, D, Opnd{ adv(a, i0 * D, in), D, false, T * D }, Opnd{ b, D, false, T * D },
+                     dst + i0 * T, T, T * T));
+    }
+    return FL_OK;
+}
+
+fl_status apply_blocks(fl_dtype in, int64_t BH, int64_t T, int64_t D, bool causal, const void *m, const void *b,
+                       float *dst) {
+    const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb;
+    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
+        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
+        FL_TRY(bgemm(in, BH, i1 - i0, D, nk, Opnd{ adv(m, i0 * T, in), T, false, T * T }, Opnd{ b, D, true, T * D },
+                     dst + i0 * D, D, T * D));
+    }
+    return FL_OK;
+}
+
 fl_status check_sizes(const char *fn, int64_t B, int64_t H, int64_t T, int64_t D) {
     if (B < 0 || H < 0 || T < 0 || D < 0)
         return FL_ERR(FL_EINVAL, "%s: sizes must be >= 0, got B=%lld H=%lld T=%lld D=%lld", fn, (long long)B,
@@ -276,26 +302,14 @@ extern "C" fl_status fl_cuda_dev_sdpa_fwd(const float *q, const float *k, const 
     FL_TRY(op.get(k, (size_t)(BH * sq), &k_));
     FL_TRY(op.get(v, (size_t)(BH * sq), &v_));
     const fl_dtype in = op.dtype();
-    const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb;
-    /* S = Q·Kᵀ per row block: A = Q rows [i0, i1), B = K stored [n = nk, k = D]; the row kernel then reads
-     * only j < n(i) <= nk and writes the zeros beyond. */
-    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
-        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
-        FL_TRY(bgemm(in, BH, i1 - i0, nk, D, Opnd{ adv(q_, i0 * D, in), D, false, sq }, Opnd{ k_, D, false, sq },
-                     att + i0 * T, T, sa));
-    }
+    /* S = Q·Kᵀ by row blocks; the row kernel then reads only j < n(i) <= nk and writes the zeros beyond. */
+    FL_TRY(scores_blocks(in, BH, T, D, causal, q_, k_, att));
     uint16_t *p16;
     FL_TRY(op.empty16((size_t)(BH * sa), &p16));
     FL_TRY(launch_rows(false, NULL, att, rows, T, scale, causal, p16));
     p_ = bf16 ? (const void *)p16 : (const void *)att;
-    /* out = P·V per row block: A = P rows [i0, i1) × keys [0, nk), B = V stored [k = nk, n = D]. Scratch goes
-     * back on return, after these on the stream. */
-    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
-        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
-        FL_TRY(bgemm(in, BH, i1 - i0, D, nk, Opnd{ adv(p_, i0 * T, in), T, false, sa }, Opnd{ v_, D, true, sq },
-                     out + i0 * D, D, sq));
-    }
-    return FL_OK;
+    /* out = P·V by row blocks. Scratch goes back on return, after these on the stream. */
+    return apply_blocks(in, BH, T, D, causal, p_, v_, out);
 }
 
 extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const float *v, const float *att,
@@ -318,12 +332,7 @@ extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const 
     /* Row blocks as in forward; `causal` only decides which products are skipped: above the diagonal P = 0,
      * so dS = 0 there either way. */
     const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb;
-    /* dP = dO·Vᵀ per row block: A = dO rows [i0, i1), B = V stored [n = nk, k = D]. */
-    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
-        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
-        FL_TRY(bgemm(in, BH, i1 - i0, nk, D, Opnd{ adv(o_, i0 * D, in), D, false, sq }, Opnd{ v_, D, false, sq },
-                     dsp + i0 * T, T, sa));
-    }
+    FL_TRY(scores_blocks(in, BH, T, D, causal, o_, v_, dsp));   /* dP = dO·Vᵀ */
     uint16_t *s16;
     FL_TRY(op.empty16((size_t)(BH * sa), &s16));
     FL_TRY(launch_rows(true, att, dsp, rows, T, scale, causal, s16));
@@ -331,12 +340,7 @@ extern "C" fl_status fl_cuda_dev_sdpa_bwd(const float *q, const float *k, const 
     FL_TRY(op.get(k, (size_t)(BH * sq), &k_));
     FL_TRY(op.get(q, (size_t)(BH * sq), &q_));
     FL_TRY(op.get(att, (size_t)(BH * sa), &p_));
-    /* dQ = dS·K per row block: A = dS rows [i0, i1) × keys [0, nk), B = K stored [k = nk, n = D]. */
-    for (int64_t i0 = 0; i0 < T; i0 += Tb) {
-        const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, nk = causal ? i1 : T;
-        FL_TRY(bgemm(in, BH, i1 - i0, D, nk, Opnd{ adv(s_, i0 * T, in), T, false, sa }, Opnd{ k_, D, true, sq },
-                     dq + i0 * D, D, sq));
-    }
+    FL_TRY(apply_blocks(in, BH, T, D, causal, s_, k_, dq));     /* dQ = dS·K */
     /* Key blocks [j0, j1), seen only by rows r >= r0 (r0 = j0 when causal):
      *   dK = dSᵀ·Q: A = dSᵀ, i.e. dS rows [r0, T) × keys [j0, j1) stored [k, m]; B = Q rows [r0, T) stored [k, n];
      *   dV = Pᵀ·dO: the same with P and dO.
