@@ -47,12 +47,7 @@ local function parse_args(argv)
   end
   if not (opts.lr > 0) then error("--lr must be > 0", 0) end
   amp.dtype_for(opts["mixed-precision"])   -- validates, naming the valid modes
-  if opts.device ~= "auto" and opts.device ~= "cpu" and opts.device ~= "cuda" then
-    error(("--device must be one of auto, cpu, cuda; got '%s'"):format(opts.device), 0)
-  end
-  if opts.device == "cuda" and not fp8.cuda.is_available() then
-    error("--device cuda: no usable GPU (" .. tostring(fp8.cuda.unavailable_reason()) .. ")", 0)
-  end
+  opts.device = require("fp8.args").device(opts.device)
   return opts
 end
 
@@ -67,7 +62,7 @@ local val_loader = data.DataLoader{val_ds, batch_size = opts["batch-size"], shuf
 
 local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
                      n_head = opts.heads, n_embd = opts["d-model"]}
-local device = opts.device == "auto" and (fp8.cuda.is_available() and "cuda" or "cpu") or opts.device
+local device = opts.device
 model:to(device); loader:to(device); val_loader:to(device)
 local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, betas = {0.9, 0.95}})
 local warm = math.max(1, opts.steps // 20)

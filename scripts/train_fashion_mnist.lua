@@ -58,12 +58,7 @@ local function parse_args(argv)
     end
   end
   if opts["fp8-backend"] and mp ~= "fp8" then error("--fp8-backend needs --mixed-precision fp8", 0) end
-  if opts.device ~= "auto" and opts.device ~= "cpu" and opts.device ~= "cuda" then
-    error(("--device must be one of auto, cpu, cuda; got '%s'"):format(opts.device), 0)
-  end
-  if opts.device == "cuda" and not fp8.cuda.is_available() then
-    error("--device cuda: no usable GPU (" .. tostring(fp8.cuda.unavailable_reason()) .. ")", 0)
-  end
+  opts.device = require("fp8.args").device(opts.device)
   opts.backend = backend
   return opts
 end

@@ -59,4 +59,19 @@ function M.parse(argv, options, cfg)
   return opts
 end
 
+-- device(value) -> "cpu" or "cuda": the scripts' --device option (auto | cpu | cuda; auto picks the GPU when
+-- one is usable). Errors name the valid values, or why the GPU cannot be used.
+function M.device(value)
+  if value ~= "auto" and value ~= "cpu" and value ~= "cuda" then
+    error(("--device must be one of auto, cpu, cuda; got '%s'"):format(tostring(value)), 0)
+  end
+  local ok, cuda = pcall(require, "fp8.cuda")
+  local usable = ok and cuda.is_available()
+  if value == "cuda" and not usable then
+    error("--device cuda: no usable GPU (" .. tostring(ok and cuda.unavailable_reason() or "fp8lab was built without CUDA") .. ")", 0)
+  end
+  if value == "auto" then return usable and "cuda" or "cpu" end
+  return value
+end
+
 return M
