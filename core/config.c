@@ -64,6 +64,9 @@ static const fl_config_keyinfo KEYS[FL_CFG_KEY_COUNT] = {
                                               "fp8_enable_fsdp_float8_all_gather",
                                               "FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", true, FL_CFG_BOOL, NULL,
                                               0, 0, 1, AO},
+    [FL_CFG_GRADIENT_ACCUMULATION_STEPS] = {"gradient_accumulation_steps", NULL, "gradient_accumulation_steps",
+                                            "FP8LAB_GRADIENT_ACCUMULATION_STEPS", false, FL_CFG_INT, NULL, 1, BIG,
+                                            1, 0},
 };
 
 /* Top-level keys of Accelerate's ClusterConfig and SageMakerConfig (plus the legacy `fp16` and

@@ -36,6 +36,7 @@ typedef enum {
     FL_CFG_OPT_LEVEL,
     FL_CFG_PAD_INNER_DIM,
     FL_CFG_ENABLE_FSDP_FLOAT8_ALL_GATHER,
+    FL_CFG_GRADIENT_ACCUMULATION_STEPS,   /* top level (appended after the fp8_config keys) */
     FL_CFG_KEY_COUNT
 } fl_config_key;
 

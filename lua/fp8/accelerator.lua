@@ -35,13 +35,26 @@ local function new(opts)
         near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), 3)
     end
   end
-  local gas = opts.gradient_accumulation_steps or 1
-  if math.type(gas) ~= "integer" or gas < 1 then
-    error(("Accelerator: gradient_accumulation_steps must be an integer >= 1, got %s"):format(tostring(gas)), 3)
+  if opts.gradient_accumulation_steps ~= nil then
+    local g = opts.gradient_accumulation_steps
+    if math.type(g) ~= "integer" or g < 1 then
+      error(("Accelerator: gradient_accumulation_steps must be an integer >= 1, got %s"):format(tostring(g)), 3)
+    end
   end
   local ok, settings = pcall(kwargs.resolve, { mixed_precision = opts.mixed_precision,
     kwargs_handlers = opts.kwargs_handlers, kwarg_handlers = opts.kwarg_handlers, env = opts.env, config = opts.config })
   if not ok then error(settings, 3) end
+  -- argument > launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS > config file > 1
+  local gas = opts.gradient_accumulation_steps or settings.gradient_accumulation_steps or 1
+  if opts.gradient_accumulation_steps ~= nil then settings.sources.gradient_accumulation_steps = "argument" end
+  settings.gradient_accumulation_steps = gas
+  local ac = settings.autocast or {}
+  if ac.cache_enabled ~= nil and settings.handlers and settings.handlers.AutocastKwargs
+     and settings.handlers.AutocastKwargs:is_set("cache_enabled") and ac.cache_enabled ~= false then
+    error("Accelerator: AutocastKwargs{cache_enabled=true} is not supported: autocast keeps no cache of cast "
+      .. "weights in this build (every op casts its inputs afresh, which is cache_enabled=false); leave it unset "
+      .. "or pass false", 3)
+  end
   local self = setmetatable({
     settings = settings,
     mixed_precision = settings.mixed_precision,
@@ -49,6 +62,12 @@ local function new(opts)
     fp8_recipe = settings.fp8_recipe,
     gradient_accumulation_steps = gas,
     step = 0,
+    -- Accelerate's GradientState: true on the micro-step that ends an accumulation window (and always
+    -- outside acc:accumulate); prepared optimizers and schedulers step only then, and data-parallel
+    -- gradient communication happens only then (docs/lua-api.md, "Gradient accumulation").
+    sync_gradients = true,
+    gradient_state = { step = 0, end_of_dataloader = false, sync_with_dataloader = true },
+    _opt_map = setmetatable({}, { __mode = "k" }),   -- optimizer given to prepare → its prepared wrapper
     _models = {}, _optimizers = {}, _fp8_layers = {},
     _param_map = {},   -- replaced parameter → its replacement, until an optimizer is prepared (then dropped, freeing the old ones)
     _fp8_weights = setmetatable({}, { __mode = "k" }),   -- O3: fp16 master → its E4M3 weight
@@ -131,6 +150,25 @@ function Accelerator:_prepare_model(model)
       return false
     end
   end
+  -- the model itself may be a Linear (or a LayerNorm): convert_model swaps children, so the root is
+  -- converted here, or a notice says why it stays in high precision
+  local root_cn = getmetatable(model).__name
+  if root_cn == "Linear" then
+    local keep = filter ~= nil and not filter(model, "(model)")
+    if r.backend == "ao" and r.module_filter_func == nil then
+      keep = true
+      io.stderr:write(("fp8lab: notice: the model [%d -> %d] stays in high precision: torchao's default filter keeps "
+        .. "the first and last Linear of a model in high precision (pass AORecipeKwargs{module_filter_func=...} "
+        .. "to convert it)\n"):format(model.in_features, model.out_features))
+    end
+    if not keep then
+      model = recipes.linear_to_fp8(model, r)
+      if self._models[#self._models] then self._models[#self._models] = model end
+    end
+  elseif root_cn == "LayerNorm" and r.backend == "te" then
+    model = recipes.ln_to_fp8(model)
+    self._models[#self._models] = model
+  end
   local _, converted = recipes.convert_model(model, { recipe = r, filter = filter, convert_ln = r.backend == "te" })
   self.converted = converted
   for _, nm in ipairs(recipes.fp8_layers(model)) do
@@ -158,6 +196,9 @@ end
 -- restored afterwards: autocast is a property of the prepared model, not of the whole program.
 function Accelerator:_wrap_autocast(model)
   local mode = ({ no = "no", bf16 = "bf16", fp16 = "fp16", fp8 = "bf16" })[self.mixed_precision]
+  -- AutocastKwargs{enabled=false}: the non-FP8 ops stay in fp32 (FP8 layers follow the FP8 recipe,
+  -- as in Accelerate, where the FP8 autocast is separate from torch.autocast)
+  if (self.settings.autocast or {}).enabled == false then mode = "no" end
   if mode == "no" or rawget(model, "_acc_unwrapped_forward") then return model end
   local fwd = model.forward
   rawset(model, "_acc_unwrapped_forward", fwd)
@@ -181,6 +222,9 @@ AccOptimizer.__tostring = function(t) return "AcceleratedOptimizer(" .. tostring
 
 function AccOptimizer:step(...)
   local acc, inner = rawget(self, "accelerator"), rawget(self, "optimizer")
+  -- inside an accumulation window (acc:accumulate, not a sync step) the step is skipped: the
+  -- gradients keep accumulating, and the FP8 scales are not updated (Accelerate's AcceleratedOptimizer)
+  if not acc.sync_gradients then return nil end
   local res
   local prof = acc._profiler   -- acc:profile(fn) is running: the step is a range, and ends a profiler step
   local ptok = prof and prof.push("Optimizer.step#" .. tostring(inner.name) .. ".step")
@@ -196,11 +240,40 @@ function AccOptimizer:step(...)
   return res
 end
 
-function AccOptimizer:zero_grad(...) return rawget(self, "optimizer"):zero_grad(...) end
+-- zero_grad only on sync steps: between them the gradients are being accumulated.
+function AccOptimizer:zero_grad(...)
+  if not rawget(self, "accelerator").sync_gradients then return end
+  return rawget(self, "optimizer"):zero_grad(...)
+end
+
+-- A prepared scheduler steps only on sync steps, and not when the optimizer step was skipped
+-- (fp16 overflow), as Accelerate's AcceleratedScheduler; everything else goes to the scheduler.
+local AccScheduler = {}
+AccScheduler.__index = function(t, k)
+  local v = AccScheduler[k]
+  if v ~= nil then return v end
+  local inner = rawget(t, "scheduler")
+  local iv = inner[k]
+  if type(iv) == "function" then return function(_, ...) return iv(inner, ...) end end
+  return iv
+end
+AccScheduler.__newindex = function(t, k, v) rawget(t, "scheduler")[k] = v end
+AccScheduler.__tostring = function(t) return "AcceleratedScheduler(" .. tostring(rawget(t, "scheduler").name) .. ")" end
+
+function AccScheduler:step(...)
+  local acc, inner = rawget(self, "accelerator"), rawget(self, "scheduler")
+  if not acc.sync_gradients then return self end
+  for _, o in ipairs(acc._optimizers) do
+    if rawget(o, "step_was_skipped") then return self end
+  end
+  inner:step(...)
+  return self
+end
 
 local ADAM_NAMES = { AdamW = true, Adam = true, MSAMPAdamW = true }
 
 function Accelerator:_prepare_optimizer(opt)
+  local orig = opt
   -- parameters replaced by the model conversion (msamp fp16 weights) are swapped in the groups
   for _, g in ipairs(opt.param_groups or {}) do
     for i, p in ipairs(g.params) do
@@ -222,6 +295,7 @@ function Accelerator:_prepare_optimizer(opt)
     end
   end
   local w = setmetatable({ optimizer = opt, accelerator = self, step_was_skipped = false }, AccOptimizer)
+  self._opt_map[orig] = w
   self._pending_map_clear = true
   self._optimizers[#self._optimizers + 1] = w
   return w
@@ -231,8 +305,22 @@ local function is_loader(v)
   return type(v) == "table" and getmetatable(v) == require("fp8.data").DataLoader
 end
 
+local function is_scheduler(v)
+  return type(v) == "table" and getmetatable(v) ~= AccScheduler and type(v.lr_fn) == "function"
+    and type(v.base_lrs) == "table" and type(v.optimizer) == "table"
+end
+
 local function is_optimizer(v)
   return type(v) == "table" and type(v.param_groups) == "table" and type(v.step) == "function"
+    and not is_scheduler(v)
+end
+
+-- A scheduler made before prepare points at the optimizer as it was given; after prepare it drives
+-- the prepared one (MS-AMP replaces AdamW by MSAMPAdamW, which shares its parameter groups).
+function Accelerator:_prepare_scheduler(sched)
+  local w = self._opt_map[sched.optimizer]
+  if w then sched.optimizer = rawget(w, "optimizer") end
+  return setmetatable({ scheduler = sched, accelerator = self }, AccScheduler)
 end
 
 -- prepare(...) → its arguments in order: models converted and wrapped, optimizers wrapped, data
@@ -251,6 +339,9 @@ function Accelerator:prepare(...)
       args[i] = res
     end
   end
+  for i = 1, args.n do
+    if is_scheduler(args[i]) then args[i] = self:_prepare_scheduler(args[i]) end
+  end
   if self._pending_map_clear then self._param_map, self._pending_map_clear = {}, nil end
   return table.unpack(args, 1, args.n)
 end
@@ -258,9 +349,38 @@ end
 function Accelerator:prepare_model(m) return (self:prepare(m)) end
 function Accelerator:prepare_optimizer(o) return (self:prepare(o)) end
 -- A DataLoader hands out its batches on the accelerator's device from now on.
+-- It also reports its last batch to the gradient state, so an accumulation window ends with the epoch.
 function Accelerator:prepare_data_loader(d)
-  if is_loader(d) then d:to(self._device) end
+  if is_loader(d) then
+    d:to(self._device)
+    rawset(d, "_gradient_state", self.gradient_state)
+  end
   return d
+end
+function Accelerator:prepare_scheduler(s) return (self:prepare(s)) end
+
+-- accumulate(model [, fn, ...]): Accelerate's `with accelerator.accumulate(model):`. Each call is one
+-- micro-step: sync_gradients becomes true on every gradient_accumulation_steps-th call and on the last
+-- batch of a prepared DataLoader, false otherwise. With fn: runs fn(...) and returns its results.
+-- Without: returns a handle to close (`local _ <close> = acc:accumulate(model)`); the state is set
+-- already, closing it only ends the block.
+function Accelerator:accumulate(model, fn, ...)
+  if not Module.is_module(model) then
+    error(("accumulate: expected the prepared model as argument #1, got %s"):format(type(model)), 2)
+  end
+  if fn ~= nil and type(fn) ~= "function" then
+    error(("accumulate: argument #2 must be a function (or nothing), got %s"):format(type(fn)), 2)
+  end
+  local gs = self.gradient_state
+  if gs.sync_with_dataloader and gs.end_of_dataloader then
+    gs.step = 0
+    self.sync_gradients = true
+  else
+    gs.step = gs.step + 1
+    self.sync_gradients = gs.step % self.gradient_accumulation_steps == 0
+  end
+  if fn then return fn(...) end
+  return setmetatable({}, { __close = function() end, __name = "accumulate" })
 end
 
 -- backward(loss): loss scaling under fp16; gradient accumulation divides by the step count.
@@ -283,9 +403,26 @@ function Accelerator:_after_step()
 end
 
 -- autocast(fn, ...) runs fn with this accelerator's autocast (and FP8 autocast under fp8).
+-- autocast() without a function: Accelerate's `with accelerator.autocast():` as a handle to close,
+--   do local _ <close> = acc:autocast(); ... end   (the previous autocast returns at the block's end)
 function Accelerator:autocast(fn, ...)
-  if type(fn) ~= "function" then error(("autocast: expected a function, got %s"):format(type(fn)), 2) end
   local mode = self.mixed_precision == "fp8" and "bf16" or self.mixed_precision
+  if (self.settings.autocast or {}).enabled == false then mode = "no" end
+  if fn == nil then
+    local fp8 = require "fp8"
+    local prev = fp8.autocast_dtype()
+    fp8.set_autocast_dtype(amp.dtype_for(mode))
+    local fp8_on = self.mixed_precision == "fp8"
+    if fp8_on then recipes._autocast_enter() end
+    local closed = false
+    return setmetatable({}, { __name = "autocast", __close = function()
+      if closed then return end
+      closed = true
+      if fp8_on then recipes._autocast_leave() end
+      fp8.set_autocast_dtype(prev)
+    end })
+  end
+  if type(fn) ~= "function" then error(("autocast: expected a function or nothing, got %s"):format(type(fn)), 2) end
   if self.mixed_precision == "fp8" then
     return amp.autocast(mode, recipes.fp8_autocast, fn, ...)
   end
@@ -300,6 +437,35 @@ function Accelerator:clip_grad_norm_(params, max_norm, norm_type)
   end
   if Module.is_module(params) then params = params:parameters() end
   return require("fp8.nn.utils").clip_grad_norm_(params, max_norm, norm_type)
+end
+
+-- clip_grad_value_(params, clip_value): every gradient element clamped to [-clip_value, clip_value]
+-- (after unscaling under fp16), as torch.nn.utils.clip_grad_value_.
+function Accelerator:clip_grad_value_(params, clip_value)
+  if type(clip_value) ~= "number" or clip_value < 0 or clip_value ~= clip_value then
+    error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(tostring(clip_value)), 2)
+  end
+  if self.scaler then
+    for _, o in ipairs(self._optimizers) do
+      if not self.scaler._unscaled then self.scaler:unscale_(rawget(o, "optimizer")) end
+    end
+  end
+  if Module.is_module(params) then params = params:parameters() end
+  local ok, list = pcall(require("fp8.nn.utils")._param_list, params, "clip_grad_value_")
+  if not ok then error(list, 2) end
+  local C, F = require "fp8._optim", require "fp8.nn.functional"
+  require("fp8").no_grad(function()
+    for _, p in ipairs(list) do
+      local g = p.grad
+      if g ~= nil then
+        if g:is_fp8() then
+          error("clip_grad_value_: FP8 gradients (MS-AMP) are not supported; use clip_grad_norm_, which scales them", 0)
+        end
+        -- clamp(g, -c, c) = g - sign(g) * relu(|g| - c)
+        C.copy_(g, g - g:sign() * F.relu(g:abs() - clip_value))
+      end
+    end
+  end)
 end
 
 -- unwrap_model(model) → the model without the FP8 autocast wrapper (its layers stay as they are;

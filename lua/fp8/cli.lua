@@ -25,6 +25,7 @@ for _, k in ipairs(KEYS) do BY_NAME[k.name] = k; BY_FLAG[k.flag] = k end
 local HELP = {
   mixed_precision = "precision of the training step",
   num_processes = "processes to start; more than 1 runs them through mpirun",
+  gradient_accumulation_steps = "micro-batches per optimizer step inside acc:accumulate (Accelerator default)",
   backend = "FP8 recipe: msamp (MS-AMP), te (TransformerEngine delayed scaling), ao (torchao current scaling)",
   fp8_format = "HYBRID: E4M3 forward, E5M2 gradients; E4M3: E4M3 everywhere",
   margin = "scale = fp8_max / amax / 2^margin",
@@ -287,6 +288,7 @@ local function launch_help(backend)
   key_line(BY_NAME.num_processes)
   key_line(BY_NAME.mixed_precision)
   key_line(BY_NAME.backend)
+  key_line(BY_NAME.gradient_accumulation_steps)
   line("-h, --help", "this text; after --fp8_backend B only B's flags")
   for _, b in ipairs { "te", "msamp", "ao" } do
     if not backend or backend == b then

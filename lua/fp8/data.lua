@@ -379,8 +379,10 @@ function DataLoader:iter()
   local nb, bs, n, ds = #self, self.batch_size, self.n, self.dataset
   local fast = ds._batch
   local b = 0
+  local gs = rawget(self, "_gradient_state")   -- set by Accelerator:prepare (end of an accumulation window)
   return function()
     b = b + 1
+    if gs then gs.end_of_dataloader = b >= nb end
     if b > nb then return nil end
     local lo = (b - 1) * bs + 1
     local hi = math.min(lo + bs - 1, n)

@@ -88,6 +88,20 @@ function fp8.formats(quiet)
   return list
 end
 
+-- set_seed(seed [, device_specific]): Accelerate's name; device_specific adds the process index.
+function fp8.set_seed(seed, device_specific)
+  if math.type(seed) ~= "integer" or seed < 0 then
+    error(("set_seed: seed must be an integer >= 0, got %s"):format(tostring(seed)), 2)
+  end
+  if device_specific ~= nil and type(device_specific) ~= "boolean" then
+    error(("set_seed: device_specific must be a boolean, got %s"):format(type(device_specific)), 2)
+  end
+  if device_specific then
+    seed = seed + (tonumber(os.getenv("FP8LAB_RANK") or os.getenv("OMPI_COMM_WORLD_RANK") or "0") or 0)
+  end
+  fp8.manual_seed(seed)
+end
+
 fp8.explain = require "fp8.explain"
 fp8.data = require "fp8.data"; fp8.progress = require "fp8.progress"; fp8.amp = require "fp8.amp"  -- data helper
 fp8.kwargs = require "fp8.kwargs"  -- kwargs helper: the handlers (fp8.FP8RecipeKwargs, ...) and fp8.kwargs.resolve
@@ -97,7 +111,8 @@ local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipe
   profiler = "fp8.profiler" }
 local LAZY_RECIPES = { convert_model = "convert_model", has_fp8_layers = "has_fp8_layers",
   has_transformer_engine_layers = "has_fp8_layers", contextual_fp8_autocast = "contextual_fp8_autocast",
-  apply_fp8_autowrap = "apply_fp8_autowrap", stats = "stats", fp8_autocast = "fp8_autocast" }
+  apply_fp8_autowrap = "apply_fp8_autowrap", stats = "stats", fp8_autocast = "fp8_autocast",
+  has_ao_layers = "has_ao_layers" }
 setmetatable(fp8, { __index = function(t, k)
   local v
   if LAZY_MODULES[k] then v = require(LAZY_MODULES[k])

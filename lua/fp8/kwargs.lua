@@ -755,6 +755,13 @@ local function read_config(cfg, notices)
   if type(cfg.notices) == "table" then   -- what fp8.config noticed while reading the file
     for _, n in ipairs(cfg.notices) do notices[#notices + 1] = tostring(n) end
   end
+  if cfg.gradient_accumulation_steps ~= nil then
+    local g = cfg.gradient_accumulation_steps
+    if math.type(g) ~= "integer" or g < 1 then
+      fail("%s: gradient_accumulation_steps: expected an integer >= 1, got %s", where, repr(g))
+    end
+    vals.gradient_accumulation_steps = g
+  end
   if cfg.mixed_precision ~= nil then
     vals.mixed_precision = parse_mp(cfg.mixed_precision)
       or fail("%s: mixed_precision: expected %s, got %s", where, MP_EXPECT, repr(cfg.mixed_precision))
@@ -858,6 +865,18 @@ local function resolve(opts)
   elseif cfgv.mixed_precision then mp, mps = cfgv.mixed_precision, "config"
   else mp, mps = "no", "default" end
   settings.mixed_precision, src.mixed_precision = mp, mps
+
+  -- gradient accumulation steps: environment (what launch --gradient_accumulation_steps sets) > config
+  local gas_raw
+  if opts.env == nil then gas_raw = os.getenv("FP8LAB_GRADIENT_ACCUMULATION_STEPS")
+  else gas_raw = opts.env.FP8LAB_GRADIENT_ACCUMULATION_STEPS; gas_raw = gas_raw ~= nil and tostring(gas_raw) or nil end
+  if gas_raw ~= nil and gas_raw ~= "" then
+    local g = math.tointeger(tonumber(gas_raw))
+    if not g or g < 1 then fail("FP8LAB_GRADIENT_ACCUMULATION_STEPS: expected an integer >= 1, got %s", repr(gas_raw)) end
+    settings.gradient_accumulation_steps, src.gradient_accumulation_steps = g, "env"
+  elseif cfgv.gradient_accumulation_steps then
+    settings.gradient_accumulation_steps, src.gradient_accumulation_steps = cfgv.gradient_accumulation_steps, "config"
+  end
 
   if fp8h and mp ~= "fp8" then
     fail("%s needs mixed_precision=\"fp8\", but mixed_precision is %s (from %s); pass mixed_precision=\"fp8\""

@@ -70,6 +70,10 @@ function M.fp8_autocast(fn, ...)
   return table.unpack(res, 2, res.n)
 end
 
+-- For Accelerator:autocast() without a function (a to-be-closed block): enter / leave by hand.
+function M._autocast_enter() autocast_depth = autocast_depth + 1 end
+function M._autocast_leave() if autocast_depth > 0 then autocast_depth = autocast_depth - 1 end end
+
 -- contextual_fp8_autocast(forward_fn, recipe, use_during_eval) → a forward(self, ...) that runs
 -- with FP8 autocast when self.training, or always when use_during_eval (Accelerate's wrapper).
 function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval)
@@ -224,6 +228,8 @@ local function fp8_to_ln(m)
   return n
 end
 
+M.linear_to_fp8, M.ln_to_fp8 = linear_to_fp8, ln_to_fp8
+
 -- The Linear layers of a model in forward (registration) order, as {name, module, parent, key}.
 function M.linears(model)
   local out = {}
@@ -255,10 +261,20 @@ function M.convert_model(model, opts)
   if type(opts) ~= "table" then error(("convert_model: options must be a table, got %s"):format(type(opts)), 2) end
   local valid = { to_fp8 = true, convert_linear = true, convert_ln = true, recipe = true, filter = true,
                   _of_mp = true }
-  for k in pairs(opts) do
-    if not valid[k] then
-      error(("convert_model: unknown option '%s' (valid: convert_linear, convert_ln, filter, recipe, to_fp8)"):format(tostring(k)), 2)
+  -- Accelerate's spelling (accelerate.utils.convert_model): to_transformer_engine, _convert_linear, _convert_ln
+  local ALIAS = { to_transformer_engine = "to_fp8", _convert_linear = "convert_linear", _convert_ln = "convert_ln" }
+  local given = opts
+  opts = {}
+  for k, v in pairs(given) do
+    local canon = ALIAS[k] or k
+    if not valid[canon] then
+      error(("convert_model: unknown option '%s' (valid: convert_linear, convert_ln, filter, recipe, to_fp8; "
+        .. "Accelerate's names: _convert_linear, _convert_ln, to_transformer_engine)"):format(tostring(k)), 2)
     end
+    if opts[canon] ~= nil and opts[canon] ~= v then
+      error(("convert_model: '%s' and its other spelling disagree; give one"):format(tostring(k)), 2)
+    end
+    opts[canon] = v
   end
   local to_fp8 = opts.to_fp8 ~= false
   local do_lin, do_ln = opts.convert_linear ~= false, opts.convert_ln ~= false
@@ -302,6 +318,15 @@ function M.has_fp8_layers(model)
   for _, m in ipairs(model:modules()) do
     local cn = class_name(m)
     if cn == "FP8Linear" or cn == "FP8LayerNorm" then return true end
+  end
+  return false
+end
+
+-- has_ao_layers(model) (Accelerate's name): any FP8Linear of the torchao recipe (dynamic scaling).
+function M.has_ao_layers(model)
+  if not Module.is_module(model) then error(("has_ao_layers: expected a Module, got %s"):format(type(model)), 2) end
+  for _, m in ipairs(model:modules()) do
+    if class_name(m) == "FP8Linear" and m.recipe and m.recipe.backend == "ao" then return true end
   end
   return false
 end
@@ -378,7 +403,10 @@ if okh and help.add then
   add("convert_model", "fp8.convert_model(model [, {to_fp8=true, convert_linear=true, convert_ln=true, recipe=, filter=}])",
     "Swaps Linear/LayerNorm children for FP8Linear/FP8LayerNorm in place (same weight tensors) and returns\n"
     .. "model, {converted names}. to_fp8=false turns them back into plain modules. filter(module, name)\n"
-    .. "returning false keeps a Linear in high precision. recipe: an effective recipe (acc.fp8_recipe).")
+    .. "returning false keeps a Linear in high precision. recipe: an effective recipe (acc.fp8_recipe).\n"
+    .. "Accelerate's spelling works too: {to_transformer_engine=, _convert_linear=, _convert_ln=}.")
+  add("has_ao_layers", "fp8.has_ao_layers(model) -> bool",
+    "True when the model holds FP8 layers of the torchao recipe (Accelerate's has_ao_layers).")
   add("has_fp8_layers", "fp8.has_fp8_layers(model) -> bool",
     "True when the model holds FP8 layers (alias fp8.has_transformer_engine_layers).")
   add("contextual_fp8_autocast", "fp8.contextual_fp8_autocast(forward_fn, recipe, use_during_eval) -> forward",

@@ -27,6 +27,12 @@ function MSAMPAdamW.from_adamw(opt, extra)
     groups[i] = c
   end
   local o = MSAMPAdamW.new(groups, {})
+  -- the same group tables as the AdamW it replaces (validated above), so a scheduler made before
+  -- Accelerator:prepare still sets the learning rate this optimizer reads
+  for i, g in ipairs(opt.param_groups) do
+    for k, v in pairs(o.param_groups[i]) do if g[k] == nil then g[k] = v end end
+    o.param_groups[i] = g
+  end
   o._fp8_weights = (extra and extra.fp8_weights) or {}
   o._fp32_moments = extra and extra.moments == "fp32" or false
   o._step_count = opt._step_count or 0

@@ -71,7 +71,8 @@ function Optimizer:add_param_group(g, i)
   local group = { params = tensor_list(self.name, g.params, i and ("group " .. i .. " params") or "params") }
   for k, v in pairs(g) do
     if k ~= "params" then
-      if self.defaults[k] == nil then
+      -- initial_lr: written into the groups by a learning-rate scheduler (as in PyTorch); kept as is
+      if self.defaults[k] == nil and k ~= "initial_lr" then
         error(("%s: unknown option '%s' in parameter group (valid: %s)"):format(self.name, tostring(k),
           sorted_keys(self.defaults)), 2)
       end

@@ -1,0 +1,275 @@
+-- parity_spec.lua — Accelerate parity (issue 15, points 1–5): gradient accumulation with
+-- acc:accumulate and acc.sync_gradients, schedulers prepared in either order for every backend,
+-- AutocastKwargs honoured, the root of a model converted, and Accelerate's names.
+local nn, F, optim = fp8.nn, fp8.nn.functional, fp8.optim
+local bin = FP8LAB_BIN or "build/fp8lab"
+
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+local function new_acc(opts)
+  opts.config = opts.config == nil and false or opts.config
+  opts.env = opts.env or {}
+  return fp8.Accelerator(opts)
+end
+
+local function batches(n, rows, d, classes)
+  local out = {}
+  for b = 1, n do
+    local labels = {}
+    for i = 1, rows do labels[i] = (i * 7 + b) % classes end
+    out[b] = { fp8.randn { rows, d }, fp8.tensor(labels) }
+  end
+  return out
+end
+
+local function maxdiff(a, b)
+  local ta, tb = a:detach():to("fp32"):totable(), b:detach():to("fp32"):totable()
+  local m = 0
+  local function walk(x, y)
+    if type(x) == "table" then for i = 1, #x do walk(x[i], y[i]) end
+    else m = math.max(m, math.abs(x - y)) end
+  end
+  walk(ta, tb)
+  return m
+end
+
+describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function()
+  it("steps the optimizer and scheduler only on sync steps; the result is one step on the mean gradient", function()
+    fp8.manual_seed(3)
+    local data = batches(8, 8, 32, 4)
+    local model = nn.Sequential(nn.Linear(32, 4))
+    local ref = nn.Sequential(nn.Linear(32, 4))
+    ref:load_state_dict(model:state_dict())
+    local opt = optim.SGD(model:parameters(), { lr = 0.5 })
+    local sched = optim.lr_scheduler.StepLR(opt, { step_size = 1, gamma = 0.5 })
+    local acc = new_acc { gradient_accumulation_steps = 4 }
+    assert.is_true(acc.sync_gradients)   -- true outside accumulate (the data-parallel contract)
+    model, opt, sched = acc:prepare(model, opt, sched)
+    local syncs, changed = {}, {}
+    for i, b in ipairs(data) do
+      local before = model[1].weight:clone()
+      acc:accumulate(model, function()
+        local loss = F.cross_entropy(model(b[1]), b[2])
+        acc:backward(loss)
+        opt:step(); sched:step(); opt:zero_grad()
+      end)
+      syncs[i] = acc.sync_gradients
+      changed[i] = maxdiff(before, model[1].weight) > 0
+    end
+    assert.same({ false, false, false, true, false, false, false, true }, syncs)
+    assert.same({ false, false, false, true, false, false, false, true }, changed)
+    assert.equal(2, acc.step)
+    assert.near(0.5 * 0.25, sched:get_last_lr()[1], 1e-12)   -- two scheduler steps, not eight
+    -- reference: plain SGD, one step per 4 batches on the mean of their losses
+    local ropt = optim.SGD(ref:parameters(), { lr = 0.5 })
+    local lr = 0.5
+    for w = 0, 1 do
+      for k = 1, 4 do
+        local b = data[w * 4 + k]
+        local loss = F.cross_entropy(ref(b[1]), b[2]) / 4
+        loss:backward()
+      end
+      ropt.param_groups[1].lr = lr
+      ropt:step(); ropt:zero_grad()
+      lr = lr * 0.5
+    end
+    assert.is_true(maxdiff(ref[1].weight, model[1].weight) < 1e-5)
+  end)
+
+  it("the block form: local _ <close> = acc:accumulate(model)", function()
+    local model = nn.Sequential(nn.Linear(8, 2))
+    local acc = new_acc { gradient_accumulation_steps = 2 }
+    model = acc:prepare(model)
+    local seen = {}
+    for i = 1, 4 do
+      do
+        local _ <close> = acc:accumulate(model)
+        seen[i] = acc.sync_gradients
+      end
+    end
+    assert.same({ false, true, false, true }, seen)
+    assert.has_error(function() acc:accumulate(42) end)
+    assert.has_error(function() acc:accumulate(model, 5) end)
+  end)
+
+  it("the FP8 recipe updates its scales once per real step", function()
+    local model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 16))
+    local opt = optim.AdamW(model:parameters(), { lr = 1e-3 })
+    local acc = new_acc { mixed_precision = "fp8", gradient_accumulation_steps = 4,
+                          kwargs_handlers = { fp8.TERecipeKwargs { amax_history_len = 4 } } }
+    model, opt = acc:prepare(model, opt)
+    local x, y = fp8.randn { 16, 32 }, fp8.tensor((function() local t = {} for i = 1, 16 do t[i] = i % 16 end return t end)())
+    for _ = 1, 8 do
+      acc:accumulate(model, function()
+        acc:backward(F.cross_entropy(model(x), y)); opt:step(); opt:zero_grad()
+      end)
+    end
+    local st = model[1].fp8_meta:state()
+    assert.equal(2, st.input.updates)
+    assert.equal(2, st.grad.updates)
+  end)
+
+  it("an accumulation window ends with the prepared DataLoader's last batch", function()
+    local ds = {}
+    for i = 1, 6 do ds[i] = { fp8.randn { 8 }, i % 2 } end
+    local loader = fp8.data.DataLoader { ds, batch_size = 1 }
+    local model = nn.Sequential(nn.Linear(8, 2))
+    local acc = new_acc { gradient_accumulation_steps = 4 }
+    model, loader = acc:prepare(model, loader)
+    local seen = {}
+    for _ = 1, 2 do
+      for _x in loader do
+        acc:accumulate(model)
+        seen[#seen + 1] = acc.sync_gradients
+      end
+    end
+    assert.same({ false, false, false, true, false, true, false, false, false, true, false, true }, seen)
+  end)
+
+  it("gradient_accumulation_steps comes from the argument, the environment, the config file", function()
+    assert.equal(3, new_acc { env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "3" } }.gradient_accumulation_steps)
+    assert.equal(5, new_acc { config = { gradient_accumulation_steps = 5 } }.gradient_accumulation_steps)
+    assert.equal(2, new_acc { gradient_accumulation_steps = 2, env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "3" } }
+      .gradient_accumulation_steps)
+    assert.equal(1, new_acc {}.gradient_accumulation_steps)
+    local cfg = fp8.config.parse("gradient_accumulation_steps: 6\nmixed_precision: bf16\n")
+    assert.equal(6, new_acc { config = cfg }.gradient_accumulation_steps)
+    assert.has_error(function() new_acc { env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "0" } } end)
+    assert.has_error(function() new_acc { gradient_accumulation_steps = 0 } end)
+  end)
+
+  it("fp8lab launch --gradient_accumulation_steps feeds the Accelerator", function()
+    local script = os.tmpname() .. ".lua"
+    local f = assert(io.open(script, "w"))
+    f:write('print("gas=" .. fp8.Accelerator{config=false}.gradient_accumulation_steps)\n')
+    f:close()
+    local out, ok = sh(sh_quote(bin) .. " launch --gradient_accumulation_steps 7 " .. sh_quote(script))
+    os.remove(script)
+    assert.is_true(ok, out)
+    assert.matches("gas=7", out)
+  end)
+end)
+
+describe("a scheduler made before prepare", function()
+  for _, backend in ipairs { "msamp", "te", "ao" } do
+    it("works with " .. backend .. " and drives the prepared optimizer's learning rate", function()
+      local model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 16))
+      local opt = optim.AdamW(model:parameters(), { lr = 1e-2 })
+      local sched = optim.lr_scheduler.LambdaLR(opt, function(e) return 1 / (e + 1) end)
+      local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = backend } } }
+      local m2, o2, s2 = acc:prepare(model, opt, sched)
+      local x = fp8.randn { 8, 32 }
+      acc:backward(m2(x):sum()); o2:step(); s2:step(); o2:zero_grad()
+      local inner = rawget(o2, "optimizer")
+      assert.near(1e-2 / 2, inner.param_groups[1].lr, 1e-12)
+      assert.near(1e-2 / 2, s2:get_last_lr()[1], 1e-12)
+    end)
+  end
+end)
+
+describe("AutocastKwargs", function()
+  local Probe = nn.Module.class("AutocastProbe")
+  function Probe:__init() self.lin = nn.Linear(4, 4) end
+  function Probe:forward(x) self.seen = fp8.autocast_dtype(); return self.lin(x) end
+
+  it("enabled=false keeps the prepared model's non-FP8 ops in fp32", function()
+    local m = new_acc { mixed_precision = "bf16" }:prepare(Probe())
+    m(fp8.randn { 2, 4 })
+    assert.equal("bf16", m.seen)
+    local m2 = new_acc { mixed_precision = "bf16", kwargs_handlers = { fp8.AutocastKwargs { enabled = false } } }
+      :prepare(Probe())
+    m2(fp8.randn { 2, 4 })
+    assert.equal("fp32", m2.seen)
+  end)
+
+  it("cache_enabled=true is refused (no cast cache in this build); false is what happens", function()
+    local ok, err = pcall(new_acc, { mixed_precision = "bf16",
+      kwargs_handlers = { fp8.AutocastKwargs { cache_enabled = true } } })
+    assert.is_false(ok)
+    assert.matches("cache_enabled=true} is not supported", err, 1, true)
+    assert.truthy(new_acc { mixed_precision = "bf16", kwargs_handlers = { fp8.AutocastKwargs { cache_enabled = false } } })
+  end)
+end)
+
+describe("prepare converts the root module", function()
+  it("a bare Linear becomes FP8 under te and msamp", function()
+    for _, b in ipairs { "te", "msamp" } do
+      local m = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = b } } }
+        :prepare(nn.Linear(32, 32))
+      assert.equal("FP8Linear", getmetatable(m).__name)
+      assert.is_true(fp8.has_fp8_layers(m))
+    end
+  end)
+
+  it("says in one line why a root stays in high precision", function()
+    local out = sh(sh_quote(bin) .. " -e " .. sh_quote([[
+      local acc = fp8.Accelerator{mixed_precision="fp8", config=false, env={},
+        kwargs_handlers={fp8.FP8RecipeKwargs{backend="te"}}}
+      local m = acc:prepare(fp8.nn.Linear(30, 30))
+      print("class=" .. getmetatable(m).__name)
+      local acc2 = fp8.Accelerator{mixed_precision="fp8", config=false, env={},
+        kwargs_handlers={fp8.AORecipeKwargs{}}}
+      print("class=" .. getmetatable(acc2:prepare(fp8.nn.Linear(32, 32))).__name)]]))
+    assert.matches("%[30 %-> 30%] stays in high precision: FP8 GEMMs need dims divisible by 16", out)
+    assert.matches("stays in high precision: torchao's default filter", out)
+    assert.matches("class=Linear\n.*class=Linear", out)
+  end)
+end)
+
+describe("Accelerate's names", function()
+  it("convert_model takes Accelerate's spelling", function()
+    local m = nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16))
+    fp8.convert_model(m, { to_transformer_engine = true, _convert_linear = true, _convert_ln = false })
+    assert.equal("FP8Linear", getmetatable(m[1]).__name)
+    assert.equal("LayerNorm", getmetatable(m[2]).__name)
+    fp8.convert_model(m, { to_transformer_engine = false })
+    assert.equal("Linear", getmetatable(m[1]).__name)
+    assert.has_error(function() fp8.convert_model(m, { _convert_lin = true }) end)
+  end)
+
+  it("has_ao_layers tells the torchao recipe apart", function()
+    local m = nn.Sequential(nn.Linear(16, 16))
+    assert.is_false(fp8.has_ao_layers(m))
+    fp8.convert_model(m, { recipe = { backend = "ao" } })
+    assert.is_true(fp8.has_ao_layers(m))
+    local t = fp8.convert_model(nn.Sequential(nn.Linear(16, 16)), { recipe = { backend = "te" } })
+    assert.is_false(fp8.has_ao_layers(t))
+    assert.is_true(fp8.has_fp8_layers(t))
+  end)
+
+  it("set_seed makes the random numbers repeat", function()
+    fp8.set_seed(7); local a = fp8.randn { 4 }:totable()
+    fp8.set_seed(7); local b = fp8.randn { 4 }:totable()
+    assert.same(a, b)
+    assert.has_error(function() fp8.set_seed(-1) end)
+  end)
+
+  it("acc:autocast() as a block restores the previous autocast", function()
+    local acc = new_acc { mixed_precision = "bf16" }
+    local before = fp8.autocast_dtype()
+    do
+      local _ <close> = acc:autocast()
+      assert.equal("bf16", fp8.autocast_dtype())
+    end
+    assert.equal(before, fp8.autocast_dtype())
+    assert.equal("bf16", acc:autocast(function() return fp8.autocast_dtype() end))
+  end)
+
+  it("clip_grad_value_ clamps every gradient element", function()
+    local acc = new_acc {}
+    local lin = acc:prepare(nn.Linear(4, 3))
+    acc:backward((lin(fp8.randn { 5, 4 }) * 100):sum())
+    acc:clip_grad_value_(lin, 0.5)
+    assert.is_true(lin.weight.grad:abs():max():item() <= 0.5)
+    assert.near(0.5, lin.weight.grad:abs():max():item(), 1e-6)
+    assert.has_error(function() acc:clip_grad_value_(lin, -1) end)
+    assert.is_function(acc.clip_grad_norm_)
+    assert.is_function(acc.unwrap_model)
+  end)
+end)
