@@ -557,10 +557,20 @@ if okh and help.add then
   add("Accelerator", "fp8.Accelerator{mixed_precision=\"no\"|\"fp16\"|\"bf16\"|\"fp8\", kwargs_handlers={...}}",
     "Hugging Face Accelerate's Accelerator for Lua. Fields: mixed_precision, fp8_backend (te|ao|msamp|nil),\n"
     .. "fp8_recipe (every effective field). Methods: prepare(...) (models converted for the recipe, optimizers\n"
-    .. "wrapped; returns its arguments in order), backward(loss), autocast(fn), clip_grad_norm_(params, max),\n"
+    .. "wrapped, schedulers too; returns its arguments in order), backward(loss), accumulate(model, fn),\n"
+    .. "autocast(fn) or autocast() (a handle to close), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
     .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=}. FP8 autocast is off in eval\n"
     .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2.")
   pcall(require, "fp8.profiler")   -- its help entries (fp8.profiler.profile, prof:key_averages, ...)
+  add("acc:accumulate", "acc:accumulate(model, function() ... end)  or  local _ <close> = acc:accumulate(model)",
+    "Gradient accumulation as in Accelerate: each call is a micro-step; acc.sync_gradients is true on every\n"
+    .. "gradient_accumulation_steps-th call (and the last batch of a prepared DataLoader). The prepared\n"
+    .. "optimizer's step/zero_grad and the prepared scheduler's step act only then; FP8 scales update once\n"
+    .. "per real step. gradient_accumulation_steps: argument > launch flag / FP8LAB_* > config file > 1.")
+  add("acc:clip_grad_value_", "acc:clip_grad_value_(model_or_params, v)",
+    "Clamps every gradient element to [-v, v] (after unscaling under fp16). See also acc:clip_grad_norm_.")
+  add("set_seed", "fp8.set_seed(seed [, device_specific])",
+    "Accelerate's set_seed: seeds fp8's RNG (device_specific adds the process index).")
   add("acc:profile", "acc:profile(function(prof) ... end [, fp8.ProfileKwargs{...}]) -> prof",
     "Runs the function under fp8.profiler configured from the ProfileKwargs in kwargs_handlers (or the\n"
     .. "handler given, or defaults); every opt:step() through the accelerator is one profiler step (do not\n"
