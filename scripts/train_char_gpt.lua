@@ -30,7 +30,11 @@ local OPTIONS = {
   { "lr", "num", 3e-3, "peak AdamW learning rate (warmup, then cosine decay)", 0 },
   { "seed", "int", 1337, "seed of weights, batches and sampling", 1 },
   { "text", "str", nil, "text file to train on (default: Debian's fortunes)" },
-  { "mixed-precision", "str", "no", "no | bf16 | fp16" },
+  { "mixed-precision", "str", nil, "no | bf16 | fp16 | fp8 (default: launch --mixed_precision / "
+    .. "FP8LAB_MIXED_PRECISION / config file, else no)" },
+  { "fp8-backend", "str", nil, "te | ao | msamp (fp8; default: launch --fp8_backend / FP8LAB_FP8_BACKEND / config, else msamp)" },
+  { "gradient-accumulation-steps", "int", nil, "micro-batches per optimizer step (default: launch flag / "
+    .. "FP8LAB_GRADIENT_ACCUMULATION_STEPS / config file, else 1)", 1 },
   { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
   { "eval-every", "int", 50, "steps between loss reports", 1 },
   { "sample-len", "int", 200, "characters to generate at the end", 0 },
@@ -46,7 +50,14 @@ local function parse_args(argv)
     error(("--d-model (%d) must be divisible by --heads (%d)"):format(opts["d-model"], opts.heads), 0)
   end
   if not (opts.lr > 0) then error("--lr must be > 0", 0) end
-  amp.dtype_for(opts["mixed-precision"])   -- validates, naming the valid modes
+  local mp = opts["mixed-precision"]
+  if mp ~= nil and mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
+    error(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp), 0)
+  end
+  local b = opts["fp8-backend"]
+  if b ~= nil and not ({ te = true, ao = true, msamp = true })[b:lower()] then
+    error(("--fp8-backend must be one of te, ao, msamp; got '%s'"):format(b), 0)
+  end
   opts.device = require("fp8.args").device(opts.device)
   return opts
 end
@@ -62,17 +73,29 @@ local val_loader = data.DataLoader{val_ds, batch_size = opts["batch-size"], shuf
 
 local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
                      n_head = opts.heads, n_embd = opts["d-model"]}
-local device = opts.device
-model:to(device); loader:to(device); val_loader:to(device)
 local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, betas = {0.9, 0.95}})
 local warm = math.max(1, opts.steps // 20)
 local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = warm, total_steps = opts.steps, min_lr = opts.lr / 10})
-local scaler = amp.GradScaler{enabled = opts["mixed-precision"] == "fp16"}
+-- Every precision goes through the Accelerator (autocast, fp16 loss scaling, the FP8 recipes); options
+-- left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults).
+local handlers = {}
+if opts["fp8-backend"] then handlers[1] = fp8.FP8RecipeKwargs{backend = opts["fp8-backend"]} end
+local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_handlers = handlers,
+                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"]}
+model, opt, loader, val_loader, sched = accel:prepare(model, opt, loader, val_loader, sched)
+local device, gas = accel:device(), accel.gradient_accumulation_steps
+local precision = accel.mixed_precision
+if precision == "fp8" then
+  local r = accel.fp8_recipe
+  precision = ("fp8 (%s %s, %d FP8 layers)"):format(r.backend,
+    r.backend == "te" and r.fp8_format or r.backend == "ao" and r.config or r.opt_level, #accel._fp8_layers)
+end
 
 print(("char GPT on %s: %d train / %d val characters, vocab %d; %d layers, %d heads, d_model %d, block %d, "
   .. "%d parameters; %d steps of batch %d, mixed precision %s, on %s"):format(path, train_ds.tokens:size(1),
   val_ds.tokens:size(1), train_ds.vocab_size, opts.layers, opts.heads, opts["d-model"], T,
-  model:num_parameters(), opts.steps, opts["batch-size"], opts["mixed-precision"], device))
+  model:num_parameters(), opts.steps, opts["batch-size"], precision, device)
+  .. (gas > 1 and (", gradient accumulation %d"):format(gas) or ""))
 
 -- Mean loss over a few validation batches (no grad, eval mode).
 local function val_loss(nbatches)
@@ -89,24 +112,23 @@ local function val_loss(nbatches)
   return sum / n
 end
 
-local prev = amp.set_mixed_precision(opts["mixed-precision"])
 local t0 = data.clock()
 local ok, err = pcall(function()
   local step, run_sum, run_n = 0, 0, 0
-  local bar = fp8.progress(opts.steps, {desc = "train"})
+  local bar = fp8.progress(opts.steps * gas, {desc = "train"})   -- micro-batches
   local it
   for _ in bar do
     local x, y
     if it then x, y = it() end
     if x == nil then it = loader:iter(); x, y = it() end   -- next epoch when one runs out
-    local _, loss = model(x, y)
-    opt:zero_grad()
-    scaler:scale(loss):backward()
-    scaler:unscale_(opt)
-    nn.utils.clip_grad_norm_(model:parameters(), 1.0)
-    scaler:step(opt)
-    scaler:update()
-    sched:step()
+    local loss = accel:accumulate(model, function()
+      local _, l = model(x, y)
+      accel:backward(l)
+      if accel.sync_gradients then accel:clip_grad_norm_(model:parameters(), 1.0) end
+      opt:step(); sched:step(); opt:zero_grad()    -- act only on sync steps
+      return l
+    end)
+    if not accel.sync_gradients then goto continue end
     step = step + 1
     local l = loss:item()
     run_sum, run_n = run_sum + l, run_n + 1
@@ -116,9 +138,9 @@ local ok, err = pcall(function()
         run_sum / run_n, val_loss(4), sched:get_last_lr()[1], data.clock() - t0))
       run_sum, run_n = 0, 0
     end
+    ::continue::
   end
 end)
-fp8.set_autocast_dtype(prev)
 if not ok then error(err, 0) end
 
 -- Sample: start from a newline and let the model write.

@@ -16,7 +16,10 @@ local OPTIONS = {
   { "batch-size", "int", 256, "training batch size" },
   { "lr", "num", 1e-3, "peak AdamW learning rate (cosine decay to 0 over the run)" },
   { "weight-decay", "num", 0.01, "AdamW weight decay" },
-  { "mixed-precision", "str", "no", "no | bf16 | fp16 | fp8 (fp16 adds a dynamic loss scaler)" },
+  { "mixed-precision", "str", nil, "no | bf16 | fp16 | fp8 (fp16 adds a dynamic loss scaler; default: launch "
+    .. "--mixed_precision / FP8LAB_MIXED_PRECISION / config file, else no)" },
+  { "gradient-accumulation-steps", "int", nil, "micro-batches per optimizer step (default: launch flag / "
+    .. "FP8LAB_GRADIENT_ACCUMULATION_STEPS / config file, else 1)", 1 },
   { "fp8-backend", "str", nil, "te | ao | msamp (fp8 only; default: msamp, or FP8LAB_FP8_BACKEND / config)" },
   { "fp8-format", "str", nil, "te: HYBRID | E4M3" },
   { "fp8-opt-level", "str", nil, "msamp: O1 | O2 | O3" },
@@ -40,11 +43,13 @@ local function parse_args(argv)
   if opts["weight-decay"] < 0 then error(("--weight-decay must be >= 0, got %g"):format(opts["weight-decay"]), 0) end
   if opts.limit < 0 then error(("--limit must be >= 0, got %d"):format(opts.limit), 0) end
   local mp = opts["mixed-precision"]
-  if mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
+  if mp ~= nil and mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
     error(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp), 0)
   end
   -- Each FP8 option belongs to one backend; the backend may be implied by the option given.
   local owner = { ["fp8-format"] = "te", ["fp8-opt-level"] = "msamp", ["fp8-recipe"] = "ao" }
+  -- unset: the resolved setting (launch flag, FP8LAB_MIXED_PRECISION, config file, default)
+  local mp_eff = mp or fp8.kwargs.resolve{}.mixed_precision
   local backend = opts["fp8-backend"]
   if backend and not ({ te = true, ao = true, msamp = true })[backend:lower()] then
     error(("--fp8-backend must be one of te, ao, msamp; got '%s'"):format(backend), 0)
@@ -52,19 +57,18 @@ local function parse_args(argv)
   backend = backend and backend:lower()
   for name, b in pairs(owner) do
     if opts[name] ~= nil then
-      if mp ~= "fp8" then error(("--%s needs --mixed-precision fp8"):format(name), 0) end
+      if mp_eff ~= "fp8" then error(("--%s needs --mixed-precision fp8"):format(name), 0) end
       if backend and backend ~= b then error(("--%s belongs to the %s backend, not %s"):format(name, b, backend), 0) end
       backend = b
     end
   end
-  if opts["fp8-backend"] and mp ~= "fp8" then error("--fp8-backend needs --mixed-precision fp8", 0) end
+  if opts["fp8-backend"] and mp_eff ~= "fp8" then error("--fp8-backend needs --mixed-precision fp8", 0) end
   opts.device = require("fp8.args").device(opts.device)
   opts.backend = backend
   return opts
 end
 
 local opts = parse_args(arg or {})
-local mp = opts["mixed-precision"]
 fp8.manual_seed(opts.seed)
 
 -- Data: normalised pixels; the loader shuffles from the seed and the epoch number.
@@ -91,11 +95,15 @@ elseif opts.backend == "ao" then
 elseif opts.backend == "msamp" then
   handlers[1] = fp8.MSAMPRecipeKwargs{opt_level = opts["fp8-opt-level"]}
 end
-local accel = fp8.Accelerator{mixed_precision = mp, kwargs_handlers = handlers, cpu = opts.device == "cpu"}
+-- Options left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults).
+local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_handlers = handlers,
+                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"]}
+local mp = accel.mixed_precision
+local gas = accel.gradient_accumulation_steps
 -- the model and both loaders go to the accelerator's device (the GPU when there is one)
 model, opt, train_loader, test_loader = accel:prepare(model, opt, train_loader, test_loader)
 
-local total_steps = opts.epochs * #train_loader
+local total_steps = opts.epochs * math.ceil(#train_loader / gas)
 -- Cosine decay from the peak lr to 0 over the run, stepped once per optimizer step.
 local sched = optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps})
 
@@ -131,8 +139,8 @@ local function recipe_str()
   return ("fp8 (%s %s, %d FP8 layers)"):format(r.backend, detail, #accel._fp8_layers)
 end
 print(("Fashion-MNIST MLP 784-512-256-10: %d train / %d test images, %d epochs, batch %d, AdamW lr %g (cosine), "
-  .. "mixed precision %s, seed %d"):format(#train_ds, #test_ds, opts.epochs, opts["batch-size"], opts.lr, recipe_str(),
-  opts.seed))
+  .. "mixed precision %s, seed %d%s"):format(#train_ds, #test_ds, opts.epochs, opts["batch-size"], opts.lr, recipe_str(),
+  opts.seed, gas > 1 and (", gradient accumulation %d"):format(gas) or ""))
 
 local prev_autocast = fp8.autocast_dtype()
 local scaler = accel.scaler
@@ -149,11 +157,14 @@ local ok, err = pcall(function()
     for x, y in iter do
       step = step + 1
       local lr = sched:get_last_lr()[1]
-      local loss = F.cross_entropy(model(x), y)
-      opt:zero_grad()
-      accel:backward(loss)
-      opt:step()
-      sched:step()
+      local loss = accel:accumulate(model, function()
+        local l = F.cross_entropy(model(x), y)
+        accel:backward(l)
+        opt:step()          -- these three act only on sync steps (every gas-th batch, and the last)
+        sched:step()
+        opt:zero_grad()
+        return l
+      end)
       local l = loss:item()
       sum, count, samples = sum + l, count + 1, samples + x:size(1)
       curve[#curve + 1] = { step, epoch, l, lr }

@@ -289,6 +289,10 @@ local function launch_help(backend)
   key_line(BY_NAME.mixed_precision)
   key_line(BY_NAME.backend)
   key_line(BY_NAME.gradient_accumulation_steps)
+  line("--cpu", "run on the CPU even when there is a GPU (sets FP8LAB_USE_CPU=1)")
+  line("--num_cpu_threads_per_process N", "OpenMP threads per process (sets OMP_NUM_THREADS)")
+  line("--multi_gpu", "one process per GPU (needs GPUs and --num_processes N >= 2)")
+  line("--main_process_port N", "refused: mpirun wires the processes and picks its own ports")
   line("-h, --help", "this text; after --fp8_backend B only B's flags")
   for _, b in ipairs { "te", "msamp", "ao" } do
     if not backend or backend == b then
@@ -347,6 +351,37 @@ local function launch_worker(argv)
   exec(script_command(self_exe(), argv, 2))
 end
 
+-- Accelerate's launch flags that are not settings: value-taking (true) or alone (false).
+local LAUNCH_EXTRA = { config_file = true, cpu = false, num_cpu_threads_per_process = true,
+                       main_process_port = true, multi_gpu = false }
+
+-- The environment those flags set (checked before anything starts).
+local function launch_extra_env(extra, n)
+  local env = {}
+  if extra.cpu then env.FP8LAB_USE_CPU = "1" end
+  if extra.num_cpu_threads_per_process then
+    local t = math.tointeger(tonumber(extra.num_cpu_threads_per_process))
+    if not t or t < 1 then
+      fail(2, ("--num_cpu_threads_per_process: expected an integer >= 1, got %q"):format(extra.num_cpu_threads_per_process))
+    end
+    env.OMP_NUM_THREADS = tostring(t)
+  end
+  if extra.main_process_port then
+    fail(2, "--main_process_port is not supported: fp8lab's processes are started and connected by mpirun "
+      .. "(MPI; NCCL is bootstrapped over MPI), which picks its own ports; no rendezvous port is used")
+  end
+  if extra.multi_gpu then
+    if extra.cpu then fail(2, "--multi_gpu and --cpu contradict each other; give one") end
+    local ok, cuda = pcall(require, "fp8.cuda")
+    if not (ok and cuda.is_available()) then
+      fail(2, "--multi_gpu: no usable GPU (" .. tostring(ok and cuda.unavailable_reason() or "fp8lab was built without CUDA")
+        .. "); without GPUs use --num_processes N alone (CPU processes)")
+    end
+    if n < 2 then fail(2, "--multi_gpu needs --num_processes N with N >= 2 (one process per GPU)") end
+  end
+  return env
+end
+
 local function launch(host, ...)
   local argv = { ... }
   if argv[1] == "--_worker" then
@@ -365,7 +400,7 @@ local function launch(host, ...)
       break
     elseif a:sub(1, 2) == "--" then
       local k, v
-      i, k, v = parse_flag(argv, i, { config_file = true }, "launch")
+      i, k, v = parse_flag(argv, i, LAUNCH_EXTRA, "launch")
       if type(k) == "table" then given[k.name] = v else extra[k] = v end
     elseif a:sub(1, 1) == "-" and a ~= "-" then
       fail(2, ("unknown flag %s (fp8lab launch -h lists them)"):format(a))
@@ -403,8 +438,12 @@ local function launch(host, ...)
     sys.setenv(name, value)
     exported[#exported + 1] = name
   end
+  local extra_env = launch_extra_env(extra, n)
   for _, k in ipairs(KEYS) do
     if given[k.name] ~= nil then export(k.env, text_of(given[k.name])) end
+  end
+  for _, name in ipairs { "FP8LAB_USE_CPU", "OMP_NUM_THREADS" } do
+    if extra_env[name] then export(name, extra_env[name]) end
   end
   export("FP8LAB_NUM_PROCESSES", tostring(n))
   if path then export("FP8LAB_CONFIG_FILE", path) end

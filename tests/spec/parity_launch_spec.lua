@@ -1,0 +1,135 @@
+-- parity_launch_spec.lua — issue 15 points 6 and 7: launch flags and config files reach the bundled
+-- scripts (their options default to the resolved settings), Accelerate's extra launch flags, and
+-- scripts/train_char_gpt.lua running every recipe through the Accelerator. Child processes on tiny data.
+local bin = FP8LAB_BIN or "build/fp8lab"
+
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir .. "/fm"))
+
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- Runs `fp8lab <words...>` (with `env` prepended); returns output, success.
+local function run(words, env)
+  local cmd = (env or "") .. " timeout 120 " .. sh_quote(bin)
+  for _, a in ipairs(words) do cmd = cmd .. " " .. sh_quote(a) end
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+-- A small synthetic Fashion-MNIST (IDX files, not compressed).
+local function make_dataset(dir, split, n)
+  local img, lab = {}, {}
+  local state = 777
+  for i = 0, n - 1 do
+    local c = i % 10
+    local px = {}
+    for r = 0, 27 do
+      for _ = 0, 27 do
+        state = (state * 1103515245 + 12345) % 2147483648
+        local noise = (state >> 16) % 60
+        px[#px + 1] = (r >= 2 * c + 4 and r < 2 * c + 8) and 200 + noise // 2 or noise
+      end
+    end
+    img[#img + 1] = string.char(table.unpack(px, 1, 392)) .. string.char(table.unpack(px, 393, 784))
+    lab[#lab + 1] = string.char(c)
+  end
+  local f = assert(io.open(dir .. "/" .. split .. "-images-idx3-ubyte", "wb"))
+  f:write(string.pack(">I4I4I4I4", 0x803, n, 28, 28), table.concat(img))
+  f:close()
+  f = assert(io.open(dir .. "/" .. split .. "-labels-idx1-ubyte", "wb"))
+  f:write(string.pack(">I4I4", 0x801, n), table.concat(lab))
+  f:close()
+end
+make_dataset(tmpdir .. "/fm", "train", 200)
+make_dataset(tmpdir .. "/fm", "t10k", 50)
+local neutral = tmpdir .. "/neutral.yaml"   -- a config file that sets nothing relevant (not the user's own)
+do local f = assert(io.open(neutral, "w")); f:write("num_processes: 1\n"); f:close() end
+
+local FM = { "scripts/train_fashion_mnist.lua", "--root", tmpdir .. "/fm", "--epochs", "1", "--batch-size", "50",
+             "--quiet", "--out", tmpdir .. "/loss.csv" }
+local function cat(a, b)
+  local t = { table.unpack(a) }
+  for _, v in ipairs(b) do t[#t + 1] = v end
+  return t
+end
+
+describe("launch flags and config files reach the bundled scripts", function()
+  it("launch --mixed_precision fp8 --fp8_backend te trains the Fashion-MNIST MLP in FP8 te", function()
+    local out, ok = run(cat({ "launch", "--mixed_precision", "fp8", "--fp8_backend", "te" }, FM),
+      "env -u FP8LAB_MIXED_PRECISION -u FP8LAB_FP8_BACKEND FP8LAB_CONFIG_FILE=" .. neutral)
+    assert.is_true(ok, out)
+    assert.matches("mixed precision fp8 %(te HYBRID, %d FP8 layers%)", out)
+  end)
+
+  it("a config file's mixed_precision is what the script uses; a script option still wins", function()
+    local cfgfile = tmpdir .. "/bf16.yaml"
+    local f = assert(io.open(cfgfile, "w"))
+    f:write("mixed_precision: bf16\ngradient_accumulation_steps: 2\n")
+    f:close()
+    local out, ok = run(cat({ "launch", "--config_file", cfgfile }, FM), "env -u FP8LAB_MIXED_PRECISION")
+    assert.is_true(ok, out)
+    assert.matches("mixed precision bf16, seed 42, gradient accumulation 2", out)
+    out, ok = run(cat(cat({ "launch", "--config_file", cfgfile }, FM), { "--mixed-precision", "no" }),
+      "env -u FP8LAB_MIXED_PRECISION")
+    assert.is_true(ok, out)
+    assert.matches("mixed precision no,", out)
+  end)
+
+  it("train_char_gpt.lua runs every recipe through the Accelerator, from its options or launch flags", function()
+    local path = tmpdir .. "/text.txt"
+    local f = assert(io.open(path, "w"))
+    f:write(("the quick brown fox jumps over the lazy dog.\n"):rep(40))
+    f:close()
+    local gpt = { "scripts/train_char_gpt.lua", "--text", path, "--steps", "2", "--block-size", "16", "--layers", "1",
+                  "--d-model", "16", "--heads", "2", "--batch-size", "4", "--eval-every", "2", "--sample-len", "4" }
+    for _, c in ipairs { { "te", "te HYBRID" }, { "msamp", "msamp O2" }, { "ao", "ao tensorwise" } } do
+      local out, ok = run(cat(gpt, { "--mixed-precision", "fp8", "--fp8-backend", c[1] }), "env -u FP8LAB_MIXED_PRECISION")
+      assert.is_true(ok, out)
+      assert.matches("mixed precision fp8 %(" .. c[2], out)
+      assert.matches("final val_loss=[%d%.]+", out)
+    end
+    local out, ok = run(cat({ "launch", "--mixed_precision", "fp8", "--fp8_backend", "te",
+      "--gradient_accumulation_steps", "2" }, gpt), "env -u FP8LAB_MIXED_PRECISION FP8LAB_CONFIG_FILE=" .. neutral)
+    assert.is_true(ok, out)
+    assert.matches("mixed precision fp8 %(te HYBRID.*gradient accumulation 2", out)
+    assert.matches("step 2/2", out)
+    out, ok = run(cat(gpt, { "--mixed-precision", "fp16" }))
+    assert.is_true(ok, out)
+    assert.matches("mixed precision fp16", out)
+  end)
+end)
+
+describe("Accelerate's launch flags", function()
+  local script = tmpdir .. "/show.lua"
+  local f = assert(io.open(script, "w"))
+  f:write([[print("use_cpu=" .. tostring(os.getenv("FP8LAB_USE_CPU")) .. " device=" .. fp8.Accelerator{config=false}:device()
+  .. " threads=" .. fp8.config.sys.omp_max_threads())]])
+  f:close()
+
+  it("--cpu runs on the CPU and --num_cpu_threads_per_process sets the threads", function()
+    local out, ok = run({ "launch", "--cpu", "--num_cpu_threads_per_process", "3", script }, "env -u FP8LAB_USE_CPU")
+    assert.is_true(ok, out)
+    assert.matches("use_cpu=1 device=cpu threads=3", out)
+    out, ok = run({ "launch", "--num_cpu_threads_per_process", "1", script })
+    assert.is_true(ok, out)
+    assert.matches("threads=1", out)
+    out, ok = run({ "launch", "--num_cpu_threads_per_process", "0", script })
+    assert.is_false(ok)
+    assert.matches("expected an integer >= 1", out)
+  end)
+
+  it("--main_process_port is refused with the reason, --multi_gpu without GPUs too", function()
+    local out, ok = run({ "launch", "--main_process_port", "29500", script })
+    assert.is_false(ok)
+    assert.matches("%-%-main_process_port is not supported: .*mpirun", out)
+    local has_gpu = select(2, pcall(function() return require("fp8.cuda").is_available() end)) == true
+    if not has_gpu then
+      out, ok = run({ "launch", "--multi_gpu", "--num_processes", "2", script })
+      assert.is_false(ok)
+      assert.matches("%-%-multi_gpu: no usable GPU", out)
+    end
+  end)
+end)
