@@ -58,8 +58,9 @@ fl_status fl_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
         int64_t x = ia >= 0 ? a[ia] : 1, y = ib >= 0 ? b[ib] : 1;
         if (x != y && x != 1 && y != 1) {
             char sa[200], sb[200];
-            return FL_ERR(FL_EINVAL, "shapes %s and %s cannot be broadcast together (dim %d: %lld vs %lld)",
-                          fl_shape_str(sa, sizeof sa, na, a), fl_shape_str(sb, sizeof sb, nb, b), i, (long long)x, (long long)y);
+            /* dims in messages count from 1, as the Lua API does (docs/lua-api.md); i is the dim of the result */
+            return FL_ERR(FL_EINVAL, "shapes %s and %s cannot be broadcast together (dim %d of the result: %lld vs %lld)",
+                          fl_shape_str(sa, sizeof sa, na, a), fl_shape_str(sb, sizeof sb, nb, b), i + 1, (long long)x, (long long)y);
         }
         res[i] = x == 1 ? y : x;
     }

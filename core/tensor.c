@@ -128,7 +128,7 @@ static fl_status check_shape(int ndim, const int64_t *shape, fl_dtype dt, int64_
     int64_t n = 1;
     bool overflow = false;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) return FL_ERR(FL_EINVAL, "size must be >= 0, got %lld at dim %d", (long long)shape[i], i);
+        if (shape[i] < 0) return FL_ERR(FL_EINVAL, "size must be >= 0, got %lld at dim %d", (long long)shape[i], i + 1);
         if (__builtin_mul_overflow(n, shape[i], &n)) overflow = true;
     }
     int64_t bytes;
@@ -249,7 +249,7 @@ static fl_status infer_shape(const fl_tensor *t, int ndim, const int64_t *shape,
             if (infer >= 0) return FL_ERR(FL_EINVAL, "only one dimension can be inferred (-1), got -1 at dims %d and %d", infer, i);
             infer = i;
         } else if (shape[i] < 0) {
-            return FL_ERR(FL_EINVAL, "size must be >= 0, got %lld at dim %d", (long long)shape[i], i);
+            return FL_ERR(FL_EINVAL, "size must be >= 0, got %lld at dim %d", (long long)shape[i], i + 1);
         } else if (__builtin_mul_overflow(known, shape[i], &known)) {
             return FL_ERR(FL_EINVAL, "shape has too many elements");
         }
@@ -314,7 +314,7 @@ static fl_status per_axis_reshape_check(const fl_tensor *t, int ndim, const int6
     if (*axis < 0) {
         char a[200], b[200];
         return FL_ERR(FL_EINVAL, "%s: %s tensor %s is scaled per index along dim %d, which shape %s would split or merge; dequantize first",
-                      what, fl_format(t->dtype)->name, fl_shape_str(a, sizeof a, t->ndim, t->shape), t->scale_axis,
+                      what, fl_format(t->dtype)->name, fl_shape_str(a, sizeof a, t->ndim, t->shape), t->scale_axis + 1,
                       fl_shape_str(b, sizeof b, ndim, shape));
     }
     return FL_OK;
@@ -441,7 +441,7 @@ fl_status fl_tensor_expand(fl_tensor **out, const fl_tensor *t, int ndim, const 
     }
     if (t->scale_axis >= 0 && sh[t->scale_axis + lead] != t->shape[t->scale_axis])
         return FL_ERR(FL_EINVAL, "expand: %s tensor %s is scaled per index along dim %d, which cannot be expanded; dequantize first",
-                      fl_format(t->dtype)->name, fl_shape_str(a, sizeof a, t->ndim, t->shape), t->scale_axis);
+                      fl_format(t->dtype)->name, fl_shape_str(a, sizeof a, t->ndim, t->shape), t->scale_axis + 1);
     FL_TRY(view_header(out, t));
     (*out)->ndim = ndim;
     for (int i = 0; i < ndim; i++) { (*out)->shape[i] = sh[i]; (*out)->stride[i] = st[i]; }

@@ -66,6 +66,24 @@ static int report(lua_State *L, int status) {
     return status;
 }
 
+static int verbose = 0;  /* -v or FP8LAB_VERBOSE=1: full tracebacks for script errors */
+
+/* Like report, for errors of the user's code (a script, -e): unless verbose, fp8.errfmt.short puts
+ * the user's line first and keeps only the user's frames of the traceback. */
+static int report_user(lua_State *L, int status) {
+    if (status != LUA_OK && !verbose && lua_type(L, -1) == LUA_TSTRING) {
+        int top = lua_gettop(L);
+        lua_getglobal(L, "require");
+        lua_pushliteral(L, "fp8.errfmt");
+        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_getfield(L, -1, "short") == LUA_TFUNCTION) {
+            lua_pushvalue(L, top);
+            if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) lua_replace(L, top);
+        }
+        lua_settop(L, top);
+    }
+    return report(L, status);
+}
+
 /* Message handler: turns any error object into "msg\ntraceback". Tables with __tostring work. */
 static int msghandler(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
@@ -238,7 +256,7 @@ static void print_usage(FILE *out) {
             "  -e CODE        run CODE (repeatable)\n"
             "  -l NAME        require library NAME into global NAME\n"
             "  -i             enter the REPL after running the script\n"
-            "  -v, --version  show version information\n"
+            "  -v, --version  show version information; script errors show the full traceback\n"
             "  -h, --help     show this help\n"
             "  --             stop handling options\n"
             "  -              run stdin as a script and stop handling options\n"
@@ -249,7 +267,8 @@ static void print_usage(FILE *out) {
             "  test           run the test suite of the source tree (C tests and busted specs)\n"
             "Environment:\n"
             "  FP8LAB_LUA_DIR  load fp8 Lua modules from this directory before the embedded ones\n"
-            "  FP8LAB_HISTORY  REPL history file (default ~/.fp8lab_history)\n",
+            "  FP8LAB_HISTORY  REPL history file (default ~/.fp8lab_history)\n"
+            "  FP8LAB_VERBOSE  1: script errors show the full traceback (as -v)\n",
             progname, progname);
 }
 
@@ -300,7 +319,7 @@ static void createargtable(lua_State *L, char **argv, int argc, int script) {
 
 static int dochunk(lua_State *L, int status) {
     if (status == LUA_OK) status = docall(L, 0, 0);
-    return report(L, status);
+    return report_user(L, status);
 }
 
 /* Runs -e and -l options in order. */
@@ -332,7 +351,7 @@ static int handle_script(lua_State *L, char **argv, int argc, int script) {
         for (int i = script + 1; i < argc; i++) lua_pushstring(L, argv[i]);
         status = docall(L, n, 0);
     }
-    return report(L, status);
+    return report_user(L, status);
 }
 
 /* `fp8lab COMMAND ...`: fp8.cli.main(host, cmd, args...) returns the exit status. */
@@ -547,6 +566,9 @@ static void print_results(lua_State *L, int n) {
 static void repl(lua_State *L) {
     const char *saved = progname;
     progname = NULL;  /* REPL errors are printed without the program name, as lua.c does */
+    /* marks the session as interactive for Lua code that would otherwise exit (fp8.args.parse --help) */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "fp8lab.repl");
     interactive = isatty(STDIN_FILENO);
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
@@ -613,7 +635,9 @@ static int pmain(lua_State *L) {
     int flags = collectargs(argv, argc, &script);
     if (flags == HAS_ERR) { print_usage(stderr); lua_pushinteger(L, 1); return 1; }
     if (flags & HAS_H) { print_usage(stdout); lua_pushinteger(L, 0); return 1; }
-    if (flags & HAS_V) print_version();
+    if (flags & HAS_V) { print_version(); verbose = 1; }
+    const char *ve = getenv("FP8LAB_VERBOSE");
+    if (ve && strcmp(ve, "1") == 0) verbose = 1;
     createargtable(L, argv, argc, script);
     if (!load_fp8(L)) { lua_pushinteger(L, 1); return 1; }
     if (!runargs(L, argv, script)) { lua_pushinteger(L, 1); return 1; }

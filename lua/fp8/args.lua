@@ -41,7 +41,14 @@ function M.parse(argv, options, cfg)
     if not name then
       error(("unexpected argument '%s' (options start with --; valid: %s)"):format(a, table.concat(names, " ")), 0)
     end
-    if name == "help" then print(M.usage(options, cfg)); os.exit(0) end
+    if name == "help" then
+      print(M.usage(options, cfg))
+      -- at the REPL (or a script run from it) exiting would end the session: raise instead
+      if debug.getregistry()["fp8lab.repl"] or cfg.no_exit then
+        error("--help: usage printed above (the script stops here; the session goes on)", 0)
+      end
+      os.exit(0)
+    end
     local o = spec[name]
     if not o then error(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " ")), 0) end
     if o[2] == "flag" then

@@ -118,7 +118,9 @@ local function explain(x, fmt, opts)
     end
     print("  result     " .. table.concat(flags, "; "))
   end
-  return r
+  -- At the prompt the returned table echoes as this one line, not as its ~25 fields.
+  local short = ("%s in %s -> %s (byte %s)"):format(num(x), fmt, num(value), r.hex)
+  return setmetatable(r, { __tostring = function() return short end })
 end
 
 return explain

@@ -102,7 +102,8 @@ add_all {
     doc = "How many nonzero values became zero, and how many exceeded the format's max\n"
        .. "(clamped, or inf/NaN with saturate=false), in the cast that made q." },
   { section = "REPL", name = "help", sig = "help([fn | \"name\"])",
-    doc = "help() lists everything; help(fp8.encode) or help(\"encode\") shows one entry.\n"
+    doc = "help() lists the sections; help(\"tensors\") one section; help(fp8.encode) or help(\"encode\") one entry;\n"
+       .. "an unknown name suggests the nearest ones.\n"
        .. "Modules add entries with require(\"fp8.help\").add{name=, sig=, doc=}." },
   { section = "REPL", name = "keys", sig = "REPL keys",
     doc = "Tab completes globals, fields after '.' and methods after ':'. Up/Down walk the history\n"
@@ -144,30 +145,113 @@ local function entry_text(e)
   return e.sig .. "\n" .. (e.doc or ""):gsub("[^\n]+", "    %0")
 end
 
--- text([x]) -> the help text help() prints.
+-- Sections in display order: the known ones, then any another module added.
+local function section_list()
+  local list, seen = {}, {}
+  for _, sec in ipairs(sections) do list[#list + 1] = sec; seen[sec] = true end
+  for _, e in ipairs(M.entries) do
+    if not seen[e.section] then list[#list + 1] = e.section; seen[e.section] = true end
+  end
+  return list
+end
+
+-- A section's key for help("key"): its first word, lower case ("Accelerator & recipes" -> "accelerator").
+local function section_key(sec) return (sec:match("^[%w_]+") or sec):lower() end
+M.section_key = section_key
+
+local function section_entries(sec)
+  local out = {}
+  for _, e in ipairs(M.entries) do if e.section == sec then out[#out + 1] = e end end
+  return out
+end
+
+local function section_text(sec)
+  local out = { sec .. ":" }
+  for _, e in ipairs(section_entries(sec)) do out[#out + 1] = ("  %s"):format(e.sig) end
+  out[#out + 1] = "help(\"name\") for one entry."
+  return table.concat(out, "\n")
+end
+
+-- Optimal string alignment distance, case-folded (the same measure fp8.config.suggest uses).
+local function distance(a, b)
+  a, b = a:lower(), b:lower()
+  local la, lb = #a, #b
+  if la == 0 then return lb end
+  if lb == 0 then return la end
+  local d = {}
+  for i = 0, la do d[i] = { [0] = i } end
+  for j = 0, lb do d[0][j] = j end
+  for i = 1, la do
+    for j = 1, lb do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      local v = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+      if i > 1 and j > 1 and a:sub(i, i) == b:sub(j - 1, j - 1) and a:sub(i - 1, i - 1) == b:sub(j, j) then
+        v = math.min(v, d[i - 2][j - 2] + 1)
+      end
+      d[i][j] = v
+    end
+  end
+  return d[la][lb]
+end
+
+-- suggest(word) -> up to 5 entry or section names near `word` (typos, or names that contain it).
+function M.suggest(word)
+  load_lazy()
+  word = tostring(word):gsub("^fp8%.", "")
+  local cands = {}
+  for _, e in ipairs(M.entries) do cands[#cands + 1] = e.name end
+  for _, sec in ipairs(section_list()) do cands[#cands + 1] = section_key(sec) end
+  local scored, seen = {}, {}
+  local limit = math.max(2, #word // 3)
+  for _, c in ipairs(cands) do
+    if not seen[c] then
+      seen[c] = true
+      local short = c:gsub("^[%w_]+[:%.]", "")
+      local d = math.min(distance(word, c), distance(word, short))
+      if #word >= 3 and c:lower():find(word:lower(), 1, true) then d = math.min(d, 1) end
+      if d <= limit then scored[#scored + 1] = { c, d } end
+    end
+  end
+  table.sort(scored, function(x, y) if x[2] ~= y[2] then return x[2] < y[2] end return x[1] < y[1] end)
+  local out = {}
+  for i = 1, math.min(5, #scored) do out[i] = scored[i][1] end
+  return out
+end
+
+-- text([x]) -> the help text help() prints: a short index of sections without x; an entry, a
+-- section (help("tensors")), or suggestions for x.
 function M.text(x)
   load_lazy()
   if x == nil then
-    local out = { "fp8lab — FP8 mixed-precision training from Lua. help(\"name\") for one entry.", "" }
-    for _, sec in ipairs(sections) do
-      local lines = {}
-      for _, e in ipairs(M.entries) do
-        if e.section == sec then lines[#lines + 1] = string.format("  %-40s", e.sig) end
-      end
-      if #lines > 0 then
-        out[#out + 1] = sec .. ":"
-        for _, l in ipairs(lines) do out[#out + 1] = (l:gsub("%s+$", "")) end
-        out[#out + 1] = ""
+    local out = { "fp8lab — FP8 mixed-precision training from Lua.",
+                  "help(\"section\") lists a section; help(\"name\") or help(fp8.fn) shows one entry.", "" }
+    for _, sec in ipairs(section_list()) do
+      local es = section_entries(sec)
+      if #es > 0 then
+        local names = {}
+        for i = 1, math.min(4, #es) do names[i] = es[i].name end
+        out[#out + 1] = ("  %-14s %-22s %s%s"):format(section_key(sec), sec, table.concat(names, ", "),
+          #es > 4 and (", ... (%d)"):format(#es) or "")
       end
     end
     return table.concat(out, "\n")
   end
   local e = M.lookup(x)
+  local sec
+  if type(x) == "string" then
+    for _, s in ipairs(section_list()) do
+      if section_key(s) == x:lower() or s:lower() == x:lower() then sec = s end
+    end
+  end
+  if e and sec then return entry_text(e) .. "\n\n" .. section_text(sec) end
   if e then return entry_text(e) end
-  local names = {}
-  for _, en in ipairs(M.entries) do names[#names + 1] = en.name end
-  return "no help for " .. (type(x) == "string" and ("'" .. x .. "'") or tostring(x))
-    .. "; known: " .. table.concat(names, ", ")
+  if sec then return section_text(sec) end
+  local what = type(x) == "string" and ("'" .. x .. "'") or tostring(x)
+  local near = type(x) == "string" and M.suggest(x) or {}
+  if #near > 0 then
+    return ("no help for %s; did you mean: %s? (help() lists the sections)"):format(what, table.concat(near, ", "))
+  end
+  return ("no help for %s (help() lists the sections)"):format(what)
 end
 
 function M.help(x)

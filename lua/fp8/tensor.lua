@@ -7,6 +7,8 @@ local M = {}
 M.threshold = 1000   -- more elements than this → summarised print
 M.edgeitems = 3      -- kept at each end of a long dimension when summarised
 M.precision = 4
+M.small = 16               -- tensors with at most this many elements print significant digits (see make_formatter)
+M.small_max_decimals = 8
 
 local function shape_str(shape)
   return "[" .. table.concat(shape, ", ") .. "]"
@@ -25,7 +27,14 @@ local function make_formatter(values)
   end
   local p = M.precision
   local sci = maxa > 0 and (maxa >= 1e8 or mina < 10 ^ -p or maxa / mina > 1e3 and maxa >= 1e4)
-  local pat = sci and ("%." .. p .. "e") or ("%." .. p .. "f")
+  local decimals = p
+  -- A scalar or a small tensor shows p significant digits of its smallest value, not p decimals
+  -- (a max error of 0.000123 reads 0.0001230, not 0.0001); up to M.small_max_decimals, then e-notation.
+  if not sci and #values <= M.small and mina < 1 and mina > 0 then
+    decimals = p - 1 - math.floor(math.log(mina, 10))
+    if decimals > M.small_max_decimals then sci = true; decimals = p end
+  end
+  local pat = sci and ("%." .. p .. "e") or ("%." .. decimals .. "f")
   return function(v)
     if v ~= v then return "nan" end
     if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end

@@ -1,0 +1,41 @@
+-- errfmt.lua — how the host shows an error from a user's script or -e chunk: the user's line
+-- first, then only the user's frames of the traceback; `fp8lab -v` (or FP8LAB_VERBOSE=1) shows the
+-- full traceback instead. lua/main.c calls short(text) with the "message\nstack traceback:..." text
+-- its message handler made.
+local M = {}
+
+-- A frame or location inside fp8 itself (embedded chunks are named lua/fp8/...), or in C.
+local function internal(src)
+  return src == "[C]" or src:match("^lua/fp8/") ~= nil or src:match("/lua/fp8/") ~= nil
+    or src == "(...tail calls...)"
+end
+
+-- short(text) -> the shortened text (text unchanged when it has no traceback or no user frame).
+function M.short(text)
+  if type(text) ~= "string" then return text end
+  local msg, tb = text:match("^(.-)\nstack traceback:\n(.*)$")
+  if not msg then return text end
+  local frames = {}
+  for line in tb:gmatch("[^\n]+") do
+    local l = line:gsub("^%s+", "")
+    local src, ln = l:match("^(.-):(%d+): ")
+    if src and not internal(src) and src ~= "[C]" then frames[#frames + 1] = { src = src, line = ln, text = l } end
+  end
+  if #frames == 0 then return text end
+  local first = frames[1]
+  local where = first.src .. ":" .. first.line
+  local head
+  local msrc, mline, rest = msg:match("^(.-):(%d+): (.*)$")
+  if msrc and msrc:find("\n", 1, true) == nil and internal(msrc) then
+    head = where .. ": " .. rest .. "\n  (raised in " .. msrc .. ":" .. mline .. ")"
+  elseif msrc and msrc:find("\n", 1, true) == nil then
+    head = msg                                  -- already located in the user's code
+  else
+    head = where .. ": " .. msg
+  end
+  local out = { head, "traceback (your code; fp8lab -v shows the full one):" }
+  for _, f in ipairs(frames) do out[#out + 1] = "\t" .. f.text end
+  return table.concat(out, "\n")
+end
+
+return M

@@ -1,0 +1,95 @@
+-- parity_prompt_spec.lua — issue 15 point 9, the prompt: short echo of fp8.explain, significant
+-- digits for scalars and small tensors, dims counted from 1 in broadcast errors, help() sections and
+-- suggestions, short script tracebacks (full with -v), and fp8.args.parse --help inside a REPL.
+local bin = FP8LAB_BIN or "build/fp8lab"
+local help = require "fp8.help"
+local repl = require "fp8.repl"
+
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+local function lines(s) return select(2, s:gsub("\n", "")) + 1 end
+
+describe("the prompt", function()
+  it("fp8.explain echoes as one short line", function()
+    local r = fp8.explain(0.1, "e4m3", { quiet = true })
+    local shown = repl.format(r)
+    assert.equal(1, lines(shown))
+    assert.matches("0%.1 in e4m3 %-> 0%.1015625", shown)
+    assert.equal(0.1015625, r.value)   -- the fields are still there
+  end)
+
+  it("scalars and small tensors print with significant digits", function()
+    local x = fp8.tensor { 0.1, 0.2, 0.3, 0.7 }
+    local q = x:quantize("e4m3")
+    local err = (q:dequantize() - x):abs():max()
+    local s = tostring(err)
+    local shown = tonumber(s:match("^tensor%(([%d%.e%-]+)"))
+    assert.truthy(shown, s)
+    assert.is_true(math.abs(shown - err:item()) <= 1e-3 * err:item(), s)   -- 4 significant digits
+    assert.matches("^tensor%(0%.0001230,", tostring(fp8.tensor { 0.000123 }:sum()))
+    assert.matches("^tensor%(%[0%.5000, 0%.2500%]", tostring(fp8.tensor { 0.5, 0.25 }))
+  end)
+
+  it("broadcast errors count dims from 1", function()
+    local ok, e = pcall(function() return fp8.randn { 2, 3 } + fp8.randn { 4, 3 } end)
+    assert.is_false(ok)
+    assert.matches("%(dim 1 of the result: 2 vs 4%)", e)
+    ok, e = pcall(function() return fp8.randn { 2, 3 } + fp8.randn { 2, 4 } end)
+    assert.matches("%(dim 2 of the result: 3 vs 4%)", e)
+  end)
+
+  it("help() is a short index of sections; help(\"tensors\") one section", function()
+    local t = help.text()
+    assert.is_true(lines(t) <= 15, t)
+    assert.matches("tensors", t)
+    local sec = help.text("tensors")
+    assert.matches("fp8%.zeros", sec)
+    assert.is_nil(sec:find("fp8.encode", 1, true))
+  end)
+
+  it("help(\"nosuchthing\") suggests near names instead of dumping the index", function()
+    local t = help.text("quantise")
+    assert.matches("did you mean: [^\n]*Tensor:quantize", t)
+    assert.equal(1, lines(t))
+    local n = help.text("nosuchthing")
+    assert.matches("no help for 'nosuchthing'", n)
+    assert.is_nil(n:find("known:", 1, true))
+    assert.is_true(#n < 200, n)
+  end)
+
+  it("a script error shows the user's line first and a short traceback; -v the full one", function()
+    local path = os.tmpname() .. ".lua"
+    local f = assert(io.open(path, "w"))
+    f:write("local function f()\n  local a = fp8.Accelerator{mixed_precision='no', config=false, env={}, "
+      .. "kwargs_handlers={fp8.TERecipeKwargs{}}}\n  return a\nend\nf()\n")
+    f:close()
+    local out, ok = sh(sh_quote(bin) .. " " .. sh_quote(path))
+    assert.is_false(ok)
+    local first = out:match("^[^\n]+")
+    assert.truthy(first:find(path .. ":2: ", 1, true), out)
+    assert.matches("TERecipeKwargs needs mixed_precision", first)
+    assert.is_nil(out:find("lua/fp8/accelerator.lua", 1, true), out)
+    assert.matches("fp8lab %-v", out)
+    local full = sh(sh_quote(bin) .. " -v " .. sh_quote(path))
+    assert.truthy(full:find("lua/fp8/accelerator.lua", 1, true), full)
+    assert.matches("stack traceback:", full)
+    os.remove(path)
+  end)
+
+  it("fp8.args.parse --help inside a REPL raises instead of ending the session", function()
+    local code = 'require("fp8.args").parse({"--help"}, {{"n", "int", 1, "a number"}}, {usage = "usage: demo", about = "x"})\n'
+      .. 'print("still " .. "here")\n'
+    local out = sh("printf %s " .. sh_quote(code) .. " | " .. sh_quote(bin) .. " -i")
+    assert.matches("usage: demo", out)
+    assert.matches("still here", out)
+    -- a script run on its own still exits 0 after printing the usage
+    local out2, ok2 = sh(sh_quote(bin) .. " scripts/train_char_gpt.lua --help")
+    assert.is_true(ok2, out2)
+    assert.matches("usage: fp8lab scripts/train_char_gpt.lua", out2)
+  end)
+end)
