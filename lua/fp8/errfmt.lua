@@ -25,11 +25,13 @@ function M.short(text)
   local first = frames[1]
   local where = first.src .. ":" .. first.line
   local head
-  local msrc, mline, rest = msg:match("^(.-):(%d+): (.*)$")
-  if msrc and msrc:find("\n", 1, true) == nil and internal(msrc) then
+  -- the innermost frame of the user's code leads (a message's own location may sit in fp8's Lua
+  -- library, or one tail call away from the user's line)
+  local msrc, mline, rest = msg:match("^([^\n]-):(%d+): (.*)$")
+  if msrc and internal(msrc) then
     head = where .. ": " .. rest .. "\n  (raised in " .. msrc .. ":" .. mline .. ")"
-  elseif msrc and msrc:find("\n", 1, true) == nil then
-    head = msg                                  -- already located in the user's code
+  elseif msrc then
+    head = where .. ": " .. rest
   else
     head = where .. ": " .. msg
   end
