@@ -137,7 +137,7 @@ clean:
 	rm -rf build build-san
 
 help:
-	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean   (CUDA=auto|0|1)"
+	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean | install | uninstall   (CUDA=auto|0|1; PREFIX=/usr/local DESTDIR=)"
 
 # ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
 # Links only the objects it uses so it builds even while other core files are in progress.
@@ -174,3 +174,31 @@ else
 bench-gpu:
 	@echo "no GPU: fp8lab was built without CUDA (CUDA=0 or no working nvcc)"
 endif
+
+# ---- install: `make install PREFIX=/usr/local DESTDIR=...` puts the binary, the Lua library (also
+# embedded in the binary; installed for reading and FP8LAB_LUA_DIR), the example scripts, the docs and
+# the man page (generated from docs/cli.md and docs/config.md) where Debian expects them; `make uninstall`.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  := $(PREFIX)/bin
+LUADIR  := $(PREFIX)/share/lua/5.4
+DATADIR := $(PREFIX)/share/fp8lab
+DOCDIR  := $(PREFIX)/share/doc/fp8lab
+MANDIR  := $(PREFIX)/share/man/man1
+INST_SCRIPTS := $(wildcard scripts/*.lua)
+INST_DOCS    := $(wildcard docs/*.md) README.md
+.PHONY: install uninstall man
+man: $(BUILD)/fp8lab.1
+$(BUILD)/fp8lab.1: scripts/gen_man.lua docs/cli.md docs/config.md $(BIN)
+	$(BIN) scripts/gen_man.lua docs/cli.md docs/config.md > $@.tmp && mv $@.tmp $@
+install: $(BIN) $(BUILD)/fp8lab.1
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(DATADIR)/scripts $(DESTDIR)$(DOCDIR)
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/fp8lab
+	for f in $(LUA_SRC); do install -D -m 644 $$f $(DESTDIR)$(LUADIR)/$${f#lua/} || exit 1; done
+	install -m 644 $(INST_SCRIPTS) $(DESTDIR)$(DATADIR)/scripts/
+	install -m 644 $(INST_DOCS) $(DESTDIR)$(DOCDIR)/
+	install -m 644 $(BUILD)/fp8lab.1 $(DESTDIR)$(MANDIR)/fp8lab.1
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/fp8lab $(DESTDIR)$(MANDIR)/fp8lab.1
+	for f in $(LUA_SRC); do rm -f $(DESTDIR)$(LUADIR)/$${f#lua/}; done
+	rm -rf $(DESTDIR)$(LUADIR)/fp8 $(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
