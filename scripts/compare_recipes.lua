@@ -32,6 +32,7 @@ local OPTIONS = {
   { "limit", "int", 0, "use only the first N training images (N/6 test); 0 = all", 0 },
   { "only", "str", nil, "comma-separated subset of: " .. table.concat(names, ",") },
   { "out", "str", "build/compare_recipes.csv", "per-step losses of every run (CSV; PNG beside it with gnuplot)" },
+  { "root", "str", data.FASHION_MNIST_ROOT, "directory with the IDX .gz files" },
 }
 local opts = require("fp8.args").parse(arg or {}, OPTIONS, {
   usage = "usage: fp8lab scripts/compare_recipes.lua [options]",
@@ -50,8 +51,9 @@ if opts.only then
 end
 
 local limit = opts.limit > 0 and opts.limit or nil
-local train_ds = data.FashionMNIST{train = true, normalize = true, limit = limit}
-local test_ds = data.FashionMNIST{train = false, normalize = true, limit = limit and math.max(1, limit // 6) or nil}
+local train_ds = data.FashionMNIST{root = opts.root, train = true, normalize = true, limit = limit}
+local test_ds = data.FashionMNIST{root = opts.root, train = false, normalize = true,
+                                  limit = limit and math.max(1, limit // 6) or nil}
 
 local function accuracy(model)
   local hits, n = 0, 0
@@ -161,16 +163,10 @@ end
 f:close()
 assert(os.rename(tmp, opts.out))
 print("loss curves: " .. opts.out)
-if os.execute("command -v gnuplot >/dev/null 2>&1") then
-  local png = opts.out:gsub("%.csv$", "") .. ".png"
-  local gp = io.popen("gnuplot 2>&1", "w")
-  if gp then
-    local plots = {}
-    for i, r in ipairs(results) do plots[i] = ("'%s' using 1:%d with lines title '%s'"):format(opts.out, i + 1, r.name) end
-    gp:write(("set terminal png size 1000,560\nset output '%s'\nset datafile separator ','\nset key autotitle columnhead\n"
-      .. "set title 'Fashion-MNIST MLP: training loss per recipe'\nset xlabel 'step'\nset ylabel 'loss'\nset logscale y\n"
-      .. "plot %s\n"):format(png, table.concat(plots, ", ")))
-    gp:close()
-    print("loss plot: " .. png)
-  end
-end
+-- One line per recipe (fp8.plot: without gnuplot one notice, and the CSV stays).
+local series = {}
+for i, r in ipairs(results) do series[i] = { x = 1, y = i + 1, title = r.name } end
+local png = require("fp8.plot").lines{csv = opts.out, png = opts.out:gsub("%.csv$", "") .. ".png",
+  title = "Fashion-MNIST MLP: training loss per recipe", xlabel = "step", ylabel = "training loss (log scale)",
+  logy = true, series = series}
+if png then print("loss plot: " .. png) end

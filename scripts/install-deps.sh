@@ -6,7 +6,7 @@
 set -euo pipefail
 PKGS=(build-essential pkg-config lua5.4 liblua5.4-dev libdnnl-dev libyaml-dev zlib1g-dev
       libcjson-dev libreadline-dev lua-busted dataset-fashion-mnist fortunes
-      openmpi-bin libopenmpi-dev)
+      openmpi-bin libopenmpi-dev gnuplot-nox)
 for group in "$@"; do
   case "$group" in
     fuzz) PKGS+=(clang) ;;

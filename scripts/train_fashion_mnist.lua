@@ -27,7 +27,9 @@ local OPTIONS = {
   { "seed", "int", 42, "seed of weights and shuffling: same seed, same loss curve" },
   { "limit", "int", 0, "use only the first N training (and N/6 test) images; 0 = all" },
   { "root", "str", data.FASHION_MNIST_ROOT, "directory with the IDX .gz files" },
-  { "out", "str", "build/fashion_mnist_loss.csv", "loss curve CSV (a .png beside it with gnuplot)" },
+  { "out", "str", "build/fashion_mnist_loss.csv", "per-step CSV: loss, lr, val loss/accuracy, FP8 under/overflow" },
+  { "eval-every", "int", 0, "steps between test-set evaluations in the CSV (0: at the end of each epoch)", 0 },
+  { "plot", "flag", false, "PNGs beside the CSV (gnuplot): train/val curves; under fp8 the scale/amax history of the first FP8 layer" },
   { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
   { "quiet", "flag", false, "no progress bars" },
 }
@@ -144,7 +146,24 @@ print(("Fashion-MNIST MLP 784-512-256-10: %d train / %d test images, %d epochs, 
 
 local prev_autocast = fp8.autocast_dtype()
 local scaler = accel.scaler
-local curve = {}          -- {step, epoch, loss, lr}
+local curve = {}          -- {step, epoch, loss, lr, val_loss, val_acc, fp8_underflow, fp8_saturated}
+local plot = opts.plot and require "fp8.plot"
+local stats_csv = opts.out:gsub("%.csv$", "") .. "_fp8_stats.csv"
+if plot and mp == "fp8" then
+  os.remove(stats_csv)   -- log_fp8_stats appends
+  accel:log_fp8_stats{every = 1, path = stats_csv}
+end
+-- Fractions of the values of the last FP8 casts (all layers and roles) that underflowed to zero and
+-- that saturated at the format's max.
+local function fp8_fractions()
+  if mp ~= "fp8" then return nil end
+  local u, s, n = 0, 0, 0
+  for _, r in ipairs(fp8.stats(model, {quiet = true})) do
+    u, s, n = u + r.underflow * r.numel, s + r.saturated * r.numel, n + r.numel
+  end
+  if n == 0 then return nil end
+  return u / n, s / n
+end
 local step, samples, train_time = 0, 0, 0
 local t0 = data.clock()
 local acc, test_loss, epoch_loss
@@ -167,12 +186,20 @@ local ok, err = pcall(function()
       end)
       local l = loss:item()
       sum, count, samples = sum + l, count + 1, samples + x:size(1)
-      curve[#curve + 1] = { step, epoch, l, lr }
+      local under, sat = fp8_fractions()
+      curve[#curve + 1] = { step, epoch, l, lr, nil, nil, under, sat }
+      if opts["eval-every"] > 0 and step % opts["eval-every"] == 0 then
+        local tt = data.clock()
+        local a, vl = evaluate()
+        curve[#curve][5], curve[#curve][6] = vl, a
+        train_time = train_time - (data.clock() - tt)   -- evaluation is not training time
+      end
       if iter ~= train_loader then iter:set_postfix{loss = sum / count} end
     end
     epoch_loss = sum / count
     train_time = train_time + (data.clock() - te)
     acc, test_loss = evaluate()
+    curve[#curve][5], curve[#curve][6] = test_loss, acc
     print(("epoch %d/%d  train_loss=%.4f  test_loss=%.4f  test_acc=%.2f%%  (%.1fs)%s"):format(epoch, opts.epochs,
       epoch_loss, test_loss, acc * 100, data.clock() - t0,
       scaler and ("  loss_scale=%g skipped=%d"):format(scaler:get_scale(), scaler.skipped_steps) or ""))
@@ -182,24 +209,31 @@ fp8.set_autocast_dtype(prev_autocast)
 if not ok then error(err, 0) end
 local elapsed = data.clock() - t0
 
--- Loss curve: CSV always, PNG when gnuplot is there.
+-- The curve: CSV always (written to a temporary file, then renamed); PNGs with --plot.
 local dir = opts.out:match("^(.*)/[^/]*$")
 if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
-local f, ferr = io.open(opts.out, "w")
+local tmp = opts.out .. ".tmp"
+local f, ferr = io.open(tmp, "w")
 if not f then error("cannot write the loss curve: " .. tostring(ferr), 0) end
-f:write("step,epoch,loss,lr\n")
-for _, r in ipairs(curve) do f:write(("%d,%d,%.6f,%.6g\n"):format(r[1], r[2], r[3], r[4])) end
+f:write("step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated\n")
+local function cell(v, fmt) return v == nil and "" or fmt:format(v) end
+for _, r in ipairs(curve) do
+  f:write(("%d,%d,%.6f,%.6g,%s,%s,%s,%s\n"):format(r[1], r[2], r[3], r[4], cell(r[5], "%.6f"), cell(r[6], "%.4f"),
+    cell(r[7], "%.6g"), cell(r[8], "%.6g")))
+end
 f:close()
+assert(os.rename(tmp, opts.out))
 print("loss curve: " .. opts.out)
-if os.execute("command -v gnuplot >/dev/null 2>&1") then
-  local png = opts.out:gsub("%.csv$", "") .. ".png"
-  local gp = io.popen("gnuplot 2>&1", "w")
-  if gp then
-    gp:write(("set terminal png size 900,500\nset output '%s'\nset datafile separator ','\n"
-      .. "set title 'Fashion-MNIST MLP (%s)'\nset xlabel 'step'\nset ylabel 'training loss'\nset logscale y\n"
-      .. "plot '%s' using 1:3 every ::1 with lines title 'loss'\n"):format(png, recipe_str(), opts.out))
-    gp:close()
-    print("loss plot: " .. png)
+if plot then
+  local png = plot.lines{csv = opts.out, png = opts.out:gsub("%.csv$", "") .. ".png",
+    title = ("Fashion-MNIST MLP (%s)"):format(recipe_str()), xlabel = "step", ylabel = "loss (log scale)",
+    y2label = "test accuracy", y2range = {0, 1}, logy = true,
+    series = {{x = 1, y = 3, title = "train loss"}, {x = 1, y = 5, title = "test loss", style = "points"},
+              {x = 1, y = 6, title = "test accuracy", style = "points", axis = "x1y2"}}}
+  if png then print("loss plot: " .. png) end
+  if mp == "fp8" then
+    local p2 = plot.fp8_history{csv = stats_csv, png = opts.out:gsub("%.csv$", "") .. "_fp8.png"}
+    if p2 then print("fp8 scale/amax plot: " .. p2) end
   end
 end
 

@@ -79,7 +79,7 @@ describe("scripts/train_fashion_mnist.lua", function()
     assert.is_true(tonumber(loss) > 0 and tonumber(time) >= 0 and tonumber(sps) > 0)
     assert.matches("epoch 1/1 .* test_acc=", out)
     local text = read(csv)
-    assert.matches("^step,epoch,loss,lr\n1,1,", text)
+    assert.matches("^step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated\n1,1,", text)
     local rows = select(2, text:gsub("\n", ""))
     assert.are.equal(1 + 6, rows)         -- header + 600/100 steps
   end)

@@ -1,0 +1,166 @@
+-- fp8.plot — PNG plots through gnuplot (Debian's gnuplot-nox) for the training scripts: line plots of
+-- CSV columns (loss curves, train/val), and the scale/amax history of an FP8 layer from the CSV that
+-- acc:log_fp8_stats writes. Without gnuplot nothing is drawn: one notice per process says so, and the
+-- CSV stays. FP8LAB_GNUPLOT names another gnuplot command. PNGs are written to a temporary file in the
+-- same directory and renamed into place, so a PNG is there only when complete.
+local M = {}
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+-- gnuplot strings in single quotes: a quote is doubled
+local function gq(s) return "'" .. tostring(s):gsub("'", "''") .. "'" end
+
+function M.command() return os.getenv("FP8LAB_GNUPLOT") or "gnuplot" end
+
+local checked, present
+-- available() -> whether gnuplot runs (checked once).
+function M.available()
+  if not checked then
+    checked = true
+    local ok = os.execute(q(M.command()) .. " --version >/dev/null 2>&1")
+    present = ok == true
+  end
+  return present
+end
+
+local told = false
+-- The one notice per process when gnuplot is missing.
+local function missing(csv)
+  if not told then
+    told = true
+    io.stderr:write(("fp8lab: notice: gnuplot not found (%s; apt-get install gnuplot-nox): no PNG plots, "
+      .. "the CSV data stays in %s\n"):format(M.command(), tostring(csv)))
+  end
+  return nil, "gnuplot not available"
+end
+
+-- Runs a gnuplot script that writes `png`; returns png, or nil and the reason.
+local function run(script, png)
+  local tmp = png .. ".tmp"
+  script = ("set terminal pngcairo size 1000,560 font ',10' noenhanced\nset output %s\nset format y '%%g'\n"):format(gq(tmp)) .. script
+  local p = io.popen(q(M.command()) .. " 2>&1", "w")
+  if not p then return nil, "cannot start gnuplot" end
+  p:write(script)
+  local ok = p:close()
+  local f = io.open(tmp, "rb")
+  local head = f and f:read(8)
+  if f then f:close() end
+  if not ok or head ~= "\137PNG\r\n\26\n" then
+    os.remove(tmp)
+    return nil, "gnuplot did not write a PNG"
+  end
+  local rok, rerr = os.rename(tmp, png)
+  if not rok then os.remove(tmp); return nil, rerr end
+  return png
+end
+
+local function check_opts(name, o, required)
+  if type(o) ~= "table" then error(("%s: expected an options table, got %s"):format(name, type(o)), 3) end
+  for _, k in ipairs(required) do
+    if type(o[k]) ~= "string" or o[k] == "" then
+      error(("%s: %s must be a file name, got %s"):format(name, k, tostring(o[k])), 3)
+    end
+  end
+end
+
+-- lines{csv=, png=, title=, xlabel=, ylabel=, y2label=, y2range={lo, hi}, logy=false, series={{x=1, y=3, title=, style="lines"|"points", axis="x1y2"}}}
+-- -> png | nil, reason. Columns are 1-based CSV columns; empty cells are skipped.
+function M.lines(o)
+  check_opts("plot.lines", o, { "csv", "png" })
+  if type(o.series) ~= "table" or #o.series == 0 then
+    error("plot.lines: series must be a non-empty list of {x=, y=, title=}", 2)
+  end
+  if not M.available() then return missing(o.csv) end
+  local s = { "set datafile separator ','", "set datafile missing ''", "set grid", "set key outside right top",
+              ("set title %s"):format(gq(o.title or "")), ("set xlabel %s"):format(gq(o.xlabel or "")),
+              ("set ylabel %s"):format(gq(o.ylabel or "")) }
+  if o.logy then s[#s + 1] = "set logscale y" end
+  local y2 = false
+  local plots = {}
+  for i, sr in ipairs(o.series) do
+    -- gnuplot cycles 8 colours: from the 9th series on, dashes tell the lines apart
+    local style = sr.style == "points" and "linespoints pt 7 ps 1.2" or ("lines lw 2 dt %d"):format((i - 1) // 8 + 1)
+    plots[#plots + 1] = ("%s using %d:%d every ::1 with %s axes %s title %s"):format(gq(o.csv), sr.x or 1, sr.y, style,
+      sr.axis or "x1y1", gq(sr.title or ("column " .. sr.y)))
+    if sr.axis == "x1y2" then y2 = true end
+  end
+  if y2 then
+    s[#s + 1] = "set y2tics"; s[#s + 1] = "set ytics nomirror"; s[#s + 1] = "set format y2 '%g'"
+    if o.y2range then s[#s + 1] = ("set y2range [%g:%g]"):format(o.y2range[1], o.y2range[2]) end
+    s[#s + 1] = ("set y2label %s"):format(gq(o.y2label or ""))
+  end
+  s[#s + 1] = "plot " .. table.concat(plots, ", \\\n  ")
+  return run(table.concat(s, "\n") .. "\n", o.png)
+end
+
+-- fp8_history{csv= (from acc:log_fp8_stats), png=, layer=nil (the first in the file)} -> png | nil, reason.
+-- Two panels over the optimizer steps: the scale of each tensor role (input, weight, grad_output), and
+-- its amax (of the last cast and over the history window), log scale.
+function M.fp8_history(o)
+  check_opts("plot.fp8_history", o, { "csv", "png" })
+  local f, err = io.open(o.csv, "r")
+  if not f then error("plot.fp8_history: cannot read " .. tostring(err), 2) end
+  local header = f:read("l")
+  if not header or not header:match("^step,layer,role,format,scale,amax") then
+    f:close()
+    error(("plot.fp8_history: %s is not an acc:log_fp8_stats CSV"):format(o.csv), 2)
+  end
+  local layer = o.layer
+  local rows, steps, seen = {}, {}, {}
+  for line in f:lines() do
+    local step, lname, role, _, scale, amax, hist = line:match("^(%d+),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)")
+    if step then
+      layer = layer or lname
+      if lname == layer then
+        step = tonumber(step)
+        if not seen[step] then seen[step] = true; steps[#steps + 1] = step; rows[step] = {} end
+        rows[step][role] = { scale, amax, hist }
+      end
+    end
+  end
+  f:close()
+  if #steps == 0 then error(("plot.fp8_history: no rows for layer %s in %s"):format(tostring(layer), o.csv), 2) end
+  if not M.available() then return missing(o.csv) end
+  local dat = o.png .. ".dat"
+  local d = assert(io.open(dat, "w"))
+  local roles = { "input", "weight", "grad_output" }
+  for _, st in ipairs(steps) do
+    local cols = { tostring(st) }
+    for _, r in ipairs(roles) do
+      local v = rows[st][r] or { "", "", "" }
+      for k = 1, 3 do cols[#cols + 1] = v[k] end
+    end
+    d:write(table.concat(cols, " "), "\n")
+  end
+  d:close()
+  local s = { "set multiplot layout 2,1 title " .. gq(("FP8 layer '%s': scale and amax per tensor role over training"):format(layer)),
+              "set grid", "set logscale y", "set key outside right top", "set xlabel 'optimizer step'",
+              "set ylabel 'scale'" }
+  local p1, p2 = {}, {}
+  local colour = { "#1f77b4", "#2ca02c", "#d62728" }   -- one colour per role in both panels
+  for i, r in ipairs(roles) do
+    local c = 2 + (i - 1) * 3
+    p1[#p1 + 1] = ("%s using 1:%d with lines lw 2 lc rgb '%s' title %s"):format(gq(dat), c, colour[i], gq(r))
+    p2[#p2 + 1] = ("%s using 1:%d with lines lw 2 lc rgb '%s' title %s"):format(gq(dat), c + 1, colour[i],
+      gq(r .. " (last cast)"))
+    p2[#p2 + 1] = ("%s using 1:%d with lines lw 1 dt 2 lc rgb '%s' title %s"):format(gq(dat), c + 2, colour[i],
+      gq(r .. " (history max)"))
+  end
+  s[#s + 1] = "plot " .. table.concat(p1, ", ")
+  s[#s + 1] = "set ylabel 'amax'"
+  s[#s + 1] = "plot " .. table.concat(p2, ", ")
+  s[#s + 1] = "unset multiplot"
+  local res, why = run(table.concat(s, "\n") .. "\n", o.png)
+  os.remove(dat)
+  return res, why
+end
+
+local okh, help = pcall(require, "fp8.help")
+if okh and help.add then
+  help.add { section = "Training", name = "plot.lines",
+    sig = "fp8.plot.lines{csv=, png=, title=, xlabel=, ylabel=, logy=, series={{x=1, y=3, title=, style=, axis=}}}",
+    doc = "PNG line plot of CSV columns through gnuplot (gnuplot-nox). Without gnuplot: one notice, no PNG,\n"
+       .. "the CSV stays. fp8.plot.fp8_history{csv=, png=, layer=} plots the scale/amax history of an FP8\n"
+       .. "layer from acc:log_fp8_stats' CSV. FP8LAB_GNUPLOT names another gnuplot." }
+end
+
+return M

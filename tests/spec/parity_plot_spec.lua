@@ -1,0 +1,142 @@
+-- parity_plot_spec.lua — issue 15 point 8: evaluation metrics in the training CSV (val loss, accuracy,
+-- lr, FP8 underflow/saturation per step), PNG plots through gnuplot (train/val curves with --plot, the
+-- scale/amax history of an FP8 layer, compare_recipes' loss curves), and without gnuplot one notice
+-- and the CSV kept.
+local bin = FP8LAB_BIN or "build/fp8lab"
+local plot = require "fp8.plot"
+
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir .. "/fm"))
+
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function run(words, env)
+  local cmd = (env or "") .. " timeout 120 " .. sh_quote(bin)
+  for _, a in ipairs(words) do cmd = cmd .. " " .. sh_quote(a) end
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+local function is_png(path) local s = read(path); return s ~= nil and s:sub(1, 8) == "\137PNG\r\n\26\n" and #s > 2000 end
+
+local function make_dataset(dir, split, n)
+  local img, lab = {}, {}
+  local state = 4242
+  for i = 0, n - 1 do
+    local c = i % 10
+    local px = {}
+    for r = 0, 27 do
+      for _ = 0, 27 do
+        state = (state * 1103515245 + 12345) % 2147483648
+        local noise = (state >> 16) % 60
+        px[#px + 1] = (r >= 2 * c + 4 and r < 2 * c + 8) and 200 + noise // 2 or noise
+      end
+    end
+    img[#img + 1] = string.char(table.unpack(px, 1, 392)) .. string.char(table.unpack(px, 393, 784))
+    lab[#lab + 1] = string.char(c)
+  end
+  local f = assert(io.open(dir .. "/" .. split .. "-images-idx3-ubyte", "wb"))
+  f:write(string.pack(">I4I4I4I4", 0x803, n, 28, 28), table.concat(img))
+  f:close()
+  f = assert(io.open(dir .. "/" .. split .. "-labels-idx1-ubyte", "wb"))
+  f:write(string.pack(">I4I4", 0x801, n), table.concat(lab))
+  f:close()
+end
+make_dataset(tmpdir .. "/fm", "train", 200)
+make_dataset(tmpdir .. "/fm", "t10k", 50)
+
+local function fm(out, extra)
+  local a = { "scripts/train_fashion_mnist.lua", "--root", tmpdir .. "/fm", "--epochs", "2", "--batch-size", "50",
+              "--quiet", "--out", out }
+  for _, v in ipairs(extra or {}) do a[#a + 1] = v end
+  return a
+end
+
+describe("training metrics and plots", function()
+  it("the CSV has val loss, accuracy, lr and the FP8 under/overflow fractions per step", function()
+    local csv = tmpdir .. "/m.csv"
+    local out, ok = run(fm(csv, { "--mixed-precision", "fp8", "--fp8-backend", "te", "--eval-every", "2" }))
+    assert.is_true(ok, out)
+    local text = read(csv)
+    local rows = {}
+    for line in text:gmatch("[^\n]+") do rows[#rows + 1] = line end
+    assert.equal("step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated", rows[1])
+    assert.equal(1 + 8, #rows)   -- 200 / 50 = 4 steps per epoch, 2 epochs
+    local evals = 0
+    for i = 2, #rows do
+      local c = {}
+      for v in (rows[i] .. ","):gmatch("([^,]*),") do c[#c + 1] = v end
+      assert.equal(8, #c, rows[i])
+      assert.is_true(tonumber(c[4]) > 0)                       -- lr
+      local u, s = tonumber(c[7]), tonumber(c[8])
+      assert.is_true(u ~= nil and u >= 0 and u <= 1, rows[i])   -- FP8 fractions on every step
+      assert.is_true(s ~= nil and s >= 0 and s <= 1, rows[i])
+      if c[5] ~= "" then
+        evals = evals + 1
+        assert.is_true(tonumber(c[5]) >= 0 and tonumber(c[6]) >= 0 and tonumber(c[6]) <= 1, rows[i])
+      end
+    end
+    assert.equal(4, evals)   -- steps 2, 4, 6, 8 (the epoch ends fall on them)
+    -- without fp8, the FP8 columns stay empty
+    out, ok = run(fm(tmpdir .. "/n.csv"))
+    assert.is_true(ok, out)
+    assert.matches("\n1,1,[%d%.]+,[%de%.%-]+,,,,\n", read(tmpdir .. "/n.csv"))
+  end)
+
+  it("--plot writes the train/val PNG and the FP8 scale/amax history PNG", function()
+    if not plot.available() then
+      pending("gnuplot is not installed (scripts/install-deps.sh installs gnuplot-nox)")
+      return
+    end
+    local csv = tmpdir .. "/p.csv"
+    local out, ok = run(fm(csv, { "--mixed-precision", "fp8", "--fp8-backend", "te", "--plot" }))
+    assert.is_true(ok, out)
+    assert.is_true(is_png(tmpdir .. "/p.png"), out)
+    assert.is_true(is_png(tmpdir .. "/p_fp8.png"), out)
+    assert.matches("step,layer,role,format,scale,amax", read(tmpdir .. "/p_fp8_stats.csv"))
+    assert.is_nil(read(tmpdir .. "/p.png.tmp"))
+    -- no --plot: no PNG
+    out, ok = run(fm(tmpdir .. "/q.csv"))
+    assert.is_true(ok, out)
+    assert.is_nil(read(tmpdir .. "/q.png"))
+  end)
+
+  it("compare_recipes.lua draws one line per recipe", function()
+    if not plot.available() then
+      pending("gnuplot is not installed")
+      return
+    end
+    local csv = tmpdir .. "/cmp.csv"
+    local out, ok = run({ "scripts/compare_recipes.lua", "--root", tmpdir .. "/fm", "--epochs", "1", "--batch-size", "50",
+                          "--only", "fp32,te-hybrid,msamp-O2", "--out", csv })
+    assert.is_true(ok, out)
+    assert.matches("^step,fp32,te%-hybrid,msamp%-O2\n", read(csv))
+    assert.is_true(is_png(tmpdir .. "/cmp.png"), out)
+  end)
+
+  it("without gnuplot: one notice, no PNG, the CSV kept", function()
+    local csv = tmpdir .. "/g.csv"
+    local out, ok = run(fm(csv, { "--mixed-precision", "fp8", "--fp8-backend", "te", "--plot" }),
+      "FP8LAB_GNUPLOT=/nonexistent/gnuplot")
+    assert.is_true(ok, out)
+    local _, n = out:gsub("gnuplot not found", "")
+    assert.equal(1, n, out)
+    assert.truthy(read(csv))
+    assert.is_nil(read(tmpdir .. "/g.png"))
+    assert.is_nil(read(tmpdir .. "/g_fp8.png"))
+  end)
+
+  it("fp8.plot checks its arguments", function()
+    assert.has_error(function() plot.lines(5) end)
+    assert.has_error(function() plot.lines { csv = "a.csv", png = "a.png", series = {} } end)
+    assert.has_error(function() plot.fp8_history { csv = tmpdir .. "/m.csv", png = tmpdir .. "/x.png" } end)
+  end)
+end)
