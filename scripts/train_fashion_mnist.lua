@@ -107,7 +107,8 @@ model, opt, train_loader, test_loader = accel:prepare(model, opt, train_loader, 
 
 local total_steps = opts.epochs * math.ceil(#train_loader / gas)
 -- Cosine decay from the peak lr to 0 over the run, stepped once per optimizer step.
-local sched = optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps})
+-- prepared too, so that it steps once per optimizer step under gradient accumulation
+local sched = accel:prepare(optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps}))
 
 local function argmax_hits(logits, y)
   local rows, labels, hits = logits:totable(), y:totable(), 0

@@ -95,7 +95,8 @@ local function new(opts)
   return self
 end
 
-setmetatable(Accelerator, { __call = function(_, opts) return new(opts) end })
+-- not a tail call, so that new's errors (level 3) name the caller's line
+setmetatable(Accelerator, { __call = function(_, opts) local acc = new(opts); return acc end })
 
 -- The autocast dtype of the non-FP8 ops for this mixed precision.
 local AUTOCAST = { no = "fp32", bf16 = "bf16", fp16 = "fp16", fp8 = "bf16" }

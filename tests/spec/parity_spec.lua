@@ -173,6 +173,25 @@ describe("a scheduler made before prepare", function()
   end
 end)
 
+describe("a scheduler made after prepare", function()
+  it("passed to prepare, it steps once per real step (msamp)", function()
+    local model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 16))
+    local opt = optim.AdamW(model:parameters(), { lr = 1e-2 })
+    local acc = new_acc { mixed_precision = "fp8", gradient_accumulation_steps = 2,
+                          kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "msamp" } } }
+    model, opt = acc:prepare(model, opt)
+    local sched = acc:prepare(optim.lr_scheduler.StepLR(opt, { step_size = 1, gamma = 0.5 }))
+    local x = fp8.randn { 8, 32 }
+    for _ = 1, 4 do
+      acc:accumulate(model, function()
+        acc:backward(model(x):sum()); opt:step(); sched:step(); opt:zero_grad()
+      end)
+    end
+    assert.near(1e-2 * 0.25, rawget(opt, "optimizer").param_groups[1].lr, 1e-12)
+    assert.equal(2, acc.step)
+  end)
+end)
+
 describe("AutocastKwargs", function()
   local Probe = nn.Module.class("AutocastProbe")
   function Probe:__init() self.lin = nn.Linear(4, 4) end
