@@ -112,7 +112,15 @@ local function ao_filter(self, model)
   local user = r.module_filter_func
   return function(m, name)
     if user ~= nil then return user(m, name) == true end
-    if m == first or m == last then return false end        -- torchao's default: first and last stay hp
+    if m == first or m == last then                         -- torchao's default: first and last stay hp
+      local key = ("ao:%s:%d:%d"):format(name, m.in_features, m.out_features)
+      if not recipes._shape_warned[key] then
+        recipes._shape_warned[key] = true
+        io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: torchao's default filter keeps the "
+          .. "first and last Linear in high precision\n"):format(name, m.in_features, m.out_features))
+      end
+      return false
+    end
     -- dims not divisible by 16: skipped, unless pad_inner_dim (torchao pads them with zeros for the GPU
     -- GEMM; zero padding leaves every product unchanged, so the CPU runs them unpadded, same numbers)
     if not recipes.shape_ok(m) then return r.pad_inner_dim == true end

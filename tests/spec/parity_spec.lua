@@ -234,10 +234,15 @@ describe("prepare converts the root module", function()
       print("class=" .. getmetatable(m).__name)
       local acc2 = fp8.Accelerator{mixed_precision="fp8", config=false, env={},
         kwargs_handlers={fp8.AORecipeKwargs{}}}
-      print("class=" .. getmetatable(acc2:prepare(fp8.nn.Linear(32, 32))).__name)]]))
+      print("class=" .. getmetatable(acc2:prepare(fp8.nn.Linear(32, 32))).__name)
+      local nn = fp8.nn
+      acc2:prepare(nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 16)))]]))
     assert.matches("%[30 %-> 30%] stays in high precision: FP8 GEMMs need dims divisible by 16", out)
     assert.matches("stays in high precision: torchao's default filter", out)
     assert.matches("class=Linear\n.*class=Linear", out)
+    -- and every layer a model keeps in high precision gets its line
+    assert.matches("\n[^\n]*%[32 %-> 32%] stays in high precision: torchao's default filter keeps the first and last Linear in high", out)
+    assert.matches("\n[^\n]*%[32 %-> 16%] stays in high precision: torchao's default filter keeps the first and last Linear in high", out)
   end)
 end)
 
