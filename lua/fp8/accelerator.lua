@@ -47,6 +47,7 @@ local function new(opts)
   -- argument > launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS > config file > 1
   local gas = opts.gradient_accumulation_steps or settings.gradient_accumulation_steps or 1
   if opts.gradient_accumulation_steps ~= nil then settings.sources.gradient_accumulation_steps = "argument" end
+  settings.sources.gradient_accumulation_steps = settings.sources.gradient_accumulation_steps or "default"
   settings.gradient_accumulation_steps = gas
   local ac = settings.autocast or {}
   if ac.cache_enabled ~= nil and settings.handlers and settings.handlers.AutocastKwargs

@@ -999,6 +999,9 @@ function M.describe(s)
     end
     return #parts == 0 and "defaults" or table.concat(parts, ", ")
   end
+  if s.gradient_accumulation_steps then
+    line("gradient_accumulation_steps", tostring(s.gradient_accumulation_steps), src.gradient_accumulation_steps)
+  end
   local a = s.autocast or {}
   line("autocast", ("enabled=%s, cache_enabled=%s"):format(tostring(a.enabled), tostring(a.cache_enabled)), src.autocast)
   if s.grad_scaler then
