@@ -404,8 +404,9 @@ fl_status fl_tensor_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t
     if (t->ndim == 0) return FL_ERR(FL_EINVAL, "narrow: cannot narrow a 0-d tensor");
     FL_TRY(norm_dim(&dim, t->ndim, "narrow"));
     if (start < 0 || length < 0 || start > t->shape[dim] || length > t->shape[dim] - start)
+        /* counted from 1 in the message, as the Lua API counts (docs/lua-api.md) */
         return FL_ERR(FL_EINVAL, "narrow: range start %lld, length %lld out of range for dim %d of size %lld",
-                      (long long)start, (long long)length, dim, (long long)t->shape[dim]);
+                      (long long)start + 1, (long long)length, dim + 1, (long long)t->shape[dim]);
     FL_TRY(view_header(out, t));
     fl_tensor *v = *out;
     v->offset += start * t->stride[dim];

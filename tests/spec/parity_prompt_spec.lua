@@ -41,6 +41,12 @@ describe("the prompt", function()
     assert.matches("%(dim 1 of the result: 2 vs 4%)", e)
     ok, e = pcall(function() return fp8.randn { 2, 3 } + fp8.randn { 2, 4 } end)
     assert.matches("%(dim 2 of the result: 3 vs 4%)", e)
+    local x = fp8.randn { 3, 4 }
+    ok, e = pcall(x.narrow, x, 2, 3, 5)
+    assert.matches("range start 3, length 5 out of range for dim 2 of size 4", e)
+    ok, e = pcall(fp8.zeros, { 2, -1 })
+    assert.is_false(ok)
+    assert.matches("dimension 2", e)
   end)
 
   it("help() is a short index of sections; help(\"tensors\") one section", function()
