@@ -174,3 +174,17 @@ else
 bench-gpu:
 	@echo "no GPU: fp8lab was built without CUDA (CUDA=0 or no working nvcc)"
 endif
+
+# ---- checkpoint helper: cJSON for safetensors headers (core/checkpoint.c); `make fuzz` also runs the
+# safetensors reader under libFuzzer (tests/fuzz/fuzz_safetensors.c) ----
+LDLIBS   += -lcjson
+.PHONY: fuzz-safetensors
+fuzz: fuzz-safetensors
+fuzz-safetensors: $(BUILD)/fuzz_safetensors
+	@mkdir -p $(BUILD)/fuzz-st-corpus
+	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	  -dict=tests/fuzz/safetensors.dict -artifact_prefix=$(BUILD)/fuzz-st- $(BUILD)/fuzz-st-corpus tests/data/safetensors
+$(BUILD)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/checkpoint.h
+	@bash scripts/install-deps.sh fuzz
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -DFL_ST_NO_TENSOR -fsanitize=fuzzer,address,undefined -Icore -o $@ \
+	  tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c -lcjson
