@@ -359,6 +359,37 @@ static int l_clone(lua_State *L) {
     return 1;
 }
 
+/* copy_exact_(dst, src): src's bytes into dst in place (same dtype and shape; FP8: its scale inverse
+ * and axis too), so every holder of dst sees the loaded values. */
+static int l_copy_exact_(lua_State *L) {
+    fl_tensor *dst = fl_lchecktensor(L, 1), *src = fl_lchecktensor(L, 2);
+    char a[96], b[96];
+    if (dst->dtype != src->dtype || !fl_shape_equal(dst->ndim, dst->shape, src->ndim, src->shape))
+        return luaL_error(L, "copy_exact_: expected a %s tensor of shape %s, got %s of shape %s", fl_format(dst->dtype)->name,
+                          fl_shape_str(a, sizeof a, dst->ndim, dst->shape), fl_format(src->dtype)->name,
+                          fl_shape_str(b, sizeof b, src->ndim, src->shape));
+    fl_tensor *c = NULL;
+    FL_LCALL(L, fl_tensor_clone_exact(&c, src));
+    /* Swap the copy's storage and scale in (a fresh contiguous layout on dst's device). */
+    fl_tensor *m = NULL;
+    fl_status st = fl_tensor_to_device(&m, c, dst->device);
+    fl_tensor_release(c);
+    fl_lcheck(L, st);
+    fl_storage *old = dst->storage;
+    dst->storage = m->storage; m->storage = old;
+    dst->offset = 0;
+    memcpy(dst->stride, m->stride, sizeof dst->stride);
+    fl_tensor *si = dst->scale_inv;
+    dst->scale_inv = m->scale_inv; m->scale_inv = si;
+    dst->scale_axis = m->scale_axis;
+    dst->qstats = m->qstats;
+    fl_stats_future *qf = dst->qfuture;
+    dst->qfuture = m->qfuture; m->qfuture = qf;
+    fl_tensor_bump(dst);
+    fl_tensor_release(m);
+    return 0;
+}
+
 /* The default generator's state as two 16-digit hex strings (exact, unlike a JSON number). */
 static int l_rng_state(lua_State *L) {
     fl_rng *r = fl_default_rng();
@@ -480,7 +511,7 @@ static const luaL_Reg so_methods[] = {
 };
 
 static const luaL_Reg ckpt_funcs[] = {
-    {"write_atomic", l_write_atomic}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"rng_state", l_rng_state},
+    {"write_atomic", l_write_atomic}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };
 

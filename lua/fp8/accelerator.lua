@@ -146,6 +146,7 @@ function Accelerator:_prepare_model(model)
       if r.opt_level == "O3" then
         local q = w16:detach():to("fp32"):quantize("e4m3", { scale = R.scale_for(w16:abs():max():item(), "e4m3", 0, true) })
         rawset(layer, "weight_fp8", q)
+        layer:register_buffer("weight_fp8", q)   -- the same tensor, so state_dict/checkpoints carry it (exactly)
         self._fp8_weights[w16] = q
       end
     end

@@ -119,6 +119,9 @@ function M.pack_state(st)
 end
 
 function M.unpack_state(t)
+  if not core.is_tensor(t) or t:dim() ~= 1 then
+    error("FP8 recipe state: expected a 1-d tensor, got " .. (core.is_tensor(t) and ("%d-d"):format(t:dim()) or type(t)), 3)
+  end
   local flat = t:totable()
   if flat[1] ~= STATE_VERSION or flat[2] ~= #STATE_ROLES then
     error(("FP8 recipe state: unknown layout (version %s, %s roles; this build reads version %d)"):format(
@@ -126,11 +129,15 @@ function M.unpack_state(t)
   end
   local st, i = {}, 3
   for _, r in ipairs(STATE_ROLES) do
+    local n = math.tointeger(flat[i + 2])
+    if type(flat[i]) ~= "number" or not n or n < 0 or i + 2 + n > #flat then
+      error(("FP8 recipe state: truncated or corrupt at the %s role (%d values)"):format(r, #flat), 3)
+    end
     local s = { scale = flat[i], updates = math.tointeger(flat[i + 1]) or 0, history = {} }
-    local n = math.tointeger(flat[i + 2]) or 0
     for k = 1, n do s.history[k] = flat[i + 2 + k] end
     st[r], i = s, i + 3 + n
   end
+  if i - 1 ~= #flat then error(("FP8 recipe state: %d values, the layout needs %d"):format(#flat, i - 1), 3) end
   return st
 end
 
@@ -143,6 +150,29 @@ end
 
 function FP8Linear:_before_state_dict() self.fp8_state = M.pack_state(self.fp8_meta:state()) end
 function FP8Linear:_after_load_state_dict() self.fp8_meta:load_state(M.unpack_state(self.fp8_state)) end
+-- Module:load_state_dict asks before it writes anything: the recipe state in sd must unpack and fit
+-- this layer (same history lengths, finite positive scales). Returns why not, or nil.
+function FP8Linear:_check_load_state(sd, prefix)
+  local t = sd[prefix .. "fp8_state"]
+  if t == nil then return nil end   -- strict=false without recipe state: the layer keeps its own
+  local ok, st = pcall(M.unpack_state, t)
+  if not ok then return ('for "%sfp8_state": %s'):format(prefix, tostring(st):gsub("^[^:]*:%d+: ", "")) end
+  local mine = self.fp8_meta:state()
+  for _, r in ipairs(STATE_ROLES) do
+    local s = st[r]
+    if #s.history ~= #mine[r].history then
+      return ('for "%sfp8_state": the %s role has an amax history of %d, this layer %d (a different amax_history_len '
+        .. 'or recipe)'):format(prefix, r, #s.history, #mine[r].history)
+    end
+    if not (s.scale > 0 and s.scale < math.huge) then
+      return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0)'):format(prefix, r, tostring(s.scale))
+    end
+    for k, h in ipairs(s.history) do
+      if h ~= h then return ('for "%sfp8_state": %s history[%d] is NaN'):format(prefix, r, k) end
+    end
+  end
+  return nil
+end
 
 function FP8Linear:forward(x)
   if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end

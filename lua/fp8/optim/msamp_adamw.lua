@@ -43,6 +43,14 @@ local function new_state(p, fp32)
            exp_avg_sq_scale_inv = core.ones({ 1 }, f32) }
 end
 
+-- O1: fp32 moments; O2/O3: E4M3 first moment, fp16 second; a [1] scale inverse for the second either way.
+function MSAMPAdamW:_state_schema(p)
+  local fp32 = self._fp32_moments
+  return { step = "count", exp_avg = { dtype = fp32 and "fp32" or "e4m3", shape = "param" },
+           exp_avg_sq = { dtype = fp32 and "fp32" or "fp16", shape = "param" },
+           exp_avg_sq_scale_inv = { dtype = "fp32", shape = { 1 } } }
+end
+
 function MSAMPAdamW:step(closure)
   local loss
   if closure then loss = closure() end
