@@ -5,7 +5,10 @@
  * FP8 convention: tensor `name` holds the bytes (F8_E4M3/F8_E5M2) and `name.."_scale_inv"` (F32) its
  * scale inverse: shape [1] per tensor, or the tensor's rank with every size 1 but the scaled axis. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +93,7 @@ static int l_save_file(lua_State *L) {
         int m = 0;
         lua_pushnil(L);
         while (lua_next(L, 3)) { meta[m++] = lua_tostring(L, -2); meta[m++] = lua_tostring(L, -1); lua_pop(L, 1); }
+        qsort(meta, (size_t)nmeta, 2 * sizeof *meta, cmp_str);   /* pairs by key: the same file every time */
     }
     lua_settop(L, 3);
     lua_newtable(L);   /* 4: anchors the companion names while the file is written */
@@ -352,6 +356,48 @@ static int l_fsync_dir(lua_State *L) {
     return 0;
 }
 
+/* mkdir(path) → true, or nil + message (an existing directory is fine). */
+static int l_mkdir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    struct stat sb;
+    if (mkdir(path, 0755) == 0 || (errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: cannot create the directory: %s", path, strerror(errno));
+    return 2;
+}
+
+/* listdir(path) → sorted names (without . and ..), or nil + message. */
+static int l_listdir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (!d) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
+    lua_newtable(L);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        lua_pushstring(L, e->d_name);
+        lua_rawseti(L, -2, ++n);
+    }
+    closedir(d);
+    lua_getglobal(L, "table");
+    lua_getfield(L, -1, "sort");
+    lua_pushvalue(L, -3);
+    lua_call(L, 1, 0);
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* is_dir(path) → boolean */
+static int l_is_dir(lua_State *L) {
+    struct stat sb;
+    lua_pushboolean(L, stat(luaL_checkstring(L, 1), &sb) == 0 && S_ISDIR(sb.st_mode));
+    return 1;
+}
+
 static int l_clone(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_tensor **slot = fl_lnewbox(L);
@@ -448,12 +494,22 @@ static cJSON *to_json(lua_State *L, int idx, int depth) {
             }
             return out;
         }
+        /* Keys sorted, so the same value always gives the same text (Lua's table order varies by process). */
+        const char **keys = lua_newuserdatauv(L, ((size_t)count + 1) * sizeof *keys, 0);
+        int nk = 0;
         lua_pushnil(L);
         while (lua_next(L, idx)) {
             if (lua_type(L, -2) != LUA_TSTRING) { cJSON_Delete(out); luaL_error(L, "json_encode: object keys must be strings, got %s", luaL_typename(L, -2)); }
-            cJSON_AddItemToObject(out, lua_tostring(L, -2), to_json(L, -1, depth + 1));
+            keys[nk++] = lua_tostring(L, -2);
             lua_pop(L, 1);
         }
+        qsort(keys, (size_t)nk, sizeof *keys, cmp_str);
+        for (int i = 0; i < nk; i++) {
+            lua_getfield(L, idx, keys[i]);
+            cJSON_AddItemToObject(out, keys[i], to_json(L, -1, depth + 1));
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
         return out;
     }
     default:
@@ -511,7 +567,7 @@ static const luaL_Reg so_methods[] = {
 };
 
 static const luaL_Reg ckpt_funcs[] = {
-    {"write_atomic", l_write_atomic}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };
 

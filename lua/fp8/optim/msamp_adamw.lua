@@ -23,10 +23,12 @@ function MSAMPAdamW.from_adamw(opt, extra)
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
     local c = {}
-    for k, v in pairs(g) do c[k] = v end
+    for k, v in pairs(g) do if k ~= "initial_lr" then c[k] = v end end   -- a scheduler's mark, not an option
     groups[i] = c
   end
   local o = MSAMPAdamW.new(groups, {})
+  -- Share the group tables (checked above), so a scheduler made on `opt` keeps setting the lr used here.
+  for i, g in ipairs(opt.param_groups) do o.param_groups[i] = g end
   o._fp8_weights = (extra and extra.fp8_weights) or {}
   o._fp32_moments = extra and extra.moments == "fp32" or false
   o._step_count = opt._step_count or 0
