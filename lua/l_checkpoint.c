@@ -209,7 +209,8 @@ static int ints_to_f32(const fl_st_entry *e, const uint8_t *src, float *dst, int
 static void read_into(lua_State *L, fl_st_file *f, int i, fl_tensor **slot, const char *fname) {
     const fl_st_entry *e = &f->entries[i];
     if (e->ndim > FL_MAX_DIMS)
-        luaL_error(L, "%s: \"%s\" has %d dimensions; fp8lab tensors have at most %d", fname, e->name, e->ndim, FL_MAX_DIMS);
+        luaL_error(L, "%s: %s: \"%s\" has %d dimensions; fp8lab tensors have at most %d", fname, f->path, e->name, e->ndim,
+                   FL_MAX_DIMS);
     fl_dtype dt;
     bool native = fl_st_to_dtype(e->dtype, &dt);
     FL_LCALL(L, fl_tensor_empty(slot, native ? dt : FL_F32, e->ndim, e->shape, FL_DEV_CPU));
@@ -219,8 +220,8 @@ static void read_into(lua_State *L, fl_st_file *f, int i, fl_tensor **slot, cons
     FL_LCALL(L, fl_st_read(f, i, raw));
     int64_t bad = 0;
     if (!ints_to_f32(e, raw, fl_tensor_data(*slot), &bad))
-        luaL_error(L, "%s: \"%s\" (%s) holds %lld, which fp32 cannot hold exactly; fp8lab loads integer tensors as fp32 "
-                   "only when every value is exact", fname, e->name, fl_st_dtype_name(e->dtype), (long long)bad);
+        luaL_error(L, "%s: %s: \"%s\" (%s) holds %I, which fp32 cannot hold exactly; fp8lab loads integer tensors as fp32 "
+                   "only when every value is exact", fname, f->path, e->name, fl_st_dtype_name(e->dtype), (lua_Integer)bad);
     lua_pop(L, 1);
 }
 
@@ -254,8 +255,8 @@ static void push_tensor(lua_State *L, fl_st_file *f, const char *name, int devic
                 }
             }
             if (axis == -2)
-                luaL_error(L, "%s: \"%s\" (%s, shape %s) is not a scale inverse for \"%s\": it must be F32 of shape [1] or of "
-                           "the tensor's rank with size 1 everywhere but the scaled axis", fname, e->name,
+                luaL_error(L, "%s: %s: \"%s\" (%s, shape %s) is not a scale inverse for \"%s\": it must be F32 of shape [1] or of "
+                           "the tensor's rank with size 1 everywhere but the scaled axis", fname, f->path, e->name,
                            fl_st_dtype_name(e->dtype), fl_lpushshape(L, e->ndim, e->shape), name);
             fl_tensor *si = NULL;
             int64_t len = axis < 0 ? 1 : t->shape[axis];
