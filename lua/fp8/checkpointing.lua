@@ -315,7 +315,11 @@ function M.install(Accelerator)
         pc.iteration = pc.iteration + 1
         if pc.total_limit then
           local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
-          for k = 1, #all - pc.total_limit do rmtree(all[k][2]) end
+          for k = 1, #all - pc.total_limit do
+            -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
+            local gone = all[k][2] .. ".deleting"
+            if os.rename(all[k][2], gone) then rmtree(gone) end
+          end
         end
       end
     end
