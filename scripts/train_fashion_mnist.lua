@@ -27,6 +27,9 @@ local OPTIONS = {
   { "out", "str", "build/fashion_mnist_loss.csv", "loss curve CSV (a .png beside it with gnuplot)" },
   { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
   { "quiet", "flag", false, "no progress bars" },
+  { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)" },
+  { "checkpoint-dir", "str", "build/checkpoints/fashion_mnist", "where --save-every writes (the last 3 are kept)" },
+  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir)" },
 }
 
 local ARGS = { usage = "usage: fp8lab scripts/train_fashion_mnist.lua [options]",
@@ -39,6 +42,7 @@ local function parse_args(argv)
   if not (opts.lr > 0) then error(("--lr must be > 0, got %g"):format(opts.lr), 0) end
   if opts["weight-decay"] < 0 then error(("--weight-decay must be >= 0, got %g"):format(opts["weight-decay"]), 0) end
   if opts.limit < 0 then error(("--limit must be >= 0, got %d"):format(opts.limit), 0) end
+  if opts["save-every"] < 0 then error(("--save-every must be >= 0, got %d"):format(opts["save-every"]), 0) end
   local mp = opts["mixed-precision"]
   if mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
     error(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp), 0)
@@ -91,13 +95,20 @@ elseif opts.backend == "ao" then
 elseif opts.backend == "msamp" then
   handlers[1] = fp8.MSAMPRecipeKwargs{opt_level = opts["fp8-opt-level"]}
 end
-local accel = fp8.Accelerator{mixed_precision = mp, kwargs_handlers = handlers, cpu = opts.device == "cpu"}
+local accel = fp8.Accelerator{mixed_precision = mp, kwargs_handlers = handlers, cpu = opts.device == "cpu",
+  project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
+                                            total_limit = 3}}
 -- the model and both loaders go to the accelerator's device (the GPU when there is one)
 model, opt, train_loader, test_loader = accel:prepare(model, opt, train_loader, test_loader)
 
 local total_steps = opts.epochs * #train_loader
 -- Cosine decay from the peak lr to 0 over the run, stepped once per optimizer step.
 local sched = optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps})
+sched = accel:prepare(sched)   -- so checkpoints carry it (docs/checkpoints.md)
+if opts.resume then
+  accel:load_state(opts.resume ~= "latest" and opts.resume or nil)
+  print(("resumed from %s at step %d (epoch %d)"):format(opts.resume, accel.step, train_loader.epoch + 1))
+end
 
 local function argmax_hits(logits, y)
   local rows, labels, hits = logits:totable(), y:totable(), 0
@@ -137,11 +148,11 @@ print(("Fashion-MNIST MLP 784-512-256-10: %d train / %d test images, %d epochs, 
 local prev_autocast = fp8.autocast_dtype()
 local scaler = accel.scaler
 local curve = {}          -- {step, epoch, loss, lr}
-local step, samples, train_time = 0, 0, 0
+local step, samples, train_time = accel.step, 0, 0
 local t0 = data.clock()
 local acc, test_loss, epoch_loss
 local ok, err = pcall(function()
-  for epoch = 1, opts.epochs do
+  for epoch = train_loader.epoch + 1, opts.epochs do   -- after --resume: the interrupted epoch first
     local sum, count = 0, 0
     local te = data.clock()
     local iter = opts.quiet and train_loader
@@ -158,6 +169,7 @@ local ok, err = pcall(function()
       sum, count, samples = sum + l, count + 1, samples + x:size(1)
       curve[#curve + 1] = { step, epoch, l, lr }
       if iter ~= train_loader then iter:set_postfix{loss = sum / count} end
+      if opts["save-every"] > 0 and step % opts["save-every"] == 0 then accel:save_state() end
     end
     epoch_loss = sum / count
     train_time = train_time + (data.clock() - te)

@@ -54,3 +54,33 @@ describe("resume in a new process is exact", function()
   end
   it("te_hybrid mlp at an epoch boundary", function() check("te_hybrid", "mlp", 5) end)
 end)
+
+describe("the training scripts' --save-every and --resume", function()
+  it("train_char_gpt.lua resumed from step 3 reports what the straight run reports", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+    local f = assert(io.open(dir .. "/t.txt", "w"))
+    f:write(("hello world, this is a tiny text for a tiny gpt.\nanother line of text to learn from.\n"):rep(20))
+    f:close()
+    local base = ("timeout 120 %s scripts/train_char_gpt.lua --text %s/t.txt --layers 1 --d-model 16 --heads 2 "
+      .. "--block-size 16 --batch-size 4 --sample-len 0 --eval-every 1 --device cpu --steps 6 --checkpoint-dir %s"):format(
+      BIN, dir, dir)
+    local function lines(extra)
+      local ok, out = sh(base .. " " .. extra)
+      assert(ok, out)
+      local t = {}
+      for l in out:gmatch("(step %d/6  train_loss=%S+  val_loss=%S+  lr=%S+)") do t[#t + 1] = l end
+      t[#t + 1] = out:match("final val_loss=%S+")
+      return t
+    end
+    local straight = lines("")
+    lines("--save-every 3")
+    local resumed = lines("--resume " .. dir .. "/checkpoints/checkpoint_0")
+    assert.are.equal(7, #straight)
+    assert.same({ straight[4], straight[5], straight[6], straight[7] }, resumed)
+    local latest = lines("--resume latest")   -- checkpoint_1 (step 6): nothing left to train
+    assert.same({ straight[7] }, latest)
+    os.execute("rm -rf " .. dir)
+  end)
+end)
