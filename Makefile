@@ -104,6 +104,7 @@ $(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ)
 # ---- tests --------------------------------------------------------------------------------
 # Each runner prints "N passed, N failed"; scripts/test-summary.sh adds them up.
 test: deps all $(BUILD)/test_core
+	@bash scripts/install-deps.sh test
 	@bash scripts/run-tests.sh $(BUILD)
 
 test-c: $(BUILD)/test_core

@@ -485,9 +485,10 @@ static cJSON *to_json(lua_State *L, int idx, int depth) {
         lua_Integer n = (lua_Integer)lua_rawlen(L, idx), count = 0;
         lua_pushnil(L);
         while (lua_next(L, idx)) { count++; lua_pop(L, 1); }
-        cJSON *out = (n > 0 && n == count) ? cJSON_CreateArray() : cJSON_CreateObject();
+        /* A sequence (an empty table too: a shape [] must stay a list) is an array, else an object. */
+        cJSON *out = (n == count) ? cJSON_CreateArray() : cJSON_CreateObject();
         if (!out) luaL_error(L, "json_encode: out of memory");
-        if (n > 0 && n == count) {
+        if (n == count) {
             for (lua_Integer i = 1; i <= n; i++) {
                 lua_rawgeti(L, idx, i);
                 cJSON_AddItemToArray(out, to_json(L, -1, depth + 1));
