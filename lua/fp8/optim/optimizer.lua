@@ -119,6 +119,7 @@ end
 function Optimizer:_state_schema(p) return nil end
 
 local function shape_str(sh) return "[" .. table.concat(sh, ", ") .. "]" end
+local function numel(sh) local n = 1 for _, d in ipairs(sh) do n = n * d end return n end
 
 -- Why state `st` cannot be loaded for parameter p (number idx in the state), or nil.
 function Optimizer:_check_param_state(st, p, idx)
@@ -152,7 +153,7 @@ function Optimizer:_check_param_state(st, p, idx)
         return ("state '%s' of parameter %d must be a tensor, got %s"):format(k, idx, type(v))
       elseif v:dtype() ~= want.dtype then
         return ("state '%s' of parameter %d is %s, %s keeps it in %s"):format(k, idx, v:dtype(), self.name, want.dtype)
-      elseif v:numel() ~= fp8.zeros(shape):numel() or (v:is_fp8() and shape_str(v:shape()) ~= shape_str(shape)) then
+      elseif v:numel() ~= numel(shape) or (v:is_fp8() and shape_str(v:shape()) ~= shape_str(shape)) then
         return ("state '%s' of parameter %d has shape %s, it must be %s"):format(k, idx, shape_str(v:shape()), shape_str(shape))
       end
     end
