@@ -372,8 +372,41 @@ local ROLES = { "input", "weight", "grad" }
 
 -- stats(model [, {quiet=true}]) → list of rows {layer, role, format, scale, amax, amax_history,
 -- underflow, saturated, numel} (fractions of the last cast), printed as a table unless quiet.
+-- stats(state_dict) (a table from model:state_dict() or fp8.load_file of a checkpoint's model file):
+-- the recipe state saved in each "<layer>.fp8_state" — per role the scale, the largest amax in the
+-- history, the update count and the history length (docs/checkpoints.md).
+local function saved_stats(sd, opts)
+  local names = {}
+  for k, v in pairs(sd) do
+    if type(k) == "string" and k:match("fp8_state$") and core.is_tensor(v) then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local rows = {}
+  for _, k in ipairs(names) do
+    local ok, st = pcall(M.unpack_state, sd[k])
+    if not ok then error(("fp8.stats: %s: %s"):format(k, tostring(st):gsub("^[^:]*:%d+: ", "")), 3) end
+    for _, r in ipairs(STATE_ROLES) do
+      local s, amax = st[r], 0
+      for _, h in ipairs(s.history) do if h > amax then amax = h end end
+      rows[#rows + 1] = { layer = k:gsub("%.?fp8_state$", ""), role = r == "grad" and "grad_output" or r, scale = s.scale,
+                          amax_history = amax, updates = s.updates, history = s.history }
+    end
+  end
+  if not (type(opts) == "table" and opts.quiet) then
+    if #rows == 0 then print("fp8.stats: no fp8_state entries in this table (not a state dict of an FP8 model)")
+    else
+      print(("%-28s %-11s %12s %11s %8s %7s"):format("layer", "role", "scale", "amax(hist)", "updates", "history"))
+      for _, r in ipairs(rows) do
+        print(("%-28s %-11s %12.5g %11.4g %8d %7d"):format(r.layer, r.role, r.scale, r.amax_history, r.updates, #r.history))
+      end
+    end
+  end
+  return rows
+end
+
 function M.stats(model, opts)
-  if not Module.is_module(model) then error(("fp8.stats: expected a Module, got %s"):format(type(model)), 2) end
+  if type(model) == "table" and not Module.is_module(model) then return saved_stats(model, opts) end
+  if not Module.is_module(model) then error(("fp8.stats: expected a Module or a state dict, got %s"):format(type(model)), 2) end
   local rows = {}
   for _, nm in ipairs(M.fp8_layers(model)) do
     local st = nm[2].fp8_meta:state()
@@ -418,7 +451,8 @@ if okh and help.add then
   add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
     "Per FP8 layer and tensor role (input, weight, grad_output): format, current scale, amax of the last\n"
     .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
-    .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.")
+    .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
+    .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
 end
 
 return M

@@ -305,6 +305,25 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("fp8.stats reads the recipe state out of a checkpoint's model file", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(fp8.TERecipeKwargs { amax_history_len = 4 })
+    step(acc, model, opt); step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    local saved = fp8.stats(fp8.load_file(d .. "/c/model.safetensors"), { quiet = true })
+    local live = fp8.stats(model, { quiet = true })
+    assert.are.equal(#live, #saved)
+    for i, r in ipairs(live) do
+      assert.are.equal(r.layer, saved[i].layer)
+      assert.are.equal(r.role, saved[i].role)
+      assert.are.equal(r.scale, saved[i].scale)
+      assert.are.equal(r.amax_history, saved[i].amax_history)
+      assert.are.equal(2, saved[i].updates)
+    end
+    assert.has_error(function() fp8.stats({ ["0.fp8_state"] = fp8.tensor { 7 } }, { quiet = true }) end)
+    os.execute("rm -rf " .. d)
+  end)
+
   it("register_for_checkpointing carries custom objects", function()
     local d = tmpdir()
     local counter = { n = 3 }
