@@ -264,7 +264,7 @@ function Accelerator:prepare_model(m) return (self:prepare(m)) end
 function Accelerator:prepare_optimizer(o) return (self:prepare(o)) end
 -- A DataLoader hands out its batches on the accelerator's device from now on.
 function Accelerator:prepare_data_loader(d)
-  if is_loader(d) then d:to(self._device) end
+  if is_loader(d) then d:to(self._device); self:_remember(d) end   -- _remember: its position goes into save_state
   return d
 end
 
