@@ -104,6 +104,7 @@ $(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ)
 # ---- tests --------------------------------------------------------------------------------
 # Each runner prints "N passed, N failed"; scripts/test-summary.sh adds them up.
 test: deps all $(BUILD)/test_core
+	@bash scripts/install-deps.sh test
 	@bash scripts/run-tests.sh $(BUILD)
 
 test-c: $(BUILD)/test_core
@@ -202,3 +203,17 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/fp8lab $(DESTDIR)$(MANDIR)/fp8lab.1
 	for f in $(LUA_SRC); do rm -f $(DESTDIR)$(LUADIR)/$${f#lua/}; done
 	rm -rf $(DESTDIR)$(LUADIR)/fp8 $(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
+
+# ---- checkpoint helper: cJSON for safetensors headers (core/checkpoint.c); `make fuzz` also runs the
+# safetensors reader under libFuzzer (tests/fuzz/fuzz_safetensors.c) ----
+LDLIBS   += -lcjson
+.PHONY: fuzz-safetensors
+fuzz: fuzz-safetensors
+fuzz-safetensors: $(BUILD)/fuzz_safetensors
+	@mkdir -p $(BUILD)/fuzz-st-corpus
+	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	  -dict=tests/fuzz/safetensors.dict -artifact_prefix=$(BUILD)/fuzz-st- $(BUILD)/fuzz-st-corpus tests/data/safetensors
+$(BUILD)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/checkpoint.h
+	@bash scripts/install-deps.sh fuzz
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -DFL_ST_NO_TENSOR -fsanitize=fuzzer,address,undefined -Icore -o $@ \
+	  tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c -lcjson

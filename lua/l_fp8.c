@@ -124,6 +124,10 @@ int luaopen_fp8_core(lua_State *L) {
     { int luaopen_fp8_optim_c(lua_State *L); luaL_requiref(L, "fp8._optim", luaopen_fp8_optim_c, 0); lua_setfield(L, -2, "_optim"); }  /* l_optim.c: fused optimizer steps */
     { int luaopen_fp8_recipe_c(lua_State *L); luaL_requiref(L, "fp8._recipe", luaopen_fp8_recipe_c, 0); lua_pop(L, 1); }  /* l_recipe.c: FP8 layers, MS-AMP Adam */
     { int luaopen_fp8_profiler_c(lua_State *L); luaL_requiref(L, "fp8._profiler", luaopen_fp8_profiler_c, 0); lua_pop(L, 1); }  /* l_profiler.c: used by fp8.profiler */
+    { int luaopen_fp8_checkpoint_c(lua_State *L); luaL_requiref(L, "fp8._checkpoint", luaopen_fp8_checkpoint_c, 0);  /* l_checkpoint.c */
+      for (const char *const *k = (const char *const[]){ "save_file", "load_file", "safe_open", NULL }; *k; k++) {
+          lua_getfield(L, -1, *k); lua_setfield(L, -3, *k); }
+      lua_pop(L, 1); }
     fl_lopen_tensor(L);
     fl_lopen_autograd(L);   /* l_autograd.c: t:backward(), t.grad, fp8.no_grad, autocast */
     fl_lopen_nn(L);         /* l_nn.c: the C NN ops as core._nn (fp8.nn.functional re-exports them) */

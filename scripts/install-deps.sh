@@ -2,18 +2,27 @@
 # install-deps.sh — installs the Debian 12 packages fp8lab builds, tests and demos with.
 # Idempotent: does nothing when everything is present. Needs root (or sudo) to install.
 # `install-deps.sh fuzz` also installs clang, which only `make fuzz` (libFuzzer) needs;
-# `install-deps.sh bench` the peers `make bench` measures against (Debian's PyTorch with OpenBLAS).
+# `install-deps.sh bench` the peers `make bench` measures against (Debian's PyTorch with OpenBLAS);
+# `install-deps.sh test` the Python packages tests/spec/interop_spec.lua checks safetensors files with
+# (safetensors, ml_dtypes, numpy from PyPI, via pip; the spec skips with a message without them).
 set -euo pipefail
 PKGS=(build-essential pkg-config lua5.4 liblua5.4-dev libdnnl-dev libyaml-dev zlib1g-dev
       libcjson-dev libreadline-dev lua-busted dataset-fashion-mnist fortunes
       openmpi-bin libopenmpi-dev gnuplot-nox)
+PIP=()
 for group in "$@"; do
   case "$group" in
     fuzz) PKGS+=(clang) ;;
     bench) PKGS+=(python3-torch libopenblas0-pthread) ;;
-    *) echo "install-deps: unknown group '$group' (known: fuzz, bench)" >&2; exit 2 ;;
+    test) PIP+=(safetensors ml_dtypes numpy) ;;
+    *) echo "install-deps: unknown group '$group' (known: fuzz, bench, test)" >&2; exit 2 ;;
   esac
 done
+if [ ${#PIP[@]} -gt 0 ] && ! python3 -c 'import safetensors, ml_dtypes, numpy' >/dev/null 2>&1; then
+  echo "install-deps: pip installing ${PIP[*]}"
+  python3 -m pip install -q "${PIP[@]}" ||
+    echo "install-deps: pip could not install ${PIP[*]}; the Python interop spec will skip" >&2
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -39,6 +39,9 @@ local OPTIONS = {
   { "eval-every", "int", 50, "steps between loss reports", 1 },
   { "sample-len", "int", 200, "characters to generate at the end", 0 },
   { "temperature", "num", 0.8, "sampling temperature (0 = greedy)", 0 },
+  { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)", 0 },
+  { "checkpoint-dir", "str", "build/checkpoints/char_gpt", "where --save-every writes (the last 3 are kept)" },
+  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir)" },
 }
 
 local ARGS = { usage = "usage: fp8lab scripts/train_char_gpt.lua [options]",
@@ -77,12 +80,23 @@ local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, b
 local warm = math.max(1, opts.steps // 20)
 local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = warm, total_steps = opts.steps, min_lr = opts.lr / 10})
 -- Every precision goes through the Accelerator (autocast, fp16 loss scaling, the FP8 recipes); options
--- left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults).
+-- left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults). Checkpoints
+-- (docs/checkpoints.md) carry the model, optimizer, schedule, loss scaler, RNG and the training loader's
+-- position; the validation loader's epoch (its shuffle order) rides along as a custom object.
 local handlers = {}
 if opts["fp8-backend"] then handlers[1] = fp8.FP8RecipeKwargs{backend = opts["fp8-backend"]} end
 local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_handlers = handlers,
-                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"]}
+                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"],
+  project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
+                                            total_limit = 3}}
 model, opt, loader, val_loader, sched = accel:prepare(model, opt, loader, val_loader, sched)
+accel:register_for_checkpointing({
+  state_dict = function() return {epoch = val_loader.epoch} end,
+  load_state_dict = function(_, s) val_loader.epoch = s.epoch end })
+if opts.resume then
+  accel:load_state(opts.resume ~= "latest" and opts.resume or nil)
+  print(("resumed from %s at step %d"):format(opts.resume, accel.step))
+end
 local device, gas = accel:device(), accel.gradient_accumulation_steps
 local precision = accel.mixed_precision
 if precision == "fp8" then
@@ -114,8 +128,9 @@ end
 
 local t0 = data.clock()
 local ok, err = pcall(function()
-  local step, run_sum, run_n = 0, 0, 0
-  local bar = fp8.progress(opts.steps * gas, {desc = "train"})   -- micro-batches
+  local step, run_sum, run_n = accel.step, 0, 0
+  if step >= opts.steps then return end
+  local bar = fp8.progress((opts.steps - step) * gas, {desc = "train"})   -- micro-batches
   local it
   for _ in bar do
     local x, y
@@ -138,6 +153,7 @@ local ok, err = pcall(function()
         run_sum / run_n, val_loss(4), sched:get_last_lr()[1], data.clock() - t0))
       run_sum, run_n = 0, 0
     end
+    if opts["save-every"] > 0 and step % opts["save-every"] == 0 then accel:save_state() end
     ::continue::
   end
 end)

@@ -32,6 +32,9 @@ local OPTIONS = {
   { "plot", "flag", false, "PNGs beside the CSV (gnuplot): train/val curves; under fp8 the scale/amax history of the first FP8 layer" },
   { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
   { "quiet", "flag", false, "no progress bars" },
+  { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)" },
+  { "checkpoint-dir", "str", "build/checkpoints/fashion_mnist", "where --save-every writes (the last 3 are kept)" },
+  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir)" },
 }
 
 local ARGS = { usage = "usage: fp8lab scripts/train_fashion_mnist.lua [options]",
@@ -44,6 +47,7 @@ local function parse_args(argv)
   if not (opts.lr > 0) then error(("--lr must be > 0, got %g"):format(opts.lr), 0) end
   if opts["weight-decay"] < 0 then error(("--weight-decay must be >= 0, got %g"):format(opts["weight-decay"]), 0) end
   if opts.limit < 0 then error(("--limit must be >= 0, got %d"):format(opts.limit), 0) end
+  if opts["save-every"] < 0 then error(("--save-every must be >= 0, got %d"):format(opts["save-every"]), 0) end
   local mp = opts["mixed-precision"]
   if mp ~= nil and mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
     error(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp), 0)
@@ -99,7 +103,9 @@ elseif opts.backend == "msamp" then
 end
 -- Options left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults).
 local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_handlers = handlers,
-                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"]}
+                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"],
+  project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
+                                            total_limit = 3}}
 local mp = accel.mixed_precision
 local gas = accel.gradient_accumulation_steps
 -- the model and both loaders go to the accelerator's device (the GPU when there is one)
@@ -107,8 +113,18 @@ model, opt, train_loader, test_loader = accel:prepare(model, opt, train_loader, 
 
 local total_steps = opts.epochs * math.ceil(#train_loader / gas)
 -- Cosine decay from the peak lr to 0 over the run, stepped once per optimizer step.
--- prepared too, so that it steps once per optimizer step under gradient accumulation
+-- prepared too, so that it steps once per optimizer step under gradient accumulation, and so that
+-- checkpoints carry it (docs/checkpoints.md)
 local sched = accel:prepare(optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps}))
+-- the script's micro-batch counter rides along in checkpoints (it names the CSV rows and --save-every)
+local counter = { step = 0 }
+accel:register_for_checkpointing({
+  state_dict = function() return { step = counter.step } end,
+  load_state_dict = function(_, s) counter.step = s.step end })
+if opts.resume then
+  accel:load_state(opts.resume ~= "latest" and opts.resume or nil)
+  print(("resumed from %s at step %d (epoch %d)"):format(opts.resume, counter.step, train_loader.epoch + 1))
+end
 
 local function argmax_hits(logits, y)
   local rows, labels, hits = logits:totable(), y:totable(), 0
@@ -165,11 +181,11 @@ local function fp8_fractions()
   if n == 0 then return nil end
   return u / n, s / n
 end
-local step, samples, train_time = 0, 0, 0
+local step, samples, train_time = counter.step, 0, 0
 local t0 = data.clock()
 local acc, test_loss, epoch_loss
 local ok, err = pcall(function()
-  for epoch = 1, opts.epochs do
+  for epoch = train_loader.epoch + 1, opts.epochs do   -- after --resume: the interrupted epoch first
     local sum, count = 0, 0
     local te = data.clock()
     local iter = opts.quiet and train_loader
@@ -196,6 +212,8 @@ local ok, err = pcall(function()
         train_time = train_time - (data.clock() - tt)   -- evaluation is not training time
       end
       if iter ~= train_loader then iter:set_postfix{loss = sum / count} end
+      counter.step = step
+      if opts["save-every"] > 0 and step % opts["save-every"] == 0 then accel:save_state() end
     end
     epoch_loss = sum / count
     train_time = train_time + (data.clock() - te)

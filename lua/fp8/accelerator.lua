@@ -14,13 +14,15 @@ local recipes = require "fp8.recipes"
 local Module = require "fp8.nn.module"
 local amp = require "fp8.amp"
 local R = require "fp8._recipe"
+local checkpointing = require "fp8.checkpointing"   -- save_state/load_state/save_model (installed below)
 
 local Accelerator = {}
 Accelerator.__index = Accelerator
 Accelerator.__name = "Accelerator"
 
 local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers = true, cpu = true,
-                gradient_accumulation_steps = true, env = true, config = true }
+                gradient_accumulation_steps = true, env = true, config = true,
+                project_config = true, project_dir = true }   -- the last two: lua/fp8/checkpointing.lua
 
 local function new(opts)
   opts = opts or {}
@@ -85,6 +87,7 @@ local function new(opts)
   self.process_index = tonumber(os.getenv("FP8LAB_RANK") or os.getenv("OMPI_COMM_WORLD_RANK") or "0") or 0
   self.num_processes = tonumber(os.getenv("FP8LAB_WORLD_SIZE") or os.getenv("OMPI_COMM_WORLD_SIZE") or "1") or 1
   self.local_process_index = tonumber(os.getenv("FP8LAB_LOCAL_RANK") or os.getenv("OMPI_COMM_WORLD_LOCAL_RANK") or "0") or 0
+  self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3)
   if self.mixed_precision == "fp16" then
     local gs = settings.grad_scaler or {}
     self.scaler = amp.GradScaler { init_scale = gs.init_scale, growth_factor = gs.growth_factor,
@@ -194,6 +197,7 @@ function Accelerator:_prepare_model(model)
       if r.opt_level == "O3" then
         local q = w16:detach():to("fp32"):quantize("e4m3", { scale = R.scale_for(w16:abs():max():item(), "e4m3", 0, true) })
         rawset(layer, "weight_fp8", q)
+        layer:register_buffer("weight_fp8", q)   -- the same tensor, so state_dict/checkpoints carry it (exactly)
         self._fp8_weights[w16] = q
       end
     end
@@ -353,6 +357,7 @@ function Accelerator:prepare(...)
     if is_scheduler(args[i]) then args[i] = self:_prepare_scheduler(args[i]) end
   end
   if self._pending_map_clear then self._param_map, self._pending_map_clear = {}, nil end
+  for i = 1, args.n do self:_remember(args[i]) end   -- loaders and schedulers, for save_state
   return table.unpack(args, 1, args.n)
 end
 
@@ -364,6 +369,7 @@ function Accelerator:prepare_data_loader(d)
   if is_loader(d) then
     d:to(self._device)
     rawset(d, "_gradient_state", self.gradient_state)
+    self:_remember(d)   -- its position goes into save_state
   end
   return d
 end
@@ -560,6 +566,8 @@ function Accelerator:_write_stats(log)
 end
 
 function Accelerator:__tostring() return tostring(self:state()) end
+
+checkpointing.install(Accelerator)
 
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then

@@ -182,8 +182,26 @@ function GradScaler:state_dict()
            growth_interval = self.growth_interval, _growth_tracker = self._growth_tracker }
 end
 
+-- load_state_dict(sd): every field is checked before any is set (a failed load changes nothing).
+local SCALER_STATE = {
+  scale = { function(v) return type(v) == "number" and v > 0 and v < math.huge end, "a finite number > 0" },
+  growth_factor = { function(v) return type(v) == "number" and v > 1 and v < math.huge end, "a number > 1" },
+  backoff_factor = { function(v) return type(v) == "number" and v > 0 and v < 1 end, "a number in (0, 1)" },
+  growth_interval = { function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1" },
+  _growth_tracker = { function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0" },
+}
 function GradScaler:load_state_dict(sd)
   if type(sd) ~= "table" then error(("GradScaler:load_state_dict: expected a table, got %s"):format(type(sd)), 2) end
+  for k, v in pairs(sd) do
+    local rule = SCALER_STATE[k]
+    if not rule then
+      error(("GradScaler:load_state_dict: unknown key '%s' (valid: _growth_tracker, backoff_factor, growth_factor, "
+        .. "growth_interval, scale)"):format(tostring(k)), 2)
+    end
+    if not rule[1](v) then
+      error(("GradScaler:load_state_dict: %s must be %s, got %s"):format(k, rule[2], tostring(v)), 2)
+    end
+  end
   if sd.scale ~= nil then self._scale = sd.scale end
   for _, k in ipairs { "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" } do
     if sd[k] ~= nil then self[k] = sd[k] end

@@ -378,12 +378,16 @@ function DataLoader:iter()
   if self.shuffle then order = permutation(self.n, self.seed, self.epoch) end
   local nb, bs, n, ds = #self, self.batch_size, self.n, self.dataset
   local fast = ds._batch
-  local b = 0
+  -- A checkpoint restored mid-epoch (lua/fp8/checkpointing.lua) resumes after the batches already served.
+  local b = self._resume_at or 0
+  self._resume_at = nil
+  self.batches_served = b     -- of the current epoch
   local gs = rawget(self, "_gradient_state")   -- set by Accelerator:prepare (end of an accumulation window)
   return function()
     b = b + 1
     if gs then gs.end_of_dataloader = b >= nb end
     if b > nb then return nil end
+    self.batches_served = b
     local lo = (b - 1) * bs + 1
     local hi = math.min(lo + bs - 1, n)
     local idx = {}

@@ -19,7 +19,7 @@ function M.add(e)
   return e
 end
 
-local sections = { "Formats", "Tensors", "Quantization", "Training", "Accelerator & recipes", "REPL", "Other" }
+local sections = { "Formats", "Tensors", "Quantization", "Training", "Accelerator & recipes", "Checkpoints", "REPL", "Other" }
 M.sections = sections
 
 -- Modules that load on first use add their entries then; help() loads them first so that the

@@ -123,6 +123,9 @@ function M.pack_state(st)
 end
 
 function M.unpack_state(t)
+  if not core.is_tensor(t) or t:dim() ~= 1 then
+    error("FP8 recipe state: expected a 1-d tensor, got " .. (core.is_tensor(t) and ("%d-d"):format(t:dim()) or type(t)), 3)
+  end
   local flat = t:totable()
   if flat[1] ~= STATE_VERSION or flat[2] ~= #STATE_ROLES then
     error(("FP8 recipe state: unknown layout (version %s, %s roles; this build reads version %d)"):format(
@@ -130,11 +133,15 @@ function M.unpack_state(t)
   end
   local st, i = {}, 3
   for _, r in ipairs(STATE_ROLES) do
+    local n = math.tointeger(flat[i + 2])
+    if type(flat[i]) ~= "number" or not n or n < 0 or i + 2 + n > #flat then
+      error(("FP8 recipe state: truncated or corrupt at the %s role (%d values)"):format(r, #flat), 3)
+    end
     local s = { scale = flat[i], updates = math.tointeger(flat[i + 1]) or 0, history = {} }
-    local n = math.tointeger(flat[i + 2]) or 0
     for k = 1, n do s.history[k] = flat[i + 2 + k] end
     st[r], i = s, i + 3 + n
   end
+  if i - 1 ~= #flat then error(("FP8 recipe state: %d values, the layout needs %d"):format(#flat, i - 1), 3) end
   return st
 end
 
@@ -147,6 +154,29 @@ end
 
 function FP8Linear:_before_state_dict() self.fp8_state = M.pack_state(self.fp8_meta:state()) end
 function FP8Linear:_after_load_state_dict() self.fp8_meta:load_state(M.unpack_state(self.fp8_state)) end
+-- Module:load_state_dict asks before it writes anything: the recipe state in sd must unpack and fit
+-- this layer (same history lengths, finite positive scales). Returns why not, or nil.
+function FP8Linear:_check_load_state(sd, prefix)
+  local t = sd[prefix .. "fp8_state"]
+  if t == nil then return nil end   -- strict=false without recipe state: the layer keeps its own
+  local ok, st = pcall(M.unpack_state, t)
+  if not ok then return ('for "%sfp8_state": %s'):format(prefix, tostring(st):gsub("^[^:]*:%d+: ", "")) end
+  local mine = self.fp8_meta:state()
+  for _, r in ipairs(STATE_ROLES) do
+    local s = st[r]
+    if #s.history ~= #mine[r].history then
+      return ('for "%sfp8_state": the %s role has an amax history of %d, this layer %d (a different amax_history_len '
+        .. 'or recipe)'):format(prefix, r, #s.history, #mine[r].history)
+    end
+    if not (s.scale > 0 and s.scale < math.huge) then
+      return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0)'):format(prefix, r, tostring(s.scale))
+    end
+    for k, h in ipairs(s.history) do
+      if h ~= h then return ('for "%sfp8_state": %s history[%d] is NaN'):format(prefix, r, k) end
+    end
+  end
+  return nil
+end
 
 function FP8Linear:forward(x)
   if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
@@ -367,8 +397,41 @@ local ROLES = { "input", "weight", "grad" }
 
 -- stats(model [, {quiet=true}]) → list of rows {layer, role, format, scale, amax, amax_history,
 -- underflow, saturated, numel} (fractions of the last cast), printed as a table unless quiet.
+-- stats(state_dict) (a table from model:state_dict() or fp8.load_file of a checkpoint's model file):
+-- the recipe state saved in each "<layer>.fp8_state" — per role the scale, the largest amax in the
+-- history, the update count and the history length (docs/checkpoints.md).
+local function saved_stats(sd, opts)
+  local names = {}
+  for k, v in pairs(sd) do
+    if type(k) == "string" and k:match("fp8_state$") and core.is_tensor(v) then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local rows = {}
+  for _, k in ipairs(names) do
+    local ok, st = pcall(M.unpack_state, sd[k])
+    if not ok then error(("fp8.stats: %s: %s"):format(k, tostring(st):gsub("^[^:]*:%d+: ", "")), 3) end
+    for _, r in ipairs(STATE_ROLES) do
+      local s, amax = st[r], 0
+      for _, h in ipairs(s.history) do if h > amax then amax = h end end
+      rows[#rows + 1] = { layer = k:gsub("%.?fp8_state$", ""), role = r == "grad" and "grad_output" or r, scale = s.scale,
+                          amax_history = amax, updates = s.updates, history = s.history }
+    end
+  end
+  if not (type(opts) == "table" and opts.quiet) then
+    if #rows == 0 then print("fp8.stats: no fp8_state entries in this table (not a state dict of an FP8 model)")
+    else
+      print(("%-28s %-11s %12s %11s %8s %7s"):format("layer", "role", "scale", "amax(hist)", "updates", "history"))
+      for _, r in ipairs(rows) do
+        print(("%-28s %-11s %12.5g %11.4g %8d %7d"):format(r.layer, r.role, r.scale, r.amax_history, r.updates, #r.history))
+      end
+    end
+  end
+  return rows
+end
+
 function M.stats(model, opts)
-  if not Module.is_module(model) then error(("fp8.stats: expected a Module, got %s"):format(type(model)), 2) end
+  if type(model) == "table" and not Module.is_module(model) then return saved_stats(model, opts) end
+  if not Module.is_module(model) then error(("fp8.stats: expected a Module or a state dict, got %s"):format(type(model)), 2) end
   local rows = {}
   for _, nm in ipairs(M.fp8_layers(model)) do
     local st = nm[2].fp8_meta:state()
@@ -416,7 +479,8 @@ if okh and help.add then
   add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
     "Per FP8 layer and tensor role (input, weight, grad_output): format, current scale, amax of the last\n"
     .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
-    .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.")
+    .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
+    .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
 end
 
 return M

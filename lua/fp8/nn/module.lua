@@ -306,7 +306,7 @@ end
 -- ---- state ----------------------------------------------------------------------------------
 
 local function detached_copy(t)
-  if t:is_fp8() then return t:dequantize() end   -- FP8 clone is refused; keep the values it stands for
+  if t:is_fp8() then return require("fp8._checkpoint").clone(t) end   -- bytes, scale_inv and axis as they are
   if t.detach then t = t:detach() end
   return t:clone()
 end
@@ -338,6 +338,20 @@ end
 -- load_state_dict(sd [, strict=true]) copies values into the existing tensors (so optimizers that
 -- hold them keep working). Shape mismatches are always errors; missing/unexpected keys are errors
 -- when strict, else reported in the returned {missing_keys=, unexpected_keys=}.
+-- What to do when a state_dict and a model differ by their FP8 recipe state (nil when they do not).
+local function fp8_hint(missing, unexpected)
+  local function fp8_keys(list)
+    for _, k in ipairs(list) do if k:match("fp8_state$") or k:match("weight_fp8$") then return true end end
+  end
+  if fp8_keys(unexpected) then
+    return "the state_dict comes from an FP8 model (it holds FP8 recipe state): convert this model the same way first "
+      .. "(acc:prepare(model) with the same recipe, or fp8.convert_model(model, {recipe=...})), or pass strict=false "
+      .. "to load only the weights and drop the recipe state"
+  elseif fp8_keys(missing) then
+    return "this model is an FP8 model and the state_dict has no FP8 recipe state (it comes from a plain model): "
+      .. "pass strict=false to load the weights and keep the current recipe state"
+  end
+end
 function Module:load_state_dict(sd, strict)
   if type(sd) ~= "table" then error(("load_state_dict: expected a table {name → tensor}, got %s"):format(type(sd)), 2) end
   if strict == nil then strict = true end
@@ -365,15 +379,37 @@ function Module:load_state_dict(sd, strict)
   if strict then
     if #missing > 0 then problems[#problems + 1] = "missing key(s) in state_dict: " .. quoted_list(missing) end
     if #unexpected > 0 then problems[#problems + 1] = "unexpected key(s) in state_dict: " .. quoted_list(unexpected) end
+    problems[#problems + 1] = fp8_hint(missing, unexpected)
+  end
+  -- FP8 targets take FP8 sources of their format (bytes and scale copied as they are).
+  for name, dst in pairs(targets) do
+    local src = sd[name]
+    if is_tensor(src) and dst:is_fp8() and src:dtype() ~= dst:dtype() then
+      problems[#problems + 1] = ('for "%s": the model holds an %s tensor, the state_dict a %s one'):format(name,
+        dst:dtype(), src:dtype())
+    end
+  end
+  -- Modules with state beyond tensors (FP8 recipe state) check theirs before anything is written.
+  if #problems == 0 then
+    for _, nm in ipairs(self:named_modules()) do
+      if nm[2]._check_load_state then
+        local why = nm[2]:_check_load_state(sd, nm[1] == "" and "" or nm[1] .. ".")
+        if why then problems[#problems + 1] = why end
+      end
+    end
   end
   if #problems > 0 then
     error(("load_state_dict for %s: %s"):format(self:type_name(), table.concat(problems, "; ")), 2)
   end
+  local copy_exact = require("fp8._checkpoint").copy_exact_
   for name, dst in pairs(targets) do
     local src = sd[name]
     if src ~= nil then
-      if src:is_fp8() then src = src:dequantize() end
-      copy_(dst, src)
+      if dst:is_fp8() then copy_exact(dst, src)
+      else
+        if src:is_fp8() then src = src:dequantize() end
+        copy_(dst, src)
+      end
     end
   end
   for _, m in ipairs(self:modules()) do if m._after_load_state_dict then m:_after_load_state_dict() end end

@@ -31,6 +31,10 @@ function AdamW:_check_group(g)
   if g.maximize then error(self.name .. ": maximize=true is not supported", 6) end
 end
 
+function AdamW:_state_schema(p)
+  return { step = "count", exp_avg = { dtype = "fp32", shape = "param" }, exp_avg_sq = { dtype = "fp32", shape = "param" } }
+end
+
 function AdamW:step(closure)
   local loss
   if closure then loss = closure() end

@@ -77,6 +77,16 @@ function Scheduler:load_state_dict(sd)
   if type(sd) ~= "table" or math.type(sd.last_epoch) ~= "integer" then
     error(("%s:load_state_dict: expected a table from state_dict(), got %s"):format(self.name, type(sd)), 2)
   end
+  if sd.last_epoch < -1 then error(("%s:load_state_dict: last_epoch must be >= -1, got %d"):format(self.name, sd.last_epoch), 2) end
+  if type(sd.base_lrs) ~= "table" or #sd.base_lrs ~= #self.optimizer.param_groups then
+    error(("%s:load_state_dict: base_lrs must be a list of %d numbers (one per parameter group)"):format(self.name,
+      #self.optimizer.param_groups), 2)
+  end
+  for i, v in ipairs(sd.base_lrs) do
+    if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
+      error(("%s:load_state_dict: base_lrs[%d] must be a finite number >= 0, got %s"):format(self.name, i, tostring(v)), 2)
+    end
+  end
   self.base_lrs = table.move(sd.base_lrs, 1, #sd.base_lrs, 1, {})
   self.last_epoch = sd.last_epoch
   local lrs = self:get_lr()

@@ -23,7 +23,7 @@ function MSAMPAdamW.from_adamw(opt, extra)
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
     local c = {}
-    for k, v in pairs(g) do c[k] = v end
+    for k, v in pairs(g) do if k ~= "initial_lr" then c[k] = v end end   -- a scheduler's mark, not an option
     groups[i] = c
   end
   local o = MSAMPAdamW.new(groups, {})
@@ -47,6 +47,14 @@ local function new_state(p, fp32)
   end
   return { step = 0, exp_avg = core.zeros(shape, f32):quantize("e4m3"), exp_avg_sq = core.zeros(shape, f16),
            exp_avg_sq_scale_inv = core.ones({ 1 }, f32) }
+end
+
+-- O1: fp32 moments; O2/O3: E4M3 first moment, fp16 second; a [1] scale inverse for the second either way.
+function MSAMPAdamW:_state_schema(p)
+  local fp32 = self._fp32_moments
+  return { step = "count", exp_avg = { dtype = fp32 and "fp32" or "e4m3", shape = "param" },
+           exp_avg_sq = { dtype = fp32 and "fp32" or "fp16", shape = "param" },
+           exp_avg_sq_scale_inv = { dtype = "fp32", shape = { 1 } } }
 end
 
 function MSAMPAdamW:step(closure)

@@ -109,9 +109,63 @@ function Optimizer:zero_grad()
 end
 
 local function copy_state(st)
+  local clone = require("fp8._checkpoint").clone   -- exact: FP8 moments keep their bytes and scales
   local out = {}
-  for k, v in pairs(st) do out[k] = fp8.is_tensor(v) and v:clone() or v end
+  for k, v in pairs(st) do out[k] = fp8.is_tensor(v) and clone(v) or v end
   return out
+end
+
+-- The state one parameter has after a step: {key = {dtype=, shape=}} for tensors ("param" as shape: the
+-- parameter's), and "count" for the step counter. Subclasses override; load_state_dict checks against it.
+function Optimizer:_state_schema(p) return nil end
+
+local function shape_str(sh) return "[" .. table.concat(sh, ", ") .. "]" end
+local function numel(sh) local n = 1 for _, d in ipairs(sh) do n = n * d end return n end
+
+-- Why state `st` cannot be loaded for parameter p (number idx in the state), or nil.
+function Optimizer:_check_param_state(st, p, idx)
+  if type(st) ~= "table" then return ("state of parameter %d must be a table, got %s"):format(idx, type(st)) end
+  local schema = self:_state_schema(p)
+  if schema == nil then   -- generic: tensors the parameter's size
+    for k, v in pairs(st) do
+      if fp8.is_tensor(v) and v:numel() ~= p:numel() then
+        return ("state '%s' of parameter %d has %d elements, the parameter %d"):format(k, idx, v:numel(), p:numel())
+      end
+    end
+    return nil
+  end
+  local keys = {}
+  for k in pairs(schema) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local want, v = schema[k], st[k]
+    if v == nil and type(want) == "table" and want.optional then
+      -- absent is fine (SGD without momentum keeps nothing)
+    elseif v == nil then
+      return ("state of parameter %d has no '%s' (a %s state has %s; is it from another optimizer?)"):format(idx, k,
+        self.name, table.concat(keys, ", "))
+    elseif want == "count" then
+      if math.type(v) ~= "integer" or v < 0 then
+        return ("state '%s' of parameter %d must be an integer >= 0, got %s"):format(k, idx, tostring(v))
+      end
+    else
+      local shape = want.shape == "param" and p:shape() or want.shape
+      if not fp8.is_tensor(v) then
+        return ("state '%s' of parameter %d must be a tensor, got %s"):format(k, idx, type(v))
+      elseif v:dtype() ~= want.dtype then
+        return ("state '%s' of parameter %d is %s, %s keeps it in %s"):format(k, idx, v:dtype(), self.name, want.dtype)
+      elseif v:numel() ~= numel(shape) or (v:is_fp8() and shape_str(v:shape()) ~= shape_str(shape)) then
+        return ("state '%s' of parameter %d has shape %s, it must be %s"):format(k, idx, shape_str(v:shape()), shape_str(shape))
+      end
+    end
+  end
+  for k in pairs(st) do
+    if schema[k] == nil then
+      return ("state of parameter %d has '%s', which %s does not keep (it keeps %s; is it from another optimizer?)")
+        :format(idx, tostring(k), self.name, table.concat(keys, ", "))
+    end
+  end
+  return nil
 end
 
 -- state_dict() → {state = {[index] = {step=, exp_avg=, ...}}, param_groups = {{lr=, ..., params={1, 2}}}}
@@ -131,36 +185,67 @@ function Optimizer:state_dict()
   return { state = state, param_groups = groups }
 end
 
+-- load_state_dict(sd): everything is checked first (group options as the constructor checks them,
+-- parameter counts, every state entry against what this optimizer keeps); only then is anything
+-- copied, so a failed load leaves the optimizer as it was.
 function Optimizer:load_state_dict(sd)
+  local function fail(fmt, ...) error(("%s:load_state_dict: " .. fmt):format(self.name, ...), 3) end
   if type(sd) ~= "table" or type(sd.param_groups) ~= "table" or type(sd.state) ~= "table" then
-    error(("%s:load_state_dict: expected a table {state=, param_groups=} from state_dict()"):format(self.name), 2)
+    fail("expected a table {state=, param_groups=} from state_dict()")
   end
   if #sd.param_groups ~= #self.param_groups then
-    error(("%s:load_state_dict: the state has %d parameter groups, this optimizer %d"):format(self.name,
-      #sd.param_groups, #self.param_groups), 2)
+    fail("the state has %d parameter groups, this optimizer %d", #sd.param_groups, #self.param_groups)
   end
+  local new_groups, new_state = {}, {}
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
+    if type(sg) ~= "table" or type(sg.params) ~= "table" then fail("group %d must be a table with a params list", gi) end
     if #sg.params ~= #g.params then
-      error(("%s:load_state_dict: group %d has %d parameters in the state, %d here"):format(self.name, gi,
-        #sg.params, #g.params), 2)
+      fail("group %d has %d parameters in the state, %d here", gi, #sg.params, #g.params)
+    end
+    local cand = {}
+    for k, v in pairs(g) do cand[k] = v end
+    for k, v in pairs(sg) do
+      if k ~= "params" then
+        if self.defaults[k] == nil and k ~= "initial_lr" then
+          fail("group %d has the option '%s', which %s does not have (valid: %s)", gi, tostring(k), self.name,
+            sorted_keys(self.defaults))
+        end
+        cand[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v
+      end
+    end
+    local ok, err = pcall(self._check_group, self, cand)
+    if not ok then fail("group %d: %s", gi, tostring(err):gsub("^[^:]*:%d+: ", "")) end
+    if cand.initial_lr ~= nil and (type(cand.initial_lr) ~= "number" or cand.initial_lr ~= cand.initial_lr) then
+      fail("group %d: initial_lr must be a number, got %s", gi, tostring(cand.initial_lr))
+    end
+    new_groups[gi] = cand
+    for i, p in ipairs(g.params) do
+      local idx = sg.params[i]
+      if math.type(idx) ~= "integer" then fail("group %d: params[%d] must be an integer index, got %s", gi, i, tostring(idx)) end
+      local st = sd.state[idx]
+      if st ~= nil then
+        local why = self:_check_param_state(st, p, idx)
+        if why then fail("%s", why) end
+        new_state[p] = st
+      end
     end
   end
-  local copy_ = require("fp8._optim").copy_
+  -- All checked: copy.
+  local clone = require("fp8._checkpoint").clone
   for gi, g in ipairs(self.param_groups) do
-    local sg = sd.param_groups[gi]
-    for k, v in pairs(sg) do if k ~= "params" then g[k] = v end end
-    for i, p in ipairs(g.params) do
-      local st = sd.state[sg.params[i]]
+    for k, v in pairs(new_groups[gi]) do if k ~= "params" then g[k] = v end end
+    for _, p in ipairs(g.params) do
+      local st = new_state[p]
       if st then
         local mine = {}
         for k, v in pairs(st) do
           if fp8.is_tensor(v) then
-            if v:numel() ~= p:numel() then
-              error(("%s:load_state_dict: state '%s' of parameter %d has %d elements, the parameter %d"):format(
-                self.name, k, sg.params[i], v:numel(), p:numel()), 2)
+            local c = clone(v):to(p:device())
+            if not c:is_fp8() and c:numel() == p:numel() and shape_str(c:shape()) ~= shape_str(p:shape()) then
+              c = c:reshape(p:shape())
             end
-            mine[k] = copy_(fp8.zeros(p:shape(), { device = p:device() }), v:reshape(p:shape()))
+            mine[k] = c
           else
             mine[k] = v
           end

@@ -28,6 +28,9 @@ end
 
 -- step([closure]): one update of every parameter that has a gradient. A closure, when given, is
 -- called first (with grad enabled) and its result returned, as in PyTorch.
+-- momentum_buffer exists once a step ran with momentum != 0.
+function SGD:_state_schema(p) return { momentum_buffer = { dtype = "fp32", shape = "param", optional = true } } end
+
 function SGD:step(closure)
   local loss
   if closure then loss = closure() end

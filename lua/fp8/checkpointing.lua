@@ -1,0 +1,478 @@
+-- fp8.checkpointing — Accelerate's save_state / load_state / save_model for fp8.Accelerator, and
+-- fp8.ProjectConfiguration (docs/checkpoints.md). A checkpoint directory holds:
+--   model.safetensors (model_1, ...)          every parameter and buffer, FP8 recipe state included
+--   optimizer.safetensors (optimizer_1, ...)  moments in their own dtypes; groups and steps in metadata
+--   scheduler.json (scheduler_1, ...), scaler.json, custom_checkpoint_N.json   the small states
+--   random_states_<rank>.json                 each process's generator
+--   fp8lab_state.json                         version, step, data loader positions, resolved settings
+-- It is written as <dir>.tmp and renamed when complete, so a crash never leaves a partial <dir>.
+local core = require "fp8.core"
+local C = require "fp8._checkpoint"
+
+local M = {}
+M.VERSION = 1
+local STATE_FILE = "fp8lab_state.json"
+
+-- ---- ProjectConfiguration --------------------------------------------------------------------
+
+local PC_FIELDS = { "automatic_checkpoint_naming", "iteration", "project_dir", "total_limit" }
+local ProjectConfiguration = {}
+ProjectConfiguration.__index = ProjectConfiguration
+ProjectConfiguration.__name = "ProjectConfiguration"
+
+-- fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=nil, iteration=0}
+function M.ProjectConfiguration(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error(("ProjectConfiguration: expected an options table, got %s"):format(type(opts)), 2) end
+  for k, v in pairs(opts) do
+    if k == "logging_dir" or k == "save_on_each_node" then
+      if v ~= nil and v ~= false then
+        error(("ProjectConfiguration: %s is not supported in fp8lab (no trackers; one node)"):format(k), 2)
+      end
+    elseif not ({ automatic_checkpoint_naming = 1, iteration = 1, project_dir = 1, total_limit = 1 })[k] then
+      error(("ProjectConfiguration: unknown option '%s' (valid: %s)"):format(tostring(k), table.concat(PC_FIELDS, ", ")), 2)
+    end
+  end
+  local pc = setmetatable({ project_dir = opts.project_dir, automatic_checkpoint_naming = opts.automatic_checkpoint_naming == true,
+    total_limit = opts.total_limit, iteration = opts.iteration or 0 }, ProjectConfiguration)
+  if pc.project_dir ~= nil and (type(pc.project_dir) ~= "string" or pc.project_dir == "") then
+    error(("ProjectConfiguration: project_dir must be a directory name, got %s"):format(tostring(pc.project_dir)), 2)
+  end
+  if opts.automatic_checkpoint_naming ~= nil and type(opts.automatic_checkpoint_naming) ~= "boolean" then
+    error("ProjectConfiguration: automatic_checkpoint_naming must be a boolean", 2)
+  end
+  if pc.total_limit ~= nil and (math.type(pc.total_limit) ~= "integer" or pc.total_limit < 1) then
+    error(("ProjectConfiguration: total_limit must be an integer >= 1, got %s"):format(tostring(pc.total_limit)), 2)
+  end
+  if math.type(pc.iteration) ~= "integer" or pc.iteration < 0 then
+    error(("ProjectConfiguration: iteration must be an integer >= 0, got %s"):format(tostring(pc.iteration)), 2)
+  end
+  return pc
+end
+
+function ProjectConfiguration:__tostring()
+  return ("ProjectConfiguration(project_dir=%s, automatic_checkpoint_naming=%s, total_limit=%s, iteration=%d)"):format(
+    tostring(self.project_dir), tostring(self.automatic_checkpoint_naming), tostring(self.total_limit), self.iteration)
+end
+
+-- The accelerator's configuration from its options project_config= and project_dir= (Accelerate's).
+function M.project_config_from(pc, dir, level)
+  if pc ~= nil and getmetatable(pc) ~= ProjectConfiguration then
+    error(("Accelerator: project_config must be an fp8.ProjectConfiguration{...}, got %s"):format(type(pc)), level + 1)
+  end
+  pc = pc or M.ProjectConfiguration {}
+  if dir ~= nil then
+    if type(dir) ~= "string" or dir == "" then error("Accelerator: project_dir must be a directory name", level + 1) end
+    pc.project_dir = dir
+  end
+  return pc
+end
+
+-- ---- files -----------------------------------------------------------------------------------
+
+local function join(a, b) return a:sub(-1) == "/" and a .. b or a .. "/" .. b end
+
+local function read_all(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write_json(path, value) C.write_atomic(path, C.json_encode(value) .. "\n") end
+
+local function read_json(path, what)
+  local s, err = read_all(path)
+  if not s then error(("load_state: cannot read %s: %s"):format(what or path, err), 0) end
+  return C.json_decode(s, "load_state: " .. path)
+end
+
+local function rmtree(path)
+  if C.is_dir(path) then
+    for _, name in ipairs(C.listdir(path) or {}) do rmtree(join(path, name)) end
+  end
+  os.remove(path)
+end
+
+local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
+
+-- ---- what goes into the files ---------------------------------------------------------------
+
+-- Settings that decide the numbers (anything a function or a table of functions is left out).
+local function plain(v)
+  if type(v) == "table" then
+    local out = {}
+    for k, x in pairs(v) do
+      local p = plain(x)
+      if p ~= nil and (type(k) == "string" or math.type(k) == "integer") then out[k] = p end
+    end
+    return out
+  elseif type(v) == "function" or type(v) == "userdata" then
+    return nil
+  end
+  return v
+end
+
+local function resolved_settings(acc)
+  return { mixed_precision = acc.mixed_precision, fp8_backend = acc.fp8_backend or "none",
+           fp8_recipe = acc.mixed_precision == "fp8" and plain(acc.fp8_recipe) or {},
+           gradient_accumulation_steps = acc.gradient_accumulation_steps }
+end
+
+-- The first difference between two plain values, as "path: a vs b", or nil.
+local function first_difference(a, b, path)
+  if type(a) ~= type(b) or type(a) ~= "table" then
+    if a ~= b and not (type(a) == "number" and type(b) == "number" and a == b) then
+      return ("%s: the checkpoint has %s, this run %s"):format(path, tostring(a), tostring(b))
+    end
+    return nil
+  end
+  local keys = {}
+  for k in pairs(a) do keys[#keys + 1] = k end
+  for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
+  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  for _, k in ipairs(keys) do
+    local d = first_difference(a[k], b[k], path .. "." .. tostring(k))
+    if d then return d end
+  end
+  return nil
+end
+
+-- Optimizer state dict → tensors named "state.<index>.<key>" and metadata (groups, counters, JSON).
+local function optimizer_to_file(inner)
+  local sd = inner:state_dict()
+  local tensors, scalars = {}, {}
+  for idx, st in pairs(sd.state) do
+    local sc = {}
+    for k, v in pairs(st) do
+      if core.is_tensor(v) then tensors[("state.%d.%s"):format(idx, k)] = v else sc[k] = v end
+    end
+    scalars[tostring(idx)] = sc
+  end
+  local meta = { format = "fp8lab-optimizer", optimizer = tostring(inner.name),
+                 param_groups = C.json_encode(sd.param_groups), scalars = C.json_encode(scalars),
+                 step_count = tostring(inner._step_count or 0) }
+  return tensors, meta
+end
+
+local function optimizer_from_file(path)
+  local f = core.safe_open(path)
+  local meta = f:metadata()
+  f:close()
+  if meta.format ~= "fp8lab-optimizer" or not meta.param_groups or not meta.scalars then
+    error(("load_state: %s is not an fp8lab optimizer file (no param_groups/scalars metadata)"):format(path), 0)
+  end
+  local tensors = core.load_file(path)
+  local state = {}
+  for idx, sc in pairs(C.json_decode(meta.scalars, path)) do
+    local i = math.tointeger(tonumber(idx))
+    if not i then error(("load_state: %s: bad state index %s"):format(path, tostring(idx)), 0) end
+    state[i] = sc
+  end
+  for name, t in pairs(tensors) do
+    local idx, key = name:match("^state%.(%d+)%.(.+)$")
+    if not idx then error(("load_state: %s: unexpected tensor \"%s\""):format(path, name), 0) end
+    idx = math.tointeger(tonumber(idx))
+    state[idx] = state[idx] or {}
+    state[idx][key] = t
+  end
+  return { state = state, param_groups = C.json_decode(meta.param_groups, path) }, math.tointeger(tonumber(meta.step_count))
+end
+
+local function loader_state(l)
+  return { epoch = l.epoch, batches_served = l.batches_served or 0, batches = #l, seed = l.seed, shuffle = l.shuffle,
+           batch_size = l.batch_size, n = l.n }
+end
+
+local function restore_loader(l, s, i)
+  if s.n ~= l.n or s.batch_size ~= l.batch_size or s.shuffle ~= l.shuffle or s.seed ~= l.seed then
+    error(("load_state: data loader %d differs from the checkpoint's (items %s/%d, batch_size %s/%d, shuffle %s/%s, seed %s/%d)")
+      :format(i, tostring(s.n), l.n, tostring(s.batch_size), l.batch_size, tostring(s.shuffle), tostring(l.shuffle),
+        tostring(s.seed), l.seed), 0)
+  end
+  return function()
+    l._it = nil
+    if s.batches_served > 0 and s.batches_served < s.batches then
+      l.epoch, l._resume_at = s.epoch - 1, s.batches_served   -- the next loop finishes that epoch
+    else
+      l.epoch, l._resume_at = s.epoch, nil
+    end
+    l.batches_served = s.batches_served
+  end
+end
+
+-- ---- Accelerator methods -----------------------------------------------------------------------
+
+local function is_scheduler(v)
+  return type(v) == "table" and type(v.lr_fn) == "function" and type(v.optimizer) == "table" and v.last_epoch ~= nil
+end
+
+local function is_loader(v)
+  return type(v) == "table" and getmetatable(v) == require("fp8.data").DataLoader
+end
+
+local function has_state(v)
+  return type(v) == "table" and type(v.state_dict) == "function" and type(v.load_state_dict) == "function"
+end
+
+local function checkpoint_number(name) return math.tointeger(tonumber(name:match("^checkpoint_(%d+)$"))) end
+
+local function sorted_checkpoints(base)
+  local out = {}
+  for _, name in ipairs(C.listdir(base) or {}) do
+    local n = checkpoint_number(name)
+    if n and C.is_dir(join(base, name)) then out[#out + 1] = { n, join(base, name) } end
+  end
+  table.sort(out, function(a, b) return a[1] < b[1] end)
+  return out
+end
+
+function M.install(Accelerator)
+  -- Objects prepare() returns that a checkpoint covers (models and optimizers are tracked by prepare).
+  function Accelerator:_remember(v)
+    self._dataloaders = self._dataloaders or {}
+    self._schedulers = self._schedulers or {}
+    local list = is_loader(v) and self._dataloaders or is_scheduler(v) and self._schedulers or nil
+    if list then
+      for _, x in ipairs(list) do if x == v then return end end
+      list[#list + 1] = v
+    end
+  end
+
+  -- register_for_checkpointing(obj, ...): objects with state_dict()/load_state_dict() whose (plain,
+  -- JSON-able) state save_state/load_state carry as custom_checkpoint_N.json.
+  function Accelerator:register_for_checkpointing(...)
+    local args = table.pack(...)
+    self._custom = self._custom or {}
+    for i = 1, args.n do
+      if not has_state(args[i]) then
+        error(("register_for_checkpointing: argument %d has no state_dict()/load_state_dict() methods (got %s)"):format(i,
+          type(args[i])), 2)
+      end
+      self._custom[#self._custom + 1] = args[i]
+    end
+  end
+
+  -- save_state([dir]) → the directory written.
+  function Accelerator:save_state(dir, opts)
+    local pc = self.project_configuration
+    if opts ~= nil then error("save_state: takes no options (got a second argument)", 2) end
+    if pc.automatic_checkpoint_naming then
+      if dir ~= nil then error("save_state: automatic_checkpoint_naming is on: call save_state() without a directory", 2) end
+      if not pc.project_dir then error("save_state: automatic_checkpoint_naming needs project_dir", 2) end
+      local base = join(pc.project_dir, "checkpoints")
+      assert(C.mkdir(pc.project_dir)); assert(C.mkdir(base))
+      dir = join(base, ("checkpoint_%d"):format(pc.iteration))
+    elseif type(dir) ~= "string" or dir == "" then
+      error(("save_state: expected the output directory (a string), got %s"):format(tostring(dir)), 2)
+    end
+    dir = dir:gsub("/+$", "")
+    local main = self.process_index == nil or self.process_index == 0
+    local rank = self.process_index or 0
+    local tmp = dir .. ".tmp"
+    if main then
+      if C.is_dir(tmp) then rmtree(tmp) end   -- a save that crashed earlier
+      local ok, err = C.mkdir(tmp)
+      if not ok then error("save_state: " .. err, 2) end
+    end
+    self:wait_for_everyone()
+    C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
+    if main then
+      for i, m in ipairs(self._models) do
+        core.save_file(m:state_dict(), join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
+      end
+      for i, o in ipairs(self._optimizers) do
+        local tensors, meta = optimizer_to_file(rawget(o, "optimizer"))
+        core.save_file(tensors, join(tmp, "optimizer" .. suffix(i) .. ".safetensors"), meta)
+      end
+      for i, s in ipairs(self._schedulers or {}) do write_json(join(tmp, "scheduler" .. suffix(i) .. ".json"), s:state_dict()) end
+      if self.scaler then write_json(join(tmp, "scaler.json"), self.scaler:state_dict()) end
+      for i, obj in ipairs(self._custom or {}) do
+        write_json(join(tmp, ("custom_checkpoint_%d.json"):format(i - 1)), plain(obj:state_dict()))
+      end
+      local loaders = {}
+      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
+      write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
+        dataloaders = loaders, models = #self._models, optimizers = #self._optimizers,
+        schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
+      C.fsync_dir(tmp)
+    end
+    self:wait_for_everyone()
+    if main then
+      -- Publish: the directory appears complete or not at all (an old one is moved aside first).
+      local old
+      if C.is_dir(dir) then
+        old = dir .. ".old"
+        if C.is_dir(old) then rmtree(old) end
+        assert(os.rename(dir, old))
+      end
+      local ok, err = os.rename(tmp, dir)
+      if not ok then error("save_state: " .. tostring(err), 2) end
+      C.fsync_dir(dir:match("^(.*)/[^/]*$") or ".")
+      if old then rmtree(old) end
+      if pc.automatic_checkpoint_naming then
+        pc.iteration = pc.iteration + 1
+        if pc.total_limit then
+          local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
+          for k = 1, #all - pc.total_limit do
+            -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
+            local gone = all[k][2] .. ".deleting"
+            if os.rename(all[k][2], gone) then rmtree(gone) end
+          end
+        end
+      end
+    end
+    self:wait_for_everyone()
+    return dir
+  end
+
+  -- load_state([dir [, {strict=true}]]): every object prepared (and registered) gets its state back;
+  -- on any error nothing is changed. strict=false loads despite a different recipe or model keys.
+  function Accelerator:load_state(dir, opts)
+    local pc = self.project_configuration
+    if type(dir) == "table" and opts == nil then dir, opts = nil, dir end
+    opts = opts or {}
+    if type(opts) ~= "table" then error(("load_state: options must be a table {strict=}, got %s"):format(type(opts)), 2) end
+    for k in pairs(opts) do if k ~= "strict" then error(("load_state: unknown option '%s' (valid: strict)"):format(tostring(k)), 2) end end
+    local strict = opts.strict ~= false
+    if dir == nil then
+      if not (pc.automatic_checkpoint_naming and pc.project_dir) then
+        error("load_state: expected the checkpoint directory (or automatic_checkpoint_naming with project_dir)", 2)
+      end
+      local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
+      if #all == 0 then error(("load_state: no checkpoint_N directory in %s"):format(join(pc.project_dir, "checkpoints")), 2) end
+      dir = all[#all][2]
+    end
+    if type(dir) ~= "string" then error(("load_state: expected a directory name, got %s"):format(type(dir)), 2) end
+    dir = dir:gsub("/+$", "")
+    if not C.is_dir(dir) then error(("load_state: %s is not a directory"):format(dir), 2) end
+    local ok, err = pcall(function()
+      local st = read_json(join(dir, STATE_FILE), join(dir, STATE_FILE) .. " (is this an fp8lab checkpoint?)")
+      if type(st) ~= "table" or st.fp8lab_checkpoint ~= M.VERSION then
+        error(("load_state: %s: checkpoint version %s, this build reads %d"):format(dir, tostring(type(st) == "table" and st.fp8lab_checkpoint), M.VERSION), 0)
+      end
+      local d = first_difference(st.settings, resolved_settings(self), "settings")
+      if d and strict then error(("load_state: %s was saved with other settings: %s (pass {strict=false} to load anyway)"):format(dir, d), 0) end
+      for _, what in ipairs { { "models", #self._models }, { "optimizers", #self._optimizers },
+                              { "schedulers", #(self._schedulers or {}) }, { "custom", #(self._custom or {}) },
+                              { "dataloaders", #(self._dataloaders or {}) } } do
+        local saved = what[1] == "dataloaders" and #st.dataloaders or st[what[1]]
+        if saved ~= what[2] then
+          error(("load_state: %s holds %s %s, this accelerator has %d prepared"):format(dir, tostring(saved), what[1], what[2]), 0)
+        end
+      end
+      -- Read and check everything, keeping what is needed to undo, then apply.
+      local undo, apply = {}, {}
+      for i, m in ipairs(self._models) do
+        local sd = core.load_file(join(dir, "model" .. suffix(i) .. ".safetensors"))
+        undo[#undo + 1] = (function(saved) return function() m:load_state_dict(saved, false) end end)(m:state_dict())
+        apply[#apply + 1] = function() m:load_state_dict(sd, strict) end
+      end
+      for i, o in ipairs(self._optimizers) do
+        local inner = rawget(o, "optimizer")
+        local sd, step_count = optimizer_from_file(join(dir, "optimizer" .. suffix(i) .. ".safetensors"))
+        local saved, saved_count = inner:state_dict(), inner._step_count
+        undo[#undo + 1] = function() inner:load_state_dict(saved); inner._step_count = saved_count end
+        apply[#apply + 1] = function() inner:load_state_dict(sd); inner._step_count = step_count or inner._step_count end
+      end
+      for i, s in ipairs(self._schedulers or {}) do
+        local sd = read_json(join(dir, "scheduler" .. suffix(i) .. ".json"))
+        local saved = s:state_dict()
+        undo[#undo + 1] = function() s:load_state_dict(saved) end
+        apply[#apply + 1] = function() s:load_state_dict(sd) end
+      end
+      if self.scaler then
+        local sd = read_json(join(dir, "scaler.json"))
+        local saved = self.scaler:state_dict()
+        undo[#undo + 1] = function() self.scaler:load_state_dict(saved) end
+        apply[#apply + 1] = function() self.scaler:load_state_dict(sd) end
+      end
+      for i, obj in ipairs(self._custom or {}) do
+        local sd = read_json(join(dir, ("custom_checkpoint_%d.json"):format(i - 1)))
+        local saved = obj:state_dict()
+        undo[#undo + 1] = function() obj:load_state_dict(saved) end
+        apply[#apply + 1] = function() obj:load_state_dict(sd) end
+      end
+      local loaders = {}
+      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i) end
+      local rank = self.process_index or 0
+      local rs = read_json(join(dir, ("random_states_%d.json"):format(rank)))
+      if type(rs) ~= "table" or type(rs.fp8) ~= "table" then error(("load_state: %s: random_states_%d.json has no fp8 generator"):format(dir, rank), 0) end
+      local rng_before = { C.rng_state() }
+      C.set_rng_state(rs.fp8[1], rs.fp8[2])   -- checks the format; undone below on failure
+      C.set_rng_state(rng_before[1], rng_before[2])
+      local done = 0
+      local aok, aerr = pcall(function()
+        for k, f in ipairs(apply) do f(); done = k end
+      end)
+      if not aok then
+        for k = done, 1, -1 do pcall(undo[k]) end
+        error(aerr, 0)
+      end
+      for _, f in ipairs(loaders) do f() end
+      C.set_rng_state(rs.fp8[1], rs.fp8[2])
+      self.step = math.tointeger(st.step) or self.step
+      local n = checkpoint_number(dir:match("([^/]+)$") or "")
+      if pc.automatic_checkpoint_naming and n then pc.iteration = n + 1 end
+    end)
+    if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 2) end
+  end
+
+  -- save_model(model, dir [, {fp8="dequantize"|"raw"}]): the weights only (parameters and buffers, no
+  -- FP8 recipe state) as dir/model.safetensors. FP8 tensors: fp32 values (dequantize, the default) or
+  -- their bytes plus name_scale_inv (raw).
+  function Accelerator:save_model(model, dir, opts)
+    if not require("fp8.nn.module").is_module(model) then
+      error(("save_model: expected a Module, got %s"):format(type(model)), 2)
+    end
+    if type(dir) ~= "string" or dir == "" then error(("save_model: expected the output directory, got %s"):format(tostring(dir)), 2) end
+    opts = opts or {}
+    if type(opts) ~= "table" then error("save_model: options must be a table {fp8=\"dequantize\"|\"raw\"}", 2) end
+    for k in pairs(opts) do if k ~= "fp8" then error(("save_model: unknown option '%s' (valid: fp8)"):format(tostring(k)), 2) end end
+    local mode = opts.fp8 or "dequantize"
+    if mode ~= "dequantize" and mode ~= "raw" then
+      error(("save_model: fp8 must be \"dequantize\" or \"raw\", got %s"):format(tostring(mode)), 2)
+    end
+    if self.process_index ~= nil and self.process_index ~= 0 then return nil end
+    local ok, err = C.mkdir(dir)
+    if not ok then error("save_model: " .. err, 2) end
+    local sd, out = model:state_dict(), {}
+    for k, t in pairs(sd) do
+      if not k:match("fp8_state$") then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
+    end
+    local path = join(dir, "model.safetensors")
+    core.save_file(out, path, { format = "pt", producer = "fp8lab" })
+    return path
+  end
+end
+
+local okh, help = pcall(require, "fp8.help")
+if okh and help.add then
+  local function add(name, sig, doc) help.add { section = "Checkpoints", name = name, sig = sig, doc = doc } end
+  add("save_file", "fp8.save_file({name = tensor, ...}, path [, {key = \"value\"}])",
+    "Writes a safetensors file atomically (temp file, fsync, rename, fsync dir). FP8 tensors: their bytes as\n"
+    .. "F8_E4M3/F8_E5M2 plus name..\"_scale_inv\" (F32, [1] or per row). docs/checkpoints.md.")
+  add("load_file", "fp8.load_file(path [, {device=\"cpu\"|\"cuda\"}]) -> {name = tensor}",
+    "Reads and validates a safetensors file; FP8 tensors come back with their scales. I64/I32/U8/BOOL load\n"
+    .. "as fp32 when every value is exact there, else an error names the tensor.")
+  add("safe_open", "fp8.safe_open(path) -> f",
+    "Lazy reader: f:keys(), f:metadata(), f:get_tensor(name [, {device=}]) reads only that tensor; f:close().")
+  add("acc:save_state", "acc:save_state([dir]) -> dir",
+    "Model(s), optimizer(s) (FP8 moments in their dtypes), schedulers, GradScaler, RNG, data loader positions,\n"
+    .. "step and settings into dir (written as dir.tmp, renamed when complete). With\n"
+    .. "project_config=fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=true, total_limit=N}:\n"
+    .. "project_dir/checkpoints/checkpoint_<i>, keeping the last N.")
+  add("acc:load_state", "acc:load_state([dir] [, {strict=true}])",
+    "Restores everything save_state wrote (the latest checkpoint_<i> when dir is omitted with automatic naming).\n"
+    .. "A different recipe or model is refused naming the first difference unless strict=false; a failed load\n"
+    .. "changes nothing. Mid-epoch: the next loop over a data loader finishes the interrupted epoch.")
+  add("acc:save_model", "acc:save_model(model, dir [, {fp8=\"dequantize\"|\"raw\"}]) -> path",
+    "Weights only (no FP8 recipe state) as dir/model.safetensors; FP8 tensors as fp32 values or raw bytes + scale.")
+  add("ProjectConfiguration", "fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=, iteration=0}",
+    "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}.")
+  add("acc:register_for_checkpointing", "acc:register_for_checkpointing(obj, ...)",
+    "Objects with state_dict()/load_state_dict() (plain Lua values) saved as custom_checkpoint_<i>.json.")
+end
+
+return M

@@ -1,0 +1,591 @@
+/* l_checkpoint.c — safetensors in Lua (docs/checkpoints.md): fp8.save_file, fp8.load_file,
+ * fp8.safe_open (lazy, pread per tensor), plus the helpers lua/fp8/checkpointing.lua builds
+ * save_state/load_state on (fp8._checkpoint: atomic text files, JSON through cJSON, exact tensor
+ * copies, the RNG state).
+ * FP8 convention: tensor `name` holds the bytes (F8_E4M3/F8_E5M2) and `name.."_scale_inv"` (F32) its
+ * scale inverse: shape [1] per tensor, or the tensor's rank with every size 1 but the scaled axis. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "l_util.h"
+#include "rng.h"
+
+#define SAFE_OPEN_MT "fp8.SafeOpen"
+#define SCALE_SUFFIX "_scale_inv"
+
+/* ---- save_file ------------------------------------------------------------------------------ */
+
+typedef struct { fl_tensor **held; int n; } held_list;   /* CPU tensors kept alive while writing */
+
+static int held_gc(lua_State *L) {
+    held_list *h = luaL_checkudata(L, 1, "fp8.checkpoint.held");
+    for (int i = 0; i < h->n; i++) fl_tensor_release(h->held[i]);
+    free(h->held);
+    h->held = NULL; h->n = 0;
+    return 0;
+}
+
+static held_list *new_held(lua_State *L, int cap) {
+    held_list *h = lua_newuserdatauv(L, sizeof *h, 0);
+    h->held = NULL; h->n = 0;
+    if (luaL_newmetatable(L, "fp8.checkpoint.held")) {
+        lua_pushcfunction(L, held_gc); lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    h->held = calloc((size_t)cap + 1, sizeof *h->held);
+    if (!h->held) luaL_error(L, "save_file: out of memory");
+    return h;
+}
+
+/* A contiguous CPU tensor with t's values (t itself when it already is one), owned by h. */
+static fl_tensor *host_copy(lua_State *L, held_list *h, const fl_tensor *t) {
+    fl_tensor *c = NULL, *d = NULL;
+    FL_LCALL(L, fl_tensor_to_device(&d, t, FL_DEV_CPU));
+    h->held[h->n++] = d;
+    FL_LCALL(L, fl_tensor_contiguous(&c, d));
+    h->held[h->n++] = c;
+    return c;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* save_file({name = tensor, ...}, path [, {key = "value"}]) */
+static int l_save_file(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *path = luaL_checkstring(L, 2);
+    if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+    /* Names, sorted (the file is then the same whatever the table's order). */
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            return luaL_error(L, "save_file: tensor names must be strings, got a %s key", luaL_typename(L, -2));
+        if (!fl_ltotensor(L, -1))
+            return luaL_error(L, "save_file: \"%s\" must be a tensor, got %s", lua_tostring(L, -2), luaL_typename(L, -1));
+        n++;
+        lua_pop(L, 1);
+    }
+    const char **names = lua_newuserdatauv(L, ((size_t)n + 1) * sizeof *names, 0);
+    int k = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) { names[k++] = lua_tostring(L, -2); lua_pop(L, 1); }
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    int nmeta = 0;
+    if (lua_istable(L, 3)) {
+        lua_pushnil(L);
+        while (lua_next(L, 3)) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+                return luaL_error(L, "save_file: metadata must map strings to strings, got %s = %s",
+                                  luaL_typename(L, -2), luaL_typename(L, -1));
+            nmeta++;
+            lua_pop(L, 1);
+        }
+    }
+    const char **meta = lua_newuserdatauv(L, (2 * (size_t)nmeta + 1) * sizeof *meta, 0);
+    if (nmeta) {
+        int m = 0;
+        lua_pushnil(L);
+        while (lua_next(L, 3)) { meta[m++] = lua_tostring(L, -2); meta[m++] = lua_tostring(L, -1); lua_pop(L, 1); }
+        qsort(meta, (size_t)nmeta, 2 * sizeof *meta, cmp_str);   /* pairs by key: the same file every time */
+    }
+    lua_settop(L, 3);
+    lua_newtable(L);   /* 4: anchors the companion names while the file is written */
+    fl_st_item *items = lua_newuserdatauv(L, (2 * (size_t)n + 1) * sizeof *items, 0);
+    int64_t *sshapes = lua_newuserdatauv(L, ((size_t)n + 1) * FL_MAX_DIMS * sizeof *sshapes, 0);
+    char **snames = lua_newuserdatauv(L, ((size_t)n + 1) * sizeof *snames, 0);
+    held_list *h = new_held(L, 4 * n);
+    int ni = 0;
+    for (int i = 0; i < n; i++) {
+        lua_getfield(L, 1, names[i]);
+        fl_tensor *t = fl_ltotensor(L, -1);
+        fl_tensor *c = host_copy(L, h, t);
+        lua_pop(L, 1);
+        items[ni++] = (fl_st_item){ names[i], fl_st_from_dtype(c->dtype), c->ndim, c->shape, fl_tensor_data(c) };
+        if (!c->scale_inv) continue;
+        /* The companion scale inverse (the file-format convention at the top of this file). */
+        lua_pushfstring(L, "%s" SCALE_SUFFIX, names[i]);
+        lua_pushvalue(L, -1);
+        if (lua_rawget(L, 1) != LUA_TNIL)
+            return luaL_error(L, "save_file: \"%s\" is FP8, so its scale inverse is saved as \"%s\", which the table also "
+                              "names; rename one of them", names[i], lua_tostring(L, -2));
+        lua_pop(L, 1);
+        snames[i] = (char *)lua_tostring(L, -1);
+        lua_pushboolean(L, 1);
+        lua_rawset(L, 4);
+        fl_tensor *s = host_copy(L, h, c->scale_inv);
+        int64_t *shp = &sshapes[(size_t)i * FL_MAX_DIMS];
+        int nd = 1;
+        if (c->scale_axis < 0) shp[0] = 1;
+        else { nd = c->ndim; for (int d = 0; d < nd; d++) shp[d] = d == c->scale_axis ? c->shape[d] : 1; }
+        items[ni++] = (fl_st_item){ snames[i], FL_ST_F32, nd, shp, fl_tensor_data(s) };
+    }
+    FL_LCALL(L, fl_st_save(path, items, ni, meta, nmeta));
+    return 0;
+}
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+typedef struct { fl_st_file *f; } safe_open_box;
+
+static fl_st_file *check_open(lua_State *L, int arg) {
+    safe_open_box *b = luaL_checkudata(L, arg, SAFE_OPEN_MT);
+    if (!b->f) luaL_error(L, "safe_open: the file was closed");
+    return b->f;
+}
+
+static int so_close(lua_State *L) {
+    safe_open_box *b = luaL_checkudata(L, 1, SAFE_OPEN_MT);
+    fl_st_close(b->f);
+    b->f = NULL;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a > b && strcmp(s + a - b, suf) == 0;
+}
+
+/* Is entry i the companion scale of an FP8 tensor in the same file? */
+static int is_companion(const fl_st_file *f, int i) {
+    const char *name = f->entries[i].name;
+    if (!ends_with(name, SCALE_SUFFIX)) return 0;
+    size_t base = strlen(name) - strlen(SCALE_SUFFIX);
+    for (int j = 0; j < f->n; j++) {
+        const fl_st_entry *e = &f->entries[j];
+        if (strlen(e->name) == base && strncmp(e->name, name, base) == 0)
+            return e->dtype == FL_ST_F8_E4M3 || e->dtype == FL_ST_F8_E5M2;
+    }
+    return 0;
+}
+
+static int push_sorted_keys(lua_State *L, const fl_st_file *f) {
+    const char **names = lua_newuserdatauv(L, ((size_t)f->n + 1) * sizeof *names, 0);
+    int k = 0;
+    for (int i = 0; i < f->n; i++) if (!is_companion(f, i)) names[k++] = f->entries[i].name;
+    qsort(names, (size_t)k, sizeof *names, cmp_str);
+    lua_createtable(L, k, 0);
+    for (int i = 0; i < k; i++) { lua_pushstring(L, names[i]); lua_rawseti(L, -2, i + 1); }
+    lua_remove(L, -2);
+    return k;
+}
+
+/* so:keys() → sorted tensor names (FP8 companions folded into their tensor). */
+static int so_keys(lua_State *L) {
+    push_sorted_keys(L, check_open(L, 1));
+    return 1;
+}
+
+static int so_metadata(lua_State *L) {
+    fl_st_file *f = check_open(L, 1);
+    lua_createtable(L, 0, f->n_meta);
+    for (int i = 0; i < f->n_meta; i++) { lua_pushstring(L, f->meta_vals[i]); lua_setfield(L, -2, f->meta_keys[i]); }
+    return 1;
+}
+
+/* Integer and bool data as fp32 when every value is exact there (fp8lab has no integer tensors). */
+static int ints_to_f32(const fl_st_entry *e, const uint8_t *src, float *dst, int64_t *bad) {
+    for (uint64_t i = 0; i < e->numel; i++) {
+        int64_t v;
+        switch (e->dtype) {
+        case FL_ST_I64: { int64_t x; memcpy(&x, src + 8 * i, 8); v = x; break; }
+        case FL_ST_I32: { int32_t x; memcpy(&x, src + 4 * i, 4); v = x; break; }
+        case FL_ST_U8: v = src[i]; break;
+        default: v = src[i] != 0; break;   /* BOOL */
+        }
+        float fv = (float)v;
+        if ((double)fv != (double)v || fv >= 9.3e18f) { *bad = v; return 0; }
+        dst[i] = fv;
+    }
+    return 1;
+}
+
+static void read_into(lua_State *L, fl_st_file *f, int i, fl_tensor **slot, const char *fname) {
+    const fl_st_entry *e = &f->entries[i];
+    if (e->ndim > FL_MAX_DIMS)
+        luaL_error(L, "%s: %s: \"%s\" has %d dimensions; fp8lab tensors have at most %d", fname, f->path, e->name, e->ndim,
+                   FL_MAX_DIMS);
+    fl_dtype dt;
+    bool native = fl_st_to_dtype(e->dtype, &dt);
+    FL_LCALL(L, fl_tensor_empty(slot, native ? dt : FL_F32, e->ndim, e->shape, FL_DEV_CPU));
+    if (e->numel == 0) return;
+    if (native) { FL_LCALL(L, fl_st_read(f, i, fl_tensor_data(*slot))); return; }
+    uint8_t *raw = lua_newuserdatauv(L, (size_t)(e->end - e->begin), 0);
+    FL_LCALL(L, fl_st_read(f, i, raw));
+    int64_t bad = 0;
+    if (!ints_to_f32(e, raw, fl_tensor_data(*slot), &bad))
+        luaL_error(L, "%s: %s: \"%s\" (%s) holds %I, which fp32 cannot hold exactly; fp8lab loads integer tensors as fp32 "
+                   "only when every value is exact", fname, f->path, e->name, fl_st_dtype_name(e->dtype), (lua_Integer)bad);
+    lua_pop(L, 1);
+}
+
+/* Push tensor `name` of f (FP8: with its companion scale), on `device`. */
+static void push_tensor(lua_State *L, fl_st_file *f, const char *name, int device, const char *fname) {
+    int i = fl_st_find(f, name);
+    if (i < 0) {
+        push_sorted_keys(L, f);
+        luaL_error(L, "%s: no tensor \"%s\" in %s (it has %d)", fname, name, f->path, (int)luaL_len(L, -1));
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    read_into(L, f, i, slot, fname);
+    fl_tensor *t = *slot;
+    if (t->scale_inv) {
+        lua_pushfstring(L, "%s" SCALE_SUFFIX, name);
+        int s = fl_st_find(f, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        if (s >= 0) {
+            const fl_st_entry *e = &f->entries[s];
+            int axis = -2;   /* -2: not a valid layout */
+            if (e->dtype == FL_ST_F32) {
+                if (e->numel == 1 && e->ndim <= 1) axis = -1;
+                else if (e->ndim == t->ndim) {
+                    int found = -1, ok = 1;
+                    for (int d = 0; d < e->ndim; d++) {
+                        if (e->shape[d] == 1) continue;
+                        if (e->shape[d] != t->shape[d] || found >= 0) ok = 0;
+                        found = d;
+                    }
+                    if (ok && found >= 0) axis = found;
+                }
+            }
+            if (axis == -2)
+                luaL_error(L, "%s: %s: \"%s\" (%s, shape %s) is not a scale inverse for \"%s\": it must be F32 of shape [1] or of "
+                           "the tensor's rank with size 1 everywhere but the scaled axis", fname, f->path, e->name,
+                           fl_st_dtype_name(e->dtype), fl_lpushshape(L, e->ndim, e->shape), name);
+            fl_tensor *si = NULL;
+            int64_t len = axis < 0 ? 1 : t->shape[axis];
+            fl_status st = fl_tensor_empty(&si, FL_F32, 1, &len, FL_DEV_CPU);
+            if (st == FL_OK) st = fl_st_read(f, s, fl_tensor_data(si));
+            if (st != FL_OK) { fl_tensor_release(si); fl_lcheck(L, st); }
+            fl_tensor_release(t->scale_inv);
+            t->scale_inv = si;
+            t->scale_axis = axis;
+        }
+    }
+    if (device != FL_DEV_CPU) {
+        fl_tensor **moved = fl_lnewbox(L);
+        FL_LCALL(L, fl_tensor_to_device(moved, t, device));
+        lua_remove(L, -2);
+    }
+}
+
+static int parse_device(lua_State *L, int arg, const char *fname) {
+    if (lua_isnoneornil(L, arg)) return FL_DEV_CPU;
+    luaL_checktype(L, arg, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, arg)) {
+        if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "device") != 0)
+            luaL_error(L, "%s: unknown option '%s' (valid: device)", fname, lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
+        lua_pop(L, 1);
+    }
+    lua_getfield(L, arg, "device");
+    int dev = FL_DEV_CPU;
+    if (!lua_isnil(L, -1)) dev = fl_lcheckdevice(L, lua_gettop(L), fname);
+    lua_pop(L, 1);
+    return dev;
+}
+
+static safe_open_box *open_box(lua_State *L, const char *path) {
+    safe_open_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    b->f = NULL;
+    luaL_setmetatable(L, SAFE_OPEN_MT);
+    FL_LCALL(L, fl_st_open(&b->f, path));
+    return b;
+}
+
+/* safe_open(path) → an open file: :keys(), :metadata(), :get_tensor(name [, {device=}]), :close(). */
+static int l_safe_open(lua_State *L) {
+    open_box(L, luaL_checkstring(L, 1));
+    return 1;
+}
+
+static int so_get_tensor(lua_State *L) {
+    fl_st_file *f = check_open(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    int dev = parse_device(L, 3, "get_tensor");
+    push_tensor(L, f, name, dev, "get_tensor");
+    return 1;
+}
+
+static int so_tostring(lua_State *L) {
+    safe_open_box *b = luaL_checkudata(L, 1, SAFE_OPEN_MT);
+    if (!b->f) lua_pushstring(L, "safe_open(closed)");
+    else lua_pushfstring(L, "safe_open(%s: %d tensors, %d metadata keys)", b->f->path, b->f->n, b->f->n_meta);
+    return 1;
+}
+
+/* load_file(path [, {device=}]) → {name = tensor}. */
+static int l_load_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    int dev = parse_device(L, 2, "load_file");
+    safe_open_box *b = open_box(L, path);
+    int box = lua_gettop(L);
+    int n = push_sorted_keys(L, b->f);
+    int keys = lua_gettop(L);
+    lua_createtable(L, 0, n);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, keys, i);
+        const char *name = lua_tostring(L, -1);
+        push_tensor(L, b->f, name, dev, "load_file");
+        lua_setfield(L, -3, name);
+        lua_pop(L, 1);
+    }
+    fl_st_close(b->f);
+    b->f = NULL;
+    (void)box;
+    return 1;
+}
+
+/* ---- fp8._checkpoint helpers ---------------------------------------------------------------- */
+
+static int l_write_atomic(lua_State *L) {
+    size_t len;
+    const char *path = luaL_checkstring(L, 1);
+    const char *s = luaL_checklstring(L, 2, &len);
+    FL_LCALL(L, fl_write_atomic(path, s, len));
+    return 0;
+}
+
+static int l_fsync_dir(lua_State *L) {
+    FL_LCALL(L, fl_fsync_dir(luaL_checkstring(L, 1)));
+    return 0;
+}
+
+/* mkdir(path) → true, or nil + message (an existing directory is fine). */
+static int l_mkdir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    struct stat sb;
+    if (mkdir(path, 0755) == 0 || (errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: cannot create the directory: %s", path, strerror(errno));
+    return 2;
+}
+
+/* listdir(path) → sorted names (without . and ..), or nil + message. */
+static int l_listdir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (!d) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
+    lua_newtable(L);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        lua_pushstring(L, e->d_name);
+        lua_rawseti(L, -2, ++n);
+    }
+    closedir(d);
+    lua_getglobal(L, "table");
+    lua_getfield(L, -1, "sort");
+    lua_pushvalue(L, -3);
+    lua_call(L, 1, 0);
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* is_dir(path) → boolean */
+static int l_is_dir(lua_State *L) {
+    struct stat sb;
+    lua_pushboolean(L, stat(luaL_checkstring(L, 1), &sb) == 0 && S_ISDIR(sb.st_mode));
+    return 1;
+}
+
+static int l_clone(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_clone_exact(slot, t));
+    return 1;
+}
+
+/* copy_exact_(dst, src): src's bytes into dst in place (same dtype and shape; FP8: its scale inverse
+ * and axis too), so every holder of dst sees the loaded values. */
+static int l_copy_exact_(lua_State *L) {
+    fl_tensor *dst = fl_lchecktensor(L, 1), *src = fl_lchecktensor(L, 2);
+    char a[96], b[96];
+    if (dst->dtype != src->dtype || !fl_shape_equal(dst->ndim, dst->shape, src->ndim, src->shape))
+        return luaL_error(L, "copy_exact_: expected a %s tensor of shape %s, got %s of shape %s", fl_format(dst->dtype)->name,
+                          fl_shape_str(a, sizeof a, dst->ndim, dst->shape), fl_format(src->dtype)->name,
+                          fl_shape_str(b, sizeof b, src->ndim, src->shape));
+    fl_tensor *c = NULL;
+    FL_LCALL(L, fl_tensor_clone_exact(&c, src));
+    /* Swap the copy's storage and scale in (a fresh contiguous layout on dst's device). */
+    fl_tensor *m = NULL;
+    fl_status st = fl_tensor_to_device(&m, c, dst->device);
+    fl_tensor_release(c);
+    fl_lcheck(L, st);
+    fl_storage *old = dst->storage;
+    dst->storage = m->storage; m->storage = old;
+    dst->offset = 0;
+    memcpy(dst->stride, m->stride, sizeof dst->stride);
+    fl_tensor *si = dst->scale_inv;
+    dst->scale_inv = m->scale_inv; m->scale_inv = si;
+    dst->scale_axis = m->scale_axis;
+    dst->qstats = m->qstats;
+    fl_stats_future *qf = dst->qfuture;
+    dst->qfuture = m->qfuture; m->qfuture = qf;
+    fl_tensor_bump(dst);
+    fl_tensor_release(m);
+    return 0;
+}
+
+/* The default generator's state as two 16-digit hex strings (exact, unlike a JSON number). */
+static int l_rng_state(lua_State *L) {
+    fl_rng *r = fl_default_rng();
+    char buf[40];
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)r->seed);
+    lua_pushstring(L, buf);
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)r->counter);
+    lua_pushstring(L, buf);
+    return 2;
+}
+
+static uint64_t check_hex(lua_State *L, int arg) {
+    const char *s = luaL_checkstring(L, arg);
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 16);
+    if (strlen(s) != 16 || *end) luaL_argerror(L, arg, lua_pushfstring(L, "expected 16 hex digits, got \"%s\"", s));
+    return (uint64_t)v;
+}
+
+static int l_set_rng_state(lua_State *L) {
+    uint64_t seed = check_hex(L, 1), counter = check_hex(L, 2);
+    fl_rng *r = fl_default_rng();
+    r->seed = seed;
+    r->counter = counter;
+    return 0;
+}
+
+static cJSON *to_json(lua_State *L, int idx, int depth) {
+    if (depth > 64) luaL_error(L, "json_encode: nested deeper than 64 levels (a cycle?)");
+    idx = lua_absindex(L, idx);
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL: return cJSON_CreateNull();
+    case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
+    case LUA_TSTRING: return cJSON_CreateString(lua_tostring(L, idx));
+    case LUA_TNUMBER: {
+        char buf[64];
+        if (lua_isinteger(L, idx)) snprintf(buf, sizeof buf, "%lld", (long long)lua_tointeger(L, idx));
+        else {
+            double d = lua_tonumber(L, idx);
+            if (!isfinite(d)) luaL_error(L, "json_encode: %f cannot be stored in JSON", d);
+            snprintf(buf, sizeof buf, "%.17g", d);
+        }
+        return cJSON_CreateRaw(buf);
+    }
+    case LUA_TTABLE: {
+        lua_Integer n = (lua_Integer)lua_rawlen(L, idx), count = 0;
+        lua_pushnil(L);
+        while (lua_next(L, idx)) { count++; lua_pop(L, 1); }
+        /* A sequence (an empty table too: a shape [] must stay a list) is an array, else an object. */
+        cJSON *out = (n == count) ? cJSON_CreateArray() : cJSON_CreateObject();
+        if (!out) luaL_error(L, "json_encode: out of memory");
+        if (n == count) {
+            for (lua_Integer i = 1; i <= n; i++) {
+                lua_rawgeti(L, idx, i);
+                cJSON_AddItemToArray(out, to_json(L, -1, depth + 1));
+                lua_pop(L, 1);
+            }
+            return out;
+        }
+        /* Keys sorted, so the same value always gives the same text (Lua's table order varies by process). */
+        const char **keys = lua_newuserdatauv(L, ((size_t)count + 1) * sizeof *keys, 0);
+        int nk = 0;
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            if (lua_type(L, -2) != LUA_TSTRING) { cJSON_Delete(out); luaL_error(L, "json_encode: object keys must be strings, got %s", luaL_typename(L, -2)); }
+            keys[nk++] = lua_tostring(L, -2);
+            lua_pop(L, 1);
+        }
+        qsort(keys, (size_t)nk, sizeof *keys, cmp_str);
+        for (int i = 0; i < nk; i++) {
+            lua_getfield(L, idx, keys[i]);
+            cJSON_AddItemToObject(out, keys[i], to_json(L, -1, depth + 1));
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        return out;
+    }
+    default:
+        luaL_error(L, "json_encode: cannot store a %s", luaL_typename(L, idx));
+        return NULL;
+    }
+}
+
+/* json_encode(value) → text. Integers stay exact; floats print with 17 digits (round-trip). Leaks
+ * the partial tree if a nested value raises (only for values checkpointing.lua never builds). */
+static int l_json_encode(lua_State *L) {
+    luaL_checkany(L, 1);
+    cJSON *j = to_json(L, 1, 0);
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!s) return luaL_error(L, "json_encode: out of memory");
+    lua_pushstring(L, s);
+    free(s);
+    return 1;
+}
+
+static void from_json(lua_State *L, const cJSON *j) {
+    luaL_checkstack(L, 4, "json_decode: nested too deep");
+    if (cJSON_IsNull(j)) lua_pushnil(L);
+    else if (cJSON_IsBool(j)) lua_pushboolean(L, cJSON_IsTrue(j));
+    else if (cJSON_IsString(j)) lua_pushstring(L, j->valuestring);
+    else if (cJSON_IsNumber(j)) {
+        double d = j->valuedouble;
+        if (d == floor(d) && fabs(d) < 9007199254740992.0) lua_pushinteger(L, (lua_Integer)d);
+        else lua_pushnumber(L, d);
+    } else if (cJSON_IsArray(j)) {
+        lua_createtable(L, cJSON_GetArraySize(j), 0);
+        int i = 1;
+        for (const cJSON *c = j->child; c; c = c->next) { from_json(L, c); lua_rawseti(L, -2, i++); }
+    } else {
+        lua_createtable(L, 0, cJSON_GetArraySize(j));
+        for (const cJSON *c = j->child; c; c = c->next) { from_json(L, c); lua_setfield(L, -2, c->string); }
+    }
+}
+
+/* json_decode(text [, what]) → value; an error names `what`. */
+static int l_json_decode(lua_State *L) {
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    const char *what = luaL_optstring(L, 2, "json_decode");
+    cJSON *j = cJSON_ParseWithLength(s, len);
+    if (!j) return luaL_error(L, "%s: not valid JSON", what);
+    from_json(L, j);   /* raises only on stack exhaustion */
+    cJSON_Delete(j);
+    return 1;
+}
+
+static const luaL_Reg so_methods[] = {
+    {"keys", so_keys}, {"metadata", so_metadata}, {"get_tensor", so_get_tensor}, {"close", so_close}, {NULL, NULL},
+};
+
+static const luaL_Reg ckpt_funcs[] = {
+    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
+};
+
+/* Registers save_file/load_file/safe_open into the fp8.core table at -1; fp8._checkpoint is the helpers. */
+int luaopen_fp8_checkpoint_c(lua_State *L) {
+    if (luaL_newmetatable(L, SAFE_OPEN_MT)) {
+        luaL_newlib(L, so_methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, so_close); lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, so_close); lua_setfield(L, -2, "__close");
+        lua_pushcfunction(L, so_tostring); lua_setfield(L, -2, "__tostring");
+    }
+    lua_pop(L, 1);
+    luaL_newlib(L, ckpt_funcs);
+    lua_pushcfunction(L, l_save_file); lua_setfield(L, -2, "save_file");
+    lua_pushcfunction(L, l_load_file); lua_setfield(L, -2, "load_file");
+    lua_pushcfunction(L, l_safe_open); lua_setfield(L, -2, "safe_open");
+    return 1;
+}

@@ -1,0 +1,341 @@
+-- checkpoint_spec.lua — safetensors from Lua (save_file / load_file / safe_open), the FP8
+-- naming convention, integer dtypes, hostile files (each with its message), and save_state's
+-- directory features: automatic naming, total_limit, refusal of another recipe or model,
+-- non-strict loading, save_model, and no partial checkpoint directory.
+local nn, F = fp8.nn, fp8.nn.functional
+local C = require "fp8._checkpoint"
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(C.mkdir(d))
+  return d
+end
+
+local function write(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- A file image: header length (or `claimed`), header text, then `data` (a string or a byte count).
+local function image(hdr, data, claimed)
+  if type(data) == "number" then data = ("\0"):rep(data) end
+  return string.pack("<I8", claimed or #hdr) .. hdr .. (data or "")
+end
+
+local function entry(name, dtype, shape, b, e)
+  return ('"%s":{"dtype":"%s","shape":[%s],"data_offsets":[%s,%s]}'):format(name, dtype, shape, b, e)
+end
+
+describe("fp8.save_file / load_file / safe_open", function()
+  it("round-trips fp32, bf16, fp16 and FP8 (per tensor and per row) exactly, with metadata", function()
+    local d = tmpdir()
+    fp8.manual_seed(3)
+    local x = fp8.randn { 4, 8 }
+    local t = { a = x, b = x:to("bf16"), c = x:to("fp16"), q = x:quantize("e4m3"), r = x:quantize("e5m2"),
+                row = x:quantize("e4m3", { axis = 1 }), s = fp8.tensor(2.5) }
+    fp8.save_file(t, d .. "/t.safetensors", { note = "hi" })
+    local back = fp8.load_file(d .. "/t.safetensors")
+    for k, v in pairs(t) do
+      assert.are.equal(v:dtype(), back[k]:dtype(), k)
+      assert.same(v:shape(), back[k]:shape(), k)
+      local a = v:is_fp8() and v:dequantize() or v:to("fp32")
+      local b = back[k]:is_fp8() and back[k]:dequantize() or back[k]:to("fp32")
+      assert.same(a:totable(), b:totable(), k)
+    end
+    local f = fp8.safe_open(d .. "/t.safetensors")
+    assert.same({ "a", "b", "c", "q", "r", "row", "s" }, f:keys())   -- companions folded into their tensor
+    assert.same({ note = "hi" }, f:metadata())
+    assert.same(t.q:dequantize():totable(), f:get_tensor("q"):dequantize():totable())
+    f:close()
+    assert.has_error(function() f:keys() end, "safe_open: the file was closed")
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("writes the same bytes whatever the table's order, and refuses clashes and bad arguments", function()
+    local d = tmpdir()
+    local x = fp8.tensor { 1, 2, 3 }
+    fp8.save_file({ a = x, b = x, c = x }, d .. "/1.safetensors", { k = "v", j = "w" })
+    fp8.save_file({ c = x, b = x, a = x }, d .. "/2.safetensors", { j = "w", k = "v" })
+    assert.is_true(read(d .. "/1.safetensors") == read(d .. "/2.safetensors"))
+    assert.has_error(function() fp8.save_file({ q = x:quantize("e4m3"), q_scale_inv = x }, d .. "/3.safetensors") end)
+    assert.has_error(function() fp8.save_file({ [1] = x }, d .. "/3.safetensors") end)
+    assert.has_error(function() fp8.save_file({ a = 1 }, d .. "/3.safetensors") end)
+    assert.has_error(function() fp8.save_file({ a = x }, d .. "/3.safetensors", { k = 1 }) end)
+    assert.has_error(function() fp8.save_file({ a = x }, d .. "/no/such/dir/x.safetensors") end)
+    assert.has_error(function() fp8.load_file(d .. "/1.safetensors", { devcie = "cpu" }) end)
+    assert.is_nil(io.open(d .. "/3.safetensors"))
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("loads I64/I32/U8/BOOL as fp32 when every value is exact, and says so otherwise", function()
+    local d = tmpdir()
+    local hdr = "{" .. table.concat({ entry("i64", "I64", "2", 0, 16), entry("i32", "I32", "2", 16, 24),
+      entry("u8", "U8", "2", 24, 26), entry("b", "BOOL", "2", 26, 28) }, ",") .. "}"
+    local data = string.pack("<i8i8i4i4BBBB", -5, 16777216, 7, -2147483647 - 1, 255, 0, 1, 0)
+    write(d .. "/i.safetensors", image(hdr, data))
+    local t = fp8.load_file(d .. "/i.safetensors")
+    assert.same({ -5, 16777216 }, t.i64:totable())
+    assert.same({ 7, -2147483648 }, t.i32:totable())
+    assert.same({ 255, 0 }, t.u8:totable())
+    assert.same({ 1, 0 }, t.b:totable())
+    assert.are.equal("fp32", t.i64:dtype())
+    write(d .. "/j.safetensors", image("{" .. entry("big", "I64", "1", 0, 8) .. "}", string.pack("<i8", 16777217)))
+    local ok, err = pcall(fp8.load_file, d .. "/j.safetensors")
+    assert.is_false(ok)
+    assert.matches('"big" %(I64%) holds 16777217, which fp32 cannot hold exactly', err)
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("reads only the tensor asked for (safe_open on a file whose other tensors are unusable)", function()
+    local d = tmpdir()
+    local hdr = "{" .. entry("ok", "F32", "1", 0, 4) .. "," .. entry("nine", "U8", "1,1,1,1,1,1,1,1,1", 4, 5) .. "}"
+    write(d .. "/lazy.safetensors", image(hdr, string.pack("<fB", 1.5, 1)))
+    local f = fp8.safe_open(d .. "/lazy.safetensors")
+    assert.same({ 1.5 }, f:get_tensor("ok"):totable())
+    assert.has_error(function() f:get_tensor("nine") end)
+    assert.has_error(function() f:get_tensor("missing") end)
+    os.execute("rm -rf " .. d)
+  end)
+end)
+
+describe("hostile safetensors files", function()
+  local d
+  setup(function() d = tmpdir() end)
+  teardown(function() os.execute("rm -rf " .. d) end)
+  local e1 = entry("a", "F32", "1", 0, 4)
+  local cases = {
+    { "empty file", "", "too short" },
+    { "7 bytes", "\1\0\0\0\0\0\0", "too short" },
+    { "header length past the end", image("{}", 0, 100), "runs past the end" },
+    { "header length 200 MB", image("{}", 0, 200000000), "exceeds the limit" },
+    { "header length 2^64-1", string.pack("<i8", -1) .. "{}", "exceeds the limit" },
+    { "header length 0", image("", 0), "not a JSON object" },
+    { "header is an array", image("[]"), "not a JSON object" },
+    { "header is null", image("null"), "not a JSON object" },
+    { "header is a string", image('"x"'), "not a JSON object" },
+    { "header starts with a space", image(" {}"), "must start with '{'" },
+    { "unterminated JSON", image('{"a":'), "not valid JSON" },
+    { "binary header", image("{\255\254\0"), "not valid JSON" },
+    { "bytes after the JSON", image("{}xx"), "bytes after the header" },
+    { "tensor is a number", image('{"a":1}'), "expected an object" },
+    { "tensor without dtype", image('{"a":{"shape":[1],"data_offsets":[0,4]}}', 4), "needs exactly dtype" },
+    { "tensor with an extra field", image('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}}', 4), "unknown field \"x\"" },
+    { "dtype is a number", image('{"a":{"dtype":3,"shape":[1],"data_offsets":[0,4]}}', 4), "dtype must be a string" },
+    { "dtype F64 (unsupported)", image("{" .. entry("a", "F64", "1", 0, 8) .. "}", 8), "unknown or unsupported dtype \"F64\"" },
+    { "dtype in lower case", image("{" .. entry("a", "f32", "1", 0, 4) .. "}", 4), "unknown or unsupported dtype" },
+    { "made-up dtype", image("{" .. entry("a", "Q4", "1", 0, 4) .. "}", 4), "unknown or unsupported dtype" },
+    { "shape is a number", image('{"a":{"dtype":"F32","shape":4,"data_offsets":[0,4]}}', 4), "shape must be an array" },
+    { "negative shape", image("{" .. entry("a", "F32", "-1", 0, 4) .. "}", 4), "shape[0] must be a non-negative integer" },
+    { "fractional shape", image("{" .. entry("a", "F32", "1.5", 0, 4) .. "}", 4), "non-negative integer" },
+    { "string in shape", image("{" .. entry("a", "F32", '"1"', 0, 4) .. "}", 4), "non-negative integer" },
+    { "nested shape", image("{" .. entry("a", "F32", "[1]", 0, 4) .. "}", 4), "non-negative integer" },
+    { "17 dimensions", image("{" .. entry("a", "U8", ("1,"):rep(16) .. "1", 0, 1) .. "}", 1), "17 dimensions" },
+    { "element count overflows", image("{" .. entry("a", "F32", "4294967296,4294967296", 0, 4) .. "}", 4), "overflows" },
+    { "huge shape, small data", image("{" .. entry("a", "F32", "1000000000000000", 0, 4) .. "}", 4), "need 4000000000000000" },
+    { "offsets not an array", image('{"a":{"dtype":"F32","shape":[1],"data_offsets":4}}', 4), "data_offsets must be [begin, end]" },
+    { "three offsets", image("{" .. entry("a", "F32", "1", 0, "4,8") .. "}", 8), "data_offsets must be" },
+    { "negative offset", image("{" .. entry("a", "F32", "1", -4, 0) .. "}", 4), "data_offsets must be" },
+    { "fractional offset", image("{" .. entry("a", "F32", "1", 0.5, 4.5) .. "}", 4), "data_offsets must be" },
+    { "offset above 2^53", image("{" .. entry("a", "F32", "1", "18014398509481984", "18014398509481988") .. "}", 4), "data_offsets must be" },
+    { "end before begin", image("{" .. entry("a", "F32", "0", 4, 0) .. "}", 4), "end before they begin" },
+    { "byte count differs from the shape", image("{" .. entry("a", "F32", "2", 0, 4) .. "}", 4), "span 4 bytes, its shape and dtype F32 need 8" },
+    { "data beyond the end", image("{" .. entry("a", "F32", "2", 0, 8) .. "}", 4), "beyond the end of the data" },
+    { "truncated data", image("{" .. entry("a", "F32", "1", 0, 4) .. "," .. entry("b", "F32", "1", 4, 8) .. "}", 6), "beyond the end" },
+    { "overlapping tensors", image("{" .. e1 .. "," .. entry("b", "F32", "1", 0, 4) .. "}", 4), "overlap" },
+    { "partly overlapping tensors", image("{" .. entry("a", "F32", "2", 0, 8) .. "," .. entry("b", "F32", "1", 4, 8) .. "}", 8), "overlap" },
+    { "gap between tensors", image("{" .. entry("a", "F32", "1", 4, 8) .. "}", 8), "a gap of 4 bytes" },
+    { "data not covered", image("{" .. e1 .. "}", 12), "cover 4 bytes of data, the file has 12" },
+    { "duplicate names", image("{" .. e1 .. "," .. entry("a", "F32", "1", 4, 8) .. "}", 8), "\"a\" appears twice" },
+    { "empty name", image("{" .. entry("", "F32", "1", 0, 4) .. "}", 4), "empty name" },
+    { "metadata not an object", image('{"__metadata__":[1]}'), "__metadata__ must be an object" },
+    { "metadata value a number", image('{"__metadata__":{"k":1}}'), "values must be strings" },
+    { "metadata twice", image('{"__metadata__":{},"__metadata__":{}}'), "__metadata__ appears twice" },
+    { "metadata key twice", image('{"__metadata__":{"k":"a","k":"b"}}'), "the key \"k\" twice" },
+    { "FP8 with a scale of the wrong shape", image("{" .. entry("w", "F8_E4M3", "2,2", 0, 4) .. "," ..
+        entry("w_scale_inv", "F32", "3", 4, 16) .. "}", 16), "is not a scale inverse for \"w\"" },
+    { "FP8 with an F16 scale", image("{" .. entry("w", "F8_E5M2", "2", 0, 2) .. "," ..
+        entry("w_scale_inv", "F16", "1", 2, 4) .. "}", 4), "is not a scale inverse" },
+    { "9 dimensions", image("{" .. entry("a", "U8", ("1,"):rep(8) .. "1", 0, 1) .. "}", 1), "at most 8" },
+  }
+  for i, c in ipairs(cases) do
+    it(("%d: %s"):format(i, c[1]), function()
+      local path = ("%s/bad%d.safetensors"):format(d, i)
+      write(path, c[2])
+      local ok, err = pcall(fp8.load_file, path)
+      assert.is_false(ok, "accepted")
+      assert.matches(c[3], err, 1, true)
+      assert.matches(path, err, 1, true)   -- names the file
+    end)
+  end
+  it("a directory and a missing file", function()
+    assert.has_error(function() fp8.load_file(d) end)
+    local ok, err = pcall(fp8.safe_open, d .. "/nope.safetensors")
+    assert.is_false(ok)
+    assert.matches("cannot open", err)
+  end)
+  it("has at least 40 cases", function() assert.is_true(#cases >= 40) end)
+end)
+
+-- ---- save_state directory features ------------------------------------------------------------
+
+local function mlp() return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 16)) end
+
+local function setup(handler, extra)
+  fp8.manual_seed(0)
+  local model = mlp()
+  local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+  local o = { mixed_precision = handler and "fp8" or "no", kwargs_handlers = handler and { handler } or nil, config = false, env = {} }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  local acc = fp8.Accelerator(o)
+  model, opt = acc:prepare(model, opt)
+  return acc, model, opt
+end
+
+local function step(acc, model, opt)
+  fp8.manual_seed(1)
+  local x, y = fp8.randn { 8, 32 }, fp8.tensor { 1, 2, 3, 4, 5, 6, 7, 8 }
+  local loss = F.cross_entropy(model(x), y)
+  acc:backward(loss); opt:step(); opt:zero_grad()
+  return loss:item()
+end
+
+describe("acc:save_state / load_state", function()
+  it("automatic_checkpoint_naming numbers checkpoints and total_limit keeps the last N", function()
+    local d = tmpdir()
+    local pc = fp8.ProjectConfiguration { project_dir = d, automatic_checkpoint_naming = true, total_limit = 2 }
+    local acc, model, opt = setup(fp8.TERecipeKwargs {}, { project_config = pc })
+    for _ = 1, 4 do step(acc, model, opt); acc:save_state() end
+    assert.same({ "checkpoint_2", "checkpoint_3" }, C.listdir(d .. "/checkpoints"))
+    assert.are.equal(4, pc.iteration)
+    assert.has_error(function() acc:save_state(d .. "/x") end)   -- a directory with automatic naming
+    local acc2, model2, opt2 = setup(fp8.TERecipeKwargs {}, { project_config = fp8.ProjectConfiguration {
+      project_dir = d, automatic_checkpoint_naming = true } })
+    acc2:load_state()                                             -- the latest
+    assert.are.equal(4, acc2.step)
+    assert.are.equal(4, acc2.project_configuration.iteration)
+    assert.are.equal(step(acc, model, opt), step(acc2, model2, opt2))
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("ProjectConfiguration and Accelerator options are checked", function()
+    assert.has_error(function() fp8.ProjectConfiguration { total_limit = 0 } end)
+    assert.has_error(function() fp8.ProjectConfiguration { logging_dir = "x" } end, "ProjectConfiguration: logging_dir is not supported in fp8lab (no trackers; one node)")
+    assert.has_error(function() fp8.ProjectConfiguration { projectdir = "x" } end)
+    assert.has_error(function() fp8.Accelerator { project_config = {} } end)
+    local acc = fp8.Accelerator { project_dir = "/tmp/somewhere", config = false, env = {} }
+    assert.are.equal("/tmp/somewhere", acc.project_configuration.project_dir)
+  end)
+
+  it("refuses another recipe naming the setting, unless strict=false; a failed load changes nothing", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(fp8.TERecipeKwargs { margin = 0 })
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    local acc2, model2, opt2 = setup(fp8.TERecipeKwargs { margin = 1 })
+    step(acc2, model2, opt2)
+    local before = model2:state_dict()["0.weight"]:totable()
+    local ok, err = pcall(acc2.load_state, acc2, d .. "/c")
+    assert.is_false(ok)
+    assert.matches("settings.fp8_recipe.margin: the checkpoint has 0, this run 1", err, 1, true)
+    assert.same(before, model2:state_dict()["0.weight"]:totable())
+    acc2:load_state(d .. "/c", { strict = false })
+    assert.same(model:state_dict()["0.weight"]:totable(), model2:state_dict()["0.weight"]:totable())
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("refuses a changed model, naming the tensor, and undoes what was loaded before the failure", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    fp8.manual_seed(0)
+    local other = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    local acc2 = fp8.Accelerator { config = false, env = {} }
+    local o2 = fp8.optim.AdamW(other:parameters(), { lr = 1e-3 })
+    other, o2 = acc2:prepare(other, o2)
+    local ok, err = pcall(acc2.load_state, acc2, d .. "/c")
+    assert.is_false(ok)
+    assert.matches('size mismatch for "4.weight"', err, 1, true)
+    -- a broken optimizer file: the model was loaded first and must be restored
+    local acc3, model3, opt3 = setup(nil)
+    local before = model3:state_dict()["0.weight"]:totable()
+    write(d .. "/c/optimizer.safetensors", image("{}"))
+    ok, err = pcall(acc3.load_state, acc3, d .. "/c")
+    assert.is_false(ok)
+    assert.matches("not an fp8lab optimizer file", err, 1, true)
+    assert.same(before, model3:state_dict()["0.weight"]:totable())
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("a second save_state to the same directory replaces it; no .tmp or .old is left", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    step(acc, model, opt)
+    acc:save_state(d .. "/c/")
+    assert.same({ "c" }, C.listdir(d))
+    assert.are.equal(2, C.json_decode(read(d .. "/c/fp8lab_state.json")).step)
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("save_model writes weights only, dequantized or raw FP8", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(fp8.MSAMPRecipeKwargs { opt_level = "O3" })
+    step(acc, model, opt)
+    local p = acc:save_model(model, d .. "/deq")
+    local t = fp8.load_file(p)
+    assert.is_nil(t["0.fp8_state"])
+    assert.are.equal("fp32", t["0.weight_fp8"]:dtype())
+    assert.are.equal("fp16", t["0.weight"]:dtype())
+    local raw = fp8.load_file(acc:save_model(model, d .. "/raw", { fp8 = "raw" }))
+    assert.are.equal("e4m3", raw["0.weight_fp8"]:dtype())
+    assert.same(t["0.weight_fp8"]:totable(), raw["0.weight_fp8"]:dequantize():totable())
+    assert.has_error(function() acc:save_model(model, d, { fp8 = "bytes" }) end)
+    assert.has_error(function() acc:save_model(model, d, { dtype = "x" }) end)
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("fp8.stats reads the recipe state out of a checkpoint's model file", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(fp8.TERecipeKwargs { amax_history_len = 4 })
+    step(acc, model, opt); step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    local saved = fp8.stats(fp8.load_file(d .. "/c/model.safetensors"), { quiet = true })
+    local live = fp8.stats(model, { quiet = true })
+    assert.are.equal(#live, #saved)
+    for i, r in ipairs(live) do
+      assert.are.equal(r.layer, saved[i].layer)
+      assert.are.equal(r.role, saved[i].role)
+      assert.are.equal(r.scale, saved[i].scale)
+      assert.are.equal(r.amax_history, saved[i].amax_history)
+      assert.are.equal(2, saved[i].updates)
+    end
+    assert.has_error(function() fp8.stats({ ["0.fp8_state"] = fp8.tensor { 7 } }, { quiet = true }) end)
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("register_for_checkpointing carries custom objects", function()
+    local d = tmpdir()
+    local counter = { n = 3 }
+    function counter:state_dict() return { n = self.n } end
+    function counter:load_state_dict(s) self.n = s.n end
+    local acc = fp8.Accelerator { config = false, env = {} }
+    acc:register_for_checkpointing(counter)
+    acc:save_state(d .. "/c")
+    counter.n = 9
+    acc:load_state(d .. "/c")
+    assert.are.equal(3, counter.n)
+    assert.has_error(function() acc:register_for_checkpointing({}) end)
+    os.execute("rm -rf " .. d)
+  end)
+end)

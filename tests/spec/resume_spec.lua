@@ -1,0 +1,86 @@
+-- resume_spec.lua — "resume is exact": for every precision and FP8 recipe, on the MLP and a small
+-- GPT (both with dropout, shuffled loaders and an lr schedule), 10 steps straight vs 7 steps +
+-- save_state + a NEW fp8lab process + load_state + 3 steps. The last 3 losses and the final model
+-- (weights and FP8 recipe state), optimizer and scheduler files must be bit-identical. Step 7 is
+-- in the middle of an epoch for both models; one case resumes at an epoch boundary (step 5).
+local BIN = FP8LAB_BIN or "build/fp8lab"
+local HELPER = "tests/spec/helpers/resume_run.lua"
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+local function run(config, model, steps, mode, dir)
+  local ok, out = sh(("timeout 120 %s %s %s %s %d %s %s"):format(BIN, HELPER, config, model, steps, mode, dir))
+  assert(ok, ("%s %s %s failed:\n%s"):format(config, model, mode, out))
+  local losses = {}
+  for s, l in out:gmatch("step (%d+) (%S+)") do losses[tonumber(s)] = l end
+  return losses
+end
+
+local function bytes(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function check(config, model, first)
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p " .. dir))
+  local straight = run(config, model, 10, "straight", dir)
+  run(config, model, first, "first", dir)
+  local resumed = run(config, model, 10, "resume", dir)
+  for s = first + 1, 10 do
+    assert.are.equal(straight[s], resumed[s], ("loss at step %d"):format(s))
+  end
+  assert.is_nil(resumed[first], "the resumed run repeated a step")
+  for _, f in ipairs { "model.safetensors", "optimizer.safetensors", "scheduler.json" } do
+    assert.is_true(bytes(dir .. "/final_straight/" .. f) == bytes(dir .. "/final_resume/" .. f), f .. " differs")
+  end
+  os.execute("rm -rf " .. dir)
+end
+
+describe("resume in a new process is exact", function()
+  for _, config in ipairs { "fp32", "bf16", "fp16", "te_hybrid", "te_e4m3", "ao_tensorwise", "ao_rowwise", "msamp_o1",
+                            "msamp_o2", "msamp_o3" } do
+    for _, model in ipairs { "mlp", "gpt" } do
+      it(config .. " " .. model .. " (mid-epoch)", function() check(config, model, 7) end)
+    end
+  end
+  it("te_hybrid mlp at an epoch boundary", function() check("te_hybrid", "mlp", 5) end)
+end)
+
+describe("the training scripts' --save-every and --resume", function()
+  it("train_char_gpt.lua resumed from step 3 reports what the straight run reports", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+    local f = assert(io.open(dir .. "/t.txt", "w"))
+    f:write(("hello world, this is a tiny text for a tiny gpt.\nanother line of text to learn from.\n"):rep(20))
+    f:close()
+    local base = ("timeout 120 %s scripts/train_char_gpt.lua --text %s/t.txt --layers 1 --d-model 16 --heads 2 "
+      .. "--block-size 16 --batch-size 4 --sample-len 0 --eval-every 1 --device cpu --steps 6 --checkpoint-dir %s"):format(
+      BIN, dir, dir)
+    local function lines(extra)
+      local ok, out = sh(base .. " " .. extra)
+      assert(ok, out)
+      local t = {}
+      for l in out:gmatch("(step %d/6  train_loss=%S+  val_loss=%S+  lr=%S+)") do t[#t + 1] = l end
+      t[#t + 1] = out:match("final val_loss=%S+")
+      return t
+    end
+    local straight = lines("")
+    lines("--save-every 3")
+    local resumed = lines("--resume " .. dir .. "/checkpoints/checkpoint_0")
+    assert.are.equal(7, #straight)
+    assert.same({ straight[4], straight[5], straight[6], straight[7] }, resumed)
+    local latest = lines("--resume latest")   -- checkpoint_1 (step 6): nothing left to train
+    assert.same({ straight[7] }, latest)
+    os.execute("rm -rf " .. dir)
+  end)
+end)
