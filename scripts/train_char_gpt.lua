@@ -89,7 +89,10 @@ local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_
                               cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"],
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3}}
-model, opt, loader, val_loader, sched = accel:prepare(model, opt, loader, val_loader, sched)
+model, opt, loader, sched = accel:prepare(model, opt, loader, sched)
+-- The validation loader is not prepared: its short partial passes (val_loss breaks after a few batches)
+-- must neither end an accumulation window nor be saved as a mid-epoch position; it only follows the device.
+val_loader:to(accel:device())
 accel:register_for_checkpointing({
   state_dict = function() return {epoch = val_loader.epoch} end,
   load_state_dict = function(_, s) val_loader.epoch = s.epoch end })
