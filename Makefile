@@ -38,6 +38,20 @@ else
   CUDA_ON := $(CUDA)
 endif
 
+# MPI: OpenMPI's (or any) mpi.h and libmpi, found through mpicc's own flags when it exists.
+MPI      ?= auto
+MPI_CFLAGS ?= $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   ?= $(or $(shell mpicc --showme:link 2>/dev/null),-lmpi)
+ifeq ($(MPI),auto)
+  MPI_ON := $(call probe,mpi,$(HASH)include <mpi.h>\nint main(void){int v;return MPI_Initialized(&v);},$(MPI_CFLAGS) $(MPI_LIBS))
+else
+  MPI_ON := $(MPI)
+endif
+ifeq ($(MPI_ON),1)
+  CFLAGS += -DFL_HAVE_MPI $(MPI_CFLAGS)
+  LDLIBS += $(MPI_LIBS)
+endif
+
 ifeq ($(HAVE_READLINE),1)
   CFLAGS += -DFL_HAVE_READLINE
   LDLIBS += -lreadline
@@ -73,6 +87,8 @@ probes:
 	@printf '  %s oneDNN\n' "$(if $(filter 1,$(HAVE_DNNL)),✓,✗ (install libdnnl-dev))"
 	@printf '  %s readline\n' "$(if $(filter 1,$(HAVE_READLINE)),✓,✗ (plain line input))"
 	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
+	@printf '  %s MPI%s\n' "$(if $(filter 1,$(MPI_ON)),✓,✗)" "$(if $(filter 1,$(MPI_ON)),, (install libopenmpi-dev; single process only))"
+	@printf '  ✗ NCCL (not implemented: GPU collectives are refused)\n'
 
 deps:
 	@bash scripts/install-deps.sh
@@ -137,7 +153,7 @@ clean:
 	rm -rf build build-san
 
 help:
-	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean   (CUDA=auto|0|1)"
+	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean   (CUDA=auto|0|1, MPI=auto|0|1)"
 
 # ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
 # Links only the objects it uses so it builds even while other core files are in progress.
