@@ -71,6 +71,12 @@ local function new(iterable, opts)
   end
   self.desc = opts.desc
   self.out = opts.out or io.stdout
+  -- several processes: only the main one draws (docs/distributed.md); the others count silently
+  local okd, D = pcall(require, "fp8._dist")
+  if okd and D.info().rank ~= 0 then
+    self.out = { write = function() end, flush = function() end }
+    opts.tty = false
+  end
   if opts.tty ~= nil then
     if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 3) end
     self.tty = opts.tty
