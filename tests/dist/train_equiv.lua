@@ -1,12 +1,12 @@
 -- train_equiv.lua — one small seeded training run through fp8.Accelerator, used by
 -- tests/spec/dist_spec.lua with 1 process (batch 2B) and 2 processes (batch B each):
---   fp8lab tests/dist/train_equiv.lua MODEL BATCH STEPS BUCKET_MB OUT [PRECISION] [ACCUM] [HOOK]
+--   fp8lab tests/dist/train_equiv.lua MODEL BATCH STEPS BUCKET_MB OUT [PRECISION] [ACCUM] [HOOK] [OPT]
 -- MODEL mlp|gpt; PRECISION no|te|ao|msamp (fp8 recipes); ACCUM gradient accumulation micro-steps per
--- optimizer step (through acc:no_sync); HOOK ddp comm_hook. Rank 0 writes OUT: one "loss <step> <mean
+-- optimizer step (through acc:no_sync); HOOK ddp comm_hook; OPT sgd|adamw. Rank 0 writes OUT: one "loss <step> <mean
 -- loss over all processes, %.9g>" line per optimizer step, then "param <name> <values...>" lines, and for
 -- te "scale ..." lines; every rank writes OUT.rank<r> with its scales (te) to compare across ranks.
 local model_kind, B, steps, bucket, out = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), arg[5]
-local precision, accum, hook = arg[6] or "no", tonumber(arg[7] or "1"), arg[8] or "no"
+local precision, accum, hook, optname = arg[6] or "no", tonumber(arg[7] or "1"), arg[8] or "no", arg[9] or "sgd"
 local nn, optim, data = fp8.nn, fp8.optim, fp8.data
 
 local handlers = { fp8.DistributedDataParallelKwargs { bucket_cap_mb = bucket, comm_hook = hook } }
@@ -32,7 +32,10 @@ else
   end
 end
 local loader = data.DataLoader { items, batch_size = B, shuffle = true, seed = 3, drop_last = true }
-local opt = optim.AdamW(model:parameters(), { lr = 1e-2, weight_decay = 0.01 })
+-- SGD by default: Adam divides by sqrt(v), so a gradient that is exactly zero in exact arithmetic (the
+-- attention key bias) turns fp32 rounding noise into lr-sized steps, and two summation orders part ways
+local opt = optname == "adamw" and optim.AdamW(model:parameters(), { lr = 1e-2, weight_decay = 0.01 })
+  or optim.SGD(model:parameters(), { lr = 0.1, momentum = 0.9 })
 model, opt, loader = acc:prepare(model, opt, loader)
 
 local function loss_of(x, y)
@@ -66,7 +69,7 @@ local function scales(w)
   for _, nm in ipairs(acc._fp8_layers) do
     local st = nm[2].fp8_meta:state()
     for _, role in ipairs { "input", "weight", "grad" } do
-      local h = st[role].amax_history
+      local h = st[role].history
       w(("scale %s %s %.9g %s\n"):format(nm[1], role, st[role].scale,
         type(h) == "table" and table.concat(h, ",", 1, math.min(#h, 32)) or tostring(st[role].amax)))
     end
@@ -79,6 +82,11 @@ if f then
     f:write("param ", np[1], " ", table.concat(v, " "), "\n")
   end
   scales(function(s) f:write(s) end)
+  if acc._ddp_reducer then
+    local st = acc._ddp_reducer:stats()
+    f:write(("ddp buckets=%d started_in_backward=%d wire_bytes=%d steps=%d\n"):format(st.buckets, st.started_in_backward,
+      st.wire_bytes, st.steps))
+  end
   f:close()
 end
 local g = assert(io.open(out .. ".rank" .. acc.process_index, "w"))
