@@ -70,8 +70,9 @@ local function scales(w)
     local st = nm[2].fp8_meta:state()
     for _, role in ipairs { "input", "weight", "grad" } do
       local h = st[role].history
-      w(("scale %s %s %.9g %s\n"):format(nm[1], role, st[role].scale,
-        type(h) == "table" and table.concat(h, ",", 1, math.min(#h, 32)) or tostring(st[role].amax)))
+      local hs = {}
+      for i = 1, math.min(#(h or {}), 32) do hs[i] = ("%.9g"):format(h[i]) end   -- fp32 values: exact in 9 digits
+      w(("scale %s %s %.9g %s\n"):format(nm[1], role, st[role].scale, table.concat(hs, ",")))
     end
   end
 end
