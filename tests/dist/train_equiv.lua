@@ -87,6 +87,10 @@ if f then
     local st = acc._ddp_reducer:stats()
     f:write(("ddp buckets=%d started_in_backward=%d wire_bytes=%d steps=%d\n"):format(st.buckets, st.started_in_backward,
       st.wire_bytes, st.steps))
+    for _, row in ipairs(fp8.stats(model, { quiet = true })) do
+      if row.layer == "(all-reduce)" then f:write(("fp8allreduce n=%d underflow_frac=%.6g saturated_frac=%.6g\n"):format(
+        row.numel, row.underflow, row.saturated)) end
+    end
   end
   f:close()
 end
