@@ -251,4 +251,30 @@ function M.shard(acc, loader, even_batches)
     _even = even_batches }, Sharded)
 end
 
+-- ---- help -------------------------------------------------------------------------------------
+
+local okh, help = pcall(require, "fp8.help")
+if okh and help.add then
+  local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
+  add("data parallel", "fp8lab launch --num_processes N script.lua   |   mpirun -np N fp8lab script.lua",
+    "N processes, one model each, gradients averaged over MPI in acc:backward (docs/distributed.md).\n"
+    .. "prepare() checks the models agree, broadcasts rank 0's weights, shards loaders (BatchSamplerShard,\n"
+    .. "even_batches), and reduces gradients in buckets (DistributedDataParallelKwargs bucket_cap_mb,\n"
+    .. "find_unused_parameters, broadcast_buffers, comm_hook \"no\"|\"fp16\"|\"bf16\"). te: amaxes MAX-reduced per step;\n"
+    .. "msamp: FP8 gradient all-reduce. InitProcessGroupKwargs{backend=\"mpi\", timeout=} arms a watchdog.\n"
+    .. "No NCCL in this build: backend=\"nccl\" is refused.")
+  add("acc.num_processes", "acc.num_processes, acc.process_index, acc.local_process_index, acc.sync_gradients",
+    "World size, rank, rank on this node (fields); sync_gradients is false inside no_sync / accumulation steps.")
+  add("acc:gather", "acc:gather(t) -> tensor", "Every process's t concatenated along dim 1 in rank order (N x the rows).")
+  add("acc:gather_for_metrics", "acc:gather_for_metrics(t) -> tensor",
+    "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch.")
+  add("acc:reduce", "acc:reduce(t, \"sum\"|\"mean\") -> tensor", "Elementwise sum or mean of t over the processes.")
+  add("acc:split_between_processes", "acc:split_between_processes(list [, apply_padding]) -> list",
+    "This process's contiguous share of list (the first #list % N processes get one more).")
+  add("acc:main_process_first", "acc:main_process_first(fn, ...) -> fn's results",
+    "The main process runs fn first; the others run it after the main one finished.")
+  add("acc:wait_for_everyone", "acc:wait_for_everyone()", "A barrier across the processes.")
+  add("acc:no_sync", "acc:no_sync(model, fn, ...)", "fn runs without gradient synchronisation (no communication).")
+end
+
 return M
