@@ -1,5 +1,5 @@
 # fp8lab — build, test, bench, demo, sanitize.  `make help` lists the targets.
-# Probes compile and link; override any of them: CUDA=0|1|auto, MPI=0|1|auto.
+# Probes compile and link; override any of them: CUDA=0|1|auto, MPI=0|1|auto, NCCL=0|1|auto.
 
 BUILD    ?= build
 CC       ?= gcc
@@ -78,6 +78,23 @@ else
   CU_OBJ   :=
 endif
 
+# NCCL (GPU collectives, kernels/nccl_comm.cu): only with CUDA; NCCL=0|1|auto.
+NCCL     ?= auto
+ifeq ($(CUDA_ON),1)
+  ifeq ($(NCCL),auto)
+    NCCL_ON := $(call probe,nccl,$(HASH)include <nccl.h>\nint main(void){int v;return ncclGetVersion(&v);},-I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64 -lnccl)
+  else
+    NCCL_ON := $(NCCL)
+  endif
+else
+  NCCL_ON := 0
+endif
+ifeq ($(NCCL_ON),1)
+  CFLAGS    += -DFL_HAVE_NCCL
+  NVCCFLAGS += -DFL_HAVE_NCCL
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lnccl
+endif
+
 BIN := $(BUILD)/fp8lab
 
 .PHONY: tour all deps test test-c test-lua test-exhaustive test-gpu bench demo sanitize clean help probes
@@ -88,7 +105,7 @@ probes:
 	@printf '  %s readline\n' "$(if $(filter 1,$(HAVE_READLINE)),✓,✗ (plain line input))"
 	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
 	@printf '  %s MPI%s\n' "$(if $(filter 1,$(MPI_ON)),✓,✗)" "$(if $(filter 1,$(MPI_ON)),, (install libopenmpi-dev; single process only))"
-	@printf '  ✗ NCCL (not implemented: GPU collectives are refused)\n'
+	@printf '  %s NCCL%s\n' "$(if $(filter 1,$(NCCL_ON)),✓,✗)" "$(if $(filter 1,$(NCCL_ON)), (compile-tested only: no GPU has run it),)"
 
 deps:
 	@bash scripts/install-deps.sh

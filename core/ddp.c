@@ -93,7 +93,7 @@ fl_status fl_ddp_new(fl_ddp **out, fl_tensor *const *params, const char *const *
     if (!d->params || !d->names || !d->order || !d->item_of || !d->ready || !d->items || !d->lookup) goto oom;
     for (int i = 0; i < n; i++) {
         const fl_tensor *p = params[i];
-        if (p->device != FL_DEV_CPU) { fl_ddp_free(d); return fl_dist_check_tensor(p, "ddp"); }
+        if (p->device != FL_DEV_CPU) { fl_ddp_free(d); return fl_dist_check_tensor_cpu(p, "ddp (the bucketed reducer runs on CPU gradients)"); }
         d->params[i] = fl_tensor_retain((fl_tensor *)p);
         d->names[i] = strdup(names && names[i] ? names[i] : "?");
         if (!d->names[i]) goto oom;
@@ -145,7 +145,7 @@ static fl_status grad_f32(const fl_tensor *p, float *dst, float mul) {
     const fl_tensor *g = p->grad;
     if (!g) { memset(dst, 0, (size_t)ne * sizeof *dst); return FL_OK; }
     fl_tensor *c = NULL;
-    if (g->device != FL_DEV_CPU) return fl_dist_check_tensor(g, "ddp");
+    if (g->device != FL_DEV_CPU) return fl_dist_check_tensor_cpu(g, "ddp");
     if (g->dtype == FL_F32 && fl_tensor_is_contiguous(g)) {
         const float *s = fl_tensor_data(g);
         for (int64_t j = 0; j < ne; j++) dst[j] = s[j] * mul;

@@ -15,6 +15,19 @@
 #include <mpi.h>
 #endif
 
+#ifdef FL_HAVE_NCCL
+/* kernels/nccl_comm.cu */
+const char *fl_nccl_version(void);
+int fl_nccl_uid_bytes(void);
+fl_status fl_nccl_get_unique_id(void *uid);
+fl_status fl_nccl_init(const void *uid, int rank, int size, int local_rank);
+bool fl_nccl_ready(void);
+fl_status fl_nccl_allreduce(void *buf, int64_t n, fl_dtype dt, fl_red_op op);
+fl_status fl_nccl_broadcast(void *buf, int64_t bytes, int root);
+fl_status fl_nccl_allgather(const void *send, void *recv, int64_t bytes_each);
+void fl_nccl_abort(void);
+#endif
+
 static int g_rank = 0, g_size = 1, g_local = 0;
 static bool g_init = false;          /* MPI_Init ran here */
 static double g_timeout = 0.0;
@@ -101,12 +114,17 @@ static void *watchdog(void *arg) {
     }
     return NULL;
 }
-
+#else
+__attribute__((unused)) static void wd_enter(const char *what) { (void)what; }
+__attribute__((unused)) static void wd_leave(void) {}
 #endif
 
 void fl_dist_abort(const char *msg) {
     fprintf(stderr, "fp8lab: %s\n", msg);
     fflush(stderr);
+#ifdef FL_HAVE_NCCL
+    fl_nccl_abort();   /* ncclCommAbort: frees a communicator stuck in a collective */
+#endif
 #ifdef FL_HAVE_MPI
     if (g_init) MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
@@ -203,7 +221,7 @@ void fl_dist_exit(int status) {
 #ifdef FL_HAVE_MPI
     if (status != 0) {
         char msg[160];
-        snprintf(msg, sizeof msg, "rank %d of %d failed (exit status %d, error above); ending the job", g_rank, g_size,
+        snprintf(msg, sizeof msg, "rank %d of %d failed (exit status %d); ending the job", g_rank, g_size,
                  status);
         fl_dist_abort(msg);
     }
@@ -359,7 +377,104 @@ fl_status fl_dist_barrier(void) {
 #endif
 }
 
+bool fl_dist_built_nccl(void) {
+#ifdef FL_HAVE_NCCL
+    return true;
+#else
+    return false;
+#endif
+}
+
+const char *fl_dist_nccl_version(void) {
+#ifdef FL_HAVE_NCCL
+    return fl_nccl_version();
+#else
+    return "";
+#endif
+}
+
+bool fl_dist_nccl_ready(void) {
+#ifdef FL_HAVE_NCCL
+    return fl_nccl_ready();
+#else
+    return false;
+#endif
+}
+
+fl_status fl_dist_init_nccl(void) {
+#ifndef FL_HAVE_NCCL
+    return FL_ERR(FL_EUNSUPPORTED, "dist: backend \"nccl\" is not available: this fp8lab was built without NCCL "
+                  "(needs CUDA and libnccl at build time; GPU collectives are refused); use backend \"mpi\"");
+#else
+    if (fl_nccl_ready()) return FL_OK;
+    if (fl_dist_launched() && !g_init) return FL_ERR(FL_EINVAL, "dist: initialise MPI (fl_dist_init) before NCCL");
+    unsigned char uid[512];
+    int nb = fl_nccl_uid_bytes();
+    if (nb <= 0 || nb > (int)sizeof uid) return FL_ERR(FL_EDEVICE, "dist: NCCL unique id of %d bytes", nb);
+    if (g_rank == 0) FL_TRY(fl_nccl_get_unique_id(uid));
+    FL_TRY(fl_dist_broadcast(uid, nb, 0));   /* over MPI; a world of one keeps its own */
+    return fl_nccl_init(uid, g_rank, g_size, g_local);
+#endif
+}
+
+fl_status fl_dist_check_tensor_cpu(const fl_tensor *t, const char *what) {
+    if (t->device != FL_DEV_CPU)
+        return FL_ERR(FL_EUNSUPPORTED, "%s: takes CPU tensors only (MPI), got one on %s", what,
+                      t->device == FL_DEV_CUDA ? "cuda" : "another device");
+    if (!fl_tensor_is_contiguous(t)) return FL_ERR(FL_EINVAL, "%s: the tensor must be contiguous", what);
+    return FL_OK;
+}
+
+static size_t tbytes(const fl_tensor *t) { return (size_t)fl_tensor_numel(t) * fl_format(t->dtype)->bits / 8; }
+
+fl_status fl_dist_tensor_allreduce(fl_tensor *t, fl_red_op op) {
+    FL_TRY(fl_dist_check_tensor(t, "all_reduce"));
+    if (t->device == FL_DEV_CPU) return fl_dist_allreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op);
+#ifdef FL_HAVE_NCCL
+    wd_enter("all_reduce (NCCL)");
+    fl_status st = fl_nccl_allreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op);
+    wd_leave();
+    return st;
+#else
+    return FL_ERR(FL_EUNSUPPORTED, "all_reduce: no NCCL");
+#endif
+}
+
+fl_status fl_dist_tensor_broadcast(fl_tensor *t, int root) {
+    FL_TRY(fl_dist_check_tensor(t, "broadcast"));
+    if (t->device == FL_DEV_CPU) return fl_dist_broadcast(fl_tensor_data(t), (int64_t)tbytes(t), root);
+#ifdef FL_HAVE_NCCL
+    if (root < 0 || root >= g_size) return FL_ERR(FL_EINVAL, "dist: broadcast root %d outside 0..%d", root, g_size - 1);
+    wd_enter("broadcast (NCCL)");
+    fl_status st = fl_nccl_broadcast(fl_tensor_data(t), (int64_t)tbytes(t), root);
+    wd_leave();
+    return st;
+#else
+    return FL_ERR(FL_EUNSUPPORTED, "broadcast: no NCCL");
+#endif
+}
+
+fl_status fl_dist_tensor_allgather(const fl_tensor *t, fl_tensor *out) {
+    FL_TRY(fl_dist_check_tensor(t, "all_gather"));
+    if (out->device != t->device || out->dtype != t->dtype || !fl_tensor_is_contiguous(out) ||
+        fl_tensor_numel(out) != fl_tensor_numel(t) * g_size)
+        return FL_ERR(FL_EINVAL, "all_gather: the output must be a contiguous tensor of world size × the input");
+    if (t->device == FL_DEV_CPU) return fl_dist_allgather(fl_tensor_data(t), fl_tensor_data(out), (int64_t)tbytes(t));
+#ifdef FL_HAVE_NCCL
+    wd_enter("all_gather (NCCL)");
+    fl_status st = fl_nccl_allgather(fl_tensor_data(t), fl_tensor_data(out), (int64_t)tbytes(t));
+    wd_leave();
+    return st;
+#else
+    return FL_ERR(FL_EUNSUPPORTED, "all_gather: no NCCL");
+#endif
+}
+
 fl_status fl_dist_check_tensor(const fl_tensor *t, const char *what) {
+    if (t->device == FL_DEV_CUDA && fl_dist_nccl_ready()) {
+        if (!fl_tensor_is_contiguous(t)) return FL_ERR(FL_EINVAL, "%s: the tensor must be contiguous", what);
+        return FL_OK;
+    }
     if (t->device != FL_DEV_CPU)
         return FL_ERR(FL_EUNSUPPORTED, "%s: a tensor on %s needs NCCL, which this build does not have "
                       "(collectives run on CPU tensors through MPI)", what, t->device == FL_DEV_CUDA ? "cuda" : "another device");

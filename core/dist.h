@@ -56,8 +56,22 @@ fl_status fl_dist_allgather(const void *send, void *recv, int64_t bytes_each);
 fl_status fl_dist_reduce_scatter(const void *send, void *recv, int64_t n_each, fl_dtype dt, fl_red_op op);
 fl_status fl_dist_barrier(void);
 
-/* Tensor front: the tensor's device picks the engine (CPU → MPI; CUDA → NCCL, not built: refused). */
+/* NCCL (kernels/nccl_comm.cu, built with FL_HAVE_NCCL): after fl_dist_init, rank 0's unique id goes to
+ * every rank over MPI (a world of one needs no MPI) and each rank joins the communicator on GPU
+ * local_rank % device count. Errors when not built in. */
+bool fl_dist_built_nccl(void);
+const char *fl_dist_nccl_version(void);    /* "" without NCCL */
+fl_status fl_dist_init_nccl(void);
+bool fl_dist_nccl_ready(void);
+
+/* Tensor front: the tensor's device picks the engine (CPU → MPI; CUDA → NCCL when initialised, else
+ * refused). fl_dist_check_tensor accepts what the front can take; cpu_only for the MPI-only calls. */
 fl_status fl_dist_check_tensor(const fl_tensor *t, const char *what);
+fl_status fl_dist_check_tensor_cpu(const fl_tensor *t, const char *what);
+fl_status fl_dist_tensor_allreduce(fl_tensor *t, fl_red_op op);
+fl_status fl_dist_tensor_broadcast(fl_tensor *t, int root);
+/* out: a contiguous tensor of size × t's elements, same dtype and device. */
+fl_status fl_dist_tensor_allgather(const fl_tensor *t, fl_tensor *out);
 
 /* End of the process: status 0 → MPI_Finalize; non-zero → one message naming this rank, then
  * MPI_Abort so that every other rank ends too. No-op when MPI was never initialised. */

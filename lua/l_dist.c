@@ -26,6 +26,7 @@ static fl_tensor *check_comm_tensor(lua_State *L, int arg, const char *fname) {
 /* init{timeout=, backend="mpi"|"nccl"} -> {rank, size, local_rank} */
 static int l_init(lua_State *L) {
     double timeout = 0;
+    int nccl = 0;
     if (!lua_isnoneornil(L, 1)) {
         luaL_checktype(L, 1, LUA_TTABLE);
         lua_getfield(L, 1, "timeout");
@@ -40,13 +41,15 @@ static int l_init(lua_State *L) {
             const char *b = lua_tostring(L, -1);
             if (!b || (strcmp(b, "mpi") != 0 && strcmp(b, "nccl") != 0))
                 return luaL_error(L, "dist.init: backend must be \"mpi\" or \"nccl\", got %s", luaL_tolstring(L, -1, NULL));
-            if (strcmp(b, "nccl") == 0)
+            nccl = strcmp(b, "nccl") == 0;
+            if (nccl && !fl_dist_built_nccl())
                 return luaL_error(L, "dist.init: backend \"nccl\" is not available: this fp8lab is built without NCCL "
-                                  "(GPU collectives are not implemented); use InitProcessGroupKwargs{backend=\"mpi\"}");
+                                  "(GPU collectives are refused); use InitProcessGroupKwargs{backend=\"mpi\"}");
         }
         lua_pop(L, 1);
     }
     fl_lcheck(L, fl_dist_init(timeout));
+    if (nccl) fl_lcheck(L, fl_dist_init_nccl());
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, fl_dist_rank()); lua_setfield(L, -2, "rank");
     lua_pushinteger(L, fl_dist_size()); lua_setfield(L, -2, "size");
@@ -58,7 +61,9 @@ static int l_info(lua_State *L) {
     lua_createtable(L, 0, 8);
     lua_pushboolean(L, fl_dist_built_mpi()); lua_setfield(L, -2, "mpi_built");
     lua_pushstring(L, fl_dist_mpi_version()); lua_setfield(L, -2, "mpi_version");
-    lua_pushboolean(L, 0); lua_setfield(L, -2, "nccl_built");
+    lua_pushboolean(L, fl_dist_built_nccl()); lua_setfield(L, -2, "nccl_built");
+    lua_pushstring(L, fl_dist_nccl_version()); lua_setfield(L, -2, "nccl_version");
+    lua_pushboolean(L, fl_dist_nccl_ready()); lua_setfield(L, -2, "nccl_ready");
     lua_pushboolean(L, fl_dist_launched()); lua_setfield(L, -2, "launched");
     lua_pushboolean(L, fl_dist_initialized()); lua_setfield(L, -2, "initialized");
     lua_pushinteger(L, fl_dist_initialized() ? fl_dist_size() : fl_dist_env_size()); lua_setfield(L, -2, "world_size");
@@ -72,11 +77,17 @@ static int l_size(lua_State *L) { lua_pushinteger(L, fl_dist_size()); return 1; 
 static int l_local_rank(lua_State *L) { lua_pushinteger(L, fl_dist_local_rank()); return 1; }
 static int l_barrier(lua_State *L) { fl_lcheck(L, fl_dist_barrier()); return 0; }
 
-/* all_reduce(t, "sum"|"max") in place; returns t */
+static fl_tensor *check_cpu_tensor(lua_State *L, int arg, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, arg);
+    fl_lcheck(L, fl_dist_check_tensor_cpu(t, fname));
+    return t;
+}
+
+/* all_reduce(t, "sum"|"max") in place; returns t. CPU tensors through MPI, CUDA ones through NCCL. */
 static int l_all_reduce(lua_State *L) {
     fl_tensor *t = check_comm_tensor(L, 1, "dist.all_reduce");
     fl_red_op op = check_op(L, 2, "dist.all_reduce");
-    fl_lcheck(L, fl_dist_allreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op));
+    fl_lcheck(L, fl_dist_tensor_allreduce(t, op));
     lua_settop(L, 1);
     return 1;
 }
@@ -85,7 +96,7 @@ typedef struct { fl_dist_req *r; } req_box;
 
 /* all_reduce_async(t, op) -> request; request:wait() returns t. The request keeps t alive. */
 static int l_all_reduce_async(lua_State *L) {
-    fl_tensor *t = check_comm_tensor(L, 1, "dist.all_reduce_async");
+    fl_tensor *t = check_cpu_tensor(L, 1, "dist.all_reduce_async");
     fl_red_op op = check_op(L, 2, "dist.all_reduce_async");
     req_box *b = lua_newuserdatauv(L, sizeof *b, 1);
     b->r = NULL;
@@ -117,9 +128,8 @@ static int l_broadcast(lua_State *L) {
     lua_Integer root = luaL_optinteger(L, 2, 0);
     if (root < 0 || root >= fl_dist_size())
         return luaL_error(L, "dist.broadcast: root must be a rank in 0..%d, got %d", fl_dist_size() - 1, (int)root);
-    fl_lcheck(L, fl_dist_broadcast(fl_tensor_data(t), fl_tensor_numel(t) * fl_format(t->dtype)->bits / 8, (int)root));
-    if (t->scale_inv && fl_tensor_is_contiguous(t->scale_inv))
-        fl_lcheck(L, fl_dist_broadcast(fl_tensor_data(t->scale_inv), fl_tensor_numel(t->scale_inv) * 4, (int)root));
+    fl_lcheck(L, fl_dist_tensor_broadcast(t, (int)root));
+    if (t->scale_inv && fl_tensor_is_contiguous(t->scale_inv)) fl_lcheck(L, fl_dist_tensor_broadcast(t->scale_inv, (int)root));
     lua_settop(L, 1);
     return 1;
 }
@@ -161,15 +171,14 @@ static int l_all_gather(lua_State *L) {
     if (t->ndim == 0) shape[0] = size;
     else { memcpy(shape, t->shape, sizeof shape); shape[0] = t->shape[0] * size; }
     fl_tensor **box = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_empty(box, t->dtype, ndim, shape, FL_DEV_CPU));
-    int64_t bytes = fl_tensor_numel(t) * fl_format(t->dtype)->bits / 8;
-    fl_lcheck(L, fl_dist_allgather(fl_tensor_data(t), fl_tensor_data(*box), bytes));
+    FL_LCALL(L, fl_tensor_empty(box, t->dtype, ndim, shape, t->device));
+    fl_lcheck(L, fl_dist_tensor_allgather(t, *box));
     return 1;
 }
 
 /* reduce_scatter(t, op) -> new tensor: rank r gets the reduction of rows [r*m, (r+1)*m), m = rows/size */
 static int l_reduce_scatter(lua_State *L) {
-    fl_tensor *t = check_comm_tensor(L, 1, "dist.reduce_scatter");
+    fl_tensor *t = check_cpu_tensor(L, 1, "dist.reduce_scatter");
     fl_red_op op = check_op(L, 2, "dist.reduce_scatter");
     int size = fl_dist_size();
     if (t->ndim < 1 || t->shape[0] % size != 0)

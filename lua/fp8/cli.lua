@@ -207,10 +207,11 @@ local function env_cmd(host, ...)
     row("CUDA", "not built in")
   end
   row("cuBLASLt", build.cublaslt and "built in" or "not built in")
-  row("NCCL", build.nccl and "built in" or "not built in (GPU collectives are refused)")
-  -- MPI: the library linked in (build time) and this process's world (run time, from the launcher's
-  -- environment or, once initialised, from MPI itself); docs/distributed.md
+  -- MPI / NCCL: the libraries linked in (build time) and this process's world (run time, from the
+  -- launcher's environment or, once initialised, from MPI itself); docs/distributed.md
   local dinfo = require("fp8._dist").info()
+  row("NCCL", dinfo.nccl_built and ("built in: NCCL " .. dinfo.nccl_version .. " (compile-tested only)")
+    or "not built in (GPU collectives are refused)")
   local mpi = command_output("mpirun --version")
   row("MPI", (dinfo.mpi_built and ("built in: " .. dinfo.mpi_version:match("^[^,]*")) or "not built in (single process only)")
     .. "; " .. (mpi and mpi:match("^[^\n]+") or "mpirun not found (apt-get install openmpi-bin)"))

@@ -14,9 +14,10 @@ local M = {}
 function M.setup(acc)
   local s = acc.settings
   local pg, explicit = s.process_group or {}, (s.sources or {}).process_group == "handler"
-  if explicit and pg.backend == "nccl" then
-    error("Accelerator: InitProcessGroupKwargs{backend=\"nccl\"}: this fp8lab has no NCCL (GPU collectives are not "
-      .. "implemented); use backend=\"mpi\" (CPU tensors through MPI)", 4)
+  local info = D.info()
+  if explicit and pg.backend == "nccl" and not info.nccl_built then
+    error("Accelerator: InitProcessGroupKwargs{backend=\"nccl\"}: this fp8lab has no NCCL (built without it; GPU "
+      .. "collectives are refused); use backend=\"mpi\" (CPU tensors through MPI)", 4)
   end
   if explicit and pg.init_method ~= nil then
     error(("Accelerator: InitProcessGroupKwargs init_method=%q is not supported: mpirun or srun start and wire the "
@@ -24,10 +25,10 @@ function M.setup(acc)
   end
   -- Accelerate's default backend is nccl, whose timeout default is 600 s; on the CPU we run mpi (1800 s)
   local timeout = explicit and pg.timeout or 1800
-  local info = D.info()
-  acc.process_group = { backend = "mpi", timeout = timeout }
-  if info.launched then
-    local ok, w = pcall(D.init, { timeout = timeout })
+  local backend = explicit and pg.backend or "mpi"
+  acc.process_group = { backend = backend, timeout = timeout }
+  if info.launched or backend == "nccl" then
+    local ok, w = pcall(D.init, { timeout = timeout, backend = backend })
     if not ok then error("Accelerator: " .. tostring(w), 4) end
     acc.process_index, acc.num_processes, acc.local_process_index = w.rank, w.size, w.local_rank
   else

@@ -73,11 +73,11 @@ local function new(iterable, opts)
   self.out = opts.out or io.stdout
   -- several processes: only the main one draws (docs/distributed.md); the others count silently
   local okd, D = pcall(require, "fp8._dist")
-  if okd and D.info().rank ~= 0 then
-    self.out = { write = function() end, flush = function() end }
-    opts.tty = false
-  end
-  if opts.tty ~= nil then
+  local silent = okd and D.info().rank ~= 0
+  if silent then self.out = { write = function() end, flush = function() end } end
+  if silent then
+    self.tty = false
+  elseif opts.tty ~= nil then
     if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 3) end
     self.tty = opts.tty
   else

@@ -2,6 +2,7 @@
 --   error  rank 1 raises an error at step 3
 --   hang   rank 1 stops answering (busy for 60 s) while rank 0 waits in an all-reduce; timeout=5
 --   kill   rank 1 sends itself SIGKILL at step 3
+--   exit   rank 1 calls os.exit(3) at step 3
 -- TAG only marks the command line so that the spec can look for leftover processes.
 local mode = arg[1]
 local acc = fp8.Accelerator { cpu = true,
@@ -10,6 +11,7 @@ local r = acc.process_index
 for step = 1, 10 do
   if r == 1 and step == 3 then
     if mode == "error" then error("boom at step 3") end
+    if mode == "exit" then os.exit(3) end
     if mode == "kill" then
       local f = assert(io.open("/proc/self/stat"))
       local pid = f:read("a"):match("^(%d+)")

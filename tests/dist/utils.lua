@@ -72,3 +72,6 @@ local acc2 = fp8.Accelerator { cpu = true, even_batches = false }
 local ul = acc2:prepare(fp8.data.DataLoader { items, batch_size = 4 })
 eq(#ul, r == 0 and 2 or 1, "even_batches=false lengths")
 acc:print("ok sharding")
+
+-- progress bars draw on the main process only
+for _ in fp8.progress(2, { desc = "rankbar" .. r, every = 1 }) do end

@@ -93,14 +93,20 @@ describe("data parallel over MPI (2 processes)", function()
       assert.is_false(ok)
       assert.truthy(tostring(err):find(pat, 1, true), tostring(err))
     end
-    refuses(fp8.InitProcessGroupKwargs { backend = "nccl" }, "no NCCL")
+    if not D.info().nccl_built then
+      refuses(fp8.InitProcessGroupKwargs { backend = "nccl" }, "no NCCL")
+      assert.has_error(function() D.init { backend = "nccl" } end)
+    end
     refuses(fp8.InitProcessGroupKwargs { backend = "mpi", init_method = "tcp://h:1" }, "init_method")
     refuses(fp8.DistributedDataParallelKwargs { comm_hook = "power_sgd" }, "PowerSGD is not implemented")
     refuses(fp8.DistributedDataParallelKwargs { gradient_as_bucket_view = true }, "gradient_as_bucket_view=true is not supported")
     refuses(fp8.DistributedDataParallelKwargs { static_graph = true }, "static_graph=true is not supported")
     refuses(fp8.DistributedDataParallelKwargs { check_reduction = true }, "check_reduction=true is not supported")
     refuses(fp8.DistributedDataParallelKwargs { dim = 1 }, "dim=1 is not supported")
-    assert.has_error(function() D.init { backend = "nccl" } end)
+    -- PowerSGD's options: refused without a PowerSGD hook (kwargs), and PowerSGD itself is refused
+    assert.has_error(function() fp8.DistributedDataParallelKwargs { comm_wrapper = "fp16" } end)
+    assert.has_error(function() fp8.DistributedDataParallelKwargs { comm_state_option = { matrix_approximation_rank = 2 } } end)
+    refuses(fp8.DistributedDataParallelKwargs { comm_hook = "power_sgd", comm_wrapper = "fp16" }, "PowerSGD is not implemented")
     assert.has_error(function() D.all_reduce(fp8.tensor { 1 }, "min") end)
   end)
 
@@ -115,6 +121,8 @@ describe("data parallel over MPI (2 processes)", function()
     end
     assert.truthy(out:find("printed by rank 0", 1, true))
     assert.falsy(out:find("printed by rank 1", 1, true))
+    assert.truthy(out:find("rankbar0", 1, true), out)
+    assert.falsy(out:find("rankbar1", 1, true), "a progress bar drawn by rank 1")
     assert.truthy(out:find("rank0 batches 1,2,3,4,9,10,1,2", 1, true), out)
     assert.truthy(out:find("rank1 batches 5,6,7,8,3,4,5,6", 1, true), out)
   end)
@@ -254,6 +262,14 @@ describe("data parallel over MPI (2 processes)", function()
     assert.is_true(secs < 30, "took " .. secs .. " s")
     assert.truthy(out:find("rank 1 of 2 failed", 1, true), out)
     assert.truthy(out:find("boom at step 3", 1, true), out)
+  end)
+
+  it("faults: rank 1 calling os.exit(3) at step 3 ends the job naming rank 1", function()
+    if not can then pending(why) return end
+    local out, code, secs = mpirun("tests/dist/faults.lua", "exit FP8LAB_FAULT_TAG", 40)
+    assert.are_not.equal(0, code)
+    assert.is_true(secs < 30, "took " .. secs .. " s")
+    assert.truthy(out:find("rank 1 of 2 failed (exit status 3", 1, true), out)
   end)
 
   it("faults: a rank stuck past timeout=5 is ended by the watchdog within ~10 s", function()
