@@ -309,7 +309,9 @@ static int l_reduce_amax(lua_State *L) {
     fl_fp8_layer **ls = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ls, 0);
     for (int i = 0; i < n; i++) {
         lua_geti(L, 1, i + 1);
-        ls[i] = check_meta(L, -1);
+        meta_box *b = luaL_testudata(L, -1, META_MT);
+        if (!b || !b->l) return luaL_error(L, "reduce_amax: entry %d is not a live FP8Meta (got %s)", i + 1, luaL_typename(L, -1));
+        ls[i] = b->l;
         lua_pop(L, 1);
     }
     int m = 0;
