@@ -12,7 +12,6 @@ if ! command -v mpirun >/dev/null || ! "$B/fp8lab" -e 'os.exit(require("fp8._dis
 fi
 STEPS=${BENCH_DIST_STEPS:-15}
 root=""; [ "$(id -u)" = 0 ] && root="--allow-run-as-root"
-load=$(cut -d' ' -f1-3 /proc/loadavg)
 run() {  # run NP PRECISION
   local np=$1 prec=$2 line
   if [ "$np" = 1 ]; then line=$(OMP_NUM_THREADS=1 "$B/fp8lab" scripts/bench_dist.lua "$STEPS" "$prec" 2>/dev/null | grep '^row')
@@ -36,7 +35,7 @@ backward inside \`acc:no_sync\`; *all-reduce alone* is one blocking fp32 \`MPI_A
 last to arrive; the others' waits also hold the skew between ranks); *hidden* = 1 − exposed / all-reduce alone, clamped
 to [0, 1]. Wire bytes are per rank and step:
 fp32 buckets, or MS-AMP's E4M3 weight gradients (1 byte per value + a 4-byte amax) plus fp32 buckets for the rest.
-Load average at the start: $load. With 2 processes on 2 shared cores any other work on the machine shows up as one
+With 2 processes on 2 shared cores any other work on the machine shows up as one
 rank waiting for the other inside the all-reduce, which the *backward* and *step* columns count: read them as upper bounds.
 
 | processes | recipe | step ms | backward ms | backward, no comm ms | all-reduce alone ms | exposed ms | hidden | wire bytes | fp32 gradient bytes |
