@@ -1,5 +1,5 @@
 # fp8lab — build, test, bench, demo, sanitize.  `make help` lists the targets.
-# Probes compile and link; override any of them: CUDA=0|1|auto, MPI=0|1|auto.
+# Probes compile and link; override any of them: CUDA=0|1|auto, MPI=0|1|auto, NCCL=0|1|auto.
 
 BUILD    ?= build
 CC       ?= gcc
@@ -38,6 +38,20 @@ else
   CUDA_ON := $(CUDA)
 endif
 
+# MPI: OpenMPI's (or any) mpi.h and libmpi, found through mpicc's own flags when it exists.
+MPI      ?= auto
+MPI_CFLAGS ?= $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   ?= $(or $(shell mpicc --showme:link 2>/dev/null),-lmpi)
+ifeq ($(MPI),auto)
+  MPI_ON := $(call probe,mpi,$(HASH)include <mpi.h>\nint main(void){int v;return MPI_Initialized(&v);},$(MPI_CFLAGS) $(MPI_LIBS))
+else
+  MPI_ON := $(MPI)
+endif
+ifeq ($(MPI_ON),1)
+  CFLAGS += -DFL_HAVE_MPI $(MPI_CFLAGS)
+  LDLIBS += $(MPI_LIBS)
+endif
+
 ifeq ($(HAVE_READLINE),1)
   CFLAGS += -DFL_HAVE_READLINE
   LDLIBS += -lreadline
@@ -64,6 +78,23 @@ else
   CU_OBJ   :=
 endif
 
+# NCCL (GPU collectives, kernels/nccl_comm.cu): only with CUDA; NCCL=0|1|auto.
+NCCL     ?= auto
+ifeq ($(CUDA_ON),1)
+  ifeq ($(NCCL),auto)
+    NCCL_ON := $(call probe,nccl,$(HASH)include <nccl.h>\nint main(void){int v;return ncclGetVersion(&v);},-I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64 -lnccl)
+  else
+    NCCL_ON := $(NCCL)
+  endif
+else
+  NCCL_ON := 0
+endif
+ifeq ($(NCCL_ON),1)
+  CFLAGS    += -DFL_HAVE_NCCL
+  NVCCFLAGS += -DFL_HAVE_NCCL
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lnccl
+endif
+
 BIN := $(BUILD)/fp8lab
 
 .PHONY: tour all deps test test-c test-lua test-exhaustive test-gpu bench demo sanitize clean help probes
@@ -73,6 +104,8 @@ probes:
 	@printf '  %s oneDNN\n' "$(if $(filter 1,$(HAVE_DNNL)),✓,✗ (install libdnnl-dev))"
 	@printf '  %s readline\n' "$(if $(filter 1,$(HAVE_READLINE)),✓,✗ (plain line input))"
 	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
+	@printf '  %s MPI%s\n' "$(if $(filter 1,$(MPI_ON)),✓,✗)" "$(if $(filter 1,$(MPI_ON)),, (install libopenmpi-dev; single process only))"
+	@printf '  %s NCCL%s\n' "$(if $(filter 1,$(NCCL_ON)),✓,✗)" "$(if $(filter 1,$(NCCL_ON)), (compile-tested only: no GPU has run it),)"
 
 deps:
 	@bash scripts/install-deps.sh
@@ -138,7 +171,7 @@ clean:
 	rm -rf build build-san
 
 help:
-	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean | install | uninstall   (CUDA=auto|0|1; PREFIX=/usr/local DESTDIR=)"
+	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean | install | uninstall   (CUDA=auto|0|1, MPI=auto|0|1; PREFIX=/usr/local DESTDIR=)"
 
 # ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
 # Links only the objects it uses so it builds even while other core files are in progress.

@@ -318,6 +318,53 @@ static fl_status map_put(node_map *m, fl_node *k, int v, size_t count) {
     return FL_OK;
 }
 
+/* ---- grad-ready hook --------------------------------------------------------------------- */
+
+static _Thread_local fl_grad_ready_fn ready_fn;
+static _Thread_local void *ready_ud;
+
+void fl_autograd_set_grad_ready_hook(fl_grad_ready_fn fn, void *ud) { ready_fn = fn; ready_ud = ud; }
+
+/* (leaf, k): node order[k] takes leaf as an input. The walk visits k from n-1 down to 0, so a leaf's
+ * gradient is final after its smallest k. */
+typedef struct { fl_tensor *leaf; size_t k; } leaf_use;
+
+static int cmp_use_leaf(const void *a, const void *b) {
+    const leaf_use *x = a, *y = b;
+    if (x->leaf != y->leaf) return (uintptr_t)x->leaf < (uintptr_t)y->leaf ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+static int cmp_use_k_desc(const void *a, const void *b) {
+    const leaf_use *x = a, *y = b;
+    return x->k > y->k ? -1 : x->k < y->k;
+}
+
+/* The leaves' last uses, in walk order (k descending); *count of them. */
+static fl_status leaf_last_uses(fl_node **order, size_t n, leaf_use **out, size_t *count) {
+    size_t m = 0, cap = 0;
+    leaf_use *u = NULL;
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; i < order[k]->ninputs; i++) {
+            fl_tensor *in = order[k]->inputs[i];
+            if (!in || in->grad_fn || !in->requires_grad) continue;
+            if (m == cap) {
+                cap = cap ? 2 * cap : 64;
+                leaf_use *p = realloc(u, cap * sizeof *u);
+                if (!p) { free(u); return FL_ERR(FL_ENOMEM, "backward: out of memory"); }
+                u = p;
+            }
+            u[m++] = (leaf_use){ in, k };
+        }
+    if (m) qsort(u, m, sizeof *u, cmp_use_leaf);
+    size_t w = 0;
+    for (size_t r = 0; r < m; r++)          /* keep the first (smallest k) of each leaf */
+        if (r == 0 || u[r].leaf != u[r - 1].leaf) u[w++] = u[r];
+    if (w) qsort(u, w, sizeof *u, cmp_use_k_desc);
+    *out = u;
+    *count = w;
+    return FL_OK;
+}
+
 static const char *SECOND_TIME = "backward: trying to backward through the graph a second time (use retain_graph=true)";
 
 /* Post-order DFS (iterative: graphs can be thousands of nodes deep). order[] ends up with every node
@@ -391,6 +438,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
         fl_status st = fl_accumulate_grad(root, g0);
         fl_tensor_release(g0);
+        if (st == FL_OK && ready_fn) st = ready_fn(root, ready_ud);
         return st;
     }
     fl_node **order = NULL;
@@ -405,11 +453,18 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     if (!grads) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
     grads[n - 1] = g0;                           /* the root node is last in post-order */
     g0 = NULL;
+    leaf_use *uses = NULL;
+    size_t nuses = 0, next_use = 0;
+    fl_grad_ready_fn hook = ready_fn;
+    void *hook_ud = ready_ud;
+    if (hook && (st = leaf_last_uses(order, n, &uses, &nuses)) != FL_OK) goto done;
     bool prev_mode = fl_set_grad_enabled(false);   /* backward builds no graph of its own */
     for (size_t k = n; k-- > 0 && st == FL_OK;) {
         fl_node *nd = order[k];
         fl_tensor *go = grads[k];
         grads[k] = NULL;
+        while (st == FL_OK && next_use < nuses && uses[next_use].k > k) st = hook(uses[next_use++].leaf, hook_ud);
+        if (st != FL_OK) { fl_tensor_release(go); break; }
         if (!go) continue;                        /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
@@ -430,7 +485,11 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
             }
             fl_tensor_release(gi);
         }
+        while (st == FL_OK && next_use < nuses && uses[next_use].k >= k) st = hook(uses[next_use++].leaf, hook_ud);
     }
+    /* nodes that received no gradient (`continue` above) still end their leaves' uses */
+    while (st == FL_OK && next_use < nuses) st = hook(uses[next_use++].leaf, hook_ud);
+    free(uses);
     fl_set_grad_enabled(prev_mode);
     if (st == FL_OK && !retain_graph)
         for (size_t k = 0; k < n; k++) node_clear(order[k]);

@@ -54,6 +54,12 @@ void fl_autograd_attach(fl_tensor *out, fl_node *node);
 /* Backward from root. grad NULL means ones (root must have one element; error otherwise). Frees the
  * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly). */
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);
+/* Grad-ready hook (data-parallel reducers, core/ddp.h): during fl_backward, fn(leaf, ud) is called once
+ * per leaf that requires grad, as soon as no node left in this backward can add to its gradient
+ * (leaf->grad is then final for this backward; it may be NULL when no gradient flowed). Thread-local;
+ * fn NULL clears it. A non-OK status from fn stops the backward with that status. */
+typedef fl_status (*fl_grad_ready_fn)(fl_tensor *leaf, void *ud);
+void fl_autograd_set_grad_ready_hook(fl_grad_ready_fn fn, void *ud);
 /* Leaves only: error on a non-leaf ("only leaf tensors ..."), and on non-float dtypes. */
 fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on);
 /* Same data, no history. */

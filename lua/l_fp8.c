@@ -123,6 +123,7 @@ int luaopen_fp8_core(lua_State *L) {
     lua_setfield(L, -2, "dtype_choices");
     { int luaopen_fp8_optim_c(lua_State *L); luaL_requiref(L, "fp8._optim", luaopen_fp8_optim_c, 0); lua_setfield(L, -2, "_optim"); }  /* l_optim.c: fused optimizer steps */
     { int luaopen_fp8_recipe_c(lua_State *L); luaL_requiref(L, "fp8._recipe", luaopen_fp8_recipe_c, 0); lua_pop(L, 1); }  /* l_recipe.c: FP8 layers, MS-AMP Adam */
+    { int luaopen_fp8_dist_c(lua_State *L); luaL_requiref(L, "fp8._dist", luaopen_fp8_dist_c, 0); lua_pop(L, 1); }  /* l_dist.c: MPI collectives, DDP reducer */
     { int luaopen_fp8_profiler_c(lua_State *L); luaL_requiref(L, "fp8._profiler", luaopen_fp8_profiler_c, 0); lua_pop(L, 1); }  /* l_profiler.c: used by fp8.profiler */
     { int luaopen_fp8_checkpoint_c(lua_State *L); luaL_requiref(L, "fp8._checkpoint", luaopen_fp8_checkpoint_c, 0);  /* l_checkpoint.c */
       for (const char *const *k = (const char *const[]){ "save_file", "load_file", "safe_open", NULL }; *k; k++) {

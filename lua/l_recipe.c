@@ -7,6 +7,7 @@
 #include "l_util.h"
 #include "fp8_linear.h"
 #include "optim.h"
+#include "dist_amax.h"
 
 #define META_MT "fp8.FP8Meta"
 
@@ -301,7 +302,26 @@ static const luaL_Reg meta_methods[] = {
     {NULL, NULL},
 };
 
+/* reduce_amax(list of FP8Meta) -> number of amaxes MAX-reduced across ranks (core/dist_amax.h) */
+static int l_reduce_amax(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int n = (int)luaL_len(L, 1);
+    fl_fp8_layer **ls = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ls, 0);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 1, i + 1);
+        meta_box *b = luaL_testudata(L, -1, META_MT);
+        if (!b || !b->l) return luaL_error(L, "reduce_amax: entry %d is not a live FP8Meta (got %s)", i + 1, luaL_typename(L, -1));
+        ls[i] = b->l;
+        lua_pop(L, 1);
+    }
+    int m = 0;
+    fl_lcheck(L, fl_fp8_layers_reduce_amax(ls, n, &m));
+    lua_pushinteger(L, m);
+    return 1;
+}
+
 static const luaL_Reg recipe_funcs[] = {
+    {"reduce_amax", l_reduce_amax},
     {"layer_new", l_layer_new},
     {"linear", l_linear},
     {"set_grad_dtype", l_set_grad_dtype},

@@ -15,13 +15,15 @@ local Module = require "fp8.nn.module"
 local amp = require "fp8.amp"
 local R = require "fp8._recipe"
 local checkpointing = require "fp8.checkpointing"   -- save_state/load_state/save_model (installed below)
+local dist = require "fp8.distributed"   -- processes, utilities, loader sharding (docs/distributed.md)
+local ddp = require "fp8.ddp"            -- gradient reduction across processes
 
 local Accelerator = {}
 Accelerator.__index = Accelerator
 Accelerator.__name = "Accelerator"
 
 local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers = true, cpu = true,
-                gradient_accumulation_steps = true, env = true, config = true,
+                gradient_accumulation_steps = true, env = true, config = true, even_batches = true,
                 project_config = true, project_dir = true }   -- the last two: lua/fp8/checkpointing.lua
 
 local function new(opts)
@@ -84,9 +86,12 @@ local function new(opts)
   local force_cpu = opts.cpu == true or env_cpu == "1" or env_cpu == "true"
   local okc, cuda = pcall(require, "fp8.cuda")
   self._device = (not force_cpu and okc and cuda.is_available()) and "cuda" or "cpu"
-  self.process_index = tonumber(os.getenv("FP8LAB_RANK") or os.getenv("OMPI_COMM_WORLD_RANK") or "0") or 0
-  self.num_processes = tonumber(os.getenv("FP8LAB_WORLD_SIZE") or os.getenv("OMPI_COMM_WORLD_SIZE") or "1") or 1
-  self.local_process_index = tonumber(os.getenv("FP8LAB_LOCAL_RANK") or os.getenv("OMPI_COMM_WORLD_LOCAL_RANK") or "0") or 0
+  if opts.even_batches ~= nil and type(opts.even_batches) ~= "boolean" then
+    error(("Accelerator: even_batches must be a boolean, got %s"):format(type(opts.even_batches)), 3)
+  end
+  self.even_batches = opts.even_batches ~= false
+  dist.setup(self)                        -- process_index, num_processes, local_process_index, sync_gradients
+  self._ddp_opts = ddp.options(settings.ddp)
   self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3)
   if self.mixed_precision == "fp16" then
     local gs = settings.grad_scaler or {}
@@ -343,7 +348,10 @@ function Accelerator:prepare(...)
   local args = table.pack(...)
   if args.n == 0 then error("prepare: expected models, optimizers or data loaders", 2) end
   for i = 1, args.n do
-    if Module.is_module(args[i]) then args[i] = self:_prepare_model(args[i])
+    if Module.is_module(args[i]) then
+      if self.num_processes > 1 then ddp.agree(self, args[i]) end
+      args[i] = self:_prepare_model(args[i])
+      if self.num_processes > 1 then ddp.attach(self, args[i]) end
     elseif is_loader(args[i]) then args[i] = self:prepare_data_loader(args[i]) end
   end
   for i = 1, args.n do
@@ -369,6 +377,7 @@ function Accelerator:prepare_data_loader(d)
   if is_loader(d) then
     d:to(self._device)
     rawset(d, "_gradient_state", self.gradient_state)
+    if self.num_processes > 1 then d = dist.shard(self, d, self.even_batches) end
     self:_remember(d)   -- its position goes into save_state
   end
   return d
@@ -404,11 +413,16 @@ function Accelerator:backward(loss, opts)
   if not core.is_tensor(loss) then error(("backward: expected the loss tensor, got %s"):format(type(loss)), 2) end
   if self.gradient_accumulation_steps > 1 then loss = loss / self.gradient_accumulation_steps end
   if self.scaler then loss = self.scaler:scale(loss) end
-  loss:backward(opts)
+  ddp.backward(self, loss, opts)   -- plain loss:backward(opts) unless gradients are averaged across processes
 end
 
 function Accelerator:_after_step()
   self.step = self.step + 1
+  if self.num_processes > 1 and #self._fp8_layers > 0 then   -- TE's reduce_amax: one MAX all-reduce for all layers
+    local metas = {}
+    for i, nm in ipairs(self._fp8_layers) do metas[i] = nm[2].fp8_meta end
+    R.reduce_amax(metas)
+  end
   for _, nm in ipairs(self._fp8_layers) do
     local meta = nm[2].fp8_meta
     meta:update()
@@ -517,9 +531,11 @@ function Accelerator:is_main_process() return self.process_index == 0 end
 function Accelerator:is_local_main_process() return self.local_process_index == 0 end
 function Accelerator:device() return self._device end
 
-function Accelerator:print(...) if self:is_main_process() then print(...) end end
-function Accelerator:wait_for_everyone() end
-function Accelerator:gather(t) return t end
+-- print, wait_for_everyone, gather, gather_for_metrics, reduce, split_between_processes,
+-- main_process_first: lua/fp8/distributed.lua
+dist.install(Accelerator)
+-- no_sync(model, fn, ...): fn runs without gradient synchronisation (sync_gradients is false inside).
+function Accelerator:no_sync(model, fn, ...) return ddp.no_sync(self, model, fn, ...) end
 
 -- state() → printable summary of precision, backend, recipe and per-layer FP8 state.
 function Accelerator:state()
@@ -546,14 +562,17 @@ function Accelerator:log_fp8_stats(opts)
   local every, path = opts.every or 1, opts.path
   if math.type(every) ~= "integer" or every < 1 then error(("log_fp8_stats: every must be an integer >= 1, got %s"):format(tostring(every)), 2) end
   if type(path) ~= "string" or path == "" then error(("log_fp8_stats: path must be a file name, got %s"):format(tostring(path)), 2) end
-  local f, err = io.open(path, "a")
-  if not f then error(("log_fp8_stats: cannot open %s: %s"):format(path, err), 2) end
-  if f:seek("end") == 0 then f:write("step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n") end
-  f:close()
+  if self.process_index == 0 then   -- the main process writes the CSV
+    local f, err = io.open(path, "a")
+    if not f then error(("log_fp8_stats: cannot open %s: %s"):format(path, err), 2) end
+    if f:seek("end") == 0 then f:write("step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n") end
+    f:close()
+  end
   self._stats_log = { every = every, path = path }
 end
 
 function Accelerator:_write_stats(log)
+  if self.process_index ~= 0 then return end   -- the main process writes the CSV
   local f = io.open(log.path, "a")
   if not f then return end
   for _, model in ipairs(self._models) do

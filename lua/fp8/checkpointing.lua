@@ -193,6 +193,7 @@ local function restore_loader(l, s, i)
   end
   return function()
     l._it = nil
+    if rawget(l, "_it") ~= nil then rawset(l, "_it", nil) end   -- a DataLoaderShard keeps its own iterator
     if s.batches_served > 0 and s.batches_served < s.batches then
       l.epoch, l._resume_at = s.epoch - 1, s.batches_served   -- the next loop finishes that epoch
     else
@@ -209,7 +210,8 @@ local function is_scheduler(v)
 end
 
 local function is_loader(v)
-  return type(v) == "table" and getmetatable(v) == require("fp8.data").DataLoader
+  return type(v) == "table" and (getmetatable(v) == require("fp8.data").DataLoader
+    or require("fp8.distributed").is_sharded(v))   -- a prepared loader under several processes
 end
 
 local function has_state(v)

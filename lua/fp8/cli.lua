@@ -208,10 +208,16 @@ local function env_cmd(host, ...)
     row("CUDA", "not built in")
   end
   row("cuBLASLt", build.cublaslt and "built in" or "not built in")
-  row("NCCL", build.nccl and "built in" or "not built in")
+  -- MPI / NCCL: the libraries linked in (build time) and this process's world (run time, from the
+  -- launcher's environment or, once initialised, from MPI itself); docs/distributed.md
+  local dinfo = require("fp8._dist").info()
+  row("NCCL", dinfo.nccl_built and ("built in: NCCL " .. dinfo.nccl_version .. " (compile-tested only)")
+    or "not built in (GPU collectives are refused)")
   local mpi = command_output("mpirun --version")
-  row("MPI", (mpi and mpi:match("^[^\n]+") or "mpirun not found (apt-get install openmpi-bin)")
-    .. (build.mpi and "; MPI built in" or ""))
+  row("MPI", (dinfo.mpi_built and ("built in: " .. dinfo.mpi_version:match("^[^,]*")) or "not built in (single process only)")
+    .. "; " .. (mpi and mpi:match("^[^\n]+") or "mpirun not found (apt-get install openmpi-bin)"))
+  row("world", dinfo.launched and ("rank %d of %d (started by an MPI launcher%s)"):format(dinfo.rank, dinfo.world_size,
+      dinfo.initialized and ", MPI initialised" or "") or "1 process (not started by mpirun/srun)")
   row("OpenMP", ("%d threads (OMP_NUM_THREADS %s)"):format(sys.omp_max_threads(), os.getenv("OMP_NUM_THREADS") or "unset"))
   local model, count, flags = cpu_info()
   row("CPU", ("%s, %d logical CPUs"):format(model, count))

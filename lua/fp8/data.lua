@@ -403,6 +403,20 @@ function DataLoader:iter()
   end
 end
 
+-- The batch of the given 1-based dataset indices, on the loader's device (used by the sharded loader of
+-- Accelerator:prepare under several processes, lua/fp8/distributed.lua, with its seeded permutation).
+DataLoader._permutation = permutation
+function DataLoader:_batch_of(idx)
+  local ds = self.dataset
+  local x, y
+  if ds._batch then x, y = ds._batch(ds, idx) else x, y = slow_batch(ds, idx) end
+  if self.device ~= "cpu" then
+    if core_is_tensor(x) then x = x:to(self.device) end
+    if core_is_tensor(y) then y = y:to(self.device) end
+  end
+  return x, y
+end
+
 -- `for x, y in loader do`: the generic for calls the loader with control value nil first, which
 -- starts a new epoch; later calls get the previous x and continue it.
 function DataLoader:__call(_, control)

@@ -71,7 +71,13 @@ local function new(iterable, opts)
   end
   self.desc = opts.desc
   self.out = opts.out or io.stdout
-  if opts.tty ~= nil then
+  -- several processes: only the main one draws (docs/distributed.md); the others count silently
+  local okd, D = pcall(require, "fp8._dist")
+  local silent = okd and D.info().rank ~= 0
+  if silent then self.out = { write = function() end, flush = function() end } end
+  if silent then
+    self.tty = false
+  elseif opts.tty ~= nil then
     if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 3) end
     self.tty = opts.tty
   else

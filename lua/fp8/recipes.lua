@@ -444,6 +444,17 @@ function M.stats(model, opts)
                           high_precision = (r == "input" and st.hp[1]) or false }
     end
   end
+  -- several processes, MS-AMP: the FP8 weight-gradient all-reduce of the last step (lua/fp8/ddp.lua)
+  local dstats = rawget(model, "_ddp_stats")
+  if dstats then
+    local d = dstats()
+    if d.fp8_n > 0 then
+      rows[#rows + 1] = { layer = "(all-reduce)", role = "weight_grad", format = "e4m3", scale = 0 / 0, amax = 0 / 0,
+                          amax_history = 0 / 0, rule = "allreduce", updates = d.steps, numel = d.fp8_n,
+                          underflow = d.fp8_underflow / d.fp8_n, saturated = d.fp8_saturated / d.fp8_n,
+                          high_precision = false }
+    end
+  end
   if not (type(opts) == "table" and opts.quiet) then
     if #rows == 0 then print("fp8.stats: the model has no FP8 layers (convert it, or prepare it with an fp8 Accelerator)")
     else

@@ -1,0 +1,371 @@
+/* ddp.c — the bucketed gradient reducer of ddp.h on the communicator of dist.h.
+ * Items (dense buckets and single FP8-gradient parameters) are started strictly in item order, as
+ * PyTorch's Reducer does: MPI collectives must be issued in the same order on every rank, and a rank
+ * whose backward finishes parameters in another order only starts later, never out of order. */
+#include "ddp.h"
+#include "autograd.h"
+#include "dist.h"
+#include "recipe.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    bool fp8;                 /* one FP8-gradient parameter */
+    int first, count;         /* params[order[first .. first+count)] */
+    int pending;              /* parameters not yet ready in this backward */
+    bool started;
+    void *buf;                /* wire buffer */
+    int64_t numel;
+    fl_dtype wire;
+    fl_dist_req *req;
+    float scale;              /* FP8: the shared scale of this reduction */
+} item;
+
+struct fl_ddp {
+    int n;
+    fl_tensor **params;
+    char **names;
+    int *order;               /* item layout: parameter indices in reverse registration order */
+    int *item_of;             /* param index → item */
+    bool *ready;
+    int nitems, next;         /* next item to start */
+    item *items;
+    fl_ddp_opts o;
+    fl_ddp_stats stats;
+    bool armed;
+    struct { fl_tensor *p; int i; } *lookup;   /* sorted by pointer */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_lookup(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)*(fl_tensor *const *)a, y = (uintptr_t)*(fl_tensor *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int index_of(const fl_ddp *d, const fl_tensor *t) {
+    int lo = 0, hi = d->n - 1;
+    while (lo <= hi) {
+        int m = (lo + hi) / 2;
+        if (d->lookup[m].p == t) return d->lookup[m].i;
+        if ((uintptr_t)d->lookup[m].p < (uintptr_t)t) lo = m + 1; else hi = m - 1;
+    }
+    return -1;
+}
+
+static bool is_fp8(fl_dtype dt) { return fl_format(dt)->is_fp8; }
+
+void fl_ddp_free(fl_ddp *d) {
+    if (!d) return;
+    bool inflight = false;
+    for (int k = 0; k < d->nitems; k++) if (d->items[k].req) inflight = true;
+    if (d->armed) fl_autograd_set_grad_ready_hook(NULL, NULL);
+    for (int i = 0; i < d->n; i++) { fl_tensor_release(d->params[i]); free(d->names ? d->names[i] : NULL); }
+    /* a collective still in flight (after a failed backward) may write its buffer: leave it to MPI */
+    if (!inflight) for (int k = 0; k < d->nitems; k++) free(d->items[k].buf);
+    free(d->params); free(d->names); free(d->order); free(d->item_of); free(d->ready); free(d->items); free(d->lookup);
+    free(d);
+}
+
+fl_status fl_ddp_new(fl_ddp **out, fl_tensor *const *params, const char *const *names, int n, const fl_ddp_opts *o) {
+    *out = NULL;
+    if (n < 0) return FL_ERR(FL_EINVAL, "ddp: negative parameter count");
+    if (!(o->bucket_cap_bytes > 0)) return FL_ERR(FL_EINVAL, "ddp: bucket_cap must be > 0");
+    if (o->wire != FL_F32 && o->wire != FL_F16 && o->wire != FL_BF16)
+        return FL_ERR(FL_EINVAL, "ddp: the wire dtype must be fp32, fp16 or bf16, got %s", fl_format(o->wire)->name);
+    fl_ddp *d = calloc(1, sizeof *d);
+    if (!d) return FL_ERR(FL_ENOMEM, "ddp: out of memory");
+    d->n = n;
+    d->o = *o;
+    d->params = calloc(n ? n : 1, sizeof *d->params);
+    d->names = calloc(n ? n : 1, sizeof *d->names);
+    d->order = calloc(n ? n : 1, sizeof *d->order);
+    d->item_of = calloc(n ? n : 1, sizeof *d->item_of);
+    d->ready = calloc(n ? n : 1, sizeof *d->ready);
+    d->items = calloc(n ? n : 1, sizeof *d->items);
+    d->lookup = calloc(n ? n : 1, sizeof *d->lookup);
+    if (!d->params || !d->names || !d->order || !d->item_of || !d->ready || !d->items || !d->lookup) goto oom;
+    for (int i = 0; i < n; i++) {
+        const fl_tensor *p = params[i];
+        if (p->device != FL_DEV_CPU) { fl_ddp_free(d); return fl_dist_check_tensor_cpu(p, "ddp (the bucketed reducer runs on CPU gradients)"); }
+        d->params[i] = fl_tensor_retain((fl_tensor *)p);
+        d->names[i] = strdup(names && names[i] ? names[i] : "?");
+        if (!d->names[i]) goto oom;
+        d->lookup[i].p = d->params[i];
+        d->lookup[i].i = i;
+    }
+    qsort(d->lookup, n, sizeof *d->lookup, cmp_lookup);
+    for (int i = 1; i < n; i++)
+        if (d->lookup[i].p == d->lookup[i - 1].p) {
+            fl_status st = FL_ERR(FL_EINVAL, "ddp: parameter '%s' is listed twice", d->names[d->lookup[i].i]);
+            fl_ddp_free(d);
+            return st;
+        }
+    /* items, in reverse registration order */
+    double cap_elems = o->bucket_cap_bytes / 4.0;   /* the cap counts fp32 gradient bytes, as PyTorch's */
+    for (int k = 0; k < n; k++) d->order[k] = n - 1 - k;
+    int cur = -1;
+    for (int k = 0; k < n; k++) {
+        int i = d->order[k];
+        int64_t ne = fl_tensor_numel(d->params[i]);
+        bool f8 = is_fp8(d->params[i]->grad_dtype);
+        if (f8 || cur < 0 || d->items[cur].fp8 || (double)(d->items[cur].numel + ne) > cap_elems) {
+            cur = d->nitems++;
+            d->items[cur] = (item){ .fp8 = f8, .first = k, .count = 0, .wire = f8 ? d->params[i]->grad_dtype : o->wire };
+            if (!f8) d->stats.buckets++;
+        }
+        d->items[cur].count++;
+        d->items[cur].numel += ne;
+        d->item_of[i] = cur;
+    }
+    for (int k = 0; k < d->nitems; k++) {
+        item *it = &d->items[k];
+        size_t esz = it->fp8 ? 1 : (it->wire == FL_F32 ? 4 : 2);
+        it->buf = malloc((size_t)(it->numel ? it->numel : 1) * esz);
+        if (!it->buf) goto oom;
+    }
+    *out = d;
+    return FL_OK;
+oom:
+    fl_ddp_free(d);
+    return FL_ERR(FL_ENOMEM, "ddp: out of memory for %d parameters", n);
+}
+
+/* ---- packing ----------------------------------------------------------------------------- */
+
+/* The gradient of p as contiguous fp32 values into dst (zeros when it has none), times mul. */
+static fl_status grad_f32(const fl_tensor *p, float *dst, float mul) {
+    int64_t ne = fl_tensor_numel(p);
+    const fl_tensor *g = p->grad;
+    if (!g) { memset(dst, 0, (size_t)ne * sizeof *dst); return FL_OK; }
+    fl_tensor *c = NULL;
+    if (g->device != FL_DEV_CPU) return fl_dist_check_tensor_cpu(g, "ddp");
+    if (g->dtype == FL_F32 && fl_tensor_is_contiguous(g)) {
+        const float *s = fl_tensor_data(g);
+        for (int64_t j = 0; j < ne; j++) dst[j] = s[j] * mul;
+        return FL_OK;
+    }
+    if (is_fp8(g->dtype)) {
+        if (!g->scale_inv || g->scale_axis != -1 || !fl_tensor_is_contiguous(g))
+            return FL_ERR(FL_EUNSUPPORTED, "ddp: FP8 gradients need one per-tensor scale");
+        fl_dequantize_f32(fl_tensor_data(g), dst, (size_t)ne, g->dtype, *(float *)fl_tensor_data(g->scale_inv) * mul);
+        return FL_OK;
+    }
+    FL_TRY(fl_tensor_to(&c, g, FL_F32));
+    const float *s = fl_tensor_data(c);
+    for (int64_t j = 0; j < ne; j++) dst[j] = s[j] * mul;
+    fl_tensor_release(c);
+    return FL_OK;
+}
+
+static fl_status start_item(fl_ddp *d, item *it) {
+    double t0 = now_s();
+    float inv_n = 1.0f / (float)fl_dist_size();
+    fl_status st = FL_OK;
+    if (!it->fp8) {
+        float *tmp = NULL;
+        if (it->wire != FL_F32 && !(tmp = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *tmp)))
+            return FL_ERR(FL_ENOMEM, "ddp: out of memory packing a bucket");
+        float *dst = it->wire == FL_F32 ? it->buf : tmp;
+        int64_t off = 0;
+        for (int k = it->first; k < it->first + it->count && st == FL_OK; k++) {
+            const fl_tensor *p = d->params[d->order[k]];
+            st = grad_f32(p, dst + off, inv_n);    /* divided before the sum, as PyTorch's Reducer */
+            off += fl_tensor_numel(p);
+        }
+        if (st == FL_OK && it->wire == FL_F16) fl_f32_to_f16_n(tmp, it->buf, (size_t)it->numel);
+        if (st == FL_OK && it->wire == FL_BF16) fl_f32_to_bf16_n(tmp, it->buf, (size_t)it->numel);
+        free(tmp);
+        if (st == FL_OK) st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
+        d->stats.wire_bytes += it->numel * (it->wire == FL_F32 ? 4 : 2);
+    } else {
+        /* FP8: shared power-of-two scale from the MAX-reduced amax, grad/N cast with it, bytes summed. */
+        const fl_tensor *p = d->params[d->order[it->first]];
+        float *v = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *v);
+        if (!v) return FL_ERR(FL_ENOMEM, "ddp: out of memory packing an FP8 gradient");
+        st = grad_f32(p, v, 1.0f);
+        float amax = 0.0f;
+        for (int64_t j = 0; j < it->numel && st == FL_OK; j++) {
+            float a = fabsf(v[j]);
+            if (isnan(a)) { amax = INFINITY; break; }
+            if (a > amax) amax = a;
+        }
+        if (st == FL_OK) st = fl_dist_allreduce(&amax, 1, FL_F32, FL_RED_MAX);
+        if (st == FL_OK) {
+            it->scale = isfinite(amax) ? fl_scale_for(amax, it->wire, 0, true, 1.0f) : 1.0f;
+            fl_cast_stats cs;
+            if (!isfinite(amax)) for (int64_t j = 0; j < it->numel; j++) v[j] = NAN;   /* every rank sees the overflow */
+            st = fl_quantize_f32(v, it->buf, (size_t)it->numel, it->wire, it->scale * inv_n, FL_SATURATE, &cs);
+            const uint8_t *b = it->buf;
+            for (int64_t j = 0; j < it->numel && st == FL_OK; j++)
+                if (v[j] != 0.0f && fl_fp8_to_f32(b[j], it->wire) == 0.0f) d->stats.fp8_underflow++;
+            d->stats.fp8_n += it->numel;
+        }
+        free(v);
+        if (st == FL_OK) st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
+        d->stats.wire_bytes += it->numel + 4;
+    }
+    d->stats.comm_s += now_s() - t0;
+    it->started = true;
+    return st;
+}
+
+/* Start every item, in order, whose parameters are all ready. */
+static fl_status start_ready(fl_ddp *d, bool in_backward) {
+    while (d->next < d->nitems && d->items[d->next].pending == 0) {
+        FL_TRY(start_item(d, &d->items[d->next]));
+        if (in_backward) d->stats.early++;
+        d->next++;
+    }
+    /* MPI progresses non-blocking collectives inside MPI calls: poke the started ones */
+    for (int k = 0; k < d->next; k++) {
+        bool done;
+        if (d->items[k].req) FL_TRY(fl_dist_test(d->items[k].req, &done));
+    }
+    return FL_OK;
+}
+
+static fl_status on_ready(fl_tensor *leaf, void *ud) {
+    fl_ddp *d = ud;
+    int i = index_of(d, leaf);
+    if (i < 0 || d->ready[i]) return FL_OK;
+    d->ready[i] = true;
+    d->items[d->item_of[i]].pending--;
+    /* find_unused: a parameter unused here may be used elsewhere, and the used-map all-reduce must come
+     * before every bucket on every rank (collectives are matched by order): start after backward */
+    return d->o.find_unused ? FL_OK : start_ready(d, true);
+}
+
+fl_status fl_ddp_begin(fl_ddp *d) {
+    for (int i = 0; i < d->n; i++) d->ready[i] = false;
+    for (int k = 0; k < d->nitems; k++) {
+        item *it = &d->items[k];
+        if (it->req) return FL_ERR(FL_EINVAL, "ddp: a reduction is still in flight (a backward failed?)");
+        it->pending = it->count;
+        it->started = false;
+    }
+    d->next = 0;
+    d->stats.early = 0;
+    d->stats.wire_bytes = 0;
+    d->stats.wait_s = 0;
+    d->stats.comm_s = 0;
+    d->stats.fp8_underflow = d->stats.fp8_saturated = d->stats.fp8_n = 0;
+    fl_autograd_set_grad_ready_hook(on_ready, d);
+    d->armed = true;
+    return FL_OK;
+}
+
+void fl_ddp_cancel(fl_ddp *d) {
+    if (d->armed) fl_autograd_set_grad_ready_hook(NULL, NULL);
+    d->armed = false;
+}
+
+/* Writes the reduced item back into its parameters' gradients. */
+static fl_status unpack(fl_ddp *d, item *it, const bool *skip) {
+    int64_t off = 0;
+    float *f32 = NULL;
+    if (!it->fp8 && it->wire != FL_F32) {
+        if (!(f32 = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *f32))) return FL_ERR(FL_ENOMEM, "ddp: out of memory");
+        if (it->wire == FL_F16) fl_f16_to_f32_n(it->buf, f32, (size_t)it->numel);
+        else fl_bf16_to_f32_n(it->buf, f32, (size_t)it->numel);
+    }
+    fl_status st = FL_OK;
+    for (int k = it->first; k < it->first + it->count && st == FL_OK; k++) {
+        int i = d->order[k];
+        fl_tensor *p = d->params[i];
+        int64_t ne = fl_tensor_numel(p);
+        if (skip && skip[i]) { off += ne; continue; }    /* unused on every rank: .grad stays as it was */
+        if (it->fp8) {
+            fl_tensor *g = p->grad;
+            if (!g || g->dtype != it->wire || !fl_tensor_is_contiguous(g) || !g->scale_inv) {
+                fl_tensor *q = NULL, *si = NULL;
+                int64_t one = 1;
+                st = fl_tensor_empty(&q, it->wire, p->ndim, p->shape, FL_DEV_CPU);
+                if (st == FL_OK) st = fl_tensor_empty(&si, FL_F32, 1, &one, FL_DEV_CPU);
+                if (st != FL_OK) { fl_tensor_release(q); fl_tensor_release(si); break; }
+                fl_tensor_release(q->scale_inv);
+                q->scale_inv = si;
+                q->scale_axis = -1;
+                fl_tensor_release(p->grad);
+                p->grad = g = q;
+            }
+            memcpy(fl_tensor_data(g), it->buf, (size_t)ne);
+            *(float *)fl_tensor_data(g->scale_inv) = 1.0f / it->scale;   /* the 1/N went in before the cast */
+            const uint8_t *b = it->buf;
+            float mx = fl_format(it->wire)->max;
+            for (int64_t j = 0; j < ne; j++) if (fabsf(fl_fp8_to_f32(b[j], it->wire)) >= mx) d->stats.fp8_saturated++;
+        } else {
+            const float *src = (it->wire == FL_F32 ? (const float *)it->buf : f32) + off;
+            fl_tensor *g = p->grad;
+            if (!g || g->dtype != FL_F32 || !fl_tensor_is_contiguous(g) || g->device != FL_DEV_CPU) {
+                fl_tensor *ng = NULL;
+                st = fl_tensor_empty(&ng, FL_F32, p->ndim, p->shape, FL_DEV_CPU);
+                if (st != FL_OK) break;
+                fl_tensor_release(p->grad);
+                p->grad = g = ng;
+            }
+            memcpy(fl_tensor_data(g), src, (size_t)ne * sizeof(float));
+        }
+        off += ne;
+    }
+    free(f32);
+    return st;
+}
+
+fl_status fl_ddp_end(fl_ddp *d) {
+    fl_ddp_cancel(d);
+    fl_status st = FL_OK;
+    bool *skip = NULL;
+    if (d->next < d->nitems) {   /* parameters the backward never reached */
+        if (!d->o.find_unused) {
+            for (int k = 0; k < d->n; k++) {
+                int i = d->order[k];
+                if (!d->ready[i])
+                    return FL_ERR(FL_EINVAL, "DDP: parameter '%s' received no gradient in this backward (it was not used "
+                                  "to compute the loss); pass DistributedDataParallelKwargs{find_unused_parameters=true}",
+                                  d->names[i]);
+            }
+        }
+    }
+    if (d->o.find_unused) {
+        /* which parameters some rank used: one MAX all-reduce of the flags (PyTorch's local_used_map) */
+        float *used = malloc((size_t)(d->n ? d->n : 1) * sizeof *used);
+        skip = calloc((size_t)(d->n ? d->n : 1), sizeof *skip);
+        if (!used || !skip) { free(used); free(skip); return FL_ERR(FL_ENOMEM, "ddp: out of memory"); }
+        for (int i = 0; i < d->n; i++) used[i] = d->ready[i] && d->params[i]->grad ? 1.0f : 0.0f;
+        st = fl_dist_allreduce(used, d->n, FL_F32, FL_RED_MAX);
+        for (int i = 0; i < d->n; i++) skip[i] = used[i] == 0.0f;
+        free(used);
+        for (int k = 0; k < d->nitems; k++) d->items[k].pending = 0;
+        if (st == FL_OK) st = start_ready(d, false);
+    }
+    double t0 = now_s();
+    for (int k = 0; k < d->nitems; k++) {
+        item *it = &d->items[k];
+        fl_status w = fl_dist_wait(it->req);
+        it->req = NULL;
+        if (st == FL_OK) st = w;
+    }
+    d->stats.wait_s = now_s() - t0;
+    for (int k = 0; k < d->nitems && st == FL_OK; k++) st = unpack(d, &d->items[k], skip);
+    free(skip);
+    if (st == FL_OK) d->stats.steps++;
+    return st;
+}
+
+const fl_ddp_stats *fl_ddp_get_stats(const fl_ddp *d) { return &d->stats; }
+
+int fl_ddp_bucket_of(const fl_ddp *d, int i) {
+    if (i < 0 || i >= d->n) return -2;
+    const item *it = &d->items[d->item_of[i]];
+    if (it->fp8) return -1;
+    int b = 0;
+    for (int k = 0; k < d->item_of[i]; k++) if (!d->items[k].fp8) b++;
+    return b;
+}

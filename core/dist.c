@@ -1,0 +1,483 @@
+/* dist.c — the communicator of dist.h over MPI (FL_HAVE_MPI), or a world of one without it.
+ * Reductions of 16-bit and FP8 buffers are user-defined MPI_Ops that decode, add in fp32 and
+ * re-encode (what a wire format narrower than the accumulator needs); the float MAX is NaN-propagating
+ * (MPI_MAX's comparisons would drop a NaN, and an amax of NaN must reach every rank). */
+#include "dist.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef FL_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#ifdef FL_HAVE_NCCL
+/* kernels/nccl_comm.cu */
+const char *fl_nccl_version(void);
+int fl_nccl_uid_bytes(void);
+fl_status fl_nccl_get_unique_id(void *uid);
+fl_status fl_nccl_init(const void *uid, int rank, int size, int local_rank);
+bool fl_nccl_ready(void);
+fl_status fl_nccl_allreduce(void *buf, int64_t n, fl_dtype dt, fl_red_op op);
+fl_status fl_nccl_broadcast(void *buf, int64_t bytes, int root);
+fl_status fl_nccl_allgather(const void *send, void *recv, int64_t bytes_each);
+void fl_nccl_abort(void);
+#endif
+
+static int g_rank = 0, g_size = 1, g_local = 0;
+static bool g_init = false;          /* MPI_Init ran here */
+static double g_timeout = 0.0;
+
+bool fl_dist_built_mpi(void) {
+#ifdef FL_HAVE_MPI
+    return true;
+#else
+    return false;
+#endif
+}
+
+const char *fl_dist_mpi_version(void) {
+#ifdef FL_HAVE_MPI
+    static char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    if (!v[0]) {
+        int len = 0;
+        MPI_Get_library_version(v, &len);   /* callable before MPI_Init (MPI-3) */
+        char *nl = strchr(v, '\n');
+        if (nl) *nl = 0;
+        for (int i = (int)strlen(v) - 1; i >= 0 && (v[i] == ' ' || v[i] == ','); i--) v[i] = 0;
+    }
+    return v;
+#else
+    return "";
+#endif
+}
+
+static const char *env(const char *n) { const char *v = getenv(n); return v && *v ? v : NULL; }
+static int env_int(const char *const *names, int def) {
+    for (int i = 0; names[i]; i++) { const char *v = env(names[i]); if (v) return atoi(v); }
+    return def;
+}
+
+bool fl_dist_launched(void) {
+    return env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK") || env("PMI_RANK") || env("PMI_SIZE") ||
+           (env("SLURM_PROCID") && env("SLURM_STEP_ID"));
+}
+
+static const char *const RANK_VARS[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL };
+static const char *const SIZE_VARS[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL };
+static const char *const LOCAL_VARS[] __attribute__((unused)) = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL };
+
+int fl_dist_env_rank(void) { return fl_dist_launched() ? env_int(RANK_VARS, 0) : 0; }
+int fl_dist_env_size(void) { return fl_dist_launched() ? env_int(SIZE_VARS, 1) : 1; }
+
+bool fl_dist_initialized(void) { return g_init; }
+int fl_dist_rank(void) { return g_rank; }
+int fl_dist_size(void) { return g_size; }
+int fl_dist_local_rank(void) { return g_local; }
+double fl_dist_timeout(void) { return g_timeout; }
+
+/* ---- watchdog ---------------------------------------------------------------------------- */
+#ifdef FL_HAVE_MPI
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The collective this thread is blocked in, and since when (0: none). Written by the caller, read by
+ * the watchdog thread. */
+static _Atomic double wd_since;
+static _Atomic(const char *) wd_what;
+static pthread_t wd_thread;
+static bool wd_started;
+
+static void wd_enter(const char *what) { atomic_store(&wd_what, what); atomic_store(&wd_since, now_s()); }
+static void wd_leave(void) { atomic_store(&wd_since, 0.0); }
+
+static void *watchdog(void *arg) {
+    (void)arg;
+    for (;;) {
+        usleep(100000);
+        double t0 = atomic_load(&wd_since), to = g_timeout;
+        if (t0 > 0 && to > 0 && now_s() - t0 > to) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "rank %d: %s waited %.0f s, past the process group timeout of %g s "
+                     "(another rank is stuck or gone); the watchdog ends the job",
+                     g_rank, atomic_load(&wd_what), now_s() - t0, to);
+            fl_dist_abort(msg);
+        }
+    }
+    return NULL;
+}
+#else
+__attribute__((unused)) static void wd_enter(const char *what) { (void)what; }
+__attribute__((unused)) static void wd_leave(void) {}
+#endif
+
+void fl_dist_abort(const char *msg) {
+    fprintf(stderr, "fp8lab: %s\n", msg);
+    fflush(stderr);
+#ifdef FL_HAVE_NCCL
+    fl_nccl_abort();   /* ncclCommAbort: frees a communicator stuck in a collective */
+#endif
+#ifdef FL_HAVE_MPI
+    if (g_init) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+    _exit(1);
+}
+
+/* ---- init / exit ------------------------------------------------------------------------- */
+
+#ifdef FL_HAVE_MPI
+static MPI_Op op_sum16[2], op_sum8[2], op_nanmax;
+static bool ops_made;
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in; uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = fl_f32_to_f16(fl_f16_to_f32(a[i]) + fl_f16_to_f32(b[i]));
+}
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in; uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = fl_f32_to_bf16(fl_bf16_to_f32(a[i]) + fl_bf16_to_f32(b[i]));
+}
+static void sum_e4m3(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint8_t *a = in; uint8_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = fl_f32_to_e4m3(fl_e4m3_to_f32(a[i]) + fl_e4m3_to_f32(b[i]), FL_SATURATE);
+}
+static void sum_e5m2(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint8_t *a = in; uint8_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = fl_f32_to_e5m2(fl_e5m2_to_f32(a[i]) + fl_e5m2_to_f32(b[i]), FL_SATURATE);
+}
+static void nanmax_f32(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const float *a = in; float *b = inout;
+    for (int i = 0; i < *len; i++) {
+        if (isnan(b[i])) continue;
+        if (isnan(a[i]) || a[i] > b[i]) b[i] = a[i];
+    }
+}
+
+/* An MPI error as a status (MPI_ERRORS_RETURN is set on the world communicator). */
+static fl_status mpi_st(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return FL_OK;
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, s, &len);
+    return FL_ERR(FL_EDEVICE, "dist: %s failed on rank %d: %s", what, g_rank, s);
+}
+#endif
+
+/* The process's exit status decides between MPI_Finalize and ending the job (a script error, or
+ * os.exit(1) in a script, on one rank must not leave the others waiting in a collective). */
+#ifdef FL_HAVE_MPI
+static void on_exit_handler(int status, void *arg) { (void)arg; fl_dist_exit(status); }
+#endif
+
+fl_status fl_dist_init(double timeout_s) {
+    if (timeout_s > 0) g_timeout = timeout_s;
+    if (g_init || !fl_dist_launched()) return FL_OK;
+#ifndef FL_HAVE_MPI
+    if (fl_dist_env_size() > 1)
+        return FL_ERR(FL_EUNSUPPORTED, "dist: started as rank %d of %d by an MPI launcher, but this fp8lab was built "
+                      "without MPI (install libopenmpi-dev and rebuild with MPI=auto or MPI=1)",
+                      fl_dist_env_rank(), fl_dist_env_size());
+    return FL_OK;
+#else
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        if (rc != MPI_SUCCESS) return FL_ERR(FL_EDEVICE, "dist: MPI_Init_thread failed (code %d)", rc);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    g_local = env_int(LOCAL_VARS, g_rank);
+    if (!ops_made) {
+        MPI_Op_create(sum_f16, 1, &op_sum16[0]);
+        MPI_Op_create(sum_bf16, 1, &op_sum16[1]);
+        MPI_Op_create(sum_e4m3, 1, &op_sum8[0]);
+        MPI_Op_create(sum_e5m2, 1, &op_sum8[1]);
+        MPI_Op_create(nanmax_f32, 1, &op_nanmax);
+        ops_made = true;
+    }
+    g_init = true;
+    on_exit(on_exit_handler, NULL);
+    if (!wd_started && pthread_create(&wd_thread, NULL, watchdog, NULL) == 0) {
+        pthread_detach(wd_thread);
+        wd_started = true;
+    }
+    return FL_OK;
+#endif
+}
+
+void fl_dist_exit(int status) {
+    if (!g_init) return;
+#ifdef FL_HAVE_MPI
+    if (status != 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "rank %d of %d failed (exit status %d); ending the job", g_rank, g_size,
+                 status);
+        fl_dist_abort(msg);
+    }
+    wd_enter("MPI_Finalize");
+    MPI_Finalize();
+    wd_leave();
+    g_init = false;
+#endif
+}
+
+/* ---- collectives ------------------------------------------------------------------------- */
+
+struct fl_dist_req {
+#ifdef FL_HAVE_MPI
+    MPI_Request r;
+#endif
+    const char *what;
+};
+
+#ifdef FL_HAVE_MPI
+static fl_status pick(fl_dtype dt, fl_red_op op, MPI_Datatype *mt, MPI_Op *mo) {
+    if (op == FL_RED_MAX) {
+        if (dt != FL_F32) return FL_ERR(FL_EUNSUPPORTED, "dist: MAX reductions take fp32 buffers, got %s", fl_format(dt)->name);
+        *mt = MPI_FLOAT; *mo = op_nanmax; return FL_OK;
+    }
+    switch (dt) {
+    case FL_F32: *mt = MPI_FLOAT; *mo = MPI_SUM; return FL_OK;
+    case FL_F16: *mt = MPI_UINT16_T; *mo = op_sum16[0]; return FL_OK;
+    case FL_BF16: *mt = MPI_UINT16_T; *mo = op_sum16[1]; return FL_OK;
+    case FL_E4M3: *mt = MPI_UINT8_T; *mo = op_sum8[0]; return FL_OK;
+    case FL_E5M2: *mt = MPI_UINT8_T; *mo = op_sum8[1]; return FL_OK;
+    default: return FL_ERR(FL_EUNSUPPORTED, "dist: no reduction for %s buffers", fl_format(dt)->name);
+    }
+}
+#endif
+
+static fl_status check_n(int64_t n, const char *what) {
+    if (n < 0 || n > INT32_MAX) return FL_ERR(FL_EINVAL, "dist: %s of %lld elements (0 .. 2^31-1 per call)", what, (long long)n);
+    return FL_OK;
+}
+
+fl_status fl_dist_allreduce(void *buf, int64_t n, fl_dtype dt, fl_red_op op) {
+    FL_TRY(check_n(n, "all_reduce"));
+    if (!g_init || n == 0) return FL_OK;
+#ifdef FL_HAVE_MPI
+    MPI_Datatype mt; MPI_Op mo;
+    FL_TRY(pick(dt, op, &mt, &mo));
+    wd_enter("all_reduce");
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mt, mo, MPI_COMM_WORLD);
+    wd_leave();
+    return mpi_st(rc, "all_reduce");
+#else
+    return FL_OK;
+#endif
+}
+
+fl_status fl_dist_iallreduce(void *buf, int64_t n, fl_dtype dt, fl_red_op op, fl_dist_req **req) {
+    *req = NULL;
+    FL_TRY(check_n(n, "all_reduce"));
+    if (!g_init || n == 0) return FL_OK;     /* a NULL handle waits for nothing */
+#ifdef FL_HAVE_MPI
+    MPI_Datatype mt; MPI_Op mo;
+    FL_TRY(pick(dt, op, &mt, &mo));
+    fl_dist_req *q = calloc(1, sizeof *q);
+    if (!q) return FL_ERR(FL_ENOMEM, "dist: out of memory for a request");
+    q->what = "all_reduce (non-blocking)";
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mt, mo, MPI_COMM_WORLD, &q->r);
+    if (rc != MPI_SUCCESS) { free(q); return mpi_st(rc, "MPI_Iallreduce"); }
+    *req = q;
+    return FL_OK;
+#else
+    return FL_OK;
+#endif
+}
+
+fl_status fl_dist_test(fl_dist_req *req, bool *done) {
+    *done = true;
+    if (!req) return FL_OK;
+#ifdef FL_HAVE_MPI
+    int flag = 0;
+    int rc = MPI_Test(&req->r, &flag, MPI_STATUS_IGNORE);
+    *done = flag != 0;
+    return mpi_st(rc, "MPI_Test");
+#else
+    return FL_OK;
+#endif
+}
+
+fl_status fl_dist_wait(fl_dist_req *req) {
+    if (!req) return FL_OK;
+    fl_status st = FL_OK;
+#ifdef FL_HAVE_MPI
+    wd_enter(req->what);
+    int rc = MPI_Wait(&req->r, MPI_STATUS_IGNORE);
+    wd_leave();
+    st = mpi_st(rc, "MPI_Wait");
+#endif
+    free(req);
+    return st;
+}
+
+fl_status fl_dist_broadcast(void *buf, int64_t bytes, int root) {
+    FL_TRY(check_n(bytes, "broadcast"));
+    if (root < 0 || root >= g_size) return FL_ERR(FL_EINVAL, "dist: broadcast root %d outside 0..%d", root, g_size - 1);
+    if (!g_init || bytes == 0) return FL_OK;
+#ifdef FL_HAVE_MPI
+    wd_enter("broadcast");
+    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+    wd_leave();
+    return mpi_st(rc, "broadcast");
+#else
+    return FL_OK;
+#endif
+}
+
+fl_status fl_dist_allgather(const void *send, void *recv, int64_t bytes_each) {
+    FL_TRY(check_n(bytes_each, "all_gather"));
+    if (!g_init) { if (recv != send) memcpy(recv, send, (size_t)bytes_each); return FL_OK; }
+#ifdef FL_HAVE_MPI
+    wd_enter("all_gather");
+    int rc = MPI_Allgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, MPI_COMM_WORLD);
+    wd_leave();
+    return mpi_st(rc, "all_gather");
+#else
+    return FL_OK;
+#endif
+}
+
+fl_status fl_dist_reduce_scatter(const void *send, void *recv, int64_t n_each, fl_dtype dt, fl_red_op op) {
+    FL_TRY(check_n(n_each, "reduce_scatter"));
+    if (!g_init) { if (recv != send) memcpy(recv, send, (size_t)n_each * fl_format(dt)->bits / 8); return FL_OK; }
+#ifdef FL_HAVE_MPI
+    MPI_Datatype mt; MPI_Op mo;
+    FL_TRY(pick(dt, op, &mt, &mo));
+    wd_enter("reduce_scatter");
+    int rc = MPI_Reduce_scatter_block(send, recv, (int)n_each, mt, mo, MPI_COMM_WORLD);
+    wd_leave();
+    return mpi_st(rc, "reduce_scatter");
+#else
+    return FL_OK;
+#endif
+}
+
+fl_status fl_dist_barrier(void) {
+    if (!g_init) return FL_OK;
+#ifdef FL_HAVE_MPI
+    wd_enter("barrier");
+    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    wd_leave();
+    return mpi_st(rc, "barrier");
+#else
+    return FL_OK;
+#endif
+}
+
+bool fl_dist_built_nccl(void) {
+#ifdef FL_HAVE_NCCL
+    return true;
+#else
+    return false;
+#endif
+}
+
+const char *fl_dist_nccl_version(void) {
+#ifdef FL_HAVE_NCCL
+    return fl_nccl_version();
+#else
+    return "";
+#endif
+}
+
+bool fl_dist_nccl_ready(void) {
+#ifdef FL_HAVE_NCCL
+    return fl_nccl_ready();
+#else
+    return false;
+#endif
+}
+
+fl_status fl_dist_init_nccl(void) {
+#ifndef FL_HAVE_NCCL
+    return FL_ERR(FL_EUNSUPPORTED, "dist: backend \"nccl\" is not available: this fp8lab was built without NCCL "
+                  "(needs CUDA and libnccl at build time; GPU collectives are refused); use backend \"mpi\"");
+#else
+    if (fl_nccl_ready()) return FL_OK;
+    if (fl_dist_launched() && !g_init) return FL_ERR(FL_EINVAL, "dist: initialise MPI (fl_dist_init) before NCCL");
+    unsigned char uid[512];
+    int nb = fl_nccl_uid_bytes();
+    if (nb <= 0 || nb > (int)sizeof uid) return FL_ERR(FL_EDEVICE, "dist: NCCL unique id of %d bytes", nb);
+    if (g_rank == 0) FL_TRY(fl_nccl_get_unique_id(uid));
+    FL_TRY(fl_dist_broadcast(uid, nb, 0));   /* over MPI; a world of one keeps its own */
+    return fl_nccl_init(uid, g_rank, g_size, g_local);
+#endif
+}
+
+fl_status fl_dist_check_tensor_cpu(const fl_tensor *t, const char *what) {
+    if (t->device != FL_DEV_CPU)
+        return FL_ERR(FL_EUNSUPPORTED, "%s: takes CPU tensors only (MPI), got one on %s", what,
+                      t->device == FL_DEV_CUDA ? "cuda" : "another device");
+    if (!fl_tensor_is_contiguous(t)) return FL_ERR(FL_EINVAL, "%s: the tensor must be contiguous", what);
+    return FL_OK;
+}
+
+static size_t tbytes(const fl_tensor *t) { return (size_t)fl_tensor_numel(t) * fl_format(t->dtype)->bits / 8; }
+
+fl_status fl_dist_tensor_allreduce(fl_tensor *t, fl_red_op op) {
+    FL_TRY(fl_dist_check_tensor(t, "all_reduce"));
+    if (t->device == FL_DEV_CPU) return fl_dist_allreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op);
+#ifdef FL_HAVE_NCCL
+    wd_enter("all_reduce (NCCL)");
+    fl_status st = fl_nccl_allreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op);
+    wd_leave();
+    return st;
+#else
+    return FL_ERR(FL_EUNSUPPORTED, "all_reduce: no NCCL");
+#endif
+}
+
+fl_status fl_dist_tensor_broadcast(fl_tensor *t, int root) {
+    FL_TRY(fl_dist_check_tensor(t, "broadcast"));
+    if (t->device == FL_DEV_CPU) return fl_dist_broadcast(fl_tensor_data(t), (int64_t)tbytes(t), root);
+#ifdef FL_HAVE_NCCL
+    if (root < 0 || root >= g_size) return FL_ERR(FL_EINVAL, "dist: broadcast root %d outside 0..%d", root, g_size - 1);
+    wd_enter("broadcast (NCCL)");
+    fl_status st = fl_nccl_broadcast(fl_tensor_data(t), (int64_t)tbytes(t), root);
+    wd_leave();
+    return st;
+#else
+    return FL_ERR(FL_EUNSUPPORTED, "broadcast: no NCCL");
+#endif
+}
+
+fl_status fl_dist_tensor_allgather(const fl_tensor *t, fl_tensor *out) {
+    FL_TRY(fl_dist_check_tensor(t, "all_gather"));
+    if (out->device != t->device || out->dtype != t->dtype || !fl_tensor_is_contiguous(out) ||
+        fl_tensor_numel(out) != fl_tensor_numel(t) * g_size)
+        return FL_ERR(FL_EINVAL, "all_gather: the output must be a contiguous tensor of world size × the input");
+    if (t->device == FL_DEV_CPU) return fl_dist_allgather(fl_tensor_data(t), fl_tensor_data(out), (int64_t)tbytes(t));
+#ifdef FL_HAVE_NCCL
+    wd_enter("all_gather (NCCL)");
+    fl_status st = fl_nccl_allgather(fl_tensor_data(t), fl_tensor_data(out), (int64_t)tbytes(t));
+    wd_leave();
+    return st;
+#else
+    return FL_ERR(FL_EUNSUPPORTED, "all_gather: no NCCL");
+#endif
+}
+
+fl_status fl_dist_check_tensor(const fl_tensor *t, const char *what) {
+    if (t->device == FL_DEV_CUDA && fl_dist_nccl_ready()) {
+        if (!fl_tensor_is_contiguous(t)) return FL_ERR(FL_EINVAL, "%s: the tensor must be contiguous", what);
+        return FL_OK;
+    }
+    if (t->device != FL_DEV_CPU)
+        return FL_ERR(FL_EUNSUPPORTED, "%s: a tensor on %s needs NCCL, which this build does not have "
+                      "(collectives run on CPU tensors through MPI)", what, t->device == FL_DEV_CUDA ? "cuda" : "another device");
+    if (!fl_tensor_is_contiguous(t)) return FL_ERR(FL_EINVAL, "%s: the tensor must be contiguous", what);
+    return FL_OK;
+}

@@ -1,0 +1,132 @@
+-- ddp.lua — PyTorch DistributedDataParallel for the Accelerator (docs/distributed.md): the
+-- DistributedDataParallelKwargs checks, the start-of-training agreement (same parameter names and
+-- shapes everywhere, rank 0's values broadcast), the bucketed gradient reducer (core/ddp.h through
+-- fp8._dist) armed around backward on synchronising steps, buffer broadcasts before each forward.
+local D = require "fp8._dist"
+local core = require "fp8.core"
+
+local M = {}
+
+local POWER_SGD = { power_sgd = true, batched_power_sgd = true }
+
+-- The reducer's options from the DistributedDataParallelKwargs settings; refuses what is not implemented.
+function M.options(k)
+  k = k or {}
+  local function refuse(what) error("Accelerator: DistributedDataParallelKwargs " .. what, 5) end
+  if POWER_SGD[k.comm_hook] then
+    refuse(("comm_hook=%q is not supported (PowerSGD is not implemented); use \"no\", \"fp16\" or \"bf16\""):format(k.comm_hook))
+  end
+  if k.gradient_as_bucket_view then
+    refuse("gradient_as_bucket_view=true is not supported: gradients are copied out of the buckets after each reduction")
+  end
+  if k.static_graph then
+    refuse("static_graph=true is not supported (it is an optimisation hint for PyTorch's reducer, which this one does not "
+      .. "implement); leave it false")
+  end
+  if k.check_reduction then
+    refuse("check_reduction=true is not supported (deprecated in PyTorch, where it has no effect)")
+  end
+  if (k.dim or 0) ~= 0 then
+    refuse(("dim=%s is not supported: batches are split along the first dimension (dim=0)"):format(tostring(k.dim)))
+  end
+  return { bucket_cap_mb = k.bucket_cap_mb or 25, find_unused = k.find_unused_parameters == true,
+    wire = (k.comm_hook == "fp16" or k.comm_hook == "bf16") and k.comm_hook or "fp32",
+    broadcast_buffers = k.broadcast_buffers ~= false }
+end
+
+local function shape_str(t)
+  local s = t:shape()
+  for i = 1, #s do s[i] = tostring(s[i]) end
+  return "[" .. table.concat(s, ", ") .. "]"
+end
+
+local function describe(model)
+  local lines = {}
+  for _, kind in ipairs { "parameter", "buffer" } do
+    local list = kind == "parameter" and model:named_parameters() or model:named_buffers()
+    for _, nt in ipairs(list) do lines[#lines + 1] = ("%s %s %s %s"):format(kind, nt[1], nt[2]:dtype(), shape_str(nt[2])) end
+  end
+  return lines
+end
+
+local function split_lines(s)
+  local out = {}
+  for l in (s .. "\n"):gmatch("([^\n]*)\n") do if l ~= "" then out[#out + 1] = l end end
+  return out
+end
+
+-- agree(acc, model): every rank has rank 0's parameter and buffer names, dtypes and shapes (else one
+-- error on every rank naming the first difference), then takes rank 0's values.
+function M.agree(acc, model)
+  local mine = describe(model)
+  local theirs = split_lines(D.broadcast_string(table.concat(mine, "\n"), 0))
+  local msg
+  for i = 1, math.max(#mine, #theirs) do
+    if mine[i] ~= theirs[i] then
+      msg = ("prepare: the model differs across processes: rank %d has %s where rank 0 has %s"):format(acc.process_index,
+        mine[i] or "nothing more", theirs[i] or "nothing more")
+      break
+    end
+  end
+  -- the lowest rank with a difference tells everyone
+  local flag = core.tensor { msg and (acc.num_processes - acc.process_index) or 0 }
+  D.all_reduce(flag, "max")
+  local who = math.tointeger(flag:item())
+  if who ~= 0 then
+    local r = acc.num_processes - who
+    error(D.broadcast_string(msg or "", r), 0)
+  end
+  for _, t in ipairs(model:parameters()) do D.broadcast(t, 0) end
+  for _, t in ipairs(model:buffers()) do D.broadcast(t, 0) end
+end
+
+-- attach(acc, model): the reducer over every prepared model's trainable parameters (one reducer per
+-- accelerator, rebuilt when a model is added), and buffer broadcasts before each forward.
+function M.attach(acc, model)
+  local o = acc._ddp_opts
+  acc._ddp_models = acc._ddp_models or {}
+  acc._ddp_models[#acc._ddp_models + 1] = model
+  local params, names = {}, {}
+  for mi, m in ipairs(acc._ddp_models) do
+    for _, nt in ipairs(m:named_parameters()) do
+      if nt[2]:requires_grad() then
+        params[#params + 1] = nt[2]
+        names[#names + 1] = (#acc._ddp_models > 1 and ("model%d."):format(mi) or "") .. nt[1]
+      end
+    end
+  end
+  acc._ddp_params, acc._ddp_names = params, names
+  acc._ddp_reducer = D.ddp(params, names, { bucket_cap_mb = o.bucket_cap_mb, wire = o.wire, find_unused = o.find_unused })
+  rawset(model, "_ddp_stats", function() return acc._ddp_reducer:stats() end)   -- fp8.stats' all-reduce row
+  if o.broadcast_buffers and #model:buffers() > 0 then
+    local fwd = model.forward
+    rawset(model, "forward", function(m, ...)
+      if m.training ~= false then for _, b in ipairs(m:buffers()) do D.broadcast(b, 0) end end
+      return fwd(m, ...)
+    end)
+  end
+end
+
+-- backward(acc, loss, opts): on a synchronising step, the reducer is armed around the backward and has
+-- averaged every gradient when this returns; otherwise (no_sync, accumulation) no communication.
+function M.backward(acc, loss, opts)
+  local r = acc._ddp_reducer
+  if not r or acc.sync_gradients == false then return loss:backward(opts) end
+  r:begin()
+  local ok, err = pcall(loss.backward, loss, opts)
+  if not ok then r:cancel(); error(err, 0) end
+  r:finish()
+end
+
+-- no_sync(acc, model, fn, ...): fn runs with gradient synchronisation off (acc.sync_gradients = false).
+function M.no_sync(acc, model, fn, ...)
+  if type(fn) ~= "function" then error(("no_sync: expected (model, function), got a %s"):format(type(fn)), 3) end
+  local prev = acc.sync_gradients
+  acc.sync_gradients = false
+  local res = table.pack(pcall(fn, ...))
+  acc.sync_gradients = prev
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+return M

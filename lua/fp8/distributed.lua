@@ -1,0 +1,288 @@
+-- distributed.lua — the Accelerator's multi-process side (docs/distributed.md): joining the MPI job
+-- (InitProcessGroupKwargs), Accelerate's process utilities (print, wait_for_everyone, gather,
+-- gather_for_metrics, reduce, split_between_processes, main_process_first) and the DataLoader sharding
+-- of Accelerate's BatchSamplerShard (split_batches=false). A single process makes no MPI call.
+local D = require "fp8._dist"
+local core = require "fp8.core"
+
+local M = {}
+
+-- ---- joining the job ---------------------------------------------------------------------------
+
+-- setup(acc): rank, world size and the process group from InitProcessGroupKwargs. Called by
+-- fp8.Accelerator{...} before anything else that depends on the rank.
+function M.setup(acc)
+  local s = acc.settings
+  local pg, explicit = s.process_group or {}, (s.sources or {}).process_group == "handler"
+  local info = D.info()
+  if explicit and pg.backend == "nccl" and not info.nccl_built then
+    error("Accelerator: InitProcessGroupKwargs{backend=\"nccl\"}: this fp8lab has no NCCL (built without it; GPU "
+      .. "collectives are refused); use backend=\"mpi\" (CPU tensors through MPI)", 4)
+  end
+  if explicit and pg.init_method ~= nil then
+    error(("Accelerator: InitProcessGroupKwargs init_method=%q is not supported: mpirun or srun start and wire the "
+      .. "processes (fp8lab launch --num_processes N runs mpirun)"):format(pg.init_method), 4)
+  end
+  -- Accelerate's default backend is nccl, whose timeout default is 600 s; on the CPU we run mpi (1800 s)
+  local timeout = explicit and pg.timeout or 1800
+  local backend = explicit and pg.backend or "mpi"
+  acc.process_group = { backend = backend, timeout = timeout }
+  if info.launched or backend == "nccl" then
+    local ok, w = pcall(D.init, { timeout = timeout, backend = backend })
+    if not ok then error("Accelerator: " .. tostring(w), 4) end
+    acc.process_index, acc.num_processes, acc.local_process_index = w.rank, w.size, w.local_rank
+  else
+    acc.process_index, acc.num_processes, acc.local_process_index = 0, 1, 0
+  end
+  acc.distributed_type = acc.num_processes > 1 and "MULTI_CPU" or "NO"
+  if acc.sync_gradients == nil then acc.sync_gradients = true end
+end
+
+-- ---- utilities -------------------------------------------------------------------------------
+
+local function map_tensors(fname, x, fn)
+  if core.is_tensor(x) then return fn(x) end
+  if type(x) == "table" then
+    local out = {}
+    for k, v in pairs(x) do out[k] = map_tensors(fname, v, fn) end
+    return out
+  end
+  error(("%s: expected a tensor or a table of tensors, got %s"):format(fname, type(x)), 4)
+end
+
+local function on_cpu(t)
+  if t:device() ~= "cpu" then return t:to("cpu"), t:device() end
+  return t:contiguous(), nil
+end
+
+local U = {}
+
+function U:print(...) if self.process_index == 0 then print(...) end end
+
+function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end end
+
+-- gather(t): every rank's t concatenated along dim 1 in rank order (0-d tensors: one entry per rank);
+-- tables of tensors are gathered leaf by leaf. Shapes must agree across ranks.
+function U:gather(t)
+  return map_tensors("gather", t, function(x)
+    if self.num_processes == 1 then return x end
+    local c, dev = on_cpu(x)
+    local g = D.all_gather(c)
+    return dev and g:to(dev) or g
+  end)
+end
+
+-- gather_for_metrics(t): gather, then drop the samples that even_batches repeated to fill the last
+-- batches (Accelerate's gradient_state.remainder), when the prepared loader has just ended.
+function U:gather_for_metrics(t)
+  local g = self:gather(t)
+  local st = self._loader_state
+  if self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 then
+    return map_tensors("gather_for_metrics", g, function(x)
+      if x:dim() == 0 or x:shape()[1] <= st.remainder then return x end
+      return x:narrow(1, 1, st.remainder)
+    end)
+  end
+  return g
+end
+
+-- reduce(t, "sum"|"mean"): a new tensor, the elementwise sum (or mean) over ranks.
+function U:reduce(t, op)
+  op = op or "sum"
+  if op ~= "sum" and op ~= "mean" then error(("reduce: op must be \"sum\" or \"mean\", got %s"):format(tostring(op)), 2) end
+  return map_tensors("reduce", t, function(x)
+    local c, dev = on_cpu(x)
+    local r = c:to("fp32"):clone()
+    if self.num_processes > 1 then D.all_reduce(r, "sum") end
+    if op == "mean" then r = r / self.num_processes end
+    if x:dtype() ~= "fp32" then r = r:to(x:dtype()) end
+    return dev and r:to(dev) or r
+  end)
+end
+
+-- split_between_processes(list [, apply_padding]) -> this rank's contiguous share (the first
+-- #list % N ranks get one more); apply_padding repeats the last item so every share has one length.
+function U:split_between_processes(list, apply_padding)
+  if type(list) ~= "table" then
+    error(("split_between_processes: expected a list, got %s"):format(type(list)), 2)
+  end
+  local n, N, r = #list, self.num_processes, self.process_index
+  local base, extra = n // N, n % N
+  local first = r * base + math.min(r, extra) + 1
+  local count = base + (r < extra and 1 or 0)
+  local out = {}
+  for i = first, first + count - 1 do out[#out + 1] = list[i] end
+  if apply_padding and extra > 0 and count == base and n > 0 then out[#out + 1] = list[n] end
+  return out
+end
+
+-- main_process_first(fn, ...): the main process runs fn first (e.g. downloads, preprocesses), the
+-- others after it finished; returns fn's results.
+function U:main_process_first(fn, ...)
+  if type(fn) ~= "function" then error(("main_process_first: expected a function, got %s"):format(type(fn)), 2) end
+  local main = self.process_index == 0
+  if not main then self:wait_for_everyone() end
+  local res = table.pack(pcall(fn, ...))
+  if main then self:wait_for_everyone() end
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+function M.install(Accelerator)
+  for k, f in pairs(U) do Accelerator[k] = f end
+end
+
+-- ---- DataLoader sharding ---------------------------------------------------------------------
+
+-- Accelerate's BatchSamplerShard._iter_with_no_split, over the batches of one epoch (lists of indices):
+-- process r gets batches r, r+N, ...; a round is handed out only when its last batch is full; with
+-- drop_last=false the leftovers are completed from the epoch's first indices (even_batches) or handed out
+-- as they are (even_batches=false).
+function M.shard_batches(batches, bs, N, r, drop_last, even_batches)
+  local out, initial, to_yield = {}, {}, nil
+  local idx, batch = -1, nil
+  for i, b in ipairs(batches) do
+    idx, batch = i - 1, b
+    if not drop_last and idx < N then for _, v in ipairs(b) do initial[#initial + 1] = v end end
+    if idx % N == r then to_yield = b end
+    if idx % N == N - 1 and #b == bs then
+      out[#out + 1] = to_yield
+      to_yield = nil
+    end
+  end
+  if not drop_last and #initial > 0 then
+    if not even_batches then
+      if to_yield and #to_yield > 0 then out[#out + 1] = to_yield end
+    else
+      if to_yield and #to_yield == bs then out[#out + 1] = to_yield end
+      while #initial < N * bs do
+        local n0 = #initial
+        for j = 1, n0 do initial[#initial + 1] = initial[j] end
+      end
+      local cur = {}
+      if #batch == bs then idx = idx + 1 else for _, v in ipairs(batch) do cur[#cur + 1] = v end end
+      local cycle = 0
+      while idx % N ~= 0 or #cur > 0 do
+        local need = bs - #cur
+        for j = cycle + 1, cycle + need do cur[#cur + 1] = initial[j] end
+        if idx % N == r then out[#out + 1] = cur end
+        cycle = cycle + need
+        cur = {}
+        idx = idx + 1
+      end
+    end
+  end
+  return out
+end
+
+-- A prepared loader: same fields and methods as its DataLoader, batches for this rank only.
+local Sharded = {}
+Sharded.__name = "DataLoaderShard"
+
+local function epoch_batches(ld)
+  local order
+  local n, bs = ld.n, ld.batch_size
+  if ld.shuffle then order = ld._permutation(n, ld.seed, ld.epoch) end
+  local batches = {}
+  local nb = ld.drop_last and n // bs or (n + bs - 1) // bs
+  for b = 1, nb do
+    local idx = {}
+    for k = (b - 1) * bs + 1, math.min(b * bs, n) do idx[#idx + 1] = order and order[k] or k end
+    batches[b] = idx
+  end
+  return batches
+end
+
+function Sharded.__index(t, k)
+  local v = rawget(Sharded, k)
+  if v ~= nil then return v end
+  return rawget(t, "_loader")[k]
+end
+Sharded.__newindex = function(t, k, v) rawget(t, "_loader")[k] = v end
+
+function Sharded:__len()
+  local ld = rawget(self, "_loader")
+  local saved = ld.epoch
+  local n = #M.shard_batches(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
+    rawget(self, "_even"))
+  ld.epoch = saved
+  return n
+end
+
+function Sharded:__tostring()
+  local ld = rawget(self, "_loader")
+  return ("DataLoaderShard(process %d of %d, %d batches of %s)"):format(rawget(self, "_r"), rawget(self, "_N"), #self,
+    tostring(ld))
+end
+
+function Sharded:iter()
+  local ld, acc = rawget(self, "_loader"), rawget(self, "_acc")
+  ld.epoch = ld.epoch + 1
+  local mine = M.shard_batches(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
+    rawget(self, "_even"))
+  local total = ld.batch_size * rawget(self, "_N")
+  local state = { end_of_dataloader = false,
+    remainder = (not ld.drop_last and rawget(self, "_even")) and ld.n % total or 0 }
+  acc._loader_state = state
+  -- as DataLoader:iter: a checkpoint restored mid-epoch (lua/fp8/checkpointing.lua) resumes after the batches
+  -- already served, and the gradient state learns when the last batch is out (end of an accumulation window)
+  local b = ld._resume_at or 0
+  ld._resume_at = nil
+  ld.batches_served = b
+  local gs = rawget(ld, "_gradient_state")
+  return function()
+    b = b + 1
+    if gs then gs.end_of_dataloader = b >= #mine end
+    if b > #mine then return nil end
+    if b == #mine then state.end_of_dataloader = true end
+    ld.batches_served = b
+    return ld:_batch_of(mine[b])
+  end
+end
+
+function Sharded:__call(_, control)
+  if control == nil or not rawget(self, "_it") then rawset(self, "_it", self:iter()) end
+  local x, y = rawget(self, "_it")()
+  if x == nil then rawset(self, "_it", nil) end
+  return x, y
+end
+
+function Sharded:set_epoch(e) return rawget(self, "_loader"):set_epoch(e) end
+function Sharded:to(dev, level) rawget(self, "_loader"):to(dev, level); return self end
+
+function M.is_sharded(v) return getmetatable(v) == Sharded end
+
+-- shard(acc, loader [, even_batches]) -> the loader as this rank sees it.
+function M.shard(acc, loader, even_batches)
+  if even_batches == nil then even_batches = true end
+  return setmetatable({ _loader = loader, _acc = acc, _N = acc.num_processes, _r = acc.process_index,
+    _even = even_batches }, Sharded)
+end
+
+-- ---- help -------------------------------------------------------------------------------------
+
+local okh, help = pcall(require, "fp8.help")
+if okh and help.add then
+  local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
+  add("data parallel", "fp8lab launch --num_processes N script.lua   |   mpirun -np N fp8lab script.lua",
+    "N processes, one model each, gradients averaged over MPI in acc:backward (docs/distributed.md).\n"
+    .. "prepare() checks the models agree, broadcasts rank 0's weights, shards loaders (BatchSamplerShard,\n"
+    .. "even_batches), and reduces gradients in buckets (DistributedDataParallelKwargs bucket_cap_mb,\n"
+    .. "find_unused_parameters, broadcast_buffers, comm_hook \"no\"|\"fp16\"|\"bf16\"). te: amaxes MAX-reduced per step;\n"
+    .. "msamp: FP8 gradient all-reduce. InitProcessGroupKwargs{backend=\"mpi\", timeout=} arms a watchdog.\n"
+    .. "No NCCL in this build: backend=\"nccl\" is refused.")
+  add("acc.num_processes", "acc.num_processes, acc.process_index, acc.local_process_index, acc.sync_gradients",
+    "World size, rank, rank on this node (fields); sync_gradients is false inside no_sync / accumulation steps.")
+  add("acc:gather", "acc:gather(t) -> tensor", "Every process's t concatenated along dim 1 in rank order (N x the rows).")
+  add("acc:gather_for_metrics", "acc:gather_for_metrics(t) -> tensor",
+    "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch.")
+  add("acc:reduce", "acc:reduce(t, \"sum\"|\"mean\") -> tensor", "Elementwise sum or mean of t over the processes.")
+  add("acc:split_between_processes", "acc:split_between_processes(list [, apply_padding]) -> list",
+    "This process's contiguous share of list (the first #list % N processes get one more).")
+  add("acc:main_process_first", "acc:main_process_first(fn, ...) -> fn's results",
+    "The main process runs fn first; the others run it after the main one finished.")
+  add("acc:wait_for_everyone", "acc:wait_for_everyone()", "A barrier across the processes.")
+  add("acc:no_sync", "acc:no_sync(model, fn, ...)", "fn runs without gradient synchronisation (no communication).")
+end
+
+return M

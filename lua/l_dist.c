@@ -1,0 +1,319 @@
+/* l_dist.c — require "fp8.dist": the communicator of core/dist.h (init, rank/size, collectives on CPU
+ * tensors in place or into new tensors, non-blocking all-reduce with a wait handle) and the DDP
+ * reducer of core/ddp.h as a userdata. lua/fp8/distributed.lua and lua/fp8/ddp.lua build the
+ * Accelerator's data parallelism on it (docs/distributed.md). */
+#include <string.h>
+#include "l_util.h"
+#include "dist.h"
+#include "ddp.h"
+
+#define REQ_MT "fp8.DistRequest"
+#define DDP_MT "fp8.DDPReducer"
+
+static fl_red_op check_op(lua_State *L, int arg, const char *fname) {
+    static const char *const names[] = { "sum", "max", NULL };
+    const char *s = luaL_optstring(L, arg, "sum");
+    for (int i = 0; names[i]; i++) if (strcmp(s, names[i]) == 0) return (fl_red_op)i;
+    return (fl_red_op)luaL_error(L, "%s: op must be \"sum\" or \"max\", got \"%s\"", fname, s);
+}
+
+static fl_tensor *check_comm_tensor(lua_State *L, int arg, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, arg);
+    fl_lcheck(L, fl_dist_check_tensor(t, fname));
+    return t;
+}
+
+/* init{timeout=, backend="mpi"|"nccl"} -> {rank, size, local_rank} */
+static int l_init(lua_State *L) {
+    double timeout = 0;
+    int nccl = 0;
+    if (!lua_isnoneornil(L, 1)) {
+        luaL_checktype(L, 1, LUA_TTABLE);
+        lua_getfield(L, 1, "timeout");
+        if (!lua_isnil(L, -1)) {
+            if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) <= 0)
+                return luaL_error(L, "dist.init: timeout must be a number of seconds > 0, got %s", luaL_tolstring(L, -1, NULL));
+            timeout = lua_tonumber(L, -1);
+        }
+        lua_pop(L, 1);
+        lua_getfield(L, 1, "backend");
+        if (!lua_isnil(L, -1)) {
+            const char *b = lua_tostring(L, -1);
+            if (!b || (strcmp(b, "mpi") != 0 && strcmp(b, "nccl") != 0))
+                return luaL_error(L, "dist.init: backend must be \"mpi\" or \"nccl\", got %s", luaL_tolstring(L, -1, NULL));
+            nccl = strcmp(b, "nccl") == 0;
+            if (nccl && !fl_dist_built_nccl())
+                return luaL_error(L, "dist.init: backend \"nccl\" is not available: this fp8lab is built without NCCL "
+                                  "(GPU collectives are refused); use InitProcessGroupKwargs{backend=\"mpi\"}");
+        }
+        lua_pop(L, 1);
+    }
+    fl_lcheck(L, fl_dist_init(timeout));
+    if (nccl) fl_lcheck(L, fl_dist_init_nccl());
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, fl_dist_rank()); lua_setfield(L, -2, "rank");
+    lua_pushinteger(L, fl_dist_size()); lua_setfield(L, -2, "size");
+    lua_pushinteger(L, fl_dist_local_rank()); lua_setfield(L, -2, "local_rank");
+    return 1;
+}
+
+static int l_info(lua_State *L) {
+    lua_createtable(L, 0, 8);
+    lua_pushboolean(L, fl_dist_built_mpi()); lua_setfield(L, -2, "mpi_built");
+    lua_pushstring(L, fl_dist_mpi_version()); lua_setfield(L, -2, "mpi_version");
+    lua_pushboolean(L, fl_dist_built_nccl()); lua_setfield(L, -2, "nccl_built");
+    lua_pushstring(L, fl_dist_nccl_version()); lua_setfield(L, -2, "nccl_version");
+    lua_pushboolean(L, fl_dist_nccl_ready()); lua_setfield(L, -2, "nccl_ready");
+    lua_pushboolean(L, fl_dist_launched()); lua_setfield(L, -2, "launched");
+    lua_pushboolean(L, fl_dist_initialized()); lua_setfield(L, -2, "initialized");
+    lua_pushinteger(L, fl_dist_initialized() ? fl_dist_size() : fl_dist_env_size()); lua_setfield(L, -2, "world_size");
+    lua_pushinteger(L, fl_dist_initialized() ? fl_dist_rank() : fl_dist_env_rank()); lua_setfield(L, -2, "rank");
+    lua_pushnumber(L, fl_dist_timeout()); lua_setfield(L, -2, "timeout");
+    return 1;
+}
+
+static int l_rank(lua_State *L) { lua_pushinteger(L, fl_dist_rank()); return 1; }
+static int l_size(lua_State *L) { lua_pushinteger(L, fl_dist_size()); return 1; }
+static int l_local_rank(lua_State *L) { lua_pushinteger(L, fl_dist_local_rank()); return 1; }
+static int l_barrier(lua_State *L) { fl_lcheck(L, fl_dist_barrier()); return 0; }
+
+static fl_tensor *check_cpu_tensor(lua_State *L, int arg, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, arg);
+    fl_lcheck(L, fl_dist_check_tensor_cpu(t, fname));
+    return t;
+}
+
+/* all_reduce(t, "sum"|"max") in place; returns t. CPU tensors through MPI, CUDA ones through NCCL. */
+static int l_all_reduce(lua_State *L) {
+    fl_tensor *t = check_comm_tensor(L, 1, "dist.all_reduce");
+    fl_red_op op = check_op(L, 2, "dist.all_reduce");
+    fl_lcheck(L, fl_dist_tensor_allreduce(t, op));
+    lua_settop(L, 1);
+    return 1;
+}
+
+typedef struct { fl_dist_req *r; } req_box;
+
+/* all_reduce_async(t, op) -> request; request:wait() returns t. The request keeps t alive. */
+static int l_all_reduce_async(lua_State *L) {
+    fl_tensor *t = check_cpu_tensor(L, 1, "dist.all_reduce_async");
+    fl_red_op op = check_op(L, 2, "dist.all_reduce_async");
+    req_box *b = lua_newuserdatauv(L, sizeof *b, 1);
+    b->r = NULL;
+    luaL_setmetatable(L, REQ_MT);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+    fl_lcheck(L, fl_dist_iallreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op, &b->r));
+    return 1;
+}
+
+static int l_req_wait(lua_State *L) {
+    req_box *b = luaL_checkudata(L, 1, REQ_MT);
+    fl_dist_req *r = b->r;
+    b->r = NULL;
+    fl_lcheck(L, fl_dist_wait(r));
+    lua_getiuservalue(L, 1, 1);
+    return 1;
+}
+
+static int l_req_gc(lua_State *L) {
+    req_box *b = luaL_checkudata(L, 1, REQ_MT);
+    if (b->r) { fl_dist_req *r = b->r; b->r = NULL; fl_dist_wait(r); }   /* never free a buffer MPI still writes */
+    return 0;
+}
+
+/* broadcast(t, root=0) in place; returns t */
+static int l_broadcast(lua_State *L) {
+    fl_tensor *t = check_comm_tensor(L, 1, "dist.broadcast");
+    lua_Integer root = luaL_optinteger(L, 2, 0);
+    if (root < 0 || root >= fl_dist_size())
+        return luaL_error(L, "dist.broadcast: root must be a rank in 0..%d, got %d", fl_dist_size() - 1, (int)root);
+    fl_lcheck(L, fl_dist_tensor_broadcast(t, (int)root));
+    if (t->scale_inv && fl_tensor_is_contiguous(t->scale_inv)) fl_lcheck(L, fl_dist_tensor_broadcast(t->scale_inv, (int)root));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* broadcast_string(s, root=0) -> root's string on every rank */
+static int l_broadcast_string(lua_State *L) {
+    size_t len = 0;
+    const char *s = luaL_checklstring(L, 1, &len);
+    lua_Integer root = luaL_optinteger(L, 2, 0);
+    if (root < 0 || root >= fl_dist_size())
+        return luaL_error(L, "dist.broadcast_string: root must be a rank in 0..%d, got %d", fl_dist_size() - 1, (int)root);
+    int64_t n = (int64_t)len;
+    fl_lcheck(L, fl_dist_broadcast(&n, sizeof n, (int)root));
+    if (n < 0 || n > (int64_t)1 << 30) return luaL_error(L, "dist.broadcast_string: bad length %lld", (long long)n);
+    luaL_Buffer b;
+    char *p = luaL_buffinitsize(L, &b, (size_t)n);
+    if (fl_dist_rank() == root) memcpy(p, s, (size_t)n);
+    fl_lcheck(L, fl_dist_broadcast(p, n, (int)root));
+    luaL_pushresultsize(&b, (size_t)n);
+    return 1;
+}
+
+/* all_gather(t) -> new tensor [size*rows, ...] (rank order); 0-d tensors give [size]. Shapes must agree. */
+static int l_all_gather(lua_State *L) {
+    fl_tensor *t = check_comm_tensor(L, 1, "dist.all_gather");
+    int size = fl_dist_size();
+    /* every rank's shape first, so a mismatch is an error rather than garbage */
+    int64_t shp[9] = { t->ndim };
+    for (int i = 0; i < t->ndim; i++) shp[i + 1] = t->shape[i];
+    int64_t *all = lua_newuserdatauv(L, sizeof shp * (size_t)size, 0);
+    fl_lcheck(L, fl_dist_allgather(shp, all, sizeof shp));
+    for (int r = 0; r < size; r++)
+        if (memcmp(all + 9 * r, shp, sizeof shp) != 0)
+            return luaL_error(L, "dist.all_gather: rank %d has a tensor of another shape than rank %d's %s "
+                              "(gather needs the same shape on every rank)", r, fl_dist_rank(),
+                              fl_lpushshape(L, t->ndim, t->shape));
+    int ndim = t->ndim ? t->ndim : 1;
+    int64_t shape[8];
+    if (t->ndim == 0) shape[0] = size;
+    else { memcpy(shape, t->shape, sizeof shape); shape[0] = t->shape[0] * size; }
+    fl_tensor **box = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_empty(box, t->dtype, ndim, shape, t->device));
+    fl_lcheck(L, fl_dist_tensor_allgather(t, *box));
+    return 1;
+}
+
+/* reduce_scatter(t, op) -> new tensor: rank r gets the reduction of rows [r*m, (r+1)*m), m = rows/size */
+static int l_reduce_scatter(lua_State *L) {
+    fl_tensor *t = check_cpu_tensor(L, 1, "dist.reduce_scatter");
+    fl_red_op op = check_op(L, 2, "dist.reduce_scatter");
+    int size = fl_dist_size();
+    if (t->ndim < 1 || t->shape[0] % size != 0)
+        return luaL_error(L, "dist.reduce_scatter: the first dimension must be a multiple of the world size %d, got %s",
+                          size, fl_lpushshape(L, t->ndim, t->shape));
+    int64_t shape[8];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] /= size;
+    fl_tensor **box = fl_lnewbox(L);
+    FL_LCALL(L, fl_tensor_empty(box, t->dtype, t->ndim, shape, FL_DEV_CPU));
+    fl_lcheck(L, fl_dist_reduce_scatter(fl_tensor_data(t), fl_tensor_data(*box), fl_tensor_numel(*box), t->dtype, op));
+    return 1;
+}
+
+/* abort(msg): end the whole job now (every rank), after printing msg */
+static int l_abort(lua_State *L) {
+    const char *m = luaL_checkstring(L, 1);
+    fl_dist_abort(m);
+    return 0;
+}
+
+/* ---- DDP reducer ----------------------------------------------------------------------- */
+
+typedef struct { fl_ddp *d; } ddp_box;
+
+static fl_ddp *check_ddp(lua_State *L) {
+    ddp_box *b = luaL_checkudata(L, 1, DDP_MT);
+    if (!b->d) luaL_argerror(L, 1, "DDP reducer was released");
+    return b->d;
+}
+
+/* ddp(params, names, {bucket_cap_mb=25, wire="fp32"|"fp16"|"bf16", find_unused=false}) */
+static int l_ddp(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    int n = (int)luaL_len(L, 1);
+    if ((int)luaL_len(L, 2) != n) return luaL_error(L, "dist.ddp: %d parameters but %d names", n, (int)luaL_len(L, 2));
+    fl_tensor **ps = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ps, 0);
+    const char **ns = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ns, 0);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 1, i + 1);
+        ps[i] = fl_ltotensor(L, -1);
+        if (!ps[i]) return luaL_error(L, "dist.ddp: parameter %d is not a tensor", i + 1);
+        lua_pop(L, 1);
+        lua_geti(L, 2, i + 1);
+        ns[i] = lua_tostring(L, -1);
+        if (!ns[i]) return luaL_error(L, "dist.ddp: name %d is not a string", i + 1);
+        lua_pop(L, 1);   /* the names table keeps the string alive */
+    }
+    fl_ddp_opts o = { .bucket_cap_bytes = 25.0 * 1024 * 1024, .wire = FL_F32, .find_unused = false };
+    lua_getfield(L, 3, "bucket_cap_mb");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) > 0))
+            return luaL_error(L, "dist.ddp: bucket_cap_mb must be a number > 0, got %s", luaL_tolstring(L, -1, NULL));
+        o.bucket_cap_bytes = lua_tonumber(L, -1) * 1024 * 1024;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, 3, "wire");
+    if (!lua_isnil(L, -1)) {
+        const char *w = lua_tostring(L, -1);
+        if (w && strcmp(w, "fp32") == 0) o.wire = FL_F32;
+        else if (w && strcmp(w, "fp16") == 0) o.wire = FL_F16;
+        else if (w && strcmp(w, "bf16") == 0) o.wire = FL_BF16;
+        else return luaL_error(L, "dist.ddp: wire must be \"fp32\", \"fp16\" or \"bf16\", got %s", luaL_tolstring(L, -1, NULL));
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, 3, "find_unused");
+    o.find_unused = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    ddp_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    b->d = NULL;
+    luaL_setmetatable(L, DDP_MT);
+    fl_lcheck(L, fl_ddp_new(&b->d, ps, ns, n, &o));
+    return 1;
+}
+
+static int l_ddp_begin(lua_State *L) { fl_lcheck(L, fl_ddp_begin(check_ddp(L))); return 0; }
+static int l_ddp_finish(lua_State *L) { fl_lcheck(L, fl_ddp_end(check_ddp(L))); return 0; }
+static int l_ddp_cancel(lua_State *L) { fl_ddp_cancel(check_ddp(L)); return 0; }
+
+static int l_ddp_stats(lua_State *L) {
+    const fl_ddp_stats *s = fl_ddp_get_stats(check_ddp(L));
+    lua_createtable(L, 0, 10);
+    lua_pushinteger(L, s->buckets); lua_setfield(L, -2, "buckets");
+    lua_pushinteger(L, s->steps); lua_setfield(L, -2, "steps");
+    lua_pushinteger(L, s->early); lua_setfield(L, -2, "started_in_backward");
+    lua_pushinteger(L, s->wire_bytes); lua_setfield(L, -2, "wire_bytes");
+    lua_pushnumber(L, s->wait_s); lua_setfield(L, -2, "wait_s");
+    lua_pushnumber(L, s->comm_s); lua_setfield(L, -2, "comm_s");
+    lua_pushinteger(L, s->fp8_n); lua_setfield(L, -2, "fp8_n");
+    lua_pushinteger(L, s->fp8_underflow); lua_setfield(L, -2, "fp8_underflow");
+    lua_pushinteger(L, s->fp8_saturated); lua_setfield(L, -2, "fp8_saturated");
+    return 1;
+}
+
+static int l_ddp_bucket_of(lua_State *L) {
+    fl_ddp *d = check_ddp(L);
+    lua_Integer i = luaL_checkinteger(L, 2);
+    int b = fl_ddp_bucket_of(d, (int)i - 1);
+    if (b == -2) return luaL_error(L, "ddp:bucket_of: no parameter %d", (int)i);
+    if (b < 0) lua_pushnil(L); else lua_pushinteger(L, b + 1);
+    return 1;
+}
+
+static int l_ddp_gc(lua_State *L) {
+    ddp_box *b = luaL_checkudata(L, 1, DDP_MT);
+    fl_ddp_free(b->d);
+    b->d = NULL;
+    return 0;
+}
+
+static const luaL_Reg req_methods[] = { {"wait", l_req_wait}, {NULL, NULL} };
+static const luaL_Reg ddp_methods[] = {
+    {"begin", l_ddp_begin}, {"finish", l_ddp_finish}, {"cancel", l_ddp_cancel},
+    {"stats", l_ddp_stats}, {"bucket_of", l_ddp_bucket_of}, {NULL, NULL},
+};
+static const luaL_Reg funcs[] = {
+    {"init", l_init}, {"info", l_info}, {"rank", l_rank}, {"size", l_size}, {"local_rank", l_local_rank},
+    {"barrier", l_barrier}, {"all_reduce", l_all_reduce}, {"all_reduce_async", l_all_reduce_async},
+    {"broadcast", l_broadcast}, {"broadcast_string", l_broadcast_string}, {"all_gather", l_all_gather},
+    {"reduce_scatter", l_reduce_scatter}, {"abort", l_abort}, {"ddp", l_ddp}, {NULL, NULL},
+};
+
+int luaopen_fp8_dist_c(lua_State *L) {
+    if (luaL_newmetatable(L, REQ_MT)) {
+        luaL_newlib(L, req_methods); lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_req_gc); lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, DDP_MT)) {
+        luaL_newlib(L, ddp_methods); lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_ddp_gc); lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    luaL_newlib(L, funcs);
+    return 1;
+}

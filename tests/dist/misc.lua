@@ -1,0 +1,48 @@
+-- misc.lua MODE — DDP behaviours under 2 processes (tests/spec/dist_spec.lua):
+--   mismatch      rank 1 builds a wider hidden layer: prepare must fail on every rank naming it
+--   unused        a layer outside the loss, find_unused_parameters=false: backward fails naming it
+--   unused_ok     the same with find_unused_parameters=true: trains; the unused weight's grad stays nil
+--   buffers       a buffer that differs per rank: equal to rank 0's after a forward (broadcast_buffers)
+--   buffers_off   the same with broadcast_buffers=false: stays different
+--   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
+local mode = arg[1]
+local nn = fp8.nn
+local k = { find_unused_parameters = mode == "unused_ok", broadcast_buffers = mode ~= "buffers_off" }
+local acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.DistributedDataParallelKwargs(k) } }
+local r = acc.process_index
+fp8.manual_seed(1 + r)
+local hidden = (mode == "mismatch" and r == 1) and 12 or 8
+local model = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 2))
+local extra = nn.Linear(4, 4)   -- prepared with the model, never used by the loss
+if mode == "buffers" or mode == "buffers_off" then model:register_buffer("running", fp8.tensor { r + 1.0, 0 }) end
+local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+if mode == "unused" or mode == "unused_ok" then model, extra, opt = acc:prepare(model, extra, opt)
+else model, opt = acc:prepare(model, opt) end
+if mode:match("^buffers") then model.running:set({ 1 }, 5 + r) end   -- differs again after prepare's broadcast
+local x = fp8.randn { 3, 4 } + r
+local function allsame(t)
+  local g = acc:gather(t:reshape { 1, -1 })
+  local a, b = g:narrow(1, 1, 1), g:narrow(1, 2, 1)
+  return (a - b):abs():max():item() == 0
+end
+if mode:match("^buffers") then
+  model(x)
+  print(("rank%d buffers_same=%s"):format(r, tostring(allsame(model.running))))
+  return
+end
+if mode == "nosync" then
+  acc:no_sync(model, function()
+    assert(acc.sync_gradients == false)
+    acc:backward(model(x):sum())
+  end)
+  assert(acc.sync_gradients == true)
+  local w = model:parameters()[1]
+  print(("rank%d inside_same=%s"):format(r, tostring(allsame(w.grad))))
+  acc:backward(model(x):sum())
+  print(("rank%d after_same=%s"):format(r, tostring(allsame(w.grad))))
+  return
+end
+acc:backward(model(x):sum())
+opt:step()
+if mode == "unused_ok" then print(("rank%d extra_grad=%s"):format(r, tostring(extra.weight.grad))) end
+acc:print("trained")

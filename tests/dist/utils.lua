@@ -1,0 +1,77 @@
+-- utils.lua — Accelerator process utilities under 2 processes (tests/spec/dist_spec.lua). Each check
+-- prints "ok <name>" on the main process (acc:print) or raises; "rank<r> <name> ..." lines come
+-- from every rank where the spec looks at both.
+local acc = fp8.Accelerator { cpu = true }
+local r, N = acc.process_index, acc.num_processes
+assert(N == 2, "expected 2 processes, got " .. N)
+assert(acc.local_process_index == r)
+assert(acc:is_main_process() == (r == 0))
+local function eq(a, b, what) if a ~= b then error(("%s: got %s, expected %s"):format(what, tostring(a), tostring(b))) end end
+
+-- gather: 2x the rows, rank order
+local g = acc:gather(fp8.tensor { { r, 1 }, { r, 2 } })
+eq(g:shape()[1], 4, "gather rows")
+eq(g:get{3, 1}, 1.0, "gather rank 1 block")
+local g0 = acc:gather(fp8.tensor(r + 0.5):reshape {})
+eq(g0:shape()[1], 2, "gather 0-d")
+acc:print("ok gather")
+
+-- reduce
+eq(acc:reduce(fp8.tensor { r + 1, 10 }, "sum"):get{1}, 3.0, "reduce sum")
+eq(acc:reduce(fp8.tensor { r + 1, 10 }, "mean"):get{2}, 10.0, "reduce mean")
+acc:print("ok reduce")
+
+-- split_between_processes: 5 items -> 3 + 2
+local part = acc:split_between_processes { "a", "b", "c", "d", "e" }
+eq(table.concat(part), r == 0 and "abc" or "de", "split")
+local padded = acc:split_between_processes({ "a", "b", "c" }, true)
+eq(#padded, 2, "split padded length")
+acc:print("ok split")
+
+-- main_process_first: the main process finishes before the other starts
+local path = arg[1] .. ".mpf"
+local seen = acc:main_process_first(function()
+  if r == 0 then local f = assert(io.open(path, "w")); f:write("main was here"); f:close(); return "main" end
+  local f = io.open(path, "r")
+  local s = f and f:read("a"); if f then f:close() end
+  return s
+end)
+eq(seen, r == 0 and "main" or "main was here", "main_process_first")
+acc:print("ok main_process_first")
+
+-- wait_for_everyone and print (main only)
+acc:wait_for_everyone()
+acc:print("printed by rank " .. r)
+
+-- sharded loader: 10 items, batch 4, even_batches: rank 0 gets [1..4], [9,10,1,2]; rank 1 [5..8], [3..6]
+local items = {}
+for i = 1, 10 do items[i] = { fp8.tensor { i }, i } end
+local loader = acc:prepare(fp8.data.DataLoader { items, batch_size = 4 })
+eq(#loader, 2, "sharded length")
+local seen_ids, preds = {}, {}
+for x in loader do
+  for i = 1, x:shape()[1] do seen_ids[#seen_ids + 1] = math.tointeger(x:get{i, 1}) end
+  preds[#preds + 1] = acc:gather_for_metrics(x)
+end
+print(("rank%d batches %s"):format(r, table.concat(seen_ids, ",")))
+eq(preds[1]:shape()[1], 8, "gather_for_metrics full batch")
+eq(preds[2]:shape()[1], 2, "gather_for_metrics drops the padding (10 % 8 = 2 real samples)")
+acc:print("ok gather_for_metrics")
+-- same shuffle on every rank, disjoint slices
+local sl = acc:prepare(fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 5, drop_last = true })
+local mine = {}
+for x in sl do for i = 1, x:shape()[1] do mine[#mine + 1] = math.tointeger(x:get{i, 1}) end end
+local all, distinct = acc:gather(fp8.tensor(mine)):totable(), {}
+for _, v in ipairs(all) do distinct[v] = true end
+local nd = 0
+for _ in pairs(distinct) do nd = nd + 1 end
+eq(#all, 8, "drop_last keeps 2 rounds of 2 batches of 2")
+eq(nd, 8, "the ranks' shuffled slices are disjoint")
+-- uneven without even_batches
+local acc2 = fp8.Accelerator { cpu = true, even_batches = false }
+local ul = acc2:prepare(fp8.data.DataLoader { items, batch_size = 4 })
+eq(#ul, r == 0 and 2 or 1, "even_batches=false lengths")
+acc:print("ok sharding")
+
+-- progress bars draw on the main process only
+for _ in fp8.progress(2, { desc = "rankbar" .. r, every = 1 }) do end
