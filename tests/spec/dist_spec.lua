@@ -265,6 +265,28 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank1 extra_grad=nil", 1, true) and out:find("trained", 1, true), out)
   end)
 
+  it("save_state/load_state: a new 2-process job resumes mid-epoch with every rank's losses and weights bit-identical", function()
+    if not can then pending(why) return end
+    local dir = tmp .. ".ckpt"
+    os.execute("rm -rf " .. q(dir))
+    local out, code = mpirun("tests/dist/resume.lua", ("straight %s %s"):format(q(tmp .. ".rs_a"), q(dir)), 60)
+    assert.are.equal(0, code, out)
+    out, code = mpirun("tests/dist/resume.lua", ("resume %s %s"):format(q(tmp .. ".rs_b"), q(dir)), 60)
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      local a, b = {}, lines(tmp .. ".rs_b." .. r)
+      for _, l in ipairs(lines(tmp .. ".rs_a." .. r)) do
+        local s = tonumber(l:match("^loss (%d+) "))
+        if not (s and s <= 3) then a[#a + 1] = l end   -- the resumed job starts after step 3
+      end
+      local nloss = 0
+      for _, l in ipairs(b) do if l:match("^loss ") then nloss = nloss + 1 end end
+      assert.are.equal(5, nloss, "expected the losses of steps 4..8")
+      assert.are.same(a, b, "rank " .. r)
+    end
+    os.execute("rm -rf " .. q(dir) .. " " .. q(tmp) .. ".rs_*")
+  end)
+
   it("faults: an error on rank 1 ends the job naming rank 1", function()
     if not can then pending(why) return end
     local out, code, secs = mpirun("tests/dist/faults.lua", "error FP8LAB_FAULT_TAG", 40)
