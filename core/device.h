@@ -131,4 +131,16 @@ const char *fl_device_name(int id);       /* "cpu", "cuda" */
 /* Why fl_device_get(id) gives NULL ("" for the CPU): for error messages. */
 const char *fl_device_unavailable(int id);
 
+/* Managing a device kind beyond its op table (what fp8.cuda offers), so bindings need no device
+ * header. CUDA calls go to kernels/cuda_api.h; a kind that is not built in answers 0 / "" / FL_EDEVICE.
+ * The CPU: count 1, nothing queued, memory = its tensor storage (tensor.h fl_bytes_live). */
+int fl_device_count(int id);                    /* usable units (probes quietly: no notice) */
+const char *fl_device_probe_reason(int id);     /* why unusable; "" when usable or not probed yet */
+fl_status fl_device_synchronize(int id);        /* waits for queued work; brings the device up */
+size_t fl_device_memory_allocated(int id);      /* bytes held by live tensors */
+size_t fl_device_max_memory_allocated(int id);  /* peak since start or the last reset */
+void fl_device_reset_peak_memory(int id);
+size_t fl_device_memory_reserved(int id);       /* live + cached free blocks */
+void fl_device_empty_cache(int id);             /* returns cached free blocks */
+
 #endif

@@ -2,6 +2,7 @@
  * E4M3 (OCP E4M3FN) and E5M2, plus the fused quantize/amax loops (AVX-512 and portable). */
 #include "format.h"
 #include "format_internal.h"
+#include "scale_rule.h"
 
 #include <assert.h>
 #include <float.h>
@@ -499,8 +500,6 @@ void fl_f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
  * Computed in fp32 in the same order as TransformerEngine: (max / amax) / 2^margin. */
 float fl_scale_from_amax(float amax, fl_dtype fmt, int margin, float fallback) {
     const fl_format_traits *t = fl_format(fmt);
-    if (!t || !(amax > 0.0f) || !isfinite(amax)) return fallback;
-    float s = ((float)t->max / amax) / exp2f((float)margin);
-    if (isinf(s)) s = FLT_MAX;
-    return s;
+    if (!t) return fallback;
+    return fl_amax_to_scale(amax, (float)t->max, margin, false, fallback);
 }

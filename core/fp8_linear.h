@@ -72,8 +72,5 @@ fl_status fl_fp8_cast_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, in
 fl_status fl_fp8_cast_current_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis, int margin, bool pow2);
 /* amax per axis (as above; NaN ignored) into out[] (host). */
 fl_status fl_fp8_amax_2d(const fl_tensor *src, int axis, float *out);
-/* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not
- * applied); core/cpu/cpu_fp8_gemm.c. */
-fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
 
 #endif

@@ -51,21 +51,11 @@ void fl_scaling_free(fl_scaling *s) {
 }
 
 float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallback) {
-    if (!pow2) return fl_scale_from_amax(amax, fmt, margin, fallback);
-    if (!(amax > 0.0f) || !isfinite(amax)) return fallback;
-    /* exp = floor(log2(max/amax)) − margin, computed exactly from the binary exponents. */
-    double r = fl_format(fmt)->max / (double)amax;
-    int e;
-    double m = frexp(r, &e);          /* r = m·2^e, m in [0.5, 1): floor(log2 r) = e − 1 */
-    (void)m;
-    int exp = e - 1 - margin;
-    if (exp > 127) return FLT_MAX;
-    if (exp < -126) exp = -126;       /* stays a normal fp32 power of two */
-    return ldexpf(1.0f, exp);
+    return fl_amax_to_scale(amax, (float)fl_format(fmt)->max, margin, pow2, fallback);
 }
 
 float fl_scale_current(float amax, fl_dtype fmt, int margin, bool pow2) {
-    return fl_scale_for(amax > FL_AMAX_FLOOR ? amax : FL_AMAX_FLOOR, fmt, margin, pow2, 1.0f);
+    return fl_amax_to_scale_current(amax, (float)fl_format(fmt)->max, margin, pow2);
 }
 
 void fl_scaling_record(fl_scaling *s, float amax) {

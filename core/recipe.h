@@ -20,12 +20,11 @@
 #include "error.h"
 #include "format.h"
 #include "tensor.h"
+#include "scale_rule.h"
 
 typedef enum { FL_SCALE_DELAYED = 0, FL_SCALE_CURRENT = 1 } fl_scale_rule;
 typedef enum { FL_AMAX_MOST_RECENT = 0, FL_AMAX_MAX = 1 } fl_amax_algo;
 
-/* The floor torchao puts under an amax before dividing (FP8-SPEC §3, §6). */
-#define FL_AMAX_FLOOR 1e-12f
 #define FL_HISTORY_MAX (1 << 20)
 /* Queued observations a role keeps before it waits for them itself (a loop that never updates, e.g.
  * evaluation, must not grow the queue or hold the device's statistics slots without bound). */
@@ -56,14 +55,12 @@ fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool 
                           fl_amax_algo algo, int hist_len, int interval);
 void fl_scaling_free(fl_scaling *s);
 
-/* The scale a rule derives from an amax (FP8-SPEC §2–§4): fp8_max·2^-margin/amax, or its
- * power-of-two rounding down; `fallback` when amax is not finite or <= 0; FLT_MAX for an infinite
- * result. Current scaling passes max(amax, FL_AMAX_FLOOR) so that an all-zero tensor scales by
- * fp8_max/1e-12 (finite, harmless: zeros stay zeros). */
+/* scale_rule.h's fl_amax_to_scale with the format's max: fp8_max·2^-margin/amax, or its power-of-two
+ * rounding down; `fallback` when amax is not finite or <= 0; FLT_MAX for an infinite result. */
 float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallback);
 
-/* Current scaling's scale for a tensor with this amax: fl_scale_for(max(amax, FL_AMAX_FLOOR), fmt, margin,
- * pow2, 1) — NaN counts as the floor too (every device's quantize_current uses this rule). */
+/* scale_rule.h's fl_amax_to_scale_current with the format's max: fl_scale_for(max(amax, FL_AMAX_FLOOR), fmt,
+ * margin, pow2, 1) — NaN counts as the floor too (every device's quantize_current uses this rule). */
 float fl_scale_current(float amax, fl_dtype fmt, int margin, bool pow2);
 
 /* Record one cast's amax into history[0] (max with what this step already saw; NaN sticks). */

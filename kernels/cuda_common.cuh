@@ -1,13 +1,13 @@
 /* cuda_common.cuh — device helpers shared by the kernels/*.cu files (nvcc only): source-element
  * decode, FP8 format traits, the per-thread cast accumulators (amax + counters) with their warp and
- * block reductions, bit-exact fp32 -> bf16/fp16 rounding, the recipe scale rule of core/recipe.c as
- * __host__ __device__ code, and fp32 arithmetic that the compiler may not contract into FMAs (so
+ * block reductions, bit-exact fp32 -> bf16/fp16 rounding (the scale rule comes from core/scale_rule.h), and fp32 arithmetic that the compiler may not contract into FMAs (so
  * optimizer updates round exactly as core/optim.c does on the CPU). */
 #ifndef FL_CUDA_COMMON_CUH
 #define FL_CUDA_COMMON_CUH
 
 #include "fl_cuda.h"
 #include "fp8_cvt.h"
+#include "scale_rule.h"
 #include <cuda_fp16.h>
 #include <float.h>
 #include <math.h>
@@ -100,24 +100,6 @@ FL_HD float fl_cu_expf(float x) {
     y = x < -104.0f ? 0.0f : y;
     y = x > 88.7228394f ? INFINITY : y;
     return x != x ? x : y;
-}
-
-/* The scale a recipe derives from an amax (core/recipe.c fl_scale_for with core/format.c
- * fl_scale_from_amax): fmt_max·2^-margin/amax in fp32, as (fmt_max/amax)/2^margin; or, with pow2,
- * 2^(floor(log2(fmt_max/amax)) − margin) from the binary exponent of the double quotient, clamped to
- * a normal fp32; `fallback` for a NaN, infinite or non-positive amax; FLT_MAX for an infinite result. */
-FL_HD float fl_cu_scale_for(float amax, float fmt_max, int margin, bool pow2, float fallback) {
-    if (!(amax > 0.0f) || !isfinite(amax)) return fallback;
-    if (!pow2) {
-        float s = fl_fdiv(fl_fdiv(fmt_max, amax), ldexpf(1.0f, margin));
-        return isinf(s) ? FLT_MAX : s;
-    }
-    int e;
-    (void)frexp((double)fmt_max / (double)amax, &e);   /* r = f·2^e, f in [0.5, 1): floor(log2 r) = e − 1 */
-    int ex = e - 1 - margin;
-    if (ex > 127) return FLT_MAX;
-    if (ex < -126) ex = -126;
-    return ldexpf(1.0f, ex);
 }
 
 /* fp32 -> fp16 bits exactly as core/format.c fl_f32_to_f16: RNE, overflow to inf, NaN keeps the top

@@ -5,6 +5,7 @@
 #include <float.h>
 #include <stdlib.h>
 #include "autograd.h"
+#include "cpu/cpu_internal.h"
 #include "fp8_linear.h"
 #include "nn.h"
 #include "ops.h"

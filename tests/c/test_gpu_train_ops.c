@@ -7,6 +7,7 @@
  * the argument checks run before any CUDA call, so both run wherever CUDA is built in. */
 #include "runner.h"
 #include "gpu_test.h"
+#include "cpu/cpu_internal.h"
 #include "cpu/cpu_nn_internal.h"
 #include "device.h"
 #include "format.h"
