@@ -39,7 +39,7 @@ typedef struct fl_device {
     fl_status (*quantize)(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
     /* The same cast with current scaling, its scales derived on the device from src itself (no host
      * round trip): per tensor (axis < 0) or per index along axis, amax = max |src| (NaN ignored) and
-     * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (recipe.h). */
+     * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (scaling.h). */
     fl_status (*quantize_current)(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
     /* Per-tensor quantize of a 2-D src [R, C] that also writes dst_t [C, R]: the same bytes transposed, in
      * the same pass (the K-major copies Hopper's FP8 GEMMs need for dgrad and wgrad). scale: the host scale

@@ -1,7 +1,7 @@
 /* fp8_linear.c — the FP8 linear layer (see fp8_linear.h) on any device: casts through the device's
  * quantize/amax entries (the CPU's fused scale+cast+amax kernels of format.c), GEMMs through its fp8_gemm
  * entry (the CPU: oneDNN bf16 GEMMs of exactly decoded FP8 bytes; CUDA: cuBLASLt FP8). Recipe state
- * (scales, amax histories) lives on the host; a device may report a cast's statistics later (recipe.h),
+ * (scales, amax histories) lives on the host; a device may report a cast's statistics later (scaling.h),
  * so a delayed cast needs only its stored scale and a current one derives its scale on the device. */
 #include "fp8_linear.h"
 #include "autograd.h"
@@ -132,7 +132,7 @@ static fl_status cast_role(fl_tensor **q, const fl_tensor *src32, const fl_scali
     return fl_fp8_cast_2d(q, src32, s->fmt, -1, &s->scale);
 }
 
-/* Role s observes the cast that made q (possibly still pending on the device: recipe.h). A per-tensor
+/* Role s observes the cast that made q (possibly still pending on the device: scaling.h). A per-tensor
  * current-scaling cast also sets the role's scale, which fp8.stats reports. */
 static fl_status observe(fl_scaling *s, const fl_tensor *q, bool record) {
     bool take_scale = q->scale_axis < 0 && s->rule == FL_SCALE_CURRENT;

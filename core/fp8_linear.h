@@ -19,7 +19,7 @@
  * accumulation) or fp32. Outputs and gradients are fp32. All operands on one device (CPU or CUDA). */
 #ifndef FL_FP8_LINEAR_H
 #define FL_FP8_LINEAR_H
-#include "recipe.h"
+#include "scaling.h"
 #include "tensor.h"
 
 typedef enum { FL_ROLE_INPUT = 0, FL_ROLE_WEIGHT = 1, FL_ROLE_GRAD = 2, FL_NROLES = 3 } fl_fp8_role;
@@ -48,7 +48,7 @@ typedef struct fl_fp8_layer {
 fl_status fl_fp8_layer_new(fl_fp8_layer **out, fl_scaling roles[FL_NROLES], const bool hp[3], fl_fp8_granularity gran);
 fl_fp8_layer *fl_fp8_layer_retain(fl_fp8_layer *l);
 void fl_fp8_layer_release(fl_fp8_layer *l);
-/* End of an optimizer step: the delayed rule's update on every role (recipe.h), after the roles' queued
+/* End of an optimizer step: the delayed rule's update on every role (scaling.h), after the roles' queued
  * observations (the one wait for the device per step). */
 fl_status fl_fp8_layer_update(fl_fp8_layer *l);
 void fl_fp8_layer_drop_cache(fl_fp8_layer *l);

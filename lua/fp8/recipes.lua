@@ -1,7 +1,7 @@
 -- fp8.recipes — FP8 layers and model conversion (FP8-SPEC §2–§4): the recipe → per-layer scaling
 -- configuration, FP8Linear / FP8LayerNorm, convert_model and its reverse, has_fp8_layers, FP8
 -- autocast (context-aware: on in training, off in eval unless use_autocast_during_eval), and
--- fp8.stats. The numerics live in the core (core/recipe.c, core/fp8_linear.c); this file decides
+-- fp8.stats. The numerics live in the core (core/scaling.c, core/fp8_linear.c); this file decides
 -- which layers are FP8 and with which scaling rule.
 local core = require "fp8.core"
 local C = require "fp8._recipe"

@@ -10,7 +10,7 @@
 #include "nn.h"
 #include "ops.h"
 #include "optim.h"
-#include "recipe.h"
+#include "scaling.h"
 #include "rng.h"
 
 TEST(recipe_delayed_max_margin_by_hand) {

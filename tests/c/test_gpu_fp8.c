@@ -9,7 +9,7 @@
 #include "device.h"
 #include "format.h"
 #include "optim.h"
-#include "recipe.h"
+#include "scaling.h"
 #include "rng.h"
 #include "tensor.h"
 #include <float.h>

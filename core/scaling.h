@@ -1,4 +1,4 @@
-/* recipe.h — the scaling state of one quantized tensor role and the rules that update it
+/* scaling.h — the scaling state of one quantized tensor role and the rules that update it
  * (FP8-SPEC §2–§4). A role is one of a layer's FP8 operands: the forward input, the weight, or the
  * output gradient. Its state is plain data — format, scale, scale_inv, an amax history ring — and
  * three rules move it:
@@ -13,8 +13,8 @@
  * A device may report a cast's statistics asynchronously (tensor.h fl_stats_future): the role then
  * queues the observation and applies it, in cast order, when its state is next read or updated
  * (fl_scaling_flush) — on the GPU one wait per step instead of one stream sync per cast. */
-#ifndef FL_RECIPE_H
-#define FL_RECIPE_H
+#ifndef FL_SCALING_H
+#define FL_SCALING_H
 #include <stdbool.h>
 #include <stdint.h>
 #include "error.h"

@@ -1,5 +1,5 @@
-/* recipe.c — scaling state and its update rules (see recipe.h and FP8-SPEC §2–§4). */
-#include "recipe.h"
+/* scaling.c — scaling state and its update rules (see scaling.h and FP8-SPEC §2–§4). */
+#include "scaling.h"
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
