@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const fl_fp8_role_names[FL_NROLES] = { "input", "weight", "grad_output" };
+const char *const fl_fp8_role_names[FL_NROLES] = { "input", "weight", "grad" };
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 

@@ -6,23 +6,23 @@
 #include <string.h>
 
 fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin,
-                          fl_amax_algo algo, int hist_len, int interval) {
+                          fl_amax_algo algo, int amax_history_len, int interval) {
     memset(s, 0, sizeof *s);
     if (fmt != FL_E4M3 && fmt != FL_E5M2)
         return FL_ERR(FL_EINVAL, "scaling: format must be e4m3 or e5m2, got %s",
                       (int)fmt >= 0 && fmt < FL_DTYPE_COUNT ? fl_format(fmt)->name : "an unknown dtype");
-    if (hist_len < 1 || hist_len > FL_HISTORY_MAX)
-        return FL_ERR(FL_EINVAL, "scaling: amax_history_len must be in 1..%d, got %d", FL_HISTORY_MAX, hist_len);
+    if (amax_history_len < 1 || amax_history_len > FL_HISTORY_MAX)
+        return FL_ERR(FL_EINVAL, "scaling: amax_history_len must be in 1..%d, got %d", FL_HISTORY_MAX, amax_history_len);
     if (interval < 1) return FL_ERR(FL_EINVAL, "scaling: interval must be >= 1, got %d", interval);
     if (margin < 0 || margin > 64) return FL_ERR(FL_EINVAL, "scaling: margin must be in 0..64, got %d", margin);
-    s->history = calloc((size_t)hist_len, sizeof(float));
-    if (!s->history) return FL_ERR(FL_ENOMEM, "scaling: out of memory for an amax history of %d", hist_len);
+    s->history = calloc((size_t)amax_history_len, sizeof(float));
+    if (!s->history) return FL_ERR(FL_ENOMEM, "scaling: out of memory for an amax history of %d", amax_history_len);
     s->fmt = fmt;
     s->rule = rule;
     s->pow2 = pow2;
     s->margin = margin;
     s->algo = algo;
-    s->hist_len = hist_len;
+    s->amax_history_len = amax_history_len;
     s->interval = interval;
     s->scale = s->scale_inv = 1.0f;
     return FL_OK;
@@ -117,7 +117,7 @@ fl_status fl_scaling_flush(fl_scaling *s) {
 float fl_scaling_amax(const fl_scaling *s) {
     if (s->algo == FL_AMAX_MOST_RECENT) return s->history[0];
     float m = 0.0f;
-    for (int i = 0; i < s->hist_len; i++) {
+    for (int i = 0; i < s->amax_history_len; i++) {
         float v = s->history[i];
         if (isnan(v)) return NAN;
         if (v > m) m = v;
@@ -137,7 +137,7 @@ fl_status fl_scaling_update(fl_scaling *s) {
         }
     }
     s->updates++;
-    if (s->hist_len > 1) memmove(s->history + 1, s->history, (size_t)(s->hist_len - 1) * sizeof(float));
+    if (s->amax_history_len > 1) memmove(s->history + 1, s->history, (size_t)(s->amax_history_len - 1) * sizeof(float));
     s->history[0] = 0.0f;
     return FL_OK;
 }

@@ -37,8 +37,8 @@ typedef struct fl_scaling {
     int margin;
     fl_amax_algo algo;
     int interval;            /* delayed: recompute the scale every `interval` updates (1 = every step) */
-    int hist_len;            /* delayed: ring length L >= 1 */
-    float *history;          /* [hist_len]; history[0] = this step's amax (max over its casts) */
+    int amax_history_len;            /* delayed: ring length L >= 1 */
+    float *history;          /* [amax_history_len]; history[0] = this step's amax (max over its casts) */
     float scale, scale_inv;  /* what the next delayed cast uses; start at 1 */
     int64_t updates;         /* fl_scaling_update calls that rolled the ring */
     /* What the most recent cast saw (for fp8.stats): amax of the source, element count, values
@@ -50,9 +50,9 @@ typedef struct fl_scaling {
     int npending, cap_pending;
 } fl_scaling;
 
-/* History of hist_len zeros, scale 1. hist_len is used by the delayed rule only (>= 1). */
+/* History of amax_history_len zeros, scale 1. amax_history_len is used by the delayed rule only (>= 1). */
 fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin,
-                          fl_amax_algo algo, int hist_len, int interval);
+                          fl_amax_algo algo, int amax_history_len, int interval);
 void fl_scaling_free(fl_scaling *s);
 
 /* scale_rule.h's fl_amax_to_scale with the format's max: fp8_max·2^-margin/amax, or its power-of-two

@@ -26,7 +26,7 @@ function M.layer_config(r)
   local b = r.backend
   if b == "te" then
     local d = { margin = r.margin or 0, algo = r.amax_compute_algo or "most_recent",
-                history = r.amax_history_len or 1024, interval = r.interval or 1 }
+                amax_history_len = r.amax_history_len or 1024, interval = r.interval or 1 }
     local function copy(t) local c = {} for k, v in pairs(t) do c[k] = v end return c end
     local olp = r.override_linear_precision or { false, false, false }
     return {
@@ -46,10 +46,10 @@ function M.layer_config(r)
   elseif b == "msamp" then
     -- Inputs and output gradients: 16-step amax window, max, power-of-two scales; weights: the
     -- current amax (power of two). FP8-SPEC §4.
-    local w = { pow2 = true, history = 16, algo = "max", margin = r.margin or 0 }
-    return { input = role("e4m3", "delayed", { pow2 = true, history = 16, algo = "max", margin = w.margin }),
+    local w = { pow2 = true, amax_history_len = 16, algo = "max", margin = r.margin or 0 }
+    return { input = role("e4m3", "delayed", { pow2 = true, amax_history_len = 16, algo = "max", margin = w.margin }),
              weight = role("e4m3", "current", { pow2 = true, margin = w.margin }),
-             grad = role("e5m2", "delayed", { pow2 = true, history = 16, algo = "max", margin = w.margin }),
+             grad = role("e5m2", "delayed", { pow2 = true, amax_history_len = 16, algo = "max", margin = w.margin }),
              granularity = "tensor" }
   end
   error(("fp8 recipe: unknown backend %s (valid: te, ao, msamp)"):format(tostring(b)), 2)
