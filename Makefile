@@ -38,6 +38,19 @@ else
   CUDA_ON := $(CUDA)
 endif
 
+# cuBLASLt (kernels/gemm_lt.cu): its header must compile with nvcc; the library itself is loaded at run
+# time. CUBLASLT=0 builds the GEMMs' "not built in" path.
+CUBLASLT ?= auto
+ifeq ($(CUDA_ON),1)
+  ifeq ($(CUBLASLT),auto)
+    HAVE_CUBLASLT := $(shell printf '$(HASH)include <cublasLt.h>\nint main(){return 0;}\n' > $(BUILD)/probe_cublaslt.cu && $(NVCC) -c $(BUILD)/probe_cublaslt.cu -o $(BUILD)/probe_cublaslt.o >/dev/null 2>&1 && echo 1 || echo 0)
+  else
+    HAVE_CUBLASLT := $(CUBLASLT)
+  endif
+else
+  HAVE_CUBLASLT := 0
+endif
+
 ifeq ($(HAVE_READLINE),1)
   CFLAGS += -DFL_HAVE_READLINE
   LDLIBS += -lreadline
@@ -59,6 +72,10 @@ ifeq ($(CUDA_ON),1)
                -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
   CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
   CFLAGS   += -DFL_HAVE_CUDA
+  ifeq ($(HAVE_CUBLASLT),1)
+    CFLAGS    += -DFL_HAVE_CUBLASLT
+    NVCCFLAGS += -DFL_HAVE_CUBLASLT
+  endif
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
   CU_OBJ   :=
@@ -73,6 +90,7 @@ probes:
 	@printf '  %s oneDNN\n' "$(if $(filter 1,$(HAVE_DNNL)),✓,✗ (install libdnnl-dev))"
 	@printf '  %s readline\n' "$(if $(filter 1,$(HAVE_READLINE)),✓,✗ (plain line input))"
 	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
+	@printf '  %s cuBLASLt\n' "$(if $(filter 1,$(HAVE_CUBLASLT)),✓,✗)"
 
 deps:
 	@bash scripts/install-deps.sh

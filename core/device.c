@@ -3,7 +3,7 @@
 #include "device.h"
 
 static const fl_device *fl_devices[FL_DEV_COUNT];
-static const char *const fl_device_names[FL_DEV_COUNT] = { "cpu", "cuda" };
+static const char *const fl_device_names[] = { "cpu", "cuda" };
 _Static_assert(sizeof fl_device_names / sizeof fl_device_names[0] == FL_DEV_COUNT, "a device without a name");
 
 #ifdef FL_HAVE_CUDA

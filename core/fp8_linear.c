@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const fl_fp8_role_names[FL_NROLES] = { "input", "weight", "grad" };
+const char *const fl_fp8_role_names[] = { "input", "weight", "grad" };
+_Static_assert(sizeof fl_fp8_role_names / sizeof *fl_fp8_role_names == FL_NROLES, "a role without a name");
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 

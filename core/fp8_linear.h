@@ -24,7 +24,7 @@
 
 typedef enum { FL_ROLE_INPUT = 0, FL_ROLE_WEIGHT = 1, FL_ROLE_GRAD = 2, FL_NROLES = 3 } fl_fp8_role;
 typedef enum { FL_GRAN_TENSOR = 0, FL_GRAN_ROWWISE = 1, FL_GRAN_ROWWISE_GW_HP = 2 } fl_fp8_granularity;
-extern const char *const fl_fp8_role_names[FL_NROLES];
+extern const char *const fl_fp8_role_names[];   /* FL_NROLES (fp8_linear.c checks the count) */
 
 typedef struct fl_fp8_layer {
     int refcount;

@@ -13,9 +13,9 @@ typedef enum { FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_BINOP_COUNT } 
 /* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. */
 typedef enum { FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_UNOP_COUNT } fl_unop;
 typedef enum { FL_OP_SUM = 0, FL_OP_MEAN, FL_OP_MAX, FL_OP_MIN, FL_OP_AMAX, FL_REDOP_COUNT } fl_redop;
-extern const char *const fl_binop_names[FL_BINOP_COUNT];
-extern const char *const fl_unop_names[FL_UNOP_COUNT];
-extern const char *const fl_redop_names[FL_REDOP_COUNT];
+extern const char *const fl_binop_names[];    /* FL_BINOP_COUNT names (ops.c checks the count) */
+extern const char *const fl_unop_names[];     /* FL_UNOP_COUNT */
+extern const char *const fl_redop_names[];    /* FL_REDOP_COUNT */
 
 #define FL_ALL_DIMS (-1000)
 
