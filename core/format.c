@@ -2,6 +2,7 @@
  * E4M3 (OCP E4M3FN) and E5M2, plus the fused quantize/amax loops (AVX-512 and portable). */
 #include "format.h"
 #include "format_internal.h"
+#include "half_cvt.h"
 #include "scale_rule.h"
 
 #include <assert.h>
@@ -93,34 +94,12 @@ bool fl_fp8_is_nan(uint8_t b, fl_dtype fmt) {
 }
 
 /* ---- bf16 / fp16 scalars ------------------------------------------------------------------- */
-float fl_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
-
-uint16_t fl_f32_to_bf16(float x) {
-    uint32_t u = f2u(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* NaN handling mirrors F16C (VCVTPH2PS / VCVTPS2PH) so scalar and bulk paths agree bit for bit:
- * the quiet bit is set and the payload's top bits are kept. */
-float fl_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0x1F) return u2f(sign | 0x7F800000u | (m ? 0x400000u | (m << 13) : 0));
-    if (e == 0) return u2f(sign | f2u((float)m * 0x1p-24f));
-    return u2f(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-uint16_t fl_f32_to_f16(float x) {
-    uint32_t u = f2u(x), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
-    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7C00u); /* >= 65536 always rounds to inf */
-    if (a >= 0x38800000u) {                                   /* normal: >= 2^-14 */
-        uint32_t rnd = a + 0xFFFu + ((a >> 13) & 1u);
-        return (uint16_t)(sign | ((rnd >> 13) - (112u << 10))); /* carry may reach 0x7C00 = inf */
-    }
-    /* subnormal spacing 2^-24: magic 2^(-24+23) = 0.5 */
-    return (uint16_t)(sign | (f2u(u2f(a) + 0.5f) - 0x3F000000u));
-}
+/* The bodies are half_cvt.h's, shared with the CUDA kernels. fl_f16_to_f32's NaN handling mirrors F16C
+ * (VCVTPH2PS / VCVTPS2PH) so scalar and bulk paths agree bit for bit. */
+float fl_bf16_to_f32(uint16_t h) { return fl_bf16_bits_to_f32(h); }
+uint16_t fl_f32_to_bf16(float x) { return fl_f32_to_bf16_bits(x); }
+float fl_f16_to_f32(uint16_t h) { return fl_f16_bits_to_f32(h); }
+uint16_t fl_f32_to_f16(float x) { return fl_f32_to_f16_bits(x); }
 
 /* ---- traits table ---------------------------------------------------------------------------- */
 static float to_f32_f32(uint32_t b) { return u2f(b); }

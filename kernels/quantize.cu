@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const uint8_t *q, 
         float s = len == 1 ? s0 : scale_inv[(i / inner) % len];
         float v = fl_dec_fp8<F::M, F::B>(q[i]) * s;
         if (DST == FL_F32) static_cast<float *>(dst)[i] = v;
-        else if (DST == FL_BF16) static_cast<uint16_t *>(dst)[i] = f32_to_bf16_rne(v);
+        else if (DST == FL_BF16) static_cast<uint16_t *>(dst)[i] = fl_f32_to_bf16_bits(v);
         else {
             uint16_t h = __half_as_ushort(__float2half_rn(v));
             if (v != v) h = (uint16_t)(((__float_as_uint(v) >> 16) & 0x8000u) | 0x7e00u);
