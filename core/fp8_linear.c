@@ -412,7 +412,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
              * or the forward made no FP8 copy. ROWWISE: the high-precision input and weight, re-cast
              * along the other axis in backward (torchao's choice). */
             if (!rowwise) {
-                /* Backward reads only the FP8 copy of x: let the fp32 activation go (FP8-SPEC §2). */
+                /* Backward reads only the FP8 copy of x: let the fp32 activation go (docs/fp8-spec.md §2). */
                 if (!l->hp[0] && !l->hp[2]) {
                     fl_node_save(n, SV_X, xq);
                     fl_node_save(n, SV_XT, xqt);

@@ -1,4 +1,4 @@
-/* fp8_linear.h — y = x·Wᵀ (+ b) with FP8 GEMMs (FP8-SPEC §2–§4, DESIGN "FP8 linear").
+/* fp8_linear.h — y = x·Wᵀ (+ b) with FP8 GEMMs (docs/fp8-spec.md §2–§4, docs/architecture.md).
  * Three GEMMs, each FP8 unless `hp` sends it back to high precision (override_linear_precision):
  *   fprop  y  = x_q · W_qᵀ        input role × weight role
  *   dgrad  dX = dY_q · W_q        grad role  × weight role

@@ -54,7 +54,7 @@ fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_d
 fl_status fl_rand(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* U[0,1) */
 fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* N(0,1) */
 
-/* Quantization (FP8-SPEC §1). Scale choice, in order: opts.scale if > 0; else from opts.amax
+/* Quantization (docs/fp8-spec.md §1). Scale choice, in order: opts.scale if > 0; else from opts.amax
  * if > 0; else from the tensor's own amax (per tensor, or per index along `axis`):
  * scale = fl_scale_from_amax(amax, fmt, margin, 1). An all-zero tensor/row gets scale 1. */
 typedef struct {

@@ -1,4 +1,4 @@
-/* scaling.c — scaling state and its update rules (see scaling.h and FP8-SPEC §2–§4). */
+/* scaling.c — scaling state and its update rules (see scaling.h and docs/fp8-spec.md §2–§4). */
 #include "scaling.h"
 #include <float.h>
 #include <math.h>

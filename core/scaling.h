@@ -1,5 +1,5 @@
 /* scaling.h — the scaling state of one quantized tensor role and the rules that update it
- * (FP8-SPEC §2–§4). A role is one of a layer's FP8 operands: the forward input, the weight, or the
+ * (docs/fp8-spec.md §2–§4). A role is one of a layer's FP8 operands: the forward input, the weight, or the
  * output gradient. Its state is plain data — format, scale, scale_inv, an amax history ring — and
  * three rules move it:
  *   delayed  (TransformerEngine): a cast at step t uses the scale derived from the history up to

@@ -1,6 +1,6 @@
 /* fp8_cvt.h — fp32 <-> E4M3/E5M2 for device (and host, for tests), C++ templates for nvcc only, by integer bit manipulation
  * so it is bit-exact with core/format.c: round to nearest even, subnormals, signed zero,
- * saturate or IEEE overflow (FP8-SPEC §1). */
+ * saturate or IEEE overflow (docs/fp8-spec.md §1). */
 #ifndef FL_FP8_CVT_H
 #define FL_FP8_CVT_H
 
