@@ -101,6 +101,24 @@ void fl_autograd_attach(fl_tensor *out, fl_node *node) {
     out->requires_grad = true;
 }
 
+fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
+                             const fl_tensor *const *ins) {
+    fl_node *nd;
+    fl_status st = fl_node_new(&nd, name, fn, n, ins);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; return st; }
+    fl_autograd_attach(*out, nd);
+    if (np) *np = nd;
+    return FL_OK;
+}
+
+fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t) {
+    fl_tensor *d;
+    FL_TRY(fl_tensor_detach(&d, t));
+    fl_node_save(n, slot, d);
+    fl_tensor_release(d);
+    return FL_OK;
+}
+
 /* ---- tensor-level helpers ---------------------------------------------------------------- */
 
 fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on) {
