@@ -6,6 +6,7 @@
 #include <string.h>
 #include "l_util.h"
 #include "fp8_linear.h"
+#include "recipe.h"
 #include "optim.h"
 
 #define META_MT "fp8.FP8Meta"
@@ -121,6 +122,67 @@ static int l_layer_new(lua_State *L) {
     if (st != FL_OK) for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&roles[i]);
     fl_lcheck(L, st);
     b->l->fast_accum = fast;
+    return 1;
+}
+
+/* layer_config(recipe) -> the table layer_new takes: {input=role, weight=role, grad=role, hp={3},
+ * granularity=}, each role fully spelled out — core/recipe.c's fl_recipe_layer_config on the resolved
+ * recipe settings (fp8.kwargs.resolve's fp8_recipe; a missing field takes its default). */
+static int l_layer_config(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *where = "fp8 recipe";
+    static const char *const backends[] = { "msamp", "te", "ao", NULL };   /* fl_fp8_backend order */
+    static const char *const formats[] = { "HYBRID", "E4M3", NULL };        /* fl_recipe_format order */
+    static const char *const algos[] = { "most_recent", "max", NULL };      /* fl_amax_algo order */
+    static const char *const aos[] = { "tensorwise", "rowwise", "rowwise_with_gw_hp", NULL };
+    lua_getfield(L, 1, "backend");
+    const char *bname = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int b = -1;
+    for (int i = 0; bname && backends[i]; i++) if (strcmp(bname, backends[i]) == 0) b = i;
+    if (b < 0) return luaL_error(L, "fp8 recipe: unknown backend %s (valid: te, ao, msamp)", luaL_tolstring(L, -1, NULL));
+    lua_pop(L, 1);
+    fl_recipe r;
+    fl_recipe_defaults(&r, (fl_fp8_backend)b);
+    const char *v = opt_choice(L, 1, "fp8_format", formats[r.fp8_format], formats, where);
+    r.fp8_format = strcmp(v, "E4M3") == 0 ? FL_RECIPE_E4M3 : FL_RECIPE_HYBRID;
+    r.margin = opt_int(L, 1, "margin", r.margin, 0, 64, where);
+    r.interval = opt_int(L, 1, "interval", r.interval, 1, 1 << 30, where);
+    r.amax_history_len = opt_int(L, 1, "amax_history_len", r.amax_history_len, 1, FL_HISTORY_MAX, where);
+    v = opt_choice(L, 1, "amax_compute_algo", algos[r.amax_compute_algo], algos, where);
+    r.amax_compute_algo = strcmp(v, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT;
+    v = opt_choice(L, 1, "config", aos[r.ao_config], aos, where);
+    for (int i = 0; aos[i]; i++) if (strcmp(v, aos[i]) == 0) r.ao_config = (fl_ao_config)i;
+    lua_getfield(L, 1, "override_linear_precision");
+    if (lua_istable(L, -1))
+        for (int i = 0; i < 3; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            r.override_linear_precision[i] = lua_isboolean(L, -1) && lua_toboolean(L, -1);   /* as `== true` */
+            lua_pop(L, 1);
+        }
+    else if (!lua_isnil(L, -1))
+        return luaL_error(L, "fp8 recipe: override_linear_precision must be a list of 3 booleans, got %s",
+                          luaL_typename(L, -1));
+    lua_pop(L, 1);
+    fl_layer_config c;
+    fl_lcheck(L, fl_recipe_layer_config(&r, &c));
+    static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };   /* fl_fp8_granularity */
+    lua_createtable(L, 0, 5);
+    for (int i = 0; i < FL_NROLES; i++) {
+        const fl_role_config *rc = &c.role[i];
+        lua_createtable(L, 0, 7);
+        lua_pushstring(L, rc->fmt == FL_E5M2 ? "e5m2" : "e4m3"); lua_setfield(L, -2, "format");
+        lua_pushstring(L, rc->rule == FL_SCALE_CURRENT ? "current" : "delayed"); lua_setfield(L, -2, "rule");
+        lua_pushboolean(L, rc->pow2); lua_setfield(L, -2, "pow2");
+        lua_pushinteger(L, rc->margin); lua_setfield(L, -2, "margin");
+        lua_pushstring(L, rc->algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
+        lua_pushinteger(L, rc->amax_history_len); lua_setfield(L, -2, "amax_history_len");
+        lua_pushinteger(L, rc->interval); lua_setfield(L, -2, "interval");
+        lua_setfield(L, -2, fl_fp8_role_names[i]);
+    }
+    lua_createtable(L, 3, 0);
+    for (int i = 0; i < 3; i++) { lua_pushboolean(L, c.hp[i]); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "hp");
+    lua_pushstring(L, grans[c.gran]); lua_setfield(L, -2, "granularity");
     return 1;
 }
 
@@ -303,6 +365,7 @@ static const luaL_Reg meta_methods[] = {
 
 static const luaL_Reg recipe_funcs[] = {
     {"layer_new", l_layer_new},
+    {"layer_config", l_layer_config},
     {"linear", l_linear},
     {"set_grad_dtype", l_set_grad_dtype},
     {"msamp_adamw_step", l_msamp_adamw_step},

@@ -1,0 +1,61 @@
+/* recipe.h — the FP8 recipe proper (docs/fp8-spec.md §2–§4): from the resolved recipe settings, the
+ * configuration of an FP8 layer's three tensor roles (forward input, weight, output gradient) — format,
+ * scaling rule, power-of-two rounding, margin, amax history length and algorithm, interval — plus which
+ * GEMMs stay in high precision and the scaling granularity. The state those roles then carry is
+ * scaling.h's; the layer that uses them is fp8_linear.h's.
+ *   te     delayed scaling: input and weight E4M3, gradient E5M2 (HYBRID) or E4M3; every field of
+ *          the recipe applies to all three roles; override_linear_precision → hp.
+ *   ao     current scaling: tensorwise (E4M3/E4M3/E5M2), rowwise (all E4M3, power-of-two scales,
+ *          per-row), rowwise_with_gw_hp (rowwise, wgrad in high precision).
+ *   msamp  power-of-two scales: input and gradient delayed with a 16-step max window, the weight
+ *          current; E4M3/E4M3/E5M2. */
+#ifndef FL_RECIPE_H
+#define FL_RECIPE_H
+#include <stdbool.h>
+#include "config.h"       /* fl_fp8_backend, fl_recipe_format */
+#include "fp8_linear.h"   /* fl_fp8_role, fl_fp8_granularity */
+#include "scaling.h"
+
+/* torchao's Float8LinearConfig recipes. */
+typedef enum { FL_AO_TENSORWISE = 0, FL_AO_ROWWISE, FL_AO_ROWWISE_GW_HP, FL_AO_CONFIG_COUNT } fl_ao_config;
+extern const char *const fl_ao_config_names[];   /* FL_AO_CONFIG_COUNT: "tensorwise", "rowwise", ... */
+
+/* The resolved settings a recipe reads (fp8.kwargs.resolve's fp8_recipe). Fields another backend
+ * owns are ignored. */
+typedef struct {
+    fl_fp8_backend backend;
+    fl_recipe_format fp8_format;         /* te */
+    int margin;                          /* te, msamp */
+    int interval;                        /* te */
+    int amax_history_len;                /* te */
+    fl_amax_algo amax_compute_algo;      /* te */
+    bool override_linear_precision[3];   /* te: fprop, dgrad, wgrad */
+    fl_ao_config ao_config;              /* ao */
+} fl_recipe;
+
+/* The defaults of docs/recipes.md for backend b: HYBRID, margin 0, interval 1, history 1024,
+ * most_recent, no overrides, tensorwise. */
+void fl_recipe_defaults(fl_recipe *r, fl_fp8_backend b);
+
+/* One role's configuration: fl_scaling_init's arguments. */
+typedef struct {
+    fl_dtype fmt;                /* FL_E4M3 or FL_E5M2 */
+    fl_scale_rule rule;
+    bool pow2;
+    int margin;
+    fl_amax_algo algo;
+    int amax_history_len;        /* delayed rule: ring length; 1 for current */
+    int interval;
+} fl_role_config;
+
+typedef struct {
+    fl_role_config role[FL_NROLES];
+    bool hp[3];                  /* fprop, dgrad, wgrad in high precision */
+    fl_fp8_granularity gran;
+} fl_layer_config;
+
+/* The layer configuration recipe r gives. Checks the backend and the choices; the numeric ranges
+ * are fl_scaling_init's. */
+fl_status fl_recipe_layer_config(const fl_recipe *r, fl_layer_config *out);
+
+#endif
