@@ -52,6 +52,19 @@ ifeq ($(MPI_ON),1)
   LDLIBS += $(MPI_LIBS)
 endif
 
+# cuBLASLt (kernels/gemm_lt.cu): its header must compile with nvcc; the library itself is loaded at run
+# time. CUBLASLT=0 builds the GEMMs' "not built in" path.
+CUBLASLT ?= auto
+ifeq ($(CUDA_ON),1)
+  ifeq ($(CUBLASLT),auto)
+    HAVE_CUBLASLT := $(shell printf '$(HASH)include <cublasLt.h>\nint main(){return 0;}\n' > $(BUILD)/probe_cublaslt.cu && $(NVCC) -c $(BUILD)/probe_cublaslt.cu -o $(BUILD)/probe_cublaslt.o >/dev/null 2>&1 && echo 1 || echo 0)
+  else
+    HAVE_CUBLASLT := $(CUBLASLT)
+  endif
+else
+  HAVE_CUBLASLT := 0
+endif
+
 ifeq ($(HAVE_READLINE),1)
   CFLAGS += -DFL_HAVE_READLINE
   LDLIBS += -lreadline
@@ -73,6 +86,10 @@ ifeq ($(CUDA_ON),1)
                -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
   CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
   CFLAGS   += -DFL_HAVE_CUDA
+  ifeq ($(HAVE_CUBLASLT),1)
+    CFLAGS    += -DFL_HAVE_CUBLASLT
+    NVCCFLAGS += -DFL_HAVE_CUBLASLT
+  endif
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
   CU_OBJ   :=
@@ -106,6 +123,7 @@ probes:
 	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
 	@printf '  %s MPI%s\n' "$(if $(filter 1,$(MPI_ON)),✓,✗)" "$(if $(filter 1,$(MPI_ON)),, (install libopenmpi-dev; single process only))"
 	@printf '  %s NCCL%s\n' "$(if $(filter 1,$(NCCL_ON)),✓,✗)" "$(if $(filter 1,$(NCCL_ON)), (compile-tested only: no GPU has run it),)"
+	@printf '  %s cuBLASLt\n' "$(if $(filter 1,$(HAVE_CUBLASLT)),✓,✗)"
 
 deps:
 	@bash scripts/install-deps.sh

@@ -2,7 +2,7 @@
  * topological backward walk with gradient accumulation, and graph release. */
 #include "autograd.h"
 #include "device.h"
-#include "recipe.h"
+#include "fp8_grad.h"
 #include "ops_raw.h"
 #include "profiler.h"
 #include <math.h>
@@ -101,6 +101,24 @@ void fl_autograd_attach(fl_tensor *out, fl_node *node) {
     out->requires_grad = true;
 }
 
+fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
+                             const fl_tensor *const *ins) {
+    fl_node *nd;
+    fl_status st = fl_node_new(&nd, name, fn, n, ins);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; return st; }
+    fl_autograd_attach(*out, nd);
+    if (np) *np = nd;
+    return FL_OK;
+}
+
+fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t) {
+    fl_tensor *d;
+    FL_TRY(fl_tensor_detach(&d, t));
+    fl_node_save(n, slot, d);
+    fl_tensor_release(d);
+    return FL_OK;
+}
+
 /* ---- tensor-level helpers ---------------------------------------------------------------- */
 
 fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on) {
@@ -192,40 +210,12 @@ fl_status fl_node_input_stub(fl_node *n, int i) {
     return FL_OK;
 }
 
-/* MS-AMP's FP8 weight gradients: the sum so far (dequantized) plus g, re-cast with a fresh per-tensor
- * power-of-two scale from its current amax. An inf in the sum becomes NaN (IEEE policy) so that
- * overflow checks still see it; saturation would hide it. */
-static fl_status accumulate_fp8(fl_tensor *t, const fl_tensor *g) {
-    fl_tensor *sum = NULL, *q = NULL;
-    fl_status st;
-    if (t->grad) {
-        fl_tensor *old = NULL;
-        st = fl_dequantize(&old, t->grad, FL_F32);
-        if (st == FL_OK) st = fl_binary_raw(&sum, FL_OP_ADD, old, g);
-        fl_tensor_release(old);
-    } else {
-        st = fl_tensor_to(&sum, g, FL_F32);
-    }
-    if (st != FL_OK) return st;
-    /* Current scaling on the sum's device (no host round trip): scale = 2^floor(log2(max/amax)) from its
-     * amax, so no finite value overflows and the IEEE policy only changes what an inf becomes. */
-    const fl_device *dev = fl_device_get(sum->device);
-    st = fl_tensor_empty(&q, t->grad_dtype, sum->ndim, sum->shape, sum->device);
-    if (st == FL_OK) st = dev->quantize_current ? dev->quantize_current(q, sum, -1, 0, true, FL_IEEE)
-                                                : FL_ERR(FL_EUNSUPPORTED, "FP8 gradients are not supported on %s", dev->name);
-    fl_tensor_release(sum);
-    if (st != FL_OK) { fl_tensor_release(q); return st; }
-    fl_tensor_release(t->grad);
-    t->grad = q;
-    return FL_OK;
-}
-
 fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
     char a[200], b[200];
     if (!fl_shape_equal(t->ndim, t->shape, g->ndim, g->shape))
         return FL_ERR(FL_EINVAL, "autograd: gradient of shape %s for a tensor of shape %s",
                       fl_shape_str(b, sizeof b, g->ndim, g->shape), fl_shape_str(a, sizeof a, t->ndim, t->shape));
-    if (fl_format(t->grad_dtype)->is_fp8) return accumulate_fp8(t, g);
+    if (fl_format(t->grad_dtype)->is_fp8) return fl_fp8_grad_accumulate(t, g);
     /* t->grad may be shared with Lua (t.grad handed out): accumulate in place so holders see the sum,
      * like PyTorch's .grad; the first gradient is copied so it never aliases another tensor. */
     if (!t->grad) {

@@ -2,7 +2,7 @@
  * is on and an input requires grad; fl_backward() orders the graph reachable from the root
  * (topologically) and runs each node's backward once, accumulating into leaf tensors' `grad`.
  * A node keeps what its backward needs (`saved`) — for an FP8 linear that is the FP8 input and
- * weight, which is where FP8 saves activation memory (FP8-SPEC §2).
+ * weight, which is where FP8 saves activation memory (docs/fp8-spec.md §2).
  * Ownership: an output tensor owns one reference to its grad_fn node; a node owns one reference
  * to each input and saved tensor. Inputs never point at outputs, so there are no cycles. */
 #ifndef FL_AUTOGRAD_H
@@ -50,6 +50,13 @@ fl_status fl_node_input_stub(fl_node *n, int i);
 void fl_node_release(fl_node *n);
 /* out->grad_fn = node (takes over the caller's reference), out->requires_grad = true. */
 void fl_autograd_attach(fl_tensor *out, fl_node *node);
+/* Record an op: a new node over the n inputs, attached to *out; *np (if np) = the node, for the
+ * caller to save what backward needs. On failure *out is released and set to NULL. */
+fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
+                             const fl_tensor *const *ins);
+/* Save t in slot through a history-free header (fl_tensor_detach): for an op's own output, which
+ * owns the node, so saving the output itself would make a reference cycle. */
+fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t);
 
 /* Backward from root. grad NULL means ones (root must have one element; error otherwise). Frees the
  * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly). */

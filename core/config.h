@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "error.h"
-#include "recipe.h"   /* fl_amax_algo */
+#include "scaling.h"   /* fl_amax_algo */
 
 #define FL_CONFIG_MAX_BYTES (1 << 20)   /* larger files are refused before parsing */
 #define FL_CONFIG_MAX_DEPTH 32          /* nesting of mappings/sequences */

@@ -5,7 +5,7 @@
 #include "ddp.h"
 #include "autograd.h"
 #include "dist.h"
-#include "recipe.h"
+#include "scaling.h"   /* fl_scale_for: the shared scale rule */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,12 +3,12 @@
 #include "device.h"
 
 static const fl_device *fl_devices[FL_DEV_COUNT];
-static const char *const fl_device_names[FL_DEV_COUNT] = { "cpu", "cuda" };
+static const char *const fl_device_names[] = { "cpu", "cuda" };
 _Static_assert(sizeof fl_device_names / sizeof fl_device_names[0] == FL_DEV_COUNT, "a device without a name");
 
 #ifdef FL_HAVE_CUDA
 /* kernels/: registers the "cuda" device when a GPU is present; prints its own notice otherwise. */
-extern fl_status fl_cuda_register(void);
+#include "../kernels/cuda_api.h"
 static int fl_cuda_tried;
 #endif
 
@@ -31,7 +31,6 @@ void fl_device_register(int id, const fl_device *dev) {
 const char *fl_device_unavailable(int id) {
     if (id == FL_DEV_CPU) return "";
 #ifdef FL_HAVE_CUDA
-    extern const char *fl_cuda_unavailable_reason(void);
     if (id == FL_DEV_CUDA) {
         const char *r = fl_cuda_unavailable_reason();
         return r && r[0] ? r : "no CUDA GPU";
@@ -44,4 +43,64 @@ const char *fl_device_unavailable(int id) {
 
 const char *fl_device_name(int id) {
     return (id >= 0 && id < FL_DEV_COUNT) ? fl_device_names[id] : "?";
+}
+
+/* ---- device management (device.h) ------------------------------------------------------------ */
+
+int fl_device_count(int id) {
+    if (id == FL_DEV_CPU) return 1;
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) return fl_cuda_device_count();
+#endif
+    return 0;
+}
+
+const char *fl_device_probe_reason(int id) {
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) return fl_cuda_unavailable_reason();
+#endif
+    return id == FL_DEV_CPU ? "" : fl_device_unavailable(id);
+}
+
+fl_status fl_device_synchronize(int id) {
+    if (id == FL_DEV_CPU) return FL_OK;
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) return fl_cuda_synchronize();
+#endif
+    return FL_ERR(FL_EDEVICE, "synchronize: %s", fl_device_unavailable(id));
+}
+
+size_t fl_device_memory_allocated(int id) {
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) return fl_cuda_memory_allocated();
+#endif
+    return id == FL_DEV_CPU ? fl_bytes_live(FL_DEV_CPU) : 0;
+}
+
+size_t fl_device_max_memory_allocated(int id) {
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) return fl_cuda_max_memory_allocated();
+#endif
+    return id == FL_DEV_CPU ? fl_bytes_peak(FL_DEV_CPU) : 0;
+}
+
+void fl_device_reset_peak_memory(int id) {
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) { fl_cuda_reset_peak_memory(); return; }
+#endif
+    if (id == FL_DEV_CPU) fl_bytes_reset_peak(FL_DEV_CPU);
+}
+
+size_t fl_device_memory_reserved(int id) {
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) return fl_cuda_memory_reserved();
+#endif
+    return id == FL_DEV_CPU ? fl_bytes_live(FL_DEV_CPU) : 0;
+}
+
+void fl_device_empty_cache(int id) {
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) fl_cuda_empty_cache();
+#endif
+    (void)id;
 }

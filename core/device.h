@@ -39,7 +39,7 @@ typedef struct fl_device {
     fl_status (*quantize)(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
     /* The same cast with current scaling, its scales derived on the device from src itself (no host
      * round trip): per tensor (axis < 0) or per index along axis, amax = max |src| (NaN ignored) and
-     * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (recipe.h). */
+     * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (scaling.h). */
     fl_status (*quantize_current)(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
     /* Per-tensor quantize of a 2-D src [R, C] that also writes dst_t [C, R]: the same bytes transposed, in
      * the same pass (the K-major copies Hopper's FP8 GEMMs need for dgrad and wgrad). scale: the host scale
@@ -130,5 +130,17 @@ const fl_device *fl_cpu_device(void);
 const char *fl_device_name(int id);       /* "cpu", "cuda" */
 /* Why fl_device_get(id) gives NULL ("" for the CPU): for error messages. */
 const char *fl_device_unavailable(int id);
+
+/* Managing a device kind beyond its op table (what fp8.cuda offers), so bindings need no device
+ * header. CUDA calls go to kernels/cuda_api.h; a kind that is not built in answers 0 / "" / FL_EDEVICE.
+ * The CPU: count 1, nothing queued, memory = its tensor storage (tensor.h fl_bytes_live). */
+int fl_device_count(int id);                    /* usable units (probes quietly: no notice) */
+const char *fl_device_probe_reason(int id);     /* why unusable; "" when usable or not probed yet */
+fl_status fl_device_synchronize(int id);        /* waits for queued work; brings the device up */
+size_t fl_device_memory_allocated(int id);      /* bytes held by live tensors */
+size_t fl_device_max_memory_allocated(int id);  /* peak since start or the last reset */
+void fl_device_reset_peak_memory(int id);
+size_t fl_device_memory_reserved(int id);       /* live + cached free blocks */
+void fl_device_empty_cache(int id);             /* returns cached free blocks */
 
 #endif

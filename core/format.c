@@ -2,6 +2,8 @@
  * E4M3 (OCP E4M3FN) and E5M2, plus the fused quantize/amax loops (AVX-512 and portable). */
 #include "format.h"
 #include "format_internal.h"
+#include "half_cvt.h"
+#include "scale_rule.h"
 
 #include <assert.h>
 #include <float.h>
@@ -15,8 +17,7 @@
 #include <omp.h>
 #endif
 
-static inline uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+/* fl_f2u / fl_u2f (bit reinterpretation): half_cvt.h. */
 
 /* ---- FP8 encoding parameters ------------------------------------------------------------
  * One description drives the scalar, portable and AVX-512 encoders so they cannot drift apart.
@@ -45,7 +46,7 @@ static const fp8_params E5M2_P = {
     21, (127u - 15u) << 2, (127u - 14u) << 23, (127u + 1u - 15u - 2u + 23u) << 23, 0x7B, 0x7C, 0x7E};
 
 static inline uint32_t fp8_encode(float x, const fp8_params *P, fl_overflow pol) {
-    uint32_t u = f2u(x), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+    uint32_t u = fl_f2u(x), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
     if (a > 0x7F800000u) return sign | P->nan_code;
     uint32_t r;
     if (a >= P->min_normal) {
@@ -53,7 +54,7 @@ static inline uint32_t fp8_encode(float x, const fp8_params *P, fl_overflow pol)
         r = (rnd >> P->shift) - P->rebias;
         if (r > P->max_code) r = pol == FL_IEEE ? P->ovf_ieee : P->max_code;
     } else {
-        r = f2u(u2f(a) + u2f(P->magic)) - P->magic;
+        r = fl_f2u(fl_u2f(a) + fl_u2f(P->magic)) - P->magic;
     }
     return sign | r;
 }
@@ -64,15 +65,15 @@ static inline float fp8_decode(uint8_t b, int mant, int bias, bool has_inf) {
     int m = b & ((1 << mant) - 1);
     int emax = 0x7F >> mant;
     if (has_inf) {
-        if (e == emax) return u2f(sign | (m ? 0x7FC00000u : 0x7F800000u));
+        if (e == emax) return fl_u2f(sign | (m ? 0x7FC00000u : 0x7F800000u));
     } else if (e == emax && m == (1 << mant) - 1) {
-        return u2f(sign | 0x7FC00000u);
+        return fl_u2f(sign | 0x7FC00000u);
     }
     if (e == 0) { /* subnormal: m * 2^(1-bias-mant), exact in fp32 */
-        float v = (float)m * u2f((uint32_t)(127 + 1 - bias - mant) << 23);
-        return u2f(sign | f2u(v));
+        float v = (float)m * fl_u2f((uint32_t)(127 + 1 - bias - mant) << 23);
+        return fl_u2f(sign | fl_f2u(v));
     }
-    return u2f(sign | ((uint32_t)(e - bias + 127) << 23) | ((uint32_t)m << (23 - mant)));
+    return fl_u2f(sign | ((uint32_t)(e - bias + 127) << 23) | ((uint32_t)m << (23 - mant)));
 }
 
 float fl_e4m3_to_f32(uint8_t b) { return fp8_decode(b, 3, 7, false); }
@@ -92,42 +93,20 @@ bool fl_fp8_is_nan(uint8_t b, fl_dtype fmt) {
 }
 
 /* ---- bf16 / fp16 scalars ------------------------------------------------------------------- */
-float fl_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
-
-uint16_t fl_f32_to_bf16(float x) {
-    uint32_t u = f2u(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* NaN handling mirrors F16C (VCVTPH2PS / VCVTPS2PH) so scalar and bulk paths agree bit for bit:
- * the quiet bit is set and the payload's top bits are kept. */
-float fl_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0x1F) return u2f(sign | 0x7F800000u | (m ? 0x400000u | (m << 13) : 0));
-    if (e == 0) return u2f(sign | f2u((float)m * 0x1p-24f));
-    return u2f(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-uint16_t fl_f32_to_f16(float x) {
-    uint32_t u = f2u(x), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
-    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7C00u); /* >= 65536 always rounds to inf */
-    if (a >= 0x38800000u) {                                   /* normal: >= 2^-14 */
-        uint32_t rnd = a + 0xFFFu + ((a >> 13) & 1u);
-        return (uint16_t)(sign | ((rnd >> 13) - (112u << 10))); /* carry may reach 0x7C00 = inf */
-    }
-    /* subnormal spacing 2^-24: magic 2^(-24+23) = 0.5 */
-    return (uint16_t)(sign | (f2u(u2f(a) + 0.5f) - 0x3F000000u));
-}
+/* The bodies are half_cvt.h's, shared with the CUDA kernels. fl_f16_to_f32's NaN handling mirrors F16C
+ * (VCVTPH2PS / VCVTPS2PH) so scalar and bulk paths agree bit for bit. */
+float fl_bf16_to_f32(uint16_t h) { return fl_bf16_bits_to_f32(h); }
+uint16_t fl_f32_to_bf16(float x) { return fl_f32_to_bf16_bits(x); }
+float fl_f16_to_f32(uint16_t h) { return fl_f16_bits_to_f32(h); }
+uint16_t fl_f32_to_f16(float x) { return fl_f32_to_f16_bits(x); }
 
 /* ---- traits table ---------------------------------------------------------------------------- */
-static float to_f32_f32(uint32_t b) { return u2f(b); }
+static float to_f32_f32(uint32_t b) { return fl_u2f(b); }
 static float to_f32_bf16(uint32_t b) { return fl_bf16_to_f32((uint16_t)b); }
 static float to_f32_f16(uint32_t b) { return fl_f16_to_f32((uint16_t)b); }
 static float to_f32_e4m3(uint32_t b) { return fl_e4m3_to_f32((uint8_t)b); }
 static float to_f32_e5m2(uint32_t b) { return fl_e5m2_to_f32((uint8_t)b); }
-static uint32_t from_f32_f32(float x, fl_overflow p) { (void)p; return f2u(x); }
+static uint32_t from_f32_f32(float x, fl_overflow p) { (void)p; return fl_f2u(x); }
 /* The 16-bit formats overflow to inf; under FL_SATURATE an infinite result becomes ±max. */
 static uint32_t from_f32_bf16(float x, fl_overflow p) {
     uint16_t h = fl_f32_to_bf16(x);
@@ -191,21 +170,21 @@ const char *fl_dtype_choices(void) { return "fp32, bf16, fp16, e4m3, e5m2"; }
 __attribute__((optimize("tree-vectorize")))
 static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
                                  float scale, fl_overflow pol, fl_cast_stats *st) {
-    uint32_t amax = f2u(st->amax);
+    uint32_t amax = fl_f2u(st->amax);
     uint32_t unf = 0, sat = 0, nan = 0; /* per block: n <= FL_QBLOCK */
     const uint32_t ovf = pol == FL_IEEE ? P->ovf_ieee : P->max_code, shift = (uint32_t)P->shift;
     const uint32_t half = (1u << (shift - 1)) - 1u, rebias = P->rebias, minn = P->min_normal;
     const uint32_t magic = P->magic, maxc = P->max_code, nanc = P->nan_code;
-    const float magic_f = u2f(magic);
+    const float magic_f = fl_u2f(magic);
     for (size_t i = 0; i < n; i++) {
         float x = src[i];
-        uint32_t xa = f2u(x) & 0x7FFFFFFFu;
+        uint32_t xa = fl_f2u(x) & 0x7FFFFFFFu;
         uint32_t xnan = xa > 0x7F800000u;
         uint32_t xm = xa & (xnan - 1u);
         amax = xm > amax ? xm : amax;
-        uint32_t u = f2u(x * scale), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+        uint32_t u = fl_f2u(x * scale), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
         uint32_t rn = ((a + half + ((a >> shift) & 1u)) >> shift) - rebias;
-        uint32_t rs = f2u(u2f(a) + magic_f) - magic;
+        uint32_t rs = fl_f2u(fl_u2f(a) + magic_f) - magic;
         uint32_t is_nan = a > 0x7F800000u, normal = a >= minn;
         uint32_t over = normal & (is_nan ^ 1u) & (rn > maxc);
         /* selects as masks: keeps the loop free of control flow for the vectoriser */
@@ -217,7 +196,7 @@ static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const
         sat += over & (xa < 0x7F800000u);
         unf += (r == 0) & (xa != 0);
     }
-    st->amax = u2f(amax);
+    st->amax = fl_u2f(amax);
     st->underflow += unf;
     st->saturated += sat;
     st->nan += nan;
@@ -499,8 +478,6 @@ void fl_f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
  * Computed in fp32 in the same order as TransformerEngine: (max / amax) / 2^margin. */
 float fl_scale_from_amax(float amax, fl_dtype fmt, int margin, float fallback) {
     const fl_format_traits *t = fl_format(fmt);
-    if (!t || !(amax > 0.0f) || !isfinite(amax)) return fallback;
-    float s = ((float)t->max / amax) / exp2f((float)margin);
-    if (isinf(s)) s = FLT_MAX;
-    return s;
+    if (!t) return fallback;
+    return fl_amax_to_scale(amax, (float)t->max, margin, false, fallback);
 }

@@ -1,5 +1,5 @@
 /* format.h — the dtype traits table and bit-exact conversions between fp32 and
- * bf16, fp16, E4M3 (OCP E4M3FN) and E5M2. See ../shared/FP8-SPEC.md §1. */
+ * bf16, fp16, E4M3 (OCP E4M3FN) and E5M2. See docs/fp8-spec.md §1. */
 #ifndef FL_FORMAT_H
 #define FL_FORMAT_H
 

@@ -1,7 +1,7 @@
 /* fp8_linear.c — the FP8 linear layer (see fp8_linear.h) on any device: casts through the device's
  * quantize/amax entries (the CPU's fused scale+cast+amax kernels of format.c), GEMMs through its fp8_gemm
  * entry (the CPU: oneDNN bf16 GEMMs of exactly decoded FP8 bytes; CUDA: cuBLASLt FP8). Recipe state
- * (scales, amax histories) lives on the host; a device may report a cast's statistics later (recipe.h),
+ * (scales, amax histories) lives on the host; a device may report a cast's statistics later (scaling.h),
  * so a delayed cast needs only its stored scale and a current one derives its scale on the device. */
 #include "fp8_linear.h"
 #include "autograd.h"
@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const fl_fp8_role_names[FL_NROLES] = { "input", "weight", "grad_output" };
+const char *const fl_fp8_role_names[] = { "input", "weight", "grad" };
+_Static_assert(sizeof fl_fp8_role_names / sizeof *fl_fp8_role_names == FL_NROLES, "a role without a name");
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
@@ -132,7 +133,7 @@ static fl_status cast_role(fl_tensor **q, const fl_tensor *src32, const fl_scali
     return fl_fp8_cast_2d(q, src32, s->fmt, -1, &s->scale);
 }
 
-/* Role s observes the cast that made q (possibly still pending on the device: recipe.h). A per-tensor
+/* Role s observes the cast that made q (possibly still pending on the device: scaling.h). A per-tensor
  * current-scaling cast also sets the role's scale, which fp8.stats reports. */
 static fl_status observe(fl_scaling *s, const fl_tensor *q, bool record) {
     bool take_scale = q->scale_axis < 0 && s->rule == FL_SCALE_CURRENT;
@@ -411,7 +412,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
              * or the forward made no FP8 copy. ROWWISE: the high-precision input and weight, re-cast
              * along the other axis in backward (torchao's choice). */
             if (!rowwise) {
-                /* Backward reads only the FP8 copy of x: let the fp32 activation go (FP8-SPEC §2). */
+                /* Backward reads only the FP8 copy of x: let the fp32 activation go (docs/fp8-spec.md §2). */
                 if (!l->hp[0] && !l->hp[2]) {
                     fl_node_save(n, SV_X, xq);
                     fl_node_save(n, SV_XT, xqt);

@@ -1,4 +1,4 @@
-/* fp8_linear.h — y = x·Wᵀ (+ b) with FP8 GEMMs (FP8-SPEC §2–§4, DESIGN "FP8 linear").
+/* fp8_linear.h — y = x·Wᵀ (+ b) with FP8 GEMMs (docs/fp8-spec.md §2–§4, docs/architecture.md).
  * Three GEMMs, each FP8 unless `hp` sends it back to high precision (override_linear_precision):
  *   fprop  y  = x_q · W_qᵀ        input role × weight role
  *   dgrad  dX = dY_q · W_q        grad role  × weight role
@@ -19,12 +19,12 @@
  * accumulation) or fp32. Outputs and gradients are fp32. All operands on one device (CPU or CUDA). */
 #ifndef FL_FP8_LINEAR_H
 #define FL_FP8_LINEAR_H
-#include "recipe.h"
+#include "scaling.h"
 #include "tensor.h"
 
 typedef enum { FL_ROLE_INPUT = 0, FL_ROLE_WEIGHT = 1, FL_ROLE_GRAD = 2, FL_NROLES = 3 } fl_fp8_role;
 typedef enum { FL_GRAN_TENSOR = 0, FL_GRAN_ROWWISE = 1, FL_GRAN_ROWWISE_GW_HP = 2 } fl_fp8_granularity;
-extern const char *const fl_fp8_role_names[FL_NROLES];
+extern const char *const fl_fp8_role_names[];   /* FL_NROLES (fp8_linear.c checks the count) */
 
 typedef struct fl_fp8_layer {
     int refcount;
@@ -48,7 +48,7 @@ typedef struct fl_fp8_layer {
 fl_status fl_fp8_layer_new(fl_fp8_layer **out, fl_scaling roles[FL_NROLES], const bool hp[3], fl_fp8_granularity gran);
 fl_fp8_layer *fl_fp8_layer_retain(fl_fp8_layer *l);
 void fl_fp8_layer_release(fl_fp8_layer *l);
-/* End of an optimizer step: the delayed rule's update on every role (recipe.h), after the roles' queued
+/* End of an optimizer step: the delayed rule's update on every role (scaling.h), after the roles' queued
  * observations (the one wait for the device per step). */
 fl_status fl_fp8_layer_update(fl_fp8_layer *l);
 void fl_fp8_layer_drop_cache(fl_fp8_layer *l);
@@ -72,8 +72,5 @@ fl_status fl_fp8_cast_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, in
 fl_status fl_fp8_cast_current_2d(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, int axis, int margin, bool pow2);
 /* amax per axis (as above; NaN ignored) into out[] (host). */
 fl_status fl_fp8_amax_2d(const fl_tensor *src, int axis, float *out);
-/* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not
- * applied); core/cpu/cpu_fp8_gemm.c. */
-fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
 
 #endif

@@ -55,19 +55,7 @@ static int64_t last_dim(const fl_tensor *t) { return t->ndim ? t->shape[t->ndim 
 static fl_status maybe_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
                               const fl_tensor *const *ins) {
     *np = NULL;
-    if (!fl_any_requires_grad(n, ins)) return FL_OK;
-    fl_status st = fl_node_new(np, name, fn, n, ins);
-    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; return st; }
-    fl_autograd_attach(*out, *np);
-    return FL_OK;
-}
-
-static fl_status save_detached(fl_node *n, int slot, const fl_tensor *t) {
-    fl_tensor *d;
-    FL_TRY(fl_tensor_detach(&d, t));
-    fl_node_save(n, slot, d);
-    fl_tensor_release(d);
-    return FL_OK;
+    return fl_any_requires_grad(n, ins) ? fl_autograd_record(out, np, name, fn, n, ins) : FL_OK;
 }
 
 /* A new fp32 tensor shaped like `like`, on its device; the gradient buffers of backward functions. */
@@ -143,7 +131,7 @@ static fl_status softmax_any(fl_tensor **out, const fl_tensor *x, int log) {
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &x);
-        if (st == FL_OK && n) { st = save_detached(n, 0, *out); n->iargs[0] = log; }
+        if (st == FL_OK && n) { st = fl_node_save_detached(n, 0, *out); n->iargs[0] = log; }
     }
     fl_tensor_release(xc);
     return st;

@@ -13,9 +13,9 @@ typedef enum { FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_BINOP_COUNT } 
 /* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. */
 typedef enum { FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_UNOP_COUNT } fl_unop;
 typedef enum { FL_OP_SUM = 0, FL_OP_MEAN, FL_OP_MAX, FL_OP_MIN, FL_OP_AMAX, FL_REDOP_COUNT } fl_redop;
-extern const char *const fl_binop_names[FL_BINOP_COUNT];
-extern const char *const fl_unop_names[FL_UNOP_COUNT];
-extern const char *const fl_redop_names[FL_REDOP_COUNT];
+extern const char *const fl_binop_names[];    /* FL_BINOP_COUNT names (ops.c checks the count) */
+extern const char *const fl_unop_names[];     /* FL_UNOP_COUNT */
+extern const char *const fl_redop_names[];    /* FL_REDOP_COUNT */
 
 #define FL_ALL_DIMS (-1000)
 
@@ -54,7 +54,7 @@ fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_d
 fl_status fl_rand(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* U[0,1) */
 fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* N(0,1) */
 
-/* Quantization (FP8-SPEC §1). Scale choice, in order: opts.scale if > 0; else from opts.amax
+/* Quantization (docs/fp8-spec.md §1). Scale choice, in order: opts.scale if > 0; else from opts.amax
  * if > 0; else from the tensor's own amax (per tensor, or per index along `axis`):
  * scale = fl_scale_from_amax(amax, fmt, margin, 1). An all-zero tensor/row gets scale 1. */
 typedef struct {

@@ -6,27 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Attach a new node to *out (releasing *out on failure, so callers can just return). */
-static fl_status record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
-                        const fl_tensor *const *ins) {
-    fl_node *nd;
-    fl_status st = fl_node_new(&nd, name, fn, n, ins);
-    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; return st; }
-    fl_autograd_attach(*out, nd);
-    if (np) *np = nd;
-    return FL_OK;
-}
-
-/* Save an output through a history-free header: the output owns the node, so saving the output
- * itself would make a reference cycle. */
-static fl_status save_detached(fl_node *n, int slot, const fl_tensor *t) {
-    fl_tensor *d;
-    FL_TRY(fl_tensor_detach(&d, t));
-    fl_node_save(n, slot, d);
-    fl_tensor_release(d);
-    return FL_OK;
-}
-
 /* g (full shape) summed down to input i's shape into gin[i]; takes over the caller's reference to g. */
 static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in) {
     fl_status st = fl_sum_to_shape(gin, g, in->ndim, in->shape);
@@ -79,7 +58,7 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     const fl_tensor *ins[2] = { a, b };
     if (!fl_any_requires_grad(2, ins)) return FL_OK;
     fl_node *n;
-    FL_TRY(record(out, &n, binary_names[op], binary_bwd, 2, ins));
+    FL_TRY(fl_autograd_record(out, &n, binary_names[op], binary_bwd, 2, ins));
     n->iargs[0] = op;
     if (op == FL_OP_MUL || op == FL_OP_DIV) { fl_node_save(n, 0, a); fl_node_save(n, 1, b); }
     return FL_OK;
@@ -113,7 +92,7 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
     FL_TRY(fl_binary_scalar_raw(out, op, a, s, scalar_first));
     if (!fl_any_requires_grad(1, &a)) return FL_OK;
     fl_node *n;
-    FL_TRY(record(out, &n, binary_names[op], binary_scalar_bwd, 1, &a));
+    FL_TRY(fl_autograd_record(out, &n, binary_names[op], binary_scalar_bwd, 1, &a));
     n->iargs[0] = op;
     n->iargs[1] = scalar_first;
     n->dargs[0] = s;
@@ -155,10 +134,10 @@ fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     FL_TRY(fl_unary_raw(out, op, a));
     if (!fl_any_requires_grad(1, &a)) return FL_OK;
     fl_node *n;
-    FL_TRY(record(out, &n, unary_names[op], unary_bwd, 1, &a));
+    FL_TRY(fl_autograd_record(out, &n, unary_names[op], unary_bwd, 1, &a));
     n->iargs[0] = op;
     if (op == FL_OP_ABS || op == FL_OP_LOG) fl_node_save(n, 0, a);
-    else if (op == FL_OP_EXP || op == FL_OP_SQRT) FL_TRY(save_detached(n, 0, *out));
+    else if (op == FL_OP_EXP || op == FL_OP_SQRT) FL_TRY(fl_node_save_detached(n, 0, *out));
     return FL_OK;
 }
 
@@ -192,7 +171,7 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
     /* max/min/amax are used for statistics (scales, logging); they carry no history. */
     if ((op != FL_OP_SUM && op != FL_OP_MEAN) || !fl_any_requires_grad(1, &a)) return FL_OK;
     fl_node *n;
-    FL_TRY(record(out, &n, op == FL_OP_SUM ? "SumBackward" : "MeanBackward", reduce_bwd, 1, &a));
+    FL_TRY(fl_autograd_record(out, &n, op == FL_OP_SUM ? "SumBackward" : "MeanBackward", reduce_bwd, 1, &a));
     n->iargs[0] = op;
     bool all = dim == FL_ALL_DIMS || a->ndim == 0;
     n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
@@ -279,7 +258,7 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     }
     if (st == FL_OK) st = fl_matmul_raw(out, ca, cb, cdt, odt);
     fl_node *n = NULL;
-    if (st == FL_OK) st = record(out, &n, "MatmulBackward", matmul_bwd, 2, ins);
+    if (st == FL_OK) st = fl_autograd_record(out, &n, "MatmulBackward", matmul_bwd, 2, ins);
     if (st == FL_OK) {
         fl_node_save(n, 0, ca);
         fl_node_save(n, 1, cb);
@@ -322,7 +301,7 @@ static fl_status slice_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 
 static fl_status view_record(fl_tensor **out, const fl_tensor *t, const char *name, fl_backward_fn fn, fl_node **np) {
     if (!fl_any_requires_grad(1, &t)) { if (np) *np = NULL; return FL_OK; }
-    return record(out, np, name, fn, 1, &t);
+    return fl_autograd_record(out, np, name, fn, 1, &t);
 }
 
 fl_status fl_view(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape) {

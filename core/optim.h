@@ -22,7 +22,7 @@ fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *momentum_buf,
 fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, double lr, double beta1,
                         double beta2, double eps, double weight_decay, int64_t step);
 
-/* MS-AMP's low-bit AdamW (FP8-SPEC §4, levels O2 and O3), one parameter of n elements:
+/* MS-AMP's low-bit AdamW (docs/fp8-spec.md §4, levels O2 and O3), one parameter of n elements:
  *   p      fp32 or fp16 parameter, updated in place (O3: the fp16 master weight);
  *   g      fp32, or FP8 with a per-tensor scale_inv (O1+ weight gradients);
  *   m      E4M3 first moment with a per-tensor scale_inv (fp32 at O1);

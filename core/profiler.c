@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const fl_prof_kind_names[FL_PROF_KIND_COUNT] = { "op", "range", "module" };
+const char *const fl_prof_kind_names[] = { "op", "range", "module" };
 _Static_assert(sizeof fl_prof_kind_names / sizeof *fl_prof_kind_names == FL_PROF_KIND_COUNT, "event kind without a name");
 
 atomic_int fl_prof_on;

@@ -29,7 +29,7 @@
 struct fl_tensor;
 
 typedef enum { FL_PROF_OP = 0, FL_PROF_RANGE, FL_PROF_MODULE, FL_PROF_KIND_COUNT } fl_prof_kind;
-extern const char *const fl_prof_kind_names[FL_PROF_KIND_COUNT];   /* "op", "range", "module" */
+extern const char *const fl_prof_kind_names[];   /* FL_PROF_KIND_COUNT: "op", "range", "module" (profiler.c checks) */
 
 /* Options of a recording session (fl_prof_start). */
 enum { FL_PROF_RECORD_SHAPES = 1u, FL_PROF_MEMORY = 2u, FL_PROF_WITH_FLOPS = 4u, FL_PROF_DEVICE = 8u };

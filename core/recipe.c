@@ -1,153 +1,72 @@
-/* recipe.c — scaling state and its update rules (see recipe.h and FP8-SPEC §2–§4). */
+/* recipe.c — te, ao and msamp as role configurations (recipe.h; docs/fp8-spec.md §2–§4). */
 #include "recipe.h"
-#include <float.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin,
-                          fl_amax_algo algo, int hist_len, int interval) {
-    memset(s, 0, sizeof *s);
-    if (fmt != FL_E4M3 && fmt != FL_E5M2)
-        return FL_ERR(FL_EINVAL, "scaling: format must be e4m3 or e5m2, got %s",
-                      (int)fmt >= 0 && fmt < FL_DTYPE_COUNT ? fl_format(fmt)->name : "an unknown dtype");
-    if (hist_len < 1 || hist_len > FL_HISTORY_MAX)
-        return FL_ERR(FL_EINVAL, "scaling: amax_history_len must be in 1..%d, got %d", FL_HISTORY_MAX, hist_len);
-    if (interval < 1) return FL_ERR(FL_EINVAL, "scaling: interval must be >= 1, got %d", interval);
-    if (margin < 0 || margin > 64) return FL_ERR(FL_EINVAL, "scaling: margin must be in 0..64, got %d", margin);
-    s->history = calloc((size_t)hist_len, sizeof(float));
-    if (!s->history) return FL_ERR(FL_ENOMEM, "scaling: out of memory for an amax history of %d", hist_len);
-    s->fmt = fmt;
-    s->rule = rule;
-    s->pow2 = pow2;
-    s->margin = margin;
-    s->algo = algo;
-    s->hist_len = hist_len;
-    s->interval = interval;
-    s->scale = s->scale_inv = 1.0f;
-    return FL_OK;
+const char *const fl_ao_config_names[] = { "tensorwise", "rowwise", "rowwise_with_gw_hp" };
+_Static_assert(sizeof fl_ao_config_names / sizeof *fl_ao_config_names == FL_AO_CONFIG_COUNT, "an ao config without a name");
+
+/* MS-AMP's window for inputs and output gradients. */
+#define MSAMP_HISTORY 16
+
+void fl_recipe_defaults(fl_recipe *r, fl_fp8_backend b) {
+    memset(r, 0, sizeof *r);
+    r->backend = b;
+    r->fp8_format = FL_RECIPE_HYBRID;
+    r->margin = 0;
+    r->interval = 1;
+    r->amax_history_len = 1024;
+    r->amax_compute_algo = FL_AMAX_MOST_RECENT;
+    r->ao_config = FL_AO_TENSORWISE;
 }
 
-/* One queued observation: fl_scaling_observe_cast's arguments. */
-struct fl_scaling_obs {
-    fl_stats_future *f;
-    int64_t n;
-    bool into_history, take_scale;
-};
-
-static void drop_pending(fl_scaling *s, int from) {
-    for (int i = from; i < s->npending; i++) fl_stats_future_release(s->pending[i].f);
-    s->npending = 0;
+static fl_role_config role(fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin, fl_amax_algo algo, int len,
+                           int interval) {
+    return (fl_role_config){ fmt, rule, pow2, margin, algo, len, interval };
 }
 
-void fl_scaling_free(fl_scaling *s) {
-    if (!s) return;
-    drop_pending(s, 0);
-    free(s->pending);
-    free(s->history);
-    s->history = NULL;
-    s->pending = NULL;
-    s->cap_pending = 0;
-}
-
-float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallback) {
-    if (!pow2) return fl_scale_from_amax(amax, fmt, margin, fallback);
-    if (!(amax > 0.0f) || !isfinite(amax)) return fallback;
-    /* exp = floor(log2(max/amax)) − margin, computed exactly from the binary exponents. */
-    double r = fl_format(fmt)->max / (double)amax;
-    int e;
-    double m = frexp(r, &e);          /* r = m·2^e, m in [0.5, 1): floor(log2 r) = e − 1 */
-    (void)m;
-    int exp = e - 1 - margin;
-    if (exp > 127) return FLT_MAX;
-    if (exp < -126) exp = -126;       /* stays a normal fp32 power of two */
-    return ldexpf(1.0f, exp);
-}
-
-float fl_scale_current(float amax, fl_dtype fmt, int margin, bool pow2) {
-    return fl_scale_for(amax > FL_AMAX_FLOOR ? amax : FL_AMAX_FLOOR, fmt, margin, pow2, 1.0f);
-}
-
-void fl_scaling_record(fl_scaling *s, float amax) {
-    float *h0 = &s->history[0];
-    if (isnan(amax) || isnan(*h0)) *h0 = NAN;
-    else if (amax > *h0) *h0 = amax;
-}
-
-void fl_scaling_observe(fl_scaling *s, float amax, int64_t n, int64_t underflow, int64_t saturated, bool into_history) {
-    s->last_amax = amax;
-    s->last_n = n;
-    s->last_underflow = underflow;
-    s->last_saturated = saturated;
-    if (into_history) fl_scaling_record(s, amax);
-}
-
-static void apply_cast(fl_scaling *s, const fl_cast_stats *st, int64_t n, bool into_history, bool take_scale) {
-    fl_scaling_observe(s, st->nan ? NAN : st->amax, n, st->underflow, st->saturated, into_history);
-    if (take_scale) {
-        s->scale = fl_scale_current(st->amax, s->fmt, s->margin, s->pow2);
-        s->scale_inv = 1.0f / s->scale;
-    }
-}
-
-fl_status fl_scaling_observe_cast(fl_scaling *s, const fl_tensor *q, int64_t n, bool into_history, bool take_scale) {
-    if (!q->qfuture) {
-        FL_TRY(fl_scaling_flush(s));   /* earlier casts first: the last one observed is the one reported */
-        apply_cast(s, &q->qstats, n, into_history, take_scale);
+fl_status fl_recipe_layer_config(const fl_recipe *r, fl_layer_config *out) {
+    memset(out, 0, sizeof *out);
+    fl_role_config *in = &out->role[FL_ROLE_INPUT], *w = &out->role[FL_ROLE_WEIGHT], *g = &out->role[FL_ROLE_GRAD];
+    switch (r->backend) {
+    case FL_BACKEND_TE: {
+        if ((unsigned)r->fp8_format >= FL_RECIPE_FORMAT_COUNT)
+            return FL_ERR(FL_EINVAL, "fp8 recipe: te fp8_format %d is not HYBRID or E4M3", (int)r->fp8_format);
+        *in = role(FL_E4M3, FL_SCALE_DELAYED, false, r->margin, r->amax_compute_algo, r->amax_history_len, r->interval);
+        *w = *in;
+        *g = *in;
+        g->fmt = r->fp8_format == FL_RECIPE_HYBRID ? FL_E5M2 : FL_E4M3;
+        for (int i = 0; i < 3; i++) out->hp[i] = r->override_linear_precision[i];
+        out->gran = FL_GRAN_TENSOR;
         return FL_OK;
     }
-    if (s->npending == s->cap_pending) {
-        int cap = s->cap_pending ? 2 * s->cap_pending : 8;
-        struct fl_scaling_obs *p = realloc(s->pending, (size_t)cap * sizeof *p);
-        if (!p) return FL_ERR(FL_ENOMEM, "scaling: out of memory queueing a cast's statistics");
-        s->pending = p;
-        s->cap_pending = cap;
-    }
-    s->pending[s->npending++] = (struct fl_scaling_obs){ fl_stats_future_retain(q->qfuture), n, into_history, take_scale };
-    return s->npending >= FL_SCALING_MAX_PENDING ? fl_scaling_flush(s) : FL_OK;
-}
-
-fl_status fl_scaling_flush(fl_scaling *s) {
-    for (int i = 0; i < s->npending; i++) {
-        struct fl_scaling_obs *o = &s->pending[i];
-        fl_cast_stats st;
-        fl_status rc = o->f->wait(o->f, &st);
-        fl_stats_future_release(o->f);
-        o->f = NULL;
-        if (rc != FL_OK) {
-            drop_pending(s, i + 1);
-            return rc;
+    case FL_BACKEND_AO:
+        switch (r->ao_config) {
+        case FL_AO_TENSORWISE:
+            *in = role(FL_E4M3, FL_SCALE_CURRENT, false, 0, FL_AMAX_MOST_RECENT, 1, 1);
+            *w = *in;
+            *g = *in;
+            g->fmt = FL_E5M2;
+            out->gran = FL_GRAN_TENSOR;
+            return FL_OK;
+        case FL_AO_ROWWISE:
+        case FL_AO_ROWWISE_GW_HP:
+            *in = role(FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MOST_RECENT, 1, 1);
+            *w = *in;
+            *g = *in;
+            out->gran = r->ao_config == FL_AO_ROWWISE ? FL_GRAN_ROWWISE : FL_GRAN_ROWWISE_GW_HP;
+            return FL_OK;
+        default:
+            return FL_ERR(FL_EINVAL, "fp8 recipe: unknown ao config %d (valid: tensorwise, rowwise, rowwise_with_gw_hp)",
+                          (int)r->ao_config);
         }
-        apply_cast(s, &st, o->n, o->into_history, o->take_scale);
+    case FL_BACKEND_MSAMP:
+        *in = role(FL_E4M3, FL_SCALE_DELAYED, true, r->margin, FL_AMAX_MAX, MSAMP_HISTORY, 1);
+        *w = role(FL_E4M3, FL_SCALE_CURRENT, true, r->margin, FL_AMAX_MOST_RECENT, 1, 1);
+        *g = *in;
+        g->fmt = FL_E5M2;
+        out->gran = FL_GRAN_TENSOR;
+        return FL_OK;
+    default:
+        return FL_ERR(FL_EINVAL, "fp8 recipe: unknown backend %d (valid: te, ao, msamp)", (int)r->backend);
     }
-    s->npending = 0;
-    return FL_OK;
-}
-
-float fl_scaling_amax(const fl_scaling *s) {
-    if (s->algo == FL_AMAX_MOST_RECENT) return s->history[0];
-    float m = 0.0f;
-    for (int i = 0; i < s->hist_len; i++) {
-        float v = s->history[i];
-        if (isnan(v)) return NAN;
-        if (v > m) m = v;
-    }
-    return m;
-}
-
-fl_status fl_scaling_update(fl_scaling *s) {
-    FL_TRY(fl_scaling_flush(s));
-    if (s->rule != FL_SCALE_DELAYED) return FL_OK;
-    if (s->history[0] == 0.0f) return FL_OK;     /* the role did not run this step */
-    if (s->updates % s->interval == 0) {
-        float amax = fl_scaling_amax(s);
-        if (amax > 0.0f && isfinite(amax)) {
-            s->scale = fl_scale_for(amax, s->fmt, s->margin, s->pow2, s->scale);
-            s->scale_inv = 1.0f / s->scale;
-        }
-    }
-    s->updates++;
-    if (s->hist_len > 1) memmove(s->history + 1, s->history, (size_t)(s->hist_len - 1) * sizeof(float));
-    s->history[0] = 0.0f;
-    return FL_OK;
 }

@@ -1,30 +1,11 @@
-/* rng.c — Philox4x32-10 (Salmon et al., Random123 constants): counter-based, so any block of the
+/* rng.c — the Philox4x32-10 generator (core/philox.h): counter-based, so any block of the
  * stream can be computed independently and the same seed gives the same numbers everywhere. */
 #include "rng.h"
+#include "philox.h"
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-/* 128-bit counter = (counter_lo, counter_hi, 0, 0), 64-bit key = seed. */
-void fl_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
-}
+/* 128-bit counter = (counter_lo, counter_hi, 0, 0), 64-bit key = seed (philox.h). */
+void fl_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]) { fl_philox4x32_10(key, counter, out); }
 
 void fl_rng_seed(fl_rng *r, uint64_t seed) { r->seed = seed; r->counter = 0; }
 

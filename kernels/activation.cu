@@ -14,6 +14,7 @@
  * |gpu − cpu| ≤ 1e-6·(1 + |x|) (tests/c/test_gpu_nn.c). The element functions are __host__ __device__;
  * the fl_cuda_nn_*_host functions at the end run them on the host for tests without a GPU. */
 #include "cuda_common.cuh"
+#include "philox.h"
 #include "fl_cuda_host.h"
 #include "cuda_entries.h"
 
@@ -68,24 +69,6 @@ FL_HD float act_bwd_elem(int kind, float x, float dy) {
     return kind == FL_ACT_RELU ? relu_bwd(x, dy) : kind == FL_ACT_GELU ? gelu_bwd(x, dy) : gelu_tanh_bwd(x, dy);
 }
 
-/* Philox4x32-10 exactly as core/rng.c fl_philox4x32: counter (lo, hi, 0, 0), key = seed. */
-FL_HD void philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
-}
-
 /* What fl_cpu_dropout_fwd/_bwd derive from p on the host: mode 0 identity (p ≤ 0 or NaN), 1 all
  * dropped (p ≥ 1), 2 random; thr = ⌊p·2^24⌋; scale = 1/(1−p) (forward), and the backward's scale. */
 struct DropoutParams {
@@ -117,7 +100,7 @@ FL_HD void dropout_block(const float *x, float *y, uint8_t *mask, int64_t n, int
         return;
     }
     uint32_t w[4];
-    philox4x32(seed, offset + (uint64_t)b, w);
+    fl_philox4x32_10(seed, offset + (uint64_t)b, w);
     for (int64_t j = 0; j < 4 && i0 + j < n; j++) {
         uint8_t keep = (w[j] >> 8) >= d.thr;
         mask[i0 + j] = keep;
@@ -251,7 +234,7 @@ extern "C" fl_status fl_cuda_dev_bias_add(float *y, const float *b, int64_t rows
 /* ---- the same element code on the host (tests/c/test_gpu_nn.c) ------------------------------------- */
 
 extern "C" void fl_cuda_nn_philox_host(uint64_t key, uint64_t counter, uint32_t out[4]) {
-    philox4x32(key, counter, out);
+    fl_philox4x32_10(key, counter, out);
 }
 
 extern "C" float fl_cuda_expf_host(float x) { return fl_cu_expf(x); }

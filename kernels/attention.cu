@@ -103,7 +103,7 @@ __device__ __forceinline__ int64_t warp_max_i64(int64_t v) {
  * while the row is still in cache, instead of a separate pass over the whole matrix. */
 __device__ __forceinline__ void row_bf16(const float *v, uint16_t *out16, int64_t T, int lane) {
     if (out16)
-        for (int64_t j = lane; j < T; j += kWarp) out16[j] = f32_to_bf16_rne(v[j]);
+        for (int64_t j = lane; j < T; j += kWarp) out16[j] = fl_f32_to_bf16_bits(v[j]);
 }
 
 /* att holds S = Q·Kᵀ for rows·T entries (rows = B·H·T); softmax in place (and its bf16 copy into p16 when
@@ -195,7 +195,7 @@ fl_status bgemm(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, Opn
 
 __global__ void __launch_bounds__(kThreads) to_bf16_kernel(const float *x, uint16_t *y, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = f32_to_bf16_rne(x[i]);
+        y[i] = fl_f32_to_bf16_bits(x[i]);
 }
 
 /* The GEMM operands of one call: each fp32 array as it is, or (bf16 mode) its RNE bf16 copy in scratch. */

@@ -11,10 +11,6 @@
  * tests/c/test_gpu_fp8.c. */
 #include "cuda_common.cuh"
 
-extern "C" {
-#include "recipe.h"
-}
-
 namespace {
 
 constexpr int kThreads = 256, kTile = 64, kPitch = kTile + 4;   /* pitch: rows stay 4-byte aligned */
@@ -25,7 +21,7 @@ __device__ __forceinline__ float row_scale(const float *scale, const float *row_
                                            int margin, bool pow2) {
     if (!ROWWISE) return *scale;
     float a = row_amax[r];
-    return fl_cu_scale_for(a > FL_AMAX_FLOOR ? a : FL_AMAX_FLOOR, fmt_max, margin, pow2, 1.0f);
+    return fl_amax_to_scale_current(a, fmt_max, margin, pow2);
 }
 
 template <int SRC, int FMT, bool ROWWISE>
@@ -146,7 +142,7 @@ row_amax_kernel(const typename SrcT<SRC>::T *__restrict__ src, int64_t rows, int
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         if (lane == 0) {
             row_amax[r] = m;
-            float s = fl_cu_scale_for(m > FL_AMAX_FLOOR ? m : FL_AMAX_FLOOR, fmt_max, margin, pow2, 1.0f);
+            float s = fl_amax_to_scale_current(m, fmt_max, margin, pow2);
             scale_inv[r] = fl_fdiv(1.0f, s);
         }
     }

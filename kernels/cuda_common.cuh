@@ -1,13 +1,14 @@
 /* cuda_common.cuh — device helpers shared by the kernels/*.cu files (nvcc only): source-element
  * decode, FP8 format traits, the per-thread cast accumulators (amax + counters) with their warp and
- * block reductions, bit-exact fp32 -> bf16/fp16 rounding, the recipe scale rule of core/recipe.c as
- * __host__ __device__ code, and fp32 arithmetic that the compiler may not contract into FMAs (so
+ * block reductions, bit-exact fp32 -> bf16/fp16 rounding (the scale rule comes from core/scale_rule.h), and fp32 arithmetic that the compiler may not contract into FMAs (so
  * optimizer updates round exactly as core/optim.c does on the CPU). */
 #ifndef FL_CUDA_COMMON_CUH
 #define FL_CUDA_COMMON_CUH
 
 #include "fl_cuda.h"
 #include "fp8_cvt.h"
+#include "scale_rule.h"
+#include "half_cvt.h"
 #include <cuda_fp16.h>
 #include <float.h>
 #include <math.h>
@@ -102,46 +103,6 @@ FL_HD float fl_cu_expf(float x) {
     return x != x ? x : y;
 }
 
-/* The scale a recipe derives from an amax (core/recipe.c fl_scale_for with core/format.c
- * fl_scale_from_amax): fmt_max·2^-margin/amax in fp32, as (fmt_max/amax)/2^margin; or, with pow2,
- * 2^(floor(log2(fmt_max/amax)) − margin) from the binary exponent of the double quotient, clamped to
- * a normal fp32; `fallback` for a NaN, infinite or non-positive amax; FLT_MAX for an infinite result. */
-FL_HD float fl_cu_scale_for(float amax, float fmt_max, int margin, bool pow2, float fallback) {
-    if (!(amax > 0.0f) || !isfinite(amax)) return fallback;
-    if (!pow2) {
-        float s = fl_fdiv(fl_fdiv(fmt_max, amax), ldexpf(1.0f, margin));
-        return isinf(s) ? FLT_MAX : s;
-    }
-    int e;
-    (void)frexp((double)fmt_max / (double)amax, &e);   /* r = f·2^e, f in [0.5, 1): floor(log2 r) = e − 1 */
-    int ex = e - 1 - margin;
-    if (ex > 127) return FLT_MAX;
-    if (ex < -126) ex = -126;
-    return ldexpf(1.0f, ex);
-}
-
-/* fp32 -> fp16 bits exactly as core/format.c fl_f32_to_f16: RNE, overflow to inf, NaN keeps the top
- * payload bits with the quiet bit set. */
-FL_HD uint16_t fl_f32_to_f16_bits(float x) {
-    uint32_t u = fl_f2u(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) {
-        uint32_t rnd = a + 0xfffu + ((a >> 13) & 1u);
-        return (uint16_t)(sign | ((rnd >> 13) - (112u << 10)));
-    }
-    /* subnormal: spacing 2^-24; adding 0.5 (2^-1) leaves the rounded count in the low mantissa bits */
-    return (uint16_t)(sign | (fl_f2u(fl_fadd(fl_u2f(a), 0.5f)) - 0x3f000000u));
-}
-
-/* fp16 bits -> fp32, exact. */
-FL_HD float fl_f16_bits_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) return fl_u2f(sign | 0x7f800000u | (m << 13));
-    if (e == 0) return fl_u2f(sign | fl_f2u((float)m * 0x1p-24f));
-    return fl_u2f(sign | ((e + 112u) << 23) | (m << 13));
-}
-
 namespace {
 
 template <int SRC> struct SrcT;            /* element type and its decode to fp32 */
@@ -151,7 +112,7 @@ template <> struct SrcT<FL_F32> {
 };
 template <> struct SrcT<FL_BF16> {
     typedef uint16_t T;
-    static __device__ __forceinline__ float f(T v) { return __uint_as_float((uint32_t)v << 16); }
+    static __device__ __forceinline__ float f(T v) { return fl_bf16_bits_to_f32(v); }
 };
 template <> struct SrcT<FL_F16> {
     typedef uint16_t T;
@@ -217,12 +178,6 @@ __device__ __forceinline__ void flush(const Acc &a, fl_cuda_qstats *st) {
     if (a.underflow) atomicAdd(&st->underflow, a.underflow);
     if (a.saturated) atomicAdd(&st->saturated, a.saturated);
     if (a.nan) atomicAdd(&st->nan, a.nan);
-}
-
-__device__ __forceinline__ uint16_t f32_to_bf16_rne(float v) {
-    uint32_t u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);   /* quiet NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 /* Block-wide max of non-negative floats (NaN operands dropped); valid in every thread. */

@@ -39,22 +39,7 @@ enum Kind { K_COPY_BYTES = 0, K_CONVERT, K_BINARY, K_SCALAR, K_UNARY };
 
 /* ---- element codecs, bit-exact with core/format.c ------------------------------------------------ */
 
-FL_HD float ew_bf16_to_f32(uint16_t h) { return fl_u2f((uint32_t)h << 16); }
-
-/* RNE; NaN keeps its top payload bits with the quiet bit set; overflow rounds to inf. */
-FL_HD uint16_t ew_f32_to_bf16(float x) {
-    uint32_t u = fl_f2u(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* fl_f16_to_f32: exact; a NaN gets the quiet bit and keeps its payload (F16C's VCVTPH2PS does the same). */
-FL_HD float ew_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) return fl_u2f(sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u));
-    if (e == 0) return fl_u2f(sign | fl_f2u((float)m * 0x1p-24f));   /* exact: m < 2^10 */
-    return fl_u2f(sign | ((e + 112u) << 23) | (m << 13));
-}
+/* bf16/fp16 codecs: core/half_cvt.h (the host's, bit for bit). */
 
 template <int D> struct Codec;
 template <> struct Codec<FL_F32> {
@@ -64,12 +49,12 @@ template <> struct Codec<FL_F32> {
 };
 template <> struct Codec<FL_BF16> {
     typedef uint16_t T;
-    static FL_HD float dec(T v) { return ew_bf16_to_f32(v); }
-    static FL_HD T enc(float x) { return ew_f32_to_bf16(x); }
+    static FL_HD float dec(T v) { return fl_bf16_bits_to_f32(v); }
+    static FL_HD T enc(float x) { return fl_f32_to_bf16_bits(x); }
 };
 template <> struct Codec<FL_F16> {
     typedef uint16_t T;
-    static FL_HD float dec(T v) { return ew_f16_to_f32(v); }
+    static FL_HD float dec(T v) { return fl_f16_bits_to_f32(v); }
     static FL_HD T enc(float x) { return fl_f32_to_f16_bits(x); }
 };
 
@@ -82,8 +67,8 @@ FL_HD uint8_t ew_f32_to_fp8(float x, int dt) {
 FL_HD float ew_load(const char *base, int dt, int64_t off) {
     switch (dt) {
     case FL_F32: return reinterpret_cast<const float *>(base)[off];
-    case FL_BF16: return ew_bf16_to_f32(reinterpret_cast<const uint16_t *>(base)[off]);
-    case FL_F16: return ew_f16_to_f32(reinterpret_cast<const uint16_t *>(base)[off]);
+    case FL_BF16: return fl_bf16_bits_to_f32(reinterpret_cast<const uint16_t *>(base)[off]);
+    case FL_F16: return fl_f16_bits_to_f32(reinterpret_cast<const uint16_t *>(base)[off]);
     case FL_E4M3: return fl_dec_fp8<3, 7>(reinterpret_cast<const uint8_t *>(base)[off]);
     default: return fl_dec_fp8<2, 15>(reinterpret_cast<const uint8_t *>(base)[off]);
     }
@@ -93,7 +78,7 @@ FL_HD float ew_load(const char *base, int dt, int64_t off) {
 FL_HD void ew_store(char *base, int dt, int64_t off, float v) {
     switch (dt) {
     case FL_F32: reinterpret_cast<float *>(base)[off] = v; break;
-    case FL_BF16: reinterpret_cast<uint16_t *>(base)[off] = ew_f32_to_bf16(v); break;
+    case FL_BF16: reinterpret_cast<uint16_t *>(base)[off] = fl_f32_to_bf16_bits(v); break;
     case FL_F16: reinterpret_cast<uint16_t *>(base)[off] = fl_f32_to_f16_bits(v); break;
     default: reinterpret_cast<uint8_t *>(base)[off] = ew_f32_to_fp8(v, dt); break;
     }
@@ -398,7 +383,7 @@ fl_status fill_impl(fl_tensor *dst, double value, bool host) {
     uint32_t bits;
     switch (dst->dtype) {
     case FL_F32: bits = fl_f2u(f); break;
-    case FL_BF16: bits = ew_f32_to_bf16(f); break;
+    case FL_BF16: bits = fl_f32_to_bf16_bits(f); break;
     case FL_F16: bits = fl_f32_to_f16_bits(f); break;
     default: bits = ew_f32_to_fp8(f, dst->dtype); break;   /* saturating, as the CPU's fill */
     }
@@ -496,5 +481,5 @@ extern "C" fl_status fl_cuda_binary_scalar_host(fl_binop op, fl_tensor *dst, con
 extern "C" fl_status fl_cuda_unary_host(fl_unop op, fl_tensor *dst, const fl_tensor *a) {
     return unary_impl(op, dst, a, true);
 }
-extern "C" uint16_t fl_cuda_f32_to_bf16_host(float x) { return ew_f32_to_bf16(x); }
-extern "C" float fl_cuda_f16_to_f32_host(uint16_t h) { return ew_f16_to_f32(h); }
+extern "C" uint16_t fl_cuda_f32_to_bf16_host(float x) { return fl_f32_to_bf16_bits(x); }
+extern "C" float fl_cuda_f16_to_f32_host(uint16_t h) { return fl_f16_bits_to_f32(h); }

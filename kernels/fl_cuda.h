@@ -39,8 +39,8 @@ int fl_cuda_sm_count(void);
  * be NULL (amax and counters only). */
 fl_status cuda_quantize(const void *src, fl_dtype src_dt, uint8_t *dst, size_t n, fl_dtype fmt,
                         float scale, const float *dscale, fl_overflow p, fl_cuda_qstats *stats, cudaStream_t stream);
-/* n scales and their inverses on the device: scale[i] = the current rule (recipe.h fl_scale_for of
- * max(amax, FL_AMAX_FLOOR), fmt's max, margin, pow2) of amax_bits[i] (float bits); without amax_bits,
+/* n scales and their inverses on the device: scale[i] = the current rule (core/scale_rule.h
+ * fl_amax_to_scale_current with fmt's max, margin, pow2) of amax_bits[i] (float bits); without amax_bits,
  * given[i] (device), or `value` when given is NULL too; scale_inv[i] = 1/scale[i] (IEEE division, as the
  * host computes it). scale may be NULL. */
 fl_status cuda_scales(size_t n, const unsigned int *amax_bits, const float *given, float value, fl_dtype fmt,

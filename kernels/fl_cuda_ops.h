@@ -1,6 +1,5 @@
 /* fl_cuda_ops.h — the FP8 kernels of the CUDA backend as plain C (device pointers, sizes, a stream;
- * no CUDA headers): fused cast + transpose + amax (cast_transpose.cu), the delayed-scaling update of
- * all roles in one launch (recipe_update.cu), AdamW and MS-AMP's low-bit Adam (optim.cu), and the
+ * no CUDA headers): fused cast + transpose + amax (cast_transpose.cu), AdamW and MS-AMP's low-bit Adam (optim.cu), and the
  * cuBLASLt GEMMs (gemm_lt.h). For core/, tests and benchmarks; linked only with FL_HAVE_CUDA.
  * Every launcher checks its arguments before touching the GPU (so a bad call fails the same way with
  * or without one), takes a stream (NULL: fp8lab's stream) and checks the launch. Results are
@@ -40,7 +39,7 @@ fl_status fl_cuda_cast_transpose(const void *src, fl_dtype src_dt, int64_t rows,
                                  const float *scale, float *scale_inv, uint8_t *out, uint8_t *out_t,
                                  fl_cuda_qstats *stats, float *record_amax, fl_cuda_stream_t stream);
 /* Per row (torchao rowwise, current scaling): row_amax[r] = max |src[r][:]| (NaN ignored), the row's
- * scale s_r = the recipe rule (recipe.h fl_scale_for) of max(row_amax[r], FL_AMAX_FLOOR) with the
+ * scale s_r = the current rule (core/scale_rule.h fl_amax_to_scale_current) of row_amax[r] with the
  * format's max, margin and pow2, scale_inv[r] = 1/s_r; out and out_t as above with s_r per source row
  * (so out_t carries one scale per column). row_amax and scale_inv: rows device floats. Two launches
  * (row amax, then the cast), so the source is read twice. */
@@ -48,29 +47,6 @@ fl_status fl_cuda_cast_transpose_rowwise(const void *src, fl_dtype src_dt, int64
                                          fl_dtype fmt, int margin, bool pow2, float *row_amax, float *scale_inv,
                                          uint8_t *out, uint8_t *out_t, fl_cuda_qstats *stats,
                                          fl_cuda_stream_t stream);
-
-/* ---- recipe_update.cu -------------------------------------------------------------------------
- * One delayed-scaling role (recipe.h fl_scaling). Pointers are device memory; the other fields are
- * read by the kernel from the descriptor array, which itself lives in device memory. */
-typedef struct {
-    float *history;        /* [hist_len]; history[0] = this step's amax (0: the role did not run) */
-    float *scale;          /* 1 float */
-    float *scale_inv;      /* 1 float */
-    long long *updates;    /* 1 counter: updates that rolled the ring (fl_scaling.updates) */
-    int hist_len;          /* >= 1 */
-    int margin;            /* 0..64 */
-    int algo;              /* fl_amax_algo: FL_AMAX_MOST_RECENT or FL_AMAX_MAX */
-    int interval;          /* >= 1 */
-    float fmt_max;         /* the format's max finite: 448 (E4M3), 57344 (E5M2) */
-    int pow2;              /* MS-AMP: power-of-two scales */
-} fl_cuda_scaling_desc;
-
-/* fl_scaling_update (core/recipe.c) on n roles in one launch (one block per role): if history[0] != 0,
- * every interval-th update derives amax (max over the history, NaN if any entry is, or history[0]),
- * replaces scale (and scale_inv = 1/scale) only for a finite positive amax (an infinite scale becomes
- * FLT_MAX), then rolls the ring (oldest entry drops, slot 0 cleared) and counts the update. descs:
- * n descriptors in device memory. Only delayed-rule roles belong here. */
-fl_status fl_cuda_recipe_update(const fl_cuda_scaling_desc *descs, int n, fl_cuda_stream_t stream);
 
 /* ---- optim.cu ---------------------------------------------------------------------------------
  * AdamW (PyTorch's, core/optim.h fl_adamw_step), fp32 p/g/m/v of n elements, one grid-stride pass;
@@ -101,10 +77,7 @@ fl_status fl_cuda_msamp_adamw(const fl_cuda_msamp_args *a, unsigned int *work, f
 /* ---- host runs of the device code -------------------------------------------------------------
  * The rules above are __host__ __device__ functions; these run them on the host over host memory
  * (sequentially, same per-element code), so tests can check them against core/ without a GPU. */
-float fl_cuda_scale_rule_host(float amax, float fmt_max, int margin, bool pow2, float fallback);
 uint16_t fl_cuda_f32_to_f16_host(float x);
-/* descs point at host memory here. */
-void fl_cuda_recipe_update_host(const fl_cuda_scaling_desc *descs, int n);
 fl_status fl_cuda_adamw_host(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
                              double beta2, double eps, double weight_decay, int64_t step);
 fl_status fl_cuda_msamp_adamw_host(const fl_cuda_msamp_args *a);

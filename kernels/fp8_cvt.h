@@ -1,12 +1,13 @@
 /* fp8_cvt.h — fp32 <-> E4M3/E5M2 for device (and host, for tests), C++ templates for nvcc only, by integer bit manipulation
  * so it is bit-exact with core/format.c: round to nearest even, subnormals, signed zero,
- * saturate or IEEE overflow (FP8-SPEC §1). */
+ * saturate or IEEE overflow (docs/fp8-spec.md §1). */
 #ifndef FL_FP8_CVT_H
 #define FL_FP8_CVT_H
 
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include "half_cvt.h"
 
 #if defined(__CUDACC__)
 #define FL_HD __host__ __device__ __forceinline__
@@ -14,20 +15,7 @@
 #define FL_HD static inline
 #endif
 
-FL_HD uint32_t fl_f2u(float x) {
-#if defined(__CUDA_ARCH__)
-    return __float_as_uint(x);
-#else
-    uint32_t u; memcpy(&u, &x, 4); return u;
-#endif
-}
-FL_HD float fl_u2f(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-    return __uint_as_float(u);
-#else
-    float x; memcpy(&x, &u, 4); return x;
-#endif
-}
+/* fl_f2u / fl_u2f: core/half_cvt.h. */
 
 /* Format constants. E4M3 (OCP E4M3FN): bias 7, 3 mantissa bits, largest finite code 0x7e (448),
  * no infinity, NaN S.1111.111. E5M2: bias 15, 2 mantissa bits, largest finite 0x7b (57344),

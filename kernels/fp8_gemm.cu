@@ -6,7 +6,7 @@
  * coalesced loads and stores). Scales: per tensor on both sides → cuBLASLt's alpha (a_scale_inv ·
  * b_scale_inv) and its bias epilogue (or gemm_lt's bias pass); a per-row sa or per-column sb → the GEMM
  * runs with unit scales and one epilogue pass applies acc·(sa[m]·sb[n]) + bias[n] — the CPU's expression
- * (core/fp8_linear.c gemm_scaled), separately rounded. Where the FP8 GEMM cannot run (k or n not multiples
+ * (core/cpu/cpu_fp8_gemm.c, the scale pass of fl_cpu_fp8_gemm), separately rounded. Where the FP8 GEMM cannot run (k or n not multiples
  * of 16, an unaligned operand, e5m2 × e5m2, a GPU below sm_89, or cuBLASLt refusing it) both operands are
  * decoded exactly to bf16 (K-major) and multiplied by a bf16 GEMM with fp32 accumulation — the same exact
  * products — followed by the same epilogue. b_cache keeps what was derived from b's bytes: its K-major
@@ -127,10 +127,10 @@ struct Epi {
 FL_HD float bias_at(const void *bias, int dt, int64_t n) {
     if (dt == FL_F32) return static_cast<const float *>(bias)[n];
     const uint16_t h = static_cast<const uint16_t *>(bias)[n];
-    return dt == FL_BF16 ? fl_u2f((uint32_t)h << 16) : fl_f16_bits_to_f32(h);
+    return dt == FL_BF16 ? fl_bf16_bits_to_f32(h) : fl_f16_bits_to_f32(h);
 }
 
-/* Element idx of a [., N] row-major d, as core/fp8_linear.c gemm_scaled rounds it: acc·(ra·sb) (+ bias). */
+/* Element idx of a [., N] row-major d, as core/cpu/cpu_fp8_gemm.c's scale pass rounds it: acc·(ra·sb) (+ bias). */
 FL_HD void epi_at(float *d, int64_t idx, int64_t N, const Epi &e) {
     const int64_t m = idx / N, n = idx % N;
     const float r = fl_fmul(d[idx], fl_fmul(e.sa[e.a_vec ? m : 0], e.sb[e.b_vec ? n : 0]));

@@ -128,7 +128,7 @@ extern "C" void fl_cuda_gemm_args_init(fl_cuda_gemm_args *a, int64_t m, int64_t 
     a->a_dtype = a->b_dtype = a->d_dtype = a->bias_dtype = FL_F32;
 }
 
-#if __has_include(<cublasLt.h>)
+#ifdef FL_HAVE_CUBLASLT   /* the Makefile's probe: cublasLt.h compiles with nvcc */
 #include <cublasLt.h>
 #include <dlfcn.h>
 
@@ -403,18 +403,18 @@ __global__ void __launch_bounds__(kThreads) gemm_epilogue_kernel(void *d, int64_
         int64_t r = i / n, c = i % n, at = r * ldd + c;
         float x;
         if (DT == FL_F32) x = static_cast<float *>(d)[at];
-        else if (DT == FL_BF16) x = __uint_as_float((uint32_t)static_cast<uint16_t *>(d)[at] << 16);
+        else if (DT == FL_BF16) x = fl_bf16_bits_to_f32(static_cast<uint16_t *>(d)[at]);
         else x = fl_f16_bits_to_f32(static_cast<uint16_t *>(d)[at]);
         if (bias) {
             float b = bias_dt == FL_F32 ? static_cast<const float *>(bias)[c]
-                    : bias_dt == FL_BF16 ? __uint_as_float((uint32_t)static_cast<const uint16_t *>(bias)[c] << 16)
+                    : bias_dt == FL_BF16 ? fl_bf16_bits_to_f32(static_cast<const uint16_t *>(bias)[c])
                                          : fl_f16_bits_to_f32(static_cast<const uint16_t *>(bias)[c]);
             x = fl_fadd(x, b);
             if (DT == FL_F32) static_cast<float *>(d)[at] = x;
             else if (DT == FL_BF16) {
-                uint16_t h = f32_to_bf16_rne(x);
+                uint16_t h = fl_f32_to_bf16_bits(x);
                 static_cast<uint16_t *>(d)[at] = h;
-                x = __uint_as_float((uint32_t)h << 16);
+                x = fl_bf16_bits_to_f32(h);
             } else {
                 uint16_t h = fl_f32_to_f16_bits(x);
                 static_cast<uint16_t *>(d)[at] = h;

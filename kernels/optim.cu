@@ -16,10 +16,6 @@
 #include "fl_cuda_host.h"
 #include "cuda_entries.h"
 
-extern "C" {
-#include "recipe.h"
-}
-
 namespace {
 
 constexpr int kThreads = 256;
@@ -176,7 +172,7 @@ FL_HD float msamp_write(const MsampView &c, size_t i, const AdamScalars &s, floa
 }
 
 FL_HD float pow2_scale(float amax, float fmt_max) {
-    return fl_cu_scale_for(amax > FL_AMAX_FLOOR ? amax : FL_AMAX_FLOOR, fmt_max, 0, true, 1.0f);
+    return fl_amax_to_scale_current(amax, fmt_max, 0, true);
 }
 
 /* work words: 0 m amax bits, 1 v amax bits, 2 ms, 3 vs, 4 p amax bits, 5 ps (6, 7 spare) */
@@ -418,6 +414,8 @@ extern "C" fl_status fl_cuda_sgd_host(float *p, const float *g, float *buf, int6
     for (int64_t i = 0; i < n; i++) sgd_elem(p, g, buf, (size_t)i, s);
     return FL_OK;
 }
+
+extern "C" uint16_t fl_cuda_f32_to_f16_host(float x) { return fl_f32_to_f16_bits(x); }
 
 extern "C" fl_status fl_cuda_adamw_host(float *p, const float *g, float *m, float *v, size_t n, double lr,
                                         double beta1, double beta2, double eps, double weight_decay, int64_t step) {

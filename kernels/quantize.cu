@@ -8,10 +8,6 @@
  * Tolerance: bit-exact with the CPU (bytes, amax and counters); tests/c/test_gpu_quantize.c. */
 #include "cuda_common.cuh"
 
-extern "C" {
-#include "recipe.h"
-}
-
 namespace {
 
 constexpr int kThreads = 256;
@@ -84,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const typename 
 }
 
 /* scale[i] (when scale is non-NULL) and scale_inv[i] = 1/scale for i < n: from amax_bits[i] by the
- * current rule (fl_scale_for of max(amax, FL_AMAX_FLOOR)), or given[i], or value. */
+ * current rule (scale_rule.h fl_amax_to_scale_current), or given[i], or value. */
 __global__ void __launch_bounds__(kThreads) scales_kernel(size_t n, const unsigned int *amax_bits, const float *given,
                                                           float value, float fmt_max, int margin, bool pow2, float *scale,
                                                           float *scale_inv) {
@@ -92,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) scales_kernel(size_t n, const unsign
         float s;
         if (amax_bits) {
             float a = __uint_as_float(amax_bits[i]);
-            s = fl_cu_scale_for(a > FL_AMAX_FLOOR ? a : FL_AMAX_FLOOR, fmt_max, margin, pow2, 1.0f);
+            s = fl_amax_to_scale_current(a, fmt_max, margin, pow2);
         } else {
             s = given ? given[i] : value;
         }
@@ -111,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const uint8_t *q, 
         float s = len == 1 ? s0 : scale_inv[(i / inner) % len];
         float v = fl_dec_fp8<F::M, F::B>(q[i]) * s;
         if (DST == FL_F32) static_cast<float *>(dst)[i] = v;
-        else if (DST == FL_BF16) static_cast<uint16_t *>(dst)[i] = f32_to_bf16_rne(v);
+        else if (DST == FL_BF16) static_cast<uint16_t *>(dst)[i] = fl_f32_to_bf16_bits(v);
         else {
             uint16_t h = __half_as_ushort(__float2half_rn(v));
             if (v != v) h = (uint16_t)(((__float_as_uint(v) >> 16) & 0x8000u) | 0x7e00u);

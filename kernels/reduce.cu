@@ -59,22 +59,10 @@ FL_HD double r_ddiv(double a, double b) {
 
 /* ---- codecs (core/format.c's) -------------------------------------------------------------------- */
 
-FL_HD float rd_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) return fl_u2f(sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u));
-    if (e == 0) return fl_u2f(sign | fl_f2u((float)m * 0x1p-24f));
-    return fl_u2f(sign | ((e + 112u) << 23) | (m << 13));
-}
-FL_HD uint16_t rd_f32_to_bf16(float x) {
-    uint32_t u = fl_f2u(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 template <int D> struct Dec;
 template <> struct Dec<FL_F32> { typedef float T; static FL_HD float f(T v) { return v; } };
-template <> struct Dec<FL_BF16> { typedef uint16_t T; static FL_HD float f(T v) { return fl_u2f((uint32_t)v << 16); } };
-template <> struct Dec<FL_F16> { typedef uint16_t T; static FL_HD float f(T v) { return rd_f16_to_f32(v); } };
+template <> struct Dec<FL_BF16> { typedef uint16_t T; static FL_HD float f(T v) { return fl_bf16_bits_to_f32(v); } };
+template <> struct Dec<FL_F16> { typedef uint16_t T; static FL_HD float f(T v) { return fl_f16_bits_to_f32(v); } };
 template <> struct Dec<FL_E4M3> { typedef uint8_t T; static FL_HD float f(T v) { return fl_dec_fp8<3, 7>(v); } };
 template <> struct Dec<FL_E5M2> { typedef uint8_t T; static FL_HD float f(T v) { return fl_dec_fp8<2, 15>(v); } };
 
@@ -82,7 +70,7 @@ FL_HD void rd_store(char *base, int dt, int64_t off, float v) {
     bool over;
     switch (dt) {
     case FL_F32: reinterpret_cast<float *>(base)[off] = v; break;
-    case FL_BF16: reinterpret_cast<uint16_t *>(base)[off] = rd_f32_to_bf16(v); break;
+    case FL_BF16: reinterpret_cast<uint16_t *>(base)[off] = fl_f32_to_bf16_bits(v); break;
     case FL_F16: reinterpret_cast<uint16_t *>(base)[off] = fl_f32_to_f16_bits(v); break;
     case FL_E4M3: reinterpret_cast<uint8_t *>(base)[off] = fl_cvt_fp8<3, 7>(v, false, &over); break;
     default: reinterpret_cast<uint8_t *>(base)[off] = fl_cvt_fp8<2, 15>(v, false, &over); break;

@@ -1,10 +1,9 @@
 /* l_cuda.c — the fp8.cuda table: is_built, is_available, device_count, synchronize and the memory
- * counters. Talks to the GPU only through kernels/cuda_api.h; without FL_HAVE_CUDA it answers "no". */
+ * counters. Talks to the GPU only through the core's device interface (core/device.h); without
+ * FL_HAVE_CUDA it answers "no". */
 #include <lauxlib.h>
 #include <lua.h>
-#ifdef FL_HAVE_CUDA
-#include "../kernels/cuda_api.h"
-#endif
+#include "device.h"
 
 int luaopen_fp8_cuda(lua_State *L);
 
@@ -22,42 +21,42 @@ static int l_is_built(lua_State *L) {
 /* Quiet: a question, not a request for the GPU; the CPU-fallback notice comes when a tensor or
  * synchronize() actually asks for the cuda device. */
 static int l_is_available(lua_State *L) {
-    lua_pushboolean(L, fl_cuda_device_count() > 0);
+    lua_pushboolean(L, fl_device_count(FL_DEV_CUDA) > 0);
     return 1;
 }
 static int l_device_count(lua_State *L) {
-    lua_pushinteger(L, fl_cuda_device_count());
+    lua_pushinteger(L, fl_device_count(FL_DEV_CUDA));
     return 1;
 }
 static int l_synchronize(lua_State *L) {
-    if (fl_cuda_synchronize() != FL_OK) return luaL_error(L, "%s", fl_last_error_detail());
+    if (fl_device_synchronize(FL_DEV_CUDA) != FL_OK) return luaL_error(L, "%s", fl_last_error_detail());
     return 0;
 }
 /* Byte counts are exact integers in Lua 5.4. Before the device is used they are 0. */
 static int l_memory_allocated(lua_State *L) {
-    lua_pushinteger(L, (lua_Integer)fl_cuda_memory_allocated());
+    lua_pushinteger(L, (lua_Integer)fl_device_memory_allocated(FL_DEV_CUDA));
     return 1;
 }
 static int l_max_memory_allocated(lua_State *L) {
-    lua_pushinteger(L, (lua_Integer)fl_cuda_max_memory_allocated());
+    lua_pushinteger(L, (lua_Integer)fl_device_max_memory_allocated(FL_DEV_CUDA));
     return 1;
 }
 static int l_reset_peak_memory_stats(lua_State *L) {
-    fl_cuda_reset_peak_memory();
+    fl_device_reset_peak_memory(FL_DEV_CUDA);
     return 0;
 }
 static int l_memory_reserved(lua_State *L) {
-    lua_pushinteger(L, (lua_Integer)fl_cuda_memory_reserved());
+    lua_pushinteger(L, (lua_Integer)fl_device_memory_reserved(FL_DEV_CUDA));
     return 1;
 }
 static int l_empty_cache(lua_State *L) {
-    fl_cuda_empty_cache();
+    fl_device_empty_cache(FL_DEV_CUDA);
     return 0;
 }
 /* Why the GPU is unusable, or nil when it is usable (or not probed yet). */
 static int l_unavailable_reason(lua_State *L) {
-    if (fl_cuda_device_count() > 0) { lua_pushnil(L); return 1; }
-    const char *r = fl_cuda_unavailable_reason();
+    if (fl_device_count(FL_DEV_CUDA) > 0) { lua_pushnil(L); return 1; }
+    const char *r = fl_device_probe_reason(FL_DEV_CUDA);
     if (r[0]) lua_pushstring(L, r); else lua_pushnil(L);
     return 1;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "l_util.h"
 #include "fp8_linear.h"
+#include "recipe.h"
 #include "optim.h"
 #include "dist_amax.h"
 
@@ -65,7 +66,7 @@ static const char *opt_choice(lua_State *L, int t, const char *k, const char *de
 }
 
 /* One role from the table at index t: {format=, rule="delayed"|"current", pow2=, margin=, algo=,
- * history=, interval=}. */
+ * amax_history_len=, interval=}. */
 static void role_from(lua_State *L, int t, const char *name, fl_scaling *s, fl_dtype def_fmt) {
     char where[64];
     snprintf(where, sizeof where, "FP8 layer role %s", name);
@@ -81,11 +82,11 @@ static void role_from(lua_State *L, int t, const char *name, fl_scaling *s, fl_d
     const char *algo = opt_choice(L, r, "algo", "most_recent", algos, where);
     bool pow2 = opt_bool(L, r, "pow2", false, where);
     int margin = opt_int(L, r, "margin", 0, 0, 64, where);
-    int hist = opt_int(L, r, "history", 1, 1, FL_HISTORY_MAX, where);
+    int amax_history_len = opt_int(L, r, "amax_history_len", 1, 1, FL_HISTORY_MAX, where);
     int interval = opt_int(L, r, "interval", 1, 1, 1 << 30, where);
     fl_lcheck(L, fl_scaling_init(s, strcmp(fmt, "e5m2") == 0 ? FL_E5M2 : FL_E4M3,
                                  strcmp(rule, "current") == 0 ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, pow2, margin,
-                                 strcmp(algo, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT, hist, interval));
+                                 strcmp(algo, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT, amax_history_len, interval));
     lua_settop(L, top);
 }
 
@@ -114,14 +115,75 @@ static int l_layer_new(lua_State *L) {
     memset(roles, 0, sizeof roles);
     /* A Lua error inside role_from would leak the roles made so far; they are small, and errors here
      * come from the recipe module's own tables, validated before. Free on the C error path. */
-    role_from(L, 1, "input", &roles[0], FL_E4M3);
-    role_from(L, 1, "weight", &roles[1], FL_E4M3);
-    role_from(L, 1, "grad", &roles[2], FL_E5M2);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_INPUT], &roles[FL_ROLE_INPUT], FL_E4M3);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_WEIGHT], &roles[FL_ROLE_WEIGHT], FL_E4M3);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_GRAD], &roles[FL_ROLE_GRAD], FL_E5M2);
     fl_status st = fl_fp8_layer_new(&b->l, roles, hp, strcmp(gran, "rowwise") == 0 ? FL_GRAN_ROWWISE
                                                      : strcmp(gran, "tensor") == 0 ? FL_GRAN_TENSOR : FL_GRAN_ROWWISE_GW_HP);
     if (st != FL_OK) for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&roles[i]);
     fl_lcheck(L, st);
     b->l->fast_accum = fast;
+    return 1;
+}
+
+/* layer_config(recipe) -> the table layer_new takes: {input=role, weight=role, grad=role, hp={3},
+ * granularity=}, each role fully spelled out — core/recipe.c's fl_recipe_layer_config on the resolved
+ * recipe settings (fp8.kwargs.resolve's fp8_recipe; a missing field takes its default). */
+static int l_layer_config(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *where = "fp8 recipe";
+    static const char *const backends[] = { "msamp", "te", "ao", NULL };   /* fl_fp8_backend order */
+    static const char *const formats[] = { "HYBRID", "E4M3", NULL };        /* fl_recipe_format order */
+    static const char *const algos[] = { "most_recent", "max", NULL };      /* fl_amax_algo order */
+    static const char *const aos[] = { "tensorwise", "rowwise", "rowwise_with_gw_hp", NULL };
+    lua_getfield(L, 1, "backend");
+    const char *bname = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int b = -1;
+    for (int i = 0; bname && backends[i]; i++) if (strcmp(bname, backends[i]) == 0) b = i;
+    if (b < 0) return luaL_error(L, "fp8 recipe: unknown backend %s (valid: te, ao, msamp)", luaL_tolstring(L, -1, NULL));
+    lua_pop(L, 1);
+    fl_recipe r;
+    fl_recipe_defaults(&r, (fl_fp8_backend)b);
+    const char *v = opt_choice(L, 1, "fp8_format", formats[r.fp8_format], formats, where);
+    r.fp8_format = strcmp(v, "E4M3") == 0 ? FL_RECIPE_E4M3 : FL_RECIPE_HYBRID;
+    r.margin = opt_int(L, 1, "margin", r.margin, 0, 64, where);
+    r.interval = opt_int(L, 1, "interval", r.interval, 1, 1 << 30, where);
+    r.amax_history_len = opt_int(L, 1, "amax_history_len", r.amax_history_len, 1, FL_HISTORY_MAX, where);
+    v = opt_choice(L, 1, "amax_compute_algo", algos[r.amax_compute_algo], algos, where);
+    r.amax_compute_algo = strcmp(v, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT;
+    v = opt_choice(L, 1, "config", aos[r.ao_config], aos, where);
+    for (int i = 0; aos[i]; i++) if (strcmp(v, aos[i]) == 0) r.ao_config = (fl_ao_config)i;
+    lua_getfield(L, 1, "override_linear_precision");
+    if (lua_istable(L, -1))
+        for (int i = 0; i < 3; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            r.override_linear_precision[i] = lua_isboolean(L, -1) && lua_toboolean(L, -1);   /* as `== true` */
+            lua_pop(L, 1);
+        }
+    else if (!lua_isnil(L, -1))
+        return luaL_error(L, "fp8 recipe: override_linear_precision must be a list of 3 booleans, got %s",
+                          luaL_typename(L, -1));
+    lua_pop(L, 1);
+    fl_layer_config c;
+    fl_lcheck(L, fl_recipe_layer_config(&r, &c));
+    static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };   /* fl_fp8_granularity */
+    lua_createtable(L, 0, 5);
+    for (int i = 0; i < FL_NROLES; i++) {
+        const fl_role_config *rc = &c.role[i];
+        lua_createtable(L, 0, 7);
+        lua_pushstring(L, rc->fmt == FL_E5M2 ? "e5m2" : "e4m3"); lua_setfield(L, -2, "format");
+        lua_pushstring(L, rc->rule == FL_SCALE_CURRENT ? "current" : "delayed"); lua_setfield(L, -2, "rule");
+        lua_pushboolean(L, rc->pow2); lua_setfield(L, -2, "pow2");
+        lua_pushinteger(L, rc->margin); lua_setfield(L, -2, "margin");
+        lua_pushstring(L, rc->algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
+        lua_pushinteger(L, rc->amax_history_len); lua_setfield(L, -2, "amax_history_len");
+        lua_pushinteger(L, rc->interval); lua_setfield(L, -2, "interval");
+        lua_setfield(L, -2, fl_fp8_role_names[i]);
+    }
+    lua_createtable(L, 3, 0);
+    for (int i = 0; i < 3; i++) { lua_pushboolean(L, c.hp[i]); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "hp");
+    lua_pushstring(L, grans[c.gran]); lua_setfield(L, -2, "granularity");
     return 1;
 }
 
@@ -149,22 +211,22 @@ static void push_role(lua_State *L, const fl_scaling *s) {
     lua_pushnumber(L, s->scale_inv); lua_setfield(L, -2, "scale_inv");
     lua_pushnumber(L, fl_scaling_amax(s)); lua_setfield(L, -2, "amax_history_value");
     float hmax = 0.0f;
-    for (int i = 0; i < s->hist_len; i++) if (s->history[i] > hmax || isnan(s->history[i])) hmax = s->history[i];
+    for (int i = 0; i < s->amax_history_len; i++) if (s->history[i] > hmax || isnan(s->history[i])) hmax = s->history[i];
     lua_pushnumber(L, hmax); lua_setfield(L, -2, "amax_history_max");
     lua_pushnumber(L, s->last_amax); lua_setfield(L, -2, "amax");
     lua_pushinteger(L, s->last_n); lua_setfield(L, -2, "numel");
     lua_pushinteger(L, s->last_underflow); lua_setfield(L, -2, "underflow");
     lua_pushinteger(L, s->last_saturated); lua_setfield(L, -2, "saturated");
     lua_pushinteger(L, s->updates); lua_setfield(L, -2, "updates");
-    lua_createtable(L, s->hist_len, 0);
-    for (int i = 0; i < s->hist_len; i++) { lua_pushnumber(L, s->history[i]); lua_rawseti(L, -2, i + 1); }
+    lua_createtable(L, s->amax_history_len, 0);
+    for (int i = 0; i < s->amax_history_len; i++) { lua_pushnumber(L, s->history[i]); lua_rawseti(L, -2, i + 1); }
     lua_setfield(L, -2, "history");
 }
 
 /* meta:state() -> {input=role, weight=role, grad=role, hp={…}, granularity=, forwards=, …} */
 static int l_meta_state(lua_State *L) {
     fl_fp8_layer *l = check_meta(L, 1);
-    static const char *const keys[FL_NROLES] = { "input", "weight", "grad" };
+    const char *const *keys = fl_fp8_role_names;
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };
     for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* casts still pending */
     lua_createtable(L, 0, 12);
@@ -185,7 +247,7 @@ static int l_meta_state(lua_State *L) {
 static int l_meta_load_state(lua_State *L) {
     fl_fp8_layer *l = check_meta(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    static const char *const keys[FL_NROLES] = { "input", "weight", "grad" };
+    const char *const *keys = fl_fp8_role_names;
     for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* then overwritten */
     for (int i = 0; i < FL_NROLES; i++) {
         fl_scaling *s = &l->role[i];
@@ -196,15 +258,15 @@ static int l_meta_load_state(lua_State *L) {
         lua_pop(L, 1);
         if (!(sc > 0) || !isfinite(sc)) return luaL_error(L, "load_state: %s.scale must be a finite number > 0", keys[i]);
         lua_getfield(L, -1, "history");
-        if (!lua_istable(L, -1) || (int)lua_rawlen(L, -1) != s->hist_len)
+        if (!lua_istable(L, -1) || (int)lua_rawlen(L, -1) != s->amax_history_len)
             return luaL_error(L, "load_state: %s.history must be a list of %d numbers (the layer's amax_history_len)",
-                              keys[i], s->hist_len);
-        for (int k = 0; k < s->hist_len; k++) {
+                              keys[i], s->amax_history_len);
+        for (int k = 0; k < s->amax_history_len; k++) {
             lua_rawgeti(L, -1, k + 1);
             if (lua_type(L, -1) != LUA_TNUMBER) return luaL_error(L, "load_state: %s.history[%d] is not a number", keys[i], k + 1);
             lua_pop(L, 1);
         }
-        for (int k = 0; k < s->hist_len; k++) {
+        for (int k = 0; k < s->amax_history_len; k++) {
             lua_rawgeti(L, -1, k + 1);
             s->history[k] = (float)lua_tonumber(L, -1);
             lua_pop(L, 1);
@@ -323,6 +385,7 @@ static int l_reduce_amax(lua_State *L) {
 static const luaL_Reg recipe_funcs[] = {
     {"reduce_amax", l_reduce_amax},
     {"layer_new", l_layer_new},
+    {"layer_config", l_layer_config},
     {"linear", l_linear},
     {"set_grad_dtype", l_set_grad_dtype},
     {"msamp_adamw_step", l_msamp_adamw_step},

@@ -3,7 +3,6 @@
  * one oneDNN bf16 GEMM with fp32 accumulation reading transposed operands in place, then one pass that
  * applies the per-tensor/per-row/per-column scales and the bias. */
 #include "cpu_internal.h"
-#include "fp8_linear.h"
 #include "ops_raw.h"
 #include <string.h>
 

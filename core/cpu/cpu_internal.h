@@ -83,6 +83,9 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
                              fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,
                              int64_t step);
 fl_status fl_cpu_sumsq(const fl_tensor *t, double *out);
+/* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not
+ * applied); cpu_fp8_gemm.c. */
+fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
 fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
                           fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum);
 

@@ -2,6 +2,7 @@
  * forward and backward. Elementwise, so threads split the index range and results are thread-independent. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
+#include "philox.h"
 
 void fl_cpu_relu_fwd(const float *x, float *y, int64_t n) {
     #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
@@ -95,7 +96,7 @@ void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int 
     }
 }
 
-/* Philox4x32-10 of core/rng.c for PHILOX_LANES consecutive counters at once, written lane-wise so
+/* Philox4x32-10 (core/philox.h) for PHILOX_LANES consecutive counters at once, written lane-wise so
  * the 32×32→64 multiplies vectorise (fl_philox4x32 does one block per call: 4x slower here). The
  * dropout test checks every word against fl_philox4x32. */
 #define PHILOX_LANES 8
@@ -109,15 +110,12 @@ static void philox_lanes(uint64_t key, uint64_t counter, uint32_t out[4][PHILOX_
     for (int r = 0; r < 10; r++) {
         #pragma omp simd
         for (int l = 0; l < PHILOX_LANES; l++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * c0[l], p1 = (uint64_t)0xCD9E8D57u * c2[l];
-            uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-            c0[l] = hi1 ^ c1[l] ^ k0;
-            c1[l] = lo1;
-            c2[l] = hi0 ^ c3[l] ^ k1;
-            c3[l] = lo0;
+            uint32_t a0 = c0[l], a1 = c1[l], a2 = c2[l], a3 = c3[l];
+            fl_philox_round(&a0, &a1, &a2, &a3, k0, k1);
+            c0[l] = a0; c1[l] = a1; c2[l] = a2; c3[l] = a3;
         }
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+        k0 += FL_PHILOX_W0;
+        k1 += FL_PHILOX_W1;
     }
     for (int l = 0; l < PHILOX_LANES; l++) { out[0][l] = c0[l]; out[1][l] = c1[l]; out[2][l] = c2[l]; out[3][l] = c3[l]; }
 }

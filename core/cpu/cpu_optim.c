@@ -4,7 +4,7 @@
  * call, the per-element work in fp32 as PyTorch's foreach/fused kernels do. */
 #include "cpu_internal.h"
 #include "optim.h"
-#include "recipe.h"
+#include "scale_rule.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,8 +136,8 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
             }
         }
     }
-    const float ms = fl_scale_current(mmax, FL_E4M3, 0, true);
-    const float vs = fl_scale_current(vmax, FL_F16, 0, true);
+    const float ms = fl_amax_to_scale_current(mmax, (float)fl_format(FL_E4M3)->max, 0, true);
+    const float vs = fl_amax_to_scale_current(vmax, (float)fl_format(FL_F16)->max, 0, true);
     /* Pass 2: the same arithmetic again, now writing m, v and the parameter. */
     #pragma omp parallel if (par)
     {
@@ -169,7 +169,7 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
         FL_TRY(fl_tensor_to(&p32, p, FL_F32));
         const float *pf = fl_tensor_data(p32);
         float pmax = fl_amax_f32(pf, (size_t)n);
-        const float ps = fl_scale_current(pmax, FL_E4M3, 0, true);
+        const float ps = fl_amax_to_scale_current(pmax, (float)fl_format(FL_E4M3)->max, 0, true);
         fl_status st = fl_quantize_f32(pf, fl_tensor_data(p_fp8), (size_t)n, FL_E4M3, ps, FL_SATURATE, NULL);
         fl_tensor_release(p32);
         FL_TRY(st);

@@ -2,7 +2,7 @@
  * fused fp32 kernels in format.h. bf16/fp16 sources are widened to fp32 in chunks first.
  * Per-axis scaling walks the tensor as [outer, size, inner] runs, one scale per run. */
 #include "cpu_internal.h"
-#include "recipe.h"
+#include "scale_rule.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -116,7 +116,7 @@ fl_status fl_cpu_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis
     if (fl_tensor_numel(src) > 0) st = fl_cpu_amax(src, axis, scales);
     else for (int64_t i = 0; i < ns; i++) scales[i] = 0.0f;
     for (int64_t i = 0; st == FL_OK && i < ns; i++)
-        scales[i] = fl_scale_current(scales[i], dst->dtype, margin, pow2);
+        scales[i] = fl_amax_to_scale_current(scales[i], (float)fl_format(dst->dtype)->max, margin, pow2);
     if (st == FL_OK) st = fl_cpu_quantize(dst, src, scales, axis, p);
     if (scales != &one) free(scales);
     return st;

@@ -1,4 +1,4 @@
--- fp8.Accelerator — Hugging Face Accelerate's Accelerator, FP8 part, in Lua (FP8-SPEC §5):
+-- fp8.Accelerator — Hugging Face Accelerate's Accelerator, FP8 part, in Lua (docs/fp8-spec.md §5):
 --   local acc = fp8.Accelerator{mixed_precision = "fp8", kwargs_handlers = {fp8.FP8RecipeKwargs{backend="te"}}}
 --   model, opt, loader = acc:prepare(model, opt, loader)
 --   acc:backward(loss); opt:step(); opt:zero_grad()

@@ -1,6 +1,6 @@
 -- fp8.amp — the mixed-precision switch ("no" | "bf16" | "fp16", the values Accelerate's
 -- mixed_precision takes; "fp8" joins later) mapped onto fp8.set_autocast_dtype, and GradScaler,
--- the dynamic loss scaler fp16 needs (GradScalerKwargs defaults, FP8-SPEC §5).
+-- the dynamic loss scaler fp16 needs (GradScalerKwargs defaults, docs/fp8-spec.md §5).
 local C = require "fp8._data"
 
 local M = {}

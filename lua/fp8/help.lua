@@ -116,7 +116,7 @@ local function name_of(fn)
   local fp8 = rawget(_G, "fp8")
   if type(fp8) ~= "table" then return nil end
   for k, v in pairs(fp8) do if rawequal(v, fn) then return k end end
-  -- tensor methods live in the __index of the named metatable "fp8.Tensor" (STYLE.md)
+  -- tensor methods live in the __index of the named metatable "fp8.Tensor" (docs/architecture.md, "Conventions")
   local mt = debug.getregistry()["fp8.Tensor"]
   for _, idx in ipairs(require("fp8.repl").metatable_index_tables(mt)) do
     for k, v in pairs(idx) do if rawequal(v, fn) then return "Tensor:" .. k end end

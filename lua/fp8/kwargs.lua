@@ -1,4 +1,4 @@
--- fp8.kwargs — the kwargs handlers of FP8-SPEC §5 (Accelerate's FP8RecipeKwargs, TERecipeKwargs,
+-- fp8.kwargs — the kwargs handlers of docs/fp8-spec.md §5 (Accelerate's FP8RecipeKwargs, TERecipeKwargs,
 -- MSAMPRecipeKwargs, AORecipeKwargs, AutocastKwargs, GradScalerKwargs, DistributedDataParallelKwargs,
 -- InitProcessGroupKwargs, ProfileKwargs) and resolve(), which merges the handlers, the FP8LAB_*
 -- environment, the config file and the defaults into one settings table.
@@ -261,7 +261,7 @@ local function coerce_field(f, v)
   return check_field(f, v)
 end
 
--- ---- recipe fields (FP8-SPEC §2–§4) ----------------------------------------------------------
+-- ---- recipe fields (docs/fp8-spec.md §2–§4) ----------------------------------------------------------
 
 local F = {}
 local function field(t) F[t.name] = t; return t end
@@ -529,7 +529,7 @@ define("FP8RecipeKwargs",
       if given.backend then return foreign_field_error(values, given, values.backend) end
     end })
 
--- The aliases are the names Accelerate's config questionnaire writes (FP8-SPEC §5).
+-- The aliases are the names Accelerate's config questionnaire writes (docs/fp8-spec.md §5).
 define("TERecipeKwargs",
   { F.fp8_format, F.margin, F.interval, F.amax_history_len, F.amax_compute_algo, F.override_linear_precision,
     F.use_autocast_during_eval },

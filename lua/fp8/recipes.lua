@@ -1,7 +1,7 @@
--- fp8.recipes — FP8 layers and model conversion (FP8-SPEC §2–§4): the recipe → per-layer scaling
+-- fp8.recipes — FP8 layers and model conversion (docs/fp8-spec.md §2–§4): the recipe → per-layer scaling
 -- configuration, FP8Linear / FP8LayerNorm, convert_model and its reverse, has_fp8_layers, FP8
 -- autocast (context-aware: on in training, off in eval unless use_autocast_during_eval), and
--- fp8.stats. The numerics live in the core (core/recipe.c, core/fp8_linear.c); this file decides
+-- fp8.stats. The numerics live in the core (core/scaling.c, core/fp8_linear.c); this file decides
 -- which layers are FP8 and with which scaling rule.
 local core = require "fp8.core"
 local C = require "fp8._recipe"
@@ -14,45 +14,11 @@ local M = {}
 
 -- ---- recipe → layer configuration -----------------------------------------------------------
 
-local function role(fmt, rule, o)
-  o = o or {}
-  o.format, o.rule = fmt, rule
-  return o
-end
-
 -- The per-layer configuration (the table fp8._recipe.layer_new takes) for an effective recipe
--- (settings.fp8_recipe: backend plus that backend's fields, defaults filled in).
+-- (settings.fp8_recipe: backend plus that backend's fields, defaults filled in): core/recipe.c decides
+-- the three roles' formats, rules, histories and margins (fp8._recipe.layer_config).
 function M.layer_config(r)
-  local b = r.backend
-  if b == "te" then
-    local d = { margin = r.margin or 0, algo = r.amax_compute_algo or "most_recent",
-                history = r.amax_history_len or 1024, interval = r.interval or 1 }
-    local function copy(t) local c = {} for k, v in pairs(t) do c[k] = v end return c end
-    local olp = r.override_linear_precision or { false, false, false }
-    return {
-      input = role("e4m3", "delayed", copy(d)), weight = role("e4m3", "delayed", copy(d)),
-      grad = role((r.fp8_format or "HYBRID") == "HYBRID" and "e5m2" or "e4m3", "delayed", copy(d)),
-      hp = { olp[1] == true, olp[2] == true, olp[3] == true }, granularity = "tensor",
-    }
-  elseif b == "ao" then
-    local cfg = r.config or "tensorwise"
-    if cfg == "tensorwise" then
-      return { input = role("e4m3", "current"), weight = role("e4m3", "current"), grad = role("e5m2", "current"),
-               granularity = "tensor" }
-    end
-    local p = { pow2 = true }
-    return { input = role("e4m3", "current", { pow2 = true }), weight = role("e4m3", "current", { pow2 = true }),
-             grad = role("e4m3", "current", p), granularity = cfg }
-  elseif b == "msamp" then
-    -- Inputs and output gradients: 16-step amax window, max, power-of-two scales; weights: the
-    -- current amax (power of two). FP8-SPEC §4.
-    local w = { pow2 = true, history = 16, algo = "max", margin = r.margin or 0 }
-    return { input = role("e4m3", "delayed", { pow2 = true, history = 16, algo = "max", margin = w.margin }),
-             weight = role("e4m3", "current", { pow2 = true, margin = w.margin }),
-             grad = role("e5m2", "delayed", { pow2 = true, history = 16, algo = "max", margin = w.margin }),
-             granularity = "tensor" }
-  end
-  error(("fp8 recipe: unknown backend %s (valid: te, ao, msamp)"):format(tostring(b)), 2)
+  return C.layer_config(r)
 end
 
 -- ---- FP8 autocast -----------------------------------------------------------------------------
@@ -276,7 +242,7 @@ function M.linears(model)
   return out
 end
 
--- The GPU rule for FP8 GEMM shapes (FP8-SPEC §2): both feature dims multiples of 16.
+-- The GPU rule for FP8 GEMM shapes (docs/fp8-spec.md §2): both feature dims multiples of 16.
 function M.shape_ok(lin) return lin.in_features % 16 == 0 and lin.out_features % 16 == 0 end
 
 M._shape_warned = {}   -- layers already reported as staying in high precision (one notice each per process)

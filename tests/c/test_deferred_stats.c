@@ -1,5 +1,5 @@
 /* test_deferred_stats.c — cast statistics that a device reports later (tensor.h fl_stats_future,
- * recipe.h pending observations), as the CUDA device does to avoid a stream sync per FP8 cast. A stand-in
+ * scaling.h pending observations), as the CUDA device does to avoid a stream sync per FP8 cast. A stand-in
  * device ("deferred": the CPU's kernels, but every cast hands its statistics back through a future and
  * poisons qstats, and like CUDA casts with a transposed copy that the FP8 linear hands to its GEMMs) runs
  * the FP8 linear of every granularity for a few training steps after the plain CPU did: outputs, gradients
@@ -12,7 +12,7 @@
 #include "device.h"
 #include "fp8_linear.h"
 #include "ops.h"
-#include "recipe.h"
+#include "scaling.h"
 #include "rng.h"
 
 static int live_futures, waits, fail_waits;

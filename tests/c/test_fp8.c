@@ -1,15 +1,16 @@
 /* test_fp8.c — the FP8 recipes' numerics: the scale/amax-history update against sequences worked out
- * by hand from FP8-SPEC §2–§4, and the FP8 linear's forward and three gradients against a float64
+ * by hand from docs/fp8-spec.md §2–§4, and the FP8 linear's forward and three gradients against a float64
  * reference that quantizes with the same scales (agreement up to fp32 accumulation). */
 #include "runner.h"
 #include <float.h>
 #include <stdlib.h>
 #include "autograd.h"
+#include "cpu/cpu_internal.h"
 #include "fp8_linear.h"
 #include "nn.h"
 #include "ops.h"
 #include "optim.h"
-#include "recipe.h"
+#include "scaling.h"
 #include "rng.h"
 
 TEST(recipe_delayed_max_margin_by_hand) {

@@ -1,7 +1,6 @@
 /* test_gpu_fp8.c — the CUDA FP8 kernels (kernels/fl_cuda_ops.h) against the CPU reference:
  * cast+transpose+amax bit-exact with core/format.c, FP8 and high-precision cuBLASLt GEMMs against
- * float64 sums of the decoded operands, the delayed-scaling update bit-exact with core/recipe.c on
- * random histories (NaN, inf, 0 included), AdamW and MS-AMP's Adam bit-exact with core/optim.c.
+ * float64 sums of the decoded operands, AdamW and MS-AMP's Adam bit-exact with core/optim.c.
  * Every test is named gpu_* (make test-gpu). Those that need a device pass with "skipped: no GPU"
  * without one; the *_on_host tests run the kernels' own __host__ __device__ code on the host, and the
  * argument checks run before any CUDA call, so both run everywhere CUDA is built in. */
@@ -10,7 +9,7 @@
 #include "device.h"
 #include "format.h"
 #include "optim.h"
-#include "recipe.h"
+#include "scaling.h"
 #include "rng.h"
 #include "tensor.h"
 #include <float.h>
@@ -76,32 +75,6 @@ static fl_cast_stats stats_of(const fl_cuda_qstats *q) {
 
 /* ---- the kernels' own code on the host (no GPU needed) ------------------------------------------- */
 
-/* The scale rule every kernel uses (recipe_update, cast_transpose rowwise, MS-AMP) against recipe.c,
- * over amaxes at every binade, specials and all margins the recipes allow. */
-TEST(gpu_scale_rule_device_code_matches_recipe_on_host) {
-    const fl_dtype fmts[] = { FL_E4M3, FL_E5M2, FL_F16 };
-    const float specials[] = { 0.0f, -0.0f, NAN, -NAN, INFINITY, -INFINITY, -1.0f, 1e-45f, 1e-40f, FLT_MIN,
-                               FLT_MAX, 1e-12f, 448.0f, 57344.0f, 1.0f, 3.0f, 0.1f };
-    fl_rng r;
-    fl_rng_seed(&r, 5);
-    float u[4096];
-    fl_rng_uniform(&r, u, 4096, -150.0f, 130.0f);
-    int bad = 0;
-    for (int f = 0; f < 3; f++)
-        for (int margin = 0; margin <= 64; margin += (margin < 4 ? 1 : 15))
-            for (int pow2 = 0; pow2 < 2; pow2++)
-                for (int i = 0; i < 4096 + (int)(sizeof specials / sizeof specials[0]); i++) {
-                    float a = i < 4096 ? ldexpf(1.0f + (float)(i % 7) / 7.0f, (int)u[i]) : specials[i - 4096];
-                    float fb = 0.75f;
-                    float want = fl_scale_for(a, fmts[f], margin, pow2, fb);
-                    float got = fl_cuda_scale_rule_host(a, (float)fl_format(fmts[f])->max, margin, pow2, fb);
-                    if (bits_of(want) != bits_of(got) && bad++ < 5)
-                        CHECK(0, "%s amax %a margin %d pow2 %d: %a vs recipe.c %a", fl_format(fmts[f])->name, a,
-                              margin, pow2, got, want);
-                }
-    CHECK(bad == 0, "%d scale mismatches", bad);
-}
-
 /* fp32 -> fp16 of the optimizer kernels (MS-AMP's v and fp16 master weights) against format.c. */
 TEST(gpu_f16_rounding_device_code_matches_cpu_on_host) {
     int bad = 0;
@@ -114,85 +87,6 @@ TEST(gpu_f16_rounding_device_code_matches_cpu_on_host) {
         }
     }
     CHECK(bad == 0, "%d fp16 mismatches", bad);
-}
-
-/* Roles for the recipe tests: both algos, pow2 on/off, margins, intervals, history lengths around
- * the kernel's 256-thread chunks. */
-#define NROLES 12
-static void role_params(int i, fl_dtype *fmt, bool *pow2, int *margin, fl_amax_algo *algo, int *len, int *interval) {
-    static const int lens[NROLES] = { 1, 2, 5, 16, 255, 256, 257, 300, 513, 1024, 3, 1000 };
-    *fmt = i % 3 == 2 ? FL_E5M2 : FL_E4M3;
-    *pow2 = i % 4 == 3;
-    *margin = (i * 5) % 7 == 0 ? 0 : (i % 3);
-    *algo = i % 2 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT;
-    *len = lens[i];
-    *interval = i % 5 == 4 ? 3 : 1;
-}
-
-/* A "recorded amax" for step t of role i: mostly finite over a wide range, sometimes 0 (role did not
- * run), NaN, inf, a denormal, or huge (scale overflows to FLT_MAX). */
-static float random_amax(fl_rng *r) {
-    float u[2];
-    fl_rng_uniform(r, u, 2, 0.0f, 1.0f);
-    if (u[0] < 0.12f) return 0.0f;
-    if (u[0] < 0.18f) return NAN;
-    if (u[0] < 0.22f) return INFINITY;
-    if (u[0] < 0.25f) return 1e-42f;
-    if (u[0] < 0.28f) return 3e38f;
-    return ldexpf(1.0f + u[1], (int)(u[1] * 200.0f) - 100);
-}
-
-static void init_roles(fl_scaling *s, uint64_t seed) {
-    fl_rng r;
-    fl_rng_seed(&r, seed);
-    for (int i = 0; i < NROLES; i++) {
-        fl_dtype fmt; bool pow2; int margin, len, interval; fl_amax_algo algo;
-        role_params(i, &fmt, &pow2, &margin, &algo, &len, &interval);
-        fl_scaling_init(&s[i], fmt, FL_SCALE_DELAYED, pow2, margin, algo, len, interval);
-        for (int j = 1; j < len; j++) s[i].history[j] = random_amax(&r);
-        s[i].scale = 0.5f; s[i].scale_inv = 2.0f;
-        s[i].updates = i % 4;
-    }
-}
-
-static void check_roles(int *fl__failed, const fl_scaling *want, const float *const *hist, const float *scale,
-                        const float *scale_inv, const long long *updates, int step, const char *who) {
-    for (int i = 0; i < NROLES; i++) {
-        CHECK(bits_of(scale[i]) == bits_of(want[i].scale) && bits_of(scale_inv[i]) == bits_of(want[i].scale_inv),
-              "%s step %d role %d: scale %a/%a vs recipe.c %a/%a", who, step, i, scale[i], scale_inv[i],
-              want[i].scale, want[i].scale_inv);
-        CHECK(updates[i] == want[i].updates, "%s step %d role %d: updates %lld vs %lld", who, step, i, updates[i],
-              (long long)want[i].updates);
-        int bad = 0;
-        for (int j = 0; j < want[i].hist_len; j++) bad += !same_float(hist[i][j], want[i].history[j]);
-        CHECK(bad == 0, "%s step %d role %d: %d history entries differ", who, step, i, bad);
-    }
-}
-
-TEST(gpu_recipe_update_device_code_matches_cpu_on_host) {
-    fl_scaling cpu[NROLES], emu[NROLES];
-    init_roles(cpu, 11);
-    init_roles(emu, 11);
-    fl_cuda_scaling_desc desc[NROLES];
-    float scale[NROLES], scale_inv[NROLES];
-    long long upd[NROLES];
-    const float *hist[NROLES];
-    for (int i = 0; i < NROLES; i++) {
-        scale[i] = emu[i].scale; scale_inv[i] = emu[i].scale_inv; upd[i] = emu[i].updates;
-        desc[i] = (fl_cuda_scaling_desc){ emu[i].history, &scale[i], &scale_inv[i], &upd[i], emu[i].hist_len,
-                                          emu[i].margin, emu[i].algo, emu[i].interval,
-                                          (float)fl_format(emu[i].fmt)->max, emu[i].pow2 };
-        hist[i] = emu[i].history;
-    }
-    fl_rng r;
-    fl_rng_seed(&r, 99);
-    for (int step = 0; step < 40; step++) {
-        for (int i = 0; i < NROLES; i++) cpu[i].history[0] = emu[i].history[0] = random_amax(&r);
-        for (int i = 0; i < NROLES; i++) fl_scaling_update(&cpu[i]);
-        fl_cuda_recipe_update_host(desc, NROLES);
-        check_roles(fl__failed, cpu, hist, scale, scale_inv, upd, step, "host run");
-    }
-    for (int i = 0; i < NROLES; i++) { fl_scaling_free(&cpu[i]); fl_scaling_free(&emu[i]); }
 }
 
 /* ---- optimizer state shared by the host-run and GPU tests ---------------------------------------- */
@@ -383,8 +277,6 @@ TEST(gpu_fp8_launchers_reject_bad_arguments) {
           FL_EINVAL, "no row amax: %s", fl_last_error());
     CHECK(fl_cuda_cast_transpose_rowwise(fake, FL_BF16, 4, 4, FL_E5M2, 65, true, ff, ff, fake, fake, NULL, NULL) ==
           FL_EINVAL, "margin 65: %s", fl_last_error());
-    CHECK(fl_cuda_recipe_update(NULL, 3, NULL) == FL_EINVAL, "NULL descriptors: %s", fl_last_error());
-    CHECK(fl_cuda_recipe_update(NULL, 0, NULL) == FL_OK, "zero roles is a no-op");
     CHECK(fl_cuda_adamw(ff, ff, ff, ff, 4, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0, NULL) == FL_EINVAL &&
           strstr(fl_last_error(), "step counts from 1"), "%s", fl_last_error());
     CHECK(fl_cuda_adamw(ff, ff, ff, ff, 4, 1e-3, 1.0, 0.999, 1e-8, 0.0, 1, NULL) == FL_EINVAL, "beta1 = 1");
@@ -874,51 +766,7 @@ TEST(gpu_gemm_heuristic_cached_per_key) {
     free(qa); free(qb); free(fa); free(fb);
 }
 
-/* ---- recipe update and optimizers on the GPU ----------------------------------------------------------- */
-
-TEST(gpu_recipe_update_matches_cpu) {
-    const fl_device *d = gpu_or_skip();
-    if (!d) return;
-    pool pl = { d, { 0 }, 0 };
-    fl_scaling cpu[NROLES];
-    init_roles(cpu, 23);
-    fl_cuda_scaling_desc desc[NROLES];
-    float *dhist[NROLES], *host_hist[NROLES], scale[NROLES], scale_inv[NROLES];
-    long long upd[NROLES];
-    float *dscale = dalloc(&pl, NROLES * 4), *dsinv = dalloc(&pl, NROLES * 4);
-    long long *dupd = dalloc(&pl, NROLES * 8);
-    REQUIRE(dscale && dsinv && dupd, "alloc");
-    for (int i = 0; i < NROLES; i++) {
-        dhist[i] = dput(&pl, cpu[i].history, cpu[i].hist_len * 4);
-        REQUIRE(dhist[i], "alloc");
-        host_hist[i] = malloc(cpu[i].hist_len * 4);
-        scale[i] = cpu[i].scale; scale_inv[i] = cpu[i].scale_inv; upd[i] = cpu[i].updates;
-        desc[i] = (fl_cuda_scaling_desc){ dhist[i], dscale + i, dsinv + i, dupd + i, cpu[i].hist_len, cpu[i].margin,
-                                          cpu[i].algo, cpu[i].interval, (float)fl_format(cpu[i].fmt)->max, cpu[i].pow2 };
-    }
-    REQUIRE_OK(d->from_host(dscale, scale, sizeof scale));
-    REQUIRE_OK(d->from_host(dsinv, scale_inv, sizeof scale_inv));
-    REQUIRE_OK(d->from_host(dupd, upd, sizeof upd));
-    fl_cuda_scaling_desc *ddesc = dput(&pl, desc, sizeof desc);
-    REQUIRE(ddesc, "alloc");
-    fl_rng r;
-    fl_rng_seed(&r, 31);
-    for (int step = 0; step < 30; step++) {
-        for (int i = 0; i < NROLES; i++) {
-            cpu[i].history[0] = random_amax(&r);
-            REQUIRE_OK(d->from_host(dhist[i], cpu[i].history, 4));
-            fl_scaling_update(&cpu[i]);
-        }
-        REQUIRE_OK(fl_cuda_recipe_update(ddesc, NROLES, NULL));
-        for (int i = 0; i < NROLES; i++) REQUIRE_OK(d->to_host(host_hist[i], dhist[i], cpu[i].hist_len * 4));
-        REQUIRE_OK(d->to_host(scale, dscale, sizeof scale));
-        REQUIRE_OK(d->to_host(scale_inv, dsinv, sizeof scale_inv));
-        REQUIRE_OK(d->to_host(upd, dupd, sizeof upd));
-        check_roles(fl__failed, cpu, (const float *const *)host_hist, scale, scale_inv, upd, step, "gpu");
-    }
-    for (int i = 0; i < NROLES; i++) { fl_scaling_free(&cpu[i]); free(host_hist[i]); }
-    pool_free(&pl);
-}
+/* ---- optimizers on the GPU ----------------------------------------------------------- */
 
 TEST(gpu_adamw_matches_cpu) {
     const fl_device *d = gpu_or_skip();

@@ -1,5 +1,5 @@
 -- format_spec.lua — fp8.format(s), fp8.encode/decode and fp8.explain against references written
--- here from the bit layouts (FP8-SPEC §1), never against the code under test.
+-- here from the bit layouts (docs/fp8-spec.md §1), never against the code under test.
 local fp8 = fp8 or require "fp8"
 
 local LAYOUT = { e4m3 = { E = 4, M = 3, bias = 7 }, e5m2 = { E = 5, M = 2, bias = 15 } }

@@ -1,4 +1,4 @@
--- kwargs_spec.lua — the kwargs handlers (FP8-SPEC §5) and fp8.kwargs.resolve: defaults, to_kwargs,
+-- kwargs_spec.lua — the kwargs handlers (docs/fp8-spec.md §5) and fp8.kwargs.resolve: defaults, to_kwargs,
 -- printing, every class of bad input, and the precedence handler > environment > config > default.
 local fp8 = fp8 or require "fp8"
 local K = require "fp8.kwargs"

@@ -1,4 +1,4 @@
--- msamp_adamw.lua — MS-AMP's low-bit AdamW (FP8-SPEC §4, levels O2 and O3), built from an existing
+-- msamp_adamw.lua — MS-AMP's low-bit AdamW (docs/fp8-spec.md §4, levels O2 and O3), built from an existing
 -- fp8.optim.AdamW so that `acc:prepare(model, opt)` can swap it in: same param_groups (lr, betas,
 -- eps, weight_decay — schedulers keep working), but per parameter the first moment is E4M3 and the
 -- second fp16, each with its own power-of-two scale, updated by one fused C step

@@ -1,0 +1,52 @@
+/* scale_rule.h — the one rule that turns an amax into an FP8 scale (docs/fp8-spec.md §2–§4), for host
+ * C (core/, core/cpu/) and CUDA (kernels/, as __host__ __device__). Plain numbers only: the caller
+ * passes the format's max finite value (fl_format(fmt)->max on the host, fl_fp8_fmt<>::max or a
+ * launch argument on the device), so devices need no recipe or layer header to apply it.
+ *   plain:  s = (fmt_max / amax) / 2^margin in fp32 (each operation rounded once); an infinite result
+ *           becomes FLT_MAX.
+ *   pow2:   s = 2^(floor(log2(fmt_max / amax)) − margin), floor(log2) from the binary exponent of the
+ *           double quotient (exact), clamped to a normal fp32 (2^-126 .. FLT_MAX).
+ *   `fallback` for a NaN, infinite or non-positive amax (delayed scaling keeps the old scale).
+ *   current scaling (torchao, MS-AMP's fresh scales): the rule of max(amax, FL_AMAX_FLOOR) with
+ *           fallback 1 — a NaN amax counts as the floor too, an all-zero tensor scales by
+ *           fmt_max/1e-12 (finite, harmless: zeros stay zeros). */
+#ifndef FL_SCALE_RULE_H
+#define FL_SCALE_RULE_H
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+
+#if defined(__CUDACC__)
+#define FL_SR_FN static __host__ __device__ inline
+#else
+#define FL_SR_FN static inline
+#endif
+
+/* The floor torchao puts under an amax before dividing (docs/fp8-spec.md §3, §6). */
+#define FL_AMAX_FLOOR 1e-12f
+
+FL_SR_FN float fl_amax_to_scale(float amax, float fmt_max, int margin, bool pow2, float fallback) {
+    if (!(amax > 0.0f) || !isfinite(amax)) return fallback;
+    if (!pow2) {
+#if defined(__CUDA_ARCH__)
+        float s = __fdiv_rn(__fdiv_rn(fmt_max, amax), ldexpf(1.0f, margin));
+#else
+        float s = (fmt_max / amax) / ldexpf(1.0f, margin);
+#endif
+        return isinf(s) ? FLT_MAX : s;
+    }
+    int e;
+    (void)frexp((double)fmt_max / (double)amax, &e);   /* r = f·2^e, f in [0.5, 1): floor(log2 r) = e − 1 */
+    int ex = e - 1 - margin;
+    if (ex > 127) return FLT_MAX;
+    if (ex < -126) ex = -126;
+    return ldexpf(1.0f, ex);
+}
+
+FL_SR_FN float fl_amax_to_scale_current(float amax, float fmt_max, int margin, bool pow2) {
+    return fl_amax_to_scale(amax > FL_AMAX_FLOOR ? amax : FL_AMAX_FLOOR, fmt_max, margin, pow2, 1.0f);
+}
+
+#undef FL_SR_FN
+#endif
