@@ -108,7 +108,7 @@ fp8.kwargs = require "fp8.kwargs"  -- kwargs helper: the handlers (fp8.FP8Recipe
 for _, name in ipairs(fp8.kwargs.HANDLER_NAMES) do fp8[name] = fp8.kwargs[name] end
 -- Loaded on first use: the training modules, and the FP8 recipe API (fp8.Accelerator, convert_model, ...).
 local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipes", Accelerator = "fp8.accelerator",
-  profiler = "fp8.profiler", plot = "fp8.plot" }
+  profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist" }
 local LAZY_RECIPES = { convert_model = "convert_model", has_fp8_layers = "has_fp8_layers",
   has_transformer_engine_layers = "has_fp8_layers", contextual_fp8_autocast = "contextual_fp8_autocast",
   apply_fp8_autowrap = "apply_fp8_autowrap", stats = "stats", fp8_autocast = "fp8_autocast",
