@@ -39,15 +39,17 @@ function C.parse(argv, name, about, steps, quick_steps, extra)
 end
 
 -- The tiny GPT of the lessons: 1 block, d_model 32, 2 heads, context 32, batch 8 — a few ms a step.
+-- cfg: layers, heads, d, block, batch, on_data (called once the data is loaded, before the model).
 function C.gpt(opts, cfg)
   cfg = cfg or {}
   fp8.manual_seed(opts.seed)
   local path = C.corpus(opts.text)
   local T = cfg.block or 32
   local ds = data.TextDataset{path = path, block_size = T, split = "train"}
+  local loader = data.DataLoader{ds, batch_size = cfg.batch or 8, shuffle = true, drop_last = true, seed = opts.seed}
+  if cfg.on_data then cfg.on_data() end   -- e.g. an allocator baseline that leaves the data out
   local model = nn.GPT{vocab_size = ds.vocab_size, block_size = T, n_layer = cfg.layers or 1, n_head = cfg.heads or 2,
                        n_embd = cfg.d or 32}
-  local loader = data.DataLoader{ds, batch_size = cfg.batch or 8, shuffle = true, drop_last = true, seed = opts.seed}
   local it
   local function next_batch()
     local x, y
