@@ -117,6 +117,6 @@ return function(opts, recipes)
   for i, r in ipairs(results) do series[i] = { x = 1, y = i + 1, title = r.name } end
   local png = require("fp8.plot").lines{csv = opts.out, png = opts.out:gsub("%.csv$", "") .. ".png",
     title = "char GPT: training loss per recipe (same seed and batches)", xlabel = "step",
-    ylabel = "training loss (log scale)", logy = true, series = series}
+    ylabel = "training loss", series = series}
   if png then print("loss plot: " .. png) end
 end
