@@ -76,8 +76,8 @@ for i, r in ipairs(runs) do
   print(("  %-24s loss %.3f -> %.3f; gradient values zeroed %6.2f%%; weights never moved %6.2f%%"):format(r[1],
     first, last, 100 * z, 100 * frozen / nw))
 end
-print("Look at: in the unscaled E4M3 run most gradient values are zero at every step, and the weights whose")
-print("gradient was never anything but zero did not move at all: that part of the model is stalled. AdamW still")
+print("Look at: in the unscaled E4M3 run more than half of the gradient values are zero at a typical step, and")
+print("the weights whose gradient was zero at every step did not move at all: that part of the model stalled. AdamW")
 print("moves the weights whose gradients survive (it normalises their size), so on this tiny model the loss")
 print("lags rather than stops; the scaled runs follow the fp32 curve.")
 
