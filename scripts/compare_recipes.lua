@@ -17,6 +17,7 @@ local RECIPES = {
   { "te-e4m3", "fp8", function() return fp8.TERecipeKwargs{fp8_format = "E4M3"} end },
   { "ao-tensorwise", "fp8", function() return fp8.AORecipeKwargs{config = "tensorwise"} end },
   { "ao-rowwise", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise"} end },
+  { "ao-rowwise_gw_hp", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise_with_gw_hp"} end },
   { "msamp-O1", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O1"} end },
   { "msamp-O2", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O2"} end },
   { "msamp-O3", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O3"} end },
@@ -25,19 +26,47 @@ local names = {}
 for i, r in ipairs(RECIPES) do names[i] = r[1] end
 
 local OPTIONS = {
-  { "epochs", "int", 3, "training epochs per recipe", 1 },
-  { "batch-size", "int", 256, "training batch size", 1 },
-  { "lr", "num", 1e-3, "peak AdamW learning rate" },
+  { "epochs", "int", nil, "mlp: training epochs per recipe (default 3)", 1 },
+  { "batch-size", "int", nil, "training batch size (default 256; gpt: 16)", 1 },
+  { "lr", "num", nil, "peak AdamW learning rate (default 1e-3; gpt: 3e-3)" },
   { "seed", "int", 42, "seed shared by every run" },
-  { "limit", "int", 0, "use only the first N training images (N/6 test); 0 = all", 0 },
+  { "limit", "int", nil, "mlp: use only the first N training images (N/6 test); 0 = all (default)", 0 },
   { "only", "str", nil, "comma-separated subset of: " .. table.concat(names, ",") },
-  { "out", "str", "build/compare_recipes.csv", "per-step losses of every run (CSV; PNG beside it with gnuplot)" },
-  { "root", "str", data.FASHION_MNIST_ROOT, "directory with the IDX .gz files" },
+  { "out", "str", nil, "per-step losses of every run (CSV; PNG beside it with gnuplot; default "
+    .. "build/compare_recipes.csv, build/compare_recipes_gpt.csv with --model gpt)" },
+  { "root", "str", nil, "mlp: directory with the IDX .gz files (default " .. data.FASHION_MNIST_ROOT .. ")" },
+  { "model", "str", "mlp", "mlp (Fashion-MNIST) | gpt (the char GPT of scripts/train_char_gpt.lua on a text)" },
+  { "steps", "int", nil, "gpt: optimizer steps per recipe (default 300)", 1 },
+  { "text", "str", nil, "gpt: text file (default: Debian's fortunes)" },
+  { "layers", "int", nil, "gpt: transformer blocks (default 2)", 1 },
+  { "d-model", "int", nil, "gpt: embedding width, a multiple of 4 (default 64: a multiple of 16, so every Linear can run FP8)", 4 },
+  { "block-size", "int", nil, "gpt: context length (default 64)", 1 },
 }
 local opts = require("fp8.args").parse(arg or {}, OPTIONS, {
   usage = "usage: fp8lab scripts/compare_recipes.lua [options]",
   about = "Trains the Fashion-MNIST MLP under fp32, bf16 and every FP8 recipe and compares them. Options:",
-  default_text = "all" })
+  default_text = "see text" })
+if opts.model ~= "mlp" and opts.model ~= "gpt" then
+  error(("--model must be mlp or gpt, got '%s'"):format(opts.model), 0)
+end
+-- Options of the other model are refused, not ignored.
+local ONLY = { mlp = { "epochs", "limit", "root" }, gpt = { "steps", "text", "layers", "d-model", "block-size" } }
+for m, names in pairs(ONLY) do
+  if m ~= opts.model then
+    for _, k in ipairs(names) do
+      if opts[k] ~= nil then error(("--%s applies to --model %s only (this run is --model %s)"):format(k, m, opts.model), 0) end
+    end
+  end
+end
+if opts.model == "gpt" and opts["d-model"] and opts["d-model"] % 4 ~= 0 then
+  error(("--d-model must be a multiple of 4 (4 heads), got %d"):format(opts["d-model"]), 0)
+end
+local DEFAULTS = { epochs = 3, limit = 0, root = data.FASHION_MNIST_ROOT, steps = 300, layers = 2, ["d-model"] = 64,
+                   ["block-size"] = 64 }
+for k, v in pairs(DEFAULTS) do if opts[k] == nil then opts[k] = v end end
+opts["batch-size"] = opts["batch-size"] or (opts.model == "gpt" and 16 or 256)
+opts.lr = opts.lr or (opts.model == "gpt" and 3e-3 or 1e-3)
+opts.out = opts.out or (opts.model == "gpt" and "build/compare_recipes_gpt.csv" or "build/compare_recipes.csv")
 
 local chosen = RECIPES
 if opts.only then
@@ -48,6 +77,12 @@ if opts.only then
     if not by[name] then error(("--only: unknown recipe '%s' (valid: %s)"):format(name, table.concat(names, ", ")), 0) end
     chosen[#chosen + 1] = by[name]
   end
+end
+
+if opts.model == "gpt" then
+  -- The GPT comparison lives in its own file (same recipes, same options table).
+  local dir = (arg and arg[0] or "scripts/compare_recipes.lua"):match("^(.*)/[^/]*$") or "scripts"
+  return dofile(dir .. "/compare_recipes_gpt.lua")(opts, chosen)
 end
 
 local limit = opts.limit > 0 and opts.limit or nil

@@ -24,7 +24,7 @@ M.sections = sections
 
 -- Modules that load on first use add their entries then; help() loads them first so that the
 -- overview and lookups see everything.
-local LAZY = { "fp8.nn", "fp8.optim", "fp8.recipes", "fp8.accelerator", "fp8.plot" }
+local LAZY = { "fp8.nn", "fp8.optim", "fp8.recipes", "fp8.accelerator", "fp8.plot", "fp8.hist" }
 local function load_lazy()
   for _, m in ipairs(LAZY) do pcall(require, m) end
 end

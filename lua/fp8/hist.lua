@@ -1,0 +1,149 @@
+-- fp8.hist — a text histogram of a tensor on the FP8 grid, for the REPL and the lessons
+-- (docs/concepts.md, "Seeing a tensor on the FP8 grid"): how many values land in each binade of the
+-- format, how many become subnormal, underflow to zero or saturate at ±max.
+-- The counts come from the real cast (Tensor:quantize and its cast statistics), read back as bytes.
+local fp8 = require "fp8.core"
+
+local VALID = { scale = true, amax = true, margin = true, axis = true, width = true, quiet = true }
+
+local function pct(k, n) return n > 0 and 100 * k / n or 0 end
+
+local Result = {}
+Result.__index = Result
+Result.__name = "fp8.Histogram"
+function Result.__tostring(h)
+  return ("fp8.hist %s: %d values, underflow %.2f%%, subnormal %.2f%%, saturated %.2f%%%s"):format(h.format, h.n,
+    100 * h.underflow_frac, 100 * h.subnormal_frac, 100 * h.saturated_frac,
+    h.lo and (", binades 2^%d..2^%d"):format(h.lo, h.hi) or "")
+end
+
+-- hist(t, fmt [, {scale=, amax=, margin=, axis=, width=40, quiet=false}]) -> histogram table.
+-- t is a float tensor (cast here with Tensor:quantize's options; default scale = fp8_max/amax) or an
+-- FP8 tensor (its bytes are read as they are; then fmt may be nil and cast options are refused).
+local function hist(t, fmt, opts)
+  if not fp8.is_tensor(t) then
+    error(("bad argument #1 to 'hist' (expected a tensor, got %s)"):format(type(t)), 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #3 to 'hist' (expected an options table, got %s)"):format(type(opts)), 2)
+  end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not VALID[k] then
+      error(("hist: unknown option '%s' (valid: scale, amax, margin, axis, width, quiet)"):format(tostring(k)), 2)
+    end
+  end
+  local width = opts.width or 40
+  if math.type(width) ~= "integer" or width < 0 then
+    error(("hist: width must be an integer >= 0, got %s"):format(tostring(opts.width)), 2)
+  end
+  if opts.quiet ~= nil and type(opts.quiet) ~= "boolean" then
+    error(("hist: quiet must be a boolean, got %s"):format(type(opts.quiet)), 2)
+  end
+  local q
+  if t:is_fp8() then
+    if fmt ~= nil and fmt ~= t:dtype() then
+      error(("hist: the tensor is already %s, got format '%s'"):format(t:dtype(), tostring(fmt)), 2)
+    end
+    for k in pairs(opts) do
+      if k ~= "width" and k ~= "quiet" then
+        error(("hist: option '%s' needs a float tensor (this one is already %s)"):format(k, t:dtype()), 2)
+      end
+    end
+    q, fmt = t, t:dtype()
+  else
+    if fmt ~= "e4m3" and fmt ~= "e5m2" then
+      error(("bad argument #2 to 'hist' (expected \"e4m3\" or \"e5m2\", got %s)"):format(tostring(fmt)), 2)
+    end
+    local qo = {}
+    for _, k in ipairs { "scale", "amax", "margin", "axis" } do qo[k] = opts[k] end
+    local ok, res = pcall(t.quantize, t, fmt, qo)
+    if not ok then error("hist: " .. tostring(res):gsub("^.-quantize: ", ""), 2) end
+    q = res
+  end
+
+  local f = fp8.format(fmt)
+  local mbits, bias = f.mantissa_bits, f.bias
+  local emask, mmask = (1 << f.exp_bits) - 1, (1 << mbits) - 1
+  local maxcode = fp8.encode(f.max, fmt, true) & 0x7F
+  local st = q:qstats()
+  local bins, zero, sub, nan, inf, atmax = {}, 0, 0, 0, 0, 0
+  local bytes = q:bytes()
+  for i = 1, #bytes do
+    local b = bytes[i] & 0x7F
+    local e, m = b >> mbits, b & mmask
+    if b == 0 then zero = zero + 1
+    elseif e == 0 then sub = sub + 1
+    elseif fp8.is_nan_code(b, fmt) then nan = nan + 1
+    elseif f.has_inf and e == emask then inf = inf + 1
+    else
+      local p = e - bias
+      bins[p] = (bins[p] or 0) + 1
+      if b == maxcode then atmax = atmax + 1 end
+    end
+  end
+  local n = #bytes
+  -- Saturated values were clamped to the max code: shown on their own line, not in the top binade.
+  local sat = math.min(st.saturated, atmax)
+  local top = (maxcode >> mbits) - bias
+  if sat > 0 then bins[top] = bins[top] - sat; if bins[top] == 0 then bins[top] = nil end end
+  local underflow = math.min(st.underflow, zero)
+  local lo, hi
+  for p in pairs(bins) do lo = math.min(lo or p, p); hi = math.max(hi or p, p) end
+
+  local h = setmetatable({ format = fmt, n = n, bins = bins, lo = lo, hi = hi, zero = zero - underflow,
+    underflow = underflow, subnormal = sub, saturated = sat, nan = nan, inf = inf,
+    underflow_frac = n > 0 and underflow / n or 0, subnormal_frac = n > 0 and sub / n or 0,
+    saturated_frac = n > 0 and sat / n or 0 }, Result)
+  local per_tensor = q:scale_axis() == nil
+  h.scale = per_tensor and q:scale() or nil
+
+  if not opts.quiet then
+    local biggest = 1
+    for _, c in pairs(bins) do biggest = math.max(biggest, c) end
+    for _, c in ipairs { h.zero, underflow, sub, sat } do biggest = math.max(biggest, c) end
+    local function bar(c) return ("#"):rep(c > 0 and math.max(1, math.floor(width * c / biggest + 0.5)) or 0) end
+    local function line(label, range, c)
+      print(("  %-26s %-24s %9d %7.2f%%  %s"):format(label, range, c, pct(c, n), bar(c)))
+    end
+    local function src(a, b)
+      if not per_tensor then return "(per-row scales)" end
+      local s = h.scale
+      return ("%.3g .. %.3g"):format(a / s, b / s)
+    end
+    print(("fp8.hist: %d values cast to %s, %s"):format(n, fmt,
+      per_tensor and ("scale %.6g (source value = FP8 value / scale)"):format(h.scale)
+      or ("one scale per slice along dim %d"):format(q:scale_axis())))
+    print(("  %-26s %-24s %9s %8s"):format("FP8 bucket", "source |x|", "count", "share"))
+    if sat > 0 or st.saturated > 0 then line(("saturated to +-%g"):format(f.max), src(f.max, math.huge), sat) end
+    if inf > 0 then line("inf", "", inf) end
+    if nan > 0 then line("NaN", "", nan) end
+    if hi then
+      for p = hi, lo, -1 do
+        local c = bins[p] or 0
+        line(("[2^%d, 2^%d)"):format(p, p + 1), src(2.0 ^ p, 2.0 ^ (p + 1)), c)
+      end
+    end
+    local smin, snorm = f.min_subnormal, f.min_normal
+    line(("subnormal [2^%d, 2^%d)"):format(math.floor(math.log(smin, 2) + 0.5), 1 - bias), src(smin, snorm), sub)
+    line("underflow (x != 0 -> 0)", src(0, smin / 2), underflow)
+    line("zero in the source", "", h.zero)
+    if hi and (hi < top or lo > 1 - bias) then
+      print(("  (empty binades of %s not shown: it spans 2^%d .. 2^%d)"):format(fmt, 1 - bias, top))
+    end
+  end
+  return h
+end
+
+local okh, help = pcall(require, "fp8.help")
+if okh and help.add then
+  help.add { section = "Quantization", name = "hist",
+    sig = "fp8.hist(t, \"e4m3\"|\"e5m2\" [, {scale=, amax=, margin=, axis=, width=40, quiet=false}]) -> summary",
+    doc = "Text histogram of a tensor on the FP8 grid: per binade of the format, how many values land there\n"
+       .. "(with the source range each binade covers), how many become subnormal, underflow to zero and\n"
+       .. "saturate at ±max. The cast is x:quantize(fmt, opts) (default scale = fp8_max/amax; {scale=1} shows\n"
+       .. "the unscaled cast). An FP8 tensor is read as it is. Returns a table (n, bins, underflow, subnormal,\n"
+       .. "saturated, *_frac) that prints as one line. See docs/concepts.md." }
+end
+
+return hist

@@ -1,0 +1,41 @@
+-- compare_gpt_spec.lua — scripts/compare_recipes.lua --model gpt (docs/concepts.md "Lessons", issue
+-- "The GPT in FP8"): a few steps of three recipes on a text made here give one table with a row per
+-- recipe and bf16's gap at 0, the loss CSV; options of the other model are refused.
+local bin = FP8LAB_BIN or "build/fp8lab"
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir))
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function run(args)
+  local p = assert(io.popen("timeout 120 " .. q(bin) .. " scripts/compare_recipes.lua " .. args .. " 2>&1"))
+  local out = p:read("a")
+  return out, p:close() == true
+end
+
+describe("compare_recipes --model gpt", function()
+  it("trains each chosen recipe from the same seed and prints one table", function()
+    local text = tmpdir .. "/t.txt"
+    local f = assert(io.open(text, "w"))
+    for i = 1, 300 do f:write(("line %d of a small text, with words and letters %d.\n"):format(i, i * 7 % 13)) end
+    f:close()
+    local csv = tmpdir .. "/g.csv"
+    local out, ok = run("--model gpt --steps 3 --layers 1 --d-model 32 --block-size 16 --batch-size 4 --only "
+      .. "fp32,bf16,te-hybrid --text " .. q(text) .. " --out " .. q(csv))
+    assert.is_true(ok, out)
+    assert.matches("recipe%s+FP8%s+val loss%s+vs bf16%s+tokens / s%s+peak MiB%s+B / param", out)
+    assert.matches("\nbf16%s+0%s+[%d.]+%s+%+0%.00%%", out)
+    local fp8_layers = out:match("\nte%-hybrid%s+(%d+)")
+    assert.is_true(tonumber(fp8_layers) > 0, out)
+    local g = assert(io.open(csv)):read("a")
+    assert.matches("^step,fp32,bf16,te%-hybrid\n1,", g)
+  end)
+
+  it("refuses the options of the other model", function()
+    local out, ok = run("--model gpt --epochs 2")
+    assert.is_false(ok); assert.matches("%-%-epochs applies to %-%-model mlp only", out)
+    out, ok = run("--steps 5")
+    assert.is_false(ok); assert.matches("%-%-steps applies to %-%-model gpt only", out)
+    out, ok = run("--model cnn")
+    assert.is_false(ok); assert.matches("%-%-model must be mlp or gpt", out)
+  end)
+end)

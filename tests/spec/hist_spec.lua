@@ -1,0 +1,71 @@
+-- hist_spec.lua — fp8.hist on tensors whose FP8 histogram is known by hand (docs/concepts.md §Scaling):
+-- every value's binade, subnormal, underflow and saturation worked out from the format tables.
+local fp8 = fp8 or require "fp8"
+
+local function quiet_hist(t, fmt, o)
+  o = o or {}
+  o.quiet = true
+  return fp8.hist(t, fmt, o)
+end
+
+describe("fp8.hist", function()
+  it("counts each value of a hand-made tensor in its E4M3 bucket (scale 1)", function()
+    -- 0 exact zero; 1, 1.5 in [2^0,2^1); 2, 3 in [2^1,2^2); -4 in [2^2,2^3); 2^-8 and 0.001 subnormal
+    -- (E4M3 subnormals 2^-9..2^-6, 0.001 > 2^-10 rounds up to 2^-9); 1e-4 < 2^-10 underflows; 1000 saturates.
+    local t = fp8.tensor{0, 1, 1.5, 2, 3, 0.001, 0.0001, 1000, 2^-8, -4}
+    local h = quiet_hist(t, "e4m3", {scale = 1})
+    assert.are.equal(10, h.n)
+    assert.are.equal(2, h.bins[0]); assert.are.equal(2, h.bins[1]); assert.are.equal(1, h.bins[2])
+    assert.is_nil(h.bins[8])    -- the saturated value is not counted in the top binade
+    assert.are.equal(2, h.subnormal); assert.are.equal(1, h.underflow); assert.are.equal(1, h.saturated)
+    assert.are.equal(1, h.zero)
+    assert.are.equal(0, h.lo); assert.are.equal(2, h.hi)
+    assert.are.equal(0.1, h.underflow_frac)
+  end)
+
+  it("E5M2 keeps what E4M3 loses at the bottom and does not saturate 1000", function()
+    local t = fp8.tensor{0.0001, 1000, 2^-15}
+    local h = quiet_hist(t, "e5m2", {scale = 1})
+    -- 1e-4 in [2^-14, 2^-13); 1000 rounds to 1024 (neighbours 896, 1024) in [2^10, 2^11); 2^-15 is an E5M2 subnormal
+    assert.are.equal(1, h.bins[-14]); assert.are.equal(1, h.bins[10]); assert.are.equal(1, h.subnormal)
+    assert.are.equal(0, h.underflow); assert.are.equal(0, h.saturated)
+  end)
+
+  it("with the default scale (fp8_max/amax) the largest value lands in the top binade", function()
+    local t = fp8.tensor{1e-3, 2e-3, 4e-3}
+    local h = quiet_hist(t, "e4m3")
+    assert.are.equal(1, h.bins[8]); assert.are.equal(1, h.bins[7]); assert.are.equal(1, h.bins[6])
+    assert.are.equal(0, h.saturated); assert.are.equal(0, h.underflow)
+    assert.is_true(math.abs(h.scale - 448 / 4e-3) / h.scale < 1e-6)
+  end)
+
+  it("reads an FP8 tensor as it is, and prints a table plus a one-line summary", function()
+    local q = fp8.tensor{1, 2, 0}:quantize("e4m3", {scale = 1})
+    local h = quiet_hist(q)
+    assert.are.equal(1, h.bins[0]); assert.are.equal(1, h.bins[1]); assert.are.equal(1, h.zero)
+    assert.matches("fp8.hist e4m3: 3 values, underflow 0.00%%", tostring(h))
+    local lines = {}
+    local old = _G.print
+    _G.print = function(s) lines[#lines + 1] = s end
+    local ok, err = pcall(fp8.hist, fp8.tensor{1, 2, 1000}, "e4m3", {scale = 1})
+    _G.print = old
+    assert.is_true(ok, err)
+    local text = table.concat(lines, "\n")
+    assert.matches("saturated to %+%-448", text)
+    assert.matches("%[2%^1, 2%^2%)", text)
+  end)
+
+  it("refuses bad arguments with messages naming hist", function()
+    assert.has_error(function() fp8.hist(42, "e4m3") end)
+    local ok, err = pcall(fp8.hist, fp8.tensor{1}, "e3m4")
+    assert.is_false(ok); assert.matches("hist", err); assert.matches("e4m3", err)
+    ok, err = pcall(fp8.hist, fp8.tensor{1}, "e4m3", {bins = 3})
+    assert.is_false(ok); assert.matches("unknown option 'bins'", err)
+    ok, err = pcall(fp8.hist, fp8.tensor{1}, "e4m3", {scale = -1})
+    assert.is_false(ok); assert.matches("hist", err)
+    ok, err = pcall(fp8.hist, fp8.tensor{1}:quantize("e4m3"), "e5m2")
+    assert.is_false(ok); assert.matches("already e4m3", err)
+    ok, err = pcall(fp8.hist, fp8.tensor{1}:quantize("e4m3"), nil, {scale = 2})
+    assert.is_false(ok); assert.matches("needs a float tensor", err)
+  end)
+end)

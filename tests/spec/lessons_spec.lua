@@ -1,0 +1,120 @@
+-- lessons_spec.lua — every lesson of scripts/lessons/ (docs/concepts.md, "Lessons") runs in its --quick
+-- mode and shows what it claims, read from the RESULT line it prints; its CSV (and, with gnuplot, its
+-- PNG) is written. The text the GPT lessons train on is made here, not read from the system.
+local bin = FP8LAB_BIN or "build/fp8lab"
+
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir))
+
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- ~30 kB of text with an alphabet like English prose (a seeded generator of random words, capitals,
+-- punctuation and numbers), so the GPT's gradients look like those on Debian's fortunes.
+local text = tmpdir .. "/text.txt"
+do
+  local state = 12345
+  local function rnd(n) state = (state * 1103515245 + 12345) % 2147483648; return (state >> 16) % n end
+  local words = {}
+  for i = 1, 400 do
+    local w = {}
+    for j = 1, 1 + rnd(9) do w[j] = string.char(97 + rnd(26)) end
+    words[i] = table.concat(w)
+  end
+  local punct = { ".", ",", "!", "?", ";", ":", " --", "'s" }
+  local out = {}
+  for line = 1, 900 do
+    local ws = {}
+    for j = 1, 3 + rnd(7) do ws[j] = words[rnd(#words) + 1] end
+    if line % 4 == 1 then ws[1] = ws[1]:sub(1, 1):upper() .. ws[1]:sub(2) end
+    out[line] = table.concat(ws, " ") .. punct[rnd(#punct) + 1] .. (line % 7 == 1 and (" " .. rnd(100)) or "")
+  end
+  local f = assert(io.open(text, "w"))
+  f:write(table.concat(out, "\n"), "\n")
+  f:close()
+end
+
+local function lesson(name, extra)
+  local out_dir = tmpdir .. "/" .. name
+  local cmd = "timeout 120 " .. sh_quote(bin) .. " " .. sh_quote("scripts/lessons/" .. name .. ".lua")
+    .. " --quick --out " .. sh_quote(out_dir) .. " " .. (extra or "")
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  assert(ok, name .. " failed:\n" .. out)
+  local line = out:match("RESULT ([^\n]*)")
+  assert(line, name .. " printed no RESULT line:\n" .. out)
+  local r = {}
+  for k, v in line:gmatch("(%S+)=(%S+)") do r[k] = tonumber(v) or v end
+  r.out, r.dir = out, out_dir
+  return r
+end
+
+local function exists(path) local f = io.open(path, "rb"); if f then f:close() end; return f ~= nil end
+local has_gnuplot = require("fp8.plot").available()
+local function check_files(r, stem)
+  assert.is_true(exists(r.dir .. "/" .. stem .. ".csv"), stem .. ".csv missing")
+  if has_gnuplot then assert.is_true(exists(r.dir .. "/" .. stem .. ".png"), stem .. ".png missing") end
+  assert.matches("Look at:", r.out)
+end
+
+describe("lessons (--quick)", function()
+  it("1: unscaled E4M3 gradients mostly underflow, in training too; scaled ones do not", function()
+    local r = lesson("01_why_scale", "--text " .. sh_quote(text))
+    assert.is_true(r.underflow_e4m3 > 0.5, "unscaled E4M3 underflow " .. r.underflow_e4m3)
+    assert.is_true(r.underflow_e5m2 < r.underflow_e4m3)
+    assert.is_true(r.underflow_e4m3_scaled < 0.01, "scaled E4M3 underflow " .. r.underflow_e4m3_scaled)
+    assert.is_true(r.underflow_e5m2_scaled < 0.01)
+    assert.is_true(r.zeroed_e4m3_noscale > 0.5, "unscaled E4M3 zeroes most gradient values while training")
+    assert.is_true(r.zeroed_e4m3_scaled < 0.01)
+    assert.is_true(r.frozen_e4m3_noscale > 0.01 and r.frozen_e4m3_noscale > 5 * r.frozen_e4m3_scaled,
+      ("weights that never moved: unscaled %g, scaled %g"):format(r.frozen_e4m3_noscale, r.frozen_e4m3_scaled))
+    assert.are.equal(0, r.frozen_fp32)
+    assert.is_true(math.abs(r.drop_e4m3_scaled - r.drop_fp32) < 0.1 * r.drop_fp32, "scaled E4M3 follows fp32")
+    check_files(r, "01_why_scale")
+  end)
+
+  it("2: E4M3 is the finer grid, E5M2 the wider range on real GPT gradients", function()
+    local r = lesson("02_why_hybrid", "--text " .. sh_quote(text))
+    assert.is_true(r.err_e4m3 < 0.7 * r.err_e5m2, ("err e4m3 %g vs e5m2 %g"):format(r.err_e4m3, r.err_e5m2))
+    assert.is_true(r.underflow_e4m3_k8 > 10 * r.underflow_e5m2_k8 and r.underflow_e4m3_k8 > 1e-3,
+      ("underflow at k=8: e4m3 %g, e5m2 %g"):format(r.underflow_e4m3_k8, r.underflow_e5m2_k8))
+    check_files(r, "02_why_hybrid")
+  end)
+
+  it("3: a spike saturates delayed scaling, `max` keeps the scale down, `margin` stops growth saturating", function()
+    local r = lesson("03_delayed_vs_current")
+    assert.is_true(r.max_sat_spike > 0.5 and r.recent_sat_spike > 0.5, "the spike is cast with the old scale")
+    assert.are.equal(0, r.current_sat_spike)
+    assert.are.equal("never", r.max_back)
+    assert.are.equal(1, r.recent_back)
+    assert.is_true(r.max_unf_after > 0.1, "max history: ordinary inputs underflow after the spike")
+    assert.is_true(r.recent_unf_after < r.max_unf_after / 5)
+    assert.are.equal(0, r.current_unf_after)
+    assert.is_true(r.recent_sat_other > 0, "growing inputs saturate a little under most_recent, margin 0")
+    assert.are.equal(0, r.margin_sat_other)
+    check_files(r, "03_delayed_vs_current")
+  end)
+
+  it("4: with outlier rows, rowwise scales keep the normal rows' error low", function()
+    local r = lesson("04_tensorwise_vs_rowwise")
+    assert.is_true(r.rw_normal < r.tw_normal / 3, ("rowwise %g vs tensorwise %g"):format(r.rw_normal, r.tw_normal))
+    assert.is_true(math.abs(r.rw_outlier - r.tw_outlier) < 0.01, "the outlier rows set the tensor's scale")
+    assert.is_true(r.tw_underflow > 0.05)
+    assert.are.equal(0, r.rw_underflow)
+    check_files(r, "04_tensorwise_vs_rowwise")
+  end)
+
+  it("5: MS-AMP levels hold fewer bytes per parameter and train alike", function()
+    local r = lesson("05_msamp_memory", "--text " .. sh_quote(text))
+    assert.is_true(r.bpp_fp32 > 15.5 and r.bpp_fp32 < 17, "fp32 AdamW: about 16 B/param, got " .. r.bpp_fp32)
+    assert.is_true(r.bpp_O1 < 0.85 * r.bpp_fp32)
+    assert.is_true(r.bpp_O2 < 0.7 * r.bpp_O1)
+    assert.is_true(r.bpp_O3 > r.bpp_O2 and r.bpp_O3 < r.bpp_O1)
+    for _, lv in ipairs { "O1", "O2", "O3" } do
+      local l = r["loss_" .. lv]
+      assert.is_true(math.abs(l - r.loss_fp32) < 0.1 * r.loss_fp32, ("loss %s %g vs fp32 %g"):format(lv, l, r.loss_fp32))
+    end
+    check_files(r, "05_msamp_memory")
+  end)
+end)
