@@ -397,16 +397,49 @@ fl_status fl_write_atomic(const char *path, const void *buf, size_t len) {
 
 struct save_ctx { const char *path; const char *hdr; size_t hlen; const fl_st_item *items; int n; const size_t *sizes; };
 
+/* Write-behind: the data goes out in chunks, and after each one the kernel is told to start writing it
+ * back (sync_file_range WRITE), while the chunk before it is waited for. Dirty pages stay near two
+ * chunks instead of piling up until the kernel throttles the writer (seen here: a plain write loop
+ * dropped from ~3.5 GB/s to ~0.4 GB/s after the first ~500 MB), and the final fsync has little left. */
+#define WB_CHUNK ((uint64_t)32 << 20)
+struct wb { int fd; uint64_t off, flushed, waited; const char *path; };
+
+static void wb_push(struct wb *w, bool final) {
+    while (w->off - w->flushed >= WB_CHUNK || (final && w->off > w->flushed)) {
+        uint64_t len = w->off - w->flushed < WB_CHUNK ? w->off - w->flushed : WB_CHUNK;
+        /* advisory: fsync still guarantees durability, so a failure here only loses the overlap */
+        (void)sync_file_range(w->fd, (off_t)w->flushed, (off_t)len, SYNC_FILE_RANGE_WRITE);
+        if (w->flushed > w->waited)
+            (void)sync_file_range(w->fd, (off_t)w->waited, (off_t)(w->flushed - w->waited),
+                                  SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+        w->waited = w->flushed;
+        w->flushed += len;
+    }
+}
+
+static fl_status wb_write(struct wb *w, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n > 0) {
+        size_t k = n < WB_CHUNK ? n : (size_t)WB_CHUNK;
+        FL_TRY(write_all(w->fd, p, k, w->path));
+        w->off += k; p += k; n -= k;
+        wb_push(w, false);
+    }
+    return FL_OK;
+}
+
 static fl_status fill_st(int fd, void *ctx) {
     struct save_ctx *c = ctx;
+    struct wb w = { fd, 0, 0, 0, c->path };
     uint8_t pre[8];
     for (int i = 0; i < 8; i++) pre[i] = (uint8_t)((uint64_t)c->hlen >> (8 * i));
-    FL_TRY(write_all(fd, pre, 8, c->path));
-    FL_TRY(write_all(fd, c->hdr, c->hlen, c->path));
+    FL_TRY(wb_write(&w, pre, 8));
+    FL_TRY(wb_write(&w, c->hdr, c->hlen));
     for (int i = 0; i < c->n; i++) {
         FL_TRY(fl_check_interrupt());
-        if (c->sizes[i]) FL_TRY(write_all(fd, c->items[i].data, c->sizes[i], c->path));
+        if (c->sizes[i]) FL_TRY(wb_write(&w, c->items[i].data, c->sizes[i]));
     }
+    wb_push(&w, true);
     return FL_OK;
 }
 
