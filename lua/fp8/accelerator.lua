@@ -227,16 +227,23 @@ end
 
 -- ---- optimizer wrapping -----------------------------------------------------------------------
 
-local AccOptimizer = {}
-AccOptimizer.__index = function(t, k)
-  local v = AccOptimizer[k]
-  if v ~= nil then return v end
-  local inner = rawget(t, "optimizer")
-  local iv = inner[k]
-  if type(iv) == "function" then return function(_, ...) return iv(inner, ...) end end
-  return iv
+-- A wrapper class whose instances keep the wrapped object in field `field`: its own methods first,
+-- then the wrapped object's fields, with methods bound to the wrapped object; writes go through.
+local function delegating_class(field)
+  local cls = {}
+  cls.__index = function(t, k)
+    local v = cls[k]
+    if v ~= nil then return v end
+    local inner = rawget(t, field)
+    local iv = inner[k]
+    if type(iv) == "function" then return function(_, ...) return iv(inner, ...) end end
+    return iv
+  end
+  cls.__newindex = function(t, k, v) rawget(t, field)[k] = v end
+  return cls
 end
-AccOptimizer.__newindex = function(t, k, v) rawget(t, "optimizer")[k] = v end
+
+local AccOptimizer = delegating_class("optimizer")
 AccOptimizer.__tostring = function(t) return "AcceleratedOptimizer(" .. tostring(rawget(t, "optimizer")) .. ")" end
 
 function AccOptimizer:step(...)
@@ -267,16 +274,7 @@ end
 
 -- A prepared scheduler steps only on sync steps, and not when the optimizer step was skipped
 -- (fp16 overflow), as Accelerate's AcceleratedScheduler; everything else goes to the scheduler.
-local AccScheduler = {}
-AccScheduler.__index = function(t, k)
-  local v = AccScheduler[k]
-  if v ~= nil then return v end
-  local inner = rawget(t, "scheduler")
-  local iv = inner[k]
-  if type(iv) == "function" then return function(_, ...) return iv(inner, ...) end end
-  return iv
-end
-AccScheduler.__newindex = function(t, k, v) rawget(t, "scheduler")[k] = v end
+local AccScheduler = delegating_class("scheduler")
 AccScheduler.__tostring = function(t) return "AcceleratedScheduler(" .. tostring(rawget(t, "scheduler").name) .. ")" end
 
 function AccScheduler:step(...)
