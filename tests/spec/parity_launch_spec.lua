@@ -19,30 +19,8 @@ local function run(words, env)
   return out, ok == true
 end
 
--- A small synthetic Fashion-MNIST (IDX files, not compressed).
-local function make_dataset(dir, split, n)
-  local img, lab = {}, {}
-  local state = 777
-  for i = 0, n - 1 do
-    local c = i % 10
-    local px = {}
-    for r = 0, 27 do
-      for _ = 0, 27 do
-        state = (state * 1103515245 + 12345) % 2147483648
-        local noise = (state >> 16) % 60
-        px[#px + 1] = (r >= 2 * c + 4 and r < 2 * c + 8) and 200 + noise // 2 or noise
-      end
-    end
-    img[#img + 1] = string.char(table.unpack(px, 1, 392)) .. string.char(table.unpack(px, 393, 784))
-    lab[#lab + 1] = string.char(c)
-  end
-  local f = assert(io.open(dir .. "/" .. split .. "-images-idx3-ubyte", "wb"))
-  f:write(string.pack(">I4I4I4I4", 0x803, n, 28, 28), table.concat(img))
-  f:close()
-  f = assert(io.open(dir .. "/" .. split .. "-labels-idx1-ubyte", "wb"))
-  f:write(string.pack(">I4I4", 0x801, n), table.concat(lab))
-  f:close()
-end
+local synthetic_fmnist = dofile("tests/spec/helpers/synthetic_fmnist.lua")
+local function make_dataset(dir, split, n) return synthetic_fmnist(dir, split, n, 777) end
 make_dataset(tmpdir .. "/fm", "train", 200)
 make_dataset(tmpdir .. "/fm", "t10k", 50)
 local neutral = tmpdir .. "/neutral.yaml"   -- a config file that sets nothing relevant (not the user's own)

@@ -27,29 +27,8 @@ local function read(path)
 end
 local function is_png(path) local s = read(path); return s ~= nil and s:sub(1, 8) == "\137PNG\r\n\26\n" and #s > 2000 end
 
-local function make_dataset(dir, split, n)
-  local img, lab = {}, {}
-  local state = 4242
-  for i = 0, n - 1 do
-    local c = i % 10
-    local px = {}
-    for r = 0, 27 do
-      for _ = 0, 27 do
-        state = (state * 1103515245 + 12345) % 2147483648
-        local noise = (state >> 16) % 60
-        px[#px + 1] = (r >= 2 * c + 4 and r < 2 * c + 8) and 200 + noise // 2 or noise
-      end
-    end
-    img[#img + 1] = string.char(table.unpack(px, 1, 392)) .. string.char(table.unpack(px, 393, 784))
-    lab[#lab + 1] = string.char(c)
-  end
-  local f = assert(io.open(dir .. "/" .. split .. "-images-idx3-ubyte", "wb"))
-  f:write(string.pack(">I4I4I4I4", 0x803, n, 28, 28), table.concat(img))
-  f:close()
-  f = assert(io.open(dir .. "/" .. split .. "-labels-idx1-ubyte", "wb"))
-  f:write(string.pack(">I4I4", 0x801, n), table.concat(lab))
-  f:close()
-end
+local synthetic_fmnist = dofile("tests/spec/helpers/synthetic_fmnist.lua")
+local function make_dataset(dir, split, n) return synthetic_fmnist(dir, split, n, 4242) end
 make_dataset(tmpdir .. "/fm", "train", 200)
 make_dataset(tmpdir .. "/fm", "t10k", 50)
 
