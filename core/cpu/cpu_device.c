@@ -6,10 +6,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-
-#define HUGE_ALIGN ((size_t)2 << 20)
-#define HUGE_MIN   ((size_t)16 << 20)
 
 /* A training step frees and re-allocates the same activation-sized buffers every step. glibc would
  * serve them with fresh mmap()s (page faults on every first touch: ~20% of an MLP step when
@@ -23,15 +19,7 @@ static void cpu_malloc_tune(void) {
 static fl_status cpu_alloc(size_t nbytes, void **ptr) {
     pthread_once(&cpu_malloc_once, cpu_malloc_tune);
     size_t n = (nbytes + 63) & ~(size_t)63;
-    if (n >= HUGE_MIN) {
-        /* large buffers (weights, moments, a loaded checkpoint's tensors) on transparent huge pages:
-         * first touch faults once per 2 MiB instead of once per 4 KiB */
-        n = (n + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
-        *ptr = aligned_alloc(HUGE_ALIGN, n);
-        if (*ptr) (void)madvise(*ptr, n, MADV_HUGEPAGE);   /* advisory */
-    } else {
-        *ptr = aligned_alloc(64, n);
-    }
+    *ptr = aligned_alloc(64, n);
     if (!*ptr) return FL_ERR(FL_ENOMEM, "out of memory allocating %zu bytes on cpu", nbytes);
     return FL_OK;
 }
