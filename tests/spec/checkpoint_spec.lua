@@ -60,6 +60,20 @@ describe("fp8.save_file / load_file / safe_open", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("round-trips tensors large enough for the chunked, multi-threaded read and write-behind paths", function()
+    local d = tmpdir()
+    fp8.manual_seed(11)
+    -- 5M + 3 elements: 20 MB, an uneven last chunk; a bf16 one of 9M elements; values all differ
+    local a, b = fp8.randn { 5 * 1024 * 1024 + 3 }, fp8.randn { 3, 3 * 1024 * 1024 }:to("bf16")
+    fp8.save_file({ a = a, b = b }, d .. "/big.safetensors")
+    local back = fp8.load_file(d .. "/big.safetensors")
+    assert.are.equal(0, (back.a - a):abs():max():item())
+    assert.are.equal(0, (back.b:to("fp32") - b:to("fp32")):abs():max():item())
+    local lazy = fp8.safe_open(d .. "/big.safetensors")
+    assert.are.equal(0, (lazy:get_tensor("a") - a):abs():max():item())
+    os.execute("rm -rf '" .. d .. "'")
+  end)
+
   it("writes the same bytes whatever the table's order, and refuses clashes and bad arguments", function()
     local d = tmpdir()
     local x = fp8.tensor { 1, 2, 3 }
