@@ -10,7 +10,15 @@ local precision, accum, hook, optname = arg[6] or "no", tonumber(arg[7] or "1"),
 local nn, optim, data = fp8.nn, fp8.optim, fp8.data
 
 local handlers = { fp8.DistributedDataParallelKwargs { bucket_cap_mb = bucket, comm_hook = hook } }
-if precision ~= "no" then handlers[#handlers + 1] = fp8.FP8RecipeKwargs { backend = precision } end
+-- PRECISION may name a variant: ao:rowwise (AORecipeKwargs config), msamp:O1 (opt_level)
+local backend, variant = precision:match("^(%a+):?(%S*)$")
+if backend == "ao" then
+  handlers[#handlers + 1] = fp8.AORecipeKwargs { config = variant ~= "" and variant or nil }
+elseif backend == "msamp" then
+  handlers[#handlers + 1] = fp8.MSAMPRecipeKwargs { opt_level = variant ~= "" and variant or nil }
+elseif precision ~= "no" then
+  handlers[#handlers + 1] = fp8.FP8RecipeKwargs { backend = precision }
+end
 local acc = fp8.Accelerator { mixed_precision = precision == "no" and "no" or "fp8", kwargs_handlers = handlers, cpu = true }
 
 -- rank-dependent seed on purpose: prepare() must broadcast rank 0's weights
