@@ -180,7 +180,7 @@ fl_status fl_data_windows(fl_tensor **x, fl_tensor **y, const fl_tensor *tokens,
     if (n < 0) return FL_ERR(FL_EINVAL, "windows: batch size must be >= 0, got %lld", (long long)n);
     int64_t len = tokens->shape[0];
     for (int64_t b = 0; b < n; b++)
-        if (start[b] < 0 || start[b] + block >= len)
+        if (start[b] < 0 || start[b] >= len || block >= len - start[b])   /* start + block may overflow */
             return FL_ERR(FL_EINVAL, "windows: start %lld (0-based) + block %lld + 1 exceeds %lld tokens",
                           (long long)start[b], (long long)block, (long long)len);
     fl_tensor *c = NULL;

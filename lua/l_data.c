@@ -9,18 +9,17 @@
 
 /* A list of 1-based integer indices (a Lua table) → malloc'ed 0-based int64 array held by a
  * userdata on the stack, so a Lua error cannot leak it. `lo` is added after the 1 → 0 shift. */
-static int64_t *check_indices(lua_State *L, int arg, int64_t *n, const char *what) {
-    luaL_checktype(L, arg, LUA_TTABLE);
-    lua_Integer len = luaL_len(L, arg);
+static int64_t *check_indices(lua_State *L, int arg, int64_t *n, const char *fname, const char *what) {
+    lua_Integer len = fl_lchecklen(L, arg, fname, what, FL_LMAX_TABLE_LEN);
     int64_t *idx = (int64_t *)lua_newuserdatauv(L, (size_t)(len ? len : 1) * sizeof(int64_t), 0);
     for (lua_Integer i = 1; i <= len; i++) {
         lua_geti(L, arg, i);
         int isint = 0;
         lua_Integer v = lua_tointegerx(L, -1, &isint);
         if (!isint)
-            luaL_error(L, "%s[%I] must be an integer, got %s", what, i,
+            luaL_error(L, "%s: %s[%I] must be an integer, got %s", fname, what, i,
                        lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
-        idx[i - 1] = (int64_t)v - 1;
+        idx[i - 1] = v == LUA_MININTEGER ? -1 : (int64_t)v - 1;   /* no wrap: LUA_MININTEGER stays out of range */
         lua_pop(L, 1);
     }
     *n = (int64_t)len;
@@ -51,7 +50,7 @@ static int l_load_labels(lua_State *L) {
 static int l_gather(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int64_t n;
-    int64_t *idx = check_indices(L, 2, &n, "indices");
+    int64_t *idx = check_indices(L, 2, &n, "gather", "indices");
     for (int64_t b = 0; b < n; b++)
         if (t->ndim >= 1 && (idx[b] < 0 || idx[b] >= t->shape[0]))
             return luaL_error(L, "gather: index %I out of range 1..%I", (lua_Integer)(idx[b] + 1),
@@ -65,7 +64,7 @@ static int l_gather(lua_State *L) {
 static int l_windows(lua_State *L) {
     fl_tensor *tok = fl_lchecktensor(L, 1);
     int64_t n;
-    int64_t *start = check_indices(L, 2, &n, "starts");
+    int64_t *start = check_indices(L, 2, &n, "windows", "starts");
     lua_Integer block = luaL_checkinteger(L, 3);
     fl_tensor **sx = fl_lnewbox(L);
     fl_tensor **sy = fl_lnewbox(L);

@@ -133,7 +133,7 @@ static int64_t shape_entry(lua_State *L, int dim, int allow_infer, const char *f
  * of the first argument after the shape. */
 static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int allow_infer, const char *fname) {
     if (lua_type(L, first) == LUA_TTABLE) {
-        lua_Integer n = luaL_len(L, first);
+        lua_Integer n = fl_lchecklen(L, first, fname, "shape", FL_LMAX_TABLE_LEN);
         if (n > FL_MAX_DIMS)
             luaL_error(L, "%s: at most %d dimensions, got %I", fname, FL_MAX_DIMS, n);
         for (int i = 0; i < n; i++) {
@@ -256,7 +256,7 @@ static void nested_shape(lua_State *L, int idx, int *ndim, int64_t *shape) {
     lua_pushvalue(L, idx);
     while (lua_type(L, -1) == LUA_TTABLE) {
         if (n == FL_MAX_DIMS) luaL_error(L, "tensor: nesting deeper than %d dimensions", FL_MAX_DIMS);
-        shape[n++] = (int64_t)luaL_len(L, -1);
+        shape[n++] = (int64_t)fl_lchecklen(L, -1, "tensor", "nested table", FL_LMAX_TABLE_LEN);
         if (shape[n - 1] == 0) break;
         lua_geti(L, -1, 1);
         lua_remove(L, -2);
@@ -315,8 +315,7 @@ static int l_tensor_new(lua_State *L) {
                                                    luaL_typename(L, 1)));
     int ndim = 0; int64_t shape[FL_MAX_DIMS];
     if (t == LUA_TTABLE) nested_shape(L, 1, &ndim, shape);
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    int64_t n = fl_lchecknumel(L, "tensor", ndim, shape, FL_LMAX_TABLE_LEN);
     /* The staging buffer is a userdata so a Lua error in the middle frees it. */
     float *buf = (float *)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof(float), 0);
     float *p = buf;
@@ -666,6 +665,9 @@ static int arith(lua_State *L, fl_binop op) {
         if (!s && lua_type(L, i) != LUA_TNUMBER)
             return luaL_error(L, "%s: expected a tensor or a number as operand %d, got %s", opname, i, luaL_typename(L, i));
     }
+    if (!a && !b)   /* x.sub(1, 2): a method called with no tensor at all */
+        return luaL_error(L, "%s: expected a tensor as operand 1 or 2, got %s and %s", opname,
+                          luaL_typename(L, 1), luaL_typename(L, 2));
     fl_tensor **slot = fl_lnewbox(L);
     if (a && b) FL_LCALL(L, fl_binary(slot, op, a, b));
     else if (a) FL_LCALL(L, fl_binary_scalar(slot, op, a, lua_tonumber(L, 2), false));

@@ -58,8 +58,9 @@ end
 
 local function check_index(fname, i, n)
   if math.type(i) ~= "integer" then
-    if type(i) == "number" and i == math.floor(i) then i = math.tointeger(i)
-    else error(("%s: index must be an integer, got %s"):format(fname, type(i) == "number" and tostring(i) or type(i)), 3) end
+    local int = type(i) == "number" and math.tointeger(i)   -- nil for 1.5, NaN, ±inf, 2^63
+    if not int then error(("%s: index must be an integer, got %s"):format(fname, type(i) == "number" and tostring(i) or type(i)), 3) end
+    i = int
   end
   if i < 1 or i > n then
     error(("%s: index %d out of range 1..%d%s"):format(fname, i, n, i == 0 and " (indices are 1-based)" or ""), 3)
@@ -144,7 +145,7 @@ end
 setmetatable(FashionMNIST, { __call = function(_, opts) return load_fashion(opts or {}, 2) end })
 
 function FashionMNIST:get(i)
-  i = check_index("FashionMNIST", i, self.n)
+  i = check_index("FashionMNIST:get", i, self.n)
   return self.images[i], math.tointeger(self.labels[i])
 end
 
@@ -215,7 +216,7 @@ setmetatable(TextDataset, { __call = function(_, opts) return load_text(opts or 
 
 -- ds:get(i) -> x [T], y [T]: tokens i..i+T-1 and the next ones (ids 0-based).
 function TextDataset:get(i)
-  i = check_index("TextDataset", i, self.n)
+  i = check_index("TextDataset:get", i, self.n)
   local x, y = C.windows(self.tokens, { i }, self.block_size)
   return x:view(self.block_size), y:view(self.block_size)
 end
@@ -246,7 +247,8 @@ function TextDataset:decode(ids)
   elseif type(ids) == "userdata" and ids._values then list = ids:_values()
   else error(("decode: expected a tensor or a list of token ids, got %s"):format(type(ids)), 2) end
   local out = {}
-  for i, id in ipairs(list) do
+  for i = 1, rawlen(list) do   -- raw: a table whose __len/__index lie must not loop for ever
+    local id = rawget(list, i)
     local ch = self.itos[math.tointeger(id) or -1]
     if not ch then error(("decode: token id %s at position %d is not in 0..%d"):format(tostring(id), i, self.vocab_size - 1), 2) end
     out[i] = ch

@@ -59,8 +59,8 @@ local function repr(v, depth)
   if is_handler(v) then return tostring(v) end
   depth = (depth or 0) + 1
   if depth > 3 then return "{...}" end
-  local parts, n = {}, #v
-  for i = 1, n do parts[i] = repr(v[i], depth) end
+  local parts, n = {}, rawlen(v)   -- raw: a __len or __index that lies must not loop for ever
+  for i = 1, n do parts[i] = repr(rawget(v, i), depth) end
   local keys = {}
   for k in pairs(v) do
     if not (math.type(k) == "integer" and k >= 1 and k <= n) then keys[#keys + 1] = k end
@@ -68,7 +68,7 @@ local function repr(v, depth)
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
   for _, k in ipairs(keys) do
     local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or ("[" .. repr(k, depth) .. "]")
-    parts[#parts + 1] = ks .. "=" .. repr(v[k], depth)
+    parts[#parts + 1] = ks .. "=" .. repr(rawget(v, k), depth)
   end
   return "{" .. table.concat(parts, ", ") .. "}"
 end

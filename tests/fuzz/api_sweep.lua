@@ -11,7 +11,7 @@
 --   --list      print the enumerated entries and exit
 --   --messages  also list calls whose error message names neither the function nor the argument
 -- Exit status 0 when no call crashed, hung or tripped a sanitizer.
-local EXE = arg and arg[-1] or os.getenv("FP8LAB_EXE") or "build/fp8lab"
+local EXE = os.getenv("FP8LAB_EXE") or arg and arg[-1] or "build/fp8lab"
 local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
 
 -- ---- options ------------------------------------------------------------------------------
@@ -51,6 +51,7 @@ local DENY_PATTERNS = {
   { "^fp8%.repl%.", "the interactive prompt (reads stdin, installs signal handlers)" },
 }
 local function denied(path)
+  path = path:gsub('^require%("(.-)"%)', "%1")
   if DENY[path] then return DENY[path] end
   for _, p in ipairs(DENY_PATTERNS) do if path:match(p[1]) then return p[2] end end
   return nil
@@ -279,7 +280,8 @@ local function forms(e)
     return { "return " .. e.expr .. "(V)", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(fp8.ones{2, 3}, V)" }
   elseif e.kind == "method" then
     local m = ("O[%q]"):format(e.name)
-    return { "return " .. m .. "(O, V)", "return " .. m .. "(V)", "return " .. m .. "(O, 2, V)" }
+    return { "return " .. m .. "(O, V)", "return " .. m .. "(V)", "return " .. m .. "(O, 2, V)",
+             "return " .. m .. "(O, fp8.ones{1, 2}, V)" }
   elseif e.kind == "field" then
     return { ("O[%q] = V; return tostring(O)"):format(e.name) }
   else
@@ -381,7 +383,7 @@ end
 
 -- ---- parent ---------------------------------------------------------------------------------
 
-local function read_file(p) local f = io.open(p, "rb"); if not f then return "" end local s = f:read("a"); f:close(); return s end
+local function read_file(p, limit) local f = io.open(p, "rb"); if not f then return "" end local s = f:read(limit or "a"); f:close(); return s or "" end
 
 local SAN = os.getenv("FP8LAB_SWEEP_SAN") == "1"   -- the build under test has ASan/UBSan
 
@@ -400,10 +402,10 @@ local function run_child(tmp, plan, tag, budget)
   local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=0 ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=0:abort_on_error=0 "
     .. "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FP8LAB_SWEEP_MODULES=%s "
     .. "timeout -s KILL %d %s %s --child %s --timeout %s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
-    :format(sh(dir), lim, sh(dir), sh(table.concat(module_names(), " ")), budget, sh(root .. "/" .. EXE), sh(root .. "/" .. SELF),
+    :format(sh(dir), lim, sh(dir), sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(root .. "/" .. SELF),
             sh(planf .. "," .. progf), tostring(opt.timeout), sh(dir .. "/stderr"), sh(progf))
   os.execute(cmd)
-  local res = { done = {}, began = nil, rc = nil, stderr = read_file(dir .. "/stderr") }
+  local res = { done = {}, began = nil, rc = nil, stderr = read_file(dir .. "/stderr", 1 << 20) }
   for line in io.lines(progf) do
     local b = line:match("^B (%d+)$")
     if b then res.began = tonumber(b) end
@@ -416,9 +418,16 @@ local function run_child(tmp, plan, tag, budget)
   return res
 end
 
+-- The first line of a sanitizer report (plain finds: stderr may hold a megabyte-long line).
 local function sanitizer_report(s)
-  return s:match("ERROR: AddressSanitizer[^\n]*") or s:match("[^\n]*runtime error:[^\n]*")
-      or s:match("ERROR: LeakSanitizer[^\n]*")
+  for _, key in ipairs { "ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer" } do
+    local at = s:find(key, 1, true)
+    if at then
+      local first = at
+      while first > 1 and at - first < 200 and s:sub(first - 1, first - 1) ~= "\n" do first = first - 1 end
+      return s:sub(first, math.min(#s, at + 300)):match("^[^\n]*")
+    end
+  end
 end
 
 local function parent()
@@ -464,8 +473,10 @@ local function parent()
   local function note(kind, c, detail)
     local e = entries[c[2]]
     local form = forms(e)[c[3]]
-    findings[#findings + 1] = { kind = kind, label = entry_label(e, insts), detail = detail,
-                                repro = repro(e, insts, form, VALUES[c[4]]) }
+    local f = { kind = kind, label = entry_label(e, insts), detail = detail, repro = repro(e, insts, form, VALUES[c[4]]) }
+    findings[#findings + 1] = f
+    print(("FINDING %s: %s\n  %s\n  %s"):format(f.kind, f.label, f.repro, (f.detail or ""):gsub("\n", "\n  ")))
+    io.stdout:flush()
   end
   -- A batch: run; the call that began and never ended is re-run alone to confirm, the rest resumes.
   local function run_batch(batch, tag)
@@ -527,9 +538,6 @@ local function parent()
     end
   end
   os.execute("rm -rf " .. sh(tmp))
-  for _, f in ipairs(findings) do
-    print(("FINDING %s: %s\n  %s\n  %s"):format(f.kind, f.label, f.repro, (f.detail or ""):gsub("\n", "\n  ")))
-  end
   if opt.messages then
     for _, b in ipairs(badmsg) do
       local e = entries[b.c[2]]
