@@ -157,10 +157,10 @@ fuzz: $(BUILD)/fuzz_config
 	$(BUILD)/fuzz_config -max_total_time=$(FUZZ_TIME) -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
 	  -dict=tests/fuzz/config.dict -artifact_prefix=$(BUILD)/fuzz- \
 	  $(BUILD)/fuzz-corpus tests/fuzz/corpus tests/data/config/good tests/data/config/bad
-$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/error.c core/config.h core/error.h
+$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c core/config.h core/error.h
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Icore -o $@ \
-	  tests/fuzz/fuzz_config.c core/config.c core/error.c -lyaml
+	  tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c -lyaml
 
 # ---- GPU benchmark (scripts/bench_gpu.cu): FP8 vs bf16 cuBLASLt GEMMs and the cast kernels next to a
 # device copy; on a GPU it rewrites the "## GPU" section of docs/performance.md, without one it says so ----

@@ -1,6 +1,8 @@
 /* data.c — IDX reader (through zlib, which reads gzipped and plain files alike), batch gather,
  * language-model windows and the loss-scaler's unscale + inf/NaN check. */
 #include "data.h"
+#include "fileio.h"
+#include <unistd.h>
 #include "optim.h"
 #include <errno.h>
 #include <math.h>
@@ -37,17 +39,19 @@ static int64_t gz_read_all(gzFile f, unsigned char *dst, int64_t n, const char *
     return got;
 }
 
+#define FL_IDX_MAX_FILE_BYTES (INT64_C(1) << 31)   /* Fashion-MNIST's largest file is 26 MB */
+
 /* Opens path, checks the magic, reads `expect_ndims` big-endian dims and the whole ubyte payload
  * (exactly prod(dims) bytes, nothing after). *payload is malloc'ed; `what` names it in messages. */
 static fl_status idx_read(const char *path, uint32_t magic, int expect_ndims, int64_t *dims,
                           unsigned char **payload, int64_t *nbytes, const char *what) {
     *payload = NULL;
     if (!path || !*path) return FL_ERR(FL_EINVAL, "IDX path is empty");
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return FL_ERR(FL_EIO, "%s: %s", path, strerror(errno));
-    fclose(probe);
-    gzFile f = gzopen(path, "rb");
-    if (!f) return FL_ERR(FL_EIO, "%s: %s", path, errno ? strerror(errno) : "cannot open (zlib)");
+    /* a regular file only (a named pipe would block for ever; core/fileio.c) */
+    int fd;
+    FL_TRY(fl_open_regular(path, "IDX file", FL_IDX_MAX_FILE_BYTES, &fd, NULL));
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) { close(fd); return FL_ERR(FL_EIO, "%s: %s", path, errno ? strerror(errno) : "cannot open (zlib)"); }
 
     fl_status st = FL_OK;
     const char *zerr = NULL;

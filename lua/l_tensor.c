@@ -763,7 +763,7 @@ static int m_quantize(lua_State *L) {
         o.scale = opt_positive(L, 3, "scale");
         o.amax = opt_positive(L, 3, "amax");
         if (o.scale > 0 && o.amax > 0) return luaL_error(L, "quantize: give either scale or amax, not both");
-        if (lua_getfield(L, 3, "margin") != LUA_TNIL) o.margin = (int)check_int(L, -1, "quantize: margin");
+        if (lua_getfield(L, 3, "margin") != LUA_TNIL) o.margin = (int)fl_lcheckint(L, -1, "quantize", "margin", 0, 64);   /* as the recipe setting */
         lua_pop(L, 1);
         if (lua_getfield(L, 3, "axis") != LUA_TNIL) o.axis = check_dim(L, lua_gettop(L), t->ndim);
         lua_pop(L, 1);

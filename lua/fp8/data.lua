@@ -163,6 +163,8 @@ end
 
 local TextDataset = dataset_class("TextDataset")
 M.TextDataset = TextDataset
+-- The largest text file TextDataset reads (the tokens take 4 bytes per character).
+M.TEXT_MAX_BYTES = 1 << 30
 
 -- TextDataset{path=, block_size=, text=, split="all"|"train"|"val", val_fraction=0.1}
 -- Vocabulary: the distinct bytes of the whole text, sorted (so train and val splits agree).
@@ -183,11 +185,10 @@ local function load_text(opts, level)
   local vf = opt_type(fname, opts, "val_fraction", "number", 0.1, level + 1)
   if not (vf > 0 and vf < 1) then error(("%s: val_fraction must be in (0, 1), got %g"):format(fname, vf), level + 1) end
   if path then
-    local f, err = io.open(path, "rb")
-    if not f then error(("%s: cannot open text file: %s"):format(fname, err), level + 1) end
-    text = f:read("a")
-    f:close()
-    if text == nil then error(("%s: %s: cannot read (is it a directory?)"):format(fname, path), level + 1) end
+    -- a regular file of at most M.TEXT_MAX_BYTES (a named pipe would block, /dev/zero never end)
+    local ok, res = pcall(require("fp8._fileio").read_regular, path, "text file", M.TEXT_MAX_BYTES)
+    if not ok then error(("%s: %s"):format(fname, tostring(res)), level + 1) end
+    text = res
   end
   local tokens, vocab = C.encode_bytes(text)
   local total = tokens:size(1)
@@ -198,7 +199,7 @@ local function load_text(opts, level)
     tokens = tokens:contiguous()
   end
   local ntok = tokens:size(1)
-  if ntok < block + 1 then
+  if block >= ntok then   -- not ntok < block + 1: block + 1 wraps for math.maxinteger
     error(("%s: %s has %d characters%s, need at least block_size + 1 = %d"):format(fname,
       path or "the text", ntok, split ~= "all" and (" in its %s split"):format(split) or "", block + 1), level + 1)
   end
