@@ -6,7 +6,7 @@
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
 --                [--timeout S] [--jobs N] [--list] [--messages] [--verbose]
---   --quick     a seeded random sample of --calls calls (default 2500): what `make test` runs
+--   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
 --   --list      print the enumerated entries and exit
 --   --messages  also list calls whose error message names neither the function nor the argument
@@ -15,7 +15,7 @@ local EXE = os.getenv("FP8LAB_EXE") or arg and arg[-1] or "build/fp8lab"
 local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
 
 -- ---- options ------------------------------------------------------------------------------
-local opt = { quick = false, seed = 1, calls = 2500, batch = 400, timeout = 5, jobs = 2, list = false,
+local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, list = false,
               messages = false, verbose = false, child = nil }
 do
   local i = 1
@@ -385,7 +385,8 @@ end
 
 local function read_file(p, limit) local f = io.open(p, "rb"); if not f then return "" end local s = f:read(limit or "a"); f:close(); return s or "" end
 
-local SAN = os.getenv("FP8LAB_SWEEP_SAN") == "1"   -- the build under test has ASan/UBSan
+-- the build under test has ASan/UBSan (make sanitize sets ASAN_OPTIONS)
+local SAN = os.getenv("FP8LAB_SWEEP_SAN") == "1" or os.getenv("ASAN_OPTIONS") ~= nil
 
 -- Run a plan (list of {id, ei, fi, vi}) in one child; returns {done = {id = status line}, began, rc, stderr}.
 local function run_child(tmp, plan, tag, budget)

@@ -45,6 +45,9 @@ end
 
 function MSAMPAdamW:step(closure)
   local loss
+  if closure ~= nil and type(closure) ~= "function" then
+    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
+  end
   if closure then loss = closure() end
   local fw = self._fp8_weights or {}
   for _, g in ipairs(self.param_groups) do

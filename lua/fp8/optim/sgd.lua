@@ -30,6 +30,9 @@ end
 -- called first (with grad enabled) and its result returned, as in PyTorch.
 function SGD:step(closure)
   local loss
+  if closure ~= nil and type(closure) ~= "function" then
+    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
+  end
   if closure then loss = closure() end
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do
