@@ -249,3 +249,20 @@ fl_status fl_data_unscale_(fl_tensor *t, float factor, bool *found_nonfinite) {
     if (bad) *found_nonfinite = true;
     return FL_OK;
 }
+
+fl_status fl_data_encode_bytes(fl_tensor **tokens, const unsigned char *s, size_t n, char vocab[256], int *vocab_len) {
+    *tokens = NULL;
+    *vocab_len = 0;
+    if (n > (size_t)FL_MAX_NUMEL) return FL_ERR(FL_EINVAL, "text: too large: %zu bytes (limit %lld)", n, (long long)FL_MAX_NUMEL);
+    int seen[256] = {0}, id[256];
+    for (size_t i = 0; i < n; i++) seen[s[i]] = 1;
+    int v = 0;
+    for (int c = 0; c < 256; c++)
+        if (seen[c]) { id[c] = v; vocab[v++] = (char)c; }
+    int64_t shape[1] = { (int64_t)n };
+    FL_TRY(fl_tensor_empty(tokens, FL_F32, 1, shape, FL_DEV_CPU));
+    float *dst = fl_tensor_data(*tokens);
+    for (size_t i = 0; i < n; i++) dst[i] = (float)id[s[i]];
+    *vocab_len = v;
+    return FL_OK;
+}

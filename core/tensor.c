@@ -21,7 +21,8 @@ void fl_bytes_reset_peak(int device) {
 static void bytes_count(int device, size_t n, bool add) {
     if (device < 0 || device >= FL_DEV_COUNT) return;
     if (!add) { bytes_live[device] -= n; return; }
-    size_t now = (bytes_live[device] += n), peak = bytes_peak[device];
+    /* (the builtin rather than `+=`: clang 14 types an atomic compound assignment as _Atomic) */
+    size_t now = __atomic_add_fetch((size_t *)&bytes_live[device], n, __ATOMIC_SEQ_CST), peak = bytes_peak[device];
     while (now > peak && !__atomic_compare_exchange_n((size_t *)&bytes_peak[device], &peak, now, false,
                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }

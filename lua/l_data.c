@@ -81,17 +81,10 @@ static int l_windows(lua_State *L) {
 static int l_encode_bytes(lua_State *L) {
     size_t n;
     const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
-    int seen[256] = {0}, id[256];
-    for (size_t i = 0; i < n; i++) seen[s[i]] = 1;
     char vocab[256];
     int v = 0;
-    for (int c = 0; c < 256; c++)
-        if (seen[c]) { id[c] = v; vocab[v++] = (char)c; }
-    int64_t shape[1] = { (int64_t)n };
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_empty(slot, FL_F32, 1, shape, FL_DEV_CPU));
-    float *dst = fl_tensor_data(*slot);
-    for (size_t i = 0; i < n; i++) dst[i] = (float)id[s[i]];
+    FL_LCALL(L, fl_data_encode_bytes(slot, s, n, vocab, &v));   /* core/data.c, fuzzed by tests/fuzz/fuzz_text.c */
     lua_pushlstring(L, vocab, (size_t)v);
     return 2;
 }

@@ -72,7 +72,8 @@ local VALUES = {
   "fp8.ones{2, 3}", "fp8.ones{2, 3}:quantize('e4m3')", "fp8.ones({2, 3}, 'bf16')", "fp8.zeros{0}",
   "fp8.zeros{0, 3}", "fp8.tensor(1)", "fp8.ones{3, 2, 1, 1}", "fp8.arange(5)",
   "(function() local t = fp8.ones{2}; t:free(); return t end)()",
-  "fp8.ones{1}:expand{2^62, 2}",
+  "fp8.ones{1}:expand{2^62, 2}", "fp8.ones{2, 3}:quantize('e5m2', {axis = 1})", "fp8.ones{2, 3}:requires_grad(true)",
+  "fp8.nn.Linear(3, 2)", "fp8.ones{1}:expand{4, 3}",
 }
 
 -- Instances, one of each kind we can build: Lua source; the instance is the expression's value.
@@ -102,6 +103,10 @@ local SEEDS = {
   "fp8.AutocastKwargs{}", "fp8.GradScalerKwargs{}", "fp8.DistributedDataParallelKwargs{}",
   "fp8.InitProcessGroupKwargs{}", "fp8.ProfileKwargs{}",
   "fp8.config.load_default()",
+  "fp8.recipes.FP8Linear(16, 16, true, {backend = 'ao'})", "fp8.recipes.FP8Linear(16, 16, true, {backend = 'msamp', opt_level = 'O2'})",
+  "fp8.Accelerator():prepare(fp8.nn.Linear(16, 16))",
+  "require('fp8.optim.msamp_adamw')(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1})",
+  "fp8.ones{4, 3}:quantize('e4m3', {axis = 1})",
 }
 
 -- Tiny Fashion-MNIST IDX files in dir, so FashionMNIST{root=dir} builds (FP8LAB_SWEEP_DATA).
