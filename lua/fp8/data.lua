@@ -420,7 +420,8 @@ if ok and help.add then
        .. "normalize=true or {mean, std}), ds.labels [N] (0..9), ds.classes, #ds, ds:get(i) -> x, y, ds[i] -> {x, y}." }
   help.add { section = sec, name = "data.TextDataset", sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val'}",
     doc = "Character-level text: vocabulary = the file's distinct bytes, sorted. ds:get(i) -> x[T], y[T] (y shifted by one),\n"
-       .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string." }
+       .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string.\n"
+       .. "path= must name a regular file of at most fp8.data.TEXT_MAX_BYTES bytes (1 GiB; a named pipe or a device is refused)." }
   help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
        .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"
