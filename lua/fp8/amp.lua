@@ -95,8 +95,10 @@ function GradScaler:is_enabled() return self.enabled end
 
 -- scale(loss) -> loss * scale (the loss itself when disabled).
 function GradScaler:scale(loss)
+  if type(loss) ~= "number" and not (package.loaded["fp8.core"] or {}).is_tensor(loss) then
+    error(("GradScaler:scale: loss must be a tensor or a number, got %s"):format(type(loss)), 2)
+  end
   if not self.enabled then return loss end
-  if type(loss) == "number" then return loss * self._scale end
   return loss * self._scale
 end
 

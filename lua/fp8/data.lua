@@ -335,7 +335,8 @@ end
 -- to(device): batches come out on "cpu" (the default) or "cuda" (what Accelerator:prepare sets).
 function DataLoader:to(device, level)
   if device ~= "cpu" and device ~= "cuda" then
-    error(("DataLoader: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)), level or 2)
+    error(("DataLoader:to: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)),
+      math.type(level) == "integer" and level or 2)
   end
   self.device = device
   return self

@@ -43,8 +43,11 @@ function M.normal_(t, mean, std)
   if not fp8.is_tensor(t) then error(("normal_: expected a tensor, got %s"):format(type(t)), 2) end
   return M.copy_(t, M.normal(t:shape(), mean or 0, std or 1))
 end
-function M.uniform_(t, a, b) return M.copy_(t, M.uniform(t:shape(), a or 0, b or 1)) end
-function M.zeros_(t) return M.copy_(t, fp8.zeros(t:shape())) end
-function M.ones_(t) return M.copy_(t, fp8.ones(t:shape())) end
+local function check_tensor(fname, t)
+  if not fp8.is_tensor(t) then error(("%s: expected a tensor, got %s"):format(fname, type(t)), 3) end
+end
+function M.uniform_(t, a, b) check_tensor("uniform_", t); return M.copy_(t, M.uniform(t:shape(), a or 0, b or 1)) end
+function M.zeros_(t) check_tensor("zeros_", t); return M.copy_(t, fp8.zeros(t:shape())) end
+function M.ones_(t) check_tensor("ones_", t); return M.copy_(t, fp8.ones(t:shape())) end
 
 return M
