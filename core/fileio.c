@@ -47,14 +47,14 @@ fl_status fl_read_regular(const char *path, const char *what, int64_t max_bytes,
     int fd;
     int64_t size;
     FL_TRY(fl_open_regular(path, what, max_bytes, &fd, &size));
-    size_t cap = (size_t)size + 1, n = 0;
+    size_t cap = (size_t)size + 2, n = 0;   /* +1 to see EOF without growing, +1 for the NUL */
     char *b = malloc(cap);
     if (!b) { close(fd); return FL_ERR(FL_ENOMEM, "%s: out of memory reading %lld bytes", path, (long long)size); }
     for (;;) {
         if (n + 1 >= cap) {   /* the file grew while we read it */
-            if (max_bytes > 0 && (int64_t)cap > max_bytes) {
+            if (max_bytes > 0 && (int64_t)n > max_bytes) {
                 free(b); close(fd);
-                return FL_ERR(FL_EINVAL, "%s: too large for a %s (grew past the limit of %lld bytes)", path, what,
+                return FL_ERR(FL_EINVAL, "%s: file too large for a %s (grew past the limit of %lld bytes)", path, what,
                               (long long)max_bytes);
             }
             char *nb = realloc(b, cap * 2);
@@ -70,6 +70,11 @@ fl_status fl_read_regular(const char *path, const char *what, int64_t max_bytes,
         }
         if (r == 0) break;
         n += (size_t)r;
+    }
+    if (max_bytes > 0 && (int64_t)n > max_bytes) {
+        free(b); close(fd);
+        return FL_ERR(FL_EINVAL, "%s: file too large for a %s (grew past the limit of %lld bytes)", path, what,
+                      (long long)max_bytes);
     }
     close(fd);
     b[n] = 0;
