@@ -1,6 +1,7 @@
 /* l_tensor.c — the fp8.Tensor class (liolib.c style: named metatable, methods behind __index)
  * and the tensor factories. Every result is boxed before the core call that fills it, so a Lua
  * error never leaks a core tensor. Dims and indices are 1-based here, 0-based in the core. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "l_util.h"
@@ -605,7 +606,7 @@ static float *read_all(lua_State *L, const fl_tensor *t, int64_t *n) {
 
 static void push_nested(lua_State *L, const fl_tensor *t, int d, const float **p) {
     if (d == t->ndim) { lua_pushnumber(L, *(*p)++); return; }
-    lua_createtable(L, (int)t->shape[d], 0);
+    lua_createtable(L, t->shape[d] > INT_MAX ? 0 : (int)t->shape[d], 0);
     for (int64_t i = 0; i < t->shape[d]; i++) {
         push_nested(L, t, d + 1, p);
         lua_rawseti(L, -2, i + 1);
@@ -625,11 +626,11 @@ static int m_totable(lua_State *L) {
  * result is the kept size per dim. */
 static int m_values(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    lua_Integer edge = luaL_optinteger(L, 2, 0);
+    lua_Integer edge = fl_loptint(L, 2, "_values", "edge", 0, (lua_Integer)1 << 30, 0);
     int64_t n = fl_tensor_numel(t);
     if (edge <= 0) {
         const float *p = read_all(L, t, &n);
-        lua_createtable(L, (int)n, 0);
+        lua_createtable(L, n > INT_MAX ? 0 : (int)n, 0);   /* a size hint only: never wrap it */
         for (int64_t i = 0; i < n; i++) { lua_pushnumber(L, p[i]); lua_rawseti(L, -2, i + 1); }
         return 1;
     }
@@ -638,7 +639,7 @@ static int m_values(lua_State *L) {
         kept[d] = t->shape[d] > 2 * edge ? 2 * edge : t->shape[d];
         total *= kept[d];
     }
-    lua_createtable(L, (int)total, 0);
+    lua_createtable(L, total > INT_MAX ? 0 : (int)total, 0);
     for (int64_t k = 0; k < total; k++) {
         for (int d = 0; d < t->ndim; d++)
             idx[d] = (t->shape[d] > 2 * edge && pos[d] >= edge) ? t->shape[d] - 2 * edge + pos[d] : pos[d];
@@ -825,7 +826,7 @@ static int m_bytes(lua_State *L) {
     if (c->device != FL_DEV_CPU) return luaL_error(L, "bytes(): the tensor is on %s; only CPU tensors can be read", fl_device_name(c->device));
     const uint8_t *p = (const uint8_t *)fl_tensor_data(c);
     int64_t n = fl_tensor_numel(c);
-    lua_createtable(L, (int)n, 0);
+    lua_createtable(L, n > INT_MAX ? 0 : (int)n, 0);
     for (int64_t i = 0; i < n; i++) { lua_pushinteger(L, p[i]); lua_rawseti(L, -2, i + 1); }
     return 1;
 }
