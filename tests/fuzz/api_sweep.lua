@@ -45,8 +45,8 @@ local DENY = {
 }
 -- Patterns of the same kind (Lua patterns on the path).
 local DENY_PATTERNS = {
-  { "^fp8%.dist%.launch", "starts processes (mpirun)" },
-  { "^fp8%.dist%.init", "would wire MPI / NCCL for the whole child" },
+  { "^fp8%._?dist%.launch", "starts processes (mpirun)" },
+  { "^fp8%._?dist%.init", "initialises MPI / NCCL for the whole child (one call, not a sweepable function)" },
   { "^fp8%.cli%.", "command-line front: spawns processes (launch, test) and reads stdin (config)" },
   { "^fp8%.repl%.", "the interactive prompt (reads stdin, installs signal handlers)" },
 }
