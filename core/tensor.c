@@ -80,7 +80,7 @@ fl_status fl_shape_numel(const char *what, int ndim, const int64_t *shape, int64
     bool overflow = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return FL_ERR(FL_EINVAL, "%s: size must be >= 0, got %lld at dim %d", what, (long long)shape[i], i);
+            return FL_ERR(FL_EINVAL, "%s: size must be >= 0, got %lld at dim %d", what, (long long)shape[i], i + 1);
         if (!overflow && __builtin_mul_overflow(n, shape[i], &n)) overflow = true;
         if (shape[i] == 0) { n = 0; overflow = false; break; }
     }

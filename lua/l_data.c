@@ -128,6 +128,8 @@ static const luaL_Reg data_funcs[] = {
 };
 
 int luaopen_fp8_data(lua_State *L) {
+    /* fp8._fileio (l_fileio.c: regular-file reads, atomic writes) comes with the data module */
+    { int luaopen_fp8_fileio(lua_State *L); luaL_requiref(L, "fp8._fileio", luaopen_fp8_fileio, 0); lua_pop(L, 1); }
     luaL_newlib(L, data_funcs);
     return 1;
 }

@@ -124,7 +124,6 @@ int luaopen_fp8_core(lua_State *L) {
     { int luaopen_fp8_optim_c(lua_State *L); luaL_requiref(L, "fp8._optim", luaopen_fp8_optim_c, 0); lua_setfield(L, -2, "_optim"); }  /* l_optim.c: fused optimizer steps */
     { int luaopen_fp8_recipe_c(lua_State *L); luaL_requiref(L, "fp8._recipe", luaopen_fp8_recipe_c, 0); lua_pop(L, 1); }  /* l_recipe.c: FP8 layers, MS-AMP Adam */
     { int luaopen_fp8_profiler_c(lua_State *L); luaL_requiref(L, "fp8._profiler", luaopen_fp8_profiler_c, 0); lua_pop(L, 1); }  /* l_profiler.c: used by fp8.profiler */
-    { int luaopen_fp8_fileio(lua_State *L); luaL_requiref(L, "fp8._fileio", luaopen_fp8_fileio, 0); lua_pop(L, 1); }  /* l_fileio.c: regular-file reads, atomic writes */
     fl_lopen_tensor(L);
     fl_lopen_autograd(L);   /* l_autograd.c: t:backward(), t.grad, fp8.no_grad, autocast */
     fl_lopen_nn(L);         /* l_nn.c: the C NN ops as core._nn (fp8.nn.functional re-exports them) */
