@@ -22,7 +22,7 @@ function M.dtype_for(mode, level, fname)
   local dt = type(mode) == "string" and M.MODES[mode:lower()]
   if not dt then
     if math.type(level) ~= "integer" then level = 1 end
-    error(("%smixed precision must be one of %s; got %s"):format(type(fname) == "string" and (fname .. ": ") or "", M.MODE_NAMES,
+    error(("%s: mixed precision must be one of %s; got %s"):format(type(fname) == "string" and fname or "dtype_for", M.MODE_NAMES,
       type(mode) == "string" and ("'" .. mode .. "'") or type(mode)), (level or 1) + 1)
   end
   return dt

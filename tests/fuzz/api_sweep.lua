@@ -350,7 +350,9 @@ local function is_public(e, insts)
   for _, k in ipairs { ".by_name.", ".mt.", ".super.", ".kind.", "._metatable" } do
     if label:find(k, 1, true) then return false end
   end
-  if e.kind == "op" then return false end
+  -- operators, and fields overwritten with hostile values (the object's own state, which its
+  -- __tostring then trips over), are counted but not listed
+  if e.kind == "op" or e.kind == "field" then return false end
   return true
 end
 -- Forms whose V takes the place of self (hostile self): Lua methods answer those with Lua's own

@@ -20,6 +20,12 @@ MSAMPAdamW._check_group = AdamW._check_group
 -- from_adamw(opt, {fp8_weights = {[param] = e4m3 tensor}, moments = "fp8"|"fp32"}) → a MSAMPAdamW
 -- over the same groups. moments="fp32" is MS-AMP O1: fp32 m and v, fp16 weights, FP8 gradients.
 function MSAMPAdamW.from_adamw(opt, extra)
+  if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
+    error(("from_adamw: expected an AdamW optimizer, got %s"):format(type(opt)), 2)
+  end
+  if extra ~= nil and type(extra) ~= "table" then
+    error(("from_adamw: options must be a table {fp8_weights=, moments=}, got %s"):format(type(extra)), 2)
+  end
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
     local c = {}
