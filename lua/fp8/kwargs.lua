@@ -116,6 +116,7 @@ end
 -- or else one name a prefix of the other ("amax_history_length" -> "amax_history_len").
 local function nearest(key, names)
   if type(key) ~= "string" then return nil end
+  if type(names) ~= "table" then error(("nearest: names must be a list of strings, got %s"):format(type(names)), 2) end
   local best, bestd = nil, math.huge
   local lk = key:lower()
   for _, n in ipairs(names) do
@@ -959,7 +960,7 @@ function M.describe(s)
   if type(s) ~= "table" or s.mixed_precision == nil then
     error(("describe: expected the settings table from fp8.kwargs.resolve, got %s"):format(got(s)), 2)
   end
-  local src = s.sources or {}
+  local src = type(s.sources) == "table" and s.sources or {}
   local rows = {}   -- {key, value, source} or a plain string; aligned at the end
   local function line(k, v, from) rows[#rows + 1] = { k, v, from } end
   line("mixed_precision", s.mixed_precision, src.mixed_precision)

@@ -156,6 +156,9 @@ end
 
 -- bar:update([k=1]) advances the count by k (for manual loops).
 function Bar:update(k)
+  if k ~= nil and (type(k) ~= "number" or k ~= k or math.abs(k) == math.huge) then
+    error(("update: k must be a finite number, got %s"):format(tostring(k)), 2)
+  end
   if not self.t0 then self.t0 = C.clock() end
   self.n = self.n + (k or 1)
   self:_draw(false)

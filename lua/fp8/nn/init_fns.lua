@@ -12,6 +12,7 @@ function M.uniform(shape, a, b)
   if b ~= nil and (type(b) ~= "number" or b ~= b or math.abs(b) == math.huge) then
     error(("uniform: b must be a finite number, got %s"):format(tostring(b)), 2)
   end
+  a, b = a or 0, b or 1
   local t = fp8.rand(shape)
   if a == 0 and b == 1 then return t end
   return t * (b - a) + a
