@@ -20,21 +20,9 @@ local function role(fmt, rule, o)
   return o
 end
 
--- Argument checks for the helpers below (they are public: fp8.recipes.*), so a wrong argument gets a
--- message naming the function rather than "attempt to index a nil value" from inside this file.
-local function need_table(fname, what, v)
-  if type(v) ~= "table" then error(("%s: %s must be a table, got %s"):format(fname, what, type(v)), 3) end
-end
-local function need_module(fname, v)
-  if not (type(v) == "table" and Module.is_module and Module.is_module(v)) then
-    error(("%s: expected a Module, got %s"):format(fname, type(v)), 3)
-  end
-end
-
 -- The per-layer configuration (the table fp8._recipe.layer_new takes) for an effective recipe
 -- (settings.fp8_recipe: backend plus that backend's fields, defaults filled in).
 function M.layer_config(r)
-  need_table("layer_config", "the recipe", r)
   local b = r.backend
   if b == "te" then
     local d = { margin = r.margin or 0, algo = r.amax_compute_algo or "most_recent",
@@ -121,13 +109,6 @@ end
 local STATE_VERSION = 1
 local STATE_ROLES = { "input", "weight", "grad" }
 function M.pack_state(st)
-  need_table("pack_state", "the state", st)
-  for _, r in ipairs(STATE_ROLES) do
-    local s = st[r]
-    if type(s) ~= "table" or type(s.history) ~= "table" then
-      error(("pack_state: state.%s must be a table with scale, updates and history, got %s"):format(r, type(s)), 2)
-    end
-  end
   local flat = { STATE_VERSION, #STATE_ROLES }
   for _, r in ipairs(STATE_ROLES) do
     local s = st[r]
@@ -138,7 +119,6 @@ function M.pack_state(st)
 end
 
 function M.unpack_state(t)
-  if not core.is_tensor(t) then error(("unpack_state: expected a tensor, got %s"):format(type(t)), 2) end
   local flat = t:totable()
   if flat[1] ~= STATE_VERSION or flat[2] ~= #STATE_ROLES then
     error(("FP8 recipe state: unknown layout (version %s, %s roles; this build reads version %d)"):format(
@@ -246,7 +226,6 @@ end
 
 -- The Linear layers of a model in forward (registration) order, as {name, module, parent, key}.
 function M.linears(model)
-  need_module("linears", model)
   local out = {}
   local function walk(mod, prefix)
     for _, nc in ipairs(mod:named_children()) do
@@ -262,12 +241,7 @@ function M.linears(model)
 end
 
 -- The GPU rule for FP8 GEMM shapes (FP8-SPEC §2): both feature dims multiples of 16.
-function M.shape_ok(lin)
-  if type(lin) ~= "table" or math.type(lin.in_features) ~= "integer" or math.type(lin.out_features) ~= "integer" then
-    error(("shape_ok: expected a Linear layer, got %s"):format(type(lin)), 2)
-  end
-  return lin.in_features % 16 == 0 and lin.out_features % 16 == 0
-end
+function M.shape_ok(lin) return lin.in_features % 16 == 0 and lin.out_features % 16 == 0 end
 
 M._shape_warned = {}   -- layers already reported as staying in high precision (one notice each per process)
 
@@ -334,7 +308,6 @@ end
 
 -- The FP8 linears of a model: list of {name, module}.
 function M.fp8_layers(model)
-  need_module("fp8_layers", model)
   local out = {}
   for _, nm in ipairs(model:named_modules()) do
     if class_name(nm[2]) == "FP8Linear" then out[#out + 1] = nm end
