@@ -203,16 +203,35 @@ LDLIBS   += -lz
 # libFuzzer (clang; scripts/install-deps.sh fuzz installs it) for FUZZ_TIME seconds ----
 LDLIBS   += -lyaml
 FUZZ_TIME ?= 60
+# `make fuzz` runs every loader target for FUZZ_TIME seconds each (keep it short while iterating;
+# `make fuzz FUZZ_TIME=600` is the ten-minute bar of docs/robustness.md), then the full API sweep.
 .PHONY: fuzz
-fuzz: $(BUILD)/fuzz_config
-	@mkdir -p $(BUILD)/fuzz-corpus
-	$(BUILD)/fuzz_config -max_total_time=$(FUZZ_TIME) -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-	  -dict=tests/fuzz/config.dict -artifact_prefix=$(BUILD)/fuzz- \
+FUZZ_RUN = -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(BUILD)/fuzz-
+fuzz: $(BUILD)/fuzz_config $(BUILD)/fuzz_idx $(BUILD)/fuzz_text $(BUILD)/fuzz_lua_load $(BIN)
+	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-idx $(BUILD)/fuzz-corpus-text $(BUILD)/fuzz-corpus-lua
+	$(BUILD)/fuzz_config $(FUZZ_RUN) -max_len=8192 -dict=tests/fuzz/config.dict \
 	  $(BUILD)/fuzz-corpus tests/fuzz/corpus tests/data/config/good tests/data/config/bad
-$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/error.c core/config.h core/error.h
+	$(BUILD)/fuzz_idx $(FUZZ_RUN) -max_len=4096 $(BUILD)/fuzz-corpus-idx tests/fuzz/corpus_idx
+	$(BUILD)/fuzz_text $(FUZZ_RUN) -max_len=8192 $(BUILD)/fuzz-corpus-text tests/fuzz/corpus_text
+	$(BUILD)/fuzz_lua_load $(FUZZ_RUN) -max_len=4096 $(BUILD)/fuzz-corpus-lua tests/fuzz/corpus_lua
+	$(BIN) tests/fuzz/api_sweep.lua --messages
+$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c core/config.h core/error.h
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Icore -o $@ \
-	  tests/fuzz/fuzz_config.c core/config.c core/error.c -lyaml
+	  tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c -lyaml
+
+# The IDX and text targets link the whole core, built once with clang and the sanitizers.
+FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fopenmp $(ARCHFLAGS) -Icore -fsanitize=address,undefined
+FUZZ_CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/fuzz/%.o)
+$(BUILD)/fuzz/%.o: %.c $(wildcard core/*.h core/cpu/*.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(BUILD)/fuzz_idx $(BUILD)/fuzz_text: $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_CORE_OBJ)
+	@bash scripts/install-deps.sh fuzz
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -ldnnl -lz -lm -lyaml
+$(BUILD)/fuzz_lua_load: tests/fuzz/fuzz_lua_load.c lua/l_textonly.c
+	@bash scripts/install-deps.sh fuzz
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LUA_CFLAGS) -Icore -o $@ $^ $(LUA_LIBS)
 
 # ---- GPU benchmark (scripts/bench_gpu.cu): FP8 vs bf16 cuBLASLt GEMMs and the cast kernels next to a
 # device copy; on a GPU it rewrites the "## GPU" section of docs/performance.md, without one it says so ----

@@ -3,6 +3,7 @@
  * hand; it is capped (FL_CONFIG_MAX_BYTES of input, FL_CONFIG_MAX_NODES nodes, FL_CONFIG_MAX_DEPTH
  * levels), and anchors/aliases are refused outright, so no input can make it large or cyclic. */
 #include "config.h"
+#include "fileio.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -717,20 +718,11 @@ fl_status fl_config_load_buffer(fl_config *c, const char *buf, size_t len, const
 
 fl_status fl_config_load(fl_config *c, const char *path) {
     fl_config_free(c);
-    FILE *f = fopen(path, "rb");
-    if (!f) return FL_ERR(FL_EIO, "%s: cannot open config file: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0) {
-        if (S_ISDIR(sb.st_mode)) {
-            fclose(f);
-            return FL_ERR(FL_EIO, "%s: is a directory, not a config file", path);
-        }
-        if (S_ISREG(sb.st_mode) && sb.st_size > FL_CONFIG_MAX_BYTES) {
-            fclose(f);
-            return FL_ERR(FL_EINVAL, "%s: file too large for a config file (%lld bytes; the limit is %d)", path,
-                          (long long)sb.st_size, FL_CONFIG_MAX_BYTES);
-        }
-    }
+    /* a regular file only: a named pipe would block for ever, a device never end (core/fileio.c) */
+    int fd;
+    FL_TRY(fl_open_regular(path, "config file", FL_CONFIG_MAX_BYTES, &fd, NULL));
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); return FL_ERR(FL_EIO, "%s: cannot open config file: %s", path, strerror(errno)); }
     char *buf = malloc(FL_CONFIG_MAX_BYTES + 1);
     if (!buf) { fclose(f); return FL_ERR(FL_ENOMEM, "config: out of memory"); }
     size_t n = fread(buf, 1, FL_CONFIG_MAX_BYTES + 1, f);
@@ -782,18 +774,13 @@ static void write_key(FILE *f, const fl_config *c, fl_config_key k, const char *
 
 fl_status fl_config_write(const fl_config *c, const char *path) {
     FL_TRY(make_parents(path));
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) return FL_ERR(FL_EINVAL, "%s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot create a temporary file: %s", tmp, strerror(errno));
-    mode_t um = umask(0);
-    umask(um);
-    (void)fchmod(fd, 0666 & ~um);   /* mkstemp made it 0600; a config file is not a secret */
-    FILE *f = fdopen(fd, "w");
+    /* an unnamed temporary file that is named only when complete: a killed writer leaves nothing */
+    fl_atomic_file af;
+    FL_TRY(fl_atomic_begin(&af, path));
+    FILE *f = fdopen(dup(af.fd), "w");
     if (!f) {
-        close(fd);
-        unlink(tmp);
-        return FL_ERR(FL_EIO, "%s: %s", tmp, strerror(errno));
+        fl_atomic_abort(&af);
+        return FL_ERR(FL_EIO, "%s: %s", path, strerror(errno));
     }
     fprintf(f, "# fp8lab config (docs/config.md lists every key)\n");
     bool block = false;
@@ -803,14 +790,14 @@ fl_status fl_config_write(const fl_config *c, const char *path) {
         write_key(f, c, (fl_config_key)k, KEYS[k].in_fp8_block ? "  " : "");
     }
     errno = 0;
-    bool ok = fflush(f) == 0 && !ferror(f) && fsync(fd) == 0;
+    bool ok = fflush(f) == 0 && !ferror(f);
+    int err = errno ? errno : EIO;
     ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int err = errno ? errno : EIO;
-        unlink(tmp);
+    if (!ok) {
+        fl_atomic_abort(&af);
         return FL_ERR(FL_EIO, "%s: cannot write config file: %s", path, strerror(err));
     }
-    return FL_OK;
+    return fl_atomic_commit(&af);   /* fsync, rename over path, fsync the directory */
 }
 
 const char *fl_config_yaml_version(void) { return yaml_get_version_string(); }

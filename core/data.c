@@ -1,6 +1,8 @@
 /* data.c — IDX reader (through zlib, which reads gzipped and plain files alike), batch gather,
  * language-model windows and the loss-scaler's unscale + inf/NaN check. */
 #include "data.h"
+#include "fileio.h"
+#include <unistd.h>
 #include "optim.h"
 #include <errno.h>
 #include <math.h>
@@ -37,17 +39,19 @@ static int64_t gz_read_all(gzFile f, unsigned char *dst, int64_t n, const char *
     return got;
 }
 
+#define FL_IDX_MAX_FILE_BYTES (INT64_C(1) << 31)   /* Fashion-MNIST's largest file is 26 MB */
+
 /* Opens path, checks the magic, reads `expect_ndims` big-endian dims and the whole ubyte payload
  * (exactly prod(dims) bytes, nothing after). *payload is malloc'ed; `what` names it in messages. */
 static fl_status idx_read(const char *path, uint32_t magic, int expect_ndims, int64_t *dims,
                           unsigned char **payload, int64_t *nbytes, const char *what) {
     *payload = NULL;
     if (!path || !*path) return FL_ERR(FL_EINVAL, "IDX path is empty");
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return FL_ERR(FL_EIO, "%s: %s", path, strerror(errno));
-    fclose(probe);
-    gzFile f = gzopen(path, "rb");
-    if (!f) return FL_ERR(FL_EIO, "%s: %s", path, errno ? strerror(errno) : "cannot open (zlib)");
+    /* a regular file only (a named pipe would block for ever; core/fileio.c) */
+    int fd;
+    FL_TRY(fl_open_regular(path, "IDX file", FL_IDX_MAX_FILE_BYTES, &fd, NULL));
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) { close(fd); return FL_ERR(FL_EIO, "%s: %s", path, errno ? strerror(errno) : "cannot open (zlib)"); }
 
     fl_status st = FL_OK;
     const char *zerr = NULL;
@@ -180,7 +184,7 @@ fl_status fl_data_windows(fl_tensor **x, fl_tensor **y, const fl_tensor *tokens,
     if (n < 0) return FL_ERR(FL_EINVAL, "windows: batch size must be >= 0, got %lld", (long long)n);
     int64_t len = tokens->shape[0];
     for (int64_t b = 0; b < n; b++)
-        if (start[b] < 0 || start[b] + block >= len)
+        if (start[b] < 0 || start[b] >= len || block >= len - start[b])   /* start + block may overflow */
             return FL_ERR(FL_EINVAL, "windows: start %lld (0-based) + block %lld + 1 exceeds %lld tokens",
                           (long long)start[b], (long long)block, (long long)len);
     fl_tensor *c = NULL;
@@ -243,5 +247,22 @@ fl_status fl_data_unscale_(fl_tensor *t, float factor, bool *found_nonfinite) {
         }
     }
     if (bad) *found_nonfinite = true;
+    return FL_OK;
+}
+
+fl_status fl_data_encode_bytes(fl_tensor **tokens, const unsigned char *s, size_t n, char vocab[256], int *vocab_len) {
+    *tokens = NULL;
+    *vocab_len = 0;
+    if (n > (size_t)FL_MAX_NUMEL) return FL_ERR(FL_EINVAL, "text: too large: %zu bytes (limit %lld)", n, (long long)FL_MAX_NUMEL);
+    int seen[256] = {0}, id[256];
+    for (size_t i = 0; i < n; i++) seen[s[i]] = 1;
+    int v = 0;
+    for (int c = 0; c < 256; c++)
+        if (seen[c]) { id[c] = v; vocab[v++] = (char)c; }
+    int64_t shape[1] = { (int64_t)n };
+    FL_TRY(fl_tensor_empty(tokens, FL_F32, 1, shape, FL_DEV_CPU));
+    float *dst = fl_tensor_data(*tokens);
+    for (size_t i = 0; i < n; i++) dst[i] = (float)id[s[i]];
+    *vocab_len = v;
     return FL_OK;
 }

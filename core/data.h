@@ -28,6 +28,10 @@ fl_status fl_data_gather(fl_tensor **out, const fl_tensor *src, const int64_t *i
 fl_status fl_data_windows(fl_tensor **x, fl_tensor **y, const fl_tensor *tokens, const int64_t *start,
                           int64_t n, int64_t block);
 
+/* Byte-level text encoding (the text dataset): tokens [n] fp32 holding each byte's id, the position of
+ * the byte in vocab (the distinct bytes of s, sorted; *vocab_len of them, vocab has room for 256). */
+fl_status fl_data_encode_bytes(fl_tensor **tokens, const unsigned char *s, size_t n, char vocab[256], int *vocab_len);
+
 /* Mixed-precision loss-scaler helper (torch's _amp_foreach_non_finite_check_and_unscale_): multiplies
  * an fp32 tensor in place by `factor` and sets *found_nonfinite when any value (before scaling) is
  * inf or NaN. Leaves *found_nonfinite alone otherwise, so it can be OR-ed over many tensors. */

@@ -21,7 +21,8 @@ void fl_bytes_reset_peak(int device) {
 static void bytes_count(int device, size_t n, bool add) {
     if (device < 0 || device >= FL_DEV_COUNT) return;
     if (!add) { bytes_live[device] -= n; return; }
-    size_t now = (bytes_live[device] += n), peak = bytes_peak[device];
+    /* (the builtin rather than `+=`: clang 14 types an atomic compound assignment as _Atomic) */
+    size_t now = __atomic_add_fetch((size_t *)&bytes_live[device], n, __ATOMIC_SEQ_CST), peak = bytes_peak[device];
     while (now > peak && !__atomic_compare_exchange_n((size_t *)&bytes_peak[device], &peak, now, false,
                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
@@ -64,10 +65,33 @@ char *fl_shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
     return buf;
 }
 
+/* Shapes are checked against FL_MAX_NUMEL when a tensor gets them, so this product cannot overflow;
+ * it saturates all the same, so a bug elsewhere cannot turn into a negative count. */
 int64_t fl_tensor_numel(const fl_tensor *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_mul_overflow(n, t->shape[i], &n)) return INT64_MAX;
     return n;
+}
+
+fl_status fl_shape_numel(const char *what, int ndim, const int64_t *shape, int64_t *numel) {
+    char b[200];
+    int64_t n = 1;
+    bool overflow = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return FL_ERR(FL_EINVAL, "%s: size must be >= 0, got %lld at dim %d", what, (long long)shape[i], i + 1);
+        if (!overflow && __builtin_mul_overflow(n, shape[i], &n)) overflow = true;
+        if (shape[i] == 0) { n = 0; overflow = false; break; }
+    }
+    if (overflow)
+        return FL_ERR(FL_EINVAL, "%s: too large: shape %s has more than 2^63 elements (limit %lld)", what,
+                      fl_shape_str(b, sizeof b, ndim, shape), (long long)FL_MAX_NUMEL);
+    if (n > FL_MAX_NUMEL)
+        return FL_ERR(FL_EINVAL, "%s: too large: %lld elements (limit %lld) in shape %s", what, (long long)n,
+                      (long long)FL_MAX_NUMEL, fl_shape_str(b, sizeof b, ndim, shape));
+    *numel = n;
+    return FL_OK;
 }
 
 bool fl_tensor_is_contiguous(const fl_tensor *t) {
@@ -126,13 +150,9 @@ static fl_status check_shape(int ndim, const int64_t *shape, fl_dtype dt, int64_
         return FL_ERR(FL_EINVAL, "a tensor has at most %d dims, got %d", FL_MAX_DIMS, ndim);
     if (ndim > 0 && !shape) return FL_ERR(FL_EINVAL, "shape is missing for a %d-d tensor", ndim);
     int64_t n = 1;
-    bool overflow = false;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) return FL_ERR(FL_EINVAL, "size must be >= 0, got %lld at dim %d", (long long)shape[i], i + 1);
-        if (__builtin_mul_overflow(n, shape[i], &n)) overflow = true;
-    }
+    FL_TRY(fl_shape_numel("tensor", ndim, shape, &n));
     int64_t bytes;
-    if (overflow || __builtin_mul_overflow(n, (int64_t)fl_format(dt)->size, &bytes) || bytes > (INT64_C(1) << 48)) {
+    if (__builtin_mul_overflow(n, (int64_t)fl_format(dt)->size, &bytes) || bytes > (INT64_C(1) << 48)) {
         char b[200];
         return FL_ERR(FL_EINVAL, "shape %s has too many elements", fl_shape_str(b, sizeof b, ndim, shape));
     }
@@ -440,6 +460,8 @@ fl_status fl_tensor_expand(fl_tensor **out, const fl_tensor *t, int ndim, const 
             sh[i] = want; st[i] = 0;
         } else goto bad;
     }
+    int64_t n_expanded;
+    FL_TRY(fl_shape_numel("expand", ndim, sh, &n_expanded));
     if (t->scale_axis >= 0 && sh[t->scale_axis + lead] != t->shape[t->scale_axis])
         return FL_ERR(FL_EINVAL, "expand: %s tensor %s is scaled per index along dim %d, which cannot be expanded; dequantize first",
                       fl_format(t->dtype)->name, fl_shape_str(a, sizeof a, t->ndim, t->shape), t->scale_axis + 1);

@@ -73,6 +73,12 @@ fl_tensor *fl_tensor_retain(fl_tensor *t);
 void fl_tensor_release(fl_tensor *t);   /* NULL is fine */
 
 int64_t fl_tensor_numel(const fl_tensor *t);
+/* The most elements any tensor may have (2^48; also the byte limit of one storage). Every shape a
+ * tensor gets (factories, views, expand) is checked against it, so products of sizes never overflow. */
+#define FL_MAX_NUMEL (INT64_C(1) << 48)
+/* numel of a shape with overflow-safe arithmetic; FL_EINVAL "too large: N elements (limit ...)" when
+ * it exceeds FL_MAX_NUMEL (or int64), "size must be >= 0" for a negative size. `what` prefixes the message. */
+fl_status fl_shape_numel(const char *what, int ndim, const int64_t *shape, int64_t *numel);
 /* The statistics of the cast that made FP8 tensor t, waiting for the device when they are still pending
  * (they are then kept in t->qstats). */
 fl_status fl_tensor_qstats(const fl_tensor *t, fl_cast_stats *out);

@@ -9,18 +9,17 @@
 
 /* A list of 1-based integer indices (a Lua table) → malloc'ed 0-based int64 array held by a
  * userdata on the stack, so a Lua error cannot leak it. `lo` is added after the 1 → 0 shift. */
-static int64_t *check_indices(lua_State *L, int arg, int64_t *n, const char *what) {
-    luaL_checktype(L, arg, LUA_TTABLE);
-    lua_Integer len = luaL_len(L, arg);
+static int64_t *check_indices(lua_State *L, int arg, int64_t *n, const char *fname, const char *what) {
+    lua_Integer len = fl_lchecklen(L, arg, fname, what, FL_LMAX_TABLE_LEN);
     int64_t *idx = (int64_t *)lua_newuserdatauv(L, (size_t)(len ? len : 1) * sizeof(int64_t), 0);
     for (lua_Integer i = 1; i <= len; i++) {
         lua_geti(L, arg, i);
         int isint = 0;
         lua_Integer v = lua_tointegerx(L, -1, &isint);
         if (!isint)
-            luaL_error(L, "%s[%I] must be an integer, got %s", what, i,
+            luaL_error(L, "%s: %s[%I] must be an integer, got %s", fname, what, i,
                        lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
-        idx[i - 1] = (int64_t)v - 1;
+        idx[i - 1] = v == LUA_MININTEGER ? -1 : (int64_t)v - 1;   /* no wrap: LUA_MININTEGER stays out of range */
         lua_pop(L, 1);
     }
     *n = (int64_t)len;
@@ -51,7 +50,7 @@ static int l_load_labels(lua_State *L) {
 static int l_gather(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int64_t n;
-    int64_t *idx = check_indices(L, 2, &n, "indices");
+    int64_t *idx = check_indices(L, 2, &n, "gather", "indices");
     for (int64_t b = 0; b < n; b++)
         if (t->ndim >= 1 && (idx[b] < 0 || idx[b] >= t->shape[0]))
             return luaL_error(L, "gather: index %I out of range 1..%I", (lua_Integer)(idx[b] + 1),
@@ -65,7 +64,7 @@ static int l_gather(lua_State *L) {
 static int l_windows(lua_State *L) {
     fl_tensor *tok = fl_lchecktensor(L, 1);
     int64_t n;
-    int64_t *start = check_indices(L, 2, &n, "starts");
+    int64_t *start = check_indices(L, 2, &n, "windows", "starts");
     lua_Integer block = luaL_checkinteger(L, 3);
     fl_tensor **sx = fl_lnewbox(L);
     fl_tensor **sy = fl_lnewbox(L);
@@ -82,17 +81,10 @@ static int l_windows(lua_State *L) {
 static int l_encode_bytes(lua_State *L) {
     size_t n;
     const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
-    int seen[256] = {0}, id[256];
-    for (size_t i = 0; i < n; i++) seen[s[i]] = 1;
     char vocab[256];
     int v = 0;
-    for (int c = 0; c < 256; c++)
-        if (seen[c]) { id[c] = v; vocab[v++] = (char)c; }
-    int64_t shape[1] = { (int64_t)n };
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_empty(slot, FL_F32, 1, shape, FL_DEV_CPU));
-    float *dst = fl_tensor_data(*slot);
-    for (size_t i = 0; i < n; i++) dst[i] = (float)id[s[i]];
+    FL_LCALL(L, fl_data_encode_bytes(slot, s, n, vocab, &v));   /* core/data.c, fuzzed by tests/fuzz/fuzz_text.c */
     lua_pushlstring(L, vocab, (size_t)v);
     return 2;
 }
@@ -136,6 +128,8 @@ static const luaL_Reg data_funcs[] = {
 };
 
 int luaopen_fp8_data(lua_State *L) {
+    /* fp8._fileio (l_fileio.c: regular-file reads, atomic writes) comes with the data module */
+    { int luaopen_fp8_fileio(lua_State *L); luaL_requiref(L, "fp8._fileio", luaopen_fp8_fileio, 0); lua_pop(L, 1); }
     luaL_newlib(L, data_funcs);
     return 1;
 }

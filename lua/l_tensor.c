@@ -1,6 +1,7 @@
 /* l_tensor.c — the fp8.Tensor class (liolib.c style: named metatable, methods behind __index)
  * and the tensor factories. Every result is boxed before the core call that fills it, so a Lua
  * error never leaks a core tensor. Dims and indices are 1-based here, 0-based in the core. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "l_util.h"
@@ -133,7 +134,7 @@ static int64_t shape_entry(lua_State *L, int dim, int allow_infer, const char *f
  * of the first argument after the shape. */
 static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int allow_infer, const char *fname) {
     if (lua_type(L, first) == LUA_TTABLE) {
-        lua_Integer n = luaL_len(L, first);
+        lua_Integer n = fl_lchecklen(L, first, fname, "shape", FL_LMAX_TABLE_LEN);
         if (n > FL_MAX_DIMS)
             luaL_error(L, "%s: at most %d dimensions, got %I", fname, FL_MAX_DIMS, n);
         for (int i = 0; i < n; i++) {
@@ -256,7 +257,7 @@ static void nested_shape(lua_State *L, int idx, int *ndim, int64_t *shape) {
     lua_pushvalue(L, idx);
     while (lua_type(L, -1) == LUA_TTABLE) {
         if (n == FL_MAX_DIMS) luaL_error(L, "tensor: nesting deeper than %d dimensions", FL_MAX_DIMS);
-        shape[n++] = (int64_t)luaL_len(L, -1);
+        shape[n++] = (int64_t)fl_lchecklen(L, -1, "tensor", "nested table", FL_LMAX_TABLE_LEN);
         if (shape[n - 1] == 0) break;
         lua_geti(L, -1, 1);
         lua_remove(L, -2);
@@ -315,8 +316,7 @@ static int l_tensor_new(lua_State *L) {
                                                    luaL_typename(L, 1)));
     int ndim = 0; int64_t shape[FL_MAX_DIMS];
     if (t == LUA_TTABLE) nested_shape(L, 1, &ndim, shape);
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    int64_t n = fl_lchecknumel(L, "tensor", ndim, shape, FL_LMAX_TABLE_LEN);
     /* The staging buffer is a userdata so a Lua error in the middle frees it. */
     float *buf = (float *)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof(float), 0);
     float *p = buf;
@@ -606,7 +606,7 @@ static float *read_all(lua_State *L, const fl_tensor *t, int64_t *n) {
 
 static void push_nested(lua_State *L, const fl_tensor *t, int d, const float **p) {
     if (d == t->ndim) { lua_pushnumber(L, *(*p)++); return; }
-    lua_createtable(L, (int)t->shape[d], 0);
+    lua_createtable(L, t->shape[d] > INT_MAX ? 0 : (int)t->shape[d], 0);
     for (int64_t i = 0; i < t->shape[d]; i++) {
         push_nested(L, t, d + 1, p);
         lua_rawseti(L, -2, i + 1);
@@ -626,11 +626,11 @@ static int m_totable(lua_State *L) {
  * result is the kept size per dim. */
 static int m_values(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    lua_Integer edge = luaL_optinteger(L, 2, 0);
+    lua_Integer edge = fl_loptint(L, 2, "_values", "edge", 0, (lua_Integer)1 << 30, 0);
     int64_t n = fl_tensor_numel(t);
     if (edge <= 0) {
         const float *p = read_all(L, t, &n);
-        lua_createtable(L, (int)n, 0);
+        lua_createtable(L, n > INT_MAX ? 0 : (int)n, 0);   /* a size hint only: never wrap it */
         for (int64_t i = 0; i < n; i++) { lua_pushnumber(L, p[i]); lua_rawseti(L, -2, i + 1); }
         return 1;
     }
@@ -639,7 +639,7 @@ static int m_values(lua_State *L) {
         kept[d] = t->shape[d] > 2 * edge ? 2 * edge : t->shape[d];
         total *= kept[d];
     }
-    lua_createtable(L, (int)total, 0);
+    lua_createtable(L, total > INT_MAX ? 0 : (int)total, 0);
     for (int64_t k = 0; k < total; k++) {
         for (int d = 0; d < t->ndim; d++)
             idx[d] = (t->shape[d] > 2 * edge && pos[d] >= edge) ? t->shape[d] - 2 * edge + pos[d] : pos[d];
@@ -666,6 +666,9 @@ static int arith(lua_State *L, fl_binop op) {
         if (!s && lua_type(L, i) != LUA_TNUMBER)
             return luaL_error(L, "%s: expected a tensor or a number as operand %d, got %s", opname, i, luaL_typename(L, i));
     }
+    if (!a && !b)   /* x.sub(1, 2): a method called with no tensor at all */
+        return luaL_error(L, "%s: expected a tensor as operand 1 or 2, got %s and %s", opname,
+                          luaL_typename(L, 1), luaL_typename(L, 2));
     fl_tensor **slot = fl_lnewbox(L);
     if (a && b) FL_LCALL(L, fl_binary(slot, op, a, b));
     else if (a) FL_LCALL(L, fl_binary_scalar(slot, op, a, lua_tonumber(L, 2), false));
@@ -761,7 +764,7 @@ static int m_quantize(lua_State *L) {
         o.scale = opt_positive(L, 3, "scale");
         o.amax = opt_positive(L, 3, "amax");
         if (o.scale > 0 && o.amax > 0) return luaL_error(L, "quantize: give either scale or amax, not both");
-        if (lua_getfield(L, 3, "margin") != LUA_TNIL) o.margin = (int)check_int(L, -1, "quantize: margin");
+        if (lua_getfield(L, 3, "margin") != LUA_TNIL) o.margin = (int)fl_lcheckint(L, -1, "quantize", "margin", 0, 64);   /* as the recipe setting */
         lua_pop(L, 1);
         if (lua_getfield(L, 3, "axis") != LUA_TNIL) o.axis = check_dim(L, lua_gettop(L), t->ndim);
         lua_pop(L, 1);
@@ -823,7 +826,7 @@ static int m_bytes(lua_State *L) {
     if (c->device != FL_DEV_CPU) return luaL_error(L, "bytes(): the tensor is on %s; only CPU tensors can be read", fl_device_name(c->device));
     const uint8_t *p = (const uint8_t *)fl_tensor_data(c);
     int64_t n = fl_tensor_numel(c);
-    lua_createtable(L, (int)n, 0);
+    lua_createtable(L, n > INT_MAX ? 0 : (int)n, 0);
     for (int64_t i = 0; i < n; i++) { lua_pushinteger(L, p[i]); lua_rawseti(L, -2, i + 1); }
     return 1;
 }

@@ -2,6 +2,7 @@
  * dtype argument parsing). */
 #include "l_util.h"
 #include "device.h"
+#include <math.h>
 #include <string.h>
 
 int fl_lcheck(lua_State *L, fl_status s) {
@@ -88,4 +89,72 @@ const char *fl_lpushshape(lua_State *L, int ndim, const int64_t *shape) {
     char buf[8 * 24 + 8];
     fl_shape_str(buf, sizeof buf, ndim, shape);
     return lua_pushstring(L, buf);
+}
+
+/* ---- argument checking -------------------------------------------------------------------- */
+
+static const char *value_str(lua_State *L, int arg) {
+    int t = lua_type(L, arg);
+    if (t == LUA_TNUMBER || t == LUA_TBOOLEAN) return luaL_tolstring(L, arg, NULL);   /* pushes; fine before an error */
+    if (t == LUA_TSTRING) {
+        size_t n; const char *s = lua_tolstring(L, arg, &n);
+        return lua_pushfstring(L, "string \"%s%s\"", n > 40 ? lua_pushlstring(L, s, 40) : s, n > 40 ? "..." : "");
+    }
+    return luaL_typename(L, arg);
+}
+
+lua_Integer fl_lcheckint(lua_State *L, int arg, const char *fname, const char *what, lua_Integer min, lua_Integer max) {
+    int isint = 0;
+    lua_Integer v = lua_tointegerx(L, arg, &isint);
+    if (!isint || lua_type(L, arg) != LUA_TNUMBER || v < min || v > max) {
+        arg = lua_absindex(L, arg);
+        luaL_error(L, "%s: %s must be an integer in [%I, %I], got %s", fname, what, min, max, value_str(L, arg));
+    }
+    return v;
+}
+
+lua_Integer fl_loptint(lua_State *L, int arg, const char *fname, const char *what, lua_Integer min, lua_Integer max,
+                       lua_Integer def) {
+    if (lua_isnoneornil(L, arg)) return def;
+    return fl_lcheckint(L, arg, fname, what, min, max);
+}
+
+lua_Number fl_lcheckfinite(lua_State *L, int arg, const char *fname, const char *what, lua_Number min, lua_Number max) {
+    if (lua_type(L, arg) != LUA_TNUMBER)
+        luaL_error(L, "%s: %s must be a number, got %s", fname, what, value_str(L, lua_absindex(L, arg)));
+    lua_Number v = lua_tonumber(L, arg);
+    if (!isfinite(v) || v < min || v > max)
+        luaL_error(L, "%s: %s must be a finite number in [%f, %f], got %f", fname, what, min, max, v);
+    return v;
+}
+
+lua_Integer fl_lchecklen(lua_State *L, int arg, const char *fname, const char *what, lua_Integer max) {
+    arg = lua_absindex(L, arg);
+    if (lua_type(L, arg) != LUA_TTABLE)
+        luaL_error(L, "%s: %s must be a table, got %s", fname, what, value_str(L, arg));
+    lua_len(L, arg);
+    int isint = 0;
+    lua_Integer n = lua_tointegerx(L, -1, &isint);
+    if (!isint || n < 0 || n > max)
+        luaL_error(L, "%s: %s has length %s (expected an integer 0..%I; does its __len lie?)", fname, what,
+                   luaL_tolstring(L, -1, NULL), max);
+    lua_pop(L, 1);
+    return n;
+}
+
+int64_t fl_lchecknumel(lua_State *L, const char *fname, int ndim, const int64_t *shape, int64_t limit) {
+    int64_t n = 0;
+    if (fl_shape_numel(fname, ndim, shape, &n) != FL_OK) fl_lcheck(L, FL_EINVAL);
+    if (limit > 0 && n > limit)
+        luaL_error(L, "%s: too large: %I elements (limit %I)", fname, (lua_Integer)n, (lua_Integer)limit);
+    return n;
+}
+
+int fl_lcheckf(lua_State *L, fl_status s, const char *fname) {
+    if (s == FL_OK) return 0;
+    if (s == FL_EINTR) return luaL_error(L, "interrupted");
+    const char *msg = fl_last_error_detail();
+    if (!msg || !*msg) msg = "core operation failed (no detail recorded)";
+    if (strstr(msg, fname)) return luaL_error(L, "%s", msg);
+    return luaL_error(L, "%s: %s", fname, msg);
 }

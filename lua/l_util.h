@@ -48,6 +48,29 @@ int fl_device_from_name(const char *name, int *dev);
 /* Shape string "[2, 3]" pushed on the stack and returned. */
 const char *fl_lpushshape(lua_State *L, int ndim, const int64_t *shape);
 
+/* ---- argument checking (every binding uses these; messages name the function and the argument) --
+ * fname is the Lua-visible name ("fp8.zeros", "gather"); what names the argument ("indices", "dim 2"). */
+
+/* An integer in [min, max] at arg (floats with an exact integer value count; NaN, inf, 1.5 do not):
+ * "fname: what must be an integer in [min, max], got V". */
+lua_Integer fl_lcheckint(lua_State *L, int arg, const char *fname, const char *what, lua_Integer min, lua_Integer max);
+/* Same for an optional argument: def when nil or absent. */
+lua_Integer fl_loptint(lua_State *L, int arg, const char *fname, const char *what, lua_Integer min, lua_Integer max,
+                       lua_Integer def);
+/* A finite number at arg (NaN and ±inf refused), optionally within [min, max]. */
+lua_Number fl_lcheckfinite(lua_State *L, int arg, const char *fname, const char *what, lua_Number min, lua_Number max);
+/* The length of the table at arg, via luaL_len (so __len is honoured) but range-checked: a length that is
+ * negative or above max (a __len that lies) raises "fname: what has length N (expected 0..max)". */
+lua_Integer fl_lchecklen(lua_State *L, int arg, const char *fname, const char *what, lua_Integer max);
+/* The element count of a shape, overflow-safe: raises "fname: too large: N elements (limit L)" above
+ * FL_MAX_NUMEL or limit (whichever is smaller; 0 = FL_MAX_NUMEL). */
+int64_t fl_lchecknumel(lua_State *L, const char *fname, int ndim, const int64_t *shape, int64_t limit);
+/* Raise a Lua error for a failed core call, the message prefixed with "fname: " unless it already names it. */
+int fl_lcheckf(lua_State *L, fl_status s, const char *fname);
+/* The most elements a buffer staged from a Lua table may have (tensor from nested tables, index lists):
+ * a Lua table cannot hold more than 2^31 entries anyway, so a longer claimed length is a lie. */
+#define FL_LMAX_TABLE_LEN ((lua_Integer)1 << 31)
+
 /* Autograd fields of tensors (l_autograd.c): push t.<key> and return 1, or return 0 when the key is
  * not one; assign t.<key> = value at stack index val and return 1, or 0 when not one. */
 int fl_lautograd_field(lua_State *L, fl_tensor *t, const char *key);

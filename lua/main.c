@@ -330,7 +330,7 @@ static int runargs(lua_State *L, char **argv, int n) {
         const char *v = a[2] ? a + 2 : argv[++i];
         int status;
         if (a[1] == 'e') {
-            status = dochunk(L, luaL_loadbuffer(L, v, strlen(v), "=(command line)"));
+            status = dochunk(L, luaL_loadbufferx(L, v, strlen(v), "=(command line)", "t"));
         } else {
             status = report(L, dorequire(L, v));
             if (status == LUA_OK) lua_setglobal(L, v);
@@ -344,7 +344,7 @@ static int runargs(lua_State *L, char **argv, int n) {
 static int handle_script(lua_State *L, char **argv, int argc, int script) {
     const char *fname = argv[script];
     if (strcmp(fname, "-") == 0 && (script == 0 || strcmp(argv[script - 1], "--") != 0)) fname = NULL;
-    int status = luaL_loadfile(L, fname);
+    int status = luaL_loadfilex(L, fname, "t");   /* text only: binary chunks are unchecked (l_textonly.c) */
     if (status == LUA_OK) {
         int n = argc - script - 1;
         luaL_checkstack(L, n + 3, "too many script arguments");
@@ -517,7 +517,7 @@ static int loadline(lua_State *L, int *st) {
     const char *p = line;
     if (*p == '=') p++;  /* "=expr" as in Lua 5.1 */
     const char *ret = lua_pushfstring(L, "return %s;", p);
-    int status = luaL_loadbuffer(L, ret, strlen(ret), "=stdin");
+    int status = luaL_loadbufferx(L, ret, strlen(ret), "=stdin", "t");
     if (status == LUA_OK) {
         lua_remove(L, -2);
         save_line(line);
@@ -531,7 +531,7 @@ static int loadline(lua_State *L, int *st) {
     for (;;) {
         size_t len;
         const char *code = lua_tolstring(L, -1, &len);
-        status = luaL_loadbuffer(L, code, len, "=stdin");
+        status = luaL_loadbufferx(L, code, len, "=stdin", "t");
         if (!incomplete(L, status)) break;
         lua_pop(L, 1);
         char *more = read_line(FL_PROMPT2);
@@ -624,6 +624,7 @@ static int pmain(lua_State *L) {
     char **argv = (char **)lua_touserdata(L, 2);
     int script, rc = 0;
     luaL_openlibs(L);
+    { void fl_lopen_textonly(lua_State *L); fl_lopen_textonly(L); }   /* l_textonly.c: no binary chunks */
     install_searcher(L);
     if (argc >= 2 && is_subcommand(argv[1])) {
         createargtable(L, argv, argc, 1);

@@ -18,10 +18,11 @@ local function fp8mod()
 end
 
 -- The autocast dtype for a mixed-precision mode; an unknown mode is an error listing the valid ones.
-function M.dtype_for(mode, level)
+function M.dtype_for(mode, level, fname)
   local dt = type(mode) == "string" and M.MODES[mode:lower()]
   if not dt then
-    error(("mixed precision must be one of %s; got %s"):format(M.MODE_NAMES,
+    if math.type(level) ~= "integer" then level = 1 end
+    error(("%s: mixed precision must be one of %s; got %s"):format(type(fname) == "string" and fname or "dtype_for", M.MODE_NAMES,
       type(mode) == "string" and ("'" .. mode .. "'") or type(mode)), (level or 1) + 1)
   end
   return dt
@@ -29,7 +30,7 @@ end
 
 -- set_mixed_precision(mode) switches autocast for the rest of the program; returns the previous dtype.
 function M.set_mixed_precision(mode)
-  local dt = M.dtype_for(mode, 2)
+  local dt = M.dtype_for(mode, 2, "set_mixed_precision")
   local fp8 = fp8mod()
   local prev = fp8.autocast_dtype()
   fp8.set_autocast_dtype(dt)
@@ -39,7 +40,7 @@ end
 -- autocast(mode, fn, ...) runs fn(...) with the mode's autocast on and restores the previous
 -- setting afterwards, also when fn raises (the error is passed on unchanged).
 function M.autocast(mode, fn, ...)
-  local dt = M.dtype_for(mode, 2)
+  local dt = M.dtype_for(mode, 2, "autocast")
   if type(fn) ~= "function" then error(("autocast: expected a function as argument #2, got %s"):format(type(fn)), 2) end
   local fp8 = fp8mod()
   local prev = fp8.autocast_dtype()
@@ -95,8 +96,10 @@ function GradScaler:is_enabled() return self.enabled end
 
 -- scale(loss) -> loss * scale (the loss itself when disabled).
 function GradScaler:scale(loss)
+  if type(loss) ~= "number" and not (package.loaded["fp8.core"] or {}).is_tensor(loss) then
+    error(("GradScaler:scale: loss must be a tensor or a number, got %s"):format(type(loss)), 2)
+  end
   if not self.enabled then return loss end
-  if type(loss) == "number" then return loss * self._scale end
   return loss * self._scale
 end
 

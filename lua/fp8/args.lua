@@ -5,7 +5,13 @@
 -- OPTIONS is a list of {name, type, default, help [, min]}; a nil default shows as `default_text`.
 local M = {}
 
+local function check_spec(fname, options, cfg)
+  if type(options) ~= "table" then error(("%s: options must be a list of {name, type, default, help}, got %s"):format(fname, type(options)), 3) end
+  if type(cfg) ~= "table" then error(("%s: cfg must be a table {usage=, about=}, got %s"):format(fname, type(cfg)), 3) end
+end
+
 function M.usage(options, cfg)
+  check_spec("usage", options, cfg)
   local lines = { cfg.usage, "", cfg.about }
   for _, o in ipairs(options) do
     local left = "  --" .. o[1] .. (o[2] == "flag" and "" or (" " .. (o[2] == "str" and "S" or "N")))
@@ -30,6 +36,8 @@ local function convert(o, val)
 end
 
 function M.parse(argv, options, cfg)
+  if type(argv) ~= "table" then error(("parse: argv must be a list of strings, got %s"):format(type(argv)), 2) end
+  check_spec("parse", options, cfg)
   local spec, opts, names = {}, {}, {}
   for _, o in ipairs(options) do spec[o[1]] = o; opts[o[1]] = o[3]; names[#names + 1] = "--" .. o[1] end
   names[#names + 1] = "--help"

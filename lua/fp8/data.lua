@@ -58,8 +58,9 @@ end
 
 local function check_index(fname, i, n)
   if math.type(i) ~= "integer" then
-    if type(i) == "number" and i == math.floor(i) then i = math.tointeger(i)
-    else error(("%s: index must be an integer, got %s"):format(fname, type(i) == "number" and tostring(i) or type(i)), 3) end
+    local int = type(i) == "number" and math.tointeger(i)   -- nil for 1.5, NaN, ±inf, 2^63
+    if not int then error(("%s: index must be an integer, got %s"):format(fname, type(i) == "number" and tostring(i) or type(i)), 3) end
+    i = int
   end
   if i < 1 or i > n then
     error(("%s: index %d out of range 1..%d%s"):format(fname, i, n, i == 0 and " (indices are 1-based)" or ""), 3)
@@ -144,7 +145,7 @@ end
 setmetatable(FashionMNIST, { __call = function(_, opts) return load_fashion(opts or {}, 2) end })
 
 function FashionMNIST:get(i)
-  i = check_index("FashionMNIST", i, self.n)
+  i = check_index("FashionMNIST:get", i, self.n)
   return self.images[i], math.tointeger(self.labels[i])
 end
 
@@ -162,6 +163,8 @@ end
 
 local TextDataset = dataset_class("TextDataset")
 M.TextDataset = TextDataset
+-- The largest text file TextDataset reads (the tokens take 4 bytes per character).
+M.TEXT_MAX_BYTES = 1 << 30
 
 -- TextDataset{path=, block_size=, text=, split="all"|"train"|"val", val_fraction=0.1}
 -- Vocabulary: the distinct bytes of the whole text, sorted (so train and val splits agree).
@@ -182,11 +185,10 @@ local function load_text(opts, level)
   local vf = opt_type(fname, opts, "val_fraction", "number", 0.1, level + 1)
   if not (vf > 0 and vf < 1) then error(("%s: val_fraction must be in (0, 1), got %g"):format(fname, vf), level + 1) end
   if path then
-    local f, err = io.open(path, "rb")
-    if not f then error(("%s: cannot open text file: %s"):format(fname, err), level + 1) end
-    text = f:read("a")
-    f:close()
-    if text == nil then error(("%s: %s: cannot read (is it a directory?)"):format(fname, path), level + 1) end
+    -- a regular file of at most M.TEXT_MAX_BYTES (a named pipe would block, /dev/zero never end)
+    local ok, res = pcall(require("fp8._fileio").read_regular, path, "text file", M.TEXT_MAX_BYTES)
+    if not ok then error(("%s: %s"):format(fname, tostring(res)), level + 1) end
+    text = res
   end
   local tokens, vocab = C.encode_bytes(text)
   local total = tokens:size(1)
@@ -197,7 +199,7 @@ local function load_text(opts, level)
     tokens = tokens:contiguous()
   end
   local ntok = tokens:size(1)
-  if ntok < block + 1 then
+  if block >= ntok then   -- not ntok < block + 1: block + 1 wraps for math.maxinteger
     error(("%s: %s has %d characters%s, need at least block_size + 1 = %d"):format(fname,
       path or "the text", ntok, split ~= "all" and (" in its %s split"):format(split) or "", block + 1), level + 1)
   end
@@ -215,7 +217,7 @@ setmetatable(TextDataset, { __call = function(_, opts) return load_text(opts or 
 
 -- ds:get(i) -> x [T], y [T]: tokens i..i+T-1 and the next ones (ids 0-based).
 function TextDataset:get(i)
-  i = check_index("TextDataset", i, self.n)
+  i = check_index("TextDataset:get", i, self.n)
   local x, y = C.windows(self.tokens, { i }, self.block_size)
   return x:view(self.block_size), y:view(self.block_size)
 end
@@ -246,7 +248,8 @@ function TextDataset:decode(ids)
   elseif type(ids) == "userdata" and ids._values then list = ids:_values()
   else error(("decode: expected a tensor or a list of token ids, got %s"):format(type(ids)), 2) end
   local out = {}
-  for i, id in ipairs(list) do
+  for i = 1, rawlen(list) do   -- raw: a table whose __len/__index lie must not loop for ever
+    local id = rawget(list, i)
     local ch = self.itos[math.tointeger(id) or -1]
     if not ch then error(("decode: token id %s at position %d is not in 0..%d"):format(tostring(id), i, self.vocab_size - 1), 2) end
     out[i] = ch
@@ -332,7 +335,8 @@ end
 -- to(device): batches come out on "cpu" (the default) or "cuda" (what Accelerator:prepare sets).
 function DataLoader:to(device, level)
   if device ~= "cpu" and device ~= "cuda" then
-    error(("DataLoader: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)), level or 2)
+    error(("DataLoader:to: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)),
+      math.type(level) == "integer" and level or 2)
   end
   self.device = device
   return self
@@ -437,7 +441,8 @@ if ok and help.add then
        .. "normalize=true or {mean, std}), ds.labels [N] (0..9), ds.classes, #ds, ds:get(i) -> x, y, ds[i] -> {x, y}." }
   help.add { section = sec, name = "data.TextDataset", sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val'}",
     doc = "Character-level text: vocabulary = the file's distinct bytes, sorted. ds:get(i) -> x[T], y[T] (y shifted by one),\n"
-       .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string." }
+       .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string.\n"
+       .. "path= must name a regular file of at most fp8.data.TEXT_MAX_BYTES bytes (1 GiB; a named pipe or a device is refused)." }
   help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
        .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"

@@ -59,8 +59,8 @@ local function repr(v, depth)
   if is_handler(v) then return tostring(v) end
   depth = (depth or 0) + 1
   if depth > 3 then return "{...}" end
-  local parts, n = {}, #v
-  for i = 1, n do parts[i] = repr(v[i], depth) end
+  local parts, n = {}, rawlen(v)   -- raw: a __len or __index that lies must not loop for ever
+  for i = 1, n do parts[i] = repr(rawget(v, i), depth) end
   local keys = {}
   for k in pairs(v) do
     if not (math.type(k) == "integer" and k >= 1 and k <= n) then keys[#keys + 1] = k end
@@ -68,7 +68,7 @@ local function repr(v, depth)
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
   for _, k in ipairs(keys) do
     local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or ("[" .. repr(k, depth) .. "]")
-    parts[#parts + 1] = ks .. "=" .. repr(v[k], depth)
+    parts[#parts + 1] = ks .. "=" .. repr(rawget(v, k), depth)
   end
   return "{" .. table.concat(parts, ", ") .. "}"
 end
@@ -116,6 +116,7 @@ end
 -- or else one name a prefix of the other ("amax_history_length" -> "amax_history_len").
 local function nearest(key, names)
   if type(key) ~= "string" then return nil end
+  if type(names) ~= "table" then error(("nearest: names must be a list of strings, got %s"):format(type(names)), 2) end
   local best, bestd = nil, math.huge
   local lk = key:lower()
   for _, n in ipairs(names) do
@@ -978,7 +979,7 @@ function M.describe(s)
   if type(s) ~= "table" or s.mixed_precision == nil then
     error(("describe: expected the settings table from fp8.kwargs.resolve, got %s"):format(got(s)), 2)
   end
-  local src = s.sources or {}
+  local src = type(s.sources) == "table" and s.sources or {}
   local rows = {}   -- {key, value, source} or a plain string; aligned at the end
   local function line(k, v, from) rows[#rows + 1] = { k, v, from } end
   line("mixed_precision", s.mixed_precision, src.mixed_precision)

@@ -494,20 +494,9 @@ function Profiler:export_chrome_trace(path)
   end
   add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "windows": %d}}\n'):format(
     self.rank, self.windows))
-  local tmp = ("%s.tmp%d"):format(path, P.now() % 1000000007)
-  local f, err = io.open(tmp, "wb")
-  if not f then error(("export_chrome_trace: cannot write %s: %s"):format(path, err), 2) end
-  local ok, werr = f:write(table.concat(parts))
-  local cok, cerr = f:close()
-  if not ok or not cok then
-    os.remove(tmp)
-    error(("export_chrome_trace: cannot write %s: %s"):format(path, tostring(werr or cerr)), 2)
-  end
-  local rok, rerr = os.rename(tmp, path)
-  if not rok then
-    os.remove(tmp)
-    error(("export_chrome_trace: cannot write %s: %s"):format(path, rerr), 2)
-  end
+  -- atomically: an unnamed temporary file, fsync, rename, fsync the directory (a killed writer leaves nothing)
+  local ok, err = pcall(require("fp8._fileio").write_atomic, path, table.concat(parts))
+  if not ok then error(("export_chrome_trace: cannot write %s: %s"):format(path, tostring(err)), 2) end
   return path
 end
 

@@ -137,7 +137,11 @@ function Bar:line()
   local timing = ("[%s<%s, %s it/s]"):format(fmt_time(elapsed), eta and fmt_time(eta) or "?",
     rate >= 100 and ("%.0f"):format(rate) or ("%.2f"):format(rate))
   parts[#parts + 1] = timing
-  for _, k in ipairs(self.postfix_order) do parts[#parts + 1] = k .. "=" .. fmt_value(self.postfix[k]) end
+  local order = type(self.postfix_order) == "table" and self.postfix_order or {}
+  for i = 1, rawlen(order) do   -- raw: a replaced postfix_order whose __index lies must not loop for ever
+    local k = rawget(order, i)
+    parts[#parts + 1] = tostring(k) .. "=" .. fmt_value(type(self.postfix) == "table" and self.postfix[k] or nil)
+  end
   return table.concat(parts, " ")
 end
 
@@ -158,6 +162,9 @@ end
 
 -- bar:update([k=1]) advances the count by k (for manual loops).
 function Bar:update(k)
+  if k ~= nil and (type(k) ~= "number" or k ~= k or math.abs(k) == math.huge) then
+    error(("update: k must be a finite number, got %s"):format(tostring(k)), 2)
+  end
   if not self.t0 then self.t0 = C.clock() end
   self.n = self.n + (k or 1)
   self:_draw(false)

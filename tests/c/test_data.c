@@ -91,7 +91,7 @@ TEST(data_idx_labels) {
 TEST(data_idx_errors) {
     fl_tensor *t = NULL;
     CHECK(fl_data_load_idx_images(&t, "/nonexistent/dir/x-ubyte.gz", 0, 0, NULL, NULL) == FL_EIO, "missing");
-    CHECK(strstr(fl_last_error(), "/nonexistent/dir/x-ubyte.gz: No such file or directory"), "%s", fl_last_error());
+    CHECK(strstr(fl_last_error(), "/nonexistent/dir/x-ubyte.gz: cannot open IDX file: No such file or directory"), "%s", fl_last_error());
 
     unsigned char buf[64];
     char path[256];

@@ -8,7 +8,7 @@ local Dropout = Module.class("Dropout")
 function Dropout:__init(p)
   if type(p) == "table" then p = p.p end
   if p == nil then p = 0.5 end
-  if type(p) ~= "number" or p < 0 or p > 1 then
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then   -- `not (...)` also refuses NaN
     error(("Dropout: p must be a probability in [0, 1], got %s"):format(tostring(p)), 3)
   end
   self.p = p

@@ -9,7 +9,8 @@ local Embedding = Module.class("Embedding")
 
 function Embedding:__init(num, dim)
   if type(num) == "table" then num, dim = num.num_embeddings, num.embedding_dim end
-  for what, v in pairs { num_embeddings = num, embedding_dim = dim } do
+  for _, what in ipairs { "num_embeddings", "embedding_dim" } do   -- a list: a nil size is checked too
+    local v = what == "num_embeddings" and num or dim
     if math.type(v) ~= "integer" or v <= 0 then
       error(("Embedding: %s must be a positive integer, got %s"):format(what, tostring(v)), 3)
     end

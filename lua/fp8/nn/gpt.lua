@@ -122,6 +122,12 @@ function GPT:generate(idx, max_new_tokens, opts)
   if math.type(max_new_tokens) ~= "integer" or max_new_tokens < 0 then
     error(("generate: max_new_tokens must be a non-negative integer, got %s"):format(tostring(max_new_tokens)), 2)
   end
+  -- the result [B, T + max_new_tokens] is built in Lua tables one forward pass per token: refuse what
+  -- could never finish (or wraps) before starting
+  local LIMIT = 1 << 24
+  if max_new_tokens > LIMIT or idx:size(1) * (idx:size(2) + max_new_tokens) > LIMIT then
+    error(("generate: too large: %d x (%d + %d) tokens (limit %d)"):format(idx:size(1), idx:size(2), max_new_tokens, LIMIT), 2)
+  end
   opts = opts or {}
   for k in pairs(opts) do
     if k ~= "temperature" and k ~= "top_k" and k ~= "seed" then

@@ -6,13 +6,28 @@ local M = {}
 
 -- uniform(shape, a, b) → U[a, b)
 function M.uniform(shape, a, b)
+  if a ~= nil and (type(a) ~= "number" or a ~= a or math.abs(a) == math.huge) then
+    error(("uniform: a must be a finite number, got %s"):format(tostring(a)), 2)
+  end
+  if b ~= nil and (type(b) ~= "number" or b ~= b or math.abs(b) == math.huge) then
+    error(("uniform: b must be a finite number, got %s"):format(tostring(b)), 2)
+  end
+  a, b = a or 0, b or 1
   local t = fp8.rand(shape)
   if a == 0 and b == 1 then return t end
   return t * (b - a) + a
 end
 
 -- normal(shape, mean, std) → N(mean, std²)
+local function check_num(fname, what, v, min)
+  if v == nil then return end
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or (min and v < min) then
+    error(("%s: %s must be a finite number%s, got %s"):format(fname, what, min and (" >= " .. min) or "", tostring(v)), 3)
+  end
+end
+
 function M.normal(shape, mean, std)
+  check_num("normal", "mean", mean); check_num("normal", "std", std, 0)
   local t = fp8.randn(shape)
   if (std or 1) ~= 1 then t = t * std end
   if (mean or 0) ~= 0 then t = t + mean end
@@ -24,9 +39,16 @@ function M.zeros(shape) return fp8.zeros(shape) end
 
 -- Replace the values of an existing tensor (a parameter) in place, keeping its identity.
 function M.copy_(dst, src) return require("fp8._optim").copy_(dst, src) end
-function M.normal_(t, mean, std) return M.copy_(t, M.normal(t:shape(), mean or 0, std or 1)) end
-function M.uniform_(t, a, b) return M.copy_(t, M.uniform(t:shape(), a or 0, b or 1)) end
-function M.zeros_(t) return M.copy_(t, fp8.zeros(t:shape())) end
-function M.ones_(t) return M.copy_(t, fp8.ones(t:shape())) end
+function M.normal_(t, mean, std)
+  check_num("normal_", "mean", mean); check_num("normal_", "std", std, 0)
+  if not fp8.is_tensor(t) then error(("normal_: expected a tensor, got %s"):format(type(t)), 2) end
+  return M.copy_(t, M.normal(t:shape(), mean or 0, std or 1))
+end
+local function check_tensor(fname, t)
+  if not fp8.is_tensor(t) then error(("%s: expected a tensor, got %s"):format(fname, type(t)), 3) end
+end
+function M.uniform_(t, a, b) check_tensor("uniform_", t); return M.copy_(t, M.uniform(t:shape(), a or 0, b or 1)) end
+function M.zeros_(t) check_tensor("zeros_", t); return M.copy_(t, fp8.zeros(t:shape())) end
+function M.ones_(t) check_tensor("ones_", t); return M.copy_(t, fp8.ones(t:shape())) end
 
 return M

@@ -75,7 +75,13 @@ end
 -- Module.class(name [, parent]) → a new class. Calling the class builds an instance and runs
 -- its __init(self, ...). Metamethods are copied, since Lua does not inherit them through __index.
 function Module.class(name, parent)
+  if type(name) ~= "string" or name == "" then
+    error(("class: name must be a non-empty string, got %s"):format(type(name)), 2)
+  end
   parent = parent or Module
+  if type(parent) ~= "table" or not rawget(parent, "__is_module_class") and parent ~= Module then
+    error(("class: parent must be a Module class, got %s"):format(type(parent)), 2)
+  end
   local cls = {}
   cls.__name = name
   cls.__is_module_class = true
@@ -196,6 +202,9 @@ end
 -- named_modules() → list of {name, module}, self first (name ""), depth first, each module once.
 function Module:named_modules(prefix, seen, out)
   prefix, seen, out = prefix or "", seen or {}, out or {}
+  if type(prefix) ~= "string" or type(seen) ~= "table" or type(out) ~= "table" then
+    error(("named_modules: expected ([prefix string]), got %s, %s"):format(type(prefix), type(seen)), 2)
+  end
   if seen[self] then return out end
   seen[self] = true
   out[#out + 1] = { prefix, self }

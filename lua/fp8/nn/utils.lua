@@ -31,7 +31,7 @@ M._param_list = param_list
 -- exceeds max_norm every gradient is scaled in place by max_norm / (norm + 1e-6).
 function M.clip_grad_norm_(params, max_norm, norm_type)
   local list = param_list(params, "clip_grad_norm_")
-  if type(max_norm) ~= "number" or max_norm < 0 then
+  if type(max_norm) ~= "number" or not (max_norm >= 0) then   -- `not (...)` also refuses NaN
     error(("clip_grad_norm_: max_norm must be a number >= 0, got %s"):format(tostring(max_norm)), 2)
   end
   norm_type = norm_type or 2

@@ -37,6 +37,9 @@ end
 
 function AdamW:step(closure)
   local loss
+  if closure ~= nil and type(closure) ~= "function" then
+    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
+  end
   if closure then loss = closure() end
   for _, g in ipairs(self.param_groups) do
     local b1, b2 = g.betas[1], g.betas[2]

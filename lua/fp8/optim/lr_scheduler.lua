@@ -74,20 +74,25 @@ function Scheduler:state_dict()
 end
 
 function Scheduler:load_state_dict(sd)
-  if type(sd) ~= "table" or math.type(sd.last_epoch) ~= "integer" then
+  if type(sd) ~= "table" then
     error(("%s:load_state_dict: expected a table from state_dict(), got %s"):format(self.name, type(sd)), 2)
   end
-  if sd.last_epoch < -1 then error(("%s:load_state_dict: last_epoch must be >= -1, got %d"):format(self.name, sd.last_epoch), 2) end
-  if type(sd.base_lrs) ~= "table" or #sd.base_lrs ~= #self.optimizer.param_groups then
-    error(("%s:load_state_dict: base_lrs must be a list of %d numbers (one per parameter group)"):format(self.name,
-      #self.optimizer.param_groups), 2)
+  if math.type(sd.last_epoch) ~= "integer" or sd.last_epoch < -1 then
+    error(("%s:load_state_dict: last_epoch must be an integer >= -1, got %s"):format(self.name, tostring(sd.last_epoch)), 2)
   end
-  for i, v in ipairs(sd.base_lrs) do
-    if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
+  -- validate everything before changing anything
+  local ngroups = #self.optimizer.param_groups
+  if type(sd.base_lrs) ~= "table" or rawlen(sd.base_lrs) ~= ngroups then
+    error(("%s:load_state_dict: base_lrs must be a list of %d learning rates, got %s"):format(self.name, ngroups,
+      type(sd.base_lrs) == "table" and ("a list of " .. rawlen(sd.base_lrs)) or type(sd.base_lrs)), 2)
+  end
+  for i = 1, ngroups do
+    local v = rawget(sd.base_lrs, i)
+    if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
       error(("%s:load_state_dict: base_lrs[%d] must be a finite number >= 0, got %s"):format(self.name, i, tostring(v)), 2)
     end
   end
-  self.base_lrs = table.move(sd.base_lrs, 1, #sd.base_lrs, 1, {})
+  self.base_lrs = table.move(sd.base_lrs, 1, ngroups, 1, {})
   self.last_epoch = sd.last_epoch
   local lrs = self:get_lr()
   for i, g in ipairs(self.optimizer.param_groups) do g.lr = lrs[i] end

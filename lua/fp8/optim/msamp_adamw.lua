@@ -20,6 +20,12 @@ MSAMPAdamW._check_group = AdamW._check_group
 -- from_adamw(opt, {fp8_weights = {[param] = e4m3 tensor}, moments = "fp8"|"fp32"}) → a MSAMPAdamW
 -- over the same groups. moments="fp32" is MS-AMP O1: fp32 m and v, fp16 weights, FP8 gradients.
 function MSAMPAdamW.from_adamw(opt, extra)
+  if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
+    error(("from_adamw: expected an AdamW optimizer, got %s"):format(type(opt)), 2)
+  end
+  if extra ~= nil and type(extra) ~= "table" then
+    error(("from_adamw: options must be a table {fp8_weights=, moments=}, got %s"):format(type(extra)), 2)
+  end
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
     local c = {}
@@ -59,6 +65,9 @@ end
 
 function MSAMPAdamW:step(closure)
   local loss
+  if closure ~= nil and type(closure) ~= "function" then
+    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
+  end
   if closure then loss = closure() end
   local fw = self._fp8_weights or {}
   for _, g in ipairs(self.param_groups) do

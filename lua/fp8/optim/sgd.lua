@@ -33,6 +33,9 @@ function SGD:_state_schema(p) return { momentum_buffer = { dtype = "fp32", shape
 
 function SGD:step(closure)
   local loss
+  if closure ~= nil and type(closure) ~= "function" then
+    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
+  end
   if closure then loss = closure() end
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do

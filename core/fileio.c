@@ -1,0 +1,177 @@
+/* fileio.c — regular-file readers with a size cap and atomic writers (see fileio.h). */
+#include "fileio.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+fl_status fl_open_regular(const char *path, const char *what, int64_t max_bytes, int *fd, int64_t *size) {
+    *fd = -1;
+    if (!path || !*path) return FL_ERR(FL_EINVAL, "%s: the path is empty", what);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) return FL_ERR(FL_EIO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    struct stat sb;
+    if (fstat(f, &sb) != 0) {
+        int e = errno;
+        close(f);
+        return FL_ERR(FL_EIO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        const char *kind = S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a named pipe"
+                         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
+                         : "not a regular file";
+        if (S_ISDIR(sb.st_mode)) return FL_ERR(FL_EIO, "%s: is a directory, not a %s", path, what);
+        return FL_ERR(FL_EIO, "%s: is %s, not a regular file (a %s must be a regular file)", path, kind, what);
+    }
+    if (max_bytes > 0 && sb.st_size > max_bytes) {
+        close(f);
+        return FL_ERR(FL_EINVAL, "%s: file too large for a %s (%lld bytes; the limit is %lld)", path, what,
+                      (long long)sb.st_size, (long long)max_bytes);
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0) (void)fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    if (size) *size = (int64_t)sb.st_size;
+    return FL_OK;
+}
+
+fl_status fl_read_regular(const char *path, const char *what, int64_t max_bytes, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    int fd;
+    int64_t size;
+    FL_TRY(fl_open_regular(path, what, max_bytes, &fd, &size));
+    size_t cap = (size_t)size + 2, n = 0;   /* +1 to see EOF without growing, +1 for the NUL */
+    char *b = malloc(cap);
+    if (!b) { close(fd); return FL_ERR(FL_ENOMEM, "%s: out of memory reading %lld bytes", path, (long long)size); }
+    for (;;) {
+        if (n + 1 >= cap) {   /* the file grew while we read it */
+            if (max_bytes > 0 && (int64_t)n > max_bytes) {
+                free(b); close(fd);
+                return FL_ERR(FL_EINVAL, "%s: file too large for a %s (grew past the limit of %lld bytes)", path, what,
+                              (long long)max_bytes);
+            }
+            char *nb = realloc(b, cap * 2);
+            if (!nb) { free(b); close(fd); return FL_ERR(FL_ENOMEM, "%s: out of memory", path); }
+            b = nb; cap *= 2;
+        }
+        ssize_t r = read(fd, b + n, cap - 1 - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(b); close(fd);
+            return FL_ERR(FL_EIO, "%s: read error: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    if (max_bytes > 0 && (int64_t)n > max_bytes) {
+        free(b); close(fd);
+        return FL_ERR(FL_EINVAL, "%s: file too large for a %s (grew past the limit of %lld bytes)", path, what,
+                      (long long)max_bytes);
+    }
+    close(fd);
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return FL_OK;
+}
+
+static void dir_of(const char *path, char *dir, size_t len) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) { snprintf(dir, len, "."); return; }
+    size_t n = (size_t)(slash - path);
+    if (n == 0) n = 1;   /* "/file" */
+    if (n >= len) n = len - 1;
+    memcpy(dir, path, n);
+    dir[n] = 0;
+}
+
+fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
+    af->fd = -1;
+    af->tmp[0] = 0;
+    if (!path || !*path) return FL_ERR(FL_EINVAL, "cannot write: the path is empty");
+    if (snprintf(af->path, sizeof af->path, "%s", path) >= (int)sizeof af->path)
+        return FL_ERR(FL_EINVAL, "%s: path too long", path);
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    mode_t um = umask(0);
+    umask(um);
+#ifdef O_TMPFILE
+    af->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666 & ~um);
+    if (af->fd >= 0) return FL_OK;
+#endif
+    /* no O_TMPFILE here (old kernel, some file systems): a named temporary file */
+    if (snprintf(af->tmp, sizeof af->tmp, "%s.tmpXXXXXX", path) >= (int)sizeof af->tmp)
+        return FL_ERR(FL_EINVAL, "%s: path too long", path);
+    af->fd = mkstemp(af->tmp);
+    if (af->fd < 0) {
+        int e = errno;
+        af->tmp[0] = 0;
+        return FL_ERR(FL_EIO, "%s: cannot create a temporary file in %s: %s", path, dir, strerror(e));
+    }
+    (void)fchmod(af->fd, 0666 & ~um);
+    return FL_OK;
+}
+
+void fl_atomic_abort(fl_atomic_file *af) {
+    if (af->fd >= 0) close(af->fd);
+    if (af->tmp[0]) unlink(af->tmp);
+    af->fd = -1;
+    af->tmp[0] = 0;
+}
+
+fl_status fl_atomic_commit(fl_atomic_file *af) {
+    int e = 0;
+    if (fsync(af->fd) != 0) { e = errno; goto fail; }
+    if (!af->tmp[0]) {
+        /* give the unnamed file a name next to the target, then rename it over the target */
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);
+        for (int attempt = 0; attempt < 100; attempt++) {
+            if (snprintf(af->tmp, sizeof af->tmp, "%s.tmp%ld.%d", af->path, (long)getpid(), attempt) >= (int)sizeof af->tmp) {
+                af->tmp[0] = 0; e = ENAMETOOLONG; goto fail;
+            }
+            if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp, AT_SYMLINK_FOLLOW) == 0) break;
+            if (errno != EEXIST) { e = errno; af->tmp[0] = 0; goto fail; }
+            af->tmp[0] = 0;
+        }
+        if (!af->tmp[0]) { e = EEXIST; goto fail; }
+    }
+    if (rename(af->tmp, af->path) != 0) { e = errno; goto fail; }
+    af->tmp[0] = 0;
+    close(af->fd);
+    af->fd = -1;
+    char dir[4096];
+    dir_of(af->path, dir, sizeof dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
+    return FL_OK;
+fail:
+    fl_atomic_abort(af);
+    return FL_ERR(FL_EIO, "%s: cannot write: %s", af->path, strerror(e));
+}
+
+fl_status fl_write_atomic(const char *path, const void *data, size_t len) {
+    fl_atomic_file af;
+    FL_TRY(fl_atomic_begin(&af, path));
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(af.fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            fl_atomic_abort(&af);
+            return FL_ERR(FL_EIO, "%s: cannot write: %s", path, strerror(e));
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return fl_atomic_commit(&af);
+}

@@ -1,0 +1,29 @@
+/* fileio.h — reading files a user names, and writing files atomically. Readers refuse anything but a
+ * regular file (a named pipe would block for ever, a device never end) and cap the size; writers put
+ * the data in an unnamed temporary file (O_TMPFILE) that gets a name only once complete, so a writer
+ * that is killed leaves nothing behind, then fsync, rename over the target, fsync the directory. */
+#ifndef FL_FILEIO_H
+#define FL_FILEIO_H
+#include <stddef.h>
+#include <stdint.h>
+#include "error.h"
+
+/* Open path read-only (without blocking on a FIFO); FL_EIO unless it is a regular file, FL_EINVAL when
+ * it is larger than max_bytes (0: no cap). `what` names the file's role in messages ("config file"). */
+fl_status fl_open_regular(const char *path, const char *what, int64_t max_bytes, int *fd, int64_t *size);
+/* The whole regular file in a malloc'ed buffer (NUL-terminated; *len excludes the NUL). */
+fl_status fl_read_regular(const char *path, const char *what, int64_t max_bytes, char **buf, size_t *len);
+
+/* An atomic write in progress: write to fd, then fl_atomic_commit (or fl_atomic_abort). */
+typedef struct {
+    int fd;
+    char path[4096];
+    char tmp[4096];   /* "" while the temporary file has no name (O_TMPFILE) */
+} fl_atomic_file;
+fl_status fl_atomic_begin(fl_atomic_file *af, const char *path);
+/* fsync, name it, rename over af->path, fsync the directory; closes fd. On failure nothing is left behind. */
+fl_status fl_atomic_commit(fl_atomic_file *af);
+void fl_atomic_abort(fl_atomic_file *af);
+/* All of data to path, atomically. */
+fl_status fl_write_atomic(const char *path, const void *data, size_t len);
+#endif

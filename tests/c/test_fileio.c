@@ -1,0 +1,73 @@
+/* test_fileio.c — core/fileio.c: readers refuse what is not a regular file (a named pipe at once, not
+ * after blocking) and files over their cap; the atomic writer replaces the target whole and leaves no
+ * temporary file in the directory, also when it is abandoned half-way. */
+#include "runner.h"
+#include "fileio.h"
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+TEST(fileio_refuses_fifo_and_caps_size) {
+    char dir[] = "/tmp/fl_test_fileio_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char pipe[256], file[256];
+    snprintf(pipe, sizeof pipe, "%s/pipe", dir);
+    snprintf(file, sizeof file, "%s/f.txt", dir);
+    REQUIRE(mkfifo(pipe, 0600) == 0, "mkfifo");
+    char *buf = NULL;
+    size_t len = 0;
+    CHECK(fl_read_regular(pipe, "text file", 0, &buf, &len) == FL_EIO, "a named pipe was opened");
+    CHECK(strstr(fl_last_error(), "is a named pipe, not a regular file"), "%s", fl_last_error());
+    CHECK(fl_read_regular(dir, "text file", 0, &buf, &len) == FL_EIO, "a directory was read");
+    CHECK(strstr(fl_last_error(), "is a directory"), "%s", fl_last_error());
+    REQUIRE_OK(fl_write_atomic(file, "0123456789", 10));
+    CHECK(fl_read_regular(file, "text file", 9, &buf, &len) == FL_EINVAL, "cap of 9 bytes not applied");
+    CHECK(strstr(fl_last_error(), "file too large for a text file (10 bytes; the limit is 9)"), "%s", fl_last_error());
+    REQUIRE_OK(fl_read_regular(file, "text file", 10, &buf, &len));
+    CHECK(len == 10 && memcmp(buf, "0123456789", 10) == 0 && buf[10] == 0, "read back %zu bytes", len);
+    free(buf);
+    unlink(pipe);
+    unlink(file);
+    rmdir(dir);
+}
+
+TEST(fileio_atomic_write_replaces_whole_and_leaves_nothing) {
+    char dir[] = "/tmp/fl_test_fileio_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char file[256];
+    snprintf(file, sizeof file, "%s/out.json", dir);
+    REQUIRE_OK(fl_write_atomic(file, "old", 3));
+    /* abandoned half-way (what a killed writer amounts to): the target is untouched, nothing is left */
+    fl_atomic_file af;
+    REQUIRE_OK(fl_atomic_begin(&af, file));
+    CHECK(write(af.fd, "partial", 7) == 7, "write");
+    CHECK(count_entries(dir) == 1, "a temporary file is visible before commit: %d entries", count_entries(dir));
+    fl_atomic_abort(&af);
+    char *buf = NULL;
+    size_t len = 0;
+    REQUIRE_OK(fl_read_regular(file, "file", 0, &buf, &len));
+    CHECK(len == 3 && memcmp(buf, "old", 3) == 0, "target changed by an abandoned write");
+    free(buf);
+    REQUIRE_OK(fl_write_atomic(file, "new contents", 12));
+    REQUIRE_OK(fl_read_regular(file, "file", 0, &buf, &len));
+    CHECK(len == 12 && memcmp(buf, "new contents", 12) == 0, "not replaced");
+    free(buf);
+    CHECK(count_entries(dir) == 1, "%d entries after commit", count_entries(dir));
+    struct stat sb;
+    CHECK(stat(file, &sb) == 0 && (sb.st_mode & 0400), "unreadable result");
+    CHECK(fl_write_atomic("/nonexistent/dir/x", "a", 1) == FL_EIO, "write into a missing directory");
+    unlink(file);
+    rmdir(dir);
+}

@@ -1,0 +1,604 @@
+-- api_sweep.lua — calls every entry of the live fp8 API with hostile arguments, each batch in a
+-- child process, and reports any crash (signal, abort), hang or sanitizer report with a
+-- `build/fp8lab -e '...'` reproducer. The API is enumerated from the live tables (the fp8 table,
+-- every fp8.* module, methods and metamethods of one instance of each kind of object), so a
+-- function is swept the day it is added. docs/robustness.md describes it.
+--
+--   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
+--                [--timeout S] [--jobs N] [--list] [--messages] [--verbose]
+--   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
+--   (default)   the full sweep: every entry x every hostile value x every argument position
+--   --list      print the enumerated entries and exit
+--   --messages  also list calls whose error message names neither the function nor the argument
+-- Exit status 0 when no call crashed, hung or tripped a sanitizer.
+local EXE = os.getenv("FP8LAB_EXE") or arg and arg[-1] or "build/fp8lab"
+local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
+
+-- ---- options ------------------------------------------------------------------------------
+local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, list = false,
+              messages = false, verbose = false, child = nil }
+do
+  local i = 1
+  while arg and arg[i] do
+    local a = arg[i]
+    local k = a:match("^%-%-([%w_]+)$")
+    if k == "quick" or k == "list" or k == "messages" or k == "verbose" then opt[k] = true
+    elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" then
+      opt[k] = tonumber(arg[i + 1]) or error("--" .. k .. " needs a number"); i = i + 1
+    elseif k == "child" then opt.child = arg[i + 1]; i = i + 1
+    else error("api_sweep: unknown argument " .. tostring(a)) end
+    i = i + 1
+  end
+end
+
+-- ---- the deny-list ---------------------------------------------------------------------------
+-- Entries never called, because their effect reaches outside the child's sandbox (the child runs
+-- in a fresh temporary directory with HOME pointing there, stdin from /dev/null, so writing files
+-- under relative paths is fine). Matched against the entry's path ("fp8.config.exec") or
+-- "Kind:method". Keep each one commented.
+local DENY = {
+  ["fp8.config.sys.exec"] = "replaces the process image (execvp)",
+  ["fp8.cli.main"] = "sub-commands launch mpirun, run the test suite, read the questionnaire from stdin",
+  ["fp8.repl.run"] = "interactive prompt on stdin",
+  ["fp8.config.sys.setenv"] = "changes the environment of later calls in the same child (false attributions)",
+  ["fp8.manual_seed"] = nil,
+}
+-- Patterns of the same kind (Lua patterns on the path).
+local DENY_PATTERNS = {
+  { "^fp8%._?dist%.launch", "starts processes (mpirun)" },
+  { "^fp8%._?dist%.init", "initialises MPI / NCCL for the whole child (one call, not a sweepable function)" },
+  { "^fp8%.cli%.", "command-line front: spawns processes (launch, test) and reads stdin (config)" },
+  { "^fp8%.repl%.", "the interactive prompt (reads stdin, installs signal handlers)" },
+}
+local function denied(path)
+  path = path:gsub('^require%("(.-)"%)', "%1")
+  if DENY[path] then return DENY[path] end
+  for _, p in ipairs(DENY_PATTERNS) do if path:match(p[1]) then return p[2] end end
+  return nil
+end
+
+-- ---- the hostile battery ---------------------------------------------------------------------
+-- Each value is Lua source, evaluated fresh for every call (so a released tensor is fresh too).
+local LYING = "setmetatable({}, {__len = function() return 1 << 62 end, __index = function() return 1 end})"
+local VALUES = {
+  "nil", "true", "false", "0", "-1", "1", "1.5", "0/0", "math.huge", "-math.huge", "2^53",
+  "math.maxinteger", "math.mininteger", "-0.0", "1e308", "2^31", "2^62",
+  "''", "'x'", "'cpu'", "'e4m3'", "'%s%n%d'", "('A'):rep(1 << 20)", "'nonexistent/dir/file'",
+  "{}", "{{}}", "{{{{{{{{{{}}}}}}}}}}", "{1, 2, 3}", "{-1}", "{0}", "{2^62, 2^62}", "{math.maxinteger}",
+  "{1e6, 1e6}", "{0/0}", "{'a', 'b'}", "{x = 1}",
+  LYING,
+  "setmetatable({}, {__index = function() error('hostile __index') end, __len = function() return -1 end})",
+  "function() end", "coroutine.create(function() end)", "io.stdout",
+  "fp8.ones{2, 3}", "fp8.ones{2, 3}:quantize('e4m3')", "fp8.ones({2, 3}, 'bf16')", "fp8.zeros{0}",
+  "fp8.zeros{0, 3}", "fp8.tensor(1)", "fp8.ones{3, 2, 1, 1}", "fp8.arange(5)",
+  "(function() local t = fp8.ones{2}; t:free(); return t end)()",
+  "fp8.ones{1}:expand{2^62, 2}", "fp8.ones{2, 3}:quantize('e5m2', {axis = 1})", "fp8.ones{2, 3}:requires_grad(true)",
+  "fp8.nn.Linear(3, 2)", "fp8.ones{1}:expand{4, 3}",
+}
+
+-- Instances, one of each kind we can build: Lua source; the instance is the expression's value.
+-- Kinds reached only as results (e.g. a tensor's grad_fn) are found automatically too.
+local SEEDS = {
+  "fp8.ones{2, 3}", "fp8.ones{2, 3}:quantize('e4m3')", "fp8.zeros{0}", "fp8.tensor(1)",
+  "fp8.ones({2, 3}, 'bf16')", "fp8.ones{2, 3}:requires_grad(true):mul(2)",
+  "fp8.nn.Linear(3, 2)", "fp8.nn.LayerNorm(3)", "fp8.nn.GELU()", "fp8.nn.ReLU()", "fp8.nn.Dropout(0.1)",
+  "fp8.nn.Embedding(5, 3)", "fp8.nn.Sequential(fp8.nn.Linear(3, 3), fp8.nn.ReLU())",
+  "fp8.nn.Module()",
+  "fp8.nn.CausalSelfAttention{n_embd = 4, n_head = 2, block_size = 4}",
+  "fp8.nn.TransformerBlock{n_embd = 4, n_head = 2, block_size = 4}",
+  "fp8.nn.GPT{vocab_size = 5, block_size = 4, n_layer = 1, n_head = 2, n_embd = 4}",
+  "fp8.recipes.FP8Linear(3, 2, true, {backend = 'te'})", "fp8.recipes.FP8LayerNorm(3)",
+  "fp8.convert_model(fp8.nn.Sequential(fp8.nn.Linear(16, 16)), {recipe = {backend = 'ao'}})",
+  "fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1})",
+  "fp8.optim.AdamW(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1})",
+  "fp8.optim.lr_scheduler.StepLR(fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1}), {step_size = 1})",
+  "fp8.optim.lr_scheduler.CosineAnnealingLR(fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1}), {T_max = 2})",
+  "fp8.optim.lr_scheduler.LambdaLR(fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1}), function() return 1 end)",
+  "fp8.data.TextDataset{text = 'hello world hello', block_size = 4}",
+  "fp8.data.FashionMNIST{root = os.getenv('FP8LAB_SWEEP_DATA') or '.', train = false}",
+  "fp8.data.DataLoader{fp8.data.TextDataset{text = 'hello world hello', block_size = 4}, batch_size = 2}",
+  "fp8.amp.GradScaler()", "fp8.progress(3)", "fp8.Accelerator()", "fp8.Accelerator{mixed_precision = 'fp8'}",
+  "fp8.profiler.profile()",
+  "fp8.FP8RecipeKwargs{}", "fp8.TERecipeKwargs{}", "fp8.AORecipeKwargs{}", "fp8.MSAMPRecipeKwargs{}",
+  "fp8.AutocastKwargs{}", "fp8.GradScalerKwargs{}", "fp8.DistributedDataParallelKwargs{}",
+  "fp8.InitProcessGroupKwargs{}", "fp8.ProfileKwargs{}",
+  "fp8.config.load_default()",
+  "fp8.recipes.FP8Linear(16, 16, true, {backend = 'ao'})", "fp8.recipes.FP8Linear(16, 16, true, {backend = 'msamp', opt_level = 'O2'})",
+  "fp8.Accelerator():prepare(fp8.nn.Linear(16, 16))",
+  "require('fp8.optim.msamp_adamw')(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1})",
+  "fp8.ones{4, 3}:quantize('e4m3', {axis = 1})",
+}
+
+-- Tiny Fashion-MNIST IDX files in dir, so FashionMNIST{root=dir} builds (FP8LAB_SWEEP_DATA).
+local function write_idx(dir)
+  local function be32(n) return string.pack(">I4", n) end
+  local f = io.open(dir .. "/t10k-images-idx3-ubyte", "wb")
+  if not f then return end
+  f:write(be32(0x803), be32(4), be32(28), be32(28), ("\7"):rep(4 * 28 * 28)); f:close()
+  f = io.open(dir .. "/t10k-labels-idx1-ubyte", "wb")
+  f:write(be32(0x801), be32(4), "\0\1\2\3"); f:close()
+end
+
+local function sh(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- ---- enumeration ----------------------------------------------------------------------------
+-- Module names from the source tree (lua/fp8/**.lua -> fp8.a.b), so new modules are loaded too.
+local MODULES
+local function module_names()
+  if MODULES then return MODULES end
+  local names = {}
+  local given = os.getenv("FP8LAB_SWEEP_MODULES")   -- the parent's list, for children (run elsewhere)
+  if given then
+    for m in given:gmatch("%S+") do names[#names + 1] = m end
+    MODULES = names
+    return names
+  end
+  local p = io.popen("find lua/fp8 -name '*.lua' 2>/dev/null | sort")
+  if p then
+    for path in p:lines() do
+      local m = path:gsub("^lua/", ""):gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", ".")
+      names[#names + 1] = m
+    end
+    p:close()
+  end
+  for _, m in ipairs { "fp8.core", "fp8._data", "fp8._nn", "fp8._optim", "fp8._recipe", "fp8._profiler", "fp8.cuda",
+                       "fp8.config", "fp8._dist", "fp8._checkpoint" } do names[#names + 1] = m end
+  MODULES = names
+  return names
+end
+
+local function sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do if type(k) == "string" then ks[#ks + 1] = k end end
+  table.sort(ks)
+  return ks
+end
+
+local function ident(k) return k:match("^[%a_][%w_]*$") ~= nil end
+local function index_expr(base, k) return ident(k) and (base .. "." .. k) or (base .. "[" .. ("%q"):format(k) .. "]") end
+
+-- Entries: { kind = "func", expr = path } | { kind = "method", inst = i, name = k }
+--        | { kind = "op", inst = i, name = "__add" } | { kind = "field", inst = i, name = k }
+local BINOPS = { __add = "+", __sub = "-", __mul = "*", __div = "/", __mod = "%", __pow = "^", __idiv = "//",
+                 __band = "&", __bor = "|", __bxor = "~", __shl = "<<", __shr = ">>", __concat = "..",
+                 __eq = "==", __lt = "<", __le = "<=" }
+
+local function enumerate()
+  local fp8 = _G.fp8 or require "fp8"
+  local entries, seen_fn, insts, inst_by_mt = {}, {}, {}, {}
+  for _, m in ipairs(module_names()) do pcall(require, m) end
+  -- lazily loaded members of fp8 (nn, optim, recipes, ...) are loaded by indexing them
+  for _, k in ipairs { "nn", "optim", "recipes", "Accelerator", "profiler" } do local _ = fp8[k] end
+
+  local function walk(t, path, depth, visited)
+    if visited[t] or depth > 4 then return end
+    visited[t] = true
+    for _, k in ipairs(sorted_keys(t)) do
+      local v = rawget(t, k)
+      local p = index_expr(path, k)
+      if type(v) == "function" and not seen_fn[v] then
+        seen_fn[v] = true
+        -- a Lua function whose first parameter is self is a method reached through its class table
+        local is_method = debug.getlocal(v, 1) == "self"
+        if not denied(p) then entries[#entries + 1] = { kind = "func", expr = p, method = is_method } end
+      elseif type(v) == "table" and k ~= "__index" and not k:match("^_G$") then
+        local mt = getmetatable(v)
+        if mt and type(mt.__call) == "function" and not seen_fn[v] and not denied(p) then
+          seen_fn[v] = true
+          entries[#entries + 1] = { kind = "func", expr = p }   -- a callable class table
+        end
+        walk(v, p, depth + 1, visited)
+      end
+    end
+  end
+  local visited = {}
+  walk(fp8, "fp8", 0, visited)
+  for _, m in ipairs(module_names()) do
+    local mod = package.loaded[m]
+    if type(mod) == "table" then walk(mod, ("require(%q)"):format(m), 1, visited)
+    elseif type(mod) == "function" and not seen_fn[mod] then
+      seen_fn[mod] = true
+      local p = ("require(%q)"):format(m)
+      if not denied(m) then entries[#entries + 1] = { kind = "func", expr = p } end
+    end
+  end
+
+  -- one instance per kind (metatable) from the seeds
+  local function add_inst(src, v)
+    local mt = getmetatable(v)
+    if (type(v) ~= "table" and type(v) ~= "userdata") or mt == nil or inst_by_mt[mt] then return end
+    local name = rawget(mt, "__name") or (type(mt.__index) == "table" and rawget(mt.__index, "__name"))
+      or src:match("^[%w_.]+") or ("obj" .. #insts + 1)
+    if name == "FILE*" then return end   -- Lua's io library, not ours (and closing stderr hides reports)
+    inst_by_mt[mt] = true
+    insts[#insts + 1] = { src = src, name = tostring(name), value = v }
+  end
+  for _, src in ipairs(SEEDS) do
+    local f = load("return " .. src, "=seed", "t", setmetatable({ fp8 = fp8 }, { __index = _G }))
+    local ok, v = pcall(f)
+    if ok then add_inst(src, v) elseif opt.verbose then io.stderr:write("seed skipped: ", src, ": ", tostring(v), "\n") end
+  end
+  -- kinds reachable as fields of the seeds (grad_fn, param groups, parameters, ...) are added too
+  local n0 = #insts
+  for i = 1, n0 do
+    local inst = insts[i]
+    if type(inst.value) == "table" then
+      for _, k in ipairs(sorted_keys(inst.value)) do
+        local v = rawget(inst.value, k)
+        if (type(v) == "table" or type(v) == "userdata") and getmetatable(v) then add_inst(index_expr("(" .. inst.src .. ")", k), v) end
+      end
+    end
+    if type(inst.value) == "userdata" then
+      local ok, v = pcall(function() return inst.value.grad_fn end)
+      if ok and v ~= nil then add_inst("(" .. inst.src .. ").grad_fn", v) end
+    end
+  end
+
+  for ii, inst in ipairs(insts) do
+    local mt = getmetatable(inst.value)
+    local methods, fields = {}, {}
+    -- methods: the __index chain of tables (a C __index function: its upvalue table, if any)
+    local idx = type(mt) == "table" and rawget(mt, "__index")
+    local chain, guard = {}, 0
+    if type(inst.value) == "table" then chain[#chain + 1] = inst.value end
+    while idx and guard < 10 do
+      guard = guard + 1
+      if type(idx) == "table" then
+        chain[#chain + 1] = idx
+        local m2 = getmetatable(idx)
+        idx = m2 and rawget(m2, "__index")
+      elseif type(idx) == "function" then
+        local n, up = 1, nil
+        repeat
+          local name, val = debug.getupvalue(idx, n)
+          if type(val) == "table" and name ~= "_ENV" and val ~= _G then up = val end
+          n = n + 1
+        until name == nil or up
+        idx = up
+      else idx = nil end
+    end
+    for _, t in ipairs(chain) do
+      for _, k in ipairs(sorted_keys(t)) do
+        local v = rawget(t, k)
+        local okm, real = pcall(function() return inst.value[k] end)   -- only what O[k] really gives
+        if type(v) == "function" and not k:match("^__") and okm and real == v then methods[k] = true
+        elseif t == inst.value and type(v) ~= "function" then fields[k] = true end
+      end
+    end
+    for _, k in ipairs(sorted_keys(methods)) do
+      local path = inst.name .. ":" .. k
+      if not denied(path) then entries[#entries + 1] = { kind = "method", inst = ii, name = k } end
+    end
+    for _, k in ipairs(sorted_keys(fields)) do entries[#entries + 1] = { kind = "field", inst = ii, name = k } end
+    for _, k in ipairs(sorted_keys(mt)) do
+      if type(rawget(mt, k)) == "function" and k:match("^__") then entries[#entries + 1] = { kind = "op", inst = ii, name = k } end
+    end
+    -- the operators every object meets even without a metamethod
+    for _, k in ipairs { "__index", "__newindex", "__len", "__tostring" } do
+      if rawget(mt, k) == nil then entries[#entries + 1] = { kind = "op", inst = ii, name = k } end
+    end
+  end
+  return entries, insts
+end
+
+-- ---- calls ----------------------------------------------------------------------------------
+-- The call body with O (the instance) and V (the hostile value); forms per entry kind.
+local function forms(e)
+  if e.kind == "func" then
+    return { "return " .. e.expr .. "(V)", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(fp8.ones{2, 3}, V)" }
+  elseif e.kind == "method" then
+    local m = ("O[%q]"):format(e.name)
+    return { "return " .. m .. "(O, V)", "return " .. m .. "(V)", "return " .. m .. "(O, 2, V)",
+             "return " .. m .. "(O, fp8.ones{1, 2}, V)" }
+  elseif e.kind == "field" then
+    return { ("O[%q] = V; return tostring(O)"):format(e.name) }
+  else
+    local k = e.name
+    if BINOPS[k] then return { "return O " .. BINOPS[k] .. " V", "return V " .. BINOPS[k] .. " O" } end
+    if k == "__index" then return { "return O[V]", "return getmetatable(O).__index(V, 'x')" } end
+    if k == "__newindex" then return { "O[V] = 1", "O.x = V", "O[1] = V" } end
+    if k == "__call" then return { "return O(V)", "return O(V, V)" } end
+    if k == "__len" then return { "return #O", "return getmetatable(O).__len(V)" } end
+    if k == "__unm" or k == "__bnot" then return { "return -O", ("return getmetatable(O)[%q](V)"):format(k) } end
+    if k == "__tostring" then return { "return tostring(O)", "return getmetatable(O).__tostring(V)" } end
+    if k == "__name" then return {} end
+    return { ("return getmetatable(O)[%q](O, V)"):format(k), ("return getmetatable(O)[%q](V)"):format(k) }
+  end
+end
+
+local function entry_label(e, insts)
+  if e.kind == "func" then return e.expr end
+  return insts[e.inst].name .. (e.kind == "method" and ":" or e.kind == "field" and "." or " ") .. e.name
+end
+
+-- The reproducer: build/fp8lab -e '...'
+local function repro(e, insts, form, vsrc)
+  local o = e.inst and ("local O = " .. insts[e.inst].src .. "; ") or ""
+  local body = form
+  if body:match("^return ") then body = "print(select('#', " .. body:sub(8) .. "))" end
+  local code = o .. "local V = " .. vsrc .. "; " .. body
+  return EXE .. " -e '" .. code:gsub("'", "'\\''") .. "'"
+end
+
+-- Does an error message name the function (or method) and something about the argument? A raw error
+-- from inside the library ("attempt to index a nil value", "bad argument #1 to '?'") does not.
+local RAW = { "attempt to ", "bad argument #%d+ to '%?'", "table index is ", "number has no integer representation",
+              "invalid key to 'next'", "stack overflow", "invalid value %(at index" }
+local function message_ok(msg, e)
+  if type(msg) ~= "string" then return true end   -- error objects (tables) are the library's own
+  -- luaL's own argument errors name the function and the argument ("bad argument #2 to 'pop' (...)",
+  -- "calling 'dim' on bad self (...)"), unless the function is '?' or a Lua builtin the library called
+  local fn = msg:match("bad argument #%d+ to '([^']*)'") or msg:match("calling '([^']*)' on bad self")
+  if fn and fn ~= "?" and not ({ error = 1, format = 1, concat = 1, insert = 1, setmetatable = 1, ipairs = 1,
+                                 pairs = 1, tostring = 1, next = 1, select = 1, rep = 1, sub = 1 })[fn] then
+    return true
+  end
+  for _, p in ipairs(RAW) do if msg:find(p) then return false end end
+  local name = e.kind == "func" and (e.expr:match("([%w_]+)$") or e.expr) or e.name
+  if msg:find(name, 1, true) then return true end
+  if msg:match("bad argument") then return true end
+  if e.kind == "op" or e.kind == "field" then return true end   -- operators have no name to give
+  return msg:match("^[%w_.:]+: ") ~= nil or msg:match("^[^:]+:%d+: [%w_.:]+: ") ~= nil   -- "fname: ..."
+end
+
+-- Public entries: no component starting with "_" and not inside the library's internal tables
+-- (a kwargs handler's field specs, a class's metatable or superclass). Raw errors are counted for
+-- all, listed (--messages) for the public ones called with a well-formed self.
+local function is_public(e, insts)
+  local label = e.kind == "func" and e.expr or (insts[e.inst].src .. "." .. e.name)
+  if label:find('require%("fp8%._') or label:find("%._") or label:find("^_") then return false end
+  for _, k in ipairs { ".by_name.", ".mt.", ".super.", ".kind.", "._metatable" } do
+    if label:find(k, 1, true) then return false end
+  end
+  -- operators, and fields overwritten with hostile values (the object's own state, which its
+  -- __tostring then trips over), are counted but not listed
+  if e.kind == "op" or e.kind == "field" then return false end
+  return true
+end
+-- Forms whose V takes the place of self (hostile self): Lua methods answer those with Lua's own
+-- "attempt to index a number value (local 'self')", which names the argument (self).
+local function hostile_self(e, fi)
+  return (e.kind == "method" and fi == 2) or (e.kind == "op" and fi == 2) or (e.kind == "func" and e.method)
+end
+
+-- ---- child ----------------------------------------------------------------------------------
+-- Runs calls "a-b" of a plan file; writes "B id" before each call and "E id status" after it to the
+-- progress file, flushed, so a crash is attributed to the call that began and never ended.
+local function child(spec)
+  local planfile, progfile = spec:match("^(.-),(.*)$")
+  -- belt and braces for the deny-list: nothing in a child leaves the sandbox this way
+  local denied_fn = function(what) return function() error("api_sweep: " .. what .. " is denied in the sweep", 2) end end
+  os.exit = denied_fn("os.exit"); os.execute = denied_fn("os.execute"); io.popen = denied_fn("io.popen")
+  io.read = denied_fn("io.read")
+  local entries, insts = enumerate()
+  if tonumber(os.getenv("FP8LAB_SWEEP_ENTRIES")) ~= #entries then
+    error(("api_sweep child: enumerated %d entries, the parent %s"):format(#entries, tostring(os.getenv("FP8LAB_SWEEP_ENTRIES"))))
+  end
+  local prog = assert(io.open(progfile, "a"))
+  prog:setvbuf("no")
+  local env = setmetatable({ fp8 = _G.fp8 or require "fp8" }, { __index = _G })
+  local inst_vals = {}
+  local limit = opt.timeout
+  for line in io.lines(planfile) do
+    local id, ei, fi, vi = line:match("^(%d+) (%d+) (%d+) (%d+)$")
+    id, ei, fi, vi = tonumber(id), tonumber(ei), tonumber(fi), tonumber(vi)
+    local e = entries[ei]
+    local form = forms(e)[fi]
+    prog:write("B ", id, "\n")
+    local status, detail = "ok", ""
+    local O = e.inst and inst_vals[e.inst]
+    if e.inst and O == nil then
+      local ok, v = pcall(load("return " .. insts[e.inst].src, "=inst", "t", env))
+      O = ok and v or false
+      inst_vals[e.inst] = O
+    end
+    local fn = load("local O, V = ...; " .. form, "=call", "t", env)
+    local vf = load("return " .. VALUES[vi], "=value", "t", env)
+    local okv, V = pcall(vf)
+    local t0 = os.clock()
+    -- a per-call CPU-time limit for loops in Lua; a hang in C is caught by the batch timeout
+    debug.sethook(function() if os.clock() - t0 > limit then error("api_sweep: call timed out", 2) end end, "", 10000)
+    local ok, r = pcall(function()
+      local res = fn(O, V)
+      if res ~= nil then local _ = tostring(res) end
+      return res
+    end)
+    debug.sethook()
+    if not okv then status, detail = "valueerr", tostring(V)
+    elseif ok then status = "ok"
+    elseif type(r) == "string" and r:match("api_sweep: call timed out") then status = "hang"
+    else
+      status = message_ok(r, e) and "err" or "badmsg"
+      detail = type(r) == "string" and r or ("(" .. type(r) .. ")")
+    end
+    prog:write("E ", id, " ", status, " ", (detail:gsub("\n", " "):sub(1, 300)), "\n")
+    -- keep the instance usable: if a call released or broke it, rebuild for the next call
+    if not ok and e.inst then inst_vals[e.inst] = nil end
+    collectgarbage("step", 100)
+  end
+  prog:close()
+  os.exit = nil
+  return 0
+end
+
+-- ---- parent ---------------------------------------------------------------------------------
+
+local function read_file(p, limit) local f = io.open(p, "rb"); if not f then return "" end local s = f:read(limit or "a"); f:close(); return s or "" end
+
+-- the build under test has ASan/UBSan (make sanitize sets ASAN_OPTIONS)
+local SAN = os.getenv("FP8LAB_SWEEP_SAN") == "1" or os.getenv("ASAN_OPTIONS") ~= nil
+
+-- Run a plan (list of {id, ei, fi, vi}) in one child; returns {done = {id = status line}, began, rc, stderr}.
+local function run_child(tmp, plan, tag, budget)
+  local dir = tmp .. "/c" .. tag
+  os.execute("rm -rf " .. sh(dir) .. " && mkdir -p " .. sh(dir))
+  local planf, progf = dir .. "/plan", dir .. "/progress"
+  local f = assert(io.open(planf, "w"))
+  for _, c in ipairs(plan) do f:write(c[1], " ", c[2], " ", c[3], " ", c[4], "\n") end
+  f:close()
+  local root = os.getenv("PWD") or "."
+  -- ulimit -v makes over-large allocations fail fast (ASan reserves address space, so instead its
+  -- allocator returns NULL above max_allocation_size_mb there)
+  local lim = SAN and "" or "ulimit -v 6000000; "
+  local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=0 ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=0:abort_on_error=0 "
+    .. "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FP8LAB_SWEEP_MODULES=%s "
+    .. "timeout -s KILL %d %s %s --child %s --timeout %s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
+    :format(sh(dir), lim, sh(dir), sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(root .. "/" .. SELF),
+            sh(planf .. "," .. progf), tostring(opt.timeout), sh(dir .. "/stderr"), sh(progf))
+  os.execute(cmd)
+  local res = { done = {}, began = nil, rc = nil, stderr = read_file(dir .. "/stderr", 1 << 20) }
+  for line in io.lines(progf) do
+    local b = line:match("^B (%d+)$")
+    if b then res.began = tonumber(b) end
+    local id, rest = line:match("^E (%d+) (.*)$")
+    if id then res.done[tonumber(id)] = rest; res.began = nil end
+    local rc = line:match("^rc=(%d+)$")
+    if rc then res.rc = tonumber(rc) end
+  end
+  os.execute("rm -rf " .. sh(dir))
+  return res
+end
+
+-- The first line of a sanitizer report (plain finds: stderr may hold a megabyte-long line).
+local function sanitizer_report(s)
+  for _, key in ipairs { "ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer" } do
+    local at = s:find(key, 1, true)
+    if at then
+      local first = at
+      while first > 1 and at - first < 200 and s:sub(first - 1, first - 1) ~= "\n" do first = first - 1 end
+      return s:sub(first, math.min(#s, at + 300)):match("^[^\n]*")
+    end
+  end
+end
+
+local function parent()
+  local tmp = os.tmpname(); os.remove(tmp); os.execute("mkdir -p " .. sh(tmp .. "/data"))
+  write_idx(tmp .. "/data")
+  require("fp8.config").sys.setenv("FP8LAB_SWEEP_DATA", tmp .. "/data")
+  local entries, insts = enumerate()
+  require("fp8.config").sys.setenv("FP8LAB_SWEEP_ENTRIES", tostring(#entries))
+  if opt.list then
+    for i, e in ipairs(entries) do print(i, e.kind, entry_label(e, insts)) end
+    print(("%d entries over %d kinds of object"):format(#entries, #insts))
+    return 0
+  end
+  -- the call list
+  local calls = {}
+  for ei, e in ipairs(entries) do
+    for fi = 1, #forms(e) do
+      for vi = 1, #VALUES do calls[#calls + 1] = { #calls + 1, ei, fi, vi } end
+    end
+  end
+  local total = #calls
+  if opt.quick and opt.calls < #calls then
+    -- seeded sample: every entry at least once (its first form, a value chosen by the seed), the rest random
+    math.randomseed(opt.seed)
+    local pick, chosen = {}, {}
+    local by_entry = {}
+    for _, c in ipairs(calls) do by_entry[c[2]] = by_entry[c[2]] or {}; table.insert(by_entry[c[2]], c) end
+    for ei = 1, #entries do
+      local list = by_entry[ei]
+      if list then local c = list[math.random(#list)]; if not chosen[c[1]] then chosen[c[1]] = true; pick[#pick + 1] = c end end
+    end
+    while #pick < opt.calls do
+      local c = calls[math.random(#calls)]
+      if not chosen[c[1]] then chosen[c[1]] = true; pick[#pick + 1] = c end
+    end
+    table.sort(pick, function(a, b) return a[1] < b[1] end)
+    calls = pick
+  end
+  io.stderr:write(("api_sweep: %d entries (%d kinds of object), %d calls%s, batches of %d, %d jobs\n")
+    :format(#entries, #insts, #calls, opt.quick and (" sampled of " .. total .. " (seed " .. opt.seed .. ")") or "",
+            opt.batch, opt.jobs))
+  local findings, badmsg, counts = {}, {}, { ok = 0, err = 0, badmsg = 0, valueerr = 0 }
+  local function note(kind, c, detail)
+    local e = entries[c[2]]
+    local form = forms(e)[c[3]]
+    local f = { kind = kind, label = entry_label(e, insts), detail = detail, repro = repro(e, insts, form, VALUES[c[4]]) }
+    findings[#findings + 1] = f
+    print(("FINDING %s: %s\n  %s\n  %s"):format(f.kind, f.label, f.repro, (f.detail or ""):gsub("\n", "\n  ")))
+    io.stdout:flush()
+  end
+  -- A batch: run; the call that began and never ended is re-run alone to confirm, the rest resumes.
+  local function run_batch(batch, tag)
+    local queue, pos = batch, 1
+    local round = 0
+    while pos <= #queue do
+      round = round + 1
+      local rest = {}
+      for i = pos, #queue do rest[#rest + 1] = queue[i] end
+      local budget = math.max(20, math.ceil(#rest * 0.05) + 4 * opt.timeout)
+      local res = run_child(tmp, rest, tag .. "_" .. round, budget)
+      local last_done = pos - 1
+      for i = pos, #queue do
+        local c = queue[i]
+        local st = res.done[c[1]]
+        if not st then break end
+        last_done = i
+        local s, d = st:match("^(%S+) ?(.*)$")
+        counts[s] = (counts[s] or 0) + 1
+        if s == "hang" then note("hang (Lua loop past " .. opt.timeout .. " s)", c, d)
+        elseif s == "badmsg" then
+          local e = entries[c[2]]
+          if is_public(e, insts) and not hostile_self(e, c[3]) then badmsg[#badmsg + 1] = { c = c, msg = d } end
+        end
+      end
+      local san = sanitizer_report(res.stderr)
+      if last_done == #queue and res.rc == 0 and not san then break end
+      -- the culprit: the call after the last finished one
+      local culprit = queue[last_done + 1]
+      if not culprit then
+        if san then note("sanitizer (after the batch)", queue[#queue], san) end
+        break
+      end
+      -- confirm alone
+      local one = run_child(tmp, { culprit }, tag .. "_x" .. round, 4 * opt.timeout + 10)
+      local why
+      local san1 = sanitizer_report(one.stderr)
+      if san1 then why = "sanitizer: " .. san1
+      elseif one.rc == 137 or one.rc == 124 then why = "hang (killed after " .. (4 * opt.timeout + 10) .. " s)"
+      elseif one.rc and one.rc > 128 then why = "signal " .. (one.rc - 128)
+      elseif one.rc ~= 0 then why = "exit status " .. tostring(one.rc)
+      elseif san then why = "sanitizer (in batch only): " .. san
+      elseif res.rc == 137 or res.rc == 124 then why = "hang (in batch only)"
+      else why = "crash in batch only (rc " .. tostring(res.rc) .. "), not alone" end
+      note(why, culprit, (one.stderr ~= "" and one.stderr or res.stderr):sub(1, 400))
+      counts.crash = (counts.crash or 0) + 1
+      pos = last_done + 2
+    end
+  end
+  -- batches, run opt.jobs at a time via background shells is complex; run sequentially per job slot
+  local batches = {}
+  for i = 1, #calls, opt.batch do
+    local b = {}
+    for j = i, math.min(i + opt.batch - 1, #calls) do b[#b + 1] = calls[j] end
+    batches[#batches + 1] = b
+  end
+  local t0 = os.time()
+  for bi, b in ipairs(batches) do
+    run_batch(b, tostring(bi))
+    if opt.verbose or bi % 20 == 0 then
+      io.stderr:write(("  batch %d/%d, %d findings, %ds\n"):format(bi, #batches, #findings, os.time() - t0))
+    end
+  end
+  os.execute("rm -rf " .. sh(tmp))
+  if opt.messages then
+    for _, b in ipairs(badmsg) do
+      local e = entries[b.c[2]]
+      print(("MESSAGE %s: %s\n  %s"):format(entry_label(e, insts), b.msg, repro(e, insts, forms(e)[b.c[3]], VALUES[b.c[4]])))
+    end
+  end
+  local badfn = {}
+  for _, b in ipairs(badmsg) do badfn[b.c[2]] = true end
+  local nbadfn = 0
+  for _ in pairs(badfn) do nbadfn = nbadfn + 1 end
+  print(("api_sweep: %d entries, %d calls: %d returned, %d raised an error (%d raw or unnamed in all; %d from "
+    .. "public entries with a proper self, over %d entries: --messages lists them), "
+    .. "%d crashes/hangs/sanitizer reports, %ds"):format(#entries, #calls, counts.ok, counts.err + counts.badmsg,
+    counts.badmsg, #badmsg, nbadfn, #findings, os.time() - t0))
+  return #findings == 0 and 0 or 1
+end
+
+if opt.child then return child(opt.child) end
+local rc = parent()
+if rc ~= 0 then error("api_sweep: crashes or hangs found", 0) end

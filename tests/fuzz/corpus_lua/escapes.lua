@@ -1,0 +1,1 @@
+return "\u{7FFFFFFF}\z   \x41\065"

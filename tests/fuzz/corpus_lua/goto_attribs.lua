@@ -1,0 +1,4 @@
+goto done
+::done::
+local a <const> = 1
+local b <close> = nil

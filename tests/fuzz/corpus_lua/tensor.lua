@@ -1,0 +1,2 @@
+local x = fp8.ones{2, 3}
+print(x:sum():item())

@@ -1,0 +1,168 @@
+-- crash_regressions_spec.lua — one case per class of crash, hang or silent accept that the API sweep
+-- (tests/fuzz/api_sweep.lua) found on 891c8bc. Every case runs in a child process under a time limit
+-- (a hang fails the case instead of the suite), and passes only when the child raised the expected
+-- Lua error and went on to print "OK" and exit 0. docs/robustness.md lists the classes.
+local BIN = assert(FP8LAB_BIN, "run through tests/busted.lua, which sets FP8LAB_BIN")
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function slurp(path)
+  local f = io.open(path, "rb"); local s = f and f:read("a") or ""; if f then f:close() end
+  os.remove(path)
+  return s
+end
+
+-- child(code [, prefix [, limit_s]]) -> stdout, stderr, exit code (124/137: killed by the time limit)
+local function child(code, prefix, limit)
+  local out, err = os.tmpname(), os.tmpname()
+  local cmd = ("%stimeout -s KILL %d %s -e %s </dev/null >%s 2>%s"):format(prefix or "", limit or 20, q(BIN), q(code), out, err)
+  local _, _, rc = os.execute(cmd)
+  return slurp(out), slurp(err), rc
+end
+
+-- The child runs `body`, which must raise an error matching `pattern` (plain text), then prints OK.
+local function refuses(body, pattern, prefix)
+  local code = ("local ok, err = pcall(function() %s end)\n"
+    .. "if ok then io.stderr:write('accepted\\n') os.exit(3) end\n"
+    .. "if not tostring(err):find(%q, 1, true) then io.stderr:write('wrong message: ', tostring(err), '\\n') os.exit(4) end\n"
+    .. "print('OK')"):format(body, pattern)
+  local out, err, rc = child(code, prefix)
+  assert.are.equal(0, rc, ("exit %s for: %s\nstderr: %s"):format(tostring(rc), body, err))
+  assert.are.equal("OK\n", out)
+end
+
+local LYING = "setmetatable({}, {__len = function() return 1 << 62 end, __index = function() return 1 end})"
+local TEXT = "fp8.data.TextDataset{text = 'hello world hello', block_size = 4}"
+
+describe("crash regressions (child processes)", function()
+  describe("1. binary ops with no tensor operand", function()
+    for _, op in ipairs { "add", "sub", "mul", "div" } do
+      it(op .. " called with two numbers raises 'expected a tensor'", function()
+        refuses(("local x = fp8.ones{2}; return x.%s(1, 2)"):format(op), op .. ": expected a tensor")
+      end)
+    end
+  end)
+
+  describe("2. sizes that wrap around", function()
+    it("fp8.tensor of a table whose # lies", function()
+      refuses("return fp8.tensor(" .. LYING .. ")", "tensor: nested table has length")
+    end)
+    it("gather and windows with an index list whose # lies", function()
+      refuses("return require('fp8._data').gather(fp8.ones{2, 3}, " .. LYING .. ")", "gather: indices has length")
+      refuses("return require('fp8._data').windows(fp8.ones{9}, " .. LYING .. ", 2)", "windows: starts has length")
+    end)
+    it("kwargs.repr and TextDataset:decode of such a table end", function()
+      local out, err, rc = child("local r = fp8.kwargs.repr(" .. LYING .. "); print('OK')", nil, 10)
+      assert.are.equal(0, rc, err); assert.are.equal("OK\n", out)
+      out, err, rc = child("local ds = " .. TEXT .. "; local s = ds:decode(" .. LYING .. "); print('OK')")
+      assert.are.equal(0, rc, err); assert.are.equal("OK\n", out)
+    end)
+  end)
+
+  describe("3. range checks that overflow", function()
+    it("a batch start of math.maxinteger", function()
+      refuses("local ds = " .. TEXT .. "; return ds:_batch({math.maxinteger})", "exceeds 17 tokens")
+    end)
+    it("expand to 2^63 elements", function()
+      refuses("return fp8.ones{1}:expand{2^62, 2}:numel()", "expand: too large")
+    end)
+    it("GPT:generate with math.maxinteger new tokens", function()
+      refuses("local m = fp8.nn.GPT{vocab_size = 5, block_size = 4, n_layer = 1, n_head = 2, n_embd = 4}\n"
+        .. "return m:generate(fp8.zeros{1, 2}, math.maxinteger)", "generate: too large")
+    end)
+  end)
+
+  describe("4. precompiled bytecode", function()
+    it("load refuses a binary chunk, corrupted or not", function()
+      refuses("local s = string.dump(function(a) return a + 1 end)\n"
+        .. "s = s:sub(1, 20) .. string.char(255, 255, 255, 255) .. s:sub(25)\n"
+        .. "local f, e = load(s); if f then return f() end; error(e)", "attempt to load a binary chunk")
+      refuses("return load('return 1', 'x', 'b')", "load: mode must be \"t\"")
+    end)
+    it("the script loader refuses a binary file", function()
+      local p = os.tmpname()
+      local out, err, rc = child(("local f = io.open(%q, 'wb'); f:write(string.dump(function() print('ran') end)); f:close()"):format(p))
+      assert.are.equal(0, rc, err)
+      local _, err2, rc2 = child("dofile(" .. ("%q"):format(p) .. ")")
+      local out3, _, rc3 = (function()
+        local o, e = os.tmpname(), os.tmpname()
+        local _, _, c = os.execute(("timeout -s KILL 20 %s %s >%s 2>%s"):format(q(BIN), q(p), o, e))
+        return slurp(o), slurp(e), c
+      end)()
+      os.remove(p)
+      assert.are_not.equal(0, rc2); assert.truthy(err2:find("binary chunk", 1, true), err2)
+      assert.are_not.equal(0, rc3); assert.are.equal("", out3)
+    end)
+  end)
+
+  describe("6. files", function()
+    local dir
+    before_each(function()
+      dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. q(dir))
+      os.execute("mkfifo " .. q(dir .. "/pipe"))
+    end)
+    after_each(function() os.execute("rm -rf " .. q(dir)) end)
+
+    it("a named pipe as config, IDX or text file is refused at once", function()
+      local pipe = ("%q"):format(dir .. "/pipe")
+      refuses("return fp8.config.load(" .. pipe .. ")", "is a named pipe")
+      refuses("return require('fp8._data').load_labels(" .. pipe .. ")", "is a named pipe")
+      refuses("return fp8.data.TextDataset{path = " .. pipe .. ", block_size = 2}", "is a named pipe")
+    end)
+    it("a text dataset has a size cap (and /dev/zero is not a text file)", function()
+      refuses("return fp8.data.TextDataset{path = '/dev/zero', block_size = 2}", "not a regular file")
+      local p = dir .. "/t.txt"
+      local f = io.open(p, "w"); f:write(("abc"):rep(100)); f:close()
+      refuses(("fp8.data.TEXT_MAX_BYTES = 100; return fp8.data.TextDataset{path = %q, block_size = 2}"):format(p),
+        "file too large for a text file")
+    end)
+    it("a config writer that is killed leaves no temporary file", function()
+      local cfg = ("%q"):format(dir .. "/c.yaml")
+      local code = "local c = {mixed_precision = 'fp8'} fp8.config.write(" .. cfg .. ", c) print('wrote') io.stdout:flush()\n"
+        .. "while true do fp8.config.write(" .. cfg .. ", c) end"
+      -- the loop really writes (a wrong call would make this test pass for nothing)
+      local out, err, rc = child("local c = {mixed_precision = 'fp8'} fp8.config.write(" .. cfg .. ", c) print('OK')")
+      assert.are.equal(0, rc, err)
+      for i = 1, 10 do
+        os.execute(("timeout -s KILL 0.%d %s -e %s >/dev/null 2>&1"):format(2 + i % 4, q(BIN), q(code)))
+      end
+      local p = io.popen("ls -A " .. q(dir))
+      local names = {}
+      for n in p:lines() do if n ~= "pipe" and n ~= "c.yaml" then names[#names + 1] = n end end
+      p:close()
+      assert.are.same({}, names)
+    end)
+  end)
+
+  describe("7. silent accepts and raw messages", function()
+    it("are refused with the function and the argument named", function()
+      refuses("return fp8.ones{4}:quantize('e4m3', {margin = 2^40})", "quantize: margin must be an integer in [0, 64]")
+      refuses("return fp8.nn.Dropout(0/0)", "Dropout: p must be a probability")
+      refuses("return fp8.nn.Embedding()", "Embedding: num_embeddings must be a positive integer")
+      refuses("return fp8.data.TextDataset{text = 'hello world', block_size = math.maxinteger}", "need at least block_size + 1")
+      refuses("return fp8.nn.init.normal_(fp8.zeros{2}, 0, -1)", "normal_: std must be a finite number >= 0")
+      refuses("local x = fp8.ones{2}:requires_grad(true); return fp8.nn.utils.clip_grad_norm_({x}, 0/0)",
+        "clip_grad_norm_: max_norm must be a number >= 0")
+      refuses("local o = fp8.optim.SGD(fp8.nn.Linear(2, 2):parameters(), {lr = 0.1}); return o:step(5)",
+        "SGD:step: closure must be a function")
+      refuses("local ds = " .. TEXT .. "; return ds:get(math.huge)", "TextDataset:get: index must be an integer")
+      refuses("local o = fp8.optim.SGD(fp8.nn.Linear(2, 2):parameters(), {lr = 0.1})\n"
+        .. "local s = fp8.optim.lr_scheduler.StepLR(o, {step_size = 1}); return s:load_state_dict{last_epoch = 'x'}",
+        "StepLR:load_state_dict: last_epoch must be an integer")
+    end)
+  end)
+
+  describe("memory limits are errors", function()
+    -- ASan reserves terabytes of address space, so ulimit -v cannot apply to a sanitizer build
+    -- (`make sanitize` sets ASAN_OPTIONS); there the sweep's max_allocation_size_mb plays that part.
+    local it_mem = os.getenv("ASAN_OPTIONS") and pending or it
+    it_mem("under ulimit -v 4000000 an over-large request raises and the process goes on", function()
+      local out, err, rc = child("for _, f in ipairs { function() return fp8.zeros{1e6, 1e6} end,\n"
+        .. "  function() return fp8.randn{1e5, 1e5} end, function() return fp8.ones{1}:expand{1e6, 1e6}:contiguous() end,\n"
+        .. "  function() return fp8.full({3e8, 4}, 1) end } do\n"
+        .. "  local ok, e = pcall(f); assert(not ok, 'accepted'); assert(tostring(e):find('memory') or tostring(e):find('too large'), e)\n"
+        .. "end\nprint(fp8.ones{3}:sum():item() == 3 and 'OK' or 'bad')", "ulimit -v 4000000; ")
+      assert.are.equal(0, rc, err)
+      assert.are.equal("OK\n", out)
+    end)
+  end)
+end)
