@@ -283,7 +283,7 @@ fuzz-safetensors: $(BUILD)/fuzz_safetensors
 	@mkdir -p $(BUILD)/fuzz-st-corpus
 	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
 	  -dict=tests/fuzz/safetensors.dict -artifact_prefix=$(BUILD)/fuzz-st- $(BUILD)/fuzz-st-corpus tests/data/safetensors
-$(BUILD)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/checkpoint.h
+$(BUILD)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/fileio.c core/checkpoint.h
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -DFL_ST_NO_TENSOR -fsanitize=fuzzer,address,undefined -Icore -o $@ \
-	  tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c -lcjson
+	  tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/fileio.c -lcjson

@@ -2,6 +2,7 @@
  * docs/checkpoints.md. The reader checks the header against the file size before anything sized
  * by the header is allocated, and every offset pair against the data area. */
 #include "checkpoint.h"
+#include "fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -381,55 +382,6 @@ static fl_status write_all(int fd, const void *buf, size_t n, const char *what) 
         p += w; n -= (size_t)w;
     }
     return FL_OK;
-}
-
-fl_status fl_fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open the directory to fsync it: %s", dir, strerror(errno));
-    int r = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (r != 0 && e != EINVAL) return FL_ERR(FL_EIO, "%s: fsync of the directory failed: %s", dir, strerror(e));
-    return FL_OK;
-}
-
-static char *dir_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    if (slash == path) return strdup("/");
-    return strndup(path, (size_t)(slash - path));
-}
-
-fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    char *dir = dir_of(path);
-    if (!tmp || !dir) { free(tmp); free(dir); return FL_ERR(FL_ENOMEM, "out of memory"); }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    fl_status st = FL_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { st = FL_ERR(FL_EIO, "%s: cannot create: %s", tmp, strerror(errno)); goto out; }
-    st = fill(fd, ctx);
-    if (st == FL_OK && fsync(fd) != 0) st = FL_ERR(FL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == FL_OK) st = FL_ERR(FL_EIO, "%s: close failed: %s", tmp, strerror(errno));
-    if (st == FL_OK && rename(tmp, path) != 0) st = FL_ERR(FL_EIO, "%s: rename to %s failed: %s", tmp, path, strerror(errno));
-    if (st != FL_OK) unlink(tmp);
-    else st = fl_fsync_dir(dir);
-out:
-    free(tmp);
-    free(dir);
-    return st;
-}
-
-struct buf_ctx { const void *buf; size_t len; const char *path; };
-static fl_status fill_buf(int fd, void *ctx) {
-    struct buf_ctx *c = ctx;
-    return write_all(fd, c->buf, c->len, c->path);
-}
-
-fl_status fl_write_atomic(const char *path, const void *buf, size_t len) {
-    struct buf_ctx c = { buf, len, path };
-    return fl_write_atomic_fn(path, fill_buf, &c);
 }
 
 /* ---- writer ------------------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "error.h"
 #include "tensor.h"
+#include "fileio.h"   /* fl_write_atomic, fl_fsync_dir: the atomic writer every file goes through */
 
 /* The safetensors dtypes this build reads and writes. Append-only. */
 typedef enum {
@@ -69,19 +70,11 @@ typedef struct {
     const void *data;
 } fl_st_item;
 
-/* Write a safetensors file atomically (see fl_write_atomic). Names must be unique and not
+/* Write a safetensors file atomically (fl_write_atomic_fn, fileio.h). Names must be unique and not
  * "__metadata__"; meta is n_meta key/value pairs (meta[2k], meta[2k+1]) or NULL. Tensors are laid
  * out in the order given; the header is padded with spaces to a multiple of 8 bytes. */
 fl_status fl_st_save(const char *path, const fl_st_item *items, int n, const char *const *meta, int n_meta);
 
-/* Write `len` bytes to `path` atomically and durably: a temporary file in the same directory,
- * fsync, rename over path, fsync the directory. A crash leaves either the old file or the new one.
- * The bytes come from `fill` (called with the open fd, writing everything) when buf is NULL. */
-typedef fl_status (*fl_write_fn)(int fd, void *ctx);
-fl_status fl_write_atomic(const char *path, const void *buf, size_t len);
-fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx);
-/* fsync a directory (after renaming into it). */
-fl_status fl_fsync_dir(const char *dir);
 
 /* An exact contiguous copy of t on the CPU or its device (FP8: bytes, scale_inv and scale axis too):
  * what optimizer and model state dicts hold. */

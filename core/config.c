@@ -148,6 +148,12 @@ static size_t osa_distance(const char *a, size_t la, const char *b, size_t lb) {
     return d[la][lb];
 }
 
+size_t fl_edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return SIZE_MAX;
+    return osa_distance(a, la, b, lb);
+}
+
 const char *fl_config_suggest(const char *word, const char *const *cands, size_t n) {
     size_t lw = strlen(word);
     if (lw == 0 || lw > 64) return NULL;

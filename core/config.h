@@ -100,6 +100,11 @@ const char *fl_config_format_value(fl_config_key k, int v, char *buf, size_t n);
  * then rename). Missing parent directories are created. */
 fl_status fl_config_write(const fl_config *c, const char *path);
 
+/* Optimal string alignment distance (Levenshtein plus adjacent transpositions, case-folded) between
+ * two names of at most 64 bytes; SIZE_MAX when either is longer (not a name, not compared). The one
+ * measure behind every "did you mean" of the program (config keys, kwargs, help). */
+size_t fl_edit_distance(const char *a, const char *b);
+
 /* The candidate nearest to `word` by edit distance (transpositions count 1), or NULL when none is
  * close enough to be a plausible typo. */
 const char *fl_config_suggest(const char *word, const char *const *cands, size_t n);

@@ -93,6 +93,16 @@ static void dir_of(const char *path, char *dir, size_t len) {
     dir[n] = 0;
 }
 
+fl_status fl_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open the directory to fsync it: %s", dir, strerror(errno));
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (r != 0 && e != EINVAL) return FL_ERR(FL_EIO, "%s: fsync of the directory failed: %s", dir, strerror(e));
+    return FL_OK;
+}
+
 fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
     af->fd = -1;
     af->tmp[0] = 0;
@@ -150,9 +160,7 @@ fl_status fl_atomic_commit(fl_atomic_file *af) {
     af->fd = -1;
     char dir[4096];
     dir_of(af->path, dir, sizeof dir);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
-    return FL_OK;
+    return fl_fsync_dir(dir);
 fail:
     fl_atomic_abort(af);
     return FL_ERR(FL_EIO, "%s: cannot write: %s", af->path, strerror(e));
@@ -173,5 +181,13 @@ fl_status fl_write_atomic(const char *path, const void *data, size_t len) {
         p += w;
         len -= (size_t)w;
     }
+    return fl_atomic_commit(&af);
+}
+
+fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx) {
+    fl_atomic_file af;
+    FL_TRY(fl_atomic_begin(&af, path));
+    fl_status st = fill(af.fd, ctx);
+    if (st != FL_OK) { fl_atomic_abort(&af); return st; }
     return fl_atomic_commit(&af);
 }

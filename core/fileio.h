@@ -26,4 +26,9 @@ fl_status fl_atomic_commit(fl_atomic_file *af);
 void fl_atomic_abort(fl_atomic_file *af);
 /* All of data to path, atomically. */
 fl_status fl_write_atomic(const char *path, const void *data, size_t len);
+/* The same with the bytes written by `fill` (called with the open fd; it writes everything). */
+typedef fl_status (*fl_write_fn)(int fd, void *ctx);
+fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx);
+/* fsync a directory (after renaming into it); file systems that cannot (EINVAL) are not an error. */
+fl_status fl_fsync_dir(const char *dir);
 #endif

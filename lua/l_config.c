@@ -246,6 +246,14 @@ static int l_keys(lua_State *L) {
     return 1;
 }
 
+/* distance(a, b) -> the edit distance of two names (fl_edit_distance), or nil when either is longer
+ * than 64 bytes. */
+static int l_distance(lua_State *L) {
+    size_t d = fl_edit_distance(luaL_checkstring(L, 1), luaL_checkstring(L, 2));
+    if (d == SIZE_MAX) lua_pushnil(L); else lua_pushinteger(L, (lua_Integer)d);
+    return 1;
+}
+
 /* suggest(word, {candidates}) -> the nearest plausible candidate, or nil. */
 static int l_suggest(lua_State *L) {
     const char *word = luaL_checkstring(L, 1);
@@ -416,6 +424,7 @@ static const luaL_Reg config_funcs[] = {
     {"check", l_check},
     {"keys", l_keys},
     {"suggest", l_suggest},
+    {"distance", l_distance},
     {"default_path", l_default_path},
     {"load_default", l_load_default},
     {"libyaml_version", l_libyaml_version},

@@ -172,27 +172,8 @@ local function section_text(sec)
   return table.concat(out, "\n")
 end
 
--- Optimal string alignment distance, case-folded (the same measure fp8.config.suggest uses).
-local function distance(a, b)
-  a, b = a:lower(), b:lower()
-  local la, lb = #a, #b
-  if la == 0 then return lb end
-  if lb == 0 then return la end
-  local d = {}
-  for i = 0, la do d[i] = { [0] = i } end
-  for j = 0, lb do d[0][j] = j end
-  for i = 1, la do
-    for j = 1, lb do
-      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-      local v = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
-      if i > 1 and j > 1 and a:sub(i, i) == b:sub(j - 1, j - 1) and a:sub(i - 1, i - 1) == b:sub(j, j) then
-        v = math.min(v, d[i - 2][j - 2] + 1)
-      end
-      d[i][j] = v
-    end
-  end
-  return d[la][lb]
-end
+-- The edit distance of fp8.config.suggest (core/config.c); names over 64 bytes are not compared.
+local function distance(a, b) return require("fp8.config").distance(a, b) or math.huge end
 
 -- suggest(word) -> up to 5 entry or section names near `word` (typos, or names that contain it).
 function M.suggest(word)
@@ -246,7 +227,7 @@ function M.text(x)
   if e and sec then return entry_text(e) .. "\n\n" .. section_text(sec) end
   if e then return entry_text(e) end
   if sec then return section_text(sec) end
-  local what = type(x) == "string" and ("'" .. x .. "'") or tostring(x)
+  local what = type(x) == "string" and ("'" .. (#x > 60 and x:sub(1, 57) .. "..." or x) .. "'") or tostring(x)
   local near = type(x) == "string" and M.suggest(x) or {}
   if #near > 0 then
     return ("no help for %s; did you mean: %s? (help() lists the sections)"):format(what, table.concat(near, ", "))

@@ -98,20 +98,6 @@ local function copy(v)
   return out
 end
 
-local function levenshtein(a, b)
-  local prev, cur = {}, {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    cur[0] = i
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev, cur = cur, prev
-  end
-  return prev[#b]
-end
-
 -- The closest name in `names` to `key` if it is a likely typo: edit distance <= 2 (case ignored),
 -- or else one name a prefix of the other ("amax_history_length" -> "amax_history_len").
 local function nearest(key, names)
@@ -120,7 +106,7 @@ local function nearest(key, names)
   local best, bestd = nil, math.huge
   local lk = key:lower()
   for _, n in ipairs(names) do
-    local d = levenshtein(lk, n:lower())
+    local d = require("fp8.config").distance(lk, n:lower()) or math.huge   -- the one edit distance (core/config.c)
     if d < bestd then best, bestd = n, d end
   end
   if bestd <= 2 and bestd < #key then return best end

@@ -47,6 +47,7 @@ local DENY = {
 local DENY_PATTERNS = {
   { "^fp8%._?dist%.launch", "starts processes (mpirun)" },
   { "^fp8%._?dist%.init", "initialises MPI / NCCL for the whole child (one call, not a sweepable function)" },
+  { "^fp8%._?dist%.abort", "ends the whole job on purpose (MPI_Abort, or exit without MPI): its message is any value" },
   { "^fp8%.cli%.", "command-line front: spawns processes (launch, test) and reads stdin (config)" },
   { "^fp8%.repl%.", "the interactive prompt (reads stdin, installs signal handlers)" },
 }
