@@ -106,7 +106,7 @@ function U:split_between_processes(list, apply_padding)
   if type(list) ~= "table" then
     error(("split_between_processes: expected a list, got %s"):format(type(list)), 2)
   end
-  local n, N, r = #list, self.num_processes, self.process_index
+  local n, N, r = rawlen(list), self.num_processes, self.process_index   -- rawlen: a lying __len cannot make it loop
   local base, extra = n // N, n % N
   local first = r * base + math.min(r, extra) + 1
   local count = base + (r < extra and 1 or 0)
