@@ -228,7 +228,7 @@ $(BUILD)/fuzz/%.o: %.c $(wildcard core/*.h core/cpu/*.h)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(BUILD)/fuzz_idx $(BUILD)/fuzz_text: $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_CORE_OBJ)
 	@bash scripts/install-deps.sh fuzz
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -ldnnl -lz -lm -lyaml
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -ldnnl -lz -lm -lyaml -lcjson
 $(BUILD)/fuzz_lua_load: tests/fuzz/fuzz_lua_load.c lua/l_textonly.c
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LUA_CFLAGS) -Icore -o $@ $^ $(LUA_LIBS)
