@@ -260,6 +260,7 @@ static int l_suggest(lua_State *L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 2);
     if (n > 1000) n = 1000;
+    if (n < 0) n = 0;   /* a __len that lies: no candidates */
     const char **cands = (const char **)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *cands, 0);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, 2, i);   /* strings stay alive in the table */

@@ -165,6 +165,9 @@ function Bar:update(k)
   if k ~= nil and (type(k) ~= "number" or k ~= k or math.abs(k) == math.huge) then
     error(("update: k must be a finite number, got %s"):format(tostring(k)), 2)
   end
+  if math.abs(self.n + (k or 1)) > 2 ^ 53 then   -- the count is printed as an integer
+    error(("update: the count would leave -2^53..2^53 (at %s, k = %s)"):format(tostring(self.n), tostring(k)), 2)
+  end
   if not self.t0 then self.t0 = C.clock() end
   self.n = self.n + (k or 1)
   self:_draw(false)
