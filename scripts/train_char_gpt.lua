@@ -90,6 +90,8 @@ local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3}}
 model, opt, loader, sched = accel:prepare(model, opt, loader, sched)
+-- Reports come from the main process only (acc:print), as in an Accelerate script under several processes.
+local print = function(...) accel:print(...) end
 -- The validation loader is not prepared: its short partial passes (val_loss breaks after a few batches)
 -- must neither end an accumulation window nor be saved as a mid-epoch position; it only follows the device.
 val_loader:to(accel:device())

@@ -107,6 +107,8 @@ local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3}}
 local mp = accel.mixed_precision
+-- Reports come from the main process only (acc:print), as in an Accelerate script under several processes.
+local print = function(...) accel:print(...) end
 local gas = accel.gradient_accumulation_steps
 -- the model and both loaders go to the accelerator's device (the GPU when there is one)
 model, opt, train_loader, test_loader = accel:prepare(model, opt, train_loader, test_loader)
@@ -228,31 +230,33 @@ fp8.set_autocast_dtype(prev_autocast)
 if not ok then error(err, 0) end
 local elapsed = data.clock() - t0
 
--- The curve: CSV always (written to a temporary file, then renamed); PNGs with --plot.
-local dir = opts.out:match("^(.*)/[^/]*$")
-if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
-local tmp = opts.out .. ".tmp"
-local f, ferr = io.open(tmp, "w")
-if not f then error("cannot write the loss curve: " .. tostring(ferr), 0) end
-f:write("step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated\n")
-local function cell(v, fmt) return v == nil and "" or fmt:format(v) end
-for _, r in ipairs(curve) do
-  f:write(("%d,%d,%.6f,%.6g,%s,%s,%s,%s\n"):format(r[1], r[2], r[3], r[4], cell(r[5], "%.6f"), cell(r[6], "%.4f"),
-    cell(r[7], "%.6g"), cell(r[8], "%.6g")))
-end
-f:close()
-assert(os.rename(tmp, opts.out))
-print("loss curve: " .. opts.out)
-if plot then
-  local png = plot.lines{csv = opts.out, png = opts.out:gsub("%.csv$", "") .. ".png",
-    title = ("Fashion-MNIST MLP (%s)"):format(recipe_str()), xlabel = "step", ylabel = "loss (log scale)",
-    y2label = "test accuracy", y2range = {0, 1}, logy = true,
-    series = {{x = 1, y = 3, title = "train loss"}, {x = 1, y = 5, title = "test loss", style = "points"},
-              {x = 1, y = 6, title = "test accuracy", style = "points", axis = "x1y2"}}}
-  if png then print("loss plot: " .. png) end
-  if mp == "fp8" then
-    local p2 = plot.fp8_history{csv = stats_csv, png = opts.out:gsub("%.csv$", "") .. "_fp8.png"}
-    if p2 then print("fp8 scale/amax plot: " .. p2) end
+-- The curve (main process only): CSV always (written to a temporary file, then renamed); PNGs with --plot.
+if accel.process_index == 0 then
+  local dir = opts.out:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
+  local tmp = opts.out .. ".tmp"
+  local f, ferr = io.open(tmp, "w")
+  if not f then error("cannot write the loss curve: " .. tostring(ferr), 0) end
+  f:write("step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated\n")
+  local function cell(v, fmt) return v == nil and "" or fmt:format(v) end
+  for _, r in ipairs(curve) do
+    f:write(("%d,%d,%.6f,%.6g,%s,%s,%s,%s\n"):format(r[1], r[2], r[3], r[4], cell(r[5], "%.6f"), cell(r[6], "%.4f"),
+      cell(r[7], "%.6g"), cell(r[8], "%.6g")))
+  end
+  f:close()
+  assert(os.rename(tmp, opts.out))
+  print("loss curve: " .. opts.out)
+  if plot then
+    local png = plot.lines{csv = opts.out, png = opts.out:gsub("%.csv$", "") .. ".png",
+      title = ("Fashion-MNIST MLP (%s)"):format(recipe_str()), xlabel = "step", ylabel = "loss (log scale)",
+      y2label = "test accuracy", y2range = {0, 1}, logy = true,
+      series = {{x = 1, y = 3, title = "train loss"}, {x = 1, y = 5, title = "test loss", style = "points"},
+                {x = 1, y = 6, title = "test accuracy", style = "points", axis = "x1y2"}}}
+    if png then print("loss plot: " .. png) end
+    if mp == "fp8" then
+      local p2 = plot.fp8_history{csv = stats_csv, png = opts.out:gsub("%.csv$", "") .. "_fp8.png"}
+      if p2 then print("fp8 scale/amax plot: " .. p2) end
+    end
   end
 end
 
