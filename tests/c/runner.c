@@ -1,6 +1,8 @@
 /* runner.c — main() of build/test_core: runs every registered test (or those whose name
- * contains argv[1]) and prints "N passed, N failed". Exit status 1 on any failure. */
+ * contains argv[1]; "=NAME" runs exactly that one) and prints "N passed, N failed". Exit status 1 on any
+ * failure. `test_core --list [FILTER]` prints the names only. */
 #include "runner.h"
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -21,9 +23,12 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     qsort(tests, (size_t)ntests, sizeof tests[0], cmp);
+    bool list = argc > 1 && !strcmp(argv[1], "--list");
+    const char *filter = argc > 1 + list ? argv[1 + list] : NULL;
     int passed = 0, failed = 0;
     for (int i = 0; i < ntests; i++) {
-        if (argc > 1 && !strstr(tests[i].name, argv[1])) continue;
+        if (filter && (filter[0] == '=' ? strcmp(tests[i].name, filter + 1) : !strstr(tests[i].name, filter))) continue;
+        if (list) { printf("%s\n", tests[i].name); continue; }
         int f = 0;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -34,6 +39,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (f) failed++; else passed++;
     }
+    if (list) return 0;
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

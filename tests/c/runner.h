@@ -1,6 +1,6 @@
 /* runner.h — a dependency-free C test runner. TEST(name) { ... } registers a test;
  * CHECK(cond, fmt, ...) records a failure and continues; REQUIRE returns from the test.
- * The runner ends with the line "N passed, N failed". Filter: ./test_core NAME-SUBSTRING. */
+ * The runner ends with the line "N passed, N failed". Filter: ./test_core NAME-SUBSTRING (or =NAME; --list prints names). */
 #ifndef FL_TEST_RUNNER_H
 #define FL_TEST_RUNNER_H
 #include <math.h>
