@@ -116,7 +116,12 @@ template <> struct SrcT<FL_BF16> {
 };
 template <> struct SrcT<FL_F16> {
     typedef uint16_t T;
-    static __device__ __forceinline__ float f(T v) { return __half2float(__ushort_as_half(v)); }
+    /* __half2float returns the canonical NaN; a NaN keeps its sign and payload here, as the CPU's F16C does */
+    static __device__ __forceinline__ float f(T v) {
+        if ((v & 0x7c00u) == 0x7c00u && (v & 0x3ffu))
+            return __uint_as_float(((uint32_t)(v & 0x8000u) << 16) | 0x7fc00000u | ((uint32_t)(v & 0x3ffu) << 13));
+        return __half2float(__ushort_as_half(v));
+    }
 };
 
 template <int FMT> struct FmtT;
@@ -136,7 +141,9 @@ __device__ __forceinline__ uint8_t quant_one(float x, float scale, Acc &acc) {
     float ax = fabsf(x);
     acc.amax = fmaxf(acc.amax, ax);          /* fmaxf drops a NaN operand */
     bool over;
-    uint8_t q = fl_cvt_fp8<F::M, F::B>(__fmul_rn(x, scale), IEEE, &over);
+    /* A NaN passes through unscaled: the GPU's multiply returns the canonical NaN and would lose the sign
+     * that the CPU's keeps (-NaN is 0xff in E4M3 on both devices). */
+    uint8_t q = fl_cvt_fp8<F::M, F::B>(x != x ? x : __fmul_rn(x, scale), IEEE, &over);
     if (x != x) acc.nan++;
     else {
         if (x != 0.0f && (q & 0x7f) == 0) acc.underflow++;

@@ -241,6 +241,7 @@ struct Plan {
 struct Dev {
     cublasLtHandle_t h = NULL;
     void *ws = NULL;
+    float *scales = NULL;   /* 3 slots, 16 bytes apart: aligned copies of scale pointers that are not */
     std::unordered_map<Key, Plan, KeyHash, KeyEq> plans;
 };
 std::unordered_map<int, Dev> devs;
@@ -445,6 +446,16 @@ fl_status run_epilogue(const fl_cuda_gemm_args *g, bool add_bias, bool want_amax
     return FL_OK;
 }
 
+/* *p, when it is not 16-byte aligned, replaced by an aligned device copy of the float it points to (slot 0..2). */
+fl_status aligned_scale(Dev &d, const void **p, int slot, cudaStream_t st, const char *ctx) {
+    if (!*p || ((uintptr_t)*p & 15u) == 0) return FL_OK;
+    if (!d.scales) CU_CHECK(cudaMalloc(&d.scales, 3 * 16), "cudaMalloc (aligned GEMM scales)");
+    float *dst = d.scales + 4 * slot;
+    CU_CHECK(cudaMemcpyAsync(dst, *p, sizeof(float), cudaMemcpyDeviceToDevice, st), "cudaMemcpyAsync (GEMM scale)");
+    *p = dst;
+    return FL_OK;
+}
+
 }  // namespace
 
 extern "C" size_t fl_cuda_gemm_heuristic_calls(void) {
@@ -495,15 +506,21 @@ extern "C" fl_status fl_cuda_gemm(const fl_cuda_gemm_args *g, fl_cuda_stream_t s
             it = d.plans.emplace(key, p).first;
         }
         Plan &p = it->second;
-        /* This call's pointers (the cached descriptor holds the previous call's). */
+        /* This call's pointers (the cached descriptor holds the previous call's). cuBLASLt refuses at run time
+         * (CUBLAS_STATUS_NOT_SUPPORTED, seen on an H100 with cuBLASLt 13) a scale pointer that is not 16-byte
+         * aligned, such as the second float of an array: such a scale is first copied to an aligned slot, in
+         * stream order, so a later call cannot overwrite it before this GEMM has read it. */
         if (fp8_gemm(g)) {
             const void *sa = g->b_scale_inv, *sb = g->a_scale_inv;
+            FL_TRY(aligned_scale(d, &sa, 0, st, ctx));
+            FL_TRY(aligned_scale(d, &sb, 1, st, ctx));
             LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa),
                      "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
             LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb),
                      "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
             if (is_fp8_dtype(g->d_dtype)) {
                 const void *sd = g->d_scale;
+                FL_TRY(aligned_scale(d, &sd, 2, st, ctx));
                 LT_CHECK(lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &sd, sizeof sd),
                          "cublasLtMatmulDescSetAttribute(D_SCALE_POINTER)");
             }

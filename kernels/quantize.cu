@@ -105,7 +105,8 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const uint8_t *q, 
     float s0 = scale_inv[0];
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float s = len == 1 ? s0 : scale_inv[(i / inner) % len];
-        float v = fl_dec_fp8<F::M, F::B>(q[i]) * s;
+        float v = fl_dec_fp8<F::M, F::B>(q[i]);
+        if (v == v) v *= s;                      /* a NaN keeps its sign, as on the CPU (see quant_one) */
         if (DST == FL_F32) static_cast<float *>(dst)[i] = v;
         else if (DST == FL_BF16) static_cast<uint16_t *>(dst)[i] = fl_f32_to_bf16_bits(v);
         else {
