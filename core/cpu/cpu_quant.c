@@ -58,10 +58,15 @@ static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float 
                 if (!per_col) {
                     fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
                 } else {
-                    #pragma omp simd
-                    for (int64_t c = 0; c < cols; c++) tmp[c] = row[c] * scales[c];
+                    int64_t lost = 0;   /* x != 0 whose product with its scale is already 0 in fp32 */
+                    #pragma omp simd reduction(+:lost)
+                    for (int64_t c = 0; c < cols; c++) {
+                        tmp[c] = row[c] * scales[c];
+                        lost += (tmp[c] == 0.0f) & (row[c] != 0.0f);
+                    }
                     fl_quantize_f32(tmp, d + r * cols, (size_t)cols, dst->dtype, 1.0f, p, &s);
                     s.amax = fl_amax_f32(row, (size_t)cols);
+                    s.underflow += lost;   /* the cast saw a 0 there; underflow counts nonzero sources */
                 }
                 stats_merge(&mine, &s);
             }

@@ -280,3 +280,28 @@ TEST(device_registry) {
     CHECK(strcmp(fl_device_name(FL_DEV_CUDA), "cuda") == 0, "name");
     CHECK(fl_device_get(7) == NULL, "unknown id");
 }
+
+/* Underflow counts every nonzero source value whose code is ±0, whatever the scale axis, also when x times
+ * its scale is already 0 in fp32 (per-column scales take their own CPU path; the GPU counted these and the
+ * CPU did not, found on the first H100 run). */
+TEST(tensor_fp8_underflow_counts_products_lost_in_fp32) {
+    /* column 0: amax 1e30 (scale 448e-30) beside 1e-20 (product ~4e-48: 0 in fp32); column 1: ordinary */
+    float src[6] = { 1e30f, 1.0f, 1e-20f, 0.5f, 0.0f, 1e-9f };
+    int64_t s[2] = { 3, 2 };
+    for (int axis = -1; axis <= 1; axis++) {
+        fl_tensor *t, *q;
+        REQUIRE_OK(fl_tensor_from_f32(&t, src, 2, s, FL_F32));
+        fl_quant_opts o;
+        fl_quant_opts_default(&o);
+        o.axis = axis;
+        REQUIRE_OK(fl_quantize(&q, t, FL_E4M3, &o));
+        const uint8_t *b = fl_tensor_data(q);
+        int64_t want = 0;
+        for (int i = 0; i < 6; i++) want += src[i] != 0.0f && (b[i] & 0x7f) == 0;
+        fl_cast_stats st;
+        REQUIRE_OK(fl_tensor_qstats(q, &st));
+        CHECK(want >= 1 && st.underflow == want, "axis %d: underflow %lld, %lld nonzero values have code 0", axis,
+              (long long)st.underflow, (long long)want);
+        fl_tensor_release(q); fl_tensor_release(t);
+    }
+}
