@@ -769,6 +769,8 @@ static fl_tensor *fp8_operand(fl_dtype dt, int64_t R, int64_t C, bool transposed
 
 typedef struct { int64_t M, N, K; fl_dtype adt, bdt; } gemm_shape;
 
+static bool fp8_eligible(const gemm_shape *s);
+
 /* One fp8_gemm call against float64; returns the number of entries off. slot: NULL or a cache slot. */
 static int run_fp8_gemm(int *fl__failed, const gemm_shape *sh, bool at, bool bt, bool fast, int scale_mode, int bias_kind,
                         fl_tensor **slot, const char *tag) {
@@ -814,9 +816,8 @@ static int run_fp8_gemm(int *fl__failed, const gemm_shape *sh, bool at, bool bt,
             /* products of FP8 values are exact; fp32 accumulation of K of them: (K + 2)·u·Σ|a·b| (at least the
              * 1e-5 test_gpu_fp8.c holds cuBLASLt's FP8 kernels to); the scaling and the bias add round twice more. */
             double tol_s = fmax(1e-5, (double)(K + 2) * FP32_U);
-            /* fast accumulation: partial sums in the tensor cores' reduced-precision accumulator, promoted
-             * to fp32 every 32 products or so (test_gpu_fp8.c fp8_tol) */
-            if (fast) tol_s = fmax(tol_s, (double)(K / 32 + 1) * ldexp(1.0, -13));
+            /* on the FP8 route, fast or split accumulation: the tensor cores' group sums (gpu_test.h fp8_mma_tol) */
+            if (fp8_eligible(sh) && fl_cuda_fp8_gemm_native()) tol_s = fmax(tol_s, fp8_mma_tol(K));
             bad = 0;
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) {
@@ -932,7 +933,7 @@ TEST(gpu_fp8_gemm_b_cache_reuse) {
                     double pr = (double)fl_e4m3_to_f32(qa[i * K + l]) * fl_e4m3_to_f32(qb2[l * N + j]);
                     acc += pr; S += fabs(pr);
                 }
-                if (!(fabs(r3[i * N + j] - acc) <= 1e-5 * S + 1e-30)) { bad++; break; }
+                if (!(fabs(r3[i * N + j] - acc) <= (fp8 ? fp8_mma_tol(K) : 1e-5) * S + 1e-30)) { bad++; break; }
             }
         CHECK(bad == 0, "shape %d: after clearing the cache the result is not the new b's", si);
         /* the other form in the slot is replaced by the needed one (and not used) */

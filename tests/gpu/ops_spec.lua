@@ -191,7 +191,9 @@ describe("the cuda device against the CPU device", function()
     check("gelu exact", F.gelu, { leaf { 4096 } }, 1e-7, 2e-6, 1e-7, 4e-6)
     for _, cols in ipairs { 1, 10, 257, 5000 } do
       check("softmax " .. cols, F.softmax, { leaf({ 7, cols }, 4) }, 1e-7, 2e-6, 1e-7, 4e-6)
-      check("log_softmax " .. cols, F.log_softmax, { leaf({ 7, cols }, 4) }, 1e-6, 2e-6, 1e-7, 4e-6)
+      -- the gradient g - softmax·Σg carries the rounding of a sum of `cols` terms (first H100 run: 3e-6
+      -- absolute at 5000 columns), hence an absolute bound that grows with cols
+      check("log_softmax " .. cols, F.log_softmax, { leaf({ 7, cols }, 4) }, 1e-6, 2e-6, math.max(1e-7, cols * 4e-9), 4e-6)
     end
   end)
 

@@ -80,7 +80,14 @@ local function run_gpt(cfg, cpu, steps)
   return losses, dev
 end
 
+-- Prints the largest relative gap seen ("gap NAME: …"), which docs/cuda.md quotes, before asserting.
 local function compare(name, cpu, gpu, tol)
+  local worst, at = 0, 1
+  for s = 1, #cpu do
+    local rel = math.abs(cpu[s] - gpu[s]) / math.max(1e-6, math.abs(cpu[s]))
+    if rel > worst then worst, at = rel, s end
+  end
+  print(("# gap %s: max relative loss gap %.2e at step %d of %d (bound %.0e)"):format(name, worst, at, #cpu, tol))
   for s = 1, #cpu do
     local rel = math.abs(cpu[s] - gpu[s]) / math.max(1e-6, math.abs(cpu[s]))
     assert(rel <= tol, ("%s: step %d: cpu loss %.6f, %s loss %.6f (rel %.2e > %.0e)"):format(name, s, cpu[s], DEV,
