@@ -62,6 +62,30 @@ local function check_opts(name, o, required)
   end
 end
 
+-- The range of CSV column `col` (1-based, header skipped) and whether every value in it is an integer.
+local function integer_range(csv, col)
+  local f = io.open(csv, "r")
+  if not f then return 0, 0, false end
+  local lo, hi, integral, first = math.huge, -math.huge, true, true
+  for line in f:lines() do
+    if first then first = false
+    else
+      local i, v = 0, nil
+      for cell in (line .. ","):gmatch("([^,]*),") do
+        i = i + 1
+        if i == col then v = tonumber(cell); break end
+      end
+      if v then
+        if v < lo then lo = v end
+        if v > hi then hi = v end
+        if v ~= math.floor(v) then integral = false end
+      end
+    end
+  end
+  f:close()
+  return lo, hi, integral and hi >= lo
+end
+
 -- lines{csv=, png=, title=, xlabel=, ylabel=, y2label=, y2range={lo, hi}, logy=false, series={{x=1, y=3, title=, style="lines"|"points", axis="x1y2"}}}
 -- -> png | nil, reason. Columns are 1-based CSV columns; empty cells are skipped.
 function M.lines(o)
@@ -74,6 +98,9 @@ function M.lines(o)
               ("set title %s"):format(gq(o.title or "")), ("set xlabel %s"):format(gq(o.xlabel or "")),
               ("set ylabel %s"):format(gq(o.ylabel or "")) }
   if o.logy then s[#s + 1] = "set logscale y" end
+  -- a short run over integer steps: one tic per step (gnuplot's own choice puts tics at 1.5, 2.5, ...)
+  local lo, hi, integral = integer_range(o.csv, o.series[1].x or 1)
+  if integral and hi > lo and hi - lo <= 12 then s[#s + 1] = "set xtics 1" end
   local y2 = false
   local plots = {}
   for i, sr in ipairs(o.series) do
@@ -134,7 +161,9 @@ function M.fp8_history(o)
   d:close()
   local s = { "set multiplot layout 2,1 title " .. gq(("FP8 layer '%s': scale and amax per tensor role over training"):format(layer)),
               "set grid", "set logscale y", "set key outside right top", "set xlabel 'optimizer step'",
-              "set ylabel 'scale'" }
+              -- the same plot area in both panels, whatever the width of each panel's key
+              "set lmargin at screen 0.09", "set rmargin at screen 0.72", "set ylabel 'scale'" }
+  if #steps > 1 and steps[#steps] - steps[1] <= 12 then s[#s + 1] = "set xtics 1" end
   local p1, p2 = {}, {}
   local colour = { "#1f77b4", "#2ca02c", "#d62728" }   -- one colour per role in both panels
   for i, r in ipairs(roles) do
