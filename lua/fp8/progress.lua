@@ -115,6 +115,11 @@ function Bar:set_postfix(t, v)
   return self
 end
 
+-- A count as text: an integer as one, a fractional count (update(0.5)) with its fraction.
+local function count(n)
+  return n == math.floor(n) and ("%d"):format(n) or ("%.2f"):format(n)
+end
+
 function Bar:line()
   local now = C.clock()
   local elapsed = now - (self.t0 or now)
@@ -122,16 +127,16 @@ function Bar:line()
   local parts = {}
   if self.desc then parts[#parts + 1] = self.desc .. ":" end
   if self.total and self.total > 0 then
-    local frac = math.min(1, self.n / self.total)
+    local frac = math.max(0, math.min(1, self.n / self.total))
     if self.tty then
       local fill = math.floor(frac * self.width + 0.5)
       parts[#parts + 1] = ("%3d%%|%s%s|"):format(math.floor(frac * 100), ("#"):rep(fill), (" "):rep(self.width - fill))
-      parts[#parts + 1] = ("%d/%d"):format(self.n, self.total)
+      parts[#parts + 1] = ("%s/%d"):format(count(self.n), self.total)
     else
-      parts[#parts + 1] = ("%d/%d (%d%%)"):format(self.n, self.total, math.floor(frac * 100))
+      parts[#parts + 1] = ("%s/%d (%d%%)"):format(count(self.n), self.total, math.floor(frac * 100))
     end
   else
-    parts[#parts + 1] = tostring(self.n)
+    parts[#parts + 1] = count(self.n)
   end
   local eta = (self.total and rate > 0) and (self.total - self.n) / rate or nil
   local timing = ("[%s<%s, %s it/s]"):format(fmt_time(elapsed), eta and fmt_time(eta) or "?",
@@ -165,7 +170,8 @@ function Bar:update(k)
   if k ~= nil and (type(k) ~= "number" or k ~= k or math.abs(k) == math.huge) then
     error(("update: k must be a finite number, got %s"):format(tostring(k)), 2)
   end
-  if math.abs(self.n + (k or 1)) > 2 ^ 53 then   -- the count is printed as an integer
+  -- in floats: integer addition would wrap (math.mininteger + 0 passed an integer check once)
+  if math.abs((self.n + 0.0) + ((k or 1) + 0.0)) > 2 ^ 53 then   -- the count is printed as an integer
     error(("update: the count would leave -2^53..2^53 (at %s, k = %s)"):format(tostring(self.n), tostring(k)), 2)
   end
   if not self.t0 then self.t0 = C.clock() end
