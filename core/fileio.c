@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <stdbool.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,11 +140,53 @@ void fl_atomic_abort(fl_atomic_file *af) {
     af->tmp[0] = 0;
 }
 
+/* A writer killed between naming its file and the rename leaves "<name>.tmp<pid>.<n>" beside the target
+ * (the unnamed O_TMPFILE file vanishes with the process everywhere else). The next write of the same path
+ * removes such names whose process no longer exists, so kills never accumulate litter. */
+static bool process_gone(long pid) {
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    /* a killed process whose parent has not reaped it yet is a zombie: it will never rename anything */
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static void remove_stale_names(const char *path) {
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp", 4) != 0) continue;
+        char *end;
+        long pid = strtol(n + bl + 4, &end, 10);
+        if (end == n + bl + 4 || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
+        char *end2;
+        (void)strtol(end + 1, &end2, 10);
+        if (end2 == end + 1 || *end2 != 0) continue;
+        if (!process_gone(pid)) continue;   /* alive, or not ours to judge */
+        (void)unlinkat(dirfd(d), n, 0);
+    }
+    closedir(d);
+}
+
 fl_status fl_atomic_commit(fl_atomic_file *af) {
     int e = 0;
     if (fsync(af->fd) != 0) { e = errno; goto fail; }
     if (!af->tmp[0]) {
         /* give the unnamed file a name next to the target, then rename it over the target */
+        remove_stale_names(af->path);
         char proc[64];
         snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);
         for (int attempt = 0; attempt < 100; attempt++) {
