@@ -290,6 +290,24 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank1 extra_grad=nil", 1, true) and out:find("trained", 1, true), out)
   end)
 
+  it("automatic checkpoint naming counts on every rank: three saves, total_limit 2, the newest loads", function()
+    if not can then pending(why) return end
+    local dir = tmp .. ".auto"
+    os.execute("rm -rf " .. q(dir))
+    local out, code = mpirun("tests/dist/autoname.lua", q(dir), 60)
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      for i = 1, 3 do
+        assert.truthy(out:find(("rank%d save %d -> checkpoint_%d iteration=%d"):format(r, i, i - 1, i), 1, true), out)
+      end
+      assert.truthy(out:find(("rank%d loaded weight=3"):format(r), 1, true), out)
+    end
+    local p = io.popen("ls " .. q(dir .. "/checkpoints"))
+    local names = p:read("a")
+    p:close()
+    assert.are.equal("checkpoint_1\ncheckpoint_2\n", names)
+  end)
+
   it("save_state/load_state: a new 2-process job resumes mid-epoch with every rank's losses and weights bit-identical", function()
     if not can then pending(why) return end
     local dir = tmp .. ".ckpt"
