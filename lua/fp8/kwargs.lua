@@ -946,6 +946,10 @@ local function resolve(opts)
   end
   settings.ddp = group("ddp", "DistributedDataParallelKwargs")
   settings.process_group = group("process_group", "InitProcessGroupKwargs")
+  -- which of the handler's keys the user passed: an unset backend is not a request for NCCL on the CPU
+  local pgh = handlers.InitProcessGroupKwargs
+  settings.process_group_given = pgh and { backend = pgh:is_set("backend"), timeout = pgh:is_set("timeout"),
+                                           init_method = pgh:is_set("init_method") } or {}
   settings.profile = handlers.ProfileKwargs
   src.profile = settings.profile and "handler" or "default"
   return settings
@@ -1060,8 +1064,9 @@ if okh and type(help) == "table" and help.add then
   add("DistributedDataParallelKwargs", "Data-parallel options. comm_hook \"no\" | \"fp16\" | \"bf16\" | \"power_sgd\" |\n"
     .. "\"batched_power_sgd\"; comm_wrapper \"no\" | \"fp16\" | \"bf16\" and comm_state_option (PowerSGD options) need a\n"
     .. "PowerSGD hook." .. common)
-  add("InitProcessGroupKwargs", "Process group: backend \"nccl\" | \"mpi\", init_method (env://, tcp://host:port, file://path),\n"
-    .. "timeout in seconds (default 600 for nccl, 1800 for mpi)." .. common)
+  add("InitProcessGroupKwargs", "Process group: backend \"mpi\" | \"nccl\" (when not given: mpi, whatever the handler's\n"
+    .. "Accelerate-style default says), timeout in seconds (default 600 for nccl, 1800 for mpi). init_method is refused:\n"
+    .. "mpirun or srun start and wire the processes (fp8lab launch --num_processes N runs mpirun)." .. common)
   add("ProfileKwargs", "Profiler: activities {\"cpu\", \"cuda\"}, schedule_option {wait=, warmup=, active= [, repeat=,\n"
     .. "skip_first=]}, on_trace_ready(fn), record_shapes, profile_memory, with_stack, with_flops, with_modules,\n"
     .. "output_trace_dir (Chrome trace JSON)." .. common)

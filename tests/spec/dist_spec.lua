@@ -93,6 +93,17 @@ describe("data parallel over MPI (2 processes)", function()
     assert.is_true(acc.sync_gradients)
   end)
 
+  it("InitProcessGroupKwargs: only the keys the user passes count; the rest follow the backend used", function()
+    -- the handler's dataclass default backend is nccl (as in Accelerate): setting only the timeout on the
+    -- CPU once asked for NCCL and failed in a build with NCCL
+    local acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.InitProcessGroupKwargs { timeout = 60 } } }
+    assert.are.same({ backend = "mpi", timeout = 60 }, acc.process_group)
+    acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.InitProcessGroupKwargs { backend = "mpi" } } }
+    assert.are.same({ backend = "mpi", timeout = 1800 }, acc.process_group)
+    acc = fp8.Accelerator { cpu = true }
+    assert.are.same({ backend = "mpi", timeout = 1800 }, acc.process_group)
+  end)
+
   it("refuses settings it does not implement, with a message", function()
     local function refuses(h, pat)
       local ok, err = pcall(fp8.Accelerator, { cpu = true, kwargs_handlers = { h } })
