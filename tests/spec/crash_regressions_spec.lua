@@ -94,6 +94,40 @@ describe("crash regressions (child processes)", function()
     end)
   end)
 
+  describe("5. state that loads half-way", function()
+    -- each load below raised on 891c8bc only after it had changed the object (weights overwritten, a bad
+    -- optimizer step or scale kept); now everything is checked before anything is copied
+    -- (tests/spec/state_load_spec.lua has the full set)
+    it("a failed load leaves the model, the optimizer and the loss scaler as they were", function()
+      local code = [[
+local nn = fp8.nn
+local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 16))
+local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false, env = {} }
+model, opt = acc:prepare(model, opt)
+local before = model:state_dict()["0.weight"]:sum():item()
+local sd = model:state_dict()
+for k, v in pairs(sd) do if not k:match("fp8_state$") then sd[k] = v * 0 + 5 end end
+local t = {}
+for i = 1, sd["4.fp8_state"]:numel() do t[i] = 99 end   -- the right size, an unknown layout
+sd["4.fp8_state"] = fp8.tensor(t)
+assert(not pcall(model.load_state_dict, model, sd))
+assert(model:state_dict()["0.weight"]:sum():item() == before, "weights overwritten by a failed load")
+local osd = opt:state_dict()
+osd.param_groups[1].lr = 0 / 0
+assert(not pcall(opt.load_state_dict, opt, osd), "lr = NaN accepted")
+assert(opt.param_groups[1].lr == 3e-3, "lr changed by a failed load")
+local sc = fp8.amp.GradScaler()
+assert(not pcall(sc.load_state_dict, sc, { scale = "x" }), "scale = 'x' accepted")
+assert(type(sc:get_scale()) == "number", "the scaler kept a bad scale")
+print("OK")
+]]
+      local out, err, rc = child(code)
+      assert.are.equal(0, rc, err)
+      assert.are.equal("OK\n", out)
+    end)
+  end)
+
   describe("6. files", function()
     local dir
     before_each(function()
