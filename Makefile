@@ -196,6 +196,10 @@ help:
 $(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lm -fopenmp
 
+# ---- the CPU's arithmetic limits (scripts/bench_peak.c; run by scripts/bench_train.sh): fp32 FMA and bf16 dot ----
+$(BUILD)/bench_peak: scripts/bench_peak.c
+	$(CC) -O2 -fopenmp -o $@ $<
+
 # ---- data helper: zlib for the IDX .gz reader (core/data.c) ----
 LDLIBS   += -lz
 
