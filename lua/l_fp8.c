@@ -118,7 +118,9 @@ int luaopen_fp8_core(lua_State *L) {
     luaL_requiref(L, "fp8.cuda", luaopen_fp8_cuda, 0);
     lua_setfield(L, -2, "cuda");
     { int luaopen_fp8_data(lua_State *L); luaL_requiref(L, "fp8._data", luaopen_fp8_data, 0); lua_pop(L, 1); } /* l_data.c, used by fp8.data */
-    { int luaopen_fp8_config(lua_State *L); luaL_requiref(L, "fp8.config", luaopen_fp8_config, 0); lua_setfield(L, -2, "config"); }  /* l_config.c: config.yaml, launch helpers */
+    { int luaopen_fp8_settings(lua_State *L); luaL_requiref(L, "fp8.settings", luaopen_fp8_settings, 0); lua_setfield(L, -2, "settings"); }  /* l_settings.c: the settings table */
+    { int luaopen_fp8_sys(lua_State *L); luaL_requiref(L, "fp8.sys", luaopen_fp8_sys, 0); lua_pop(L, 1); }  /* l_sys.c: process helpers */
+    { int luaopen_fp8_config(lua_State *L); luaL_requiref(L, "fp8.config", luaopen_fp8_config, 0); lua_setfield(L, -2, "config"); }  /* l_config.c: config.yaml */
     lua_pushstring(L, fl_dtype_choices());
     lua_setfield(L, -2, "dtype_choices");
     { int luaopen_fp8_optim_c(lua_State *L); luaL_requiref(L, "fp8._optim", luaopen_fp8_optim_c, 0); lua_setfield(L, -2, "_optim"); }  /* l_optim.c: fused optimizer steps */

@@ -2,6 +2,7 @@
  * core/fp8_linear.h), the FP8 linear op, MS-AMP's low-bit Adam step, FP8 gradients and allocator
  * counters. Published as require "fp8._recipe"; lua/fp8/recipes.lua and lua/fp8/accelerator.lua are
  * the user-facing API. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "l_util.h"
@@ -20,15 +21,15 @@ static fl_fp8_layer *check_meta(lua_State *L, int arg) {
     return b->l;
 }
 
-static int opt_int(lua_State *L, int t, const char *k, int def, int lo, int hi, const char *where) {
+/* An integer field that fits an int (its range is checked by the core function that takes it). */
+static int opt_int(lua_State *L, int t, const char *k, int def, const char *where) {
     lua_getfield(L, t, k);
     int v = def;
     if (!lua_isnil(L, -1)) {
         int isint = 0;
         lua_Integer x = lua_tointegerx(L, -1, &isint);
-        if (!isint || x < lo || x > hi)
-            return luaL_error(L, "%s: %s must be an integer in %d..%d, got %s", where, k, lo, hi,
-                              luaL_tolstring(L, -1, NULL));
+        if (!isint || x < INT_MIN || x > INT_MAX)
+            return luaL_error(L, "%s: %s must be an integer, got %s", where, k, luaL_tolstring(L, -1, NULL));
         v = (int)x;
     }
     lua_pop(L, 1);
@@ -65,25 +66,35 @@ static const char *opt_choice(lua_State *L, int t, const char *k, const char *de
     return v;
 }
 
+/* The field k of the role table at t must be there: layer_config spells every field out, and a role
+ * has no defaults of its own (the recipe's are the settings table's). */
+static void need(lua_State *L, int t, const char *k, const char *where) {
+    if (lua_getfield(L, t, k) == LUA_TNIL)
+        luaL_error(L, "%s: %s missing (fp8._recipe.layer_config(recipe) gives every field)", where, k);
+    lua_pop(L, 1);
+}
+
 /* One role from the table at index t: {format=, rule="delayed"|"current", pow2=, margin=, algo=,
- * amax_history_len=, interval=}. */
-static void role_from(lua_State *L, int t, const char *name, fl_scaling *s, fl_dtype def_fmt) {
+ * amax_history_len=, interval=}, every field given. The numeric ranges are fl_scaling_init's. */
+static void role_from(lua_State *L, int t, const char *name, fl_scaling *s) {
     char where[64];
     snprintf(where, sizeof where, "FP8 layer role %s", name);
     static const char *const rules[] = { "delayed", "current", NULL };
     static const char *const algos[] = { "max", "most_recent", NULL };
     static const char *const fmts[] = { "e4m3", "e5m2", NULL };
+    static const char *const fields[] = { "format", "rule", "pow2", "margin", "algo", "amax_history_len", "interval" };
     int top = lua_gettop(L);
     lua_getfield(L, t, name);
     if (!lua_istable(L, -1)) luaL_error(L, "%s: expected a table, got %s", where, luaL_typename(L, -1));
     int r = lua_gettop(L);
-    const char *fmt = opt_choice(L, r, "format", def_fmt == FL_E5M2 ? "e5m2" : "e4m3", fmts, where);
-    const char *rule = opt_choice(L, r, "rule", "delayed", rules, where);
-    const char *algo = opt_choice(L, r, "algo", "most_recent", algos, where);
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) need(L, r, fields[i], where);
+    const char *fmt = opt_choice(L, r, "format", NULL, fmts, where);
+    const char *rule = opt_choice(L, r, "rule", NULL, rules, where);
+    const char *algo = opt_choice(L, r, "algo", NULL, algos, where);
     bool pow2 = opt_bool(L, r, "pow2", false, where);
-    int margin = opt_int(L, r, "margin", 0, 0, 64, where);
-    int amax_history_len = opt_int(L, r, "amax_history_len", 1, 1, FL_HISTORY_MAX, where);
-    int interval = opt_int(L, r, "interval", 1, 1, 1 << 30, where);
+    int margin = opt_int(L, r, "margin", 0, where);
+    int amax_history_len = opt_int(L, r, "amax_history_len", 0, where);
+    int interval = opt_int(L, r, "interval", 0, where);
     fl_lcheck(L, fl_scaling_init(s, strcmp(fmt, "e5m2") == 0 ? FL_E5M2 : FL_E4M3,
                                  strcmp(rule, "current") == 0 ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, pow2, margin,
                                  strcmp(algo, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT, amax_history_len, interval));
@@ -115,9 +126,9 @@ static int l_layer_new(lua_State *L) {
     memset(roles, 0, sizeof roles);
     /* A Lua error inside role_from would leak the roles made so far; they are small, and errors here
      * come from the recipe module's own tables, validated before. Free on the C error path. */
-    role_from(L, 1, fl_fp8_role_names[FL_ROLE_INPUT], &roles[FL_ROLE_INPUT], FL_E4M3);
-    role_from(L, 1, fl_fp8_role_names[FL_ROLE_WEIGHT], &roles[FL_ROLE_WEIGHT], FL_E4M3);
-    role_from(L, 1, fl_fp8_role_names[FL_ROLE_GRAD], &roles[FL_ROLE_GRAD], FL_E5M2);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_INPUT], &roles[FL_ROLE_INPUT]);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_WEIGHT], &roles[FL_ROLE_WEIGHT]);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_GRAD], &roles[FL_ROLE_GRAD]);
     fl_status st = fl_fp8_layer_new(&b->l, roles, hp, strcmp(gran, "rowwise") == 0 ? FL_GRAN_ROWWISE
                                                      : strcmp(gran, "tensor") == 0 ? FL_GRAN_TENSOR : FL_GRAN_ROWWISE_GW_HP);
     if (st != FL_OK) for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&roles[i]);
@@ -128,42 +139,26 @@ static int l_layer_new(lua_State *L) {
 
 /* layer_config(recipe) -> the table layer_new takes: {input=role, weight=role, grad=role, hp={3},
  * granularity=}, each role fully spelled out — core/recipe.c's fl_recipe_layer_config on the resolved
- * recipe settings (fp8.kwargs.resolve's fp8_recipe; a missing field takes its default). */
+ * recipe settings (fp8.kwargs.resolve's fp8_recipe). Each field is checked by the settings table, as a
+ * kwarg is; a field left out takes the table's default. */
 static int l_layer_config(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    const char *where = "fp8 recipe";
-    static const char *const backends[] = { "msamp", "te", "ao", NULL };   /* fl_fp8_backend order */
-    static const char *const formats[] = { "HYBRID", "E4M3", NULL };        /* fl_recipe_format order */
-    static const char *const algos[] = { "most_recent", "max", NULL };      /* fl_amax_algo order */
-    static const char *const aos[] = { "tensorwise", "rowwise", "rowwise_with_gw_hp", NULL };
-    lua_getfield(L, 1, "backend");
-    const char *bname = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    int b = -1;
-    for (int i = 0; bname && backends[i]; i++) if (strcmp(bname, backends[i]) == 0) b = i;
-    if (b < 0) return luaL_error(L, "fp8 recipe: unknown backend %s (valid: te, ao, msamp)", luaL_tolstring(L, -1, NULL));
-    lua_pop(L, 1);
-    fl_recipe r;
-    fl_recipe_defaults(&r, (fl_fp8_backend)b);
-    const char *v = opt_choice(L, 1, "fp8_format", formats[r.fp8_format], formats, where);
-    r.fp8_format = strcmp(v, "E4M3") == 0 ? FL_RECIPE_E4M3 : FL_RECIPE_HYBRID;
-    r.margin = opt_int(L, 1, "margin", r.margin, 0, 64, where);
-    r.interval = opt_int(L, 1, "interval", r.interval, 1, 1 << 30, where);
-    r.amax_history_len = opt_int(L, 1, "amax_history_len", r.amax_history_len, 1, FL_HISTORY_MAX, where);
-    v = opt_choice(L, 1, "amax_compute_algo", algos[r.amax_compute_algo], algos, where);
-    r.amax_compute_algo = strcmp(v, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT;
-    v = opt_choice(L, 1, "config", aos[r.ao_config], aos, where);
-    for (int i = 0; aos[i]; i++) if (strcmp(v, aos[i]) == 0) r.ao_config = (fl_ao_config)i;
-    lua_getfield(L, 1, "override_linear_precision");
-    if (lua_istable(L, -1))
-        for (int i = 0; i < 3; i++) {
-            lua_rawgeti(L, -1, i + 1);
-            r.override_linear_precision[i] = lua_isboolean(L, -1) && lua_toboolean(L, -1);   /* as `== true` */
+    fl_settings s;
+    fl_settings_init(&s);
+    for (int k = 0; k < FL_SET_COUNT; k++) {
+        const fl_setting *row = fl_setting_info((fl_setting_id)k);
+        if (!row || (row->backends == 0 && k != FL_SET_BACKEND) || row->type == FL_SETTING_FUNC) continue;
+        if (lua_getfield(L, 1, row->name) != LUA_TNIL) {
+            const char *origin = lua_pushfstring(L, "fp8 recipe: %s", row->name);
+            fl_settings_put(&s, (fl_setting_id)k, fl_lchecksetting(L, -2, k, origin, 0));
             lua_pop(L, 1);
+        } else if (k == FL_SET_BACKEND) {
+            return luaL_error(L, "fp8 recipe: backend missing (one of te, ao, msamp)");
         }
-    else if (!lua_isnil(L, -1))
-        return luaL_error(L, "fp8 recipe: override_linear_precision must be a list of 3 booleans, got %s",
-                          luaL_typename(L, -1));
-    lua_pop(L, 1);
+        lua_pop(L, 1);
+    }
+    fl_recipe r;
+    fl_recipe_from_settings(&r, &s);
     fl_layer_config c;
     fl_lcheck(L, fl_recipe_layer_config(&r, &c));
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };   /* fl_fp8_granularity */

@@ -39,11 +39,10 @@ local function new(opts)
         near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), 3)
     end
   end
-  if opts.gradient_accumulation_steps ~= nil then
-    local g = opts.gradient_accumulation_steps
-    if math.type(g) ~= "integer" or g < 1 then
-      error(("Accelerator: gradient_accumulation_steps must be an integer >= 1, got %s"):format(tostring(g)), 3)
-    end
+  if opts.gradient_accumulation_steps ~= nil then   -- checked as the flag, variable and config key are
+    local ok, err = pcall(require("fp8.settings").check, "gradient_accumulation_steps", opts.gradient_accumulation_steps,
+      "Accelerator: gradient_accumulation_steps")
+    if not ok then error(err, 3) end
   end
   local ok, settings = pcall(kwargs.resolve, { mixed_precision = opts.mixed_precision,
     kwargs_handlers = opts.kwargs_handlers, kwarg_handlers = opts.kwarg_handlers, env = opts.env, config = opts.config })
