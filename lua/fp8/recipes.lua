@@ -379,7 +379,7 @@ local function saved_stats(sd, opts)
     for _, r in ipairs(STATE_ROLES) do
       local s, amax = st[r], 0
       for _, h in ipairs(s.history) do if h > amax then amax = h end end
-      rows[#rows + 1] = { layer = k:gsub("%.?fp8_state$", ""), role = r == "grad" and "grad_output" or r, scale = s.scale,
+      rows[#rows + 1] = { layer = k:gsub("%.?fp8_state$", ""), role = r, scale = s.scale,
                           amax_history = amax, updates = s.updates, history = s.history }
     end
   end
@@ -404,7 +404,7 @@ function M.stats(model, opts)
     for _, r in ipairs(ROLES) do
       local s = st[r]
       local n = s.numel > 0 and s.numel or 1
-      rows[#rows + 1] = { layer = nm[1], role = r == "grad" and "grad_output" or r, format = s.format, scale = s.scale,
+      rows[#rows + 1] = { layer = nm[1], role = r, format = s.format, scale = s.scale,
                           amax = s.amax, amax_history = s.amax_history_max, rule = s.rule, updates = s.updates,
                           underflow = s.underflow / n, saturated = s.saturated / n, numel = s.numel,
                           high_precision = (r == "input" and st.hp[1]) or false }
@@ -454,7 +454,7 @@ if okh and help.add then
     .. "use_during_eval. fp8.apply_fp8_autowrap(model, recipe) installs it on model.forward.")
   add("fp8_autocast", "fp8.fp8_autocast(fn, ...)", "Runs fn(...) with FP8 autocast on: FP8 layers use their FP8 GEMMs.")
   add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
-    "Per FP8 layer and tensor role (input, weight, grad_output): format, current scale, amax of the last\n"
+    "Per FP8 layer and tensor role (input, weight, grad: the output gradient): format, current scale, amax of the last\n"
     .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
     .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
     .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
