@@ -124,7 +124,8 @@ int luaopen_fp8_core(lua_State *L) {
     lua_pushstring(L, fl_dtype_choices());
     lua_setfield(L, -2, "dtype_choices");
     { int luaopen_fp8_optim_c(lua_State *L); luaL_requiref(L, "fp8._optim", luaopen_fp8_optim_c, 0); lua_setfield(L, -2, "_optim"); }  /* l_optim.c: fused optimizer steps */
-    { int luaopen_fp8_recipe_c(lua_State *L); luaL_requiref(L, "fp8._recipe", luaopen_fp8_recipe_c, 0); lua_pop(L, 1); }  /* l_recipe.c: FP8 layers, MS-AMP Adam */
+    { int luaopen_fp8_layer_c(lua_State *L); luaL_requiref(L, "fp8._fp8_layer", luaopen_fp8_layer_c, 0); lua_pop(L, 1); }  /* l_fp8_layer.c: FP8 layer state, FP8 linear */
+    { int luaopen_fp8_memory(lua_State *L); luaL_requiref(L, "fp8._memory", luaopen_fp8_memory, 0); lua_pop(L, 1); }  /* l_memory.c: allocator counters */
     { int luaopen_fp8_dist_c(lua_State *L); luaL_requiref(L, "fp8._dist", luaopen_fp8_dist_c, 0); lua_pop(L, 1); }  /* l_dist.c: MPI collectives, DDP reducer */
     { int luaopen_fp8_profiler_c(lua_State *L); luaL_requiref(L, "fp8._profiler", luaopen_fp8_profiler_c, 0); lua_pop(L, 1); }  /* l_profiler.c: used by fp8.profiler */
     { int luaopen_fp8_checkpoint_c(lua_State *L); luaL_requiref(L, "fp8._checkpoint", luaopen_fp8_checkpoint_c, 0);  /* l_checkpoint.c */

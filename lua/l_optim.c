@@ -1,4 +1,4 @@
-/* l_optim.c — the C half of fp8.optim: fused SGD/AdamW steps and the in-place helpers that
+/* l_optim.c — the C half of fp8.optim: fused SGD, AdamW and MS-AMP AdamW steps and the in-place helpers that
  * clip_grad_norm_ and load_state_dict need (Σx², scale_, copy_). Published as fp8.core._optim
  * (require "fp8._optim"); the Lua files under lua/fp8/optim and lua/fp8/nn are the user-facing API. */
 #include <math.h>
@@ -42,6 +42,24 @@ static int l_adamw_step(lua_State *L) {
     return 0;
 }
 
+/* msamp_adamw_step(p, g, m, v, v_scale_inv, p_fp8|nil, lr, beta1, beta2, eps, weight_decay, step): MS-AMP's
+ * low-bit AdamW (E4M3 first moment, fp16 second with its scale; O3: re-casts the E4M3 weight copy). */
+static int l_msamp_adamw_step(lua_State *L) {
+    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2), *m = fl_lchecktensor(L, 3);
+    fl_tensor *v = fl_lchecktensor(L, 4), *vs = fl_lchecktensor(L, 5);
+    fl_tensor *pq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
+    double lr = check_num(L, 7, "msamp_adamw_step", "lr");
+    double b1 = check_num(L, 8, "msamp_adamw_step", "beta1");
+    double b2 = check_num(L, 9, "msamp_adamw_step", "beta2");
+    double eps = check_num(L, 10, "msamp_adamw_step", "eps");
+    double wd = check_num(L, 11, "msamp_adamw_step", "weight_decay");
+    int isint = 0;
+    lua_Integer step = lua_tointegerx(L, 12, &isint);
+    if (!isint) return luaL_error(L, "msamp_adamw_step: step must be an integer, got %s", luaL_typename(L, 12));
+    fl_lcheck(L, fl_msamp_adamw_step(p, g, m, v, vs, pq, lr, b1, b2, eps, wd, (int64_t)step));
+    return 0;
+}
+
 /* sumsq(t) -> Σ x² (double) */
 static int l_sumsq(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -76,6 +94,7 @@ static int l_copy_(lua_State *L) {
 static const luaL_Reg optim_funcs[] = {
     {"sgd_step", l_sgd_step},
     {"adamw_step", l_adamw_step},
+    {"msamp_adamw_step", l_msamp_adamw_step},
     {"sumsq", l_sumsq},
     {"scale_", l_scale_},
     {"copy_", l_copy_},

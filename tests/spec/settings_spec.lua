@@ -82,7 +82,7 @@ describe("the settings table", function()
   end)
 
   it("one range for amax_history_len: the handler, the file, the flag and the recipe agree", function()
-    local R = require "fp8._recipe"
+    local R = require "fp8._fp8_layer"
     local msgs = {}
     msgs[1] = select(2, pcall(fp8.TERecipeKwargs, { amax_history_len = 0 }))
     msgs[2] = select(2, pcall(fp8.config.parse, "fp8_config:\n  amax_history_len: 0\n"))

@@ -1,6 +1,7 @@
-/* l_recipe.c — the C half of the FP8 recipes: per-layer scaling state (fp8.FP8Meta userdata over
- * core/fp8_linear.h), the FP8 linear op, MS-AMP's low-bit Adam step, FP8 gradients and allocator
- * counters. Published as require "fp8._recipe"; lua/fp8/recipes.lua and lua/fp8/accelerator.lua are
+/* l_fp8_layer.c — module fp8._fp8_layer: the C half of an FP8 layer — its per-role scaling state
+ * (fp8.FP8Meta userdata over core/fp8_linear.h), the recipe's configuration of it (layer_config over
+ * core/recipe.c), the FP8 linear op, FP8 weight gradients (set_grad_dtype), the amax all-reduce across
+ * ranks and the scale rule for teaching. lua/fp8/nn/fp8_linear.lua and lua/fp8/accelerator.lua are
  * the user-facing API. */
 #include <limits.h>
 #include <math.h>
@@ -8,7 +9,6 @@
 #include "l_util.h"
 #include "fp8_linear.h"
 #include "recipe.h"
-#include "optim.h"
 #include "dist_amax.h"
 
 #define META_MT "fp8.FP8Meta"
@@ -70,7 +70,7 @@ static const char *opt_choice(lua_State *L, int t, const char *k, const char *de
  * has no defaults of its own (the recipe's are the settings table's). */
 static void need(lua_State *L, int t, const char *k, const char *where) {
     if (lua_getfield(L, t, k) == LUA_TNIL)
-        luaL_error(L, "%s: %s missing (fp8._recipe.layer_config(recipe) gives every field)", where, k);
+        luaL_error(L, "%s: %s missing (fp8._fp8_layer.layer_config(recipe) gives every field)", where, k);
     lua_pop(L, 1);
 }
 
@@ -299,27 +299,6 @@ static int l_set_grad_dtype(lua_State *L) {
     return 0;
 }
 
-static double num_arg(lua_State *L, int arg, const char *what) {
-    if (lua_type(L, arg) != LUA_TNUMBER) return luaL_error(L, "msamp_adamw_step: %s must be a number, got %s", what, luaL_typename(L, arg));
-    double v = lua_tonumber(L, arg);
-    if (!isfinite(v)) return luaL_error(L, "msamp_adamw_step: %s must be finite", what);
-    return v;
-}
-
-/* msamp_adamw_step(p, g, m, v, v_scale_inv, p_fp8|nil, lr, beta1, beta2, eps, weight_decay, step) */
-static int l_msamp_adamw_step(lua_State *L) {
-    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2), *m = fl_lchecktensor(L, 3);
-    fl_tensor *v = fl_lchecktensor(L, 4), *vs = fl_lchecktensor(L, 5);
-    fl_tensor *pq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
-    double lr = num_arg(L, 7, "lr"), b1 = num_arg(L, 8, "beta1"), b2 = num_arg(L, 9, "beta2");
-    double eps = num_arg(L, 10, "eps"), wd = num_arg(L, 11, "weight_decay");
-    int isint = 0;
-    lua_Integer step = lua_tointegerx(L, 12, &isint);
-    if (!isint) return luaL_error(L, "msamp_adamw_step: step must be an integer");
-    fl_lcheck(L, fl_msamp_adamw_step(p, g, m, v, vs, pq, lr, b1, b2, eps, wd, (int64_t)step));
-    return 0;
-}
-
 /* scale_for(amax, fmt, margin, pow2) -> scale (the recipes' rule, for teaching and tests) */
 static int l_scale_for(lua_State *L) {
     double amax = luaL_checknumber(L, 1);
@@ -327,27 +306,6 @@ static int l_scale_for(lua_State *L) {
     lua_Integer margin = luaL_optinteger(L, 3, 0);
     luaL_argcheck(L, margin >= 0 && margin <= 64, 3, "margin must be in 0..64");
     lua_pushnumber(L, fl_scale_for((float)amax, f, (int)margin, lua_toboolean(L, 4), 1.0f));
-    return 1;
-}
-
-/* bytes([device="cpu"]) -> live, peak bytes of tensor storage on that device. */
-static int opt_device(lua_State *L, int arg, const char *fname) {
-    return lua_isnoneornil(L, arg) ? FL_DEV_CPU : fl_lcheckdevice(L, arg, fname);
-}
-static int l_bytes(lua_State *L) {
-    int dev = opt_device(L, 1, "bytes");
-    lua_pushinteger(L, (lua_Integer)fl_bytes_live(dev));
-    lua_pushinteger(L, (lua_Integer)fl_bytes_peak(dev));
-    return 2;
-}
-static int l_reset_peak(lua_State *L) { fl_bytes_reset_peak(opt_device(L, 1, "reset_peak")); return 0; }
-
-/* storage_bytes(t) -> bytes of t's storage (and of its scale_inv), for per-parameter accounting. */
-static int l_storage_bytes(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    lua_Integer n = (lua_Integer)t->storage->nbytes;
-    if (t->scale_inv) n += (lua_Integer)t->scale_inv->storage->nbytes;
-    lua_pushinteger(L, n);
     return 1;
 }
 
@@ -377,21 +335,17 @@ static int l_reduce_amax(lua_State *L) {
     return 1;
 }
 
-static const luaL_Reg recipe_funcs[] = {
+static const luaL_Reg layer_funcs[] = {
     {"reduce_amax", l_reduce_amax},
     {"layer_new", l_layer_new},
     {"layer_config", l_layer_config},
     {"linear", l_linear},
     {"set_grad_dtype", l_set_grad_dtype},
-    {"msamp_adamw_step", l_msamp_adamw_step},
     {"scale_for", l_scale_for},
-    {"bytes", l_bytes},
-    {"reset_peak", l_reset_peak},
-    {"storage_bytes", l_storage_bytes},
     {NULL, NULL},
 };
 
-int luaopen_fp8_recipe_c(lua_State *L) {
+int luaopen_fp8_layer_c(lua_State *L) {
     if (luaL_newmetatable(L, META_MT)) {
         luaL_newlib(L, meta_methods);
         lua_setfield(L, -2, "__index");
@@ -401,6 +355,6 @@ int luaopen_fp8_recipe_c(lua_State *L) {
         lua_setfield(L, -2, "__name");
     }
     lua_pop(L, 1);
-    luaL_newlib(L, recipe_funcs);
+    luaL_newlib(L, layer_funcs);
     return 1;
 }
