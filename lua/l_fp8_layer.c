@@ -137,6 +137,17 @@ static int l_layer_new(lua_State *L) {
     return 1;
 }
 
+/* A role's configuration into the table at -1: the fields role_from reads back (but the history length). */
+static void set_role_fields(lua_State *L, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin, fl_amax_algo algo,
+                            int interval) {
+    lua_pushstring(L, fl_format(fmt)->name); lua_setfield(L, -2, "format");
+    lua_pushstring(L, rule == FL_SCALE_CURRENT ? "current" : "delayed"); lua_setfield(L, -2, "rule");
+    lua_pushboolean(L, pow2); lua_setfield(L, -2, "pow2");
+    lua_pushinteger(L, margin); lua_setfield(L, -2, "margin");
+    lua_pushstring(L, algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
+    lua_pushinteger(L, interval); lua_setfield(L, -2, "interval");
+}
+
 /* layer_config(recipe) -> the table layer_new takes: {input=role, weight=role, grad=role, hp={3},
  * granularity=}, each role fully spelled out — core/recipe.c's fl_recipe_layer_config on the resolved
  * recipe settings (fp8.kwargs.resolve's fp8_recipe). Each field is checked by the settings table, as a
@@ -166,13 +177,8 @@ static int l_layer_config(lua_State *L) {
     for (int i = 0; i < FL_NROLES; i++) {
         const fl_role_config *rc = &c.role[i];
         lua_createtable(L, 0, 7);
-        lua_pushstring(L, rc->fmt == FL_E5M2 ? "e5m2" : "e4m3"); lua_setfield(L, -2, "format");
-        lua_pushstring(L, rc->rule == FL_SCALE_CURRENT ? "current" : "delayed"); lua_setfield(L, -2, "rule");
-        lua_pushboolean(L, rc->pow2); lua_setfield(L, -2, "pow2");
-        lua_pushinteger(L, rc->margin); lua_setfield(L, -2, "margin");
-        lua_pushstring(L, rc->algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
+        set_role_fields(L, rc->fmt, rc->rule, rc->pow2, rc->margin, rc->algo, rc->interval);
         lua_pushinteger(L, rc->amax_history_len); lua_setfield(L, -2, "amax_history_len");
-        lua_pushinteger(L, rc->interval); lua_setfield(L, -2, "interval");
         lua_setfield(L, -2, fl_fp8_role_names[i]);
     }
     lua_createtable(L, 3, 0);
@@ -192,16 +198,9 @@ static int l_meta_gc(lua_State *L) {
 static int l_meta_update(lua_State *L) { fl_lcheck(L, fl_fp8_layer_update(check_meta(L, 1))); return 0; }
 static int l_meta_drop_cache(lua_State *L) { fl_fp8_layer_drop_cache(check_meta(L, 1)); return 0; }
 
-static const char *fmt_name(fl_dtype d) { return fl_format(d)->name; }
-
 static void push_role(lua_State *L, const fl_scaling *s) {
     lua_createtable(L, 0, 16);
-    lua_pushstring(L, fmt_name(s->fmt)); lua_setfield(L, -2, "format");
-    lua_pushstring(L, s->rule == FL_SCALE_DELAYED ? "delayed" : "current"); lua_setfield(L, -2, "rule");
-    lua_pushboolean(L, s->pow2); lua_setfield(L, -2, "pow2");
-    lua_pushinteger(L, s->margin); lua_setfield(L, -2, "margin");
-    lua_pushstring(L, s->algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
-    lua_pushinteger(L, s->interval); lua_setfield(L, -2, "interval");
+    set_role_fields(L, s->fmt, s->rule, s->pow2, s->margin, s->algo, s->interval);
     lua_pushnumber(L, s->scale); lua_setfield(L, -2, "scale");
     lua_pushnumber(L, s->scale_inv); lua_setfield(L, -2, "scale_inv");
     lua_pushnumber(L, fl_scaling_amax(s)); lua_setfield(L, -2, "amax_history_value");

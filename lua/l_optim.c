@@ -26,19 +26,27 @@ static int l_sgd_step(lua_State *L) {
     return 0;
 }
 
+/* AdamW's hyperparameters at arguments first .. first+5: lr, beta1, beta2, eps, weight_decay, step. */
+typedef struct { double lr, b1, b2, eps, wd; int64_t step; } adam_args;
+static adam_args check_adam(lua_State *L, int first, const char *fname) {
+    adam_args a;
+    a.lr = check_num(L, first, fname, "lr");
+    a.b1 = check_num(L, first + 1, fname, "beta1");
+    a.b2 = check_num(L, first + 2, fname, "beta2");
+    a.eps = check_num(L, first + 3, fname, "eps");
+    a.wd = check_num(L, first + 4, fname, "weight_decay");
+    int isint = 0;
+    a.step = (int64_t)lua_tointegerx(L, first + 5, &isint);
+    if (!isint) luaL_error(L, "%s: step must be an integer, got %s", fname, luaL_typename(L, first + 5));
+    return a;
+}
+
 /* adamw_step(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) */
 static int l_adamw_step(lua_State *L) {
     fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2);
     fl_tensor *m = fl_lchecktensor(L, 3), *v = fl_lchecktensor(L, 4);
-    double lr = check_num(L, 5, "adamw_step", "lr");
-    double b1 = check_num(L, 6, "adamw_step", "beta1");
-    double b2 = check_num(L, 7, "adamw_step", "beta2");
-    double eps = check_num(L, 8, "adamw_step", "eps");
-    double wd = check_num(L, 9, "adamw_step", "weight_decay");
-    int isint = 0;
-    lua_Integer step = lua_tointegerx(L, 10, &isint);
-    if (!isint) return luaL_error(L, "adamw_step: step must be an integer, got %s", luaL_typename(L, 10));
-    fl_lcheck(L, fl_adamw_step(p, g, m, v, lr, b1, b2, eps, wd, (int64_t)step));
+    adam_args a = check_adam(L, 5, "adamw_step");
+    fl_lcheck(L, fl_adamw_step(p, g, m, v, a.lr, a.b1, a.b2, a.eps, a.wd, a.step));
     return 0;
 }
 
@@ -48,15 +56,8 @@ static int l_msamp_adamw_step(lua_State *L) {
     fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2), *m = fl_lchecktensor(L, 3);
     fl_tensor *v = fl_lchecktensor(L, 4), *vs = fl_lchecktensor(L, 5);
     fl_tensor *pq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
-    double lr = check_num(L, 7, "msamp_adamw_step", "lr");
-    double b1 = check_num(L, 8, "msamp_adamw_step", "beta1");
-    double b2 = check_num(L, 9, "msamp_adamw_step", "beta2");
-    double eps = check_num(L, 10, "msamp_adamw_step", "eps");
-    double wd = check_num(L, 11, "msamp_adamw_step", "weight_decay");
-    int isint = 0;
-    lua_Integer step = lua_tointegerx(L, 12, &isint);
-    if (!isint) return luaL_error(L, "msamp_adamw_step: step must be an integer, got %s", luaL_typename(L, 12));
-    fl_lcheck(L, fl_msamp_adamw_step(p, g, m, v, vs, pq, lr, b1, b2, eps, wd, (int64_t)step));
+    adam_args a = check_adam(L, 7, "msamp_adamw_step");
+    fl_lcheck(L, fl_msamp_adamw_step(p, g, m, v, vs, pq, a.lr, a.b1, a.b2, a.eps, a.wd, a.step));
     return 0;
 }
 

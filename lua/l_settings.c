@@ -177,24 +177,15 @@ static fl_setting_id check_name(lua_State *L, int arg, const char *fname) {
 }
 
 /* check(name, value [, origin]) -> the value as the table stores it, normalized ("te", {false,false,true});
- * a kwarg: strings only where the setting takes text (choices, override_linear_precision). */
+ * a kwarg: strings only where the setting takes text (choices, override_linear_precision).
+ * coerce(name, value [, origin]) -> the same, but a string is read as text (a config table that says
+ * enable_fsdp_float8_all_gather = "false"). The upvalue says which. */
 static int l_check(lua_State *L) {
-    fl_setting_id k = check_name(L, 1, "check");
+    int as_text = lua_toboolean(L, lua_upvalueindex(1));
+    fl_setting_id k = check_name(L, 1, as_text ? "coerce" : "check");
     luaL_checkany(L, 2);
     const char *origin = luaL_optstring(L, 3, fl_setting_info(k)->name);
-    int v = fl_lchecksetting(L, 2, (int)k, origin, 0);
-    if (fl_setting_info(k)->type == FL_SETTING_FUNC) lua_pushvalue(L, 2);
-    else push_value(L, k, v);
-    return 1;
-}
-
-/* coerce(name, value [, origin]) -> like check, but a string is read as text (a config table that
- * says enable_fsdp_float8_all_gather = "false"). */
-static int l_coerce(lua_State *L) {
-    fl_setting_id k = check_name(L, 1, "coerce");
-    luaL_checkany(L, 2);
-    const char *origin = luaL_optstring(L, 3, fl_setting_info(k)->name);
-    int v = fl_lchecksetting(L, 2, (int)k, origin, 1);
+    int v = fl_lchecksetting(L, 2, (int)k, origin, as_text);
     if (fl_setting_info(k)->type == FL_SETTING_FUNC) lua_pushvalue(L, 2);
     else push_value(L, k, v);
     return 1;
@@ -309,8 +300,6 @@ static int l_suggest(lua_State *L) {
 
 static const luaL_Reg settings_funcs[] = {
     {"list", l_list},
-    {"check", l_check},
-    {"coerce", l_coerce},
     {"parse", l_parse},
     {"format", l_format},
     {"suggest", l_suggest},
@@ -320,5 +309,10 @@ static const luaL_Reg settings_funcs[] = {
 
 int luaopen_fp8_settings(lua_State *L) {
     luaL_newlib(L, settings_funcs);
+    for (int as_text = 0; as_text <= 1; as_text++) {
+        lua_pushboolean(L, as_text);
+        lua_pushcclosure(L, l_check, 1);
+        lua_setfield(L, -2, as_text ? "coerce" : "check");
+    }
     return 1;
 }

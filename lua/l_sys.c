@@ -82,33 +82,37 @@ static int l_omp_max_threads(lua_State *L) {
     return 1;
 }
 
-/* build() -> which optional engines were compiled in. The CUDA-side macros are the Makefile's. */
-static int l_build(lua_State *L) {
-    lua_createtable(L, 0, 4);
+/* The Makefile's probes (FL_HAVE_*), as 0/1. */
 #ifdef FL_HAVE_CUDA
-    lua_pushboolean(L, 1);
+#define BUILT_CUDA 1
 #else
-    lua_pushboolean(L, 0);
+#define BUILT_CUDA 0
 #endif
-    lua_setfield(L, -2, "cuda");
 #ifdef FL_HAVE_CUBLASLT
-    lua_pushboolean(L, 1);
+#define BUILT_CUBLASLT 1
 #else
-    lua_pushboolean(L, 0);
+#define BUILT_CUBLASLT 0
 #endif
-    lua_setfield(L, -2, "cublaslt");
 #ifdef FL_HAVE_NCCL
-    lua_pushboolean(L, 1);
+#define BUILT_NCCL 1
 #else
-    lua_pushboolean(L, 0);
+#define BUILT_NCCL 0
 #endif
-    lua_setfield(L, -2, "nccl");
 #ifdef FL_HAVE_MPI
-    lua_pushboolean(L, 1);
+#define BUILT_MPI 1
 #else
-    lua_pushboolean(L, 0);
+#define BUILT_MPI 0
 #endif
-    lua_setfield(L, -2, "mpi");
+
+/* build() -> which optional engines were compiled in: {cuda=, cublaslt=, nccl=, mpi=}. */
+static int l_build(lua_State *L) {
+    static const struct { const char *name; int on; } BUILT[] = {
+        {"cuda", BUILT_CUDA}, {"cublaslt", BUILT_CUBLASLT}, {"nccl", BUILT_NCCL}, {"mpi", BUILT_MPI}};
+    lua_createtable(L, 0, 4);
+    for (size_t i = 0; i < sizeof BUILT / sizeof *BUILT; i++) {
+        lua_pushboolean(L, BUILT[i].on);
+        lua_setfield(L, -2, BUILT[i].name);
+    }
     return 1;
 }
 

@@ -21,9 +21,9 @@ local function linear_to_fp8(lin, recipe)
   return n
 end
 
-local function ln_to_fp8(ln)
-  local n = FP8LayerNorm(ln.normalized_shape, { eps = ln.eps, elementwise_affine = ln.elementwise_affine,
-                                                bias = ln.bias ~= nil })
+-- A LayerNorm of class cls (LayerNorm or FP8LayerNorm) over the same tensors as ln.
+local function ln_as(cls, ln)
+  local n = cls(ln.normalized_shape, { eps = ln.eps, elementwise_affine = ln.elementwise_affine, bias = ln.bias ~= nil })
   if ln.elementwise_affine then
     n.weight = ln.weight
     if ln.bias ~= nil then n.bias = ln.bias end
@@ -31,6 +31,8 @@ local function ln_to_fp8(ln)
   n.training = ln.training
   return n
 end
+local function ln_to_fp8(ln) return ln_as(FP8LayerNorm, ln) end
+local function fp8_to_ln(m) return ln_as(LayerNorm, m) end
 
 local function hp_weight(t)
   -- back to fp32 for a plain module (MS-AMP keeps fp16 weights)
@@ -48,31 +50,26 @@ local function fp8_to_linear(m)
   return n
 end
 
-local function fp8_to_ln(m)
-  local n = LayerNorm(m.normalized_shape, { eps = m.eps, elementwise_affine = m.elementwise_affine, bias = m.bias ~= nil })
-  if m.elementwise_affine then
-    n.weight = m.weight
-    if m.bias ~= nil then n.bias = m.bias end
-  end
-  n.training = m.training
-  return n
-end
-
 M.linear_to_fp8, M.ln_to_fp8 = linear_to_fp8, ln_to_fp8
+
+-- Visits the modules below mod depth first, in registration order: fn(parent, key, child, full_name)
+-- returns a module to put in the child's place (which is not descended into), or nil to descend.
+local function visit(mod, fn, prefix)
+  for _, nc in ipairs(mod:named_children()) do
+    local name, child = nc[1], nc[2]
+    local full = (prefix or "") == "" and name or prefix .. "." .. name
+    local repl = fn(mod, name, child, full)
+    if repl then mod[name] = repl else visit(child, fn, full) end
+  end
+end
 
 -- The Linear layers of a model in forward (registration) order, as {name, module, parent, key}.
 function M.linears(model)
   local out = {}
-  local function walk(mod, prefix)
-    for _, nc in ipairs(mod:named_children()) do
-      local name, child = nc[1], nc[2]
-      local full = prefix == "" and name or prefix .. "." .. name
-      local cn = class_name(child)
-      if cn == "Linear" or cn == "FP8Linear" then out[#out + 1] = { full, child, mod, name } end
-      walk(child, full)
-    end
-  end
-  walk(model, "")
+  visit(model, function(mod, name, child, full)
+    local cn = class_name(child)
+    if cn == "Linear" or cn == "FP8Linear" then out[#out + 1] = { full, child, mod, name } end
+  end)
   return out
 end
 
@@ -114,31 +111,22 @@ function M.convert_model(model, opts)
     error(("convert_model: filter must be a function(module, name) -> boolean, got %s"):format(type(opts.filter)), 2)
   end
   local converted = {}
-  local function walk(mod, prefix)
-    for _, nc in ipairs(mod:named_children()) do
-      local name, child = nc[1], nc[2]
-      local full = prefix == "" and name or prefix .. "." .. name
-      local cn = class_name(child)
-      local repl
-      if to_fp8 then
-        if do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full)) then
-          repl = linear_to_fp8(child, recipe)
-        elseif do_ln and cn == "LayerNorm" then
-          repl = ln_to_fp8(child)
-        end
-      else
-        if do_lin and cn == "FP8Linear" then repl = fp8_to_linear(child)
-        elseif do_ln and cn == "FP8LayerNorm" then repl = fp8_to_ln(child) end
+  visit(model, function(_, _, child, full)   -- a replacement takes the child's place and position
+    local cn = class_name(child)
+    local repl
+    if to_fp8 then
+      if do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full)) then
+        repl = linear_to_fp8(child, recipe)
+      elseif do_ln and cn == "LayerNorm" then
+        repl = ln_to_fp8(child)
       end
-      if repl then
-        mod[name] = repl                      -- replaced in place, keeping its position
-        converted[#converted + 1] = full
-      else
-        walk(child, full)
-      end
+    else
+      if do_lin and cn == "FP8Linear" then repl = fp8_to_linear(child)
+      elseif do_ln and cn == "FP8LayerNorm" then repl = fp8_to_ln(child) end
     end
-  end
-  walk(model, "")
+    if repl then converted[#converted + 1] = full end
+    return repl
+  end)
   return model, converted
 end
 
@@ -170,18 +158,15 @@ function M.fp8_layers(model)
   return out
 end
 
-local okh, help = pcall(require, "fp8.help")
-if okh and help.add then
-  local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
-  add("convert_model", "fp8.convert_model(model [, {to_fp8=true, convert_linear=true, convert_ln=true, recipe=, filter=}])",
-    "Swaps Linear/LayerNorm children for FP8Linear/FP8LayerNorm in place (same weight tensors) and returns\n"
-    .. "model, {converted names}. to_fp8=false turns them back into plain modules. filter(module, name)\n"
-    .. "returning false keeps a Linear in high precision. recipe: an effective recipe (acc.fp8_recipe).\n"
-    .. "Accelerate's spelling works too: {to_transformer_engine=, _convert_linear=, _convert_ln=}.")
-  add("has_ao_layers", "fp8.has_ao_layers(model) -> bool",
-    "True when the model holds FP8 layers of the torchao recipe (Accelerate's has_ao_layers).")
-  add("has_fp8_layers", "fp8.has_fp8_layers(model) -> bool",
-    "True when the model holds FP8 layers (alias fp8.has_transformer_engine_layers).")
-end
+local add = require("fp8.help").adder("Accelerator & recipes")
+add("convert_model", "fp8.convert_model(model [, {to_fp8=true, convert_linear=true, convert_ln=true, recipe=, filter=}])",
+  "Swaps Linear/LayerNorm children for FP8Linear/FP8LayerNorm in place (same weight tensors) and returns\n"
+  .. "model, {converted names}. to_fp8=false turns them back into plain modules. filter(module, name)\n"
+  .. "returning false keeps a Linear in high precision. recipe: an effective recipe (acc.fp8_recipe).\n"
+  .. "Accelerate's spelling works too: {to_transformer_engine=, _convert_linear=, _convert_ln=}.")
+add("has_ao_layers", "fp8.has_ao_layers(model) -> bool",
+  "True when the model holds FP8 layers of the torchao recipe (Accelerate's has_ao_layers).")
+add("has_fp8_layers", "fp8.has_fp8_layers(model) -> bool",
+  "True when the model holds FP8 layers (alias fp8.has_transformer_engine_layers).")
 
 return M

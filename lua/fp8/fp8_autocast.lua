@@ -58,13 +58,10 @@ function M.remove_fp8_autowrap(model)
   return model
 end
 
-local okh, help = pcall(require, "fp8.help")
-if okh and help.add then
-  local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
-  add("contextual_fp8_autocast", "fp8.contextual_fp8_autocast(forward_fn, recipe, use_during_eval) -> forward",
-    "Wraps a forward(self, ...) so FP8 runs in training (self.training) and, in eval, only when\n"
-    .. "use_during_eval. fp8.apply_fp8_autowrap(model, recipe) installs it on model.forward.")
-  add("fp8_autocast", "fp8.fp8_autocast(fn, ...)", "Runs fn(...) with FP8 autocast on: FP8 layers use their FP8 GEMMs.")
-end
+local add = require("fp8.help").adder("Accelerator & recipes")
+add("contextual_fp8_autocast", "fp8.contextual_fp8_autocast(forward_fn, recipe, use_during_eval) -> forward",
+  "Wraps a forward(self, ...) so FP8 runs in training (self.training) and, in eval, only when\n"
+  .. "use_during_eval. fp8.apply_fp8_autowrap(model, recipe) installs it on model.forward.")
+add("fp8_autocast", "fp8.fp8_autocast(fn, ...)", "Runs fn(...) with FP8 autocast on: FP8 layers use their FP8 GEMMs.")
 
 return M

@@ -83,14 +83,11 @@ function M.stats(model, opts)
   return rows
 end
 
-local okh, help = pcall(require, "fp8.help")
-if okh and help.add then
-  local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
-  add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
-    "Per FP8 layer and tensor role (input, weight, grad: the output gradient): format, current scale, amax of the last\n"
-    .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
-    .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
-    .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
-end
+local add = require("fp8.help").adder("Accelerator & recipes")
+add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
+  "Per FP8 layer and tensor role (input, weight, grad: the output gradient): format, current scale, amax of the last\n"
+  .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
+  .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
+  .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
 
 return M
