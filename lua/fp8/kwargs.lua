@@ -925,7 +925,6 @@ if okh and type(help) == "table" and help.add then
     if r.file then p[#p + 1] = (r.file == "fp8_config" and "fp8_config." or "") .. r.name end
     return #p > 0 and (" [" .. table.concat(p, ", ") .. "]") or ""
   end
-  M.setting_places = places
   -- One line per field of a recipe handler, from the settings table.
   local function field_lines(name)
     local out = {}
