@@ -219,10 +219,10 @@ fuzz: $(BUILD)/fuzz_config $(BUILD)/fuzz_idx $(BUILD)/fuzz_text $(BUILD)/fuzz_lu
 	$(BUILD)/fuzz_text $(FUZZ_RUN) -max_len=8192 $(BUILD)/fuzz-corpus-text tests/fuzz/corpus_text
 	$(BUILD)/fuzz_lua_load $(FUZZ_RUN) -max_len=4096 $(BUILD)/fuzz-corpus-lua tests/fuzz/corpus_lua
 	$(BIN) tests/fuzz/api_sweep.lua --messages
-$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c core/config.h core/error.h
+$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/settings.c core/error.c core/fileio.c core/config.h core/settings.h core/error.h
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Icore -o $@ \
-	  tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c -lyaml
+	  tests/fuzz/fuzz_config.c core/config.c core/settings.c core/error.c core/fileio.c -lyaml -lm
 
 # The IDX and text targets link the whole core, built once with clang and the sanitizers.
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fopenmp $(ARCHFLAGS) -Icore -fsanitize=address,undefined

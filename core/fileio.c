@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
-#include <stdbool.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,7 +117,10 @@ fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
     umask(um);
 #ifdef O_TMPFILE
     af->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666 & ~um);
-    if (af->fd >= 0) return FL_OK;
+    if (af->fd >= 0) {
+        (void)flock(af->fd, LOCK_EX);   /* held until closed: marks the file's future name as in use */
+        return FL_OK;
+    }
 #endif
     /* no O_TMPFILE here (old kernel, some file systems): a named temporary file */
     if (snprintf(af->tmp, sizeof af->tmp, "%s.tmpXXXXXX", path) >= (int)sizeof af->tmp)
@@ -140,43 +142,35 @@ void fl_atomic_abort(fl_atomic_file *af) {
     af->tmp[0] = 0;
 }
 
-/* A writer killed between naming its file and the rename leaves "<name>.tmp<pid>.<n>" beside the target
- * (the unnamed O_TMPFILE file vanishes with the process everywhere else). The next write of the same path
- * removes such names whose process no longer exists, so kills never accumulate litter. */
-static bool process_gone(long pid) {
-    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
-    /* a killed process whose parent has not reaped it yet is a zombie: it will never rename anything */
-    char p[64], buf[512];
-    snprintf(p, sizeof p, "/proc/%ld/stat", pid);
-    FILE *f = fopen(p, "r");
-    if (!f) return false;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
-static void remove_stale_names(const char *path) {
+/* The names fl_atomic_commit gives a finished file before renaming it over path are
+ * "<path>.tmp<pid>.<n>". A writer killed between those two calls (SIGKILL is delivered when the link
+ * call returns) leaves its link behind. A writer holds an flock on its file from fl_atomic_begin until it
+ * closes it after the rename, and the kernel drops the lock of a dead process: a link whose file can be
+ * locked has no live writer, and goes. (Process ids would not do: they are reused.) */
+static void remove_stale_links(const char *path) {
     char dir[4096];
     dir_of(path, dir, sizeof dir);
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    size_t bl = strlen(base);
+    size_t lb = strlen(base);
     DIR *d = opendir(dir);
     if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp", 4) != 0) continue;
-        char *end;
-        long pid = strtol(n + bl + 4, &end, 10);
-        if (end == n + bl + 4 || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
-        char *end2;
-        (void)strtol(end + 1, &end2, 10);
-        if (end2 == end + 1 || *end2 != 0) continue;
-        if (!process_gone(pid)) continue;   /* alive, or not ours to judge */
-        (void)unlinkat(dirfd(d), n, 0);
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        const char *n = ent->d_name;
+        if (strncmp(n, base, lb) != 0 || strncmp(n + lb, ".tmp", 4) != 0) continue;
+        char *end, *end2;
+        long pid = strtol(n + lb + 4, &end, 10);
+        if (end == n + lb + 4 || *end != '.' || pid <= 0) continue;
+        strtol(end + 1, &end2, 10);
+        if (end2 == end + 1 || *end2) continue;
+        char full[8192];
+        if (snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full) continue;
+        int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat sb;
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0) (void)unlink(full);
+        close(fd);
     }
     closedir(d);
 }
@@ -185,8 +179,8 @@ fl_status fl_atomic_commit(fl_atomic_file *af) {
     int e = 0;
     if (fsync(af->fd) != 0) { e = errno; goto fail; }
     if (!af->tmp[0]) {
+        remove_stale_links(af->path);
         /* give the unnamed file a name next to the target, then rename it over the target */
-        remove_stale_names(af->path);
         char proc[64];
         snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);
         for (int attempt = 0; attempt < 100; attempt++) {

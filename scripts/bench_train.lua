@@ -28,7 +28,7 @@ local opts = require("fp8.args").parse(arg or {}, {
 }, { usage = "usage: fp8lab scripts/bench_train.lua [options]", about = "Times training steps. Options:" })
 local steps, warmup = opts.steps, opts.warmup
 local gpt_params = 0
-local R = require "fp8._recipe"
+local R = require "fp8._memory"   -- allocator counters
 
 local function accelerator()
   local mp, h = opts["mixed-precision"], nil
