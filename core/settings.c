@@ -117,8 +117,9 @@ static const fl_setting ROWS[] = {
         .name = "enable_fsdp_float8_all_gather", .type = FL_SETTING_BOOL, .def = 1,
         .env = "FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", .flag = "fp8_enable_fsdp_float8_all_gather",
         .file = FL_FILE_FP8_CONFIG, .backends = AO,
-        .help = "with sharded data parallelism, all-gather weights in FP8",
-        .question = "All-gather sharded weights in FP8 (yes/no)"},
+        .unsupported = "fp8lab has no FSDP (sharded data parallelism): its DDP all-reduces gradients and never "
+                       "all-gathers weights, so this torchao setting could change nothing; leave it out",
+        .help = "not supported (no FSDP here: weights are never all-gathered); any value is refused"},
     [FL_SET_NUM_PROCESSES] = {
         .name = "num_processes", .type = FL_SETTING_INT, .min = 1, .max = 4096, .def = 1,
         .env = "FP8LAB_NUM_PROCESSES", .flag = "num_processes", .file = FL_FILE_TOP,
@@ -298,6 +299,7 @@ bool fl_setting_parse(fl_setting_id k, const char *s, size_t len, fl_setting_fro
         while (len > 0 && isspace((unsigned char)s[0])) s++, len--;
         while (len > 0 && isspace((unsigned char)s[len - 1])) len--;
     }
+    if (r->unsupported) { snprintf(why, n, "not supported: %s", r->unsupported); return false; }
     bool plain = from != FL_FROM_YAML_QUOTED, yaml = from != FL_FROM_TEXT;
     char exp[200], got[200];
     fl_setting_expected(k, exp, sizeof exp);

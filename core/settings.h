@@ -73,6 +73,8 @@ typedef struct {
     int def;                     /* the default, stored as a value is (FUNC: none) */
     const char *refused;         /* CHOICE: a value refused with a reason of its own, or NULL */
     const char *refused_why;
+    const char *unsupported;     /* a setting recognised by name and refused whatever its value, with this
+                                  * reason (Accelerate has it; fp8lab has nothing it could change), or NULL */
     const char *env;             /* FP8LAB_* variable that carries it, or NULL */
     const char *flag;            /* `fp8lab launch`/`fp8lab config` flag without "--", or NULL */
     fl_setting_place file;       /* where config.yaml holds it (FL_FILE_NONE: not in the file) */

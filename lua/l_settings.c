@@ -113,6 +113,10 @@ int fl_lchecksetting(lua_State *L, int idx, int kk, const char *origin, int stri
     char why[640];
     int v = 0;
     int t = lua_type(L, idx);
+    if (r->unsupported) {
+        snprintf(why, sizeof why, "not supported: %s", r->unsupported);
+        return raise(L, origin, why);
+    }
     if (t == LUA_TSTRING && (strings_as_text || r->type == FL_SETTING_CHOICE || r->type == FL_SETTING_BOOL3)) {
         size_t len;
         const char *s = lua_tolstring(L, idx, &len);
@@ -251,6 +255,7 @@ static int l_list(lua_State *L) {
         push_value(L, (fl_setting_id)k, r->def);
         lua_setfield(L, -2, "default");
         set_str(L, "refused", r->refused);
+        set_str(L, "unsupported", r->unsupported);
         set_str(L, "env", r->env);
         set_str(L, "flag", r->flag);
         if (r->file != FL_FILE_NONE) set_str(L, "file", r->file == FL_FILE_TOP ? "top" : "fp8_config");

@@ -273,7 +273,8 @@ local function launch_help(backend)
   end
   local function key_line(k)
     local def = k.default
-    line("--" .. k.flag .. " " .. placeholder(k), ("%s (default %s)"):format(k.help, text_of(def)))
+    line("--" .. k.flag .. " " .. placeholder(k), k.unsupported and ("refused: " .. k.unsupported)
+      or ("%s (default %s)"):format(k.help, text_of(def)))
   end
   out[#out + 1] = ""
   out[#out + 1] = "General:"

@@ -171,8 +171,11 @@ for _, r in ipairs(ROWS) do ROW[r.name] = r end
 -- A handler field per setting of an FP8 recipe (and the backend itself).
 local F = {}
 for _, r in ipairs(ROWS) do
-  F[r.name] = { name = r.name, setting = true, default = r.default, env = r.env, doc = r.help,
-                backend = r.backends and r.backends[1], alias = r.alias, file = r.file }
+  -- a setting fp8lab recognises only to refuse it (r.unsupported) has no default to carry into a recipe
+  local default = r.default
+  if r.unsupported then default = nil end
+  F[r.name] = { name = r.name, setting = true, default = default, env = r.env,
+                doc = r.help, backend = r.backends and r.backends[1], alias = r.alias, file = r.file }
 end
 
 M.BACKENDS = copy(ROW.backend.choices)   -- the default first
@@ -194,7 +197,9 @@ for _, b in ipairs(M.BACKENDS) do
   local list = { title = BACKEND_TITLE[b] }
   for i, name in ipairs(BACKEND_FIELDS[b]) do
     local r = ROW[name]
-    local e = { name = name, default = copy(r.default), doc = r.help, expect = r.expected,
+    local default = copy(r.default)
+    if r.unsupported then default = nil end
+    local e = { name = name, default = default, doc = r.help, expect = r.expected,
                 choices = copy(r.choices), env = r.env, backend = b }
     list[i] = e
     list[name] = e
@@ -934,8 +939,12 @@ if okh and type(help) == "table" and help.add then
     local out = {}
     for _, f in ipairs(CLASSES[name].field_list) do
       local r = ROW[f.name]
-      out[#out + 1] = ("  %s%s: %s; %s (default %s)%s"):format(f.name, r.alias and (" (alias " .. r.alias .. ")") or "",
-        r.expected, r.help, repr(r.default), places(r))
+      if r.unsupported then
+        out[#out + 1] = ("  %s: refused: %s%s"):format(f.name, r.unsupported, places(r))
+      else
+        out[#out + 1] = ("  %s%s: %s; %s (default %s)%s"):format(f.name, r.alias and (" (alias " .. r.alias .. ")") or "",
+          r.expected, r.help, repr(r.default), places(r))
+      end
     end
     return "\n" .. table.concat(out, "\n")
   end
@@ -945,14 +954,18 @@ if okh and type(help) == "table" and help.add then
     .. "recomputed every `interval` steps." .. field_lines("TERecipeKwargs") .. common)
   add("MSAMPRecipeKwargs", "MS-AMP levels (power-of-two scales; O2 is the default)." .. field_lines("MSAMPRecipeKwargs")
     .. common)
-  add("AORecipeKwargs", "Dynamic scaling (torchao); pad_inner_dim and enable_fsdp_float8_all_gather default to true, as\n"
-    .. "Accelerate sets them." .. field_lines("AORecipeKwargs") .. common)
+  add("AORecipeKwargs", "Dynamic scaling (torchao); pad_inner_dim defaults to true, as Accelerate sets it. Accelerate's\n"
+    .. "enable_fsdp_float8_all_gather is refused (no FSDP here)." .. field_lines("AORecipeKwargs") .. common)
   -- Every setting: what it takes, its default, and every place it comes from.
   local lines = {}
   for _, r in ipairs(ROWS) do
     local kw = r.backends and (" kwarg of " .. M.RECIPE_HANDLER[r.backends[1]]
       .. (r.fp8_recipe_kwargs and " and FP8RecipeKwargs" or "")) or (r.fp8_recipe_kwargs and " kwarg of FP8RecipeKwargs" or "")
-    lines[#lines + 1] = ("%s: %s (default %s); %s%s%s"):format(r.name, r.expected, repr(r.default), r.help, places(r), kw)
+    if r.unsupported then
+      lines[#lines + 1] = ("%s: refused: %s%s%s"):format(r.name, r.unsupported, places(r), kw)
+    else
+      lines[#lines + 1] = ("%s: %s (default %s); %s%s%s"):format(r.name, r.expected, repr(r.default), r.help, places(r), kw)
+    end
   end
   help.add { section = section, name = "settings", sig = "fp8.settings.list() / check(name, value) / parse(name, text)",
     doc = "The settings table (core/settings.c): one row per setting, read by the kwargs handlers, resolve(),\n"

@@ -42,10 +42,15 @@ describe("handler defaults", function()
   it("MSAMPRecipeKwargs", function()
     assert.same({ opt_level = "O2" }, fp8.MSAMPRecipeKwargs():to_table())
   end)
-  it("AORecipeKwargs: pad_inner_dim and enable_fsdp_float8_all_gather on, as Accelerate sets them", function()
+  it("AORecipeKwargs: pad_inner_dim on, as Accelerate sets it; enable_fsdp_float8_all_gather refused (no FSDP)", function()
     local h = fp8.AORecipeKwargs{}
-    assert.same({ config = "tensorwise", pad_inner_dim = true, enable_fsdp_float8_all_gather = true }, h:to_table())
+    assert.same({ config = "tensorwise", pad_inner_dim = true }, h:to_table())
     assert.is_nil(h.module_filter_func)
+    for _, v in ipairs { true, false } do
+      local ok, err = pcall(fp8.AORecipeKwargs, { enable_fsdp_float8_all_gather = v })
+      assert.is_false(ok)
+      assert.matches("enable_fsdp_float8_all_gather: not supported: fp8lab has no FSDP", err)
+    end
   end)
   it("AutocastKwargs and GradScalerKwargs", function()
     assert.same({ enabled = true, cache_enabled = true }, fp8.AutocastKwargs():to_table())
@@ -96,7 +101,7 @@ describe("handler objects", function()
       .. 'use_autocast_during_eval=false, opt_level="O2")', tostring(fp8.FP8RecipeKwargs{ backend = "te" }))
     assert.equal('MSAMPRecipeKwargs(opt_level="O3")', tostring(fp8.MSAMPRecipeKwargs{ opt_level = "O3" }))
     assert.equal('AORecipeKwargs(config="tensorwise", module_filter_func=nil, pad_inner_dim=true, '
-      .. 'enable_fsdp_float8_all_gather=true)', tostring(fp8.AORecipeKwargs()))
+      .. 'enable_fsdp_float8_all_gather=nil)', tostring(fp8.AORecipeKwargs()))
     assert.equal('GradScalerKwargs(init_scale=65536, growth_factor=2, backoff_factor=0.5, growth_interval=2000, enabled=true)',
       tostring(fp8.GradScalerKwargs()))
     assert.equal('InitProcessGroupKwargs(backend="nccl", init_method=nil, timeout=600)', tostring(fp8.InitProcessGroupKwargs()))
@@ -299,7 +304,7 @@ describe("resolve", function()
     for k, v in pairs(TE_DEFAULTS) do want[k] = v end
     assert.same(want, s.fp8_recipe)
     s = resolve{ mixed_precision = "fp8", kwargs_handlers = { fp8.AORecipeKwargs{ config = "rowwise" } } }
-    assert.same({ backend = "ao", config = "rowwise", pad_inner_dim = true, enable_fsdp_float8_all_gather = true }, s.fp8_recipe)
+    assert.same({ backend = "ao", config = "rowwise", pad_inner_dim = true }, s.fp8_recipe)   -- enable_fsdp_float8_all_gather: refused, never carried
   end)
   it("precedence per field: handler > env > config > default", function()
     local s = resolve{
@@ -354,9 +359,9 @@ describe("resolve", function()
                        env = { FP8LAB_FP8_OPT_LEVEL = "o1" } }
     assert.equal("O1", s.fp8_recipe.opt_level); assert.equal("env", s.sources.opt_level)
     s = resolve{ mixed_precision = "fp8", kwargs_handlers = { fp8.AORecipeKwargs() },
-                 config = { fp8_config = { pad_inner_dim = false, enable_fsdp_float8_all_gather = "false" } } }
+                 config = { fp8_config = { pad_inner_dim = false } } }
     assert.is_false(s.fp8_recipe.pad_inner_dim)
-    assert.is_false(s.fp8_recipe.enable_fsdp_float8_all_gather)
+    assert.is_nil(s.fp8_recipe.enable_fsdp_float8_all_gather)   -- not supported: never in a recipe
     assert.equal("config", s.sources.pad_inner_dim)
   end)
   it("environment values are parsed and checked", function()
@@ -538,7 +543,7 @@ describe("RECIPE_FIELDS and ENV", function()
     assert.same({ "O1", "O2", "O3" }, K.RECIPE_FIELDS.msamp[1].choices)
     local ao = {}
     for _, f in ipairs(K.RECIPE_FIELDS.ao) do ao[f.name] = f.default end
-    assert.same({ config = "tensorwise", pad_inner_dim = true, enable_fsdp_float8_all_gather = true }, ao)
+    assert.same({ config = "tensorwise", pad_inner_dim = true }, ao)   -- enable_fsdp_float8_all_gather has no default: refused
   end)
   it("ENV names every variable the launcher sets", function()
     local names = {}
