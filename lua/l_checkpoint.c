@@ -61,6 +61,7 @@ static int l_save_file(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *path = luaL_checkstring(L, 2);
     if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+    lua_settop(L, 3);
     /* Names, sorted (the file is then the same whatever the table's order). */
     int n = 0;
     lua_pushnil(L);
@@ -95,8 +96,9 @@ static int l_save_file(lua_State *L) {
         while (lua_next(L, 3)) { meta[m++] = lua_tostring(L, -2); meta[m++] = lua_tostring(L, -1); lua_pop(L, 1); }
         qsort(meta, (size_t)nmeta, 2 * sizeof *meta, cmp_str);   /* pairs by key: the same file every time */
     }
-    lua_settop(L, 3);
-    lua_newtable(L);   /* 4: anchors the companion names while the file is written */
+    /* names (4) and meta (5) stay on the stack: their strings are only anchored by them and the table. */
+    lua_settop(L, 5);
+    lua_newtable(L);   /* 6: anchors the companion names while the file is written */
     fl_st_item *items = lua_newuserdatauv(L, (2 * (size_t)n + 1) * sizeof *items, 0);
     int64_t *sshapes = lua_newuserdatauv(L, ((size_t)n + 1) * FL_MAX_DIMS * sizeof *sshapes, 0);
     char **snames = lua_newuserdatauv(L, ((size_t)n + 1) * sizeof *snames, 0);
@@ -118,7 +120,7 @@ static int l_save_file(lua_State *L) {
         lua_pop(L, 1);
         snames[i] = (char *)lua_tostring(L, -1);
         lua_pushboolean(L, 1);
-        lua_rawset(L, 4);
+        lua_rawset(L, 6);
         fl_tensor *s = host_copy(L, h, c->scale_inv);
         int64_t *shp = &sshapes[(size_t)i * FL_MAX_DIMS];
         int nd = 1;

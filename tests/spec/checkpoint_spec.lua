@@ -60,6 +60,27 @@ describe("fp8.save_file / load_file / safe_open", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("keeps its sorted name list alive while the collector runs (use-after-free found by make sanitize)", function()
+    -- save_file used to pop the userdata holding the sorted names before the writing loop; a
+    -- collection inside the loop freed the list. Long names (not interned: each lookup and each
+    -- scale name allocates) and a collector in generational mode make collections inside the loop.
+    local d = tmpdir()
+    local x = fp8.randn { 2, 3 }
+    local t = {}
+    for i = 1, 2000 do t[("w%04d"):format(i) .. ("x"):rep(100)] = x:quantize("e4m3") end
+    collectgarbage("generational", 1, 1)   -- a minor collection every 1% of growth
+    collectgarbage()
+    local ok, err = true, nil
+    for _ = 1, 5 do
+      if ok then ok, err = pcall(fp8.save_file, t, d .. "/gc.safetensors", { k = "v" }) end
+    end
+    collectgarbage("incremental", 200, 100)
+    assert.is_true(ok, err)
+    local back = fp8.load_file(d .. "/gc.safetensors")
+    for k, v in pairs(t) do assert.same(v:dequantize():totable(), back[k]:dequantize():totable(), k) end
+    os.execute("rm -rf " .. d)
+  end)
+
   it("round-trips tensors large enough for the chunked, multi-threaded read and write-behind paths", function()
     local d = tmpdir()
     fp8.manual_seed(11)
