@@ -82,8 +82,8 @@ for name, by in pairs(runs) do
 end
 
 -- FP8 health at the last logged step: per role, the largest underflow and saturated fractions over the layers.
-local function health(stem)
-  local rows = read_csv(stem .. "-fp8stats.csv")
+local function health(r)
+  local rows = read_csv(("%s-%s-fp8stats.csv"):format(r.stem, r.recipe))   -- as compare_recipes_gpt names it
   if not rows or #rows == 0 then return nil end
   local last = 0
   for _, r in ipairs(rows) do last = math.max(last, r.step) end
@@ -137,7 +137,7 @@ out("| recipe | role | format | largest underflow (layer) | largest saturated (l
 out("|---|---|---|---|---|---|")
 local hstep
 for _, x in ipairs(results) do
-  local h = health(x.r.stem)
+  local h = health(x.r)
   if h then
     hstep = h.step
     for _, role in ipairs { "input", "weight", "grad_output" } do
@@ -252,7 +252,7 @@ if health_md then
   body[#body + 1] = ""
   body[#body + 1] = ("FP8 health at step %d (`fp8.stats`, logged by `--fp8-stats`): per recipe and tensor role, the "
     .. "largest fraction of a layer's values that flushed to zero or saturated in the last cast, and the range "
-    .. "of the scales over the layers. Per layer and over training: `%s/<recipe>-s1-fp8stats.csv`."):format(
+    .. "of the scales over the layers. Per layer and over training: `%s/<recipe>-s1-<recipe>-fp8stats.csv`."):format(
     hstep or 0, dir)
   body[#body + 1] = ""
   body[#body + 1] = health_md
