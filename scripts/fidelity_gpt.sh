@@ -6,13 +6,13 @@
 # curves. A run whose summary is already in OUT is not repeated (--fresh repeats them all), so an
 # interrupted study goes on where it stopped.
 # usage: scripts/fidelity_gpt.sh [--steps N] [--jobs N] [--out DIR] [--only R1,R2] [--fresh] [--report-only] [--doc FILE | --no-doc]
-#          [--layers N] [--d-model N] [--context N] [--batch N] [--text FILE|DIR]   (a smaller study, e.g. to try it)
+#          [--layers N] [--d-model N] [--context N] [--batch N] [--text FILE|DIR] [--eval-every N]   (a smaller study)
 # The budget of the study in docs/recipes.md is the default: 4 layers, d_model 256, 4 heads, context 128,
 # batch 16, 2000 steps, AdamW lr 3e-3, on every text file of Debian's fortunes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=2000 JOBS=2 OUT=build/fidelity ONLY="" FRESH=0 REPORT_ONLY=0 DOC=docs/recipes.md
-LAYERS=4 DMODEL=256 HEADS=4 CONTEXT=128 BATCH=16 LR=3e-3 SEEDS="1 2 3" TEXT=""
+LAYERS=4 DMODEL=256 HEADS=4 CONTEXT=128 BATCH=16 LR=3e-3 SEEDS="1 2 3" TEXT="" EVAL_EVERY=100
 BIN=${FP8LAB_BIN:-build/fp8lab}
 RECIPES="fp32 te-hybrid te-e4m3 ao-tensorwise ao-rowwise ao-rowwise_gw_hp msamp-O1 msamp-O2 msamp-O3"
 usage() { sed -n '/^# usage: /,/^# batch/s/^# //p' "$0"; }
@@ -29,6 +29,7 @@ while [ $# -gt 0 ]; do
     --context) need "$@"; posint "$1" "$2"; CONTEXT=$2; shift 2 ;;
     --batch) need "$@"; posint "$1" "$2"; BATCH=$2; shift 2 ;;
     --text) need "$@"; TEXT=$2; shift 2 ;;
+    --eval-every) need "$@"; posint "$1" "$2"; EVAL_EVERY=$2; shift 2 ;;
     --fresh) FRESH=1; shift ;;
     --report-only) REPORT_ONLY=1; shift ;;
     --doc) need "$@"; DOC=$2; shift 2 ;;
@@ -61,14 +62,14 @@ if [ "$REPORT_ONLY" = 0 ] && [ ${#todo[@]} -gt 0 ]; then
     local r=$1 s=$2
     if OMP_NUM_THREADS=1 "$BIN" scripts/compare_recipes.lua --model gpt --only "$r" --seed "$s" --steps "$STEPS" \
         --layers "$LAYERS" --d-model "$DMODEL" --heads "$HEADS" --block-size "$CONTEXT" --batch-size "$BATCH" \
-        --lr "$LR" ${TEXT:+--text "$TEXT"} --fp8-stats --out "$OUT/$r-s$s.csv" > "$OUT/$r-s$s.log" 2>&1; then
+        --lr "$LR" ${TEXT:+--text "$TEXT"} --eval-every "$EVAL_EVERY" --fp8-stats --out "$OUT/$r-s$s.csv" > "$OUT/$r-s$s.log" 2>&1; then
       echo "  $r seed $s: $(grep -o 'val_loss=[0-9.na-]*' "$OUT/$r-s$s.log" | tail -n1)"
     else
       echo "  $r seed $s: FAILED (see $OUT/$r-s$s.log)"; return 1
     fi
   }
   export -f run_one
-  export OUT STEPS LAYERS DMODEL HEADS CONTEXT BATCH LR BIN TEXT
+  export OUT STEPS LAYERS DMODEL HEADS CONTEXT BATCH LR BIN TEXT EVAL_EVERY
   printf '%s\n' "${todo[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one "$0" "$1"'
 fi
 "$BIN" scripts/fidelity_report.lua --dir "$OUT" --doc "$DOC" \

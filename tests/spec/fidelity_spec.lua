@@ -19,7 +19,7 @@ describe("scripts/fidelity_gpt.sh", function()
   local f = assert(io.open(text, "w"))
   for i = 1, 200 do f:write(("line %d of a small text, with words and letters %d.\n"):format(i, i * 7 % 13)) end
   f:close()
-  local study = ("FP8LAB_BIN=%s timeout 300 scripts/fidelity_gpt.sh --steps 3 --jobs 2 --out %s --layers 1 --d-model 16 "
+  local study = ("FP8LAB_BIN=%s timeout 300 scripts/fidelity_gpt.sh --steps 4 --eval-every 2 --jobs 2 --out %s --layers 1 --d-model 16 "
     .. "--context 16 --batch 4 --text %s --doc %s"):format(q(bin), q(out_dir), q(text), q(doc))
 
   it("runs every recipe, tabulates the gaps against bf16's spread and writes the doc's section", function()
@@ -40,6 +40,10 @@ describe("scripts/fidelity_gpt.sh", function()
     local spread = math.max(v[1], v[2], v[3]) - math.min(v[1], v[2], v[3])
     local bar = tonumber(out:match("= %*%*([%d.]+)%*%*"))
     assert.is_near(math.max(spread, 0.005 * v[1]), bar, 1e-4)
+    -- FP8 health at the last logged step, per recipe and role
+    assert.matches("FP8 health at step 4", out)
+    assert.matches("\n| te%-hybrid | grad_output | e5m2 | [%d.]+%% ", out)
+    assert.matches("\n| msamp%-O2 | input | e4m3 | [%d.]+%% ", out)
     local md = read(doc)
     assert.matches("^# FP8 recipes\n\nintro\n\n## Fidelity on the char GPT\n\nIssue 16's first bar", md)
     assert.matches("\n## Other\n\nkept\n$", md)
