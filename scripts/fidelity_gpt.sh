@@ -4,14 +4,15 @@
 # process per run (scripts/compare_recipes.lua --model gpt --only R --seed S), JOBS at a time with one
 # thread each; then scripts/fidelity_report.lua writes the table into docs/recipes.md and the PNG of all
 # curves. A run whose summary is already in OUT is not repeated (--fresh repeats them all), so an
-# interrupted study goes on where it stopped.
-# usage: scripts/fidelity_gpt.sh [--steps N] [--jobs N] [--out DIR] [--only R1,R2] [--fresh] [--report-only] [--doc FILE | --no-doc]
+# interrupted study goes on where it stopped. --all-seeds R runs recipe R at bf16's three seeds too.
+# usage: scripts/fidelity_gpt.sh [--steps N] [--jobs N] [--out DIR] [--only R1,R2] [--all-seeds R1,R2] [--fresh]
+#          [--report-only] [--doc FILE | --no-doc]
 #          [--layers N] [--d-model N] [--context N] [--batch N] [--text FILE|DIR] [--eval-every N]   (a smaller study)
 # The budget of the study in docs/recipes.md is the default: 4 layers, d_model 256, 4 heads, context 128,
 # batch 16, 2000 steps, AdamW lr 3e-3, on every text file of Debian's fortunes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=2000 JOBS=2 OUT=build/fidelity ONLY="" FRESH=0 REPORT_ONLY=0 DOC=docs/recipes.md
+STEPS=2000 JOBS=2 OUT=build/fidelity ONLY="" ALL_SEEDS="" FRESH=0 REPORT_ONLY=0 DOC=docs/recipes.md
 LAYERS=4 DMODEL=256 HEADS=4 CONTEXT=128 BATCH=16 LR=3e-3 SEEDS="1 2 3" TEXT="" EVAL_EVERY=100
 BIN=${FP8LAB_BIN:-build/fp8lab}
 RECIPES="fp32 te-hybrid te-e4m3 ao-tensorwise ao-rowwise ao-rowwise_gw_hp msamp-O1 msamp-O2 msamp-O3"
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --jobs) need "$@"; posint "$1" "$2"; JOBS=$2; shift 2 ;;
     --out) need "$@"; OUT=$2; shift 2 ;;
     --only) need "$@"; ONLY=$2; shift 2 ;;
+    --all-seeds) need "$@"; ALL_SEEDS=$2; shift 2 ;;
     --layers) need "$@"; posint "$1" "$2"; LAYERS=$2; shift 2 ;;
     --d-model) need "$@"; posint "$1" "$2"; DMODEL=$2; shift 2 ;;
     --context) need "$@"; posint "$1" "$2"; CONTEXT=$2; shift 2 ;;
@@ -38,17 +40,20 @@ while [ $# -gt 0 ]; do
     *) echo "fidelity_gpt.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
   esac
 done
-if [ -n "$ONLY" ]; then
-  for r in ${ONLY//,/ }; do
-    [[ " bf16 $RECIPES " == *" $r "* ]] || { echo "fidelity_gpt.sh: --only: unknown recipe '$r' (valid: bf16 $RECIPES)" >&2; exit 2; }
-  done
-fi
+for r in ${ONLY//,/ }; do
+  [[ " bf16 $RECIPES " == *" $r "* ]] || { echo "fidelity_gpt.sh: --only: unknown recipe '$r' (valid: bf16 $RECIPES)" >&2; exit 2; }
+done
+for r in ${ALL_SEEDS//,/ }; do
+  [[ " $RECIPES " == *" $r "* ]] || { echo "fidelity_gpt.sh: --all-seeds: unknown recipe '$r' (valid: $RECIPES)" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 
-# The runs: "recipe seed" lines; bf16 first (three seeds), then the rest at seed 1.
+# The runs: "recipe seed" lines; bf16 first (three seeds), then the rest at seed 1, then the --all-seeds recipes at
+# bf16's other seeds (is a gap the recipe's, or the luck of one seed?).
 runs=()
 for s in $SEEDS; do runs+=("bf16 $s"); done
 for r in $RECIPES; do runs+=("$r 1"); done
+for r in ${ALL_SEEDS//,/ }; do for s in $SEEDS; do [ "$s" = 1 ] || runs+=("$r $s"); done; done
 todo=()
 for rs in "${runs[@]}"; do
   set -- $rs
@@ -73,4 +78,4 @@ if [ "$REPORT_ONLY" = 0 ] && [ ${#todo[@]} -gt 0 ]; then
   printf '%s\n' "${todo[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one "$0" "$1"'
 fi
 "$BIN" scripts/fidelity_report.lua --dir "$OUT" --doc "$DOC" \
-  --command "scripts/fidelity_gpt.sh --steps $STEPS --jobs $JOBS"
+  --command "scripts/fidelity_gpt.sh --steps $STEPS${ALL_SEEDS:+ --all-seeds $ALL_SEEDS}"

@@ -129,9 +129,33 @@ for _, name in ipairs(ORDER) do
     results[#results + 1] = { name = name, r = r, gap = gap, ok = ok }
     out(("| %s | %d | %.4f | %+.4f | %+.2f%% | %s | %.4f | %.0f | %.2f |"):format(name, r.fp8_layers, r.val_loss, gap,
       100 * gap / ref.val_loss, ok and "yes" or "**no**", r.train_loss, r.tokens_per_s, r.bytes_per_param))
+    -- the same recipe at bf16's other seeds: each gap to bf16 at that seed
+    local gsum, gn = gap, 1
+    for _, s in ipairs(seeds) do
+      local rs = s ~= 1 and runs[name][s]
+      if rs then
+        note_date(rs)
+        local g = rs.val_loss - bf[s].val_loss
+        gsum, gn = gsum + g, gn + 1
+        out(("| %s, seed %d | %d | %.4f | %+.4f (to bf16 seed %d) | %+.2f%% | %s | %.4f | %.0f | %.2f |"):format(name, s,
+          rs.fp8_layers, rs.val_loss, g, s, 100 * g / bf[s].val_loss, math.abs(g) <= bar and "yes" or "**no**",
+          rs.train_loss, rs.tokens_per_s, rs.bytes_per_param))
+      end
+    end
+    if gn > 1 then
+      results[#results].mean_gap = gsum / gn
+      results[#results].nseeds = gn
+    end
   end
 end
 local table_md = table.concat(lines, "\n")
+local seed_notes = {}
+for _, x in ipairs(results) do
+  if x.mean_gap then
+    seed_notes[#seed_notes + 1] = ("%s's mean gap over %d seeds is %+.4f (%+.2f%%)"):format(x.name, x.nseeds, x.mean_gap,
+      100 * x.mean_gap / ref.val_loss)
+  end
+end
 lines = {}
 out("| recipe | role | format | largest underflow (layer) | largest saturated (layer) | scales |")
 out("|---|---|---|---|---|---|")
@@ -244,7 +268,7 @@ local body = {
   "",
   table_md,
   "",
-  verdict .. " tokens/s: training steps only, one thread on a shared machine (other jobs ran beside it), so "
+  verdict .. (#seed_notes > 0 and (" " .. table.concat(seed_notes, "; ") .. ".") or "") .. " tokens/s: training steps only, one thread on a shared machine (other jobs ran beside it), so "
     .. "they are indicative; B / param: the allocator's bytes of weights, gradients, optimizer and recipe state "
     .. "per parameter.",
 }

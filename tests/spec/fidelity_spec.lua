@@ -19,7 +19,7 @@ describe("scripts/fidelity_gpt.sh", function()
   local f = assert(io.open(text, "w"))
   for i = 1, 200 do f:write(("line %d of a small text, with words and letters %d.\n"):format(i, i * 7 % 13)) end
   f:close()
-  local study = ("FP8LAB_BIN=%s timeout 300 scripts/fidelity_gpt.sh --steps 4 --eval-every 2 --jobs 2 --out %s --layers 1 --d-model 16 "
+  local study = ("FP8LAB_BIN=%s timeout 300 scripts/fidelity_gpt.sh --steps 4 --eval-every 2 --jobs 2 --all-seeds msamp-O1 --out %s --layers 1 --d-model 16 "
     .. "--context 16 --batch 4 --text %s --doc %s"):format(q(bin), q(out_dir), q(text), q(doc))
 
   it("runs every recipe, tabulates the gaps against bf16's spread and writes the doc's section", function()
@@ -29,7 +29,7 @@ describe("scripts/fidelity_gpt.sh", function()
     d:close()
     local out, ok = sh(study)
     assert.is_true(ok, out)
-    assert.matches("12 runs, 2 at a time", out)
+    assert.matches("14 runs, 2 at a time", out)
     for _, r in ipairs { "fp32", "te%-hybrid", "te%-e4m3", "ao%-tensorwise", "ao%-rowwise", "ao%-rowwise_gw_hp",
                          "msamp%-O1", "msamp%-O2", "msamp%-O3" } do
       assert.matches("\n| " .. r .. " | %d+ | [%d.]+ | [+-][%d.]+ | [+-][%d.]+%% | [*a-z]+ |", out)
@@ -40,6 +40,12 @@ describe("scripts/fidelity_gpt.sh", function()
     local spread = math.max(v[1], v[2], v[3]) - math.min(v[1], v[2], v[3])
     local bar = tonumber(out:match("= %*%*([%d.]+)%*%*"))
     assert.is_near(math.max(spread, 0.005 * v[1]), bar, 1e-4)
+    -- --all-seeds: msamp-O1 at seeds 2 and 3 too, each against bf16 at its seed, and their mean gap
+    local o2 = tonumber(out:match("\n| msamp%-O1, seed 2 | %d+ | ([%d.]+) |"))
+    local g2 = tonumber(out:match("\n| msamp%-O1, seed 2 | %d+ | [%d.]+ | ([+-][%d.]+) %(to bf16 seed 2%) |"))
+    assert.is_near(o2 - v[2], g2, 2e-4)
+    assert.matches("\n| msamp%-O1, seed 3 | ", out)
+    assert.matches("msamp%-O1's mean gap over 3 seeds is [+-][%d.]+", out)
     -- FP8 health at the last logged step, per recipe and role
     assert.matches("FP8 health at step 4", out)
     assert.matches("\n| te%-hybrid | grad_output | e5m2 | [%d.]+%% ", out)
