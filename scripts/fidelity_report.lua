@@ -195,40 +195,68 @@ for _, x in ipairs(results) do add_run(x.name, x.r) end
 local pngs = {}
 if #cols > 0 then
   local steps = ref.steps
-  local vl = { "step," .. table.concat(cols, ",") }
-  for i = 1, #vals[1][1] do
-    local row = { tostring(vals[1][1][i].step) }
-    for _, v in ipairs(vals) do row[#row + 1] = v[1][i] and ("%.6f"):format(v[1][i][v[2]]) or "" end
-    vl[#vl + 1] = table.concat(row, ",")
+  -- the plots start at a tenth of the run (the first steps' losses would flatten the rest), unless that
+  -- leaves fewer than two points
+  local function from(first_steps)
+    local n = 0
+    for _, st in ipairs(first_steps) do if st >= steps / 10 then n = n + 1 end end
+    return n >= 2 and steps / 10 or -math.huge
   end
-  local vcsv = dir .. "/fidelity_val.csv"
-  write_atomic(vcsv, table.concat(vl, "\n") .. "\n")
-  -- training loss: mean over windows of 50 steps
-  local W = math.max(1, steps // 40)
-  local tl = { "step," .. table.concat(cols, ",") }
-  for e = W, steps, W do
-    local row = { tostring(e) }
-    for _, t in ipairs(trains) do
-      local s, n = 0, 0
-      for i = e - W + 1, e do
-        local x = t[1][i] and t[1][i][t[2]]
-        if type(x) == "number" then s, n = s + x, n + 1 end
+  local vsteps = {}
+  for i, r in ipairs(vals[1][1]) do vsteps[i] = r.step end
+  local vfrom = from(vsteps)
+  local vl, gl = { "step," .. table.concat(cols, ",") }, { "step," .. table.concat(cols, ",") }
+  for i = 1, #vals[1][1] do
+    if vsteps[i] >= vfrom then
+      local row, grow = { tostring(vsteps[i]) }, { tostring(vsteps[i]) }
+      local base = vals[1][1][i] and vals[1][1][i][vals[1][2]]    -- bf16 seed 1 (the first column)
+      for _, v in ipairs(vals) do
+        local x = v[1][i] and v[1][i][v[2]]
+        row[#row + 1] = type(x) == "number" and ("%.6f"):format(x) or ""
+        grow[#grow + 1] = type(x) == "number" and type(base) == "number" and ("%.6f"):format(x - base) or ""
       end
-      row[#row + 1] = n > 0 and ("%.6f"):format(s / n) or ""
+      vl[#vl + 1] = table.concat(row, ",")
+      gl[#gl + 1] = table.concat(grow, ",")
     end
-    tl[#tl + 1] = table.concat(row, ",")
+  end
+  local vcsv, gcsv = dir .. "/fidelity_val.csv", dir .. "/fidelity_gap.csv"
+  write_atomic(vcsv, table.concat(vl, "\n") .. "\n")
+  write_atomic(gcsv, table.concat(gl, "\n") .. "\n")
+  -- training loss: means over windows of a 40th of the run
+  local W = math.max(1, steps // 40)
+  local ends = {}
+  for e = W, steps, W do ends[#ends + 1] = e end
+  local tfrom = from(ends)
+  local tl = { "step," .. table.concat(cols, ",") }
+  for _, e in ipairs(ends) do
+    if e >= tfrom then
+      local row = { tostring(e) }
+      for _, t in ipairs(trains) do
+        local sum, n = 0, 0
+        for i = e - W + 1, e do
+          local x = t[1][i] and t[1][i][t[2]]
+          if type(x) == "number" then sum, n = sum + x, n + 1 end
+        end
+        row[#row + 1] = n > 0 and ("%.6f"):format(sum / n) or ""
+      end
+      tl[#tl + 1] = table.concat(row, ",")
+    end
   end
   local tcsv = dir .. "/fidelity_train.csv"
   write_atomic(tcsv, table.concat(tl, "\n") .. "\n")
   local series = {}
   for i, c in ipairs(cols) do series[i] = { x = 1, y = i + 1, title = c } end
   local plot = require "fp8.plot"
+  local every = vsteps[2] and (vsteps[2] - vsteps[1]) or steps
   pngs.val = plot.lines{csv = vcsv, png = dir .. "/fidelity_val.png", series = series, xlabel = "step",
-    ylabel = "validation loss (log scale)", logy = true,
-    title = ("char GPT on Debian's fortunes: validation loss every %d steps, every recipe"):format(vals[1][1][1].step)}
+    ylabel = "validation loss (nats / character)",
+    title = ("char GPT on Debian's fortunes: validation loss every %d steps, every run"):format(every)}
+  pngs.gap = plot.lines{csv = gcsv, png = dir .. "/fidelity_gap.png", series = series, xlabel = "step",
+    ylabel = "validation loss minus bf16 seed 1's",
+    title = "char GPT: each run's validation loss minus bf16 seed 1's (bf16-s2, -s3: the seed-to-seed band)"}
   pngs.train = plot.lines{csv = tcsv, png = dir .. "/fidelity_train.png", series = series, xlabel = "step",
-    ylabel = "training loss (log scale)", logy = true,
-    title = ("char GPT on Debian's fortunes: training loss (mean of %d steps), every recipe"):format(W)}
+    ylabel = "training loss (nats / character)",
+    title = ("char GPT on Debian's fortunes: training loss (mean of %d steps), every run"):format(W)}
 end
 
 local spread_s = {}
@@ -291,7 +319,7 @@ end
 if pngs.val and opts.doc ~= "" then
   local docdir = (opts.doc:match("^(.*)/[^/]*$") or ".") .. "/img"
   cp.mkdir(docdir)
-  for _, k in ipairs { "val", "train" } do
+  for _, k in ipairs { "val", "gap", "train" } do
     if pngs[k] then
       local f = assert(io.open(pngs[k], "rb"))
       local data = f:read("a"); f:close()
@@ -300,6 +328,7 @@ if pngs.val and opts.doc ~= "" then
   end
   body[#body + 1] = ""
   body[#body + 1] = "![validation loss of every run](img/fidelity_gpt_val.png)"
+  body[#body + 1] = "![each run's validation loss minus bf16 seed 1's](img/fidelity_gpt_gap.png)"
   body[#body + 1] = "![training loss of every run](img/fidelity_gpt_train.png)"
 end
 local text = table.concat(body, "\n")
