@@ -196,6 +196,10 @@ help:
 $(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lm -fopenmp
 
+# ---- the CPU's arithmetic limits (scripts/bench_peak.c; run by scripts/bench_train.sh): fp32 FMA and bf16 dot ----
+$(BUILD)/bench_peak: scripts/bench_peak.c
+	$(CC) -O2 -fopenmp -o $@ $<
+
 # ---- data helper: zlib for the IDX .gz reader (core/data.c) ----
 LDLIBS   += -lz
 
@@ -215,10 +219,10 @@ fuzz: $(BUILD)/fuzz_config $(BUILD)/fuzz_idx $(BUILD)/fuzz_text $(BUILD)/fuzz_lu
 	$(BUILD)/fuzz_text $(FUZZ_RUN) -max_len=8192 $(BUILD)/fuzz-corpus-text tests/fuzz/corpus_text
 	$(BUILD)/fuzz_lua_load $(FUZZ_RUN) -max_len=4096 $(BUILD)/fuzz-corpus-lua tests/fuzz/corpus_lua
 	$(BIN) tests/fuzz/api_sweep.lua --messages
-$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c core/config.h core/error.h
+$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/settings.c core/error.c core/fileio.c core/config.h core/settings.h core/error.h
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Icore -o $@ \
-	  tests/fuzz/fuzz_config.c core/config.c core/error.c core/fileio.c -lyaml
+	  tests/fuzz/fuzz_config.c core/config.c core/settings.c core/error.c core/fileio.c -lyaml -lm
 
 # The IDX and text targets link the whole core, built once with clang and the sanitizers.
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fopenmp $(ARCHFLAGS) -Icore -fsanitize=address,undefined

@@ -5,70 +5,15 @@
 #include "config.h"
 #include "fileio.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
-
-/* ---- the settings table ---------------------------------------------------------------------- */
-
-static const char *const MP_NAMES[] = {"no", "fp16", "bf16", "fp8", NULL};
-static const char *const BACKEND_NAMES[] = {"msamp", "te", "ao", NULL};
-static const char *const FORMAT_NAMES[] = {"HYBRID", "E4M3", NULL};
-static const char *const ALGO_NAMES[] = {"most_recent", "max", NULL};   /* fl_amax_algo order */
-static const char *const OPT_NAMES[] = {"O1", "O2", "O3", NULL};
-_Static_assert(sizeof MP_NAMES / sizeof *MP_NAMES == FL_MP_COUNT + 1, "mixed precision names");
-_Static_assert(sizeof BACKEND_NAMES / sizeof *BACKEND_NAMES == FL_BACKEND_COUNT + 1, "backend names");
-_Static_assert(sizeof FORMAT_NAMES / sizeof *FORMAT_NAMES == FL_RECIPE_FORMAT_COUNT + 1, "format names");
-_Static_assert(FL_AMAX_MOST_RECENT == 0 && FL_AMAX_MAX == 1, "ALGO_NAMES follows fl_amax_algo");
-_Static_assert(sizeof OPT_NAMES / sizeof *OPT_NAMES == FL_OPT_LEVEL_COUNT + 1, "opt level names");
-
-#define TE (1u << FL_BACKEND_TE)
-#define MSAMP (1u << FL_BACKEND_MSAMP)
-#define AO (1u << FL_BACKEND_AO)
-#define BIG 1000000000
-
-static const fl_config_keyinfo KEYS[FL_CFG_KEY_COUNT] = {
-    [FL_CFG_MIXED_PRECISION] = {"mixed_precision", NULL, "mixed_precision", "FP8LAB_MIXED_PRECISION",
-                                false, FL_CFG_CHOICE, MP_NAMES, 0, 0, FL_MP_NO, 0},
-    [FL_CFG_NUM_PROCESSES] = {"num_processes", NULL, "num_processes", "FP8LAB_NUM_PROCESSES",
-                              false, FL_CFG_INT, NULL, 1, 4096, 1, 0},
-    [FL_CFG_BACKEND] = {"backend", NULL, "fp8_backend", "FP8LAB_FP8_BACKEND",
-                        true, FL_CFG_CHOICE, BACKEND_NAMES, 0, 0, FL_BACKEND_MSAMP, 0},
-    [FL_CFG_FP8_FORMAT] = {"fp8_format", NULL, "fp8_format", "FP8LAB_FP8_FORMAT",
-                           true, FL_CFG_CHOICE, FORMAT_NAMES, 0, 0, FL_RECIPE_HYBRID, TE},
-    [FL_CFG_MARGIN] = {"margin", NULL, "fp8_margin", "FP8LAB_FP8_MARGIN",
-                       true, FL_CFG_INT, NULL, 0, 64, 0, TE},
-    [FL_CFG_INTERVAL] = {"interval", NULL, "fp8_interval", "FP8LAB_FP8_INTERVAL",
-                         true, FL_CFG_INT, NULL, 1, BIG, 1, TE},
-    [FL_CFG_AMAX_HISTORY_LEN] = {"amax_history_len", "amax_history_length", "fp8_amax_history_len",
-                                 "FP8LAB_FP8_AMAX_HISTORY_LEN", true, FL_CFG_INT, NULL, 1, FL_HISTORY_MAX, 1024, TE},
-    [FL_CFG_AMAX_COMPUTE_ALGO] = {"amax_compute_algo", "amax_compute_algorithm", "fp8_amax_compute_algo",
-                                  "FP8LAB_FP8_AMAX_COMPUTE_ALGO", true, FL_CFG_CHOICE, ALGO_NAMES, 0, 0,
-                                  FL_AMAX_MOST_RECENT, TE},
-    [FL_CFG_OVERRIDE_LINEAR_PRECISION] = {"override_linear_precision", NULL, "fp8_override_linear_precision",
-                                          "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION", true, FL_CFG_BOOL3, NULL, 0, 0, 0, TE},
-    [FL_CFG_USE_AUTOCAST_DURING_EVAL] = {"use_autocast_during_eval", NULL, "fp8_use_autocast_during_eval",
-                                         "FP8LAB_FP8_USE_AUTOCAST_DURING_EVAL", true, FL_CFG_BOOL, NULL, 0, 0, 0, TE},
-    [FL_CFG_OPT_LEVEL] = {"opt_level", "optimization_level", "fp8_opt_level", "FP8LAB_FP8_OPT_LEVEL",
-                          true, FL_CFG_CHOICE, OPT_NAMES, 0, 0, FL_OPT_O2, MSAMP},
-    [FL_CFG_PAD_INNER_DIM] = {"pad_inner_dim", NULL, "fp8_pad_inner_dim", "FP8LAB_FP8_PAD_INNER_DIM",
-                              true, FL_CFG_BOOL, NULL, 0, 0, 1, AO},
-    [FL_CFG_ENABLE_FSDP_FLOAT8_ALL_GATHER] = {"enable_fsdp_float8_all_gather", NULL,
-                                              "fp8_enable_fsdp_float8_all_gather",
-                                              "FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", true, FL_CFG_BOOL, NULL,
-                                              0, 0, 1, AO},
-    [FL_CFG_GRADIENT_ACCUMULATION_STEPS] = {"gradient_accumulation_steps", NULL, "gradient_accumulation_steps",
-                                            "FP8LAB_GRADIENT_ACCUMULATION_STEPS", false, FL_CFG_INT, NULL, 1, BIG,
-                                            1, 0},
-};
 
 /* Top-level keys of Accelerate's ClusterConfig and SageMakerConfig (plus the legacy `fp16` and
  * `dynamo_backend` it still converts): accepted, listed once in a notice, otherwise ignored. */
@@ -85,270 +30,28 @@ static const char *const ACCEL_KEYS[] = {
 };
 #define N_ACCEL (sizeof ACCEL_KEYS / sizeof *ACCEL_KEYS)
 
+static bool eq(const char *s, size_t len, const char *word) {
+    return strlen(word) == len && memcmp(s, word, len) == 0;
+}
+/* A value in messages, double-quoted; a key, single-quoted. */
+static const char *show_text(const char *s, size_t len, char *buf, size_t n) {
+    return fl_setting_quote(s, len, '"', buf, n);
+}
+static const char *show_key(const char *s, size_t len, char *buf, size_t n) {
+    return fl_setting_quote(s, len, '\'', buf, n);
+}
+
+/* The row of a key that config files hold in this block (top level or fp8_config), else NULL. */
+static const fl_setting *file_row(int k, bool fp8_block) {
+    const fl_setting *r = k >= 0 ? fl_setting_info((fl_setting_id)k) : NULL;
+    return r && r->file == (fp8_block ? FL_FILE_FP8_CONFIG : FL_FILE_TOP) ? r : NULL;
+}
+
 void fl_config_init(fl_config *c) { memset(c, 0, sizeof *c); }
 
 void fl_config_free(fl_config *c) {
     for (int i = 0; i < c->n_notices; i++) free(c->notices[i]);
     fl_config_init(c);
-}
-
-const fl_config_keyinfo *fl_config_info(fl_config_key k) {
-    return (unsigned)k < FL_CFG_KEY_COUNT ? &KEYS[k] : NULL;
-}
-
-bool fl_config_has(const fl_config *c, fl_config_key k) {
-    return (unsigned)k < FL_CFG_KEY_COUNT && (c->set >> k) & 1u;
-}
-
-int fl_config_get(const fl_config *c, fl_config_key k) {
-    if ((unsigned)k >= FL_CFG_KEY_COUNT) return 0;
-    return fl_config_has(c, k) ? c->value[k] : KEYS[k].def;
-}
-
-int fl_config_key_from_name(const char *name) {
-    for (int k = 0; k < FL_CFG_KEY_COUNT; k++)
-        if (strcmp(name, KEYS[k].name) == 0 || (KEYS[k].alias && strcmp(name, KEYS[k].alias) == 0)) return k;
-    return -1;
-}
-
-const char *fl_config_format_value(fl_config_key k, int v, char *buf, size_t n) {
-    const fl_config_keyinfo *ki = fl_config_info(k);
-    if (!ki || n == 0) return "";
-    switch (ki->type) {
-    case FL_CFG_CHOICE: snprintf(buf, n, "%s", ki->choices[v]); break;
-    case FL_CFG_INT: snprintf(buf, n, "%d", v); break;
-    case FL_CFG_BOOL: snprintf(buf, n, "%s", v ? "true" : "false"); break;
-    case FL_CFG_BOOL3:
-        snprintf(buf, n, "%s,%s,%s", v & FL_OVERRIDE_FPROP ? "true" : "false",
-                 v & FL_OVERRIDE_DGRAD ? "true" : "false", v & FL_OVERRIDE_WGRAD ? "true" : "false");
-        break;
-    }
-    return buf;
-}
-
-/* ---- edit distance ------------------------------------------------------------------------- */
-
-/* Optimal string alignment distance (Levenshtein plus adjacent transpositions), case-folded. */
-static size_t osa_distance(const char *a, size_t la, const char *b, size_t lb) {
-    enum { W = 65 };
-    size_t d[W][W];
-    for (size_t i = 0; i <= la; i++) d[i][0] = i;
-    for (size_t j = 0; j <= lb; j++) d[0][j] = j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-            size_t v = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
-            if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
-            if (i > 1 && j > 1 && tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 2]) &&
-                tolower((unsigned char)a[i - 2]) == tolower((unsigned char)b[j - 1]) && d[i - 2][j - 2] + 1 < v)
-                v = d[i - 2][j - 2] + 1;
-            d[i][j] = v;
-        }
-    return d[la][lb];
-}
-
-size_t fl_edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64) return SIZE_MAX;
-    return osa_distance(a, la, b, lb);
-}
-
-const char *fl_config_suggest(const char *word, const char *const *cands, size_t n) {
-    size_t lw = strlen(word);
-    if (lw == 0 || lw > 64) return NULL;
-    size_t limit = lw / 4 < 1 ? 1 : lw / 4 > 3 ? 3 : lw / 4;
-    const char *best = NULL;
-    size_t bestd = limit + 1;
-    for (size_t i = 0; i < n; i++) {
-        size_t lc = strlen(cands[i]);
-        if (lc > 64) continue;
-        size_t d = osa_distance(word, lw, cands[i], lc);
-        if (d < bestd) { bestd = d; best = cands[i]; }
-    }
-    return best;
-}
-
-/* ---- values ------------------------------------------------------------------------------------ */
-
-/* Text for a message: in quotes `q`, non-printable bytes as \xNN, long ones cut. */
-static const char *show_quoted(const char *s, size_t len, char q, char *buf, size_t n) {
-    size_t o = 0;
-    buf[o++] = q;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (i >= 40 || o + 8 >= n) { memcpy(buf + o, "...", 3); o += 3; break; }
-        if (ch == (unsigned char)q || ch == '\\') { buf[o++] = '\\'; buf[o++] = (char)ch; }
-        else if (ch < 0x20 || ch >= 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02X", ch);
-        else buf[o++] = (char)ch;
-    }
-    buf[o++] = q;
-    buf[o] = 0;
-    return buf;
-}
-/* A value, double-quoted; a key, single-quoted. */
-static const char *show_text(const char *s, size_t len, char *buf, size_t n) { return show_quoted(s, len, '"', buf, n); }
-static const char *show_key(const char *s, size_t len, char *buf, size_t n) { return show_quoted(s, len, '\'', buf, n); }
-
-static bool eq(const char *s, size_t len, const char *word) {
-    return strlen(word) == len && memcmp(s, word, len) == 0;
-}
-static bool ieq(const char *s, size_t len, const char *word) {
-    return strlen(word) == len && strncasecmp(s, word, len) == 0;
-}
-
-/* YAML 1.1 booleans as PyYAML (and so Accelerate) resolves plain scalars: -1 when not one. */
-static int yaml_bool(const char *s, size_t len) {
-    static const char *const T[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
-    static const char *const F[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
-    for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
-        if (eq(s, len, T[i])) return 1;
-        if (eq(s, len, F[i])) return 0;
-    }
-    return -1;
-}
-
-/* Booleans on the command line and in the string form of override_linear_precision: any case. */
-static int loose_bool(const char *s, size_t len) {
-    static const char *const T[] = {"true", "yes", "on", "1"};
-    static const char *const F[] = {"false", "no", "off", "0"};
-    for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
-        if (ieq(s, len, T[i])) return 1;
-        if (ieq(s, len, F[i])) return 0;
-    }
-    return -1;
-}
-
-static bool parse_int(const char *s, size_t len, long long *out) {
-    size_t i = 0;
-    bool neg = false;
-    if (i < len && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
-    if (i == len || len - i > 12) return false;
-    long long v = 0;
-    for (; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = neg ? -v : v;
-    return true;
-}
-
-static void expected(const fl_config_keyinfo *ki, char *buf, size_t n) {
-    switch (ki->type) {
-    case FL_CFG_CHOICE: {
-        size_t o = (size_t)snprintf(buf, n, "one of ");
-        for (int i = 0; ki->choices[i] && o < n; i++)
-            o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? ", " : "", ki->choices[i]);
-        break;
-    }
-    case FL_CFG_INT:
-        if (ki->max >= BIG) snprintf(buf, n, "an integer >= %d", ki->min);
-        else snprintf(buf, n, "an integer in %d..%d", ki->min, ki->max);
-        break;
-    case FL_CFG_BOOL: snprintf(buf, n, "a boolean (true or false)"); break;
-    case FL_CFG_BOOL3:
-        snprintf(buf, n, "three booleans for (fprop, dgrad, wgrad), as [false, false, true] or \"(false, false, true)\"");
-        break;
-    }
-}
-
-/* "a, b, c", "(a, b, c)" or "[a,b,c]" → mask; false when malformed. */
-static bool parse_bool3(const char *s, size_t len, int *out) {
-    size_t i = 0, end = len;
-    while (i < end && (s[i] == ' ' || s[i] == '\t')) i++;
-    while (end > i && (s[end - 1] == ' ' || s[end - 1] == '\t')) end--;
-    if (i < end && (s[i] == '(' || s[i] == '[')) {
-        char close = s[i] == '(' ? ')' : ']';
-        if (end - i < 2 || s[end - 1] != close) return false;
-        i++, end--;
-    }
-    int mask = 0, item = 0;
-    while (item < 3) {
-        while (i < end && (s[i] == ' ' || s[i] == '\t')) i++;
-        size_t a = i;
-        while (i < end && s[i] != ',') i++;
-        size_t b = i;
-        while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t')) b--;
-        int v = loose_bool(s + a, b - a);
-        if (v < 0) return false;
-        if (v) mask |= 1 << item;
-        item++;
-        if (item < 3) {
-            if (i >= end) return false;
-            i++;  /* the comma */
-        }
-    }
-    if (i != end) return false;
-    *out = mask;
-    return true;
-}
-
-/* Parse one value for ki. `plain`: an unquoted YAML scalar (may be a number or boolean); `cli`: a
- * flag or environment value (plain text, booleans in any case). On failure writes the reason. */
-static bool parse_value(fl_config_key k, const char *s, size_t len, bool plain, bool cli, int *out, char *why,
-                        size_t n) {
-    const fl_config_keyinfo *ki = &KEYS[k];
-    char exp[160], got[200];
-    expected(ki, exp, sizeof exp);
-    /* A plain number is shown as written; anything else in quotes, so "3" and 3 read differently. */
-    bool numeric = plain && len > 0 && len < 40 && strspn(s, "0123456789+-.eE") == len;
-    if (numeric) snprintf(got, sizeof got, "%.*s", (int)len, s);
-    else show_text(s, len, got, sizeof got);
-    const char *unquote = "";
-    switch (ki->type) {
-    case FL_CFG_CHOICE:
-        for (int i = 0; ki->choices[i]; i++)
-            if (ieq(s, len, ki->choices[i])) { *out = i; return true; }
-        /* YAML 1.1 reads a bare `no` as false; Accelerate quotes it, people do not. */
-        if (k == FL_CFG_MIXED_PRECISION && plain && !cli && yaml_bool(s, len) == 0) { *out = FL_MP_NO; return true; }
-        if (k == FL_CFG_FP8_FORMAT && ieq(s, len, "e5m2")) {
-            snprintf(why, n, "E5M2 alone is not a training format (activations and weights need E4M3's "
-                     "precision; TransformerEngine refuses it too): expected %s, got %s", exp, got);
-            return false;
-        }
-        break;
-    case FL_CFG_INT: {
-        long long v;
-        if (!parse_int(s, len, &v)) break;
-        if (!plain && !cli) { unquote = " (a number in quotes is a string: remove the quotes)"; break; }
-        if (v < ki->min || v > ki->max) {
-            snprintf(why, n, "expected %s, got %lld", exp, v);
-            return false;
-        }
-        *out = (int)v;
-        return true;
-    }
-    case FL_CFG_BOOL: {
-        int v = cli ? loose_bool(s, len) : plain ? yaml_bool(s, len) : -1;
-        if (v >= 0) { *out = v; return true; }
-        if (!cli && !plain && yaml_bool(s, len) >= 0)
-            unquote = " (a boolean in quotes is a string: remove the quotes)";
-        break;
-    }
-    case FL_CFG_BOOL3: {
-        int b = cli ? loose_bool(s, len) : plain ? yaml_bool(s, len) : -1;
-        if (b == 0) { *out = 0; return true; }   /* Accelerate writes `false` for "no override" */
-        if (b == 1) {
-            snprintf(why, n, "true is ambiguous: expected %s", exp);
-            return false;
-        }
-        if (parse_bool3(s, len, out)) return true;
-        break;
-    }
-    }
-    snprintf(why, n, "expected %s, got %s%s", exp, got, unquote);
-    return false;
-}
-
-fl_status fl_config_set(fl_config *c, fl_config_key k, const char *text, const char *origin) {
-    if ((unsigned)k >= FL_CFG_KEY_COUNT) return FL_ERR(FL_EINVAL, "config: no setting number %d", (int)k);
-    char why[640];
-    int v;
-    if (!parse_value(k, text, strlen(text), true, true, &v, why, sizeof why))
-        return FL_ERR(FL_EINVAL, "%s: %s", origin ? origin : KEYS[k].name, why);
-    c->value[k] = v;
-    c->set |= 1u << k;
-    return FL_OK;
 }
 
 /* ---- the YAML tree ------------------------------------------------------------------------------ */
@@ -553,19 +256,20 @@ static bool is_null(const ynode *nd) {
                          eq(nd->text, nd->len, "Null") || eq(nd->text, nd->len, "NULL"));
 }
 
-static fl_status set_from_node(const loader *ld, fl_config *c, fl_config_key k, const char *shown_key, const ynode *v) {
+static fl_status set_from_node(const loader *ld, fl_config *c, fl_setting_id k, const char *shown_key, const ynode *v) {
     if (is_null(v)) return FL_OK;   /* `key:` or `key: null` = not set */
     /* Accelerate's ClusterConfig writes num_processes: -1 for "not given" (e.g. under Slurm). */
-    if (k == FL_CFG_NUM_PROCESSES && v->kind == N_SCALAR && v->plain && eq(v->text, v->len, "-1")) return FL_OK;
-    const fl_config_keyinfo *ki = &KEYS[k];
-    char why[640], exp[160];
+    if (k == FL_SET_NUM_PROCESSES && v->kind == N_SCALAR && v->plain && eq(v->text, v->len, "-1")) return FL_OK;
+    const fl_setting *r = fl_setting_info(k);
+    char why[640];
     int val = 0;
-    if (v->kind == N_SEQ && ki->type == FL_CFG_BOOL3) {
+    if (v->kind == N_SEQ && r->type == FL_SETTING_BOOL3) {
         if (v->n != 3) return ERR_AT(ld, v, "%s: expected a list of 3 booleans (fprop, dgrad, wgrad), got %zu item%s",
                                      shown_key, v->n, v->n == 1 ? "" : "s");
         for (size_t i = 0; i < 3; i++) {
             const ynode *it = v->kids[i];
-            int b = it->kind == N_SCALAR && it->plain ? yaml_bool(it->text, it->len) : -1;
+            int b = it->kind == N_SCALAR ? fl_setting_bool(it->text, it->len, it->plain ? FL_FROM_YAML_PLAIN
+                                                                                       : FL_FROM_YAML_QUOTED) : -1;
             if (b < 0) {
                 char got[200];
                 return ERR_AT(ld, it, "%s[%zu]: expected a boolean (true or false), got %s", shown_key, i + 1,
@@ -574,23 +278,24 @@ static fl_status set_from_node(const loader *ld, fl_config *c, fl_config_key k, 
             if (b) val |= 1 << i;
         }
     } else if (v->kind != N_SCALAR) {
-        expected(ki, exp, sizeof exp);
-        return ERR_AT(ld, v, "%s: expected %s, got %s", shown_key, exp, kind_name(v));
-    } else if (!parse_value(k, v->text, v->len, v->plain, false, &val, why, sizeof why)) {
+        fl_setting_mismatch(k, kind_name(v), why, sizeof why);
+        return ERR_AT(ld, v, "%s: %s", shown_key, why);
+    } else if (!fl_setting_parse(k, v->text, v->len, v->plain ? FL_FROM_YAML_PLAIN : FL_FROM_YAML_QUOTED, &val, why,
+                                 sizeof why)) {
         return ERR_AT(ld, v, "%s: %s", shown_key, why);
     }
-    c->value[k] = val;
-    c->set |= 1u << k;
+    fl_settings_put(&c->s, k, val);
     return FL_OK;
 }
 
 /* Names valid in one block, for suggestions. */
 static size_t scope_names(bool fp8_block, const char **out) {
     size_t n = 0;
-    for (int k = 0; k < FL_CFG_KEY_COUNT; k++) {
-        if (KEYS[k].in_fp8_block != fp8_block) continue;
-        out[n++] = KEYS[k].name;
-        if (KEYS[k].alias) out[n++] = KEYS[k].alias;
+    for (int k = 0; k < FL_SET_COUNT; k++) {
+        const fl_setting *r = file_row(k, fp8_block);
+        if (!r) continue;
+        out[n++] = r->name;
+        if (r->alias) out[n++] = r->alias;
     }
     if (!fp8_block) {
         out[n++] = "fp8_config";
@@ -609,27 +314,32 @@ static fl_status unknown_key(const loader *ld, const ynode *kn, bool fp8_block) 
     char shown[200];
     show_key(kn->text, kn->len, shown, sizeof shown);
     const char *where = fp8_block ? " in fp8_config" : "";
-    int k = strlen(kn->text) == kn->len ? fl_config_key_from_name(kn->text) : -1;
-    if (k >= 0)  /* a real key, at the wrong level */
+    int k = strlen(kn->text) == kn->len ? fl_setting_find(kn->text) : -1;
+    if (file_row(k, !fp8_block))  /* a real key, at the wrong level */
         return ERR_AT(ld, kn, "key %s belongs %s", shown,
-                      KEYS[k].in_fp8_block ? "inside the fp8_config: block" : "at the top level, not inside fp8_config");
+                      fp8_block ? "at the top level, not inside fp8_config" : "inside the fp8_config: block");
     if (fp8_block && (eq(kn->text, kn->len, "fp8_config") || accel_key(kn->text, kn->len) >= 0))
         return ERR_AT(ld, kn, "key %s belongs at the top level, not inside fp8_config", shown);
-    const char *names[FL_CFG_KEY_COUNT * 2 + 1 + N_ACCEL];
+    const char *names[FL_SET_COUNT * 2 + 1 + N_ACCEL];
     size_t n = scope_names(fp8_block, names);
-    const char *best = strlen(kn->text) == kn->len ? fl_config_suggest(kn->text, names, n) : NULL;
+    const char *best = strlen(kn->text) == kn->len ? fl_suggest(kn->text, names, n) : NULL;
     if (best) return ERR_AT(ld, kn, "unknown key %s%s (did you mean '%s'?)", shown, where, best);
-    if (fp8_block)
-        return ERR_AT(ld, kn, "unknown key %s%s (valid keys: backend, fp8_format, margin, interval, amax_history_len, "
-                      "amax_compute_algo, override_linear_precision, use_autocast_during_eval, opt_level, "
-                      "pad_inner_dim, enable_fsdp_float8_all_gather)", shown, where);
-    return ERR_AT(ld, kn, "unknown key %s (fp8lab reads mixed_precision, num_processes and fp8_config, and accepts "
-                  "Accelerate's own keys; docs/config.md lists them)", shown);
+    /* the keys this block takes, from the settings table */
+    char valid[600];
+    size_t o = 0;
+    valid[0] = 0;
+    for (int j = 0; j < FL_SET_COUNT; j++) {
+        const fl_setting *r = file_row(j, fp8_block);
+        if (r && o < sizeof valid) o += (size_t)snprintf(valid + o, sizeof valid - o, "%s%s", o ? ", " : "", r->name);
+    }
+    if (fp8_block) return ERR_AT(ld, kn, "unknown key %s%s (valid keys: %s)", shown, where, valid);
+    return ERR_AT(ld, kn, "unknown key %s (fp8lab reads %s and fp8_config, and accepts Accelerate's own keys; "
+                  "docs/config.md lists them)", shown, valid);
 }
 
 typedef struct {
-    size_t key_line[FL_CFG_KEY_COUNT + 1];   /* last slot: fp8_config */
-    const char *key_name[FL_CFG_KEY_COUNT + 1];
+    size_t key_line[FL_SET_COUNT + 1];   /* last slot: fp8_config */
+    const char *key_name[FL_SET_COUNT + 1];
     size_t accel_line[N_ACCEL];
 } seen_t;
 
@@ -649,17 +359,18 @@ static fl_status apply_map(const loader *ld, const ynode *map, bool fp8_block, f
         const ynode *kn = map->kids[i], *vn = map->kids[i + 1];
         if (kn->kind != N_SCALAR)
             return ERR_AT(ld, kn, "a key must be a name, got %s", kind_name(kn));
-        int k = strlen(kn->text) == kn->len ? fl_config_key_from_name(kn->text) : -1;
-        if (k >= 0 && KEYS[k].in_fp8_block == fp8_block) {
+        int k = strlen(kn->text) == kn->len ? fl_setting_find(kn->text) : -1;
+        const fl_setting *r = file_row(k, fp8_block);
+        if (r) {
             if (seen.key_line[k]) return duplicate(ld, kn, seen.key_name[k], seen.key_line[k]);
             seen.key_line[k] = kn->line;
-            seen.key_name[k] = KEYS[k].alias && strcmp(kn->text, KEYS[k].alias) == 0 ? KEYS[k].alias : KEYS[k].name;
+            seen.key_name[k] = r->alias && strcmp(kn->text, r->alias) == 0 ? r->alias : r->name;
             char shown_key[80];
             snprintf(shown_key, sizeof shown_key, "%s%s", fp8_block ? "fp8_config." : "", kn->text);
-            FL_TRY(set_from_node(ld, c, (fl_config_key)k, shown_key, vn));
+            FL_TRY(set_from_node(ld, c, (fl_setting_id)k, shown_key, vn));
         } else if (!fp8_block && eq(kn->text, kn->len, "fp8_config")) {
-            if (seen.key_line[FL_CFG_KEY_COUNT]) return duplicate(ld, kn, "fp8_config", seen.key_line[FL_CFG_KEY_COUNT]);
-            seen.key_line[FL_CFG_KEY_COUNT] = kn->line;
+            if (seen.key_line[FL_SET_COUNT]) return duplicate(ld, kn, "fp8_config", seen.key_line[FL_SET_COUNT]);
+            seen.key_line[FL_SET_COUNT] = kn->line;
             if (is_null(vn)) continue;
             if (vn->kind != N_MAP)
                 return ERR_AT(ld, vn, "fp8_config: expected a mapping of FP8 settings (backend: te, margin: 0, ...), got %s",
@@ -763,18 +474,21 @@ static fl_status make_parents(const char *path) {
     return FL_OK;
 }
 
-static void write_key(FILE *f, const fl_config *c, fl_config_key k, const char *indent) {
-    const fl_config_keyinfo *ki = &KEYS[k];
-    int v = c->value[k];
-    fprintf(f, "%s%s: ", indent, ki->name);
-    switch (ki->type) {
-    case FL_CFG_CHOICE: fprintf(f, "'%s'\n", ki->choices[v]); break;  /* quoted: a bare no is a boolean */
-    case FL_CFG_INT: fprintf(f, "%d\n", v); break;
-    case FL_CFG_BOOL: fprintf(f, "%s\n", v ? "true" : "false"); break;
-    case FL_CFG_BOOL3:
+static void write_key(FILE *f, const fl_config *c, fl_setting_id k, const char *indent) {
+    const fl_setting *r = fl_setting_info(k);
+    int v = c->s.value[k];
+    fprintf(f, "%s%s: ", indent, r->name);
+    switch (r->type) {
+    case FL_SETTING_CHOICE: fprintf(f, "'%s'\n", r->choices[v]); break;  /* quoted: a bare no is a boolean */
+    case FL_SETTING_BOOL3:
         fprintf(f, "[%s, %s, %s]\n", v & FL_OVERRIDE_FPROP ? "true" : "false", v & FL_OVERRIDE_DGRAD ? "true" : "false",
                 v & FL_OVERRIDE_WGRAD ? "true" : "false");
         break;
+    default: {
+        char buf[64];
+        fprintf(f, "%s\n", fl_setting_format(k, v, buf, sizeof buf));
+        break;
+    }
     }
 }
 
@@ -789,11 +503,13 @@ fl_status fl_config_write(const fl_config *c, const char *path) {
         return FL_ERR(FL_EIO, "%s: %s", path, strerror(errno));
     }
     fprintf(f, "# fp8lab config (docs/config.md lists every key)\n");
-    bool block = false;
-    for (int k = 0; k < FL_CFG_KEY_COUNT; k++) {
-        if (!fl_config_has(c, (fl_config_key)k)) continue;
-        if (KEYS[k].in_fp8_block && !block) { fprintf(f, "fp8_config:\n"); block = true; }
-        write_key(f, c, (fl_config_key)k, KEYS[k].in_fp8_block ? "  " : "");
+    for (int pass = 0; pass < 2; pass++) {   /* top-level keys, then the fp8_config: block */
+        bool block = false;
+        for (int k = 0; k < FL_SET_COUNT; k++) {
+            if (!fl_settings_has(&c->s, (fl_setting_id)k) || !file_row(k, pass == 1)) continue;
+            if (pass == 1 && !block) { fprintf(f, "fp8_config:\n"); block = true; }
+            write_key(f, c, (fl_setting_id)k, pass == 1 ? "  " : "");
+        }
     }
     errno = 0;
     bool ok = fflush(f) == 0 && !ferror(f);

@@ -12,6 +12,122 @@
 /* Activation kinds of the act_fwd/act_bwd kernels. */
 typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_COUNT } fl_act;
 
+/* The op entries of a device, each listed once as X(name, (parameters)); every one returns fl_status.
+ * fl_device's fields are made from these lists, and each device declares its functions from them
+ * (fl_cpu_dev_<name> in core/cpu/cpu_internal.h, fl_cuda_dev_<name> in kernels/cuda_entries.h), so an
+ * entry that does not match its field does not compile. A device may leave an entry NULL. */
+#define FL_DEVICE_ELEMENTWISE_ENTRIES(X)                                                                           \
+    /* strided copy with dtype conversion (non-FP8) */                                                             \
+    X(copy, (fl_tensor *dst, const fl_tensor *src))                                                                \
+    /* dst contiguous */                                                                                           \
+    X(fill, (fl_tensor *dst, double value))                                                                        \
+    X(binary, (fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b))                               \
+    X(binary_scalar, (fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool scalar_first))               \
+    X(unary, (fl_unop op, fl_tensor *dst, const fl_tensor *a))                                                     \
+    /* dim < 0: reduce all into a 1-element dst; else dst has a's shape with shape[dim] == 1                       \
+     * (keepdim layout). */                                                                                        \
+    X(reduce, (fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim))
+
+#define FL_DEVICE_ENTRIES(X)                                                                                       \
+    FL_DEVICE_ELEMENTWISE_ENTRIES(X)                                                                               \
+    /* dst[b] = a[b] x b[b] for 3-D inputs [B,M,K] x [B,K,N] (B may be 1; a or b may have batch                    \
+     * stride 0 for broadcast). Each operand's batch entries are row-major (stride[2] == 1) or                     \
+     * column-major, i.e. a transposed matrix (stride[1] == 1, stride[2] == rows); batch stride rows*cols          \
+     * or 0. dst is contiguous. Same dtype for a and b; dst fp32 or that dtype. */                                 \
+    X(matmul, (fl_tensor *dst, const fl_tensor *a, const fl_tensor *b))                                            \
+    /* dst (FP8, contiguous, scale_inv allocated) from src (contiguous fp32/bf16/fp16) with the                    \
+     * given per-tensor scale or per-index scales (scales: n floats on host, n = 1 or shape[axis]).                \
+     * Fills dst->scale_inv and dst->qstats, or sets dst->qfuture when the statistics come later                   \
+     * (tensor.h; the CUDA device: no stream sync per cast). */                                                    \
+    X(quantize, (fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p))              \
+    /* The same cast with current scaling, its scales derived on the device from src itself (no host               \
+     * round trip): per tensor (axis < 0) or per index along axis, amax = max |src| (NaN ignored) and              \
+     * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (scaling.h). */               \
+    X(quantize_current, (fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p))    \
+    /* Per-tensor quantize of a 2-D src [R, C] that also writes dst_t [C, R]: the same bytes transposed, in        \
+     * the same pass (the K-major copies Hopper's FP8 GEMMs need for dgrad and wgrad). scale: the host scale       \
+     * (delayed scaling), or NULL for current scaling with (margin, pow2). Saturating only. dst_t shares dst's     \
+     * scale_inv and statistics. NULL entry: the device needs no such copy (the CPU's GEMMs read transposed        \
+     * operands in place). The copy may be handed to fp8_gemm as a cache slot's content for that operand. */       \
+    X(quantize_transpose, (fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,             \
+                           int margin, bool pow2, fl_overflow p))                                                  \
+    /* dst contiguous */                                                                                           \
+    X(dequantize, (fl_tensor *dst, const fl_tensor *q))                                                            \
+    /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis]            \
+     * values), into host memory. */                                                                               \
+    X(amax, (const fl_tensor *src, int axis, float *out))                                                          \
+    /* ---- neural-network kernels (core/nn.c, core/linear.c) ------------------------------------                 \
+     * Pointers are this device's memory: contiguous fp32 buffers, row-major, "rows" = product of the              \
+     * leading dims, "cols" = the last dim; core/nn.c has checked the shapes. The CPU versions                     \
+     * (core/cpu/cpu_nn.h) document the maths of each and are the reference the others are tested                  \
+     * against. Results that core/ needs on the host (a loss, a count) come back through host pointers. */         \
+    X(act_fwd, (fl_act kind, const float *x, float *y, int64_t n))                                                 \
+    X(act_bwd, (fl_act kind, const float *x, const float *dy, float *dx, int64_t n))                               \
+    /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */                       \
+    X(softmax_fwd, (bool log, const float *x, float *y, int64_t rows, int64_t cols))                               \
+    X(softmax_bwd, (bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols))             \
+    /* Targets are class indices stored as floats; FL_EINVAL naming the first bad row for a target                 \
+     * outside [0, cols) that is not ignore_index. *loss (host) is the mean over counted rows. */                  \
+    X(cross_entropy_fwd, (const float *logits, const float *target, int64_t rows, int64_t cols,                    \
+                          int64_t ignore_index, float label_smoothing, double *loss, int64_t *count))              \
+    X(cross_entropy_bwd, (const float *logits, const float *target, int64_t rows, int64_t cols,                    \
+                          int64_t ignore_index, float label_smoothing, float dloss, float *dlogits))               \
+    /* *sum (host) = Σ (x−y)² accumulated in double;  backward: dx = f·(x − y). */                                 \
+    X(mse_fwd, (const float *x, const float *y, int64_t n, double *sum))                                           \
+    X(mse_bwd, (const float *x, const float *y, float *dx, int64_t n, float f))                                    \
+    /* LayerNorm over the last dim; w, b may be NULL; mean and rstd [rows] are saved for backward,                 \
+     * which writes dx and accumulates (+=) into dw, db when they are non-NULL. */                                 \
+    X(layernorm_fwd, (const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,          \
+                      int64_t rows, int64_t cols, float eps))                                                      \
+    X(layernorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,       \
+                      float *dx, float *dw, float *db, int64_t rows, int64_t cols))                                \
+    /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows                 \
+     * into dweight (+=), in index order (deterministic). */                                                       \
+    X(embedding_fwd, (const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y))     \
+    X(embedding_bwd, (const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim, float *dweight))   \
+    /* Inverted dropout, mask from Philox(seed) at block offset + i/4 for element i, so every device               \
+     * draws the same mask for the same (seed, offset). mask: n bytes of this device's memory. */                  \
+    X(dropout_fwd, (const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,                    \
+                    uint64_t offset))                                                                              \
+    X(dropout_bwd, (const uint8_t *mask, const float *dy, float *dx, int64_t n, float p))                          \
+    /* Scaled-dot-product attention on [B, H, T, D] q, k, v; att (B·H·T·T) keeps the probabilities                 \
+     * for backward, which overwrites dq, dk, dv. bf16 (bf16 autocast): every GEMM operand (q, k, v, P;            \
+     * dO, dS) rounded to bf16, fp32 accumulation; softmax and its backward in fp32 (core/cpu/cpu_nn.h). */        \
+    X(sdpa_fwd, (const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,     \
+                 int64_t T, int64_t D, float scale, bool causal, bool bf16))                                       \
+    X(sdpa_bwd, (const float *q, const float *k, const float *v, const float *att, const float *dout, float *dq,   \
+                 float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal,       \
+                 bool bf16))                                                                                       \
+    /* y[r, :] += b for r < rows (the linear layer's bias, in place). */                                           \
+    X(bias_add, (float *y, const float *b, int64_t rows, int64_t cols))                                            \
+    /* ---- optimizers (core/optim.c; maths in core/optim.h) -------------------------------------                 \
+     * Contiguous fp32 buffers of n elements; per-element arithmetic in the order of core/optim.c so               \
+     * results agree to fp32 rounding. msamp_adamw takes tensors that core/optim.c has validated. */               \
+    X(sgd, (float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,         \
+            double weight_decay, bool nesterov, bool first_step))                                                  \
+    X(adamw, (float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,      \
+              double eps, double weight_decay, int64_t step))                                                      \
+    X(msamp_adamw, (fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,          \
+                    fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,      \
+                    int64_t step))                                                                                 \
+    /* Σ x² of a contiguous fp32/bf16/fp16 tensor, accumulated in double, into host memory. */                     \
+    X(sumsq, (const fl_tensor *t, double *out))                                                                    \
+    /* ---- FP8 GEMM (core/fp8_linear.c) -----------------------------------------------------------               \
+     * dst [M, N] fp32 contiguous = (Σ_k dec(a)[m, k]·dec(b)[k, n]) · sa[m] · sb[n] (+ bias[n]), fp32              \
+     * accumulation of exact FP8 products. a [M, K] and b [K, N] are FP8 tensors, each contiguous or the           \
+     * transposed view of a contiguous one; a's scale_inv is per tensor or one per row (scale_axis 0),             \
+     * b's per tensor or one per column (scale_axis 1); bias fp32/bf16/fp16 [N] or NULL. a_cache, b_cache          \
+     * (optional): slots where the device keeps what it derives from a's / b's bytes (the CPU: their bf16          \
+     * decode; CUDA: b's K-major copy) to reuse on the next call with the same bytes in either orientation         \
+     * (the weight in fprop and dgrad, dY in dgrad and wgrad); the caller releases a slot when the bytes           \
+     * change. A device may leave a slot unused. fast_accum: the caller allows a reduced-precision                 \
+     * accumulator (cuBLASLt's FAST_ACCUM on Hopper; TransformerEngine uses it for fprop only); a device           \
+     * without one accumulates in fp32 as always. */                                                               \
+    X(fp8_gemm, (fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,                    \
+                 fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum))
+
+#define FL_DEVICE_FIELD(name, params) fl_status(*name) params;
+
 typedef struct fl_device {
     const char *name;                  /* "cpu", "cuda" */
     fl_status (*alloc)(size_t nbytes, void **ptr);
@@ -20,108 +136,8 @@ typedef struct fl_device {
     fl_status (*to_host)(void *host_dst, const void *dev_src, size_t nbytes);
     fl_status (*from_host)(void *dev_dst, const void *host_src, size_t nbytes);
 
-    fl_status (*copy)(fl_tensor *dst, const fl_tensor *src);          /* strided copy with dtype conversion (non-FP8) */
-    fl_status (*fill)(fl_tensor *dst, double value);                 /* dst contiguous */
-    fl_status (*binary)(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
-    fl_status (*binary_scalar)(fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool scalar_first);
-    fl_status (*unary)(fl_unop op, fl_tensor *dst, const fl_tensor *a);
-    /* dim < 0: reduce all into a 1-element dst; else dst has a's shape with shape[dim] == 1 (keepdim layout). */
-    fl_status (*reduce)(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim);
-    /* dst[b] = a[b] x b[b] for 3-D inputs [B,M,K] x [B,K,N] (B may be 1; a or b may have batch
-     * stride 0 for broadcast). Each operand's batch entries are row-major (stride[2] == 1) or
-     * column-major, i.e. a transposed matrix (stride[1] == 1, stride[2] == rows); batch stride rows*cols
-     * or 0. dst is contiguous. Same dtype for a and b; dst fp32 or that dtype. */
-    fl_status (*matmul)(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
-    /* dst (FP8, contiguous, scale_inv allocated) from src (contiguous fp32/bf16/fp16) with the
-     * given per-tensor scale or per-index scales (scales: n floats on host, n = 1 or shape[axis]).
-     * Fills dst->scale_inv and dst->qstats, or sets dst->qfuture when the statistics come later
-     * (tensor.h; the CUDA device: no stream sync per cast). */
-    fl_status (*quantize)(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
-    /* The same cast with current scaling, its scales derived on the device from src itself (no host
-     * round trip): per tensor (axis < 0) or per index along axis, amax = max |src| (NaN ignored) and
-     * scale = fl_scale_for(max(amax, FL_AMAX_FLOOR), dst's format, margin, pow2, 1) (scaling.h). */
-    fl_status (*quantize_current)(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
-    /* Per-tensor quantize of a 2-D src [R, C] that also writes dst_t [C, R]: the same bytes transposed, in
-     * the same pass (the K-major copies Hopper's FP8 GEMMs need for dgrad and wgrad). scale: the host scale
-     * (delayed scaling), or NULL for current scaling with (margin, pow2). Saturating only. dst_t shares dst's
-     * scale_inv and statistics. NULL entry: the device needs no such copy (the CPU's GEMMs read transposed
-     * operands in place). The copy may be handed to fp8_gemm as a cache slot's content for that operand. */
-    fl_status (*quantize_transpose)(fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,
-                                    int margin, bool pow2, fl_overflow p);
-    fl_status (*dequantize)(fl_tensor *dst, const fl_tensor *q);      /* dst contiguous */
-    /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis] values), into host memory. */
-    fl_status (*amax)(const fl_tensor *src, int axis, float *out);
-
-    /* ---- neural-network kernels (core/nn.c, core/linear.c) ------------------------------------
-     * Pointers are this device's memory: contiguous fp32 buffers, row-major, "rows" = product of the
-     * leading dims, "cols" = the last dim; core/nn.c has checked the shapes. The CPU versions
-     * (core/cpu/cpu_nn.h) document the maths of each and are the reference the others are tested
-     * against. Results that core/ needs on the host (a loss, a count) come back through host pointers. */
-    fl_status (*act_fwd)(fl_act kind, const float *x, float *y, int64_t n);
-    fl_status (*act_bwd)(fl_act kind, const float *x, const float *dy, float *dx, int64_t n);
-    /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */
-    fl_status (*softmax_fwd)(bool log, const float *x, float *y, int64_t rows, int64_t cols);
-    fl_status (*softmax_bwd)(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
-    /* Targets are class indices stored as floats; FL_EINVAL naming the first bad row for a target
-     * outside [0, cols) that is not ignore_index. *loss (host) is the mean over counted rows. */
-    fl_status (*cross_entropy_fwd)(const float *logits, const float *target, int64_t rows, int64_t cols,
-                                   int64_t ignore_index, float label_smoothing, double *loss, int64_t *count);
-    fl_status (*cross_entropy_bwd)(const float *logits, const float *target, int64_t rows, int64_t cols,
-                                   int64_t ignore_index, float label_smoothing, float dloss, float *dlogits);
-    /* *sum (host) = Σ (x−y)² accumulated in double;  backward: dx = f·(x − y). */
-    fl_status (*mse_fwd)(const float *x, const float *y, int64_t n, double *sum);
-    fl_status (*mse_bwd)(const float *x, const float *y, float *dx, int64_t n, float f);
-    /* LayerNorm over the last dim; w, b may be NULL; mean and rstd [rows] are saved for backward,
-     * which writes dx and accumulates (+=) into dw, db when they are non-NULL. */
-    fl_status (*layernorm_fwd)(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-                               int64_t rows, int64_t cols, float eps);
-    fl_status (*layernorm_bwd)(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
-                               float *dx, float *dw, float *db, int64_t rows, int64_t cols);
-    /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows
-     * into dweight (+=), in index order (deterministic). */
-    fl_status (*embedding_fwd)(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y);
-    fl_status (*embedding_bwd)(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim, float *dweight);
-    /* Inverted dropout, mask from Philox(seed) at block offset + i/4 for element i, so every device
-     * draws the same mask for the same (seed, offset). mask: n bytes of this device's memory. */
-    fl_status (*dropout_fwd)(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset);
-    fl_status (*dropout_bwd)(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
-    /* Scaled-dot-product attention on [B, H, T, D] q, k, v; att (B·H·T·T) keeps the probabilities
-     * for backward, which overwrites dq, dk, dv. bf16 (bf16 autocast): every GEMM operand (q, k, v, P;
-     * dO, dS) rounded to bf16, fp32 accumulation; softmax and its backward in fp32 (core/cpu/cpu_nn.h). */
-    fl_status (*sdpa_fwd)(const float *q, const float *k, const float *v, float *out, float *att,
-                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16);
-    fl_status (*sdpa_bwd)(const float *q, const float *k, const float *v, const float *att, const float *dout,
-                          float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                          bool causal, bool bf16);
-    /* y[r, :] += b for r < rows (the linear layer's bias, in place). */
-    fl_status (*bias_add)(float *y, const float *b, int64_t rows, int64_t cols);
-
-    /* ---- optimizers (core/optim.c; maths in core/optim.h) -------------------------------------
-     * Contiguous fp32 buffers of n elements; per-element arithmetic in the order of core/optim.c so
-     * results agree to fp32 rounding. msamp_adamw takes tensors that core/optim.c has validated. */
-    fl_status (*sgd)(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
-                     double weight_decay, bool nesterov, bool first_step);
-    fl_status (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
-                       double eps, double weight_decay, int64_t step);
-    fl_status (*msamp_adamw)(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
-                             fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,
-                             int64_t step);
-    /* Σ x² of a contiguous fp32/bf16/fp16 tensor, accumulated in double, into host memory. */
-    fl_status (*sumsq)(const fl_tensor *t, double *out);
-
-    /* ---- FP8 GEMM (core/fp8_linear.c) -----------------------------------------------------------
-     * dst [M, N] fp32 contiguous = (Σ_k dec(a)[m, k]·dec(b)[k, n]) · sa[m] · sb[n] (+ bias[n]), fp32
-     * accumulation of exact FP8 products. a [M, K] and b [K, N] are FP8 tensors, each contiguous or the
-     * transposed view of a contiguous one; a's scale_inv is per tensor or one per row (scale_axis 0),
-     * b's per tensor or one per column (scale_axis 1); bias fp32/bf16/fp16 [N] or NULL. a_cache, b_cache
-     * (optional): slots where the device keeps what it derives from a's / b's bytes (the CPU: their bf16
-     * decode; CUDA: b's K-major copy) to reuse on the next call with the same bytes in either orientation
-     * (the weight in fprop and dgrad, dY in dgrad and wgrad); the caller releases a slot when the bytes
-     * change. A device may leave a slot unused. fast_accum: the caller allows a reduced-precision
-     * accumulator (cuBLASLt's FAST_ACCUM on Hopper; TransformerEngine uses it for fprop only); a device
-     * without one accumulates in fp32 as always. */
-    fl_status (*fp8_gemm)(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum);
+    /* The op entries, as FL_DEVICE_ENTRIES lists them. */
+    FL_DEVICE_ENTRIES(FL_DEVICE_FIELD)
 } fl_device;
 
 const fl_device *fl_device_get(int id);   /* NULL if that device is not available */

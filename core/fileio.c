@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,7 +117,10 @@ fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
     umask(um);
 #ifdef O_TMPFILE
     af->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666 & ~um);
-    if (af->fd >= 0) return FL_OK;
+    if (af->fd >= 0) {
+        (void)flock(af->fd, LOCK_EX);   /* held until closed: marks the file's future name as in use */
+        return FL_OK;
+    }
 #endif
     /* no O_TMPFILE here (old kernel, some file systems): a named temporary file */
     if (snprintf(af->tmp, sizeof af->tmp, "%s.tmpXXXXXX", path) >= (int)sizeof af->tmp)
@@ -137,10 +142,44 @@ void fl_atomic_abort(fl_atomic_file *af) {
     af->tmp[0] = 0;
 }
 
+/* The names fl_atomic_commit gives a finished file before renaming it over path are
+ * "<path>.tmp<pid>.<n>". A writer killed between those two calls (SIGKILL is delivered when the link
+ * call returns) leaves its link behind. A writer holds an flock on its file from fl_atomic_begin until it
+ * closes it after the rename, and the kernel drops the lock of a dead process: a link whose file can be
+ * locked has no live writer, and goes. (Process ids would not do: they are reused.) */
+static void remove_stale_links(const char *path) {
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t lb = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        const char *n = ent->d_name;
+        if (strncmp(n, base, lb) != 0 || strncmp(n + lb, ".tmp", 4) != 0) continue;
+        char *end, *end2;
+        long pid = strtol(n + lb + 4, &end, 10);
+        if (end == n + lb + 4 || *end != '.' || pid <= 0) continue;
+        strtol(end + 1, &end2, 10);
+        if (end2 == end + 1 || *end2) continue;
+        char full[8192];
+        if (snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full) continue;
+        int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat sb;
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0) (void)unlink(full);
+        close(fd);
+    }
+    closedir(d);
+}
+
 fl_status fl_atomic_commit(fl_atomic_file *af) {
     int e = 0;
     if (fsync(af->fd) != 0) { e = errno; goto fail; }
     if (!af->tmp[0]) {
+        remove_stale_links(af->path);
         /* give the unnamed file a name next to the target, then rename it over the target */
         char proc[64];
         snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);

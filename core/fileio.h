@@ -1,7 +1,9 @@
 /* fileio.h — reading files a user names, and writing files atomically. Readers refuse anything but a
  * regular file (a named pipe would block for ever, a device never end) and cap the size; writers put
- * the data in an unnamed temporary file (O_TMPFILE) that gets a name only once complete, so a writer
- * that is killed leaves nothing behind, then fsync, rename over the target, fsync the directory. */
+ * the data in an unnamed temporary file (O_TMPFILE) that gets a name only once complete, then fsync,
+ * rename over the target, fsync the directory. A writer killed while writing leaves nothing behind; one
+ * killed between naming the finished file and renaming it leaves that name ("<path>.tmp<pid>.<n>"), which
+ * the next write to the same path removes. */
 #ifndef FL_FILEIO_H
 #define FL_FILEIO_H
 #include <stddef.h>

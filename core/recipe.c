@@ -2,21 +2,29 @@
 #include "recipe.h"
 #include <string.h>
 
-const char *const fl_ao_config_names[] = { "tensorwise", "rowwise", "rowwise_with_gw_hp" };
-_Static_assert(sizeof fl_ao_config_names / sizeof *fl_ao_config_names == FL_AO_CONFIG_COUNT, "an ao config without a name");
-
 /* MS-AMP's window for inputs and output gradients. */
 #define MSAMP_HISTORY 16
 
-void fl_recipe_defaults(fl_recipe *r, fl_fp8_backend b) {
+void fl_recipe_from_settings(fl_recipe *r, const fl_settings *s) {
     memset(r, 0, sizeof *r);
-    r->backend = b;
-    r->fp8_format = FL_RECIPE_HYBRID;
-    r->margin = 0;
-    r->interval = 1;
-    r->amax_history_len = 1024;
-    r->amax_compute_algo = FL_AMAX_MOST_RECENT;
-    r->ao_config = FL_AO_TENSORWISE;
+    r->backend = (fl_fp8_backend)fl_settings_get(s, FL_SET_BACKEND);
+    r->fp8_format = (fl_recipe_format)fl_settings_get(s, FL_SET_FP8_FORMAT);
+    r->margin = fl_settings_get(s, FL_SET_MARGIN);
+    r->interval = fl_settings_get(s, FL_SET_INTERVAL);
+    r->amax_history_len = fl_settings_get(s, FL_SET_AMAX_HISTORY_LEN);
+    r->amax_compute_algo = (fl_amax_algo)fl_settings_get(s, FL_SET_AMAX_COMPUTE_ALGO);
+    int olp = fl_settings_get(s, FL_SET_OVERRIDE_LINEAR_PRECISION);
+    r->override_linear_precision[0] = olp & FL_OVERRIDE_FPROP;
+    r->override_linear_precision[1] = olp & FL_OVERRIDE_DGRAD;
+    r->override_linear_precision[2] = olp & FL_OVERRIDE_WGRAD;
+    r->ao_config = (fl_ao_config)fl_settings_get(s, FL_SET_AO_CONFIG);
+}
+
+void fl_recipe_defaults(fl_recipe *r, fl_fp8_backend b) {
+    fl_settings s;
+    fl_settings_init(&s);
+    fl_settings_put(&s, FL_SET_BACKEND, (int)b);
+    fl_recipe_from_settings(r, &s);
 }
 
 static fl_role_config role(fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin, fl_amax_algo algo, int len,

@@ -12,13 +12,9 @@
 #ifndef FL_RECIPE_H
 #define FL_RECIPE_H
 #include <stdbool.h>
-#include "config.h"       /* fl_fp8_backend, fl_recipe_format */
+#include "settings.h"     /* fl_fp8_backend, fl_recipe_format, fl_ao_config: the settings a recipe reads */
 #include "fp8_linear.h"   /* fl_fp8_role, fl_fp8_granularity */
 #include "scaling.h"
-
-/* torchao's Float8LinearConfig recipes. */
-typedef enum { FL_AO_TENSORWISE = 0, FL_AO_ROWWISE, FL_AO_ROWWISE_GW_HP, FL_AO_CONFIG_COUNT } fl_ao_config;
-extern const char *const fl_ao_config_names[];   /* FL_AO_CONFIG_COUNT: "tensorwise", "rowwise", ... */
 
 /* The resolved settings a recipe reads (fp8.kwargs.resolve's fp8_recipe). Fields another backend
  * owns are ignored. */
@@ -33,8 +29,10 @@ typedef struct {
     fl_ao_config ao_config;              /* ao */
 } fl_recipe;
 
-/* The defaults of docs/recipes.md for backend b: HYBRID, margin 0, interval 1, history 1024,
- * most_recent, no overrides, tensorwise. */
+/* The recipe a set of settings gives: backend and fields from s, each one not given at its default
+ * in the settings table (settings.h). */
+void fl_recipe_from_settings(fl_recipe *r, const fl_settings *s);
+/* The recipe of backend b with every field at its default. */
 void fl_recipe_defaults(fl_recipe *r, fl_fp8_backend b);
 
 /* One role's configuration: fl_scaling_init's arguments. */

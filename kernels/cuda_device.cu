@@ -352,7 +352,7 @@ fl_status quantize_async(fl_tensor *dst, const fl_tensor *src, const float *scal
     return sink.finish(dst);
 }
 
-fl_status cuda_quantize_transpose_entry(fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,
+fl_status fl_cuda_dev_quantize_transpose(fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,
                                         int margin, bool pow2, fl_overflow p) {
     size_t nscale;
     FL_TRY(check_quantize(dst, src, -1, &nscale));
@@ -389,17 +389,17 @@ fl_status cuda_quantize_transpose_entry(fl_tensor *dst, fl_tensor *dst_t, const 
     return FL_OK;
 }
 
-fl_status cuda_quantize_entry(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
+fl_status fl_cuda_dev_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
     return quantize_async(dst, src, scales, false, 0, false, axis, p);
 }
 
-fl_status cuda_quantize_current_entry(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2,
+fl_status fl_cuda_dev_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2,
                                       fl_overflow p) {
     if (margin < 0 || margin > 64) return FL_ERR(FL_EINVAL, "quantize on cuda: margin must be in 0..64, got %d", margin);
     return quantize_async(dst, src, NULL, true, margin, pow2, axis, p);
 }
 
-fl_status cuda_dequantize_entry(fl_tensor *dst, const fl_tensor *q) {
+fl_status fl_cuda_dev_dequantize(fl_tensor *dst, const fl_tensor *q) {
     if (q->dtype != FL_E4M3 && q->dtype != FL_E5M2)
         return FL_ERR(FL_EINVAL, "dequantize on cuda: expected an e4m3 or e5m2 tensor, got %s",
                       fl_format(q->dtype)->name);
@@ -417,7 +417,7 @@ fl_status cuda_dequantize_entry(fl_tensor *dst, const fl_tensor *q) {
                            (const float *)fl_tensor_data(q->scale_inv), len, inner, stream);
 }
 
-fl_status cuda_amax_entry(const fl_tensor *src, int axis, float *out) {
+fl_status fl_cuda_dev_amax(const fl_tensor *src, int axis, float *out) {
     FL_TRY(check_src(src, "amax"));
     return run_amax(src, axis, out);
 }
@@ -435,11 +435,11 @@ const fl_device cuda_device = {
     .unary = fl_cuda_dev_unary,
     .reduce = fl_cuda_dev_reduce,
     .matmul = fl_cuda_dev_matmul,
-    .quantize = cuda_quantize_entry,
-    .quantize_current = cuda_quantize_current_entry,
-    .quantize_transpose = cuda_quantize_transpose_entry,
-    .dequantize = cuda_dequantize_entry,
-    .amax = cuda_amax_entry,
+    .quantize = fl_cuda_dev_quantize,
+    .quantize_current = fl_cuda_dev_quantize_current,
+    .quantize_transpose = fl_cuda_dev_quantize_transpose,
+    .dequantize = fl_cuda_dev_dequantize,
+    .amax = fl_cuda_dev_amax,
     .act_fwd = fl_cuda_dev_act_fwd,
     .act_bwd = fl_cuda_dev_act_bwd,
     .softmax_fwd = fl_cuda_dev_softmax_fwd,

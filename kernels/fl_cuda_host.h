@@ -13,13 +13,12 @@
 extern "C" {
 #endif
 
-/* Host runs of the device code (kernels/elementwise.cu, reduce.cu, matmul.cu): CPU tensors in. */
-fl_status fl_cuda_copy_host(fl_tensor *dst, const fl_tensor *src);
-fl_status fl_cuda_fill_host(fl_tensor *dst, double value);
-fl_status fl_cuda_binary_host(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
-fl_status fl_cuda_binary_scalar_host(fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool scalar_first);
-fl_status fl_cuda_unary_host(fl_unop op, fl_tensor *dst, const fl_tensor *a);
-fl_status fl_cuda_reduce_host(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim);
+/* Host runs of the device code (kernels/elementwise.cu, reduce.cu, matmul.cu): CPU tensors in.
+ * fl_cuda_<name>_host for the elementwise entries of core/device.h (copy ... reduce), with their
+ * parameters; then Σx² and the GEMM's argument setup. */
+#define FL_CUDA_HOST_DECLARE(name, params) fl_status fl_cuda_##name##_host params;
+FL_DEVICE_ELEMENTWISE_ENTRIES(FL_CUDA_HOST_DECLARE)
+#undef FL_CUDA_HOST_DECLARE
 fl_status fl_cuda_sumsq_host(const fl_tensor *t, double *out);
 fl_status fl_cuda_matmul_args_host(const fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, fl_cuda_gemm_args *g);
 uint16_t fl_cuda_f32_to_bf16_host(float x);

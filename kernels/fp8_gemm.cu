@@ -6,7 +6,7 @@
  * coalesced loads and stores). Scales: per tensor on both sides → cuBLASLt's alpha (a_scale_inv ·
  * b_scale_inv) and its bias epilogue (or gemm_lt's bias pass); a per-row sa or per-column sb → the GEMM
  * runs with unit scales and one epilogue pass applies acc·(sa[m]·sb[n]) + bias[n] — the CPU's expression
- * (core/cpu/cpu_fp8_gemm.c, the scale pass of fl_cpu_fp8_gemm), separately rounded. Where the FP8 GEMM cannot run (k or n not multiples
+ * (core/cpu/cpu_fp8_gemm.c, the scale pass of fl_cpu_dev_fp8_gemm), separately rounded. Where the FP8 GEMM cannot run (k or n not multiples
  * of 16, an unaligned operand, e5m2 × e5m2, a GPU below sm_89, or cuBLASLt refusing it) both operands are
  * decoded exactly to bf16 (K-major) and multiplied by a bf16 GEMM with fp32 accumulation — the same exact
  * products — followed by the same epilogue. b_cache keeps what was derived from b's bytes: its K-major

@@ -118,11 +118,14 @@ int luaopen_fp8_core(lua_State *L) {
     luaL_requiref(L, "fp8.cuda", luaopen_fp8_cuda, 0);
     lua_setfield(L, -2, "cuda");
     { int luaopen_fp8_data(lua_State *L); luaL_requiref(L, "fp8._data", luaopen_fp8_data, 0); lua_pop(L, 1); } /* l_data.c, used by fp8.data */
-    { int luaopen_fp8_config(lua_State *L); luaL_requiref(L, "fp8.config", luaopen_fp8_config, 0); lua_setfield(L, -2, "config"); }  /* l_config.c: config.yaml, launch helpers */
+    { int luaopen_fp8_settings(lua_State *L); luaL_requiref(L, "fp8.settings", luaopen_fp8_settings, 0); lua_setfield(L, -2, "settings"); }  /* l_settings.c: the settings table */
+    { int luaopen_fp8_sys(lua_State *L); luaL_requiref(L, "fp8.sys", luaopen_fp8_sys, 0); lua_pop(L, 1); }  /* l_sys.c: process helpers */
+    { int luaopen_fp8_config(lua_State *L); luaL_requiref(L, "fp8.config", luaopen_fp8_config, 0); lua_setfield(L, -2, "config"); }  /* l_config.c: config.yaml */
     lua_pushstring(L, fl_dtype_choices());
     lua_setfield(L, -2, "dtype_choices");
     { int luaopen_fp8_optim_c(lua_State *L); luaL_requiref(L, "fp8._optim", luaopen_fp8_optim_c, 0); lua_setfield(L, -2, "_optim"); }  /* l_optim.c: fused optimizer steps */
-    { int luaopen_fp8_recipe_c(lua_State *L); luaL_requiref(L, "fp8._recipe", luaopen_fp8_recipe_c, 0); lua_pop(L, 1); }  /* l_recipe.c: FP8 layers, MS-AMP Adam */
+    { int luaopen_fp8_layer_c(lua_State *L); luaL_requiref(L, "fp8._fp8_layer", luaopen_fp8_layer_c, 0); lua_pop(L, 1); }  /* l_fp8_layer.c: FP8 layer state, FP8 linear */
+    { int luaopen_fp8_memory(lua_State *L); luaL_requiref(L, "fp8._memory", luaopen_fp8_memory, 0); lua_pop(L, 1); }  /* l_memory.c: allocator counters */
     { int luaopen_fp8_dist_c(lua_State *L); luaL_requiref(L, "fp8._dist", luaopen_fp8_dist_c, 0); lua_pop(L, 1); }  /* l_dist.c: MPI collectives, DDP reducer */
     { int luaopen_fp8_profiler_c(lua_State *L); luaL_requiref(L, "fp8._profiler", luaopen_fp8_profiler_c, 0); lua_pop(L, 1); }  /* l_profiler.c: used by fp8.profiler */
     { int luaopen_fp8_checkpoint_c(lua_State *L); luaL_requiref(L, "fp8._checkpoint", luaopen_fp8_checkpoint_c, 0);  /* l_checkpoint.c */

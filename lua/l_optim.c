@@ -1,4 +1,4 @@
-/* l_optim.c — the C half of fp8.optim: fused SGD/AdamW steps and the in-place helpers that
+/* l_optim.c — the C half of fp8.optim: fused SGD, AdamW and MS-AMP AdamW steps and the in-place helpers that
  * clip_grad_norm_ and load_state_dict need (Σx², scale_, copy_). Published as fp8.core._optim
  * (require "fp8._optim"); the Lua files under lua/fp8/optim and lua/fp8/nn are the user-facing API. */
 #include <math.h>
@@ -26,19 +26,38 @@ static int l_sgd_step(lua_State *L) {
     return 0;
 }
 
+/* AdamW's hyperparameters at arguments first .. first+5: lr, beta1, beta2, eps, weight_decay, step. */
+typedef struct { double lr, b1, b2, eps, wd; int64_t step; } adam_args;
+static adam_args check_adam(lua_State *L, int first, const char *fname) {
+    adam_args a;
+    a.lr = check_num(L, first, fname, "lr");
+    a.b1 = check_num(L, first + 1, fname, "beta1");
+    a.b2 = check_num(L, first + 2, fname, "beta2");
+    a.eps = check_num(L, first + 3, fname, "eps");
+    a.wd = check_num(L, first + 4, fname, "weight_decay");
+    int isint = 0;
+    a.step = (int64_t)lua_tointegerx(L, first + 5, &isint);
+    if (!isint) luaL_error(L, "%s: step must be an integer, got %s", fname, luaL_typename(L, first + 5));
+    return a;
+}
+
 /* adamw_step(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) */
 static int l_adamw_step(lua_State *L) {
     fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2);
     fl_tensor *m = fl_lchecktensor(L, 3), *v = fl_lchecktensor(L, 4);
-    double lr = check_num(L, 5, "adamw_step", "lr");
-    double b1 = check_num(L, 6, "adamw_step", "beta1");
-    double b2 = check_num(L, 7, "adamw_step", "beta2");
-    double eps = check_num(L, 8, "adamw_step", "eps");
-    double wd = check_num(L, 9, "adamw_step", "weight_decay");
-    int isint = 0;
-    lua_Integer step = lua_tointegerx(L, 10, &isint);
-    if (!isint) return luaL_error(L, "adamw_step: step must be an integer, got %s", luaL_typename(L, 10));
-    fl_lcheck(L, fl_adamw_step(p, g, m, v, lr, b1, b2, eps, wd, (int64_t)step));
+    adam_args a = check_adam(L, 5, "adamw_step");
+    fl_lcheck(L, fl_adamw_step(p, g, m, v, a.lr, a.b1, a.b2, a.eps, a.wd, a.step));
+    return 0;
+}
+
+/* msamp_adamw_step(p, g, m, v, v_scale_inv, p_fp8|nil, lr, beta1, beta2, eps, weight_decay, step): MS-AMP's
+ * low-bit AdamW (E4M3 first moment, fp16 second with its scale; O3: re-casts the E4M3 weight copy). */
+static int l_msamp_adamw_step(lua_State *L) {
+    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2), *m = fl_lchecktensor(L, 3);
+    fl_tensor *v = fl_lchecktensor(L, 4), *vs = fl_lchecktensor(L, 5);
+    fl_tensor *pq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
+    adam_args a = check_adam(L, 7, "msamp_adamw_step");
+    fl_lcheck(L, fl_msamp_adamw_step(p, g, m, v, vs, pq, a.lr, a.b1, a.b2, a.eps, a.wd, a.step));
     return 0;
 }
 
@@ -76,6 +95,7 @@ static int l_copy_(lua_State *L) {
 static const luaL_Reg optim_funcs[] = {
     {"sgd_step", l_sgd_step},
     {"adamw_step", l_adamw_step},
+    {"msamp_adamw_step", l_msamp_adamw_step},
     {"sumsq", l_sumsq},
     {"scale_", l_scale_},
     {"copy_", l_copy_},

@@ -75,6 +75,13 @@ int fl_lcheckf(lua_State *L, fl_status s, const char *fname);
  * not one; assign t.<key> = value at stack index val and return 1, or 0 when not one. */
 int fl_lautograd_field(lua_State *L, fl_tensor *t, const char *key);
 int fl_lautograd_setfield(lua_State *L, fl_tensor *t, const char *key, int val);
+/* Settings (l_settings.c over core/settings.h). The Lua value at idx as setting k (an fl_setting_id)
+ * stores it, checked by the settings table; raises "origin: expected …, got …" (origin NULL: the
+ * setting's name). strings_as_text: a string is read as a flag's text ("false", "3") whatever the type. */
+int fl_lchecksetting(lua_State *L, int idx, int k, const char *origin, int strings_as_text);
+/* Push stored value v of setting k as Lua sees it ("te", 3, true, {false, false, true}). */
+void fl_lpushsetting(lua_State *L, int k, int v);
+
 void fl_lopen_autograd(lua_State *L);   /* into the fp8.core table at -1, after fl_lopen_tensor */
 void fl_lopen_nn(lua_State *L);         /* sets core._nn and package.loaded["fp8._nn"] */
 

@@ -28,7 +28,7 @@ local opts = require("fp8.args").parse(arg or {}, {
 }, { usage = "usage: fp8lab scripts/bench_train.lua [options]", about = "Times training steps. Options:" })
 local steps, warmup = opts.steps, opts.warmup
 local gpt_params = 0
-local R = require "fp8._recipe"
+local R = require "fp8._memory"   -- allocator counters
 
 local function accelerator()
   local mp, h = opts["mixed-precision"], nil
@@ -119,7 +119,10 @@ end
 
 if opts.model == "mlp" or opts.model == "all" then
   local ms, act = bench_mlp()
-  print(("model=mlp ms_per_step=%.2f steps=%d peak_rss_mib=%.0f act_mib=%.1f"):format(ms, steps, rss_peak_mib(), act))
+  -- 6 FLOPs per weight per example (forward 2, backward 4): 784·512 + 512·256 + 256·10 weights, batch 256
+  local gflop = 6 * (784 * 512 + 512 * 256 + 256 * 10) * 256 / 1e9
+  print(("model=mlp ms_per_step=%.2f steps=%d peak_rss_mib=%.0f act_mib=%.1f gflop_per_step=%.3f"):format(ms, steps,
+    rss_peak_mib(), act, gflop))
 end
 if opts.model == "gpt" or opts.model == "all" then
   local ms, act = bench_gpt()
@@ -128,7 +131,8 @@ if opts.model == "gpt" or opts.model == "all" then
   -- attention scores and values, forward and backward), against the GPU's dense bf16 peak.
   local tokens = opts.batch * opts.seq
   local flops = tokens * (6 * gpt_params + 12 * opts.layers * opts["d-model"] * opts.seq)
-  line = line .. (" params=%d tokens_per_s=%.0f tflops=%.1f"):format(gpt_params, tokens / (ms / 1000), flops / (ms / 1000) / 1e12)
+  line = line .. (" params=%d tokens_per_s=%.0f tflops=%.1f gflop_per_step=%.3f"):format(gpt_params, tokens / (ms / 1000),
+    flops / (ms / 1000) / 1e12, flops / 1e9)
   if not opts.cpu and fp8.cuda.is_available() then
     line = line .. (" mfu=%.1f%% gpu_peak_gib=%.2f"):format(100 * flops / (ms / 1000) / (opts["peak-tflops"] * 1e12),
       fp8.cuda.max_memory_allocated() / 2 ^ 30)

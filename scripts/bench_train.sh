@@ -2,23 +2,40 @@
 # bench_train.sh BUILD — one training step of the MLP and the small GPT, all in one run:
 #   fp8lab: fp32, bf16 autocast, and the FP8 recipes (te HYBRID, ao tensorwise, msamp O2) through
 #           fp8.Accelerator, at 1 and 2 threads;
-#   PyTorch (Debian's python3-torch): fp32 and bf16 autocast, 1 and 2 threads;
-# then writes the table, the ratios against PyTorch's best setting, and the activation memory into
-# docs/performance.md. Skips the PyTorch rows when torch is missing.
+#   PyTorch 2.x from PyPI in a virtual environment outside the repository (TORCH2_PYTHON, default
+#           /opt/torch2/bin/python3; `python3 -m venv /opt/torch2 && /opt/torch2/bin/pip install torch`):
+#           fp32 and bf16 autocast, eager and torch.compile, 1 and 2 threads — the main peer;
+#   PyTorch (Debian's python3-torch 1.13): fp32 and bf16 autocast, 1 and 2 threads;
+#   the CPU's arithmetic limits (scripts/bench_peak.c: fp32 FMA, bf16 dot) at 1 and 2 threads;
+# then writes the table, the ratios against each peer's best setting, each step's fraction of the limit, and
+# the activation memory into docs/performance.md. Skips a peer's rows when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/perfdoc.sh
 B=${1:-build}
 STEPS=${STEPS:-10}
 rows="" results=""
+declare -A GFLOP   # per model: FLOPs of one step, from fp8lab's lines (the peers train the same models)
 add() { # add IMPL THREADS PRECISION LINE
-  local m ms rss act
+  local m ms rss act gf
   m=$(sed -n 's/.*model=\([a-z]*\).*/\1/p' <<<"$4"); ms=$(sed -n 's/.*ms_per_step=\([0-9.]*\).*/\1/p' <<<"$4")
   rss=$(sed -n 's/.*peak_rss_mib=\([0-9.]*\).*/\1/p' <<<"$4"); act=$(sed -n 's/.*act_mib=\([0-9.]*\).*/\1/p' <<<"$4")
+  gf=$(sed -n 's/.*gflop_per_step=\([0-9.]*\).*/\1/p' <<<"$4")
+  [ -n "$gf" ] && GFLOP[$m]=$gf
+  [ -z "$ms" ] && { echo "$1 $3 threads=$2: no result: $4"; return; }
   rows+="| $m | $1 | $3 | $2 | $ms | $rss | ${act:-–} |"$'\n'
   results+="$m|$1|$3|$2|$ms|${act:-}"$'\n'
   echo "$1 $3 threads=$2: $4"
 }
+# The limits first, on a quiet machine: fp32 FMA and bf16 dot GFLOP/s at 1 and 2 threads.
+make --no-print-directory BUILD="$B" "$B/bench_peak" >/dev/null
+peaks=$("$B/bench_peak" 1 2)
+echo "$peaks"
+TORCH2=${TORCH2_PYTHON:-/opt/torch2/bin/python3}
+have_torch2=0
+[ -x "$TORCH2" ] && "$TORCH2" -c 'import torch' 2>/dev/null && have_torch2=1
+tv2=""
+[ $have_torch2 = 1 ] && tv2="PyTorch $("$TORCH2" -c 'import torch; print(torch.__version__.split("+")[0])')"
 FP8LAB_RECIPES=("no:fp32" "bf16:bf16-autocast" "fp8 --fp8-backend te:fp8 te HYBRID"
                 "fp8 --fp8-backend ao:fp8 ao tensorwise" "fp8 --fp8-backend msamp:fp8 msamp O2")
 have_torch=0
@@ -32,6 +49,14 @@ for t in 1 2; do
     while read -r line; do add fp8lab "$t" "$label" "$line"; done \
       < <(OMP_NUM_THREADS=$t "$B/fp8lab" scripts/bench_train.lua --steps "$STEPS" --mixed-precision $args 2>/dev/null)
   done
+  if [ $have_torch2 = 1 ]; then
+    for mode in eager compile; do
+      for p in fp32 bf16; do
+        while read -r line; do add "$tv2 $mode" "$t" "$([ $p = fp32 ] && echo fp32 || echo bf16-autocast)" "$line"; done \
+          < <(OMP_NUM_THREADS=$t "$TORCH2" scripts/bench_train_torch.py "$t" "$STEPS" "$p" all "$mode" 2>/dev/null | grep '^model=')
+      done
+    done
+  fi
   if [ $have_torch = 1 ]; then
     for p in fp32 bf16; do
       while read -r line; do add "$tv" "$t" "$([ $p = fp32 ] && echo fp32 || echo bf16-autocast)" "$line"; done \
@@ -39,20 +64,37 @@ for t in 1 2; do
     done
   fi
 done
+limits=""
+for m in "${!GFLOP[@]}"; do limits+="$m ${GFLOP[$m]}"$'\n'; done
 
-# Ratios: each fp8lab row against PyTorch's best fp32 and best bf16 step (fastest thread count).
-ratios=$(awk -F'|' '
+# Ratios: each fp8lab row against each peer's best fp32 and best bf16 step (over thread counts and eager /
+# compile), and the step's GFLOP/s as a fraction of the limit at its thread count (fp32 rows: fp32 FMA;
+# bf16 and FP8 rows: bf16 dot, the instruction their GEMMs run on).
+ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
+  BEGIN { np = split(peaks, pl, "\n")
+          for (i = 1; i <= np; i++) if (match(pl[i], /kind=[a-z0-9_]+ threads=[0-9]+ gflops=[0-9.]+/)) {
+            split(substr(pl[i], RSTART, RLENGTH), pf, /[ =]/); peak[pf[2] SUBSEP pf[4]] = pf[6] }
+          nl = split(limits, ll, "\n"); for (i = 1; i <= nl; i++) { split(ll[i], lg, " "); if (lg[1] != "") gf[lg[1]] = lg[2] } }
   { m=$1; impl=$2; prec=$3; ms=$5+0; if (ms <= 0) next
-    if (impl ~ /^PyTorch/) { k = m SUBSEP (prec ~ /bf16/ ? "bf16" : "fp32"); if (!(k in best) || ms < best[k]) best[k] = ms; next }
+    if (impl ~ /^PyTorch/) { v = impl; sub(/ (eager|compile)$/, "", v)
+      if (!(v in seenv)) { seenv[v] = 1; peers[++npeer] = v }
+      k = m SUBSEP v SUBSEP (prec ~ /bf16/ ? "bf16" : "fp32"); if (!(k in best) || ms < best[k]) { best[k] = ms; how[k] = $4 "t " (impl ~ /compile$/ ? "compile" : "eager") }; next }
     k = m SUBSEP prec; if (!(k in ours) || ms < ours[k]) { ours[k] = ms; th[k] = $4 }
     order[++n] = k }
   END {
-    print "| model | fp8lab precision | best ms (threads) | PyTorch fp32 best / ours | PyTorch bf16 best / ours |"
-    print "|---|---|---|---|---|"
+    hdr = "| model | fp8lab precision | best ms (threads) | GFLOP/s, % of the limit |"; sep = "|---|---|---|---|"
+    for (p = 1; p <= npeer; p++) { hdr = hdr " " peers[p] " fp32 best / ours | " peers[p] " bf16 best / ours |"; sep = sep "---|---|" }
+    print hdr; print sep
     for (i = 1; i <= n; i++) { k = order[i]; if (seen[k]++) continue; split(k, a, SUBSEP)
-      f = best[a[1] SUBSEP "fp32"]; b = best[a[1] SUBSEP "bf16"]
-      printf "| %s | %s | %.2f (%s) | %s | %s |\n", a[1], a[2], ours[k], th[k],
-        f ? sprintf("%.2fx", f / ours[k]) : "–", b ? sprintf("%.2fx", b / ours[k]) : "–" } }' <<<"$results")
+      g = gf[a[1]] + 0; rate = g > 0 ? g / (ours[k] / 1000) : 0
+      lim = peak[(a[2] == "fp32" ? "fp32_fma" : "bf16_dot") SUBSEP th[k]] + 0
+      line = sprintf("| %s | %s | %.2f (%s) | %s |", a[1], a[2], ours[k], th[k],
+        rate > 0 && lim > 0 ? sprintf("%.1f, %.0f%% of %s %.0f", rate, 100 * rate / lim, a[2] == "fp32" ? "fp32 FMA" : "bf16 dot", lim) : "–")
+      for (p = 1; p <= npeer; p++) {
+        f = best[a[1] SUBSEP peers[p] SUBSEP "fp32"]; b = best[a[1] SUBSEP peers[p] SUBSEP "bf16"]
+        line = line sprintf(" %s | %s |", f ? sprintf("%.2fx (%s)", f / ours[k], how[a[1] SUBSEP peers[p] SUBSEP "fp32"]) : "–",
+                                         b ? sprintf("%.2fx (%s)", b / ours[k], how[a[1] SUBSEP peers[p] SUBSEP "bf16"]) : "–") }
+      print line } }' <<<"$results")
 echo "$ratios"
 
 body="## Training step vs PyTorch (CPU)
@@ -60,18 +102,21 @@ body="## Training step vs PyTorch (CPU)
 Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(machine_line), command \`make bench\` (\`scripts/bench_train.sh\`:
 \`scripts/bench_train.lua\` and \`scripts/bench_train_torch.py\`, $STEPS timed steps after 3 warm-up steps, each process
 measuring its own peak RSS). One step = forward, cross-entropy, backward, AdamW. MLP 784-512-256-10 at batch 256;
-GPT 4 layers, d=256, 4 heads, T=128, batch 16, vocab 96 (pre-LN, GELU tanh, tied head; PyTorch 1.13 has no
-fused attention, so its attention is written out as matmul + mask + softmax + matmul). fp8lab runs every precision
+GPT 4 layers, d=256, 4 heads, T=128, batch 16, vocab 96 (pre-LN, GELU tanh, tied head). fp8lab runs every precision
 through \`fp8.Accelerator\`; the FP8 rows convert the Linear layers whose dims are multiples of 16 (all of the GPT's
-block layers; the MLP's 256→10 head stays bf16) and run the other ops under bf16 autocast. PyTorch uses Debian's
-python3-torch with OpenBLAS as its BLAS (\`libopenblas0-pthread\`; with Debian's default reference BLAS its fp32
-GEMMs run at ~3 GFLOP/s) — its best setting here. \"act MiB\" is what the allocator holds after the forward pass
-beyond the inputs (the tensors kept for backward), measured once per run.
+block layers; the MLP's 256→10 head stays bf16) and run the other ops under bf16 autocast. Peers: ${tv2:-PyTorch 2.x (not installed: see scripts/bench_train.sh)}
+from PyPI in a virtual environment, attention through \`F.scaled_dot_product_attention\`, eager and \`torch.compile\`
+(the main peer); ${tv:-PyTorch 1.13 (not installed)} from Debian (python3-torch with OpenBLAS, \`libopenblas0-pthread\`; it has no
+fused attention, so its attention is written out as matmul + mask + softmax + matmul). \"act MiB\" is what the
+allocator holds after the forward pass beyond the inputs (the tensors kept for backward), measured once per run.
+The limits (\`scripts/bench_peak.c\`, register-only FMA chains, best of 3): $(tr '\n' ';' <<<"$peaks" | sed 's/peak kind=//g; s/;$//; s/;/; /g').
 
 | model | implementation | precision | threads | ms / step | peak RSS (MiB) | act MiB |
 |---|---|---|---|---|---|---|
 ${rows}
-Ratios (higher = fp8lab faster), each side at its fastest thread count:
+Ratios (higher = fp8lab faster), each side at its fastest setting (threads, and eager or compile for PyTorch 2.x);
+GFLOP/s counts 6 FLOPs per weight per token plus attention's 12·L·d·T (the GPT) and is set against the limit at
+the row's thread count (fp32: fp32 FMA; bf16 and FP8: bf16 dot):
 
 ${ratios}"
 write_section "## Training step vs PyTorch (CPU)" "$body"

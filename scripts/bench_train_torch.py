@@ -2,8 +2,10 @@
 # bench_train_torch.py — the PyTorch peer of scripts/bench_train.lua: the same MLP (784-512-256-10,
 # batch 256) and small GPT (4 layers, d=256, 4 heads, T=128, batch 16, vocab 96, pre-LN, GELU tanh,
 # tied head) trained with AdamW on the CPU, in fp32 or under bf16 autocast (torch.autocast('cpu')).
-# Usage: bench_train_torch.py THREADS [STEPS [fp32|bf16 [mlp|gpt|all]]].
-# Prints lines in the same form as bench_train.lua. Uses Debian's python3-torch (/usr/bin/python3).
+# Usage: bench_train_torch.py THREADS [STEPS [fp32|bf16 [mlp|gpt|all [eager|compile]]]].
+# Prints lines in the same form as bench_train.lua. Runs under any PyTorch: Debian's python3-torch 1.13
+# (/usr/bin/python3; attention written out) or a 2.x from PyPI in a virtual environment (attention through
+# F.scaled_dot_product_attention; `compile` wraps both models in torch.compile).
 import resource, sys, time
 import torch
 import torch.nn as nn
@@ -13,7 +15,9 @@ threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 precision = sys.argv[3] if len(sys.argv) > 3 else 'fp32'
 which = sys.argv[4] if len(sys.argv) > 4 else 'all'
-assert precision in ('fp32', 'bf16') and which in ('mlp', 'gpt', 'all')
+mode = sys.argv[5] if len(sys.argv) > 5 else 'eager'
+assert precision in ('fp32', 'bf16') and which in ('mlp', 'gpt', 'all') and mode in ('eager', 'compile')
+SDPA = hasattr(F, 'scaled_dot_product_attention')
 import contextlib
 def ac():
     return torch.autocast('cpu', dtype=torch.bfloat16) if precision == 'bf16' else contextlib.nullcontext()
@@ -31,9 +35,11 @@ def rss_mib():
 
 mlp = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
 opt = torch.optim.AdamW(mlp.parameters(), lr=1e-3)
+def maybe_compile(m): return torch.compile(m) if mode == 'compile' else m
+mlp_fwd = maybe_compile(mlp)
 x = torch.randn(256, 784); y = torch.tensor([(j * 7) % 10 for j in range(1, 257)])
 def mlp_step():
-    with ac(): loss = F.cross_entropy(mlp(x), y)
+    with ac(): loss = F.cross_entropy(mlp_fwd(x), y)
     opt.zero_grad(); loss.backward(); opt.step()
 if which in ("mlp", "all"):
     print("model=mlp threads=%d ms_per_step=%.2f steps=%d peak_rss_mib=%.0f" % (threads, timed(mlp_step), steps, rss_mib()))
@@ -48,9 +54,12 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
         q, k, v = [t.view(B, T, s.h, C // s.h).transpose(1, 2) for t in (q, k, v)]
-        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // s.h) ** 0.5)   # torch 1.13 has no SDPA
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-        a = att @ v
+        if SDPA:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:   # torch 1.13 has no SDPA
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (C // s.h) ** 0.5)
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+            a = att @ v
         x = x + s.proj(a.transpose(1, 2).reshape(B, T, C))
         return x + s.mlp(s.ln2(x))
 
@@ -66,10 +75,11 @@ class GPT(nn.Module):
 
 B, T, V = 16, 128, 96
 gpt = GPT(); gopt = torch.optim.AdamW(gpt.parameters(), lr=3e-4)
+gpt_fwd = maybe_compile(gpt)
 ids = torch.tensor([[(b * 31 + t * 17) % V for t in range(1, T + 2)] for b in range(1, B + 1)])
 gx, gy = ids[:, :T], ids[:, 1:]
 def gpt_step():
-    with ac(): loss = F.cross_entropy(gpt(gx).view(B * T, V).float(), gy.reshape(B * T))
+    with ac(): loss = F.cross_entropy(gpt_fwd(gx).view(B * T, V).float(), gy.reshape(B * T))
     gopt.zero_grad(); loss.backward(); gopt.step()
 if which in ("gpt", "all"):
     print("model=gpt threads=%d ms_per_step=%.2f steps=%d peak_rss_mib=%.0f" % (threads, timed(gpt_step), steps, rss_mib()))

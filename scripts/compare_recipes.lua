@@ -8,7 +8,7 @@ local fp8 = fp8 or require "fp8"
 local nn, optim = fp8.nn, fp8.optim
 local F = nn.functional
 local data = fp8.data
-local R = require "fp8._recipe"
+local R = require "fp8._memory"   -- allocator counters
 
 local RECIPES = {
   { "fp32", "no" },

@@ -7,7 +7,7 @@
 -- Returns a function(opts, recipes) that compare_recipes.lua calls.
 local fp8 = fp8 or require "fp8"
 local nn, optim, data = fp8.nn, fp8.optim, fp8.data
-local R = require "fp8._recipe"
+local R = require "fp8._memory"   -- allocator counters
 local write_atomic = require("fp8._fileio").write_atomic
 
 local function default_text()

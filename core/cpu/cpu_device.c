@@ -147,7 +147,7 @@ static void copy_tile(void *vc, int64_t n, const int64_t *off, const int64_t *st
     fl_cpu_store(c->dst, off[0], st[0], n, buf);
 }
 
-static fl_status cpu_copy(fl_tensor *dst, const fl_tensor *src) {
+fl_status fl_cpu_dev_copy(fl_tensor *dst, const fl_tensor *src) {
     if ((fl_format(dst->dtype)->is_fp8 || fl_format(src->dtype)->is_fp8) && dst->dtype != src->dtype)
         return FL_ERR(FL_EINVAL, "copy: %s to %s needs quantize/dequantize", fl_format(src->dtype)->name, fl_format(dst->dtype)->name);
     const fl_tensor *ts[2] = { dst, src };
@@ -155,7 +155,7 @@ static fl_status cpu_copy(fl_tensor *dst, const fl_tensor *src) {
     return fl_cpu_for_tiles(dst->ndim, dst->shape, 2, ts, copy_tile, &c);
 }
 
-static fl_status cpu_fill(fl_tensor *dst, double value) {
+fl_status fl_cpu_dev_fill(fl_tensor *dst, double value) {
     int64_t n = fl_tensor_numel(dst);
     void *d = fl_tensor_data(dst);
     float f = (float)value;
@@ -177,39 +177,39 @@ static const fl_device fl_cpu = {
     .free = cpu_free,
     .to_host = cpu_memcpy,
     .from_host = cpu_memcpy,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .binary = fl_cpu_binary,
-    .binary_scalar = fl_cpu_binary_scalar,
-    .unary = fl_cpu_unary,
-    .reduce = fl_cpu_reduce,
-    .matmul = fl_cpu_matmul,
-    .quantize = fl_cpu_quantize,
-    .quantize_current = fl_cpu_quantize_current,
-    .dequantize = fl_cpu_dequantize,
-    .amax = fl_cpu_amax,
-    .act_fwd = fl_cpu_act_fwd,
-    .act_bwd = fl_cpu_act_bwd,
-    .softmax_fwd = fl_cpu_softmax_fwd_entry,
-    .softmax_bwd = fl_cpu_softmax_bwd_entry,
-    .cross_entropy_fwd = fl_cpu_cross_entropy_fwd,
-    .cross_entropy_bwd = fl_cpu_cross_entropy_bwd,
-    .mse_fwd = fl_cpu_mse_fwd,
-    .mse_bwd = fl_cpu_mse_bwd,
-    .layernorm_fwd = fl_cpu_layernorm_fwd_entry,
-    .layernorm_bwd = fl_cpu_layernorm_bwd_entry,
-    .embedding_fwd = fl_cpu_embedding_fwd,
-    .embedding_bwd = fl_cpu_embedding_bwd_entry,
-    .dropout_fwd = fl_cpu_dropout_fwd_entry,
-    .dropout_bwd = fl_cpu_dropout_bwd_entry,
-    .sdpa_fwd = fl_cpu_sdpa_fwd,
-    .sdpa_bwd = fl_cpu_sdpa_bwd,
-    .bias_add = fl_cpu_bias_add,
-    .sgd = fl_cpu_sgd,
-    .adamw = fl_cpu_adamw,
-    .msamp_adamw = fl_cpu_msamp_adamw,
-    .sumsq = fl_cpu_sumsq,
-    .fp8_gemm = fl_cpu_fp8_gemm,
+    .copy = fl_cpu_dev_copy,
+    .fill = fl_cpu_dev_fill,
+    .binary = fl_cpu_dev_binary,
+    .binary_scalar = fl_cpu_dev_binary_scalar,
+    .unary = fl_cpu_dev_unary,
+    .reduce = fl_cpu_dev_reduce,
+    .matmul = fl_cpu_dev_matmul,
+    .quantize = fl_cpu_dev_quantize,
+    .quantize_current = fl_cpu_dev_quantize_current,
+    .dequantize = fl_cpu_dev_dequantize,
+    .amax = fl_cpu_dev_amax,
+    .act_fwd = fl_cpu_dev_act_fwd,
+    .act_bwd = fl_cpu_dev_act_bwd,
+    .softmax_fwd = fl_cpu_dev_softmax_fwd,
+    .softmax_bwd = fl_cpu_dev_softmax_bwd,
+    .cross_entropy_fwd = fl_cpu_dev_cross_entropy_fwd,
+    .cross_entropy_bwd = fl_cpu_dev_cross_entropy_bwd,
+    .mse_fwd = fl_cpu_dev_mse_fwd,
+    .mse_bwd = fl_cpu_dev_mse_bwd,
+    .layernorm_fwd = fl_cpu_dev_layernorm_fwd,
+    .layernorm_bwd = fl_cpu_dev_layernorm_bwd,
+    .embedding_fwd = fl_cpu_dev_embedding_fwd,
+    .embedding_bwd = fl_cpu_dev_embedding_bwd,
+    .dropout_fwd = fl_cpu_dev_dropout_fwd,
+    .dropout_bwd = fl_cpu_dev_dropout_bwd,
+    .sdpa_fwd = fl_cpu_dev_sdpa_fwd,
+    .sdpa_bwd = fl_cpu_dev_sdpa_bwd,
+    .bias_add = fl_cpu_dev_bias_add,
+    .sgd = fl_cpu_dev_sgd,
+    .adamw = fl_cpu_dev_adamw,
+    .msamp_adamw = fl_cpu_dev_msamp_adamw,
+    .sumsq = fl_cpu_dev_sumsq,
+    .fp8_gemm = fl_cpu_dev_fp8_gemm,
 };
 
 const fl_device *fl_cpu_device(void) { return &fl_cpu; }

@@ -113,7 +113,7 @@ static void unary_tile(void *vc, int64_t n, const int64_t *off, const int64_t *s
         }                                                                                 \
     }
 
-fl_status fl_cpu_binary(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
+fl_status fl_cpu_dev_binary(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
     const fl_tensor *ts[3] = { dst, a, b };
     int64_t n = fl_tensor_numel(dst);
     if (all_f32_contig(3, ts) && fl_tensor_numel(a) == n && fl_tensor_numel(b) == n) {
@@ -126,7 +126,7 @@ fl_status fl_cpu_binary(fl_binop op, fl_tensor *dst, const fl_tensor *a, const f
     return fl_cpu_for_tiles(dst->ndim, dst->shape, 3, ts, binary_tile, &c);
 }
 
-fl_status fl_cpu_binary_scalar(fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool scalar_first) {
+fl_status fl_cpu_dev_binary_scalar(fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool scalar_first) {
     const fl_tensor *ts[2] = { dst, a };
     int64_t n = fl_tensor_numel(dst);
     if (all_f32_contig(2, ts)) {
@@ -139,7 +139,7 @@ fl_status fl_cpu_binary_scalar(fl_binop op, fl_tensor *dst, const fl_tensor *a, 
     return fl_cpu_for_tiles(dst->ndim, dst->shape, 2, ts, scalar_tile, &c);
 }
 
-fl_status fl_cpu_unary(fl_unop op, fl_tensor *dst, const fl_tensor *a) {
+fl_status fl_cpu_dev_unary(fl_unop op, fl_tensor *dst, const fl_tensor *a) {
     const fl_tensor *ts[2] = { dst, a };
     int64_t n = fl_tensor_numel(dst);
     if (all_f32_contig(2, ts)) {

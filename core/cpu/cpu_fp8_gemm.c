@@ -90,7 +90,7 @@ static fl_status decoded(fl_tensor **out, const fl_tensor *q, fl_tensor **cache)
     return st;
 }
 
-fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
+fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
                           fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
     (void)fast_accum;   /* oneDNN's bf16 kernels accumulate in fp32 whatever the caller allows */
     fl_tensor *ad = NULL, *bd = NULL, *a3 = NULL, *b3 = NULL, *d3 = NULL, *b32 = NULL;

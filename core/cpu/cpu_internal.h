@@ -31,63 +31,28 @@ typedef void (*fl_cpu_tile_fn)(void *ctx, int64_t n, const int64_t *off, const i
 fl_status fl_cpu_for_tiles(int ndim, const int64_t *shape, int nt, const fl_tensor *const *ts,
                            fl_cpu_tile_fn fn, void *ctx);
 
-/* Device entries implemented in the family files. */
-fl_status fl_cpu_binary(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
-fl_status fl_cpu_binary_scalar(fl_binop op, fl_tensor *dst, const fl_tensor *a, double s, bool scalar_first);
-fl_status fl_cpu_unary(fl_unop op, fl_tensor *dst, const fl_tensor *a);
-fl_status fl_cpu_reduce(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim);
-fl_status fl_cpu_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b);
+/* The device entries (core/device.h lists them and their contracts), fl_cpu_dev_<name>, implemented in
+ * the family files: elementwise, reduce, matmul, quant, nn_entries (over the kernels of cpu_nn.h),
+ * optim, fp8_gemm; copy and fill in cpu_device.c. quantize_transpose is declared but not defined: the
+ * CPU's GEMMs read transposed operands in place, so its table leaves that entry NULL. */
+#define FL_CPU_DEV_DECLARE(name, params) fl_status fl_cpu_dev_##name params;
+FL_DEVICE_ENTRIES(FL_CPU_DEV_DECLARE)
+#undef FL_CPU_DEV_DECLARE
+
 /* fp32 batched GEMM on raw buffers for kernels that are not tensor ops (attention): for each of `batch`
  * entries z, C_z[m, n] = op(A_z)·op(B_z), op(A) [m, k], op(B) [k, n]. A_z starts at a + z·sa and is stored
  * row-major [m, k] with row stride lda, or [k, m] when ta (read transposed in place); likewise B_z at
  * b + z·sb, [k, n] or [n, k] when tb, row stride ldb; C_z at c + z·sc, [m, n] with row stride ldc,
  * overwritten. Strides are in elements, so operands can be blocks of larger matrices. Goes through the
- * cached oneDNN primitives of fl_cpu_matmul (one per distinct shape and stride set). */
+ * cached oneDNN primitives of fl_cpu_dev_matmul (one per distinct shape and stride set). */
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
                           const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
 /* The same with bf16 operands (bits), fp32 accumulation and result. */
 fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,
                            bool ta, const uint16_t *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
-fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p);
-fl_status fl_cpu_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p);
-fl_status fl_cpu_dequantize(fl_tensor *dst, const fl_tensor *q);
-fl_status fl_cpu_amax(const fl_tensor *src, int axis, float *out);
-/* NN entries (cpu_nn_entries.c over the kernels of cpu_nn.h), optimizer entries (cpu_optim.c) and the
- * FP8 GEMM (cpu_fp8_gemm.c); contracts in core/device.h. */
-fl_status fl_cpu_act_fwd(fl_act kind, const float *x, float *y, int64_t n);
-fl_status fl_cpu_act_bwd(fl_act kind, const float *x, const float *dy, float *dx, int64_t n);
-fl_status fl_cpu_softmax_fwd_entry(bool log, const float *x, float *y, int64_t rows, int64_t cols);
-fl_status fl_cpu_softmax_bwd_entry(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
-fl_status fl_cpu_mse_fwd(const float *x, const float *y, int64_t n, double *sum);
-fl_status fl_cpu_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f);
-fl_status fl_cpu_layernorm_fwd_entry(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-                                     int64_t rows, int64_t cols, float eps);
-fl_status fl_cpu_layernorm_bwd_entry(const float *x, const float *w, const float *mean, const float *rstd,
-                                     const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols);
-fl_status fl_cpu_embedding_bwd_entry(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
-                                     float *dweight);
-fl_status fl_cpu_dropout_fwd_entry(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
-                                   uint64_t offset);
-fl_status fl_cpu_dropout_bwd_entry(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p);
-fl_status fl_cpu_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
-                          int64_t T, int64_t D, float scale, bool causal, bool bf16);
-fl_status fl_cpu_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
-                          float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                          bool causal, bool bf16);
-fl_status fl_cpu_bias_add(float *y, const float *b, int64_t rows, int64_t cols);
-fl_status fl_cpu_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
-                     double weight_decay, bool nesterov, bool first_step);
-fl_status fl_cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
-                       double eps, double weight_decay, int64_t step);
-fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
-                             fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,
-                             int64_t step);
-fl_status fl_cpu_sumsq(const fl_tensor *t, double *out);
 /* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not
  * applied); cpu_fp8_gemm.c. */
 fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
-fl_status fl_cpu_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum);
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */
 static inline void fl_cpu_split_axis(const fl_tensor *t, int axis, int64_t *outer, int64_t *size, int64_t *inner) {

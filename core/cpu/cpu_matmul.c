@@ -208,7 +208,7 @@ fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const
     return gemm_raw(FL_BF16, batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
 }
 
-fl_status fl_cpu_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
+fl_status fl_cpu_dev_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
     if (a->ndim != 3 || b->ndim != 3 || dst->ndim != 3)
         return FL_ERR(FL_EINVAL, "cpu matmul expects 3-d operands, got %d-d and %d-d", a->ndim, b->ndim);
     FL_TRY(fl_check_interrupt());

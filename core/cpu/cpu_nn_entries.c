@@ -4,73 +4,85 @@
 #include "cpu_nn.h"
 #include "cpu_nn_internal.h"
 
-fl_status fl_cpu_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
+fl_status fl_cpu_dev_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
     if (kind == FL_ACT_RELU) fl_cpu_relu_fwd(x, y, n);
     else fl_cpu_gelu_fwd(x, y, n, kind == FL_ACT_GELU_TANH);
     return FL_OK;
 }
-fl_status fl_cpu_act_bwd(fl_act kind, const float *x, const float *dy, float *dx, int64_t n) {
+fl_status fl_cpu_dev_act_bwd(fl_act kind, const float *x, const float *dy, float *dx, int64_t n) {
     if (kind == FL_ACT_RELU) fl_cpu_relu_bwd(x, dy, dx, n);
     else fl_cpu_gelu_bwd(x, dy, dx, n, kind == FL_ACT_GELU_TANH);
     return FL_OK;
 }
-fl_status fl_cpu_softmax_fwd_entry(bool log, const float *x, float *y, int64_t rows, int64_t cols) {
+fl_status fl_cpu_dev_softmax_fwd(bool log, const float *x, float *y, int64_t rows, int64_t cols) {
     if (log) fl_cpu_log_softmax_fwd(x, y, rows, cols); else fl_cpu_softmax_fwd(x, y, rows, cols);
     return FL_OK;
 }
-fl_status fl_cpu_softmax_bwd_entry(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols) {
+fl_status fl_cpu_dev_softmax_bwd(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols) {
     if (log) fl_cpu_log_softmax_bwd(y, dy, dx, rows, cols); else fl_cpu_softmax_bwd(y, dy, dx, rows, cols);
     return FL_OK;
 }
-fl_status fl_cpu_mse_fwd(const float *x, const float *y, int64_t n, double *sum) {
+/* cpu_nn.h's cross-entropy and embedding kernels already have the entries' signatures. */
+fl_status fl_cpu_dev_cross_entropy_fwd(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                       int64_t ignore_index, float label_smoothing, double *loss, int64_t *count) {
+    return fl_cpu_cross_entropy_fwd(logits, target, rows, cols, ignore_index, label_smoothing, loss, count);
+}
+fl_status fl_cpu_dev_cross_entropy_bwd(const float *logits, const float *target, int64_t rows, int64_t cols,
+                                       int64_t ignore_index, float label_smoothing, float dloss, float *dlogits) {
+    return fl_cpu_cross_entropy_bwd(logits, target, rows, cols, ignore_index, label_smoothing, dloss, dlogits);
+}
+fl_status fl_cpu_dev_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y) {
+    return fl_cpu_embedding_fwd(idx, n, weight, vocab, dim, y);
+}
+fl_status fl_cpu_dev_mse_fwd(const float *x, const float *y, int64_t n, double *sum) {
     /* One sequential double sum: the same bits whatever the thread count. */
     double s = 0;
     for (int64_t k = 0; k < n; k++) { double d = (double)x[k] - (double)y[k]; s += d * d; }
     *sum = s;
     return FL_OK;
 }
-fl_status fl_cpu_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f) {
+fl_status fl_cpu_dev_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f) {
     #pragma omp parallel for simd schedule(static) if (n > FL_NN_PAR_MIN)
     for (int64_t k = 0; k < n; k++) dx[k] = f * (x[k] - y[k]);
     return FL_OK;
 }
-fl_status fl_cpu_layernorm_fwd_entry(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+fl_status fl_cpu_dev_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                                      int64_t rows, int64_t cols, float eps) {
     fl_cpu_layernorm_fwd(x, w, b, y, mean, rstd, rows, cols, eps);
     return FL_OK;
 }
-fl_status fl_cpu_layernorm_bwd_entry(const float *x, const float *w, const float *mean, const float *rstd,
+fl_status fl_cpu_dev_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd,
                                      const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
     fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
     return FL_OK;
 }
-fl_status fl_cpu_embedding_bwd_entry(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
+fl_status fl_cpu_dev_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
                                      float *dweight) {
     (void)vocab;   /* indices were checked by the forward */
     fl_cpu_embedding_bwd(idx, n, dy, dim, dweight);
     return FL_OK;
 }
-fl_status fl_cpu_dropout_fwd_entry(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+fl_status fl_cpu_dev_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
                                    uint64_t offset) {
     fl_cpu_dropout_fwd(x, y, mask, n, p, seed, offset);
     return FL_OK;
 }
-fl_status fl_cpu_dropout_bwd_entry(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
+fl_status fl_cpu_dev_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
     fl_cpu_dropout_bwd(mask, dy, dx, n, p);
     return FL_OK;
 }
-fl_status fl_cpu_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
+fl_status fl_cpu_dev_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
                           int64_t T, int64_t D, float scale, bool causal, bool bf16) {
     fl_cpu_sdpa_causal_fwd(q, k, v, out, att, B, H, T, D, scale, causal, bf16);
     return FL_OK;
 }
-fl_status fl_cpu_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
+fl_status fl_cpu_dev_sdpa_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
                           float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                           bool causal, bool bf16) {
     fl_cpu_sdpa_causal_bwd(q, k, v, att, dout, dq, dk, dv, B, H, T, D, scale, causal, bf16);
     return FL_OK;
 }
-fl_status fl_cpu_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {
+fl_status fl_cpu_dev_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {
     #pragma omp parallel for if (rows * cols > (1 << 16))
     for (int64_t r = 0; r < rows; r++) {
         float *row = y + r * cols;

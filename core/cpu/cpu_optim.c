@@ -54,13 +54,13 @@ void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *rest
     }
 }
 
-fl_status fl_cpu_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
+fl_status fl_cpu_dev_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
                      double weight_decay, bool nesterov, bool first_step) {
     fl_sgd_kernel_f32(p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first_step);
     return FL_OK;
 }
 
-fl_status fl_cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
+fl_status fl_cpu_dev_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
                        double eps, double weight_decay, int64_t step) {
     fl_adamw_kernel_f32(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
     return FL_OK;
@@ -101,7 +101,7 @@ static void msamp_moments(const msamp_ctx *c, int64_t off, int64_t len, float *g
     }
 }
 
-fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
+fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
                              fl_tensor *p_fp8, double lr, double beta1_, double beta2_, double eps_, double weight_decay,
                              int64_t step) {
     const int64_t n = fl_tensor_numel(p);
@@ -178,7 +178,7 @@ fl_status fl_cpu_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_
     return FL_OK;
 }
 
-fl_status fl_cpu_sumsq(const fl_tensor *t, double *out) {
+fl_status fl_cpu_dev_sumsq(const fl_tensor *t, double *out) {
     int64_t n = fl_tensor_numel(t);
     double s = 0.0;
     if (t->dtype == FL_F32) {

@@ -79,7 +79,7 @@ static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float 
     return fl_check_interrupt();
 }
 
-fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
+fl_status fl_cpu_dev_quantize(fl_tensor *dst, const fl_tensor *src, const float *scales, int axis, fl_overflow p) {
     fl_cast_stats acc = { 0, 0, 0, 0 };
     float *buf = NULL;
     fl_status st = FL_OK;
@@ -113,25 +113,25 @@ fl_status fl_cpu_quantize(fl_tensor *dst, const fl_tensor *src, const float *sca
     return st;
 }
 
-fl_status fl_cpu_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p) {
+fl_status fl_cpu_dev_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p) {
     int64_t ns = axis < 0 ? 1 : src->shape[axis];
     float one, *scales = ns <= 1 ? &one : malloc((size_t)ns * sizeof(float));
     if (!scales) return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld scales", (long long)ns);
     fl_status st = FL_OK;
-    if (fl_tensor_numel(src) > 0) st = fl_cpu_amax(src, axis, scales);
+    if (fl_tensor_numel(src) > 0) st = fl_cpu_dev_amax(src, axis, scales);
     else for (int64_t i = 0; i < ns; i++) scales[i] = 0.0f;
     for (int64_t i = 0; st == FL_OK && i < ns; i++)
         scales[i] = fl_amax_to_scale_current(scales[i], (float)fl_format(dst->dtype)->max, margin, pow2);
-    if (st == FL_OK) st = fl_cpu_quantize(dst, src, scales, axis, p);
+    if (st == FL_OK) st = fl_cpu_dev_quantize(dst, src, scales, axis, p);
     if (scales != &one) free(scales);
     return st;
 }
 
-fl_status fl_cpu_dequantize(fl_tensor *dst, const fl_tensor *q) {
+fl_status fl_cpu_dev_dequantize(fl_tensor *dst, const fl_tensor *q) {
     if (!fl_tensor_is_contiguous(q)) {
         fl_tensor *c;
         FL_TRY(fl_tensor_contiguous(&c, q));
-        fl_status st = fl_cpu_dequantize(dst, c);
+        fl_status st = fl_cpu_dev_dequantize(dst, c);
         fl_tensor_release(c);
         return st;
     }
@@ -179,11 +179,11 @@ static float amax_run(const fl_tensor *t, int64_t off, int64_t n) {
     return m;
 }
 
-fl_status fl_cpu_amax(const fl_tensor *src, int axis, float *out) {
+fl_status fl_cpu_dev_amax(const fl_tensor *src, int axis, float *out) {
     if (!fl_tensor_is_contiguous(src)) {
         fl_tensor *c;
         FL_TRY(fl_tensor_contiguous(&c, src));
-        fl_status st = fl_cpu_amax(c, axis, out);
+        fl_status st = fl_cpu_dev_amax(c, axis, out);
         fl_tensor_release(c);
         return st;
     }

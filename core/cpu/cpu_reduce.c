@@ -171,11 +171,11 @@ done:
     return st;
 }
 
-fl_status fl_cpu_reduce(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim) {
+fl_status fl_cpu_dev_reduce(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim) {
     if (!fl_tensor_is_contiguous(a)) {
         fl_tensor *c;
         FL_TRY(fl_tensor_contiguous(&c, a));
-        fl_status st = fl_cpu_reduce(op, dst, c, dim);
+        fl_status st = fl_cpu_dev_reduce(op, dst, c, dim);
         fl_tensor_release(c);
         return st;
     }

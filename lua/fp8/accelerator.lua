@@ -10,10 +10,12 @@
 -- scales (and, for fp16, applies the GradScaler).
 local core = require "fp8.core"
 local kwargs = require "fp8.kwargs"
-local recipes = require "fp8.recipes"
+local convert = require "fp8.convert"
+local fp8_autocast = require "fp8.fp8_autocast"
+local fp8_stats = require "fp8.stats"
 local Module = require "fp8.nn.module"
 local amp = require "fp8.amp"
-local R = require "fp8._recipe"
+local fp8_layer = require "fp8._fp8_layer"
 local checkpointing = require "fp8.checkpointing"   -- save_state/load_state/save_model (installed below)
 local dist = require "fp8.distributed"   -- processes, utilities, loader sharding (docs/distributed.md)
 local ddp = require "fp8.ddp"            -- gradient reduction across processes
@@ -39,11 +41,10 @@ local function new(opts)
         near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), 3)
     end
   end
-  if opts.gradient_accumulation_steps ~= nil then
-    local g = opts.gradient_accumulation_steps
-    if math.type(g) ~= "integer" or g < 1 then
-      error(("Accelerator: gradient_accumulation_steps must be an integer >= 1, got %s"):format(tostring(g)), 3)
-    end
+  if opts.gradient_accumulation_steps ~= nil then   -- checked as the flag, variable and config key are
+    local ok, err = pcall(require("fp8.settings").check, "gradient_accumulation_steps", opts.gradient_accumulation_steps,
+      "Accelerator: gradient_accumulation_steps")
+    if not ok then error(err, 3) end
   end
   local ok, settings = pcall(kwargs.resolve, { mixed_precision = opts.mixed_precision,
     kwargs_handlers = opts.kwargs_handlers, kwarg_handlers = opts.kwarg_handlers, env = opts.env, config = opts.config })
@@ -116,15 +117,15 @@ function Accelerator:autocast_dtype() return AUTOCAST[self.mixed_precision] end
 
 local function ao_filter(self, model)
   local r = self.fp8_recipe
-  local lins = recipes.linears(model)
+  local lins = convert.linears(model)
   local first, last = lins[1] and lins[1][2], lins[#lins] and lins[#lins][2]
   local user = r.module_filter_func
   return function(m, name)
     if user ~= nil then return user(m, name) == true end
     if m == first or m == last then                         -- torchao's default: first and last stay hp
       local key = ("ao:%s:%d:%d"):format(name, m.in_features, m.out_features)
-      if not recipes._shape_warned[key] then
-        recipes._shape_warned[key] = true
+      if not convert._shape_warned[key] then
+        convert._shape_warned[key] = true
         io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: torchao's default filter keeps the "
           .. "first and last Linear in high precision\n"):format(name, m.in_features, m.out_features))
       end
@@ -132,7 +133,7 @@ local function ao_filter(self, model)
     end
     -- dims not divisible by 16: skipped, unless pad_inner_dim (torchao pads them with zeros for the GPU
     -- GEMM; zero padding leaves every product unchanged, so the CPU runs them unpadded, same numbers)
-    if not recipes.shape_ok(m) then return r.pad_inner_dim == true end
+    if not convert.shape_ok(m) then return r.pad_inner_dim == true end
     return true
   end
 end
@@ -158,10 +159,10 @@ function Accelerator:_prepare_model(model)
     filter = ao_filter(self, model)
   elseif r.backend == "te" then
     filter = function(m, name)
-      if recipes.shape_ok(m) then return true end
+      if convert.shape_ok(m) then return true end
       local key = ("%s:%d:%d"):format(name, m.in_features, m.out_features)
-      if not recipes._shape_warned[key] then
-        recipes._shape_warned[key] = true
+      if not convert._shape_warned[key] then
+        convert._shape_warned[key] = true
         io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: FP8 GEMMs need dims divisible by 16 (the GPU rule)\n")
           :format(name, m.in_features, m.out_features))
       end
@@ -180,16 +181,16 @@ function Accelerator:_prepare_model(model)
         .. "to convert it)\n"):format(model.in_features, model.out_features))
     end
     if not keep then
-      model = recipes.linear_to_fp8(model, r)
+      model = convert.linear_to_fp8(model, r)
       if self._models[#self._models] then self._models[#self._models] = model end
     end
   elseif root_cn == "LayerNorm" and r.backend == "te" then
-    model = recipes.ln_to_fp8(model)
+    model = convert.ln_to_fp8(model)
     self._models[#self._models] = model
   end
-  local _, converted = recipes.convert_model(model, { recipe = r, filter = filter, convert_ln = r.backend == "te" })
+  local _, converted = convert.convert_model(model, { recipe = r, filter = filter, convert_ln = r.backend == "te" })
   self.converted = converted
-  for _, nm in ipairs(recipes.fp8_layers(model)) do
+  for _, nm in ipairs(convert.fp8_layers(model)) do
     local layer = nm[2]
     self._fp8_layers[#self._fp8_layers + 1] = nm
     if r.backend == "msamp" then
@@ -198,16 +199,16 @@ function Accelerator:_prepare_model(model)
       local w16 = to_fp16_param(old)
       layer.weight = w16
       self._param_map[old] = w16
-      R.set_grad_dtype(w16, "e4m3")
+      fp8_layer.set_grad_dtype(w16, "e4m3")
       if r.opt_level == "O3" then
-        local q = w16:detach():to("fp32"):quantize("e4m3", { scale = R.scale_for(w16:abs():max():item(), "e4m3", 0, true) })
+        local q = w16:detach():to("fp32"):quantize("e4m3", { scale = fp8_layer.scale_for(w16:abs():max():item(), "e4m3", 0, true) })
         rawset(layer, "weight_fp8", q)
         layer:register_buffer("weight_fp8", q)   -- the same tensor, so state_dict/checkpoints carry it (exactly)
         self._fp8_weights[w16] = q
       end
     end
   end
-  recipes.apply_fp8_autowrap(model, r)
+  fp8_autocast.apply_fp8_autowrap(model, r)
   return self:_wrap_autocast(model)
 end
 
@@ -419,7 +420,7 @@ function Accelerator:_after_step()
   if self.num_processes > 1 and #self._fp8_layers > 0 then   -- TE's reduce_amax: one MAX all-reduce for all layers
     local metas = {}
     for i, nm in ipairs(self._fp8_layers) do metas[i] = nm[2].fp8_meta end
-    R.reduce_amax(metas)
+    fp8_layer.reduce_amax(metas)
   end
   for _, nm in ipairs(self._fp8_layers) do
     local meta = nm[2].fp8_meta
@@ -441,18 +442,18 @@ function Accelerator:autocast(fn, ...)
     local prev = fp8.autocast_dtype()
     fp8.set_autocast_dtype(amp.dtype_for(mode))
     local fp8_on = self.mixed_precision == "fp8"
-    if fp8_on then recipes._autocast_enter() end
+    if fp8_on then fp8_autocast._autocast_enter() end
     local closed = false
     return setmetatable({}, { __name = "autocast", __close = function()
       if closed then return end
       closed = true
-      if fp8_on then recipes._autocast_leave() end
+      if fp8_on then fp8_autocast._autocast_leave() end
       fp8.set_autocast_dtype(prev)
     end })
   end
   if type(fn) ~= "function" then error(("autocast: expected a function or nothing, got %s"):format(type(fn)), 2) end
   if self.mixed_precision == "fp8" then
-    return amp.autocast(mode, recipes.fp8_autocast, fn, ...)
+    return amp.autocast(mode, fp8_autocast.fp8_autocast, fn, ...)
   end
   return amp.autocast(mode, fn, ...)
 end
@@ -503,7 +504,7 @@ function Accelerator:unwrap_model(model)
     rawset(model, "forward", nil)
     rawset(model, "_acc_unwrapped_forward", nil)
   end
-  return recipes.remove_fp8_autowrap(model)
+  return fp8_autocast.remove_fp8_autowrap(model)
 end
 
 -- profile(fn [, handler]): fn(prof) runs under an fp8.profiler configured from the ProfileKwargs handler
@@ -574,7 +575,7 @@ function Accelerator:_write_stats(log)
   local f = io.open(log.path, "a")
   if not f then return end
   for _, model in ipairs(self._models) do
-    for _, r in ipairs(recipes.stats(model, { quiet = true })) do
+    for _, r in ipairs(fp8_stats.stats(model, { quiet = true })) do
       f:write(("%d,%s,%s,%s,%.9g,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, r.layer, r.role, r.format, r.scale, r.amax,
         r.amax_history, r.underflow, r.saturated))
     end

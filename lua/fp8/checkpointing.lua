@@ -313,18 +313,18 @@ function M.install(Accelerator)
       if not ok then error("save_state: " .. tostring(err), 2) end
       C.fsync_dir(dir:match("^(.*)/[^/]*$") or ".")
       if old then rmtree(old) end
-      if pc.automatic_checkpoint_naming then
-        pc.iteration = pc.iteration + 1
-        if pc.total_limit then
-          local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
-          for k = 1, #all - pc.total_limit do
-            -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
-            local gone = all[k][2] .. ".deleting"
-            if os.rename(all[k][2], gone) then rmtree(gone) end
-          end
+      if pc.automatic_checkpoint_naming and pc.total_limit then
+        local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
+        for k = 1, #all - pc.total_limit do
+          -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
+          local gone = all[k][2] .. ".deleting"
+          if os.rename(all[k][2], gone) then rmtree(gone) end
         end
       end
     end
+    -- every rank counts (each names the next checkpoint_N itself: one that did not would write into
+    -- the last checkpoint's temporary directory and fail)
+    if pc.automatic_checkpoint_naming then pc.iteration = pc.iteration + 1 end
     self:wait_for_everyone()
     return dir
   end

@@ -1,11 +1,13 @@
 -- cli.lua — fp8lab sub-commands (`fp8lab env|launch|config|test ...`); lua/main.c calls
 -- main(host, cmd, args...) with host = {version, lua, onednn, cuda, readline} and exits with its result.
--- Settings, their types, choices, defaults, flags and FP8LAB_* variables come from one table in
--- core/config.c (fp8.config.keys()); this file adds only the words shown to people.
+-- Settings — their types, choices, defaults, flags, FP8LAB_* variables, help lines and questions — come
+-- from the one settings table (core/settings.c, as fp8.settings.list()); nothing here names a setting
+-- except the few the commands themselves act on (mixed_precision, backend, num_processes).
 local M = {}
 
 local cfg = require "fp8.config"
-local sys = cfg.sys
+local settings = require "fp8.settings"
+local sys = require "fp8.sys"
 
 -- A failure with an exit status: 2 for bad usage (flags, values), 1 for everything else.
 local Fail = {}
@@ -17,28 +19,13 @@ local function try(code, f, ...)
   return table.unpack(r, 2, r.n)
 end
 
-local KEYS = cfg.keys()
+-- The settings that are flags (all but the kwargs-only ones), in table order.
+local KEYS = {}
 local BY_NAME, BY_FLAG = {}, {}
-for _, k in ipairs(KEYS) do BY_NAME[k.name] = k; BY_FLAG[k.flag] = k end
-
--- One line of help per setting (flags, questionnaire, docs/cli.md say the same).
-local HELP = {
-  mixed_precision = "precision of the training step",
-  num_processes = "processes to start; more than 1 runs them through mpirun",
-  gradient_accumulation_steps = "micro-batches per optimizer step inside acc:accumulate (Accelerator default)",
-  backend = "FP8 recipe: msamp (MS-AMP), te (TransformerEngine delayed scaling), ao (torchao current scaling)",
-  fp8_format = "HYBRID: E4M3 forward, E5M2 gradients; E4M3: E4M3 everywhere",
-  margin = "scale = fp8_max / amax / 2^margin",
-  interval = "recompute the scales every N optimizer steps",
-  amax_history_len = "length of the amax history per tensor",
-  amax_compute_algo = "amax from the history: its max, or the most recent entry",
-  override_linear_precision = "run the fprop, dgrad, wgrad GEMMs in high precision (three booleans)",
-  use_autocast_during_eval = "use FP8 in eval mode too",
-  opt_level = "O1: FP8 weight gradients and all-reduce; O2: also FP8/FP16 Adam state; O3: also FP8 weights",
-  pad_inner_dim = "pad GEMM dimensions to multiples of 16 instead of keeping such layers in high precision",
-  enable_fsdp_float8_all_gather = "all-gather sharded weights in FP8",
-}
-local BACKEND_TITLE = { te = "TransformerEngine", msamp = "MS-AMP", ao = "torchao" }
+for _, k in ipairs(settings.list()) do
+  if k.flag then KEYS[#KEYS + 1] = k; BY_NAME[k.name] = k; BY_FLAG[k.flag] = k end
+end
+local BACKEND_TITLE = BY_NAME.backend.choice_help
 
 -- The text form of a value as fp8.config returns it (what FP8LAB_* variables carry).
 local function text_of(v)
@@ -79,7 +66,7 @@ local function parse_flag(argv, i, extra, cmd)
   if not k and extra[name] == nil then
     local cands = flag_names()
     for n in pairs(extra) do cands[#cands + 1] = n end
-    local best = cfg.suggest(name, cands)
+    local best = settings.suggest(name, cands)
     fail(2, ("unknown flag --%s%s (fp8lab %s -h lists them)"):format(name, best and (" (did you mean --" .. best .. "?)") or "", cmd))
   end
   if not k then
@@ -103,7 +90,7 @@ local function parse_flag(argv, i, extra, cmd)
       val, i = nxt, i + 1
     end
   end
-  local v = try(2, cfg.check, k.name, val, "--" .. name)
+  local v = try(2, settings.parse, k.name, val, "--" .. name)
   return i + 1, k, v
 end
 
@@ -234,7 +221,7 @@ local function env_cmd(host, ...)
   print("\nEnvironment")
   local any = false
   local names = { "FP8LAB_CONFIG_FILE", "FP8LAB_RANK", "FP8LAB_WORLD_SIZE", "FP8LAB_LUA_DIR" }
-  for _, k in ipairs(KEYS) do names[#names + 1] = k.env end
+  for _, k in ipairs(KEYS) do if k.env then names[#names + 1] = k.env end end
   table.sort(names)
   for _, n in ipairs(names) do
     local v = os.getenv(n)
@@ -286,21 +273,19 @@ local function launch_help(backend)
   end
   local function key_line(k)
     local def = k.default
-    line("--" .. k.flag .. " " .. placeholder(k), ("%s (default %s)"):format(HELP[k.name], text_of(def)))
+    line("--" .. k.flag .. " " .. placeholder(k), k.unsupported and ("refused: " .. k.unsupported)
+      or ("%s (default %s)"):format(k.help, text_of(def)))
   end
   out[#out + 1] = ""
   out[#out + 1] = "General:"
   line("--config_file PATH", "config file (default $FP8LAB_CONFIG_FILE, else " .. cfg.default_path() .. ")")
-  key_line(BY_NAME.num_processes)
-  key_line(BY_NAME.mixed_precision)
-  key_line(BY_NAME.backend)
-  key_line(BY_NAME.gradient_accumulation_steps)
+  for _, k in ipairs(KEYS) do if not k.backends then key_line(k) end end
   line("--cpu", "run on the CPU even when there is a GPU (sets FP8LAB_USE_CPU=1)")
   line("--num_cpu_threads_per_process N", "OpenMP threads per process (sets OMP_NUM_THREADS)")
   line("--multi_gpu", "one process per GPU (needs GPUs and --num_processes N >= 2)")
   line("--main_process_port N", "refused: mpirun wires the processes and picks its own ports")
   line("-h, --help", "this text; after --fp8_backend B only B's flags")
-  for _, b in ipairs { "te", "msamp", "ao" } do
+  for _, b in ipairs(BY_NAME.backend.choices) do
     if not backend or backend == b then
       out[#out + 1] = ""
       out[#out + 1] = ("%s (--fp8_backend %s):"):format(BACKEND_TITLE[b], b)
@@ -425,20 +410,20 @@ local function launch(host, ...)
 
   -- The config file: checked now so that a bad file stops here, not in every process.
   local path = config_path(extra.config_file)
-  local settings
+  local file
   if path then
-    settings = try(1, cfg.load, path)
-    print_notices("launch", settings)
+    file = try(1, cfg.load, path)
+    print_notices("launch", file)
     path = sys.realpath(path) or path
   end
   -- FP8LAB_* variables already set rank with the flags; check them now too.
   for _, k in ipairs(KEYS) do
-    local v = os.getenv(k.env)
-    if v and given[k.name] == nil then try(1, cfg.check, k.name, v, k.env) end
+    local v = k.env and os.getenv(k.env)
+    if v and v ~= "" and given[k.name] == nil then try(1, settings.parse, k.name, v, k.env) end
   end
 
   local n = given.num_processes or (os.getenv("FP8LAB_NUM_PROCESSES") and tonumber(os.getenv("FP8LAB_NUM_PROCESSES")))
-    or (settings and settings.num_processes) or 1
+    or (file and file.num_processes) or 1
   local exported = {}
   local function export(name, value)
     sys.setenv(name, value)
@@ -446,7 +431,7 @@ local function launch(host, ...)
   end
   local extra_env = launch_extra_env(extra, n)
   for _, k in ipairs(KEYS) do
-    if given[k.name] ~= nil then export(k.env, text_of(given[k.name])) end
+    if given[k.name] ~= nil and k.env then export(k.env, text_of(given[k.name])) end
   end
   for _, name in ipairs { "FP8LAB_USE_CPU", "OMP_NUM_THREADS" } do
     if extra_env[name] then export(name, extra_env[name]) end
@@ -522,28 +507,22 @@ local function answer_text(k, v)
   return text_of(v)
 end
 
-local QUESTION = {
-  mixed_precision = "Mixed precision (no, fp16, bf16, fp8)",
-  backend = "FP8 backend (msamp = MS-AMP, te = TransformerEngine, ao = torchao)",
-  fp8_format = "FP8 format (HYBRID = E4M3 forward and E5M2 gradients, E4M3 = E4M3 everywhere)",
-  margin = "Scaling margin: scale = fp8_max / amax / 2^margin",
-  interval = "Recompute the scaling factors every how many steps",
-  amax_history_len = "Length of the amax history",
-  amax_compute_algo = "Amax from the history (max, most_recent)",
-  override_linear_precision = "Run (fprop, dgrad, wgrad) in high precision, as three booleans",
-  use_autocast_during_eval = "Use FP8 during evaluation too (yes/no)",
-  opt_level = "MS-AMP optimization level (O1, O2, O3)",
-  pad_inner_dim = "Pad GEMM dimensions to multiples of 16 (yes/no)",
-  enable_fsdp_float8_all_gather = "All-gather sharded weights in FP8 (yes/no)",
-  num_processes = "Number of processes (more than 1 starts them through mpirun)",
-}
+-- Whether the questionnaire asks about k, given the answers so far: FP8 settings only for fp8, a
+-- backend's settings only for that backend.
+local function applies(k, values)
+  if k.block ~= "fp8_config" then return true end
+  if values.mixed_precision ~= "fp8" then return false end
+  if not k.backends then return true end
+  for _, b in ipairs(k.backends) do if b == values.backend then return true end end
+  return false
+end
 
 local function questionnaire()
   local echo = not sys.isatty(0)   -- piped answers: show them so the transcript reads well
   local function ask(k)
     local def = answer_text(k, k.default)
     while true do
-      io.write(QUESTION[k.name], " [", def, "]: ")
+      io.write(k.question, " [", def, "]: ")
       io.flush()
       local line = io.read("l")
       if line == nil then
@@ -553,18 +532,15 @@ local function questionnaire()
       line = line:match("^%s*(.-)%s*$")
       if echo then io.write(line, "\n") end
       if line == "" then line = def end
-      local ok, v = pcall(cfg.check, k.name, line, k.name)
+      local ok, v = pcall(settings.parse, k.name, line, k.name)
       if ok then return v end
       io.write("  ", tostring(v), "; please answer again\n")
     end
   end
   local values = {}
-  values.mixed_precision = ask(BY_NAME.mixed_precision)
-  if values.mixed_precision == "fp8" then
-    values.backend = ask(BY_NAME.backend)
-    for _, k in ipairs(backend_keys(values.backend)) do values[k.name] = ask(k) end
+  for _, k in ipairs(KEYS) do
+    if k.question and applies(k, values) then values[k.name] = ask(k) end
   end
-  values.num_processes = ask(BY_NAME.num_processes)
   return values
 end
 

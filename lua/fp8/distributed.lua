@@ -14,22 +14,28 @@ local M = {}
 function M.setup(acc)
   local s = acc.settings
   local pg, explicit = s.process_group or {}, (s.sources or {}).process_group == "handler"
+  local given = s.process_group_given or {}
   local info = D.info()
-  if explicit and pg.backend == "nccl" and not info.nccl_built then
+  -- the backend the user asked for; a handler that only sets the timeout keeps MPI (its dataclass default,
+  -- nccl as in Accelerate, is not a request: NCCL needs GPU tensors, and the DDP reducer runs on the CPU)
+  local backend = explicit and given.backend and pg.backend or "mpi"
+  if backend == "nccl" and not info.nccl_built then
     error("Accelerator: InitProcessGroupKwargs{backend=\"nccl\"}: this fp8lab has no NCCL (built without it; GPU "
       .. "collectives are refused); use backend=\"mpi\" (CPU tensors through MPI)", 4)
   end
-  if explicit and pg.init_method ~= nil then
+  if explicit and given.init_method then
     error(("Accelerator: InitProcessGroupKwargs init_method=%q is not supported: mpirun or srun start and wire the "
       .. "processes (fp8lab launch --num_processes N runs mpirun)"):format(pg.init_method), 4)
   end
-  -- Accelerate's default backend is nccl, whose timeout default is 600 s; on the CPU we run mpi (1800 s)
-  local timeout = explicit and pg.timeout or 1800
-  local backend = explicit and pg.backend or "mpi"
+  -- a timeout the user did not give follows the backend actually used: 600 s for nccl, 1800 s for mpi
+  local timeout = explicit and given.timeout and pg.timeout or (backend == "nccl" and 600 or 1800)
   acc.process_group = { backend = backend, timeout = timeout }
   if info.launched or backend == "nccl" then
     local ok, w = pcall(D.init, { timeout = timeout, backend = backend })
-    if not ok then error("Accelerator: " .. tostring(w), 4) end
+    if not ok then
+      error("Accelerator: " .. tostring(w) .. (backend == "nccl" and
+        ' (backend="nccl" needs a GPU per process; backend="mpi" runs on the CPU)' or ""), 4)
+    end
     acc.process_index, acc.num_processes, acc.local_process_index = w.rank, w.size, w.local_rank
   else
     acc.process_index, acc.num_processes, acc.local_process_index = 0, 1, 0

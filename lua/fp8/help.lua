@@ -19,6 +19,11 @@ function M.add(e)
   return e
 end
 
+-- adder(section) -> add(name, sig, doc): adds entries to one section (what a module registers its API with).
+function M.adder(section)
+  return function(name, sig, doc) return M.add { section = section, name = name, sig = sig, doc = doc } end
+end
+
 local sections = { "Formats", "Tensors", "Quantization", "Training", "Accelerator & recipes", "Checkpoints", "REPL", "Other" }
 M.sections = sections
 

@@ -8,28 +8,16 @@
 -- Accelerate's TERecipeKwargs.__post_init__ reads ACCELERATE_FP8_* for the fields left None. The
 -- Accelerator's own mixed_precision argument beats the environment too (source "argument").
 --
--- Environment (the launcher sets these from its flags; an empty value counts as unset; a bad value
--- is an error naming the variable):
---   FP8LAB_MIXED_PRECISION                  no | fp16 | bf16 | fp8
---   FP8LAB_FP8_BACKEND                      msamp | te | ao (any case)
---   FP8LAB_FP8_FORMAT                       HYBRID | E4M3 (te)
---   FP8LAB_FP8_MARGIN                       integer >= 0 (te)
---   FP8LAB_FP8_INTERVAL                     integer >= 1 (te)
---   FP8LAB_FP8_AMAX_HISTORY_LEN             integer >= 1 (te)
---   FP8LAB_FP8_AMAX_COMPUTE_ALGO            max | most_recent (te)
---   FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION    "a,b,c" booleans for fprop,dgrad,wgrad (te); "(false, false, true)" too
---   FP8LAB_FP8_USE_AUTOCAST_DURING_EVAL     boolean (te)
---   FP8LAB_FP8_OPT_LEVEL                    O1 | O2 | O3 (msamp)
---   FP8LAB_FP8_PAD_INNER_DIM                boolean (ao)
---   FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER boolean (ao)
---   FP8LAB_CONFIG_FILE                      config file path, handed to fp8.config.load_default(path)
--- Booleans: true/false, 1/0, yes/no, on/off, any case.
+-- The recipe handlers' fields, their checks and messages, the FP8LAB_* variables and the config-file keys
+-- all come from the one settings table (core/settings.c, as fp8.settings.list()); an empty variable
+-- counts as unset, a bad value is an error naming the variable. docs/config.md lists them.
 --
 -- FP8RecipeKwargs carries exactly the keys of the original API (backend, opt_level, and the te
 -- fields), not the ao options: it mirrors Accelerate's deprecated FP8RecipeKwargs that existing
 -- scripts use, and one handler per engine keeps every key meaningful. backend="ao" selects torchao
 -- with its defaults (or FP8LAB_*/config values); ao options go through AORecipeKwargs, and an ao key
 -- given to FP8RecipeKwargs is an error that says so.
+local settings = require "fp8.settings"
 local M = {}
 
 -- ---- values: printing and comparing --------------------------------------------------------
@@ -98,43 +86,18 @@ local function copy(v)
   return out
 end
 
--- The closest name in `names` to `key` if it is a likely typo: edit distance <= 2 (case ignored),
--- or else one name a prefix of the other ("amax_history_length" -> "amax_history_len").
+-- The closest name in `names` to `key` if it is a likely typo: the program's one suggestion
+-- (fp8.settings.suggest, core/settings.c: a small edit distance, or one name a prefix of the other).
 local function nearest(key, names)
   if type(key) ~= "string" then return nil end
   if type(names) ~= "table" then error(("nearest: names must be a list of strings, got %s"):format(type(names)), 2) end
-  local best, bestd = nil, math.huge
-  local lk = key:lower()
-  for _, n in ipairs(names) do
-    local d = require("fp8.config").distance(lk, n:lower()) or math.huge   -- the one edit distance (core/config.c)
-    if d < bestd then best, bestd = n, d end
-  end
-  if bestd <= 2 and bestd < #key then return best end
-  for _, n in ipairs(names) do
-    local ln = n:lower()
-    if #ln >= 4 and #lk >= 4 and (lk:sub(1, #ln) == ln or ln:sub(1, #lk) == lk) then return n end
-  end
-  return nil
+  return settings.suggest(key, names)
 end
 M.nearest = nearest
 
--- ---- kinds: how one field's value is checked -----------------------------------------------
--- kind.types: the accepted Lua types; kind.check(v) -> true, normalized | false [, message];
--- kind.parse(s): a string from the environment or a config file -> value or nil.
-
-local TRUE_WORDS = { ["true"] = true, ["1"] = true, yes = true, on = true, y = true }
-local FALSE_WORDS = { ["false"] = false, ["0"] = false, no = false, off = false, n = false }
-
-local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
-
-local function parse_bool(s)
-  s = trim(s):lower()
-  if TRUE_WORDS[s] then return true end
-  if FALSE_WORDS[s] == false then return false end
-  return nil
-end
-
-local function parse_number(s) return tonumber(trim(s)) end
+-- ---- kinds: how the other handlers' fields are checked ------------------------------------
+-- (The FP8 recipe handlers' fields are settings: the settings table checks them.)
+-- kind.types: the accepted Lua types; kind.check(v) -> true, normalized | false [, message].
 
 local function quoted_list(list)
   local q = {}
@@ -144,11 +107,10 @@ end
 
 local Kind = {}
 
-Kind.bool = { expect = "a boolean", types = { boolean = true }, parse = parse_bool,
-  check = function(v) return true, v end }
+Kind.bool = { expect = "a boolean", types = { boolean = true }, check = function(v) return true, v end }
 
 function Kind.int(min)
-  return { expect = ("an integer >= %d"):format(min), types = { number = true }, parse = parse_number,
+  return { expect = ("an integer >= %d"):format(min), types = { number = true },
     check = function(v)
       local i = math.tointeger(v)
       if i and i >= min then return true, i end
@@ -157,23 +119,16 @@ function Kind.int(min)
 end
 
 function Kind.num(expect, ok)
-  return { expect = expect, types = { number = true }, parse = parse_number,
+  return { expect = expect, types = { number = true },
     check = function(v) if v == v and ok(v) then return true, v end return false end }
 end
 
--- case: "upper" | "lower" (the stored spelling; input case does not matter).
--- reject: { VALUE = "message" } for values refused with a reason of their own.
-function Kind.choice(list, case, reject)
+-- A choice of lower-case names (input case does not matter).
+function Kind.choice(list)
   local set = {}
   for _, c in ipairs(list) do set[c] = true end
-  local expect = "one of " .. quoted_list(list)
-  return { expect = expect, choices = list, types = { string = true }, parse = function(s) return trim(s) end,
-    check = function(v)
-      local n = case == "upper" and v:upper() or case == "lower" and v:lower() or v
-      if set[n] then return true, n end
-      if reject and reject[n] then return false, reject[n] .. "; use " .. expect end
-      return false
-    end }
+  return { expect = "one of " .. quoted_list(list), choices = list, types = { string = true },
+    check = function(v) if set[v:lower()] then return true, v:lower() end return false end }
 end
 
 local function callable(v)
@@ -187,115 +142,53 @@ Kind.func = { expect = "a function", types = { ["function"] = true }, callable =
 
 Kind.string = { expect = "a string", types = { string = true }, check = function(v) return true, v end }
 
--- override_linear_precision: {fprop, dgrad, wgrad} booleans; also {fprop=, dgrad=, wgrad=} and the
--- strings "(false, false, true)" (Accelerate's config files) and "false,false,true" (launch flag).
-local OLP_EXPECT = "3 booleans {fprop, dgrad, wgrad} such as {false, false, true} or \"(false, false, true)\""
-local function parse_olp(s)
-  local body = trim(s):gsub("^[%(%[{]", ""):gsub("[%)%]}]$", "")
-  local out = {}
-  for tok in (body .. ","):gmatch("([^,]*),") do
-    local b = parse_bool(tok)
-    if b == nil then return nil end
-    out[#out + 1] = b
+-- Checks v against field f: true, normalized | false, "origin: expected X, got Y" (without "origin: "
+-- when origin is nil). A setting's field goes to the settings table, whose message names the origin.
+local function check_field(f, v, origin)
+  if f.setting then
+    local ok, res = pcall(settings.check, f.name, v, origin or f.name)
+    if ok then return true, res end
+    if not origin then res = tostring(res):gsub("^" .. f.name .. ": ", "") end
+    return false, res
   end
-  if #out ~= 3 then return nil end
-  return out
-end
-
-Kind.olp = { expect = OLP_EXPECT, types = { table = true, string = true }, parse = parse_olp,
-  check = function(v)
-    if type(v) == "string" then
-      local l = parse_olp(v)
-      if l then return true, l end
-      return false
-    end
-    if v.fprop ~= nil or v.dgrad ~= nil or v.wgrad ~= nil then
-      local l = { v.fprop, v.dgrad, v.wgrad }
-      for k in pairs(v) do
-        if k ~= "fprop" and k ~= "dgrad" and k ~= "wgrad" then return false end
-      end
-      for i = 1, 3 do
-        if l[i] == nil then l[i] = false end
-        if type(l[i]) ~= "boolean" then return false end
-      end
-      return true, l
-    end
-    local n = 0
-    for _ in pairs(v) do n = n + 1 end
-    if n ~= 3 then return false end
-    for i = 1, 3 do if type(v[i]) ~= "boolean" then return false end end
-    return true, { v[1], v[2], v[3] }
-  end }
-
--- Checks v against field f: true, normalized | false, "expected X, got Y" (or the kind's message).
-local function check_field(f, v)
-  local k = f.kind
+  local k, msg = f.kind, nil
   if not k.types[type(v)] and not (k.callable and callable(v)) then
-    return false, ("expected %s, got %s"):format(k.expect, got(v))
+    msg = ("expected %s, got %s"):format(k.expect, got(v))
+  else
+    local ok, res = k.check(v)
+    if ok then return true, res end
+    msg = res or ("expected %s, got %s"):format(k.expect, repr(v))
   end
-  local ok, res = k.check(v)
-  if ok then return true, res end
-  return false, res or ("expected %s, got %s"):format(k.expect, repr(v))
+  return false, origin and (origin .. ": " .. msg) or msg
 end
 
--- Like check_field for values from the environment or a config file: strings are parsed first.
-local function coerce_field(f, v)
-  if type(v) == "string" and f.kind.parse and not f.kind.types.string then
-    local p = f.kind.parse(v)
-    if p == nil then return false, ("expected %s, got %s"):format(f.kind.expect, repr(v)) end
-    v = p
-  end
-  return check_field(f, v)
-end
+-- ---- recipe fields: the rows of the settings table ---------------------------------------------
 
--- ---- recipe fields (docs/fp8-spec.md §2–§4) ----------------------------------------------------------
+local ROWS = settings.list()
+local ROW = {}
+for _, r in ipairs(ROWS) do ROW[r.name] = r end
 
+-- A handler field per setting of an FP8 recipe (and the backend itself).
 local F = {}
-local function field(t) F[t.name] = t; return t end
+for _, r in ipairs(ROWS) do
+  -- a setting fp8lab recognises only to refuse it (r.unsupported) has no default to carry into a recipe
+  local default = r.default
+  if r.unsupported then default = nil end
+  F[r.name] = { name = r.name, setting = true, default = default, env = r.env,
+                doc = r.help, backend = r.backends and r.backends[1], alias = r.alias, file = r.file }
+end
 
-field { name = "backend", kind = Kind.choice({ "msamp", "te", "ao" }, "lower"), default = "msamp",
-  env = "FP8LAB_FP8_BACKEND",
-  doc = "FP8 engine: msamp (MS-AMP levels), te (delayed scaling), ao (dynamic scaling)" }
-field { name = "fp8_format", backend = "te", default = "HYBRID", env = "FP8LAB_FP8_FORMAT",
-  kind = Kind.choice({ "HYBRID", "E4M3" }, "upper",
-    { E5M2 = "E5M2 is not allowed: TransformerEngine refuses pure E5M2 (2 mantissa bits are too coarse "
-          .. "for forward activations and weights)" }),
-  doc = "HYBRID: E4M3 forward (input, weight), E5M2 backward (output gradient); E4M3: all E4M3" }
-field { name = "margin", backend = "te", kind = Kind.int(0), default = 0, env = "FP8LAB_FP8_MARGIN",
-  doc = "head-room: scale = fp8_max / amax / 2^margin" }
-field { name = "interval", backend = "te", kind = Kind.int(1), default = 1, env = "FP8LAB_FP8_INTERVAL",
-  doc = "recompute the scales every `interval` optimizer steps" }
-field { name = "amax_history_len", backend = "te", kind = Kind.int(1), default = 1024,
-  env = "FP8LAB_FP8_AMAX_HISTORY_LEN", doc = "length of the amax history ring per tensor role" }
-field { name = "amax_compute_algo", backend = "te", kind = Kind.choice({ "max", "most_recent" }, "lower"),
-  default = "most_recent", env = "FP8LAB_FP8_AMAX_COMPUTE_ALGO",
-  doc = "amax from the max over the history, or its most recent entry" }
-field { name = "override_linear_precision", backend = "te", kind = Kind.olp, default = { false, false, false },
-  env = "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION",
-  doc = "run the (fprop, dgrad, wgrad) GEMMs in high precision" }
-field { name = "use_autocast_during_eval", backend = "te", kind = Kind.bool, default = false,
-  env = "FP8LAB_FP8_USE_AUTOCAST_DURING_EVAL", doc = "use FP8 in eval mode too (off: eval runs in high precision)" }
-field { name = "opt_level", backend = "msamp", kind = Kind.choice({ "O1", "O2", "O3" }, "upper"), default = "O2",
-  env = "FP8LAB_FP8_OPT_LEVEL",
-  doc = "O1: FP8 GEMMs, weight gradients, all-reduce; O2: + Adam m E4M3 / v fp16; O3: + E4M3 weights" }
-field { name = "config", backend = "ao", kind = Kind.choice({ "tensorwise", "rowwise", "rowwise_with_gw_hp" }, "lower"),
-  default = "tensorwise", doc = "torchao recipe: tensorwise, rowwise, or rowwise_with_gw_hp (wgrad in high precision)" }
-field { name = "module_filter_func", backend = "ao", kind = Kind.func, default = nil,
-  doc = "(module, name) -> boolean; nil: skip the first and last Linear and those with features not divisible by 16" }
-field { name = "pad_inner_dim", backend = "ao", kind = Kind.bool, default = true, env = "FP8LAB_FP8_PAD_INNER_DIM",
-  doc = "pad the inner GEMM dimensions to a multiple of 16 instead of leaving the layer in high precision" }
-field { name = "enable_fsdp_float8_all_gather", backend = "ao", kind = Kind.bool, default = true,
-  env = "FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", doc = "with sharded data parallelism, all-gather weights in FP8" }
+M.BACKENDS = copy(ROW.backend.choices)   -- the default first
+local BACKEND_TITLE = ROW.backend.choice_help
 
-local BACKEND_FIELDS = {
-  te = { "fp8_format", "margin", "interval", "amax_history_len", "amax_compute_algo",
-         "override_linear_precision", "use_autocast_during_eval" },
-  msamp = { "opt_level" },
-  ao = { "config", "module_filter_func", "pad_inner_dim", "enable_fsdp_float8_all_gather" },
-}
-M.BACKENDS = { "msamp", "te", "ao" }   -- the default first
-local BACKEND_TITLE = { te = "delayed scaling (TransformerEngine)", msamp = "MS-AMP optimisation levels",
-                        ao = "dynamic scaling (torchao)" }
+-- BACKEND_FIELDS[b]: the names of backend b's fields, in table order; FP8_RECIPE_FIELDS: the recipe
+-- fields FP8RecipeKwargs carries (Accelerate's original handler: backend, MS-AMP's and te's fields).
+local BACKEND_FIELDS, FP8_RECIPE_FIELDS = {}, {}
+for _, b in ipairs(M.BACKENDS) do BACKEND_FIELDS[b] = {} end
+for _, r in ipairs(ROWS) do
+  for _, b in ipairs(r.backends or {}) do table.insert(BACKEND_FIELDS[b], r.name) end
+  if r.fp8_recipe_kwargs and r.backends then FP8_RECIPE_FIELDS[#FP8_RECIPE_FIELDS + 1] = r.name end
+end
 
 -- RECIPE_FIELDS[backend] = ordered list of { name, default, doc, expect, choices, env, backend }, also
 -- indexed by name; RECIPE_FIELDS[backend].title. For docs and the CLI: read-only.
@@ -303,22 +196,21 @@ M.RECIPE_FIELDS = {}
 for _, b in ipairs(M.BACKENDS) do
   local list = { title = BACKEND_TITLE[b] }
   for i, name in ipairs(BACKEND_FIELDS[b]) do
-    local f = F[name]
-    local e = { name = name, default = copy(f.default), doc = f.doc, expect = f.kind.expect,
-                choices = f.kind.choices, env = f.env, backend = b }
+    local r = ROW[name]
+    local default = copy(r.default)
+    if r.unsupported then default = nil end
+    local e = { name = name, default = default, doc = r.help, expect = r.expected,
+                choices = copy(r.choices), env = r.env, backend = b }
     list[i] = e
     list[name] = e
   end
   M.RECIPE_FIELDS[b] = list
 end
 
--- The environment variables, in the order the module header lists them.
-M.ENV = { { name = "FP8LAB_MIXED_PRECISION", field = "mixed_precision" },
-          { name = "FP8LAB_FP8_BACKEND", field = "backend" } }
-for _, b in ipairs { "te", "msamp", "ao" } do
-  for _, name in ipairs(BACKEND_FIELDS[b]) do
-    if F[name].env then M.ENV[#M.ENV + 1] = { name = F[name].env, field = name } end
-  end
+-- The environment variables resolve() reads: every setting's, then the config file's path.
+M.ENV = {}
+for _, r in ipairs(ROWS) do
+  if r.env then M.ENV[#M.ENV + 1] = { name = r.env, field = r.name } end
 end
 M.ENV[#M.ENV + 1] = { name = "FP8LAB_CONFIG_FILE", field = nil }
 
@@ -414,8 +306,8 @@ local function build(cls, opts)
   local values = {}
   for _, f in ipairs(cls.field_list) do
     if given[f.name] then
-      local ok, v = check_field(f, raw[f.name])
-      if not ok then return nil, ("%s: %s: %s"):format(cls.handler_type, f.name, v) end
+      local ok, v = check_field(f, raw[f.name], cls.handler_type .. ": " .. f.name)
+      if not ok then return nil, v end
       values[f.name] = v
     end
   end
@@ -495,8 +387,7 @@ end
 -- An explicit FP8RecipeKwargs field that the backend does not use, with a non-default value: an error
 -- message, else nil.
 local function foreign_field_error(values, given, backend, origin)
-  for _, name in ipairs { "opt_level", "fp8_format", "margin", "interval", "amax_history_len",
-                          "amax_compute_algo", "override_linear_precision", "use_autocast_during_eval" } do
+  for _, name in ipairs(FP8_RECIPE_FIELDS) do
     local f = F[name]
     if given[name] and f.backend ~= backend and not deep_equal(values[name], f.default) then
       return ("%s=%s belongs to the %s recipe, but the backend is \"%s\" (%s%s fields: %s); pass backend=\"%s\""):format(
@@ -507,27 +398,28 @@ local function foreign_field_error(values, given, backend, origin)
   return nil
 end
 
-define("FP8RecipeKwargs",
-  { F.backend, F.opt_level, F.margin, F.interval, F.fp8_format, F.amax_history_len, F.amax_compute_algo,
-    F.override_linear_precision, F.use_autocast_during_eval },
-  { aliases = { optimization_level = "opt_level", amax_history_length = "amax_history_len",
-                amax_compute_algorithm = "amax_compute_algo" }, fp8 = "any",
-    finish = function(values, given)
-      if given.backend then return foreign_field_error(values, given, values.backend) end
-    end })
+-- The FP8 recipe handlers: their fields are the settings table's rows, in its order; the aliases are
+-- the names Accelerate's config questionnaire writes (docs/fp8-spec.md §5).
+local function recipe_handler(name, field_names, opts)
+  local fields, aliases = {}, {}
+  for i, n in ipairs(field_names) do
+    fields[i] = F[n]
+    if F[n].alias then aliases[F[n].alias] = n end
+  end
+  opts.aliases = aliases
+  return define(name, fields, opts)
+end
 
--- The aliases are the names Accelerate's config questionnaire writes (docs/fp8-spec.md §5).
-define("TERecipeKwargs",
-  { F.fp8_format, F.margin, F.interval, F.amax_history_len, F.amax_compute_algo, F.override_linear_precision,
-    F.use_autocast_during_eval },
-  { fp8 = "te", aliases = { amax_history_length = "amax_history_len", amax_compute_algorithm = "amax_compute_algo" } })
-
-define("MSAMPRecipeKwargs", { F.opt_level }, { aliases = { optimization_level = "opt_level" }, fp8 = "msamp" })
-
+local FP8_KWARGS_FIELDS = {}
+for _, r in ipairs(ROWS) do if r.fp8_recipe_kwargs then FP8_KWARGS_FIELDS[#FP8_KWARGS_FIELDS + 1] = r.name end end
+recipe_handler("FP8RecipeKwargs", FP8_KWARGS_FIELDS, { fp8 = "any",
+  finish = function(values, given)
+    if given.backend then return foreign_field_error(values, given, values.backend) end
+  end })
 -- Accelerate's AORecipeKwargs builds Float8LinearConfig(pad_inner_dim=True,
--- enable_fsdp_float8_all_gather=True) when given no config: those are our defaults.
-define("AORecipeKwargs", { F.config, F.module_filter_func, F.pad_inner_dim, F.enable_fsdp_float8_all_gather },
-  { fp8 = "ao" })
+-- enable_fsdp_float8_all_gather=True) when given no config: those are the table's defaults.
+M.RECIPE_HANDLER = { te = "TERecipeKwargs", msamp = "MSAMPRecipeKwargs", ao = "AORecipeKwargs" }
+for _, b in ipairs { "te", "msamp", "ao" } do recipe_handler(M.RECIPE_HANDLER[b], BACKEND_FIELDS[b], { fp8 = b }) end
 
 define("AutocastKwargs", {
   { name = "enabled", kind = Kind.bool, default = true },
@@ -673,19 +565,22 @@ local FP8_HANDLER = { FP8RecipeKwargs = true, TERecipeKwargs = true, MSAMPRecipe
 -- Errors inside resolve are thrown as {kwargs_error=msg} and re-raised at the caller's level.
 local function fail(msg, ...) error({ kwargs_error = select("#", ...) > 0 and msg:format(...) or msg }, 0) end
 
-local MP = { no = "no", fp32 = "no", fp16 = "fp16", bf16 = "bf16", fp8 = "fp8" }
-local MP_EXPECT = "one of no, fp16, bf16, fp8"
-local function parse_mp(v)
-  if type(v) == "string" then return MP[trim(v):lower()] end
-  return nil
+-- A setting's value from the environment or a config file, checked by the settings table: a string
+-- is read as text ("false", "3"), anything else as a value. Raises {kwargs_error = "origin: ..."}.
+local function coerce(name, v, origin)
+  local ok, res = pcall(settings.coerce, name, v, origin)
+  if not ok then fail(tostring(res)) end
+  return res
 end
 
--- Config keys Accelerate's questionnaire writes; fp8.config maps them already, we accept them anyway.
-local CONFIG_ALIASES = { amax_history_length = "amax_history_len", amax_compute_algorithm = "amax_compute_algo",
-                         optimization_level = "opt_level" }
-local CONFIG_FIELDS = { "backend", "fp8_format", "margin", "interval", "amax_history_len", "amax_compute_algo",
-                        "override_linear_precision", "use_autocast_during_eval", "opt_level", "pad_inner_dim",
-                        "enable_fsdp_float8_all_gather" }
+-- The keys a config file's fp8_config: block holds (with their aliases), for suggestions.
+local CONFIG_FIELDS, CONFIG_ALIASES = {}, {}
+for _, r in ipairs(ROWS) do
+  if r.file == "fp8_config" then
+    CONFIG_FIELDS[#CONFIG_FIELDS + 1] = r.name
+    if r.alias then CONFIG_ALIASES[r.alias] = r.name end
+  end
+end
 
 local function read_env(env)
   local get
@@ -699,13 +594,7 @@ local function read_env(env)
     local s = get(e.name)
     if s ~= nil and s ~= "" then
       raw[e.field or e.name] = s
-      if e.field == "mixed_precision" then
-        vals.mixed_precision = parse_mp(s) or fail("%s: expected %s, got %s", e.name, MP_EXPECT, repr(s))
-      elseif e.field then
-        local ok, v = coerce_field(F[e.field], s)
-        if not ok then fail("%s: %s", e.name, v) end
-        vals[e.field] = v
-      end
+      if e.field then vals[e.field] = coerce(e.field, s, e.name) end
     end
   end
   return vals, raw
@@ -742,16 +631,8 @@ local function read_config(cfg, notices)
   if type(cfg.notices) == "table" then   -- what fp8.config noticed while reading the file
     for _, n in ipairs(cfg.notices) do notices[#notices + 1] = tostring(n) end
   end
-  if cfg.gradient_accumulation_steps ~= nil then
-    local g = cfg.gradient_accumulation_steps
-    if math.type(g) ~= "integer" or g < 1 then
-      fail("%s: gradient_accumulation_steps: expected an integer >= 1, got %s", where, repr(g))
-    end
-    vals.gradient_accumulation_steps = g
-  end
-  if cfg.mixed_precision ~= nil then
-    vals.mixed_precision = parse_mp(cfg.mixed_precision)
-      or fail("%s: mixed_precision: expected %s, got %s", where, MP_EXPECT, repr(cfg.mixed_precision))
+  for _, r in ipairs(ROWS) do   -- the top-level keys
+    if r.file == "top" and cfg[r.name] ~= nil then vals[r.name] = coerce(r.name, cfg[r.name], where .. ": " .. r.name) end
   end
   local fc = cfg.fp8_config
   if fc ~= nil then
@@ -762,10 +643,8 @@ local function read_config(cfg, notices)
     for _, k in ipairs(keys) do
       local name = CONFIG_ALIASES[k] or k
       local f = type(name) == "string" and F[name]
-      if f and f.env then   -- the fields a config file can carry (not config/module_filter_func)
-        local ok, v = coerce_field(f, fc[k])
-        if not ok then fail("%s: fp8_config.%s: %s", where, tostring(k), v) end
-        vals[name] = v
+      if f and f.file == "fp8_config" then   -- the fields a config file can carry (not config/module_filter_func)
+        vals[name] = coerce(name, fc[k], ("%s: fp8_config.%s"):format(where, tostring(k)))
       else
         local near = nearest(k, CONFIG_FIELDS)
         notices[#notices + 1] = ("%s: fp8_config.%s ignored (not an fp8lab recipe field%s)"):format(where,
@@ -839,30 +718,28 @@ local function resolve(opts)
   local notices = {}
   local envv, env_raw = read_env(opts.env)
   local cfgv, where, cfg_path = read_config(load_config(opts, env_raw), notices)
-  local settings = { sources = {}, notices = notices, handlers = handlers, config_path = cfg_path }
-  local src = settings.sources
+  local out = { sources = {}, notices = notices, handlers = handlers, config_path = cfg_path }
+  local src = out.sources
 
   -- mixed precision: argument > environment > config > "no"
   local mp, mps
   if opts.mixed_precision ~= nil then
-    mp = parse_mp(opts.mixed_precision)
-      or fail("resolve: mixed_precision must be %s; got %s", MP_EXPECT, repr(opts.mixed_precision))
-    mps = "argument"
+    local ok, res = pcall(settings.check, "mixed_precision", opts.mixed_precision, "resolve: mixed_precision")
+    if not ok then fail(tostring(res)) end
+    mp, mps = res, "argument"
   elseif envv.mixed_precision then mp, mps = envv.mixed_precision, "env"
   elseif cfgv.mixed_precision then mp, mps = cfgv.mixed_precision, "config"
-  else mp, mps = "no", "default" end
-  settings.mixed_precision, src.mixed_precision = mp, mps
+  else mp, mps = ROW.mixed_precision.default, "default" end
+  out.mixed_precision, src.mixed_precision = mp, mps
 
-  -- gradient accumulation steps: environment (what launch --gradient_accumulation_steps sets) > config
-  local gas_raw
-  if opts.env == nil then gas_raw = os.getenv("FP8LAB_GRADIENT_ACCUMULATION_STEPS")
-  else gas_raw = opts.env.FP8LAB_GRADIENT_ACCUMULATION_STEPS; gas_raw = gas_raw ~= nil and tostring(gas_raw) or nil end
-  if gas_raw ~= nil and gas_raw ~= "" then
-    local g = math.tointeger(tonumber(gas_raw))
-    if not g or g < 1 then fail("FP8LAB_GRADIENT_ACCUMULATION_STEPS: expected an integer >= 1, got %s", repr(gas_raw)) end
-    settings.gradient_accumulation_steps, src.gradient_accumulation_steps = g, "env"
-  elseif cfgv.gradient_accumulation_steps then
-    settings.gradient_accumulation_steps, src.gradient_accumulation_steps = cfgv.gradient_accumulation_steps, "config"
+  -- the other top-level settings (num_processes, gradient_accumulation_steps): environment (what the
+  -- launch flags set) > config file > default
+  for _, r in ipairs(ROWS) do
+    if r.file == "top" and r.name ~= "mixed_precision" then
+      if envv[r.name] ~= nil then out[r.name], src[r.name] = envv[r.name], "env"
+      elseif cfgv[r.name] ~= nil then out[r.name], src[r.name] = cfgv[r.name], "config"
+      else out[r.name], src[r.name] = copy(r.default), "default" end
+    end
   end
 
   if fp8h and mp ~= "fp8" then
@@ -891,8 +768,8 @@ local function resolve(opts)
       backend, bs = fp8h.backend, "handler"
     elseif envv.backend then backend, bs = envv.backend, "env"
     elseif cfgv.backend then backend, bs = cfgv.backend, "config"
-    else backend, bs = "msamp", "default" end
-    settings.fp8_backend, src.fp8_backend = backend, bs
+    else backend, bs = ROW.backend.default, "default" end
+    out.fp8_backend, src.fp8_backend = backend, bs
     if bs == "handler" then
       for _, s in ipairs { { envv.backend, "FP8LAB_FP8_BACKEND=" .. tostring(env_raw.backend) },
                            { cfgv.backend, (where or "") .. ": fp8_config.backend=" .. repr(cfgv.backend) } } do
@@ -917,7 +794,7 @@ local function resolve(opts)
       else v, s = copy(F[name].default), "default" end
       recipe[name], src[name] = v, s
     end
-    settings.fp8_recipe = recipe
+    out.fp8_recipe = recipe
     for _, b in ipairs(M.BACKENDS) do
       if b ~= backend then
         for _, name in ipairs(BACKEND_FIELDS[b]) do
@@ -938,17 +815,21 @@ local function resolve(opts)
     src[key] = h and "handler" or "default"
     return h and h:to_table() or CLASSES[tname].defaults()
   end
-  settings.autocast = group("autocast", "AutocastKwargs")
+  out.autocast = group("autocast", "AutocastKwargs")
   if mp == "fp16" then
-    settings.grad_scaler = group("grad_scaler", "GradScalerKwargs")
+    out.grad_scaler = group("grad_scaler", "GradScalerKwargs")
   elseif handlers.GradScalerKwargs then
     notices[#notices + 1] = ("GradScalerKwargs ignored: loss scaling is for fp16, and mixed_precision is %s"):format(repr(mp))
   end
-  settings.ddp = group("ddp", "DistributedDataParallelKwargs")
-  settings.process_group = group("process_group", "InitProcessGroupKwargs")
-  settings.profile = handlers.ProfileKwargs
-  src.profile = settings.profile and "handler" or "default"
-  return settings
+  out.ddp = group("ddp", "DistributedDataParallelKwargs")
+  out.process_group = group("process_group", "InitProcessGroupKwargs")
+  -- which of the handler's keys the user passed: an unset backend is not a request for NCCL on the CPU
+  local pgh = handlers.InitProcessGroupKwargs
+  out.process_group_given = pgh and { backend = pgh:is_set("backend"), timeout = pgh:is_set("timeout"),
+                                      init_method = pgh:is_set("init_method") } or {}
+  out.profile = handlers.ProfileKwargs
+  src.profile = out.profile and "handler" or "default"
+  return out
 end
 
 -- resolve{mixed_precision=, kwargs_handlers= (or kwarg_handlers=), env=, config=} -> settings
@@ -986,8 +867,10 @@ function M.describe(s)
     end
     return #parts == 0 and "defaults" or table.concat(parts, ", ")
   end
-  if s.gradient_accumulation_steps then
-    line("gradient_accumulation_steps", tostring(s.gradient_accumulation_steps), src.gradient_accumulation_steps)
+  for _, r in ipairs(ROWS) do
+    if r.file == "top" and r.name ~= "mixed_precision" and s[r.name] ~= nil then
+      line(r.name, tostring(s[r.name]), src[r.name])
+    end
   end
   local a = s.autocast or {}
   line("autocast", ("enabled=%s, cache_enabled=%s"):format(tostring(a.enabled), tostring(a.cache_enabled)), src.autocast)
@@ -1043,25 +926,60 @@ if okh and type(help) == "table" and help.add then
   end
   local common = "\nh.field reads a value (defaults included); h:to_kwargs() lists the non-defaults; unknown keys and\n"
               .. "bad values are errors naming the valid ones."
-  add("FP8RecipeKwargs", "Accelerate's original FP8 handler: backend (\"msamp\" | \"te\" | \"ao\", any case) plus the\n"
-    .. "MS-AMP level (opt_level, alias optimization_level) and the te fields. fp8_format E5M2 is refused.\n"
-    .. "ao options go through AORecipeKwargs. Needs mixed_precision=\"fp8\"." .. common)
+  -- Where a setting also comes from, for its help line: "FP8LAB_X, --flag, fp8_config.x".
+  local function places(r)
+    local p = {}
+    if r.env then p[#p + 1] = r.env end
+    if r.flag then p[#p + 1] = "--" .. r.flag end
+    if r.file then p[#p + 1] = (r.file == "fp8_config" and "fp8_config." or "") .. r.name end
+    return #p > 0 and (" [" .. table.concat(p, ", ") .. "]") or ""
+  end
+  -- One line per field of a recipe handler, from the settings table.
+  local function field_lines(name)
+    local out = {}
+    for _, f in ipairs(CLASSES[name].field_list) do
+      local r = ROW[f.name]
+      if r.unsupported then
+        out[#out + 1] = ("  %s: refused: %s%s"):format(f.name, r.unsupported, places(r))
+      else
+        out[#out + 1] = ("  %s%s: %s; %s (default %s)%s"):format(f.name, r.alias and (" (alias " .. r.alias .. ")") or "",
+          r.expected, r.help, repr(r.default), places(r))
+      end
+    end
+    return "\n" .. table.concat(out, "\n")
+  end
+  add("FP8RecipeKwargs", "Accelerate's original FP8 handler: backend plus the MS-AMP level and the te fields; ao options\n"
+    .. "go through AORecipeKwargs. Needs mixed_precision=\"fp8\"." .. field_lines("FP8RecipeKwargs") .. common)
   add("TERecipeKwargs", "Delayed scaling (TransformerEngine): scale = fp8_max / amax / 2^margin from an amax history,\n"
-    .. "recomputed every `interval` steps; override_linear_precision = {fprop, dgrad, wgrad} high-precision GEMMs\n"
-    .. "(also the string \"(false, false, true)\")." .. common)
-  add("MSAMPRecipeKwargs", "MS-AMP levels: O1 FP8 GEMMs, weight gradients and all-reduce; O2 (default) also Adam m in E4M3\n"
-    .. "and v in fp16; O3 also E4M3 weights. Alias: optimization_level." .. common)
-  add("AORecipeKwargs", "Dynamic scaling (torchao): config \"tensorwise\" | \"rowwise\" | \"rowwise_with_gw_hp\";\n"
-    .. "module_filter_func(module, name) -> boolean (nil: first/last Linear and non-multiple-of-16 layers stay\n"
-    .. "high precision). pad_inner_dim and enable_fsdp_float8_all_gather default to true, as Accelerate sets them." .. common)
+    .. "recomputed every `interval` steps." .. field_lines("TERecipeKwargs") .. common)
+  add("MSAMPRecipeKwargs", "MS-AMP levels (power-of-two scales; O2 is the default)." .. field_lines("MSAMPRecipeKwargs")
+    .. common)
+  add("AORecipeKwargs", "Dynamic scaling (torchao); pad_inner_dim defaults to true, as Accelerate sets it. Accelerate's\n"
+    .. "enable_fsdp_float8_all_gather is refused (no FSDP here)." .. field_lines("AORecipeKwargs") .. common)
+  -- Every setting: what it takes, its default, and every place it comes from.
+  local lines = {}
+  for _, r in ipairs(ROWS) do
+    local kw = r.backends and (" kwarg of " .. M.RECIPE_HANDLER[r.backends[1]]
+      .. (r.fp8_recipe_kwargs and " and FP8RecipeKwargs" or "")) or (r.fp8_recipe_kwargs and " kwarg of FP8RecipeKwargs" or "")
+    if r.unsupported then
+      lines[#lines + 1] = ("%s: refused: %s%s%s"):format(r.name, r.unsupported, places(r), kw)
+    else
+      lines[#lines + 1] = ("%s: %s (default %s); %s%s%s"):format(r.name, r.expected, repr(r.default), r.help, places(r), kw)
+    end
+  end
+  help.add { section = section, name = "settings", sig = "fp8.settings.list() / check(name, value) / parse(name, text)",
+    doc = "The settings table (core/settings.c): one row per setting, read by the kwargs handlers, resolve(),\n"
+       .. "config.yaml, launch flags, FP8LAB_* variables and `fp8lab config`; one check and one set of messages.\n"
+       .. table.concat(lines, "\n") }
   add("AutocastKwargs", "The autocast for the non-FP8 ops (bf16 under fp8)." .. common)
   add("GradScalerKwargs", "The fp16 loss scaler (fp8.amp.GradScaler); ignored, with a notice, unless mixed_precision=\"fp16\"."
     .. common)
   add("DistributedDataParallelKwargs", "Data-parallel options. comm_hook \"no\" | \"fp16\" | \"bf16\" | \"power_sgd\" |\n"
     .. "\"batched_power_sgd\"; comm_wrapper \"no\" | \"fp16\" | \"bf16\" and comm_state_option (PowerSGD options) need a\n"
     .. "PowerSGD hook." .. common)
-  add("InitProcessGroupKwargs", "Process group: backend \"nccl\" | \"mpi\", init_method (env://, tcp://host:port, file://path),\n"
-    .. "timeout in seconds (default 600 for nccl, 1800 for mpi)." .. common)
+  add("InitProcessGroupKwargs", "Process group: backend \"mpi\" | \"nccl\" (when not given: mpi, whatever the handler's\n"
+    .. "Accelerate-style default says), timeout in seconds (default 600 for nccl, 1800 for mpi). init_method is refused:\n"
+    .. "mpirun or srun start and wire the processes (fp8lab launch --num_processes N runs mpirun)." .. common)
   add("ProfileKwargs", "Profiler: activities {\"cpu\", \"cuda\"}, schedule_option {wait=, warmup=, active= [, repeat=,\n"
     .. "skip_first=]}, on_trace_ready(fn), record_shapes, profile_memory, with_stack, with_flops, with_modules,\n"
     .. "output_trace_dir (Chrome trace JSON)." .. common)

@@ -120,7 +120,7 @@ function M.lines(o)
 end
 
 -- fp8_history{csv= (from acc:log_fp8_stats), png=, layer=nil (the first in the file)} -> png | nil, reason.
--- Two panels over the optimizer steps: the scale of each tensor role (input, weight, grad_output), and
+-- Two panels over the optimizer steps: the scale of each tensor role (input, weight, grad: the output gradient), and
 -- its amax (of the last cast and over the history window), log scale.
 function M.fp8_history(o)
   check_opts("plot.fp8_history", o, { "csv", "png" })
@@ -149,7 +149,7 @@ function M.fp8_history(o)
   if not M.available() then return missing(o.csv) end
   local dat = o.png .. ".dat"
   local d = assert(io.open(dat, "w"))
-  local roles = { "input", "weight", "grad_output" }
+  local roles = { "input", "weight", "grad" }
   for _, st in ipairs(steps) do
     local cols = { tostring(st) }
     for _, r in ipairs(roles) do

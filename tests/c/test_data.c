@@ -120,6 +120,12 @@ TEST(data_idx_errors) {
         REQUIRE(write_file(path, buf, 34, gz), "write");
         CHECK(fl_data_load_idx_images(&t, path, 0, 0, NULL, NULL) == FL_EIO, "huge dims accepted");
         CHECK(strstr(fl_last_error(), "corrupt IDX header"), "%s", fl_last_error());
+        /* a header that announces 2,097,152,000 labels in a file of 8 bytes: refused as truncated without
+         * first allocating 2 GiB (fuzz_idx found the allocation: 10 s under ASan) */
+        be32(buf, 0x00000801u); be32(buf + 4, 0x7d000000u);
+        REQUIRE(write_file(path, buf, 8, gz), "write");
+        CHECK(fl_data_load_idx_labels(&t, path) == FL_EIO, "huge count accepted");
+        CHECK(strstr(fl_last_error(), "truncated: expected 2097152000 bytes of labels, got 0"), "%s", fl_last_error());
         unlink(path);
     }
     /* A gzip stream cut in half: zlib's complaint is passed on as truncation. */

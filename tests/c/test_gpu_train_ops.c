@@ -223,7 +223,7 @@ TEST(gpu_fp8_transpose_index_maths_on_host) {
     }
 }
 
-/* The epilogue's element code is core/cpu/cpu_fp8_gemm.c's scale pass (fl_cpu_fp8_gemm), bit for bit:
+/* The epilogue's element code is core/cpu/cpu_fp8_gemm.c's scale pass (fl_cpu_dev_fp8_gemm), bit for bit:
  *   row[j] * (sa[i or 0] * sb[j or 0]) (+ bias[j] as fp32). */
 TEST(gpu_fp8_epilogue_device_code_matches_cpu_on_host) {
     const int64_t M = 7, N = 19;

@@ -44,8 +44,8 @@ TEST(recipe_ao_roles_per_config) {
         CHECK_OK(fl_recipe_layer_config(&r, &c));
         for (int i = 0; i < FL_NROLES; i++)
             CHECK(same_role(&c.role[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MOST_RECENT, 1, 1), "%s role %d",
-                  fl_ao_config_names[rows[k]], i);
-        CHECK(c.gran == grans[k], "%s granularity", fl_ao_config_names[rows[k]]);
+                  fl_setting_info(FL_SET_AO_CONFIG)->choices[rows[k]], i);
+        CHECK(c.gran == grans[k], "%s granularity", fl_setting_info(FL_SET_AO_CONFIG)->choices[rows[k]]);
     }
     r.ao_config = FL_AO_CONFIG_COUNT;
     CHECK(fl_recipe_layer_config(&r, &c) == FL_EINVAL && strstr(fl_last_error(), "unknown ao config"), "%s", fl_last_error());

@@ -3,7 +3,7 @@
 -- Each rank holds E4M3 gradients of different magnitudes (rank 1's are FACTOR x larger); the reducer averages
 -- them in E4M3 with a shared scale; the reference is the fp32 mean of the same dequantized gradients.
 -- Prints "fp8_allreduce nmse=<> max_rel=<> underflow=<> saturated=<> n=<>" on rank 0.
-local R = require "fp8._recipe"
+local R = require "fp8._fp8_layer"
 local D = require "fp8._dist"
 local acc = fp8.Accelerator { cpu = true }
 local r = acc.process_index

@@ -142,7 +142,7 @@ local function module_names()
     end
     p:close()
   end
-  for _, m in ipairs { "fp8.core", "fp8._data", "fp8._nn", "fp8._optim", "fp8._recipe", "fp8._profiler", "fp8.cuda",
+  for _, m in ipairs { "fp8.core", "fp8._data", "fp8._nn", "fp8._optim", "fp8._fp8_layer", "fp8._memory", "fp8.settings", "fp8._profiler", "fp8.cuda",
                        "fp8.config", "fp8._dist", "fp8._checkpoint" } do names[#names + 1] = m end
   MODULES = names
   return names

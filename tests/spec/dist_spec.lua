@@ -93,6 +93,17 @@ describe("data parallel over MPI (2 processes)", function()
     assert.is_true(acc.sync_gradients)
   end)
 
+  it("InitProcessGroupKwargs: only the keys the user passes count; the rest follow the backend used", function()
+    -- the handler's dataclass default backend is nccl (as in Accelerate): setting only the timeout on the
+    -- CPU once asked for NCCL and failed in a build with NCCL
+    local acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.InitProcessGroupKwargs { timeout = 60 } } }
+    assert.are.same({ backend = "mpi", timeout = 60 }, acc.process_group)
+    acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.InitProcessGroupKwargs { backend = "mpi" } } }
+    assert.are.same({ backend = "mpi", timeout = 1800 }, acc.process_group)
+    acc = fp8.Accelerator { cpu = true }
+    assert.are.same({ backend = "mpi", timeout = 1800 }, acc.process_group)
+  end)
+
   it("refuses settings it does not implement, with a message", function()
     local function refuses(h, pat)
       local ok, err = pcall(fp8.Accelerator, { cpu = true, kwargs_handlers = { h } })
@@ -205,6 +216,24 @@ describe("data parallel over MPI (2 processes)", function()
     end
     assert.are.equal(first_amax(tmp .. ".1", "input"), first_amax(tmp .. ".2", "input"))
     assert.are.equal(2 * first_amax(tmp .. ".1", "grad"), first_amax(tmp .. ".2", "grad"))
+    -- after 20 steps every scale still tracks the 1-rank run's (output gradients at twice its amax, so half
+    -- its scale): within 2e-2 relative (measured worst 9.5e-3, the last layer's input); bit-identical only
+    -- while the weights are, since a weight one rounding apart moves the amaxes behind it
+    local function scales_of(path)
+      local t = {}
+      for _, l in ipairs(lines(path)) do
+        local name, role, sc = l:match("^scale (%S+) (%S+) (%S+)")
+        if name then t[name .. " " .. role] = tonumber(sc) end
+      end
+      return t
+    end
+    local one, two, n = scales_of(tmp .. ".1"), scales_of(tmp .. ".2"), 0
+    for k, v in pairs(one) do
+      local w = two[k] * (k:find(" grad$") and 2 or 1)
+      assert.is_true(math.abs(v - w) <= 2e-2 * math.abs(v), ("%s: scale %.9g (1 rank) vs %.9g (2 ranks)"):format(k, v, w))
+      n = n + 1
+    end
+    assert.is_true(n >= 6, "te scale lines: " .. n)
   end)
 
   it("msamp: FP8 weight gradients all-reduced in E4M3, counted in fp8.stats, same scales on both ranks, tracking the 1-rank run", function()
@@ -225,28 +254,36 @@ describe("data parallel over MPI (2 processes)", function()
     assert.is_true(worst <= 1, "msamp part from the 1-rank run: " .. worst)
   end)
 
-  it("ao tensorwise/rowwise and msamp O1/O3 track the 1-rank run; weight scales (all scales for msamp) agree across ranks", function()
+  it("every FP8 recipe, MLP and GPT, 20 steps: reduced scales agree across ranks, losses track the 1-rank run", function()
     if not can then pending(why) return end
-    for _, p in ipairs { "ao:tensorwise", "ao:rowwise", "msamp:O1", "msamp:O3" } do
-      local out, code = single(EQ, ("mlp 16 10 25 %s %s 1 no adamw"):format(q(tmp .. ".1"), p))
-      assert.are.equal(0, code, p .. ": " .. out)
-      local o2, c2 = mpirun(EQ, ("mlp 8 10 25 %s %s 1 no adamw"):format(q(tmp .. ".2"), p))
-      assert.are.equal(0, c2, p .. ": " .. o2)
-      local r0, r1 = lines(tmp .. ".2.rank0"), lines(tmp .. ".2.rank1")
-      assert.are.equal(#r0, #r1, p)
-      local weights = 0
-      for i, l in ipairs(r0) do
-        -- ao: activations and output gradients are scaled from each rank's own data, weights are equal;
-        -- msamp: its delayed roles' amaxes are MAX-reduced, so every scale agrees
-        if p:find("^msamp") or l:find(" weight ", 1, true) then
-          assert.are.equal(l, r1[i], p)
-          if l:find(" weight ", 1, true) then weights = weights + 1 end
+    -- measured worst relative loss gap over the 20 steps (1 rank x 16 against 2 x 8, 2026-11-26), MLP / GPT:
+    -- te 4.5e-4 / 7.2e-3; ao tensorwise 9.6e-3 / 1.3e-2, rowwise 1.2e-7 / 6.0e-4; msamp O1 6.3e-3 / 6.0e-2,
+    -- O2 and O3 6.1e-3 / 3.9e-2. The gap grows as the loss falls (GPT: 2.84 -> 0.28 in 20 steps) and FP8
+    -- rounding turns summation-order differences into different codes; bounds: MLP 2e-2, GPT 1e-1 relative.
+    local bound = { mlp = 2e-2, gpt = 1e-1 }
+    for _, m in ipairs { "mlp", "gpt" } do
+      for _, p in ipairs { "te", "ao:tensorwise", "ao:rowwise", "msamp:O1", "msamp:O2", "msamp:O3" } do
+        local opt = p == "te" and "sgd" or "adamw"
+        local what = p .. " " .. m
+        local out, code = single(EQ, ("%s 16 20 25 %s %s 1 no %s"):format(m, q(tmp .. ".1"), p, opt))
+        assert.are.equal(0, code, what .. ": " .. out)
+        local o2, c2 = mpirun(EQ, ("%s 8 20 25 %s %s 1 no %s"):format(m, q(tmp .. ".2"), p, opt))
+        assert.are.equal(0, c2, what .. ": " .. o2)
+        local r0, r1 = lines(tmp .. ".2.rank0"), lines(tmp .. ".2.rank1")
+        assert.are.equal(#r0, #r1, what)
+        local compared = 0
+        for i, l in ipairs(r0) do
+          -- te and msamp MAX-reduce every delayed role's amax, so every scale and history agrees; ao scales
+          -- activations and output gradients from each rank's own data, and its weights are equal
+          if not p:find("^ao") or l:find(" weight ", 1, true) then
+            assert.are.equal(l, r1[i], what)
+            compared = compared + 1
+          end
         end
+        if p ~= "ao:rowwise" then assert.is_true(compared > 0, what .. ": no scale lines compared") end
+        local worst = compare(tmp .. ".1", tmp .. ".2", 0, bound[m], "loss")
+        assert.is_true(worst <= 1, what .. " parts from the 1-rank run: " .. worst)
       end
-      if p ~= "ao:rowwise" then assert.is_true(weights > 0, p .. ": no weight scale lines") end
-      -- measured worst relative loss gap 2.4e-3 (ao tensorwise), 1.2e-7 (rowwise), 9e-4 (O1), 2.3e-3 (O3)
-      local worst = compare(tmp .. ".1", tmp .. ".2", 0, 1e-2, "loss")
-      assert.is_true(worst <= 1, p .. " parts from the 1-rank run: " .. worst)
     end
   end)
 
@@ -288,6 +325,24 @@ describe("data parallel over MPI (2 processes)", function()
     out, code = mpirun("tests/dist/misc.lua", "unused_ok")
     assert.are.equal(0, code, out)
     assert.truthy(out:find("rank1 extra_grad=nil", 1, true) and out:find("trained", 1, true), out)
+  end)
+
+  it("automatic checkpoint naming counts on every rank: three saves, total_limit 2, the newest loads", function()
+    if not can then pending(why) return end
+    local dir = tmp .. ".auto"
+    os.execute("rm -rf " .. q(dir))
+    local out, code = mpirun("tests/dist/autoname.lua", q(dir), 60)
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      for i = 1, 3 do
+        assert.truthy(out:find(("rank%d save %d -> checkpoint_%d iteration=%d"):format(r, i, i - 1, i), 1, true), out)
+      end
+      assert.truthy(out:find(("rank%d loaded weight=3"):format(r), 1, true), out)
+    end
+    local p = io.popen("ls " .. q(dir .. "/checkpoints"))
+    local names = p:read("a")
+    p:close()
+    assert.are.equal("checkpoint_1\ncheckpoint_2\n", names)
   end)
 
   it("save_state/load_state: a new 2-process job resumes mid-epoch with every rank's losses and weights bit-identical", function()

@@ -42,10 +42,15 @@ describe("handler defaults", function()
   it("MSAMPRecipeKwargs", function()
     assert.same({ opt_level = "O2" }, fp8.MSAMPRecipeKwargs():to_table())
   end)
-  it("AORecipeKwargs: pad_inner_dim and enable_fsdp_float8_all_gather on, as Accelerate sets them", function()
+  it("AORecipeKwargs: pad_inner_dim on, as Accelerate sets it; enable_fsdp_float8_all_gather refused (no FSDP)", function()
     local h = fp8.AORecipeKwargs{}
-    assert.same({ config = "tensorwise", pad_inner_dim = true, enable_fsdp_float8_all_gather = true }, h:to_table())
+    assert.same({ config = "tensorwise", pad_inner_dim = true }, h:to_table())
     assert.is_nil(h.module_filter_func)
+    for _, v in ipairs { true, false } do
+      local ok, err = pcall(fp8.AORecipeKwargs, { enable_fsdp_float8_all_gather = v })
+      assert.is_false(ok)
+      assert.matches("enable_fsdp_float8_all_gather: not supported: fp8lab has no FSDP", err)
+    end
   end)
   it("AutocastKwargs and GradScalerKwargs", function()
     assert.same({ enabled = true, cache_enabled = true }, fp8.AutocastKwargs():to_table())
@@ -91,12 +96,12 @@ describe("handler objects", function()
       fp8.DistributedDataParallelKwargs{ comm_hook = "power_sgd", comm_state_option = { matrix_approximation_rank = 2 } }:to_kwargs())
   end)
   it("tostring lists every field in a stable order", function()
-    assert.equal('FP8RecipeKwargs(backend="te", opt_level="O2", margin=0, interval=1, fp8_format="HYBRID", '
-      .. 'amax_history_len=1024, amax_compute_algo="most_recent", override_linear_precision={false, false, false}, '
-      .. 'use_autocast_during_eval=false)', tostring(fp8.FP8RecipeKwargs{ backend = "te" }))
+    assert.equal('FP8RecipeKwargs(backend="te", fp8_format="HYBRID", margin=0, interval=1, amax_history_len=1024, '
+      .. 'amax_compute_algo="most_recent", override_linear_precision={false, false, false}, '
+      .. 'use_autocast_during_eval=false, opt_level="O2")', tostring(fp8.FP8RecipeKwargs{ backend = "te" }))
     assert.equal('MSAMPRecipeKwargs(opt_level="O3")', tostring(fp8.MSAMPRecipeKwargs{ opt_level = "O3" }))
     assert.equal('AORecipeKwargs(config="tensorwise", module_filter_func=nil, pad_inner_dim=true, '
-      .. 'enable_fsdp_float8_all_gather=true)', tostring(fp8.AORecipeKwargs()))
+      .. 'enable_fsdp_float8_all_gather=nil)', tostring(fp8.AORecipeKwargs()))
     assert.equal('GradScalerKwargs(init_scale=65536, growth_factor=2, backoff_factor=0.5, growth_interval=2000, enabled=true)',
       tostring(fp8.GradScalerKwargs()))
     assert.equal('InitProcessGroupKwargs(backend="nccl", init_method=nil, timeout=600)', tostring(fp8.InitProcessGroupKwargs()))
@@ -191,26 +196,34 @@ describe("handler errors", function()
     fails_with({ "TERecipeKwargs", "expected an options table", "got string" }, fp8.TERecipeKwargs, "te")
   end)
   it("wrong type: expected X, got Y", function()
-    fails_with({ "FP8RecipeKwargs: margin: expected an integer >= 0, got string \"2\"" }, fp8.FP8RecipeKwargs, { margin = "2" })
-    fails_with({ "use_autocast_during_eval: expected a boolean, got number 1" }, fp8.TERecipeKwargs, { use_autocast_during_eval = 1 })
-    fails_with({ "module_filter_func: expected a function, got string" }, fp8.AORecipeKwargs, { module_filter_func = "first_last" })
-    fails_with({ "pad_inner_dim: expected a boolean, got string \"yes\"" }, fp8.AORecipeKwargs, { pad_inner_dim = "yes" })
-    fails_with({ "backend: expected one of \"msamp\", \"te\", \"ao\", got number 1" }, fp8.FP8RecipeKwargs, { backend = 1 })
+    -- the settings table's messages: a string shows in quotes, a number as written
+    fails_with({ "FP8RecipeKwargs: margin: expected an integer in 0..64, got \"2\"" }, fp8.FP8RecipeKwargs, { margin = "2" })
+    fails_with({ "use_autocast_during_eval: expected a boolean (true or false), got 1" }, fp8.TERecipeKwargs,
+      { use_autocast_during_eval = 1 })
+    fails_with({ "module_filter_func: expected a function, got \"first_last\"" }, fp8.AORecipeKwargs,
+      { module_filter_func = "first_last" })
+    fails_with({ "pad_inner_dim: expected a boolean (true or false), got \"yes\"" }, fp8.AORecipeKwargs, { pad_inner_dim = "yes" })
+    fails_with({ "backend: expected one of msamp, te, ao, got 1" }, fp8.FP8RecipeKwargs, { backend = 1 })
   end)
   it("value out of range", function()
-    fails_with({ "margin: expected an integer >= 0, got -1" }, fp8.TERecipeKwargs, { margin = -1 })
+    fails_with({ "margin: expected an integer in 0..64, got -1" }, fp8.TERecipeKwargs, { margin = -1 })
     fails_with({ "interval: expected an integer >= 1, got 0" }, fp8.TERecipeKwargs, { interval = 0 })
-    fails_with({ "amax_history_len: expected an integer >= 1, got 2.5" }, fp8.TERecipeKwargs, { amax_history_len = 2.5 })
+    fails_with({ "amax_history_len: expected an integer in 1..1048576, got 2.5" }, fp8.TERecipeKwargs, { amax_history_len = 2.5 })
+    fails_with({ "amax_history_len: expected an integer in 1..1048576, got 1048577" }, fp8.TERecipeKwargs,
+      { amax_history_len = 1048577 })
+    -- the range is checked when the handler is built, whatever the backend (not only at acc:prepare)
+    fails_with({ "FP8RecipeKwargs: margin: expected an integer in 0..64, got 100" }, fp8.FP8RecipeKwargs,
+      { backend = "te", margin = 100 })
     fails_with({ "backoff_factor", "(0, 1)", "1.5" }, fp8.GradScalerKwargs, { backoff_factor = 1.5 })
     fails_with({ "growth_interval", "integer >= 1" }, fp8.GradScalerKwargs, { growth_interval = 0 })
     fails_with({ "timeout", "seconds > 0" }, fp8.InitProcessGroupKwargs, { timeout = 0 })
     assert.equal(3, math.tointeger(fp8.TERecipeKwargs{ margin = 3.0 }.margin))
   end)
   it("bad choice names the valid choices", function()
-    fails_with({ "backend: expected one of \"msamp\", \"te\", \"ao\", got \"tx\"" }, fp8.FP8RecipeKwargs, { backend = "tx" })
-    fails_with({ "opt_level", "\"O1\", \"O2\", \"O3\"", "\"O4\"" }, fp8.MSAMPRecipeKwargs, { opt_level = "O4" })
-    fails_with({ "amax_compute_algo", "\"max\", \"most_recent\"" }, fp8.TERecipeKwargs, { amax_compute_algo = "mean" })
-    fails_with({ "config", "\"tensorwise\", \"rowwise\", \"rowwise_with_gw_hp\"" }, fp8.AORecipeKwargs, { config = "blockwise" })
+    fails_with({ "backend: expected one of msamp, te, ao, got \"tx\"" }, fp8.FP8RecipeKwargs, { backend = "tx" })
+    fails_with({ "opt_level", "O1, O2, O3", "\"O4\"" }, fp8.MSAMPRecipeKwargs, { opt_level = "O4" })
+    fails_with({ "amax_compute_algo", "most_recent, max" }, fp8.TERecipeKwargs, { amax_compute_algo = "mean" })
+    fails_with({ "config", "tensorwise, rowwise, rowwise_with_gw_hp" }, fp8.AORecipeKwargs, { config = "blockwise" })
     fails_with({ "comm_hook", "\"no\", \"fp16\", \"bf16\", \"power_sgd\", \"batched_power_sgd\"" },
       fp8.DistributedDataParallelKwargs, { comm_hook = "int8" })
     fails_with({ "comm_wrapper", "\"no\", \"fp16\", \"bf16\"" }, fp8.DistributedDataParallelKwargs, { comm_wrapper = "int8" })
@@ -219,15 +232,16 @@ describe("handler errors", function()
   end)
   it("E5M2 is refused with the reason and the valid formats", function()
     for _, H in ipairs { fp8.FP8RecipeKwargs, fp8.TERecipeKwargs } do
-      fails_with({ "fp8_format", "E5M2", "TransformerEngine refuses pure E5M2", "\"HYBRID\"", "\"E4M3\"" }, H, { fp8_format = "e5m2" })
+      fails_with({ "fp8_format", "E5M2 alone is not a training format", "TransformerEngine refuses it too", "HYBRID, E4M3" },
+        H, { fp8_format = "e5m2" })
     end
   end)
   it("bad override_linear_precision", function()
-    fails_with({ "override_linear_precision", "3 booleans", "{true, false}" }, fp8.TERecipeKwargs,
+    fails_with({ "override_linear_precision", "three booleans", "{true, false}" }, fp8.TERecipeKwargs,
       { override_linear_precision = { true, false } })
     fails_with({ "override_linear_precision", "\"(false, maybe, true)\"" }, fp8.TERecipeKwargs,
       { override_linear_precision = "(false, maybe, true)" })
-    fails_with({ "override_linear_precision", "got number 1" }, fp8.TERecipeKwargs, { override_linear_precision = 1 })
+    fails_with({ "override_linear_precision", "got 1" }, fp8.TERecipeKwargs, { override_linear_precision = 1 })
   end)
   it("FP8RecipeKwargs refuses a non-default field of another backend", function()
     fails_with({ "margin=3", "te recipe", "\"msamp\"", "backend=\"te\"" }, fp8.FP8RecipeKwargs, { backend = "msamp", margin = 3 })
@@ -290,7 +304,7 @@ describe("resolve", function()
     for k, v in pairs(TE_DEFAULTS) do want[k] = v end
     assert.same(want, s.fp8_recipe)
     s = resolve{ mixed_precision = "fp8", kwargs_handlers = { fp8.AORecipeKwargs{ config = "rowwise" } } }
-    assert.same({ backend = "ao", config = "rowwise", pad_inner_dim = true, enable_fsdp_float8_all_gather = true }, s.fp8_recipe)
+    assert.same({ backend = "ao", config = "rowwise", pad_inner_dim = true }, s.fp8_recipe)   -- enable_fsdp_float8_all_gather: refused, never carried
   end)
   it("precedence per field: handler > env > config > default", function()
     local s = resolve{
@@ -345,9 +359,9 @@ describe("resolve", function()
                        env = { FP8LAB_FP8_OPT_LEVEL = "o1" } }
     assert.equal("O1", s.fp8_recipe.opt_level); assert.equal("env", s.sources.opt_level)
     s = resolve{ mixed_precision = "fp8", kwargs_handlers = { fp8.AORecipeKwargs() },
-                 config = { fp8_config = { pad_inner_dim = false, enable_fsdp_float8_all_gather = "false" } } }
+                 config = { fp8_config = { pad_inner_dim = false } } }
     assert.is_false(s.fp8_recipe.pad_inner_dim)
-    assert.is_false(s.fp8_recipe.enable_fsdp_float8_all_gather)
+    assert.is_nil(s.fp8_recipe.enable_fsdp_float8_all_gather)   -- not supported: never in a recipe
     assert.equal("config", s.sources.pad_inner_dim)
   end)
   it("environment values are parsed and checked", function()
@@ -361,19 +375,27 @@ describe("resolve", function()
     for f in pairs(TE_DEFAULTS) do assert.equal("env", s.sources[f], f) end
     assert.same({ false, true, false }, resolve{ env = { FP8LAB_MIXED_PRECISION = "fp8", FP8LAB_FP8_BACKEND = "te",
       FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION = "(False, True, False)" } }.fp8_recipe.override_linear_precision)
+    -- the same booleans as a launch flag or fp8.config.check takes (one parser): y/n too, any case
+    for text, want in pairs { y = true, N = false, ON = true, ["0"] = false } do
+      assert.equal(want, resolve{ env = { FP8LAB_MIXED_PRECISION = "fp8", FP8LAB_FP8_BACKEND = "te",
+        FP8LAB_FP8_USE_AUTOCAST_DURING_EVAL = text } }.fp8_recipe.use_autocast_during_eval, text)
+      assert.equal(want, fp8.config.check("use_autocast_during_eval", text, "FP8LAB_FP8_USE_AUTOCAST_DURING_EVAL"), text)
+    end
   end)
   it("bad environment values name the variable", function()
     fails_with({ "FP8LAB_MIXED_PRECISION", "no, fp16, bf16, fp8", "\"fp9\"" }, resolve, { env = { FP8LAB_MIXED_PRECISION = "fp9" } })
-    fails_with({ "FP8LAB_FP8_BACKEND", "\"msamp\", \"te\", \"ao\"" }, resolve, { env = { FP8LAB_FP8_BACKEND = "cuda" } })
-    fails_with({ "FP8LAB_FP8_MARGIN", "integer >= 0", "\"two\"" }, resolve, { env = { FP8LAB_FP8_MARGIN = "two" } })
+    fails_with({ "FP8LAB_FP8_BACKEND", "msamp, te, ao" }, resolve, { env = { FP8LAB_FP8_BACKEND = "cuda" } })
+    fails_with({ "FP8LAB_FP8_MARGIN", "integer in 0..64", "\"two\"" }, resolve, { env = { FP8LAB_FP8_MARGIN = "two" } })
     fails_with({ "FP8LAB_FP8_FORMAT", "E5M2" }, resolve, { env = { FP8LAB_FP8_FORMAT = "E5M2" } })
-    fails_with({ "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION", "3 booleans" }, resolve,
+    fails_with({ "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION", "three booleans" }, resolve,
       { env = { FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION = "true,false" } })
     fails_with({ "FP8LAB_FP8_PAD_INNER_DIM", "boolean", "\"maybe\"" }, resolve, { env = { FP8LAB_FP8_PAD_INNER_DIM = "maybe" } })
-    fails_with({ "FP8LAB_FP8_OPT_LEVEL", "\"O1\", \"O2\", \"O3\"" }, resolve, { env = { FP8LAB_FP8_OPT_LEVEL = "O9" } })
+    fails_with({ "FP8LAB_FP8_OPT_LEVEL", "O1, O2, O3" }, resolve, { env = { FP8LAB_FP8_OPT_LEVEL = "O9" } })
+    fails_with({ "FP8LAB_GRADIENT_ACCUMULATION_STEPS", "integer >= 1", "0" }, resolve,
+      { env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "0" } })
   end)
   it("bad config values name the file and the key; unknown keys become notices", function()
-    fails_with({ "config file a.yaml", "fp8_config.margin", "integer >= 0", "-1" }, resolve,
+    fails_with({ "config file a.yaml", "fp8_config.margin", "integer in 0..64", "-1" }, resolve,
       { config = { path = "a.yaml", fp8_config = { margin = -1 } } })
     fails_with({ "config file a.yaml", "mixed_precision", "no, fp16, bf16, fp8" }, resolve,
       { config = { path = "a.yaml", mixed_precision = "int8" } })
@@ -521,7 +543,7 @@ describe("RECIPE_FIELDS and ENV", function()
     assert.same({ "O1", "O2", "O3" }, K.RECIPE_FIELDS.msamp[1].choices)
     local ao = {}
     for _, f in ipairs(K.RECIPE_FIELDS.ao) do ao[f.name] = f.default end
-    assert.same({ config = "tensorwise", pad_inner_dim = true, enable_fsdp_float8_all_gather = true }, ao)
+    assert.same({ config = "tensorwise", pad_inner_dim = true }, ao)   -- enable_fsdp_float8_all_gather has no default: refused
   end)
   it("ENV names every variable the launcher sets", function()
     local names = {}
@@ -533,7 +555,9 @@ describe("RECIPE_FIELDS and ENV", function()
                          "FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "FP8LAB_CONFIG_FILE" } do
       assert.truthy(names[n], n)
     end
-    assert.equal(13, #K.ENV)
+    local rows = 0
+    for _, r in ipairs(fp8.settings.list()) do if r.env then rows = rows + 1 end end
+    assert.equal(rows + 1, #K.ENV)   -- every setting's variable, and FP8LAB_CONFIG_FILE
   end)
   it("help has an entry per handler", function()
     local help = require "fp8.help"

@@ -3,7 +3,8 @@
 -- use_autocast_during_eval), scaling state that adapts and round-trips, fp8.stats and its CSV log,
 -- MS-AMP's optimizer rules and memory per parameter, and errors for bad input.
 local nn, F = fp8.nn, fp8.nn.functional
-local R = require "fp8._recipe"
+local R = require "fp8._fp8_layer"
+local memory = require "fp8._memory"
 
 local function mlp(i, h, o)
   return nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, o))
@@ -223,13 +224,13 @@ end)
 describe("msamp recipe", function()
   local function bytes_per_param(level)
     collectgarbage("collect"); collectgarbage("collect")
-    local base = R.bytes()
+    local base = memory.bytes()
     local acc, model, opt = setup("fp8", fp8.MSAMPRecipeKwargs { opt_level = level }, 256)
     local x, y = batch(4, 32, 10)
     acc:backward(F.cross_entropy(model(x), y)); opt:step()
     x, y = nil, nil
     collectgarbage("collect"); collectgarbage("collect")
-    local b = (R.bytes() - base) / model:num_parameters()
+    local b = (memory.bytes() - base) / model:num_parameters()
     return b, model, acc, opt
   end
 

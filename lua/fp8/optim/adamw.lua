@@ -35,30 +35,15 @@ function AdamW:_state_schema(p)
   return { step = "count", exp_avg = { dtype = "fp32", shape = "param" }, exp_avg_sq = { dtype = "fp32", shape = "param" } }
 end
 
-function AdamW:step(closure)
-  local loss
-  if closure ~= nil and type(closure) ~= "function" then
-    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
-  end
-  if closure then loss = closure() end
-  for _, g in ipairs(self.param_groups) do
-    local b1, b2 = g.betas[1], g.betas[2]
-    for _, p in ipairs(g.params) do
-      local grad = p.grad
-      if grad ~= nil then
-        local st = self.state[p]
-        if st == nil then
-          local on = { device = p:device() }
-          st = { step = 0, exp_avg = fp8.zeros(p:shape(), on), exp_avg_sq = fp8.zeros(p:shape(), on) }
-          self.state[p] = st
-        end
-        st.step = st.step + 1
-        C.adamw_step(p, grad:contiguous(), st.exp_avg, st.exp_avg_sq, g.lr, b1, b2, g.eps, g.weight_decay, st.step)
-      end
-    end
-  end
-  self._step_count = self._step_count + 1
-  return loss
+-- opt:step() is Optimizer.step's loop over these two.
+function AdamW:_new_state(p, g)
+  local on = { device = p:device() }
+  return { step = 0, exp_avg = fp8.zeros(p:shape(), on), exp_avg_sq = fp8.zeros(p:shape(), on) }
+end
+
+function AdamW:_update(p, grad, st, g)
+  st.step = st.step + 1
+  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step)
 end
 
 return setmetatable(AdamW, { __call = function(_, ...) return AdamW.new(...) end })

@@ -2,12 +2,13 @@
 -- fp8.optim.AdamW so that `acc:prepare(model, opt)` can swap it in: same param_groups (lr, betas,
 -- eps, weight_decay — schedulers keep working), but per parameter the first moment is E4M3 and the
 -- second fp16, each with its own power-of-two scale, updated by one fused C step
--- (fp8._recipe.msamp_adamw_step). Parameters may be fp32 or fp16 (O2 keeps Linear weights in fp16);
+-- (fp8._optim.msamp_adamw_step, beside AdamW's). Parameters may be fp32 or fp16 (O2 keeps Linear weights in fp16);
 -- gradients fp32 or FP8. At O3 a parameter may carry an E4M3 copy the forward uses
 -- (`fp8_weights[p]`), re-cast after each update.
 local core = require "fp8.core"
 local Optimizer = require "fp8.optim.optimizer"
-local R = require "fp8._recipe"
+local C = require "fp8._optim"
+local memory = require "fp8._memory"
 
 local MSAMPAdamW = Optimizer.class()
 
@@ -45,9 +46,10 @@ function MSAMPAdamW.from_adamw(opt, extra)
   return o
 end
 
-local function new_state(p, fp32)
+-- O1: fp32 moments; O2/O3: E4M3 first moment, fp16 second; a [1] scale inverse for the second either way.
+function MSAMPAdamW:_new_state(p, g)
   local shape, f32, f16 = p:shape(), { device = p:device() }, { dtype = "fp16", device = p:device() }
-  if fp32 then
+  if self._fp32_moments then
     return { step = 0, exp_avg = core.zeros(shape, f32), exp_avg_sq = core.zeros(shape, f32),
              exp_avg_sq_scale_inv = core.ones({ 1 }, f32) }
   end
@@ -55,7 +57,6 @@ local function new_state(p, fp32)
            exp_avg_sq_scale_inv = core.ones({ 1 }, f32) }
 end
 
--- O1: fp32 moments; O2/O3: E4M3 first moment, fp16 second; a [1] scale inverse for the second either way.
 function MSAMPAdamW:_state_schema(p)
   local fp32 = self._fp32_moments
   return { step = "count", exp_avg = { dtype = fp32 and "fp32" or "e4m3", shape = "param" },
@@ -63,35 +64,19 @@ function MSAMPAdamW:_state_schema(p)
            exp_avg_sq_scale_inv = { dtype = "fp32", shape = { 1 } } }
 end
 
-function MSAMPAdamW:step(closure)
-  local loss
-  if closure ~= nil and type(closure) ~= "function" then
-    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
-  end
-  if closure then loss = closure() end
-  local fw = self._fp8_weights or {}
-  for _, g in ipairs(self.param_groups) do
-    local b1, b2 = g.betas[1], g.betas[2]
-    for _, p in ipairs(g.params) do
-      local grad = p.grad
-      if grad ~= nil then
-        local st = self.state[p]
-        if st == nil then st = new_state(p, self._fp32_moments); self.state[p] = st end
-        st.step = st.step + 1
-        R.msamp_adamw_step(p, grad:contiguous(), st.exp_avg, st.exp_avg_sq, st.exp_avg_sq_scale_inv, fw[p],
-          g.lr, b1, b2, g.eps, g.weight_decay, st.step)
-      end
-    end
-  end
-  self._step_count = self._step_count + 1
-  return loss
+-- opt:step() is Optimizer.step's loop; O3 re-casts the E4M3 weight copy in the same C step.
+function MSAMPAdamW:_update(p, grad, st, g)
+  st.step = st.step + 1
+  C.msamp_adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, st.exp_avg_sq_scale_inv, (self._fp8_weights or {})[p],
+    g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step)
 end
 
 -- Bytes of optimizer state (moments and their scales), for the memory report.
 function MSAMPAdamW:state_bytes()
   local n = 0
   for _, st in pairs(self.state) do
-    n = n + R.storage_bytes(st.exp_avg) + R.storage_bytes(st.exp_avg_sq) + R.storage_bytes(st.exp_avg_sq_scale_inv)
+    n = n + memory.storage_bytes(st.exp_avg) + memory.storage_bytes(st.exp_avg_sq)
+      + memory.storage_bytes(st.exp_avg_sq_scale_inv)
   end
   return n
 end

@@ -101,6 +101,37 @@ function Optimizer:_check_number(group, key, lo, lo_open)
   end
 end
 
+-- step([closure]): the one step loop of every optimizer. A closure, when given, is called first (with
+-- grad enabled) and its result returned, as in PyTorch. Then every parameter that has a gradient gets
+-- its state (made by the subclass's _new_state(p, group) on the first step) and the subclass's
+-- _update(p, grad, state, group), which runs the fused C kernel.
+function Optimizer:step(closure)
+  local loss
+  if closure ~= nil and type(closure) ~= "function" then
+    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
+  end
+  if closure then loss = closure() end
+  for _, g in ipairs(self.param_groups) do
+    for _, p in ipairs(g.params) do
+      local grad = p.grad
+      if grad ~= nil then
+        local st = self.state[p]
+        if st == nil then st = self:_new_state(p, g); self.state[p] = st end
+        self:_update(p, grad:contiguous(), st, g)
+      end
+    end
+  end
+  self._step_count = self._step_count + 1
+  return loss
+end
+
+-- What a subclass supplies to the step loop (or it overrides step itself).
+function Optimizer:_new_state(p, group)
+  error(("%s: an optimizer class defines _new_state(p, group) and _update(p, grad, state, group), or its own step"):format(
+    self.name or "optimizer"), 3)
+end
+Optimizer._update = Optimizer._new_state
+
 -- zero_grad(): every parameter's grad becomes nil (PyTorch's set_to_none=True default).
 function Optimizer:zero_grad()
   for _, g in ipairs(self.param_groups) do

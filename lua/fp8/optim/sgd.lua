@@ -26,36 +26,20 @@ function SGD:_check_group(g)
   if g.maximize then error("SGD: maximize=true is not supported", 6) end
 end
 
--- step([closure]): one update of every parameter that has a gradient. A closure, when given, is
--- called first (with grad enabled) and its result returned, as in PyTorch.
--- momentum_buffer exists once a step ran with momentum != 0.
+-- momentum_buffer exists once a step ran with momentum != 0 (opt:step() is Optimizer.step's loop).
 function SGD:_state_schema(p) return { momentum_buffer = { dtype = "fp32", shape = "param", optional = true } } end
 
-function SGD:step(closure)
-  local loss
-  if closure ~= nil and type(closure) ~= "function" then
-    error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
+function SGD:_new_state(p, g) return {} end
+
+function SGD:_update(p, grad, st, g)
+  -- PyTorch starts the buffer as a copy of the first update (fresh=true tells the kernel so)
+  local fresh, buf = false, nil
+  if g.momentum ~= 0 then
+    fresh = st.momentum_buffer == nil
+    if fresh then st.momentum_buffer = fp8.zeros(p:shape(), { device = p:device() }) end
+    buf = st.momentum_buffer
   end
-  if closure then loss = closure() end
-  for _, g in ipairs(self.param_groups) do
-    for _, p in ipairs(g.params) do
-      local grad = p.grad
-      if grad ~= nil then
-        local st = self.state[p]
-        if st == nil then st = {}; self.state[p] = st end
-        -- PyTorch starts the buffer as a copy of the first update (fresh=true tells the kernel so)
-        local fresh, buf = false, nil
-        if g.momentum ~= 0 then
-          fresh = st.momentum_buffer == nil
-          if fresh then st.momentum_buffer = fp8.zeros(p:shape(), { device = p:device() }) end
-          buf = st.momentum_buffer
-        end
-        C.sgd_step(p, grad:contiguous(), buf, g.lr, g.momentum, g.dampening, g.weight_decay, g.nesterov, fresh)
-      end
-    end
-  end
-  self._step_count = self._step_count + 1
-  return loss
+  C.sgd_step(p, grad, buf, g.lr, g.momentum, g.dampening, g.weight_decay, g.nesterov, fresh)
 end
 
 return setmetatable(SGD, { __call = function(_, ...) return SGD.new(...) end })

@@ -38,8 +38,9 @@ else
 end
 local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
 local sched = fp8.optim.lr_scheduler.LambdaLR(opt, function(e) return 1 / (1 + 0.1 * e) end)
+-- FP8LAB_TEST_DEVICE=cuda (tests/gpu/resume_spec.lua) trains on the GPU; the CPU otherwise
 local acc = fp8.Accelerator { mixed_precision = c[1], kwargs_handlers = c[2] and { c[2]() } or nil, config = false, env = {},
-                              cpu = true }
+                              cpu = os.getenv("FP8LAB_TEST_DEVICE") ~= "cuda" }
 model, opt, loader, sched = acc:prepare(model, opt, loader, sched)
 
 if mode == "resume" then acc:load_state(dir .. "/ckpt") end

@@ -1,13 +1,14 @@
-/* l_recipe.c — the C half of the FP8 recipes: per-layer scaling state (fp8.FP8Meta userdata over
- * core/fp8_linear.h), the FP8 linear op, MS-AMP's low-bit Adam step, FP8 gradients and allocator
- * counters. Published as require "fp8._recipe"; lua/fp8/recipes.lua and lua/fp8/accelerator.lua are
+/* l_fp8_layer.c — module fp8._fp8_layer: the C half of an FP8 layer — its per-role scaling state
+ * (fp8.FP8Meta userdata over core/fp8_linear.h), the recipe's configuration of it (layer_config over
+ * core/recipe.c), the FP8 linear op, FP8 weight gradients (set_grad_dtype), the amax all-reduce across
+ * ranks and the scale rule for teaching. lua/fp8/nn/fp8_linear.lua and lua/fp8/accelerator.lua are
  * the user-facing API. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "l_util.h"
 #include "fp8_linear.h"
 #include "recipe.h"
-#include "optim.h"
 #include "dist_amax.h"
 
 #define META_MT "fp8.FP8Meta"
@@ -20,15 +21,15 @@ static fl_fp8_layer *check_meta(lua_State *L, int arg) {
     return b->l;
 }
 
-static int opt_int(lua_State *L, int t, const char *k, int def, int lo, int hi, const char *where) {
+/* An integer field that fits an int (its range is checked by the core function that takes it). */
+static int opt_int(lua_State *L, int t, const char *k, int def, const char *where) {
     lua_getfield(L, t, k);
     int v = def;
     if (!lua_isnil(L, -1)) {
         int isint = 0;
         lua_Integer x = lua_tointegerx(L, -1, &isint);
-        if (!isint || x < lo || x > hi)
-            return luaL_error(L, "%s: %s must be an integer in %d..%d, got %s", where, k, lo, hi,
-                              luaL_tolstring(L, -1, NULL));
+        if (!isint || x < INT_MIN || x > INT_MAX)
+            return luaL_error(L, "%s: %s must be an integer, got %s", where, k, luaL_tolstring(L, -1, NULL));
         v = (int)x;
     }
     lua_pop(L, 1);
@@ -65,25 +66,35 @@ static const char *opt_choice(lua_State *L, int t, const char *k, const char *de
     return v;
 }
 
+/* The field k of the role table at t must be there: layer_config spells every field out, and a role
+ * has no defaults of its own (the recipe's are the settings table's). */
+static void need(lua_State *L, int t, const char *k, const char *where) {
+    if (lua_getfield(L, t, k) == LUA_TNIL)
+        luaL_error(L, "%s: %s missing (fp8._fp8_layer.layer_config(recipe) gives every field)", where, k);
+    lua_pop(L, 1);
+}
+
 /* One role from the table at index t: {format=, rule="delayed"|"current", pow2=, margin=, algo=,
- * amax_history_len=, interval=}. */
-static void role_from(lua_State *L, int t, const char *name, fl_scaling *s, fl_dtype def_fmt) {
+ * amax_history_len=, interval=}, every field given. The numeric ranges are fl_scaling_init's. */
+static void role_from(lua_State *L, int t, const char *name, fl_scaling *s) {
     char where[64];
     snprintf(where, sizeof where, "FP8 layer role %s", name);
     static const char *const rules[] = { "delayed", "current", NULL };
     static const char *const algos[] = { "max", "most_recent", NULL };
     static const char *const fmts[] = { "e4m3", "e5m2", NULL };
+    static const char *const fields[] = { "format", "rule", "pow2", "margin", "algo", "amax_history_len", "interval" };
     int top = lua_gettop(L);
     lua_getfield(L, t, name);
     if (!lua_istable(L, -1)) luaL_error(L, "%s: expected a table, got %s", where, luaL_typename(L, -1));
     int r = lua_gettop(L);
-    const char *fmt = opt_choice(L, r, "format", def_fmt == FL_E5M2 ? "e5m2" : "e4m3", fmts, where);
-    const char *rule = opt_choice(L, r, "rule", "delayed", rules, where);
-    const char *algo = opt_choice(L, r, "algo", "most_recent", algos, where);
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) need(L, r, fields[i], where);
+    const char *fmt = opt_choice(L, r, "format", NULL, fmts, where);
+    const char *rule = opt_choice(L, r, "rule", NULL, rules, where);
+    const char *algo = opt_choice(L, r, "algo", NULL, algos, where);
     bool pow2 = opt_bool(L, r, "pow2", false, where);
-    int margin = opt_int(L, r, "margin", 0, 0, 64, where);
-    int amax_history_len = opt_int(L, r, "amax_history_len", 1, 1, FL_HISTORY_MAX, where);
-    int interval = opt_int(L, r, "interval", 1, 1, 1 << 30, where);
+    int margin = opt_int(L, r, "margin", 0, where);
+    int amax_history_len = opt_int(L, r, "amax_history_len", 0, where);
+    int interval = opt_int(L, r, "interval", 0, where);
     fl_lcheck(L, fl_scaling_init(s, strcmp(fmt, "e5m2") == 0 ? FL_E5M2 : FL_E4M3,
                                  strcmp(rule, "current") == 0 ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, pow2, margin,
                                  strcmp(algo, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT, amax_history_len, interval));
@@ -115,9 +126,9 @@ static int l_layer_new(lua_State *L) {
     memset(roles, 0, sizeof roles);
     /* A Lua error inside role_from would leak the roles made so far; they are small, and errors here
      * come from the recipe module's own tables, validated before. Free on the C error path. */
-    role_from(L, 1, fl_fp8_role_names[FL_ROLE_INPUT], &roles[FL_ROLE_INPUT], FL_E4M3);
-    role_from(L, 1, fl_fp8_role_names[FL_ROLE_WEIGHT], &roles[FL_ROLE_WEIGHT], FL_E4M3);
-    role_from(L, 1, fl_fp8_role_names[FL_ROLE_GRAD], &roles[FL_ROLE_GRAD], FL_E5M2);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_INPUT], &roles[FL_ROLE_INPUT]);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_WEIGHT], &roles[FL_ROLE_WEIGHT]);
+    role_from(L, 1, fl_fp8_role_names[FL_ROLE_GRAD], &roles[FL_ROLE_GRAD]);
     fl_status st = fl_fp8_layer_new(&b->l, roles, hp, strcmp(gran, "rowwise") == 0 ? FL_GRAN_ROWWISE
                                                      : strcmp(gran, "tensor") == 0 ? FL_GRAN_TENSOR : FL_GRAN_ROWWISE_GW_HP);
     if (st != FL_OK) for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&roles[i]);
@@ -126,44 +137,39 @@ static int l_layer_new(lua_State *L) {
     return 1;
 }
 
+/* A role's configuration into the table at -1: the fields role_from reads back (but the history length). */
+static void set_role_fields(lua_State *L, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin, fl_amax_algo algo,
+                            int interval) {
+    lua_pushstring(L, fl_format(fmt)->name); lua_setfield(L, -2, "format");
+    lua_pushstring(L, rule == FL_SCALE_CURRENT ? "current" : "delayed"); lua_setfield(L, -2, "rule");
+    lua_pushboolean(L, pow2); lua_setfield(L, -2, "pow2");
+    lua_pushinteger(L, margin); lua_setfield(L, -2, "margin");
+    lua_pushstring(L, algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
+    lua_pushinteger(L, interval); lua_setfield(L, -2, "interval");
+}
+
 /* layer_config(recipe) -> the table layer_new takes: {input=role, weight=role, grad=role, hp={3},
  * granularity=}, each role fully spelled out — core/recipe.c's fl_recipe_layer_config on the resolved
- * recipe settings (fp8.kwargs.resolve's fp8_recipe; a missing field takes its default). */
+ * recipe settings (fp8.kwargs.resolve's fp8_recipe). Each field is checked by the settings table, as a
+ * kwarg is; a field left out takes the table's default. */
 static int l_layer_config(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    const char *where = "fp8 recipe";
-    static const char *const backends[] = { "msamp", "te", "ao", NULL };   /* fl_fp8_backend order */
-    static const char *const formats[] = { "HYBRID", "E4M3", NULL };        /* fl_recipe_format order */
-    static const char *const algos[] = { "most_recent", "max", NULL };      /* fl_amax_algo order */
-    static const char *const aos[] = { "tensorwise", "rowwise", "rowwise_with_gw_hp", NULL };
-    lua_getfield(L, 1, "backend");
-    const char *bname = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    int b = -1;
-    for (int i = 0; bname && backends[i]; i++) if (strcmp(bname, backends[i]) == 0) b = i;
-    if (b < 0) return luaL_error(L, "fp8 recipe: unknown backend %s (valid: te, ao, msamp)", luaL_tolstring(L, -1, NULL));
-    lua_pop(L, 1);
-    fl_recipe r;
-    fl_recipe_defaults(&r, (fl_fp8_backend)b);
-    const char *v = opt_choice(L, 1, "fp8_format", formats[r.fp8_format], formats, where);
-    r.fp8_format = strcmp(v, "E4M3") == 0 ? FL_RECIPE_E4M3 : FL_RECIPE_HYBRID;
-    r.margin = opt_int(L, 1, "margin", r.margin, 0, 64, where);
-    r.interval = opt_int(L, 1, "interval", r.interval, 1, 1 << 30, where);
-    r.amax_history_len = opt_int(L, 1, "amax_history_len", r.amax_history_len, 1, FL_HISTORY_MAX, where);
-    v = opt_choice(L, 1, "amax_compute_algo", algos[r.amax_compute_algo], algos, where);
-    r.amax_compute_algo = strcmp(v, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT;
-    v = opt_choice(L, 1, "config", aos[r.ao_config], aos, where);
-    for (int i = 0; aos[i]; i++) if (strcmp(v, aos[i]) == 0) r.ao_config = (fl_ao_config)i;
-    lua_getfield(L, 1, "override_linear_precision");
-    if (lua_istable(L, -1))
-        for (int i = 0; i < 3; i++) {
-            lua_rawgeti(L, -1, i + 1);
-            r.override_linear_precision[i] = lua_isboolean(L, -1) && lua_toboolean(L, -1);   /* as `== true` */
+    fl_settings s;
+    fl_settings_init(&s);
+    for (int k = 0; k < FL_SET_COUNT; k++) {
+        const fl_setting *row = fl_setting_info((fl_setting_id)k);
+        if (!row || (row->backends == 0 && k != FL_SET_BACKEND) || row->type == FL_SETTING_FUNC) continue;
+        if (lua_getfield(L, 1, row->name) != LUA_TNIL) {
+            const char *origin = lua_pushfstring(L, "fp8 recipe: %s", row->name);
+            fl_settings_put(&s, (fl_setting_id)k, fl_lchecksetting(L, -2, k, origin, 0));
             lua_pop(L, 1);
+        } else if (k == FL_SET_BACKEND) {
+            return luaL_error(L, "fp8 recipe: backend missing (one of te, ao, msamp)");
         }
-    else if (!lua_isnil(L, -1))
-        return luaL_error(L, "fp8 recipe: override_linear_precision must be a list of 3 booleans, got %s",
-                          luaL_typename(L, -1));
-    lua_pop(L, 1);
+        lua_pop(L, 1);
+    }
+    fl_recipe r;
+    fl_recipe_from_settings(&r, &s);
     fl_layer_config c;
     fl_lcheck(L, fl_recipe_layer_config(&r, &c));
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };   /* fl_fp8_granularity */
@@ -171,13 +177,8 @@ static int l_layer_config(lua_State *L) {
     for (int i = 0; i < FL_NROLES; i++) {
         const fl_role_config *rc = &c.role[i];
         lua_createtable(L, 0, 7);
-        lua_pushstring(L, rc->fmt == FL_E5M2 ? "e5m2" : "e4m3"); lua_setfield(L, -2, "format");
-        lua_pushstring(L, rc->rule == FL_SCALE_CURRENT ? "current" : "delayed"); lua_setfield(L, -2, "rule");
-        lua_pushboolean(L, rc->pow2); lua_setfield(L, -2, "pow2");
-        lua_pushinteger(L, rc->margin); lua_setfield(L, -2, "margin");
-        lua_pushstring(L, rc->algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
+        set_role_fields(L, rc->fmt, rc->rule, rc->pow2, rc->margin, rc->algo, rc->interval);
         lua_pushinteger(L, rc->amax_history_len); lua_setfield(L, -2, "amax_history_len");
-        lua_pushinteger(L, rc->interval); lua_setfield(L, -2, "interval");
         lua_setfield(L, -2, fl_fp8_role_names[i]);
     }
     lua_createtable(L, 3, 0);
@@ -197,16 +198,9 @@ static int l_meta_gc(lua_State *L) {
 static int l_meta_update(lua_State *L) { fl_lcheck(L, fl_fp8_layer_update(check_meta(L, 1))); return 0; }
 static int l_meta_drop_cache(lua_State *L) { fl_fp8_layer_drop_cache(check_meta(L, 1)); return 0; }
 
-static const char *fmt_name(fl_dtype d) { return fl_format(d)->name; }
-
 static void push_role(lua_State *L, const fl_scaling *s) {
     lua_createtable(L, 0, 16);
-    lua_pushstring(L, fmt_name(s->fmt)); lua_setfield(L, -2, "format");
-    lua_pushstring(L, s->rule == FL_SCALE_DELAYED ? "delayed" : "current"); lua_setfield(L, -2, "rule");
-    lua_pushboolean(L, s->pow2); lua_setfield(L, -2, "pow2");
-    lua_pushinteger(L, s->margin); lua_setfield(L, -2, "margin");
-    lua_pushstring(L, s->algo == FL_AMAX_MAX ? "max" : "most_recent"); lua_setfield(L, -2, "algo");
-    lua_pushinteger(L, s->interval); lua_setfield(L, -2, "interval");
+    set_role_fields(L, s->fmt, s->rule, s->pow2, s->margin, s->algo, s->interval);
     lua_pushnumber(L, s->scale); lua_setfield(L, -2, "scale");
     lua_pushnumber(L, s->scale_inv); lua_setfield(L, -2, "scale_inv");
     lua_pushnumber(L, fl_scaling_amax(s)); lua_setfield(L, -2, "amax_history_value");
@@ -304,27 +298,6 @@ static int l_set_grad_dtype(lua_State *L) {
     return 0;
 }
 
-static double num_arg(lua_State *L, int arg, const char *what) {
-    if (lua_type(L, arg) != LUA_TNUMBER) return luaL_error(L, "msamp_adamw_step: %s must be a number, got %s", what, luaL_typename(L, arg));
-    double v = lua_tonumber(L, arg);
-    if (!isfinite(v)) return luaL_error(L, "msamp_adamw_step: %s must be finite", what);
-    return v;
-}
-
-/* msamp_adamw_step(p, g, m, v, v_scale_inv, p_fp8|nil, lr, beta1, beta2, eps, weight_decay, step) */
-static int l_msamp_adamw_step(lua_State *L) {
-    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2), *m = fl_lchecktensor(L, 3);
-    fl_tensor *v = fl_lchecktensor(L, 4), *vs = fl_lchecktensor(L, 5);
-    fl_tensor *pq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
-    double lr = num_arg(L, 7, "lr"), b1 = num_arg(L, 8, "beta1"), b2 = num_arg(L, 9, "beta2");
-    double eps = num_arg(L, 10, "eps"), wd = num_arg(L, 11, "weight_decay");
-    int isint = 0;
-    lua_Integer step = lua_tointegerx(L, 12, &isint);
-    if (!isint) return luaL_error(L, "msamp_adamw_step: step must be an integer");
-    fl_lcheck(L, fl_msamp_adamw_step(p, g, m, v, vs, pq, lr, b1, b2, eps, wd, (int64_t)step));
-    return 0;
-}
-
 /* scale_for(amax, fmt, margin, pow2) -> scale (the recipes' rule, for teaching and tests) */
 static int l_scale_for(lua_State *L) {
     double amax = luaL_checknumber(L, 1);
@@ -332,27 +305,6 @@ static int l_scale_for(lua_State *L) {
     lua_Integer margin = luaL_optinteger(L, 3, 0);
     luaL_argcheck(L, margin >= 0 && margin <= 64, 3, "margin must be in 0..64");
     lua_pushnumber(L, fl_scale_for((float)amax, f, (int)margin, lua_toboolean(L, 4), 1.0f));
-    return 1;
-}
-
-/* bytes([device="cpu"]) -> live, peak bytes of tensor storage on that device. */
-static int opt_device(lua_State *L, int arg, const char *fname) {
-    return lua_isnoneornil(L, arg) ? FL_DEV_CPU : fl_lcheckdevice(L, arg, fname);
-}
-static int l_bytes(lua_State *L) {
-    int dev = opt_device(L, 1, "bytes");
-    lua_pushinteger(L, (lua_Integer)fl_bytes_live(dev));
-    lua_pushinteger(L, (lua_Integer)fl_bytes_peak(dev));
-    return 2;
-}
-static int l_reset_peak(lua_State *L) { fl_bytes_reset_peak(opt_device(L, 1, "reset_peak")); return 0; }
-
-/* storage_bytes(t) -> bytes of t's storage (and of its scale_inv), for per-parameter accounting. */
-static int l_storage_bytes(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    lua_Integer n = (lua_Integer)t->storage->nbytes;
-    if (t->scale_inv) n += (lua_Integer)t->scale_inv->storage->nbytes;
-    lua_pushinteger(L, n);
     return 1;
 }
 
@@ -382,21 +334,17 @@ static int l_reduce_amax(lua_State *L) {
     return 1;
 }
 
-static const luaL_Reg recipe_funcs[] = {
+static const luaL_Reg layer_funcs[] = {
     {"reduce_amax", l_reduce_amax},
     {"layer_new", l_layer_new},
     {"layer_config", l_layer_config},
     {"linear", l_linear},
     {"set_grad_dtype", l_set_grad_dtype},
-    {"msamp_adamw_step", l_msamp_adamw_step},
     {"scale_for", l_scale_for},
-    {"bytes", l_bytes},
-    {"reset_peak", l_reset_peak},
-    {"storage_bytes", l_storage_bytes},
     {NULL, NULL},
 };
 
-int luaopen_fp8_recipe_c(lua_State *L) {
+int luaopen_fp8_layer_c(lua_State *L) {
     if (luaL_newmetatable(L, META_MT)) {
         luaL_newlib(L, meta_methods);
         lua_setfield(L, -2, "__index");
@@ -406,6 +354,6 @@ int luaopen_fp8_recipe_c(lua_State *L) {
         lua_setfield(L, -2, "__name");
     }
     lua_pop(L, 1);
-    luaL_newlib(L, recipe_funcs);
+    luaL_newlib(L, layer_funcs);
     return 1;
 }

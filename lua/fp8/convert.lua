@@ -1,0 +1,172 @@
+-- fp8.convert — which layers of a model are FP8: convert_model swaps Linear/LayerNorm children for
+-- FP8Linear/FP8LayerNorm in place (same weight tensors) and back, and the queries the Accelerator and
+-- users ask (linears, fp8_layers, has_fp8_layers, has_ao_layers, shape_ok).
+local Module = require "fp8.nn.module"
+local Linear = require "fp8.nn.linear"
+local LayerNorm = require "fp8.nn.layernorm"
+local FP8Linear = require "fp8.nn.fp8_linear"
+local FP8LayerNorm = require "fp8.nn.fp8_layernorm"
+
+local M = {}
+
+local function class_name(m) return getmetatable(m).__name end
+
+M.is_fp8_linear = function(m) return Module.is_module(m) and class_name(m) == "FP8Linear" end
+
+local function linear_to_fp8(lin, recipe)
+  local n = FP8Linear(lin.in_features, lin.out_features, lin.bias ~= nil, recipe)
+  n.weight = lin.weight                       -- the same tensors: the conversion copies nothing
+  if lin.bias ~= nil then n.bias = lin.bias end
+  n.training = lin.training
+  return n
+end
+
+-- A LayerNorm of class cls (LayerNorm or FP8LayerNorm) over the same tensors as ln.
+local function ln_as(cls, ln)
+  local n = cls(ln.normalized_shape, { eps = ln.eps, elementwise_affine = ln.elementwise_affine, bias = ln.bias ~= nil })
+  if ln.elementwise_affine then
+    n.weight = ln.weight
+    if ln.bias ~= nil then n.bias = ln.bias end
+  end
+  n.training = ln.training
+  return n
+end
+local function ln_to_fp8(ln) return ln_as(FP8LayerNorm, ln) end
+local function fp8_to_ln(m) return ln_as(LayerNorm, m) end
+
+local function hp_weight(t)
+  -- back to fp32 for a plain module (MS-AMP keeps fp16 weights)
+  if t:dtype() == "fp32" then return t end
+  local c = t:detach():to("fp32")
+  c:requires_grad(true)
+  return c
+end
+
+local function fp8_to_linear(m)
+  local n = Linear(m.in_features, m.out_features, m.bias ~= nil)
+  n.weight = hp_weight(m.weight)
+  if m.bias ~= nil then n.bias = hp_weight(m.bias) end
+  n.training = m.training
+  return n
+end
+
+M.linear_to_fp8, M.ln_to_fp8 = linear_to_fp8, ln_to_fp8
+
+-- Visits the modules below mod depth first, in registration order: fn(parent, key, child, full_name)
+-- returns a module to put in the child's place (which is not descended into), or nil to descend.
+local function visit(mod, fn, prefix)
+  for _, nc in ipairs(mod:named_children()) do
+    local name, child = nc[1], nc[2]
+    local full = (prefix or "") == "" and name or prefix .. "." .. name
+    local repl = fn(mod, name, child, full)
+    if repl then mod[name] = repl else visit(child, fn, full) end
+  end
+end
+
+-- The Linear layers of a model in forward (registration) order, as {name, module, parent, key}.
+function M.linears(model)
+  local out = {}
+  visit(model, function(mod, name, child, full)
+    local cn = class_name(child)
+    if cn == "Linear" or cn == "FP8Linear" then out[#out + 1] = { full, child, mod, name } end
+  end)
+  return out
+end
+
+-- The GPU rule for FP8 GEMM shapes (docs/fp8-spec.md §2): both feature dims multiples of 16.
+function M.shape_ok(lin) return lin.in_features % 16 == 0 and lin.out_features % 16 == 0 end
+
+M._shape_warned = {}   -- layers already reported as staying in high precision (one notice each per process)
+
+-- convert_model(model, {to_fp8=true, convert_linear=true, convert_ln=true, recipe=…, filter=fn})
+-- swaps Linear/LayerNorm children for their FP8 versions in place (same tensors) and returns the
+-- model and the list of converted names. to_fp8=false restores plain modules. `filter(module,
+-- name)` returning false keeps a Linear in high precision.
+function M.convert_model(model, opts)
+  if not Module.is_module(model) then error(("convert_model: expected a Module, got %s"):format(type(model)), 2) end
+  opts = opts or {}
+  if type(opts) ~= "table" then error(("convert_model: options must be a table, got %s"):format(type(opts)), 2) end
+  local valid = { to_fp8 = true, convert_linear = true, convert_ln = true, recipe = true, filter = true,
+                  _of_mp = true }
+  -- Accelerate's spelling (accelerate.utils.convert_model): to_transformer_engine, _convert_linear, _convert_ln
+  local ALIAS = { to_transformer_engine = "to_fp8", _convert_linear = "convert_linear", _convert_ln = "convert_ln" }
+  local given = opts
+  opts = {}
+  for k, v in pairs(given) do
+    local canon = ALIAS[k] or k
+    if not valid[canon] then
+      error(("convert_model: unknown option '%s' (valid: convert_linear, convert_ln, filter, recipe, to_fp8; "
+        .. "Accelerate's names: _convert_linear, _convert_ln, to_transformer_engine)"):format(tostring(k)), 2)
+    end
+    if opts[canon] ~= nil and opts[canon] ~= v then
+      error(("convert_model: '%s' and its other spelling disagree; give one"):format(tostring(k)), 2)
+    end
+    opts[canon] = v
+  end
+  local to_fp8 = opts.to_fp8 ~= false
+  local do_lin, do_ln = opts.convert_linear ~= false, opts.convert_ln ~= false
+  local recipe = opts.recipe or { backend = "te" }
+  if to_fp8 then FP8Linear.check_recipe(recipe, 2) end
+  if opts.filter ~= nil and type(opts.filter) ~= "function" then
+    error(("convert_model: filter must be a function(module, name) -> boolean, got %s"):format(type(opts.filter)), 2)
+  end
+  local converted = {}
+  visit(model, function(_, _, child, full)   -- a replacement takes the child's place and position
+    local cn = class_name(child)
+    local repl
+    if to_fp8 then
+      if do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full)) then
+        repl = linear_to_fp8(child, recipe)
+      elseif do_ln and cn == "LayerNorm" then
+        repl = ln_to_fp8(child)
+      end
+    else
+      if do_lin and cn == "FP8Linear" then repl = fp8_to_linear(child)
+      elseif do_ln and cn == "FP8LayerNorm" then repl = fp8_to_ln(child) end
+    end
+    if repl then converted[#converted + 1] = full end
+    return repl
+  end)
+  return model, converted
+end
+
+-- has_fp8_layers(model) (alias has_transformer_engine_layers): any FP8Linear or FP8LayerNorm.
+function M.has_fp8_layers(model)
+  if not Module.is_module(model) then error(("has_fp8_layers: expected a Module, got %s"):format(type(model)), 2) end
+  for _, m in ipairs(model:modules()) do
+    local cn = class_name(m)
+    if cn == "FP8Linear" or cn == "FP8LayerNorm" then return true end
+  end
+  return false
+end
+
+-- has_ao_layers(model) (Accelerate's name): any FP8Linear of the torchao recipe (dynamic scaling).
+function M.has_ao_layers(model)
+  if not Module.is_module(model) then error(("has_ao_layers: expected a Module, got %s"):format(type(model)), 2) end
+  for _, m in ipairs(model:modules()) do
+    if class_name(m) == "FP8Linear" and m.recipe and m.recipe.backend == "ao" then return true end
+  end
+  return false
+end
+
+-- The FP8 linears of a model: list of {name, module}.
+function M.fp8_layers(model)
+  local out = {}
+  for _, nm in ipairs(model:named_modules()) do
+    if class_name(nm[2]) == "FP8Linear" then out[#out + 1] = nm end
+  end
+  return out
+end
+
+local add = require("fp8.help").adder("Accelerator & recipes")
+add("convert_model", "fp8.convert_model(model [, {to_fp8=true, convert_linear=true, convert_ln=true, recipe=, filter=}])",
+  "Swaps Linear/LayerNorm children for FP8Linear/FP8LayerNorm in place (same weight tensors) and returns\n"
+  .. "model, {converted names}. to_fp8=false turns them back into plain modules. filter(module, name)\n"
+  .. "returning false keeps a Linear in high precision. recipe: an effective recipe (acc.fp8_recipe).\n"
+  .. "Accelerate's spelling works too: {to_transformer_engine=, _convert_linear=, _convert_ln=}.")
+add("has_ao_layers", "fp8.has_ao_layers(model) -> bool",
+  "True when the model holds FP8 layers of the torchao recipe (Accelerate's has_ao_layers).")
+add("has_fp8_layers", "fp8.has_fp8_layers(model) -> bool",
+  "True when the model holds FP8 layers (alias fp8.has_transformer_engine_layers).")
+
+return M

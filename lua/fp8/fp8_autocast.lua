@@ -1,0 +1,67 @@
+-- fp8.fp8_autocast — FP8 autocast: while it is on, FP8 layers run their FP8 GEMMs. fp8_autocast(fn, ...)
+-- runs a function with it on; contextual_fp8_autocast wraps a forward so it is on in training (and in
+-- eval only with use_autocast_during_eval); apply/remove_fp8_autowrap install that wrapper on a model.
+local Module = require "fp8.nn.module"
+
+local M = {}
+
+local autocast_depth = 0
+-- Whether FP8 autocast is on (FP8Linear:forward asks).
+function M.enabled() return autocast_depth > 0 end
+
+-- fp8_autocast(fn, ...) runs fn with FP8 autocast on (restored on error too).
+function M.fp8_autocast(fn, ...)
+  if type(fn) ~= "function" then error(("fp8_autocast: expected a function, got %s"):format(type(fn)), 2) end
+  autocast_depth = autocast_depth + 1
+  local res = table.pack(pcall(fn, ...))
+  autocast_depth = autocast_depth - 1
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- For Accelerator:autocast() without a function (a to-be-closed block): enter / leave by hand.
+function M._autocast_enter() autocast_depth = autocast_depth + 1 end
+function M._autocast_leave() if autocast_depth > 0 then autocast_depth = autocast_depth - 1 end end
+
+-- contextual_fp8_autocast(forward_fn, recipe, use_during_eval) → a forward(self, ...) that runs
+-- with FP8 autocast when self.training, or always when use_during_eval (Accelerate's wrapper).
+function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval)
+  if type(forward_fn) ~= "function" then
+    error(("contextual_fp8_autocast: expected the forward function, got %s"):format(type(forward_fn)), 2)
+  end
+  if use_during_eval == nil and type(recipe) == "table" then use_during_eval = recipe.use_autocast_during_eval end
+  return function(self, ...)
+    local on = use_during_eval or (type(self) == "table" and self.training ~= false)
+    if not on then return forward_fn(self, ...) end
+    return M.fp8_autocast(forward_fn, self, ...)
+  end
+end
+
+-- apply_fp8_autowrap(model, handler_or_recipe): model.forward runs under contextual FP8 autocast.
+function M.apply_fp8_autowrap(model, recipe)
+  if not Module.is_module(model) then error(("apply_fp8_autowrap: expected a Module, got %s"):format(type(model)), 2) end
+  recipe = recipe or {}
+  if rawget(model, "_fp8_unwrapped_forward") then return model end
+  local fwd = model.forward
+  rawset(model, "_fp8_unwrapped_forward", fwd)
+  rawset(model, "forward", M.contextual_fp8_autocast(fwd, recipe, recipe.use_autocast_during_eval == true))
+  return model
+end
+
+function M.remove_fp8_autowrap(model)
+  local fwd = rawget(model, "_fp8_unwrapped_forward")
+  if fwd then
+    -- an outer wrapper (the Accelerator's autocast) may sit on top: drop both, the class forward remains
+    rawset(model, "forward", nil); rawset(model, "_fp8_unwrapped_forward", nil)
+    rawset(model, "_acc_unwrapped_forward", nil)
+  end
+  return model
+end
+
+local add = require("fp8.help").adder("Accelerator & recipes")
+add("contextual_fp8_autocast", "fp8.contextual_fp8_autocast(forward_fn, recipe, use_during_eval) -> forward",
+  "Wraps a forward(self, ...) so FP8 runs in training (self.training) and, in eval, only when\n"
+  .. "use_during_eval. fp8.apply_fp8_autowrap(model, recipe) installs it on model.forward.")
+add("fp8_autocast", "fp8.fp8_autocast(fn, ...)", "Runs fn(...) with FP8 autocast on: FP8 layers use their FP8 GEMMs.")
+
+return M

@@ -1,0 +1,92 @@
+-- fp8_linear.lua — fp8.nn.FP8Linear(in, out [, bias], recipe): a Linear whose three GEMMs (fprop, dgrad,
+-- wgrad) run in FP8 under FP8 autocast, with per-role scaling state configured by the recipe
+-- (core/recipe.c via fp8._fp8_layer.layer_config) and carried in the buffer `fp8_state`
+-- (fp8.fp8_state) so state_dict() and checkpoints hold it. The numerics are core/fp8_linear.c's.
+local core = require "fp8.core"
+local C = require "fp8._fp8_layer"
+local Module = require "fp8.nn.module"
+local Linear = require "fp8.nn.linear"
+local F = require "fp8.nn.functional"
+local autocast = require "fp8.fp8_autocast"
+local state = require "fp8.fp8_state"
+
+local FP8Linear = Module.class("FP8Linear", Linear)
+
+-- Raises (at `level`) unless r looks like a recipe: a table with a backend (its fields are checked by
+-- the settings table in layer_config).
+function FP8Linear.check_recipe(r, level)
+  if type(r) ~= "table" or type(r.backend) ~= "string" then
+    error(("expected a recipe table with a backend field (te, ao or msamp), got %s"):format(type(r)), level + 1)
+  end
+end
+
+-- FP8Linear(in, out [, bias], recipe): a Linear whose GEMMs run in FP8 under FP8 autocast.
+function FP8Linear:__init(in_features, out_features, bias, recipe)
+  Linear.__init(self, in_features, out_features, bias)
+  FP8Linear.check_recipe(recipe, 3)
+  rawset(self, "recipe", recipe)
+  rawset(self, "fp8_meta", C.layer_new(C.layer_config(recipe)))
+  self:register_buffer("fp8_state", state.pack(self.fp8_meta:state()))
+end
+
+-- Module:to moves parameters and buffers; MS-AMP O3's FP8 weight is neither, so it moves here.
+function FP8Linear:_move_extra(device)
+  local q = rawget(self, "weight_fp8")
+  if q then q:move_(device) end
+  self.fp8_meta:drop_cache()
+end
+
+function FP8Linear:_before_state_dict() self.fp8_state = state.pack(self.fp8_meta:state()) end
+function FP8Linear:_after_load_state_dict() self.fp8_meta:load_state(state.unpack(self.fp8_state)) end
+-- Module:load_state_dict asks before it writes anything: the recipe state in sd must unpack and fit
+-- this layer (same history lengths, finite positive scales). Returns why not, or nil.
+function FP8Linear:_check_load_state(sd, prefix)
+  local t = sd[prefix .. "fp8_state"]
+  if t == nil then return nil end   -- strict=false without recipe state: the layer keeps its own
+  local ok, st = pcall(state.unpack, t)
+  if not ok then return ('for "%sfp8_state": %s'):format(prefix, tostring(st):gsub("^[^:]*:%d+: ", "")) end
+  local mine = self.fp8_meta:state()
+  for _, r in ipairs(state.ROLES) do
+    local s = st[r]
+    if #s.history ~= #mine[r].history then
+      return ('for "%sfp8_state": the %s role has an amax history of %d, this layer %d (a different amax_history_len '
+        .. 'or recipe)'):format(prefix, r, #s.history, #mine[r].history)
+    end
+    if not (s.scale > 0 and s.scale < math.huge) then
+      return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0)'):format(prefix, r, tostring(s.scale))
+    end
+    for k, h in ipairs(s.history) do
+      if h ~= h then return ('for "%sfp8_state": %s history[%d] is NaN'):format(prefix, r, k) end
+    end
+  end
+  return nil
+end
+
+function FP8Linear:forward(x)
+  if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if x:dim() < 1 or x:size(-1) ~= self.in_features then
+    error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
+  end
+  if autocast.enabled() and not rawget(self, "fp8_disabled") then
+    local record = self.training ~= false and core.is_grad_enabled()
+    return C.linear(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"))
+  end
+  return F.linear(x, self.weight, self.bias)
+end
+
+-- The field that names each backend's variant in extra_repr; a recipe without it has the table's default.
+local VARIANT = { te = "fp8_format", ao = "config", msamp = "opt_level" }
+local DEFAULT = {}
+for _, row in ipairs(require("fp8.settings").list()) do DEFAULT[row.name] = row.default end
+
+function FP8Linear:extra_repr()
+  local r = self.recipe
+  local field = VARIANT[r.backend] or "opt_level"
+  return Linear.extra_repr(self) .. ", fp8=" .. r.backend .. " " .. tostring(r[field] or DEFAULT[field])
+end
+
+-- Delayed-scaling update after an optimizer step (no-op for current scaling).
+function FP8Linear:fp8_update() self.fp8_meta:update() end
+function FP8Linear:fp8_state() return self.fp8_meta:state() end
+
+return FP8Linear

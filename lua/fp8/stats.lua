@@ -1,0 +1,93 @@
+-- fp8.stats — what the FP8 layers' scaling state shows: per layer and role (input, weight, grad) the
+-- format, scale, amax of the last cast and over the history, underflow and saturation; of a live model,
+-- or of the recipe state a state dict or checkpoint holds. The Accelerator's log_fp8_stats writes the
+-- same rows to CSV.
+local core = require "fp8.core"
+local Module = require "fp8.nn.module"
+local convert = require "fp8.convert"
+local state = require "fp8.fp8_state"
+
+local M = {}
+
+-- stats(model [, {quiet=true}]) → list of rows {layer, role, format, scale, amax, amax_history,
+-- underflow, saturated, numel} (fractions of the last cast), printed as a table unless quiet.
+-- stats(state_dict) (a table from model:state_dict() or fp8.load_file of a checkpoint's model file):
+-- the recipe state saved in each "<layer>.fp8_state" — per role the scale, the largest amax in the
+-- history, the update count and the history length (docs/checkpoints.md).
+local function saved_stats(sd, opts)
+  local names = {}
+  for k, v in pairs(sd) do
+    if type(k) == "string" and k:match("fp8_state$") and core.is_tensor(v) then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local rows = {}
+  for _, k in ipairs(names) do
+    local ok, st = pcall(state.unpack, sd[k])
+    if not ok then error(("fp8.stats: %s: %s"):format(k, tostring(st):gsub("^[^:]*:%d+: ", "")), 3) end
+    for _, r in ipairs(state.ROLES) do
+      local s, amax = st[r], 0
+      for _, h in ipairs(s.history) do if h > amax then amax = h end end
+      rows[#rows + 1] = { layer = k:gsub("%.?fp8_state$", ""), role = r, scale = s.scale,
+                          amax_history = amax, updates = s.updates, history = s.history }
+    end
+  end
+  if not (type(opts) == "table" and opts.quiet) then
+    if #rows == 0 then print("fp8.stats: no fp8_state entries in this table (not a state dict of an FP8 model)")
+    else
+      print(("%-28s %-11s %12s %11s %8s %7s"):format("layer", "role", "scale", "amax(hist)", "updates", "history"))
+      for _, r in ipairs(rows) do
+        print(("%-28s %-11s %12.5g %11.4g %8d %7d"):format(r.layer, r.role, r.scale, r.amax_history, r.updates, #r.history))
+      end
+    end
+  end
+  return rows
+end
+
+function M.stats(model, opts)
+  if type(model) == "table" and not Module.is_module(model) then return saved_stats(model, opts) end
+  if not Module.is_module(model) then error(("fp8.stats: expected a Module or a state dict, got %s"):format(type(model)), 2) end
+  local rows = {}
+  for _, nm in ipairs(convert.fp8_layers(model)) do
+    local st = nm[2].fp8_meta:state()
+    for _, r in ipairs(state.ROLES) do
+      local s = st[r]
+      local n = s.numel > 0 and s.numel or 1
+      rows[#rows + 1] = { layer = nm[1], role = r, format = s.format, scale = s.scale,
+                          amax = s.amax, amax_history = s.amax_history_max, rule = s.rule, updates = s.updates,
+                          underflow = s.underflow / n, saturated = s.saturated / n, numel = s.numel,
+                          high_precision = (r == "input" and st.hp[1]) or false }
+    end
+  end
+  -- several processes, MS-AMP: the FP8 weight-gradient all-reduce of the last step (lua/fp8/ddp.lua)
+  local dstats = rawget(model, "_ddp_stats")
+  if dstats then
+    local d = dstats()
+    if d.fp8_n > 0 then
+      rows[#rows + 1] = { layer = "(all-reduce)", role = "weight_grad", format = "e4m3", scale = 0 / 0, amax = 0 / 0,
+                          amax_history = 0 / 0, rule = "allreduce", updates = d.steps, numel = d.fp8_n,
+                          underflow = d.fp8_underflow / d.fp8_n, saturated = d.fp8_saturated / d.fp8_n,
+                          high_precision = false }
+    end
+  end
+  if not (type(opts) == "table" and opts.quiet) then
+    if #rows == 0 then print("fp8.stats: the model has no FP8 layers (convert it, or prepare it with an fp8 Accelerator)")
+    else
+      print(("%-28s %-11s %-5s %12s %11s %11s %9s %9s"):format("layer", "role", "fmt", "scale", "amax", "amax(hist)",
+        "underflow", "saturated"))
+      for _, r in ipairs(rows) do
+        print(("%-28s %-11s %-5s %12.5g %11.4g %11.4g %8.3f%% %8.3f%%"):format(r.layer, r.role, r.format, r.scale, r.amax,
+          r.amax_history, 100 * r.underflow, 100 * r.saturated))
+      end
+    end
+  end
+  return rows
+end
+
+local add = require("fp8.help").adder("Accelerator & recipes")
+add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
+  "Per FP8 layer and tensor role (input, weight, grad: the output gradient): format, current scale, amax of the last\n"
+  .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
+  .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
+  .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
+
+return M
