@@ -164,7 +164,7 @@ for _, x in ipairs(results) do
   local h = health(x.r)
   if h then
     hstep = h.step
-    for _, role in ipairs { "input", "weight", "grad_output" } do
+    for _, role in ipairs { "input", "weight", "grad" } do
       local v = h[role]
       if v and x.name == "msamp-O3" and role == "weight" then
         -- O3's E4M3 weight is cast by the optimizer step (lua/fp8/accelerator.lua), not by the recipe's weight role

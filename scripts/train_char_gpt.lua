@@ -170,7 +170,7 @@ end
 
 -- FP8 health per tensor role over the FP8 layers (fp8.stats of the last casts): the largest underflow and
 -- saturated fractions, the layer each comes from, the range of the scales.
-local ROLES = { "input", "weight", "grad_output" }
+local ROLES = { "input", "weight", "grad" }
 local function health()
   if #accel._fp8_layers == 0 then return nil end
   local h = {}

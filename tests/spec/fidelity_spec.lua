@@ -48,7 +48,7 @@ describe("scripts/fidelity_gpt.sh", function()
     assert.matches("msamp%-O1's mean gap over 3 seeds is [+-][%d.]+", out)
     -- FP8 health at the last logged step, per recipe and role
     assert.matches("FP8 health at step 4", out)
-    assert.matches("\n| te%-hybrid | grad_output | e5m2 | [%d.]+%% ", out)
+    assert.matches("\n| te%-hybrid | grad | e5m2 | [%d.]+%% ", out)
     assert.matches("\n| msamp%-O2 | input | e4m3 | [%d.]+%% ", out)
     local md = read(doc)
     assert.matches("^# FP8 recipes\n\nintro\n\n## Fidelity on the char GPT\n\nIssue 16's first bar", md)

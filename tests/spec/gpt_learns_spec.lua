@@ -93,7 +93,7 @@ describe("the char GPT under te HYBRID (CI-sized)", function()
     assert.are.equal(6, #rows)
     assert.is_true(rows[6][3] < rows[1][3] - 0.5, "val loss " .. rows[1][3] .. " -> " .. rows[6][3])
     for _, r in ipairs(rows) do
-      -- columns 7..18: underflow max, saturated max, scale min, scale max of input, weight, grad_output
+      -- columns 7..18: underflow max, saturated max, scale min, scale max of input, weight, grad
       for k = 0, 2 do
         local uf, sat = r[7 + 4 * k], r[8 + 4 * k]
         assert.is_true(uf < 0.01 and sat < 0.01, ("step %d role %d: underflow %g saturated %g"):format(r[1], k + 1, uf, sat))

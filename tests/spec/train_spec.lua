@@ -152,7 +152,7 @@ describe("scripts/train_char_gpt.lua", function()
       assert.is_true(ok, out)
       assert.matches("mixed precision fp8 %(" .. c[2], out)
       assert.matches("step 4/4  train_loss=[%d.]+  val_loss=[%d.]+  lr=%S+  tokens/s=%d+", out)
-      for _, role in ipairs { "input", "weight", "grad_output" } do
+      for _, role in ipairs { "input", "weight", "grad" } do
         assert.matches("fp8 " .. role .. " +e[45]m[23]: underflow [%d.]+%%.*, saturated [%d.]+%%.*, scales %S+%.%.%S+", out)
       end
       local rows = read(csv)
