@@ -37,20 +37,28 @@ local OPTIONS = {
   { "root", "str", nil, "mlp: directory with the IDX .gz files (default " .. data.FASHION_MNIST_ROOT .. ")" },
   { "model", "str", "mlp", "mlp (Fashion-MNIST) | gpt (the char GPT of scripts/train_char_gpt.lua on a text)" },
   { "steps", "int", nil, "gpt: optimizer steps per recipe (default 300)", 1 },
-  { "text", "str", nil, "gpt: text file (default: Debian's fortunes)" },
+  { "text", "str", nil, "gpt: text file or directory of text files (default: all of Debian's fortunes, "
+    .. data.FORTUNES_DIR .. ")" },
   { "layers", "int", nil, "gpt: transformer blocks (default 2)", 1 },
-  { "d-model", "int", nil, "gpt: embedding width, a multiple of 4 (default 64: a multiple of 16, so every Linear can run FP8)", 4 },
+  { "d-model", "int", nil, "gpt: embedding width, a multiple of --heads (default 64: a multiple of 16, so every Linear can run FP8)", 1 },
+  { "heads", "int", nil, "gpt: attention heads (default 4)", 1 },
   { "block-size", "int", nil, "gpt: context length (default 64)", 1 },
+  { "eval-every", "int", nil, "gpt: steps between validation losses on --eval-windows/8 windows (default 100; "
+    .. "the final one uses all --eval-windows)", 1 },
+  { "eval-windows", "int", nil, "gpt: validation windows of the final loss, evenly spaced non-overlapping "
+    .. "windows of the validation split (default 0 = all of them)", 0 },
+  { "fp8-stats", "flag", nil, "gpt: log fp8.stats of every FP8 layer at each --eval-every into <out>-<recipe>-fp8stats.csv" },
 }
 local opts = require("fp8.args").parse(arg or {}, OPTIONS, {
   usage = "usage: fp8lab scripts/compare_recipes.lua [options]",
   about = "Trains the Fashion-MNIST MLP under fp32, bf16 and every FP8 recipe and compares them. Options:",
-  default_text = "see text" })
+  default_text = false })
 if opts.model ~= "mlp" and opts.model ~= "gpt" then
   error(("--model must be mlp or gpt, got '%s'"):format(opts.model), 0)
 end
 -- Options of the other model are refused, not ignored.
-local ONLY = { mlp = { "epochs", "limit", "root" }, gpt = { "steps", "text", "layers", "d-model", "block-size" } }
+local ONLY = { mlp = { "epochs", "limit", "root" }, gpt = { "steps", "text", "layers", "d-model", "heads", "block-size",
+  "eval-every", "eval-windows", "fp8-stats" } }
 for m, names in pairs(ONLY) do
   if m ~= opts.model then
     for _, k in ipairs(names) do
@@ -58,12 +66,12 @@ for m, names in pairs(ONLY) do
     end
   end
 end
-if opts.model == "gpt" and opts["d-model"] and opts["d-model"] % 4 ~= 0 then
-  error(("--d-model must be a multiple of 4 (4 heads), got %d"):format(opts["d-model"]), 0)
-end
 local DEFAULTS = { epochs = 3, limit = 0, root = data.FASHION_MNIST_ROOT, steps = 300, layers = 2, ["d-model"] = 64,
-                   ["block-size"] = 64 }
+                   heads = 4, ["block-size"] = 64, ["eval-every"] = 100, ["eval-windows"] = 0 }
 for k, v in pairs(DEFAULTS) do if opts[k] == nil then opts[k] = v end end
+if opts.model == "gpt" and opts["d-model"] % opts.heads ~= 0 then
+  error(("--d-model (%d) must be a multiple of --heads (%d)"):format(opts["d-model"], opts.heads), 0)
+end
 opts["batch-size"] = opts["batch-size"] or (opts.model == "gpt" and 16 or 256)
 opts.lr = opts.lr or (opts.model == "gpt" and 3e-3 or 1e-3)
 opts.out = opts.out or (opts.model == "gpt" and "build/compare_recipes_gpt.csv" or "build/compare_recipes.csv")

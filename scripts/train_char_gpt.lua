@@ -1,24 +1,28 @@
--- train_char_gpt.lua — a tiny character-level GPT (fp8.nn.GPT) trained on a text file (default: the
--- fortunes of Debian's `fortunes` package), printing train/val loss periodically and a sampled text
--- at the end. Run: build/fp8lab scripts/train_char_gpt.lua [--steps N] [--text FILE] ... (--help)
+-- train_char_gpt.lua — a character-level GPT (fp8.nn.GPT) trained on a text (default: every text file of
+-- Debian's `fortunes` package, 2.6 MB) under any precision and FP8 recipe through the Accelerator. Every
+-- --eval-every steps it prints train and validation loss, tokens/s and, under fp8, the health of each
+-- tensor role (largest underflow and saturated fractions over the FP8 layers, range of the scales); it
+-- writes these to a CSV (and fp8.stats of every layer to another), and samples text at the end.
+-- Run: build/fp8lab scripts/train_char_gpt.lua [--steps N] [--recipe te-hybrid] [--text FILE|DIR] ... (--help)
 local fp8 = fp8 or require "fp8"
 local nn = require "fp8.nn"
 local optim = require "fp8.optim"
-local data, amp = fp8.data, fp8.amp
+local data = fp8.data
 
--- The default corpus: the first readable plain-text file among the fortunes databases.
-local function default_text()
-  for _, p in ipairs { "/usr/share/games/fortunes/fortunes", "/usr/share/games/fortunes/literature",
-                       "/usr/share/games/fortunes/science", "/usr/share/games/fortunes/art" } do
-    local f = io.open(p, "rb")
-    if f then
-      local ok = f:read(1) ~= nil
-      f:close()
-      if ok then return p end
-    end
-  end
-  return "/usr/share/games/fortunes/fortunes"
-end
+-- --recipe NAME -> mixed precision and the FP8 kwargs handler (the names of scripts/compare_recipes.lua).
+local RECIPES = {
+  { "fp32", "no" }, { "fp16", "fp16" }, { "bf16", "bf16" },
+  { "te-hybrid", "fp8", function() return fp8.TERecipeKwargs{fp8_format = "HYBRID"} end },
+  { "te-e4m3", "fp8", function() return fp8.TERecipeKwargs{fp8_format = "E4M3"} end },
+  { "ao-tensorwise", "fp8", function() return fp8.AORecipeKwargs{config = "tensorwise"} end },
+  { "ao-rowwise", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise"} end },
+  { "ao-rowwise_gw_hp", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise_with_gw_hp"} end },
+  { "msamp-O1", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O1"} end },
+  { "msamp-O2", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O2"} end },
+  { "msamp-O3", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O3"} end },
+}
+local recipe_names = {}
+for i, r in ipairs(RECIPES) do recipe_names[i] = r[1] end
 
 local OPTIONS = {
   { "steps", "int", 200, "optimizer steps", 1 },
@@ -29,23 +33,30 @@ local OPTIONS = {
   { "batch-size", "int", 16, "sequences per step", 1 },
   { "lr", "num", 3e-3, "peak AdamW learning rate (warmup, then cosine decay)", 0 },
   { "seed", "int", 1337, "seed of weights, batches and sampling", 1 },
-  { "text", "str", nil, "text file to train on (default: Debian's fortunes)" },
+  { "text", "str", nil, "text file, or directory of text files, to train on (default: every text file of "
+    .. "Debian's fortunes, " .. data.FORTUNES_DIR .. ")" },
+  { "recipe", "str", nil, "precision and FP8 recipe in one name: " .. table.concat(recipe_names, " | ")
+    .. " (default: --mixed-precision and --fp8-backend decide)" },
   { "mixed-precision", "str", nil, "no | bf16 | fp16 | fp8 (default: launch --mixed_precision / "
     .. "FP8LAB_MIXED_PRECISION / config file, else no)" },
   { "fp8-backend", "str", nil, "te | ao | msamp (fp8; default: launch --fp8_backend / FP8LAB_FP8_BACKEND / config, else msamp)" },
   { "gradient-accumulation-steps", "int", nil, "micro-batches per optimizer step (default: launch flag / "
     .. "FP8LAB_GRADIENT_ACCUMULATION_STEPS / config file, else 1)", 1 },
   { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
-  { "eval-every", "int", 50, "steps between loss reports", 1 },
+  { "eval-every", "int", 50, "steps between reports (train/val loss, tokens/s, FP8 health; a CSV row)", 1 },
+  { "eval-windows", "int", 256, "validation windows per report: evenly spaced, non-overlapping, the same each "
+    .. "time (the final loss uses all of them)", 1 },
+  { "csv", "str", "build/char_gpt.csv", "the reports as CSV, rewritten at each one; under fp8 also fp8.stats of "
+    .. "every layer into <csv>-fp8stats.csv ('' = no CSV)" },
   { "sample-len", "int", 200, "characters to generate at the end", 0 },
   { "temperature", "num", 0.8, "sampling temperature (0 = greedy)", 0 },
   { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)", 0 },
   { "checkpoint-dir", "str", "build/checkpoints/char_gpt", "where --save-every writes (the last 3 are kept)" },
-  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir)" },
+  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir; default: start afresh)" },
 }
 
 local ARGS = { usage = "usage: fp8lab scripts/train_char_gpt.lua [options]",
-               about = "Trains a tiny character-level GPT. Options:", default_text = "fortunes" }
+               about = "Trains a character-level GPT under any precision and FP8 recipe. Options:", default_text = false }
 
 local function parse_args(argv)
   local opts = require("fp8.args").parse(argv, OPTIONS, ARGS)
@@ -61,18 +72,37 @@ local function parse_args(argv)
   if b ~= nil and not ({ te = true, ao = true, msamp = true })[b:lower()] then
     error(("--fp8-backend must be one of te, ao, msamp; got '%s'"):format(b), 0)
   end
+  if opts.recipe then
+    for _, r in ipairs(RECIPES) do if r[1] == opts.recipe then opts.recipe = r end end
+    if type(opts.recipe) ~= "table" then
+      error(("--recipe must be one of %s; got '%s'"):format(table.concat(recipe_names, ", "), opts.recipe), 0)
+    end
+    if mp ~= nil or b ~= nil then
+      error("--recipe names the precision and the recipe: give it without --mixed-precision and --fp8-backend", 0)
+    end
+  end
   opts.device = require("fp8.args").device(opts.device)
   return opts
 end
 
 local opts = parse_args(arg or {})
-local path = opts.text or default_text()
+local path = opts.text
+if not path then
+  if not require("fp8._checkpoint").is_dir(data.FORTUNES_DIR) then
+    error(("no text to train on: %s is missing (apt-get install fortunes), or pass --text FILE"):format(
+      data.FORTUNES_DIR), 0)
+  end
+  path = data.FORTUNES_DIR
+end
 fp8.manual_seed(opts.seed)
 local T = opts["block-size"]
 local train_ds = data.TextDataset{path = path, block_size = T, split = "train"}
 local val_ds = data.TextDataset{path = path, block_size = T, split = "val"}
 local loader = data.DataLoader{train_ds, batch_size = opts["batch-size"], shuffle = true, drop_last = true, seed = opts.seed}
-local val_loader = data.DataLoader{val_ds, batch_size = opts["batch-size"], shuffle = true, drop_last = false, seed = opts.seed + 1}
+-- The validation set is fixed: evenly spaced non-overlapping windows of the validation split.
+local val_all = val_ds:blocks()
+local val_loader = data.DataLoader{val_ds:blocks(opts["eval-windows"]), batch_size = opts["batch-size"]}
+local val_final = data.DataLoader{val_all, batch_size = opts["batch-size"]}
 
 local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
                      n_head = opts.heads, n_embd = opts["d-model"]}
@@ -83,21 +113,28 @@ local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = warm, total_
 -- left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults). Checkpoints
 -- (docs/checkpoints.md) carry the model, optimizer, schedule, loss scaler, RNG and the training loader's
 -- position; the validation loader's epoch (its shuffle order) rides along as a custom object.
-local handlers = {}
+local handlers, mixed = {}, opts["mixed-precision"]
 if opts["fp8-backend"] then handlers[1] = fp8.FP8RecipeKwargs{backend = opts["fp8-backend"]} end
-local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_handlers = handlers,
+if opts.recipe then
+  mixed = opts.recipe[2]
+  if opts.recipe[3] then handlers[1] = opts.recipe[3]() end
+end
+local accel = fp8.Accelerator{mixed_precision = mixed, kwargs_handlers = handlers,
                               cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"],
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3}}
 model, opt, loader, sched = accel:prepare(model, opt, loader, sched)
 -- Reports come from the main process only (acc:print), as in an Accelerate script under several processes.
 local print = function(...) accel:print(...) end
--- The validation loader is not prepared: its short partial passes (val_loss breaks after a few batches)
--- must neither end an accumulation window nor be saved as a mid-epoch position; it only follows the device.
+-- The validation loaders are not prepared (they must not end an accumulation window, nor be sharded or
+-- saved as a position); they only follow the device. The CSV's rows ride along in checkpoints, so a
+-- resumed run's CSV holds the whole history.
 val_loader:to(accel:device())
+val_final:to(accel:device())
+local csv_rows = {}
 accel:register_for_checkpointing({
-  state_dict = function() return {epoch = val_loader.epoch} end,
-  load_state_dict = function(_, s) val_loader.epoch = s.epoch end })
+  state_dict = function() return {csv_rows = csv_rows} end,
+  load_state_dict = function(_, s) csv_rows = type(s.csv_rows) == "table" and s.csv_rows or {} end })
 if opts.resume then
   accel:load_state(opts.resume ~= "latest" and opts.resume or nil)
   print(("resumed from %s at step %d"):format(opts.resume, accel.step))
@@ -110,30 +147,96 @@ if precision == "fp8" then
     r.backend == "te" and r.fp8_format or r.backend == "ao" and r.config or r.opt_level, #accel._fp8_layers)
 end
 
-print(("char GPT on %s: %d train / %d val characters, vocab %d; %d layers, %d heads, d_model %d, block %d, "
-  .. "%d parameters; %d steps of batch %d, mixed precision %s, on %s"):format(path, train_ds.tokens:size(1),
+print(("char GPT on %s%s: %d train / %d val characters, vocab %d; %d layers, %d heads, d_model %d, block %d, "
+  .. "%d parameters; %d steps of batch %d, mixed precision %s, on %s"):format(path,
+  train_ds.files and (" (%d files)"):format(#train_ds.files) or "", train_ds.tokens:size(1),
   val_ds.tokens:size(1), train_ds.vocab_size, opts.layers, opts.heads, opts["d-model"], T,
   model:num_parameters(), opts.steps, opts["batch-size"], precision, device)
   .. (gas > 1 and (", gradient accumulation %d"):format(gas) or ""))
 
--- Mean loss over a few validation batches (no grad, eval mode).
-local function val_loss(nbatches)
+-- Mean loss over a fixed set of validation windows (no grad, eval mode).
+local function val_loss(loader)
   model:eval()
   local sum, n = 0, 0
   fp8.no_grad(function()
-    for x, y in val_loader do
+    for x, y in loader do
       local _, loss = model(x, y)
-      sum, n = sum + loss:item(), n + 1
-      if n >= nbatches then break end
+      sum, n = sum + loss:item() * x:size(1), n + x:size(1)
     end
   end)
   model:train()
   return sum / n
 end
 
+-- FP8 health per tensor role over the FP8 layers (fp8.stats of the last casts): the largest underflow and
+-- saturated fractions, the layer each comes from, the range of the scales.
+local ROLES = { "input", "weight", "grad" }
+local function health()
+  if #accel._fp8_layers == 0 then return nil end
+  local h = {}
+  for _, r in ipairs(fp8.stats(model, {quiet = true})) do
+    local x = h[r.role]
+    if x == nil then
+      x = { format = r.format, uf = -1, sat = -1, smin = math.huge, smax = -math.huge }
+      h[r.role] = x
+    end
+    if r.underflow > x.uf then x.uf, x.uf_layer = r.underflow, r.layer end
+    if r.saturated > x.sat then x.sat, x.sat_layer = r.saturated, r.layer end
+    if r.scale == r.scale then x.smin, x.smax = math.min(x.smin, r.scale), math.max(x.smax, r.scale) end
+  end
+  return h
+end
+
+-- The CSV: one row per report, the file rewritten (atomically) each time.
+local csv_header = "step,train_loss,val_loss,lr,tokens_per_s,elapsed_s"
+for _, r in ipairs(ROLES) do
+  csv_header = csv_header .. (",%s_underflow_max,%s_saturated_max,%s_scale_min,%s_scale_max"):format(r, r, r, r)
+end
+local function csv_dir(p)
+  local dir = p:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
+end
+local stats_csv
+if opts.csv ~= "" and accel:is_main_process() then
+  csv_dir(opts.csv)
+  if #accel._fp8_layers > 0 then
+    stats_csv = opts.csv:gsub("%.csv$", "") .. "-fp8stats.csv"
+    if not opts.resume then os.remove(stats_csv) end   -- the log appends: a fresh run starts it afresh
+  end
+end
+if stats_csv then accel:log_fp8_stats{every = opts["eval-every"], path = stats_csv} end
+local function report(step, train, val, lr, tok_s, elapsed)
+  local h = health()
+  print(("step %d/%d  train_loss=%.4f  val_loss=%.4f  lr=%.2e  tokens/s=%.0f  (%.1fs)"):format(step, opts.steps,
+    train, val, lr, tok_s, elapsed))
+  local row = { ("%d,%.6f,%.6f,%.6g,%.1f,%.2f"):format(step, train, val, lr, tok_s, elapsed) }
+  for _, r in ipairs(ROLES) do
+    local x = h and h[r]
+    if x then
+      local function at(v, layer) return v > 0 and (" in " .. layer) or "" end
+      print(("  fp8 %-11s %s: underflow %.4f%%%s, saturated %.4f%%%s, scales %.3g..%.3g"):format(r, x.format,
+        100 * x.uf, at(x.uf, x.uf_layer), 100 * x.sat, at(x.sat, x.sat_layer), x.smin, x.smax))
+      row[#row + 1] = ("%.6g,%.6g,%.6g,%.6g"):format(x.uf, x.sat, x.smin, x.smax)
+    else
+      row[#row + 1] = ",,,"
+    end
+  end
+  if opts.csv ~= "" and accel:is_main_process() then
+    local kept = {}
+    for _, l in ipairs(csv_rows) do
+      if tonumber(l:match("^(%d+),")) < step then kept[#kept + 1] = l end
+    end
+    kept[#kept + 1] = table.concat(row, ",")
+    csv_rows = kept
+    require("fp8._fileio").write_atomic(opts.csv, csv_header .. "\n" .. table.concat(csv_rows, "\n") .. "\n")
+  end
+end
+
 local t0 = data.clock()
+local tokens_per_micro = opts["batch-size"] * T * accel.num_processes
 local ok, err = pcall(function()
   local step, run_sum, run_n = accel.step, 0, 0
+  local t_train, micro = 0, 0      -- training seconds and micro-batches since the last report
   if step >= opts.steps then return end
   local bar = fp8.progress((opts.steps - step) * gas, {desc = "train"})   -- micro-batches
   local it
@@ -141,6 +244,7 @@ local ok, err = pcall(function()
     local x, y
     if it then x, y = it() end
     if x == nil then it = loader:iter(); x, y = it() end   -- next epoch when one runs out
+    local tm = data.clock()
     local loss = accel:accumulate(model, function()
       local _, l = model(x, y)
       accel:backward(l)
@@ -148,15 +252,17 @@ local ok, err = pcall(function()
       opt:step(); sched:step(); opt:zero_grad()    -- act only on sync steps
       return l
     end)
-    if not accel.sync_gradients then goto continue end
+    micro = micro + 1
+    if not accel.sync_gradients then t_train = t_train + data.clock() - tm; goto continue end
     step = step + 1
-    local l = loss:item()
+    local l = loss:item()      -- waits for the step: its time counts
+    t_train = t_train + data.clock() - tm
     run_sum, run_n = run_sum + l, run_n + 1
     bar:set_postfix{loss = l}
     if step % opts["eval-every"] == 0 or step == opts.steps then
-      print(("step %d/%d  train_loss=%.4f  val_loss=%.4f  lr=%.2e  (%.1fs)"):format(step, opts.steps,
-        run_sum / run_n, val_loss(4), sched:get_last_lr()[1], data.clock() - t0))
-      run_sum, run_n = 0, 0
+      report(step, run_sum / run_n, val_loss(val_loader), sched:get_last_lr()[1], micro * tokens_per_micro / t_train,
+        data.clock() - t0)
+      run_sum, run_n, t_train, micro = 0, 0, 0, 0
     end
     if opts["save-every"] > 0 and step % opts["save-every"] == 0 then accel:save_state() end
     ::continue::
@@ -173,4 +279,7 @@ if opts["sample-len"] > 0 then
   print(train_ds:decode(out[1]))
   print("----")
 end
-print(("final val_loss=%.4f time=%.1fs"):format(val_loss(8), data.clock() - t0))
+if opts.csv ~= "" and accel:is_main_process() then
+  print("reports: " .. opts.csv .. (stats_csv and (", fp8.stats of every layer: " .. stats_csv) or ""))
+end
+print(("final val_loss=%.4f time=%.1fs (%d validation windows)"):format(val_loss(val_final), data.clock() - t0, #val_all))

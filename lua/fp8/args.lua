@@ -2,7 +2,8 @@
 -- (int, num, str, flag), with defaults, an optional lower bound, a generated --help text, and errors
 -- that name the valid options. Used by scripts/train_*.lua.
 --   local opts = require("fp8.args").parse(arg, OPTIONS, {usage = "usage: ...", about = "..."})
--- OPTIONS is a list of {name, type, default, help [, min]}; a nil default shows as `default_text`.
+-- OPTIONS is a list of {name, type, default, help [, min]}; a nil default shows as `default_text` (false: not
+-- at all, the help text says it).
 local M = {}
 
 local function check_spec(fname, options, cfg)
@@ -15,8 +16,14 @@ function M.usage(options, cfg)
   local lines = { cfg.usage, "", cfg.about }
   for _, o in ipairs(options) do
     local left = "  --" .. o[1] .. (o[2] == "flag" and "" or (" " .. (o[2] == "str" and "S" or "N")))
-    local default = o[3] == nil and (cfg.default_text or "none") or tostring(o[3])
-    lines[#lines + 1] = ("%-28s %s%s"):format(left, o[4], o[2] == "flag" and "" or (" (default " .. default .. ")"))
+    -- default_text = false: an option without a default says its default in its own help text
+    local default = tostring(o[3])
+    if o[3] == nil then
+      default = cfg.default_text
+      if default == nil then default = "none" end
+    end
+    lines[#lines + 1] = ("%-28s %s%s"):format(left, o[4], (o[2] == "flag" or default == false) and ""
+      or (" (default " .. default .. ")"))
   end
   lines[#lines + 1] = ("%-28s %s"):format("  --help", "this text")
   return table.concat(lines, "\n")

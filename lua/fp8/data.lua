@@ -168,6 +168,41 @@ M.TEXT_MAX_BYTES = 1 << 30
 
 -- TextDataset{path=, block_size=, text=, split="all"|"train"|"val", val_fraction=0.1}
 -- Vocabulary: the distinct bytes of the whole text, sorted (so train and val splits agree).
+-- path= may name a directory (Debian's /usr/share/games/fortunes): its text files, read as one corpus.
+M.FORTUNES_DIR = "/usr/share/games/fortunes"
+
+-- read_text_dir(dir, vf, fname) -> train text, val text, {{name=, bytes=}...}: every regular file of the
+-- directory (not its subdirectories or hidden files) in name order, except binary ones (a NUL byte: the
+-- strfile indexes *.dat) and copies of a file already read (Debian's *.u8 links). Each file is split on
+-- its own, at the first line break after (1 - vf) of its length, so the validation text samples every
+-- file rather than being the last files of the alphabet.
+local function read_text_dir(dir, vf, fname, level)
+  local cp = require "fp8._checkpoint"
+  local read = require("fp8._fileio").read_regular
+  local names, err = cp.listdir(dir)
+  if not names then error(("%s: %s"):format(fname, err), level + 1) end
+  local heads, tails, files, seen, total = {}, {}, {}, {}, 0
+  for _, name in ipairs(names) do
+    local p = dir:gsub("/+$", "") .. "/" .. name
+    if name:sub(1, 1) ~= "." and not cp.is_dir(p) then
+      local ok, s = pcall(read, p, "text file", M.TEXT_MAX_BYTES)
+      if not ok then error(("%s: %s"):format(fname, tostring(s)), level + 1) end
+      if #s > 0 and not s:find("\0", 1, true) and not seen[s] then
+        seen[s] = true
+        total = total + #s
+        if total > M.TEXT_MAX_BYTES then
+          error(("%s: the text files of %s exceed %d bytes (fp8.data.TEXT_MAX_BYTES)"):format(fname, dir,
+            M.TEXT_MAX_BYTES), level + 1)
+        end
+        local cut = s:find("\n", math.floor(#s * (1 - vf)), true) or #s
+        heads[#heads + 1], tails[#tails + 1] = s:sub(1, cut), s:sub(cut + 1)
+        files[#files + 1] = { name = name, bytes = #s }
+      end
+    end
+  end
+  if #files == 0 then error(("%s: %s holds no text files"):format(fname, dir), level + 1) end
+  return table.concat(heads), table.concat(tails), files
+end
 local function load_text(opts, level)
   local fname = "TextDataset"
   check_keys(fname, opts, { "path", "block_size", "text", "split", "val_fraction" }, level + 1)
@@ -184,7 +219,12 @@ local function load_text(opts, level)
   end
   local vf = opt_type(fname, opts, "val_fraction", "number", 0.1, level + 1)
   if not (vf > 0 and vf < 1) then error(("%s: val_fraction must be in (0, 1), got %g"):format(fname, vf), level + 1) end
-  if path then
+  local ntrain, files
+  if path and require("fp8._checkpoint").is_dir(path) then
+    local head, tail
+    head, tail, files = read_text_dir(path, vf, fname, level + 1)
+    text, ntrain = head .. tail, #head
+  elseif path then
     -- a regular file of at most M.TEXT_MAX_BYTES (a named pipe would block, /dev/zero never end)
     local ok, res = pcall(require("fp8._fileio").read_regular, path, "text file", M.TEXT_MAX_BYTES)
     if not ok then error(("%s: %s"):format(fname, tostring(res)), level + 1) end
@@ -193,7 +233,7 @@ local function load_text(opts, level)
   local tokens, vocab = C.encode_bytes(text)
   local total = tokens:size(1)
   if split ~= "all" then
-    local ntrain = math.floor(total * (1 - vf))
+    ntrain = ntrain or math.floor(total * (1 - vf))
     if split == "train" then tokens = tokens:narrow(1, 1, math.max(ntrain, 1))
     else tokens = tokens:narrow(1, ntrain + 1, total - ntrain) end
     tokens = tokens:contiguous()
@@ -210,7 +250,8 @@ local function load_text(opts, level)
     itos[i - 1] = ch
   end
   return setmetatable({ tokens = tokens, vocab = vocab, vocab_size = #vocab, block_size = block,
-                        stoi = stoi, itos = itos, n = ntok - block, path = path, split = split }, TextDataset)
+                        stoi = stoi, itos = itos, n = ntok - block, path = path, split = split, files = files },
+                      TextDataset)
 end
 
 setmetatable(TextDataset, { __call = function(_, opts) return load_text(opts or {}, 2) end })
@@ -224,6 +265,33 @@ end
 
 function TextDataset:_batch(idx)
   return C.windows(self.tokens, idx, self.block_size)
+end
+
+-- ds:blocks([max]) -> a dataset of the text's non-overlapping windows (one every block_size characters),
+-- evenly thinned to at most max of them: a fixed evaluation set that covers the whole split, the same
+-- for every run (a DataLoader over it without shuffle gives the same batches each time).
+local Blocks = dataset_class("TextBlocks")
+function TextDataset:blocks(max)
+  if max ~= nil and (math.type(max) ~= "integer" or max < 1) then
+    error(("TextDataset:blocks: max must be an integer >= 1, got %s"):format(tostring(max)), 2)
+  end
+  local all = (self.n - 1) // self.block_size + 1      -- windows starting at 1, 1+T, 1+2T, ... <= n
+  local k = math.min(all, max or all)
+  local starts = {}
+  for j = 0, k - 1 do starts[j + 1] = (j * all) // k * self.block_size + 1 end
+  return setmetatable({ ds = self, starts = starts, n = k, block_size = self.block_size }, Blocks)
+end
+function Blocks:get(i)
+  i = check_index("TextBlocks:get", i, self.n)
+  return self.ds:get(self.starts[i])
+end
+function Blocks:_batch(idx)
+  local s = {}
+  for k, i in ipairs(idx) do s[k] = self.starts[i] end
+  return self.ds:_batch(s)
+end
+function Blocks:_describe()
+  return ("TextBlocks(%d windows of %d characters)"):format(self.n, self.block_size)
 end
 
 -- ds:encode("text") -> 1-D tensor of ids; a character outside the vocabulary is an error naming it.
@@ -442,7 +510,9 @@ if ok and help.add then
   help.add { section = sec, name = "data.TextDataset", sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val'}",
     doc = "Character-level text: vocabulary = the file's distinct bytes, sorted. ds:get(i) -> x[T], y[T] (y shifted by one),\n"
        .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string.\n"
-       .. "path= must name a regular file of at most fp8.data.TEXT_MAX_BYTES bytes (1 GiB; a named pipe or a device is refused)." }
+       .. "path= must name a regular file of at most fp8.data.TEXT_MAX_BYTES bytes (1 GiB; a named pipe or a device is refused),\n"
+       .. "or a directory (fp8.data.FORTUNES_DIR): its text files as one corpus, each split train/val on its own.\n"
+       .. "ds:blocks([max]) -> the non-overlapping windows (at most max, evenly spaced): a fixed evaluation set." }
   help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
        .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"

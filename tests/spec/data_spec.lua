@@ -264,6 +264,54 @@ describe("fp8.data.TextDataset", function()
     ok, err = pcall(ds.decode, ds, {1, 99})
     assert.matches("token id 99 at position 2", err)
   end)
+
+  it("reads a directory as one corpus: text files only, copies once, each file split on its own", function()
+    -- a fortunes-like directory: two text files, a binary index (*.dat), a copy (Debian's *.u8 links),
+    -- a hidden file and a subdirectory, none of which but the two texts may count
+    local dir = tmpdir .. "/corpus"
+    assert(os.execute("mkdir -p " .. dir .. "/sub"))
+    local a = "alpha one\nalpha two\nalpha three\nalpha four\n"
+    local b = "bravo one\nbravo two\nbravo three\nbravo four\nbravo five\n"
+    write(dir .. "/a", a)
+    write(dir .. "/b", b)
+    write(dir .. "/a.dat", "\0\0\0\2binary")
+    write(dir .. "/b.u8", b)
+    write(dir .. "/.hidden", "zzz hidden\n")
+    write(dir .. "/sub/c", "charlie\n")
+    local tr = fp8.data.TextDataset{path = dir, block_size = 4, split = "train", val_fraction = 0.25}
+    local va = fp8.data.TextDataset{path = dir, block_size = 4, split = "val", val_fraction = 0.25}
+    assert.same({ { name = "a", bytes = #a }, { name = "b", bytes = #b } }, tr.files)
+    -- each file's cut: the first line break at or after 75% of it
+    local function cut(s) return s:find("\n", math.floor(#s * 0.75), true) end
+    local want_tr = a:sub(1, cut(a)) .. b:sub(1, cut(b))
+    local want_va = a:sub(cut(a) + 1) .. b:sub(cut(b) + 1)
+    assert.are.equal(want_tr, tr:decode(tr.tokens))
+    assert.are.equal(want_va, va:decode(va.tokens))
+    assert.are.equal(tr.vocab, va.vocab)
+    assert.is_nil(tr.vocab:find("z", 1, true))   -- the hidden file was not read
+    local ok, err = pcall(fp8.data.TextDataset, {path = dir .. "/sub/..", block_size = 400})
+    assert.is_false(ok); assert.matches("need at least block_size", err)
+    assert(os.execute("mkdir -p " .. tmpdir .. "/empty"))
+    ok, err = pcall(fp8.data.TextDataset, {path = tmpdir .. "/empty", block_size = 4})
+    assert.is_false(ok); assert.matches("empty holds no text files", err)
+  end)
+
+  it("blocks() gives evenly spaced non-overlapping windows, the same each pass", function()
+    local ds = fp8.data.TextDataset{text = ("0123456789"):rep(10), block_size = 10}
+    local all = ds:blocks()
+    assert.are.equal(9, #all)          -- windows start at 1, 11, ..., 81 (the 91st leaves no target)
+    local x, y = all:get(2)
+    assert.are.equal("0123456789", ds:decode(x)); assert.are.equal("1234567890", ds:decode(y))
+    local three = ds:blocks(3)
+    assert.same({ 1, 31, 61 }, three.starts)
+    local dl = fp8.data.DataLoader{three, batch_size = 2}
+    local seen = {}
+    for xb in dl do seen[#seen + 1] = xb:size(1) end
+    assert.same({ 2, 1 }, seen)
+    assert.are.equal(9, #ds:blocks(100))
+    local ok, err = pcall(ds.blocks, ds, 0)
+    assert.is_false(ok); assert.matches("max must be an integer >= 1, got 0", err)
+  end)
 end)
 
 describe("fp8.progress", function()

@@ -136,4 +136,50 @@ describe("scripts/train_char_gpt.lua", function()
     assert.is_false(ok)
     assert.matches("unknown option '%-%-stepz' %(valid: %-%-steps", out)
   end)
+
+  it("--recipe picks precision and FP8 recipe; reports FP8 health per role and writes the CSVs", function()
+    local path = tmpdir .. "/text2.txt"
+    local f = assert(io.open(path, "w"))
+    f:write(("the quick brown fox jumps over the lazy dog.\n"):rep(40))
+    f:close()
+    local csv = tmpdir .. "/gpt/r.csv"
+    local base = { "--text", path, "--steps", "4", "--block-size", "16", "--layers", "1", "--d-model", "16",
+                   "--heads", "2", "--batch-size", "4", "--eval-every", "2", "--sample-len", "0", "--csv", csv }
+    for _, c in ipairs { { "te-e4m3", "te E4M3" }, { "ao-rowwise", "ao rowwise," }, { "msamp-O3", "msamp O3" } } do
+      local args = { "--recipe", c[1] }
+      for _, a in ipairs(base) do args[#args + 1] = a end
+      local out, ok = run("scripts/train_char_gpt.lua", args)
+      assert.is_true(ok, out)
+      assert.matches("mixed precision fp8 %(" .. c[2], out)
+      assert.matches("step 4/4  train_loss=[%d.]+  val_loss=[%d.]+  lr=%S+  tokens/s=%d+", out)
+      for _, role in ipairs { "input", "weight", "grad" } do
+        assert.matches("fp8 " .. role .. " +e[45]m[23]: underflow [%d.]+%%.*, saturated [%d.]+%%.*, scales %S+%.%.%S+", out)
+      end
+      local rows = read(csv)
+      assert.matches("^step,train_loss,val_loss,lr,tokens_per_s,elapsed_s,input_underflow_max,", rows)
+      assert.matches("\n2,[%d.]+,[%d.]+,[^\n]+\n4,[%d.]+,[%d.]+,[^\n]+\n$", rows)
+      assert.matches("^step,layer,role,format,scale,amax,", read(tmpdir .. "/gpt/r-fp8stats.csv"))
+    end
+    -- bf16: no FP8 columns filled, no stats file
+    os.remove(csv)
+    local args = { "--recipe", "bf16" }
+    for _, a in ipairs(base) do args[#args + 1] = a end
+    local out, ok = run("scripts/train_char_gpt.lua", args)
+    assert.is_true(ok, out)
+    assert.matches("mixed precision bf16", out)
+    assert.is_nil(out:find("fp8 input", 1, true))
+    assert.matches("\n4,[%d.]+,[%d.]+,[%d.e+-]+,[%d.]+,[%d.]+,,,,,,,,,,,,\n$", read(csv))
+  end)
+
+  it("refuses a bad or conflicting --recipe", function()
+    local out, ok = run("scripts/train_char_gpt.lua", { "--recipe", "te-e5m2" })
+    assert.is_false(ok)
+    assert.matches("%-%-recipe must be one of fp32, fp16, bf16, te%-hybrid, .*msamp%-O3; got 'te%-e5m2'", out)
+    out, ok = run("scripts/train_char_gpt.lua", { "--recipe", "bf16", "--mixed-precision", "fp8" })
+    assert.is_false(ok)
+    assert.matches("give it without %-%-mixed%-precision and %-%-fp8%-backend", out)
+    out, ok = run("scripts/train_char_gpt.lua", { "--eval-windows", "0" })
+    assert.is_false(ok)
+    assert.matches("option %-%-eval%-windows expects an integer >= 1, got '0'", out)
+  end)
 end)

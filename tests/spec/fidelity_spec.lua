@@ -1,0 +1,77 @@
+-- fidelity_spec.lua — scripts/fidelity_gpt.sh and scripts/fidelity_report.lua (docs/recipes.md, "Fidelity on
+-- the char GPT") on a tiny budget: every run once (bf16 three times), a table row per run with its gap to
+-- bf16 seed 1 judged against max(spread, 0.5%), the doc's section replaced in place and the rest kept, runs
+-- already done not repeated, bad options refused.
+local bin = FP8LAB_BIN or "build/fp8lab"
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir))
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  return out, p:close() == true
+end
+local function read(path) local f = assert(io.open(path, "rb")); local s = f:read("a"); f:close(); return s end
+
+describe("scripts/fidelity_gpt.sh", function()
+  local text, out_dir, doc = tmpdir .. "/t.txt", tmpdir .. "/runs", tmpdir .. "/docs/recipes.md"
+  local f = assert(io.open(text, "w"))
+  for i = 1, 200 do f:write(("line %d of a small text, with words and letters %d.\n"):format(i, i * 7 % 13)) end
+  f:close()
+  local study = ("FP8LAB_BIN=%s timeout 300 scripts/fidelity_gpt.sh --steps 4 --eval-every 2 --jobs 2 --all-seeds msamp-O1 --out %s --layers 1 --d-model 16 "
+    .. "--context 16 --batch 4 --text %s --doc %s"):format(q(bin), q(out_dir), q(text), q(doc))
+
+  it("runs every recipe, tabulates the gaps against bf16's spread and writes the doc's section", function()
+    assert(os.execute("mkdir -p " .. tmpdir .. "/docs"))
+    local d = assert(io.open(doc, "w"))
+    d:write("# FP8 recipes\n\nintro\n\n## Fidelity on the char GPT\n\nold table\n\n## Other\n\nkept\n")
+    d:close()
+    local out, ok = sh(study)
+    assert.is_true(ok, out)
+    assert.matches("14 runs, 2 at a time", out)
+    for _, r in ipairs { "fp32", "te%-hybrid", "te%-e4m3", "ao%-tensorwise", "ao%-rowwise", "ao%-rowwise_gw_hp",
+                         "msamp%-O1", "msamp%-O2", "msamp%-O3" } do
+      assert.matches("\n| " .. r .. " | %d+ | [%d.]+ | [+-][%d.]+ | [+-][%d.]+%% | [*a-z]+ |", out)
+    end
+    -- the bar is max(max - min of bf16's three seeds, 0.5% of bf16 seed 1)
+    local v = {}
+    for s = 1, 3 do v[s] = tonumber(out:match("\n| bf16, seed " .. s .. " | 0 | ([%d.]+) |")) end
+    local spread = math.max(v[1], v[2], v[3]) - math.min(v[1], v[2], v[3])
+    local bar = tonumber(out:match("= %*%*([%d.]+)%*%*"))
+    assert.is_near(math.max(spread, 0.005 * v[1]), bar, 1e-4)
+    -- --all-seeds: msamp-O1 at seeds 2 and 3 too, each against bf16 at its seed, and their mean gap
+    local o2 = tonumber(out:match("\n| msamp%-O1, seed 2 | %d+ | ([%d.]+) |"))
+    local g2 = tonumber(out:match("\n| msamp%-O1, seed 2 | %d+ | [%d.]+ | ([+-][%d.]+) %(to bf16 seed 2%) |"))
+    assert.is_near(o2 - v[2], g2, 2e-4)
+    assert.matches("\n| msamp%-O1, seed 3 | ", out)
+    assert.matches("msamp%-O1's mean gap over 3 seeds is [+-][%d.]+", out)
+    -- FP8 health at the last logged step, per recipe and role
+    assert.matches("FP8 health at step 4", out)
+    assert.matches("\n| te%-hybrid | grad | e5m2 | [%d.]+%% ", out)
+    assert.matches("\n| msamp%-O2 | input | e4m3 | [%d.]+%% ", out)
+    local md = read(doc)
+    assert.matches("^# FP8 recipes\n\nintro\n\n## Fidelity on the char GPT\n\nIssue 16's first bar", md)
+    assert.matches("\n## Other\n\nkept\n$", md)
+    assert.is_nil(md:find("old table", 1, true))
+    -- a second study does not repeat the runs, and writes the same section once
+    out, ok = sh(study)
+    assert.is_true(ok, out)
+    assert.is_nil(out:find("runs, 2 at a time", 1, true))
+    local _, n = read(doc):gsub("## Fidelity on the char GPT", "")
+    assert.are.equal(1, n)
+  end)
+
+  teardown(function() os.execute("rm -rf " .. q(tmpdir)) end)
+
+  it("refuses bad options", function()
+    local out, ok = sh("scripts/fidelity_gpt.sh --steps 0")
+    assert.is_false(ok); assert.matches("%-%-steps expects an integer >= 1, got '0'", out)
+    out, ok = sh("scripts/fidelity_gpt.sh --only te-e5m2")
+    assert.is_false(ok); assert.matches("%-%-only: unknown recipe 'te%-e5m2'", out)
+    out, ok = sh("scripts/fidelity_gpt.sh --jobs")
+    assert.is_false(ok); assert.matches("%-%-jobs needs a value", out)
+    out, ok = sh(q(bin) .. " scripts/fidelity_report.lua --dir " .. q(tmpdir .. "/nothing"))
+    assert.is_false(ok); assert.matches("nothing", out)
+  end)
+end)
