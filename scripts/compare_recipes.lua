@@ -10,18 +10,9 @@ local F = nn.functional
 local data = fp8.data
 local R = require "fp8._memory"   -- allocator counters
 
-local RECIPES = {
-  { "fp32", "no" },
-  { "bf16", "bf16" },
-  { "te-hybrid", "fp8", function() return fp8.TERecipeKwargs{fp8_format = "HYBRID"} end },
-  { "te-e4m3", "fp8", function() return fp8.TERecipeKwargs{fp8_format = "E4M3"} end },
-  { "ao-tensorwise", "fp8", function() return fp8.AORecipeKwargs{config = "tensorwise"} end },
-  { "ao-rowwise", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise"} end },
-  { "ao-rowwise_gw_hp", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise_with_gw_hp"} end },
-  { "msamp-O1", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O1"} end },
-  { "msamp-O2", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O2"} end },
-  { "msamp-O3", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O3"} end },
-}
+-- every precision and recipe of fp8.recipes.NAMED but fp16 (its loss scaler makes it a different run)
+local RECIPES = {}
+for _, r in ipairs(fp8.recipes.NAMED) do if r[1] ~= "fp16" then RECIPES[#RECIPES + 1] = r end end
 local names = {}
 for i, r in ipairs(RECIPES) do names[i] = r[1] end
 

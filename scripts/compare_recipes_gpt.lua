@@ -41,18 +41,7 @@ return function(opts, recipes)
   local dir = opts.out:match("^(.*)/[^/]*$")
   if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
 
-  local function val_loss(model, loader)
-    model:eval()
-    local sum, n = 0, 0
-    fp8.no_grad(function()
-      for x, y in loader do
-        local _, l = model(x, y)
-        sum, n = sum + l:item() * x:size(1), n + x:size(1)
-      end
-    end)
-    model:train()
-    return sum / n
-  end
+  local function val_loss(model, loader) return model:evaluate(loader) end
 
   local function run(recipe)
     local name, mp, handler = recipe[1], recipe[2], recipe[3]

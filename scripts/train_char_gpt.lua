@@ -9,18 +9,8 @@ local nn = require "fp8.nn"
 local optim = require "fp8.optim"
 local data = fp8.data
 
--- --recipe NAME -> mixed precision and the FP8 kwargs handler (the names of scripts/compare_recipes.lua).
-local RECIPES = {
-  { "fp32", "no" }, { "fp16", "fp16" }, { "bf16", "bf16" },
-  { "te-hybrid", "fp8", function() return fp8.TERecipeKwargs{fp8_format = "HYBRID"} end },
-  { "te-e4m3", "fp8", function() return fp8.TERecipeKwargs{fp8_format = "E4M3"} end },
-  { "ao-tensorwise", "fp8", function() return fp8.AORecipeKwargs{config = "tensorwise"} end },
-  { "ao-rowwise", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise"} end },
-  { "ao-rowwise_gw_hp", "fp8", function() return fp8.AORecipeKwargs{config = "rowwise_with_gw_hp"} end },
-  { "msamp-O1", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O1"} end },
-  { "msamp-O2", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O2"} end },
-  { "msamp-O3", "fp8", function() return fp8.MSAMPRecipeKwargs{opt_level = "O3"} end },
-}
+-- --recipe NAME -> mixed precision and the FP8 kwargs handler (fp8.recipes.NAMED).
+local RECIPES = fp8.recipes.NAMED
 local recipe_names = {}
 for i, r in ipairs(RECIPES) do recipe_names[i] = r[1] end
 
@@ -155,18 +145,7 @@ print(("char GPT on %s%s: %d train / %d val characters, vocab %d; %d layers, %d 
   .. (gas > 1 and (", gradient accumulation %d"):format(gas) or ""))
 
 -- Mean loss over a fixed set of validation windows (no grad, eval mode).
-local function val_loss(loader)
-  model:eval()
-  local sum, n = 0, 0
-  fp8.no_grad(function()
-    for x, y in loader do
-      local _, loss = model(x, y)
-      sum, n = sum + loss:item() * x:size(1), n + x:size(1)
-    end
-  end)
-  model:train()
-  return sum / n
-end
+local function val_loss(loader) return model:evaluate(loader) end
 
 -- FP8 health per tensor role over the FP8 layers (fp8.stats of the last casts): the largest underflow and
 -- saturated fractions, the layer each comes from, the range of the scales.

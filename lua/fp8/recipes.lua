@@ -6,6 +6,7 @@
 --   fp8.stats                               per layer and role scaling statistics
 --   fp8.fp8_state                           the recipe state buffer's layout (checkpoints)
 --   layer_config(recipe)                    the recipe → the three roles' configuration (core/recipe.c)
+--   NAMED                                   every precision and FP8 recipe under one short name (the scripts' --recipe, --only)
 local M = {}
 for _, mod in ipairs { "fp8.convert", "fp8.fp8_autocast", "fp8.stats" } do
   for k, v in pairs(require(mod)) do M[k] = v end
@@ -13,4 +14,21 @@ end
 M.FP8Linear = require "fp8.nn.fp8_linear"
 M.FP8LayerNorm = require "fp8.nn.fp8_layernorm"
 M.layer_config = require("fp8._fp8_layer").layer_config
+
+-- { name, mixed_precision, handler() or nil }: the names scripts/train_char_gpt.lua's --recipe and
+-- scripts/compare_recipes.lua's --only take.
+local function handler(class, key, value)
+  return function() return require("fp8")[class] { [key] = value } end
+end
+M.NAMED = {
+  { "fp32", "no" }, { "fp16", "fp16" }, { "bf16", "bf16" },
+  { "te-hybrid", "fp8", handler("TERecipeKwargs", "fp8_format", "HYBRID") },
+  { "te-e4m3", "fp8", handler("TERecipeKwargs", "fp8_format", "E4M3") },
+  { "ao-tensorwise", "fp8", handler("AORecipeKwargs", "config", "tensorwise") },
+  { "ao-rowwise", "fp8", handler("AORecipeKwargs", "config", "rowwise") },
+  { "ao-rowwise_gw_hp", "fp8", handler("AORecipeKwargs", "config", "rowwise_with_gw_hp") },
+  { "msamp-O1", "fp8", handler("MSAMPRecipeKwargs", "opt_level", "O1") },
+  { "msamp-O2", "fp8", handler("MSAMPRecipeKwargs", "opt_level", "O2") },
+  { "msamp-O3", "fp8", handler("MSAMPRecipeKwargs", "opt_level", "O3") },
+}
 return M

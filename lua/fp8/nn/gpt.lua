@@ -197,6 +197,24 @@ function GPT:generate(idx, max_new_tokens, opts)
   return fp8.tensor(rows):to(idx:device())
 end
 
+-- evaluate(loader) -> the mean loss over every (x, y) batch of loader, weighted by batch size, in eval
+-- mode (no dropout; FP8 layers as the recipe evaluates) without recording a graph; the mode is restored.
+function GPT:evaluate(loader)
+  local was_training = self.training
+  self:eval()
+  local sum, n = 0, 0
+  local ok, err = pcall(fp8.no_grad, function()
+    for x, y in loader do
+      local _, loss = self(x, y)
+      sum, n = sum + loss:item() * x:size(1), n + x:size(1)
+    end
+  end)
+  self:train(was_training)
+  if not ok then error(err, 0) end
+  if n == 0 then error("GPT:evaluate: the loader gave no batch", 2) end
+  return sum / n
+end
+
 function GPT:extra_repr() return "" end
 
 return GPT
