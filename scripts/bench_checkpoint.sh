@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/perfdoc.sh
 B=${1:-build}
-mem=$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)
+mem=$(( $(awk '/MemAvailable/ {print $2}' /proc/meminfo) * 1024 ))
 disk=$(df -B1 --output=avail "$B" | tail -n1)
 fit=$(( (mem < disk ? mem : disk) * 8 / 10 / 24 ))
 PARAMS=${PARAMS:-$(( fit < 350000000 ? fit : 350000000 ))}
@@ -24,7 +24,7 @@ Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $start, command \`make bench\` (\`P
 One safetensors file of fp32 weights and AdamW's two fp32 moments (12 bytes per parameter) written by
 \`fp8.save_file\` (temp file, fsync, rename, fsync of the directory) and read back by \`fp8.load_file\` (validated
 header, pread into fresh tensors), next to \`cp\` of the same file on the same disk, with and without \`sync\` of
-the copy. The file was just written, so reads come from the page cache for both. Goals (docs/checkpoints.md):
+the copy, best of three interleaved rounds. The file was just written, so reads come from the page cache for both. Goals (docs/checkpoints.md):
 save ≥ 50% of cp + sync, load ≥ 80% of cp. The machine is shared; runs vary by 2× or more.
 
 $table
