@@ -1,7 +1,7 @@
 /* cpu_fp8_gemm.c — the CPU device's FP8 GEMM (core/device.h fp8_gemm): both operands' bytes decoded
  * exactly to bf16 (every E4M3/E5M2 value is a bf16 value, and every product of two is exact in fp32),
- * one oneDNN bf16 GEMM with fp32 accumulation reading transposed operands in place, then one pass that
- * applies the per-tensor/per-row/per-column scales and the bias. */
+ * one oneDNN bf16 GEMM with fp32 accumulation reading transposed operands in place, which also applies
+ * per-tensor scales and the bias in its epilogue; per-row/per-column scales take one pass after it. */
 #include "cpu_internal.h"
 #include "ops_raw.h"
 #include <string.h>
@@ -101,14 +101,22 @@ fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tenso
      * slower per step than this separate pass, measured.) */
     const int64_t M = dst->shape[0], N = dst->shape[1], K = a->shape[1];
     const int64_t s3a[3] = { 1, M, K }, s3b[3] = { 1, K, N }, s3d[3] = { 1, M, N };
-    if (st == FL_OK) st = fl_tensor_view(&a3, ad, 3, s3a);
-    if (st == FL_OK) st = fl_tensor_view(&b3, bd, 3, s3b);
-    if (st == FL_OK) st = fl_tensor_view(&d3, dst, 3, s3d);
-    if (st == FL_OK) st = K == 0 ? fl_cpu_device()->fill(dst, 0.0) : fl_cpu_device()->matmul(d3, a3, b3);
     if (st == FL_OK && bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias)
                                       ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
                                       : fl_tensor_to(&b32, bias, FL_F32);
-    if (st == FL_OK) {
+    /* Per-tensor scales: the GEMM applies (sa·sb) and the bias in its own epilogue, the same fp32
+     * operations as the pass below (one product by the combined scale, then the bias), without a second
+     * sweep over the output. */
+    bool fused = false;
+    if (st == FL_OK && a->scale_axis < 0 && b->scale_axis < 0 && K > 0) {
+        const float r = ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0];
+        st = fl_cpu_matmul_scaled(dst, ad, bd, r, b32 ? fl_tensor_data(b32) : NULL, &fused);
+    }
+    if (st == FL_OK && !fused) st = fl_tensor_view(&a3, ad, 3, s3a);
+    if (st == FL_OK && !fused) st = fl_tensor_view(&b3, bd, 3, s3b);
+    if (st == FL_OK && !fused) st = fl_tensor_view(&d3, dst, 3, s3d);
+    if (st == FL_OK && !fused) st = K == 0 ? fl_cpu_device()->fill(dst, 0.0) : fl_cpu_device()->matmul(d3, a3, b3);
+    if (st == FL_OK && !fused) {
         int64_t m = dst->shape[0], n = dst->shape[1];
         const float *pa = fl_tensor_data(dst), *pb = b32 ? fl_tensor_data(b32) : NULL;
         const float *sa = fl_tensor_data(a->scale_inv), *sb = fl_tensor_data(b->scale_inv);

@@ -39,6 +39,10 @@ fl_status fl_cpu_for_tiles(int ndim, const int64_t *shape, int nt, const fl_tens
 FL_DEVICE_ENTRIES(FL_CPU_DEV_DECLARE)
 #undef FL_CPU_DEV_DECLARE
 
+/* dst[M, N] = (a · b) · scale (+ bias[N]) with the epilogue fused into oneDNN's kernel (cpu_matmul.c);
+ * *done = false when it cannot be (the caller then does the GEMM and the epilogue itself). */
+fl_status fl_cpu_matmul_scaled(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias,
+                               bool *done);
 /* fp32 batched GEMM on raw buffers for kernels that are not tensor ops (attention): for each of `batch`
  * entries z, C_z[m, n] = op(A_z)·op(B_z), op(A) [m, k], op(B) [k, n]. A_z starts at a + z·sa and is stored
  * row-major [m, k] with row stride lda, or [k, m] when ta (read transposed in place); likewise B_z at

@@ -17,25 +17,26 @@ typedef struct {
     int64_t lda, ldb, ldc, sa, sb, sc;
     int da, db, dd;            /* dnnl data types */
     int ta, tb;                /* operand stored column-major (transposed) */
+    int post;                  /* epilogue: 0 none, 1 dst = acc·s, 2 dst = acc·s + bias[n] (s: one fp32 value) */
 } mm_key;
 
 typedef struct {
     mm_key key;
     dnnl_primitive_t prim;     /* NULL with `unimpl` set: oneDNN has no kernel, remembered */
     bool unimpl;
-    dnnl_memory_desc_t md[3];  /* src, weights, dst */
+    dnnl_memory_desc_t md[5];  /* src, weights, dst; the epilogue's scale {1,1,1} and bias {1,1,n} */
     uint64_t used;
 } mm_entry;
 
 static mm_key mm_dense_key(int64_t ba, int64_t bb, int64_t m, int64_t n, int64_t k, dnnl_data_type_t da,
                            dnnl_data_type_t db, dnnl_data_type_t dd, int ta, int tb) {
-    return (mm_key){ ba, bb, m, n, k, ta ? m : k, tb ? k : n, n, m * k, k * n, m * n, (int)da, (int)db, (int)dd, ta, tb };
+    return (mm_key){ ba, bb, m, n, k, ta ? m : k, tb ? k : n, n, m * k, k * n, m * n, (int)da, (int)db, (int)dd, ta, tb, 0 };
 }
 
 static bool mm_key_eq(const mm_key *x, const mm_key *y) {
     return x->ba == y->ba && x->bb == y->bb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
            x->ldb == y->ldb && x->ldc == y->ldc && x->sa == y->sa && x->sb == y->sb && x->sc == y->sc &&
-           x->da == y->da && x->db == y->db && x->dd == y->dd && x->ta == y->ta && x->tb == y->tb;
+           x->da == y->da && x->db == y->db && x->dd == y->dd && x->ta == y->ta && x->tb == y->tb && x->post == y->post;
 }
 
 /* Every linear layer shape x 3 GEMMs, x 2 dtypes under autocast, plus the row-block GEMMs of attention. */
@@ -83,17 +84,48 @@ static fl_status mm_get(mm_entry **out, const mm_key *key, bool *unimpl) {
     dnnl_dims_t ad = { q->ba, q->m, q->k }, as = { q->sa, q->lda, 1 }, ast = { q->sa, 1, q->lda };
     dnnl_dims_t wd = { q->bb, q->k, q->n }, ws = { q->sb, q->ldb, 1 }, wst = { q->sb, 1, q->ldb };
     dnnl_dims_t dd3 = { bd, q->m, q->n }, ds = { q->sc, q->ldc, 1 };
-    dnnl_memory_desc_t md[3];
+    dnnl_memory_desc_t md[5];
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[0], 3, ad, (dnnl_data_type_t)q->da, q->ta ? ast : as));
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[1], 3, wd, (dnnl_data_type_t)q->db, q->tb ? wst : ws));
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[2], 3, dd3, (dnnl_data_type_t)q->dd, ds));
     dnnl_matmul_desc_t desc;
     DNNL_CHECK(dnnl_matmul_desc_init(&desc, &md[0], &md[1], NULL, &md[2]));
+    /* The epilogue as binary post-ops read at run time (a changing scale needs no new primitive), so
+     * the JIT brgemm kernel stays: oneDNN 2.6's run-time output scales select a slower kernel here.
+     * The bias is a post-op too, after the scale: a matmul bias would be added before it. */
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    const dnnl_dims_t one = { 1, 1, 1 }, row = { 1, 1, q->n };
+    memset(&md[3], 0, 2 * sizeof md[3]);
+    if (q->post) {
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[3], 3, one, dnnl_f32, dnnl_abc));
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[4], 3, row, dnnl_f32, dnnl_abc));
+        DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+        dnnl_status_t ps = dnnl_post_ops_create(&po);
+        if (ps == dnnl_success) ps = dnnl_post_ops_append_binary(po, dnnl_binary_mul, &md[3]);
+        if (ps == dnnl_success && q->post == 2) ps = dnnl_post_ops_append_binary(po, dnnl_binary_add, &md[4]);
+        if (ps == dnnl_success) ps = dnnl_primitive_attr_set_post_ops(attr, po);
+        if (po) dnnl_post_ops_destroy(po);
+        if (ps != dnnl_success) {
+            dnnl_primitive_attr_destroy(attr);
+            return FL_ERR(FL_EDEVICE, "oneDNN matmul epilogue: post-ops failed (status %d)", (int)ps);
+        }
+    }
     dnnl_primitive_desc_t pd;
-    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, NULL, mm.engine, NULL);
+    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, attr, mm.engine, NULL);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (s == dnnl_success && q->post) {
+        /* Only the JIT kernels are worth fusing into: a reference kernel is answered as missing. */
+        const char *impl = NULL;
+        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+            strncmp(impl, "ref", 3) == 0) {
+            dnnl_primitive_desc_destroy(pd);
+            s = dnnl_unimplemented;
+        }
+    }
     if (s == dnnl_unimplemented) {
         if (lru->prim) dnnl_primitive_destroy(lru->prim);
-        *lru = (mm_entry){ *key, NULL, true, { md[0], md[1], md[2] }, ++mm.tick };
+        *lru = (mm_entry){ *key, NULL, true, { md[0], md[1], md[2], md[3], md[4] }, ++mm.tick };
         *unimpl = true;
         return FL_OK;
     }
@@ -103,27 +135,33 @@ static fl_status mm_get(mm_entry **out, const mm_key *key, bool *unimpl) {
     dnnl_primitive_desc_destroy(pd);
     if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_create(matmul) failed (status %d)", (int)s);
     if (lru->prim) dnnl_primitive_destroy(lru->prim);
-    *lru = (mm_entry){ *key, prim, false, { md[0], md[1], md[2] }, ++mm.tick };
+    *lru = (mm_entry){ *key, prim, false, { md[0], md[1], md[2], md[3], md[4] }, ++mm.tick };
     *out = lru;
     return FL_OK;
 }
 
-static fl_status mm_exec(mm_entry *e, const void *a, const void *b, void *d) {
-    dnnl_memory_t mem[3] = { NULL, NULL, NULL };
-    void *ptr[3] = { (void *)a, (void *)b, d };
+/* Runs e on a, b → d; with an epilogue, `scale` (one fp32 value) and `bias` (n values, post == 2). */
+static fl_status mm_exec_post(mm_entry *e, const void *a, const void *b, void *d, const float *scale, const float *bias) {
+    int nmem = e->key.post == 0 ? 3 : e->key.post == 1 ? 4 : 5;
+    dnnl_memory_t mem[5] = { NULL, NULL, NULL, NULL, NULL };
+    void *ptr[5] = { (void *)a, (void *)b, d, (void *)scale, (void *)bias };
     fl_status st = FL_OK;
-    for (int i = 0; i < 3 && st == FL_OK; i++)
+    for (int i = 0; i < nmem && st == FL_OK; i++)
         if (dnnl_memory_create(&mem[i], &e->md[i], mm.engine, ptr[i]) != dnnl_success)
             st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
     if (st == FL_OK) {
-        dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, mem[0] }, { DNNL_ARG_WEIGHTS, mem[1] }, { DNNL_ARG_DST, mem[2] } };
-        dnnl_status_t s = dnnl_primitive_execute(e->prim, mm.stream, 3, args);
+        dnnl_exec_arg_t args[5] = { { DNNL_ARG_SRC, mem[0] }, { DNNL_ARG_WEIGHTS, mem[1] }, { DNNL_ARG_DST, mem[2] },
+                                    { DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem[3] },
+                                    { DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mem[4] } };
+        dnnl_status_t s = dnnl_primitive_execute(e->prim, mm.stream, nmem, args);
         if (s == dnnl_success) s = dnnl_stream_wait(mm.stream);
         if (s != dnnl_success) st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_execute(matmul) failed (status %d)", (int)s);
     }
-    for (int i = 0; i < 3; i++) if (mem[i]) dnnl_memory_destroy(mem[i]);
+    for (int i = 0; i < nmem; i++) if (mem[i]) dnnl_memory_destroy(mem[i]);
     return st;
 }
+
+static fl_status mm_exec(mm_entry *e, const void *a, const void *b, void *d) { return mm_exec_post(e, a, b, d, NULL, NULL); }
 
 /* Widen a contiguous 16-bit tensor to a new fp32 one (the fallback when oneDNN lacks a kernel). */
 static fl_status widen(fl_tensor **out, const fl_tensor *t) {
@@ -185,7 +223,7 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
                           int64_t sc) {
     if (batch <= 0 || m <= 0 || n <= 0 || k <= 0)
         return FL_ERR(FL_EINVAL, "gemm: empty shape %lld x [%lld, %lld, %lld]", (long long)batch, (long long)m, (long long)n, (long long)k);
-    mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb };
+    mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb, 0 };
     pthread_mutex_lock(&mm.lock);
     mm_entry *e = NULL;
     bool unimpl = false;
@@ -214,6 +252,37 @@ fl_status fl_cpu_dev_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor 
     FL_TRY(fl_check_interrupt());
     pthread_mutex_lock(&mm.lock);
     fl_status st = matmul_locked(dst, a, b);
+    pthread_mutex_unlock(&mm.lock);
+    return st;
+}
+
+/* dst[M, N] (fp32, contiguous) = (a[M, K] · b[K, N]) · scale (+ bias[N]) in one oneDNN call: 16-bit or
+ * fp32 operands, each row- or column-major. Sets *done = false, touching nothing, when oneDNN has no JIT
+ * kernel for the fused form; the caller then runs the GEMM and its own epilogue pass. */
+fl_status fl_cpu_matmul_scaled(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias,
+                               bool *done) {
+    *done = false;
+    if (a->ndim != 2 || b->ndim != 2 || dst->ndim != 2 || dst->dtype != FL_F32 || !fl_tensor_is_contiguous(dst) ||
+        a->dtype != b->dtype)
+        return FL_OK;
+    int64_t M = dst->shape[0], N = dst->shape[1], K = a->shape[1];
+    int ta = a->stride[1] != 1, tb = b->stride[1] != 1;
+    if ((ta ? a->stride[0] != 1 || a->stride[1] != M : a->stride[0] != K) ||
+        (tb ? b->stride[0] != 1 || b->stride[1] != K : b->stride[0] != N) || K == 0)
+        return FL_OK;
+    FL_TRY(fl_check_interrupt());
+    mm_key key = mm_dense_key(1, 1, M, N, K, dnnl_dt(a->dtype), dnnl_dt(b->dtype), dnnl_f32, ta, tb);
+    key.post = bias ? 2 : 1;
+    float s1 = scale;
+    pthread_mutex_lock(&mm.lock);
+    mm_entry *e = NULL;
+    bool unimpl = false;
+    fl_status st = mm_init();
+    if (st == FL_OK) st = mm_get(&e, &key, &unimpl);
+    if (st == FL_OK && !unimpl) {
+        st = mm_exec_post(e, fl_tensor_data(a), fl_tensor_data(b), fl_tensor_data(dst), &s1, bias);
+        *done = st == FL_OK;
+    }
     pthread_mutex_unlock(&mm.lock);
     return st;
 }
