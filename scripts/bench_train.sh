@@ -118,5 +118,14 @@ Ratios (higher = fp8lab faster), each side at its fastest setting (threads, and 
 GFLOP/s counts 6 FLOPs per weight per token plus attention's 12·L·d·T (the GPT) and is set against the limit at
 the row's thread count (fp32: fp32 FMA; bf16 and FP8: bf16 dot):
 
-${ratios}"
+${ratios}
+
+Why FP8 is not faster than bf16 on this CPU: it has no FP8 arithmetic (AVX-512 BF16 is its narrowest dot
+product). An FP8 GEMM decodes each operand's bytes exactly into bf16 and runs the same oneDNN bf16 kernel; per-tensor
+scales and the bias are applied in that kernel's epilogue (per-row scales take one pass after it). The FP8 step is
+therefore the bf16 step plus the FP8 casts (scale, cast, amax) and the decodes, less the bf16 casts they replace, and
+what FP8 saves here is memory: the activations kept for backward (act MiB). A \`perf\` profile of the 2-thread GPT
+step (2026-11-26) put the output-scaling pass that used to follow each FP8 GEMM at 5.2% of the samples and the decodes
+at 3.5%; the pass has since moved into the GEMM's epilogue (bit-identical losses), which brought te's step from
+~1.11× to ~1.01–1.03× the bf16 step in interleaved runs."
 write_section "## Training step vs PyTorch (CPU)" "$body"
