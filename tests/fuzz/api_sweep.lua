@@ -5,24 +5,27 @@
 -- function is swept the day it is added. docs/robustness.md describes it.
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
---                [--timeout S] [--jobs N] [--list] [--messages] [--verbose]
+--                [--timeout S] [--jobs N] [--list] [--messages] [--verbose] [--gc-stress]
 --   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
 --   --list      print the enumerated entries and exit
 --   --messages  also list calls whose error message names neither the function nor the argument
+--   --gc-stress the children run Lua's collector in generational mode with the smallest minor step,
+--               so collections happen inside C functions (finds C code that keeps a pointer into a
+--               Lua value it no longer anchors, as save_file's name list once was)
 -- Exit status 0 when no call crashed, hung or tripped a sanitizer.
 local EXE = os.getenv("FP8LAB_EXE") or arg and arg[-1] or "build/fp8lab"
 local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
 
 -- ---- options ------------------------------------------------------------------------------
 local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, list = false,
-              messages = false, verbose = false, child = nil }
+              messages = false, verbose = false, child = nil, ["gc-stress"] = false }
 do
   local i = 1
   while arg and arg[i] do
     local a = arg[i]
-    local k = a:match("^%-%-([%w_]+)$")
-    if k == "quick" or k == "list" or k == "messages" or k == "verbose" then opt[k] = true
+    local k = a:match("^%-%-([%w_%-]+)$")
+    if k == "quick" or k == "list" or k == "messages" or k == "verbose" or k == "gc-stress" then opt[k] = true
     elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" then
       opt[k] = tonumber(arg[i + 1]) or error("--" .. k .. " needs a number"); i = i + 1
     elseif k == "child" then opt.child = arg[i + 1]; i = i + 1
@@ -380,6 +383,7 @@ local function child(spec)
   local env = setmetatable({ fp8 = _G.fp8 or require "fp8" }, { __index = _G })
   local inst_vals = {}
   local limit = opt.timeout
+  if opt["gc-stress"] then collectgarbage("generational", 1, 1) end
   for line in io.lines(planfile) do
     local id, ei, fi, vi = line:match("^(%d+) (%d+) (%d+) (%d+)$")
     id, ei, fi, vi = tonumber(id), tonumber(ei), tonumber(fi), tonumber(vi)
@@ -443,9 +447,9 @@ local function run_child(tmp, plan, tag, budget)
   local lim = SAN and "" or "ulimit -v 6000000; "
   local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=0 ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=0:abort_on_error=0 "
     .. "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FP8LAB_SWEEP_MODULES=%s "
-    .. "timeout -s KILL %d %s %s --child %s --timeout %s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
+    .. "timeout -s KILL %d %s %s --child %s --timeout %s%s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
     :format(sh(dir), lim, sh(dir), sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(root .. "/" .. SELF),
-            sh(planf .. "," .. progf), tostring(opt.timeout), sh(dir .. "/stderr"), sh(progf))
+            sh(planf .. "," .. progf), tostring(opt.timeout), opt["gc-stress"] and " --gc-stress" or "", sh(dir .. "/stderr"), sh(progf))
   os.execute(cmd)
   local res = { done = {}, began = nil, rc = nil, stderr = read_file(dir .. "/stderr", 1 << 20) }
   for line in io.lines(progf) do
