@@ -93,6 +93,21 @@ describe("data parallel over MPI (2 processes)", function()
     assert.is_true(acc.sync_gradients)
   end)
 
+  it("reads the launcher's rank and size from OpenMPI's and Slurm's variables (srun: a step; sbatch alone: none)", function()
+    local probe = q("local d = require('fp8._dist').info(); io.write(tostring(d.launched), ' ', d.rank, ' ', d.world_size)")
+    local function info(vars)
+      local out, code = run(("env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u PMIX_RANK -u PMI_RANK -u PMI_SIZE "
+        .. "-u SLURM_PROCID -u SLURM_STEP_ID -u SLURM_NTASKS -u SLURM_STEP_NUM_TASKS %s %s -e %s"):format(vars, q(bin), probe))
+      assert.are.equal(0, code, out)
+      return out:match("(%a+ %d+ %d+)$")
+    end
+    assert.are.equal("true 3 8", info("SLURM_PROCID=3 SLURM_STEP_ID=0 SLURM_NTASKS=8"))
+    assert.are.equal("true 2 4", info("SLURM_PROCID=2 SLURM_STEP_ID=7 SLURM_NTASKS=9 SLURM_STEP_NUM_TASKS=4"))
+    assert.are.equal("false 0 1", info("SLURM_PROCID=0 SLURM_NTASKS=8"))   -- inside sbatch, before srun
+    assert.are.equal("true 1 2", info("OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2"))
+    assert.are.equal("false 0 1", info(""))
+  end)
+
   it("InitProcessGroupKwargs: only the keys the user passes count; the rest follow the backend used", function()
     -- the handler's dataclass default backend is nccl (as in Accelerate): setting only the timeout on the
     -- CPU once asked for NCCL and failed in a build with NCCL
