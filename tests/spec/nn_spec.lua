@@ -274,6 +274,26 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.truthy(err:find("longer than block_size 8", 1, true), err)
   end)
 
+  it("GPT:evaluate is the batch-weighted mean loss in eval mode, without a graph, and restores the mode", function()
+    fp8.manual_seed(1)
+    local g = nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8, dropout = 0.5 }
+    local x1, y1 = fp8.tensor { { 1, 2, 3, 4 }, { 0, 1, 2, 3 } }, fp8.tensor { { 2, 3, 4, 5 }, { 1, 2, 3, 4 } }
+    local x2, y2 = fp8.tensor { { 7, 6, 5, 4 } }, fp8.tensor { { 6, 5, 4, 3 } }
+    local function loader()
+      local b, i = { { x1, y1 }, { x2, y2 } }, 0
+      return function() i = i + 1; if b[i] then return b[i][1], b[i][2] end end
+    end
+    local got = g:evaluate(loader())
+    assert.is_true(g.training)                        -- restored
+    assert.are.equal(got, g:evaluate(loader()))       -- no dropout: the same value twice
+    g:eval()
+    local l1 = fp8.no_grad(function() local _, l = g(x1, y1); return l:item() end)
+    local l2 = fp8.no_grad(function() local _, l = g(x2, y2); return l:item() end)
+    assert.is_true(math.abs(got - (2 * l1 + l2) / 3) < 1e-6)
+    assert.is_false(g.training)                       -- eval mode kept as it was
+    assert.has_error(function() g:evaluate(function() return nil end) end, "GPT:evaluate: the loader gave no batch")
+  end)
+
   it("causal attention: a later token does not change earlier outputs", function()
     local a = nn.CausalSelfAttention { n_embd = 8, n_head = 2 }
     local x = fp8.randn { 1, 4, 8 }

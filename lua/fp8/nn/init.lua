@@ -50,7 +50,8 @@ add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed.")
 add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0}",
   "A small GPT-2: model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
-  .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based).")
+  .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based);\n"
+  .. "model:evaluate(loader) → mean loss over the loader's (x, y) batches, in eval mode, without a graph.")
 add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm) -> norm",
   "Scales all gradients so their total L2 norm is at most max_norm; returns the norm before clipping.")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
