@@ -96,7 +96,7 @@ static int l_save_file(lua_State *L) {
         while (lua_next(L, 3)) { meta[m++] = lua_tostring(L, -2); meta[m++] = lua_tostring(L, -1); lua_pop(L, 1); }
         qsort(meta, (size_t)nmeta, 2 * sizeof *meta, cmp_str);   /* pairs by key: the same file every time */
     }
-    /* names (4) and meta (5) stay on the stack: their strings are only anchored by them and the table. */
+    /* The arrays `names` (4) and `meta` (5) are userdata: they stay on the stack while the file is written. */
     lua_settop(L, 5);
     lua_newtable(L);   /* 6: anchors the companion names while the file is written */
     fl_st_item *items = lua_newuserdatauv(L, (2 * (size_t)n + 1) * sizeof *items, 0);

@@ -90,58 +90,61 @@ static fl_status decoded(fl_tensor **out, const fl_tensor *q, fl_tensor **cache)
     return st;
 }
 
-fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
-    (void)fast_accum;   /* oneDNN's bf16 kernels accumulate in fp32 whatever the caller allows */
-    fl_tensor *ad = NULL, *bd = NULL, *a3 = NULL, *b3 = NULL, *d3 = NULL, *b32 = NULL;
-    fl_status st = decoded(&ad, a, a_cache);
-    if (st == FL_OK) st = decoded(&bd, b, b_cache);
-    /* The GEMM writes dst itself; the scale/bias pass then runs over it in place. (oneDNN 2.6 can fuse a
-     * run-time output scale and the bias into the GEMM, but then picks a non-JIT bf16 kernel here: ~1.6x
-     * slower per step than this separate pass, measured.) */
-    const int64_t M = dst->shape[0], N = dst->shape[1], K = a->shape[1];
-    const int64_t s3a[3] = { 1, M, K }, s3b[3] = { 1, K, N }, s3d[3] = { 1, M, N };
-    if (st == FL_OK && bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias)
-                                      ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
-                                      : fl_tensor_to(&b32, bias, FL_F32);
-    /* Per-tensor scales: the GEMM applies (sa·sb) and the bias in its own epilogue, the same fp32
-     * operations as the pass below (one product by the combined scale, then the bias), without a second
-     * sweep over the output. */
-    bool fused = false;
-    if (st == FL_OK && a->scale_axis < 0 && b->scale_axis < 0 && K > 0) {
-        const float r = ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0];
-        st = fl_cpu_matmul_scaled(dst, ad, bd, r, b32 ? fl_tensor_data(b32) : NULL, &fused);
-    }
-    if (st == FL_OK && !fused) st = fl_tensor_view(&a3, ad, 3, s3a);
-    if (st == FL_OK && !fused) st = fl_tensor_view(&b3, bd, 3, s3b);
-    if (st == FL_OK && !fused) st = fl_tensor_view(&d3, dst, 3, s3d);
-    if (st == FL_OK && !fused) st = K == 0 ? fl_cpu_device()->fill(dst, 0.0) : fl_cpu_device()->matmul(d3, a3, b3);
-    if (st == FL_OK && !fused) {
-        int64_t m = dst->shape[0], n = dst->shape[1];
-        const float *pa = fl_tensor_data(dst), *pb = b32 ? fl_tensor_data(b32) : NULL;
-        const float *sa = fl_tensor_data(a->scale_inv), *sb = fl_tensor_data(b->scale_inv);
-        const bool sa_vec = a->scale_axis >= 0, sb_vec = b->scale_axis >= 0;
-        float *py = fl_tensor_data(dst);
-        #pragma omp parallel for schedule(static) if (m * n >= PAR_MIN)
-        for (int64_t i = 0; i < m; i++) {
-            const float *row = pa + i * n;
-            float *out = py + i * n;
-            const float ra = sa[sa_vec ? i : 0];
-            if (sb_vec) {
-                if (pb) { for (int64_t j = 0; j < n; j++) out[j] = row[j] * (ra * sb[j]) + pb[j]; }
-                else    { for (int64_t j = 0; j < n; j++) out[j] = row[j] * (ra * sb[j]); }
-            } else {
-                const float r = ra * sb[0];
-                if (pb) { for (int64_t j = 0; j < n; j++) out[j] = row[j] * r + pb[j]; }
-                else    { for (int64_t j = 0; j < n; j++) out[j] = row[j] * r; }
-            }
-        }
-    }
-    fl_tensor_release(ad);
-    fl_tensor_release(bd);
+/* The GEMM into dst, then one pass over dst applying the scales (per tensor, per row of a, per column of
+ * b) and the bias: the path for per-row/per-column scales and for shapes oneDNN cannot fuse. */
+static fl_status gemm_then_scale(fl_tensor *dst, const fl_tensor *ad, const fl_tensor *bd, const fl_tensor *a,
+                                 const fl_tensor *b, const float *pb) {
+    const int64_t m = dst->shape[0], n = dst->shape[1], K = ad->shape[1];
+    const int64_t s3a[3] = { 1, m, K }, s3b[3] = { 1, K, n }, s3d[3] = { 1, m, n };
+    fl_tensor *a3 = NULL, *b3 = NULL, *d3 = NULL;
+    fl_status st = fl_tensor_view(&a3, ad, 3, s3a);
+    if (st == FL_OK) st = fl_tensor_view(&b3, bd, 3, s3b);
+    if (st == FL_OK) st = fl_tensor_view(&d3, dst, 3, s3d);
+    if (st == FL_OK) st = K == 0 ? fl_cpu_device()->fill(dst, 0.0) : fl_cpu_device()->matmul(d3, a3, b3);
     fl_tensor_release(a3);
     fl_tensor_release(b3);
     fl_tensor_release(d3);
+    FL_TRY(st);
+    const float *sa = fl_tensor_data(a->scale_inv), *sb = fl_tensor_data(b->scale_inv);
+    const bool sa_vec = a->scale_axis >= 0, sb_vec = b->scale_axis >= 0;
+    float *py = fl_tensor_data(dst);
+    #pragma omp parallel for schedule(static) if (m * n >= PAR_MIN)
+    for (int64_t i = 0; i < m; i++) {
+        float *out = py + i * n;
+        const float ra = sa[sa_vec ? i : 0];
+        if (sb_vec) {
+            if (pb) { for (int64_t j = 0; j < n; j++) out[j] = out[j] * (ra * sb[j]) + pb[j]; }
+            else    { for (int64_t j = 0; j < n; j++) out[j] = out[j] * (ra * sb[j]); }
+        } else {
+            const float r = ra * sb[0];
+            if (pb) { for (int64_t j = 0; j < n; j++) out[j] = out[j] * r + pb[j]; }
+            else    { for (int64_t j = 0; j < n; j++) out[j] = out[j] * r; }
+        }
+    }
+    return FL_OK;
+}
+
+fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
+                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
+    (void)fast_accum;   /* oneDNN's bf16 kernels accumulate in fp32 whatever the caller allows */
+    fl_tensor *ad = NULL, *bd = NULL, *b32 = NULL;
+    fl_status st = decoded(&ad, a, a_cache);
+    if (st == FL_OK) st = decoded(&bd, b, b_cache);
+    if (st == FL_OK && bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias)
+                                      ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
+                                      : fl_tensor_to(&b32, bias, FL_F32);
+    const float *pb = b32 ? fl_tensor_data(b32) : NULL;
+    /* Per-tensor scales: oneDNN applies (sa·sb) and then the bias in the GEMM's epilogue, the same fp32
+     * operations as gemm_then_scale's pass without a second sweep over the output. (Its run-time output
+     * scales would do the same but select a non-JIT kernel in oneDNN 2.6: ~1.6x slower, measured.) */
+    bool fused = false;
+    if (st == FL_OK && a->scale_axis < 0 && b->scale_axis < 0) {
+        const float r = ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0];
+        st = fl_cpu_matmul_scaled(dst, ad, bd, r, pb, &fused);
+    }
+    if (st == FL_OK && !fused) st = gemm_then_scale(dst, ad, bd, a, b, pb);
+    fl_tensor_release(ad);
+    fl_tensor_release(bd);
     fl_tensor_release(b32);
     return st;
 }

@@ -163,6 +163,23 @@ static fl_status mm_exec_post(mm_entry *e, const void *a, const void *b, void *d
 
 static fl_status mm_exec(mm_entry *e, const void *a, const void *b, void *d) { return mm_exec_post(e, a, b, d, NULL, NULL); }
 
+/* Under the lock: find or make key's primitive and run it; *ran = false (nothing done) when oneDNN has none. */
+static fl_status mm_run(const mm_key *key, const void *a, const void *b, void *d, const float *scale, const float *bias,
+                        bool *ran) {
+    *ran = false;
+    pthread_mutex_lock(&mm.lock);
+    mm_entry *e = NULL;
+    bool unimpl = false;
+    fl_status st = mm_init();
+    if (st == FL_OK) st = mm_get(&e, key, &unimpl);
+    if (st == FL_OK && !unimpl) {
+        st = mm_exec_post(e, a, b, d, scale, bias);
+        *ran = st == FL_OK;
+    }
+    pthread_mutex_unlock(&mm.lock);
+    return st;
+}
+
 /* Widen a contiguous 16-bit tensor to a new fp32 one (the fallback when oneDNN lacks a kernel). */
 static fl_status widen(fl_tensor **out, const fl_tensor *t) {
     fl_tensor *f;
@@ -224,16 +241,11 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
     if (batch <= 0 || m <= 0 || n <= 0 || k <= 0)
         return FL_ERR(FL_EINVAL, "gemm: empty shape %lld x [%lld, %lld, %lld]", (long long)batch, (long long)m, (long long)n, (long long)k);
     mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb, 0 };
-    pthread_mutex_lock(&mm.lock);
-    mm_entry *e = NULL;
-    bool unimpl = false;
-    fl_status st = mm_init();
-    if (st == FL_OK) st = mm_get(&e, &key, &unimpl);
-    if (st == FL_OK && unimpl) st = FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]",
-                                          fl_format(in)->name, (long long)batch, (long long)m, (long long)n, (long long)k);
-    if (st == FL_OK) st = mm_exec(e, a, b, c);
-    pthread_mutex_unlock(&mm.lock);
-    return st;
+    bool ran = false;
+    FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
+    if (!ran) return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]",
+                            fl_format(in)->name, (long long)batch, (long long)m, (long long)n, (long long)k);
+    return FL_OK;
 }
 
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
@@ -273,16 +285,5 @@ fl_status fl_cpu_matmul_scaled(fl_tensor *dst, const fl_tensor *a, const fl_tens
     FL_TRY(fl_check_interrupt());
     mm_key key = mm_dense_key(1, 1, M, N, K, dnnl_dt(a->dtype), dnnl_dt(b->dtype), dnnl_f32, ta, tb);
     key.post = bias ? 2 : 1;
-    float s1 = scale;
-    pthread_mutex_lock(&mm.lock);
-    mm_entry *e = NULL;
-    bool unimpl = false;
-    fl_status st = mm_init();
-    if (st == FL_OK) st = mm_get(&e, &key, &unimpl);
-    if (st == FL_OK && !unimpl) {
-        st = mm_exec_post(e, fl_tensor_data(a), fl_tensor_data(b), fl_tensor_data(dst), &s1, bias);
-        *done = st == FL_OK;
-    }
-    pthread_mutex_unlock(&mm.lock);
-    return st;
+    return mm_run(&key, fl_tensor_data(a), fl_tensor_data(b), fl_tensor_data(dst), &scale, bias, done);
 }
