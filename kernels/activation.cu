@@ -4,12 +4,13 @@
  * Maths: relu y = max(x, 0), dx = dy·[x > 0] (subgradient 0 at 0). GELU erf: y = 0.5x(1 + erf(x/√2)),
  * dx = dy(Φ(x) + x·φ(x)). GELU tanh through one exponential: u = √(2/π)(x + 0.044715x³), e = e^(−2|u|),
  * y = x·σ(2u) with σ(2u) = 1/(1+e) (u ≥ 0) or e/(1+e) (u < 0), dx = dy(σ + 2x·e/(1+e)²·√(2/π)(1 + 3·0.044715x²)),
- * with the CPU's fl_nn_expf (core/cpu/cpu_nn_internal.h) ported bit for bit. Dropout: element i keeps iff
+ * with the CPU's exponential for a ≤ 0 and its fused multiply-adds (cpu_nn_act.c) ported bit for bit. Dropout: element i keeps iff
  * (word i%4 of Philox4x32-10(key seed, counter offset + i/4)) >> 8 ≥ ⌊p·2^24⌋, kept values scaled by
  * 1/(1−p); p ≤ 0 (or NaN) is the identity, p ≥ 1 drops everything. Bias: y[r, :] += b.
  * Layouts: contiguous fp32 (mask: n bytes); grid-stride loops with 64-bit indices, one thread per element
  * (per Philox block of 4 elements for dropout); bias add on a 2-D grid of columns × rows.
- * Tolerance: every operation is separately rounded (the _rn intrinsics: no FMA contraction), so all results
+ * Tolerance: every operation is separately rounded (the _rn intrinsics: no FMA contraction) or fused where
+ * the CPU calls fmaf (fl_ffma), so all results
  * are bit-exact with the CPU except GELU's erf form, whose erff is CUDA's (≤ 2 ulp from glibc's):
  * |gpu − cpu| ≤ 1e-6·(1 + |x|) (tests/c/test_gpu_nn.c). The element functions are __host__ __device__;
  * the fl_cuda_nn_*_host functions at the end run them on the host for tests without a GPU. */
@@ -42,24 +43,40 @@ FL_HD float gelu_bwd(float v, float dy) {
     return fl_fmul(dy, fl_fadd(cdf, fl_fmul(v, pdf)));
 }
 
-/* u = K·(v + ((C·v)·v)·v) */
-FL_HD float gelu_tanh_u(float v) { return fl_fmul(kGeluK, fl_fadd(v, fl_fmul(fl_fmul(fl_fmul(kGeluC, v), v), v))); }
+/* e^a for a ≤ 0 as cpu_nn_act.c's gelu_exp_neg: flushed to 0 below −87, fused multiply-adds where it
+ * calls fmaf, one exponent field for 2^k. */
+FL_HD float gelu_exp_neg(float a) {
+    float xc = a >= -87.0f ? a : -87.0f;
+    float k = fl_fsub(fl_ffma(xc, 1.44269504088896341f, 12582912.0f), 12582912.0f);
+    float r = fl_ffma(k, -0.693359375f, xc);
+    r = fl_ffma(k, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fl_ffma(p, r, 1.3981999507e-3f);
+    p = fl_ffma(p, r, 8.3334519073e-3f);
+    p = fl_ffma(p, r, 4.1665795894e-2f);
+    p = fl_ffma(p, r, 1.6666665459e-1f);
+    p = fl_ffma(p, r, 5.0000001201e-1f);
+    float y = fl_fadd(fl_ffma(p, fl_fmul(r, r), r), 1.0f);
+    return a >= -87.0f ? fl_fmul(y, fl_u2f((uint32_t)((int32_t)k + 127) << 23)) : 0.0f;
+}
+
+/* u = K·fma(C·v, v·v, v) */
+FL_HD float gelu_tanh_u(float v) { return fl_fmul(kGeluK, fl_ffma(fl_fmul(kGeluC, v), fl_fmul(v, v), v)); }
 
 /* (v·(u < 0 ? e : 1)) / (1 + e) */
 FL_HD float gelu_tanh_fwd(float v) {
     float u = gelu_tanh_u(v);
-    float e = fl_cu_expf(fl_fmul(-2.0f, u < 0.0f ? -u : u));
+    float e = gelu_exp_neg(fl_fmul(-2.0f, u < 0.0f ? -u : u));
     return fl_fdiv(fl_fmul(v, u < 0.0f ? e : 1.0f), fl_fadd(1.0f, e));
 }
-/* dy·(sig + ((((2v)·e)·r)·r)·K·(1 + ((3C)·v)·v)), r = 1/(1+e), sig = (u < 0 ? e : 1)·r */
+/* dy·fma((((2K·v)·e)·r)·r, fma(3C, v·v, 1), sig), r = 1/(1+e), sig = (u < 0 ? e : 1)·r */
 FL_HD float gelu_tanh_bwd(float v, float dy) {
     float u = gelu_tanh_u(v);
-    float e = fl_cu_expf(fl_fmul(-2.0f, u < 0.0f ? -u : u));
+    float e = gelu_exp_neg(fl_fmul(-2.0f, u < 0.0f ? -u : u));
     float r = fl_fdiv(1.0f, fl_fadd(1.0f, e));
     float sig = fl_fmul(u < 0.0f ? e : 1.0f, r);
-    float t = fl_fmul(fl_fmul(fl_fmul(fl_fmul(fl_fmul(2.0f, v), e), r), r), kGeluK);
-    float q = fl_fadd(1.0f, fl_fmul(fl_fmul(fl_fmul(3.0f, kGeluC), v), v));
-    return fl_fmul(dy, fl_fadd(sig, fl_fmul(t, q)));
+    float t = fl_fmul(fl_fmul(fl_fmul(fl_fmul(2.0f * kGeluK, v), e), r), r);
+    return fl_fmul(dy, fl_ffma(t, fl_ffma(3.0f * kGeluC, fl_fmul(v, v), 1.0f), sig));
 }
 
 FL_HD float act_fwd_elem(int kind, float x) {

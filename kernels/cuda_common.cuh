@@ -14,19 +14,22 @@
 #include <math.h>
 
 /* Separately rounded fp32 operations: on the device the _rn intrinsics are never fused into FMAs;
- * the host compiler (ISO C++, no -mfma) does not contract either. */
+ * the host compiler (ISO C++, no -mfma) does not contract either. fl_ffma is a fused multiply-add
+ * where the CPU kernel it mirrors calls fmaf. */
 #if defined(__CUDA_ARCH__)
 FL_HD float fl_fadd(float a, float b) { return __fadd_rn(a, b); }
 FL_HD float fl_fsub(float a, float b) { return __fsub_rn(a, b); }
 FL_HD float fl_fmul(float a, float b) { return __fmul_rn(a, b); }
 FL_HD float fl_fdiv(float a, float b) { return __fdiv_rn(a, b); }
 FL_HD float fl_fsqrt(float a) { return __fsqrt_rn(a); }
+FL_HD float fl_ffma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 #else
 FL_HD float fl_fadd(float a, float b) { return a + b; }
 FL_HD float fl_fsub(float a, float b) { return a - b; }
 FL_HD float fl_fmul(float a, float b) { return a * b; }
 FL_HD float fl_fdiv(float a, float b) { return a / b; }
 FL_HD float fl_fsqrt(float a) { return sqrtf(a); }
+FL_HD float fl_ffma(float a, float b, float c) { return fmaf(a, b, c); }   /* one rounding, as the device's */
 #endif
 
 /* Separately rounded fp64 operations, for sums that must round as the CPU's double loops do. */

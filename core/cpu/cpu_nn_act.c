@@ -24,23 +24,44 @@ void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
  * e = e^(−2|u|) ≤ 1 (never overflows) σ(2u) = 1/(1+e) for u ≥ 0, e/(1+e) for u < 0 — no cancellation in
  * 1 + tanh u for negative inputs. The derivative is σ(2u) + 2v·σ'(2u)·k(1 + 3c·v²) with
  * σ'(2u) = σ(1 − σ) = e/(1+e)²: one division per element. The span functions are compiled twice
- * (AVX2, AVX-512; see cpu_internal.h). */
+ * (AVX2, AVX-512; see cpu_internal.h); every multiply-add is an explicit fmaf (one rounding, one
+ * instruction: the build does not contract a·b + c on its own). */
+
+/* e^a for a ≤ 0 (a NaN gives a finite value; the callers multiply it by v, which is NaN then):
+ * e^a < 2^-125 is flushed to 0, so 2^k needs one normal exponent field. Relative error ~1e-7. */
+static inline __attribute__((always_inline)) float gelu_exp_neg(float a) {
+    float xc = a >= -87.0f ? a : -87.0f;
+    float k = fmaf(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+    float r = fmaf(k, -0.693359375f, xc);
+    r = fmaf(k, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float y = fmaf(p, r * r, r) + 1.0f;
+    union { uint32_t u; float f; } s;
+    s.u = (uint32_t)((int32_t)k + 127) << 23;
+    return a >= -87.0f ? y * s.f : 0.0f;
+}
+
 static inline __attribute__((always_inline)) void gelu_tanh_fwd_span(const float *x, float *y, int64_t n) {
     #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        float v = x[i], u = GELU_K * (v + GELU_C * v * v * v);
-        float e = fl_nn_expf(-2.0f * (u < 0.0f ? -u : u));
+        float v = x[i], u = GELU_K * fmaf(GELU_C * v, v * v, v);
+        float e = gelu_exp_neg(-2.0f * fabsf(u));
         y[i] = v * (u < 0.0f ? e : 1.0f) / (1.0f + e);
     }
 }
 static inline __attribute__((always_inline)) void gelu_tanh_bwd_span(const float *x, const float *dy, float *dx, int64_t n) {
     #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        float v = x[i], u = GELU_K * (v + GELU_C * v * v * v);
-        float e = fl_nn_expf(-2.0f * (u < 0.0f ? -u : u));
+        float v = x[i], v2 = v * v, u = GELU_K * fmaf(GELU_C * v, v2, v);
+        float e = gelu_exp_neg(-2.0f * fabsf(u));
         float r = 1.0f / (1.0f + e);
         float sig = (u < 0.0f ? e : 1.0f) * r;
-        dx[i] = dy[i] * (sig + 2.0f * v * e * r * r * GELU_K * (1.0f + 3.0f * GELU_C * v * v));
+        dx[i] = dy[i] * fmaf(2.0f * GELU_K * v * e * r * r, fmaf(3.0f * GELU_C, v2, 1.0f), sig);
     }
 }
 FL_CPU_AVX512 static void gelu_tanh_fwd_span512(const float *x, float *y, int64_t n) { gelu_tanh_fwd_span(x, y, n); }
