@@ -142,6 +142,16 @@ static void copy_tile(void *vc, int64_t n, const int64_t *off, const int64_t *st
         for (int64_t i = 0; i < n; i++) memcpy(d + i * st[0] * (int64_t)es, s + i * st[1] * (int64_t)es, es);
         return;
     }
+    if (st[0] == 1 && st[1] == 1 && (c->src->dtype == FL_F32 || c->dst->dtype == FL_F32)) {
+        /* fp32 ↔ 16-bit, both runs contiguous: convert in place of a load and a store through a buffer */
+        const void *s = (const char *)fl_tensor_data(c->src) + off[1] * (int64_t)fl_format(c->src->dtype)->size;
+        void *d = (char *)fl_tensor_data(c->dst) + off[0] * (int64_t)fl_format(c->dst->dtype)->size;
+        switch (c->dst->dtype) {
+        case FL_BF16: fl_f32_to_bf16_n(s, d, (size_t)n); return;
+        case FL_F16:  fl_f32_to_f16_n(s, d, (size_t)n); return;
+        default: if (c->src->dtype == FL_BF16) fl_bf16_to_f32_n(s, d, (size_t)n); else fl_f16_to_f32_n(s, d, (size_t)n); return;
+        }
+    }
     float buf[FL_CPU_TILE];
     fl_cpu_load(c->src, off[1], st[1], n, buf);
     fl_cpu_store(c->dst, off[0], st[0], n, buf);

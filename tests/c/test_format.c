@@ -317,7 +317,7 @@ TEST(format_exhaustive_16bit_all_fp32_patterns) {
                 int c = isinf(x) ? 0x7C00 : ref_round(T_F16, fabs((double)x));
                 ok = b == ref_bf16(x) && h == (sign | c);
             }
-            ok = ok && hb[j] == b && hh[j] == h; /* bulk (AVX2/F16C) == scalar, NaNs included */
+            ok = ok && hb[j] == b && hh[j] == h; /* bulk (AVX-512 or AVX2, F16C) == scalar, NaNs included */
             if (!ok) {
                 bad++;
 #pragma omp critical
