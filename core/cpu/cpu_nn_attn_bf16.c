@@ -113,16 +113,12 @@ static ATTN16 void pack_rows(const float *src, int64_t rows, int64_t cols, int64
 }
 
 /* dst[m, 0..ldd) = pairs (src[2m, ·], src[2m+1, ·]) rounded, zero beyond `cols` and past the last row:
- * src as a B operand (ldd a multiple of 16), or src transposed as an A operand (ars = 1, ams = ldd).
- * tri: src is causal P or dS, read as Aᵀ by key tiles of MR rows from pair j0/2 on: pair m is written
- * only for the columns of the tiles that read it. */
-static ATTN16 void pack_pairs(const float *src, int64_t rows, int64_t cols, int64_t lds, uint32_t *dst, int64_t ldd,
-                              bool tri) {
+ * src as a B operand (ldd a multiple of 16). */
+static ATTN16 void pack_pairs(const float *src, int64_t rows, int64_t cols, int64_t lds, uint32_t *dst, int64_t ldd) {
     for (int64_t m = 0; 2 * m < rows; m++) {
         const float *r0 = src + 2 * m * lds, *r1 = r0 + lds;
         const bool odd = 2 * m + 1 == rows;
-        const int64_t end = tri ? MR * ((2 * m + 1) / MR + 1) : ldd;
-        for (int64_t c = 0; c < ldd && c < end; c += 16) {
+        for (int64_t c = 0; c < ldd; c += 16) {
             const __mmask16 k = lanes(cols - c);
             const __m512i lo = _mm512_srli_epi32(bf16_hi(_mm512_maskz_loadu_ps(k, r0 + c)), 16);
             const __m512i hi = bf16_hi(_mm512_maskz_loadu_ps(odd ? 0 : k, r1 + c));
@@ -194,23 +190,39 @@ ATTN16_INLINE void softmax_row16(float *s, int64_t n, int64_t T, float scale, ui
     }
 }
 
-/* Row d of dP given its row p of P: d[j] ← scale·p[j]·(d[j] − Σ_j p·d) over the live length of p (nothing
- * beyond the last nonzero probability, which is below n), zeros beyond (as cpu_nn_attn.c's dsoftmax_row,
- * with a tree reduction); g[0, w) ← the row rounded to bf16 (w ≤ T). */
-ATTN16_INLINE void dsoftmax_row16(const float *p, float *d, int64_t n, int64_t T, float scale, uint16_t *g, int64_t w) {
-    while (n > 1 && p[n - 1] == 0.0f) n--;
+/* Σ_{j<n} p[j]·d[j] */
+ATTN16_INLINE float row_dot(const float *p, const float *d, int64_t n) {
     __m512 vd = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
         const __mmask16 k = lanes(n - j);
         vd = _mm512_add_ps(vd, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), _mm512_maskz_loadu_ps(k, d + j)));
     }
-    const __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(vd)), sc = _mm512_set1_ps(scale);
-    for (int64_t j = 0; j < T; j += 16) {
-        const __mmask16 k = lanes(n - j);
-        const __m512 x = _mm512_maskz_mul_ps(k, _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(k, p + j)),
-                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(k, d + j), dot));
-        _mm512_mask_storeu_ps(d + j, lanes(T - j), x);
-        _mm512_mask_cvtepi32_storeu_epi16(g + j, lanes(w - j), _mm512_srli_epi32(bf16_hi(x), 16));
+    return _mm512_reduce_add_ps(vd);
+}
+
+/* Query rows i and i + 1 of dS (one: row i alone, the pairs' upper halves zero) from their rows of P (p0, p1)
+ * and dP (d0, d1): dS[j] = scale·p[j]·(d[j] − Σ p·d) over the live length of p (up to its last nonzero
+ * probability, which is below n0, n1), zeros beyond: cpu_nn_attn.c's dsoftmax_row with tree reductions. Written
+ * only rounded to bf16: rows g0, g1 [0, w) for dQ, and for the key tiles the pair words of dS (gp) and of P
+ * (pp) for columns [0, wp), wp ≥ w a multiple of 16. */
+ATTN16_INLINE void dsoftmax_pair(const float *p0, const float *d0, const float *p1, const float *d1, bool one,
+                                 int64_t n0, int64_t n1, int64_t T, float scale, uint16_t *g0, uint16_t *g1, int64_t w,
+                                 uint32_t *gp, uint32_t *pp, int64_t wp) {
+    if (one) n1 = 0;
+    while (n0 > 1 && p0[n0 - 1] == 0.0f) n0--;
+    while (n1 > 1 && p1[n1 - 1] == 0.0f) n1--;
+    const __m512 sc = _mm512_set1_ps(scale), dot0 = _mm512_set1_ps(row_dot(p0, d0, n0));
+    const __m512 dot1 = _mm512_set1_ps(row_dot(p1, d1, n1));
+    for (int64_t j = 0; j < wp; j += 16) {
+        const __mmask16 k0 = lanes(n0 - j), k1 = lanes(n1 - j), kt = lanes(T - j);
+        const __m512 P0 = _mm512_maskz_loadu_ps(kt, p0 + j), P1 = _mm512_maskz_loadu_ps(one ? 0 : kt, p1 + j);
+        const __m512 x0 = _mm512_maskz_mul_ps(k0, _mm512_mul_ps(sc, P0), _mm512_sub_ps(_mm512_maskz_loadu_ps(k0, d0 + j), dot0));
+        const __m512 x1 = _mm512_maskz_mul_ps(k1, _mm512_mul_ps(sc, P1), _mm512_sub_ps(_mm512_maskz_loadu_ps(k1, d1 + j), dot1));
+        const __m512i h0 = _mm512_srli_epi32(bf16_hi(x0), 16), h1 = bf16_hi(x1);
+        _mm512_mask_cvtepi32_storeu_epi16(g0 + j, lanes(w - j), h0);
+        if (!one) _mm512_mask_cvtepi32_storeu_epi16(g1 + j, lanes(w - j), _mm512_srli_epi32(h1, 16));
+        _mm512_storeu_si512(gp + j, _mm512_mask_blend_epi16(0xAAAAAAAA, h0, h1));
+        _mm512_storeu_si512(pp + j, _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srli_epi32(bf16_hi(P0), 16), bf16_hi(P1)));
     }
 }
 
@@ -234,7 +246,7 @@ static ATTN16 void fwd_head(const float *q, const float *k, const float *v, floa
     uint32_t *q16 = w, *kt = q16 + T * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp, *tmp = p16 + T * s->Th;
     pack_rows(q, T, D, D, (uint16_t *)q16, 2 * s->Dh);
     pack_t(k, T, D, kt, s->Tp, tmp);
-    pack_pairs(v, T, D, D, v2, s->Dp, false);
+    pack_pairs(v, T, D, D, v2, s->Dp);
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr;
@@ -248,29 +260,33 @@ static ATTN16 void fwd_head(const float *q, const float *k, const float *v, floa
 
 static ATTN16 void bwd_head(const float *q, const float *k, const float *v, const float *att, const float *dout,
                             float *dq, float *dk, float *dv, const shape *s, float scale, int causal, uint32_t *w,
-                            float *ds) {
+                            float *ds) {   /* ds: MR rows of dP */
     const int64_t T = s->T, D = s->D;
     uint32_t *o16 = w, *vt = o16 + T * s->Dh, *o2 = vt + s->Dh * s->Tp, *k2 = o2 + s->Th * s->Dp;
     uint32_t *q2 = k2 + s->Th * s->Dp, *p2 = q2 + s->Th * s->Dp, *s16 = p2 + s->Th * s->Tp, *s2 = s16 + T * s->Th;
     uint32_t *tmp = s2 + s->Th * s->Tp;
     pack_rows(dout, T, D, D, (uint16_t *)o16, 2 * s->Dh);
     pack_t(v, T, D, vt, s->Tp, tmp);
-    pack_pairs(dout, T, D, D, o2, s->Dp, false);
-    pack_pairs(k, T, D, D, k2, s->Dp, false);
-    pack_pairs(q, T, D, D, q2, s->Dp, false);
-    pack_pairs(att, T, T, T, p2, s->Tp, causal);
-    /* query tiles: dP = dO·Vᵀ, dS (row pass), dQ = dS·K */
+    pack_pairs(dout, T, D, D, o2, s->Dp);
+    pack_pairs(k, T, D, D, k2, s->Dp);
+    pack_pairs(q, T, D, D, q2, s->Dp);
+    /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) in bf16 rows and pairs, P in pairs, dQ = dS·K */
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
-        const int64_t i1 = i0 + mr;
-        band(mr, keys_for(s, i1, causal), o16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, vt, s->Tp, ds + i0 * T, T);
+        const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal);
+        band(mr, nk, o16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, vt, s->Tp, ds, T);
         const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
-        for (int64_t i = i0; i < i1; i++)
-            dsoftmax_row16(att + i * T, ds + i * T, causal ? i + 1 : T, T, scale, (uint16_t *)(s16 + i * s->Th), w);
+        for (int64_t i = i0; i < i1; i += 2) {
+            const bool one = i + 1 == i1;
+            const float *pi = att + i * T, *di = ds + (i - i0) * T;
+            dsoftmax_pair(pi, di, one ? pi : pi + T, one ? di : di + T, one, causal ? i + 1 : T,
+                          causal ? i + 2 : T, T, scale,
+                          (uint16_t *)(s16 + i * s->Th), (uint16_t *)(s16 + (i + 1) * s->Th), w, s2 + i / 2 * s->Tp,
+                          p2 + i / 2 * s->Tp, causal ? (nk + 15) & ~(int64_t)15 : s->Tp);
+        }
         band(mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kend, k2, s->Dp, dq + i0 * D, D);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
-    pack_pairs(ds, T, T, T, s2, s->Tp, causal);
     for (int64_t j0 = 0; j0 < T; j0 += MR) {
         const int mr = (int)(T - j0 < MR ? T - j0 : MR);
         const int64_t m0 = causal ? j0 / 2 : 0;
@@ -322,7 +338,7 @@ fl_status fl_cpu_attn_bf16_bwd(const float *q, const float *k, const float *v, c
     bool oom = false;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
     {
-        uint32_t *w = scratch(nw, sa);
+        uint32_t *w = scratch(nw, MR * T);
         oom = !w;
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++)
