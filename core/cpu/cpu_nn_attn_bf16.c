@@ -165,28 +165,51 @@ ATTN16_INLINE __m512 exp16(__m512 x) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-/* Row s of a head's [T, T] scores: s[j] ← softmax_j(scale·s[j]) over j < n, exact zeros for j in [n, T) (as
- * cpu_nn_attn.c's softmax_row, with tree reductions), and p[0, w) ← the row rounded to bf16 (w ≤ T). */
-ATTN16_INLINE void softmax_row16(float *s, int64_t n, int64_t T, float scale, uint16_t *p, int64_t w) {
+/* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
+ * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (cpu_nn_attn.c's softmax_row, with tree
+ * reductions), and row i of p (ldp bf16 apart) over [0, w) ← the row rounded to bf16 (w ≤ T). The rows go
+ * through each step together so that their reductions overlap. */
+ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, uint16_t *p,
+                                int64_t ldp, int64_t w) {
     const __m512 sc = _mm512_set1_ps(scale);
-    __m512 vm = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 k = lanes(n - j);
-        vm = _mm512_mask_max_ps(vm, k, vm, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), sc));
+    __m512 m[MR], inv[MR];
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        const float *r = s + i * T;
+        __m512 vm = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < n; j += 16) {
+            const __mmask16 k = lanes(n - j);
+            vm = _mm512_mask_max_ps(vm, k, vm, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), sc));
+        }
+        m[i - i0] = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
     }
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
-    __m512 vs = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 k = lanes(n - j);
-        const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), sc), m)));
-        _mm512_mask_storeu_ps(s + j, lanes(T - j), e);
-        vs = _mm512_add_ps(vs, e);
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + i * T;
+        __m512 vs = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; j += 16) {
+            const __mmask16 k = lanes(n - j);
+            const __m512 x = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), sc), m[i - i0]);
+            const __m512 e = _mm512_maskz_mov_ps(k, exp16(x));
+            _mm512_mask_storeu_ps(r + j, lanes(T - j), e);
+            vs = _mm512_add_ps(vs, e);
+        }
+        inv[i - i0] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
-    for (int64_t j = 0; j < T; j += 16) {
-        const __m512 x = j < n ? _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n - j), s + j), inv) : _mm512_setzero_ps();
-        _mm512_mask_storeu_ps(s + j, lanes(T - j), x);
-        _mm512_mask_cvtepi32_storeu_epi16(p + j, lanes(w - j), _mm512_srli_epi32(bf16_hi(x), 16));
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + i * T;
+        uint16_t *pr = p + i * ldp;
+        int64_t j = 0;
+        for (; j < n; j += 16) {
+            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n - j), r + j), inv[i - i0]);
+            _mm512_mask_storeu_ps(r + j, lanes(T - j), x);
+            _mm512_mask_cvtepi32_storeu_epi16(pr + j, lanes(w - j), _mm512_srli_epi32(bf16_hi(x), 16));
+        }
+        for (; j < T; j += 16) {
+            _mm512_mask_storeu_ps(r + j, lanes(T - j), _mm512_setzero_ps());
+            if (j < w) _mm512_mask_storeu_epi16(pr + j, (__mmask32)lanes(w - j), _mm512_setzero_si512());
+        }
     }
 }
 
@@ -252,8 +275,7 @@ static ATTN16 void fwd_head(const float *q, const float *k, const float *v, floa
         const int64_t i1 = i0 + mr;
         band(mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, att + i0 * T, T);
         const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
-        for (int64_t i = i0; i < i1; i++)
-            softmax_row16(att + i * T, causal ? i + 1 : T, T, scale, (uint16_t *)(p16 + i * s->Th), w);
+        softmax_tile(att, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w);
         band(mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * D, D);
     }
 }
