@@ -127,19 +127,49 @@ static ATTN16 void pack_pairs(const float *src, int64_t rows, int64_t cols, int6
     }
 }
 
-/* dst[m, r] = the pair (src[r, 2m], src[r, 2m+1]) for r < rows: srcᵀ as a B operand (ldd a multiple of 16
- * and ≥ rows; columns past rows are left as they are). tmp holds rows·cols/2 + 1 words. */
-static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, uint32_t *dst, int64_t ldd, uint32_t *tmp) {
-    const int64_t h = (cols + 1) / 2;
-    pack_rows(src, rows, cols, cols, (uint16_t *)tmp, 2 * h);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int)h));
-    for (int64_t r = 0; r < rows; r += 16) {
-        const __mmask16 k = lanes(rows - r);
-        for (int64_t m = 0; m < h; m++)
-            _mm512_mask_storeu_epi32(dst + m * ldd + r, k,
-                                     _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, tmp + r * h + m, 4));
+/* The 16×16 matrix of 32-bit words in u[0..16) (row i in u[i]) transposed in place. */
+ATTN16_INLINE void transpose16(__m512i u[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(u[2 * i], u[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(u[2 * i], u[2 * i + 1]);
     }
+    /* u[4g + j], 128-bit lane L: rows 4g..4g+3 of column 4L + j */
+    for (int g = 0; g < 4; g++) {
+        u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i e01 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), o01 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);
+        const __m512i e23 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512i o23 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+        t[j] = _mm512_shuffle_i32x4(e01, e23, 0x88);
+        t[8 + j] = _mm512_shuffle_i32x4(e01, e23, 0xDD);
+        t[4 + j] = _mm512_shuffle_i32x4(o01, o23, 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(o01, o23, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) u[i] = t[i];
+}
+
+/* dst[m, r] = the pair (src[r, 2m], src[r, 2m+1]) rounded, for r < rows and zero up to rows rounded up to
+ * 16: srcᵀ as a B operand (ldd a multiple of 16). Blocks of 16 rows × 16 pairs are transposed in registers. */
+static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, uint32_t *dst, int64_t ldd) {
+    const int64_t h = (cols + 1) / 2;
+    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+        for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+            __m512i u[16];
+            for (int i = 0; i < 16; i++) {
+                const bool in = r0 + i < rows;
+                const float *x = src + (in ? r0 + i : 0) * cols + c0;
+                const __m512 x0 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0) : 0, x);
+                const __m512 x1 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0 - 16) : 0, x + 16);
+                u[i] = bf16_join(bf16_hi(x0), bf16_hi(x1));
+            }
+            transpose16(u);
+            for (int64_t m = 0; m < 16 && c0 / 2 + m < h; m++) _mm512_storeu_si512(dst + (c0 / 2 + m) * ldd + r0, u[m]);
+        }
 }
 
 /* fl_nn_expf (cpu_nn_internal.h) on 16 lanes, with fused multiply-adds and vscalefps (~1 ulp as well). */
@@ -263,9 +293,9 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
 static ATTN16 void fwd_head(const float *q, const float *k, const float *v, float *o, float *att, const shape *s,
                             float scale, int causal, uint32_t *w) {
     const int64_t T = s->T, D = s->D;
-    uint32_t *q16 = w, *kt = q16 + T * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp, *tmp = p16 + T * s->Th;
+    uint32_t *q16 = w, *kt = q16 + T * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp;
     pack_rows(q, T, D, D, (uint16_t *)q16, 2 * s->Dh);
-    pack_t(k, T, D, kt, s->Tp, tmp);
+    pack_t(k, T, D, kt, s->Tp);
     pack_pairs(v, T, D, D, v2, s->Dp);
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
@@ -283,9 +313,8 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, cons
     const int64_t T = s->T, D = s->D;
     uint32_t *o16 = w, *vt = o16 + T * s->Dh, *o2 = vt + s->Dh * s->Tp, *k2 = o2 + s->Th * s->Dp;
     uint32_t *q2 = k2 + s->Th * s->Dp, *p2 = q2 + s->Th * s->Dp, *s16 = p2 + s->Th * s->Tp, *s2 = s16 + T * s->Th;
-    uint32_t *tmp = s2 + s->Th * s->Tp;
     pack_rows(dout, T, D, D, (uint16_t *)o16, 2 * s->Dh);
-    pack_t(v, T, D, vt, s->Tp, tmp);
+    pack_t(v, T, D, vt, s->Tp);
     pack_pairs(dout, T, D, D, o2, s->Dp);
     pack_pairs(k, T, D, D, k2, s->Dp);
     pack_pairs(q, T, D, D, q2, s->Dp);
@@ -314,13 +343,11 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, cons
     }
 }
 
-/* Words of a thread's buffers: forward q16, kᵀ, v pairs, P, transpose scratch; backward dO, vᵀ, dO, k, q,
- * P pairs, dS rows and pairs, scratch (plus the fp32 dP/dS matrix). */
-static int64_t fwd_words(const shape *s) {
-    return s->T * s->Dh + s->Dh * s->Tp + s->Th * s->Dp + s->T * s->Th + s->T * s->Dh + 1;
-}
+/* Words of a thread's buffers: forward q, kᵀ, v pairs, P; backward dO, vᵀ, dO, k and q pairs, P and dS
+ * pairs, dS rows (then the MR rows of dP in fp32). */
+static int64_t fwd_words(const shape *s) { return s->T * s->Dh + s->Dh * s->Tp + s->Th * s->Dp + s->T * s->Th; }
 static int64_t bwd_words(const shape *s) {
-    return s->T * s->Dh + s->Dh * s->Tp + 3 * s->Th * s->Dp + 2 * s->Th * s->Tp + s->T * s->Th + s->T * s->Dh + 1;
+    return s->T * s->Dh + s->Dh * s->Tp + 3 * s->Th * s->Dp + 2 * s->Th * s->Tp + s->T * s->Th;
 }
 
 /* Zeroed, 64-byte aligned thread scratch of `words` words and `floats` floats (NULL when out of memory);
