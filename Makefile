@@ -196,6 +196,10 @@ help:
 $(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lm -fopenmp
 
+# ---- CPU bf16 attention per call, per-head kernels vs batched GEMMs (scripts/bench_attn.c) ----
+$(BUILD)/bench_attn: $(BUILD)/scripts/bench_attn.o $(CORE_OBJ) $(CU_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # ---- the CPU's arithmetic limits (scripts/bench_peak.c; run by scripts/bench_train.sh): fp32 FMA and bf16 dot ----
 $(BUILD)/bench_peak: scripts/bench_peak.c
 	$(CC) -O2 -fopenmp -o $@ $<

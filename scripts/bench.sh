@@ -29,6 +29,7 @@ MD
 
 write_section "$SECTION" "$body"
 
+bash scripts/bench_attn.sh "$B"
 bash scripts/bench_train.sh "$B"
 bash scripts/bench_recipes.sh "$B"
 bash scripts/bench_profiler.sh "$B"

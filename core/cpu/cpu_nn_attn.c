@@ -5,7 +5,8 @@
  * fixed-order sums, so results do not depend on the thread count. The per-row loops at the end are
  * the fallback when a GEMM cannot run (out of memory, no oneDNN kernel). With bf16 (bf16 autocast) the
  * GEMMs take bf16 operands — the rounded copies are made once per call, P and dS block by block after
- * their row pass — and accumulate in fp32; the fallback rounds the same operands. */
+ * their row pass — and accumulate in fp32; the fallback rounds the same operands. On CPUs with AVX-512
+ * BF16, bf16 calls go to the per-head kernels of cpu_nn_attn_bf16.c first. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include <stdlib.h>
@@ -322,6 +323,9 @@ void fl_cpu_sdpa_causal_fwd(const float *q, const float *k, const float *v, floa
                             int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool bf16) {
     const int64_t BH = B * H;
     if (BH <= 0 || T <= 0) return;
+    if (D > 0 && fl_cpu_sdpa_gemm_allowed && bf16 && fl_cpu_attn_bf16_available() &&
+        fl_cpu_attn_bf16_fwd(q, k, v, out, att, BH, T, D, scale, causal) == FL_OK)
+        return;
     if (D > 0 && fl_cpu_sdpa_gemm_allowed && sdpa_fwd_gemm(q, k, v, out, att, BH, T, D, scale, causal, bf16) == FL_OK)
         return;
     const int64_t n = BH * T * D;
@@ -339,6 +343,9 @@ void fl_cpu_sdpa_causal_bwd(const float *q, const float *k, const float *v, cons
                             int causal, bool bf16) {
     const int64_t BH = B * H;
     if (BH <= 0 || T <= 0 || D <= 0) return;
+    if (fl_cpu_sdpa_gemm_allowed && bf16 && fl_cpu_attn_bf16_available() &&
+        fl_cpu_attn_bf16_bwd(q, k, v, att, dout, dq, dk, dv, BH, T, D, scale, causal) == FL_OK)
+        return;
     float *ds = fl_cpu_sdpa_gemm_allowed ? malloc((size_t)(BH * T * T) * sizeof(float)) : NULL;
     fl_status st = ds ? sdpa_bwd_gemm(q, k, v, att, dout, dq, dk, dv, ds, BH, T, D, scale, causal, bf16) : FL_ENOMEM;
     free(ds);

@@ -14,6 +14,18 @@
 /* Below this many elements a kernel stays on one thread (thread start-up costs more than it saves). */
 #define FL_NN_PAR_MIN (1 << 16)
 
+/* bf16 attention (cpu_nn_attn_bf16.c): contiguous [BH, T, D] heads with AVX-512 BF16 dot products, as
+ * fl_cpu_sdpa_causal_fwd/bwd specify under bf16; FL_ENOMEM when a thread's buffers cannot be had. Used
+ * when available (the CPU has AVX-512 BF16, fl_cpu_avx512() allows AVX-512, and the flag is set: tests
+ * and the benchmark clear it to run the batched GEMMs instead). */
+extern _Atomic bool fl_cpu_attn_bf16_allowed;
+bool fl_cpu_attn_bf16_available(void);
+fl_status fl_cpu_attn_bf16_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t BH,
+                               int64_t T, int64_t D, float scale, int causal);
+fl_status fl_cpu_attn_bf16_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                               float *dq, float *dk, float *dv, int64_t BH, int64_t T, int64_t D, float scale,
+                               int causal);
+
 /* e^x to ~1 ulp over the whole float range: e^x = 2^k·e^r with |r| <= ln2/2 and Cephes' degree-6
  * polynomial. 2^k is built from two exponent fields (k split in halves) so subnormal results are
  * right too. Every step is arithmetic or a select, so loops calling it vectorise. NaN propagates,

@@ -4,6 +4,7 @@
 #include "runner.h"
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_internal.h"
+#include "cpu/cpu_nn_internal.h"
 #include "error.h"
 #include "ops_raw.h"
 #include "rng.h"
@@ -686,6 +687,43 @@ TEST(nn_sdpa_bf16) {
         check_sdpa_bf16(fl__failed, 2, 2, 33, 16, causal);
         check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
     }
+}
+/* On CPUs with AVX-512 BF16 the tests above run the per-head kernels (cpu_nn_attn_bf16.c); run the batched
+ * GEMMs too, and the kernels on odd T and D (padded pairs) and one row tile's worth of rows. */
+TEST(nn_sdpa_bf16_gemm) {
+    fl_cpu_attn_bf16_allowed = false;
+    for (int causal = 0; causal <= 1; causal++) {
+        check_sdpa_bf16(fl__failed, 2, 2, 33, 16, causal);
+        check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
+    }
+    fl_cpu_attn_bf16_allowed = true;
+}
+TEST(nn_sdpa_bf16_odd) {
+    for (int causal = 0; causal <= 1; causal++) {
+        check_sdpa_bf16(fl__failed, 1, 3, 17, 13, causal);
+        check_sdpa_bf16(fl__failed, 2, 1, 4, 7, causal);
+        check_sdpa_bf16(fl__failed, 1, 1, 1, 5, causal);
+    }
+}
+/* Each head is done by one thread in a fixed order: the results are the same bits on 1 and 2 threads. */
+TEST(nn_sdpa_bf16_threads) {
+    const int64_t B = 2, H = 3, T = 45, D = 24, n = B * H * T * D, na = B * H * T * T;
+    float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dy = frand(n, -1, 1);
+    float *r[2][5];
+    const int nt = omp_get_max_threads();
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t ? 2 : 1);
+        for (int i = 0; i < 5; i++) r[t][i] = fzeros(i == 1 ? na : n);
+        fl_cpu_sdpa_causal_fwd(q, k, v, r[t][0], r[t][1], B, H, T, D, 0.2f, 1, true);
+        fl_cpu_sdpa_causal_bwd(q, k, v, r[t][1], dy, r[t][2], r[t][3], r[t][4], B, H, T, D, 0.2f, 1, true);
+    }
+    omp_set_num_threads(nt);
+    for (int i = 0; i < 5; i++) {
+        CHECK(memcmp(r[0][i], r[1][i], (size_t)(i == 1 ? na : n) * sizeof(float)) == 0,
+              "bf16 sdpa output %d differs between 1 and 2 threads", i);
+        free(r[0][i]); free(r[1][i]);
+    }
+    free(q); free(k); free(v); free(dy);
 }
 /* A row whose probabilities underflow to exact zeros up to the diagonal still gets the right gradient
  * (the backward trims rows at the last nonzero probability). */

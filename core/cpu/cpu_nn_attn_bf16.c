@@ -1,0 +1,397 @@
+/* cpu_nn_attn_bf16.c — bf16 attention (bf16 autocast) with AVX-512 BF16 `vdpbf16ps`, one (b, h) head per
+ * thread: the head's operands are rounded to bf16 (RNE, as fl_f32_to_bf16) into thread-local packed
+ * buffers, each product is a register-blocked small GEMM accumulating in fp32, and the row passes (softmax
+ * forward, dS backward) run between them on tiles of query rows that are still in cache. Causal heads skip
+ * the key blocks above the diagonal. A head's arithmetic does not depend on the thread count. */
+#include "cpu_nn_internal.h"
+#include "cpu_internal.h"
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ATTN16 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,prefer-vector-width=512")))
+#define ATTN16_INLINE static inline __attribute__((always_inline)) ATTN16
+
+/* Packed operands are arrays of 32-bit words, each a pair of bf16 values consecutive along the product's
+ * inner (summed) dimension, low half first:
+ *   A operand (rows of the result): word (r, m) at a[r·ars + m·ams], broadcast to every lane;
+ *   B operand: [K/2][ldb] words, word (m, n) holds B[2m, n] and B[2m+1, n] ("VNNI" layout), ldb a
+ *   multiple of 16 so whole vectors load. Odd inner lengths are padded with a zero pair half. */
+#define MR 4    /* rows of a register tile */
+#define NVMAX 4 /* 16-lane column vectors of a register tile: MR·NVMAX fp32 accumulators */
+
+_Atomic bool fl_cpu_attn_bf16_allowed = true;
+
+bool fl_cpu_attn_bf16_available(void) {
+    return fl_cpu_attn_bf16_allowed && fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+
+/* c[r, 0..16·NV) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the columns in `last`. */
+ATTN16_INLINE void tile(const int mr, const int nv, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0,
+                        int64_t m1, const uint32_t *b, int64_t ldb, float *c, int64_t ldc, __mmask16 last) {
+    __m512 acc[MR][NVMAX];
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t m = m0; m < m1; m++) {
+        __m512bh bv[NVMAX];
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) bv[v] = (__m512bh)_mm512_loadu_si512(b + m * ldb + 16 * v);
+        #pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * ars + m * ams]);
+            #pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv - 1; v++) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+        _mm512_mask_storeu_ps(c + r * ldc + 16 * (nv - 1), last, acc[r][nv - 1]);
+    }
+}
+
+#define TILE_ARGS a, ars, ams, m0, m1, b, ldb, c, ldc, last
+#define TILE_NV(R)                                        \
+    switch (nv) {                                         \
+    case 1: tile(R, 1, TILE_ARGS); break;                 \
+    case 2: tile(R, 2, TILE_ARGS); break;                 \
+    case 3: tile(R, 3, TILE_ARGS); break;                 \
+    default: tile(R, 4, TILE_ARGS); break;                \
+    }
+
+/* Rows [0, mr) of C[·, 0..n) (mr ≤ MR), ldc-strided fp32, over inner pairs [m0, m1). */
+static ATTN16 void band(int mr, int64_t n, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1,
+                        const uint32_t *b0, int64_t ldb, float *c0, int64_t ldc) {
+    for (int64_t n0 = 0; n0 < n; n0 += 16 * NVMAX) {
+        const int64_t nn = n - n0 < 16 * NVMAX ? n - n0 : 16 * NVMAX, tail = nn - 16 * ((nn - 1) / 16);
+        const int nv = (int)((nn + 15) / 16);
+        const __mmask16 last = (__mmask16)((1u << tail) - 1);
+        const uint32_t *b = b0 + n0;
+        float *c = c0 + n0;
+        switch (mr) {
+        case 1: TILE_NV(1); break;
+        case 2: TILE_NV(2); break;
+        case 3: TILE_NV(3); break;
+        default: TILE_NV(4); break;
+        }
+    }
+}
+
+/* x rounded to bf16 (RNE, NaN quieted: fl_f32_to_bf16) in the upper half of each 32-bit lane; the lower
+ * halves are not cleared. */
+ATTN16_INLINE __m512i bf16_hi(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+    __m512i r = _mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF));
+    r = _mm512_mask_add_epi32(r, odd, r, _mm512_set1_epi32(1));
+    return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x400000));
+}
+
+/* 32 bf16 in order from the upper halves of a's then b's lanes. */
+ATTN16_INLINE __m512i bf16_join(__m512i a, __m512i b) {
+    static const uint16_t upper[32] = { 1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                        33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63 };
+    return _mm512_permutex2var_epi16(a, _mm512_loadu_si512(upper), b);
+}
+
+/* The mask of the first n of 16 lanes (none for n ≤ 0). */
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+static inline __mmask32 lanes32(int64_t n) { return n >= 32 ? (__mmask32)~0u : n <= 0 ? 0 : (__mmask32)((1u << n) - 1); }
+
+/* dst[r, 0..ldd) (bf16, row-major) = src[r, 0..cols) rounded, zero up to ldd (even): an A operand with
+ * ars = ldd/2 words, ams = 1. */
+static ATTN16 void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t lds, uint16_t *dst, int64_t ldd) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < ldd; c += 32) {
+            const __m512 x0 = _mm512_maskz_loadu_ps(lanes(cols - c), src + r * lds + c);
+            const __m512 x1 = _mm512_maskz_loadu_ps(lanes(cols - c - 16), src + r * lds + c + 16);
+            _mm512_mask_storeu_epi16(dst + r * ldd + c, lanes32(ldd - c), bf16_join(bf16_hi(x0), bf16_hi(x1)));
+        }
+}
+
+/* dst[m, 0..ldd) = pairs (src[2m, ·], src[2m+1, ·]) rounded, zero beyond `cols` and past the last row:
+ * src as a B operand (ldd a multiple of 16). */
+static ATTN16 void pack_pairs(const float *src, int64_t rows, int64_t cols, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int64_t m = 0; 2 * m < rows; m++) {
+        const float *r0 = src + 2 * m * lds, *r1 = r0 + lds;
+        const bool odd = 2 * m + 1 == rows;
+        for (int64_t c = 0; c < ldd; c += 16) {
+            const __mmask16 k = lanes(cols - c);
+            const __m512i lo = _mm512_srli_epi32(bf16_hi(_mm512_maskz_loadu_ps(k, r0 + c)), 16);
+            const __m512i hi = bf16_hi(_mm512_maskz_loadu_ps(odd ? 0 : k, r1 + c));
+            _mm512_storeu_si512(dst + m * ldd + c, _mm512_mask_blend_epi16(0xAAAAAAAA, lo, hi));
+        }
+    }
+}
+
+/* The 16×16 matrix of 32-bit words in u[0..16) (row i in u[i]) transposed in place. */
+ATTN16_INLINE void transpose16(__m512i u[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(u[2 * i], u[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(u[2 * i], u[2 * i + 1]);
+    }
+    /* u[4g + j], 128-bit lane L: rows 4g..4g+3 of column 4L + j */
+    for (int g = 0; g < 4; g++) {
+        u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i e01 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), o01 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);
+        const __m512i e23 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512i o23 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+        t[j] = _mm512_shuffle_i32x4(e01, e23, 0x88);
+        t[8 + j] = _mm512_shuffle_i32x4(e01, e23, 0xDD);
+        t[4 + j] = _mm512_shuffle_i32x4(o01, o23, 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(o01, o23, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) u[i] = t[i];
+}
+
+/* dst[m, r] = the pair (src[r, 2m], src[r, 2m+1]) rounded, for r < rows and zero up to rows rounded up to
+ * 16: srcᵀ as a B operand (ldd a multiple of 16). Blocks of 16 rows × 16 pairs are transposed in registers. */
+static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, uint32_t *dst, int64_t ldd) {
+    const int64_t h = (cols + 1) / 2;
+    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+        for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+            __m512i u[16];
+            for (int i = 0; i < 16; i++) {
+                const bool in = r0 + i < rows;
+                const float *x = src + (in ? r0 + i : 0) * cols + c0;
+                const __m512 x0 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0) : 0, x);
+                const __m512 x1 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0 - 16) : 0, x + 16);
+                u[i] = bf16_join(bf16_hi(x0), bf16_hi(x1));
+            }
+            transpose16(u);
+            for (int64_t m = 0; m < 16 && c0 / 2 + m < h; m++) _mm512_storeu_si512(dst + (c0 / 2 + m) * ldd + r0, u[m]);
+        }
+}
+
+/* fl_nn_expf (cpu_nn_internal.h) on 16 lanes, with fused multiply-adds and vscalefps (~1 ulp as well). */
+ATTN16_INLINE __m512 exp16(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.7228394f), lo = _mm512_set1_ps(-104.0f), c = _mm512_set1_ps(12582912.0f);
+    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);   /* NaN → lo here, restored at the end */
+    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), c), c);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    y = _mm512_scalef_ps(y, k);   /* y·2^k rounded once, subnormal results included */
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
+ * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (cpu_nn_attn.c's softmax_row, with tree
+ * reductions), and row i of p (ldp bf16 apart) over [0, w) ← the row rounded to bf16 (w ≤ T). The rows go
+ * through each step together so that their reductions overlap. */
+ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, uint16_t *p,
+                                int64_t ldp, int64_t w) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 m[MR], inv[MR];
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        const float *r = s + i * T;
+        __m512 vm = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < n; j += 16) {
+            const __mmask16 k = lanes(n - j);
+            vm = _mm512_mask_max_ps(vm, k, vm, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), sc));
+        }
+        m[i - i0] = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + i * T;
+        __m512 vs = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; j += 16) {
+            const __mmask16 k = lanes(n - j);
+            const __m512 x = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), sc), m[i - i0]);
+            const __m512 e = _mm512_maskz_mov_ps(k, exp16(x));
+            _mm512_mask_storeu_ps(r + j, lanes(T - j), e);
+            vs = _mm512_add_ps(vs, e);
+        }
+        inv[i - i0] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + i * T;
+        uint16_t *pr = p + i * ldp;
+        int64_t j = 0;
+        for (; j < n; j += 16) {
+            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n - j), r + j), inv[i - i0]);
+            _mm512_mask_storeu_ps(r + j, lanes(T - j), x);
+            _mm512_mask_cvtepi32_storeu_epi16(pr + j, lanes(w - j), _mm512_srli_epi32(bf16_hi(x), 16));
+        }
+        for (; j < T; j += 16) {
+            _mm512_mask_storeu_ps(r + j, lanes(T - j), _mm512_setzero_ps());
+            if (j < w) _mm512_mask_storeu_epi16(pr + j, (__mmask32)lanes(w - j), _mm512_setzero_si512());
+        }
+    }
+}
+
+/* Σ_{j<n} p[j]·d[j] */
+ATTN16_INLINE float row_dot(const float *p, const float *d, int64_t n) {
+    __m512 vd = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = lanes(n - j);
+        vd = _mm512_add_ps(vd, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), _mm512_maskz_loadu_ps(k, d + j)));
+    }
+    return _mm512_reduce_add_ps(vd);
+}
+
+/* Query rows i and i + 1 of dS (one: row i alone, the pairs' upper halves zero) from their rows of P (p0, p1)
+ * and dP (d0, d1): dS[j] = scale·p[j]·(d[j] − Σ p·d) over the live length of p (up to its last nonzero
+ * probability, which is below n0, n1), zeros beyond: cpu_nn_attn.c's dsoftmax_row with tree reductions. Written
+ * only rounded to bf16: rows g0, g1 [0, w) for dQ, and for the key tiles the pair words of dS (gp) and of P
+ * (pp) for columns [0, wp), wp ≥ w a multiple of 16. */
+ATTN16_INLINE void dsoftmax_pair(const float *p0, const float *d0, const float *p1, const float *d1, bool one,
+                                 int64_t n0, int64_t n1, int64_t T, float scale, uint16_t *g0, uint16_t *g1, int64_t w,
+                                 uint32_t *gp, uint32_t *pp, int64_t wp) {
+    if (one) n1 = 0;
+    while (n0 > 1 && p0[n0 - 1] == 0.0f) n0--;
+    while (n1 > 1 && p1[n1 - 1] == 0.0f) n1--;
+    const __m512 sc = _mm512_set1_ps(scale), dot0 = _mm512_set1_ps(row_dot(p0, d0, n0));
+    const __m512 dot1 = _mm512_set1_ps(row_dot(p1, d1, n1));
+    for (int64_t j = 0; j < wp; j += 16) {
+        const __mmask16 k0 = lanes(n0 - j), k1 = lanes(n1 - j), kt = lanes(T - j);
+        const __m512 P0 = _mm512_maskz_loadu_ps(kt, p0 + j), P1 = _mm512_maskz_loadu_ps(one ? 0 : kt, p1 + j);
+        const __m512 x0 = _mm512_maskz_mul_ps(k0, _mm512_mul_ps(sc, P0), _mm512_sub_ps(_mm512_maskz_loadu_ps(k0, d0 + j), dot0));
+        const __m512 x1 = _mm512_maskz_mul_ps(k1, _mm512_mul_ps(sc, P1), _mm512_sub_ps(_mm512_maskz_loadu_ps(k1, d1 + j), dot1));
+        const __m512i h0 = _mm512_srli_epi32(bf16_hi(x0), 16), h1 = bf16_hi(x1);
+        _mm512_mask_cvtepi32_storeu_epi16(g0 + j, lanes(w - j), h0);
+        if (!one) _mm512_mask_cvtepi32_storeu_epi16(g1 + j, lanes(w - j), _mm512_srli_epi32(h1, 16));
+        _mm512_storeu_si512(gp + j, _mm512_mask_blend_epi16(0xAAAAAAAA, h0, h1));
+        _mm512_storeu_si512(pp + j, _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srli_epi32(bf16_hi(P0), 16), bf16_hi(P1)));
+    }
+}
+
+/* The shapes of one call and a thread's buffers (words unless noted). */
+typedef struct {
+    int64_t T, D, Tp, Dp, Th, Dh;   /* T, D rounded up to 16; halves of T, D rounded up */
+} shape;
+static shape shape_of(int64_t T, int64_t D) {
+    return (shape){ T, D, (T + 15) & ~(int64_t)15, (D + 15) & ~(int64_t)15, (T + 1) / 2, (D + 1) / 2 };
+}
+/* Key columns of the product for query rows [0, i1): up to i1 rounded up to 16 when causal (what the row
+ * pass reads), all T otherwise. */
+static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
+    const int64_t n = (i1 + 15) & ~(int64_t)15;
+    return causal && n < s->T ? n : s->T;
+}
+
+static ATTN16 void fwd_head(const float *q, const float *k, const float *v, float *o, float *att, const shape *s,
+                            float scale, int causal, uint32_t *w) {
+    const int64_t T = s->T, D = s->D;
+    uint32_t *q16 = w, *kt = q16 + T * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp;
+    pack_rows(q, T, D, D, (uint16_t *)q16, 2 * s->Dh);
+    pack_t(k, T, D, kt, s->Tp);
+    pack_pairs(v, T, D, D, v2, s->Dp);
+    for (int64_t i0 = 0; i0 < T; i0 += MR) {
+        const int mr = (int)(T - i0 < MR ? T - i0 : MR);
+        const int64_t i1 = i0 + mr;
+        band(mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, att + i0 * T, T);
+        const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
+        softmax_tile(att, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w);
+        band(mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * D, D);
+    }
+}
+
+static ATTN16 void bwd_head(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                            float *dq, float *dk, float *dv, const shape *s, float scale, int causal, uint32_t *w,
+                            float *ds) {   /* ds: MR rows of dP */
+    const int64_t T = s->T, D = s->D;
+    uint32_t *o16 = w, *vt = o16 + T * s->Dh, *o2 = vt + s->Dh * s->Tp, *k2 = o2 + s->Th * s->Dp;
+    uint32_t *q2 = k2 + s->Th * s->Dp, *p2 = q2 + s->Th * s->Dp, *s16 = p2 + s->Th * s->Tp, *s2 = s16 + T * s->Th;
+    pack_rows(dout, T, D, D, (uint16_t *)o16, 2 * s->Dh);
+    pack_t(v, T, D, vt, s->Tp);
+    pack_pairs(dout, T, D, D, o2, s->Dp);
+    pack_pairs(k, T, D, D, k2, s->Dp);
+    pack_pairs(q, T, D, D, q2, s->Dp);
+    /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) in bf16 rows and pairs, P in pairs, dQ = dS·K */
+    for (int64_t i0 = 0; i0 < T; i0 += MR) {
+        const int mr = (int)(T - i0 < MR ? T - i0 : MR);
+        const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal);
+        band(mr, nk, o16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, vt, s->Tp, ds, T);
+        const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
+        for (int64_t i = i0; i < i1; i += 2) {
+            const bool one = i + 1 == i1;
+            const float *pi = att + i * T, *di = ds + (i - i0) * T;
+            dsoftmax_pair(pi, di, one ? pi : pi + T, one ? di : di + T, one, causal ? i + 1 : T,
+                          causal ? i + 2 : T, T, scale,
+                          (uint16_t *)(s16 + i * s->Th), (uint16_t *)(s16 + (i + 1) * s->Th), w, s2 + i / 2 * s->Tp,
+                          p2 + i / 2 * s->Tp, causal ? (nk + 15) & ~(int64_t)15 : s->Tp);
+        }
+        band(mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kend, k2, s->Dp, dq + i0 * D, D);
+    }
+    /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
+    for (int64_t j0 = 0; j0 < T; j0 += MR) {
+        const int mr = (int)(T - j0 < MR ? T - j0 : MR);
+        const int64_t m0 = causal ? j0 / 2 : 0;
+        band(mr, D, p2 + j0, 1, s->Tp, m0, s->Th, o2, s->Dp, dv + j0 * D, D);
+        band(mr, D, s2 + j0, 1, s->Tp, m0, s->Th, q2, s->Dp, dk + j0 * D, D);
+    }
+}
+
+/* Words of a thread's buffers: forward q, kᵀ, v pairs, P; backward dO, vᵀ, dO, k and q pairs, P and dS
+ * pairs, dS rows (then the MR rows of dP in fp32). */
+static int64_t fwd_words(const shape *s) { return s->T * s->Dh + s->Dh * s->Tp + s->Th * s->Dp + s->T * s->Th; }
+static int64_t bwd_words(const shape *s) {
+    return s->T * s->Dh + s->Dh * s->Tp + 3 * s->Th * s->Dp + 2 * s->Th * s->Tp + s->T * s->Th;
+}
+
+/* Zeroed, 64-byte aligned thread scratch of `words` words and `floats` floats (NULL when out of memory);
+ * the pads the packers skip stay zero across heads of one call. */
+static void *scratch(int64_t words, int64_t floats) {
+    const size_t bytes = ((size_t)(words + floats) * 4 + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+fl_status fl_cpu_attn_bf16_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t BH,
+                               int64_t T, int64_t D, float scale, int causal) {
+    const shape s = shape_of(T, D);
+    const int64_t sq = T * D, sa = T * T;
+    bool oom = false;
+    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
+    {
+        uint32_t *w = scratch(fwd_words(&s), 0);
+        oom = !w;
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++)
+            if (w) fwd_head(q + bh * sq, k + bh * sq, v + bh * sq, out + bh * sq, att + bh * sa, &s, scale, causal, w);
+        free(w);
+    }
+    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}
+
+fl_status fl_cpu_attn_bf16_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                               float *dq, float *dk, float *dv, int64_t BH, int64_t T, int64_t D, float scale,
+                               int causal) {
+    const shape s = shape_of(T, D);
+    const int64_t sq = T * D, sa = T * T, nw = bwd_words(&s);
+    bool oom = false;
+    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
+    {
+        uint32_t *w = scratch(nw, MR * T);
+        oom = !w;
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++)
+            if (w)
+                bwd_head(q + bh * sq, k + bh * sq, v + bh * sq, att + bh * sa, dout + bh * sq, dq + bh * sq,
+                         dk + bh * sq, dv + bh * sq, &s, scale, causal, w, (float *)(w + nw));
+        free(w);
+    }
+    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}

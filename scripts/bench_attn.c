@@ -1,0 +1,69 @@
+/* bench_attn.c — one call of CPU bf16 attention (fl_cpu_sdpa_causal_fwd / _bwd with bf16 = true), the
+ * per-head AVX-512 BF16 kernels (cpu_nn_attn_bf16.c) against the batched GEMMs they replace, best of R
+ * repetitions. GFLOP/s counts 4·B·H·T²·D forward and twice that backward (the full, unmasked products).
+ * Usage: bench_attn [B H T D causal R PATH] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
+ * threads from OMP_NUM_THREADS.
+ * Prints one line per (path, direction):
+ *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 ms=... gflops=... */
+#include "cpu/cpu_nn.h"
+#include "cpu/cpu_nn_internal.h"
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float *filled(int64_t n, float amp) {
+    float *x = malloc((size_t)n * sizeof(float));
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < n && x; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        x[i] = amp * (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    return x;
+}
+
+int main(int argc, char **argv) {
+    const int64_t B = argc > 1 ? atoll(argv[1]) : 16, H = argc > 2 ? atoll(argv[2]) : 4;
+    const int64_t T = argc > 3 ? atoll(argv[3]) : 128, D = argc > 4 ? atoll(argv[4]) : 64;
+    const int causal = argc > 5 ? atoi(argv[5]) : 1, R = argc > 6 ? atoi(argv[6]) : 200;
+    const char *only = argc > 7 ? argv[7] : "both";
+    const int64_t n = B * H * T * D, na = B * H * T * T;
+    const float scale = 1.0f / sqrtf((float)D);
+    float *q = filled(n, 2), *k = filled(n, 2), *v = filled(n, 1), *dy = filled(n, 1);
+    float *o = malloc((size_t)n * 4), *att = malloc((size_t)na * 4);
+    float *dq = malloc((size_t)n * 4), *dk = malloc((size_t)n * 4), *dv = malloc((size_t)n * 4);
+    if (!q || !k || !v || !dy || !o || !att || !dq || !dk || !dv) { fprintf(stderr, "out of memory\n"); return 1; }
+    const double flops = 4.0 * (double)(B * H) * (double)(T * T) * (double)D;
+    for (int path = 0; path < 2; path++) {
+        fl_cpu_attn_bf16_allowed = path == 0;
+        const char *name = path == 0 ? "kernel" : "gemm";
+        if (strcmp(only, "both") && strcmp(only, name)) continue;
+        if (path == 0 && !fl_cpu_attn_bf16_available()) { printf("attn path=kernel unavailable (no AVX-512 BF16)\n"); continue; }
+        double best[2] = { 1e30, 1e30 };
+        for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */
+            double t0 = now();
+            fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, true);
+            double t1 = now();
+            fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, true);
+            double t2 = now();
+            if (r >= 3) {
+                best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
+                best[1] = t2 - t1 < best[1] ? t2 - t1 : best[1];
+            }
+        }
+        for (int d = 0; d < 2; d++)
+            printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d ms=%.3f gflops=%.1f\n", name,
+                   d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T, (long long)D, causal,
+                   omp_get_max_threads(), 1e3 * best[d], (d ? 2 : 1) * flops / best[d] * 1e-9);
+    }
+    fl_cpu_attn_bf16_allowed = true;
+    free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv);
+    return 0;
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# bench_attn.sh BUILD — times one CPU bf16 attention call (scripts/bench_attn.c: the per-head AVX-512 BF16
+# kernels and the batched oneDNN GEMMs) at the GPT bench's shape on 1 and 2 threads and rewrites its section
+# of docs/performance.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/perfdoc.sh
+B=${1:-build}
+SECTION="## CPU bf16 attention (one call)"
+ARGS="16 4 128 64 1 300"
+
+make --no-print-directory BUILD="$B" "$B/bench_attn" >/dev/null
+machine=$(machine_line)
+rows=()
+for t in 1 2; do
+  out=$(OMP_NUM_THREADS=$t "$B/bench_attn" $ARGS)
+  echo "$out"
+  rows+=("$(echo "$out" | awk '
+    { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      key = v["path"] " " v["threads"]; ms[key, v["dir"]] = v["ms"]; gf[key, v["dir"]] = v["gflops"]
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
+    END { for (i = 1; i <= n; i++) { split(order[i], k, " ")
+            printf "| %s | %s | %s | %s | %s | %s |\n", k[1] == "kernel" ? "per-head kernels" : "batched GEMMs", k[2],
+                   ms[order[i], "fwd"], gf[order[i], "fwd"], ms[order[i], "bwd"], gf[order[i], "bwd"] } }')")
+done
+body=$(cat <<MD
+$SECTION
+
+Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $machine, command \`make bench\`
+(\`scripts/bench_attn.sh\`: \`$B/bench_attn $ARGS\`, best of 300 calls after 3 warm-up calls). One call of
+\`fl_cpu_sdpa_causal_fwd\` / \`_bwd\` with bf16 = true at the GPT bench's shape (B=16, H=4, T=128, D=64, causal), as
+each of its 4 layers makes per step. GFLOP/s counts 4·B·H·T²·D forward and twice that backward (the full products,
+though causal attention needs about half of them), against the bf16 dot limit of 235 per thread. The per-head
+kernels (core/cpu/cpu_nn_attn_bf16.c) run where the CPU has AVX-512 BF16; the batched GEMMs are the path before them
+and still run elsewhere.
+
+| path | threads | fwd ms | fwd GFLOP/s | bwd ms | bwd GFLOP/s |
+|---|---|---|---|---|---|
+$(printf '%s\n' "${rows[@]}")
+MD
+)
+write_section "$SECTION" "$body"
