@@ -98,6 +98,15 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
     X(sdpa_bwd, (const float *q, const float *k, const float *v, const float *att, const float *dout, float *dq,   \
                  float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal,       \
                  bool bf16))                                                                                       \
+    /* The same attention read from and written to the packed layouts of a fused projection: q, k, v are       \
+     * parts 0, 1, 2 of qkv [B, T, 3·H·D] (head h: columns h·D of its part), out and dout are [B, T, H·D],      \
+     * dqkv is qkv's shape; att as above. No copies into [B, H, T, D]. Sets *done = false, touching nothing,  \
+     * when the device has no such kernel for these arguments (the caller then copies and uses sdpa_fwd/bwd);  \
+     * a NULL entry: never. */                                                                                     \
+    X(sdpa_qkv_fwd, (const float *qkv, float *out, float *att, int64_t B, int64_t H, int64_t T, int64_t D,         \
+                     float scale, bool causal, bool bf16, bool *done))                                             \
+    X(sdpa_qkv_bwd, (const float *qkv, const float *att, const float *dout, float *dqkv, int64_t B, int64_t H,     \
+                     int64_t T, int64_t D, float scale, bool causal, bool bf16, bool *done))                       \
     /* y[r, :] += b for r < rows (the linear layer's bias, in place). */                                           \
     X(bias_add, (float *y, const float *b, int64_t rows, int64_t cols))                                            \
     /* ---- optimizers (core/optim.c; maths in core/optim.h) -------------------------------------                 \

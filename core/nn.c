@@ -420,25 +420,57 @@ static fl_status heads_view(fl_tensor **out, const fl_tensor *t, int i, int64_t 
     return st;
 }
 
-static fl_status sdpa_qkv_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
-    const fl_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *att = n->saved[3];
-    int64_t H = q->shape[1];
-    fl_tensor *d[3] = { NULL, NULL, NULL }, *gv = NULL, *gc = NULL, *dqkv = NULL;
-    int64_t ds[3] = { g->shape[0], g->shape[1], 3 * g->shape[2] };
-    fl_status st = heads_view(&gv, g, -1, H);
-    if (st == FL_OK) st = fl_tensor_contiguous(&gc, gv);
-    for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], q, false);   /* the kernel overwrites them */
-    if (st == FL_OK)
-        st = DEV(q)->sdpa_bwd(F(q), F(k), F(v), F(att), F(gc), F(d[0]), F(d[1]), F(d[2]), q->shape[0], H,
-                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0, n->iargs[1] != 0);
-    if (st == FL_OK) st = fl_tensor_empty(&dqkv, FL_F32, 3, ds, g->device);
+/* Copies of q, k, v out of the packed qkv [B, T, 3C], as contiguous [B, H, T, D]. */
+static fl_status qkv_parts(fl_tensor *p[3], const fl_tensor *x, int64_t H) {
+    fl_status st = FL_OK;
     for (int i = 0; i < 3 && st == FL_OK; i++) {
-        fl_tensor *part = NULL;
-        st = heads_view(&part, dqkv, i, H);
-        if (st == FL_OK) st = fl_tensor_copy_(part, d[i]);
-        fl_tensor_release(part);
+        fl_tensor *view = NULL;
+        st = heads_view(&view, x, i, H);
+        if (st == FL_OK) st = fl_tensor_contiguous(&p[i], view);
+        fl_tensor_release(view);
     }
-    for (int i = 0; i < 3; i++) fl_tensor_release(d[i]);
+    return st;
+}
+
+/* Saved: q, k, v as [B, H, T, D] copies and att, or (iargs[2] = H, the forward ran on the packed layout) the
+ * packed qkv itself and att. The packed backward writes dqkv directly; when the device declines it, the
+ * copies are made now and the [B, H, T, D] entry runs. */
+static fl_status sdpa_qkv_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *att = n->saved[3];
+    const bool packed = n->iargs[2] > 0;
+    const int64_t H = packed ? n->iargs[2] : n->saved[0]->shape[1];
+    const float scale = (float)n->dargs[0];
+    const bool causal = n->iargs[0] != 0, bf16 = n->iargs[1] != 0;
+    fl_tensor *p[3] = { NULL, NULL, NULL }, *d[3] = { NULL, NULL, NULL }, *gv = NULL, *gc = NULL, *dqkv = NULL;
+    const int64_t B = g->shape[0], T = g->shape[1], C = g->shape[2], ds[3] = { B, T, 3 * C };
+    fl_status st = fl_tensor_empty(&dqkv, FL_F32, 3, ds, g->device);
+    bool done = false;
+    if (st == FL_OK && packed) {
+        const fl_tensor *x = n->saved[0];
+        st = f32c(&gc, g, "attention backward", "gradient");
+        if (st == FL_OK)
+            st = DEV(x)->sdpa_qkv_bwd(F(x), F(att), F(gc), F(dqkv), B, H, T, C / H, scale, causal, bf16, &done);
+        fl_tensor_release(gc);
+        gc = NULL;
+        if (st == FL_OK && !done) st = qkv_parts(p, x, H);
+    } else if (st == FL_OK) {
+        for (int i = 0; i < 3; i++) p[i] = fl_tensor_retain(n->saved[i]);
+    }
+    if (st == FL_OK && !done) {
+        st = heads_view(&gv, g, -1, H);
+        if (st == FL_OK) st = fl_tensor_contiguous(&gc, gv);
+        for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], p[0], false);   /* the kernel overwrites them */
+        if (st == FL_OK)
+            st = DEV(p[0])->sdpa_bwd(F(p[0]), F(p[1]), F(p[2]), F(att), F(gc), F(d[0]), F(d[1]), F(d[2]), B, H, T,
+                                     C / H, scale, causal, bf16);
+        for (int i = 0; i < 3 && st == FL_OK; i++) {
+            fl_tensor *part = NULL;
+            st = heads_view(&part, dqkv, i, H);
+            if (st == FL_OK) st = fl_tensor_copy_(part, d[i]);
+            fl_tensor_release(part);
+        }
+    }
+    for (int i = 0; i < 3; i++) { fl_tensor_release(p[i]); fl_tensor_release(d[i]); }
     fl_tensor_release(gv);
     fl_tensor_release(gc);
     if (st == FL_OK) gin[0] = dqkv;
@@ -460,30 +492,33 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
     FL_PROF_FLOPS(4.0 * (double)B * (double)H * (double)T * (double)T * (double)D);   /* QKᵀ and AV */
     fl_tensor *x = NULL, *p[3] = { NULL, NULL, NULL }, *o = NULL, *att = NULL, *ov = NULL;
     fl_status st = f32c(&x, qkv, "attention", "qkv");
-    for (int i = 0; i < 3 && st == FL_OK; i++) {
-        fl_tensor *view = NULL;
-        st = heads_view(&view, x, i, H);
-        if (st == FL_OK) st = fl_tensor_contiguous(&p[i], view);
-        fl_tensor_release(view);
-    }
     int64_t as[4] = { B, H, T, T }, os[3] = { B, T, C };
-    if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
-    if (st == FL_OK) st = new_like(&o, p[0], false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
     const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */
-    if (st == FL_OK) st = dev->sdpa_fwd(F(p[0]), F(p[1]), F(p[2]), F(o), F(att), B, H, T, D, (float)scale, causal, bf16);
+    if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
     if (st == FL_OK) st = fl_tensor_empty(out, FL_F32, 3, os, qkv->device);
-    if (st == FL_OK) st = heads_view(&ov, *out, -1, H);
-    if (st == FL_OK) st = fl_tensor_copy_(ov, o);
+    /* The packed layout where the device reads it in place; else copies into [B, H, T, D] and back. */
+    bool packed = false;
+    if (st == FL_OK && dev->sdpa_qkv_fwd)
+        st = dev->sdpa_qkv_fwd(F(x), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16, &packed);
+    if (st == FL_OK && !packed) {
+        st = qkv_parts(p, x, H);
+        if (st == FL_OK) st = new_like(&o, p[0], false);
+        if (st == FL_OK) st = dev->sdpa_fwd(F(p[0]), F(p[1]), F(p[2]), F(o), F(att), B, H, T, D, (float)scale, causal, bf16);
+        if (st == FL_OK) st = heads_view(&ov, *out, -1, H);
+        if (st == FL_OK) st = fl_tensor_copy_(ov, o);
+    }
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, "SdpaBackward", sdpa_qkv_bwd, 1, (const fl_tensor *[]){ qkv });
         if (st == FL_OK && n) {
-            for (int i = 0; i < 3; i++) fl_node_save(n, i, p[i]);
+            if (packed) fl_node_save(n, 0, x);
+            else for (int i = 0; i < 3; i++) fl_node_save(n, i, p[i]);
             fl_node_save(n, 3, att);
             n->dargs[0] = scale;
             n->iargs[0] = causal;
             n->iargs[1] = bf16;
+            n->iargs[2] = packed ? H : 0;
         }
     }
     for (int i = 0; i < 3; i++) fl_tensor_release(p[i]);

@@ -154,15 +154,16 @@ ATTN16_INLINE void transpose16(__m512i u[16]) {
 }
 
 /* dst[m, r] = the pair (src[r, 2m], src[r, 2m+1]) rounded, for r < rows and zero up to rows rounded up to
- * 16: srcᵀ as a B operand (ldd a multiple of 16). Blocks of 16 rows × 16 pairs are transposed in registers. */
-static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, uint32_t *dst, int64_t ldd) {
+ * 16: srcᵀ as a B operand (ldd a multiple of 16; src rows lds apart). Blocks of 16 rows × 16 pairs are
+ * transposed in registers. */
+static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t lds, uint32_t *dst, int64_t ldd) {
     const int64_t h = (cols + 1) / 2;
     for (int64_t r0 = 0; r0 < rows; r0 += 16)
         for (int64_t c0 = 0; c0 < cols; c0 += 32) {
             __m512i u[16];
             for (int i = 0; i < 16; i++) {
                 const bool in = r0 + i < rows;
-                const float *x = src + (in ? r0 + i : 0) * cols + c0;
+                const float *x = src + (in ? r0 + i : 0) * lds + c0;
                 const __m512 x0 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0) : 0, x);
                 const __m512 x1 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0 - 16) : 0, x + 16);
                 u[i] = bf16_join(bf16_hi(x0), bf16_hi(x1));
@@ -290,34 +291,36 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
     return causal && n < s->T ? n : s->T;
 }
 
-static ATTN16 void fwd_head(const float *q, const float *k, const float *v, float *o, float *att, const shape *s,
-                            float scale, int causal, uint32_t *w) {
+/* One head; q, k, v rows ldi apart, o rows ldo apart. */
+static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int64_t ldi, float *o, int64_t ldo, float *att,
+                            const shape *s, float scale, int causal, uint32_t *w) {
     const int64_t T = s->T, D = s->D;
     uint32_t *q16 = w, *kt = q16 + T * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp;
-    pack_rows(q, T, D, D, (uint16_t *)q16, 2 * s->Dh);
-    pack_t(k, T, D, kt, s->Tp);
-    pack_pairs(v, T, D, D, v2, s->Dp);
+    pack_rows(q, T, D, ldi, (uint16_t *)q16, 2 * s->Dh);
+    pack_t(k, T, D, ldi, kt, s->Tp);
+    pack_pairs(v, T, D, ldi, v2, s->Dp);
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr;
         band(mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, att + i0 * T, T);
         const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
         softmax_tile(att, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w);
-        band(mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * D, D);
+        band(mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * ldo, ldo);
     }
 }
 
-static ATTN16 void bwd_head(const float *q, const float *k, const float *v, const float *att, const float *dout,
-                            float *dq, float *dk, float *dv, const shape *s, float scale, int causal, uint32_t *w,
-                            float *ds) {   /* ds: MR rows of dP */
+/* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; ds: MR rows of dP. */
+static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int64_t ldi, const float *att,
+                            const float *dout, int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd, const shape *s,
+                            float scale, int causal, uint32_t *w, float *ds) {
     const int64_t T = s->T, D = s->D;
     uint32_t *o16 = w, *vt = o16 + T * s->Dh, *o2 = vt + s->Dh * s->Tp, *k2 = o2 + s->Th * s->Dp;
     uint32_t *q2 = k2 + s->Th * s->Dp, *p2 = q2 + s->Th * s->Dp, *s16 = p2 + s->Th * s->Tp, *s2 = s16 + T * s->Th;
-    pack_rows(dout, T, D, D, (uint16_t *)o16, 2 * s->Dh);
-    pack_t(v, T, D, vt, s->Tp);
-    pack_pairs(dout, T, D, D, o2, s->Dp);
-    pack_pairs(k, T, D, D, k2, s->Dp);
-    pack_pairs(q, T, D, D, q2, s->Dp);
+    pack_rows(dout, T, D, ldo, (uint16_t *)o16, 2 * s->Dh);
+    pack_t(v, T, D, ldi, vt, s->Tp);
+    pack_pairs(dout, T, D, ldo, o2, s->Dp);
+    pack_pairs(k, T, D, ldi, k2, s->Dp);
+    pack_pairs(q, T, D, ldi, q2, s->Dp);
     /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) in bf16 rows and pairs, P in pairs, dQ = dS·K */
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
@@ -332,14 +335,14 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, cons
                           (uint16_t *)(s16 + i * s->Th), (uint16_t *)(s16 + (i + 1) * s->Th), w, s2 + i / 2 * s->Tp,
                           p2 + i / 2 * s->Tp, causal ? (nk + 15) & ~(int64_t)15 : s->Tp);
         }
-        band(mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kend, k2, s->Dp, dq + i0 * D, D);
+        band(mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kend, k2, s->Dp, dq + i0 * ldd, ldd);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
     for (int64_t j0 = 0; j0 < T; j0 += MR) {
         const int mr = (int)(T - j0 < MR ? T - j0 : MR);
         const int64_t m0 = causal ? j0 / 2 : 0;
-        band(mr, D, p2 + j0, 1, s->Tp, m0, s->Th, o2, s->Dp, dv + j0 * D, D);
-        band(mr, D, s2 + j0, 1, s->Tp, m0, s->Th, q2, s->Dp, dk + j0 * D, D);
+        band(mr, D, p2 + j0, 1, s->Tp, m0, s->Th, o2, s->Dp, dv + j0 * ldd, ldd);
+        band(mr, D, s2 + j0, 1, s->Tp, m0, s->Th, q2, s->Dp, dk + j0 * ldd, ldd);
     }
 }
 
@@ -359,39 +362,62 @@ static void *scratch(int64_t words, int64_t floats) {
     return p;
 }
 
-fl_status fl_cpu_attn_bf16_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t BH,
-                               int64_t T, int64_t D, float scale, int causal) {
+static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return (bh / H) * l.sb + (bh % H) * l.sh; }
+
+fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
+                                  float scale, int causal) {
     const shape s = shape_of(T, D);
-    const int64_t sq = T * D, sa = T * T;
+    const int64_t BH = B * H, sa = T * T;
     bool oom = false;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
     {
         uint32_t *w = scratch(fwd_words(&s), 0);
         oom = !w;
         #pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < BH; bh++)
-            if (w) fwd_head(q + bh * sq, k + bh * sq, v + bh * sq, out + bh * sq, att + bh * sa, &s, scale, causal, w);
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const int64_t hi = head_at(in, bh, H);
+            if (w) fwd_head(q + hi, k + hi, v + hi, in.st, out + head_at(out_l, bh, H), out_l.st, att + bh * sa, &s,
+                            scale, causal, w);
+        }
         free(w);
     }
     return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
 }
 
-fl_status fl_cpu_attn_bf16_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
-                               float *dq, float *dk, float *dv, int64_t BH, int64_t T, int64_t D, float scale,
-                               int causal) {
+fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
+                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                  int causal) {
     const shape s = shape_of(T, D);
-    const int64_t sq = T * D, sa = T * T, nw = bwd_words(&s);
+    const int64_t BH = B * H, sa = T * T, nw = bwd_words(&s);
     bool oom = false;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
     {
         uint32_t *w = scratch(nw, MR * T);
         oom = !w;
         #pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < BH; bh++)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const int64_t hi = head_at(in, bh, H), hd = head_at(din, bh, H);
             if (w)
-                bwd_head(q + bh * sq, k + bh * sq, v + bh * sq, att + bh * sa, dout + bh * sq, dq + bh * sq,
-                         dk + bh * sq, dv + bh * sq, &s, scale, causal, w, (float *)(w + nw));
+                bwd_head(q + hi, k + hi, v + hi, in.st, att + bh * sa, dout + head_at(out_l, bh, H), out_l.st, dq + hd,
+                         dk + hd, dv + hd, din.st, &s, scale, causal, w, (float *)(w + nw));
+        }
         free(w);
     }
     return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}
+
+/* Contiguous [BH, T, D] heads: one "batch" of BH heads T·D apart, rows D apart. */
+fl_status fl_cpu_attn_bf16_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t BH,
+                               int64_t T, int64_t D, float scale, int causal) {
+    const fl_attn_layout l = { 0, T * D, D };
+    return fl_cpu_attn_bf16_fwd_at(q, k, v, l, out, l, att, 1, BH, T, D, scale, causal);
+}
+
+fl_status fl_cpu_attn_bf16_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
+                               float *dq, float *dk, float *dv, int64_t BH, int64_t T, int64_t D, float scale,
+                               int causal) {
+    const fl_attn_layout l = { 0, T * D, D };
+    return fl_cpu_attn_bf16_bwd_at(q, k, v, l, att, dout, l, dq, dk, dv, l, 1, BH, T, D, scale, causal);
 }

@@ -14,10 +14,13 @@
 /* Below this many elements a kernel stays on one thread (thread start-up costs more than it saves). */
 #define FL_NN_PAR_MIN (1 << 16)
 
-/* bf16 attention (cpu_nn_attn_bf16.c): contiguous [BH, T, D] heads with AVX-512 BF16 dot products, as
- * fl_cpu_sdpa_causal_fwd/bwd specify under bf16; FL_ENOMEM when a thread's buffers cannot be had. Used
- * when available (the CPU has AVX-512 BF16, fl_cpu_avx512() allows AVX-512, and the flag is set: tests
- * and the benchmark clear it to run the batched GEMMs instead). */
+/* bf16 attention (cpu_nn_attn_bf16.c): heads with AVX-512 BF16 dot products, as fl_cpu_sdpa_causal_fwd/bwd
+ * specify under bf16; FL_ENOMEM when a thread's buffers cannot be had. Used when available (the CPU has
+ * AVX-512 BF16, fl_cpu_avx512() allows AVX-512, and the flag is set: tests and the benchmark clear it to
+ * run the batched GEMMs instead). The plain forms take contiguous [BH, T, D] heads; the _at forms read and
+ * write heads where a layout puts them (e.g. q, k and v inside one packed [B, T, 3C] tensor), so no
+ * copies are made. att is always contiguous [B·H, T, T]. */
+typedef struct { int64_t sb, sh, st; } fl_attn_layout;   /* head (b, h), row t, column d at b·sb + h·sh + t·st + d */
 extern _Atomic bool fl_cpu_attn_bf16_allowed;
 bool fl_cpu_attn_bf16_available(void);
 fl_status fl_cpu_attn_bf16_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t BH,
@@ -25,6 +28,15 @@ fl_status fl_cpu_attn_bf16_fwd(const float *q, const float *k, const float *v, f
 fl_status fl_cpu_attn_bf16_bwd(const float *q, const float *k, const float *v, const float *att, const float *dout,
                                float *dq, float *dk, float *dv, int64_t BH, int64_t T, int64_t D, float scale,
                                int causal);
+/* in: where q, k, v are (each pointer is its part's base); out: where out (forward) or dout (backward) is;
+ * din: where dq, dk, dv go. */
+fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
+                                  float scale, int causal);
+fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
+                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                  int causal);
 
 /* e^x to ~1 ulp over the whole float range: e^x = 2^k·e^r with |r| <= ln2/2 and Cephes' degree-6
  * polynomial. 2^k is built from two exponent fields (k split in halves) so subnormal results are
