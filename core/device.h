@@ -51,6 +51,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * operands in place). The copy may be handed to fp8_gemm as a cache slot's content for that operand. */       \
     X(quantize_transpose, (fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,             \
                            int margin, bool pow2, fl_overflow p))                                                  \
+    /* Per-tensor quantize of a contiguous fp32 [R, C] src with the host scale (delayed scaling), as quantize    \
+     * with axis < 0, that also writes dbias [C] (fp32, contiguous) = Σ_r src[r, :] — a linear layer's bias        \
+     * gradient from the dY it casts, in one read of dY — with the bits fl_reduce's sum over dim 0 gives.         \
+     * NULL entry: the caller casts and reduces separately. */                                                     \
+    X(quantize_dbias, (fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p, fl_tensor *dbias))  \
     /* dst contiguous */                                                                                           \
     X(dequantize, (fl_tensor *dst, const fl_tensor *q))                                                            \
     /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis]            \

@@ -173,6 +173,27 @@ static fl_status cast_observed_t(fl_tensor **q, fl_tensor **qt, const fl_tensor 
     return FL_OK;
 }
 
+/* dY's per-tensor cast (cast_observed_t), and with `db` the bias gradient Σ_rows dY: read in the cast's pass
+ * where the device sums while it casts (quantize_dbias: delayed scaling, no transposed copy wanted from a
+ * device that makes one); else *db stays NULL and the caller reduces dY itself. */
+static fl_status cast_dy(fl_tensor **q, fl_tensor **qt, fl_tensor **db, const fl_tensor *g32, fl_scaling *s, bool record,
+                         bool want_t) {
+    const fl_device *dev = fl_device_get(g32->device);
+    if (!db || !dev || !dev->quantize_dbias || is_current(s, false, -1) || (want_t && dev->quantize_transpose))
+        return cast_observed_t(q, qt, g32, s, record, want_t);
+    *qt = NULL;
+    fl_tensor *a = NULL, *b = NULL;
+    const int64_t n = g32->shape[1];
+    fl_status st = new_q(&a, g32, s->fmt, -1);
+    if (st == FL_OK) st = fl_tensor_empty(&b, FL_F32, 1, &n, g32->device);
+    if (st == FL_OK) st = dev->quantize_dbias(a, g32, &s->scale, FL_SATURATE, b);
+    if (st == FL_OK) st = observe(s, a, record);
+    if (st != FL_OK) { fl_tensor_release(a); fl_tensor_release(b); return st; }
+    *q = a;
+    *db = b;
+    return FL_OK;
+}
+
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
 
 /* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
@@ -264,6 +285,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
     fl_tensor *g2 = NULL, *g32 = NULL, *gq = NULL, *gqc = NULL, *t = NULL, *tt = NULL, *wq2 = NULL, *xq2 = NULL;
     fl_tensor *gq_dev = NULL;   /* what the device derived from gq's bytes: shared by dgrad and wgrad */
     fl_tensor *xt = NULL;       /* x's FP8 bytes transposed, when the cast made them (wgrad's b) */
+    fl_tensor *db = NULL;       /* the bias gradient, when dY's cast summed it */
     l->backwards++;
     fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
     if (st == FL_OK) st = as_f32(&g32, g2);
@@ -275,7 +297,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             st = gemm_hp(&t, g32, n->saved[SV_WHP] ? n->saved[SV_WHP] : w, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
             /* gq_dev: dY's bytes transposed, made in the cast's pass where the device can (wgrad's dYᵀ) */
-            st = cast_observed_t(&gq, &gq_dev, g32, sg, record, fp8_dw);
+            st = cast_dy(&gq, &gq_dev, need_db ? &db : NULL, g32, sg, record, fp8_dw);
             if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, false, true);   /* fprop ran in high precision */
             const fl_tensor *wq = n->saved[SV_W] ? n->saved[SV_W] : wq2;
             if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, &gq_dev, wcache(l, wq), false);
@@ -300,7 +322,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             st = transposed(&tt, g32);
             if (st == FL_OK) st = gemm_hp(&gin[1], tt, xhp, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
-            if (!gq) st = cast_observed_t(&gq, &gq_dev, g32, sg, record, true);
+            if (!gq) st = cast_dy(&gq, &gq_dev, need_db ? &db : NULL, g32, sg, record, true);
             if (st == FL_OK && !n->saved[SV_X]) {   /* fprop ran in high precision: cast the input now */
                 fl_tensor *x32 = NULL;
                 st = as_f32(&x32, n->saved[SV_XHP]);
@@ -323,7 +345,11 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL, NULL, false);
         }
     }
-    if (st == FL_OK && need_db) st = fl_reduce_raw(&gin[2], FL_OP_SUM, g32, 0, false);
+    if (st == FL_OK && need_db) {
+        if (db) { gin[2] = db; db = NULL; }
+        else st = fl_reduce_raw(&gin[2], FL_OP_SUM, g32, 0, false);
+    }
+    fl_tensor_release(db);
     fl_tensor_release(gq_dev);
     fl_tensor_release(xt);
     fl_tensor_release(tt);

@@ -196,6 +196,7 @@ static const fl_device fl_cpu = {
     .matmul = fl_cpu_dev_matmul,
     .quantize = fl_cpu_dev_quantize,
     .quantize_current = fl_cpu_dev_quantize_current,
+    .quantize_dbias = fl_cpu_dev_quantize_dbias,
     .dequantize = fl_cpu_dev_dequantize,
     .amax = fl_cpu_dev_amax,
     .act_fwd = fl_cpu_dev_act_fwd,

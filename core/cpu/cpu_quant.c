@@ -113,6 +113,60 @@ fl_status fl_cpu_dev_quantize(fl_tensor *dst, const fl_tensor *src, const float 
     return st;
 }
 
+/* Rows per chunk of the column sums: fl_cpu_dev_reduce's RB (cpu_reduce.c), whose order this repeats: each
+ * chunk's rows summed in order in double, the chunks combined in order, the result rounded to fp32. */
+#define DBIAS_ROWS 256
+
+fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p,
+                                    fl_tensor *dbias) {
+    if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) || dbias->dtype != FL_F32 ||
+        !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])
+        return FL_ERR(FL_EINVAL, "quantize_dbias: expects a contiguous fp32 [R, C] source and an fp32 [C] bias gradient");
+    const int64_t R = src->shape[0], C = src->shape[1], chunks = (R + DBIAS_ROWS - 1) / DBIAS_ROWS;
+    const float *x = fl_tensor_data(src);
+    uint8_t *d = fl_tensor_data(dst);
+    float *db = fl_tensor_data(dbias);
+    ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / scale[0];
+    double *psum = calloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)(C > 0 ? C : 1), sizeof(double));
+    if (!psum) return FL_ERR(FL_ENOMEM, "quantize_dbias: out of memory for %lld column sums", (long long)(chunks * C));
+    fl_cast_stats acc = { 0, 0, 0, 0 };
+    int nerr = 0;
+    #pragma omp parallel if (chunks > 1 && R * C >= FL_CPU_PAR_MIN)
+    {
+        fl_cast_stats mine = { 0, 0, 0, 0 };
+        #pragma omp for schedule(static)
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            double *ps = psum + ch * C;
+            const int64_t r1 = (ch + 1) * DBIAS_ROWS < R ? (ch + 1) * DBIAS_ROWS : R;
+            for (int64_t r = ch * DBIAS_ROWS; r < r1; r++) {
+                const float *row = x + r * C;
+                fl_cast_stats s;
+                if (fl_quantize_f32(row, d + r * C, (size_t)C, dst->dtype, scale[0], p, &s) != FL_OK) {
+                    #pragma omp atomic
+                    nerr++;
+                    break;
+                }
+                stats_merge(&mine, &s);
+                #pragma omp simd
+                for (int64_t c = 0; c < C; c++) ps[c] += (double)row[c];   /* the row is still in cache */
+            }
+        }
+        #pragma omp critical
+        stats_merge(&acc, &mine);
+    }
+    if (!nerr) {
+        for (int64_t c = 0; c < C; c++) {
+            double t = 0;
+            for (int64_t ch = 0; ch < chunks; ch++) t += psum[ch * C + c];
+            db[c] = (float)t;
+        }
+        dst->qstats = acc;
+    }
+    free(psum);
+    if (nerr) return FL_ERR(FL_EINTR, "interrupted");
+    return fl_check_interrupt();
+}
+
 fl_status fl_cpu_dev_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p) {
     int64_t ns = axis < 0 ? 1 : src->shape[axis];
     float one, *scales = ns <= 1 ? &one : malloc((size_t)ns * sizeof(float));

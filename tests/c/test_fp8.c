@@ -12,6 +12,9 @@
 #include "optim.h"
 #include "scaling.h"
 #include "rng.h"
+#include "ops_raw.h"
+#include <omp.h>
+#include <string.h>
 
 TEST(recipe_delayed_max_margin_by_hand) {
     fl_scaling s;
@@ -345,4 +348,43 @@ TEST(fp8_decode_bf16_every_code) {
             fl_tensor_release(q); fl_tensor_release(d);
         }
     fl_cpu_avx512_allowed = true;
+}
+
+/* The CPU's cast of dY with its column sums (quantize_dbias) gives the bytes, scale_inv and statistics of
+ * quantize and the bits of fl_reduce's sum over dim 0, on shapes with partial row chunks and columns past
+ * one reduction tile, on 1 and 2 threads. */
+TEST(fp8_quantize_dbias_matches_cast_and_reduce) {
+    static const int64_t shapes[][2] = { { 2048, 768 }, { 257, 33 }, { 1, 5 }, { 600, 1500 } };
+    const fl_device *cpu = fl_cpu_device();
+    const int threads0 = omp_get_max_threads();
+    for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
+            fl_tensor *src = NULL, *q1 = NULL, *q2 = NULL, *db = NULL, *ref = NULL;
+            REQUIRE_OK(fl_tensor_empty(&src, FL_F32, 2, sh, FL_DEV_CPU));
+            float *x = fl_tensor_data(src);
+            uint32_t s = 99u + (uint32_t)si;
+            for (int64_t i = 0; i < R * C; i++) {
+                s = s * 1664525u + 1013904223u;
+                x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (i % 101 == 0 ? 3e3f : 1.0f) * (i % 211 == 0 ? 1e-9f : 1.0f);
+            }
+            const float scale = 37.5f;
+            REQUIRE_OK(fl_tensor_empty(&q1, FL_E5M2, 2, sh, FL_DEV_CPU));
+            REQUIRE_OK(fl_tensor_empty(&q2, FL_E5M2, 2, sh, FL_DEV_CPU));
+            REQUIRE_OK(fl_tensor_empty(&db, FL_F32, 1, &C, FL_DEV_CPU));
+            REQUIRE_OK(cpu->quantize(q1, src, &scale, -1, FL_SATURATE));
+            REQUIRE_OK(cpu->quantize_dbias(q2, src, &scale, FL_SATURATE, db));
+            REQUIRE_OK(fl_reduce_raw(&ref, FL_OP_SUM, src, 0, false));
+            CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)(R * C)), "%lldx%lld: bytes differ", (long long)R, (long long)C);
+            CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv), "scale_inv differs");
+            CHECK(q1->qstats.amax == q2->qstats.amax && q1->qstats.underflow == q2->qstats.underflow &&
+                  q1->qstats.saturated == q2->qstats.saturated && q1->qstats.nan == q2->qstats.nan,
+                  "%lldx%lld: statistics differ", (long long)R, (long long)C);
+            CHECK(!memcmp(fl_tensor_data(db), fl_tensor_data(ref), (size_t)C * sizeof(float)),
+                  "%lldx%lld threads %d: column sums differ from the reduction", (long long)R, (long long)C, threads);
+            fl_tensor *t[] = { src, q1, q2, db, ref };
+            for (unsigned i = 0; i < 5; i++) fl_tensor_release(t[i]);
+        }
+    omp_set_num_threads(threads0);
 }
