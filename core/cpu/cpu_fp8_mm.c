@@ -20,7 +20,13 @@ _Atomic bool fl_cpu_fp8_mm_allowed = true;
  *   A block, a K-contiguous: rows of kcp u32 (bf16 row-major, K padded to even), rows past M zero;
  *            a M-contiguous (a transposed view): MR-row panels [kcp][MR] u32 made by interleaving rows.
  * kcp = ceil(kc/2): an odd K gets a zero pair partner in both operands. */
-enum { MR = 8, NR = 32, KC = 512, MB_MAX = 256, NB_MAX = 256 };
+#ifndef FL_MM_KC
+#define FL_MM_KC 256
+#endif
+#ifndef FL_MM_NB
+#define FL_MM_NB 256
+#endif
+enum { MR = 8, NR = 32, AG = 2 * MR, KC = FL_MM_KC, NB_MAX = FL_MM_NB };
 
 #define FL_CPU_BF16 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
 #define FL_INLINE FL_CPU_BF16 static inline __attribute__((always_inline))
@@ -129,33 +135,26 @@ FL_CPU_BF16 static void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, 
     }
 }
 
-/* A block (mb × kc) of a K-contiguous a (a[m·lda + k]): decoded rows of kcp pairs, rows mb..mbpad zero. */
-FL_CPU_BF16 static void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t mb, const lut4 *L) {
-    const int64_t kcp = (kc + 1) / 2, mbpad = (mb + MR - 1) / MR * MR;
-    for (int64_t m = 0; m < mb; m++) dec_row(ap + m * 2 * kcp, a + m * lda, kc, 2 * kcp, L);
-    if (mbpad > mb) memset(ap + mb * 2 * kcp, 0, (size_t)((mbpad - mb) * 4 * kcp));
+/* A group (AG rows × kc) of a K-contiguous a (a[m·lda + k]): decoded rows of kcp pairs; rows ag..AG zero. */
+FL_CPU_BF16 static void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2;
+    for (int64_t m = 0; m < ag; m++) dec_row(ap + m * 2 * kcp, a + m * lda, kc, 2 * kcp, L);
+    if (ag < AG) memset(ap + ag * 2 * kcp, 0, (size_t)((AG - ag) * 4 * kcp));
 }
 
-/* A block of a M-contiguous a (a[k·lda + m]): 32 rows at a time, rows k, k+1 interleaved into pairs and
- * split into MR-row panels [kcp][MR]. */
-FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t mb, const lut4 *L) {
-    const int64_t kcp = (kc + 1) / 2, npan = (mb + MR - 1) / MR;
+/* A group of a M-contiguous a (a[k·lda + m]): rows k, k+1 of the AG = 2·MR columns interleaved into pairs
+ * and split into two MR-row panels [kcp][MR]; rows past ag are zero. */
+FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2;
     uint32_t *d = (uint32_t *)ap;
-    for (int64_t m0 = 0; m0 < mb; m0 += 32) {
-        const int64_t nv = mb - m0;
-        for (int64_t kp = 0; kp < kcp; kp++) {
-            const uint8_t *r = a + 2 * kp * lda + m0;
-            const __m512i x = dec32(load32(r, nv), L);
-            const __m512i y = 2 * kp + 1 < kc ? dec32(load32(r + lda, nv), L) : _mm512_setzero_si512();
-            __m512i lo, hi;
-            interleave(x, y, &lo, &hi);
-            const __m256i q[4] = { _mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1),
-                                   _mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1) };
-            for (int p = 0; p < 4; p++) {
-                const int64_t pan = m0 / MR + p;
-                if (pan < npan) _mm256_storeu_si256((__m256i *)(d + pan * kcp * MR + kp * MR), q[p]);
-            }
-        }
+    for (int64_t kp = 0; kp < kcp; kp++) {
+        const uint8_t *r = a + 2 * kp * lda;
+        const __m512i x = dec32(load32(r, ag), L);
+        const __m512i y = 2 * kp + 1 < kc ? dec32(load32(r + lda, ag), L) : _mm512_setzero_si512();
+        __m512i lo, hi;
+        interleave(x, y, &lo, &hi);
+        _mm256_store_si256((__m256i *)(d + kp * MR), _mm512_castsi512_si256(lo));
+        _mm256_store_si256((__m256i *)(d + kcp * MR + kp * MR), _mm512_extracti64x4_epi64(lo, 1));
     }
 }
 
@@ -230,18 +229,21 @@ FL_CPU_BF16 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_
         const bool first = k0 == 0, last = k0 + KC >= J->K;
         if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, nb, &LB);
         else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, nb, &LB);
-        if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m0, J->lda, kc, mb, &LA);
-        else pack_a_k(apk, J->a + m0 * J->lda + k0, J->lda, kc, mb, &LA);
-        for (int64_t mi = 0; mi < mb; mi += MR) {
-            const int64_t mr = mb - mi < MR ? mb - mi : MR;
-            const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
+        for (int64_t mg = 0; mg < mb; mg += AG) {
+            const int64_t ag = mb - mg < AG ? mb - mg : AG;
+            if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m0 + mg, J->lda, kc, ag, &LA);
+            else pack_a_k(apk, J->a + (m0 + mg) * J->lda + k0, J->lda, kc, ag, &LA);
             for (int64_t nj = 0; nj < nb; nj += NR) {
                 const int64_t nv = nb - nj < NR ? nb - nj : NR;
-                float *c = J->c + (m0 + mi) * ldc + n0 + nj;
                 const uint16_t *bp = bpk + (nj / NR) * kcp * 2 * NR;
                 const float *bias = J->bias ? J->bias + n0 + nj : NULL;
-                if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
-                else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+                for (int64_t mi = 0; mi < ag; mi += MR) {
+                    const int64_t mr = ag - mi < MR ? ag - mi : MR;
+                    const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
+                    float *c = J->c + (m0 + mg + mi) * ldc + n0 + nj;
+                    if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+                    else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+                }
             }
         }
     }
@@ -271,17 +273,18 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     J.lut_a = fl_fp8_bf16_lut(a->dtype == FL_E5M2);
     J.lut_b = fl_fp8_bf16_lut(b->dtype == FL_E5M2);
 
-    /* Tiles: at most MB_MAX × NB_MAX, halved in rows while there are fewer than 4 per thread. */
+    /* Tiles: at most NB_MAX columns; rows split once per thread (B's block is packed once per tile and K
+     * block, so tiles as tall as balance allows), each thread taking one row block's tiles. */
     const double flops = 2.0 * (double)J.M * (double)J.N * (double)J.K;
     const int nthr = flops >= 4e6 ? omp_get_max_threads() : 1;
     J.nb = J.N < NB_MAX ? J.N : NB_MAX;
-    J.mb = J.M < MB_MAX ? J.M : MB_MAX;
     const int64_t nnb = (J.N + J.nb - 1) / J.nb;
-    while (J.mb > 4 * MR && ((J.M + J.mb - 1) / J.mb) * nnb < 4 * nthr) J.mb = (J.mb / 2 + MR - 1) / MR * MR;
+    J.mb = (J.M + nthr - 1) / nthr;
+    J.mb = (J.mb + AG - 1) / AG * AG;
     const int64_t nmb = (J.M + J.mb - 1) / J.mb, ntile = nmb * nnb;
     const int64_t kcmax = J.K < KC ? J.K : KC, kcp = (kcmax + 1) / 2, kcq = (kcp + 15) & ~(int64_t)15;
-    const size_t bbytes = (size_t)(kcp * 4 * ((J.nb + NR - 1) / NR * NR)),
-                 abytes = (size_t)(kcp * 4 * ((J.mb + MR - 1) / MR * MR)), tbytes = (size_t)(NR * 4 * kcq);
+    const size_t bbytes = (size_t)(kcp * 4 * ((J.nb + NR - 1) / NR * NR)), abytes = (size_t)(kcp * 4 * AG),
+                 tbytes = (size_t)(NR * 4 * kcq);
     bool oom = false;
     #pragma omp parallel num_threads(nthr)
     {
