@@ -12,19 +12,20 @@ _Atomic bool fl_cpu_fp8_mm_allowed = true;
 #ifdef __x86_64__
 #include <immintrin.h>
 
-/* Blocking. Micro-tile MR × NR of C in 2·MR zmm accumulators (each 16 columns); K in blocks of KC (B's
- * block of KC × NB bf16 stays in L2 while every MR-row panel of A runs over it from L1); tiles of at
- * most MB × NB.
+/* Blocking. Micro-tile MR × NR of C in 2·MR zmm accumulators (each 16 columns); K in blocks of KC; B's
+ * block (KC × at most NB_MAX columns, bf16: 256 KiB) stays in L2 while A is decoded AG rows at a time
+ * into L1 and run over it. FL_MM_KC / FL_MM_NB override the two for experiments (KC 128-512 and NB
+ * 256-1024 measured within noise of each other on Zen 4).
  * Packed layouts (u32 = one bf16 pair (k even, k odd), the unit vdpbf16ps multiplies):
  *   B block: NR-column panels, panel j = [kcp][NR] u32 (the VNNI layout), columns past N are zero.
- *   A block, a K-contiguous: rows of kcp u32 (bf16 row-major, K padded to even), rows past M zero;
- *            a M-contiguous (a transposed view): MR-row panels [kcp][MR] u32 made by interleaving rows.
+ *   A group, a K-contiguous: AG rows of kcp u32 (bf16 row-major, K padded to even), rows past M zero;
+ *            a M-contiguous (a transposed view): two MR-row panels [kcp][MR] u32 made by interleaving rows.
  * kcp = ceil(kc/2): an odd K gets a zero pair partner in both operands. */
 #ifndef FL_MM_KC
 #define FL_MM_KC 256
 #endif
 #ifndef FL_MM_NB
-#define FL_MM_NB 256
+#define FL_MM_NB 512
 #endif
 enum { MR = 8, NR = 32, AG = 2 * MR, KC = FL_MM_KC, NB_MAX = FL_MM_NB };
 
@@ -273,14 +274,21 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     J.lut_a = fl_fp8_bf16_lut(a->dtype == FL_E5M2);
     J.lut_b = fl_fp8_bf16_lut(b->dtype == FL_E5M2);
 
-    /* Tiles: at most NB_MAX columns; rows split once per thread (B's block is packed once per tile and K
-     * block, so tiles as tall as balance allows), each thread taking one row block's tiles. */
+    /* Tiles: one block of rows or columns per thread, split along the longer side, since each thread packs
+     * the whole other operand for its block (A: M × K; B: K × N, once per K block and NB_MAX columns). */
     const double flops = 2.0 * (double)J.M * (double)J.N * (double)J.K;
     const int nthr = flops >= 4e6 ? omp_get_max_threads() : 1;
-    J.nb = J.N < NB_MAX ? J.N : NB_MAX;
+    if (J.N > J.M && nthr > 1) {
+        J.mb = J.M;
+        J.nb = (J.N + nthr - 1) / nthr;
+        J.nb = (J.nb + NR - 1) / NR * NR;
+    } else {
+        J.mb = (J.M + nthr - 1) / nthr;
+        J.mb = (J.mb + AG - 1) / AG * AG;
+        J.nb = J.N;
+    }
+    if (J.nb > NB_MAX) J.nb = NB_MAX;
     const int64_t nnb = (J.N + J.nb - 1) / J.nb;
-    J.mb = (J.M + nthr - 1) / nthr;
-    J.mb = (J.mb + AG - 1) / AG * AG;
     const int64_t nmb = (J.M + J.mb - 1) / J.mb, ntile = nmb * nnb;
     const int64_t kcmax = J.K < KC ? J.K : KC, kcp = (kcmax + 1) / 2, kcq = (kcp + 15) & ~(int64_t)15;
     const size_t bbytes = (size_t)(kcp * 4 * ((J.nb + NR - 1) / NR * NR)), abytes = (size_t)(kcp * 4 * AG),
