@@ -61,7 +61,8 @@ static bool run_mm(int *fl__failed, const fl_tensor *a, const fl_tensor *b, floa
 TEST(fp8_mm_matches_float64_reference_every_layout) {
     if (!have_mm()) { fprintf(stderr, "  (skipped: no AVX512_BF16)\n"); return; }
     const shape3 shapes[] = { { 1, 1, 1 }, { 1, 37, 5 }, { 7, 13, 3 }, { 9, 8, 1 }, { 33, 70, 517 },
-                              { 130, 45, 1030 }, { 64, 96, 64 }, { 300, 33, 97 }, { 17, 300, 1 } };
+                              { 130, 45, 1030 }, { 64, 96, 64 }, { 300, 33, 97 }, { 17, 300, 1 },
+                              { 40, 300, 700 } };   /* the last: N > M, split by columns on 2 threads */
     const fl_dtype pairs[][2] = { { FL_E4M3, FL_E4M3 }, { FL_E5M2, FL_E4M3 }, { FL_E4M3, FL_E5M2 }, { FL_E5M2, FL_E5M2 } };
     uint64_t seed = 12345;
     int cases = 0;
@@ -110,7 +111,7 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
                 fl_tensor_release(a); fl_tensor_release(b);
                 free(qa); free(qb); free(bias); free(got); free(got1);
             }
-    CHECK(cases == 9 * 4 * 8, "%d cases", cases);
+    CHECK(cases == 10 * 4 * 8, "%d cases", cases);
 }
 
 /* Through the device entry: the new path and decode + oneDNN (switch cleared) agree within the bound of
