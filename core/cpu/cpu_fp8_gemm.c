@@ -1,4 +1,5 @@
-/* cpu_fp8_gemm.c — the CPU device's FP8 GEMM (core/device.h fp8_gemm): both operands' bytes decoded
+/* cpu_fp8_gemm.c — the CPU device's FP8 GEMM (core/device.h fp8_gemm). Per-tensor scales go to our own GEMM
+ * (cpu_fp8_mm.c: decodes while packing) where it takes them; otherwise both operands' bytes are decoded
  * exactly to bf16 (every E4M3/E5M2 value is a bf16 value, and every product of two is exact in fp32),
  * one oneDNN bf16 GEMM with fp32 accumulation reading transposed operands in place, which also applies
  * per-tensor scales and the bias in its epilogue; per-row/per-column scales take one pass after it. */
