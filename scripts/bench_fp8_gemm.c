@@ -2,12 +2,15 @@
  * tokens, d = 256; Linears 256→768, 256→256, 256→1024, 1024→256; fprop, dgrad, wgrad in the layouts
  * core/fp8_linear.c passes): "old" = decode both operands to bf16 + oneDNN (fl_cpu_fp8_mm_allowed cleared,
  * empty caches, what a call pays without reuse), "old-cached" = oneDNN alone on operands already decoded
- * (the floor of the old path when every decode is reused), "new" = cpu_fp8_mm.c. Min of many runs.
- * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS]. Prints one line per GEMM and path:
+ * (the floor of the old path when every decode is reused), "new" = cpu_fp8_mm.c called directly (whether or not
+ * fl_cpu_fp8_mm_faster would pick it; "policy" says what it picks). Min of many runs.
+ * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [mlp]] (mlp: the Fashion-MNIST MLP's two FP8 Linears,
+ * 784→512 and 512→256 at batch 256, instead). Prints one line per GEMM and path:
  *   fp8gemm gemm=fprop in=256 out=768 path=new threads=1 ms=... gflops=... peak=0.xx  (peak: of 235 GF/s per thread) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "cpu/cpu_internal.h"
 #include "tensor.h"
@@ -36,13 +39,19 @@ static fl_tensor *tr(const fl_tensor *t) {
     return fl_tensor_transpose(&v, t, 0, 1) == FL_OK ? v : NULL;
 }
 
-/* min seconds of `reps` calls of fp8_gemm(dst, a, b, bias, caches) */
-static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias, bool cached, int reps) {
+/* min seconds of `reps` calls of fp8_gemm(dst, a, b, bias, caches), or (direct) of cpu_fp8_mm.c itself, as the
+ * device entry calls it but without its shape policy (fl_cpu_fp8_mm_faster) */
+static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias, bool cached, bool direct,
+                        int reps) {
     fl_tensor *ac = NULL, *bc = NULL;
     double best = 1e30;
+    const float scale = *(const float *)fl_tensor_data(a->scale_inv) * *(const float *)fl_tensor_data(b->scale_inv);
     for (int i = 0; i < reps + 1; i++) {
         double t0 = now();
-        fl_status st = fl_cpu_device()->fp8_gemm(dst, a, b, bias, cached ? &ac : NULL, cached ? &bc : NULL, false);
+        bool done = true;
+        fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, scale, bias ? fl_tensor_data(bias) : NULL, &done)
+                              : fl_cpu_device()->fp8_gemm(dst, a, b, bias, cached ? &ac : NULL, cached ? &bc : NULL, false);
+        if (!done) { fprintf(stderr, "fp8 mm declined\n"); exit(1); }
         double t = now() - t0;
         if (st != FL_OK) { fprintf(stderr, "fp8_gemm: %s\n", fl_last_error()); exit(1); }
         if (i > 0 && t < best) best = t;   /* the first call makes the caches (cached) and warms up */
@@ -54,10 +63,13 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
-    const int T = 2048, lin[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } };
+    const bool mlp = argc > 2 && strcmp(argv[2], "mlp") == 0;
+    const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
+    const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
+    const int (*lin)[2] = mlp ? mlps : gpt;
     const int threads = omp_get_max_threads();
     double tot[3] = { 0, 0, 0 };
-    for (int l = 0; l < 4; l++) {
+    for (int l = 0; l < nlin; l++) {
         const int in = lin[l][0], out = lin[l][1];
         fl_tensor *X = rand_fp8(T, in, FL_E4M3, 1 + l), *W = rand_fp8(out, in, FL_E4M3, 11 + l),
                   *dY = rand_fp8(T, out, FL_E5M2, 21 + l), *Wt = tr(W), *dYt = tr(dY), *bias = NULL;
@@ -73,11 +85,12 @@ int main(int argc, char **argv) {
             const char *path[3] = { "old", "old-cached", "new" };
             for (int p = 0; p < 3; p++) {
                 fl_cpu_fp8_mm_allowed = p == 2;
-                double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, reps);
+                double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, reps);
                 tot[p] += s;
-                printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d ms=%.3f gflops=%.1f peak=%.2f\n",
+                printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
                        g[k].name, in, out, (long long)shape[0], (long long)shape[1], (long long)g[k].a->shape[1], path[p],
-                       threads, 1e3 * s, flops / s * 1e-9, flops / s * 1e-9 / (235.0 * threads));
+                       threads, 1e3 * s, flops / s * 1e-9, flops / s * 1e-9 / (235.0 * threads),
+                       fl_cpu_fp8_mm_faster(g[k].a, g[k].b) ? "new" : "old");
             }
             fl_tensor_release(dst);
         }

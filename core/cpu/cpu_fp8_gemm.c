@@ -182,7 +182,7 @@ fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tenso
     /* Per-tensor scales: our own GEMM decodes while it packs (cpu_fp8_mm.c) where it reads the layout and
      * measured faster; the caches stay unused then. */
     bool done = false;
-    if (st == FL_OK && per_tensor) st = fl_cpu_fp8_mm(dst, a, b, r, pb, &done);
+    if (st == FL_OK && per_tensor && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, r, pb, &done);
     if (st != FL_OK || done) { fl_tensor_release(b32); return st; }
     st = decoded(&ad, a, a_cache);
     if (st == FL_OK) st = decoded(&bd, b, b_cache);

@@ -254,6 +254,17 @@ FL_CPU_BF16 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_
 
 static bool has_bf16(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
+/* Where it measured faster than decode + oneDNN (docs/performance.md, "CPU FP8 GEMM"): everywhere except a
+ * transposed b (fprop's Wᵀ) with fewer than 512 rows of C per thread, where each thread's decode-and-transpose
+ * of all of B is shared by too few rows (the MLP's fprop at batch 256: 1.00-1.03x the old time). */
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) {
+    const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
+    const bool b_kcontig = !(b->stride[1] == 1 && (b->stride[0] == N || K == 1));
+    const double flops = 2.0 * (double)M * (double)N * (double)K;
+    const int nthr = flops >= 4e6 ? omp_get_max_threads() : 1;
+    return !b_kcontig || M / nthr >= 512;
+}
+
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done) {
     *done = false;
     if (!fl_cpu_fp8_mm_allowed || !has_bf16()) return FL_OK;
@@ -279,7 +290,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     /* Tiles: one block of rows or columns per thread, split along the longer side, since each thread packs
      * the whole other operand for its block (A: M × K; B: K × N, once per K block and NB_MAX columns). */
     const double flops = 2.0 * (double)J.M * (double)J.N * (double)J.K;
-    const int nthr = flops >= 4e6 ? omp_get_max_threads() : 1;
+    const int nthr = flops >= 4e6 ? omp_get_max_threads() : 1;   /* as in fl_cpu_fp8_mm_faster */
     if (J.N > J.M && nthr > 1) {
         J.mb = J.M;
         J.nb = (J.N + nthr - 1) / nthr;
@@ -318,6 +329,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     return FL_OK;
 }
 #else
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) { (void)a; (void)b; return false; }
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done) {
     (void)dst; (void)a; (void)b; (void)scale; (void)bias;
     *done = false;

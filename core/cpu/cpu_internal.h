@@ -64,10 +64,12 @@ const uint16_t *fl_fp8_bf16_lut(bool e5);
 #endif
 /* The CPU's own FP8 GEMM for per-tensor scales (cpu_fp8_mm.c): dst[M, N] = (dec(a)·dec(b))·scale (+ bias[N])
  * with a, b FP8 [M, K], [K, N], each contiguous or a transposed contiguous matrix, decoded while packing.
- * *done = false when it declines (no AVX512_BF16, a layout it does not read, switched off, or a shape
- * where decode + oneDNN measured faster); the caller then takes that path. fl_cpu_fp8_mm_allowed: the
- * switch (tests and benchmarks clear it to compare). */
+ * *done = false when it declines (no AVX512_BF16, fl_cpu_avx512() false, a layout it does not read, or
+ * switched off); the caller then takes decode + oneDNN. fl_cpu_fp8_mm_faster: whether it measured faster
+ * than that for this GEMM (the device entry asks first). fl_cpu_fp8_mm_allowed: the switch (tests and
+ * benchmarks clear it to compare). */
 extern _Atomic bool fl_cpu_fp8_mm_allowed;
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done);
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */

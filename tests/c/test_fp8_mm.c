@@ -115,19 +115,20 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
 }
 
 /* Through the device entry: the new path and decode + oneDNN (switch cleared) agree within the bound of
- * each; the switch and fl_cpu_avx512_allowed make fl_cpu_fp8_mm decline. */
+ * each; the switch and fl_cpu_avx512_allowed make fl_cpu_fp8_mm decline; the shape policy. */
 TEST(fp8_mm_switches_and_device_entry) {
     const int64_t M = 70, N = 90, K = 300;
     uint64_t seed = 99;
     uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
     rand_bytes(qa, (size_t)(M * K), FL_E5M2, &seed);
     rand_bytes(qb, (size_t)(K * N), FL_E4M3, &seed);
-    fl_tensor *a = operand(qa, M, K, FL_E5M2, 0.25f, true), *b = operand(qb, K, N, FL_E4M3, 3.0f, true);
+    fl_tensor *a = operand(qa, M, K, FL_E5M2, 0.25f, true), *b = operand(qb, K, N, FL_E4M3, 3.0f, false);
     REQUIRE(a && b, "operands: %s", fl_last_error());
     int64_t shape[2] = { M, N };
     fl_tensor *d1 = NULL, *d2 = NULL;
     REQUIRE_OK(fl_tensor_empty(&d1, FL_F32, 2, shape, FL_DEV_CPU));
     REQUIRE_OK(fl_tensor_empty(&d2, FL_F32, 2, shape, FL_DEV_CPU));
+    CHECK(fl_cpu_fp8_mm_faster(a, b), "a^T x b [70 x 300 x 90]: the policy should take the new path");
     REQUIRE_OK(fl_cpu_device()->fp8_gemm(d1, a, b, NULL, NULL, NULL, false));
     fl_cpu_fp8_mm_allowed = false;
     bool done = true;
@@ -152,4 +153,17 @@ TEST(fp8_mm_switches_and_device_entry) {
     CHECK(bad == 0, "%d elements: new path and decode + oneDNN differ by more than two accumulation bounds", bad);
     fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(d1); fl_tensor_release(d2);
     free(qa); free(qb);
+    /* the policy for a transposed b: fewer than 512 rows of C per thread go to decode + oneDNN */
+    int64_t sx[2] = { 2048, 256 }, sw[2] = { 768, 256 }, sm[2] = { 256, 256 };
+    fl_tensor *x = NULL, *w = NULL, *xs = NULL, *wt = NULL;
+    REQUIRE_OK(fl_tensor_empty(&x, FL_E4M3, 2, sx, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&xs, FL_E4M3, 2, sm, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&w, FL_E4M3, 2, sw, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_transpose(&wt, w, 0, 1));
+    int before = omp_get_max_threads();
+    omp_set_num_threads(2);
+    CHECK(fl_cpu_fp8_mm_faster(x, wt), "fprop 2048 x 768 x 256 on 2 threads: new path expected");
+    CHECK(!fl_cpu_fp8_mm_faster(xs, wt), "fprop 256 x 768 x 256 on 2 threads: decode + oneDNN expected");
+    omp_set_num_threads(before);
+    fl_tensor_release(x); fl_tensor_release(xs); fl_tensor_release(w); fl_tensor_release(wt);
 }
