@@ -254,15 +254,18 @@ FL_CPU_BF16 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_
 
 static bool has_bf16(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
+/* Threads for an M × N × K GEMM: one below ~4 MFLOP (the fork would cost more than it saves). */
+static int mm_threads(int64_t M, int64_t N, int64_t K) {
+    return 2.0 * (double)M * (double)N * (double)K >= 4e6 ? omp_get_max_threads() : 1;
+}
+
 /* Where it measured faster than decode + oneDNN (docs/performance.md, "CPU FP8 GEMM"): everywhere except a
  * transposed b (fprop's Wᵀ) with fewer than 512 rows of C per thread, where each thread's decode-and-transpose
  * of all of B is shared by too few rows (the MLP's fprop at batch 256: 1.00-1.03x the old time). */
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) {
     const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
     const bool b_kcontig = !(b->stride[1] == 1 && (b->stride[0] == N || K == 1));
-    const double flops = 2.0 * (double)M * (double)N * (double)K;
-    const int nthr = flops >= 4e6 ? omp_get_max_threads() : 1;
-    return !b_kcontig || M / nthr >= 512;
+    return !b_kcontig || M / mm_threads(M, N, K) >= 512;
 }
 
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done) {
@@ -289,8 +292,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 
     /* Tiles: one block of rows or columns per thread, split along the longer side, since each thread packs
      * the whole other operand for its block (A: M × K; B: K × N, once per K block and NB_MAX columns). */
-    const double flops = 2.0 * (double)J.M * (double)J.N * (double)J.K;
-    const int nthr = flops >= 4e6 ? omp_get_max_threads() : 1;   /* as in fl_cpu_fp8_mm_faster */
+    const int nthr = mm_threads(J.M, J.N, J.K);
     if (J.N > J.M && nthr > 1) {
         J.mb = J.M;
         J.nb = (J.N + nthr - 1) / nthr;
