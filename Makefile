@@ -204,6 +204,11 @@ $(BUILD)/bench_attn: $(BUILD)/scripts/bench_attn.o $(CORE_OBJ) $(CU_OBJ)
 $(BUILD)/bench_peak: scripts/bench_peak.c
 	$(CC) -O2 -fopenmp -o $@ $<
 
+# ---- the CPU FP8 GEMM's two paths (scripts/bench_fp8_gemm.c): decode + oneDNN vs cpu_fp8_mm.c on the char
+# GPT's twelve GEMMs; run as OMP_NUM_THREADS=T build/bench_fp8_gemm [REPS] ----
+$(BUILD)/bench_fp8_gemm: $(BUILD)/scripts/bench_fp8_gemm.o $(CORE_OBJ) $(CU_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # ---- data helper: zlib for the IDX .gz reader (core/data.c) ----
 LDLIBS   += -lz
 

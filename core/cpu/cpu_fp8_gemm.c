@@ -1,4 +1,5 @@
-/* cpu_fp8_gemm.c — the CPU device's FP8 GEMM (core/device.h fp8_gemm): both operands' bytes decoded
+/* cpu_fp8_gemm.c — the CPU device's FP8 GEMM (core/device.h fp8_gemm). Per-tensor scales go to our own GEMM
+ * (cpu_fp8_mm.c: decodes while packing) where it takes them; otherwise both operands' bytes are decoded
  * exactly to bf16 (every E4M3/E5M2 value is a bf16 value, and every product of two is exact in fp32),
  * one oneDNN bf16 GEMM with fp32 accumulation reading transposed operands in place, which also applies
  * per-tensor scales and the bias in its epilogue; per-row/per-column scales take one pass after it. */
@@ -64,6 +65,11 @@ FL_CPU_AVX512 static void decode_lut512(const uint8_t *restrict s, uint16_t *res
     }
 }
 #endif
+
+const uint16_t *fl_fp8_bf16_lut(bool e5) {
+    pthread_once(&lut_once, lut_init);
+    return e5 ? lut_e5m2 : lut_e4m3;
+}
 
 static void decode_span(const uint8_t *s, uint16_t *d, int64_t n, bool e5) {
 #ifdef __x86_64__
@@ -165,22 +171,26 @@ static fl_status gemm_then_scale(fl_tensor *dst, const fl_tensor *ad, const fl_t
 
 fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
                           fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
-    (void)fast_accum;   /* oneDNN's bf16 kernels accumulate in fp32 whatever the caller allows */
+    (void)fast_accum;   /* both paths' bf16 products accumulate in fp32 whatever the caller allows */
     fl_tensor *ad = NULL, *bd = NULL, *b32 = NULL;
-    fl_status st = decoded(&ad, a, a_cache);
-    if (st == FL_OK) st = decoded(&bd, b, b_cache);
-    if (st == FL_OK && bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias)
-                                      ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
-                                      : fl_tensor_to(&b32, bias, FL_F32);
+    fl_status st = FL_OK;
+    if (bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias) ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
+                                                                         : fl_tensor_to(&b32, bias, FL_F32);
     const float *pb = b32 ? fl_tensor_data(b32) : NULL;
+    const bool per_tensor = a->scale_axis < 0 && b->scale_axis < 0;
+    const float r = per_tensor ? ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0] : 0.0f;
+    /* Per-tensor scales: our own GEMM decodes while it packs (cpu_fp8_mm.c) where it reads the layout and
+     * measured faster; the caches stay unused then. */
+    bool done = false;
+    if (st == FL_OK && per_tensor && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, r, pb, &done);
+    if (st != FL_OK || done) { fl_tensor_release(b32); return st; }
+    st = decoded(&ad, a, a_cache);
+    if (st == FL_OK) st = decoded(&bd, b, b_cache);
     /* Per-tensor scales: oneDNN applies (sa·sb) and then the bias in the GEMM's epilogue, the same fp32
      * operations as gemm_then_scale's pass without a second sweep over the output. (Its run-time output
      * scales would do the same but select a non-JIT kernel in oneDNN 2.6: ~1.6x slower, measured.) */
     bool fused = false;
-    if (st == FL_OK && a->scale_axis < 0 && b->scale_axis < 0) {
-        const float r = ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0];
-        st = fl_cpu_matmul_scaled(dst, ad, bd, r, pb, &fused);
-    }
+    if (st == FL_OK && per_tensor) st = fl_cpu_matmul_scaled(dst, ad, bd, r, pb, &fused);
     if (st == FL_OK && !fused) st = gemm_then_scale(dst, ad, bd, a, b, pb);
     fl_tensor_release(ad);
     fl_tensor_release(bd);

@@ -57,6 +57,20 @@ fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const
 /* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not
  * applied); cpu_fp8_gemm.c. */
 fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
+#ifdef __x86_64__
+/* The 128 FP8 magnitudes' bf16 bits (index = byte & 0x7f; the sign is bit 7 of the byte), for table-lookup
+ * decodes (cpu_fp8_gemm.c builds it once from its scalar decode). */
+const uint16_t *fl_fp8_bf16_lut(bool e5);
+#endif
+/* The CPU's own FP8 GEMM for per-tensor scales (cpu_fp8_mm.c): dst[M, N] = (dec(a)·dec(b))·scale (+ bias[N])
+ * with a, b FP8 [M, K], [K, N], each contiguous or a transposed contiguous matrix, decoded while packing.
+ * *done = false when it declines (no AVX512_BF16, fl_cpu_avx512() false, a layout it does not read, or
+ * switched off); the caller then takes decode + oneDNN. fl_cpu_fp8_mm_faster: whether it measured faster
+ * than that for this GEMM (the device entry asks first). fl_cpu_fp8_mm_allowed: the switch (tests and
+ * benchmarks clear it to compare). */
+extern _Atomic bool fl_cpu_fp8_mm_allowed;
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done);
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */
 static inline void fl_cpu_split_axis(const fl_tensor *t, int axis, int64_t *outer, int64_t *size, int64_t *inner) {

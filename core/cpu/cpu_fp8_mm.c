@@ -1,0 +1,340 @@
+/* cpu_fp8_mm.c — the CPU device's own FP8 GEMM for per-tensor scales: the FP8 bytes are decoded to bf16 by
+ * table lookup while the panels are packed (no full-size bf16 copies), exact products are summed in fp32 by
+ * AVX512_BF16 vdpbf16ps, and (scale, bias) are applied as C is stored. C is cut into tiles (rows × columns),
+ * each made by one thread over K in a fixed order, so results do not depend on the thread count.
+ * vdpbf16ps treats denormal inputs as zero and flushes denormal results; neither occurs here: every FP8 value is a
+ * normal bf16, and every partial sum is a multiple of the smallest product (2^-32) or zero. */
+#include "cpu_internal.h"
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Atomic bool fl_cpu_fp8_mm_allowed = true;
+
+#ifdef __x86_64__
+#include <immintrin.h>
+
+/* Blocking. Micro-tile MR × NR of C in 2·MR zmm accumulators (each 16 columns); K in blocks of KC; B's
+ * block (KC × at most NB_MAX columns, bf16: 256 KiB) stays in L2 while A is decoded AG rows at a time
+ * into L1 and run over it. FL_MM_KC / FL_MM_NB override the two for experiments (KC 128-512 and NB
+ * 256-1024 measured within noise of each other on Zen 4).
+ * Packed layouts (u32 = one bf16 pair (k even, k odd), the unit vdpbf16ps multiplies):
+ *   B block: NR-column panels, panel j = [kcp][NR] u32 (the VNNI layout), columns past N are zero.
+ *   A group, a K-contiguous: AG rows of kcp u32 (bf16 row-major, K padded to even), rows past M zero;
+ *            a M-contiguous (a transposed view): two MR-row panels [kcp][MR] u32 made by interleaving rows.
+ * kcp = ceil(kc/2): an odd K gets a zero pair partner in both operands. */
+#ifndef FL_MM_KC
+#define FL_MM_KC 256
+#endif
+#ifndef FL_MM_NB
+#define FL_MM_NB 512
+#endif
+enum { MR = 8, NR = 32, AG = 2 * MR, KC = FL_MM_KC, NB_MAX = FL_MM_NB };
+
+#define FL_CPU_BF16 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
+#define FL_INLINE FL_CPU_BF16 static inline __attribute__((always_inline))
+
+typedef struct { __m512i t0, t1, t2, t3; } lut4;
+
+FL_INLINE lut4 lut_load(const uint16_t *t) {
+    lut4 L = { _mm512_loadu_si512(t), _mm512_loadu_si512(t + 32), _mm512_loadu_si512(t + 64), _mm512_loadu_si512(t + 96) };
+    return L;
+}
+
+/* n bytes (≤ 0: none, ≥ 32: 32) zero-extended to 16-bit lanes; missing lanes read as byte 0 (bf16 +0). */
+FL_INLINE __m512i load32(const uint8_t *p, int64_t n) {
+    const __mmask32 k = n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1u);
+    return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, p));
+}
+
+/* 32 FP8 codes (16-bit lanes) → bf16 bits, as cpu_fp8_gemm.c's decode_lut512. */
+FL_INLINE __m512i dec32(__m512i v, const lut4 *L) {
+    const __m512i lo = _mm512_permutex2var_epi16(L->t0, v, L->t1), hi = _mm512_permutex2var_epi16(L->t2, v, L->t3);
+    const __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(v, _mm512_set1_epi16(0x40)), lo, hi);
+    return _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x80)), 8));
+}
+
+/* x, y: 32 bf16 of rows k, k+1 → the pairs (x[c], y[c]) of c = 0..15 (*lo) and c = 16..31 (*hi). */
+FL_INLINE void interleave(__m512i x, __m512i y, __m512i *lo, __m512i *hi) {
+    static const uint16_t il[64] = { 0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47,
+                                     16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                     24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63 };
+    *lo = _mm512_permutex2var_epi16(x, _mm512_loadu_si512(il), y);
+    *hi = _mm512_permutex2var_epi16(x, _mm512_loadu_si512(il + 32), y);
+}
+
+/* kc bytes at s decoded into d[0, kcpad) (zeros past kc). */
+FL_INLINE void dec_row(uint16_t *d, const uint8_t *s, int64_t kc, int64_t kcpad, const lut4 *L) {
+    for (int64_t i = 0; i < kcpad; i += 32) {
+        const int64_t r = kcpad - i;
+        const __mmask32 k = r >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << r) - 1u);
+        _mm512_mask_storeu_epi16(d + i, k, dec32(load32(s + i, kc - i), L));
+    }
+}
+
+/* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into NR-column panels: rows k, k+1 interleaved. */
+FL_CPU_BF16 static void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb, const lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2;
+    for (int64_t j = 0; j * NR < nb; j++) {
+        uint16_t *d = bp + j * kcp * 2 * NR;
+        const int64_t nv = nb - j * NR;
+        for (int64_t kp = 0; kp < kcp; kp++) {
+            const uint8_t *r = b + 2 * kp * ldb + j * NR;
+            const __m512i x = dec32(load32(r, nv), L);
+            const __m512i y = 2 * kp + 1 < kc ? dec32(load32(r + ldb, nv), L) : _mm512_setzero_si512();
+            __m512i lo, hi;
+            interleave(x, y, &lo, &hi);
+            _mm512_store_si512(d + kp * 2 * NR, lo);
+            _mm512_store_si512(d + kp * 2 * NR + 32, hi);
+        }
+    }
+}
+
+/* B block of a K-contiguous b (b[n·ldb + k], a transposed view): each column's bytes decoded into tmp
+ * (NR rows of kcp pairs), then 16 × 16 blocks of pairs transposed into the panel. */
+FL_CPU_BF16 static void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb,
+                                 const lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2, kcq = (kcp + 15) & ~(int64_t)15;   /* tmp rows padded to 16 pairs */
+    for (int64_t j = 0; j * NR < nb; j++) {
+        for (int64_t c = 0; c < NR; c++) {
+            uint16_t *row = tmp + c * 2 * kcq;
+            if (j * NR + c < nb) dec_row(row, b + (j * NR + c) * ldb, kc, 2 * kcq, L);
+            else memset(row, 0, (size_t)(4 * kcq));
+        }
+        const uint32_t *t = (const uint32_t *)tmp;
+        uint32_t *d = (uint32_t *)(bp + j * kcp * 2 * NR);
+        for (int64_t k0 = 0; k0 < kcp; k0 += 16)
+            for (int64_t c0 = 0; c0 < NR; c0 += 16) {
+                /* rows c0..c0+15 of tmp, pairs k0..k0+15 → d[k][c0..c0+15] */
+                __m512i r[16], s[16];
+                for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(t + (c0 + i) * kcq + k0);
+                for (int i = 0; i < 16; i += 2) {
+                    s[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+                    s[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+                }
+                for (int i = 0; i < 16; i += 4) {
+                    r[i] = _mm512_unpacklo_epi64(s[i], s[i + 2]);
+                    r[i + 1] = _mm512_unpackhi_epi64(s[i], s[i + 2]);
+                    r[i + 2] = _mm512_unpacklo_epi64(s[i + 1], s[i + 3]);
+                    r[i + 3] = _mm512_unpackhi_epi64(s[i + 1], s[i + 3]);
+                }
+                /* r[4g + q], 128-bit lane l: pair 4l + q of rows 4g..4g+3. Two rounds of 128-bit lane shuffles
+                 * gather pair j's four lanes (rows 0-3, 4-7, 8-11, 12-15) into r[j]. */
+                for (int i = 0; i < 4; i++) {
+                    s[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);        /* lanes 0, 2 of r[i], r[4+i] */
+                    s[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xdd);    /* lanes 1, 3 */
+                    s[8 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0x88);
+                    s[12 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0xdd);
+                }
+                for (int i = 0; i < 4; i++) {
+                    r[i] = _mm512_shuffle_i32x4(s[i], s[8 + i], 0x88);
+                    r[8 + i] = _mm512_shuffle_i32x4(s[i], s[8 + i], 0xdd);
+                    r[4 + i] = _mm512_shuffle_i32x4(s[4 + i], s[12 + i], 0x88);
+                    r[12 + i] = _mm512_shuffle_i32x4(s[4 + i], s[12 + i], 0xdd);
+                }
+                for (int i = 0; i < 16 && k0 + i < kcp; i++) _mm512_storeu_si512(d + (k0 + i) * NR + c0, r[i]);
+            }
+    }
+}
+
+/* A group (AG rows × kc) of a K-contiguous a (a[m·lda + k]): decoded rows of kcp pairs; rows ag..AG zero. */
+FL_CPU_BF16 static void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2;
+    for (int64_t m = 0; m < ag; m++) dec_row(ap + m * 2 * kcp, a + m * lda, kc, 2 * kcp, L);
+    if (ag < AG) memset(ap + ag * 2 * kcp, 0, (size_t)((AG - ag) * 4 * kcp));
+}
+
+/* A group of a M-contiguous a (a[k·lda + m]): rows k, k+1 of the AG = 2·MR columns interleaved into pairs
+ * and split into two MR-row panels [kcp][MR]; rows past ag are zero. */
+FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2;
+    uint32_t *d = (uint32_t *)ap;
+    for (int64_t kp = 0; kp < kcp; kp++) {
+        const uint8_t *r = a + 2 * kp * lda;
+        const __m512i x = dec32(load32(r, ag), L);
+        const __m512i y = 2 * kp + 1 < kc ? dec32(load32(r + lda, ag), L) : _mm512_setzero_si512();
+        __m512i lo, hi;
+        interleave(x, y, &lo, &hi);
+        _mm256_store_si256((__m256i *)(d + kp * MR), _mm512_castsi512_si256(lo));
+        _mm256_store_si256((__m256i *)(d + kcp * MR + kp * MR), _mm512_extracti64x4_epi64(lo, 1));
+    }
+}
+
+/* One MR × NR micro-tile over kcp pairs: A pair (i, kp) at ap[i·ars + kp·aks], B panel bp. C rows past mr
+ * and columns past nv are not touched. load_c: continue the sums already in C (a later K block); last:
+ * store C = sum·scale (+ bias), else the raw sum. */
+FL_INLINE void kern(const uint32_t *ap, int64_t ars, int64_t aks, const uint16_t *bp, int64_t kcp, float *c, int64_t ldc,
+                    int64_t mr, int64_t nv, bool load_c, bool last, float scale, const float *bias) {
+    const __mmask16 k0 = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1u);
+    const __mmask16 k1 = nv >= 32 ? 0xFFFF : nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1u);
+    __m512 acc[MR][2];
+    #pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        acc[i][0] = load_c && i < mr ? _mm512_maskz_loadu_ps(k0, c + i * ldc) : _mm512_setzero_ps();
+        acc[i][1] = load_c && i < mr ? _mm512_maskz_loadu_ps(k1, c + i * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t kp = 0; kp < kcp; kp++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(bp + kp * 2 * NR), b1 = (__m512bh)_mm512_load_si512(bp + kp * 2 * NR + 32);
+        #pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[i * ars + kp * aks]);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    const __m512 bv0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
+    const __m512 bv1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
+    #pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+        __m512 v0 = acc[i][0], v1 = acc[i][1];
+        if (last) {   /* the same two roundings as cpu_fp8_gemm.c's scale pass: (sum·scale) + bias */
+            v0 = _mm512_mul_ps(v0, sc);
+            v1 = _mm512_mul_ps(v1, sc);
+            if (bias) { v0 = _mm512_add_ps(v0, bv0); v1 = _mm512_add_ps(v1, bv1); }
+        }
+        _mm512_mask_storeu_ps(c + i * ldc, k0, v0);
+        _mm512_mask_storeu_ps(c + i * ldc + 16, k1, v1);
+    }
+}
+
+FL_CPU_BF16 __attribute__((noinline)) static void kern_rows(const uint32_t *ap, int64_t ars, const uint16_t *bp, int64_t kcp,
+                                                            float *c, int64_t ldc, int64_t mr, int64_t nv, bool load_c,
+                                                            bool last, float scale, const float *bias) {
+    kern(ap, ars, 1, bp, kcp, c, ldc, mr, nv, load_c, last, scale, bias);
+}
+
+FL_CPU_BF16 __attribute__((noinline)) static void kern_panel(const uint32_t *ap, const uint16_t *bp, int64_t kcp, float *c,
+                                                             int64_t ldc, int64_t mr, int64_t nv, bool load_c, bool last,
+                                                             float scale, const float *bias) {
+    kern(ap, 1, MR, bp, kcp, c, ldc, mr, nv, load_c, last, scale, bias);
+}
+
+typedef struct {
+    const uint8_t *a, *b;
+    int64_t M, N, K, lda, ldb, mb, nb;   /* mb × nb: the tile size */
+    bool a_mcontig, b_kcontig;
+    const uint16_t *lut_a, *lut_b;
+    float *c;
+    float scale;
+    const float *bias;
+} mm_job;
+
+/* C[m0 .. m0+mb, n0 .. n0+nb) over all of K, in K blocks of KC. */
+FL_CPU_BF16 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_t nb, uint16_t *bpk, uint16_t *apk,
+                                 uint16_t *tmp) {
+    const lut4 LA = lut_load(J->lut_a), LB = lut_load(J->lut_b);
+    const int64_t ldc = J->N;
+    for (int64_t k0 = 0; k0 < J->K; k0 += KC) {
+        const int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kcp = (kc + 1) / 2;
+        const bool first = k0 == 0, last = k0 + KC >= J->K;
+        if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, nb, &LB);
+        else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, nb, &LB);
+        for (int64_t mg = 0; mg < mb; mg += AG) {
+            const int64_t ag = mb - mg < AG ? mb - mg : AG;
+            if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m0 + mg, J->lda, kc, ag, &LA);
+            else pack_a_k(apk, J->a + (m0 + mg) * J->lda + k0, J->lda, kc, ag, &LA);
+            for (int64_t nj = 0; nj < nb; nj += NR) {
+                const int64_t nv = nb - nj < NR ? nb - nj : NR;
+                const uint16_t *bp = bpk + (nj / NR) * kcp * 2 * NR;
+                const float *bias = J->bias ? J->bias + n0 + nj : NULL;
+                for (int64_t mi = 0; mi < ag; mi += MR) {
+                    const int64_t mr = ag - mi < MR ? ag - mi : MR;
+                    const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
+                    float *c = J->c + (m0 + mg + mi) * ldc + n0 + nj;
+                    if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+                    else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+                }
+            }
+        }
+    }
+}
+
+static bool has_bf16(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+/* Threads for an M × N × K GEMM: one below ~4 MFLOP (the fork would cost more than it saves). */
+static int mm_threads(int64_t M, int64_t N, int64_t K) {
+    return 2.0 * (double)M * (double)N * (double)K >= 4e6 ? omp_get_max_threads() : 1;
+}
+
+/* Where it measured faster than decode + oneDNN (docs/performance.md, "CPU FP8 GEMM"): everywhere except a
+ * transposed b (fprop's Wᵀ) with fewer than 512 rows of C per thread, where each thread's decode-and-transpose
+ * of all of B is shared by too few rows (the MLP's fprop at batch 256: 1.00-1.03x the old time). */
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) {
+    const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
+    const bool b_kcontig = !(b->stride[1] == 1 && (b->stride[0] == N || K == 1));
+    return !b_kcontig || M / mm_threads(M, N, K) >= 512;
+}
+
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done) {
+    *done = false;
+    if (!fl_cpu_fp8_mm_allowed || !has_bf16()) return FL_OK;
+    if (a->ndim != 2 || b->ndim != 2 || dst->ndim != 2 || dst->dtype != FL_F32 || !fl_tensor_is_contiguous(dst) ||
+        !fl_format(a->dtype)->is_fp8 || !fl_format(b->dtype)->is_fp8 || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
+        return FL_OK;
+    mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .scale = scale, .bias = bias };
+    if (a->shape[0] != J.M || b->shape[0] != J.K || b->shape[1] != J.N || J.K == 0) return FL_OK;
+    /* a [M, K]: K-contiguous rows, or the transposed view of a contiguous [K, M]; likewise b. With a dim of 1
+     * both readings fit and either is right (the other stride is never used). */
+    if (a->stride[1] == 1 && (a->stride[0] == J.K || J.M == 1)) J.lda = J.K;
+    else if (a->stride[0] == 1 && (a->stride[1] == J.M || J.K == 1)) J.a_mcontig = true, J.lda = J.M;
+    else return FL_OK;
+    if (b->stride[1] == 1 && (b->stride[0] == J.N || J.K == 1)) J.ldb = J.N;
+    else if (b->stride[0] == 1 && (b->stride[1] == J.K || J.N == 1)) J.b_kcontig = true, J.ldb = J.K;
+    else return FL_OK;
+    FL_TRY(fl_check_interrupt());
+    J.a = fl_tensor_data(a);
+    J.b = fl_tensor_data(b);
+    J.lut_a = fl_fp8_bf16_lut(a->dtype == FL_E5M2);
+    J.lut_b = fl_fp8_bf16_lut(b->dtype == FL_E5M2);
+
+    /* Tiles: one block of rows or columns per thread, split along the longer side, since each thread packs
+     * the whole other operand for its block (A: M × K; B: K × N, once per K block and NB_MAX columns). */
+    const int nthr = mm_threads(J.M, J.N, J.K);
+    if (J.N > J.M && nthr > 1) {
+        J.mb = J.M;
+        J.nb = (J.N + nthr - 1) / nthr;
+        J.nb = (J.nb + NR - 1) / NR * NR;
+    } else {
+        J.mb = (J.M + nthr - 1) / nthr;
+        J.mb = (J.mb + AG - 1) / AG * AG;
+        J.nb = J.N;
+    }
+    if (J.nb > NB_MAX) J.nb = NB_MAX;
+    const int64_t nnb = (J.N + J.nb - 1) / J.nb;
+    const int64_t nmb = (J.M + J.mb - 1) / J.mb, ntile = nmb * nnb;
+    const int64_t kcmax = J.K < KC ? J.K : KC, kcp = (kcmax + 1) / 2, kcq = (kcp + 15) & ~(int64_t)15;
+    const size_t bbytes = (size_t)(kcp * 4 * ((J.nb + NR - 1) / NR * NR)), abytes = (size_t)(kcp * 4 * AG),
+                 tbytes = (size_t)(NR * 4 * kcq);
+    bool oom = false;
+    #pragma omp parallel num_threads(nthr)
+    {
+        uint8_t *buf = aligned_alloc(64, (bbytes + abytes + tbytes + 191) / 64 * 64);
+        if (!buf) {
+            #pragma omp atomic write
+            oom = true;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t t = 0; t < ntile; t++) {
+            if (!buf) continue;
+            const int64_t m0 = (t / nnb) * J.mb, n0 = (t % nnb) * J.nb;
+            run_tile(&J, m0, J.M - m0 < J.mb ? J.M - m0 : J.mb, n0, J.N - n0 < J.nb ? J.N - n0 : J.nb,
+                     (uint16_t *)buf, (uint16_t *)(buf + (bbytes + 63) / 64 * 64),
+                     (uint16_t *)(buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64));
+        }
+        free(buf);
+    }
+    if (oom) return FL_ERR(FL_ENOMEM, "fp8 gemm: out of memory for the packing buffers");
+    *done = true;
+    return FL_OK;
+}
+#else
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) { (void)a; (void)b; return false; }
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done) {
+    (void)dst; (void)a; (void)b; (void)scale; (void)bias;
+    *done = false;
+    return FL_OK;
+}
+#endif

@@ -1,0 +1,103 @@
+/* bench_fp8_gemm.c — the CPU FP8 GEMM's two paths side by side on the char GPT's twelve GEMMs (N = 2048
+ * tokens, d = 256; Linears 256→768, 256→256, 256→1024, 1024→256; fprop, dgrad, wgrad in the layouts
+ * core/fp8_linear.c passes): "old" = decode both operands to bf16 + oneDNN (fl_cpu_fp8_mm_allowed cleared,
+ * empty caches, what a call pays without reuse), "old-cached" = oneDNN alone on operands already decoded
+ * (the floor of the old path when every decode is reused), "new" = cpu_fp8_mm.c called directly (whether or not
+ * fl_cpu_fp8_mm_faster would pick it; "policy" says what it picks). Min of many runs.
+ * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [mlp]] (mlp: the Fashion-MNIST MLP's two FP8 Linears,
+ * 784→512 and 512→256 at batch 256, instead). Prints one line per GEMM and path:
+ *   fp8gemm gemm=fprop in=256 out=768 path=new threads=1 ms=... gflops=... peak=0.xx  (peak: of 235 GF/s per thread) */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cpu/cpu_internal.h"
+#include "tensor.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static fl_tensor *rand_fp8(int64_t r, int64_t c, fl_dtype fmt, uint64_t seed) {
+    int64_t shape[2] = { r, c };
+    fl_tensor *t = NULL;
+    if (fl_tensor_empty(&t, fmt, 2, shape, FL_DEV_CPU) != FL_OK) return NULL;
+    uint8_t *d = fl_tensor_data(t);
+    for (int64_t i = 0; i < r * c; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        d[i] = (uint8_t)((seed >> 56) & 0xbf);   /* bit 6 clear: moderate magnitudes, no NaN */
+    }
+    *(float *)fl_tensor_data(t->scale_inv) = 0.01f;
+    return t;
+}
+
+static fl_tensor *tr(const fl_tensor *t) {
+    fl_tensor *v = NULL;
+    return fl_tensor_transpose(&v, t, 0, 1) == FL_OK ? v : NULL;
+}
+
+/* min seconds of `reps` calls of fp8_gemm(dst, a, b, bias, caches), or (direct) of cpu_fp8_mm.c itself, as the
+ * device entry calls it but without its shape policy (fl_cpu_fp8_mm_faster) */
+static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias, bool cached, bool direct,
+                        int reps) {
+    fl_tensor *ac = NULL, *bc = NULL;
+    double best = 1e30;
+    const float scale = *(const float *)fl_tensor_data(a->scale_inv) * *(const float *)fl_tensor_data(b->scale_inv);
+    for (int i = 0; i < reps + 1; i++) {
+        double t0 = now();
+        bool done = true;
+        fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, scale, bias ? fl_tensor_data(bias) : NULL, &done)
+                              : fl_cpu_device()->fp8_gemm(dst, a, b, bias, cached ? &ac : NULL, cached ? &bc : NULL, false);
+        if (!done) { fprintf(stderr, "fp8 mm declined\n"); exit(1); }
+        double t = now() - t0;
+        if (st != FL_OK) { fprintf(stderr, "fp8_gemm: %s\n", fl_last_error()); exit(1); }
+        if (i > 0 && t < best) best = t;   /* the first call makes the caches (cached) and warms up */
+    }
+    fl_tensor_release(ac);
+    fl_tensor_release(bc);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 30;
+    const bool mlp = argc > 2 && strcmp(argv[2], "mlp") == 0;
+    const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
+    const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
+    const int (*lin)[2] = mlp ? mlps : gpt;
+    const int threads = omp_get_max_threads();
+    double tot[3] = { 0, 0, 0 };
+    for (int l = 0; l < nlin; l++) {
+        const int in = lin[l][0], out = lin[l][1];
+        fl_tensor *X = rand_fp8(T, in, FL_E4M3, 1 + l), *W = rand_fp8(out, in, FL_E4M3, 11 + l),
+                  *dY = rand_fp8(T, out, FL_E5M2, 21 + l), *Wt = tr(W), *dYt = tr(dY), *bias = NULL;
+        int64_t bs = out;
+        fl_tensor_zeros(&bias, FL_F32, 1, &bs, FL_DEV_CPU);
+        struct { const char *name; const fl_tensor *a, *b, *bias; } g[3] = {
+            { "fprop", X, Wt, bias }, { "dgrad", dY, W, NULL }, { "wgrad", dYt, X, NULL } };
+        for (int k = 0; k < 3; k++) {
+            int64_t shape[2] = { g[k].a->shape[0], g[k].b->shape[1] };
+            fl_tensor *dst = NULL;
+            fl_tensor_empty(&dst, FL_F32, 2, shape, FL_DEV_CPU);
+            const double flops = 2.0 * (double)shape[0] * (double)shape[1] * (double)g[k].a->shape[1];
+            const char *path[3] = { "old", "old-cached", "new" };
+            for (int p = 0; p < 3; p++) {
+                fl_cpu_fp8_mm_allowed = p == 2;
+                double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, reps);
+                tot[p] += s;
+                printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
+                       g[k].name, in, out, (long long)shape[0], (long long)shape[1], (long long)g[k].a->shape[1], path[p],
+                       threads, 1e3 * s, flops / s * 1e-9, flops / s * 1e-9 / (235.0 * threads),
+                       fl_cpu_fp8_mm_faster(g[k].a, g[k].b) ? "new" : "old");
+            }
+            fl_tensor_release(dst);
+        }
+        fl_tensor *all[] = { X, W, dY, Wt, dYt, bias };
+        for (int i = 0; i < 6; i++) fl_tensor_release(all[i]);
+    }
+    printf("fp8gemm total threads=%d old_ms=%.3f old_cached_ms=%.3f new_ms=%.3f\n", threads, 1e3 * tot[0], 1e3 * tot[1], 1e3 * tot[2]);
+    fl_cpu_fp8_mm_allowed = true;
+    return 0;
+}

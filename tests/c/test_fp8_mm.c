@@ -1,0 +1,169 @@
+/* test_fp8_mm.c — the CPU's own FP8 GEMM (core/cpu/cpu_fp8_mm.c) against a float64 reference over the
+ * decoded values: every product of two FP8 values is exact in fp32, so the only error is fp32 accumulation
+ * (|err| ≤ K·2^-23·Σ|a||b|·|scale|) plus the scale and bias roundings. Both formats, both orientations of each
+ * operand, sizes that are multiples of no block, the same bits on 1 and 2 threads, and the switches. */
+#include "runner.h"
+#include <omp.h>
+#include <stdlib.h>
+#include "cpu/cpu_internal.h"
+#include "rng.h"
+#include "tensor.h"
+
+static bool have_mm(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+/* Random finite FP8 bytes (no NaN, no inf), every exponent. */
+static void rand_bytes(uint8_t *q, size_t n, fl_dtype fmt, uint64_t *s) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b;
+        do {
+            *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+            b = (uint8_t)(*s >> 56);
+        } while (!isfinite(fl_fp8_to_f32(b, fmt)));
+        q[i] = b;
+    }
+}
+
+/* An FP8 [r, c] operand holding the logical matrix v (r × c bytes, row-major) with scale_inv s: contiguous,
+ * or (tr) the transposed view of a contiguous [c, r] tensor. */
+static fl_tensor *operand(const uint8_t *v, int64_t r, int64_t c, fl_dtype fmt, float s, bool tr) {
+    int64_t shape[2] = { tr ? c : r, tr ? r : c };
+    fl_tensor *base = NULL, *out = NULL;
+    if (fl_tensor_empty(&base, fmt, 2, shape, FL_DEV_CPU) != FL_OK) return NULL;
+    uint8_t *d = fl_tensor_data(base);
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) d[tr ? j * r + i : i * c + j] = v[i * c + j];
+    *(float *)fl_tensor_data(base->scale_inv) = s;
+    if (!tr) return base;
+    fl_status st = fl_tensor_transpose(&out, base, 0, 1);
+    fl_tensor_release(base);
+    return st == FL_OK ? out : NULL;
+}
+
+typedef struct { int64_t m, n, k; } shape3;
+
+/* One GEMM through fl_cpu_fp8_mm on `threads` threads; *got [M, N]. Returns whether it ran. */
+static bool run_mm(int *fl__failed, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, float *got,
+                   int threads) {
+    int64_t shape[2] = { a->shape[0], b->shape[1] };
+    fl_tensor *d = NULL;
+    if (fl_tensor_empty(&d, FL_F32, 2, shape, FL_DEV_CPU) != FL_OK) return false;
+    int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    bool done = false;
+    fl_status st = fl_cpu_fp8_mm(d, a, b, scale, bias, &done);
+    omp_set_num_threads(before);
+    CHECK(st == FL_OK, "fp8 mm: %s", fl_last_error());
+    memcpy(got, fl_tensor_data(d), (size_t)(shape[0] * shape[1]) * 4);
+    fl_tensor_release(d);
+    return st == FL_OK && done;
+}
+
+TEST(fp8_mm_matches_float64_reference_every_layout) {
+    if (!have_mm()) { fprintf(stderr, "  (skipped: no AVX512_BF16)\n"); return; }
+    const shape3 shapes[] = { { 1, 1, 1 }, { 1, 37, 5 }, { 7, 13, 3 }, { 9, 8, 1 }, { 33, 70, 517 },
+                              { 130, 45, 1030 }, { 64, 96, 64 }, { 300, 33, 97 }, { 17, 300, 1 },
+                              { 40, 300, 700 } };   /* the last: N > M, split by columns on 2 threads */
+    const fl_dtype pairs[][2] = { { FL_E4M3, FL_E4M3 }, { FL_E5M2, FL_E4M3 }, { FL_E4M3, FL_E5M2 }, { FL_E5M2, FL_E5M2 } };
+    uint64_t seed = 12345;
+    int cases = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int pi = 0; pi < 4; pi++)
+            for (int v = 0; v < 8; v++) {
+                const int64_t M = shapes[si].m, N = shapes[si].n, K = shapes[si].k;
+                const fl_dtype fa = pairs[pi][0], fb = pairs[pi][1];
+                const bool ta = v & 1, tb = v & 2, with_bias = v & 4;
+                uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+                float *bias = malloc(N * 4), *got = malloc(M * N * 4), *got1 = malloc(M * N * 4);
+                rand_bytes(qa, (size_t)(M * K), fa, &seed);
+                rand_bytes(qb, (size_t)(K * N), fb, &seed);
+                fl_rng r;
+                fl_rng_seed(&r, 40 + v);
+                fl_rng_normal(&r, bias, (size_t)N, 0.0f, 100.0f);
+                const float sa = 0.37f, sb = 1.5f, scale = sa * sb;
+                fl_tensor *a = operand(qa, M, K, fa, sa, ta), *b = operand(qb, K, N, fb, sb, tb);
+                REQUIRE(a && b, "operands: %s", fl_last_error());
+                char what[160];
+                snprintf(what, sizeof what, "%s x %s [%lld %lld %lld]%s%s%s", fl_format(fa)->name, fl_format(fb)->name,
+                         (long long)M, (long long)N, (long long)K, ta ? " a^T" : "", tb ? " b^T" : "", with_bias ? " bias" : "");
+                bool ran = run_mm(fl__failed, a, b, scale, with_bias ? bias : NULL, got, 2);
+                CHECK(ran, "%s: the new path declined", what);
+                bool ran1 = run_mm(fl__failed, a, b, scale, with_bias ? bias : NULL, got1, 1);
+                CHECK(ran1 && memcmp(got, got1, (size_t)(M * N) * 4) == 0, "%s: 1 and 2 threads differ", what);
+                int bad = 0;
+                double worst = 0;
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double s = 0, S = 0;
+                        for (int64_t k = 0; k < K; k++) {
+                            double p = (double)fl_fp8_to_f32(qa[i * K + k], fa) * fl_fp8_to_f32(qb[k * N + j], fb);
+                            s += p;
+                            S += fabs(p);
+                        }
+                        double ref = s * scale + (with_bias ? bias[j] : 0.0);
+                        double tol = (double)(K + 1) * ldexp(1.0, -23) * S * scale + ldexp(1.0, -22) * fabs(ref) + 1e-30;
+                        double err = fabs(got[i * N + j] - ref);
+                        if (!(err <= tol)) bad++;
+                        if (err / tol > worst) worst = err / tol;
+                    }
+                CHECK(bad == 0, "%s: %d of %lld outside the fp32 accumulation bound (worst %.3g of it)", what, bad,
+                      (long long)(M * N), worst);
+                cases++;
+                fl_tensor_release(a); fl_tensor_release(b);
+                free(qa); free(qb); free(bias); free(got); free(got1);
+            }
+    CHECK(cases == 10 * 4 * 8, "%d cases", cases);
+}
+
+/* Through the device entry: the new path and decode + oneDNN (switch cleared) agree within the bound of
+ * each; the switch and fl_cpu_avx512_allowed make fl_cpu_fp8_mm decline; the shape policy. */
+TEST(fp8_mm_switches_and_device_entry) {
+    const int64_t M = 70, N = 90, K = 300;
+    uint64_t seed = 99;
+    uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+    rand_bytes(qa, (size_t)(M * K), FL_E5M2, &seed);
+    rand_bytes(qb, (size_t)(K * N), FL_E4M3, &seed);
+    fl_tensor *a = operand(qa, M, K, FL_E5M2, 0.25f, true), *b = operand(qb, K, N, FL_E4M3, 3.0f, false);
+    REQUIRE(a && b, "operands: %s", fl_last_error());
+    int64_t shape[2] = { M, N };
+    fl_tensor *d1 = NULL, *d2 = NULL;
+    REQUIRE_OK(fl_tensor_empty(&d1, FL_F32, 2, shape, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&d2, FL_F32, 2, shape, FL_DEV_CPU));
+    CHECK(fl_cpu_fp8_mm_faster(a, b), "a^T x b [70 x 300 x 90]: the policy should take the new path");
+    REQUIRE_OK(fl_cpu_device()->fp8_gemm(d1, a, b, NULL, NULL, NULL, false));
+    fl_cpu_fp8_mm_allowed = false;
+    bool done = true;
+    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, 1.0f, NULL, &done));
+    CHECK(!done, "switched off, yet it ran");
+    CHECK_OK(fl_cpu_device()->fp8_gemm(d2, a, b, NULL, NULL, NULL, false));
+    fl_cpu_fp8_mm_allowed = true;
+    fl_cpu_avx512_allowed = false;
+    done = true;
+    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, 1.0f, NULL, &done));
+    CHECK(!done, "AVX-512 disallowed, yet it ran");
+    fl_cpu_avx512_allowed = true;
+    const float *g1 = fl_tensor_data(d1), *g2 = fl_tensor_data(d2);
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double S = 0;
+            for (int64_t k = 0; k < K; k++)
+                S += fabs((double)fl_fp8_to_f32(qa[i * K + k], FL_E5M2) * fl_fp8_to_f32(qb[k * N + j], FL_E4M3));
+            if (fabs((double)g1[i * N + j] - g2[i * N + j]) > 2.0 * (K + 1) * ldexp(1.0, -23) * S * 0.75) bad++;
+        }
+    CHECK(bad == 0, "%d elements: new path and decode + oneDNN differ by more than two accumulation bounds", bad);
+    fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(d1); fl_tensor_release(d2);
+    free(qa); free(qb);
+    /* the policy for a transposed b: fewer than 512 rows of C per thread go to decode + oneDNN */
+    int64_t sx[2] = { 2048, 256 }, sw[2] = { 768, 256 }, sm[2] = { 256, 256 };
+    fl_tensor *x = NULL, *w = NULL, *xs = NULL, *wt = NULL;
+    REQUIRE_OK(fl_tensor_empty(&x, FL_E4M3, 2, sx, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&xs, FL_E4M3, 2, sm, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&w, FL_E4M3, 2, sw, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_transpose(&wt, w, 0, 1));
+    int before = omp_get_max_threads();
+    omp_set_num_threads(2);
+    CHECK(fl_cpu_fp8_mm_faster(x, wt), "fprop 2048 x 768 x 256 on 2 threads: new path expected");
+    CHECK(!fl_cpu_fp8_mm_faster(xs, wt), "fprop 256 x 768 x 256 on 2 threads: decode + oneDNN expected");
+    omp_set_num_threads(before);
+    fl_tensor_release(x); fl_tensor_release(xs); fl_tensor_release(w); fl_tensor_release(wt);
+}
