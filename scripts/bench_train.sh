@@ -67,6 +67,22 @@ done
 limits=""
 for m in "${!GFLOP[@]}"; do limits+="$m ${GFLOP[$m]}"$'\n'; done
 
+# FP8 against bf16 in one process, interleaved (scripts/bench_step_ab.lua), at 2 threads: the fastest and the
+# median single step of each, as ratios to bf16 and as fractions of the bf16-dot limit.
+ab=$(OMP_NUM_THREADS=2 "$B/fp8lab" scripts/bench_step_ab.lua --precisions bf16,te,ao,msamp --rounds 10 2>/dev/null)
+echo "$ab"
+abtable=$(awk -v peaks="$peaks" -v gf="${GFLOP[gpt]:-0}" '
+  BEGIN { np = split(peaks, pl, "\n")
+          for (i = 1; i <= np; i++) if (pl[i] ~ /kind=bf16_dot threads=2 /) { match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0 } }
+  /^ab / { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           name[++n] = v["precision"]; mn[n] = v["min_ms"] + 0; md[n] = v["median_ms"] + 0; st[n] = v["steps"]
+           if (v["precision"] == "bf16") { bmn = mn[n]; bmd = md[n] } }
+  END { print "| precision | fastest step (ms) | median step (ms) | fastest / bf16 | median / bf16 | GFLOP/s at the fastest, % of bf16 dot " lim " |"
+        print "|---|---|---|---|---|---|"
+        for (i = 1; i <= n; i++) {
+          g = (mn[i] > 0 && gf > 0) ? gf / (mn[i] / 1000) : 0
+          printf "| %s | %.1f | %.1f | %.3f | %.3f | %.1f, %.0f%% |\n", name[i], mn[i], md[i], bmn ? mn[i] / bmn : 0, bmd ? md[i] / bmd : 0, g, lim ? 100 * g / lim : 0 } }' <<<"$ab")
+
 # Ratios: each fp8lab row against each peer's best fp32 and best bf16 step (over thread counts and eager /
 # compile), and the step's GFLOP/s as a fraction of the limit at its thread count (fp32 rows: fp32 FMA;
 # bf16 and FP8 rows: bf16 dot, the instruction their GEMMs run on).
@@ -120,13 +136,19 @@ the row's thread count (fp32: fp32 FMA; bf16 and FP8: bf16 dot):
 
 ${ratios}
 
-Why FP8 is not faster than bf16 on this CPU: it has no FP8 arithmetic (AVX-512 BF16 is its narrowest dot
-product). An FP8 GEMM decodes each operand's bytes exactly into bf16 and runs the same oneDNN bf16 kernel; per-tensor
-scales and the bias are applied in that kernel's epilogue (per-row scales take one pass after it). The FP8 step is
-therefore the bf16 step plus the FP8 casts (scale, cast, amax) and the decodes, less the bf16 casts they replace, and
-what FP8 saves here is memory: the activations kept for backward (act MiB). A \`perf\` profile of the 2-thread GPT
-step (2026-11-26) put the output-scaling pass that used to follow each FP8 GEMM at 5.2% of the samples and the decodes
-at 3.5%; the pass has since moved into the GEMM's epilogue (bit-identical losses), which brought te's step from
-~1.11× the bf16 step to parity within this machine's noise: five interleaved pairs of 20-step runs gave te/bf16
-ratios of 0.98 to 1.04 (median 1.02). A single run, as in the table above, can differ by more."
+FP8 against bf16 in one process (\`scripts/bench_step_ab.lua --rounds 10\`, 2 threads, the GPT above): ten rounds, each
+running three steps of every precision in turn, so a slow moment of this shared machine falls on all of them; the
+fastest single step and the median of the 30 (te = HYBRID, ao = tensorwise, msamp = O2):
+
+${abtable}
+
+What FP8 costs and saves against bf16 on a CPU without FP8 arithmetic (AVX-512 BF16 is its narrowest dot product): the
+FP8 GEMMs are fp8lab's own (\`core/cpu/cpu_fp8_mm.c\`, section "CPU FP8 GEMM"). They read the FP8 bytes and decode
+them by table lookup while packing their panels — the pass every blocked GEMM, oneDNN's bf16 kernel included, makes
+over its operands anyway — and apply the scales and the bias as they store the output. dY's cast also sums the bias
+gradient (one read of dY), and the tensors kept for backward are one byte per element (act MiB). The bf16 step
+instead converts each fp32 operand to bf16 in a pass of its own before oneDNN packs it, adds the bias in another
+pass and sums the bias gradient in a third. Both precisions share the rest: attention (per-head AVX-512 BF16
+kernels on the packed qkv), LayerNorm, GELU, AdamW, all in fp32 between the GEMMs.
+"
 write_section "## Training step vs PyTorch (CPU)" "$body"

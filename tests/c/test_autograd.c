@@ -192,9 +192,12 @@ TEST(autograd_sdpa_qkv_packed_backward_falls_back) {
     REQUIRE_OK(qkv_grad(&g_mixed, base, true, false));
     REQUIRE_OK(qkv_grad(&g_packed, base, true, true));
     const int64_t n = fl_tensor_numel(base);
+    const float *gr = fl_tensor_data(g_ref), *gm = fl_tensor_data(g_mixed), *gp = fl_tensor_data(g_packed);
+    REQUIRE(fl_tensor_is_contiguous(g_ref) && fl_tensor_is_contiguous(g_mixed) && fl_tensor_is_contiguous(g_packed) &&
+            g_ref->dtype == FL_F32 && g_mixed->dtype == FL_F32 && g_packed->dtype == FL_F32, "gradients not contiguous fp32");
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        const float r = at(g_ref, i), m = at(g_mixed, i), p = at(g_packed, i);
+        const float r = gr[i], m = gm[i], p = gp[i];
         if (!(fabsf(m - r) <= 1e-4f * (1.0f + fabsf(r))) || !(fabsf(p - r) <= 1e-4f * (1.0f + fabsf(r)))) bad++;
     }
     CHECK(bad == 0, "%d of %lld dqkv entries off the copies-and-GEMM reference", bad, (long long)n);
