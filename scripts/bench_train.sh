@@ -143,7 +143,7 @@ fastest single step and the median of the 30 (te = HYBRID, ao = tensorwise, msam
 ${abtable}
 
 What FP8 costs and saves against bf16 on a CPU without FP8 arithmetic (AVX-512 BF16 is its narrowest dot product): the
-FP8 GEMMs are fp8lab's own (\`core/cpu/cpu_fp8_mm.c\`, section "CPU FP8 GEMM"). They read the FP8 bytes and decode
+FP8 GEMMs are fp8lab's own (\`core/cpu/cpu_fp8_mm.c\`, section \"CPU FP8 GEMM\"). They read the FP8 bytes and decode
 them by table lookup while packing their panels — the pass every blocked GEMM, oneDNN's bf16 kernel included, makes
 over its operands anyway — and apply the scales and the bias as they store the output. dY's cast also sums the bias
 gradient (one read of dY), and the tensors kept for backward are one byte per element (act MiB). The bf16 step
