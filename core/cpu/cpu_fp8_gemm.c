@@ -39,11 +39,9 @@ static void decode_e5m2(const uint8_t *restrict s, uint16_t *restrict d, int64_t
     }
 }
 
-/* The AVX-512 decode: a table of the 128 magnitudes' bf16 bits (built from the scalar decode above, so
- * the two agree by construction) held in four registers; vpermi2w looks up 32 bytes at a time by their
- * low 6 bits, bit 6 picks the table half and bit 7 is the sign. */
+/* The table of the 128 magnitudes' bf16 bits (cpu_internal.h), built from the scalar decode above, so the
+ * table-lookup decodes agree with it by construction. */
 #ifdef __x86_64__
-#include <immintrin.h>
 static uint16_t lut_e4m3[128], lut_e5m2[128];
 static pthread_once_t lut_once = PTHREAD_ONCE_INIT;
 static void lut_init(void) {
@@ -52,32 +50,24 @@ static void lut_init(void) {
     decode_e4m3(b, lut_e4m3, 128);
     decode_e5m2(b, lut_e5m2, 128);
 }
-FL_CPU_AVX512 static void decode_lut512(const uint8_t *restrict s, uint16_t *restrict d, int64_t n, const uint16_t *lut) {
-    const __m512i t0 = _mm512_loadu_si512(lut), t1 = _mm512_loadu_si512(lut + 32), t2 = _mm512_loadu_si512(lut + 64),
-                  t3 = _mm512_loadu_si512(lut + 96), bit6 = _mm512_set1_epi16(0x40), bit7 = _mm512_set1_epi16(0x80);
-    for (int64_t i = 0; i < n; i += 32) {
-        const __mmask32 k = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
-        const __m512i v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, s + i));
-        const __m512i lo = _mm512_permutex2var_epi16(t0, v, t1), hi = _mm512_permutex2var_epi16(t2, v, t3);
-        const __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(v, bit6), lo, hi);
-        const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(v, bit7), 8);
-        _mm512_mask_storeu_epi16(d + i, k, _mm512_or_si512(r, sign));
-    }
-}
-#endif
 
 const uint16_t *fl_fp8_bf16_lut(bool e5) {
     pthread_once(&lut_once, lut_init);
     return e5 ? lut_e5m2 : lut_e4m3;
 }
 
+FL_CPU_AVX512 static void decode_lut512(const uint8_t *restrict s, uint16_t *restrict d, int64_t n, const uint16_t *lut) {
+    const fl_fp8_lut4 L = fl_fp8_lut_load(lut);
+    for (int64_t i = 0; i < n; i += 32) {
+        const __mmask32 k = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_epi16(d + i, k, fl_fp8_dec32(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, s + i)), &L));
+    }
+}
+#endif
+
 static void decode_span(const uint8_t *s, uint16_t *d, int64_t n, bool e5) {
 #ifdef __x86_64__
-    if (fl_cpu_avx512()) {
-        pthread_once(&lut_once, lut_init);
-        decode_lut512(s, d, n, e5 ? lut_e5m2 : lut_e4m3);
-        return;
-    }
+    if (fl_cpu_avx512()) { decode_lut512(s, d, n, fl_fp8_bf16_lut(e5)); return; }
 #endif
     if (e5) decode_e5m2(s, d, n); else decode_e4m3(s, d, n);
 }

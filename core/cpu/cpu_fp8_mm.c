@@ -34,24 +34,10 @@ enum { MR = 8, NR = 32, AG = 2 * MR, KC = FL_MM_KC, NB_MAX = FL_MM_NB };
 #define FL_CPU_BF16 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
 #define FL_INLINE FL_CPU_BF16 static inline __attribute__((always_inline))
 
-typedef struct { __m512i t0, t1, t2, t3; } lut4;
-
-FL_INLINE lut4 lut_load(const uint16_t *t) {
-    lut4 L = { _mm512_loadu_si512(t), _mm512_loadu_si512(t + 32), _mm512_loadu_si512(t + 64), _mm512_loadu_si512(t + 96) };
-    return L;
-}
-
 /* n bytes (≤ 0: none, ≥ 32: 32) zero-extended to 16-bit lanes; missing lanes read as byte 0 (bf16 +0). */
 FL_INLINE __m512i load32(const uint8_t *p, int64_t n) {
     const __mmask32 k = n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1u);
     return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, p));
-}
-
-/* 32 FP8 codes (16-bit lanes) → bf16 bits, as cpu_fp8_gemm.c's decode_lut512. */
-FL_INLINE __m512i dec32(__m512i v, const lut4 *L) {
-    const __m512i lo = _mm512_permutex2var_epi16(L->t0, v, L->t1), hi = _mm512_permutex2var_epi16(L->t2, v, L->t3);
-    const __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(v, _mm512_set1_epi16(0x40)), lo, hi);
-    return _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x80)), 8));
 }
 
 /* x, y: 32 bf16 of rows k, k+1 → the pairs (x[c], y[c]) of c = 0..15 (*lo) and c = 16..31 (*hi). */
@@ -65,24 +51,24 @@ FL_INLINE void interleave(__m512i x, __m512i y, __m512i *lo, __m512i *hi) {
 }
 
 /* kc bytes at s decoded into d[0, kcpad) (zeros past kc). */
-FL_INLINE void dec_row(uint16_t *d, const uint8_t *s, int64_t kc, int64_t kcpad, const lut4 *L) {
+FL_INLINE void dec_row(uint16_t *d, const uint8_t *s, int64_t kc, int64_t kcpad, const fl_fp8_lut4 *L) {
     for (int64_t i = 0; i < kcpad; i += 32) {
         const int64_t r = kcpad - i;
         const __mmask32 k = r >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << r) - 1u);
-        _mm512_mask_storeu_epi16(d + i, k, dec32(load32(s + i, kc - i), L));
+        _mm512_mask_storeu_epi16(d + i, k, fl_fp8_dec32(load32(s + i, kc - i), L));
     }
 }
 
 /* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into NR-column panels: rows k, k+1 interleaved. */
-FL_CPU_BF16 static void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb, const lut4 *L) {
+FL_CPU_BF16 static void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb, const fl_fp8_lut4 *L) {
     const int64_t kcp = (kc + 1) / 2;
     for (int64_t j = 0; j * NR < nb; j++) {
         uint16_t *d = bp + j * kcp * 2 * NR;
         const int64_t nv = nb - j * NR;
         for (int64_t kp = 0; kp < kcp; kp++) {
             const uint8_t *r = b + 2 * kp * ldb + j * NR;
-            const __m512i x = dec32(load32(r, nv), L);
-            const __m512i y = 2 * kp + 1 < kc ? dec32(load32(r + ldb, nv), L) : _mm512_setzero_si512();
+            const __m512i x = fl_fp8_dec32(load32(r, nv), L);
+            const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + ldb, nv), L) : _mm512_setzero_si512();
             __m512i lo, hi;
             interleave(x, y, &lo, &hi);
             _mm512_store_si512(d + kp * 2 * NR, lo);
@@ -94,7 +80,7 @@ FL_CPU_BF16 static void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, in
 /* B block of a K-contiguous b (b[n·ldb + k], a transposed view): each column's bytes decoded into tmp
  * (NR rows of kcp pairs), then 16 × 16 blocks of pairs transposed into the panel. */
 FL_CPU_BF16 static void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb,
-                                 const lut4 *L) {
+                                 const fl_fp8_lut4 *L) {
     const int64_t kcp = (kc + 1) / 2, kcq = (kcp + 15) & ~(int64_t)15;   /* tmp rows padded to 16 pairs */
     for (int64_t j = 0; j * NR < nb; j++) {
         for (int64_t c = 0; c < NR; c++) {
@@ -139,7 +125,7 @@ FL_CPU_BF16 static void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, 
 }
 
 /* A group (AG rows × kc) of a K-contiguous a (a[m·lda + k]): decoded rows of kcp pairs; rows ag..AG zero. */
-FL_CPU_BF16 static void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const lut4 *L) {
+FL_CPU_BF16 static void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const fl_fp8_lut4 *L) {
     const int64_t kcp = (kc + 1) / 2;
     for (int64_t m = 0; m < ag; m++) dec_row(ap + m * 2 * kcp, a + m * lda, kc, 2 * kcp, L);
     if (ag < AG) memset(ap + ag * 2 * kcp, 0, (size_t)((AG - ag) * 4 * kcp));
@@ -147,13 +133,13 @@ FL_CPU_BF16 static void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, in
 
 /* A group of a M-contiguous a (a[k·lda + m]): rows k, k+1 of the AG = 2·MR columns interleaved into pairs
  * and split into two MR-row panels [kcp][MR]; rows past ag are zero. */
-FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const lut4 *L) {
+FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const fl_fp8_lut4 *L) {
     const int64_t kcp = (kc + 1) / 2;
     uint32_t *d = (uint32_t *)ap;
     for (int64_t kp = 0; kp < kcp; kp++) {
         const uint8_t *r = a + 2 * kp * lda;
-        const __m512i x = dec32(load32(r, ag), L);
-        const __m512i y = 2 * kp + 1 < kc ? dec32(load32(r + lda, ag), L) : _mm512_setzero_si512();
+        const __m512i x = fl_fp8_dec32(load32(r, ag), L);
+        const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + lda, ag), L) : _mm512_setzero_si512();
         __m512i lo, hi;
         interleave(x, y, &lo, &hi);
         _mm256_store_si256((__m256i *)(d + kp * MR), _mm512_castsi512_si256(lo));
@@ -225,7 +211,7 @@ typedef struct {
 /* C[m0 .. m0+mb, n0 .. n0+nb) over all of K, in K blocks of KC. */
 FL_CPU_BF16 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_t nb, uint16_t *bpk, uint16_t *apk,
                                  uint16_t *tmp) {
-    const lut4 LA = lut_load(J->lut_a), LB = lut_load(J->lut_b);
+    const fl_fp8_lut4 LA = fl_fp8_lut_load(J->lut_a), LB = fl_fp8_lut_load(J->lut_b);
     const int64_t ldc = J->N;
     for (int64_t k0 = 0; k0 < J->K; k0 += KC) {
         const int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kcp = (kc + 1) / 2;

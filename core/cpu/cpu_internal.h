@@ -58,9 +58,25 @@ fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const
  * applied); cpu_fp8_gemm.c. */
 fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
 #ifdef __x86_64__
+#include <immintrin.h>
 /* The 128 FP8 magnitudes' bf16 bits (index = byte & 0x7f; the sign is bit 7 of the byte), for table-lookup
  * decodes (cpu_fp8_gemm.c builds it once from its scalar decode). */
 const uint16_t *fl_fp8_bf16_lut(bool e5);
+/* That table in four registers, and 32 FP8 codes (zero-extended to 16-bit lanes) → their bf16 bits:
+ * vpermi2w looks each up by its low 6 bits, bit 6 picks the table half, bit 7 is the sign. Inlined into
+ * AVX-512 callers (the bulk decode, cpu_fp8_mm.c's packing). */
+typedef struct { __m512i t0, t1, t2, t3; } fl_fp8_lut4;
+static inline __attribute__((always_inline, target("avx512f,avx512bw"))) fl_fp8_lut4 fl_fp8_lut_load(const uint16_t *t) {
+    fl_fp8_lut4 L = { _mm512_loadu_si512(t), _mm512_loadu_si512(t + 32), _mm512_loadu_si512(t + 64),
+                      _mm512_loadu_si512(t + 96) };
+    return L;
+}
+static inline __attribute__((always_inline, target("avx512f,avx512bw"))) __m512i fl_fp8_dec32(__m512i v,
+                                                                                               const fl_fp8_lut4 *L) {
+    const __m512i lo = _mm512_permutex2var_epi16(L->t0, v, L->t1), hi = _mm512_permutex2var_epi16(L->t2, v, L->t3);
+    const __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(v, _mm512_set1_epi16(0x40)), lo, hi);
+    return _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x80)), 8));
+}
 #endif
 /* The CPU's own FP8 GEMM for per-tensor scales (cpu_fp8_mm.c): dst[M, N] = (dec(a)·dec(b))·scale (+ bias[N])
  * with a, b FP8 [M, K], [K, N], each contiguous or a transposed contiguous matrix, decoded while packing.
@@ -71,6 +87,11 @@ const uint16_t *fl_fp8_bf16_lut(bool e5);
 extern _Atomic bool fl_cpu_fp8_mm_allowed;
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done);
+
+/* Rows per chunk of a column sum (the bias gradient): each chunk's rows are summed in order in double, the
+ * chunks combined in order. fl_cpu_dev_reduce over dim 0 and quantize_dbias both sum this way, so their
+ * results have the same bits whatever the thread count. */
+#define FL_CPU_SUM_ROWS 256
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */
 static inline void fl_cpu_split_axis(const fl_tensor *t, int axis, int64_t *outer, int64_t *size, int64_t *inner) {

@@ -83,27 +83,29 @@ fl_status fl_cpu_dev_sdpa_bwd(const float *q, const float *k, const float *v, co
     return FL_OK;
 }
 /* The packed layouts through the bf16 per-head kernels (the only ones that read strided heads): bf16 on a CPU
- * with AVX-512 BF16 and the GEMM path allowed, as fl_cpu_sdpa_causal_fwd decides. Out of memory for a
- * thread's buffers: not done, so the caller's copies and the other paths take over. */
-static bool qkv_direct(bool bf16, int64_t D) {
-    return bf16 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_bf16_available();
+ * with AVX-512 BF16 and the GEMM path allowed, as fl_cpu_sdpa_causal_fwd decides; *in: q, k, v (and dq, dk,
+ * dv) as parts of [B, T, 3·H·D]; *out: out or dout as [B, T, H·D]. Out of memory for a thread's buffers: not
+ * done, so the caller's copies and the other paths take over. */
+static bool qkv_direct(bool bf16, int64_t B, int64_t H, int64_t T, int64_t D, fl_attn_layout *in, fl_attn_layout *out) {
+    const int64_t C = H * D;
+    *in = (fl_attn_layout){ T * 3 * C, D, 3 * C };
+    *out = (fl_attn_layout){ T * C, D, C };
+    return bf16 && B > 0 && H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_bf16_available();
 }
 fl_status fl_cpu_dev_sdpa_qkv_fwd(const float *qkv, float *out, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
                                   float scale, bool causal, bool bf16, bool *done) {
-    *done = false;
-    if (!qkv_direct(bf16, D) || B <= 0 || H <= 0 || T <= 0) return FL_OK;
+    fl_attn_layout in, ol;
     const int64_t C = H * D;
-    const fl_attn_layout in = { T * 3 * C, D, 3 * C }, ol = { T * C, D, C };
-    *done = fl_cpu_attn_bf16_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H, T, D, scale, causal) == FL_OK;
+    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) &&
+            fl_cpu_attn_bf16_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H, T, D, scale, causal) == FL_OK;
     return FL_OK;
 }
 fl_status fl_cpu_dev_sdpa_qkv_bwd(const float *qkv, const float *att, const float *dout, float *dqkv, int64_t B,
                                   int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16, bool *done) {
-    *done = false;
-    if (!qkv_direct(bf16, D) || B <= 0 || H <= 0 || T <= 0) return FL_OK;
+    fl_attn_layout in, ol;
     const int64_t C = H * D;
-    const fl_attn_layout in = { T * 3 * C, D, 3 * C }, ol = { T * C, D, C };
-    *done = fl_cpu_attn_bf16_bwd_at(qkv, qkv + C, qkv + 2 * C, in, att, dout, ol, dqkv, dqkv + C, dqkv + 2 * C, in, B,
+    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) &&
+            fl_cpu_attn_bf16_bwd_at(qkv, qkv + C, qkv + 2 * C, in, att, dout, ol, dqkv, dqkv + C, dqkv + 2 * C, in, B,
                                     H, T, D, scale, causal) == FL_OK;
     return FL_OK;
 }

@@ -113,16 +113,13 @@ fl_status fl_cpu_dev_quantize(fl_tensor *dst, const fl_tensor *src, const float 
     return st;
 }
 
-/* Rows per chunk of the column sums: fl_cpu_dev_reduce's RB (cpu_reduce.c), whose order this repeats: each
- * chunk's rows summed in order in double, the chunks combined in order, the result rounded to fp32. */
-#define DBIAS_ROWS 256
-
+/* dY cast and its column sums in one read; the sums in fl_cpu_dev_reduce's order (FL_CPU_SUM_ROWS). */
 fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p,
                                     fl_tensor *dbias) {
     if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) || dbias->dtype != FL_F32 ||
         !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])
         return FL_ERR(FL_EINVAL, "quantize_dbias: expects a contiguous fp32 [R, C] source and an fp32 [C] bias gradient");
-    const int64_t R = src->shape[0], C = src->shape[1], chunks = (R + DBIAS_ROWS - 1) / DBIAS_ROWS;
+    const int64_t R = src->shape[0], C = src->shape[1], chunks = (R + FL_CPU_SUM_ROWS - 1) / FL_CPU_SUM_ROWS;
     const float *x = fl_tensor_data(src);
     uint8_t *d = fl_tensor_data(dst);
     float *db = fl_tensor_data(dbias);
@@ -137,8 +134,8 @@ fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const 
         #pragma omp for schedule(static)
         for (int64_t ch = 0; ch < chunks; ch++) {
             double *ps = psum + ch * C;
-            const int64_t r1 = (ch + 1) * DBIAS_ROWS < R ? (ch + 1) * DBIAS_ROWS : R;
-            for (int64_t r = ch * DBIAS_ROWS; r < r1; r++) {
+            const int64_t r1 = (ch + 1) * FL_CPU_SUM_ROWS < R ? (ch + 1) * FL_CPU_SUM_ROWS : R;
+            for (int64_t r = ch * FL_CPU_SUM_ROWS; r < r1; r++) {
                 const float *row = x + r * C;
                 fl_cast_stats s;
                 if (fl_quantize_f32(row, d + r * C, (size_t)C, dst->dtype, scale[0], p, &s) != FL_OK) {

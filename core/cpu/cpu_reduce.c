@@ -70,7 +70,7 @@ static void racc_run(racc *r, fl_redop op, const fl_tensor *t, int64_t off, int6
  * then combined left to right in chunk order, so each output is the same fixed-order double sum
  * ((chunk 0) + chunk 1) + ... whatever the thread count, and tiles x chunks give threads work even for
  * a narrow matrix. */
-enum { CW = 1024, RB = 256, RGROUP = 32 };
+enum { CW = 1024, RB = FL_CPU_SUM_ROWS, RGROUP = 32 };
 
 typedef struct { float mx, mn, am; int nan; } mm4;
 
