@@ -122,7 +122,7 @@ probes:
 	@printf '  %s readline\n' "$(if $(filter 1,$(HAVE_READLINE)),✓,✗ (plain line input))"
 	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
 	@printf '  %s MPI%s\n' "$(if $(filter 1,$(MPI_ON)),✓,✗)" "$(if $(filter 1,$(MPI_ON)),, (install libopenmpi-dev; single process only))"
-	@printf '  %s NCCL%s\n' "$(if $(filter 1,$(NCCL_ON)),✓,✗)" "$(if $(filter 1,$(NCCL_ON)), (compile-tested only: no GPU has run it),)"
+	@printf '  %s NCCL%s\n' "$(if $(filter 1,$(NCCL_ON)),✓,✗)" "$(if $(filter 1,$(NCCL_ON)), (one process on one GPU tested; never run across GPUs),)"
 	@printf '  %s cuBLASLt\n' "$(if $(filter 1,$(HAVE_CUBLASLT)),✓,✗)"
 
 deps:

@@ -198,7 +198,7 @@ local function env_cmd(host, ...)
   -- MPI / NCCL: the libraries linked in (build time) and this process's world (run time, from the
   -- launcher's environment or, once initialised, from MPI itself); docs/distributed.md
   local dinfo = require("fp8._dist").info()
-  row("NCCL", dinfo.nccl_built and ("built in: NCCL " .. dinfo.nccl_version .. " (compile-tested only)")
+  row("NCCL", dinfo.nccl_built and ("built in: NCCL " .. dinfo.nccl_version .. " (ran on one GPU, one process; never across GPUs)")
     or "not built in (GPU collectives are refused)")
   local mpi = command_output("mpirun --version")
   row("MPI", (dinfo.mpi_built and ("built in: " .. dinfo.mpi_version:match("^[^,]*")) or "not built in (single process only)")
