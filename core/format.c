@@ -163,7 +163,20 @@ const char *fl_dtype_choices(void) { return "fp32, bf16, fp16, e4m3, e5m2"; }
  * Kernels work on one block and accumulate into a fl_cast_stats; the driver splits the array
  * into blocks (interrupt polling, OpenMP). amax starts at 0 so an all-NaN source gives 0. */
 #define FL_QBLOCK ((size_t)1 << 18) /* 256K elements = 1 MiB of fp32 per block */
-#define FL_PAR_MIN ((size_t)1 << 18)
+#define FL_PAR_MIN ((size_t)1 << 15) /* below: one thread (a region costs ~1 us; 32K elements take ~10 us) */
+
+/* Threads for n elements: one below FL_PAR_MIN, and one inside any parallel construct, active or not (the
+ * callers that cast a row per iteration of their own loop; a region opened there made a team per call). */
+static bool par_ok(size_t n) { return n > FL_PAR_MIN && omp_get_level() == 0 && omp_get_max_threads() > 1; }
+
+/* Block size: FL_QBLOCK, or n shared evenly (in multiples of 64) by the threads when whole FL_QBLOCKs would
+ * leave some of them idle (a weight of 256 × 1024 was one block, one thread). The block results combine by
+ * max and integer sums, so the size changes no result. */
+static size_t par_block(size_t n, bool par) {
+    const size_t nt = (size_t)omp_get_max_threads();
+    if (!par || n >= FL_QBLOCK * nt) return FL_QBLOCK;
+    return ((n + nt - 1) / nt + 63) & ~(size_t)63;
+}
 
 /* Written branch-free with an integer amax (for non-negative floats the bit patterns order like
  * the values; NaN patterns are masked to 0) so the compiler can vectorise it for AVX2. */
@@ -306,19 +319,20 @@ fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtyp
     if (n && (!src || !dst)) return FL_ERR(FL_EINVAL, "quantize: NULL buffer for %zu elements", n);
     const fp8_params *P = fmt == FL_E5M2 ? &E5M2_P : &E4M3_P;
     quant_block_fn fn = pick_quant(path);
-    if (n <= FL_PAR_MIN) { /* small: no OpenMP region at all (entering one costs ~1 us) */
+    if (n <= FL_QBLOCK && !par_ok(n)) { /* one block, one thread: no OpenMP region at all */
         FL_TRY(fl_check_interrupt());
         fl_cast_stats st = {0};
         fn(src, dst, n, P, scale, p, &st);
         if (stats) *stats = st;
         return FL_OK;
     }
-    size_t nb = (n + FL_QBLOCK - 1) / FL_QBLOCK;
+    const bool par = par_ok(n);
+    const size_t blk = par_block(n, par), nb = (n + blk - 1) / blk;
     float amax = 0.0f;
     int64_t unf = 0, sat = 0, nan = 0;
     int stop = 0;
     /* Integer counters and max are order-independent, so the result is deterministic. */
-#pragma omp parallel for schedule(static) reduction(max : amax) reduction(+ : unf, sat, nan)
+#pragma omp parallel for if (par) schedule(static) reduction(max : amax) reduction(+ : unf, sat, nan)
     for (size_t b = 0; b < nb; b++) {
         int s;
 #pragma omp atomic read
@@ -329,7 +343,7 @@ fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtyp
             stop = 1;
             continue;
         }
-        size_t lo = b * FL_QBLOCK, len = n - lo < FL_QBLOCK ? n - lo : FL_QBLOCK;
+        size_t lo = b * blk, len = n - lo < blk ? n - lo : blk;
         fl_cast_stats st = {0};
         fn(src + lo, dst + lo, len, P, scale, p, &st);
         amax = st.amax > amax ? st.amax : amax;
@@ -391,12 +405,13 @@ float fl_amax_f32_path(const float *src, size_t n, int path) {
 #ifdef __x86_64__
     if (path != FL_PATH_PORTABLE && __builtin_cpu_supports("avx512f")) fn = amax_avx512;
 #endif
-    if (n <= FL_PAR_MIN) return fn(src, n);
-    size_t nb = (n + FL_QBLOCK - 1) / FL_QBLOCK;
+    const bool par = par_ok(n);
+    if (!par) return fn(src, n);
+    const size_t blk = par_block(n, par), nb = (n + blk - 1) / blk;
     float m = 0.0f;
 #pragma omp parallel for schedule(static) reduction(max : m)
     for (size_t b = 0; b < nb; b++) {
-        size_t lo = b * FL_QBLOCK, len = n - lo < FL_QBLOCK ? n - lo : FL_QBLOCK;
+        size_t lo = b * blk, len = n - lo < blk ? n - lo : blk;
         float v = fn(src + lo, len);
         m = v > m ? v : m;
     }
@@ -417,7 +432,7 @@ __attribute__((constructor)) static void build_luts(void) {
 
 void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, float scale_inv) {
     const float *lut = fmt == FL_E5M2 ? LUT_E5M2 : LUT_E4M3;
-    if (n <= FL_PAR_MIN) {
+    if (!par_ok(n)) {
         for (size_t i = 0; i < n; i++) dst[i] = lut[src[i]] * scale_inv;
         return;
     }

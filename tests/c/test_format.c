@@ -6,6 +6,7 @@
 #include "format_internal.h"
 
 #include <float.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +405,40 @@ TEST(format_quantize_paths_match_reference) {
     }
     if (!fl_format_has_avx512()) fprintf(stderr, "  (no AVX-512 on this CPU: both paths ran the portable kernel)\n");
     free(x); free(want); free(a); free(b);
+}
+
+/* Sizes around the one-thread limit (32K) and FL_QBLOCK (256K), where the threads now share a tensor that
+ * used to be one block: bytes, amax and every counter the same with 1 and 2 threads, bytes as the scalar cast. */
+TEST(format_quantize_split_sizes_agree_across_threads) {
+    const size_t sizes[] = { 32768, 32769, 100003, 262144, 262145, 524287 };
+    const size_t nmax = 524287;
+    float *x = malloc(nmax * sizeof *x);
+    uint8_t *q1 = malloc(nmax), *q2 = malloc(nmax), *r = malloc(nmax);
+    REQUIRE(x && q1 && q2 && r, "alloc");
+    fill_special(x, nmax);
+    const int threads0 = omp_get_max_threads();
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const size_t n = sizes[i];
+        for (int f = 0; f < 2; f++) {
+            const fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
+            fl_cast_stats s1, s2;
+            memset(q1, 0xAA, n); memset(q2, 0x55, n);
+            omp_set_num_threads(1);
+            REQUIRE_OK(fl_quantize_f32(x, q1, n, fmt, 3.0f, FL_SATURATE, &s1));
+            const float a1 = fl_amax_f32(x, n);
+            omp_set_num_threads(2);
+            REQUIRE_OK(fl_quantize_f32(x, q2, n, fmt, 3.0f, FL_SATURATE, &s2));
+            const float a2 = fl_amax_f32(x, n);
+            for (size_t j = 0; j < n; j++) r[j] = f ? fl_f32_to_e5m2(x[j] * 3.0f, FL_SATURATE) : fl_f32_to_e4m3(x[j] * 3.0f, FL_SATURATE);
+            CHECK(memcmp(q1, r, n) == 0 && memcmp(q2, r, n) == 0, "bytes n=%zu f=%d", n, f);
+            CHECK(f2u(s1.amax) == f2u(s2.amax) && f2u(a1) == f2u(s1.amax) && f2u(a2) == f2u(s1.amax), "amax n=%zu", n);
+            CHECK(s1.underflow == s2.underflow && s1.saturated == s2.saturated && s1.nan == s2.nan,
+                  "counters n=%zu f=%d: %lld/%lld %lld/%lld %lld/%lld", n, f, (long long)s1.underflow, (long long)s2.underflow,
+                  (long long)s1.saturated, (long long)s2.saturated, (long long)s1.nan, (long long)s2.nan);
+        }
+    }
+    omp_set_num_threads(threads0);
+    free(x); free(q1); free(q2); free(r);
 }
 
 TEST(format_quantize_large_parallel_and_errors) {
