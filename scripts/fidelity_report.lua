@@ -160,6 +160,7 @@ lines = {}
 out("| recipe | role | format | largest underflow (layer) | largest saturated (layer) | scales |")
 out("|---|---|---|---|---|---|")
 local hstep
+local maxsat = { f = 0 }   -- the largest saturated fraction in the health table, and where
 for _, x in ipairs(results) do
   local h = health(x.r)
   if h then
@@ -174,6 +175,7 @@ for _, x in ipairs(results) do
         local function at(f, layer) return f > 0 and (" (%s)"):format(layer) or "" end
         -- rowwise scales are one per row, made at each cast: the role's single scale stays 1
         local scales = x.name:match("rowwise") and "per row (not logged)" or ("%.3g … %.3g"):format(v.smin, v.smax)
+        if v.sat > maxsat.f then maxsat = { f = v.sat, what = ("%s %s, %s"):format(x.name, role, v.sat_layer) } end
         out(("| %s | %s | %s | %.4f%%%s | %.4f%%%s | %s |"):format(x.name, role, v.format, 100 * v.uf,
           at(v.uf, v.uf_layer), 100 * v.sat, at(v.sat, v.sat_layer), scales))
       end
@@ -321,7 +323,9 @@ if health_md then
     .. "the smallest E4M3 subnormal once scaled (2^-10 / scale, about 4e-6 at a scale of 250), so a large fraction "
     .. "of them flush while carrying almost none of the product's magnitude. The output gradient of `mlp.0` (the "
     .. "first MLP linear) is the gradient above it times GELU's derivative, near zero on that same tail, so it "
-    .. "flushes there for the same reason. Saturation stays below 0.002% everywhere."
+    .. "flushes there for the same reason. "
+    .. (maxsat.f > 0 and ("Saturation is at most %.4f%% (%s)."):format(100 * maxsat.f, maxsat.what)
+      or "Nothing saturated.")
 end
 if pngs.val and opts.doc ~= "" then
   local docdir = (opts.doc:match("^(.*)/[^/]*$") or ".") .. "/img"
