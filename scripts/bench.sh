@@ -21,6 +21,9 @@ Measured $(date -u '+%Y-%m-%d %H:%M UTC') on ${model:-unknown CPU} (${cpus} CPUs
 (\`$B/bench_quantize 64 7\`: 64 MiB of fp32, best of 7 runs). GB/s counts bytes read + written:
 5 bytes per element for quantize, 8 for memcpy, so equal time means quantize reaches 62% of memcpy's GB/s.
 The fused kernel scales by 0.9, casts with saturation, and computes amax, underflow, saturation and NaN counts in the same pass.
+The second table times one cast of the sizes a GPT step casts (its weights, 64K-256K elements, and its 2048 × 256
+inputs), data in cache, best of 350: above 32K elements the threads share a tensor (a 256K one was a single block
+for one thread before 2026-11-26 evening).
 Load average at the start: $(cut -d" " -f1-3 /proc/loadavg) (2-thread rows are sensitive to other work on a small shared machine).
 
 $table

@@ -1,5 +1,6 @@
 /* bench_quantize.c — GB/s of fl_quantize_f32 (fp32 → E4M3 with amax and counters) against memcpy
- * on the same buffer, 1 and 2 threads; prints a markdown table. Built by `make $(BUILD)/bench_quantize`.
+ * on the same buffer, 1 and 2 threads; then the time of one cast at the tensor sizes of a training step;
+ * prints two markdown tables. Built by `make $(BUILD)/bench_quantize`.
  * Bytes counted = bytes read + bytes written (quantize: 4n + n; memcpy: 4n + 4n). */
 #include "format.h"
 #include "format_internal.h"
@@ -61,6 +62,26 @@ int main(int argc, char **argv) {
             double gbs = bytes[k] / best[k] / 1e9;
             printf("| %d | %s | %zu | %.2f | %.2f | %.0f%% |\n", th, names[k], mib, best[k] * 1e3, gbs,
                    100.0 * gbs / gbs0);
+        }
+    }
+    /* The sizes a training step casts (the char GPT's weights, 64K-256K elements, and its 2048 × 256 inputs):
+     * tensors above 32K elements are shared by the threads (format.c par_block); microseconds per cast, best of
+     * many, data in cache. */
+    printf("\n| elements | threads | best time (us) | elements / ns |\n|---|---|---|---|\n");
+    const size_t sizes[] = { 65536, 196608, 262144, 524288 };
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const size_t m = sizes[k] < n ? sizes[k] : n;
+        for (int th = 1; th <= 2; th++) {
+            omp_set_num_threads(th);
+            double best = 1e30;
+            for (int r = 0; r < 50 * reps; r++) {
+                fl_cast_stats st;
+                double t0 = now();
+                fl_quantize_f32(src, dst, m, FL_E4M3, 0.9f, FL_SATURATE, &st);
+                double t = now() - t0;
+                if (t < best) best = t;
+            }
+            printf("| %zu | %d | %.1f | %.2f |\n", m, th, best * 1e6, (double)m / best * 1e-9);
         }
     }
     free(src); free(cpy); free(dst);
