@@ -5,6 +5,7 @@
  * the key blocks above the diagonal. A head's arithmetic does not depend on the thread count. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
+#include "bf16_x86.h"
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,21 +81,11 @@ static ATTN16 void band(int mr, int64_t n, const uint32_t *a, int64_t ars, int64
     }
 }
 
-/* x rounded to bf16 (RNE, NaN quieted: fl_f32_to_bf16) in the upper half of each 32-bit lane; the lower
- * halves are not cleared. */
-ATTN16_INLINE __m512i bf16_hi(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
-    __m512i r = _mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF));
-    r = _mm512_mask_add_epi32(r, odd, r, _mm512_set1_epi32(1));
-    return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x400000));
-}
-
-/* 32 bf16 in order from the upper halves of a's then b's lanes. */
-ATTN16_INLINE __m512i bf16_join(__m512i a, __m512i b) {
-    static const uint16_t upper[32] = { 1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-                                        33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63 };
-    return _mm512_permutex2var_epi16(a, _mm512_loadu_si512(upper), b);
+/* Word c of the result: the pair (a[c], b[c]) of 32 bf16 laid out as a's 16 then b's 16 (fl_bf16_x86_pack32). */
+ATTN16_INLINE __m512i pairs16(__m512i ab) {
+    static const uint16_t il[32] = { 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31 };
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(il), ab);
 }
 
 /* The mask of the first n of 16 lanes (none for n ≤ 0). */
@@ -108,7 +99,7 @@ static ATTN16 void pack_rows(const float *src, int64_t rows, int64_t cols, int64
         for (int64_t c = 0; c < ldd; c += 32) {
             const __m512 x0 = _mm512_maskz_loadu_ps(lanes(cols - c), src + r * lds + c);
             const __m512 x1 = _mm512_maskz_loadu_ps(lanes(cols - c - 16), src + r * lds + c + 16);
-            _mm512_mask_storeu_epi16(dst + r * ldd + c, lanes32(ldd - c), bf16_join(bf16_hi(x0), bf16_hi(x1)));
+            _mm512_mask_storeu_epi16(dst + r * ldd + c, lanes32(ldd - c), fl_bf16_x86_pack32(x0, x1));
         }
 }
 
@@ -120,9 +111,8 @@ static ATTN16 void pack_pairs(const float *src, int64_t rows, int64_t cols, int6
         const bool odd = 2 * m + 1 == rows;
         for (int64_t c = 0; c < ldd; c += 16) {
             const __mmask16 k = lanes(cols - c);
-            const __m512i lo = _mm512_srli_epi32(bf16_hi(_mm512_maskz_loadu_ps(k, r0 + c)), 16);
-            const __m512i hi = bf16_hi(_mm512_maskz_loadu_ps(odd ? 0 : k, r1 + c));
-            _mm512_storeu_si512(dst + m * ldd + c, _mm512_mask_blend_epi16(0xAAAAAAAA, lo, hi));
+            const __m512 x0 = _mm512_maskz_loadu_ps(k, r0 + c), x1 = _mm512_maskz_loadu_ps(odd ? 0 : k, r1 + c);
+            _mm512_storeu_si512(dst + m * ldd + c, pairs16(fl_bf16_x86_pack32(x0, x1)));
         }
     }
 }
@@ -166,7 +156,7 @@ static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t 
                 const float *x = src + (in ? r0 + i : 0) * lds + c0;
                 const __m512 x0 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0) : 0, x);
                 const __m512 x1 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0 - 16) : 0, x + 16);
-                u[i] = bf16_join(bf16_hi(x0), bf16_hi(x1));
+                u[i] = fl_bf16_x86_pack32(x0, x1);
             }
             transpose16(u);
             for (int64_t m = 0; m < 16 && c0 / 2 + m < h; m++) _mm512_storeu_si512(dst + (c0 / 2 + m) * ldd + r0, u[m]);
@@ -232,7 +222,7 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
         for (; j < n; j += 16) {
             const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n - j), r + j), inv[i - i0]);
             _mm512_mask_storeu_ps(r + j, lanes(T - j), x);
-            _mm512_mask_cvtepi32_storeu_epi16(pr + j, lanes(w - j), _mm512_srli_epi32(bf16_hi(x), 16));
+            _mm256_mask_storeu_epi16(pr + j, lanes(w - j), fl_bf16_x86_pack16(x));
         }
         for (; j < T; j += 16) {
             _mm512_mask_storeu_ps(r + j, lanes(T - j), _mm512_setzero_ps());
@@ -269,11 +259,11 @@ ATTN16_INLINE void dsoftmax_pair(const float *p0, const float *d0, const float *
         const __m512 P0 = _mm512_maskz_loadu_ps(kt, p0 + j), P1 = _mm512_maskz_loadu_ps(one ? 0 : kt, p1 + j);
         const __m512 x0 = _mm512_maskz_mul_ps(k0, _mm512_mul_ps(sc, P0), _mm512_sub_ps(_mm512_maskz_loadu_ps(k0, d0 + j), dot0));
         const __m512 x1 = _mm512_maskz_mul_ps(k1, _mm512_mul_ps(sc, P1), _mm512_sub_ps(_mm512_maskz_loadu_ps(k1, d1 + j), dot1));
-        const __m512i h0 = _mm512_srli_epi32(bf16_hi(x0), 16), h1 = bf16_hi(x1);
-        _mm512_mask_cvtepi32_storeu_epi16(g0 + j, lanes(w - j), h0);
-        if (!one) _mm512_mask_cvtepi32_storeu_epi16(g1 + j, lanes(w - j), _mm512_srli_epi32(h1, 16));
-        _mm512_storeu_si512(gp + j, _mm512_mask_blend_epi16(0xAAAAAAAA, h0, h1));
-        _mm512_storeu_si512(pp + j, _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srli_epi32(bf16_hi(P0), 16), bf16_hi(P1)));
+        const __m512i h = fl_bf16_x86_pack32(x0, x1);
+        _mm256_mask_storeu_epi16(g0 + j, lanes(w - j), _mm512_castsi512_si256(h));
+        if (!one) _mm256_mask_storeu_epi16(g1 + j, lanes(w - j), _mm512_extracti64x4_epi64(h, 1));
+        _mm512_storeu_si512(gp + j, pairs16(h));
+        _mm512_storeu_si512(pp + j, pairs16(fl_bf16_x86_pack32(P0, P1)));
     }
 }
 

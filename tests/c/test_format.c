@@ -293,6 +293,27 @@ TEST(format_exhaustive_fp8_all_fp32_patterns) {
     }
 }
 
+/* The bulk fp32 → bf16 path takes 32 lanes, then 16, then single values (format.c), and a vector holding a
+ * denormal takes the integer rounding (bf16_x86.h: VCVTNE2PS2BF16 flushes them). Every length to 100 and
+ * every offset of one denormal, NaN or infinity among normals: bulk == scalar. (The exhaustive test below
+ * walks patterns in runs of 4096, which never reach the 16-lane step.) */
+TEST(format_bf16_bulk_lengths_with_denormals) {
+    const uint32_t odd[] = { 0x00000001u, 0x807FFFFFu, 0x00400000u, 0x7FC00001u, 0xFF800001u, 0x7F800000u,
+                             0x7F7FFFFFu, 0x00800000u };
+    float xs[100];
+    uint16_t got[100];
+    int bad = 0;
+    for (int n = 1; n <= 100; n++)
+        for (size_t o = 0; o < sizeof odd / sizeof *odd; o++)
+            for (int at = -1; at < n; at++) {
+                for (int i = 0; i < n; i++) xs[i] = u2f(0x3F800000u + (uint32_t)(i * 0x9E3779u % 0x01000000u) + (i & 1u) * 0x8000u);
+                if (at >= 0) xs[at] = u2f(odd[o]);
+                fl_f32_to_bf16_n(xs, got, (size_t)n);
+                for (int i = 0; i < n; i++) bad += got[i] != fl_f32_to_bf16(xs[i]);
+            }
+    CHECK(bad == 0, "%d bulk bf16 values differ from the scalar rounding", bad);
+}
+
 TEST(format_exhaustive_16bit_all_fp32_patterns) {
     ref_init();
     uint64_t step = pattern_step(), bad = 0;
