@@ -15,16 +15,19 @@ _Atomic bool fl_cpu_fp8_mm_allowed = true;
 #include <immintrin.h>
 
 /* Blocking. Micro-tile MR × NR of C in 2·MR zmm accumulators (each 16 columns); K in blocks of KC; B's
- * block (KC × at most NB_MAX columns, bf16: 256 KiB) stays in L2 while A is decoded AG rows at a time
- * into L1 and run over it. FL_MM_KC / FL_MM_NB override the two for experiments (KC 128-512 and NB
- * 256-1024 measured within noise of each other on Zen 4).
+ * block (KC × at most NB_MAX columns, bf16: 512 KiB) stays in L2 while A is decoded AG rows at a time
+ * into L1 and run over it. Each K block re-reads and re-writes the tile of C, so a long K in few blocks
+ * matters where the tile is large: the char GPT's fc2 wgrad (M 256, N 1024, K 2048; 512 KiB of C per
+ * thread) took 3.0-3.3 ms with KC 256 and 2.6 ms with KC 512 (2 threads, Zen 4, scripts/bench_fp8_gemm.c);
+ * its other eleven GEMMs and NB 256-1024 were within noise. FL_MM_KC / FL_MM_NB override the two for
+ * experiments.
  * Packed layouts (u32 = one bf16 pair (k even, k odd), the unit vdpbf16ps multiplies):
  *   B block: NR-column panels, panel j = [kcp][NR] u32 (the VNNI layout), columns past N are zero.
  *   A group, a K-contiguous: AG rows of kcp u32 (bf16 row-major, K padded to even), rows past M zero;
  *            a M-contiguous (a transposed view): two MR-row panels [kcp][MR] u32 made by interleaving rows.
  * kcp = ceil(kc/2): an odd K gets a zero pair partner in both operands. */
 #ifndef FL_MM_KC
-#define FL_MM_KC 256
+#define FL_MM_KC 512
 #endif
 #ifndef FL_MM_NB
 #define FL_MM_NB 512
