@@ -5,6 +5,8 @@
 --   ab precision=te min_ms=… median_ms=… steps=…
 -- Precisions: fp32, bf16, te (HYBRID), te-e4m3, ao (tensorwise), msamp (O2).
 -- scripts/bench_train.sh runs it to compare the FP8 step with the bf16 step (docs/performance.md).
+-- --profile N then runs N more steps of each precision under fp8.profiler and prints its table (self time per op and
+-- input shape, summed over the N steps), the breakdown in docs/performance.md's "Where the GPT step's time goes".
 local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
 local clock = require("fp8._data").clock
 
@@ -13,6 +15,7 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "rounds", "int", 8, "rounds", 1 },
   { "per-round", "int", 3, "timed steps of each precision per round", 1 },
   { "warmup", "int", 3, "untimed steps of each precision first", 0 },
+  { "profile", "int", 0, "then run this many steps of each precision under fp8.profiler and print where the time went", 0 },
 }, { usage = "usage: fp8lab scripts/bench_step_ab.lua [options]", about = "Times GPT steps, precisions interleaved. Options:" })
 
 local HANDLERS = {
@@ -73,4 +76,14 @@ for i, name in ipairs(names) do
   local n = #t
   local median = n % 2 == 1 and t[(n + 1) // 2] or (t[n // 2] + t[n // 2 + 1]) / 2
   print(("ab precision=%s min_ms=%.2f median_ms=%.2f steps=%d"):format(name, t[1], median, n))
+end
+if opts.profile > 0 then
+  for i, name in ipairs(names) do
+    local prof = fp8.profiler.profile{ record_shapes = true }
+    prof:start()
+    for _ = 1, opts.profile do steps[i]() end
+    prof:stop()
+    print(("profile precision=%s steps=%d"):format(name, opts.profile))
+    print(prof:key_averages{ group_by_input_shape = true }:table{ sort_by = "self_cpu_time_total", row_limit = 40 })
+  end
 end

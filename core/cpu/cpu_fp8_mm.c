@@ -18,7 +18,7 @@ _Atomic bool fl_cpu_fp8_mm_allowed = true;
  * block (KC × at most NB_MAX columns, bf16: 512 KiB) stays in L2 while A is decoded AG rows at a time
  * into L1 and run over it. Each K block re-reads and re-writes the tile of C, so a long K in few blocks
  * matters where the tile is large: the char GPT's fc2 wgrad (M 256, N 1024, K 2048; 512 KiB of C per
- * thread) took 3.0-3.3 ms with KC 256 and 2.6 ms with KC 512 (2 threads, Zen 4, scripts/bench_fp8_gemm.c);
+ * thread) took 3.0-3.45 ms with KC 256 and 2.6-2.8 ms with KC 512 (2 threads, Zen 4, scripts/bench_fp8_gemm.c);
  * its other eleven GEMMs and NB 256-1024 were within noise. FL_MM_KC / FL_MM_NB override the two for
  * experiments.
  * Packed layouts (u32 = one bf16 pair (k even, k odd), the unit vdpbf16ps multiplies):
