@@ -217,17 +217,21 @@ static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const
 }
 
 #ifdef __x86_64__
-/* One 16-lane step: returns the 16 codes (one per 32-bit lane) and updates amax and the
- * counters, which live in vector registers (masked +1) so the loop has no scalar popcounts. */
+/* One 16-lane step: returns the 16 codes (one per 32-bit lane), updates amax, and adds the lanes that underflow,
+ * saturate or are NaN to the scalar counters (popcounts of the compare masks: the integer units are otherwise
+ * idle here, and the vector units are what bounds the cast). `fin_scale`: the scale is finite and positive, so
+ * x·scale is NaN exactly where x is, and the NaN test of the scaled value serves for the count. */
 typedef struct {
     __m512i absm, inf, half, one, minn, magic_i, maxc, ovf, nanc, zero, b80;
     __m512 magic, vs;
     __m128i shift;
 } q512_consts;
 
+typedef struct { uint32_t unf, sat, nan; } q512_counts;
+
 __attribute__((target("avx512f"), always_inline))
-static inline __m512i q512_step(const q512_consts *c, __m512 x, __mmask16 k, __m512 *vmax,
-                                __m512i *unf, __m512i *sat, __m512i *nan) {
+static inline __m512i q512_step(const q512_consts *c, __m512 x, __mmask16 k, __m512 *vmax, q512_counts *n,
+                                const bool fin_scale) {
     __m512i xa = _mm512_and_si512(_mm512_castps_si512(x), c->absm);
     *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, c->vs));
@@ -244,16 +248,38 @@ static inline __m512i q512_step(const q512_consts *c, __m512 x, __mmask16 k, __m
     __m512i r = _mm512_mask_blend_epi32(normal, rs, rn);
     r = _mm512_mask_blend_epi32(over, r, c->ovf);
     r = _mm512_mask_blend_epi32(is_nan, r, c->nanc);
-    __mmask16 xnan = _mm512_mask_cmpgt_epu32_mask(k, xa, c->inf);
+    __mmask16 xnan = fin_scale ? is_nan & k : _mm512_mask_cmpgt_epu32_mask(k, xa, c->inf);
     __mmask16 xfin = _mm512_mask_cmplt_epu32_mask(k, xa, c->inf);
-    __mmask16 zr = _mm512_mask_cmpeq_epu32_mask(_mm512_mask_cmpneq_epu32_mask(k, xa, c->zero), r, c->zero);
-    *nan = _mm512_mask_add_epi32(*nan, xnan, *nan, c->one);
-    *sat = _mm512_mask_add_epi32(*sat, over & xfin, *sat, c->one);
-    *unf = _mm512_mask_add_epi32(*unf, zr, *unf, c->one);
+    __mmask16 zr = _mm512_mask_testn_epi32_mask(_mm512_mask_test_epi32_mask(k, xa, xa), r, r);
+    n->nan += (uint32_t)__builtin_popcount(xnan);
+    n->sat += (uint32_t)__builtin_popcount(over & xfin);
+    n->unf += (uint32_t)__builtin_popcount(zr);
     return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), c->b80, 0xF8); /* r | (u>>24 & 0x80) */
 }
 
-__attribute__((target("avx512f")))
+__attribute__((target("avx512f,popcnt"), always_inline))
+static inline void quant_loop512(const q512_consts *c, const float *src, uint8_t *dst, size_t n, __m512 *vmax,
+                                 q512_counts *cnt, const bool fin_scale) {
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) { /* 4 vectors → one full 64-byte store */
+        __m512i r0 = q512_step(c, _mm512_loadu_ps(src + i), 0xFFFF, vmax, cnt, fin_scale);
+        __m512i r1 = q512_step(c, _mm512_loadu_ps(src + i + 16), 0xFFFF, vmax, cnt, fin_scale);
+        __m512i r2 = q512_step(c, _mm512_loadu_ps(src + i + 32), 0xFFFF, vmax, cnt, fin_scale);
+        __m512i r3 = q512_step(c, _mm512_loadu_ps(src + i + 48), 0xFFFF, vmax, cnt, fin_scale);
+        __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r0)),
+                                             _mm512_cvtepi32_epi8(r1), 1);
+        __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r2)),
+                                             _mm512_cvtepi32_epi8(r3), 1);
+        _mm512_storeu_si512(dst + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __m512i r = q512_step(c, _mm512_maskz_loadu_ps(k, src + i), k, vmax, cnt, fin_scale);
+        _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, r);
+    }
+}
+
+__attribute__((target("avx512f,popcnt")))
 static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
                                float scale, fl_overflow pol, fl_cast_stats *st) {
     q512_consts c;
@@ -268,29 +294,13 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     c.magic = _mm512_castsi512_ps(c.magic_i); c.vs = _mm512_set1_ps(scale);
     c.shift = _mm_cvtsi32_si128(P->shift);
     __m512 vmax = _mm512_set1_ps(st->amax);
-    /* lane counters: a block is at most FL_QBLOCK elements, far below 2^31 per lane */
-    __m512i unf = c.zero, sat = c.zero, nan = c.zero;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) { /* 4 vectors → one full 64-byte store */
-        __m512i r0 = q512_step(&c, _mm512_loadu_ps(src + i), 0xFFFF, &vmax, &unf, &sat, &nan);
-        __m512i r1 = q512_step(&c, _mm512_loadu_ps(src + i + 16), 0xFFFF, &vmax, &unf, &sat, &nan);
-        __m512i r2 = q512_step(&c, _mm512_loadu_ps(src + i + 32), 0xFFFF, &vmax, &unf, &sat, &nan);
-        __m512i r3 = q512_step(&c, _mm512_loadu_ps(src + i + 48), 0xFFFF, &vmax, &unf, &sat, &nan);
-        __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r0)),
-                                             _mm512_cvtepi32_epi8(r1), 1);
-        __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r2)),
-                                             _mm512_cvtepi32_epi8(r3), 1);
-        _mm512_storeu_si512(dst + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-    }
-    for (; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512i r = q512_step(&c, _mm512_maskz_loadu_ps(k, src + i), k, &vmax, &unf, &sat, &nan);
-        _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, r);
-    }
+    q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
+    if (scale > 0.0f && scale < INFINITY) quant_loop512(&c, src, dst, n, &vmax, &cnt, true);
+    else quant_loop512(&c, src, dst, n, &vmax, &cnt, false);
     st->amax = _mm512_reduce_max_ps(vmax);
-    st->underflow += _mm512_reduce_add_epi32(unf);
-    st->saturated += _mm512_reduce_add_epi32(sat);
-    st->nan += _mm512_reduce_add_epi32(nan);
+    st->underflow += cnt.unf;
+    st->saturated += cnt.sat;
+    st->nan += cnt.nan;
 }
 #endif
 

@@ -383,7 +383,7 @@ static void fill_special(float *x, size_t n) {
 TEST(format_quantize_paths_match_reference) {
     ref_init();
     static const size_t lens[] = {0, 1, 7, 15, 16, 17, 31, 33, 100, 1000, 4099, 65537, 300001};
-    static const float scales[] = {1.0f, 0.5f, 3.7f, 1e-3f, 1e20f};
+    static const float scales[] = {1.0f, 0.5f, 3.7f, 1e-3f, 1e20f, 0.0f, INFINITY};   /* the last two: x·scale is NaN where x is not */
     float *x = malloc(300001 * sizeof *x);
     uint8_t *want = malloc(300001), *a = malloc(300001), *b = malloc(300001);
     REQUIRE(x && want && a && b, "alloc");
