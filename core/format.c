@@ -222,7 +222,7 @@ static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const
  * idle here, and the vector units are what bounds the cast). `fin_scale`: the scale is finite and positive, so
  * x·scale is NaN exactly where x is, and the NaN test of the scaled value serves for the count. */
 typedef struct {
-    __m512i absm, inf, half, one, minn, magic_i, maxc, ovf, nanc, zero, b80;
+    __m512i absm, inf, half, one, minn, magic_i, maxc, ovf, nanc, b80;
     __m512 magic, vs;
     __m128i shift;
 } q512_consts;
@@ -289,7 +289,7 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     c.minn = _mm512_set1_epi32((int)P->min_normal);
     c.magic_i = _mm512_set1_epi32((int)P->magic); c.maxc = _mm512_set1_epi32((int)P->max_code);
     c.ovf = _mm512_set1_epi32((int)(pol == FL_IEEE ? P->ovf_ieee : P->max_code));
-    c.nanc = _mm512_set1_epi32((int)P->nan_code); c.zero = _mm512_setzero_si512();
+    c.nanc = _mm512_set1_epi32((int)P->nan_code);
     c.b80 = _mm512_set1_epi32(0x80);
     c.magic = _mm512_castsi512_ps(c.magic_i); c.vs = _mm512_set1_ps(scale);
     c.shift = _mm_cvtsi32_si128(P->shift);
