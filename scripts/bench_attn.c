@@ -1,11 +1,14 @@
 /* bench_attn.c — one call of CPU bf16 attention (fl_cpu_sdpa_causal_fwd / _bwd with bf16 = true), the
  * per-head AVX-512 BF16 kernels (cpu_nn_attn_bf16.c) against the batched GEMMs they replace, best of R
  * repetitions. GFLOP/s counts 4·B·H·T²·D forward and twice that backward (the full, unmasked products).
- * Usage: bench_attn [B H T D causal R PATH [cold]] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
- * threads from OMP_NUM_THREADS. cold: a 64 MiB buffer is written before each timed call, so the operands come
- * from memory as in a training step, where the GEMMs around attention move tens of MiB through the caches.
+ * Usage: bench_attn [B H T D causal R PATH [MODE]] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
+ * threads from OMP_NUM_THREADS. MODE holds "cold" and/or "packed" (e.g. cold,packed). cold: a 64 MiB buffer is
+ * written before each timed call, so the operands come from memory as in a training step, where the GEMMs around
+ * attention move tens of MiB through the caches. packed: the per-head kernels read q, k, v in place in one
+ * [B, T, 3·H·D] tensor and write dq, dk, dv into one, as the GPT's attention does (fl_cpu_attn_bf16_fwd_at /
+ * _bwd_at with the layouts of the device's sdpa_qkv entries); kernel path only.
  * Prints one line per (path, direction):
- *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm ms=... gflops=... */
+ *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads ms=... gflops=... */
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_nn_internal.h"
 #include <omp.h>
@@ -35,7 +38,7 @@ int main(int argc, char **argv) {
     const int64_t T = argc > 3 ? atoll(argv[3]) : 128, D = argc > 4 ? atoll(argv[4]) : 64;
     const int causal = argc > 5 ? atoi(argv[5]) : 1, R = argc > 6 ? atoi(argv[6]) : 200;
     const char *only = argc > 7 ? argv[7] : "both";
-    const int cold = argc > 8 && !strcmp(argv[8], "cold");
+    const int cold = argc > 8 && strstr(argv[8], "cold"), packed = argc > 8 && strstr(argv[8], "packed");
     const size_t evict_n = (size_t)64 << 20;
     char *evict = cold ? malloc(evict_n) : NULL;
     if (cold && !evict) { fprintf(stderr, "out of memory\n"); return 1; }
@@ -46,20 +49,33 @@ int main(int argc, char **argv) {
     float *dq = malloc((size_t)n * 4), *dk = malloc((size_t)n * 4), *dv = malloc((size_t)n * 4);
     if (!q || !k || !v || !dy || !o || !att || !dq || !dk || !dv) { fprintf(stderr, "out of memory\n"); return 1; }
     const double flops = 4.0 * (double)(B * H) * (double)(T * T) * (double)D;
+    /* packed: q, k, v of one token side by side in qkv [B, T, 3C] (C = H·D); out and dout [B, T, C] */
+    const int64_t C = H * D;
+    const fl_attn_layout lin = { T * 3 * C, D, 3 * C }, lout = { T * C, D, C };
+    float *qkv = packed ? filled(3 * n, 2) : NULL, *dqkv = packed ? malloc((size_t)(3 * n) * 4) : NULL;
+    if (packed && (!qkv || !dqkv)) { fprintf(stderr, "out of memory\n"); return 1; }
     for (int path = 0; path < 2; path++) {
         fl_cpu_attn_bf16_allowed = path == 0;
         const char *name = path == 0 ? "kernel" : "gemm";
         if (strcmp(only, "both") && strcmp(only, name)) continue;
+        if (packed && path == 1) continue;   /* the batched GEMMs take contiguous heads only */
         if (path == 0 && !fl_cpu_attn_bf16_available()) { printf("attn path=kernel unavailable (no AVX-512 BF16)\n"); continue; }
         double best[2] = { 1e30, 1e30 };
         for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */
             if (cold) memset(evict, r & 0xFF, evict_n);
             double t0 = now();
-            fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, true);
+            if (packed && path == 0)
+                fl_cpu_attn_bf16_fwd_at(qkv, qkv + C, qkv + 2 * C, lin, o, lout, att, B, H, T, D, scale, causal);
+            else
+                fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, true);
             double t1 = now();
             if (cold) memset(evict, ~r & 0xFF, evict_n);
             double t2 = now();
-            fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, true);
+            if (packed && path == 0)
+                fl_cpu_attn_bf16_bwd_at(qkv, qkv + C, qkv + 2 * C, lin, att, dy, lout, dqkv, dqkv + C, dqkv + 2 * C, lin, B,
+                                        H, T, D, scale, causal);
+            else
+                fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, true);
             double t3 = now();
             if (r >= 3) {
                 best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
@@ -67,11 +83,11 @@ int main(int argc, char **argv) {
             }
         }
         for (int d = 0; d < 2; d++)
-            printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d cache=%s ms=%.3f gflops=%.1f\n",
+            printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d cache=%s layout=%s ms=%.3f gflops=%.1f\n",
                    name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T, (long long)D, causal,
-                   omp_get_max_threads(), cold ? "cold" : "warm", 1e3 * best[d], (d ? 2 : 1) * flops / best[d] * 1e-9);
+                   omp_get_max_threads(), cold ? "cold" : "warm", packed ? "packed" : "heads", 1e3 * best[d], (d ? 2 : 1) * flops / best[d] * 1e-9);
     }
     fl_cpu_attn_bf16_allowed = true;
-    free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv); free(evict);
+    free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv); free(evict); free(qkv); free(dqkv);
     return 0;
 }

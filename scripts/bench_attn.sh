@@ -12,17 +12,17 @@ ARGS="16 4 128 64 1 300"
 make --no-print-directory BUILD="$B" "$B/bench_attn" >/dev/null
 machine=$(machine_line)
 rows=()
-for run in "1" "2" "1 kernel cold" "2 kernel cold"; do
+for run in "1" "2" "1 kernel cold" "2 kernel cold" "1 kernel cold,packed" "2 kernel cold,packed"; do
   set -- $run
   out=$(OMP_NUM_THREADS=$1 "$B/bench_attn" $ARGS ${2:-both} ${3:-})
   echo "$out"
   rows+=("$(echo "$out" | awk '
     { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-      key = v["path"] " " v["threads"] " " v["cache"]; ms[key, v["dir"]] = v["ms"]; gf[key, v["dir"]] = v["gflops"]
+      key = v["path"] " " v["threads"] " " v["cache"] " " v["layout"]; ms[key, v["dir"]] = v["ms"]; gf[key, v["dir"]] = v["gflops"]
       if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
     END { for (i = 1; i <= n; i++) { split(order[i], k, " ")
-            printf "| %s%s | %s | %s | %s | %s | %s |\n", k[1] == "kernel" ? "per-head kernels" : "batched GEMMs",
-                   k[3] == "cold" ? ", caches evicted" : "", k[2],
+            printf "| %s%s%s | %s | %s | %s | %s | %s |\n", k[1] == "kernel" ? "per-head kernels" : "batched GEMMs",
+                   k[4] == "packed" ? ", packed qkv" : "", k[3] == "cold" ? ", caches evicted" : "", k[2],
                    ms[order[i], "fwd"], gf[order[i], "fwd"], ms[order[i], "bwd"], gf[order[i], "bwd"] } }')")
 done
 body=$(cat <<MD
@@ -35,9 +35,11 @@ each of its 4 layers makes per step. GFLOP/s counts 4·B·H·T²·D forward and 
 though causal attention needs about half of them), against the bf16 dot limit of 235 per thread. The per-head
 kernels (core/cpu/cpu_nn_attn_bf16.c) run where the CPU has AVX-512 BF16; the batched GEMMs are the path before them
 and still run elsewhere. "caches evicted": \`bench_attn $ARGS kernel cold\`, a 64 MiB buffer written before each
-call, so q, k, v, dO and the saved probabilities come from memory, as in a training step (the fp8.profiler's rows
-for one te step of that GPT, 2 threads, 2026-11-26: 1.1-1.24 ms forward and 1.78-1.84 ms backward per layer, with
-the packed qkv read in place; section "Where the GPT step's time goes").
+call, so q, k, v, dO and the saved probabilities come from memory, as in a training step. "packed qkv" (\`... kernel
+cold,packed\`): q, k and v read in place from one [B, T, 3·C] tensor and dq, dk, dv written into one, as the GPT's
+attention does, where each head row is 256 bytes of a 3 KiB token row (the fp8.profiler's rows for one te step of
+that GPT, 2 threads, 2026-11-26: 1.1-1.24 ms forward and 1.78-1.84 ms backward per layer; section "Where the GPT
+step's time goes").
 
 | path | threads | fwd ms | fwd GFLOP/s | bwd ms | bwd GFLOP/s |
 |---|---|---|---|---|---|

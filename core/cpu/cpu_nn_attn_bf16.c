@@ -92,15 +92,26 @@ ATTN16_INLINE __m512i pairs16(__m512i ab) {
 static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 static inline __mmask32 lanes32(int64_t n) { return n >= 32 ? (__mmask32)~0u : n <= 0 ? 0 : (__mmask32)((1u << n) - 1); }
 
+/* The packers read a head's rows lds floats apart: in the GPT's packed qkv, 256 bytes of each 3 KiB token row,
+ * so nearly every row starts in another 4 KiB page and the hardware prefetchers, which stop at page boundaries,
+ * leave each row a demand miss when the tensor comes from memory (as in a training step). Each packer asks for
+ * the lines of the row PF_ROWS ahead while it converts the current one. */
+#define PF_ROWS 8
+static inline void fetch_row(const float *row, int64_t cols) {
+    for (int64_t c = 0; c < cols; c += 16) _mm_prefetch((const char *)(row + c), _MM_HINT_T0);
+}
+
 /* dst[r, 0..ldd) (bf16, row-major) = src[r, 0..cols) rounded, zero up to ldd (even): an A operand with
  * ars = ldd/2 words, ams = 1. */
 static ATTN16 void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t lds, uint16_t *dst, int64_t ldd) {
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
+        if (r + PF_ROWS < rows) fetch_row(src + (r + PF_ROWS) * lds, cols);
         for (int64_t c = 0; c < ldd; c += 32) {
             const __m512 x0 = _mm512_maskz_loadu_ps(lanes(cols - c), src + r * lds + c);
             const __m512 x1 = _mm512_maskz_loadu_ps(lanes(cols - c - 16), src + r * lds + c + 16);
             _mm512_mask_storeu_epi16(dst + r * ldd + c, lanes32(ldd - c), fl_bf16_x86_pack32(x0, x1));
         }
+    }
 }
 
 /* dst[m, 0..ldd) = pairs (src[2m, ·], src[2m+1, ·]) rounded, zero beyond `cols` and past the last row:
@@ -109,6 +120,7 @@ static ATTN16 void pack_pairs(const float *src, int64_t rows, int64_t cols, int6
     for (int64_t m = 0; 2 * m < rows; m++) {
         const float *r0 = src + 2 * m * lds, *r1 = r0 + lds;
         const bool odd = 2 * m + 1 == rows;
+        for (int64_t f = 2 * m + PF_ROWS; f < 2 * m + PF_ROWS + 2 && f < rows; f++) fetch_row(src + f * lds, cols);
         for (int64_t c = 0; c < ldd; c += 16) {
             const __mmask16 k = lanes(cols - c);
             const __m512 x0 = _mm512_maskz_loadu_ps(k, r0 + c), x1 = _mm512_maskz_loadu_ps(odd ? 0 : k, r1 + c);
@@ -148,7 +160,8 @@ ATTN16_INLINE void transpose16(__m512i u[16]) {
  * transposed in registers. */
 static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t lds, uint32_t *dst, int64_t ldd) {
     const int64_t h = (cols + 1) / 2;
-    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        for (int64_t f = r0 + 16; f < r0 + 32 && f < rows; f++) fetch_row(src + f * lds, cols);   /* the next block */
         for (int64_t c0 = 0; c0 < cols; c0 += 32) {
             __m512i u[16];
             for (int i = 0; i < 16; i++) {
@@ -161,6 +174,7 @@ static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t 
             transpose16(u);
             for (int64_t m = 0; m < 16 && c0 / 2 + m < h; m++) _mm512_storeu_si512(dst + (c0 / 2 + m) * ldd + r0, u[m]);
         }
+    }
 }
 
 /* fl_nn_expf (cpu_nn_internal.h) on 16 lanes, with fused multiply-adds and vscalefps (~1 ulp as well). */
