@@ -38,8 +38,8 @@ and still run elsewhere. "caches evicted": \`bench_attn $ARGS kernel cold\`, a 6
 call, so q, k, v, dO and the saved probabilities come from memory, as in a training step. "packed qkv" (\`... kernel
 cold,packed\`): q, k and v read in place from one [B, T, 3·C] tensor and dq, dk, dv written into one, as the GPT's
 attention does, where each head row is 256 bytes of a 3 KiB token row (the fp8.profiler's rows for one te step of
-that GPT, 2 threads, 2026-11-26: 1.1-1.24 ms forward and 1.78-1.84 ms backward per layer; section "Where the GPT
-step's time goes").
+that GPT, 2 threads, 2026-11-26/27: 1.05-1.24 ms forward and 1.65-1.84 ms backward per layer; section "Where the
+GPT step's time goes").
 
 | path | threads | fwd ms | fwd GFLOP/s | bwd ms | bwd GFLOP/s |
 |---|---|---|---|---|---|
