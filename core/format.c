@@ -7,6 +7,7 @@
 #include "scale_rule.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -466,9 +467,10 @@ FL_BF16_X86_TARGET static size_t f32_to_bf16_avx512(const float *src, uint16_t *
 }
 
 static bool has_bf16_cvt(void) {
-    static int v = -1;   /* racy first calls all store the same value */
-    if (v < 0) v = fl_bf16_x86_available();
-    return v;
+    static _Atomic int v = -1;   /* first calls from several threads all store the same value */
+    int h = atomic_load_explicit(&v, memory_order_relaxed);
+    if (h < 0) atomic_store_explicit(&v, h = fl_bf16_x86_available(), memory_order_relaxed);
+    return h;
 }
 #endif
 
