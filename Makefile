@@ -128,7 +128,7 @@ probes:
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h kernels/*.h tests/c/*.h)
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h kernels/*.h tests/c/*.h scripts/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LUA_CFLAGS) -c $< -o $@
 

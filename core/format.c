@@ -7,7 +7,6 @@
 #include "scale_rule.h"
 
 #include <assert.h>
-#include <stdatomic.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -465,19 +464,12 @@ FL_BF16_X86_TARGET static size_t f32_to_bf16_avx512(const float *src, uint16_t *
     for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(dst + i), fl_bf16_x86_pack16(_mm512_loadu_ps(src + i)));
     return i;
 }
-
-static bool has_bf16_cvt(void) {
-    static _Atomic int v = -1;   /* first calls from several threads all store the same value */
-    int h = atomic_load_explicit(&v, memory_order_relaxed);
-    if (h < 0) atomic_store_explicit(&v, h = fl_bf16_x86_available(), memory_order_relaxed);
-    return h;
-}
 #endif
 
 void fl_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n) {
     size_t i = 0;
 #ifdef __x86_64__
-    if (n >= 16 && has_bf16_cvt()) i = f32_to_bf16_avx512(src, dst, n);
+    if (n >= 16 && fl_bf16_x86_available()) i = f32_to_bf16_avx512(src, dst, n);
 #endif
 #ifdef __AVX2__
     const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);

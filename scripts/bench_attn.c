@@ -6,11 +6,12 @@
  * written before each timed call, so the operands come from memory as in a training step, where the GEMMs around
  * attention move tens of MiB through the caches. packed: the per-head kernels read q, k, v in place in one
  * [B, T, 3·H·D] tensor and write dq, dk, dv into one, as the GPT's attention does (fl_cpu_attn_bf16_fwd_at /
- * _bwd_at with the layouts of the device's sdpa_qkv entries); kernel path only.
+ * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. Other words are refused.
  * Prints one line per (path, direction):
  *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads ms=... gflops=... */
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_nn_internal.h"
+#include "bench_mode.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,13 @@ int main(int argc, char **argv) {
     const int64_t T = argc > 3 ? atoll(argv[3]) : 128, D = argc > 4 ? atoll(argv[4]) : 64;
     const int causal = argc > 5 ? atoi(argv[5]) : 1, R = argc > 6 ? atoi(argv[6]) : 200;
     const char *only = argc > 7 ? argv[7] : "both";
-    const int cold = argc > 8 && strstr(argv[8], "cold"), packed = argc > 8 && strstr(argv[8], "packed");
+    static const char *const modes[] = { "cold", "packed" };
+    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 2) : 0;
+    const int cold = mode & 1, packed = (mode & 2) != 0;
+    if (packed && strcmp(only, "kernel")) {
+        fprintf(stderr, "bench_attn: mode packed times the per-head kernels only: pass PATH kernel, got %s\n", only);
+        return 2;
+    }
     const size_t evict_n = (size_t)64 << 20;
     char *evict = cold ? malloc(evict_n) : NULL;
     if (cold && !evict) { fprintf(stderr, "out of memory\n"); return 1; }
@@ -58,7 +65,6 @@ int main(int argc, char **argv) {
         fl_cpu_attn_bf16_allowed = path == 0;
         const char *name = path == 0 ? "kernel" : "gemm";
         if (strcmp(only, "both") && strcmp(only, name)) continue;
-        if (packed && path == 1) continue;   /* the batched GEMMs take contiguous heads only */
         if (path == 0 && !fl_cpu_attn_bf16_available()) { printf("attn path=kernel unavailable (no AVX-512 BF16)\n"); continue; }
         double best[2] = { 1e30, 1e30 };
         for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */

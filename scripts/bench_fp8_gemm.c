@@ -15,6 +15,7 @@
 #include <time.h>
 #include "cpu/cpu_internal.h"
 #include "tensor.h"
+#include "bench_mode.h"
 
 static double now(void) {
     struct timespec t;
@@ -68,7 +69,9 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
-    const bool mlp = argc > 2 && strstr(argv[2], "mlp"), cold = argc > 2 && strstr(argv[2], "cold");
+    static const char *const modes[] = { "mlp", "cold" };
+    const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 2) : 0;
+    const bool mlp = mode & 1, cold = mode & 2;
     if (cold && !(evict = malloc(EVICT_BYTES))) { fprintf(stderr, "out of memory\n"); return 1; }
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
     const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
