@@ -11,7 +11,7 @@
  *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads ms=... gflops=... */
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_nn_internal.h"
-#include "bench_mode.h"
+#include "bench_util.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,9 +46,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attn: mode packed times the per-head kernels only: pass PATH kernel, got %s\n", only);
         return 2;
     }
-    const size_t evict_n = (size_t)64 << 20;
-    char *evict = cold ? malloc(evict_n) : NULL;
-    if (cold && !evict) { fprintf(stderr, "out of memory\n"); return 1; }
     const int64_t n = B * H * T * D, na = B * H * T * T;
     const float scale = 1.0f / sqrtf((float)D);
     float *q = filled(n, 2), *k = filled(n, 2), *v = filled(n, 1), *dy = filled(n, 1);
@@ -68,14 +65,14 @@ int main(int argc, char **argv) {
         if (path == 0 && !fl_cpu_attn_bf16_available()) { printf("attn path=kernel unavailable (no AVX-512 BF16)\n"); continue; }
         double best[2] = { 1e30, 1e30 };
         for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */
-            if (cold) memset(evict, r & 0xFF, evict_n);
+            if (cold) bench_evict();
             double t0 = now();
             if (packed && path == 0)
                 fl_cpu_attn_bf16_fwd_at(qkv, qkv + C, qkv + 2 * C, lin, o, lout, att, B, H, T, D, scale, causal);
             else
                 fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, true);
             double t1 = now();
-            if (cold) memset(evict, ~r & 0xFF, evict_n);
+            if (cold) bench_evict();
             double t2 = now();
             if (packed && path == 0)
                 fl_cpu_attn_bf16_bwd_at(qkv, qkv + C, qkv + 2 * C, lin, att, dy, lout, dqkv, dqkv + C, dqkv + 2 * C, lin, B,
@@ -94,6 +91,6 @@ int main(int argc, char **argv) {
                    omp_get_max_threads(), cold ? "cold" : "warm", packed ? "packed" : "heads", 1e3 * best[d], (d ? 2 : 1) * flops / best[d] * 1e-9);
     }
     fl_cpu_attn_bf16_allowed = true;
-    free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv); free(evict); free(qkv); free(dqkv);
+    free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv); free(qkv); free(dqkv);
     return 0;
 }

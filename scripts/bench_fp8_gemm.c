@@ -6,7 +6,7 @@
  * fl_cpu_fp8_mm_faster would pick it; "policy" says what it picks). Min of many runs.
  * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE]], MODE holding "mlp" and/or "cold" (e.g. cold,mlp). mlp:
  * the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: a 64 MiB buffer is
- * written before each timed call, so the operands and C come from memory as in a training step. Prints one line per GEMM and path:
+ * written before each timed call (bench_util.h), so the operands and C come from memory as in a training step. Prints one line per GEMM and path:
  *   fp8gemm gemm=fprop in=256 out=768 ... path=new threads=1 cache=warm ms=... gflops=... peak=0.xx (of 235 GF/s per thread) */
 #include <omp.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include <time.h>
 #include "cpu/cpu_internal.h"
 #include "tensor.h"
-#include "bench_mode.h"
+#include "bench_util.h"
 
 static double now(void) {
     struct timespec t;
@@ -43,16 +43,13 @@ static fl_tensor *tr(const fl_tensor *t) {
 
 /* min seconds of `reps` calls of fp8_gemm(dst, a, b, bias, caches), or (direct) of cpu_fp8_mm.c itself, as the
  * device entry calls it but without its shape policy (fl_cpu_fp8_mm_faster) */
-static char *evict;   /* cold: written before each call */
-enum { EVICT_BYTES = 64 << 20 };
-
 static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias, bool cached, bool direct,
-                        int reps) {
+                        bool cold, int reps) {
     fl_tensor *ac = NULL, *bc = NULL;
     double best = 1e30;
     const float scale = *(const float *)fl_tensor_data(a->scale_inv) * *(const float *)fl_tensor_data(b->scale_inv);
     for (int i = 0; i < reps + 1; i++) {
-        if (evict) memset(evict, i & 0xFF, EVICT_BYTES);
+        if (cold) bench_evict();
         double t0 = now();
         bool done = true;
         fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, scale, bias ? fl_tensor_data(bias) : NULL, &done)
@@ -72,7 +69,6 @@ int main(int argc, char **argv) {
     static const char *const modes[] = { "mlp", "cold" };
     const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 2) : 0;
     const bool mlp = mode & 1, cold = mode & 2;
-    if (cold && !(evict = malloc(EVICT_BYTES))) { fprintf(stderr, "out of memory\n"); return 1; }
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
     const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
     const int (*lin)[2] = mlp ? mlps : gpt;
@@ -94,7 +90,7 @@ int main(int argc, char **argv) {
             const char *path[3] = { "old", "old-cached", "new" };
             for (int p = 0; p < 3; p++) {
                 fl_cpu_fp8_mm_allowed = p == 2;
-                double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, reps);
+                double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, cold, reps);
                 tot[p] += s;
                 printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d cache=%s ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
                        g[k].name, in, out, (long long)shape[0], (long long)shape[1], (long long)g[k].a->shape[1], path[p],
@@ -108,6 +104,5 @@ int main(int argc, char **argv) {
     }
     printf("fp8gemm total threads=%d old_ms=%.3f old_cached_ms=%.3f new_ms=%.3f\n", threads, 1e3 * tot[0], 1e3 * tot[1], 1e3 * tot[2]);
     fl_cpu_fp8_mm_allowed = true;
-    free(evict);
     return 0;
 }

@@ -1,0 +1,37 @@
+/* bench_util.h — what the benchmark programs (bench_attn, bench_fp8_gemm) share: their MODE argument and the
+ * cold mode's cache eviction. */
+#ifndef FL_BENCH_UTIL_H
+#define FL_BENCH_UTIL_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* MODE: comma-separated words from a fixed list; returns bit i for words[i]. An empty MODE is none; any other
+ * word ends the program with a message naming the valid ones. */
+static unsigned bench_mode(const char *prog, const char *mode, const char *const *words, int nwords) {
+    unsigned bits = 0;
+    for (const char *p = mode; *p;) {
+        const size_t len = strcspn(p, ",");
+        int i = 0;
+        while (i < nwords && !(strlen(words[i]) == len && !strncmp(p, words[i], len))) i++;
+        if (i == nwords) {
+            fprintf(stderr, "%s: unknown mode '%.*s' (expected comma-separated words from:", prog, (int)len, p);
+            for (int j = 0; j < nwords; j++) fprintf(stderr, " %s", words[j]);
+            fprintf(stderr, ")\n");
+            exit(2);
+        }
+        bits |= 1u << i;
+        p += len + (p[len] == ',');
+    }
+    return bits;
+}
+/* Writes 64 MiB (allocated on the first call), so the next call's operands come from memory as in a training
+ * step, where the GEMMs around any op move tens of MiB through the caches. Out of memory ends the program. */
+static void bench_evict(void) {
+    enum { EVICT_BYTES = 64 << 20 };
+    static unsigned char *buf;
+    static unsigned round;
+    if (!buf && !(buf = malloc(EVICT_BYTES))) { fprintf(stderr, "out of memory for the eviction buffer\n"); exit(1); }
+    memset(buf, (int)(++round & 0xFF), EVICT_BYTES);
+}
+#endif
