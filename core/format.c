@@ -257,7 +257,7 @@ static inline __m512i q512_step(const q512_consts *c, __m512 x, __mmask16 k, __m
     return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), c->b80, 0xF8); /* r | (u>>24 & 0x80) */
 }
 
-__attribute__((target("avx512f,popcnt"), always_inline))
+__attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline void quant_loop512(const q512_consts *c, const float *src, uint8_t *dst, size_t n, __m512 *vmax,
                                  q512_counts *cnt, const bool fin_scale) {
     size_t i = 0;
@@ -266,11 +266,11 @@ static inline void quant_loop512(const q512_consts *c, const float *src, uint8_t
         __m512i r1 = q512_step(c, _mm512_loadu_ps(src + i + 16), 0xFFFF, vmax, cnt, fin_scale);
         __m512i r2 = q512_step(c, _mm512_loadu_ps(src + i + 32), 0xFFFF, vmax, cnt, fin_scale);
         __m512i r3 = q512_step(c, _mm512_loadu_ps(src + i + 48), 0xFFFF, vmax, cnt, fin_scale);
-        __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r0)),
-                                             _mm512_cvtepi32_epi8(r1), 1);
-        __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(r2)),
-                                             _mm512_cvtepi32_epi8(r3), 1);
-        _mm512_storeu_si512(dst + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+        /* codes are 0..255: two unsigned-saturating packs keep them, interleaved by 128-bit lane (lane l of the
+         * result holds lane l of r0, r1, r2, r3 in turn); one dword permute puts them in order */
+        const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
+        const __m512i ord = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+        _mm512_storeu_si512(dst + i, _mm512_permutexvar_epi32(ord, w));
     }
     for (; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
@@ -279,7 +279,7 @@ static inline void quant_loop512(const q512_consts *c, const float *src, uint8_t
     }
 }
 
-__attribute__((target("avx512f,popcnt")))
+__attribute__((target("avx512f,avx512bw,popcnt")))
 static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
                                float scale, fl_overflow pol, fl_cast_stats *st) {
     q512_consts c;
@@ -309,7 +309,8 @@ typedef void (*quant_block_fn)(const float *, uint8_t *, size_t, const fp8_param
 
 static quant_block_fn pick_quant(int path) {
 #ifdef __x86_64__
-    if (path != FL_PATH_PORTABLE && __builtin_cpu_supports("avx512f")) return quant_block_avx512;
+    if (path != FL_PATH_PORTABLE && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+        return quant_block_avx512;
 #endif
     return quant_block_portable;
 }
