@@ -307,20 +307,19 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
 typedef void (*quant_block_fn)(const float *, uint8_t *, size_t, const fp8_params *, float,
                                fl_overflow, fl_cast_stats *);
 
-static quant_block_fn pick_quant(int path) {
-#ifdef __x86_64__
-    if (path != FL_PATH_PORTABLE && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
-        return quant_block_avx512;
-#endif
-    return quant_block_portable;
-}
-
 int fl_format_has_avx512(void) {
 #ifdef __x86_64__
-    return __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 #else
     return 0;
 #endif
+}
+
+static quant_block_fn pick_quant(int path) {
+#ifdef __x86_64__
+    if (path != FL_PATH_PORTABLE && fl_format_has_avx512()) return quant_block_avx512;
+#endif
+    return quant_block_portable;
 }
 
 fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,

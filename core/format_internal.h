@@ -6,7 +6,7 @@
 
 enum { FL_PATH_AUTO = 0, FL_PATH_PORTABLE = 1, FL_PATH_AVX512 = 2 };
 
-/* 1 when this CPU can run the AVX-512 kernels (FL_PATH_AVX512 falls back to portable otherwise). */
+/* 1 when this CPU can run the AVX-512 kernels (AVX-512 F and BW; FL_PATH_AVX512 falls back to portable otherwise). */
 int fl_format_has_avx512(void);
 fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
                                fl_overflow p, fl_cast_stats *stats, int path);
