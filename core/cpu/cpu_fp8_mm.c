@@ -1,12 +1,14 @@
 /* cpu_fp8_mm.c — the CPU device's own FP8 GEMM for per-tensor scales: the FP8 bytes are decoded to bf16 by
  * table lookup while the panels are packed (no full-size bf16 copies), exact products are summed in fp32 by
  * AVX512_BF16 vdpbf16ps, and (scale, bias) are applied as C is stored. C is cut into tiles (rows × columns),
- * each made by one thread over K in a fixed order, so results do not depend on the thread count.
+ * each element summed over K in a fixed order whichever thread makes it (a split by rows hands row groups out
+ * with work stealing, K block by K block), so results do not depend on the thread count.
  * vdpbf16ps treats denormal inputs as zero and flushes denormal results; neither occurs here: every FP8 value is a
  * normal bf16, and every partial sum is a multiple of the smallest product (2^-32) or zero. */
 #include "cpu_internal.h"
 #include <omp.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 _Atomic bool fl_cpu_fp8_mm_allowed = true;
@@ -211,31 +213,104 @@ typedef struct {
     const float *bias;
 } mm_job;
 
+/* B's block [k0, k0+kc) × [n0, n0+nb) into bpk (tmp: pack_b_k's scratch). */
+FL_CPU_BF16 static void pack_b_block(const mm_job *J, const fl_fp8_lut4 *LB, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
+                                     uint16_t *bpk, uint16_t *tmp) {
+    if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, nb, LB);
+    else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, nb, LB);
+}
+
+/* Rows [m, m+ag) (one A group, ag ≤ AG) of C[ , n0 .. n0+nb) for the K block [k0, k0+kc), whose B block is in bpk. */
+FL_CPU_BF16 static void run_group(const mm_job *J, const fl_fp8_lut4 *LA, int64_t m, int64_t ag, int64_t n0, int64_t nb,
+                                  int64_t k0, int64_t kc, const uint16_t *bpk, uint16_t *apk) {
+    const int64_t kcp = (kc + 1) / 2, ldc = J->N;
+    const bool first = k0 == 0, last = k0 + KC >= J->K;
+    if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m, J->lda, kc, ag, LA);
+    else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, ag, LA);
+    for (int64_t nj = 0; nj < nb; nj += NR) {
+        const int64_t nv = nb - nj < NR ? nb - nj : NR;
+        const uint16_t *bp = bpk + (nj / NR) * kcp * 2 * NR;
+        const float *bias = J->bias ? J->bias + n0 + nj : NULL;
+        for (int64_t mi = 0; mi < ag; mi += MR) {
+            const int64_t mr = ag - mi < MR ? ag - mi : MR;
+            const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
+            float *c = J->c + (m + mi) * ldc + n0 + nj;
+            if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+            else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+        }
+    }
+}
+
 /* C[m0 .. m0+mb, n0 .. n0+nb) over all of K, in K blocks of KC. */
 FL_CPU_BF16 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_t nb, uint16_t *bpk, uint16_t *apk,
                                  uint16_t *tmp) {
     const fl_fp8_lut4 LA = fl_fp8_lut_load(J->lut_a), LB = fl_fp8_lut_load(J->lut_b);
-    const int64_t ldc = J->N;
     for (int64_t k0 = 0; k0 < J->K; k0 += KC) {
-        const int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kcp = (kc + 1) / 2;
-        const bool first = k0 == 0, last = k0 + KC >= J->K;
-        if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, nb, &LB);
-        else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, nb, &LB);
-        for (int64_t mg = 0; mg < mb; mg += AG) {
-            const int64_t ag = mb - mg < AG ? mb - mg : AG;
-            if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m0 + mg, J->lda, kc, ag, &LA);
-            else pack_a_k(apk, J->a + (m0 + mg) * J->lda + k0, J->lda, kc, ag, &LA);
-            for (int64_t nj = 0; nj < nb; nj += NR) {
-                const int64_t nv = nb - nj < NR ? nb - nj : NR;
-                const uint16_t *bp = bpk + (nj / NR) * kcp * 2 * NR;
-                const float *bias = J->bias ? J->bias + n0 + nj : NULL;
-                for (int64_t mi = 0; mi < ag; mi += MR) {
-                    const int64_t mr = ag - mi < MR ? ag - mi : MR;
-                    const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
-                    float *c = J->c + (m0 + mg + mi) * ldc + n0 + nj;
-                    if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
-                    else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+        const int64_t kc = J->K - k0 < KC ? J->K - k0 : KC;
+        pack_b_block(J, &LB, n0, nb, k0, kc, bpk, tmp);
+        for (int64_t mg = 0; mg < mb; mg += AG) run_group(J, &LA, m0 + mg, mb - mg < AG ? mb - mg : AG, n0, nb, k0, kc, bpk, apk);
+    }
+}
+
+/* The row split with work stealing. Each thread owns a contiguous run of A groups per (column block, K block)
+ * step, as the static split gives it, and takes them from the front; a thread whose run is done takes the
+ * others' remaining groups from the back. So the rows stay with the thread that had them (and their C rows in
+ * its cache) except near the boundary, and a thread slowed for a while (this machine is shared) no longer
+ * leaves the other waiting at the end. A run is one 64-bit word, front in the low half and back in the high,
+ * changed by compare-and-swap; the K blocks of one column block are separated by a barrier, since a row's
+ * next K block adds to what its previous one stored. Results are those of the static split: every C element
+ * is summed over the same K blocks in the same order, only by another thread. */
+typedef struct { _Alignas(64) _Atomic uint64_t v; } mm_run;
+
+static bool take_front(mm_run *r, int64_t *g) {
+    uint64_t v = atomic_load_explicit(&r->v, memory_order_relaxed);
+    for (;;) {
+        const uint32_t f = (uint32_t)v, b = (uint32_t)(v >> 32);
+        if (f >= b) return false;
+        if (atomic_compare_exchange_weak_explicit(&r->v, &v, v + 1, memory_order_relaxed, memory_order_relaxed)) {
+            *g = f;
+            return true;
+        }
+    }
+}
+
+static bool take_back(mm_run *r, int64_t *g) {
+    uint64_t v = atomic_load_explicit(&r->v, memory_order_relaxed);
+    for (;;) {
+        const uint32_t f = (uint32_t)v, b = (uint32_t)(v >> 32);
+        if (f >= b) return false;
+        if (atomic_compare_exchange_weak_explicit(&r->v, &v, v - ((uint64_t)1 << 32), memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *g = b - 1;
+            return true;
+        }
+    }
+}
+
+FL_CPU_BF16 static void run_rows_stealing(const mm_job *J, mm_run *runs, int tid, int nthr, bool work, uint16_t *bpk,
+                                          uint16_t *apk, uint16_t *tmp) {
+    const fl_fp8_lut4 LA = fl_fp8_lut_load(J->lut_a), LB = fl_fp8_lut_load(J->lut_b);
+    const int64_t nkb = (J->K + KC - 1) / KC;
+    int64_t step = 0;
+    for (int64_t n0 = 0; n0 < J->N; n0 += J->nb) {
+        const int64_t nb = J->N - n0 < J->nb ? J->N - n0 : J->nb;
+        for (int64_t kb = 0; kb < nkb; kb++, step++) {
+            const int64_t k0 = kb * KC, kc = J->K - k0 < KC ? J->K - k0 : KC;
+            mm_run *r = runs + step * nthr;
+            if (work) {
+                bool packed = false;
+                int64_t g;
+                for (int v = 0; v < nthr; v++) {   /* own run first, then the next threads' from their backs */
+                    mm_run *rv = r + (tid + v) % nthr;
+                    while (v == 0 ? take_front(rv, &g) : take_back(rv, &g)) {
+                        if (!packed) { pack_b_block(J, &LB, n0, nb, k0, kc, bpk, tmp); packed = true; }
+                        const int64_t m = g * AG;
+                        run_group(J, &LA, m, J->M - m < AG ? J->M - m : AG, n0, nb, k0, kc, bpk, apk);
+                    }
                 }
+            }
+            if (kb + 1 < nkb) {
+                #pragma omp barrier
             }
         }
     }
@@ -282,7 +357,8 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     /* Tiles: one block of rows or columns per thread, split along the longer side, since each thread packs
      * the whole other operand for its block (A: M × K; B: K × N, once per K block and NB_MAX columns). */
     const int nthr = mm_threads(J.M, J.N, J.K);
-    if (J.N > J.M && nthr > 1) {
+    const bool by_rows = !(J.N > J.M && nthr > 1);
+    if (!by_rows) {
         J.mb = J.M;
         J.nb = (J.N + nthr - 1) / nthr;
         J.nb = (J.nb + NR - 1) / NR * NR;
@@ -298,6 +374,21 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     const size_t bbytes = (size_t)(kcp * 4 * ((J.nb + NR - 1) / NR * NR)), abytes = (size_t)(kcp * 4 * AG),
                  tbytes = (size_t)(NR * 4 * kcq);
     bool oom = false;
+    /* Split by rows: work stealing (run_rows_stealing), each thread's run of A groups per step being its
+     * static block of rows (docs/performance.md, "Where the GPT step's time goes": in the step, 1-2 ms off
+     * the fastest te step and 3-12 ms off the median on this shared 2-core machine). */
+    const bool steal = nthr > 1 && by_rows;
+    const int64_t ngr = (J.M + AG - 1) / AG, per = J.mb / AG, nsteps = nnb * ((J.K + KC - 1) / KC);
+    mm_run *runs = NULL;
+    if (steal) {
+        runs = aligned_alloc(64, sizeof *runs * (size_t)(nsteps * nthr));
+        if (!runs) return FL_ERR(FL_ENOMEM, "fp8 gemm: out of memory for the row runs");
+        for (int64_t st = 0; st < nsteps; st++)
+            for (int t = 0; t < nthr; t++) {
+                const int64_t f = t * per < ngr ? t * per : ngr, b = (t + 1) * per < ngr ? (t + 1) * per : ngr;
+                atomic_init(&runs[st * nthr + t].v, (uint64_t)f | (uint64_t)b << 32);
+            }
+    }
     #pragma omp parallel num_threads(nthr)
     {
         uint8_t *buf = aligned_alloc(64, (bbytes + abytes + tbytes + 191) / 64 * 64);
@@ -305,16 +396,23 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
             #pragma omp atomic write
             oom = true;
         }
-        #pragma omp for schedule(static)
-        for (int64_t t = 0; t < ntile; t++) {
-            if (!buf) continue;
-            const int64_t m0 = (t / nnb) * J.mb, n0 = (t % nnb) * J.nb;
-            run_tile(&J, m0, J.M - m0 < J.mb ? J.M - m0 : J.mb, n0, J.N - n0 < J.nb ? J.N - n0 : J.nb,
-                     (uint16_t *)buf, (uint16_t *)(buf + (bbytes + 63) / 64 * 64),
-                     (uint16_t *)(buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64));
+        if (steal)
+            run_rows_stealing(&J, runs, omp_get_thread_num(), nthr, buf != NULL, (uint16_t *)buf,
+                              (uint16_t *)(buf + (bbytes + 63) / 64 * 64),
+                              (uint16_t *)(buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64));
+        else {
+            #pragma omp for schedule(static)
+            for (int64_t t = 0; t < ntile; t++) {
+                if (!buf) continue;
+                const int64_t m0 = (t / nnb) * J.mb, n0 = (t % nnb) * J.nb;
+                run_tile(&J, m0, J.M - m0 < J.mb ? J.M - m0 : J.mb, n0, J.N - n0 < J.nb ? J.N - n0 : J.nb,
+                         (uint16_t *)buf, (uint16_t *)(buf + (bbytes + 63) / 64 * 64),
+                         (uint16_t *)(buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64));
+            }
         }
         free(buf);
     }
+    free(runs);
     if (oom) return FL_ERR(FL_ENOMEM, "fp8 gemm: out of memory for the packing buffers");
     *done = true;
     return FL_OK;
