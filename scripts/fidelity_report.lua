@@ -125,7 +125,7 @@ for _, name in ipairs(ORDER) do
     note_date(r)
     local gap = r.val_loss - ref.val_loss
     local ok = math.abs(gap) <= bar
-    if not ok and name ~= "fp32" then fails[#fails + 1] = name end
+    if not ok and name ~= "fp32" then fails[#fails + 1] = name .. (runs[name][2] and " (seed 1)" or "") end
     results[#results + 1] = { name = name, r = r, gap = gap, ok = ok }
     out(("| %s | %d | %.4f | %+.4f | %+.2f%% | %s | %.4f | %.0f | %.2f |"):format(name, r.fp8_layers, r.val_loss, gap,
       100 * gap / ref.val_loss, ok and "yes" or "**no**", r.train_loss, r.tokens_per_s, r.bytes_per_param))
@@ -137,6 +137,7 @@ for _, name in ipairs(ORDER) do
         note_date(rs)
         local g = rs.val_loss - bf[s].val_loss
         gsum, gn = gsum + g, gn + 1
+        if math.abs(g) > bar and name ~= "fp32" then fails[#fails + 1] = ("%s (seed %d)"):format(name, s) end
         out(("| %s, seed %d | %d | %.4f | %+.4f (to bf16 seed %d) | %+.2f%% | %s | %.4f | %.0f | %.2f |"):format(name, s,
           rs.fp8_layers, rs.val_loss, g, s, 100 * g / bf[s].val_loss, math.abs(g) <= bar and "yes" or "**no**",
           rs.train_loss, rs.tokens_per_s, rs.bytes_per_param))
