@@ -262,26 +262,15 @@ FL_CPU_BF16 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_
  * is summed over the same K blocks in the same order, only by another thread. */
 typedef struct { _Alignas(64) _Atomic uint64_t v; } mm_run;
 
-static bool take_front(mm_run *r, int64_t *g) {
+/* Takes run r's first group (front) or its last (!front) into *g; false when the run is empty. */
+static bool take(mm_run *r, bool front, int64_t *g) {
     uint64_t v = atomic_load_explicit(&r->v, memory_order_relaxed);
     for (;;) {
         const uint32_t f = (uint32_t)v, b = (uint32_t)(v >> 32);
         if (f >= b) return false;
-        if (atomic_compare_exchange_weak_explicit(&r->v, &v, v + 1, memory_order_relaxed, memory_order_relaxed)) {
-            *g = f;
-            return true;
-        }
-    }
-}
-
-static bool take_back(mm_run *r, int64_t *g) {
-    uint64_t v = atomic_load_explicit(&r->v, memory_order_relaxed);
-    for (;;) {
-        const uint32_t f = (uint32_t)v, b = (uint32_t)(v >> 32);
-        if (f >= b) return false;
-        if (atomic_compare_exchange_weak_explicit(&r->v, &v, v - ((uint64_t)1 << 32), memory_order_relaxed,
-                                                  memory_order_relaxed)) {
-            *g = b - 1;
+        const uint64_t next = front ? v + 1 : v - ((uint64_t)1 << 32);
+        if (atomic_compare_exchange_weak_explicit(&r->v, &v, next, memory_order_relaxed, memory_order_relaxed)) {
+            *g = front ? f : b - 1;
             return true;
         }
     }
@@ -302,7 +291,7 @@ FL_CPU_BF16 static void run_rows_stealing(const mm_job *J, mm_run *runs, int tid
                 int64_t g;
                 for (int v = 0; v < nthr; v++) {   /* own run first, then the next threads' from their backs */
                     mm_run *rv = r + (tid + v) % nthr;
-                    while (v == 0 ? take_front(rv, &g) : take_back(rv, &g)) {
+                    while (take(rv, v == 0, &g)) {
                         if (!packed) { pack_b_block(J, &LB, n0, nb, k0, kc, bpk, tmp); packed = true; }
                         const int64_t m = g * AG;
                         run_group(J, &LA, m, J->M - m < AG ? J->M - m : AG, n0, nb, k0, kc, bpk, apk);
