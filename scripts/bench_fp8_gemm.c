@@ -47,12 +47,11 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
                         bool cold, int reps) {
     fl_tensor *ac = NULL, *bc = NULL;
     double best = 1e30;
-    const float scale = *(const float *)fl_tensor_data(a->scale_inv) * *(const float *)fl_tensor_data(b->scale_inv);
     for (int i = 0; i < reps + 1; i++) {
         if (cold) bench_evict();
         double t0 = now();
         bool done = true;
-        fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, scale, bias ? fl_tensor_data(bias) : NULL, &done)
+        fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, bias ? fl_tensor_data(bias) : NULL, &done)
                               : fl_cpu_device()->fp8_gemm(dst, a, b, bias, cached ? &ac : NULL, cached ? &bc : NULL, false);
         if (!done) { fprintf(stderr, "fp8 mm declined\n"); exit(1); }
         double t = now() - t0;

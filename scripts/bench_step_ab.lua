@@ -3,7 +3,7 @@
 -- --per-round steps of each precision in turn, so a slow moment of a shared machine falls on all of them alike.
 -- Prints, per precision, the fastest and the median single step (ms) over all rounds:
 --   ab precision=te min_ms=… median_ms=… steps=…
--- Precisions: fp32, bf16, te (HYBRID), te-e4m3, ao (tensorwise), msamp (O2).
+-- Precisions: fp32, bf16, te (HYBRID), te-e4m3, ao (tensorwise), ao-rowwise, msamp (O2).
 -- scripts/bench_train.sh runs it to compare the FP8 step with the bf16 step (docs/performance.md).
 -- --profile N then runs N more steps of each precision under fp8.profiler and prints its table (self time per op and
 -- input shape, summed over the N steps), the breakdown in docs/performance.md's "Where the GPT step's time goes".
@@ -11,7 +11,7 @@ local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
 local clock = require("fp8._data").clock
 
 local opts = require("fp8.args").parse(arg or {}, {
-  { "precisions", "str", "bf16,te,ao,msamp", "comma-separated: fp32, bf16, te, te-e4m3, ao, msamp" },
+  { "precisions", "str", "bf16,te,ao,msamp", "comma-separated: fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp" },
   { "rounds", "int", 8, "rounds", 1 },
   { "per-round", "int", 3, "timed steps of each precision per round", 1 },
   { "warmup", "int", 3, "untimed steps of each precision first", 0 },
@@ -27,13 +27,15 @@ local HANDLERS = {
   -- the first and last in high precision)
   ao = function() return "fp8", { fp8.AORecipeKwargs{ config = "tensorwise", module_filter_func = function(m)
     return m.in_features % 16 == 0 and m.out_features % 16 == 0 end } } end,
+  ["ao-rowwise"] = function() return "fp8", { fp8.AORecipeKwargs{ config = "rowwise", module_filter_func = function(m)
+    return m.in_features % 16 == 0 and m.out_features % 16 == 0 end } } end,
   msamp = function() return "fp8", { fp8.MSAMPRecipeKwargs{ opt_level = "O2" } } end,
 }
 
 local B, T, V = 16, 128, 96
 local function setup(name)
   local make = HANDLERS[name]
-  if not make then error(("--precisions: unknown precision '%s' (fp32, bf16, te, te-e4m3, ao, msamp)"):format(name), 0) end
+  if not make then error(("--precisions: unknown precision '%s' (fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp)"):format(name), 0) end
   fp8.manual_seed(0)
   local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = 4, n_head = 4, n_embd = 256 }
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })

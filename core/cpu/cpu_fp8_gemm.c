@@ -1,8 +1,9 @@
-/* cpu_fp8_gemm.c — the CPU device's FP8 GEMM (core/device.h fp8_gemm). Per-tensor scales go to our own GEMM
- * (cpu_fp8_mm.c: decodes while packing) where it takes them; otherwise both operands' bytes are decoded
- * exactly to bf16 (every E4M3/E5M2 value is a bf16 value, and every product of two is exact in fp32),
- * one oneDNN bf16 GEMM with fp32 accumulation reading transposed operands in place, which also applies
- * per-tensor scales and the bias in its epilogue; per-row/per-column scales take one pass after it. */
+/* cpu_fp8_gemm.c — the CPU device's FP8 GEMM (core/device.h fp8_gemm). It goes to our own GEMM (cpu_fp8_mm.c:
+ * decodes while packing, applies per-tensor or per-row/per-column scales as it stores) where that takes it;
+ * otherwise both operands' bytes are decoded exactly to bf16 (every E4M3/E5M2 value is a bf16 value, and
+ * every product of two is exact in fp32), one oneDNN bf16 GEMM with fp32 accumulation reading transposed
+ * operands in place, which also applies per-tensor scales and the bias in its epilogue; per-row/per-column
+ * scales take one pass after it. */
 #include "cpu_internal.h"
 #include "ops_raw.h"
 #include <pthread.h>
@@ -169,10 +170,10 @@ fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tenso
     const float *pb = b32 ? fl_tensor_data(b32) : NULL;
     const bool per_tensor = a->scale_axis < 0 && b->scale_axis < 0;
     const float r = per_tensor ? ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0] : 0.0f;
-    /* Per-tensor scales: our own GEMM decodes while it packs (cpu_fp8_mm.c) where it reads the layout and
-     * measured faster; the caches stay unused then. */
+    /* Our own GEMM decodes while it packs and applies per-tensor or per-row/per-column scales as it stores
+     * (cpu_fp8_mm.c), where it reads the layout and measured faster; the caches stay unused then. */
     bool done = false;
-    if (st == FL_OK && per_tensor && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, r, pb, &done);
+    if (st == FL_OK && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, pb, &done);
     if (st != FL_OK || done) { fl_tensor_release(b32); return st; }
     st = decoded(&ad, a, a_cache);
     if (st == FL_OK) st = decoded(&bd, b, b_cache);

@@ -1,6 +1,7 @@
-/* cpu_fp8_mm.c — the CPU device's own FP8 GEMM for per-tensor scales: the FP8 bytes are decoded to bf16 by
- * table lookup while the panels are packed (no full-size bf16 copies), exact products are summed in fp32 by
- * AVX512_BF16 vdpbf16ps, and (scale, bias) are applied as C is stored. C is cut into tiles (rows × columns),
+/* cpu_fp8_mm.c — the CPU device's own FP8 GEMM: the FP8 bytes are decoded to bf16 by table lookup while the
+ * panels are packed (no full-size bf16 copies), exact products are summed in fp32 by AVX512_BF16 vdpbf16ps,
+ * and the scales (per tensor, or per row of a and per column of b: rowwise scaling) and the bias are applied
+ * as C is stored. C is cut into tiles (rows × columns),
  * each element summed over K in a fixed order whichever thread makes it (a split by rows hands row groups out
  * with work stealing, K block by K block), so results do not depend on the thread count.
  * vdpbf16ps treats denormal inputs as zero and flushes denormal results; neither occurs here: every FP8 value is a
@@ -152,11 +153,19 @@ FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, in
     }
 }
 
+/* What the last K block applies as it stores a micro-tile: C = sum·s (+ bias[j]) with s = scale (per-tensor
+ * scales: rs and cs NULL) or s = (rs ? rs[i] : sa0)·(cs ? cs[j] : sb0), rs and cs pointing at the tile's first
+ * row's and first column's scale (per-row scales of a, per-column scales of b); bias at its first column. */
+typedef struct {
+    float scale, sa0, sb0;
+    const float *rs, *cs, *bias;
+} mm_epi;
+
 /* One MR × NR micro-tile over kcp pairs: A pair (i, kp) at ap[i·ars + kp·aks], B panel bp. C rows past mr
  * and columns past nv are not touched. load_c: continue the sums already in C (a later K block); last:
- * store C = sum·scale (+ bias), else the raw sum. */
+ * store C as E says, else the raw sum. */
 FL_INLINE void kern(const uint32_t *ap, int64_t ars, int64_t aks, const uint16_t *bp, int64_t kcp, float *c, int64_t ldc,
-                    int64_t mr, int64_t nv, bool load_c, bool last, float scale, const float *bias) {
+                    int64_t mr, int64_t nv, bool load_c, bool last, const mm_epi *E) {
     const __mmask16 k0 = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1u);
     const __mmask16 k1 = nv >= 32 ? 0xFFFF : nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1u);
     __m512 acc[MR][2];
@@ -174,16 +183,26 @@ FL_INLINE void kern(const uint32_t *ap, int64_t ars, int64_t aks, const uint16_t
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
         }
     }
-    const __m512 sc = _mm512_set1_ps(scale);
+    const float *bias = E->bias;
+    const bool vec = E->rs || E->cs;
     const __m512 bv0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
     const __m512 bv1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
+    const __m512 sc = _mm512_set1_ps(E->scale);
+    const __m512 cs0 = E->cs ? _mm512_maskz_loadu_ps(k0, E->cs) : _mm512_set1_ps(E->sb0);
+    const __m512 cs1 = E->cs ? _mm512_maskz_loadu_ps(k1, E->cs + 16) : _mm512_set1_ps(E->sb0);
     #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
         if (i >= mr) break;
         __m512 v0 = acc[i][0], v1 = acc[i][1];
-        if (last) {   /* the same two roundings as cpu_fp8_gemm.c's scale pass: (sum·scale) + bias */
-            v0 = _mm512_mul_ps(v0, sc);
-            v1 = _mm512_mul_ps(v1, sc);
+        if (last) {   /* the same roundings as cpu_fp8_gemm.c's scale pass: sum·(sa·sb), then + bias */
+            __m512 s0 = sc, s1 = sc;
+            if (vec) {
+                const __m512 ra = _mm512_set1_ps(E->rs ? E->rs[i] : E->sa0);
+                s0 = _mm512_mul_ps(ra, cs0);
+                s1 = _mm512_mul_ps(ra, cs1);
+            }
+            v0 = _mm512_mul_ps(v0, s0);
+            v1 = _mm512_mul_ps(v1, s1);
             if (bias) { v0 = _mm512_add_ps(v0, bv0); v1 = _mm512_add_ps(v1, bv1); }
         }
         _mm512_mask_storeu_ps(c + i * ldc, k0, v0);
@@ -193,14 +212,14 @@ FL_INLINE void kern(const uint32_t *ap, int64_t ars, int64_t aks, const uint16_t
 
 FL_CPU_BF16 __attribute__((noinline)) static void kern_rows(const uint32_t *ap, int64_t ars, const uint16_t *bp, int64_t kcp,
                                                             float *c, int64_t ldc, int64_t mr, int64_t nv, bool load_c,
-                                                            bool last, float scale, const float *bias) {
-    kern(ap, ars, 1, bp, kcp, c, ldc, mr, nv, load_c, last, scale, bias);
+                                                            bool last, const mm_epi *E) {
+    kern(ap, ars, 1, bp, kcp, c, ldc, mr, nv, load_c, last, E);
 }
 
 FL_CPU_BF16 __attribute__((noinline)) static void kern_panel(const uint32_t *ap, const uint16_t *bp, int64_t kcp, float *c,
                                                              int64_t ldc, int64_t mr, int64_t nv, bool load_c, bool last,
-                                                             float scale, const float *bias) {
-    kern(ap, 1, MR, bp, kcp, c, ldc, mr, nv, load_c, last, scale, bias);
+                                                             const mm_epi *E) {
+    kern(ap, 1, MR, bp, kcp, c, ldc, mr, nv, load_c, last, E);
 }
 
 typedef struct {
@@ -209,7 +228,8 @@ typedef struct {
     bool a_mcontig, b_kcontig;
     const uint16_t *lut_a, *lut_b;
     float *c;
-    float scale;
+    float scale, sa0, sb0;   /* sa0·sb0, a's and b's first (or only) scale */
+    const float *rs, *cs;    /* a's per-row, b's per-column scales; NULL: per tensor */
     const float *bias;
 } mm_job;
 
@@ -230,13 +250,14 @@ FL_CPU_BF16 static void run_group(const mm_job *J, const fl_fp8_lut4 *LA, int64_
     for (int64_t nj = 0; nj < nb; nj += NR) {
         const int64_t nv = nb - nj < NR ? nb - nj : NR;
         const uint16_t *bp = bpk + (nj / NR) * kcp * 2 * NR;
-        const float *bias = J->bias ? J->bias + n0 + nj : NULL;
+        mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL };
         for (int64_t mi = 0; mi < ag; mi += MR) {
             const int64_t mr = ag - mi < MR ? ag - mi : MR;
             const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
             float *c = J->c + (m + mi) * ldc + n0 + nj;
-            if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
-            else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, J->scale, bias);
+            E.rs = J->rs ? J->rs + m + mi : NULL;
+            if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, &E);
+            else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, &E);
         }
     }
 }
@@ -321,14 +342,33 @@ bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) {
     return !b_kcontig || M / mm_threads(M, N, K) >= 512;
 }
 
-fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done) {
+/* t's scale_inv as fp32 scales: one, or (axis ≥ 0) n contiguous ones along view axis `axis`; NULL if it is
+ * neither (the caller declines). *vec: whether they are a vector. */
+static const float *mm_scales(const fl_tensor *t, int axis, int64_t n, bool *vec) {
+    const fl_tensor *s = t->scale_inv;
+    *vec = t->scale_axis >= 0;
+    if (!s || s->dtype != FL_F32 || fl_tensor_numel(s) < 1) return NULL;
+    if (!*vec) return fl_tensor_data(s);
+    if (t->scale_axis != axis || fl_tensor_numel(s) != n || (n > 1 && s->stride[0] != 1)) return NULL;
+    return fl_tensor_data(s);
+}
+
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
     *done = false;
     if (!fl_cpu_fp8_mm_allowed || !has_bf16()) return FL_OK;
     if (a->ndim != 2 || b->ndim != 2 || dst->ndim != 2 || dst->dtype != FL_F32 || !fl_tensor_is_contiguous(dst) ||
         !fl_format(a->dtype)->is_fp8 || !fl_format(b->dtype)->is_fp8 || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
         return FL_OK;
-    mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .scale = scale, .bias = bias };
+    mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .bias = bias };
     if (a->shape[0] != J.M || b->shape[0] != J.K || b->shape[1] != J.N || J.K == 0) return FL_OK;
+    bool ra, cb;
+    const float *sa = mm_scales(a, 0, J.M, &ra), *sb = mm_scales(b, 1, J.N, &cb);
+    if (!sa || !sb) return FL_OK;
+    J.sa0 = sa[0];
+    J.sb0 = sb[0];
+    J.scale = sa[0] * sb[0];
+    J.rs = ra ? sa : NULL;
+    J.cs = cb ? sb : NULL;
     /* a [M, K]: K-contiguous rows, or the transposed view of a contiguous [K, M]; likewise b. With a dim of 1
      * both readings fit and either is right (the other stride is never used). */
     if (a->stride[1] == 1 && (a->stride[0] == J.K || J.M == 1)) J.lda = J.K;
@@ -408,8 +448,8 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 }
 #else
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) { (void)a; (void)b; return false; }
-fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done) {
-    (void)dst; (void)a; (void)b; (void)scale; (void)bias;
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
+    (void)dst; (void)a; (void)b; (void)bias;
     *done = false;
     return FL_OK;
 }

@@ -78,15 +78,16 @@ static inline __attribute__((always_inline, target("avx512f,avx512bw"))) __m512i
     return _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x80)), 8));
 }
 #endif
-/* The CPU's own FP8 GEMM for per-tensor scales (cpu_fp8_mm.c): dst[M, N] = (dec(a)·dec(b))·scale (+ bias[N])
- * with a, b FP8 [M, K], [K, N], each contiguous or a transposed contiguous matrix, decoded while packing.
- * *done = false when it declines (no AVX512_BF16, fl_cpu_avx512() false, a layout it does not read, or
- * switched off); the caller then takes decode + oneDNN. fl_cpu_fp8_mm_faster: whether it measured faster
+/* The CPU's own FP8 GEMM (cpu_fp8_mm.c): dst[M, N] = (dec(a)·dec(b))·(sa·sb) (+ bias[N]) with a, b FP8 [M, K],
+ * [K, N], each contiguous or a transposed contiguous matrix, decoded while packing; sa, sb their scale_inv:
+ * per tensor, or per row of a (scale_axis 0) and per column of b (scale_axis 1), as cpu_fp8_gemm.c's scale
+ * pass applies them. *done = false when it declines (no AVX512_BF16, fl_cpu_avx512() false, a layout or
+ * scale axis it does not read, or switched off); the caller then takes decode + oneDNN. fl_cpu_fp8_mm_faster: whether it measured faster
  * than that for this GEMM (the device entry asks first). fl_cpu_fp8_mm_allowed: the switch (tests and
  * benchmarks clear it to compare). */
 extern _Atomic bool fl_cpu_fp8_mm_allowed;
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
-fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, bool *done);
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done);
 
 /* Rows per chunk of a column sum (the bias gradient): each chunk's rows are summed in order in double, the
  * chunks combined in order. fl_cpu_dev_reduce over dim 0 and quantize_dbias both sum this way, so their

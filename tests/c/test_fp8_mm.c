@@ -2,7 +2,8 @@
  * decoded values: every product of two FP8 values is exact in fp32, so the only error is fp32 accumulation
  * (|err| ≤ K·2^-23·Σ|a||b|·|scale|) plus the scale and bias roundings. Both formats, both orientations of each
  * operand, sizes that are multiples of no block, the same bits on 1 and 2 threads (split by columns, and by rows
- * with work stealing over several column and K blocks), and the switches. */
+ * with work stealing over several column and K blocks), per-row/per-column scales (rowwise scaling), and the
+ * switches. */
 #include "runner.h"
 #include <omp.h>
 #include <stdlib.h>
@@ -40,18 +41,41 @@ static fl_tensor *operand(const uint8_t *v, int64_t r, int64_t c, fl_dtype fmt, 
     return st == FL_OK ? out : NULL;
 }
 
+/* operand() with one scale per index of logical axis `axis` (0: per row, 1: per column) instead of one. */
+static fl_tensor *operand_vec(const uint8_t *v, int64_t r, int64_t c, fl_dtype fmt, const float *s, int axis, bool tr) {
+    fl_tensor *t = operand(v, r, c, fmt, 1.0f, false);
+    if (!t) return NULL;
+    int64_t ns = axis == 0 ? r : c;
+    fl_tensor_release(t->scale_inv);
+    t->scale_inv = NULL;
+    if (fl_tensor_empty(&t->scale_inv, FL_F32, 1, &ns, FL_DEV_CPU) != FL_OK) { fl_tensor_release(t); return NULL; }
+    memcpy(fl_tensor_data(t->scale_inv), s, (size_t)ns * sizeof(float));
+    t->scale_axis = axis;
+    if (!tr) return t;
+    /* the transposed layout: a contiguous [c, r] holding v transposed, its scales along the other axis */
+    uint8_t *vt = malloc((size_t)(r * c));
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) vt[j * r + i] = v[i * c + j];
+    fl_tensor *base = operand_vec(vt, c, r, fmt, s, 1 - axis, false), *out = NULL;
+    free(vt);
+    fl_tensor_release(t);
+    if (!base) return NULL;
+    fl_status st = fl_tensor_transpose(&out, base, 0, 1);
+    fl_tensor_release(base);
+    return st == FL_OK ? out : NULL;
+}
+
 typedef struct { int64_t m, n, k; } shape3;
 
 /* One GEMM through fl_cpu_fp8_mm on `threads` threads; *got [M, N]. Returns whether it ran. */
-static bool run_mm(int *fl__failed, const fl_tensor *a, const fl_tensor *b, float scale, const float *bias, float *got,
-                   int threads) {
+static bool run_mm(int *fl__failed, const fl_tensor *a, const fl_tensor *b, const float *bias, float *got, int threads) {
     int64_t shape[2] = { a->shape[0], b->shape[1] };
     fl_tensor *d = NULL;
     if (fl_tensor_empty(&d, FL_F32, 2, shape, FL_DEV_CPU) != FL_OK) return false;
     int before = omp_get_max_threads();
     omp_set_num_threads(threads);
     bool done = false;
-    fl_status st = fl_cpu_fp8_mm(d, a, b, scale, bias, &done);
+    fl_status st = fl_cpu_fp8_mm(d, a, b, bias, &done);
     omp_set_num_threads(before);
     CHECK(st == FL_OK, "fp8 mm: %s", fl_last_error());
     memcpy(got, fl_tensor_data(d), (size_t)(shape[0] * shape[1]) * 4);
@@ -89,9 +113,9 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
                 char what[160];
                 snprintf(what, sizeof what, "%s x %s [%lld %lld %lld]%s%s%s", fl_format(fa)->name, fl_format(fb)->name,
                          (long long)M, (long long)N, (long long)K, ta ? " a^T" : "", tb ? " b^T" : "", with_bias ? " bias" : "");
-                bool ran = run_mm(fl__failed, a, b, scale, with_bias ? bias : NULL, got, 2);
+                bool ran = run_mm(fl__failed, a, b, with_bias ? bias : NULL, got, 2);
                 CHECK(ran, "%s: the new path declined", what);
-                bool ran1 = run_mm(fl__failed, a, b, scale, with_bias ? bias : NULL, got1, 1);
+                bool ran1 = run_mm(fl__failed, a, b, with_bias ? bias : NULL, got1, 1);
                 CHECK(ran1 && memcmp(got, got1, (size_t)(M * N) * 4) == 0, "%s: 1 and 2 threads differ", what);
                 int bad = 0;
                 double worst = 0;
@@ -118,6 +142,101 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
     CHECK(cases == 10 * 4 * 8 + 2, "%d cases", cases);
 }
 
+/* Per-row scales of a and per-column scales of b (rowwise scaling; either alone, or both), applied as C is
+ * stored: each element is sum·(sa[i]·sb[j]) + bias[j] with the fp32 product of the two scales, as decode +
+ * oneDNN's scale pass computes it. Within the accumulation bound of a float64 reference, the same bits on 1 and
+ * 2 threads, within two bounds of decode + oneDNN; a scale axis along K is declined. */
+TEST(fp8_mm_per_row_and_per_column_scales) {
+    if (!have_mm()) { fprintf(stderr, "  (skipped: no AVX512_BF16)\n"); return; }
+    const shape3 shapes[] = { { 33, 70, 517 }, { 130, 45, 1030 }, { 300, 33, 97 }, { 40, 300, 700 }, { 530, 100, 600 } };
+    uint64_t seed = 777;
+    int cases = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int v = 0; v < 12; v++) {
+            const int64_t M = shapes[si].m, N = shapes[si].n, K = shapes[si].k;
+            const bool ta = v & 1, tb = v & 2;
+            const int kind = v / 4;   /* 0: both vectors, 1: rows of a only, 2: columns of b only */
+            const bool va = kind != 2, vb = kind != 1, with_bias = si % 2 == 0;
+            uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+            float *sa = malloc(M * 4), *sb = malloc(N * 4), *bias = malloc(N * 4);
+            float *got = malloc(M * N * 4), *got1 = malloc(M * N * 4), *old = malloc(M * N * 4);
+            rand_bytes(qa, (size_t)(M * K), FL_E4M3, &seed);
+            rand_bytes(qb, (size_t)(K * N), v % 2 ? FL_E5M2 : FL_E4M3, &seed);
+            const fl_dtype fb = v % 2 ? FL_E5M2 : FL_E4M3;
+            fl_rng r;
+            fl_rng_seed(&r, 70 + v);
+            fl_rng_uniform(&r, sa, (size_t)M, 0.01f, 4.0f);
+            fl_rng_uniform(&r, sb, (size_t)N, 0.01f, 4.0f);
+            fl_rng_normal(&r, bias, (size_t)N, 0.0f, 10.0f);
+            fl_tensor *a = va ? operand_vec(qa, M, K, FL_E4M3, sa, 0, ta) : operand(qa, M, K, FL_E4M3, sa[0], ta);
+            fl_tensor *b = vb ? operand_vec(qb, K, N, fb, sb, 1, tb) : operand(qb, K, N, fb, sb[0], tb);
+            REQUIRE(a && b, "operands: %s", fl_last_error());
+            char what[160];
+            snprintf(what, sizeof what, "[%lld %lld %lld]%s%s scales %s", (long long)M, (long long)N, (long long)K,
+                     ta ? " a^T" : "", tb ? " b^T" : "", kind == 0 ? "rows+columns" : kind == 1 ? "rows" : "columns");
+            const float *pb = with_bias ? bias : NULL;
+            bool ran = run_mm(fl__failed, a, b, pb, got, 2);
+            CHECK(ran, "%s: the new path declined", what);
+            bool ran1 = run_mm(fl__failed, a, b, pb, got1, 1);
+            CHECK(ran1 && memcmp(got, got1, (size_t)(M * N) * 4) == 0, "%s: 1 and 2 threads differ", what);
+            /* decode + oneDNN and its scale pass */
+            int64_t shape[2] = { M, N };
+            fl_tensor *d = NULL, *bt = NULL;
+            REQUIRE_OK(fl_tensor_empty(&d, FL_F32, 2, shape, FL_DEV_CPU));
+            if (with_bias) {
+                REQUIRE_OK(fl_tensor_empty(&bt, FL_F32, 1, &shape[1], FL_DEV_CPU));
+                memcpy(fl_tensor_data(bt), bias, (size_t)N * 4);
+            }
+            fl_cpu_fp8_mm_allowed = false;
+            CHECK_OK(fl_cpu_device()->fp8_gemm(d, a, b, bt, NULL, NULL, false));
+            fl_cpu_fp8_mm_allowed = true;
+            memcpy(old, fl_tensor_data(d), (size_t)(M * N) * 4);
+            fl_tensor_release(d); fl_tensor_release(bt);
+            int bad = 0, bad_old = 0;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double sum = 0, S = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        double p = (double)fl_fp8_to_f32(qa[i * K + k], FL_E4M3) * fl_fp8_to_f32(qb[k * N + j], fb);
+                        sum += p;
+                        S += fabs(p);
+                    }
+                    const float sc = (va ? sa[i] : sa[0]) * (vb ? sb[j] : sb[0]);
+                    double ref = sum * sc + (with_bias ? bias[j] : 0.0);
+                    double bound = (double)(K + 1) * ldexp(1.0, -23) * S * sc;
+                    if (!(fabs(got[i * N + j] - ref) <= bound + ldexp(1.0, -22) * fabs(ref) + 1e-30)) bad++;
+                    if (!(fabs((double)got[i * N + j] - old[i * N + j]) <= 2.0 * bound + ldexp(1.0, -21) * fabs(ref) + 1e-30))
+                        bad_old++;
+                }
+            CHECK(bad == 0, "%s: %d of %lld outside the fp32 accumulation bound", what, bad, (long long)(M * N));
+            CHECK(bad_old == 0, "%s: %d of %lld differ from decode + oneDNN by more than two bounds", what, bad_old,
+                  (long long)(M * N));
+            cases++;
+            fl_tensor_release(a); fl_tensor_release(b);
+            free(qa); free(qb); free(sa); free(sb); free(bias); free(got); free(got1); free(old);
+        }
+    CHECK(cases == 5 * 12, "%d cases", cases);
+    /* scales along K (a per column, b per row) are not what the epilogue applies: declined */
+    const int64_t M = 20, N = 24, K = 16;
+    uint8_t q[20 * 24];
+    float s[24];
+    for (int i = 0; i < 24; i++) s[i] = 1.0f + (float)i;
+    memset(q, 0x38, sizeof q);
+    fl_tensor *a = operand_vec(q, M, K, FL_E4M3, s, 1, false), *b = operand(q, K, N, FL_E4M3, 1.0f, false);
+    fl_tensor *bk = operand_vec(q, K, N, FL_E4M3, s, 0, false), *a1 = operand(q, M, K, FL_E4M3, 1.0f, false);
+    REQUIRE(a && b && bk && a1, "operands: %s", fl_last_error());
+    int64_t shape[2] = { M, N };
+    fl_tensor *d = NULL;
+    REQUIRE_OK(fl_tensor_empty(&d, FL_F32, 2, shape, FL_DEV_CPU));
+    bool done = true;
+    CHECK_OK(fl_cpu_fp8_mm(d, a, b, NULL, &done));
+    CHECK(!done, "a scaled per column (along K): expected to decline");
+    done = true;
+    CHECK_OK(fl_cpu_fp8_mm(d, a1, bk, NULL, &done));
+    CHECK(!done, "b scaled per row (along K): expected to decline");
+    fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(bk); fl_tensor_release(a1); fl_tensor_release(d);
+}
+
 /* Through the device entry: the new path and decode + oneDNN (switch cleared) agree within the bound of
  * each; the switch and fl_cpu_avx512_allowed make fl_cpu_fp8_mm decline; the shape policy. */
 TEST(fp8_mm_switches_and_device_entry) {
@@ -136,13 +255,13 @@ TEST(fp8_mm_switches_and_device_entry) {
     REQUIRE_OK(fl_cpu_device()->fp8_gemm(d1, a, b, NULL, NULL, NULL, false));
     fl_cpu_fp8_mm_allowed = false;
     bool done = true;
-    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, 1.0f, NULL, &done));
+    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, NULL, &done));
     CHECK(!done, "switched off, yet it ran");
     CHECK_OK(fl_cpu_device()->fp8_gemm(d2, a, b, NULL, NULL, NULL, false));
     fl_cpu_fp8_mm_allowed = true;
     fl_cpu_avx512_allowed = false;
     done = true;
-    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, 1.0f, NULL, &done));
+    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, NULL, &done));
     CHECK(!done, "AVX-512 disallowed, yet it ran");
     fl_cpu_avx512_allowed = true;
     const float *g1 = fl_tensor_data(d1), *g2 = fl_tensor_data(d2);
