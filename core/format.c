@@ -181,9 +181,9 @@ static size_t par_block(size_t n, bool par) {
 
 /* Written branch-free with an integer amax (for non-negative floats the bit patterns order like
  * the values; NaN patterns are masked to 0) so the compiler can vectorise it for AVX2. */
-__attribute__((optimize("tree-vectorize")))
-static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
-                                 float scale, fl_overflow pol, fl_cast_stats *st) {
+__attribute__((optimize("tree-vectorize"), always_inline))
+static inline void quant_block_portable_(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
+                                         float scale, const float *vsc, fl_overflow pol, fl_cast_stats *st) {
     uint32_t amax = fl_f2u(st->amax);
     uint32_t unf = 0, sat = 0, nan = 0; /* per block: n <= FL_QBLOCK */
     const uint32_t ovf = pol == FL_IEEE ? P->ovf_ieee : P->max_code, shift = (uint32_t)P->shift;
@@ -196,7 +196,7 @@ static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const
         uint32_t xnan = xa > 0x7F800000u;
         uint32_t xm = xa & (xnan - 1u);
         amax = xm > amax ? xm : amax;
-        uint32_t u = fl_f2u(x * scale), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+        uint32_t u = fl_f2u(x * (vsc ? vsc[i] : scale)), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
         uint32_t rn = ((a + half + ((a >> shift) & 1u)) >> shift) - rebias;
         uint32_t rs = fl_f2u(fl_u2f(a) + magic_f) - magic;
         uint32_t is_nan = a > 0x7F800000u, normal = a >= minn;
@@ -216,6 +216,13 @@ static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const
     st->nan += nan;
 }
 
+/* vsc: one scale per element (per-column scaling of a row), or NULL for the one scale `scale`. */
+static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
+                                 float scale, const float *vsc, fl_overflow pol, fl_cast_stats *st) {
+    if (vsc) quant_block_portable_(src, dst, n, P, 0.0f, vsc, pol, st);
+    else quant_block_portable_(src, dst, n, P, scale, NULL, pol, st);
+}
+
 #ifdef __x86_64__
 /* One 16-lane step: returns the 16 codes (one per 32-bit lane), updates amax, and adds the lanes that underflow,
  * saturate or are NaN to the scalar counters (popcounts of the compare masks: the integer units are otherwise
@@ -230,11 +237,11 @@ typedef struct {
 typedef struct { uint32_t unf, sat, nan; } q512_counts;
 
 __attribute__((target("avx512f"), always_inline))
-static inline __m512i q512_step(const q512_consts *c, __m512 x, __mmask16 k, __m512 *vmax, q512_counts *n,
+static inline __m512i q512_step(const q512_consts *c, __m512 x, __m512 vs, __mmask16 k, __m512 *vmax, q512_counts *n,
                                 const bool fin_scale) {
     __m512i xa = _mm512_and_si512(_mm512_castps_si512(x), c->absm);
     *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
-    __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, c->vs));
+    __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, vs));
     __m512i a = _mm512_and_si512(u, c->absm);
     __m512i lsb = _mm512_and_si512(_mm512_srl_epi32(a, c->shift), c->one);
     /* c->half already has rebias << shift subtracted; only used where a >= min_normal, so the
@@ -258,14 +265,24 @@ static inline __m512i q512_step(const q512_consts *c, __m512 x, __mmask16 k, __m
 }
 
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
-static inline void quant_loop512(const q512_consts *c, const float *src, uint8_t *dst, size_t n, __m512 *vmax,
-                                 q512_counts *cnt, const bool fin_scale) {
+/* vsc: one scale per element, or NULL for c->vs. */
+__attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
+static inline __m512 q512_scales(const q512_consts *c, const float *vsc, size_t i, __mmask16 k) {
+    return vsc ? _mm512_maskz_loadu_ps(k, vsc + i) : c->vs;
+}
+
+__attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
+static inline void quant_loop512(const q512_consts *c, const float *src, const float *vsc, uint8_t *dst, size_t n,
+                                 __m512 *vmax, q512_counts *cnt, const bool fin_scale) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) { /* 4 vectors → one full 64-byte store */
-        __m512i r0 = q512_step(c, _mm512_loadu_ps(src + i), 0xFFFF, vmax, cnt, fin_scale);
-        __m512i r1 = q512_step(c, _mm512_loadu_ps(src + i + 16), 0xFFFF, vmax, cnt, fin_scale);
-        __m512i r2 = q512_step(c, _mm512_loadu_ps(src + i + 32), 0xFFFF, vmax, cnt, fin_scale);
-        __m512i r3 = q512_step(c, _mm512_loadu_ps(src + i + 48), 0xFFFF, vmax, cnt, fin_scale);
+        __m512i r0 = q512_step(c, _mm512_loadu_ps(src + i), q512_scales(c, vsc, i, 0xFFFF), 0xFFFF, vmax, cnt, fin_scale);
+        __m512i r1 = q512_step(c, _mm512_loadu_ps(src + i + 16), q512_scales(c, vsc, i + 16, 0xFFFF), 0xFFFF, vmax, cnt,
+                               fin_scale);
+        __m512i r2 = q512_step(c, _mm512_loadu_ps(src + i + 32), q512_scales(c, vsc, i + 32, 0xFFFF), 0xFFFF, vmax, cnt,
+                               fin_scale);
+        __m512i r3 = q512_step(c, _mm512_loadu_ps(src + i + 48), q512_scales(c, vsc, i + 48, 0xFFFF), 0xFFFF, vmax, cnt,
+                               fin_scale);
         /* codes are 0..255: two unsigned-saturating packs keep them, interleaved by 128-bit lane (lane l of the
          * result holds lane l of r0, r1, r2, r3 in turn); one dword permute puts them in order */
         const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
@@ -274,14 +291,14 @@ static inline void quant_loop512(const q512_consts *c, const float *src, uint8_t
     }
     for (; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512i r = q512_step(c, _mm512_maskz_loadu_ps(k, src + i), k, vmax, cnt, fin_scale);
+        __m512i r = q512_step(c, _mm512_maskz_loadu_ps(k, src + i), q512_scales(c, vsc, i, k), k, vmax, cnt, fin_scale);
         _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, r);
     }
 }
 
 __attribute__((target("avx512f,avx512bw,popcnt")))
 static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
-                               float scale, fl_overflow pol, fl_cast_stats *st) {
+                               float scale, const float *vsc, fl_overflow pol, fl_cast_stats *st) {
     q512_consts c;
     c.absm = _mm512_set1_epi32(0x7FFFFFFF); c.inf = _mm512_set1_epi32(0x7F800000);
     c.half = _mm512_set1_epi32((int)(((1u << (P->shift - 1)) - 1u) - (P->rebias << P->shift)));
@@ -295,8 +312,9 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     c.shift = _mm_cvtsi32_si128(P->shift);
     __m512 vmax = _mm512_set1_ps(st->amax);
     q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
-    if (scale > 0.0f && scale < INFINITY) quant_loop512(&c, src, dst, n, &vmax, &cnt, true);
-    else quant_loop512(&c, src, dst, n, &vmax, &cnt, false);
+    if (vsc) quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false);   /* scales unchecked: NaN from the source */
+    else if (scale > 0.0f && scale < INFINITY) quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, true);
+    else quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, false);
     st->amax = _mm512_reduce_max_ps(vmax);
     st->underflow += cnt.unf;
     st->saturated += cnt.sat;
@@ -304,7 +322,7 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
 }
 #endif
 
-typedef void (*quant_block_fn)(const float *, uint8_t *, size_t, const fp8_params *, float,
+typedef void (*quant_block_fn)(const float *, uint8_t *, size_t, const fp8_params *, float, const float *,
                                fl_overflow, fl_cast_stats *);
 
 int fl_format_has_avx512(void) {
@@ -322,8 +340,9 @@ static quant_block_fn pick_quant(int path) {
     return quant_block_portable;
 }
 
-fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
-                               fl_overflow p, fl_cast_stats *stats, int path) {
+/* The cast of n elements by `scale`, or by scales[i] each (vsc non-NULL). */
+static fl_status quantize_n(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale, const float *vsc,
+                            fl_overflow p, fl_cast_stats *stats, int path) {
     if (fmt != FL_E4M3 && fmt != FL_E5M2)
         return FL_ERR(FL_EINVAL, "quantize: expected an FP8 dtype (e4m3 or e5m2), got %s",
                       fl_format(fmt) ? fl_format(fmt)->name : "an unknown dtype");
@@ -333,7 +352,7 @@ fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtyp
     if (n <= FL_QBLOCK && !par_ok(n)) { /* one block, one thread: no OpenMP region at all */
         FL_TRY(fl_check_interrupt());
         fl_cast_stats st = {0};
-        fn(src, dst, n, P, scale, p, &st);
+        fn(src, dst, n, P, scale, vsc, p, &st);
         if (stats) *stats = st;
         return FL_OK;
     }
@@ -356,7 +375,7 @@ fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtyp
         }
         size_t lo = b * blk, len = n - lo < blk ? n - lo : blk;
         fl_cast_stats st = {0};
-        fn(src + lo, dst + lo, len, P, scale, p, &st);
+        fn(src + lo, dst + lo, len, P, scale, vsc ? vsc + lo : NULL, p, &st);
         amax = st.amax > amax ? st.amax : amax;
         unf += st.underflow;
         sat += st.saturated;
@@ -375,9 +394,25 @@ fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtyp
     return FL_OK;
 }
 
+fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
+                               fl_overflow p, fl_cast_stats *stats, int path) {
+    return quantize_n(src, dst, n, fmt, scale, NULL, p, stats, path);
+}
+
+fl_status fl_quantize_f32_scales_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, const float *scales,
+                                      fl_overflow p, fl_cast_stats *stats, int path) {
+    if (n && !scales) return FL_ERR(FL_EINVAL, "quantize: NULL scales for %zu elements", n);
+    return quantize_n(src, dst, n, fmt, 0.0f, scales, p, stats, path);
+}
+
 fl_status fl_quantize_f32(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
                           fl_overflow p, fl_cast_stats *stats) {
     return fl_quantize_f32_path(src, dst, n, fmt, scale, p, stats, FL_PATH_AUTO);
+}
+
+fl_status fl_quantize_f32_scales(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, const float *scales,
+                                 fl_overflow p, fl_cast_stats *stats) {
+    return fl_quantize_f32_scales_path(src, dst, n, fmt, scales, p, stats, FL_PATH_AUTO);
 }
 
 /* ---- amax ------------------------------------------------------------------------------------ */

@@ -66,6 +66,10 @@ typedef struct {
  * Polls the interrupt flag between blocks (returns FL_EINTR). */
 fl_status fl_quantize_f32(const float *src, uint8_t *dst, size_t n, fl_dtype fmt,
                           float scale, fl_overflow p, fl_cast_stats *stats);
+/* The same with one scale per element, dst[i] = fp8(src[i]*scales[i]): a row of a per-column scaled matrix in
+ * one pass (amax and the counters describe src, as above). */
+fl_status fl_quantize_f32_scales(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, const float *scales,
+                                 fl_overflow p, fl_cast_stats *stats);
 /* amax of n contiguous floats (NaN ignored). */
 float fl_amax_f32(const float *src, size_t n);
 /* dst[i] = decode(src[i]) * scale_inv */

@@ -10,5 +10,7 @@ enum { FL_PATH_AUTO = 0, FL_PATH_PORTABLE = 1, FL_PATH_AVX512 = 2 };
 int fl_format_has_avx512(void);
 fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale,
                                fl_overflow p, fl_cast_stats *stats, int path);
+fl_status fl_quantize_f32_scales_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, const float *scales,
+                                      fl_overflow p, fl_cast_stats *stats, int path);
 float fl_amax_f32_path(const float *src, size_t n, int path);
 #endif

@@ -4,6 +4,7 @@
 #include "cpu_internal.h"
 #include "scale_rule.h"
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #define QCHUNK 16384
@@ -35,47 +36,26 @@ static fl_status quant_run(fl_tensor *dst, const fl_tensor *src, int64_t off, in
 }
 
 /* fp32 [rows, cols] with one scale per row (per_col false) or per column (per_col true): the shapes of
- * per-row and per-column FP8 scaling. Rows are independent, so threads split them; a per-column row is
- * multiplied by its scales into scratch first so the vectorised cast sees a single scale (1), and its
- * amax is taken from the source row (stats describe the source, not the scaled scratch). */
+ * per-row and per-column FP8 scaling. Rows are independent, so threads split them; a per-column row is cast
+ * with its column's scale per element, in one pass. */
 static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float *scales, int64_t rows, int64_t cols,
                               bool per_col, fl_overflow p, fl_cast_stats *acc) {
     const float *x = fl_tensor_data(src);
     uint8_t *d = fl_tensor_data(dst);
-    int nerr = 0;
     #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
-        float *tmp = per_col ? malloc((size_t)cols * sizeof(float)) : NULL;
-        if (per_col && !tmp) {
-            #pragma omp atomic
-            nerr++;
-        } else {
-            #pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; r++) {
-                fl_cast_stats s;
-                const float *row = x + r * cols;
-                if (!per_col) {
-                    fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
-                } else {
-                    int64_t lost = 0;   /* x != 0 whose product with its scale is already 0 in fp32 */
-                    #pragma omp simd reduction(+:lost)
-                    for (int64_t c = 0; c < cols; c++) {
-                        tmp[c] = row[c] * scales[c];
-                        lost += (tmp[c] == 0.0f) & (row[c] != 0.0f);
-                    }
-                    fl_quantize_f32(tmp, d + r * cols, (size_t)cols, dst->dtype, 1.0f, p, &s);
-                    s.amax = fl_amax_f32(row, (size_t)cols);
-                    s.underflow += lost;   /* the cast saw a 0 there; underflow counts nonzero sources */
-                }
-                stats_merge(&mine, &s);
-            }
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            fl_cast_stats s;
+            const float *row = x + r * cols;
+            if (!per_col) fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
+            else fl_quantize_f32_scales(row, d + r * cols, (size_t)cols, dst->dtype, scales, p, &s);
+            stats_merge(&mine, &s);
         }
-        free(tmp);
         #pragma omp critical
         stats_merge(acc, &mine);
     }
-    if (nerr) return FL_ERR(FL_ENOMEM, "quantize: out of memory for a row buffer");
     return fl_check_interrupt();
 }
 
@@ -266,16 +246,35 @@ fl_status fl_cpu_dev_amax(const fl_tensor *src, int axis, float *out) {
         return fl_check_interrupt();
     }
     for (int64_t s = 0; s < size; s++) out[s] = 0;
-    if (src->dtype == FL_F32 && inner == 1) {   /* one amax per column: stream the rows into a max vector */
+    if (src->dtype == FL_F32 && inner == 1) {
+        /* One amax per column: each thread streams its rows into a max vector of its own, and the vectors
+         * are combined by max, which is order-independent: the same result on any number of threads. */
         const float *x = fl_tensor_data(src);
-        for (int64_t o = 0; o < outer; o++) {
-            const float *row = x + o * size;
-            #pragma omp simd
-            for (int64_t c = 0; c < size; c++) {
-                float a = fabsf(row[c]);   /* NaN compares false: ignored, as fl_amax_f32 does */
-                out[c] = a > out[c] ? a : out[c];
+        int nerr = 0;
+        #pragma omp parallel if (outer * size >= FL_CPU_PAR_MIN)
+        {
+            float *mine = omp_get_num_threads() > 1 ? calloc((size_t)size, sizeof(float)) : out;
+            if (!mine) {
+                #pragma omp atomic
+                nerr++;
+            }
+            #pragma omp for schedule(static)
+            for (int64_t o = 0; o < outer; o++) {
+                if (!mine) continue;
+                const float *row = x + o * size;
+                #pragma omp simd
+                for (int64_t c = 0; c < size; c++) {
+                    float a = fabsf(row[c]);   /* NaN compares false: ignored, as fl_amax_f32 does */
+                    mine[c] = a > mine[c] ? a : mine[c];
+                }
+            }
+            if (mine && mine != out) {
+                #pragma omp critical
+                for (int64_t c = 0; c < size; c++) out[c] = mine[c] > out[c] ? mine[c] : out[c];
+                free(mine);
             }
         }
+        if (nerr) return FL_ERR(FL_ENOMEM, "amax: out of memory for %lld column maxima", (long long)size);
         return fl_check_interrupt();
     }
     int64_t done = 0;

@@ -428,6 +428,52 @@ TEST(format_quantize_paths_match_reference) {
     free(x); free(want); free(a); free(b);
 }
 
+/* One scale per element (a row of a per-column scaled matrix): bytes and counters as the scalar reference of
+ * each element with its own scale, on both kernels, the scales cycling through the same specials. */
+TEST(format_quantize_per_element_scales_match_reference) {
+    ref_init();
+    static const size_t lens[] = {1, 15, 17, 64, 100, 1000, 4099, 65537, 300001};
+    static const float cyc[] = {1.0f, 0.5f, 3.7f, 1e-3f, 1e20f, 0.0f, INFINITY, 448.0f / 3.0f, 2.5e-5f, 7.0f, 0.125f};
+    const size_t ncyc = sizeof cyc / sizeof cyc[0];
+    float *x = malloc(300001 * sizeof *x), *sc = malloc(300001 * sizeof *sc);
+    uint8_t *want = malloc(300001), *a = malloc(300001), *b = malloc(300001);
+    REQUIRE(x && sc && want && a && b, "alloc");
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        fill_special(x, n);
+        for (size_t i = 0; i < n; i++) sc[i] = cyc[(i * 7 + li) % ncyc];
+        for (int f = 0; f < 2; f++)
+            for (int pol = 0; pol < 2; pol++) {
+                fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
+                fl_cast_stats ref = {0}, sa, sb;
+                for (size_t i = 0; i < n; i++) {
+                    float y = x[i] * sc[i];
+                    want[i] = ref_fp8(y, fmt, (fl_overflow)pol);
+                    if (fabsf(x[i]) > ref.amax) ref.amax = fabsf(x[i]);
+                    if (isnan(x[i])) ref.nan++;
+                    if (x[i] != 0 && !isnan(x[i]) && (want[i] & 0x7F) == 0) ref.underflow++;
+                    if (isfinite(x[i]) && !isnan(y) &&
+                        (isinf(y) || ref_round(f ? T_E5M2 : T_E4M3, fabs((double)y)) == (f ? 0x7C : 0x7F)))
+                        ref.saturated++;
+                }
+                memset(a, 0xAA, n); memset(b, 0x55, n);
+                REQUIRE_OK(fl_quantize_f32_scales_path(x, a, n, fmt, sc, (fl_overflow)pol, &sa, FL_PATH_PORTABLE));
+                REQUIRE_OK(fl_quantize_f32_scales_path(x, b, n, fmt, sc, (fl_overflow)pol, &sb, FL_PATH_AVX512));
+                CHECK(memcmp(a, want, n) == 0, "portable bytes n=%zu f=%d pol=%d", n, f, pol);
+                CHECK(memcmp(b, want, n) == 0, "avx512 bytes n=%zu f=%d pol=%d", n, f, pol);
+                CHECK(f2u(sa.amax) == f2u(ref.amax) && f2u(sb.amax) == f2u(ref.amax), "amax %g %g %g", sa.amax, sb.amax, ref.amax);
+                CHECK(sa.nan == ref.nan && sb.nan == ref.nan, "nan %lld %lld %lld", (long long)sa.nan, (long long)sb.nan,
+                      (long long)ref.nan);
+                CHECK(sa.underflow == ref.underflow && sb.underflow == ref.underflow, "underflow %lld %lld %lld n=%zu",
+                      (long long)sa.underflow, (long long)sb.underflow, (long long)ref.underflow, n);
+                CHECK(sa.saturated == ref.saturated && sb.saturated == ref.saturated, "saturated %lld %lld %lld n=%zu",
+                      (long long)sa.saturated, (long long)sb.saturated, (long long)ref.saturated, n);
+            }
+    }
+    CHECK(fl_quantize_f32_scales(x, a, 5, FL_E4M3, NULL, FL_SATURATE, NULL) == FL_EINVAL, "NULL scales accepted");
+    free(x); free(sc); free(want); free(a); free(b);
+}
+
 /* Sizes around the one-thread limit (32K) and FL_QBLOCK (256K), where the threads now share a tensor that
  * used to be one block: bytes, amax and every counter the same with 1 and 2 threads, bytes as the scalar cast. */
 TEST(format_quantize_split_sizes_agree_across_threads) {

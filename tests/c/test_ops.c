@@ -5,6 +5,9 @@
 #include "ops.h"
 #include "device.h"
 #include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
 #include <stdlib.h>
 
 static float frand(uint32_t *s) { *s = *s * 1664525u + 1013904223u; return (float)((*s >> 8) * (1.0 / 16777216.0)) * 2 - 1; }
@@ -378,6 +381,77 @@ TEST(ops_matmul_transposed_and_empty_k) {
     fl_tensor_read_f32(c, v);
     CHECK(v[0] == 0 && v[5] == 0, "K = 0 gives zeros");
     fl_tensor_release(c); fl_tensor_release(a); fl_tensor_release(b);
+}
+
+/* Per-column scaling of a tensor large enough for threads, with the values that test the statistics: a column
+ * of zeros, a NaN, a column whose small values underflow. Codes, scales and stats against a scalar reference,
+ * and the same on 1 and 2 threads. */
+TEST(ops_quantize_per_column_threads_match_scalar) {
+    const int R = 2000, C = 70;
+    int64_t s[2] = { R, C };
+    fl_tensor *a = randt(2, s, FL_F32, 62);
+    float *v = values(a);
+    for (int i = 0; i < R; i++) {
+        v[i * C + 3] = 0.0f;                                    /* amax 0 */
+        if (i > 0) v[i * C + 5] *= 1e-6f;                       /* underflows next to row 0's 3.0 */
+    }
+    v[0 * C + 5] = 3.0f;
+    v[777 * C + 9] = NAN;
+    fl_tensor_release(a);
+    REQUIRE_OK(fl_tensor_from_f32(&a, v, 2, s, FL_F32));
+    fl_quant_opts o;
+    fl_quant_opts_default(&o);
+    o.axis = 1;
+    uint8_t *first = malloc((size_t)(R * C));
+    float si1[70];
+    fl_cast_stats st1 = { 0, 0, 0, 0 };
+    const int before = omp_get_max_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        fl_tensor *q = NULL;
+        REQUIRE_OK(fl_quantize(&q, a, FL_E4M3, &o));
+        const uint8_t *p = fl_tensor_data(q);
+        float si[70];
+        fl_tensor_read_f32(q->scale_inv, si);
+        fl_cast_stats st;
+        REQUIRE_OK(fl_tensor_qstats(q, &st));
+        int bad = 0;
+        int64_t unf = 0, nan = 0;
+        float amax = 0.0f;
+        for (int j = 0; j < C; j++) {
+            float am = 0.0f;
+            for (int i = 0; i < R; i++) if (!isnan(v[i * C + j])) am = fmaxf(am, fabsf(v[i * C + j]));
+            amax = fmaxf(amax, am);
+            const float sc = 1.0f / si[j];
+            if (am > 0.0f) bad += fabsf(si[j] - am / 448.0f) > 1e-6f * (am / 448.0f);
+            for (int i = 0; i < R; i++) {
+                const float x = v[i * C + j];
+                const uint8_t want = fl_f32_to_e4m3(x * sc, FL_SATURATE);
+                bad += p[i * C + j] != want;
+                nan += isnan(x);
+                unf += x != 0.0f && !isnan(x) && (want & 0x7f) == 0;
+            }
+        }
+        CHECK(bad == 0, "%d threads: %d codes or scales differ from the scalar reference", threads, bad);
+        CHECK(st.amax == amax && st.nan == nan && st.underflow == unf && st.saturated == 0,
+              "%d threads: stats amax %g nan %lld underflow %lld saturated %lld, expected %g %lld %lld 0", threads,
+              st.amax, (long long)st.nan, (long long)st.underflow, (long long)st.saturated, amax, (long long)nan,
+              (long long)unf);
+        CHECK(unf > 1000, "the small column should underflow (%lld)", (long long)unf);
+        if (threads == 1) {
+            memcpy(first, p, (size_t)(R * C));
+            memcpy(si1, si, sizeof si);
+            st1 = st;
+        } else {
+            CHECK(memcmp(first, p, (size_t)(R * C)) == 0 && memcmp(si1, si, sizeof si) == 0 &&
+                  st1.underflow == st.underflow && st1.amax == st.amax, "1 and 2 threads differ");
+        }
+        fl_tensor_release(q);
+    }
+    omp_set_num_threads(before);
+    free(first);
+    free(v);
+    fl_tensor_release(a);
 }
 
 TEST(ops_quantize_per_column) {
