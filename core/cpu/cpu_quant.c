@@ -144,7 +144,40 @@ fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const 
     return fl_check_interrupt();
 }
 
+/* Current scaling with one scale per row of a contiguous fp32 [rows, cols]: each row's amax, scale and cast in
+ * one visit (the row is still in cache for the cast), the same numbers as the amax pass followed by the cast. */
+static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_t rows, int64_t cols, int margin,
+                                   bool pow2, fl_overflow p) {
+    const float *x = fl_tensor_data(src);
+    uint8_t *d = fl_tensor_data(dst);
+    float *si = fl_tensor_data(dst->scale_inv);
+    const float fmax = (float)fl_format(dst->dtype)->max;
+    fl_cast_stats acc = { 0, 0, 0, 0 };
+    #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
+    {
+        fl_cast_stats mine = { 0, 0, 0, 0 };
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = x + r * cols;
+            const float scale = fl_amax_to_scale_current(cols ? fl_amax_f32(row, (size_t)cols) : 0.0f, fmax, margin, pow2);
+            fl_cast_stats s;
+            fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scale, p, &s);
+            si[r] = 1.0f / scale;
+            stats_merge(&mine, &s);
+        }
+        #pragma omp critical
+        stats_merge(&acc, &mine);
+    }
+    dst->qstats = acc;
+    return fl_check_interrupt();
+}
+
 fl_status fl_cpu_dev_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p) {
+    if (axis >= 0 && src->dtype == FL_F32 && fl_tensor_is_contiguous(src)) {
+        int64_t outer, size, inner;
+        fl_cpu_split_axis(src, axis, &outer, &size, &inner);
+        if (outer == 1) return quant_current_rows(dst, src, size, inner, margin, pow2, p);
+    }
     int64_t ns = axis < 0 ? 1 : src->shape[axis];
     float one, *scales = ns <= 1 ? &one : malloc((size_t)ns * sizeof(float));
     if (!scales) return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld scales", (long long)ns);

@@ -383,10 +383,10 @@ TEST(ops_matmul_transposed_and_empty_k) {
     fl_tensor_release(c); fl_tensor_release(a); fl_tensor_release(b);
 }
 
-/* Per-column scaling of a tensor large enough for threads, with the values that test the statistics: a column
- * of zeros, a NaN, a column whose small values underflow. Codes, scales and stats against a scalar reference,
- * and the same on 1 and 2 threads. */
-TEST(ops_quantize_per_column_threads_match_scalar) {
+/* Per-column and per-row current scaling of a tensor large enough for threads, with the values that test the
+ * statistics: a column of zeros, a NaN, a column whose small values underflow. Codes, scales and stats against a
+ * scalar reference, and the same on 1 and 2 threads. */
+TEST(ops_quantize_per_axis_threads_match_scalar) {
     const int R = 2000, C = 70;
     int64_t s[2] = { R, C };
     fl_tensor *a = randt(2, s, FL_F32, 62);
@@ -399,57 +399,62 @@ TEST(ops_quantize_per_column_threads_match_scalar) {
     v[777 * C + 9] = NAN;
     fl_tensor_release(a);
     REQUIRE_OK(fl_tensor_from_f32(&a, v, 2, s, FL_F32));
-    fl_quant_opts o;
-    fl_quant_opts_default(&o);
-    o.axis = 1;
     uint8_t *first = malloc((size_t)(R * C));
-    float si1[70];
+    float *si = malloc(R * sizeof(float)), *si1 = malloc(R * sizeof(float));
     fl_cast_stats st1 = { 0, 0, 0, 0 };
     const int before = omp_get_max_threads();
-    for (int threads = 1; threads <= 2; threads++) {
+    for (int run = 0; run < 4; run++) {
+        const int axis = run / 2, threads = run % 2 + 1;
+        fl_quant_opts o;
+        fl_quant_opts_default(&o);
+        o.axis = axis;
+        const int ns = axis ? C : R, len = axis ? R : C;   /* scales, and the elements under each */
         omp_set_num_threads(threads);
         fl_tensor *q = NULL;
         REQUIRE_OK(fl_quantize(&q, a, FL_E4M3, &o));
         const uint8_t *p = fl_tensor_data(q);
-        float si[70];
         fl_tensor_read_f32(q->scale_inv, si);
         fl_cast_stats st;
         REQUIRE_OK(fl_tensor_qstats(q, &st));
         int bad = 0;
         int64_t unf = 0, nan = 0;
         float amax = 0.0f;
-        for (int j = 0; j < C; j++) {
+        for (int j = 0; j < ns; j++) {
             float am = 0.0f;
-            for (int i = 0; i < R; i++) if (!isnan(v[i * C + j])) am = fmaxf(am, fabsf(v[i * C + j]));
+            for (int i = 0; i < len; i++) {
+                const float x = axis ? v[i * C + j] : v[j * C + i];
+                if (!isnan(x)) am = fmaxf(am, fabsf(x));
+            }
             amax = fmaxf(amax, am);
             const float sc = 1.0f / si[j];
             if (am > 0.0f) bad += fabsf(si[j] - am / 448.0f) > 1e-6f * (am / 448.0f);
-            for (int i = 0; i < R; i++) {
-                const float x = v[i * C + j];
+            for (int i = 0; i < len; i++) {
+                const int64_t at = axis ? (int64_t)i * C + j : (int64_t)j * C + i;
+                const float x = v[at];
                 const uint8_t want = fl_f32_to_e4m3(x * sc, FL_SATURATE);
-                bad += p[i * C + j] != want;
+                bad += p[at] != want;
                 nan += isnan(x);
                 unf += x != 0.0f && !isnan(x) && (want & 0x7f) == 0;
             }
         }
-        CHECK(bad == 0, "%d threads: %d codes or scales differ from the scalar reference", threads, bad);
+        CHECK(bad == 0, "axis %d, %d threads: %d codes or scales differ from the scalar reference", axis, threads, bad);
         CHECK(st.amax == amax && st.nan == nan && st.underflow == unf && st.saturated == 0,
-              "%d threads: stats amax %g nan %lld underflow %lld saturated %lld, expected %g %lld %lld 0", threads,
+              "axis %d, %d threads: stats amax %g nan %lld underflow %lld saturated %lld, expected %g %lld %lld 0", axis, threads,
               st.amax, (long long)st.nan, (long long)st.underflow, (long long)st.saturated, amax, (long long)nan,
               (long long)unf);
         CHECK(unf > 1000, "the small column should underflow (%lld)", (long long)unf);
         if (threads == 1) {
             memcpy(first, p, (size_t)(R * C));
-            memcpy(si1, si, sizeof si);
+            memcpy(si1, si, (size_t)ns * sizeof(float));
             st1 = st;
         } else {
-            CHECK(memcmp(first, p, (size_t)(R * C)) == 0 && memcmp(si1, si, sizeof si) == 0 &&
-                  st1.underflow == st.underflow && st1.amax == st.amax, "1 and 2 threads differ");
+            CHECK(memcmp(first, p, (size_t)(R * C)) == 0 && memcmp(si1, si, (size_t)ns * sizeof(float)) == 0 &&
+                  st1.underflow == st.underflow && st1.amax == st.amax, "axis %d: 1 and 2 threads differ", axis);
         }
         fl_tensor_release(q);
     }
     omp_set_num_threads(before);
-    free(first);
+    free(first); free(si); free(si1);
     free(v);
     fl_tensor_release(a);
 }
