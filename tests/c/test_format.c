@@ -380,6 +380,25 @@ static void fill_special(float *x, size_t n) {
     }
 }
 
+/* The scalar reference of a cast: want[i] = fp8(x[i]·scale), or ·sc[i] with per-element scales, and the
+ * counters by their definitions in format.h. */
+static fl_cast_stats ref_cast(const float *x, float scale, const float *sc, size_t n, fl_dtype fmt, fl_overflow pol,
+                              uint8_t *want) {
+    const int e5 = fmt == FL_E5M2;
+    fl_cast_stats ref = {0};
+    for (size_t i = 0; i < n; i++) {
+        float y = x[i] * (sc ? sc[i] : scale);
+        want[i] = ref_fp8(y, fmt, pol);
+        if (fabsf(x[i]) > ref.amax) ref.amax = fabsf(x[i]);
+        if (isnan(x[i])) ref.nan++;
+        if (x[i] != 0 && !isnan(x[i]) && (want[i] & 0x7F) == 0) ref.underflow++;
+        /* saturated: finite source whose scaled value rounds past max */
+        if (isfinite(x[i]) && !isnan(y) && (isinf(y) || ref_round(e5 ? T_E5M2 : T_E4M3, fabs((double)y)) == (e5 ? 0x7C : 0x7F)))
+            ref.saturated++;
+    }
+    return ref;
+}
+
 TEST(format_quantize_paths_match_reference) {
     ref_init();
     static const size_t lens[] = {0, 1, 7, 15, 16, 17, 31, 33, 100, 1000, 4099, 65537, 300001};
@@ -395,20 +414,7 @@ TEST(format_quantize_paths_match_reference) {
                 for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
                     fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
                     float s = scales[si];
-                    fl_cast_stats ref = {0}, sa, sb;
-                    double fmax = f ? 57344.0 : 448.0;
-                    for (size_t i = 0; i < n; i++) {
-                        float y = x[i] * s;
-                        want[i] = ref_fp8(y, fmt, (fl_overflow)pol);
-                        if (fabsf(x[i]) > ref.amax) ref.amax = fabsf(x[i]);
-                        if (isnan(x[i])) ref.nan++;
-                        if (x[i] != 0 && !isnan(x[i]) && (want[i] & 0x7F) == 0) ref.underflow++;
-                        /* saturated: finite source whose scaled value rounds past max */
-                        if (isfinite(x[i]) && !isnan(y) &&
-                            (isinf(y) || ref_round(f ? T_E5M2 : T_E4M3, fabs((double)y)) == (f ? 0x7C : 0x7F)))
-                            ref.saturated++;
-                        (void)fmax;
-                    }
+                    fl_cast_stats sa, sb, ref = ref_cast(x, s, NULL, n, fmt, (fl_overflow)pol, want);
                     memset(a, 0xAA, n); memset(b, 0x55, n);
                     REQUIRE_OK(fl_quantize_f32_path(x, a, n, fmt, s, (fl_overflow)pol, &sa, FL_PATH_PORTABLE));
                     REQUIRE_OK(fl_quantize_f32_path(x, b, n, fmt, s, (fl_overflow)pol, &sb, FL_PATH_AVX512));
@@ -445,17 +451,7 @@ TEST(format_quantize_per_element_scales_match_reference) {
         for (int f = 0; f < 2; f++)
             for (int pol = 0; pol < 2; pol++) {
                 fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
-                fl_cast_stats ref = {0}, sa, sb;
-                for (size_t i = 0; i < n; i++) {
-                    float y = x[i] * sc[i];
-                    want[i] = ref_fp8(y, fmt, (fl_overflow)pol);
-                    if (fabsf(x[i]) > ref.amax) ref.amax = fabsf(x[i]);
-                    if (isnan(x[i])) ref.nan++;
-                    if (x[i] != 0 && !isnan(x[i]) && (want[i] & 0x7F) == 0) ref.underflow++;
-                    if (isfinite(x[i]) && !isnan(y) &&
-                        (isinf(y) || ref_round(f ? T_E5M2 : T_E4M3, fabs((double)y)) == (f ? 0x7C : 0x7F)))
-                        ref.saturated++;
-                }
+                fl_cast_stats sa, sb, ref = ref_cast(x, 0.0f, sc, n, fmt, (fl_overflow)pol, want);
                 memset(a, 0xAA, n); memset(b, 0x55, n);
                 REQUIRE_OK(fl_quantize_f32_scales_path(x, a, n, fmt, sc, (fl_overflow)pol, &sa, FL_PATH_PORTABLE));
                 REQUIRE_OK(fl_quantize_f32_scales_path(x, b, n, fmt, sc, (fl_overflow)pol, &sb, FL_PATH_AVX512));

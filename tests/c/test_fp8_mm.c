@@ -65,6 +65,19 @@ static fl_tensor *operand_vec(const uint8_t *v, int64_t r, int64_t c, fl_dtype f
     return st == FL_OK ? out : NULL;
 }
 
+/* Row i of a [M, K] times column j of b [K, N] in float64 over the decoded bytes; *S = Σ|a·b| (the bound's scale). */
+static double ref_dot(const uint8_t *qa, fl_dtype fa, const uint8_t *qb, fl_dtype fb, int64_t i, int64_t j, int64_t N,
+                      int64_t K, double *S) {
+    double s = 0;
+    *S = 0;
+    for (int64_t k = 0; k < K; k++) {
+        double p = (double)fl_fp8_to_f32(qa[i * K + k], fa) * fl_fp8_to_f32(qb[k * N + j], fb);
+        s += p;
+        *S += fabs(p);
+    }
+    return s;
+}
+
 typedef struct { int64_t m, n, k; } shape3;
 
 /* One GEMM through fl_cpu_fp8_mm on `threads` threads; *got [M, N]. Returns whether it ran. */
@@ -121,12 +134,7 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
                 double worst = 0;
                 for (int64_t i = 0; i < M; i++)
                     for (int64_t j = 0; j < N; j++) {
-                        double s = 0, S = 0;
-                        for (int64_t k = 0; k < K; k++) {
-                            double p = (double)fl_fp8_to_f32(qa[i * K + k], fa) * fl_fp8_to_f32(qb[k * N + j], fb);
-                            s += p;
-                            S += fabs(p);
-                        }
+                        double S, s = ref_dot(qa, fa, qb, fb, i, j, N, K, &S);
                         double ref = s * scale + (with_bias ? bias[j] : 0.0);
                         double tol = (double)(K + 1) * ldexp(1.0, -23) * S * scale + ldexp(1.0, -22) * fabs(ref) + 1e-30;
                         double err = fabs(got[i * N + j] - ref);
@@ -195,12 +203,7 @@ TEST(fp8_mm_per_row_and_per_column_scales) {
             int bad = 0, bad_old = 0;
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) {
-                    double sum = 0, S = 0;
-                    for (int64_t k = 0; k < K; k++) {
-                        double p = (double)fl_fp8_to_f32(qa[i * K + k], FL_E4M3) * fl_fp8_to_f32(qb[k * N + j], fb);
-                        sum += p;
-                        S += fabs(p);
-                    }
+                    double S, sum = ref_dot(qa, FL_E4M3, qb, fb, i, j, N, K, &S);
                     const float sc = (va ? sa[i] : sa[0]) * (vb ? sb[j] : sb[0]);
                     double ref = sum * sc + (with_bias ? bias[j] : 0.0);
                     double bound = (double)(K + 1) * ldexp(1.0, -23) * S * sc;
@@ -268,9 +271,8 @@ TEST(fp8_mm_switches_and_device_entry) {
     int bad = 0;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
-            double S = 0;
-            for (int64_t k = 0; k < K; k++)
-                S += fabs((double)fl_fp8_to_f32(qa[i * K + k], FL_E5M2) * fl_fp8_to_f32(qb[k * N + j], FL_E4M3));
+            double S;
+            ref_dot(qa, FL_E5M2, qb, FL_E4M3, i, j, N, K, &S);
             if (fabs((double)g1[i * N + j] - g2[i * N + j]) > 2.0 * (K + 1) * ldexp(1.0, -23) * S * 0.75) bad++;
         }
     CHECK(bad == 0, "%d elements: new path and decode + oneDNN differ by more than two accumulation bounds", bad);
