@@ -56,6 +56,13 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * gradient from the dY it casts, in one read of dY — with the bits fl_reduce's sum over dim 0 gives.         \
      * NULL entry: the caller casts and reduces separately. */                                                     \
     X(quantize_dbias, (fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p, fl_tensor *dbias))  \
+    /* Per-row current scaling of a contiguous fp32 [R, C] src (quantize_current with axis 0) that, in the same   \
+     * read, also gives what dY's other uses need under rowwise scaling: col_amax [C] in host memory               \
+     * (max_r |src[r, c]|, NaN ignored: wgrad's per-column scales), unless NULL, and dbias [C] (fp32,              \
+     * contiguous) = Σ_r src[r, :] with the bits fl_reduce's sum over dim 0 gives, unless NULL. NULL entry:       \
+     * the caller makes the separate passes. */                                                                    \
+    X(quantize_rows_aux, (fl_tensor *dst, const fl_tensor *src, int margin, bool pow2, fl_overflow p,              \
+                          float *col_amax, fl_tensor *dbias))                                                      \
     /* dst contiguous */                                                                                           \
     X(dequantize, (fl_tensor *dst, const fl_tensor *q))                                                            \
     /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis]            \

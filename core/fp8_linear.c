@@ -9,6 +9,7 @@
 #include "ops_raw.h"
 #include "profiler.h"
 #include "device.h"
+#include "scale_rule.h"
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -194,6 +195,28 @@ static fl_status cast_dy(fl_tensor **q, fl_tensor **qt, fl_tensor **db, const fl
     return FL_OK;
 }
 
+/* ROWWISE dY: its per-row cast (dgrad's a), observed; and where the device reads dY once for more
+ * (quantize_rows_aux), in the same read the column amaxes wgrad's per-column cast needs (cmax, when not NULL;
+ * *have_cmax then true) and the bias gradient (*db, when db is not NULL). Else *have_cmax stays false and *db
+ * NULL, and the caller makes those passes. */
+static fl_status cast_dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_tensor **db, const fl_tensor *g32,
+                              fl_scaling *s, bool record) {
+    *have_cmax = false;
+    const fl_device *dev = fl_device_get(g32->device);
+    if ((!cmax && !db) || !dev || !dev->quantize_rows_aux) return cast_observed(q, g32, s, 0, record);
+    fl_tensor *a = NULL, *b = NULL;
+    const int64_t n = g32->shape[1];
+    fl_status st = new_q(&a, g32, s->fmt, 0);
+    if (st == FL_OK && db) st = fl_tensor_empty(&b, FL_F32, 1, &n, g32->device);
+    if (st == FL_OK) st = dev->quantize_rows_aux(a, g32, s->margin, s->pow2, FL_SATURATE, cmax, b);
+    if (st == FL_OK) st = observe(s, a, record);
+    if (st != FL_OK) { fl_tensor_release(a); fl_tensor_release(b); return st; }
+    *q = a;
+    if (db) *db = b;
+    *have_cmax = cmax != NULL;
+    return FL_OK;
+}
+
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
 
 /* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
@@ -286,6 +309,8 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
     fl_tensor *gq_dev = NULL;   /* what the device derived from gq's bytes: shared by dgrad and wgrad */
     fl_tensor *xt = NULL;       /* x's FP8 bytes transposed, when the cast made them (wgrad's b) */
     fl_tensor *db = NULL;       /* the bias gradient, when dY's cast summed it */
+    float *cmax = NULL;         /* ROWWISE: dY's column amaxes from dgrad's cast, then wgrad's scales */
+    bool have_cmax = false;
     l->backwards++;
     fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
     if (st == FL_OK) st = as_f32(&g32, g2);
@@ -304,7 +329,8 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
         } else {
             /* dY per row; W per column (ROWWISE) or per tensor (GW_HP), current power-of-two scales. */
             fl_tensor *w32 = NULL;
-            st = cast_observed(&gq, g32, sg, 0, record);
+            if (fp8_dw && !(cmax = malloc((size_t)M * sizeof(float)))) st = FL_ERR(FL_ENOMEM, "fp8 linear: out of memory");
+            if (st == FL_OK) st = cast_dy_rows(&gq, cmax, &have_cmax, need_db ? &db : NULL, g32, sg, record);
             if (st == FL_OK) st = as_f32(&w32, n->saved[SV_W]);
             if (st == FL_OK)
                 st = cast_role(&wq2, w32, &l->role[FL_ROLE_WEIGHT], true, l->gran == FL_GRAN_ROWWISE ? 1 : -1);
@@ -335,9 +361,16 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             if (st == FL_OK)
                 st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, &gq_dev, xt ? &xt : NULL, false);
         } else {
-            /* ROWWISE: dY per column (one scale per output feature), X per column (per input feature). */
+            /* ROWWISE: dY per column (one scale per output feature), X per column (per input feature); dY's
+             * column amaxes from dgrad's read of dY where the device gave them. */
             fl_tensor *x32 = NULL;
-            st = cast_role(&gqc, g32, sg, true, 1);
+            if (have_cmax) {
+                const float fmax = (float)fl_format(sg->fmt)->max;
+                for (int64_t c = 0; c < M; c++) cmax[c] = fl_amax_to_scale_current(cmax[c], fmax, sg->margin, sg->pow2);
+                st = fl_fp8_cast_2d(&gqc, g32, sg->fmt, 1, cmax);
+            } else {
+                st = cast_role(&gqc, g32, sg, true, 1);
+            }
             if (st == FL_OK) st = as_f32(&x32, n->saved[SV_X]);
             if (st == FL_OK) st = cast_role(&xq2, x32, &l->role[FL_ROLE_INPUT], true, 1);
             fl_tensor_release(x32);
@@ -349,6 +382,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
         if (db) { gin[2] = db; db = NULL; }
         else st = fl_reduce_raw(&gin[2], FL_OP_SUM, g32, 0, false);
     }
+    free(cmax);
     fl_tensor_release(db);
     fl_tensor_release(gq_dev);
     fl_tensor_release(xt);

@@ -145,38 +145,91 @@ fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const 
 }
 
 /* Current scaling with one scale per row of a contiguous fp32 [rows, cols]: each row's amax, scale and cast in
- * one visit (the row is still in cache for the cast), the same numbers as the amax pass followed by the cast. */
+ * one visit (the row is still in cache for the cast), the same numbers as the amax pass followed by the cast.
+ * In the same visit, when asked: col_amax (the column maxima, NaN ignored: order-independent) and dbias (the
+ * column sums in FL_CPU_SUM_ROWS chunks of rows, in double, the chunks combined in order: fl_cpu_dev_reduce's
+ * bits). Threads take whole chunks. */
 static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_t rows, int64_t cols, int margin,
-                                   bool pow2, fl_overflow p) {
+                                   bool pow2, fl_overflow p, float *col_amax, float *dbias) {
     const float *x = fl_tensor_data(src);
     uint8_t *d = fl_tensor_data(dst);
     float *si = fl_tensor_data(dst->scale_inv);
     const float fmax = (float)fl_format(dst->dtype)->max;
+    const int64_t chunks = (rows + FL_CPU_SUM_ROWS - 1) / FL_CPU_SUM_ROWS;
+    double *psum = dbias ? calloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)(cols > 0 ? cols : 1), sizeof(double)) : NULL;
+    if (dbias && !psum) return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld column sums", (long long)(chunks * cols));
+    if (col_amax) for (int64_t c = 0; c < cols; c++) col_amax[c] = 0.0f;
     fl_cast_stats acc = { 0, 0, 0, 0 };
+    int nerr = 0;
     #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
+        float *cm = col_amax && omp_get_num_threads() > 1 ? calloc((size_t)cols + 1, sizeof(float)) : col_amax;
+        if (col_amax && !cm) {
+            #pragma omp atomic
+            nerr++;
+        }
         #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            const float *row = x + r * cols;
-            const float scale = fl_amax_to_scale_current(cols ? fl_amax_f32(row, (size_t)cols) : 0.0f, fmax, margin, pow2);
-            fl_cast_stats s;
-            fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scale, p, &s);
-            si[r] = 1.0f / scale;
-            stats_merge(&mine, &s);
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            if (col_amax && !cm) continue;
+            double *ps = psum ? psum + ch * cols : NULL;
+            const int64_t r1 = (ch + 1) * FL_CPU_SUM_ROWS < rows ? (ch + 1) * FL_CPU_SUM_ROWS : rows;
+            for (int64_t r = ch * FL_CPU_SUM_ROWS; r < r1; r++) {
+                const float *row = x + r * cols;
+                const float scale = fl_amax_to_scale_current(cols ? fl_amax_f32(row, (size_t)cols) : 0.0f, fmax, margin, pow2);
+                fl_cast_stats st;
+                fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scale, p, &st);
+                si[r] = 1.0f / scale;
+                stats_merge(&mine, &st);
+                if (cm) {
+                    #pragma omp simd
+                    for (int64_t c = 0; c < cols; c++) {
+                        float a = fabsf(row[c]);   /* NaN compares false: ignored */
+                        cm[c] = a > cm[c] ? a : cm[c];
+                    }
+                }
+                if (ps) {
+                    #pragma omp simd
+                    for (int64_t c = 0; c < cols; c++) ps[c] += (double)row[c];   /* the row is still in cache */
+                }
+            }
         }
         #pragma omp critical
-        stats_merge(&acc, &mine);
+        {
+            stats_merge(&acc, &mine);
+            if (cm && cm != col_amax)
+                for (int64_t c = 0; c < cols; c++) col_amax[c] = cm[c] > col_amax[c] ? cm[c] : col_amax[c];
+        }
+        if (cm != col_amax) free(cm);
     }
+    if (nerr) { free(psum); return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld column maxima", (long long)cols); }
+    if (dbias)
+        for (int64_t c = 0; c < cols; c++) {
+            double t = 0;
+            for (int64_t ch = 0; ch < chunks; ch++) t += psum[ch * cols + c];
+            dbias[c] = (float)t;
+        }
+    free(psum);
     dst->qstats = acc;
     return fl_check_interrupt();
+}
+
+fl_status fl_cpu_dev_quantize_rows_aux(fl_tensor *dst, const fl_tensor *src, int margin, bool pow2, fl_overflow p,
+                                       float *col_amax, fl_tensor *dbias) {
+    if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) ||
+        (dbias && (dbias->dtype != FL_F32 || !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])) ||
+        dst->scale_axis != 0 || fl_tensor_numel(dst->scale_inv) != src->shape[0])
+        return FL_ERR(FL_EINVAL, "quantize_rows_aux: expects a contiguous fp32 [R, C] source, a destination scaled per row "
+                      "and an fp32 [C] bias gradient");
+    return quant_current_rows(dst, src, src->shape[0], src->shape[1], margin, pow2, p, col_amax,
+                              dbias ? fl_tensor_data(dbias) : NULL);
 }
 
 fl_status fl_cpu_dev_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p) {
     if (axis >= 0 && src->dtype == FL_F32 && fl_tensor_is_contiguous(src)) {
         int64_t outer, size, inner;
         fl_cpu_split_axis(src, axis, &outer, &size, &inner);
-        if (outer == 1) return quant_current_rows(dst, src, size, inner, margin, pow2, p);
+        if (outer == 1) return quant_current_rows(dst, src, size, inner, margin, pow2, p, NULL, NULL);
     }
     int64_t ns = axis < 0 ? 1 : src->shape[axis];
     float one, *scales = ns <= 1 ? &one : malloc((size_t)ns * sizeof(float));

@@ -113,6 +113,7 @@ static void install_fake(void) {
     fake.quantize_current = fake_quantize_current;
     fake.quantize_transpose = fake_quantize_transpose;
     fake.fp8_gemm = fake_fp8_gemm;
+    fake.quantize_rows_aux = NULL;   /* as on CUDA: rowwise dY takes the separate passes, its casts deferred */
     fl_device_register(FL_DEV_CPU, &fake);
 }
 

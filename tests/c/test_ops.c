@@ -4,6 +4,8 @@
 #include "runner.h"
 #include "ops.h"
 #include "device.h"
+#include "ops_raw.h"
+#include "fp8_linear.h"
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -457,6 +459,66 @@ TEST(ops_quantize_per_axis_threads_match_scalar) {
     free(first); free(si); free(si1);
     free(v);
     fl_tensor_release(a);
+}
+
+/* quantize_rows_aux (rowwise dY: the per-row cast, dY's column amaxes and the bias gradient in one read) gives
+ * bit for bit what the three separate passes give, on 1 and 2 threads; with either extra output left out too. */
+TEST(ops_quantize_rows_aux_matches_separate_passes) {
+    const int R = 1000, C = 96;   /* 4 chunks of FL_CPU_SUM_ROWS rows, the last one short */
+    int64_t s[2] = { R, C };
+    fl_tensor *a = randt(2, s, FL_F32, 63);
+    float *v = values(a);
+    v[5 * C + 7] = NAN;
+    for (int i = 0; i < R; i++) v[i * C + 11] *= 1e-12f;   /* below E5M2 subnormals once scaled per row */
+    fl_tensor_release(a);
+    REQUIRE_OK(fl_tensor_from_f32(&a, v, 2, s, FL_F32));
+    const fl_device *dev = fl_cpu_device();
+    REQUIRE(dev->quantize_rows_aux != NULL, "the CPU has quantize_rows_aux");
+    /* the separate passes */
+    fl_tensor *q0 = NULL, *db0 = NULL;
+    float cm0[96];
+    REQUIRE_OK(fl_fp8_cast_current_2d(&q0, a, FL_E5M2, 0, 0, true));
+    REQUIRE_OK(dev->amax(a, 1, cm0));
+    REQUIRE_OK(fl_reduce_raw(&db0, FL_OP_SUM, a, 0, false));
+    fl_cast_stats st0;
+    REQUIRE_OK(fl_tensor_qstats(q0, &st0));
+    const int before = omp_get_max_threads();
+    for (int run = 0; run < 6; run++) {
+        const int threads = run % 2 + 1;
+        const bool want_cm = run / 2 != 1, want_db = run / 2 != 2;
+        omp_set_num_threads(threads);
+        fl_tensor *q = NULL, *db = NULL, *si = NULL;
+        int64_t rs = R, cs = C;
+        REQUIRE_OK(fl_tensor_empty(&q, FL_E5M2, 2, s, FL_DEV_CPU));
+        REQUIRE_OK(fl_tensor_empty(&si, FL_F32, 1, &rs, FL_DEV_CPU));
+        fl_tensor_release(q->scale_inv);
+        q->scale_inv = si;
+        q->scale_axis = 0;
+        if (want_db) REQUIRE_OK(fl_tensor_empty(&db, FL_F32, 1, &cs, FL_DEV_CPU));
+        float cm[96];
+        REQUIRE_OK(dev->quantize_rows_aux(q, a, 0, true, FL_SATURATE, want_cm ? cm : NULL, db));
+        fl_cast_stats st;
+        REQUIRE_OK(fl_tensor_qstats(q, &st));
+        CHECK(memcmp(fl_tensor_data(q), fl_tensor_data(q0), (size_t)(R * C)) == 0 &&
+              memcmp(fl_tensor_data(q->scale_inv), fl_tensor_data(q0->scale_inv), (size_t)R * 4) == 0,
+              "run %d: codes or scales differ from the per-row cast", run);
+        CHECK(st.amax == st0.amax && st.underflow == st0.underflow && st.saturated == st0.saturated && st.nan == st0.nan,
+              "run %d: stats differ", run);
+        if (want_cm) CHECK(memcmp(cm, cm0, sizeof cm) == 0, "run %d: column amaxes differ from the amax pass", run);
+        if (want_db) CHECK(memcmp(fl_tensor_data(db), fl_tensor_data(db0), (size_t)C * 4) == 0,
+                           "run %d: the bias gradient differs from the reduction's bits", run);
+        fl_tensor_release(q); fl_tensor_release(db);
+    }
+    omp_set_num_threads(before);
+    CHECK(st0.nan == 1 && st0.underflow > 100, "the data should hold a NaN and underflows (%lld, %lld)",
+          (long long)st0.nan, (long long)st0.underflow);
+    /* a per-tensor destination is refused */
+    fl_tensor *qt = NULL;
+    REQUIRE_OK(fl_tensor_empty(&qt, FL_E5M2, 2, s, FL_DEV_CPU));
+    CHECK(dev->quantize_rows_aux(qt, a, 0, true, FL_SATURATE, NULL, NULL) == FL_EINVAL, "per-tensor dst accepted");
+    fl_tensor_release(qt);
+    fl_tensor_release(q0); fl_tensor_release(db0); fl_tensor_release(a);
+    free(v);
 }
 
 TEST(ops_quantize_per_column) {
