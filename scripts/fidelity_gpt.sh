@@ -4,7 +4,8 @@
 # process per run (scripts/compare_recipes.lua --model gpt --only R --seed S), JOBS at a time with one
 # thread each; then scripts/fidelity_report.lua writes the table into docs/recipes.md and the PNG of all
 # curves. A run whose summary is already in OUT is not repeated (--fresh repeats them all), so an
-# interrupted study goes on where it stopped. --all-seeds R runs recipe R at bf16's three seeds too.
+# interrupted study goes on where it stopped; OUT holding runs at another budget is refused. --all-seeds R
+# runs recipe R at bf16's three seeds too.
 # usage: scripts/fidelity_gpt.sh [--steps N] [--jobs N] [--out DIR] [--only R1,R2] [--all-seeds R1,R2] [--fresh]
 #          [--report-only] [--doc FILE | --no-doc]
 #          [--layers N] [--d-model N] [--context N] [--batch N] [--text FILE|DIR] [--eval-every N]   (a smaller study)
@@ -54,6 +55,17 @@ runs=()
 for s in $SEEDS; do runs+=("bf16 $s"); done
 for r in $RECIPES; do runs+=("$r 1"); done
 for r in ${ALL_SEEDS//,/ }; do for s in $SEEDS; do [ "$s" = 1 ] || runs+=("$r $s"); done; done
+# A run already in OUT counts only at this budget: OUT holding another budget's runs is refused, not mixed.
+budget="$STEPS,$LAYERS,$DMODEL,$HEADS,$CONTEXT,$BATCH"
+for f in "$OUT"/*-summary.csv; do
+  [ -f "$f" ] && [ "$FRESH" = 0 ] || continue
+  have=$(awk -F, 'NR == 2 { print $3 "," $4 "," $5 "," $6 "," $7 "," $8 }' "$f")
+  if [ "$have" != "$budget" ]; then
+    echo "fidelity_gpt.sh: $f is a run at another budget (steps,layers,d_model,heads,context,batch = $have, not $budget);" \
+      "use another --out, or --fresh to run them all again" >&2
+    exit 2
+  fi
+done
 todo=()
 for rs in "${runs[@]}"; do
   set -- $rs

@@ -71,6 +71,10 @@ describe("scripts/fidelity_gpt.sh", function()
     out, ok = sh(report)
     assert.is_true(ok, out)
     assert.matches("%*%*Incomplete%*%*: no run yet of te%-e4m3%.", out)
+    -- runs of another budget in the same directory are refused, not mixed into the table
+    out, ok = sh(study:gsub("%-%-steps 4 ", "--steps 5 "))
+    assert.is_false(ok)
+    assert.matches("is a run at another budget %(steps,layers,d_model,heads,context,batch = 4,1,16,", out)
   end)
 
   teardown(function() os.execute("rm -rf " .. q(tmpdir)) end)
