@@ -329,7 +329,8 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
         } else {
             /* dY per row; W per column (ROWWISE) or per tensor (GW_HP), current power-of-two scales. */
             fl_tensor *w32 = NULL;
-            if (fp8_dw && !(cmax = malloc((size_t)M * sizeof(float)))) st = FL_ERR(FL_ENOMEM, "fp8 linear: out of memory");
+            if (fp8_dw && !(cmax = malloc((size_t)(M > 0 ? M : 1) * sizeof(float))))
+                st = FL_ERR(FL_ENOMEM, "fp8 linear: out of memory for %lld column amaxes", (long long)M);
             if (st == FL_OK) st = cast_dy_rows(&gq, cmax, &have_cmax, need_db ? &db : NULL, g32, sg, record);
             if (st == FL_OK) st = as_f32(&w32, n->saved[SV_W]);
             if (st == FL_OK)
