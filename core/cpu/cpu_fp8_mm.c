@@ -188,8 +188,9 @@ FL_INLINE void kern(const uint32_t *ap, int64_t ars, int64_t aks, const uint16_t
     const __m512 bv0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
     const __m512 bv1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
     const __m512 sc = _mm512_set1_ps(E->scale);
-    const __m512 cs0 = E->cs ? _mm512_maskz_loadu_ps(k0, E->cs) : _mm512_set1_ps(E->sb0);
-    const __m512 cs1 = E->cs ? _mm512_maskz_loadu_ps(k1, E->cs + 16) : _mm512_set1_ps(E->sb0);
+    const bool ld = last && E->cs;   /* the column scales are read only by the last K block */
+    const __m512 cs0 = ld ? _mm512_maskz_loadu_ps(k0, E->cs) : _mm512_set1_ps(E->sb0);
+    const __m512 cs1 = ld ? _mm512_maskz_loadu_ps(k1, E->cs + 16) : _mm512_set1_ps(E->sb0);
     #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
         if (i >= mr) break;

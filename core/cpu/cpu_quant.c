@@ -16,6 +16,26 @@ static void stats_merge(fl_cast_stats *t, const fl_cast_stats *s) {
     t->nan += s->nan;
 }
 
+/* cm[c] = max(cm[c], |row[c]|) over one row: a column amax in progress (NaN compares false: ignored, as
+ * fl_amax_f32 does). */
+static inline void col_max(float *cm, const float *row, int64_t cols) {
+    #pragma omp simd
+    for (int64_t c = 0; c < cols; c++) {
+        float a = fabsf(row[c]);
+        cm[c] = a > cm[c] ? a : cm[c];
+    }
+}
+
+/* Column sums made in FL_CPU_SUM_ROWS chunks of rows (psum [chunks, cols], double) combined in chunk order:
+ * fl_cpu_dev_reduce's bits. */
+static void sums_combine(float *out, const double *psum, int64_t chunks, int64_t cols) {
+    for (int64_t c = 0; c < cols; c++) {
+        double t = 0;
+        for (int64_t ch = 0; ch < chunks; ch++) t += psum[ch * cols + c];
+        out[c] = (float)t;
+    }
+}
+
 /* Quantize n contiguous source elements starting at element `off` into dst bytes at `off`. */
 static fl_status quant_run(fl_tensor *dst, const fl_tensor *src, int64_t off, int64_t n, float scale,
                            fl_overflow p, fl_cast_stats *acc, float *buf) {
@@ -132,11 +152,7 @@ fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const 
         stats_merge(&acc, &mine);
     }
     if (!nerr) {
-        for (int64_t c = 0; c < C; c++) {
-            double t = 0;
-            for (int64_t ch = 0; ch < chunks; ch++) t += psum[ch * C + c];
-            db[c] = (float)t;
-        }
+        sums_combine(db, psum, chunks, C);
         dst->qstats = acc;
     }
     free(psum);
@@ -181,13 +197,7 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
                 fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scale, p, &st);
                 si[r] = 1.0f / scale;
                 stats_merge(&mine, &st);
-                if (cm) {
-                    #pragma omp simd
-                    for (int64_t c = 0; c < cols; c++) {
-                        float a = fabsf(row[c]);   /* NaN compares false: ignored */
-                        cm[c] = a > cm[c] ? a : cm[c];
-                    }
-                }
+                if (cm) col_max(cm, row, cols);
                 if (ps) {
                     #pragma omp simd
                     for (int64_t c = 0; c < cols; c++) ps[c] += (double)row[c];   /* the row is still in cache */
@@ -203,12 +213,7 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
         if (cm != col_amax) free(cm);
     }
     if (nerr) { free(psum); return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld column maxima", (long long)cols); }
-    if (dbias)
-        for (int64_t c = 0; c < cols; c++) {
-            double t = 0;
-            for (int64_t ch = 0; ch < chunks; ch++) t += psum[ch * cols + c];
-            dbias[c] = (float)t;
-        }
+    if (dbias) sums_combine(dbias, psum, chunks, cols);
     free(psum);
     dst->qstats = acc;
     return fl_check_interrupt();
@@ -346,13 +351,7 @@ fl_status fl_cpu_dev_amax(const fl_tensor *src, int axis, float *out) {
             }
             #pragma omp for schedule(static)
             for (int64_t o = 0; o < outer; o++) {
-                if (!mine) continue;
-                const float *row = x + o * size;
-                #pragma omp simd
-                for (int64_t c = 0; c < size; c++) {
-                    float a = fabsf(row[c]);   /* NaN compares false: ignored, as fl_amax_f32 does */
-                    mine[c] = a > mine[c] ? a : mine[c];
-                }
+                if (mine) col_max(mine, x + o * size, size);
             }
             if (mine && mine != out) {
                 #pragma omp critical
