@@ -235,6 +235,18 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
     return st;
 }
 
+/* The bf16 operand of a raw GEMM widened to fp32 over the span it covers: batch entries sx apart, r rows of
+ * ld (c used columns each); the same layout, so the fp32 GEMM takes the same strides. NULL: out of memory. */
+static float *widen_span(const uint16_t *x, int64_t batch, int64_t sx, int64_t r, int64_t ld, int64_t c) {
+    const int64_t n = (batch - 1) * sx + (r - 1) * ld + c;
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f) return NULL;
+    const int64_t blk = 1 << 16, nblk = (n + blk - 1) / blk;
+    #pragma omp parallel for if (n > FL_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < nblk; i++) fl_bf16_to_f32_n(x + i * blk, f + i * blk, (size_t)(n - i * blk < blk ? n - i * blk : blk));
+    return f;
+}
+
 static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                           int64_t sa, bool ta, const void *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc,
                           int64_t sc) {
@@ -243,9 +255,20 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
     mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb, 0 };
     bool ran = false;
     FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
-    if (!ran) return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]",
-                            fl_format(in)->name, (long long)batch, (long long)m, (long long)n, (long long)k);
-    return FL_OK;
+    if (ran) return FL_OK;
+    if (in == FL_BF16) {
+        /* No bf16 kernel (oneDNN 2.6 has none on a CPU without AVX-512): every bf16 value and every
+         * product of two is exact in fp32, so the fp32 GEMM on widened copies sums the same products in fp32. */
+        float *fa = widen_span(a, batch, sa, ta ? k : m, lda, ta ? m : k);
+        float *fb = fa ? widen_span(b, batch, sb, tb ? n : k, ldb, tb ? k : n) : NULL;
+        fl_status st = fb ? gemm_raw(FL_F32, batch, m, n, k, fa, lda, sa, ta, fb, ldb, sb, tb, c, ldc, sc)
+                          : FL_ERR(FL_ENOMEM, "gemm: out of memory widening bf16 operands");
+        free(fa);
+        free(fb);
+        return st;
+    }
+    return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]", fl_format(in)->name,
+                  (long long)batch, (long long)m, (long long)n, (long long)k);
 }
 
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
