@@ -65,9 +65,9 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
-    static const char *const modes[] = { "mlp", "cold" };
-    const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 2) : 0;
-    const bool mlp = mode & 1, cold = mode & 2;
+    static const char *const modes[] = { "mlp", "cold", "new" };
+    const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 3) : 0;
+    const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
     const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
     const int (*lin)[2] = mlp ? mlps : gpt;
@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
             fl_tensor_empty(&dst, FL_F32, 2, shape, FL_DEV_CPU);
             const double flops = 2.0 * (double)shape[0] * (double)shape[1] * (double)g[k].a->shape[1];
             const char *path[3] = { "old", "old-cached", "new" };
-            for (int p = 0; p < 3; p++) {
+            for (int p = only_new ? 2 : 0; p < 3; p++) {
                 fl_cpu_fp8_mm_allowed = p == 2;
                 double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, cold, reps);
                 tot[p] += s;

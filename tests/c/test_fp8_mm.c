@@ -1,4 +1,5 @@
-/* test_fp8_mm.c — the CPU's own FP8 GEMM (core/cpu/cpu_fp8_mm.c) against a float64 reference over the
+/* test_fp8_mm.c — the CPU's own FP8 GEMM (core/cpu/cpu_fp8_mm.c), each kernel family (AVX512_BF16 where the CPU
+ * has it; AVX2 + FMA everywhere, by clearing fl_cpu_avx512_allowed), against a float64 reference over the
  * decoded values: every product of two FP8 values is exact in fp32, so the only error is fp32 accumulation
  * (|err| ≤ K·2^-23·Σ|a||b|·|scale|) plus the scale and bias roundings. Both formats, both orientations of each
  * operand, sizes that are multiples of no block, the same bits on 1 and 2 threads (split by columns, and by rows
@@ -11,7 +12,17 @@
 #include "rng.h"
 #include "tensor.h"
 
-static bool have_mm(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
+static bool have_bf16(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+/* Kernel family f (0: AVX512_BF16, 1: AVX2 + FMA) selected; false (and a note) where this CPU has not got it.
+ * Callers set fl_cpu_avx512_allowed back to true when done. */
+static const char *const fam_name[2] = { "avx512_bf16", "avx2_fma" };
+static bool fam_select(int f) {
+    fl_cpu_avx512_allowed = true;
+    if (f == 0 && !have_bf16()) { fprintf(stderr, "  (avx512_bf16 skipped: not on this CPU)\n"); return false; }
+    fl_cpu_avx512_allowed = f == 0;
+    return true;
+}
 
 /* Random finite FP8 bytes (no NaN, no inf), every exponent. */
 static void rand_bytes(uint8_t *q, size_t n, fl_dtype fmt, uint64_t *s) {
@@ -96,11 +107,11 @@ static bool run_mm(int *fl__failed, const fl_tensor *a, const fl_tensor *b, cons
     return st == FL_OK && done;
 }
 
-TEST(fp8_mm_matches_float64_reference_every_layout) {
-    if (!have_mm()) { fprintf(stderr, "  (skipped: no AVX512_BF16)\n"); return; }
+static void reference_every_layout(int *fl__failed, int fam) {
     const shape3 shapes[] = { { 1, 1, 1 }, { 1, 37, 5 }, { 7, 13, 3 }, { 9, 8, 1 }, { 33, 70, 517 },
                               { 130, 45, 1030 }, { 64, 96, 64 }, { 300, 33, 97 }, { 17, 300, 1 },
                               { 40, 300, 700 },     /* N > M: split by columns on 2 threads */
+                              { 50, 40, 512 },      /* K a whole number of K blocks in both families */
                               { 530, 520, 600 } };  /* by rows, with stealing: 2 column blocks, 2 K blocks */
     const fl_dtype pairs[][2] = { { FL_E4M3, FL_E4M3 }, { FL_E5M2, FL_E4M3 }, { FL_E4M3, FL_E5M2 }, { FL_E5M2, FL_E5M2 } };
     uint64_t seed = 12345;
@@ -124,8 +135,9 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
                 fl_tensor *a = operand(qa, M, K, fa, sa, ta), *b = operand(qb, K, N, fb, sb, tb);
                 REQUIRE(a && b, "operands: %s", fl_last_error());
                 char what[160];
-                snprintf(what, sizeof what, "%s x %s [%lld %lld %lld]%s%s%s", fl_format(fa)->name, fl_format(fb)->name,
-                         (long long)M, (long long)N, (long long)K, ta ? " a^T" : "", tb ? " b^T" : "", with_bias ? " bias" : "");
+                snprintf(what, sizeof what, "%s: %s x %s [%lld %lld %lld]%s%s%s", fam_name[fam], fl_format(fa)->name,
+                         fl_format(fb)->name, (long long)M, (long long)N, (long long)K, ta ? " a^T" : "", tb ? " b^T" : "",
+                         with_bias ? " bias" : "");
                 bool ran = run_mm(fl__failed, a, b, with_bias ? bias : NULL, got, 2);
                 CHECK(ran, "%s: the new path declined", what);
                 bool ran1 = run_mm(fl__failed, a, b, with_bias ? bias : NULL, got1, 1);
@@ -147,15 +159,20 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
                 fl_tensor_release(a); fl_tensor_release(b);
                 free(qa); free(qb); free(bias); free(got); free(got1);
             }
-    CHECK(cases == 10 * 4 * 8 + 2, "%d cases", cases);
+    CHECK(cases == (int)(sizeof shapes / sizeof *shapes - 1) * 4 * 8 + 2, "%s: %d cases", fam_name[fam], cases);
+}
+
+TEST(fp8_mm_matches_float64_reference_every_layout) {
+    for (int fam = 0; fam < 2; fam++)
+        if (fam_select(fam)) reference_every_layout(fl__failed, fam);
+    fl_cpu_avx512_allowed = true;
 }
 
 /* Per-row scales of a and per-column scales of b (rowwise scaling; either alone, or both), applied as C is
  * stored: each element is sum·(sa[i]·sb[j]) + bias[j] with the fp32 product of the two scales, as decode +
  * oneDNN's scale pass computes it. Within the accumulation bound of a float64 reference, the same bits on 1 and
  * 2 threads, within two bounds of decode + oneDNN; a scale axis along K is declined. */
-TEST(fp8_mm_per_row_and_per_column_scales) {
-    if (!have_mm()) { fprintf(stderr, "  (skipped: no AVX512_BF16)\n"); return; }
+static void per_row_and_per_column_scales(int *fl__failed, int fam) {
     const shape3 shapes[] = { { 33, 70, 517 }, { 130, 45, 1030 }, { 300, 33, 97 }, { 40, 300, 700 }, { 530, 100, 600 } };
     uint64_t seed = 777;
     int cases = 0;
@@ -180,7 +197,7 @@ TEST(fp8_mm_per_row_and_per_column_scales) {
             fl_tensor *b = vb ? operand_vec(qb, K, N, fb, sb, 1, tb) : operand(qb, K, N, fb, sb[0], tb);
             REQUIRE(a && b, "operands: %s", fl_last_error());
             char what[160];
-            snprintf(what, sizeof what, "[%lld %lld %lld]%s%s scales %s", (long long)M, (long long)N, (long long)K,
+            snprintf(what, sizeof what, "%s: [%lld %lld %lld]%s%s scales %s", fam_name[fam], (long long)M, (long long)N, (long long)K,
                      ta ? " a^T" : "", tb ? " b^T" : "", kind == 0 ? "rows+columns" : kind == 1 ? "rows" : "columns");
             const float *pb = with_bias ? bias : NULL;
             bool ran = run_mm(fl__failed, a, b, pb, got, 2);
@@ -218,7 +235,7 @@ TEST(fp8_mm_per_row_and_per_column_scales) {
             fl_tensor_release(a); fl_tensor_release(b);
             free(qa); free(qb); free(sa); free(sb); free(bias); free(got); free(got1); free(old);
         }
-    CHECK(cases == 5 * 12, "%d cases", cases);
+    CHECK(cases == 5 * 12, "%s: %d cases", fam_name[fam], cases);
     /* scales along K (a per column, b per row) are not what the epilogue applies: declined */
     const int64_t M = 20, N = 24, K = 16;
     uint8_t q[20 * 24];
@@ -240,8 +257,15 @@ TEST(fp8_mm_per_row_and_per_column_scales) {
     fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(bk); fl_tensor_release(a1); fl_tensor_release(d);
 }
 
+TEST(fp8_mm_per_row_and_per_column_scales) {
+    for (int fam = 0; fam < 2; fam++)
+        if (fam_select(fam)) per_row_and_per_column_scales(fl__failed, fam);
+    fl_cpu_avx512_allowed = true;
+}
+
 /* Through the device entry: the new path and decode + oneDNN (switch cleared) agree within the bound of
- * each; the switch and fl_cpu_avx512_allowed make fl_cpu_fp8_mm decline; the shape policy. */
+ * each; the switch makes fl_cpu_fp8_mm decline, fl_cpu_avx512_allowed cleared makes it take AVX2 + FMA; the
+ * shape policy. */
 TEST(fp8_mm_switches_and_device_entry) {
     const int64_t M = 70, N = 90, K = 300;
     uint64_t seed = 99;
@@ -262,21 +286,25 @@ TEST(fp8_mm_switches_and_device_entry) {
     CHECK(!done, "switched off, yet it ran");
     CHECK_OK(fl_cpu_device()->fp8_gemm(d2, a, b, NULL, NULL, NULL, false));
     fl_cpu_fp8_mm_allowed = true;
-    fl_cpu_avx512_allowed = false;
-    done = true;
-    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, NULL, &done));
-    CHECK(!done, "AVX-512 disallowed, yet it ran");
+    fl_cpu_avx512_allowed = false;   /* as on a CPU without AVX-512: the AVX2 + FMA family runs */
+    done = false;
+    fl_tensor *d3 = NULL;
+    REQUIRE_OK(fl_tensor_empty(&d3, FL_F32, 2, shape, FL_DEV_CPU));
+    CHECK_OK(fl_cpu_fp8_mm(d3, a, b, NULL, &done));
+    CHECK(done, "AVX-512 disallowed: the AVX2 + FMA family did not run");
     fl_cpu_avx512_allowed = true;
-    const float *g1 = fl_tensor_data(d1), *g2 = fl_tensor_data(d2);
-    int bad = 0;
+    const float *g1 = fl_tensor_data(d1), *g2 = fl_tensor_data(d2), *g3 = fl_tensor_data(d3);
+    int bad = 0, bad3 = 0;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             double S;
             ref_dot(qa, FL_E5M2, qb, FL_E4M3, i, j, N, K, &S);
             if (fabs((double)g1[i * N + j] - g2[i * N + j]) > 2.0 * (K + 1) * ldexp(1.0, -23) * S * 0.75) bad++;
+            if (fabs((double)g3[i * N + j] - g2[i * N + j]) > 2.0 * (K + 1) * ldexp(1.0, -23) * S * 0.75) bad3++;
         }
     CHECK(bad == 0, "%d elements: new path and decode + oneDNN differ by more than two accumulation bounds", bad);
-    fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(d1); fl_tensor_release(d2);
+    CHECK(bad3 == 0, "%d elements: AVX2 + FMA and decode + oneDNN differ by more than two accumulation bounds", bad3);
+    fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(d1); fl_tensor_release(d2); fl_tensor_release(d3);
     free(qa); free(qb);
     /* the policy for a transposed b: fewer than 512 rows of C per thread go to decode + oneDNN */
     int64_t sx[2] = { 2048, 256 }, sw[2] = { 768, 256 }, sm[2] = { 256, 256 };

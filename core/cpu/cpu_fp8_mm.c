@@ -1,0 +1,210 @@
+/* cpu_fp8_mm.c — the CPU device's own FP8 GEMM, the driver of its kernel families (cpu_fp8_mm.h): C is cut into
+ * tiles (rows × columns), K into blocks; each B block is decoded and packed once per thread that uses it, A a
+ * group of rows at a time; the scales (per tensor, or per row of a and per column of b: rowwise scaling) and the
+ * bias are applied as C is stored. Each element is summed over K in a fixed order whichever thread makes it (a
+ * split by rows hands row groups out with work stealing, K block by K block), so results do not depend on the
+ * thread count; they do depend on the family (AVX512_BF16 sums pairs of products, AVX2 one product at a time). */
+#include "cpu_fp8_mm.h"
+#include <omp.h>
+#include <stdlib.h>
+#include <stdatomic.h>
+#include <string.h>
+
+_Atomic bool fl_cpu_fp8_mm_allowed = true;
+
+#ifdef __x86_64__
+/* The family this CPU runs: AVX512_BF16 where it has it (and AVX-512 is allowed), else AVX2 + FMA. */
+static const mm_kernel *mm_pick(void) {
+    if (fl_mm_bf16.usable()) return &fl_mm_bf16;
+    if (fl_mm_fma.usable()) return &fl_mm_fma;
+    return NULL;
+}
+
+/* C[m0 .. m0+mb, n0 .. n0+nb) over all of K, in K blocks. */
+static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_t nb, void *bpk, void *apk, void *tmp) {
+    const mm_kernel *F = J->kern;
+    for (int64_t k0 = 0; k0 < J->K; k0 += F->kc) {
+        const int64_t kc = J->K - k0 < F->kc ? J->K - k0 : F->kc;
+        F->pack_b(J, n0, nb, k0, kc, bpk, tmp);
+        for (int64_t mg = 0; mg < mb; mg += F->ag)
+            F->group(J, m0 + mg, mb - mg < F->ag ? mb - mg : F->ag, n0, nb, k0, kc, bpk, apk);
+    }
+}
+
+
+/* The row split with work stealing. Each thread owns a contiguous run of A groups per (column block, K block)
+ * step, as the static split gives it, and takes them from the front; a thread whose run is done takes the
+ * others' remaining groups from the back. So the rows stay with the thread that had them (and their C rows in
+ * its cache) except near the boundary, and a thread slowed for a while (this machine is shared) no longer
+ * leaves the other waiting at the end. A run is one 64-bit word, front in the low half and back in the high,
+ * changed by compare-and-swap; the K blocks of one column block are separated by a barrier, since a row's
+ * next K block adds to what its previous one stored. Results are those of the static split: every C element
+ * is summed over the same K blocks in the same order, only by another thread. */
+typedef struct { _Alignas(64) _Atomic uint64_t v; } mm_run;
+
+/* Takes run r's first group (front) or its last (!front) into *g; false when the run is empty. */
+static bool take(mm_run *r, bool front, int64_t *g) {
+    uint64_t v = atomic_load_explicit(&r->v, memory_order_relaxed);
+    for (;;) {
+        const uint32_t f = (uint32_t)v, b = (uint32_t)(v >> 32);
+        if (f >= b) return false;
+        const uint64_t next = front ? v + 1 : v - ((uint64_t)1 << 32);
+        if (atomic_compare_exchange_weak_explicit(&r->v, &v, next, memory_order_relaxed, memory_order_relaxed)) {
+            *g = front ? f : b - 1;
+            return true;
+        }
+    }
+}
+static void run_rows_stealing(const mm_job *J, mm_run *runs, int tid, int nthr, bool work, void *bpk, void *apk, void *tmp) {
+    const mm_kernel *F = J->kern;
+    const int64_t nkb = (J->K + F->kc - 1) / F->kc, AG = F->ag;
+    int64_t step = 0;
+    for (int64_t n0 = 0; n0 < J->N; n0 += J->nb) {
+        const int64_t nb = J->N - n0 < J->nb ? J->N - n0 : J->nb;
+        for (int64_t kb = 0; kb < nkb; kb++, step++) {
+            const int64_t k0 = kb * F->kc, kc = J->K - k0 < F->kc ? J->K - k0 : F->kc;
+            mm_run *r = runs + step * nthr;
+            if (work) {
+                bool packed = false;
+                int64_t g;
+                for (int v = 0; v < nthr; v++) {   /* own run first, then the next threads' from their backs */
+                    mm_run *rv = r + (tid + v) % nthr;
+                    while (take(rv, v == 0, &g)) {
+                        if (!packed) { F->pack_b(J, n0, nb, k0, kc, bpk, tmp); packed = true; }
+                        const int64_t m = g * AG;
+                        F->group(J, m, J->M - m < AG ? J->M - m : AG, n0, nb, k0, kc, bpk, apk);
+                    }
+                }
+            }
+            if (kb + 1 < nkb) {
+                #pragma omp barrier
+            }
+        }
+    }
+}
+
+/* Threads for an M × N × K GEMM: one below ~4 MFLOP (the fork would cost more than it saves). */
+static int mm_threads(int64_t M, int64_t N, int64_t K) {
+    return 2.0 * (double)M * (double)N * (double)K >= 4e6 ? omp_get_max_threads() : 1;
+}
+
+/* Where it measured faster than decode + oneDNN (docs/performance.md, "CPU FP8 GEMM"): everywhere except a
+ * transposed b (fprop's Wᵀ) with fewer than 512 rows of C per thread, where each thread's decode-and-transpose
+ * of all of B is shared by too few rows (the MLP's fprop at batch 256: 1.00-1.03x the old time). */
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) {
+    const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
+    const bool b_kcontig = !(b->stride[1] == 1 && (b->stride[0] == N || K == 1));
+    return !b_kcontig || M / mm_threads(M, N, K) >= 512;
+}
+
+/* t's scale_inv as fp32 scales: one, or (axis ≥ 0) n contiguous ones along view axis `axis`; NULL if it is
+ * neither (the caller declines). *vec: whether they are a vector. */
+static const float *mm_scales(const fl_tensor *t, int axis, int64_t n, bool *vec) {
+    const fl_tensor *s = t->scale_inv;
+    *vec = t->scale_axis >= 0;
+    if (!s || s->dtype != FL_F32 || fl_tensor_numel(s) < 1) return NULL;
+    if (!*vec) return fl_tensor_data(s);
+    if (t->scale_axis != axis || fl_tensor_numel(s) != n || (n > 1 && s->stride[0] != 1)) return NULL;
+    return fl_tensor_data(s);
+}
+
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
+    *done = false;
+    const mm_kernel *F = fl_cpu_fp8_mm_allowed ? mm_pick() : NULL;
+    if (!F) return FL_OK;
+    if (a->ndim != 2 || b->ndim != 2 || dst->ndim != 2 || dst->dtype != FL_F32 || !fl_tensor_is_contiguous(dst) ||
+        !fl_format(a->dtype)->is_fp8 || !fl_format(b->dtype)->is_fp8 || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
+        return FL_OK;
+    mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .bias = bias, .kern = F };
+    if (a->shape[0] != J.M || b->shape[0] != J.K || b->shape[1] != J.N || J.K == 0) return FL_OK;
+    bool ra, cb;
+    const float *sa = mm_scales(a, 0, J.M, &ra), *sb = mm_scales(b, 1, J.N, &cb);
+    if (!sa || !sb) return FL_OK;
+    J.sa0 = sa[0];
+    J.sb0 = sb[0];
+    J.scale = sa[0] * sb[0];
+    J.rs = ra ? sa : NULL;
+    J.cs = cb ? sb : NULL;
+    /* a [M, K]: K-contiguous rows, or the transposed view of a contiguous [K, M]; likewise b. With a dim of 1
+     * both readings fit and either is right (the other stride is never used). */
+    if (a->stride[1] == 1 && (a->stride[0] == J.K || J.M == 1)) J.lda = J.K;
+    else if (a->stride[0] == 1 && (a->stride[1] == J.M || J.K == 1)) J.a_mcontig = true, J.lda = J.M;
+    else return FL_OK;
+    if (b->stride[1] == 1 && (b->stride[0] == J.N || J.K == 1)) J.ldb = J.N;
+    else if (b->stride[0] == 1 && (b->stride[1] == J.K || J.N == 1)) J.b_kcontig = true, J.ldb = J.K;
+    else return FL_OK;
+    FL_TRY(fl_check_interrupt());
+    J.a = fl_tensor_data(a);
+    J.b = fl_tensor_data(b);
+    J.e5_a = a->dtype == FL_E5M2;
+    J.e5_b = b->dtype == FL_E5M2;
+    const int64_t NR = F->nr, AG = F->ag, KC = F->kc;
+
+    /* Tiles: one block of rows or columns per thread, split along the longer side, since each thread packs
+     * the whole other operand for its block (A: M × K; B: K × N, once per K block and nb_max columns). */
+    const int nthr = mm_threads(J.M, J.N, J.K);
+    const bool by_rows = !(J.N > J.M && nthr > 1);
+    if (!by_rows) {
+        J.mb = J.M;
+        J.nb = (J.N + nthr - 1) / nthr;
+        J.nb = (J.nb + NR - 1) / NR * NR;
+    } else {
+        J.mb = (J.M + nthr - 1) / nthr;
+        J.mb = (J.mb + AG - 1) / AG * AG;
+        J.nb = J.N;
+    }
+    if (J.nb > F->nb_max) J.nb = F->nb_max;
+    const int64_t nnb = (J.N + J.nb - 1) / J.nb;
+    const int64_t nmb = (J.M + J.mb - 1) / J.mb, ntile = nmb * nnb;
+    size_t bbytes, abytes, tbytes;
+    F->sizes(J.K < KC ? J.K : KC, J.nb, &bbytes, &abytes, &tbytes);
+    bool oom = false;
+    /* Split by rows: work stealing (run_rows_stealing), each thread's run of A groups per step being its
+     * static block of rows (docs/performance.md, "Where the GPT step's time goes": in the step, 1-2 ms off
+     * the fastest te step and 3-12 ms off the median on this shared 2-core machine). */
+    const bool steal = nthr > 1 && by_rows;
+    const int64_t ngr = (J.M + AG - 1) / AG, per = J.mb / AG, nsteps = nnb * ((J.K + KC - 1) / KC);
+    mm_run *runs = NULL;
+    if (steal) {
+        runs = aligned_alloc(64, sizeof *runs * (size_t)(nsteps * nthr));
+        if (!runs) return FL_ERR(FL_ENOMEM, "fp8 gemm: out of memory for the row runs");
+        for (int64_t st = 0; st < nsteps; st++)
+            for (int t = 0; t < nthr; t++) {
+                const int64_t f = t * per < ngr ? t * per : ngr, b = (t + 1) * per < ngr ? (t + 1) * per : ngr;
+                atomic_init(&runs[st * nthr + t].v, (uint64_t)f | (uint64_t)b << 32);
+            }
+    }
+    #pragma omp parallel num_threads(nthr)
+    {
+        uint8_t *buf = aligned_alloc(64, (bbytes + abytes + tbytes + 191) / 64 * 64);
+        if (!buf) {
+            #pragma omp atomic write
+            oom = true;
+        }
+        if (steal)
+            run_rows_stealing(&J, runs, omp_get_thread_num(), nthr, buf != NULL, buf, buf + (bbytes + 63) / 64 * 64,
+                              buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64);
+        else {
+            #pragma omp for schedule(static)
+            for (int64_t t = 0; t < ntile; t++) {
+                if (!buf) continue;
+                const int64_t m0 = (t / nnb) * J.mb, n0 = (t % nnb) * J.nb;
+                run_tile(&J, m0, J.M - m0 < J.mb ? J.M - m0 : J.mb, n0, J.N - n0 < J.nb ? J.N - n0 : J.nb,
+                         buf, buf + (bbytes + 63) / 64 * 64, buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64);
+            }
+        }
+        free(buf);
+    }
+    free(runs);
+    if (oom) return FL_ERR(FL_ENOMEM, "fp8 gemm: out of memory for the packing buffers");
+    *done = true;
+    return FL_OK;
+}
+#else
+bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) { (void)a; (void)b; return false; }
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
+    (void)dst; (void)a; (void)b; (void)bias;
+    *done = false;
+    return FL_OK;
+}
+#endif

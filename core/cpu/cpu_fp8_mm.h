@@ -1,0 +1,53 @@
+/* cpu_fp8_mm.h — what the CPU FP8 GEMM's driver (cpu_fp8_mm.c: tiles, threads, work stealing, the scales)
+ * shares with its kernel families, each of which decodes the FP8 bytes while it packs the panels and sums exact
+ * products in fp32:
+ *   cpu_fp8_mm_bf16.c  AVX512_BF16 (vdpbf16ps on bf16 pairs), where the CPU has it;
+ *   cpu_fp8_mm_fma.c   AVX2 + FMA (fp32 FMA on decoded fp32), every x86-64-v3 CPU, the build's baseline.
+ * The driver walks C in tiles of rows or columns, K in blocks of kc, B in blocks of at most nb_max columns; a
+ * family packs one B block (pack_b) and runs one group of at most ag rows of C over it (group). Each C element
+ * is summed over K in a fixed order whatever thread makes it, so results do not depend on the thread count. */
+#ifndef FL_CPU_FP8_MM_H
+#define FL_CPU_FP8_MM_H
+#include "cpu_internal.h"
+
+typedef struct mm_kernel mm_kernel;
+
+typedef struct {
+    const uint8_t *a, *b;
+    int64_t M, N, K, lda, ldb, mb, nb;   /* mb × nb: the tile size */
+    bool a_mcontig, b_kcontig;           /* a read transposed (a[k·lda + m]), b read transposed (b[n·ldb + k]) */
+    bool e5_a, e5_b;                     /* E5M2 (else E4M3) */
+    float *c;
+    float scale, sa0, sb0;   /* sa0·sb0, a's and b's first (or only) scale */
+    const float *rs, *cs;    /* a's per-row, b's per-column scales; NULL: per tensor */
+    const float *bias;
+    const mm_kernel *kern;
+} mm_job;
+
+/* What the last K block applies as it stores a micro-tile: C = sum·s (+ bias[j]) with s = scale (per-tensor
+ * scales: rs and cs NULL) or s = (rs ? rs[i] : sa0)·(cs ? cs[j] : sb0), rs and cs pointing at the tile's first
+ * row's and first column's scale (per-row scales of a, per-column scales of b); bias at its first column. These
+ * are cpu_fp8_gemm.c's scale pass's roundings: sum·(sa·sb), then + bias. */
+typedef struct {
+    float scale, sa0, sb0;
+    const float *rs, *cs, *bias;
+} mm_epi;
+
+struct mm_kernel {
+    const char *name;
+    int nr, ag;          /* columns per B panel (nb is rounded to it), rows per A group */
+    int64_t kc, nb_max;  /* K block, most columns of a B block */
+    bool (*usable)(void);
+    /* bytes of the B block (kc × nb), of one A group, of pack_b's scratch */
+    void (*sizes)(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp);
+    /* B's block [k0, k0+kc) × [n0, n0+nb) into bpk */
+    void (*pack_b)(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp);
+    /* rows [m, m+ag) of C[ , n0 .. n0+nb) for the K block [k0, k0+kc), whose B block is in bpk */
+    void (*group)(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc, const void *bpk,
+                  void *apk);
+};
+
+#ifdef __x86_64__
+extern const mm_kernel fl_mm_bf16, fl_mm_fma;
+#endif
+#endif

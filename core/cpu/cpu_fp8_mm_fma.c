@@ -1,0 +1,245 @@
+/* cpu_fp8_mm_fma.c — the CPU FP8 GEMM's AVX2 + FMA kernel family (cpu_fp8_mm.h), for CPUs without AVX512_BF16
+ * (the build's x86-64-v3 baseline: Zen 2/3, Intel before Cooper Lake): the FP8 bytes are decoded to fp32 by table
+ * lookup while the panels are packed, and each product, exact in fp32 (two FP8 significands of at most 4 bits,
+ * exponents well inside fp32's range), is added to its fp32 sum by one FMA, so a sum is rounded once per product,
+ * in K order. The scales and the bias are applied as C is stored (mm_epi). */
+#include "cpu_fp8_mm.h"
+#include <pthread.h>
+#include <string.h>
+
+#ifdef __x86_64__
+#include <immintrin.h>
+
+/* Blocking. Micro-tile MR × NR of C in 2·MR ymm accumulators (each 8 columns), the two B vectors and one A
+ * broadcast: 15 of the 16 registers. K in blocks of KC; B's block (KC × at most NB_MAX columns, fp32: 256 KiB)
+ * stays in L2 while A is decoded AG rows at a time into L1 and run over it. FL_MM_FMA_KC / FL_MM_FMA_NB override
+ * the two for experiments.
+ * Packed layouts (fp32):
+ *   B block: NR-column panels, panel j = [kc][NR], columns past N zero.
+ *   A group, a K-contiguous: AG rows of kc8 = kc rounded up to 8 (row-major), rows past M zero;
+ *            a M-contiguous (a transposed view): one panel [kc][AG]. */
+#ifndef FL_MM_FMA_KC
+#define FL_MM_FMA_KC 256
+#endif
+#ifndef FL_MM_FMA_NB
+#define FL_MM_FMA_NB 256
+#endif
+#ifndef FL_MM_FMA_AG
+#define FL_MM_FMA_AG 24
+#endif
+enum { MR = 6, NR = 16, AG = FL_MM_FMA_AG, KC = FL_MM_FMA_KC, NB_MAX = FL_MM_FMA_NB };
+
+/* The 256 FP8 codes' fp32 values (sign included), from the bf16 table the other decodes use. */
+static float lut_e4m3[256], lut_e5m2[256];
+static pthread_once_t lut_once = PTHREAD_ONCE_INIT;
+static void lut_init(void) {
+    for (int e5 = 0; e5 < 2; e5++) {
+        const uint16_t *h = fl_fp8_bf16_lut(e5);
+        float *d = e5 ? lut_e5m2 : lut_e4m3;
+        for (uint32_t b = 0; b < 256; b++) {
+            const uint32_t u = (uint32_t)(h[b & 0x7f] | (b & 0x80) << 8) << 16;
+            memcpy(&d[b], &u, 4);
+        }
+    }
+}
+
+/* n codes at p (≤ 0: none, ≥ 8: 8) → 8 fp32; missing lanes read as code 0 (+0). */
+static inline __m256 dec8(const uint8_t *p, int64_t n, const float *lut) {
+    __m128i v;
+    if (n >= 8) v = _mm_loadl_epi64((const __m128i *)p);
+    else {
+        uint8_t t[8] = { 0 };
+        if (n > 0) memcpy(t, p, (size_t)n);
+        v = _mm_loadl_epi64((const __m128i *)t);
+    }
+    return _mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(v), 4);
+}
+
+/* kc codes at s decoded into d[0, kc8) (zeros past kc). */
+static inline void dec_row(float *d, const uint8_t *s, int64_t kc, const float *lut) {
+    for (int64_t i = 0; i < kc; i += 8) _mm256_store_ps(d + i, dec8(s + i, kc - i, lut));
+}
+
+/* Lanes [0, n) of 8 set, as a maskload/maskstore mask. */
+static inline __m256i lanes(int64_t n) {
+    const int32_t k = n <= 0 ? 0 : n >= 8 ? 8 : (int32_t)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into NR-column panels. */
+static void pack_b_n(float *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb, const float *lut) {
+    for (int64_t j = 0; j * NR < nb; j++) {
+        float *d = bp + j * kc * NR;
+        const int64_t nv = nb - j * NR;
+        for (int64_t k = 0; k < kc; k++) {
+            const uint8_t *r = b + k * ldb + j * NR;
+            _mm256_store_ps(d + k * NR, dec8(r, nv, lut));
+            _mm256_store_ps(d + k * NR + 8, dec8(r + 8, nv - 8, lut));
+        }
+    }
+}
+
+/* B block of a K-contiguous b (b[n·ldb + k], a transposed view): each column's codes decoded into tmp (NR rows of
+ * kc8), then 8 × 8 blocks transposed into the panel. */
+static void pack_b_k(float *bp, float *tmp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb, const float *lut) {
+    const int64_t kc8 = (kc + 7) & ~(int64_t)7;
+    for (int64_t j = 0; j * NR < nb; j++) {
+        for (int64_t c = 0; c < NR; c++) {
+            float *row = tmp + c * kc8;
+            if (j * NR + c < nb) dec_row(row, b + (j * NR + c) * ldb, kc, lut);
+            else memset(row, 0, (size_t)kc8 * sizeof(float));
+        }
+        float *d = bp + j * kc * NR;
+        for (int64_t k0 = 0; k0 < kc; k0 += 8)
+            for (int64_t c0 = 0; c0 < NR; c0 += 8) {
+                __m256 r[8], t[8];
+                for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(tmp + (c0 + i) * kc8 + k0);
+                for (int i = 0; i < 8; i += 2) {
+                    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+                }
+                for (int i = 0; i < 8; i += 4) {
+                    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+                    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+                }
+                /* r[q] (rows 0-3) and r[4 + q] (rows 4-7), 128-bit lane l: k = k0 + 4l + q */
+                for (int q = 0; q < 4; q++) {
+                    t[q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x20);
+                    t[4 + q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x31);
+                }
+                for (int i = 0; i < 8 && k0 + i < kc; i++) _mm256_store_ps(d + (k0 + i) * NR + c0, t[i]);
+            }
+    }
+}
+
+/* A group (AG rows × kc) of a K-contiguous a (a[m·lda + k]): decoded rows of kc8; rows ag..AG zero. */
+static void pack_a_k(float *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const float *lut) {
+    const int64_t kc8 = (kc + 7) & ~(int64_t)7;
+    for (int64_t m = 0; m < ag; m++) dec_row(ap + m * kc8, a + m * lda, kc, lut);
+    if (ag < AG) memset(ap + ag * kc8, 0, (size_t)((AG - ag) * kc8) * sizeof(float));
+}
+
+/* A group of a M-contiguous a (a[k·lda + m]): the AG codes of each k decoded into one row of [kc][AG]; columns
+ * past ag zero. */
+static void pack_a_m(float *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const float *lut) {
+    for (int64_t k = 0; k < kc; k++)
+        for (int i = 0; i < AG; i += 8) _mm256_store_ps(ap + k * AG + i, dec8(a + k * lda + i, ag - i, lut));
+}
+
+/* One MR × NR micro-tile over kc: A (i, k) at ap[i·ars + k·aks], B panel bp. C rows past mr and columns past nv
+ * are not touched. load_c: continue the sums already in C (a later K block); last: store C as E says, else the
+ * raw sum. */
+static inline __attribute__((always_inline)) void kern(const float *ap, int64_t ars, int64_t aks, const float *bp,
+                                                       int64_t kc, float *c, int64_t ldc, int64_t mr, int64_t nv,
+                                                       bool load_c, bool last, const mm_epi *E) {
+    const bool full = nv >= NR;
+    const __m256i k0 = lanes(nv), k1 = lanes(nv - 8);
+    __m256 acc[MR][2];
+    #pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (load_c && i < mr) {
+            acc[i][0] = full ? _mm256_loadu_ps(c + i * ldc) : _mm256_maskload_ps(c + i * ldc, k0);
+            acc[i][1] = full ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_maskload_ps(c + i * ldc + 8, k1);
+        } else {
+            acc[i][0] = _mm256_setzero_ps();
+            acc[i][1] = _mm256_setzero_ps();
+        }
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const __m256 b0 = _mm256_load_ps(bp + k * NR), b1 = _mm256_load_ps(bp + k * NR + 8);
+        #pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            const __m256 av = _mm256_broadcast_ss(ap + i * ars + k * aks);
+            acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+        }
+    }
+    const float *bias = E->bias;
+    const bool vec = E->rs || E->cs;
+    const __m256 bv0 = bias ? _mm256_maskload_ps(bias, k0) : _mm256_setzero_ps();
+    const __m256 bv1 = bias ? _mm256_maskload_ps(bias + 8, k1) : _mm256_setzero_ps();
+    const __m256 sc = _mm256_set1_ps(E->scale);
+    const bool ld = last && E->cs;   /* the column scales are read only by the last K block */
+    const __m256 cs0 = ld ? _mm256_maskload_ps(E->cs, k0) : _mm256_set1_ps(E->sb0);
+    const __m256 cs1 = ld ? _mm256_maskload_ps(E->cs + 8, k1) : _mm256_set1_ps(E->sb0);
+    #pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+        __m256 v0 = acc[i][0], v1 = acc[i][1];
+        if (last) {   /* sum·(sa·sb), then + bias */
+            __m256 s0 = sc, s1 = sc;
+            if (vec) {
+                const __m256 ra = _mm256_set1_ps(E->rs ? E->rs[i] : E->sa0);
+                s0 = _mm256_mul_ps(ra, cs0);
+                s1 = _mm256_mul_ps(ra, cs1);
+            }
+            v0 = _mm256_mul_ps(v0, s0);
+            v1 = _mm256_mul_ps(v1, s1);
+            if (bias) { v0 = _mm256_add_ps(v0, bv0); v1 = _mm256_add_ps(v1, bv1); }
+        }
+        if (full) {
+            _mm256_storeu_ps(c + i * ldc, v0);
+            _mm256_storeu_ps(c + i * ldc + 8, v1);
+        } else {
+            _mm256_maskstore_ps(c + i * ldc, k0, v0);
+            _mm256_maskstore_ps(c + i * ldc + 8, k1, v1);
+        }
+    }
+}
+
+__attribute__((noinline)) static void kern_rows(const float *ap, int64_t ars, const float *bp, int64_t kc, float *c,
+                                                int64_t ldc, int64_t mr, int64_t nv, bool load_c, bool last,
+                                                const mm_epi *E) {
+    kern(ap, ars, 1, bp, kc, c, ldc, mr, nv, load_c, last, E);
+}
+
+__attribute__((noinline)) static void kern_panel(const float *ap, const float *bp, int64_t kc, float *c, int64_t ldc,
+                                                 int64_t mr, int64_t nv, bool load_c, bool last, const mm_epi *E) {
+    kern(ap, 1, AG, bp, kc, c, ldc, mr, nv, load_c, last, E);
+}
+
+static const float *lut(bool e5) {
+    pthread_once(&lut_once, lut_init);
+    return e5 ? lut_e5m2 : lut_e4m3;
+}
+
+static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp) {
+    if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, nb, lut(J->e5_b));
+    else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, nb, lut(J->e5_b));
+}
+
+static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
+                      const void *bpkv, void *apkv) {
+    const float *bpk = bpkv;
+    float *apk = apkv;
+    const int64_t kc8 = (kc + 7) & ~(int64_t)7, ldc = J->N;
+    const bool first = k0 == 0, last = k0 + KC >= J->K;
+    if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m, J->lda, kc, ag, lut(J->e5_a));
+    else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, ag, lut(J->e5_a));
+    for (int64_t nj = 0; nj < nb; nj += NR) {
+        const int64_t nv = nb - nj < NR ? nb - nj : NR;
+        const float *bp = bpk + (nj / NR) * kc * NR;
+        mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL };
+        for (int64_t mi = 0; mi < ag; mi += MR) {
+            const int64_t mr = ag - mi < MR ? ag - mi : MR;
+            float *c = J->c + (m + mi) * ldc + n0 + nj;
+            E.rs = J->rs ? J->rs + m + mi : NULL;
+            if (J->a_mcontig) kern_panel(apk + mi, bp, kc, c, ldc, mr, nv, !first, last, &E);
+            else kern_rows(apk + mi * kc8, kc8, bp, kc, c, ldc, mr, nv, !first, last, &E);
+        }
+    }
+}
+
+static bool usable(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
+    const int64_t kc8 = (kc + 7) & ~(int64_t)7;
+    *b = (size_t)(kc * NR * ((nb + NR - 1) / NR)) * sizeof(float);
+    *a = (size_t)(kc8 * AG) * sizeof(float);
+    *tmp = (size_t)(NR * kc8) * sizeof(float);
+}
+
+const mm_kernel fl_mm_fma = { "avx2_fma", NR, AG, KC, NB_MAX, usable, sizes, pack_b_block, run_group };
+#endif
