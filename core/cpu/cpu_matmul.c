@@ -237,6 +237,8 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
 
 /* The bf16 operand of a raw GEMM widened to fp32 over the span it covers: batch entries sx apart, r rows of
  * ld (c used columns each); the same layout, so the fp32 GEMM takes the same strides. NULL: out of memory. */
+_Atomic bool fl_cpu_gemm_bf16_native_allowed = true;
+
 static float *widen_span(const uint16_t *x, int64_t batch, int64_t sx, int64_t r, int64_t ld, int64_t c) {
     const int64_t n = (batch - 1) * sx + (r - 1) * ld + c;
     float *f = malloc((size_t)n * sizeof(float));
@@ -254,7 +256,7 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
         return FL_ERR(FL_EINVAL, "gemm: empty shape %lld x [%lld, %lld, %lld]", (long long)batch, (long long)m, (long long)n, (long long)k);
     mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb, 0 };
     bool ran = false;
-    FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
+    if (in != FL_BF16 || fl_cpu_gemm_bf16_native_allowed) FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
     if (ran) return FL_OK;
     if (in == FL_BF16) {
         /* No bf16 kernel (oneDNN 2.6 has none on a CPU without AVX-512): every bf16 value and every
