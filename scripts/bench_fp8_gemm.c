@@ -7,7 +7,9 @@
  * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE]], MODE holding "mlp" and/or "cold" (e.g. cold,mlp). mlp:
  * the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: a 64 MiB buffer is
  * written before each timed call (bench_util.h), so the operands and C come from memory as in a training step. Prints one line per GEMM and path:
- *   fp8gemm gemm=fprop in=256 out=768 ... path=new threads=1 cache=warm ms=... gflops=... peak=0.xx (of 235 GF/s per thread) */
+ * new: only the new path. peak: the fraction of the kernel family's limit per thread, as scripts/bench_peak.c measured
+ * it: vdpbf16ps 235 GF/s (avx512_bf16, Zen 4), fp32 FMA 90 GF/s (avx2_fma, Zen 3).
+ *   fp8gemm gemm=fprop in=256 out=768 ... path=new family=avx2_fma threads=1 cache=warm ms=... gflops=... peak=0.xx */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +74,8 @@ int main(int argc, char **argv) {
     const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
     const int (*lin)[2] = mlp ? mlps : gpt;
     const int threads = omp_get_max_threads();
+    const char *family = fl_cpu_fp8_mm_family() ? fl_cpu_fp8_mm_family() : "none";
+    const double limit = strcmp(family, "avx512_bf16") == 0 ? 235.0 : 90.0;   /* GF/s per thread */
     double tot[3] = { 0, 0, 0 };
     for (int l = 0; l < nlin; l++) {
         const int in = lin[l][0], out = lin[l][1];
@@ -91,9 +95,10 @@ int main(int argc, char **argv) {
                 fl_cpu_fp8_mm_allowed = p == 2;
                 double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, cold, reps);
                 tot[p] += s;
-                printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d cache=%s ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
+                printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s family=%s threads=%d cache=%s ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
                        g[k].name, in, out, (long long)shape[0], (long long)shape[1], (long long)g[k].a->shape[1], path[p],
-                       threads, cold ? "cold" : "warm", 1e3 * s, flops / s * 1e-9, flops / s * 1e-9 / (235.0 * threads),
+                       p == 2 ? family : "onednn", threads, cold ? "cold" : "warm", 1e3 * s, flops / s * 1e-9,
+                       flops / s * 1e-9 / (limit * threads),
                        fl_cpu_fp8_mm_faster(g[k].a, g[k].b) ? "new" : "old");
             }
             fl_tensor_release(dst);

@@ -20,6 +20,11 @@ static const mm_kernel *mm_pick(void) {
     return NULL;
 }
 
+const char *fl_cpu_fp8_mm_family(void) {
+    const mm_kernel *F = mm_pick();
+    return F ? F->name : NULL;
+}
+
 /* C[m0 .. m0+mb, n0 .. n0+nb) over all of K, in K blocks. */
 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_t nb, void *bpk, void *apk, void *tmp) {
     const mm_kernel *F = J->kern;
@@ -201,6 +206,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     return FL_OK;
 }
 #else
+const char *fl_cpu_fp8_mm_family(void) { return NULL; }
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) { (void)a; (void)b; return false; }
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
     (void)dst; (void)a; (void)b; (void)bias;
