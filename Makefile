@@ -9,7 +9,7 @@ CUDA     ?= auto
 # written for the vectoriser, and on CPUs without AVX-512 they are the ones that run. GCC 12's -O2 default, the
 # "very cheap" model, refuses any loop that needs an aliasing check or a remainder, which left the FP8 cast
 # scalar there: 0.17 elements/ns on one Zen 3 core against 1.4 with this (docs/performance.md, "CPUs without
-# AVX-512"). Floating-point results do not change: without -ffast-math no sum is reordered.
+# AVX-512 (Zen 3)"). Floating-point results do not change: without -ffast-math no sum is reordered.
 OPT      ?= -O2 -fvect-cost-model=dynamic
 SAN      ?=
 LUA_CFLAGS := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
