@@ -7,6 +7,7 @@
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* What a primitive is made for. Leading dims and batch strides in elements; the contiguous defaults
@@ -185,8 +186,10 @@ static fl_status widen(fl_tensor **out, const fl_tensor *t) {
     fl_tensor *f;
     FL_TRY(fl_tensor_empty(&f, FL_F32, t->ndim, t->shape, FL_DEV_CPU));
     for (int i = 0; i < t->ndim; i++) f->stride[i] = t->stride[i];   /* keep the batch stride 0 */
-    int64_t n = t->stride[0] == 0 ? t->shape[1] * t->shape[2] : fl_tensor_numel(t);
-    fl_cpu_load(t, 0, 1, n, fl_tensor_data(f));
+    const int64_t n = t->stride[0] == 0 ? t->shape[1] * t->shape[2] : fl_tensor_numel(t), blk = 1 << 16;
+    float *d = fl_tensor_data(f);
+    #pragma omp parallel for if (n > 4 * FL_CPU_PAR_MIN) schedule(static)
+    for (int64_t o = 0; o < n; o += blk) fl_cpu_load(t, o, 1, n - o < blk ? n - o : blk, d + o);
     *out = f;
     return FL_OK;
 }
@@ -235,19 +238,7 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
     return st;
 }
 
-/* The bf16 operand of a raw GEMM widened to fp32 over the span it covers: batch entries sx apart, r rows of
- * ld (c used columns each); the same layout, so the fp32 GEMM takes the same strides. NULL: out of memory. */
 _Atomic bool fl_cpu_gemm_bf16_native_allowed = true;
-
-static float *widen_span(const uint16_t *x, int64_t batch, int64_t sx, int64_t r, int64_t ld, int64_t c) {
-    const int64_t n = (batch - 1) * sx + (r - 1) * ld + c;
-    float *f = malloc((size_t)n * sizeof(float));
-    if (!f) return NULL;
-    const int64_t blk = 1 << 16, nblk = (n + blk - 1) / blk;
-    #pragma omp parallel for if (n > FL_CPU_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < nblk; i++) fl_bf16_to_f32_n(x + i * blk, f + i * blk, (size_t)(n - i * blk < blk ? n - i * blk : blk));
-    return f;
-}
 
 static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                           int64_t sa, bool ta, const void *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc,
@@ -258,17 +249,6 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
     bool ran = false;
     if (in != FL_BF16 || fl_cpu_gemm_bf16_native_allowed) FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
     if (ran) return FL_OK;
-    if (in == FL_BF16) {
-        /* No bf16 kernel (oneDNN 2.6 has none on a CPU without AVX-512): every bf16 value and every
-         * product of two is exact in fp32, so the fp32 GEMM on widened copies sums the same products in fp32. */
-        float *fa = widen_span(a, batch, sa, ta ? k : m, lda, ta ? m : k);
-        float *fb = fa ? widen_span(b, batch, sb, tb ? n : k, ldb, tb ? k : n) : NULL;
-        fl_status st = fb ? gemm_raw(FL_F32, batch, m, n, k, fa, lda, sa, ta, fb, ldb, sb, tb, c, ldc, sc)
-                          : FL_ERR(FL_ENOMEM, "gemm: out of memory widening bf16 operands");
-        free(fa);
-        free(fb);
-        return st;
-    }
     return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]", fl_format(in)->name,
                   (long long)batch, (long long)m, (long long)n, (long long)k);
 }
@@ -276,6 +256,24 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
                           const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc) {
     return gemm_raw(FL_F32, batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
+}
+
+bool fl_cpu_gemm_bf16_native(void) {
+    static _Atomic int probed;   /* 0: not yet, 1: a kernel, 2: none */
+    if (!fl_cpu_gemm_bf16_native_allowed) return false;
+    int p = atomic_load(&probed);
+    if (p == 0) {
+        const mm_key key = { 1, 1, 16, 16, 16, 16, 16, 16, 256, 256, 256, dnnl_bf16, dnnl_bf16, dnnl_f32, 0, 0, 0 };
+        mm_entry *e = NULL;
+        bool unimpl = true;
+        pthread_mutex_lock(&mm.lock);
+        fl_status st = mm_init();
+        if (st == FL_OK) st = mm_get(&e, &key, &unimpl);
+        pthread_mutex_unlock(&mm.lock);
+        p = st == FL_OK && !unimpl ? 1 : 2;
+        atomic_store(&probed, p);
+    }
+    return p == 1;
 }
 
 fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,

@@ -689,8 +689,8 @@ TEST(nn_sdpa_bf16) {
     }
 }
 /* On CPUs with AVX-512 BF16 the tests above run the per-head kernels (cpu_nn_attn_bf16.c); run the batched
- * GEMMs too (oneDNN's bf16 kernel where it has one, and the fp32 GEMM on widened copies that CPUs without
- * AVX-512 take), and the kernels on odd T and D (padded pairs) and one row tile's worth of rows. */
+ * GEMMs too (oneDNN's bf16 kernel where it has one, and the fp32 GEMMs on operands rounded to bf16 that CPUs
+ * without AVX-512 take), and the kernels on odd T and D (padded pairs) and one row tile's worth of rows. */
 TEST(nn_sdpa_bf16_gemm) {
     fl_cpu_attn_bf16_allowed = false;
     for (int native = 1; native >= 0; native--) {
