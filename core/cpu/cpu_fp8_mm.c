@@ -28,8 +28,8 @@ const char *fl_cpu_fp8_mm_family(void) {
 /* C[m0 .. m0+mb, n0 .. n0+nb) over all of K, in K blocks. */
 static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_t nb, void *bpk, void *apk, void *tmp) {
     const mm_kernel *F = J->kern;
-    for (int64_t k0 = 0; k0 < J->K; k0 += F->kc) {
-        const int64_t kc = J->K - k0 < F->kc ? J->K - k0 : F->kc;
+    for (int64_t k0 = 0; k0 < J->K; k0 += J->kc) {
+        const int64_t kc = J->K - k0 < J->kc ? J->K - k0 : J->kc;
         F->pack_b(J, n0, nb, k0, kc, bpk, tmp);
         for (int64_t mg = 0; mg < mb; mg += F->ag)
             F->group(J, m0 + mg, mb - mg < F->ag ? mb - mg : F->ag, n0, nb, k0, kc, bpk, apk);
@@ -62,12 +62,12 @@ static bool take(mm_run *r, bool front, int64_t *g) {
 }
 static void run_rows_stealing(const mm_job *J, mm_run *runs, int tid, int nthr, bool work, void *bpk, void *apk, void *tmp) {
     const mm_kernel *F = J->kern;
-    const int64_t nkb = (J->K + F->kc - 1) / F->kc, AG = F->ag;
+    const int64_t nkb = (J->K + J->kc - 1) / J->kc, AG = F->ag;
     int64_t step = 0;
     for (int64_t n0 = 0; n0 < J->N; n0 += J->nb) {
         const int64_t nb = J->N - n0 < J->nb ? J->N - n0 : J->nb;
         for (int64_t kb = 0; kb < nkb; kb++, step++) {
-            const int64_t k0 = kb * F->kc, kc = J->K - k0 < F->kc ? J->K - k0 : F->kc;
+            const int64_t k0 = kb * J->kc, kc = J->K - k0 < J->kc ? J->K - k0 : J->kc;
             mm_run *r = runs + step * nthr;
             if (work) {
                 bool packed = false;
@@ -93,13 +93,17 @@ static int mm_threads(int64_t M, int64_t N, int64_t K) {
     return 2.0 * (double)M * (double)N * (double)K >= 4e6 ? omp_get_max_threads() : 1;
 }
 
-/* Where it measured faster than decode + oneDNN (docs/performance.md, "CPU FP8 GEMM"): everywhere except a
- * transposed b (fprop's Wᵀ) with fewer than 512 rows of C per thread, where each thread's decode-and-transpose
- * of all of B is shared by too few rows (the MLP's fprop at batch 256: 1.00-1.03x the old time). */
+/* Where it measured faster than decode + oneDNN: the AVX512_BF16 family everywhere except a transposed b (fprop's
+ * Wᵀ) with fewer than 512 rows of C per thread, where each thread's decode-and-transpose of all of B is shared by
+ * too few rows (the MLP's fprop at batch 256: 1.00-1.03x the old time; docs/performance.md, "CPU FP8 GEMM"); the
+ * AVX2 + FMA family everywhere (there decode + oneDNN is decode, widen to fp32, fp32 GEMM; section "CPUs without
+ * AVX-512 (Zen 3)"). */
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) {
+    const mm_kernel *F = mm_pick();
+    if (!F) return false;
     const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
     const bool b_kcontig = !(b->stride[1] == 1 && (b->stride[0] == N || K == 1));
-    return !b_kcontig || M / mm_threads(M, N, K) >= 512;
+    return !b_kcontig || M / mm_threads(M, N, K) >= F->bt_min_rows;
 }
 
 /* t's scale_inv as fp32 scales: one, or (axis ≥ 0) n contiguous ones along view axis `axis`; NULL if it is
@@ -143,7 +147,17 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     J.b = fl_tensor_data(b);
     J.e5_a = a->dtype == FL_E5M2;
     J.e5_b = b->dtype == FL_E5M2;
-    const int64_t NR = F->nr, AG = F->ag, KC = F->kc;
+    const int64_t NR = F->nr, AG = F->ag;
+    /* K blocks of the family's kc; a balancing family cuts K into equal blocks (rounded up to 8) instead of
+     * full ones and a remainder, so no block is a sliver that re-reads and re-writes C for little work
+     * (the MLP's K = 784: 200, 200, 200, 184 instead of 256, 256, 256, 16); likewise B's column blocks below.
+     * Sums run in the same order either way. */
+    J.kc = F->kc;
+    if (F->balance) {
+        const int64_t nkb = (J.K + F->kc - 1) / F->kc;
+        J.kc = ((J.K + nkb - 1) / nkb + 7) & ~(int64_t)7;
+    }
+    const int64_t KC = J.kc;
 
     /* Tiles: one block of rows or columns per thread, split along the longer side, since each thread packs
      * the whole other operand for its block (A: M × K; B: K × N, once per K block and nb_max columns). */
@@ -158,7 +172,13 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         J.mb = (J.mb + AG - 1) / AG * AG;
         J.nb = J.N;
     }
-    if (J.nb > F->nb_max) J.nb = F->nb_max;
+    if (J.nb > F->nb_max) {
+        J.nb = F->nb_max;
+        if (F->balance) {
+            const int64_t nnb = (J.N + F->nb_max - 1) / F->nb_max;
+            J.nb = ((J.N + nnb - 1) / nnb + NR - 1) / NR * NR;
+        }
+    }
     const int64_t nnb = (J.N + J.nb - 1) / J.nb;
     const int64_t nmb = (J.M + J.mb - 1) / J.mb, ntile = nmb * nnb;
     size_t bbytes, abytes, tbytes;

@@ -15,6 +15,7 @@ typedef struct mm_kernel mm_kernel;
 typedef struct {
     const uint8_t *a, *b;
     int64_t M, N, K, lda, ldb, mb, nb;   /* mb × nb: the tile size */
+    int64_t kc;                          /* the K block */
     bool a_mcontig, b_kcontig;           /* a read transposed (a[k·lda + m]), b read transposed (b[n·ldb + k]) */
     bool e5_a, e5_b;                     /* E5M2 (else E4M3) */
     float *c;
@@ -37,6 +38,8 @@ struct mm_kernel {
     const char *name;
     int nr, ag;          /* columns per B panel (nb is rounded to it), rows per A group */
     int64_t kc, nb_max;  /* K block, most columns of a B block */
+    bool balance;        /* cut K and N into equal blocks of at most kc and nb_max, instead of full ones and a rest */
+    int64_t bt_min_rows; /* a transposed b with fewer rows of C per thread goes to decode + oneDNN (measured) */
     bool (*usable)(void);
     /* bytes of the B block (kc × nb), of one A group, of pack_b's scratch */
     void (*sizes)(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp);

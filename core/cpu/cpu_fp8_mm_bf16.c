@@ -224,7 +224,7 @@ FL_CPU_BF16 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_
     uint16_t *apk = apkv;
     const fl_fp8_lut4 LA = fl_fp8_lut_load(fl_fp8_bf16_lut(J->e5_a));
     const int64_t kcp = (kc + 1) / 2, ldc = J->N;
-    const bool first = k0 == 0, last = k0 + KC >= J->K;
+    const bool first = k0 == 0, last = k0 + J->kc >= J->K;
     if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m, J->lda, kc, ag, &LA);
     else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, ag, &LA);
     for (int64_t nj = 0; nj < nb; nj += NR) {
@@ -252,5 +252,5 @@ static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
     *tmp = (size_t)(NR * 4 * kcq);
 }
 
-const mm_kernel fl_mm_bf16 = { "avx512_bf16", NR, AG, KC, NB_MAX, usable, sizes, pack_b_block, run_group };
+const mm_kernel fl_mm_bf16 = { "avx512_bf16", NR, AG, KC, NB_MAX, false, 512, usable, sizes, pack_b_block, run_group };
 #endif

@@ -215,7 +215,7 @@ static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_
     const float *bpk = bpkv;
     float *apk = apkv;
     const int64_t kc8 = (kc + 7) & ~(int64_t)7, ldc = J->N;
-    const bool first = k0 == 0, last = k0 + KC >= J->K;
+    const bool first = k0 == 0, last = k0 + J->kc >= J->K;
     if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m, J->lda, kc, ag, lut(J->e5_a));
     else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, ag, lut(J->e5_a));
     for (int64_t nj = 0; nj < nb; nj += NR) {
@@ -241,5 +241,5 @@ static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
     *tmp = (size_t)(NR * kc8) * sizeof(float);
 }
 
-const mm_kernel fl_mm_fma = { "avx2_fma", NR, AG, KC, NB_MAX, usable, sizes, pack_b_block, run_group };
+const mm_kernel fl_mm_fma = { "avx2_fma", NR, AG, KC, NB_MAX, true, 0, usable, sizes, pack_b_block, run_group };
 #endif
