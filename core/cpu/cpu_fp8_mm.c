@@ -36,7 +36,6 @@ static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_
     }
 }
 
-
 /* The row split with work stealing. Each thread owns a contiguous run of A groups per (column block, K block)
  * step, as the static split gives it, and takes them from the front; a thread whose run is done takes the
  * others' remaining groups from the back. So the rows stay with the thread that had them (and their C rows in
