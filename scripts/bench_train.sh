@@ -68,16 +68,20 @@ limits=""
 for m in "${!GFLOP[@]}"; do limits+="$m ${GFLOP[$m]}"$'\n'; done
 
 # FP8 against bf16 in one process, interleaved (scripts/bench_step_ab.lua), at 2 threads: the fastest and the
-# median single step of each, as ratios to bf16 and as fractions of the bf16-dot limit.
+# median single step of each, as ratios to bf16 and as fractions of the bf16-dot limit (on a CPU without a bf16
+# dot, bench_peak gives it as 0, the fp32 FMA limit: the instruction the GEMMs run on there).
 ab=$(OMP_NUM_THREADS=2 "$B/fp8lab" scripts/bench_step_ab.lua --precisions bf16,te,ao,msamp --rounds 10 2>/dev/null)
 echo "$ab"
 abtable=$(awk -v peaks="$peaks" -v gf="${GFLOP[gpt]:-0}" '
   BEGIN { np = split(peaks, pl, "\n")
-          for (i = 1; i <= np; i++) if (pl[i] ~ /kind=bf16_dot threads=2 /) { match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0 } }
+          for (i = 1; i <= np; i++) if (pl[i] ~ /kind=bf16_dot threads=2 /) { match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0 }
+          kind = "bf16 dot"
+          if (lim <= 0) for (i = 1; i <= np; i++) if (pl[i] ~ /kind=fp32_fma threads=2 /) {
+            match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0; kind = "fp32 FMA (no bf16 dot on this CPU)" } }
   /^ab / { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
            name[++n] = v["precision"]; mn[n] = v["min_ms"] + 0; md[n] = v["median_ms"] + 0; st[n] = v["steps"]
            if (v["precision"] == "bf16") { bmn = mn[n]; bmd = md[n] } }
-  END { print "| precision | fastest step (ms) | median step (ms) | fastest / bf16 | median / bf16 | GFLOP/s at the fastest, % of bf16 dot " lim " |"
+  END { print "| precision | fastest step (ms) | median step (ms) | fastest / bf16 | median / bf16 | GFLOP/s at the fastest, % of " kind " " lim " |"
         print "|---|---|---|---|---|---|"
         for (i = 1; i <= n; i++) {
           g = (mn[i] > 0 && gf > 0) ? gf / (mn[i] / 1000) : 0
@@ -85,7 +89,7 @@ abtable=$(awk -v peaks="$peaks" -v gf="${GFLOP[gpt]:-0}" '
 
 # Ratios: each fp8lab row against each peer's best fp32 and best bf16 step (over thread counts and eager /
 # compile), and the step's GFLOP/s as a fraction of the limit at its thread count (fp32 rows: fp32 FMA;
-# bf16 and FP8 rows: bf16 dot, the instruction their GEMMs run on).
+# bf16 and FP8 rows: bf16 dot, the instruction their GEMMs run on, or fp32 FMA on a CPU without it).
 ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
   BEGIN { np = split(peaks, pl, "\n")
           for (i = 1; i <= np; i++) if (match(pl[i], /kind=[a-z0-9_]+ threads=[0-9]+ gflops=[0-9.]+/)) {
@@ -103,9 +107,10 @@ ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
     print hdr; print sep
     for (i = 1; i <= n; i++) { k = order[i]; if (seen[k]++) continue; split(k, a, SUBSEP)
       g = gf[a[1]] + 0; rate = g > 0 ? g / (ours[k] / 1000) : 0
-      lim = peak[(a[2] == "fp32" ? "fp32_fma" : "bf16_dot") SUBSEP th[k]] + 0
+      kind = a[2] == "fp32" ? "fp32_fma" : "bf16_dot"; lim = peak[kind SUBSEP th[k]] + 0
+      if (lim <= 0 && kind == "bf16_dot") { kind = "fp32_fma"; lim = peak[kind SUBSEP th[k]] + 0 }
       line = sprintf("| %s | %s | %.2f (%s) | %s |", a[1], a[2], ours[k], th[k],
-        rate > 0 && lim > 0 ? sprintf("%.1f, %.0f%% of %s %.0f", rate, 100 * rate / lim, a[2] == "fp32" ? "fp32 FMA" : "bf16 dot", lim) : "–")
+        rate > 0 && lim > 0 ? sprintf("%.1f, %.0f%% of %s %.0f", rate, 100 * rate / lim, kind == "fp32_fma" ? "fp32 FMA" : "bf16 dot", lim) : "–")
       for (p = 1; p <= npeer; p++) {
         f = best[a[1] SUBSEP peers[p] SUBSEP "fp32"]; b = best[a[1] SUBSEP peers[p] SUBSEP "bf16"]
         line = line sprintf(" %s | %s |", f ? sprintf("%.2fx (%s)", f / ours[k], how[a[1] SUBSEP peers[p] SUBSEP "fp32"]) : "–",
