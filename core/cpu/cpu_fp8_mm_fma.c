@@ -125,7 +125,11 @@ static void pack_a_k(float *ap, const uint8_t *a, int64_t lda, int64_t kc, int64
  * past ag zero. */
 static void pack_a_m(float *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const float *lut) {
     for (int64_t k = 0; k < kc; k++)
-        for (int i = 0; i < AG; i += 8) _mm256_store_ps(ap + k * AG + i, dec8(a + k * lda + i, ag - i, lut));
+        for (int i = 0; i < AG; i += 8) {
+            const __m256 v = dec8(a + k * lda + i, ag - i, lut);
+            if (AG - i >= 8) _mm256_storeu_ps(ap + k * AG + i, v);
+            else _mm256_maskstore_ps(ap + k * AG + i, lanes(AG - i), v);
+        }
 }
 
 /* One MR × NR micro-tile over kc: A (i, k) at ap[i·ars + k·aks], B panel bp. C rows past mr and columns past nv
