@@ -11,9 +11,11 @@
 #include <immintrin.h>
 
 /* Blocking. Micro-tile MR × NR of C in 2·MR ymm accumulators (each 8 columns), the two B vectors and one A
- * broadcast: 15 of the 16 registers. K in blocks of KC; B's block (KC × at most NB_MAX columns, fp32: 256 KiB)
- * stays in L2 while A is decoded AG rows at a time into L1 and run over it. FL_MM_FMA_KC / FL_MM_FMA_NB override
- * the two for experiments.
+ * broadcast: 15 of the 16 registers. K in blocks of at most KC, B in blocks of at most NB_MAX columns, each cut
+ * into equal parts by the driver (balance); B's block (fp32: at most 256 KiB, half of Zen 3's L2) stays in L2
+ * while A is decoded AG rows at a time and run over it. On a shared Zen 3 no other KC (128-384), NB_MAX (128-512)
+ * or AG (12-48) measured faster (docs/performance.md, "CPUs without AVX-512 (Zen 3)"); FL_MM_FMA_KC, FL_MM_FMA_NB
+ * and FL_MM_FMA_AG override them for experiments.
  * Packed layouts (fp32):
  *   B block: NR-column panels, panel j = [kc][NR], columns past N zero.
  *   A group, a K-contiguous: AG rows of kc8 = kc rounded up to 8 (row-major), rows past M zero;
