@@ -247,7 +247,7 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
         return FL_ERR(FL_EINVAL, "gemm: empty shape %lld x [%lld, %lld, %lld]", (long long)batch, (long long)m, (long long)n, (long long)k);
     mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb, 0 };
     bool ran = false;
-    if (in != FL_BF16 || fl_cpu_gemm_bf16_native_allowed) FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
+    FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
     if (ran) return FL_OK;
     return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]", fl_format(in)->name,
                   (long long)batch, (long long)m, (long long)n, (long long)k);

@@ -255,7 +255,8 @@ static void round_span(const float *x, float *r, int64_t n) {
     }
 }
 
-/* round_span over a new copy of n floats (threads over chunks); NULL when out of memory. */
+/* round_span over a new copy of n floats (threads over chunks); NULL when out of memory (the per-row fallback
+ * then uses the unrounded values, out of memory being its own situation already). */
 static float *rounded_f32(const float *x, int64_t n) {
     float *r = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!r) return NULL;
@@ -356,14 +357,6 @@ static fl_status sdpa_bwd_gemm(const float *q, const float *k, const float *v, c
     return st;
 }
 
-/* Rounded fp32 copies for the fallback under bf16: NULL (then the unrounded values are used) when out of
- * memory, which is the fallback's own situation already. */
-static float *rounded_copy(const float *x, int64_t n) {
-    float *r = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (r) for (int64_t i = 0; i < n; i++) r[i] = bf16r(x[i]);
-    return r;
-}
-
 _Atomic bool fl_cpu_sdpa_gemm_allowed = true;
 
 /* att[i, j] = softmax_j(scale · q_i·k_j) over j ≤ i when causal (0 stored above the diagonal),
@@ -378,8 +371,8 @@ void fl_cpu_sdpa_causal_fwd(const float *q, const float *k, const float *v, floa
     if (D > 0 && fl_cpu_sdpa_gemm_allowed && sdpa_fwd_gemm(q, k, v, out, att, BH, T, D, scale, causal, bf16) == FL_OK)
         return;
     const int64_t n = BH * T * D;
-    float *qr = bf16 ? rounded_copy(q, n) : NULL, *kr = bf16 ? rounded_copy(k, n) : NULL;
-    float *vr = bf16 ? rounded_copy(v, n) : NULL;
+    float *qr = bf16 ? rounded_f32(q, n) : NULL, *kr = bf16 ? rounded_f32(k, n) : NULL;
+    float *vr = bf16 ? rounded_f32(v, n) : NULL;
     sdpa_fwd_rows(qr ? qr : q, kr ? kr : k, vr ? vr : v, out, att, B, H, T, D, scale, causal, bf16);
     free(qr); free(kr); free(vr);
 }
@@ -400,8 +393,8 @@ void fl_cpu_sdpa_causal_bwd(const float *q, const float *k, const float *v, cons
     free(ds);
     if (st == FL_OK) return;
     const int64_t n = BH * T * D;
-    float *qr = bf16 ? rounded_copy(q, n) : NULL, *kr = bf16 ? rounded_copy(k, n) : NULL;
-    float *vr = bf16 ? rounded_copy(v, n) : NULL, *gr = bf16 ? rounded_copy(dout, n) : NULL;
+    float *qr = bf16 ? rounded_f32(q, n) : NULL, *kr = bf16 ? rounded_f32(k, n) : NULL;
+    float *vr = bf16 ? rounded_f32(v, n) : NULL, *gr = bf16 ? rounded_f32(dout, n) : NULL;
     sdpa_bwd_rows(qr ? qr : q, kr ? kr : k, vr ? vr : v, att, gr ? gr : dout, dq, dk, dv, B, H, T, D, scale, bf16);
     free(qr); free(kr); free(vr); free(gr);
 }
