@@ -168,6 +168,46 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
     fl_cpu_avx512_allowed = true;
 }
 
+/* The codes that are not finite numbers: E4M3's NaN (0x7f, 0xff) in a row of a makes that row of C NaN, and
+ * E5M2's NaN (0x7e) in b a column; E5M2's infinities (0x7c, 0xfc) at (k, j) of b make column j infinite (NaN
+ * where a[i, k] is ±0); every other element stays finite. Each family, both orientations of each operand. */
+static void nonfinite_codes(int *fl__failed, int fam) {
+    const int64_t M = 30, N = 21, K = 40;
+    uint64_t seed = 99;
+    uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+    float *got = malloc(M * N * 4);
+    for (int v = 0; v < 4; v++) {
+        const bool ta = v & 1, tb = v & 2;
+        rand_bytes(qa, (size_t)(M * K), FL_E4M3, &seed);
+        rand_bytes(qb, (size_t)(K * N), FL_E5M2, &seed);
+        qa[1 * K + 3] = 0x7f;
+        qa[7 * K + 0] = 0xff;
+        qb[5 * N + 2] = 0x7c;    /* +inf at (k 5, column 2) */
+        qb[9 * N + 11] = 0xfc;   /* -inf at (k 9, column 11) */
+        qb[20 * N + 17] = 0x7e;  /* NaN at (k 20, column 17) */
+        fl_tensor *a = operand(qa, M, K, FL_E4M3, 0.5f, ta), *b = operand(qb, K, N, FL_E5M2, 2.0f, tb);
+        REQUIRE(a && b, "operands: %s", fl_last_error());
+        CHECK(run_mm(fl__failed, a, b, NULL, got, 2), "%s: the new path declined", fam_name[fam]);
+        int bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                const float c = got[i * N + j];
+                const bool nan_row = i == 1 || i == 7, nan_col = j == 17;
+                const bool inf = j == 2 || j == 11;
+                if (nan_row || nan_col ? !isnan(c) : inf ? isfinite(c) : !isfinite(c)) bad++;
+            }
+        CHECK(bad == 0, "%s%s%s: %d of %lld elements with the wrong finiteness", fam_name[fam], ta ? " a^T" : "",
+              tb ? " b^T" : "", bad, (long long)(M * N));
+        fl_tensor_release(a); fl_tensor_release(b);
+    }
+    free(qa); free(qb); free(got);
+}
+TEST(fp8_mm_nan_and_inf_codes) {
+    for (int fam = 0; fam < 2; fam++)
+        if (fam_select(fam)) nonfinite_codes(fl__failed, fam);
+    fl_cpu_avx512_allowed = true;
+}
+
 /* Per-row scales of a and per-column scales of b (rowwise scaling; either alone, or both), applied as C is
  * stored: each element is sum·(sa[i]·sb[j]) + bias[j] with the fp32 product of the two scales, as decode +
  * oneDNN's scale pass computes it. Within the accumulation bound of a float64 reference, the same bits on 1 and

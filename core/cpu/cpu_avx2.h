@@ -1,0 +1,33 @@
+/* cpu_avx2.h — AVX2 helpers the CPU's AVX2 + FMA kernels share (the GEMM's family in cpu_fp8_mm_fma.c and the
+ * bf16 attention in cpu_nn_attn_fma.c). */
+#ifndef FL_CPU_AVX2_H
+#define FL_CPU_AVX2_H
+#include <immintrin.h>
+
+/* The 8 × 8 matrix of floats in r[0..8) (row i in r[i]) transposed in place. */
+static inline __attribute__((always_inline)) void fl_avx2_transpose8(__m256 r[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* r[q] (rows 0-3) and r[4 + q] (rows 4-7), 128-bit lane l: column 4l + q */
+    for (int q = 0; q < 4; q++) {
+        t[q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x20);
+        t[4 + q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x31);
+    }
+    for (int i = 0; i < 8; i++) r[i] = t[i];
+}
+
+/* Lanes [0, n) of 8 set, as a maskload/maskstore mask. */
+static inline __m256i fl_avx2_lanes(int64_t n) {
+    const int k = n <= 0 ? 0 : n >= 8 ? 8 : (int)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
