@@ -143,61 +143,21 @@ static int64_t attn_nblocks(int64_t T, int causal) {
     return nb > 8 ? 8 : nb;
 }
 
-/* The row length that matters: entries after the last nonzero probability have P = 0 exactly (the
- * causal mask, or underflow), so their dS is 0 whatever dP is. */
-static inline int64_t live_len(const float *p, int64_t T) {
-    int64_t n = T;
-    while (n > 1 && p[n - 1] == 0.0f) n--;
-    return n;
-}
-
-/* The causal rows have every length 1..T, so their vector loops would spend much of their time in
- * scalar remainders (an exp each). Instead they run over the length rounded up to 16 lanes (within
- * the row) and mask the extra entries, which are then stored as the exact zeros they must be. Those
- * entries may hold anything (the GEMMs do not write past the block's keys): they are only selected
- * away, never used. */
-static inline int64_t lanes_up(int64_t n, int64_t T) { int64_t p = (n + 15) & ~(int64_t)15; return p < T ? p : T; }
-
-/* Row i of a head: s[j] ← softmax_j(scale·s[j]) over j < n, exact zeros for j in [n, T). */
-static inline __attribute__((always_inline)) void softmax_row(float *s, int64_t n, int64_t T, float scale) {
-    const int64_t np = lanes_up(n, T);
-    float m = -INFINITY;
-    #pragma omp simd reduction(max:m)
-    for (int64_t j = 0; j < np; j++) { float x = j < n ? s[j] * scale : -INFINITY; m = x > m ? x : m; }
-    float sum = 0.0f;
-    #pragma omp simd reduction(+:sum)
-    for (int64_t j = 0; j < np; j++) { float e = j < n ? fl_nn_expf(s[j] * scale - m) : 0.0f; s[j] = e; sum += e; }
-    const float inv = 1.0f / sum;
-    #pragma omp simd
-    for (int64_t j = 0; j < np; j++) s[j] *= inv;
-    for (int64_t j = np; j < T; j++) s[j] = 0.0f;
-}
-
-/* d[j] ← scale·p[j]·(d[j] − Σ_j p·d) over the live length of p, zeros beyond. */
-static inline __attribute__((always_inline)) void dsoftmax_row(const float *p, float *d, int64_t T, float scale) {
-    const int64_t n = live_len(p, T), np = lanes_up(n, T);
-    float dot = 0.0f;
-    #pragma omp simd reduction(+:dot)
-    for (int64_t j = 0; j < np; j++) dot += j < n ? p[j] * d[j] : 0.0f;
-    #pragma omp simd
-    for (int64_t j = 0; j < np; j++) d[j] = j < n ? scale * p[j] * (d[j] - dot) : 0.0f;
-    for (int64_t j = np; j < T; j++) d[j] = 0.0f;
-}
-
 /* Rows [i0, i1) of one head (s points at the head's [T, T] matrix); AVX2 and AVX-512 copies. */
 static inline __attribute__((always_inline)) void softmax_rows_span(float *s, int64_t i0, int64_t i1, int64_t T,
                                                                     float scale, int causal) {
-    for (int64_t i = i0; i < i1; i++) softmax_row(s + i * T, causal ? i + 1 : T, T, scale);
+    for (int64_t i = i0; i < i1; i++) attn_softmax_row(s + i * T, causal ? i + 1 : T, T, scale);
 }
 FL_CPU_AVX512 static void softmax_rows_span512(float *s, int64_t i0, int64_t i1, int64_t T, float scale, int causal) {
     softmax_rows_span(s, i0, i1, T, scale, causal);
 }
 static inline __attribute__((always_inline)) void dsoftmax_rows_span(const float *p, float *d, int64_t i0, int64_t i1,
-                                                                     int64_t T, float scale) {
-    for (int64_t i = i0; i < i1; i++) dsoftmax_row(p + i * T, d + i * T, T, scale);
+                                                                     int64_t T, float scale, int causal) {
+    for (int64_t i = i0; i < i1; i++) attn_dsoftmax_row(p + i * T, d + i * T, causal ? i + 1 : T, T, scale);
 }
-FL_CPU_AVX512 static void dsoftmax_rows_span512(const float *p, float *d, int64_t i0, int64_t i1, int64_t T, float scale) {
-    dsoftmax_rows_span(p, d, i0, i1, T, scale);
+FL_CPU_AVX512 static void dsoftmax_rows_span512(const float *p, float *d, int64_t i0, int64_t i1, int64_t T, float scale,
+                                                int causal) {
+    dsoftmax_rows_span(p, d, i0, i1, T, scale, causal);
 }
 
 /* Rows [i0, i1) of every head: forward softmax of att in place (p == NULL), or dS into d from P = p. */
@@ -208,8 +168,8 @@ static void row_pass(const float *p, float *d, int64_t BH, int64_t T, int64_t i0
         float *dh = d + bh * T * T;
         if (p) {
             const float *ph = p + bh * T * T;
-            if (wide) dsoftmax_rows_span512(ph, dh, i0, i1, T, scale);
-            else dsoftmax_rows_span(ph, dh, i0, i1, T, scale);
+            if (wide) dsoftmax_rows_span512(ph, dh, i0, i1, T, scale, causal);
+            else dsoftmax_rows_span(ph, dh, i0, i1, T, scale, causal);
         } else {
             if (wide) softmax_rows_span512(dh, i0, i1, T, scale, causal);
             else softmax_rows_span(dh, i0, i1, T, scale, causal);

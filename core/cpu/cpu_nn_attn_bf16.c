@@ -1,5 +1,5 @@
-/* cpu_nn_attn_bf16.c — bf16 attention (bf16 autocast) with AVX-512 BF16 `vdpbf16ps`, one (b, h) head per
- * thread: the head's operands are rounded to bf16 (RNE, as fl_f32_to_bf16) into thread-local packed
+/* cpu_nn_attn_bf16.c — bf16 attention (bf16 autocast) with AVX-512 BF16 `vdpbf16ps` (the entries hand CPUs
+ * without it to cpu_nn_attn_fma.c), one (b, h) head per thread: the head's operands are rounded to bf16 (RNE, as fl_f32_to_bf16) into thread-local packed
  * buffers, each product is a register-blocked small GEMM accumulating in fp32, and the row passes (softmax
  * forward, dS backward) run between them on tiles of query rows that are still in cache. Causal heads skip
  * the key blocks above the diagonal. A head's arithmetic does not depend on the thread count. */
@@ -23,9 +23,10 @@
 
 _Atomic bool fl_cpu_attn_bf16_allowed = true;
 
-bool fl_cpu_attn_bf16_available(void) {
-    return fl_cpu_attn_bf16_allowed && fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16");
-}
+/* Whether this family runs here; else the AVX2 + FMA one (cpu_nn_attn_fma.c) takes the calls. */
+static bool own_family(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+bool fl_cpu_attn_bf16_available(void) { return fl_cpu_attn_bf16_allowed && (own_family() || fl_cpu_attn_fma_usable()); }
 
 /* c[r, 0..16·NV) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the columns in `last`. */
 ATTN16_INLINE void tile(const int mr, const int nv, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0,
@@ -198,7 +199,7 @@ ATTN16_INLINE __m512 exp16(__m512 x) {
 }
 
 /* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
- * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (cpu_nn_attn.c's softmax_row, with tree
+ * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (attn_softmax_row of cpu_nn_internal.h, with tree
  * reductions), and row i of p (ldp bf16 apart) over [0, w) ← the row rounded to bf16 (w ≤ T). The rows go
  * through each step together so that their reductions overlap. */
 ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, uint16_t *p,
@@ -257,7 +258,7 @@ ATTN16_INLINE float row_dot(const float *p, const float *d, int64_t n) {
 
 /* Query rows i and i + 1 of dS (one: row i alone, the pairs' upper halves zero) from their rows of P (p0, p1)
  * and dP (d0, d1): dS[j] = scale·p[j]·(d[j] − Σ p·d) over the live length of p (up to its last nonzero
- * probability, which is below n0, n1), zeros beyond: cpu_nn_attn.c's dsoftmax_row with tree reductions. Written
+ * probability, which is below n0, n1), zeros beyond: cpu_nn_internal.h's attn_dsoftmax_row with tree reductions. Written
  * only rounded to bf16: rows g0, g1 [0, w) for dQ, and for the key tiles the pair words of dS (gp) and of P
  * (pp) for columns [0, wp), wp ≥ w a multiple of 16. */
 ATTN16_INLINE void dsoftmax_pair(const float *p0, const float *d0, const float *p1, const float *d1, bool one,
@@ -371,6 +372,7 @@ static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return 
 fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
                                   fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
                                   float scale, int causal) {
+    if (!own_family()) return fl_cpu_attn_fma_fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal);
     const shape s = shape_of(T, D);
     const int64_t BH = B * H, sa = T * T;
     bool oom = false;
@@ -393,6 +395,8 @@ fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v
                                   const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                   fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                   int causal) {
+    if (!own_family())
+        return fl_cpu_attn_fma_bwd_at(q, k, v, in, att, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
     const shape s = shape_of(T, D);
     const int64_t BH = B * H, sa = T * T, nw = bwd_words(&s);
     bool oom = false;

@@ -15,9 +15,9 @@
 #define FL_NN_PAR_MIN (1 << 16)
 
 /* bf16 attention (cpu_nn_attn_bf16.c): heads with AVX-512 BF16 dot products, as fl_cpu_sdpa_causal_fwd/bwd
- * specify under bf16; FL_ENOMEM when a thread's buffers cannot be had. Used when available (the CPU has
- * AVX-512 BF16, fl_cpu_avx512() allows AVX-512, and the flag is set: tests and the benchmark clear it to
- * run the batched GEMMs instead). The plain forms take contiguous [BH, T, D] heads; the _at forms read and
+ * specify under bf16, or where the CPU has not got them (or fl_cpu_avx512() disallows AVX-512) the AVX2 + FMA
+ * family below; FL_ENOMEM when a thread's buffers cannot be had. Used when available (one of the families
+ * runs here and the flag is set: tests and the benchmark clear it to run the batched GEMMs instead). The plain forms take contiguous [BH, T, D] heads; the _at forms read and
  * write heads where a layout puts them (e.g. q, k and v inside one packed [B, T, 3C] tensor), so no
  * copies are made. att is always contiguous [B·H, T, T]. */
 typedef struct { int64_t sb, sh, st; } fl_attn_layout;   /* head (b, h), row t, column d at b·sb + h·sh + t·st + d */
@@ -37,6 +37,16 @@ fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v
                                   const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                   fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                   int causal);
+/* The same on CPUs without AVX-512 BF16 (cpu_nn_attn_fma.c: AVX2 + FMA on operands rounded to bf16 and kept in
+ * fp32), which the entries above call there; usable where the CPU has AVX2 and FMA. */
+bool fl_cpu_attn_fma_usable(void);
+fl_status fl_cpu_attn_fma_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                 fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
+                                 float scale, int causal);
+fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
+                                 const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                                 fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                 int causal);
 
 /* e^x to ~1 ulp over the whole float range: e^x = 2^k·e^r with |r| <= ln2/2 and Cephes' degree-6
  * polynomial. 2^k is built from two exponent fields (k split in halves) so subnormal results are
@@ -76,4 +86,47 @@ static inline float fl_nn_tanhf(float u) {
     float t = (1.0f - e) / (1.0f + e);
     return u < 0.0f ? -t : t;
 }
+/* The attention's row passes (cpu_nn_attn.c, and the AVX2 bf16 kernel cpu_nn_attn_fma.c).
+ * The row length that matters: entries after the last nonzero probability have P = 0 exactly (the
+ * causal mask, or underflow), so their dS is 0 whatever dP is. n: the row's length (i + 1 for causal row i,
+ * else T), from where the search for the last nonzero starts. */
+static inline int64_t attn_live_len(const float *p, int64_t n) {
+    while (n > 1 && p[n - 1] == 0.0f) n--;
+    return n;
+}
+
+/* The causal rows have every length 1..T, so their vector loops would spend much of their time in
+ * scalar remainders (an exp each). Instead they run over the length rounded up to 16 lanes (within
+ * the row) and mask the extra entries, which are then stored as the exact zeros they must be. Those
+ * entries may hold anything (the GEMMs do not write past the block's keys): they are only selected
+ * away, never used. */
+static inline int64_t attn_lanes_up(int64_t n, int64_t T) { int64_t p = (n + 15) & ~(int64_t)15; return p < T ? p : T; }
+
+/* Row i of a head: s[j] ← softmax_j(scale·s[j]) over j < n, exact zeros for j in [n, T). */
+static inline __attribute__((always_inline)) void attn_softmax_row(float *s, int64_t n, int64_t T, float scale) {
+    const int64_t np = attn_lanes_up(n, T);
+    float m = -INFINITY;
+    #pragma omp simd reduction(max:m)
+    for (int64_t j = 0; j < np; j++) { float x = j < n ? s[j] * scale : -INFINITY; m = x > m ? x : m; }
+    float sum = 0.0f;
+    #pragma omp simd reduction(+:sum)
+    for (int64_t j = 0; j < np; j++) { float e = j < n ? fl_nn_expf(s[j] * scale - m) : 0.0f; s[j] = e; sum += e; }
+    const float inv = 1.0f / sum;
+    #pragma omp simd
+    for (int64_t j = 0; j < np; j++) s[j] *= inv;
+    for (int64_t j = np; j < T; j++) s[j] = 0.0f;
+}
+
+/* d[j] ← scale·p[j]·(d[j] − Σ_j p·d) over the live length of p (within its first len entries), zeros beyond. */
+static inline __attribute__((always_inline)) void attn_dsoftmax_row(const float *p, float *d, int64_t len, int64_t T,
+                                                                    float scale) {
+    const int64_t n = attn_live_len(p, len), np = attn_lanes_up(n, T);
+    float dot = 0.0f;
+    #pragma omp simd reduction(+:dot)
+    for (int64_t j = 0; j < np; j++) dot += j < n ? p[j] * d[j] : 0.0f;
+    #pragma omp simd
+    for (int64_t j = 0; j < np; j++) d[j] = j < n ? scale * p[j] * (d[j] - dot) : 0.0f;
+    for (int64_t j = np; j < T; j++) d[j] = 0.0f;
+}
+
 #endif

@@ -688,9 +688,9 @@ TEST(nn_sdpa_bf16) {
         check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
     }
 }
-/* On CPUs with AVX-512 BF16 the tests above run the per-head kernels (cpu_nn_attn_bf16.c); run the batched
- * GEMMs too (oneDNN's bf16 kernel where it has one, and the fp32 GEMMs on operands rounded to bf16 that CPUs
- * without AVX-512 take), and the kernels on odd T and D (padded pairs) and one row tile's worth of rows. */
+/* The tests above run the per-head kernels (cpu_nn_attn_bf16.c, or cpu_nn_attn_fma.c on CPUs without AVX-512
+ * BF16); run the batched GEMMs too (oneDNN's bf16 kernel where it has one, and the fp32 GEMMs on operands rounded
+ * to bf16 where it has not), and the kernels on odd T and D (padded pairs) and one row tile's worth of rows. */
 TEST(nn_sdpa_bf16_gemm) {
     fl_cpu_attn_bf16_allowed = false;
     for (int native = 1; native >= 0; native--) {
@@ -710,24 +710,42 @@ TEST(nn_sdpa_bf16_odd) {
         check_sdpa_bf16(fl__failed, 1, 1, 1, 5, causal);
     }
 }
-/* Each head is done by one thread in a fixed order: the results are the same bits on 1 and 2 threads. */
+/* CPUs without AVX-512 BF16 run the kernels' AVX2 + FMA family (cpu_nn_attn_fma.c); with AVX-512 disallowed
+ * the checks above run it on every CPU: every remainder of its 6-row and 16-column register tiles, odd T and D. */
+TEST(nn_sdpa_bf16_fma) {
+    fl_cpu_avx512_allowed = false;
+    for (int causal = 0; causal <= 1; causal++) {
+        check_sdpa_bf16(fl__failed, 1, 2, 5, 8, causal);
+        check_sdpa_bf16(fl__failed, 2, 2, 33, 16, causal);
+        check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
+        check_sdpa_bf16(fl__failed, 1, 3, 17, 13, causal);
+        check_sdpa_bf16(fl__failed, 1, 1, 1, 5, causal);
+    }
+    fl_cpu_avx512_allowed = true;
+}
+/* Each head is done by one thread in a fixed order: the results are the same bits on 1 and 2 threads, in each
+ * kernel family (AVX512_BF16 where the CPU has it, AVX2 + FMA with AVX-512 disallowed). */
 TEST(nn_sdpa_bf16_threads) {
     const int64_t B = 2, H = 3, T = 45, D = 24, n = B * H * T * D, na = B * H * T * T;
     float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dy = frand(n, -1, 1);
     float *r[2][5];
     const int nt = omp_get_max_threads();
-    for (int t = 0; t < 2; t++) {
-        omp_set_num_threads(t ? 2 : 1);
-        for (int i = 0; i < 5; i++) r[t][i] = fzeros(i == 1 ? na : n);
-        fl_cpu_sdpa_causal_fwd(q, k, v, r[t][0], r[t][1], B, H, T, D, 0.2f, 1, true);
-        fl_cpu_sdpa_causal_bwd(q, k, v, r[t][1], dy, r[t][2], r[t][3], r[t][4], B, H, T, D, 0.2f, 1, true);
+    for (int fam = 0; fam < 2; fam++) {
+        fl_cpu_avx512_allowed = fam == 0;
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t ? 2 : 1);
+            for (int i = 0; i < 5; i++) r[t][i] = fzeros(i == 1 ? na : n);
+            fl_cpu_sdpa_causal_fwd(q, k, v, r[t][0], r[t][1], B, H, T, D, 0.2f, 1, true);
+            fl_cpu_sdpa_causal_bwd(q, k, v, r[t][1], dy, r[t][2], r[t][3], r[t][4], B, H, T, D, 0.2f, 1, true);
+        }
+        omp_set_num_threads(nt);
+        for (int i = 0; i < 5; i++) {
+            CHECK(memcmp(r[0][i], r[1][i], (size_t)(i == 1 ? na : n) * sizeof(float)) == 0,
+                  "bf16 sdpa output %d differs between 1 and 2 threads (AVX-512 %s)", i, fam ? "off" : "allowed");
+            free(r[0][i]); free(r[1][i]);
+        }
     }
-    omp_set_num_threads(nt);
-    for (int i = 0; i < 5; i++) {
-        CHECK(memcmp(r[0][i], r[1][i], (size_t)(i == 1 ? na : n) * sizeof(float)) == 0,
-              "bf16 sdpa output %d differs between 1 and 2 threads", i);
-        free(r[0][i]); free(r[1][i]);
-    }
+    fl_cpu_avx512_allowed = true;
     free(q); free(k); free(v); free(dy);
 }
 /* A row whose probabilities underflow to exact zeros up to the diagonal still gets the right gradient

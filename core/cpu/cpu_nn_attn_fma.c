@@ -1,0 +1,249 @@
+/* cpu_nn_attn_fma.c — bf16 attention (bf16 autocast) on CPUs without AVX-512 BF16, with AVX2 + FMA: the
+ * per-head kernel family that cpu_nn_attn_bf16.c's entries call there. One (b, h) head per thread: its operands
+ * are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in thread-local packed buffers, so
+ * each product of two of them is exact in fp32 and each register-blocked small GEMM adds it to its fp32 sum by
+ * one FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h)
+ * run between the products on tiles of query rows still in cache. Causal heads skip the keys above the
+ * diagonal. A head's arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels'
+ * (which sum pairs of products) and from the batched GEMMs' in summation order only. */
+#include "cpu_nn_internal.h"
+#include "cpu_internal.h"
+#include "cpu_avx2.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* Packed operands (fp32 holding bf16 values), each row a multiple of 8 floats:
+ *   A operand (rows of the result): element (r, m) at a[r·ars + m·ams], broadcast to every lane;
+ *   B operand: [K][ldb], element (m, n) at b[m·ldb + n], ldb a multiple of 8 so whole vectors load.
+ * A register tile is MR rows × NVMAX 8-lane vectors: 12 accumulators, the B vectors and one broadcast. */
+#define MR 6
+#define NVMAX 2
+
+bool fl_cpu_attn_fma_usable(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+/* x rounded to bf16 (RNE; NaN quieted), kept in fp32: fl_f32_to_bf16 on 8 lanes. */
+static inline __m256 r16(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rne = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* d[0, n) = src[0, n) rounded, zeros up to ld (a multiple of 8, ≥ n). */
+static inline void round_row(const float *src, int64_t n, float *d, int64_t ld) {
+    for (int64_t c = 0; c < ld; c += 8) {
+        const __m256i k = fl_avx2_lanes(n - c);
+        _mm256_storeu_ps(d + c, r16(_mm256_maskload_ps(src + c, k)));   /* masked-off lanes load as +0 */
+    }
+}
+
+/* c[r, 0..8·nv) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the lanes in `last`. */
+static inline __attribute__((always_inline)) void tile(const int mr, const int nv, const float *a, int64_t ars,
+                                                       int64_t ams, int64_t m0, int64_t m1, const float *b,
+                                                       int64_t ldb, float *c, int64_t ldc, __m256i last) {
+    __m256 acc[MR][NVMAX];
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t m = m0; m < m1; m++) {
+        __m256 bv[NVMAX];
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) bv[v] = _mm256_loadu_ps(b + m * ldb + 8 * v);
+        #pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            const __m256 av = _mm256_broadcast_ss(a + r * ars + m * ams);
+            #pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv - 1; v++) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+        _mm256_maskstore_ps(c + r * ldc + 8 * (nv - 1), last, acc[r][nv - 1]);
+    }
+}
+
+#define TILE_ARGS a, ars, ams, m0, m1, b, ldb, c, ldc, last
+#define TILE_NV(R)                              \
+    if (nv == 1) tile(R, 1, TILE_ARGS);         \
+    else tile(R, 2, TILE_ARGS);
+
+/* Rows [0, mr) of C[·, 0..n) (mr ≤ MR), ldc-strided fp32, over the summed range [m0, m1). */
+static void band(int mr, int64_t n, const float *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1, const float *b0,
+                 int64_t ldb, float *c0, int64_t ldc) {
+    for (int64_t n0 = 0; n0 < n; n0 += 8 * NVMAX) {
+        const int64_t nn = n - n0 < 8 * NVMAX ? n - n0 : 8 * NVMAX;
+        const int nv = (int)((nn + 7) / 8);
+        const __m256i last = fl_avx2_lanes(nn - 8 * (nv - 1));
+        const float *b = b0 + n0;
+        float *c = c0 + n0;
+        switch (mr) {
+        case 1: TILE_NV(1); break;
+        case 2: TILE_NV(2); break;
+        case 3: TILE_NV(3); break;
+        case 4: TILE_NV(4); break;
+        case 5: TILE_NV(5); break;
+        default: TILE_NV(6); break;
+        }
+    }
+}
+
+/* The packers read a head's rows lds floats apart: in the GPT's packed qkv, 256 bytes of each 3 KiB token row,
+ * so nearly every row starts in another 4 KiB page, where the hardware prefetchers stop (cpu_nn_attn_bf16.c).
+ * Each packer asks for the lines of the row PF_ROWS ahead while it converts the current one. */
+#define PF_ROWS 8
+static inline void fetch_row(const float *row, int64_t cols) {
+    for (int64_t c = 0; c < cols; c += 16) _mm_prefetch((const char *)(row + c), _MM_HINT_T0);
+}
+
+/* dst[r, 0..ldd) = src[r, 0..cols) rounded, zeros up to ldd: an A operand (ars = ldd, ams = 1) or a B operand
+ * with rows along the summed dimension. */
+static void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t lds, float *dst, int64_t ldd) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (r + PF_ROWS < rows) fetch_row(src + (r + PF_ROWS) * lds, cols);
+        round_row(src + r * lds, cols, dst + r * ldd, ldd);
+    }
+}
+
+/* dst[c, r] = src[r, c] rounded, for c < cols and r < rows, zeros for r up to rows rounded up to 8: srcᵀ as a B
+ * operand (ldd ≥ that, a multiple of 8). Blocks of 8 × 8 are transposed in registers. */
+static void pack_t(const float *src, int64_t rows, int64_t cols, int64_t lds, float *dst, int64_t ldd) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+        for (int64_t f = r0 + 8; f < r0 + 16 && f < rows; f++) fetch_row(src + f * lds, cols);   /* the next block */
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            const __m256i k = fl_avx2_lanes(cols - c0);
+            __m256 u[8];
+            for (int i = 0; i < 8; i++)
+                u[i] = r0 + i < rows ? r16(_mm256_maskload_ps(src + (r0 + i) * lds + c0, k)) : _mm256_setzero_ps();
+            fl_avx2_transpose8(u);
+            for (int64_t m = 0; m < 8 && c0 + m < cols; m++) _mm256_storeu_ps(dst + (c0 + m) * ldd + r0, u[m]);
+        }
+    }
+}
+
+/* The shapes of one call: T and D rounded up to 8 (the packed rows' lengths). */
+typedef struct { int64_t T, D, Tp, Dp; } shape;
+static shape shape_of(int64_t T, int64_t D) { return (shape){ T, D, (T + 7) & ~(int64_t)7, (D + 7) & ~(int64_t)7 }; }
+/* Key columns that query rows [0, i1) need: up to i1 rounded up to 8 when causal (the row passes' vectors mask
+ * the rest), all T otherwise. */
+static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
+    const int64_t n = (i1 + 7) & ~(int64_t)7;
+    return causal && n < s->T ? n : s->T;
+}
+
+/* One head; q, k, v rows ldi apart, o rows ldo apart; w: fwd_floats(s) floats. */
+static void fwd_head(const float *q, const float *k, const float *v, int64_t ldi, float *o, int64_t ldo, float *att,
+                     const shape *s, float scale, int causal, float *w) {
+    const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
+    float *qr = w, *kt = qr + T * Dp, *vr = kt + D * Tp, *pr = vr + T * Dp;
+    pack_rows(q, T, D, ldi, qr, Dp);
+    pack_t(k, T, D, ldi, kt, Tp);
+    pack_rows(v, T, D, ldi, vr, Dp);
+    for (int64_t i0 = 0; i0 < T; i0 += MR) {
+        const int mr = (int)(T - i0 < MR ? T - i0 : MR);
+        const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
+        band(mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, att + i0 * T, T);   /* S = Q·Kᵀ */
+        for (int64_t i = i0; i < i1; i++) {
+            attn_softmax_row(att + i * T, causal ? i + 1 : T, T, scale);
+            round_row(att + i * T, kend, pr + i * Tp, (kend + 7) & ~(int64_t)7);
+        }
+        band(mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
+    }
+}
+
+/* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; w: bwd_floats(s) floats,
+ * the last MR·T of them the tile's rows of dP. */
+static void bwd_head(const float *q, const float *k, const float *v, int64_t ldi, const float *att, const float *dout,
+                     int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd, const shape *s, float scale, int causal,
+                     float *w) {
+    const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
+    float *dor = w, *vt = dor + T * Dp, *kr = vt + D * Tp, *qr = kr + T * Dp, *pr = qr + T * Dp, *sr = pr + T * Tp;
+    float *ds = sr + T * Tp;
+    pack_rows(dout, T, D, ldo, dor, Dp);
+    pack_t(v, T, D, ldi, vt, Tp);
+    pack_rows(k, T, D, ldi, kr, Dp);
+    pack_rows(q, T, D, ldi, qr, Dp);
+    /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) and P rounded into their rows, dQ = dS·K. Row i's rounded
+     * rows reach the key columns of its tile's nk, which covers every key tile that reads them below. */
+    for (int64_t i0 = 0; i0 < T; i0 += MR) {
+        const int mr = (int)(T - i0 < MR ? T - i0 : MR);
+        const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
+        band(mr, nk, dor + i0 * Dp, Dp, 1, 0, D, vt, Tp, ds, T);
+        for (int64_t i = i0; i < i1; i++) {
+            float *d = ds + (i - i0) * T;
+            attn_dsoftmax_row(att + i * T, d, causal ? i + 1 : T, T, scale);
+            round_row(d, nk, sr + i * Tp, (nk + 7) & ~(int64_t)7);
+            round_row(att + i * T, nk, pr + i * Tp, (nk + 7) & ~(int64_t)7);
+        }
+        band(mr, D, sr + i0 * Tp, Tp, 1, 0, kend, kr, Dp, dq + i0 * ldd, ldd);
+    }
+    /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
+    for (int64_t j0 = 0; j0 < T; j0 += MR) {
+        const int mr = (int)(T - j0 < MR ? T - j0 : MR);
+        const int64_t m0 = causal ? j0 : 0;
+        band(mr, D, pr + j0, 1, Tp, m0, T, dor, Dp, dv + j0 * ldd, ldd);
+        band(mr, D, sr + j0, 1, Tp, m0, T, qr, Dp, dk + j0 * ldd, ldd);
+    }
+}
+
+/* Floats of a thread's buffers: forward q, kᵀ, v, P; backward dO, vᵀ, k, q, P, dS, then MR rows of dP. */
+static int64_t fwd_floats(const shape *s) { return 2 * s->T * s->Dp + s->D * s->Tp + s->T * s->Tp; }
+static int64_t bwd_floats(const shape *s) { return 3 * s->T * s->Dp + s->D * s->Tp + 2 * s->T * s->Tp + MR * s->T; }
+
+static float *scratch(int64_t floats) {
+    const size_t bytes = ((size_t)floats * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes > 0 ? bytes : 64);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return (bh / H) * l.sb + (bh % H) * l.sh; }
+
+fl_status fl_cpu_attn_fma_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                 fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
+                                 float scale, int causal) {
+    const shape s = shape_of(T, D);
+    const int64_t BH = B * H, sa = T * T;
+    bool oom = false;
+    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
+    {
+        float *w = scratch(fwd_floats(&s));
+        oom = !w;
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const int64_t hi = head_at(in, bh, H);
+            if (w) fwd_head(q + hi, k + hi, v + hi, in.st, out + head_at(out_l, bh, H), out_l.st, att + bh * sa, &s,
+                            scale, causal, w);
+        }
+        free(w);
+    }
+    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}
+
+fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
+                                 const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                                 fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                 int causal) {
+    const shape s = shape_of(T, D);
+    const int64_t BH = B * H, sa = T * T;
+    bool oom = false;
+    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
+    {
+        float *w = scratch(bwd_floats(&s));
+        oom = !w;
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const int64_t hi = head_at(in, bh, H), hd = head_at(din, bh, H);
+            if (w)
+                bwd_head(q + hi, k + hi, v + hi, in.st, att + bh * sa, dout + head_at(out_l, bh, H), out_l.st, dq + hd,
+                         dk + hd, dv + hd, din.st, &s, scale, causal, w);
+        }
+        free(w);
+    }
+    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}
