@@ -320,6 +320,97 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     st->saturated += cnt.sat;
     st->nan += cnt.nan;
 }
+
+/* The same cast on 8 lanes with AVX2, for CPUs without AVX-512 (Zen 2/3, Intel client cores): q512_step with
+ * compares and blends in place of the mask registers. Every compare is signed, which is right here: a and xa
+ * have the sign bit cleared, and rn is only used where a is normal, where it is a small code. */
+typedef struct {
+    __m256i absm, inf, half, one, minn1, magic_i, maxc, ovf, nanc, b80, zero;
+    __m256 magic, vs;
+    __m128i shift;
+} q256_consts;
+
+__attribute__((target("avx2,popcnt"), always_inline))
+static inline __m256i q256_step(const q256_consts *c, __m256 x, __m256 vs, __m256i k, __m256 *vmax, q512_counts *n,
+                                const bool fin_scale) {
+    const __m256i xa = _mm256_and_si256(_mm256_castps_si256(x), c->absm);
+    *vmax = _mm256_max_ps(_mm256_castsi256_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
+    const __m256i u = _mm256_castps_si256(_mm256_mul_ps(x, vs));
+    const __m256i a = _mm256_and_si256(u, c->absm);
+    const __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(a, c->shift), c->one);
+    const __m256i rn = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, c->half), lsb), c->shift);
+    const __m256i rs = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), c->magic)), c->magic_i);
+    const __m256i is_nan = _mm256_cmpgt_epi32(a, c->inf);
+    const __m256i normal = _mm256_cmpgt_epi32(a, c->minn1);
+    const __m256i over = _mm256_andnot_si256(is_nan, _mm256_and_si256(normal, _mm256_cmpgt_epi32(rn, c->maxc)));
+    __m256i r = _mm256_blendv_epi8(rs, rn, normal);
+    r = _mm256_blendv_epi8(r, c->ovf, over);
+    r = _mm256_blendv_epi8(r, c->nanc, is_nan);
+    const __m256i xnan = _mm256_and_si256(k, fin_scale ? is_nan : _mm256_cmpgt_epi32(xa, c->inf));
+    const __m256i xfin = _mm256_and_si256(k, _mm256_cmpgt_epi32(c->inf, xa));
+    const __m256i zr = _mm256_andnot_si256(_mm256_cmpeq_epi32(xa, c->zero),
+                                           _mm256_and_si256(k, _mm256_cmpeq_epi32(r, c->zero)));
+    n->nan += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(xnan)));
+    n->sat += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(over, xfin))));
+    n->unf += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zr)));
+    return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), c->b80));
+}
+
+__attribute__((target("avx2,popcnt"), always_inline))
+static inline void quant_loop256(const q256_consts *c, const float *src, const float *vsc, uint8_t *dst, size_t n,
+                                 __m256 *vmax, q512_counts *cnt, const bool fin_scale) {
+    const __m256i all = _mm256_set1_epi32(-1);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) { /* 4 vectors → one 32-byte store */
+        __m256i r[4];
+        for (int v = 0; v < 4; v++)
+            r[v] = q256_step(c, _mm256_loadu_ps(src + i + 8 * v), vsc ? _mm256_loadu_ps(vsc + i + 8 * v) : c->vs, all,
+                             vmax, cnt, fin_scale);
+        /* codes are 0..255: two unsigned-saturating packs keep them, 128-bit lane l holding dwords l of r[0..3]
+         * in turn; one dword permute puts them in order */
+        const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+    for (; i < n; i += 8) {
+        const int64_t left = (int64_t)(n - i);
+        const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32(left >= 8 ? 8 : (int)left),
+                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 vs = vsc ? _mm256_maskload_ps(vsc + i, k) : c->vs;
+        uint32_t codes[8];
+        _mm256_storeu_si256((__m256i *)codes, q256_step(c, _mm256_maskload_ps(src + i, k), vs, k, vmax, cnt, fin_scale));
+        for (int64_t j = 0; j < left && j < 8; j++) dst[i + (size_t)j] = (uint8_t)codes[j];
+    }
+}
+
+__attribute__((target("avx2,popcnt")))
+static void quant_block_avx2(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
+                             float scale, const float *vsc, fl_overflow pol, fl_cast_stats *st) {
+    q256_consts c;
+    c.absm = _mm256_set1_epi32(0x7FFFFFFF); c.inf = _mm256_set1_epi32(0x7F800000);
+    c.half = _mm256_set1_epi32((int)(((1u << (P->shift - 1)) - 1u) - (P->rebias << P->shift)));
+    c.one = _mm256_set1_epi32(1);
+    c.minn1 = _mm256_set1_epi32((int)P->min_normal - 1);
+    c.magic_i = _mm256_set1_epi32((int)P->magic); c.maxc = _mm256_set1_epi32((int)P->max_code);
+    c.ovf = _mm256_set1_epi32((int)(pol == FL_IEEE ? P->ovf_ieee : P->max_code));
+    c.nanc = _mm256_set1_epi32((int)P->nan_code);
+    c.b80 = _mm256_set1_epi32(0x80);
+    c.zero = _mm256_setzero_si256();
+    c.magic = _mm256_castsi256_ps(c.magic_i); c.vs = _mm256_set1_ps(scale);
+    c.shift = _mm_cvtsi32_si128(P->shift);
+    __m256 vmax = _mm256_set1_ps(st->amax);
+    q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
+    if (vsc) quant_loop256(&c, src, vsc, dst, n, &vmax, &cnt, false);   /* scales unchecked: NaN from the source */
+    else if (scale > 0.0f && scale < INFINITY) quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, true);
+    else quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, false);
+    float m[8];
+    _mm256_storeu_ps(m, vmax);
+    float amax = m[0];
+    for (int j = 1; j < 8; j++) amax = m[j] > amax ? m[j] : amax;
+    st->amax = amax;
+    st->underflow += cnt.unf;
+    st->saturated += cnt.sat;
+    st->nan += cnt.nan;
+}
 #endif
 
 typedef void (*quant_block_fn)(const float *, uint8_t *, size_t, const fp8_params *, float, const float *,
@@ -333,9 +424,12 @@ int fl_format_has_avx512(void) {
 #endif
 }
 
+/* AUTO: AVX-512 where the CPU has it, else AVX2; AVX512 or AVX2 asked for: that kernel, or the portable one
+ * where the CPU has not got it. */
 static quant_block_fn pick_quant(int path) {
 #ifdef __x86_64__
-    if (path != FL_PATH_PORTABLE && fl_format_has_avx512()) return quant_block_avx512;
+    if ((path == FL_PATH_AUTO || path == FL_PATH_AVX512) && fl_format_has_avx512()) return quant_block_avx512;
+    if ((path == FL_PATH_AUTO || path == FL_PATH_AVX2) && __builtin_cpu_supports("avx2")) return quant_block_avx2;
 #endif
     return quant_block_portable;
 }
@@ -449,7 +543,7 @@ static float amax_avx512(const float *src, size_t n) {
 float fl_amax_f32_path(const float *src, size_t n, int path) {
     float (*fn)(const float *, size_t) = amax_portable;
 #ifdef __x86_64__
-    if (path != FL_PATH_PORTABLE && __builtin_cpu_supports("avx512f")) fn = amax_avx512;
+    if ((path == FL_PATH_AUTO || path == FL_PATH_AVX512) && __builtin_cpu_supports("avx512f")) fn = amax_avx512;
 #endif
     const bool par = par_ok(n);
     if (!par) return fn(src, n);

@@ -1,10 +1,11 @@
 /* format_internal.h — hooks into format.c for tests and benchmarks only: choose the quantize /
- * amax code path explicitly so the AVX-512 and portable kernels can be compared. */
+ * amax code path explicitly so the AVX-512, AVX2 and portable kernels can be compared (amax has no AVX2 kernel
+ * of its own: FL_PATH_AVX2 runs its portable loop, which the compiler vectorises). */
 #ifndef FL_FORMAT_INTERNAL_H
 #define FL_FORMAT_INTERNAL_H
 #include "format.h"
 
-enum { FL_PATH_AUTO = 0, FL_PATH_PORTABLE = 1, FL_PATH_AVX512 = 2 };
+enum { FL_PATH_AUTO = 0, FL_PATH_PORTABLE = 1, FL_PATH_AVX512 = 2, FL_PATH_AVX2 = 3 };
 
 /* 1 when this CPU can run the AVX-512 kernels (AVX-512 F and BW; FL_PATH_AVX512 falls back to portable otherwise). */
 int fl_format_has_avx512(void);
