@@ -43,13 +43,6 @@ static inline __m256i fp16_of(__m256i w, bool e5) {
     const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x3f80)), _mm256_set1_epi16(0x7e00));
     return _mm256_or_si256(_mm256_or_si256(mag, sign), nan);
 }
-static inline __m128i fp16_of8(__m128i w, bool e5) {
-    if (e5) return _mm_slli_epi16(w, 8);
-    const __m128i mag = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
-    const __m128i sign = _mm_and_si128(_mm_slli_epi16(w, 8), _mm_set1_epi16((short)0x8000));
-    const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x3f80)), _mm_set1_epi16(0x7e00));
-    return _mm_or_si128(_mm_or_si128(mag, sign), nan);
-}
 static inline __m256 widen(__m128i h, bool e5) {
     const __m256 v = _mm256_cvtph_ps(h);
     return e5 ? v : _mm256_mul_ps(v, _mm256_set1_ps(256.0f));
@@ -64,7 +57,7 @@ static inline __m256 dec8(const uint8_t *p, int64_t n, bool e5) {
         if (n > 0) memcpy(t, p, (size_t)n);
         v = _mm_loadl_epi64((const __m128i *)t);
     }
-    return widen(fp16_of8(_mm_cvtepu8_epi16(v), e5), e5);
+    return widen(_mm256_castsi256_si128(fp16_of(_mm256_castsi128_si256(_mm_cvtepu8_epi16(v)), e5)), e5);
 }
 
 /* n codes at p (as dec8) → 16 fp32 in *lo, *hi. */

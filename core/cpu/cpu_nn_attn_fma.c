@@ -198,55 +198,62 @@ static void bwd_head(const float *q, const float *k, const float *v, int64_t ldi
 static int64_t fwd_floats(const shape *s) { return 2 * s->T * s->Dp + s->D * s->Tp + s->T * s->Tp; }
 static int64_t bwd_floats(const shape *s) { return 3 * s->T * s->Dp + s->D * s->Tp + 2 * s->T * s->Tp + MR * s->T; }
 
-static float *scratch(int64_t floats) {
-    const size_t bytes = ((size_t)floats * sizeof(float) + 63) & ~(size_t)63;
-    float *p = aligned_alloc(64, bytes > 0 ? bytes : 64);
-    if (p) memset(p, 0, bytes);
-    return p;
-}
+/* Each head's job, on the thread that runs it, with that thread's zeroed buffer of `floats` floats. */
+typedef struct {
+    const float *q, *k, *v, *att, *dout;   /* att: P, read by the backward */
+    float *out, *p, *dq, *dk, *dv;          /* p: where the forward writes P */
+    fl_attn_layout in, out_l, din;
+    int64_t H;
+    shape s;
+    float scale;
+    int causal;
+} heads_job;
+typedef void head_fn(const heads_job *J, int64_t bh, float *w);
 
 static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return (bh / H) * l.sb + (bh % H) * l.sh; }
+
+static void fwd_one(const heads_job *J, int64_t bh, float *w) {
+    const int64_t hi = head_at(J->in, bh, J->H);
+    fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,
+             J->p + bh * J->s.T * J->s.T, &J->s, J->scale, J->causal, w);
+}
+static void bwd_one(const heads_job *J, int64_t bh, float *w) {
+    const int64_t hi = head_at(J->in, bh, J->H), hd = head_at(J->din, bh, J->H);
+    bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att + bh * J->s.T * J->s.T,
+             J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, J->dk + hd, J->dv + hd, J->din.st, &J->s,
+             J->scale, J->causal, w);
+}
+
+/* The B·H heads on the threads (one thread below FL_NN_PAR_MIN of work). */
+static fl_status run_heads(const heads_job *J, int64_t BH, int64_t floats, head_fn *fn) {
+    const size_t bytes = ((size_t)floats * sizeof(float) + 63) & ~(size_t)63;
+    bool oom = false;
+    #pragma omp parallel if (BH > 1 && BH * J->s.T * J->s.T * J->s.D > FL_NN_PAR_MIN) reduction(||:oom)
+    {
+        float *w = aligned_alloc(64, bytes > 0 ? bytes : 64);
+        oom = !w;
+        if (w) memset(w, 0, bytes);
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++)
+            if (w) fn(J, bh, w);
+        free(w);
+    }
+    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}
 
 fl_status fl_cpu_attn_fma_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
                                  float scale, int causal) {
-    const shape s = shape_of(T, D);
-    const int64_t BH = B * H, sa = T * T;
-    bool oom = false;
-    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
-    {
-        float *w = scratch(fwd_floats(&s));
-        oom = !w;
-        #pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < BH; bh++) {
-            const int64_t hi = head_at(in, bh, H);
-            if (w) fwd_head(q + hi, k + hi, v + hi, in.st, out + head_at(out_l, bh, H), out_l.st, att + bh * sa, &s,
-                            scale, causal, w);
-        }
-        free(w);
-    }
-    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+    const heads_job J = { .q = q, .k = k, .v = v, .p = att, .out = out, .in = in, .out_l = out_l, .H = H,
+                          .s = shape_of(T, D), .scale = scale, .causal = causal };
+    return run_heads(&J, B * H, fwd_floats(&J.s), fwd_one);
 }
 
 fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                  int causal) {
-    const shape s = shape_of(T, D);
-    const int64_t BH = B * H, sa = T * T;
-    bool oom = false;
-    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
-    {
-        float *w = scratch(bwd_floats(&s));
-        oom = !w;
-        #pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < BH; bh++) {
-            const int64_t hi = head_at(in, bh, H), hd = head_at(din, bh, H);
-            if (w)
-                bwd_head(q + hi, k + hi, v + hi, in.st, att + bh * sa, dout + head_at(out_l, bh, H), out_l.st, dq + hd,
-                         dk + hd, dv + hd, din.st, &s, scale, causal, w);
-        }
-        free(w);
-    }
-    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+    const heads_job J = { .q = q, .k = k, .v = v, .att = att, .dout = dout, .dq = dq, .dk = dk, .dv = dv, .in = in,
+                          .out_l = out_l, .din = din, .H = H, .s = shape_of(T, D), .scale = scale, .causal = causal };
+    return run_heads(&J, B * H, bwd_floats(&J.s), bwd_one);
 }

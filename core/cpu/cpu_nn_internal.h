@@ -17,8 +17,8 @@
 /* bf16 attention (cpu_nn_attn_bf16.c): heads with AVX-512 BF16 dot products, as fl_cpu_sdpa_causal_fwd/bwd
  * specify under bf16, or where the CPU has not got them (or fl_cpu_avx512() disallows AVX-512) the AVX2 + FMA
  * family below; FL_ENOMEM when a thread's buffers cannot be had. Used when available (one of the families
- * runs here and the flag is set: tests and the benchmark clear it to run the batched GEMMs instead). The plain forms take contiguous [BH, T, D] heads; the _at forms read and
- * write heads where a layout puts them (e.g. q, k and v inside one packed [B, T, 3C] tensor), so no
+ * runs here and the flag is set: tests and the benchmark clear it to run the batched GEMMs instead). The plain
+ * forms take contiguous [BH, T, D] heads; the _at forms read and write heads where a layout puts them (e.g. q, k and v inside one packed [B, T, 3C] tensor), so no
  * copies are made. att is always contiguous [B·H, T, T]. */
 typedef struct { int64_t sb, sh, st; } fl_attn_layout;   /* head (b, h), row t, column d at b·sb + h·sh + t·st + d */
 extern _Atomic bool fl_cpu_attn_bf16_allowed;
@@ -29,24 +29,21 @@ fl_status fl_cpu_attn_bf16_bwd(const float *q, const float *k, const float *v, c
                                float *dq, float *dk, float *dv, int64_t BH, int64_t T, int64_t D, float scale,
                                int causal);
 /* in: where q, k, v are (each pointer is its part's base); out: where out (forward) or dout (backward) is;
- * din: where dq, dk, dv go. */
-fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
-                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
-                                  float scale, int causal);
-fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
-                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
-                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                                  int causal);
+ * din: where dq, dk, dv go. Both kernel families have these two forms. */
+typedef fl_status fl_attn_fwd_at_fn(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                    fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
+                                    float scale, int causal);
+typedef fl_status fl_attn_bwd_at_fn(const float *q, const float *k, const float *v, fl_attn_layout in,
+                                    const float *att, const float *dout, fl_attn_layout out_l, float *dq, float *dk,
+                                    float *dv, fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D,
+                                    float scale, int causal);
+fl_attn_fwd_at_fn fl_cpu_attn_bf16_fwd_at;
+fl_attn_bwd_at_fn fl_cpu_attn_bf16_bwd_at;
 /* The same on CPUs without AVX-512 BF16 (cpu_nn_attn_fma.c: AVX2 + FMA on operands rounded to bf16 and kept in
  * fp32), which the entries above call there; usable where the CPU has AVX2 and FMA. */
 bool fl_cpu_attn_fma_usable(void);
-fl_status fl_cpu_attn_fma_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
-                                 fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
-                                 float scale, int causal);
-fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
-                                 const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
-                                 fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                                 int causal);
+fl_attn_fwd_at_fn fl_cpu_attn_fma_fwd_at;
+fl_attn_bwd_at_fn fl_cpu_attn_fma_bwd_at;
 
 /* e^x to ~1 ulp over the whole float range: e^x = 2^k·e^r with |r| <= ln2/2 and Cephes' degree-6
  * polynomial. 2^k is built from two exponent fields (k split in halves) so subnormal results are
