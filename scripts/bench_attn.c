@@ -1,6 +1,7 @@
 /* bench_attn.c — one call of CPU bf16 attention (fl_cpu_sdpa_causal_fwd / _bwd with bf16 = true), the
- * per-head AVX-512 BF16 kernels (cpu_nn_attn_bf16.c) against the batched GEMMs they replace, best of R
- * repetitions. GFLOP/s counts 4·B·H·T²·D forward and twice that backward (the full, unmasked products).
+ * per-head kernels (cpu_nn_attn_bf16.c with AVX-512 BF16, else its AVX2 + FMA family cpu_nn_attn_fma.c) against
+ * the batched GEMMs they replace, best of R repetitions. GFLOP/s counts 4·B·H·T²·D forward and twice that
+ * backward (the full, unmasked products).
  * Usage: bench_attn [B H T D causal R PATH [MODE]] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
  * threads from OMP_NUM_THREADS. MODE holds "cold" and/or "packed" (e.g. cold,packed). cold: a 64 MiB buffer is
  * written before each timed call, so the operands come from memory as in a training step, where the GEMMs around
@@ -62,7 +63,7 @@ int main(int argc, char **argv) {
         fl_cpu_attn_bf16_allowed = path == 0;
         const char *name = path == 0 ? "kernel" : "gemm";
         if (strcmp(only, "both") && strcmp(only, name)) continue;
-        if (path == 0 && !fl_cpu_attn_bf16_available()) { printf("attn path=kernel unavailable (no AVX-512 BF16)\n"); continue; }
+        if (path == 0 && !fl_cpu_attn_bf16_available()) { printf("attn path=kernel unavailable (neither AVX-512 BF16 nor AVX2 + FMA)\n"); continue; }
         double best[2] = { 1e30, 1e30 };
         for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */
             if (cold) bench_evict();
