@@ -1,8 +1,9 @@
 /* cpu_nn_attn_bf16.c — bf16 attention (bf16 autocast) with AVX-512 BF16 `vdpbf16ps` (the entries hand CPUs
- * without it to cpu_nn_attn_fma.c), one (b, h) head per thread: the head's operands are rounded to bf16 (RNE, as fl_f32_to_bf16) into thread-local packed
- * buffers, each product is a register-blocked small GEMM accumulating in fp32, and the row passes (softmax
- * forward, dS backward) run between them on tiles of query rows that are still in cache. Causal heads skip
- * the key blocks above the diagonal. A head's arithmetic does not depend on the thread count. */
+ * without it to cpu_nn_attn_fma.c), one (b, h) head per thread: the head's operands are rounded to bf16 (RNE,
+ * as fl_f32_to_bf16) into thread-local packed buffers, each product is a register-blocked small GEMM
+ * accumulating in fp32, and the row passes (softmax forward, dS backward) run between them on tiles of query
+ * rows that are still in cache. Causal heads skip the key blocks above the diagonal. A head's arithmetic does
+ * not depend on the thread count. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "bf16_x86.h"
@@ -26,7 +27,9 @@ _Atomic bool fl_cpu_attn_bf16_allowed = true;
 /* Whether this family runs here; else the AVX2 + FMA one (cpu_nn_attn_fma.c) takes the calls. */
 static bool own_family(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
-bool fl_cpu_attn_bf16_available(void) { return fl_cpu_attn_bf16_allowed && (own_family() || fl_cpu_attn_fma_usable()); }
+bool fl_cpu_attn_bf16_available(void) {
+    return fl_cpu_attn_bf16_allowed && (own_family() || fl_cpu_attn_fma_usable());
+}
 
 /* c[r, 0..16·NV) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the columns in `last`. */
 ATTN16_INLINE void tile(const int mr, const int nv, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0,
@@ -258,9 +261,9 @@ ATTN16_INLINE float row_dot(const float *p, const float *d, int64_t n) {
 
 /* Query rows i and i + 1 of dS (one: row i alone, the pairs' upper halves zero) from their rows of P (p0, p1)
  * and dP (d0, d1): dS[j] = scale·p[j]·(d[j] − Σ p·d) over the live length of p (up to its last nonzero
- * probability, which is below n0, n1), zeros beyond: cpu_nn_internal.h's attn_dsoftmax_row with tree reductions. Written
- * only rounded to bf16: rows g0, g1 [0, w) for dQ, and for the key tiles the pair words of dS (gp) and of P
- * (pp) for columns [0, wp), wp ≥ w a multiple of 16. */
+ * probability, which is below n0, n1), zeros beyond: cpu_nn_internal.h's attn_dsoftmax_row with tree
+ * reductions. Written only rounded to bf16: rows g0, g1 [0, w) for dQ, and for the key tiles the pair words of dS
+ * (gp) and of P (pp) for columns [0, wp), wp ≥ w a multiple of 16. */
 ATTN16_INLINE void dsoftmax_pair(const float *p0, const float *d0, const float *p1, const float *d1, bool one,
                                  int64_t n0, int64_t n1, int64_t T, float scale, uint16_t *g0, uint16_t *g1, int64_t w,
                                  uint32_t *gp, uint32_t *pp, int64_t wp) {
