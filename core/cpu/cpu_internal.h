@@ -52,11 +52,7 @@ fl_status fl_cpu_matmul_scaled(fl_tensor *dst, const fl_tensor *a, const fl_tens
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
                           const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
 /* The same with bf16 operands (bits), fp32 accumulation and result; FL_EDEVICE where oneDNN has no bf16 kernel
- * (2.6 on a CPU without AVX-512). fl_cpu_gemm_bf16_native: whether it has one here (probed once; false while
- * fl_cpu_gemm_bf16_native_allowed is cleared, as tests do), so callers take fp32 GEMMs on operands rounded to bf16
- * instead. */
-extern _Atomic bool fl_cpu_gemm_bf16_native_allowed;
-bool fl_cpu_gemm_bf16_native(void);
+ * (2.6 on a CPU without AVX-512). */
 fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,
                            bool ta, const uint16_t *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
 /* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not

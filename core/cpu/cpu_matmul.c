@@ -7,7 +7,6 @@
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <stdatomic.h>
 #include <string.h>
 
 /* What a primitive is made for. Leading dims and batch strides in elements; the contiguous defaults
@@ -238,8 +237,6 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
     return st;
 }
 
-_Atomic bool fl_cpu_gemm_bf16_native_allowed = true;
-
 static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                           int64_t sa, bool ta, const void *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc,
                           int64_t sc) {
@@ -248,32 +245,14 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
     mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb, 0 };
     bool ran = false;
     FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
-    if (ran) return FL_OK;
-    return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]", fl_format(in)->name,
-                  (long long)batch, (long long)m, (long long)n, (long long)k);
+    if (!ran) return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]",
+                            fl_format(in)->name, (long long)batch, (long long)m, (long long)n, (long long)k);
+    return FL_OK;
 }
 
 fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int64_t sa, bool ta,
                           const float *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc) {
     return gemm_raw(FL_F32, batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
-}
-
-bool fl_cpu_gemm_bf16_native(void) {
-    static _Atomic int probed;   /* 0: not yet, 1: a kernel, 2: none */
-    if (!fl_cpu_gemm_bf16_native_allowed) return false;
-    int p = atomic_load(&probed);
-    if (p == 0) {
-        const mm_key key = { 1, 1, 16, 16, 16, 16, 16, 16, 256, 256, 256, dnnl_bf16, dnnl_bf16, dnnl_f32, 0, 0, 0 };
-        mm_entry *e = NULL;
-        bool unimpl = true;
-        pthread_mutex_lock(&mm.lock);
-        fl_status st = mm_init();
-        if (st == FL_OK) st = mm_get(&e, &key, &unimpl);
-        pthread_mutex_unlock(&mm.lock);
-        p = st == FL_OK && !unimpl ? 1 : 2;
-        atomic_store(&probed, p);
-    }
-    return p == 1;
 }
 
 fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,

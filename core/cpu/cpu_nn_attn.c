@@ -5,9 +5,9 @@
  * fixed-order sums, so results do not depend on the thread count. The per-row loops at the end are
  * the fallback when a GEMM cannot run (out of memory, no oneDNN kernel). With bf16 (bf16 autocast) the
  * GEMMs take bf16 operands — the rounded copies are made once per call, P and dS block by block after
- * their row pass — and accumulate in fp32 (where oneDNN has no bf16 kernel, fp32 GEMMs on copies rounded to bf16:
- * the same sums); the fallback rounds the same operands. On CPUs with AVX-512 BF16, bf16 calls go to the
- * per-head kernels of cpu_nn_attn_bf16.c first. */
+ * their row pass — and accumulate in fp32; the fallback rounds the same operands (it also runs where oneDNN has no
+ * bf16 kernel: 2.6 on a CPU without AVX-512). bf16 calls go to the per-head kernels of cpu_nn_attn_bf16.c (or
+ * its AVX2 + FMA family, cpu_nn_attn_fma.c) first. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include <stdlib.h>
@@ -204,8 +204,7 @@ static void rows_to_bf16(const float *src, uint16_t *dst, int64_t BH, int64_t T,
 }
 
 /* n floats rounded to bf16 and kept in fp32 (r may be x), through a bf16 buffer on the stack: what the bf16
- * GEMMs' operands hold, for the fp32 GEMMs that stand in for them where oneDNN has no bf16 kernel (a CPU
- * without AVX-512): the same exact products, summed in fp32. */
+ * GEMMs' operands hold, for the per-row fallback. */
 static void round_span(const float *x, float *r, int64_t n) {
     uint16_t h[1024];
     for (int64_t i = 0; i < n; i += 1024) {
@@ -226,45 +225,30 @@ static float *rounded_f32(const float *x, int64_t n) {
     return r;
 }
 
-/* Rows [i0, i1) of every head's [T, T] matrix src rounded to bf16 into dst (fp32, same layout). */
-static void rows_rounded(const float *src, float *dst, int64_t BH, int64_t T, int64_t i0, int64_t i1) {
-    #pragma omp parallel for if (BH > 1 && BH * (i1 - i0) * T > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t bh = 0; bh < BH; bh++) round_span(src + bh * T * T + i0 * T, dst + bh * T * T + i0 * T, (i1 - i0) * T);
-}
-
 /* Per row block: S = Q·Kᵀ into att, softmax in place, O = P·V. bf16: on bf16 copies of Q, K, V and of
- * each block of P, or where oneDNN has no bf16 kernel on rounded fp32 copies (round_span). */
+ * each block of P. */
 static fl_status sdpa_fwd_gemm(const float *q, const float *k, const float *v, float *out, float *att,
                                int64_t BH, int64_t T, int64_t D, float scale, int causal, bool bf16) {
     const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb, sq = T * D, sa = T * T;
-    const bool wide = bf16 && !fl_cpu_gemm_bf16_native();
-    const gemm_mode g = { bf16 && !wide };
+    const gemm_mode g = { bf16 };
     uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *p16 = NULL;
-    float *qw = NULL, *kw = NULL, *vw = NULL, *pw = NULL;
     fl_status st = FL_OK;
-    if (g.bf16) {
+    if (bf16) {
         q16 = bf16_copy(q, BH * sq); k16 = bf16_copy(k, BH * sq); v16 = bf16_copy(v, BH * sq);
         p16 = malloc((size_t)(BH * sa) * sizeof(uint16_t));
         if (!q16 || !k16 || !v16 || !p16) st = FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 operands");
-    } else if (wide) {
-        qw = rounded_f32(q, BH * sq); kw = rounded_f32(k, BH * sq); vw = rounded_f32(v, BH * sq);
-        pw = malloc((size_t)(BH * sa) * sizeof(float));
-        if (!qw || !kw || !vw || !pw) st = FL_ERR(FL_ENOMEM, "attention: out of memory for rounded operands");
     }
-    const float *qa = wide ? qw : q, *ka = wide ? kw : k, *va = wide ? vw : v, *pa = wide ? pw : att;
     for (int64_t i0 = 0; i0 < T && st == FL_OK; i0 += Tb) {
         const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, m = i1 - i0, nk = causal ? i1 : T;
-        st = gemm(g, BH, m, nk, D, qa + i0 * D, q16 ? q16 + i0 * D : NULL, D, sq, false, ka, k16, D, sq, true, att + i0 * T,
+        st = gemm(g, BH, m, nk, D, q + i0 * D, q16 ? q16 + i0 * D : NULL, D, sq, false, k, k16, D, sq, true, att + i0 * T,
                   T, sa);
         if (st != FL_OK) break;
         row_pass(NULL, att, BH, T, i0, i1, scale, causal);
-        if (g.bf16) rows_to_bf16(att, p16, BH, T, i0, i1);
-        if (wide) rows_rounded(att, pw, BH, T, i0, i1);
-        st = gemm(g, BH, m, D, nk, pa + i0 * T, p16 ? p16 + i0 * T : NULL, T, sa, false, va, v16, D, sq, false,
+        if (bf16) rows_to_bf16(att, p16, BH, T, i0, i1);
+        st = gemm(g, BH, m, D, nk, att + i0 * T, p16 ? p16 + i0 * T : NULL, T, sa, false, v, v16, D, sq, false,
                   out + i0 * D, D, sq);
     }
     free(q16); free(k16); free(v16); free(p16);
-    free(qw); free(kw); free(vw); free(pw);
     return st;
 }
 
@@ -275,45 +259,34 @@ static fl_status sdpa_bwd_gemm(const float *q, const float *k, const float *v, c
                                float *dq, float *dk, float *dv, float *ds, int64_t BH, int64_t T, int64_t D,
                                float scale, int causal, bool bf16) {
     const int64_t nb = attn_nblocks(T, causal), Tb = (T + nb - 1) / nb, sq = T * D, sa = T * T;
-    const bool wide = bf16 && !fl_cpu_gemm_bf16_native();
-    const gemm_mode g = { bf16 && !wide };
+    const gemm_mode g = { bf16 };
     uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL, *p16 = NULL, *s16 = NULL;
-    float *qw = NULL, *kw = NULL, *vw = NULL, *ow = NULL, *pw = NULL, *sw = NULL;
     fl_status st = FL_OK;
-    if (g.bf16) {
+    if (bf16) {
         q16 = bf16_copy(q, BH * sq); k16 = bf16_copy(k, BH * sq); v16 = bf16_copy(v, BH * sq);
         o16 = bf16_copy(dout, BH * sq); p16 = bf16_copy(att, BH * sa);
         s16 = malloc((size_t)(BH * sa) * sizeof(uint16_t));
         if (!q16 || !k16 || !v16 || !o16 || !p16 || !s16) st = FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 operands");
-    } else if (wide) {
-        qw = rounded_f32(q, BH * sq); kw = rounded_f32(k, BH * sq); vw = rounded_f32(v, BH * sq);
-        ow = rounded_f32(dout, BH * sq); pw = rounded_f32(att, BH * sa);
-        sw = malloc((size_t)(BH * sa) * sizeof(float));
-        if (!qw || !kw || !vw || !ow || !pw || !sw) st = FL_ERR(FL_ENOMEM, "attention: out of memory for rounded operands");
     }
-    const float *qa = wide ? qw : q, *ka = wide ? kw : k, *va = wide ? vw : v, *oa = wide ? ow : dout;
-    const float *pa = wide ? pw : att, *dsa = wide ? sw : ds;
     for (int64_t i0 = 0; i0 < T && st == FL_OK; i0 += Tb) {
         const int64_t i1 = i0 + Tb < T ? i0 + Tb : T, m = i1 - i0, nk = causal ? i1 : T;
-        st = gemm(g, BH, m, nk, D, oa + i0 * D, o16 ? o16 + i0 * D : NULL, D, sq, false, va, v16, D, sq, true,
+        st = gemm(g, BH, m, nk, D, dout + i0 * D, o16 ? o16 + i0 * D : NULL, D, sq, false, v, v16, D, sq, true,
                   ds + i0 * T, T, sa);
         if (st != FL_OK) break;
         row_pass(att, ds, BH, T, i0, i1, scale, causal);
-        if (g.bf16) rows_to_bf16(ds, s16, BH, T, i0, i1);
-        if (wide) rows_rounded(ds, sw, BH, T, i0, i1);
-        st = gemm(g, BH, m, D, nk, dsa + i0 * T, s16 ? s16 + i0 * T : NULL, T, sa, false, ka, k16, D, sq, false,
+        if (bf16) rows_to_bf16(ds, s16, BH, T, i0, i1);
+        st = gemm(g, BH, m, D, nk, ds + i0 * T, s16 ? s16 + i0 * T : NULL, T, sa, false, k, k16, D, sq, false,
                   dq + i0 * D, D, sq);
     }
     for (int64_t j0 = 0; j0 < T && st == FL_OK; j0 += Tb) {
         const int64_t j1 = j0 + Tb < T ? j0 + Tb : T, m = j1 - j0, r0 = causal ? j0 : 0;
-        st = gemm(g, BH, m, D, T - r0, pa + r0 * T + j0, p16 ? p16 + r0 * T + j0 : NULL, T, sa, true, oa + r0 * D,
+        st = gemm(g, BH, m, D, T - r0, att + r0 * T + j0, p16 ? p16 + r0 * T + j0 : NULL, T, sa, true, dout + r0 * D,
                   o16 ? o16 + r0 * D : NULL, D, sq, false, dv + j0 * D, D, sq);
         if (st == FL_OK)
-            st = gemm(g, BH, m, D, T - r0, dsa + r0 * T + j0, s16 ? s16 + r0 * T + j0 : NULL, T, sa, true, qa + r0 * D,
+            st = gemm(g, BH, m, D, T - r0, ds + r0 * T + j0, s16 ? s16 + r0 * T + j0 : NULL, T, sa, true, q + r0 * D,
                       q16 ? q16 + r0 * D : NULL, D, sq, false, dk + j0 * D, D, sq);
     }
     free(q16); free(k16); free(v16); free(o16); free(p16); free(s16);
-    free(qw); free(kw); free(vw); free(ow); free(pw); free(sw);
     return st;
 }
 
