@@ -7,7 +7,10 @@
  * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE]], MODE holding "mlp" and/or "cold" (e.g. cold,mlp). mlp:
  * the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: a 64 MiB buffer is
  * written before each timed call (bench_util.h), so the operands and C come from memory as in a training step. Prints one line per GEMM and path:
- * new: only the new path. peak: the fraction of the kernel family's limit per thread, as scripts/bench_peak.c measured
+ * new: only the new path. bf16: the same twelve GEMMs on bf16 operands through the device's matmul entry instead,
+ * as a bf16-autocast step runs them, three paths: "fp32" (oneDNN's fp32 GEMM on fp32 operands: the fp32 step's),
+ * "widen" (fl_cpu_half_mm_allowed cleared: where oneDNN has no bf16 kernel, both operands widened to fp32 copies
+ * for that GEMM), "own" (the device's choice: on CPUs without AVX-512, fl_cpu_half_mm). peak: the fraction of the kernel family's limit per thread, as scripts/bench_peak.c measured
  * it: vdpbf16ps 235 GF/s (avx512_bf16, Zen 4), fp32 FMA 90 GF/s (avx2_fma, Zen 3).
  *   fp8gemm gemm=fprop in=256 out=768 ... path=new family=avx2_fma threads=1 cache=warm ms=... gflops=... peak=0.xx */
 #include <omp.h>
@@ -36,6 +39,76 @@ static fl_tensor *rand_fp8(int64_t r, int64_t c, fl_dtype fmt, uint64_t seed) {
     }
     *(float *)fl_tensor_data(t->scale_inv) = 0.01f;
     return t;
+}
+
+/* [1, r, c] of type dt (bf16 or fp32) with moderate values */
+static fl_tensor *rand_wide(int64_t r, int64_t c, fl_dtype dt, uint64_t seed) {
+    int64_t shape[3] = { 1, r, c };
+    fl_tensor *f = NULL, *t = NULL;
+    if (fl_tensor_empty(&f, FL_F32, 3, shape, FL_DEV_CPU) != FL_OK) return NULL;
+    float *d = fl_tensor_data(f);
+    for (int64_t i = 0; i < r * c; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        d[i] = (float)((int)(seed >> 40) % 2001 - 1000) * 1e-3f;
+    }
+    if (dt == FL_F32) return f;
+    fl_status st = fl_tensor_to(&t, f, dt);
+    fl_tensor_release(f);
+    return st == FL_OK ? t : NULL;
+}
+
+static fl_tensor *tr3(const fl_tensor *t) {
+    fl_tensor *v = NULL;
+    return fl_tensor_transpose(&v, t, 1, 2) == FL_OK ? v : NULL;
+}
+
+/* min seconds of `reps` calls of the device's matmul entry */
+static double time_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool cold, int reps) {
+    double best = 1e30;
+    for (int i = 0; i < reps + 1; i++) {
+        if (cold) bench_evict();
+        double t0 = now();
+        fl_status st = fl_cpu_device()->matmul(dst, a, b);
+        double t = now() - t0;
+        if (st != FL_OK) { fprintf(stderr, "matmul: %s\n", fl_last_error()); exit(1); }
+        if (i > 0 && t < best) best = t;
+    }
+    return best;
+}
+
+/* The bf16 mode: the twelve GEMMs in bf16 (and fp32) through the device's matmul entry. */
+static int bench_bf16(int reps, bool cold) {
+    const int T = 2048, gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } };
+    const int threads = omp_get_max_threads();
+    double tot[3] = { 0, 0, 0 };
+    for (int l = 0; l < 4; l++) {
+        const int in = gpt[l][0], out = gpt[l][1];
+        for (int p = 0; p < 3; p++) {
+            const fl_dtype dt = p == 0 ? FL_F32 : FL_BF16;
+            fl_tensor *X = rand_wide(T, in, dt, 1 + l), *W = rand_wide(out, in, dt, 11 + l), *dY = rand_wide(T, out, dt, 21 + l);
+            fl_tensor *Wt = tr3(W), *dYt = tr3(dY);
+            struct { const char *name; const fl_tensor *a, *b; } g[3] = { { "fprop", X, Wt }, { "dgrad", dY, W }, { "wgrad", dYt, X } };
+            for (int k = 0; k < 3; k++) {
+                int64_t shape[3] = { 1, g[k].a->shape[1], g[k].b->shape[2] };
+                fl_tensor *dst = NULL;
+                fl_tensor_empty(&dst, FL_F32, 3, shape, FL_DEV_CPU);
+                const double flops = 2.0 * (double)shape[1] * (double)shape[2] * (double)g[k].a->shape[2];
+                const char *path[3] = { "fp32", "widen", "own" };
+                fl_cpu_half_mm_allowed = p == 2;
+                double s = time_matmul(dst, g[k].a, g[k].b, cold, reps);
+                tot[p] += s;
+                printf("bf16gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d cache=%s ms=%.3f gflops=%.1f peak=%.2f\n",
+                       g[k].name, in, out, (long long)shape[1], (long long)shape[2], (long long)g[k].a->shape[2], path[p],
+                       threads, cold ? "cold" : "warm", 1e3 * s, flops / s * 1e-9, flops / s * 1e-9 / (90.0 * threads));
+                fl_tensor_release(dst);
+            }
+            fl_tensor *all[] = { X, W, dY, Wt, dYt };
+            for (int i = 0; i < 5; i++) fl_tensor_release(all[i]);
+        }
+    }
+    printf("bf16gemm total threads=%d fp32_ms=%.3f widen_ms=%.3f own_ms=%.3f\n", threads, 1e3 * tot[0], 1e3 * tot[1], 1e3 * tot[2]);
+    fl_cpu_half_mm_allowed = true;
+    return 0;
 }
 
 static fl_tensor *tr(const fl_tensor *t) {
@@ -67,9 +140,10 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
-    static const char *const modes[] = { "mlp", "cold", "new" };
-    const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 3) : 0;
+    static const char *const modes[] = { "mlp", "cold", "new", "bf16" };
+    const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 4) : 0;
     const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
+    if (mode & 8) return bench_bf16(reps, cold);
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
     const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
     const int (*lin)[2] = mlp ? mlps : gpt;

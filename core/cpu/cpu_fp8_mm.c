@@ -3,7 +3,8 @@
  * group of rows at a time; the scales (per tensor, or per row of a and per column of b: rowwise scaling) and the
  * bias are applied as C is stored. Each element is summed over K in a fixed order whichever thread makes it (a
  * split by rows hands row groups out with work stealing, K block by K block), so results do not depend on the
- * thread count; they do depend on the family (AVX512_BF16 sums pairs of products, AVX2 one product at a time). */
+ * thread count; they do depend on the family (AVX512_BF16 sums pairs of products, AVX2 one product at a time).
+ * The same driver runs the AVX2 + FMA family on bf16 and fp16 operands (fl_cpu_half_mm). */
 #include "cpu_fp8_mm.h"
 #include <omp.h>
 #include <stdlib.h>
@@ -116,6 +117,21 @@ static const float *mm_scales(const fl_tensor *t, int axis, int64_t n, bool *vec
     return fl_tensor_data(s);
 }
 
+/* J's layouts from the strides of a [M, K] and b [K, N] (as0, as1: a's row and column strides; bs0, bs1: b's):
+ * K-contiguous rows, or the transposed view of a contiguous [K, M]; likewise b. With a dim of 1 both readings
+ * fit and either is right (the other stride is never used). False: a layout the families do not read. */
+static bool mm_layout(mm_job *J, int64_t as0, int64_t as1, int64_t bs0, int64_t bs1) {
+    if (as1 == 1 && (as0 == J->K || J->M == 1)) J->lda = J->K;
+    else if (as0 == 1 && (as1 == J->M || J->K == 1)) J->a_mcontig = true, J->lda = J->M;
+    else return false;
+    if (bs1 == 1 && (bs0 == J->N || J->K == 1)) J->ldb = J->N;
+    else if (bs0 == 1 && (bs1 == J->K || J->N == 1)) J->b_kcontig = true, J->ldb = J->K;
+    else return false;
+    return true;
+}
+
+static fl_status mm_execute(const mm_job *jp);
+
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
     *done = false;
     const mm_kernel *F = fl_cpu_fp8_mm_allowed ? mm_pick() : NULL;
@@ -123,7 +139,8 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     if (a->ndim != 2 || b->ndim != 2 || dst->ndim != 2 || dst->dtype != FL_F32 || !fl_tensor_is_contiguous(dst) ||
         !fl_format(a->dtype)->is_fp8 || !fl_format(b->dtype)->is_fp8 || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
         return FL_OK;
-    mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .bias = bias, .kern = F };
+    mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .bias = bias,
+                 .kern = F, .half = FL_DTYPE_COUNT };
     if (a->shape[0] != J.M || b->shape[0] != J.K || b->shape[1] != J.N || J.K == 0) return FL_OK;
     bool ra, cb;
     const float *sa = mm_scales(a, 0, J.M, &ra), *sb = mm_scales(b, 1, J.N, &cb);
@@ -133,19 +150,58 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     J.scale = sa[0] * sb[0];
     J.rs = ra ? sa : NULL;
     J.cs = cb ? sb : NULL;
-    /* a [M, K]: K-contiguous rows, or the transposed view of a contiguous [K, M]; likewise b. With a dim of 1
-     * both readings fit and either is right (the other stride is never used). */
-    if (a->stride[1] == 1 && (a->stride[0] == J.K || J.M == 1)) J.lda = J.K;
-    else if (a->stride[0] == 1 && (a->stride[1] == J.M || J.K == 1)) J.a_mcontig = true, J.lda = J.M;
-    else return FL_OK;
-    if (b->stride[1] == 1 && (b->stride[0] == J.N || J.K == 1)) J.ldb = J.N;
-    else if (b->stride[0] == 1 && (b->stride[1] == J.K || J.N == 1)) J.b_kcontig = true, J.ldb = J.K;
-    else return FL_OK;
+    if (!mm_layout(&J, a->stride[0], a->stride[1], b->stride[0], b->stride[1])) return FL_OK;
     FL_TRY(fl_check_interrupt());
     J.a = fl_tensor_data(a);
     J.b = fl_tensor_data(b);
     J.e5_a = a->dtype == FL_E5M2;
     J.e5_b = b->dtype == FL_E5M2;
+    FL_TRY(mm_execute(&J));
+    *done = true;
+    return FL_OK;
+}
+
+_Atomic bool fl_cpu_half_mm_allowed = true;
+
+fl_status fl_cpu_half_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
+    *done = false;
+    if (!fl_cpu_half_mm_allowed || !fl_mm_fma.usable()) return FL_OK;
+    if (a->ndim != 3 || b->ndim != 3 || dst->ndim != 3 || a->dtype != b->dtype ||
+        (a->dtype != FL_BF16 && a->dtype != FL_F16) || (dst->dtype != FL_F32 && dst->dtype != a->dtype) ||
+        !fl_tensor_is_contiguous(dst) || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
+        return FL_OK;
+    const int64_t B = dst->shape[0];
+    mm_job J = { .M = dst->shape[1], .N = dst->shape[2], .K = a->shape[2], .scale = 1.0f, .sa0 = 1.0f, .sb0 = 1.0f,
+                 .kern = &fl_mm_fma, .half = a->dtype };
+    if (a->shape[1] != J.M || b->shape[1] != J.K || b->shape[2] != J.N || J.K == 0 ||
+        (a->shape[0] != B && a->shape[0] != 1) || (b->shape[0] != B && b->shape[0] != 1) ||
+        !mm_layout(&J, a->stride[1], a->stride[2], b->stride[1], b->stride[2]))
+        return FL_OK;
+    FL_TRY(fl_check_interrupt());
+    /* fp32 C: dst itself, or one batch entry's scratch rounded into a 16-bit dst as fl_cpu_store rounds */
+    float *tmp = NULL;
+    if (dst->dtype != FL_F32 && !(tmp = malloc(sizeof(float) * (size_t)(J.M * J.N))))
+        return FL_ERR(FL_ENOMEM, "%s gemm: out of memory for a [%lld, %lld] fp32 result", fl_format(a->dtype)->name,
+                      (long long)J.M, (long long)J.N);
+    const int64_t sa = a->shape[0] == 1 ? 0 : a->stride[0], sb = b->shape[0] == 1 ? 0 : b->stride[0];
+    fl_status st = FL_OK;
+    for (int64_t i = 0; i < B && st == FL_OK; i++) {
+        J.a = (const uint8_t *)fl_tensor_data(a) + i * sa * 2;
+        J.b = (const uint8_t *)fl_tensor_data(b) + i * sb * 2;
+        J.c = tmp ? tmp : (float *)fl_tensor_data(dst) + i * J.M * J.N;
+        st = i ? fl_check_interrupt() : FL_OK;
+        if (st == FL_OK) st = mm_execute(&J);
+        if (st == FL_OK && tmp) fl_cpu_store(dst, i * J.M * J.N, 1, J.M * J.N, tmp);
+    }
+    free(tmp);
+    if (st == FL_OK) *done = true;
+    return st;
+}
+
+/* Runs the job J made by an entry: tiles, threads, K and column blocks, as the kernel family J->kern says. */
+static fl_status mm_execute(const mm_job *jp) {
+    mm_job J = *jp;
+    const mm_kernel *F = J.kern;
     const int64_t NR = F->nr, AG = F->ag;
     /* K blocks of the family's kc; a balancing family cuts K into equal blocks (rounded up to 8) instead of
      * full ones and a remainder, so no block is a sliver that re-reads and re-writes C for little work
@@ -191,7 +247,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     mm_run *runs = NULL;
     if (steal) {
         runs = aligned_alloc(64, sizeof *runs * (size_t)(nsteps * nthr));
-        if (!runs) return FL_ERR(FL_ENOMEM, "fp8 gemm: out of memory for the row runs");
+        if (!runs) return FL_ERR(FL_ENOMEM, "cpu gemm: out of memory for the row runs");
         for (int64_t st = 0; st < nsteps; st++)
             for (int t = 0; t < nthr; t++) {
                 const int64_t f = t * per < ngr ? t * per : ngr, b = (t + 1) * per < ngr ? (t + 1) * per : ngr;
@@ -220,8 +276,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         free(buf);
     }
     free(runs);
-    if (oom) return FL_ERR(FL_ENOMEM, "fp8 gemm: out of memory for the packing buffers");
-    *done = true;
+    if (oom) return FL_ERR(FL_ENOMEM, "cpu gemm: out of memory for the packing buffers");
     return FL_OK;
 }
 #else
@@ -229,6 +284,12 @@ const char *fl_cpu_fp8_mm_family(void) { return NULL; }
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) { (void)a; (void)b; return false; }
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
     (void)dst; (void)a; (void)b; (void)bias;
+    *done = false;
+    return FL_OK;
+}
+_Atomic bool fl_cpu_half_mm_allowed = true;
+fl_status fl_cpu_half_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
+    (void)dst; (void)a; (void)b;
     *done = false;
     return FL_OK;
 }

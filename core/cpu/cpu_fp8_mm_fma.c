@@ -1,8 +1,10 @@
 /* cpu_fp8_mm_fma.c — the CPU FP8 GEMM's AVX2 + FMA kernel family (cpu_fp8_mm.h), for CPUs without AVX512_BF16
  * (the build's x86-64-v3 baseline: Zen 2/3, Intel before Cooper Lake): the FP8 bytes are decoded to fp32 while the
- * panels are packed (as fp16 bit patterns, converted by F16C), and each product, exact in fp32 (two FP8 significands of at most 4 bits,
- * exponents well inside fp32's range), is added to its fp32 sum by one FMA, so a sum is rounded once per product,
- * in K order. The scales and the bias are applied as C is stored (mm_epi). */
+ * panels are packed (as fp16 bit patterns, converted by F16C), and each product, exact in fp32 (two FP8
+ * significands of at most 4 bits, exponents well inside fp32's range), is added to its fp32 sum by one FMA, so a
+ * sum is rounded once per product, in K order. The scales and the bias are applied as C is stored (mm_epi).
+ * It also runs bf16 and fp16 operands (job.half), whose products are exact in fp32 as well (significands of 8 and
+ * 11 bits; fp16's smallest product, 2⁻⁴⁸, is a normal fp32). */
 #include "cpu_fp8_mm.h"
 #include <string.h>
 
@@ -30,12 +32,18 @@
 #endif
 enum { MR = 6, NR = 16, AG = FL_MM_FMA_AG, KC = FL_MM_FMA_KC, NB_MAX = FL_MM_FMA_NB };
 
+/* The operand formats a packer is compiled for (each packer once per format, so that no format test is in its
+ * loops): FP8 (one byte an element), or bf16 and fp16 (two). */
+enum { F_E4M3, F_E5M2, F_BF16, F_F16 };
+#define ESZ(f) ((f) >= F_BF16 ? 2 : 1)
+
 /* FP8 codes to fp32 without a table. An E5M2 code is the upper byte of the fp16 with the same value; an E4M3 code
  * c becomes the fp16 (c & 0x80) << 8 | (c & 0x7f) << 7, whose exponent field is E4M3's (bias 15 for 7) and whose
  * mantissa's top three bits are E4M3's, subnormals included, so its value is exactly 2⁻⁸ times the code's; the
  * code 0x7f (E4M3's NaN, which would read as 480) gets a NaN's exponent and mantissa. F16C's conversion to fp32
  * is exact, and the E4M3 values are multiplied by 2⁸ (exact) after it. ~10 vector operations per 16 codes,
- * where an AVX2 gather through a 256-entry table took ~3 cycles per code on Zen 3. w: codes in 16-bit lanes. */
+ * where an AVX2 gather through a 256-entry table took ~3 cycles per code on Zen 3. w: codes in 16-bit lanes.
+ * bf16 is the upper half of its fp32; fp16 converts by F16C. */
 static inline __m256i fp16_of(__m256i w, bool e5) {
     if (e5) return _mm256_slli_epi16(w, 8);
     const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7);
@@ -43,74 +51,81 @@ static inline __m256i fp16_of(__m256i w, bool e5) {
     const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x3f80)), _mm256_set1_epi16(0x7e00));
     return _mm256_or_si256(_mm256_or_si256(mag, sign), nan);
 }
-static inline __m256 widen(__m128i h, bool e5) {
+static inline __m256 widen(__m128i h, int f) {
+    if (f == F_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     const __m256 v = _mm256_cvtph_ps(h);
-    return e5 ? v : _mm256_mul_ps(v, _mm256_set1_ps(256.0f));
+    return f == F_E4M3 ? _mm256_mul_ps(v, _mm256_set1_ps(256.0f)) : v;
 }
 
-/* n codes at p (≤ 0: none, ≥ 8: 8) → 8 fp32; missing lanes read as code 0 (+0). */
-static inline __m256 dec8(const uint8_t *p, int64_t n, bool e5) {
-    __m128i v;
-    if (n >= 8) v = _mm_loadl_epi64((const __m128i *)p);
-    else {
-        uint8_t t[8] = { 0 };
-        if (n > 0) memcpy(t, p, (size_t)n);
-        v = _mm_loadl_epi64((const __m128i *)t);
-    }
-    return widen(_mm256_castsi256_si128(fp16_of(_mm256_castsi128_si256(_mm_cvtepu8_epi16(v)), e5)), e5);
+/* n elements at p (≤ 0: none, ≥ 16: 16) in 16-bit lanes: FP8 codes, or the bf16/fp16 bits; missing lanes 0. */
+static inline __m256i load16(const uint8_t *p, int64_t n, int f) {
+    const int64_t es = ESZ(f);
+    if (n >= 16) return es == 1 ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p))
+                                : _mm256_loadu_si256((const __m256i *)p);
+    uint8_t t[32] = { 0 };
+    if (n > 0) memcpy(t, p, (size_t)(n * es));
+    return es == 1 ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)t)) : _mm256_loadu_si256((const __m256i *)t);
 }
 
-/* n codes at p (as dec8) → 16 fp32 in *lo, *hi. */
-static inline void dec16(__m256 *lo, __m256 *hi, const uint8_t *p, int64_t n, bool e5) {
+/* n elements at p (as load16) → 16 fp32 in *lo, *hi; missing lanes +0. */
+static inline void dec16(__m256 *lo, __m256 *hi, const uint8_t *p, int64_t n, int f) {
+    __m256i h = load16(p, n, f);
+    if (f <= F_E5M2) h = fp16_of(h, f == F_E5M2);
+    *lo = widen(_mm256_castsi256_si128(h), f);
+    *hi = widen(_mm256_extracti128_si256(h, 1), f);
+}
+
+/* n elements at p (≤ 0: none, ≥ 8: 8) → 8 fp32; missing lanes +0. */
+static inline __m256 dec8(const uint8_t *p, int64_t n, int f) {
+    const int64_t es = ESZ(f);
     __m128i v;
-    if (n >= 16) v = _mm_loadu_si128((const __m128i *)p);
+    if (n >= 8) v = es == 1 ? _mm_loadl_epi64((const __m128i *)p) : _mm_loadu_si128((const __m128i *)p);
     else {
         uint8_t t[16] = { 0 };
-        if (n > 0) memcpy(t, p, (size_t)n);
+        if (n > 0) memcpy(t, p, (size_t)(n * es));
         v = _mm_loadu_si128((const __m128i *)t);
     }
-    const __m256i h = fp16_of(_mm256_cvtepu8_epi16(v), e5);
-    *lo = widen(_mm256_castsi256_si128(h), e5);
-    *hi = widen(_mm256_extracti128_si256(h, 1), e5);
+    if (f <= F_E5M2) v = _mm256_castsi256_si128(fp16_of(_mm256_castsi128_si256(_mm_cvtepu8_epi16(v)), f == F_E5M2));
+    return widen(v, f);
 }
 
-/* kc codes at s decoded into d[0, kc8) (zeros past kc). */
-static inline void dec_row(float *d, const uint8_t *s, int64_t kc, bool e5) {
+/* kc elements at s decoded into d[0, kc8) (zeros past kc). */
+static inline void dec_row(float *d, const uint8_t *s, int64_t kc, int f) {
     int64_t i = 0;
     for (; i + 8 < kc; i += 16) {
         __m256 lo, hi;
-        dec16(&lo, &hi, s + i, kc - i, e5);
+        dec16(&lo, &hi, s + i * ESZ(f), kc - i, f);
         _mm256_store_ps(d + i, lo);
         _mm256_store_ps(d + i + 8, hi);
     }
-    if (i < kc) _mm256_store_ps(d + i, dec8(s + i, kc - i, e5));
+    if (i < kc) _mm256_store_ps(d + i, dec8(s + i * ESZ(f), kc - i, f));
 }
 
 /* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into NR-column panels. */
 static inline __attribute__((always_inline)) void pack_b_n(float *bp, const uint8_t *b, int64_t ldb, int64_t kc,
-                                                            int64_t nb, bool e5) {
+                                                            int64_t nb, int f) {
     for (int64_t j = 0; j * NR < nb; j++) {
         float *d = bp + j * kc * NR;
         const int64_t nv = nb - j * NR;
         for (int64_t k = 0; k < kc; k++) {
-            const uint8_t *r = b + k * ldb + j * NR;
+            const uint8_t *r = b + (k * ldb + j * NR) * ESZ(f);
             __m256 lo, hi;
-            dec16(&lo, &hi, r, nv, e5);
+            dec16(&lo, &hi, r, nv, f);
             _mm256_store_ps(d + k * NR, lo);
             _mm256_store_ps(d + k * NR + 8, hi);
         }
     }
 }
 
-/* B block of a K-contiguous b (b[n·ldb + k], a transposed view): each column's codes decoded into tmp (NR rows of
- * kc8), then 8 × 8 blocks transposed into the panel. */
+/* B block of a K-contiguous b (b[n·ldb + k], a transposed view): each column's elements decoded into tmp (NR rows
+ * of kc8), then 8 × 8 blocks transposed into the panel. */
 static inline __attribute__((always_inline)) void pack_b_k(float *bp, float *tmp, const uint8_t *b, int64_t ldb,
-                                                            int64_t kc, int64_t nb, bool e5) {
+                                                            int64_t kc, int64_t nb, int f) {
     const int64_t kc8 = (kc + 7) & ~(int64_t)7;
     for (int64_t j = 0; j * NR < nb; j++) {
         for (int64_t c = 0; c < NR; c++) {
             float *row = tmp + c * kc8;
-            if (j * NR + c < nb) dec_row(row, b + (j * NR + c) * ldb, kc, e5);
+            if (j * NR + c < nb) dec_row(row, b + (j * NR + c) * ldb * ESZ(f), kc, f);
             else memset(row, 0, (size_t)kc8 * sizeof(float));
         }
         float *d = bp + j * kc * NR;
@@ -126,19 +141,19 @@ static inline __attribute__((always_inline)) void pack_b_k(float *bp, float *tmp
 
 /* A group (AG rows × kc) of a K-contiguous a (a[m·lda + k]): decoded rows of kc8; rows ag..AG zero. */
 static inline __attribute__((always_inline)) void pack_a_k(float *ap, const uint8_t *a, int64_t lda, int64_t kc,
-                                                            int64_t ag, bool e5) {
+                                                            int64_t ag, int f) {
     const int64_t kc8 = (kc + 7) & ~(int64_t)7;
-    for (int64_t m = 0; m < ag; m++) dec_row(ap + m * kc8, a + m * lda, kc, e5);
+    for (int64_t m = 0; m < ag; m++) dec_row(ap + m * kc8, a + m * lda * ESZ(f), kc, f);
     if (ag < AG) memset(ap + ag * kc8, 0, (size_t)((AG - ag) * kc8) * sizeof(float));
 }
 
-/* A group of a M-contiguous a (a[k·lda + m]): the AG codes of each k decoded into one row of [kc][AG]; columns
- * past ag zero. */
+/* A group of a M-contiguous a (a[k·lda + m]): the AG elements of each k decoded into one row of [kc][AG];
+ * columns past ag zero. */
 static inline __attribute__((always_inline)) void pack_a_m(float *ap, const uint8_t *a, int64_t lda, int64_t kc,
-                                                            int64_t ag, bool e5) {
+                                                            int64_t ag, int f) {
     for (int64_t k = 0; k < kc; k++)
         for (int i = 0; i < AG; i += 8) {
-            const __m256 v = dec8(a + k * lda + i, ag - i, e5);
+            const __m256 v = dec8(a + (k * lda + i) * ESZ(f), ag - i, f);
             if (AG - i >= 8) _mm256_storeu_ps(ap + k * AG + i, v);
             else _mm256_maskstore_ps(ap + k * AG + i, fl_avx2_lanes(AG - i), v);
         }
@@ -217,11 +232,22 @@ __attribute__((noinline)) static void kern_panel(const float *ap, const float *b
 }
 
 
+/* The format of operand a (b: !is_a) of J. */
+static int fmt_of(const mm_job *J, bool is_a) {
+    if (J->half != FL_DTYPE_COUNT) return J->half == FL_BF16 ? F_BF16 : F_F16;
+    return (is_a ? J->e5_a : J->e5_b) ? F_E5M2 : F_E4M3;
+}
+
+/* Each packer compiled once per format (f a constant in each case). */
+#define PER_FORMAT(f, call) \
+    switch (f) { case F_E4M3: { enum { f_ = F_E4M3 }; call; } break; case F_E5M2: { enum { f_ = F_E5M2 }; call; } break; \
+                 case F_BF16: { enum { f_ = F_BF16 }; call; } break; default: { enum { f_ = F_F16 }; call; } break; }
+
 static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp) {
-    /* each packer compiled once per format, so that the decode's format test is not in its loops */
-    const uint8_t *bk = J->b + n0 * J->ldb + k0, *bn = J->b + k0 * J->ldb + n0;
-    if (J->b_kcontig) J->e5_b ? pack_b_k(bpk, tmp, bk, J->ldb, kc, nb, true) : pack_b_k(bpk, tmp, bk, J->ldb, kc, nb, false);
-    else J->e5_b ? pack_b_n(bpk, bn, J->ldb, kc, nb, true) : pack_b_n(bpk, bn, J->ldb, kc, nb, false);
+    const int f = fmt_of(J, false);
+    const uint8_t *bk = J->b + (n0 * J->ldb + k0) * ESZ(f), *bn = J->b + (k0 * J->ldb + n0) * ESZ(f);
+    if (J->b_kcontig) PER_FORMAT(f, pack_b_k(bpk, tmp, bk, J->ldb, kc, nb, f_))
+    else PER_FORMAT(f, pack_b_n(bpk, bn, J->ldb, kc, nb, f_))
 }
 
 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
@@ -230,9 +256,10 @@ static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_
     float *apk = apkv;
     const int64_t kc8 = (kc + 7) & ~(int64_t)7, ldc = J->N;
     const bool first = k0 == 0, last = k0 + J->kc >= J->K;
-    const uint8_t *am = J->a + k0 * J->lda + m, *ak = J->a + m * J->lda + k0;
-    if (J->a_mcontig) J->e5_a ? pack_a_m(apk, am, J->lda, kc, ag, true) : pack_a_m(apk, am, J->lda, kc, ag, false);
-    else J->e5_a ? pack_a_k(apk, ak, J->lda, kc, ag, true) : pack_a_k(apk, ak, J->lda, kc, ag, false);
+    const int f = fmt_of(J, true);
+    const uint8_t *am = J->a + (k0 * J->lda + m) * ESZ(f), *ak = J->a + (m * J->lda + k0) * ESZ(f);
+    if (J->a_mcontig) PER_FORMAT(f, pack_a_m(apk, am, J->lda, kc, ag, f_))
+    else PER_FORMAT(f, pack_a_k(apk, ak, J->lda, kc, ag, f_))
     for (int64_t nj = 0; nj < nb; nj += NR) {
         const int64_t nv = nb - nj < NR ? nb - nj : NR;
         const float *bp = bpk + (nj / NR) * kc * NR;

@@ -222,8 +222,16 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
     if (a->dtype == FL_F32 && b->dtype == FL_F32 && dst->dtype == FL_F32)
         return FL_ERR(FL_EDEVICE, "oneDNN has no fp32 matmul for [%lld, %lld, %lld] x [%lld, %lld, %lld]",
                       (long long)ba, (long long)M, (long long)K, (long long)bb, (long long)K, (long long)N);
-    /* 16-bit inputs without a kernel (e.g. fp16 on a CPU lacking it): every value is exact in fp32,
-     * so an fp32 GEMM gives the same fp32-accumulated products. */
+    /* 16-bit inputs without a kernel (bf16 and fp16 on a CPU without AVX-512): the CPU device's own GEMM, which
+     * widens them while packing its panels (cpu_fp8_mm.h's AVX2 + FMA family; docs/performance.md, "bf16 GEMMs
+     * without AVX-512": 1.6-2.2x faster than widening whole copies for oneDNN's fp32 GEMM). Where AVX-512 fp32
+     * GEMMs run, or the family declines: every value is exact in fp32, so an fp32 GEMM on widened copies gives
+     * the same fp32-accumulated products. */
+    if (!fl_cpu_avx512()) {
+        bool done = false;
+        FL_TRY(fl_cpu_half_mm(dst, a, b, &done));
+        if (done) return FL_OK;
+    }
     fl_tensor *fa = NULL, *fb = NULL, *fd = NULL;
     fl_status st = a->dtype == FL_F32 ? (fa = fl_tensor_retain((fl_tensor *)a), FL_OK) : widen(&fa, a);
     if (st == FL_OK) st = b->dtype == FL_F32 ? (fb = fl_tensor_retain((fl_tensor *)b), FL_OK) : widen(&fb, b);
