@@ -7,10 +7,11 @@
  * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE]], MODE holding "mlp" and/or "cold" (e.g. cold,mlp). mlp:
  * the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: a 64 MiB buffer is
  * written before each timed call (bench_util.h), so the operands and C come from memory as in a training step. Prints one line per GEMM and path:
- * new: only the new path. bf16: the same twelve GEMMs on bf16 operands through the device's matmul entry instead,
- * as a bf16-autocast step runs them, three paths: "fp32" (oneDNN's fp32 GEMM on fp32 operands: the fp32 step's),
- * "widen" (fl_cpu_half_mm_allowed cleared: where oneDNN has no bf16 kernel, both operands widened to fp32 copies
- * for that GEMM), "own" (the device's choice: on CPUs without AVX-512, fl_cpu_half_mm). peak: the fraction of the kernel family's limit per thread, as scripts/bench_peak.c measured
+ * new: only the new path. bf16: the same twelve GEMMs in fp32 and bf16 through the device's matmul entry instead,
+ * as the fp32 and bf16-autocast steps run them, four paths: "fp32" (fl_cpu_fma_mm_allowed cleared: oneDNN's fp32
+ * GEMM), "fp32-own" (the device's choice: on CPUs without AVX-512, fl_cpu_fma_mm), "widen" (bf16, the switch
+ * cleared: where oneDNN has no bf16 kernel, both operands widened to fp32 copies for oneDNN's fp32 GEMM), "own"
+ * (bf16, the device's choice). peak: the fraction of the kernel family's limit per thread, as scripts/bench_peak.c measured
  * it: vdpbf16ps 235 GF/s (avx512_bf16, Zen 4), fp32 FMA 90 GF/s (avx2_fma, Zen 3).
  *   fp8gemm gemm=fprop in=256 out=768 ... path=new family=avx2_fma threads=1 cache=warm ms=... gflops=... peak=0.xx */
 #include <omp.h>
@@ -77,14 +78,16 @@ static double time_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b
 }
 
 /* The bf16 mode: the twelve GEMMs in bf16 (and fp32) through the device's matmul entry. */
-static int bench_bf16(int reps, bool cold) {
-    const int T = 2048, gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } };
+static int bench_bf16(int reps, bool cold, bool mlp) {
+    const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
+    const int gpts[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
+    const int (*gpt)[2] = mlp ? mlps : gpts;
     const int threads = omp_get_max_threads();
-    double tot[3] = { 0, 0, 0 };
-    for (int l = 0; l < 4; l++) {
+    double tot[4] = { 0, 0, 0, 0 };
+    for (int l = 0; l < nlin; l++) {
         const int in = gpt[l][0], out = gpt[l][1];
-        for (int p = 0; p < 3; p++) {
-            const fl_dtype dt = p == 0 ? FL_F32 : FL_BF16;
+        for (int p = 0; p < 4; p++) {
+            const fl_dtype dt = p < 2 ? FL_F32 : FL_BF16;
             fl_tensor *X = rand_wide(T, in, dt, 1 + l), *W = rand_wide(out, in, dt, 11 + l), *dY = rand_wide(T, out, dt, 21 + l);
             fl_tensor *Wt = tr3(W), *dYt = tr3(dY);
             struct { const char *name; const fl_tensor *a, *b; } g[3] = { { "fprop", X, Wt }, { "dgrad", dY, W }, { "wgrad", dYt, X } };
@@ -93,8 +96,8 @@ static int bench_bf16(int reps, bool cold) {
                 fl_tensor *dst = NULL;
                 fl_tensor_empty(&dst, FL_F32, 3, shape, FL_DEV_CPU);
                 const double flops = 2.0 * (double)shape[1] * (double)shape[2] * (double)g[k].a->shape[2];
-                const char *path[3] = { "fp32", "widen", "own" };
-                fl_cpu_half_mm_allowed = p == 2;
+                const char *path[4] = { "fp32", "fp32-own", "widen", "own" };
+                fl_cpu_fma_mm_allowed = p & 1;
                 double s = time_matmul(dst, g[k].a, g[k].b, cold, reps);
                 tot[p] += s;
                 printf("bf16gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d cache=%s ms=%.3f gflops=%.1f peak=%.2f\n",
@@ -106,8 +109,9 @@ static int bench_bf16(int reps, bool cold) {
             for (int i = 0; i < 5; i++) fl_tensor_release(all[i]);
         }
     }
-    printf("bf16gemm total threads=%d fp32_ms=%.3f widen_ms=%.3f own_ms=%.3f\n", threads, 1e3 * tot[0], 1e3 * tot[1], 1e3 * tot[2]);
-    fl_cpu_half_mm_allowed = true;
+    printf("bf16gemm total threads=%d fp32_ms=%.3f fp32_own_ms=%.3f widen_ms=%.3f own_ms=%.3f\n", threads, 1e3 * tot[0],
+           1e3 * tot[1], 1e3 * tot[2], 1e3 * tot[3]);
+    fl_cpu_fma_mm_allowed = true;
     return 0;
 }
 
@@ -143,7 +147,7 @@ int main(int argc, char **argv) {
     static const char *const modes[] = { "mlp", "cold", "new", "bf16" };
     const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 4) : 0;
     const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
-    if (mode & 8) return bench_bf16(reps, cold);
+    if (mode & 8) return bench_bf16(reps, cold, mlp);
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
     const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
     const int (*lin)[2] = mlp ? mlps : gpt;

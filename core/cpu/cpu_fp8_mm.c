@@ -4,7 +4,7 @@
  * bias are applied as C is stored. Each element is summed over K in a fixed order whichever thread makes it (a
  * split by rows hands row groups out with work stealing, K block by K block), so results do not depend on the
  * thread count; they do depend on the family (AVX512_BF16 sums pairs of products, AVX2 one product at a time).
- * The same driver runs the AVX2 + FMA family on bf16 and fp16 operands (fl_cpu_half_mm). */
+ * The same driver runs the AVX2 + FMA family on bf16, fp16 and fp32 operands (fl_cpu_fma_mm). */
 #include "cpu_fp8_mm.h"
 #include <omp.h>
 #include <stdlib.h>
@@ -140,7 +140,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         !fl_format(a->dtype)->is_fp8 || !fl_format(b->dtype)->is_fp8 || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
         return FL_OK;
     mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .bias = bias,
-                 .kern = F, .half = FL_DTYPE_COUNT };
+                 .kern = F, .wide = FL_DTYPE_COUNT };
     if (a->shape[0] != J.M || b->shape[0] != J.K || b->shape[1] != J.N || J.K == 0) return FL_OK;
     bool ra, cb;
     const float *sa = mm_scales(a, 0, J.M, &ra), *sb = mm_scales(b, 1, J.N, &cb);
@@ -161,24 +161,25 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     return FL_OK;
 }
 
-_Atomic bool fl_cpu_half_mm_allowed = true;
+_Atomic bool fl_cpu_fma_mm_allowed = true;
 
-fl_status fl_cpu_half_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
+fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
     *done = false;
-    if (!fl_cpu_half_mm_allowed || !fl_mm_fma.usable()) return FL_OK;
+    if (!fl_cpu_fma_mm_allowed || !fl_mm_fma.usable()) return FL_OK;
     if (a->ndim != 3 || b->ndim != 3 || dst->ndim != 3 || a->dtype != b->dtype ||
-        (a->dtype != FL_BF16 && a->dtype != FL_F16) || (dst->dtype != FL_F32 && dst->dtype != a->dtype) ||
+        (a->dtype != FL_BF16 && a->dtype != FL_F16 && a->dtype != FL_F32) || (dst->dtype != FL_F32 && dst->dtype != a->dtype) ||
         !fl_tensor_is_contiguous(dst) || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
         return FL_OK;
     const int64_t B = dst->shape[0];
     mm_job J = { .M = dst->shape[1], .N = dst->shape[2], .K = a->shape[2], .scale = 1.0f, .sa0 = 1.0f, .sb0 = 1.0f,
-                 .kern = &fl_mm_fma, .half = a->dtype };
+                 .kern = &fl_mm_fma, .wide = a->dtype };
     if (a->shape[1] != J.M || b->shape[1] != J.K || b->shape[2] != J.N || J.K == 0 ||
         (a->shape[0] != B && a->shape[0] != 1) || (b->shape[0] != B && b->shape[0] != 1) ||
         !mm_layout(&J, a->stride[1], a->stride[2], b->stride[1], b->stride[2]))
         return FL_OK;
     FL_TRY(fl_check_interrupt());
     /* fp32 C: dst itself, or one batch entry's scratch rounded into a 16-bit dst as fl_cpu_store rounds */
+    const int64_t es = (int64_t)fl_format(a->dtype)->size;
     float *tmp = NULL;
     if (dst->dtype != FL_F32 && !(tmp = malloc(sizeof(float) * (size_t)(J.M * J.N))))
         return FL_ERR(FL_ENOMEM, "%s gemm: out of memory for a [%lld, %lld] fp32 result", fl_format(a->dtype)->name,
@@ -186,8 +187,8 @@ fl_status fl_cpu_half_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b,
     const int64_t sa = a->shape[0] == 1 ? 0 : a->stride[0], sb = b->shape[0] == 1 ? 0 : b->stride[0];
     fl_status st = FL_OK;
     for (int64_t i = 0; i < B && st == FL_OK; i++) {
-        J.a = (const uint8_t *)fl_tensor_data(a) + i * sa * 2;
-        J.b = (const uint8_t *)fl_tensor_data(b) + i * sb * 2;
+        J.a = (const uint8_t *)fl_tensor_data(a) + i * sa * es;
+        J.b = (const uint8_t *)fl_tensor_data(b) + i * sb * es;
         J.c = tmp ? tmp : (float *)fl_tensor_data(dst) + i * J.M * J.N;
         st = i ? fl_check_interrupt() : FL_OK;
         if (st == FL_OK) st = mm_execute(&J);
@@ -287,8 +288,8 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     *done = false;
     return FL_OK;
 }
-_Atomic bool fl_cpu_half_mm_allowed = true;
-fl_status fl_cpu_half_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
+_Atomic bool fl_cpu_fma_mm_allowed = true;
+fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
     (void)dst; (void)a; (void)b;
     *done = false;
     return FL_OK;

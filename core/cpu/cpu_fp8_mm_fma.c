@@ -3,8 +3,9 @@
  * panels are packed (as fp16 bit patterns, converted by F16C), and each product, exact in fp32 (two FP8
  * significands of at most 4 bits, exponents well inside fp32's range), is added to its fp32 sum by one FMA, so a
  * sum is rounded once per product, in K order. The scales and the bias are applied as C is stored (mm_epi).
- * It also runs bf16 and fp16 operands (job.half), whose products are exact in fp32 as well (significands of 8 and
- * 11 bits; fp16's smallest product, 2⁻⁴⁸, is a normal fp32). */
+ * It also runs bf16 and fp16 operands (job.wide), whose products are exact in fp32 as well (significands of 8 and
+ * 11 bits; fp16's smallest product, 2⁻⁴⁸, is a normal fp32), and fp32 ones, each product then rounded with its
+ * sum by the FMA. */
 #include "cpu_fp8_mm.h"
 #include <string.h>
 
@@ -34,8 +35,8 @@ enum { MR = 6, NR = 16, AG = FL_MM_FMA_AG, KC = FL_MM_FMA_KC, NB_MAX = FL_MM_FMA
 
 /* The operand formats a packer is compiled for (each packer once per format, so that no format test is in its
  * loops): FP8 (one byte an element), or bf16 and fp16 (two). */
-enum { F_E4M3, F_E5M2, F_BF16, F_F16 };
-#define ESZ(f) ((f) >= F_BF16 ? 2 : 1)
+enum { F_E4M3, F_E5M2, F_BF16, F_F16, F_F32 };
+#define ESZ(f) ((f) == F_F32 ? 4 : (f) >= F_BF16 ? 2 : 1)
 
 /* FP8 codes to fp32 without a table. An E5M2 code is the upper byte of the fp16 with the same value; an E4M3 code
  * c becomes the fp16 (c & 0x80) << 8 | (c & 0x7f) << 7, whose exponent field is E4M3's (bias 15 for 7) and whose
@@ -43,7 +44,7 @@ enum { F_E4M3, F_E5M2, F_BF16, F_F16 };
  * code 0x7f (E4M3's NaN, which would read as 480) gets a NaN's exponent and mantissa. F16C's conversion to fp32
  * is exact, and the E4M3 values are multiplied by 2⁸ (exact) after it. ~10 vector operations per 16 codes,
  * where an AVX2 gather through a 256-entry table took ~3 cycles per code on Zen 3. w: codes in 16-bit lanes.
- * bf16 is the upper half of its fp32; fp16 converts by F16C. */
+ * bf16 is the upper half of its fp32; fp16 converts by F16C; fp32 is loaded. */
 static inline __m256i fp16_of(__m256i w, bool e5) {
     if (e5) return _mm256_slli_epi16(w, 8);
     const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7);
@@ -67,8 +68,19 @@ static inline __m256i load16(const uint8_t *p, int64_t n, int f) {
     return es == 1 ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)t)) : _mm256_loadu_si256((const __m256i *)t);
 }
 
+/* n fp32 at p (≤ 0: none, ≥ 8: 8); missing lanes +0. */
+static inline __m256 load8f(const uint8_t *p, int64_t n) {
+    if (n >= 8) return _mm256_loadu_ps((const float *)p);
+    return _mm256_maskload_ps((const float *)p, fl_avx2_lanes(n));
+}
+
 /* n elements at p (as load16) → 16 fp32 in *lo, *hi; missing lanes +0. */
 static inline void dec16(__m256 *lo, __m256 *hi, const uint8_t *p, int64_t n, int f) {
+    if (f == F_F32) {
+        *lo = load8f(p, n);
+        *hi = load8f(p + 32, n - 8);
+        return;
+    }
     __m256i h = load16(p, n, f);
     if (f <= F_E5M2) h = fp16_of(h, f == F_E5M2);
     *lo = widen(_mm256_castsi256_si128(h), f);
@@ -77,6 +89,7 @@ static inline void dec16(__m256 *lo, __m256 *hi, const uint8_t *p, int64_t n, in
 
 /* n elements at p (≤ 0: none, ≥ 8: 8) → 8 fp32; missing lanes +0. */
 static inline __m256 dec8(const uint8_t *p, int64_t n, int f) {
+    if (f == F_F32) return load8f(p, n);
     const int64_t es = ESZ(f);
     __m128i v;
     if (n >= 8) v = es == 1 ? _mm_loadl_epi64((const __m128i *)p) : _mm_loadu_si128((const __m128i *)p);
@@ -151,12 +164,17 @@ static inline __attribute__((always_inline)) void pack_a_k(float *ap, const uint
  * columns past ag zero. */
 static inline __attribute__((always_inline)) void pack_a_m(float *ap, const uint8_t *a, int64_t lda, int64_t kc,
                                                             int64_t ag, int f) {
-    for (int64_t k = 0; k < kc; k++)
+    for (int64_t k = 0; k < kc; k++) {
+        if (k + 8 < kc) {
+            const char *q = (const char *)(a + ((k + 8) * lda) * ESZ(f));
+            for (int i = 0; i < AG * ESZ(f); i += 64) _mm_prefetch(q + i, _MM_HINT_T0);
+        }
         for (int i = 0; i < AG; i += 8) {
             const __m256 v = dec8(a + (k * lda + i) * ESZ(f), ag - i, f);
             if (AG - i >= 8) _mm256_storeu_ps(ap + k * AG + i, v);
             else _mm256_maskstore_ps(ap + k * AG + i, fl_avx2_lanes(AG - i), v);
         }
+    }
 }
 
 /* One MR × NR micro-tile over kc: A (i, k) at ap[i·ars + k·aks], B panel bp. C rows past mr and columns past nv
@@ -234,14 +252,15 @@ __attribute__((noinline)) static void kern_panel(const float *ap, const float *b
 
 /* The format of operand a (b: !is_a) of J. */
 static int fmt_of(const mm_job *J, bool is_a) {
-    if (J->half != FL_DTYPE_COUNT) return J->half == FL_BF16 ? F_BF16 : F_F16;
+    if (J->wide != FL_DTYPE_COUNT) return J->wide == FL_BF16 ? F_BF16 : J->wide == FL_F16 ? F_F16 : F_F32;
     return (is_a ? J->e5_a : J->e5_b) ? F_E5M2 : F_E4M3;
 }
 
 /* Each packer compiled once per format (f a constant in each case). */
 #define PER_FORMAT(f, call) \
     switch (f) { case F_E4M3: { enum { f_ = F_E4M3 }; call; } break; case F_E5M2: { enum { f_ = F_E5M2 }; call; } break; \
-                 case F_BF16: { enum { f_ = F_BF16 }; call; } break; default: { enum { f_ = F_F16 }; call; } break; }
+                 case F_BF16: { enum { f_ = F_BF16 }; call; } break; case F_F16: { enum { f_ = F_F16 }; call; } break; \
+                 default: { enum { f_ = F_F32 }; call; } break; }
 
 static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp) {
     const int f = fmt_of(J, false);

@@ -91,14 +91,16 @@ extern _Atomic bool fl_cpu_fp8_mm_allowed;
 const char *fl_cpu_fp8_mm_family(void);
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done);
-/* The same driver's AVX2 + FMA family on 16-bit operands: dst[B, M, N] = a[B, M, K]·b[B, K, N], a and b both bf16
- * or both fp16, each batch entry contiguous or a transposed contiguous matrix, a batch of 1 (or stride 0)
- * broadcast; every product exact in fp32 and added by one FMA in K order; dst fp32, or the operands' type
- * (rounded from fp32 as fl_cpu_store rounds). *done = false when it declines (not that layout, no AVX2 + FMA, or
- * fl_cpu_half_mm_allowed cleared). cpu_matmul.c runs it where oneDNN has no kernel for the 16-bit type and
- * the CPU has no AVX-512 (docs/performance.md, "bf16 GEMMs without AVX-512"). */
-extern _Atomic bool fl_cpu_half_mm_allowed;
-fl_status fl_cpu_half_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done);
+/* The same driver's AVX2 + FMA family on wider operands: dst[B, M, N] = a[B, M, K]·b[B, K, N], a and b both bf16,
+ * both fp16 or both fp32, each batch entry contiguous or a transposed contiguous matrix, a batch of 1 broadcast;
+ * each product added to its fp32 sum by one FMA in K order (exact products for bf16 and fp16); dst fp32, or the
+ * operands' 16-bit type (rounded from fp32 as fl_cpu_store rounds). *done = false when it declines (not that
+ * layout, no AVX2 + FMA, or fl_cpu_fma_mm_allowed cleared). cpu_matmul.c runs it on CPUs without AVX-512
+ * (docs/performance.md, "fp32 and bf16 GEMMs without AVX-512"): bf16 and fp16 ones always, fp32 ones from
+ * FL_CPU_FMA_MM_F32_MIN FLOPs. */
+extern _Atomic bool fl_cpu_fma_mm_allowed;
+#define FL_CPU_FMA_MM_F32_MIN 2.5e8   /* the fewest FLOPs (per batch entry) of an fp32 GEMM cpu_matmul.c gives it */
+fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done);
 
 /* Rows per chunk of a column sum (the bias gradient): each chunk's rows are summed in order in double, the
  * chunks combined in order. fl_cpu_dev_reduce over dim 0 and quantize_dbias both sum this way, so their

@@ -194,6 +194,17 @@ static fl_status widen(fl_tensor **out, const fl_tensor *t) {
 }
 
 static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
+    /* Large fp32 GEMMs on a CPU without AVX-512: the CPU device's own GEMM (cpu_fp8_mm.h's AVX2 + FMA family),
+     * which on Zen 3 ran the GPT step's GEMMs (0.27-1.07 GFLOP each) at 0.84-0.90 of oneDNN 2.6's time, its
+     * wgrads (a transposed A, K = 2048) at 0.6; oneDNN stays faster on the MLP's (0.07-0.21 GFLOP, 256 rows)
+     * (docs/performance.md, "fp32 and bf16 GEMMs without AVX-512"). */
+    const double flops = 2.0 * (double)dst->shape[1] * (double)dst->shape[2] * (double)a->shape[2];
+    if (a->dtype == FL_F32 && b->dtype == FL_F32 && dst->dtype == FL_F32 && flops >= FL_CPU_FMA_MM_F32_MIN &&
+        !fl_cpu_avx512()) {
+        bool done = false;
+        FL_TRY(fl_cpu_fma_mm(dst, a, b, &done));
+        if (done) return FL_OK;
+    }
     FL_TRY(mm_init());
     int64_t B = dst->shape[0], M = dst->shape[1], N = dst->shape[2], K = a->shape[2];
     int64_t ba = (a->stride[0] == 0 && B > 1) ? 1 : B, bb = (b->stride[0] == 0 && B > 1) ? 1 : B;
@@ -223,13 +234,13 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
         return FL_ERR(FL_EDEVICE, "oneDNN has no fp32 matmul for [%lld, %lld, %lld] x [%lld, %lld, %lld]",
                       (long long)ba, (long long)M, (long long)K, (long long)bb, (long long)K, (long long)N);
     /* 16-bit inputs without a kernel (bf16 and fp16 on a CPU without AVX-512): the CPU device's own GEMM, which
-     * widens them while packing its panels (cpu_fp8_mm.h's AVX2 + FMA family; docs/performance.md, "bf16 GEMMs
-     * without AVX-512": 1.6-2.2x faster than widening whole copies for oneDNN's fp32 GEMM). Where AVX-512 fp32
-     * GEMMs run, or the family declines: every value is exact in fp32, so an fp32 GEMM on widened copies gives
-     * the same fp32-accumulated products. */
+     * widens them while packing its panels (cpu_fp8_mm.h's AVX2 + FMA family; docs/performance.md, "fp32 and
+     * bf16 GEMMs without AVX-512": the GPT's at 0.73-0.84 of the time of widened copies for oneDNN's fp32 GEMM,
+     * the MLP's level, no copies). Where AVX-512 fp32 GEMMs run, or the family declines: every value is exact in
+     * fp32, so an fp32 GEMM on widened copies gives the same fp32-accumulated products. */
     if (!fl_cpu_avx512()) {
         bool done = false;
-        FL_TRY(fl_cpu_half_mm(dst, a, b, &done));
+        FL_TRY(fl_cpu_fma_mm(dst, a, b, &done));
         if (done) return FL_OK;
     }
     fl_tensor *fa = NULL, *fb = NULL, *fd = NULL;

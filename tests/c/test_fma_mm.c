@@ -1,9 +1,10 @@
-/* test_half_mm.c — the CPU's own GEMM on bf16 and fp16 operands (fl_cpu_half_mm: cpu_fp8_mm.c's driver with the
- * AVX2 + FMA family widening the 16-bit values while it packs), against a float64 reference: every product of two
- * bf16 or two fp16 values is exact in fp32, so the only error is fp32 accumulation (|err| ≤ K·2⁻²³·Σ|a·b|). Both
- * types, every orientation of each operand, batches (one operand broadcast), sizes that are multiples of no block,
- * a 16-bit result rounded as fl_cpu_store rounds, the same bits on 1 and 2 threads, non-finite values, and the
- * device entry (cpu_matmul.c) taking it where oneDNN has no kernel. */
+/* test_fma_mm.c — the CPU's own GEMM on bf16, fp16 and fp32 operands (fl_cpu_fma_mm: cpu_fp8_mm.c's driver with
+ * the AVX2 + FMA family widening the 16-bit values while it packs), against a float64 reference: every product of
+ * two bf16 or two fp16 values is exact in fp32, so the only error is fp32 accumulation (|err| ≤ K·2⁻²³·Σ|a·b|),
+ * and an fp32 product is rounded with its sum by the FMA (the same bound). The three types, every orientation of
+ * each operand, batches (one operand broadcast), sizes that are multiples of no block, a 16-bit result rounded as
+ * fl_cpu_store rounds, the same bits on 1 and 2 threads, non-finite values, and the device entry (cpu_matmul.c)
+ * taking it on CPUs without AVX-512 (fp32 from FL_CPU_FMA_MM_F32_MIN FLOPs). */
 #include "runner.h"
 #include <omp.h>
 #include <stdlib.h>
@@ -46,15 +47,15 @@ static void rand_values(float *v, size_t n, fl_dtype dt, fl_rng *r) {
     fl_tensor_release(f); fl_tensor_release(h); fl_tensor_release(back);
 }
 
-/* fl_cpu_half_mm into a new [B, M, N] tensor of type odt on `threads` threads; NULL if it failed or declined. */
-static fl_tensor *run_half(int *fl__failed, const fl_tensor *a, const fl_tensor *b, int64_t B, fl_dtype odt, int threads) {
+/* fl_cpu_fma_mm into a new [B, M, N] tensor of type odt on `threads` threads; NULL if it failed or declined. */
+static fl_tensor *run_fma(int *fl__failed, const fl_tensor *a, const fl_tensor *b, int64_t B, fl_dtype odt, int threads) {
     int64_t shape[3] = { B, a->shape[1], b->shape[2] };
     fl_tensor *d = NULL;
     if (fl_tensor_empty(&d, odt, 3, shape, FL_DEV_CPU) != FL_OK) return NULL;
     const int before = omp_get_max_threads();
     omp_set_num_threads(threads);
     bool done = false;
-    fl_status st = fl_cpu_half_mm(d, a, b, &done);
+    fl_status st = fl_cpu_fma_mm(d, a, b, &done);
     omp_set_num_threads(before);
     CHECK(st == FL_OK, "half mm: %s", fl_last_error());
     if (st != FL_OK || !done) { fl_tensor_release(d); return NULL; }
@@ -63,7 +64,7 @@ static fl_tensor *run_half(int *fl__failed, const fl_tensor *a, const fl_tensor 
 
 typedef struct { int64_t b, m, n, k; } shape4;
 
-TEST(half_mm_matches_float64_reference) {
+TEST(fma_mm_matches_float64_reference) {
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
         fprintf(stderr, "  (skipped: no AVX2 + FMA + F16C)\n");
         return;
@@ -72,12 +73,12 @@ TEST(half_mm_matches_float64_reference) {
                               { 3, 17, 40, 64 },     /* batch, b broadcast (below) */
                               { 1, 40, 300, 700 },   /* N > M: split by columns on 2 threads */
                               { 1, 530, 520, 600 } };   /* by rows, with stealing: 2 column blocks, 3 K blocks */
-    const fl_dtype types[2] = { FL_BF16, FL_F16 };
+    const fl_dtype types[3] = { FL_BF16, FL_F16, FL_F32 };
     fl_rng r;
     fl_rng_seed(&r, 2026);
     int cases = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
-        for (int ti = 0; ti < 2; ti++)
+        for (int ti = 0; ti < 3; ti++)
             for (int v = 0; v < 8; v++) {
                 const bool big = si == sizeof shapes / sizeof *shapes - 1;   /* slow float64 reference: 2 cases */
                 if (big && v != 0 && v != 3) continue;
@@ -94,8 +95,8 @@ TEST(half_mm_matches_float64_reference) {
                 snprintf(what, sizeof what, "%s [%lld x %lld %lld %lld]%s%s%s", fl_format(dt)->name, (long long)B,
                          (long long)M, (long long)N, (long long)K, ta ? " a^T" : "", tb ? " b^T" : "",
                          bcast ? " b broadcast" : "");
-                fl_tensor *d2 = run_half(fl__failed, a, b, B, FL_F32, 2), *d1 = run_half(fl__failed, a, b, B, FL_F32, 1);
-                fl_tensor *h = run_half(fl__failed, a, b, B, dt, 2);
+                fl_tensor *d2 = run_fma(fl__failed, a, b, B, FL_F32, 2), *d1 = run_fma(fl__failed, a, b, B, FL_F32, 1);
+                fl_tensor *h = run_fma(fl__failed, a, b, B, dt, 2);
                 CHECK(d2 && d1 && h, "%s: declined", what);
                 if (d2 && d1 && h) {
                     const float *g = fl_tensor_data(d2);
@@ -120,7 +121,7 @@ TEST(half_mm_matches_float64_reference) {
                           (long long)(B * M * N), worst);
                     fl_tensor *want = NULL;   /* the 16-bit result: the fp32 one rounded as everywhere else */
                     CHECK_OK(fl_tensor_to(&want, d2, dt));
-                    CHECK(want && memcmp(fl_tensor_data(want), fl_tensor_data(h), (size_t)(2 * B * M * N)) == 0,
+                    CHECK(want && memcmp(fl_tensor_data(want), fl_tensor_data(h), fl_format(dt)->size * B * M * N) == 0,
                           "%s: the %s result is not the fp32 result rounded", what, fl_format(dt)->name);
                     fl_tensor_release(want);
                 }
@@ -129,12 +130,12 @@ TEST(half_mm_matches_float64_reference) {
                 fl_tensor_release(a); fl_tensor_release(b);
                 free(va); free(vb);
             }
-    CHECK(cases == (int)(sizeof shapes / sizeof *shapes - 1) * 2 * 8 + 4, "%d cases", cases);
+    CHECK(cases == (int)(sizeof shapes / sizeof *shapes - 1) * 3 * 8 + 6, "%d cases", cases);
 }
 
-/* NaN and infinity in, NaN and infinity out where IEEE arithmetic puts them; the switch; declined layouts and
- * types; the device entry taking it on CPUs without AVX-512 (where oneDNN has no bf16 kernel). */
-TEST(half_mm_nonfinite_switch_and_device_entry) {
+/* NaN and infinity in, NaN and infinity out where IEEE arithmetic puts them; the switch; mixed types declined;
+ * the device entry's choice (below). */
+TEST(fma_mm_nonfinite_switch_and_device_entry) {
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
         fprintf(stderr, "  (skipped: no AVX2 + FMA + F16C)\n");
         return;
@@ -142,8 +143,8 @@ TEST(half_mm_nonfinite_switch_and_device_entry) {
     const int64_t M = 70, N = 90, K = 300;
     fl_rng r;
     fl_rng_seed(&r, 7);
-    for (int ti = 0; ti < 2; ti++) {
-        const fl_dtype dt = ti ? FL_F16 : FL_BF16;
+    for (int ti = 0; ti < 3; ti++) {
+        const fl_dtype dt = ti == 0 ? FL_BF16 : ti == 1 ? FL_F16 : FL_F32;
         float *va = malloc(sizeof(float) * M * K), *vb = malloc(sizeof(float) * K * N);
         rand_values(va, (size_t)(M * K), dt, &r);
         rand_values(vb, (size_t)(K * N), dt, &r);
@@ -155,7 +156,7 @@ TEST(half_mm_nonfinite_switch_and_device_entry) {
         vb[9 * N + 4] = 2.0f;
         fl_tensor *a = operand(va, 1, M, K, dt, true), *b = operand(vb, 1, K, N, dt, false);
         REQUIRE(a && b, "operands: %s", fl_last_error());
-        fl_tensor *d = run_half(fl__failed, a, b, 1, FL_F32, 2);
+        fl_tensor *d = run_fma(fl__failed, a, b, 1, FL_F32, 2);
         REQUIRE(d, "%s: declined", fl_format(dt)->name);
         const float *g = fl_tensor_data(d);
         int bad = 0;
@@ -172,57 +173,71 @@ TEST(half_mm_nonfinite_switch_and_device_entry) {
         CHECK(g[5 * N + 4] == INFINITY && isnan(g[5 * N + 1]), "%s: inf·2 = %g, inf·0 = %g", fl_format(dt)->name,
               (double)g[5 * N + 4], (double)g[5 * N + 1]);
         fl_tensor_release(d);
-        /* the switch, and what it does not read: mixed types, an fp8 or fp32 result type of another width */
+        /* the switch, and what it does not read: mixed types */
         bool done = true;
         int64_t shape[3] = { 1, M, N };
         fl_tensor *e = NULL, *a32 = NULL;
         REQUIRE_OK(fl_tensor_empty(&e, FL_F32, 3, shape, FL_DEV_CPU));
-        fl_cpu_half_mm_allowed = false;
-        CHECK_OK(fl_cpu_half_mm(e, a, b, &done));
+        fl_cpu_fma_mm_allowed = false;
+        CHECK_OK(fl_cpu_fma_mm(e, a, b, &done));
         CHECK(!done, "switched off, yet it ran");
-        fl_cpu_half_mm_allowed = true;
-        REQUIRE_OK(fl_tensor_to(&a32, a, FL_F32));
+        fl_cpu_fma_mm_allowed = true;
+        REQUIRE_OK(fl_tensor_to(&a32, a, dt == FL_F32 ? FL_BF16 : FL_F32));
         done = true;
-        CHECK_OK(fl_cpu_half_mm(e, a32, b, &done));
-        CHECK(!done, "fp32 x %s: it should decline", fl_format(dt)->name);
+        CHECK_OK(fl_cpu_fma_mm(e, a32, b, &done));
+        CHECK(!done, "%s x %s: it should decline", fl_format(a32->dtype)->name, fl_format(dt)->name);
         fl_tensor_release(e); fl_tensor_release(a32);
         fl_tensor_release(a); fl_tensor_release(b);
         free(va); free(vb);
     }
-    /* The device entry: a linear layer's fprop (x [3, 70, 300] · Wᵀ, W [90, 300]) in bf16 through fl_matmul_raw.
-     * On a CPU without AVX-512 it gives fl_cpu_half_mm's bits; switched off, the widened fp32 GEMM's, within two
-     * accumulation bounds of them. */
-    float *vx = malloc(sizeof(float) * 3 * M * K), *vw = malloc(sizeof(float) * N * K);
-    rand_values(vx, (size_t)(3 * M * K), FL_BF16, &r);
-    rand_values(vw, (size_t)(N * K), FL_BF16, &r);
-    fl_tensor *x = operand(vx, 3, M, K, FL_BF16, false), *w = operand(vw, 1, N, K, FL_BF16, false);
-    REQUIRE(x && w, "operands: %s", fl_last_error());
-    fl_tensor *w2 = NULL, *wt = NULL, *wt3 = NULL, *y = NULL, *yw = NULL;
-    int64_t s2[2] = { N, K };
-    REQUIRE_OK(fl_tensor_reshape(&w2, w, 2, s2));
-    REQUIRE_OK(fl_tensor_transpose(&wt, w2, 0, 1));
-    REQUIRE_OK(fl_tensor_transpose(&wt3, w, 1, 2));
-    REQUIRE_OK(fl_matmul_raw(&y, x, wt, FL_BF16, FL_F32));
-    fl_cpu_half_mm_allowed = false;
-    REQUIRE_OK(fl_matmul_raw(&yw, x, wt, FL_BF16, FL_F32));
-    fl_cpu_half_mm_allowed = true;
-    fl_tensor *direct = run_half(fl__failed, x, wt3, 3, FL_F32, omp_get_max_threads());
-    REQUIRE(direct, "direct call declined");
-    const float *gy = fl_tensor_data(y), *gw = fl_tensor_data(yw), *gd = fl_tensor_data(direct);
-    int bad = 0;
-    for (int64_t q = 0; q < 3; q++)
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
-                double S = 0;
-                for (int64_t k = 0; k < K; k++) S += fabs((double)vx[(q * M + i) * K + k] * vw[j * K + k]);
-                if (fabs((double)gy[(q * M + i) * N + j] - gw[(q * M + i) * N + j]) > 2.0 * K * ldexp(1.0, -23) * S) bad++;
-            }
-    CHECK(bad == 0, "%d elements: the device entry and the widened fp32 GEMM differ by more than two bounds", bad);
-    if (!__builtin_cpu_supports("avx512f"))
-        CHECK(memcmp(gy, gd, sizeof(float) * 3 * M * N) == 0, "no AVX-512: the device entry did not run fl_cpu_half_mm");
-    else
-        fprintf(stderr, "  (device entry's choice not checked: oneDNN has bf16 kernels on AVX-512 CPUs)\n");
-    fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(w2); fl_tensor_release(wt); fl_tensor_release(wt3);
-    fl_tensor_release(y); fl_tensor_release(yw); fl_tensor_release(direct);
-    free(vx); free(vw);
+    /* The device entry: a linear layer's fprop (x [B, M, K] · Wᵀ, W [N, K]) through fl_matmul_raw: bf16 [3, 70, 300]
+     * x [300, 90], where fl_cpu_fma_mm runs on a CPU without AVX-512 (oneDNN has no bf16 kernel there); fp32
+     * [1, 520, 500] x [500, 500] (260 MFLOP, at least FL_CPU_FMA_MM_F32_MIN), where it runs whenever AVX-512 is not
+     * used, so also with it disallowed; fp32 [3, 70, 300] x [300, 90] (below it), where oneDNN runs. Where
+     * fl_cpu_fma_mm runs the entry gives its bits, else those of the switched-off call; the two are within two
+     * accumulation bounds of each other. */
+    for (int ti = 0; ti < 3; ti++) {
+        const fl_dtype dt = ti ? FL_F32 : FL_BF16;
+        const bool big = ti == 1, own = dt == FL_F32 ? big : !__builtin_cpu_supports("avx512f");
+        const int64_t B = big ? 1 : 3, M = big ? 520 : 70, K = big ? 500 : 300, N = big ? 500 : 90;
+        char name[64];
+        snprintf(name, sizeof name, "%s [%lld x %lld %lld %lld]", fl_format(dt)->name, (long long)B, (long long)M,
+                 (long long)N, (long long)K);
+        float *vx = malloc(sizeof(float) * B * M * K), *vw = malloc(sizeof(float) * N * K);
+        rand_values(vx, (size_t)(B * M * K), dt, &r);
+        rand_values(vw, (size_t)(N * K), dt, &r);
+        fl_tensor *x = operand(vx, B, M, K, dt, false), *w = operand(vw, 1, N, K, dt, false);
+        REQUIRE(x && w, "operands: %s", fl_last_error());
+        fl_tensor *w2 = NULL, *wt = NULL, *wt3 = NULL, *y = NULL, *yw = NULL;
+        int64_t s2[2] = { N, K };
+        REQUIRE_OK(fl_tensor_reshape(&w2, w, 2, s2));
+        REQUIRE_OK(fl_tensor_transpose(&wt, w2, 0, 1));
+        REQUIRE_OK(fl_tensor_transpose(&wt3, w, 1, 2));
+        if (dt == FL_F32) fl_cpu_avx512_allowed = false;
+        CHECK_OK(fl_matmul_raw(&y, x, wt, dt, FL_F32));
+        fl_cpu_fma_mm_allowed = false;
+        CHECK_OK(fl_matmul_raw(&yw, x, wt, dt, FL_F32));
+        fl_cpu_fma_mm_allowed = true;
+        fl_cpu_avx512_allowed = true;
+        fl_tensor *direct = run_fma(fl__failed, x, wt3, B, FL_F32, omp_get_max_threads());
+        REQUIRE(direct && y && yw, "%s: a call failed or declined", name);
+        const float *gy = fl_tensor_data(y), *gw = fl_tensor_data(yw), *gd = fl_tensor_data(direct);
+        int bad = 0;
+        for (int64_t q = 0; q < B; q++)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double S = 0;
+                    for (int64_t k = 0; k < K; k++) S += fabs((double)vx[(q * M + i) * K + k] * vw[j * K + k]);
+                    if (fabs((double)gy[(q * M + i) * N + j] - gw[(q * M + i) * N + j]) > 2.0 * K * ldexp(1.0, -23) * S)
+                        bad++;
+                }
+        CHECK(bad == 0, "%s: %d elements: the device entry and oneDNN differ by more than two bounds", name, bad);
+        const size_t bytes = sizeof(float) * (size_t)(B * M * N);
+        if (own) CHECK(memcmp(gy, gd, bytes) == 0, "%s: the device entry did not run fl_cpu_fma_mm", name);
+        else if (dt == FL_F32) CHECK(memcmp(gy, gw, bytes) == 0, "%s: below the threshold, yet not oneDNN's bits", name);
+        else fprintf(stderr, "  (bf16 device entry's choice not checked: oneDNN has bf16 kernels on AVX-512 CPUs)\n");
+        fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(w2); fl_tensor_release(wt); fl_tensor_release(wt3);
+        fl_tensor_release(y); fl_tensor_release(yw); fl_tensor_release(direct);
+        free(vx); free(vw);
+    }
 }
