@@ -34,7 +34,7 @@
 enum { MR = 6, NR = 16, AG = FL_MM_FMA_AG, KC = FL_MM_FMA_KC, NB_MAX = FL_MM_FMA_NB };
 
 /* The operand formats a packer is compiled for (each packer once per format, so that no format test is in its
- * loops): FP8 (one byte an element), or bf16 and fp16 (two). */
+ * loops): FP8 (one byte an element), bf16 and fp16 (two), fp32 (four). */
 enum { F_E4M3, F_E5M2, F_BF16, F_F16, F_F32 };
 #define ESZ(f) ((f) == F_F32 ? 4 : (f) >= F_BF16 ? 2 : 1)
 
