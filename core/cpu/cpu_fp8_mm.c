@@ -199,19 +199,6 @@ fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     return st;
 }
 
-/* Each thread's packing buffer, kept from call to call (the OpenMP pool's threads live on) and grown when a call
- * needs more: allocated afresh, its ~300 KiB were mmap'd and faulted in page by page on every call. NULL when out
- * of memory. */
-static _Thread_local uint8_t *tl_buf;
-static _Thread_local size_t tl_size;
-static uint8_t *thread_buf(size_t n) {
-    if (n <= tl_size) return tl_buf;
-    free(tl_buf);
-    tl_buf = aligned_alloc(64, n);
-    tl_size = tl_buf ? n : 0;
-    return tl_buf;
-}
-
 /* Runs the job J made by an entry: tiles, threads, K and column blocks, as the kernel family J->kern says. */
 static fl_status mm_execute(const mm_job *jp) {
     mm_job J = *jp;
@@ -270,7 +257,7 @@ static fl_status mm_execute(const mm_job *jp) {
     }
     #pragma omp parallel num_threads(nthr)
     {
-        uint8_t *buf = thread_buf((bbytes + abytes + tbytes + 191) / 64 * 64);
+        uint8_t *buf = aligned_alloc(64, (bbytes + abytes + tbytes + 191) / 64 * 64);
         if (!buf) {
             #pragma omp atomic write
             oom = true;
@@ -287,6 +274,7 @@ static fl_status mm_execute(const mm_job *jp) {
                          buf, buf + (bbytes + 63) / 64 * 64, buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64);
             }
         }
+        free(buf);
     }
     free(runs);
     if (oom) return FL_ERR(FL_ENOMEM, "cpu gemm: out of memory for the packing buffers");
