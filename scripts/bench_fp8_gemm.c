@@ -42,6 +42,12 @@ static fl_tensor *rand_fp8(int64_t r, int64_t c, fl_dtype fmt, uint64_t seed) {
     return t;
 }
 
+/* t with its last two dims swapped (a view) */
+static fl_tensor *tr(const fl_tensor *t) {
+    fl_tensor *v = NULL;
+    return fl_tensor_transpose(&v, t, t->ndim - 2, t->ndim - 1) == FL_OK ? v : NULL;
+}
+
 /* [1, r, c] of type dt (bf16 or fp32) with moderate values */
 static fl_tensor *rand_wide(int64_t r, int64_t c, fl_dtype dt, uint64_t seed) {
     int64_t shape[3] = { 1, r, c };
@@ -56,11 +62,6 @@ static fl_tensor *rand_wide(int64_t r, int64_t c, fl_dtype dt, uint64_t seed) {
     fl_status st = fl_tensor_to(&t, f, dt);
     fl_tensor_release(f);
     return st == FL_OK ? t : NULL;
-}
-
-static fl_tensor *tr3(const fl_tensor *t) {
-    fl_tensor *v = NULL;
-    return fl_tensor_transpose(&v, t, 1, 2) == FL_OK ? v : NULL;
 }
 
 /* min seconds of `reps` calls of the device's matmul entry */
@@ -89,7 +90,7 @@ static int bench_bf16(int reps, bool cold, bool mlp) {
         for (int p = 0; p < 4; p++) {
             const fl_dtype dt = p < 2 ? FL_F32 : FL_BF16;
             fl_tensor *X = rand_wide(T, in, dt, 1 + l), *W = rand_wide(out, in, dt, 11 + l), *dY = rand_wide(T, out, dt, 21 + l);
-            fl_tensor *Wt = tr3(W), *dYt = tr3(dY);
+            fl_tensor *Wt = tr(W), *dYt = tr(dY);
             struct { const char *name; const fl_tensor *a, *b; } g[3] = { { "fprop", X, Wt }, { "dgrad", dY, W }, { "wgrad", dYt, X } };
             for (int k = 0; k < 3; k++) {
                 int64_t shape[3] = { 1, g[k].a->shape[1], g[k].b->shape[2] };
@@ -115,10 +116,6 @@ static int bench_bf16(int reps, bool cold, bool mlp) {
     return 0;
 }
 
-static fl_tensor *tr(const fl_tensor *t) {
-    fl_tensor *v = NULL;
-    return fl_tensor_transpose(&v, t, 0, 1) == FL_OK ? v : NULL;
-}
 
 /* min seconds of `reps` calls of fp8_gemm(dst, a, b, bias, caches), or (direct) of cpu_fp8_mm.c itself, as the
  * device entry calls it but without its shape policy (fl_cpu_fp8_mm_faster) */
