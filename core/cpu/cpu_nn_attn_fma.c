@@ -2,10 +2,12 @@
  * per-head kernel family that cpu_nn_attn_bf16.c's entries call there. One (b, h) head per thread: its operands
  * are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in thread-local packed buffers, so
  * each product of two of them is exact in fp32 and each register-blocked small GEMM adds it to its fp32 sum by
- * one FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h)
- * run between the products on tiles of query rows still in cache. Causal heads skip the keys above the
- * diagonal. A head's arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels'
- * (which sum pairs of products) and from the batched GEMMs' in summation order only. */
+ * one FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h's
+ * on 8 lanes, each tile's rows together, the bf16 rounding of their results in the same pass) run between the
+ * products on tiles of query rows still in cache. Causal heads skip the keys above the diagonal. A head's
+ * arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels' (which sum pairs of
+ * products) and from the batched GEMMs' in summation order and in the exponential's last bit (FMAs, as the
+ * AVX512_BF16 family's) only. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "cpu_avx2.h"
@@ -34,10 +36,10 @@ static inline __m256 r16(__m256 x) {
 
 /* d[0, n) = src[0, n) rounded, zeros up to ld (a multiple of 8, ≥ n). */
 static inline void round_row(const float *src, int64_t n, float *d, int64_t ld) {
-    for (int64_t c = 0; c < ld; c += 8) {
-        const __m256i k = fl_avx2_lanes(n - c);
-        _mm256_storeu_ps(d + c, r16(_mm256_maskload_ps(src + c, k)));   /* masked-off lanes load as +0 */
-    }
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) _mm256_storeu_ps(d + c, r16(_mm256_loadu_ps(src + c)));
+    for (; c < ld; c += 8)   /* masked-off lanes load as +0 */
+        _mm256_storeu_ps(d + c, r16(_mm256_maskload_ps(src + c, fl_avx2_lanes(n - c))));
 }
 
 /* c[r, 0..8·nv) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the lanes in `last`. */
@@ -96,6 +98,135 @@ static void band(int mr, int64_t n, const float *a, int64_t ars, int64_t ams, in
     }
 }
 
+/* fl_nn_expf (cpu_nn_internal.h) on 8 lanes, with fused multiply-adds (~1 ulp as well, like the AVX512_BF16
+ * family's exp16); 2^k is applied as fl_nn_expf applies it, as two exact power-of-two factors. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.7228394f), lo = _mm256_set1_ps(-104.0f), c = _mm256_set1_ps(12582912.0f);
+    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);   /* NaN → lo here, restored at the end */
+    const __m256 k = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), c), c);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+    const __m256i ki = _mm256_cvttps_epi32(k), k1 = _mm256_srai_epi32(ki, 1), b = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, b), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ki, k1), b), 23));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+    y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* The maximum and the sum of 8 lanes, in every lane (a tree: lanes l and l + 4, then l + 2, then l + 1). */
+static inline __m256 hmax8(__m256 v) {
+    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_max_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+static inline __m256 hsum8(__m256 v) {
+    v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4e));
+    return _mm256_add_ps(v, _mm256_permute_ps(v, 0xb1));
+}
+
+/* n floats at p from lane 0 (n ≥ 8: a whole vector; else a masked load, the other lanes +0). */
+static inline __m256 load_n(const float *p, int64_t n) {
+    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, fl_avx2_lanes(n));
+}
+/* v's first n lanes to p (n ≥ 8: all 8, by an unmasked store). */
+static inline void store_n(float *p, int64_t n, __m256 v) {
+    if (n >= 8) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, fl_avx2_lanes(n), v);
+}
+
+/* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
+ * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (attn_softmax_row of cpu_nn_internal.h, with
+ * tree reductions), and row i of pr (ldp apart) over [0, w) ← the row rounded to bf16, zeros past T (w a
+ * multiple of 8, ≥ every n_i). The rows go through each step together so that their reductions overlap. */
+static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, float *pr, int64_t ldp,
+                         int64_t w) {
+    const __m256 sc = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 m[MR], inv[MR];
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        const float *r = s + i * T;
+        __m256 vm = ninf;
+        for (int64_t j = 0; j < n; j += 8) {
+            const __m256 x = _mm256_mul_ps(load_n(r + j, n - j), sc);
+            vm = _mm256_max_ps(n - j >= 8 ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(fl_avx2_lanes(n - j))), vm);
+        }
+        m[i - i0] = hmax8(vm);
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + i * T;
+        __m256 vs = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n; j += 8) {
+            __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(load_n(r + j, n - j), sc), m[i - i0]));
+            if (n - j < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
+            store_n(r + j, T - j, e);
+            vs = _mm256_add_ps(vs, e);
+        }
+        inv[i - i0] = _mm256_div_ps(_mm256_set1_ps(1.0f), hsum8(vs));
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + i * T, *d = pr + i * ldp;
+        int64_t j = 0;
+        for (; j < n; j += 8) {
+            __m256 x = _mm256_mul_ps(load_n(r + j, n - j), inv[i - i0]);
+            if (n - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
+            store_n(r + j, T - j, x);
+            _mm256_storeu_ps(d + j, r16(x));
+        }
+        for (; j < T || j < w; j += 8) {
+            if (j < T) store_n(r + j, T - j, _mm256_setzero_ps());
+            if (j < w) _mm256_storeu_ps(d + j, _mm256_setzero_ps());
+        }
+    }
+}
+
+/* Rows [i0, i1) of dS from their rows of P (att, T apart) and dP (ds, T apart, from row i0): dS[j] =
+ * scale·p[j]·(d[j] − Σ p·d) over the live length of p (up to its last nonzero probability, below i + 1 when
+ * causal, else T), zeros beyond (cpu_nn_internal.h's attn_dsoftmax_row with tree reductions). Written only
+ * rounded to bf16: row i of sr and, for the key tiles, P's row of pr (ldp apart), over [0, w), w a multiple of 8
+ * that covers every live length; P's entries past T as zeros. */
+static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t i1, int64_t T, int causal, float scale,
+                          float *sr, float *pr, int64_t ldp, int64_t w) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    __m256 dot[MR];
+    int64_t live[MR];
+    for (int64_t i = i0; i < i1; i++) {
+        const float *p = att + i * T, *d = ds + (i - i0) * T;
+        const int64_t n = attn_live_len(p, causal ? i + 1 : T);
+        __m256 vd = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n; j += 8)
+            vd = _mm256_fmadd_ps(load_n(p + j, n - j), load_n(d + j, n - j), vd);
+        dot[i - i0] = hsum8(vd);
+        live[i - i0] = n;
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const float *p = att + i * T, *d = ds + (i - i0) * T;
+        const int64_t n = live[i - i0];
+        float *g = sr + i * ldp, *q = pr + i * ldp;
+        for (int64_t j = 0; j < w; j += 8) {
+            const __m256 P = j < T ? load_n(p + j, T - j) : _mm256_setzero_ps();
+            __m256 x = _mm256_setzero_ps();
+            if (j < n) {
+                x = _mm256_mul_ps(_mm256_mul_ps(sc, P), _mm256_sub_ps(load_n(d + j, n - j), dot[i - i0]));
+                if (n - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
+            }
+            _mm256_storeu_ps(g + j, r16(x));
+            _mm256_storeu_ps(q + j, r16(P));
+        }
+    }
+}
+
 /* The packers read a head's rows lds floats apart: in the GPT's packed qkv, 256 bytes of each 3 KiB token row,
  * so nearly every row starts in another 4 KiB page, where the hardware prefetchers stop (cpu_nn_attn_bf16.c).
  * Each packer asks for the lines of the row PF_ROWS ahead while it converts the current one. */
@@ -119,10 +250,9 @@ static void pack_t(const float *src, int64_t rows, int64_t cols, int64_t lds, fl
     for (int64_t r0 = 0; r0 < rows; r0 += 8) {
         for (int64_t f = r0 + 8; f < r0 + 16 && f < rows; f++) fetch_row(src + f * lds, cols);   /* the next block */
         for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            const __m256i k = fl_avx2_lanes(cols - c0);
             __m256 u[8];
             for (int i = 0; i < 8; i++)
-                u[i] = r0 + i < rows ? r16(_mm256_maskload_ps(src + (r0 + i) * lds + c0, k)) : _mm256_setzero_ps();
+                u[i] = r0 + i < rows ? r16(load_n(src + (r0 + i) * lds + c0, cols - c0)) : _mm256_setzero_ps();
             fl_avx2_transpose8(u);
             for (int64_t m = 0; m < 8 && c0 + m < cols; m++) _mm256_storeu_ps(dst + (c0 + m) * ldd + r0, u[m]);
         }
@@ -151,10 +281,7 @@ static void fwd_head(const float *q, const float *k, const float *v, int64_t ldi
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
         band(mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, att + i0 * T, T);   /* S = Q·Kᵀ */
-        for (int64_t i = i0; i < i1; i++) {
-            attn_softmax_row(att + i * T, causal ? i + 1 : T, T, scale);
-            round_row(att + i * T, kend, pr + i * Tp, (kend + 7) & ~(int64_t)7);
-        }
+        softmax_tile(att, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7);
         band(mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
     }
 }
@@ -177,12 +304,7 @@ static void bwd_head(const float *q, const float *k, const float *v, int64_t ldi
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
         band(mr, nk, dor + i0 * Dp, Dp, 1, 0, D, vt, Tp, ds, T);
-        for (int64_t i = i0; i < i1; i++) {
-            float *d = ds + (i - i0) * T;
-            attn_dsoftmax_row(att + i * T, d, causal ? i + 1 : T, T, scale);
-            round_row(d, nk, sr + i * Tp, (nk + 7) & ~(int64_t)7);
-            round_row(att + i * T, nk, pr + i * Tp, (nk + 7) & ~(int64_t)7);
-        }
+        dsoftmax_tile(att, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7);
         band(mr, D, sr + i0 * Tp, Tp, 1, 0, kend, kr, Dp, dq + i0 * ldd, ldd);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
