@@ -279,8 +279,18 @@ static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_
     const uint8_t *am = J->a + (k0 * J->lda + m) * ESZ(f), *ak = J->a + (m * J->lda + k0) * ESZ(f);
     if (J->a_mcontig) PER_FORMAT(f, pack_a_m(apk, am, J->lda, kc, ag, f_))
     else PER_FORMAT(f, pack_a_k(apk, ak, J->lda, kc, ag, f_))
+    /* A K-contiguous a's next group (rows m + AG ..) of this K block, asked for a share of its lines at a time
+     * while this group's panels run: each row's kc elements lie apart from the next row's when K spans several
+     * blocks, and in a step they come from memory (an M-contiguous a is prefetched as it is packed). */
+    const int64_t es = ESZ(f), mn = m + AG, rn = J->a_mcontig || mn >= J->M ? 0 : J->M - mn < AG ? J->M - mn : AG;
+    const int64_t lpr = (kc * es + 63) / 64 + 1, nlines = lpr * rn, npanel = (nb + NR - 1) / NR;
+    const int64_t per = (nlines + npanel - 1) / npanel;
+    const uint8_t *an = J->a + (mn * J->lda + k0) * es;
+    int64_t line = 0;
     for (int64_t nj = 0; nj < nb; nj += NR) {
         const int64_t nv = nb - nj < NR ? nb - nj : NR;
+        for (int64_t e = line + per < nlines ? line + per : nlines; line < e; line++)
+            _mm_prefetch((const char *)(an + (line / lpr) * J->lda * es + (line % lpr) * 64), _MM_HINT_T0);
         const float *bp = bpk + (nj / NR) * kc * NR;
         mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL };
         for (int64_t mi = 0; mi < ag; mi += MR) {
