@@ -287,9 +287,11 @@ static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_
     if (J->a_mcontig) PER_FORMAT(f, pack_a_m(apk, am, J->lda, kc, ag, f_))
     else PER_FORMAT(f, pack_a_k(apk, ak, J->lda, kc, ag, f_))
     /* A K-contiguous a's next group (rows m + AG ..) of this K block, asked for a share of its lines at a time
-     * while this group's panels run: each row's kc elements lie apart from the next row's when K spans several
-     * blocks, and in a step they come from memory (an M-contiguous a is prefetched as it is packed). */
-    const int64_t es = ESZ(f), mn = m + AG, rn = J->a_mcontig || mn >= J->M ? 0 : J->M - mn < AG ? J->M - mn : AG;
+     * while this group's panels run, when K spans several blocks: each row's kc elements then lie apart from the
+     * next row's, where the hardware's prefetchers stop, and in a step they come from memory (with one block
+     * the group is one run of bytes; an M-contiguous a is prefetched as it is packed). */
+    const bool pf = !J->a_mcontig && J->K > J->kc;
+    const int64_t es = ESZ(f), mn = m + AG, rn = !pf || mn >= J->M ? 0 : J->M - mn < AG ? J->M - mn : AG;
     const int64_t lpr = (kc * es + 63) / 64 + 1, nlines = lpr * rn, npanel = (nb + NR - 1) / NR;
     const int64_t per = (nlines + npanel - 1) / npanel;
     const uint8_t *an = J->a + (mn * J->lda + k0) * es;
