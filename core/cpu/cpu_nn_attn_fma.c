@@ -146,7 +146,7 @@ static inline void store_n(float *p, int64_t n, __m256 v) {
 
 /* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
  * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (attn_softmax_row of cpu_nn_internal.h, with
- * tree reductions), and row i of pr (ldp apart) over [0, w) ← the row rounded to bf16, zeros past T (w a
+ * tree reductions), and row i of pr (ldp apart) over [0, w) ← the row rounded to bf16, zeros from n_i (w a
  * multiple of 8, ≥ every n_i). The rows go through each step together so that their reductions overlap. */
 static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, float *pr, int64_t ldp,
                          int64_t w) {
