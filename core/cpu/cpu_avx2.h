@@ -30,4 +30,10 @@ static inline __m256i fl_avx2_lanes(int64_t n) {
     const int k = n <= 0 ? 0 : n >= 8 ? 8 : (int)n;
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
+
+/* n floats at p from lane 0: a whole vector when n ≥ 8, else a masked load whose other lanes are +0 (n ≤ 0: none
+ * read). Unmasked where it can be: a masked load is slower. */
+static inline __m256 fl_avx2_load_n(const float *p, int64_t n) {
+    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, fl_avx2_lanes(n));
+}
 #endif

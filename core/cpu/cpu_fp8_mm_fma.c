@@ -68,17 +68,12 @@ static inline __m256i load16(const uint8_t *p, int64_t n, int f) {
     return es == 1 ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)t)) : _mm256_loadu_si256((const __m256i *)t);
 }
 
-/* n fp32 at p (≤ 0: none, ≥ 8: 8); missing lanes +0. */
-static inline __m256 load8f(const uint8_t *p, int64_t n) {
-    if (n >= 8) return _mm256_loadu_ps((const float *)p);
-    return _mm256_maskload_ps((const float *)p, fl_avx2_lanes(n));
-}
 
 /* n elements at p (as load16) → 16 fp32 in *lo, *hi; missing lanes +0. */
 static inline void dec16(__m256 *lo, __m256 *hi, const uint8_t *p, int64_t n, int f) {
     if (f == F_F32) {
-        *lo = load8f(p, n);
-        *hi = load8f(p + 32, n - 8);
+        *lo = fl_avx2_load_n((const float *)p, n);
+        *hi = fl_avx2_load_n((const float *)(p + 32), n - 8);
         return;
     }
     __m256i h = load16(p, n, f);
@@ -89,7 +84,7 @@ static inline void dec16(__m256 *lo, __m256 *hi, const uint8_t *p, int64_t n, in
 
 /* n elements at p (≤ 0: none, ≥ 8: 8) → 8 fp32; missing lanes +0. */
 static inline __m256 dec8(const uint8_t *p, int64_t n, int f) {
-    if (f == F_F32) return load8f(p, n);
+    if (f == F_F32) return fl_avx2_load_n((const float *)p, n);
     const int64_t es = ESZ(f);
     __m128i v;
     if (n >= 8) v = es == 1 ? _mm_loadl_epi64((const __m128i *)p) : _mm_loadu_si128((const __m128i *)p);

@@ -36,10 +36,7 @@ static inline __m256 r16(__m256 x) {
 
 /* d[0, n) = src[0, n) rounded, zeros up to ld (a multiple of 8, ≥ n). */
 static inline void round_row(const float *src, int64_t n, float *d, int64_t ld) {
-    int64_t c = 0;
-    for (; c + 8 <= n; c += 8) _mm256_storeu_ps(d + c, r16(_mm256_loadu_ps(src + c)));
-    for (; c < ld; c += 8)   /* masked-off lanes load as +0 */
-        _mm256_storeu_ps(d + c, r16(_mm256_maskload_ps(src + c, fl_avx2_lanes(n - c))));
+    for (int64_t c = 0; c < ld; c += 8) _mm256_storeu_ps(d + c, r16(fl_avx2_load_n(src + c, n - c)));
 }
 
 /* c[r, 0..8·nv) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the lanes in `last`. */
@@ -134,10 +131,6 @@ static inline __m256 hsum8(__m256 v) {
     return _mm256_add_ps(v, _mm256_permute_ps(v, 0xb1));
 }
 
-/* n floats at p from lane 0 (n ≥ 8: a whole vector; else a masked load, the other lanes +0). */
-static inline __m256 load_n(const float *p, int64_t n) {
-    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, fl_avx2_lanes(n));
-}
 /* v's first n lanes to p (n ≥ 8: all 8, by an unmasked store). */
 static inline void store_n(float *p, int64_t n, __m256 v) {
     if (n >= 8) _mm256_storeu_ps(p, v);
@@ -157,8 +150,9 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
         const float *r = s + i * T;
         __m256 vm = ninf;
         for (int64_t j = 0; j < n; j += 8) {
-            const __m256 x = _mm256_mul_ps(load_n(r + j, n - j), sc);
-            vm = _mm256_max_ps(n - j >= 8 ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(fl_avx2_lanes(n - j))), vm);
+            __m256 x = _mm256_mul_ps(fl_avx2_load_n(r + j, n - j), sc);
+            if (n - j < 8) x = _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
+            vm = _mm256_max_ps(x, vm);
         }
         m[i - i0] = hmax8(vm);
     }
@@ -167,7 +161,7 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
         float *r = s + i * T;
         __m256 vs = _mm256_setzero_ps();
         for (int64_t j = 0; j < n; j += 8) {
-            __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(load_n(r + j, n - j), sc), m[i - i0]));
+            __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(fl_avx2_load_n(r + j, n - j), sc), m[i - i0]));
             if (n - j < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
             store_n(r + j, T - j, e);
             vs = _mm256_add_ps(vs, e);
@@ -179,7 +173,7 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
         float *r = s + i * T, *d = pr + i * ldp;
         int64_t j = 0;
         for (; j < n; j += 8) {
-            __m256 x = _mm256_mul_ps(load_n(r + j, n - j), inv[i - i0]);
+            __m256 x = _mm256_mul_ps(fl_avx2_load_n(r + j, n - j), inv[i - i0]);
             if (n - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
             store_n(r + j, T - j, x);
             _mm256_storeu_ps(d + j, r16(x));
@@ -206,7 +200,7 @@ static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t
         const int64_t n = attn_live_len(p, causal ? i + 1 : T);
         __m256 vd = _mm256_setzero_ps();
         for (int64_t j = 0; j < n; j += 8)
-            vd = _mm256_fmadd_ps(load_n(p + j, n - j), load_n(d + j, n - j), vd);
+            vd = _mm256_fmadd_ps(fl_avx2_load_n(p + j, n - j), fl_avx2_load_n(d + j, n - j), vd);
         dot[i - i0] = hsum8(vd);
         live[i - i0] = n;
     }
@@ -215,10 +209,10 @@ static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t
         const int64_t n = live[i - i0];
         float *g = sr + i * ldp, *q = pr + i * ldp;
         for (int64_t j = 0; j < w; j += 8) {
-            const __m256 P = j < T ? load_n(p + j, T - j) : _mm256_setzero_ps();
+            const __m256 P = j < T ? fl_avx2_load_n(p + j, T - j) : _mm256_setzero_ps();
             __m256 x = _mm256_setzero_ps();
             if (j < n) {
-                x = _mm256_mul_ps(_mm256_mul_ps(sc, P), _mm256_sub_ps(load_n(d + j, n - j), dot[i - i0]));
+                x = _mm256_mul_ps(_mm256_mul_ps(sc, P), _mm256_sub_ps(fl_avx2_load_n(d + j, n - j), dot[i - i0]));
                 if (n - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
             }
             _mm256_storeu_ps(g + j, r16(x));
@@ -252,7 +246,7 @@ static void pack_t(const float *src, int64_t rows, int64_t cols, int64_t lds, fl
         for (int64_t c0 = 0; c0 < cols; c0 += 8) {
             __m256 u[8];
             for (int i = 0; i < 8; i++)
-                u[i] = r0 + i < rows ? r16(load_n(src + (r0 + i) * lds + c0, cols - c0)) : _mm256_setzero_ps();
+                u[i] = r0 + i < rows ? r16(fl_avx2_load_n(src + (r0 + i) * lds + c0, cols - c0)) : _mm256_setzero_ps();
             fl_avx2_transpose8(u);
             for (int64_t m = 0; m < 8 && c0 + m < cols; m++) _mm256_storeu_ps(dst + (c0 + m) * ldd + r0, u[m]);
         }
