@@ -356,6 +356,74 @@ static inline __m256i q256_step(const q256_consts *c, __m256 x, __m256 vs, __m25
     return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), c->b80));
 }
 
+/* q256_step for the common case, one finite positive scale, in fewer vector operations (~26 against ~34 per 8
+ * elements): overflow is one compare of |x·scale| against the last value that rounds to a code ≤ max_code
+ * (`thr1`; the rounding is monotonic), which NaN passes too, so the saturation count is taken as
+ * (passes − NaNs) and the caller subtracts the infinite sources (an infinite x passes as well, and is not
+ * saturation), which it counts only where the block's amax is infinite; the sign is blended in from x·scale's
+ * sign bit. Bytes and counts are q256_step's (test_format compares both with the scalar reference). */
+typedef struct { uint32_t unf, over, nan; } q256_fast_counts;
+
+__attribute__((target("avx2,popcnt"), always_inline))
+static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __m256 *vmax, q256_fast_counts *n) {
+    const __m256i xa = _mm256_and_si256(_mm256_castps_si256(x), c->absm);
+    *vmax = _mm256_max_ps(_mm256_castsi256_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
+    const __m256 y = _mm256_mul_ps(x, c->vs);
+    const __m256i a = _mm256_and_si256(_mm256_castps_si256(y), c->absm);
+    const __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(a, c->shift), c->one);
+    const __m256i rn = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, c->half), lsb), c->shift);
+    const __m256i rs = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), c->magic)), c->magic_i);
+    const __m256i over = _mm256_cmpgt_epi32(a, thr1);   /* NaN and ∞ included */
+    const __m256i is_nan = _mm256_cmpgt_epi32(a, c->inf);
+    __m256i r = _mm256_blendv_epi8(rs, rn, _mm256_cmpgt_epi32(a, c->minn1));
+    r = _mm256_blendv_epi8(r, c->ovf, over);
+    r = _mm256_blendv_epi8(r, c->nanc, is_nan);
+    const __m256i zr = _mm256_andnot_si256(_mm256_cmpeq_epi32(xa, c->zero), _mm256_cmpeq_epi32(r, c->zero));
+    n->over += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(over)));
+    n->nan += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(is_nan)));
+    n->unf += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zr)));
+    const __m256 rf = _mm256_castsi256_ps(r);
+    return _mm256_castps_si256(_mm256_blendv_ps(rf, _mm256_or_ps(rf, _mm256_castsi256_ps(c->b80)), y));
+}
+
+/* The ±∞ among n values (x·scale's overflow counts them; they are not saturation). */
+static size_t count_inf(const float *src, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += (fl_f2u(src[i]) & 0x7FFFFFFFu) == 0x7F800000u;
+    return k;
+}
+
+/* The first value past which |x·scale| rounds above max_code, as fp32 bits: in the bucket q = max_code + rebias
+ * of the top `shift` bits, rn rounds up where the dropped bits exceed half, or equal it with q odd. */
+static uint32_t over_threshold(const fp8_params *P) {
+    const uint32_t q = P->max_code + P->rebias;
+    return (q << P->shift) + (1u << (P->shift - 1)) - (q & 1u);
+}
+
+__attribute__((target("avx2,popcnt")))
+static void quant_fast256(const q256_consts *c, uint32_t thr, const float *src, uint8_t *dst, size_t n, __m256 *vmax,
+                          q512_counts *cnt) {
+    const __m256i thr1 = _mm256_set1_epi32((int)thr);
+    q256_fast_counts k = {0, 0, 0};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) { /* as quant_loop256: 4 vectors, two packs, one permute */
+        const __m256i r0 = q256_fast(c, thr1, _mm256_loadu_ps(src + i), vmax, &k);
+        const __m256i r1 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 8), vmax, &k);
+        const __m256i r2 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 16), vmax, &k);
+        const __m256i r3 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 24), vmax, &k);
+        const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(r0, r1), _mm256_packus_epi32(r2, r3));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+    cnt->unf += k.unf;
+    cnt->nan += k.nan;
+    cnt->sat += k.over - k.nan;
+    float m[8];
+    _mm256_storeu_ps(m, *vmax);
+    bool inf = false;
+    for (int j = 0; j < 8; j++) inf |= m[j] == INFINITY;
+    if (inf) cnt->sat -= (uint32_t)count_inf(src, i);
+}
+
 __attribute__((target("avx2,popcnt"), always_inline))
 static inline void quant_loop256(const q256_consts *c, const float *src, const float *vsc, uint8_t *dst, size_t n,
                                  __m256 *vmax, q512_counts *cnt, const bool fin_scale) {
@@ -400,8 +468,11 @@ static void quant_block_avx2(const float *src, uint8_t *dst, size_t n, const fp8
     __m256 vmax = _mm256_set1_ps(st->amax);
     q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
     if (vsc) quant_loop256(&c, src, vsc, dst, n, &vmax, &cnt, false);   /* scales unchecked: NaN from the source */
-    else if (scale > 0.0f && scale < INFINITY) quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, true);
-    else quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, false);
+    else if (scale > 0.0f && scale < INFINITY) {   /* whole 32s in the fast loop, the rest as before */
+        const size_t nf = n & ~(size_t)31;
+        quant_fast256(&c, over_threshold(P), src, dst, nf, &vmax, &cnt);
+        quant_loop256(&c, src + nf, NULL, dst + nf, n - nf, &vmax, &cnt, true);
+    } else quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, false);
     float m[8];
     _mm256_storeu_ps(m, vmax);
     float amax = m[0];
