@@ -1,15 +1,18 @@
 /* bench_attn.c — one call of CPU bf16 attention (fl_cpu_sdpa_causal_fwd / _bwd with bf16 = true), the
  * per-head kernels (cpu_nn_attn_bf16.c with AVX-512 BF16, else its AVX2 + FMA family cpu_nn_attn_fma.c) against
- * the batched GEMMs they replace, best of R repetitions. GFLOP/s counts 4·B·H·T²·D forward and twice that
+ * the batched GEMMs they replace, best of R repetitions; or (MODE f32) fp32 attention, the AVX2 + FMA family's
+ * fp32 form (fl_cpu_attn_f32_*, which CPUs without AVX-512 run) against the batched fp32 GEMMs. GFLOP/s counts 4·B·H·T²·D forward and twice that
  * backward (the full, unmasked products).
  * Usage: bench_attn [B H T D causal R PATH [MODE]] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
  * threads from OMP_NUM_THREADS. MODE holds "cold" and/or "packed" (e.g. cold,packed). cold: a 64 MiB buffer is
  * written before each timed call, so the operands come from memory as in a training step, where the GEMMs around
  * attention move tens of MiB through the caches. packed: the per-head kernels read q, k, v in place in one
  * [B, T, 3·H·D] tensor and write dq, dk, dv into one, as the GPT's attention does (fl_cpu_attn_bf16_fwd_at /
- * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. Other words are refused.
- * Prints one line per (path, direction):
- *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads ms=... gflops=... */
+ * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. f32: fp32 attention instead
+ * (its kernel path where fl_cpu_attn_f32_available() says it runs, with AVX-512 disallowed). Other words are
+ * refused. Prints one line per (path, direction):
+ *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads prec=bf16 ms=... gflops=... */
+#include "cpu/cpu_internal.h"
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_nn_internal.h"
 #include "bench_util.h"
@@ -40,9 +43,13 @@ int main(int argc, char **argv) {
     const int64_t T = argc > 3 ? atoll(argv[3]) : 128, D = argc > 4 ? atoll(argv[4]) : 64;
     const int causal = argc > 5 ? atoi(argv[5]) : 1, R = argc > 6 ? atoi(argv[6]) : 200;
     const char *only = argc > 7 ? argv[7] : "both";
-    static const char *const modes[] = { "cold", "packed" };
-    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 2) : 0;
+    static const char *const modes[] = { "cold", "packed", "f32" };
+    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 3) : 0;
     const int cold = mode & 1, packed = (mode & 2) != 0;
+    const bool bf16 = !(mode & 4);
+    if (!bf16) fl_cpu_avx512_allowed = false;   /* where the fp32 kernels run */
+    fl_attn_fwd_at_fn *fwd_at = bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at;
+    fl_attn_bwd_at_fn *bwd_at = bf16 ? fl_cpu_attn_bf16_bwd_at : fl_cpu_attn_f32_bwd_at;
     if (packed && strcmp(only, "kernel")) {
         fprintf(stderr, "bench_attn: mode packed times the per-head kernels only: pass PATH kernel, got %s\n", only);
         return 2;
@@ -60,26 +67,29 @@ int main(int argc, char **argv) {
     float *qkv = packed ? filled(3 * n, 2) : NULL, *dqkv = packed ? malloc((size_t)(3 * n) * 4) : NULL;
     if (packed && (!qkv || !dqkv)) { fprintf(stderr, "out of memory\n"); return 1; }
     for (int path = 0; path < 2; path++) {
-        fl_cpu_attn_bf16_allowed = path == 0;
+        fl_cpu_attn_bf16_allowed = fl_cpu_attn_f32_allowed = path == 0;
         const char *name = path == 0 ? "kernel" : "gemm";
         if (strcmp(only, "both") && strcmp(only, name)) continue;
-        if (path == 0 && !fl_cpu_attn_bf16_available()) { printf("attn path=kernel unavailable (neither AVX-512 BF16 nor AVX2 + FMA)\n"); continue; }
+        if (path == 0 && !(bf16 ? fl_cpu_attn_bf16_available() : fl_cpu_attn_f32_available())) {
+            printf("attn path=kernel unavailable (neither AVX-512 BF16 nor AVX2 + FMA)\n");
+            continue;
+        }
         double best[2] = { 1e30, 1e30 };
         for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */
             if (cold) bench_evict();
             double t0 = now();
             if (packed && path == 0)
-                fl_cpu_attn_bf16_fwd_at(qkv, qkv + C, qkv + 2 * C, lin, o, lout, att, B, H, T, D, scale, causal);
+                fwd_at(qkv, qkv + C, qkv + 2 * C, lin, o, lout, att, B, H, T, D, scale, causal);
             else
-                fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, true);
+                fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, bf16);
             double t1 = now();
             if (cold) bench_evict();
             double t2 = now();
             if (packed && path == 0)
-                fl_cpu_attn_bf16_bwd_at(qkv, qkv + C, qkv + 2 * C, lin, att, dy, lout, dqkv, dqkv + C, dqkv + 2 * C, lin, B,
-                                        H, T, D, scale, causal);
+                bwd_at(qkv, qkv + C, qkv + 2 * C, lin, att, dy, lout, dqkv, dqkv + C, dqkv + 2 * C, lin, B, H, T, D, scale,
+                       causal);
             else
-                fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, true);
+                fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, bf16);
             double t3 = now();
             if (r >= 3) {
                 best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
@@ -87,11 +97,12 @@ int main(int argc, char **argv) {
             }
         }
         for (int d = 0; d < 2; d++)
-            printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d cache=%s layout=%s ms=%.3f gflops=%.1f\n",
-                   name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T, (long long)D, causal,
-                   omp_get_max_threads(), cold ? "cold" : "warm", packed ? "packed" : "heads", 1e3 * best[d], (d ? 2 : 1) * flops / best[d] * 1e-9);
+            printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d cache=%s layout=%s prec=%s ms=%.3f "
+                   "gflops=%.1f\n", name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T, (long long)D, causal,
+                   omp_get_max_threads(), cold ? "cold" : "warm", packed ? "packed" : "heads", bf16 ? "bf16" : "fp32",
+                   1e3 * best[d], (d ? 2 : 1) * flops / best[d] * 1e-9);
     }
-    fl_cpu_attn_bf16_allowed = true;
+    fl_cpu_attn_bf16_allowed = fl_cpu_attn_f32_allowed = true;
     free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv); free(qkv); free(dqkv);
     return 0;
 }

@@ -7,7 +7,8 @@
  * GEMMs take bf16 operands — the rounded copies are made once per call, P and dS block by block after
  * their row pass — and accumulate in fp32; the fallback rounds the same operands (it also runs where oneDNN has no
  * bf16 kernel: 2.6 on a CPU without AVX-512). bf16 calls go to the per-head kernels of cpu_nn_attn_bf16.c (or
- * its AVX2 + FMA family, cpu_nn_attn_fma.c) first. */
+ * its AVX2 + FMA family, cpu_nn_attn_fma.c) first, and fp32 calls on CPUs without AVX-512 to that family's fp32
+ * form. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include <stdlib.h>
@@ -301,6 +302,10 @@ void fl_cpu_sdpa_causal_fwd(const float *q, const float *k, const float *v, floa
     if (D > 0 && fl_cpu_sdpa_gemm_allowed && bf16 && fl_cpu_attn_bf16_available() &&
         fl_cpu_attn_bf16_fwd(q, k, v, out, att, BH, T, D, scale, causal) == FL_OK)
         return;
+    const fl_attn_layout l = { 0, T * D, D };   /* contiguous heads, as one batch of BH */
+    if (D > 0 && fl_cpu_sdpa_gemm_allowed && !bf16 && fl_cpu_attn_f32_available() &&
+        fl_cpu_attn_f32_fwd_at(q, k, v, l, out, l, att, 1, BH, T, D, scale, causal) == FL_OK)
+        return;
     if (D > 0 && fl_cpu_sdpa_gemm_allowed && sdpa_fwd_gemm(q, k, v, out, att, BH, T, D, scale, causal, bf16) == FL_OK)
         return;
     const int64_t n = BH * T * D;
@@ -320,6 +325,10 @@ void fl_cpu_sdpa_causal_bwd(const float *q, const float *k, const float *v, cons
     if (BH <= 0 || T <= 0 || D <= 0) return;
     if (fl_cpu_sdpa_gemm_allowed && bf16 && fl_cpu_attn_bf16_available() &&
         fl_cpu_attn_bf16_bwd(q, k, v, att, dout, dq, dk, dv, BH, T, D, scale, causal) == FL_OK)
+        return;
+    const fl_attn_layout l = { 0, T * D, D };
+    if (fl_cpu_sdpa_gemm_allowed && !bf16 && fl_cpu_attn_f32_available() &&
+        fl_cpu_attn_f32_bwd_at(q, k, v, l, att, dout, l, dq, dk, dv, l, 1, BH, T, D, scale, causal) == FL_OK)
         return;
     float *ds = fl_cpu_sdpa_gemm_allowed ? malloc((size_t)(BH * T * T) * sizeof(float)) : NULL;
     fl_status st = ds ? sdpa_bwd_gemm(q, k, v, att, dout, dq, dk, dv, ds, BH, T, D, scale, causal, bf16) : FL_ENOMEM;

@@ -7,7 +7,10 @@
  * products on tiles of query rows still in cache. Causal heads skip the keys above the diagonal. A head's
  * arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels' (which sum pairs of
  * products) and from the batched GEMMs' in summation order and in the exponential's last bit (FMAs, as the
- * AVX512_BF16 family's) only. */
+ * AVX512_BF16 family's) only.
+ * The same code runs fp32 attention on CPUs without AVX-512 (fl_cpu_attn_f32_*): the operands are packed as they
+ * are, each product rounded with its sum by the FMA, and the products with P read it where the softmax left it
+ * (att) instead of a rounded copy; fwd_head and bwd_head are inlined into one copy per family. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "cpu_avx2.h"
@@ -34,9 +37,12 @@ static inline __m256 r16(__m256 x) {
     return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
-/* d[0, n) = src[0, n) rounded, zeros up to ld (a multiple of 8, ≥ n). */
-static inline void round_row(const float *src, int64_t n, float *d, int64_t ld) {
-    for (int64_t c = 0; c < ld; c += 8) _mm256_storeu_ps(d + c, r16(fl_avx2_load_n(src + c, n - c)));
+/* x as an operand holds it: rounded to bf16, or (keep: the fp32 family) as it is. */
+static inline __m256 op(__m256 x, bool keep) { return keep ? x : r16(x); }
+
+/* d[0, n) = src[0, n) as an operand, zeros up to ld (a multiple of 8, ≥ n). */
+static inline void round_row(const float *src, int64_t n, float *d, int64_t ld, bool keep) {
+    for (int64_t c = 0; c < ld; c += 8) _mm256_storeu_ps(d + c, op(fl_avx2_load_n(src + c, n - c), keep));
 }
 
 /* c[r, 0..8·nv) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the lanes in `last`. */
@@ -139,10 +145,11 @@ static inline void store_n(float *p, int64_t n, __m256 v) {
 
 /* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
  * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (attn_softmax_row of cpu_nn_internal.h, with
- * tree reductions), and row i of pr (ldp apart) over [0, w) ← the row rounded to bf16, zeros from n_i (w a
- * multiple of 8, ≥ every n_i). The rows go through each step together so that their reductions overlap. */
+ * tree reductions), and (!keep: the bf16 family) row i of pr (ldp apart) over [0, w) ← the row rounded to
+ * bf16, zeros from n_i (w a multiple of 8, ≥ every n_i); the fp32 family reads P from s itself. The rows go
+ * through each step together so that their reductions overlap. */
 static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, float *pr, int64_t ldp,
-                         int64_t w) {
+                         int64_t w, bool keep) {
     const __m256 sc = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     __m256 m[MR], inv[MR];
     for (int64_t i = i0; i < i1; i++) {
@@ -170,17 +177,18 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
     }
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
-        float *r = s + i * T, *d = pr + i * ldp;
+        float *r = s + i * T, *d = keep ? NULL : pr + i * ldp;
+        const int64_t wd = keep ? 0 : w;
         int64_t j = 0;
         for (; j < n; j += 8) {
             __m256 x = _mm256_mul_ps(fl_avx2_load_n(r + j, n - j), inv[i - i0]);
             if (n - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
             store_n(r + j, T - j, x);
-            _mm256_storeu_ps(d + j, r16(x));
+            if (!keep) _mm256_storeu_ps(d + j, r16(x));
         }
-        for (; j < T || j < w; j += 8) {
+        for (; j < T || j < wd; j += 8) {
             if (j < T) store_n(r + j, T - j, _mm256_setzero_ps());
-            if (j < w) _mm256_storeu_ps(d + j, _mm256_setzero_ps());
+            if (j < wd) _mm256_storeu_ps(d + j, _mm256_setzero_ps());
         }
     }
 }
@@ -188,10 +196,11 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
 /* Rows [i0, i1) of dS from their rows of P (att, T apart) and dP (ds, T apart, from row i0): dS[j] =
  * scale·p[j]·(d[j] − Σ p·d) over the live length of p (up to its last nonzero probability, below i + 1 when
  * causal, else T), zeros beyond (cpu_nn_internal.h's attn_dsoftmax_row with tree reductions). Written only
- * rounded to bf16: row i of sr and, for the key tiles, P's row of pr (ldp apart), over [0, w), w a multiple of 8
- * that covers every live length; P's entries past T as zeros. */
+ * as operands, row i of sr (ldp apart) over [0, w), w a multiple of 8 that covers every live length: in the bf16
+ * family rounded, with P's row rounded into pr for the key tiles (its entries past T as zeros); in the fp32
+ * family (keep) as they are, the key tiles reading P from att. */
 static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t i1, int64_t T, int causal, float scale,
-                          float *sr, float *pr, int64_t ldp, int64_t w) {
+                          float *sr, float *pr, int64_t ldp, int64_t w, bool keep) {
     const __m256 sc = _mm256_set1_ps(scale);
     __m256 dot[MR];
     int64_t live[MR];
@@ -207,7 +216,7 @@ static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t
     for (int64_t i = i0; i < i1; i++) {
         const float *p = att + i * T, *d = ds + (i - i0) * T;
         const int64_t n = live[i - i0];
-        float *g = sr + i * ldp, *q = pr + i * ldp;
+        float *g = sr + i * ldp, *q = keep ? NULL : pr + i * ldp;
         for (int64_t j = 0; j < w; j += 8) {
             const __m256 P = j < T ? fl_avx2_load_n(p + j, T - j) : _mm256_setzero_ps();
             __m256 x = _mm256_setzero_ps();
@@ -215,8 +224,8 @@ static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t
                 x = _mm256_mul_ps(_mm256_mul_ps(sc, P), _mm256_sub_ps(fl_avx2_load_n(d + j, n - j), dot[i - i0]));
                 if (n - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
             }
-            _mm256_storeu_ps(g + j, r16(x));
-            _mm256_storeu_ps(q + j, r16(P));
+            _mm256_storeu_ps(g + j, op(x, keep));
+            if (!keep) _mm256_storeu_ps(q + j, r16(P));
         }
     }
 }
@@ -229,24 +238,26 @@ static inline void fetch_row(const float *row, int64_t cols) {
     for (int64_t c = 0; c < cols; c += 16) _mm_prefetch((const char *)(row + c), _MM_HINT_T0);
 }
 
-/* dst[r, 0..ldd) = src[r, 0..cols) rounded, zeros up to ldd: an A operand (ars = ldd, ams = 1) or a B operand
+/* dst[r, 0..ldd) = src[r, 0..cols) as operands (round_row), zeros up to ldd: an A operand (ars = ldd, ams = 1) or a B operand
  * with rows along the summed dimension. */
-static void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t lds, float *dst, int64_t ldd) {
+static inline __attribute__((always_inline)) void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t lds,
+                                                            float *dst, int64_t ldd, bool keep) {
     for (int64_t r = 0; r < rows; r++) {
         if (r + PF_ROWS < rows) fetch_row(src + (r + PF_ROWS) * lds, cols);
-        round_row(src + r * lds, cols, dst + r * ldd, ldd);
+        round_row(src + r * lds, cols, dst + r * ldd, ldd, keep);
     }
 }
 
-/* dst[c, r] = src[r, c] rounded, for c < cols and r < rows, zeros for r up to rows rounded up to 8: srcᵀ as a B
+/* dst[c, r] = src[r, c] as operands, for c < cols and r < rows, zeros for r up to rows rounded up to 8: srcᵀ as a B
  * operand (ldd ≥ that, a multiple of 8). Blocks of 8 × 8 are transposed in registers. */
-static void pack_t(const float *src, int64_t rows, int64_t cols, int64_t lds, float *dst, int64_t ldd) {
+static inline __attribute__((always_inline)) void pack_t(const float *src, int64_t rows, int64_t cols, int64_t lds,
+                                                         float *dst, int64_t ldd, bool keep) {
     for (int64_t r0 = 0; r0 < rows; r0 += 8) {
         for (int64_t f = r0 + 8; f < r0 + 16 && f < rows; f++) fetch_row(src + f * lds, cols);   /* the next block */
         for (int64_t c0 = 0; c0 < cols; c0 += 8) {
             __m256 u[8];
             for (int i = 0; i < 8; i++)
-                u[i] = r0 + i < rows ? r16(fl_avx2_load_n(src + (r0 + i) * lds + c0, cols - c0)) : _mm256_setzero_ps();
+                u[i] = r0 + i < rows ? op(fl_avx2_load_n(src + (r0 + i) * lds + c0, cols - c0), keep) : _mm256_setzero_ps();
             fl_avx2_transpose8(u);
             for (int64_t m = 0; m < 8 && c0 + m < cols; m++) _mm256_storeu_ps(dst + (c0 + m) * ldd + r0, u[m]);
         }
@@ -263,49 +274,54 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
     return causal && n < s->T ? n : s->T;
 }
 
-/* One head; q, k, v rows ldi apart, o rows ldo apart; w: fwd_floats(s) floats. */
-static void fwd_head(const float *q, const float *k, const float *v, int64_t ldi, float *o, int64_t ldo, float *att,
-                     const shape *s, float scale, int causal, float *w) {
+/* One head; q, k, v rows ldi apart, o rows ldo apart; w: fwd_floats(s) floats. keep: the fp32 family (operands
+ * as they are, P read from att); else bf16. Inlined into each family's caller with keep a constant. */
+static inline __attribute__((always_inline)) void fwd_head(const float *q, const float *k, const float *v, int64_t ldi,
+                                                           float *o, int64_t ldo, float *att, const shape *s,
+                                                           float scale, int causal, float *w, const bool keep) {
     const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
     float *qr = w, *kt = qr + T * Dp, *vr = kt + D * Tp, *pr = vr + T * Dp;
-    pack_rows(q, T, D, ldi, qr, Dp);
-    pack_t(k, T, D, ldi, kt, Tp);
-    pack_rows(v, T, D, ldi, vr, Dp);
+    pack_rows(q, T, D, ldi, qr, Dp, keep);
+    pack_t(k, T, D, ldi, kt, Tp, keep);
+    pack_rows(v, T, D, ldi, vr, Dp, keep);
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
         band(mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, att + i0 * T, T);   /* S = Q·Kᵀ */
-        softmax_tile(att, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7);
-        band(mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
+        softmax_tile(att, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep);
+        if (keep) band(mr, D, att + i0 * T, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
+        else band(mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);
     }
 }
 
 /* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; w: bwd_floats(s) floats,
  * the last MR·T of them the tile's rows of dP. */
-static void bwd_head(const float *q, const float *k, const float *v, int64_t ldi, const float *att, const float *dout,
-                     int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd, const shape *s, float scale, int causal,
-                     float *w) {
+static inline __attribute__((always_inline)) void bwd_head(const float *q, const float *k, const float *v, int64_t ldi,
+                                                           const float *att, const float *dout, int64_t ldo, float *dq,
+                                                           float *dk, float *dv, int64_t ldd, const shape *s,
+                                                           float scale, int causal, float *w, const bool keep) {
     const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
     float *dor = w, *vt = dor + T * Dp, *kr = vt + D * Tp, *qr = kr + T * Dp, *pr = qr + T * Dp, *sr = pr + T * Tp;
     float *ds = sr + T * Tp;
-    pack_rows(dout, T, D, ldo, dor, Dp);
-    pack_t(v, T, D, ldi, vt, Tp);
-    pack_rows(k, T, D, ldi, kr, Dp);
-    pack_rows(q, T, D, ldi, qr, Dp);
-    /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) and P rounded into their rows, dQ = dS·K. Row i's rounded
-     * rows reach the key columns of its tile's nk, which covers every key tile that reads them below. */
+    pack_rows(dout, T, D, ldo, dor, Dp, keep);
+    pack_t(v, T, D, ldi, vt, Tp, keep);
+    pack_rows(k, T, D, ldi, kr, Dp, keep);
+    pack_rows(q, T, D, ldi, qr, Dp, keep);
+    /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) and (bf16) P rounded into their rows, dQ = dS·K. Row i's
+     * written rows reach the key columns of its tile's nk, which covers every key tile that reads them below. */
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
         band(mr, nk, dor + i0 * Dp, Dp, 1, 0, D, vt, Tp, ds, T);
-        dsoftmax_tile(att, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7);
+        dsoftmax_tile(att, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7, keep);
         band(mr, D, sr + i0 * Tp, Tp, 1, 0, kend, kr, Dp, dq + i0 * ldd, ldd);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
     for (int64_t j0 = 0; j0 < T; j0 += MR) {
         const int mr = (int)(T - j0 < MR ? T - j0 : MR);
         const int64_t m0 = causal ? j0 : 0;
-        band(mr, D, pr + j0, 1, Tp, m0, T, dor, Dp, dv + j0 * ldd, ldd);
+        if (keep) band(mr, D, att + j0, 1, T, m0, T, dor, Dp, dv + j0 * ldd, ldd);
+        else band(mr, D, pr + j0, 1, Tp, m0, T, dor, Dp, dv + j0 * ldd, ldd);
         band(mr, D, sr + j0, 1, Tp, m0, T, qr, Dp, dk + j0 * ldd, ldd);
     }
 }
@@ -323,21 +339,31 @@ typedef struct {
     shape s;
     float scale;
     int causal;
+    bool keep;   /* the fp32 family: operands as they are */
 } heads_job;
 typedef void head_fn(const heads_job *J, int64_t bh, float *w);
 
 static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return (bh / H) * l.sb + (bh % H) * l.sh; }
 
+/* Each family's copy of a head's code (keep a constant in each call). */
 static void fwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H);
-    fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,
-             J->p + bh * J->s.T * J->s.T, &J->s, J->scale, J->causal, w);
+#define FWD_HEAD(KEEP)                                                                                                  \
+    fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,            \
+             J->p + bh * J->s.T * J->s.T, &J->s, J->scale, J->causal, w, KEEP)
+    if (J->keep) FWD_HEAD(true);
+    else FWD_HEAD(false);
+#undef FWD_HEAD
 }
 static void bwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H), hd = head_at(J->din, bh, J->H);
-    bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att + bh * J->s.T * J->s.T,
-             J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, J->dk + hd, J->dv + hd, J->din.st, &J->s,
-             J->scale, J->causal, w);
+#define BWD_HEAD(KEEP)                                                                                                  \
+    bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att + bh * J->s.T * J->s.T,                                 \
+             J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, J->dk + hd, J->dv + hd, J->din.st, &J->s, \
+             J->scale, J->causal, w, KEEP)
+    if (J->keep) BWD_HEAD(true);
+    else BWD_HEAD(false);
+#undef BWD_HEAD
 }
 
 /* The B·H heads on the threads (one thread below FL_NN_PAR_MIN of work). */
@@ -354,22 +380,52 @@ static fl_status run_heads(const heads_job *J, int64_t BH, int64_t floats, head_
             if (w) fn(J, bh, w);
         free(w);
     }
-    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for %s head buffers", J->keep ? "fp32" : "bf16") : FL_OK;
+}
+
+static fl_status fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                        fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                        int causal, bool keep) {
+    const heads_job J = { .q = q, .k = k, .v = v, .p = att, .out = out, .in = in, .out_l = out_l, .H = H,
+                          .s = shape_of(T, D), .scale = scale, .causal = causal, .keep = keep };
+    return run_heads(&J, B * H, fwd_floats(&J.s), fwd_one);
+}
+
+static fl_status bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
+                        const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv, fl_attn_layout din,
+                        int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool keep) {
+    const heads_job J = { .q = q, .k = k, .v = v, .att = att, .dout = dout, .dq = dq, .dk = dk, .dv = dv, .in = in,
+                          .out_l = out_l, .din = din, .H = H, .s = shape_of(T, D), .scale = scale, .causal = causal,
+                          .keep = keep };
+    return run_heads(&J, B * H, bwd_floats(&J.s), bwd_one);
 }
 
 fl_status fl_cpu_attn_fma_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
                                  float scale, int causal) {
-    const heads_job J = { .q = q, .k = k, .v = v, .p = att, .out = out, .in = in, .out_l = out_l, .H = H,
-                          .s = shape_of(T, D), .scale = scale, .causal = causal };
-    return run_heads(&J, B * H, fwd_floats(&J.s), fwd_one);
+    return fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal, false);
 }
-
 fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                  int causal) {
-    const heads_job J = { .q = q, .k = k, .v = v, .att = att, .dout = dout, .dq = dq, .dk = dk, .dv = dv, .in = in,
-                          .out_l = out_l, .din = din, .H = H, .s = shape_of(T, D), .scale = scale, .causal = causal };
-    return run_heads(&J, B * H, bwd_floats(&J.s), bwd_one);
+    return bwd_at(q, k, v, in, att, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, false);
+}
+
+_Atomic bool fl_cpu_attn_f32_allowed = true;
+
+bool fl_cpu_attn_f32_available(void) {
+    return fl_cpu_attn_f32_allowed && !fl_cpu_avx512() && fl_cpu_attn_fma_usable();
+}
+
+fl_status fl_cpu_attn_f32_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                 fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
+                                 float scale, int causal) {
+    return fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal, true);
+}
+fl_status fl_cpu_attn_f32_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
+                                 const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                                 fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                 int causal) {
+    return bwd_at(q, k, v, in, att, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, true);
 }

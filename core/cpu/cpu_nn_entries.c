@@ -82,31 +82,34 @@ fl_status fl_cpu_dev_sdpa_bwd(const float *q, const float *k, const float *v, co
     fl_cpu_sdpa_causal_bwd(q, k, v, att, dout, dq, dk, dv, B, H, T, D, scale, causal, bf16);
     return FL_OK;
 }
-/* The packed layouts through the bf16 per-head kernels (the only ones that read strided heads): bf16 on a CPU
- * with AVX-512 BF16 and the GEMM path allowed, as fl_cpu_sdpa_causal_fwd decides; *in: q, k, v (and dq, dk,
- * dv) as parts of [B, T, 3·H·D]; *out: out or dout as [B, T, H·D]. Out of memory for a thread's buffers: not
- * done, so the caller's copies and the other paths take over. */
+/* The packed layouts through the per-head kernels (the only ones that read strided heads), where
+ * fl_cpu_sdpa_causal_fwd would run them: bf16 where a bf16 family runs, fp32 where the fp32 one does, the GEMM
+ * path allowed; *in: q, k, v (and dq, dk, dv) as parts of [B, T, 3·H·D]; *out: out or dout as [B, T, H·D]. Out
+ * of memory for a thread's buffers: not done, so the caller's copies and the other paths take over. */
 static bool qkv_direct(bool bf16, int64_t B, int64_t H, int64_t T, int64_t D, fl_attn_layout *in, fl_attn_layout *out) {
     const int64_t C = H * D;
     *in = (fl_attn_layout){ T * 3 * C, D, 3 * C };
     *out = (fl_attn_layout){ T * C, D, C };
-    return bf16 && B > 0 && H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_bf16_available();
+    return B > 0 && H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed &&
+           (bf16 ? fl_cpu_attn_bf16_available() : fl_cpu_attn_f32_available());
 }
 fl_status fl_cpu_dev_sdpa_qkv_fwd(const float *qkv, float *out, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
                                   float scale, bool causal, bool bf16, bool *done) {
     fl_attn_layout in, ol;
     const int64_t C = H * D;
+    fl_attn_fwd_at_fn *fwd = bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at;
     *done = qkv_direct(bf16, B, H, T, D, &in, &ol) &&
-            fl_cpu_attn_bf16_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H, T, D, scale, causal) == FL_OK;
+            fwd(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H, T, D, scale, causal) == FL_OK;
     return FL_OK;
 }
 fl_status fl_cpu_dev_sdpa_qkv_bwd(const float *qkv, const float *att, const float *dout, float *dqkv, int64_t B,
                                   int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16, bool *done) {
     fl_attn_layout in, ol;
     const int64_t C = H * D;
+    fl_attn_bwd_at_fn *bwd = bf16 ? fl_cpu_attn_bf16_bwd_at : fl_cpu_attn_f32_bwd_at;
     *done = qkv_direct(bf16, B, H, T, D, &in, &ol) &&
-            fl_cpu_attn_bf16_bwd_at(qkv, qkv + C, qkv + 2 * C, in, att, dout, ol, dqkv, dqkv + C, dqkv + 2 * C, in, B,
-                                    H, T, D, scale, causal) == FL_OK;
+            bwd(qkv, qkv + C, qkv + 2 * C, in, att, dout, ol, dqkv, dqkv + C, dqkv + 2 * C, in, B, H, T, D, scale,
+                causal) == FL_OK;
     return FL_OK;
 }
 fl_status fl_cpu_dev_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {

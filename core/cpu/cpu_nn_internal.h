@@ -44,6 +44,14 @@ fl_attn_bwd_at_fn fl_cpu_attn_bf16_bwd_at;
 bool fl_cpu_attn_fma_usable(void);
 fl_attn_fwd_at_fn fl_cpu_attn_fma_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_fma_bwd_at;
+/* fp32 attention through the same family with its operands as they are (no rounding; each product and its sum
+ * rounded once by the FMA), which fl_cpu_sdpa_causal_fwd/bwd and the packed entries call for fp32 where it is
+ * available: AVX2 and FMA, no AVX-512 (or AVX-512 disallowed: there oneDNN's AVX-512 GEMMs and row passes run,
+ * not measured against these), and the flag set (tests and the benchmark clear it to run the batched GEMMs). */
+extern _Atomic bool fl_cpu_attn_f32_allowed;
+bool fl_cpu_attn_f32_available(void);
+fl_attn_fwd_at_fn fl_cpu_attn_f32_fwd_at;
+fl_attn_bwd_at_fn fl_cpu_attn_f32_bwd_at;
 
 /* e^x to ~1 ulp over the whole float range: e^x = 2^k·e^r with |r| <= ln2/2 and Cephes' degree-6
  * polynomial. 2^k is built from two exponent fields (k split in halves) so subnormal results are

@@ -3,6 +3,7 @@
  * `make BUILD=build-ag-san SAN=1 OPT=-O1 CUDA=0 build-ag-san/test_core` for leaks). */
 #include "runner.h"
 #include "autograd.h"
+#include "cpu/cpu_internal.h"
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_nn_internal.h"
 #include "nn.h"
@@ -166,18 +167,25 @@ TEST(autograd_mlp_step_shapes) {
 /* Packed attention (fl_sdpa_qkv) whose backward finds the packed kernel unavailable (here: switched off
  * between forward and backward, as running out of memory for its buffers would) takes the copies and the
  * [B, H, T, D] entry instead, and gives the gradient of a run that never used the packed kernel, up to
- * fp32 accumulation order. */
-static fl_status qkv_grad(fl_tensor **grad, const fl_tensor *base, bool fwd_kernel, bool bwd_kernel) {
+ * fp32 accumulation order. Under bf16 autocast (the bf16 kernel families) and in fp32 (the fp32 one, which
+ * runs with AVX-512 disallowed on every x86-64-v3 CPU). */
+static void attn_kernels_allowed(bool bf16, bool on) {
+    if (bf16) fl_cpu_attn_bf16_allowed = on;
+    else fl_cpu_attn_f32_allowed = on;
+}
+static fl_status qkv_grad(fl_tensor **grad, const fl_tensor *base, bool bf16, bool fwd_kernel, bool bwd_kernel) {
     fl_tensor *x = NULL, *y = NULL, *s = NULL;
     fl_status st = fl_tensor_to(&x, base, FL_F32);   /* a fresh leaf */
     if (st == FL_OK) fl_tensor_set_requires_grad(x, true);
-    fl_dtype prev = fl_set_autocast_dtype(FL_BF16);
-    fl_cpu_attn_bf16_allowed = fwd_kernel;
+    fl_dtype prev = fl_set_autocast_dtype(bf16 ? FL_BF16 : FL_F32);
+    fl_cpu_avx512_allowed = bf16;
+    attn_kernels_allowed(bf16, fwd_kernel);
     if (st == FL_OK) st = fl_sdpa_qkv(&y, x, 2, true, 0.0);
     if (st == FL_OK) st = fl_reduce(&s, FL_OP_SUM, y, FL_ALL_DIMS, false);
-    fl_cpu_attn_bf16_allowed = bwd_kernel;
+    attn_kernels_allowed(bf16, bwd_kernel);
     if (st == FL_OK) st = fl_backward(s, NULL, false);
-    fl_cpu_attn_bf16_allowed = true;
+    attn_kernels_allowed(bf16, true);
+    fl_cpu_avx512_allowed = true;
     fl_set_autocast_dtype(prev);
     if (st == FL_OK) *grad = fl_tensor_retain(x->grad);
     fl_tensor_release(x); fl_tensor_release(y); fl_tensor_release(s);
@@ -185,21 +193,29 @@ static fl_status qkv_grad(fl_tensor **grad, const fl_tensor *base, bool fwd_kern
 }
 TEST(autograd_sdpa_qkv_packed_backward_falls_back) {
     int64_t shape[3] = { 2, 19, 3 * 2 * 16 };
-    fl_tensor *base = NULL, *g_ref = NULL, *g_mixed = NULL, *g_packed = NULL;
-    fl_manual_seed(11);
-    REQUIRE_OK(fl_randn(&base, NULL, 3, shape, FL_F32));
-    REQUIRE_OK(qkv_grad(&g_ref, base, false, false));
-    REQUIRE_OK(qkv_grad(&g_mixed, base, true, false));
-    REQUIRE_OK(qkv_grad(&g_packed, base, true, true));
-    const int64_t n = fl_tensor_numel(base);
-    const float *gr = fl_tensor_data(g_ref), *gm = fl_tensor_data(g_mixed), *gp = fl_tensor_data(g_packed);
-    REQUIRE(fl_tensor_is_contiguous(g_ref) && fl_tensor_is_contiguous(g_mixed) && fl_tensor_is_contiguous(g_packed) &&
-            g_ref->dtype == FL_F32 && g_mixed->dtype == FL_F32 && g_packed->dtype == FL_F32, "gradients not contiguous fp32");
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const float r = gr[i], m = gm[i], p = gp[i];
-        if (!(fabsf(m - r) <= 1e-4f * (1.0f + fabsf(r))) || !(fabsf(p - r) <= 1e-4f * (1.0f + fabsf(r)))) bad++;
+    for (int bf16 = 1; bf16 >= 0; bf16--) {
+        fl_tensor *base = NULL, *g_ref = NULL, *g_mixed = NULL, *g_packed = NULL;
+        fl_manual_seed(11);
+        REQUIRE_OK(fl_randn(&base, NULL, 3, shape, FL_F32));
+        REQUIRE_OK(qkv_grad(&g_ref, base, bf16, false, false));
+        REQUIRE_OK(qkv_grad(&g_mixed, base, bf16, true, false));
+        REQUIRE_OK(qkv_grad(&g_packed, base, bf16, true, true));
+        const int64_t n = fl_tensor_numel(base);
+        const float *gr = fl_tensor_data(g_ref), *gm = fl_tensor_data(g_mixed), *gp = fl_tensor_data(g_packed);
+        REQUIRE(fl_tensor_is_contiguous(g_ref) && fl_tensor_is_contiguous(g_mixed) && fl_tensor_is_contiguous(g_packed) &&
+                g_ref->dtype == FL_F32 && g_mixed->dtype == FL_F32 && g_packed->dtype == FL_F32,
+                "gradients not contiguous fp32");
+        int bad = 0, same = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float r = gr[i], m = gm[i], p = gp[i];
+            if (!(fabsf(m - r) <= 1e-4f * (1.0f + fabsf(r))) || !(fabsf(p - r) <= 1e-4f * (1.0f + fabsf(r)))) bad++;
+            same += p == r;
+        }
+        CHECK(bad == 0, "%s: %d of %lld dqkv entries off the copies-and-GEMM reference", bf16 ? "bf16" : "fp32", bad,
+              (long long)n);
+        /* fp32: the kernel ran (its exponential's last bits and its rounded products' order differ from the
+         * GEMM path's; in bf16, whose products are exact, the two may agree bit for bit) */
+        if (!bf16) CHECK(same < n, "fp32: the packed kernel's gradient equals the GEMMs' bit for bit");
+        fl_tensor_release(base); fl_tensor_release(g_ref); fl_tensor_release(g_mixed); fl_tensor_release(g_packed);
     }
-    CHECK(bad == 0, "%d of %lld dqkv entries off the copies-and-GEMM reference", bad, (long long)n);
-    fl_tensor_release(base); fl_tensor_release(g_ref); fl_tensor_release(g_mixed); fl_tensor_release(g_packed);
 }

@@ -583,9 +583,11 @@ TEST(nn_sdpa) {
     }
 }
 /* The GEMM path splits causal attention into blocks of query rows (about 64 each, at most 8 blocks):
- * lengths around the block size, ragged last blocks and the 8-block cap, on both row-pass copies. */
+ * lengths around the block size, ragged last blocks and the 8-block cap, on both row-pass copies (the fp32
+ * per-head kernels, which CPUs without AVX-512 run instead, switched off). */
 TEST(nn_sdpa_blocks) {
     static const int64_t Ts[] = { 2, 63, 64, 65, 127, 128, 129, 200, 577 };
+    fl_cpu_attn_f32_allowed = false;
     for (int wide = 1; wide >= 0; wide--) {
         fl_cpu_avx512_allowed = wide;
         for (unsigned i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
@@ -593,6 +595,25 @@ TEST(nn_sdpa_blocks) {
                 if (Ts[i] > 200 && !causal) continue;   /* one block either way: covered above */
                 check_sdpa(fl__failed, 1, 2, Ts[i], Ts[i] > 200 ? 8 : 16, causal, 0);
             }
+    }
+    fl_cpu_avx512_allowed = true;
+    fl_cpu_attn_f32_allowed = true;
+}
+/* fp32 attention through the per-head AVX2 + FMA family (cpu_nn_attn_fma.c with its operands unrounded), which
+ * CPUs without AVX-512 run; with AVX-512 disallowed it runs on every CPU: every remainder of its 6-row and
+ * 16-column register tiles, odd T and D, one and several row tiles, against the float64 references (and finite
+ * differences on the small shapes). */
+TEST(nn_sdpa_f32_heads) {
+    fl_cpu_avx512_allowed = false;
+    REQUIRE(fl_cpu_attn_f32_available(), "the fp32 kernels do not run with AVX-512 disallowed");
+    for (int causal = 0; causal <= 1; causal++) {
+        check_sdpa(fl__failed, 1, 1, 1, 1, causal, 1);
+        check_sdpa(fl__failed, 1, 2, 5, 3, causal, 1);
+        check_sdpa(fl__failed, 2, 3, 17, 13, causal, 1);
+        check_sdpa(fl__failed, 1, 3, 7, 9, causal, 1);
+        check_sdpa(fl__failed, 2, 2, 33, 16, causal, 0);
+        check_sdpa(fl__failed, 1, 2, 130, 64, causal, 0);
+        check_sdpa(fl__failed, 1, 1, 200, 24, causal, 0);
     }
     fl_cpu_avx512_allowed = true;
 }
@@ -720,24 +741,27 @@ TEST(nn_sdpa_bf16_fma) {
     fl_cpu_avx512_allowed = true;
 }
 /* Each head is done by one thread in a fixed order: the results are the same bits on 1 and 2 threads, in each
- * kernel family (AVX512_BF16 where the CPU has it, AVX2 + FMA with AVX-512 disallowed). */
+ * kernel family (bf16: AVX512_BF16 where the CPU has it, AVX2 + FMA with AVX-512 disallowed; fp32: AVX2 + FMA
+ * with AVX-512 disallowed). */
 TEST(nn_sdpa_bf16_threads) {
     const int64_t B = 2, H = 3, T = 45, D = 24, n = B * H * T * D, na = B * H * T * T;
     float *q = frand(n, -2, 2), *k = frand(n, -2, 2), *v = frand(n, -1, 1), *dy = frand(n, -1, 1);
     float *r[2][5];
     const int nt = omp_get_max_threads();
-    for (int fam = 0; fam < 2; fam++) {
+    for (int fam = 0; fam < 3; fam++) {
         fl_cpu_avx512_allowed = fam == 0;
+        const bool bf16 = fam < 2;
         for (int t = 0; t < 2; t++) {
             omp_set_num_threads(t ? 2 : 1);
             for (int i = 0; i < 5; i++) r[t][i] = fzeros(i == 1 ? na : n);
-            fl_cpu_sdpa_causal_fwd(q, k, v, r[t][0], r[t][1], B, H, T, D, 0.2f, 1, true);
-            fl_cpu_sdpa_causal_bwd(q, k, v, r[t][1], dy, r[t][2], r[t][3], r[t][4], B, H, T, D, 0.2f, 1, true);
+            fl_cpu_sdpa_causal_fwd(q, k, v, r[t][0], r[t][1], B, H, T, D, 0.2f, 1, bf16);
+            fl_cpu_sdpa_causal_bwd(q, k, v, r[t][1], dy, r[t][2], r[t][3], r[t][4], B, H, T, D, 0.2f, 1, bf16);
         }
         omp_set_num_threads(nt);
         for (int i = 0; i < 5; i++) {
             CHECK(memcmp(r[0][i], r[1][i], (size_t)(i == 1 ? na : n) * sizeof(float)) == 0,
-                  "bf16 sdpa output %d differs between 1 and 2 threads (AVX-512 %s)", i, fam ? "off" : "allowed");
+                  "%s sdpa output %d differs between 1 and 2 threads (AVX-512 %s)", bf16 ? "bf16" : "fp32", i,
+                  fam ? "off" : "allowed");
             free(r[0][i]); free(r[1][i]);
         }
     }
