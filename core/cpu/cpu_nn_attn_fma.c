@@ -41,7 +41,7 @@ static inline __m256 r16(__m256 x) {
 static inline __m256 op(__m256 x, bool keep) { return keep ? x : r16(x); }
 
 /* d[0, n) = src[0, n) as an operand, zeros up to ld (a multiple of 8, ≥ n). */
-static inline void round_row(const float *src, int64_t n, float *d, int64_t ld, bool keep) {
+static inline void operand_row(const float *src, int64_t n, float *d, int64_t ld, bool keep) {
     for (int64_t c = 0; c < ld; c += 8) _mm256_storeu_ps(d + c, op(fl_avx2_load_n(src + c, n - c), keep));
 }
 
@@ -238,13 +238,13 @@ static inline void fetch_row(const float *row, int64_t cols) {
     for (int64_t c = 0; c < cols; c += 16) _mm_prefetch((const char *)(row + c), _MM_HINT_T0);
 }
 
-/* dst[r, 0..ldd) = src[r, 0..cols) as operands (round_row), zeros up to ldd: an A operand (ars = ldd, ams = 1) or a B operand
- * with rows along the summed dimension. */
+/* dst[r, 0..ldd) = src[r, 0..cols) as operands (operand_row), zeros up to ldd: an A operand (ars = ldd, ams = 1)
+ * or a B operand with rows along the summed dimension. */
 static inline __attribute__((always_inline)) void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t lds,
                                                             float *dst, int64_t ldd, bool keep) {
     for (int64_t r = 0; r < rows; r++) {
         if (r + PF_ROWS < rows) fetch_row(src + (r + PF_ROWS) * lds, cols);
-        round_row(src + r * lds, cols, dst + r * ldd, ldd, keep);
+        operand_row(src + r * lds, cols, dst + r * ldd, ldd, keep);
     }
 }
 
