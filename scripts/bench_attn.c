@@ -1,8 +1,8 @@
 /* bench_attn.c — one call of CPU bf16 attention (fl_cpu_sdpa_causal_fwd / _bwd with bf16 = true), the
  * per-head kernels (cpu_nn_attn_bf16.c with AVX-512 BF16, else its AVX2 + FMA family cpu_nn_attn_fma.c) against
  * the batched GEMMs they replace, best of R repetitions; or (MODE f32) fp32 attention, the AVX2 + FMA family's
- * fp32 form (fl_cpu_attn_f32_*, which CPUs without AVX-512 run) against the batched fp32 GEMMs. GFLOP/s counts 4·B·H·T²·D forward and twice that
- * backward (the full, unmasked products).
+ * fp32 form (fl_cpu_attn_f32_*, which CPUs without AVX-512 run) against the batched fp32 GEMMs. GFLOP/s counts
+ * 4·B·H·T²·D forward and twice that backward (the full, unmasked products).
  * Usage: bench_attn [B H T D causal R PATH [MODE]] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
  * threads from OMP_NUM_THREADS. MODE holds "cold" and/or "packed" (e.g. cold,packed). cold: a 64 MiB buffer is
  * written before each timed call, so the operands come from memory as in a training step, where the GEMMs around
