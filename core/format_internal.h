@@ -1,6 +1,5 @@
 /* format_internal.h — hooks into format.c for tests and benchmarks only: choose the quantize /
- * amax code path explicitly so the AVX-512, AVX2 and portable kernels can be compared (amax has no AVX2 kernel
- * of its own: FL_PATH_AVX2 runs its portable loop, which the compiler vectorises). */
+ * amax code path explicitly so the AVX-512, AVX2 and portable kernels can be compared. */
 #ifndef FL_FORMAT_INTERNAL_H
 #define FL_FORMAT_INTERNAL_H
 #include "format.h"

@@ -439,6 +439,28 @@ TEST(format_quantize_paths_match_reference) {
     free(x); free(want); free(a);
 }
 
+/* amax ignores NaN wherever it sits: every length to 80 (each kernel's main loop, its 8- or 16-lane steps and its
+ * scalar tail) with one NaN at each position, and with the largest |x| at each position, on every path. The
+ * magnitudes fall with the index, so a NaN that replaced a lane's running maximum would lose the true one. */
+TEST(format_amax_nan_and_max_at_every_position) {
+    float x[80];
+    for (int n = 1; n <= 80; n++)
+        for (int p = 0; p < n; p++)
+            for (int kind = 0; kind < 2; kind++) {
+                for (int i = 0; i < n; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * (0.25f + 0.001f * (float)(n - i));
+                x[p] = kind ? -1000.0f : NAN;
+                float want = 0.0f;
+                for (int i = 0; i < n; i++) if (!isnan(x[i]) && fabsf(x[i]) > want) want = fabsf(x[i]);
+                for (int k = 0; k < 3; k++) {
+                    const float got = fl_amax_f32_path(x, (size_t)n, paths[k]);
+                    if (f2u(got) != f2u(want)) {
+                        CHECK(0, "%s amax n=%d, %s at %d: %g, want %g", path_name[k], n, kind ? "max" : "NaN", p, got, want);
+                        return;
+                    }
+                }
+            }
+}
+
 /* One scale per element (a row of a per-column scaled matrix): bytes and counters as the scalar reference of
  * each element with its own scale, on both kernels, the scales cycling through the same specials. */
 TEST(format_quantize_per_element_scales_match_reference) {
