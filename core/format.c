@@ -356,10 +356,28 @@ static inline __m256i q256_step(const q256_consts *c, __m256 x, __m256 vs, __m25
     return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), c->b80));
 }
 
+/* Four vectors of codes (0..255 in 32-bit lanes) to 32 bytes at dst: two unsigned-saturating packs keep them,
+ * 128-bit lane l holding dwords l of r0..r3 in turn; one dword permute puts them in order. */
+__attribute__((target("avx2"), always_inline))
+static inline void store_codes32(uint8_t *dst, __m256i r0, __m256i r1, __m256i r2, __m256i r3) {
+    const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(r0, r1), _mm256_packus_epi32(r2, r3));
+    _mm256_storeu_si256((__m256i *)dst, _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+/* The largest of v's 8 lanes (none NaN). */
+__attribute__((target("avx2")))
+static float lanes_max8(__m256 v) {
+    float m[8];
+    _mm256_storeu_ps(m, v);
+    float r = m[0];
+    for (int j = 1; j < 8; j++) r = m[j] > r ? m[j] : r;
+    return r;
+}
+
 /* q256_step for the common case, one finite positive scale, in fewer vector operations (~26 against ~34 per 8
  * elements): overflow is one compare of |x·scale| against the last value that rounds to a code ≤ max_code
  * (`thr1`; the rounding is monotonic), which NaN passes too, so the saturation count is taken as
- * (passes − NaNs) and the caller subtracts the infinite sources (an infinite x passes as well, and is not
+ * (passes − NaNs) and quant_block_avx2 subtracts the infinite sources (an infinite x passes as well, and is not
  * saturation), which it counts only where the block's amax is infinite; the sign is blended in from x·scale's
  * sign bit. Bytes and counts are q256_step's (test_format compares both with the scalar reference). */
 typedef struct { uint32_t unf, over, nan; } q256_fast_counts;
@@ -405,23 +423,16 @@ static void quant_fast256(const q256_consts *c, uint32_t thr, const float *src, 
                           q512_counts *cnt) {
     const __m256i thr1 = _mm256_set1_epi32((int)thr);
     q256_fast_counts k = {0, 0, 0};
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) { /* as quant_loop256: 4 vectors, two packs, one permute */
+    for (size_t i = 0; i + 32 <= n; i += 32) {   /* n: a multiple of 32 */
         const __m256i r0 = q256_fast(c, thr1, _mm256_loadu_ps(src + i), vmax, &k);
         const __m256i r1 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 8), vmax, &k);
         const __m256i r2 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 16), vmax, &k);
         const __m256i r3 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 24), vmax, &k);
-        const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(r0, r1), _mm256_packus_epi32(r2, r3));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        store_codes32(dst + i, r0, r1, r2, r3);
     }
     cnt->unf += k.unf;
     cnt->nan += k.nan;
-    cnt->sat += k.over - k.nan;
-    float m[8];
-    _mm256_storeu_ps(m, *vmax);
-    bool inf = false;
-    for (int j = 0; j < 8; j++) inf |= m[j] == INFINITY;
-    if (inf) cnt->sat -= (uint32_t)count_inf(src, i);
+    cnt->sat += k.over - k.nan;   /* less the infinite sources: quant_block_avx2 */
 }
 
 __attribute__((target("avx2,popcnt"), always_inline))
@@ -434,10 +445,7 @@ static inline void quant_loop256(const q256_consts *c, const float *src, const f
         for (int v = 0; v < 4; v++)
             r[v] = q256_step(c, _mm256_loadu_ps(src + i + 8 * v), vsc ? _mm256_loadu_ps(vsc + i + 8 * v) : c->vs, all,
                              vmax, cnt, fin_scale);
-        /* codes are 0..255: two unsigned-saturating packs keep them, 128-bit lane l holding dwords l of r[0..3]
-         * in turn; one dword permute puts them in order */
-        const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]), _mm256_packus_epi32(r[2], r[3]));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        store_codes32(dst + i, r[0], r[1], r[2], r[3]);
     }
     for (; i < n; i += 8) {
         const int64_t left = (int64_t)(n - i);
@@ -467,16 +475,15 @@ static void quant_block_avx2(const float *src, uint8_t *dst, size_t n, const fp8
     c.shift = _mm_cvtsi32_si128(P->shift);
     __m256 vmax = _mm256_set1_ps(st->amax);
     q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
+    size_t nf = 0;                 /* elements the fast loop cast */
     if (vsc) quant_loop256(&c, src, vsc, dst, n, &vmax, &cnt, false);   /* scales unchecked: NaN from the source */
     else if (scale > 0.0f && scale < INFINITY) {   /* whole 32s in the fast loop, the rest as before */
-        const size_t nf = n & ~(size_t)31;
+        nf = n & ~(size_t)31;
         quant_fast256(&c, over_threshold(P), src, dst, nf, &vmax, &cnt);
         quant_loop256(&c, src + nf, NULL, dst + nf, n - nf, &vmax, &cnt, true);
     } else quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, false);
-    float m[8];
-    _mm256_storeu_ps(m, vmax);
-    float amax = m[0];
-    for (int j = 1; j < 8; j++) amax = m[j] > amax ? m[j] : amax;
+    const float amax = lanes_max8(vmax);
+    if (nf && amax == INFINITY) cnt.sat -= (uint32_t)count_inf(src, nf);   /* see q256_fast */
     st->amax = amax;
     st->underflow += cnt.unf;
     st->saturated += cnt.sat;
@@ -624,10 +631,9 @@ static float amax_avx2(const float *src, size_t n) {
         m3 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(src + i + 24), absm), m3);
     }
     for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(src + i), absm), m0);
-    float m[8], r = amax_portable(src + i, n - i);
-    _mm256_storeu_ps(m, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
-    for (int j = 0; j < 8; j++) r = m[j] > r ? m[j] : r;
-    return r;
+    const float r = amax_portable(src + i, n - i);
+    const float v = lanes_max8(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    return v > r ? v : r;
 }
 #endif
 
