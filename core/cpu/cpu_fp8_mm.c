@@ -14,6 +14,9 @@
 _Atomic bool fl_cpu_fp8_mm_allowed = true;
 
 #ifdef __x86_64__
+#include <immintrin.h>
+#include <sched.h>
+
 /* The family this CPU runs: AVX512_BF16 where it has it (and AVX-512 is allowed), else AVX2 + FMA. */
 static const mm_kernel *mm_pick(void) {
     if (fl_mm_bf16.usable()) return &fl_mm_bf16;
@@ -42,10 +45,22 @@ static void run_tile(const mm_job *J, int64_t m0, int64_t mb, int64_t n0, int64_
  * others' remaining groups from the back. So the rows stay with the thread that had them (and their C rows in
  * its cache) except near the boundary, and a thread slowed for a while (this machine is shared) no longer
  * leaves the other waiting at the end. A run is one 64-bit word, front in the low half and back in the high,
- * changed by compare-and-swap; the K blocks of one column block are separated by a barrier, since a row's
- * next K block adds to what its previous one stored. Results are those of the static split: every C element
- * is summed over the same K blocks in the same order, only by another thread. */
+ * changed by compare-and-swap. A group's next K block adds to what its previous one stored, so each group
+ * counts the steps it has finished (done) and a group's step waits for its previous step, not every thread
+ * for every group at a barrier: a thread whose run is done goes on to the next step while the other finishes
+ * (or, descheduled for a while, holds) the group it is in. A thread reaches a step only once every group of
+ * the step before has been taken, and the thread that took one runs it, so the wait ends. Results are those
+ * of the static split: every C element is summed over the same K blocks in the same order, only by another
+ * thread. */
 typedef struct { _Alignas(64) _Atomic uint64_t v; } mm_run;
+
+/* Until group g's counter reaches step s: spins, then yields its CPU (threads may outnumber the cores). */
+static void wait_step(_Atomic int64_t *done, int64_t s) {
+    for (int i = 0; atomic_load_explicit(done, memory_order_acquire) < s; i++) {
+        if (i < 4096) _mm_pause();
+        else sched_yield();
+    }
+}
 
 /* Takes run r's first group (front) or its last (!front) into *g; false when the run is empty. */
 static bool take(mm_run *r, bool front, int64_t *g) {
@@ -60,7 +75,8 @@ static bool take(mm_run *r, bool front, int64_t *g) {
         }
     }
 }
-static void run_rows_stealing(const mm_job *J, mm_run *runs, int tid, int nthr, bool work, void *bpk, void *apk, void *tmp) {
+static void run_rows_stealing(const mm_job *J, mm_run *runs, _Atomic int64_t *done, int tid, int nthr, void *bpk,
+                              void *apk, void *tmp) {
     const mm_kernel *F = J->kern;
     const int64_t nkb = (J->K + J->kc - 1) / J->kc, AG = F->ag;
     int64_t step = 0;
@@ -69,20 +85,17 @@ static void run_rows_stealing(const mm_job *J, mm_run *runs, int tid, int nthr, 
         for (int64_t kb = 0; kb < nkb; kb++, step++) {
             const int64_t k0 = kb * J->kc, kc = J->K - k0 < J->kc ? J->K - k0 : J->kc;
             mm_run *r = runs + step * nthr;
-            if (work) {
-                bool packed = false;
-                int64_t g;
-                for (int v = 0; v < nthr; v++) {   /* own run first, then the next threads' from their backs */
-                    mm_run *rv = r + (tid + v) % nthr;
-                    while (take(rv, v == 0, &g)) {
-                        if (!packed) { F->pack_b(J, n0, nb, k0, kc, bpk, tmp); packed = true; }
-                        const int64_t m = g * AG;
-                        F->group(J, m, J->M - m < AG ? J->M - m : AG, n0, nb, k0, kc, bpk, apk);
-                    }
+            bool packed = false;
+            int64_t g;
+            for (int v = 0; v < nthr; v++) {   /* own run first, then the next threads' from their backs */
+                mm_run *rv = r + (tid + v) % nthr;
+                while (take(rv, v == 0, &g)) {
+                    if (!packed) { F->pack_b(J, n0, nb, k0, kc, bpk, tmp); packed = true; }
+                    const int64_t m = g * AG;
+                    wait_step(done + g, step);   /* (a new column block's first step waits too: no harm, one chain) */
+                    F->group(J, m, J->M - m < AG ? J->M - m : AG, n0, nb, k0, kc, bpk, apk);
+                    atomic_store_explicit(done + g, step + 1, memory_order_release);
                 }
-            }
-            if (kb + 1 < nkb) {
-                #pragma omp barrier
             }
         }
     }
@@ -246,14 +259,21 @@ static fl_status mm_execute(const mm_job *jp) {
     const bool steal = nthr > 1 && by_rows;
     const int64_t ngr = (J.M + AG - 1) / AG, per = J.mb / AG, nsteps = nnb * ((J.K + KC - 1) / KC);
     mm_run *runs = NULL;
+    _Atomic int64_t *done = NULL;
     if (steal) {
         runs = aligned_alloc(64, sizeof *runs * (size_t)(nsteps * nthr));
-        if (!runs) return FL_ERR(FL_ENOMEM, "cpu gemm: out of memory for the row runs");
+        done = malloc(sizeof *done * (size_t)ngr);
+        if (!runs || !done) {
+            free(runs);
+            free(done);
+            return FL_ERR(FL_ENOMEM, "cpu gemm: out of memory for the row runs");
+        }
         for (int64_t st = 0; st < nsteps; st++)
             for (int t = 0; t < nthr; t++) {
                 const int64_t f = t * per < ngr ? t * per : ngr, b = (t + 1) * per < ngr ? (t + 1) * per : ngr;
                 atomic_init(&runs[st * nthr + t].v, (uint64_t)f | (uint64_t)b << 32);
             }
+        for (int64_t g = 0; g < ngr; g++) atomic_init(&done[g], 0);
     }
     #pragma omp parallel num_threads(nthr)
     {
@@ -262,9 +282,11 @@ static fl_status mm_execute(const mm_job *jp) {
             #pragma omp atomic write
             oom = true;
         }
-        if (steal)
-            run_rows_stealing(&J, runs, omp_get_thread_num(), nthr, buf != NULL, buf, buf + (bbytes + 63) / 64 * 64,
-                              buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64);
+        if (steal) {   /* a thread without its buffer takes no group; the others do them all */
+            if (buf)
+                run_rows_stealing(&J, runs, done, omp_get_thread_num(), nthr, buf, buf + (bbytes + 63) / 64 * 64,
+                                  buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64);
+        }
         else {
             #pragma omp for schedule(static)
             for (int64_t t = 0; t < ntile; t++) {
@@ -277,6 +299,7 @@ static fl_status mm_execute(const mm_job *jp) {
         free(buf);
     }
     free(runs);
+    free(done);
     if (oom) return FL_ERR(FL_ENOMEM, "cpu gemm: out of memory for the packing buffers");
     return FL_OK;
 }

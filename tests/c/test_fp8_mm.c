@@ -3,7 +3,7 @@
  * decoded values: every product of two FP8 values is exact in fp32, so the only error is fp32 accumulation
  * (|err| ≤ K·2^-23·Σ|a||b|·|scale|) plus the scale and bias roundings. Both formats, both orientations of each
  * operand, sizes that are multiples of no block, the same bits on 1 and 2 threads (split by columns, and by rows
- * with work stealing over several column and K blocks), per-row/per-column scales (rowwise scaling), and the
+ * with work stealing over several column and K blocks; 2-8 threads over many K blocks), per-row/per-column scales (rowwise scaling), and the
  * switches. */
 #include "runner.h"
 #include <omp.h>
@@ -165,6 +165,42 @@ static void reference_every_layout(int *fl__failed, int fam) {
 TEST(fp8_mm_matches_float64_reference_every_layout) {
     for (int fam = 0; fam < 2; fam++)
         if (fam_select(fam)) reference_every_layout(fl__failed, fam);
+    fl_cpu_avx512_allowed = true;
+}
+
+/* The row split's stealing across K blocks: no barrier between the K blocks, a group's step waits for its own
+ * previous one. More threads than CPUs (3, 4 and 8 on this machine's 2) are preempted mid-group, so threads run
+ * steps apart and take each other's groups; every call must give the 1-thread bits. A shape of many K blocks
+ * (12 of 250 in the AVX2 family) and groups (21 of 24 rows), small columns so each call is quick; both operand
+ * orientations of a. Without the wait a group's K block can read C before the one before it stored it. */
+static void steal_across_k_blocks(int *fl__failed, int fam) {
+    const int64_t M = 500, N = 64, K = 3000;
+    uint64_t seed = 7;
+    uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+    float *got = malloc(M * N * 4), *got1 = malloc(M * N * 4);
+    rand_bytes(qa, (size_t)(M * K), FL_E4M3, &seed);
+    rand_bytes(qb, (size_t)(K * N), FL_E5M2, &seed);
+    for (int ta = 0; ta < 2; ta++) {
+        fl_tensor *a = operand(qa, M, K, FL_E4M3, 0.25f, ta), *b = operand(qb, K, N, FL_E5M2, 2.0f, false);
+        REQUIRE(a && b, "operands: %s", fl_last_error());
+        REQUIRE(run_mm(fl__failed, a, b, NULL, got1, 1), "%s: the new path declined", fam_name[fam]);
+        const int threads[] = { 2, 3, 4, 8 };
+        int differ = 0, calls = 0;
+        for (int t = 0; t < 4; t++)
+            for (int rep = 0; rep < 12; rep++, calls++) {
+                memset(got, 0xff, (size_t)(M * N) * 4);
+                if (!run_mm(fl__failed, a, b, NULL, got, threads[t]) || memcmp(got, got1, (size_t)(M * N) * 4) != 0)
+                    differ++;
+            }
+        CHECK(differ == 0, "%s%s: %d of %d calls on 2-8 threads differ from 1 thread", fam_name[fam], ta ? " a^T" : "",
+              differ, calls);
+        fl_tensor_release(a); fl_tensor_release(b);
+    }
+    free(qa); free(qb); free(got); free(got1);
+}
+TEST(fp8_mm_steals_across_k_blocks) {
+    for (int fam = 0; fam < 2; fam++)
+        if (fam_select(fam)) steal_across_k_blocks(fl__failed, fam);
     fl_cpu_avx512_allowed = true;
 }
 
