@@ -116,7 +116,8 @@ return function(opts, recipes)
       100 * (r.val - ref.val) / ref.val, r.train, r.tok_s, r.peak_mib, r.bpp))
   end
   print(("(%d parameters; val loss: mean over %d validation windows after the last step, in eval mode; "
-    .. "vs: relative gap; train loss: mean of the last 100 steps)"):format(results[1].nparams, #val_final))
+    .. "vs: relative gap; train loss: mean of the last %d steps)"):format(results[1].nparams, #val_final,
+    math.min(100, opts.steps)))
 
   local hdr = { "step" }
   for _, r in ipairs(results) do hdr[#hdr + 1] = r.name end
