@@ -210,7 +210,7 @@ $(BUILD)/bench_peak: scripts/bench_peak.c
 	$(CC) -O2 -fopenmp -o $@ $<
 
 # ---- the CPU FP8 GEMM's two paths (scripts/bench_fp8_gemm.c): decode + oneDNN vs cpu_fp8_mm.c on the char
-# GPT's twelve GEMMs; run as OMP_NUM_THREADS=T build/bench_fp8_gemm [REPS [MODE]]; MODE bf16: the fp32 and bf16
+# GPT's twelve GEMMs (or those GEMMS names); run as OMP_NUM_THREADS=T build/bench_fp8_gemm [REPS [MODE [GEMMS]]]; MODE bf16: the fp32 and bf16
 # GEMMs through the device's matmul entry, oneDNN against fl_cpu_fma_mm ----
 $(BUILD)/bench_fp8_gemm: $(BUILD)/scripts/bench_fp8_gemm.o $(CORE_OBJ) $(CU_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -4,7 +4,9 @@
  * empty caches, what a call pays without reuse), "old-cached" = oneDNN alone on operands already decoded
  * (the floor of the old path when every decode is reused), "new" = cpu_fp8_mm.c called directly (whether or not
  * fl_cpu_fp8_mm_faster would pick it; "policy" says what it picks). Min of many runs.
- * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE]], MODE holding "mlp" and/or "cold" (e.g. cold,mlp). mlp:
+ * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE [GEMMS]]], MODE holding "mlp" and/or "cold" (e.g. cold,mlp; "-":
+ * none), GEMMS a comma-separated subset of the GEMMs as gemm:in:out (e.g. wgrad:1024:256,fprop:256:768; the whole set
+ * when left out; a name that is not in the set is refused with the list). mlp:
  * the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: a 64 MiB buffer is
  * written before each timed call (bench_util.h), so the operands and C come from memory as in a training step. Prints one line per GEMM and path:
  * new: only the new path. bf16: the same twelve GEMMs in fp32 and bf16 through the device's matmul entry instead,
@@ -13,7 +15,9 @@
  * cleared: where oneDNN has no bf16 kernel, both operands widened to fp32 copies for oneDNN's fp32 GEMM), "own"
  * (bf16, the device's choice). peak: the fraction of the kernel family's limit per thread, as scripts/bench_peak.c measured
  * it: vdpbf16ps 235 GF/s (avx512_bf16, Zen 4), fp32 FMA 90 GF/s (avx2_fma, Zen 3).
- *   fp8gemm gemm=fprop in=256 out=768 ... path=new family=avx2_fma threads=1 cache=warm ms=... gflops=... peak=0.xx */
+ * ms (and gflops, peak) is the fastest of the REPS timed calls, med_ms their median (a shared machine's calls spread
+ * widely; the first call is not timed).
+ *   fp8gemm gemm=fprop in=256 out=768 ... path=new family=avx2_fma threads=1 cache=warm ms=... med_ms=... gflops=... peak=0.xx */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,25 +68,77 @@ static fl_tensor *rand_wide(int64_t r, int64_t c, fl_dtype dt, uint64_t seed) {
     return st == FL_OK ? t : NULL;
 }
 
-/* min seconds of `reps` calls of the device's matmul entry */
-static double time_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool cold, int reps) {
-    double best = 1e30;
+/* The median of the n times in t (sorted in place). */
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* The GEMMS argument: which gemm:in:out to run (NULL: all). Each name must be one of the nlin Linears' three GEMMs,
+ * else the program stops with the list. */
+static const char *const GEMM_NAMES[3] = { "fprop", "dgrad", "wgrad" };
+static bool wanted(const char *only, const char *gemm, int in, int out) {
+    if (!only) return true;
+    char name[64];
+    snprintf(name, sizeof name, "%s:%d:%d", gemm, in, out);
+    const size_t len = strlen(name);
+    for (const char *p = only; *p;) {
+        const size_t l = strcspn(p, ",");
+        if (l == len && !strncmp(p, name, len)) return true;
+        p += l + (p[l] == ',');
+    }
+    return false;
+}
+static void check_only(const char *only, const int (*lin)[2], int nlin) {
+    if (!only) return;
+    for (const char *p = only; *p;) {
+        const size_t l = strcspn(p, ",");
+        bool found = false;
+        for (int i = 0; i < nlin && !found; i++)
+            for (int k = 0; k < 3 && !found; k++) {
+                char name[64];
+                snprintf(name, sizeof name, "%s:%d:%d", GEMM_NAMES[k], lin[i][0], lin[i][1]);
+                found = strlen(name) == l && !strncmp(p, name, l);
+            }
+        if (!found) {
+            fprintf(stderr, "bench_fp8_gemm: unknown GEMM '%.*s' (expected comma-separated gemm:in:out from:", (int)l, p);
+            for (int i = 0; i < nlin; i++)
+                for (int k = 0; k < 3; k++) fprintf(stderr, " %s:%d:%d", GEMM_NAMES[k], lin[i][0], lin[i][1]);
+            fprintf(stderr, ")\n");
+            exit(2);
+        }
+        p += l + (p[l] == ',');
+    }
+}
+
+/* min seconds of `reps` calls of the device's matmul entry; *med: their median */
+static double time_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool cold, int reps, double *med) {
+    double best = 1e30, *ts = malloc(sizeof *ts * (size_t)reps);
+    if (!ts) { fprintf(stderr, "out of memory\n"); exit(1); }
     for (int i = 0; i < reps + 1; i++) {
         if (cold) bench_evict();
         double t0 = now();
         fl_status st = fl_cpu_device()->matmul(dst, a, b);
         double t = now() - t0;
         if (st != FL_OK) { fprintf(stderr, "matmul: %s\n", fl_last_error()); exit(1); }
+        if (i > 0) ts[i - 1] = t;
         if (i > 0 && t < best) best = t;
     }
+    *med = median(ts, reps);
+    free(ts);
     return best;
 }
 
 /* The bf16 mode: the twelve GEMMs in bf16 (and fp32) through the device's matmul entry. */
-static int bench_bf16(int reps, bool cold, bool mlp) {
+static int bench_bf16(int reps, bool cold, bool mlp, const char *only) {
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
     const int gpts[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
     const int (*gpt)[2] = mlp ? mlps : gpts;
+    check_only(only, gpt, nlin);
     const int threads = omp_get_max_threads();
     double tot[4] = { 0, 0, 0, 0 };
     for (int l = 0; l < nlin; l++) {
@@ -93,17 +149,18 @@ static int bench_bf16(int reps, bool cold, bool mlp) {
             fl_tensor *Wt = tr(W), *dYt = tr(dY);
             struct { const char *name; const fl_tensor *a, *b; } g[3] = { { "fprop", X, Wt }, { "dgrad", dY, W }, { "wgrad", dYt, X } };
             for (int k = 0; k < 3; k++) {
+                if (!wanted(only, g[k].name, in, out)) continue;
                 int64_t shape[3] = { 1, g[k].a->shape[1], g[k].b->shape[2] };
                 fl_tensor *dst = NULL;
                 fl_tensor_empty(&dst, FL_F32, 3, shape, FL_DEV_CPU);
                 const double flops = 2.0 * (double)shape[1] * (double)shape[2] * (double)g[k].a->shape[2];
                 const char *path[4] = { "fp32", "fp32-own", "widen", "own" };
                 fl_cpu_fma_mm_allowed = p & 1;
-                double s = time_matmul(dst, g[k].a, g[k].b, cold, reps);
+                double med, s = time_matmul(dst, g[k].a, g[k].b, cold, reps, &med);
                 tot[p] += s;
-                printf("bf16gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d cache=%s ms=%.3f gflops=%.1f peak=%.2f\n",
+                printf("bf16gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d cache=%s ms=%.3f med_ms=%.3f gflops=%.1f peak=%.2f\n",
                        g[k].name, in, out, (long long)shape[1], (long long)shape[2], (long long)g[k].a->shape[2], path[p],
-                       threads, cold ? "cold" : "warm", 1e3 * s, flops / s * 1e-9, flops / s * 1e-9 / (90.0 * threads));
+                       threads, cold ? "cold" : "warm", 1e3 * s, 1e3 * med, flops / s * 1e-9, flops / s * 1e-9 / (90.0 * threads));
                 fl_tensor_release(dst);
             }
             fl_tensor *all[] = { X, W, dY, Wt, dYt };
@@ -120,9 +177,10 @@ static int bench_bf16(int reps, bool cold, bool mlp) {
 /* min seconds of `reps` calls of fp8_gemm(dst, a, b, bias, caches), or (direct) of cpu_fp8_mm.c itself, as the
  * device entry calls it but without its shape policy (fl_cpu_fp8_mm_faster) */
 static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias, bool cached, bool direct,
-                        bool cold, int reps) {
+                        bool cold, int reps, double *med) {
     fl_tensor *ac = NULL, *bc = NULL;
-    double best = 1e30;
+    double best = 1e30, *ts = malloc(sizeof *ts * (size_t)reps);
+    if (!ts) { fprintf(stderr, "out of memory\n"); exit(1); }
     for (int i = 0; i < reps + 1; i++) {
         if (cold) bench_evict();
         double t0 = now();
@@ -132,8 +190,11 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         if (!done) { fprintf(stderr, "fp8 mm declined\n"); exit(1); }
         double t = now() - t0;
         if (st != FL_OK) { fprintf(stderr, "fp8_gemm: %s\n", fl_last_error()); exit(1); }
+        if (i > 0) ts[i - 1] = t;
         if (i > 0 && t < best) best = t;   /* the first call makes the caches (cached) and warms up */
     }
+    *med = median(ts, reps);
+    free(ts);
     fl_tensor_release(ac);
     fl_tensor_release(bc);
     return best;
@@ -141,13 +202,16 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
+    if (reps < 1) { fprintf(stderr, "bench_fp8_gemm: REPS must be at least 1 (got '%s')\n", argv[1]); return 2; }
     static const char *const modes[] = { "mlp", "cold", "new", "bf16" };
-    const unsigned mode = argc > 2 ? bench_mode("bench_fp8_gemm", argv[2], modes, 4) : 0;
+    const unsigned mode = argc > 2 && strcmp(argv[2], "-") ? bench_mode("bench_fp8_gemm", argv[2], modes, 4) : 0;
     const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
-    if (mode & 8) return bench_bf16(reps, cold, mlp);
+    const char *only = argc > 3 ? argv[3] : NULL;
+    if (mode & 8) return bench_bf16(reps, cold, mlp, only);
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;
     const int gpt[4][2] = { { 256, 768 }, { 256, 256 }, { 256, 1024 }, { 1024, 256 } }, mlps[2][2] = { { 784, 512 }, { 512, 256 } };
     const int (*lin)[2] = mlp ? mlps : gpt;
+    check_only(only, lin, nlin);
     const int threads = omp_get_max_threads();
     const char *family = fl_cpu_fp8_mm_family() ? fl_cpu_fp8_mm_family() : "none";
     const double limit = strcmp(family, "avx512_bf16") == 0 ? 235.0 : 90.0;   /* GF/s per thread */
@@ -161,6 +225,7 @@ int main(int argc, char **argv) {
         struct { const char *name; const fl_tensor *a, *b, *bias; } g[3] = {
             { "fprop", X, Wt, bias }, { "dgrad", dY, W, NULL }, { "wgrad", dYt, X, NULL } };
         for (int k = 0; k < 3; k++) {
+            if (!wanted(only, g[k].name, in, out)) continue;
             int64_t shape[2] = { g[k].a->shape[0], g[k].b->shape[1] };
             fl_tensor *dst = NULL;
             fl_tensor_empty(&dst, FL_F32, 2, shape, FL_DEV_CPU);
@@ -168,11 +233,11 @@ int main(int argc, char **argv) {
             const char *path[3] = { "old", "old-cached", "new" };
             for (int p = only_new ? 2 : 0; p < 3; p++) {
                 fl_cpu_fp8_mm_allowed = p == 2;
-                double s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, cold, reps);
+                double med, s = time_gemm(dst, g[k].a, g[k].b, g[k].bias, p == 1, p == 2, cold, reps, &med);
                 tot[p] += s;
-                printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s family=%s threads=%d cache=%s ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
+                printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s family=%s threads=%d cache=%s ms=%.3f med_ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
                        g[k].name, in, out, (long long)shape[0], (long long)shape[1], (long long)g[k].a->shape[1], path[p],
-                       p == 2 ? family : "onednn", threads, cold ? "cold" : "warm", 1e3 * s, flops / s * 1e-9,
+                       p == 2 ? family : "onednn", threads, cold ? "cold" : "warm", 1e3 * s, 1e3 * med, flops / s * 1e-9,
                        flops / s * 1e-9 / (limit * threads),
                        fl_cpu_fp8_mm_faster(g[k].a, g[k].b) ? "new" : "old");
             }
