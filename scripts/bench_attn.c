@@ -11,7 +11,8 @@
  * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. f32: fp32 attention instead
  * (its kernel path where fl_cpu_attn_f32_available() says it runs, with AVX-512 disallowed). Other words are
  * refused. Prints one line per (path, direction):
- *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads prec=bf16 ms=... gflops=... */
+ * ms (and gflops) is the fastest of the R timed calls, med_ms their median.
+ *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads prec=bf16 ms=... med_ms=... gflops=... */
 #include "cpu/cpu_internal.h"
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_nn_internal.h"
@@ -43,6 +44,10 @@ int main(int argc, char **argv) {
     const int64_t T = argc > 3 ? atoll(argv[3]) : 128, D = argc > 4 ? atoll(argv[4]) : 64;
     const int causal = argc > 5 ? atoi(argv[5]) : 1, R = argc > 6 ? atoi(argv[6]) : 200;
     const char *only = argc > 7 ? argv[7] : "both";
+    if (R < 1 || B < 1 || H < 1 || T < 1 || D < 1) {
+        fprintf(stderr, "bench_attn: B, H, T, D and R must be at least 1\n");
+        return 2;
+    }
     static const char *const modes[] = { "cold", "packed", "f32" };
     const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 3) : 0;
     const int cold = mode & 1, packed = (mode & 2) != 0;
@@ -74,7 +79,8 @@ int main(int argc, char **argv) {
             printf("attn path=kernel unavailable (neither AVX-512 BF16 nor AVX2 + FMA)\n");
             continue;
         }
-        double best[2] = { 1e30, 1e30 };
+        double best[2] = { 1e30, 1e30 }, *ts[2] = { malloc(sizeof(double) * (size_t)R), malloc(sizeof(double) * (size_t)R) };
+        if (!ts[0] || !ts[1]) { fprintf(stderr, "out of memory\n"); return 1; }
         for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */
             if (cold) bench_evict();
             double t0 = now();
@@ -94,13 +100,19 @@ int main(int argc, char **argv) {
             if (r >= 3) {
                 best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
                 best[1] = t3 - t2 < best[1] ? t3 - t2 : best[1];
+                ts[0][r - 3] = t1 - t0;
+                ts[1][r - 3] = t3 - t2;
             }
         }
-        for (int d = 0; d < 2; d++)
+        for (int d = 0; d < 2; d++) {
+            const double med = bench_median(ts[d], R);
             printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d cache=%s layout=%s prec=%s ms=%.3f "
-                   "gflops=%.1f\n", name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T, (long long)D, causal,
-                   omp_get_max_threads(), cold ? "cold" : "warm", packed ? "packed" : "heads", bf16 ? "bf16" : "fp32",
-                   1e3 * best[d], (d ? 2 : 1) * flops / best[d] * 1e-9);
+                   "med_ms=%.3f gflops=%.1f\n", name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T,
+                   (long long)D, causal, omp_get_max_threads(), cold ? "cold" : "warm", packed ? "packed" : "heads",
+                   bf16 ? "bf16" : "fp32", 1e3 * best[d], 1e3 * med, (d ? 2 : 1) * flops / best[d] * 1e-9);
+        }
+        free(ts[0]);
+        free(ts[1]);
     }
     fl_cpu_attn_bf16_allowed = fl_cpu_attn_f32_allowed = true;
     free(q); free(k); free(v); free(dy); free(o); free(att); free(dq); free(dk); free(dv); free(qkv); free(dqkv);

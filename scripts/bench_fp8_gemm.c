@@ -68,16 +68,6 @@ static fl_tensor *rand_wide(int64_t r, int64_t c, fl_dtype dt, uint64_t seed) {
     return st == FL_OK ? t : NULL;
 }
 
-/* The median of the n times in t (sorted in place). */
-static int cmp_double(const void *x, const void *y) {
-    const double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 /* The GEMMS argument: which gemm:in:out to run (NULL: all). Each name must be one of the nlin Linears' three GEMMs,
  * else the program stops with the list. */
 static const char *const GEMM_NAMES[3] = { "fprop", "dgrad", "wgrad" };
@@ -128,7 +118,7 @@ static double time_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b
         if (i > 0) ts[i - 1] = t;
         if (i > 0 && t < best) best = t;
     }
-    *med = median(ts, reps);
+    *med = bench_median(ts, reps);
     free(ts);
     return best;
 }
@@ -193,7 +183,7 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         if (i > 0) ts[i - 1] = t;
         if (i > 0 && t < best) best = t;   /* the first call makes the caches (cached) and warms up */
     }
-    *med = median(ts, reps);
+    *med = bench_median(ts, reps);
     free(ts);
     fl_tensor_release(ac);
     fl_tensor_release(bc);

@@ -1,5 +1,5 @@
-/* bench_util.h — what the benchmark programs (bench_attn, bench_fp8_gemm) share: their MODE argument and the
- * cold mode's cache eviction. */
+/* bench_util.h — what the benchmark programs (bench_attn, bench_fp8_gemm) share: their MODE argument, the median
+ * of their timings and the cold mode's cache eviction. */
 #ifndef FL_BENCH_UTIL_H
 #define FL_BENCH_UTIL_H
 #include <stdio.h>
@@ -24,6 +24,16 @@ static unsigned bench_mode(const char *prog, const char *mode, const char *const
         p += len + (p[len] == ',');
     }
     return bits;
+}
+/* The median of the n (≥ 1) times in t, which it sorts. A shared machine's calls spread widely, so the benchmarks
+ * print it beside the fastest call. */
+static int bench_cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+static double bench_median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 /* Writes 64 MiB (allocated on the first call), so the next call's operands come from memory as in a training
  * step, where the GEMMs around any op move tens of MiB through the caches. Out of memory ends the program. */
