@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench_attn.sh BUILD — times one CPU bf16 attention call (scripts/bench_attn.c: the per-head AVX-512 BF16
-# kernels and the batched oneDNN GEMMs) at the GPT bench's shape on 1 and 2 threads and rewrites its section
-# of docs/performance.md.
+# bench_attn.sh BUILD — times one CPU bf16 attention call (scripts/bench_attn.c: the per-head kernels, AVX-512 BF16
+# or AVX2 + FMA as the CPU has, and the batched oneDNN GEMMs) at the GPT bench's shape on 1 and 2 threads and
+# rewrites its section of docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/perfdoc.sh
@@ -10,6 +10,16 @@ SECTION="## CPU bf16 attention (one call)"
 ARGS="16 4 128 64 1 300"
 
 make --no-print-directory BUILD="$B" "$B/bench_attn" >/dev/null
+# Which per-head family this CPU runs, and the limit its arithmetic is set against.
+if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+  limit_words="against the bf16 dot limit of 235 per thread (Zen 4). The per-head kernels here are the AVX-512 BF16
+family (core/cpu/cpu_nn_attn_bf16.c); the batched GEMMs are the path before them, which still runs where neither
+family can."
+else
+  limit_words="against this CPU's fp32 FMA limit (\`build/bench_peak\`; no bf16 dot product here). The per-head kernels
+here are the AVX2 + FMA family (core/cpu/cpu_nn_attn_fma.c), which rounds the operands to bf16 and sums their exact
+products in fp32; the batched GEMMs are the path before them, which still runs where neither family can."
+fi
 machine=$(machine_line)
 rows=()
 for run in "1" "2" "1 kernel cold" "2 kernel cold" "1 kernel cold,packed" "2 kernel cold,packed"; do
@@ -32,9 +42,7 @@ Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $machine, command \`make bench\`
 (\`scripts/bench_attn.sh\`: \`$B/bench_attn $ARGS\`, best of 300 calls after 3 warm-up calls). One call of
 \`fl_cpu_sdpa_causal_fwd\` / \`_bwd\` with bf16 = true at the GPT bench's shape (B=16, H=4, T=128, D=64, causal), as
 each of its 4 layers makes per step. GFLOP/s counts 4·B·H·T²·D forward and twice that backward (the full products,
-though causal attention needs about half of them), against the bf16 dot limit of 235 per thread. The per-head
-kernels (core/cpu/cpu_nn_attn_bf16.c) run where the CPU has AVX-512 BF16; the batched GEMMs are the path before them
-and still run elsewhere. "caches evicted": \`bench_attn $ARGS kernel cold\`, a 64 MiB buffer written before each
+though causal attention needs about half of them), ${limit_words} "caches evicted": \`bench_attn $ARGS kernel cold\`, a 64 MiB buffer written before each
 call, so q, k, v, dO and the saved probabilities come from memory, as in a training step. "packed qkv" (\`... kernel
 cold,packed\`): q, k and v read in place from one [B, T, 3·C] tensor and dq, dk, dv written into one, as the GPT's
 attention does, where each head row is 256 bytes of a 3 KiB token row (the fp8.profiler's rows for one te step of

@@ -31,6 +31,13 @@ add() { # add IMPL THREADS PRECISION LINE
 make --no-print-directory BUILD="$B" "$B/bench_peak" >/dev/null
 peaks=$("$B/bench_peak" 1 2)
 echo "$peaks"
+# peak KIND THREADS: that limit's GFLOP/s (0 where the CPU has not got the instruction)
+peak() { sed -n "s/.*kind=$1 threads=$2 gflops=\([0-9.]*\).*/\1/p" <<<"$peaks" | head -n1; }
+has_bf16dot=$(awk -v g="$(peak bf16_dot 2)" 'BEGIN { print (g + 0 > 0) ? 1 : 0 }')
+# A 2-thread limit under 1.5x the 1-thread one means other work held a core while it was measured.
+busy_note=$(awk -v a="$(peak fp32_fma 1)" -v b="$(peak fp32_fma 2)" 'BEGIN {
+  if (a + 0 > 0 && b + 0 < 1.5 * a) printf "The 2-thread fp32 FMA limit came out below 1.5x the 1-thread one: other work held a core while it was measured, so the 2-thread fractions of it below are too high."
+}')
 TORCH2=${TORCH2_PYTHON:-/opt/torch2/bin/python3}
 have_torch2=0
 [ -x "$TORCH2" ] && "$TORCH2" -c 'import torch' 2>/dev/null && have_torch2=1
@@ -118,6 +125,25 @@ ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
       print line } }' <<<"$results")
 echo "$ratios"
 
+if [ "$has_bf16dot" = 1 ]; then
+costs="What FP8 costs and saves against bf16 on a CPU without FP8 arithmetic (AVX-512 BF16 is its narrowest dot product): the
+FP8 GEMMs are fp8lab's own (\`core/cpu/cpu_fp8_mm.c\`, section \"CPU FP8 GEMM\"). They read the FP8 bytes and decode
+them by table lookup while packing their panels — the pass every blocked GEMM, oneDNN's bf16 kernel included, makes
+over its operands anyway — and apply the scales and the bias as they store the output. dY's cast also sums the bias
+gradient (one read of dY), and the tensors kept for backward are one byte per element (act MiB). The bf16 step
+instead converts each fp32 operand to bf16 in a pass of its own before oneDNN packs it, adds the bias in another
+pass and sums the bias gradient in a third. Both precisions share the rest: attention (per-head AVX-512 BF16
+kernels on the packed qkv), LayerNorm, GELU, AdamW, all in fp32 between the GEMMs."
+else
+costs="What FP8 costs and saves against bf16 on a CPU with neither FP8 nor bf16 arithmetic (no AVX-512 BF16; fp32 FMA is
+its narrowest multiply-add): every precision's GEMMs run the same fp32 FMAs in fp8lab's AVX2 + FMA family
+(\`core/cpu/cpu_fp8_mm_fma.c\`, section \"CPUs without AVX-512 (Zen 3)\"), which decodes the FP8 bytes (shifts and
+F16C) or widens bf16 (a shift) to fp32 while it packs its panels, and applies the scales and the bias as it stores the
+output. So FP8 saves no arithmetic here: it halves the bytes of every GEMM operand and keeps one byte per element
+for the backward (act MiB), and pays for its casts and its scale bookkeeping. Both precisions share the rest:
+attention (the per-head AVX2 + FMA kernels on the packed qkv), LayerNorm, GELU, AdamW, all in fp32 between the
+GEMMs."
+fi
 body="## Training step vs PyTorch (CPU)
 
 Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(machine_line), command \`make bench\` (\`scripts/bench_train.sh\`:
@@ -130,14 +156,14 @@ from PyPI in a virtual environment, attention through \`F.scaled_dot_product_att
 (the main peer); ${tv:-PyTorch 1.13 (not installed)} from Debian (python3-torch with OpenBLAS, \`libopenblas0-pthread\`; it has no
 fused attention, so its attention is written out as matmul + mask + softmax + matmul). \"act MiB\" is what the
 allocator holds after the forward pass beyond the inputs (the tensors kept for backward), measured once per run.
-The limits (\`scripts/bench_peak.c\`, register-only FMA chains, best of 3): $(tr '\n' ';' <<<"$peaks" | sed 's/peak kind=//g; s/;$//; s/;/; /g').
+The limits (\`scripts/bench_peak.c\`, register-only FMA chains, best of 3): $(tr '\n' ';' <<<"$peaks" | sed 's/peak kind=//g; s/;$//; s/;/; /g').${busy_note:+ ${busy_note}}
 
 | model | implementation | precision | threads | ms / step | peak RSS (MiB) | act MiB |
 |---|---|---|---|---|---|---|
 ${rows}
 Ratios (higher = fp8lab faster), each side at its fastest setting (threads, and eager or compile for PyTorch 2.x);
 GFLOP/s counts 6 FLOPs per weight per token plus attention's 12·L·d·T (the GPT) and is set against the limit at
-the row's thread count (fp32: fp32 FMA; bf16 and FP8: bf16 dot):
+the row's thread count ($([ "$has_bf16dot" = 1 ] && echo "fp32: fp32 FMA; bf16 and FP8: bf16 dot" || echo "fp32 FMA for every row: this CPU has no bf16 dot product, and every precision's GEMMs run fp32 FMAs")):
 
 ${ratios}
 
@@ -147,13 +173,6 @@ fastest single step and the median of the 30 (te = HYBRID, ao = tensorwise, msam
 
 ${abtable}
 
-What FP8 costs and saves against bf16 on a CPU without FP8 arithmetic (AVX-512 BF16 is its narrowest dot product): the
-FP8 GEMMs are fp8lab's own (\`core/cpu/cpu_fp8_mm.c\`, section \"CPU FP8 GEMM\"). They read the FP8 bytes and decode
-them by table lookup while packing their panels — the pass every blocked GEMM, oneDNN's bf16 kernel included, makes
-over its operands anyway — and apply the scales and the bias as they store the output. dY's cast also sums the bias
-gradient (one read of dY), and the tensors kept for backward are one byte per element (act MiB). The bf16 step
-instead converts each fp32 operand to bf16 in a pass of its own before oneDNN packs it, adds the bias in another
-pass and sums the bias gradient in a third. Both precisions share the rest: attention (per-head AVX-512 BF16
-kernels on the packed qkv), LayerNorm, GELU, AdamW, all in fp32 between the GEMMs.
+${costs}
 "
 write_section "## Training step vs PyTorch (CPU)" "$body"
