@@ -71,34 +71,33 @@ static fl_tensor *rand_wide(int64_t r, int64_t c, fl_dtype dt, uint64_t seed) {
 /* The GEMMS argument: which gemm:in:out to run (NULL: all). Each name must be one of the nlin Linears' three GEMMs,
  * else the program stops with the list. */
 static const char *const GEMM_NAMES[3] = { "fprop", "dgrad", "wgrad" };
-static bool wanted(const char *only, const char *gemm, int in, int out) {
-    if (!only) return true;
-    char name[64];
-    snprintf(name, sizeof name, "%s:%d:%d", gemm, in, out);
-    const size_t len = strlen(name);
-    for (const char *p = only; *p;) {
+/* Whether the comma-separated list holds the n characters at s as one of its words. */
+static bool listed(const char *list, const char *s, size_t n) {
+    for (const char *p = list; *p;) {
         const size_t l = strcspn(p, ",");
-        if (l == len && !strncmp(p, name, len)) return true;
+        if (l == n && !strncmp(p, s, n)) return true;
         p += l + (p[l] == ',');
     }
     return false;
 }
+static bool wanted(const char *only, const char *gemm, int in, int out) {
+    char name[64];
+    snprintf(name, sizeof name, "%s:%d:%d", gemm, in, out);
+    return !only || listed(only, name, strlen(name));
+}
 static void check_only(const char *only, const int (*lin)[2], int nlin) {
     if (!only) return;
+    char known[512] = "";
+    for (int i = 0; i < nlin; i++)
+        for (int k = 0; k < 3; k++) {
+            const size_t u = strlen(known);
+            snprintf(known + u, sizeof known - u, "%s%s:%d:%d", u ? "," : "", GEMM_NAMES[k], lin[i][0], lin[i][1]);
+        }
     for (const char *p = only; *p;) {
         const size_t l = strcspn(p, ",");
-        bool found = false;
-        for (int i = 0; i < nlin && !found; i++)
-            for (int k = 0; k < 3 && !found; k++) {
-                char name[64];
-                snprintf(name, sizeof name, "%s:%d:%d", GEMM_NAMES[k], lin[i][0], lin[i][1]);
-                found = strlen(name) == l && !strncmp(p, name, l);
-            }
-        if (!found) {
-            fprintf(stderr, "bench_fp8_gemm: unknown GEMM '%.*s' (expected comma-separated gemm:in:out from:", (int)l, p);
-            for (int i = 0; i < nlin; i++)
-                for (int k = 0; k < 3; k++) fprintf(stderr, " %s:%d:%d", GEMM_NAMES[k], lin[i][0], lin[i][1]);
-            fprintf(stderr, ")\n");
+        if (!listed(known, p, l)) {
+            fprintf(stderr, "bench_fp8_gemm: unknown GEMM '%.*s' (expected comma-separated gemm:in:out from: %s)\n",
+                    (int)l, p, known);
             exit(2);
         }
         p += l + (p[l] == ',');
