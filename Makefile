@@ -194,7 +194,7 @@ clean:
 	rm -rf build build-san
 
 help:
-	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | clean | install | uninstall   (CUDA=auto|0|1, MPI=auto|0|1; PREFIX=/usr/local DESTDIR=)"
+	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | analyze | clean | install | uninstall   (CUDA=auto|0|1, MPI=auto|0|1; PREFIX=/usr/local DESTDIR=)"
 
 # ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
 # Links only the objects it uses so it builds even while other core files are in progress.
@@ -217,6 +217,13 @@ $(BUILD)/bench_fp8_gemm: $(BUILD)/scripts/bench_fp8_gemm.o $(CORE_OBJ) $(CU_OBJ)
 
 # ---- data helper: zlib for the IDX .gz reader (core/data.c) ----
 LDLIBS   += -lz
+
+# ---- `make analyze`: clang's static analyzer over core/ and lua/ (scripts/analyze.sh; warnings read and found
+# false are listed with the reason in scripts/analyze.reviewed; a new one fails). Installs clang like `make fuzz`.
+.PHONY: analyze
+analyze:
+	@bash scripts/install-deps.sh fuzz
+	bash scripts/analyze.sh
 
 # ---- config helper: libyaml for config.yaml (core/config.c); `make fuzz` runs its loader under
 # libFuzzer (clang; scripts/install-deps.sh fuzz installs it) for FUZZ_TIME seconds ----

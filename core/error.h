@@ -17,7 +17,13 @@ typedef enum {
 /* Record an error message (printf-style). Returns `code` so callers can `return FL_ERR(...)`. */
 fl_status fl_set_error(fl_status code, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+#ifdef __clang_analyzer__
+/* For the static analyzer (scripts/analyze.sh): the same call, with the code as the value, so it knows an error
+ * path returns that code, not FL_OK (fl_set_error's body is in another file). The code is evaluated twice. */
+#define FL_ERR(code, ...) (fl_set_error((code), __FILE__, __LINE__, __VA_ARGS__), (code))
+#else
 #define FL_ERR(code, ...) fl_set_error((code), __FILE__, __LINE__, __VA_ARGS__)
+#endif
 
 /* The last message recorded on this thread ("" when none). */
 const char *fl_last_error(void);

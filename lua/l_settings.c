@@ -243,7 +243,7 @@ static int l_list(lua_State *L) {
             for (int i = 0; r->choices[i]; i++) { lua_pushstring(L, r->choices[i]); lua_rawseti(L, -2, i + 1); }
             lua_setfield(L, -2, "choices");
         }
-        if (r->choice_help) {
+        if (r->choices && r->choice_help) {   /* help per choice: only beside the choices */
             lua_newtable(L);
             for (int i = 0; r->choices[i]; i++) { lua_pushstring(L, r->choice_help[i]); lua_setfield(L, -2, r->choices[i]); }
             lua_setfield(L, -2, "choice_help");

@@ -30,6 +30,7 @@ fl_tensor *fl_lchecktensor(lua_State *L, int arg) {
     if (!slot) {
         const char *got = luaL_typename(L, arg);
         luaL_argerror(L, arg, lua_pushfstring(L, "expected a tensor, got %s", got));
+        __builtin_unreachable();   /* luaL_argerror raises a Lua error: it does not return */
     }
     if (!*slot) luaL_argerror(L, arg, "tensor has been released (freed or closed)");
     return *slot;
