@@ -11,7 +11,7 @@ ARGS="16 4 128 64 1 300"
 
 make --no-print-directory BUILD="$B" "$B/bench_attn" >/dev/null
 # Which per-head family this CPU runs, and the limit its arithmetic is set against.
-if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+if cpu_has_bf16dot; then
   limit_words="against the bf16 dot limit of 235 per thread (Zen 4). The per-head kernels here are the AVX-512 BF16
 family (core/cpu/cpu_nn_attn_bf16.c); the batched GEMMs are the path before them, which still runs where neither
 family can."

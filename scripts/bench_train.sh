@@ -33,7 +33,6 @@ peaks=$("$B/bench_peak" 1 2)
 echo "$peaks"
 # peak KIND THREADS: that limit's GFLOP/s (0 where the CPU has not got the instruction)
 peak() { sed -n "s/.*kind=$1 threads=$2 gflops=\([0-9.]*\).*/\1/p" <<<"$peaks" | head -n1; }
-has_bf16dot=$(awk -v g="$(peak bf16_dot 2)" 'BEGIN { print (g + 0 > 0) ? 1 : 0 }')
 # A 2-thread limit under 1.5x the 1-thread one means other work held a core while it was measured.
 busy_note=$(awk -v a="$(peak fp32_fma 1)" -v b="$(peak fp32_fma 2)" 'BEGIN {
   if (a + 0 > 0 && b + 0 < 1.5 * a) printf "The 2-thread fp32 FMA limit came out below 1.5x the 1-thread one: other work held a core while it was measured, so the 2-thread fractions of it below are too high."
@@ -125,7 +124,7 @@ ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
       print line } }' <<<"$results")
 echo "$ratios"
 
-if [ "$has_bf16dot" = 1 ]; then
+if cpu_has_bf16dot; then
 costs="What FP8 costs and saves against bf16 on a CPU without FP8 arithmetic (AVX-512 BF16 is its narrowest dot product): the
 FP8 GEMMs are fp8lab's own (\`core/cpu/cpu_fp8_mm.c\`, section \"CPU FP8 GEMM\"). They read the FP8 bytes and decode
 them by table lookup while packing their panels — the pass every blocked GEMM, oneDNN's bf16 kernel included, makes
@@ -163,7 +162,7 @@ The limits (\`scripts/bench_peak.c\`, register-only FMA chains, best of 3): $(tr
 ${rows}
 Ratios (higher = fp8lab faster), each side at its fastest setting (threads, and eager or compile for PyTorch 2.x);
 GFLOP/s counts 6 FLOPs per weight per token plus attention's 12·L·d·T (the GPT) and is set against the limit at
-the row's thread count ($([ "$has_bf16dot" = 1 ] && echo "fp32: fp32 FMA; bf16 and FP8: bf16 dot" || echo "fp32 FMA for every row: this CPU has no bf16 dot product, and every precision's GEMMs run fp32 FMAs")):
+the row's thread count ($(cpu_has_bf16dot && echo "fp32: fp32 FMA; bf16 and FP8: bf16 dot" || echo "fp32 FMA for every row: this CPU has no bf16 dot product, and every precision's GEMMs run fp32 FMAs")):
 
 ${ratios}
 

@@ -1,5 +1,7 @@
 # perfdoc.sh — sourced by the bench scripts: write_section HEADING BODY replaces (or appends) one
 # "## " section of docs/performance.md, atomically (temp file + mv); the rest of the file is kept.
+# cpu_has_bf16dot: whether this CPU has AVX-512 BF16 (vdpbf16ps), so whether the CPU kernels run their AVX-512 BF16
+# families and the sections set bf16 and FP8 against the bf16 dot limit, or the AVX2 + FMA families and fp32 FMA.
 write_section() {
   local sec=$1 body=$2 doc=docs/performance.md tmp
   mkdir -p docs
@@ -20,4 +22,7 @@ machine_line() {
   local model
   model=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)
   echo "${model:-unknown CPU} ($(nproc 2>/dev/null || echo '?') CPUs visible), load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+cpu_has_bf16dot() {
+  grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null
 }
