@@ -9,10 +9,11 @@ B=${1:-build}
 SECTION="## CPU bf16 attention (one call)"
 ARGS="16 4 128 64 1 300"
 
-make --no-print-directory BUILD="$B" "$B/bench_attn" >/dev/null
-# Which per-head family this CPU runs, and the limit its arithmetic is set against.
+make --no-print-directory BUILD="$B" "$B/bench_attn" "$B/bench_peak" >/dev/null
+# Which per-head family this CPU runs, and the limit its arithmetic is set against (measured here, one thread).
 if cpu_has_bf16dot; then
-  limit_words="against the bf16 dot limit of 235 per thread (Zen 4). The per-head kernels here are the AVX-512 BF16
+  dot=$("$B/bench_peak" 1 | sed -n 's/^peak kind=bf16_dot threads=1 gflops=\([0-9.]*\).*/\1/p')
+  limit_words="against this CPU's bf16 dot limit of $dot per thread (\`build/bench_peak\`). The per-head kernels here are the AVX-512 BF16
 family (core/cpu/cpu_nn_attn_bf16.c); the batched GEMMs are the path before them, which still runs where neither
 family can."
 else

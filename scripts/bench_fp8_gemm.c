@@ -13,8 +13,10 @@
  * as the fp32 and bf16-autocast steps run them, four paths: "fp32" (fl_cpu_fma_mm_allowed cleared: oneDNN's fp32
  * GEMM), "fp32-own" (the device's choice: on CPUs without AVX-512, fl_cpu_fma_mm), "widen" (bf16, the switch
  * cleared: where oneDNN has no bf16 kernel, both operands widened to fp32 copies for oneDNN's fp32 GEMM), "own"
- * (bf16, the device's choice). peak: the fraction of the kernel family's limit per thread, as scripts/bench_peak.c measured
- * it: vdpbf16ps 235 GF/s (avx512_bf16, Zen 4), fp32 FMA 90 GF/s (avx2_fma, Zen 3).
+ * (bf16, the device's choice). peak: the fraction of this CPU's limit at the run's thread count, measured as the
+ * program starts (scripts/peak.h, what build/bench_peak prints): the FP8 family avx512_bf16 and the bf16 paths
+ * against the bf16 dot limit where the CPU has vdpbf16ps, everything else against the fp32 FMA limit. The limits
+ * print first as "limit kind=... gflops=...".
  * ms (and gflops, peak) is the fastest of the REPS timed calls, med_ms their median (a shared machine's calls spread
  * widely; the first call is not timed).
  *   fp8gemm gemm=fprop in=256 out=768 ... path=new family=avx2_fma threads=1 cache=warm ms=... med_ms=... gflops=... peak=0.xx */
@@ -26,6 +28,7 @@
 #include "cpu/cpu_internal.h"
 #include "tensor.h"
 #include "bench_util.h"
+#include "peak.h"
 
 static double now(void) {
     struct timespec t;
@@ -129,6 +132,10 @@ static int bench_bf16(int reps, bool cold, bool mlp, const char *only) {
     const int (*gpt)[2] = mlp ? mlps : gpts;
     check_only(only, gpt, nlin);
     const int threads = omp_get_max_threads();
+    const double fma = peak_gflops("fp32_fma", threads), dot = peak_gflops("bf16_dot", threads);
+    const double lim[4] = { fma, fma, dot > 0 ? dot : fma, dot > 0 ? dot : fma };   /* per path, as the header says */
+    printf("limit kind=fp32_fma threads=%d gflops=%.1f\n", threads, fma);
+    if (dot > 0) printf("limit kind=bf16_dot threads=%d gflops=%.1f\n", threads, dot);
     double tot[4] = { 0, 0, 0, 0 };
     for (int l = 0; l < nlin; l++) {
         const int in = gpt[l][0], out = gpt[l][1];
@@ -149,7 +156,7 @@ static int bench_bf16(int reps, bool cold, bool mlp, const char *only) {
                 tot[p] += s;
                 printf("bf16gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s threads=%d cache=%s ms=%.3f med_ms=%.3f gflops=%.1f peak=%.2f\n",
                        g[k].name, in, out, (long long)shape[1], (long long)shape[2], (long long)g[k].a->shape[2], path[p],
-                       threads, cold ? "cold" : "warm", 1e3 * s, 1e3 * med, flops / s * 1e-9, flops / s * 1e-9 / (90.0 * threads));
+                       threads, cold ? "cold" : "warm", 1e3 * s, 1e3 * med, flops / s * 1e-9, lim[p] > 0 ? flops / s * 1e-9 / lim[p] : 0.0);
                 fl_tensor_release(dst);
             }
             fl_tensor *all[] = { X, W, dY, Wt, dYt };
@@ -203,7 +210,8 @@ int main(int argc, char **argv) {
     check_only(only, lin, nlin);
     const int threads = omp_get_max_threads();
     const char *family = fl_cpu_fp8_mm_family() ? fl_cpu_fp8_mm_family() : "none";
-    const double limit = strcmp(family, "avx512_bf16") == 0 ? 235.0 : 90.0;   /* GF/s per thread */
+    const double limit = peak_gflops(strcmp(family, "avx512_bf16") == 0 ? "bf16_dot" : "fp32_fma", threads);
+    printf("limit kind=%s threads=%d gflops=%.1f\n", strcmp(family, "avx512_bf16") == 0 ? "bf16_dot" : "fp32_fma", threads, limit);
     double tot[3] = { 0, 0, 0 };
     for (int l = 0; l < nlin; l++) {
         const int in = lin[l][0], out = lin[l][1];
@@ -227,7 +235,7 @@ int main(int argc, char **argv) {
                 printf("fp8gemm gemm=%s in=%d out=%d M=%lld N=%lld K=%lld path=%s family=%s threads=%d cache=%s ms=%.3f med_ms=%.3f gflops=%.1f peak=%.2f policy=%s\n",
                        g[k].name, in, out, (long long)shape[0], (long long)shape[1], (long long)g[k].a->shape[1], path[p],
                        p == 2 ? family : "onednn", threads, cold ? "cold" : "warm", 1e3 * s, 1e3 * med, flops / s * 1e-9,
-                       flops / s * 1e-9 / (limit * threads),
+                       limit > 0 ? flops / s * 1e-9 / limit : 0.0,
                        fl_cpu_fp8_mm_faster(g[k].a, g[k].b) ? "new" : "old");
             }
             fl_tensor_release(dst);
