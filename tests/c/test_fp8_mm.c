@@ -171,8 +171,9 @@ TEST(fp8_mm_matches_float64_reference_every_layout) {
 /* The row split's stealing across K blocks: no barrier between the K blocks, a group's step waits for its own
  * previous one. More threads than CPUs (3, 4 and 8 on this machine's 2) are preempted mid-group, so threads run
  * steps apart and take each other's groups; every call must give the 1-thread bits. A shape of many K blocks
- * (12 of 250 in the AVX2 family) and groups (21 of 24 rows), small columns so each call is quick; both operand
- * orientations of a. Without the wait a group's K block can read C before the one before it stored it. */
+ * (12 of 250 in the AVX2 family) and groups (21 of 24 rows), small columns so each call is quick; both
+ * orientations of each operand (a transposed b: every thread decodes and transposes its own copy of each B
+ * block). Without the wait a group's K block can read C before the one before it stored it. */
 static void steal_across_k_blocks(int *fl__failed, int fam) {
     const int64_t M = 500, N = 64, K = 3000;
     uint64_t seed = 7;
@@ -180,8 +181,9 @@ static void steal_across_k_blocks(int *fl__failed, int fam) {
     float *got = malloc(M * N * 4), *got1 = malloc(M * N * 4);
     rand_bytes(qa, (size_t)(M * K), FL_E4M3, &seed);
     rand_bytes(qb, (size_t)(K * N), FL_E5M2, &seed);
-    for (int ta = 0; ta < 2; ta++) {
-        fl_tensor *a = operand(qa, M, K, FL_E4M3, 0.25f, ta), *b = operand(qb, K, N, FL_E5M2, 2.0f, false);
+    for (int v = 0; v < 4; v++) {
+        const bool ta = v & 1, tb = v & 2;
+        fl_tensor *a = operand(qa, M, K, FL_E4M3, 0.25f, ta), *b = operand(qb, K, N, FL_E5M2, 2.0f, tb);
         REQUIRE(a && b, "operands: %s", fl_last_error());
         REQUIRE(run_mm(fl__failed, a, b, NULL, got1, 1), "%s: the new path declined", fam_name[fam]);
         const int threads[] = { 2, 3, 4, 8 };
@@ -192,8 +194,8 @@ static void steal_across_k_blocks(int *fl__failed, int fam) {
                 if (!run_mm(fl__failed, a, b, NULL, got, threads[t]) || memcmp(got, got1, (size_t)(M * N) * 4) != 0)
                     differ++;
             }
-        CHECK(differ == 0, "%s%s: %d of %d calls on 2-8 threads differ from 1 thread", fam_name[fam], ta ? " a^T" : "",
-              differ, calls);
+        CHECK(differ == 0, "%s%s%s: %d of %d calls on 2-8 threads differ from 1 thread", fam_name[fam], ta ? " a^T" : "",
+              tb ? " b^T" : "", differ, calls);
         fl_tensor_release(a); fl_tensor_release(b);
     }
     free(qa); free(qb); free(got); free(got1);
