@@ -220,10 +220,14 @@ LDLIBS   += -lz
 
 # ---- `make analyze`: clang's static analyzer over core/ and lua/ (scripts/analyze.sh; warnings read and found
 # false are listed with the reason in scripts/analyze.reviewed; a new one fails). Installs clang like `make fuzz`.
-.PHONY: analyze
+.PHONY: analyze cflags
 analyze:
 	@bash scripts/install-deps.sh fuzz
 	bash scripts/analyze.sh
+
+# The C compiler's flags of this build, features found included (scripts/analyze.sh compiles with them).
+cflags:
+	@echo $(CFLAGS) $(LUA_CFLAGS)
 
 # ---- config helper: libyaml for config.yaml (core/config.c); `make fuzz` runs its loader under
 # libFuzzer (clang; scripts/install-deps.sh fuzz installs it) for FUZZ_TIME seconds ----

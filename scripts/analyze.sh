@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # analyze.sh — clang's static analyzer (clang --analyze) over the C sources of core/ and lua/, with the build's
-# defines and include paths. Prints each warning as file:line:col: message [checker]. A warning listed in
+# defines and include paths (`make cflags`: every feature the build finds, CUDA, NCCL and MPI among them, so the
+# code under their #ifdefs is analyzed as built; GCC-only and debug/optimization flags dropped). Prints each warning as file:line:col: message [checker]. A warning listed in
 # scripts/analyze.reviewed (same file, same checker, same source line's text) has been read and found false; it
 # is printed as reviewed with the reason. Exits 1 if a warning is not on that list.
 # Not part of `make test` (about 2 minutes on 2 cores); run it after changing C code.
@@ -8,10 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang > /dev/null || { echo "analyze.sh: needs clang (apt-get install clang)" >&2; exit 2; }
-FLAGS="-std=c11 -D_GNU_SOURCE -fopenmp -march=x86-64-v3 -Icore -Ilua -I/usr/include/lua5.4 -DFL_HAVE_READLINE"
-MPI_INC=$(pkg-config --cflags-only-I ompi 2> /dev/null || true)
-[ -n "$MPI_INC" ] && FLAGS="$FLAGS -DFL_HAVE_MPI $MPI_INC"
-[ -d /usr/local/cuda/include ] && FLAGS="$FLAGS -I/usr/local/cuda/include"
+FLAGS="$(make -s --no-print-directory cflags | tr ' ' '\n' | grep -v -E '^(-g|-O.*|-fvect-cost-model=.*|-W.*)$' | tr '\n' ' ') -Ilua"
 if [ $# -gt 0 ]; then files=("$@"); else files=(core/*.c core/cpu/*.c lua/*.c); fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
