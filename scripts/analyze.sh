@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # analyze.sh — clang's static analyzer (clang --analyze) over the C sources of core/ and lua/, with the build's
 # defines and include paths (`make cflags`: every feature the build finds, CUDA, NCCL and MPI among them, so the
-# code under their #ifdefs is analyzed as built; GCC-only and debug/optimization flags dropped). Prints each warning as file:line:col: message [checker]. A warning listed in
-# scripts/analyze.reviewed (same file, same checker, same source line's text) has been read and found false; it
-# is printed as reviewed with the reason. Exits 1 if a warning is not on that list.
+# code under their #ifdefs is analyzed as built; GCC-only, warning and debug/optimization flags dropped). Prints
+# each warning as file:line:col: message [checker]. A warning listed in scripts/analyze.reviewed (same file, same
+# checker, same source line's text) has been read and found false; it is printed as reviewed with the reason.
+# Exits 1 if a warning is not on that list.
 # Not part of `make test` (about 2 minutes on 2 cores); run it after changing C code.
 # usage: scripts/analyze.sh [FILE...]     (default: core/*.c core/cpu/*.c lua/*.c; JOBS=N files at a time)
 set -euo pipefail

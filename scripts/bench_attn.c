@@ -23,12 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static float *filled(int64_t n, float amp) {
     float *x = malloc((size_t)n * sizeof(float));
     uint64_t s = 0x9E3779B97F4A7C15ull;
@@ -83,20 +77,20 @@ int main(int argc, char **argv) {
         if (!ts[0] || !ts[1]) { fprintf(stderr, "out of memory\n"); return 1; }
         for (int r = 0; r < R + 3; r++) {   /* the first 3 warm up (oneDNN primitives, pages) */
             if (cold) bench_evict();
-            double t0 = now();
+            double t0 = bench_now();
             if (packed && path == 0)
                 fwd_at(qkv, qkv + C, qkv + 2 * C, lin, o, lout, att, B, H, T, D, scale, causal);
             else
                 fl_cpu_sdpa_causal_fwd(q, k, v, o, att, B, H, T, D, scale, causal, bf16);
-            double t1 = now();
+            double t1 = bench_now();
             if (cold) bench_evict();
-            double t2 = now();
+            double t2 = bench_now();
             if (packed && path == 0)
                 bwd_at(qkv, qkv + C, qkv + 2 * C, lin, att, dy, lout, dqkv, dqkv + C, dqkv + 2 * C, lin, B, H, T, D, scale,
                        causal);
             else
                 fl_cpu_sdpa_causal_bwd(q, k, v, att, dy, dq, dk, dv, B, H, T, D, scale, causal, bf16);
-            double t3 = now();
+            double t3 = bench_now();
             if (r >= 3) {
                 best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
                 best[1] = t3 - t2 < best[1] ? t3 - t2 : best[1];

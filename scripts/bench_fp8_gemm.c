@@ -30,12 +30,6 @@
 #include "bench_util.h"
 #include "peak.h"
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static fl_tensor *rand_fp8(int64_t r, int64_t c, fl_dtype fmt, uint64_t seed) {
     int64_t shape[2] = { r, c };
     fl_tensor *t = NULL;
@@ -113,9 +107,9 @@ static double time_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b
     if (!ts) { fprintf(stderr, "out of memory\n"); exit(1); }
     for (int i = 0; i < reps + 1; i++) {
         if (cold) bench_evict();
-        double t0 = now();
+        double t0 = bench_now();
         fl_status st = fl_cpu_device()->matmul(dst, a, b);
-        double t = now() - t0;
+        double t = bench_now() - t0;
         if (st != FL_OK) { fprintf(stderr, "matmul: %s\n", fl_last_error()); exit(1); }
         if (i > 0) ts[i - 1] = t;
         if (i > 0 && t < best) best = t;
@@ -133,7 +127,7 @@ static int bench_bf16(int reps, bool cold, bool mlp, const char *only) {
     check_only(only, gpt, nlin);
     const int threads = omp_get_max_threads();
     const double fma = peak_gflops("fp32_fma", threads), dot = peak_gflops("bf16_dot", threads);
-    const double lim[4] = { fma, fma, dot > 0 ? dot : fma, dot > 0 ? dot : fma };   /* per path, as the header says */
+    const double wide = dot > 0 ? dot : fma, lim[4] = { fma, fma, wide, wide };   /* per path, as the header says */
     printf("limit kind=fp32_fma threads=%d gflops=%.1f\n", threads, fma);
     if (dot > 0) printf("limit kind=bf16_dot threads=%d gflops=%.1f\n", threads, dot);
     double tot[4] = { 0, 0, 0, 0 };
@@ -179,12 +173,12 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     if (!ts) { fprintf(stderr, "out of memory\n"); exit(1); }
     for (int i = 0; i < reps + 1; i++) {
         if (cold) bench_evict();
-        double t0 = now();
+        double t0 = bench_now();
         bool done = true;
         fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, bias ? fl_tensor_data(bias) : NULL, &done)
                               : fl_cpu_device()->fp8_gemm(dst, a, b, bias, cached ? &ac : NULL, cached ? &bc : NULL, false);
         if (!done) { fprintf(stderr, "fp8 mm declined\n"); exit(1); }
-        double t = now() - t0;
+        double t = bench_now() - t0;
         if (st != FL_OK) { fprintf(stderr, "fp8_gemm: %s\n", fl_last_error()); exit(1); }
         if (i > 0) ts[i - 1] = t;
         if (i > 0 && t < best) best = t;   /* the first call makes the caches (cached) and warms up */
@@ -210,8 +204,9 @@ int main(int argc, char **argv) {
     check_only(only, lin, nlin);
     const int threads = omp_get_max_threads();
     const char *family = fl_cpu_fp8_mm_family() ? fl_cpu_fp8_mm_family() : "none";
-    const double limit = peak_gflops(strcmp(family, "avx512_bf16") == 0 ? "bf16_dot" : "fp32_fma", threads);
-    printf("limit kind=%s threads=%d gflops=%.1f\n", strcmp(family, "avx512_bf16") == 0 ? "bf16_dot" : "fp32_fma", threads, limit);
+    const char *kind = strcmp(family, "avx512_bf16") == 0 ? "bf16_dot" : "fp32_fma";   /* the family's instruction */
+    const double limit = peak_gflops(kind, threads);
+    printf("limit kind=%s threads=%d gflops=%.1f\n", kind, threads, limit);
     double tot[3] = { 0, 0, 0 };
     for (int l = 0; l < nlin; l++) {
         const int in = lin[l][0], out = lin[l][1];

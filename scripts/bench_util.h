@@ -1,10 +1,18 @@
-/* bench_util.h — what the benchmark programs (bench_attn, bench_fp8_gemm) share: their MODE argument, the median
- * of their timings and the cold mode's cache eviction. */
+/* bench_util.h — what the benchmark programs (bench_attn, bench_fp8_gemm, bench_peak) share: the clock, their MODE
+ * argument, the median of their timings and the cold mode's cache eviction. */
 #ifndef FL_BENCH_UTIL_H
 #define FL_BENCH_UTIL_H
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* Seconds on the monotonic clock. */
+static double bench_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* MODE: comma-separated words from a fixed list; returns bit i for words[i]. An empty MODE is none; any other
  * word ends the program with a message naming the valid ones. */

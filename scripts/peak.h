@@ -12,19 +12,13 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <string.h>
-#include <time.h>
+#include "bench_util.h"
 
 #define PEAK_CHAINS_512 16
 #define PEAK_CHAINS_256 12
 #define PEAK_ITERS (1L << 22)
 
 static volatile float peak_sink;
-
-static double peak_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 __attribute__((target("avx512f"))) static double peak_fma512(long iters) {
     __m512 acc[PEAK_CHAINS_512], a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(0.9999999f);
@@ -80,10 +74,10 @@ static double peak_gflops(const char *kind, int threads) {
     double (*k)(long) = strcmp(isa, "avx512_bf16") == 0 ? peak_dpbf16 : strcmp(isa, "avx512") == 0 ? peak_fma512 : peak_fma256;
     double best = 0;
     for (int r = 0; r < 3; r++) {
-        double flops = 0, t0 = peak_now();
+        double flops = 0, t0 = bench_now();
         #pragma omp parallel num_threads(threads) reduction(+ : flops)
         flops += k(PEAK_ITERS);
-        const double dt = peak_now() - t0;
+        const double dt = bench_now() - t0;
         if (flops / dt / 1e9 > best) best = flops / dt / 1e9;
     }
     return best;
