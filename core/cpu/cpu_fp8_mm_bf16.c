@@ -9,19 +9,21 @@
 #ifdef __x86_64__
 #include <immintrin.h>
 /* Blocking. Micro-tile MR × NR of C in 2·MR zmm accumulators (each 16 columns); K in blocks of KC; B's
- * block (KC × at most NB_MAX columns, bf16: 512 KiB) stays in L2 while A is decoded AG rows at a time
+ * block (KC × at most NB_MAX columns, bf16: up to 1 MiB) stays in L2 while A is decoded AG rows at a time
  * into L1 and run over it. Each K block re-reads and re-writes the tile of C, so a long K in few blocks
  * matters where the tile is large: the char GPT's fc2 wgrad (M 256, N 1024, K 2048; 512 KiB of C per
  * thread) took 3.0-3.45 ms with KC 256 and 2.6-2.8 ms with KC 512 (2 threads, Zen 4, scripts/bench_fp8_gemm.c);
- * its other eleven GEMMs and NB 256-1024 were within noise. FL_MM_KC / FL_MM_NB override the two for
- * experiments.
+ * its other eleven GEMMs and NB 256-1024 were within noise. With operands and C cold, as in a training step
+ * (the bench's cold mode since it evicts for real), KC 1024 took the GEMMs with K 768 and 1024 from 1.05-1.45
+ * to 0.90-1.29 ms (one pass over C instead of two) and left the rest within noise (Zen 5, 2026-11-28).
+ * FL_MM_KC / FL_MM_NB override the two for experiments.
  * Packed layouts (u32 = one bf16 pair (k even, k odd), the unit vdpbf16ps multiplies):
  *   B block: NR-column panels, panel j = [kcp][NR] u32 (the VNNI layout), columns past N are zero.
  *   A group, a K-contiguous: AG rows of kcp u32 (bf16 row-major, K padded to even), rows past M zero;
  *            a M-contiguous (a transposed view): two MR-row panels [kcp][MR] u32 made by interleaving rows.
  * kcp = ceil(kc/2): an odd K gets a zero pair partner in both operands. */
 #ifndef FL_MM_KC
-#define FL_MM_KC 512
+#define FL_MM_KC 1024
 #endif
 #ifndef FL_MM_NB
 #define FL_MM_NB 512
@@ -217,6 +219,23 @@ FL_CPU_BF16 static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, in
     else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, nb, &LB);
 }
 
+/* Software prefetches for what a training step leaves in memory rather than in the caches (its GEMMs' operands
+ * and outputs are written by other ops, tens of MiB apart): the next A group's FP8 rows of this K block (a
+ * K-contiguous a; the thread's next group as it takes its run from the front) and the next micro-tile's C lines,
+ * for writing, while the current one computes. Measured with bench_fp8_gemm's cold mode (docs/performance.md,
+ * "Zen 5 ... cold operands"). */
+FL_INLINE void prefetch_next_group(const mm_job *J, int64_t m, int64_t k0, int64_t kc) {
+    const uint8_t *an = J->a + (m + AG) * J->lda + k0;
+    for (int64_t r = 0; r < AG && m + AG + r < J->M; r++)
+        for (int64_t x = 0; x < kc; x += 64) __builtin_prefetch(an + r * J->lda + x, 0, 3);
+}
+FL_INLINE void prefetch_c_tile(const float *c, int64_t ldc, int64_t rows) {
+    for (int64_t i = 0; i < MR && i < rows; i++) {
+        __builtin_prefetch(c + i * ldc, 1, 3);
+        __builtin_prefetch(c + i * ldc + 16, 1, 3);
+    }
+}
+
 /* Rows [m, m+ag) (one A group, ag ≤ AG) of C[ , n0 .. n0+nb) for the K block [k0, k0+kc), whose B block is in bpk. */
 FL_CPU_BF16 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
                                   const void *bpkv, void *apkv) {
@@ -225,6 +244,7 @@ FL_CPU_BF16 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_
     const fl_fp8_lut4 LA = fl_fp8_lut_load(fl_fp8_bf16_lut(J->e5_a));
     const int64_t kcp = (kc + 1) / 2, ldc = J->N;
     const bool first = k0 == 0, last = k0 + J->kc >= J->K;
+    if (!J->a_mcontig) prefetch_next_group(J, m, k0, kc);
     if (J->a_mcontig) pack_a_m(apk, J->a + k0 * J->lda + m, J->lda, kc, ag, &LA);
     else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, ag, &LA);
     for (int64_t nj = 0; nj < nb; nj += NR) {
@@ -236,6 +256,8 @@ FL_CPU_BF16 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_
             const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
             float *c = J->c + (m + mi) * ldc + n0 + nj;
             E.rs = J->rs ? J->rs + m + mi : NULL;
+            if (mi + MR < ag) prefetch_c_tile(c + MR * ldc, ldc, ag - mi - MR);   /* the next micro-tile's C */
+            else if (nj + NR < nb) prefetch_c_tile(J->c + m * ldc + n0 + nj + NR, ldc, ag < MR ? ag : MR);
             if (J->a_mcontig) kern_panel(ap, bp, kcp, c, ldc, mr, nv, !first, last, &E);
             else kern_rows(ap, kcp, bp, kcp, c, ldc, mr, nv, !first, last, &E);
         }
