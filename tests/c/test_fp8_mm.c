@@ -111,8 +111,8 @@ static void reference_every_layout(int *fl__failed, int fam) {
     const shape3 shapes[] = { { 1, 1, 1 }, { 1, 37, 5 }, { 7, 13, 3 }, { 9, 8, 1 }, { 33, 70, 517 },
                               { 130, 45, 1030 }, { 64, 96, 64 }, { 300, 33, 97 }, { 17, 300, 1 },
                               { 40, 300, 700 },     /* N > M: split by columns on 2 threads */
-                              { 50, 40, 512 },      /* K a whole number of K blocks in both families */
-                              { 530, 520, 600 } };  /* by rows, with stealing: 2 column blocks, 2 K blocks */
+                              { 50, 40, 1024 },     /* K a whole number of K blocks in both families */
+                              { 530, 520, 1100 } }; /* by rows, with stealing: 2 column blocks, 2 K blocks */
     const fl_dtype pairs[][2] = { { FL_E4M3, FL_E4M3 }, { FL_E5M2, FL_E4M3 }, { FL_E4M3, FL_E5M2 }, { FL_E5M2, FL_E5M2 } };
     uint64_t seed = 12345;
     int cases = 0;
