@@ -43,12 +43,13 @@ Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $machine, command \`make bench\`
 (\`scripts/bench_attn.sh\`: \`$B/bench_attn $ARGS\`, best of 300 calls after 3 warm-up calls). One call of
 \`fl_cpu_sdpa_causal_fwd\` / \`_bwd\` with bf16 = true at the GPT bench's shape (B=16, H=4, T=128, D=64, causal), as
 each of its 4 layers makes per step. GFLOP/s counts 4·B·H·T²·D forward and twice that backward (the full products,
-though causal attention needs about half of them), ${limit_words} "caches evicted": \`bench_attn $ARGS kernel cold\`, a 64 MiB buffer written before each
-call, so q, k, v, dO and the saved probabilities come from memory, as in a training step. "packed qkv" (\`... kernel
+though causal attention needs about half of them), ${limit_words} "caches evicted": \`bench_attn $ARGS kernel cold\`, one ordinary store into each
+line of a 64 MiB buffer before each call, so q, k, v, dO, the saved probabilities and the outputs come from memory, as
+in a training step (before 2026-11-28 a memset of it, which on Zen 5 left most of the operands in the caches: figures
+measured with it read closer to warm than to cold). "packed qkv" (\`... kernel
 cold,packed\`): q, k and v read in place from one [B, T, 3·C] tensor and dq, dk, dv written into one, as the GPT's
-attention does, where each head row is 256 bytes of a 3 KiB token row (the fp8.profiler's rows for one te step of
-that GPT, 2 threads, 2026-11-26/27: 1.05-1.24 ms forward and 1.65-1.84 ms backward per layer; section "Where the
-GPT step's time goes").
+attention does, where each head row is 256 bytes of a 3 KiB token row. The kernels prefetch the rows they are about
+to write (scores, outputs, dq, dk, dv) since 2026-11-28; section "Zen 5 (AMD EPYC family 26)", "Cold operands".
 
 | path | threads | fwd ms | fwd GFLOP/s | bwd ms | bwd GFLOP/s |
 |---|---|---|---|---|---|
