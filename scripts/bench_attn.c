@@ -4,9 +4,9 @@
  * fp32 form (fl_cpu_attn_f32_*, which CPUs without AVX-512 run) against the batched fp32 GEMMs. GFLOP/s counts
  * 4·B·H·T²·D forward and twice that backward (the full, unmasked products).
  * Usage: bench_attn [B H T D causal R PATH [MODE]] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
- * threads from OMP_NUM_THREADS. MODE holds "cold" and/or "packed" (e.g. cold,packed). cold: a 64 MiB buffer is
- * written before each timed call, so the operands come from memory as in a training step, where the GEMMs around
- * attention move tens of MiB through the caches. packed: the per-head kernels read q, k, v in place in one
+ * threads from OMP_NUM_THREADS. MODE holds "cold" and/or "packed" (e.g. cold,packed). cold: one store into each
+ * line of a 64 MiB buffer before each timed call (bench_util.h), so the operands and outputs come from memory as in
+ * a training step, where the GEMMs around attention move tens of MiB through the caches. packed: the per-head kernels read q, k, v in place in one
  * [B, T, 3·H·D] tensor and write dq, dk, dv into one, as the GPT's attention does (fl_cpu_attn_bf16_fwd_at /
  * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. f32: fp32 attention instead
  * (its kernel path where fl_cpu_attn_f32_available() says it runs, with AVX-512 disallowed). Other words are

@@ -4,14 +4,15 @@
  * empty caches, what a call pays without reuse), "old-cached" = oneDNN alone on operands already decoded
  * (the floor of the old path when every decode is reused), "new" = cpu_fp8_mm.c called directly (whether or not
  * fl_cpu_fp8_mm_faster would pick it; "policy" says what it picks). Min of many runs.
- * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE [GEMMS]]], MODE holding "mlp" and/or "cold" (e.g. cold,mlp; "-":
- * none), GEMMS a comma-separated subset of the GEMMs as gemm:in:out (e.g. wgrad:1024:256,fprop:256:768; the whole set
- * when left out; a name that is not in the set is refused with the list). mlp:
- * the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: a 64 MiB buffer is
- * written before each timed call (bench_util.h), so the operands and C come from memory as in a training step. Prints one line per GEMM and path:
- * new: only the new path. avx2: AVX-512 disallowed (fl_cpu_avx512_allowed), so the AVX2 + FMA family runs, as on
- * CPUs without AVX-512 (with bf16: fl_cpu_fma_mm for the bf16 operands; the limits are still this CPU's). bf16: the same twelve GEMMs in fp32 and bf16 through the device's matmul entry instead,
- * as the fp32 and bf16-autocast steps run them, four paths: "fp32" (fl_cpu_fma_mm_allowed cleared: oneDNN's fp32
+ * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE [GEMMS]]], MODE holding "mlp", "cold", "new", "bf16" and/or
+ * "avx2" (e.g. cold,mlp; "-": none), GEMMS a comma-separated subset of the GEMMs as gemm:in:out (e.g.
+ * wgrad:1024:256,fprop:256:768; the whole set when left out; a name that is not in the set is refused with the
+ * list). mlp: the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: one store
+ * into each line of a 64 MiB buffer before each timed call (bench_util.h), so the operands and C come from memory
+ * as in a training step. Prints one line per GEMM and path. new: only the new path. avx2: AVX-512 disallowed
+ * (fl_cpu_avx512_allowed), so the AVX2 + FMA family runs, as on CPUs without AVX-512 (with bf16: fl_cpu_fma_mm
+ * for the bf16 operands; the limits are still this CPU's). bf16: the same twelve GEMMs in fp32 and bf16 through
+ * the device's matmul entry instead, as the fp32 and bf16-autocast steps run them, four paths: "fp32" (fl_cpu_fma_mm_allowed cleared: oneDNN's fp32
  * GEMM), "fp32-own" (the device's choice: on CPUs without AVX-512, fl_cpu_fma_mm), "widen" (bf16, the switch
  * cleared: where oneDNN has no bf16 kernel, both operands widened to fp32 copies for oneDNN's fp32 GEMM), "own"
  * (bf16, the device's choice). peak: the fraction of this CPU's limit at the run's thread count, measured as the
