@@ -4,6 +4,7 @@
 #include "format_internal.h"
 #include "half_cvt.h"
 #include "bf16_x86.h"
+#include "fp8_x86.h"
 #include "scale_rule.h"
 
 #include <assert.h>
@@ -668,14 +669,37 @@ __attribute__((constructor)) static void build_luts(void) {
     }
 }
 
-void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, float scale_inv) {
+/* dst[i] = value(src[i]) · scale_inv for i in [0, n): 16 codes a step exactly decoded (fp8_x86.h), the rest by the
+ * table; both give every code's value times scale_inv, NaN codes the table's NaN (the same bits either way). The
+ * table alone, one code at a time, was 2.0% of an msamp O2 step's samples (its moments, E4M3). */
+static void dequant_span(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, float scale_inv) {
+    size_t i = 0;
+#ifdef __x86_64__
+    const bool e5 = fmt == FL_E5M2;
+    const __m256 s = _mm256_set1_ps(scale_inv);
+    for (; i + 16 <= n; i += 16) {
+        __m256 lo, hi;
+        fl_fp8_x86_dec16(src + i, e5, &lo, &hi);
+        _mm256_storeu_ps(dst + i, _mm256_mul_ps(lo, s));
+        _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(hi, s));
+    }
+#endif
     const float *lut = fmt == FL_E5M2 ? LUT_E5M2 : LUT_E4M3;
+    for (; i < n; i++) dst[i] = lut[src[i]] * scale_inv;
+}
+
+void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, float scale_inv) {
     if (!par_ok(n)) {
-        for (size_t i = 0; i < n; i++) dst[i] = lut[src[i]] * scale_inv;
+        dequant_span(src, dst, n, fmt, scale_inv);
         return;
     }
+    enum { SPAN = 4096 };
+    const size_t nspan = (n + SPAN - 1) / SPAN;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = lut[src[i]] * scale_inv;
+    for (size_t k = 0; k < nspan; k++) {
+        const size_t off = k * SPAN;
+        dequant_span(src + off, dst + off, n - off < SPAN ? n - off : SPAN, fmt, scale_inv);
+    }
 }
 
 /* ---- bulk 16-bit conversions ---------------------------------------------------------------

@@ -11,6 +11,7 @@
 
 #ifdef __x86_64__
 #include "cpu_avx2.h"
+#include "fp8_x86.h"
 
 /* Blocking. Micro-tile MR × NR of C in 2·MR ymm accumulators (each 8 columns), the two B vectors and one A
  * broadcast: 15 of the 16 registers. K in blocks of at most KC, B in blocks of at most NB_MAX columns, each cut
@@ -38,20 +39,10 @@ enum { MR = 6, NR = 16, AG = FL_MM_FMA_AG, KC = FL_MM_FMA_KC, NB_MAX = FL_MM_FMA
 enum { F_E4M3, F_E5M2, F_BF16, F_F16, F_F32 };
 #define ESZ(f) ((f) == F_F32 ? 4 : (f) >= F_BF16 ? 2 : 1)
 
-/* FP8 codes to fp32 without a table. An E5M2 code is the upper byte of the fp16 with the same value; an E4M3 code
- * c becomes the fp16 (c & 0x80) << 8 | (c & 0x7f) << 7, whose exponent field is E4M3's (bias 15 for 7) and whose
- * mantissa's top three bits are E4M3's, subnormals included, so its value is exactly 2⁻⁸ times the code's; the
- * code 0x7f (E4M3's NaN, which would read as 480) gets a NaN's exponent and mantissa. F16C's conversion to fp32
- * is exact, and the E4M3 values are multiplied by 2⁸ (exact) after it. ~10 vector operations per 16 codes,
- * where an AVX2 gather through a 256-entry table took ~3 cycles per code on Zen 3. w: codes in 16-bit lanes.
- * bf16 is the upper half of its fp32; fp16 converts by F16C; fp32 is loaded. */
-static inline __m256i fp16_of(__m256i w, bool e5) {
-    if (e5) return _mm256_slli_epi16(w, 8);
-    const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7);
-    const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16((short)0x8000));
-    const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x3f80)), _mm256_set1_epi16(0x7e00));
-    return _mm256_or_si256(_mm256_or_si256(mag, sign), nan);
-}
+/* FP8 codes to fp32 without a table (fp8_x86.h: by way of their fp16 bit patterns, converted by F16C), where an
+ * AVX2 gather through a 256-entry table took ~3 cycles per code on Zen 3. w: codes in 16-bit lanes. bf16 is the
+ * upper half of its fp32; fp16 converts by F16C; fp32 is loaded. */
+static inline __m256i fp16_of(__m256i w, bool e5) { return fl_fp8_x86_fp16(w, e5); }
 static inline __m256 widen(__m128i h, int f) {
     if (f == F_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     const __m256 v = _mm256_cvtph_ps(h);

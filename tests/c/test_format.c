@@ -215,6 +215,33 @@ TEST(format_fp8_decode_all_codes) {
     }
 }
 
+/* The bulk dequantize (16 codes a step, exactly decoded by way of fp16, the rest by the table) gives the table's
+ * bits for every code, NaN codes included, at several scales and at every tail length. */
+TEST(format_bulk_dequantize_matches_table_bits) {
+    enum { N = 256 * 2 + 31 };
+    uint8_t q[N];
+    float got[N];
+    for (int i = 0; i < N; i++) q[i] = (uint8_t)(i * 167 + 11);   /* every code, in a scrambled order */
+    const float scales[] = { 1.0f, 0.37f, 0x1p-20f, 3.0e4f, -1.5f };
+    int bad = 0;
+    for (int f = 0; f < 2; f++)
+        for (size_t si = 0; si < sizeof scales / sizeof *scales; si++)
+            for (int n = N - 16; n <= N; n++) {
+                const fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
+                fl_dequantize_f32(q, got, (size_t)n, fmt, scales[si]);
+                for (int i = 0; i < n; i++) {
+                    const float want = fl_fp8_to_f32(q[i], fmt) * scales[si];
+                    uint32_t gw, ww;
+                    memcpy(&gw, &got[i], 4);
+                    memcpy(&ww, &want, 4);
+                    if (gw != ww && bad++ < 3)
+                        CHECK(0, "fmt %d scale %g n %d: code 0x%02x gives %08x, the table %08x", f, scales[si], n, q[i],
+                              (unsigned)gw, (unsigned)ww);
+                }
+            }
+    CHECK(bad == 0, "%d elements differ from the table", bad);
+}
+
 TEST(format_16bit_decode_all_codes) {
     static uint16_t codes[65536];
     static float bulk[65536];
