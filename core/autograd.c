@@ -156,7 +156,7 @@ static fl_status add_inplace(fl_tensor *d, const fl_tensor *s) {
         float *pd = fl_tensor_data(d);
         const float *ps = fl_tensor_data(s);
         int64_t n = fl_tensor_numel(d);
-        #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+        #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
         for (int64_t i = 0; i < n; i++) pd[i] += ps[i];
         return FL_OK;
     }

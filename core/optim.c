@@ -179,7 +179,7 @@ fl_status fl_scale_(fl_tensor *t, double s) {
     const float f = (float)s;
     if (fl_tensor_is_contiguous(t)) {
         int64_t n = fl_tensor_numel(t);
-        #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+        #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
         for (int64_t i = 0; i < n; i++) x[i] *= f;
     } else {
         FOR_EACH_OFFSET(t, off, x[off] *= f);

@@ -5,13 +5,13 @@
 #include "philox.h"
 
 void fl_cpu_relu_fwd(const float *x, float *y, int64_t n) {
-    #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+    #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
     /* the subgradient at 0 is 0, as in PyTorch */
-    #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+    #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
@@ -146,12 +146,12 @@ static void philox_lanes(uint64_t key, uint64_t counter, uint32_t out[4][PHILOX_
  * Keep iff the word's top 24 bits, read as u in [0,1), are >= p: P(keep) = 1 − p up to 2^-24. */
 void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
     if (!(p > 0.0f)) {   /* p = 0 (or NaN, rejected by the caller): identity, full mask */
-        #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++) { y[i] = x[i]; mask[i] = 1; }
         return;
     }
     if (p >= 1.0f) {     /* everything dropped; 1/(1-p) would be inf, PyTorch returns zeros */
-        #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++) { y[i] = 0.0f; mask[i] = 0; }
         return;
     }
@@ -175,6 +175,6 @@ void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, floa
 
 void fl_cpu_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
     const float scale = p > 0.0f && p < 1.0f ? 1.0f / (1.0f - p) : (p >= 1.0f ? 0.0f : 1.0f);
-    #pragma omp parallel for simd if (n > FL_NN_PAR_MIN) schedule(static)
+    #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? dy[i] * scale : 0.0f;
 }

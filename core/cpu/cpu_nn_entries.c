@@ -42,7 +42,7 @@ fl_status fl_cpu_dev_mse_fwd(const float *x, const float *y, int64_t n, double *
     return FL_OK;
 }
 fl_status fl_cpu_dev_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f) {
-    #pragma omp parallel for simd schedule(static) if (n > FL_NN_PAR_MIN)
+    #pragma omp parallel for simd schedule(static) if (parallel: n > FL_NN_PAR_MIN)
     for (int64_t k = 0; k < n; k++) dx[k] = f * (x[k] - y[k]);
     return FL_OK;
 }

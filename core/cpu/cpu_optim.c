@@ -16,12 +16,12 @@ void fl_sgd_kernel_f32(float *restrict p, const float *restrict g, float *restri
                        double momentum_, double dampening, double weight_decay_, bool nesterov, bool first_step) {
     const float lr = (float)lr_, momentum = (float)momentum_, weight_decay = (float)weight_decay_;
     if (momentum_ == 0.0) {
-        #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+        #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
         for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + weight_decay * p[i]);
         return;
     }
     const float keep = (float)(1.0 - dampening);
-    #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float d = g[i] + weight_decay * p[i];
         /* PyTorch clones d into a fresh buffer on the first step (no dampening then). */
@@ -41,7 +41,7 @@ void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *rest
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
     const float beta1 = (float)beta1_, beta2 = (float)beta2_, eps = (float)eps_;
     const float a1 = (float)(1.0 - beta1_), a2 = (float)(1.0 - beta2_);
-    #pragma omp parallel for simd schedule(static) if (n >= FL_OPTIM_PAR_MIN)
+    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
         float mi = beta1 * m[i] + a1 * gi;
@@ -185,6 +185,8 @@ fl_status fl_cpu_dev_sumsq(const fl_tensor *t, double *out) {
     double s = 0.0;
     if (t->dtype == FL_F32) {
         const float *x = fl_tensor_data(t);
+        /* `if` also governs simd here (OpenMP): below the threshold the sum runs in order, one lane, as before;
+         * the elementwise loops say if (parallel: ...) so that they vectorise whatever their size. */
         #pragma omp parallel for simd reduction(+ : s) schedule(static) if (n >= FL_OPTIM_PAR_MIN)
         for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
     } else {
