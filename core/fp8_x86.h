@@ -24,14 +24,19 @@ static inline __attribute__((always_inline)) __m256i fl_fp8_x86_fp16(__m256i w, 
 /* The 16 codes at p to fp32 in *lo (codes 0-7) and *hi (8-15), each value exactly the code's, a NaN code as
  * fl_fp8_to_f32 gives it (sign | 0x7fc00000: VCVTPH2PS would keep the fp16's payload). */
 static inline __attribute__((always_inline)) void fl_fp8_x86_dec16(const uint8_t *p, bool e5, __m256 *lo, __m256 *hi) {
-    const __m256i h = fl_fp8_x86_fp16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p)), e5);
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p)), h = fl_fp8_x86_fp16(w, e5);
     __m256 v[2] = { _mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)) };
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         if (!e5) v[i] = _mm256_mul_ps(v[i], _mm256_set1_ps(256.0f));
-        const __m256 qnan = _mm256_or_ps(_mm256_and_ps(v[i], _mm256_set1_ps(-0.0f)),
-                                         _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
-        v[i] = _mm256_blendv_ps(v[i], qnan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
-    }
+    /* NaN codes (E4M3 0x7f/0xff, E5M2 0x7d-0x7f/0xfd-0xff) are rare: fixed only where there is one */
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+    const __m256i nan = _mm256_cmpgt_epi16(mag, _mm256_set1_epi16(e5 ? 0x7c : 0x7e));
+    if (!_mm256_testz_si256(nan, nan))
+        for (int i = 0; i < 2; i++) {
+            const __m256 qnan = _mm256_or_ps(_mm256_and_ps(v[i], _mm256_set1_ps(-0.0f)),
+                                             _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+            v[i] = _mm256_blendv_ps(v[i], qnan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+        }
     *lo = v[0];
     *hi = v[1];
 }
