@@ -693,12 +693,11 @@ void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, f
         dequant_span(src, dst, n, fmt, scale_inv);
         return;
     }
-    enum { SPAN = 4096 };
-    const size_t nspan = (n + SPAN - 1) / SPAN;
+    const size_t blk = par_block(n, true), nb = (n + blk - 1) / blk;
 #pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < nspan; k++) {
-        const size_t off = k * SPAN;
-        dequant_span(src + off, dst + off, n - off < SPAN ? n - off : SPAN, fmt, scale_inv);
+    for (size_t b = 0; b < nb; b++) {
+        const size_t off = b * blk;
+        dequant_span(src + off, dst + off, n - off < blk ? n - off : blk, fmt, scale_inv);
     }
 }
 

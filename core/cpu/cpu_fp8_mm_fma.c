@@ -39,10 +39,9 @@ enum { MR = 6, NR = 16, AG = FL_MM_FMA_AG, KC = FL_MM_FMA_KC, NB_MAX = FL_MM_FMA
 enum { F_E4M3, F_E5M2, F_BF16, F_F16, F_F32 };
 #define ESZ(f) ((f) == F_F32 ? 4 : (f) >= F_BF16 ? 2 : 1)
 
-/* FP8 codes to fp32 without a table (fp8_x86.h: by way of their fp16 bit patterns, converted by F16C), where an
- * AVX2 gather through a 256-entry table took ~3 cycles per code on Zen 3. w: codes in 16-bit lanes. bf16 is the
- * upper half of its fp32; fp16 converts by F16C; fp32 is loaded. */
-static inline __m256i fp16_of(__m256i w, bool e5) { return fl_fp8_x86_fp16(w, e5); }
+/* FP8 codes to fp32 without a table (fp8_x86.h's fl_fp8_x86_fp16: by way of their fp16 bit patterns, converted by
+ * F16C), where an AVX2 gather through a 256-entry table took ~3 cycles per code on Zen 3. bf16 is the upper half of
+ * its fp32; fp16 converts by F16C; fp32 is loaded. */
 static inline __m256 widen(__m128i h, int f) {
     if (f == F_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     const __m256 v = _mm256_cvtph_ps(h);
@@ -68,7 +67,7 @@ static inline void dec16(__m256 *lo, __m256 *hi, const uint8_t *p, int64_t n, in
         return;
     }
     __m256i h = load16(p, n, f);
-    if (f <= F_E5M2) h = fp16_of(h, f == F_E5M2);
+    if (f <= F_E5M2) h = fl_fp8_x86_fp16(h, f == F_E5M2);
     *lo = widen(_mm256_castsi256_si128(h), f);
     *hi = widen(_mm256_extracti128_si256(h, 1), f);
 }
@@ -84,7 +83,8 @@ static inline __m256 dec8(const uint8_t *p, int64_t n, int f) {
         if (n > 0) memcpy(t, p, (size_t)(n * es));
         v = _mm_loadu_si128((const __m128i *)t);
     }
-    if (f <= F_E5M2) v = _mm256_castsi256_si128(fp16_of(_mm256_castsi128_si256(_mm_cvtepu8_epi16(v)), f == F_E5M2));
+    if (f <= F_E5M2)
+        v = _mm256_castsi256_si128(fl_fp8_x86_fp16(_mm256_castsi128_si256(_mm_cvtepu8_epi16(v)), f == F_E5M2));
     return widen(v, f);
 }
 

@@ -8,9 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __x86_64__
-#include <immintrin.h>
-#endif
 
 /* Below this many elements the thread start-up costs more than the update itself. */
 #define FL_OPTIM_PAR_MIN (1 << 16)
@@ -106,35 +103,6 @@ static void msamp_moments(const msamp_ctx *c, int64_t off, int64_t len, float *g
     }
 }
 
-/* *mmax = max(*mmax, |mb[i]|), *vmax = max(*vmax, vb[i]) over i < len, a NaN never taken (as `a > m ? a : m`);
- * 8 lanes a step (VMAXPS returns its second operand when either is NaN), the order of a max being immaterial. */
-static void amax_moments(const float *mb, const float *vb, int64_t len, float *mmax, float *vmax) {
-    float m = *mmax, v = *vmax;
-    int64_t i = 0;
-#ifdef __x86_64__
-    __m256 vm = _mm256_set1_ps(m), vv = _mm256_set1_ps(v);
-    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    for (; i + 8 <= len; i += 8) {
-        vm = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(mb + i), absm), vm);
-        vv = _mm256_max_ps(_mm256_loadu_ps(vb + i), vv);
-    }
-    float lm[8], lv[8];
-    _mm256_storeu_ps(lm, vm);
-    _mm256_storeu_ps(lv, vv);
-    for (int j = 0; j < 8; j++) {
-        m = lm[j] > m ? lm[j] : m;
-        v = lv[j] > v ? lv[j] : v;
-    }
-#endif
-    for (; i < len; i++) {
-        const float a = fabsf(mb[i]);
-        m = a > m ? a : m;
-        v = vb[i] > v ? vb[i] : v;
-    }
-    *mmax = m;
-    *vmax = v;
-}
-
 fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
                              fl_tensor *p_fp8, double lr, double beta1_, double beta2_, double eps_, double weight_decay,
                              int64_t step) {
@@ -162,7 +130,10 @@ fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m,
             for (int64_t k = 0; k < nch; k++) {
                 int64_t off = k * MSAMP_CHUNK, len = n - off < MSAMP_CHUNK ? n - off : MSAMP_CHUNK;
                 msamp_moments(&c, off, len, gb, mb, vb);
-                amax_moments(mb, vb, len, &mmax, &vmax);
+                /* format.h's amax (NaN ignored, 8 or 16 lanes a step); v ≥ 0, so its amax is its max */
+                const float ma = fl_amax_f32(mb, (size_t)len), va = fl_amax_f32(vb, (size_t)len);
+                mmax = ma > mmax ? ma : mmax;
+                vmax = va > vmax ? va : vmax;
             }
         }
     }
