@@ -4,7 +4,9 @@
  * whose code is ±0), saturated (finite x whose x·s rounds past the largest finite code), nan (NaN x). Dequantize:
  * y = decode(q)·s_inv in fp32, then RNE to the output dtype.
  * Layouts: contiguous row-major; per-row means the tensor viewed as [outer, len, inner] with one
- * scale per middle index (axis 0 of a 2-D tensor: outer = 1, len = rows, inner = cols).
+ * scale per middle index (axis 0 of a 2-D tensor: outer = 1, len = rows, inner = cols): a block per row of
+ * [outer·len, inner] when the rows are long, a thread per column of [outer, len·inner] when they are short
+ * (axis 1 of a 2-D tensor: inner = 1, the per-column casts of rowwise scaling's backward).
  * Tolerance: bit-exact with the CPU (bytes, amax and counters); tests/c/test_gpu_quantize.c. */
 #include "cuda_common.cuh"
 
@@ -74,6 +76,41 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const typename 
         total.amax = fmaxf(total.amax, acc.amax);
         float ra = block_reduce(Acc{acc.amax, 0, 0, 0}).amax;
         if (threadIdx.x == 0 && ra > 0.0f) atomicMax(row_amax + r, __float_as_uint(ra));
+    }
+    total = block_reduce(total);
+    if (threadIdx.x == 0) flush(total, st);
+}
+
+/* The same cast for a small `inner` (per-column scales of a 2-D tensor: inner = 1), where a block per row would
+ * run one block reduction and one atomic per element: the tensor viewed as [outer, width = len·inner], each
+ * thread owns column j (scale j / inner) of a tile of kThreads adjacent columns, so a warp reads a row's
+ * adjacent elements, and walks a chunk of `chunk` rows; one atomic per column and chunk for the amax. Work
+ * items (tile, chunk) grid-stride, tile fastest. Same elements, same quant_one, so the same bytes and
+ * statistics as the rows kernel. */
+template <int SRC, int FMT, bool IEEE, bool WRITE>
+__global__ void __launch_bounds__(kThreads) quantize_cols_kernel(const typename SrcT<SRC>::T *src, uint8_t *dst,
+                                                                 size_t outer, size_t width, size_t inner,
+                                                                 size_t chunk, size_t ntile, const float *scales,
+                                                                 fl_cuda_qstats *st, unsigned int *row_amax) {
+    Acc total{0.0f, 0, 0, 0};
+    const size_t items = ntile * ((outer + chunk - 1) / chunk);
+    for (size_t it = blockIdx.x; it < items; it += gridDim.x) {
+        const size_t j = (it % ntile) * kThreads + threadIdx.x, o0 = (it / ntile) * chunk;
+        if (j >= width) continue;   /* no block-wide step inside this loop */
+        const size_t r = j / inner, o1 = o0 + chunk < outer ? o0 + chunk : outer;
+        const float scale = scales ? scales[r] : 1.0f;
+        Acc acc{0.0f, 0, 0, 0};
+        size_t i = o0 * width + j;
+#pragma unroll 4
+        for (size_t o = o0; o < o1; o++, i += width) {
+            uint8_t q = quant_one<FMT, IEEE>(SrcT<SRC>::f(src[i]), scale, acc);
+            if (WRITE) dst[i] = q;
+        }
+        total.underflow += acc.underflow;
+        total.saturated += acc.saturated;
+        total.nan += acc.nan;
+        total.amax = fmaxf(total.amax, acc.amax);
+        if (acc.amax > 0.0f) atomicMax(row_amax + r, __float_as_uint(acc.amax));
     }
     total = block_reduce(total);
     if (threadIdx.x == 0) flush(total, st);
@@ -167,6 +204,23 @@ template <int S, int F, bool I, bool W> struct LaunchRows {
     }
 };
 
+template <int S, int F, bool I, bool W> struct LaunchCols {
+    static fl_status run(const void *src, uint8_t *dst, size_t outer, size_t len, size_t inner, const float *scales,
+                         bool vec, fl_cuda_qstats *st, unsigned *row_amax, cudaStream_t stream) {
+        (void)vec;
+        typedef typename SrcT<S>::T T;
+        /* about 16 blocks an SM: chunks of rows enough to give every tile that many */
+        const size_t width = len * inner, ntile = (width + kThreads - 1) / kThreads;
+        const size_t want = (size_t)fl_cuda_sm_count() * 16, per_tile = want > ntile ? want / ntile : 1;
+        const size_t chunk = (outer + per_tile - 1) / per_tile, items = ntile * ((outer + chunk - 1) / chunk);
+        const unsigned g = (unsigned)(items < want ? items : want);
+        quantize_cols_kernel<S, F, I, W><<<g ? g : 1, kThreads, 0, stream>>>((const T *)src, dst, outer, width, inner,
+                                                                             chunk, ntile, scales, st, row_amax);
+        FL_CUDA_CHECK(cudaGetLastError(), "quantize_cols_kernel launch");
+        return FL_OK;
+    }
+};
+
 bool aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
 
 }  // namespace
@@ -193,6 +247,10 @@ fl_status cuda_quantize_rows(const void *src, fl_dtype src_dt, uint8_t *dst, siz
     if (rows == 0 || inner == 0) return FL_OK;
     size_t vecw = 16 / fl_format(src_dt)->size;
     bool vec = inner % vecw == 0 && aligned(src, 16) && (!dst || aligned(dst, vecw));
+    /* Runs shorter than a block (per-column scales: inner = 1) across several outer rows: columns per thread. */
+    if (inner < (size_t)kThreads && outer > 1)
+        return dispatch<LaunchCols>(src_dt, fmt, p, dst != NULL, src, dst, outer, len, inner, scales, vec, stats,
+                                    row_amax_bits, stream);
     return dispatch<LaunchRows>(src_dt, fmt, p, dst != NULL, src, dst, rows, len, inner, scales, vec, stats,
                                 row_amax_bits, stream);
 }

@@ -5,7 +5,8 @@
  * Timing: CUDA events around each run on fp8lab's stream, warm-up first, median of the runs.
  * GEMM inputs are random (never zeros); FP8 operands are random E4M3 codes without NaN, scales 1.
  * GB/s counts bytes read + written once each: copy 2·S for an S-byte source; cast+amax S + n;
- * cast+transpose S + 2n; per row the same as per tensor (it reads the source twice: one row-amax pass). */
+ * cast+transpose S + 2n; per row the same as per tensor (it reads the source twice: one row-amax pass); per
+ * column (quantize_current along axis 1, as rowwise scaling's backward casts) 2S + n: an amax pass, then the cast. */
 #include "../kernels/fl_cuda.h"
 #include <algorithm>
 #include <stdio.h>
@@ -157,6 +158,9 @@ int main(int argc, char **argv) {
     float *scale = (float *)dmalloc(4 * (2 + 2 * (size_t)R));
     float *sinv = scale + 1, *row_amax = scale + 2, *row_sinv = row_amax + R;
     fl_cuda_qstats *st = (fl_cuda_qstats *)dmalloc(sizeof(fl_cuda_qstats));
+    float *col = (float *)dmalloc(4 * 3 * (size_t)C);   /* per column: amax bits, scales, scale_inv */
+    unsigned *col_amax = (unsigned *)col;
+    float *col_scale = col + C, *col_sinv = col + 2 * C;
     const float h_scale = 0.9f;
     die_cuda(cudaMemcpy(scale, &h_scale, 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     cudaStream_t s = fl_cuda_stream();
@@ -167,11 +171,12 @@ int main(int argc, char **argv) {
         fl_dtype dt = sdt ? FL_BF16 : FL_F32;
         size_t S = n * (sdt ? 2 : 4);
         fill(src, n, sdt ? 1 : 2, 7 + sdt);
-        CastRow rows[4] = {
+        CastRow rows[5] = {
             { "device-to-device copy", 2.0 * S, 0 },
             { "cast+amax (per tensor)", (double)S + n, 0 },
             { "cast+transpose+amax (per tensor)", (double)S + 2.0 * n, 0 },
-            { "cast+transpose+amax (per row, 2 reads)", (double)S + 2.0 * n, 0 } };
+            { "cast+transpose+amax (per row, 2 reads)", (double)S + 2.0 * n, 0 },
+            { "cast+amax (per column, 2 reads)", 2.0 * S + n, 0 } };
         rows[0].ms = median_ms([&] { die_cuda(cudaMemcpyAsync(cpy, src, S, cudaMemcpyDeviceToDevice, s), "copy"); }, 3, reps);
         rows[1].ms = median_ms([&] {
             die_cuda(cudaMemsetAsync(st, 0, sizeof *st, s), "cudaMemsetAsync");
@@ -186,15 +191,24 @@ int main(int argc, char **argv) {
             die_if(fl_cuda_cast_transpose_rowwise(src, dt, R, C, FL_E4M3, 0, true, row_amax, row_sinv, q, qt, st, NULL),
                    "rowwise cast+transpose");
         }, 3, reps);
+        rows[4].ms = median_ms([&] {   /* what quantize_current does along axis 1: amax pass, scales, cast */
+            die_cuda(cudaMemsetAsync(st, 0, sizeof *st, s), "cudaMemsetAsync");
+            die_cuda(cudaMemsetAsync(col_amax, 0, 4 * (size_t)C, s), "cudaMemsetAsync");
+            die_if(cuda_quantize_rows(src, dt, NULL, R, C, 1, FL_E4M3, NULL, FL_SATURATE, st, col_amax, s),
+                   "per-column amax");
+            die_if(cuda_scales(C, col_amax, NULL, 0.0f, FL_E4M3, 0, true, col_scale, col_sinv, s), "per-column scales");
+            die_if(cuda_quantize_rows(src, dt, q, R, C, 1, FL_E4M3, col_scale, FL_SATURATE, st, col_amax, s),
+                   "per-column cast");
+        }, 3, reps);
         double copy_gbs = rows[0].bytes / (rows[0].ms * 1e-3) / 1e9;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             double gbs = rows[i].bytes / (rows[i].ms * 1e-3) / 1e9;
             printf("| %s | %s | %.0f MB | %.3f | %.0f | %.0f%% |\n", fl_format(dt)->name, rows[i].name,
                    rows[i].bytes / 1e6, rows[i].ms, gbs, 100.0 * gbs / copy_gbs);
         }
         fflush(stdout);
     }
-    cudaFree(src); cudaFree(cpy); cudaFree(q); cudaFree(qt); cudaFree(scale); cudaFree(st);
+    cudaFree(src); cudaFree(cpy); cudaFree(q); cudaFree(qt); cudaFree(scale); cudaFree(st); cudaFree(col);
     die_if(fl_cuda_synchronize(), "synchronize");
     return 0;
 }
