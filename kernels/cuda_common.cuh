@@ -111,17 +111,17 @@ namespace {
 template <int SRC> struct SrcT;            /* element type and its decode to fp32 */
 template <> struct SrcT<FL_F32> {
     typedef float T;
-    static __device__ __forceinline__ float f(T v) { return v; }
+    static FL_HD float f(T v) { return v; }
 };
 template <> struct SrcT<FL_BF16> {
     typedef uint16_t T;
-    static __device__ __forceinline__ float f(T v) { return fl_bf16_bits_to_f32(v); }
+    static FL_HD float f(T v) { return fl_bf16_bits_to_f32(v); }
 };
 template <> struct SrcT<FL_F16> {
     typedef uint16_t T;
     /* the host's conversion (half_cvt.h): __half2float would return the canonical NaN and lose the sign that
      * the CPU keeps (-NaN is 0xff in E4M3 on both devices) */
-    static __device__ __forceinline__ float f(T v) { return fl_f16_bits_to_f32(v); }
+    static FL_HD float f(T v) { return fl_f16_bits_to_f32(v); }
 };
 
 template <int FMT> struct FmtT;
@@ -136,14 +136,14 @@ struct Acc {
 /* One element: cast, and fold its contribution into the thread's accumulators (core/format.c's
  * counters: underflow = x != 0 whose code is ±0; saturated = finite x rounding past the max code). */
 template <int FMT, bool IEEE>
-__device__ __forceinline__ uint8_t quant_one(float x, float scale, Acc &acc) {
+FL_HD uint8_t quant_one(float x, float scale, Acc &acc) {
     typedef FmtT<FMT> F;
     float ax = fabsf(x);
     acc.amax = fmaxf(acc.amax, ax);          /* fmaxf drops a NaN operand */
     bool over;
     /* A NaN passes through unscaled: the GPU's multiply returns the canonical NaN and would lose the sign
      * that the CPU's keeps (-NaN is 0xff in E4M3 on both devices). */
-    uint8_t q = fl_cvt_fp8<F::M, F::B>(x != x ? x : __fmul_rn(x, scale), IEEE, &over);
+    uint8_t q = fl_cvt_fp8<F::M, F::B>(x != x ? x : fl_fmul(x, scale), IEEE, &over);
     if (x != x) acc.nan++;
     else {
         if (x != 0.0f && (q & 0x7f) == 0) acc.underflow++;

@@ -54,6 +54,12 @@ uint16_t fl_cuda_fp8_bf16_host(uint8_t b, int fmt);
 void fl_cuda_fp8_transpose_host(const uint8_t *src, void *dst, int64_t R, int64_t C, int decode_fmt);
 void fl_cuda_fp8_epilogue_host(float *d, int64_t M, int64_t N, const float *sa, bool a_vec, const float *sb,
                                bool b_vec, const void *bias, int bias_dt);
+/* kernels/quantize.cu's per-column cast (quantize_cols_kernel: its geometry for `sms` SMs and its work items, block
+ * after block) on an fp32 [outer, len, inner] source: bytes into dst (NULL: the amax pass), per-index amax into
+ * col_amax[len], the whole cast's statistics into *stats. */
+fl_status fl_cuda_quantize_cols_host(const float *src, uint8_t *dst, size_t outer, size_t len, size_t inner,
+                                     fl_dtype fmt, const float *scales, fl_overflow p, int sms, fl_cast_stats *stats,
+                                     float *col_amax);
 
 #ifdef __cplusplus
 }

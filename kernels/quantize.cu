@@ -86,26 +86,56 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const typename 
  * thread owns column j (scale j / inner) of a tile of kThreads adjacent columns, so a warp reads a row's
  * adjacent elements, and walks a chunk of `chunk` rows; one atomic per column and chunk for the amax. Work
  * items (tile, chunk) grid-stride, tile fastest. Same elements, same quant_one, so the same bytes and
- * statistics as the rows kernel. */
+ * statistics as the rows kernel. cols_geometry and cols_item are shared with the host run that tests them
+ * (fl_cuda_quantize_cols_host). */
+struct ColsGeometry {
+    size_t width, ntile, chunk, items;
+    unsigned grid;
+};
+
+/* About 16 blocks an SM: chunks of rows small enough to give every tile of columns that many. */
+ColsGeometry cols_geometry(size_t outer, size_t len, size_t inner, int sms) {
+    ColsGeometry g;
+    g.width = len * inner;
+    g.ntile = (g.width + kThreads - 1) / kThreads;
+    const size_t want = (size_t)(sms > 0 ? sms : 1) * 16, per_tile = want > g.ntile ? want / g.ntile : 1;
+    g.chunk = (outer + per_tile - 1) / per_tile;
+    if (g.chunk == 0) g.chunk = 1;
+    g.items = g.ntile * ((outer + g.chunk - 1) / g.chunk);
+    g.grid = (unsigned)(g.items < want ? g.items : want);
+    if (g.grid == 0) g.grid = 1;
+    return g;
+}
+
+/* Work item `it` of thread `tid`: casts its column's chunk into acc (a fresh one); *r its scale index. False
+ * when the column is past the tensor's width (the thread has nothing in this item). */
+template <int SRC, int FMT, bool IEEE, bool WRITE>
+FL_HD bool cols_item(const typename SrcT<SRC>::T *src, uint8_t *dst, size_t outer, const ColsGeometry &g,
+                     size_t inner, const float *scales, size_t it, size_t tid, Acc &acc, size_t *r) {
+    const size_t j = (it % g.ntile) * kThreads + tid, o0 = (it / g.ntile) * g.chunk;
+    if (j >= g.width) return false;
+    const size_t o1 = o0 + g.chunk < outer ? o0 + g.chunk : outer;
+    *r = j / inner;
+    const float scale = scales ? scales[*r] : 1.0f;
+    size_t i = o0 * g.width + j;
+#pragma unroll 4
+    for (size_t o = o0; o < o1; o++, i += g.width) {
+        uint8_t q = quant_one<FMT, IEEE>(SrcT<SRC>::f(src[i]), scale, acc);
+        if (WRITE) dst[i] = q;
+    }
+    return true;
+}
+
 template <int SRC, int FMT, bool IEEE, bool WRITE>
 __global__ void __launch_bounds__(kThreads) quantize_cols_kernel(const typename SrcT<SRC>::T *src, uint8_t *dst,
-                                                                 size_t outer, size_t width, size_t inner,
-                                                                 size_t chunk, size_t ntile, const float *scales,
-                                                                 fl_cuda_qstats *st, unsigned int *row_amax) {
+                                                                 size_t outer, ColsGeometry g, size_t inner,
+                                                                 const float *scales, fl_cuda_qstats *st,
+                                                                 unsigned int *row_amax) {
     Acc total{0.0f, 0, 0, 0};
-    const size_t items = ntile * ((outer + chunk - 1) / chunk);
-    for (size_t it = blockIdx.x; it < items; it += gridDim.x) {
-        const size_t j = (it % ntile) * kThreads + threadIdx.x, o0 = (it / ntile) * chunk;
-        if (j >= width) continue;   /* no block-wide step inside this loop */
-        const size_t r = j / inner, o1 = o0 + chunk < outer ? o0 + chunk : outer;
-        const float scale = scales ? scales[r] : 1.0f;
+    for (size_t it = blockIdx.x; it < g.items; it += gridDim.x) {   /* no block-wide step inside this loop */
         Acc acc{0.0f, 0, 0, 0};
-        size_t i = o0 * width + j;
-#pragma unroll 4
-        for (size_t o = o0; o < o1; o++, i += width) {
-            uint8_t q = quant_one<FMT, IEEE>(SrcT<SRC>::f(src[i]), scale, acc);
-            if (WRITE) dst[i] = q;
-        }
+        size_t r;
+        if (!cols_item<SRC, FMT, IEEE, WRITE>(src, dst, outer, g, inner, scales, it, threadIdx.x, acc, &r)) continue;
         total.underflow += acc.underflow;
         total.saturated += acc.saturated;
         total.nan += acc.nan;
@@ -209,13 +239,9 @@ template <int S, int F, bool I, bool W> struct LaunchCols {
                          bool vec, fl_cuda_qstats *st, unsigned *row_amax, cudaStream_t stream) {
         (void)vec;
         typedef typename SrcT<S>::T T;
-        /* about 16 blocks an SM: chunks of rows enough to give every tile that many */
-        const size_t width = len * inner, ntile = (width + kThreads - 1) / kThreads;
-        const size_t want = (size_t)fl_cuda_sm_count() * 16, per_tile = want > ntile ? want / ntile : 1;
-        const size_t chunk = (outer + per_tile - 1) / per_tile, items = ntile * ((outer + chunk - 1) / chunk);
-        const unsigned g = (unsigned)(items < want ? items : want);
-        quantize_cols_kernel<S, F, I, W><<<g ? g : 1, kThreads, 0, stream>>>((const T *)src, dst, outer, width, inner,
-                                                                             chunk, ntile, scales, st, row_amax);
+        const ColsGeometry g = cols_geometry(outer, len, inner, fl_cuda_sm_count());
+        quantize_cols_kernel<S, F, I, W><<<g.grid, kThreads, 0, stream>>>((const T *)src, dst, outer, g, inner, scales,
+                                                                          st, row_amax);
         FL_CUDA_CHECK(cudaGetLastError(), "quantize_cols_kernel launch");
         return FL_OK;
     }
@@ -284,6 +310,49 @@ fl_status cuda_dequantize(const uint8_t *q, fl_dtype fmt, void *dst, fl_dtype ds
     }
 #undef FL_DQ
     FL_CUDA_CHECK(cudaGetLastError(), "dequantize_kernel launch");
+    return FL_OK;
+}
+
+/* The columns kernel's geometry and items run on the host, block after block and thread after thread, for an
+ * fp32 source (tests without a GPU: fl_cuda_host.h); `sms` stands for the GPU's SM count. Per-column amax into
+ * col_amax[len] (zeroed here), the statistics of the whole cast into *stats. */
+template <int FMT, bool IEEE>
+static void cols_host(const float *src, uint8_t *dst, size_t outer, size_t len, size_t inner, const float *scales,
+                      int sms, fl_cast_stats *stats, float *col_amax) {
+    const ColsGeometry g = cols_geometry(outer, len, inner, sms);
+    Acc total{0.0f, 0, 0, 0};
+    for (size_t r = 0; r < len; r++) col_amax[r] = 0.0f;
+    for (unsigned b = 0; b < g.grid; b++)
+        for (size_t it = b; it < g.items; it += g.grid)
+            for (size_t t = 0; t < (size_t)kThreads; t++) {
+                Acc acc{0.0f, 0, 0, 0};
+                size_t r;
+                bool in = dst ? cols_item<FL_F32, FMT, IEEE, true>(src, dst, outer, g, inner, scales, it, t, acc, &r)
+                              : cols_item<FL_F32, FMT, IEEE, false>(src, dst, outer, g, inner, scales, it, t, acc, &r);
+                if (!in) continue;
+                total.underflow += acc.underflow;
+                total.saturated += acc.saturated;
+                total.nan += acc.nan;
+                total.amax = fmaxf(total.amax, acc.amax);
+                if (acc.amax > col_amax[r]) col_amax[r] = acc.amax;
+            }
+    stats->amax = total.amax;
+    stats->underflow = total.underflow;
+    stats->saturated = total.saturated;
+    stats->nan = total.nan;
+}
+
+extern "C" fl_status fl_cuda_quantize_cols_host(const float *src, uint8_t *dst, size_t outer, size_t len,
+                                                size_t inner, fl_dtype fmt, const float *scales, fl_overflow p,
+                                                int sms, fl_cast_stats *stats, float *col_amax) {
+    if (!is_fp8(fmt) || !stats || !col_amax || (dst && !scales) || outer * len * inner == 0)
+        return FL_ERR(FL_EINVAL, "fl_cuda_quantize_cols_host: expected an e4m3/e5m2 format, stats, column amax, scales "
+                                 "when casting, and a non-empty tensor");
+    const bool ieee = p == FL_IEEE;
+    if (fmt == FL_E4M3) ieee ? cols_host<FL_E4M3, true>(src, dst, outer, len, inner, scales, sms, stats, col_amax)
+                             : cols_host<FL_E4M3, false>(src, dst, outer, len, inner, scales, sms, stats, col_amax);
+    else ieee ? cols_host<FL_E5M2, true>(src, dst, outer, len, inner, scales, sms, stats, col_amax)
+              : cols_host<FL_E5M2, false>(src, dst, outer, len, inner, scales, sms, stats, col_amax);
     return FL_OK;
 }
 

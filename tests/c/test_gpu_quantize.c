@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #ifdef FL_HAVE_CUDA
 #include "../../kernels/cuda_api.h"
+#ifdef FL_HAVE_CUDA
+#include "../../kernels/fl_cuda_host.h"
+#endif
 #endif
 
 
@@ -110,6 +113,67 @@ TEST(gpu_cvt_device_code_matches_cpu_on_host) {
               "e4m3 decode of 0x%02x", b);
         CHECK(bits_of(fl_cuda_decode_fp8_host((uint8_t)b, FL_E5M2)) == bits_of(fl_e5m2_to_f32((uint8_t)b)),
               "e5m2 decode of 0x%02x", b);
+    }
+#endif
+}
+
+/* The per-column cast's device code (quantize_cols_kernel: a thread per column, chunks of rows, its geometry for a
+ * given SM count) run on the host against format.c run by run: bytes, statistics and per-index amax, for 1, 7 and
+ * 132 SMs (grid-strided items, chunks of one and of many rows, a tile of columns cut by the width). */
+TEST(gpu_quantize_cols_device_code_matches_cpu_on_host) {
+#ifndef FL_HAVE_CUDA
+    printf("  skipped: built without CUDA\n");
+#else
+    struct { size_t outer, len, inner; } cases[] = { { 5000, 40, 1 }, { 700, 300, 1 }, { 2, 37, 129 }, { 50, 3, 1 },
+                                                     { 3, 600, 1 }, { 257, 2, 100 } };
+    const int sms[] = { 1, 7, 132 };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const size_t outer = cases[c].outer, len = cases[c].len, inner = cases[c].inner, n = outer * len * inner;
+        float *x = malloc(n * 4), *scales = malloc(len * 4), *ref_amax = malloc(len * 4), *got_amax = malloc(len * 4);
+        uint8_t *ref = malloc(n), *got = malloc(n);
+        fill_test_data(x, n, 300 + c);
+        for (size_t r = 0; r < len; r++) scales[r] = ldexpf(1.0f, (int)(r % 11) - 5) * (1.0f + 0.02f * (float)(r % 7));
+        for (int fi = 0; fi < 2; fi++)
+            for (int p = 0; p < 2; p++) {
+                const fl_dtype fmt = fi ? FL_E5M2 : FL_E4M3;
+                fl_cast_stats total = { 0, 0, 0, 0 }, rs;
+                for (size_t r = 0; r < len; r++) ref_amax[r] = 0.0f;
+                for (size_t o = 0; o < outer; o++)
+                    for (size_t r = 0; r < len; r++) {
+                        const size_t at = (o * len + r) * inner;
+                        REQUIRE_OK(fl_quantize_f32(x + at, ref + at, inner, fmt, scales[r], (fl_overflow)p, &rs));
+                        if (rs.amax > total.amax) total.amax = rs.amax;
+                        if (rs.amax > ref_amax[r]) ref_amax[r] = rs.amax;
+                        total.underflow += rs.underflow; total.saturated += rs.saturated; total.nan += rs.nan;
+                    }
+                for (int si = 0; si < 3; si++) {
+                    fl_cast_stats gs;
+                    memset(got, 0xa5, n);
+                    REQUIRE_OK(fl_cuda_quantize_cols_host(x, got, outer, len, inner, fmt, scales, (fl_overflow)p, sms[si],
+                                                          &gs, got_amax));
+                    size_t first = 0;
+                    int bad = count_byte_mismatches(got, ref, n, &first);
+                    CHECK(bad == 0, "case %zu %s policy %d sms %d: %d bytes differ, first at %zu", c,
+                          fl_format(fmt)->name, p, sms[si], bad, first);
+                    CHECK_STATS(gs, total);
+                    for (size_t r = 0; r < len; r++)
+                        if (bits_of(got_amax[r]) != bits_of(ref_amax[r])) {
+                            CHECK(0, "case %zu sms %d: amax[%zu] %g vs %g", c, sms[si], r, got_amax[r], ref_amax[r]);
+                            break;
+                        }
+                    /* the amax pass alone (no bytes written) finds the same amaxes */
+                    REQUIRE_OK(fl_cuda_quantize_cols_host(x, NULL, outer, len, inner, fmt, NULL, (fl_overflow)p, sms[si],
+                                                          &gs, got_amax));
+                    CHECK(bits_of(gs.amax) == bits_of(total.amax), "case %zu amax pass: %g vs %g", c, gs.amax, total.amax);
+                    for (size_t r = 0; r < len; r++)
+                        if (bits_of(got_amax[r]) != bits_of(ref_amax[r])) {
+                            CHECK(0, "case %zu sms %d amax pass: amax[%zu] %g vs %g", c, sms[si], r, got_amax[r],
+                                  ref_amax[r]);
+                            break;
+                        }
+                }
+            }
+        free(x); free(scales); free(ref_amax); free(got_amax); free(ref); free(got);
     }
 #endif
 }
