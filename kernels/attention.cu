@@ -75,10 +75,16 @@ FL_HD float dot_part(const float *p, const float *d, int64_t n, int lane) {
     return acc;
 }
 
-/* Backward pass 3: d[j] ← scale·p[j]·(d[j] − dot) for j < n, 0 beyond (cpu_nn_attn.c dsoftmax_row). */
-FL_HD void ds_write_part(const float *p, float *d, int64_t n, int64_t T, float dot, float scale, int lane) {
-    for (int64_t j = lane; j < T; j += kWarp)
-        d[j] = j < n ? fl_fmul(fl_fmul(scale, p[j]), fl_fsub(d[j], dot)) : 0.0f;
+/* Backward pass 3: d[j] ← scale·p[j]·(d[j] − dot) for j < n, 0 beyond (cpu_nn_attn.c dsoftmax_row); with d16,
+ * the value goes only into d16[j] as bf16 (the bf16 GEMMs' operand) and d keeps dP: under bf16 nothing reads the
+ * fp32 dS, so it is not written. */
+FL_HD void ds_write_part(const float *p, float *d, uint16_t *d16, int64_t n, int64_t T, float dot, float scale,
+                         int lane) {
+    for (int64_t j = lane; j < T; j += kWarp) {
+        const float v = j < n ? fl_fmul(fl_fmul(scale, p[j]), fl_fsub(d[j], dot)) : 0.0f;
+        if (d16) d16[j] = fl_f32_to_bf16_bits(v);
+        else d[j] = v;
+    }
 }
 
 /* Warp combinations: lane l takes op(v[l], v[l ^ o]) for o = 16, 8, 4, 2, 1 (every lane ends with the
@@ -123,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) attn_softmax_kernel(float *att, int6
     }
 }
 
-/* ds holds dP = dO·Vᵀ; replaced by dS (and its bf16 copy into s16 when given). */
+/* ds holds dP = dO·Vᵀ; replaced by dS, or with s16 given dS goes into s16 as bf16 only (ds_write_part). */
 __global__ void __launch_bounds__(kThreads) attn_dsoftmax_kernel(const float *att, float *ds, int64_t rows, int64_t T,
                                                                  float scale, uint16_t *s16) {
     const int lane = threadIdx.x & (kWarp - 1);
@@ -134,9 +140,7 @@ __global__ void __launch_bounds__(kThreads) attn_dsoftmax_kernel(const float *at
         int64_t n = warp_max_i64(live_part(p, T, lane));
         if (n < 1) n = 1;
         const float dot = warp_sum(dot_part(p, d, n, lane));
-        ds_write_part(p, d, n, T, dot, scale, lane);
-        __syncwarp();
-        row_bf16(d, s16 ? s16 + r * T : NULL, T, lane);
+        ds_write_part(p, d, s16 ? s16 + r * T : NULL, n, T, dot, scale, lane);
     }
 }
 
@@ -389,8 +393,10 @@ extern "C" void fl_cuda_attn_softmax_rows_host(float *att, int64_t rows, int64_t
     }
 }
 
-/* ds: rows·T entries of dP, replaced by dS, as attn_dsoftmax_kernel does. */
-extern "C" void fl_cuda_attn_dsoftmax_rows_host(const float *att, float *ds, int64_t rows, int64_t T, float scale) {
+/* ds: rows·T entries of dP, replaced by dS (s16 NULL) or left as dP with dS in s16 as bf16, as
+ * attn_dsoftmax_kernel does. */
+extern "C" void fl_cuda_attn_dsoftmax_rows_host(const float *att, float *ds, uint16_t *s16, int64_t rows, int64_t T,
+                                                float scale) {
     float part[kWarp];
     for (int64_t r = 0; r < rows; r++) {
         const float *p = att + r * T;
@@ -403,6 +409,6 @@ extern "C" void fl_cuda_attn_dsoftmax_rows_host(const float *att, float *ds, int
         if (n < 1) n = 1;
         for (int l = 0; l < kWarp; l++) part[l] = dot_part(p, d, n, l);
         const float dot = butterfly(part, [](float a, float b) { return fl_fadd(a, b); });
-        for (int l = 0; l < kWarp; l++) ds_write_part(p, d, n, T, dot, scale, l);
+        for (int l = 0; l < kWarp; l++) ds_write_part(p, d, s16 ? s16 + r * T : NULL, n, T, dot, scale, l);
     }
 }

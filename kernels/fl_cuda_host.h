@@ -46,7 +46,7 @@ void fl_cuda_nn_layernorm_bwd_host(const float *x, const float *w, const float *
 
 /* Host runs of the kernels' device code (defined in kernels/attention.cu, optim.cu, fp8_gemm.cu). */
 void fl_cuda_attn_softmax_rows_host(float *att, int64_t rows, int64_t T, float scale, bool causal);
-void fl_cuda_attn_dsoftmax_rows_host(const float *att, float *ds, int64_t rows, int64_t T, float scale);
+void fl_cuda_attn_dsoftmax_rows_host(const float *att, float *ds, uint16_t *s16, int64_t rows, int64_t T, float scale);
 fl_status fl_cuda_sgd_host(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
                            double dampening, double weight_decay, bool nesterov, bool first_step);
 int fl_cuda_fp8_gemm_native(void);

@@ -143,9 +143,18 @@ TEST(gpu_attention_dsoftmax_rows_on_host) {
         fl_cuda_attn_softmax_rows_host(p, rows, T, 1.0f, causal);
         p[5 * T + 2] = 0.0f;                              /* a zero inside a live row */
         for (int64_t j = 0; j < T; j++) p[3 * T + j] = 0.0f;   /* an all-zero row: live length 1 */
-        float *ds = malloc(rows * T * 4);
+        float *ds = malloc(rows * T * 4), *ds2 = malloc(rows * T * 4);
+        uint16_t *s16 = malloc(rows * T * 2);
         memcpy(ds, dp, rows * T * 4);
-        fl_cuda_attn_dsoftmax_rows_host(p, ds, rows, T, scale);
+        memcpy(ds2, dp, rows * T * 4);
+        fl_cuda_attn_dsoftmax_rows_host(p, ds, NULL, rows, T, scale);
+        /* bf16 mode: dS only as bf16, the fp32 buffer left holding dP */
+        fl_cuda_attn_dsoftmax_rows_host(p, ds2, s16, rows, T, scale);
+        int bad16 = 0;
+        for (int64_t i = 0; i < rows * T; i++)
+            bad16 += s16[i] != fl_f32_to_bf16(ds[i]) || bits_of(ds2[i]) != bits_of(dp[i]);
+        CHECK(bad16 == 0, "causal %d: %d entries of the bf16 dS differ from the fp32 dS rounded, or dP was overwritten",
+              causal, bad16);
         int bad = 0, badz = 0;
         for (int64_t r = 0; r < rows; r++) {
             const float *pr = p + r * T, *dr = dp + r * T, *gr = ds + r * T;
@@ -164,7 +173,7 @@ TEST(gpu_attention_dsoftmax_rows_on_host) {
             }
         }
         CHECK(bad == 0 && badz == 0, "causal %d: %d values off, %d entries beyond the live length not +0", causal, bad, badz);
-        free(p); free(dp); free(ds);
+        free(p); free(dp); free(ds); free(ds2); free(s16);
     }
 }
 
