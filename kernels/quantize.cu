@@ -57,6 +57,14 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const typename SrcT<
     if (threadIdx.x == 0) flush(acc, st);
 }
 
+/* total += acc: the counters summed, the amax the larger. */
+FL_HD void acc_add(Acc &total, const Acc &acc) {
+    total.underflow += acc.underflow;
+    total.saturated += acc.saturated;
+    total.nan += acc.nan;
+    total.amax = fmaxf(total.amax, acc.amax);
+}
+
 /* One block per row (grid-stride over rows): row r of [outer*len] uses scales[r % len]. */
 template <int SRC, int FMT, bool IEEE, bool WRITE>
 __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const typename SrcT<SRC>::T *src, uint8_t *dst,
@@ -70,10 +78,7 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const typename 
         Acc acc{0.0f, 0, 0, 0};
         quant_range<SRC, FMT, IEEE, WRITE>(src, dst, row * inner, row * inner + inner, threadIdx.x, blockDim.x,
                                            scale, vec, acc);
-        total.underflow += acc.underflow;
-        total.saturated += acc.saturated;
-        total.nan += acc.nan;
-        total.amax = fmaxf(total.amax, acc.amax);
+        acc_add(total, acc);
         float ra = block_reduce(Acc{acc.amax, 0, 0, 0}).amax;
         if (threadIdx.x == 0 && ra > 0.0f) atomicMax(row_amax + r, __float_as_uint(ra));
     }
@@ -136,10 +141,7 @@ __global__ void __launch_bounds__(kThreads) quantize_cols_kernel(const typename 
         Acc acc{0.0f, 0, 0, 0};
         size_t r;
         if (!cols_item<SRC, FMT, IEEE, WRITE>(src, dst, outer, g, inner, scales, it, threadIdx.x, acc, &r)) continue;
-        total.underflow += acc.underflow;
-        total.saturated += acc.saturated;
-        total.nan += acc.nan;
-        total.amax = fmaxf(total.amax, acc.amax);
+        acc_add(total, acc);
         if (acc.amax > 0.0f) atomicMax(row_amax + r, __float_as_uint(acc.amax));
     }
     total = block_reduce(total);
@@ -330,10 +332,7 @@ static void cols_host(const float *src, uint8_t *dst, size_t outer, size_t len, 
                 bool in = dst ? cols_item<FL_F32, FMT, IEEE, true>(src, dst, outer, g, inner, scales, it, t, acc, &r)
                               : cols_item<FL_F32, FMT, IEEE, false>(src, dst, outer, g, inner, scales, it, t, acc, &r);
                 if (!in) continue;
-                total.underflow += acc.underflow;
-                total.saturated += acc.saturated;
-                total.nan += acc.nan;
-                total.amax = fmaxf(total.amax, acc.amax);
+                acc_add(total, acc);
                 if (acc.amax > col_amax[r]) col_amax[r] = acc.amax;
             }
     stats->amax = total.amax;

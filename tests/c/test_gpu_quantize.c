@@ -83,6 +83,25 @@ static int count_byte_mismatches(const uint8_t *a, const uint8_t *b, size_t n, s
         CHECK((g).nan == (r).nan, "nan %lld vs cpu %lld", (long long)(g).nan, (long long)(r).nan);      \
     } while (0)
 
+/* The CPU's cast of an [outer, len, inner] source with scales[len], run by run (format.c): bytes into ref, the
+ * whole cast's statistics into *total, each index's amax into amax[len]. */
+static fl_status cpu_cast_runs(const float *x, uint8_t *ref, size_t outer, size_t len, size_t inner, fl_dtype fmt,
+                               const float *scales, fl_overflow p, fl_cast_stats *total, float *amax) {
+    fl_cast_stats rs;
+    *total = (fl_cast_stats){ 0, 0, 0, 0 };
+    for (size_t r = 0; r < len; r++) amax[r] = 0.0f;
+    for (size_t o = 0; o < outer; o++)
+        for (size_t r = 0; r < len; r++) {
+            const size_t at = (o * len + r) * inner;
+            fl_status st = fl_quantize_f32(x + at, ref + at, inner, fmt, scales[r], p, &rs);
+            if (st != FL_OK) return st;
+            if (rs.amax > total->amax) total->amax = rs.amax;
+            if (rs.amax > amax[r]) amax[r] = rs.amax;
+            total->underflow += rs.underflow; total->saturated += rs.saturated; total->nan += rs.nan;
+        }
+    return FL_OK;
+}
+
 /* Without a GPU the device-side conversion still runs on the host (it is __host__ __device__):
  * check it against format.c over every 2^20 high-bit pattern with random low bits, and the decode
  * over all 256 codes. */
@@ -136,16 +155,8 @@ TEST(gpu_quantize_cols_device_code_matches_cpu_on_host) {
         for (int fi = 0; fi < 2; fi++)
             for (int p = 0; p < 2; p++) {
                 const fl_dtype fmt = fi ? FL_E5M2 : FL_E4M3;
-                fl_cast_stats total = { 0, 0, 0, 0 }, rs;
-                for (size_t r = 0; r < len; r++) ref_amax[r] = 0.0f;
-                for (size_t o = 0; o < outer; o++)
-                    for (size_t r = 0; r < len; r++) {
-                        const size_t at = (o * len + r) * inner;
-                        REQUIRE_OK(fl_quantize_f32(x + at, ref + at, inner, fmt, scales[r], (fl_overflow)p, &rs));
-                        if (rs.amax > total.amax) total.amax = rs.amax;
-                        if (rs.amax > ref_amax[r]) ref_amax[r] = rs.amax;
-                        total.underflow += rs.underflow; total.saturated += rs.saturated; total.nan += rs.nan;
-                    }
+                fl_cast_stats total;
+                REQUIRE_OK(cpu_cast_runs(x, ref, outer, len, inner, fmt, scales, (fl_overflow)p, &total, ref_amax));
                 for (int si = 0; si < 3; si++) {
                     fl_cast_stats gs;
                     memset(got, 0xa5, n);
@@ -266,16 +277,8 @@ TEST(gpu_quantize_per_row_matches_cpu) {
                     REQUIRE_OK(d->to_host(sinv, fl_tensor_data(q->scale_inv), len * 4));
                     REQUIRE_OK(d->amax(g, axis, row_got));
                     widen(x, xw, n, src_dt);
-                    fl_cast_stats total = { 0, 0, 0, 0 }, rs;
-                    for (size_t r = 0; r < len; r++) row_ref[r] = 0;
-                    for (size_t o = 0; o < outer; o++)
-                        for (size_t r = 0; r < len; r++) {
-                            size_t at = (o * len + r) * inner;
-                            REQUIRE_OK(fl_quantize_f32(xw + at, ref + at, inner, fmt, scales[r], (fl_overflow)p, &rs));
-                            if (rs.amax > total.amax) total.amax = rs.amax;
-                            if (rs.amax > row_ref[r]) row_ref[r] = rs.amax;
-                            total.underflow += rs.underflow; total.saturated += rs.saturated; total.nan += rs.nan;
-                        }
+                    fl_cast_stats total;
+                    REQUIRE_OK(cpu_cast_runs(xw, ref, outer, len, inner, fmt, scales, (fl_overflow)p, &total, row_ref));
                     size_t first = 0;
                     int bad = count_byte_mismatches(got, ref, n, &first);
                     CHECK(bad == 0, "case %zu %s->%s policy %d: %d bytes differ, first at %zu", c,
