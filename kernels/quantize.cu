@@ -7,12 +7,25 @@
  * scale per middle index (axis 0 of a 2-D tensor: outer = 1, len = rows, inner = cols): a block per row of
  * [outer·len, inner] when the rows are long, a thread per column of [outer, len·inner] when they are short
  * (axis 1 of a 2-D tensor: inner = 1, the per-column casts of rowwise scaling's backward).
+ * An amax pass (no destination: the first of current scaling's two) computes only the amax; its counters stay 0.
  * Tolerance: bit-exact with the CPU (bytes, amax and counters); tests/c/test_gpu_quantize.c. */
 #include "cuda_common.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
+
+/* One element: the cast (WRITE) or, in an amax pass, only |x| into acc.amax: that pass's bytes and counters
+ * are thrown away (its scales come from the amax alone), so it skips the encode and the counting. The same
+ * fmaxf as quant_one's, so the same amax bits. */
+template <int FMT, bool IEEE, bool WRITE>
+FL_HD uint8_t cast_or_amax(float x, float scale, Acc &acc) {
+    if (!WRITE) {
+        acc.amax = fmaxf(acc.amax, fabsf(x));
+        return 0;
+    }
+    return quant_one<FMT, IEEE>(x, scale, acc);
+}
 
 /* Cast elements [begin, end) striding by `stride` from `tid`; with vec, 16-byte loads and
  * VEC-byte stores (begin must then be a multiple of VEC and the pointers aligned). */
@@ -31,7 +44,7 @@ __device__ __forceinline__ void quant_range(const typename SrcT<SRC>::T *src, ui
             uint32_t w[2] = { 0, 0 };           /* the VEC output bytes, packed little-endian */
 #pragma unroll
             for (int k = 0; k < VEC; k++)
-                w[k >> 2] |= (uint32_t)quant_one<FMT, IEEE>(SrcT<SRC>::f(e[k]), scale, acc) << (8 * (k & 3));
+                w[k >> 2] |= (uint32_t)cast_or_amax<FMT, IEEE, WRITE>(SrcT<SRC>::f(e[k]), scale, acc) << (8 * (k & 3));
             if (WRITE) {
                 if (VEC == 4) *reinterpret_cast<uint32_t *>(dst + v * VEC) = w[0];
                 else *reinterpret_cast<uint2 *>(dst + v * VEC) = make_uint2(w[0], w[1]);
@@ -40,7 +53,7 @@ __device__ __forceinline__ void quant_range(const typename SrcT<SRC>::T *src, ui
         tail = ve * VEC;
     }
     for (size_t i = tail + tid; i < end; i += stride) {
-        uint8_t q = quant_one<FMT, IEEE>(SrcT<SRC>::f(src[i]), scale, acc);
+        uint8_t q = cast_or_amax<FMT, IEEE, WRITE>(SrcT<SRC>::f(src[i]), scale, acc);
         if (WRITE) dst[i] = q;
     }
 }
@@ -98,13 +111,17 @@ struct ColsGeometry {
     unsigned grid;
 };
 
-/* About 16 blocks an SM: chunks of rows small enough to give every tile of columns that many. */
+/* About 16 blocks an SM: chunks of rows small enough to give every tile of columns that many, but at least
+ * kMinChunk rows (narrow tensors: the char GPT's 256 columns would otherwise get chunks of one row, one atomic
+ * per element). */
+constexpr size_t kMinChunk = 16;
 ColsGeometry cols_geometry(size_t outer, size_t len, size_t inner, int sms) {
     ColsGeometry g;
     g.width = len * inner;
     g.ntile = (g.width + kThreads - 1) / kThreads;
     const size_t want = (size_t)(sms > 0 ? sms : 1) * 16, per_tile = want > g.ntile ? want / g.ntile : 1;
     g.chunk = (outer + per_tile - 1) / per_tile;
+    if (g.chunk < kMinChunk) g.chunk = outer < kMinChunk ? outer : kMinChunk;
     if (g.chunk == 0) g.chunk = 1;
     g.items = g.ntile * ((outer + g.chunk - 1) / g.chunk);
     g.grid = (unsigned)(g.items < want ? g.items : want);
@@ -115,7 +132,7 @@ ColsGeometry cols_geometry(size_t outer, size_t len, size_t inner, int sms) {
 /* Work item `it` of thread `tid`: casts its column's chunk into acc (a fresh one); *r its scale index. False
  * when the column is past the tensor's width (the thread has nothing in this item). */
 template <int SRC, int FMT, bool IEEE, bool WRITE>
-FL_HD bool cols_item(const typename SrcT<SRC>::T *src, uint8_t *dst, size_t outer, const ColsGeometry &g,
+FL_HD bool cols_item(const typename SrcT<SRC>::T *__restrict__ src, uint8_t *__restrict__ dst, size_t outer, const ColsGeometry &g,
                      size_t inner, const float *scales, size_t it, size_t tid, Acc &acc, size_t *r) {
     const size_t j = (it % g.ntile) * kThreads + tid, o0 = (it / g.ntile) * g.chunk;
     if (j >= g.width) return false;
@@ -125,14 +142,15 @@ FL_HD bool cols_item(const typename SrcT<SRC>::T *src, uint8_t *dst, size_t oute
     size_t i = o0 * g.width + j;
 #pragma unroll 4
     for (size_t o = o0; o < o1; o++, i += g.width) {
-        uint8_t q = quant_one<FMT, IEEE>(SrcT<SRC>::f(src[i]), scale, acc);
+        uint8_t q = cast_or_amax<FMT, IEEE, WRITE>(SrcT<SRC>::f(src[i]), scale, acc);
         if (WRITE) dst[i] = q;
     }
     return true;
 }
 
 template <int SRC, int FMT, bool IEEE, bool WRITE>
-__global__ void __launch_bounds__(kThreads) quantize_cols_kernel(const typename SrcT<SRC>::T *src, uint8_t *dst,
+__global__ void __launch_bounds__(kThreads) quantize_cols_kernel(const typename SrcT<SRC>::T *__restrict__ src,
+                                                                 uint8_t *__restrict__ dst,
                                                                  size_t outer, ColsGeometry g, size_t inner,
                                                                  const float *scales, fl_cuda_qstats *st,
                                                                  unsigned int *row_amax) {

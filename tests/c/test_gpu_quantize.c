@@ -244,15 +244,16 @@ TEST(gpu_quantize_per_tensor_matches_cpu) {
     free(x); free(xw); free(ref); free(got);
 }
 
-/* Per-index scales along an axis: axis 0 of [rows, cols] (per-row), axis 1 of [2, 37, 129] (per-column runs of
- * 129, interleaved) and axis 1 of 2-D tensors (per column: the columns kernel, [5000, 40] in chunks of several
- * rows, [700, 300] in two tiles of columns). Reference: format.c run by run with that run's scale. */
+/* Per-index scales along an axis: axis 0 of [rows, cols] (per-row), axis 1 of [2, 37, 129] (runs of 129,
+ * interleaved: the columns kernel, as are axis 1 of the 2-D tensors: [5000, 40] in chunks of several rows,
+ * [700, 300] in two tiles of columns) and axis 1 of [2, 5, 300] (runs of 300: the rows kernel with outer > 1).
+ * Reference: format.c run by run with that run's scale. */
 TEST(gpu_quantize_per_row_matches_cpu) {
     const fl_device *d = gpu_or_skip();
     if (!d) return;
     struct { int ndim; int64_t shape[3]; int axis; } cases[] = {
         { 2, { 333, 1024 }, 0 }, { 2, { 64, 1001 }, 0 }, { 3, { 2, 37, 129 }, 1 }, { 2, { 50, 3 }, 1 },
-        { 2, { 5000, 40 }, 1 }, { 2, { 700, 300 }, 1 } };
+        { 2, { 5000, 40 }, 1 }, { 2, { 700, 300 }, 1 }, { 3, { 2, 5, 300 }, 1 } };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int ndim = cases[c].ndim, axis = cases[c].axis;
         const int64_t *shape = cases[c].shape;
@@ -304,7 +305,7 @@ TEST(gpu_quantize_current_matches_cpu) {
     const fl_device *cpu = fl_cpu_device();
     struct { int ndim; int64_t shape[3]; int axis; } cases[] = {
         { 2, { 333, 1024 }, -1 }, { 2, { 333, 1024 }, 0 }, { 2, { 64, 1001 }, 1 }, { 3, { 2, 37, 129 }, 1 },
-        { 2, { 0, 16 }, -1 }, { 2, { 0, 16 }, 1 }, { 1, { 7 }, -1 }, { 2, { 5000, 40 }, 1 } };
+        { 2, { 0, 16 }, -1 }, { 2, { 0, 16 }, 1 }, { 1, { 7 }, -1 }, { 2, { 5000, 40 }, 1 }, { 3, { 2, 5, 300 }, 1 } };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int ndim = cases[c].ndim, axis = cases[c].axis;
         const int64_t *shape = cases[c].shape;
