@@ -131,8 +131,10 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
     X(msamp_adamw, (fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,          \
                     fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,      \
                     int64_t step))                                                                                 \
-    /* Σ x² of a contiguous fp32/bf16/fp16 tensor, accumulated in double, into host memory. */                     \
-    X(sumsq, (const fl_tensor *t, double *out))                                                                    \
+    /* Σ x² of each of n contiguous fp32/bf16/fp16 tensors, accumulated in double, into out[i] in host memory;     \
+     * one wait for all of them (clip_grad_norm_ over every gradient).                                            \
+     */                                                                                                            \
+    X(sumsq, (const fl_tensor *const *ts, int n, double *out))                                                     \
     /* ---- FP8 GEMM (core/fp8_linear.c) -----------------------------------------------------------               \
      * dst [M, N] fp32 contiguous = (Σ_k dec(a)[m, k]·dec(b)[k, n]) · sa[m] · sb[n] (+ bias[n]), fp32              \
      * accumulation of exact FP8 products. a [M, K] and b [K, N] are FP8 tensors, each contiguous or the           \

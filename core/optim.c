@@ -119,18 +119,45 @@ fl_status fl_msamp_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl
     return st;
 }
 
+fl_status fl_sumsq_many(const fl_tensor *const *ts, int n, double *out) {
+    if (n < 0 || (n > 0 && (!ts || !out)))
+        return FL_ERR(FL_EINVAL, "sumsq: expected n >= 0 tensors and a result array, got n = %d", n);
+    for (int i = 0; i < n; i++)
+        if (!ts[i]) return FL_ERR(FL_EINVAL, "sumsq: tensor %d of %d is missing", i + 1, n);
+    if (n == 0) return FL_OK;
+    for (int i = 1; i < n; i++)
+        if (ts[i]->device != ts[0]->device) {   /* tensors on several devices: each on its own */
+            for (int j = 0; j < n; j++) FL_TRY(fl_sumsq_many(&ts[j], 1, &out[j]));
+            return FL_OK;
+        }
+    const fl_device *dev;
+    FL_TRY(step_device("sumsq", 1, ts, &dev));
+    if (!dev->sumsq) return missing_entry("sumsq", dev);
+    /* FP8 (dequantized) and non-contiguous layouts become contiguous fp32/bf16/fp16 tensors first; the device
+     * gets them in batches whose copies stay under SUMSQ_COPY_BYTES (MS-AMP's FP8 gradients would otherwise be
+     * held in fp32 all at once), contiguous ones as they are. */
+    enum { SUMSQ_COPY_BYTES = 64 << 20 };
+    fl_tensor **c = calloc((size_t)n, sizeof *c);
+    if (!c) return FL_ERR(FL_ENOMEM, "sumsq: out of memory for %d tensors", n);
+    fl_status st = FL_OK;
+    size_t held = 0;
+    for (int i = 0, start = 0; i < n && st == FL_OK; i++) {
+        st = fl_format(ts[i]->dtype)->is_fp8 ? fl_dequantize(&c[i], ts[i], FL_F32) : fl_tensor_contiguous(&c[i], ts[i]);
+        if (st != FL_OK) break;
+        if (c[i] != ts[i]) held += (size_t)fl_tensor_numel(c[i]) * fl_format(c[i]->dtype)->size;
+        if (held < SUMSQ_COPY_BYTES && i + 1 < n) continue;
+        st = dev->sumsq((const fl_tensor *const *)c + start, i + 1 - start, out + start);
+        for (; start <= i; start++) { fl_tensor_release(c[start]); c[start] = NULL; }
+        held = 0;
+    }
+    for (int i = 0; i < n; i++) fl_tensor_release(c[i]);
+    free(c);
+    return st;
+}
+
 fl_status fl_sumsq(const fl_tensor *t, double *out) {
     if (!t) return FL_ERR(FL_EINVAL, "sumsq: tensor is missing");
-    const fl_device *dev;
-    FL_TRY(step_device("sumsq", 1, &t, &dev));
-    if (!dev->sumsq) return missing_entry("sumsq", dev);
-    /* FP8 (dequantized) and non-contiguous layouts become one contiguous fp32/bf16/fp16 tensor first. */
-    fl_tensor *c = NULL;
-    if (fl_format(t->dtype)->is_fp8) FL_TRY(fl_dequantize(&c, t, FL_F32));
-    else FL_TRY(fl_tensor_contiguous(&c, t));
-    fl_status st = dev->sumsq(c, out);
-    fl_tensor_release(c);
-    return st;
+    return fl_sumsq_many(&t, 1, out);
 }
 
 /* Visit every element offset of a strided tensor (row-major order). */

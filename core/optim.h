@@ -44,6 +44,8 @@ void fl_adamw_kernel_f32(float *p, const float *g, float *m, float *v, int64_t n
 
 /* Σ x² over a tensor of any float dtype and layout, accumulated in double (clip_grad_norm_). */
 fl_status fl_sumsq(const fl_tensor *t, double *out);
+/* The same for n tensors on one device, out[i] for ts[i]; a device waits once for all of them. */
+fl_status fl_sumsq_many(const fl_tensor *const *ts, int n, double *out);
 /* t *= s in place (fp32 tensor, any layout). */
 fl_status fl_scale_(fl_tensor *t, double s);
 

@@ -19,7 +19,7 @@ extern "C" {
 #define FL_CUDA_HOST_DECLARE(name, params) fl_status fl_cuda_##name##_host params;
 FL_DEVICE_ELEMENTWISE_ENTRIES(FL_CUDA_HOST_DECLARE)
 #undef FL_CUDA_HOST_DECLARE
-fl_status fl_cuda_sumsq_host(const fl_tensor *t, double *out);
+fl_status fl_cuda_sumsq_host(const fl_tensor *const *ts, int n, double *out);
 fl_status fl_cuda_matmul_args_host(const fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, fl_cuda_gemm_args *g);
 uint16_t fl_cuda_f32_to_bf16_host(float x);
 float fl_cuda_f16_to_f32_host(uint16_t h);

@@ -506,33 +506,46 @@ fl_status reduce_impl(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim, 
     return st;
 }
 
-fl_status sumsq_impl(const fl_tensor *t, double *out, bool host) {
-    FL_TRY(fl_cu_check_tensor(t, host, "sumsq", "input"));
-    if (!out) return FL_ERR(FL_EINVAL, "sumsq on cuda: no result pointer");
-    if (t->dtype != FL_F32 && t->dtype != FL_BF16 && t->dtype != FL_F16)
-        return FL_ERR(FL_EINVAL, "sumsq on cuda: expected an fp32, bf16 or fp16 tensor, got %s", fl_format(t->dtype)->name);
-    if (!fl_tensor_is_contiguous(t)) return FL_ERR(FL_EINVAL, "sumsq on cuda: expected a contiguous tensor");
-    const int64_t n = fl_tensor_numel(t);
-    *out = 0.0;
+/* Σx² of each of n tensors into out[i]: every reduction queued on the stream into one device array, then one
+ * copy back and one wait (clip_grad_norm_ reads all its gradients' sums at once). */
+fl_status sumsq_impl(const fl_tensor *const *ts, int n, double *out, bool host) {
+    if (!out || n < 0 || (n > 0 && !ts))
+        return FL_ERR(FL_EINVAL, "sumsq on cuda: expected n >= 0 tensors and a result array, got n = %d", n);
+    for (int i = 0; i < n; i++) {
+        const fl_tensor *t = ts[i];
+        if (!t) return FL_ERR(FL_EINVAL, "sumsq on cuda: tensor %d of %d is missing", i + 1, n);
+        FL_TRY(fl_cu_check_tensor(t, host, "sumsq", "input"));
+        if (t->dtype != FL_F32 && t->dtype != FL_BF16 && t->dtype != FL_F16)
+            return FL_ERR(FL_EINVAL, "sumsq on cuda: expected an fp32, bf16 or fp16 tensor, got %s",
+                          fl_format(t->dtype)->name);
+        if (!fl_tensor_is_contiguous(t)) return FL_ERR(FL_EINVAL, "sumsq on cuda: expected a contiguous tensor");
+    }
     if (n == 0) return FL_OK;
     Scratch s;
-    double host_sum = 0.0;
-    double *dsum = &host_sum;
-    if (!host) {
-        FL_TRY(s.get(sizeof(double), false));
-        dsum = static_cast<double *>(s.p);
-    }
-    RowPlan p = row_plan((const char *)fl_tensor_data(t), 1, n);
-    p.out.dsum = dsum;
-    p.out.op = FL_OP_SUM;
-    fl_status st;
-    if (t->dtype == FL_F32) st = run_rows<FL_F32, M_SUMSQ>(p, host);
-    else if (t->dtype == FL_BF16) st = run_rows<FL_BF16, M_SUMSQ>(p, host);
-    else st = run_rows<FL_F16, M_SUMSQ>(p, host);
-    FL_TRY(st);
-    if (host) { *out = host_sum; return FL_OK; }
+    double *dsum = out;
     cudaStream_t stream = fl_cuda_stream();
-    FL_CUDA_CHECK(cudaMemcpyAsync(out, dsum, sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (sumsq)");
+    if (host) {
+        for (int i = 0; i < n; i++) out[i] = 0.0;
+    } else {
+        FL_TRY(s.get((size_t)n * sizeof(double), false));
+        dsum = static_cast<double *>(s.p);
+        FL_CUDA_CHECK(cudaMemsetAsync(dsum, 0, (size_t)n * sizeof(double), stream), "cudaMemsetAsync (sumsq)");
+    }
+    for (int i = 0; i < n; i++) {
+        const int64_t m = fl_tensor_numel(ts[i]);
+        if (m == 0) continue;   /* its sum stays 0 */
+        RowPlan p = row_plan((const char *)fl_tensor_data(ts[i]), 1, m);
+        p.out.dsum = dsum + i;
+        p.out.op = FL_OP_SUM;
+        fl_status st;
+        if (ts[i]->dtype == FL_F32) st = run_rows<FL_F32, M_SUMSQ>(p, host);
+        else if (ts[i]->dtype == FL_BF16) st = run_rows<FL_BF16, M_SUMSQ>(p, host);
+        else st = run_rows<FL_F16, M_SUMSQ>(p, host);
+        FL_TRY(st);
+    }
+    if (host) return FL_OK;
+    FL_CUDA_CHECK(cudaMemcpyAsync(out, dsum, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, stream),
+                  "cudaMemcpyAsync (sumsq)");
     FL_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize (sumsq)");
     return FL_OK;
 }
@@ -542,10 +555,14 @@ fl_status sumsq_impl(const fl_tensor *t, double *out, bool host) {
 extern "C" fl_status fl_cuda_dev_reduce(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim) {
     return reduce_impl(op, dst, a, dim, false);
 }
-extern "C" fl_status fl_cuda_dev_sumsq(const fl_tensor *t, double *out) { return sumsq_impl(t, out, false); }
+extern "C" fl_status fl_cuda_dev_sumsq(const fl_tensor *const *ts, int n, double *out) {
+    return sumsq_impl(ts, n, out, false);
+}
 
 /* Host runs of the device code (tests): the same plans, per-thread work and trees over CPU tensors. */
 extern "C" fl_status fl_cuda_reduce_host(fl_redop op, fl_tensor *dst, const fl_tensor *a, int dim) {
     return reduce_impl(op, dst, a, dim, true);
 }
-extern "C" fl_status fl_cuda_sumsq_host(const fl_tensor *t, double *out) { return sumsq_impl(t, out, true); }
+extern "C" fl_status fl_cuda_sumsq_host(const fl_tensor *const *ts, int n, double *out) {
+    return sumsq_impl(ts, n, out, true);
+}

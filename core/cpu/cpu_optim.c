@@ -179,7 +179,7 @@ fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m,
     return FL_OK;
 }
 
-fl_status fl_cpu_dev_sumsq(const fl_tensor *t, double *out) {
+static double sumsq_one(const fl_tensor *t) {
     int64_t n = fl_tensor_numel(t);
     double s = 0.0;
     if (t->dtype == FL_F32) {
@@ -196,6 +196,10 @@ fl_status fl_cpu_dev_sumsq(const fl_tensor *t, double *out) {
             for (int64_t i = 0; i < len; i++) s += (double)buf[i] * (double)buf[i];
         }
     }
-    *out = s;
+    return s;
+}
+
+fl_status fl_cpu_dev_sumsq(const fl_tensor *const *ts, int n, double *out) {
+    for (int i = 0; i < n; i++) out[i] = sumsq_one(ts[i]);
     return FL_OK;
 }

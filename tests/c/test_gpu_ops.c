@@ -41,7 +41,7 @@ typedef struct {
     fl_status (*binary_scalar)(fl_binop, fl_tensor *, const fl_tensor *, double, bool);
     fl_status (*unary)(fl_unop, fl_tensor *, const fl_tensor *);
     fl_status (*reduce)(fl_redop, fl_tensor *, const fl_tensor *, int);
-    fl_status (*sumsq)(const fl_tensor *, double *);
+    fl_status (*sumsq)(const fl_tensor *const *, int, double *);
 } impl;
 
 static const impl HOST_RUN = { "host run", FL_DEV_CPU, fl_cuda_copy_host, fl_cuda_fill_host, fl_cuda_binary_host,
@@ -616,36 +616,48 @@ static void reduce_suite(const impl *im, int *fl__failed) {
     }
 }
 
+/* Each size and dtype alone against the exact sum and the CPU's, then all of them in one call (one wait on the
+ * device): each sum the same bits as alone. */
 static void sumsq_suite(const impl *im, int *fl__failed) {
+    enum { NS = 5, ND = 3 };
     const fl_device *cpu = fl_cpu_device();
-    const int64_t sizes[] = { 0, 1, 1000, 70001, 3000000 };
-    const fl_dtype dts[] = { FL_F32, FL_BF16, FL_F16 };
-    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (size_t di = 0; di < 3; di++) {
+    const int64_t sizes[NS] = { 0, 1, 1000, 70001, 3000000 };
+    const fl_dtype dts[ND] = { FL_F32, FL_BF16, FL_F16 };
+    twin T[NS * ND];
+    fl_tensor *gs[NS * ND] = { NULL };
+    double alone[NS * ND], batch[NS * ND];
+    int made = 0;
+    for (size_t si = 0; si < NS; si++)
+        for (size_t di = 0; di < ND; di++, made++) {
             int64_t n = sizes[si], nb = n ? n : 1;
             void *codes = malloc((size_t)nb * 4);
             gen_codes(codes, dts[di], nb, 77 + si, false);
-            twin T;
-            REQUIRE_OK(twin_make(&T, im, dts[di], nb, codes));
+            REQUIRE_OK(twin_make(&T[made], im, dts[di], nb, codes));
             layout l;
             make_layout(&l, L_CONTIG, 1, &n);
-            fl_tensor *r = view_of(T.ref, &l), *g = view_of(T.got, &l);
+            fl_tensor *r = view_of(T[made].ref, &l), *g = view_of(T[made].got, &l);
+            gs[made] = g;
             double want = 0, mag = 0, got = -1, cpu_got = 0;
             for (int64_t i = 0; i < n; i++) { double v = decode(code_at(codes, dts[di], i), dts[di]); want += v * v; mag += v * v; }
-            REQUIRE_OK(im->sumsq(g, &got));
+            REQUIRE_OK(im->sumsq((const fl_tensor *const *)&g, 1, &got));
+            alone[made] = got;
             /* all terms ≥ 0: each order's double sum is within n·2^-53 of the exact sum, relatively */
             double tol = 2.0 * (double)n * 0x1p-53 * mag;
             CHECK(got == want || fabs(got - want) <= tol, "%s: sumsq of %lld %s: %.17g vs %.17g", im->name, (long long)n,
                   dtn(dts[di]), got, want);
             if (cpu->sumsq) {
-                REQUIRE_OK(cpu->sumsq(r, &cpu_got));
+                REQUIRE_OK(cpu->sumsq((const fl_tensor *const *)&r, 1, &cpu_got));
                 CHECK(got == cpu_got || fabs(got - cpu_got) <= tol, "%s: sumsq of %lld %s: %.17g vs cpu %.17g", im->name, (long long)n,
                       dtn(dts[di]), got, cpu_got);
             }
-            fl_tensor_release(r); fl_tensor_release(g);
-            twin_free(&T);
+            fl_tensor_release(r);
             free(codes);
         }
+    for (int i = 0; i < made; i++) batch[i] = -1.0;
+    REQUIRE_OK(im->sumsq((const fl_tensor *const *)gs, made, batch));
+    for (int i = 0; i < made; i++)
+        CHECK(batch[i] == alone[i], "%s: sumsq of tensor %d in one call: %.17g, alone %.17g", im->name, i, batch[i], alone[i]);
+    for (int i = 0; i < made; i++) { fl_tensor_release(gs[i]); twin_free(&T[i]); }
 }
 
 /* ---- matmul ----------------------------------------------------------------------------------------- */
@@ -829,7 +841,7 @@ TEST(gpu_ops_entries_reject_bad_arguments) {
     CHECK(fl_cuda_dev_unary(FL_OP_EXP, a, a) == FL_EINVAL, "unary: %s", fl_last_error());
     CHECK(fl_cuda_dev_reduce(FL_OP_SUM, a, a, 0) == FL_EINVAL, "reduce: %s", fl_last_error());
     double d = 0;
-    CHECK(fl_cuda_dev_sumsq(a, &d) == FL_EINVAL, "sumsq: %s", fl_last_error());
+    CHECK(fl_cuda_dev_sumsq((const fl_tensor *const *)&a, 1, &d) == FL_EINVAL, "sumsq: %s", fl_last_error());
     /* the host runs share the checks */
     CHECK(fl_cuda_copy_host(a, c) == FL_EINVAL && strstr(fl_last_error(), "shape"), "shape: %s", fl_last_error());
     CHECK(fl_cuda_binary_host(FL_OP_ADD, a, a, c) == FL_EINVAL, "binary shape: %s", fl_last_error());
@@ -837,10 +849,11 @@ TEST(gpu_ops_entries_reject_bad_arguments) {
     CHECK(fl_cuda_unary_host((fl_unop)-1, a, a) == FL_EINVAL, "unknown unop: %s", fl_last_error());
     CHECK(fl_cuda_reduce_host((fl_redop)9, a, a, 0) == FL_EINVAL, "unknown reduction: %s", fl_last_error());
     CHECK(fl_cuda_reduce_host(FL_OP_SUM, a, a, 0) == FL_EINVAL && strstr(fl_last_error(), "keepdim"), "%s", fl_last_error());
-    CHECK(fl_cuda_sumsq_host(q, &d) == FL_EINVAL, "sumsq of e4m3: %s", fl_last_error());
+    CHECK(fl_cuda_sumsq_host((const fl_tensor *const *)&q, 1, &d) == FL_EINVAL, "sumsq of e4m3: %s", fl_last_error());
     fl_tensor *t = NULL;
     REQUIRE_OK(fl_tensor_transpose(&t, a, 0, 1));
-    CHECK(fl_cuda_sumsq_host(t, &d) == FL_EINVAL, "sumsq of a transposed tensor: %s", fl_last_error());
+    CHECK(fl_cuda_sumsq_host((const fl_tensor *const *)&t, 1, &d) == FL_EINVAL, "sumsq of a transposed tensor: %s",
+          fl_last_error());
     CHECK(fl_cuda_fill_host(t, 1.0) == FL_EINVAL, "fill of a transposed tensor: %s", fl_last_error());
     /* matmul: 3-d operands, one input dtype, row- or column-major entries */
     int64_t s3[3] = { 1, 2, 3 }, s3b[3] = { 1, 3, 2 }, s3d[3] = { 1, 2, 2 };

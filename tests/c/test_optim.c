@@ -2,6 +2,7 @@
  * over several steps (small sizes and a size large enough for the threaded path), the argument
  * checks, and the Σx² / in-place scale helpers of clip_grad_norm_. */
 #include "runner.h"
+#include "ops.h"
 #include "optim.h"
 #include <stdlib.h>
 
@@ -142,4 +143,41 @@ TEST(optim_sumsq_and_scale) {
     for (int i = 0; i < 6; i++) CHECK_CLOSE(d[i], v[i], 0, 0);
     CHECK(fl_scale_(h, 2.0) == FL_EUNSUPPORTED, "bf16 scale_ must be refused");
     fl_tensor_release(t); fl_tensor_release(tt); fl_tensor_release(h);
+}
+
+/* Σx² of several tensors at once (clip_grad_norm_): each out[i] is fl_sumsq of ts[i], bit for bit, whatever the
+ * layout and dtype, across the batches that bound the copies (two FP8 tensors of 9M elements dequantize to 36
+ * MiB each: more than the 64 MiB a batch may hold), and missing tensors are refused. */
+TEST(optim_sumsq_many_matches_one_at_a_time) {
+    enum { N = 7 };
+    const int64_t big = 9 << 20, s2[2] = { 300, 7 }, s0[1] = { 0 };
+    float *x = malloc((size_t)big * sizeof *x);
+    REQUIRE(x != NULL, "out of memory");
+    for (int64_t i = 0; i < big; i++) x[i] = (float)((i * 2654435761u) % 2001) / 500.0f - 2.0f;
+    fl_tensor *src = NULL, *ts[N] = { NULL };
+    REQUIRE_OK(fl_tensor_from_f32(&src, x, 1, &big, FL_F32));
+    REQUIRE_OK(fl_quantize(&ts[0], src, FL_E4M3, NULL));
+    REQUIRE_OK(fl_tensor_from_f32(&ts[1], x, 2, s2, FL_F32));
+    REQUIRE_OK(fl_tensor_transpose(&ts[2], ts[1], 0, 1));
+    REQUIRE_OK(fl_quantize(&ts[3], src, FL_E5M2, NULL));
+    REQUIRE_OK(fl_tensor_to(&ts[4], ts[1], FL_BF16));
+    REQUIRE_OK(fl_tensor_from_f32(&ts[5], x, 1, s0, FL_F32));
+    REQUIRE_OK(fl_tensor_to(&ts[6], ts[1], FL_F16));
+    double got[N], one;
+    for (int i = 0; i < N; i++) got[i] = -1.0;
+    REQUIRE_OK(fl_sumsq_many((const fl_tensor *const *)ts, N, got));
+    for (int i = 0; i < N; i++) {
+        REQUIRE_OK(fl_sumsq(ts[i], &one));
+        CHECK(got[i] == one, "tensor %d: %.17g in the batch, %.17g alone", i, got[i], one);
+    }
+    CHECK(got[5] == 0.0 && got[0] > 0.0 && got[3] > 0.0, "empty %g, e4m3 %g, e5m2 %g", got[5], got[0], got[3]);
+    CHECK_CLOSE(got[2], got[1], 0, 1e-12);   /* a transposed view: its elements summed in another order */
+    REQUIRE_OK(fl_sumsq_many(NULL, 0, NULL));
+    fl_tensor *gap[2] = { ts[1], NULL };
+    CHECK(fl_sumsq_many((const fl_tensor *const *)gap, 2, got) == FL_EINVAL && strstr(fl_last_error(), "2 of 2"),
+          "%s", fl_last_error());
+    CHECK(fl_sumsq_many((const fl_tensor *const *)ts, -1, got) == FL_EINVAL, "n = -1: %s", fl_last_error());
+    for (int i = 0; i < N; i++) fl_tensor_release(ts[i]);
+    fl_tensor_release(src);
+    free(x);
 }

@@ -402,6 +402,25 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.is_true(math.abs(a.grad:totable()[1][1] - 3 * coef) < 1e-7)
   end)
 
+  it("clip_grad_norm_'s sums over a list: each gradient's Σg² added in order, as one at a time", function()
+    local C = require "fp8._optim"
+    fp8.manual_seed(11)
+    local ts = { fp8.randn { 33, 17 }, fp8.randn { 5 }:to("bf16"), fp8.randn { 8, 9 }:t(), fp8.zeros { 0 },
+                 fp8.randn { 40 }:quantize("e4m3") }
+    local want = 0.0
+    for _, t in ipairs(ts) do want = want + C.sumsq(t) end
+    assert.are.equal(want, C.sumsq(ts))                 -- the same double, bit for bit
+    assert.are.equal(0.0, C.sumsq({}))
+    local ok, err = pcall(C.sumsq, { ts[1], "x" })
+    assert.is_false(ok)
+    assert.matches("element 2 of the list: expected a tensor, got string", err, 1, true)
+    local gone = fp8.zeros { 2 }
+    gone:free()
+    ok, err = pcall(C.sumsq, { gone })
+    assert.is_false(ok)
+    assert.matches("element 1 of the list: tensor has been released", err, 1, true)
+  end)
+
   it("trains a 2-layer MLP on XOR-like data with AdamW", function()
     fp8.manual_seed(3)
     -- 4 clusters: label = xor of the signs

@@ -46,9 +46,7 @@ function M.clip_grad_norm_(params, max_norm, norm_type)
   end
   local total
   if norm_type == 2 then
-    local ss = 0.0
-    for _, g in ipairs(grads) do ss = ss + C.sumsq(g) end
-    total = math.sqrt(ss)
+    total = math.sqrt(C.sumsq(grads))   -- every gradient's Σg², added in order; one device wait for all
   else
     total = 0.0
     for _, g in ipairs(grads) do
