@@ -523,7 +523,7 @@ fl_status sumsq_impl(const fl_tensor *const *ts, int n, double *out, bool host) 
     if (n == 0) return FL_OK;
     Scratch s;
     double *dsum = out;
-    cudaStream_t stream = fl_cuda_stream();
+    cudaStream_t stream = host ? nullptr : fl_cuda_stream();
     if (host) {
         for (int i = 0; i < n; i++) out[i] = 0.0;
     } else {
