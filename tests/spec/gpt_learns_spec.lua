@@ -69,7 +69,7 @@ describe("the char GPT under te HYBRID (CI-sized)", function()
     local h, H1 = make_text(text, 100000)
     assert.is_true(h > 0.70 and h < 0.75, "entropy rate " .. h)    -- the generator is what this file says
     assert.is_true(H1 > 3.0 and H1 < 3.2, "unigram entropy " .. H1)
-    local cmd = ("OMP_NUM_THREADS=1 timeout 300 %s scripts/train_char_gpt.lua --text %s --recipe te-hybrid --steps 600 "
+    local cmd = ("OMP_NUM_THREADS=1 timeout 600 %s scripts/train_char_gpt.lua --text %s --recipe te-hybrid --steps 600 "
       .. "--layers 2 --d-model 64 --heads 4 --block-size 32 --batch-size 16 --eval-every 100 --sample-len 0 "
       .. "--seed 1 --csv %s 2>&1"):format(q(bin), q(text), q(csv))
     local p = assert(io.popen(cmd))
