@@ -223,20 +223,9 @@ fl_status fl_data_windows(fl_tensor **x, fl_tensor **y, const fl_tensor *tokens,
 
 /* ---- loss scaling ------------------------------------------------------------------------- */
 
-fl_status fl_data_unscale_(fl_tensor *t, float factor, bool *found_nonfinite) {
-    if (!t) return FL_ERR(FL_EINVAL, "unscale: tensor is NULL");
-    if (t->dtype != FL_F32)
-        return FL_ERR(FL_EUNSUPPORTED, "unscale: gradients must be fp32 tensors, got %s", fl_format(t->dtype)->name);
+/* One fp32 tensor in host memory: t *= factor in place, *bad set when a value (before scaling) is inf or NaN. */
+static void unscale_host(fl_tensor *t, float factor, bool *found_nonfinite) {
     int64_t n = fl_tensor_numel(t);
-    if (n == 0) return FL_OK;
-    if (t->device != FL_DEV_CPU) {
-        /* On a device: Σx² in double is finite exactly when every element is (|x| <= FLT_MAX squares to
-         * at most ~1.2e77), then one in-place scaling pass. */
-        double ss = 0;
-        FL_TRY(fl_sumsq(t, &ss));
-        if (!isfinite(ss)) *found_nonfinite = true;
-        return fl_scale_(t, factor);
-    }
     int bad = 0;
     if (fl_tensor_is_contiguous(t)) {
         float *p = fl_tensor_data(t);
@@ -261,7 +250,49 @@ fl_status fl_data_unscale_(fl_tensor *t, float factor, bool *found_nonfinite) {
         }
     }
     if (bad) *found_nonfinite = true;
+}
+
+fl_status fl_data_unscale_many(fl_tensor *const *ts, int n, float factor, bool *found_nonfinite) {
+    if (n < 0 || (n > 0 && !ts) || !found_nonfinite)
+        return FL_ERR(FL_EINVAL, "unscale: expected n >= 0 tensors and a result flag, got n = %d", n);
+    /* Every argument is checked before any gradient changes: an error leaves all of them as they were. */
+    int on_device = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) return FL_ERR(FL_EINVAL, "unscale: tensor %d of %d is missing", i + 1, n);
+        if (ts[i]->dtype != FL_F32)
+            return FL_ERR(FL_EUNSUPPORTED, "unscale: gradients must be fp32 tensors, got %s (tensor %d of %d)",
+                          fl_format(ts[i]->dtype)->name, i + 1, n);
+        if (ts[i]->device != FL_DEV_CPU && fl_tensor_numel(ts[i]) > 0) on_device++;
+    }
+    if (on_device) {
+        /* On a device: Σx² in double is finite exactly when every element is (|x| <= FLT_MAX squares to at most
+         * ~1.2e77), taken for every gradient in one call (one wait for the device, not one per gradient), then
+         * one in-place scaling pass each. */
+        const fl_tensor **dev = malloc((size_t)on_device * sizeof *dev);
+        double *ss = malloc((size_t)on_device * sizeof *ss);
+        if (!dev || !ss) {
+            free(dev); free(ss);
+            return FL_ERR(FL_ENOMEM, "unscale: out of memory for %d tensors", on_device);
+        }
+        for (int i = 0, k = 0; i < n; i++)
+            if (ts[i]->device != FL_DEV_CPU && fl_tensor_numel(ts[i]) > 0) dev[k++] = ts[i];
+        fl_status st = fl_sumsq_many(dev, on_device, ss);
+        for (int k = 0; st == FL_OK && k < on_device; k++)
+            if (!isfinite(ss[k])) *found_nonfinite = true;
+        free(dev); free(ss);
+        FL_TRY(st);
+    }
+    for (int i = 0; i < n; i++) {
+        if (fl_tensor_numel(ts[i]) == 0) continue;
+        if (ts[i]->device != FL_DEV_CPU) FL_TRY(fl_scale_(ts[i], factor));
+        else unscale_host(ts[i], factor, found_nonfinite);
+    }
     return FL_OK;
+}
+
+fl_status fl_data_unscale_(fl_tensor *t, float factor, bool *found_nonfinite) {
+    if (!t) return FL_ERR(FL_EINVAL, "unscale: tensor is NULL");
+    return fl_data_unscale_many(&t, 1, factor, found_nonfinite);
 }
 
 fl_status fl_data_encode_bytes(fl_tensor **tokens, const unsigned char *s, size_t n, char vocab[256], int *vocab_len) {

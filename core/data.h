@@ -36,5 +36,9 @@ fl_status fl_data_encode_bytes(fl_tensor **tokens, const unsigned char *s, size_
  * an fp32 tensor in place by `factor` and sets *found_nonfinite when any value (before scaling) is
  * inf or NaN. Leaves *found_nonfinite alone otherwise, so it can be OR-ed over many tensors. */
 fl_status fl_data_unscale_(fl_tensor *t, float factor, bool *found_nonfinite);
+/* The same for n gradients: all checked before any changes; on a device their inf/NaN checks take one
+ * Σx² call (one wait), not one per gradient. A failure while scaling (no memory for a strided device
+ * gradient's copy) leaves the gradients before it scaled. */
+fl_status fl_data_unscale_many(fl_tensor *const *ts, int n, float factor, bool *found_nonfinite);
 
 #endif

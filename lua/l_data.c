@@ -89,12 +89,20 @@ static int l_encode_bytes(lua_State *L) {
     return 2;
 }
 
-/* unscale_(t, factor) -> found_nonfinite: t *= factor in place; true when t had inf/NaN. */
+/* unscale_(t, factor) -> found_nonfinite: t *= factor in place; true when t had inf/NaN.
+ * unscale_({t1, t2, ...}, factor): the same for every tensor of the list (all checked before any changes; on
+ * a device one wait for all the inf/NaN checks); true when any had inf/NaN. */
 static int l_unscale(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
     lua_Number f = luaL_checknumber(L, 2);
     bool bad = false;
-    FL_LCALL(L, fl_data_unscale_(t, (float)f, &bad));
+    if (lua_istable(L, 1)) {
+        int n;
+        fl_tensor **ts = fl_lchecktensorlist(L, 1, "unscale_", &n);
+        /* no retry on ENOMEM (FL_LCALL's): a failure while scaling leaves the earlier gradients scaled */
+        fl_lcheck(L, fl_data_unscale_many(ts, n, (float)f, &bad));
+    } else {
+        FL_LCALL(L, fl_data_unscale_(fl_lchecktensor(L, 1), (float)f, &bad));
+    }
     lua_pushboolean(L, bad);
     return 1;
 }

@@ -71,22 +71,12 @@ static int l_sumsq(lua_State *L) {
         lua_pushnumber(L, s);
         return 1;
     }
-    lua_Integer n = luaL_len(L, 1);
-    if (n < 0 || n > 1 << 20) return luaL_error(L, "sumsq: expected a list of at most %d tensors, got %I", 1 << 20, n);
-    /* userdata scratch: freed by the collector if an element check raises */
-    const fl_tensor **ts = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ts, 0);
+    int n;
+    const fl_tensor *const *ts = (const fl_tensor *const *)fl_lchecktensorlist(L, 1, "sumsq", &n);
     double *out = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *out, 0);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, 1, i);
-        fl_tensor **slot = (fl_tensor **)luaL_testudata(L, -1, FL_TENSOR_MT);
-        if (!slot) return luaL_error(L, "sumsq: element %I of the list: expected a tensor, got %s", i, luaL_typename(L, -1));
-        if (!*slot) return luaL_error(L, "sumsq: element %I of the list: tensor has been released", i);
-        ts[i - 1] = *slot;
-        lua_pop(L, 1);
-    }
-    fl_lcheck(L, fl_sumsq_many(ts, (int)n, out));
+    fl_lcheck(L, fl_sumsq_many(ts, n, out));
     double s = 0.0;
-    for (lua_Integer i = 0; i < n; i++) s += out[i];
+    for (int i = 0; i < n; i++) s += out[i];
     lua_pushnumber(L, s);
     return 1;
 }

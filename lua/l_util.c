@@ -36,6 +36,25 @@ fl_tensor *fl_lchecktensor(lua_State *L, int arg) {
     return *slot;
 }
 
+fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n) {
+    arg = lua_absindex(L, arg);
+    luaL_checktype(L, arg, LUA_TTABLE);
+    lua_Integer len = luaL_len(L, arg);
+    if (len < 0 || len > 1 << 20)
+        luaL_error(L, "%s: expected a list of at most %d tensors, got %I", fname, 1 << 20, len);
+    fl_tensor **ts = lua_newuserdatauv(L, (size_t)(len ? len : 1) * sizeof *ts, 0);
+    for (lua_Integer i = 1; i <= len; i++) {
+        lua_geti(L, arg, i);
+        fl_tensor **slot = (fl_tensor **)luaL_testudata(L, -1, FL_TENSOR_MT);
+        if (!slot) luaL_error(L, "%s: element %I of the list: expected a tensor, got %s", fname, i, luaL_typename(L, -1));
+        if (!*slot) luaL_error(L, "%s: element %I of the list: tensor has been released", fname, i);
+        ts[i - 1] = *slot;
+        lua_pop(L, 1);
+    }
+    *n = (int)len;
+    return ts;
+}
+
 void fl_lpushretained(lua_State *L, fl_tensor *t) {
     fl_tensor **slot = fl_lnewbox(L);
     *slot = fl_tensor_retain(t);

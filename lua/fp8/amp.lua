@@ -130,12 +130,13 @@ function GradScaler:unscale_(optimizer)
   if not self.enabled then return end
   if self._unscaled then error("GradScaler: unscale_() was already called since the last update()", 2) end
   local inv = 1.0 / self._scale
-  local found = false
+  local grads = {}
   for _, p in ipairs(optimizer_params(optimizer)) do
     local g = grad_of(p)
-    if g ~= nil and C.unscale_(g, inv) then found = true end
+    if g ~= nil then grads[#grads + 1] = g end
   end
-  self.found_inf = found
+  -- one call for all of them: on a device, one wait for every inf/NaN check rather than one per gradient
+  self.found_inf = C.unscale_(grads, inv)
   self._unscaled = true
 end
 

@@ -233,3 +233,39 @@ TEST(data_unscale) {
     CHECK(bad, "inf in column 1 not found");
     fl_tensor_release(col); fl_tensor_release(mm);
 }
+
+/* A list: every tensor scaled (contiguous, strided view, empty), the flag set by the one with NaN whatever its
+ * place, and an argument error (a bf16 or missing tensor anywhere) changes none of them. */
+TEST(data_unscale_many) {
+    float a[3] = { 1, 2, 4 }, m[6] = { 1, 2, 3, 4, 5, 6 }, h[2] = { 8, 16 };
+    int64_t s3[1] = { 3 }, s2[2] = { 3, 2 }, s0[1] = { 0 }, sh[1] = { 2 };
+    fl_tensor *ta = NULL, *mm = NULL, *col = NULL, *empty = NULL, *half = NULL, *tb = NULL;
+    REQUIRE_OK(fl_tensor_from_f32(&ta, a, 1, s3, FL_F32));
+    REQUIRE_OK(fl_tensor_from_f32(&mm, m, 2, s2, FL_F32));
+    REQUIRE_OK(fl_tensor_select(&col, mm, 1, 1));     /* 2, 4, 6 */
+    REQUIRE_OK(fl_tensor_empty(&empty, FL_F32, 1, s0, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_from_f32(&half, h, 1, sh, FL_BF16));
+    REQUIRE_OK(fl_tensor_from_f32(&tb, h, 1, sh, FL_F32));
+    bool bad = false;
+    fl_tensor *bf_list[4] = { ta, col, empty, half };
+    CHECK(fl_data_unscale_many(bf_list, 4, 0.5f, &bad) == FL_EUNSUPPORTED, "bf16 gradient accepted");
+    fl_tensor *null_list[3] = { ta, NULL, col };
+    CHECK(fl_data_unscale_many(null_list, 3, 0.5f, &bad) == FL_EINVAL, "missing gradient accepted");
+    const float *pa = fl_tensor_data(ta), *pm = fl_tensor_data(mm), *pb = fl_tensor_data(tb);
+    CHECK(!bad && pa[0] == 1 && pa[2] == 4 && pm[1] == 2 && pm[5] == 6, "a refused list changed a gradient");
+    fl_tensor *list[4] = { ta, col, empty, tb };
+    REQUIRE_OK(fl_data_unscale_many(list, 4, 0.5f, &bad));
+    CHECK(!bad, "finite list reported as non-finite");
+    CHECK(pa[0] == 0.5f && pa[1] == 1 && pa[2] == 2, "first tensor: %g %g %g", pa[0], pa[1], pa[2]);
+    CHECK(pm[0] == 1 && pm[1] == 1 && pm[2] == 3 && pm[3] == 2 && pm[5] == 3, "strided view scaled, the rest kept");
+    CHECK(pb[0] == 4 && pb[1] == 8, "last tensor: %g %g", pb[0], pb[1]);
+    ((float *)fl_tensor_data(mm))[3] = NAN;          /* in the middle tensor (the view) */
+    REQUIRE_OK(fl_data_unscale_many(list, 4, 2.0f, &bad));
+    CHECK(bad, "NaN in the second of four not found");
+    CHECK(pa[0] == 1 && pb[1] == 16, "the tensors after and before the NaN are still scaled");
+    bad = false;
+    REQUIRE_OK(fl_data_unscale_many(NULL, 0, 2.0f, &bad));
+    CHECK(!bad, "an empty list found something");
+    fl_tensor_release(ta); fl_tensor_release(col); fl_tensor_release(mm); fl_tensor_release(empty);
+    fl_tensor_release(half); fl_tensor_release(tb);
+}

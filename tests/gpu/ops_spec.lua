@@ -83,6 +83,30 @@ describe("the cuda device against the CPU device", function()
   end
   before_each(function() fp8.manual_seed(1234) end)
 
+  it("unscales a list of gradients as the CPU does: the same values, inf/NaN found in any of them", function()
+    local C = require "fp8._data"
+    local cpu = { fp8.randn { 300, 70 } * 1000, fp8.randn { 5 }, fp8.randn { 64, 64 }:t(), fp8.zeros { 0 } }
+    local dev = {}
+    for i, t in ipairs(cpu) do dev[i] = dcopy(t) end
+    assert.is_false(C.unscale_(cpu, 1 / 1024))
+    assert.is_false(C.unscale_(dev, 1 / 1024))
+    for i = 1, #cpu do exact(cpu[i], dev[i], "unscaled gradient " .. i) end
+    for _, bad in ipairs { math.huge, -math.huge, 0 / 0 } do
+      for where = 1, 3 do
+        local c, d = {}, {}
+        for i = 1, 3 do
+          local v = fp8.randn({ 40 }):totable()
+          if i == where then v[17] = bad end
+          c[i] = fp8.tensor(v)
+        end
+        for i = 1, 3 do d[i] = dcopy(c[i]) end
+        assert.is_true(C.unscale_(d, 0.5), ("%s in gradient %d of 3"):format(tostring(bad), where))
+        assert.is_true(C.unscale_(c, 0.5))
+        for i = 1, 3 do exact(c[i], d[i], "scaled beside the non-finite one, gradient " .. i) end
+      end
+    end
+  end)
+
   it("moves tensors both ways bit for bit, every dtype, FP8 with its scale", function()
     local x = fp8.randn { 37, 53 } * 100
     for _, dt in ipairs { "fp32", "bf16", "fp16" } do

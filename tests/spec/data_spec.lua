@@ -412,6 +412,34 @@ describe("fp8.amp", function()
     assert.are.equal(8, s:get_scale())
   end)
 
+  it("unscale_ takes a list: every gradient scaled, inf/NaN found anywhere, bad elements named", function()
+    local C = require "fp8._data"
+    local a, b, c = fp8.tensor { 2, 4 }, fp8.tensor { 8 }, fp8.tensor { { 1, 2 }, { 3, 4 } }
+    assert.is_false(C.unscale_({ a, b, c:t() }, 0.5))
+    assert.are.same({ 1, 2 }, a:totable())
+    assert.are.same({ 4 }, b:totable())
+    assert.are.same({ { 0.5, 1 }, { 1.5, 2 } }, c:totable())
+    assert.is_false(C.unscale_({}, 0.5))
+    local n = fp8.tensor { 1, 0 / 0 }
+    assert.is_true(C.unscale_({ a, n, b }, 2))
+    assert.are.same({ 2, 4 }, a:totable())
+    assert.are.same({ 8 }, b:totable())
+    -- the one-tensor form gives the same flag
+    assert.is_true(C.unscale_(fp8.tensor { math.huge }, 1))
+    assert.is_false(C.unscale_(fp8.tensor { 3 }, 1))
+    -- refused lists change nothing
+    assert.has_error(function() C.unscale_({ a, "x" }, 2) end,
+      "unscale_: element 2 of the list: expected a tensor, got string")
+    local gone = fp8.tensor { 1 }
+    gone:free()
+    assert.has_error(function() C.unscale_({ a, gone }, 2) end, "unscale_: element 2 of the list: tensor has been released")
+    local ok, err = pcall(C.unscale_, { a, fp8.tensor({ 1 }):to("bf16") }, 2)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("fp32", 1, true), tostring(err))
+    assert.truthy(tostring(err):find("tensor 2 of 2", 1, true), tostring(err))
+    assert.are.same({ 2, 4 }, a:totable())
+  end)
+
   it("skips the step on inf/NaN and backs off", function()
     local s = fp8.amp.GradScaler{init_scale = 1024}
     local opt = fake{{1, 2}, {0 / 0}}
