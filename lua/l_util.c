@@ -46,7 +46,10 @@ fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n
     for (lua_Integer i = 1; i <= len; i++) {
         lua_geti(L, arg, i);
         fl_tensor **slot = (fl_tensor **)luaL_testudata(L, -1, FL_TENSOR_MT);
-        if (!slot) luaL_error(L, "%s: element %I of the list: expected a tensor, got %s", fname, i, luaL_typename(L, -1));
+        if (!slot) {
+            luaL_error(L, "%s: element %I of the list: expected a tensor, got %s", fname, i, luaL_typename(L, -1));
+            __builtin_unreachable();   /* luaL_error raises a Lua error: it does not return */
+        }
         if (!*slot) luaL_error(L, "%s: element %I of the list: tensor has been released", fname, i);
         ts[i - 1] = *slot;
         lua_pop(L, 1);
