@@ -30,7 +30,8 @@ int fl_lcheck(lua_State *L, fl_status s);
 fl_tensor **fl_lnewbox(lua_State *L);
 /* The tensor at `arg`; raises an argument error for non-tensors and for released tensors. */
 fl_tensor *fl_lchecktensor(lua_State *L, int arg);
-/* The list of live tensors at `arg` (a sequence of at most 2^20), in an array owned by a userdata this pushes
+/* The list of live tensors at `arg` (a sequence of at most 2^20, read raw: no metamethods), in an array owned by
+ * a userdata this pushes
  * (collected with it, so an element's error leaks nothing); *n gets its length. Errors name fname and the
  * element: "fname: element 3 of the list: expected a tensor, got string". */
 fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n);

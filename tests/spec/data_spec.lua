@@ -433,6 +433,13 @@ describe("fp8.amp", function()
     local gone = fp8.tensor { 1 }
     gone:free()
     assert.has_error(function() C.unscale_({ a, gone }, 2) end, "unscale_: element 2 of the list: tensor has been released")
+    -- a proxy whose elements would exist only while being read is refused, never read through (a collected
+    -- tensor would be used after free)
+    local proxy = setmetatable({}, { __len = function() return 3 end, __index = function() return fp8.tensor { 1 } end })
+    assert.has_error(function() C.unscale_(proxy, 2) end,
+      "unscale_: expected a plain list of tensors, got a table whose metatable has __index")
+    assert.has_error(function() require("fp8._optim").sumsq(setmetatable({}, { __len = function() return 1 end })) end,
+      "sumsq: expected a plain list of tensors, got a table whose metatable has __len")
     local ok, err = pcall(C.unscale_, { a, fp8.tensor({ 1 }):to("bf16") }, 2)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("fp32", 1, true), tostring(err))
