@@ -212,21 +212,22 @@ static fl_ddp *check_ddp(lua_State *L) {
 
 /* ddp(params, names, {bucket_cap_mb=25, wire="fp32"|"fp16"|"bf16", find_unused=false}) */
 static int l_ddp(lua_State *L) {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer np = fl_lcheckrawlist(L, 1, "dist.ddp"), nn = fl_lcheckrawlist(L, 2, "dist.ddp");
     luaL_checktype(L, 3, LUA_TTABLE);
-    int n = (int)luaL_len(L, 1);
-    if ((int)luaL_len(L, 2) != n) return luaL_error(L, "dist.ddp: %d parameters but %d names", n, (int)luaL_len(L, 2));
+    if (np > 1 << 24) return luaL_error(L, "dist.ddp: expected at most %d parameters, got %I", 1 << 24, np);
+    if (nn != np) return luaL_error(L, "dist.ddp: %I parameters but %I names", np, nn);
+    int n = (int)np;
     fl_tensor **ps = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ps, 0);
     const char **ns = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ns, 0);
     for (int i = 0; i < n; i++) {
-        lua_geti(L, 1, i + 1);
+        lua_rawgeti(L, 1, i + 1);
         ps[i] = fl_ltotensor(L, -1);
         if (!ps[i]) return luaL_error(L, "dist.ddp: parameter %d is not a tensor", i + 1);
-        lua_pop(L, 1);
-        lua_geti(L, 2, i + 1);
+        lua_pop(L, 1);   /* the parameters table keeps the tensor alive */
+        /* a string, not a number: lua_tostring would convert the popped copy, which nothing would then hold */
+        if (lua_rawgeti(L, 2, i + 1) != LUA_TSTRING)
+            return luaL_error(L, "dist.ddp: name %d is not a string (got %s)", i + 1, luaL_typename(L, -1));
         ns[i] = lua_tostring(L, -1);
-        if (!ns[i]) return luaL_error(L, "dist.ddp: name %d is not a string", i + 1);
         lua_pop(L, 1);   /* the names table keeps the string alive */
     }
     fl_ddp_opts o = { .bucket_cap_bytes = 25.0 * 1024 * 1024, .wire = FL_F32, .find_unused = false };

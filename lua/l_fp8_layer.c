@@ -318,11 +318,12 @@ static const luaL_Reg meta_methods[] = {
 
 /* reduce_amax(list of FP8Meta) -> number of amaxes MAX-reduced across ranks (core/dist_amax.h) */
 static int l_reduce_amax(lua_State *L) {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    int n = (int)luaL_len(L, 1);
+    lua_Integer len = fl_lcheckrawlist(L, 1, "reduce_amax");
+    if (len > 1 << 24) return luaL_error(L, "reduce_amax: expected at most %d entries, got %I", 1 << 24, len);
+    int n = (int)len;
     fl_fp8_layer **ls = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ls, 0);
     for (int i = 0; i < n; i++) {
-        lua_geti(L, 1, i + 1);
+        lua_rawgeti(L, 1, i + 1);   /* the table keeps the box alive */
         meta_box *b = luaL_testudata(L, -1, META_MT);
         if (!b || !b->l) return luaL_error(L, "reduce_amax: entry %d is not a live FP8Meta (got %s)", i + 1, luaL_typename(L, -1));
         ls[i] = b->l;

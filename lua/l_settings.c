@@ -288,13 +288,11 @@ static int l_distance(lua_State *L) {
 /* suggest(word, {candidates}) -> the nearest plausible candidate, or nil. */
 static int l_suggest(lua_State *L) {
     const char *word = luaL_checkstring(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lua_Integer n = luaL_len(L, 2);
+    lua_Integer n = fl_lcheckrawlist(L, 2, "suggest");
     if (n > 1000) n = 1000;
-    if (n < 0) n = 0;   /* a __len that lies: no candidates */
     const char **cands = (const char **)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *cands, 0);
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, 2, i);   /* strings stay alive in the table */
+        lua_rawgeti(L, 2, i);   /* strings stay alive in the table */
         cands[i - 1] = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
         lua_pop(L, 1);
     }

@@ -23,12 +23,11 @@ static int l_setenv(lua_State *L) {
 
 /* exec({prog, args...}) replaces the process (PATH is searched); returns nil, message on failure. */
 static int l_exec(lua_State *L) {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_Integer n = luaL_len(L, 1);
+    lua_Integer n = fl_lcheckrawlist(L, 1, "exec");
     luaL_argcheck(L, n >= 1 && n < 100000, 1, "expected a non-empty list {program, args...}");
     char **argv = (char **)lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
     for (lua_Integer i = 1; i <= n; i++) {
-        if (lua_geti(L, 1, i) != LUA_TSTRING) return luaL_error(L, "exec: argument %I is not a string", i);
+        if (lua_rawgeti(L, 1, i) != LUA_TSTRING) return luaL_error(L, "exec: argument %I is not a string", i);
         argv[i - 1] = (char *)lua_tostring(L, -1);   /* kept alive by the table */
         lua_pop(L, 1);
     }

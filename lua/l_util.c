@@ -36,21 +36,23 @@ fl_tensor *fl_lchecktensor(lua_State *L, int arg) {
     return *slot;
 }
 
-fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n) {
+lua_Integer fl_lcheckrawlist(lua_State *L, int arg, const char *fname) {
     arg = lua_absindex(L, arg);
     luaL_checktype(L, arg, LUA_TTABLE);
-    /* Raw reads only: a metamethod (__len, __index) could hand out tensors that nothing but this array holds,
-     * which the collector would free while the array still points at them. The table keeps its elements. */
     for (int k = 0; k < 2; k++) {
         const char *ev = k ? "__len" : "__index";
         if (luaL_getmetafield(L, arg, ev) != LUA_TNIL)
-            luaL_error(L, "%s: expected a plain list of tensors, got a table whose metatable has %s", fname, ev);
+            luaL_error(L, "%s: expected a plain list, got a table whose metatable has %s", fname, ev);
     }
-    lua_Unsigned len = lua_rawlen(L, arg);
-    if (len > 1 << 20)
-        luaL_error(L, "%s: expected a list of at most %d tensors, got %I", fname, 1 << 20, (lua_Integer)len);
+    return (lua_Integer)lua_rawlen(L, arg);
+}
+
+fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n) {
+    arg = lua_absindex(L, arg);
+    lua_Integer len = fl_lcheckrawlist(L, arg, fname);
+    if (len > 1 << 20) luaL_error(L, "%s: expected a list of at most %d tensors, got %I", fname, 1 << 20, len);
     fl_tensor **ts = lua_newuserdatauv(L, (size_t)(len ? len : 1) * sizeof *ts, 0);
-    for (lua_Integer i = 1; i <= (lua_Integer)len; i++) {
+    for (lua_Integer i = 1; i <= len; i++) {
         lua_rawgeti(L, arg, i);
         fl_tensor **slot = (fl_tensor **)luaL_testudata(L, -1, FL_TENSOR_MT);
         if (!slot) {

@@ -30,7 +30,12 @@ int fl_lcheck(lua_State *L, fl_status s);
 fl_tensor **fl_lnewbox(lua_State *L);
 /* The tensor at `arg`; raises an argument error for non-tensors and for released tensors. */
 fl_tensor *fl_lchecktensor(lua_State *L, int arg);
-/* The list of live tensors at `arg` (a sequence of at most 2^20, read raw: no metamethods), in an array owned by
+/* The length of the plain list at `arg`: a table whose metatable, if any, has neither __index nor __len (else an
+ * error naming fname), measured raw. Functions that keep pointers to a list's elements read it with lua_rawgeti:
+ * the table then holds every element, where a metamethod could hand out values only the C side refers to, which
+ * the collector would free under it. */
+lua_Integer fl_lcheckrawlist(lua_State *L, int arg, const char *fname);
+/* The list of live tensors at `arg` (a plain list as above, of at most 2^20), in an array owned by
  * a userdata this pushes
  * (collected with it, so an element's error leaks nothing); *n gets its length. Errors name fname and the
  * element: "fname: element 3 of the list: expected a tensor, got string". */

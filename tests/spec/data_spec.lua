@@ -437,9 +437,9 @@ describe("fp8.amp", function()
     -- tensor would be used after free)
     local proxy = setmetatable({}, { __len = function() return 3 end, __index = function() return fp8.tensor { 1 } end })
     assert.has_error(function() C.unscale_(proxy, 2) end,
-      "unscale_: expected a plain list of tensors, got a table whose metatable has __index")
+      "unscale_: expected a plain list, got a table whose metatable has __index")
     assert.has_error(function() require("fp8._optim").sumsq(setmetatable({}, { __len = function() return 1 end })) end,
-      "sumsq: expected a plain list of tensors, got a table whose metatable has __len")
+      "sumsq: expected a plain list, got a table whose metatable has __len")
     local ok, err = pcall(C.unscale_, { a, fp8.tensor({ 1 }):to("bf16") }, 2)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("fp32", 1, true), tostring(err))
