@@ -72,6 +72,10 @@ local VALUES = {
   "{1e6, 1e6}", "{0/0}", "{'a', 'b'}", "{x = 1}",
   LYING,
   "setmetatable({}, {__index = function() error('hostile __index') end, __len = function() return -1 end})",
+  -- proxy lists whose elements exist only while read (a full collection before each): a C function that keeps
+  -- pointers to them must not read through the proxy (it would use what the collector freed)
+  "setmetatable({}, {__len = function() return 2 end, __index = function(_, i) if math.type(i) == 'integer' and i >= 1 and i <= 2 then collectgarbage(); return fp8.ones{2, 3} end end})",
+  "setmetatable({}, {__len = function() return 2 end, __index = function(_, i) if math.type(i) == 'integer' and i >= 1 and i <= 2 then collectgarbage(); return 'name' .. i end end})",
   "function() end", "coroutine.create(function() end)", "io.stdout",
   "fp8.ones{2, 3}", "fp8.ones{2, 3}:quantize('e4m3')", "fp8.ones({2, 3}, 'bf16')", "fp8.zeros{0}",
   "fp8.zeros{0, 3}", "fp8.tensor(1)", "fp8.ones{3, 2, 1, 1}", "fp8.arange(5)",
