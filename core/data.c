@@ -252,6 +252,9 @@ static void unscale_host(fl_tensor *t, float factor, bool *found_nonfinite) {
     if (bad) *found_nonfinite = true;
 }
 
+/* A gradient whose check and scaling run on its device (an empty one needs neither). */
+static bool on_device_nonempty(const fl_tensor *t) { return t->device != FL_DEV_CPU && fl_tensor_numel(t) > 0; }
+
 fl_status fl_data_unscale_many(fl_tensor *const *ts, int n, float factor, bool *found_nonfinite) {
     if (n < 0 || (n > 0 && !ts) || !found_nonfinite)
         return FL_ERR(FL_EINVAL, "unscale: expected n >= 0 tensors and a result flag, got n = %d", n);
@@ -262,7 +265,7 @@ fl_status fl_data_unscale_many(fl_tensor *const *ts, int n, float factor, bool *
         if (ts[i]->dtype != FL_F32)
             return FL_ERR(FL_EUNSUPPORTED, "unscale: gradients must be fp32 tensors, got %s (tensor %d of %d)",
                           fl_format(ts[i]->dtype)->name, i + 1, n);
-        if (ts[i]->device != FL_DEV_CPU && fl_tensor_numel(ts[i]) > 0) on_device++;
+        if (on_device_nonempty(ts[i])) on_device++;
     }
     if (on_device) {
         /* On a device: Σx² in double is finite exactly when every element is (|x| <= FLT_MAX squares to at most
@@ -275,7 +278,7 @@ fl_status fl_data_unscale_many(fl_tensor *const *ts, int n, float factor, bool *
             return FL_ERR(FL_ENOMEM, "unscale: out of memory for %d tensors", on_device);
         }
         for (int i = 0, k = 0; i < n; i++)
-            if (ts[i]->device != FL_DEV_CPU && fl_tensor_numel(ts[i]) > 0) dev[k++] = ts[i];
+            if (on_device_nonempty(ts[i])) dev[k++] = ts[i];
         fl_status st = fl_sumsq_many(dev, on_device, ss);
         for (int k = 0; st == FL_OK && k < on_device; k++)
             if (!isfinite(ss[k])) *found_nonfinite = true;

@@ -212,18 +212,14 @@ static fl_ddp *check_ddp(lua_State *L) {
 
 /* ddp(params, names, {bucket_cap_mb=25, wire="fp32"|"fp16"|"bf16", find_unused=false}) */
 static int l_ddp(lua_State *L) {
-    lua_Integer np = fl_lcheckrawlist(L, 1, "dist.ddp"), nn = fl_lcheckrawlist(L, 2, "dist.ddp");
+    lua_Integer nn = fl_lcheckrawlist(L, 2, "dist.ddp");
     luaL_checktype(L, 3, LUA_TTABLE);
-    if (np > 1 << 24) return luaL_error(L, "dist.ddp: expected at most %d parameters, got %I", 1 << 24, np);
-    if (nn != np) return luaL_error(L, "dist.ddp: %I parameters but %I names", np, nn);
-    int n = (int)np;
-    fl_tensor **ps = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ps, 0);
+    lua_settop(L, 3);   /* the arrays below are pushed above the arguments */
+    int n = 0;
+    fl_tensor **ps = fl_lchecktensorlist(L, 1, "dist.ddp", &n);
+    if (nn != n) return luaL_error(L, "dist.ddp: %d parameters but %I names", n, nn);
     const char **ns = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ns, 0);
     for (int i = 0; i < n; i++) {
-        lua_rawgeti(L, 1, i + 1);
-        ps[i] = fl_ltotensor(L, -1);
-        if (!ps[i]) return luaL_error(L, "dist.ddp: parameter %d is not a tensor", i + 1);
-        lua_pop(L, 1);   /* the parameters table keeps the tensor alive */
         /* a string, not a number: lua_tostring would convert the popped copy, which nothing would then hold */
         if (lua_rawgeti(L, 2, i + 1) != LUA_TSTRING)
             return luaL_error(L, "dist.ddp: name %d is not a string (got %s)", i + 1, luaL_typename(L, -1));

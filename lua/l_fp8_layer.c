@@ -322,13 +322,7 @@ static int l_reduce_amax(lua_State *L) {
     if (len > 1 << 24) return luaL_error(L, "reduce_amax: expected at most %d entries, got %I", 1 << 24, len);
     int n = (int)len;
     fl_fp8_layer **ls = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ls, 0);
-    for (int i = 0; i < n; i++) {
-        lua_rawgeti(L, 1, i + 1);   /* the table keeps the box alive */
-        meta_box *b = luaL_testudata(L, -1, META_MT);
-        if (!b || !b->l) return luaL_error(L, "reduce_amax: entry %d is not a live FP8Meta (got %s)", i + 1, luaL_typename(L, -1));
-        ls[i] = b->l;
-        lua_pop(L, 1);
-    }
+    for (int i = 0; i < n; i++) ls[i] = fl_lrawlistobj(L, 1, i + 1, "reduce_amax", META_MT, "an FP8Meta");
     int m = 0;
     fl_lcheck(L, fl_fp8_layers_reduce_amax(ls, n, &m));
     lua_pushinteger(L, m);

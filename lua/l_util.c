@@ -47,22 +47,25 @@ lua_Integer fl_lcheckrawlist(lua_State *L, int arg, const char *fname) {
     return (lua_Integer)lua_rawlen(L, arg);
 }
 
+void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, const char *mt, const char *what) {
+    lua_rawgeti(L, arg, i);   /* the table keeps the box alive after the pop */
+    void *box = luaL_testudata(L, -1, mt), *obj;
+    if (!box) {
+        luaL_error(L, "%s: element %I of the list: expected %s, got %s", fname, i, what, luaL_typename(L, -1));
+        __builtin_unreachable();   /* luaL_error raises a Lua error: it does not return */
+    }
+    memcpy(&obj, box, sizeof obj);
+    if (!obj) luaL_error(L, "%s: element %I of the list: %s has been released", fname, i, what);
+    lua_pop(L, 1);
+    return obj;
+}
+
 fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n) {
     arg = lua_absindex(L, arg);
     lua_Integer len = fl_lcheckrawlist(L, arg, fname);
     if (len > 1 << 20) luaL_error(L, "%s: expected a list of at most %d tensors, got %I", fname, 1 << 20, len);
     fl_tensor **ts = lua_newuserdatauv(L, (size_t)(len ? len : 1) * sizeof *ts, 0);
-    for (lua_Integer i = 1; i <= len; i++) {
-        lua_rawgeti(L, arg, i);
-        fl_tensor **slot = (fl_tensor **)luaL_testudata(L, -1, FL_TENSOR_MT);
-        if (!slot) {
-            luaL_error(L, "%s: element %I of the list: expected a tensor, got %s", fname, i, luaL_typename(L, -1));
-            __builtin_unreachable();   /* luaL_error raises a Lua error: it does not return */
-        }
-        if (!*slot) luaL_error(L, "%s: element %I of the list: tensor has been released", fname, i);
-        ts[i - 1] = *slot;
-        lua_pop(L, 1);
-    }
+    for (lua_Integer i = 1; i <= len; i++) ts[i - 1] = fl_lrawlistobj(L, arg, i, fname, FL_TENSOR_MT, "a tensor");
     *n = (int)len;
     return ts;
 }

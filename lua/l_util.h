@@ -40,6 +40,11 @@ lua_Integer fl_lcheckrawlist(lua_State *L, int arg, const char *fname);
  * (collected with it, so an element's error leaks nothing); *n gets its length. Errors name fname and the
  * element: "fname: element 3 of the list: expected a tensor, got string". */
 fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n);
+/* Element i (1-based) of the plain list at `arg` (absolute index): a box of metatable mt whose first member is
+ * its object's pointer; returns that pointer, which the list keeps alive. Errors name fname, the element and
+ * `what` (with its article): "fname: element 3 of the list: expected an FP8Meta, got table", "... has been
+ * released". */
+void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, const char *mt, const char *what);
 /* The tensor at idx, or NULL when the value is not a (live) tensor. */
 fl_tensor *fl_ltotensor(lua_State *L, int idx);
 /* Push a new box owning one new reference to t (retains it). */

@@ -432,7 +432,7 @@ describe("fp8.amp", function()
       "unscale_: element 2 of the list: expected a tensor, got string")
     local gone = fp8.tensor { 1 }
     gone:free()
-    assert.has_error(function() C.unscale_({ a, gone }, 2) end, "unscale_: element 2 of the list: tensor has been released")
+    assert.has_error(function() C.unscale_({ a, gone }, 2) end, "unscale_: element 2 of the list: a tensor has been released")
     -- a proxy whose elements would exist only while being read is refused, never read through (a collected
     -- tensor would be used after free)
     local proxy = setmetatable({}, { __len = function() return 3 end, __index = function() return fp8.tensor { 1 } end })

@@ -170,6 +170,18 @@ describe("C functions taking lists refuse proxy tables", function()
   it("dist.ddp names must be strings (a number's string would be held by nothing)", function()
     fails_with({ "name 1 is not a string", "number" }, require("fp8._dist").ddp, { fp8.tensor { 1 } }, { 7 }, {})
   end)
+  it("a bad element is named by its place, what was expected and what came", function()
+    local ddp = require("fp8._dist").ddp
+    fails_with({ "dist.ddp: element 2 of the list: expected a tensor, got number" }, ddp, { fp8.tensor { 1 }, 5 }, { "a", "b" }, {})
+    local gone = fp8.tensor { 1 }
+    gone:free()
+    fails_with({ "dist.ddp: element 1 of the list: a tensor has been released" }, ddp, { gone }, { "a" }, {})
+    fails_with({ "bad argument #3", "table expected" }, ddp, { fp8.tensor { 1 } }, { "a" })
+    fails_with({ "dist.ddp: 1 parameters but 2 names" }, ddp, { fp8.tensor { 1 } }, { "a", "b" }, {})
+    fails_with({ "reduce_amax: element 1 of the list: expected an FP8Meta, got table" },
+      require("fp8._fp8_layer").reduce_amax, { {} })
+    fails_with({ "sumsq: element 1 of the list: a tensor has been released" }, require("fp8._optim").sumsq, { gone })
+  end)
   it("plain lists still work, with metatables that add methods only", function()
     local list = setmetatable({ fp8.tensor { 3 }, fp8.tensor { 4 } }, { __tostring = function() return "list" end })
     assert.are.equal(25, require("fp8._optim").sumsq(list))
