@@ -177,7 +177,9 @@ static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d
 
 /* ---- factories -------------------------------------------------------------------------- */
 
-static int l_zeros_ones(lua_State *L, double v, const char *fname) {
+/* zeros / ones / empty(shape [, dtype | {dtype=, device=}]): filled with 0, with 1, or left uninitialised. */
+typedef enum { FILL_ZEROS, FILL_ONES, FILL_NONE } fill_kind;
+static int l_factory(lua_State *L, fill_kind fill, const char *fname) {
     gc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
@@ -185,24 +187,14 @@ static int l_zeros_ones(lua_State *L, double v, const char *fname) {
     fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, fname, &dev);
     reject_fp8_dtype(L, dt, fname);
     fl_tensor **slot = fl_lnewbox(L);
-    if (v == 0) FL_LCALL(L, fl_tensor_zeros(slot, dt, ndim, shape, dev));
-    else FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, dev));
+    if (fill == FILL_ZEROS) FL_LCALL(L, fl_tensor_zeros(slot, dt, ndim, shape, dev));
+    else if (fill == FILL_ONES) FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, 1, dev));
+    else FL_LCALL(L, fl_tensor_empty(slot, dt, ndim, shape, dev));
     return 1;
 }
-static int l_zeros(lua_State *L) { return l_zeros_ones(L, 0, "zeros"); }
-static int l_ones(lua_State *L) { return l_zeros_ones(L, 1, "ones"); }
-
-static int l_empty(lua_State *L) {
-    gc_poll(L);
-    int ndim; int64_t shape[FL_MAX_DIMS];
-    int next = parse_shape(L, 1, &ndim, shape, 0, "empty");
-    int dev;
-    fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, "empty", &dev);
-    reject_fp8_dtype(L, dt, "empty");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_tensor_empty(slot, dt, ndim, shape, dev));
-    return 1;
-}
+static int l_zeros(lua_State *L) { return l_factory(L, FILL_ZEROS, "zeros"); }
+static int l_ones(lua_State *L) { return l_factory(L, FILL_ONES, "ones"); }
+static int l_empty(lua_State *L) { return l_factory(L, FILL_NONE, "empty"); }
 
 static int l_full(lua_State *L) {
     int ndim; int64_t shape[FL_MAX_DIMS];
