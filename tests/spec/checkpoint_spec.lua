@@ -12,18 +12,9 @@ local function tmpdir()
   return d
 end
 
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local write = U.write
+local read = U.must_read
 
 -- A file image: header length (or `claimed`), header text, then `data` (a string or a byte count).
 local function image(hdr, data, claimed)

@@ -3,20 +3,15 @@
 -- bad flags, mpirun start-up, and the sections of the environment report.
 local BIN = assert(FP8LAB_BIN, "run through tests/busted.lua, which sets FP8LAB_BIN")
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local U = dofile("tests/spec/helpers/util.lua")
+local q = U.q
 
-local function slurp(path, keep)
-  local f = io.open(path, "rb"); local s = f and f:read("a") or nil; if f then f:close() end
-  if not keep then os.remove(path) end
-  return s
+local function slurp(path, keep)   -- the file's bytes (nil if missing); removed unless keep
+  if keep then return U.read(path) end
+  return U.take(path)
 end
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. q(d)))
-  return d
-end
+local tmpdir = U.tmpdir
 
 -- Every run gets a private cache directory (no default config unless a test writes one) and no
 -- FP8LAB_* settings from the calling environment.

@@ -2,10 +2,9 @@
 -- "The GPT in FP8"): a few steps of three recipes on a text made here give one table with a row per
 -- recipe and bf16's gap at 0, the loss CSV; options of the other model are refused.
 local bin = FP8LAB_BIN or "build/fp8lab"
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
-assert(os.execute("mkdir -p " .. tmpdir))
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
+local q = U.q
 local function run(args)
   local p = assert(io.popen("timeout 120 " .. q(bin) .. " scripts/compare_recipes.lua " .. args .. " 2>&1"))
   local out = p:read("a")

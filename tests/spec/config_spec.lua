@@ -6,7 +6,8 @@ local config = require "fp8.config"
 local HERE = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local DATA = HERE .. "/../data/config"
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local U = dofile("tests/spec/helpers/util.lua")
+local q = U.q
 
 local function list(dir)
   local p = assert(io.popen("ls " .. q(dir)))
@@ -16,26 +17,9 @@ local function list(dir)
   return t
 end
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. q(d)))
-  return d
-end
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function spit(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local tmpdir = U.tmpdir
+local slurp = U.read
+local spit = U.write
 
 -- file → a fragment of the message it must give (position included where it says something).
 local BAD = {

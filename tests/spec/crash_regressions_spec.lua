@@ -4,12 +4,9 @@
 -- Lua error and went on to print "OK" and exit 0. docs/robustness.md lists the classes.
 local BIN = assert(FP8LAB_BIN, "run through tests/busted.lua, which sets FP8LAB_BIN")
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function slurp(path)
-  local f = io.open(path, "rb"); local s = f and f:read("a") or ""; if f then f:close() end
-  os.remove(path)
-  return s
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local q = U.q
+local function slurp(path) return U.take(path) or "" end   -- the file's bytes ("" if missing); removed
 
 -- child(code [, prefix [, limit_s]]) -> stdout, stderr, exit code (124/137: killed by the time limit)
 local function child(code, prefix, limit)

@@ -6,13 +6,8 @@ local BIN = FP8LAB_BIN or "build/fp8lab"
 local HELPER = "tests/spec/helpers/crash_writer.lua"
 local C = require "fp8._checkpoint"
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local function read(path) return U.read(path) or "" end   -- "" while the file does not exist
 
 local function sleep(s) os.execute(("sleep %.3f"):format(s)) end
 

@@ -3,15 +3,9 @@
 -- from the bytes we write and plain Lua arithmetic.
 local fp8 = fp8 or require "fp8"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
-assert(os.execute("mkdir -p " .. tmpdir))
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
+local write = U.write
 
 local function pixel(i, j) return (i * 29 + j * 13) % 256 end   -- image i (0-based), pixel j
 

@@ -5,7 +5,8 @@ local bin = FP8LAB_BIN or "build/fp8lab"
 local D = require "fp8._dist"
 local sys = require("fp8.config").sys
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local U = dofile("tests/spec/helpers/util.lua")
+local q = U.q
 local has_mpirun = os.execute("command -v mpirun >/dev/null 2>&1") == true
 local can = has_mpirun and D.info().mpi_built
 local why = not has_mpirun and "mpirun not installed (apt-get install openmpi-bin)"

@@ -2,17 +2,8 @@
 -- message names the problem: what was expected, what came, the valid choices, the shapes.
 local fp8 = fp8 or require "fp8"
 
--- Assert that f(...) fails with a message containing every plain substring in `needles`.
-local function fails_with(needles, f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error")
-  err = tostring(err)
-  if type(needles) == "string" then needles = { needles } end
-  for _, n in ipairs(needles) do
-    assert.truthy(err:find(n, 1, true), ("message %q lacks %q"):format(err, n))
-  end
-  return err
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local fails_with = U.fails_with   -- f(...) must fail with a message containing every plain substring in `needles`
 
 local DTYPES = "fp32, bf16, fp16, e4m3, e5m2"
 

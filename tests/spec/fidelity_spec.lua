@@ -3,16 +3,9 @@
 -- bf16 seed 1 judged against max(spread, 0.5%), the doc's section replaced in place and the rest kept, runs
 -- already done not repeated, bad options refused.
 local bin = FP8LAB_BIN or "build/fp8lab"
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
-assert(os.execute("mkdir -p " .. tmpdir))
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  return out, p:close() == true
-end
-local function read(path) local f = assert(io.open(path, "rb")); local s = f:read("a"); f:close(); return s end
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
+local q, sh, read = U.q, U.sh, U.must_read
 
 describe("scripts/fidelity_gpt.sh", function()
   local text, out_dir, doc = tmpdir .. "/t.txt", tmpdir .. "/runs", tmpdir .. "/docs/recipes.md"

@@ -14,10 +14,9 @@
 -- Model: 2 layers, d_model 64, 4 heads, context 32, batch 16; ~10 s on this machine.
 local bin = FP8LAB_BIN or "build/fp8lab"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
-assert(os.execute("mkdir -p " .. tmpdir))
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
+local q = U.q
 
 -- The text (about 100 kB) and its entropies.
 local function make_text(path, nchars)

@@ -2,13 +2,10 @@
 -- scripts, exit codes, error reports, sub-commands and Ctrl-C.
 local BIN = assert(FP8LAB_BIN, "run through tests/busted.lua, which sets FP8LAB_BIN")
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local U = dofile("tests/spec/helpers/util.lua")
+local q = U.q
 
-local function slurp(path)
-  local f = io.open(path, "rb"); local s = f and f:read("a") or ""; if f then f:close() end
-  os.remove(path)
-  return s
-end
+local function slurp(path) return U.take(path) or "" end   -- the file's bytes ("" if missing); removed
 
 -- run(args [, stdin_text [, prefix]]) -> stdout, stderr, exit code. args is a shell fragment.
 local function run(args, input, prefix)

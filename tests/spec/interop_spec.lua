@@ -8,12 +8,8 @@ local DIR = "tests/data/safetensors"
 local DT = { F32 = "fp32", F16 = "fp16", BF16 = "bf16", F8_E4M3 = "e4m3", F8_E5M2 = "e5m2", I64 = "fp32", I32 = "fp32",
              U8 = "fp32", BOOL = "fp32" }
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local read = U.must_read
 
 local function flat(t, out)
   out = out or {}

@@ -3,17 +3,8 @@
 local fp8 = fp8 or require "fp8"
 local K = require "fp8.kwargs"
 
--- Runs f and returns its error message, asserting it failed and contains every plain substring.
-local function fails_with(needles, f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error")
-  err = tostring(err)
-  if type(needles) == "string" then needles = { needles } end
-  for _, n in ipairs(needles) do
-    assert.truthy(err:find(n, 1, true), ("message %q lacks %q"):format(err, n))
-  end
-  return err
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local fails_with = U.fails_with   -- f's error message, asserting it failed and contains every plain substring
 
 -- resolve with no ambient environment and no config file unless the test gives them.
 local function resolve(opts)

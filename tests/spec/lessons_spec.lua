@@ -3,11 +3,10 @@
 -- PNG) is written. The text the GPT lessons train on is made here, not read from the system.
 local bin = FP8LAB_BIN or "build/fp8lab"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
-assert(os.execute("mkdir -p " .. tmpdir))
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
 
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local sh_quote = U.q
 
 -- ~30 kB of text with an alphabet like English prose (a seeded generator of random words, capitals,
 -- punctuation and numbers), so the GPT's gradients look like those on Debian's fortunes.

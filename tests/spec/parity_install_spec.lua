@@ -4,13 +4,8 @@
 local bin = FP8LAB_BIN or "build/fp8lab"
 local build = bin:match("^(.*)/fp8lab$") or "build"
 
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local sh_quote, sh = U.q, U.sh
 local function exists(p) local f = io.open(p, "r"); if f then f:close() end; return f ~= nil end
 
 describe("make install / uninstall", function()

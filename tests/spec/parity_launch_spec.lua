@@ -3,11 +3,11 @@
 -- scripts/train_char_gpt.lua running every recipe through the Accelerator. Child processes on tiny data.
 local bin = FP8LAB_BIN or "build/fp8lab"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
 assert(os.execute("mkdir -p " .. tmpdir .. "/fm"))
 
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local sh_quote = U.q
 
 -- Runs `fp8lab <words...>` (with `env` prepended); returns output, success.
 local function run(words, env)

@@ -5,11 +5,11 @@
 local bin = FP8LAB_BIN or "build/fp8lab"
 local plot = require "fp8.plot"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
 assert(os.execute("mkdir -p " .. tmpdir .. "/fm"))
 
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local sh_quote = U.q
 local function run(words, env)
   local cmd = (env or "") .. " timeout 120 " .. sh_quote(bin)
   for _, a in ipairs(words) do cmd = cmd .. " " .. sh_quote(a) end
@@ -18,13 +18,7 @@ local function run(words, env)
   local ok = p:close()
   return out, ok == true
 end
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = U.read
 local function is_png(path) local s = read(path); return s ~= nil and s:sub(1, 8) == "\137PNG\r\n\26\n" and #s > 2000 end
 
 local synthetic_fmnist = dofile("tests/spec/helpers/synthetic_fmnist.lua")

@@ -5,13 +5,8 @@ local bin = FP8LAB_BIN or "build/fp8lab"
 local help = require "fp8.help"
 local repl = require "fp8.repl"
 
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local sh_quote, sh = U.q, U.sh
 local function lines(s) return select(2, s:gsub("\n", "")) + 1 end
 
 describe("the prompt", function()

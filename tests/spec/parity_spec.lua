@@ -4,13 +4,8 @@
 local nn, F, optim = fp8.nn, fp8.nn.functional, fp8.optim
 local bin = FP8LAB_BIN or "build/fp8lab"
 
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok == true
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local sh_quote, sh = U.q, U.sh
 
 local function new_acc(opts)
   opts.config = opts.config == nil and false or opts.config

@@ -12,27 +12,9 @@ local F = nn.functional
 local profiler = require "fp8.profiler"
 local Accelerator = require "fp8.accelerator"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
-assert(os.execute("mkdir -p " .. tmpdir))
-
-local function fails_with(needles, f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error")
-  err = tostring(err)
-  if type(needles) == "string" then needles = { needles } end
-  for _, n in ipairs(needles) do
-    assert.truthy(err:find(n, 1, true), ("message %q lacks %q"):format(err, n))
-  end
-  return err
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
+local fails_with, read = U.fails_with, U.must_read
 
 -- ---- a small JSON reader (RFC 8259; numbers as Lua floats, null as the sentinel) ----------------
 local NULL = setmetatable({}, { __tostring = function() return "null" end })

@@ -4,7 +4,8 @@ local repl = require "fp8.repl"
 local help = require "fp8.help"
 local BIN = FP8LAB_BIN
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local U = dofile("tests/spec/helpers/util.lua")
+local q = U.q
 
 describe("repl.format", function()
   local f = repl.format

@@ -21,12 +21,8 @@ local function run(config, model, steps, mode, dir)
   return losses
 end
 
-local function bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local bytes = U.must_read
 
 local function check(config, model, first)
   local dir = os.tmpname()

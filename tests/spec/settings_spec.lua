@@ -7,17 +7,8 @@
 local BIN = assert(FP8LAB_BIN, "run through tests/busted.lua, which sets FP8LAB_BIN")
 local settings = require "fp8.settings"
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-
-local function slurp(path)
-  local f = io.open(path, "rb"); local s = f and f:read("a") or nil; if f then f:close() end
-  os.remove(path)
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb")); f:write(text); f:close()
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local q, write, slurp = U.q, U.write, U.take
 
 -- run(args [, stdin [, selftest]]) -> stdout, stderr, exit code; a clean FP8LAB_* environment and a
 -- private cache directory (no default config file).

@@ -3,11 +3,11 @@
 -- task, identical loss curves for the same seed, and option errors.
 local bin = FP8LAB_BIN or "build/fp8lab"
 
-local tmpdir = os.tmpname()
-os.remove(tmpdir)
+local U = dofile("tests/spec/helpers/util.lua")
+local tmpdir = U.tmpdir()
 assert(os.execute("mkdir -p " .. tmpdir .. "/fm"))
 
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local sh_quote = U.q
 
 -- Run a script; returns the combined output and whether it exited with status 0.
 local function run(script, args)
@@ -25,12 +25,7 @@ local function last_line(s)
   return last
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = U.must_read
 
 local synthetic_fmnist = dofile("tests/spec/helpers/synthetic_fmnist.lua")
 local function make_dataset(dir, split, n) return synthetic_fmnist(dir, split, n, 12345) end

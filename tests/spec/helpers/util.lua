@@ -1,0 +1,72 @@
+-- util.lua — small helpers shared by the spec files, loaded with
+-- `local U = dofile("tests/spec/helpers/util.lua")` (from the repository root, as the specs run).
+-- Not a spec itself (the name does not end in _spec.lua). Its assertions are busted's own (luassert),
+-- the same object the specs call `assert`, so a failure here reads as a failure of the calling test.
+local assert = require "luassert"
+
+local U = {}
+
+-- A string (or anything tostring takes) quoted for the shell: 'it'\''s'.
+function U.q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- The bytes of a file, or nil when it cannot be opened.
+function U.read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- The bytes of a file (nil when it cannot be opened); the file is then removed.
+function U.take(path)
+  local s = U.read(path)
+  os.remove(path)
+  return s
+end
+
+-- The bytes of a file that must exist (fails with io.open's message otherwise).
+function U.must_read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- Writes text to path (binary mode, replacing the file), failing if it cannot be opened.
+function U.write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+-- A fresh, empty directory under the system's temporary folder; returns its path.
+function U.tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. U.q(d)))
+  return d
+end
+
+-- Runs a shell command with stderr joined to stdout; returns the output and whether it exited 0.
+function U.sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok == true
+end
+
+-- Runs f(...) and returns its error message, asserting it failed and that the message contains
+-- every plain substring in `needles` (a string or a list of strings).
+function U.fails_with(needles, f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok, "expected an error")
+  err = tostring(err)
+  if type(needles) == "string" then needles = { needles } end
+  for _, n in ipairs(needles) do
+    assert.truthy(err:find(n, 1, true), ("message %q lacks %q"):format(err, n))
+  end
+  return err
+end
+
+return U
