@@ -2,6 +2,7 @@
  * tensors in place or into new tensors, non-blocking all-reduce with a wait handle) and the DDP
  * reducer of core/ddp.h as a userdata. lua/fp8/distributed.lua and lua/fp8/ddp.lua build the
  * Accelerator's data parallelism on it (docs/distributed.md). */
+#include <math.h>
 #include <string.h>
 #include "l_util.h"
 #include "dist.h"
@@ -25,29 +26,16 @@ static fl_tensor *check_comm_tensor(lua_State *L, int arg, const char *fname) {
 
 /* init{timeout=, backend="mpi"|"nccl"} -> {rank, size, local_rank} */
 static int l_init(lua_State *L) {
-    double timeout = 0;
-    int nccl = 0;
-    if (!lua_isnoneornil(L, 1)) {
-        luaL_checktype(L, 1, LUA_TTABLE);
-        lua_getfield(L, 1, "timeout");
-        if (!lua_isnil(L, -1)) {
-            if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) <= 0)
-                return luaL_error(L, "dist.init: timeout must be a number of seconds > 0, got %s", luaL_tolstring(L, -1, NULL));
-            timeout = lua_tonumber(L, -1);
-        }
-        lua_pop(L, 1);
-        lua_getfield(L, 1, "backend");
-        if (!lua_isnil(L, -1)) {
-            const char *b = lua_tostring(L, -1);
-            if (!b || (strcmp(b, "mpi") != 0 && strcmp(b, "nccl") != 0))
-                return luaL_error(L, "dist.init: backend must be \"mpi\" or \"nccl\", got %s", luaL_tolstring(L, -1, NULL));
-            nccl = strcmp(b, "nccl") == 0;
-            if (nccl && !fl_dist_built_nccl())
-                return luaL_error(L, "dist.init: backend \"nccl\" is not available: this fp8lab is built without NCCL "
-                                  "(GPU collectives are refused); use InitProcessGroupKwargs{backend=\"mpi\"}");
-        }
-        lua_pop(L, 1);
-    }
+    static const char *const keys[] = { "timeout", "backend", NULL }, *const backends[] = { "mpi", "nccl", NULL };
+    if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
+    fl_lcheckopts(L, 1, "dist.init", keys);
+    double timeout = fl_lfieldnumber(L, 1, "dist.init", "timeout", INFINITY);   /* absent: the core's default */
+    if (!(timeout > 0)) return luaL_error(L, "dist.init: timeout must be a number of seconds > 0, got %f", timeout);
+    if (isinf(timeout)) timeout = 0;
+    int nccl = strcmp(fl_lfieldchoice(L, 1, "dist.init", "backend", "mpi", backends), "nccl") == 0;
+    if (nccl && !fl_dist_built_nccl())
+        return luaL_error(L, "dist.init: backend \"nccl\" is not available: this fp8lab is built without NCCL "
+                          "(GPU collectives are refused); use InitProcessGroupKwargs{backend=\"mpi\"}");
     fl_lcheck(L, fl_dist_init(timeout));
     if (nccl) fl_lcheck(L, fl_dist_init_nccl());
     lua_createtable(L, 0, 3);
@@ -226,26 +214,17 @@ static int l_ddp(lua_State *L) {
         ns[i] = lua_tostring(L, -1);
         lua_pop(L, 1);   /* the names table keeps the string alive */
     }
+    static const char *const keys[] = { "bucket_cap_mb", "wire", "find_unused", NULL };
+    static const char *const wires[] = { "fp32", "fp16", "bf16", NULL };
+    static const fl_dtype wire_dt[] = { FL_F32, FL_F16, FL_BF16 };
+    fl_lcheckopts(L, 3, "dist.ddp", keys);
     fl_ddp_opts o = { .bucket_cap_bytes = 25.0 * 1024 * 1024, .wire = FL_F32, .find_unused = false };
-    lua_getfield(L, 3, "bucket_cap_mb");
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) > 0))
-            return luaL_error(L, "dist.ddp: bucket_cap_mb must be a number > 0, got %s", luaL_tolstring(L, -1, NULL));
-        o.bucket_cap_bytes = lua_tonumber(L, -1) * 1024 * 1024;
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, 3, "wire");
-    if (!lua_isnil(L, -1)) {
-        const char *w = lua_tostring(L, -1);
-        if (w && strcmp(w, "fp32") == 0) o.wire = FL_F32;
-        else if (w && strcmp(w, "fp16") == 0) o.wire = FL_F16;
-        else if (w && strcmp(w, "bf16") == 0) o.wire = FL_BF16;
-        else return luaL_error(L, "dist.ddp: wire must be \"fp32\", \"fp16\" or \"bf16\", got %s", luaL_tolstring(L, -1, NULL));
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, 3, "find_unused");
-    o.find_unused = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    double cap = fl_lfieldnumber(L, 3, "dist.ddp", "bucket_cap_mb", 25);
+    if (!(cap > 0)) return luaL_error(L, "dist.ddp: bucket_cap_mb must be a number > 0, got %f", cap);
+    o.bucket_cap_bytes = cap * 1024 * 1024;
+    const char *w = fl_lfieldchoice(L, 3, "dist.ddp", "wire", "fp32", wires);
+    for (int i = 0; wires[i]; i++) if (w == wires[i]) o.wire = wire_dt[i];
+    o.find_unused = fl_lfieldbool(L, 3, "dist.ddp", "find_unused", false);
     ddp_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     b->d = NULL;
     luaL_setmetatable(L, DDP_MT);

@@ -21,51 +21,6 @@ static fl_fp8_layer *check_meta(lua_State *L, int arg) {
     return b->l;
 }
 
-/* An integer field that fits an int (its range is checked by the core function that takes it). */
-static int opt_int(lua_State *L, int t, const char *k, int def, const char *where) {
-    lua_getfield(L, t, k);
-    int v = def;
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer x = lua_tointegerx(L, -1, &isint);
-        if (!isint || x < INT_MIN || x > INT_MAX)
-            return luaL_error(L, "%s: %s must be an integer, got %s", where, k, luaL_tolstring(L, -1, NULL));
-        v = (int)x;
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-static bool opt_bool(lua_State *L, int t, const char *k, bool def, const char *where) {
-    lua_getfield(L, t, k);
-    bool v = def;
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isboolean(L, -1)) return luaL_error(L, "%s: %s must be a boolean, got %s", where, k, luaL_typename(L, -1));
-        v = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-static const char *opt_choice(lua_State *L, int t, const char *k, const char *def, const char *const *choices,
-                              const char *where) {
-    lua_getfield(L, t, k);
-    const char *v = def;
-    if (!lua_isnil(L, -1)) {
-        v = lua_tostring(L, -1);
-        bool ok = v && lua_type(L, -1) == LUA_TSTRING;
-        for (int i = 0; ok && choices[i]; i++) if (strcmp(v, choices[i]) == 0) { lua_pop(L, 1); return choices[i]; }
-        luaL_Buffer b;
-        luaL_buffinit(L, &b);
-        for (int i = 0; choices[i]; i++) { if (i) luaL_addstring(&b, ", "); luaL_addstring(&b, choices[i]); }
-        luaL_pushresult(&b);
-        luaL_error(L, "%s: %s must be one of %s, got %s", where, k, lua_tostring(L, -1), luaL_tolstring(L, -2, NULL));
-        return v;
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
 /* The field k of the role table at t must be there: layer_config spells every field out, and a role
  * has no defaults of its own (the recipe's are the settings table's). */
 static void need(lua_State *L, int t, const char *k, const char *where) {
@@ -82,19 +37,20 @@ static void role_from(lua_State *L, int t, const char *name, fl_scaling *s) {
     static const char *const rules[] = { "delayed", "current", NULL };
     static const char *const algos[] = { "max", "most_recent", NULL };
     static const char *const fmts[] = { "e4m3", "e5m2", NULL };
-    static const char *const fields[] = { "format", "rule", "pow2", "margin", "algo", "amax_history_len", "interval" };
+    static const char *const fields[] = { "format", "rule", "pow2", "margin", "algo", "amax_history_len", "interval", NULL };
     int top = lua_gettop(L);
     lua_getfield(L, t, name);
     if (!lua_istable(L, -1)) luaL_error(L, "%s: expected a table, got %s", where, luaL_typename(L, -1));
     int r = lua_gettop(L);
-    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) need(L, r, fields[i], where);
-    const char *fmt = opt_choice(L, r, "format", NULL, fmts, where);
-    const char *rule = opt_choice(L, r, "rule", NULL, rules, where);
-    const char *algo = opt_choice(L, r, "algo", NULL, algos, where);
-    bool pow2 = opt_bool(L, r, "pow2", false, where);
-    int margin = opt_int(L, r, "margin", 0, where);
-    int amax_history_len = opt_int(L, r, "amax_history_len", 0, where);
-    int interval = opt_int(L, r, "interval", 0, where);
+    fl_lcheckopts(L, r, where, fields);
+    for (size_t i = 0; fields[i]; i++) need(L, r, fields[i], where);
+    const char *fmt = fl_lfieldchoice(L, r, where, "format", NULL, fmts);
+    const char *rule = fl_lfieldchoice(L, r, where, "rule", NULL, rules);
+    const char *algo = fl_lfieldchoice(L, r, where, "algo", NULL, algos);
+    bool pow2 = fl_lfieldbool(L, r, where, "pow2", false);
+    int margin = fl_lfieldint(L, r, where, "margin", 0);
+    int amax_history_len = fl_lfieldint(L, r, where, "amax_history_len", 0);
+    int interval = fl_lfieldint(L, r, where, "interval", 0);
     fl_lcheck(L, fl_scaling_init(s, strcmp(fmt, "e5m2") == 0 ? FL_E5M2 : FL_E4M3,
                                  strcmp(rule, "current") == 0 ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, pow2, margin,
                                  strcmp(algo, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT, amax_history_len, interval));
@@ -104,9 +60,11 @@ static void role_from(lua_State *L, int t, const char *name, fl_scaling *s) {
 /* layer_new{input={…}, weight={…}, grad={…}, hp={fprop, dgrad, wgrad}, granularity=, fast_accum=} */
 static int l_layer_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
+    static const char *const keys[] = { "input", "weight", "grad", "hp", "granularity", "fast_accum", NULL };
+    fl_lcheckopts(L, 1, "FP8 layer", keys);
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp", NULL };
-    const char *gran = opt_choice(L, 1, "granularity", "tensor", grans, "FP8 layer");
-    bool fast = opt_bool(L, 1, "fast_accum", true, "FP8 layer");
+    const char *gran = fl_lfieldchoice(L, 1, "FP8 layer", "granularity", "tensor", grans);
+    bool fast = fl_lfieldbool(L, 1, "FP8 layer", "fast_accum", true);
     bool hp[3] = { false, false, false };
     lua_getfield(L, 1, "hp");
     if (!lua_isnil(L, -1)) {

@@ -7,46 +7,6 @@
 #include "nn.h"
 #include "ops.h"
 
-/* Check that the table at idx (or nil) has only the given keys. */
-static void check_opts(lua_State *L, int idx, const char *fname, const char *const *valid, const char *list) {
-    if (lua_isnoneornil(L, idx)) return;
-    if (!lua_istable(L, idx))
-        luaL_error(L, "%s: options must be a table {%s}, got %s", fname, list, luaL_typename(L, idx));
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        bool ok = false;
-        for (int i = 0; k && valid[i]; i++) if (strcmp(k, valid[i]) == 0) ok = true;
-        if (!ok) luaL_error(L, "%s: unknown option '%s' (valid: %s)", fname, k ? k : luaL_typename(L, -2), list);
-        lua_pop(L, 1);
-    }
-}
-
-/* opts[key] as a number (def when absent). */
-static double opt_number(lua_State *L, int idx, const char *fname, const char *key, double def) {
-    if (lua_isnoneornil(L, idx)) return def;
-    lua_getfield(L, idx, key);
-    double v = def;
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "%s: %s must be a number, got %s", fname, key, luaL_typename(L, -1));
-        v = lua_tonumber(L, -1);
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-static bool opt_bool(lua_State *L, int idx, const char *fname, const char *key, bool def) {
-    if (lua_isnoneornil(L, idx)) return def;
-    lua_getfield(L, idx, key);
-    bool v = def;
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isboolean(L, -1)) luaL_error(L, "%s: %s must be a boolean, got %s", fname, key, luaL_typename(L, -1));
-        v = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
 /* An optional tensor argument: nil/none → NULL. */
 static fl_tensor *opt_tensor(lua_State *L, int arg) {
     return lua_isnoneornil(L, arg) ? NULL : fl_lchecktensor(L, arg);
@@ -130,11 +90,11 @@ static int l_log_softmax(lua_State *L) { return softmax_any(L, 1); }
 static int l_cross_entropy(lua_State *L) {
     static const char *const valid[] = { "ignore_index", "label_smoothing", NULL };
     fl_tensor *lg = fl_lchecktensor(L, 1), *tg = fl_lchecktensor(L, 2);
-    check_opts(L, 3, "cross_entropy", valid, "ignore_index, label_smoothing");
+    fl_lcheckopts(L, 3, "cross_entropy", valid);
     no_extra(L, 4, "cross_entropy");
-    double ii = opt_number(L, 3, "cross_entropy", "ignore_index", -100);
+    double ii = fl_lfieldnumber(L, 3, "cross_entropy", "ignore_index", -100);
     if (ii != floor(ii)) return luaL_error(L, "cross_entropy: ignore_index must be an integer, got %f", ii);
-    double ls = opt_number(L, 3, "cross_entropy", "label_smoothing", 0);
+    double ls = fl_lfieldnumber(L, 3, "cross_entropy", "label_smoothing", 0);
     if (!(ls >= 0 && ls <= 1)) return luaL_error(L, "cross_entropy: label_smoothing must be in [0, 1], got %f", ls);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_cross_entropy(slot, lg, tg, (int64_t)ii, ls));
@@ -194,10 +154,10 @@ static int l_dropout(lua_State *L) {
  * the default); nothing may follow it. */
 static void attn_opts(lua_State *L, int arg, const char *fname, bool *causal, double *scale) {
     static const char *const valid[] = { "is_causal", "scale", NULL };
-    check_opts(L, arg, fname, valid, "is_causal, scale");
+    fl_lcheckopts(L, arg, fname, valid);
     no_extra(L, arg + 1, fname);
-    *causal = opt_bool(L, arg, fname, "is_causal", false);
-    *scale = opt_number(L, arg, fname, "scale", 0);
+    *causal = fl_lfieldbool(L, arg, fname, "is_causal", false);
+    *scale = fl_lfieldnumber(L, arg, fname, "scale", 0);
     if (!lua_isnoneornil(L, arg)) {
         lua_getfield(L, arg, "scale");
         bool given = !lua_isnil(L, -1);

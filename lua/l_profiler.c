@@ -8,39 +8,16 @@
 #include "l_util.h"
 #include "profiler.h"
 
-static bool opt_flag(lua_State *L, int t, const char *k) {
-    lua_getfield(L, t, k);
-    bool v = false;
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isboolean(L, -1))
-            return luaL_error(L, "profiler.start: %s must be a boolean, got %s", k, luaL_typename(L, -1));
-        v = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
 /* start{record_shapes=, profile_memory=, with_flops=, device=} (device: device time where a device clock
  * is registered) */
 static int l_start(lua_State *L) {
-    static const char *const keys[] = { "record_shapes", "profile_memory", "with_flops", "device" };
+    static const char *const keys[] = { "record_shapes", "profile_memory", "with_flops", "device", NULL };
     static const unsigned bits[] = { FL_PROF_RECORD_SHAPES, FL_PROF_MEMORY, FL_PROF_WITH_FLOPS, FL_PROF_DEVICE };
     unsigned flags = 0;
-    if (!lua_isnoneornil(L, 1)) {
-        luaL_checktype(L, 1, LUA_TTABLE);
-        lua_pushnil(L);
-        while (lua_next(L, 1)) {
-            lua_pop(L, 1);
-            bool known = false;
-            if (lua_type(L, -1) == LUA_TSTRING)
-                for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) known = known || strcmp(lua_tostring(L, -1), keys[i]) == 0;
-            if (!known)
-                return luaL_error(L, "profiler.start: unknown option '%s' (valid: record_shapes, profile_memory, with_flops, device)",
-                                  luaL_tolstring(L, -1, NULL));
-        }
-        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-            if (opt_flag(L, 1, keys[i])) flags |= bits[i];
-    }
+    if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
+    fl_lcheckopts(L, 1, "profiler.start", keys);
+    for (size_t i = 0; keys[i]; i++)
+        if (fl_lfieldbool(L, 1, "profiler.start", keys[i], false)) flags |= bits[i];
     fl_lcheck(L, fl_prof_start(flags));
     return 0;
 }

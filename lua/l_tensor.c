@@ -741,18 +741,7 @@ static int m_quantize(lua_State *L) {
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         static const char *const valid[] = {"scale", "amax", "margin", "axis", "saturate", NULL};
-        lua_pushnil(L);
-        while (lua_next(L, 3)) {
-            lua_pop(L, 1);
-            int ok = 0;
-            if (lua_type(L, -1) == LUA_TSTRING)
-                for (int i = 0; valid[i]; i++) ok |= strcmp(lua_tostring(L, -1), valid[i]) == 0;
-            if (!ok) {
-                lua_pushvalue(L, -1);
-                return luaL_error(L, "quantize: unknown option '%s' (valid: scale, amax, margin, axis, saturate)",
-                                  luaL_tolstring(L, -1, NULL));
-            }
-        }
+        fl_lcheckopts(L, 3, "quantize", valid);
         o.scale = opt_positive(L, 3, "scale");
         o.amax = opt_positive(L, 3, "amax");
         if (o.scale > 0 && o.amax > 0) return luaL_error(L, "quantize: give either scale or amax, not both");

@@ -2,6 +2,7 @@
  * dtype argument parsing). */
 #include "l_util.h"
 #include "device.h"
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -68,6 +69,82 @@ fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n
     for (lua_Integer i = 1; i <= len; i++) ts[i - 1] = fl_lrawlistobj(L, arg, i, fname, FL_TENSOR_MT, "a tensor");
     *n = (int)len;
     return ts;
+}
+
+/* "a, b, c" of a NULL-terminated list, pushed. */
+static const char *push_joined(lua_State *L, const char *const *names) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; names[i]; i++) { if (i) luaL_addstring(&b, ", "); luaL_addstring(&b, names[i]); }
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
+}
+
+void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *valid) {
+    if (lua_isnoneornil(L, idx)) return;
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx)) {
+        const char *got = luaL_typename(L, idx);
+        luaL_error(L, "%s: options must be a table {%s}, got %s", fname, push_joined(L, valid), got);
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        bool ok = false;
+        if (lua_type(L, -1) == LUA_TSTRING)
+            for (int i = 0; !ok && valid[i]; i++) ok = strcmp(lua_tostring(L, -1), valid[i]) == 0;
+        if (!ok) {
+            lua_pushvalue(L, -1);   /* luaL_tolstring on a copy: the key lua_next reads stays as it is */
+            const char *key = luaL_tolstring(L, -1, NULL);
+            luaL_error(L, "%s: unknown option '%s' (valid: %s)", fname, key, push_joined(L, valid));
+        }
+    }
+}
+
+/* Pushes opts[key] (nil when idx is none or nil) and returns its type. */
+static int push_opt(lua_State *L, int idx, const char *key) {
+    if (lua_isnoneornil(L, idx)) { lua_pushnil(L); return LUA_TNIL; }
+    return lua_getfield(L, idx, key);
+}
+
+double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def) {
+    int t = push_opt(L, idx, key);
+    if (t != LUA_TNIL && t != LUA_TNUMBER) luaL_error(L, "%s: %s must be a number, got %s", fname, key, luaL_typename(L, -1));
+    double v = t == LUA_TNIL ? def : lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+bool fl_lfieldbool(lua_State *L, int idx, const char *fname, const char *key, bool def) {
+    int t = push_opt(L, idx, key);
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN) luaL_error(L, "%s: %s must be a boolean, got %s", fname, key, luaL_typename(L, -1));
+    bool v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+int fl_lfieldint(lua_State *L, int idx, const char *fname, const char *key, int def) {
+    int v = def;
+    if (push_opt(L, idx, key) != LUA_TNIL) {
+        int isint = 0;
+        lua_Integer x = lua_tointegerx(L, -1, &isint);
+        if (!isint || x < INT_MIN || x > INT_MAX)
+            luaL_error(L, "%s: %s must be an integer, got %s", fname, key, luaL_tolstring(L, -1, NULL));
+        v = (int)x;
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+const char *fl_lfieldchoice(lua_State *L, int idx, const char *fname, const char *key, const char *def,
+                          const char *const *choices) {
+    if (push_opt(L, idx, key) == LUA_TNIL) { lua_pop(L, 1); return def; }
+    if (lua_type(L, -1) == LUA_TSTRING)
+        for (int i = 0; choices[i]; i++)
+            if (strcmp(lua_tostring(L, -1), choices[i]) == 0) { lua_pop(L, 1); return choices[i]; }
+    const char *got = luaL_tolstring(L, -1, NULL);
+    luaL_error(L, "%s: %s must be one of %s, got %s", fname, key, push_joined(L, choices), got);
+    return def;
 }
 
 void fl_lpushretained(lua_State *L, fl_tensor *t) {

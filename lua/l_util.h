@@ -45,6 +45,17 @@ fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n
  * `what` (with its article): "fname: element 3 of the list: expected an FP8Meta, got table", "... has been
  * released". */
 void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, const char *mt, const char *what);
+/* Option tables. fl_lcheckopts passes none/nil, and refuses a non-table or any key not in `valid`
+ * (NULL-terminated): "fname: unknown option 'x' (valid: a, b)". The getters read opts[key] from the table at
+ * idx (none/nil: no table) and return def when it is absent; a value of the wrong kind is an error naming fname
+ * and key ("fname: key must be a boolean, got string"). fl_lfieldchoice returns the matching entry of choices
+ * (a static string, never the Lua one). */
+void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *valid);
+double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def);
+bool fl_lfieldbool(lua_State *L, int idx, const char *fname, const char *key, bool def);
+int fl_lfieldint(lua_State *L, int idx, const char *fname, const char *key, int def);
+const char *fl_lfieldchoice(lua_State *L, int idx, const char *fname, const char *key, const char *def,
+                          const char *const *choices);
 /* The tensor at idx, or NULL when the value is not a (live) tensor. */
 fl_tensor *fl_ltotensor(lua_State *L, int idx);
 /* Push a new box owning one new reference to t (retains it). */

@@ -179,3 +179,37 @@ describe("C functions taking lists refuse proxy tables", function()
     assert.are.equal("length", require("fp8.settings").suggest("lenght", { "length", "width" }))
   end)
 end)
+
+-- Option tables of the C bindings go through one set of helpers (lua/l_util.c fl_lcheckopts, fl_lfield*): an
+-- unknown key is refused with the valid ones listed, a value of the wrong kind by name. dist.init, dist.ddp and
+-- the FP8 layer's tables ignored unknown keys before (and ddp's find_unused took any value as a boolean).
+describe("option tables of the C bindings", function()
+  local D, R = require "fp8._dist", require "fp8._fp8_layer"
+  it("refuse unknown keys, naming the valid ones", function()
+    fails_with({ "dist.init: unknown option 'timout' (valid: timeout, backend)" }, D.init, { timout = 5 })
+    fails_with({ "dist.ddp: unknown option 'bucket_cap' (valid: bucket_cap_mb, wire, find_unused)" },
+      D.ddp, { fp8.tensor { 1 } }, { "a" }, { bucket_cap = 1 })
+    fails_with({ "quantize: unknown option '1' (valid: scale, amax, margin, axis, saturate)" },
+      fp8.tensor { 1 }.quantize, fp8.tensor { 1 }, "e4m3", { 5 })
+    fails_with({ "profiler.start: unknown option 'shapes'" }, require("fp8._profiler").start, { shapes = true })
+    fails_with({ "cross_entropy: unknown option 'smoothing' (valid: ignore_index, label_smoothing)" },
+      fp8.nn.functional.cross_entropy, fp8.zeros { 2, 3 }, fp8.tensor { 0, 1 }, { smoothing = 0.1 })
+    local acc = fp8.Accelerator { mixed_precision = "fp8", config = false, env = {}, cpu = true }
+    local cfg = R.layer_config(acc.fp8_recipe)
+    cfg.fast_acum = false
+    fails_with({ "FP8 layer: unknown option 'fast_acum'", "fast_accum" }, R.layer_new, cfg)
+    cfg.fast_acum = nil
+    cfg.input.history = 4
+    fails_with({ "FP8 layer role input: unknown option 'history'", "amax_history_len" }, R.layer_new, cfg)
+  end)
+  it("refuse values of the wrong kind by name", function()
+    fails_with({ "dist.init: timeout must be a number, got string" }, D.init, { timeout = "5" })
+    fails_with({ "dist.init: timeout must be a number of seconds > 0" }, D.init, { timeout = 0 })
+    fails_with({ "dist.init: backend must be one of mpi, nccl, got gloo" }, D.init, { backend = "gloo" })
+    local p = { fp8.tensor { 1 } }
+    fails_with({ "dist.ddp: find_unused must be a boolean, got number" }, D.ddp, p, { "a" }, { find_unused = 1 })
+    fails_with({ "dist.ddp: wire must be one of fp32, fp16, bf16, got e4m3" }, D.ddp, p, { "a" }, { wire = "e4m3" })
+    fails_with({ "dist.ddp: bucket_cap_mb must be a number > 0" }, D.ddp, p, { "a" }, { bucket_cap_mb = -1 })
+    fails_with({ "profiler.start: device must be a boolean, got number" }, require("fp8._profiler").start, { device = 1 })
+  end)
+end)
