@@ -134,8 +134,9 @@ fl_status fl_sumsq_many(const fl_tensor *const *ts, int n, double *out) {
     FL_TRY(step_device("sumsq", 1, ts, &dev));
     if (!dev->sumsq) return missing_entry("sumsq", dev);
     /* FP8 (dequantized) and non-contiguous layouts become contiguous fp32/bf16/fp16 tensors first; the device
-     * gets them in batches whose copies stay under SUMSQ_COPY_BYTES (MS-AMP's FP8 gradients would otherwise be
-     * held in fp32 all at once), contiguous ones as they are. */
+     * gets them in batches, each closed by the copy that brings its copies to SUMSQ_COPY_BYTES or more (so a
+     * batch holds under that plus one tensor's copy; MS-AMP's FP8 gradients would otherwise be held in fp32 all
+     * at once), contiguous ones as they are. */
     enum { SUMSQ_COPY_BYTES = 64 << 20 };
     fl_tensor **c = calloc((size_t)n, sizeof *c);
     if (!c) return FL_ERR(FL_ENOMEM, "sumsq: out of memory for %d tensors", n);

@@ -257,7 +257,7 @@ template <int S, int F, bool I, bool W> struct LaunchRows {
 template <int S, int F, bool I, bool W> struct LaunchCols {
     static fl_status run(const void *src, uint8_t *dst, size_t outer, size_t len, size_t inner, const float *scales,
                          bool vec, fl_cuda_qstats *st, unsigned *row_amax, cudaStream_t stream) {
-        (void)vec;
+        (void)vec;   /* dispatch's argument for LaunchRows: a column is read one element a thread, never in vectors */
         typedef typename SrcT<S>::T T;
         const ColsGeometry g = cols_geometry(outer, len, inner, fl_cuda_sm_count());
         quantize_cols_kernel<S, F, I, W><<<g.grid, kThreads, 0, stream>>>((const T *)src, dst, outer, g, inner, scales,
