@@ -51,19 +51,9 @@ static int m_backward(lua_State *L) {
         luaL_checktype(L, 3, LUA_TTABLE);
         opts = 3;
     }
-    bool retain = false;
-    if (opts) {
-        lua_pushnil(L);
-        while (lua_next(L, opts)) {
-            const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-            if (!k || strcmp(k, "retain_graph") != 0)
-                return luaL_error(L, "backward: unknown option '%s' (valid: retain_graph)", k ? k : luaL_typename(L, -2));
-            if (!lua_isboolean(L, -1))
-                return luaL_error(L, "backward: retain_graph must be a boolean, got %s", luaL_typename(L, -1));
-            retain = lua_toboolean(L, -1);
-            lua_pop(L, 1);
-        }
-    }
+    static const char *const keys[] = { "retain_graph", NULL };
+    if (opts) fl_lcheckopts(L, opts, "backward", keys);
+    bool retain = opts && fl_lfieldbool(L, opts, "backward", "retain_graph", false);
     FL_LCALL(L, fl_backward(t, g, retain));
     return 0;
 }

@@ -280,12 +280,8 @@ static void push_tensor(lua_State *L, fl_st_file *f, const char *name, int devic
 static int parse_device(lua_State *L, int arg, const char *fname) {
     if (lua_isnoneornil(L, arg)) return FL_DEV_CPU;
     luaL_checktype(L, arg, LUA_TTABLE);
-    lua_pushnil(L);
-    while (lua_next(L, arg)) {
-        if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "device") != 0)
-            luaL_error(L, "%s: unknown option '%s' (valid: device)", fname, lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
-        lua_pop(L, 1);
-    }
+    static const char *const keys[] = { "device", NULL };
+    fl_lcheckopts(L, arg, fname, keys);
     lua_getfield(L, arg, "device");
     int dev = FL_DEV_CPU;
     if (!lua_isnil(L, -1)) dev = fl_lcheckdevice(L, lua_gettop(L), fname);

@@ -67,17 +67,9 @@ static fl_dtype opt_dtype_at_dev(lua_State *L, int idx, fl_dtype def, const char
     if (device) *device = FL_DEV_CPU;
     if (t == LUA_TNONE || t == LUA_TNIL) return def;
     if (t == LUA_TSTRING) return fl_lcheckdtype(L, idx);
-    const char *valid = device ? "dtype, device" : "dtype";
+    static const char *const with_device[] = { "dtype", "device", NULL }, *const dtype_only[] = { "dtype", NULL };
     if (t == LUA_TTABLE) {
-        lua_pushnil(L);
-        while (lua_next(L, idx)) {
-            lua_pop(L, 1);
-            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-            if (!k || !(strcmp(k, "dtype") == 0 || (device && strcmp(k, "device") == 0))) {
-                lua_pushvalue(L, -1);
-                luaL_error(L, "%s: unknown option '%s' (valid: %s)", fname, luaL_tolstring(L, -1, NULL), valid);
-            }
-        }
+        fl_lcheckopts(L, idx, fname, device ? with_device : dtype_only);
         fl_dtype dt = def;
         if (lua_getfield(L, idx, "dtype") != LUA_TNIL) {
             if (lua_type(L, -1) != LUA_TSTRING)

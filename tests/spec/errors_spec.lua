@@ -192,10 +192,11 @@ describe("option tables of the C bindings", function()
     fails_with({ "quantize: unknown option '1' (valid: scale, amax, margin, axis, saturate)" },
       fp8.tensor { 1 }.quantize, fp8.tensor { 1 }, "e4m3", { 5 })
     fails_with({ "profiler.start: unknown option 'shapes'" }, require("fp8._profiler").start, { shapes = true })
+    fails_with({ "load_file: unknown option 'devise' (valid: device)" }, fp8.load_file, "nowhere.safetensors", { devise = "cpu" })
+    fails_with({ "backward: unknown option 'retain' (valid: retain_graph)" }, fp8.tensor { 1 }.backward, fp8.tensor { 1 }, nil, { retain = true })
     fails_with({ "cross_entropy: unknown option 'smoothing' (valid: ignore_index, label_smoothing)" },
       fp8.nn.functional.cross_entropy, fp8.zeros { 2, 3 }, fp8.tensor { 0, 1 }, { smoothing = 0.1 })
-    local acc = fp8.Accelerator { mixed_precision = "fp8", config = false, env = {}, cpu = true }
-    local cfg = R.layer_config(acc.fp8_recipe)
+    local cfg = R.layer_config { backend = "te" }
     cfg.fast_acum = false
     fails_with({ "FP8 layer: unknown option 'fast_acum'", "fast_accum" }, R.layer_new, cfg)
     cfg.fast_acum = nil
