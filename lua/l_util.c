@@ -2,6 +2,7 @@
  * dtype argument parsing). */
 #include "l_util.h"
 #include "device.h"
+#include "settings.h"
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -96,7 +97,11 @@ void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *
         if (!ok) {
             lua_pushvalue(L, -1);   /* luaL_tolstring on a copy: the key lua_next reads stays as it is */
             const char *key = luaL_tolstring(L, -1, NULL);
-            luaL_error(L, "%s: unknown option '%s' (valid: %s)", fname, key, push_joined(L, valid));
+            size_t n = 0;
+            while (valid[n]) n++;
+            const char *near = lua_type(L, -3) == LUA_TSTRING ? fl_suggest(key, valid, n) : NULL;
+            const char *hint = near ? lua_pushfstring(L, " (did you mean '%s'?)", near) : "";
+            luaL_error(L, "%s: unknown option '%s'%s (valid: %s)", fname, key, hint, push_joined(L, valid));
         }
     }
 }

@@ -46,7 +46,8 @@ fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n
  * released". */
 void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, const char *mt, const char *what);
 /* Option tables. fl_lcheckopts passes none/nil, and refuses a non-table or any key not in `valid`
- * (NULL-terminated): "fname: unknown option 'x' (valid: a, b)". The getters read opts[key] from the table at
+ * (NULL-terminated): "fname: unknown option 'x' (valid: a, b)", with " (did you mean 'b'?)" after the key when a
+ * valid name is near it (fl_suggest). The getters read opts[key] from the table at
  * idx (none/nil: no table) and return def when it is absent; a value of the wrong kind is an error naming fname
  * and key ("fname: key must be a boolean, got string"). fl_lfieldchoice returns the matching entry of choices
  * (a static string, never the Lua one). */

@@ -10,6 +10,7 @@
 -- scales (and, for fp16, applies the GradScaler).
 local core = require "fp8.core"
 local kwargs = require "fp8.kwargs"
+local O = require "fp8.opts"
 local convert = require "fp8.convert"
 local fp8_autocast = require "fp8.fp8_autocast"
 local fp8_stats = require "fp8.stats"
@@ -31,16 +32,7 @@ local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers =
 local function new(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("Accelerator: expected an options table, got %s"):format(type(opts)), 3) end
-  local names = {}
-  for k in pairs(VALID) do names[#names + 1] = k end
-  table.sort(names)
-  for k in pairs(opts) do
-    if not VALID[k] then
-      local near = kwargs.nearest and kwargs.nearest(tostring(k), names)
-      error(("Accelerator: unknown option '%s'%s (valid: %s)"):format(tostring(k),
-        near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), 3)
-    end
-  end
+  O.check("Accelerator", opts, VALID, 3)
   if opts.gradient_accumulation_steps ~= nil then   -- checked as the flag, variable and config key are
     local ok, err = pcall(require("fp8.settings").check, "gradient_accumulation_steps", opts.gradient_accumulation_steps,
       "Accelerator: gradient_accumulation_steps")

@@ -1,6 +1,7 @@
 -- fp8.amp — the mixed-precision switch ("no" | "bf16" | "fp16", the values Accelerate's
 -- mixed_precision takes; "fp8" joins later) mapped onto fp8.set_autocast_dtype, and GradScaler,
 -- the dynamic loss scaler fp16 needs (GradScalerKwargs defaults, docs/fp8-spec.md §5).
+local O = require "fp8.opts"
 local C = require "fp8._data"
 
 local M = {}
@@ -64,11 +65,7 @@ local KEYS = { "init_scale", "growth_factor", "backoff_factor", "growth_interval
 setmetatable(GradScaler, { __call = function(_, opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("GradScaler: expected an options table, got %s"):format(type(opts)), 2) end
-  local valid = {}
-  for _, k in ipairs(KEYS) do valid[k] = true end
-  for k in pairs(opts) do
-    if not valid[k] then error(("GradScaler: unknown option '%s' (valid: %s)"):format(tostring(k), table.concat(KEYS, ", ")), 2) end
-  end
+  O.check("GradScaler", opts, KEYS, 2)
   local o = {}
   for _, k in ipairs(KEYS) do if opts[k] == nil then o[k] = DEFAULTS[k] else o[k] = opts[k] end end
   local function num(k, cond, what)

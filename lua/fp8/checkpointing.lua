@@ -6,6 +6,7 @@
 --   random_states_<rank>.json                 each process's generator
 --   fp8lab_state.json                         version, step, data loader positions, resolved settings
 -- It is written as <dir>.tmp and renamed when complete, so a crash never leaves a partial <dir>.
+local O = require "fp8.opts"
 local core = require "fp8.core"
 local C = require "fp8._checkpoint"
 
@@ -24,15 +25,15 @@ ProjectConfiguration.__name = "ProjectConfiguration"
 function M.ProjectConfiguration(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("ProjectConfiguration: expected an options table, got %s"):format(type(opts)), 2) end
+  local named = {}   -- logging_dir and save_on_each_node: accepted when off, refused when set
   for k, v in pairs(opts) do
     if k == "logging_dir" or k == "save_on_each_node" then
-      if v ~= nil and v ~= false then
-        error(("ProjectConfiguration: %s is not supported in fp8lab (no trackers; one node)"):format(k), 2)
-      end
-    elseif not ({ automatic_checkpoint_naming = 1, iteration = 1, project_dir = 1, total_limit = 1 })[k] then
-      error(("ProjectConfiguration: unknown option '%s' (valid: %s)"):format(tostring(k), table.concat(PC_FIELDS, ", ")), 2)
+      if v ~= false then error(("ProjectConfiguration: %s is not supported in fp8lab (no trackers; one node)"):format(k), 2) end
+    else
+      named[k] = v
     end
   end
+  O.check("ProjectConfiguration", named, PC_FIELDS, 2)
   local pc = setmetatable({ project_dir = opts.project_dir, automatic_checkpoint_naming = opts.automatic_checkpoint_naming == true,
     total_limit = opts.total_limit, iteration = opts.iteration or 0 }, ProjectConfiguration)
   if pc.project_dir ~= nil and (type(pc.project_dir) ~= "string" or pc.project_dir == "") then
@@ -336,7 +337,7 @@ function M.install(Accelerator)
     if type(dir) == "table" and opts == nil then dir, opts = nil, dir end
     opts = opts or {}
     if type(opts) ~= "table" then error(("load_state: options must be a table {strict=}, got %s"):format(type(opts)), 2) end
-    for k in pairs(opts) do if k ~= "strict" then error(("load_state: unknown option '%s' (valid: strict)"):format(tostring(k)), 2) end end
+    O.check("load_state", opts, { "strict" }, 2)
     local strict = opts.strict ~= false
     if dir == nil then
       if not (pc.automatic_checkpoint_naming and pc.project_dir) then
@@ -431,7 +432,7 @@ function M.install(Accelerator)
     if type(dir) ~= "string" or dir == "" then error(("save_model: expected the output directory, got %s"):format(tostring(dir)), 2) end
     opts = opts or {}
     if type(opts) ~= "table" then error("save_model: options must be a table {fp8=\"dequantize\"|\"raw\"}", 2) end
-    for k in pairs(opts) do if k ~= "fp8" then error(("save_model: unknown option '%s' (valid: fp8)"):format(tostring(k)), 2) end end
+    O.check("save_model", opts, { "fp8" }, 2)
     local mode = opts.fp8 or "dequantize"
     if mode ~= "dequantize" and mode ~= "raw" then
       error(("save_model: fp8 must be \"dequantize\" or \"raw\", got %s"):format(tostring(mode)), 2)

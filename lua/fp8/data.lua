@@ -1,5 +1,6 @@
 -- fp8.data — datasets and batching: FashionMNIST (IDX .gz files of Debian's dataset-fashion-mnist),
 -- TextDataset (character level, any text file) and DataLoader (seeded shuffling, fast C gather).
+local O = require "fp8.opts"
 require "fp8.core"                 -- the tensor class must exist before we make tensors
 local C = require "fp8._data"
 local core_is_tensor = require("fp8.core").is_tensor
@@ -21,13 +22,12 @@ local function check_keys(fname, opts, valid, level, positional)
   if type(opts) ~= "table" then
     error(("%s: expected an options table {%s=...}, got %s"):format(fname, valid[1], type(opts)), level + 1)
   end
-  local ok = {}
-  for _, k in ipairs(valid) do ok[k] = true end
-  for k in pairs(opts) do
-    if not ok[k] and not (positional and k == 1) then
-      error(("%s: unknown option '%s' (valid: %s)"):format(fname, tostring(k), table.concat(valid, ", ")), level + 1)
-    end
+  if positional and opts[1] ~= nil then   -- the dataset may come first, unnamed
+    local named = {}
+    for k, v in pairs(opts) do if k ~= 1 then named[k] = v end end
+    opts = named
   end
+  O.check(fname, opts, valid, level + 1)
 end
 
 local function opt_type(fname, opts, key, want, default, level)

@@ -1,5 +1,6 @@
 -- fp8.explain(x, fmt [, {saturate=bool, quiet=bool}]) — for teaching: how one number is stored in
 -- an FP8 format (bit fields, byte), what comes back, its neighbours, the rounding error and flags.
+local O = require "fp8.opts"
 local core = require "fp8.core"
 
 -- Sorted distinct values of a format (±inf included where the format has them), built once per format.
@@ -45,11 +46,7 @@ local function explain(x, fmt, opts)
   end
   opts = opts or {}
   if type(opts) ~= "table" then error("explain: options must be a table {saturate=bool, quiet=bool}", 2) end
-  for k in pairs(opts) do
-    if k ~= "saturate" and k ~= "quiet" then
-      error(("explain: unknown option '%s' (valid: saturate, quiet)"):format(tostring(k)), 2)
-    end
-  end
+  O.check("explain", opts, { "saturate", "quiet" }, 2)
   local saturate = opts.saturate ~= false
   fmt = f.name
 

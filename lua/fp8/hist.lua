@@ -2,9 +2,10 @@
 -- (docs/concepts.md, "Seeing a tensor on the FP8 grid"): how many values land in each binade of the
 -- format, how many become subnormal, underflow to zero or saturate at ±max.
 -- The counts come from the real cast (Tensor:quantize and its cast statistics), read back as bytes.
+local O = require "fp8.opts"
 local fp8 = require "fp8.core"
 
-local VALID = { scale = true, amax = true, margin = true, axis = true, width = true, quiet = true }
+local VALID = { "scale", "amax", "margin", "axis", "width", "quiet" }
 
 local function pct(k, n) return n > 0 and 100 * k / n or 0 end
 
@@ -28,11 +29,7 @@ local function hist(t, fmt, opts)
     error(("bad argument #3 to 'hist' (expected an options table, got %s)"):format(type(opts)), 2)
   end
   opts = opts or {}
-  for k in pairs(opts) do
-    if not VALID[k] then
-      error(("hist: unknown option '%s' (valid: scale, amax, margin, axis, width, quiet)"):format(tostring(k)), 2)
-    end
-  end
+  O.check("hist", opts, VALID, 2)
   local width = opts.width or 40
   if math.type(width) ~= "integer" or width < 0 then
     error(("hist: width must be an integer >= 0, got %s"):format(tostring(opts.width)), 2)

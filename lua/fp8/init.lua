@@ -16,11 +16,7 @@ function fp8.encode(x, fmt, opts)
     if type(opts) ~= "table" then
       error(("bad argument #3 to 'encode' (expected an options table {saturate=bool}, got %s)"):format(type(opts)), 2)
     end
-    for k in pairs(opts) do
-      if k ~= "saturate" then
-        error(("encode: unknown option '%s' (valid: saturate)"):format(tostring(k)), 2)
-      end
-    end
+    require("fp8.opts").check("encode", opts, { "saturate" }, 2)
     if opts.saturate ~= nil then
       if type(opts.saturate) ~= "boolean" then
         error(("encode: saturate must be a boolean, got %s"):format(type(opts.saturate)), 2)

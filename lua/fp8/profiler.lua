@@ -9,6 +9,7 @@
 -- At the end of each active window the trace is written to <output_trace_dir>/trace_rank<R>.json
 -- (every window so far) and on_trace_ready(prof) is called. Without a schedule everything from
 -- start to stop is one window.
+local O = require "fp8.opts"
 local P = require "fp8._profiler"
 local kwargs = require "fp8.kwargs"
 
@@ -283,11 +284,7 @@ Averages.__name = "fp8.profiler.KeyAverages"
 function Profiler:key_averages(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("key_averages: expected an options table, got %s"):format(type(opts)), 2) end
-  for k in pairs(opts) do
-    if k ~= "group_by_input_shape" then
-      error(("key_averages: unknown option '%s' (valid: group_by_input_shape)"):format(tostring(k)), 2)
-    end
-  end
+  O.check("key_averages", opts, { "group_by_input_shape" }, 2)
   local ev = self._events
   local child_ns, child_bytes, child_dev = {}, {}, {}
   local has_dev = false
@@ -360,11 +357,7 @@ end
 function Averages:table(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("table: expected an options table, got %s"):format(type(opts)), 2) end
-  for k in pairs(opts) do
-    if k ~= "sort_by" and k ~= "row_limit" and k ~= "max_name_column_width" then
-      error(("table: unknown option '%s' (valid: sort_by, row_limit, max_name_column_width)"):format(tostring(k)), 2)
-    end
-  end
+  O.check("table", opts, { "sort_by", "row_limit", "max_name_column_width" }, 2)
   local sort_by = opts.sort_by or "cpu_time_total"
   sort_by = SORT_ALIASES[sort_by] or sort_by
   local valid = false

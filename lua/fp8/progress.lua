@@ -1,5 +1,6 @@
 -- fp8.progress — a progress bar for long loops: count/total, rate, ETA and live values (loss) set with
 -- bar:set_postfix{...}. Redraws one line on a terminal; prints plain lines every N steps otherwise.
+local O = require "fp8.opts"
 local C = require "fp8._data"
 
 local M = {}
@@ -32,11 +33,7 @@ end
 local function new(iterable, opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("progress: expected an options table {desc=...}, got %s"):format(type(opts)), 3) end
-  local ok = {}
-  for _, k in ipairs(VALID) do ok[k] = true end
-  for k in pairs(opts) do
-    if not ok[k] then error(("progress: unknown option '%s' (valid: %s)"):format(tostring(k), table.concat(VALID, ", ")), 3) end
-  end
+  O.check("progress", opts, VALID, 3)
   local self = setmetatable({ n = 0, postfix = {}, postfix_order = {} }, Bar)
   local t = type(iterable)
   if t == "number" then

@@ -186,14 +186,14 @@ end)
 describe("option tables of the C bindings", function()
   local D, R = require "fp8._dist", require "fp8._fp8_layer"
   it("refuse unknown keys, naming the valid ones", function()
-    fails_with({ "dist.init: unknown option 'timout' (valid: timeout, backend)" }, D.init, { timout = 5 })
-    fails_with({ "dist.ddp: unknown option 'bucket_cap' (valid: bucket_cap_mb, wire, find_unused)" },
+    fails_with({ "dist.init: unknown option 'timout' (did you mean 'timeout'?) (valid: timeout, backend)" }, D.init, { timout = 5 })
+    fails_with({ "dist.ddp: unknown option 'bucket_cap' (did you mean 'bucket_cap_mb'?) (valid: bucket_cap_mb, wire, find_unused)" },
       D.ddp, { fp8.tensor { 1 } }, { "a" }, { bucket_cap = 1 })
     fails_with({ "quantize: unknown option '1' (valid: scale, amax, margin, axis, saturate)" },
       fp8.tensor { 1 }.quantize, fp8.tensor { 1 }, "e4m3", { 5 })
     fails_with({ "profiler.start: unknown option 'shapes'" }, require("fp8._profiler").start, { shapes = true })
-    fails_with({ "load_file: unknown option 'devise' (valid: device)" }, fp8.load_file, "nowhere.safetensors", { devise = "cpu" })
-    fails_with({ "backward: unknown option 'retain' (valid: retain_graph)" }, fp8.tensor { 1 }.backward, fp8.tensor { 1 }, nil, { retain = true })
+    fails_with({ "load_file: unknown option 'devise' (did you mean 'device'?) (valid: device)" }, fp8.load_file, "nowhere.safetensors", { devise = "cpu" })
+    fails_with({ "backward: unknown option 'retain' (did you mean 'retain_graph'?) (valid: retain_graph)" }, fp8.tensor { 1 }.backward, fp8.tensor { 1 }, nil, { retain = true })
     fails_with({ "cross_entropy: unknown option 'smoothing' (valid: ignore_index, label_smoothing)" },
       fp8.nn.functional.cross_entropy, fp8.zeros { 2, 3 }, fp8.tensor { 0, 1 }, { smoothing = 0.1 })
     local cfg = R.layer_config { backend = "te" }
@@ -212,5 +212,24 @@ describe("option tables of the C bindings", function()
     fails_with({ "dist.ddp: wire must be one of fp32, fp16, bf16, got e4m3" }, D.ddp, p, { "a" }, { wire = "e4m3" })
     fails_with({ "dist.ddp: bucket_cap_mb must be a number > 0" }, D.ddp, p, { "a" }, { bucket_cap_mb = -1 })
     fails_with({ "profiler.start: device must be a boolean, got number" }, require("fp8._profiler").start, { device = 1 })
+  end)
+end)
+
+-- The Lua functions' option tables go through one check (lua/fp8/opts.lua) with the C bindings' message.
+describe("option tables of the Lua functions", function()
+  it("refuse unknown keys with the nearest valid name", function()
+    fails_with({ "Linear: unknown option 'bais' (did you mean 'bias'?) (valid: bias)" }, fp8.nn.Linear, 4, 4, { bais = false })
+    fails_with({ "Linear: unknown option 'biass' (did you mean 'bias'?) (valid: in_features, out_features, bias)" },
+      fp8.nn.Linear, { in_features = 4, out_features = 4, biass = true })
+    fails_with({ "AdamW: unknown option 'weight_decy' (did you mean 'weight_decay'?) (valid: amsgrad, betas, eps, lr, maximize, weight_decay)" },
+      fp8.optim.AdamW, fp8.nn.Linear(2, 2):parameters(), { weight_decy = 0.1 })
+    fails_with({ "hist: unknown option 'binz' (valid: scale, amax, margin, axis, width, quiet)" }, fp8.hist, fp8.tensor { 1 }, "e4m3", { binz = 3 })
+    fails_with({ "generate: options must be a table, got string" }, function()
+      return fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }:generate(fp8.zeros { 1, 1 }, 1, "hot")
+    end)
+  end)
+  it("a plain Linear(in, out, {bias=false}) still works", function()
+    assert.is_nil(fp8.nn.Linear(4, 4, { bias = false }).bias)
+    assert.is_nil(fp8.nn.Linear { in_features = 4, out_features = 2, bias = false }.bias)
   end)
 end)

@@ -1,5 +1,6 @@
 -- functional.lua — fp8.nn.functional (alias fp8.nn.F): the differentiable NN ops implemented in C
 -- (lua/l_nn.c), re-exported with argument checks whose messages name the function and the problem.
+local O = require "fp8.opts"
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 
 local F = {}
@@ -31,19 +32,7 @@ local function check_tensor(fname, what, v)
   end
 end
 
-local function check_opts(fname, opts, valid)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), 3) end
-  for k in pairs(opts) do
-    if not valid[k] then
-      local names = {}
-      for n in pairs(valid) do names[#names + 1] = n end
-      table.sort(names)
-      error(("%s: unknown option '%s' (valid: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 3)
-    end
-  end
-  return opts
-end
+local function check_opts(fname, opts, valid) return O.check(fname, opts, valid, 3) end
 
 -- linear(x[..., in], w[out, in] [, b[out]]) → x·wᵀ + b
 function F.linear(x, w, b)

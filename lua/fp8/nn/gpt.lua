@@ -2,6 +2,7 @@
 -- (nanoGPT): token + position embeddings, n_layer pre-LN TransformerBlocks, a final LayerNorm and an
 -- LM head tied to the token embedding. Initialised as nanoGPT: N(0, 0.02), biases 0, and the
 -- residual projections (attn.proj, mlp's second Linear) N(0, 0.02/√(2·n_layer)).
+local O = require "fp8.opts"
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Module = require "fp8.nn.module"
 local Embedding = require "fp8.nn.embedding"
@@ -24,12 +25,7 @@ function GPT:__init(cfg)
     error(("GPT: expected a config table {vocab_size=, block_size=, n_layer=, n_head=, n_embd=, dropout=}, got %s")
       :format(type(cfg)), 3)
   end
-  for k in pairs(cfg) do
-    if not VALID[k] then
-      error(("GPT: unknown option '%s' (valid: block_size, bias, dropout, n_embd, n_head, n_layer, vocab_size)")
-        :format(tostring(k)), 3)
-    end
-  end
+  O.check("GPT", cfg, VALID, 3)
   for _, k in ipairs(REQUIRED) do
     if math.type(cfg[k]) ~= "integer" or cfg[k] <= 0 then
       error(("GPT: %s must be a positive integer, got %s"):format(k, tostring(cfg[k])), 3)
@@ -128,12 +124,7 @@ function GPT:generate(idx, max_new_tokens, opts)
   if max_new_tokens > LIMIT or idx:size(1) * (idx:size(2) + max_new_tokens) > LIMIT then
     error(("generate: too large: %d x (%d + %d) tokens (limit %d)"):format(idx:size(1), idx:size(2), max_new_tokens, LIMIT), 2)
   end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= "temperature" and k ~= "top_k" and k ~= "seed" then
-      error(("generate: unknown option '%s' (valid: seed, temperature, top_k)"):format(tostring(k)), 2)
-    end
-  end
+  opts = O.check("generate", opts, { "seed", "temperature", "top_k" }, 2)
   local temperature = opts.temperature or 1.0
   if type(temperature) ~= "number" or temperature < 0 then
     error(("generate: temperature must be a number >= 0, got %s"):format(tostring(temperature)), 2)

@@ -1,5 +1,6 @@
 -- layernorm.lua — fp8.nn.LayerNorm(normalized_shape [, {eps=1e-5, elementwise_affine=true, bias=true}])
 -- over the last dimension; weight starts at ones, bias at zeros (PyTorch's defaults).
+local O = require "fp8.opts"
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
@@ -13,11 +14,7 @@ function LayerNorm:__init(n, opts)
   end
   opts = opts or {}
   if type(opts) ~= "table" then error(("LayerNorm: options must be a table, got %s"):format(type(opts)), 3) end
-  for k in pairs(opts) do
-    if k ~= "eps" and k ~= "elementwise_affine" and k ~= "bias" then
-      error(("LayerNorm: unknown option '%s' (valid: bias, elementwise_affine, eps)"):format(tostring(k)), 3)
-    end
-  end
+  O.check("LayerNorm", opts, { "bias", "elementwise_affine", "eps" }, 3)
   self.normalized_shape = n
   self.eps = opts.eps or 1e-5
   self.elementwise_affine = opts.elementwise_affine ~= false

@@ -2,6 +2,7 @@
 -- default initialisation (kaiming_uniform(a=√5) gives W, and b, the bound 1/√in_features).
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
 local init = require "fp8.nn.init_fns"
 
@@ -16,10 +17,10 @@ end
 -- Linear(in, out [, bias]) or Linear(in, out, {bias=bool}) or Linear{in_features=, out_features=, bias=}
 function Linear:__init(in_features, out_features, bias)
   if type(in_features) == "table" then
-    local o = in_features
+    local o = O.check("Linear", in_features, { "in_features", "out_features", "bias" }, 3)
     in_features, out_features, bias = o.in_features, o.out_features, o.bias
   end
-  if type(bias) == "table" then bias = bias.bias end
+  if type(bias) == "table" then bias = O.check("Linear", bias, { "bias" }, 3).bias end
   if bias == nil then bias = true end
   check_size(in_features, "in_features")
   check_size(out_features, "out_features")

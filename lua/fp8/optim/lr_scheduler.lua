@@ -2,6 +2,7 @@
 -- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); StepLR, CosineAnnealingLR and
 -- warmup_cosine (linear warmup, then cosine decay to min_lr) are built on it. Call :step() after
 -- optimizer:step(); :get_last_lr() returns the list of current lrs.
+local O = require "fp8.opts"
 local M = {}
 
 local function check_opt(name, opt)
@@ -12,14 +13,7 @@ end
 
 local function check_keys(name, opts, valid)
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 4) end
-  for k in pairs(opts) do
-    if not valid[k] then
-      local names = {}
-      for n in pairs(valid) do names[#names + 1] = n end
-      table.sort(names)
-      error(("%s: unknown option '%s' (valid: %s)"):format(name, tostring(k), table.concat(names, ", ")), 4)
-    end
-  end
+  O.check(name, opts, valid, 4)
 end
 
 local function check_int(name, key, v, min)

@@ -1,5 +1,6 @@
 -- optimizer.lua — the base of fp8.optim's optimizers: parameter groups with per-group options,
 -- zero_grad(), state_dict()/load_state_dict(), and the argument parsing the constructors share.
+local O = require "fp8.opts"
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 
 local Optimizer = {}
@@ -42,11 +43,7 @@ function Optimizer.new(cls, name, defaults, params, opts)
   end
   opts = opts or {}
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 4) end
-  for k in pairs(opts) do
-    if defaults[k] == nil then
-      error(("%s: unknown option '%s' (valid: %s)"):format(name, tostring(k), sorted_keys(defaults)), 4)
-    end
-  end
+  O.check(name, opts, defaults, 4)
   local self = setmetatable({ name = name, defaults = {}, param_groups = {}, state = {}, _step_count = 0 }, cls)
   for k, v in pairs(defaults) do self.defaults[k] = v end
   for k, v in pairs(opts) do self.defaults[k] = v end

@@ -1,0 +1,33 @@
+-- opts.lua — the one check of an options table in fp8's Lua functions (the C bindings have lua/l_util.c's
+-- fl_lcheckopts, with the same message): every key must be a valid name, else an error naming the function, the
+-- key, the nearest valid name when the key looks like a typo (fp8.settings.suggest) and every valid name:
+--   AdamW: unknown option 'weight_decy' (did you mean 'weight_decay'?) (valid: amsgrad, betas, ...)
+local settings = require "fp8.settings"
+
+local M = {}
+
+-- check(fname, opts, valid [, level]) -> opts, or {} when opts is nil. valid: a list of names (listed in its
+-- order) or a set {name = true} (listed sorted). level: what the caller would pass to error() itself (default
+-- 2: the caller's caller is blamed). A non-table is refused: "fname: options must be a table, got number".
+function M.check(fname, opts, valid, level)
+  level = (level or 2) + 1
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), level) end
+  local names, set = {}, {}
+  if valid[1] ~= nil then
+    for i, n in ipairs(valid) do names[i], set[n] = n, true end
+  else
+    for n in pairs(valid) do names[#names + 1], set[n] = n, true end
+    table.sort(names)
+  end
+  for k in pairs(opts) do
+    if not set[k] then
+      local near = type(k) == "string" and settings.suggest(k, names) or nil
+      error(("%s: unknown option '%s'%s (valid: %s)"):format(fname, tostring(k),
+        near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), level)
+    end
+  end
+  return opts
+end
+
+return M
