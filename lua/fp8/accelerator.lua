@@ -550,6 +550,7 @@ end
 -- log_fp8_stats{every=N, path=…} appends one CSV row per FP8 layer and role every N optimizer steps.
 function Accelerator:log_fp8_stats(opts)
   if type(opts) ~= "table" then error(("log_fp8_stats: expected {every=N, path=...}, got %s"):format(type(opts)), 2) end
+  O.check("log_fp8_stats", opts, { "every", "path" }, 2)
   local every, path = opts.every or 1, opts.path
   if math.type(every) ~= "integer" or every < 1 then error(("log_fp8_stats: every must be an integer >= 1, got %s"):format(tostring(every)), 2) end
   if type(path) ~= "string" or path == "" then error(("log_fp8_stats: path must be a file name, got %s"):format(tostring(path)), 2) end

@@ -3,6 +3,7 @@
 -- acc:log_fp8_stats writes. Without gnuplot nothing is drawn: one notice per process says so, and the
 -- CSV stays. FP8LAB_GNUPLOT names another gnuplot command. PNGs are written to a temporary file in the
 -- same directory and renamed into place, so a PNG is there only when complete.
+local O = require "fp8.opts"
 local M = {}
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -53,8 +54,9 @@ local function run(script, png)
   return png
 end
 
-local function check_opts(name, o, required)
+local function check_opts(name, o, required, valid)
   if type(o) ~= "table" then error(("%s: expected an options table, got %s"):format(name, type(o)), 3) end
+  O.check(name, o, valid, 3)
   for _, k in ipairs(required) do
     if type(o[k]) ~= "string" or o[k] == "" then
       error(("%s: %s must be a file name, got %s"):format(name, k, tostring(o[k])), 3)
@@ -89,9 +91,14 @@ end
 -- lines{csv=, png=, title=, xlabel=, ylabel=, y2label=, y2range={lo, hi}, logy=false, series={{x=1, y=3, title=, style="lines"|"points", axis="x1y2"}}}
 -- -> png | nil, reason. Columns are 1-based CSV columns; empty cells are skipped.
 function M.lines(o)
-  check_opts("plot.lines", o, { "csv", "png" })
+  check_opts("plot.lines", o, { "csv", "png" },
+    { "csv", "png", "title", "xlabel", "ylabel", "y2label", "y2range", "logy", "series" })
   if type(o.series) ~= "table" or #o.series == 0 then
     error("plot.lines: series must be a non-empty list of {x=, y=, title=}", 2)
+  end
+  for i, sr in ipairs(o.series) do
+    if type(sr) ~= "table" then error(("plot.lines: series[%d] must be a table {x=, y=, title=}, got %s"):format(i, type(sr)), 2) end
+    O.check(("plot.lines: series[%d]"):format(i), sr, { "x", "y", "title", "style", "axis" }, 2)
   end
   if not M.available() then return missing(o.csv) end
   local s = { "set datafile separator ','", "set datafile missing ''", "set grid", "set key outside right top",
@@ -123,7 +130,7 @@ end
 -- Two panels over the optimizer steps: the scale of each tensor role (input, weight, grad: the output gradient), and
 -- its amax (of the last cast and over the history window), log scale.
 function M.fp8_history(o)
-  check_opts("plot.fp8_history", o, { "csv", "png" })
+  check_opts("plot.fp8_history", o, { "csv", "png" }, { "csv", "png", "layer" })
   local f, err = io.open(o.csv, "r")
   if not f then error("plot.fp8_history: cannot read " .. tostring(err), 2) end
   local header = f:read("l")

@@ -61,7 +61,7 @@ function M.profile(opts, extra)
     if not ok then error(tostring(res):gsub("^ProfileKwargs:", "fp8.profiler.profile:"), 2) end
     h = res
   end
-  extra = extra or {}
+  extra = O.check("fp8.profiler.profile", extra, { "rank" }, 2)
   local o = h:to_table()
   if o.with_stack and not M._stack_noticed then
     M._stack_noticed = true

@@ -2,6 +2,7 @@
 -- format, scale, amax of the last cast and over the history, underflow and saturation; of a live model,
 -- or of the recipe state a state dict or checkpoint holds. The Accelerator's log_fp8_stats writes the
 -- same rows to CSV.
+local O = require "fp8.opts"
 local core = require "fp8.core"
 local Module = require "fp8.nn.module"
 local convert = require "fp8.convert"
@@ -44,6 +45,7 @@ local function saved_stats(sd, opts)
 end
 
 function M.stats(model, opts)
+  O.check("fp8.stats", opts, { "quiet" }, 2)
   if type(model) == "table" and not Module.is_module(model) then return saved_stats(model, opts) end
   if not Module.is_module(model) then error(("fp8.stats: expected a Module or a state dict, got %s"):format(type(model)), 2) end
   local rows = {}

@@ -228,6 +228,17 @@ describe("option tables of the Lua functions", function()
       return fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }:generate(fp8.zeros { 1, 1 }, 1, "hot")
     end)
   end)
+  it("plots, stats and the profiler's extra table refuse unknown keys too", function()
+    local plot = require "fp8.plot"
+    fails_with({ "plot.lines: unknown option 'xlable' (did you mean 'xlabel'?)" }, plot.lines,
+      { csv = "a.csv", png = "a.png", xlable = "step", series = { { y = 2 } } })
+    fails_with({ "plot.lines: series[1]: unknown option 'colour'" }, plot.lines,
+      { csv = "a.csv", png = "a.png", series = { { y = 2, colour = "red" } } })
+    fails_with({ "plot.fp8_history: unknown option 'layers' (did you mean 'layer'?)" }, plot.fp8_history,
+      { csv = "a.csv", png = "a.png", layers = "fc1" })
+    fails_with({ "fp8.stats: unknown option 'quite' (did you mean 'quiet'?)" }, fp8.stats, {}, { quite = true })
+    fails_with({ "fp8.profiler.profile: unknown option 'rnak' (did you mean 'rank'?) (valid: rank)" }, fp8.profiler.profile, nil, { rnak = 0 })
+  end)
   it("a plain Linear(in, out, {bias=false}) still works", function()
     assert.is_nil(fp8.nn.Linear(4, 4, { bias = false }).bias)
     assert.is_nil(fp8.nn.Linear { in_features = 4, out_features = 2, bias = false }.bias)
