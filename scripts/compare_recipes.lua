@@ -184,18 +184,15 @@ end
 -- Loss curves: one column per recipe.
 local dir = opts.out:match("^(.*)/[^/]*$")
 if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
-local tmp = opts.out .. ".tmp"
-local f = assert(io.open(tmp, "w"))
 local hdr = { "step" }
 for _, r in ipairs(results) do hdr[#hdr + 1] = r.name end
-f:write(table.concat(hdr, ","), "\n")
+local lines = { table.concat(hdr, ",") }
 for i = 1, #results[1].curve do
   local row = { tostring(i) }
   for _, r in ipairs(results) do row[#row + 1] = ("%.6f"):format(r.curve[i] or 0 / 0) end
-  f:write(table.concat(row, ","), "\n")
+  lines[#lines + 1] = table.concat(row, ",")
 end
-f:close()
-assert(os.rename(tmp, opts.out))
+require("fp8._fileio").write_atomic(opts.out, table.concat(lines, "\n") .. "\n")   -- temp, fsync, rename, fsync dir
 print("loss curves: " .. opts.out)
 -- One line per recipe (fp8.plot: without gnuplot one notice, and the CSV stays).
 local series = {}

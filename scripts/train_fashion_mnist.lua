@@ -230,21 +230,18 @@ fp8.set_autocast_dtype(prev_autocast)
 if not ok then error(err, 0) end
 local elapsed = data.clock() - t0
 
--- The curve (main process only): CSV always (written to a temporary file, then renamed); PNGs with --plot.
+-- The curve (main process only): CSV always (written atomically: temporary file, fsync, rename, fsync the directory); PNGs with --plot.
 if accel.process_index == 0 then
   local dir = opts.out:match("^(.*)/[^/]*$")
   if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
-  local tmp = opts.out .. ".tmp"
-  local f, ferr = io.open(tmp, "w")
-  if not f then error("cannot write the loss curve: " .. tostring(ferr), 0) end
-  f:write("step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated\n")
+  local lines = { "step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated" }
   local function cell(v, fmt) return v == nil and "" or fmt:format(v) end
   for _, r in ipairs(curve) do
-    f:write(("%d,%d,%.6f,%.6g,%s,%s,%s,%s\n"):format(r[1], r[2], r[3], r[4], cell(r[5], "%.6f"), cell(r[6], "%.4f"),
-      cell(r[7], "%.6g"), cell(r[8], "%.6g")))
+    lines[#lines + 1] = ("%d,%d,%.6f,%.6g,%s,%s,%s,%s"):format(r[1], r[2], r[3], r[4], cell(r[5], "%.6f"),
+      cell(r[6], "%.4f"), cell(r[7], "%.6g"), cell(r[8], "%.6g"))
   end
-  f:close()
-  assert(os.rename(tmp, opts.out))
+  local ok, werr = pcall(require("fp8._fileio").write_atomic, opts.out, table.concat(lines, "\n") .. "\n")
+  if not ok then error("cannot write the loss curve: " .. tostring(werr), 0) end
   print("loss curve: " .. opts.out)
   if plot then
     local png = plot.lines{csv = opts.out, png = opts.out:gsub("%.csv$", "") .. ".png",

@@ -49,8 +49,12 @@ local function run(script, png)
     os.remove(tmp)
     return nil, "gnuplot did not write a PNG"
   end
-  local rok, rerr = os.rename(tmp, png)
-  if not rok then os.remove(tmp); return nil, rerr end
+  -- gnuplot's file, written again through write_atomic (fsync, rename, fsync the directory): a crash leaves the
+  -- old PNG or the new one, never half of one
+  local fio = require "fp8._fileio"
+  local wok, werr = pcall(function() fio.write_atomic(png, fio.read_regular(tmp, "PNG")) end)
+  os.remove(tmp)
+  if not wok then return nil, tostring(werr) end
   return png
 end
 

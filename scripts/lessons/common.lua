@@ -95,18 +95,15 @@ function C.gradients(model, next_batch, warm)
   return out
 end
 
--- write_csv(path, header list, rows (lists)) — atomically (temporary file, rename).
+-- write_csv(path, header list, rows (lists)) — atomically (temporary file, fsync, rename, fsync the directory).
 function C.write_csv(path, header, rows)
-  local tmp = path .. ".tmp"
-  local f = assert(io.open(tmp, "w"))
-  f:write(table.concat(header, ","), "\n")
+  local lines = { table.concat(header, ",") }
   for _, r in ipairs(rows) do
     local cells = {}
     for i, v in ipairs(r) do cells[i] = type(v) == "number" and ("%.9g"):format(v) or tostring(v) end
-    f:write(table.concat(cells, ","), "\n")
+    lines[#lines + 1] = table.concat(cells, ",")
   end
-  f:flush(); f:close()
-  assert(os.rename(tmp, path))
+  require("fp8._fileio").write_atomic(path, table.concat(lines, "\n") .. "\n")
   print("data: " .. path)
   return path
 end
