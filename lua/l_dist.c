@@ -222,7 +222,7 @@ static int l_ddp(lua_State *L) {
     double cap = fl_lfieldnumber(L, 3, "dist.ddp", "bucket_cap_mb", 25);
     if (!(cap > 0)) return luaL_error(L, "dist.ddp: bucket_cap_mb must be a number > 0, got %f", cap);
     o.bucket_cap_bytes = cap * 1024 * 1024;
-    const char *w = fl_lfieldchoice(L, 3, "dist.ddp", "wire", "fp32", wires);
+    const char *w = fl_lfieldchoice(L, 3, "dist.ddp", "wire", wires[0], wires);   /* one of wires: compared by address */
     for (int i = 0; wires[i]; i++) if (w == wires[i]) o.wire = wire_dt[i];
     o.find_unused = fl_lfieldbool(L, 3, "dist.ddp", "find_unused", false);
     ddp_box *b = lua_newuserdatauv(L, sizeof *b, 0);

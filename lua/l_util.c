@@ -142,7 +142,7 @@ int fl_lfieldint(lua_State *L, int idx, const char *fname, const char *key, int 
 }
 
 const char *fl_lfieldchoice(lua_State *L, int idx, const char *fname, const char *key, const char *def,
-                          const char *const *choices) {
+                            const char *const *choices) {
     if (push_opt(L, idx, key) == LUA_TNIL) { lua_pop(L, 1); return def; }
     if (lua_type(L, -1) == LUA_TSTRING)
         for (int i = 0; choices[i]; i++)
