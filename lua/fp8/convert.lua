@@ -95,8 +95,11 @@ function M.convert_model(model, opts)
   for k, v in pairs(given) do
     local canon = ALIAS[k] or k
     if not valid[canon] then
-      error(("convert_model: unknown option '%s' (valid: convert_linear, convert_ln, filter, recipe, to_fp8; "
-        .. "Accelerate's names: _convert_linear, _convert_ln, to_transformer_engine)"):format(tostring(k)), 2)
+      local near = type(k) == "string" and require("fp8.settings").suggest(k, { "convert_linear", "convert_ln", "filter",
+        "recipe", "to_fp8", "_convert_linear", "_convert_ln", "to_transformer_engine" }) or nil
+      error(("convert_model: unknown option '%s'%s (valid: convert_linear, convert_ln, filter, recipe, to_fp8; "
+        .. "Accelerate's names: _convert_linear, _convert_ln, to_transformer_engine)"):format(tostring(k),
+        near and (" (did you mean '%s'?)"):format(near) or ""), 2)
     end
     if opts[canon] ~= nil and opts[canon] ~= v then
       error(("convert_model: '%s' and its other spelling disagree; give one"):format(tostring(k)), 2)

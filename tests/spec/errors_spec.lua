@@ -223,6 +223,8 @@ describe("option tables of the Lua functions", function()
       fp8.nn.Linear, { in_features = 4, out_features = 4, biass = true })
     fails_with({ "AdamW: unknown option 'weight_decy' (did you mean 'weight_decay'?) (valid: amsgrad, betas, eps, lr, maximize, weight_decay)" },
       fp8.optim.AdamW, fp8.nn.Linear(2, 2):parameters(), { weight_decy = 0.1 })
+    fails_with({ "convert_model: unknown option 'recipie' (did you mean 'recipe'?)", "to_transformer_engine" },
+      fp8.convert_model, fp8.nn.Linear(16, 16), { recipie = {} })
     fails_with({ "hist: unknown option 'binz' (valid: scale, amax, margin, axis, width, quiet)" }, fp8.hist, fp8.tensor { 1 }, "e4m3", { binz = 3 })
     fails_with({ "generate: options must be a table, got string" }, function()
       return fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }:generate(fp8.zeros { 1, 1 }, 1, "hot")
