@@ -9,23 +9,33 @@ local M = {}
 -- check(fname, opts, valid [, level]) -> opts, or {} when opts is nil. valid: a list of names (listed in its
 -- order) or a set {name = true} (listed sorted). level: what the caller would pass to error() itself (default
 -- 2: the caller's caller is blamed). A non-table is refused: "fname: options must be a table, got number".
+-- Whether k is one of valid (a list: searched, they are short; a set: indexed).
+local function has(valid, k)
+  if valid[1] == nil then return valid[k] ~= nil end
+  for _, n in ipairs(valid) do if n == k then return true end end
+  return false
+end
+
+-- The error for key k (the names listed only now: check runs on hot paths, e.g. every attention call).
+local function unknown(fname, k, valid, level)
+  local names = {}
+  if valid[1] ~= nil then
+    for i, n in ipairs(valid) do names[i] = n end
+  else
+    for n in pairs(valid) do names[#names + 1] = n end
+    table.sort(names)
+  end
+  local near = type(k) == "string" and settings.suggest(k, names) or nil
+  error(("%s: unknown option '%s'%s (valid: %s)"):format(fname, tostring(k),
+    near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), level + 1)
+end
+
 function M.check(fname, opts, valid, level)
   level = (level or 2) + 1
   if opts == nil then return {} end
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), level) end
-  local names, set = {}, {}
-  if valid[1] ~= nil then
-    for i, n in ipairs(valid) do names[i], set[n] = n, true end
-  else
-    for n in pairs(valid) do names[#names + 1], set[n] = n, true end
-    table.sort(names)
-  end
   for k in pairs(opts) do
-    if not set[k] then
-      local near = type(k) == "string" and settings.suggest(k, names) or nil
-      error(("%s: unknown option '%s'%s (valid: %s)"):format(fname, tostring(k),
-        near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), level)
-    end
+    if not has(valid, k) then unknown(fname, k, valid, level) end
   end
   return opts
 end
