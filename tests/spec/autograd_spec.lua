@@ -161,8 +161,18 @@ describe("fp8.core._nn", function()
     assert.are.same({ 0, 0, 2 }, C.relu(fp8.tensor({ -1, 0, 2 })):totable())
     assert.is_true(close(C.gelu(fp8.tensor({ 1 }), "tanh"):item(), 0.8411920, 1e-5))
     assert.has_error(function() C.gelu(fp8.tensor({ 1 }), "fast") end)
-    local ln = C.layer_norm(fp8.randn(3, 8), fp8.ones(8), fp8.zeros(8))
-    assert.is_true(math.abs(ln:mean():item()) < 1e-5)
+    -- each row normalized: mean 0 and (biased) variance 1 within eps; then the affine w·x̂ + b per column
+    local xs = fp8.randn(3, 8)
+    local ln = C.layer_norm(xs, fp8.ones(8), fp8.zeros(8)):totable()
+    for _, row in ipairs(ln) do
+      local m, v = 0, 0
+      for _, x in ipairs(row) do m = m + x / 8 end
+      for _, x in ipairs(row) do v = v + (x - m) ^ 2 / 8 end
+      assert.is_true(math.abs(m) < 1e-5 and math.abs(v - 1) < 1e-3, ("row mean %g, variance %g"):format(m, v))
+    end
+    local w, b = fp8.arange(1, 9), fp8.full({ 8 }, 0.5)
+    local aff = C.layer_norm(xs, w, b):totable()
+    for i = 1, 3 do for j = 1, 8 do assert.is_true(close(aff[i][j], j * ln[i][j] + 0.5, 1e-5)) end end
     local e = C.embedding(fp8.tensor({ 2, 0 }), fp8.tensor({ { 1, 1 }, { 2, 2 }, { 3, 3 } }))
     assert.are.same({ { 3, 3 }, { 1, 1 } }, e:totable())
     fp8.manual_seed(7)
@@ -170,6 +180,13 @@ describe("fp8.core._nn", function()
     fp8.manual_seed(7)
     local d2 = C.dropout(fp8.ones(100), 0.5, true):totable()
     assert.are.same(d1, d2)
+    -- inverted dropout: each element 0 or 1/(1 - p) = 2, about half of each (Binomial(100, 0.5): 30..70 is > 5 sigma)
+    local zeros = 0
+    for _, v in ipairs(d1) do
+      assert.is_true(v == 0 or v == 2, "dropout value " .. v)
+      if v == 0 then zeros = zeros + 1 end
+    end
+    assert.is_true(zeros >= 30 and zeros <= 70, zeros .. " of 100 dropped")
     assert.are.same(fp8.ones(3):totable(), C.dropout(fp8.ones(3), 0.5, false):totable())
     local q = fp8.randn(1, 2, 4, 8):requires_grad(true)
     local o = C.scaled_dot_product_attention(q, q, q, { is_causal = true })

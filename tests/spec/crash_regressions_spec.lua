@@ -159,9 +159,13 @@ print("OK")
       -- its lock): the next write of the same path removes it
       local stale = dir .. "/c.yaml.tmp4194305.0"
       assert(io.open(stale, "w")):close()
+      local looping = 0   -- kills that landed in the write loop (after the first write printed 'wrote')
       for i = 1, 10 do
-        os.execute(("timeout -s KILL 0.%d %s -e %s >/dev/null 2>&1"):format(2 + i % 4, q(BIN), q(code)))
+        local p = io.popen(("timeout -s KILL 0.%d %s -e %s 2>/dev/null"):format(2 + i % 4, q(BIN), q(code)))
+        if p:read("a"):find("wrote", 1, true) then looping = looping + 1 end
+        p:close()
       end
+      assert.is_true(looping >= 3, looping .. " of 10 writers reached the loop before the kill")
       out, err, rc = child("assert(fp8.config.load(" .. cfg .. ").mixed_precision == 'fp8') "
         .. "fp8.config.write(" .. cfg .. ", {mixed_precision = 'fp8'}) print('OK')")
       assert.are.equal(0, rc, err)

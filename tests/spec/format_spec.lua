@@ -145,8 +145,10 @@ describe("fp8.encode / fp8.decode", function()
 
   it("keeps NaN as NaN in both formats and policies", function()
     for _, fmt in ipairs({ "e4m3", "e5m2" }) do
-      local v = fp8.decode(fp8.encode(0 / 0, fmt), fmt)
-      assert.is_true(v ~= v)
+      for _, saturate in ipairs({ true, false }) do
+        local v = fp8.decode(fp8.encode(0 / 0, fmt, { saturate = saturate }), fmt)
+        assert.is_true(v ~= v, ("%s saturate=%s"):format(fmt, tostring(saturate)))
+      end
     end
   end)
 

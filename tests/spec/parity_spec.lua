@@ -89,8 +89,8 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
       end
     end
     assert.same({ false, true, false, true }, seen)
-    assert.has_error(function() acc:accumulate(42) end)
-    assert.has_error(function() acc:accumulate(model, 5) end)
+    U.fails_with("accumulate: expected the prepared model as argument #1, got number", function() acc:accumulate(42) end)
+    U.fails_with("accumulate: argument #2 must be a function (or nothing), got number", function() acc:accumulate(model, 5) end)
   end)
 
   it("the FP8 recipe updates its scales once per real step", function()
@@ -135,8 +135,8 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     assert.equal(1, new_acc {}.gradient_accumulation_steps)
     local cfg = fp8.config.parse("gradient_accumulation_steps: 6\nmixed_precision: bf16\n")
     assert.equal(6, new_acc { config = cfg }.gradient_accumulation_steps)
-    assert.has_error(function() new_acc { env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "0" } } end)
-    assert.has_error(function() new_acc { gradient_accumulation_steps = 0 } end)
+    U.fails_with("FP8LAB_GRADIENT_ACCUMULATION_STEPS: expected an integer >= 1, got 0", function() new_acc { env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "0" } } end)
+    U.fails_with("Accelerator: gradient_accumulation_steps: expected an integer >= 1, got 0", function() new_acc { gradient_accumulation_steps = 0 } end)
   end)
 
   it("fp8lab launch --gradient_accumulation_steps feeds the Accelerator", function()

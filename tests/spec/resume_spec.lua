@@ -32,6 +32,7 @@ local function check(config, model, first)
   run(config, model, first, "first", dir)
   local resumed = run(config, model, 10, "resume", dir)
   for s = first + 1, 10 do
+    assert.is_not_nil(straight[s], ("no loss line for step %d"):format(s))
     assert.are.equal(straight[s], resumed[s], ("loss at step %d"):format(s))
   end
   assert.is_nil(resumed[first], "the resumed run repeated a step")
