@@ -32,13 +32,13 @@ end
 -- (yields what the loader yields), a list (yields i, v) or an iterator function (give total=).
 local function new(iterable, opts)
   opts = opts or {}
-  if type(opts) ~= "table" then error(("progress: expected an options table {desc=...}, got %s"):format(type(opts)), 3) end
-  O.check("progress", opts, VALID, 3)
+  if type(opts) ~= "table" then error(("progress: expected an options table {desc=...}, got %s"):format(type(opts)), 2) end
+  O.check("progress", opts, VALID, 2)
   local self = setmetatable({ n = 0, postfix = {}, postfix_order = {} }, Bar)
   local t = type(iterable)
   if t == "number" then
     if iterable ~= math.floor(iterable) or iterable < 0 then
-      error(("progress: a count must be a non-negative integer, got %s"):format(tostring(iterable)), 3)
+      error(("progress: a count must be a non-negative integer, got %s"):format(tostring(iterable)), 2)
     end
     local n, i = math.tointeger(iterable), 0
     self.total = n
@@ -55,16 +55,16 @@ local function new(iterable, opts)
   elseif t == "function" then
     self._make = function() return iterable end
   else
-    error(("progress: expected a number, a loader, a list or an iterator function, got %s"):format(t), 3)
+    error(("progress: expected a number, a loader, a list or an iterator function, got %s"):format(t), 2)
   end
   if opts.total ~= nil then
     if type(opts.total) ~= "number" or opts.total < 0 then
-      error(("progress: total must be a non-negative number, got %s"):format(tostring(opts.total)), 3)
+      error(("progress: total must be a non-negative number, got %s"):format(tostring(opts.total)), 2)
     end
     self.total = math.tointeger(opts.total) or opts.total
   end
   if opts.desc ~= nil and type(opts.desc) ~= "string" then
-    error(("progress: desc must be a string, got %s"):format(type(opts.desc)), 3)
+    error(("progress: desc must be a string, got %s"):format(type(opts.desc)), 2)
   end
   self.desc = opts.desc
   self.out = opts.out or io.stdout
@@ -75,7 +75,7 @@ local function new(iterable, opts)
   if silent then
     self.tty = false
   elseif opts.tty ~= nil then
-    if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 3) end
+    if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 2) end
     self.tty = opts.tty
   else
     local env = os.getenv("FP8LAB_PROGRESS")
@@ -83,7 +83,7 @@ local function new(iterable, opts)
   end
   if opts.every ~= nil then
     if math.type(opts.every) ~= "integer" or opts.every < 1 then
-      error(("progress: every must be an integer >= 1, got %s"):format(tostring(opts.every)), 3)
+      error(("progress: every must be an integer >= 1, got %s"):format(tostring(opts.every)), 2)
     end
     self.every = opts.every
   else

@@ -32,7 +32,10 @@ local function check_tensor(fname, what, v)
   end
 end
 
-local function check_opts(fname, opts, valid) return O.check(fname, opts, valid, 3) end
+local function check_opts(fname, opts, valid)
+  local o = O.check(fname, opts, valid, 3)   -- not a tail call: level 3 counts this frame
+  return o
+end
 
 -- linear(x[..., in], w[out, in] [, b[out]]) → x·wᵀ + b
 function F.linear(x, w, b)

@@ -20,15 +20,15 @@ function AdamW:_check_group(g)
   self:_check_number(g, "weight_decay", 0)
   local b = g.betas
   if type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number" or #b ~= 2 then
-    error(("%s: betas must be a pair {beta1, beta2}, got %s"):format(self.name, tostring(b)), 6)
+    error(("%s: betas must be a pair {beta1, beta2}, got %s"):format(self.name, tostring(b)), 0)
   end
   for i = 1, 2 do
     if not (b[i] >= 0 and b[i] < 1) then
-      error(("%s: betas[%d] must be in [0, 1), got %g"):format(self.name, i, b[i]), 6)
+      error(("%s: betas[%d] must be in [0, 1), got %g"):format(self.name, i, b[i]), 0)
     end
   end
-  if g.amsgrad then error(self.name .. ": amsgrad=true is not supported (only amsgrad=false)", 6) end
-  if g.maximize then error(self.name .. ": maximize=true is not supported", 6) end
+  if g.amsgrad then error(self.name .. ": amsgrad=true is not supported (only amsgrad=false)", 0) end
+  if g.maximize then error(self.name .. ": maximize=true is not supported", 0) end
 end
 
 function AdamW:_state_schema(p)

@@ -7,18 +7,18 @@ local M = {}
 
 local function check_opt(name, opt)
   if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
-    error(("%s: expected an optimizer from fp8.optim, got %s"):format(name, type(opt)), 4)
+    error(("%s: expected an optimizer from fp8.optim, got %s"):format(name, type(opt)), 3)
   end
 end
 
 local function check_keys(name, opts, valid)
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 4) end
-  O.check(name, opts, valid, 4)
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 3) end
+  O.check(name, opts, valid, 3)
 end
 
 local function check_int(name, key, v, min)
   if math.type(v) ~= "integer" or v < min then
-    error(("%s: %s must be an integer >= %d, got %s"):format(name, key, min, tostring(v)), 4)
+    error(("%s: %s must be an integer >= %d, got %s"):format(name, key, min, tostring(v)), 3)
   end
 end
 

@@ -18,12 +18,12 @@ local function tensor_list(name, v, where)
   if type(v) == "table" and type(v.parameters) == "function" then v = v:parameters() end
   if fp8.is_tensor(v) then v = { v } end
   if type(v) ~= "table" then
-    error(("%s: %s must be a list of tensors or a Module, got %s"):format(name, where, type(v)), 5)
+    error(("%s: %s must be a list of tensors or a Module, got %s"):format(name, where, type(v)), 0)
   end
   local out = {}
   for i, p in ipairs(v) do
     if not fp8.is_tensor(p) then
-      error(("%s: %s[%d] must be a tensor, got %s"):format(name, where, i, type(p)), 5)
+      error(("%s: %s[%d] must be a tensor, got %s"):format(name, where, i, type(p)), 0)
     end
     out[i] = p
   end
@@ -42,8 +42,9 @@ function Optimizer.new(cls, name, defaults, params, opts)
     params = params.params
   end
   opts = opts or {}
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 4) end
-  O.check(name, opts, defaults, 4)
+  -- the constructors reach here by tail calls (Opt(...) -> Opt.new -> Optimizer.new): level 2 is the caller's line
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 2) end
+  O.check(name, opts, defaults, 2)
   local self = setmetatable({ name = name, defaults = {}, param_groups = {}, state = {}, _step_count = 0 }, cls)
   for k, v in pairs(defaults) do self.defaults[k] = v end
   for k, v in pairs(opts) do self.defaults[k] = v end
@@ -55,15 +56,23 @@ function Optimizer.new(cls, name, defaults, params, opts)
   else
     groups = { { params = params } }
   end
-  for i, g in ipairs(groups) do self:add_param_group(g, i) end
-  if #self.param_groups == 0 then error(("%s: got an empty parameter list"):format(name), 4) end
+  local ok, err = pcall(function() for i, g in ipairs(groups) do self:_add_group(g, i) end end)
+  if not ok then error(err, 2) end
+  if #self.param_groups == 0 then error(("%s: got an empty parameter list"):format(name), 2) end
   return self
 end
 
--- add_param_group({params=..., <option>=...}): per-group options override the defaults.
-function Optimizer:add_param_group(g, i)
+-- add_param_group({params=..., <option>=...}): per-group options override the defaults. Its checks (and the
+-- subclass's _check_group) raise without a position; this entry point and new() raise them at their caller's line.
+function Optimizer:add_param_group(g)
+  local ok, res = pcall(self._add_group, self, g)
+  if not ok then error(res, 2) end
+  return res
+end
+
+function Optimizer:_add_group(g, i)
   if type(g) ~= "table" then
-    error(("%s: parameter group must be a table {params=..., ...}, got %s"):format(self.name, type(g)), 2)
+    error(("%s: parameter group must be a table {params=..., ...}, got %s"):format(self.name, type(g)), 0)
   end
   local group = { params = tensor_list(self.name, g.params, i and ("group " .. i .. " params") or "params") }
   for k, v in pairs(g) do
@@ -71,7 +80,7 @@ function Optimizer:add_param_group(g, i)
       -- initial_lr: written into the groups by a learning-rate scheduler (as in PyTorch); kept as is
       if self.defaults[k] == nil and k ~= "initial_lr" then
         error(("%s: unknown option '%s' in parameter group (valid: %s)"):format(self.name, tostring(k),
-          sorted_keys(self.defaults)), 2)
+          sorted_keys(self.defaults)), 0)
       end
       group[k] = v
     end
@@ -79,10 +88,10 @@ function Optimizer:add_param_group(g, i)
   for k, v in pairs(self.defaults) do
     if group[k] == nil then group[k] = v end
     if group[k] == Optimizer.REQUIRED then
-      error(("%s: option '%s' is required"):format(self.name, k), 5)
+      error(("%s: option '%s' is required"):format(self.name, k), 0)
     end
   end
-  if #group.params == 0 then error(("%s: a parameter group has no parameters"):format(self.name), 5) end
+  if #group.params == 0 then error(("%s: a parameter group has no parameters"):format(self.name), 0) end
   self:_check_group(group)
   self.param_groups[#self.param_groups + 1] = group
   return group
@@ -94,7 +103,7 @@ function Optimizer:_check_group(group) end
 function Optimizer:_check_number(group, key, lo, lo_open)
   local v = group[key]
   if type(v) ~= "number" or v ~= v or v < lo or (lo_open and v == lo) then
-    error(("%s: %s must be a number %s %g, got %s"):format(self.name, key, lo_open and ">" or ">=", lo, tostring(v)), 6)
+    error(("%s: %s must be a number %s %g, got %s"):format(self.name, key, lo_open and ">" or ">=", lo, tostring(v)), 0)
   end
 end
 

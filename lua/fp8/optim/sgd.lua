@@ -17,13 +17,13 @@ function SGD:_check_group(g)
   self:_check_number(g, "dampening", 0)
   self:_check_number(g, "weight_decay", 0)
   if type(g.nesterov) ~= "boolean" then
-    error(("SGD: nesterov must be a boolean, got %s"):format(type(g.nesterov)), 6)
+    error(("SGD: nesterov must be a boolean, got %s"):format(type(g.nesterov)), 0)
   end
   if g.nesterov and (g.momentum <= 0 or g.dampening ~= 0) then
     error(("SGD: nesterov momentum requires momentum > 0 and dampening = 0 (got momentum=%g, dampening=%g)")
-      :format(g.momentum, g.dampening), 6)
+      :format(g.momentum, g.dampening), 0)
   end
-  if g.maximize then error("SGD: maximize=true is not supported", 6) end
+  if g.maximize then error("SGD: maximize=true is not supported", 0) end
 end
 
 -- momentum_buffer exists once a step ran with momentum != 0 (opt:step() is Optimizer.step's loop).
