@@ -631,8 +631,22 @@ local function read_config(cfg, notices)
   if type(cfg.notices) == "table" then   -- what fp8.config noticed while reading the file
     for _, n in ipairs(cfg.notices) do notices[#notices + 1] = tostring(n) end
   end
+  local top = {}
   for _, r in ipairs(ROWS) do   -- the top-level keys
-    if r.file == "top" and cfg[r.name] ~= nil then vals[r.name] = coerce(r.name, cfg[r.name], where .. ": " .. r.name) end
+    if r.file == "top" then
+      top[#top + 1] = r.name
+      if cfg[r.name] ~= nil then vals[r.name] = coerce(r.name, cfg[r.name], where .. ": " .. r.name) end
+    end
+  end
+  for _, k in ipairs { "fp8_config", "path", "notices" } do top[#top + 1] = k end   -- and what fp8.config.load adds
+  for k in pairs(cfg) do   -- a table given as config= is checked as a file is: an unknown key is an error
+    local known = false
+    for _, n in ipairs(top) do known = known or n == k end
+    if not known then
+      local near = nearest(k, top)
+      fail("%s: unknown key '%s'%s (valid: %s)", where, tostring(k), near and (" (did you mean '%s'?)"):format(near) or "",
+        table.concat(top, ", "))
+    end
   end
   local fc = cfg.fp8_config
   if fc ~= nil then
@@ -645,10 +659,10 @@ local function read_config(cfg, notices)
       local f = type(name) == "string" and F[name]
       if f and f.file == "fp8_config" then   -- the fields a config file can carry (not config/module_filter_func)
         vals[name] = coerce(name, fc[k], ("%s: fp8_config.%s"):format(where, tostring(k)))
-      else
+      else   -- fp8.config.load refuses these in a file; a table given as config= is refused the same way
         local near = nearest(k, CONFIG_FIELDS)
-        notices[#notices + 1] = ("%s: fp8_config.%s ignored (not an fp8lab recipe field%s)"):format(where,
-          tostring(k), near and ("; did you mean '" .. near .. "'?") or "")
+        fail("%s: unknown key '%s' in fp8_config%s (valid: %s)", where, tostring(k),
+          near and (" (did you mean '%s'?)"):format(near) or "", table.concat(CONFIG_FIELDS, ", "))
       end
     end
   end
