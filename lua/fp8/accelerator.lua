@@ -249,8 +249,9 @@ function AccOptimizer:step(...)
   local ptok = prof and prof.push("Optimizer.step#" .. tostring(inner.name) .. ".step")
   if acc.scaler then
     res = acc.scaler:step(inner, ...)
+    local skipped = acc.scaler.found_inf == true   -- read before update(), which clears it
     acc.scaler:update()
-    rawset(self, "step_was_skipped", acc.scaler.found_inf == true)
+    rawset(self, "step_was_skipped", skipped)
   else
     res = inner:step(...)
   end

@@ -395,6 +395,35 @@ describe("fp8.amp", function()
     assert.are.equal(12 * 65536, s:scale(12))
   end)
 
+  -- every field of the handler reaches the Accelerator's scaler, and the prepared optimizer reports a skipped step
+  it("GradScalerKwargs drive the Accelerator's scaler (fp16)", function()
+    local nn, F = fp8.nn, fp8.nn.functional
+    fp8.manual_seed(0)
+    local model = nn.Linear(8, 4)
+    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.01 })
+    local acc = fp8.Accelerator { mixed_precision = "fp16", config = false, env = {}, cpu = true,
+      kwargs_handlers = { fp8.GradScalerKwargs { init_scale = 256, growth_factor = 4, backoff_factor = 0.25,
+                                                 growth_interval = 3 } } }
+    model, opt = acc:prepare(model, opt)
+    assert.are.equal(256, acc.scaler:get_scale())
+    local x, y = fp8.randn { 2, 8 }, fp8.randn { 2, 4 }
+    for i = 1, 3 do
+      assert.are.equal(256, acc.scaler:get_scale(), "grows only after growth_interval clean steps")
+      acc:backward(F.mse_loss(model(x), y)); opt:step(); opt:zero_grad()
+      assert.is_false(opt.step_was_skipped)
+    end
+    assert.are.equal(1024, acc.scaler:get_scale())   -- x growth_factor
+    local w = model.weight:clone()
+    acc:backward(F.mse_loss(model(x * math.huge), y)); opt:step(); opt:zero_grad()
+    assert.is_true(opt.step_was_skipped)
+    assert.are.equal(256, acc.scaler:get_scale())    -- x backoff_factor
+    assert.are.same(w:totable(), model.weight:totable())
+    local off = fp8.Accelerator { mixed_precision = "fp16", config = false, env = {}, cpu = true,
+      kwargs_handlers = { fp8.GradScalerKwargs { enabled = false } } }
+    assert.is_false(off.scaler:is_enabled())
+    assert.are.equal(1, off.scaler:get_scale())
+  end)
+
   it("unscales gradients and steps when they are finite", function()
     local s = fp8.amp.GradScaler{init_scale = 8}
     local opt = fake{{8, -16}, {4}}
