@@ -523,6 +523,10 @@ define("ProfileKwargs", {
                  if seen[a] then return false, ("%s is listed twice"):format(repr(a)) end
                  seen[a], out[i] = true, a
                end
+               -- host ops are always recorded: a list without "cpu" (PyTorch's device-only profile) is refused
+               if not seen.cpu then
+                 return false, 'must list "cpu": fp8lab always records host ops ({"cpu", "cuda"} adds device time)'
+               end
                return true, out
              end } },
   { name = "schedule_option", default = nil,
@@ -552,7 +556,12 @@ define("ProfileKwargs", {
   { name = "on_trace_ready", kind = Kind.func, default = nil },
   { name = "record_shapes", kind = Kind.bool, default = false },
   { name = "profile_memory", kind = Kind.bool, default = false },
-  { name = "with_stack", kind = Kind.bool, default = false },
+  { name = "with_stack", default = false,   -- refused when on: no stacks are recorded
+    kind = { expect = "false (stacks are not recorded; with_modules gives module paths)", types = { boolean = true },
+             check = function(v)
+               if v then return false, "true is not supported: fp8lab records no stacks (with_modules=true gives module paths)" end
+               return true, v
+             end } },
   { name = "with_flops", kind = Kind.bool, default = false },
   { name = "with_modules", kind = Kind.bool, default = false },
   { name = "output_trace_dir", kind = Kind.string, default = nil },

@@ -63,10 +63,6 @@ function M.profile(opts, extra)
   end
   extra = O.check("fp8.profiler.profile", extra, { "rank" }, 2)
   local o = h:to_table()
-  if o.with_stack and not M._stack_noticed then
-    M._stack_noticed = true
-    io.stderr:write("fp8lab: notice: profiler: with_stack is accepted but no stacks are recorded (with_modules gives module paths)\n")
-  end
   local device = false
   for _, a in ipairs(o.activities or {}) do device = device or a == "cuda" end
   if device and not P.has_device_clock() then

@@ -407,6 +407,13 @@ describe("key_averages", function()
     fails_with("row_limit must be an integer", ka.table, ka, { row_limit = 0 })
   end)
 
+  it("refuses what it would not record: stacks, and a profile without host ops", function()
+    fails_with("with_stack: true is not supported: fp8lab records no stacks", fp8.ProfileKwargs, { with_stack = true })
+    fails_with('activities: must list "cpu"', fp8.ProfileKwargs, { activities = { "cuda" } })
+    fails_with('activities: must list "cpu"', fp8.profiler.profile, { activities = { "cuda" } })
+    assert.is_false(fp8.ProfileKwargs { with_stack = false, activities = { "cpu", "cuda" } }:to_table().with_stack)
+  end)
+
   it("group_by_input_shape splits rows by shapes", function()
     local prof = profiler.profile{ record_shapes = true }
     prof:run(function()
