@@ -75,8 +75,16 @@ local function new(opts)
   if opts.cpu ~= nil and type(opts.cpu) ~= "boolean" then
     error(("Accelerator: cpu must be a boolean, got %s"):format(type(opts.cpu)), 3)
   end
-  local env_cpu = os.getenv("FP8LAB_USE_CPU")
-  local force_cpu = opts.cpu == true or env_cpu == "1" or env_cpu == "true"
+  -- FP8LAB_USE_CPU (set by launch --cpu) takes the booleans every FP8LAB_* flag takes; anything else is refused
+  local env_cpu, use_cpu = os.getenv("FP8LAB_USE_CPU"), false
+  if env_cpu ~= nil and env_cpu ~= "" then
+    local v = env_cpu:lower()
+    if v == "1" or v == "true" or v == "yes" or v == "on" or v == "y" then use_cpu = true
+    elseif not (v == "0" or v == "false" or v == "no" or v == "off" or v == "n") then
+      error(("Accelerator: FP8LAB_USE_CPU: expected a boolean (1/0, true/false, yes/no, on/off), got '%s'"):format(env_cpu), 3)
+    end
+  end
+  local force_cpu = opts.cpu == true or use_cpu
   local okc, cuda = pcall(require, "fp8.cuda")
   self._device = (not force_cpu and okc and cuda.is_available()) and "cuda" or "cpu"
   if opts.even_batches ~= nil and type(opts.even_batches) ~= "boolean" then

@@ -87,6 +87,18 @@ describe("Accelerate's launch flags", function()
   .. " threads=" .. fp8.config.sys.omp_max_threads())]])
   f:close()
 
+  it("FP8LAB_USE_CPU takes the flag booleans and refuses anything else", function()
+    local code = "print(fp8.Accelerator{config = false, env = {}}:device())"
+    local out, ok = run({ "-e", code }, "FP8LAB_USE_CPU=maybe")
+    assert.is_false(ok, out)
+    assert.matches("FP8LAB_USE_CPU: expected a boolean (1/0, true/false, yes/no, on/off), got 'maybe'", out, 1, true)
+    for _, v in ipairs { "1", "YES", "on", "true", "0", "off" } do
+      out, ok = run({ "-e", code }, "FP8LAB_USE_CPU=" .. v)
+      assert.is_true(ok, out)
+      assert.matches("cpu", out)   -- no GPU here: the CPU either way; the value is accepted
+    end
+  end)
+
   it("--cpu runs on the CPU and --num_cpu_threads_per_process sets the threads", function()
     local out, ok = run({ "launch", "--cpu", "--num_cpu_threads_per_process", "3", script }, "env -u FP8LAB_USE_CPU")
     assert.is_true(ok, out)
