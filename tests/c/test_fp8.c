@@ -282,6 +282,37 @@ TEST(fp8_linear_rowwise_matches_reference) {
     free_case(&c);
 }
 
+/* rowwise_with_gw_hp: the weight gradient is the high-precision product dYᵀ·X (fp32 here, no autocast), where
+ * ROWWISE quantizes both; the same layer config otherwise. The tolerance tells the two apart: ROWWISE's dW must
+ * miss the exact product by more than it, or the test could not see the setting ignored. */
+TEST(fp8_linear_rowwise_gw_hp_keeps_wgrad_exact) {
+    lin_case c;
+    make_case(&c);
+    static float y[N * M], dx[N * K], dw[M * K], db[M], dw_row[M * K];
+    const fl_fp8_granularity grans[2] = { FL_GRAN_ROWWISE_GW_HP, FL_GRAN_ROWWISE };
+    for (int gi = 0; gi < 2; gi++) {
+        fl_scaling r[3];
+        for (int i = 0; i < 3; i++) fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1);
+        fl_fp8_layer *l = NULL;
+        REQUIRE_OK(fl_fp8_layer_new(&l, r, NULL, grans[gi]));
+        REQUIRE_OK(run_fp8(&c, l, y, dx, gi == 0 ? dw : dw_row, db));
+        fl_fp8_layer_release(l);
+    }
+    int far = 0;
+    for (int j = 0; j < M; j++)
+        for (int k = 0; k < K; k++) {
+            double acc = 0, mag = 0;
+            for (int i = 0; i < N; i++) {
+                double t = (double)c.gs[i * M + j] * c.xs[i * K + k];
+                acc += t; mag += fabs(t);
+            }
+            CHECK_ACC(dw[j * K + k], acc, mag, "dw (gw_hp)", j * K + k);
+            if (fabs((double)dw_row[j * K + k] - acc) > 1e-5 * mag + 1e-6) far++;
+        }
+    CHECK(far > M * K / 2, "ROWWISE's quantized dW is within the exact bound at %d of %d entries", M * K - far, M * K);
+    free_case(&c);
+}
+
 TEST(msamp_adamw_step_matches_reference) {
     enum { P = 1000 };
     int64_t n = P;
