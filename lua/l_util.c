@@ -112,18 +112,22 @@ static int push_opt(lua_State *L, int idx, const char *key) {
     return lua_getfield(L, idx, key);
 }
 
-double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def) {
+/* Pushes opts[key] and tells whether it is there; a value of a type other than `type` is an error ("fname: key
+ * must be what, got string"). */
+static bool push_field(lua_State *L, int idx, const char *fname, const char *key, int type, const char *what) {
     int t = push_opt(L, idx, key);
-    if (t != LUA_TNIL && t != LUA_TNUMBER) luaL_error(L, "%s: %s must be a number, got %s", fname, key, luaL_typename(L, -1));
-    double v = t == LUA_TNIL ? def : lua_tonumber(L, -1);
+    if (t != LUA_TNIL && t != type) luaL_error(L, "%s: %s must be %s, got %s", fname, key, what, luaL_typename(L, -1));
+    return t != LUA_TNIL;
+}
+
+double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def) {
+    double v = push_field(L, idx, fname, key, LUA_TNUMBER, "a number") ? lua_tonumber(L, -1) : def;
     lua_pop(L, 1);
     return v;
 }
 
 bool fl_lfieldbool(lua_State *L, int idx, const char *fname, const char *key, bool def) {
-    int t = push_opt(L, idx, key);
-    if (t != LUA_TNIL && t != LUA_TBOOLEAN) luaL_error(L, "%s: %s must be a boolean, got %s", fname, key, luaL_typename(L, -1));
-    bool v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
+    bool v = push_field(L, idx, fname, key, LUA_TBOOLEAN, "a boolean") ? lua_toboolean(L, -1) : def;
     lua_pop(L, 1);
     return v;
 }

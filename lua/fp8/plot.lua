@@ -1,8 +1,8 @@
 -- fp8.plot — PNG plots through gnuplot (Debian's gnuplot-nox) for the training scripts: line plots of
 -- CSV columns (loss curves, train/val), and the scale/amax history of an FP8 layer from the CSV that
 -- acc:log_fp8_stats writes. Without gnuplot nothing is drawn: one notice per process says so, and the
--- CSV stays. FP8LAB_GNUPLOT names another gnuplot command. PNGs are written to a temporary file in the
--- same directory and renamed into place, so a PNG is there only when complete.
+-- CSV stays. FP8LAB_GNUPLOT names another gnuplot command. gnuplot writes a temporary file, whose bytes are then
+-- written atomically (temporary file, fsync, rename, fsync the directory): a PNG is there only when complete.
 local O = require "fp8.opts"
 local M = {}
 
