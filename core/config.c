@@ -11,24 +11,65 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 
 /* Top-level keys of Accelerate's ClusterConfig and SageMakerConfig (plus the legacy `fp16` and
- * `dynamo_backend` it still converts): accepted, listed once in a notice, otherwise ignored. */
-static const char *const ACCEL_KEYS[] = {
-    "compute_environment", "distributed_type", "use_cpu", "debug", "machine_rank", "num_machines",
-    "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend", "same_network",
-    "main_training_function", "enable_cpu_affinity", "downcast_bf16", "deepspeed_config",
-    "fsdp_config", "tp_config", "megatron_lm_config", "ipex_config", "mpirun_config",
-    "parallelism_config", "dynamo_config", "tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo",
-    "command_file", "commands", "tpu_vm", "tpu_env", "fp16", "dynamo_backend",
-    "ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "base_job_name",
-    "pytorch_version", "transformers_version", "py_version", "sagemaker_inputs_file",
-    "sagemaker_metrics_file", "additional_args",
+ * `dynamo_backend` it still converts). Each is accepted only at values that describe what fp8lab does anyway (one
+ * machine, num_processes processes over MPI, this launcher), and those are listed once in a notice; any other value
+ * is refused with the reason. ok: "*" any value (it changes nothing on one machine, in Accelerate either), "~"
+ * only null, "{}" / "[]" null or an empty mapping / list, else '|'-separated words (any case; "false" also takes
+ * YAML's other false spellings). Null (`key:`) is always accepted: not set. */
+static const struct { const char *name, *ok, *why; } ACCEL[] = {
+    {"compute_environment", "LOCAL_MACHINE", "fp8lab runs on this machine; SageMaker is not supported"},
+    {"distributed_type", "NO|MULTI_CPU|MULTI_GPU",
+     "fp8lab runs num_processes processes over MPI; DeepSpeed, FSDP, Megatron-LM and XLA are not part of it"},
+    {"use_cpu", "false", "the config file does not choose the device: give `fp8lab launch --cpu` or FP8LAB_USE_CPU=1"},
+    {"debug", "false", "Accelerate's debug checks of collectives are not part of fp8lab"},
+    {"machine_rank", "0", "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
+    {"num_machines", "1", "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
+    {"gpu_ids", "all", "fp8lab does not pick GPUs by id (set CUDA_VISIBLE_DEVICES)"},
+    {"main_process_ip", "~", "mpirun connects the processes; there is no rendezvous address"},
+    {"main_process_port", "~", "mpirun picks its own ports (launch --main_process_port is refused too)"},
+    {"rdzv_backend", "*", NULL},
+    {"same_network", "*", NULL},
+    {"main_training_function", "*", NULL},
+    {"enable_cpu_affinity", "false", "fp8lab does not pin threads (OMP_PROC_BIND and OMP_PLACES do)"},
+    {"downcast_bf16", "no|false", "downcasting to bf16 is a TPU feature; fp8lab has none"},
+    {"deepspeed_config", "{}", "DeepSpeed is not part of fp8lab"},
+    {"fsdp_config", "{}", "FSDP is not part of fp8lab"},
+    {"tp_config", "{}", "tensor parallelism is not part of fp8lab"},
+    {"megatron_lm_config", "{}", "Megatron-LM is not part of fp8lab"},
+    {"ipex_config", "{}", "IPEX is not part of fp8lab"},
+    {"mpirun_config", "{}", "fp8lab launch runs mpirun itself"},
+    {"parallelism_config", "{}", "only data parallelism is part of fp8lab"},
+    {"dynamo_config", "{}", "torch.compile backends are not part of fp8lab"},
+    {"tpu_name", "~", "fp8lab has no TPU support"},
+    {"tpu_zone", "~", "fp8lab has no TPU support"},
+    {"tpu_use_cluster", "false", "fp8lab has no TPU support"},
+    {"tpu_use_sudo", "false", "fp8lab has no TPU support"},
+    {"command_file", "~", "fp8lab has no TPU support"},
+    {"commands", "~", "fp8lab has no TPU support"},
+    {"tpu_vm", "~", "fp8lab has no TPU support"},
+    {"tpu_env", "[]", "fp8lab has no TPU support"},
+    {"fp16", "false", "write mixed_precision: fp16"},
+    {"dynamo_backend", "no|false", "torch.compile backends are not part of fp8lab"},
+    {"ec2_instance_type", "~", "SageMaker is not supported"},
+    {"iam_role_name", "~", "SageMaker is not supported"},
+    {"image_uri", "~", "SageMaker is not supported"},
+    {"profile", "~", "SageMaker is not supported"},
+    {"region", "~", "SageMaker is not supported"},
+    {"base_job_name", "~", "SageMaker is not supported"},
+    {"pytorch_version", "~", "SageMaker is not supported"},
+    {"transformers_version", "~", "SageMaker is not supported"},
+    {"py_version", "~", "SageMaker is not supported"},
+    {"sagemaker_inputs_file", "~", "SageMaker is not supported"},
+    {"sagemaker_metrics_file", "~", "SageMaker is not supported"},
+    {"additional_args", "~", "SageMaker is not supported"},
 };
-#define N_ACCEL (sizeof ACCEL_KEYS / sizeof *ACCEL_KEYS)
+#define N_ACCEL (sizeof ACCEL / sizeof *ACCEL)
 
 static bool eq(const char *s, size_t len, const char *word) {
     return strlen(word) == len && memcmp(s, word, len) == 0;
@@ -299,15 +340,53 @@ static size_t scope_names(bool fp8_block, const char **out) {
     }
     if (!fp8_block) {
         out[n++] = "fp8_config";
-        for (size_t i = 0; i < N_ACCEL; i++) out[n++] = ACCEL_KEYS[i];
+        for (size_t i = 0; i < N_ACCEL; i++) out[n++] = ACCEL[i].name;
     }
     return n;
 }
 
 static int accel_key(const char *s, size_t len) {
     for (size_t i = 0; i < N_ACCEL; i++)
-        if (eq(s, len, ACCEL_KEYS[i])) return (int)i;
+        if (eq(s, len, ACCEL[i].name)) return (int)i;
     return -1;
+}
+
+/* Whether v is a value Accelerate's key a may hold in a file fp8lab follows (see ACCEL). */
+static bool accel_value_ok(size_t a, const ynode *v) {
+    const char *ok = ACCEL[a].ok;
+    if (is_null(v) || strcmp(ok, "*") == 0) return true;
+    if (strcmp(ok, "{}") == 0) return v->kind == N_MAP && v->n == 0;
+    if (strcmp(ok, "[]") == 0) return v->kind == N_SEQ && v->n == 0;
+    if (v->kind != N_SCALAR || strcmp(ok, "~") == 0) return false;
+    for (const char *w = ok; *w;) {
+        size_t n = strcspn(w, "|");
+        if (n == v->len && strncasecmp(w, v->text, n) == 0) return true;
+        if (n == 5 && strncmp(w, "false", 5) == 0 && v->plain && fl_setting_bool(v->text, v->len, FL_FROM_YAML_PLAIN) == 0)
+            return true;
+        w += n + (w[n] == '|');
+    }
+    return false;
+}
+
+/* The error for Accelerate's key a holding value v: the value, the reason, what is accepted. */
+static fl_status accel_refused(const loader *ld, size_t a, const ynode *v) {
+    char got[120], accepted[160];
+    if (v->kind == N_SCALAR) show_text(v->text, v->len, got, sizeof got);
+    else snprintf(got, sizeof got, "%s of %zu %s", kind_name(v), v->kind == N_MAP ? v->n / 2 : v->n,
+                  v->kind == N_MAP ? "keys" : "items");
+    const char *ok = ACCEL[a].ok;
+    if (strcmp(ok, "~") == 0) snprintf(accepted, sizeof accepted, "leave it out or null");
+    else if (strcmp(ok, "{}") == 0) snprintf(accepted, sizeof accepted, "leave it out, null or {}");
+    else if (strcmp(ok, "[]") == 0) snprintf(accepted, sizeof accepted, "leave it out, null or []");
+    else {
+        size_t o = (size_t)snprintf(accepted, sizeof accepted, "accepted: ");
+        for (const char *w = ok; *w && o < sizeof accepted;) {
+            size_t n = strcspn(w, "|");
+            o += (size_t)snprintf(accepted + o, sizeof accepted - o, "%s%.*s", w == ok ? "" : ", ", (int)n, w);
+            w += n + (w[n] == '|');
+        }
+    }
+    return ERR_AT(ld, v, "%s: %s is not supported: %s (%s)", ACCEL[a].name, got, ACCEL[a].why, accepted);
 }
 
 static fl_status unknown_key(const loader *ld, const ynode *kn, bool fp8_block) {
@@ -378,8 +457,9 @@ static fl_status apply_map(const loader *ld, const ynode *map, bool fp8_block, f
             FL_TRY(apply_map(ld, vn, true, c, ignored));
         } else if (!fp8_block && accel_key(kn->text, kn->len) >= 0) {
             int a = accel_key(kn->text, kn->len);
-            if (seen.accel_line[a]) return duplicate(ld, kn, ACCEL_KEYS[a], seen.accel_line[a]);
+            if (seen.accel_line[a]) return duplicate(ld, kn, ACCEL[a].name, seen.accel_line[a]);
             seen.accel_line[a] = kn->line;
+            if (!accel_value_ok((size_t)a, vn)) return accel_refused(ld, (size_t)a, vn);
             ignored[a] = true;
         } else {
             return unknown_key(ld, kn, fp8_block);
@@ -398,11 +478,11 @@ static fl_status add_notice(fl_config *c, const char *text) {
 
 static fl_status ignored_notice(const loader *ld, fl_config *c, const bool *ignored) {
     char buf[1600];
-    size_t o = (size_t)snprintf(buf, sizeof buf, "%s: ignoring settings that only matter to Accelerate:", ld->name);
+    size_t o = (size_t)snprintf(buf, sizeof buf, "%s: ignoring settings that only matter to Accelerate (at values that change nothing here):", ld->name);
     int count = 0;
     for (size_t i = 0; i < N_ACCEL; i++)
         if (ignored[i] && o < sizeof buf)
-            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s %s", count++ ? "," : "", ACCEL_KEYS[i]);
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s %s", count++ ? "," : "", ACCEL[i].name);
     return count ? add_notice(c, buf) : FL_OK;
 }
 
