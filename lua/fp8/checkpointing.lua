@@ -66,6 +66,20 @@ function M.project_config_from(pc, dir, level)
     if type(dir) ~= "string" or dir == "" then error("Accelerator: project_dir must be a directory name", level + 1) end
     pc.project_dir = dir
   end
+  -- Without automatic naming these would change nothing (as in Accelerate, where project_dir otherwise only feeds the
+  -- trackers' logging_dir, and fp8lab has no trackers): refused rather than kept for nothing
+  if not pc.automatic_checkpoint_naming then
+    local set = {}
+    if pc.project_dir ~= nil then set[#set + 1] = "project_dir" end
+    if pc.total_limit ~= nil then set[#set + 1] = "total_limit" end
+    if pc.iteration ~= 0 then set[#set + 1] = "iteration" end
+    if #set > 0 then
+      error(("Accelerator: %s %s effect only with automatic_checkpoint_naming=true (checkpoints numbered under "
+        .. "project_dir/checkpoints; fp8lab has no trackers to take a logging dir): set it in "
+        .. "fp8.ProjectConfiguration{...}, or leave %s out"):format(table.concat(set, ", "), #set > 1 and "take" or "takes",
+        #set > 1 and "them" or "it"), level + 1)
+    end
+  end
   return pc
 end
 

@@ -257,8 +257,15 @@ describe("acc:save_state / load_state", function()
     assert.has_error(function() fp8.ProjectConfiguration { logging_dir = "x" } end, "ProjectConfiguration: logging_dir is not supported in fp8lab (no trackers; one node)")
     U.fails_with("ProjectConfiguration: unknown option 'projectdir' (did you mean 'project_dir'?)", function() fp8.ProjectConfiguration { projectdir = "x" } end)
     U.fails_with("Accelerator: project_config must be an fp8.ProjectConfiguration{...}, got table", function() fp8.Accelerator { project_config = {} } end)
-    local acc = fp8.Accelerator { project_dir = "/tmp/somewhere", config = false, env = {} }
+    local acc = fp8.Accelerator { project_dir = "/tmp/somewhere", config = false, env = {},
+      project_config = fp8.ProjectConfiguration { automatic_checkpoint_naming = true } }
     assert.are.equal("/tmp/somewhere", acc.project_configuration.project_dir)
+    -- without automatic naming they would change nothing: refused
+    U.fails_with("Accelerator: project_dir takes effect only with automatic_checkpoint_naming=true", function()
+      return fp8.Accelerator { project_dir = "/tmp/somewhere", config = false, env = {} } end)
+    U.fails_with("Accelerator: project_dir, total_limit take effect only with automatic_checkpoint_naming=true", function()
+      return fp8.Accelerator { config = false, env = {},
+        project_config = fp8.ProjectConfiguration { project_dir = "/tmp/x", total_limit = 2 } } end)
   end)
 
   it("refuses another recipe naming the setting, unless strict=false; a failed load changes nothing", function()
