@@ -242,7 +242,16 @@ describe("acc:save_state / load_state", function()
     for _ = 1, 4 do step(acc, model, opt); acc:save_state() end
     assert.same({ "checkpoint_2", "checkpoint_3" }, C.listdir(d .. "/checkpoints"))
     assert.are.equal(4, pc.iteration)
-    assert.has_error(function() acc:save_state(d .. "/x") end)   -- a directory with automatic naming
+    U.fails_with("save_state: automatic_checkpoint_naming is on: call save_state() without a directory",
+      function() acc:save_state(d .. "/x") end)
+    -- iteration= starts the numbering
+    local d2 = tmpdir()
+    local pc2 = fp8.ProjectConfiguration { project_dir = d2, automatic_checkpoint_naming = true, iteration = 7 }
+    local acc3, model3, opt3 = setup(fp8.TERecipeKwargs {}, { project_config = pc2 })
+    step(acc3, model3, opt3); acc3:save_state()
+    assert.same({ "checkpoint_7" }, C.listdir(d2 .. "/checkpoints"))
+    assert.are.equal(8, pc2.iteration)
+    os.execute("rm -rf " .. d2)
     local acc2, model2, opt2 = setup(fp8.TERecipeKwargs {}, { project_config = fp8.ProjectConfiguration {
       project_dir = d, automatic_checkpoint_naming = true } })
     acc2:load_state()                                             -- the latest
