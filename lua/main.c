@@ -24,6 +24,7 @@
 #endif
 
 #include "error.h"
+#include "settings.h"
 
 #define FL_VERSION "0.1.0"
 #define FL_PROGNAME "fp8lab"
@@ -268,7 +269,7 @@ static void print_usage(FILE *out) {
             "Environment:\n"
             "  FP8LAB_LUA_DIR  load fp8 Lua modules from this directory before the embedded ones\n"
             "  FP8LAB_HISTORY  REPL history file (default ~/.fp8lab_history)\n"
-            "  FP8LAB_VERBOSE  1: script errors show the full traceback (as -v)\n",
+            "  FP8LAB_VERBOSE  1 (or true/yes/on): script errors show the full traceback (as -v)\n",
             progname, progname);
 }
 
@@ -637,8 +638,16 @@ static int pmain(lua_State *L) {
     if (flags == HAS_ERR) { print_usage(stderr); lua_pushinteger(L, 1); return 1; }
     if (flags & HAS_H) { print_usage(stdout); lua_pushinteger(L, 0); return 1; }
     if (flags & HAS_V) { print_version(); verbose = 1; }
-    const char *ve = getenv("FP8LAB_VERBOSE");
-    if (ve && strcmp(ve, "1") == 0) verbose = 1;
+    const char *ve = getenv("FP8LAB_VERBOSE");   /* the booleans of every FP8LAB_* flag; anything else is refused */
+    if (ve && *ve) {
+        int b = fl_setting_bool(ve, strlen(ve), FL_FROM_TEXT);
+        if (b < 0) {
+            fprintf(stderr, "fp8lab: FP8LAB_VERBOSE: expected a boolean (1/0, true/false, yes/no, on/off), got '%s'\n", ve);
+            lua_pushinteger(L, 2);
+            return 1;
+        }
+        if (b) verbose = 1;
+    }
     createargtable(L, argv, argc, script);
     if (!load_fp8(L)) { lua_pushinteger(L, 1); return 1; }
     if (!runargs(L, argv, script)) { lua_pushinteger(L, 1); return 1; }

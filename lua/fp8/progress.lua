@@ -78,7 +78,10 @@ local function new(iterable, opts)
     if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 2) end
     self.tty = opts.tty
   else
-    local env = os.getenv("FP8LAB_PROGRESS")
+    local env = os.getenv("FP8LAB_PROGRESS")   -- "plain": lines even on a terminal; unset or "": the terminal decides
+    if env ~= nil and env ~= "" and env ~= "plain" then
+      error(("progress: FP8LAB_PROGRESS: expected \"plain\" (or unset), got '%s'"):format(env), 2)
+    end
     self.tty = self.out == io.stdout and C.isatty(1) and env ~= "plain"
   end
   if opts.every ~= nil then
