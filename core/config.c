@@ -20,13 +20,16 @@
  * `dynamo_backend` it still converts). Each is accepted only at values that describe what fp8lab does anyway (one
  * machine, num_processes processes over MPI, this launcher), and those are listed once in a notice; any other value
  * is refused with the reason. ok: "*" any value (it changes nothing on one machine, in Accelerate either), "~"
- * only null, "{}" / "[]" null or an empty mapping / list, else '|'-separated words (any case; "false" also takes
- * YAML's other false spellings). Null (`key:`) is always accepted: not set. */
+ * only null, "{}" / "[]" null or an empty mapping / list, "{}f" also a mapping whose values are all false or null
+ * (Accelerate writes `ipex_config: {ipex: false}`), else '|'-separated words (any case; "false" also takes YAML's
+ * other false spellings). Null (`key:`) is always accepted: not set. */
 static const struct { const char *name, *ok, *why; } ACCEL[] = {
     {"compute_environment", "LOCAL_MACHINE", "fp8lab runs on this machine; SageMaker is not supported"},
     {"distributed_type", "NO|MULTI_CPU|MULTI_GPU",
      "fp8lab runs num_processes processes over MPI; DeepSpeed, FSDP, Megatron-LM and XLA are not part of it"},
-    {"use_cpu", "false", "the config file does not choose the device: give `fp8lab launch --cpu` or FP8LAB_USE_CPU=1"},
+    {"use_cpu", "false",
+     "fp8lab does not take the device from the config file: delete the line and give `fp8lab launch --cpu` "
+     "(or FP8LAB_USE_CPU=1)"},
     {"debug", "false", "Accelerate's debug checks of collectives are not part of fp8lab"},
     {"machine_rank", "0", "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
     {"num_machines", "1", "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
@@ -42,8 +45,8 @@ static const struct { const char *name, *ok, *why; } ACCEL[] = {
     {"fsdp_config", "{}", "FSDP is not part of fp8lab"},
     {"tp_config", "{}", "tensor parallelism is not part of fp8lab"},
     {"megatron_lm_config", "{}", "Megatron-LM is not part of fp8lab"},
-    {"ipex_config", "{}", "IPEX is not part of fp8lab"},
-    {"mpirun_config", "{}", "fp8lab launch runs mpirun itself"},
+    {"ipex_config", "{}f", "IPEX is not part of fp8lab"},
+    {"mpirun_config", "{}f", "fp8lab launch runs mpirun itself"},
     {"parallelism_config", "{}", "only data parallelism is part of fp8lab"},
     {"dynamo_config", "{}", "torch.compile backends are not part of fp8lab"},
     {"tpu_name", "~", "fp8lab has no TPU support"},
@@ -356,6 +359,15 @@ static bool accel_value_ok(size_t a, const ynode *v) {
     const char *ok = ACCEL[a].ok;
     if (is_null(v) || strcmp(ok, "*") == 0) return true;
     if (strcmp(ok, "{}") == 0) return v->kind == N_MAP && v->n == 0;
+    if (strcmp(ok, "{}f") == 0) {
+        if (v->kind != N_MAP) return false;
+        for (size_t i = 1; i < v->n; i += 2) {   /* kids: key, value, key, value ... */
+            const ynode *x = v->kids[i];
+            if (!is_null(x) && !(x->kind == N_SCALAR && x->plain && fl_setting_bool(x->text, x->len, FL_FROM_YAML_PLAIN) == 0))
+                return false;
+        }
+        return true;
+    }
     if (strcmp(ok, "[]") == 0) return v->kind == N_SEQ && v->n == 0;
     if (v->kind != N_SCALAR || strcmp(ok, "~") == 0) return false;
     for (const char *w = ok; *w;) {
@@ -372,11 +384,14 @@ static bool accel_value_ok(size_t a, const ynode *v) {
 static fl_status accel_refused(const loader *ld, size_t a, const ynode *v) {
     char got[120], accepted[160];
     if (v->kind == N_SCALAR) show_text(v->text, v->len, got, sizeof got);
-    else snprintf(got, sizeof got, "%s of %zu %s", kind_name(v), v->kind == N_MAP ? v->n / 2 : v->n,
-                  v->kind == N_MAP ? "keys" : "items");
+    else {
+        size_t n = v->kind == N_MAP ? v->n / 2 : v->n;
+        snprintf(got, sizeof got, "%s of %zu %s%s", kind_name(v), n, v->kind == N_MAP ? "key" : "item", n == 1 ? "" : "s");
+    }
     const char *ok = ACCEL[a].ok;
     if (strcmp(ok, "~") == 0) snprintf(accepted, sizeof accepted, "leave it out or null");
     else if (strcmp(ok, "{}") == 0) snprintf(accepted, sizeof accepted, "leave it out, null or {}");
+    else if (strcmp(ok, "{}f") == 0) snprintf(accepted, sizeof accepted, "leave it out, null, {} or only false values");
     else if (strcmp(ok, "[]") == 0) snprintf(accepted, sizeof accepted, "leave it out, null or []");
     else {
         size_t o = (size_t)snprintf(accepted, sizeof accepted, "accepted: ");

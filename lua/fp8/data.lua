@@ -142,7 +142,10 @@ local function load_fashion(opts, level)
 end
 
 -- FashionMNIST{root=, train=true, normalize=false|true|{mean, std}, limit=N}
-setmetatable(FashionMNIST, { __call = function(_, opts) return load_fashion(opts or {}, 2) end })
+setmetatable(FashionMNIST, { __call = function(_, opts)
+  local ds = load_fashion(opts or {}, 2)   -- not a tail call: level 2 is this function's caller
+  return ds
+end })
 
 function FashionMNIST:get(i)
   i = check_index("FashionMNIST:get", i, self.n)
@@ -254,7 +257,10 @@ local function load_text(opts, level)
                       TextDataset)
 end
 
-setmetatable(TextDataset, { __call = function(_, opts) return load_text(opts or {}, 2) end })
+setmetatable(TextDataset, { __call = function(_, opts)
+  local ds = load_text(opts or {}, 2)   -- not a tail call: level 2 is this function's caller
+  return ds
+end })
 
 -- ds:get(i) -> x [T], y [T]: tokens i..i+T-1 and the next ones (ids 0-based).
 function TextDataset:get(i)

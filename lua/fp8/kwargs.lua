@@ -1003,8 +1003,9 @@ if okh and type(help) == "table" and help.add then
   add("InitProcessGroupKwargs", "Process group: backend \"mpi\" | \"nccl\" (when not given: mpi, whatever the handler's\n"
     .. "Accelerate-style default says), timeout in seconds (default 600 for nccl, 1800 for mpi). init_method is refused:\n"
     .. "mpirun or srun start and wire the processes (fp8lab launch --num_processes N runs mpirun)." .. common)
-  add("ProfileKwargs", "Profiler: activities {\"cpu\", \"cuda\"}, schedule_option {wait=, warmup=, active= [, repeat=,\n"
-    .. "skip_first=]}, on_trace_ready(fn), record_shapes, profile_memory, with_stack, with_flops, with_modules,\n"
+  add("ProfileKwargs", "Profiler: activities {\"cpu\", \"cuda\"} (\"cpu\" must be listed: host ops are always recorded),\n"
+    .. "schedule_option {wait=, warmup=, active= [, repeat=, skip_first=]}, on_trace_ready(fn), record_shapes,\n"
+    .. "profile_memory, with_stack (false only: no stacks are recorded), with_flops, with_modules,\n"
     .. "output_trace_dir (Chrome trace JSON)." .. common)
   help.add { section = section, name = "kwargs.resolve",
     sig = "fp8.kwargs.resolve{mixed_precision=, kwargs_handlers={...}, env=, config=} -> settings",

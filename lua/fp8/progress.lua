@@ -68,6 +68,10 @@ local function new(iterable, opts)
   end
   self.desc = opts.desc
   self.out = opts.out or io.stdout
+  local env = os.getenv("FP8LAB_PROGRESS")   -- "plain": lines even on a terminal; unset or "": the terminal decides
+  if env ~= nil and env ~= "" and env ~= "plain" then   -- checked on every rank, with tty= given or not
+    error(("progress: FP8LAB_PROGRESS: expected \"plain\" (or unset), got '%s'"):format(env), 2)
+  end
   -- several processes: only the main one draws (docs/distributed.md); the others count silently
   local okd, D = pcall(require, "fp8._dist")
   local silent = okd and D.info().rank ~= 0
@@ -78,10 +82,6 @@ local function new(iterable, opts)
     if type(opts.tty) ~= "boolean" then error(("progress: tty must be a boolean, got %s"):format(type(opts.tty)), 2) end
     self.tty = opts.tty
   else
-    local env = os.getenv("FP8LAB_PROGRESS")   -- "plain": lines even on a terminal; unset or "": the terminal decides
-    if env ~= nil and env ~= "" and env ~= "plain" then
-      error(("progress: FP8LAB_PROGRESS: expected \"plain\" (or unset), got '%s'"):format(env), 2)
-    end
     self.tty = self.out == io.stdout and C.isatty(1) and env ~= "plain"
   end
   if opts.every ~= nil then

@@ -449,7 +449,7 @@ local function run_child(tmp, plan, tag, budget)
   -- ulimit -v makes over-large allocations fail fast (ASan reserves address space, so instead its
   -- allocator returns NULL above max_allocation_size_mb there)
   local lim = SAN and "" or "ulimit -v 6000000; "
-  local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=0 ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=0:abort_on_error=0 "
+  local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=plain ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=0:abort_on_error=0 "
     .. "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FP8LAB_SWEEP_MODULES=%s "
     .. "timeout -s KILL %d %s %s --child %s --timeout %s%s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
     :format(sh(dir), lim, sh(dir), sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(root .. "/" .. SELF),

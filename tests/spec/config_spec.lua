@@ -26,7 +26,7 @@ local BAD = {
   ["typo_top.yaml"] = "typo_top.yaml:1:1: unknown key 'mixed_precison' (did you mean 'mixed_precision'?)",
   -- Accelerate's keys at values fp8lab would not follow
   ["accelerate_deepspeed.yaml"] = "accelerate_deepspeed.yaml:4:3: deepspeed_config: a mapping of 5 keys is not supported: DeepSpeed is not part of fp8lab (leave it out, null or {})",
-  ["accelerate_use_cpu.yaml"] = 'accelerate_use_cpu.yaml:2:10: use_cpu: "true" is not supported: the config file does not choose the device: give `fp8lab launch --cpu` or FP8LAB_USE_CPU=1',
+  ["accelerate_use_cpu.yaml"] = 'accelerate_use_cpu.yaml:2:10: use_cpu: "true" is not supported: fp8lab does not take the device from the config file: delete the line and give `fp8lab launch --cpu`',
   ["accelerate_num_machines.yaml"] = 'num_machines: "2" is not supported: fp8lab\'s launcher runs on one machine',
   ["accelerate_fsdp.yaml"] = 'distributed_type: "FSDP" is not supported: fp8lab runs num_processes processes over MPI; DeepSpeed, FSDP, Megatron-LM and XLA are not part of it (accepted: NO, MULTI_CPU, MULTI_GPU)',
   ["accelerate_port.yaml"] = 'main_process_port: "29500" is not supported: mpirun picks its own ports',

@@ -241,6 +241,23 @@ describe("option tables of the Lua functions", function()
     fails_with({ "fp8.stats: unknown option 'quite' (did you mean 'quiet'?)" }, fp8.stats, {}, { quite = true })
     fails_with({ "fp8.profiler.profile: unknown option 'rnak' (did you mean 'rank'?) (valid: rank)" }, fp8.profiler.profile, nil, { rnak = 0 })
   end)
+  it("the GPT's parts and the datasets refuse unknown keys too", function()
+    fails_with({ "CausalSelfAttention: unknown option 'dropuot' (did you mean 'dropout'?)" }, fp8.nn.CausalSelfAttention,
+      { n_embd = 8, n_head = 2, dropuot = 0.5 })
+    fails_with({ "TransformerBlock: unknown option 'bais' (did you mean 'bias'?)" }, fp8.nn.TransformerBlock,
+      { n_embd = 8, n_head = 2, bais = false })
+    fails_with({ "GELU: unknown option 'approximat' (did you mean 'approximate'?)" }, fp8.nn.GELU, { approximat = "tanh" })
+    fails_with({ "TextDataset: unknown option 'splt' (did you mean 'split'?)" }, fp8.data.TextDataset,
+      { path = "/etc/hostname", block_size = 2, splt = "x" })
+    -- the GPT hands its blocks their own keys only; bias=false reaches every Linear and LayerNorm (nanoGPT's meaning)
+    local gpt = fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 2, n_embd = 8, bias = false }
+    local names = {}
+    for _, nm in ipairs(gpt:named_parameters()) do names[#names + 1] = nm[1] end
+    assert.are.equal(9, #names, table.concat(names, " "))
+    for _, n in ipairs(names) do assert.falsy(n:find("bias", 1, true), n) end
+    local with = fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 2, n_embd = 8 }
+    assert.are.equal(16, #with:named_parameters())   -- and 7 biases: qkv, proj, the two MLP Linears, ln1, ln2, ln_f
+  end)
   it("a plain Linear(in, out, {bias=false}) still works", function()
     assert.is_nil(fp8.nn.Linear(4, 4, { bias = false }).bias)
     assert.is_nil(fp8.nn.Linear { in_features = 4, out_features = 2, bias = false }.bias)

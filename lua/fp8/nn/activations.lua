@@ -1,5 +1,6 @@
 -- activations.lua — parameter-free activation modules: fp8.nn.ReLU(), fp8.nn.GELU([approximate]).
 local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
 
 local M = {}
@@ -10,7 +11,7 @@ function M.ReLU:forward(x) return F.relu(x) end
 M.GELU = Module.class("GELU")
 -- GELU() exact (erf), GELU("tanh") or GELU{approximate="tanh"} the tanh approximation.
 function M.GELU:__init(approximate)
-  if type(approximate) == "table" then approximate = approximate.approximate end
+  if type(approximate) == "table" then approximate = O.check("GELU", approximate, { "approximate" }, 3).approximate end
   approximate = approximate or "none"
   if approximate ~= "none" and approximate ~= "tanh" then
     error(("GELU: approximate must be \"none\" or \"tanh\", got %s"):format(tostring(approximate)), 3)

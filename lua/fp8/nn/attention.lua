@@ -3,6 +3,7 @@
 -- dropout on the attention output (nanoGPT's block; input and output [B, T, n_embd]).
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
 local Linear = require "fp8.nn.linear"
 local Dropout = require "fp8.nn.dropout"
 local F = require "fp8.nn.functional"
@@ -13,6 +14,7 @@ function CausalSelfAttention:__init(cfg)
   if type(cfg) ~= "table" then
     error(("CausalSelfAttention: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(type(cfg)), 3)
   end
+  O.check("CausalSelfAttention", cfg, { "n_embd", "n_head", "dropout", "bias" }, 3)
   local d, h = cfg.n_embd, cfg.n_head
   if math.type(d) ~= "integer" or d <= 0 then
     error(("CausalSelfAttention: n_embd must be a positive integer, got %s"):format(tostring(d)), 3)

@@ -1,6 +1,7 @@
--- gpt.lua — fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0}: a small GPT-2
+-- gpt.lua — fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true}: a small GPT-2
 -- (nanoGPT): token + position embeddings, n_layer pre-LN TransformerBlocks, a final LayerNorm and an
--- LM head tied to the token embedding. Initialised as nanoGPT: N(0, 0.02), biases 0, and the
+-- LM head tied to the token embedding; bias=false drops the biases of every Linear and LayerNorm (as nanoGPT's).
+-- Initialised as nanoGPT: N(0, 0.02), biases 0, and the
 -- residual projections (attn.proj, mlp's second Linear) N(0, 0.02/√(2·n_layer)).
 local O = require "fp8.opts"
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
@@ -42,9 +43,11 @@ function GPT:__init(cfg)
   self.wpe = Embedding(c.block_size, c.n_embd)
   self.drop = Dropout(c.dropout)
   local blocks = {}
-  for i = 1, c.n_layer do blocks[i] = TransformerBlock(c) end
+  for i = 1, c.n_layer do
+    blocks[i] = TransformerBlock { n_embd = c.n_embd, n_head = c.n_head, dropout = c.dropout, bias = c.bias }
+  end
   self.blocks = Sequential(blocks)
-  self.ln_f = LayerNorm(c.n_embd)
+  self.ln_f = LayerNorm(c.n_embd, { bias = c.bias ~= false })
   self:_init_weights()
 end
 

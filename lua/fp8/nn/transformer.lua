@@ -1,6 +1,7 @@
 -- transformer.lua — fp8.nn.TransformerBlock{n_embd, n_head, dropout=0}: a pre-LayerNorm block,
 -- x + attn(ln1(x)), then x + mlp(ln2(x)) with mlp = Linear(d, 4d) → GELU(tanh) → Linear(4d, d) → Dropout.
 local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
 local Linear = require "fp8.nn.linear"
 local LayerNorm = require "fp8.nn.layernorm"
 local GELU = require("fp8.nn.activations").GELU
@@ -14,10 +15,11 @@ function TransformerBlock:__init(cfg)
   if type(cfg) ~= "table" then
     error(("TransformerBlock: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(type(cfg)), 3)
   end
+  O.check("TransformerBlock", cfg, { "n_embd", "n_head", "dropout", "bias" }, 3)
   local d = cfg.n_embd
-  self.ln1 = LayerNorm(d)
+  self.ln1 = LayerNorm(d, { bias = cfg.bias ~= false })
   self.attn = CausalSelfAttention(cfg)
-  self.ln2 = LayerNorm(d)
+  self.ln2 = LayerNorm(d, { bias = cfg.bias ~= false })
   self.mlp = Sequential(Linear(d, 4 * d, cfg.bias ~= false), GELU("tanh"), Linear(4 * d, d, cfg.bias ~= false),
     Dropout(cfg.dropout or 0))
 end
