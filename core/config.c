@@ -19,58 +19,67 @@
 /* Top-level keys of Accelerate's ClusterConfig and SageMakerConfig (plus the legacy `fp16` and
  * `dynamo_backend` it still converts). Each is accepted only at values that describe what fp8lab does anyway (one
  * machine, num_processes processes over MPI, this launcher), and those are listed once in a notice; any other value
- * is refused with the reason. ok: "*" any value (it changes nothing on one machine, in Accelerate either), "~"
- * only null, "{}" / "[]" null or an empty mapping / list, "{}f" also a mapping whose values are all false or null
- * (Accelerate writes `ipex_config: {ipex: false}`), else '|'-separated words (any case; "false" also takes YAML's
- * other false spellings). Null (`key:`) is always accepted: not set. */
-static const struct { const char *name, *ok, *why; } ACCEL[] = {
-    {"compute_environment", "LOCAL_MACHINE", "fp8lab runs on this machine; SageMaker is not supported"},
-    {"distributed_type", "NO|MULTI_CPU|MULTI_GPU",
+ * is refused with the reason. Null (`key:`) is always accepted: not set. (`use_cpu` is a setting of fp8lab's own:
+ * settings.c.) */
+typedef enum {
+    ACC_ANY,          /* any value: it changes nothing on one machine (in Accelerate either) */
+    ACC_NULL,         /* only null */
+    ACC_EMPTY_MAP,    /* null or {} */
+    ACC_FALSE_MAP,    /* null, {} or a mapping whose values are all false or null (`ipex_config: {ipex: false}`) */
+    ACC_EMPTY_LIST,   /* null or [] */
+    ACC_WORDS         /* one of `words`, any case; "false" also takes YAML's other false spellings */
+} accel_accepts;
+
+static const struct {
+    const char *name;
+    accel_accepts accepts;
+    const char *words[3];   /* ACC_WORDS: the values accepted */
+    const char *why;        /* why other values are refused */
+} ACCEL[] = {
+    {"compute_environment", ACC_WORDS, {"LOCAL_MACHINE"}, "fp8lab runs on this machine; SageMaker is not supported"},
+    {"distributed_type", ACC_WORDS, {"NO", "MULTI_CPU", "MULTI_GPU"},
      "fp8lab runs num_processes processes over MPI; DeepSpeed, FSDP, Megatron-LM and XLA are not part of it"},
-    {"use_cpu", "false",
-     "fp8lab does not take the device from the config file: delete the line and give `fp8lab launch --cpu` "
-     "(or FP8LAB_USE_CPU=1)"},
-    {"debug", "false", "Accelerate's debug checks of collectives are not part of fp8lab"},
-    {"machine_rank", "0", "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
-    {"num_machines", "1", "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
-    {"gpu_ids", "all", "fp8lab does not pick GPUs by id (set CUDA_VISIBLE_DEVICES)"},
-    {"main_process_ip", "~", "mpirun connects the processes; there is no rendezvous address"},
-    {"main_process_port", "~", "mpirun picks its own ports (launch --main_process_port is refused too)"},
-    {"rdzv_backend", "*", NULL},
-    {"same_network", "*", NULL},
-    {"main_training_function", "*", NULL},
-    {"enable_cpu_affinity", "false", "fp8lab does not pin threads (OMP_PROC_BIND and OMP_PLACES do)"},
-    {"downcast_bf16", "no|false", "downcasting to bf16 is a TPU feature; fp8lab has none"},
-    {"deepspeed_config", "{}", "DeepSpeed is not part of fp8lab"},
-    {"fsdp_config", "{}", "FSDP is not part of fp8lab"},
-    {"tp_config", "{}", "tensor parallelism is not part of fp8lab"},
-    {"megatron_lm_config", "{}", "Megatron-LM is not part of fp8lab"},
-    {"ipex_config", "{}f", "IPEX is not part of fp8lab"},
-    {"mpirun_config", "{}f", "fp8lab launch runs mpirun itself"},
-    {"parallelism_config", "{}", "only data parallelism is part of fp8lab"},
-    {"dynamo_config", "{}", "torch.compile backends are not part of fp8lab"},
-    {"tpu_name", "~", "fp8lab has no TPU support"},
-    {"tpu_zone", "~", "fp8lab has no TPU support"},
-    {"tpu_use_cluster", "false", "fp8lab has no TPU support"},
-    {"tpu_use_sudo", "false", "fp8lab has no TPU support"},
-    {"command_file", "~", "fp8lab has no TPU support"},
-    {"commands", "~", "fp8lab has no TPU support"},
-    {"tpu_vm", "~", "fp8lab has no TPU support"},
-    {"tpu_env", "[]", "fp8lab has no TPU support"},
-    {"fp16", "false", "write mixed_precision: fp16"},
-    {"dynamo_backend", "no|false", "torch.compile backends are not part of fp8lab"},
-    {"ec2_instance_type", "~", "SageMaker is not supported"},
-    {"iam_role_name", "~", "SageMaker is not supported"},
-    {"image_uri", "~", "SageMaker is not supported"},
-    {"profile", "~", "SageMaker is not supported"},
-    {"region", "~", "SageMaker is not supported"},
-    {"base_job_name", "~", "SageMaker is not supported"},
-    {"pytorch_version", "~", "SageMaker is not supported"},
-    {"transformers_version", "~", "SageMaker is not supported"},
-    {"py_version", "~", "SageMaker is not supported"},
-    {"sagemaker_inputs_file", "~", "SageMaker is not supported"},
-    {"sagemaker_metrics_file", "~", "SageMaker is not supported"},
-    {"additional_args", "~", "SageMaker is not supported"},
+    {"debug", ACC_WORDS, {"false"}, "Accelerate's debug checks of collectives are not part of fp8lab"},
+    {"machine_rank", ACC_WORDS, {"0"}, "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
+    {"num_machines", ACC_WORDS, {"1"}, "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
+    {"gpu_ids", ACC_WORDS, {"all"}, "fp8lab does not pick GPUs by id (set CUDA_VISIBLE_DEVICES)"},
+    {"main_process_ip", ACC_NULL, {NULL}, "mpirun connects the processes; there is no rendezvous address"},
+    {"main_process_port", ACC_NULL, {NULL}, "mpirun picks its own ports (launch --main_process_port is refused too)"},
+    {"rdzv_backend", ACC_ANY, {NULL}, NULL},
+    {"same_network", ACC_ANY, {NULL}, NULL},
+    {"main_training_function", ACC_ANY, {NULL}, NULL},
+    {"enable_cpu_affinity", ACC_WORDS, {"false"}, "fp8lab does not pin threads (OMP_PROC_BIND and OMP_PLACES do)"},
+    {"downcast_bf16", ACC_WORDS, {"no", "false"}, "downcasting to bf16 is a TPU feature; fp8lab has none"},
+    {"deepspeed_config", ACC_EMPTY_MAP, {NULL}, "DeepSpeed is not part of fp8lab"},
+    {"fsdp_config", ACC_EMPTY_MAP, {NULL}, "FSDP is not part of fp8lab"},
+    {"tp_config", ACC_EMPTY_MAP, {NULL}, "tensor parallelism is not part of fp8lab"},
+    {"megatron_lm_config", ACC_EMPTY_MAP, {NULL}, "Megatron-LM is not part of fp8lab"},
+    {"ipex_config", ACC_FALSE_MAP, {NULL}, "IPEX is not part of fp8lab"},
+    {"mpirun_config", ACC_FALSE_MAP, {NULL}, "fp8lab launch runs mpirun itself"},
+    {"parallelism_config", ACC_EMPTY_MAP, {NULL}, "only data parallelism is part of fp8lab"},
+    {"dynamo_config", ACC_EMPTY_MAP, {NULL}, "torch.compile backends are not part of fp8lab"},
+    {"tpu_name", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
+    {"tpu_zone", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
+    {"tpu_use_cluster", ACC_WORDS, {"false"}, "fp8lab has no TPU support"},
+    {"tpu_use_sudo", ACC_WORDS, {"false"}, "fp8lab has no TPU support"},
+    {"command_file", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
+    {"commands", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
+    {"tpu_vm", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
+    {"tpu_env", ACC_EMPTY_LIST, {NULL}, "fp8lab has no TPU support"},
+    {"fp16", ACC_WORDS, {"false"}, "write mixed_precision: fp16"},
+    {"dynamo_backend", ACC_WORDS, {"no", "false"}, "torch.compile backends are not part of fp8lab"},
+    {"ec2_instance_type", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"iam_role_name", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"image_uri", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"profile", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"region", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"base_job_name", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"pytorch_version", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"transformers_version", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"py_version", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"sagemaker_inputs_file", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"sagemaker_metrics_file", ACC_NULL, {NULL}, "SageMaker is not supported"},
+    {"additional_args", ACC_NULL, {NULL}, "SageMaker is not supported"},
 };
 #define N_ACCEL (sizeof ACCEL / sizeof *ACCEL)
 
@@ -354,28 +363,31 @@ static int accel_key(const char *s, size_t len) {
     return -1;
 }
 
+static bool is_false(const ynode *x) {
+    return x->kind == N_SCALAR && x->plain && fl_setting_bool(x->text, x->len, FL_FROM_YAML_PLAIN) == 0;
+}
+
 /* Whether v is a value Accelerate's key a may hold in a file fp8lab follows (see ACCEL). */
 static bool accel_value_ok(size_t a, const ynode *v) {
-    const char *ok = ACCEL[a].ok;
-    if (is_null(v) || strcmp(ok, "*") == 0) return true;
-    if (strcmp(ok, "{}") == 0) return v->kind == N_MAP && v->n == 0;
-    if (strcmp(ok, "{}f") == 0) {
+    if (is_null(v)) return true;
+    switch (ACCEL[a].accepts) {
+    case ACC_ANY: return true;
+    case ACC_NULL: return false;
+    case ACC_EMPTY_MAP: return v->kind == N_MAP && v->n == 0;
+    case ACC_EMPTY_LIST: return v->kind == N_SEQ && v->n == 0;
+    case ACC_FALSE_MAP:
         if (v->kind != N_MAP) return false;
-        for (size_t i = 1; i < v->n; i += 2) {   /* kids: key, value, key, value ... */
-            const ynode *x = v->kids[i];
-            if (!is_null(x) && !(x->kind == N_SCALAR && x->plain && fl_setting_bool(x->text, x->len, FL_FROM_YAML_PLAIN) == 0))
-                return false;
-        }
+        for (size_t i = 1; i < v->n; i += 2)   /* kids: key, value, key, value ... */
+            if (!is_null(v->kids[i]) && !is_false(v->kids[i])) return false;
         return true;
-    }
-    if (strcmp(ok, "[]") == 0) return v->kind == N_SEQ && v->n == 0;
-    if (v->kind != N_SCALAR || strcmp(ok, "~") == 0) return false;
-    for (const char *w = ok; *w;) {
-        size_t n = strcspn(w, "|");
-        if (n == v->len && strncasecmp(w, v->text, n) == 0) return true;
-        if (n == 5 && strncmp(w, "false", 5) == 0 && v->plain && fl_setting_bool(v->text, v->len, FL_FROM_YAML_PLAIN) == 0)
-            return true;
-        w += n + (w[n] == '|');
+    case ACC_WORDS:
+        if (v->kind != N_SCALAR) return false;
+        for (size_t i = 0; i < sizeof ACCEL[a].words / sizeof *ACCEL[a].words && ACCEL[a].words[i]; i++) {
+            const char *w = ACCEL[a].words[i];
+            if (strlen(w) == v->len && strncasecmp(w, v->text, v->len) == 0) return true;
+            if (strcmp(w, "false") == 0 && is_false(v)) return true;
+        }
+        return false;
     }
     return false;
 }
@@ -388,18 +400,18 @@ static fl_status accel_refused(const loader *ld, size_t a, const ynode *v) {
         size_t n = v->kind == N_MAP ? v->n / 2 : v->n;
         snprintf(got, sizeof got, "%s of %zu %s%s", kind_name(v), n, v->kind == N_MAP ? "key" : "item", n == 1 ? "" : "s");
     }
-    const char *ok = ACCEL[a].ok;
-    if (strcmp(ok, "~") == 0) snprintf(accepted, sizeof accepted, "leave it out or null");
-    else if (strcmp(ok, "{}") == 0) snprintf(accepted, sizeof accepted, "leave it out, null or {}");
-    else if (strcmp(ok, "{}f") == 0) snprintf(accepted, sizeof accepted, "leave it out, null, {} or only false values");
-    else if (strcmp(ok, "[]") == 0) snprintf(accepted, sizeof accepted, "leave it out, null or []");
-    else {
+    switch (ACCEL[a].accepts) {
+    case ACC_NULL: snprintf(accepted, sizeof accepted, "leave it out or null"); break;
+    case ACC_EMPTY_MAP: snprintf(accepted, sizeof accepted, "leave it out, null or {}"); break;
+    case ACC_FALSE_MAP: snprintf(accepted, sizeof accepted, "leave it out, null, {} or only false values"); break;
+    case ACC_EMPTY_LIST: snprintf(accepted, sizeof accepted, "leave it out, null or []"); break;
+    case ACC_ANY:   /* never refused */
+    case ACC_WORDS: {
         size_t o = (size_t)snprintf(accepted, sizeof accepted, "accepted: ");
-        for (const char *w = ok; *w && o < sizeof accepted;) {
-            size_t n = strcspn(w, "|");
-            o += (size_t)snprintf(accepted + o, sizeof accepted - o, "%s%.*s", w == ok ? "" : ", ", (int)n, w);
-            w += n + (w[n] == '|');
-        }
+        for (size_t i = 0; i < sizeof ACCEL[a].words / sizeof *ACCEL[a].words && ACCEL[a].words[i] && o < sizeof accepted; i++)
+            o += (size_t)snprintf(accepted + o, sizeof accepted - o, "%s%s", i ? ", " : "", ACCEL[a].words[i]);
+        break;
+    }
     }
     return ERR_AT(ld, v, "%s: %s is not supported: %s (%s)", ACCEL[a].name, got, ACCEL[a].why, accepted);
 }

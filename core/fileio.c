@@ -205,6 +205,25 @@ fail:
     return FL_ERR(FL_EIO, "%s: cannot write: %s", af->path, strerror(e));
 }
 
+fl_status fl_fsync_rename(const char *tmp, const char *path) {
+    if (!tmp || !*tmp || !path || !*path) return FL_ERR(FL_EINVAL, "cannot rename: a path is empty");
+    int e = 0;
+    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) { e = errno; goto fail; }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) e = errno;
+    else if (!S_ISREG(sb.st_mode)) e = EINVAL;
+    else if (fsync(fd) != 0) e = errno;
+    close(fd);
+    if (e) goto fail;
+    if (rename(tmp, path) != 0) { e = errno; goto fail; }
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    return fl_fsync_dir(dir);
+fail:
+    return FL_ERR(FL_EIO, "%s: cannot write (from %s): %s", path, tmp, strerror(e));
+}
+
 fl_status fl_write_atomic(const char *path, const void *data, size_t len) {
     fl_atomic_file af;
     FL_TRY(fl_atomic_begin(&af, path));

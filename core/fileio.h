@@ -31,6 +31,10 @@ fl_status fl_write_atomic(const char *path, const void *data, size_t len);
 /* The same with the bytes written by `fill` (called with the open fd; it writes everything). */
 typedef fl_status (*fl_write_fn)(int fd, void *ctx);
 fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx);
+/* Make a file someone else wrote (closed, complete) durable under its final name: fsync tmp, rename it over
+ * path, fsync the directory (fl_write_atomic without copying the bytes). tmp must be a regular file in path's
+ * directory; on failure it is left where it was, for the caller to remove. */
+fl_status fl_fsync_rename(const char *tmp, const char *path);
 /* fsync a directory (after renaming into it); file systems that cannot (EINVAL) are not an error. */
 fl_status fl_fsync_dir(const char *dir);
 #endif

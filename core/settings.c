@@ -125,6 +125,11 @@ static const fl_setting ROWS[] = {
         .env = "FP8LAB_NUM_PROCESSES", .flag = "num_processes", .file = FL_FILE_TOP,
         .help = "processes to start; more than 1 runs them through mpirun",
         .question = "Number of processes (more than 1 starts them through mpirun)"},
+    [FL_SET_USE_CPU] = {
+        .name = "use_cpu", .type = FL_SETTING_BOOL, .def = 0, .env = "FP8LAB_USE_CPU", .flag = "cpu",
+        .file = FL_FILE_TOP,
+        .help = "run on the CPU even when there is a GPU (Accelerate's use_cpu; the Accelerator's cpu=true)",
+        .question = "Run on the CPU only, even when there is a GPU (yes/no)"},
     [FL_SET_GRADIENT_ACCUMULATION_STEPS] = {
         .name = "gradient_accumulation_steps", .type = FL_SETTING_INT, .min = 1, .max = BIG, .def = 1,
         .env = "FP8LAB_GRADIENT_ACCUMULATION_STEPS", .flag = "gradient_accumulation_steps", .file = FL_FILE_TOP,

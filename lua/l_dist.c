@@ -29,9 +29,9 @@ static int l_init(lua_State *L) {
     static const char *const keys[] = { "timeout", "backend", NULL }, *const backends[] = { "mpi", "nccl", NULL };
     if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
     fl_lcheckopts(L, 1, "dist.init", keys);
-    double timeout = fl_lfieldnumber(L, 1, "dist.init", "timeout", INFINITY);   /* absent: the core's default */
-    if (!(timeout > 0)) return luaL_error(L, "dist.init: timeout must be a number of seconds > 0, got %f", timeout);
-    if (isinf(timeout)) timeout = 0;
+    double timeout = 0;   /* absent: the core's default */
+    if (fl_lfieldnumber_opt(L, 1, "dist.init", "timeout", &timeout) && !(timeout > 0 && isfinite(timeout)))
+        return luaL_error(L, "dist.init: timeout must be a finite number of seconds > 0, got %f", timeout);
     int nccl = strcmp(fl_lfieldchoice(L, 1, "dist.init", "backend", "mpi", backends), "nccl") == 0;
     if (nccl && !fl_dist_built_nccl())
         return luaL_error(L, "dist.init: backend \"nccl\" is not available: this fp8lab is built without NCCL "

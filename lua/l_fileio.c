@@ -1,6 +1,7 @@
 /* l_fileio.c — module "fp8._fileio": the Lua face of core/fileio.c, for the Lua library's readers and
  * writers: read_regular(path, what, max_bytes) -> string (regular files only, size-capped) and
- * write_atomic(path, data) (unnamed temporary file, fsync, rename, fsync the directory). */
+ * write_atomic(path, data) (unnamed temporary file, fsync, rename, fsync the directory) and
+ * fsync_rename(tmp, path) (a file another program wrote, made durable under its final name). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,16 @@ static int l_write_atomic(lua_State *L) {
     return 1;
 }
 
+static int l_fsync_rename(lua_State *L) {
+    const char *tmp = luaL_checkstring(L, 1);
+    const char *path = luaL_checkstring(L, 2);
+    fl_lcheck(L, fl_fsync_rename(tmp, path));
+    lua_pushstring(L, path);
+    return 1;
+}
+
 static const luaL_Reg fileio_funcs[] = {
+    {"fsync_rename", l_fsync_rename},
     {"read_regular", l_read_regular},
     {"write_atomic", l_write_atomic},
     {NULL, NULL},

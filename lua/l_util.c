@@ -120,10 +120,16 @@ static bool push_field(lua_State *L, int idx, const char *fname, const char *key
     return t != LUA_TNIL;
 }
 
-double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def) {
-    double v = push_field(L, idx, fname, key, LUA_TNUMBER, "a number") ? lua_tonumber(L, -1) : def;
+bool fl_lfieldnumber_opt(lua_State *L, int idx, const char *fname, const char *key, double *out) {
+    bool there = push_field(L, idx, fname, key, LUA_TNUMBER, "a number");
+    if (there) *out = lua_tonumber(L, -1);
     lua_pop(L, 1);
-    return v;
+    return there;
+}
+
+double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def) {
+    fl_lfieldnumber_opt(L, idx, fname, key, &def);
+    return def;
 }
 
 bool fl_lfieldbool(lua_State *L, int idx, const char *fname, const char *key, bool def) {

@@ -53,6 +53,8 @@ void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, co
  * (a static string, never the Lua one). */
 void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *valid);
 double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def);
+/* The same without a default: whether opts[key] is there (then *out holds it; otherwise *out is untouched). */
+bool fl_lfieldnumber_opt(lua_State *L, int idx, const char *fname, const char *key, double *out);
 bool fl_lfieldbool(lua_State *L, int idx, const char *fname, const char *key, bool def);
 int fl_lfieldint(lua_State *L, int idx, const char *fname, const char *key, int def);
 const char *fl_lfieldchoice(lua_State *L, int idx, const char *fname, const char *key, const char *def,

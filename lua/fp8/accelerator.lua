@@ -71,20 +71,14 @@ local function new(opts)
     _fp8_weights = setmetatable({}, { __mode = "k" }),   -- O3: fp16 master → its E4M3 weight
     _stats_log = nil,
   }, Accelerator)
-  -- Accelerate's rule: the GPU when there is one, unless cpu=true (or FP8LAB_USE_CPU=1).
+  -- Accelerate's rule: the GPU when there is one, unless cpu=true or the use_cpu setting (launch --cpu,
+  -- FP8LAB_USE_CPU, the config file's use_cpu: true), read and checked by fp8.kwargs.resolve as every setting is.
+  -- As in Accelerate, where cpu=False is the default, cpu=false does not override the setting.
   if opts.cpu ~= nil and type(opts.cpu) ~= "boolean" then
     error(("Accelerator: cpu must be a boolean, got %s"):format(type(opts.cpu)), 3)
   end
-  -- FP8LAB_USE_CPU (set by launch --cpu) takes the booleans every FP8LAB_* flag takes; anything else is refused
-  local env_cpu, use_cpu = os.getenv("FP8LAB_USE_CPU"), false
-  if env_cpu ~= nil and env_cpu ~= "" then
-    local v = env_cpu:lower()
-    if v == "1" or v == "true" or v == "yes" or v == "on" or v == "y" then use_cpu = true
-    elseif not (v == "0" or v == "false" or v == "no" or v == "off" or v == "n") then
-      error(("Accelerator: FP8LAB_USE_CPU: expected a boolean (1/0, true/false, yes/no, on/off), got '%s'"):format(env_cpu), 3)
-    end
-  end
-  local force_cpu = opts.cpu == true or use_cpu
+  if opts.cpu == true then settings.sources.use_cpu = "argument" end
+  local force_cpu = opts.cpu == true or settings.use_cpu == true
   local okc, cuda = pcall(require, "fp8.cuda")
   self._device = (not force_cpu and okc and cuda.is_available()) and "cuda" or "cpu"
   if opts.even_batches ~= nil and type(opts.even_batches) ~= "boolean" then

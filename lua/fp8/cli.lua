@@ -280,7 +280,6 @@ local function launch_help(backend)
   out[#out + 1] = "General:"
   line("--config_file PATH", "config file (default $FP8LAB_CONFIG_FILE, else " .. cfg.default_path() .. ")")
   for _, k in ipairs(KEYS) do if not k.backends then key_line(k) end end
-  line("--cpu", "run on the CPU even when there is a GPU (sets FP8LAB_USE_CPU=1)")
   line("--num_cpu_threads_per_process N", "OpenMP threads per process (sets OMP_NUM_THREADS)")
   line("--multi_gpu", "one process per GPU (needs GPUs and --num_processes N >= 2)")
   line("--main_process_port N", "refused: mpirun wires the processes and picks its own ports")
@@ -343,13 +342,13 @@ local function launch_worker(argv)
 end
 
 -- Accelerate's launch flags that are not settings: value-taking (true) or alone (false).
-local LAUNCH_EXTRA = { config_file = true, cpu = false, num_cpu_threads_per_process = true,
+local LAUNCH_EXTRA = { config_file = true, num_cpu_threads_per_process = true,
                        main_process_port = true, multi_gpu = false }
 
--- The environment those flags set (checked before anything starts).
-local function launch_extra_env(extra, n)
+-- The environment those flags set (checked before anything starts); use_cpu is the resolved setting (--cpu,
+-- FP8LAB_USE_CPU or the config file).
+local function launch_extra_env(extra, n, use_cpu)
   local env = {}
-  if extra.cpu then env.FP8LAB_USE_CPU = "1" end
   if extra.num_cpu_threads_per_process then
     local t = math.tointeger(tonumber(extra.num_cpu_threads_per_process))
     if not t or t < 1 then
@@ -362,7 +361,7 @@ local function launch_extra_env(extra, n)
       .. "(MPI; NCCL is bootstrapped over MPI), which picks its own ports; no rendezvous port is used")
   end
   if extra.multi_gpu then
-    if extra.cpu then fail(2, "--multi_gpu and --cpu contradict each other; give one") end
+    if use_cpu then fail(2, "--multi_gpu and use_cpu (--cpu, FP8LAB_USE_CPU or the config file) contradict each other; give one") end
     local ok, cuda = pcall(require, "fp8.cuda")
     if not (ok and cuda.is_available()) then
       fail(2, "--multi_gpu: no usable GPU (" .. tostring(ok and cuda.unavailable_reason() or "fp8lab was built without CUDA")
@@ -429,13 +428,16 @@ local function launch(host, ...)
     sys.setenv(name, value)
     exported[#exported + 1] = name
   end
-  local extra_env = launch_extra_env(extra, n)
+  local use_cpu = given.use_cpu
+  if use_cpu == nil and os.getenv("FP8LAB_USE_CPU") and os.getenv("FP8LAB_USE_CPU") ~= "" then
+    use_cpu = settings.parse("use_cpu", os.getenv("FP8LAB_USE_CPU"), "FP8LAB_USE_CPU")
+  end
+  if use_cpu == nil and file then use_cpu = file.use_cpu end
+  local extra_env = launch_extra_env(extra, n, use_cpu == true)
   for _, k in ipairs(KEYS) do
     if given[k.name] ~= nil and k.env then export(k.env, text_of(given[k.name])) end
   end
-  for _, name in ipairs { "FP8LAB_USE_CPU", "OMP_NUM_THREADS" } do
-    if extra_env[name] then export(name, extra_env[name]) end
-  end
+  if extra_env.OMP_NUM_THREADS then export("OMP_NUM_THREADS", extra_env.OMP_NUM_THREADS) end
   export("FP8LAB_NUM_PROCESSES", tostring(n))
   if path then export("FP8LAB_CONFIG_FILE", path) end
 

@@ -18,6 +18,7 @@
 -- with its defaults (or FP8LAB_*/config values); ao options go through AORecipeKwargs, and an ao key
 -- given to FP8RecipeKwargs is an error that says so.
 local settings = require "fp8.settings"
+local O = require "fp8.opts"
 local M = {}
 
 -- ---- values: printing and comparing --------------------------------------------------------
@@ -455,11 +456,7 @@ local comm_state_kind = { expect = "a table of PowerSGD options", types = { tabl
     local out = {}
     for k, x in pairs(v) do
       local kind = POWER_SGD_OPTIONS[k]
-      if not kind then
-        local near = nearest(k, POWER_SGD_NAMES)
-        return false, ("unknown PowerSGD option %s%s; valid: %s"):format(repr(k),
-          near and (" (did you mean '%s'?)"):format(near) or "", table.concat(POWER_SGD_NAMES, ", "))
-      end
+      if not kind then return false, O.unknown_text(k, POWER_SGD_NAMES, "PowerSGD option") end
       local ok, res = check_field({ kind = kind }, x)
       if not ok then return false, k .. ": " .. res end
       out[k] = res
@@ -535,11 +532,7 @@ define("ProfileKwargs", {
                for k in pairs(v) do
                  local ok = false
                  for _, s in ipairs(SCHEDULE_KEYS) do ok = ok or k == s end
-                 if not ok then
-                   local near = nearest(k, SCHEDULE_KEYS)
-                   return false, ("unknown key %s%s; valid: %s"):format(repr(k),
-                     near and (" (did you mean '%s'?)"):format(near) or "", table.concat(SCHEDULE_KEYS, ", "))
-                 end
+                 if not ok then return false, O.unknown_text(k, SCHEDULE_KEYS, "key") end
                end
                local out = {}
                for _, s in ipairs(SCHEDULE_KEYS) do
@@ -651,11 +644,7 @@ local function read_config(cfg, notices)
   for k in pairs(cfg) do   -- a table given as config= is checked as a file is: an unknown key is an error
     local known = false
     for _, n in ipairs(top) do known = known or n == k end
-    if not known then
-      local near = nearest(k, top)
-      fail("%s: unknown key '%s'%s (valid: %s)", where, tostring(k), near and (" (did you mean '%s'?)"):format(near) or "",
-        table.concat(top, ", "))
-    end
+    if not known then fail("%s: %s", where, O.unknown_text(k, top, "key")) end
   end
   local fc = cfg.fp8_config
   if fc ~= nil then
@@ -669,9 +658,7 @@ local function read_config(cfg, notices)
       if f and f.file == "fp8_config" then   -- the fields a config file can carry (not config/module_filter_func)
         vals[name] = coerce(name, fc[k], ("%s: fp8_config.%s"):format(where, tostring(k)))
       else   -- fp8.config.load refuses these in a file; a table given as config= is refused the same way
-        local near = nearest(k, CONFIG_FIELDS)
-        fail("%s: unknown key '%s' in fp8_config%s (valid: %s)", where, tostring(k),
-          near and (" (did you mean '%s'?)"):format(near) or "", table.concat(CONFIG_FIELDS, ", "))
+        fail("%s: %s", where, O.unknown_text(k, CONFIG_FIELDS, "key", " in fp8_config"))
       end
     end
   end
@@ -725,11 +712,7 @@ local function resolve(opts)
   for k in pairs(opts) do
     local ok = false
     for _, v in ipairs(RESOLVE_KEYS) do ok = ok or k == v end
-    if not ok then
-      local near = nearest(k, RESOLVE_KEYS)
-      fail("resolve: unknown key %s%s; valid keys: %s", repr(k), near and (" (did you mean '%s'?)"):format(near) or "",
-        table.concat(RESOLVE_KEYS, ", "))
-    end
+    if not ok then fail("resolve: %s", O.unknown_text(k, RESOLVE_KEYS, "key")) end
   end
   if opts.kwargs_handlers ~= nil and opts.kwarg_handlers ~= nil then
     fail("resolve: give kwargs_handlers or kwarg_handlers (the same list), not both")

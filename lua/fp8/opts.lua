@@ -16,8 +16,12 @@ local function has(valid, k)
   return false
 end
 
--- The error for key k (the names listed only now: check runs on hot paths, e.g. every attention call).
-local function unknown(fname, k, valid, level)
+-- unknown_text(k, valid [, noun [, after]]) -> "unknown <noun> 'k'<after> (did you mean 'x'?) (valid: a, b, ...)":
+-- the one wording of an unknown name, for check below and for the tables checked elsewhere (fp8.kwargs: the
+-- config= table, PowerSGD and schedule options). noun defaults to "option"; after follows the quoted name (" in
+-- fp8_config"). valid: as check takes it. The names are listed only now: check runs on hot paths, e.g. every
+-- attention call.
+function M.unknown_text(k, valid, noun, after)
   local names = {}
   if valid[1] ~= nil then
     for i, n in ipairs(valid) do names[i] = n end
@@ -26,8 +30,8 @@ local function unknown(fname, k, valid, level)
     table.sort(names)
   end
   local near = type(k) == "string" and settings.suggest(k, names) or nil
-  error(("%s: unknown option '%s'%s (valid: %s)"):format(fname, tostring(k),
-    near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", ")), level + 1)
+  return ("unknown %s '%s'%s%s (valid: %s)"):format(noun or "option", tostring(k), after or "",
+    near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", "))
 end
 
 function M.check(fname, opts, valid, level)
@@ -35,7 +39,7 @@ function M.check(fname, opts, valid, level)
   if opts == nil then return {} end
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), level) end
   for k in pairs(opts) do
-    if not has(valid, k) then unknown(fname, k, valid, level) end
+    if not has(valid, k) then error(fname .. ": " .. M.unknown_text(k, valid), level) end
   end
   return opts
 end

@@ -1,8 +1,8 @@
 -- fp8.plot — PNG plots through gnuplot (Debian's gnuplot-nox) for the training scripts: line plots of
 -- CSV columns (loss curves, train/val), and the scale/amax history of an FP8 layer from the CSV that
 -- acc:log_fp8_stats writes. Without gnuplot nothing is drawn: one notice per process says so, and the
--- CSV stays. FP8LAB_GNUPLOT names another gnuplot command. gnuplot writes a temporary file, whose bytes are then
--- written atomically (temporary file, fsync, rename, fsync the directory): a PNG is there only when complete.
+-- CSV stays. FP8LAB_GNUPLOT names another gnuplot command. gnuplot writes a temporary file beside the PNG, which is
+-- then fsynced and renamed over it (and the directory fsynced): a PNG is there only when complete.
 local O = require "fp8.opts"
 local M = {}
 
@@ -49,12 +49,10 @@ local function run(script, png)
     os.remove(tmp)
     return nil, "gnuplot did not write a PNG"
   end
-  -- gnuplot's file, written again through write_atomic (fsync, rename, fsync the directory): a crash leaves the
-  -- old PNG or the new one, never half of one
-  local fio = require "fp8._fileio"
-  local wok, werr = pcall(function() fio.write_atomic(png, fio.read_regular(tmp, "PNG")) end)
-  os.remove(tmp)
-  if not wok then return nil, tostring(werr) end
+  -- gnuplot's finished file: fsync, rename over png, fsync the directory; a crash leaves the old PNG or the new
+  -- one, never half of one
+  local wok, werr = pcall(require("fp8._fileio").fsync_rename, tmp, png)
+  if not wok then os.remove(tmp); return nil, tostring(werr) end
   return png
 end
 

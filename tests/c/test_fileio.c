@@ -71,3 +71,38 @@ TEST(fileio_atomic_write_replaces_whole_and_leaves_nothing) {
     unlink(file);
     rmdir(dir);
 }
+
+/* fl_fsync_rename (what fp8.plot does with gnuplot's finished PNG): the file replaces the target whole, under the
+ * target's name only; a missing file or a directory is refused and nothing is renamed or removed. */
+TEST(fileio_fsync_rename_moves_a_finished_file) {
+    char dir[] = "/tmp/fl_test_fileio_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char file[256], tmp[256], sub[256];
+    snprintf(file, sizeof file, "%s/plot.png", dir);
+    snprintf(tmp, sizeof tmp, "%s/plot.png.tmp", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    REQUIRE_OK(fl_write_atomic(file, "old", 3));
+    FILE *f = fopen(tmp, "wb");
+    REQUIRE(f, "fopen");
+    fputs("new picture", f);
+    fclose(f);
+    REQUIRE_OK(fl_fsync_rename(tmp, file));
+    char *buf = NULL;
+    size_t len = 0;
+    REQUIRE_OK(fl_read_regular(file, "file", 0, &buf, &len));
+    CHECK(len == 11 && memcmp(buf, "new picture", 11) == 0, "not replaced");
+    free(buf);
+    CHECK(count_entries(dir) == 1, "%d entries after the rename", count_entries(dir));
+    CHECK(fl_fsync_rename(tmp, file) == FL_EIO, "a missing file was renamed");
+    CHECK(strstr(fl_last_error(), "plot.png.tmp"), "%s", fl_last_error());
+    REQUIRE(mkdir(sub, 0700) == 0, "mkdir");
+    CHECK(fl_fsync_rename(sub, file) == FL_EIO, "a directory was renamed over a file");
+    struct stat sb;
+    CHECK(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode), "the refused directory is gone");
+    REQUIRE_OK(fl_read_regular(file, "file", 0, &buf, &len));
+    CHECK(len == 11, "the target changed on a refused rename");
+    free(buf);
+    rmdir(sub);
+    unlink(file);
+    rmdir(dir);
+}

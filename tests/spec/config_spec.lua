@@ -26,7 +26,7 @@ local BAD = {
   ["typo_top.yaml"] = "typo_top.yaml:1:1: unknown key 'mixed_precison' (did you mean 'mixed_precision'?)",
   -- Accelerate's keys at values fp8lab would not follow
   ["accelerate_deepspeed.yaml"] = "accelerate_deepspeed.yaml:4:3: deepspeed_config: a mapping of 5 keys is not supported: DeepSpeed is not part of fp8lab (leave it out, null or {})",
-  ["accelerate_use_cpu.yaml"] = 'accelerate_use_cpu.yaml:2:10: use_cpu: "true" is not supported: fp8lab does not take the device from the config file: delete the line and give `fp8lab launch --cpu`',
+  ["use_cpu_maybe.yaml"] = 'use_cpu_maybe.yaml:2:10: use_cpu: expected a boolean',
   ["accelerate_num_machines.yaml"] = 'num_machines: "2" is not supported: fp8lab\'s launcher runs on one machine',
   ["accelerate_fsdp.yaml"] = 'distributed_type: "FSDP" is not supported: fp8lab runs num_processes processes over MPI; DeepSpeed, FSDP, Megatron-LM and XLA are not part of it (accepted: NO, MULTI_CPU, MULTI_GPU)',
   ["accelerate_port.yaml"] = 'main_process_port: "29500" is not supported: mpirun picks its own ports',
@@ -152,11 +152,13 @@ describe("fp8.config good files", function()
     assert.are.equal(1, #t.notices)
     local n = t.notices[1]
     assert.truthy(n:find("ignoring settings that only matter to Accelerate (at values that change nothing here):", 1, true), n)
-    for _, k in ipairs { "compute_environment", "distributed_type", "gpu_ids", "machine_rank", "use_cpu",
+    for _, k in ipairs { "compute_environment", "distributed_type", "gpu_ids", "machine_rank",
       "downcast_bf16", "rdzv_backend", "same_network", "tpu_env", "main_training_function" } do
       assert.truthy(n:find(k, 1, true), k .. " not in the notice: " .. n)
     end
     assert.falsy(n:find("mixed_precision", 1, true))
+    assert.falsy(n:find("use_cpu", 1, true), "use_cpu is a setting of fp8lab's, not ignored: " .. n)
+    assert.is_false(t.use_cpu)
   end)
 
   it("reads MS-AMP's optimization_level alias and an uppercase backend", function()
@@ -178,14 +180,16 @@ describe("fp8.config good files", function()
     assert.is_nil(t.fp8_config)
     assert.are.equal(1, #t.notices)
     assert.truthy(t.notices[1]:find("(at values that change nothing here)", 1, true))
-    for _, k in ipairs { "deepspeed_config", "main_process_port", "dynamo_config", "use_cpu", "num_machines" } do
+    for _, k in ipairs { "deepspeed_config", "main_process_port", "dynamo_config", "num_machines" } do
       assert.truthy(t.notices[1]:find(k, 1, true), k)
     end
+    assert.is_false(t.use_cpu)   -- `use_cpu: no`
   end)
 
   it("reads every canonical key, list override and YAML 1.1 booleans", function()
     local t = load("fp8lab_all_keys.yaml")
-    assert.are.same({ mixed_precision = "fp8", num_processes = 4, notices = {}, path = DATA .. "/good/fp8lab_all_keys.yaml",
+    assert.are.same({ mixed_precision = "fp8", num_processes = 4, gradient_accumulation_steps = 8, use_cpu = true,
+      notices = {}, path = DATA .. "/good/fp8lab_all_keys.yaml",
       fp8_config = { backend = "te", fp8_format = "E4M3", margin = 2, interval = 5, amax_history_len = 16,
         amax_compute_algo = "most_recent", override_linear_precision = { true, false, true },
         use_autocast_during_eval = true, opt_level = "O3", pad_inner_dim = false } }, t)
@@ -305,7 +309,7 @@ describe("fp8.config helpers", function()
 
   it("keys() describes every setting with its flag and variable", function()
     local keys = config.keys()
-    assert.are.equal(16, #keys)   -- every row of the settings table (the self-test row hidden)
+    assert.are.equal(17, #keys)   -- every row of the settings table (the self-test row hidden)
     local by = {}
     for _, k in ipairs(keys) do by[k.name] = k end
     assert.are.same({ "msamp", "te", "ao" }, by.backend.choices)

@@ -434,7 +434,7 @@ describe("resolve", function()
     fails_with({ "kwargs_handlers[2]", "expected a kwargs handler", "got table" }, resolve,
       { kwargs_handlers = { fp8.AutocastKwargs(), { enabled = false } } })
     fails_with({ "a single TERecipeKwargs", "wrap it" }, resolve, { kwargs_handlers = fp8.TERecipeKwargs() })
-    fails_with({ "unknown key \"kwargs_handler\"", "did you mean 'kwargs_handlers'?" }, resolve, { kwargs_handler = {} })
+    fails_with({ "unknown key 'kwargs_handler'", "did you mean 'kwargs_handlers'?" }, resolve, { kwargs_handler = {} })
   end)
   it("accepts the kwarg_handlers spelling", function()
     local s = resolve{ mixed_precision = "fp8", kwarg_handlers = { fp8.TERecipeKwargs{ interval = 4 } } }

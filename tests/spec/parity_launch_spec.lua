@@ -88,10 +88,11 @@ describe("Accelerate's launch flags", function()
   f:close()
 
   it("FP8LAB_USE_CPU takes the flag booleans and refuses anything else", function()
-    local code = "print(fp8.Accelerator{config = false, env = {}}:device())"
+    local code = "print(fp8.Accelerator{config = false}:device())"
     local out, ok = run({ "-e", code }, "FP8LAB_USE_CPU=maybe")
     assert.is_false(ok, out)
-    assert.matches("FP8LAB_USE_CPU: expected a boolean (1/0, true/false, yes/no, on/off), got 'maybe'", out, 1, true)
+    assert.matches("FP8LAB_USE_CPU: expected a boolean", out, 1, true)
+    assert.matches('got "maybe"', out, 1, true)
     for _, v in ipairs { "1", "YES", "on", "true", "0", "off" } do
       out, ok = run({ "-e", code }, "FP8LAB_USE_CPU=" .. v)
       assert.is_true(ok, out)
@@ -99,10 +100,44 @@ describe("Accelerate's launch flags", function()
     end
   end)
 
+  -- The device choice itself, with fp8.cuda.is_available made to say yes (in a child process): the GPU unless
+  -- cpu=true or the use_cpu setting from any of its places (the CPU-only code path is all a GPU-less machine runs).
+  it("use_cpu from the argument, the variable, launch --cpu or the config file keeps the CPU", function()
+    local cfg_cpu = tmpdir .. "/use_cpu.yaml"
+    do local f = assert(io.open(cfg_cpu, "w")); f:write("use_cpu: true\n"); f:close() end
+    local probe = tmpdir .. "/probe_device.lua"
+    do
+      local f = assert(io.open(probe, "w"))
+      f:write([[require("fp8.cuda").is_available = function() return true end
+local acc = fp8.Accelerator{ cpu = os.getenv("PROBE_CPU") == "1" or nil }
+print("device=" .. acc:device() .. " source=" .. tostring(acc.settings.sources.use_cpu))]])
+      f:close()
+    end
+    local base = "env -u FP8LAB_USE_CPU FP8LAB_CONFIG_FILE=" .. sh_quote(neutral) .. " "
+    local cases = {
+      { {}, "", "device=cuda source=default" },
+      { {}, "PROBE_CPU=1", "device=cpu source=argument" },
+      { {}, "FP8LAB_USE_CPU=yes", "device=cpu source=env" },
+      { {}, "FP8LAB_USE_CPU=0", "device=cuda source=env" },
+      { {}, "FP8LAB_CONFIG_FILE=" .. sh_quote(cfg_cpu), "device=cpu source=config" },
+      { { "launch", "--cpu" }, "", "device=cpu source=env" },
+      { { "launch", "--cpu=false", "--config_file", cfg_cpu }, "", "device=cuda source=env" },   -- the flag beats the file
+      { { "launch", "--config_file", cfg_cpu }, "", "device=cpu source=config" },
+    }
+    for _, c in ipairs(cases) do
+      local words = {}
+      for _, w in ipairs(c[1]) do words[#words + 1] = w end
+      words[#words + 1] = probe
+      local out, ok = run(words, base .. c[2])
+      assert.is_true(ok, out)
+      assert.matches(c[3], out, 1, true)
+    end
+  end)
+
   it("--cpu runs on the CPU and --num_cpu_threads_per_process sets the threads", function()
     local out, ok = run({ "launch", "--cpu", "--num_cpu_threads_per_process", "3", script }, "env -u FP8LAB_USE_CPU")
     assert.is_true(ok, out)
-    assert.matches("use_cpu=1 device=cpu threads=3", out)
+    assert.matches("use_cpu=true device=cpu threads=3", out)
     out, ok = run({ "launch", "--num_cpu_threads_per_process", "2", script }, "OMP_NUM_THREADS=1")
     assert.is_true(ok, out)
     assert.matches("threads=2", out)   -- the flag, not the environment's 1

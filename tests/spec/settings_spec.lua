@@ -181,8 +181,8 @@ describe("a row added to the table (FP8LAB_SCHEMA_SELFTEST=1) appears everywhere
 
   it("5. in `fp8lab config`: asked, checked, written", function()
     local path = os.tmpname()
-    -- mixed precision, backend, the seven te questions (defaults), processes, then the new one twice
-    local answers = table.concat({ "fp8", "te", "", "", "", "", "", "", "", "1", "100", "13" }, "\n") .. "\n"
+    -- mixed precision, backend, the seven te questions (defaults), processes, CPU only, then the new one twice
+    local answers = table.concat({ "fp8", "te", "", "", "", "", "", "", "", "1", "", "100", "13" }, "\n") .. "\n"
     local out, err, code = run("config --config_file " .. q(path), answers, true)
     assert.are.equal(0, code, err)
     assert.truthy(out:find("Schema self-test value (0..99) [7]: 100", 1, true), out)
