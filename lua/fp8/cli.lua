@@ -281,7 +281,7 @@ local function launch_help(backend)
   line("--config_file PATH", "config file (default $FP8LAB_CONFIG_FILE, else " .. cfg.default_path() .. ")")
   for _, k in ipairs(KEYS) do if not k.backends then key_line(k) end end
   line("--num_cpu_threads_per_process N", "OpenMP threads per process (sets OMP_NUM_THREADS)")
-  line("--multi_gpu", "one process per GPU (needs GPUs and --num_processes N >= 2)")
+  line("--multi_gpu", "refused: data-parallel training across GPUs is not part of fp8lab yet")
   line("--main_process_port N", "refused: mpirun wires the processes and picks its own ports")
   line("-h, --help", "this text; after --fp8_backend B only B's flags")
   for _, b in ipairs(BY_NAME.backend.choices) do
@@ -345,9 +345,8 @@ end
 local LAUNCH_EXTRA = { config_file = true, num_cpu_threads_per_process = true,
                        main_process_port = true, multi_gpu = false }
 
--- The environment those flags set (checked before anything starts); use_cpu is the resolved setting (--cpu,
--- FP8LAB_USE_CPU or the config file).
-local function launch_extra_env(extra, n, use_cpu)
+-- The environment those flags set (checked before anything starts).
+local function launch_extra_env(extra)
   local env = {}
   if extra.num_cpu_threads_per_process then
     local t = math.tointeger(tonumber(extra.num_cpu_threads_per_process))
@@ -361,13 +360,10 @@ local function launch_extra_env(extra, n, use_cpu)
       .. "(MPI; NCCL is bootstrapped over MPI), which picks its own ports; no rendezvous port is used")
   end
   if extra.multi_gpu then
-    if use_cpu then fail(2, "--multi_gpu and use_cpu (--cpu, FP8LAB_USE_CPU or the config file) contradict each other; give one") end
-    local ok, cuda = pcall(require, "fp8.cuda")
-    if not (ok and cuda.is_available()) then
-      fail(2, "--multi_gpu: no usable GPU (" .. tostring(ok and cuda.unavailable_reason() or "fp8lab was built without CUDA")
-        .. "); without GPUs use --num_processes N alone (CPU processes)")
-    end
-    if n < 2 then fail(2, "--multi_gpu needs --num_processes N with N >= 2 (one process per GPU)") end
+    -- One process per GPU would start, and each would stop at prepare: the DDP reducer (core/ddp.c) takes CPU
+    -- gradients only, and NCCL has run in one process on one GPU, never across GPUs (docs/distributed.md).
+    fail(2, "--multi_gpu is not supported: data-parallel training across GPUs is not part of fp8lab yet (the gradient "
+      .. "reducer runs on CPU gradients; NCCL has never run across GPUs); --num_processes N --cpu trains N CPU processes")
   end
   return env
 end
@@ -428,12 +424,7 @@ local function launch(host, ...)
     sys.setenv(name, value)
     exported[#exported + 1] = name
   end
-  local use_cpu = given.use_cpu
-  if use_cpu == nil and os.getenv("FP8LAB_USE_CPU") and os.getenv("FP8LAB_USE_CPU") ~= "" then
-    use_cpu = settings.parse("use_cpu", os.getenv("FP8LAB_USE_CPU"), "FP8LAB_USE_CPU")
-  end
-  if use_cpu == nil and file then use_cpu = file.use_cpu end
-  local extra_env = launch_extra_env(extra, n, use_cpu == true)
+  local extra_env = launch_extra_env(extra)
   for _, k in ipairs(KEYS) do
     if given[k.name] ~= nil and k.env then export(k.env, text_of(given[k.name])) end
   end
