@@ -592,7 +592,10 @@ if okh and help.add then
     .. "wrapped, schedulers too; returns its arguments in order), backward(loss), accumulate(model, fn),\n"
     .. "autocast(fn) or autocast() (a handle to close), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
     .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=}. FP8 autocast is off in eval\n"
-    .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2.")
+    .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2. Other options: cpu=true (also the use_cpu\n"
+    .. "setting: launch --cpu, FP8LAB_USE_CPU, use_cpu: true in config.yaml) keeps the CPU where a GPU is usable;\n"
+    .. "gradient_accumulation_steps, even_batches, project_config / project_dir (save_state), env and config (the\n"
+    .. "environment and config table to resolve settings from instead of the real ones; config=false: no file).")
   pcall(require, "fp8.profiler")   -- its help entries (fp8.profiler.profile, prof:key_averages, ...)
   add("acc:accumulate", "acc:accumulate(model, function() ... end)  or  local _ <close> = acc:accumulate(model)",
     "Gradient accumulation as in Accelerate: each call is a micro-step; acc.sync_gradients is true on every\n"
