@@ -824,8 +824,9 @@ local function resolve(opts)
   out.autocast = group("autocast", "AutocastKwargs")
   if mp == "fp16" then
     out.grad_scaler = group("grad_scaler", "GradScalerKwargs")
-  elseif handlers.GradScalerKwargs then
-    notices[#notices + 1] = ("GradScalerKwargs ignored: loss scaling is for fp16, and mixed_precision is %s"):format(repr(mp))
+  elseif handlers.GradScalerKwargs then   -- as an FP8 recipe handler without fp8: a setting that would change nothing
+    fail("GradScalerKwargs needs mixed_precision=\"fp16\" (loss scaling is for fp16), but mixed_precision is %s (from %s); "
+      .. "leave the handler out or pass mixed_precision=\"fp16\"", repr(mp), SOURCE_TEXT[mps])
   end
   out.ddp = group("ddp", "DistributedDataParallelKwargs")
   out.process_group = group("process_group", "InitProcessGroupKwargs")

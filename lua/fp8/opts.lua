@@ -9,11 +9,23 @@ local M = {}
 -- check(fname, opts, valid [, level]) -> opts, or {} when opts is nil. valid: a list of names (listed in its
 -- order) or a set {name = true} (listed sorted). level: what the caller would pass to error() itself (default
 -- 2: the caller's caller is blamed). A non-table is refused: "fname: options must be a table, got number".
+-- valid is read raw (rawget, next): a table with __index or __len metamethods is read as it holds, never asked.
 -- Whether k is one of valid (a list: searched, they are short; a set: indexed).
 local function has(valid, k)
-  if valid[1] == nil then return valid[k] ~= nil end
-  for _, n in ipairs(valid) do if n == k then return true end end
-  return false
+  if rawget(valid, 1) == nil then return k ~= nil and rawget(valid, k) ~= nil end
+  local i = 1
+  while true do
+    local n = rawget(valid, i)
+    if n == nil then return false end
+    if n == k then return true end
+    i = i + 1
+  end
+end
+
+local function check_valid(valid, fname, level)
+  if type(valid) ~= "table" then
+    error(("%s: the valid names must be a table (a list or a set), got %s"):format(fname, type(valid)), level + 1)
+  end
 end
 
 -- unknown_text(k, valid [, noun [, after]]) -> "unknown <noun> 'k'<after> (did you mean 'x'?) (valid: a, b, ...)":
@@ -22,20 +34,23 @@ end
 -- fp8_config"). valid: as check takes it. The names are listed only now: check runs on hot paths, e.g. every
 -- attention call.
 function M.unknown_text(k, valid, noun, after)
+  check_valid(valid, "unknown_text", 2)
   local names = {}
-  if valid[1] ~= nil then
-    for i, n in ipairs(valid) do names[i] = n end
+  if rawget(valid, 1) ~= nil then
+    local i = 1
+    while rawget(valid, i) ~= nil do names[i] = tostring(rawget(valid, i)); i = i + 1 end
   else
-    for n in pairs(valid) do names[#names + 1] = n end
+    for n in next, valid do names[#names + 1] = tostring(n) end
     table.sort(names)
   end
   local near = type(k) == "string" and settings.suggest(k, names) or nil
-  return ("unknown %s '%s'%s%s (valid: %s)"):format(noun or "option", tostring(k), after or "",
+  return ("unknown %s '%s'%s%s (valid: %s)"):format(tostring(noun or "option"), tostring(k), tostring(after or ""),
     near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", "))
 end
 
 function M.check(fname, opts, valid, level)
   level = (level or 2) + 1
+  check_valid(valid, tostring(fname), level)
   if opts == nil then return {} end
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), level) end
   for k in pairs(opts) do

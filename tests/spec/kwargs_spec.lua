@@ -462,9 +462,13 @@ describe("resolve", function()
     end
     assert.same({ init_scale = 65536, growth_factor = 2, backoff_factor = 0.5, growth_interval = 2000, enabled = true },
       resolve{ mixed_precision = "fp16" }.grad_scaler)
-    s = resolve{ mixed_precision = "bf16", kwargs_handlers = { fp8.GradScalerKwargs() } }
-    assert.is_nil(s.grad_scaler)
-    assert.truthy(s.notices[1]:find("GradScalerKwargs ignored", 1, true))
+    -- without fp16 the handler would change nothing: refused, naming where the precision came from
+    fails_with({ 'GradScalerKwargs needs mixed_precision="fp16" (loss scaling is for fp16), but mixed_precision is "bf16" '
+      .. "(from the mixed_precision argument)" }, resolve, { mixed_precision = "bf16", kwargs_handlers = { fp8.GradScalerKwargs() } })
+    fails_with({ 'but mixed_precision is "fp8" (from the environment)' }, resolve,
+      { env = { FP8LAB_MIXED_PRECISION = "fp8" }, config = false, kwargs_handlers = { fp8.GradScalerKwargs() } })
+    fails_with({ 'but mixed_precision is "no" (from the default)' }, resolve,
+      { env = {}, config = false, kwargs_handlers = { fp8.GradScalerKwargs { enabled = false } } })
   end)
   it("loads the config through fp8.config.load_default(path) when no config is given", function()
     local saved = package.loaded["fp8.config"]
