@@ -77,7 +77,7 @@ local function new(opts)
   if opts.cpu ~= nil and type(opts.cpu) ~= "boolean" then
     error(("Accelerator: cpu must be a boolean, got %s"):format(type(opts.cpu)), 3)
   end
-  if opts.cpu == true then settings.sources.use_cpu = "argument" end
+  if opts.cpu == true then settings.use_cpu, settings.sources.use_cpu = true, "argument" end
   local force_cpu = opts.cpu == true or settings.use_cpu == true
   local okc, cuda = pcall(require, "fp8.cuda")
   self._device = (not force_cpu and okc and cuda.is_available()) and "cuda" or "cpu"

@@ -30,6 +30,7 @@ function M.setup(acc)
   -- a timeout the user did not give follows the backend actually used: 600 s for nccl, 1800 s for mpi
   local timeout = explicit and given.timeout and pg.timeout or (backend == "nccl" and 600 or 1800)
   acc.process_group = { backend = backend, timeout = timeout }
+  s.process_group = { backend = backend, timeout = timeout }   -- what acc:state() shows: the group in use, not the handler's defaults
   if info.launched or backend == "nccl" then
     local ok, w = pcall(D.init, { timeout = timeout, backend = backend })
     if not ok then

@@ -118,6 +118,10 @@ describe("data parallel over MPI (2 processes)", function()
     assert.are.same({ backend = "mpi", timeout = 1800 }, acc.process_group)
     acc = fp8.Accelerator { cpu = true }
     assert.are.same({ backend = "mpi", timeout = 1800 }, acc.process_group)
+    -- state() shows the group in use (it showed the handler's defaults, nccl and 600 s) and cpu=true as use_cpu
+    local st = tostring(acc:state())
+    assert.matches("process_group%s+backend=mpi, timeout=1800 s", st)
+    assert.matches("use_cpu%s+true%s+%(argument%)", st)
   end)
 
   it("refuses settings it does not implement, with a message", function()
