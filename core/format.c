@@ -701,6 +701,20 @@ void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, f
     }
 }
 
+void fl_fp8_add_n(const uint8_t *a, uint8_t *b, size_t n, fl_dtype fmt) {
+    const fp8_params *P = fmt == FL_E5M2 ? &E5M2_P : &E4M3_P;
+    const quant_block_fn fn = pick_quant(FL_PATH_AUTO);
+    float fa[256], fb[256];
+    for (size_t i = 0; i < n; i += 256) {
+        const size_t m = n - i < 256 ? n - i : 256;
+        dequant_span(a + i, fa, m, fmt, 1.0f);
+        dequant_span(b + i, fb, m, fmt, 1.0f);
+        for (size_t j = 0; j < m; j++) fa[j] += fb[j];
+        fl_cast_stats st = {0};
+        fn(fa, b + i, m, P, 1.0f, NULL, FL_SATURATE, &st);
+    }
+}
+
 /* ---- bulk 16-bit conversions ---------------------------------------------------------------
  * AVX2/F16C are in the x86-64-v3 baseline; fp32 → bf16 takes 32 lanes with AVX512_BF16's VCVTNE2PS2BF16
  * where the CPU has it (1.4x the 16-lane integer rounding it replaced, on 256K elements in L2); the scalar

@@ -242,6 +242,33 @@ TEST(format_bulk_dequantize_matches_table_bits) {
     CHECK(bad == 0, "%d elements differ from the table", bad);
 }
 
+/* fl_fp8_add_n, the FP8 sum all-reduce's step: every pair of codes in both formats (65536 each, laid out so that
+ * the 256-value chunks and the 16-lane decodes see every alignment) gives the bits of the scalar cast of the fp32
+ * sum, NaNs and saturation included. */
+TEST(format_fp8_add_n_matches_scalar_for_every_pair) {
+    enum { N = 65536 + 13 };
+    static uint8_t a[N], b[N], want[N];
+    for (int f = 0; f < 2; f++) {
+        const fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
+        for (int i = 0; i < N; i++) {
+            a[i] = (uint8_t)(i & 255);
+            b[i] = (uint8_t)((i >> 8) * 7 + 3);   /* every b code against every a code in the first 65536 */
+            want[i] = fl_f32_to_fp8(fl_fp8_to_f32(a[i], fmt) + fl_fp8_to_f32(b[i], fmt), fmt, FL_SATURATE);
+        }
+        for (int off = 0; off < 3; off++) {   /* unaligned starts and a tail of every length below 16 */
+            uint8_t bb[N];
+            memcpy(bb, b, sizeof bb);
+            fl_fp8_add_n(a + off, bb + off, (size_t)(N - off - off * 5), fmt);
+            int bad = 0;
+            for (int i = off; i < N - off * 5; i++)
+                if (bb[i] != want[i] && bad++ < 3)
+                    CHECK(0, "fmt %d: 0x%02x + 0x%02x gives 0x%02x, the scalar cast 0x%02x", f, a[i], b[i], bb[i], want[i]);
+            for (int i = N - off * 5; i < N; i++) CHECK(bb[i] == b[i], "byte %d past n written", i);
+            CHECK(bad == 0, "fmt %d offset %d: %d sums differ from the scalar cast", f, off, bad);
+        }
+    }
+}
+
 TEST(format_16bit_decode_all_codes) {
     static uint16_t codes[65536];
     static float bulk[65536];
