@@ -167,9 +167,12 @@ static fl_status grad_f32(const fl_tensor *p, float *dst, float mul) {
 /* Whether any of v[0..n) is a NaN: the exponent all ones with a nonzero mantissa, tested on the bits (an OR
  * reduction the compiler vectorises; isnan in a loop with an early exit it does not). */
 static bool has_nan(const float *v, int64_t n) {
-    const uint32_t *u = (const uint32_t *)v;
     uint32_t any = 0;
-    for (int64_t j = 0; j < n; j++) any |= (u[j] & 0x7fffffffu) > 0x7f800000u;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, &v[j], sizeof u);   /* the bits, without breaking aliasing rules */
+        any |= (u & 0x7fffffffu) > 0x7f800000u;
+    }
     return any != 0;
 }
 
