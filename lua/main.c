@@ -346,6 +346,12 @@ static int handle_script(lua_State *L, char **argv, int argc, int script) {
     const char *fname = argv[script];
     if (strcmp(fname, "-") == 0 && (script == 0 || strcmp(argv[script - 1], "--") != 0)) fname = NULL;
     int status = luaL_loadfilex(L, fname, "t");   /* text only: binary chunks are unchecked (l_textonly.c) */
+    if (status == LUA_ERRFILE && fname && !strchr(fname, '/') && !strchr(fname, '.') && access(fname, F_OK) != 0) {
+        /* `fp8lab help`, `fp8lab lauch`: a word, not a file; say what the words are */
+        lua_pushfstring(L, "%s\n(no such script; fp8lab's commands are env, launch, config and test, and fp8lab --help "
+                        "lists its options)", lua_tostring(L, -1));
+        lua_remove(L, -2);
+    }
     if (status == LUA_OK) {
         int n = argc - script - 1;
         luaL_checkstack(L, n + 3, "too many script arguments");

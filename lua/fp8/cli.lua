@@ -556,6 +556,8 @@ local function config_cmd(host, ...)
   end
 
   if extra.check then
+    if extra.default then fail(2, "--check reads the file and --default writes one; give one of them") end
+    if next(given) then fail(2, "--check reads the file as it is; setting flags go with --default") end
     local s = try(1, cfg.load, path)
     print(path .. ": valid")
     for _, k in ipairs(KEYS) do

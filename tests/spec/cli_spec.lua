@@ -139,6 +139,13 @@ describe("fp8lab config", function()
     _, err, code = run("config --check --config_file tests/data/config/bad/typo_fp8.yaml")
     assert.are.equal(1, code)
     assert.truthy(err:find("typo_fp8.yaml:3:3: unknown key 'amax_histroy_len' in fp8_config (did you mean 'amax_history_len'?)", 1, true), err)
+    -- --check with --default, or with setting flags, would have ignored them
+    _, err, code = run("config --check --default --config_file tests/data/config/good/accelerate_msamp.yaml")
+    assert.are.equal(2, code)
+    assert.truthy(err:find("--check reads the file and --default writes one; give one of them", 1, true), err)
+    _, err, code = run("config --check --mixed_precision fp8 --config_file tests/data/config/good/accelerate_msamp.yaml")
+    assert.are.equal(2, code)
+    assert.truthy(err:find("--check reads the file as it is; setting flags go with --default", 1, true), err)
   end)
 
   it("rejects unknown flags with a suggestion, and bad values", function()

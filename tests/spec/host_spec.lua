@@ -129,6 +129,12 @@ describe("fp8lab command line", function()
     local _, err, code = run(q("/nonexistent/dir/x.lua"))
     assert.are.equal(1, code)
     assert.truthy(err:find("cannot open /nonexistent/dir/x.lua", 1, true))
+    assert.falsy(err:find("commands are", 1, true), err)   -- a path: no word about commands
+    -- a bare word that is no file (`fp8lab help`, a mistyped command) is told what the commands are
+    _, err, code = run("lauch")
+    assert.are.equal(1, code)
+    assert.truthy(err:find("cannot open lauch", 1, true), err)
+    assert.truthy(err:find("fp8lab's commands are env, launch, config and test, and fp8lab --help lists its options", 1, true), err)
   end)
 
   it("shows error objects through __tostring", function()
