@@ -93,7 +93,8 @@ function fp8.set_seed(seed, device_specific)
     error(("set_seed: device_specific must be a boolean, got %s"):format(type(device_specific)), 2)
   end
   if device_specific then
-    seed = seed + (tonumber(os.getenv("FP8LAB_RANK") or os.getenv("OMPI_COMM_WORLD_RANK") or "0") or 0)
+    -- the process's rank from whatever started it (mpirun, srun, PMI; fp8lab launch), as the communicator reads it
+    seed = seed + require("fp8._dist").info().rank
   end
   fp8.manual_seed(seed)
 end

@@ -41,8 +41,9 @@ end
 
 -- ---- construction -----------------------------------------------------------------------------
 
+-- the process's rank from whatever started it (mpirun, srun, PMI), as the communicator reads it
 local function env_rank()
-  return tonumber(os.getenv("FP8LAB_RANK") or os.getenv("OMPI_COMM_WORLD_RANK") or "0") or 0
+  return require("fp8._dist").info().rank
 end
 
 -- profile(opts [, {rank=}]): opts is a ProfileKwargs handler, a table of its keys, or nil.

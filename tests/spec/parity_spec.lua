@@ -267,6 +267,19 @@ describe("Accelerate's names", function()
     fp8.set_seed(7); local b = fp8.randn { 4 }:totable()
     assert.same(a, b)
     assert.has_error(function() fp8.set_seed(-1) end)
+    -- device_specific adds the rank of whatever started the process: mpirun's and srun's variables alike (srun's
+    -- were not read, so every rank of `srun -n 8 fp8lab ...` drew the same numbers)
+    local code = sh_quote("fp8.set_seed(1, true); io.write(fp8.rand{1}:item())")
+    local function draw(env) local out, ok = sh(("env -u FP8LAB_RANK %s %s -e %s"):format(env, sh_quote(bin), code)); assert(ok, out); return out end
+    local want = {}
+    for _, sd in ipairs { 1, 3, 4 } do
+      local out, ok = sh(("%s -e %s"):format(sh_quote(bin), sh_quote(("fp8.set_seed(%d); io.write(fp8.rand{1}:item())"):format(sd))))
+      assert(ok, out)
+      want[sd] = out
+    end
+    assert.are.equal(want[1], draw(""))
+    assert.are.equal(want[3], draw("OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_SIZE=4"))
+    assert.are.equal(want[4], draw("SLURM_PROCID=3 SLURM_STEP_ID=0 SLURM_NTASKS=4"))
   end)
 
   it("acc:autocast() as a block restores the previous autocast", function()
