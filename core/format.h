@@ -75,7 +75,7 @@ float fl_amax_f32(const float *src, size_t n);
 /* dst[i] = decode(src[i]) * scale_inv */
 void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, float scale_inv);
 /* b[i] = fp8(decode(a[i]) + decode(b[i])) in fmt, saturating, rounded to nearest even: one step of an FP8 sum
- * all-reduce (dist.c's MPI operation), the same bits as fl_f32_to_fp8 of the fp32 sum, vectorised. One thread, no
+ * all-reduce (dist.c's MPI operation), the same bits as fl_f32_to_fp8 of the fp32 sum (NaN for NaN), vectorised. One thread, no
  * interrupt polling (it runs inside MPI, where it cannot fail). */
 void fl_fp8_add_n(const uint8_t *a, uint8_t *b, size_t n, fl_dtype fmt);
 

@@ -244,7 +244,8 @@ TEST(format_bulk_dequantize_matches_table_bits) {
 
 /* fl_fp8_add_n, the FP8 sum all-reduce's step: every pair of codes in both formats (65536 each, laid out so that
  * the 256-value chunks and the 16-lane decodes see every alignment) gives the bits of the scalar cast of the fp32
- * sum, NaNs and saturation included. */
+ * sum, saturation included; a NaN sum is a NaN code (which sign, fp32's NaN + NaN leaves to the order the compiler
+ * gives the operands: the sanitizer build's -O1 and the -O2 build differ there). */
 TEST(format_fp8_add_n_matches_scalar_for_every_pair) {
     enum { N = 65536 + 13 };
     static uint8_t a[N], b[N], want[N];
@@ -260,8 +261,8 @@ TEST(format_fp8_add_n_matches_scalar_for_every_pair) {
             memcpy(bb, b, sizeof bb);
             fl_fp8_add_n(a + off, bb + off, (size_t)(N - off - off * 5), fmt);
             int bad = 0;
-            for (int i = off; i < N - off * 5; i++)
-                if (bb[i] != want[i] && bad++ < 3)
+            for (int i = off; i < N - off * 5; i++)   /* a NaN's sign follows the compiler's order of the addition */
+                if (bb[i] != want[i] && !(fl_fp8_is_nan(bb[i], fmt) && fl_fp8_is_nan(want[i], fmt)) && bad++ < 3)
                     CHECK(0, "fmt %d: 0x%02x + 0x%02x gives 0x%02x, the scalar cast 0x%02x", f, a[i], b[i], bb[i], want[i]);
             for (int i = N - off * 5; i < N; i++) CHECK(bb[i] == b[i], "byte %d past n written", i);
             CHECK(bad == 0, "fmt %d offset %d: %d sums differ from the scalar cast", f, off, bad);
