@@ -19,9 +19,16 @@ write_section() {
   echo "wrote $sec to $doc"
 }
 machine_line() {
-  local model
+  # the family and model too: lscpu says only "AMD EPYC" on these hosts, which spans Zen 3 (family 25 model 1),
+  # Zen 4 (25/17) and Zen 5 (26), and the sections must say which (the header of docs/performance.md)
+  local model fam mod flags
   model=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)
-  echo "${model:-unknown CPU} ($(nproc 2>/dev/null || echo '?') CPUs visible), load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
+  fam=$(sed -n 's/^cpu family[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n1)
+  mod=$(sed -n 's/^model[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n1)
+  if cpu_has_bf16dot; then flags="AVX-512 with AVX512_BF16"
+  elif grep -qw avx512f /proc/cpuinfo 2>/dev/null; then flags="AVX-512, no AVX512_BF16"
+  else flags="no AVX-512"; fi
+  echo "${model:-unknown CPU} (family ${fam:-?} model ${mod:-?}, $flags; $(nproc 2>/dev/null || echo '?') CPUs visible), load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 cpu_has_bf16dot() {
   grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null
