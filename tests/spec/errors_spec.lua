@@ -231,6 +231,15 @@ describe("option tables of the Lua functions", function()
       return fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }:generate(fp8.zeros { 1, 1 }, 1, "hot")
     end)
   end)
+  it("read the valid names raw: a table whose __index and __len never end is read as it holds", function()
+    -- the API sweep found unknown_text looping for ever on such a table (check had the same loop)
+    local O = require "fp8.opts"
+    local lying = setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
+    assert.are.equal("unknown option '2' (valid: )", O.unknown_text(2, lying))
+    fails_with({ "f: unknown option 'x' (valid: )" }, O.check, "f", { x = 1 }, lying)
+    assert.are.equal("unknown key 'b' (did you mean 'a'?) (valid: a)", O.unknown_text("b", { "a" }, "key"))
+    fails_with({ "f: the valid names must be a table (a list or a set), got number" }, O.check, "f", { x = 1 }, 5)
+  end)
   it("plots, stats and the profiler's extra table refuse unknown keys too", function()
     local plot = require "fp8.plot"
     fails_with({ "plot.lines: unknown option 'xlable' (did you mean 'xlabel'?)" }, plot.lines,
