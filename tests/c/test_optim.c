@@ -55,7 +55,7 @@ TEST(optim_sgd_matches_float64_reference) {
 
 static void run_adamw(int64_t n, double lr, double b1, double b2, double eps, double wd, int steps, int *fl__failed) {
     uint32_t seed = 11;
-    float *p0 = malloc(n * 4), *zero = calloc(n, 4), *g = malloc(n * 4);
+    float *p0 = calloc(n, 4), *zero = calloc(n, 4), *g = malloc(n * 4);   /* calloc: GCC -O1 took p0 for unset (-Wmaybe-uninitialized) */
     double *p = malloc(n * 8), *m = calloc(n, 8), *v = calloc(n, 8);
     for (int64_t i = 0; i < n; i++) p[i] = p0[i] = frand(&seed);
     fl_tensor *P = vec(p0, n), *M = vec(zero, n), *V = vec(zero, n);
