@@ -208,7 +208,7 @@ fail:
 fl_status fl_fsync_rename(const char *tmp, const char *path) {
     if (!tmp || !*tmp || !path || !*path) return FL_ERR(FL_EINVAL, "cannot rename: a path is empty");
     int e = 0;
-    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);   /* a FIFO must not block the open */
     if (fd < 0) { e = errno; goto fail; }
     struct stat sb;
     if (fstat(fd, &sb) != 0) e = errno;
