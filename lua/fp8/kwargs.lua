@@ -979,7 +979,7 @@ if okh and type(help) == "table" and help.add then
        .. "config.yaml, launch flags, FP8LAB_* variables and `fp8lab config`; one check and one set of messages.\n"
        .. table.concat(lines, "\n") }
   add("AutocastKwargs", "The autocast for the non-FP8 ops (bf16 under fp8)." .. common)
-  add("GradScalerKwargs", "The fp16 loss scaler (fp8.amp.GradScaler); ignored, with a notice, unless mixed_precision=\"fp16\"."
+  add("GradScalerKwargs", "The fp16 loss scaler (fp8.amp.GradScaler); refused unless mixed_precision is \"fp16\" (it would change nothing)."
     .. common)
   add("DistributedDataParallelKwargs", "Data-parallel options. comm_hook \"no\" | \"fp16\" | \"bf16\" | \"power_sgd\" |\n"
     .. "\"batched_power_sgd\"; comm_wrapper \"no\" | \"fp16\" | \"bf16\" and comm_state_option (PowerSGD options) need a\n"
