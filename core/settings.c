@@ -341,6 +341,7 @@ bool fl_setting_parse(fl_setting_id k, const char *s, size_t len, fl_setting_fro
         int v = fl_setting_bool(s, len, from);
         if (v >= 0) { *out = v; return true; }
         if (yaml && !plain && yaml_bool(s, len) >= 0) unquote = " (a boolean in quotes is a string: remove the quotes)";
+        else if (!yaml) unquote = " (also yes/no, on/off, y/n, 1/0, in any case)";   /* what a flag or variable takes */
         break;
     }
     case FL_SETTING_BOOL3: {
