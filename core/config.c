@@ -466,6 +466,7 @@ static fl_status apply_map(const loader *ld, const ynode *map, bool fp8_block, f
         if (kn->kind != N_SCALAR)
             return ERR_AT(ld, kn, "a key must be a name, got %s", kind_name(kn));
         int k = strlen(kn->text) == kn->len ? fl_setting_find(kn->text) : -1;
+        const int a = fp8_block ? -1 : accel_key(kn->text, kn->len);   /* one of Accelerate's keys (top level) */
         const fl_setting *r = file_row(k, fp8_block);
         if (r) {
             if (seen.key_line[k]) return duplicate(ld, kn, seen.key_name[k], seen.key_line[k]);
@@ -482,8 +483,7 @@ static fl_status apply_map(const loader *ld, const ynode *map, bool fp8_block, f
                 return ERR_AT(ld, vn, "fp8_config: expected a mapping of FP8 settings (backend: te, margin: 0, ...), got %s",
                               kind_name(vn));
             FL_TRY(apply_map(ld, vn, true, c, ignored));
-        } else if (!fp8_block && accel_key(kn->text, kn->len) >= 0) {
-            int a = accel_key(kn->text, kn->len);
+        } else if (a >= 0) {
             if (seen.accel_line[a]) return duplicate(ld, kn, ACCEL[a].name, seen.accel_line[a]);
             seen.accel_line[a] = kn->line;
             if (!accel_value_ok((size_t)a, vn)) return accel_refused(ld, (size_t)a, vn);

@@ -341,6 +341,9 @@ static int runargs(lua_State *L, char **argv, int n) {
     return 1;
 }
 
+/* `fp8lab COMMAND ...` (lua/fp8/cli.lua); anything else is a script. */
+static const char *const SUBCOMMANDS[] = { "env", "launch", "config", "test", NULL };
+
 /* Runs the script at argv[script] ("-" = stdin) with its arguments as `...`. */
 static int handle_script(lua_State *L, char **argv, int argc, int script) {
     const char *fname = argv[script];
@@ -348,9 +351,16 @@ static int handle_script(lua_State *L, char **argv, int argc, int script) {
     int status = luaL_loadfilex(L, fname, "t");   /* text only: binary chunks are unchecked (l_textonly.c) */
     if (status == LUA_ERRFILE && fname && !strchr(fname, '/') && !strchr(fname, '.') && access(fname, F_OK) != 0) {
         /* `fp8lab help`, `fp8lab lauch`: a word, not a file; say what the words are */
-        lua_pushfstring(L, "%s\n(no such script; fp8lab's commands are env, launch, config and test, and fp8lab --help "
-                        "lists its options)", lua_tostring(L, -1));
-        lua_remove(L, -2);
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        luaL_addstring(&b, "\n(no such script; fp8lab's commands are ");
+        for (int i = 0; SUBCOMMANDS[i]; i++) {
+            if (i) luaL_addstring(&b, SUBCOMMANDS[i + 1] ? ", " : " and ");
+            luaL_addstring(&b, SUBCOMMANDS[i]);
+        }
+        luaL_addstring(&b, ", and fp8lab --help lists its options)");
+        luaL_pushresult(&b);
+        lua_concat(L, 2);   /* the load error, then the hint */
     }
     if (status == LUA_OK) {
         int n = argc - script - 1;
@@ -621,8 +631,9 @@ static void repl(lua_State *L) {
 /* ---- main ------------------------------------------------------------------------------ */
 
 static int is_subcommand(const char *a) {
-    return strcmp(a, "env") == 0 || strcmp(a, "launch") == 0 || strcmp(a, "config") == 0 ||
-           strcmp(a, "test") == 0;
+    for (int i = 0; SUBCOMMANDS[i]; i++)
+        if (strcmp(a, SUBCOMMANDS[i]) == 0) return 1;
+    return 0;
 }
 
 /* Everything that can raise runs here, protected, so main stays free of Lua errors. */
