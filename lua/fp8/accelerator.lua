@@ -20,6 +20,7 @@ local fp8_layer = require "fp8._fp8_layer"
 local checkpointing = require "fp8.checkpointing"   -- save_state/load_state/save_model (installed below)
 local dist = require "fp8.distributed"   -- processes, utilities, loader sharding (docs/distributed.md)
 local ddp = require "fp8.ddp"            -- gradient reduction across processes
+local data = require "fp8.data"          -- DataLoader, SkipDataLoader
 
 local Accelerator = {}
 Accelerator.__index = Accelerator
@@ -241,7 +242,16 @@ end
 local AccOptimizer = delegating_class("optimizer")
 AccOptimizer.__tostring = function(t) return "AcceleratedOptimizer(" .. tostring(rawget(t, "optimizer")) .. ")" end
 
+-- After acc:free_memory() the accelerator no longer tracks what it prepared before: stepping such an
+-- optimizer would skip the FP8 scale updates and (several processes) the gradient averaging, so it is refused.
+local function check_live(w, fname, noun)
+  if rawget(w, "_freed") then
+    error(("%s: this %s was prepared before acc:free_memory(), which let it go; prepare it again"):format(fname, noun), 3)
+  end
+end
+
 function AccOptimizer:step(...)
+  check_live(self, "optimizer:step", "optimizer")
   local acc, inner = rawget(self, "accelerator"), rawget(self, "optimizer")
   -- inside an accumulation window (acc:accumulate, not a sync step) the step is skipped: the
   -- gradients keep accumulating, and the FP8 scales are not updated (Accelerate's AcceleratedOptimizer)
@@ -274,6 +284,7 @@ local AccScheduler = delegating_class("scheduler")
 AccScheduler.__tostring = function(t) return "AcceleratedScheduler(" .. tostring(rawget(t, "scheduler").name) .. ")" end
 
 function AccScheduler:step(...)
+  check_live(self, "scheduler:step", "scheduler")
   local acc, inner = rawget(self, "accelerator"), rawget(self, "scheduler")
   if not acc.sync_gradients then return self end
   for _, o in ipairs(acc._optimizers) do
@@ -315,7 +326,7 @@ function Accelerator:_prepare_optimizer(opt)
 end
 
 local function is_loader(v)
-  return type(v) == "table" and getmetatable(v) == require("fp8.data").DataLoader
+  return type(v) == "table" and getmetatable(v) == data.DataLoader
 end
 
 local function is_scheduler(v)
@@ -346,7 +357,9 @@ function Accelerator:prepare(...)
       if self.num_processes > 1 then ddp.agree(self, args[i]) end
       args[i] = self:_prepare_model(args[i])
       if self.num_processes > 1 then ddp.attach(self, args[i]) end
-    elseif is_loader(args[i]) then args[i] = self:prepare_data_loader(args[i]) end
+    elseif is_loader(args[i]) or getmetatable(args[i]) == data.SkipDataLoader then
+      args[i] = self:prepare_data_loader(args[i])
+    end
   end
   for i = 1, args.n do
     if is_optimizer(args[i]) then
@@ -368,6 +381,9 @@ function Accelerator:prepare_optimizer(o) return (self:prepare(o)) end
 -- A DataLoader hands out its batches on the accelerator's device from now on.
 -- It also reports its last batch to the gradient state, so an accumulation window ends with the epoch.
 function Accelerator:prepare_data_loader(d)
+  if getmetatable(d) == data.SkipDataLoader then   -- the loader it wraps is prepared, and skipped as before
+    return data._skip("prepare", self:prepare_data_loader(rawget(d, "loader")), rawget(d, "skip_batches"), 2)
+  end
   if is_loader(d) then
     d:to(self._device)
     rawset(d, "_gradient_state", self.gradient_state)
@@ -377,6 +393,31 @@ function Accelerator:prepare_data_loader(d)
   return d
 end
 function Accelerator:prepare_scheduler(s) return (self:prepare(s)) end
+
+-- skip_first_batches(loader, num_batches): Accelerate's method, fp8.skip_first_batches (lua/fp8/data.lua).
+function Accelerator:skip_first_batches(loader, num_batches)
+  local s = data._skip("skip_first_batches", loader, num_batches, 2)   -- not a tail call: level 2 is the caller
+  return s
+end
+
+-- free_memory(...) (alias clear): Accelerate's. The accelerator lets go of every model, optimizer, scheduler
+-- and data loader it prepared (and of the FP8 layers whose scales it updates, the data-parallel reducer),
+-- step goes back to 0, and fp8.release_memory(...) hands the arguments back as nils after a full collection.
+-- What was prepared before refuses to step afterwards (check_live); objects registered for checkpointing stay.
+function Accelerator:free_memory(...)
+  for _, w in ipairs(self._optimizers) do rawset(w, "_freed", true) end
+  for _, w in ipairs(self._schedulers or {}) do rawset(w, "_freed", true) end
+  self._models, self._optimizers, self._fp8_layers = {}, {}, {}
+  self._schedulers, self._dataloaders = {}, {}
+  self._opt_map = setmetatable({}, { __mode = "k" })
+  self._param_map, self._pending_map_clear = {}, nil
+  self._fp8_weights = setmetatable({}, { __mode = "k" })
+  self._ddp_models, self._ddp_params, self._ddp_names, self._ddp_reducer = nil, nil, nil, nil
+  self._loader_state = nil
+  self.step = 0
+  return require("fp8").release_memory(...)
+end
+Accelerator.clear = Accelerator.free_memory
 
 -- accumulate(model [, fn, ...]): Accelerate's `with accelerator.accumulate(model):`. Each call is one
 -- micro-step: sync_gradients becomes true on every gradient_accumulation_steps-th call and on the last
@@ -591,7 +632,8 @@ if okh and help.add then
     .. "fp8_recipe (every effective field). Methods: prepare(...) (models converted for the recipe, optimizers\n"
     .. "wrapped, schedulers too; returns its arguments in order), backward(loss), accumulate(model, fn),\n"
     .. "autocast(fn) or autocast() (a handle to close), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
-    .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=}. FP8 autocast is off in eval\n"
+    .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=},\n"
+    .. "skip_first_batches(loader, n), free_memory(...) / clear(...). FP8 autocast is off in eval\n"
     .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2. Other options: cpu=true (also the use_cpu\n"
     .. "setting: launch --cpu, FP8LAB_USE_CPU, use_cpu: true in config.yaml) keeps the CPU where a GPU is usable;\n"
     .. "gradient_accumulation_steps, even_batches, project_config / project_dir (save_state), env and config (the\n"
@@ -602,6 +644,15 @@ if okh and help.add then
     .. "gradient_accumulation_steps-th call (and the last batch of a prepared DataLoader). The prepared\n"
     .. "optimizer's step/zero_grad and the prepared scheduler's step act only then; FP8 scales update once\n"
     .. "per real step. gradient_accumulation_steps: argument > launch flag / FP8LAB_* > config file > 1.")
+  add("acc:free_memory", "model, opt = acc:free_memory(model, opt)   (alias acc:clear; fp8.release_memory(...))",
+    "Accelerate's free_memory: the accelerator lets go of every model, optimizer, scheduler and data loader it\n"
+    .. "prepared (with its FP8 layers and data-parallel reducer), step goes back to 0, and the arguments come back\n"
+    .. "as nils to assign over your names, after a full garbage collection (and the GPU cache emptied). An optimizer\n"
+    .. "or scheduler prepared before refuses to step afterwards: prepare the new ones. Objects registered for\n"
+    .. "checkpointing stay registered.")
+  add("release_memory", "a, b = fp8.release_memory(a, b)",
+    "Accelerate's release_memory: returns one nil per argument (assign them over your names: Lua frees what nothing\n"
+    .. "refers to), after a full garbage collection and, with a usable GPU, fp8.cuda.empty_cache().")
   add("acc:clip_grad_value_", "acc:clip_grad_value_(model_or_params, v)",
     "Clamps every gradient element to [-v, v] (after unscaling under fp16). See also acc:clip_grad_norm_.")
   add("set_seed", "fp8.set_seed(seed [, device_specific])",

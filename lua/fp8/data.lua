@@ -504,6 +504,90 @@ function DataLoader:__call(_, control)
   return x, y
 end
 
+-- ---- skip_first_batches -------------------------------------------------------------------
+-- Accelerate's skip_first_batches(dataloader, num_batches): a loader over the same loader whose every
+-- iteration leaves out the first num_batches batches of its epoch, the way to resume in the middle of an
+-- epoch. It reads its batches from the loader it wraps (a DataLoader or a prepared DataLoaderShard), so
+-- the epoch count, the shuffled order, the position a checkpoint saves and the end of an accumulation
+-- window are that loader's.
+local SkipDataLoader = { __name = "SkipDataLoader" }
+M.SkipDataLoader = SkipDataLoader
+
+function SkipDataLoader.__index(t, k)
+  local v = rawget(SkipDataLoader, k)
+  if v ~= nil then return v end
+  return rawget(t, "loader")[k]   -- dataset, batch_size, epoch, ... of the wrapped loader
+end
+
+local function is_wrappable(v)
+  if type(v) ~= "table" then return false end
+  local mt = getmetatable(v)
+  return mt == DataLoader or (package.loaded["fp8.distributed"] ~= nil and require("fp8.distributed").is_sharded(v))
+end
+
+-- _skip(fname, loader, num_batches, level): the checks and the wrapper, for fp8.data.skip_first_batches,
+-- fp8.skip_first_batches and Accelerator:skip_first_batches; level is error()'s level as the calling
+-- function sees it (2: its caller).
+function M._skip(fname, loader, num_batches, level)
+  level = level + 1
+  if getmetatable(loader) == SkipDataLoader then
+    error(("%s: the loader already skips %d batches; call it on the loader it wraps (loader.loader)")
+      :format(fname, rawget(loader, "skip_batches")), level)
+  end
+  if not is_wrappable(loader) then
+    error(("%s: expected a DataLoader as argument #1, got %s"):format(fname,
+      type(loader) == "table" and (tostring((getmetatable(loader) or {}).__name or "a table")) or type(loader)), level)
+  end
+  local nb = #loader
+  if math.type(num_batches) ~= "integer" or num_batches < 0 or num_batches > nb then
+    error(("%s: num_batches must be an integer from 0 to the loader's %d batches, got %s")
+      :format(fname, nb, tostring(num_batches)), level)
+  end
+  return setmetatable({ loader = loader, skip_batches = num_batches }, SkipDataLoader)
+end
+
+-- level: error()'s level as the calling function sees it (2: its caller)
+function M.skip_first_batches(loader, num_batches)
+  local s = M._skip("skip_first_batches", loader, num_batches, 2)   -- not a tail call: level 2 is this function's caller
+  return s
+end
+
+local function base_loader(l)
+  return getmetatable(l) == DataLoader and l or rawget(l, "_loader")   -- a DataLoaderShard keeps its DataLoader
+end
+
+-- One epoch of the wrapped loader from batch skip_batches + 1. A position that acc:load_state restored
+-- (the next loop finishes an interrupted epoch) gives way to skip_batches: the same epoch, from that batch.
+function SkipDataLoader:iter()
+  local l, n = rawget(self, "loader"), rawget(self, "skip_batches")
+  local base = base_loader(l)
+  local restored = rawget(base, "_resume_at")
+  if restored and restored ~= n and not rawget(self, "_told") then
+    rawset(self, "_told", true)
+    io.stderr:write(("fp8lab: notice: skip_first_batches: acc:load_state had this loader resume epoch %d after batch %d; "
+      .. "it resumes after batch %d, as asked\n"):format(base.epoch + 1, restored, n))
+  end
+  rawset(base, "_resume_at", n > 0 and n or nil)
+  return l:iter()
+end
+
+function SkipDataLoader:__len() return math.max(0, #rawget(self, "loader") - rawget(self, "skip_batches")) end
+
+function SkipDataLoader:__tostring()
+  return ("SkipDataLoader(skips %d of the %d batches of %s)"):format(rawget(self, "skip_batches"),
+    #rawget(self, "loader"), tostring(rawget(self, "loader")))
+end
+
+function SkipDataLoader:__call(_, control)
+  if control == nil or not rawget(self, "_it") then rawset(self, "_it", self:iter()) end
+  local x, y = rawget(self, "_it")()
+  if x == nil then rawset(self, "_it", nil) end
+  return x, y
+end
+
+function SkipDataLoader:set_epoch(e) return rawget(self, "loader"):set_epoch(e) end
+function SkipDataLoader:to(dev, level) rawget(self, "loader"):to(dev, level); return self end
+
 -- ---- help ---------------------------------------------------------------------------------
 
 local ok, help = pcall(require, "fp8.help")
@@ -523,6 +607,12 @@ if ok and help.add then
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
        .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"
        .. "loader:to(\"cuda\") hands out batches on the GPU (Accelerator:prepare does this)." }
+  help.add { section = sec, name = "skip_first_batches", sig = "fp8.skip_first_batches(loader, num_batches)  or  acc:skip_first_batches(loader, num_batches)",
+    doc = "Accelerate's skip_first_batches: a loader whose every loop leaves out the first num_batches batches of its epoch\n"
+       .. "(0 to #loader); #skipper = #loader - num_batches. It reads the loader it wraps (a DataLoader or a prepared one), so\n"
+       .. "the shuffled order, the epoch count and the position save_state records are that loader's. acc:load_state already\n"
+       .. "restores a loader saved mid-epoch (its next loop finishes that epoch), so Accelerate's resume recipe needs no skip;\n"
+       .. "with one, the loop resumes after num_batches (a notice says so where that differs from the restored position)." }
 end
 
 return M

@@ -97,7 +97,10 @@ function M.attach(acc, model)
   end
   acc._ddp_params, acc._ddp_names = params, names
   acc._ddp_reducer = D.ddp(params, names, { bucket_cap_mb = o.bucket_cap_mb, wire = o.wire, find_unused = o.find_unused })
-  rawset(model, "_ddp_stats", function() return acc._ddp_reducer:stats() end)   -- fp8.stats' all-reduce row
+  rawset(model, "_ddp_stats", function()   -- fp8.stats' all-reduce row (none after acc:free_memory())
+    local r = acc._ddp_reducer
+    return r and r:stats()
+  end)
   if o.broadcast_buffers and #model:buffers() > 0 then
     local fwd = model.forward
     rawset(model, "forward", function(m, ...)

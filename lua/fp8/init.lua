@@ -99,8 +99,20 @@ function fp8.set_seed(seed, device_specific)
   fp8.manual_seed(seed)
 end
 
+-- release_memory(...): Accelerate's utility. Lua frees what nothing refers to, so the objects are handed
+-- back as nils to assign over the caller's names (`model, opt = fp8.release_memory(model, opt)`); then a
+-- full garbage collection, and the GPU allocator's cached blocks go back to the driver.
+function fp8.release_memory(...)
+  local n = select("#", ...)
+  collectgarbage("collect"); collectgarbage("collect")   -- the second pass frees what finalizers let go
+  local ok, cuda = pcall(require, "fp8.cuda")
+  if ok and cuda.is_available() then cuda.empty_cache() end
+  return table.unpack({}, 1, n)
+end
+
 fp8.explain = require "fp8.explain"
-fp8.data = require "fp8.data"; fp8.progress = require "fp8.progress"; fp8.amp = require "fp8.amp"  -- data helper
+fp8.data = require "fp8.data"; fp8.skip_first_batches = fp8.data.skip_first_batches  -- Accelerate's utility
+fp8.progress = require "fp8.progress"; fp8.amp = require "fp8.amp"  -- data helper
 fp8.kwargs = require "fp8.kwargs"  -- kwargs helper: the handlers (fp8.FP8RecipeKwargs, ...) and fp8.kwargs.resolve
 for _, name in ipairs(fp8.kwargs.HANDLER_NAMES) do fp8[name] = fp8.kwargs[name] end
 -- Loaded on first use: the training modules, and the FP8 recipe API (fp8.Accelerator, convert_model, ...).

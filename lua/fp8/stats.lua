@@ -64,7 +64,7 @@ function M.stats(model, opts)
   local dstats = rawget(model, "_ddp_stats")
   if dstats then
     local d = dstats()
-    if d.fp8_n > 0 then
+    if d and d.fp8_n > 0 then
       rows[#rows + 1] = { layer = "(all-reduce)", role = "weight_grad", format = "e4m3", scale = 0 / 0, amax = 0 / 0,
                           amax_history = 0 / 0, rule = "allreduce", updates = d.steps, numel = d.fp8_n,
                           underflow = d.fp8_underflow / d.fp8_n, saturated = d.fp8_saturated / d.fp8_n,

@@ -5,6 +5,9 @@
 --   buffers       a buffer that differs per rank: equal to rank 0's after a forward (broadcast_buffers)
 --   buffers_off   the same with broadcast_buffers=false: stays different
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
+--   skip          skip_first_batches on a prepared (sharded) loader: the tail of this rank's batches of the epoch
+--   freemem       acc:free_memory() after a step, then a new model prepared: its gradients are averaged (the old
+--                 model's parameters are out of the reducer) and the old optimizer refuses to step
 local mode = arg[1]
 local nn = fp8.nn
 local k = { find_unused_parameters = mode == "unused_ok", broadcast_buffers = mode ~= "buffers_off" }
@@ -40,6 +43,34 @@ if mode == "nosync" then
   print(("rank%d inside_same=%s"):format(r, tostring(allsame(w.grad))))
   acc:backward(model(x):sum())
   print(("rank%d after_same=%s"):format(r, tostring(allsame(w.grad))))
+  return
+end
+if mode == "skip" then
+  local items = {}
+  for i = 1, 20 do items[i] = i end
+  local function epoch(l) local out = {} for xb in l do out[#out + 1] = table.concat(xb:totable(), ",") end return out end
+  local a = acc:prepare(fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 4 })
+  local b = acc:prepare(fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 4 })
+  local full, tail = epoch(a), epoch(acc:skip_first_batches(b, 2))
+  print(("rank%d batches=%d skipped=%d tail_same=%s"):format(r, #full, #tail,
+    tostring(table.concat(full, " ", 3) == table.concat(tail, " "))))
+  return
+end
+if mode == "freemem" then
+  acc:backward(model(x):sum())
+  opt:step()
+  local old_opt = opt
+  model, opt = acc:free_memory(model, opt)
+  assert(model == nil and opt == nil and acc.step == 0)
+  local ok, err = pcall(old_opt.step, old_opt)
+  print(("rank%d old_step_refused=%s %s"):format(r, tostring(not ok), tostring(err)))
+  local m2 = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
+  local o2 = fp8.optim.SGD(m2:parameters(), { lr = 0.1 })
+  m2, o2 = acc:prepare(m2, o2)
+  acc:backward(m2(x):sum())
+  print(("rank%d new_same=%s"):format(r, tostring(allsame(m2:parameters()[1].grad))))
+  o2:step()
+  print(("rank%d step=%d"):format(r, acc.step))
   return
 end
 acc:backward(model(x):sum())

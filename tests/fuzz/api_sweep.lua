@@ -105,6 +105,7 @@ local SEEDS = {
   "fp8.data.TextDataset{text = 'hello world hello', block_size = 4}",
   "fp8.data.FashionMNIST{root = os.getenv('FP8LAB_SWEEP_DATA') or '.', train = false}",
   "fp8.data.DataLoader{fp8.data.TextDataset{text = 'hello world hello', block_size = 4}, batch_size = 2}",
+  "fp8.skip_first_batches(fp8.data.DataLoader{fp8.data.TextDataset{text = 'hello world hello', block_size = 4}, batch_size = 2}, 1)",
   "fp8.amp.GradScaler()", "fp8.progress(3)", "fp8.Accelerator()", "fp8.Accelerator{mixed_precision = 'fp8'}",
   "fp8.profiler.profile()",
   "fp8.FP8RecipeKwargs{}", "fp8.TERecipeKwargs{}", "fp8.AORecipeKwargs{}", "fp8.MSAMPRecipeKwargs{}",

@@ -199,6 +199,25 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 inside_same=false", 1, true) and out:find("rank1 after_same=true", 1, true), out)
   end)
 
+  it("skip_first_batches on a prepared loader leaves out the first batches of this process's share", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "skip")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do assert.truthy(out:find(("rank%d batches=5 skipped=3 tail_same=true"):format(r), 1, true), out) end
+  end)
+
+  it("free_memory: a model prepared after it has its gradients averaged; what was prepared before refuses to step", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "freemem")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d new_same=true"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d step=1"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d old_step_refused=true"):format(r), 1, true), out)
+    end
+    assert.truthy(out:find("prepared before acc:free_memory(), which let it go; prepare it again", 1, true), out)
+  end)
+
   it("comm_hook fp16 and bf16 halve the bytes on the wire and stay close to fp32", function()
     if not can then pending(why) return end
     local _, code = mpirun(EQ, ("mlp 8 10 25 %s"):format(q(tmp .. ".f32")))

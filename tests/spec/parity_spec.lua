@@ -305,3 +305,104 @@ describe("Accelerate's names", function()
     assert.is_function(acc.unwrap_model)
   end)
 end)
+
+describe("skip_first_batches", function()
+  local items = {}
+  for i = 1, 10 do items[i] = i end
+  local function epoch(l)
+    local out = {}
+    for x in l do out[#out + 1] = table.concat(x:totable(), ",") end
+    return out
+  end
+  local function tail(list, from) return table.move(list, from, #list, 1, {}) end
+
+  it("every loop leaves out the first batches of its epoch, in the wrapped loader's order", function()
+    local a = fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 3 }
+    local b = fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 3 }
+    local s = fp8.skip_first_batches(b, 2)
+    assert.are.equal(3, #s)
+    assert.are.equal(2, s.batch_size)   -- the wrapped loader's fields read through
+    for e = 1, 2 do
+      local full = epoch(a)
+      assert.are.same(tail(full, 3), epoch(s), "epoch " .. e)
+      assert.are.equal(e, b.epoch)
+    end
+    assert.are.same(epoch(a), epoch(b))   -- the wrapped loader goes on with the next epoch
+    assert.are.same(epoch(a), epoch(fp8.skip_first_batches(b, 0)))
+    assert.are.same({}, epoch(fp8.skip_first_batches(b, 5)))
+    assert.are.equal(0, #fp8.skip_first_batches(b, 5))
+  end)
+
+  it("refuses what it cannot skip, naming the caller's line", function()
+    local ld = fp8.data.DataLoader { items, batch_size = 4 }
+    local acc = new_acc {}
+    local line = debug.getinfo(1, "l").currentline + 1
+    local ok, err = pcall(function() local s = fp8.skip_first_batches(ld, 4); return s end)
+    assert.is_false(ok)
+    assert.are.equal(("tests/spec/parity_spec.lua:%d: skip_first_batches: num_batches must be an integer from 0 "
+      .. "to the loader's 3 batches, got 4"):format(line), err)
+    line = debug.getinfo(1, "l").currentline + 1
+    ok, err = pcall(function() local s = acc:skip_first_batches({ 1, 2 }, 1); return s end)
+    assert.are.equal(("tests/spec/parity_spec.lua:%d: skip_first_batches: expected a DataLoader as argument #1, got a table")
+      :format(line), err)
+    U.fails_with("num_batches must be an integer", acc.skip_first_batches, acc, ld, 1.5)
+    U.fails_with("num_batches must be an integer", acc.skip_first_batches, acc, ld, -1)
+    U.fails_with("already skips 1 batches; call it on the loader it wraps (loader.loader)",
+      fp8.skip_first_batches, fp8.skip_first_batches(ld, 1), 1)
+  end)
+
+  it("a prepared loader, or a skipper given to prepare, still ends the accumulation window with the epoch", function()
+    for _, how in ipairs { "skip prepared", "prepare skipper" } do
+      local acc = new_acc { gradient_accumulation_steps = 4 }
+      local lin = nn.Linear(2, 1)
+      local ld = fp8.data.DataLoader { items, batch_size = 2 }
+      local s
+      if how == "skip prepared" then
+        lin, ld = acc:prepare(lin, ld)
+        s = acc:skip_first_batches(ld, 3)
+      else
+        lin, s = acc:prepare(lin, fp8.skip_first_batches(ld, 3))
+        assert.are.equal("SkipDataLoader", getmetatable(s).__name)
+      end
+      local syncs = {}
+      for x in s do
+        acc:accumulate(lin, function() syncs[#syncs + 1] = acc.sync_gradients end)
+        assert.truthy(x)
+      end
+      assert.are.same({ false, true }, syncs, how)   -- batches 4 and 5 of 5: the last one ends the window
+    end
+  end)
+end)
+
+describe("free_memory", function()
+  it("lets go of what was prepared; a new model trains with the recipe, the old optimizer refuses to step", function()
+    local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    local m1 = nn.Sequential(nn.Linear(16, 16))
+    local o1 = fp8.optim.AdamW(m1:parameters(), { lr = 1e-3 })
+    local s1 = fp8.optim.lr_scheduler.LambdaLR(o1, function() return 1 end)
+    m1, o1, s1 = acc:prepare(m1, o1, s1)
+    acc:backward(m1(fp8.randn { 16, 16 }):sum()); o1:step()
+    assert.are.equal(1, acc.step)
+    local weak = setmetatable({ m1 }, { __mode = "v" })
+    local r = table.pack(acc:free_memory(m1, o1))
+    assert.are.equal(2, r.n)
+    assert.is_nil(r[1]); assert.is_nil(r[2])
+    assert.are.equal(0, acc.step)
+    assert.are.same({}, acc._models); assert.are.same({}, acc._fp8_layers); assert.are.same({}, acc._optimizers)
+    U.fails_with("optimizer:step: this optimizer was prepared before acc:free_memory(), which let it go; prepare it again",
+      o1.step, o1)
+    U.fails_with("scheduler:step: this scheduler was prepared before acc:free_memory()", s1.step, s1)
+    local m2 = nn.Sequential(nn.Linear(16, 16))
+    local o2 = fp8.optim.AdamW(m2:parameters(), { lr = 1e-3 })
+    m2, o2 = acc:prepare(m2, o2)
+    for _ = 1, 2 do acc:backward(m2(fp8.randn { 16, 16 }):sum()); o2:step(); o2:zero_grad() end
+    assert.are.equal(2, acc.step)
+    assert.are.equal(2, m2[1].fp8_meta:state().input.updates)   -- the recipe updates the new model's scales
+    m1, o1, s1 = nil, nil, nil
+    collectgarbage(); collectgarbage()
+    assert.is_nil(weak[1], "the accelerator still holds the freed model")
+    assert.are.equal(acc.free_memory, acc.clear)
+    local n = select("#", fp8.release_memory(1, 2, 3))
+    assert.are.equal(3, n)
+  end)
+end)

@@ -24,20 +24,21 @@ end
 local U = dofile("tests/spec/helpers/util.lua")
 local bytes = U.must_read
 
-local function check(config, model, first)
+local function check(config, model, first, resume_mode)
+  resume_mode = resume_mode or "resume"
   local dir = os.tmpname()
   os.remove(dir)
   assert(os.execute("mkdir -p " .. dir))
   local straight = run(config, model, 10, "straight", dir)
   run(config, model, first, "first", dir)
-  local resumed = run(config, model, 10, "resume", dir)
+  local resumed = run(config, model, 10, resume_mode, dir)
   for s = first + 1, 10 do
     assert.is_not_nil(straight[s], ("no loss line for step %d"):format(s))
     assert.are.equal(straight[s], resumed[s], ("loss at step %d"):format(s))
   end
   assert.is_nil(resumed[first], "the resumed run repeated a step")
   for _, f in ipairs { "model.safetensors", "optimizer.safetensors", "scheduler.json" } do
-    assert.is_true(bytes(dir .. "/final_straight/" .. f) == bytes(dir .. "/final_resume/" .. f), f .. " differs")
+    assert.is_true(bytes(dir .. "/final_straight/" .. f) == bytes(dir .. "/final_" .. resume_mode .. "/" .. f), f .. " differs")
   end
   os.execute("rm -rf " .. dir)
 end
@@ -50,6 +51,26 @@ describe("resume in a new process is exact", function()
     end
   end
   it("te_hybrid mlp at an epoch boundary", function() check("te_hybrid", "mlp", 5) end)
+end)
+
+describe("Accelerate's resume recipe: load_state, then skip_first_batches for the rest of the epoch", function()
+  -- acc:load_state restores the loader's position already; skipping the same number of batches is the same resume
+  it("te_hybrid mlp (mid-epoch)", function() check("te_hybrid", "mlp", 7, "resume_skip") end)
+  it("msamp_o2 gpt (mid-epoch)", function() check("msamp_o2", "gpt", 7, "resume_skip") end)
+  it("te_hybrid mlp at an epoch boundary", function() check("te_hybrid", "mlp", 5, "resume_skip") end)
+  it("a skip other than the restored position wins, with a notice", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+    local straight = run("fp32", "mlp", 10, "straight", dir)
+    run("fp32", "mlp", 7, "first", dir)
+    local ok, out = sh(("timeout 120 %s %s fp32 mlp 10 resume_skip_other %s"):format(BIN, HELPER, dir))
+    assert(ok, out)
+    assert.are_not.equal(straight[8], out:match("step 8 (%S+)"), "step 8 trained on the batch after the restored one")
+    assert.truthy(out:find("skip_first_batches: acc:load_state had this loader resume epoch 2 after batch 2; "
+      .. "it resumes after batch 3, as asked", 1, true), out)
+    os.execute("rm -rf " .. dir)
+  end)
 end)
 
 describe("the training scripts' --save-every and --resume", function()

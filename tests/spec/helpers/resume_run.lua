@@ -1,7 +1,9 @@
 -- resume_run.lua — one training run for resume_spec.lua, in its own process:
 --   fp8lab resume_run.lua CONFIG MODEL STEPS MODE DIR
 -- MODE "straight": STEPS steps; "first": stop after STEPS steps with acc:save_state(DIR/ckpt);
--- "resume": acc:load_state(DIR/ckpt), then steps up to STEPS. Prints one line per step,
+-- "resume": acc:load_state(DIR/ckpt), then steps up to STEPS; "resume_skip": the same, the first epoch through
+-- acc:skip_first_batches(loader, acc.step % #loader) as Accelerate's resume recipe does; "resume_skip_other": one
+-- batch more skipped than the checkpoint's position. Prints one line per step,
 -- "step N LOSS" (LOSS in %a, exact), and ends with save_state(DIR/final_<MODE>) holding the final
 -- weights, recipe state and optimizer state.
 local config, model_kind, total, mode, dir = arg[1], arg[2], math.tointeger(tonumber(arg[3])), arg[4], arg[5]
@@ -43,10 +45,14 @@ local acc = fp8.Accelerator { mixed_precision = c[1], kwargs_handlers = c[2] and
                               cpu = os.getenv("FP8LAB_TEST_DEVICE") ~= "cuda" }
 model, opt, loader, sched = acc:prepare(model, opt, loader, sched)
 
-if mode == "resume" then acc:load_state(dir .. "/ckpt") end
+local first_loader = loader
+if mode:match("^resume") then acc:load_state(dir .. "/ckpt") end
+if mode:match("^resume_skip") then
+  first_loader = acc:skip_first_batches(loader, acc.step % #loader + (mode == "resume_skip_other" and 1 or 0))
+end
 local step = acc.step
 while step < total do
-  for x, y in loader do
+  for x, y in first_loader do
     model:train()
     local loss = forward(x, y)
     acc:backward(loss); opt:step(); sched:step(); opt:zero_grad()
@@ -54,6 +60,7 @@ while step < total do
     print(("step %d %a"):format(step, loss:item()))
     if step == total then break end
   end
+  first_loader = loader
 end
 if mode == "first" then acc:save_state(dir .. "/ckpt") end
 acc:save_state(dir .. "/final_" .. mode)
