@@ -56,8 +56,9 @@ return function(opts, recipes)
                          n_embd = opts["d-model"]}
     local nparams = model:num_parameters()
     local opt = optim.AdamW(model:parameters(), {lr = lr, weight_decay = 0.1, betas = {0.9, 0.95}})
-    local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = math.max(1, opts.steps // 20),
-      total_steps = opts.steps, min_lr = lr / 10})
+    local N = acc.num_processes   -- a prepared scheduler takes N steps per optimizer step (Accelerate's rule)
+    local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = math.max(1, opts.steps // 20) * N,
+      total_steps = opts.steps * N, min_lr = lr / 10})
     model, opt, loader, sched = acc:prepare(model, opt, loader, sched)
     local stats_csv
     if opts["fp8-stats"] and #acc._fp8_layers > 0 then

@@ -97,8 +97,6 @@ local val_final = data.DataLoader{val_all, batch_size = opts["batch-size"]}
 local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
                      n_head = opts.heads, n_embd = opts["d-model"]}
 local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, betas = {0.9, 0.95}})
-local warm = math.max(1, opts.steps // 20)
-local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = warm, total_steps = opts.steps, min_lr = opts.lr / 10})
 -- Every precision goes through the Accelerator (autocast, fp16 loss scaling, the FP8 recipes); options
 -- left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults). Checkpoints
 -- (docs/checkpoints.md) carry the model, optimizer, schedule, loss scaler, RNG and the training loader's
@@ -113,6 +111,11 @@ local accel = fp8.Accelerator{mixed_precision = mixed, kwargs_handlers = handler
                               cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"],
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3}}
+-- --steps counts each process's optimizer steps; a prepared scheduler takes num_processes steps per optimizer
+-- step (Accelerate's rule, as its examples scale their schedules), so the schedule is num_processes times as long
+local warm, N = math.max(1, opts.steps // 20), accel.num_processes
+local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = warm * N, total_steps = opts.steps * N,
+                                                     min_lr = opts.lr / 10})
 model, opt, loader, sched = accel:prepare(model, opt, loader, sched)
 -- Reports come from the main process only (acc:print), as in an Accelerate script under several processes.
 local print = function(...) accel:print(...) end

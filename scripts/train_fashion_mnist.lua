@@ -114,10 +114,11 @@ local gas = accel.gradient_accumulation_steps
 model, opt, train_loader, test_loader = accel:prepare(model, opt, train_loader, test_loader)
 
 local total_steps = opts.epochs * math.ceil(#train_loader / gas)
--- Cosine decay from the peak lr to 0 over the run, stepped once per optimizer step.
+-- Cosine decay from the peak lr to 0 over the run, stepped with the optimizer: num_processes steps per optimizer
+-- step under several processes (Accelerate's rule; #train_loader is then this process's share of the batches).
 -- prepared too, so that it steps once per optimizer step under gradient accumulation, and so that
 -- checkpoints carry it (docs/checkpoints.md)
-local sched = accel:prepare(optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps}))
+local sched = accel:prepare(optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps * accel.num_processes}))
 -- the script's micro-batch counter rides along in checkpoints (it names the CSV rows and --save-every)
 local counter = { step = 0 }
 accel:register_for_checkpointing({

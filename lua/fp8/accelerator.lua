@@ -28,6 +28,7 @@ Accelerator.__name = "Accelerator"
 
 local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers = true, cpu = true,
                 gradient_accumulation_steps = true, env = true, config = true, even_batches = true,
+                step_scheduler_with_optimizer = true,
                 project_config = true, project_dir = true }   -- the last two: lua/fp8/checkpointing.lua
 
 local function new(opts)
@@ -86,6 +87,11 @@ local function new(opts)
     error(("Accelerator: even_batches must be a boolean, got %s"):format(type(opts.even_batches)), 3)
   end
   self.even_batches = opts.even_batches ~= false
+  if opts.step_scheduler_with_optimizer ~= nil and type(opts.step_scheduler_with_optimizer) ~= "boolean" then
+    error(("Accelerator: step_scheduler_with_optimizer must be a boolean, got %s")
+      :format(type(opts.step_scheduler_with_optimizer)), 3)
+  end
+  self.step_scheduler_with_optimizer = opts.step_scheduler_with_optimizer ~= false
   dist.setup(self)                        -- process_index, num_processes, local_process_index, sync_gradients
   self._ddp_opts = ddp.options(settings.ddp)
   self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3)
@@ -279,18 +285,23 @@ function AccOptimizer:zero_grad(...)
 end
 
 -- A prepared scheduler steps only on sync steps, and not when the optimizer step was skipped
--- (fp16 overflow), as Accelerate's AcceleratedScheduler; everything else goes to the scheduler.
+-- (fp16 overflow), as Accelerate's AcceleratedScheduler; everything else goes to the scheduler. Under
+-- several processes it takes num_processes steps per optimizer step, as Accelerate's does without
+-- split_batches (the only sharding here): each process's loader holds 1/N of the batches, so a schedule
+-- written in one process's steps keeps its length in samples. step_scheduler_with_optimizer=false: every
+-- call is one step of the scheduler, whatever the optimizer did.
 local AccScheduler = delegating_class("scheduler")
 AccScheduler.__tostring = function(t) return "AcceleratedScheduler(" .. tostring(rawget(t, "scheduler").name) .. ")" end
 
 function AccScheduler:step(...)
   check_live(self, "scheduler:step", "scheduler")
   local acc, inner = rawget(self, "accelerator"), rawget(self, "scheduler")
+  if not acc.step_scheduler_with_optimizer then inner:step(...); return self end
   if not acc.sync_gradients then return self end
   for _, o in ipairs(acc._optimizers) do
     if rawget(o, "step_was_skipped") then return self end
   end
-  inner:step(...)
+  for _ = 1, acc.num_processes do inner:step(...) end
   return self
 end
 
@@ -636,7 +647,9 @@ if okh and help.add then
     .. "skip_first_batches(loader, n), free_memory(...) / clear(...). FP8 autocast is off in eval\n"
     .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2. Other options: cpu=true (also the use_cpu\n"
     .. "setting: launch --cpu, FP8LAB_USE_CPU, use_cpu: true in config.yaml) keeps the CPU where a GPU is usable;\n"
-    .. "gradient_accumulation_steps, even_batches, project_config / project_dir (save_state), env and config (the\n"
+    .. "gradient_accumulation_steps, even_batches, step_scheduler_with_optimizer (true: a prepared scheduler steps\n"
+    .. "with the optimizer, num_processes times per step as in Accelerate; false: once per call),\n"
+    .. "project_config / project_dir (save_state), env and config (the\n"
     .. "environment and config table to resolve settings from instead of the real ones; config=false: no file).")
   pcall(require, "fp8.profiler")   -- its help entries (fp8.profiler.profile, prof:key_averages, ...)
   add("acc:accumulate", "acc:accumulate(model, function() ... end)  or  local _ <close> = acc:accumulate(model)",

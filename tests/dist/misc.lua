@@ -5,6 +5,8 @@
 --   buffers       a buffer that differs per rank: equal to rank 0's after a forward (broadcast_buffers)
 --   buffers_off   the same with broadcast_buffers=false: stays different
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
+--   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
+--                 call with step_scheduler_with_optimizer=false
 --   skip          skip_first_batches on a prepared (sharded) loader: the tail of this rank's batches of the epoch
 --   freemem       acc:free_memory() after a step, then a new model prepared: its gradients are averaged (the old
 --                 model's parameters are out of the reducer) and the old optimizer refuses to step
@@ -43,6 +45,23 @@ if mode == "nosync" then
   print(("rank%d inside_same=%s"):format(r, tostring(allsame(w.grad))))
   acc:backward(model(x):sum())
   print(("rank%d after_same=%s"):format(r, tostring(allsame(w.grad))))
+  return
+end
+if mode == "sched" then
+  local function run(sswo)
+    local a = fp8.Accelerator { cpu = true, step_scheduler_with_optimizer = sswo, gradient_accumulation_steps = 3 }
+    local m = nn.Linear(4, 2)
+    local o = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+    local sc = fp8.optim.lr_scheduler.LambdaLR(o, function(e) return 1 / (1 + e) end)
+    m, o, sc = a:prepare(m, o, sc)
+    for _ = 1, 6 do   -- 6 micro-steps, 2 optimizer steps
+      a:accumulate(m, function() a:backward(m(x):sum()); o:step(); sc:step(); o:zero_grad() end)
+    end
+    return sc.last_epoch, a.step
+  end
+  local e1, s1 = run(nil)
+  local e2, s2 = run(false)
+  print(("rank%d with=%d,%d without=%d,%d"):format(r, e1, s1, e2, s2))
   return
 end
 if mode == "skip" then

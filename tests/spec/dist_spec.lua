@@ -199,6 +199,14 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 inside_same=false", 1, true) and out:find("rank1 after_same=true", 1, true), out)
   end)
 
+  it("a prepared scheduler takes num_processes steps per optimizer step; one per call without step_scheduler_with_optimizer", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "sched")
+    assert.are.equal(0, code, out)
+    -- 2 optimizer steps: 4 scheduler steps with 2 processes; 6 calls, 6 steps without
+    for r = 0, 1 do assert.truthy(out:find(("rank%d with=4,2 without=6,2"):format(r), 1, true), out) end
+  end)
+
   it("skip_first_batches on a prepared loader leaves out the first batches of this process's share", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "skip")

@@ -185,6 +185,22 @@ describe("a scheduler made after prepare", function()
     assert.near(1e-2 * 0.25, rawget(opt, "optimizer").param_groups[1].lr, 1e-12)
     assert.equal(2, acc.step)
   end)
+
+  it("step_scheduler_with_optimizer=false: every call is one step of the schedule", function()
+    local model = nn.Linear(8, 4)
+    local opt = optim.SGD(model:parameters(), { lr = 1 })
+    local acc = new_acc { gradient_accumulation_steps = 2, step_scheduler_with_optimizer = false }
+    local sched = optim.lr_scheduler.StepLR(opt, { step_size = 1, gamma = 0.5 })
+    model, opt, sched = acc:prepare(model, opt, sched)
+    for _ = 1, 4 do
+      acc:accumulate(model, function() acc:backward(model(fp8.randn { 2, 8 }):sum()); opt:step(); sched:step() end)
+    end
+    assert.equal(2, acc.step)
+    assert.equal(4, sched.last_epoch)
+    assert.near(1 / 16, opt.param_groups[1].lr, 1e-12)
+    U.fails_with("Accelerator: step_scheduler_with_optimizer must be a boolean, got string", new_acc,
+      { step_scheduler_with_optimizer = "no" })
+  end)
 end)
 
 describe("AutocastKwargs", function()
