@@ -66,6 +66,7 @@ local function new(opts)
     -- outside acc:accumulate); prepared optimizers and schedulers step only then, and data-parallel
     -- gradient communication happens only then (docs/lua-api.md, "Gradient accumulation").
     sync_gradients = true,
+    optimizer_step_was_skipped = false,   -- fp16: the GradScaler skipped the last step (inf/NaN gradients)
     gradient_state = { step = 0, end_of_dataloader = false, sync_with_dataloader = true },
     _opt_map = setmetatable({}, { __mode = "k" }),   -- optimizer given to prepare → its prepared wrapper
     _models = {}, _optimizers = {}, _fp8_layers = {},
@@ -270,6 +271,10 @@ function AccOptimizer:step(...)
     local skipped = acc.scaler.found_inf == true   -- read before update(), which clears it
     acc.scaler:update()
     rawset(self, "step_was_skipped", skipped)
+    -- Accelerate's optimizer_step_was_skipped: whether any prepared optimizer's last step was skipped
+    local any = false
+    for _, o in ipairs(acc._optimizers) do any = any or rawget(o, "step_was_skipped") == true end
+    acc.optimizer_step_was_skipped = any
   else
     res = inner:step(...)
   end
@@ -544,14 +549,31 @@ function Accelerator:clip_grad_value_(params, clip_value)
   end)
 end
 
--- unwrap_model(model) → the model without the FP8 autocast wrapper (its layers stay as they are;
--- fp8.convert_model(model, {to_fp8=false}) restores plain modules).
-function Accelerator:unwrap_model(model)
+-- unwrap_model(model [, keep_fp32_wrapper=true | {keep_fp32_wrapper=}]): Accelerate's. There is no DDP
+-- wrapper object here (prepare hooks the model itself), so by default it is the model as it is, autocast
+-- included, and training goes on as before. keep_fp32_wrapper=false takes off, in place as Accelerate
+-- does, the mixed-precision forward (autocast and FP8 autocast: FP8 layers then run their high-precision
+-- forward) and, for TransformerEngine's recipe, converts the FP8 layers back to plain ones (Accelerate's
+-- convert_model(model, to_transformer_engine=False)); the model then no longer trains in mixed precision.
+function Accelerator:unwrap_model(model, keep)
+  if not Module.is_module(model) then
+    error(("unwrap_model: expected a model (an fp8.nn Module), got %s"):format(type(model)), 2)
+  end
+  if type(keep) == "table" then
+    O.check("unwrap_model", keep, { "keep_fp32_wrapper" }, 2)
+    keep = keep.keep_fp32_wrapper
+  end
+  if keep ~= nil and type(keep) ~= "boolean" then
+    error(("unwrap_model: keep_fp32_wrapper must be a boolean, got %s"):format(type(keep)), 2)
+  end
+  if keep ~= false then return model end
   if rawget(model, "_acc_unwrapped_forward") then
     rawset(model, "forward", nil)
     rawset(model, "_acc_unwrapped_forward", nil)
   end
-  return fp8_autocast.remove_fp8_autowrap(model)
+  fp8_autocast.remove_fp8_autowrap(model)
+  if self.fp8_backend == "te" and convert.has_fp8_layers(model) then convert.convert_model(model, { to_fp8 = false }) end
+  return model
 end
 
 -- profile(fn [, handler]): fn(prof) runs under an fp8.profiler configured from the ProfileKwargs handler
@@ -644,7 +666,8 @@ if okh and help.add then
     .. "wrapped, schedulers too; returns its arguments in order), backward(loss), accumulate(model, fn),\n"
     .. "autocast(fn) or autocast() (a handle to close), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
     .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=},\n"
-    .. "skip_first_batches(loader, n), free_memory(...) / clear(...). FP8 autocast is off in eval\n"
+    .. "skip_first_batches(loader, n), free_memory(...) / clear(...), get_state_dict(m), save(tensors, path);\n"
+    .. "field optimizer_step_was_skipped. unwrap_model(m, false) takes the mixed-precision forward off. FP8 autocast is off in eval\n"
     .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2. Other options: cpu=true (also the use_cpu\n"
     .. "setting: launch --cpu, FP8LAB_USE_CPU, use_cpu: true in config.yaml) keeps the CPU where a GPU is usable;\n"
     .. "gradient_accumulation_steps, even_batches, step_scheduler_with_optimizer (true: a prepared scheduler steps\n"

@@ -436,6 +436,30 @@ function M.install(Accelerator)
     if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 2) end
   end
 
+  -- get_state_dict(model [, unwrap=true]): Accelerate's; the model's state_dict() (name → tensor, FP8 recipe
+  -- state included). There is no wrapper to take off here, so unwrap changes nothing either way.
+  function Accelerator:get_state_dict(model, unwrap)
+    if not require("fp8.nn.module").is_module(model) then
+      error(("get_state_dict: expected a Module, got %s"):format(type(model)), 2)
+    end
+    if unwrap ~= nil and type(unwrap) ~= "boolean" then
+      error(("get_state_dict: unwrap must be a boolean, got %s"):format(type(unwrap)), 2)
+    end
+    return model:state_dict()
+  end
+
+  -- save(tensors, path [, metadata]): Accelerate's save (torch.save's stand-in, once per job): the main process
+  -- writes the tensors as safetensors (fp8.save_file: atomically); the others write nothing.
+  function Accelerator:save(tensors, path, metadata)
+    if type(tensors) ~= "table" then
+      error(("save: expected a table of tensors {name = tensor} (fp8.save_file's), got %s"):format(type(tensors)), 2)
+    end
+    if type(path) ~= "string" or path == "" then error(("save: expected a file name, got %s"):format(tostring(path)), 2) end
+    if self.process_index ~= nil and self.process_index ~= 0 then return end
+    local ok, err = pcall(core.save_file, tensors, path, metadata)
+    if not ok then error((tostring(err):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "save: ")), 2) end
+  end
+
   -- save_model(model, dir [, {fp8="dequantize"|"raw"}]): the weights only (parameters and buffers, no
   -- FP8 recipe state) as dir/model.safetensors. FP8 tensors: fp32 values (dequantize, the default) or
   -- their bytes plus name_scale_inv (raw).

@@ -1,6 +1,7 @@
 -- distributed.lua — the Accelerator's multi-process side (docs/distributed.md): joining the MPI job
 -- (InitProcessGroupKwargs), Accelerate's process utilities (print, wait_for_everyone, gather,
--- gather_for_metrics, reduce, split_between_processes, main_process_first) and the DataLoader sharding
+-- gather_for_metrics, gather_object, reduce, split_between_processes, main_process_first and the on_* and
+-- trigger helpers) and the DataLoader sharding
 -- of Accelerate's BatchSamplerShard (split_batches=false). A single process makes no MPI call.
 local D = require "fp8._dist"
 local core = require "fp8.core"
@@ -123,16 +124,111 @@ function U:split_between_processes(list, apply_padding)
   return out
 end
 
--- main_process_first(fn, ...): the main process runs fn first (e.g. downloads, preprocesses), the
--- others after it finished; returns fn's results.
-function U:main_process_first(fn, ...)
-  if type(fn) ~= "function" then error(("main_process_first: expected a function, got %s"):format(type(fn)), 2) end
-  local main = self.process_index == 0
-  if not main then self:wait_for_everyone() end
+-- first(acc, fname, is_first, fn, ...): the processes for which is_first holds run fn, then the others
+-- (after a barrier); returns fn's results. An error in fn is raised after the barrier, so no process hangs.
+local function first(acc, fname, is_first, fn, ...)
+  if type(fn) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(fn)), 3) end
+  if not is_first then acc:wait_for_everyone() end
   local res = table.pack(pcall(fn, ...))
-  if main then self:wait_for_everyone() end
+  if is_first then acc:wait_for_everyone() end
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
+end
+
+-- main_process_first(fn, ...): the main process runs fn first (e.g. downloads, preprocesses), the
+-- others after it finished; returns fn's results. local_main_process_first: the first process of each machine.
+function U:main_process_first(fn, ...) return first(self, "main_process_first", self.process_index == 0, fn, ...) end
+function U:local_main_process_first(fn, ...)
+  return first(self, "local_main_process_first", self.local_process_index == 0, fn, ...)
+end
+
+function U:is_last_process() return self.process_index == self.num_processes - 1 end
+
+-- on_main_process(fn), on_local_main_process(fn), on_last_process(fn), on_process(fn, i): Accelerate's
+-- decorators; a function that calls fn (returning its results) on that process and does nothing elsewhere.
+local function on(acc, fname, fn, pick)
+  if type(fn) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(fn)), 3) end
+  return function(...) if pick(acc) then return fn(...) end end
+end
+function U:on_main_process(fn) return on(self, "on_main_process", fn, function(a) return a.process_index == 0 end) end
+function U:on_local_main_process(fn)
+  return on(self, "on_local_main_process", fn, function(a) return a.local_process_index == 0 end)
+end
+function U:on_last_process(fn) return on(self, "on_last_process", fn, function(a) return a:is_last_process() end) end
+function U:on_process(fn, process_index)
+  if math.type(process_index) ~= "integer" or process_index < 0 or process_index >= self.num_processes then
+    error(("on_process: process_index must be an integer from 0 to %d (num_processes - 1), got %s")
+      :format(self.num_processes - 1, tostring(process_index)), 2)
+  end
+  return on(self, "on_process", fn, function(a) return a.process_index == process_index end)
+end
+
+-- set_trigger() / check_trigger(): Accelerate's cross-process flag (early stopping): check_trigger is true on
+-- every process when any process set it since the last check (which clears it). A collective: call it on all.
+function U:set_trigger() rawset(self, "_trigger", true) end
+function U:check_trigger()
+  local t = core.tensor({ rawget(self, "_trigger") and 1 or 0 })
+  if self.num_processes > 1 then D.all_reduce(t, "sum") end
+  if t:item() >= 1 then rawset(self, "_trigger", nil); return true end
+  return false
+end
+
+-- Plain Lua values as Lua source that load() reads back exactly (integers, floats through %a, strings,
+-- booleans, tables without cycles or metatables): gather_object's wire format.
+local function serialize(v, fname, seen, out)
+  local tv = type(v)
+  if tv == "nil" or tv == "boolean" then out[#out + 1] = tostring(v)
+  elseif math.type(v) == "integer" then out[#out + 1] = ("%d"):format(v)
+  elseif tv == "number" then
+    out[#out + 1] = v ~= v and "(0/0)" or v == math.huge and "math.huge" or v == -math.huge and "-math.huge"
+      or ("%a"):format(v)
+  elseif tv == "string" then out[#out + 1] = ("%q"):format(v)
+  elseif tv == "table" then
+    if getmetatable(v) ~= nil then
+      error(("%s: only plain values travel (nil, booleans, numbers, strings, tables of them), got a table with a "
+        .. "metatable%s"):format(fname, core.is_tensor(v) and " (a tensor: use gather)" or ""), 0)
+    end
+    if seen[v] then error(fname .. ": the table refers to itself (a cycle)", 0) end
+    seen[v] = true
+    out[#out + 1] = "{"
+    for k, x in next, v do
+      if type(k) ~= "string" and type(k) ~= "number" and type(k) ~= "boolean" then
+        error(("%s: table keys must be strings, numbers or booleans, got %s"):format(fname, type(k)), 0)
+      end
+      out[#out + 1] = "["; serialize(k, fname, seen, out); out[#out + 1] = "]="
+      serialize(x, fname, seen, out); out[#out + 1] = ","
+    end
+    out[#out + 1] = "}"
+    seen[v] = nil
+  else
+    error(("%s: only plain values travel (nil, booleans, numbers, strings, tables of them), got %s"):format(fname,
+      core.is_tensor(v) and "a tensor (use gather)" or tv), 0)
+  end
+end
+
+-- gather_object(list): every process's list, concatenated in process order (Accelerate's gather_object,
+-- which all-gathers picklable objects); with one process, the list itself. The items are plain Lua values.
+function U:gather_object(obj)
+  if type(obj) ~= "table" or getmetatable(obj) ~= nil then
+    error(("gather_object: expected a list of plain values, got %s"):format(type(obj) == "table" and
+      "a table with a metatable" or type(obj)), 2)
+  end
+  if self.num_processes == 1 then return obj end
+  local out = { "return " }
+  local ok, err = pcall(serialize, obj, "gather_object", {}, out)
+  local mine = ok and table.concat(out) or ("error " .. tostring(err))
+  local all, bad = {}, nil
+  for r = 0, self.num_processes - 1 do   -- every process roots one broadcast, in rank order
+    local text = D.broadcast_string(r == self.process_index and mine or "", r)
+    if text:sub(1, 6) == "error " then bad = bad or ("rank %d: %s"):format(r, text:sub(7))
+    else
+      local f = load(text, "=gather_object", "t", { math = { huge = math.huge } })
+      local list = f and f() or {}
+      for i = 1, #list do all[#all + 1] = list[i] end
+    end
+  end
+  if bad then error(bad, 2) end   -- raised on every process, so none waits for the others
+  return all
 end
 
 function M.install(Accelerator)
@@ -288,6 +384,12 @@ if okh and help.add then
     "This process's contiguous share of list (the first #list % N processes get one more).")
   add("acc:main_process_first", "acc:main_process_first(fn, ...) -> fn's results",
     "The main process runs fn first; the others run it after the main one finished.")
+  add("acc:gather_object", "acc:gather_object(list) -> list",
+    "Every process's list of plain Lua values (no tensors: use gather), concatenated in rank order.")
+  add("acc:on_main_process", "acc:on_main_process(fn) | on_local_main_process(fn) | on_last_process(fn) | on_process(fn, i)",
+    "Accelerate's decorators: a function that runs fn (returning its results) on that process only.")
+  add("acc:check_trigger", "acc:set_trigger(); if acc:check_trigger() then break end",
+    "A flag across processes (early stopping): check_trigger() is true everywhere when any process set it; it clears it.")
   add("acc:wait_for_everyone", "acc:wait_for_everyone()", "A barrier across the processes.")
   add("acc:no_sync", "acc:no_sync(model, fn, ...)", "fn runs without gradient synchronisation (no communication).")
 end

@@ -7,6 +7,8 @@
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
 --                 call with step_scheduler_with_optimizer=false
+--   objects       gather_object (lists of plain values, in rank order; a refusal raised on every rank), triggers,
+--                 on_process / on_last_process, local_main_process_first
 --   skip          skip_first_batches on a prepared (sharded) loader: the tail of this rank's batches of the epoch
 --   freemem       acc:free_memory() after a step, then a new model prepared: its gradients are averaged (the old
 --                 model's parameters are out of the reducer) and the old optimizer refuses to step
@@ -45,6 +47,22 @@ if mode == "nosync" then
   print(("rank%d inside_same=%s"):format(r, tostring(allsame(w.grad))))
   acc:backward(model(x):sum())
   print(("rank%d after_same=%s"):format(r, tostring(allsame(w.grad))))
+  return
+end
+if mode == "objects" then
+  local g = acc:gather_object({ ("r%d"):format(r), { n = r, x = 0.1 * r, t = r == 1 } })
+  print(("rank%d gathered=%s,%s,%d,%s,%s"):format(r, g[1], g[3], g[4].n, tostring(g[4].x == 0.1), tostring(g[4].t)))
+  local ok, err = pcall(acc.gather_object, acc, r == 1 and { fp8.ones { 1 } } or { 1 })
+  print(("rank%d refused=%s %s"):format(r, tostring(not ok), tostring(err)))
+  local before = acc:check_trigger()
+  if r == 1 then acc:set_trigger() end
+  print(("rank%d trigger=%s,%s,%s"):format(r, tostring(before), tostring(acc:check_trigger()), tostring(acc:check_trigger())))
+  local ran = {}
+  acc:on_process(function() ran[#ran + 1] = "p1" end, 1)()
+  acc:on_last_process(function() ran[#ran + 1] = "last" end)()
+  acc:on_main_process(function() ran[#ran + 1] = "main" end)()
+  print(("rank%d ran=%s"):format(r, table.concat(ran, ",")))
+  print(("rank%d first=%s"):format(r, acc:local_main_process_first(function() return "done" end)))
   return
 end
 if mode == "sched" then

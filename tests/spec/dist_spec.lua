@@ -199,6 +199,19 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 inside_same=false", 1, true) and out:find("rank1 after_same=true", 1, true), out)
   end)
 
+  it("gather_object, set_trigger/check_trigger and the on_* helpers across processes", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "objects")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d gathered=r0,r1,1,true,true"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d refused=true rank 1: gather_object: only plain values travel"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d trigger=false,true,false"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d first=done"):format(r), 1, true), out)
+    end
+    assert.truthy(out:find("rank0 ran=main\n") and out:find("rank1 ran=p1,last\n"), out)
+  end)
+
   it("a prepared scheduler takes num_processes steps per optimizer step; one per call without step_scheduler_with_optimizer", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "sched")

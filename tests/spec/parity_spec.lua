@@ -422,3 +422,97 @@ describe("free_memory", function()
     assert.are.equal(3, n)
   end)
 end)
+
+describe("unwrap_model", function()
+  local function setup(mp, handler)
+    local acc = new_acc { mixed_precision = mp, kwargs_handlers = handler and { handler } or nil }
+    local m = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
+    local opt = optim.AdamW(m:parameters(), { lr = 1e-3 })
+    m, opt = acc:prepare(m, opt)
+    local function step() acc:backward(m(fp8.randn { 16, 32 }):sum()); opt:step(); opt:zero_grad() end
+    return acc, m, step
+  end
+
+  it("by default changes nothing: the model goes on training in FP8 (it used to lose its FP8 autocast)", function()
+    local acc, m, step = setup("fp8", fp8.TERecipeKwargs {})
+    step(); step()
+    assert.are.equal(2, m[1].fp8_meta:state().input.updates)
+    assert.are.equal(m, acc:unwrap_model(m))
+    assert.are.equal(m, acc:unwrap_model(m, { keep_fp32_wrapper = true }))
+    step(); step()
+    assert.are.equal(4, m[1].fp8_meta:state().input.updates)
+  end)
+
+  it("keep_fp32_wrapper=false takes the mixed-precision forward off (te: plain layers again)", function()
+    local acc, m = setup("bf16")
+    local seen
+    local probe = m[1].forward
+    rawset(m[1], "forward", function(self, x) seen = fp8.autocast_dtype(); return probe(self, x) end)
+    m(fp8.randn { 2, 32 })
+    assert.are.equal("bf16", seen)
+    acc:unwrap_model(m, false)
+    m(fp8.randn { 2, 32 })
+    assert.are.equal("fp32", seen)
+    local acc2, m2 = setup("fp8", fp8.TERecipeKwargs {})
+    assert.is_true(fp8.has_fp8_layers(m2))
+    assert.is_false(fp8.has_fp8_layers(acc2:unwrap_model(m2, { keep_fp32_wrapper = false })))
+  end)
+
+  it("refuses what it cannot take", function()
+    local acc, m = setup("no")
+    U.fails_with("unwrap_model: expected a model (an fp8.nn Module), got table", acc.unwrap_model, acc, {})
+    U.fails_with("unwrap_model: keep_fp32_wrapper must be a boolean, got string", acc.unwrap_model, acc, m, "no")
+    U.fails_with("keep_torch_compile", acc.unwrap_model, acc, m, { keep_torch_compile = true })
+  end)
+end)
+
+describe("more of Accelerate's Accelerator", function()
+  it("optimizer_step_was_skipped follows the fp16 GradScaler", function()
+    local acc = new_acc { mixed_precision = "fp16" }
+    local m = nn.Linear(4, 2)
+    local opt = optim.SGD(m:parameters(), { lr = 0.1 })
+    m, opt = acc:prepare(m, opt)
+    assert.is_false(acc.optimizer_step_was_skipped)
+    acc:backward(m(fp8.randn { 3, 4 }):sum() * math.huge); opt:step(); opt:zero_grad()
+    assert.is_true(acc.optimizer_step_was_skipped)
+    acc:backward(m(fp8.randn { 3, 4 }):sum()); opt:step(); opt:zero_grad()
+    assert.is_false(acc.optimizer_step_was_skipped)
+  end)
+
+  it("get_state_dict and save (safetensors from the main process)", function()
+    local acc = new_acc {}
+    local m = acc:prepare(nn.Linear(4, 2))
+    local sd = acc:get_state_dict(m)
+    assert.are.same({ "bias", "weight" }, (function() local k = {} for n in pairs(sd) do k[#k + 1] = n end table.sort(k) return k end)())
+    local dir = U.tmpdir()
+    acc:save(sd, dir .. "/w.safetensors", { note = "x" })
+    local f = fp8.safe_open(dir .. "/w.safetensors")
+    assert.are.equal("x", f:metadata().note)
+    assert.are.equal(0, (f:get_tensor("weight") - m.weight):abs():max():item())
+    f:close()
+    U.fails_with("save: expected a table of tensors", acc.save, acc, 5, dir .. "/x")
+    U.fails_with("save: \"a\" must be a tensor, got number", acc.save, acc, { a = 1 }, dir .. "/x")
+    U.fails_with("get_state_dict: unwrap must be a boolean", acc.get_state_dict, acc, m, 1)
+    os.execute("rm -rf " .. sh_quote(dir))
+  end)
+
+  it("one process: the on_* helpers, triggers, gather_object, local_main_process_first", function()
+    local acc = new_acc {}
+    assert.is_true(acc:is_last_process())
+    assert.are.equal(7, acc:on_main_process(function(a) return a + 1 end)(6))
+    assert.are.equal(7, acc:on_last_process(function(a) return a + 1 end)(6))
+    assert.are.equal(7, acc:on_local_main_process(function(a) return a + 1 end)(6))
+    assert.are.equal(7, acc:on_process(function(a) return a + 1 end, 0)(6))
+    U.fails_with("on_process: process_index must be an integer from 0 to 0 (num_processes - 1), got 1", acc.on_process, acc,
+      function() end, 1)
+    U.fails_with("on_main_process: expected a function, got number", acc.on_main_process, acc, 5)
+    assert.is_false(acc:check_trigger())
+    acc:set_trigger()
+    assert.is_true(acc:check_trigger())
+    assert.is_false(acc:check_trigger())   -- a check clears it
+    local list = { 1, "two", { 3 } }
+    assert.are.equal(list, acc:gather_object(list))
+    U.fails_with("gather_object: expected a list of plain values, got number", acc.gather_object, acc, 5)
+    assert.are.same({ "a", "b" }, { acc:local_main_process_first(function() return "a", "b" end) })
+  end)
+end)
