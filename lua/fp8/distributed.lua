@@ -94,6 +94,43 @@ function U:gather_for_metrics(t)
   return g
 end
 
+-- pad_across_processes(t [, dim=1, pad_index=0, pad_first=false]): Accelerate's; t padded with pad_index
+-- along dim up to the largest size any process has there, so that gather (equal shapes) can follow, e.g.
+-- generated sequences of different lengths. Tables of tensors leaf by leaf; a dim the tensor does not have
+-- (and a single process) leaves it as it is. A collective: every process calls it with the same structure.
+function U:pad_across_processes(t, dim, pad_index, pad_first)
+  dim, pad_index = dim or 1, pad_index or 0
+  if math.type(dim) ~= "integer" or dim == 0 then
+    error(("pad_across_processes: dim must be a non-zero integer (1 is the first dimension, -1 the last), got %s")
+      :format(tostring(dim)), 2)
+  end
+  if type(pad_index) ~= "number" then
+    error(("pad_across_processes: pad_index must be a number, got %s"):format(type(pad_index)), 2)
+  end
+  if pad_first ~= nil and type(pad_first) ~= "boolean" then
+    error(("pad_across_processes: pad_first must be a boolean, got %s"):format(type(pad_first)), 2)
+  end
+  return map_tensors("pad_across_processes", t, function(x)
+    local nd = x:dim()
+    local d = dim < 0 and nd + dim + 1 or dim
+    if d < 1 or d > nd or self.num_processes == 1 then return x end
+    local size = x:size(d)
+    local g = D.all_gather(core.tensor({ size // 4096, size % 4096 })):totable()   -- two parts: exact in fp32
+    local max = 0
+    for i = 1, #g, 2 do max = math.max(max, math.tointeger(g[i] * 4096 + g[i + 1])) end
+    if max == size then return x end
+    if x:is_fp8() then
+      error("pad_across_processes: an FP8 tensor cannot be padded in its bytes (its scale covers its own values); "
+        .. "dequantize it first", 4)
+    end
+    local shape = x:shape()
+    shape[d] = max
+    local out = core.full(shape, pad_index, { dtype = x:dtype(), device = x:device() })
+    require("fp8._optim").copy_(out:narrow(d, pad_first and max - size + 1 or 1, size), x)
+    return out
+  end)
+end
+
 -- reduce(t, "sum"|"mean"): a new tensor, the elementwise sum (or mean) over ranks.
 function U:reduce(t, op)
   op = op or "sum"
@@ -384,6 +421,8 @@ if okh and help.add then
     "This process's contiguous share of list (the first #list % N processes get one more).")
   add("acc:main_process_first", "acc:main_process_first(fn, ...) -> fn's results",
     "The main process runs fn first; the others run it after the main one finished.")
+  add("acc:pad_across_processes", "acc:pad_across_processes(t [, dim=1, pad_index=0, pad_first=false]) -> tensor",
+    "t padded with pad_index along dim to the largest size any process has there (then gather can follow).")
   add("acc:gather_object", "acc:gather_object(list) -> list",
     "Every process's list of plain Lua values (no tensors: use gather), concatenated in rank order.")
   add("acc:on_main_process", "acc:on_main_process(fn) | on_local_main_process(fn) | on_last_process(fn) | on_process(fn, i)",

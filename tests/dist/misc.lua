@@ -8,7 +8,7 @@
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
 --                 call with step_scheduler_with_optimizer=false
 --   objects       gather_object (lists of plain values, in rank order; a refusal raised on every rank), triggers,
---                 on_process / on_last_process, local_main_process_first
+--                 on_process / on_last_process, local_main_process_first, pad_across_processes
 --   skip          skip_first_batches on a prepared (sharded) loader: the tail of this rank's batches of the epoch
 --   freemem       acc:free_memory() after a step, then a new model prepared: its gradients are averaged (the old
 --                 model's parameters are out of the reducer) and the old optimizer refuses to step
@@ -63,6 +63,11 @@ if mode == "objects" then
   acc:on_main_process(function() ran[#ran + 1] = "main" end)()
   print(("rank%d ran=%s"):format(r, table.concat(ran, ",")))
   print(("rank%d first=%s"):format(r, acc:local_main_process_first(function() return "done" end)))
+  -- rank 0 has 2 rows, rank 1 has 3: padded to 3 (at the end, then at the start), then gathered
+  local t = fp8.full({ r + 2, 2 }, r + 1)
+  local p = acc:gather(acc:pad_across_processes(t, 1, -1))
+  local q = acc:gather(acc:pad_across_processes({ a = t }, -2, 0, true)).a
+  print(("rank%d padded=%s|%s"):format(r, table.concat(p:sum(2):totable(), ","), table.concat(q:sum(2):totable(), ",")))
   return
 end
 if mode == "sched" then

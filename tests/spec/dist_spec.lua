@@ -199,7 +199,7 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 inside_same=false", 1, true) and out:find("rank1 after_same=true", 1, true), out)
   end)
 
-  it("gather_object, set_trigger/check_trigger and the on_* helpers across processes", function()
+  it("gather_object, pad_across_processes, set_trigger/check_trigger and the on_* helpers across processes", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "objects")
     assert.are.equal(0, code, out)
@@ -208,6 +208,7 @@ describe("data parallel over MPI (2 processes)", function()
       assert.truthy(out:find(("rank%d refused=true rank 1: gather_object: only plain values travel"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d trigger=false,true,false"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d first=done"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d padded=2.0,2.0,-2.0,4.0,4.0,4.0|0.0,2.0,2.0,4.0,4.0,4.0"):format(r), 1, true), out)
     end
     assert.truthy(out:find("rank0 ran=main\n") and out:find("rank1 ran=p1,last\n"), out)
   end)
