@@ -271,6 +271,30 @@ function M.install(Accelerator)
     end
   end
 
+  -- register_save_state_pre_hook(hook) / register_load_state_pre_hook(hook) → a handle with :remove():
+  -- Accelerate's model-state hooks. hook(models, weights, output_dir) runs on every process in save_state
+  -- before the model files are written: weights holds each model's state_dict(), and a model whose entry
+  -- the hook removes (table.remove) is not written (the hook saves it its own way). output_dir is the
+  -- directory being written, which becomes the checkpoint when complete, so what the hook writes there is
+  -- published with it. hook(models, input_dir) runs in load_state after the checkpoint's version and
+  -- settings are checked: a model the hook removes from the list is not loaded from model*.safetensors
+  -- (the hook loads it; what it changes is its own to undo if a later part of the load fails).
+  local function add_hook(self, field, fname, hook)
+    if type(hook) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(hook)), 3) end
+    local list = rawget(self, field) or {}
+    rawset(self, field, list)
+    list[#list + 1] = hook
+    return setmetatable({}, { __name = "RemovableHandle", __index = { remove = function()
+      for i, h in ipairs(list) do if h == hook then table.remove(list, i); return end end
+    end } })
+  end
+  function Accelerator:register_save_state_pre_hook(hook)
+    return add_hook(self, "_save_hooks", "register_save_state_pre_hook", hook)
+  end
+  function Accelerator:register_load_state_pre_hook(hook)
+    return add_hook(self, "_load_hooks", "register_load_state_pre_hook", hook)
+  end
+
   -- save_state([dir]) → the directory written.
   function Accelerator:save_state(dir, opts)
     local pc = self.project_configuration
@@ -295,9 +319,15 @@ function M.install(Accelerator)
     end
     self:wait_for_everyone()
     C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
+    local weights = {}
+    for i, m in ipairs(self._models) do weights[i] = m:state_dict() end
+    for _, hook in ipairs(rawget(self, "_save_hooks") or {}) do
+      local models = table.move(self._models, 1, #self._models, 1, {})   -- the hook sees a copy: it may only drop weights
+      hook(models, weights, tmp)
+    end
     if main then
-      for i, m in ipairs(self._models) do
-        core.save_file(m:state_dict(), join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
+      for i, sd in ipairs(weights) do
+        core.save_file(sd, join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
       end
       for i, o in ipairs(self._optimizers) do
         local tensors, meta = optimizer_to_file(rawget(o, "optimizer"))
@@ -311,7 +341,7 @@ function M.install(Accelerator)
       local loaders = {}
       for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
       write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
-        dataloaders = loaders, models = #self._models, optimizers = #self._optimizers,
+        dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
         schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
       C.fsync_dir(tmp)
     end
@@ -371,7 +401,9 @@ function M.install(Accelerator)
       end
       local d = first_difference(st.settings, resolved_settings(self), "settings")
       if d and strict then error(("load_state: %s was saved with other settings: %s (pass {strict=false} to load anyway)"):format(dir, d), 0) end
-      for _, what in ipairs { { "models", #self._models }, { "optimizers", #self._optimizers },
+      local models = table.move(self._models, 1, #self._models, 1, {})
+      for _, hook in ipairs(rawget(self, "_load_hooks") or {}) do hook(models, dir) end   -- may take models off the list
+      for _, what in ipairs { { "models", #models }, { "optimizers", #self._optimizers },
                               { "schedulers", #(self._schedulers or {}) }, { "custom", #(self._custom or {}) },
                               { "dataloaders", #(self._dataloaders or {}) } } do
         local saved = what[1] == "dataloaders" and #st.dataloaders or st[what[1]]
@@ -381,7 +413,7 @@ function M.install(Accelerator)
       end
       -- Read and check everything, keeping what is needed to undo, then apply.
       local undo, apply = {}, {}
-      for i, m in ipairs(self._models) do
+      for i, m in ipairs(models) do
         local sd = core.load_file(join(dir, "model" .. suffix(i) .. ".safetensors"))
         undo[#undo + 1] = (function(saved) return function() m:load_state_dict(saved, false) end end)(m:state_dict())
         apply[#apply + 1] = function() m:load_state_dict(sd, strict) end
@@ -491,6 +523,10 @@ end
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   local function add(name, sig, doc) help.add { section = "Checkpoints", name = name, sig = sig, doc = doc } end
+  add("acc:register_save_state_pre_hook", "h = acc:register_save_state_pre_hook(function(models, weights, dir) ... end)",
+    "Runs in save_state before the model files are written; a state dict it removes from weights is not written\n"
+    .. "(the hook saves that model itself, into dir, which is published with the checkpoint). h:remove() drops it.\n"
+    .. "acc:register_load_state_pre_hook(function(models, dir) ... end): a model it removes from models is not loaded.")
   add("save_file", "fp8.save_file({name = tensor, ...}, path [, {key = \"value\"}])",
     "Writes a safetensors file atomically (temp file, fsync, rename, fsync dir). FP8 tensors: their bytes as\n"
     .. "F8_E4M3/F8_E5M2 plus name..\"_scale_inv\" (F32, [1] or per row). docs/checkpoints.md.")

@@ -380,4 +380,42 @@ describe("acc:save_state / load_state", function()
     U.fails_with("register_for_checkpointing: argument 1 has no state_dict()/load_state_dict() methods (got table)", function() acc:register_for_checkpointing({}) end)
     os.execute("rm -rf " .. d)
   end)
+
+  it("save and load pre-hooks: a model the hooks take over is saved and loaded their way, in the checkpoint", function()
+    local d = tmpdir()
+    local nn = fp8.nn
+    local function make()
+      local acc = fp8.Accelerator { config = false, env = {} }
+      local a, b = acc:prepare(nn.Linear(4, 4), nn.Linear(4, 2))
+      return acc, a, b
+    end
+    local acc, a, b = make()
+    local calls = 0
+    acc:register_save_state_pre_hook(function(models, weights, out)
+      calls = calls + 1
+      assert.are.equal(2, #models); assert.are.equal(2, #weights)
+      assert.are.equal(b, models[2])
+      fp8.save_file(table.remove(weights, 2), out .. "/head.safetensors")   -- the second model: saved here, not as model_1
+    end)
+    local h = acc:register_save_state_pre_hook(function() calls = calls + 100 end)
+    h:remove()
+    acc:save_state(d .. "/c")
+    assert.are.equal(1, calls)
+    local files = C.listdir(d .. "/c")
+    table.sort(files)
+    assert.truthy(table.concat(files, " "):find("head.safetensors model.safetensors", 1, true), table.concat(files, " "))
+    assert.is_nil(U.read(d .. "/c/model_1.safetensors"))
+    -- a new run: without the load hook the checkpoint holds one model for two
+    local acc2, a2, b2 = make()
+    U.fails_with("holds 1 models, this accelerator has 2 prepared", acc2.load_state, acc2, d .. "/c")
+    acc2:register_load_state_pre_hook(function(models, dir)
+      local head = table.remove(models, 2)
+      head:load_state_dict(fp8.load_file(dir .. "/head.safetensors"))
+    end)
+    acc2:load_state(d .. "/c")
+    assert.are.equal(0, (a2.weight - a.weight):abs():max():item())
+    assert.are.equal(0, (b2.weight - b.weight):abs():max():item())
+    U.fails_with("register_save_state_pre_hook: expected a function, got number", acc2.register_save_state_pre_hook, acc2, 1)
+    os.execute("rm -rf " .. d)
+  end)
 end)
