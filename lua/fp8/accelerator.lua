@@ -268,8 +268,10 @@ function AccOptimizer:step(...)
   local ptok = prof and prof.push("Optimizer.step#" .. tostring(inner.name) .. ".step")
   if acc.scaler then
     res = acc.scaler:step(inner, ...)
-    local skipped = acc.scaler.found_inf == true   -- read before update(), which clears it
-    acc.scaler:update()
+    local skipped = res == false   -- GradScaler:step returns false when it skipped this optimizer (inf/NaN)
+    -- Accelerate updates the scaler after every optimizer's step; here the update waits until the scale is
+    -- next read, so a second optimizer of the same iteration is unscaled with its gradients' scale (lua/fp8/amp.lua)
+    acc.scaler:_update_later()
     rawset(self, "step_was_skipped", skipped)
     -- Accelerate's optimizer_step_was_skipped: whether any prepared optimizer's last step was skipped
     local any = false
@@ -510,12 +512,30 @@ function Accelerator:autocast(fn, ...)
   return amp.autocast(mode, fn, ...)
 end
 
-function Accelerator:clip_grad_norm_(params, max_norm, norm_type)
-  if self.scaler then
-    for _, o in ipairs(self._optimizers) do
-      if not self.scaler._unscaled then self.scaler:unscale_(rawget(o, "optimizer")) end
+-- unscale_gradients([optimizer or list]): Accelerate's. Under fp16, the gradients of every prepared optimizer
+-- (or of those given) are divided by the loss scale now, once per step (the optimizer's step does not unscale
+-- them again; a second call leaves them as they are); without a loss scaler it does nothing.
+function Accelerator:unscale_gradients(optimizer)
+  local list = self._optimizers
+  if optimizer ~= nil then
+    list = (type(optimizer) == "table" and getmetatable(optimizer) == nil and optimizer.param_groups == nil)
+      and optimizer or { optimizer }
+    for i, o in ipairs(list) do
+      if getmetatable(o) ~= AccOptimizer and not is_optimizer(o) then
+        error(("unscale_gradients: expected an optimizer (or a list of them), got %s%s"):format(type(o),
+          #list > 1 and (" at position %d"):format(i) or ""), 2)
+      end
     end
   end
+  if not self.scaler then return end
+  for _, o in ipairs(list) do
+    local inner = getmetatable(o) == AccOptimizer and rawget(o, "optimizer") or o
+    if not self.scaler:is_unscaled(inner) then self.scaler:unscale_(inner) end
+  end
+end
+
+function Accelerator:clip_grad_norm_(params, max_norm, norm_type)
+  self:unscale_gradients()
   if Module.is_module(params) then params = params:parameters() end
   return require("fp8.nn.utils").clip_grad_norm_(params, max_norm, norm_type)
 end
@@ -526,11 +546,7 @@ function Accelerator:clip_grad_value_(params, clip_value)
   if type(clip_value) ~= "number" or clip_value < 0 or clip_value ~= clip_value then
     error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(tostring(clip_value)), 2)
   end
-  if self.scaler then
-    for _, o in ipairs(self._optimizers) do
-      if not self.scaler._unscaled then self.scaler:unscale_(rawget(o, "optimizer")) end
-    end
-  end
+  self:unscale_gradients()
   if Module.is_module(params) then params = params:parameters() end
   local ok, list = pcall(require("fp8.nn.utils")._param_list, params, "clip_grad_value_")
   if not ok then error(list, 2) end

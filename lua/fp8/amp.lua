@@ -82,13 +82,22 @@ setmetatable(GradScaler, { __call = function(_, opts)
     _scale = o.init_scale, growth_factor = o.growth_factor, backoff_factor = o.backoff_factor,
     growth_interval = o.growth_interval, enabled = o.enabled,
     _growth_tracker = 0,      -- clean steps since the last growth or backoff
-    _unscaled = false,        -- grads of this step already unscaled (by unscale_ or step)
-    found_inf = false,        -- this step's grads had inf/NaN
+    -- optimizer -> whether its grads had inf/NaN, for the optimizers unscaled (by unscale_ or step) since the
+    -- last update(): torch's per-optimizer state, so a second optimizer's gradients are unscaled too
+    _unscaled = setmetatable({}, { __mode = "k" }),
+    found_inf = false,        -- some grads unscaled since the last update() had inf/NaN
     skipped_steps = 0, steps = 0,
   }, GradScaler)
 end })
 
-function GradScaler:get_scale() return self.enabled and self._scale or 1.0 end
+-- The Accelerator's prepared optimizers step one at a time, each calling for an update as Accelerate's do;
+-- the update waits until the scale is next read (scale, get_scale, state_dict), so that every optimizer of
+-- the iteration is unscaled with the scale its gradients were made with and the scale moves once per
+-- iteration (torch's rule for several optimizers: one update() after all of them stepped).
+function GradScaler:_update_later() self._update_due = true end
+local function settle(self) if rawget(self, "_update_due") then self:update() end end
+
+function GradScaler:get_scale() settle(self); return self.enabled and self._scale or 1.0 end
 function GradScaler:is_enabled() return self.enabled end
 
 -- scale(loss) -> loss * scale (the loss itself when disabled).
@@ -97,6 +106,7 @@ function GradScaler:scale(loss)
     error(("GradScaler:scale: loss must be a tensor or a number, got %s"):format(type(loss)), 2)
   end
   if not self.enabled then return loss end
+  settle(self)
   return loss * self._scale
 end
 
@@ -121,11 +131,14 @@ local function grad_of(p)
   return g
 end
 
--- unscale_(optimizer): divide every gradient by the scale in place, and note whether any had inf/NaN.
--- Call it before gradient clipping; step() then does not unscale again.
+-- unscale_(optimizer): divide every gradient of the optimizer by the scale in place, and note whether any
+-- had inf/NaN. Call it before gradient clipping; step(optimizer) then does not unscale again. Once per
+-- optimizer between two update() calls, as torch's.
 function GradScaler:unscale_(optimizer)
   if not self.enabled then return end
-  if self._unscaled then error("GradScaler: unscale_() was already called since the last update()", 2) end
+  if self._unscaled[optimizer] ~= nil then
+    error("GradScaler: unscale_() was already called on this optimizer since the last update()", 2)
+  end
   local inv = 1.0 / self._scale
   local grads = {}
   for _, p in ipairs(optimizer_params(optimizer)) do
@@ -133,9 +146,13 @@ function GradScaler:unscale_(optimizer)
     if g ~= nil then grads[#grads + 1] = g end
   end
   -- one call for all of them: on a device, one wait for every inf/NaN check rather than one per gradient
-  self.found_inf = C.unscale_(grads, inv)
-  self._unscaled = true
+  local found = C.unscale_(grads, inv)
+  self._unscaled[optimizer] = found
+  self.found_inf = self.found_inf or found
 end
+
+-- is_unscaled(optimizer): whether the optimizer's gradients were unscaled since the last update().
+function GradScaler:is_unscaled(optimizer) return self._unscaled[optimizer] ~= nil end
 
 -- step(optimizer, ...) -> true when the optimizer stepped, false when skipped for inf/NaN grads.
 function GradScaler:step(optimizer, ...)
@@ -144,8 +161,8 @@ function GradScaler:step(optimizer, ...)
   end
   self.steps = self.steps + 1
   if not self.enabled then optimizer:step(...); return true end
-  if not self._unscaled then self:unscale_(optimizer) end
-  if self.found_inf then
+  if self._unscaled[optimizer] == nil then self:unscale_(optimizer) end
+  if self._unscaled[optimizer] then   -- this optimizer's gradients had inf/NaN
     self.skipped_steps = self.skipped_steps + 1
     return false
   end
@@ -155,6 +172,7 @@ end
 
 -- update([new_scale]): back off after an overflow, grow after growth_interval clean steps.
 function GradScaler:update(new_scale)
+  self._update_due = nil
   if not self.enabled then return end
   if new_scale ~= nil then
     if type(new_scale) ~= "number" or not (new_scale > 0 and new_scale < math.huge) then
@@ -174,11 +192,12 @@ function GradScaler:update(new_scale)
     end
   end
   self.found_inf = false
-  self._unscaled = false
+  self._unscaled = setmetatable({}, { __mode = "k" })
 end
 
 function GradScaler:state_dict()
   if not self.enabled then return {} end
+  settle(self)
   return { scale = self._scale, growth_factor = self.growth_factor, backoff_factor = self.backoff_factor,
            growth_interval = self.growth_interval, _growth_tracker = self._growth_tracker }
 end
@@ -207,9 +226,12 @@ function GradScaler:load_state_dict(sd)
   for _, k in ipairs { "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" } do
     if sd[k] ~= nil then self[k] = sd[k] end
   end
+  -- the loaded state is one taken after an update: a pending one, and this iteration's unscaling, are void
+  self._update_due, self.found_inf, self._unscaled = nil, false, setmetatable({}, { __mode = "k" })
 end
 
 function GradScaler:__tostring()
+  settle(self)
   return ("GradScaler(scale=%g, growth_tracker=%d/%d, skipped=%d%s)"):format(self._scale, self._growth_tracker,
     self.growth_interval, self.skipped_steps, self.enabled and "" or ", disabled")
 end
