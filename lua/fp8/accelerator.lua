@@ -28,12 +28,43 @@ Accelerator.__name = "Accelerator"
 
 local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers = true, cpu = true,
                 gradient_accumulation_steps = true, env = true, config = true, even_batches = true,
-                step_scheduler_with_optimizer = true,
+                step_scheduler_with_optimizer = true, device_placement = true,
                 project_config = true, project_dir = true }   -- the last two: lua/fp8/checkpointing.lua
+
+-- Accelerate's options and methods that fp8lab does not have, refused by name with the reason (an
+-- Accelerate script gets why, rather than "unknown option" or "attempt to call a nil value").
+local ENGINES = "fp8lab trains with data parallelism only (DDP over MPI: fp8lab launch --num_processes N); "
+  .. "it has no DeepSpeed, FSDP, tensor-, pipeline- or Megatron-LM parallelism"
+local TRACKERS = "fp8lab has no experiment trackers; the training scripts write CSV logs (--csv) and "
+  .. "acc:log_fp8_stats{every=, path=} writes the FP8 state"
+local NOT_HERE = {
+  split_batches = "loaders are sharded by whole batches (Accelerate's split_batches=false): each process takes "
+    .. "batches of batch_size samples",
+  dataloader_config = "pass even_batches= to fp8.Accelerator itself; split_batches, dispatch_batches, "
+    .. "use_seedable_sampler, data_seed, non_blocking and use_stateful_dataloader are not provided (loaders "
+    .. "shuffle by seed and epoch, and save_state records their position)",
+  deepspeed_plugin = ENGINES, deepspeed_plugins = ENGINES, fsdp_plugin = ENGINES, torch_tp_plugin = ENGINES,
+  megatron_lm_plugin = ENGINES, parallelism_config = ENGINES,
+  rng_types = "fp8lab has one generator (fp8.manual_seed, fp8.set_seed), which save_state saves; loaders "
+    .. "shuffle by their seed and epoch",
+  log_with = TRACKERS,
+  gradient_accumulation_plugin = "pass gradient_accumulation_steps=; an accumulation window always ends with "
+    .. "the prepared loader's epoch (sync_with_dataloader), and sync_each_batch and adjust_scheduler are not provided",
+  dynamo_backend = "fp8lab has no torch.compile (dynamo)", dynamo_plugin = "fp8lab has no torch.compile (dynamo)",
+}
+local NOT_PROVIDED = {
+  init_trackers = TRACKERS, log = TRACKERS, get_tracker = TRACKERS, end_training = TRACKERS,
+  join_uneven_inputs = "not provided: a prepared loader gives every process the same number of batches "
+    .. "(even_batches=true, the default)",
+  prepare_pippy = ENGINES, deepspeed_autotp_size = ENGINES, lomo_backward = "fp8lab has no LOMO optimizer",
+}
 
 local function new(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("Accelerator: expected an options table, got %s"):format(type(opts)), 3) end
+  for k in next, opts do
+    if NOT_HERE[k] then error(("Accelerator: %s is not supported: %s"):format(k, NOT_HERE[k]), 3) end
+  end
   O.check("Accelerator", opts, VALID, 3)
   if opts.gradient_accumulation_steps ~= nil then   -- checked as the flag, variable and config key are
     local ok, err = pcall(require("fp8.settings").check, "gradient_accumulation_steps", opts.gradient_accumulation_steps,
@@ -88,6 +119,11 @@ local function new(opts)
     error(("Accelerator: even_batches must be a boolean, got %s"):format(type(opts.even_batches)), 3)
   end
   self.even_batches = opts.even_batches ~= false
+  -- device_placement=false: prepare leaves models where they are and loaders hand out batches where they were
+  if opts.device_placement ~= nil and type(opts.device_placement) ~= "boolean" then
+    error(("Accelerator: device_placement must be a boolean, got %s"):format(type(opts.device_placement)), 3)
+  end
+  self.device_placement = opts.device_placement ~= false
   if opts.step_scheduler_with_optimizer ~= nil and type(opts.step_scheduler_with_optimizer) ~= "boolean" then
     error(("Accelerator: step_scheduler_with_optimizer must be a boolean, got %s")
       :format(type(opts.step_scheduler_with_optimizer)), 3)
@@ -108,7 +144,11 @@ local function new(opts)
 end
 
 -- not a tail call, so that new's errors (level 3) name the caller's line
-setmetatable(Accelerator, { __call = function(_, opts) local acc = new(opts); return acc end })
+setmetatable(Accelerator, { __call = function(_, opts) local acc = new(opts); return acc end,
+  __index = function(_, k)
+    local why = NOT_PROVIDED[k]
+    if why then return function() error(("Accelerator:%s is not supported: %s"):format(k, why), 2) end end
+  end })
 
 -- The autocast dtype of the non-FP8 ops for this mixed precision.
 local AUTOCAST = { no = "fp32", bf16 = "bf16", fp16 = "fp16", fp8 = "bf16" }
@@ -151,7 +191,7 @@ function Accelerator:_prepare_model(model)
   self._models[#self._models + 1] = model
   -- on the accelerator's device first, so every copy the conversion makes (fp16 weights, FP8 weights)
   -- is made there
-  if model:device() ~= self._device then model:to(self._device) end
+  if self.device_placement and model:device() ~= self._device then model:to(self._device) end
   if self.mixed_precision ~= "fp8" then
     return self:_wrap_autocast(model)
   end
@@ -403,7 +443,7 @@ function Accelerator:prepare_data_loader(d)
     return data._skip("prepare", self:prepare_data_loader(rawget(d, "loader")), rawget(d, "skip_batches"), 2)
   end
   if is_loader(d) then
-    d:to(self._device)
+    if self.device_placement then d:to(self._device) end
     rawset(d, "_gradient_state", self.gradient_state)
     if self.num_processes > 1 then d = dist.shard(self, d, self.even_batches) end
     self:_remember(d)   -- its position goes into save_state
@@ -687,7 +727,8 @@ if okh and help.add then
     .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2. Other options: cpu=true (also the use_cpu\n"
     .. "setting: launch --cpu, FP8LAB_USE_CPU, use_cpu: true in config.yaml) keeps the CPU where a GPU is usable;\n"
     .. "gradient_accumulation_steps, even_batches, step_scheduler_with_optimizer (true: a prepared scheduler steps\n"
-    .. "with the optimizer, num_processes times per step as in Accelerate; false: once per call),\n"
+    .. "with the optimizer, num_processes times per step as in Accelerate; false: once per call), device_placement\n"
+    .. "(false: prepare moves nothing), "
     .. "project_config / project_dir (save_state), env and config (the\n"
     .. "environment and config table to resolve settings from instead of the real ones; config=false: no file).")
   pcall(require, "fp8.profiler")   -- its help entries (fp8.profiler.profile, prof:key_averages, ...)

@@ -552,3 +552,42 @@ describe("fp16 with two optimizers", function()
     assert.are.equal(65536 * 4, acc.scaler:get_scale())
   end)
 end)
+
+describe("what Accelerate has and fp8lab does not", function()
+  it("options are refused by name, with the reason", function()
+    for k, v in pairs { split_batches = true, dataloader_config = {}, deepspeed_plugin = {}, fsdp_plugin = {},
+                        megatron_lm_plugin = {}, rng_types = { "generator" }, log_with = "wandb",
+                        gradient_accumulation_plugin = {}, dynamo_backend = "inductor" } do
+      U.fails_with({ ("Accelerator: %s is not supported: "):format(k) }, new_acc, { [k] = v })
+    end
+    U.fails_with("fp8lab has no experiment trackers", new_acc, { log_with = "all" })
+  end)
+
+  it("methods are refused by name, with the reason; other missing names stay nil", function()
+    local acc = new_acc {}
+    for _, k in ipairs { "init_trackers", "log", "get_tracker", "end_training", "join_uneven_inputs", "prepare_pippy" } do
+      U.fails_with(("Accelerator:%s is not supported: "):format(k), acc[k], acc)
+    end
+    assert.is_nil(acc.no_such_method)
+  end)
+
+  it("device_placement=false leaves models and loaders where they are", function()
+    local cuda = require "fp8.cuda"
+    local real = cuda.is_available
+    cuda.is_available = function() return true end   -- as if a GPU were usable
+    local ok, err = pcall(function()
+      local acc = new_acc { device_placement = false }
+      assert.are.equal("cuda", acc:device())
+      local m, ld = acc:prepare(nn.Linear(4, 2), fp8.data.DataLoader { { 1, 2, 3 }, batch_size = 2 })
+      assert.are.equal("cpu", m.weight:device())
+      assert.are.equal("cpu", ld.device)
+      -- the default moves them (on a machine without a GPU the move itself fails, which shows it was tried)
+      local acc2 = new_acc {}
+      local ok2, m2 = pcall(acc2.prepare, acc2, nn.Linear(4, 2))
+      assert.is_true(not ok2 or m2.weight:device() == "cuda")
+    end)
+    cuda.is_available = real
+    assert(ok, err)
+    U.fails_with("Accelerator: device_placement must be a boolean, got string", new_acc, { device_placement = "no" })
+  end)
+end)
