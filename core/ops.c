@@ -178,6 +178,76 @@ fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int di
     return FL_OK;
 }
 
+fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim, bool want_min) {
+    *out = NULL;
+    const char *name = want_min ? "argmin" : "argmax";
+    FL_PROF_SCOPE(name); FL_PROF_SHAPES(a);
+    char sa[200];
+    FL_TRY(refuse_fp8(a, name));
+    bool all = dim == FL_ALL_DIMS || a->ndim == 0;
+    if (!all) {
+        if (dim < -a->ndim || dim >= a->ndim)
+            return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a tensor of shape %s (expected %d..%d)",
+                          name, dim, SHAPE(sa, a), -a->ndim, a->ndim - 1);
+        if (dim < 0) dim += a->ndim;
+    } else if (dim != FL_ALL_DIMS && (dim < -1 || dim > 0)) {
+        return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a 0-d tensor", name, dim);
+    }
+    int64_t size = all ? fl_tensor_numel(a) : a->shape[dim];
+    if (size == 0) return FL_ERR(FL_EINVAL, "%s: the reduced range of tensor %s is empty", name, SHAPE(sa, a));
+    if (size > (INT64_C(1) << 24))
+        return FL_ERR(FL_EINVAL, "%s: %lld positions along the reduced range of %s: indices above 2^24 are not exact in "
+                      "fp32, the index dtype", name, (long long)size, SHAPE(sa, a));
+    int64_t outer = 1, inner = 1;
+    if (!all) {
+        for (int i = 0; i < dim; i++) outer *= a->shape[i];
+        for (int i = dim + 1; i < a->ndim; i++) inner *= a->shape[i];
+    }
+    int64_t kshape[FL_MAX_DIMS];
+    int kn = all ? (keepdim ? a->ndim : 0) : a->ndim;
+    for (int i = 0; i < kn; i++) kshape[i] = (all || i == dim) ? 1 : a->shape[i];
+    /* the values as contiguous fp32 on the host */
+    fl_tensor *h = NULL, *f = NULL, *c = NULL, *r = NULL;
+    fl_status st = fl_tensor_to_device(&h, a, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_to(&f, h, FL_F32);
+    if (st == FL_OK) st = fl_tensor_contiguous(&c, f);
+    if (st == FL_OK) st = fl_tensor_empty(&r, FL_F32, kn, kshape, FL_DEV_CPU);
+    if (st == FL_OK) {
+        const float *x = fl_tensor_data(c);
+        float *idx = fl_tensor_data(r);
+        for (int64_t o = 0; o < outer; o++) {
+            for (int64_t j = 0; j < inner; j++) {
+                const float *p = x + o * size * inner + j;
+                int64_t best = 0;
+                float bv = p[0];
+                for (int64_t s = 1; s < size && bv == bv; s++) {
+                    float v = p[s * inner];
+                    if (v != v || (want_min ? v < bv : v > bv)) { best = s; bv = v; }
+                }
+                idx[o * inner + j] = (float)best;
+            }
+        }
+    }
+    fl_tensor_release(h); fl_tensor_release(f); fl_tensor_release(c);
+    if (st == FL_OK && !all && !keepdim) {
+        int64_t shape[FL_MAX_DIMS];
+        for (int i = 0, j = 0; i < a->ndim; i++) if (i != dim) shape[j++] = a->shape[i];
+        fl_tensor *v;
+        st = fl_tensor_view(&v, r, a->ndim - 1, shape);
+        fl_tensor_release(r);
+        r = st == FL_OK ? v : NULL;
+    }
+    if (st == FL_OK && a->device != FL_DEV_CPU) {
+        fl_tensor *d;
+        st = fl_tensor_to_device(&d, r, a->device);
+        fl_tensor_release(r);
+        r = st == FL_OK ? d : NULL;
+    }
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
 /* Whether the device GEMM can read a 3-D [B, rows, cols] view as it is: each batch entry row-major
  * or column-major (a transposed matrix, e.g. Wᵀ of a linear layer) and batch stride rows·cols or 0.
  * Canonicalises the strides of size-1 dims so the device only has to look at stride[2]. */

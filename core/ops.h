@@ -28,6 +28,11 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a);
 /* dim == FL_ALL_DIMS reduces everything to a 0-d tensor; negative dim counts from the end. */
 fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim);
+/* Indices (0-based, as fp32: exact up to 2^24) of the largest (want_min: smallest) element along dim, or
+ * the flat index over all elements when dim == FL_ALL_DIMS (a 0-d result). The first one wins a tie; a NaN
+ * counts as the extreme (torch's rule). No history. Computed on the host: a tensor on another device is
+ * read back, and the indices go to its device. */
+fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim, bool want_min);
 /* Matrix product: [m,k]x[k,n], [k]x[k,n], [m,k]x[k], and batched [...,m,k]x[...,k,n] with
  * broadcast batch dims. fp32 accumulation. fp32 inputs → fp32 GEMM; bf16/fp16 inputs →
  * bf16/fp16 GEMM with fp32 accumulation (oneDNN on the CPU). */

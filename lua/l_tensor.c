@@ -688,8 +688,29 @@ static int reduce(lua_State *L, fl_redop op) {
 }
 static int m_sum(lua_State *L) { return reduce(L, FL_OP_SUM); }
 static int m_mean(lua_State *L) { return reduce(L, FL_OP_MEAN); }
-static int m_max(lua_State *L) { return reduce(L, FL_OP_MAX); }
-static int m_min(lua_State *L) { return reduce(L, FL_OP_MIN); }
+/* argmax([dim [, keepdim]]) / argmin: 0-based indices as fp32 (class labels compare with them directly);
+ * without dim, the flat index over all elements. */
+static int argreduce(lua_State *L, bool want_min) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    int dim = FL_ALL_DIMS;
+    if (!lua_isnoneornil(L, 2)) dim = check_dim(L, 2, t->ndim);
+    bool keepdim = lua_toboolean(L, 3);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_argreduce(slot, t, dim, keepdim, want_min));
+    return 1;
+}
+static int m_argmax(lua_State *L) { return argreduce(L, false); }
+static int m_argmin(lua_State *L) { return argreduce(L, true); }
+/* max(dim [, keepdim]) / min: the values and, as torch's, their 0-based indices; max() without dim: the value. */
+static int reduce_with_index(lua_State *L, fl_redop op) {
+    lua_settop(L, 3);   /* the results go above the three arguments, so argreduce reads keepdim, not them */
+    reduce(L, op);
+    if (lua_isnoneornil(L, 2)) return 1;
+    argreduce(L, op == FL_OP_MIN);
+    return 2;
+}
+static int m_max(lua_State *L) { return reduce_with_index(L, FL_OP_MAX); }
+static int m_min(lua_State *L) { return reduce_with_index(L, FL_OP_MIN); }
 /* amax: for an FP8 tensor, the amax of the source its cast saw (a number); else a reduction. */
 static int m_amax(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -835,6 +856,7 @@ static const luaL_Reg methods[] = {
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
+    {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},
     {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},
     {"scale_axis", m_scale_axis},

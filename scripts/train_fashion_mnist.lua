@@ -130,11 +130,9 @@ if opts.resume then
 end
 
 local function argmax_hits(logits, y)
-  local rows, labels, hits = logits:totable(), y:totable(), 0
-  for i, r in ipairs(rows) do
-    local best = 1
-    for c = 2, #r do if r[c] > r[best] then best = c end end
-    if best - 1 == labels[i] then hits = hits + 1 end
+  local pred, labels, hits = logits:argmax(2):totable(), y:totable(), 0   -- 0-based classes, as the labels
+  for i, p in ipairs(pred) do
+    if p == labels[i] then hits = hits + 1 end
   end
   return hits
 end

@@ -100,6 +100,9 @@ add_all {
        .. "item() reads a one-element tensor; totable() gives nested Lua tables." },
   { section = "Tensors", name = "Tensor:sum", sig = "x:sum([dim [, keepdim]]) / :mean / :max / :min / :amax() / :abs()",
     doc = "Reductions over everything or one dim (sums accumulate in double). amax = max |x|." },
+  { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
+    doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
+       .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices." },
   { section = "Quantization", name = "Tensor:scale", sig = "q:scale() / q:scale_inv() / q:amax() / q:bytes()",
     doc = "The FP8 tensor's scale (a number, or a tensor for per-row scaling), its inverse, the amax\n"
        .. "of the source it was made from, and its raw bytes as integers." },

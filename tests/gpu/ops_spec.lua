@@ -177,6 +177,11 @@ describe("the cuda device against the CPU device", function()
       exact(y[op](y), y:to(DEV)[op](y:to(DEV)), op)
       for d = 1, 3 do exact(y[op](y, d), y:to(DEV)[op](y:to(DEV), d), op .. " dim " .. d) end
     end
+    for _, op in ipairs { "argmax", "argmin" } do   -- read back to the host, the indices sent to the device
+      local y = fp8.randn { 17, 33, 9 }
+      exact(y[op](y), y:to(DEV)[op](y:to(DEV)), op)
+      for d = 1, 3 do exact(y[op](y, d, true), y:to(DEV)[op](y:to(DEV), d, true), op .. " dim " .. d) end
+    end
     local big = fp8.randn { 3000000 }
     assert_close(big:sum(), big:to(DEV):sum(), 1e-6, SUM_RTOL, "sum of 3M")
   end)

@@ -180,6 +180,27 @@ describe("reductions", function()
     assert.are.same({3, 5}, a:max(-1):totable())
     assert.are.same({1, -2, -6}, a:min(1):totable())
   end)
+  it("argmax/argmin: 0-based fp32 indices (first of a tie, NaN wins); max/min along a dim give them too", function()
+    local t = fp8.tensor{{1, 5, 2}, {7, 0, 7}}
+    assert.are.same({1, 0}, t:argmax(2):totable())        -- the first 7
+    assert.are.same({0, 1}, t:argmin(-1):totable())
+    assert.are.same({{1, 0, 1}}, t:argmax(1, true):totable())
+    assert.are.equal(3, t:argmax():item())                -- flat index over all elements
+    assert.are.same({}, t:argmax():shape())
+    assert.are.equal(1, fp8.tensor{1, 0 / 0, 3}:argmax():item())
+    assert.are.equal(1, fp8.tensor{1, 0 / 0, -3}:argmin():item())
+    assert.are.equal(0, fp8.tensor{3, 2, 1}:to("bf16"):argmax():item())
+    assert.are.equal(2, fp8.tensor{3, 2, 1}:to("fp16"):argmin(1):item())
+    local v, i = t:max(2)
+    assert.are.same({5, 7}, v:totable()); assert.are.same({1, 0}, i:totable())
+    local w, j = t:min(1, true)
+    assert.are.same({{1, 0, 2}}, w:totable()); assert.are.same({{0, 1, 0}}, j:totable())
+    assert.are.equal(1, select("#", t:max()))
+    assert.has_error(function() t:argmax(3) end, "dim 3 out of range for a 2-d tensor (valid: 1..2 or -2..-1)")
+    assert.has_error(function() fp8.zeros{0, 3}:argmax(1) end, "argmax: the reduced range of tensor [0, 3] is empty")
+    assert.has_error(function() local q = fp8.ones{4}:quantize("e4m3"); q:argmax() end,
+      "argmax: e4m3 tensor: call :dequantize() first (FP8 tensors only hold quantized data)")
+  end)
 end)
 
 describe("matmul", function()
