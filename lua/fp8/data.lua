@@ -546,7 +546,6 @@ function M._skip(fname, loader, num_batches, level)
   return setmetatable({ loader = loader, skip_batches = num_batches }, SkipDataLoader)
 end
 
--- level: error()'s level as the calling function sees it (2: its caller)
 function M.skip_first_batches(loader, num_batches)
   local s = M._skip("skip_first_batches", loader, num_batches, 2)   -- not a tail call: level 2 is this function's caller
   return s
@@ -564,8 +563,11 @@ function SkipDataLoader:iter()
   local restored = rawget(base, "_resume_at")
   if restored and restored ~= n and not rawget(self, "_told") then
     rawset(self, "_told", true)
-    io.stderr:write(("fp8lab: notice: skip_first_batches: acc:load_state had this loader resume epoch %d after batch %d; "
-      .. "it resumes after batch %d, as asked\n"):format(base.epoch + 1, restored, n))
+    local ok, D = pcall(require, "fp8._dist")
+    if not ok or D.info().rank == 0 then   -- one notice per job, as the Accelerator's
+      io.stderr:write(("fp8lab: notice: skip_first_batches: acc:load_state had this loader resume epoch %d after batch %d; "
+        .. "it resumes after batch %d, as asked\n"):format(base.epoch + 1, restored, n))
+    end
   end
   rawset(base, "_resume_at", n > 0 and n or nil)
   return l:iter()

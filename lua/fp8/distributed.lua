@@ -259,9 +259,13 @@ function U:gather_object(obj)
     local text = D.broadcast_string(r == self.process_index and mine or "", r)
     if text:sub(1, 6) == "error " then bad = bad or ("rank %d: %s"):format(r, text:sub(7))
     else
-      local f = load(text, "=gather_object", "t", { math = { huge = math.huge } })
-      local list = f and f() or {}
-      for i = 1, #list do all[#all + 1] = list[i] end
+      local f, lerr = load(text, "=gather_object", "t", { math = { huge = math.huge } })
+      if not f then   -- e.g. tables nested deeper than Lua's parser takes (about 200 levels): the same on every rank
+        bad = bad or ("rank %d: gather_object: its list cannot be read back: %s"):format(r, tostring(lerr))
+      else
+        local list = f()
+        for i = 1, #list do all[#all + 1] = list[i] end
+      end
     end
   end
   if bad then error(bad, 2) end   -- raised on every process, so none waits for the others
