@@ -50,6 +50,11 @@ fl_status fl_expand(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t
 fl_status fl_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t start, int64_t length);
 fl_status fl_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t index);
 fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t);
+/* The n tensors joined along dim (negative from the end): every other dim equal, one device, the dtype
+ * of them all (mixed: fp32). FP8 and 0-d tensors are refused. Differentiable: each input's gradient is
+ * its part of the output's (with more than FL_NODE_MAX_INPUTS inputs needing gradients, the parts are
+ * joined in groups, one copy more per level of the tree). */
+fl_status fl_cat(fl_tensor **out, int n, const fl_tensor *const *ts, int dim);
 fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt);   /* fp32/bf16/fp16; gradient flows back as fp32 */
 /* t on another device (fl_tensor_to_device); the gradient flows back to t's device. */
 fl_status fl_to_device(fl_tensor **out, const fl_tensor *t, int device);

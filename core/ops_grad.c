@@ -3,8 +3,13 @@
  * backward is defined next to it. Gradients are fp32. */
 #include "ops_raw.h"
 #include "autograd.h"
+#include "device.h"
+#include "profiler.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
 /* g (full shape) summed down to input i's shape into gin[i]; takes over the caller's reference to g. */
 static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in) {
@@ -345,6 +350,102 @@ fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t) {
 fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
     FL_TRY(fl_tensor_to(out, t, dt));
     return view_record(out, t, "ToBackward", identity_bwd, NULL);
+}
+
+/* cat: input i's gradient is its slice of g along dim (iargs[0]), copied out of g. */
+static fl_status cat_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const int dim = (int)n->iargs[0];
+    int64_t off = 0;
+    for (int i = 0; i < n->ninputs; i++) {
+        const int64_t len = n->inputs[i]->shape[dim];
+        if (fl_node_input_needs_grad(n, i)) {
+            fl_tensor *part = NULL;
+            fl_status st = fl_tensor_narrow(&part, g, dim, off, len);
+            if (st == FL_OK) st = fl_tensor_empty(&gin[i], FL_F32, part->ndim, part->shape, part->device);
+            if (st == FL_OK) st = fl_tensor_copy_(gin[i], part);
+            fl_tensor_release(part);
+            if (st != FL_OK) return st;
+        }
+        off += len;
+    }
+    return FL_OK;
+}
+
+/* The forward of fl_cat: checks, then one copy of each input into its part of a new tensor. */
+static fl_status cat_raw(fl_tensor **out, int n, const fl_tensor *const *ts, int *dimp) {
+    *out = NULL;
+    char sa[200], sb[200];
+    if (n < 1) return FL_ERR(FL_EINVAL, "cat: expected at least one tensor");
+    const fl_tensor *a = ts[0];
+    if (a->ndim == 0) return FL_ERR(FL_EINVAL, "cat: tensor 1 is 0-d (reshape it to [1] first)");
+    int dim = *dimp;
+    if (dim < -a->ndim || dim >= a->ndim)
+        return FL_ERR(FL_EINVAL, "cat: dim %d out of range for tensors of %d dims (expected %d..%d)", dim, a->ndim,
+                      -a->ndim, a->ndim - 1);
+    if (dim < 0) dim += a->ndim;
+    *dimp = dim;
+    fl_dtype dt = a->dtype;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const fl_tensor *t = ts[i];
+        if (fl_format(t->dtype)->is_fp8)
+            return FL_ERR(FL_EINVAL, "cat: tensor %d is %s: call :dequantize() first (its scale covers only its own values)",
+                          i + 1, fl_format(t->dtype)->name);
+        if (t->device != a->device)
+            return FL_ERR(FL_EINVAL, "cat: tensor %d is on %s, tensor 1 on %s; move one with :to()", i + 1,
+                          fl_device_name(t->device), fl_device_name(a->device));
+        bool same = t->ndim == a->ndim;
+        for (int d = 0; same && d < a->ndim; d++) same = d == dim || t->shape[d] == a->shape[d];
+        if (!same)
+            return FL_ERR(FL_EINVAL, "cat: tensor %d has shape %s, tensor 1 %s: they may differ only in dim %d", i + 1,
+                          SHAPE(sa, t), SHAPE(sb, a), dim + 1);
+        if (t->dtype != dt) dt = FL_F32;
+        total += t->shape[dim];
+    }
+    int64_t shape[FL_MAX_DIMS];
+    for (int d = 0; d < a->ndim; d++) shape[d] = d == dim ? total : a->shape[d];
+    fl_tensor *r;
+    FL_TRY(fl_tensor_empty(&r, dt, a->ndim, shape, a->device));
+    int64_t off = 0;
+    fl_status st = FL_OK;
+    for (int i = 0; i < n && st == FL_OK; i++) {
+        const int64_t len = ts[i]->shape[dim];
+        if (len == 0) continue;
+        fl_tensor *part = NULL;
+        st = fl_tensor_narrow(&part, r, dim, off, len);
+        if (st == FL_OK) st = fl_tensor_copy_(part, ts[i]);
+        fl_tensor_release(part);
+        off += len;
+    }
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
+}
+
+fl_status fl_cat(fl_tensor **out, int n, const fl_tensor *const *ts, int dim) {
+    *out = NULL;
+    FL_PROF_SCOPE("cat");
+    if (n > FL_NODE_MAX_INPUTS && fl_any_requires_grad(n, ts)) {
+        /* a node holds at most FL_NODE_MAX_INPUTS inputs: join groups of them first, then the groups */
+        const int groups = (n + FL_NODE_MAX_INPUTS - 1) / FL_NODE_MAX_INPUTS;
+        fl_tensor **parts = calloc((size_t)groups, sizeof *parts);
+        if (!parts) return FL_ERR(FL_ENOMEM, "cat: out of memory");
+        fl_status st = FL_OK;
+        for (int g = 0; g < groups && st == FL_OK; g++) {
+            const int lo = g * FL_NODE_MAX_INPUTS, cnt = n - lo < FL_NODE_MAX_INPUTS ? n - lo : FL_NODE_MAX_INPUTS;
+            st = fl_cat(&parts[g], cnt, ts + lo, dim);
+        }
+        if (st == FL_OK) st = fl_cat(out, groups, (const fl_tensor *const *)parts, dim);
+        for (int g = 0; g < groups; g++) fl_tensor_release(parts[g]);
+        free(parts);
+        return st;
+    }
+    FL_TRY(cat_raw(out, n, ts, &dim));
+    if (!fl_any_requires_grad(n, ts)) return FL_OK;
+    fl_node *node;
+    FL_TRY(fl_autograd_record(out, &node, "CatBackward", cat_bwd, n, ts));
+    node->iargs[0] = dim;
+    return FL_OK;
 }
 
 static fl_status to_device_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {

@@ -730,6 +730,26 @@ static int l_matmul(lua_State *L) {
     return 1;
 }
 
+/* fp8.cat(list [, dim=1]): the tensors joined along dim (1-based, negative from the end). */
+static int l_cat(lua_State *L) {
+    lua_settop(L, 2);   /* the list's owner goes above the arguments */
+    int n = 0;
+    fl_tensor **ts = fl_lchecktensorlist(L, 1, "cat", &n);   /* pushes the array's owner */
+    if (n == 0) return luaL_error(L, "cat: expected a non-empty list of tensors");
+    int dim = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        int64_t d = check_int(L, 2, "dim");
+        int nd = ts[0]->ndim;
+        if (nd == 0) return luaL_error(L, "cat: tensor 1 is 0-d (reshape it to [1] first)");
+        if (d >= 1 && d <= nd) dim = (int)(d - 1);
+        else if (d < 0 && d >= -nd) dim = (int)(nd + d);
+        else return luaL_error(L, "cat: dim %d out of range for tensors of %d dims (valid: 1..%d or -%d..-1)", (int)d, nd, nd, nd);
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_cat(slot, n, (const fl_tensor *const *)ts, dim));
+    return 1;
+}
+
 /* ---- FP8 ---------------------------------------------------------------------------------- */
 
 static float opt_positive(lua_State *L, int opts, const char *key) {
@@ -874,7 +894,7 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg factories[] = {
     {"tensor", l_tensor_new}, {"zeros", l_zeros}, {"ones", l_ones}, {"empty", l_empty}, {"full", l_full},
     {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {"is_tensor", l_is_tensor},
-    {"matmul", l_matmul},
+    {"matmul", l_matmul}, {"cat", l_cat},
     {NULL, NULL},
 };
 

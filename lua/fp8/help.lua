@@ -100,6 +100,11 @@ add_all {
        .. "item() reads a one-element tensor; totable() gives nested Lua tables." },
   { section = "Tensors", name = "Tensor:sum", sig = "x:sum([dim [, keepdim]]) / :mean / :max / :min / :amax() / :abs()",
     doc = "Reductions over everything or one dim (sums accumulate in double). amax = max |x|." },
+  { section = "Tensors", name = "cat", sig = "fp8.cat({a, b, ...} [, dim=1])  /  fp8.stack({a, b, ...} [, dim=1])",
+    doc = "cat joins tensors along dim (the other dims equal; mixed dtypes give fp32); stack puts tensors of one\n"
+       .. "shape along a new dim. Differentiable; FP8 tensors must be dequantized first." },
+  { section = "Tensors", name = "stack", sig = "fp8.stack({a, b, ...} [, dim=1])",
+    doc = "Tensors of one shape along a new dim (torch.stack); see help(\"cat\")." },
   { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
     doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
        .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices." },

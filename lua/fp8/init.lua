@@ -1,12 +1,13 @@
 -- fp8 — the public Lua module: the C functions of fp8.core plus the Lua-level helpers
 -- (formats table, encode options, explain, tensor printing). The host sets the global `fp8`.
 local core = require "fp8.core"
-require "fp8.tensor"            -- installs printing (__tostring) and Lua methods on fp8.Tensor
+local tensor_lua = require "fp8.tensor"   -- installs printing (__tostring) and Lua methods on fp8.Tensor
 
 local fp8 = {}
 for k, v in pairs(core) do
   if type(k) == "string" and k:sub(1, 1) ~= "_" then fp8[k] = v end
 end
+fp8.stack = tensor_lua.stack   -- fp8.cat's companion (lua/fp8/tensor.lua)
 
 -- encode(x, fmt [, {saturate=bool}]): saturate (clamp to ±max) is the default, as training casts do;
 -- {saturate=false} is the IEEE policy (overflow → inf for e5m2, NaN for e4m3).

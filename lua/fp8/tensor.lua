@@ -140,4 +140,44 @@ end
 -- Lua-level convenience: t:tolist() for 1-D tensors is the same as totable().
 Tensor.tolist = Tensor.totable
 
+-- fp8.stack(list [, dim=1]): the tensors (all of one shape) along a new dim, as torch.stack: each gets a
+-- dimension of size 1 at dim (a differentiable reshape), then fp8.cat joins them there.
+function M.stack(list, dim)
+  if type(list) ~= "table" or getmetatable(list) ~= nil then
+    error(("stack: expected a list of tensors, got %s"):format(type(list) == "table" and "a table with a metatable" or type(list)), 2)
+  end
+  local n = rawlen(list)
+  if n == 0 then error("stack: expected a non-empty list of tensors", 2) end
+  for i = 1, n do
+    if not core.is_tensor(list[i]) then
+      error(("stack: element %d of the list: expected a tensor, got %s"):format(i, type(list[i])), 2)
+    end
+  end
+  local shape = list[1]:shape()
+  local nd = #shape + 1
+  dim = dim or 1
+  if math.type(dim) ~= "integer" or dim == 0 or dim > nd or dim < -nd then
+    error(("stack: dim must be an integer in 1..%d or -%d..-1, got %s"):format(nd, nd, tostring(dim)), 2)
+  end
+  if dim < 0 then dim = nd + dim + 1 end
+  local parts = {}
+  for i = 1, n do
+    local s = list[i]:shape()
+    if #s ~= #shape then
+      error(("stack: tensor %d has %d dims, tensor 1 %d: stack takes tensors of one shape"):format(i, #s, #shape), 2)
+    end
+    for d = 1, #s do
+      if s[d] ~= shape[d] then
+        error(("stack: tensor %d has shape %s, tensor 1 %s: stack takes tensors of one shape"):format(i, shape_str(s),
+          shape_str(shape)), 2)
+      end
+    end
+    table.insert(s, dim, 1)
+    parts[i] = list[i]:reshape(s)
+  end
+  local ok, r = pcall(core.cat, parts, dim)
+  if not ok then error((tostring(r):gsub("^cat: ", "stack: ")), 2) end
+  return r
+end
+
 return M

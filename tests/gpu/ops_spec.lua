@@ -186,6 +186,15 @@ describe("the cuda device against the CPU device", function()
     assert_close(big:sum(), big:to(DEV):sum(), 1e-6, SUM_RTOL, "sum of 3M")
   end)
 
+  it("cat and stack join device tensors as on the CPU, with gradients", function()
+    local a, b = fp8.randn { 3, 5 }, fp8.randn { 3, 2 }
+    exact(fp8.cat({ a, b }, 2), fp8.cat({ a:to(DEV), b:to(DEV) }, 2), "cat")
+    exact(fp8.stack({ a, a }, 1), fp8.stack({ a:to(DEV), a:to(DEV) }, 1), "stack")
+    local x = a:to(DEV):requires_grad(true)
+    fp8.cat({ x, x }, 1):sum():backward()
+    exact(fp8.full({ 3, 5 }, 2), x.grad, "cat grad")
+  end)
+
   it("matmul: 2-D, batched, broadcast, transposed, bf16/fp16", function()
     check("2-D", function(a, b) return a:matmul(b) end, { leaf { 64, 96 }, leaf { 96, 80 } }, 1e-5, GEMM_TOL)
     check("batched", function(a, b) return a:matmul(b) end, { leaf { 3, 5, 16 }, leaf { 3, 16, 7 } }, 1e-5, GEMM_TOL)

@@ -203,6 +203,52 @@ describe("reductions", function()
   end)
 end)
 
+describe("cat and stack", function()
+  it("join along a dim (negative from the end), mixed dtypes to fp32, empty parts", function()
+    local a, b = fp8.ones{2, 3}, fp8.zeros{1, 3}
+    assert.are.same({{1, 1, 1}, {1, 1, 1}, {0, 0, 0}}, fp8.cat({a, b}):totable())
+    assert.are.same({{1, 1, 1, 5}, {1, 1, 1, 5}}, fp8.cat({a, fp8.full({2, 1}, 5)}, -1):totable())
+    assert.are.same({3, 3}, fp8.cat({a, fp8.zeros{0, 3}, b}, 1):shape())
+    assert.are.equal("bf16", fp8.cat({a:to("bf16"), b:to("bf16")}):dtype())
+    assert.are.equal("fp32", fp8.cat({a:to("bf16"), b:to("fp16")}):dtype())
+    assert.are.same({{1, 3}, {2, 4}}, fp8.stack({fp8.tensor{1, 2}, fp8.tensor{3, 4}}, 2):totable())
+    assert.are.same({2, 2}, fp8.stack({fp8.tensor{1, 2}, fp8.tensor{3, 4}}):shape())
+    assert.are.same({2, 3, 2}, fp8.stack({a, a}, -1):shape())
+  end)
+  it("gradients flow to every part, also past a node's four inputs", function()
+    local x, y = fp8.randn{2, 3}:requires_grad(true), fp8.randn{3, 3}:requires_grad(true)
+    local w = fp8.arange(15):reshape{5, 3}
+    ;(fp8.cat({x, y}) * w):sum():backward()
+    assert.are.same(w:narrow(1, 1, 2):totable(), x.grad:totable())
+    assert.are.same(w:narrow(1, 3, 3):totable(), y.grad:totable())
+    local parts = {}
+    for i = 1, 9 do parts[i] = fp8.full({1, 2}, i):requires_grad(i ~= 5) end
+    local z = fp8.cat(parts, 1)
+    assert.are.same({9, 2}, z:shape())
+    ;(z * z):sum():backward()
+    for i = 1, 9 do
+      if i == 5 then assert.is_nil(parts[i].grad) else assert.are.same({{2 * i, 2 * i}}, parts[i].grad:totable()) end
+    end
+    local s = fp8.stack({x, x}, 1)
+    x.grad = nil
+    s:sum():backward()
+    assert.are.same({{2, 2, 2}, {2, 2, 2}}, x.grad:totable())
+  end)
+  it("refuses what it cannot join, naming the tensor", function()
+    local a = fp8.ones{2, 3}
+    assert.has_error(function() fp8.cat({a, fp8.zeros{2, 2}}) end, "cat: tensor 2 has shape [2, 2], tensor 1 [2, 3]: they may differ only in dim 1")
+    assert.has_error(function() fp8.cat({}) end, "cat: expected a non-empty list of tensors")
+    assert.has_error(function() fp8.cat({a}, 3) end, "cat: dim 3 out of range for tensors of 2 dims (valid: 1..2 or -2..-1)")
+    assert.has_error(function() fp8.cat({fp8.tensor(1)}) end, "cat: tensor 1 is 0-d (reshape it to [1] first)")
+    assert.has_error(function() fp8.cat({a, a:quantize("e4m3")}) end,
+      "cat: tensor 2 is e4m3: call :dequantize() first (its scale covers only its own values)")
+    assert.has_error(function() fp8.cat({a, "x"}) end, "cat: element 2 of the list: expected a tensor, got string")
+    assert.has_error(function() fp8.stack({a, fp8.ones{3, 2}}) end, "stack: tensor 2 has shape [3, 2], tensor 1 [2, 3]: stack takes tensors of one shape")
+    assert.has_error(function() fp8.stack({a}, 4) end, "stack: dim must be an integer in 1..3 or -3..-1, got 4")
+    assert.has_error(function() fp8.stack({}) end, "stack: expected a non-empty list of tensors")
+  end)
+end)
+
 describe("matmul", function()
   it("matches a naive Lua triple loop", function()
     fp8.manual_seed(3)
