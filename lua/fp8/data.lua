@@ -422,16 +422,12 @@ function DataLoader:set_epoch(e)
   self.epoch = e - 1
 end
 
--- Generic datasets: stack items (x tensors or numbers) into batch tensors through Lua tables.
+-- Generic datasets: stack items (tensors of one shape, or numbers) into batch tensors; tensors keep their dtype.
 local function stack(items)
   local fp8 = require "fp8"
   local first = items[1]
   if type(first) == "number" then return fp8.tensor(items) end
-  if type(first) == "userdata" and first.totable then
-    local rows = {}
-    for i, t in ipairs(items) do rows[i] = t:totable() end
-    return fp8.tensor(rows)
-  end
+  if core_is_tensor(first) then return fp8.stack(items, 1) end
   return items   -- anything else: the list itself
 end
 

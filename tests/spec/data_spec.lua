@@ -128,6 +128,19 @@ describe("fp8.data.DataLoader", function()
     return out, sizes
   end
 
+  it("a table of {x, y} items: tensors stacked in their dtype, numbers into a tensor; ragged items refused", function()
+    local items = {}
+    for i = 1, 5 do items[i] = {fp8.full({2, 3}, i):to("bf16"), i % 2} end
+    local x, y = fp8.data.DataLoader{items, batch_size = 2}:iter()()
+    assert.are.same({2, 2, 3}, x:shape())
+    assert.are.equal("bf16", x:dtype())
+    assert.are.same({{{1, 1, 1}, {1, 1, 1}}, {{2, 2, 2}, {2, 2, 2}}}, x:to("fp32"):totable())
+    assert.are.same({1, 0}, y:totable())
+    items[2][1] = fp8.ones{3, 3}
+    assert.has_error(function() fp8.data.DataLoader{items, batch_size = 2}:iter()() end,
+      "stack: tensor 2 has shape [3, 3], tensor 1 [2, 3]: stack takes tensors of one shape")
+  end)
+
   it("batches in order without shuffle, last batch partial", function()
     local dl = fp8.data.DataLoader{ds, batch_size = 3}
     assert.are.equal(3, #dl)
