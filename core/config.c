@@ -27,19 +27,20 @@ typedef enum {
     ACC_EMPTY_MAP,    /* null or {} */
     ACC_FALSE_MAP,    /* null, {} or a mapping whose values are all false or null (`ipex_config: {ipex: false}`) */
     ACC_EMPTY_LIST,   /* null or [] */
-    ACC_WORDS         /* one of `words`, any case; "false" also takes YAML's other false spellings */
+    ACC_WORDS,        /* one of `words`, any case (quoted or not) */
+    ACC_FALSE         /* false in any of YAML's plain spellings (false, no, off, ...), or one of `words` as ACC_WORDS */
 } accel_accepts;
 
 static const struct {
     const char *name;
     accel_accepts accepts;
-    const char *words[3];   /* ACC_WORDS: the values accepted */
+    const char *words[3];   /* ACC_WORDS, ACC_FALSE: the values accepted */
     const char *why;        /* why other values are refused */
 } ACCEL[] = {
     {"compute_environment", ACC_WORDS, {"LOCAL_MACHINE"}, "fp8lab runs on this machine; SageMaker is not supported"},
     {"distributed_type", ACC_WORDS, {"NO", "MULTI_CPU", "MULTI_GPU"},
      "fp8lab runs num_processes processes over MPI; DeepSpeed, FSDP, Megatron-LM and XLA are not part of it"},
-    {"debug", ACC_WORDS, {"false"}, "Accelerate's debug checks of collectives are not part of fp8lab"},
+    {"debug", ACC_FALSE, {NULL}, "Accelerate's debug checks of collectives are not part of fp8lab"},
     {"machine_rank", ACC_WORDS, {"0"}, "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
     {"num_machines", ACC_WORDS, {"1"}, "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
     {"gpu_ids", ACC_WORDS, {"all"}, "fp8lab does not pick GPUs by id (set CUDA_VISIBLE_DEVICES)"},
@@ -48,8 +49,8 @@ static const struct {
     {"rdzv_backend", ACC_ANY, {NULL}, NULL},
     {"same_network", ACC_ANY, {NULL}, NULL},
     {"main_training_function", ACC_ANY, {NULL}, NULL},
-    {"enable_cpu_affinity", ACC_WORDS, {"false"}, "fp8lab does not pin threads (OMP_PROC_BIND and OMP_PLACES do)"},
-    {"downcast_bf16", ACC_WORDS, {"no", "false"}, "downcasting to bf16 is a TPU feature; fp8lab has none"},
+    {"enable_cpu_affinity", ACC_FALSE, {NULL}, "fp8lab does not pin threads (OMP_PROC_BIND and OMP_PLACES do)"},
+    {"downcast_bf16", ACC_FALSE, {"no"}, "downcasting to bf16 is a TPU feature; fp8lab has none"},
     {"deepspeed_config", ACC_EMPTY_MAP, {NULL}, "DeepSpeed is not part of fp8lab"},
     {"fsdp_config", ACC_EMPTY_MAP, {NULL}, "FSDP is not part of fp8lab"},
     {"tp_config", ACC_EMPTY_MAP, {NULL}, "tensor parallelism is not part of fp8lab"},
@@ -60,14 +61,14 @@ static const struct {
     {"dynamo_config", ACC_EMPTY_MAP, {NULL}, "torch.compile backends are not part of fp8lab"},
     {"tpu_name", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
     {"tpu_zone", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
-    {"tpu_use_cluster", ACC_WORDS, {"false"}, "fp8lab has no TPU support"},
-    {"tpu_use_sudo", ACC_WORDS, {"false"}, "fp8lab has no TPU support"},
+    {"tpu_use_cluster", ACC_FALSE, {NULL}, "fp8lab has no TPU support"},
+    {"tpu_use_sudo", ACC_FALSE, {NULL}, "fp8lab has no TPU support"},
     {"command_file", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
     {"commands", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
     {"tpu_vm", ACC_NULL, {NULL}, "fp8lab has no TPU support"},
     {"tpu_env", ACC_EMPTY_LIST, {NULL}, "fp8lab has no TPU support"},
-    {"fp16", ACC_WORDS, {"false"}, "write mixed_precision: fp16"},
-    {"dynamo_backend", ACC_WORDS, {"no", "false"}, "torch.compile backends are not part of fp8lab"},
+    {"fp16", ACC_FALSE, {NULL}, "write mixed_precision: fp16"},
+    {"dynamo_backend", ACC_FALSE, {"no"}, "torch.compile backends are not part of fp8lab"},
     {"ec2_instance_type", ACC_NULL, {NULL}, "SageMaker is not supported"},
     {"iam_role_name", ACC_NULL, {NULL}, "SageMaker is not supported"},
     {"image_uri", ACC_NULL, {NULL}, "SageMaker is not supported"},
@@ -367,6 +368,16 @@ static bool is_false(const ynode *x) {
     return x->kind == N_SCALAR && x->plain && fl_setting_bool(x->text, x->len, FL_FROM_YAML_PLAIN) == 0;
 }
 
+/* Whether v is one of the words of Accelerate's key a, in any case, quoted or not. */
+static bool accel_word(size_t a, const ynode *v) {
+    if (v->kind != N_SCALAR) return false;
+    for (size_t i = 0; i < sizeof ACCEL[a].words / sizeof *ACCEL[a].words && ACCEL[a].words[i]; i++) {
+        const char *w = ACCEL[a].words[i];
+        if (strlen(w) == v->len && strncasecmp(w, v->text, v->len) == 0) return true;
+    }
+    return false;
+}
+
 /* Whether v is a value Accelerate's key a may hold in a file fp8lab follows (see ACCEL). */
 static bool accel_value_ok(size_t a, const ynode *v) {
     if (is_null(v)) return true;
@@ -380,14 +391,8 @@ static bool accel_value_ok(size_t a, const ynode *v) {
         for (size_t i = 1; i < v->n; i += 2)   /* kids: key, value, key, value ... */
             if (!is_null(v->kids[i]) && !is_false(v->kids[i])) return false;
         return true;
-    case ACC_WORDS:
-        if (v->kind != N_SCALAR) return false;
-        for (size_t i = 0; i < sizeof ACCEL[a].words / sizeof *ACCEL[a].words && ACCEL[a].words[i]; i++) {
-            const char *w = ACCEL[a].words[i];
-            if (strlen(w) == v->len && strncasecmp(w, v->text, v->len) == 0) return true;
-            if (strcmp(w, "false") == 0 && is_false(v)) return true;
-        }
-        return false;
+    case ACC_FALSE: return is_false(v) || accel_word(a, v);
+    case ACC_WORDS: return accel_word(a, v);
     }
     return false;
 }
@@ -406,10 +411,15 @@ static fl_status accel_refused(const loader *ld, size_t a, const ynode *v) {
     case ACC_FALSE_MAP: snprintf(accepted, sizeof accepted, "leave it out, null, {} or only false values"); break;
     case ACC_EMPTY_LIST: snprintf(accepted, sizeof accepted, "leave it out, null or []"); break;
     case ACC_ANY:   /* never refused */
+    case ACC_FALSE:
     case ACC_WORDS: {
         size_t o = (size_t)snprintf(accepted, sizeof accepted, "accepted: ");
-        for (size_t i = 0; i < sizeof ACCEL[a].words / sizeof *ACCEL[a].words && ACCEL[a].words[i] && o < sizeof accepted; i++)
-            o += (size_t)snprintf(accepted + o, sizeof accepted - o, "%s%s", i ? ", " : "", ACCEL[a].words[i]);
+        const char *sep = "";
+        for (size_t i = 0; i < sizeof ACCEL[a].words / sizeof *ACCEL[a].words && ACCEL[a].words[i] && o < sizeof accepted; i++) {
+            o += (size_t)snprintf(accepted + o, sizeof accepted - o, "%s%s", sep, ACCEL[a].words[i]);
+            sep = ", ";
+        }
+        if (ACCEL[a].accepts == ACC_FALSE && o < sizeof accepted) snprintf(accepted + o, sizeof accepted - o, "%sfalse", sep);
         break;
     }
     }
