@@ -219,6 +219,10 @@ static int loose_bool(const char *s, size_t len) {
     return -1;
 }
 
+#define BOOL_WORDS "yes/no, on/off, y/n, 1/0, in any case"
+const char fl_setting_bool_words[] = BOOL_WORDS;
+static const char also_bool[] = " (also " BOOL_WORDS ")";   /* after "expected a boolean (true or false), got ..." */
+
 int fl_setting_bool(const char *s, size_t len, fl_setting_from from) {
     return from == FL_FROM_TEXT ? loose_bool(s, len) : from == FL_FROM_YAML_PLAIN ? yaml_bool(s, len) : -1;
 }
@@ -341,7 +345,7 @@ bool fl_setting_parse(fl_setting_id k, const char *s, size_t len, fl_setting_fro
         int v = fl_setting_bool(s, len, from);
         if (v >= 0) { *out = v; return true; }
         if (yaml && !plain && yaml_bool(s, len) >= 0) unquote = " (a boolean in quotes is a string: remove the quotes)";
-        else if (!yaml) unquote = " (also yes/no, on/off, y/n, 1/0, in any case)";   /* what a flag or variable takes */
+        else if (!yaml) unquote = also_bool;   /* what a flag or variable takes */
         break;
     }
     case FL_SETTING_BOOL3: {

@@ -113,6 +113,9 @@ const char *fl_setting_format(fl_setting_id k, int v, char *buf, size_t n);
 const char *fl_setting_quote(const char *s, size_t len, char q, char *buf, size_t n);
 /* The one boolean reader: 1, 0, or -1 when the text is not a boolean where it came from. */
 int fl_setting_bool(const char *s, size_t len, fl_setting_from from);
+/* The words besides true/false that a flag's or variable's boolean takes, for messages:
+ * "yes/no, on/off, y/n, 1/0, in any case". */
+extern const char fl_setting_bool_words[];
 
 /* A set of setting values: which are given, and their stored values. */
 typedef struct {

@@ -659,7 +659,8 @@ static int pmain(lua_State *L) {
     if (ve && *ve) {
         int b = fl_setting_bool(ve, strlen(ve), FL_FROM_TEXT);
         if (b < 0) {
-            fprintf(stderr, "fp8lab: FP8LAB_VERBOSE: expected a boolean (1/0, true/false, yes/no, on/off), got '%s'\n", ve);
+            fprintf(stderr, "fp8lab: FP8LAB_VERBOSE: expected a boolean (true or false), got \"%s\" (also %s)\n", ve,
+                    fl_setting_bool_words);
             lua_pushinteger(L, 2);
             return 1;
         }
