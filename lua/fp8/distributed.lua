@@ -80,15 +80,34 @@ function U:gather(t)
   end)
 end
 
--- gather_for_metrics(t): gather, then drop the samples that even_batches repeated to fill the last
--- batches (Accelerate's gradient_state.remainder), when the prepared loader has just ended.
-function U:gather_for_metrics(t)
-  local g = self:gather(t)
+local function all_tensors(x)
+  if core.is_tensor(x) then return true end
+  if type(x) ~= "table" or getmetatable(x) ~= nil or next(x) == nil then return false end
+  for _, v in pairs(x) do if not all_tensors(v) then return false end end
+  return true
+end
+
+-- gather_for_metrics(t [, use_gather_object]): gather, then drop the samples that even_batches repeated to
+-- fill the last batches (Accelerate's gradient_state.remainder), when the prepared loader has just ended.
+-- As in Accelerate, a list that is not all tensors (predicted strings, say), or use_gather_object=true,
+-- goes through gather_object, and the list is cut the same way.
+function U:gather_for_metrics(t, use_gather_object)
+  if use_gather_object ~= nil and type(use_gather_object) ~= "boolean" then
+    error(("gather_for_metrics: use_gather_object must be a boolean, got %s"):format(type(use_gather_object)), 2)
+  end
   local st = self._loader_state
-  if self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 then
+  local cut = self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 and st.remainder or nil
+  if use_gather_object or not all_tensors(t) then
+    local ok, g = pcall(self.gather_object, self, t)
+    if not ok then error((tostring(g):gsub("gather_object:", "gather_for_metrics:", 1)), 2) end
+    if cut and #g > cut then g = table.move(g, 1, cut, 1, {}) end
+    return g
+  end
+  local g = self:gather(t)
+  if cut then
     return map_tensors("gather_for_metrics", g, function(x)
-      if x:dim() == 0 or x:shape()[1] <= st.remainder then return x end
-      return x:narrow(1, 1, st.remainder)
+      if x:dim() == 0 or x:shape()[1] <= cut then return x end
+      return x:narrow(1, 1, cut)
     end)
   end
   return g
@@ -418,8 +437,9 @@ if okh and help.add then
   add("acc.num_processes", "acc.num_processes, acc.process_index, acc.local_process_index, acc.sync_gradients",
     "World size, rank, rank on this node (fields); sync_gradients is false inside no_sync / accumulation steps.")
   add("acc:gather", "acc:gather(t) -> tensor", "Every process's t concatenated along dim 1 in rank order (N x the rows).")
-  add("acc:gather_for_metrics", "acc:gather_for_metrics(t) -> tensor",
-    "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch.")
+  add("acc:gather_for_metrics", "acc:gather_for_metrics(t [, use_gather_object]) -> tensor or list",
+    "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch; a list that is\n"
+    .. "not all tensors (e.g. strings) goes through gather_object and is cut the same way.")
   add("acc:reduce", "acc:reduce(t, \"sum\"|\"mean\") -> tensor", "Elementwise sum or mean of t over the processes.")
   add("acc:split_between_processes", "acc:split_between_processes(list [, apply_padding]) -> list",
     "This process's contiguous share of list (the first #list % N processes get one more).")

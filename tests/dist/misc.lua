@@ -68,6 +68,16 @@ if mode == "objects" then
   local p = acc:gather(acc:pad_across_processes(t, 1, -1))
   local q = acc:gather(acc:pad_across_processes({ a = t }, -2, 0, true)).a
   print(("rank%d padded=%s|%s"):format(r, table.concat(p:sum(2):totable(), ","), table.concat(q:sum(2):totable(), ",")))
+  -- gather_for_metrics of strings (not tensors: gather_object), the samples even_batches repeated cut off
+  local ld = acc:prepare(fp8.data.DataLoader { { 1, 2, 3, 4, 5 }, batch_size = 2 })
+  local seen = {}
+  for xb in ld do
+    local names = {}
+    for _, v in ipairs(xb:totable()) do names[#names + 1] = ("item%d"):format(v) end
+    for _, n in ipairs(acc:gather_for_metrics(names)) do seen[#seen + 1] = n end
+  end
+  table.sort(seen)
+  print(("rank%d metrics=%s"):format(r, table.concat(seen, ",")))
   return
 end
 if mode == "sched" then

@@ -208,6 +208,7 @@ describe("data parallel over MPI (2 processes)", function()
       assert.truthy(out:find(("rank%d refused=true rank 1: gather_object: only plain values travel"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d trigger=false,true,false"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d first=done"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d metrics=item1,item2,item3,item4,item5\n"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d padded=2.0,2.0,-2.0,4.0,4.0,4.0|0.0,2.0,2.0,4.0,4.0,4.0"):format(r), 1, true), out)
     end
     assert.truthy(out:find("rank0 ran=main\n") and out:find("rank1 ran=p1,last\n"), out)

@@ -514,6 +514,10 @@ describe("more of Accelerate's Accelerator", function()
     assert.are.equal(list, acc:gather_object(list))
     U.fails_with("gather_object: expected a list of plain values, got number", acc.gather_object, acc, 5)
     assert.are.same({ "a", "b" }, { acc:local_main_process_first(function() return "a", "b" end) })
+    assert.are.same({ "a", "b" }, acc:gather_for_metrics({ "a", "b" }))   -- not tensors: through gather_object
+    assert.are.equal(3, acc:gather_for_metrics(fp8.ones { 3 }):numel())
+    U.fails_with("gather_for_metrics: use_gather_object must be a boolean, got number", acc.gather_for_metrics, acc,
+      { "a" }, 1)
     local t = fp8.ones { 2, 3 }
     assert.are.equal(t, acc:pad_across_processes(t))
     U.fails_with("pad_across_processes: dim must be a non-zero integer", acc.pad_across_processes, acc, t, 0)
