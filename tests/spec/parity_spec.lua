@@ -77,6 +77,19 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     assert.is_true(maxdiff(ref[1].weight, model[1].weight) < 1e-5)
   end)
 
+  it("takes several models, as Accelerate's accumulate(*models), and passes the function its arguments", function()
+    local acc = new_acc { gradient_accumulation_steps = 2 }
+    local g, d = acc:prepare(nn.Linear(2, 2), nn.Linear(2, 2))
+    local syncs = {}
+    for i = 1, 4 do
+      local got = acc:accumulate(g, d, function(a, b) syncs[#syncs + 1] = acc.sync_gradients; return a + b end, i, 10)
+      assert.are.equal(i + 10, got)
+    end
+    assert.are.same({ false, true, false, true }, syncs)
+    do local _ <close> = acc:accumulate(g, d) end
+    U.fails_with("accumulate: argument #3 must be a model or a function (or nothing), got number", acc.accumulate, acc, g, d, 5)
+  end)
+
   it("the block form: local _ <close> = acc:accumulate(model)", function()
     local model = nn.Sequential(nn.Linear(8, 2))
     local acc = new_acc { gradient_accumulation_steps = 2 }
@@ -90,7 +103,7 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     end
     assert.same({ false, true, false, true }, seen)
     U.fails_with("accumulate: expected the prepared model as argument #1, got number", function() acc:accumulate(42) end)
-    U.fails_with("accumulate: argument #2 must be a function (or nothing), got number", function() acc:accumulate(model, 5) end)
+    U.fails_with("accumulate: argument #2 must be a model or a function (or nothing), got number", function() acc:accumulate(model, 5) end)
   end)
 
   it("the FP8 recipe updates its scales once per real step", function()
