@@ -133,6 +133,33 @@ fl_status fl_unary_raw(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     return FL_OK;
 }
 
+/* The dim of a reduction: *all when everything is reduced (FL_ALL_DIMS, or a 0-d tensor), else *dim
+ * made non-negative; out of range is an error naming the op. */
+static fl_status reduce_dim(const fl_tensor *a, const char *name, int *dim, bool *all) {
+    char sa[200];
+    *all = *dim == FL_ALL_DIMS || a->ndim == 0;
+    if (!*all) {
+        if (*dim < -a->ndim || *dim >= a->ndim)
+            return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a tensor of shape %s (expected %d..%d)",
+                          name, *dim, SHAPE(sa, a), -a->ndim, a->ndim - 1);
+        if (*dim < 0) *dim += a->ndim;
+    } else if (*dim != FL_ALL_DIMS && (*dim < -1 || *dim > 0)) {
+        return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a 0-d tensor", name, *dim);
+    }
+    return FL_OK;
+}
+
+/* *r (a's shape with dim of size 1, contiguous) → a view without that dim; *r is replaced (NULL on failure). */
+static fl_status drop_dim(fl_tensor **r, const fl_tensor *a, int dim) {
+    int64_t shape[FL_MAX_DIMS];
+    for (int i = 0, j = 0; i < a->ndim; i++) if (i != dim) shape[j++] = a->shape[i];
+    fl_tensor *v;
+    fl_status st = fl_tensor_view(&v, *r, a->ndim - 1, shape);
+    fl_tensor_release(*r);
+    *r = st == FL_OK ? v : NULL;
+    return st;
+}
+
 fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_REDOP_COUNT) return FL_ERR(FL_EINVAL, "unknown reduction %d", (int)op);
@@ -143,15 +170,8 @@ fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int di
     const fl_device *dev;
     FL_TRY(get_device(a, name, &dev));
     FL_TRY(need_entry((const void *)dev->reduce, dev, name));
-    bool all = dim == FL_ALL_DIMS || a->ndim == 0;
-    if (!all) {
-        if (dim < -a->ndim || dim >= a->ndim)
-            return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a tensor of shape %s (expected %d..%d)",
-                          name, dim, SHAPE(sa, a), -a->ndim, a->ndim - 1);
-        if (dim < 0) dim += a->ndim;
-    } else if (dim != FL_ALL_DIMS && (dim < -1 || dim > 0)) {
-        return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a 0-d tensor", name, dim);
-    }
+    bool all;
+    FL_TRY(reduce_dim(a, name, &dim, &all));
     int64_t count = all ? fl_tensor_numel(a) : a->shape[dim];
     if (count == 0 && (op == FL_OP_MAX || op == FL_OP_MIN || op == FL_OP_AMAX))
         return FL_ERR(FL_EINVAL, "%s: the reduced range of tensor %s is empty and %s has no identity", name, SHAPE(sa, a), name);
@@ -164,15 +184,7 @@ fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int di
     if (st == FL_OK) st = fl_tensor_contiguous(&c, a);
     if (st == FL_OK && fl_tensor_numel(r) > 0) st = dev->reduce(op, r, c, all ? -1 : dim);
     fl_tensor_release(c);
-    if (st == FL_OK && !all && !keepdim) {
-        /* Drop the reduced dim: a view of the contiguous keepdim result. */
-        int64_t shape[FL_MAX_DIMS];
-        for (int i = 0, j = 0; i < a->ndim; i++) if (i != dim) shape[j++] = a->shape[i];
-        fl_tensor *v;
-        st = fl_tensor_view(&v, r, a->ndim - 1, shape);
-        fl_tensor_release(r);
-        r = st == FL_OK ? v : NULL;
-    }
+    if (st == FL_OK && !all && !keepdim) st = drop_dim(&r, a, dim);
     if (st != FL_OK) { fl_tensor_release(r); return st; }
     *out = r;
     return FL_OK;
@@ -184,15 +196,8 @@ fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdi
     FL_PROF_SCOPE(name); FL_PROF_SHAPES(a);
     char sa[200];
     FL_TRY(refuse_fp8(a, name));
-    bool all = dim == FL_ALL_DIMS || a->ndim == 0;
-    if (!all) {
-        if (dim < -a->ndim || dim >= a->ndim)
-            return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a tensor of shape %s (expected %d..%d)",
-                          name, dim, SHAPE(sa, a), -a->ndim, a->ndim - 1);
-        if (dim < 0) dim += a->ndim;
-    } else if (dim != FL_ALL_DIMS && (dim < -1 || dim > 0)) {
-        return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a 0-d tensor", name, dim);
-    }
+    bool all;
+    FL_TRY(reduce_dim(a, name, &dim, &all));
     int64_t size = all ? fl_tensor_numel(a) : a->shape[dim];
     if (size == 0) return FL_ERR(FL_EINVAL, "%s: the reduced range of tensor %s is empty", name, SHAPE(sa, a));
     if (size > (INT64_C(1) << 24))
@@ -229,14 +234,7 @@ fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdi
         }
     }
     fl_tensor_release(h); fl_tensor_release(f); fl_tensor_release(c);
-    if (st == FL_OK && !all && !keepdim) {
-        int64_t shape[FL_MAX_DIMS];
-        for (int i = 0, j = 0; i < a->ndim; i++) if (i != dim) shape[j++] = a->shape[i];
-        fl_tensor *v;
-        st = fl_tensor_view(&v, r, a->ndim - 1, shape);
-        fl_tensor_release(r);
-        r = st == FL_OK ? v : NULL;
-    }
+    if (st == FL_OK && !all && !keepdim) st = drop_dim(&r, a, dim);
     if (st == FL_OK && a->device != FL_DEV_CPU) {
         fl_tensor *d;
         st = fl_tensor_to_device(&d, r, a->device);

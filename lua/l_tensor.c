@@ -677,11 +677,18 @@ static int m_log(lua_State *L) { return unary(L, FL_OP_LOG); }
 static int m_sqrt(lua_State *L) { return unary(L, FL_OP_SQRT); }
 static int m_sign(lua_State *L) { return unary(L, FL_OP_SIGN); }
 
-static int reduce(lua_State *L, fl_redop op) {
+/* The arguments of a reduction method: (tensor [, dim [, keepdim]]); dim FL_ALL_DIMS when absent. */
+static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    int dim = FL_ALL_DIMS;
-    if (!lua_isnoneornil(L, 2)) dim = check_dim(L, 2, t->ndim);
-    bool keepdim = lua_toboolean(L, 3);
+    *dim = lua_isnoneornil(L, 2) ? FL_ALL_DIMS : check_dim(L, 2, t->ndim);
+    *keepdim = lua_toboolean(L, 3);
+    return t;
+}
+
+static int reduce(lua_State *L, fl_redop op) {
+    int dim;
+    bool keepdim;
+    fl_tensor *t = reduce_args(L, &dim, &keepdim);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_reduce(slot, op, t, dim, keepdim));
     return 1;
@@ -691,10 +698,9 @@ static int m_mean(lua_State *L) { return reduce(L, FL_OP_MEAN); }
 /* argmax([dim [, keepdim]]) / argmin: 0-based indices as fp32 (class labels compare with them directly);
  * without dim, the flat index over all elements. */
 static int argreduce(lua_State *L, bool want_min) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    int dim = FL_ALL_DIMS;
-    if (!lua_isnoneornil(L, 2)) dim = check_dim(L, 2, t->ndim);
-    bool keepdim = lua_toboolean(L, 3);
+    int dim;
+    bool keepdim;
+    fl_tensor *t = reduce_args(L, &dim, &keepdim);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_argreduce(slot, t, dim, keepdim, want_min));
     return 1;

@@ -492,13 +492,16 @@ function DataLoader:_batch_of(idx)
 end
 
 -- `for x, y in loader do`: the generic for calls the loader with control value nil first, which
--- starts a new epoch; later calls get the previous x and continue it.
-function DataLoader:__call(_, control)
-  if control == nil or not self._it then self._it = self:iter() end
-  local x, y = self._it()
-  if x == nil then self._it = nil end
+-- starts a new epoch; later calls get the previous x and continue it. The same for every loader kind
+-- (DataLoader, SkipDataLoader, the DataLoaderShard of lua/fp8/distributed.lua): the iterator is kept raw.
+local function loop_call(self, _, control)
+  if control == nil or not rawget(self, "_it") then rawset(self, "_it", self:iter()) end
+  local x, y = rawget(self, "_it")()
+  if x == nil then rawset(self, "_it", nil) end
   return x, y
 end
+M._loop_call = loop_call
+DataLoader.__call = loop_call
 
 -- ---- skip_first_batches -------------------------------------------------------------------
 -- Accelerate's skip_first_batches(dataloader, num_batches): a loader over the same loader whose every
@@ -576,12 +579,7 @@ function SkipDataLoader:__tostring()
     #rawget(self, "loader"), tostring(rawget(self, "loader")))
 end
 
-function SkipDataLoader:__call(_, control)
-  if control == nil or not rawget(self, "_it") then rawset(self, "_it", self:iter()) end
-  local x, y = rawget(self, "_it")()
-  if x == nil then rawset(self, "_it", nil) end
-  return x, y
-end
+SkipDataLoader.__call = loop_call
 
 function SkipDataLoader:set_epoch(e) return rawget(self, "loader"):set_epoch(e) end
 function SkipDataLoader:to(dev, level) rawget(self, "loader"):to(dev, level); return self end

@@ -403,12 +403,7 @@ function Sharded:iter()
   end
 end
 
-function Sharded:__call(_, control)
-  if control == nil or not rawget(self, "_it") then rawset(self, "_it", self:iter()) end
-  local x, y = rawget(self, "_it")()
-  if x == nil then rawset(self, "_it", nil) end
-  return x, y
-end
+Sharded.__call = require("fp8.data")._loop_call   -- `for x, y in loader do`, as every loader
 
 function Sharded:set_epoch(e) return rawget(self, "_loader"):set_epoch(e) end
 function Sharded:to(dev, level) rawget(self, "_loader"):to(dev, level); return self end
