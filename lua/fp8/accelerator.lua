@@ -21,6 +21,7 @@ local checkpointing = require "fp8.checkpointing"   -- save_state/load_state/sav
 local dist = require "fp8.distributed"   -- processes, utilities, loader sharding (docs/distributed.md)
 local ddp = require "fp8.ddp"            -- gradient reduction across processes
 local data = require "fp8.data"          -- DataLoader, SkipDataLoader
+local Plugin = require "fp8.accumulation_plugin"   -- fp8.GradientAccumulationPlugin
 
 local Accelerator = {}
 Accelerator.__index = Accelerator
@@ -28,7 +29,7 @@ Accelerator.__name = "Accelerator"
 
 local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers = true, cpu = true,
                 gradient_accumulation_steps = true, env = true, config = true, even_batches = true,
-                step_scheduler_with_optimizer = true, device_placement = true,
+                step_scheduler_with_optimizer = true, device_placement = true, gradient_accumulation_plugin = true,
                 project_config = true, project_dir = true }   -- the last two: lua/fp8/checkpointing.lua
 
 -- Accelerate's options and methods that fp8lab does not have, refused by name with the reason (an
@@ -48,8 +49,6 @@ local NOT_HERE = {
   rng_types = "fp8lab has one generator (fp8.manual_seed, fp8.set_seed), which save_state saves; loaders "
     .. "shuffle by their seed and epoch",
   log_with = TRACKERS,
-  gradient_accumulation_plugin = "pass gradient_accumulation_steps=; an accumulation window always ends with "
-    .. "the prepared loader's epoch (sync_with_dataloader), and sync_each_batch and adjust_scheduler are not provided",
   dynamo_backend = "fp8lab has no torch.compile (dynamo)", dynamo_plugin = "fp8lab has no torch.compile (dynamo)",
 }
 local NOT_PROVIDED = {
@@ -74,9 +73,22 @@ local function new(opts)
   local ok, settings = pcall(kwargs.resolve, { mixed_precision = opts.mixed_precision,
     kwargs_handlers = opts.kwargs_handlers, kwarg_handlers = opts.kwarg_handlers, env = opts.env, config = opts.config })
   if not ok then error(settings, 3) end
+  -- Accelerate's GradientAccumulationPlugin: instead of gradient_accumulation_steps, never with it; its num_steps
+  -- is an argument (it beats the launch flag, the variable and the config file, as in Accelerate)
+  local plugin = opts.gradient_accumulation_plugin
+  if plugin ~= nil then
+    if not Plugin.is_plugin(plugin) then
+      error(("Accelerator: gradient_accumulation_plugin must be an fp8.GradientAccumulationPlugin{...}, got %s")
+        :format(type(plugin)), 3)
+    end
+    if opts.gradient_accumulation_steps ~= nil then
+      error("Accelerator: pass gradient_accumulation_steps or gradient_accumulation_plugin, not both (the plugin's "
+        .. "num_steps is the number of steps)", 3)
+    end
+  end
   -- argument > launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS > config file > 1
-  local gas = opts.gradient_accumulation_steps or settings.gradient_accumulation_steps or 1
-  if opts.gradient_accumulation_steps ~= nil then settings.sources.gradient_accumulation_steps = "argument" end
+  local gas = plugin and plugin.num_steps or opts.gradient_accumulation_steps or settings.gradient_accumulation_steps or 1
+  if opts.gradient_accumulation_steps ~= nil or plugin then settings.sources.gradient_accumulation_steps = "argument" end
   settings.sources.gradient_accumulation_steps = settings.sources.gradient_accumulation_steps or "default"
   settings.gradient_accumulation_steps = gas
   local ac = settings.autocast or {}
@@ -98,7 +110,10 @@ local function new(opts)
     -- gradient communication happens only then (docs/lua-api.md, "Gradient accumulation").
     sync_gradients = true,
     optimizer_step_was_skipped = false,   -- fp16: the GradScaler skipped the last step (inf/NaN gradients)
-    gradient_state = { step = 0, end_of_dataloader = false, sync_with_dataloader = true },
+    gradient_state = { step = 0, end_of_dataloader = false,
+                       sync_with_dataloader = not plugin or plugin.sync_with_dataloader,
+                       sync_each_batch = plugin ~= nil and plugin.sync_each_batch },
+    gradient_accumulation_plugin = plugin,
     _opt_map = setmetatable({}, { __mode = "k" }),   -- optimizer given to prepare → its prepared wrapper
     _models = {}, _optimizers = {}, _fp8_layers = {},
     _param_map = {},   -- replaced parameter → its replacement, until an optimizer is prepared (then dropped, freeing the old ones)

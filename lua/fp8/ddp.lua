@@ -111,10 +111,13 @@ function M.attach(acc, model)
 end
 
 -- backward(acc, loss, opts): on a synchronising step, the reducer is armed around the backward and has
--- averaged every gradient when this returns; otherwise (no_sync, accumulation) no communication.
+-- averaged every gradient when this returns; otherwise (no_sync, accumulation) no communication, except
+-- on accumulation steps with GradientAccumulationPlugin{sync_each_batch=true}.
 function M.backward(acc, loss, opts)
   local r = acc._ddp_reducer
-  if not r or acc.sync_gradients == false then return loss:backward(opts) end
+  -- GradientAccumulationPlugin{sync_each_batch=true}: the micro-steps of a window communicate too (not inside no_sync)
+  local each = acc.gradient_state.sync_each_batch and not rawget(acc, "_in_no_sync")
+  if not r or (acc.sync_gradients == false and not each) then return loss:backward(opts) end
   r:begin()
   local ok, err = pcall(loss.backward, loss, opts)
   if not ok then r:cancel(); error(err, 0) end
@@ -124,10 +127,12 @@ end
 -- no_sync(acc, model, fn, ...): fn runs with gradient synchronisation off (acc.sync_gradients = false).
 function M.no_sync(acc, model, fn, ...)
   if type(fn) ~= "function" then error(("no_sync: expected (model, function), got a %s"):format(type(fn)), 3) end
-  local prev = acc.sync_gradients
+  local prev, prev_in = acc.sync_gradients, rawget(acc, "_in_no_sync")
   acc.sync_gradients = false
+  rawset(acc, "_in_no_sync", true)
   local res = table.pack(pcall(fn, ...))
   acc.sync_gradients = prev
+  rawset(acc, "_in_no_sync", prev_in)
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
 end

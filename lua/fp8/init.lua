@@ -118,7 +118,7 @@ fp8.kwargs = require "fp8.kwargs"  -- kwargs helper: the handlers (fp8.FP8Recipe
 for _, name in ipairs(fp8.kwargs.HANDLER_NAMES) do fp8[name] = fp8.kwargs[name] end
 -- Loaded on first use: the training modules, and the FP8 recipe API (fp8.Accelerator, convert_model, ...).
 local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipes", Accelerator = "fp8.accelerator",
-  profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist" }
+  profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist", GradientAccumulationPlugin = "fp8.accumulation_plugin" }
 -- fp8.ProjectConfiguration{...} (Accelerator's project_config=): lua/fp8/checkpointing.lua
 function fp8.ProjectConfiguration(opts) return require("fp8.checkpointing").ProjectConfiguration(opts) end
 local LAZY_RECIPES = { convert_model = "convert_model", has_fp8_layers = "has_fp8_layers",

@@ -5,6 +5,8 @@
 --   buffers       a buffer that differs per rank: equal to rank 0's after a forward (broadcast_buffers)
 --   buffers_off   the same with broadcast_buffers=false: stays different
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
+--   eachbatch     GradientAccumulationPlugin{sync_each_batch=true}: gradients agree across ranks after every micro-step,
+--                 and the step ends where the default (one reduction per window) ends
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
 --                 call with step_scheduler_with_optimizer=false
 --   objects       gather_object (lists of plain values, in rank order; a refusal raised on every rank), triggers,
@@ -78,6 +80,31 @@ if mode == "objects" then
   end
   table.sort(seen)
   print(("rank%d metrics=%s"):format(r, table.concat(seen, ",")))
+  return
+end
+if mode == "eachbatch" then
+  local function run(each)
+    local a = fp8.Accelerator { cpu = true, gradient_accumulation_plugin = fp8.GradientAccumulationPlugin {
+      num_steps = 2, sync_each_batch = each } }
+    fp8.manual_seed(7)
+    local m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    local o = fp8.optim.SGD(m:parameters(), { lr = 0.5 })
+    m, o = a:prepare(m, o)
+    local same = {}
+    for k = 1, 2 do
+      a:accumulate(m, function()
+        local y = m(fp8.randn { 3, 4 } + r + k)
+        a:backward((y * y):sum())
+        same[k] = allsame(m:parameters()[1].grad)
+        o:step(); o:zero_grad()
+      end)
+    end
+    return same, m:parameters()[1]:clone()
+  end
+  local s1, w1 = run(true)
+  local s0, w0 = run(false)
+  print(("rank%d each=%s,%s default=%s,%s agree=%s"):format(r, tostring(s1[1]), tostring(s1[2]), tostring(s0[1]),
+    tostring(s0[2]), tostring((w1 - w0):abs():max():item() < 1e-6)))
   return
 end
 if mode == "sched" then

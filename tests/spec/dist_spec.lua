@@ -214,6 +214,13 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 ran=main\n") and out:find("rank1 ran=p1,last\n"), out)
   end)
 
+  it("GradientAccumulationPlugin{sync_each_batch=true} averages after every micro-step, to the same step", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "eachbatch")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do assert.truthy(out:find(("rank%d each=true,true default=false,true agree=true"):format(r), 1, true), out) end
+  end)
+
   it("a prepared scheduler takes num_processes steps per optimizer step; one per call without step_scheduler_with_optimizer", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "sched")

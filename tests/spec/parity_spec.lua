@@ -90,6 +90,33 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     U.fails_with("accumulate: argument #3 must be a model or a function (or nothing), got number", acc.accumulate, acc, g, d, 5)
   end)
 
+  it("GradientAccumulationPlugin: num_steps, sync_with_dataloader=false; refused with gradient_accumulation_steps", function()
+    local items = {}
+    for i = 1, 6 do items[i] = i end
+    local function syncs(plugin)
+      local acc = new_acc { gradient_accumulation_plugin = plugin }
+      local m, ld = acc:prepare(nn.Linear(2, 2), fp8.data.DataLoader { items, batch_size = 2 })   -- 3 batches an epoch
+      local out = {}
+      for _ = 1, 2 do
+        for _ in ld do acc:accumulate(m, function() out[#out + 1] = acc.sync_gradients and 1 or 0 end) end
+      end
+      return table.concat(out), acc.gradient_accumulation_steps
+    end
+    local with, n = syncs(fp8.GradientAccumulationPlugin { num_steps = 2 })
+    assert.are.equal("011011", with)   -- the last batch of each epoch ends a window too
+    assert.are.equal(2, n)
+    assert.are.equal("010101", (syncs(fp8.GradientAccumulationPlugin { num_steps = 2, sync_with_dataloader = false })))
+    assert.are.equal("001001", (syncs(fp8.GradientAccumulationPlugin { num_steps = 3, adjust_scheduler = false })))
+    U.fails_with("pass gradient_accumulation_steps or gradient_accumulation_plugin, not both", new_acc,
+      { gradient_accumulation_steps = 2, gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 } })
+    U.fails_with("gradient_accumulation_plugin must be an fp8.GradientAccumulationPlugin{...}, got table", new_acc,
+      { gradient_accumulation_plugin = { num_steps = 2 } })
+    U.fails_with("GradientAccumulationPlugin: num_steps must be an integer >= 1, got nil", fp8.GradientAccumulationPlugin, {})
+    U.fails_with("GradientAccumulationPlugin: sync_each_batch must be a boolean, got string",
+      fp8.GradientAccumulationPlugin, { num_steps = 1, sync_each_batch = "yes" })
+    U.fails_with("unknown option 'num_step'", fp8.GradientAccumulationPlugin, { num_step = 1 })
+  end)
+
   it("the block form: local _ <close> = acc:accumulate(model)", function()
     local model = nn.Sequential(nn.Linear(8, 2))
     local acc = new_acc { gradient_accumulation_steps = 2 }
@@ -574,7 +601,7 @@ describe("what Accelerate has and fp8lab does not", function()
   it("options are refused by name, with the reason", function()
     for k, v in pairs { split_batches = true, dataloader_config = {}, deepspeed_plugin = {}, fsdp_plugin = {},
                         megatron_lm_plugin = {}, rng_types = { "generator" }, log_with = "wandb",
-                        gradient_accumulation_plugin = {}, dynamo_backend = "inductor" } do
+                        dynamo_backend = "inductor" } do
       U.fails_with({ ("Accelerator: %s is not supported: "):format(k) }, new_acc, { [k] = v })
     end
     U.fails_with("fp8lab has no experiment trackers", new_acc, { log_with = "all" })
