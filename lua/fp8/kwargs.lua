@@ -424,7 +424,9 @@ for _, b in ipairs { "te", "msamp", "ao" } do recipe_handler(M.RECIPE_HANDLER[b]
 
 define("AutocastKwargs", {
   { name = "enabled", kind = Kind.bool, default = true },
-  { name = "cache_enabled", kind = Kind.bool, default = true },   -- torch's default when None
+  -- what fp8lab does: no cast cache, every op casts afresh (torch's None means its cache, which fp8lab lacks, so
+  -- the default shows what happens; true is refused by the Accelerator)
+  { name = "cache_enabled", kind = Kind.bool, default = false },
 })
 
 -- The same limits as fp8.amp.GradScaler, so settings.grad_scaler can be handed to it.
