@@ -389,6 +389,26 @@ describe("skip_first_batches", function()
     assert.are.equal(0, #fp8.skip_first_batches(b, 5))
   end)
 
+  it("a checkpoint saved while a skipper runs records the wrapped loader's absolute position", function()
+    local dir = U.tmpdir()
+    local function setup()
+      local acc = new_acc {}
+      local m, ld = acc:prepare(nn.Linear(1, 1), fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 9 })
+      return acc, ld
+    end
+    local acc, ld = setup()
+    local want = epoch(fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 9 })   -- epoch 1's order
+    local n = 0
+    for _ in acc:skip_first_batches(ld, 2) do   -- batches 3, 4, 5
+      n = n + 1
+      if n == 1 then acc:save_state(dir .. "/c") end   -- after batch 3 of epoch 1
+    end
+    local acc2, ld2 = setup()
+    acc2:load_state(dir .. "/c")
+    assert.are.same(tail(want, 4), epoch(ld2))   -- the next loop finishes epoch 1 from batch 4
+    os.execute("rm -rf " .. sh_quote(dir))
+  end)
+
   it("refuses what it cannot skip, naming the caller's line", function()
     local ld = fp8.data.DataLoader { items, batch_size = 4 }
     local acc = new_acc {}
