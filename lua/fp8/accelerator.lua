@@ -685,13 +685,13 @@ function Accelerator:no_sync(model, fn, ...) return ddp.no_sync(self, model, fn,
 function Accelerator:state()
   local lines = { ("Accelerator: mixed_precision=%s, device=%s, process %d of %d"):format(self.mixed_precision,
     self._device, self.process_index, self.num_processes) }
-  lines[#lines + 1] = kwargs.describe(self.settings)
   local gs = self.gradient_state
-  lines[#lines + 1] = ("%-28s even_batches=%s, step_scheduler_with_optimizer=%s, device_placement=%s"):format("options",
-    tostring(self.even_batches), tostring(self.step_scheduler_with_optimizer), tostring(self.device_placement))
-  lines[#lines + 1] = ("%-28s sync_with_dataloader=%s, sync_each_batch=%s%s"):format("accumulation",
-    tostring(gs.sync_with_dataloader), tostring(gs.sync_each_batch == true),
-    self.gradient_accumulation_plugin and " (GradientAccumulationPlugin)" or "")
+  lines[#lines + 1] = kwargs.describe(self.settings, {
+    { "options", ("even_batches=%s, step_scheduler_with_optimizer=%s, device_placement=%s"):format(
+      tostring(self.even_batches), tostring(self.step_scheduler_with_optimizer), tostring(self.device_placement)) },
+    { "accumulation", ("sync_with_dataloader=%s, sync_each_batch=%s%s"):format(tostring(gs.sync_with_dataloader),
+      tostring(gs.sync_each_batch == true), self.gradient_accumulation_plugin and " (GradientAccumulationPlugin)" or "") },
+  })
   if #self._fp8_layers > 0 then
     lines[#lines + 1] = ("FP8 layers (%d), after %d optimizer steps:"):format(#self._fp8_layers, self.step)
     for _, nm in ipairs(self._fp8_layers) do

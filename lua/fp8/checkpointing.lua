@@ -224,10 +224,7 @@ local function is_scheduler(v)
   return type(v) == "table" and type(v.lr_fn) == "function" and type(v.optimizer) == "table" and v.last_epoch ~= nil
 end
 
-local function is_loader(v)
-  return type(v) == "table" and (getmetatable(v) == require("fp8.data").DataLoader
-    or require("fp8.distributed").is_sharded(v))   -- a prepared loader under several processes
-end
+local function is_loader(v) return require("fp8.data").is_loader(v) end
 
 local function has_state(v)
   return type(v) == "table" and type(v.state_dict) == "function" and type(v.load_state_dict) == "function"
@@ -319,9 +316,12 @@ function M.install(Accelerator)
     end
     self:wait_for_everyone()
     C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
-    local weights = {}
-    for i, m in ipairs(self._models) do weights[i] = m:state_dict() end
-    for _, hook in ipairs(rawget(self, "_save_hooks") or {}) do
+    -- the state dicts the model files are written from: on the main process, and on every process when hooks run
+    local hooks, weights = rawget(self, "_save_hooks") or {}, {}
+    if main or #hooks > 0 then
+      for i, m in ipairs(self._models) do weights[i] = m:state_dict() end
+    end
+    for _, hook in ipairs(hooks) do
       local models = table.move(self._models, 1, #self._models, 1, {})   -- the hook sees a copy: it may only drop weights
       hook(models, weights, tmp)
     end

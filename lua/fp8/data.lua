@@ -518,10 +518,12 @@ function SkipDataLoader.__index(t, k)
   return rawget(t, "loader")[k]   -- dataset, batch_size, epoch, ... of the wrapped loader
 end
 
-local function is_wrappable(v)
+-- is_loader(v): a DataLoader, or a DataLoaderShard (a loader prepared under several processes,
+-- lua/fp8/distributed.lua): what skip_first_batches wraps and what save_state records a position of.
+function M.is_loader(v)
   if type(v) ~= "table" then return false end
-  local mt = getmetatable(v)
-  return mt == DataLoader or (package.loaded["fp8.distributed"] ~= nil and require("fp8.distributed").is_sharded(v))
+  return getmetatable(v) == DataLoader
+    or (package.loaded["fp8.distributed"] ~= nil and require("fp8.distributed").is_sharded(v))
 end
 
 -- _skip(fname, loader, num_batches, level): the checks and the wrapper, for fp8.data.skip_first_batches,
@@ -533,7 +535,7 @@ function M._skip(fname, loader, num_batches, level)
     error(("%s: the loader already skips %d batches; call it on the loader it wraps (loader.loader)")
       :format(fname, rawget(loader, "skip_batches")), level)
   end
-  if not is_wrappable(loader) then
+  if not M.is_loader(loader) then
     error(("%s: expected a DataLoader as argument #1, got %s"):format(fname,
       type(loader) == "table" and (tostring((getmetatable(loader) or {}).__name or "a table")) or type(loader)), level)
   end

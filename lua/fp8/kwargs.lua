@@ -850,8 +850,10 @@ function M.resolve(opts)
   error(res, 0)
 end
 
--- describe(settings) -> a multi-line summary: each setting, its value and where it came from.
-function M.describe(s)
+-- describe(settings [, extra]) -> a multi-line summary: each setting, its value and where it came from. extra: a
+-- list of {name, text} rows (the Accelerator's own options) shown after the settings, aligned with their names;
+-- their text does not widen the value column.
+function M.describe(s, extra)
   if type(s) ~= "table" or s.mixed_precision == nil then
     error(("describe: expected the settings table from fp8.kwargs.resolve, got %s"):format(got(s)), 2)
   end
@@ -897,13 +899,20 @@ function M.describe(s)
   end
   line("profile", s.profile and nondefault(s.profile:to_table(), "ProfileKwargs") or "off", src.profile)
   if s.config_path then line("config file", s.config_path) end
+  if extra ~= nil and type(extra) ~= "table" then error(("describe: extra must be a list of {name, text}, got %s"):format(type(extra)), 2) end
+  for i, e in ipairs(extra or {}) do
+    if type(e) ~= "table" or type(e[1]) ~= "string" or type(e[2]) ~= "string" then
+      error(("describe: extra row %d must be {name, text} (two strings)"):format(i), 2)
+    end
+    rows[#rows + 1] = { e[1], e[2], loose = true }
+  end
   if s.notices and #s.notices > 0 then
     rows[#rows + 1] = "notices:"
     for _, n in ipairs(s.notices) do rows[#rows + 1] = "  - " .. n end
   end
   local wk, wv = 0, 0
   for _, r in ipairs(rows) do
-    if type(r) == "table" then wk, wv = math.max(wk, #r[1]), math.max(wv, #r[2]) end
+    if type(r) == "table" then wk, wv = math.max(wk, #r[1]), r.loose and wv or math.max(wv, #r[2]) end
   end
   local out = {}
   for i, r in ipairs(rows) do

@@ -237,6 +237,7 @@ describe("a scheduler made after prepare", function()
     end
     assert.equal(2, acc.step)
     assert.equal(4, sched.last_epoch)
+    assert.truthy(tostring(acc:state()):find("step_scheduler_with_optimizer=false", 1, true))   -- acc:state() says so
     assert.near(1 / 16, opt.param_groups[1].lr, 1e-12)
     U.fails_with("Accelerator: step_scheduler_with_optimizer must be a boolean, got string", new_acc,
       { step_scheduler_with_optimizer = "no" })
