@@ -5,8 +5,8 @@
 --   sync_with_dataloader  true: a prepared loader's last batch ends the window (the default)
 --   sync_each_batch       true: under several processes the gradients are averaged after every micro-step
 --                         (less memory held in flight in Accelerate; the same sums), not only at the window's end
---   adjust_scheduler      accepted either way: in Accelerate it only counts scheduler calls for torch's warning
---                         about stepping a scheduler before its optimizer, which fp8lab's schedulers do not give
+--   adjust_scheduler      true (the default) only: in Accelerate false only stops counting scheduler calls for
+--                         torch's step-order warning, which fp8lab's schedulers do not give, so it is refused
 local O = require "fp8.opts"
 
 local Plugin = { __name = "GradientAccumulationPlugin" }
@@ -30,6 +30,11 @@ setmetatable(Plugin, { __call = function(_, opts)
       error(("GradientAccumulationPlugin: %s must be a boolean, got %s"):format(k, type(v)), 2)
     end
     if v == nil then v = k ~= "sync_each_batch" end   -- Accelerate's defaults: true, true, false
+    if k == "adjust_scheduler" and v == false then
+      error("GradientAccumulationPlugin: adjust_scheduler=false is not supported: in Accelerate it only stops counting "
+        .. "the scheduler calls of accumulation steps for torch's step-order warning, which fp8lab's schedulers do not "
+        .. "give; a prepared scheduler steps once per real step either way (leave it true)", 2)
+    end
     self[k] = v
   end
   return self
@@ -53,8 +58,8 @@ if okh and help.add then
     sig = "fp8.GradientAccumulationPlugin{num_steps=, sync_with_dataloader=true, sync_each_batch=false, adjust_scheduler=true}",
     doc = "Accelerate's plugin, for fp8.Accelerator{gradient_accumulation_plugin=...} (instead of gradient_accumulation_steps).\n"
        .. "sync_with_dataloader=false: the loader's last batch does not end the window. sync_each_batch=true: under several\n"
-       .. "processes gradients are averaged after every micro-step. adjust_scheduler: accepted either way (it only counts\n"
-       .. "scheduler calls for a torch warning fp8lab's schedulers do not give)." }
+       .. "processes gradients are averaged after every micro-step. adjust_scheduler=false is refused (in Accelerate it only\n"
+       .. "feeds a torch warning fp8lab's schedulers do not give)." }
 end
 
 return Plugin

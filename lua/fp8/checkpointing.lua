@@ -469,13 +469,18 @@ function M.install(Accelerator)
   end
 
   -- get_state_dict(model [, unwrap=true]): Accelerate's; the model's state_dict() (name → tensor, FP8 recipe
-  -- state included). There is no wrapper to take off here, so unwrap changes nothing either way.
+  -- state included). A prepared model carries no DDP wrapper here, so the names are always the unwrapped ones;
+  -- unwrap=false (Accelerate's "module."-prefixed names of the wrapper) is refused.
   function Accelerator:get_state_dict(model, unwrap)
     if not require("fp8.nn.module").is_module(model) then
       error(("get_state_dict: expected a Module, got %s"):format(type(model)), 2)
     end
     if unwrap ~= nil and type(unwrap) ~= "boolean" then
       error(("get_state_dict: unwrap must be a boolean, got %s"):format(type(unwrap)), 2)
+    end
+    if unwrap == false then
+      error("get_state_dict: unwrap=false is not supported: a prepared model has no DDP wrapper in fp8lab, so there "
+        .. "are no wrapped (\"module.\") names to give; leave it true", 2)
     end
     return model:state_dict()
   end

@@ -106,7 +106,9 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     assert.are.equal("011011", with)   -- the last batch of each epoch ends a window too
     assert.are.equal(2, n)
     assert.are.equal("010101", (syncs(fp8.GradientAccumulationPlugin { num_steps = 2, sync_with_dataloader = false })))
-    assert.are.equal("001001", (syncs(fp8.GradientAccumulationPlugin { num_steps = 3, adjust_scheduler = false })))
+    assert.are.equal("001001", (syncs(fp8.GradientAccumulationPlugin { num_steps = 3, adjust_scheduler = true })))
+    U.fails_with("GradientAccumulationPlugin: adjust_scheduler=false is not supported", fp8.GradientAccumulationPlugin,
+      { num_steps = 3, adjust_scheduler = false })
     U.fails_with("pass gradient_accumulation_steps or gradient_accumulation_plugin, not both", new_acc,
       { gradient_accumulation_steps = 2, gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 } })
     U.fails_with("gradient_accumulation_plugin must be an fp8.GradientAccumulationPlugin{...}, got table", new_acc,
@@ -554,6 +556,8 @@ describe("more of Accelerate's Accelerator", function()
     U.fails_with("save: expected a table of tensors", acc.save, acc, 5, dir .. "/x")
     U.fails_with("save: \"a\" must be a tensor, got number", acc.save, acc, { a = 1 }, dir .. "/x")
     U.fails_with("get_state_dict: unwrap must be a boolean", acc.get_state_dict, acc, m, 1)
+    U.fails_with("get_state_dict: unwrap=false is not supported", acc.get_state_dict, acc, m, false)
+    assert.are.same(sd.weight:totable(), acc:get_state_dict(m, true).weight:totable())
     os.execute("rm -rf " .. sh_quote(dir))
   end)
 
@@ -576,6 +580,10 @@ describe("more of Accelerate's Accelerator", function()
     U.fails_with("gather_object: expected a list of plain values, got number", acc.gather_object, acc, 5)
     assert.are.same({ "a", "b" }, { acc:local_main_process_first(function() return "a", "b" end) })
     assert.are.same({ "a", "b" }, acc:gather_for_metrics({ "a", "b" }))   -- not tensors: through gather_object
+    -- use_gather_object=true sends even tensors that way, where they cannot travel (one process: returned as given)
+    local tl = { fp8.ones { 2 } }
+    assert.are.equal(tl, acc:gather_for_metrics(tl, true))
+    assert.is_true(fp8.is_tensor(acc:gather_for_metrics(tl[1])))
     assert.are.equal(3, acc:gather_for_metrics(fp8.ones { 3 }):numel())
     U.fails_with("gather_for_metrics: use_gather_object must be a boolean, got number", acc.gather_for_metrics, acc,
       { "a" }, 1)
@@ -598,6 +606,9 @@ describe("fp16 with two optimizers", function()
     local scale = acc.scaler:get_scale()
     local ga, gb = a.weight.grad:clone(), b.weight.grad:clone()
     local wb = b.weight:clone()
+    acc:unscale_gradients(ob)   -- the given optimizer's gradients only
+    assert.are.equal(0, (b.weight.grad - gb / scale):abs():max():item())
+    assert.are.equal(0, (a.weight.grad - ga):abs():max():item())
     acc:clip_grad_norm_(a:parameters(), 1e9)
     assert.are.equal(0, (a.weight.grad - ga / scale):abs():max():item())
     assert.are.equal(0, (b.weight.grad - gb / scale):abs():max():item())
