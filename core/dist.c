@@ -69,10 +69,11 @@ bool fl_dist_launched(void) {
 
 static const char *const RANK_VARS[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL };
 static const char *const SIZE_VARS[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL };
-static const char *const LOCAL_VARS[] __attribute__((unused)) = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL };
+static const char *const LOCAL_VARS[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL };
 
 int fl_dist_env_rank(void) { return fl_dist_launched() ? env_int(RANK_VARS, 0) : 0; }
 int fl_dist_env_size(void) { return fl_dist_launched() ? env_int(SIZE_VARS, 1) : 1; }
+int fl_dist_env_local_rank(void) { return fl_dist_launched() ? env_int(LOCAL_VARS, fl_dist_env_rank()) : 0; }
 
 bool fl_dist_initialized(void) { return g_init; }
 int fl_dist_rank(void) { return g_rank; }

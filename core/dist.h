@@ -29,6 +29,7 @@ bool fl_dist_launched(void);
 /* Rank / size / local rank the launcher announced in the environment (0/1/0 when not launched). */
 int fl_dist_env_rank(void);
 int fl_dist_env_size(void);
+int fl_dist_env_local_rank(void);   /* the rank when the launcher announces no local rank */
 
 /* Initialise MPI once (MPI_Init_thread) when launched; otherwise a world of one, no MPI call.
  * timeout_s > 0 arms the collective watchdog (and later calls may change the timeout). Errors when

@@ -15,6 +15,10 @@ fl_status fl_cuda_register(void);
 /* Number of GPUs fp8lab can run on (context and kernel image checked once); 0, quietly (no
  * notice), when there is no device or driver. */
 int fl_cuda_device_count(void);
+/* The GPU this process computes on (initialising the backend if needed): the launcher's local rank
+ * (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID; else the rank; 0 when not launched) modulo
+ * the GPUs visible. -1 without a usable GPU. NCCL's communicator is made on the same GPU. */
+int fl_cuda_device_ordinal(void);
 /* Why CUDA is unusable ("" when it is usable or has not been probed). */
 const char *fl_cuda_unavailable_reason(void);
 /* Waits for all queued work on the fp8lab stream. FL_EDEVICE when no GPU is in use. */

@@ -5,6 +5,7 @@
 #include "cuda_entries.h"
 extern "C" {
 #include "prof_clock.h"
+#include "dist.h"
 }
 #include <cmath>
 #include <mutex>
@@ -16,13 +17,15 @@ extern "C" {
 
 namespace {
 
-/* Process-wide backend state: one GPU (device 0), one stream. Guarded by mu. */
+/* Process-wide backend state: one GPU (`ordinal`: the local rank modulo the GPUs visible, as torch's
+ * cuda:LOCAL_RANK; NCCL joins its communicator on the same one), one stream. Guarded by mu. */
 std::mutex mu;
 int reg_state;                 /* 0 untried, 1 registered, -1 unavailable */
 char reason[256];              /* "cudaXxx failed: <code name>: <string>" */
 char reason_short[128];        /* the CUDA error string alone, for the notice */
 cudaStream_t stream;
 int sm_count = 1;
+int ordinal = -1;              /* the GPU in use, once initialised */
 
 /* Caching allocator: blocks are rounded to a size class (powers of two up to 1 MiB, then multiples
  * of 2 MiB), and freed blocks wait on a per-class free list instead of going back to cudaFree, so
@@ -481,20 +484,25 @@ int probe_locked(void) {
     return count;
 }
 
-/* Make device 0 current, create the stream, and check our kernels have an image for this GPU. */
-bool init_locked(void) {
+/* Make this process's GPU current (the launcher's local rank modulo the `count` visible: one GPU per process
+ * on a node, whether CUDA_VISIBLE_DEVICES shows each process one GPU or all of them), create the stream,
+ * and check our kernels have an image for this GPU. */
+bool init_locked(int count) {
     cudaError_t e;
     const char *what = "cudaSetDevice";
     cudaFuncAttributes fa;
-    if ((e = cudaSetDevice(0)) != cudaSuccess) goto fail;
+    const int local = fl_dist_env_local_rank();
+    const int dev = count > 0 && local > 0 ? local % count : 0;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess) goto fail;
     what = "cudaFree(0) (context creation)";
     if ((e = cudaFree(0)) != cudaSuccess) goto fail;
     what = "cudaFuncGetAttributes (fp8lab is built for sm_89 and sm_90a)";
     if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) goto fail;
     what = "cudaDeviceGetAttribute";
-    if ((e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0)) != cudaSuccess) goto fail;
+    if ((e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) goto fail;
     what = "cudaStreamCreateWithFlags";
     if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
+    ordinal = dev;
     return true;
 fail:
     (void)cudaGetLastError();
@@ -505,7 +513,10 @@ fail:
 
 /* Probe and bring up the device once per process, quietly; the outcome sticks. */
 int ensure_locked(void) {
-    if (reg_state == 0) reg_state = probe_locked() > 0 && init_locked() ? 1 : -1;
+    if (reg_state == 0) {
+        const int count = probe_locked();
+        reg_state = count > 0 && init_locked(count) ? 1 : -1;
+    }
     return reg_state;
 }
 
@@ -590,6 +601,11 @@ extern "C" fl_status fl_cuda_register(void) {
         fflush(stderr);
     }
     return FL_ERR(FL_EDEVICE, "no CUDA GPU available: %s", reason);
+}
+
+extern "C" int fl_cuda_device_ordinal(void) {
+    std::lock_guard<std::mutex> g(mu);
+    return ensure_locked() > 0 ? ordinal : -1;
 }
 
 /* A GPU counts only if fp8lab can actually run on it (context and kernel image checked). */

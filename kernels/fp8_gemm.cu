@@ -9,8 +9,10 @@
  * (core/cpu/cpu_fp8_gemm.c, the scale pass of fl_cpu_dev_fp8_gemm), separately rounded. Where the FP8 GEMM cannot run (k or n not multiples
  * of 16, an unaligned operand, e5m2 × e5m2, a GPU below sm_89, or cuBLASLt refusing it) both operands are
  * decoded exactly to bf16 (K-major) and multiplied by a bf16 GEMM with fp32 accumulation — the same exact
- * products — followed by the same epilogue. b_cache keeps what was derived from b's bytes: its K-major
- * FP8 copy (dtype b's) or its K-major bf16 decode (dtype bf16), both [N, K]. a_cache is read, never
+ * products — followed by the same epilogue. b_cache keeps what was derived from the bytes of a b stored
+ * [K, N]: its K-major FP8 copy (dtype b's) or its K-major bf16 decode (dtype bf16), both [N, K]; a b that is
+ * already K-major neither reads nor writes it (the FP8 linear hands the same slot to its forward, where b is
+ * Wᵀ, and to dgrad, where b is W, whose [N, K] form the slot holds). a_cache is read, never
  * written: an a stored [K, M] uses the [M, K] FP8 bytes found there (quantize_transpose's copy, which the
  * FP8 linear hands in for wgrad's dYᵀ) instead of transposing; b_cache may come prefilled the same way.
  * Deterministic: every output element is written by one thread; the GEMMs are cuBLASLt's.
@@ -365,15 +367,20 @@ extern "C" fl_status fl_cuda_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, co
     fl_cu_scratch a16, b16;
     FL_TRY(a16.alloc((size_t)(M * K) * sizeof(uint16_t)));
     FL_TRY(decode_kmajor(ad, a_k, a->dtype, M, K, static_cast<uint16_t *>(a16.p)));
-    const void *B16 = cached(FL_BF16);
+    /* The slot holds what was derived from b's bytes for a b stored [K, N] (the FP8 linear's dgrad: Wᵀ's
+     * bytes). A b already K-major (the forward's Wᵀ view of W) needs nothing of it, and must not read it: for
+     * a square weight the slot's [N, K] shape matches while its orientation is the transpose of b's. */
+    const bool use_slot = b_cache && !b_k;
+    const void *B16 = use_slot ? cached(FL_BF16) : NULL;
     if (!B16) {
-        const void *kbytes = cached(b->dtype);   /* a K-major FP8 copy made earlier decodes without a transpose */
+        /* a K-major FP8 copy made earlier decodes without a transpose */
+        const void *kbytes = use_slot ? cached(b->dtype) : NULL;
         auto fill = [&](void *out) {
             uint16_t *o = static_cast<uint16_t *>(out);
             return kbytes ? launch_decode(static_cast<const uint8_t *>(kbytes), o, (size_t)(N * K), b->dtype)
                           : decode_kmajor(bd, b_k, b->dtype, N, K, o);
         };
-        if (b_cache) FL_TRY(make_cache(b_cache, FL_BF16, N, K, fill, &B16));
+        if (use_slot) FL_TRY(make_cache(b_cache, FL_BF16, N, K, fill, &B16));
         else {
             FL_TRY(b16.alloc((size_t)(N * K) * sizeof(uint16_t)));
             FL_TRY(fill(b16.p));

@@ -4,7 +4,7 @@
 // Each call waits for the device's prior work (cudaDeviceSynchronize: the compute streams are the CUDA
 // device's own), enqueues the collective on the communication stream and waits for it, so buffers are
 // ready on return. FP8 sums use NCCL's native ncclFloat8e4m3/e5m2 (NCCL >= 2.24, sm_90), else refused.
-// STATUS: compile-tested only; no GPU was available when it was written (see docs/distributed.md).
+// STATUS: run on one GPU only (docs/distributed.md); the GPU choice with several visible is untested.
 #ifdef FL_HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 extern "C" {
 #include "dist.h"
+#include "cuda_api.h"
 }
 
 static ncclComm_t g_comm;
@@ -54,10 +55,13 @@ extern "C" fl_status fl_nccl_get_unique_id(void *uid) { return nccl_st(ncclGetUn
 
 extern "C" fl_status fl_nccl_init(const void *uid, int rank, int size, int local_rank) {
     if (g_ready) return FL_OK;
-    int n = 0;
-    FL_TRY(cuda_st(cudaGetDeviceCount(&n), "cudaGetDeviceCount"));
-    if (n < 1) return FL_ERR(FL_EDEVICE, "nccl: no GPU visible to rank %d", rank);
-    FL_TRY(cuda_st(cudaSetDevice(local_rank % n), "cudaSetDevice"));
+    /* The communicator lives on the GPU the compute backend chose (kernels/cuda_device.cu), so collectives
+     * and kernels see the same buffers; with several GPUs visible that is local_rank modulo their number. */
+    const int dev = fl_cuda_device_ordinal();
+    if (dev < 0)
+        return FL_ERR(FL_EDEVICE, "nccl: no GPU for rank %d (local rank %d): %s", rank, local_rank,
+                      fl_cuda_unavailable_reason());
+    FL_TRY(cuda_st(cudaSetDevice(dev), "cudaSetDevice"));
     FL_TRY(cuda_st(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "cudaStreamCreate"));
     ncclUniqueId id;
     memcpy(&id, uid, sizeof id);

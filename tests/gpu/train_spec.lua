@@ -57,14 +57,14 @@ local function run_mlp(cfg, cpu, steps)
   return losses, dev
 end
 
-local function run_gpt(cfg, cpu, steps)
+local function run_gpt(cfg, cpu, steps, n_embd)
   fp8.manual_seed(3)
   local V, T, B = 64, 32, 8
   local toks = (fp8.rand { 4 * B, T + 1 } * V):totable()
   for _, r in ipairs(toks) do for j, v in ipairs(r) do r[j] = math.floor(v) end end
   local data = fp8.tensor(toks)
   fp8.manual_seed(42)
-  local model = nn.GPT { vocab_size = V, block_size = T, n_layer = 2, n_head = 2, n_embd = 64 }
+  local model = nn.GPT { vocab_size = V, block_size = T, n_layer = 2, n_head = 2, n_embd = n_embd or 64 }
   local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
   local acc = fp8.Accelerator { mixed_precision = cfg.mp, kwargs_handlers = cfg.h and { cfg.h() } or {}, cpu = cpu }
   model, opt = acc:prepare(model, opt)
@@ -113,6 +113,17 @@ describe("training on the GPU follows the CPU", function()
       local g, dev = run_gpt(cfg, DEV == "cpu", 8)
       assert.equals(DEV, dev)
       compare("GPT " .. cfg.name, c, g, cfg.tol)
+    end)
+  end
+  -- n_embd 40: no FP8 GEMM of the model has k and n multiples of 16, so cuBLASLt's FP8 kernel is skipped for the
+  -- exact bf16 route on the decoded bytes, forward and backward, with square weights (c_proj: 40×40) whose
+  -- forward (Wᵀ) and dgrad (W) share the layer's device weight slot
+  for _, k in ipairs { 3, 8 } do
+    local cfg = CONFIGS[k]
+    it("GPT with n_embd 40 (the FP8 GEMM's bf16 route), " .. cfg.name, function()
+      local c = run_gpt(cfg, true, 8, 40)
+      local g = run_gpt(cfg, DEV == "cpu", 8, 40)
+      compare("GPT n_embd 40 " .. cfg.name, c, g, cfg.tol)
     end)
   end
 end)
