@@ -9,8 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const fl_binop_names[] = { "add", "sub", "mul", "div" };
-const char *const fl_unop_names[] = { "abs", "neg", "exp", "log", "sqrt", "sign" };
+const char *const fl_binop_names[] = { "add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                       "eq", "ne", "lt", "le", "gt", "ge" };
+const char *const fl_unop_names[] = { "abs", "neg", "exp", "log", "sqrt", "sign", "tanh", "sigmoid" };
 const char *const fl_redop_names[] = { "sum", "mean", "max", "min", "amax" };
 _Static_assert(sizeof fl_binop_names / sizeof *fl_binop_names == FL_BINOP_COUNT, "binop without a name");
 _Static_assert(sizeof fl_unop_names / sizeof *fl_unop_names == FL_UNOP_COUNT, "unop without a name");

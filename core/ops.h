@@ -9,9 +9,20 @@
 #include "tensor.h"
 #include "rng.h"
 
-typedef enum { FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_BINOP_COUNT } fl_binop;
-/* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. */
-typedef enum { FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_UNOP_COUNT } fl_unop;
+/* maximum/minimum: NaN when either operand is NaN; -0 < +0 (IEEE 754-2019's maximum and minimum).
+ * pow: x^y computed in double and rounded once (C's pow: x^0 = 1, 1^y = 1, NaN for a negative base with a
+ * non-integer exponent). eq..ge: comparisons, 1 where true and 0 where false in the result's dtype (there is
+ * no bool dtype); NaN compares unequal to everything, itself included. Comparisons carry no history. */
+typedef enum {
+    FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_OP_MAXIMUM, FL_OP_MINIMUM, FL_OP_POW,
+    FL_OP_EQ, FL_OP_NE, FL_OP_LT, FL_OP_LE, FL_OP_GT, FL_OP_GE, FL_BINOP_COUNT
+} fl_binop;
+static inline bool fl_binop_is_comparison(fl_binop op) { return op >= FL_OP_EQ && op <= FL_OP_GE; }
+/* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. tanh and sigmoid (1 / (1 + e^-x)) are computed
+ * in double and rounded once. */
+typedef enum {
+    FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_OP_TANH, FL_OP_SIGMOID, FL_UNOP_COUNT
+} fl_unop;
 typedef enum { FL_OP_SUM = 0, FL_OP_MEAN, FL_OP_MAX, FL_OP_MIN, FL_OP_AMAX, FL_REDOP_COUNT } fl_redop;
 extern const char *const fl_binop_names[];    /* FL_BINOP_COUNT names (ops.c checks the count) */
 extern const char *const fl_unop_names[];     /* FL_UNOP_COUNT */
@@ -38,7 +49,9 @@ fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdi
  * bf16/fp16 GEMM with fp32 accumulation (oneDNN on the CPU). */
 fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
 /* fl_binary, fl_binary_scalar, fl_unary, fl_reduce (sum, mean), fl_matmul record autograd nodes
- * (core/autograd.h); max/min/amax results carry no history. Under autocast (fl_autocast_dtype()
+ * (core/autograd.h); max/min/amax results and comparisons carry no history. maximum/minimum send the gradient
+ * to the operand that wins (half to each on a tie, as torch; against a scalar, clamp's rule: all of it where
+ * x >= s, resp. x <= s); pow's exponent, when a tensor, takes no gradient (refused when it requires one). Under autocast (fl_autocast_dtype()
  * bf16/fp16) fl_matmul rounds fp32 inputs to that dtype and returns fp32. */
 
 /* Differentiable views and copies: the tensor.c layout functions (fl_tensor_view, ...) plus an

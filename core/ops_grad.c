@@ -20,6 +20,21 @@ static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in)
 
 /* ---- binary ------------------------------------------------------------------------------- */
 
+/* maximum/minimum's gradient for x against y: g where x wins (cmp(x, y): GT for maximum, LT for minimum), g/2
+ * where they tie (torch's rule), 0 where y wins or either is NaN. */
+static fl_status select_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *x, const fl_tensor *y, fl_binop cmp) {
+    fl_tensor *win = NULL, *tie = NULL, *m = NULL;
+    fl_status st = fl_binary_raw(&win, cmp, x, y);
+    if (st == FL_OK) st = fl_binary_raw(&tie, FL_OP_EQ, x, y);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_MUL, tie, 0.5, false);
+    if (st == FL_OK) { fl_tensor_release(tie); tie = NULL; st = fl_binary_raw(&tie, FL_OP_ADD, win, m); }
+    if (st == FL_OK) st = fl_binary_raw(out, FL_OP_MUL, g, tie);
+    fl_tensor_release(win);
+    fl_tensor_release(tie);
+    fl_tensor_release(m);
+    return st;
+}
+
 static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_binop op = (fl_binop)n->iargs[0];
     const fl_tensor *a = n->saved[0], *b = n->saved[1];
@@ -46,6 +61,17 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
                 fl_tensor_release(w);
             }
             break;
+        case FL_OP_MAXIMUM:
+        case FL_OP_MINIMUM:
+            st = select_grad(&t, g, i == 0 ? a : b, i == 0 ? b : a, op == FL_OP_MAXIMUM ? FL_OP_GT : FL_OP_LT);
+            break;
+        case FL_OP_POW:   /* d(a^b)/da = b·a^(b-1) (NaN at a = b = 0, where torch masks a 0); the exponent's
+                           * gradient is refused when the op is recorded */
+            st = fl_binary_scalar_raw(&u, FL_OP_SUB, b, 1.0, false);
+            if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_POW, a, u);
+            if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_raw(&u, FL_OP_MUL, v, b); }
+            if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, u);
+            break;
         default: break;
         }
         fl_tensor_release(u);
@@ -56,16 +82,26 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return FL_OK;
 }
 
-static const char *const binary_names[FL_BINOP_COUNT] = { "AddBackward", "SubBackward", "MulBackward", "DivBackward" };
+/* Comparisons have no gradient: their results carry no history. */
+static const char *const binary_names[FL_BINOP_COUNT] = {
+    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "MaximumBackward", "MinimumBackward", "PowBackward" };
 
 fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
-    FL_TRY(fl_binary_raw(out, op, a, b));
     const fl_tensor *ins[2] = { a, b };
-    if (!fl_any_requires_grad(2, ins)) return FL_OK;
+    bool record = !fl_binop_is_comparison(op) && fl_any_requires_grad(2, ins);
+    *out = NULL;
+    if (record && op == FL_OP_POW && fl_any_requires_grad(1, &b))
+        return FL_ERR(FL_EINVAL, "pow: the gradient with respect to a tensor exponent is not supported (detach the "
+                                 "exponent, or use exp(b * log(a)))");
+    FL_TRY(fl_binary_raw(out, op, a, b));
+    if (!record) return FL_OK;
     fl_node *n;
     FL_TRY(fl_autograd_record(out, &n, binary_names[op], binary_bwd, 2, ins));
     n->iargs[0] = op;
-    if (op == FL_OP_MUL || op == FL_OP_DIV) { fl_node_save(n, 0, a); fl_node_save(n, 1, b); }
+    if (op == FL_OP_MUL || op == FL_OP_DIV || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || op == FL_OP_POW) {
+        fl_node_save(n, 0, a);
+        fl_node_save(n, 1, b);
+    }
     return FL_OK;
 }
 
@@ -89,19 +125,45 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
         fl_tensor_release(t);
         return st;
     }
+    case FL_OP_MAXIMUM:   /* clamp's rule: g where x is at or past the bound (x >= s for maximum) */
+    case FL_OP_MINIMUM: {
+        fl_tensor *m = NULL;
+        fl_status st = fl_binary_scalar_raw(&m, op == FL_OP_MAXIMUM ? FL_OP_GE : FL_OP_LE, n->saved[0], s, false);
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, m);
+        fl_tensor_release(m);
+        return st;
+    }
+    case FL_OP_POW: {
+        fl_tensor *t = NULL;
+        fl_status st;
+        if (first) {   /* d(s^x)/dx = s^x·ln s, from the saved output */
+            st = fl_binary_raw(&t, FL_OP_MUL, g, n->saved[0]);
+            if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, log((double)(float)s), false);
+        } else if ((float)s == 0.0f) {   /* x^0 = 1 everywhere: 0, also at x = 0 (torch's rule) */
+            return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
+        } else {       /* d(x^s)/dx = s·x^(s-1) */
+            st = fl_binary_scalar_raw(&t, FL_OP_POW, n->saved[0], (double)(float)s - 1.0, false);
+            if (st == FL_OK) { fl_tensor *u = t; st = fl_binary_raw(&t, FL_OP_MUL, g, u); fl_tensor_release(u); }
+            if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, s, false);
+        }
+        fl_tensor_release(t);
+        return st;
+    }
     default: return FL_ERR(FL_EINVAL, "autograd: unknown binary op %d", (int)op);
     }
 }
 
 fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first) {
     FL_TRY(fl_binary_scalar_raw(out, op, a, s, scalar_first));
-    if (!fl_any_requires_grad(1, &a)) return FL_OK;
+    if (fl_binop_is_comparison(op) || !fl_any_requires_grad(1, &a)) return FL_OK;
     fl_node *n;
     FL_TRY(fl_autograd_record(out, &n, binary_names[op], binary_scalar_bwd, 1, &a));
     n->iargs[0] = op;
     n->iargs[1] = scalar_first;
     n->dargs[0] = s;
-    if (op == FL_OP_DIV && scalar_first) fl_node_save(n, 0, a);
+    if ((op == FL_OP_DIV && scalar_first) || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || (op == FL_OP_POW && !scalar_first))
+        fl_node_save(n, 0, a);
+    else if (op == FL_OP_POW) FL_TRY(fl_node_save_detached(n, 0, *out));
     return FL_OK;
 }
 
@@ -129,11 +191,29 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         return st;
     }
     case FL_OP_SIGN: return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);   /* flat almost everywhere */
+    case FL_OP_TANH:      /* g·(1 - y²), from the output */
+    case FL_OP_SIGMOID: { /* g·y·(1 - y) */
+        fl_tensor *t = NULL, *u = NULL;
+        fl_status st = fl_binary_scalar_raw(&t, FL_OP_SUB, x, 1.0, true);   /* 1 - y */
+        if (st == FL_OK && op == FL_OP_TANH) {                             /* (1 - y)(1 + y) = 1 - y² */
+            st = fl_binary_scalar_raw(&u, FL_OP_ADD, x, 1.0, false);
+            if (st == FL_OK) { fl_tensor *v = t; st = fl_binary_raw(&t, FL_OP_MUL, v, u); fl_tensor_release(v); }
+        } else if (st == FL_OK) {
+            fl_tensor *v = t;
+            st = fl_binary_raw(&t, FL_OP_MUL, v, x);
+            fl_tensor_release(v);
+        }
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, t);
+        fl_tensor_release(t);
+        fl_tensor_release(u);
+        return st;
+    }
     default: return FL_ERR(FL_EINVAL, "autograd: unknown unary op %d", (int)op);
     }
 }
 
-static const char *const unary_names[FL_UNOP_COUNT] = { "AbsBackward", "NegBackward", "ExpBackward", "LogBackward", "SqrtBackward", "SignBackward" };
+static const char *const unary_names[FL_UNOP_COUNT] = { "AbsBackward", "NegBackward", "ExpBackward", "LogBackward",
+                                                         "SqrtBackward", "SignBackward", "TanhBackward", "SigmoidBackward" };
 
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     FL_TRY(fl_unary_raw(out, op, a));
@@ -142,7 +222,8 @@ fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     FL_TRY(fl_autograd_record(out, &n, unary_names[op], unary_bwd, 1, &a));
     n->iargs[0] = op;
     if (op == FL_OP_ABS || op == FL_OP_LOG) fl_node_save(n, 0, a);
-    else if (op == FL_OP_EXP || op == FL_OP_SQRT) FL_TRY(fl_node_save_detached(n, 0, *out));
+    else if (op == FL_OP_EXP || op == FL_OP_SQRT || op == FL_OP_TANH || op == FL_OP_SIGMOID)
+        FL_TRY(fl_node_save_detached(n, 0, *out));
     return FL_OK;
 }
 

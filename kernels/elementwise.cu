@@ -86,22 +86,38 @@ FL_HD void ew_store(char *base, int dt, int64_t off, float v) {
 
 /* ---- the arithmetic of core/cpu/cpu_elementwise.c (same operand order) --------------------------- */
 
+FL_HD float ew_maximum(float x, float y) {
+    if (x != x || y != y) return fl_fadd(x, y);          /* NaN in, NaN out */
+    return x > y || (x == y && !signbit(x)) ? x : y;     /* -0 < +0 */
+}
+FL_HD float ew_minimum(float x, float y) {
+    if (x != x || y != y) return fl_fadd(x, y);
+    return x < y || (x == y && signbit(x)) ? x : y;
+}
+FL_HD float ew_pow(float x, float y) { return (float)pow((double)x, (double)y); }
+FL_HD float ew_cmp(bool c) { return c ? 1.0f : 0.0f; }
+
 FL_HD float ew_binop(int op, float x, float y) {
     switch (op) {
     case FL_OP_ADD: return fl_fadd(x, y);
     case FL_OP_SUB: return fl_fsub(x, y);
     case FL_OP_MUL: return fl_fmul(x, y);
-    default: return fl_fdiv(x, y);
+    case FL_OP_DIV: return fl_fdiv(x, y);
+    case FL_OP_MAXIMUM: return ew_maximum(x, y);
+    case FL_OP_MINIMUM: return ew_minimum(x, y);
+    case FL_OP_POW: return ew_pow(x, y);
+    case FL_OP_EQ: return ew_cmp(x == y);
+    case FL_OP_NE: return ew_cmp(x != y);
+    case FL_OP_LT: return ew_cmp(x < y);
+    case FL_OP_LE: return ew_cmp(x <= y);
+    case FL_OP_GT: return ew_cmp(x > y);
+    default: return ew_cmp(x >= y);   /* FL_OP_GE */
     }
 }
 
+/* s op x when first, else x op s: the binary op with its operands in that order. */
 FL_HD float ew_scalar(int op, float x, float s, bool first) {
-    switch (op) {
-    case FL_OP_ADD: return fl_fadd(x, s);
-    case FL_OP_SUB: return first ? fl_fsub(s, x) : fl_fsub(x, s);
-    case FL_OP_MUL: return fl_fmul(x, s);
-    default: return first ? fl_fdiv(s, x) : fl_fdiv(x, s);
-    }
+    return first ? ew_binop(op, s, x) : ew_binop(op, x, s);
 }
 
 FL_HD float ew_unop(int op, float x) {
@@ -111,6 +127,8 @@ FL_HD float ew_unop(int op, float x) {
     case FL_OP_EXP: return (float)exp((double)x);
     case FL_OP_LOG: return (float)log((double)x);
     case FL_OP_SIGN: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
+    case FL_OP_TANH: return (float)tanh((double)x);
+    case FL_OP_SIGMOID: return (float)(1.0 / (1.0 + exp(-(double)x)));
     default: return fl_fsqrt(x);
     }
 }

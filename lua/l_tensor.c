@@ -663,6 +663,17 @@ static int m_add(lua_State *L) { return arith(L, FL_OP_ADD); }
 static int m_sub(lua_State *L) { return arith(L, FL_OP_SUB); }
 static int m_mul(lua_State *L) { return arith(L, FL_OP_MUL); }
 static int m_div(lua_State *L) { return arith(L, FL_OP_DIV); }
+static int m_pow(lua_State *L) { return arith(L, FL_OP_POW); }
+static int m_maximum(lua_State *L) { return arith(L, FL_OP_MAXIMUM); }
+static int m_minimum(lua_State *L) { return arith(L, FL_OP_MINIMUM); }
+/* Comparisons: 1 where true, 0 where false, in the operands' dtype (no bool dtype); no history. Lua's own
+ * < <= == turn a metamethod's result into a boolean, so these are methods only. */
+static int m_eq(lua_State *L) { return arith(L, FL_OP_EQ); }
+static int m_ne(lua_State *L) { return arith(L, FL_OP_NE); }
+static int m_lt(lua_State *L) { return arith(L, FL_OP_LT); }
+static int m_le(lua_State *L) { return arith(L, FL_OP_LE); }
+static int m_gt(lua_State *L) { return arith(L, FL_OP_GT); }
+static int m_ge(lua_State *L) { return arith(L, FL_OP_GE); }
 
 static int unary(lua_State *L, fl_unop op) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -676,6 +687,8 @@ static int m_exp(lua_State *L) { return unary(L, FL_OP_EXP); }
 static int m_log(lua_State *L) { return unary(L, FL_OP_LOG); }
 static int m_sqrt(lua_State *L) { return unary(L, FL_OP_SQRT); }
 static int m_sign(lua_State *L) { return unary(L, FL_OP_SIGN); }
+static int m_tanh(lua_State *L) { return unary(L, FL_OP_TANH); }
+static int m_sigmoid(lua_State *L) { return unary(L, FL_OP_SIGMOID); }
 
 /* The arguments of a reduction method: (tensor [, dim [, keepdim]]); dim FL_ALL_DIMS when absent. */
 static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim) {
@@ -880,7 +893,10 @@ static const luaL_Reg methods[] = {
     {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
     {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
+    {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum},
+    {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt}, {"ge", m_ge},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
+    {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
     {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},
@@ -892,7 +908,7 @@ static const luaL_Reg methods[] = {
 
 static const luaL_Reg metamethods[] = {
     {"__newindex", m_newindex}, {"__len", m_len},
-    {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div}, {"__unm", m_neg},
+    {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div}, {"__pow", m_pow}, {"__unm", m_neg},
     {"__gc", m_free}, {"__close", m_free},
     {NULL, NULL},
 };
@@ -900,7 +916,7 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg factories[] = {
     {"tensor", l_tensor_new}, {"zeros", l_zeros}, {"ones", l_ones}, {"empty", l_empty}, {"full", l_full},
     {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {"is_tensor", l_is_tensor},
-    {"matmul", l_matmul}, {"cat", l_cat},
+    {"matmul", l_matmul}, {"cat", l_cat}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"pow", m_pow},
     {NULL, NULL},
 };
 

@@ -129,13 +129,8 @@ if opts.resume then
   print(("resumed from %s at step %d (epoch %d)"):format(opts.resume, counter.step, train_loader.epoch + 1))
 end
 
-local function argmax_hits(logits, y)
-  local pred, labels, hits = logits:argmax(2):totable(), y:totable(), 0   -- 0-based classes, as the labels
-  for i, p in ipairs(pred) do
-    if p == labels[i] then hits = hits + 1 end
-  end
-  return hits
-end
+-- correct predictions in a batch: argmax gives 0-based classes, as the labels are
+local function argmax_hits(logits, y) return logits:argmax(2):eq(y):sum():item() end
 
 local function evaluate()
   model:eval()

@@ -1,58 +1,67 @@
-/* cpu_elementwise.c — binary (add/sub/mul/div, with broadcasting), tensor-scalar and unary ops.
+/* cpu_elementwise.c — binary (arithmetic, maximum/minimum, pow, comparisons; with broadcasting), tensor-scalar
+ * and unary ops.
  * Same-shape contiguous fp32 runs straight through vectorisable loops; everything else goes tile
  * by tile through fp32 scratch buffers (bf16/fp16 results rounded to nearest even on store). */
 #include "cpu_internal.h"
 #include <math.h>
 
+/* The scalar definitions of the ops that are not one IEEE operation (kernels/elementwise.cu has the same). */
+static inline float maximum1(float x, float y) {
+    if (x != x || y != y) return x + y;                  /* NaN in, NaN out */
+    return x > y || (x == y && !signbit(x)) ? x : y;     /* -0 < +0 */
+}
+static inline float minimum1(float x, float y) {
+    if (x != x || y != y) return x + y;
+    return x < y || (x == y && signbit(x)) ? x : y;
+}
+static inline float pow1(float x, float y) { return (float)pow((double)x, (double)y); }
+static inline float tanh1(float x) { return (float)tanh((double)x); }
+static inline float sigmoid1(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+
+#define EW_LOOP(expr)                                              \
+    do {                                                           \
+        _Pragma("omp simd")                                        \
+        for (int64_t i = 0; i < n; i++) d[i] = (expr);             \
+    } while (0)
+#define CMP(c) ((c) ? 1.0f : 0.0f)
+
 static inline void binop_run(fl_binop op, const float *a, const float *b, float *d, int64_t n) {
     switch (op) {
-    case FL_OP_ADD:
-        #pragma omp simd
-        for (int64_t i = 0; i < n; i++) d[i] = a[i] + b[i];
-        break;
-    case FL_OP_SUB:
-        #pragma omp simd
-        for (int64_t i = 0; i < n; i++) d[i] = a[i] - b[i];
-        break;
-    case FL_OP_MUL:
-        #pragma omp simd
-        for (int64_t i = 0; i < n; i++) d[i] = a[i] * b[i];
-        break;
-    default:
-        #pragma omp simd
-        for (int64_t i = 0; i < n; i++) d[i] = a[i] / b[i];
-        break;
+    case FL_OP_ADD: EW_LOOP(a[i] + b[i]); break;
+    case FL_OP_SUB: EW_LOOP(a[i] - b[i]); break;
+    case FL_OP_MUL: EW_LOOP(a[i] * b[i]); break;
+    case FL_OP_DIV: EW_LOOP(a[i] / b[i]); break;
+    case FL_OP_MAXIMUM: EW_LOOP(maximum1(a[i], b[i])); break;
+    case FL_OP_MINIMUM: EW_LOOP(minimum1(a[i], b[i])); break;
+    case FL_OP_POW: for (int64_t i = 0; i < n; i++) d[i] = pow1(a[i], b[i]); break;
+    case FL_OP_EQ: EW_LOOP(CMP(a[i] == b[i])); break;
+    case FL_OP_NE: EW_LOOP(CMP(a[i] != b[i])); break;
+    case FL_OP_LT: EW_LOOP(CMP(a[i] < b[i])); break;
+    case FL_OP_LE: EW_LOOP(CMP(a[i] <= b[i])); break;
+    case FL_OP_GT: EW_LOOP(CMP(a[i] > b[i])); break;
+    default: EW_LOOP(CMP(a[i] >= b[i])); break;   /* FL_OP_GE */
     }
 }
 
+/* s op a when first, else a op s. */
 static inline void scalar_run(fl_binop op, const float *a, float s, bool first, float *d, int64_t n) {
     switch (op) {
-    case FL_OP_ADD:
-        #pragma omp simd
-        for (int64_t i = 0; i < n; i++) d[i] = a[i] + s;
+    case FL_OP_ADD: EW_LOOP(a[i] + s); break;
+    case FL_OP_SUB: if (first) EW_LOOP(s - a[i]); else EW_LOOP(a[i] - s); break;
+    case FL_OP_MUL: EW_LOOP(a[i] * s); break;
+    case FL_OP_DIV: if (first) EW_LOOP(s / a[i]); else EW_LOOP(a[i] / s); break;
+    case FL_OP_MAXIMUM: if (first) EW_LOOP(maximum1(s, a[i])); else EW_LOOP(maximum1(a[i], s)); break;
+    case FL_OP_MINIMUM: if (first) EW_LOOP(minimum1(s, a[i])); else EW_LOOP(minimum1(a[i], s)); break;
+    case FL_OP_POW:
+        if (first) for (int64_t i = 0; i < n; i++) d[i] = pow1(s, a[i]);
+        else for (int64_t i = 0; i < n; i++) d[i] = pow1(a[i], s);
         break;
-    case FL_OP_SUB:
-        if (first) {
-            #pragma omp simd
-            for (int64_t i = 0; i < n; i++) d[i] = s - a[i];
-        } else {
-            #pragma omp simd
-            for (int64_t i = 0; i < n; i++) d[i] = a[i] - s;
-        }
-        break;
-    case FL_OP_MUL:
-        #pragma omp simd
-        for (int64_t i = 0; i < n; i++) d[i] = a[i] * s;
-        break;
-    default:
-        if (first) {
-            #pragma omp simd
-            for (int64_t i = 0; i < n; i++) d[i] = s / a[i];
-        } else {
-            #pragma omp simd
-            for (int64_t i = 0; i < n; i++) d[i] = a[i] / s;
-        }
-        break;
+    case FL_OP_EQ: EW_LOOP(CMP(a[i] == s)); break;
+    case FL_OP_NE: EW_LOOP(CMP(a[i] != s)); break;
+    case FL_OP_LT: if (first) EW_LOOP(CMP(s < a[i])); else EW_LOOP(CMP(a[i] < s)); break;
+    case FL_OP_LE: if (first) EW_LOOP(CMP(s <= a[i])); else EW_LOOP(CMP(a[i] <= s)); break;
+    case FL_OP_GT: if (first) EW_LOOP(CMP(s > a[i])); else EW_LOOP(CMP(a[i] > s)); break;
+    default: if (first) EW_LOOP(CMP(s >= a[i])); else EW_LOOP(CMP(a[i] >= s)); break;   /* FL_OP_GE */
     }
 }
 
@@ -63,9 +72,12 @@ static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
     case FL_OP_EXP: for (int64_t i = 0; i < n; i++) d[i] = expf(a[i]); break;
     case FL_OP_LOG: for (int64_t i = 0; i < n; i++) d[i] = logf(a[i]); break;
     case FL_OP_SIGN: for (int64_t i = 0; i < n; i++) d[i] = a[i] > 0 ? 1.0f : a[i] < 0 ? -1.0f : a[i]; break;
+    case FL_OP_TANH: for (int64_t i = 0; i < n; i++) d[i] = tanh1(a[i]); break;
+    case FL_OP_SIGMOID: for (int64_t i = 0; i < n; i++) d[i] = sigmoid1(a[i]); break;
     default:        for (int64_t i = 0; i < n; i++) d[i] = sqrtf(a[i]); break;
     }
 }
+#undef CMP
 
 /* All-fp32, all-contiguous, same shape: chunked for interrupt polling, threads within a chunk. */
 static bool all_f32_contig(int nt, const fl_tensor *const *ts) {

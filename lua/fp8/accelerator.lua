@@ -610,7 +610,7 @@ function Accelerator:clip_grad_value_(params, clip_value)
   if Module.is_module(params) then params = params:parameters() end
   local ok, list = pcall(require("fp8.nn.utils")._param_list, params, "clip_grad_value_")
   if not ok then error(list, 2) end
-  local C, F = require "fp8._optim", require "fp8.nn.functional"
+  local C = require "fp8._optim"
   require("fp8").no_grad(function()
     for _, p in ipairs(list) do
       local g = p.grad
@@ -618,8 +618,7 @@ function Accelerator:clip_grad_value_(params, clip_value)
         if g:is_fp8() then
           error("clip_grad_value_: FP8 gradients (MS-AMP) are not supported; use clip_grad_norm_, which scales them", 0)
         end
-        -- clamp(g, -c, c) = g - sign(g) * relu(|g| - c)
-        C.copy_(g, g - g:sign() * F.relu(g:abs() - clip_value))
+        C.copy_(g, g:clamp(-clip_value, clip_value))
       end
     end
   end)

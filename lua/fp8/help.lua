@@ -59,8 +59,14 @@ add_all {
   { section = "Tensors", name = "manual_seed", sig = "fp8.manual_seed(n)",
     doc = "Seeds the random generator: same seed, same script, same numbers." },
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
-    doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / and :abs(),\n"
-       .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :max(), :item(), :numel(), :shape()." },
+    doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / ^ and :abs(),\n"
+       .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape()." },
+  { section = "Tensors", name = "Tensor:eq", sig = "x:eq(y) / :ne / :lt / :le / :gt / :ge -> Tensor",
+    doc = "Elementwise comparison with a tensor (broadcast) or a number: 1 where true, 0 where false, in\n"
+       .. "the operands' dtype; no gradient. x:argmax(2):eq(labels):sum():item() counts correct predictions." },
+  { section = "Tensors", name = "Tensor:clamp", sig = "x:clamp(min, max) / x:maximum(y) / x:minimum(y) -> Tensor",
+    doc = "Bounds by numbers or tensors; NaN stays NaN. The gradient passes where x is within the bounds\n"
+       .. "(clamp) or goes to the larger / smaller operand (half each on a tie)." },
   { section = "Quantization", name = "Tensor:quantize",
     sig = "x:quantize(fmt [, {scale=s | amax=a, margin=m, axis=d, saturate=true}]) -> Tensor",
     doc = "Casts to FP8 with a scale: given, or fp8_max / amax / 2^margin from the given or the\n"

@@ -140,6 +140,116 @@ end
 -- Lua-level convenience: t:tolist() for 1-D tensors is the same as totable().
 Tensor.tolist = Tensor.totable
 
+-- Dims in the Lua API count from 1 (negative from the end); nd is the number of valid positions.
+local function norm_dim(who, d, nd)
+  if math.type(d) ~= "integer" or d == 0 or d > nd or d < -nd then
+    error(("%s: dim must be an integer in 1..%d or -%d..-1, got %s"):format(who, nd, nd, tostring(d)), 3)
+  end
+  return d < 0 and nd + d + 1 or d
+end
+
+local function check_self(who, t)
+  if not core.is_tensor(t) then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), 3) end
+end
+
+-- t:clamp([min [, max]]) (also clamp{min=, max=}): torch's, as maximum(t, min) then minimum(., max), so
+-- min > max gives max everywhere; min/max are numbers or tensors (broadcast). The gradient passes where t is
+-- within the bounds, bounds included (torch's rule); NaN stays NaN. At least one bound is needed.
+function Tensor.clamp(t, lo, hi)
+  check_self("clamp", t)
+  if type(lo) == "table" and not core.is_tensor(lo) and hi == nil then lo, hi = lo.min, lo.max end
+  for i, v in ipairs { lo, hi } do
+    if v ~= nil and type(v) ~= "number" and not core.is_tensor(v) then
+      error(("clamp: %s must be a number, a tensor or nil, got %s"):format(i == 1 and "min" or "max", type(v)), 2)
+    end
+  end
+  if lo == nil and hi == nil then error("clamp: at least one of min and max must be given", 2) end
+  local r = t
+  if lo ~= nil then r = r:maximum(lo) end
+  if hi ~= nil then r = r:minimum(hi) end
+  return r
+end
+function Tensor.clamp_min(t, v) check_self("clamp_min", t); return Tensor.clamp(t, v, nil) end
+function Tensor.clamp_max(t, v) check_self("clamp_max", t); return Tensor.clamp(t, nil, v) end
+
+-- Conversions by torch's names: t:float() (fp32), t:bfloat16(), t:half() (fp16); FP8 tensors are
+-- dequantized with :dequantize() (their scale is part of the value), so :to refuses them with that advice.
+function Tensor.float(t) check_self("float", t); return t:to("fp32") end
+function Tensor.bfloat16(t) check_self("bfloat16", t); return t:to("bf16") end
+function Tensor.half(t) check_self("half", t); return t:to("fp16") end
+
+-- Shape helpers by torch's names, built on reshape (a view when the layout allows, else a copy) and transpose
+-- (a view); all differentiable.
+function Tensor.unsqueeze(t, dim)
+  check_self("unsqueeze", t)
+  local s = t:shape()
+  table.insert(s, norm_dim("unsqueeze", dim, #s + 1), 1)
+  return t:reshape(s)
+end
+
+-- t:squeeze([dim]): without dim, every dim of size 1 goes; with dim, that one if its size is 1 (else t as it is).
+function Tensor.squeeze(t, dim)
+  check_self("squeeze", t)
+  local s, out = t:shape(), {}
+  if dim ~= nil then
+    if #s == 0 then return t end
+    local d = norm_dim("squeeze", dim, #s)
+    if s[d] ~= 1 then return t end
+    table.remove(s, d)
+    return t:reshape(s)
+  end
+  for _, n in ipairs(s) do if n ~= 1 then out[#out + 1] = n end end
+  if #out == #s then return t end
+  return t:reshape(out)
+end
+
+-- t:flatten([start=1 [, end=-1]]): dims start..end merged into one.
+function Tensor.flatten(t, first, last)
+  check_self("flatten", t)
+  local s = t:shape()
+  if #s == 0 then return t:reshape { 1 } end
+  first = norm_dim("flatten", first or 1, #s)
+  last = norm_dim("flatten", last or -1, #s)
+  if first > last then
+    error(("flatten: start dim %d comes after end dim %d"):format(first, last), 2)
+  end
+  local out, n = {}, 1
+  for d = 1, first - 1 do out[#out + 1] = s[d] end
+  for d = first, last do n = n * s[d] end
+  out[#out + 1] = n
+  for d = last + 1, #s do out[#out + 1] = s[d] end
+  return t:reshape(out)
+end
+
+-- t:permute(d1, d2, ...) or t:permute{d1, d2, ...}: dim i of the result is dim d_i of t (a view: a sequence of
+-- transposes).
+function Tensor.permute(t, ...)
+  check_self("permute", t)
+  local dims = select("#", ...) == 1 and type((...)) == "table" and (...) or { ... }
+  local nd = t:dim()
+  if #dims ~= nd then
+    error(("permute: expected %d dims for a %d-d tensor, got %d"):format(nd, nd, #dims), 2)
+  end
+  local want, seen = {}, {}
+  for i = 1, nd do
+    local d = norm_dim("permute", dims[i], nd)
+    if seen[d] then error(("permute: dim %d appears twice"):format(d), 2) end
+    seen[d], want[i] = true, d
+  end
+  local at = {}   -- at[k]: the dim of t now at position k
+  for k = 1, nd do at[k] = k end
+  local r = t
+  for i = 1, nd do
+    local j = i
+    while at[j] ~= want[i] do j = j + 1 end
+    if j ~= i then
+      r = r:transpose(i, j)
+      at[i], at[j] = at[j], at[i]
+    end
+  end
+  return r
+end
+
 -- fp8.stack(list [, dim=1]): the tensors (all of one shape) along a new dim, as torch.stack: each gets a
 -- dimension of size 1 at dim (a differentiable reshape), then fp8.cat joins them there.
 function M.stack(list, dim)

@@ -8,6 +8,8 @@
 #include "nn.h"
 #include "ops.h"
 #include <stdlib.h>
+#include <string.h>
+#include <math.h>
 
 #define MAXIN 4
 typedef struct gc_case {
@@ -122,6 +124,18 @@ static void f64_linear(const double *const *in, double *o) {
 static fl_status f32_linear(fl_tensor **o, fl_tensor **in) { return fl_linear(o, in[0], in[1], cur->nin > 2 ? in[2] : NULL); }
 
 /* binary with broadcasting of a [A,1,C]-style shape against b [B?,C]: generic index mapping */
+/* The differentiable binary ops in float64 (comparisons have no gradient and are not checked here). */
+static double f64_op(int op, double a, double b) {
+    switch (op) {
+    case FL_OP_ADD: return a + b;
+    case FL_OP_SUB: return a - b;
+    case FL_OP_MUL: return a * b;
+    case FL_OP_DIV: return a / b;
+    case FL_OP_MAXIMUM: return a > b ? a : b;
+    case FL_OP_MINIMUM: return a < b ? a : b;
+    default: return pow(a, b);   /* FL_OP_POW */
+    }
+}
 static void f64_binary(const double *const *in, double *o) {
     int n0 = cur->ndim[0], n1 = cur->ndim[1], n = n0 > n1 ? n0 : n1;
     int64_t os[4], total = 1;
@@ -139,8 +153,7 @@ static void f64_binary(const double *const *in, double *o) {
             if (d0 >= 0) { ia += (S(0, d0) == 1 ? 0 : idx) * sa; sa *= S(0, d0); }
             if (d1 >= 0) { ib += (S(1, d1) == 1 ? 0 : idx) * sb; sb *= S(1, d1); }
         }
-        double a = in[0][ia], b = in[1][ib];
-        o[f] = cur->iarg == FL_OP_ADD ? a + b : cur->iarg == FL_OP_SUB ? a - b : cur->iarg == FL_OP_MUL ? a * b : a / b;
+        o[f] = f64_op(cur->iarg, in[0][ia], in[1][ib]);
     }
 }
 static fl_status f32_binary(fl_tensor **o, fl_tensor **in) { return fl_binary(o, (fl_binop)cur->iarg, in[0], in[1]); }
@@ -152,8 +165,7 @@ static void init_div(int i, double *v, int64_t n) {   /* keep divisors away from
 static void f64_bscalar(const double *const *in, double *o) {
     int op = cur->iarg / 2, first = cur->iarg % 2;
     for (int64_t j = 0, m = numel_of(cur->ndim[0], cur->shape[0]); j < m; j++) {
-        double a = first ? 1.7 : in[0][j], b = first ? in[0][j] : 1.7;
-        o[j] = op == FL_OP_ADD ? a + b : op == FL_OP_SUB ? a - b : op == FL_OP_MUL ? a * b : a / b;
+        o[j] = first ? f64_op(op, 1.7, in[0][j]) : f64_op(op, in[0][j], 1.7);
     }
 }
 static fl_status f32_bscalar(fl_tensor **o, fl_tensor **in) { return fl_binary_scalar(o, (fl_binop)(cur->iarg / 2), in[0], 1.7, cur->iarg % 2); }
@@ -168,6 +180,8 @@ static void f64_unary(const double *const *in, double *o) {
         case FL_OP_EXP: o[j] = exp(x); break;
         case FL_OP_LOG: o[j] = log(x); break;
         case FL_OP_SIGN: o[j] = x > 0 ? 1 : x < 0 ? -1 : 0; break;
+        case FL_OP_TANH: o[j] = tanh(x); break;
+        case FL_OP_SIGMOID: o[j] = 1.0 / (1.0 + exp(-x)); break;
         default: o[j] = sqrt(x); break;
         }
     }
@@ -374,17 +388,58 @@ TEST(gradcheck_linear_autocast_bf16) {
     fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(y); fl_tensor_release(y2);
 }
 
+/* pow's base positive (a negative one has no real power), its exponent N(0,1)-ish */
+static void init_pow(int i, double *v, int64_t n) {
+    for (int64_t j = 0; j < n; j++) v[j] = i == 0 ? 0.3 + 2 * urand() : nrand();
+}
+
 TEST(gradcheck_binary_broadcast) {
     for (int op = 0; op < FL_BINOP_COUNT; op++) {
-        gc_case c = { fl_binop_names[op], 2, { 3, 2 }, { { 2, 1, 4 }, { 3, 4 } }, { true, true },
-                      op == FL_OP_DIV ? init_div : NULL, f32_binary, f64_binary, op };
+        if (fl_binop_is_comparison((fl_binop)op)) continue;
+        /* pow: the base's gradient only (a tensor exponent's is refused: gradcheck_pow_exponent_refused) */
+        gc_case c = { fl_binop_names[op], 2, { 3, 2 }, { { 2, 1, 4 }, { 3, 4 } }, { true, op != FL_OP_POW },
+                      op == FL_OP_DIV ? init_div : op == FL_OP_POW ? init_pow : NULL, f32_binary, f64_binary, op };
         gradcheck(fl__failed, &c);
     }
     for (int k = 0; k < 2 * FL_BINOP_COUNT; k++) {
-        gc_case c = { "binary scalar", 1, { 2 }, { { 3, 4 } }, { true }, k == 7 ? init_div : NULL, f32_bscalar, f64_bscalar, k };
-        if (k == 7) c.init = init_pos;
+        int op = k / 2, first = k % 2;
+        if (fl_binop_is_comparison((fl_binop)op)) continue;
+        /* s / x and x ^ s need x > 0 */
+        bool pos = (op == FL_OP_DIV && first) || (op == FL_OP_POW && !first);
+        gc_case c = { "binary scalar", 1, { 2 }, { { 3, 4 } }, { true }, pos ? init_pos : NULL, f32_bscalar, f64_bscalar, k };
         gradcheck(fl__failed, &c);
     }
+}
+
+/* Comparisons record nothing; pow refuses a tensor exponent that requires grad; x^0's gradient is 0 (also at 0). */
+TEST(gradcheck_comparisons_and_pow_edges) {
+    int64_t sh[1] = { 3 };
+    float xa[3] = { 0.0f, 2.0f, -1.0f }, xb[3] = { 1.0f, 2.0f, 3.0f };
+    fl_tensor *a = NULL, *b = NULL, *r = NULL;
+    REQUIRE_OK(fl_tensor_from_f32(&a, xa, 1, sh, FL_F32));
+    REQUIRE_OK(fl_tensor_from_f32(&b, xb, 1, sh, FL_F32));
+    a->requires_grad = b->requires_grad = true;
+    for (int op = FL_OP_EQ; op <= FL_OP_GE; op++) {
+        REQUIRE_OK(fl_binary(&r, (fl_binop)op, a, b));
+        CHECK(r->grad_fn == NULL && !r->requires_grad, "%s: a comparison must carry no history", fl_binop_names[op]);
+        fl_tensor_release(r);
+        REQUIRE_OK(fl_binary_scalar(&r, (fl_binop)op, a, 1.0, false));
+        CHECK(r->grad_fn == NULL && !r->requires_grad, "%s (scalar): no history", fl_binop_names[op]);
+        fl_tensor_release(r);
+    }
+    CHECK(fl_binary(&r, FL_OP_POW, a, b) == FL_EINVAL && strstr(fl_last_error(), "exponent"), "%s", fl_last_error());
+    CHECK(r == NULL, "no result on refusal");
+    fl_tensor *p = NULL;
+    REQUIRE_OK(fl_binary_scalar(&p, FL_OP_POW, a, 0.0, false));
+    REQUIRE_OK(fl_reduce(&r, FL_OP_SUM, p, FL_ALL_DIMS, false));
+    fl_tensor_release(p);
+    REQUIRE_OK(fl_backward(r, NULL, false));
+    float g[3];
+    REQUIRE_OK(fl_tensor_read_f32(a->grad, g));
+    CHECK(g[0] == 0.0f && g[1] == 0.0f && g[2] == 0.0f, "d(x^0)/dx = 0, got %g %g %g", g[0], g[1], g[2]);
+    fl_tensor_release(r);
+    fl_tensor_release(a);
+    fl_tensor_release(b);
 }
 
 TEST(gradcheck_unary) {

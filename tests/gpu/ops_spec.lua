@@ -150,6 +150,24 @@ describe("the cuda device against the CPU device", function()
       check(op, function(a, b) return a[op](a, b) end, { leaf { 4, 1, 6 }, leaf { 3, 1 } }, 0, 0, 1e-6, 1e-6)
       check(op .. " scalar", function(a) return a[op](a, 0.37) end, { leaf { 129, 33 } }, 0, 0)
     end
+    for _, op in ipairs { "maximum", "minimum" } do
+      check(op, function(a, b) return a[op](a, b) end, { leaf { 4, 1, 6 }, leaf { 3, 1 } }, 0, 0)
+      check(op .. " scalar", function(a) return a[op](a, 0.1) end, { leaf { 500 } }, 0, 0)
+    end
+    check("clamp", function(a) return a:clamp(-0.5, 0.5) end, { leaf { 777 } }, 0, 0)
+    -- pow: double pow on both sides, CUDA's within 2 ulp of a double of glibc's: one fp32 rounding apart
+    local base = (leaf { 300 }:abs() + 0.1):detach()
+    base:requires_grad(true)
+    check("pow scalar", function(a) return a ^ 2.5 end, { base }, 0, 1.2e-7, 0, 4e-7)
+    check("scalar pow", function(a) return 1.7 ^ a end, { leaf { 300 } }, 0, 1.2e-7, 0, 4e-7)
+    check("pow tensor", function(a, b) return a:pow(b) end, { base, fp8.randn { 300 } }, 0, 1.2e-7, 0, 4e-7)
+    -- comparisons: exact 1/0, ties included (bf16 operands of a few values tie often)
+    local u, v = (fp8.randn { 40, 50 } * 2):to("bf16"), (fp8.randn { 50 } * 2):to("bf16")
+    for _, op in ipairs { "eq", "ne", "lt", "le", "gt", "ge" } do
+      exact(u[op](u, v), u:to(DEV)[op](u:to(DEV), v:to(DEV)), op)
+      exact(u[op](u, 0.5), u:to(DEV)[op](u:to(DEV), 0.5), op .. " scalar")
+      exact(fp8.Tensor[op](0.5, u), fp8.Tensor[op](0.5, u:to(DEV)), op .. " scalar first")
+    end
     check("scalar first", function(a) return 2.5 / a end, { leaf { 300 } }, 0, 0, 0, 1e-6)
     local a, b = fp8.randn { 8, 9 }:to("bf16"), fp8.randn { 9 }:to("fp16")
     exact(a + b, a:to(DEV) + b:to(DEV), "bf16 + fp16")
@@ -157,10 +175,10 @@ describe("the cuda device against the CPU device", function()
   end)
 
   it("unary ops", function()
-    for _, op in ipairs { "abs", "neg", "exp", "log", "sqrt" } do
+    for _, op in ipairs { "abs", "neg", "exp", "log", "sqrt", "tanh", "sigmoid" } do
       local x = leaf { 1000 }
       if op == "log" or op == "sqrt" then x = (x:abs() + 0.01):detach(); x:requires_grad(true) end
-      -- exp/log/sqrt: CUDA's expf/logf are within 1-2 ulp of glibc's
+      -- exp/log/sqrt: CUDA's expf/logf are within 1-2 ulp of glibc's; tanh/sigmoid: double on both sides
       local tol = (op == "abs" or op == "neg") and 0 or 3e-7
       check(op, function(t) return t[op](t) end, { x }, 0, tol, 0, 4e-7)
     end

@@ -163,6 +163,133 @@ describe("arithmetic", function()
   end)
 end)
 
+describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function()
+  it("compares elementwise to 1/0 in the operands' dtype, against tensors (broadcast) or numbers, NaN unequal", function()
+    local x, y = fp8.tensor{1, 2, 3, 0 / 0}, fp8.tensor{3, 2, 1, 0 / 0}
+    assert.are.same({0, 1, 0, 0}, x:eq(y):totable())
+    assert.are.same({1, 0, 1, 1}, x:ne(y):totable())
+    assert.are.same({1, 0, 0, 0}, x:lt(y):totable())
+    assert.are.same({1, 1, 0, 0}, x:le(y):totable())
+    assert.are.same({0, 0, 1, 0}, x:gt(y):totable())
+    assert.are.same({0, 1, 1, 0}, x:ge(y):totable())
+    assert.are.same({0, 0, 1, 0}, x:gt(2):totable())
+    assert.are.same({1, 1, 0, 0}, fp8.Tensor.gt(3, x):totable())   -- 3 > x
+    assert.are.same({{1, 0}, {0, 1}}, fp8.tensor{{1}, {2}}:eq(fp8.tensor{1, 2}):totable())
+    assert.are.equal("bf16", x:to("bf16"):eq(2):dtype())
+    -- the evaluation idiom: accuracy from argmax and labels
+    local logits, labels = fp8.tensor{{0.1, 0.9}, {0.8, 0.2}, {0.3, 0.7}}, fp8.tensor{1, 1, 1}
+    assert.are.equal(2, logits:argmax(2):eq(labels):sum():item())
+  end)
+  it("comparisons carry no history", function()
+    local x = fp8.tensor{1, 2, 3}
+    x:requires_grad(true)
+    local m = x:gt(1.5)
+    assert.is_false(m:requires_grad())
+    local y = (x * m):sum()
+    y:backward()
+    assert.are.same({0, 1, 1}, x.grad:totable())
+  end)
+  it("maximum/minimum propagate NaN, order -0 below +0, and send the gradient to the winner (half on a tie)", function()
+    local a, b = fp8.tensor{1, 5, 2, 0 / 0}, fp8.tensor{3, 4, 2, 1}
+    local mx, mn = a:maximum(b):totable(), fp8.minimum(a, b):totable()
+    assert.are.same({3, 5, 2}, {mx[1], mx[2], mx[3]}); assert.is_true(mx[4] ~= mx[4])
+    assert.are.same({1, 4, 2}, {mn[1], mn[2], mn[3]}); assert.is_true(mn[4] ~= mn[4])
+    assert.are.equal(math.huge, 1 / fp8.tensor{-0.0}:maximum(fp8.tensor{0.0}):item())
+    assert.are.equal(-math.huge, 1 / fp8.tensor{0.0}:minimum(fp8.tensor{-0.0}):item())
+    local p, q = fp8.tensor{1, 5, 2}, fp8.tensor{3, 4, 2}
+    p:requires_grad(true); q:requires_grad(true)
+    fp8.maximum(p, q):sum():backward()
+    assert.are.same({0, 1, 0.5}, p.grad:totable())
+    assert.are.same({1, 0, 0.5}, q.grad:totable())
+  end)
+  it("clamps to numbers or tensors with torch's gradient (bounds included) and refuses no bounds", function()
+    local x = fp8.tensor{-2, -1, 0, 1, 3}
+    x:requires_grad(true)
+    local c = x:clamp(-1, 1)
+    assert.are.same({-1, -1, 0, 1, 1}, c:totable())
+    c:sum():backward()
+    assert.are.same({0, 1, 1, 1, 0}, x.grad:totable())
+    assert.are.same({0, 0, 0, 1, 3}, x:clamp{min = 0}:totable())
+    assert.are.same({-2, -1, 0, 0.5, 0.5}, x:clamp_max(0.5):totable())
+    assert.are.same({2, 2, 2, 2, 2}, x:clamp(3, 2):totable())   -- min > max: max everywhere, as torch
+    assert.are.same({-1, -1, 0, 1, 2}, x:clamp(fp8.full({5}, -1), 2):totable())
+    local nan = fp8.tensor{0 / 0}:clamp(0, 1):item()
+    assert.is_true(nan ~= nan)
+    assert.has_error(function() x:clamp() end, "clamp: at least one of min and max must be given")
+    assert.has_error(function() x:clamp("1") end, "clamp: min must be a number, a tensor or nil, got string")
+  end)
+  it("raises to powers: x^s, s^x, x^y, with gradients for the base; a tensor exponent's is refused", function()
+    local x = fp8.tensor{1, 2, 3}
+    assert.are.same({1, 4, 9}, (x ^ 2):totable())
+    assert.are.same({2, 4, 8}, (2 ^ x):totable())
+    assert.are.same({1, 8, 3}, x:pow(fp8.tensor{0, 3, 1}):totable())
+    assert.are.same({1, 1, 1}, fp8.pow(x, 0):totable())
+    x:requires_grad(true)
+    ;(x ^ 3):sum():backward()
+    assert.are.same({3, 12, 27}, x.grad:totable())
+    x.grad = nil
+    ;(2 ^ x):sum():backward()
+    local g = x.grad:totable()
+    for i = 1, 3 do assert.is_true(close(g[i], 2 ^ i * math.log(2)), tostring(g[i])) end
+    local e = fp8.tensor{1, 1, 1}
+    e:requires_grad(true)
+    assert.has_error(function() local _ = x ^ e end,
+      "pow: the gradient with respect to a tensor exponent is not supported (detach the exponent, or use exp(b * log(a)))")
+    local z = fp8.tensor{0, 2}
+    z:requires_grad(true)
+    ;(z ^ 0):sum():backward()
+    assert.are.same({0, 0}, z.grad:totable())
+  end)
+  it("tanh and sigmoid, with their gradients", function()
+    local x = fp8.tensor{-2, 0, 0.5}
+    x:requires_grad(true)
+    local t, s = x:tanh(), x:sigmoid()
+    for i, v in ipairs { -2, 0, 0.5 } do
+      assert.is_true(close(t:totable()[i], math.tanh and math.tanh(v) or (math.exp(2 * v) - 1) / (math.exp(2 * v) + 1)))
+      assert.is_true(close(s:totable()[i], 1 / (1 + math.exp(-v))))
+    end
+    ;(t + s):sum():backward()
+    local g = x.grad:totable()
+    for i, v in ipairs { -2, 0, 0.5 } do
+      local th, sg = (math.exp(2 * v) - 1) / (math.exp(2 * v) + 1), 1 / (1 + math.exp(-v))
+      assert.is_true(close(g[i], 1 - th * th + sg * (1 - sg)), tostring(g[i]))
+    end
+  end)
+end)
+
+describe("shape helpers and conversions by torch's names", function()
+  it("unsqueeze, squeeze, flatten and permute, differentiable", function()
+    local x = fp8.arange(24):reshape(2, 3, 4)
+    assert.are.same({2, 1, 3, 4}, x:unsqueeze(2):shape())
+    assert.are.same({2, 3, 4, 1}, x:unsqueeze(-1):shape())
+    assert.are.same({2, 3}, fp8.zeros(2, 1, 3, 1):squeeze():shape())
+    assert.are.same({2, 3, 1}, fp8.zeros(2, 1, 3, 1):squeeze(2):shape())
+    assert.are.same({2, 1, 3, 1}, fp8.zeros(2, 1, 3, 1):squeeze(1):shape())   -- size 2: kept
+    assert.are.same({2, 12}, x:flatten(2):shape())
+    assert.are.same({24}, x:flatten():shape())
+    assert.are.same({6, 4}, x:flatten(1, 2):shape())
+    local p = x:permute(3, 1, 2)
+    assert.are.same({4, 2, 3}, p:shape())
+    assert.are.equal(x:get{2, 3, 4}, p:get{4, 2, 3})
+    assert.are.equal(x:get{1, 2, 3}, x:permute{2, 3, 1}:get{2, 3, 1})
+    local w = fp8.randn(2, 3, 4)
+    w:requires_grad(true)
+    ;(w:permute(2, 3, 1) * fp8.arange(24):reshape(3, 4, 2)):sum():backward()
+    assert.are.equal(fp8.arange(24):reshape(3, 4, 2):get{3, 1, 2}, w.grad:get{2, 3, 1})
+    assert.has_error(function() x:permute(1, 1, 2) end, "permute: dim 1 appears twice")
+    assert.has_error(function() x:permute(1, 2) end, "permute: expected 3 dims for a 3-d tensor, got 2")
+    assert.has_error(function() x:unsqueeze(5) end, "unsqueeze: dim must be an integer in 1..4 or -4..-1, got 5")
+    assert.has_error(function() x:flatten(3, 1) end, "flatten: start dim 3 comes after end dim 1")
+  end)
+  it("float, bfloat16 and half convert as :to does", function()
+    local x = fp8.tensor{1.1, 2}
+    assert.are.equal("bf16", x:bfloat16():dtype())
+    assert.are.equal("fp16", x:half():dtype())
+    assert.are.equal("fp32", x:bfloat16():float():dtype())
+    assert.are.same(x:to("bf16"):totable(), x:bfloat16():totable())
+  end)
+end)
+
 describe("reductions", function()
   local a
   before_each(function() a = fp8.tensor{{1, -2, 3}, {4, 5, -6}} end)
