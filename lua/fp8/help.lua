@@ -61,6 +61,9 @@ add_all {
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / ^ and :abs(),\n"
        .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape()." },
+  { section = "Tensors", name = "set_printoptions", sig = "fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=}",
+    doc = "How tensors print (torch's names): decimals, the element count past which a print is summarised,\n"
+       .. "the elements kept at each end, the columns a row wraps at. Returns the previous options." },
   { section = "Tensors", name = "Tensor:eq", sig = "x:eq(y) / :ne / :lt / :le / :gt / :ge -> Tensor",
     doc = "Elementwise comparison with a tensor (broadcast) or a number: 1 where true, 0 where false, in\n"
        .. "the operands' dtype; no gradient. x:argmax(2):eq(labels):sum():item() counts correct predictions." },

@@ -9,6 +9,7 @@ M.edgeitems = 3      -- kept at each end of a long dimension when summarised
 M.precision = 4
 M.small = 16               -- tensors with at most this many elements print significant digits (see make_formatter)
 M.small_max_decimals = 8
+M.linewidth = 80     -- a row wraps to stay within this many columns (torch's linewidth)
 
 local function shape_str(shape)
   return "[" .. table.concat(shape, ", ") .. "]"
@@ -44,10 +45,22 @@ end
 
 local ELL = "..."
 
--- Render the flat row-major `strs` (kept sizes `kept`, real sizes `shape`) as nested brackets.
+-- Render the flat row-major `strs` (kept sizes `kept`, real sizes `shape`) as nested brackets. A row of
+-- the last dim wraps as torch's does: as many elements per line as fit in M.linewidth after the bracket's
+-- indent, the continuation lines aligned under the first element.
 local function render(strs, kept, shape, summarised, indent)
   local nd = #kept
   local pos = 1
+  local w = strs[1] and #strs[1] or 1
+  local function row(parts, ind)
+    local per_line = math.max(1, (M.linewidth - #ind) // (w + 2))
+    if #parts <= per_line then return "[" .. table.concat(parts, ", ") .. "]" end
+    local lines = {}
+    for i = 1, #parts, per_line do
+      lines[#lines + 1] = table.concat(parts, ", ", i, math.min(#parts, i + per_line - 1))
+    end
+    return "[" .. table.concat(lines, ",\n" .. ind .. " ") .. "]"
+  end
   local function block(d, ind)
     local parts = {}
     local n = kept[d]
@@ -60,7 +73,7 @@ local function render(strs, kept, shape, summarised, indent)
         parts[#parts + 1] = block(d + 1, ind .. " ")
       end
     end
-    if d == nd then return "[" .. table.concat(parts, ", ") .. "]" end
+    if d == nd then return row(parts, ind) end
     local sep = "," .. ("\n"):rep(nd - d) .. ind .. " "
     return "[" .. table.concat(parts, sep) .. "]"
   end
@@ -248,6 +261,25 @@ function Tensor.permute(t, ...)
     end
   end
   return r
+end
+
+-- fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=} (torch's names and meanings):
+-- decimals shown, the element count past which a print is summarised, the elements kept at each end of a
+-- summarised dim, and the columns a row wraps at. Returns the options as they were before the call.
+local PRINT_OPTS = { precision = { 0, 16 }, threshold = { 0, math.maxinteger }, edgeitems = { 1, 1000 },
+                     linewidth = { 10, 100000 } }
+function M.set_printoptions(o)
+  o = require("fp8.opts").check("set_printoptions", o, PRINT_OPTS)
+  local before = {}
+  for k in pairs(PRINT_OPTS) do before[k] = M[k] end
+  for k, v in pairs(o) do
+    local lo, hi = PRINT_OPTS[k][1], PRINT_OPTS[k][2]
+    if math.type(v) ~= "integer" or v < lo or v > hi then
+      error(("set_printoptions: %s must be an integer in %d..%d, got %s"):format(k, lo, hi, tostring(v)), 2)
+    end
+  end
+  for k, v in pairs(o) do M[k] = v end
+  return before
 end
 
 -- fp8.stack(list [, dim=1]): the tensors (all of one shape) along a new dim, as torch.stack: each gets a

@@ -493,6 +493,28 @@ describe("printing", function()
     assert.truthy(s:find("[[  1.0000, -20.0000],", 1, true), s)
     assert.truthy(s:find("[300.0000,   4.0000]]", 1, true), s)
   end)
+  it("set_printoptions takes torch's names, checks them and returns the previous ones", function()
+    local before = fp8.set_printoptions { precision = 2, linewidth = 40 }
+    assert.are.equal(4, before.precision); assert.are.equal(80, before.linewidth)
+    local s = tostring(fp8.arange(8))
+    fp8.set_printoptions(before)
+    assert.truthy(s:find("tensor([0.00, 1.00, 2.00, 3.00, 4.00,\n", 1, true), s)
+    assert.truthy(tostring(fp8.tensor{1, 2}):find("1.0000", 1, true))
+    assert.has_error(function() fp8.set_printoptions { linewidth = 5 } end,
+      "set_printoptions: linewidth must be an integer in 10..100000, got 5")
+    assert.has_error(function() fp8.set_printoptions { sci_mode = true } end)
+  end)
+  it("wraps long rows at 80 columns as torch, continuation lines aligned", function()
+    local s = tostring(fp8.arange(30))
+    local lines = {}
+    for l in s:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.are.equal(4, #lines, s)
+    assert.are.equal("tensor([ 0.0000,  1.0000,  2.0000,  3.0000,  4.0000,  5.0000,  6.0000,  7.0000,", lines[1])
+    assert.are.equal("         8.0000,  9.0000, 10.0000, 11.0000, 12.0000, 13.0000, 14.0000, 15.0000,", lines[2])
+    for i = 1, 3 do assert.is_true(#lines[i] <= 80, lines[i]) end
+    local m = tostring(fp8.zeros(2, 12))
+    assert.truthy(m:find("0.0000,\n         0.0000", 1, true), m)   -- a row of a matrix continues under its first element
+  end)
   it("switches to scientific notation for tiny or huge values", function()
     assert.truthy(tostring(fp8.tensor{1e-6, 1}):find("1.0000e-06", 1, true))
     assert.truthy(tostring(fp8.tensor{1e9, 1}):find("[1.0000e+09, 1.0000e+00]", 1, true))
