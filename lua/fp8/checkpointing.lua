@@ -112,6 +112,61 @@ end
 
 local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
 
+-- The names a checkpoint writes itself; what save hooks wrote is listed in its state file ("files").
+local OWN_NAMES = { "^random_states_%d+%.json$", "^model_?%d*%.safetensors$", "^optimizer_?%d*%.safetensors$",
+  "^scheduler_?%d*%.json$", "^scaler%.json$", "^custom_checkpoint_%d+%.json$", "^fp8lab_state%.json$" }
+local function own_name(name)
+  for _, p in ipairs(OWN_NAMES) do if name:match(p) then return true end end
+  return false
+end
+
+-- The entries of directory `dir` that no fp8lab checkpoint wrote (a user's files): save_state replaces a directory as
+-- a whole, so it deletes only directories holding none.
+local function foreign_entries(dir)
+  local listed = {}
+  local s = read_all(join(dir, STATE_FILE))
+  local ok, st = pcall(C.json_decode, s or "null", STATE_FILE)
+  if ok and type(st) == "table" and type(st.files) == "table" then
+    for _, f in ipairs(st.files) do if type(f) == "string" then listed[f] = true end end
+  end
+  local out = {}
+  for _, name in ipairs(C.listdir(dir) or {}) do
+    if not (listed[name] or own_name(name)) then out[#out + 1] = name end
+  end
+  table.sort(out)
+  return out
+end
+
+local function exists(path)
+  if C.is_dir(path) then return true end
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- Why save_state must not write `dir` ("" when it may): the directory it replaces, and the leftovers of a save that
+-- was cut short (dir.tmp, dir.old), must be checkpoints or empty; nothing of a user's is deleted.
+local function publish_refusal(dir, automatic, iteration)
+  if automatic and exists(dir) then
+    return ("checkpoint directory %s (iteration %d) already exists: load_state() resumes after the last checkpoint, or "
+      .. "set project_configuration.iteration to the iteration to start with (Accelerate refuses it too)"):format(dir, iteration)
+  end
+  for _, p in ipairs { dir, dir .. ".tmp", dir .. ".old" } do
+    if C.is_dir(p) then
+      local f = foreign_entries(p)
+      if #f > 0 then
+        local shown = table.concat(f, ", ", 1, math.min(#f, 5)) .. (#f > 5 and (", ... %d in all"):format(#f) or "")
+        return ("%s holds %s no fp8lab checkpoint wrote (%s): save_state replaces its directory as a whole and "
+          .. "deletes nothing it did not write; save into a new or empty directory"):format(p,
+          #f == 1 and "an entry" or #f .. " entries", shown)
+      end
+    elseif exists(p) then
+      return ("%s exists and is not a directory"):format(p)
+    end
+  end
+  return ""
+end
+
 -- ---- what goes into the files ---------------------------------------------------------------
 
 -- Settings that decide the numbers (anything a function or a table of functions is left out).
@@ -309,6 +364,9 @@ function M.install(Accelerator)
     local main = self.process_index == nil or self.process_index == 0
     local rank = self.process_index or 0
     local tmp = dir .. ".tmp"
+    local refusal = main and publish_refusal(dir, pc.automatic_checkpoint_naming, pc.iteration) or ""
+    if (self.num_processes or 1) > 1 then refusal = require("fp8._dist").broadcast_string(refusal, 0) end
+    if refusal ~= "" then error("save_state: " .. refusal, 2) end
     if main then
       if C.is_dir(tmp) then rmtree(tmp) end   -- a save that crashed earlier
       local ok, err = C.mkdir(tmp)
@@ -340,8 +398,10 @@ function M.install(Accelerator)
       end
       local loaders = {}
       for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
+      local files = C.listdir(tmp) or {}   -- ours and the hooks' (other ranks' random states match own_name)
+      table.sort(files)
       write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
-        dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
+        files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
         schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
       C.fsync_dir(tmp)
     end
@@ -359,11 +419,18 @@ function M.install(Accelerator)
       C.fsync_dir(dir:match("^(.*)/[^/]*$") or ".")
       if old then rmtree(old) end
       if pc.automatic_checkpoint_naming and pc.total_limit then
+        -- the oldest (lowest N) go, never the one just written (a run started at iteration 0 beside checkpoint_3
+        -- and checkpoint_4 keeps checkpoint_0 and checkpoint_4, as Accelerate's pruning before the write does)
         local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
-        for k = 1, #all - pc.total_limit do
-          -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
-          local gone = all[k][2] .. ".deleting"
-          if os.rename(all[k][2], gone) then rmtree(gone) end
+        local extra = #all - pc.total_limit
+        for _, c in ipairs(all) do
+          if extra <= 0 then break end
+          if c[2] ~= dir then
+            -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
+            local gone = c[2] .. ".deleting"
+            if os.rename(c[2], gone) then rmtree(gone) end
+            extra = extra - 1
+          end
         end
       end
     end
@@ -382,6 +449,9 @@ function M.install(Accelerator)
     opts = opts or {}
     if type(opts) ~= "table" then error(("load_state: options must be a table {strict=}, got %s"):format(type(opts)), 2) end
     O.check("load_state", opts, { "strict" }, 2)
+    if opts.strict ~= nil and type(opts.strict) ~= "boolean" then
+      error(("load_state: strict must be true or false, got %s"):format(tostring(opts.strict)), 2)
+    end
     local strict = opts.strict ~= false
     if dir == nil then
       if not (pc.automatic_checkpoint_naming and pc.project_dir) then

@@ -261,6 +261,54 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("save_state deletes nothing it did not write: a directory of the user's, or one a checkpoint shares, is refused", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    step(acc, model, opt)
+    assert(C.mkdir(d .. "/out"))
+    write(d .. "/out/notes.txt", "mine")
+    U.fails_with("save_state: " .. d .. "/out holds an entry no fp8lab checkpoint wrote (notes.txt): save_state replaces "
+      .. "its directory as a whole and deletes nothing it did not write; save into a new or empty directory",
+      function() acc:save_state(d .. "/out") end)
+    assert.are.equal("mine", read(d .. "/out/notes.txt"))
+    -- a checkpoint is replaced as a whole, hook files included (listed in its state file) ...
+    local h = acc:register_save_state_pre_hook(function(_, _, out) write(out .. "/extra.bin", "x") end)
+    acc:save_state(d .. "/ck")
+    h:remove()
+    acc:save_state(d .. "/ck")
+    assert.is_nil(io.open(d .. "/ck/extra.bin"))
+    -- ... unless something else was put in it since
+    acc:save_model(model, d .. "/ck/final")
+    U.fails_with("save_state: " .. d .. "/ck holds an entry no fp8lab checkpoint wrote (final)", function() acc:save_state(d .. "/ck") end)
+    assert.is_true(C.is_dir(d .. "/ck/final"))
+    -- the leftovers of a cut-short save are checked too, and a file in the way is named
+    write(d .. "/f", "a file")
+    U.fails_with("save_state: " .. d .. "/f exists and is not a directory", function() acc:save_state(d .. "/f") end)
+    assert(C.mkdir(d .. "/new.tmp")); write(d .. "/new.tmp/keep.txt", "mine")
+    U.fails_with("save_state: " .. d .. "/new.tmp holds an entry no fp8lab checkpoint wrote (keep.txt)", function() acc:save_state(d .. "/new") end)
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("automatic naming refuses an existing checkpoint_N (Accelerate's rule) and total_limit never deletes the new one", function()
+    local d = tmpdir()
+    local pc = fp8.ProjectConfiguration { project_dir = d, automatic_checkpoint_naming = true, total_limit = 2 }
+    local acc, model, opt = setup(nil, { project_config = pc })
+    step(acc, model, opt); acc:save_state()
+    local pc2 = fp8.ProjectConfiguration { project_dir = d, automatic_checkpoint_naming = true, total_limit = 2 }
+    local acc2, model2, opt2 = setup(nil, { project_config = pc2 })
+    step(acc2, model2, opt2)
+    U.fails_with("save_state: checkpoint directory " .. d .. "/checkpoints/checkpoint_0 (iteration 0) already exists: "
+      .. "load_state() resumes after the last checkpoint, or set project_configuration.iteration to the iteration to start with",
+      function() acc2:save_state() end)
+    -- a run numbered from 0 beside checkpoint_3 and checkpoint_4: checkpoint_3 goes, the new checkpoint_0 stays
+    os.execute(("rm -rf %s/checkpoints/*"):format(d))
+    for _, n in ipairs { 3, 4 } do pc2.iteration = n; acc2:save_state() end
+    pc2.iteration = 0
+    assert.are.equal(d .. "/checkpoints/checkpoint_0", acc2:save_state())
+    assert.same({ "checkpoint_0", "checkpoint_4" }, C.listdir(d .. "/checkpoints"))
+    os.execute("rm -rf " .. d)
+  end)
+
   it("ProjectConfiguration and Accelerator options are checked", function()
     U.fails_with("ProjectConfiguration: total_limit must be an integer >= 1, got 0", function() fp8.ProjectConfiguration { total_limit = 0 } end)
     assert.has_error(function() fp8.ProjectConfiguration { logging_dir = "x" } end, "ProjectConfiguration: logging_dir is not supported in fp8lab (no trackers; one node)")
