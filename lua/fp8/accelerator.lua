@@ -525,7 +525,14 @@ end
 function Accelerator:backward(loss, opts)
   if not core.is_tensor(loss) then error(("backward: expected the loss tensor, got %s"):format(type(loss)), 2) end
   if self.gradient_accumulation_steps > 1 then loss = loss / self.gradient_accumulation_steps end
-  if self.scaler then loss = self.scaler:scale(loss) end
+  if self.scaler then
+    loss = self.scaler:scale(loss)   -- settles a pending update first, which forgets what was unscaled
+    if next(self.scaler._unscaled) ~= nil then
+      error("backward: gradients were unscaled (clip_grad_norm_, clip_grad_value_ or unscale_gradients) and no optimizer "
+        .. "step followed: this backward would add loss-scaled gradients to unscaled ones. Under gradient accumulation, "
+        .. "clip only when acc.sync_gradients is true (torch raises at the second unscale_ too)", 2)
+    end
+  end
   ddp.backward(self, loss, opts)   -- plain loss:backward(opts) unless gradients are averaged across processes
 end
 
@@ -574,7 +581,8 @@ end
 
 -- unscale_gradients([optimizer or list]): Accelerate's. Under fp16, the gradients of every prepared optimizer
 -- (or of those given) are divided by the loss scale now, once per step (the optimizer's step does not unscale
--- them again; a second call leaves them as they are); without a loss scaler it does nothing.
+-- them again; a second call before the next backward leaves them as they are, and a backward before the step
+-- is refused: it would mix scaled and unscaled gradients); without a loss scaler it does nothing.
 function Accelerator:unscale_gradients(optimizer)
   local list = self._optimizers
   if optimizer ~= nil then
@@ -677,7 +685,8 @@ function Accelerator:device() return self._device end
 -- print, wait_for_everyone, gather, gather_for_metrics, reduce, split_between_processes,
 -- main_process_first: lua/fp8/distributed.lua
 dist.install(Accelerator)
--- no_sync(model, fn, ...): fn runs without gradient synchronisation (sync_gradients is false inside).
+-- no_sync(model, fn, ...): fn runs without gradient synchronisation (a backward inside communicates nothing;
+-- acc.sync_gradients is left as it is, as Accelerate leaves it).
 function Accelerator:no_sync(model, fn, ...) return ddp.no_sync(self, model, fn, ...) end
 
 -- state() → printable summary of precision, backend, recipe and per-layer FP8 state.

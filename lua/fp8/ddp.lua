@@ -116,22 +116,23 @@ end
 function M.backward(acc, loss, opts)
   local r = acc._ddp_reducer
   -- GradientAccumulationPlugin{sync_each_batch=true}: the micro-steps of a window communicate too (not inside no_sync)
-  local each = acc.gradient_state.sync_each_batch and not rawget(acc, "_in_no_sync")
-  if not r or (acc.sync_gradients == false and not each) then return loss:backward(opts) end
+  local in_no_sync = rawget(acc, "_in_no_sync")
+  local each = acc.gradient_state.sync_each_batch
+  if not r or in_no_sync or (acc.sync_gradients == false and not each) then return loss:backward(opts) end
   r:begin()
   local ok, err = pcall(loss.backward, loss, opts)
   if not ok then r:cancel(); error(err, 0) end
   r:finish()
 end
 
--- no_sync(acc, model, fn, ...): fn runs with gradient synchronisation off (acc.sync_gradients = false).
+-- no_sync(acc, model, fn, ...): fn runs with gradient synchronisation off: a backward inside communicates nothing.
+-- As Accelerate's (DDP's model.no_sync()), it leaves acc.sync_gradients alone, so a prepared optimizer's step
+-- inside still steps (with this process's gradients).
 function M.no_sync(acc, model, fn, ...)
   if type(fn) ~= "function" then error(("no_sync: expected (model, function), got a %s"):format(type(fn)), 3) end
-  local prev, prev_in = acc.sync_gradients, rawget(acc, "_in_no_sync")
-  acc.sync_gradients = false
+  local prev_in = rawget(acc, "_in_no_sync")
   rawset(acc, "_in_no_sync", true)
   local res = table.pack(pcall(fn, ...))
-  acc.sync_gradients = prev
   rawset(acc, "_in_no_sync", prev_in)
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)

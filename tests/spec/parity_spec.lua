@@ -627,6 +627,46 @@ describe("fp16 with two optimizers", function()
     -- one update per iteration, not one per optimizer: 65536 doubled twice
     assert.are.equal(65536 * 4, acc.scaler:get_scale())
   end)
+
+  it("no_sync leaves sync_gradients alone, as Accelerate's: an optimizer step inside it steps", function()
+    local acc = new_acc {}
+    local m = nn.Linear(4, 2)
+    local o = optim.SGD(m:parameters(), { lr = 0.1 })
+    m, o = acc:prepare(m, o)
+    local w = m.weight:clone()
+    acc:no_sync(m, function()
+      assert.is_true(acc.sync_gradients)
+      acc:backward(m(fp8.randn { 3, 4 }):sum())
+      o:step(); o:zero_grad()
+    end)
+    assert.is_true((m.weight - w):abs():max():item() > 0)
+    assert.are.equal(1, acc.step)
+  end)
+
+  it("a backward after clipping and before the step is refused (it would add scaled gradients to unscaled ones)", function()
+    local acc = new_acc { mixed_precision = "fp16", gradient_accumulation_steps = 2 }
+    local m = nn.Linear(8, 4)
+    local o = optim.SGD(m:parameters(), { lr = 0.1 })
+    m, o = acc:prepare(m, o)
+    local function micro() acc:backward(m(fp8.randn { 4, 8 }):pow(2):mean()) end
+    acc:accumulate(m, micro)
+    acc:clip_grad_norm_(m:parameters(), 1.0)   -- on a micro-step without sync: the gradients are unscaled now
+    U.fails_with("backward: gradients were unscaled (clip_grad_norm_, clip_grad_value_ or unscale_gradients) and no "
+      .. "optimizer step followed", function() acc:accumulate(m, micro) end)
+    -- clipping only when the gradients sync is the working pattern
+    local acc2 = new_acc { mixed_precision = "fp16", gradient_accumulation_steps = 2 }
+    local m2 = nn.Linear(8, 4)
+    local o2 = optim.SGD(m2:parameters(), { lr = 0.1 })
+    m2, o2 = acc2:prepare(m2, o2)
+    for _ = 1, 4 do
+      acc2:accumulate(m2, function()
+        acc2:backward(m2(fp8.randn { 4, 8 }):pow(2):mean())
+        if acc2.sync_gradients then acc2:clip_grad_norm_(m2:parameters(), 1.0) end
+        o2:step(); o2:zero_grad()
+      end)
+    end
+    assert.are.equal(2, acc2.step)
+  end)
 end)
 
 describe("what Accelerate has and fp8lab does not", function()
