@@ -459,7 +459,9 @@ function DataLoader:iter()
   local gs = rawget(self, "_gradient_state")   -- set by Accelerator:prepare (end of an accumulation window)
   return function()
     b = b + 1
-    if gs then gs.end_of_dataloader = b >= nb end
+    -- true while the last batch is out; false again once the loop ends, as Accelerate's gradient state forgets a
+    -- finished loader (later accumulate calls, outside any loop, count micro-steps again)
+    if gs then gs.end_of_dataloader = b == nb end
     if b > nb then return nil end
     self.batches_served = b
     local lo = (b - 1) * bs + 1

@@ -395,7 +395,7 @@ function Sharded:iter()
   local gs = rawget(ld, "_gradient_state")
   return function()
     b = b + 1
-    if gs then gs.end_of_dataloader = b >= #mine end
+    if gs then gs.end_of_dataloader = b == #mine end   -- as DataLoader:iter: false again once the loop ends
     if b > #mine then return nil end
     if b == #mine then state.end_of_dataloader = true end
     ld.batches_served = b

@@ -104,6 +104,13 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     end
     local with, n = syncs(fp8.GradientAccumulationPlugin { num_steps = 2 })
     assert.are.equal("011011", with)   -- the last batch of each epoch ends a window too
+    -- once a loop is over the loader is forgotten (Accelerate's gradient state drops it): micro-steps count again
+    local acc = new_acc { gradient_accumulation_steps = 2 }
+    local m, ld = acc:prepare(nn.Linear(2, 2), fp8.data.DataLoader { items, batch_size = 2 })
+    for _ in ld do acc:accumulate(m, function() end) end
+    local after = {}
+    for _ = 1, 4 do acc:accumulate(m, function() after[#after + 1] = acc.sync_gradients and 1 or 0 end) end
+    assert.are.equal("0101", table.concat(after))
     assert.are.equal(2, n)
     assert.are.equal("010101", (syncs(fp8.GradientAccumulationPlugin { num_steps = 2, sync_with_dataloader = false })))
     assert.are.equal("001001", (syncs(fp8.GradientAccumulationPlugin { num_steps = 3, adjust_scheduler = true })))
