@@ -552,7 +552,9 @@ function Accelerator:_after_step()
   if log and self.step % log.every == 0 then self:_write_stats(log) end
 end
 
--- autocast(fn, ...) runs fn with this accelerator's autocast (and FP8 autocast under fp8).
+-- autocast(fn, ...) runs fn with this accelerator's autocast: bf16 under fp8 and bf16, fp16 under fp16, as
+-- Accelerate's (FP8 itself is the prepared model's to turn on: its forward runs in FP8 in training, and in eval
+-- only with use_autocast_during_eval, inside this autocast or not).
 -- autocast() without a function: Accelerate's `with accelerator.autocast():` as a handle to close,
 --   do local _ <close> = acc:autocast(); ... end   (the previous autocast returns at the block's end)
 function Accelerator:autocast(fn, ...)
@@ -562,20 +564,14 @@ function Accelerator:autocast(fn, ...)
     local fp8 = require "fp8"
     local prev = fp8.autocast_dtype()
     fp8.set_autocast_dtype(amp.dtype_for(mode))
-    local fp8_on = self.mixed_precision == "fp8"
-    if fp8_on then fp8_autocast._autocast_enter() end
     local closed = false
     return setmetatable({}, { __name = "autocast", __close = function()
       if closed then return end
       closed = true
-      if fp8_on then fp8_autocast._autocast_leave() end
       fp8.set_autocast_dtype(prev)
     end })
   end
   if type(fn) ~= "function" then error(("autocast: expected a function or nothing, got %s"):format(type(fn)), 2) end
-  if self.mixed_precision == "fp8" then
-    return amp.autocast(mode, fp8_autocast.fp8_autocast, fn, ...)
-  end
   return amp.autocast(mode, fn, ...)
 end
 

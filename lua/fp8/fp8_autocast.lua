@@ -19,12 +19,19 @@ function M.fp8_autocast(fn, ...)
   return table.unpack(res, 2, res.n)
 end
 
--- For Accelerator:autocast() without a function (a to-be-closed block): enter / leave by hand.
-function M._autocast_enter() autocast_depth = autocast_depth + 1 end
-function M._autocast_leave() if autocast_depth > 0 then autocast_depth = autocast_depth - 1 end end
+-- fp8_autocast_off(fn, ...) runs fn with FP8 autocast off, whatever encloses it (restored on error too).
+local function fp8_autocast_off(fn, ...)
+  local depth = autocast_depth
+  autocast_depth = 0
+  local res = table.pack(pcall(fn, ...))
+  autocast_depth = depth
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
 
 -- contextual_fp8_autocast(forward_fn, recipe, use_during_eval) → a forward(self, ...) that runs
--- with FP8 autocast when self.training, or always when use_during_eval (Accelerate's wrapper).
+-- with FP8 autocast when self.training, or always when use_during_eval, and with it off otherwise even inside
+-- an enclosing FP8 autocast (Accelerate's wrapper: te.fp8_autocast(enabled=...) decides for what it wraps).
 function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval)
   if type(forward_fn) ~= "function" then
     error(("contextual_fp8_autocast: expected the forward function, got %s"):format(type(forward_fn)), 2)
@@ -32,7 +39,7 @@ function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval)
   if use_during_eval == nil and type(recipe) == "table" then use_during_eval = recipe.use_autocast_during_eval end
   return function(self, ...)
     local on = use_during_eval or (type(self) == "table" and self.training ~= false)
-    if not on then return forward_fn(self, ...) end
+    if not on then return fp8_autocast_off(forward_fn, self, ...) end
     return M.fp8_autocast(forward_fn, self, ...)
   end
 end

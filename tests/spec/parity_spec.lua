@@ -359,6 +359,26 @@ describe("Accelerate's names", function()
     assert.equal("bf16", acc:autocast(function() return fp8.autocast_dtype() end))
   end)
 
+  it("acc:autocast() turns on bf16 only: a prepared te model in eval mode stays out of FP8 inside it (use_autocast_during_eval=false)", function()
+    fp8.manual_seed(5)
+    local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    local m = acc:prepare(nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32)))
+    local x = fp8.randn { 8, 32 }
+    m:eval()
+    local plain = m(x)
+    local inside = acc:autocast(function() return m(x) end)
+    local inside_block
+    do local _ <close> = acc:autocast(); inside_block = m(x) end
+    m:train()
+    local fp8_out = fp8.no_grad(function() return m(x) end)
+    assert.is_true((plain - fp8_out):abs():max():item() > 0)   -- training runs in FP8 and eval does not
+    assert.are.equal(0, (inside - plain):abs():max():item())
+    assert.are.equal(0, (inside_block - plain):abs():max():item())
+    -- and inside an explicit fp8.fp8_autocast the eval forward still decides for itself, as te.fp8_autocast(enabled=)
+    m:eval()
+    assert.are.equal(0, (fp8.fp8_autocast(function() return m(x) end) - plain):abs():max():item())
+  end)
+
   it("clip_grad_value_ clamps every gradient element", function()
     local acc = new_acc {}
     local lin = acc:prepare(nn.Linear(4, 3))
