@@ -111,7 +111,8 @@ static const fl_setting ROWS[] = {
     [FL_SET_PAD_INNER_DIM] = {
         .name = "pad_inner_dim", .type = FL_SETTING_BOOL, .def = 1, .env = "FP8LAB_FP8_PAD_INNER_DIM",
         .flag = "fp8_pad_inner_dim", .file = FL_FILE_FP8_CONFIG, .backends = AO,
-        .help = "pad the inner GEMM dimensions to a multiple of 16 instead of leaving the layer in high precision",
+        .help = "a Linear that module_filter_func takes whose features are not multiples of 16 runs in FP8 (its GEMM "
+                "padded to 16); false: it stays in high precision (the default filter never takes one)",
         .question = "Pad GEMM dimensions to multiples of 16 (yes/no)"},
     [FL_SET_ENABLE_FSDP_FLOAT8_ALL_GATHER] = {
         .name = "enable_fsdp_float8_all_gather", .type = FL_SETTING_BOOL, .def = 1,

@@ -172,25 +172,41 @@ function Accelerator:autocast_dtype() return AUTOCAST[self.mixed_precision] end
 
 -- ---- model conversion -------------------------------------------------------------------------
 
+-- One notice per layer and reason, per process, for a Linear that stays in high precision.
+local function keep_hp(tag, name, m, why)
+  local key = ("%s:%s:%d:%d"):format(tag, name, m.in_features, m.out_features)
+  if not convert._shape_warned[key] then
+    convert._shape_warned[key] = true
+    io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: %s\n"):format(name, m.in_features,
+      m.out_features, why))
+  end
+  return false
+end
+
+-- ao's filter. Accelerate's default (filter_linear_layers) keeps the first and last Linear, and every Linear whose
+-- dims are not multiples of 16, in high precision, whatever pad_inner_dim says. A module_filter_func decides
+-- alone, except that a layer it takes whose dims are not multiples of 16 runs in FP8 only with pad_inner_dim
+-- (torchao zero-pads K and N for the GPU GEMM; padding changes no product, so the CPU runs it unpadded with the
+-- same numbers); without, torchao's GEMM could not run it, and it stays in high precision with a notice.
 local function ao_filter(self, model)
   local r = self.fp8_recipe
   local lins = convert.linears(model)
   local first, last = lins[1] and lins[1][2], lins[#lins] and lins[#lins][2]
   local user = r.module_filter_func
   return function(m, name)
-    if user ~= nil then return user(m, name) == true end
-    if m == first or m == last then                         -- torchao's default: first and last stay hp
-      local key = ("ao:%s:%d:%d"):format(name, m.in_features, m.out_features)
-      if not convert._shape_warned[key] then
-        convert._shape_warned[key] = true
-        io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: torchao's default filter keeps the "
-          .. "first and last Linear in high precision\n"):format(name, m.in_features, m.out_features))
-      end
-      return false
+    if user ~= nil then
+      if user(m, name) ~= true then return false end
+      if convert.shape_ok(m) or r.pad_inner_dim == true then return true end
+      return keep_hp("ao-pad", name, m, "module_filter_func took it, but its dims are not multiples of 16 and "
+        .. "pad_inner_dim=false")
     end
-    -- dims not divisible by 16: skipped, unless pad_inner_dim (torchao pads them with zeros for the GPU
-    -- GEMM; zero padding leaves every product unchanged, so the CPU runs them unpadded, same numbers)
-    if not convert.shape_ok(m) then return r.pad_inner_dim == true end
+    if m == first or m == last then
+      return keep_hp("ao", name, m, "torchao's default filter keeps the first and last Linear in high precision")
+    end
+    if not convert.shape_ok(m) then
+      return keep_hp("ao", name, m, "Accelerate's default filter keeps Linears whose dims are not multiples of 16 in "
+        .. "high precision (a module_filter_func with pad_inner_dim=true runs them in FP8)")
+    end
     return true
   end
 end
@@ -217,13 +233,7 @@ function Accelerator:_prepare_model(model)
   elseif r.backend == "te" then
     filter = function(m, name)
       if convert.shape_ok(m) then return true end
-      local key = ("%s:%d:%d"):format(name, m.in_features, m.out_features)
-      if not convert._shape_warned[key] then
-        convert._shape_warned[key] = true
-        io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: FP8 GEMMs need dims divisible by 16 (the GPU rule)\n")
-          :format(name, m.in_features, m.out_features))
-      end
-      return false
+      return keep_hp("te", name, m, "FP8 GEMMs need dims divisible by 16 (the GPU rule)")
     end
   end
   -- the model itself may be a Linear (or a LayerNorm): convert_model swaps children, so the root is

@@ -202,16 +202,21 @@ describe("ao recipe", function()
     assert.are.equal(1, count_class(model, "FP8Linear"))
   end)
 
-  it("pad_inner_dim decides whether dims that are not multiples of 16 run in FP8", function()
-    local function count(pad)
+  it("the default filter keeps dims that are not multiples of 16 in high precision (Accelerate's); with a "
+    .. "module_filter_func, pad_inner_dim decides", function()
+    local function count(pad, user)
       fp8.manual_seed(0)
-      local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 40), nn.ReLU(), nn.Linear(40, 10))
-      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.AORecipeKwargs { pad_inner_dim = pad } },
-                                    config = false, env = {} }
+      local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 40), nn.ReLU(), nn.Linear(40, 10),
+        nn.ReLU(), nn.Linear(10, 16))
+      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.AORecipeKwargs { pad_inner_dim = pad,
+                                    module_filter_func = user } }, config = false, env = {} }
       return count_class(acc:prepare(model), "FP8Linear")
     end
-    assert.are.equal(1, count(true))    -- the middle 64 -> 40 layer, first and last stay high precision
+    assert.are.equal(0, count(true))    -- first and last stay, and 64 -> 40, 40 -> 10 are not multiples of 16
     assert.are.equal(0, count(false))
+    local all = function() return true end
+    assert.are.equal(4, count(true, all))    -- torchao pads them: all four in FP8
+    assert.are.equal(1, count(false, all))   -- only 32 -> 64 can run unpadded
   end)
 
   it("uses module_filter_func when given", function()
