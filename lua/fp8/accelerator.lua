@@ -86,10 +86,21 @@ local function new(opts)
         .. "num_steps is the number of steps)", 3)
     end
   end
-  -- argument > launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS > config file > 1
-  local gas = plugin and plugin.num_steps or opts.gradient_accumulation_steps or settings.gradient_accumulation_steps or 1
-  if opts.gradient_accumulation_steps ~= nil or plugin then settings.sources.gradient_accumulation_steps = "argument" end
-  settings.sources.gradient_accumulation_steps = settings.sources.gradient_accumulation_steps or "default"
+  -- plugin > launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS > argument > config file > 1:
+  -- Accelerate's order (its ACCELERATE_GRADIENT_ACCUMULATION_STEPS beats the argument); a beaten argument is named
+  local gas, gsrc
+  local env_gas = settings.sources.gradient_accumulation_steps == "env" and settings.gradient_accumulation_steps or nil
+  if plugin then gas, gsrc = plugin.num_steps, "argument"
+  elseif env_gas ~= nil then
+    gas, gsrc = env_gas, "env"
+    local arg = opts.gradient_accumulation_steps
+    if arg ~= nil and arg ~= env_gas then
+      settings.notices[#settings.notices + 1] = ("the Accelerator's gradient_accumulation_steps=%d overridden by launch "
+        .. "--gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS=%d (Accelerate's order)"):format(arg, env_gas)
+    end
+  elseif opts.gradient_accumulation_steps ~= nil then gas, gsrc = opts.gradient_accumulation_steps, "argument"
+  else gas, gsrc = settings.gradient_accumulation_steps or 1, settings.sources.gradient_accumulation_steps or "default" end
+  settings.sources.gradient_accumulation_steps = gsrc
   settings.gradient_accumulation_steps = gas
   local ac = settings.autocast or {}
   if ac.cache_enabled ~= nil and settings.handlers and settings.handlers.AutocastKwargs

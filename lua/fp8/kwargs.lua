@@ -735,6 +735,13 @@ local function resolve(opts)
     local ok, res = pcall(settings.check, "mixed_precision", opts.mixed_precision, "resolve: mixed_precision")
     if not ok then fail(tostring(res)) end
     mp, mps = res, "argument"
+    -- Accelerate's argument wins too, silently; here the loser is named
+    for _, o in ipairs { { envv.mixed_precision, "FP8LAB_MIXED_PRECISION=" .. tostring(env_raw.mixed_precision) },
+                         { cfgv.mixed_precision, (where or "") .. ": mixed_precision=" .. repr(cfgv.mixed_precision) } } do
+      if o[1] ~= nil and o[1] ~= mp then
+        notices[#notices + 1] = ("%s overridden by the Accelerator's mixed_precision=%s"):format(o[2], repr(mp))
+      end
+    end
   elseif envv.mixed_precision then mp, mps = envv.mixed_precision, "env"
   elseif cfgv.mixed_precision then mp, mps = cfgv.mixed_precision, "config"
   else mp, mps = ROW.mixed_precision.default, "default" end
@@ -801,6 +808,14 @@ local function resolve(opts)
       elseif cfgv[name] ~= nil then v, s = cfgv[name], "config"
       else v, s = copy(F[name].default), "default" end
       recipe[name], src[name] = v, s
+      if s == "handler" then   -- as in Accelerate the handler wins; the launch flag or config value it beats is named
+        for _, o in ipairs { { envv[name], F[name].env and (F[name].env .. "=" .. tostring(env_raw[name])) },
+                             { cfgv[name], (where or "") .. ": fp8_config." .. name .. "=" .. repr(cfgv[name]) } } do
+          if o[1] ~= nil and o[2] and not deep_equal(o[1], v) then
+            notices[#notices + 1] = ("%s overridden by %s{%s=%s}"):format(o[2], fp8h.handler_type, name, repr(v))
+          end
+        end
+      end
     end
     out.fp8_recipe = recipe
     for _, b in ipairs(M.BACKENDS) do

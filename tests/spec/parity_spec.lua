@@ -176,10 +176,12 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     assert.same({ false, false, false, true, false, true, false, false, false, true, false, true }, seen)
   end)
 
-  it("gradient_accumulation_steps comes from the argument, the environment, the config file", function()
+  it("gradient_accumulation_steps comes from the environment, the argument, the config file", function()
     assert.equal(3, new_acc { env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "3" } }.gradient_accumulation_steps)
     assert.equal(5, new_acc { config = { gradient_accumulation_steps = 5 } }.gradient_accumulation_steps)
-    assert.equal(2, new_acc { gradient_accumulation_steps = 2, env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "3" } }
+    assert.equal(3, new_acc { gradient_accumulation_steps = 2, env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "3" } }
+      .gradient_accumulation_steps)   -- Accelerate's ACCELERATE_GRADIENT_ACCUMULATION_STEPS beats the argument too
+    assert.equal(2, new_acc { gradient_accumulation_steps = 2, config = { gradient_accumulation_steps = 5 } }
       .gradient_accumulation_steps)
     assert.equal(1, new_acc {}.gradient_accumulation_steps)
     local cfg = fp8.config.parse("gradient_accumulation_steps: 6\nmixed_precision: bf16\n")
@@ -653,6 +655,29 @@ describe("fp16 with two optimizers", function()
     assert.is_true((b.weight - (wb - 0.1 * gb / scale)):abs():max():item() < 1e-6)
     -- one update per iteration, not one per optimizer: 65536 doubled twice
     assert.are.equal(65536 * 4, acc.scaler:get_scale())
+  end)
+
+  it("the launch flag's gradient_accumulation_steps beats the argument (Accelerate's order); every beaten value is named", function()
+    local function has(acc, text)
+      for _, n in ipairs(acc.settings.notices) do if n:find(text, 1, true) then return true end end
+      return false
+    end
+    local acc = new_acc { gradient_accumulation_steps = 4, env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "8" } }
+    assert.are.equal(8, acc.gradient_accumulation_steps)
+    assert.are.equal("env", acc.settings.sources.gradient_accumulation_steps)
+    assert.is_true(has(acc, "the Accelerator's gradient_accumulation_steps=4 overridden by launch --gradient_accumulation_steps"))
+    assert.are.equal(4, new_acc { gradient_accumulation_steps = 4 }.gradient_accumulation_steps)
+    local same = new_acc { gradient_accumulation_steps = 8, env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "8" } }
+    assert.are.equal(0, #same.settings.notices)
+    -- the plugin is an object, not a number the launcher can replace: it wins
+    assert.are.equal(2, new_acc { gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 },
+      env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "8" } }.gradient_accumulation_steps)
+    -- the script's mixed_precision and a handler's fields win, as in Accelerate, with a notice
+    local a2 = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs { margin = 1 } },
+      env = { FP8LAB_FP8_MARGIN = "3", FP8LAB_MIXED_PRECISION = "bf16" } }
+    assert.are.equal(1, a2.fp8_recipe.margin)
+    assert.is_true(has(a2, "FP8LAB_FP8_MARGIN=3 overridden by TERecipeKwargs{margin=1}"))
+    assert.is_true(has(a2, 'FP8LAB_MIXED_PRECISION=bf16 overridden by the Accelerator\'s mixed_precision="fp8"'))
   end)
 
   it("no_sync leaves sync_gradients alone, as Accelerate's: an optimizer step inside it steps", function()
