@@ -24,7 +24,18 @@ local data = require "fp8.data"          -- DataLoader, SkipDataLoader
 local Plugin = require "fp8.accumulation_plugin"   -- fp8.GradientAccumulationPlugin
 
 local Accelerator = {}
-Accelerator.__index = Accelerator
+-- Accelerate's read-only properties that follow other state, computed when read.
+local PROPERTIES = {
+  project_dir = function(self) return self.project_configuration.project_dir end,
+  save_iteration = function(self) return self.project_configuration.iteration end,
+  use_distributed = function(self) return (self.num_processes or 1) > 1 end,
+}
+Accelerator.__index = function(self, k)
+  local v = Accelerator[k]
+  if v ~= nil then return v end
+  local p = PROPERTIES[k]
+  if p then return p(self) end
+end
 Accelerator.__name = "Accelerator"
 
 local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers = true, cpu = true,
@@ -678,7 +689,7 @@ end
 
 -- profile(fn [, handler]): fn(prof) runs under an fp8.profiler configured from the ProfileKwargs handler
 -- (argument, else kwargs_handlers/settings, else defaults); each opt:step() through this accelerator
--- advances its schedule. With output_trace_dir the trace is <dir>/trace_rank<process_index>.json.
+-- advances its schedule. With output_trace_dir the trace is <dir>/profile_<process_index>.json.
 function Accelerator:profile(fn, handler)
   if type(fn) ~= "function" then error(("profile: expected a function, got %s"):format(type(fn)), 2) end
   if self._profiler then error("profile: this accelerator is already profiling", 2) end
@@ -805,7 +816,7 @@ if okh and help.add then
     "Runs the function under fp8.profiler configured from the ProfileKwargs in kwargs_handlers (or the\n"
     .. "handler given, or defaults); every opt:step() through the accelerator is one profiler step (do not\n"
     .. "call prof:step() as well). With output_trace_dir the Chrome trace goes to\n"
-    .. "<dir>/trace_rank<process_index>.json. Then print(prof:key_averages()).")
+    .. "<dir>/profile_<process_index>.json. Then print(prof:key_averages()).")
 end
 
 return Accelerator

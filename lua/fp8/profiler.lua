@@ -6,7 +6,7 @@
 -- Options are fp8.ProfileKwargs' (a handler is accepted too). The schedule (PyTorch's): skip_first
 -- steps, then cycles of wait → warmup → active steps, `repeat` cycles (0: until stop). Only active
 -- steps are kept, each inside a "ProfilerStep#N" range; warmup steps are recorded and thrown away.
--- At the end of each active window the trace is written to <output_trace_dir>/trace_rank<R>.json
+-- At the end of each active window the trace is written to <output_trace_dir>/profile_<R>.json (Accelerate's name)
 -- (every window so far) and on_trace_ready(prof) is called. Without a schedule everything from
 -- start to stop is one window.
 local O = require "fp8.opts"
@@ -151,7 +151,7 @@ end
 function Profiler:trace_path()
   local dir = self.options.output_trace_dir
   if not dir then return nil end
-  return ("%s/trace_rank%d.json"):format(dir:gsub("/+$", ""), self.rank)
+  return ("%s/profile_%d.json"):format(dir:gsub("/+$", ""), self.rank)
 end
 
 function Profiler:_finish_window(drop)
@@ -524,7 +524,7 @@ if okh and help.add then
     .. "training step, prof:stop(); or prof:run(function(prof) ... end). Only active steps are kept, each in a\n"
     .. "\"ProfilerStep#N\" range; every op records wall time, nesting, and with the options its input shapes,\n"
     .. "FLOPs, net CPU bytes, module path, and with activities={\"cpu\",\"cuda\"} on a GPU its device time.\n"
-    .. "At the end of each active window the trace goes to <output_trace_dir>/trace_rank<R>.json and\n"
+    .. "At the end of each active window the trace goes to <output_trace_dir>/profile_<R>.json (Accelerate's name) and\n"
     .. "on_trace_ready(prof) runs. Your own ranges: fp8.profiler.record_function(name, fn, ...).")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"

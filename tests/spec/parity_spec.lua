@@ -680,6 +680,17 @@ describe("fp16 with two optimizers", function()
     assert.is_true(has(a2, 'FP8LAB_MIXED_PRECISION=bf16 overridden by the Accelerator\'s mixed_precision="fp8"'))
   end)
 
+  it("project_dir, save_iteration and use_distributed read as Accelerate's properties", function()
+    local acc = new_acc { project_config = fp8.ProjectConfiguration { project_dir = "/tmp/p", automatic_checkpoint_naming = true,
+      iteration = 3 } }
+    assert.are.equal("/tmp/p", acc.project_dir)
+    assert.are.equal(3, acc.save_iteration)
+    acc.project_configuration.iteration = 4
+    assert.are.equal(4, acc.save_iteration)
+    assert.is_false(acc.use_distributed)
+    assert.is_nil(new_acc {}.project_dir)
+  end)
+
   it("no_sync leaves sync_gradients alone, as Accelerate's: an optimizer step inside it steps", function()
     local acc = new_acc {}
     local m = nn.Linear(4, 2)

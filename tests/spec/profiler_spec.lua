@@ -204,7 +204,7 @@ describe("profiled training run", function()
       assert.is_nil(Module._call_hook)
       assert.is_false(P.enabled())
 
-      local doc = json_decode(read(dir .. "/trace_rank0.json"))
+      local doc = json_decode(read(dir .. "/profile_0.json"))
       assert.equal("table", type(doc.traceEvents))
       local xs = {}
       for _, e in ipairs(doc.traceEvents) do
@@ -573,7 +573,7 @@ describe("profiler API", function()
     assert.equal(prof, prof:run(function(p)
       for _ = 1, 3 do local _ = x * x; p:step() end
     end))
-    local doc = json_decode(read(dir .. "/trace_rank0.json"))
+    local doc = json_decode(read(dir .. "/profile_0.json"))
     local steps = 0
     for _, e in ipairs(doc.traceEvents) do if e.ph == "X" and e.name:match("^ProfilerStep#") then steps = steps + 1 end end
     assert.equal(3, steps)
