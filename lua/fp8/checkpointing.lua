@@ -372,38 +372,46 @@ function M.install(Accelerator)
       local ok, err = C.mkdir(tmp)
       if not ok then error("save_state: " .. err, 2) end
     end
-    self:wait_for_everyone()
-    C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
-    -- the state dicts the model files are written from: on the main process, and on every process when hooks run
-    local hooks, weights = rawget(self, "_save_hooks") or {}, {}
-    if main or #hooks > 0 then
-      for i, m in ipairs(self._models) do weights[i] = m:state_dict() end
-    end
-    for _, hook in ipairs(hooks) do
-      local models = table.move(self._models, 1, #self._models, 1, {})   -- the hook sees a copy: it may only drop weights
-      hook(models, weights, tmp)
-    end
-    if main then
-      for i, sd in ipairs(weights) do
-        core.save_file(sd, join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
+    -- everything goes into tmp; a failure on the way (a hook's error, a state that cannot be written) removes it,
+    -- so that no half checkpoint stays behind to be mistaken for a user's files by the next save
+    local filled, ferr = pcall(function()
+      self:wait_for_everyone()
+      C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
+      -- the state dicts the model files are written from: on the main process, and on every process when hooks run
+      local hooks, weights = rawget(self, "_save_hooks") or {}, {}
+      if main or #hooks > 0 then
+        for i, m in ipairs(self._models) do weights[i] = m:state_dict() end
       end
-      for i, o in ipairs(self._optimizers) do
-        local tensors, meta = optimizer_to_file(rawget(o, "optimizer"))
-        core.save_file(tensors, join(tmp, "optimizer" .. suffix(i) .. ".safetensors"), meta)
+      for _, hook in ipairs(hooks) do
+        local models = table.move(self._models, 1, #self._models, 1, {})   -- the hook sees a copy: it may only drop weights
+        hook(models, weights, tmp)
       end
-      for i, s in ipairs(self._schedulers or {}) do write_json(join(tmp, "scheduler" .. suffix(i) .. ".json"), s:state_dict()) end
-      if self.scaler then write_json(join(tmp, "scaler.json"), self.scaler:state_dict()) end
-      for i, obj in ipairs(self._custom or {}) do
-        write_json(join(tmp, ("custom_checkpoint_%d.json"):format(i - 1)), plain(obj:state_dict()))
+      if main then
+        for i, sd in ipairs(weights) do
+          core.save_file(sd, join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
+        end
+        for i, o in ipairs(self._optimizers) do
+          local tensors, meta = optimizer_to_file(rawget(o, "optimizer"))
+          core.save_file(tensors, join(tmp, "optimizer" .. suffix(i) .. ".safetensors"), meta)
+        end
+        for i, s in ipairs(self._schedulers or {}) do write_json(join(tmp, "scheduler" .. suffix(i) .. ".json"), s:state_dict()) end
+        if self.scaler then write_json(join(tmp, "scaler.json"), self.scaler:state_dict()) end
+        for i, obj in ipairs(self._custom or {}) do
+          write_json(join(tmp, ("custom_checkpoint_%d.json"):format(i - 1)), plain(obj:state_dict()))
+        end
+        local loaders = {}
+        for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
+        local files = C.listdir(tmp) or {}   -- ours and the hooks' (other ranks' random states match own_name)
+        table.sort(files)
+        write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
+          files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
+          schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
+        C.fsync_dir(tmp)
       end
-      local loaders = {}
-      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
-      local files = C.listdir(tmp) or {}   -- ours and the hooks' (other ranks' random states match own_name)
-      table.sort(files)
-      write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
-        files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
-        schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
-      C.fsync_dir(tmp)
+    end)
+    if not filled then
+      if main then rmtree(tmp) end
+      error(ferr, 0)
     end
     self:wait_for_everyone()
     if main then

@@ -281,6 +281,12 @@ describe("acc:save_state / load_state", function()
     acc:save_model(model, d .. "/ck/final")
     U.fails_with("save_state: " .. d .. "/ck holds an entry no fp8lab checkpoint wrote (final)", function() acc:save_state(d .. "/ck") end)
     assert.is_true(C.is_dir(d .. "/ck/final"))
+    -- a save that fails on the way leaves nothing behind (its temporary directory included), so the next one works
+    local h2 = acc:register_save_state_pre_hook(function(_, _, out) write(out .. "/extra.bin", "x"); error("hook failed") end)
+    assert.has_error(function() acc:save_state(d .. "/later") end)
+    h2:remove()
+    assert.is_false(C.is_dir(d .. "/later.tmp"))
+    acc:save_state(d .. "/later")
     -- the leftovers of a cut-short save are checked too, and a file in the way is named
     write(d .. "/f", "a file")
     U.fails_with("save_state: " .. d .. "/f exists and is not a directory", function() acc:save_state(d .. "/f") end)
