@@ -50,8 +50,10 @@ fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdi
 fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
 /* fl_binary, fl_binary_scalar, fl_unary, fl_reduce (sum, mean), fl_matmul record autograd nodes
  * (core/autograd.h); max/min/amax results and comparisons carry no history. maximum/minimum send the gradient
- * to the operand that wins (half to each on a tie, as torch; against a scalar, clamp's rule: all of it where
- * x >= s, resp. x <= s); pow's exponent, when a tensor, takes no gradient (refused when it requires one). Under autocast (fl_autocast_dtype()
+ * to the operand that wins (torch's rule: half to each on a tie, all to both beside a NaN; against a scalar,
+ * clamp's rule: all of it where x >= s, resp. x <= s); pow's exponent, when a tensor, takes no gradient
+ * (refused when it requires one), and the base's gradient is 0 where the exponent is 0, as torch's. A comparison
+ * with a scalar takes the scalar rounded to a bf16/fp16 tensor's dtype (torch's casting of a number). Under autocast (fl_autocast_dtype()
  * bf16/fp16) fl_matmul rounds fp32 inputs to that dtype and returns fp32. */
 
 /* Differentiable views and copies: the tensor.c layout functions (fl_tensor_view, ...) plus an

@@ -20,18 +20,20 @@ static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in)
 
 /* ---- binary ------------------------------------------------------------------------------- */
 
-/* maximum/minimum's gradient for x against y: g where x wins (cmp(x, y): GT for maximum, LT for minimum), g/2
- * where they tie (torch's rule), 0 where y wins or either is NaN. */
-static fl_status select_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *x, const fl_tensor *y, fl_binop cmp) {
-    fl_tensor *win = NULL, *tie = NULL, *m = NULL;
-    fl_status st = fl_binary_raw(&win, cmp, x, y);
+/* maximum/minimum's gradient for x against y, torch's rule: 0 where x loses (lose(x, y): LT for maximum, GT for
+ * minimum), g/2 where they tie, g otherwise (a NaN on either side included: both operands get it all). */
+static fl_status select_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *x, const fl_tensor *y, fl_binop lose) {
+    fl_tensor *l = NULL, *tie = NULL, *m = NULL, *k = NULL;
+    fl_status st = fl_binary_raw(&l, lose, x, y);
     if (st == FL_OK) st = fl_binary_raw(&tie, FL_OP_EQ, x, y);
     if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_MUL, tie, 0.5, false);
-    if (st == FL_OK) { fl_tensor_release(tie); tie = NULL; st = fl_binary_raw(&tie, FL_OP_ADD, win, m); }
-    if (st == FL_OK) st = fl_binary_raw(out, FL_OP_MUL, g, tie);
-    fl_tensor_release(win);
+    if (st == FL_OK) st = fl_binary_raw(&k, FL_OP_ADD, l, m);                      /* what x gives up */
+    if (st == FL_OK) { fl_tensor_release(m); m = NULL; st = fl_binary_scalar_raw(&m, FL_OP_SUB, k, 1.0, true); }
+    if (st == FL_OK) st = fl_binary_raw(out, FL_OP_MUL, g, m);
+    fl_tensor_release(l);
     fl_tensor_release(tie);
     fl_tensor_release(m);
+    fl_tensor_release(k);
     return st;
 }
 
@@ -63,12 +65,14 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
             break;
         case FL_OP_MAXIMUM:
         case FL_OP_MINIMUM:
-            st = select_grad(&t, g, i == 0 ? a : b, i == 0 ? b : a, op == FL_OP_MAXIMUM ? FL_OP_GT : FL_OP_LT);
+            st = select_grad(&t, g, i == 0 ? a : b, i == 0 ? b : a, op == FL_OP_MAXIMUM ? FL_OP_LT : FL_OP_GT);
             break;
-        case FL_OP_POW:   /* d(a^b)/da = b·a^(b-1) (NaN at a = b = 0, where torch masks a 0); the exponent's
-                           * gradient is refused when the op is recorded */
-            st = fl_binary_scalar_raw(&u, FL_OP_SUB, b, 1.0, false);
-            if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_POW, a, u);
+        case FL_OP_POW:   /* d(a^b)/da = b·a^(b-1), 0 where b = 0 (torch's rule: 0·a^-1 would be NaN at a = 0, so
+                           * the exponent there is b - 1 + 1 = 0); the exponent's gradient is refused when recorded */
+            st = fl_binary_scalar_raw(&u, FL_OP_EQ, b, 0.0, false);
+            if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_ADD, b, u);
+            if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_scalar_raw(&u, FL_OP_SUB, v, 1.0, false); }
+            if (st == FL_OK) { fl_tensor_release(v); v = NULL; st = fl_binary_raw(&v, FL_OP_POW, a, u); }
             if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_raw(&u, FL_OP_MUL, v, b); }
             if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, u);
             break;
@@ -136,7 +140,9 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
     case FL_OP_POW: {
         fl_tensor *t = NULL;
         fl_status st;
-        if (first) {   /* d(s^x)/dx = s^x·ln s, from the saved output */
+        if (first && (float)s == 0.0f) {   /* 0^x is constant where defined (0, or inf): 0, as torch gives for x >= 0 */
+            return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
+        } else if (first) {   /* d(s^x)/dx = s^x·ln s, from the saved output */
             st = fl_binary_raw(&t, FL_OP_MUL, g, n->saved[0]);
             if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, log((double)(float)s), false);
         } else if ((float)s == 0.0f) {   /* x^0 = 1 everywhere: 0, also at x = 0 (torch's rule) */

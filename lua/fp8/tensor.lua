@@ -27,7 +27,7 @@ local function make_formatter(values)
     end
   end
   local p = M.precision
-  local sci = maxa > 0 and (maxa >= 1e8 or mina < 10 ^ -p or maxa / mina > 1e3 and maxa >= 1e4)
+  local sci = maxa > 0 and (maxa >= 1e8 or mina < 1e-4 or maxa / mina > 1e3 and maxa >= 1e4)   -- torch's bounds
   local decimals = p
   -- A scalar or a small tensor shows p significant digits of its smallest value, not p decimals
   -- (a max error of 0.000123 reads 0.0001230, not 0.0001); up to M.small_max_decimals, then e-notation.
@@ -166,8 +166,10 @@ local function check_self(who, t)
 end
 
 -- t:clamp([min [, max]]) (also clamp{min=, max=}): torch's, as maximum(t, min) then minimum(., max), so
--- min > max gives max everywhere; min/max are numbers or tensors (broadcast). The gradient passes where t is
--- within the bounds, bounds included (torch's rule); NaN stays NaN. At least one bound is needed.
+-- min > max gives max everywhere; min/max are numbers or tensors (broadcast). With number bounds the gradient
+-- passes where t is within the bounds, bounds included (torch's rule); with tensor bounds it is maximum's and
+-- minimum's, which halve it where t equals a bound exactly (torch passes all of it there). NaN stays NaN. At least
+-- one bound is needed.
 function Tensor.clamp(t, lo, hi)
   check_self("clamp", t)
   if type(lo) == "table" and not core.is_tensor(lo) and hi == nil then lo, hi = lo.min, lo.max end

@@ -176,6 +176,10 @@ describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function(
     assert.are.same({1, 1, 0, 0}, fp8.Tensor.gt(3, x):totable())   -- 3 > x
     assert.are.same({{1, 0}, {0, 1}}, fp8.tensor{{1}, {2}}:eq(fp8.tensor{1, 2}):totable())
     assert.are.equal("bf16", x:to("bf16"):eq(2):dtype())
+    -- a number compared with a bf16/fp16 tensor is taken in that dtype, as torch casts it
+    assert.are.same({1}, fp8.tensor{0.1}:bfloat16():eq(0.1):totable())
+    assert.are.same({0}, fp8.tensor{0.1}:half():lt(0.1):totable())
+    assert.are.same({1}, fp8.tensor{0.1}:eq(0.1):totable())
     -- the evaluation idiom: accuracy from argmax and labels
     local logits, labels = fp8.tensor{{0.1, 0.9}, {0.8, 0.2}, {0.3, 0.7}}, fp8.tensor{1, 1, 1}
     assert.are.equal(2, logits:argmax(2):eq(labels):sum():item())
@@ -201,6 +205,12 @@ describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function(
     fp8.maximum(p, q):sum():backward()
     assert.are.same({0, 1, 0.5}, p.grad:totable())
     assert.are.same({1, 0, 0.5}, q.grad:totable())
+    -- beside a NaN both operands get the whole gradient (torch's masked_fill rule)
+    local r, n = fp8.tensor{1, 2}, fp8.tensor{1, 0 / 0}
+    r:requires_grad(true); n:requires_grad(true)
+    r:maximum(n):sum():backward()
+    assert.are.same({0.5, 1}, r.grad:totable())
+    assert.are.same({0.5, 1}, n.grad:totable())
   end)
   it("clamps to numbers or tensors with torch's gradient (bounds included) and refuses no bounds", function()
     local x = fp8.tensor{-2, -1, 0, 1, 3}
@@ -239,6 +249,14 @@ describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function(
     z:requires_grad(true)
     ;(z ^ 0):sum():backward()
     assert.are.same({0, 0}, z.grad:totable())
+    -- where the exponent is 0 the gradient is 0, also at a 0 base; a base of 0 has none (torch's rules)
+    local w = fp8.tensor{0, 1, 2}
+    w:requires_grad(true)
+    w:pow(fp8.tensor{0, 1, 2}):sum():backward()
+    assert.are.same({0, 1, 4}, w.grad:totable())
+    w.grad = nil
+    ;(0 ^ w):sum():backward()
+    assert.are.same({0, 0, 0}, w.grad:totable())
   end)
   it("tanh and sigmoid, with their gradients", function()
     local x = fp8.tensor{-2, 0, 0.5}
