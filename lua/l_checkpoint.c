@@ -397,6 +397,14 @@ static int l_is_dir(lua_State *L) {
     return 1;
 }
 
+/* is_link(path) → boolean: a symbolic link (not followed), so that removing a tree never walks into what one
+ * points at */
+static int l_is_link(lua_State *L) {
+    struct stat sb;
+    lua_pushboolean(L, lstat(luaL_checkstring(L, 1), &sb) == 0 && S_ISLNK(sb.st_mode));
+    return 1;
+}
+
 static int l_clone(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_tensor **slot = fl_lnewbox(L);
@@ -567,7 +575,7 @@ static const luaL_Reg so_methods[] = {
 };
 
 static const luaL_Reg ckpt_funcs[] = {
-    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_link", l_is_link}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };
 

@@ -100,8 +100,17 @@ local function new(opts)
   -- plugin > launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS > argument > config file > 1:
   -- Accelerate's order (its ACCELERATE_GRADIENT_ACCUMULATION_STEPS beats the argument); a beaten argument is named
   local gas, gsrc
-  local env_gas = settings.sources.gradient_accumulation_steps == "env" and settings.gradient_accumulation_steps or nil
-  if plugin then gas, gsrc = plugin.num_steps, "argument"
+  local from = settings.sources.gradient_accumulation_steps
+  local env_gas = from == "env" and settings.gradient_accumulation_steps or nil
+  local beaten = (from == "env" or from == "config") and settings.gradient_accumulation_steps or nil
+  local beaten_text = from == "env" and "launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS"
+    or "the config file's gradient_accumulation_steps"
+  if plugin then
+    gas, gsrc = plugin.num_steps, "argument"
+    if beaten ~= nil and beaten ~= gas then
+      settings.notices[#settings.notices + 1] = ("%s=%d overridden by the GradientAccumulationPlugin's num_steps=%d")
+        :format(beaten_text, beaten, gas)
+    end
   elseif env_gas ~= nil then
     gas, gsrc = env_gas, "env"
     local arg = opts.gradient_accumulation_steps
@@ -109,7 +118,12 @@ local function new(opts)
       settings.notices[#settings.notices + 1] = ("the Accelerator's gradient_accumulation_steps=%d overridden by launch "
         .. "--gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS=%d (Accelerate's order)"):format(arg, env_gas)
     end
-  elseif opts.gradient_accumulation_steps ~= nil then gas, gsrc = opts.gradient_accumulation_steps, "argument"
+  elseif opts.gradient_accumulation_steps ~= nil then
+    gas, gsrc = opts.gradient_accumulation_steps, "argument"
+    if beaten ~= nil and beaten ~= gas then
+      settings.notices[#settings.notices + 1] = ("%s=%d overridden by the Accelerator's gradient_accumulation_steps=%d")
+        :format(beaten_text, beaten, gas)
+    end
   else gas, gsrc = settings.gradient_accumulation_steps or 1, settings.sources.gradient_accumulation_steps or "default" end
   settings.sources.gradient_accumulation_steps = gsrc
   settings.gradient_accumulation_steps = gas

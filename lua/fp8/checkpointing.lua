@@ -105,8 +105,10 @@ local function read_json(path, what)
   return C.json_decode(s, "load_state: " .. path)
 end
 
+-- A directory and what is in it; a symbolic link is removed itself, never followed (what it points at may be
+-- anyone's).
 local function rmtree(path)
-  if C.is_dir(path) then
+  if C.is_dir(path) and not C.is_link(path) then
     for _, name in ipairs(C.listdir(path) or {}) do rmtree(join(path, name)) end
   end
   os.remove(path)
@@ -114,29 +116,42 @@ end
 
 local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
 
--- The names a checkpoint writes itself; what save hooks wrote is listed in its state file ("files").
+-- The names a checkpoint writes itself, for a checkpoint whose state file has no "files" list (written before
+-- 2026-11-29); a newer one lists every file it holds, save hooks' included.
 local OWN_NAMES = { "^random_states_%d+%.json$", "^model_?%d*%.safetensors$", "^optimizer_?%d*%.safetensors$",
   "^scheduler_?%d*%.json$", "^scaler%.json$", "^custom_checkpoint_%d+%.json$", "^fp8lab_state%.json$" }
 local function own_name(name)
   for _, p in ipairs(OWN_NAMES) do if name:match(p) then return true end end
   return false
 end
+-- In a save's temporary directory from its creation until its state file is complete: all of it is that save's.
+local PARTIAL = ".fp8lab_partial"
 
 -- The entries of directory `dir` that no fp8lab checkpoint wrote (a user's files): save_state replaces a directory as
 -- a whole, so it deletes only directories holding none.
 local function foreign_entries(dir)
-  local listed = {}
+  local names = C.listdir(dir) or {}
+  for _, name in ipairs(names) do if name == PARTIAL then return {} end end   -- a save cut short: all its own
+  local listed
   local s = read_all(join(dir, STATE_FILE))
   local ok, st = pcall(C.json_decode, s or "null", STATE_FILE)
   if ok and type(st) == "table" and type(st.files) == "table" then
+    listed = { [STATE_FILE] = true }
     for _, f in ipairs(st.files) do if type(f) == "string" then listed[f] = true end end
   end
   local out = {}
-  for _, name in ipairs(C.listdir(dir) or {}) do
-    if not (listed[name] or own_name(name)) then out[#out + 1] = name end
+  for _, name in ipairs(names) do
+    local own
+    if listed then own = listed[name] else own = own_name(name) end
+    if not own then out[#out + 1] = name end
   end
   table.sort(out)
   return out
+end
+
+local function entries_text(f)
+  return ("%s (%s%s)"):format(#f == 1 and "an entry" or #f .. " entries", table.concat(f, ", ", 1, math.min(#f, 5)),
+    #f > 5 and (", ... %d in all"):format(#f) or "")
 end
 
 local function exists(path)
@@ -157,10 +172,8 @@ local function publish_refusal(dir, automatic, iteration)
     if C.is_dir(p) then
       local f = foreign_entries(p)
       if #f > 0 then
-        local shown = table.concat(f, ", ", 1, math.min(#f, 5)) .. (#f > 5 and (", ... %d in all"):format(#f) or "")
-        return ("%s holds %s no fp8lab checkpoint wrote (%s): save_state replaces its directory as a whole and "
-          .. "deletes nothing it did not write; save into a new or empty directory"):format(p,
-          #f == 1 and "an entry" or #f .. " entries", shown)
+        return ("%s holds %s that no fp8lab checkpoint wrote: save_state replaces its directory as a whole and "
+          .. "deletes nothing it did not write; save into a new or empty directory"):format(p, entries_text(f))
       end
     elseif exists(p) then
       return ("%s exists and is not a directory"):format(p)
@@ -373,6 +386,7 @@ function M.install(Accelerator)
       if C.is_dir(tmp) then rmtree(tmp) end   -- a save that crashed earlier
       local ok, err = C.mkdir(tmp)
       if not ok then error("save_state: " .. err, 2) end
+      C.write_atomic(join(tmp, PARTIAL), "")
     end
     -- everything goes into tmp; a failure on the way (a hook's error, a state that cannot be written) removes it,
     -- so that no half checkpoint stays behind to be mistaken for a user's files by the next save
@@ -388,6 +402,7 @@ function M.install(Accelerator)
         local models = table.move(self._models, 1, #self._models, 1, {})   -- the hook sees a copy: it may only drop weights
         hook(models, weights, tmp)
       end
+      self:wait_for_everyone()   -- every process's random state and hook files are in tmp before it is listed
       if main then
         for i, sd in ipairs(weights) do
           core.save_file(sd, join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
@@ -403,11 +418,12 @@ function M.install(Accelerator)
         end
         local loaders = {}
         for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
-        local files = C.listdir(tmp) or {}   -- ours and the hooks' (other ranks' random states match own_name)
-        table.sort(files)
+        local files = {}   -- ours and the hooks', every process's
+        for _, name in ipairs(C.listdir(tmp) or {}) do if name ~= PARTIAL then files[#files + 1] = name end end
         write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
           files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
           schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
+        os.remove(join(tmp, PARTIAL))   -- complete: from here the state file's list says what is the checkpoint's
         C.fsync_dir(tmp)
       end
     end)
@@ -436,10 +452,16 @@ function M.install(Accelerator)
         for _, c in ipairs(all) do
           if extra <= 0 then break end
           if c[2] ~= dir then
-            -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
-            local gone = c[2] .. ".deleting"
-            if os.rename(c[2], gone) then rmtree(gone) end
-            extra = extra - 1
+            local f = foreign_entries(c[2])
+            if #f > 0 then   -- kept: a checkpoint holding a user's files is not deleted whole (nor counted)
+              io.stderr:write(("fp8lab: notice: total_limit: %s kept: it holds %s that no checkpoint wrote\n"):format(c[2],
+                entries_text(f)))
+            else
+              -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
+              local gone = c[2] .. ".deleting"
+              if os.rename(c[2], gone) then rmtree(gone) end
+              extra = extra - 1   -- a kept one does not count: the next oldest goes in its place
+            end
           end
         end
       end

@@ -267,7 +267,7 @@ describe("acc:save_state / load_state", function()
     step(acc, model, opt)
     assert(C.mkdir(d .. "/out"))
     write(d .. "/out/notes.txt", "mine")
-    U.fails_with("save_state: " .. d .. "/out holds an entry no fp8lab checkpoint wrote (notes.txt): save_state replaces "
+    U.fails_with("save_state: " .. d .. "/out holds an entry (notes.txt) that no fp8lab checkpoint wrote: save_state replaces "
       .. "its directory as a whole and deletes nothing it did not write; save into a new or empty directory",
       function() acc:save_state(d .. "/out") end)
     assert.are.equal("mine", read(d .. "/out/notes.txt"))
@@ -279,8 +279,24 @@ describe("acc:save_state / load_state", function()
     assert.is_nil(io.open(d .. "/ck/extra.bin"))
     -- ... unless something else was put in it since
     acc:save_model(model, d .. "/ck/final")
-    U.fails_with("save_state: " .. d .. "/ck holds an entry no fp8lab checkpoint wrote (final)", function() acc:save_state(d .. "/ck") end)
+    U.fails_with("save_state: " .. d .. "/ck holds an entry (final) that no fp8lab checkpoint wrote", function() acc:save_state(d .. "/ck") end)
     assert.is_true(C.is_dir(d .. "/ck/final"))
+    -- a file named like a checkpoint's own but not in its list is the user's too
+    write(d .. "/ck/final/../model_1.safetensors", "mine")
+    os.execute("rm -rf " .. d .. "/ck/final")
+    U.fails_with("holds an entry (model_1.safetensors) that no fp8lab checkpoint wrote", function() acc:save_state(d .. "/ck") end)
+    os.remove(d .. "/ck/model_1.safetensors")
+    -- a symbolic link a hook put in a checkpoint is removed with it, never followed
+    assert(C.mkdir(d .. "/shared")); write(d .. "/shared/tokenizer.json", "keep")
+    local h3 = acc:register_save_state_pre_hook(function(_, _, out) os.execute(("ln -s %s/shared %s/assets"):format(d, out)) end)
+    acc:save_state(d .. "/ck")
+    h3:remove()
+    acc:save_state(d .. "/ck")
+    assert.are.equal("keep", read(d .. "/shared/tokenizer.json"))
+    -- a save cut short (its temporary directory still marked) is its own: removed by the next save
+    assert(C.mkdir(d .. "/ck2.tmp")); write(d .. "/ck2.tmp/.fp8lab_partial", ""); write(d .. "/ck2.tmp/hook-file", "x")
+    acc:save_state(d .. "/ck2")
+    assert.is_nil(io.open(d .. "/ck2/hook-file"))
     -- a save that fails on the way leaves nothing behind (its temporary directory included), so the next one works
     local h2 = acc:register_save_state_pre_hook(function(_, _, out) write(out .. "/extra.bin", "x"); error("hook failed") end)
     assert.has_error(function() acc:save_state(d .. "/later") end)
@@ -291,7 +307,7 @@ describe("acc:save_state / load_state", function()
     write(d .. "/f", "a file")
     U.fails_with("save_state: " .. d .. "/f exists and is not a directory", function() acc:save_state(d .. "/f") end)
     assert(C.mkdir(d .. "/new.tmp")); write(d .. "/new.tmp/keep.txt", "mine")
-    U.fails_with("save_state: " .. d .. "/new.tmp holds an entry no fp8lab checkpoint wrote (keep.txt)", function() acc:save_state(d .. "/new") end)
+    U.fails_with("save_state: " .. d .. "/new.tmp holds an entry (keep.txt) that no fp8lab checkpoint wrote", function() acc:save_state(d .. "/new") end)
     os.execute("rm -rf " .. d)
   end)
 
@@ -312,6 +328,12 @@ describe("acc:save_state / load_state", function()
     pc2.iteration = 0
     assert.are.equal(d .. "/checkpoints/checkpoint_0", acc2:save_state())
     assert.same({ "checkpoint_0", "checkpoint_4" }, C.listdir(d .. "/checkpoints"))
+    -- total_limit never deletes a checkpoint holding a user's file: it is kept, with a notice, and the next oldest goes
+    write(d .. "/checkpoints/checkpoint_0/notes.txt", "mine")
+    pc2.iteration = 5
+    acc2:save_state()
+    assert.same({ "checkpoint_0", "checkpoint_5" }, C.listdir(d .. "/checkpoints"))
+    assert.are.equal("mine", read(d .. "/checkpoints/checkpoint_0/notes.txt"))
     os.execute("rm -rf " .. d)
   end)
 

@@ -669,9 +669,14 @@ describe("fp16 with two optimizers", function()
     assert.are.equal(4, new_acc { gradient_accumulation_steps = 4 }.gradient_accumulation_steps)
     local same = new_acc { gradient_accumulation_steps = 8, env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "8" } }
     assert.are.equal(0, #same.settings.notices)
-    -- the plugin is an object, not a number the launcher can replace: it wins
-    assert.are.equal(2, new_acc { gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 },
-      env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "8" } }.gradient_accumulation_steps)
+    -- the plugin is an object, not a number the launcher can replace: it wins, naming what it beats
+    local ap = new_acc { gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 },
+      env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "8" } }
+    assert.are.equal(2, ap.gradient_accumulation_steps)
+    assert.is_true(has(ap, "FP8LAB_GRADIENT_ACCUMULATION_STEPS=8 overridden by the GradientAccumulationPlugin's num_steps=2"))
+    local ac = new_acc { gradient_accumulation_steps = 2, config = { gradient_accumulation_steps = 4 } }
+    assert.are.equal(2, ac.gradient_accumulation_steps)
+    assert.is_true(has(ac, "the config file's gradient_accumulation_steps=4 overridden by the Accelerator's gradient_accumulation_steps=2"))
     -- the script's mixed_precision and a handler's fields win, as in Accelerate, with a notice
     local a2 = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs { margin = 1 } },
       env = { FP8LAB_FP8_MARGIN = "3", FP8LAB_MIXED_PRECISION = "bf16" } }
