@@ -445,6 +445,42 @@ local function slow_batch(ds, idx)
   return stack(xs), ys[1] ~= nil and stack(ys) or nil
 end
 
+-- ---- the gradient state's active loaders ------------------------------------------------------------
+-- Accelerate's GradientState keeps the loaders being looped over; end_of_dataloader (what ends an accumulation
+-- window) and remainder (what gather_for_metrics cuts) are the active one's, and a finished loop drops its loader so
+-- the one around it is active again (an eval loop inside a training step leaves the training loop's flag as it was).
+-- Here the active one is the loader that served the last batch; a loop restarted, or finished, drops its old entry.
+local function active_sync(gs)
+  local top = gs._active[#gs._active]
+  gs.end_of_dataloader = top ~= nil and top.end_of_dataloader or false
+end
+
+local function active_drop(gs, st)
+  for i = #gs._active, 1, -1 do if gs._active[i] == st or gs._active[i].owner == st then table.remove(gs._active, i) end end
+end
+
+-- A loop of `owner` starts: its entry (remainder: the samples even_batches repeated in the last round, 0 if none).
+function M._active_begin(gs, owner, remainder)
+  gs._active = gs._active or {}
+  active_drop(gs, owner)
+  local st = { owner = owner, end_of_dataloader = false, remainder = remainder or 0 }
+  gs._active[#gs._active + 1] = st
+  return st
+end
+
+-- The loop served a batch (eod: its last) or ended (eod == nil: the entry goes).
+function M._active_mark(gs, st, eod)
+  active_drop(gs, st)
+  if eod ~= nil then
+    st.end_of_dataloader = eod
+    gs._active[#gs._active + 1] = st
+  end
+  active_sync(gs)
+end
+
+-- The active loop's entry, or nil outside every prepared loop.
+function M._active(gs) return gs and gs._active and gs._active[#gs._active] or nil end
+
 -- loader:iter() -> an iterator over one epoch: for x, y in loader:iter() do ... end
 function DataLoader:iter()
   self.epoch = self.epoch + 1
@@ -457,11 +493,14 @@ function DataLoader:iter()
   self._resume_at = nil
   self.batches_served = b     -- of the current epoch
   local gs = rawget(self, "_gradient_state")   -- set by Accelerator:prepare (end of an accumulation window)
+  local st = gs and M._active_begin(gs, self)
   return function()
     b = b + 1
-    -- true while the last batch is out; false again once the loop ends, as Accelerate's gradient state forgets a
-    -- finished loader (later accumulate calls, outside any loop, count micro-steps again)
-    if gs then gs.end_of_dataloader = b == nb end
+    -- true while the last batch is out; once the loop ends the loader is dropped, as Accelerate's gradient state
+    -- forgets a finished loader (accumulate calls after it count micro-steps again, or follow an enclosing loop)
+    if gs then
+      if b > nb then M._active_mark(gs, st, nil) else M._active_mark(gs, st, b == nb) end
+    end
     if b > nb then return nil end
     self.batches_served = b
     local lo = (b - 1) * bs + 1

@@ -101,10 +101,21 @@ function M.attach(acc, model)
     local r = acc._ddp_reducer
     return r and r:stats()
   end)
-  if o.broadcast_buffers and #model:buffers() > 0 then
+  -- The buffers a forward reads (running statistics, say). An FP8 layer's fp8_state is not one: it is the snapshot
+  -- of its recipe state that state_dict writes (the live state is the layer's own, kept equal across processes by
+  -- the amax all-reduce after each step), so broadcasting it would only make every training-mode forward a
+  -- collective: a model run on the main process alone (an evaluation, a sample) would wait for the others forever.
+  local function forward_buffers(m)
+    local out = {}
+    for _, nt in ipairs(m:named_buffers()) do
+      if not nt[1]:match("fp8_state$") then out[#out + 1] = nt[2] end
+    end
+    return out
+  end
+  if o.broadcast_buffers and #forward_buffers(model) > 0 then
     local fwd = model.forward
     rawset(model, "forward", function(m, ...)
-      if m.training ~= false then for _, b in ipairs(m:buffers()) do D.broadcast(b, 0) end end
+      if m.training ~= false then for _, b in ipairs(forward_buffers(m)) do D.broadcast(b, 0) end end
       return fwd(m, ...)
     end)
   end

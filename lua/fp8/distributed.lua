@@ -48,11 +48,32 @@ end
 
 -- ---- utilities -------------------------------------------------------------------------------
 
+-- A table's keys in one order on every process (pairs' order depends on each process's hash seed and history, and
+-- the collectives under fn must pair the same leaves): numbers first, ascending, then strings. Other keys (a table,
+-- a boolean) have no order every process shares: refused.
+local KEY_RANK = { number = 1, string = 2 }
+local function sorted_keys(fname, t)
+  local keys = {}
+  for k in pairs(t) do
+    if not KEY_RANK[type(k)] then
+      error(("%s: table keys must be numbers or strings (every process walks them in one order), got a %s key")
+        :format(fname, type(k)), 5)
+    end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys, function(a, b)
+    local ra, rb = KEY_RANK[type(a)], KEY_RANK[type(b)]
+    if ra ~= rb then return ra < rb end
+    return a < b
+  end)
+  return keys
+end
+
 local function map_tensors(fname, x, fn)
   if core.is_tensor(x) then return fn(x) end
   if type(x) == "table" then
     local out = {}
-    for k, v in pairs(x) do out[k] = map_tensors(fname, v, fn) end
+    for _, k in ipairs(sorted_keys(fname, x)) do out[k] = map_tensors(fname, x[k], fn) end
     return out
   end
   error(("%s: expected a tensor or a table of tensors, got %s"):format(fname, type(x)), 4)
@@ -71,8 +92,38 @@ function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end en
 
 -- gather(t): every rank's t concatenated along dim 1 in rank order (0-d tensors: one entry per rank);
 -- tables of tensors are gathered leaf by leaf. Shapes must agree across ranks.
+local function refuse_fp8(fname, x)
+  if x:is_fp8() then
+    error(("%s: an FP8 tensor's bytes mean something only with its own scale, which differs across processes; "
+      .. "dequantize it first"):format(fname), 4)
+  end
+end
+
+-- Every process's shape of x agrees (else one error on every process naming a rank that differs): reduce's
+-- all-reduce takes the buffers as they come and would add mismatched elements or fail on one process only.
+local function agree_shape(self, fname, x)
+  local shape = x:shape()
+  local v = { #shape }
+  for i = 1, 8 do local d = shape[i] or 0; v[#v + 1] = d // 4096; v[#v + 1] = d % 4096 end   -- exact in fp32
+  local all = D.all_gather(core.tensor(v)):totable()
+  local n = #v
+  local function shape_of(r)
+    local nd, out = math.tointeger(all[r * n + 1]), {}
+    for i = 1, nd do out[i] = math.tointeger(all[r * n + 2 * i] * 4096 + all[r * n + 2 * i + 1]) end
+    return "[" .. table.concat(out, ", ") .. "]"
+  end
+  local s0 = shape_of(0)
+  for r = 1, self.num_processes - 1 do
+    if shape_of(r) ~= s0 then
+      error(("%s: the tensors differ in shape across processes: rank 0 has %s, rank %d %s"):format(fname, s0, r,
+        shape_of(r)), 4)
+    end
+  end
+end
+
 function U:gather(t)
   return map_tensors("gather", t, function(x)
+    refuse_fp8("gather", x)
     if self.num_processes == 1 then return x end
     local c, dev = on_cpu(x)
     local g = D.all_gather(c)
@@ -95,7 +146,7 @@ function U:gather_for_metrics(t, use_gather_object)
   if use_gather_object ~= nil and type(use_gather_object) ~= "boolean" then
     error(("gather_for_metrics: use_gather_object must be a boolean, got %s"):format(type(use_gather_object)), 2)
   end
-  local st = self._loader_state
+  local st = require("fp8.data")._active(self.gradient_state)   -- the loop being served, as Accelerate's active loader
   local cut = self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 and st.remainder or nil
   if use_gather_object or not all_tensors(t) then
     local ok, g = pcall(self.gather_object, self, t)
@@ -155,6 +206,8 @@ function U:reduce(t, op)
   op = op or "sum"
   if op ~= "sum" and op ~= "mean" then error(("reduce: op must be \"sum\" or \"mean\", got %s"):format(tostring(op)), 2) end
   return map_tensors("reduce", t, function(x)
+    refuse_fp8("reduce", x)
+    if self.num_processes > 1 then agree_shape(self, "reduce", x) end
     local c, dev = on_cpu(x)
     local r = c:to("fp32"):clone()
     if self.num_processes > 1 then D.all_reduce(r, "sum") end
@@ -176,7 +229,8 @@ function U:split_between_processes(list, apply_padding)
   local count = base + (r < extra and 1 or 0)
   local out = {}
   for i = first, first + count - 1 do out[#out + 1] = list[i] end
-  if apply_padding and extra > 0 and count == base and n > 0 then out[#out + 1] = list[n] end
+  -- Accelerate's padding: this process's own last item again (none to repeat when its share is empty)
+  if apply_padding and extra > 0 and count == base and #out > 0 then out[#out + 1] = out[#out] end
   return out
 end
 
@@ -262,6 +316,24 @@ local function serialize(v, fname, seen, out)
   end
 end
 
+-- Why obj is not a list whose items can be concatenated (nil: it is one): keys 1..n without holes, as Accelerate
+-- flattens each process's list (a dict would give its keys there; a nil cannot be a Lua list item).
+local function not_a_list(obj)
+  local n = 0
+  for k in next, obj do
+    if math.type(k) ~= "integer" or k < 1 then
+      return ("a table with the key %s (Accelerate concatenates lists; wrap a record in one: {t})"):format(
+        type(k) == "string" and ("'" .. k .. "'") or tostring(k))
+    end
+    n = n + 1
+  end
+  for i = 1, n do
+    if obj[i] == nil then
+      return ("a list with a hole at %d (nil cannot be an item of a Lua list; use false as a placeholder)"):format(i)
+    end
+  end
+end
+
 -- gather_object(list): every process's list, concatenated in process order (Accelerate's gather_object,
 -- which all-gathers picklable objects); with one process, the list itself. The items are plain Lua values.
 function U:gather_object(obj)
@@ -269,9 +341,15 @@ function U:gather_object(obj)
     error(("gather_object: expected a list of plain values, got %s"):format(type(obj) == "table" and
       "a table with a metatable" or type(obj)), 2)
   end
-  if self.num_processes == 1 then return obj end
+  local why = not_a_list(obj)
+  if self.num_processes == 1 then
+    if why then error("gather_object: expected a list, got " .. why, 2) end
+    return obj
+  end
   local out = { "return " }
-  local ok, err = pcall(serialize, obj, "gather_object", {}, out)
+  local ok, err = true, nil
+  if why then ok, err = false, "gather_object: expected a list, got " .. why
+  else ok, err = pcall(serialize, obj, "gather_object", {}, out) end
   local mine = ok and table.concat(out) or ("error " .. tostring(err))
   local all, bad = {}, nil
   for r = 0, self.num_processes - 1 do   -- every process roots one broadcast, in rank order
@@ -384,20 +462,20 @@ function Sharded:iter()
   local mine = M.shard_batches(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
     rawget(self, "_even"))
   local total = ld.batch_size * rawget(self, "_N")
-  local state = { end_of_dataloader = false,
-    remainder = (not ld.drop_last and rawget(self, "_even")) and ld.n % total or 0 }
-  acc._loader_state = state
+  local remainder = (not ld.drop_last and rawget(self, "_even")) and ld.n % total or 0
   -- as DataLoader:iter: a checkpoint restored mid-epoch (lua/fp8/checkpointing.lua) resumes after the batches
-  -- already served, and the gradient state learns when the last batch is out (end of an accumulation window)
+  -- already served, and the gradient state learns when the last batch is out (end of an accumulation window, the
+  -- cut of gather_for_metrics), and forgets the loader when its loop ends
   local b = ld._resume_at or 0
   ld._resume_at = nil
   ld.batches_served = b
-  local gs = rawget(ld, "_gradient_state")
+  local gs = acc.gradient_state
+  local data = require "fp8.data"
+  local st = data._active_begin(gs, self, remainder)
   return function()
     b = b + 1
-    if gs then gs.end_of_dataloader = b == #mine end   -- as DataLoader:iter: false again once the loop ends
+    if b > #mine then data._active_mark(gs, st, nil) else data._active_mark(gs, st, b == #mine) end
     if b > #mine then return nil end
-    if b == #mine then state.end_of_dataloader = true end
     ld.batches_served = b
     return ld:_batch_of(mine[b])
   end

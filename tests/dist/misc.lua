@@ -14,6 +14,9 @@
 --   skip          skip_first_batches on a prepared (sharded) loader: the tail of this rank's batches of the epoch
 --   freemem       acc:free_memory() after a step, then a new model prepared: its gradients are averaged (the old
 --                 model's parameters are out of the reducer) and the old optimizer refuses to step
+--   collectives   tables with string keys gathered and reduced field by field; gather_for_metrics of an eval loop
+--                 nested in a training loop cuts each by its own loader; FP8 gather, mismatched reduce and a
+--                 gather_object of a record refused on every rank; a te model run on rank 0 alone does not wait
 local mode = arg[1]
 local nn = fp8.nn
 local k = { find_unused_parameters = mode == "unused_ok", broadcast_buffers = mode ~= "buffers_off" }
@@ -133,6 +136,42 @@ if mode == "skip" then
   local full, tail = epoch(a), epoch(acc:skip_first_batches(b, 2))
   print(("rank%d batches=%d skipped=%d tail_same=%s"):format(r, #full, #tail,
     tostring(table.concat(full, " ", 3) == table.concat(tail, " "))))
+  return
+end
+if mode == "collectives" then
+  local function vals(t) return table.concat(t:totable(), ",") end
+  -- string keys: every rank walks them in one order, so the fields pair up
+  local refs = fp8.tensor { 1 + 2 * r, 2 + 2 * r }
+  local g = acc:gather_for_metrics { references = refs, predictions = refs * 10, zeta = refs * 100 }
+  print(("rank%d paired=%s"):format(r, tostring((g.predictions - g.references * 10):abs():max():item() == 0
+    and (g.zeta - g.references * 100):abs():max():item() == 0)))
+  local red = acc:reduce({ loss = fp8.tensor { 10 + r }, accuracy = fp8.tensor { 20 + r } }, "sum")
+  print(("rank%d reduced=%s|%s"):format(r, vals(red.loss), vals(red.accuracy)))
+  -- an eval loop nested in a training loop: each gather_for_metrics cuts by its own loader's repeats
+  local items8, items5 = {}, {}
+  for i = 1, 8 do items8[i] = i end
+  for i = 1, 5 do items5[i] = 100 + i end
+  local train, eval = acc:prepare(fp8.data.DataLoader { items8, batch_size = 2 }, fp8.data.DataLoader { items5, batch_size = 2 })
+  local seen = {}
+  for xb in train do
+    local ev = {}
+    for eb in eval do ev[#ev + 1] = vals(acc:gather_for_metrics(eb)) end
+    seen[#seen + 1] = vals(acc:gather_for_metrics(xb)) .. "[" .. table.concat(ev, "/") .. "]"
+  end
+  print(("rank%d nested=%s"):format(r, table.concat(seen, " ")))
+  -- refusals, raised on every rank
+  local ok1, e1 = pcall(acc.gather, acc, fp8.tensor { 1, 2 }:quantize("e4m3"))
+  print(("rank%d fp8=%s %s"):format(r, tostring(not ok1), tostring(e1):match("gather: an FP8 tensor[^;]*")))
+  local ok2, e2 = pcall(acc.reduce, acc, r == 0 and fp8.ones { 2 } or fp8.ones { 3 })
+  print(("rank%d shapes=%s %s"):format(r, tostring(not ok2), tostring(e2):match("reduce: the tensors differ.*")))
+  local ok3, e3 = pcall(acc.gather_object, acc, { acc = 0.5 })
+  print(("rank%d record=%s %s"):format(r, tostring(not ok3), tostring(e3):match("gather_object: expected a list, got a table with the key 'acc'")))
+  -- an FP8 (te) model: its recipe-state buffers are not broadcast, so rank 0 can run it alone in training mode
+  local a2 = fp8.Accelerator { cpu = true, mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+  local m2 = a2:prepare(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16)))
+  if r == 0 then m2(fp8.randn { 4, 16 }) end
+  a2:wait_for_everyone()
+  print(("rank%d alone=done"):format(r))
   return
 end
 if mode == "freemem" then

@@ -214,6 +214,23 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 ran=main\n") and out:find("rank1 ran=p1,last\n"), out)
   end)
 
+  it("string-keyed tables, nested loops, FP8 and shape refusals, and a model run on one rank behave as Accelerate's", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "collectives")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d paired=true\n"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d reduced=21.0|41.0\n"):format(r), 1, true), out)
+      -- 8 items: 4 batches of 2 per round, 2 per rank; 5 eval items: the last round repeats 3, cut to 1
+      assert.truthy(out:find(("rank%d nested=1.0,2.0,3.0,4.0[101.0,102.0,103.0,104.0/105.0] "
+        .. "5.0,6.0,7.0,8.0[101.0,102.0,103.0,104.0/105.0]\n"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d fp8=true gather: an FP8 tensor's bytes mean something only with its own scale"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d shapes=true reduce: the tensors differ in shape across processes: rank 0 has [2], rank 1 [3]"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d record=true gather_object: expected a list, got a table with the key 'acc'"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d alone=done"):format(r), 1, true), out)
+    end
+  end)
+
   it("GradientAccumulationPlugin{sync_each_batch=true} averages after every micro-step, to the same step", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "eachbatch")

@@ -111,6 +111,17 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     local after = {}
     for _ = 1, 4 do acc:accumulate(m, function() after[#after + 1] = acc.sync_gradients and 1 or 0 end) end
     assert.are.equal("0101", table.concat(after))
+    -- an eval loop inside a training step leaves the training loop's end-of-data flag as it was (Accelerate's
+    -- active loader): with 4-step windows over 3 batches the epoch's last batch still ends the window
+    local acc2 = new_acc { gradient_accumulation_steps = 4 }
+    local m2, tr, ev = acc2:prepare(nn.Linear(2, 2), fp8.data.DataLoader { items, batch_size = 2 },
+      fp8.data.DataLoader { items, batch_size = 4 })
+    local nested = {}
+    for _ in tr do
+      for _ in ev do end
+      acc2:accumulate(m2, function() nested[#nested + 1] = acc2.sync_gradients and 1 or 0 end)
+    end
+    assert.are.equal("001", table.concat(nested))
     assert.are.equal(2, n)
     assert.are.equal("010101", (syncs(fp8.GradientAccumulationPlugin { num_steps = 2, sync_with_dataloader = false })))
     assert.are.equal("001001", (syncs(fp8.GradientAccumulationPlugin { num_steps = 3, adjust_scheduler = true })))
@@ -683,6 +694,18 @@ describe("fp16 with two optimizers", function()
     assert.are.equal(1, a2.fp8_recipe.margin)
     assert.is_true(has(a2, "FP8LAB_FP8_MARGIN=3 overridden by TERecipeKwargs{margin=1}"))
     assert.is_true(has(a2, 'FP8LAB_MIXED_PRECISION=bf16 overridden by the Accelerator\'s mixed_precision="fp8"'))
+  end)
+
+  it("split_between_processes pads with each process's own last item; gather_object takes lists only", function()
+    local split = fp8.Accelerator.split_between_processes
+    assert.are.same({ "c", "c" }, split({ num_processes = 3, process_index = 1 }, { "a", "b", "c", "d" }, true))
+    assert.are.same({ "a", "b" }, split({ num_processes = 3, process_index = 0 }, { "a", "b", "c", "d" }, true))
+    assert.are.same({}, split({ num_processes = 3, process_index = 2 }, { "a", "b" }, true))
+    local acc = new_acc {}
+    U.fails_with("gather_object: expected a list, got a table with the key 'acc'", acc.gather_object, acc, { acc = 1 })
+    U.fails_with("gather_object: expected a list, got a list with a hole at 2", acc.gather_object, acc, { 1, nil, 3 })
+    U.fails_with("gather_for_metrics: expected a list, got a table with the key 'pred'", acc.gather_for_metrics, acc, { pred = "cat" })
+    assert.are.same({ 1, false, 3 }, acc:gather_object { 1, false, 3 })
   end)
 
   it("project_dir, save_iteration and use_distributed read as Accelerate's properties", function()
