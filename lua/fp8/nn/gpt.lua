@@ -194,6 +194,11 @@ end
 -- evaluate(loader) -> the mean loss over every (x, y) batch of loader, weighted by batch size, in eval
 -- mode (no dropout; FP8 layers as the recipe evaluates) without recording a graph; the mode is restored.
 function GPT:evaluate(loader)
+  local mt = getmetatable(loader)
+  if type(loader) ~= "function" and not (type(mt) == "table" and rawget(mt, "__call") ~= nil and not fp8.is_tensor(loader)) then
+    error(("GPT:evaluate: expected a data loader (what `for x, y in loader do` loops over), got %s"):format(
+      fp8.is_tensor(loader) and "a tensor" or type(loader)), 2)
+  end
   local was_training = self.training
   self:eval()
   local sum, n = 0, 0

@@ -36,6 +36,13 @@ end
 Optimizer.REQUIRED = setmetatable({}, { __tostring = function() return "<required>" end })
 
 function Optimizer.new(cls, name, defaults, params, opts)
+  -- the base constructor a subclass calls: Optimizer.new(Class, "Name", {option = default, ...}, params, opts)
+  if type(cls) ~= "table" then error(("Optimizer.new: expected the optimizer class first, got %s"):format(type(cls)), 2) end
+  if type(name) ~= "string" then error(("Optimizer.new: expected the optimizer's name second, got %s"):format(type(name)), 2) end
+  if type(defaults) ~= "table" or getmetatable(defaults) ~= nil then
+    error(("%s: Optimizer.new: expected a table of option defaults third, got %s"):format(name,
+      fp8.is_tensor(defaults) and "a tensor" or type(defaults)), 2)
+  end
   if type(params) == "table" and opts == nil and params.params ~= nil and not fp8.is_tensor(params[1]) then
     opts = {}
     for k, v in pairs(params) do if k ~= "params" then opts[k] = v end end
