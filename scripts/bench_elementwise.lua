@@ -1,0 +1,34 @@
+-- bench_elementwise.lua [rounds] — the CPU elementwise ops a training step calls (same-shape fp32 add/mul, a
+-- broadcast bias add, a scalar multiply, bf16 add) and the comparisons, timed as the fastest of `rounds` rounds
+-- (default 7) of 20 calls each, in ms per call. For A/B runs of two builds: run each binary on this script in
+-- turn, a few times over, and compare the fastest figures (docs/performance.md).
+--   OMP_NUM_THREADS=2 build/fp8lab scripts/bench_elementwise.lua 7
+local rounds = math.tointeger(tonumber(arg and arg[1] or "7")) or 7
+local now = require("fp8._data").clock   -- wall-clock seconds, monotonic
+
+fp8.manual_seed(1)
+local N = 1 << 22                         -- 4M elements, 16 MiB per fp32 tensor: past the caches
+local a, b = fp8.randn { N }, fp8.randn { N }
+local m, bias = fp8.randn { 4096, 1024 }, fp8.randn { 1024 }
+local ah, bh = a:to("bf16"), b:to("bf16")
+
+local cases = {
+  { "add fp32 [4M]", function() return a + b end },
+  { "mul fp32 [4M]", function() return a * b end },
+  { "bias add [4096,1024]+[1024]", function() return m + bias end },
+  { "scalar mul fp32 [4M]", function() return a * 0.5 end },
+  { "add bf16 [4M]", function() return ah + bh end },
+  { "lt fp32 [4M]", function() return a:lt(b) end },
+  { "maximum fp32 [4M]", function() return a:maximum(b) end },
+}
+
+for _, c in ipairs(cases) do
+  local best = math.huge
+  for _ = 1, rounds do
+    local t0 = now()
+    for _ = 1, 20 do c[2]():free() end
+    local dt = (now() - t0) / 20 * 1e3
+    if dt < best then best = dt end
+  end
+  print(("%-30s %8.3f ms"):format(c[1], best))
+end
