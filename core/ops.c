@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const fl_binop_names[] = { "add", "sub", "mul", "div", "maximum", "minimum", "pow",
+const char *const fl_binop_names[] = { "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
                                        "eq", "ne", "lt", "le", "gt", "ge" };
 const char *const fl_unop_names[] = { "abs", "neg", "exp", "log", "sqrt", "sign", "tanh", "sigmoid" };
 const char *const fl_redop_names[] = { "sum", "mean", "max", "min", "amax" };

@@ -11,10 +11,13 @@
 
 /* maximum/minimum: NaN when either operand is NaN; -0 < +0 (IEEE 754-2019's maximum and minimum).
  * pow: x^y computed in double and rounded once (C's pow: x^0 = 1, 1^y = 1, NaN for a negative base with a
- * non-integer exponent). eq..ge: comparisons, 1 where true and 0 where false in the result's dtype (there is
- * no bool dtype); NaN compares unequal to everything, itself included. Comparisons carry no history. */
+ * non-integer exponent). where: b where a is nonzero (NaN counts as nonzero), else -0: a selection, never a
+ * product, so an inf or NaN in the other branch stays out; -0 is the identity of addition, so
+ * where(m, x) + where(!m, y) is exactly torch's where(m, x, y) (fp8.where). eq..ge: comparisons, 1 where true and
+ * 0 where false in the result's dtype (there is no bool dtype); NaN compares unequal to everything, itself
+ * included. Comparisons carry no history. */
 typedef enum {
-    FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_OP_MAXIMUM, FL_OP_MINIMUM, FL_OP_POW,
+    FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_OP_MAXIMUM, FL_OP_MINIMUM, FL_OP_POW, FL_OP_WHERE,
     FL_OP_EQ, FL_OP_NE, FL_OP_LT, FL_OP_LE, FL_OP_GT, FL_OP_GE, FL_BINOP_COUNT
 } fl_binop;
 static inline bool fl_binop_is_comparison(fl_binop op) { return op >= FL_OP_EQ && op <= FL_OP_GE; }
@@ -52,7 +55,8 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
  * (core/autograd.h); max/min/amax results and comparisons carry no history. maximum/minimum send the gradient
  * to the operand that wins (torch's rule: half to each on a tie, all to both beside a NaN; against a scalar,
  * clamp's rule: all of it where x >= s, resp. x <= s); pow's exponent, when a tensor, takes no gradient
- * (refused when it requires one), and the base's gradient is 0 where the exponent is 0, as torch's. A comparison
+ * (refused when it requires one), and the base's gradient is 0 where the exponent is 0, as torch's; where's mask
+ * takes none (its values take g where the mask is nonzero). A comparison
  * with a scalar takes the scalar rounded to a bf16/fp16 tensor's dtype (torch's casting of a number). Under autocast (fl_autocast_dtype()
  * bf16/fp16) fl_matmul rounds fp32 inputs to that dtype and returns fp32. */
 

@@ -67,6 +67,13 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         case FL_OP_MINIMUM:
             st = select_grad(&t, g, i == 0 ? a : b, i == 0 ? b : a, op == FL_OP_MAXIMUM ? FL_OP_LT : FL_OP_GT);
             break;
+        case FL_OP_WHERE:   /* the mask takes none; the values take g where the mask is nonzero, +0 elsewhere */
+            if (i == 0) st = fl_tensor_zeros(&t, FL_F32, g->ndim, g->shape, g->device);
+            else {
+                st = fl_binary_raw(&u, FL_OP_WHERE, a, g);
+                if (st == FL_OK) st = fl_binary_scalar_raw(&t, FL_OP_ADD, u, 0.0, false);   /* -0 + 0 = +0 */
+            }
+            break;
         case FL_OP_POW:   /* d(a^b)/da = b·a^(b-1), 0 where b = 0 (torch's rule: 0·a^-1 would be NaN at a = 0, so
                            * the exponent there is b - 1 + 1 = 0); the exponent's gradient is refused when recorded */
             st = fl_binary_scalar_raw(&u, FL_OP_EQ, b, 0.0, false);
@@ -88,7 +95,8 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 
 /* Comparisons have no gradient: their results carry no history. */
 static const char *const binary_names[FL_BINOP_COUNT] = {
-    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "MaximumBackward", "MinimumBackward", "PowBackward" };
+    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "MaximumBackward", "MinimumBackward", "PowBackward",
+    "WhereBackward" };
 
 fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
     const fl_tensor *ins[2] = { a, b };
@@ -102,7 +110,8 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     fl_node *n;
     FL_TRY(fl_autograd_record(out, &n, binary_names[op], binary_bwd, 2, ins));
     n->iargs[0] = op;
-    if (op == FL_OP_MUL || op == FL_OP_DIV || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || op == FL_OP_POW) {
+    if (op == FL_OP_MUL || op == FL_OP_DIV || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || op == FL_OP_POW ||
+        op == FL_OP_WHERE) {
         fl_node_save(n, 0, a);
         fl_node_save(n, 1, b);
     }
@@ -129,6 +138,9 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
         fl_tensor_release(t);
         return st;
     }
+    case FL_OP_WHERE:   /* s first: the mask is the number, x the values (g where s is nonzero); else x is the mask */
+        if (first && (float)s != 0.0f) return fl_binary_scalar_raw(&gin[0], FL_OP_MUL, g, 1.0, false);
+        return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
     case FL_OP_MAXIMUM:   /* clamp's rule: g where x is at or past the bound (x >= s for maximum) */
     case FL_OP_MINIMUM: {
         fl_tensor *m = NULL;

@@ -106,6 +106,7 @@ FL_HD float ew_binop(int op, float x, float y) {
     case FL_OP_MAXIMUM: return ew_maximum(x, y);
     case FL_OP_MINIMUM: return ew_minimum(x, y);
     case FL_OP_POW: return ew_pow(x, y);
+    case FL_OP_WHERE: return x != 0.0f ? y : -0.0f;
     case FL_OP_EQ: return ew_cmp(x == y);
     case FL_OP_NE: return ew_cmp(x != y);
     case FL_OP_LT: return ew_cmp(x < y);

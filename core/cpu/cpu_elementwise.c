@@ -34,6 +34,7 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
     case FL_OP_MAXIMUM: EW_LOOP(maximum1(a[i], b[i])); break;
     case FL_OP_MINIMUM: EW_LOOP(minimum1(a[i], b[i])); break;
     case FL_OP_POW: for (int64_t i = 0; i < n; i++) d[i] = pow1(a[i], b[i]); break;
+    case FL_OP_WHERE: EW_LOOP(a[i] != 0.0f ? b[i] : -0.0f); break;
     case FL_OP_EQ: EW_LOOP(CMP(a[i] == b[i])); break;
     case FL_OP_NE: EW_LOOP(CMP(a[i] != b[i])); break;
     case FL_OP_LT: EW_LOOP(CMP(a[i] < b[i])); break;
@@ -56,6 +57,7 @@ static inline void scalar_run(fl_binop op, const float *a, float s, bool first, 
         if (first) for (int64_t i = 0; i < n; i++) d[i] = pow1(s, a[i]);
         else for (int64_t i = 0; i < n; i++) d[i] = pow1(a[i], s);
         break;
+    case FL_OP_WHERE: if (first) EW_LOOP(s != 0.0f ? a[i] : -0.0f); else EW_LOOP(a[i] != 0.0f ? s : -0.0f); break;
     case FL_OP_EQ: EW_LOOP(CMP(a[i] == s)); break;
     case FL_OP_NE: EW_LOOP(CMP(a[i] != s)); break;
     case FL_OP_LT: if (first) EW_LOOP(CMP(s < a[i])); else EW_LOOP(CMP(a[i] < s)); break;

@@ -67,6 +67,9 @@ add_all {
   { section = "Tensors", name = "Tensor:eq", sig = "x:eq(y) / :ne / :lt / :le / :gt / :ge -> Tensor",
     doc = "Elementwise comparison with a tensor (broadcast) or a number: 1 where true, 0 where false, in\n"
        .. "the operands' dtype; no gradient. x:argmax(2):eq(labels):sum():item() counts correct predictions." },
+  { section = "Tensors", name = "where", sig = "fp8.where(cond, a, b) -> Tensor;  x:masked_fill(mask, value)",
+    doc = "a where cond is nonzero, b elsewhere (tensors or numbers, broadcast): a selection, so an inf or NaN\n"
+       .. "in the branch not taken stays out. masked_fill puts value where mask is nonzero (attention masks)." },
   { section = "Tensors", name = "Tensor:clamp", sig = "x:clamp(min, max) / x:maximum(y) / x:minimum(y) -> Tensor",
     doc = "Bounds by numbers or tensors; NaN stays NaN. The gradient passes where x is within the bounds\n"
        .. "(clamp) or goes to the larger / smaller operand (half each on a tie)." },

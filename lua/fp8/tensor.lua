@@ -165,11 +165,51 @@ local function check_self(who, t)
   if not core.is_tensor(t) then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), 3) end
 end
 
+local function dtype_of(v) return core.is_tensor(v) and v:dtype() or nil end
+local WIDER = { fp32 = 3, bf16 = 2, fp16 = 2 }
+
+-- fp8.where(cond, a, b): torch.where: a where cond is nonzero (true), b elsewhere; a and b tensors or numbers,
+-- everything broadcast. A selection, never a product: an inf or NaN in the branch not taken stays out, and each
+-- value is the one chosen, bit for bit. Differentiable in a and b (each takes the gradient where it was chosen);
+-- cond takes none. The result's dtype is a's and b's (fp32 when they differ or both are numbers).
+function M.where(cond, a, b)
+  if not core.is_tensor(cond) then
+    error(("where: expected a tensor as the condition, got %s"):format(type(cond)), 2)
+  end
+  for i, v in ipairs { a, b } do
+    if not core.is_tensor(v) and type(v) ~= "number" then
+      error(("where: argument %d must be a tensor or a number, got %s"):format(i + 1, type(v)), 2)
+    end
+  end
+  local da, db = dtype_of(a), dtype_of(b)
+  for _, d in ipairs { da, db } do
+    if d and not WIDER[d] then error(("where: %s tensors cannot be selected from; dequantize them first"):format(d), 2) end
+  end
+  local dt = (da and db) and (da == db and da or "fp32") or da or db or "fp32"
+  local ok, r = pcall(function() return cond:_where(a) + cond:eq(0):_where(b) end)
+  if not ok then error((tostring(r):gsub("^add: ", "where: "):gsub("^where: where: ", "where: ")), 2) end
+  if r:dtype() ~= dt then r = r:to(dt) end
+  return r
+end
+
+-- t:masked_fill(mask, value): torch's: value where mask is nonzero, t elsewhere (value a number or a 0-d tensor).
+function Tensor.masked_fill(t, mask, value)
+  check_self("masked_fill", t)
+  if not core.is_tensor(mask) then error(("masked_fill: expected a mask tensor, got %s"):format(type(mask)), 2) end
+  if type(value) ~= "number" and not (core.is_tensor(value) and value:dim() == 0) then
+    error(("masked_fill: value must be a number or a 0-d tensor, got %s"):format(core.is_tensor(value) and
+      ("a tensor of shape " .. shape_str(value:shape())) or type(value)), 2)
+  end
+  local ok, r = pcall(M.where, mask, value, t)
+  if not ok then error((tostring(r):gsub("^where: ", "masked_fill: ")), 2) end
+  if r:dtype() ~= t:dtype() then r = r:to(t:dtype()) end
+  return r
+end
+
 -- t:clamp([min [, max]]) (also clamp{min=, max=}): torch's, as maximum(t, min) then minimum(., max), so
--- min > max gives max everywhere; min/max are numbers or tensors (broadcast). With number bounds the gradient
--- passes where t is within the bounds, bounds included (torch's rule); with tensor bounds it is maximum's and
--- minimum's, which halve it where t equals a bound exactly (torch passes all of it there). NaN stays NaN. At least
--- one bound is needed.
+-- min > max gives max everywhere; min/max are numbers or tensors (broadcast). The gradient passes where t is
+-- within the bounds, bounds included (torch's rule; tensor bounds take it where t is past them). NaN stays NaN.
+-- At least one bound is needed.
 function Tensor.clamp(t, lo, hi)
   check_self("clamp", t)
   if type(lo) == "table" and not core.is_tensor(lo) and hi == nil then lo, hi = lo.min, lo.max end
@@ -180,8 +220,10 @@ function Tensor.clamp(t, lo, hi)
   end
   if lo == nil and hi == nil then error("clamp: at least one of min and max must be given", 2) end
   local r = t
-  if lo ~= nil then r = r:maximum(lo) end
-  if hi ~= nil then r = r:minimum(hi) end
+  -- numbers: maximum/minimum against a scalar already follow torch's gradient rule; tensors: a selection, so
+  -- that t keeps the whole gradient where it equals a bound (maximum's tie rule would halve it there)
+  if lo ~= nil then r = core.is_tensor(lo) and M.where(r:lt(lo), lo, r) or r:maximum(lo) end
+  if hi ~= nil then r = core.is_tensor(hi) and M.where(r:gt(hi), hi, r) or r:minimum(hi) end
   return r
 end
 function Tensor.clamp_min(t, v) check_self("clamp_min", t); return Tensor.clamp(t, v, nil) end

@@ -133,6 +133,7 @@ static double f64_op(int op, double a, double b) {
     case FL_OP_DIV: return a / b;
     case FL_OP_MAXIMUM: return a > b ? a : b;
     case FL_OP_MINIMUM: return a < b ? a : b;
+    case FL_OP_WHERE: return a != 0 ? b : -0.0;
     default: return pow(a, b);   /* FL_OP_POW */
     }
 }
@@ -397,7 +398,8 @@ TEST(gradcheck_binary_broadcast) {
     for (int op = 0; op < FL_BINOP_COUNT; op++) {
         if (fl_binop_is_comparison((fl_binop)op)) continue;
         /* pow: the base's gradient only (a tensor exponent's is refused: gradcheck_pow_exponent_refused) */
-        gc_case c = { fl_binop_names[op], 2, { 3, 2 }, { { 2, 1, 4 }, { 3, 4 } }, { true, op != FL_OP_POW },
+        /* where: the values' gradient (the mask takes none) */
+        gc_case c = { fl_binop_names[op], 2, { 3, 2 }, { { 2, 1, 4 }, { 3, 4 } }, { op != FL_OP_WHERE, op != FL_OP_POW },
                       op == FL_OP_DIV ? init_div : op == FL_OP_POW ? init_pow : NULL, f32_binary, f64_binary, op };
         gradcheck(fl__failed, &c);
     }

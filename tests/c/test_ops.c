@@ -41,6 +41,7 @@ static double ref_binop(int op, double x, double y) {
     case FL_OP_MAXIMUM: return x > y ? x : y;
     case FL_OP_MINIMUM: return x < y ? x : y;
     case FL_OP_POW: return pow(x, y);
+    case FL_OP_WHERE: return x != 0 ? y : -0.0;
     case FL_OP_EQ: return x == y;
     case FL_OP_NE: return x != y;
     case FL_OP_LT: return x < y;

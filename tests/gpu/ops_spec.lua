@@ -155,6 +155,9 @@ describe("the cuda device against the CPU device", function()
       check(op .. " scalar", function(a) return a[op](a, 0.1) end, { leaf { 500 } }, 0, 0)
     end
     check("clamp", function(a) return a:clamp(-0.5, 0.5) end, { leaf { 777 } }, 0, 0)
+    check("clamp by tensors", function(a, lo) return a:clamp(lo, lo + 1) end, { leaf { 9, 77 }, leaf { 77 } }, 0, 0)
+    check("where", function(a, b) return fp8.where(a:gt(0), a, b) end, { leaf { 4, 1, 6 }, leaf { 3, 1 } }, 0, 0)
+    check("masked_fill", function(a) return a:masked_fill(a:lt(-1), -1 / 0) end, { leaf { 300 } }, 0, 0)
     -- pow: double pow on both sides, CUDA's within 2 ulp of a double of glibc's: one fp32 rounding apart
     local base = (leaf { 300 }:abs() + 0.1):detach()
     base:requires_grad(true)

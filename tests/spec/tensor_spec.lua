@@ -223,6 +223,13 @@ describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function(
     assert.are.same({-2, -1, 0, 0.5, 0.5}, x:clamp_max(0.5):totable())
     assert.are.same({2, 2, 2, 2, 2}, x:clamp(3, 2):totable())   -- min > max: max everywhere, as torch
     assert.are.same({-1, -1, 0, 1, 2}, x:clamp(fp8.full({5}, -1), 2):totable())
+    -- tensor bounds: the whole gradient where x equals a bound, as torch (bounds take it where x is past them)
+    local t, lo, hi = fp8.tensor{1, 2, 3, 0, 5}, fp8.tensor{1, 1, 1, 1, 1}, fp8.tensor{3, 3, 3, 3, 3}
+    t:requires_grad(true); lo:requires_grad(true); hi:requires_grad(true)
+    t:clamp(lo, hi):sum():backward()
+    assert.are.same({1, 1, 1, 0, 0}, t.grad:totable())
+    assert.are.same({0, 0, 0, 1, 0}, lo.grad:totable())
+    assert.are.same({0, 0, 0, 0, 1}, hi.grad:totable())
     local nan = fp8.tensor{0 / 0}:clamp(0, 1):item()
     assert.is_true(nan ~= nan)
     assert.has_error(function() x:clamp() end, "clamp: at least one of min and max must be given")
@@ -258,6 +265,27 @@ describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function(
     ;(0 ^ w):sum():backward()
     assert.are.same({0, 0, 0}, w.grad:totable())
   end)
+  it("where and masked_fill select (an inf or NaN in the branch not taken stays out), with torch's gradients", function()
+    local c = fp8.tensor{1, 0, 1, 0}
+    local r = fp8.where(c, fp8.tensor{1 / 0, 2, 3, 4}, fp8.tensor{5, 0 / 0, 7, -0.0}):totable()
+    assert.are.equal(math.huge, r[1]); assert.is_true(r[2] ~= r[2]); assert.are.equal(3, r[3])
+    assert.are.equal(-math.huge, 1 / r[4])   -- -0 chosen stays -0
+    assert.are.same({9, 2, 9, 4}, fp8.where(c, 9, fp8.tensor{1, 2, 3, 4}):totable())
+    assert.are.equal("bf16", fp8.where(c, 9, fp8.tensor{1, 2, 3, 4}:bfloat16()):dtype())
+    assert.are.same({{1, 0}, {1, 0}}, fp8.where(fp8.tensor{1, 0}, fp8.ones(2, 2), 0):totable())   -- broadcast
+    local x = fp8.tensor{{1, -2}, {-3, 4}}
+    assert.are.same({{1, -1 / 0}, {-1 / 0, 4}}, x:masked_fill(x:lt(0), -1 / 0):totable())
+    local a, b = fp8.tensor{1, 2, 3}, fp8.tensor{4, 5, 6}
+    a:requires_grad(true); b:requires_grad(true)
+    fp8.where(fp8.tensor{1, 0, 1}, a, b):sum():backward()
+    assert.are.same({1, 0, 1}, a.grad:totable())
+    assert.are.same({0, 1, 0}, b.grad:totable())
+    assert.has_error(function() fp8.where(1, a, b) end, "where: expected a tensor as the condition, got number")
+    assert.has_error(function() fp8.where(c, "x", b) end, "where: argument 2 must be a tensor or a number, got string")
+    assert.has_error(function() x:masked_fill(x:lt(0), fp8.ones{2}) end,
+      "masked_fill: value must be a number or a 0-d tensor, got a tensor of shape [2]")
+  end)
+
   it("tanh and sigmoid, with their gradients", function()
     local x = fp8.tensor{-2, 0, 0.5}
     x:requires_grad(true)
