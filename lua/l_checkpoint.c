@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -405,6 +406,17 @@ static int l_is_link(lua_State *L) {
     return 1;
 }
 
+/* exchange(a, b) → true, or nil + message: the two paths swap their directories in one step (Linux's
+ * renameat2 RENAME_EXCHANGE), so a checkpoint directory is replaced without a moment where its name holds
+ * nothing. A file system without it answers EINVAL/ENOSYS; the caller then renames twice. */
+static int l_exchange(lua_State *L) {
+    const char *a = luaL_checkstring(L, 1), *b = luaL_checkstring(L, 2);
+    if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0) { lua_pushboolean(L, 1); return 1; }
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s <-> %s: %s", a, b, strerror(errno));
+    return 2;
+}
+
 static int l_clone(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_tensor **slot = fl_lnewbox(L);
@@ -575,7 +587,7 @@ static const luaL_Reg so_methods[] = {
 };
 
 static const luaL_Reg ckpt_funcs[] = {
-    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_link", l_is_link}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };
 

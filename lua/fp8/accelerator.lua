@@ -532,7 +532,7 @@ function Accelerator:free_memory(...)
   self._param_map, self._pending_map_clear = {}, nil
   self._fp8_weights = setmetatable({}, { __mode = "k" })
   self._ddp_models, self._ddp_params, self._ddp_names, self._ddp_reducer = nil, nil, nil, nil
-  self.gradient_state._active, self.gradient_state.end_of_dataloader = nil, false
+  self.gradient_state._active, self.gradient_state.end_of_dataloader = {}, false
   self.step = 0
   return require("fp8").release_memory(...)
 end

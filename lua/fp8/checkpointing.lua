@@ -116,36 +116,83 @@ end
 
 local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
 
--- The names a checkpoint writes itself, for a checkpoint whose state file has no "files" list (written before
--- 2026-11-29); a newer one lists every file it holds, save hooks' included.
+-- ---- what a checkpoint owns -----------------------------------------------------------------
+-- save_state replaces a directory as a whole (that is what makes a checkpoint appear complete or not at all), so
+-- it must know what in a directory is its own: nothing of a user's is ever deleted.
+--  * A directory holding PARTIAL is fp8lab's own throughout: a save's temporary directory from its creation, and
+--    a checkpoint from the moment it is being replaced or pruned. Removal takes PARTIAL last, so a removal cut
+--    short leaves a directory still marked.
+--  * A checkpoint lists every path it holds in its state file ("files": "name", "dir/", "dir/name"); what is not
+--    listed (a notes file, a save_model folder, a file added to a hook's folder) is the user's.
+--  * A checkpoint written before that list existed (a state file without "files") owns the names OWN_NAMES match.
+--  * Anything else (no state file, or one that is not a checkpoint's) is all the user's.
+local PARTIAL = ".fp8lab_partial"
 local OWN_NAMES = { "^random_states_%d+%.json$", "^model_?%d*%.safetensors$", "^optimizer_?%d*%.safetensors$",
   "^scheduler_?%d*%.json$", "^scaler%.json$", "^custom_checkpoint_%d+%.json$", "^fp8lab_state%.json$" }
 local function own_name(name)
   for _, p in ipairs(OWN_NAMES) do if name:match(p) then return true end end
   return false
 end
--- In a save's temporary directory from its creation until its state file is complete: all of it is that save's.
-local PARTIAL = ".fp8lab_partial"
 
--- The entries of directory `dir` that no fp8lab checkpoint wrote (a user's files): save_state replaces a directory as
--- a whole, so it deletes only directories holding none.
+local function exists(path)
+  if C.is_dir(path) or C.is_link(path) then return true end
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function marked(dir) return exists(join(dir, PARTIAL)) end
+-- An empty file, created in one step (a kill leaves it there or not, never half), so no temporary name of its own.
+local function mark(dir)
+  local f, err = io.open(join(dir, PARTIAL), "wb")
+  if not f then error("save_state: " .. tostring(err), 0) end
+  f:close()
+end
+-- fp8lab's own to remove: marked, or empty (a save killed between creating its directory and marking it).
+local function leftover(p) return C.is_dir(p) and not C.is_link(p) and (marked(p) or #(C.listdir(p) or {}) == 0) end
+
+-- Every path under dir, relative, directories with a trailing "/" (symbolic links are listed, not followed).
+local function tree(dir, prefix, out)
+  out = out or {}
+  for _, name in ipairs(C.listdir(dir) or {}) do
+    local full, rel = join(dir, name), (prefix or "") .. name
+    if C.is_dir(full) and not C.is_link(full) then
+      out[#out + 1] = rel .. "/"
+      tree(full, rel .. "/", out)
+    else
+      out[#out + 1] = rel
+    end
+  end
+  return out
+end
+
+-- The entries of `dir` that no fp8lab checkpoint wrote (relative paths, a user's folder with a trailing "/").
 local function foreign_entries(dir)
-  local names = C.listdir(dir) or {}
-  for _, name in ipairs(names) do if name == PARTIAL then return {} end end   -- a save cut short: all its own
-  local listed
+  if marked(dir) then return {} end
   local s = read_all(join(dir, STATE_FILE))
   local ok, st = pcall(C.json_decode, s or "null", STATE_FILE)
-  if ok and type(st) == "table" and type(st.files) == "table" then
-    listed = { [STATE_FILE] = true }
-    for _, f in ipairs(st.files) do if type(f) == "string" then listed[f] = true end end
-  end
   local out = {}
-  for _, name in ipairs(names) do
-    local own
-    if listed then own = listed[name] else own = own_name(name) end
-    if not own then out[#out + 1] = name end
+  if not (ok and type(st) == "table" and st.fp8lab_checkpoint ~= nil) then   -- not a checkpoint: all the user's
+    for _, name in ipairs(C.listdir(dir) or {}) do out[#out + 1] = name end
+    return out
   end
-  table.sort(out)
+  if type(st.files) ~= "table" then   -- an older checkpoint: its own names, at the top level
+    for _, name in ipairs(C.listdir(dir) or {}) do if not own_name(name) then out[#out + 1] = name end end
+    return out
+  end
+  local listed = { [STATE_FILE] = true }
+  for _, f in ipairs(st.files) do if type(f) == "string" then listed[f] = true end end
+  local function walk(d, prefix)
+    for _, name in ipairs(C.listdir(d) or {}) do
+      local full, rel = join(d, name), prefix .. name
+      if C.is_dir(full) and not C.is_link(full) then
+        if listed[rel .. "/"] then walk(full, rel .. "/") else out[#out + 1] = rel .. "/" end
+      elseif not listed[rel] then
+        out[#out + 1] = rel
+      end
+    end
+  end
+  walk(dir, "")
   return out
 end
 
@@ -154,29 +201,42 @@ local function entries_text(f)
     #f > 5 and (", ... %d in all"):format(#f) or "")
 end
 
-local function exists(path)
-  if C.is_dir(path) then return true end
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
+-- Removes a directory fp8lab owns (marked, or checked by foreign_entries just before), taking its marker last.
+local function remove_own(dir)
+  local last = {}
+  for _, name in ipairs(C.listdir(dir) or {}) do
+    if name == PARTIAL or name == STATE_FILE then last[#last + 1] = name else rmtree(join(dir, name)) end
+  end
+  table.sort(last, function(x, y) return x ~= PARTIAL and y == PARTIAL end)   -- the state file, then the marker
+  for _, name in ipairs(last) do os.remove(join(dir, name)) end
+  os.remove(dir)
 end
 
--- Why save_state must not write `dir` ("" when it may): the directory it replaces, and the leftovers of a save that
--- was cut short (dir.tmp, dir.old), must be checkpoints or empty; nothing of a user's is deleted.
+-- Why save_state must not write `dir` ("" when it may): the directory it replaces must be empty or fp8lab's own,
+-- and a dir.tmp / dir.old there must be the marked leftover of a save that was cut short.
 local function publish_refusal(dir, automatic, iteration)
+  local last = dir:match("([^/]*)$")
+  if last == "." or last == ".." or last == "" then
+    return ("give the directory by its name (not ending in '.' or '..'), got %s"):format(dir)
+  end
   if automatic and exists(dir) then
     return ("checkpoint directory %s (iteration %d) already exists: load_state() resumes after the last checkpoint, or "
       .. "set project_configuration.iteration to the iteration to start with (Accelerate refuses it too)"):format(dir, iteration)
   end
-  for _, p in ipairs { dir, dir .. ".tmp", dir .. ".old" } do
-    if C.is_dir(p) then
-      local f = foreign_entries(p)
-      if #f > 0 then
-        return ("%s holds %s that no fp8lab checkpoint wrote: save_state replaces its directory as a whole and "
-          .. "deletes nothing it did not write; save into a new or empty directory"):format(p, entries_text(f))
-      end
-    elseif exists(p) then
-      return ("%s exists and is not a directory"):format(p)
+  if C.is_link(dir) then return ("%s is a symbolic link: save_state replaces a directory, give its real path"):format(dir) end
+  if C.is_dir(dir) then
+    local f = foreign_entries(dir)
+    if #f > 0 then
+      return ("%s holds %s that no fp8lab checkpoint wrote: save_state replaces its directory as a whole and "
+        .. "deletes nothing it did not write; save into a new or empty directory"):format(dir, entries_text(f))
+    end
+  elseif exists(dir) then
+    return ("%s exists and is not a directory"):format(dir)
+  end
+  for _, p in ipairs { dir .. ".tmp", dir .. ".old" } do
+    if exists(p) and not leftover(p) then
+      return ("%s exists and is not the leftover of an fp8lab save (no %s marker in it): save_state uses that name "
+        .. "for its work; move it away"):format(p, PARTIAL)
     end
   end
   return ""
@@ -383,18 +443,37 @@ function M.install(Accelerator)
     if (self.num_processes or 1) > 1 then refusal = require("fp8._dist").broadcast_string(refusal, 0) end
     if refusal ~= "" then error("save_state: " .. refusal, 2) end
     if main then
-      if C.is_dir(tmp) then rmtree(tmp) end   -- a save that crashed earlier
+      -- the marked leftovers of a save that was cut short (publish_refusal checked the marks)
+      for _, p in ipairs { tmp, dir .. ".old" } do if C.is_dir(p) then remove_own(p) end end
       local ok, err = C.mkdir(tmp)
       if not ok then error("save_state: " .. err, 2) end
-      C.write_atomic(join(tmp, PARTIAL), "")
+      mark(tmp)
     end
     -- everything goes into tmp; a failure on the way (a hook's error, a state that cannot be written) removes it,
     -- so that no half checkpoint stays behind to be mistaken for a user's files by the next save
-    local filled, ferr = pcall(function()
-      self:wait_for_everyone()
+    -- Every process's part, then the main process's; after each, the processes agree on how it went (that is also
+    -- the barrier between them), so an error on one process (a hook's, an unwritable state) is raised on every
+    -- process instead of leaving the others waiting, and the temporary directory is removed.
+    local function settle(ok, err)
+      local n = self.num_processes or 1
+      if n > 1 then
+        local D = require "fp8._dist"
+        local flag = core.tensor { ok and 0 or (n - rank) }
+        D.all_reduce(flag, "max")
+        local who = math.tointeger(flag:item())
+        if who ~= 0 then ok, err = false, D.broadcast_string(ok and "" or tostring(err), n - who) end
+      end
+      if not ok then
+        if main then remove_own(tmp) end
+        error(err, 0)
+      end
+    end
+    self:wait_for_everyone()   -- tmp exists
+    local weights = {}
+    settle(pcall(function()
       C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
       -- the state dicts the model files are written from: on the main process, and on every process when hooks run
-      local hooks, weights = rawget(self, "_save_hooks") or {}, {}
+      local hooks = rawget(self, "_save_hooks") or {}
       if main or #hooks > 0 then
         for i, m in ipairs(self._models) do weights[i] = m:state_dict() end
       end
@@ -402,64 +481,81 @@ function M.install(Accelerator)
         local models = table.move(self._models, 1, #self._models, 1, {})   -- the hook sees a copy: it may only drop weights
         hook(models, weights, tmp)
       end
-      self:wait_for_everyone()   -- every process's random state and hook files are in tmp before it is listed
-      if main then
-        for i, sd in ipairs(weights) do
-          core.save_file(sd, join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
-        end
-        for i, o in ipairs(self._optimizers) do
-          local tensors, meta = optimizer_to_file(rawget(o, "optimizer"))
-          core.save_file(tensors, join(tmp, "optimizer" .. suffix(i) .. ".safetensors"), meta)
-        end
-        for i, s in ipairs(self._schedulers or {}) do write_json(join(tmp, "scheduler" .. suffix(i) .. ".json"), s:state_dict()) end
-        if self.scaler then write_json(join(tmp, "scaler.json"), self.scaler:state_dict()) end
-        for i, obj in ipairs(self._custom or {}) do
-          write_json(join(tmp, ("custom_checkpoint_%d.json"):format(i - 1)), plain(obj:state_dict()))
-        end
-        local loaders = {}
-        for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
-        local files = {}   -- ours and the hooks', every process's
-        for _, name in ipairs(C.listdir(tmp) or {}) do if name ~= PARTIAL then files[#files + 1] = name end end
-        write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
-          files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
-          schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
-        os.remove(join(tmp, PARTIAL))   -- complete: from here the state file's list says what is the checkpoint's
-        C.fsync_dir(tmp)
+    end))
+    -- every process's random state and hook files are in tmp before it is listed
+    local ok2, err2 = true, nil
+    if main then ok2, err2 = pcall(function()
+      for i, sd in ipairs(weights) do
+        core.save_file(sd, join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
       end
-    end)
-    if not filled then
-      if main then rmtree(tmp) end
-      error(ferr, 0)
-    end
+      for i, o in ipairs(self._optimizers) do
+        local tensors, meta = optimizer_to_file(rawget(o, "optimizer"))
+        core.save_file(tensors, join(tmp, "optimizer" .. suffix(i) .. ".safetensors"), meta)
+      end
+      for i, s in ipairs(self._schedulers or {}) do write_json(join(tmp, "scheduler" .. suffix(i) .. ".json"), s:state_dict()) end
+      if self.scaler then write_json(join(tmp, "scaler.json"), self.scaler:state_dict()) end
+      for i, obj in ipairs(self._custom or {}) do
+        write_json(join(tmp, ("custom_checkpoint_%d.json"):format(i - 1)), plain(obj:state_dict()))
+      end
+      local loaders = {}
+      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
+      local files = {}   -- every path in it, ours and the hooks' (folders and what is in them), every process's
+      for _, rel in ipairs(tree(tmp)) do if rel ~= PARTIAL then files[#files + 1] = rel end end
+      write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
+        files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
+        schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
+      C.fsync_dir(tmp)
+    end) end
+    settle(ok2, err2)
     self:wait_for_everyone()
     if main then
-      -- Publish: the directory appears complete or not at all (an old one is moved aside first).
-      local old
+      -- Publish: the name holds the old checkpoint, then the new one, complete, with no moment in between where it
+      -- holds nothing (the two directories swap in one step; where the file system cannot, the old one is renamed
+      -- aside first). The old one is marked before it moves, so what is left of it after a crash is fp8lab's own;
+      -- the new one keeps its mark until it holds the name, then loses it (from then on its file list speaks).
+      local parent = dir:match("^(.*)/[^/]*$") or "."
+      local gone
       if C.is_dir(dir) then
-        old = dir .. ".old"
-        if C.is_dir(old) then rmtree(old) end
-        assert(os.rename(dir, old))
+        mark(dir)
+        if C.exchange(tmp, dir) then
+          gone = tmp
+        else
+          gone = dir .. ".old"
+          local ok, err = os.rename(dir, gone)
+          if not ok then error("save_state: " .. tostring(err), 2) end
+        end
       end
-      local ok, err = os.rename(tmp, dir)
-      if not ok then error("save_state: " .. tostring(err), 2) end
-      C.fsync_dir(dir:match("^(.*)/[^/]*$") or ".")
-      if old then rmtree(old) end
+      if gone ~= tmp then
+        local ok, err = os.rename(tmp, dir)
+        if not ok then error("save_state: " .. tostring(err), 2) end
+      end
+      os.remove(join(dir, PARTIAL))
+      C.fsync_dir(dir)
+      C.fsync_dir(parent)
+      if gone then remove_own(gone) end
       if pc.automatic_checkpoint_naming and pc.total_limit then
         -- the oldest (lowest N) go, never the one just written (a run started at iteration 0 beside checkpoint_3
         -- and checkpoint_4 keeps checkpoint_0 and checkpoint_4, as Accelerate's pruning before the write does)
-        local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
+        local base = join(pc.project_dir, "checkpoints")
+        for _, name in ipairs(C.listdir(base) or {}) do   -- a pruning cut short: its marked remains
+          local p = join(base, name)
+          if name:match("^checkpoint_%d+%.deleting$") and C.is_dir(p) and not C.is_link(p) and marked(p) then remove_own(p) end
+        end
+        local all = sorted_checkpoints(base)
         local extra = #all - pc.total_limit
         for _, c in ipairs(all) do
           if extra <= 0 then break end
           if c[2] ~= dir then
-            local f = foreign_entries(c[2])
+            local f = C.is_link(c[2]) and { "(a symbolic link)" } or foreign_entries(c[2])
             if #f > 0 then   -- kept: a checkpoint holding a user's files is not deleted whole (nor counted)
               io.stderr:write(("fp8lab: notice: total_limit: %s kept: it holds %s that no checkpoint wrote\n"):format(c[2],
                 entries_text(f)))
             else
-              -- renamed first, so a crash during the deletion never leaves a partial checkpoint_N behind
+              -- marked, then renamed, so a crash during the deletion never leaves a partial checkpoint_N behind, and
+              -- what it leaves is recognisably fp8lab's
+              mark(c[2])
               local gone = c[2] .. ".deleting"
-              if os.rename(c[2], gone) then rmtree(gone) end
+              if not exists(gone) and os.rename(c[2], gone) then remove_own(gone) end
               extra = extra - 1   -- a kept one does not count: the next oldest goes in its place
             end
           end

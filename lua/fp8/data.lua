@@ -451,11 +451,13 @@ end
 -- the one around it is active again (an eval loop inside a training step leaves the training loop's flag as it was).
 -- Here the active one is the loader that served the last batch; a loop restarted, or finished, drops its old entry.
 local function active_sync(gs)
+  gs._active = gs._active or {}
   local top = gs._active[#gs._active]
   gs.end_of_dataloader = top ~= nil and top.end_of_dataloader or false
 end
 
 local function active_drop(gs, st)
+  gs._active = gs._active or {}   -- acc:free_memory() inside a loop starts the list afresh
   for i = #gs._active, 1, -1 do if gs._active[i] == st or gs._active[i].owner == st then table.remove(gs._active, i) end end
 end
 

@@ -57,7 +57,7 @@ local function sorted_keys(fname, t)
   for k in pairs(t) do
     if not KEY_RANK[type(k)] then
       error(("%s: table keys must be numbers or strings (every process walks them in one order), got a %s key")
-        :format(fname, type(k)), 5)
+        :format(fname, type(k)), 0)
     end
     keys[#keys + 1] = k
   end
@@ -92,38 +92,62 @@ function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end en
 
 -- gather(t): every rank's t concatenated along dim 1 in rank order (0-d tensors: one entry per rank);
 -- tables of tensors are gathered leaf by leaf. Shapes must agree across ranks.
-local function refuse_fp8(fname, x)
-  if x:is_fp8() then
-    error(("%s: an FP8 tensor's bytes mean something only with its own scale, which differs across processes; "
-      .. "dequantize it first"):format(fname), 4)
-  end
-end
-
--- Every process's shape of x agrees (else one error on every process naming a rank that differs): reduce's
--- all-reduce takes the buffers as they come and would add mismatched elements or fail on one process only.
-local function agree_shape(self, fname, x)
-  local shape = x:shape()
-  local v = { #shape }
-  for i = 1, 8 do local d = shape[i] or 0; v[#v + 1] = d // 4096; v[#v + 1] = d % 4096 end   -- exact in fp32
-  local all = D.all_gather(core.tensor(v)):totable()
-  local n = #v
-  local function shape_of(r)
-    local nd, out = math.tointeger(all[r * n + 1]), {}
-    for i = 1, nd do out[i] = math.tointeger(all[r * n + 2 * i] * 4096 + all[r * n + 2 * i + 1]) end
-    return "[" .. table.concat(out, ", ") .. "]"
-  end
-  local s0 = shape_of(0)
-  for r = 1, self.num_processes - 1 do
-    if shape_of(r) ~= s0 then
-      error(("%s: the tensors differ in shape across processes: rank 0 has %s, rank %d %s"):format(fname, s0, r,
-        shape_of(r)), 4)
+-- describe(fname, t, shapes): the leaves of t in sorted-key order as "path:dtype[shape]" lines (without the shapes
+-- when `shapes` is false), raising, with the reason, what no collective can take: a leaf that is not a tensor, a key
+-- that is neither a number nor a string, an FP8 tensor (its bytes mean something only with its own scale, which
+-- differs across processes).
+local function describe(fname, t, shapes)
+  local out = {}
+  local function walk(x, path)
+    if core.is_tensor(x) then
+      if x:is_fp8() then
+        error(("%s: an FP8 tensor's bytes mean something only with its own scale, which differs across processes; "
+          .. "dequantize it first"):format(fname), 0)
+      end
+      out[#out + 1] = (path ~= "" and (path:sub(2) .. " ") or "") .. (shapes
+        and (x:dtype() .. "[" .. table.concat(x:shape(), ", ") .. "]") or (x:dim() .. "-d"))
+    elseif type(x) == "table" then
+      for _, k in ipairs(sorted_keys(fname, x)) do walk(x[k], path .. "." .. tostring(k)) end
+    else
+      error(("%s: expected a tensor or a table of tensors, got %s%s"):format(fname, type(x),
+        path ~= "" and (" at " .. path:sub(2)) or ""), 0)
     end
   end
+  walk(t, "")
+  return out
+end
+
+-- Before a collective: every process has what rank 0 has (the same fields, and with `shapes` the same dtypes and
+-- shapes), else one error on every process, the lowest rank's reason, so none waits for the others in a collective
+-- another has left (a reduce of mismatched buffers would add unrelated elements or fail on one process only).
+local function agree(self, fname, t, shapes)
+  local ok, mine = pcall(describe, fname, t, shapes)
+  if self.num_processes == 1 then
+    if not ok then error(mine, 3) end
+    return
+  end
+  local msg = not ok and tostring(mine) or nil
+  local theirs = D.broadcast_string(ok and table.concat(mine, "\n") or "\0", 0)
+  if not msg and theirs ~= "\0" then
+    local t0 = {}
+    for line in (theirs .. "\n"):gmatch("(.-)\n") do t0[#t0 + 1] = line end
+    for i = 1, math.max(#mine, #t0) do
+      if mine[i] ~= t0[i] then
+        msg = ("%s: the tensors differ across processes: rank %d has %s where rank 0 has %s"):format(fname,
+          self.process_index, mine[i] or "nothing more", t0[i] or "nothing more")
+        break
+      end
+    end
+  end
+  local flag = core.tensor { msg and (self.num_processes - self.process_index) or 0 }
+  D.all_reduce(flag, "max")
+  local who = math.tointeger(flag:item())
+  if who ~= 0 then error(D.broadcast_string(msg or "", self.num_processes - who), 3) end
 end
 
 function U:gather(t)
+  agree(self, "gather", t, true)
   return map_tensors("gather", t, function(x)
-    refuse_fp8("gather", x)
     if self.num_processes == 1 then return x end
     local c, dev = on_cpu(x)
     local g = D.all_gather(c)
@@ -180,6 +204,7 @@ function U:pad_across_processes(t, dim, pad_index, pad_first)
   if pad_first ~= nil and type(pad_first) ~= "boolean" then
     error(("pad_across_processes: pad_first must be a boolean, got %s"):format(type(pad_first)), 2)
   end
+  agree(self, "pad_across_processes", t, false)   -- the same fields and ranks everywhere (sizes may differ: that is the point)
   return map_tensors("pad_across_processes", t, function(x)
     local nd = x:dim()
     local d = dim < 0 and nd + dim + 1 or dim
@@ -205,9 +230,8 @@ end
 function U:reduce(t, op)
   op = op or "sum"
   if op ~= "sum" and op ~= "mean" then error(("reduce: op must be \"sum\" or \"mean\", got %s"):format(tostring(op)), 2) end
+  agree(self, "reduce", t, true)
   return map_tensors("reduce", t, function(x)
-    refuse_fp8("reduce", x)
-    if self.num_processes > 1 then agree_shape(self, "reduce", x) end
     local c, dev = on_cpu(x)
     local r = c:to("fp32"):clone()
     if self.num_processes > 1 then D.all_reduce(r, "sum") end
@@ -229,8 +253,9 @@ function U:split_between_processes(list, apply_padding)
   local count = base + (r < extra and 1 or 0)
   local out = {}
   for i = first, first + count - 1 do out[#out + 1] = list[i] end
-  -- Accelerate's padding: this process's own last item again (none to repeat when its share is empty)
-  if apply_padding and extra > 0 and count == base and #out > 0 then out[#out + 1] = out[#out] end
+  -- Accelerate's padding: this process's own last item again; a share left empty (fewer items than processes)
+  -- takes the list's last, as Accelerate's inputs[-1:], so every share has the same length
+  if apply_padding and extra > 0 and count == base and n > 0 then out[#out + 1] = out[#out] or list[n] end
   return out
 end
 

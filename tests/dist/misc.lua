@@ -164,8 +164,25 @@ if mode == "collectives" then
   print(("rank%d fp8=%s %s"):format(r, tostring(not ok1), tostring(e1):match("gather: an FP8 tensor[^;]*")))
   local ok2, e2 = pcall(acc.reduce, acc, r == 0 and fp8.ones { 2 } or fp8.ones { 3 })
   print(("rank%d shapes=%s %s"):format(r, tostring(not ok2), tostring(e2):match("reduce: the tensors differ.*")))
+  -- a refusal on one rank only is raised on every rank (the other does not wait in a collective), as are other fields
+  local ok4, e4 = pcall(acc.reduce, acc, r == 1 and fp8.tensor { 1, 2 }:quantize("e4m3") or fp8.ones { 2 })
+  print(("rank%d onerank=%s %s"):format(r, tostring(not ok4), tostring(e4):match("reduce: an FP8 tensor's bytes")))
+  local ok5, e5 = pcall(acc.gather, acc, r == 0 and { a = fp8.ones { 1 } } or { b = fp8.ones { 1 } })
+  print(("rank%d fields=%s %s"):format(r, tostring(not ok5), tostring(e5):match("gather: the tensors differ.*")))
   local ok3, e3 = pcall(acc.gather_object, acc, { acc = 0.5 })
   print(("rank%d record=%s %s"):format(r, tostring(not ok3), tostring(e3):match("gather_object: expected a list, got a table with the key 'acc'")))
+  -- a save hook failing on one rank: the save fails on every rank (none waits), and its temporary directory goes
+  local d = acc:gather_object({ os.tmpname() })[1]
+  if r == 0 then os.remove(d); assert(require("fp8._checkpoint").mkdir(d)) end
+  acc:wait_for_everyone()
+  local h = acc:register_save_state_pre_hook(function() if r == 1 then error("hook failed on rank 1") end end)
+  local ok6, e6 = pcall(acc.save_state, acc, d .. "/ck")
+  h:remove()
+  acc:wait_for_everyone()
+  print(("rank%d hookfail=%s %s tmp=%s"):format(r, tostring(not ok6), tostring(e6):match("hook failed on rank 1"),
+    tostring(require("fp8._checkpoint").is_dir(d .. "/ck.tmp"))))
+  acc:wait_for_everyone()
+  if r == 0 then os.execute("rm -rf " .. d) end
   -- an FP8 (te) model: its recipe-state buffers are not broadcast, so rank 0 can run it alone in training mode
   local a2 = fp8.Accelerator { cpu = true, mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
   local m2 = a2:prepare(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16)))

@@ -279,7 +279,7 @@ describe("acc:save_state / load_state", function()
     assert.is_nil(io.open(d .. "/ck/extra.bin"))
     -- ... unless something else was put in it since
     acc:save_model(model, d .. "/ck/final")
-    U.fails_with("save_state: " .. d .. "/ck holds an entry (final) that no fp8lab checkpoint wrote", function() acc:save_state(d .. "/ck") end)
+    U.fails_with("save_state: " .. d .. "/ck holds an entry (final/) that no fp8lab checkpoint wrote", function() acc:save_state(d .. "/ck") end)
     assert.is_true(C.is_dir(d .. "/ck/final"))
     -- a file named like a checkpoint's own but not in its list is the user's too
     write(d .. "/ck/final/../model_1.safetensors", "mine")
@@ -307,7 +307,32 @@ describe("acc:save_state / load_state", function()
     write(d .. "/f", "a file")
     U.fails_with("save_state: " .. d .. "/f exists and is not a directory", function() acc:save_state(d .. "/f") end)
     assert(C.mkdir(d .. "/new.tmp")); write(d .. "/new.tmp/keep.txt", "mine")
-    U.fails_with("save_state: " .. d .. "/new.tmp holds an entry (keep.txt) that no fp8lab checkpoint wrote", function() acc:save_state(d .. "/new") end)
+    U.fails_with("save_state: " .. d .. "/new.tmp exists and is not the leftover of an fp8lab save", function() acc:save_state(d .. "/new") end)
+    assert.are.equal("mine", read(d .. "/new.tmp/keep.txt"))
+    -- a user's files named like a checkpoint's, in a directory that holds no checkpoint, are the user's
+    assert(C.mkdir(d .. "/pre")); write(d .. "/pre/model.safetensors", "USER")
+    U.fails_with("save_state: " .. d .. "/pre holds an entry (model.safetensors) that no fp8lab checkpoint wrote", function() acc:save_state(d .. "/pre") end)
+    assert.are.equal("USER", read(d .. "/pre/model.safetensors"))
+    -- a backup copy of a checkpoint beside it (cp -r ck ck.old) is not a leftover of a save: kept, the save refused
+    os.execute(("cp -r %s/ck %s/ck.old"):format(d, d))
+    U.fails_with("save_state: " .. d .. "/ck.old exists and is not the leftover of an fp8lab save", function() acc:save_state(d .. "/ck") end)
+    assert.is_true(C.is_dir(d .. "/ck.old"))
+    os.execute("rm -rf " .. d .. "/ck.old")
+    -- what a user adds inside a folder a hook wrote is the user's: the tree is listed, not only its top
+    local h4 = acc:register_save_state_pre_hook(function(_, _, out) assert(C.mkdir(out .. "/unet")); write(out .. "/unet/cfg.json", "{}") end)
+    acc:save_state(d .. "/ck3")
+    h4:remove()
+    write(d .. "/ck3/unet/my_notes.txt", "mine")
+    U.fails_with("save_state: " .. d .. "/ck3 holds an entry (unet/my_notes.txt)", function() acc:save_state(d .. "/ck3") end)
+    os.remove(d .. "/ck3/unet/my_notes.txt")
+    acc:save_state(d .. "/ck3")   -- its own tree: replaced
+    assert.is_nil(io.open(d .. "/ck3/unet/cfg.json"))
+    -- a removal cut short (a marked ck3.old with the state file gone) is finished by the next save
+    assert(C.mkdir(d .. "/ck3.old")); write(d .. "/ck3.old/.fp8lab_partial", ""); write(d .. "/ck3.old/tok_1.json", "x")
+    acc:save_state(d .. "/ck3")
+    assert.is_false(C.is_dir(d .. "/ck3.old"))
+    -- a name ending in . or .. is refused (its temporary directory would land inside it)
+    U.fails_with("save_state: give the directory by its name (not ending in '.' or '..')", function() acc:save_state(d .. "/ck3/.") end)
     os.execute("rm -rf " .. d)
   end)
 

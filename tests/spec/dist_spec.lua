@@ -225,9 +225,12 @@ describe("data parallel over MPI (2 processes)", function()
       assert.truthy(out:find(("rank%d nested=1.0,2.0,3.0,4.0[101.0,102.0,103.0,104.0/105.0] "
         .. "5.0,6.0,7.0,8.0[101.0,102.0,103.0,104.0/105.0]\n"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d fp8=true gather: an FP8 tensor's bytes mean something only with its own scale"):format(r), 1, true), out)
-      assert.truthy(out:find(("rank%d shapes=true reduce: the tensors differ in shape across processes: rank 0 has [2], rank 1 [3]"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d shapes=true reduce: the tensors differ across processes: rank 1 has fp32[3] where rank 0 has fp32[2]"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d onerank=true reduce: an FP8 tensor's bytes"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d fields=true gather: the tensors differ across processes: rank 1 has b fp32[1] where rank 0 has a fp32[1]"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d record=true gather_object: expected a list, got a table with the key 'acc'"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d alone=done"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d hookfail=true hook failed on rank 1 tmp=false"):format(r), 1, true), out)
     end
   end)
 

@@ -41,7 +41,7 @@ function Optimizer.new(cls, name, defaults, params, opts)
   if type(name) ~= "string" then error(("Optimizer.new: expected the optimizer's name second, got %s"):format(type(name)), 2) end
   if type(defaults) ~= "table" or getmetatable(defaults) ~= nil then
     error(("%s: Optimizer.new: expected a table of option defaults third, got %s"):format(name,
-      fp8.is_tensor(defaults) and "a tensor" or type(defaults)), 2)
+      fp8.is_tensor(defaults) and "a tensor" or type(defaults) == "table" and "a table with a metatable" or type(defaults)), 2)
   end
   if type(params) == "table" and opts == nil and params.params ~= nil and not fp8.is_tensor(params[1]) then
     opts = {}
