@@ -149,7 +149,10 @@ local function mark(dir)
   f:close()
 end
 -- fp8lab's own to remove: marked, or empty (a save killed between creating its directory and marking it).
-local function leftover(p) return C.is_dir(p) and not C.is_link(p) and (marked(p) or #(C.listdir(p) or {}) == 0) end
+local foreign_entries
+local function leftover(p)
+  return C.is_dir(p) and not C.is_link(p) and (#(C.listdir(p) or {}) == 0 or (marked(p) and #foreign_entries(p, true) == 0))
+end
 
 -- Every path under dir, relative, directories with a trailing "/" (symbolic links are listed, not followed).
 local function tree(dir, prefix, out)
@@ -166,21 +169,32 @@ local function tree(dir, prefix, out)
   return out
 end
 
--- The entries of `dir` that no fp8lab checkpoint wrote (relative paths, a user's folder with a trailing "/").
-local function foreign_entries(dir)
-  if marked(dir) then return {} end
+-- The state file of dir, when dir holds a checkpoint (nil otherwise).
+local function checkpoint_state(dir)
   local s = read_all(join(dir, STATE_FILE))
   local ok, st = pcall(C.json_decode, s or "null", STATE_FILE)
+  if ok and type(st) == "table" and st.fp8lab_checkpoint ~= nil then return st end
+end
+
+-- The entries of `dir` that no fp8lab checkpoint wrote (relative paths, a user's folder with a trailing "/").
+-- `working`: dir is under one of save_state's working names (.tmp, .old, .deleting), where a marker without a
+-- state file says the directory is fp8lab's own (a save's directory before its state file, or a removal past it);
+-- under a checkpoint's own name the marker (a crash's leftover) never counts, the state file's list decides.
+function foreign_entries(dir, working)
+  local st = checkpoint_state(dir)
   local out = {}
-  if not (ok and type(st) == "table" and st.fp8lab_checkpoint ~= nil) then   -- not a checkpoint: all the user's
-    for _, name in ipairs(C.listdir(dir) or {}) do out[#out + 1] = name end
+  if not st then
+    if working and marked(dir) then return out end
+    for _, name in ipairs(C.listdir(dir) or {}) do out[#out + 1] = name end   -- not a checkpoint: all the user's
     return out
   end
   if type(st.files) ~= "table" then   -- an older checkpoint: its own names, at the top level
-    for _, name in ipairs(C.listdir(dir) or {}) do if not own_name(name) then out[#out + 1] = name end end
+    for _, name in ipairs(C.listdir(dir) or {}) do
+      if not own_name(name) and name ~= PARTIAL then out[#out + 1] = name end
+    end
     return out
   end
-  local listed = { [STATE_FILE] = true }
+  local listed = { [STATE_FILE] = true, [PARTIAL] = true }
   for _, f in ipairs(st.files) do if type(f) == "string" then listed[f] = true end end
   local function walk(d, prefix)
     for _, name in ipairs(C.listdir(d) or {}) do
@@ -201,8 +215,13 @@ local function entries_text(f)
     #f > 5 and (", ... %d in all"):format(#f) or "")
 end
 
--- Removes a directory fp8lab owns (marked, or checked by foreign_entries just before), taking its marker last.
+-- Removes dir, under a working name, when all of it is fp8lab's own (checked here, whatever the caller knows),
+-- taking the state file and then the marker last, so a removal cut short leaves it recognisably fp8lab's.
+-- Returns false, with the entries, when something in it is not.
 local function remove_own(dir)
+  if not C.is_dir(dir) or C.is_link(dir) then return true end
+  local f = foreign_entries(dir, true)
+  if #f > 0 then return false, f end
   local last = {}
   for _, name in ipairs(C.listdir(dir) or {}) do
     if name == PARTIAL or name == STATE_FILE then last[#last + 1] = name else rmtree(join(dir, name)) end
@@ -210,6 +229,7 @@ local function remove_own(dir)
   table.sort(last, function(x, y) return x ~= PARTIAL and y == PARTIAL end)   -- the state file, then the marker
   for _, name in ipairs(last) do os.remove(join(dir, name)) end
   os.remove(dir)
+  return true
 end
 
 -- Why save_state must not write `dir` ("" when it may): the directory it replaces must be empty or fp8lab's own,
@@ -362,11 +382,12 @@ end
 
 local function checkpoint_number(name) return math.tointeger(tonumber(name:match("^checkpoint_(%d+)$"))) end
 
+-- The checkpoint_N directories of base that hold a checkpoint (not a symbolic link, a state file in it), by N.
 local function sorted_checkpoints(base)
   local out = {}
   for _, name in ipairs(C.listdir(base) or {}) do
-    local n = checkpoint_number(name)
-    if n and C.is_dir(join(base, name)) then out[#out + 1] = { n, join(base, name) } end
+    local n, p = checkpoint_number(name), join(base, name)
+    if n and C.is_dir(p) and not C.is_link(p) and checkpoint_state(p) then out[#out + 1] = { n, p } end
   end
   table.sort(out, function(a, b) return a[1] < b[1] end)
   return out
@@ -439,22 +460,10 @@ function M.install(Accelerator)
     local main = self.process_index == nil or self.process_index == 0
     local rank = self.process_index or 0
     local tmp = dir .. ".tmp"
-    local refusal = main and publish_refusal(dir, pc.automatic_checkpoint_naming, pc.iteration) or ""
-    if (self.num_processes or 1) > 1 then refusal = require("fp8._dist").broadcast_string(refusal, 0) end
-    if refusal ~= "" then error("save_state: " .. refusal, 2) end
-    if main then
-      -- the marked leftovers of a save that was cut short (publish_refusal checked the marks)
-      for _, p in ipairs { tmp, dir .. ".old" } do if C.is_dir(p) then remove_own(p) end end
-      local ok, err = C.mkdir(tmp)
-      if not ok then error("save_state: " .. err, 2) end
-      mark(tmp)
-    end
-    -- everything goes into tmp; a failure on the way (a hook's error, a state that cannot be written) removes it,
-    -- so that no half checkpoint stays behind to be mistaken for a user's files by the next save
-    -- Every process's part, then the main process's; after each, the processes agree on how it went (that is also
-    -- the barrier between them), so an error on one process (a hook's, an unwritable state) is raised on every
-    -- process instead of leaving the others waiting, and the temporary directory is removed.
-    local function settle(ok, err)
+    -- Each step, then the processes agree on how it went (that is also the barrier between them): an error on one
+    -- process (the main one's mkdir, a hook's, an unwritable state, a failed rename) is raised on every process,
+    -- none is left waiting in a collective, and (cleanup) the temporary directory is removed.
+    local function settle(cleanup, ok, err)
       local n = self.num_processes or 1
       if n > 1 then
         local D = require "fp8._dist"
@@ -464,13 +473,27 @@ function M.install(Accelerator)
         if who ~= 0 then ok, err = false, D.broadcast_string(ok and "" or tostring(err), n - who) end
       end
       if not ok then
-        if main then remove_own(tmp) end
+        if main and cleanup then remove_own(tmp) end
         error(err, 0)
       end
     end
-    self:wait_for_everyone()   -- tmp exists
+    local function on_main(fn)
+      if not main then return true end
+      return pcall(fn)
+    end
+    settle(false, on_main(function()
+      local why = publish_refusal(dir, pc.automatic_checkpoint_naming, pc.iteration)
+      if why ~= "" then error("save_state: " .. why, 0) end
+    end))
+    settle(true, on_main(function()
+      -- the marked leftovers of a save that was cut short (publish_refusal checked them)
+      for _, p in ipairs { tmp, dir .. ".old" } do remove_own(p) end
+      local ok, err = C.mkdir(tmp)
+      if not ok then error("save_state: " .. err, 0) end
+      mark(tmp)
+    end))
     local weights = {}
-    settle(pcall(function()
+    settle(true, pcall(function()
       C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
       -- the state dicts the model files are written from: on the main process, and on every process when hooks run
       local hooks = rawget(self, "_save_hooks") or {}
@@ -483,8 +506,7 @@ function M.install(Accelerator)
       end
     end))
     -- every process's random state and hook files are in tmp before it is listed
-    local ok2, err2 = true, nil
-    if main then ok2, err2 = pcall(function()
+    settle(true, on_main(function()
       for i, sd in ipairs(weights) do
         core.save_file(sd, join(tmp, "model" .. suffix(i) .. ".safetensors"), { format = "pt", producer = "fp8lab" })
       end
@@ -505,14 +527,12 @@ function M.install(Accelerator)
         files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
         schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
       C.fsync_dir(tmp)
-    end) end
-    settle(ok2, err2)
-    self:wait_for_everyone()
-    if main then
+    end))
+    settle(false, on_main(function()
       -- Publish: the name holds the old checkpoint, then the new one, complete, with no moment in between where it
       -- holds nothing (the two directories swap in one step; where the file system cannot, the old one is renamed
-      -- aside first). The old one is marked before it moves, so what is left of it after a crash is fp8lab's own;
-      -- the new one keeps its mark until it holds the name, then loses it (from then on its file list speaks).
+      -- aside first). The old one is marked before it moves, so what is left of it after a crash is recognisably
+      -- fp8lab's under its working name; the new one loses its mark once it holds the name.
       local parent = dir:match("^(.*)/[^/]*$") or "."
       local gone
       if C.is_dir(dir) then
@@ -522,12 +542,12 @@ function M.install(Accelerator)
         else
           gone = dir .. ".old"
           local ok, err = os.rename(dir, gone)
-          if not ok then error("save_state: " .. tostring(err), 2) end
+          if not ok then os.remove(join(dir, PARTIAL)); error("save_state: " .. tostring(err), 0) end
         end
       end
       if gone ~= tmp then
         local ok, err = os.rename(tmp, dir)
-        if not ok then error("save_state: " .. tostring(err), 2) end
+        if not ok then error("save_state: " .. tostring(err), 0) end
       end
       os.remove(join(dir, PARTIAL))
       C.fsync_dir(dir)
@@ -537,33 +557,36 @@ function M.install(Accelerator)
         -- the oldest (lowest N) go, never the one just written (a run started at iteration 0 beside checkpoint_3
         -- and checkpoint_4 keeps checkpoint_0 and checkpoint_4, as Accelerate's pruning before the write does)
         local base = join(pc.project_dir, "checkpoints")
-        for _, name in ipairs(C.listdir(base) or {}) do   -- a pruning cut short: its marked remains
-          local p = join(base, name)
-          if name:match("^checkpoint_%d+%.deleting$") and C.is_dir(p) and not C.is_link(p) and marked(p) then remove_own(p) end
+        for _, name in ipairs(C.listdir(base) or {}) do   -- a pruning cut short: its remains, if all fp8lab's
+          if name:match("^checkpoint_%d+%.deleting$") then remove_own(join(base, name)) end
         end
         local all = sorted_checkpoints(base)
         local extra = #all - pc.total_limit
         for _, c in ipairs(all) do
           if extra <= 0 then break end
           if c[2] ~= dir then
-            local f = C.is_link(c[2]) and { "(a symbolic link)" } or foreign_entries(c[2])
-            if #f > 0 then   -- kept: a checkpoint holding a user's files is not deleted whole (nor counted)
-              io.stderr:write(("fp8lab: notice: total_limit: %s kept: it holds %s that no checkpoint wrote\n"):format(c[2],
-                entries_text(f)))
-            else
-              -- marked, then renamed, so a crash during the deletion never leaves a partial checkpoint_N behind, and
-              -- what it leaves is recognisably fp8lab's
+            local gone_c = c[2] .. ".deleting"
+            local f = foreign_entries(c[2])
+            local why = #f > 0 and ("it holds " .. entries_text(f) .. " that no checkpoint wrote")
+              or exists(gone_c) and (gone_c .. " is in the way") or nil
+            local moved = not why and (function()
+              -- marked, then renamed, so a crash during the deletion never leaves a partial checkpoint_N behind,
+              -- and what it leaves is recognisably fp8lab's under the working name
               mark(c[2])
-              local gone = c[2] .. ".deleting"
-              if not exists(gone) and os.rename(c[2], gone) then remove_own(gone) end
-              extra = extra - 1   -- a kept one does not count: the next oldest goes in its place
+              if os.rename(c[2], gone_c) then return true end
+              os.remove(join(c[2], PARTIAL))
+              return false
+            end)()
+            if moved then
+              remove_own(gone_c)
+              extra = extra - 1
+            else   -- kept, with the reason, and not counted: the next oldest goes in its place
+              io.stderr:write(("fp8lab: notice: total_limit: %s kept: %s\n"):format(c[2], why or "it could not be renamed"))
             end
           end
         end
       end
-    end
-    -- every rank counts (each names the next checkpoint_N itself: one that did not would write into
-    -- the last checkpoint's temporary directory and fail)
+    end))
     if pc.automatic_checkpoint_naming then pc.iteration = pc.iteration + 1 end
     self:wait_for_everyone()
     return dir
@@ -592,10 +615,29 @@ function M.install(Accelerator)
     if type(dir) ~= "string" then error(("load_state: expected a directory name, got %s"):format(type(dir)), 2) end
     dir = dir:gsub("/+$", "")
     if not C.is_dir(dir) then error(("load_state: %s is not a directory"):format(dir), 2) end
+    -- Every process reads and checks, then they agree; only then does each apply, and they agree again (a process
+    -- whose apply failed has undone it; the others undo theirs), so all hold the checkpoint or none does.
+    local n_proc, rank = self.num_processes or 1, self.process_index or 0
+    local function agreed(ok, err)
+      if n_proc == 1 then return ok, err end
+      local D = require "fp8._dist"
+      local flag = core.tensor { ok and 0 or (n_proc - rank) }
+      D.all_reduce(flag, "max")
+      local who = math.tointeger(flag:item())
+      if who == 0 then return true end
+      return false, D.broadcast_string(ok and "" or tostring(err), n_proc - who)
+    end
+    local past_agreement = false   -- from the first agreement on, every process takes the same path
     local ok, err = pcall(function()
       local st = read_json(join(dir, STATE_FILE), join(dir, STATE_FILE) .. " (is this an fp8lab checkpoint?)")
       if type(st) ~= "table" or st.fp8lab_checkpoint ~= M.VERSION then
         error(("load_state: %s: checkpoint version %s, this build reads %d"):format(dir, tostring(type(st) == "table" and st.fp8lab_checkpoint), M.VERSION), 0)
+      end
+      local saved_n = math.tointeger(st.num_processes) or 1
+      if saved_n ~= n_proc and strict then
+        error(("load_state: %s was saved by %d process%s, this run has %d (each process's random state and the loaders' "
+          .. "sharding are per process); pass {strict=false} to load anyway: a process without a saved random state "
+          .. "keeps its own"):format(dir, saved_n, saved_n == 1 and "" or "es", n_proc), 0)
       end
       local d = first_difference(st.settings, resolved_settings(self), "settings")
       if d and strict then error(("load_state: %s was saved with other settings: %s (pass {strict=false} to load anyway)"):format(dir, d), 0) end
@@ -643,27 +685,41 @@ function M.install(Accelerator)
       end
       local loaders = {}
       for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i) end
-      local rank = self.process_index or 0
-      local rs = read_json(join(dir, ("random_states_%d.json"):format(rank)))
-      if type(rs) ~= "table" or type(rs.fp8) ~= "table" then error(("load_state: %s: random_states_%d.json has no fp8 generator"):format(dir, rank), 0) end
-      local rng_before = { C.rng_state() }
-      C.set_rng_state(rs.fp8[1], rs.fp8[2])   -- checks the format; undone below on failure
-      C.set_rng_state(rng_before[1], rng_before[2])
+      local rs
+      if rank < saved_n then
+        rs = read_json(join(dir, ("random_states_%d.json"):format(rank)))
+        if type(rs) ~= "table" or type(rs.fp8) ~= "table" then error(("load_state: %s: random_states_%d.json has no fp8 generator"):format(dir, rank), 0) end
+        local rng_before = { C.rng_state() }
+        C.set_rng_state(rs.fp8[1], rs.fp8[2])   -- checks the format; undone below on failure
+        C.set_rng_state(rng_before[1], rng_before[2])
+      end
+      past_agreement = true
+      local rok, rerr = agreed(true)   -- every process has read and checked everything
+      if not rok then error(rerr, 0) end
       local done = 0
       local aok, aerr = pcall(function()
         for k, f in ipairs(apply) do f(); done = k end
       end)
-      if not aok then
+      local all_ok, all_err = agreed(aok, aerr)
+      if not all_ok then
         for k = done, 1, -1 do pcall(undo[k]) end
-        error(aerr, 0)
+        error(all_err, 0)
       end
       for _, f in ipairs(loaders) do f() end
-      C.set_rng_state(rs.fp8[1], rs.fp8[2])
+      if rs then C.set_rng_state(rs.fp8[1], rs.fp8[2]) end
       self.step = math.tointeger(st.step) or self.step
       local n = checkpoint_number(dir:match("([^/]+)$") or "")
       if pc.automatic_checkpoint_naming and n then pc.iteration = n + 1 end
     end)
-    if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 2) end
+    if not ok then
+      -- a process that failed before the first agreement tells the others, which wait in it
+      local msg = tostring(err)
+      if not past_agreement then
+        local _, aerr = agreed(false, msg)
+        msg = aerr or msg
+      end
+      error((msg:gsub("^[^:]*:%d+: ", "")), 2)
+    end
   end
 
   -- get_state_dict(model [, unwrap=true]): Accelerate's; the model's state_dict() (name → tensor, FP8 recipe

@@ -107,7 +107,13 @@ local function describe(fname, t, shapes)
       out[#out + 1] = (path ~= "" and (path:sub(2) .. " ") or "") .. (shapes
         and (x:dtype() .. "[" .. table.concat(x:shape(), ", ") .. "]") or (x:dim() .. "-d"))
     elseif type(x) == "table" then
-      for _, k in ipairs(sorted_keys(fname, x)) do walk(x[k], path .. "." .. tostring(k)) end
+      -- a key as it is written: [1] for a number, "name" quoted (control characters escaped) for a string, so that
+      -- {[1]=...} and {["1"]=...}, or {a={b=...}} and {["a.b"]=...}, never read alike
+      for _, k in ipairs(sorted_keys(fname, x)) do
+        local key = type(k) == "number" and ("[" .. tostring(k) .. "]")
+          or ('"' .. k:gsub('[%c"\\]', function(c) return ("\\%03d"):format(c:byte()) end) .. '"')
+        walk(x[k], path .. "." .. key)
+      end
     else
       error(("%s: expected a tensor or a table of tensors, got %s%s"):format(fname, type(x),
         path ~= "" and (" at " .. path:sub(2)) or ""), 0)
@@ -130,7 +136,7 @@ local function agree(self, fname, t, shapes)
   local theirs = D.broadcast_string(ok and table.concat(mine, "\n") or "\0", 0)
   if not msg and theirs ~= "\0" then
     local t0 = {}
-    for line in (theirs .. "\n"):gmatch("(.-)\n") do t0[#t0 + 1] = line end
+    if theirs ~= "" then for line in (theirs .. "\n"):gmatch("(.-)\n") do t0[#t0 + 1] = line end end
     for i = 1, math.max(#mine, #t0) do
       if mine[i] ~= t0[i] then
         msg = ("%s: the tensors differ across processes: rank %d has %s where rank 0 has %s"):format(fname,
@@ -172,7 +178,18 @@ function U:gather_for_metrics(t, use_gather_object)
   end
   local st = require("fp8.data")._active(self.gradient_state)   -- the loop being served, as Accelerate's active loader
   local cut = self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 and st.remainder or nil
-  if use_gather_object or not all_tensors(t) then
+  local as_objects = use_gather_object or not all_tensors(t)
+  if self.num_processes > 1 then   -- every process takes the same path (else each would wait in another collective)
+    local kinds = D.all_gather(core.tensor { as_objects and 1 or 0 }):totable()
+    for r = 2, #kinds do
+      if kinds[r] ~= kinds[1] then
+        local what = function(k) return k == 1 and "other values (gather_object)" or "tensors (gather)" end
+        error(("gather_for_metrics: rank 0 passes %s, rank %d %s: every process must pass the same kind"):format(
+          what(kinds[1]), r - 1, what(kinds[r])), 2)
+      end
+    end
+  end
+  if as_objects then
     local ok, g = pcall(self.gather_object, self, t)
     if not ok then error((tostring(g):gsub("gather_object:", "gather_for_metrics:", 1)), 2) end
     if cut and #g > cut then g = table.move(g, 1, cut, 1, {}) end

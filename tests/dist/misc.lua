@@ -171,6 +171,14 @@ if mode == "collectives" then
   print(("rank%d fields=%s %s"):format(r, tostring(not ok5), tostring(e5):match("gather: the tensors differ.*")))
   local ok3, e3 = pcall(acc.gather_object, acc, { acc = 0.5 })
   print(("rank%d record=%s %s"):format(r, tostring(not ok3), tostring(e3):match("gather_object: expected a list, got a table with the key 'acc'")))
+  -- empty tables agree; a kind that differs across ranks (tensors vs values), or keys that only look alike, are one
+  -- error on every rank
+  local okE1, okE2 = pcall(acc.gather, acc, {}), pcall(acc.reduce, acc, { a = {} })
+  local okK, eK = pcall(acc.gather_for_metrics, acc, r == 0 and { a = fp8.ones { 1 } } or { a = "x" })
+  local okL, eL = pcall(acc.gather, acc, r == 0 and { [1] = fp8.ones { 1 } } or { ["1"] = fp8.ones { 1 } })
+  print(("rank%d empty=%s,%s kind=%s keys=%s"):format(r, tostring(okE1), tostring(okE2),
+    tostring(not okK and tostring(eK):match("rank 0 passes tensors %(gather%), rank 1 other values")),
+    tostring(not okL and tostring(eL):match('rank 1 has "1" fp32%[1%] where rank 0 has %[1%] fp32%[1%]'))))
   -- a save hook failing on one rank: the save fails on every rank (none waits), and its temporary directory goes
   local d = acc:gather_object({ os.tmpname() })[1]
   if r == 0 then os.remove(d); assert(require("fp8._checkpoint").mkdir(d)) end
@@ -179,8 +187,24 @@ if mode == "collectives" then
   local ok6, e6 = pcall(acc.save_state, acc, d .. "/ck")
   h:remove()
   acc:wait_for_everyone()
-  print(("rank%d hookfail=%s %s tmp=%s"):format(r, tostring(not ok6), tostring(e6):match("hook failed on rank 1"),
+  print(("rank%d hookfail=%s %s tmp=%s"):format(r, tostring(not ok6), tostring(e6):match("hook failed on rank 1") or tostring(e6),
     tostring(require("fp8._checkpoint").is_dir(d .. "/ck.tmp"))))
+  acc:wait_for_everyone()
+  -- a checkpoint from another number of processes: refused on every rank; with strict=false the process without
+  -- a saved random state keeps its own, and no rank waits for another
+  acc:save_state(d .. "/ck")
+  if r == 0 then
+    local C = require "fp8._checkpoint"
+    local path = d .. "/ck/fp8lab_state.json"
+    local f = assert(io.open(path)); local text = f:read("a"); f:close()
+    C.write_atomic(path, (text:gsub('"num_processes":%s*2', '"num_processes":1')))
+    os.remove(d .. "/ck/random_states_1.json")
+  end
+  acc:wait_for_everyone()
+  local ok7, e7 = pcall(acc.load_state, acc, d .. "/ck")
+  local ok8, e8 = pcall(acc.load_state, acc, d .. "/ck", { strict = false })
+  print(("rank%d procs=%s %s nonstrict=%s"):format(r, tostring(not ok7), tostring(e7):match("was saved by 1 process, this run has 2"),
+    tostring(ok8 or e8)))
   acc:wait_for_everyone()
   if r == 0 then os.execute("rm -rf " .. d) end
   -- an FP8 (te) model: its recipe-state buffers are not broadcast, so rank 0 can run it alone in training mode

@@ -299,7 +299,7 @@ describe("acc:save_state / load_state", function()
     assert.is_nil(io.open(d .. "/ck2/hook-file"))
     -- a save that fails on the way leaves nothing behind (its temporary directory included), so the next one works
     local h2 = acc:register_save_state_pre_hook(function(_, _, out) write(out .. "/extra.bin", "x"); error("hook failed") end)
-    assert.has_error(function() acc:save_state(d .. "/later") end)
+    U.fails_with("hook failed", function() acc:save_state(d .. "/later") end)
     h2:remove()
     assert.is_false(C.is_dir(d .. "/later.tmp"))
     acc:save_state(d .. "/later")
@@ -331,6 +331,14 @@ describe("acc:save_state / load_state", function()
     assert(C.mkdir(d .. "/ck3.old")); write(d .. "/ck3.old/.fp8lab_partial", ""); write(d .. "/ck3.old/tok_1.json", "x")
     acc:save_state(d .. "/ck3")
     assert.is_false(C.is_dir(d .. "/ck3.old"))
+    -- a marker a crash left in a published checkpoint does not make a user's later files fp8lab's
+    write(d .. "/ck3/.fp8lab_partial", "")
+    write(d .. "/ck3/notes.txt", "mine")
+    U.fails_with("save_state: " .. d .. "/ck3 holds an entry (notes.txt)", function() acc:save_state(d .. "/ck3") end)
+    assert.are.equal("mine", read(d .. "/ck3/notes.txt"))
+    os.remove(d .. "/ck3/notes.txt")
+    acc:save_state(d .. "/ck3")   -- its own (and the stale marker) replaced
+    assert.is_nil(io.open(d .. "/ck3/.fp8lab_partial"))
     -- a name ending in . or .. is refused (its temporary directory would land inside it)
     U.fails_with("save_state: give the directory by its name (not ending in '.' or '..')", function() acc:save_state(d .. "/ck3/.") end)
     os.execute("rm -rf " .. d)
@@ -353,6 +361,17 @@ describe("acc:save_state / load_state", function()
     pc2.iteration = 0
     assert.are.equal(d .. "/checkpoints/checkpoint_0", acc2:save_state())
     assert.same({ "checkpoint_0", "checkpoint_4" }, C.listdir(d .. "/checkpoints"))
+    -- only directories that hold a checkpoint count: a symbolic link named checkpoint_9 and an empty checkpoint_1 are
+    -- neither loaded nor pruned
+    assert(C.mkdir(d .. "/elsewhere")); write(d .. "/elsewhere/keep.txt", "mine")
+    os.execute(("ln -s %s/elsewhere %s/checkpoints/checkpoint_9"):format(d, d))
+    assert(C.mkdir(d .. "/checkpoints/checkpoint_1"))
+    local acc3, model3, opt3 = setup(nil, { project_config = fp8.ProjectConfiguration { project_dir = d,
+      automatic_checkpoint_naming = true } })
+    acc3:load_state()
+    assert.are.equal(5, acc3.project_configuration.iteration)   -- from checkpoint_4, not the link
+    os.remove(d .. "/checkpoints/checkpoint_9"); os.execute("rm -rf " .. d .. "/checkpoints/checkpoint_1")
+    assert.are.equal("mine", read(d .. "/elsewhere/keep.txt"))
     -- total_limit never deletes a checkpoint holding a user's file: it is kept, with a notice, and the next oldest goes
     write(d .. "/checkpoints/checkpoint_0/notes.txt", "mine")
     pc2.iteration = 5

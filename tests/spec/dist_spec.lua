@@ -227,10 +227,13 @@ describe("data parallel over MPI (2 processes)", function()
       assert.truthy(out:find(("rank%d fp8=true gather: an FP8 tensor's bytes mean something only with its own scale"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d shapes=true reduce: the tensors differ across processes: rank 1 has fp32[3] where rank 0 has fp32[2]"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d onerank=true reduce: an FP8 tensor's bytes"):format(r), 1, true), out)
-      assert.truthy(out:find(("rank%d fields=true gather: the tensors differ across processes: rank 1 has b fp32[1] where rank 0 has a fp32[1]"):format(r), 1, true), out)
+      assert.truthy(out:find(('rank%d fields=true gather: the tensors differ across processes: rank 1 has "b" fp32[1] where rank 0 has "a" fp32[1]'):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d record=true gather_object: expected a list, got a table with the key 'acc'"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d alone=done"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d hookfail=true hook failed on rank 1 tmp=false"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d procs=true was saved by 1 process, this run has 2 nonstrict=true"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d empty=true,true kind=rank 0 passes tensors (gather), rank 1 other values keys="
+        .. 'rank 1 has "1" fp32[1] where rank 0 has [1] fp32[1]'):format(r), 1, true), out)
     end
   end)
 
