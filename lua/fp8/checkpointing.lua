@@ -464,17 +464,10 @@ function M.install(Accelerator)
     -- process (the main one's mkdir, a hook's, an unwritable state, a failed rename) is raised on every process,
     -- none is left waiting in a collective, and (cleanup) the temporary directory is removed.
     local function settle(cleanup, ok, err)
-      local n = self.num_processes or 1
-      if n > 1 then
-        local D = require "fp8._dist"
-        local flag = core.tensor { ok and 0 or (n - rank) }
-        D.all_reduce(flag, "max")
-        local who = math.tointeger(flag:item())
-        if who ~= 0 then ok, err = false, D.broadcast_string(ok and "" or tostring(err), n - who) end
-      end
-      if not ok then
+      local msg = require("fp8.distributed").first_error(self.num_processes or 1, rank, not ok and tostring(err) or nil)
+      if msg then
         if main and cleanup then remove_own(tmp) end
-        error(err, 0)
+        error(msg, 0)
       end
     end
     local function on_main(fn)
@@ -619,13 +612,8 @@ function M.install(Accelerator)
     -- whose apply failed has undone it; the others undo theirs), so all hold the checkpoint or none does.
     local n_proc, rank = self.num_processes or 1, self.process_index or 0
     local function agreed(ok, err)
-      if n_proc == 1 then return ok, err end
-      local D = require "fp8._dist"
-      local flag = core.tensor { ok and 0 or (n_proc - rank) }
-      D.all_reduce(flag, "max")
-      local who = math.tointeger(flag:item())
-      if who == 0 then return true end
-      return false, D.broadcast_string(ok and "" or tostring(err), n_proc - who)
+      local msg = require("fp8.distributed").first_error(n_proc, rank, not ok and tostring(err) or nil)
+      return msg == nil, msg
     end
     local past_agreement = false   -- from the first agreement on, every process takes the same path
     local ok, err = pcall(function()

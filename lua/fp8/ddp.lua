@@ -49,33 +49,15 @@ local function describe(model)
   return lines
 end
 
-local function split_lines(s)
-  local out = {}
-  for l in (s .. "\n"):gmatch("([^\n]*)\n") do if l ~= "" then out[#out + 1] = l end end
-  return out
-end
-
 -- agree(acc, model): every rank has rank 0's parameter and buffer names, dtypes and shapes (else one
 -- error on every rank naming the first difference), then takes rank 0's values.
 function M.agree(acc, model)
-  local mine = describe(model)
-  local theirs = split_lines(D.broadcast_string(table.concat(mine, "\n"), 0))
-  local msg
-  for i = 1, math.max(#mine, #theirs) do
-    if mine[i] ~= theirs[i] then
-      msg = ("prepare: the model differs across processes: rank %d has %s where rank 0 has %s"):format(acc.process_index,
-        mine[i] or "nothing more", theirs[i] or "nothing more")
-      break
-    end
-  end
+  local dist = require "fp8.distributed"
+  local diff = dist.rank0_difference(acc.process_index, describe(model))
   -- the lowest rank with a difference tells everyone
-  local flag = core.tensor { msg and (acc.num_processes - acc.process_index) or 0 }
-  D.all_reduce(flag, "max")
-  local who = math.tointeger(flag:item())
-  if who ~= 0 then
-    local r = acc.num_processes - who
-    error(D.broadcast_string(msg or "", r), 0)
-  end
+  local msg = dist.first_error(acc.num_processes, acc.process_index,
+    diff and ("prepare: the model differs across processes: " .. diff))
+  if msg then error(msg, 0) end
   for _, t in ipairs(model:parameters()) do D.broadcast(t, 0) end
   for _, t in ipairs(model:buffers()) do D.broadcast(t, 0) end
 end

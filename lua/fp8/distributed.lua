@@ -90,8 +90,6 @@ function U:print(...) if self.process_index == 0 then print(...) end end
 
 function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end end
 
--- gather(t): every rank's t concatenated along dim 1 in rank order (0-d tensors: one entry per rank);
--- tables of tensors are gathered leaf by leaf. Shapes must agree across ranks.
 -- describe(fname, t, shapes): the leaves of t in sorted-key order as "path:dtype[shape]" lines (without the shapes
 -- when `shapes` is false), raising, with the reason, what no collective can take: a leaf that is not a tensor, a key
 -- that is neither a number nor a string, an FP8 tensor (its bytes mean something only with its own scale, which
@@ -123,6 +121,31 @@ local function describe(fname, t, shapes)
   return out
 end
 
+-- first_error(n, rank, msg): every process learns the message of the lowest rank that has one (msg nil: none
+-- here), or nil when no process has one. A collective: every process calls it, so an error found on one process
+-- is raised on all of them and none is left waiting in a later collective.
+function M.first_error(n, rank, msg)
+  if n <= 1 then return msg end
+  local flag = core.tensor { msg and (n - rank) or 0 }
+  D.all_reduce(flag, "max")
+  local who = math.tointeger(flag:item())
+  if who == 0 then return nil end
+  return D.broadcast_string(msg or "", n - who)
+end
+
+-- rank0_difference(rank, lines): this process's lines against rank 0's (a collective): "rank R has X where rank 0
+-- has Y" at the first line that differs, or nil.
+function M.rank0_difference(rank, lines)
+  local theirs = D.broadcast_string(table.concat(lines, "\n"), 0)
+  local t0 = {}
+  if theirs ~= "" then for line in (theirs .. "\n"):gmatch("(.-)\n") do t0[#t0 + 1] = line end end
+  for i = 1, math.max(#lines, #t0) do
+    if lines[i] ~= t0[i] then
+      return ("rank %d has %s where rank 0 has %s"):format(rank, lines[i] or "nothing more", t0[i] or "nothing more")
+    end
+  end
+end
+
 -- Before a collective: every process has what rank 0 has (the same fields, and with `shapes` the same dtypes and
 -- shapes), else one error on every process, the lowest rank's reason, so none waits for the others in a collective
 -- another has left (a reduce of mismatched buffers would add unrelated elements or fail on one process only).
@@ -133,24 +156,14 @@ local function agree(self, fname, t, shapes)
     return
   end
   local msg = not ok and tostring(mine) or nil
-  local theirs = D.broadcast_string(ok and table.concat(mine, "\n") or "\0", 0)
-  if not msg and theirs ~= "\0" then
-    local t0 = {}
-    if theirs ~= "" then for line in (theirs .. "\n"):gmatch("(.-)\n") do t0[#t0 + 1] = line end end
-    for i = 1, math.max(#mine, #t0) do
-      if mine[i] ~= t0[i] then
-        msg = ("%s: the tensors differ across processes: rank %d has %s where rank 0 has %s"):format(fname,
-          self.process_index, mine[i] or "nothing more", t0[i] or "nothing more")
-        break
-      end
-    end
-  end
-  local flag = core.tensor { msg and (self.num_processes - self.process_index) or 0 }
-  D.all_reduce(flag, "max")
-  local who = math.tointeger(flag:item())
-  if who ~= 0 then error(D.broadcast_string(msg or "", self.num_processes - who), 3) end
+  local diff = M.rank0_difference(self.process_index, ok and mine or {})
+  if not msg and diff then msg = ("%s: the tensors differ across processes: %s"):format(fname, diff) end
+  msg = M.first_error(self.num_processes, self.process_index, msg)
+  if msg then error(msg, 3) end
 end
 
+-- gather(t): every rank's t concatenated along dim 1 in rank order (0-d tensors: one entry per rank);
+-- tables of tensors are gathered leaf by leaf. Shapes must agree across ranks.
 function U:gather(t)
   agree(self, "gather", t, true)
   return map_tensors("gather", t, function(x)
