@@ -255,6 +255,10 @@ local function publish_refusal(dir, automatic, iteration)
   end
   for _, p in ipairs { dir .. ".tmp", dir .. ".old" } do
     if exists(p) and not leftover(p) then
+      if C.is_dir(p) and not C.is_link(p) and marked(p) then
+        return ("%s, the leftover of an fp8lab save, holds %s that no checkpoint wrote: save_state uses that name "
+          .. "for its work; move them away"):format(p, entries_text(foreign_entries(p, true)))
+      end
       return ("%s exists and is not the leftover of an fp8lab save (no %s marker in it): save_state uses that name "
         .. "for its work; move it away"):format(p, PARTIAL)
     end
@@ -351,6 +355,12 @@ local function loader_state(l)
 end
 
 local function restore_loader(l, s, i)
+  if type(s) ~= "table" then error(("load_state: data loader %d: the checkpoint has no position for it"):format(i), 0) end
+  for _, k in ipairs { "batches_served", "batches", "epoch" } do
+    if math.type(s[k]) ~= "integer" or s[k] < 0 then
+      error(("load_state: data loader %d: the checkpoint's %s is %s, not a count"):format(i, k, tostring(s[k])), 0)
+    end
+  end
   if s.n ~= l.n or s.batch_size ~= l.batch_size or s.shuffle ~= l.shuffle or s.seed ~= l.seed then
     error(("load_state: data loader %d differs from the checkpoint's (items %s/%d, batch_size %s/%d, shuffle %s/%s, seed %s/%d)")
       :format(i, tostring(s.n), l.n, tostring(s.batch_size), l.batch_size, tostring(s.shuffle), tostring(l.shuffle),
@@ -451,7 +461,10 @@ function M.install(Accelerator)
       if dir ~= nil then error("save_state: automatic_checkpoint_naming is on: call save_state() without a directory", 2) end
       if not pc.project_dir then error("save_state: automatic_checkpoint_naming needs project_dir", 2) end
       local base = join(pc.project_dir, "checkpoints")
-      assert(C.mkdir(pc.project_dir)); assert(C.mkdir(base))
+      for _, d in ipairs { pc.project_dir, base } do
+        local ok, err = C.mkdir(d)
+        if not ok then error("save_state: " .. tostring(err), 2) end
+      end
       dir = join(base, ("checkpoint_%d"):format(pc.iteration))
     elseif type(dir) ~= "string" or dir == "" then
       error(("save_state: expected the output directory (a string), got %s"):format(tostring(dir)), 2)
@@ -464,7 +477,7 @@ function M.install(Accelerator)
     -- process (the main one's mkdir, a hook's, an unwritable state, a failed rename) is raised on every process,
     -- none is left waiting in a collective, and (cleanup) the temporary directory is removed.
     local function settle(cleanup, ok, err)
-      local msg = require("fp8.distributed").first_error(self.num_processes or 1, rank, not ok and tostring(err) or nil)
+      local msg = require("fp8.distributed")._first_error(self.num_processes or 1, rank, not ok and tostring(err) or nil)
       if msg then
         if main and cleanup then remove_own(tmp) end
         error(msg, 0)
@@ -521,15 +534,21 @@ function M.install(Accelerator)
         schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
       C.fsync_dir(tmp)
     end))
-    settle(false, on_main(function()
+    settle(true, on_main(function()
       -- Publish: the name holds the old checkpoint, then the new one, complete, with no moment in between where it
       -- holds nothing (the two directories swap in one step; where the file system cannot, the old one is renamed
-      -- aside first). The old one is marked before it moves, so what is left of it after a crash is recognisably
-      -- fp8lab's under its working name; the new one loses its mark once it holds the name.
+      -- aside first). An old checkpoint is marked before it moves, so what is left of it after a crash is
+      -- recognisably fp8lab's under its working name (an empty directory is not: what appears in it meanwhile is
+      -- someone else's); the new one loses its mark once it holds the name.
       local parent = dir:match("^(.*)/[^/]*$") or "."
       local gone
       if C.is_dir(dir) then
-        mark(dir)
+        local f = foreign_entries(dir)   -- again: something may have been put there while the save ran
+        if #f > 0 then
+          error(("save_state: %s holds %s that no fp8lab checkpoint wrote (put there during the save); nothing was "
+            .. "replaced"):format(dir, entries_text(f)), 0)
+        end
+        if checkpoint_state(dir) then mark(dir) end
         if C.exchange(tmp, dir) then
           gone = tmp
         else
@@ -540,12 +559,21 @@ function M.install(Accelerator)
       end
       if gone ~= tmp then
         local ok, err = os.rename(tmp, dir)
-        if not ok then error("save_state: " .. tostring(err), 0) end
+        if not ok then
+          if gone then os.rename(gone, dir); os.remove(join(dir, PARTIAL)) end   -- the previous checkpoint back
+          error("save_state: " .. tostring(err), 0)
+        end
       end
       os.remove(join(dir, PARTIAL))
       C.fsync_dir(dir)
       C.fsync_dir(parent)
-      if gone then remove_own(gone) end
+      if gone then
+        local removed, f = remove_own(gone)
+        if not removed then
+          io.stderr:write(("fp8lab: notice: save_state: the previous %s, now %s, kept: it holds %s that no checkpoint "
+            .. "wrote\n"):format(dir, gone, entries_text(f)))
+        end
+      end
       if pc.automatic_checkpoint_naming and pc.total_limit then
         -- the oldest (lowest N) go, never the one just written (a run started at iteration 0 beside checkpoint_3
         -- and checkpoint_4 keeps checkpoint_0 and checkpoint_4, as Accelerate's pruning before the write does)
@@ -597,26 +625,27 @@ function M.install(Accelerator)
       error(("load_state: strict must be true or false, got %s"):format(tostring(opts.strict)), 2)
     end
     local strict = opts.strict ~= false
-    if dir == nil then
-      if not (pc.automatic_checkpoint_naming and pc.project_dir) then
-        error("load_state: expected the checkpoint directory (or automatic_checkpoint_naming with project_dir)", 2)
-      end
-      local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
-      if #all == 0 then error(("load_state: no checkpoint_N directory in %s"):format(join(pc.project_dir, "checkpoints")), 2) end
-      dir = all[#all][2]
+    if dir == nil and not (pc.automatic_checkpoint_naming and pc.project_dir) then
+      error("load_state: expected the checkpoint directory (or automatic_checkpoint_naming with project_dir)", 2)
     end
-    if type(dir) ~= "string" then error(("load_state: expected a directory name, got %s"):format(type(dir)), 2) end
-    dir = dir:gsub("/+$", "")
-    if not C.is_dir(dir) then error(("load_state: %s is not a directory"):format(dir), 2) end
+    if dir ~= nil and type(dir) ~= "string" then error(("load_state: expected a directory name, got %s"):format(type(dir)), 2) end
     -- Every process reads and checks, then they agree; only then does each apply, and they agree again (a process
     -- whose apply failed has undone it; the others undo theirs), so all hold the checkpoint or none does.
     local n_proc, rank = self.num_processes or 1, self.process_index or 0
     local function agreed(ok, err)
-      local msg = require("fp8.distributed").first_error(n_proc, rank, not ok and tostring(err) or nil)
+      local msg = require("fp8.distributed")._first_error(n_proc, rank, not ok and tostring(err) or nil)
       return msg == nil, msg
     end
     local past_agreement = false   -- from the first agreement on, every process takes the same path
     local ok, err = pcall(function()
+      -- what this process sees of the file system (a node-local disk may differ): checked before the agreement
+      if dir == nil then
+        local all = sorted_checkpoints(join(pc.project_dir, "checkpoints"))
+        if #all == 0 then error(("load_state: no checkpoint_N directory in %s"):format(join(pc.project_dir, "checkpoints")), 0) end
+        dir = all[#all][2]
+      end
+      dir = dir:gsub("/+$", "")
+      if not C.is_dir(dir) then error(("load_state: %s is not a directory"):format(dir), 0) end
       local st = read_json(join(dir, STATE_FILE), join(dir, STATE_FILE) .. " (is this an fp8lab checkpoint?)")
       if type(st) ~= "table" or st.fp8lab_checkpoint ~= M.VERSION then
         error(("load_state: %s: checkpoint version %s, this build reads %d"):format(dir, tostring(type(st) == "table" and st.fp8lab_checkpoint), M.VERSION), 0)
@@ -690,7 +719,8 @@ function M.install(Accelerator)
       end)
       local all_ok, all_err = agreed(aok, aerr)
       if not all_ok then
-        for k = done, 1, -1 do pcall(undo[k]) end
+        -- the entry that failed may have changed something before it raised: undone too
+        for k = math.min(done + (aok and 0 or 1), #undo), 1, -1 do pcall(undo[k]) end
         error(all_err, 0)
       end
       for _, f in ipairs(loaders) do f() end

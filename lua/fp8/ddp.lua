@@ -53,9 +53,9 @@ end
 -- error on every rank naming the first difference), then takes rank 0's values.
 function M.agree(acc, model)
   local dist = require "fp8.distributed"
-  local diff = dist.rank0_difference(acc.process_index, describe(model))
+  local diff = dist._rank0_difference(acc.process_index, describe(model))
   -- the lowest rank with a difference tells everyone
-  local msg = dist.first_error(acc.num_processes, acc.process_index,
+  local msg = dist._first_error(acc.num_processes, acc.process_index,
     diff and ("prepare: the model differs across processes: " .. diff))
   if msg then error(msg, 0) end
   for _, t in ipairs(model:parameters()) do D.broadcast(t, 0) end

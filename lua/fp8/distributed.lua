@@ -121,10 +121,14 @@ local function describe(fname, t, shapes)
   return out
 end
 
--- first_error(n, rank, msg): every process learns the message of the lowest rank that has one (msg nil: none
+-- _first_error(n, rank, msg): every process learns the message of the lowest rank that has one (msg nil: none
 -- here), or nil when no process has one. A collective: every process calls it, so an error found on one process
 -- is raised on all of them and none is left waiting in a later collective.
-function M.first_error(n, rank, msg)
+function M._first_error(n, rank, msg)
+  if math.type(n) ~= "integer" or n < 1 or math.type(rank) ~= "integer" or rank < 0 or rank >= n
+     or (msg ~= nil and type(msg) ~= "string") then
+    error("_first_error: expected (process count, this rank, message or nil)", 2)
+  end
   if n <= 1 then return msg end
   local flag = core.tensor { msg and (n - rank) or 0 }
   D.all_reduce(flag, "max")
@@ -133,9 +137,15 @@ function M.first_error(n, rank, msg)
   return D.broadcast_string(msg or "", n - who)
 end
 
--- rank0_difference(rank, lines): this process's lines against rank 0's (a collective): "rank R has X where rank 0
+-- _rank0_difference(rank, lines): this process's lines against rank 0's (a collective): "rank R has X where rank 0
 -- has Y" at the first line that differs, or nil.
-function M.rank0_difference(rank, lines)
+function M._rank0_difference(rank, lines)
+  if math.type(rank) ~= "integer" or type(lines) ~= "table" or getmetatable(lines) ~= nil then
+    error("_rank0_difference: expected (this rank, a list of strings)", 2)
+  end
+  for i = 1, rawlen(lines) do
+    if type(rawget(lines, i)) ~= "string" then error("_rank0_difference: expected a list of strings", 2) end
+  end
   local theirs = D.broadcast_string(table.concat(lines, "\n"), 0)
   local t0 = {}
   if theirs ~= "" then for line in (theirs .. "\n"):gmatch("(.-)\n") do t0[#t0 + 1] = line end end
@@ -156,9 +166,9 @@ local function agree(self, fname, t, shapes)
     return
   end
   local msg = not ok and tostring(mine) or nil
-  local diff = M.rank0_difference(self.process_index, ok and mine or {})
+  local diff = M._rank0_difference(self.process_index, ok and mine or {})
   if not msg and diff then msg = ("%s: the tensors differ across processes: %s"):format(fname, diff) end
-  msg = M.first_error(self.num_processes, self.process_index, msg)
+  msg = M._first_error(self.num_processes, self.process_index, msg)
   if msg then error(msg, 3) end
 end
 

@@ -339,6 +339,33 @@ describe("acc:save_state / load_state", function()
     os.remove(d .. "/ck3/notes.txt")
     acc:save_state(d .. "/ck3")   -- its own (and the stale marker) replaced
     assert.is_nil(io.open(d .. "/ck3/.fp8lab_partial"))
+    -- a file put into the (empty) target directory while the save runs is kept: nothing is replaced
+    assert(C.mkdir(d .. "/ck4"))
+    local h5 = acc:register_save_state_pre_hook(function() write(d .. "/ck4/user.txt", "mine") end)
+    U.fails_with("save_state: " .. d .. "/ck4 holds an entry (user.txt)", function() acc:save_state(d .. "/ck4") end)
+    h5:remove()
+    assert.are.equal("mine", read(d .. "/ck4/user.txt"))
+    -- a load that fails is undone, also the object whose load raised after changing itself
+    local obj = { v = 2 }
+    function obj:state_dict() return { v = self.v } end
+    function obj:load_state_dict(sd) self.v = sd.v; if self.fail then error("object failed") end end
+    local acc5, model5, opt5 = setup(nil)
+    acc5:register_for_checkpointing(obj)
+    obj.v = 1
+    acc5:save_state(d .. "/ck5")
+    obj.v, obj.fail = 2, true
+    U.fails_with("object failed", function() acc5:load_state(d .. "/ck5") end)
+    assert.are.equal(2, obj.v)
+    obj.fail = nil
+    -- a loader position the checkpoint lacks is named, before anything changes
+    local acc6, model6 = setup(nil)
+    local ld = acc6:prepare(fp8.data.DataLoader { { 1, 2, 3, 4 }, batch_size = 2 })
+    acc6:save_state(d .. "/ck6")
+    local sf = d .. "/ck6/fp8lab_state.json"
+    write(sf, (read(sf):gsub('"batches_served":%s*%d+,?', "")))
+    local before = model6:state_dict()["0.weight"]:totable()
+    U.fails_with("load_state: data loader 1: the checkpoint's batches_served is nil, not a count", function() acc6:load_state(d .. "/ck6") end)
+    assert.same(before, model6:state_dict()["0.weight"]:totable())
     -- a name ending in . or .. is refused (its temporary directory would land inside it)
     U.fails_with("save_state: give the directory by its name (not ending in '.' or '..')", function() acc:save_state(d .. "/ck3/.") end)
     os.execute("rm -rf " .. d)
