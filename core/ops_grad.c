@@ -139,7 +139,7 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
         return st;
     }
     case FL_OP_WHERE:   /* s first: the mask is the number, x the values (g where s is nonzero); else x is the mask */
-        if (first && (float)s != 0.0f) return fl_binary_scalar_raw(&gin[0], FL_OP_MUL, g, 1.0, false);
+        if (first && (float)s != 0.0f) { gin[0] = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
         return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
     case FL_OP_MAXIMUM:   /* clamp's rule: g where x is at or past the bound (x >= s for maximum) */
     case FL_OP_MINIMUM: {
@@ -152,13 +152,11 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
     case FL_OP_POW: {
         fl_tensor *t = NULL;
         fl_status st;
-        if (first && (float)s == 0.0f) {   /* 0^x is constant where defined (0, or inf): 0, as torch gives for x >= 0 */
-            return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
-        } else if (first) {   /* d(s^x)/dx = s^x·ln s, from the saved output */
+        /* a zero scalar: 0^x is constant where defined (0, or inf), x^0 = 1 everywhere: 0, also at x = 0 (torch's rule) */
+        if ((float)s == 0.0f) return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
+        if (first) {   /* d(s^x)/dx = s^x·ln s, from the saved output */
             st = fl_binary_raw(&t, FL_OP_MUL, g, n->saved[0]);
             if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, log((double)(float)s), false);
-        } else if ((float)s == 0.0f) {   /* x^0 = 1 everywhere: 0, also at x = 0 (torch's rule) */
-            return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
         } else {       /* d(x^s)/dx = s·x^(s-1) */
             st = fl_binary_scalar_raw(&t, FL_OP_POW, n->saved[0], (double)(float)s - 1.0, false);
             if (st == FL_OK) { fl_tensor *u = t; st = fl_binary_raw(&t, FL_OP_MUL, g, u); fl_tensor_release(u); }

@@ -98,33 +98,25 @@ local function new(opts)
     end
   end
   -- plugin > launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS > argument > config file > 1:
-  -- Accelerate's order (its ACCELERATE_GRADIENT_ACCUMULATION_STEPS beats the argument); a beaten argument is named
-  local gas, gsrc
-  local from = settings.sources.gradient_accumulation_steps
-  local env_gas = from == "env" and settings.gradient_accumulation_steps or nil
-  local beaten = (from == "env" or from == "config") and settings.gradient_accumulation_steps or nil
-  local beaten_text = from == "env" and "launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS"
-    or "the config file's gradient_accumulation_steps"
-  if plugin then
-    gas, gsrc = plugin.num_steps, "argument"
-    if beaten ~= nil and beaten ~= gas then
-      settings.notices[#settings.notices + 1] = ("%s=%d overridden by the GradientAccumulationPlugin's num_steps=%d")
-        :format(beaten_text, beaten, gas)
+  -- Accelerate's order (its ACCELERATE_GRADIENT_ACCUMULATION_STEPS beats the argument); every value beaten is named
+  local from, given = settings.sources.gradient_accumulation_steps, settings.gradient_accumulation_steps
+  local sources = {   -- {value, source, what the notice calls it}, in order of precedence; absent ones are false
+    plugin ~= nil and { plugin.num_steps, "argument", "the GradientAccumulationPlugin's num_steps" },
+    from == "env" and { given, "env", "launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS" },
+    opts.gradient_accumulation_steps ~= nil and { opts.gradient_accumulation_steps, "argument",
+      "the Accelerator's gradient_accumulation_steps" },
+    from == "config" and { given, "config", "the config file's gradient_accumulation_steps" },
+  }
+  local win
+  for i = 1, 4 do
+    local c = sources[i]
+    if c and not win then win = c
+    elseif c and c[1] ~= win[1] then
+      settings.notices[#settings.notices + 1] = ("%s=%d overridden by %s=%d"):format(c[3], c[1], win[3], win[1])
     end
-  elseif env_gas ~= nil then
-    gas, gsrc = env_gas, "env"
-    local arg = opts.gradient_accumulation_steps
-    if arg ~= nil and arg ~= env_gas then
-      settings.notices[#settings.notices + 1] = ("the Accelerator's gradient_accumulation_steps=%d overridden by launch "
-        .. "--gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS=%d (Accelerate's order)"):format(arg, env_gas)
-    end
-  elseif opts.gradient_accumulation_steps ~= nil then
-    gas, gsrc = opts.gradient_accumulation_steps, "argument"
-    if beaten ~= nil and beaten ~= gas then
-      settings.notices[#settings.notices + 1] = ("%s=%d overridden by the Accelerator's gradient_accumulation_steps=%d")
-        :format(beaten_text, beaten, gas)
-    end
-  else gas, gsrc = settings.gradient_accumulation_steps or 1, settings.sources.gradient_accumulation_steps or "default" end
+  end
+  local gas, gsrc = 1, "default"
+  if win then gas, gsrc = win[1], win[2] end
   settings.sources.gradient_accumulation_steps = gsrc
   settings.gradient_accumulation_steps = gas
   local ac = settings.autocast or {}

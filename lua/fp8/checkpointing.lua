@@ -148,12 +148,6 @@ local function mark(dir)
   if not f then error("save_state: " .. tostring(err), 0) end
   f:close()
 end
--- fp8lab's own to remove: marked, or empty (a save killed between creating its directory and marking it).
-local foreign_entries
-local function leftover(p)
-  return C.is_dir(p) and not C.is_link(p) and (#(C.listdir(p) or {}) == 0 or (marked(p) and #foreign_entries(p, true) == 0))
-end
-
 -- Every path under dir, relative, directories with a trailing "/" (symbolic links are listed, not followed).
 local function tree(dir, prefix, out)
   out = out or {}
@@ -180,7 +174,7 @@ end
 -- `working`: dir is under one of save_state's working names (.tmp, .old, .deleting), where a marker without a
 -- state file says the directory is fp8lab's own (a save's directory before its state file, or a removal past it);
 -- under a checkpoint's own name the marker (a crash's leftover) never counts, the state file's list decides.
-function foreign_entries(dir, working)
+local function foreign_entries(dir, working)
   local st = checkpoint_state(dir)
   local out = {}
   if not st then
@@ -196,17 +190,13 @@ function foreign_entries(dir, working)
   end
   local listed = { [STATE_FILE] = true, [PARTIAL] = true }
   for _, f in ipairs(st.files) do if type(f) == "string" then listed[f] = true end end
-  local function walk(d, prefix)
-    for _, name in ipairs(C.listdir(d) or {}) do
-      local full, rel = join(d, name), prefix .. name
-      if C.is_dir(full) and not C.is_link(full) then
-        if listed[rel .. "/"] then walk(full, rel .. "/") else out[#out + 1] = rel .. "/" end
-      elseif not listed[rel] then
-        out[#out + 1] = rel
-      end
+  local skip   -- a folder not listed: reported once, not what is in it (tree lists a folder's contents right after it)
+  for _, rel in ipairs(tree(dir)) do
+    if not (skip and rel:sub(1, #skip) == skip) and not listed[rel] then
+      out[#out + 1] = rel
+      if rel:sub(-1) == "/" then skip = rel end
     end
   end
-  walk(dir, "")
   return out
 end
 
@@ -215,13 +205,24 @@ local function entries_text(f)
     #f > 5 and (", ... %d in all"):format(#f) or "")
 end
 
--- Removes dir, under a working name, when all of it is fp8lab's own (checked here, whatever the caller knows),
--- taking the state file and then the marker last, so a removal cut short leaves it recognisably fp8lab's.
--- Returns false, with the entries, when something in it is not.
+-- Whether dir, under a working name, is fp8lab's own to remove: empty (a save killed between creating it and marking
+-- it), or marked with nothing in it that no checkpoint wrote. Returns true, or false with the entries in the way
+-- (all of them when the mark is missing).
+local function own_leftover(dir)
+  local names = C.listdir(dir) or {}
+  if #names == 0 then return true end
+  if not marked(dir) then return false, names end
+  local f = foreign_entries(dir, true)
+  return #f == 0, f
+end
+
+-- Removes dir, under a working name, when own_leftover says it may (checked here, whatever the caller knows), taking
+-- the state file and then the marker last, so a removal cut short leaves it recognisably fp8lab's. Returns false,
+-- with the entries in the way, when it may not.
 local function remove_own(dir)
   if not C.is_dir(dir) or C.is_link(dir) then return true end
-  local f = foreign_entries(dir, true)
-  if #f > 0 then return false, f end
+  local ok, f = own_leftover(dir)
+  if not ok then return false, f end
   local last = {}
   for _, name in ipairs(C.listdir(dir) or {}) do
     if name == PARTIAL or name == STATE_FILE then last[#last + 1] = name else rmtree(join(dir, name)) end
@@ -254,11 +255,13 @@ local function publish_refusal(dir, automatic, iteration)
     return ("%s exists and is not a directory"):format(dir)
   end
   for _, p in ipairs { dir .. ".tmp", dir .. ".old" } do
-    if exists(p) and not leftover(p) then
-      if C.is_dir(p) and not C.is_link(p) and marked(p) then
-        return ("%s, the leftover of an fp8lab save, holds %s that no checkpoint wrote: save_state uses that name "
-          .. "for its work; move them away"):format(p, entries_text(foreign_entries(p, true)))
-      end
+    local isdir = C.is_dir(p) and not C.is_link(p)
+    local ok, f = true, nil
+    if isdir then ok, f = own_leftover(p) end
+    if exists(p) and not ok and isdir and marked(p) then
+      return ("%s, the leftover of an fp8lab save, holds %s that no checkpoint wrote: save_state uses that name "
+        .. "for its work; move them away"):format(p, entries_text(f))
+    elseif exists(p) and (not isdir or not ok) then
       return ("%s exists and is not the leftover of an fp8lab save (no %s marker in it): save_state uses that name "
         .. "for its work; move it away"):format(p, PARTIAL)
     end
@@ -590,14 +593,14 @@ function M.install(Accelerator)
             local f = foreign_entries(c[2])
             local why = #f > 0 and ("it holds " .. entries_text(f) .. " that no checkpoint wrote")
               or exists(gone_c) and (gone_c .. " is in the way") or nil
-            local moved = not why and (function()
+            local moved = false
+            if not why then
               -- marked, then renamed, so a crash during the deletion never leaves a partial checkpoint_N behind,
               -- and what it leaves is recognisably fp8lab's under the working name
               mark(c[2])
-              if os.rename(c[2], gone_c) then return true end
-              os.remove(join(c[2], PARTIAL))
-              return false
-            end)()
+              moved = os.rename(c[2], gone_c) ~= nil
+              if not moved then os.remove(join(c[2], PARTIAL)) end
+            end
             if moved then
               remove_own(gone_c)
               extra = extra - 1

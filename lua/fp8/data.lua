@@ -450,34 +450,36 @@ end
 -- window) and remainder (what gather_for_metrics cuts) are the active one's, and a finished loop drops its loader so
 -- the one around it is active again (an eval loop inside a training step leaves the training loop's flag as it was).
 -- Here the active one is the loader that served the last batch; a loop restarted, or finished, drops its old entry.
-local function active_sync(gs)
-  gs._active = gs._active or {}
-  local top = gs._active[#gs._active]
-  gs.end_of_dataloader = top ~= nil and top.end_of_dataloader or false
+local function active_list(gs)   -- created on first use (acc:free_memory() inside a loop starts it afresh)
+  local l = gs._active
+  if not l then l = {}; gs._active = l end
+  return l
 end
 
-local function active_drop(gs, st)
-  gs._active = gs._active or {}   -- acc:free_memory() inside a loop starts the list afresh
-  for i = #gs._active, 1, -1 do if gs._active[i] == st or gs._active[i].owner == st then table.remove(gs._active, i) end end
+local function active_drop(l, st)
+  for i = #l, 1, -1 do if l[i] == st or l[i].owner == st then table.remove(l, i) end end
 end
 
 -- A loop of `owner` starts: its entry (remainder: the samples even_batches repeated in the last round, 0 if none).
 function M._active_begin(gs, owner, remainder)
-  gs._active = gs._active or {}
-  active_drop(gs, owner)
+  local l = active_list(gs)
+  active_drop(l, owner)
   local st = { owner = owner, end_of_dataloader = false, remainder = remainder or 0 }
-  gs._active[#gs._active + 1] = st
+  l[#l + 1] = st
   return st
 end
 
--- The loop served a batch (eod: its last) or ended (eod == nil: the entry goes).
-function M._active_mark(gs, st, eod)
-  active_drop(gs, st)
-  if eod ~= nil then
-    st.end_of_dataloader = eod
-    gs._active[#gs._active + 1] = st
+-- The loop asks for batch b of n: it becomes the active one, its last batch out when b == n; past n it is over and
+-- its entry goes. end_of_dataloader follows the active entry (false outside every loop).
+function M._active_step(gs, st, b, n)
+  local l = active_list(gs)
+  active_drop(l, st)
+  if b <= n then
+    st.end_of_dataloader = b == n
+    l[#l + 1] = st
   end
-  active_sync(gs)
+  local top = l[#l]
+  gs.end_of_dataloader = top ~= nil and top.end_of_dataloader or false
 end
 
 -- The active loop's entry, or nil outside every prepared loop.
@@ -500,9 +502,7 @@ function DataLoader:iter()
     b = b + 1
     -- true while the last batch is out; once the loop ends the loader is dropped, as Accelerate's gradient state
     -- forgets a finished loader (accumulate calls after it count micro-steps again, or follow an enclosing loop)
-    if gs then
-      if b > nb then M._active_mark(gs, st, nil) else M._active_mark(gs, st, b == nb) end
-    end
+    if gs then M._active_step(gs, st, b, nb) end
     if b > nb then return nil end
     self.batches_served = b
     local lo = (b - 1) * bs + 1

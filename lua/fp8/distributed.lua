@@ -539,7 +539,7 @@ function Sharded:iter()
   local st = data._active_begin(gs, self, remainder)
   return function()
     b = b + 1
-    if b > #mine then data._active_mark(gs, st, nil) else data._active_mark(gs, st, b == #mine) end
+    data._active_step(gs, st, b, #mine)
     if b > #mine then return nil end
     ld.batches_served = b
     return ld:_batch_of(mine[b])
@@ -573,7 +573,7 @@ if okh and help.add then
     .. "msamp: FP8 gradient all-reduce. InitProcessGroupKwargs{backend=\"mpi\", timeout=} arms a watchdog.\n"
     .. "No NCCL in this build: backend=\"nccl\" is refused.")
   add("acc.num_processes", "acc.num_processes, acc.process_index, acc.local_process_index, acc.sync_gradients",
-    "World size, rank, rank on this node (fields); sync_gradients is false inside no_sync / accumulation steps.")
+    "World size, rank, rank on this node (fields); sync_gradients is false on accumulation steps (no_sync leaves it).")
   add("acc:gather", "acc:gather(t) -> tensor", "Every process's t concatenated along dim 1 in rank order (N x the rows).")
   add("acc:gather_for_metrics", "acc:gather_for_metrics(t [, use_gather_object]) -> tensor or list",
     "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch; a list that is\n"

@@ -166,7 +166,7 @@ local function check_self(who, t)
 end
 
 local function dtype_of(v) return core.is_tensor(v) and v:dtype() or nil end
-local WIDER = { fp32 = 3, bf16 = 2, fp16 = 2 }
+local SELECTABLE = { fp32 = true, bf16 = true, fp16 = true }
 
 -- fp8.where(cond, a, b): torch.where: a where cond is nonzero (true), b elsewhere; a and b tensors or numbers,
 -- everything broadcast. A selection, never a product: an inf or NaN in the branch not taken stays out, and each
@@ -176,14 +176,15 @@ function M.where(cond, a, b)
   if not core.is_tensor(cond) then
     error(("where: expected a tensor as the condition, got %s"):format(type(cond)), 2)
   end
-  for i, v in ipairs { a, b } do
-    if not core.is_tensor(v) and type(v) ~= "number" then
-      error(("where: argument %d must be a tensor or a number, got %s"):format(i + 1, type(v)), 2)
+  local vals = { a, b }
+  for i = 1, 2 do   -- not ipairs: it would stop at a nil a
+    if not core.is_tensor(vals[i]) and type(vals[i]) ~= "number" then
+      error(("where: argument %d must be a tensor or a number, got %s"):format(i + 1, type(vals[i])), 2)
     end
   end
   local da, db = dtype_of(a), dtype_of(b)
-  for _, d in ipairs { da, db } do
-    if d and not WIDER[d] then error(("where: %s tensors cannot be selected from; dequantize them first"):format(d), 2) end
+  for _, d in pairs { da, db } do
+    if not SELECTABLE[d] then error(("where: %s tensors cannot be selected from; dequantize them first"):format(d), 2) end
   end
   local dt = (da and db) and (da == db and da or "fp32") or da or db or "fp32"
   local ok, r = pcall(function() return cond:_where(a) + cond:eq(0):_where(b) end)
@@ -213,8 +214,8 @@ end
 function Tensor.clamp(t, lo, hi)
   check_self("clamp", t)
   if type(lo) == "table" and not core.is_tensor(lo) and hi == nil then lo, hi = lo.min, lo.max end
-  for i, v in ipairs { lo, hi } do
-    if v ~= nil and type(v) ~= "number" and not core.is_tensor(v) then
+  for i, v in pairs { lo, hi } do   -- pairs: a nil min must not hide a bad max
+    if type(v) ~= "number" and not core.is_tensor(v) then
       error(("clamp: %s must be a number, a tensor or nil, got %s"):format(i == 1 and "min" or "max", type(v)), 2)
     end
   end
