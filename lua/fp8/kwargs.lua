@@ -729,19 +729,25 @@ local function resolve(opts)
   local out = { sources = {}, notices = notices, handlers = handlers, config_path = cfg_path }
   local src = out.sources
 
+  -- A setting the argument or a handler decided, as in Accelerate: its environment and config-file values, where they
+  -- differ, are named in a notice ("<where it came from> overridden by <by>"). cfg_key: the key as the file spells it.
+  local function note_beaten(env_name, name, cfg_key, v, by)
+    for _, o in ipairs { { envv[name], env_name and (env_name .. "=" .. tostring(env_raw[name])) },
+                         { cfgv[name], (where or "") .. ": " .. cfg_key .. "=" .. repr(cfgv[name]) } } do
+      if o[1] ~= nil and o[2] and not deep_equal(o[1], v) then
+        notices[#notices + 1] = ("%s overridden by %s"):format(o[2], by)
+      end
+    end
+  end
+
   -- mixed precision: argument > environment > config > "no"
   local mp, mps
   if opts.mixed_precision ~= nil then
     local ok, res = pcall(settings.check, "mixed_precision", opts.mixed_precision, "resolve: mixed_precision")
     if not ok then fail(tostring(res)) end
     mp, mps = res, "argument"
-    -- Accelerate's argument wins too, silently; here the loser is named
-    for _, o in ipairs { { envv.mixed_precision, "FP8LAB_MIXED_PRECISION=" .. tostring(env_raw.mixed_precision) },
-                         { cfgv.mixed_precision, (where or "") .. ": mixed_precision=" .. repr(cfgv.mixed_precision) } } do
-      if o[1] ~= nil and o[1] ~= mp then
-        notices[#notices + 1] = ("%s overridden by the Accelerator's mixed_precision=%s"):format(o[2], repr(mp))
-      end
-    end
+    note_beaten("FP8LAB_MIXED_PRECISION", "mixed_precision", "mixed_precision", mp,
+      "the Accelerator's mixed_precision=" .. repr(mp))
   elseif envv.mixed_precision then mp, mps = envv.mixed_precision, "env"
   elseif cfgv.mixed_precision then mp, mps = cfgv.mixed_precision, "config"
   else mp, mps = ROW.mixed_precision.default, "default" end
@@ -786,12 +792,8 @@ local function resolve(opts)
     else backend, bs = ROW.backend.default, "default" end
     out.fp8_backend, src.fp8_backend = backend, bs
     if bs == "handler" then
-      for _, s in ipairs { { envv.backend, "FP8LAB_FP8_BACKEND=" .. tostring(env_raw.backend) },
-                           { cfgv.backend, (where or "") .. ": fp8_config.backend=" .. repr(cfgv.backend) } } do
-        if s[1] ~= nil and s[1] ~= backend then
-          notices[#notices + 1] = ("%s overridden by %s (backend %s)"):format(s[2], fp8h.handler_type, backend)
-        end
-      end
+      note_beaten("FP8LAB_FP8_BACKEND", "backend", "fp8_config.backend", backend,
+        ("%s (backend %s)"):format(fp8h.handler_type, backend))
     end
 
     if fp8h and fp8h.handler_type == "FP8RecipeKwargs" and bs ~= "handler" then
@@ -808,13 +810,8 @@ local function resolve(opts)
       elseif cfgv[name] ~= nil then v, s = cfgv[name], "config"
       else v, s = copy(F[name].default), "default" end
       recipe[name], src[name] = v, s
-      if s == "handler" then   -- as in Accelerate the handler wins; the launch flag or config value it beats is named
-        for _, o in ipairs { { envv[name], F[name].env and (F[name].env .. "=" .. tostring(env_raw[name])) },
-                             { cfgv[name], (where or "") .. ": fp8_config." .. name .. "=" .. repr(cfgv[name]) } } do
-          if o[1] ~= nil and o[2] and not deep_equal(o[1], v) then
-            notices[#notices + 1] = ("%s overridden by %s{%s=%s}"):format(o[2], fp8h.handler_type, name, repr(v))
-          end
-        end
+      if s == "handler" then
+        note_beaten(F[name].env, name, "fp8_config." .. name, v, ("%s{%s=%s}"):format(fp8h.handler_type, name, repr(v)))
       end
     end
     out.fp8_recipe = recipe
