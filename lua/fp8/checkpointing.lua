@@ -9,6 +9,7 @@
 local O = require "fp8.opts"
 local core = require "fp8.core"
 local C = require "fp8._checkpoint"
+local error_text = require("fp8.errfmt").value_text
 
 local M = {}
 M.VERSION = 1
@@ -440,6 +441,11 @@ function M.install(Accelerator)
   -- published with it. hook(models, input_dir) runs in load_state after the checkpoint's version and
   -- settings are checked: a model the hook removes from the list is not loaded from model*.safetensors
   -- (the hook loads it; what it changes is its own to undo if a later part of the load fails).
+  -- A hook's failure, named as one: its error value may be any Lua value (error({code=1}), error()).
+  local function run_hook(what, hook, ...)
+    local ok, err = pcall(hook, ...)
+    if not ok then error(("%s: a %s pre-hook failed: %s"):format(what, what, error_text(err)), 0) end
+  end
   local function add_hook(self, field, fname, hook)
     if type(hook) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(hook)), 3) end
     local list = rawget(self, field) or {}
@@ -480,7 +486,7 @@ function M.install(Accelerator)
     -- process (the main one's mkdir, a hook's, an unwritable state, a failed rename) is raised on every process,
     -- none is left waiting in a collective, and (cleanup) the temporary directory is removed.
     local function settle(cleanup, ok, err)
-      local msg = require("fp8.distributed")._first_error(self.num_processes or 1, rank, not ok and tostring(err) or nil)
+      local msg = require("fp8.distributed")._first_error(self.num_processes or 1, rank, not ok and error_text(err) or nil)
       if msg then
         if main and cleanup then remove_own(tmp) end
         error(msg, 0)
@@ -511,7 +517,7 @@ function M.install(Accelerator)
       end
       for _, hook in ipairs(hooks) do
         local models = table.move(self._models, 1, #self._models, 1, {})   -- the hook sees a copy: it may only drop weights
-        hook(models, weights, tmp)
+        run_hook("save_state", hook, models, weights, tmp)
       end
     end))
     -- every process's random state and hook files are in tmp before it is listed
@@ -636,7 +642,7 @@ function M.install(Accelerator)
     -- whose apply failed has undone it; the others undo theirs), so all hold the checkpoint or none does.
     local n_proc, rank = self.num_processes or 1, self.process_index or 0
     local function agreed(ok, err)
-      local msg = require("fp8.distributed")._first_error(n_proc, rank, not ok and tostring(err) or nil)
+      local msg = require("fp8.distributed")._first_error(n_proc, rank, not ok and error_text(err) or nil)
       return msg == nil, msg
     end
     local past_agreement = false   -- from the first agreement on, every process takes the same path
@@ -662,7 +668,7 @@ function M.install(Accelerator)
       local d = first_difference(st.settings, resolved_settings(self), "settings")
       if d and strict then error(("load_state: %s was saved with other settings: %s (pass {strict=false} to load anyway)"):format(dir, d), 0) end
       local models = table.move(self._models, 1, #self._models, 1, {})
-      for _, hook in ipairs(rawget(self, "_load_hooks") or {}) do hook(models, dir) end   -- may take models off the list
+      for _, hook in ipairs(rawget(self, "_load_hooks") or {}) do run_hook("load_state", hook, models, dir) end   -- may take models off the list
       for _, what in ipairs { { "models", #models }, { "optimizers", #self._optimizers },
                               { "schedulers", #(self._schedulers or {}) }, { "custom", #(self._custom or {}) },
                               { "dataloaders", #(self._dataloaders or {}) } } do

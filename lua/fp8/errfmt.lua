@@ -40,4 +40,18 @@ function M.short(text)
   return table.concat(out, "\n")
 end
 
+-- value_text(err) -> the text of any error value: a string as it is, a value with __tostring as that gives,
+-- anything else as the standalone interpreter words it ("(error object is a table value)"), never "nil" or
+-- "table: 0x...".
+function M.value_text(err)
+  local t = type(err)
+  if t == "string" or t == "number" then return tostring(err) end
+  local mt = getmetatable(err)
+  if type(mt) == "table" and mt.__tostring then
+    local ok, s = pcall(tostring, err)
+    if ok and type(s) == "string" then return s end
+  end
+  return ("(error object is a %s value)"):format(t)
+end
+
 return M

@@ -563,6 +563,16 @@ describe("acc:save_state / load_state", function()
     assert.are.equal(0, (a2.weight - a.weight):abs():max():item())
     assert.are.equal(0, (b2.weight - b.weight):abs():max():item())
     U.fails_with("register_save_state_pre_hook: expected a function, got number", acc2.register_save_state_pre_hook, acc2, 1)
+    -- a hook's failure is named as one, whatever value it raised (not "nil" or "table: 0x...")
+    for _, case in ipairs { { {}, "(error object is a table value)" }, { false, "(error object is a boolean value)" },
+                            { setmetatable({}, { __tostring = function() return "own text" end }), "own text" } } do
+      local hs = acc2:register_save_state_pre_hook(function() error(case[1]) end)
+      U.fails_with("save_state: a save_state pre-hook failed: " .. case[2], acc2.save_state, acc2, d .. "/e")
+      hs:remove()
+    end
+    local hl = acc2:register_load_state_pre_hook(function() error() end)
+    U.fails_with("load_state: a load_state pre-hook failed: (error object is a nil value)", acc2.load_state, acc2, d .. "/c")
+    hl:remove()
     os.execute("rm -rf " .. d)
   end)
 end)
