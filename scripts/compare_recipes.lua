@@ -76,6 +76,8 @@ if opts.only then
     if not by[name] then error(("--only: unknown recipe '%s' (valid: %s)"):format(name, table.concat(names, ", ")), 0) end
     chosen[#chosen + 1] = by[name]
   end
+  if #chosen == 0 then error(("--only: expected a comma-separated list of recipes (valid: %s), got '%s'"):format(
+    table.concat(names, ", "), opts.only), 0) end
 end
 
 if opts.model == "gpt" then

@@ -24,6 +24,12 @@ end
 
 local function stem(path) return (path:gsub("%.csv$", "")) end
 
+-- Run as a script (it has no options of its own): say what to run instead.
+if arg and arg[0] and arg[0]:match("compare_recipes_gpt%.lua$") then
+  error("compare_recipes_gpt.lua is run by compare_recipes.lua: fp8lab scripts/compare_recipes.lua --model gpt [options] "
+    .. "(--help lists them)", 0)
+end
+
 return function(opts, recipes)
   local path = opts.text or default_text()
   local T, B = opts["block-size"], opts["batch-size"]

@@ -1,6 +1,9 @@
 -- tour.lua — a guided tour of FP8 at the fp8lab prompt (`make demo` runs it).
 -- Every step prints the code it runs, then its result, so you can retype it at the prompt.
 
+require("fp8.args").parse(arg or {}, {}, { usage = "usage: fp8lab scripts/tour.lua",
+  about = "A guided tour of the FP8 formats, rounding, scaling and training casts (make tour). No options." })
+
 local function step(title, code)
   print(("\n── %s " .. string.rep("─", math.max(0, 66 - #title))):format(title))
   for line in code:gmatch("[^\n]+") do print("fp8> " .. line) end

@@ -183,7 +183,20 @@ if opts.csv ~= "" and accel:is_main_process() then
   csv_dir(opts.csv)
   if #accel._fp8_layers > 0 then
     stats_csv = opts.csv:gsub("%.csv$", "") .. "-fp8stats.csv"
-    if not opts.resume then os.remove(stats_csv) end   -- the log appends: a fresh run starts it afresh
+    -- the log appends: a fresh run starts it afresh; a resumed one keeps the rows up to its checkpoint's step
+    -- (those after it are written again, as the main CSV's are)
+    local f = opts.resume and io.open(stats_csv, "r")
+    if f then
+      local kept = {}
+      for line in f:lines() do
+        local s = tonumber(line:match("^(%d+),"))
+        if not s or s <= accel.step then kept[#kept + 1] = line end   -- the header, and the history up to here
+      end
+      f:close()
+      require("fp8._fileio").write_atomic(stats_csv, table.concat(kept, "\n") .. "\n")
+    elseif not opts.resume then
+      os.remove(stats_csv)
+    end
   end
 end
 if stats_csv then accel:log_fp8_stats{every = opts["eval-every"], path = stats_csv} end

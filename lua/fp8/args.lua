@@ -67,6 +67,7 @@ function M.parse(argv, options, cfg)
     local o = spec[name]
     if not o then error(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " ")), 0) end
     if o[2] == "flag" then
+      if val ~= nil then error(("option --%s is a flag and takes no value (got '--%s=%s')"):format(name, name, val), 0) end
       opts[name] = true
     else
       if val == nil then

@@ -45,15 +45,24 @@ local function run(script, png)
   local f = io.open(tmp, "rb")
   local head = f and f:read(8)
   if f then f:close() end
+  local why
   if not ok or head ~= "\137PNG\r\n\26\n" then
-    os.remove(tmp)
-    return nil, "gnuplot did not write a PNG"
+    why = ("%s did not write a PNG%s"):format(M.command(), ok and "" or " (it failed; its messages are above)")
+  else
+    -- gnuplot's finished file: fsync, rename over png, fsync the directory; a crash leaves the old PNG or the new
+    -- one, never half of one
+    local wok, werr = pcall(require("fp8._fileio").fsync_rename, tmp, png)
+    if wok then return png end
+    why = tostring(werr)
   end
-  -- gnuplot's finished file: fsync, rename over png, fsync the directory; a crash leaves the old PNG or the new
-  -- one, never half of one
-  local wok, werr = pcall(require("fp8._fileio").fsync_rename, tmp, png)
-  if not wok then os.remove(tmp); return nil, tostring(werr) end
-  return png
+  os.remove(tmp)
+  -- said, not only returned: a caller that prints "plot: <png>" on success would otherwise say nothing, and a
+  -- PNG of an earlier run at that path would pass for this one's
+  local old = io.open(png, "rb")
+  if old then old:close() end
+  io.stderr:write(("fp8lab: notice: %s not plotted: %s%s\n"):format(png, why,
+    old and "; the PNG there is an earlier run's" or ""))
+  return nil, why
 end
 
 local function check_opts(name, o, required, valid)

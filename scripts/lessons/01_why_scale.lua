@@ -5,7 +5,8 @@
 -- Run: build/fp8lab scripts/lessons/01_why_scale.lua [--quick] [--steps N] [--out DIR]
 local fp8 = fp8 or require "fp8"
 local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
-local opts = C.parse(arg, "01_why_scale", "Lesson 1: why FP8 needs a scale.", 150, 30)
+local opts = C.parse(arg, "01_why_scale", "Lesson 1: why FP8 needs a scale.",
+  { size = { "steps", 150, 30, "training steps", 1 }, gpt = true })
 
 local model, next_batch, _, path = C.gpt(opts)
 print(("Lesson 1 — why scale at all. Tiny char GPT (%d parameters) on %s."):format(model:num_parameters(), path))

@@ -5,7 +5,8 @@
 -- Run: build/fp8lab scripts/lessons/02_why_hybrid.lua [--quick] [--steps N (training before the look)]
 local fp8 = fp8 or require "fp8"
 local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
-local opts = C.parse(arg, "02_why_hybrid", "Lesson 2: E4M3 vs E5M2 for gradients.", 100, 10)
+local opts = C.parse(arg, "02_why_hybrid", "Lesson 2: E4M3 vs E5M2 for gradients.",
+  { size = { "steps", 100, 10, "training steps before the gradients are taken", 1 }, gpt = true })
 
 local model, next_batch, _, path = C.gpt(opts, { layers = 2 })
 print(("Lesson 2 — why HYBRID. Tiny char GPT (%d parameters) on %s, gradients after %d training steps.")

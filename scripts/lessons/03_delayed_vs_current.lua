@@ -7,11 +7,17 @@
 local fp8 = fp8 or require "fp8"
 local nn = fp8.nn
 local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
-local opts = C.parse(arg, "03_delayed_vs_current", "Lesson 3: delayed vs current scaling.", 60, 30, {
-  { "spike", "num", 1e5, "factor of the one-step amax spike", 0 },
-  { "growth", "num", 1.02, "per-step growth of the inputs' magnitude", 0 },
-  { "history", "int", 1024, "amax_history_len of the delayed recipes", 1 },
-})
+local opts = C.parse(arg, "03_delayed_vs_current", "Lesson 3: delayed vs current scaling.", {
+  -- the spike comes at step max(2, steps // 3) and needs a step before and after it
+  size = { "steps", 60, 30, "training steps", 3 },
+  extra = {
+    { "spike", "num", 1e5, "factor of the one-step amax spike", 0 },
+    { "growth", "num", 1.02, "per-step growth of the inputs' magnitude", 0 },
+    { "history", "int", 1024, "amax_history_len of the delayed recipes", 1 },
+  } })
+for _, k in ipairs { "spike", "growth" } do
+  if not (opts[k] > 0 and opts[k] < math.huge) then error(("option --%s expects a finite number > 0, got %s"):format(k, opts[k]), 0) end
+end
 local N = opts.steps
 local spike_at = math.max(2, N // 3)
 

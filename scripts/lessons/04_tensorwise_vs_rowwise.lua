@@ -5,10 +5,15 @@
 -- Run: build/fp8lab scripts/lessons/04_tensorwise_vs_rowwise.lua [--quick] [--out DIR] [--outlier X]
 local fp8 = fp8 or require "fp8"
 local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
-local opts = C.parse(arg, "04_tensorwise_vs_rowwise", "Lesson 4: tensorwise vs rowwise scaling.", 64, 16,
-  { { "outlier", "num", 5e4, "magnitude of the outlier rows relative to the others", 0 } })
+local opts = C.parse(arg, "04_tensorwise_vs_rowwise", "Lesson 4: tensorwise vs rowwise scaling.", {
+  -- every 8th row (the first among them) is an outlier: two rows hold one of each
+  size = { "rows", 64, 16, "rows of the matrix", 2 },
+  extra = { { "outlier", "num", 5e4, "magnitude of the outlier rows relative to the others" } } })
+if not (opts.outlier > 0 and opts.outlier < math.huge) then
+  error(("option --outlier expects a finite number > 0, got %s"):format(opts.outlier), 0)
+end
 
-local rows, cols = opts.steps, 256   -- --steps is the number of rows here
+local rows, cols = opts.rows, 256
 fp8.manual_seed(opts.seed)
 local x = fp8.randn{rows, cols}
 -- every 8th row is an outlier row, `outlier` times larger

@@ -6,7 +6,8 @@
 local fp8 = fp8 or require "fp8"
 local R = require "fp8._memory"   -- allocator counters
 local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
-local opts = C.parse(arg, "05_msamp_memory", "Lesson 5: what MS-AMP saves.", 150, 20)
+local opts = C.parse(arg, "05_msamp_memory", "Lesson 5: what MS-AMP saves.",
+  { size = { "steps", 150, 20, "training steps", 1 }, gpt = true })
 
 local LEVELS = {
   { "fp32", "no" },

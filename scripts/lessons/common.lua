@@ -20,20 +20,23 @@ function C.corpus(path)
   error("no text to train on: install Debian's fortunes package or pass --text FILE", 0)
 end
 
--- parse(argv, name, about, extra) -> opts: every lesson takes --quick, --steps, --seed, --out, --text.
-function C.parse(argv, name, about, steps, quick_steps, extra)
+-- parse(argv, name, about, cfg) -> opts. cfg.size = {option, default, quick, help, min}: the lesson's size option
+-- (--steps, or lesson 4's --rows), which --quick shortens; cfg.gpt: the lesson trains the GPT, so it takes --text;
+-- cfg.extra: the lesson's own options. Every lesson takes --quick, --seed and --out.
+function C.parse(argv, name, about, cfg)
+  local size = cfg.size
   local OPTIONS = {
-    { "quick", "flag", false, ("short mode for tests: %d steps instead of %d"):format(quick_steps, steps) },
-    { "steps", "int", nil, "training steps (overrides --quick)", 1 },
+    { "quick", "flag", false, ("short mode for tests: %s %d instead of %d"):format(size[1], size[3], size[2]) },
+    { size[1], "int", nil, ("%s (default %d; %d with --quick)"):format(size[4], size[2], size[3]), size[5] },
     { "seed", "int", 1337, "seed of weights and batches", 0 },
     { "out", "str", "build/lessons", "directory for the CSV and PNG" },
-    { "text", "str", nil, "text file for the GPT (default: Debian's fortunes)" },
   }
-  for _, o in ipairs(extra or {}) do OPTIONS[#OPTIONS + 1] = o end
+  if cfg.gpt then OPTIONS[#OPTIONS + 1] = { "text", "str", nil, "text file for the GPT (default: Debian's fortunes)" } end
+  for _, o in ipairs(cfg.extra or {}) do OPTIONS[#OPTIONS + 1] = o end
   local opts = require("fp8.args").parse(argv or {}, OPTIONS, {
     usage = ("usage: fp8lab scripts/lessons/%s.lua [options]"):format(name), about = about .. " Options:",
-    default_text = "see text" })
-  opts.steps = opts.steps or (opts.quick and quick_steps or steps)
+    default_text = false })
+  opts[size[1]] = opts[size[1]] or (opts.quick and size[3] or size[2])
   os.execute("mkdir -p '" .. opts.out:gsub("'", "'\\''") .. "'")
   return opts
 end

@@ -107,6 +107,18 @@ describe("training metrics and plots", function()
     assert.is_nil(read(tmpdir .. "/g_fp8.png"))
   end)
 
+  it("a gnuplot that writes nothing: a notice with the reason, and an earlier PNG is said to be stale", function()
+    local csv, png = tmpdir .. "/stale.csv", tmpdir .. "/stale.png"
+    local f = assert(io.open(csv, "w")); f:write("step,loss\n1,2\n2,1\n"); f:close()
+    local o = assert(io.open(png, "w")); o:write("an earlier run's picture"); o:close()
+    local out, ok = U.sh("FP8LAB_GNUPLOT=true " .. U.q(bin) .. " -e " .. U.q(("print(require('fp8.plot').lines{csv=%q, "
+      .. "png=%q, series={{x=1, y=2}}})"):format(csv, png)))
+    assert.is_true(ok, out)
+    assert.truthy(out:find("notice: " .. png .. " not plotted: true did not write a PNG; the PNG there is an earlier run's", 1, true), out)
+    assert.truthy(out:find("nil\ttrue did not write a PNG", 1, true), out)
+    assert.is_nil(read(png .. ".tmp"))
+  end)
+
   it("fp8.plot checks its arguments", function()
     assert.has_error(function() plot.lines(5) end)
     assert.has_error(function() plot.lines { csv = "a.csv", png = "a.png", series = {} } end)

@@ -82,8 +82,8 @@ describe("the training scripts' --save-every and --resume", function()
     f:write(("hello world, this is a tiny text for a tiny gpt.\nanother line of text to learn from.\n"):rep(20))
     f:close()
     local base = ("timeout 120 %s scripts/train_char_gpt.lua --text %s/t.txt --layers 1 --d-model 16 --heads 2 "
-      .. "--block-size 16 --batch-size 4 --sample-len 0 --eval-every 1 --device cpu --steps 6 --checkpoint-dir %s"):format(
-      BIN, dir, dir)
+      .. "--block-size 16 --batch-size 4 --sample-len 0 --eval-every 1 --device cpu --steps 6 --checkpoint-dir %s --recipe te-hybrid --csv %s/r.csv"):format(
+      BIN, dir, dir, dir)
     local function lines(extra)
       local ok, out = sh(base .. " " .. extra)
       assert(ok, out)
@@ -97,8 +97,21 @@ describe("the training scripts' --save-every and --resume", function()
     local resumed = lines("--resume " .. dir .. "/checkpoints/checkpoint_0")
     assert.are.equal(7, #straight)
     assert.same({ straight[4], straight[5], straight[6], straight[7] }, resumed)
+    -- the FP8 stats log holds each step's rows once: the resumed run dropped those past its checkpoint's step
+    local function rows_per_step()
+      local n = {}
+      for l in io.lines(dir .. "/r-fp8stats.csv") do
+        local st = tonumber(l:match("^(%d+),"))
+        if st then n[st] = (n[st] or 0) + 1 end
+      end
+      return n
+    end
+    local per = rows_per_step()
+    for st = 1, 6 do assert.are.equal(per[1], per[st], "rows of step " .. st) end
+    assert.is_true(per[1] > 0)
     local latest = lines("--resume latest")   -- checkpoint_1 (step 6): nothing left to train
     assert.same({ straight[7] }, latest)
+    assert.same(per, rows_per_step())
     os.execute("rm -rf " .. dir)
   end)
 end)
