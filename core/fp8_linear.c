@@ -323,7 +323,9 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
         } else if (l->gran == FL_GRAN_TENSOR) {
             /* gq_dev: dY's bytes transposed, made in the cast's pass where the device can (wgrad's dYᵀ) */
             st = cast_dy(&gq, &gq_dev, need_db ? &db : NULL, g32, sg, record, fp8_dw);
-            if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, false, true);   /* fprop ran in high precision */
+            /* fprop ran in high precision: this is the weight's FP8 cast, and it feeds the role's amax history
+             * (as TransformerEngine's weight cast does whichever GEMMs then read it in FP8) */
+            if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, record, true);
             const fl_tensor *wq = n->saved[SV_W] ? n->saved[SV_W] : wq2;
             if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, &gq_dev, wcache(l, wq), false);
         } else {
@@ -350,10 +352,10 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             if (st == FL_OK) st = gemm_hp(&gin[1], tt, xhp, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
             if (!gq) st = cast_dy(&gq, &gq_dev, need_db ? &db : NULL, g32, sg, record, true);
-            if (st == FL_OK && !n->saved[SV_X]) {   /* fprop ran in high precision: cast the input now */
+            if (st == FL_OK && !n->saved[SV_X]) {   /* fprop ran in high precision: the input's FP8 cast is this one */
                 fl_tensor *x32 = NULL;
                 st = as_f32(&x32, n->saved[SV_XHP]);
-                if (st == FL_OK) st = cast_observed_t(&xq2, &xt, x32, &l->role[FL_ROLE_INPUT], false, true);
+                if (st == FL_OK) st = cast_observed_t(&xq2, &xt, x32, &l->role[FL_ROLE_INPUT], record, true);
                 fl_tensor_release(x32);
             } else if (st == FL_OK) {
                 xt = fl_tensor_retain(n->saved[SV_XT]);

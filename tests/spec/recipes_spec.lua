@@ -162,6 +162,28 @@ describe("te recipe", function()
     assert.is_true(hp < fp8_fprop / 5, ("overridden %g, FP8 %g"):format(hp, fp8_fprop))
   end)
 
+  it("with fprop overridden, the FP8 casts dgrad and wgrad read still feed the weight's and input's histories", function()
+    -- the input of 1e-3 magnitude: cast with a scale of 1 (a history that never filled) it mostly underflows
+    local l = fp8.recipes.FP8Linear(16, 16, true, { backend = "te", amax_history_len = 4,
+                                                    override_linear_precision = { true, false, false } })
+    local ref = nn.Linear(16, 16, true)
+    ref.weight, ref.bias = l.weight, l.bias
+    local errs = {}
+    for step = 1, 3 do
+      local x = (fp8.randn { 32, 16 } * 1e-3):requires_grad(true)
+      fp8.recipes.fp8_autocast(function() return l(x) end):sum():backward()
+      local x2 = x:detach():clone():requires_grad(true)
+      ref(x2):sum():backward()
+      errs[step] = (l.weight.grad - ref.weight.grad):abs():max():item() / ref.weight.grad:abs():max():item()
+      for _, t in ipairs { l.weight, l.bias, ref.weight, ref.bias } do t.grad = nil end
+      l.fp8_meta:update()
+    end
+    local st = l.fp8_meta:state()
+    assert.is_true(st.input.scale > 1000, "input scale " .. st.input.scale)
+    assert.is_true(st.weight.scale > 100, "weight scale " .. st.weight.scale)
+    assert.is_true(errs[3] < 0.1, ("wgrad's error at step 3: %g (step 1, before any history: %g)"):format(errs[3], errs[1]))
+  end)
+
   it("recipe state round-trips through state()/load_state()", function()
     local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8 })
     train(acc, model, opt, 5)
