@@ -216,6 +216,31 @@ describe("te recipe", function()
     assert.is_false(ok)
     assert.matches("fp8_state", err)
   end)
+
+  it("a NaN amax in the history (it stays in the window) is state a checkpoint carries and loads back", function()
+    local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8 })
+    local t = fp8.randn { 8, 32 }:totable()
+    t[1][1] = 0 / 0
+    local bad = fp8.tensor(t)
+    acc:backward(model(bad):sum()); opt:zero_grad()
+    train(acc, model, opt, 2)
+    local layer = fp8.recipes.fp8_layers(model)[1][2]
+    local h = layer.fp8_meta:state().input.history
+    local nans = 0
+    for _, v in ipairs(h) do if v ~= v then nans = nans + 1 end end
+    assert.are.equal(1, nans)
+    local acc2, model2 = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8 })
+    model2:load_state_dict(model:state_dict())
+    local h2 = fp8.recipes.fp8_layers(model2)[1][2].fp8_meta:state().input.history
+    for k = 1, #h do assert.is_true(h[k] == h2[k] or (h[k] ~= h[k] and h2[k] ~= h2[k]), "history[" .. k .. "]") end
+    local sd = model:state_dict()
+    local st = require("fp8.fp8_state").unpack(sd["0.fp8_state"])
+    st.input.history[2] = -1
+    sd["0.fp8_state"] = require("fp8.fp8_state").pack(st)
+    local ok, err = pcall(model2.load_state_dict, model2, sd)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("input history[2] is -1", 1, true), tostring(err))
+  end)
 end)
 
 describe("ao recipe", function()

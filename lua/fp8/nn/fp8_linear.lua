@@ -39,7 +39,7 @@ end
 function FP8Linear:_before_state_dict() self.fp8_state = state.pack(self.fp8_meta:state()) end
 function FP8Linear:_after_load_state_dict() self.fp8_meta:load_state(state.unpack(self.fp8_state)) end
 -- Module:load_state_dict asks before it writes anything: the recipe state in sd must unpack and fit
--- this layer (same history lengths, finite positive scales). Returns why not, or nil.
+-- this layer (same history lengths, finite positive scales, no negative amax). Returns why not, or nil.
 function FP8Linear:_check_load_state(sd, prefix)
   local t = sd[prefix .. "fp8_state"]
   if t == nil then return nil end   -- strict=false without recipe state: the layer keeps its own
@@ -55,8 +55,9 @@ function FP8Linear:_check_load_state(sd, prefix)
     if not (s.scale > 0 and s.scale < math.huge) then
       return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0)'):format(prefix, r, tostring(s.scale))
     end
+    -- a NaN or infinite amax is recorded state (it stays in the window, FP8-SPEC §2); only a negative one is not
     for k, h in ipairs(s.history) do
-      if h ~= h then return ('for "%sfp8_state": %s history[%d] is NaN'):format(prefix, r, k) end
+      if h < 0 then return ('for "%sfp8_state": %s history[%d] is %s (an amax is >= 0)'):format(prefix, r, k, tostring(h)) end
     end
   end
   return nil
