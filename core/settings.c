@@ -267,8 +267,13 @@ const char *fl_setting_expected(fl_setting_id k, char *buf, size_t n) {
 }
 
 void fl_setting_mismatch(fl_setting_id k, const char *got, char *why, size_t n) {
-    char exp[200];
-    snprintf(why, n, "expected %s, got %s", fl_setting_expected(k, exp, sizeof exp), got);
+    char exp[200], *end;
+    const fl_setting *r = fl_setting_info(k);
+    double v = got ? strtod(got, &end) : 0.0;
+    if (r && r->type == FL_SETTING_INT && got && end != got && *end == 0 && v > r->max)   /* past the cap: say it */
+        snprintf(why, n, "expected an integer in %d..%d, got %s", r->min, r->max, got);
+    else
+        snprintf(why, n, "expected %s, got %s", fl_setting_expected(k, exp, sizeof exp), got);
 }
 
 /* "a, b, c", "(a, b, c)" or "[a,b,c]" → mask; false when malformed. */
@@ -336,7 +341,9 @@ bool fl_setting_parse(fl_setting_id k, const char *s, size_t len, fl_setting_fro
         if (!parse_int(s, len, &v)) break;
         if (!plain) { unquote = " (a number in quotes is a string: remove the quotes)"; break; }
         if (v < r->min || v > r->max) {
-            snprintf(why, n, "expected %s, got %lld", exp, v);
+            /* past an "unbounded" setting's cap: the cap is the reason, not the lower bound */
+            if (v > r->max) snprintf(why, n, "expected an integer in %d..%d, got %lld", r->min, r->max, v);
+            else snprintf(why, n, "expected %s, got %lld", exp, v);
             return false;
         }
         *out = (int)v;

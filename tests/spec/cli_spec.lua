@@ -220,6 +220,11 @@ describe("fp8lab launch", function()
     local _, err, code = run("launch " .. q(ENV_SCRIPT), nil, "FP8LAB_FP8_INTERVAL=soon ")
     assert.are.equal(1, code)
     assert.truthy(err:find('FP8LAB_FP8_INTERVAL: expected an integer >= 1, got "soon"', 1, true), err)
+    -- past the cap of an "unbounded" integer, the cap is the reason given
+    _, err, code = run("launch " .. q(ENV_SCRIPT), nil, "FP8LAB_FP8_INTERVAL=3000000000 ")
+    assert.are.equal(1, code)
+    assert.truthy(err:find("FP8LAB_FP8_INTERVAL: expected an integer in 1..1000000000, got 3000000000", 1, true), err)
+    U.fails_with("interval: expected an integer in 1..1000000000, got 2147483647", fp8.TERecipeKwargs, { interval = 2147483647 })
   end)
 
   it("hands the config file to the script (absolute path) and prints its notice once", function()
