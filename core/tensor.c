@@ -404,6 +404,7 @@ fl_status fl_tensor_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t
     FL_TRY(view_header(out, t));
     fl_tensor *v = *out;
     v->offset += index * t->stride[dim];
+    if (t->shape[dim] > 1) v->qpart = true;
     for (int i = dim; i < t->ndim - 1; i++) { v->shape[i] = t->shape[i + 1]; v->stride[i] = t->stride[i + 1]; }
     v->ndim--;
     if (t->scale_axis == dim) {
@@ -430,6 +431,7 @@ fl_status fl_tensor_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t
     FL_TRY(view_header(out, t));
     fl_tensor *v = *out;
     v->offset += start * t->stride[dim];
+    if (length < t->shape[dim]) v->qpart = true;
     v->shape[dim] = length;
     if (t->scale_axis == dim) {
         fl_tensor_release(v->scale_inv);
@@ -498,6 +500,7 @@ fl_status fl_tensor_contiguous(fl_tensor **out, const fl_tensor *t) {
         c->scale_inv = fl_tensor_retain(t->scale_inv);
         c->scale_axis = t->scale_axis;
         c->qstats = t->qstats;
+        c->qpart = t->qpart;
         c->qfuture = fl_stats_future_retain(t->qfuture);
     }
     *out = c;
@@ -595,6 +598,7 @@ static fl_status copy_to_device(fl_tensor **out, const fl_tensor *t, int device)
             r->scale_inv = si;
             r->scale_axis = t->scale_axis;
             r->qstats = t->qstats;
+            r->qpart = t->qpart;
             r->qfuture = fl_stats_future_retain(t->qfuture);
         }
     }

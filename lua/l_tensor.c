@@ -881,6 +881,8 @@ static int m_qstats(lua_State *L) {
     lua_pushinteger(L, st.underflow); lua_setfield(L, -2, "underflow");
     lua_pushinteger(L, st.saturated); lua_setfield(L, -2, "saturated");
     lua_pushinteger(L, st.nan); lua_setfield(L, -2, "nan");
+    /* a view of part of the cast (select, narrow): the counters are the whole cast's */
+    if (fl_lchecktensor(L, 1)->qpart) { lua_pushboolean(L, 1); lua_setfield(L, -2, "part"); }
     return 1;
 }
 

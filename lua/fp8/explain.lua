@@ -66,7 +66,10 @@ local function explain(x, fmt, opts)
     value = value, nan = is_nan, inf = is_inf,
     subnormal = (not is_nan) and e == 0 and m ~= 0,
     underflow = x ~= 0 and x == x and value == 0,
-    saturated = saturate and x == x and math.abs(x) > f.max and math.abs(value) == f.max,
+    -- clamped: what the IEEE policy would have overflowed (an infinity, or a finite value past max + half an ulp;
+    -- a value up to there rounds to max by ties-to-even, as 460 and 464 do in E4M3)
+    saturated = saturate and x == x and math.abs(value) == f.max
+      and (math.abs(x) == math.huge or not (math.abs(core.decode(core.encode(x, fmt, false), fmt)) <= f.max)),
     overflow = (not saturate) and x == x and math.abs(x) ~= math.huge and (is_nan or is_inf) and math.abs(x) > f.max,
   }
   -- Neighbours: the representable values just below and above the stored one.

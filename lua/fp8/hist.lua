@@ -38,6 +38,7 @@ local function hist(t, fmt, opts)
     error(("hist: quiet must be a boolean, got %s"):format(type(opts.quiet)), 2)
   end
   local q
+  local inf_src = 0   -- ±inf in a float source (the saturating cast clamps them to ±max)
   if t:is_fp8() then
     if fmt ~= nil and fmt ~= t:dtype() then
       error(("hist: the tensor is already %s, got format '%s'"):format(t:dtype(), tostring(fmt)), 2)
@@ -46,6 +47,11 @@ local function hist(t, fmt, opts)
       if k ~= "width" and k ~= "quiet" then
         error(("hist: option '%s' needs a float tensor (this one is already %s)"):format(k, t:dtype()), 2)
       end
+    end
+    if t:qstats().part then
+      error("hist: this FP8 tensor is part of a cast (a select or narrow view, or a copy of one): its cast "
+        .. "counters describe the whole tensor, so underflow and saturation here cannot be told apart from zeros "
+        .. "and max values; pass the whole FP8 tensor, or the float source with the same scale", 2)
     end
     q, fmt = t, t:dtype()
   else
@@ -57,6 +63,7 @@ local function hist(t, fmt, opts)
     local ok, res = pcall(t.quantize, t, fmt, qo)
     if not ok then error("hist: " .. tostring(res):gsub("^.-quantize: ", ""), 2) end
     q = res
+    inf_src = t:numel() > 0 and t:float():abs():eq(math.huge):sum():item() or 0
   end
 
   local f = fp8.format(fmt)
@@ -81,7 +88,8 @@ local function hist(t, fmt, opts)
   end
   local n = #bytes
   -- Saturated values were clamped to the max code: shown on their own line, not in the top binade.
-  local sat = math.min(st.saturated, atmax)
+  -- (an infinite source is clamped too; the cast's counter takes finite sources only)
+  local sat = math.min(st.saturated + inf_src, atmax)
   local top = (maxcode >> mbits) - bias
   if sat > 0 then bins[top] = bins[top] - sat; if bins[top] == 0 then bins[top] = nil end end
   local underflow = math.min(st.underflow, zero)

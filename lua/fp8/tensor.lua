@@ -135,6 +135,7 @@ function mt.__tostring(t)
     parts[#parts + 1] = "underflow=" .. q.underflow
     parts[#parts + 1] = "saturated=" .. q.saturated
     if q.nan > 0 then parts[#parts + 1] = "nan=" .. q.nan end
+    if q.part then parts[#parts] = parts[#parts] .. " (of the whole cast this is part of)" end
   else
     parts[1] = body(t)
     parts[#parts + 1] = "dtype=" .. t:dtype()

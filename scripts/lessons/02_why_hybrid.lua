@@ -68,7 +68,8 @@ for k = 0, 16, 2 do
 end
 res.u4_k8, res.u5_k8 = sweep[5][2], sweep[5][3]
 print("Look at: as k grows E4M3 loses more and more of the small gradient values and, where its error")
-print("passes E5M2's, precision no longer pays; E5M2's 2^32 range absorbs all 16 binades. Gradients, whose magnitude moves")
+print("passes E5M2's, precision no longer pays; E5M2's 2^32 range absorbs nearly all of the 16 binades (see its")
+print("underflow column: only the smallest values, ~21 binades below the largest, reach its bottom). Gradients, whose magnitude moves")
 print("the most from step to step, get E5M2; activations and weights, which need precision, get E4M3.")
 print(("By hand: fp8.hist(g, \"e4m3\", {amax = 256 * amax}) on one gradient — here %s with k = 8:"):format(grads[1][1]))
 fp8.hist(grads[1][2], "e4m3", {width = 30, amax = 256 * grads[1][2]:abs():max():item()})

@@ -55,6 +55,30 @@ describe("fp8.hist", function()
     assert.matches("%[2%^1, 2%^2%)", text)
   end)
 
+  it("files infinite sources with the saturated values, not in the top binade", function()
+    local h = quiet_hist(fp8.tensor { math.huge, -math.huge, 1, 448 }, "e4m3", { scale = 1 })
+    assert.are.equal(2, h.saturated)
+    assert.are.equal(1, h.bins[8])   -- 448 itself is representable: it is in its binade
+    assert.are.equal(1, h.bins[0])
+  end)
+
+  it("refuses a view of part of an FP8 tensor, whose cast counters are the whole tensor's", function()
+    local q = fp8.tensor { { 0, 0, 1, 1 }, { 1e-6, 1e-6, 1, 1000 } }:quantize("e4m3", { scale = 1 })
+    assert.is_nil(q:qstats().part)
+    assert.is_nil(q:transpose(1, 2):qstats().part)
+    assert.is_nil(q:narrow(1, 1, 2):qstats().part)
+    for _, v in ipairs { q[1], q:narrow(1, 1, 1), q:narrow(2, 2, 2), q:narrow(2, 2, 2):contiguous() } do
+      assert.is_true(v:qstats().part)
+      assert.matches("saturated=1 %(of the whole cast this is part of%)", tostring(v))
+      local ok, err = pcall(fp8.hist, v, nil, { quiet = true })
+      assert.is_false(ok)
+      assert.truthy(err:find("hist: this FP8 tensor is part of a cast", 1, true), err)
+    end
+    local h = quiet_hist(q)
+    assert.are.equal(2, h.underflow)
+    assert.are.equal(1, h.saturated)
+  end)
+
   it("refuses bad arguments with messages naming hist", function()
     assert.has_error(function() fp8.hist(42, "e4m3") end)
     local ok, err = pcall(fp8.hist, fp8.tensor{1}, "e3m4")
