@@ -19,7 +19,7 @@ for i, r in ipairs(RECIPES) do names[i] = r[1] end
 local OPTIONS = {
   { "epochs", "int", nil, "mlp: training epochs per recipe (default 3)", 1 },
   { "batch-size", "int", nil, "training batch size (default 256; gpt: 16)", 1 },
-  { "lr", "num", nil, "peak AdamW learning rate (default 1e-3; gpt: 3e-3)" },
+  { "lr", "num", nil, "peak AdamW learning rate (default 1e-3; gpt: 3e-3)", 0 },
   { "seed", "int", 42, "seed shared by every run" },
   { "limit", "int", nil, "mlp: use only the first N training images (N/6 test); 0 = all (default)", 0 },
   { "only", "str", nil, "comma-separated subset of: " .. table.concat(names, ",") },

@@ -14,7 +14,7 @@ local data, amp = fp8.data, fp8.amp
 local OPTIONS = {
   { "epochs", "int", 10, "training epochs" },
   { "batch-size", "int", 256, "training batch size" },
-  { "lr", "num", 1e-3, "peak AdamW learning rate (cosine decay to 0 over the run)" },
+  { "lr", "num", 1e-3, "peak AdamW learning rate (cosine decay to 0 over the run)", 0 },
   { "weight-decay", "num", 0.01, "AdamW weight decay" },
   { "mixed-precision", "str", nil, "no | bf16 | fp16 | fp8 (fp16 adds a dynamic loss scaler; default: launch "
     .. "--mixed_precision / FP8LAB_MIXED_PRECISION / config file, else no)" },

@@ -34,9 +34,12 @@ local function convert(o, val)
   if kind == "int" or kind == "num" then
     local v = tonumber(val)
     if kind == "int" then v = v and math.tointeger(v) end
-    local what = kind == "int" and "an integer" or "a number"
+    local what = kind == "int" and "an integer" or "a finite number"
     if min then what = what .. " >= " .. tostring(min) end
-    if not v or (min and v < min) then error(("option --%s expects %s, got '%s'"):format(name, what, val), 0) end
+    -- tonumber reads "1e999" as inf: no option of a script means an infinite value
+    if not v or v ~= v or v == math.huge or v == -math.huge or (min and v < min) then
+      error(("option --%s expects %s, got '%s'"):format(name, what, val), 0)
+    end
     return v
   end
   return val

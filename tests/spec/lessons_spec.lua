@@ -57,6 +57,28 @@ local function check_files(r, stem)
   assert.matches("Look at:", r.out)
 end
 
+describe("the lessons' and scripts' options", function()
+  local function refused(script, args, needle)
+    local out, ok = U.sh("timeout 60 " .. sh_quote(bin) .. " " .. sh_quote(script) .. " " .. args)
+    assert.is_false(ok, script .. " " .. args .. " ran:\n" .. out)
+    assert.truthy(out:find(needle, 1, true), out)
+  end
+  it("are refused where they would be ignored or leave a result undefined", function()
+    local L = "scripts/lessons/"
+    refused(L .. "04_tensorwise_vs_rowwise.lua", "--quick=no", "option --quick is a flag and takes no value")
+    refused(L .. "03_delayed_vs_current.lua", "--text x", "unknown option '--text'")     -- no GPT in lessons 3, 4
+    refused(L .. "04_tensorwise_vs_rowwise.lua", "--steps 4", "unknown option '--steps'")   -- its size is --rows
+    refused(L .. "03_delayed_vs_current.lua", "--steps 2", "option --steps expects an integer >= 3, got '2'")
+    refused(L .. "04_tensorwise_vs_rowwise.lua", "--rows 1", "option --rows expects an integer >= 2, got '1'")
+    refused(L .. "04_tensorwise_vs_rowwise.lua", "--outlier 0", "option --outlier expects a finite number > 0, got 0")
+    refused(L .. "03_delayed_vs_current.lua", "--growth 0", "option --growth expects a finite number > 0, got 0")
+    refused("scripts/compare_recipes.lua", "--only ,", "--only: expected a comma-separated list of recipes")
+    refused("scripts/compare_recipes.lua", "--lr 1e999", "option --lr expects a finite number >= 0, got '1e999'")
+    refused("scripts/compare_recipes_gpt.lua", "--steps 3", "fp8lab scripts/compare_recipes.lua --model gpt")
+    refused("scripts/tour.lua", "--steps 3", "unknown option '--steps' (valid: --help)")
+  end)
+end)
+
 describe("lessons (--quick)", function()
   it("1: unscaled E4M3 gradients mostly underflow, in training too; scaled ones do not", function()
     local r = lesson("01_why_scale", "--text " .. sh_quote(text))
