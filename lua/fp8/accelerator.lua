@@ -636,10 +636,15 @@ function Accelerator:unscale_gradients(optimizer)
   end
 end
 
-function Accelerator:clip_grad_norm_(params, max_norm, norm_type)
+function Accelerator:clip_grad_norm_(params, max_norm, norm_type, ...)
+  if select("#", ...) > 0 then
+    error("clip_grad_norm_: takes (parameters, max_norm [, norm_type]) as Accelerate's does", 2)
+  end
   self:unscale_gradients()
   if Module.is_module(params) then params = params:parameters() end
-  return require("fp8.nn.utils").clip_grad_norm_(params, max_norm, norm_type)
+  local ok, total = pcall(require("fp8.nn.utils").clip_grad_norm_, params, max_norm, norm_type)
+  if not ok then error(total, 2) end
+  return total
 end
 
 -- clip_grad_value_(params, clip_value): every gradient element clamped to [-clip_value, clip_value]

@@ -157,12 +157,77 @@ describe("fp8.optim arguments", function()
       { function() optim.AdamW({ p() }, { amsgrad = true }) end, "amsgrad=true is not supported" },
       { function() optim.AdamW({ 1, 2 }) end, "must be a tensor" },
       { function() optim.AdamW({}) end, "no parameters" },
+      { function() optim.AdamW({ p() }, { amsgrad = "false" }) end, "amsgrad must be a boolean, got string" },
+      { function() optim.SGD({ p() }, { lr = 1, maximize = 0 }) end, "maximize must be a boolean, got number" },
+      { function() optim.AdamW({ { params = { p() }, weight_decy = 1 } }) end,
+        "unknown option 'weight_decy' in parameter group (did you mean 'weight_decay'?)" },
+      { function() optim.AdamW({ { params = { p() }, initial_lr = "x" } }) end,
+        "initial_lr in a parameter group must be a finite number >= 0, got x" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(c[1])
       assert.is_false(ok)
       assert.truthy(tostring(err):find(c[2], 1, true), tostring(err))
     end
+  end)
+
+  it("refuses a parameter given twice (it would be stepped twice), as torch does", function()
+    local x = p()
+    for _, make in ipairs {
+      function() return optim.SGD({ { params = { x } }, { params = { x } } }, { lr = 1 }) end,
+      function() return optim.SGD({ x, x }, { lr = 1 }) end,
+      function() local o = optim.SGD({ x }, { lr = 1 }); return o:add_param_group { params = { x } } end,
+    } do
+      local ok, err = pcall(make)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("is already in the optimizer", 1, true), tostring(err))
+    end
+  end)
+
+  it("gives every group its own copy of a table option (betas)", function()
+    local a = optim.AdamW({ { params = { p() } }, { params = { p() } } }, { betas = { 0.9, 0.99 } })
+    a.param_groups[1].betas[1] = 0.5
+    assert.are.equal(0.9, a.param_groups[2].betas[1])
+    local b = optim.AdamW({ p() })
+    b.param_groups[1].betas[1] = 0.1
+    assert.are.equal(0.9, optim.AdamW.DEFAULTS.betas[1])
+    assert.are.equal(0.9, optim.AdamW({ p() }).param_groups[1].betas[1])
+  end)
+
+  it("zero_grad(false) zeroes in place; step(closure) runs the closure with grad enabled", function()
+    local q = fp8.tensor { 1, 2 }:requires_grad(true)
+    local o = optim.SGD({ q }, { lr = 0.1 })
+    q.grad = fp8.tensor { 5, 5 }
+    o:zero_grad(false)
+    assert.are.same({ 0, 0 }, q.grad:totable())
+    o:zero_grad()
+    assert.is_nil(q.grad)
+    local ok, err = pcall(o.zero_grad, o, "x")
+    assert.is_false(ok); assert.truthy(err:find("set_to_none must be a boolean, got string", 1, true), err)
+    local m = fp8.nn.Linear(2, 1)
+    m(fp8.ones { 1, 2 }):sum():backward()
+    m:zero_grad(false)
+    assert.are.same({ { 0, 0 } }, m.weight.grad:totable())
+    local loss = fp8.no_grad(function()
+      return o:step(function() o:zero_grad(); local l = (q * q):sum(); l:backward(); return l end)
+    end)
+    assert.are.equal(5, loss:item())
+    assert.is_true(close(q[1], 0.8, 1e-7) and close(q[2], 1.6, 1e-7))
+  end)
+
+  it("clip_grad_norm_ scales by min(1, max/(norm+1e-6)) as torch's; error_if_nonfinite raises instead", function()
+    local q = fp8.tensor { 1, 2 }:requires_grad(true)
+    q.grad = fp8.tensor { 3, 4 }
+    assert.are.equal(5, fp8.nn.utils.clip_grad_norm_({ q }, 5))   -- at max_norm: scaled by 5/(5+1e-6)
+    assert.is_true(q.grad[1] < 3 and close(q.grad[1], 3, 1e-6))
+    q.grad = fp8.tensor { 1, 0 / 0 }
+    local ok, err = pcall(fp8.nn.utils.clip_grad_norm_, { q }, 1.0, 2, true)
+    assert.is_false(ok); assert.truthy(err:find("is non-finite", 1, true), err)
+    assert.are.equal(1, q.grad[1])   -- left alone
+    ok, err = pcall(fp8.nn.utils.clip_grad_norm_, { q }, 1.0, 2, false, true)
+    assert.is_false(ok); assert.truthy(err:find("foreach= is not supported", 1, true), err)
+    fp8.nn.utils.clip_grad_norm_({ q }, 1.0)
+    assert.is_true(q.grad[1] ~= q.grad[1], "a NaN norm makes every gradient NaN, as torch's")
   end)
 
   it("takes a Module's parameters", function()
@@ -212,6 +277,28 @@ describe("fp8.optim.lr_scheduler", function()
     local s2 = sched.LambdaLR(o2, function(e) return 1 / (e + 1) end)
     s2:step(); s2:step()
     assert.is_true(close(o2.param_groups[1].lr, 0.2 / 3, 1e-12))
+  end)
+
+  it("a group added later joins the schedule with its own lr; a bad value from a schedule is refused", function()
+    local o = opt(0.1)
+    local s = sched.StepLR(o, { step_size = 1, gamma = 0.5 })
+    o:add_param_group { params = { fp8.zeros { 1 } }, lr = 0.01 }
+    s:step()
+    assert.is_true(close(o.param_groups[1].lr, 0.05, 1e-15) and close(o.param_groups[2].lr, 0.005, 1e-15))
+    local o2 = opt(0.1)
+    local l = sched.LambdaLR(o2, { function() return 1 end })
+    o2:add_param_group { params = { fp8.zeros { 1 } }, lr = 0.01 }
+    local ok, err = pcall(l.step, l)
+    assert.is_false(ok); assert.truthy(err:find("2 parameter groups, lr_lambda 1 functions", 1, true), err)
+    assert.are.equal(0, l.last_epoch)
+    ok, err = pcall(sched.LambdaLR, opt(1), function() return nil end)
+    assert.is_false(ok); assert.truthy(err:find("lr_lambda returned nil at step 0", 1, true), err)
+    for _, c in ipairs { { sched.StepLR, { step_size = 1, gamma = 0 / 0 }, "gamma must be a finite number >= 0" },
+                         { sched.CosineAnnealingLR, { T_max = 1, eta_min = "0.1" }, 'eta_min must be a finite number >= 0, got string "0.1"' },
+                         { sched.warmup_cosine, { total_steps = 2, min_lr = 1 / 0 }, "min_lr must be a finite number >= 0" } } do
+      ok, err = pcall(c[1], opt(1), c[2])
+      assert.is_false(ok); assert.truthy(err:find(c[3], 1, true), err)
+    end
   end)
 
   it("rejects bad schedule options", function()

@@ -40,7 +40,7 @@ local function add(name, sig, doc) help.add { section = "Training", name = name,
 add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   "Base class of layers. m(x) runs m:forward(x). Assigning a Module or a tensor that requires grad\n"
   .. "to self.x registers it. Methods: parameters(), named_parameters() (dotted names in order),\n"
-  .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad(),\n"
+  .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad([set_to_none]),\n"
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device().")
 add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
@@ -52,8 +52,9 @@ add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropo
   "A small GPT-2: model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
   .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based);\n"
   .. "model:evaluate(loader) → mean loss over the loader's (x, y) batches, in eval mode, without a graph.")
-add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm) -> norm",
-  "Scales all gradients so their total L2 norm is at most max_norm; returns the norm before clipping.")
+add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2|math.huge [, error_if_nonfinite=false]]) -> norm",
+  "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
+  .. "error_if_nonfinite a NaN or inf norm raises instead); returns the norm before clipping.")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
   .. "layer_norm / embedding / dropout / scaled_dot_product_attention / qkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) [, {label_smoothing, ignore_index}]).\n"

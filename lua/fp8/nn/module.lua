@@ -304,11 +304,10 @@ end
 
 function Module:eval() return self:train(false) end
 
--- zero_grad(): drop every parameter's gradient (PyTorch's set_to_none=True).
-function Module:zero_grad()
-  for _, p in ipairs(self:parameters()) do
-    if p.zero_grad then p:zero_grad() end
-  end
+-- zero_grad([set_to_none=true]): drop every parameter's gradient (PyTorch's default), or with false zero it
+-- in place.
+function Module:zero_grad(set_to_none)
+  require("fp8.optim.optimizer").zero_grads(self:parameters(), set_to_none, "zero_grad")
   return self
 end
 

@@ -27,9 +27,17 @@ local function param_list(params, fname)
 end
 M._param_list = param_list
 
--- clip_grad_norm_(params, max_norm [, norm_type=2]) → total norm (before clipping). When it
--- exceeds max_norm every gradient is scaled in place by max_norm / (norm + 1e-6).
-function M.clip_grad_norm_(params, max_norm, norm_type)
+-- clip_grad_norm_(params, max_norm [, norm_type=2 [, error_if_nonfinite=false]]) → total norm (before
+-- clipping). As torch's: every gradient is scaled in place by min(1, max_norm / (norm + 1e-6)) — so a norm
+-- at max_norm is scaled by a hair below 1, and a NaN norm makes every gradient NaN — unless
+-- error_if_nonfinite, which raises on a NaN or infinite norm and leaves the gradients alone.
+function M.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, ...)
+  if select("#", ...) > 0 then
+    error("clip_grad_norm_: takes (params, max_norm [, norm_type [, error_if_nonfinite]]); torch's foreach= is not supported", 2)
+  end
+  if error_if_nonfinite ~= nil and type(error_if_nonfinite) ~= "boolean" then
+    error(("clip_grad_norm_: error_if_nonfinite must be a boolean, got %s"):format(type(error_if_nonfinite)), 2)
+  end
   local list = param_list(params, "clip_grad_norm_")
   if type(max_norm) ~= "number" or not (max_norm >= 0) then   -- `not (...)` also refuses NaN
     error(("clip_grad_norm_: max_norm must be a number >= 0, got %s"):format(tostring(max_norm)), 2)
@@ -54,8 +62,13 @@ function M.clip_grad_norm_(params, max_norm, norm_type)
       if m > total or m ~= m then total = m end
     end
   end
-  if total > max_norm then
-    local coef = max_norm / (total + 1e-6)
+  if error_if_nonfinite and (total ~= total or total == math.huge) then
+    error(("clip_grad_norm_: the total norm of order %s of the gradients is non-finite (%s), so it cannot be "
+      .. "clipped; error_if_nonfinite=false scales them by it anyway"):format(norm_type == 2 and "2" or "inf",
+      tostring(total)), 2)
+  end
+  local coef = max_norm / (total + 1e-6)
+  if not (coef >= 1) then   -- < 1, or NaN (torch's clamp(coef, max=1) keeps a NaN)
     for _, g in ipairs(grads) do C.scale_(g, coef) end
   end
   return total

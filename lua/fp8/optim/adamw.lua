@@ -27,6 +27,9 @@ function AdamW:_check_group(g)
       error(("%s: betas[%d] must be in [0, 1), got %g"):format(self.name, i, b[i]), 0)
     end
   end
+  for _, k in ipairs { "amsgrad", "maximize" } do
+    if type(g[k]) ~= "boolean" then error(("%s: %s must be a boolean, got %s"):format(self.name, k, type(g[k])), 0) end
+  end
   if g.amsgrad then error(self.name .. ": amsgrad=true is not supported (only amsgrad=false)", 0) end
   if g.maximize then error(self.name .. ": maximize=true is not supported", 0) end
 end

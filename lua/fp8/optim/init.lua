@@ -11,12 +11,16 @@ local help = require "fp8.help"
 local function add(name, sig, doc) help.add { section = "Training", name = name, sig = sig, doc = doc } end
 add("optim.SGD", "fp8.optim.SGD(params, {lr, momentum=0, dampening=0, weight_decay=0, nesterov=false})",
   "Stochastic gradient descent as torch.optim.SGD. params: model:parameters(), a Module, or groups\n"
-  .. "{{params=..., lr=...}, ...}. opt:step() updates parameters that have a grad; opt:zero_grad().")
+  .. "{{params=..., lr=...}, ...} (a parameter may appear once). opt:step([closure]) updates parameters that\n"
+  .. "have a grad (the closure runs with grad enabled); opt:zero_grad([set_to_none=true]) drops the grads, or\n"
+  .. "with false zeroes them in place. opt:add_param_group{params=..., lr=...}.")
 add("optim.AdamW", "fp8.optim.AdamW(params, {lr=1e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=1e-2})",
   "AdamW as torch.optim.AdamW (decoupled weight decay, bias correction). Also AdamW{params=..., lr=...}.\n"
   .. "opt:state_dict() / opt:load_state_dict(sd) save and restore steps and moments.")
 add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_steps, total_steps, min_lr})",
   "Also StepLR(opt, {step_size, gamma}), CosineAnnealingLR(opt, {T_max, eta_min}), LambdaLR(opt, fn).\n"
-  .. "sched:step() after opt:step(); sched:get_last_lr() → {lr, ...}.")
+  .. "sched:step() after opt:step(); sched:get_last_lr() → {lr, ...}. Each schedule is a closed form of the\n"
+  .. "step and the group's initial lr: an lr set by hand lasts until the next sched:step() (torch's chainable\n"
+  .. "StepLR would scale it). A group added later joins with its own lr as its base.")
 
 return optim

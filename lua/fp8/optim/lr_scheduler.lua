@@ -2,6 +2,10 @@
 -- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); StepLR, CosineAnnealingLR and
 -- warmup_cosine (linear warmup, then cosine decay to min_lr) are built on it. Call :step() after
 -- optimizer:step(); :get_last_lr() returns the list of current lrs.
+-- Every schedule is a closed form of (step, base lr): an lr written into a group by hand lasts until the
+-- scheduler's next step, which writes the schedule's value again (torch's chainable StepLR would scale the
+-- hand-set lr instead). A group added to the optimizer after the scheduler was made joins the schedule with
+-- its own lr (or initial_lr) as its base, at the schedule's current step.
 local O = require "fp8.opts"
 local M = {}
 
@@ -14,6 +18,13 @@ end
 local function check_keys(name, opts, valid)
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 3) end
   O.check(name, opts, valid, 3)
+end
+
+local function check_rate(name, key, v)
+  if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+    error(("%s: %s must be a finite number >= 0, got %s"):format(name, key,
+      type(v) == "number" and tostring(v) or ("%s %s"):format(type(v), type(v) == "string" and ("%q"):format(v) or tostring(v))), 3)
+  end
 end
 
 local function check_int(name, key, v, min)
@@ -35,25 +46,41 @@ local function new(name, opt, lr_fn, last_epoch)
     self.base_lrs[i] = g.initial_lr
   end
   self.last_epoch = (last_epoch or -1)
-  self:step()
+  local ok, err = pcall(self.step, self)
+  if not ok then error(err, 2) end   -- reached by tail calls: level 2 is the constructor's caller
   return self
 end
 
 function Scheduler:get_lr()
+  -- a group added since (opt:add_param_group) joins with its own lr as its base
+  for i = #self.base_lrs + 1, #self.optimizer.param_groups do
+    local g = self.optimizer.param_groups[i]
+    g.initial_lr = g.initial_lr or g.lr
+    self.base_lrs[i] = g.initial_lr
+  end
   local out = {}
-  for i, base in ipairs(self.base_lrs) do out[i] = self.lr_fn(self.last_epoch, base, i) end
+  for i, base in ipairs(self.base_lrs) do
+    local lr = self.lr_fn(self.last_epoch, base, i)
+    if type(lr) ~= "number" or not (lr >= 0 and lr < math.huge) then
+      error(("%s: the schedule gave group %d the learning rate %s at step %d (expected a finite number >= 0)"):format(
+        self.name, i, tostring(lr), self.last_epoch), 0)
+    end
+    out[i] = lr
+  end
   return out
 end
 
 -- step([epoch]): advance one step (or jump to `epoch`) and write the new lrs into the groups.
 function Scheduler:step(epoch)
+  local prev = self.last_epoch
   if epoch ~= nil then
     check_int(self.name .. ":step", "epoch", epoch, 0)
     self.last_epoch = epoch
   else
     self.last_epoch = self.last_epoch + 1
   end
-  local lrs = self:get_lr()
+  local ok, lrs = pcall(self.get_lr, self)
+  if not ok then self.last_epoch = prev; error(lrs, 2) end   -- the groups keep their lrs
   for i, g in ipairs(self.optimizer.param_groups) do g.lr = lrs[i] end
   self._last_lr = lrs
   return self
@@ -104,7 +131,18 @@ function M.LambdaLR(opt, lr_lambda)
     error(("LambdaLR: lr_lambda must be a function or a list of %d functions, got %s"):format(#opt.param_groups,
       type(lr_lambda)), 2)
   end
-  return new("LambdaLR", opt, function(epoch, base, i) return base * fns[i](epoch) end)
+  return new("LambdaLR", opt, function(epoch, base, i)
+    local fn = type(lr_lambda) == "function" and lr_lambda or fns[i]
+    if fn == nil then
+      error(("LambdaLR: the optimizer has %d parameter groups, lr_lambda %d functions (a group was added after "
+        .. "the scheduler was made)"):format(#opt.param_groups, #fns), 0)
+    end
+    local f = fn(epoch)
+    if type(f) ~= "number" then
+      error(("LambdaLR: lr_lambda returned %s at step %d (expected a number)"):format(type(f), epoch), 0)
+    end
+    return base * f
+  end)
 end
 
 -- StepLR(opt, {step_size, gamma=0.1}): lr = base · gamma^floor(epoch / step_size).
@@ -114,7 +152,7 @@ function M.StepLR(opt, opts)
   check_keys("StepLR", opts, { step_size = true, gamma = true })
   check_int("StepLR", "step_size", opts.step_size, 1)
   local gamma = opts.gamma or 0.1
-  if type(gamma) ~= "number" or gamma < 0 then error(("StepLR: gamma must be a number >= 0, got %s"):format(tostring(gamma)), 2) end
+  check_rate("StepLR", "gamma", gamma)
   local step_size = opts.step_size
   return new("StepLR", opt, function(epoch, base) return base * gamma ^ (epoch // step_size) end)
 end
@@ -125,6 +163,7 @@ function M.CosineAnnealingLR(opt, opts)
   check_keys("CosineAnnealingLR", opts, { T_max = true, eta_min = true })
   check_int("CosineAnnealingLR", "T_max", opts.T_max, 1)
   local eta_min, T = opts.eta_min or 0, opts.T_max
+  check_rate("CosineAnnealingLR", "eta_min", eta_min)
   return new("CosineAnnealingLR", opt, function(epoch, base)
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * epoch / T)) / 2
   end)
@@ -144,9 +183,7 @@ function M.warmup_cosine(opt, opts)
   if warmup > total then
     error(("warmup_cosine: warmup_steps (%d) must not exceed total_steps (%d)"):format(warmup, total), 2)
   end
-  if type(min_lr) ~= "number" or min_lr < 0 then
-    error(("warmup_cosine: min_lr must be a number >= 0, got %s"):format(tostring(min_lr)), 2)
-  end
+  check_rate("warmup_cosine", "min_lr", min_lr)
   return new("warmup_cosine", opt, function(step, base)
     if step < warmup then return base * (step + 1) / warmup end
     local progress = total == warmup and 1 or (step - warmup) / (total - warmup)

@@ -6,6 +6,15 @@ local fp8 = require "fp8.core"   -- the C half only, so loading never recurses i
 local Optimizer = {}
 Optimizer.__index = Optimizer
 
+-- A group's own copy of an option value: a table (AdamW's betas) is copied, so that writing one group's
+-- betas[1] changes neither another group nor the class defaults (torch's betas is a tuple).
+local function own(v)
+  if type(v) ~= "table" or getmetatable(v) ~= nil or v == Optimizer.REQUIRED then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = x end
+  return c
+end
+
 local function sorted_keys(t)
   local ks = {}
   for k in pairs(t) do ks[#ks + 1] = tostring(k) end
@@ -53,8 +62,8 @@ function Optimizer.new(cls, name, defaults, params, opts)
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 2) end
   O.check(name, opts, defaults, 2)
   local self = setmetatable({ name = name, defaults = {}, param_groups = {}, state = {}, _step_count = 0 }, cls)
-  for k, v in pairs(defaults) do self.defaults[k] = v end
-  for k, v in pairs(opts) do self.defaults[k] = v end
+  for k, v in pairs(defaults) do self.defaults[k] = own(v) end
+  for k, v in pairs(opts) do self.defaults[k] = own(v) end
   -- groups: a list whose entries are tables with a `params` field
   local groups
   if type(params) == "table" and type(params[1]) == "table" and not fp8.is_tensor(params[1])
@@ -82,18 +91,33 @@ function Optimizer:_add_group(g, i)
     error(("%s: parameter group must be a table {params=..., ...}, got %s"):format(self.name, type(g)), 0)
   end
   local group = { params = tensor_list(self.name, g.params, i and ("group " .. i .. " params") or "params") }
+  -- a parameter in two places would be updated twice a step (torch refuses it across groups, warns within one)
+  local seen = {}
+  for _, other in ipairs(self.param_groups) do for _, p in ipairs(other.params) do seen[p] = true end end
+  for j, p in ipairs(group.params) do
+    if seen[p] then
+      error(("%s: %s[%d] is already in the optimizer (a parameter may appear once: in one group, once)"):format(
+        self.name, i and ("group " .. i .. " params") or "params", j), 0)
+    end
+    seen[p] = true
+  end
   for k, v in pairs(g) do
     if k ~= "params" then
       -- initial_lr: written into the groups by a learning-rate scheduler (as in PyTorch); kept as is
       if self.defaults[k] == nil and k ~= "initial_lr" then
-        error(("%s: unknown option '%s' in parameter group (valid: %s)"):format(self.name, tostring(k),
-          sorted_keys(self.defaults)), 0)
+        local valid = {}
+        for dk in pairs(self.defaults) do valid[#valid + 1] = dk end
+        table.sort(valid)
+        error(("%s: %s"):format(self.name, O.unknown_text(k, valid, "option", " in parameter group")), 0)
       end
-      group[k] = v
+      if k == "initial_lr" and (type(v) ~= "number" or not (v >= 0 and v < math.huge)) then
+        error(("%s: initial_lr in a parameter group must be a finite number >= 0, got %s"):format(self.name, tostring(v)), 0)
+      end
+      group[k] = own(v)
     end
   end
   for k, v in pairs(self.defaults) do
-    if group[k] == nil then group[k] = v end
+    if group[k] == nil then group[k] = own(v) end
     if group[k] == Optimizer.REQUIRED then
       error(("%s: option '%s' is required"):format(self.name, k), 0)
     end
@@ -115,7 +139,7 @@ function Optimizer:_check_number(group, key, lo, lo_open)
 end
 
 -- step([closure]): the one step loop of every optimizer. A closure, when given, is called first (with
--- grad enabled) and its result returned, as in PyTorch. Then every parameter that has a gradient gets
+-- grad enabled, even inside no_grad: torch's enable_grad) and its result returned, as in PyTorch. Then every parameter that has a gradient gets
 -- its state (made by the subclass's _new_state(p, group) on the first step) and the subclass's
 -- _update(p, grad, state, group), which runs the fused C kernel.
 function Optimizer:step(closure)
@@ -123,7 +147,7 @@ function Optimizer:step(closure)
   if closure ~= nil and type(closure) ~= "function" then
     error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
   end
-  if closure then loss = closure() end
+  if closure then loss = fp8.enable_grad(closure) end
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do
       local grad = p.grad
@@ -145,11 +169,33 @@ function Optimizer:_new_state(p, group)
 end
 Optimizer._update = Optimizer._new_state
 
--- zero_grad(): every parameter's grad becomes nil (PyTorch's set_to_none=True default).
-function Optimizer:zero_grad()
-  for _, g in ipairs(self.param_groups) do
-    for _, p in ipairs(g.params) do if p.zero_grad then p:zero_grad() end end
+-- zero_grad([set_to_none=true]): every parameter's grad becomes nil (PyTorch's default), or with false is
+-- zeroed in place (Optimizer.zero_grads, shared with Module:zero_grad).
+function Optimizer.zero_grads(params, set_to_none, who)
+  if set_to_none ~= nil and type(set_to_none) ~= "boolean" then
+    error(("%s: set_to_none must be a boolean, got %s"):format(who, type(set_to_none)), 3)
   end
+  if set_to_none == false then   -- checked before any is zeroed
+    for _, p in ipairs(params) do
+      if p.grad ~= nil and p.grad:is_fp8() then
+        error(("%s(false): an FP8 gradient (MS-AMP's) cannot be zeroed in place; zero_grad() drops it"):format(who), 3)
+      end
+    end
+  end
+  for _, p in ipairs(params) do
+    local g = p.grad
+    if g ~= nil and set_to_none == false then
+      require("fp8._optim").copy_(g, fp8.zeros(g:shape(), { dtype = g:dtype(), device = g:device() }))
+    elseif g ~= nil then
+      p:zero_grad()
+    end
+  end
+end
+
+function Optimizer:zero_grad(set_to_none)
+  local all = {}
+  for _, g in ipairs(self.param_groups) do for _, p in ipairs(g.params) do all[#all + 1] = p end end
+  Optimizer.zero_grads(all, set_to_none, self.name .. ":zero_grad")
 end
 
 local function copy_state(st)

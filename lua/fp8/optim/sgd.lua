@@ -23,6 +23,7 @@ function SGD:_check_group(g)
     error(("SGD: nesterov momentum requires momentum > 0 and dampening = 0 (got momentum=%g, dampening=%g)")
       :format(g.momentum, g.dampening), 0)
   end
+  if type(g.maximize) ~= "boolean" then error(("SGD: maximize must be a boolean, got %s"):format(type(g.maximize)), 0) end
   if g.maximize then error("SGD: maximize=true is not supported", 0) end
 end
 
