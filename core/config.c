@@ -119,6 +119,7 @@ typedef struct ynode {
     size_t len;
     bool plain;               /* scalar without quotes or block style, and no !!str tag */
     bool null_tag;            /* !!null */
+    char type_tag;            /* 'i' !!int, 'f' !!float, 'b' !!bool, 0: none */
     struct ynode **kids;      /* sequence items, or a mapping's key, value, key, value ... */
     size_t n, cap;
 } ynode;
@@ -197,6 +198,7 @@ static fl_status check_tag(const loader *ld, const yaml_mark_t m, const yaml_cha
         else if (sub && strcmp(sub, "null") == 0) { nd->null_tag = true; ok = true; }
         else if (sub && (strcmp(sub, "int") == 0 || strcmp(sub, "bool") == 0 || strcmp(sub, "float") == 0)) {
             nd->plain = true;
+            nd->type_tag = sub[0];
             ok = true;
         }
     } else if (kind == N_SEQ) {
@@ -334,6 +336,13 @@ static fl_status set_from_node(const loader *ld, fl_config *c, fl_setting_id k, 
     } else if (v->kind != N_SCALAR) {
         fl_setting_mismatch(k, kind_name(v), why, sizeof why);
         return ERR_AT(ld, v, "%s: %s", shown_key, why);
+    } else if (v->type_tag && v->type_tag != (r->type == FL_SETTING_INT ? 'i'
+                                   : (r->type == FL_SETTING_BOOL || r->type == FL_SETTING_BOOL3) ? 'b' : 0)) {
+        /* a typed value is read as its tag says (Accelerate's PyYAML makes !!float 2 the float 2.0) */
+        char got[200];
+        fl_setting_mismatch(k, "", why, sizeof why);
+        return ERR_AT(ld, v, "%s: %s!!%s %s", shown_key, why, v->type_tag == 'i' ? "int" : v->type_tag == 'f' ? "float" : "bool",
+                      show_text(v->text, v->len, got, sizeof got));
     } else if (!fl_setting_parse(k, v->text, v->len, v->plain ? FL_FROM_YAML_PLAIN : FL_FROM_YAML_QUOTED, &val, why,
                                  sizeof why)) {
         return ERR_AT(ld, v, "%s: %s", shown_key, why);
@@ -609,7 +618,24 @@ static void write_key(FILE *f, const fl_config *c, fl_setting_id k, const char *
     }
 }
 
+static fl_status config_write_to(const fl_config *c, const char *path);
+
 fl_status fl_config_write(const fl_config *c, const char *path) {
+    /* a config file kept elsewhere behind a symbolic link (a dotfiles repository) is updated there: the new
+     * file replaces the link's target, not the link */
+    struct stat sb;
+    char *target = NULL;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        target = realpath(path, NULL);
+        if (!target) return FL_ERR(FL_EIO, "%s: a symbolic link whose target cannot be reached: %s", path, strerror(errno));
+        path = target;
+    }
+    fl_status st = config_write_to(c, path);
+    free(target);
+    return st;
+}
+
+static fl_status config_write_to(const fl_config *c, const char *path) {
     FL_TRY(make_parents(path));
     /* an unnamed temporary file that is named only when complete: a killed writer leaves nothing */
     fl_atomic_file af;

@@ -120,17 +120,20 @@ __attribute__((unused)) static void wd_enter(const char *what) { (void)what; }
 __attribute__((unused)) static void wd_leave(void) {}
 #endif
 
-void fl_dist_abort(const char *msg) {
+void fl_dist_abort_status(const char *msg, int status) {
+    if (status < 1 || status > 255) status = 1;
     fprintf(stderr, "fp8lab: %s\n", msg);
     fflush(stderr);
 #ifdef FL_HAVE_NCCL
     fl_nccl_abort();   /* ncclCommAbort: frees a communicator stuck in a collective */
 #endif
 #ifdef FL_HAVE_MPI
-    if (g_init) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (g_init) MPI_Abort(MPI_COMM_WORLD, status);
 #endif
-    _exit(1);
+    _exit(status);
 }
+
+void fl_dist_abort(const char *msg) { fl_dist_abort_status(msg, 1); }
 
 /* ---- init / exit ------------------------------------------------------------------------- */
 
@@ -225,7 +228,7 @@ void fl_dist_exit(int status) {
         char msg[160];
         snprintf(msg, sizeof msg, "rank %d of %d failed (exit status %d); ending the job", g_rank, g_size,
                  status);
-        fl_dist_abort(msg);
+        fl_dist_abort_status(msg, status);
     }
     wd_enter("MPI_Finalize");
     MPI_Finalize();

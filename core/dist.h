@@ -79,5 +79,7 @@ fl_status fl_dist_tensor_allgather(const fl_tensor *t, fl_tensor *out);
 void fl_dist_exit(int status);
 /* Abort the whole job now with a message (the watchdog's and fl_dist_exit's path). */
 void fl_dist_abort(const char *msg);
+/* The same, ending the job with `status` (1..255; others become 1): a rank's own exit status reaches mpirun. */
+void fl_dist_abort_status(const char *msg, int status);
 
 #endif

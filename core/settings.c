@@ -340,6 +340,14 @@ bool fl_setting_parse(fl_setting_id k, const char *s, size_t len, fl_setting_fro
         long long v;
         if (!parse_int(s, len, &v)) break;
         if (!plain) { unquote = " (a number in quotes is a string: remove the quotes)"; break; }
+        {   /* YAML 1.1 (Accelerate's PyYAML) reads 010 as octal 8: a leading zero is refused in a file */
+            size_t d = (s[0] == '+' || s[0] == '-') ? 1 : 0;
+            if (yaml && len - d > 1 && s[d] == '0') {
+                snprintf(why, n, "expected %s, got %s (a leading zero: YAML 1.1 readers such as Accelerate's take "
+                         "it as octal; write the number without it)", exp, got);
+                return false;
+            }
+        }
         if (v < r->min || v > r->max) {
             /* past an "unbounded" setting's cap: the cap is the reason, not the lower bound */
             if (v > r->max) snprintf(why, n, "expected an integer in %d..%d, got %lld", r->min, r->max, v);

@@ -21,6 +21,29 @@ static int l_setenv(lua_State *L) {
     return 0;
 }
 
+/* env_names(prefix) -> the sorted names of the environment's variables that start with prefix. */
+extern char **environ;
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int l_env_names(lua_State *L) {
+    size_t plen;
+    const char *prefix = luaL_checklstring(L, 1, &plen);
+    lua_newtable(L);
+    int n = 0;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq || strncmp(*e, prefix, plen) != 0) continue;
+        lua_pushlstring(L, *e, (size_t)(eq - *e));
+        lua_rawseti(L, -2, ++n);
+    }
+    /* sorted through a C array of the pushed strings (they stay referenced by the table) */
+    const char **names = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *names, 0);
+    for (int i = 0; i < n; i++) { lua_rawgeti(L, -2, i + 1); names[i] = lua_tostring(L, -1); lua_pop(L, 1); }
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    lua_newtable(L);
+    for (int i = 0; i < n; i++) { lua_pushstring(L, names[i]); lua_rawseti(L, -2, i + 1); }
+    return 1;
+}
+
 /* exec({prog, args...}) replaces the process (PATH is searched); returns nil, message on failure. */
 static int l_exec(lua_State *L) {
     lua_Integer n = fl_lcheckrawlist(L, 1, "exec");
@@ -117,6 +140,7 @@ static int l_build(lua_State *L) {
 
 static const luaL_Reg sys_funcs[] = {
     {"setenv", l_setenv},
+    {"env_names", l_env_names},
     {"exec", l_exec},
     {"executable", l_executable},
     {"realpath", l_realpath},

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -189,6 +190,11 @@ static int embedded_searcher(lua_State *L) {
 }
 
 static void install_searcher(lua_State *L) {
+    const char *dev = getenv("FP8LAB_LUA_DIR");
+    struct stat sb;
+    if (dev && *dev && (stat(dev, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        fprintf(stderr, "%s: notice: FP8LAB_LUA_DIR=%s is not a directory: the built-in modules are used\n", progname,
+                dev);
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "searchers");
     lua_pushstring(L, getenv("FP8LAB_LUA_DIR") ? getenv("FP8LAB_LUA_DIR") : "");
@@ -543,7 +549,8 @@ static int loadline(lua_State *L, int *st) {
         return 1;
     }
     lua_pop(L, 2);
-    lua_pushstring(L, line);
+    if (*line == '=') lua_pushfstring(L, "return %s", line + 1);   /* "=expr" continued on more lines */
+    else lua_pushstring(L, line);
     free(line);
     for (;;) {
         size_t len;
@@ -676,7 +683,25 @@ static int pmain(lua_State *L) {
     return 1;
 }
 
+/* OMP_NUM_THREADS past what a process can start makes libgomp crash in the first parallel region (100000:
+ * a segfault): refused before anything runs. Digits only are read here; libgomp itself reads the rest. */
+#define FL_MAX_THREADS 1024
+static int check_omp_threads(void) {
+    const char *s = getenv("OMP_NUM_THREADS");
+    if (!s) return 0;
+    for (const char *p = s; *p && *p != ','; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        if (p - s > 6 || atol(s) > FL_MAX_THREADS) {
+            fprintf(stderr, "%s: OMP_NUM_THREADS=%s: at most %d threads per process\n", progname, s, FL_MAX_THREADS);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    int bad = check_omp_threads();
+    if (bad) return bad;
     lua_State *L = luaL_newstate();
     if (L == NULL) { l_message(progname, "cannot create state: not enough memory"); return 1; }
     globalL = L;

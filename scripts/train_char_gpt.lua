@@ -108,7 +108,10 @@ if opts.recipe then
   if opts.recipe[3] then handlers[1] = opts.recipe[3]() end
 end
 local accel = fp8.Accelerator{mixed_precision = mixed, kwargs_handlers = handlers,
-                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"],
+                              cpu = opts.device == "cpu",
+  -- given on the script's command line it is a plugin, which beats the launch flag (an argument would not)
+  gradient_accumulation_plugin = opts["gradient-accumulation-steps"]
+    and fp8.GradientAccumulationPlugin{num_steps = opts["gradient-accumulation-steps"]} or nil,
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3}}
 -- --steps counts each process's optimizer steps; a prepared scheduler takes num_processes steps per optimizer

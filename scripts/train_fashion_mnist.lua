@@ -103,7 +103,10 @@ elseif opts.backend == "msamp" then
 end
 -- Options left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults).
 local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_handlers = handlers,
-                              cpu = opts.device == "cpu", gradient_accumulation_steps = opts["gradient-accumulation-steps"],
+                              cpu = opts.device == "cpu",
+  -- given on the script's command line it is a plugin, which beats the launch flag (an argument would not)
+  gradient_accumulation_plugin = opts["gradient-accumulation-steps"]
+    and fp8.GradientAccumulationPlugin{num_steps = opts["gradient-accumulation-steps"]} or nil,
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3}}
 local mp = accel.mixed_precision

@@ -180,8 +180,10 @@ local function new(opts)
     self.scaler = amp.GradScaler { init_scale = gs.init_scale, growth_factor = gs.growth_factor,
       backoff_factor = gs.backoff_factor, growth_interval = gs.growth_interval, enabled = gs.enabled }
   end
-  for _, n in ipairs(settings.notices or {}) do
-    if self.process_index == 0 then io.stderr:write("fp8lab: notice: ", n, "\n") end
+  -- the config file's notices were printed by fp8lab launch when it noted that file in FP8LAB_NOTICED
+  local shown = settings.config_path and os.getenv("FP8LAB_NOTICED") == settings.config_path and settings.file_notices or 0
+  for i, n in ipairs(settings.notices or {}) do
+    if self.process_index == 0 and i > shown then io.stderr:write("fp8lab: notice: ", n, "\n") end
   end
   return self
 end

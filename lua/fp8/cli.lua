@@ -53,6 +53,7 @@ end
 local function is_bool_word(s)
   s = s:lower()
   return s == "true" or s == "false" or s == "yes" or s == "no" or s == "on" or s == "off" or s == "1" or s == "0"
+    or s == "y" or s == "n"
 end
 
 -- Parses the setting flag at argv[i] ("--name value", "--name=value"; booleans may omit the value).
@@ -219,15 +220,15 @@ local function env_cmd(host, ...)
   for _, r in ipairs(rows) do print(("%-10s %s"):format(r[1], r[2])) end
 
   print("\nEnvironment")
-  local any = false
-  local names = { "FP8LAB_CONFIG_FILE", "FP8LAB_RANK", "FP8LAB_WORLD_SIZE", "FP8LAB_LUA_DIR" }
-  for _, k in ipairs(KEYS) do if k.env then names[#names + 1] = k.env end end
-  table.sort(names)
+  local E = require "fp8.env"
+  local names, unknown = sys.env_names("FP8LAB_"), {}
+  for _, u in ipairs(E.unknown()) do unknown[u.name] = u end
   for _, n in ipairs(names) do
-    local v = os.getenv(n)
-    if v then print(("  %s=%s"):format(n, v)); any = true end
+    local u = unknown[n]
+    print(("  %s=%s%s"):format(n, os.getenv(n) or "", not u and "" or u.near
+      and ("   (not read by fp8lab: did you mean %s?)"):format(u.near) or "   (not read by fp8lab)"))
   end
-  if not any then print("  no FP8LAB_* settings") end
+  if #names == 0 then print("  no FP8LAB_* variables") end
 
   print("\nConfig")
   local path, origin = config_path(config_flag)
@@ -349,9 +350,11 @@ local LAUNCH_EXTRA = { config_file = true, num_cpu_threads_per_process = true,
 local function launch_extra_env(extra)
   local env = {}
   if extra.num_cpu_threads_per_process then
-    local t = math.tointeger(tonumber(extra.num_cpu_threads_per_process))
-    if not t or t < 1 then
-      fail(2, ("--num_cpu_threads_per_process: expected an integer >= 1, got %q"):format(extra.num_cpu_threads_per_process))
+    -- digits only, as every other integer flag; at most 1024 (libgomp crashes when it cannot start the threads)
+    local s = extra.num_cpu_threads_per_process
+    local t = s:match("^%s*%d+%s*$") and math.tointeger(tonumber(s))
+    if not t or t < 1 or t > 1024 then
+      fail(2, ("--num_cpu_threads_per_process: expected an integer in 1..1024, got %q"):format(s))
     end
     env.OMP_NUM_THREADS = tostring(t)
   end
@@ -430,7 +433,10 @@ local function launch(host, ...)
   end
   if extra_env.OMP_NUM_THREADS then export("OMP_NUM_THREADS", extra_env.OMP_NUM_THREADS) end
   export("FP8LAB_NUM_PROCESSES", tostring(n))
-  if path then export("FP8LAB_CONFIG_FILE", path) end
+  if path then
+    export("FP8LAB_CONFIG_FILE", path)
+    export("FP8LAB_NOTICED", path)   -- its notices are printed above: the Accelerator does not repeat them
+  end
 
   local me = self_exe()
   if n == 1 then

@@ -621,7 +621,11 @@ local function load_config(opts, env_raw)
   end
   if type(mod) ~= "table" then return nil end
   local path = env_raw.FP8LAB_CONFIG_FILE
-  if path and type(mod.load) == "function" then return mod.load(path) end
+  if path and type(mod.load) == "function" then
+    local ok2, cfg = pcall(mod.load, path)
+    if not ok2 then error((tostring(cfg):gsub("^lua/fp8/[^:]*:%d+: ", "")), 0) end   -- the file's fault, not this line's
+    return cfg
+  end
   if type(mod.load_default) ~= "function" then return nil end
   return mod.load_default(path)
 end
@@ -726,7 +730,12 @@ local function resolve(opts)
   local notices = {}
   local envv, env_raw = read_env(opts.env)
   local cfgv, where, cfg_path = read_config(load_config(opts, env_raw), notices)
-  local out = { sources = {}, notices = notices, handlers = handlers, config_path = cfg_path }
+  -- the file's notices come first; fp8lab launch has shown them already when it exported FP8LAB_NOTICED = the file
+  local out = { sources = {}, notices = notices, handlers = handlers, config_path = cfg_path,
+                file_notices = #notices }
+  if opts.env == nil then   -- the process's environment: a misspelled FP8LAB_* variable is named, not ignored
+    for _, n in ipairs(require("fp8.env").misspelled()) do notices[#notices + 1] = n end
+  end
   local src = out.sources
 
   -- A setting the argument or a handler decided, as in Accelerate: its environment and config-file values, where they

@@ -52,6 +52,20 @@ local function report(out)
 end
 
 describe("fp8lab config", function()
+  it("writes through a symbolic link to the file it names (a dotfiles repository), and refuses a dangling one", function()
+    local d = tmpdir()
+    U.write(d .. "/real.yaml", "mixed_precision: bf16\n")
+    assert(os.execute("ln -s real.yaml " .. q(d .. "/link.yaml")))
+    local _, err, code = run("config --default --mixed_precision fp8 --config_file " .. q(d .. "/link.yaml"))
+    assert.are.equal(0, code, err)
+    assert.is_true(require("fp8._checkpoint").is_link(d .. "/link.yaml"))
+    assert.truthy(U.read(d .. "/real.yaml"):find("mixed_precision: 'fp8'", 1, true))
+    assert(os.execute("ln -s " .. q(d .. "/missing/x.yaml") .. " " .. q(d .. "/dangling.yaml")))
+    _, err, code = run("config --default --config_file " .. q(d .. "/dangling.yaml"))
+    assert.are.equal(1, code)
+    assert.truthy(err:find("a symbolic link whose target cannot be reached", 1, true), err)
+  end)
+
   it("--default --config_file writes defaults that load", function()
     local d = tmpdir()
     local p = d .. "/a/b.yaml"
@@ -295,6 +309,9 @@ print(acc.mixed_precision, acc.fp8_backend, r.margin, r.interval, r.amax_history
       { "launch --fp8_override_linear_precision true,false x.lua", "--fp8_override_linear_precision: expected three booleans" },
       { "launch --fp8_pad_inner_dim=maybe x.lua", '--fp8_pad_inner_dim: expected a boolean (true or false), got "maybe"' },
       { "launch --num_processes 0 x.lua", "--num_processes: expected an integer in 1..4096, got 0" },
+      -- libgomp crashes when it cannot start the threads (100000: a segfault); 1e9 is not an integer flag's form
+      { "launch --num_cpu_threads_per_process 100000 x.lua", '--num_cpu_threads_per_process: expected an integer in 1..1024, got "100000"' },
+      { "launch --num_cpu_threads_per_process 1e9 x.lua", '--num_cpu_threads_per_process: expected an integer in 1..1024, got "1e9"' },
       { "launch --fp8_interval", "--fp8_interval needs a value N" },
       { "launch -x x.lua", "unknown flag -x" },
       { "launch", "no script given" },
@@ -344,6 +361,39 @@ print(acc.mixed_precision, acc.fp8_backend, r.margin, r.interval, r.amax_history
     assert.are.equal(2, n)
   end)
 
+  it("a boolean flag takes y/n as its value, as the settings do", function()
+    local out, err, code = run("launch --cpu y " .. q(ENV_SCRIPT) .. " a")
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("ARGS=a", 1, true), out)
+    out, err, code = run("launch --fp8_use_autocast_during_eval N " .. q(ENV_SCRIPT))
+    assert.are.equal(0, code, err)
+  end)
+
+  it("a rank that exits with a status ends the job with that status", function()
+    if not has_mpirun then pending("mpirun not installed") return end
+    local s = os.tmpname()
+    U.write(s, "local acc = fp8.Accelerator{}\nif acc.process_index == 1 then os.exit(3) end\nacc:wait_for_everyone()\n")
+    local _, err, code = run("launch --num_processes 2 " .. q(s))
+    os.remove(s)
+    assert.are.equal(3, code, err)
+    assert.truthy(err:find("rank 1 of 2 failed (exit status 3)", 1, true), err)
+  end)
+
+  it("prints a config file's notices once, the Accelerator's included", function()
+    local s = os.tmpname()
+    U.write(s, "local acc = fp8.Accelerator{}\nprint(acc.mixed_precision)\n")
+    local _, err, code = run("launch --config_file tests/data/config/good/accelerate_override_false.yaml " .. q(s))
+    assert.are.equal(0, code, err)
+    local _, n = err:gsub("ignoring settings that only matter to Accelerate", "")
+    assert.are.equal(1, n, err)
+    -- run directly, the Accelerator prints them
+    _, err, code = run(q(s), nil, "FP8LAB_CONFIG_FILE=tests/data/config/good/accelerate_override_false.yaml ")
+    os.remove(s)
+    assert.are.equal(0, code, err)
+    _, n = err:gsub("ignoring settings that only matter to Accelerate", "")
+    assert.are.equal(1, n, err)
+  end)
+
   it("takes num_processes from the config file when the flag is absent", function()
     if not has_mpirun then pending("mpirun not installed") return end
     local p = os.tmpname()
@@ -355,6 +405,31 @@ print(acc.mixed_precision, acc.fp8_backend, r.margin, r.interval, r.amax_history
     out = run("launch --num_processes 1 --config_file " .. q(p) .. " " .. q(ENV_SCRIPT))
     os.remove(p)
     assert.are.equal("1", report(out).FP8LAB_WORLD_SIZE)
+  end)
+end)
+
+describe("FP8LAB_* variables fp8lab does not read", function()
+  it("fp8lab env lists every FP8LAB_* variable set; the Accelerator names a misspelled one", function()
+    local out, err, code = run("env", nil, "FP8LAB_MIXED_PRECISON=fp8 FP8LAB_SOMETHING=1 FP8LAB_VERBOSE=1 ")
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("FP8LAB_MIXED_PRECISON=fp8   (not read by fp8lab: did you mean FP8LAB_MIXED_PRECISION?)", 1, true), out)
+    assert.truthy(out:find("FP8LAB_SOMETHING=1   (not read by fp8lab)", 1, true), out)
+    assert.truthy(out:find("  FP8LAB_VERBOSE=1\n", 1, true), out)
+    local o2, e2, c2 = run("-e " .. q("print(fp8.Accelerator{}.mixed_precision)"), nil, "FP8LAB_MIXED_PRECISON=fp8 ")
+    assert.are.equal(0, c2, e2)
+    assert.are.equal("no\n", o2)
+    assert.truthy(e2:find("notice: FP8LAB_MIXED_PRECISON is not an fp8lab variable and is ignored (did you mean "
+      .. "FP8LAB_MIXED_PRECISION?)", 1, true), e2)
+  end)
+
+  it("OMP_NUM_THREADS past 1024 and a missing FP8LAB_LUA_DIR are said, not crashed on or ignored", function()
+    local out, err, code = run("-e " .. q("print(1)"), nil, "OMP_NUM_THREADS=100000 ")
+    assert.are.equal(2, code, err)
+    assert.truthy(err:find("OMP_NUM_THREADS=100000: at most 1024 threads per process", 1, true), err)
+    out, err, code = run("-e " .. q("print(1)"), nil, "FP8LAB_LUA_DIR=/nonexistent/dir ")
+    assert.are.equal(0, code, err)
+    assert.are.equal("1\n", out)
+    assert.truthy(err:find("FP8LAB_LUA_DIR=/nonexistent/dir is not a directory", 1, true), err)
   end)
 end)
 

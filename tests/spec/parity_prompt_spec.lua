@@ -82,6 +82,12 @@ describe("the prompt", function()
     os.remove(path)
   end)
 
+  it("=expr continues over lines as an expression does", function()
+    local out = sh("printf %s " .. sh_quote("=1 +\n41\n") .. " | " .. sh_quote(bin) .. " -i")
+    assert.matches("42", out)
+    assert.falsy(out:find("unexpected symbol", 1, true), out)
+  end)
+
   it("fp8.args.parse --help inside a REPL raises instead of ending the session", function()
     local code = 'require("fp8.args").parse({"--help"}, {{"n", "int", 1, "a number"}}, {usage = "usage: demo", about = "x"})\n'
       .. 'print("still " .. "here")\n'

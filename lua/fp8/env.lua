@@ -1,0 +1,62 @@
+-- env.lua — the FP8LAB_* environment: every name fp8lab reads, and the set variables it does not read (a
+-- misspelled FP8LAB_MIXED_PRECISON would otherwise be ignored without a word). `fp8lab env` lists them all;
+-- `fp8lab launch` and the Accelerator name each unknown one that is a near miss of a known name.
+local sys = require "fp8.sys"
+local M = {}
+
+-- Read by the host, the launcher, the scripts or the test suite (the settings' own come from the table).
+M.OTHER = {
+  FP8LAB_CONFIG_FILE = "the config file (fp8lab launch --config_file exports it)",
+  FP8LAB_NOTICED = "the config file whose notices fp8lab launch printed (set by fp8lab launch)",
+  FP8LAB_RANK = "this process's rank (set by fp8lab launch)",
+  FP8LAB_WORLD_SIZE = "the number of processes (set by fp8lab launch)",
+  FP8LAB_LOCAL_RANK = "this process's rank on its machine (set by fp8lab launch)",
+  FP8LAB_LUA_DIR = "a directory of fp8 Lua modules loaded before the built-in ones",
+  FP8LAB_GNUPLOT = "the gnuplot command for plots",
+  FP8LAB_HISTORY = "the prompt's history file",
+  FP8LAB_PROGRESS = "progress bars: plain, off or the default",
+  FP8LAB_VERBOSE = "1: full tracebacks",
+  FP8LAB_SCHEMA_SELFTEST = "test only: the settings table's self-test row",
+  FP8LAB_BIN = "test suite: the binary under test", FP8LAB_EXE = "test suite: the binary the API sweep runs",
+  FP8LAB_TEST_DEVICE = "test suite: the device the GPU specs compare against",
+  FP8LAB_FAULT_TAG = "test suite: the crash spec's kill point",
+  FP8LAB_SWEEP_CALLS = "test suite: API sweep calls", FP8LAB_SWEEP_DATA = "test suite: API sweep data",
+  FP8LAB_SWEEP_ENTRIES = "test suite: API sweep entries", FP8LAB_SWEEP_MODULES = "test suite: API sweep modules",
+  FP8LAB_SWEEP_SAN = "test suite: API sweep under sanitizers",
+  FP8LAB_RECIPES = "scripts/bench_train.sh: the recipes it runs",
+}
+
+-- known() -> set of every FP8LAB_* name fp8lab reads (the settings' variables and M.OTHER).
+function M.known()
+  local set = {}
+  for n in pairs(M.OTHER) do set[n] = true end
+  for _, r in ipairs(require("fp8.settings").list()) do if r.env then set[r.env] = true end end
+  return set
+end
+
+-- unknown() -> list of {name=, near=} for each FP8LAB_* variable set that fp8lab does not read, sorted by name;
+-- near is the closest known name when one is close (a misspelling), else nil.
+function M.unknown()
+  local known = M.known()
+  local names = {}
+  for n in pairs(known) do names[#names + 1] = n end
+  table.sort(names)
+  local out = {}
+  for _, n in ipairs(sys.env_names("FP8LAB_")) do
+    if not known[n] then out[#out + 1] = { name = n, near = require("fp8.settings").suggest(n, names) } end
+  end
+  return out
+end
+
+-- misspelled() -> notice lines for the unknown variables that are near misses of a known name.
+function M.misspelled()
+  local out = {}
+  for _, u in ipairs(M.unknown()) do
+    if u.near then
+      out[#out + 1] = ("%s is not an fp8lab variable and is ignored (did you mean %s?)"):format(u.name, u.near)
+    end
+  end
+  return out
+end
+
+return M
