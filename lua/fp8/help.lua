@@ -137,6 +137,46 @@ add_all {
        .. "Ctrl-D exits. Expressions print their value; an unfinished statement continues on '>>'." },
 }
 
+add_all {
+  { section = "Tensors", name = "Tensor:backward", sig = "loss:backward([grad]) / x.grad / x:requires_grad([bool]) / x:detach() / x:zero_grad()",
+    doc = "Autograd: backward() from a one-element tensor (or with grad of the same shape) fills .grad of the\n"
+       .. "leaves that require it (gradients add up until zero_grad() drops them). requires_grad(true) marks a\n"
+       .. "leaf and returns it; detach() is a view without history; x:is_leaf(), x.grad_fn tell where x came from." },
+  { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
+    doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results;\n"
+       .. "set_grad_enabled switches the mode for what follows and returns the previous one." },
+  { section = "Tensors", name = "autocast_dtype", sig = "fp8.autocast_dtype() / fp8.set_autocast_dtype(\"fp32\"|\"bf16\"|\"fp16\")",
+    doc = "The dtype matmuls and linears compute in (the low-level switch amp.autocast sets and restores);\n"
+       .. "set_autocast_dtype returns the previous name." },
+  { section = "Tensors", name = "is_tensor", sig = "fp8.is_tensor(x) -> boolean",
+    doc = "Whether x is an fp8 tensor (of any dtype or device)." },
+  { section = "Tensors", name = "Tensor:unsqueeze", sig = "x:unsqueeze(d) / :squeeze([d]) / :flatten() / :permute(d1, ...) / :narrow(d, start, len) / :expand(shape) / :clone()",
+    doc = "Shape views (1-based dims, negative from the end): add or drop a size-1 dim, flatten, reorder dims,\n"
+       .. "a slice of len along d from start, broadcast size-1 dims; clone() copies (and keeps the history)." },
+  { section = "Tensors", name = "Tensor:float", sig = "x:float() / x:bfloat16() / x:half()",
+    doc = "The tensor in fp32 / bf16 / fp16 (x itself when already so; round to nearest even; differentiable)." },
+  { section = "Tensors", name = "Tensor:stride", sig = "x:stride() / :is_contiguous() / :shape_str() / :device() / :is_fp8() / :scale_axis()",
+    doc = "Layout: strides in elements, whether the elements are packed row-major, the shape as text, \"cpu\" or\n"
+       .. "\"cuda\", whether the dtype is e4m3/e5m2, and an FP8 tensor's per-index scale dim (nil: one scale)." },
+  { section = "Tensors", name = "Tensor:free", sig = "x:free() / x:is_released()",
+    doc = "Lets go of the tensor's memory now instead of at the next collection; using x afterwards is an error." },
+  { section = "Tensors", name = "Tensor:print", sig = "x:print() -> x",
+    doc = "Prints the tensor and returns it (handy at the end of a chain)." },
+  { section = "Other", name = "config", sig = "fp8.config.load(path) / load_default() / write(path, t) / check(t) / parse(text)",
+    doc = "config.yaml from Lua (docs/config.md, \"From Lua\"): load and check a file as fp8lab launch does, write one\n"
+       .. "atomically; keys() lists the keys, suggest(word, list) / distance(a, b) the nearest name, default_path()\n"
+       .. "where `fp8lab config` writes, libyaml_version()." },
+  { section = "Training", name = "amp.set_mixed_precision", sig = "fp8.amp.set_mixed_precision(mode) / fp8.amp.dtype_for(mode)",
+    doc = "Switch autocast for the rest of the program to a mixed-precision mode (no, fp16, bf16, fp8), returning the\n"
+       .. "previous dtype; dtype_for(mode) is the autocast dtype a mode computes in." },
+  { section = "Training", name = "data.clock", sig = "fp8.data.clock() / fp8.data.isatty(fd) / fp8.data.is_loader(v)",
+    doc = "Monotonic wall seconds (time a run with it), whether a descriptor is a terminal, and whether v is a\n"
+       .. "DataLoader or a prepared loader shard." },
+  { section = "Accelerator & recipes", name = "kwargs.describe", sig = "fp8.kwargs.describe(settings) / repr(v) / nearest(key, names) / is_handler(v)",
+    doc = "The resolved settings as the Accelerator prints them, a value as Lua source, the nearest of a set of\n"
+       .. "names (for messages), and whether v is a kwargs handler." },
+}
+
 -- Finds the name under which a function is published in fp8 (or as a Tensor method).
 local function name_of(fn)
   local fp8 = rawget(_G, "fp8")
@@ -155,14 +195,55 @@ local function name_of(fn)
   return nil
 end
 
+-- A name documented inside another entry (its sig lists it): help("size") shows Tensor:shape's entry.
+M.ALIASES = {}
+local function also(target, names) for _, n in ipairs(names) do M.ALIASES[n] = target end end
+also("Tensor:shape", { "Tensor:size", "Tensor:dim", "Tensor:numel", "Tensor:dtype" })
+also("Tensor:view", { "Tensor:reshape", "Tensor:transpose", "Tensor:t", "Tensor:contiguous" })
+also("Tensor:get", { "Tensor:set", "Tensor:item", "Tensor:totable", "Tensor:tolist" })
+also("Tensor:sum", { "Tensor:mean", "Tensor:max", "Tensor:min", "Tensor:amax", "Tensor:abs" })
+also("Tensor:argmax", { "Tensor:argmin" })
+also("Tensor:scale", { "Tensor:scale_inv", "Tensor:bytes" })
+also("Tensor:matmul", { "Tensor:add", "Tensor:sub", "Tensor:mul", "Tensor:div", "Tensor:neg", "Tensor:exp",
+                        "Tensor:log", "Tensor:sqrt", "Tensor:sign", "Tensor:tanh", "Tensor:sigmoid" })
+also("Tensor:eq", { "Tensor:ne", "Tensor:lt", "Tensor:le", "Tensor:gt", "Tensor:ge" })
+also("Tensor:clamp", { "Tensor:clamp_min", "Tensor:clamp_max", "Tensor:maximum", "Tensor:minimum", "maximum", "minimum" })
+also("where", { "Tensor:masked_fill", "masked_fill" })
+also("Tensor:cuda", { "Tensor:cpu", "Tensor:move_" })
+also("Tensor:underflow", { "Tensor:saturated", "Tensor:qstats" })
+also("ones", { "full", "empty" })
+also("cuda", { "cuda.is_built", "cuda.is_available", "cuda.device_count", "cuda.unavailable_reason", "cuda.synchronize",
+               "cuda.memory_allocated", "cuda.max_memory_allocated", "cuda.reset_peak_memory_stats",
+               "cuda.memory_reserved", "cuda.empty_cache" })
+also("no_grad", { "enable_grad", "set_grad_enabled", "is_grad_enabled" })
+also("autocast_dtype", { "set_autocast_dtype" })
+also("format", { "dtype_names", "is_nan_code" })
+also("Tensor:backward", { "Tensor:requires_grad", "Tensor:detach", "Tensor:zero_grad", "Tensor:is_leaf", "Tensor:grad_fn" })
+also("Tensor:unsqueeze", { "Tensor:squeeze", "Tensor:flatten", "Tensor:permute", "Tensor:narrow", "Tensor:expand",
+                           "Tensor:clone" })
+also("Tensor:float", { "Tensor:bfloat16", "Tensor:half" })
+also("Tensor:free", { "Tensor:is_released" })
+also("Tensor:stride", { "Tensor:is_contiguous", "Tensor:shape_str", "Tensor:device", "Tensor:is_fp8", "Tensor:scale_axis" })
+also("config", { "config.load", "config.load_default", "config.write", "config.check", "config.parse", "config.keys",
+                 "config.suggest", "config.distance", "config.default_path", "config.libyaml_version" })
+also("settings", { "settings.list", "settings.check", "settings.parse", "settings.coerce", "settings.format",
+                   "settings.suggest", "settings.distance" })
+also("amp.set_mixed_precision", { "amp.dtype_for" })
+also("data.clock", { "data.isatty", "data.is_loader" })
+also("kwargs.describe", { "kwargs.repr", "kwargs.nearest", "kwargs.is_handler" })
+also("progress", { "progress.new" })
+also("Tensor:matmul", { "pow", "Tensor:pow" })
+
+local function find(name) return by_name[name] or (M.ALIASES[name] and by_name[M.ALIASES[name]]) end
+
 function M.lookup(x)
   load_lazy()
   if type(x) == "string" then
     local name = x:gsub("^fp8%.", ""):gsub("%(%)$", "")
-    return by_name[name] or by_name["Tensor:" .. name:gsub("^[%w_]+[:%.]", "")]
+    return find(name) or find("Tensor:" .. name:gsub("^[%w_]+[:%.]", ""))
   end
   local name = name_of(x)
-  if name then return by_name[name] or by_name["Tensor:" .. name] end
+  if name then return find(name) or find("Tensor:" .. name) end
   if x == M.help then return by_name.help end
   return nil
 end

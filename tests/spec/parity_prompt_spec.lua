@@ -82,6 +82,33 @@ describe("the prompt", function()
     os.remove(path)
   end)
 
+  it("help() has an entry for every public function of fp8, its modules and the Tensor methods", function()
+    local help = require "fp8.help"
+    help.lookup("x")   -- loads the modules that register entries on first use
+    local missing = {}
+    local function check(label, fn, name)
+      if not help.lookup(fn) and not help.lookup(name) then missing[#missing + 1] = label end
+    end
+    for k, v in pairs(fp8) do
+      if type(k) == "string" and not k:match("^_") then
+        if type(v) == "function" then check(k, v, k)
+        elseif type(v) == "table" and k ~= "Tensor" and not k:match("Kwargs$") then   -- handler classes: their constructors
+          for k2, v2 in pairs(v) do
+            if type(k2) == "string" and not k2:match("^_") and type(v2) == "function" then check(k .. "." .. k2, v2, k .. "." .. k2) end
+          end
+        end
+      end
+    end
+    local mt = debug.getregistry()["fp8.Tensor"]
+    for _, idx in ipairs(require("fp8.repl").metatable_index_tables(mt)) do
+      for k, v in pairs(idx) do
+        if type(k) == "string" and not k:match("^_") and type(v) == "function" then check("Tensor:" .. k, v, "Tensor:" .. k) end
+      end
+    end
+    table.sort(missing)
+    assert.are.same({}, missing)
+  end)
+
   it("=expr continues over lines as an expression does", function()
     local out = sh("printf %s " .. sh_quote("=1 +\n41\n") .. " | " .. sh_quote(bin) .. " -i")
     assert.matches("42", out)
