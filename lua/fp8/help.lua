@@ -162,6 +162,15 @@ add_all {
     doc = "Lets go of the tensor's memory now instead of at the next collection; using x afterwards is an error." },
   { section = "Tensors", name = "Tensor:print", sig = "x:print() -> x",
     doc = "Prints the tensor and returns it (handy at the end of a chain)." },
+  { section = "Accelerator & recipes", name = "acc:is_main_process",
+    sig = "acc:is_main_process() / acc:is_local_main_process() / acc:is_last_process()",
+    doc = "Whether this process is rank 0, rank 0 of its machine, or the last rank (for work done once)." },
+  { section = "Accelerator & recipes", name = "acc:unscale_gradients", sig = "acc:unscale_gradients([optimizer or list])",
+    doc = "fp16: divides the gradients by the GradScaler's scale now (before inspecting or clipping them); once a\n"
+       .. "step, a second call leaves them as they are; clip_grad_norm_/clip_grad_value_ call it. No-op otherwise." },
+  { section = "Other", name = "profiler.record_function", sig = "fp8.profiler.record_function(name, fn, ...) / push(name) -> token / pop(token)",
+    doc = "A named range in the profiler's trace around fn(...) (returning its results), or opened by push and\n"
+       .. "closed by pop: torch.profiler.record_function." },
   { section = "Other", name = "config", sig = "fp8.config.load(path) / load_default() / write(path, t) / check(t) / parse(text)",
     doc = "config.yaml from Lua (docs/config.md, \"From Lua\"): load and check a file as fp8lab launch does, write one\n"
        .. "atomically; keys() lists the keys, suggest(word, list) / distance(a, b) the nearest name, default_path()\n"
@@ -234,7 +243,27 @@ also("kwargs.describe", { "kwargs.repr", "kwargs.nearest", "kwargs.is_handler" }
 also("progress", { "progress.new" })
 also("Tensor:matmul", { "pow", "Tensor:pow" })
 
-local function find(name) return by_name[name] or (M.ALIASES[name] and by_name[M.ALIASES[name]]) end
+also("Accelerator", { "acc:prepare", "acc:prepare_model", "acc:prepare_optimizer", "acc:prepare_scheduler",
+                      "acc:prepare_data_loader", "acc:backward", "acc:autocast", "acc:autocast_dtype", "acc:clip_grad_norm_",
+                      "acc:unwrap_model", "acc:print", "acc:device", "acc:state", "acc:log_fp8_stats",
+                      "acc:skip_first_batches", "acc:get_state_dict", "acc:save" })
+also("acc:free_memory", { "acc:clear" })
+also("acc:register_save_state_pre_hook", { "acc:register_load_state_pre_hook" })
+also("acc:main_process_first", { "acc:local_main_process_first" })
+also("acc:on_main_process", { "acc:on_local_main_process", "acc:on_last_process", "acc:on_process" })
+also("acc:check_trigger", { "acc:set_trigger" })
+also("acc:is_main_process", { "acc:is_local_main_process", "acc:is_last_process" })
+also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })
+also("nn.Module", { "nn.Parameter" })
+also("profiler.record_function", { "profiler.push", "profiler.pop" })
+
+-- name itself, a name documented inside another entry, or a method of the Accelerator class (acc:name)
+local function find(name)
+  local e = by_name[name] or (M.ALIASES[name] and by_name[M.ALIASES[name]])
+  local m = not e and name:match("^Accelerator[%.:]([%w_]+)$")
+  if m then return find("acc:" .. m) end
+  return e
+end
 
 function M.lookup(x)
   load_lazy()
