@@ -38,7 +38,10 @@ fl_status fl_node_new(fl_node **out, const char *name, fl_backward_fn fn, int ni
     n->name = name;
     n->backward = fn;
     n->ninputs = ninputs;
-    for (int i = 0; i < ninputs; i++) n->inputs[i] = fl_tensor_retain((fl_tensor *)inputs[i]);
+    for (int i = 0; i < ninputs; i++) {
+        n->inputs[i] = fl_tensor_retain((fl_tensor *)inputs[i]);
+        n->input_version[i] = inputs[i] && inputs[i]->storage ? inputs[i]->storage->version : 0;
+    }
     *out = n;
     return FL_OK;
 }
@@ -47,7 +50,25 @@ void fl_node_save(fl_node *n, int slot, const fl_tensor *t) {
     if (slot < 0 || slot >= FL_NODE_MAX_SAVED) return;
     fl_tensor *old = n->saved[slot];
     n->saved[slot] = fl_tensor_retain((fl_tensor *)t);
+    n->saved_version[slot] = t && t->storage ? t->storage->version : 0;
     fl_tensor_release(old);
+}
+
+/* FL_OK, or the error naming the first input or saved tensor of nd written in place since the forward took it. */
+static fl_status check_versions(const fl_node *nd) {
+    for (int i = 0; i < nd->ninputs + FL_NODE_MAX_SAVED; i++) {
+        bool in = i < nd->ninputs;
+        const fl_tensor *t = in ? nd->inputs[i] : nd->saved[i - nd->ninputs];
+        uint64_t seen = in ? nd->input_version[i] : nd->saved_version[i - nd->ninputs];
+        if (!t || !t->storage || t->storage->version == seen) continue;
+        char s[64];
+        return FL_ERR(FL_EINVAL, "backward: a tensor %s needs (%s %d, shape %s) was written in place after the forward "
+                      "(its storage is at version %llu, the forward saw %llu): write to a copy (clone()) or before "
+                      "the forward", nd->name, in ? "input" : "saved tensor", in ? i + 1 : i - nd->ninputs + 1,
+                      fl_shape_str(s, sizeof s, t->ndim, t->shape), (unsigned long long)t->storage->version,
+                      (unsigned long long)seen);
+    }
+    return FL_OK;
 }
 
 bool fl_node_input_needs_grad(const fl_node *n, int i) {
@@ -459,6 +480,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
         uint64_t prof = FL_PROF_BEGIN(nd->name);   /* e.g. "LinearBackward", nested under "backward" */
+        if (st == FL_OK) st = check_versions(nd);
         if (st == FL_OK) st = nd->backward(nd, go, gin);
         FL_PROF_END(prof);
         fl_tensor_release(go);

@@ -26,6 +26,9 @@ struct fl_node {
     int ninputs;
     fl_tensor *inputs[FL_NODE_MAX_INPUTS];    /* retained */
     fl_tensor *saved[FL_NODE_MAX_SAVED];      /* retained; NULL when unused */
+    /* storage versions of inputs and saved tensors when the node took them: an in-place write between the
+     * forward and the backward (x[i] = v, copy_, an optimizer step) is refused, as torch's version counter */
+    uint64_t input_version[FL_NODE_MAX_INPUTS], saved_version[FL_NODE_MAX_SAVED];
     double dargs[8];                          /* op parameters (eps, p, scale, ...) */
     int64_t iargs[8];                         /* op parameters (dims, flags, ...) */
     void *ctx;                                /* op-specific extra state, freed by ctx_free */

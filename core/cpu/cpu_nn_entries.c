@@ -58,7 +58,14 @@ fl_status fl_cpu_dev_layernorm_bwd(const float *x, const float *w, const float *
 }
 fl_status fl_cpu_dev_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
                                      float *dweight) {
-    (void)vocab;   /* indices were checked by the forward */
+    /* The forward checked the indices and the engine refuses a backward after they were written in place
+     * (core/autograd.c); checked again here, as the CUDA entry does, so no row outside dweight is written. */
+    for (int64_t i = 0; i < n; i++) {
+        double t = idx[i];
+        if (!(t >= 0.0 && t < (double)vocab && t == (double)(int64_t)t))
+            return FL_ERR(FL_EINVAL, "embedding backward: index %g at position %lld is out of range [0, %lld)", t,
+                          (long long)i, (long long)vocab);
+    }
     fl_cpu_embedding_bwd(idx, n, dy, dim, dweight);
     return FL_OK;
 }

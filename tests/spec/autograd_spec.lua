@@ -215,4 +215,32 @@ describe("fp8.core._nn", function()
     assert.has_error(function() F.qkv_attention(fp8.randn(2, 3, 12), 2, { causal = true }) end)
     assert.is_true(close(C.mse_loss(fp8.tensor({ 1, 2 }), fp8.tensor({ 0, 0 })):item(), 2.5))
   end)
+
+  it("refuses a backward through a tensor written in place after the forward (torch's version counter)", function()
+    local F = fp8.nn.F
+    -- the embedding's indices: the backward wrote rows at them unchecked (a segfault with 1e9)
+    local w = fp8.randn(4, 3):requires_grad(true)
+    local idx = fp8.tensor { 0, 1 }
+    local out = F.embedding(idx, w)
+    idx[1] = 1e9
+    local ok, err = pcall(function() out:sum():backward() end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("EmbeddingBackward needs (saved tensor 1, shape [2]) was written in place", 1, true), tostring(err))
+    -- a linear's input: silently wrong weight gradients before
+    local x = fp8.tensor { { 1, 2, 3 } }
+    local lw = fp8.ones(1, 3):requires_grad(true)
+    local y = F.linear(x, lw)
+    x[1][1] = 100
+    ok, err = pcall(function() y:sum():backward() end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("LinearBackward needs (input 1, shape [1, 3])", 1, true), tostring(err))
+    -- a write before the forward, or to a copy, is fine
+    local x2 = fp8.tensor { { 1, 2, 3 } }
+    x2[1][1] = 5
+    local c = x2:clone()
+    local y2 = F.linear(x2, lw)
+    c[1][1] = 7
+    y2:sum():backward()
+    assert.are.same({ { 5, 2, 3 } }, lw.grad:totable())
+  end)
 end)
