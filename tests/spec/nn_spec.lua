@@ -448,3 +448,58 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.is_true(last < 0.05, ("final loss %g (from %g)"):format(last, first))
   end)
 end)
+
+describe("fp8.nn refuses what it would otherwise drop (torch's options it does not offer, extra arguments)", function()
+  local F = nn.F
+  local cases = {
+    { function() return F.embedding(fp8.tensor { 0, 1, 0 }, fp8.randn(2, 2), 0) end, "embedding: takes (indices, weight) (no padding_idx, max_norm); got 1 more argument" },
+    { function() return F.relu(fp8.ones(2), true) end, "relu: takes (input) (no inplace)" },
+    { function() return F.softmax(fp8.ones(2), 1, "bf16") end, "softmax: takes (input [, dim]) (no dtype)" },
+    { function() return F.linear(fp8.ones(1, 2), fp8.ones(3, 2), nil, 5) end, "linear: takes (input, weight [, bias])" },
+    { function() return F.gelu(fp8.ones(2), { approx = "tanh" }) end, "gelu: unknown option 'approx' (did you mean 'approximate'?)" },
+    { function() return F.dropout(fp8.ones(2), 0.5, "yes") end, "dropout: training must be a boolean, got string" },
+    { function() return F.mse_loss(fp8.ones(2), fp8.ones(2), { reduction = "avg" }) end, 'mse_loss: reduction must be "mean", "sum" or "none", got avg' },
+    { function() return F.cross_entropy(fp8.zeros(3, 0), fp8.zeros(3)) end, "cross_entropy: logits [3, 0] have no classes" },
+    { function() return F.softmax(fp8.tensor(1.0)) end, "softmax: the input is 0-d" },
+    { function() return nn.Sequential({ nn.Linear(2, 3), nil, nn.Linear(3, 4) }) end, "Sequential: layer 2 must be a Module, got nil" },
+    { function() return nn.Sequential(nn.Linear(2, 3), nil, nn.Linear(3, 4)) end, "Sequential: layer 2 must be a Module, got nil" },
+    { function() return nn.Dropout { 0.1 } end, "Dropout: give p as Dropout(0.1) or Dropout{p=0.1}" },
+    { function() return nn.Dropout { p = 0.1, inplace = true } end, "Dropout: unknown option 'inplace'" },
+    { function() return nn.Embedding { num_embeddings = 5, embedding_dim = 2, padding_idx = 0 } end, "Embedding: unknown option 'padding_idx'" },
+    { function() return nn.Embedding(5, 2, { padding_idx = 0 }) end, "Embedding: takes at most 2 arguments, got 3" },
+    { function() return nn.ReLU(true) end, "ReLU: takes at most 0 arguments, got 1" },
+    { function() return nn.Linear(3, 4, true, { x = 1 }) end, "Linear: takes at most 3 arguments, got 4" },
+    { function() return nn.LayerNorm(4, { bias = "no" }) end, "LayerNorm: bias must be a boolean, got string" },
+    { function() return nn.LayerNorm(4, { elementwise_affine = 0 }) end, "LayerNorm: elementwise_affine must be a boolean" },
+    { function() return nn.LayerNorm(4, { eps = -1 }) end, "LayerNorm: eps must be a finite number >= 0, got -1" },
+    { function() return nn.GPT { vocab_size = 5, block_size = 4, n_layer = 1, n_head = 1, n_embd = 4, bias = "no" } end, "GPT: bias must be a boolean" },
+    { function() local m = nn.Linear(2, 2); m:register_buffer("buf", fp8.ones(1)); m.buf = 5 end, "cannot assign number to buffer 'buf'" },
+    { function() local m = nn.Linear(2, 2); return m:load_state_dict(m:state_dict(), { strcit = false }) end, "load_state_dict: unknown option 'strcit' (did you mean 'strict'?)" },
+    { function() local m = nn.Linear(2, 2); return m:load_state_dict(m:state_dict(), "false") end, "load_state_dict: strict must be a boolean, got string" },
+  }
+  it("names each problem", function()
+    for i, c in ipairs(cases) do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok, "case " .. i .. " ran: " .. c[2])
+      assert.truthy(tostring(err):find(c[2], 1, true), ("case %d: %s"):format(i, tostring(err)))
+    end
+  end)
+
+  it("mse_loss takes torch's reductions; a module registered twice is one child but runs at both places", function()
+    local a, b = fp8.tensor { 1, 2, 3 }, fp8.tensor { 0, 0, 0 }
+    assert.are.equal(14, F.mse_loss(a, b, { reduction = "sum" }):item())
+    assert.are.same({ 1, 4, 9 }, F.mse_loss(a, b, { reduction = "none" }):totable())
+    assert.is_true(math.abs(F.mse_loss(a, b):item() - 14 / 3) < 1e-6)
+    local x = fp8.tensor { 1, 2, 3 }:requires_grad(true)
+    F.mse_loss(x, b, { reduction = "sum" }):backward()
+    assert.are.same({ 2, 4, 6 }, x.grad:totable())
+    local l = nn.Linear(2, 2)
+    local s = nn.Sequential(l, l)
+    local calls = 0
+    s:apply(function(m) if m == l then calls = calls + 1 end end)
+    assert.are.equal(1, calls)
+    assert.are.equal(1, #s:children())
+    local y = s(fp8.ones(1, 2))
+    assert.is_true(((y - l(l(fp8.ones(1, 2)))):abs():max():item()) == 0)
+  end)
+end)

@@ -15,6 +15,9 @@ function CausalSelfAttention:__init(cfg)
     error(("CausalSelfAttention: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(type(cfg)), 3)
   end
   O.check("CausalSelfAttention", cfg, { "n_embd", "n_head", "dropout", "bias" }, 3)
+  if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
+    error(("CausalSelfAttention: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
+  end
   local d, h = cfg.n_embd, cfg.n_head
   if math.type(d) ~= "integer" or d <= 0 then
     error(("CausalSelfAttention: n_embd must be a positive integer, got %s"):format(tostring(d)), 3)

@@ -6,7 +6,10 @@ local F = require "fp8.nn.functional"
 local Dropout = Module.class("Dropout")
 
 function Dropout:__init(p)
-  if type(p) == "table" then p = p.p end
+  if type(p) == "table" then
+    if p[1] ~= nil then error("Dropout: give p as Dropout(0.1) or Dropout{p=0.1}, got a list", 3) end
+    p = require("fp8.opts").check("Dropout", p, { "p" }, 3).p   -- inplace is not offered (no in-place ops)
+  end
   if p == nil then p = 0.5 end
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then   -- `not (...)` also refuses NaN
     error(("Dropout: p must be a probability in [0, 1], got %s"):format(tostring(p)), 3)

@@ -8,7 +8,11 @@ local init = require "fp8.nn.init_fns"
 local Embedding = Module.class("Embedding")
 
 function Embedding:__init(num, dim)
-  if type(num) == "table" then num, dim = num.num_embeddings, num.embedding_dim end
+  if type(num) == "table" then
+    if dim ~= nil then error("Embedding: give Embedding(num, dim) or Embedding{num_embeddings=, embedding_dim=}", 3) end
+    local o = require("fp8.opts").check("Embedding", num, { "num_embeddings", "embedding_dim" }, 3)   -- padding_idx etc.: not offered
+    num, dim = o.num_embeddings, o.embedding_dim
+  end
   for _, what in ipairs { "num_embeddings", "embedding_dim" } do   -- a list: a nil size is checked too
     local v = what == "num_embeddings" and num or dim
     if math.type(v) ~= "integer" or v <= 0 then

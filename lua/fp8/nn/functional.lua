@@ -32,13 +32,22 @@ local function check_tensor(fname, what, v)
   end
 end
 
+-- A call with more arguments than the function takes (torch's inplace=, padding_idx=, a dtype) would drop them
+-- silently: refused, naming what the function takes.
+local function no_more(fname, takes, ...)
+  if select("#", ...) > 0 then
+    error(("%s: takes %s; got %d more argument%s"):format(fname, takes, select("#", ...), select("#", ...) == 1 and "" or "s"), 3)
+  end
+end
+
 local function check_opts(fname, opts, valid)
   local o = O.check(fname, opts, valid, 3)   -- not a tail call: level 3 counts this frame
   return o
 end
 
 -- linear(x[..., in], w[out, in] [, b[out]]) → x·wᵀ + b
-function F.linear(x, w, b)
+function F.linear(x, w, b, ...)
+  no_more("linear", "(input, weight [, bias])", ...)
   check_tensor("linear", "input", x); check_tensor("linear", "weight", w)
   if w:dim() ~= 2 then error(("linear: weight must be 2-D [out, in], got %s"):format(shape_str(w)), 2) end
   if x:dim() < 1 or x:size(-1) ~= w:size(2) then
@@ -53,12 +62,16 @@ function F.linear(x, w, b)
   return core().linear(x, w, b)
 end
 
-function F.relu(x) check_tensor("relu", "input", x); return core().relu(x) end
+function F.relu(x, ...)
+  no_more("relu", "(input) (no inplace)", ...)
+  check_tensor("relu", "input", x); return core().relu(x)
+end
 
 -- gelu(x [, approximate "none"|"tanh"]) (also {approximate=...})
-function F.gelu(x, approximate)
+function F.gelu(x, approximate, ...)
+  no_more("gelu", "(input [, approximate])", ...)
   check_tensor("gelu", "input", x)
-  if type(approximate) == "table" then approximate = approximate.approximate end
+  if type(approximate) == "table" then approximate = check_opts("gelu", approximate, { approximate = true }).approximate end
   approximate = approximate or "none"
   if approximate ~= "none" and approximate ~= "tanh" then
     error(("gelu: approximate must be \"none\" or \"tanh\", got %s"):format(tostring(approximate)), 2)
@@ -69,23 +82,27 @@ end
 local function check_dim(fname, x, dim)
   if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
   local n = x:dim()
+  if n == 0 then error(("%s: the input is 0-d: it has no dim to normalise over (reshape{1} it)"):format(fname), 3) end
   if dim == 0 or dim > n or dim < -n then
     error(("%s: dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)"):format(fname, dim, n, n, n), 3)
   end
 end
 
-function F.softmax(x, dim)
+function F.softmax(x, dim, ...)
+  no_more("softmax", "(input [, dim]) (no dtype)", ...)
   check_tensor("softmax", "input", x); dim = dim or -1; check_dim("softmax", x, dim)
   return core().softmax(x, dim)
 end
 
-function F.log_softmax(x, dim)
+function F.log_softmax(x, dim, ...)
+  no_more("log_softmax", "(input [, dim]) (no dtype)", ...)
   check_tensor("log_softmax", "input", x); dim = dim or -1; check_dim("log_softmax", x, dim)
   return core().log_softmax(x, dim)
 end
 
 -- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) [, {label_smoothing, ignore_index}])
-function F.cross_entropy(logits, targets, opts)
+function F.cross_entropy(logits, targets, opts, ...)
+  no_more("cross_entropy", "(logits, targets [, {label_smoothing=, ignore_index=}]) (no reduction)", ...)
   check_tensor("cross_entropy", "logits", logits); check_tensor("cross_entropy", "targets", targets)
   opts = check_opts("cross_entropy", opts, { label_smoothing = true, ignore_index = true })
   if logits:dim() ~= 2 then
@@ -95,6 +112,7 @@ function F.cross_entropy(logits, targets, opts)
     error(("cross_entropy: targets must be [%d] to match logits %s, got %s"):format(logits:size(1), shape_str(logits),
       shape_str(targets)), 2)
   end
+  if logits:size(2) == 0 then error(("cross_entropy: logits %s have no classes"):format(shape_str(logits)), 2) end
   local ls = opts.label_smoothing or 0
   if type(ls) ~= "number" or ls < 0 or ls > 1 then
     error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(tostring(ls)), 2)
@@ -102,16 +120,27 @@ function F.cross_entropy(logits, targets, opts)
   return core().cross_entropy(logits, targets, opts)
 end
 
-function F.mse_loss(a, b)
+-- mse_loss(input, target [, {reduction="mean"|"sum"|"none"}]) (torch's reductions)
+function F.mse_loss(a, b, opts, ...)
+  no_more("mse_loss", "(input, target [, {reduction=}])", ...)
   check_tensor("mse_loss", "input", a); check_tensor("mse_loss", "target", b)
+  opts = check_opts("mse_loss", opts, { reduction = true })
   if shape_str(a) ~= shape_str(b) then
     error(("mse_loss: input %s and target %s must have the same shape"):format(shape_str(a), shape_str(b)), 2)
   end
-  return core().mse_loss(a, b)
+  local red = opts.reduction or "mean"
+  if red == "mean" then return core().mse_loss(a, b) end
+  if red ~= "sum" and red ~= "none" then
+    error(("mse_loss: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(tostring(red)), 2)
+  end
+  local d = a - b
+  local sq = d * d
+  return red == "none" and sq or sq:sum()
 end
 
 -- layer_norm(x[..., C], w[C], b[C] [, eps=1e-5]) (w, b may be nil)
-function F.layer_norm(x, w, b, eps)
+function F.layer_norm(x, w, b, eps, ...)
+  no_more("layer_norm", "(input, weight, bias [, eps])", ...)
   check_tensor("layer_norm", "input", x)
   local c = x:size(-1)
   for what, t in pairs { weight = w, bias = b } do
@@ -124,25 +153,29 @@ function F.layer_norm(x, w, b, eps)
 end
 
 -- embedding(idx (token ids as numbers, 0-based), weight[V, D]) → [idx..., D]
-function F.embedding(idx, weight)
+function F.embedding(idx, weight, ...)
+  no_more("embedding", "(indices, weight) (no padding_idx, max_norm)", ...)
   check_tensor("embedding", "indices", idx); check_tensor("embedding", "weight", weight)
   if weight:dim() ~= 2 then error(("embedding: weight must be [num_embeddings, dim], got %s"):format(shape_str(weight)), 2) end
   return core().embedding(idx, weight)
 end
 
-function F.dropout(x, p, training)
+function F.dropout(x, p, training, ...)
+  no_more("dropout", "(input [, p [, training]]) (no inplace)", ...)
   check_tensor("dropout", "input", x)
   p = p == nil and 0.5 or p
   if type(p) ~= "number" or p < 0 or p > 1 then
     error(("dropout: p must be a probability in [0, 1], got %s"):format(tostring(p)), 2)
   end
   if training == nil then training = true end
+  if type(training) ~= "boolean" then error(("dropout: training must be a boolean, got %s"):format(type(training)), 2) end
   if not training or p == 0 then return x end
   return core().dropout(x, p, training)
 end
 
 -- scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=true}])
-function F.scaled_dot_product_attention(q, k, v, opts)
+function F.scaled_dot_product_attention(q, k, v, opts, ...)
+  no_more("scaled_dot_product_attention", "(q, k, v [, {is_causal=, scale=}])", ...)
   check_tensor("scaled_dot_product_attention", "q", q)
   check_tensor("scaled_dot_product_attention", "k", k)
   check_tensor("scaled_dot_product_attention", "v", v)
@@ -157,7 +190,8 @@ end
 -- qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=, scale=}]) → [B, T, C]: the attention of the packed
 -- projection a transformer makes (q, k, v side by side), heads split and merged inside one op, so the
 -- backward writes the qkv gradient at once (narrow-splitting costs a zero-filled [B, T, 3C] per part).
-function F.qkv_attention(qkv, n_head, opts)
+function F.qkv_attention(qkv, n_head, opts, ...)
+  no_more("qkv_attention", "(qkv, n_head [, {is_causal=, scale=}])", ...)
   check_tensor("qkv_attention", "qkv", qkv)
   if math.type(n_head) ~= "integer" or n_head < 1 then
     error(("qkv_attention: n_head must be a positive integer, got %s"):format(tostring(n_head)), 2)

@@ -32,6 +32,9 @@ function GPT:__init(cfg)
       error(("GPT: %s must be a positive integer, got %s"):format(k, tostring(cfg[k])), 3)
     end
   end
+  if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
+    error(("GPT: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
+  end
   if cfg.n_embd % cfg.n_head ~= 0 then
     error(("GPT: n_embd (%d) must be divisible by n_head (%d)"):format(cfg.n_embd, cfg.n_head), 3)
   end

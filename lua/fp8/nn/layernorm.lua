@@ -15,6 +15,14 @@ function LayerNorm:__init(n, opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("LayerNorm: options must be a table, got %s"):format(type(opts)), 3) end
   O.check("LayerNorm", opts, { "bias", "elementwise_affine", "eps" }, 3)
+  for _, k in ipairs { "bias", "elementwise_affine" } do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("LayerNorm: %s must be a boolean, got %s"):format(k, type(opts[k])), 3)
+    end
+  end
+  if opts.eps ~= nil and (type(opts.eps) ~= "number" or not (opts.eps >= 0 and opts.eps < math.huge)) then
+    error(("LayerNorm: eps must be a finite number >= 0, got %s"):format(tostring(opts.eps)), 3)
+  end
   self.normalized_shape = n
   self.eps = opts.eps or 1e-5
   self.elementwise_affine = opts.elementwise_affine ~= false

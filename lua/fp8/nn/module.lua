@@ -2,6 +2,7 @@
 -- runs forward), ordered registration of parameters, buffers and submodules, train/eval, state_dict,
 -- PyTorch-style printing, and error context ("in layer 3 (Linear) forward: ...").
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local O = require "fp8.opts"
 
 local Module = {}
 Module.__name = "Module"
@@ -61,6 +62,9 @@ local function newindex(self, k, v)
       end
       return store_set(params, k, v)
     elseif bufs.map[k] ~= nil then
+      if v ~= nil and not is_tensor(v) then
+        error(("cannot assign %s to buffer '%s' (expected a tensor or nil)"):format(type(v), k), 2)
+      end
       return store_set(bufs, k, v)
     elseif mods.map[k] ~= nil then
       if v ~= nil then error(("cannot assign %s to submodule '%s' (expected a Module or nil)"):format(type(v), k), 2) end
@@ -95,6 +99,7 @@ function Module.class(name, parent)
   setmetatable(cls, {
     __index = parent,
     __call = function(c, ...)
+      Module._check_arity(name, c.__init, select("#", ...))
       local self = setmetatable({}, c)
       Module._setup(self)
       self:__init(...)
@@ -113,6 +118,16 @@ function Module._setup(self)
 end
 
 function Module:__init() end
+
+-- A constructor given more arguments than its __init takes (ReLU(true), Linear(3, 4, true, {x=1})) would drop
+-- them silently: refused, naming the count. A vararg __init (Sequential) checks its own.
+function Module._check_arity(name, init, given)
+  local info = debug.getinfo(init, "u")
+  if not info.isvararg and given > info.nparams - 1 then
+    error(("%s: takes at most %d argument%s, got %d"):format(name, info.nparams - 1, info.nparams == 2 and "" or "s",
+      given), 3)
+  end
+end
 
 function Module:forward()
   error(("%s has no forward() (subclasses define it)"):format(self:type_name()), 2)
@@ -193,9 +208,13 @@ function Module:named_children()
   return out
 end
 
+-- children() → each direct submodule once (a module registered under two names is one child, as torch's);
+-- named_children() keeps every name (model conversion replaces each).
 function Module:children()
-  local out = {}
-  for i, nc in ipairs(self:named_children()) do out[i] = nc[2] end
+  local out, seen = {}, {}
+  for _, nc in ipairs(self:named_children()) do
+    if not seen[nc[2]] then seen[nc[2]] = true; out[#out + 1] = nc[2] end
+  end
   return out
 end
 
@@ -362,8 +381,9 @@ local function fp8_hint(missing, unexpected)
 end
 function Module:load_state_dict(sd, strict)
   if type(sd) ~= "table" then error(("load_state_dict: expected a table {name → tensor}, got %s"):format(type(sd)), 2) end
+  if type(strict) == "table" then strict = O.check("load_state_dict", strict, { "strict" }, 2).strict end
   if strict == nil then strict = true end
-  if type(strict) == "table" then strict = strict.strict ~= false end
+  if type(strict) ~= "boolean" then error(("load_state_dict: strict must be a boolean, got %s"):format(type(strict)), 2) end
   local copy_ = require("fp8._optim").copy_
   local targets, missing, unexpected, problems = {}, {}, {}, {}
   for _, list in ipairs { self:named_parameters(), self:named_buffers() } do

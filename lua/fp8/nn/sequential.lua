@@ -5,21 +5,23 @@ local Module = require "fp8.nn.module"
 local Sequential = Module.class("Sequential")
 
 function Sequential:__init(...)
-  local layers = { ... }
-  if select("#", ...) == 1 and type(layers[1]) == "table" and not Module.is_module(layers[1]) then
-    layers = layers[1]
+  local layers, n = { ... }, select("#", ...)
+  if n == 1 and type(layers[1]) == "table" and not Module.is_module(layers[1]) then
+    layers, n = layers[1], 0
+    for k in pairs(layers) do
+      if math.type(k) ~= "integer" or k < 1 then
+        error(("Sequential: expected a list of modules, got key %s"):format(tostring(k)), 3)
+      end
+      if k > n then n = k end
+    end
   end
-  for i, m in ipairs(layers) do
+  -- every position up to the last one given: a list like {a, nil, b} would otherwise drop layers silently
+  for i = 1, n do
+    local m = layers[i]
     if not Module.is_module(m) then
       error(("Sequential: layer %d must be a Module, got %s"):format(i, type(m)), 3)
     end
     self:add_module(tostring(i - 1), m)
-  end
-  -- a list like {a, nil, b} would drop layers silently
-  for k in pairs(layers) do
-    if math.type(k) ~= "integer" or k < 1 or k > #layers then
-      error(("Sequential: expected a list of modules, got key %s"):format(tostring(k)), 3)
-    end
   end
 end
 
@@ -32,9 +34,8 @@ end
 Sequential.add = Sequential.append
 
 function Sequential:forward(x)
-  for _, m in ipairs(self:children()) do
-    x = m(x)
-  end
+  local mods = rawget(self, "_modules")
+  for _, name in ipairs(mods.names) do x = mods.map[name](x) end   -- every position (a module may repeat)
   return x
 end
 

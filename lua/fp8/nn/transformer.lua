@@ -16,6 +16,9 @@ function TransformerBlock:__init(cfg)
     error(("TransformerBlock: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(type(cfg)), 3)
   end
   O.check("TransformerBlock", cfg, { "n_embd", "n_head", "dropout", "bias" }, 3)
+  if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
+    error(("TransformerBlock: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
+  end
   local d = cfg.n_embd
   self.ln1 = LayerNorm(d, { bias = cfg.bias ~= false })
   self.attn = CausalSelfAttention(cfg)
