@@ -333,42 +333,58 @@ static fl_status unpack(fl_ddp *d, item *it, const bool *skip) {
     return st;
 }
 
-fl_status fl_ddp_end(fl_ddp *d) {
+fl_status fl_ddp_end(fl_ddp *d) { return fl_ddp_finish(d, false); }
+
+/* Every process runs the same collectives whatever happened on it: the buckets not started yet (a parameter the
+ * backward never reached packs its gradient or zeros), and one MAX all-reduce of flags — the used map under
+ * find_unused (PyTorch's local_used_map), and "this process failed" — so that a failure on one process (its
+ * backward raised, or a parameter got no gradient) is an error on every process instead of a wait in a collective
+ * on the others, and leaves no reduction in flight. Under find_unused the flags go first (they decide what is
+ * reduced), else after the buckets (which started during backward). */
+fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
     fl_ddp_cancel(d);
-    fl_status st = FL_OK;
-    bool *skip = NULL;
-    if (d->next < d->nitems) {   /* parameters the backward never reached */
-        if (!d->o.find_unused) {
-            for (int k = 0; k < d->n; k++) {
-                int i = d->order[k];
-                if (!d->ready[i])
-                    return FL_ERR(FL_EINVAL, "DDP: parameter '%s' received no gradient in this backward (it was not used "
-                                  "to compute the loss); pass DistributedDataParallelKwargs{find_unused_parameters=true}",
-                                  d->names[i]);
-            }
-        }
-    }
+    int missing = -1;
+    if (!d->o.find_unused && !failed)
+        for (int k = 0; k < d->n && missing < 0; k++) if (!d->ready[d->order[k]]) missing = d->order[k];
+    int nf = (d->o.find_unused ? d->n : 0) + 1;
+    float *flags = malloc((size_t)nf * sizeof *flags);
+    bool *skip = calloc((size_t)(d->n ? d->n : 1), sizeof *skip);
+    if (!flags || !skip) { free(flags); free(skip); return FL_ERR(FL_ENOMEM, "ddp: out of memory"); }
+    /* used: a gradient now, whether from this backward or from no_sync / accumulation micro-steps before it (torch
+     * marks a parameter used once in a no_sync session); one left out would stay local to a rank */
+    if (d->o.find_unused) for (int i = 0; i < d->n; i++) flags[i] = d->params[i]->grad ? 1.0f : 0.0f;
+    flags[nf - 1] = failed || missing >= 0 ? 1.0f : 0.0f;
+    for (int k = 0; k < d->nitems; k++) d->items[k].pending = 0;
+    fl_status st = FL_OK, s2;
     if (d->o.find_unused) {
-        /* which parameters some rank used: one MAX all-reduce of the flags (PyTorch's local_used_map) */
-        float *used = malloc((size_t)(d->n ? d->n : 1) * sizeof *used);
-        skip = calloc((size_t)(d->n ? d->n : 1), sizeof *skip);
-        if (!used || !skip) { free(used); free(skip); return FL_ERR(FL_ENOMEM, "ddp: out of memory"); }
-        for (int i = 0; i < d->n; i++) used[i] = d->ready[i] && d->params[i]->grad ? 1.0f : 0.0f;
-        st = fl_dist_allreduce(used, d->n, FL_F32, FL_RED_MAX);
-        for (int i = 0; i < d->n; i++) skip[i] = used[i] == 0.0f;
-        free(used);
-        for (int k = 0; k < d->nitems; k++) d->items[k].pending = 0;
-        if (st == FL_OK) st = start_ready(d, false);
+        st = fl_dist_allreduce(flags, nf, FL_F32, FL_RED_MAX);
+        for (int i = 0; i < d->n; i++) skip[i] = flags[i] == 0.0f;
+        s2 = start_ready(d, false);
+        if (st == FL_OK) st = s2;
+    } else {
+        st = start_ready(d, false);
+        s2 = fl_dist_allreduce(flags, nf, FL_F32, FL_RED_MAX);
+        if (st == FL_OK) st = s2;
     }
+    bool any_failed = flags[nf - 1] != 0.0f;
+    free(flags);
     double t0 = now_s();
     for (int k = 0; k < d->nitems; k++) {
         item *it = &d->items[k];
-        fl_status w = fl_dist_wait(it->req);
+        fl_status w = it->req ? fl_dist_wait(it->req) : FL_OK;
         it->req = NULL;
         if (st == FL_OK) st = w;
     }
     d->stats.wait_s = now_s() - t0;
-    for (int k = 0; k < d->nitems && st == FL_OK; k++) st = unpack(d, &d->items[k], skip);
+    if (st == FL_OK && missing >= 0)
+        st = FL_ERR(FL_EINVAL, "DDP: parameter '%s' received no gradient in this backward (it was not used to compute "
+                    "the loss); pass DistributedDataParallelKwargs{find_unused_parameters=true}", d->names[missing]);
+    else if (st == FL_OK && failed)
+        st = FL_ERR(FL_EINVAL, "ddp: this process's backward failed; no gradient was averaged");
+    else if (st == FL_OK && any_failed)
+        st = FL_ERR(FL_EINVAL, "DDP: another process's backward failed or left a parameter without a gradient (its "
+                    "error names it); no gradient of this step was averaged");
+    for (int k = 0; k < d->nitems && st == FL_OK; k++) st = unpack(d, &d->items[k], d->o.find_unused ? skip : NULL);
     free(skip);
     if (st == FL_OK) d->stats.steps++;
     return st;

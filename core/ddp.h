@@ -43,7 +43,11 @@ fl_status fl_ddp_begin(fl_ddp *d);
 /* Disarms it, starts what the hook did not (unused parameters: zeros with find_unused, else an
  * error naming the first), waits for all, writes the averaged gradients. */
 fl_status fl_ddp_end(fl_ddp *d);
-/* After a failed backward: disarm, wait for started buckets (so buffers are not freed under MPI), drop. */
+/* fl_ddp_end, told whether this process's backward failed: every process still runs the same collectives and one
+ * all-reduce of a failure flag, so a failure anywhere is an error everywhere (none is left waiting, no reduction is
+ * left in flight, and the gradients are left as they were). fl_ddp_end(d) is fl_ddp_finish(d, false). */
+fl_status fl_ddp_finish(fl_ddp *d, bool failed);
+/* Disarms the grad-ready hook (what fl_ddp_finish does first). */
 void fl_ddp_cancel(fl_ddp *d);
 const fl_ddp_stats *fl_ddp_get_stats(const fl_ddp *d);
 /* The bucket (0-based) holding parameter i, -1 for FP8-gradient parameters. */

@@ -233,7 +233,8 @@ static int l_ddp(lua_State *L) {
 }
 
 static int l_ddp_begin(lua_State *L) { fl_lcheck(L, fl_ddp_begin(check_ddp(L))); return 0; }
-static int l_ddp_finish(lua_State *L) { fl_lcheck(L, fl_ddp_end(check_ddp(L))); return 0; }
+/* r:finish([failed]): failed = this process's backward raised (the collectives still run; see fl_ddp_finish) */
+static int l_ddp_finish(lua_State *L) { fl_lcheck(L, fl_ddp_finish(check_ddp(L), lua_toboolean(L, 2))); return 0; }
 static int l_ddp_cancel(lua_State *L) { fl_ddp_cancel(check_ddp(L)); return 0; }
 
 static int l_ddp_stats(lua_State *L) {

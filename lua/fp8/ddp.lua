@@ -40,8 +40,13 @@ local function shape_str(t)
   return "[" .. table.concat(s, ", ") .. "]"
 end
 
-local function describe(model)
+local function describe(model, opts)
   local lines = {}
+  -- the reducer's options decide which collectives run (buckets, wire dtype, the used-map all-reduce): a rank
+  -- with other options would pair its collectives with the wrong ones
+  for _, k in ipairs { "bucket_cap_mb", "find_unused", "wire", "broadcast_buffers" } do
+    if opts and opts[k] ~= nil then lines[#lines + 1] = ("DistributedDataParallelKwargs %s=%s"):format(k, tostring(opts[k])) end
+  end
   for _, kind in ipairs { "parameter", "buffer" } do
     local list = kind == "parameter" and model:named_parameters() or model:named_buffers()
     for _, nt in ipairs(list) do lines[#lines + 1] = ("%s %s %s %s"):format(kind, nt[1], nt[2]:dtype(), shape_str(nt[2])) end
@@ -53,7 +58,7 @@ end
 -- error on every rank naming the first difference), then takes rank 0's values.
 function M.agree(acc, model)
   local dist = require "fp8.distributed"
-  local diff = dist._rank0_difference(acc.process_index, describe(model))
+  local diff = dist._rank0_difference(acc.process_index, describe(model, acc._ddp_opts))
   -- the lowest rank with a difference tells everyone
   local msg = dist._first_error(acc.num_processes, acc.process_index,
     diff and ("prepare: the model differs across processes: " .. diff))
@@ -114,8 +119,12 @@ function M.backward(acc, loss, opts)
   if not r or in_no_sync or (acc.sync_gradients == false and not each) then return loss:backward(opts) end
   r:begin()
   local ok, err = pcall(loss.backward, loss, opts)
-  if not ok then r:cancel(); error(err, 0) end
-  r:finish()
+  if not ok then
+    pcall(r.finish, r, true)   -- the other processes learn of it in the same collectives, and raise too
+    error(err, 0)
+  end
+  local fok, ferr = pcall(r.finish, r)
+  if not fok then error((tostring(ferr):gsub("^lua/fp8/[^:]*:%d+: ", "")), 0) end
 end
 
 -- no_sync(acc, model, fn, ...): fn runs with gradient synchronisation off: a backward inside communicates nothing.

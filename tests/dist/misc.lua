@@ -17,7 +17,40 @@
 --   collectives   tables with string keys gathered and reduced field by field; gather_for_metrics of an eval loop
 --                 nested in a training loop cuts each by its own loader; FP8 gather, mismatched reduce and a
 --                 gather_object of a record refused on every rank; a te model run on rank 0 alone does not wait
+--   ddpfaults     find_unused: a parameter used only in a no_sync micro-step is averaged too; a parameter without a
+--                 gradient on rank 1 only (caught there): an error on both ranks, none waits, the reducer works after;
+--                 DistributedDataParallelKwargs that differ across ranks are refused at prepare
 local mode = arg[1]
+if mode == "ddpfaults" then
+  local nn = fp8.nn
+  local acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.DistributedDataParallelKwargs { find_unused_parameters = true } } }
+  local r = acc.process_index
+  fp8.manual_seed(1)
+  local a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+  local model = acc:prepare(nn.Sequential(a, b))
+  fp8.manual_seed(2 + r)
+  local x1, x2 = fp8.randn { 2, 4 }, fp8.randn { 2, 4 }
+  acc:no_sync(model, function() acc:backward((b(a(x1)) ^ 2):mean()) end)   -- uses a and b
+  acc:backward((a(x2) ^ 2):mean())                                          -- the synchronising one: a only
+  local g = acc:gather(b.bias.grad:reshape { 1, -1 })
+  print(("rank%d nosync_used_same=%s"):format(r, tostring((g:narrow(1, 1, 1) - g:narrow(1, 2, 1)):abs():max():item() == 0)))
+  -- without find_unused: rank 1 leaves b out of its loss and catches the error; rank 0 must not wait
+  local acc2 = fp8.Accelerator { cpu = true }
+  fp8.manual_seed(1)
+  local c, d = nn.Linear(4, 4), nn.Linear(4, 4)
+  local m2 = acc2:prepare(nn.Sequential(c, d))
+  local ok, err = pcall(acc2.backward, acc2, ((r == 1 and c(x1) or d(c(x1))) ^ 2):mean())
+  print(("rank%d caught=%s %s"):format(r, tostring(not ok), tostring(err):match("DDP: [^;(]*") or tostring(err)))
+  for _, p in ipairs(m2:parameters()) do p.grad = nil end
+  ok, err = pcall(acc2.backward, acc2, (d(c(x1)) ^ 2):mean())
+  print(("rank%d after=%s"):format(r, tostring(ok and err == nil)))
+  -- options that differ across ranks
+  local acc3 = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.DistributedDataParallelKwargs { bucket_cap_mb = r == 0 and 25 or 1 } } }
+  ok, err = pcall(acc3.prepare, acc3, nn.Linear(4, 4))
+  print(("rank%d options=%s"):format(r, tostring(err):match("rank 1 has DistributedDataParallelKwargs bucket_cap_mb=1 where rank 0 has "
+    .. "DistributedDataParallelKwargs bucket_cap_mb=25") and "refused" or tostring(err)))
+  return
+end
 local nn = fp8.nn
 local k = { find_unused_parameters = mode == "unused_ok", broadcast_buffers = mode ~= "buffers_off" }
 local acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.DistributedDataParallelKwargs(k) } }

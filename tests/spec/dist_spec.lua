@@ -199,6 +199,19 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 inside_same=false", 1, true) and out:find("rank1 after_same=true", 1, true), out)
   end)
 
+  it("DDP faults: no_sync-only parameters averaged, a one-rank failure raised on both without a wait, options agreed", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "ddpfaults")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d nosync_used_same=true"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d after=true"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d options=refused"):format(r), 1, true), out)
+    end
+    assert.truthy(out:find("rank1 caught=true DDP: parameter '1.bias' received no gradient", 1, true), out)
+    assert.truthy(out:find("rank0 caught=true DDP: another process's backward failed", 1, true), out)
+  end)
+
   it("gather_object, pad_across_processes, set_trigger/check_trigger and the on_* helpers across processes", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "objects")
