@@ -370,9 +370,21 @@ local function restore_loader(l, s, i)
       :format(i, tostring(s.n), l.n, tostring(s.batch_size), l.batch_size, tostring(s.shuffle), tostring(l.shuffle),
         tostring(s.seed), l.seed), 0)
   end
+  -- a position counts this process's batches of the saved sharding: under another process count (load_state with
+  -- strict=false) it means other samples, so the loader starts its saved epoch from the beginning (said once)
+  local other = s.batches ~= #l
+  if other then
+    io.stderr:write(("fp8lab: notice: load_state: data loader %d was saved with %d batches per process, it has %d now "
+      .. "(another process count): it restarts epoch %d from its first batch\n"):format(i, s.batches, #l,
+      math.max(s.epoch, 1)))
+  end
   return function()
     l._it = nil
     if rawget(l, "_it") ~= nil then rawset(l, "_it", nil) end   -- a DataLoaderShard keeps its own iterator
+    if other then
+      l.epoch, l._resume_at, l.batches_served = math.max(s.epoch - 1, 0), nil, 0
+      return
+    end
     if s.batches_served > 0 and s.batches_served < s.batches then
       l.epoch, l._resume_at = s.epoch - 1, s.batches_served   -- the next loop finishes that epoch
     else

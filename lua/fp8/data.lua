@@ -104,6 +104,16 @@ local function load_fashion(opts, level)
   local limit = opt_int(fname, opts, "limit", nil, 1, level + 1)
   local mean, std = 0, 0
   local norm = opts.normalize
+  if type(norm) == "table" then   -- {mean, std} or {mean=, std=}: another key, or both forms, would be ignored
+    for k in pairs(norm) do
+      if k ~= 1 and k ~= 2 and k ~= "mean" and k ~= "std" then
+        error(("%s: normalize: unknown key %s (give {mean, std} or {mean=, std=})"):format(fname, tostring(k)), level + 1)
+      end
+    end
+    if (norm[1] ~= nil or norm[2] ~= nil) and (norm.mean ~= nil or norm.std ~= nil) then
+      error(("%s: normalize: give {mean, std} or {mean=, std=}, not both"):format(fname), level + 1)
+    end
+  end
   if norm == nil or norm == false then
     mean, std = 0, 0
   elseif norm == true then
@@ -237,6 +247,11 @@ local function load_text(opts, level)
   local total = tokens:size(1)
   if split ~= "all" then
     ntrain = ntrain or math.floor(total * (1 - vf))
+    local nsplit = split == "train" and math.max(ntrain, 1) or total - ntrain
+    if nsplit > total or block >= nsplit then   -- before narrow: an empty split would fail inside it
+      error(("%s: %s has %d characters in its %s split, need at least block_size + 1 = %d"):format(fname,
+        path or "the text", math.min(nsplit, total), split, block + 1), level + 1)
+    end
     if split == "train" then tokens = tokens:narrow(1, 1, math.max(ntrain, 1))
     else tokens = tokens:narrow(1, ntrain + 1, total - ntrain) end
     tokens = tokens:contiguous()
@@ -365,10 +380,14 @@ DataLoader.__index = DataLoader
 M.DataLoader = DataLoader
 
 local function dataset_len(ds)
+  local n
   local mt = getmetatable(ds)
-  if mt and mt.__len then return #ds end
-  if type(ds) == "table" then return #ds end
-  return nil
+  if (mt and mt.__len) or type(ds) == "table" then n = #ds end
+  -- a length that is not a whole number (inf, NaN, 3.5, "3" from __len) would loop for ever or index by floats
+  if n ~= nil and (type(n) ~= "number" or not math.tointeger(n)) then
+    error(("DataLoader: the dataset's length must be an integer, got %s %s"):format(type(n), tostring(n)), 3)
+  end
+  return n and math.tointeger(n)
 end
 
 -- DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device="cpu"}
@@ -398,7 +417,7 @@ end })
 
 function DataLoader:__len()
   if self.drop_last then return self.n // self.batch_size end
-  return (self.n + self.batch_size - 1) // self.batch_size
+  return self.n // self.batch_size + (self.n % self.batch_size > 0 and 1 or 0)   -- n + bs - 1 overflows for a huge bs
 end
 
 function DataLoader:__tostring()
@@ -438,7 +457,18 @@ local function slow_batch(ds, idx)
     if ds.get then x, y = ds:get(i)
     else
       local item = ds[i]
-      if type(item) == "table" and getmetatable(item) == nil then x, y = item[1], item[2] else x = item end
+      if item == nil then error(("DataLoader: the dataset has no item %d (its length says %d)"):format(i, #ds), 0) end
+      if type(item) == "table" and getmetatable(item) == nil then
+        -- {x, y} or {x}: anything else (a record, a third field) would be dropped silently
+        for k in pairs(item) do
+          if k ~= 1 and k ~= 2 then
+            error(("DataLoader: item %d must be {x, y} (or {x}), got a table with the key %s"):format(i, tostring(k)), 0)
+          end
+        end
+        x, y = item[1], item[2]
+      else
+        x = item
+      end
     end
     xs[b], ys[b] = x, y
   end

@@ -49,6 +49,12 @@ if mode == "ddpfaults" then
   ok, err = pcall(acc3.prepare, acc3, nn.Linear(4, 4))
   print(("rank%d options=%s"):format(r, tostring(err):match("rank 1 has DistributedDataParallelKwargs bucket_cap_mb=1 where rank 0 has "
     .. "DistributedDataParallelKwargs bucket_cap_mb=25") and "refused" or tostring(err)))
+  -- a loader shuffled with a seed per process would repeat some samples and drop others
+  local items = {}
+  for i = 1, 8 do items[i] = { fp8.tensor { i }, i } end
+  ok, err = pcall(acc2.prepare, acc2, fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 100 + r })
+  print(("rank%d loader=%s"):format(r, tostring(err):find("rank 1 has items=8 batch_size=2 shuffle=true seed=101 drop_last=false "
+    .. "where rank 0 has items=8 batch_size=2 shuffle=true seed=100", 1, true) and "refused" or tostring(err)))
   return
 end
 local nn = fp8.nn

@@ -545,3 +545,41 @@ describe("fp8.amp", function()
     assert.are.equal("fp32", fp8.amp.autocast("no", fp8.autocast_dtype))
   end)
 end)
+
+describe("DataLoader and datasets refuse what they would loop on or drop", function()
+  local D = fp8.data
+  local function items(n, f)
+    local t = {}
+    for i = 1, n do t[i] = f and f(i) or { fp8.tensor { i }, i } end
+    return t
+  end
+  local function fails(needle, f)
+    local ok, err = pcall(f)
+    assert.is_false(ok, needle)
+    assert.truthy(tostring(err):find(needle, 1, true), tostring(err))
+  end
+  it("names each problem", function()
+    for _, len in ipairs { math.huge, 0 / 0, 3.5, "3" } do
+      local ds = setmetatable({}, { __len = function() return len end, __index = function(_, k) return { fp8.tensor { k }, k } end })
+      fails("DataLoader: the dataset's length must be an integer, got", function() return D.DataLoader { ds, batch_size = 2 } end)
+    end
+    fails("DataLoader: item 1 must be {x, y} (or {x}), got a table with the key", function()
+      for _ in D.DataLoader { items(4, function(i) return { input = fp8.tensor { i }, label = i } end), batch_size = 2 } do end
+    end)
+    fails("DataLoader: item 1 must be {x, y} (or {x}), got a table with the key 3", function()
+      for _ in D.DataLoader { items(4, function(i) return { fp8.tensor { i }, i, i } end), batch_size = 2 } do end
+    end)
+    local holes = setmetatable({ { fp8.tensor { 1 }, 1 }, nil, { fp8.tensor { 3 }, 3 } }, { __len = function() return 3 end })
+    fails("DataLoader: the dataset has no item 2 (its length says 3)", function() for _ in D.DataLoader { holes, batch_size = 3 } do end end)
+    fails("has 0 characters in its val split, need at least block_size + 1 = 2", function() return D.TextDataset { text = "", block_size = 1, split = "val" } end)
+    fails("FashionMNIST: normalize: unknown key foo", function() return D.FashionMNIST { normalize = { mean = 0.5, std = 0.2, foo = 1 } } end)
+    fails("FashionMNIST: normalize: give {mean, std} or {mean=, std=}, not both", function() return D.FashionMNIST { normalize = { 0.5, 0.2, mean = 0.9 } } end)
+  end)
+  it("a batch size past the dataset gives one batch, whatever its size", function()
+    local l = D.DataLoader { items(3), batch_size = math.maxinteger }
+    assert.are.equal(1, #l)
+    local n = 0
+    for x in l do n = n + x:size(1) end
+    assert.are.equal(3, n)
+  end)
+end)

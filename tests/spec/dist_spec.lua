@@ -207,6 +207,7 @@ describe("data parallel over MPI (2 processes)", function()
       assert.truthy(out:find(("rank%d nosync_used_same=true"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d after=true"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d options=refused"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d loader=refused"):format(r), 1, true), out)
     end
     assert.truthy(out:find("rank1 caught=true DDP: parameter '1.bias' received no gradient", 1, true), out)
     assert.truthy(out:find("rank0 caught=true DDP: another process's backward failed", 1, true), out)
