@@ -53,6 +53,7 @@ void fl_st_close(fl_st_file *f) {
     if (f->fd >= 0) close(f->fd);
     for (int i = 0; i < f->n; i++) free(f->entries[i].name);
     free(f->entries);
+    free(f->by_name);
     for (int i = 0; i < f->n_meta; i++) { free(f->meta_keys[i]); free(f->meta_vals[i]); }
     free(f->meta_keys);
     free(f->meta_vals);
@@ -61,8 +62,37 @@ void fl_st_close(fl_st_file *f) {
 }
 
 int fl_st_find(const fl_st_file *f, const char *name) {
-    for (int i = 0; i < f->n; i++) if (strcmp(f->entries[i].name, name) == 0) return i;
+    if (!f->by_name) {   /* not indexed (a parse that failed part way) */
+        for (int i = 0; i < f->n; i++) if (strcmp(f->entries[i].name, name) == 0) return i;
+        return -1;
+    }
+    int lo = 0, hi = f->n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->entries[f->by_name[mid]].name, name);
+        if (c == 0) return f->by_name[mid];
+        if (c < 0) lo = mid + 1; else hi = mid - 1;
+    }
     return -1;
+}
+
+bool fl_st_utf8_valid(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) { i++; continue; }
+        int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+        if (len == 0 || (c >= 0xE0 && c < 0xF0 && len != 3) || i + (size_t)len > n) return false;
+        uint32_t cp = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += (size_t)len;
+    }
+    return true;
 }
 
 const char *fl_st_meta(const fl_st_file *f, const char *key) {
@@ -74,6 +104,8 @@ static int cmp_begin(const void *a, const void *b) {
     const fl_st_entry *x = *(const fl_st_entry *const *)a, *y = *(const fl_st_entry *const *)b;
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end < y->end ? -1 : x->end > y->end);
 }
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static int cmp_name(const void *a, const void *b) {
     return strcmp((*(const fl_st_entry *const *)a)->name, (*(const fl_st_entry *const *)b)->name);
@@ -114,22 +146,23 @@ static fl_status parse_entry(fl_st_entry *e, const cJSON *item, const char *what
     e->dtype = (fl_st_dtype)d;
     if (!cJSON_IsArray(sh)) return FL_ERR(FL_EINVAL, "%s: tensor \"%s\": shape must be an array", what, name);
     int nd = cJSON_GetArraySize(sh);
-    if (nd > FL_ST_MAX_DIMS)
-        return FL_ERR(FL_EUNSUPPORTED, "%s: tensor \"%s\": %d dimensions (at most %d supported)", what, name, nd, FL_ST_MAX_DIMS);
+    /* more than FL_ST_MAX_DIMS: the file stays readable, the tensor is listed and refused when read (ndim says
+     * how many it has; shape keeps the first FL_ST_MAX_DIMS) */
     e->ndim = nd;
     uint64_t numel = 1;
-    bool overflow = false;
+    bool overflow = false, zero = false;
     int k = 0;
     for (const cJSON *c = sh->child; c; c = c->next, k++) {
         uint64_t v;
         if (!json_uint(c, &v))
             return FL_ERR(FL_EINVAL, "%s: tensor \"%s\": shape[%d] must be a non-negative integer", what, name, k);
-        e->shape[k] = (int64_t)v;
-        if (v != 0 && numel > UINT64_MAX / v) overflow = true;
+        if (k < FL_ST_MAX_DIMS) e->shape[k] = (int64_t)v;
+        if (v == 0) zero = true;
+        else if (numel > UINT64_MAX / v) overflow = true;
         else numel *= v;
     }
     /* A zero dimension makes the product 0 whatever the others are; otherwise an overflow is an error. */
-    for (k = 0; k < nd; k++) if (e->shape[k] == 0) { numel = 0; overflow = false; }
+    if (zero) { numel = 0; overflow = false; }
     uint64_t esz = ST_SIZES[d];
     if (overflow || numel > UINT64_MAX / esz)
         return FL_ERR(FL_EINVAL, "%s: tensor \"%s\": the element count of its shape overflows", what, name);
@@ -155,15 +188,24 @@ static fl_status parse_metadata(fl_st_file *f, const cJSON *m, const char *what)
     for (const cJSON *c = m->child; c; c = c->next) {
         if (!cJSON_IsString(c))
             return FL_ERR(FL_EINVAL, "%s: __metadata__ \"%s\": values must be strings", what, c->string);
-        for (int i = 0; i < f->n_meta; i++)
-            if (strcmp(f->meta_keys[i], c->string) == 0)
-                return FL_ERR(FL_EINVAL, "%s: __metadata__ has the key \"%s\" twice", what, c->string);
         f->meta_keys[f->n_meta] = strdup(c->string);
         f->meta_vals[f->n_meta] = strdup(c->valuestring);
         f->n_meta++;
         if (!f->meta_keys[f->n_meta - 1] || !f->meta_vals[f->n_meta - 1])
             return FL_ERR(FL_ENOMEM, "%s: out of memory reading __metadata__", what);
     }
+    /* duplicate keys: adjacent once sorted (a pairwise scan took minutes for 10^5 keys) */
+    char **keys = malloc(((size_t)f->n_meta + 1) * sizeof *keys);
+    if (!keys) return FL_ERR(FL_ENOMEM, "%s: out of memory reading __metadata__", what);
+    memcpy(keys, f->meta_keys, (size_t)f->n_meta * sizeof *keys);
+    qsort(keys, (size_t)f->n_meta, sizeof *keys, cmp_cstr);
+    for (int i = 1; i < f->n_meta; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            fl_status st = FL_ERR(FL_EINVAL, "%s: __metadata__ has the key \"%s\" twice", what, keys[i]);
+            free(keys);
+            return st;
+        }
+    free(keys);
     return FL_OK;
 }
 
@@ -171,6 +213,8 @@ static fl_status parse_metadata(fl_st_file *f, const cJSON *m, const char *what)
 static fl_status parse_header(fl_st_file *f, const char *hdr, size_t hlen, uint64_t data_size, const char *what) {
     if (hlen == 0 || hdr[0] != '{')
         return FL_ERR(FL_EINVAL, "%s: the header is not a JSON object (it must start with '{')", what);
+    if (!fl_st_utf8_valid(hdr, hlen))
+        return FL_ERR(FL_EINVAL, "%s: the header is not valid UTF-8 (the format requires it)", what);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, false);
     if (!root) return FL_ERR(FL_EINVAL, "%s: the header is not valid JSON (near byte %zu)", what,
@@ -178,7 +222,7 @@ static fl_status parse_header(fl_st_file *f, const char *hdr, size_t hlen, uint6
     fl_status st = FL_OK;
     /* Only trailing spaces (the writer's padding to 8 bytes) may follow the object. */
     for (const char *p = end; p < hdr + hlen; p++)
-        if (*p != ' ' && *p != '\0') { st = FL_ERR(FL_EINVAL, "%s: bytes after the header's JSON object", what); goto done; }
+        if (*p != ' ') { st = FL_ERR(FL_EINVAL, "%s: bytes after the header's JSON object (only spaces may pad it)", what); goto done; }
     if (!cJSON_IsObject(root)) { st = FL_ERR(FL_EINVAL, "%s: the header is not a JSON object", what); goto done; }
     int count = cJSON_GetArraySize(root);
     f->entries = calloc((size_t)count + 1, sizeof *f->entries);
@@ -209,6 +253,12 @@ static fl_status parse_header(fl_st_file *f, const char *hdr, size_t hlen, uint6
             free(order);
             goto done;
         }
+    if (!(f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name))) {
+        st = FL_ERR(FL_ENOMEM, "%s: out of memory", what);
+        free(order);
+        goto done;
+    }
+    for (int i = 0; i < f->n; i++) f->by_name[i] = (int)(order[i] - f->entries);
     qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
     uint64_t pos = 0;
     for (int i = 0; i < f->n && st == FL_OK; i++) {
@@ -291,13 +341,15 @@ static fl_status pread_all(int fd, void *dst, size_t n, uint64_t off, const char
 
 fl_status fl_st_open(fl_st_file **out, const char *path) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a named pipe would otherwise wait for a writer before the type check below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
         return FL_ERR(FL_EIO, "%s: not a regular file", path);
     }
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     uint64_t total = (uint64_t)sb.st_size;
     uint8_t pre[8] = { 0 };
     fl_status st = total >= 8 ? pread_all(fd, pre, 8, 0, path) : FL_OK;

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t data_start;     /* 8 + header length */
     int n;                   /* tensors, in header order */
     fl_st_entry *entries;
+    int *by_name;            /* entry indices sorted by name (fl_st_find's binary search) */
     int n_meta;
     char **meta_keys, **meta_vals;
 } fl_st_file;
@@ -58,6 +59,9 @@ fl_status fl_st_parse(fl_st_file **out, const uint8_t *buf, size_t len, const ch
 void fl_st_close(fl_st_file *f);        /* NULL is fine */
 int fl_st_find(const fl_st_file *f, const char *name);   /* index or -1 */
 const char *fl_st_meta(const fl_st_file *f, const char *key);   /* NULL when absent */
+/* Whether s[0..n) is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): what the
+ * reference implementation requires of a header, so of names and metadata written into one. */
+bool fl_st_utf8_valid(const char *s, size_t n);
 /* Read entry i's bytes (end - begin of them) into dst with pread. */
 fl_status fl_st_read(const fl_st_file *f, int i, void *dst);
 

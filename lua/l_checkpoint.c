@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "device.h"
 #include "l_util.h"
 #include "rng.h"
 
@@ -57,6 +58,18 @@ static fl_tensor *host_copy(lua_State *L, held_list *h, const fl_tensor *t) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+/* A name or metadata string as the header will hold it: no NUL (a C string would cut it short, and the lookup
+ * by the cut name found nothing: a crash), valid UTF-8 (the reference implementation refuses anything else). */
+static const char *header_string(lua_State *L, int idx, const char *what) {
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (strlen(s) != len)
+        luaL_error(L, "save_file: %s \"%s\" holds a NUL byte, which a safetensors header cannot", what, s);
+    if (!fl_st_utf8_valid(s, len))
+        luaL_error(L, "save_file: %s \"%s\" is not valid UTF-8, which a safetensors header must be", what, s);
+    return s;
+}
+
 /* save_file({name = tensor, ...}, path [, {key = "value"}]) */
 static int l_save_file(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -71,6 +84,7 @@ static int l_save_file(lua_State *L) {
             return luaL_error(L, "save_file: tensor names must be strings, got a %s key", luaL_typename(L, -2));
         if (!fl_ltotensor(L, -1))
             return luaL_error(L, "save_file: \"%s\" must be a tensor, got %s", lua_tostring(L, -2), luaL_typename(L, -1));
+        header_string(L, -2, "tensor name");
         n++;
         lua_pop(L, 1);
     }
@@ -86,6 +100,8 @@ static int l_save_file(lua_State *L) {
             if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
                 return luaL_error(L, "save_file: metadata must map strings to strings, got %s = %s",
                                   luaL_typename(L, -2), luaL_typename(L, -1));
+            header_string(L, -2, "metadata key");
+            header_string(L, -1, "metadata value");
             nmeta++;
             lua_pop(L, 1);
         }
@@ -135,7 +151,7 @@ static int l_save_file(lua_State *L) {
 
 /* ---- reading -------------------------------------------------------------------------------- */
 
-typedef struct { fl_st_file *f; } safe_open_box;
+typedef struct { fl_st_file *f; int device; } safe_open_box;
 
 static fl_st_file *check_open(lua_State *L, int arg) {
     safe_open_box *b = luaL_checkudata(L, arg, SAFE_OPEN_MT);
@@ -155,17 +171,19 @@ static int ends_with(const char *s, const char *suf) {
     return a > b && strcmp(s + a - b, suf) == 0;
 }
 
-/* Is entry i the companion scale of an FP8 tensor in the same file? */
+/* Is entry i the companion scale of an FP8 tensor in the same file? (one lookup by name: a scan per entry made
+ * listing a file of 40 000 tensors take seconds) */
 static int is_companion(const fl_st_file *f, int i) {
     const char *name = f->entries[i].name;
     if (!ends_with(name, SCALE_SUFFIX)) return 0;
     size_t base = strlen(name) - strlen(SCALE_SUFFIX);
-    for (int j = 0; j < f->n; j++) {
-        const fl_st_entry *e = &f->entries[j];
-        if (strlen(e->name) == base && strncmp(e->name, name, base) == 0)
-            return e->dtype == FL_ST_F8_E4M3 || e->dtype == FL_ST_F8_E5M2;
-    }
-    return 0;
+    char small[256], *buf = base < sizeof small ? small : malloc(base + 1);
+    if (!buf) return 0;
+    memcpy(buf, name, base);
+    buf[base] = 0;
+    int j = fl_st_find(f, buf);
+    if (buf != small) free(buf);
+    return j >= 0 && (f->entries[j].dtype == FL_ST_F8_E4M3 || f->entries[j].dtype == FL_ST_F8_E5M2);
 }
 
 static int push_sorted_keys(lua_State *L, const fl_st_file *f) {
@@ -202,8 +220,9 @@ static int ints_to_f32(const fl_st_entry *e, const uint8_t *src, float *dst, int
         case FL_ST_U8: v = src[i]; break;
         default: v = src[i] != 0; break;   /* BOOL */
         }
+        /* exact: back to the same integer (a comparison in double rounded 2^53 + 1 to 2^53 and let it pass) */
         float fv = (float)v;
-        if ((double)fv != (double)v || fv >= 9.3e18f) { *bad = v; return 0; }
+        if (!(fv < 9.2233720e18f && fv >= -9.2233720e18f) || (int64_t)fv != v) { *bad = v; return 0; }
         dst[i] = fv;
     }
     return 1;
@@ -254,7 +273,14 @@ static void push_tensor(lua_State *L, fl_st_file *f, const char *name, int devic
                         if (e->shape[d] != t->shape[d] || found >= 0) ok = 0;
                         found = d;
                     }
-                    if (ok && found >= 0) axis = found;
+                    /* all ones: scaled along an axis of size 1 (what the writer makes of a [1, K] tensor scaled per
+                     * row), the first such axis; with none, one scale for the tensor */
+                    if (ok && found < 0) {
+                        for (int d = 0; d < t->ndim && found < 0; d++) if (t->shape[d] == 1) found = d;
+                        axis = found;
+                    } else if (ok) {
+                        axis = found;
+                    }
                 }
             }
             if (axis == -2)
@@ -293,21 +319,27 @@ static int parse_device(lua_State *L, int arg, const char *fname) {
 static safe_open_box *open_box(lua_State *L, const char *path) {
     safe_open_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     b->f = NULL;
+    b->device = FL_DEV_CPU;
     luaL_setmetatable(L, SAFE_OPEN_MT);
     FL_LCALL(L, fl_st_open(&b->f, path));
     return b;
 }
 
-/* safe_open(path) → an open file: :keys(), :metadata(), :get_tensor(name [, {device=}]), :close(). */
+/* safe_open(path [, {device=}]) → an open file: :keys(), :metadata(), :get_tensor(name [, {device=}]), :close().
+ * The file's device is get_tensor's default (HF's safe_open(path, device=...)); checked now, as load_file's. */
 static int l_safe_open(lua_State *L) {
-    open_box(L, luaL_checkstring(L, 1));
+    const char *path = luaL_checkstring(L, 1);
+    int dev = parse_device(L, 2, "safe_open");
+    if (dev != FL_DEV_CPU && !fl_device_get(dev)) return luaL_error(L, "safe_open: device %s is not available", fl_device_name(dev));
+    safe_open_box *b = open_box(L, path);
+    b->device = dev;
     return 1;
 }
 
 static int so_get_tensor(lua_State *L) {
     fl_st_file *f = check_open(L, 1);
     const char *name = luaL_checkstring(L, 2);
-    int dev = parse_device(L, 3, "get_tensor");
+    int dev = lua_isnoneornil(L, 3) ? ((safe_open_box *)lua_touserdata(L, 1))->device : parse_device(L, 3, "get_tensor");
     push_tensor(L, f, name, dev, "get_tensor");
     return 1;
 }

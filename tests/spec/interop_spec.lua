@@ -115,3 +115,69 @@ describe("fp8lab files in the Python package", function()
     os.execute("rm -rf " .. d)
   end)
 end)
+
+describe("safetensors edge cases from a review against the reference implementation", function()
+  local d = U.tmpdir()
+  local function file(name, header, data)
+    local p = d .. "/" .. name
+    U.write(p, string.pack("<I8", #header) .. header .. (data or ""))
+    return p
+  end
+  local function fails(needle, f, ...)
+    local ok, err = pcall(f, ...)
+    assert.is_false(ok, needle)
+    assert.truthy(tostring(err):find(needle, 1, true), tostring(err))
+  end
+  it("the writer refuses names and metadata a header cannot hold (a NUL crashed it), and non-UTF-8", function()
+    fails('tensor name "a" holds a NUL byte', fp8.save_file, { ["a\0b"] = fp8.ones(2) }, d .. "/x.safetensors")
+    fails("metadata value \"a\" holds a NUL byte", fp8.save_file, { w = fp8.ones(2) }, d .. "/x.safetensors", { note = "a\0secret" })
+    fails("is not valid UTF-8", fp8.save_file, { ["w\xff"] = fp8.ones(2) }, d .. "/x.safetensors")
+    fails("is not valid UTF-8", fp8.save_file, { w = fp8.ones(2) }, d .. "/x.safetensors", { note = "caf\xe9" })
+    fp8.save_file({ ["é"] = fp8.ones(2) }, d .. "/ok.safetensors", { note = "café" })
+    assert.are.equal("café", fp8.safe_open(d .. "/ok.safetensors"):metadata().note)
+  end)
+  it("the reader refuses what the reference refuses: non-UTF-8 headers, NUL padding", function()
+    fails("the header is not valid UTF-8", fp8.load_file,
+      file("u.safetensors", '{"w\xff":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', "\0\0\0\0"))
+    fails("only spaces may pad it", fp8.load_file,
+      file("n.safetensors", '{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}\0\0\0', "\0\0\0\0"))
+  end)
+  it("reads back a per-axis FP8 tensor whose scaled axis has size 1", function()
+    for _, c in ipairs { { { { 1, 2, 3, 4 } }, 1 }, { { { 1 }, { 2 }, { 3 } }, 2 } } do
+      local q = fp8.tensor(c[1]):quantize("e4m3", { axis = c[2] })
+      fp8.save_file({ q = q }, d .. "/axis.safetensors")
+      local r = fp8.load_file(d .. "/axis.safetensors").q
+      assert.are.equal(c[2], r:scale_axis())
+      assert.are.equal(0, (r:dequantize() - q:dequantize()):abs():max():item())
+    end
+  end)
+  it("refuses an I64 value fp32 cannot hold exactly, past 2^53 too", function()
+    local p = file("i64.safetensors", '{"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}', string.pack("<i8", (1 << 53) + 1))
+    fails('"ids" (I64) holds 9007199254740993, which fp32 cannot hold exactly', fp8.load_file, p)
+  end)
+  it("a named pipe is refused, not waited on; a tensor with 17 dimensions leaves the rest of the file readable", function()
+    assert(os.execute("mkfifo " .. U.q(d .. "/fifo")))
+    fails("not a regular file", fp8.load_file, d .. "/fifo")
+    local shape = ("1,"):rep(16) .. "1"
+    local p = file("d17.safetensors", ('{"a":{"dtype":"F32","shape":[%s],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'):format(shape),
+      string.pack("<ff", 1, 2))
+    local f = fp8.safe_open(p)
+    assert.are.same({ "a", "b" }, f:keys())
+    assert.are.equal(2, f:get_tensor("b"):item())
+    fails('"a" has 17 dimensions; fp8lab tensors have at most 8', f.get_tensor, f, "a")
+  end)
+  it("safe_open takes {device=} as load_file does: checked, and get_tensor's default", function()
+    fp8.save_file({ w = fp8.ones(2) }, d .. "/dev.safetensors")
+    fails("safe_open: unknown option 'dev'", fp8.safe_open, d .. "/dev.safetensors", { dev = "cpu" })
+    assert.are.equal("cpu", fp8.safe_open(d .. "/dev.safetensors", { device = "cpu" }):get_tensor("w"):device())
+    if not require("fp8.cuda").is_available() then
+      fails("safe_open: device cuda is not available", fp8.safe_open, d .. "/dev.safetensors", { device = "cuda" })
+    end
+  end)
+  it("many metadata keys and companions: found by name (a duplicate key among 20000 is still caught)", function()
+    local parts = {}
+    for i = 1, 20000 do parts[i] = ('"k%d":"v"'):format(i) end
+    parts[#parts + 1] = '"k7":"again"'
+    fails('__metadata__ has the key "k7" twice', fp8.safe_open, file("dup.safetensors", '{"__metadata__":{' .. table.concat(parts, ",") .. '}}'))
+  end)
+end)
