@@ -400,7 +400,8 @@ function AccScheduler:step(...)
   local acc, inner = rawget(self, "accelerator"), rawget(self, "scheduler")
   if not acc.step_scheduler_with_optimizer then inner:step(...); return self end
   if not acc.sync_gradients then return self end
-  for _, o in ipairs(acc._optimizers) do
+  local own = rawget(self, "acc_optimizer")
+  for _, o in ipairs(own and { own } or acc._optimizers) do   -- its own optimizer; all when it has none prepared
     if rawget(o, "step_was_skipped") then return self end
   end
   for _ = 1, acc.num_processes do inner:step(...) end
@@ -448,8 +449,8 @@ local function is_scheduler(v)
 end
 
 local function is_optimizer(v)
-  return type(v) == "table" and type(v.param_groups) == "table" and type(v.step) == "function"
-    and not is_scheduler(v)
+  return type(v) == "table" and getmetatable(v) ~= AccOptimizer and type(v.param_groups) == "table"
+    and type(v.step) == "function" and not is_scheduler(v)
 end
 
 -- A scheduler made before prepare points at the optimizer as it was given; after prepare it drives
@@ -457,7 +458,11 @@ end
 function Accelerator:_prepare_scheduler(sched)
   local w = self._opt_map[sched.optimizer]
   if w then sched.optimizer = rawget(w, "optimizer") end
-  return setmetatable({ scheduler = sched, accelerator = self }, AccScheduler)
+  -- its own prepared optimizer (Accelerate ties them), whose skipped step alone skips the scheduler's
+  if not w then
+    for _, o in ipairs(self._optimizers) do if rawget(o, "optimizer") == sched.optimizer then w = o end end
+  end
+  return setmetatable({ scheduler = sched, accelerator = self, acc_optimizer = w }, AccScheduler)
 end
 
 -- prepare(...) → its arguments in order: models converted and wrapped, optimizers wrapped, data
@@ -465,6 +470,28 @@ end
 function Accelerator:prepare(...)
   local args = table.pack(...)
   if args.n == 0 then error("prepare: expected models, optimizers or data loaders", 2) end
+  if self.mixed_precision == "fp8" and self.fp8_backend == "msamp" then
+    -- MS-AMP swaps each FP8 layer's weight for an fp16 one and its optimizer's moments for FP8 ones: the two are
+    -- converted together, once (an optimizer prepared apart, or a model prepared again, would update tensors the
+    -- model no longer uses). Accelerate's _prepare_msamp refuses the same.
+    local models, opts = 0, 0
+    for i = 1, args.n do
+      if Module.is_module(args[i]) then
+        models = models + 1
+        for _, m in ipairs(self._models) do
+          if m == args[i] then error("prepare: this model is already prepared; under MS-AMP a model is prepared once, with its optimizer", 2) end
+        end
+      elseif is_optimizer(args[i]) then
+        opts = opts + 1
+      end
+    end
+    if (models > 0) ~= (opts > 0) then
+      error("prepare: pass a model and its optimizer together to acc:prepare() when using MS-AMP (Accelerate's rule: "
+        .. "the weights and the optimizer state are converted together)", 2)
+    elseif models > 1 or opts > 1 then
+      error(("prepare: MS-AMP takes one model and one optimizer per prepare call, got %d models and %d optimizers"):format(models, opts), 2)
+    end
+  end
   for i = 1, args.n do
     if Module.is_module(args[i]) then
       if self.num_processes > 1 then ddp.agree(self, args[i]) end
@@ -489,11 +516,24 @@ function Accelerator:prepare(...)
   return table.unpack(args, 1, args.n)
 end
 
-function Accelerator:prepare_model(m) return (self:prepare(m)) end
-function Accelerator:prepare_optimizer(o) return (self:prepare(o)) end
+-- prepare_model(model) etc.: Accelerate's device_placement= / evaluation_mode= arguments are not offered here (the
+-- accelerator's device_placement decides); given, they are refused rather than dropped.
+local function prepare_one(self, fname, want, x, n)
+  if n > 1 then error(("%s: takes one argument (Accelerate's device_placement and evaluation_mode are not supported)"):format(fname), 3) end
+  if not want(x) then error(("%s: expected %s, got %s"):format(fname, fname:match("prepare_(.*)"):gsub("_", " "), type(x)), 3) end
+  return (self:prepare(x))
+end
+function Accelerator:prepare_model(m, ...) return prepare_one(self, "prepare_model", Module.is_module, m, select("#", ...) + 1) end
+function Accelerator:prepare_optimizer(o, ...)
+  return prepare_one(self, "prepare_optimizer", function(v) return is_optimizer(v) or getmetatable(v) == AccOptimizer end, o,
+    select("#", ...) + 1)
+end
 -- A DataLoader hands out its batches on the accelerator's device from now on.
 -- It also reports its last batch to the gradient state, so an accumulation window ends with the epoch.
-function Accelerator:prepare_data_loader(d)
+function Accelerator:prepare_data_loader(d, ...)
+  if select("#", ...) > 0 then
+    error("prepare_data_loader: takes one argument (Accelerate's device_placement and slice_fn_for_dispatch are not supported)", 2)
+  end
   if getmetatable(d) == data.SkipDataLoader then   -- the loader it wraps is prepared, and skipped as before
     return data._skip("prepare", self:prepare_data_loader(rawget(d, "loader")), rawget(d, "skip_batches"), 2)
   end
@@ -515,7 +555,10 @@ function Accelerator:prepare_data_loader(d)
   end
   return d
 end
-function Accelerator:prepare_scheduler(s) return (self:prepare(s)) end
+function Accelerator:prepare_scheduler(s, ...)
+  return prepare_one(self, "prepare_scheduler", function(v) return is_scheduler(v) or getmetatable(v) == AccScheduler end, s,
+    select("#", ...) + 1)
+end
 
 -- skip_first_batches(loader, num_batches): Accelerate's method, fp8.skip_first_batches (lua/fp8/data.lua).
 function Accelerator:skip_first_batches(loader, num_batches)
@@ -706,7 +749,10 @@ function Accelerator:unwrap_model(model, keep)
     rawset(model, "_acc_unwrapped_forward", nil)
   end
   fp8_autocast.remove_fp8_autowrap(model)
-  if self.fp8_backend == "te" and convert.has_fp8_layers(model) then convert.convert_model(model, { to_fp8 = false }) end
+  if self.fp8_backend == "te" and convert.has_fp8_layers(model) then
+    convert.convert_model(model, { to_fp8 = false })
+    model = convert.to_plain(model)   -- the model itself, when prepare converted it (a Linear or LayerNorm)
+  end
   return model
 end
 

@@ -775,7 +775,13 @@ function M.install(Accelerator)
       error("get_state_dict: unwrap=false is not supported: a prepared model has no DDP wrapper in fp8lab, so there "
         .. "are no wrapped (\"module.\") names to give; leave it true", 2)
     end
-    return model:state_dict()
+    local sd = model:state_dict()
+    -- torchao's dynamically scaled layers carry no state (torchao's Float8Linear has no buffers): the weights load
+    -- into a plain model as Accelerate's get_state_dict of an ao model does; te's recipe state stays (TE's _extra_state)
+    if self.fp8_backend == "ao" then
+      for k in pairs(sd) do if k:match("fp8_state$") then sd[k] = nil end end
+    end
+    return sd
   end
 
   -- save(tensors, path [, metadata]): Accelerate's save (torch.save's stand-in, once per job): the main process

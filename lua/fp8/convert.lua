@@ -52,6 +52,14 @@ end
 
 M.linear_to_fp8, M.ln_to_fp8 = linear_to_fp8, ln_to_fp8
 
+-- to_plain(m): m itself when it is not an FP8 layer, else the plain Linear/LayerNorm over the same tensors.
+function M.to_plain(m)
+  local cn = class_name(m)
+  if cn == "FP8Linear" then return fp8_to_linear(m) end
+  if cn == "FP8LayerNorm" then return fp8_to_ln(m) end
+  return m
+end
+
 -- Visits the modules below mod depth first, in registration order: fn(parent, key, child, full_name)
 -- returns a module to put in the child's place (which is not descended into), or nil to descend.
 local function visit(mod, fn, prefix)

@@ -34,24 +34,32 @@ function M.known()
   return set
 end
 
--- unknown() -> list of {name=, near=} for each FP8LAB_* variable set that fp8lab does not read, sorted by name;
--- near is the closest known name when one is close (a misspelling), else nil.
-function M.unknown()
+-- unknown([set]) -> list of {name=, near=} for each FP8LAB_* variable set (in the process environment, or the
+-- names of the table `set`, an Accelerator's env=) that fp8lab does not read, sorted by name; near is the closest
+-- known name when one is close (a misspelling), else nil.
+function M.unknown(set)
   local known = M.known()
   local names = {}
   for n in pairs(known) do names[#names + 1] = n end
   table.sort(names)
+  local given = {}
+  if set then
+    for k in pairs(set) do if type(k) == "string" and k:sub(1, 7) == "FP8LAB_" then given[#given + 1] = k end end
+    table.sort(given)
+  else
+    given = sys.env_names("FP8LAB_")
+  end
   local out = {}
-  for _, n in ipairs(sys.env_names("FP8LAB_")) do
+  for _, n in ipairs(given) do
     if not known[n] then out[#out + 1] = { name = n, near = require("fp8.settings").suggest(n, names) } end
   end
   return out
 end
 
 -- misspelled() -> notice lines for the unknown variables that are near misses of a known name.
-function M.misspelled()
+function M.misspelled(set)
   local out = {}
-  for _, u in ipairs(M.unknown()) do
+  for _, u in ipairs(M.unknown(set)) do
     if u.near then
       out[#out + 1] = ("%s is not an fp8lab variable and is ignored (did you mean %s?)"):format(u.name, u.near)
     end

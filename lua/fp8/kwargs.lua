@@ -733,9 +733,8 @@ local function resolve(opts)
   -- the file's notices come first; fp8lab launch has shown them already when it exported FP8LAB_NOTICED = the file
   local out = { sources = {}, notices = notices, handlers = handlers, config_path = cfg_path,
                 file_notices = #notices }
-  if opts.env == nil then   -- the process's environment: a misspelled FP8LAB_* variable is named, not ignored
-    for _, n in ipairs(require("fp8.env").misspelled()) do notices[#notices + 1] = n end
-  end
+  -- a misspelled FP8LAB_* variable (of the process environment, or of an env= table) is named, not ignored
+  for _, n in ipairs(require("fp8.env").misspelled(opts.env)) do notices[#notices + 1] = n end
   local src = out.sources
 
   -- A setting the argument or a handler decided, as in Accelerate: its environment and config-file values, where they

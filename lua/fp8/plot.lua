@@ -38,10 +38,15 @@ end
 local function run(script, png)
   local tmp = png .. ".tmp"
   script = ("set terminal pngcairo size 1000,560 font ',10' noenhanced\nset output %s\nset format y '%%g'\n"):format(gq(tmp)) .. script
-  local p = io.popen(q(M.command()) .. " 2>&1", "w")
-  if not p then return nil, "cannot start gnuplot" end
-  p:write(script)
-  local ok = p:close()
+  -- the script goes through a file, not a pipe: a gnuplot that exits before reading it would otherwise end this
+  -- process with SIGPIPE (silently) when the script is written
+  local sfile = png .. ".gp"
+  local sf = io.open(sfile, "w")
+  if not sf then return nil, "cannot write the gnuplot script " .. sfile end
+  sf:write(script)
+  sf:close()
+  local ok = os.execute(q(M.command()) .. " " .. q(sfile) .. " 2>&1")
+  os.remove(sfile)
   local f = io.open(tmp, "rb")
   local head = f and f:read(8)
   if f then f:close() end

@@ -299,8 +299,10 @@ end)
 describe("prepare converts the root module", function()
   it("a bare Linear becomes FP8 under te and msamp", function()
     for _, b in ipairs { "te", "msamp" } do
-      local m = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = b } } }
-        :prepare(nn.Linear(32, 32))
+      local lin = nn.Linear(32, 32)
+      local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = b } } }
+      -- MS-AMP prepares a model with its optimizer (Accelerate's rule); te takes the model alone
+      local m = b == "msamp" and acc:prepare(lin, fp8.optim.AdamW(lin:parameters())) or acc:prepare(lin)
       assert.equal("FP8Linear", getmetatable(m).__name)
       assert.is_true(fp8.has_fp8_layers(m))
     end
@@ -803,5 +805,66 @@ describe("what Accelerate has and fp8lab does not", function()
     cuda.is_available = real
     assert(ok, err)
     U.fails_with("Accelerator: device_placement must be a boolean, got string", new_acc, { device_placement = "no" })
+  end)
+end)
+
+describe("prepare's model API, from a review against Accelerate", function()
+  it("MS-AMP prepares one model with its optimizer, once (an optimizer prepared apart updated tensors the model dropped)", function()
+    local function acc() return new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "msamp" } } } end
+    local m = nn.Sequential(nn.Linear(16, 16))
+    local a = acc()
+    U.fails_with("pass a model and its optimizer together to acc:prepare() when using MS-AMP", a.prepare, a, m)
+    U.fails_with("pass a model and its optimizer together", a.prepare, a, fp8.optim.AdamW(m:parameters()))
+    U.fails_with("MS-AMP takes one model and one optimizer per prepare call, got 2 models", a.prepare, a, m, m, fp8.optim.AdamW(m:parameters()))
+    local pm = a:prepare(m, fp8.optim.AdamW(m:parameters()))
+    U.fails_with("this model is already prepared", a.prepare, a, pm, fp8.optim.AdamW(pm:parameters()))
+  end)
+
+  it("an optimizer prepared again is returned as it is; a scheduler skips only when its own optimizer skipped", function()
+    fp8.manual_seed(0)
+    local a, b = nn.Linear(16, 16), nn.Linear(16, 16)
+    local oa = fp8.optim.AdamW(a:parameters(), { lr = 1e-2 })
+    local ob = fp8.optim.AdamW(b:parameters(), { lr = 1e-2 })
+    local L = fp8.optim.lr_scheduler
+    local sa, sb = L.StepLR(oa, { step_size = 1, gamma = 0.5 }), L.StepLR(ob, { step_size = 1, gamma = 0.5 })
+    local acc = new_acc { mixed_precision = "fp16" }
+    a, b, oa, ob, sa, sb = acc:prepare(a, b, oa, ob, sa, sb)
+    assert.are.equal(oa, acc:prepare(oa))
+    assert.are.equal(oa, acc:prepare_optimizer(oa))
+    assert.are.equal(2, #acc._optimizers)
+    local x = fp8.randn(4, 16)
+    acc:backward(a(x):pow(2):mean() + b(x * 1e30):pow(2):mean())   -- b's gradients overflow
+    oa:step(); ob:step()
+    assert.is_false(rawget(oa, "step_was_skipped")); assert.is_true(rawget(ob, "step_was_skipped"))
+    sa:step(); sb:step()
+    assert.are.equal(0.005, sa:get_last_lr()[1])
+    assert.are.equal(0.01, sb:get_last_lr()[1])
+  end)
+
+  it("unwrap_model(m, false) under te turns a converted root layer back; prepare_* take one argument", function()
+    local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "te" } } }
+    for _, make in ipairs { function() return nn.Linear(32, 32) end, function() return nn.LayerNorm(32) end } do
+      local u = acc:unwrap_model(acc:prepare(make()), false)
+      assert.is_false(fp8.has_fp8_layers(u))
+      assert.is_nil(u:state_dict()["fp8_state"])
+    end
+    U.fails_with("prepare_model: takes one argument (Accelerate's device_placement and evaluation_mode are not supported)",
+      acc.prepare_model, acc, nn.Linear(2, 2), false)
+    U.fails_with("prepare_model: expected model, got number", acc.prepare_model, acc, 42)
+    U.fails_with("prepare_optimizer: expected optimizer, got string", acc.prepare_optimizer, acc, "x")
+  end)
+
+  it("get_state_dict of an ao model loads into a plain model; the inf-norm clips MS-AMP's FP8 gradients", function()
+    local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.AORecipeKwargs { module_filter_func = function() return true end } } }
+    local m = acc:prepare(nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32)))
+    local fresh = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
+    fresh:load_state_dict(acc:get_state_dict(m))   -- strict: no fp8_state keys
+    local acc2 = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "msamp" } } }
+    local m2 = nn.Sequential(nn.Linear(16, 16))
+    local opt
+    m2, opt = acc2:prepare(m2, fp8.optim.AdamW(m2:parameters()))
+    acc2:backward(m2(fp8.randn(4, 16)):pow(2):sum())
+    local n = acc2:clip_grad_norm_(m2:parameters(), 1e-3, "inf")
+    assert.is_true(n > 0 and n < math.huge)
   end)
 end)

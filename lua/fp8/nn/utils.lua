@@ -58,7 +58,7 @@ function M.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, ...)
   else
     total = 0.0
     for _, g in ipairs(grads) do
-      local m = g:abs():max():item()
+      local m = (g:is_fp8() and g:dequantize() or g):abs():max():item()   -- MS-AMP's E4M3 weight gradients
       if m > total or m ~= m then total = m end
     end
   end
