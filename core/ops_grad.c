@@ -268,14 +268,54 @@ static fl_status reduce_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return st;
 }
 
+/* max / min / amax (max |x|): the gradient goes to the elements equal to the result, split evenly among ties
+ * (torch's rule for max() and amax; a NaN result takes the NaN elements), times sign(x) for amax. */
+static fl_status extreme_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *x = n->inputs[0], *r = n->saved[0];
+    int op = (int)n->iargs[0], dim = (int)n->iargs[1];
+    int64_t ks[FL_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) ks[i] = dim < 0 || i == dim ? 1 : x->shape[i];
+    fl_tensor *rk = NULL, *gk = NULL, *xa = NULL, *m = NULL, *rn = NULL, *xn = NULL, *t = NULL, *m2 = NULL, *cnt = NULL,
+              *q = NULL, *res = NULL, *s = NULL;
+    fl_status st = fl_tensor_reshape(&rk, r, x->ndim, ks);
+    if (st == FL_OK) st = fl_tensor_reshape(&gk, g, x->ndim, ks);
+    if (st == FL_OK) st = op == FL_OP_AMAX ? fl_unary_raw(&xa, FL_OP_ABS, x) : FL_OK;
+    if (st == FL_OK) st = fl_binary_raw(&m, FL_OP_EQ, xa ? xa : x, rk);
+    if (st == FL_OK) st = fl_binary_raw(&rn, FL_OP_NE, rk, rk);   /* the result is NaN ... */
+    if (st == FL_OK) st = fl_binary_raw(&xn, FL_OP_NE, x, x);     /* ... and these elements are */
+    if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, rn, xn);
+    if (st == FL_OK) st = fl_binary_raw(&m2, FL_OP_ADD, m, t);
+    if (st == FL_OK) st = fl_reduce_raw(&cnt, FL_OP_SUM, m2, dim < 0 ? FL_ALL_DIMS : dim, false);
+    if (st == FL_OK) { fl_tensor_release(t); t = NULL; st = fl_tensor_reshape(&t, cnt, x->ndim, ks); }
+    if (st == FL_OK) st = fl_binary_raw(&q, FL_OP_DIV, gk, t);
+    if (st == FL_OK) st = fl_binary_raw(&res, FL_OP_MUL, m2, q);
+    if (st == FL_OK && op == FL_OP_AMAX) {
+        st = fl_unary_raw(&s, FL_OP_SIGN, x);
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, res, s);
+    } else if (st == FL_OK) {
+        gin[0] = res;
+        res = NULL;
+    }
+    fl_tensor *all[] = { rk, gk, xa, m, rn, xn, t, m2, cnt, q, res, s };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
+    return st;
+}
+
 fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
     FL_TRY(fl_reduce_raw(out, op, a, dim, keepdim));
-    /* max/min/amax are used for statistics (scales, logging); they carry no history. */
-    if ((op != FL_OP_SUM && op != FL_OP_MEAN) || !fl_any_requires_grad(1, &a)) return FL_OK;
+    if (!fl_any_requires_grad(1, &a)) return FL_OK;
+    bool all = dim == FL_ALL_DIMS || a->ndim == 0;
     fl_node *n;
+    if (op == FL_OP_MAX || op == FL_OP_MIN || op == FL_OP_AMAX) {
+        FL_TRY(fl_autograd_record(out, &n, op == FL_OP_MAX ? "MaxBackward" : op == FL_OP_MIN ? "MinBackward" : "AmaxBackward",
+                                  extreme_bwd, 1, &a));
+        n->iargs[0] = op;
+        n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
+        return fl_node_save_detached(n, 0, *out);
+    }
+    if (op != FL_OP_SUM && op != FL_OP_MEAN) return FL_OK;
     FL_TRY(fl_autograd_record(out, &n, op == FL_OP_SUM ? "SumBackward" : "MeanBackward", reduce_bwd, 1, &a));
     n->iargs[0] = op;
-    bool all = dim == FL_ALL_DIMS || a->ndim == 0;
     n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
     n->iargs[2] = keepdim;
     return FL_OK;

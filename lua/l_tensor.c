@@ -150,10 +150,10 @@ static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int a
 /* 1-based (or negative from the end) dim → 0-based. */
 static int check_dim(lua_State *L, int arg, int ndim) {
     int64_t d = check_int(L, arg, "dim");
-    if (ndim == 0) luaL_error(L, "dim %d given, but the tensor is 0-d (it has no dimensions)", (int)d);
+    if (ndim == 0) luaL_error(L, "dim %I given, but the tensor is 0-d (it has no dimensions)", (lua_Integer)d);
     if (d >= 1 && d <= ndim) return (int)(d - 1);
     if (d < 0 && d >= -ndim) return (int)(ndim + d);
-    luaL_error(L, "dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)", (int)d, ndim, ndim, ndim);
+    luaL_error(L, "dim %I out of range for a %d-d tensor (valid: 1..%d or -%d..-1)", (lua_Integer)d, ndim, ndim, ndim);
     return 0;
 }
 
@@ -411,8 +411,11 @@ static int m_contiguous(lua_State *L) {
 static int m_narrow(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int d = check_dim(L, 2, t->ndim);
-    int64_t start = norm_index(L, (lua_Integer)check_int(L, 3, "start"), t, d);
+    lua_Integer s1 = (lua_Integer)check_int(L, 3, "start");
     int64_t len = check_int(L, 4, "length");
+    if (!lua_isnone(L, 5)) return luaL_error(L, "narrow: expected (dim, start, length), got %d arguments", lua_gettop(L) - 1);
+    /* an empty slice may start just past the end (torch's narrow(d, size, 0)): the last piece of a split */
+    int64_t start = len == 0 && s1 == (lua_Integer)t->shape[d] + 1 ? t->shape[d] : norm_index(L, s1, t, d);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_narrow(slot, t, d, start, len));
     return 1;
@@ -420,7 +423,9 @@ static int m_narrow(lua_State *L) {
 static int m_expand(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int ndim; int64_t shape[FL_MAX_DIMS];
-    parse_shape(L, 2, &ndim, shape, 0, "expand");
+    int next = parse_shape(L, 2, &ndim, shape, 0, "expand");
+    if (!lua_isnone(L, next))
+        return luaL_argerror(L, next, lua_pushfstring(L, "expected only sizes, got %s", luaL_typename(L, next)));
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_expand(slot, t, ndim, shape));
     return 1;
@@ -696,8 +701,16 @@ static int m_sigmoid(lua_State *L) { return unary(L, FL_OP_SIGMOID); }
 static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     *dim = lua_isnoneornil(L, 2) ? FL_ALL_DIMS : check_dim(L, 2, t->ndim);
+    /* keepdim: a boolean (0 is true in Lua, so a number would keep the dim silently) */
+    if (!lua_isnoneornil(L, 3) && !lua_isboolean(L, 3))
+        luaL_error(L, "keepdim must be a boolean, got %s", luaL_typename(L, 3));
     *keepdim = lua_toboolean(L, 3);
     return t;
+}
+
+/* A reduction method given more than (dim [, keepdim]) (checked before anything is pushed). */
+static void reduce_arity(lua_State *L) {
+    if (lua_gettop(L) > 3) luaL_error(L, "expected (dim [, keepdim]), got %d arguments", lua_gettop(L) - 1);
 }
 
 static int reduce(lua_State *L, fl_redop op) {
@@ -708,8 +721,8 @@ static int reduce(lua_State *L, fl_redop op) {
     FL_LCALL(L, fl_reduce(slot, op, t, dim, keepdim));
     return 1;
 }
-static int m_sum(lua_State *L) { return reduce(L, FL_OP_SUM); }
-static int m_mean(lua_State *L) { return reduce(L, FL_OP_MEAN); }
+static int m_sum(lua_State *L) { reduce_arity(L); return reduce(L, FL_OP_SUM); }
+static int m_mean(lua_State *L) { reduce_arity(L); return reduce(L, FL_OP_MEAN); }
 /* argmax([dim [, keepdim]]) / argmin: 0-based indices as fp32 (class labels compare with them directly);
  * without dim, the flat index over all elements. */
 static int argreduce(lua_State *L, bool want_min) {
@@ -720,10 +733,11 @@ static int argreduce(lua_State *L, bool want_min) {
     FL_LCALL(L, fl_argreduce(slot, t, dim, keepdim, want_min));
     return 1;
 }
-static int m_argmax(lua_State *L) { return argreduce(L, false); }
-static int m_argmin(lua_State *L) { return argreduce(L, true); }
+static int m_argmax(lua_State *L) { reduce_arity(L); return argreduce(L, false); }
+static int m_argmin(lua_State *L) { reduce_arity(L); return argreduce(L, true); }
 /* max(dim [, keepdim]) / min: the values and, as torch's, their 0-based indices; max() without dim: the value. */
 static int reduce_with_index(lua_State *L, fl_redop op) {
+    reduce_arity(L);
     lua_settop(L, 3);   /* the results go above the three arguments, so argreduce reads keepdim, not them */
     reduce(L, op);
     if (lua_isnoneornil(L, 2)) return 1;
@@ -741,6 +755,7 @@ static int m_amax(lua_State *L) {
         lua_pushnumber(L, st.amax);
         return 1;
     }
+    reduce_arity(L);
     return reduce(L, FL_OP_AMAX);
 }
 

@@ -188,6 +188,7 @@ function M.where(cond, a, b)
     if not SELECTABLE[d] then error(("where: %s tensors cannot be selected from; dequantize them first"):format(d), 2) end
   end
   local dt = (da and db) and (da == db and da or "fp32") or da or db or "fp32"
+  cond = cond:detach()   -- the condition takes no gradient (not even a zero one)
   local ok, r = pcall(function() return cond:_where(a) + cond:eq(0):_where(b) end)
   if not ok then error((tostring(r):gsub("^add: ", "where: "):gsub("^where: where: ", "where: ")), 2) end
   if r:dtype() ~= dt then r = r:to(dt) end
@@ -210,11 +211,16 @@ end
 
 -- t:clamp([min [, max]]) (also clamp{min=, max=}): torch's, as maximum(t, min) then minimum(., max), so
 -- min > max gives max everywhere; min/max are numbers or tensors (broadcast). The gradient passes where t is
--- within the bounds, bounds included (torch's rule; tensor bounds take it where t is past them). NaN stays NaN.
+-- within the bounds, bounds included (PyTorch 1.x's rule; docs/lua-api.md says where 2.15 differs; tensor bounds
+-- take it where t is past them). NaN stays NaN; a NaN tensor bound gives NaN there.
 -- At least one bound is needed.
-function Tensor.clamp(t, lo, hi)
+function Tensor.clamp(t, lo, hi, ...)
   check_self("clamp", t)
-  if type(lo) == "table" and not core.is_tensor(lo) and hi == nil then lo, hi = lo.min, lo.max end
+  if select("#", ...) > 0 then error("clamp: expected (min, max) or {min=, max=}", 2) end
+  if type(lo) == "table" and not core.is_tensor(lo) and hi == nil then
+    lo = require("fp8.opts").check("clamp", lo, { "min", "max" }, 2)
+    lo, hi = lo.min, lo.max
+  end
   for i, v in pairs { lo, hi } do   -- pairs: a nil min must not hide a bad max
     if type(v) ~= "number" and not core.is_tensor(v) then
       error(("clamp: %s must be a number, a tensor or nil, got %s"):format(i == 1 and "min" or "max", type(v)), 2)
@@ -224,12 +230,21 @@ function Tensor.clamp(t, lo, hi)
   local r = t
   -- numbers: maximum/minimum against a scalar already follow torch's gradient rule; tensors: a selection, so
   -- that t keeps the whole gradient where it equals a bound (maximum's tie rule would halve it there)
-  if lo ~= nil then r = core.is_tensor(lo) and M.where(r:lt(lo), lo, r) or r:maximum(lo) end
-  if hi ~= nil then r = core.is_tensor(hi) and M.where(r:gt(hi), hi, r) or r:minimum(hi) end
+  -- a NaN in a tensor bound is taken too (NaN in, NaN out, as torch's): selected where bound ~= bound
+  if lo ~= nil then r = core.is_tensor(lo) and M.where(r:lt(lo) + lo:ne(lo), lo, r) or r:maximum(lo) end
+  if hi ~= nil then r = core.is_tensor(hi) and M.where(r:gt(hi) + hi:ne(hi), hi, r) or r:minimum(hi) end
   return r
 end
-function Tensor.clamp_min(t, v) check_self("clamp_min", t); return Tensor.clamp(t, v, nil) end
-function Tensor.clamp_max(t, v) check_self("clamp_max", t); return Tensor.clamp(t, nil, v) end
+function Tensor.clamp_min(t, v, ...)
+  check_self("clamp_min", t)
+  if select("#", ...) > 0 then error("clamp_min: expected (min)", 2) end
+  return Tensor.clamp(t, v, nil)
+end
+function Tensor.clamp_max(t, v, ...)
+  check_self("clamp_max", t)
+  if select("#", ...) > 0 then error("clamp_max: expected (max)", 2) end
+  return Tensor.clamp(t, nil, v)
+end
 
 -- Conversions by torch's names: t:float() (fp32), t:bfloat16(), t:half() (fp16); FP8 tensors are
 -- dequantized with :dequantize() (their scale is part of the value), so :to refuses them with that advice.
