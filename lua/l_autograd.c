@@ -10,6 +10,7 @@
 /* t:requires_grad() -> bool; t:requires_grad(bool) -> t (so fp8.randn(3, 4):requires_grad(true) chains) */
 static int m_requires_grad(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    if (lua_gettop(L) > 2) return luaL_error(L, "requires_grad: takes ([flag]); got %d more arguments", lua_gettop(L) - 2);
     if (lua_isnone(L, 2)) { lua_pushboolean(L, t->requires_grad); return 1; }
     if (!lua_isboolean(L, 2))
         return luaL_argerror(L, 2, lua_pushfstring(L, "expected a boolean, got %s", luaL_typename(L, 2)));

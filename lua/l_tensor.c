@@ -147,6 +147,12 @@ static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int a
     return i;
 }
 
+/* A method called with more arguments than it takes would drop the rest silently (x:t(3), x:matmul(y, 3)). */
+static void max_args(lua_State *L, int n, const char *fname, const char *takes) {
+    if (lua_gettop(L) > n)
+        luaL_error(L, "%s: takes %s; got %d more argument%s", fname, takes, lua_gettop(L) - n, lua_gettop(L) - n == 1 ? "" : "s");
+}
+
 /* 1-based (or negative from the end) dim → 0-based. */
 static int check_dim(lua_State *L, int arg, int ndim) {
     int64_t d = check_int(L, arg, "dim");
@@ -384,14 +390,16 @@ static int m_view(lua_State *L) { return m_view_reshape(L, 0); }
 static int m_reshape(lua_State *L) { return m_view_reshape(L, 1); }
 
 static int m_transpose(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
+    max_args(L, 3, "transpose", "(dim0, dim1)");
     int d0 = check_dim(L, 2, t->ndim), d1 = check_dim(L, 3, t->ndim);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_transpose(slot, t, d0, d1));
     return 1;
 }
 static int m_t(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
+    max_args(L, 1, "t", "no arguments");
     if (t->ndim != 2) {
         lua_pushfstring(L, "t() expects a 2-D tensor, got %d-D shape ", t->ndim);
         fl_lpushshape(L, t->ndim, t->shape);
@@ -439,7 +447,8 @@ static int m_clone(lua_State *L) {
     return 1;
 }
 static int m_to(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
+    max_args(L, 2, "to", "(dtype or device)");
     int dev;
     if (lua_type(L, 2) == LUA_TSTRING && fl_device_from_name(lua_tostring(L, 2), &dev)) {
         fl_tensor **slot = fl_lnewbox(L);
@@ -476,7 +485,8 @@ static int m_cpu(lua_State *L) {
 }
 /* t:move_(device): the data (and .grad) of t itself moves; returns t. */
 static int m_move_(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
+    max_args(L, 2, "move_", "(device)");
     int dev = fl_lcheckdevice(L, 2, "move_");
     FL_LCALL(L, fl_tensor_move_(t, dev));
     lua_settop(L, 1);
@@ -506,7 +516,8 @@ static void read_index_table(lua_State *L, int arg, const fl_tensor *t, int64_t 
 static void push_number_or_int(lua_State *L, double v) { lua_pushnumber(L, v); }
 
 static int m_get(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
+    max_args(L, 2, "get", "({i, j, ...})");
     int64_t idx[FL_MAX_DIMS];
     read_index_table(L, 2, t, idx, "get");
     double v;
@@ -683,7 +694,10 @@ static int m_gt(lua_State *L) { return arith(L, FL_OP_GT); }
 static int m_ge(lua_State *L) { return arith(L, FL_OP_GE); }
 
 static int unary(lua_State *L, fl_unop op) {
+    /* no arguments; Lua calls __unm (neg) with the operand twice */
     fl_tensor *t = fl_lchecktensor(L, 1);
+    if (lua_gettop(L) > 1 && !(lua_gettop(L) == 2 && lua_rawequal(L, 1, 2)))
+        luaL_error(L, "%s: takes no arguments; got %d", fl_unop_names[op], lua_gettop(L) - 1);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_unary(slot, op, t));
     return 1;
@@ -761,6 +775,7 @@ static int m_amax(lua_State *L) {
 
 static int l_matmul(lua_State *L) {
     fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    max_args(L, 2, "matmul", "(a, b)");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_matmul(slot, a, b));
     return 1;
@@ -768,6 +783,7 @@ static int l_matmul(lua_State *L) {
 
 /* fp8.cat(list [, dim=1]): the tensors joined along dim (1-based, negative from the end). */
 static int l_cat(lua_State *L) {
+    max_args(L, 2, "cat", "(list [, dim])");
     lua_settop(L, 2);   /* the list's owner goes above the arguments */
     int n = 0;
     fl_tensor **ts = fl_lchecktensorlist(L, 1, "cat", &n);   /* pushes the array's owner */

@@ -619,6 +619,17 @@ describe("tensor API against torch, from a review", function()
     U.fails_with("clamp: unknown option 'maxx' (did you mean 'max'?)", m.clamp, m, { min = 2, maxx = 1 })
     U.fails_with("dim 4294967297 out of range", m.sum, m, 2 ^ 32 + 1)
     assert.are.equal("[3, 0]", fp8.arange(12):view(3, 4):narrow(2, 5, 0):shape_str())
+    for _, c in ipairs { { m.abs, "abs: takes no arguments", { 5 } }, { m.t, "t: takes no arguments; got 1 more argument", { 3 } },
+                         { m.matmul, "matmul: takes (a, b); got 1 more argument", { m, 3 } },
+                         { m.to, "to: takes (dtype or device); got 1 more argument", { "bf16", 5 } },
+                         { m.transpose, "transpose: takes (dim0, dim1)", { 1, 2, 3 } },
+                         { m.get, "get: takes ({i, j, ...})", { { 1, 1 }, 5 } },
+                         { m.move_, "move_: takes (device)", { "cpu", 3 } },
+                         { m.requires_grad, "requires_grad: takes ([flag])", { true, 5 } } } do
+      U.fails_with(c[2], c[1], m, table.unpack(c[3]))
+    end
+    U.fails_with("cat: takes (list [, dim])", fp8.cat, { m, m }, 1, 99)
+    assert.are.same({ { -1, -2 }, { -3, -4 } }, (-m):totable())   -- __unm gets the operand twice
     local r = fp8.tensor { 1, 2, 3 }:clamp(fp8.tensor { 0 / 0, 0, 0 }, 2):totable()
     assert.is_true(r[1] ~= r[1] and r[2] == 2 and r[3] == 2)
     local cond, a = fp8.tensor { 1, 0 }:requires_grad(true), fp8.ones(2):requires_grad(true)
