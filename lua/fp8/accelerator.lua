@@ -543,12 +543,9 @@ function Accelerator:prepare_data_loader(d, ...)
     if self.num_processes > 1 then
       -- every process shards the same order: a seed (or length, batch size) that differs per process would repeat
       -- some samples and drop others (Accelerate synchronises its samplers' RNG; here the loaders must agree)
-      local mine = { ("items=%d batch_size=%d shuffle=%s seed=%d drop_last=%s"):format(d.n, d.batch_size,
-        tostring(d.shuffle), d.seed, tostring(d.drop_last)) }
-      local diff = dist._rank0_difference(self.process_index, mine)
-      local msg = dist._first_error(self.num_processes, self.process_index,
-        diff and ("prepare: the data loader differs across processes (each shards the same order): " .. diff))
-      if msg then error(msg, 0) end
+      dist._require_same(self, { ("items=%d batch_size=%d shuffle=%s seed=%d drop_last=%s"):format(d.n, d.batch_size,
+        tostring(d.shuffle), d.seed, tostring(d.drop_last)) },
+        "prepare: the data loader differs across processes (each shards the same order)")
       d = dist.shard(self, d, self.even_batches)
     end
     self:_remember(d)   -- its position goes into save_state

@@ -58,11 +58,7 @@ end
 -- error on every rank naming the first difference), then takes rank 0's values.
 function M.agree(acc, model)
   local dist = require "fp8.distributed"
-  local diff = dist._rank0_difference(acc.process_index, describe(model, acc._ddp_opts))
-  -- the lowest rank with a difference tells everyone
-  local msg = dist._first_error(acc.num_processes, acc.process_index,
-    diff and ("prepare: the model differs across processes: " .. diff))
-  if msg then error(msg, 0) end
+  dist._require_same(acc, describe(model, acc._ddp_opts), "prepare: the model differs across processes")
   for _, t in ipairs(model:parameters()) do D.broadcast(t, 0) end
   for _, t in ipairs(model:buffers()) do D.broadcast(t, 0) end
 end

@@ -156,6 +156,14 @@ function M._rank0_difference(rank, lines)
   end
 end
 
+-- _require_same(acc, lines, what): raises on every process, naming the first difference ("<what>: rank R has X where
+-- rank 0 has Y"), unless every process has rank 0's lines. A collective.
+function M._require_same(acc, lines, what)
+  local diff = M._rank0_difference(acc.process_index, lines)
+  local msg = M._first_error(acc.num_processes, acc.process_index, diff and (what .. ": " .. diff))
+  if msg then error(msg, 0) end
+end
+
 -- Before a collective: every process has what rank 0 has (the same fields, and with `shapes` the same dtypes and
 -- shapes), else one error on every process, the lowest rank's reason, so none waits for the others in a collective
 -- another has left (a reduce of mismatched buffers would add unrelated elements or fail on one process only).
