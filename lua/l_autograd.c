@@ -10,7 +10,7 @@
 /* t:requires_grad() -> bool; t:requires_grad(bool) -> t (so fp8.randn(3, 4):requires_grad(true) chains) */
 static int m_requires_grad(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    if (lua_gettop(L) > 2) return luaL_error(L, "requires_grad: takes ([flag]); got %d more arguments", lua_gettop(L) - 2);
+    fl_lmaxargs(L, 2, "requires_grad", "([flag])");
     if (lua_isnone(L, 2)) { lua_pushboolean(L, t->requires_grad); return 1; }
     if (!lua_isboolean(L, 2))
         return luaL_argerror(L, 2, lua_pushfstring(L, "expected a boolean, got %s", luaL_typename(L, 2)));
@@ -19,29 +19,37 @@ static int m_requires_grad(lua_State *L) {
     return 1;
 }
 
-static int m_is_leaf(lua_State *L) { lua_pushboolean(L, fl_lchecktensor(L, 1)->grad_fn == NULL); return 1; }
+/* A method of no arguments: the tensor at 1 (a released one is named first), nothing after it. */
+static fl_tensor *check_noargs(lua_State *L, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 1, fname, "no arguments");
+    return t;
+}
+
+static int m_is_leaf(lua_State *L) { lua_pushboolean(L, check_noargs(L, "is_leaf")->grad_fn == NULL); return 1; }
 
 static int m_grad_fn(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "grad_fn");
     if (t->grad_fn) lua_pushstring(L, t->grad_fn->name); else lua_pushnil(L);
     return 1;
 }
 
 static int m_detach(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "detach");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_detach(slot, t));
     return 1;
 }
 
 static int m_zero_grad(lua_State *L) {
-    fl_tensor_zero_grad(fl_lchecktensor(L, 1));
+    fl_tensor_zero_grad(check_noargs(L, "zero_grad"));
     return 0;
 }
 
 /* t:backward([grad][, {retain_graph=bool}]) — grad may be omitted for a one-element t. */
 static int m_backward(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "backward", "([gradient] [, {retain_graph=}])");
     fl_tensor *g = NULL;
     int opts = 0;
     if (!lua_isnoneornil(L, 2)) {
@@ -122,8 +130,9 @@ static int with_grad_mode(lua_State *L, bool on, const char *fname) {
 }
 static int l_no_grad(lua_State *L) { return with_grad_mode(L, false, "no_grad"); }
 static int l_enable_grad(lua_State *L) { return with_grad_mode(L, true, "enable_grad"); }
-static int l_is_grad_enabled(lua_State *L) { lua_pushboolean(L, fl_grad_enabled()); return 1; }
+static int l_is_grad_enabled(lua_State *L) { fl_lmaxargs(L, 0, "is_grad_enabled", "no arguments"); lua_pushboolean(L, fl_grad_enabled()); return 1; }
 static int l_set_grad_enabled(lua_State *L) {
+    fl_lmaxargs(L, 1, "set_grad_enabled", "(flag)");
     if (!lua_isboolean(L, 1)) return luaL_argerror(L, 1, lua_pushfstring(L, "expected a boolean, got %s", luaL_typename(L, 1)));
     lua_pushboolean(L, fl_set_grad_enabled(lua_toboolean(L, 1)));   /* the previous mode */
     return 1;
@@ -133,12 +142,14 @@ static const char *const autocast_names[] = { "fp32", "bf16", "fp16", NULL };
 static const fl_dtype autocast_dts[] = { FL_F32, FL_BF16, FL_F16 };
 
 static int l_autocast_dtype(lua_State *L) {
+    fl_lmaxargs(L, 0, "autocast_dtype", "no arguments");
     fl_dtype dt = fl_autocast_dtype();
     lua_pushstring(L, fl_format(dt)->name);
     return 1;
 }
 /* set_autocast_dtype("fp32"|"bf16"|"fp16") -> previous name */
 static int l_set_autocast_dtype(lua_State *L) {
+    fl_lmaxargs(L, 1, "set_autocast_dtype", "(dtype)");
     const char *name = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
     if (!name) return luaL_argerror(L, 1, lua_pushfstring(L, "expected a dtype name (fp32, bf16, fp16), got %s", luaL_typename(L, 1)));
     fl_dtype dt;

@@ -72,6 +72,7 @@ static const char *header_string(lua_State *L, int idx, const char *what) {
 
 /* save_file({name = tensor, ...}, path [, {key = "value"}]) */
 static int l_save_file(lua_State *L) {
+    fl_lmaxargs(L, 3, "save_file", "({name = tensor}, path [, metadata])");
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *path = luaL_checkstring(L, 2);
     if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
@@ -199,12 +200,15 @@ static int push_sorted_keys(lua_State *L, const fl_st_file *f) {
 
 /* so:keys() → sorted tensor names (FP8 companions folded into their tensor). */
 static int so_keys(lua_State *L) {
-    push_sorted_keys(L, check_open(L, 1));
+    fl_st_file *f = check_open(L, 1);
+    fl_lmaxargs(L, 1, "keys", "no arguments");
+    push_sorted_keys(L, f);
     return 1;
 }
 
 static int so_metadata(lua_State *L) {
     fl_st_file *f = check_open(L, 1);
+    fl_lmaxargs(L, 1, "metadata", "no arguments");
     lua_createtable(L, 0, f->n_meta);
     for (int i = 0; i < f->n_meta; i++) { lua_pushstring(L, f->meta_vals[i]); lua_setfield(L, -2, f->meta_keys[i]); }
     return 1;
@@ -328,6 +332,7 @@ static safe_open_box *open_box(lua_State *L, const char *path) {
 /* safe_open(path [, {device=}]) → an open file: :keys(), :metadata(), :get_tensor(name [, {device=}]), :close().
  * The file's device is get_tensor's default (HF's safe_open(path, device=...)); checked now, as load_file's. */
 static int l_safe_open(lua_State *L) {
+    fl_lmaxargs(L, 2, "safe_open", "(path [, {device=}])");
     const char *path = luaL_checkstring(L, 1);
     int dev = parse_device(L, 2, "safe_open");
     if (dev != FL_DEV_CPU && !fl_device_get(dev)) return luaL_error(L, "safe_open: device %s is not available", fl_device_name(dev));
@@ -338,6 +343,7 @@ static int l_safe_open(lua_State *L) {
 
 static int so_get_tensor(lua_State *L) {
     fl_st_file *f = check_open(L, 1);
+    fl_lmaxargs(L, 3, "get_tensor", "(name [, {device=}])");
     const char *name = luaL_checkstring(L, 2);
     int dev = lua_isnoneornil(L, 3) ? ((safe_open_box *)lua_touserdata(L, 1))->device : parse_device(L, 3, "get_tensor");
     push_tensor(L, f, name, dev, "get_tensor");
@@ -353,6 +359,7 @@ static int so_tostring(lua_State *L) {
 
 /* load_file(path [, {device=}]) → {name = tensor}. */
 static int l_load_file(lua_State *L) {
+    fl_lmaxargs(L, 2, "load_file", "(path [, {device=}])");
     const char *path = luaL_checkstring(L, 1);
     int dev = parse_device(L, 2, "load_file");
     safe_open_box *b = open_box(L, path);

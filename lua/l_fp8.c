@@ -21,6 +21,7 @@ static float f32_round_odd(double x) {
 
 /* encode(x, fmt [, saturate]) -> byte. init.lua turns {saturate=bool} into the boolean. */
 static int l_encode(lua_State *L) {
+    fl_lmaxargs(L, 3, "encode", "(x, format [, saturate])");
     double x = luaL_checknumber(L, 1);
     fl_dtype fmt = fl_lcheckfp8(L, 2);
     int saturate = lua_isnoneornil(L, 3) ? 1 : lua_toboolean(L, 3);
@@ -30,6 +31,7 @@ static int l_encode(lua_State *L) {
 }
 
 static int l_decode(lua_State *L) {
+    fl_lmaxargs(L, 2, "decode", "(byte, format)");
     int isint = 0;
     lua_Integer b = lua_tointegerx(L, 1, &isint);
     if (!isint) {
@@ -48,6 +50,7 @@ static int l_decode(lua_State *L) {
 
 /* Whether a byte is one of the format's NaN codes (explain.lua uses it). */
 static int l_is_nan_code(lua_State *L) {
+    fl_lmaxargs(L, 2, "is_nan_code", "(byte, format)");
     lua_Integer b = luaL_checkinteger(L, 1);
     luaL_argcheck(L, b >= 0 && b <= 255, 1, "byte must be in 0..255");
     fl_dtype fmt = fl_lcheckfp8(L, 2);
@@ -60,6 +63,7 @@ static void set_int(lua_State *L, const char *k, lua_Integer v) { lua_pushintege
 
 /* format(name) -> table of traits. */
 static int l_format(lua_State *L) {
+    fl_lmaxargs(L, 1, "format", "(name)");
     fl_dtype dt = fl_lcheckdtype(L, 1);
     const fl_format_traits *f = fl_format(dt);
     lua_createtable(L, 0, 16);
@@ -82,6 +86,7 @@ static int l_format(lua_State *L) {
 
 /* dtype_names() -> {"fp32", "bf16", ...} in enum order. */
 static int l_dtype_names(lua_State *L) {
+    fl_lmaxargs(L, 0, "dtype_names", "no arguments");
     lua_createtable(L, FL_DTYPE_COUNT, 0);
     for (int i = 0; i < FL_DTYPE_COUNT; i++) {
         lua_pushstring(L, fl_format((fl_dtype)i)->name);
@@ -91,6 +96,7 @@ static int l_dtype_names(lua_State *L) {
 }
 
 static int l_manual_seed(lua_State *L) {
+    fl_lmaxargs(L, 1, "manual_seed", "(seed)");
     int isint = 0;
     lua_Integer s = lua_tointegerx(L, 1, &isint);
     if (!isint) return luaL_argerror(L, 1, lua_pushfstring(L, "expected an integer seed, got %s",

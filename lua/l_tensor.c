@@ -147,11 +147,6 @@ static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int a
     return i;
 }
 
-/* A method called with more arguments than it takes would drop the rest silently (x:t(3), x:matmul(y, 3)). */
-static void max_args(lua_State *L, int n, const char *fname, const char *takes) {
-    if (lua_gettop(L) > n)
-        luaL_error(L, "%s: takes %s; got %d more argument%s", fname, takes, lua_gettop(L) - n, lua_gettop(L) - n == 1 ? "" : "s");
-}
 
 /* 1-based (or negative from the end) dim → 0-based. */
 static int check_dim(lua_State *L, int arg, int ndim) {
@@ -181,6 +176,7 @@ static int l_factory(lua_State *L, fill_kind fill, const char *fname) {
     gc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
+    fl_lmaxargs(L, next, fname, "(shape [, dtype | {dtype=, device=}])");
     int dev;
     fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, fname, &dev);
     reject_fp8_dtype(L, dt, fname);
@@ -199,6 +195,7 @@ static int l_full(lua_State *L) {
     if (lua_type(L, 1) != LUA_TTABLE)
         return luaL_argerror(L, 1, lua_pushfstring(L, "expected a shape table like {2, 3}, got %s", luaL_typename(L, 1)));
     parse_shape(L, 1, &ndim, shape, 0, "full");
+    fl_lmaxargs(L, 3, "full", "(shape, value [, dtype | {dtype=, device=}])");
     double v = luaL_checknumber(L, 2);
     int dev;
     fl_dtype dt = opt_dtype_at_dev(L, 3, FL_F32, "full", &dev);
@@ -216,6 +213,7 @@ static int l_arange(lua_State *L) {
     if (n == 1) b = lua_tonumber(L, 1);
     else { a = lua_tonumber(L, 1); b = lua_tonumber(L, 2); if (n == 3) step = lua_tonumber(L, 3); }
     if (step == 0) return luaL_error(L, "arange: step must be nonzero");
+    fl_lmaxargs(L, n + 1, "arange", "(n) or (start, end [, step]), then [dtype | {dtype=, device=}]");
     int dev;
     fl_dtype dt = opt_dtype_at_dev(L, n + 1, FL_F32, "arange", &dev);
     reject_fp8_dtype(L, dt, "arange");
@@ -229,6 +227,7 @@ static int l_random(lua_State *L, int normal, const char *fname) {
     gc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
+    fl_lmaxargs(L, next, fname, "(shape [, dtype | {dtype=, device=}])");
     int dev;
     fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, fname, &dev);
     reject_fp8_dtype(L, dt, fname);
@@ -291,6 +290,7 @@ static void fill_nested(lua_State *L, int depth, int ndim, const int64_t *shape,
 
 static int l_tensor_new(lua_State *L) {
     fl_tensor *src = fl_ltotensor(L, 1);
+    fl_lmaxargs(L, 2, "tensor", "(data [, dtype | {dtype=}])");
     fl_dtype dt = opt_dtype_at(L, 2, src ? src->dtype : FL_F32, "tensor");
     if (src) {  /* copy of an existing tensor */
         reject_fp8_dtype(L, dt, "tensor");
@@ -320,6 +320,7 @@ static int l_tensor_new(lua_State *L) {
 }
 
 static int l_is_tensor(lua_State *L) {
+    fl_lmaxargs(L, 1, "is_tensor", "(value)");
     lua_pushboolean(L, luaL_testudata(L, 1, FL_TENSOR_MT) != NULL);
     return 1;
 }
@@ -328,29 +329,38 @@ static int l_is_tensor(lua_State *L) {
 
 static int m_shape(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 1, "shape", "no arguments");
     lua_createtable(L, t->ndim, 0);
     for (int i = 0; i < t->ndim; i++) { lua_pushinteger(L, t->shape[i]); lua_rawseti(L, -2, i + 1); }
     return 1;
 }
 static int m_stride(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 1, "stride", "no arguments");
     lua_createtable(L, t->ndim, 0);
     for (int i = 0; i < t->ndim; i++) { lua_pushinteger(L, t->stride[i]); lua_rawseti(L, -2, i + 1); }
     return 1;
 }
 static int m_size(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    if (lua_isnoneornil(L, 2)) return m_shape(L);
+    fl_lmaxargs(L, 2, "size", "([dim])");
+    if (lua_isnoneornil(L, 2)) { lua_settop(L, 1); return m_shape(L); }
     lua_pushinteger(L, t->shape[check_dim(L, 2, t->ndim)]);
     return 1;
 }
-static int m_dim(lua_State *L) { lua_pushinteger(L, fl_lchecktensor(L, 1)->ndim); return 1; }
-static int m_numel(lua_State *L) { lua_pushinteger(L, fl_tensor_numel(fl_lchecktensor(L, 1))); return 1; }
-static int m_dtype(lua_State *L) { lua_pushstring(L, fl_format(fl_lchecktensor(L, 1)->dtype)->name); return 1; }
-static int m_device(lua_State *L) { lua_pushstring(L, fl_device_name(fl_lchecktensor(L, 1)->device)); return 1; }
-static int m_is_contiguous(lua_State *L) { lua_pushboolean(L, fl_tensor_is_contiguous(fl_lchecktensor(L, 1))); return 1; }
-static int m_is_fp8(lua_State *L) { lua_pushboolean(L, fl_format(fl_lchecktensor(L, 1)->dtype)->is_fp8); return 1; }
-static int m_shape_str(lua_State *L) { fl_tensor *t = fl_lchecktensor(L, 1); fl_lpushshape(L, t->ndim, t->shape); return 1; }
+/* A method of no arguments: the tensor at 1 (a released one is named first), nothing after it. */
+static fl_tensor *check_noargs(lua_State *L, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 1, fname, "no arguments");
+    return t;
+}
+static int m_dim(lua_State *L) { lua_pushinteger(L, check_noargs(L, "dim")->ndim); return 1; }
+static int m_numel(lua_State *L) { lua_pushinteger(L, fl_tensor_numel(check_noargs(L, "numel"))); return 1; }
+static int m_dtype(lua_State *L) { lua_pushstring(L, fl_format(check_noargs(L, "dtype")->dtype)->name); return 1; }
+static int m_device(lua_State *L) { lua_pushstring(L, fl_device_name(check_noargs(L, "device")->device)); return 1; }
+static int m_is_contiguous(lua_State *L) { lua_pushboolean(L, fl_tensor_is_contiguous(check_noargs(L, "is_contiguous"))); return 1; }
+static int m_is_fp8(lua_State *L) { lua_pushboolean(L, fl_format(check_noargs(L, "is_fp8")->dtype)->is_fp8); return 1; }
+static int m_shape_str(lua_State *L) { fl_tensor *t = check_noargs(L, "shape_str"); fl_lpushshape(L, t->ndim, t->shape); return 1; }
 
 static int m_len(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -368,6 +378,7 @@ static int m_free(lua_State *L) {
 }
 static int m_is_released(lua_State *L) {
     fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, 1, FL_TENSOR_MT);
+    fl_lmaxargs(L, 1, "is_released", "no arguments");
     lua_pushboolean(L, *slot == NULL);
     return 1;
 }
@@ -391,7 +402,7 @@ static int m_reshape(lua_State *L) { return m_view_reshape(L, 1); }
 
 static int m_transpose(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
-    max_args(L, 3, "transpose", "(dim0, dim1)");
+    fl_lmaxargs(L, 3, "transpose", "(dim0, dim1)");
     int d0 = check_dim(L, 2, t->ndim), d1 = check_dim(L, 3, t->ndim);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_transpose(slot, t, d0, d1));
@@ -399,7 +410,7 @@ static int m_transpose(lua_State *L) {
 }
 static int m_t(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
-    max_args(L, 1, "t", "no arguments");
+    fl_lmaxargs(L, 1, "t", "no arguments");
     if (t->ndim != 2) {
         lua_pushfstring(L, "t() expects a 2-D tensor, got %d-D shape ", t->ndim);
         fl_lpushshape(L, t->ndim, t->shape);
@@ -411,7 +422,7 @@ static int m_t(lua_State *L) {
     return 1;
 }
 static int m_contiguous(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "contiguous");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_contiguous(slot, t));
     return 1;
@@ -439,7 +450,7 @@ static int m_expand(lua_State *L) {
     return 1;
 }
 static int m_clone(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "clone");
     if (fl_format(t->dtype)->is_fp8)
         return luaL_error(L, "clone() of an FP8 tensor is not supported; dequantize() and quantize again");
     fl_tensor **slot = fl_lnewbox(L);
@@ -448,7 +459,7 @@ static int m_clone(lua_State *L) {
 }
 static int m_to(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
-    max_args(L, 2, "to", "(dtype or device)");
+    fl_lmaxargs(L, 2, "to", "(dtype or device)");
     int dev;
     if (lua_type(L, 2) == LUA_TSTRING && fl_device_from_name(lua_tostring(L, 2), &dev)) {
         fl_tensor **slot = fl_lnewbox(L);
@@ -472,13 +483,13 @@ static int m_to(lua_State *L) {
 }
 
 static int m_cuda(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "cuda");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_to_device(slot, t, FL_DEV_CUDA));
     return 1;
 }
 static int m_cpu(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "cpu");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_to_device(slot, t, FL_DEV_CPU));
     return 1;
@@ -486,7 +497,7 @@ static int m_cpu(lua_State *L) {
 /* t:move_(device): the data (and .grad) of t itself moves; returns t. */
 static int m_move_(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
-    max_args(L, 2, "move_", "(device)");
+    fl_lmaxargs(L, 2, "move_", "(device)");
     int dev = fl_lcheckdevice(L, 2, "move_");
     FL_LCALL(L, fl_tensor_move_(t, dev));
     lua_settop(L, 1);
@@ -517,7 +528,7 @@ static void push_number_or_int(lua_State *L, double v) { lua_pushnumber(L, v); }
 
 static int m_get(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
-    max_args(L, 2, "get", "({i, j, ...})");
+    fl_lmaxargs(L, 2, "get", "({i, j, ...})");
     int64_t idx[FL_MAX_DIMS];
     read_index_table(L, 2, t, idx, "get");
     double v;
@@ -527,6 +538,7 @@ static int m_get(lua_State *L) {
 }
 static int m_set(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "set", "({i, j, ...}, value)");
     int64_t idx[FL_MAX_DIMS];
     read_index_table(L, 2, t, idx, "set");
     double v = luaL_checknumber(L, 3);
@@ -536,7 +548,7 @@ static int m_set(lua_State *L) {
 }
 
 static int m_item(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "item");
     if (fl_tensor_numel(t) != 1) {
         lua_pushstring(L, "item() needs a tensor with exactly one element, got shape ");
         fl_lpushshape(L, t->ndim, t->shape);
@@ -614,7 +626,7 @@ static void push_nested(lua_State *L, const fl_tensor *t, int d, const float **p
 }
 
 static int m_totable(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_tensor *t = check_noargs(L, "totable");
     int64_t n;
     const float *p = read_all(L, t, &n);
     push_nested(L, t, 0, &p);
@@ -626,6 +638,7 @@ static int m_totable(lua_State *L) {
  * result is the kept size per dim. */
 static int m_values(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, "_values", "([edge])");
     lua_Integer edge = fl_loptint(L, 2, "_values", "edge", 0, (lua_Integer)1 << 30, 0);
     int64_t n = fl_tensor_numel(t);
     if (edge <= 0) {
@@ -666,6 +679,7 @@ static int arith(lua_State *L, fl_binop op) {
         if (!s && lua_type(L, i) != LUA_TNUMBER)
             return luaL_error(L, "%s: expected a tensor or a number as operand %d, got %s", opname, i, luaL_typename(L, i));
     }
+    fl_lmaxargs(L, 2, opname, "(a, b): two operands");   /* metamethods get exactly two */
     if (!a && !b)   /* x.sub(1, 2): a method called with no tensor at all */
         return luaL_error(L, "%s: expected a tensor as operand 1 or 2, got %s and %s", opname,
                           luaL_typename(L, 1), luaL_typename(L, 2));
@@ -723,8 +737,8 @@ static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim) {
 }
 
 /* A reduction method given more than (dim [, keepdim]) (checked before anything is pushed). */
-static void reduce_arity(lua_State *L) {
-    if (lua_gettop(L) > 3) luaL_error(L, "expected (dim [, keepdim]), got %d arguments", lua_gettop(L) - 1);
+static void reduce_arity(lua_State *L, const char *fname) {
+    if (lua_gettop(L) > 3) luaL_error(L, "%s: expected (dim [, keepdim]), got %d arguments", fname, lua_gettop(L) - 1);
 }
 
 static int reduce(lua_State *L, fl_redop op) {
@@ -735,8 +749,8 @@ static int reduce(lua_State *L, fl_redop op) {
     FL_LCALL(L, fl_reduce(slot, op, t, dim, keepdim));
     return 1;
 }
-static int m_sum(lua_State *L) { reduce_arity(L); return reduce(L, FL_OP_SUM); }
-static int m_mean(lua_State *L) { reduce_arity(L); return reduce(L, FL_OP_MEAN); }
+static int m_sum(lua_State *L) { reduce_arity(L, "sum"); return reduce(L, FL_OP_SUM); }
+static int m_mean(lua_State *L) { reduce_arity(L, "mean"); return reduce(L, FL_OP_MEAN); }
 /* argmax([dim [, keepdim]]) / argmin: 0-based indices as fp32 (class labels compare with them directly);
  * without dim, the flat index over all elements. */
 static int argreduce(lua_State *L, bool want_min) {
@@ -747,11 +761,11 @@ static int argreduce(lua_State *L, bool want_min) {
     FL_LCALL(L, fl_argreduce(slot, t, dim, keepdim, want_min));
     return 1;
 }
-static int m_argmax(lua_State *L) { reduce_arity(L); return argreduce(L, false); }
-static int m_argmin(lua_State *L) { reduce_arity(L); return argreduce(L, true); }
+static int m_argmax(lua_State *L) { reduce_arity(L, "argmax"); return argreduce(L, false); }
+static int m_argmin(lua_State *L) { reduce_arity(L, "argmin"); return argreduce(L, true); }
 /* max(dim [, keepdim]) / min: the values and, as torch's, their 0-based indices; max() without dim: the value. */
 static int reduce_with_index(lua_State *L, fl_redop op) {
-    reduce_arity(L);
+    reduce_arity(L, op == FL_OP_MAX ? "max" : "min");
     lua_settop(L, 3);   /* the results go above the three arguments, so argreduce reads keepdim, not them */
     reduce(L, op);
     if (lua_isnoneornil(L, 2)) return 1;
@@ -764,18 +778,19 @@ static int m_min(lua_State *L) { return reduce_with_index(L, FL_OP_MIN); }
 static int m_amax(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     if (fl_format(t->dtype)->is_fp8) {
+        fl_lmaxargs(L, 1, "amax", "no arguments for an FP8 tensor (the amax its cast saw)");
         fl_cast_stats st;
         fl_lcheck(L, fl_tensor_qstats(t, &st));
         lua_pushnumber(L, st.amax);
         return 1;
     }
-    reduce_arity(L);
+    reduce_arity(L, "amax");
     return reduce(L, FL_OP_AMAX);
 }
 
 static int l_matmul(lua_State *L) {
     fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
-    max_args(L, 2, "matmul", "(a, b)");
+    fl_lmaxargs(L, 2, "matmul", "(a, b)");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_matmul(slot, a, b));
     return 1;
@@ -783,7 +798,7 @@ static int l_matmul(lua_State *L) {
 
 /* fp8.cat(list [, dim=1]): the tensors joined along dim (1-based, negative from the end). */
 static int l_cat(lua_State *L) {
-    max_args(L, 2, "cat", "(list [, dim])");
+    fl_lmaxargs(L, 2, "cat", "(list [, dim])");
     lua_settop(L, 2);   /* the list's owner goes above the arguments */
     int n = 0;
     fl_tensor **ts = fl_lchecktensorlist(L, 1, "cat", &n);   /* pushes the array's owner */
@@ -820,6 +835,7 @@ static float opt_positive(lua_State *L, int opts, const char *key) {
 
 static int m_quantize(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "quantize", "(format [, {scale=, amax=, margin=, axis=, saturate=}])");
     fl_dtype fmt = fl_lcheckfp8(L, 2);
     fl_quant_opts o;
     fl_quant_opts_default(&o);
@@ -854,6 +870,7 @@ static fl_tensor *check_fp8(lua_State *L, int arg, const char *fname) {
 
 static int m_dequantize(lua_State *L) {
     fl_tensor *t = check_fp8(L, 1, "dequantize");
+    fl_lmaxargs(L, 2, "dequantize", "([dtype])");
     fl_dtype dt = lua_isnoneornil(L, 2) ? FL_F32 : fl_lcheckdtype(L, 2);
     if (fl_format(dt)->is_fp8) return luaL_error(L, "dequantize: target dtype must be fp32, bf16 or fp16, got %s", fl_format(dt)->name);
     fl_tensor **slot = fl_lnewbox(L);
@@ -864,6 +881,7 @@ static int m_dequantize(lua_State *L) {
 /* scale()/scale_inv(): a number per-tensor, an fp32 tensor (a copy) per-axis. */
 static int push_scale(lua_State *L, int inverse) {
     fl_tensor *t = check_fp8(L, 1, inverse ? "scale_inv" : "scale");
+    fl_lmaxargs(L, 1, inverse ? "scale_inv" : "scale", "no arguments");
     if (t->scale_axis < 0) {
         double si = 0;
         int64_t z = 0;
@@ -880,12 +898,14 @@ static int m_scale(lua_State *L) { return push_scale(L, 0); }
 static int m_scale_inv(lua_State *L) { return push_scale(L, 1); }
 static int m_scale_axis(lua_State *L) {
     fl_tensor *t = check_fp8(L, 1, "scale_axis");
+    fl_lmaxargs(L, 1, "scale_axis", "no arguments");
     if (t->scale_axis < 0) lua_pushnil(L); else lua_pushinteger(L, t->scale_axis + 1);
     return 1;
 }
 
 static int m_bytes(lua_State *L) {
     fl_tensor *t = check_fp8(L, 1, "bytes");
+    fl_lmaxargs(L, 1, "bytes", "no arguments");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_contiguous(slot, t));
     fl_tensor *c = *slot;
@@ -900,7 +920,9 @@ static int m_bytes(lua_State *L) {
 /* The cast statistics of the FP8 tensor at arg 1 (waiting for the device if they are still pending). */
 static fl_cast_stats qstats_of(lua_State *L, const char *what) {
     fl_cast_stats st;
-    fl_lcheck(L, fl_tensor_qstats(check_fp8(L, 1, what), &st));
+    fl_tensor *t = check_fp8(L, 1, what);
+    fl_lmaxargs(L, 1, what, "no arguments");
+    fl_lcheck(L, fl_tensor_qstats(t, &st));
     return st;
 }
 static int m_underflow(lua_State *L) { lua_pushinteger(L, qstats_of(L, "underflow").underflow); return 1; }

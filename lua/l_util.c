@@ -81,6 +81,11 @@ static const char *push_joined(lua_State *L, const char *const *names) {
     return lua_tostring(L, -1);
 }
 
+void fl_lmaxargs(lua_State *L, int n, const char *fname, const char *takes) {
+    int more = lua_gettop(L) - n;
+    if (more > 0) luaL_error(L, "%s: takes %s; got %d more argument%s", fname, takes, more, more == 1 ? "" : "s");
+}
+
 void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *valid) {
     if (lua_isnoneornil(L, idx)) return;
     idx = lua_absindex(L, idx);

@@ -45,6 +45,9 @@ fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n
  * `what` (with its article): "fname: element 3 of the list: expected an FP8Meta, got table", "... has been
  * released". */
 void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, const char *mt, const char *what);
+/* A function called with more than n arguments would drop the rest silently (x:t(3), fp8.zeros({2}, "bf16", 5)):
+ * an error "fname: takes <takes>; got k more argument(s)". */
+void fl_lmaxargs(lua_State *L, int n, const char *fname, const char *takes);
 /* Option tables. fl_lcheckopts passes none/nil, and refuses a non-table or any key not in `valid`
  * (NULL-terminated): "fname: unknown option 'x' (valid: a, b)", with " (did you mean 'b'?)" after the key when a
  * valid name is near it (fl_suggest). The getters read opts[key] from the table at

@@ -189,7 +189,10 @@ local function new(opts)
 end
 
 -- not a tail call, so that new's errors (level 3) name the caller's line
-setmetatable(Accelerator, { __call = function(_, opts) local acc = new(opts); return acc end,
+setmetatable(Accelerator, { __call = function(_, opts, ...)
+    O.no_more("Accelerator", "one options table {mixed_precision=, kwargs_handlers=, ...}", ...)
+    local acc = new(opts); return acc
+  end,
   __index = function(_, k)
     local why = NOT_PROVIDED[k]
     if why then return function() error(("Accelerator:%s is not supported: %s"):format(k, why), 2) end end
@@ -313,10 +316,11 @@ end
 -- restored afterwards: autocast is a property of the prepared model, not of the whole program.
 function Accelerator:_wrap_autocast(model)
   local mode = ({ no = "no", bf16 = "bf16", fp16 = "fp16", fp8 = "bf16" })[self.mixed_precision]
-  -- AutocastKwargs{enabled=false}: the non-FP8 ops stay in fp32 (FP8 layers follow the FP8 recipe,
-  -- as in Accelerate, where the FP8 autocast is separate from torch.autocast)
-  if (self.settings.autocast or {}).enabled == false then mode = "no" end
   if mode == "no" or rawget(model, "_acc_unwrapped_forward") then return model end
+  -- AutocastKwargs{enabled=false}: the non-FP8 ops stay in fp32 (FP8 layers follow the FP8 recipe,
+  -- as in Accelerate, where the FP8 autocast is separate from torch.autocast), inside an enclosing
+  -- autocast too: Accelerate wraps the forward in torch.autocast(enabled=False), which turns one off
+  if (self.settings.autocast or {}).enabled == false then mode = "no" end
   local fwd = model.forward
   rawset(model, "_acc_unwrapped_forward", fwd)
   rawset(model, "forward", function(m, ...) return amp.autocast(mode, fwd, m, ...) end)
@@ -647,10 +651,28 @@ end
 -- only with use_autocast_during_eval, inside this autocast or not).
 -- autocast() without a function: Accelerate's `with accelerator.autocast():` as a handle to close,
 --   do local _ <close> = acc:autocast(); ... end   (the previous autocast returns at the block's end)
+-- autocast(fp8.AutocastKwargs{enabled=false} [, fn, ...]): Accelerate's autocast(autocast_handler): that handler
+-- for this block instead of the one the Accelerator was built with.
 function Accelerator:autocast(fn, ...)
+  local enabled = (self.settings.autocast or {}).enabled
+  local args = table.pack(...)
+  if type(fn) == "table" and fn.handler_type ~= nil then
+    if fn.handler_type ~= "AutocastKwargs" then
+      error(("autocast: expected an AutocastKwargs handler, a function or nothing, got a %s"):format(fn.handler_type), 2)
+    end
+    if fn:is_set("cache_enabled") and fn.cache_enabled ~= false then
+      error("autocast: AutocastKwargs{cache_enabled=true} is not supported: autocast keeps no cache of cast weights", 2)
+    end
+    enabled = fn.enabled
+    fn = args[1]
+    args = table.pack(table.unpack(args, 2, args.n))
+  end
   local mode = self.mixed_precision == "fp8" and "bf16" or self.mixed_precision
-  if (self.settings.autocast or {}).enabled == false then mode = "no" end
+  if enabled == false then mode = "no" end
   if fn == nil then
+    if args.n > 0 then
+      error(("autocast: arguments after a missing function (%d given); pass the function first"):format(args.n), 2)
+    end
     local fp8 = require "fp8"
     local prev = fp8.autocast_dtype()
     fp8.set_autocast_dtype(amp.dtype_for(mode))
@@ -662,7 +684,7 @@ function Accelerator:autocast(fn, ...)
     end })
   end
   if type(fn) ~= "function" then error(("autocast: expected a function or nothing, got %s"):format(type(fn)), 2) end
-  return amp.autocast(mode, fn, ...)
+  return amp.autocast(mode, fn, table.unpack(args, 1, args.n))
 end
 
 -- unscale_gradients([optimizer or list]): Accelerate's. Under fp16, the gradients of every prepared optimizer
@@ -885,4 +907,8 @@ if okh and help.add then
     .. "<dir>/profile_<process_index>.json. Then print(prof:key_averages()).")
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Accelerator, "Accelerator")
+O.strict_arity(AccOptimizer, "AcceleratedOptimizer")
+O.strict_arity(AccScheduler, "AcceleratedScheduler")
 return Accelerator

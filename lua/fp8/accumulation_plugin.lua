@@ -62,4 +62,6 @@ if okh and help.add then
        .. "feeds a torch warning fp8lab's schedulers do not give)." }
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Plugin, "GradientAccumulationPlugin")
 return Plugin

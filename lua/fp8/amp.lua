@@ -59,6 +59,13 @@ GradScaler.__index = GradScaler
 GradScaler.__name = "GradScaler"
 M.GradScaler = GradScaler
 
+-- The scale is an fp32 number, as torch's (a float32 tensor): every value it takes is rounded to fp32, growth
+-- that would make it infinite in fp32 is not applied, and a number given as a Lua integer is a float from here on
+-- (65536 * 2 repeated as integers would wrap past 2^63 to 0).
+local function f32(x) return (string.unpack("f", string.pack("f", x))) end
+local F32_MAX = f32(3.4028234663852886e38)
+local function fits_f32(v) return v > 0 and f32(v) > 0 and f32(v) <= F32_MAX end
+
 local DEFAULTS = { init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true }
 local KEYS = { "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled" }
 
@@ -73,13 +80,13 @@ setmetatable(GradScaler, { __call = function(_, opts)
       error(("GradScaler: %s must be %s, got %s"):format(k, what, tostring(o[k])), 3)
     end
   end
-  num("init_scale", function(v) return v > 0 and v < math.huge end, "a finite number > 0")
-  num("growth_factor", function(v) return v > 1 and v < math.huge end, "a number > 1")
+  num("init_scale", fits_f32, "a number > 0 that fits fp32 (at most 3.4028235e38; the scale is fp32, as torch's)")
+  num("growth_factor", function(v) return v > 1 and v <= F32_MAX end, "a number > 1 (at most fp32's max)")
   num("backoff_factor", function(v) return v > 0 and v < 1 end, "a number in (0, 1)")
   num("growth_interval", function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1")
   if type(o.enabled) ~= "boolean" then error(("GradScaler: enabled must be a boolean, got %s"):format(type(o.enabled)), 2) end
   return setmetatable({
-    _scale = o.init_scale, growth_factor = o.growth_factor, backoff_factor = o.backoff_factor,
+    _scale = f32(o.init_scale), growth_factor = o.growth_factor + 0.0, backoff_factor = o.backoff_factor + 0.0,
     growth_interval = o.growth_interval, enabled = o.enabled,
     _growth_tracker = 0,      -- clean steps since the last growth or backoff
     -- optimizer -> whether its grads had inf/NaN, for the optimizers unscaled (by unscale_ or step) since the
@@ -175,20 +182,29 @@ function GradScaler:update(new_scale)
   self._update_due = nil
   if not self.enabled then return end
   if new_scale ~= nil then
-    if type(new_scale) ~= "number" or not (new_scale > 0 and new_scale < math.huge) then
-      error(("GradScaler:update: new_scale must be a finite number > 0, got %s"):format(tostring(new_scale)), 2)
+    if type(new_scale) ~= "number" or not fits_f32(new_scale) then
+      error(("GradScaler:update: new_scale must be a number > 0 that fits fp32, got %s"):format(tostring(new_scale)), 2)
     end
-    self._scale = new_scale
-    self._growth_tracker = 0
-  elseif self.found_inf then
-    self._scale = self._scale * self.backoff_factor
+    self._scale = f32(new_scale)
     self._growth_tracker = 0
   else
-    self._growth_tracker = self._growth_tracker + 1
-    if self._growth_tracker == self.growth_interval then
-      local grown = self._scale * self.growth_factor
-      if grown < math.huge then self._scale = grown end   -- torch keeps the scale finite too
+    -- torch asserts this: an update with no step or unscale_ since the last one has no inf check to act on
+    -- (it would count a step nobody took as a clean one and grow the scale)
+    if next(self._unscaled) == nil then
+      error("GradScaler:update: no optimizer was stepped or unscaled since the last update() "
+        .. "(call scaler:step(optimizer) first; torch: 'No inf checks were recorded prior to update.')", 2)
+    end
+    -- fp32 arithmetic, as torch's kernel: the fp32 scale times the factor rounded to fp32
+    if self.found_inf then
+      self._scale = f32(self._scale * f32(self.backoff_factor))
       self._growth_tracker = 0
+    else
+      self._growth_tracker = self._growth_tracker + 1
+      if self._growth_tracker == self.growth_interval then
+        local grown = f32(self._scale * f32(self.growth_factor))
+        if grown < math.huge then self._scale = grown end   -- torch keeps the scale finite in fp32 too
+        self._growth_tracker = 0
+      end
     end
   end
   self.found_inf = false
@@ -204,14 +220,17 @@ end
 
 -- load_state_dict(sd): every field is checked before any is set (a failed load changes nothing).
 local SCALER_STATE = {
-  scale = { function(v) return type(v) == "number" and v > 0 and v < math.huge end, "a finite number > 0" },
-  growth_factor = { function(v) return type(v) == "number" and v > 1 and v < math.huge end, "a number > 1" },
+  scale = { function(v) return type(v) == "number" and fits_f32(v) end, "a number > 0 that fits fp32" },
+  growth_factor = { function(v) return type(v) == "number" and v > 1 and v <= F32_MAX end, "a number > 1 (at most fp32's max)" },
   backoff_factor = { function(v) return type(v) == "number" and v > 0 and v < 1 end, "a number in (0, 1)" },
   growth_interval = { function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1" },
   _growth_tracker = { function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0" },
 }
 function GradScaler:load_state_dict(sd)
   if type(sd) ~= "table" then error(("GradScaler:load_state_dict: expected a table, got %s"):format(type(sd)), 2) end
+  if self.enabled and next(sd) == nil then   -- torch's refusal: the scale would silently stay at init_scale
+    error("GradScaler:load_state_dict: the state is empty, possibly because it was saved from a disabled GradScaler", 2)
+  end
   for k, v in pairs(sd) do
     local rule = SCALER_STATE[k]
     if not rule then
@@ -222,8 +241,11 @@ function GradScaler:load_state_dict(sd)
       error(("GradScaler:load_state_dict: %s must be %s, got %s"):format(k, rule[2], tostring(v)), 2)
     end
   end
-  if sd.scale ~= nil then self._scale = sd.scale end
-  for _, k in ipairs { "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" } do
+  -- JSON reads 65536 back as an integer: numbers that are floats in the scaler stay floats
+  if sd.scale ~= nil then self._scale = f32(sd.scale) end
+  if sd.growth_factor ~= nil then self.growth_factor = sd.growth_factor + 0.0 end
+  if sd.backoff_factor ~= nil then self.backoff_factor = sd.backoff_factor + 0.0 end
+  for _, k in ipairs { "growth_interval", "_growth_tracker" } do
     if sd[k] ~= nil then self[k] = sd[k] end
   end
   -- the loaded state is one taken after an update: a pending one, and this iteration's unscaling, are void
@@ -248,4 +270,6 @@ if ok and help.add then
        .. "inf/NaN); scaler:update() (backoff on overflow, growth after growth_interval clean steps); :get_scale()." }
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(GradScaler, "GradScaler")
 return M

@@ -23,7 +23,8 @@ ProjectConfiguration.__index = ProjectConfiguration
 ProjectConfiguration.__name = "ProjectConfiguration"
 
 -- fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=nil, iteration=0}
-function M.ProjectConfiguration(opts)
+function M.ProjectConfiguration(opts, ...)
+  require("fp8.opts").no_more("ProjectConfiguration", "({project_dir=, automatic_checkpoint_naming=, total_limit=, iteration=})", ...)
   opts = opts or {}
   if type(opts) ~= "table" then error(("ProjectConfiguration: expected an options table, got %s"):format(type(opts)), 2) end
   local named = {}   -- logging_dir and save_on_each_node: accepted when off, refused when set
@@ -856,4 +857,6 @@ if okh and help.add then
     "Objects with state_dict()/load_state_dict() (plain Lua values) saved as custom_checkpoint_<i>.json.")
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(ProjectConfiguration, "ProjectConfiguration")
 return M

@@ -620,7 +620,8 @@ function M._skip(fname, loader, num_batches, level)
   return setmetatable({ loader = loader, skip_batches = num_batches }, SkipDataLoader)
 end
 
-function M.skip_first_batches(loader, num_batches)
+function M.skip_first_batches(loader, num_batches, ...)
+  require("fp8.opts").no_more("skip_first_batches", "(loader, num_batches)", ...)
   local s = M._skip("skip_first_batches", loader, num_batches, 2)   -- not a tail call: level 2 is this function's caller
   return s
 end
@@ -686,4 +687,10 @@ if ok and help.add then
        .. "with one, the loop resumes after num_batches (a notice says so where that differs from the restored position)." }
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(DataLoader, "DataLoader")
+O.strict_arity(SkipDataLoader, "SkipDataLoader")
+O.strict_arity(FashionMNIST, "FashionMNIST")
+O.strict_arity(TextDataset, "TextDataset")
+O.strict_arity(Blocks, "TextBlocks")
 return M

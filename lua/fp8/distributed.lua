@@ -603,4 +603,6 @@ if okh and help.add then
   add("acc:no_sync", "acc:no_sync(model, fn, ...)", "fn runs without gradient synchronisation (no communication).")
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+require("fp8.opts").strict_arity(Sharded, "DataLoaderShard")
 return M

@@ -33,7 +33,8 @@ local function num(v)
   return ("%.9g"):format(v)
 end
 
-local function explain(x, fmt, opts)
+local function explain(x, fmt, opts, ...)
+  O.no_more("explain", "(x, format [, options])", ...)
   if type(x) ~= "number" then
     error(("bad argument #1 to 'explain' (expected a number, got %s)"):format(type(x)), 2)
   end

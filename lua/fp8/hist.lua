@@ -21,7 +21,8 @@ end
 -- hist(t, fmt [, {scale=, amax=, margin=, axis=, width=40, quiet=false}]) -> histogram table.
 -- t is a float tensor (cast here with Tensor:quantize's options; default scale = fp8_max/amax) or an
 -- FP8 tensor (its bytes are read as they are; then fmt may be nil and cast options are refused).
-local function hist(t, fmt, opts)
+local function hist(t, fmt, opts, ...)
+  O.no_more("hist", "(t, format [, options])", ...)
   if not fp8.is_tensor(t) then
     error(("bad argument #1 to 'hist' (expected a tensor, got %s)"):format(type(t)), 2)
   end

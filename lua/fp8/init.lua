@@ -13,7 +13,8 @@ fp8.where = tensor_lua.where
 
 -- encode(x, fmt [, {saturate=bool}]): saturate (clamp to ±max) is the default, as training casts do;
 -- {saturate=false} is the IEEE policy (overflow → inf for e5m2, NaN for e4m3).
-function fp8.encode(x, fmt, opts)
+function fp8.encode(x, fmt, opts, ...)
+  require("fp8.opts").no_more("encode", "(x, format [, {saturate=}])", ...)
   local saturate = true
   if opts ~= nil then
     if type(opts) ~= "table" then
@@ -42,7 +43,11 @@ end
 -- formats() prints the traits of every format side by side (and returns nothing, so the prompt
 -- does not print them twice); formats(true) prints nothing and returns them as a list in display
 -- order, also keyed by name.
-function fp8.formats(quiet)
+function fp8.formats(quiet, ...)
+  require("fp8.opts").no_more("formats", "([quiet])", ...)
+  if quiet ~= nil and type(quiet) ~= "boolean" then
+    error(("formats: quiet must be a boolean, got %s"):format(type(quiet)), 2)
+  end
   local list = {}
   for i, name in ipairs(FORMAT_ORDER) do
     local f = core.format(name)
@@ -88,7 +93,8 @@ function fp8.formats(quiet)
 end
 
 -- set_seed(seed [, device_specific]): Accelerate's name; device_specific adds the process index.
-function fp8.set_seed(seed, device_specific)
+function fp8.set_seed(seed, device_specific, ...)
+  require("fp8.opts").no_more("set_seed", "(seed [, device_specific])", ...)
   if math.type(seed) ~= "integer" or seed < 0 then
     error(("set_seed: seed must be an integer >= 0, got %s"):format(tostring(seed)), 2)
   end

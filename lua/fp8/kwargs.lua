@@ -372,7 +372,8 @@ local function define(name, fields, opts)
   end
 
   setmetatable(cls, {
-    __call = function(_, t)
+    __call = function(_, t, ...)
+      O.no_more(name, "one options table {key=value, ...}", ...)
       local h, err = build(cls, t)
       if not h then error(err, 2) end
       return h
@@ -432,9 +433,10 @@ define("AutocastKwargs", {
 -- The same limits as fp8.amp.GradScaler, so settings.grad_scaler can be handed to it.
 define("GradScalerKwargs", {
   { name = "init_scale", default = 65536.0,
-    kind = Kind.num("a finite number > 0", function(v) return v > 0 and v < math.huge end) },
+    -- the scale is fp32 (torch's: "value cannot be converted to type float without overflow")
+    kind = Kind.num("a number > 0 that fits fp32 (at most 3.4028235e38)", function(v) return v > 0 and v <= 3.4028234663852886e38 end) },
   { name = "growth_factor", default = 2.0,
-    kind = Kind.num("a finite number > 1", function(v) return v > 1 and v < math.huge end) },
+    kind = Kind.num("a number > 1 (at most fp32's max)", function(v) return v > 1 and v <= 3.4028234663852886e38 end) },
   { name = "backoff_factor", default = 0.5, kind = Kind.num("a number in (0, 1)", function(v) return v > 0 and v < 1 end) },
   { name = "growth_interval", default = 2000, kind = Kind.int(1) },
   { name = "enabled", default = true, kind = Kind.bool },

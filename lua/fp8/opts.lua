@@ -48,6 +48,58 @@ function M.unknown_text(k, valid, noun, after)
     near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", "))
 end
 
+-- no_more(fname, takes, ...): the arguments past the last one a function takes (its own `...`); any there is an
+-- error naming what the function takes (a Lua function would drop them silently: fp8.stack(list, 1, "bf16")).
+-- Blames the function's caller.
+function M.no_more(fname, takes, ...)
+  local n = select("#", ...)
+  if n > 0 then error(("%s: takes %s; got %d more argument%s"):format(fname, takes, n, n == 1 and "" or "s"), 3) end
+end
+
+-- What a Lua function written with a fixed parameter list takes: its parameter count (self included) and the
+-- text "(a, b)" naming them (self left out; "no arguments" when none); nil for a C function or one with `...`.
+-- Cached per function.
+local ARITY = setmetatable({}, { __mode = "k" })
+function M.arity(f)
+  local a = ARITY[f]
+  if a == nil then
+    local info = type(f) == "function" and debug.getinfo(f, "Su")
+    a = false
+    if info and info.what == "Lua" and not info.isvararg then
+      local names = {}
+      for i = 1, info.nparams do
+        local pn = debug.getlocal(f, i)
+        if not (i == 1 and pn == "self") then names[#names + 1] = pn end
+      end
+      a = { n = info.nparams, takes = #names == 0 and "no arguments" or "(" .. table.concat(names, ", ") .. ")" }
+    end
+    ARITY[f] = a
+  end
+  return a or nil
+end
+
+-- strict_arity(class, label): each public method of `class` (a name not starting with "_") written in Lua with a
+-- fixed parameter list refuses a call with more arguments than it has parameters (acc:gather(t, 5) would drop
+-- the 5 silently): "label:name: takes (tensor); got 1 more argument". The check wraps the method and tail-calls
+-- it, so an error the method raises at level 2 still blames its caller. Returns class.
+function M.strict_arity(class, label)
+  local wrap = {}
+  for name, f in pairs(class) do
+    -- forward is checked by Module's __call (lua/fp8/nn/module.lua), which names the layer's place in the model
+    local a = type(name) == "string" and name:sub(1, 1) ~= "_" and name ~= "forward" and M.arity(f)
+    if a then
+      local fname, n, takes = name == "new" and label or label .. ":" .. name, a.n, a.takes
+      wrap[name] = function(...)
+        local more = select("#", ...) - n
+        if more > 0 then error(("%s: takes %s; got %d more argument%s"):format(fname, takes, more, more == 1 and "" or "s"), 2) end
+        return f(...)
+      end
+    end
+  end
+  for name, w in pairs(wrap) do class[name] = w end
+  return class
+end
+
 function M.check(fname, opts, valid, level)
   level = (level or 2) + 1
   check_valid(valid, tostring(fname), level)

@@ -537,4 +537,7 @@ if okh and help.add then
     .. "chrome://tracing or https://ui.perfetto.dev. Args per event: shapes, flops, bytes, module, step.")
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Profiler, "profile")
+O.strict_arity(Averages, "KeyAverages")
 return M

@@ -227,4 +227,6 @@ if ok and help.add then
        .. "plain lines every `every` steps otherwise (FP8LAB_PROGRESS=plain forces plain lines)." }
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Bar, "ProgressBar")
 return M

@@ -162,6 +162,8 @@ local function norm_dim(who, d, nd)
   return d < 0 and nd + d + 1 or d
 end
 
+local no_more = require("fp8.opts").no_more
+
 local function check_self(who, t)
   if not core.is_tensor(t) then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), 3) end
 end
@@ -173,7 +175,8 @@ local SELECTABLE = { fp32 = true, bf16 = true, fp16 = true }
 -- everything broadcast. A selection, never a product: an inf or NaN in the branch not taken stays out, and each
 -- value is the one chosen, bit for bit. Differentiable in a and b (each takes the gradient where it was chosen);
 -- cond takes none. The result's dtype is a's and b's (fp32 when they differ or both are numbers).
-function M.where(cond, a, b)
+function M.where(cond, a, b, ...)
+  no_more("where", "(cond, a, b)", ...)
   if not core.is_tensor(cond) then
     error(("where: expected a tensor as the condition, got %s"):format(type(cond)), 2)
   end
@@ -196,8 +199,9 @@ function M.where(cond, a, b)
 end
 
 -- t:masked_fill(mask, value): torch's: value where mask is nonzero, t elsewhere (value a number or a 0-d tensor).
-function Tensor.masked_fill(t, mask, value)
+function Tensor.masked_fill(t, mask, value, ...)
   check_self("masked_fill", t)
+  no_more("masked_fill", "(mask, value)", ...)
   if not core.is_tensor(mask) then error(("masked_fill: expected a mask tensor, got %s"):format(type(mask)), 2) end
   if type(value) ~= "number" and not (core.is_tensor(value) and value:dim() == 0) then
     error(("masked_fill: value must be a number or a 0-d tensor, got %s"):format(core.is_tensor(value) and
@@ -248,22 +252,24 @@ end
 
 -- Conversions by torch's names: t:float() (fp32), t:bfloat16(), t:half() (fp16); FP8 tensors are
 -- dequantized with :dequantize() (their scale is part of the value), so :to refuses them with that advice.
-function Tensor.float(t) check_self("float", t); return t:to("fp32") end
-function Tensor.bfloat16(t) check_self("bfloat16", t); return t:to("bf16") end
-function Tensor.half(t) check_self("half", t); return t:to("fp16") end
+function Tensor.float(t, ...) check_self("float", t); no_more("float", "no arguments", ...); return t:to("fp32") end
+function Tensor.bfloat16(t, ...) check_self("bfloat16", t); no_more("bfloat16", "no arguments", ...); return t:to("bf16") end
+function Tensor.half(t, ...) check_self("half", t); no_more("half", "no arguments", ...); return t:to("fp16") end
 
 -- Shape helpers by torch's names, built on reshape (a view when the layout allows, else a copy) and transpose
 -- (a view); all differentiable.
-function Tensor.unsqueeze(t, dim)
+function Tensor.unsqueeze(t, dim, ...)
   check_self("unsqueeze", t)
+  no_more("unsqueeze", "(dim)", ...)
   local s = t:shape()
   table.insert(s, norm_dim("unsqueeze", dim, #s + 1), 1)
   return t:reshape(s)
 end
 
 -- t:squeeze([dim]): without dim, every dim of size 1 goes; with dim, that one if its size is 1 (else t as it is).
-function Tensor.squeeze(t, dim)
+function Tensor.squeeze(t, dim, ...)
   check_self("squeeze", t)
+  no_more("squeeze", "([dim])", ...)
   local s, out = t:shape(), {}
   if dim ~= nil then
     if #s == 0 then return t end
@@ -278,8 +284,9 @@ function Tensor.squeeze(t, dim)
 end
 
 -- t:flatten([start=1 [, end=-1]]): dims start..end merged into one.
-function Tensor.flatten(t, first, last)
+function Tensor.flatten(t, first, last, ...)
   check_self("flatten", t)
+  no_more("flatten", "([start [, end]])", ...)
   local s = t:shape()
   if #s == 0 then return t:reshape { 1 } end
   first = norm_dim("flatten", first or 1, #s)
@@ -329,7 +336,8 @@ end
 -- summarised dim, and the columns a row wraps at. Returns the options as they were before the call.
 local PRINT_OPTS = { precision = { 0, 16 }, threshold = { 0, math.maxinteger }, edgeitems = { 1, 1000 },
                      linewidth = { 10, 100000 } }
-function M.set_printoptions(o)
+function M.set_printoptions(o, ...)
+  no_more("set_printoptions", "({precision=, threshold=, edgeitems=, linewidth=})", ...)
   o = require("fp8.opts").check("set_printoptions", o, PRINT_OPTS)
   local before = {}
   for k in pairs(PRINT_OPTS) do before[k] = M[k] end
@@ -345,7 +353,8 @@ end
 
 -- fp8.stack(list [, dim=1]): the tensors (all of one shape) along a new dim, as torch.stack: each gets a
 -- dimension of size 1 at dim (a differentiable reshape), then fp8.cat joins them there.
-function M.stack(list, dim)
+function M.stack(list, dim, ...)
+  no_more("stack", "(list [, dim])", ...)
   if type(list) ~= "table" or getmetatable(list) ~= nil then
     error(("stack: expected a list of tensors, got %s"):format(type(list) == "table" and "a table with a metatable" or type(list)), 2)
   end

@@ -524,11 +524,46 @@ describe("fp8.amp", function()
 
   it("checks its options", function()
     local ok, err = pcall(fp8.amp.GradScaler, {init_scale = 0})
-    assert.matches("init_scale must be a finite number > 0, got 0", err)
+    assert.matches("init_scale must be a number > 0 that fits fp32", err, 1, true)
     ok, err = pcall(fp8.amp.GradScaler, {growth = 2})
     assert.matches("unknown option 'growth' %(did you mean 'growth_factor'%?%) %(valid: init_scale, growth_factor, backoff_factor, growth_interval, enabled%)", err)
     ok, err = pcall(fp8.amp.GradScaler, {backoff_factor = 2})
     assert.matches("backoff_factor must be a number in %(0, 1%)", err)
+  end)
+
+  it("keeps the scale an fp32 number, as torch's: no integer wrap, no growth past fp32's max", function()
+    -- integers given: 65536 * 2^47 as Lua integers wraps to 0, then the weights became NaN
+    local s = fp8.amp.GradScaler{init_scale = 65536, growth_factor = 2, growth_interval = 1}
+    for _ = 1, 120 do s:step(fake{{0}}); s:update() end
+    local v = s:get_scale()
+    assert.are.equal("float", math.type(v))
+    assert.are.equal(2.0 ^ 127, v)   -- the largest power of two below fp32's max: growth stops there
+    -- a factor that is not a power of two: every value rounded to fp32 (torch: 72.9000015, not 72.9)
+    s = fp8.amp.GradScaler{init_scale = 1000, backoff_factor = 0.3, growth_factor = 3, growth_interval = 1}
+    s:step(fake{{math.huge}}); s:update()
+    s:step(fake{{math.huge}}); s:update()
+    s:step(fake{{math.huge}}); s:update()
+    assert.are.equal(string.unpack("f", string.pack("f", 27.000002)), s:get_scale())
+    assert.are_not.equal(27.0, s:get_scale())
+    local ok, err = pcall(fp8.amp.GradScaler, { init_scale = 1e39 })
+    assert.is_false(ok); assert.matches("fits fp32", err, 1, true)
+    ok, err = pcall(fp8.GradScalerKwargs, { init_scale = 1e39 })
+    assert.is_false(ok); assert.matches("fits fp32", err, 1, true)
+  end)
+
+  it("loads JSON integers as floats and refuses an empty state or an update with nothing stepped", function()
+    local s = fp8.amp.GradScaler{init_scale = 8}
+    s:load_state_dict{ scale = 65536, growth_factor = 2, backoff_factor = 0.5, growth_interval = 1, _growth_tracker = 0 }
+    assert.are.equal("float", math.type(s:get_scale()))
+    assert.are.equal("float", math.type(s.growth_factor))
+    local ok, err = pcall(s.load_state_dict, s, {})
+    assert.is_false(ok); assert.matches("the state is empty", err, 1, true)
+    assert.is_true(pcall(fp8.amp.GradScaler{ enabled = false }.load_state_dict, fp8.amp.GradScaler{ enabled = false }, {}))
+    ok, err = pcall(s.update, s)
+    assert.is_false(ok); assert.matches("no optimizer was stepped or unscaled since the last update()", err, 1, true)
+    s:step(fake{{1}}); s:update()   -- a step first: fine
+    s:update(16)                    -- an explicit new scale needs no step (torch's too)
+    assert.are.equal(16, s:get_scale())
   end)
 
   it("autocast maps the mixed-precision switch and restores on error", function()

@@ -273,3 +273,68 @@ describe("option tables of the Lua functions", function()
     assert.is_nil(fp8.nn.Linear { in_features = 4, out_features = 2, bias = false }.bias)
   end)
 end)
+
+-- A call with more arguments than the function takes would drop the rest silently (house rule: honoured or
+-- refused): every kind of public function refuses them, naming what it takes.
+describe("extra arguments are refused, naming what the function takes", function()
+  local x = fp8.ones { 2, 3 }
+  local q = x:quantize("e4m3")
+  local m = fp8.nn.Linear(3, 2)
+  local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+  local opt = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+  local cases = {
+    -- C factories and tensor methods
+    { "zeros: takes (shape", fp8.zeros, { 2, 3 }, "bf16", 5 },
+    { "zeros: takes (shape", fp8.zeros, 2, 3, "bf16", 5 },
+    { "full: takes", fp8.full, { 2 }, 1, "fp32", 5 },
+    { "arange: takes", fp8.arange, 1, 5, 1, "fp32", 5 },
+    { "randn: takes", fp8.randn, { 2 }, "fp32", 5 },
+    { "tensor: takes", fp8.tensor, { 1, 2 }, "fp32", 5 },
+    { "add: takes (a, b)", x.add, x, x, 5 },
+    { "eq: takes (a, b)", x.eq, x, x, 5 },
+    { "sum: expected (dim [, keepdim])", x.sum, x, 1, true, 5 },
+    { "quantize: takes", x.quantize, x, "e4m3", {}, 5 },
+    { "dequantize: takes ([dtype])", q.dequantize, q, "fp32", 5 },
+    { "scale: takes no arguments", q.scale, q, 5 },
+    { "qstats: takes no arguments", q.qstats, q, 5 },
+    { "amax: takes no arguments", q.amax, q, 5 },
+    { "dim: takes no arguments", x.dim, x, 5 },
+    { "item: takes no arguments", x.item, fp8.ones { 1 }, 5 },
+    { "detach: takes no arguments", x.detach, x, 5 },
+    { "zero_grad: takes no arguments", x.zero_grad, x, false },
+    { "backward: takes", x.backward, (x * 1):sum(), fp8.tensor(1), { retain_graph = true }, "extra" },
+    { "set_grad_enabled: takes (flag)", fp8.set_grad_enabled, true, 1 },
+    { "decode: takes (byte, format)", fp8.decode, 1, "e4m3", 5 },
+    { "load_file: takes (path", fp8.load_file, "x.safetensors", {}, 5 },
+    -- Lua functions
+    { "encode: takes (x, format", fp8.encode, 1, "e4m3", {}, 5 },
+    { "explain: takes", fp8.explain, 1, "e4m3", {}, 5 },
+    { "stack: takes (list [, dim])", fp8.stack, { x, x }, 1, "bf16" },
+    { "where: takes (cond, a, b)", fp8.where, x, x, x, 5 },
+    { "unsqueeze: takes (dim)", x.unsqueeze, x, 1, 5 },
+    { "float: takes no arguments", x.float, x, 5 },
+    { "set_seed: takes (seed", fp8.set_seed, 1, false, 5 },
+    -- kwargs handlers, the Accelerator, modules, optimizers
+    { "TERecipeKwargs: takes one options table", fp8.TERecipeKwargs, {}, 5 },
+    { "Accelerator: takes one options table", fp8.Accelerator, {}, 5 },
+    { "Accelerator:gather: takes (t); got 1 more argument", acc.gather, acc, x, 5 },
+    { "Accelerator:wait_for_everyone: takes no arguments", acc.wait_for_everyone, acc, 5 },
+    { "Module:parameters: takes no arguments", m.parameters, m, 5 },
+    { "Module:train: takes (mode)", m.train, m, true, 5 },
+    { "AdamW: takes (params, opts)", fp8.optim.AdamW, m:parameters(), {}, 5 },
+    { "Optimizer:step: takes (closure)", opt.step, opt, function() end, 5 },
+    { "Linear forward: takes (x); got 1 more argument", m, x, 5 },
+  }
+  for i, c in ipairs(cases) do   -- no nil inside an entry: #c is its length
+    it(("%d: %s"):format(i, c[1]), function()
+      fails_with(c[1], c[2], table.unpack(c, 3, #c))
+    end)
+  end
+  it("the same calls without the extra argument work", function()
+    assert.truthy(fp8.zeros({ 2, 3 }, "bf16"))
+    assert.truthy(x:quantize("e4m3", {}))
+    assert.truthy(acc:gather(x))
+    assert.truthy(m(x))
+    assert.truthy(fp8.stack({ x, x }, 1))
+  end)
+end)

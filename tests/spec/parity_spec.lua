@@ -285,6 +285,28 @@ describe("AutocastKwargs", function()
       :prepare(Probe())
     m2(fp8.randn { 2, 4 })
     assert.equal("fp32", m2.seen)
+    -- inside an enclosing autocast too (Accelerate's torch.autocast(enabled=False) turns an outer one off)
+    fp8.amp.autocast("fp16", function() m2(fp8.randn { 2, 4 }) end)
+    assert.equal("fp32", m2.seen)
+    local plain = new_acc { mixed_precision = "no", kwargs_handlers = { fp8.AutocastKwargs { enabled = false } } }:prepare(Probe())
+    fp8.amp.autocast("fp16", function() plain(fp8.randn { 2, 4 }) end)
+    assert.equal("fp16", plain.seen)   -- mixed_precision="no": Accelerate does not wrap the forward at all
+  end)
+
+  it("acc:autocast(handler) uses that handler for the block, as Accelerate's autocast(autocast_handler)", function()
+    local acc = new_acc { mixed_precision = "bf16" }
+    do
+      local _ <close> = acc:autocast(fp8.AutocastKwargs { enabled = false })
+      assert.equal("fp32", fp8.autocast_dtype())
+    end
+    do
+      local _ <close> = acc:autocast()
+      assert.equal("bf16", fp8.autocast_dtype())
+    end
+    assert.same({ "fp32", 7 }, { acc:autocast(fp8.AutocastKwargs { enabled = false }, function(a) return fp8.autocast_dtype(), a end, 7) })
+    U.fails_with("expected an AutocastKwargs handler, a function or nothing, got a GradScalerKwargs", acc.autocast, acc, fp8.GradScalerKwargs {})
+    U.fails_with("cache_enabled=true} is not supported", acc.autocast, acc, fp8.AutocastKwargs { cache_enabled = true })
+    U.fails_with("arguments after a missing function", acc.autocast, acc, nil, 5)
   end)
 
   it("cache_enabled=true is refused (no cast cache in this build); false is what happens", function()

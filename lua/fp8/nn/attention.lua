@@ -45,4 +45,6 @@ end
 
 function CausalSelfAttention:extra_repr() return ("n_embd=%d, n_head=%d"):format(self.n_embd, self.n_head) end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(CausalSelfAttention, "CausalSelfAttention")
 return CausalSelfAttention

@@ -24,4 +24,6 @@ end
 
 function Dropout:extra_repr() return ("p=%g"):format(self.p) end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+require("fp8.opts").strict_arity(Dropout, "Dropout")
 return Dropout

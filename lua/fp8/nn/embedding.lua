@@ -30,4 +30,6 @@ end
 
 function Embedding:extra_repr() return ("%d, %d"):format(self.num_embeddings, self.embedding_dim) end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+require("fp8.opts").strict_arity(Embedding, "Embedding")
 return Embedding

@@ -34,11 +34,7 @@ end
 
 -- A call with more arguments than the function takes (torch's inplace=, padding_idx=, a dtype) would drop them
 -- silently: refused, naming what the function takes.
-local function no_more(fname, takes, ...)
-  if select("#", ...) > 0 then
-    error(("%s: takes %s; got %d more argument%s"):format(fname, takes, select("#", ...), select("#", ...) == 1 and "" or "s"), 3)
-  end
-end
+local no_more = O.no_more
 
 local function check_opts(fname, opts, valid)
   local o = O.check(fname, opts, valid, 3)   -- not a tail call: level 3 counts this frame

@@ -219,4 +219,6 @@ end
 
 function GPT:extra_repr() return "" end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(GPT, "GPT")
 return GPT

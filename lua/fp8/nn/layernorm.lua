@@ -44,4 +44,6 @@ function LayerNorm:extra_repr()
   return ("(%d,), eps=%g, elementwise_affine=%s"):format(self.normalized_shape, self.eps, tostring(self.elementwise_affine))
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(LayerNorm, "LayerNorm")
 return LayerNorm

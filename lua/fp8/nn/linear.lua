@@ -44,4 +44,6 @@ function Linear:extra_repr()
     tostring(self.bias ~= nil))
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Linear, "Linear")
 return Linear

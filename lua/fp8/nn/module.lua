@@ -149,6 +149,11 @@ end
 -- Module._call_hook, when set (fp8.profiler with_modules), runs in place of forward as hook(self, ...)
 -- and calls self.forward itself, inside a range named after the module.
 function Module:_call(...)
+  local a = require("fp8.opts").arity(self.forward)   -- forward(x) given (x, 5) would drop the 5 silently
+  if a and select("#", ...) + 1 > a.n then
+    local more = select("#", ...) + 1 - a.n
+    error(("%s forward: takes %s; got %d more argument%s"):format(context_name(self), a.takes, more, more == 1 and "" or "s"), 2)
+  end
   local res = table.pack(pcall(Module._call_hook or self.forward, self, ...))
   if res[1] then return table.unpack(res, 2, res.n) end
   local err = res[2]
@@ -484,4 +489,6 @@ setmetatable(Module, {
   __tostring = function() return "fp8.nn.Module" end,
 })
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Module, "Module")
 return Module

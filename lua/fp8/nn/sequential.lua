@@ -52,4 +52,6 @@ Sequential.__index = function(self, k)
   return base_index(self, k)
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+require("fp8.opts").strict_arity(Sequential, "Sequential")
 return Sequential

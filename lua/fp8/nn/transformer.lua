@@ -32,4 +32,6 @@ function TransformerBlock:forward(x)
   return x + self.mlp(self.ln2(x))
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(TransformerBlock, "TransformerBlock")
 return TransformerBlock

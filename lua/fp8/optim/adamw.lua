@@ -49,4 +49,6 @@ function AdamW:_update(p, grad, st, g)
   C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step)
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+require("fp8.opts").strict_arity(AdamW, "AdamW")
 return setmetatable(AdamW, { __call = function(_, ...) return AdamW.new(...) end })

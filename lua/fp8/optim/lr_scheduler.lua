@@ -193,4 +193,6 @@ function M.warmup_cosine(opt, opts)
 end
 M.WarmupCosine = M.warmup_cosine
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Scheduler, "LRScheduler")
 return M

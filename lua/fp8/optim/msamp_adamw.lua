@@ -81,4 +81,6 @@ function MSAMPAdamW:state_bytes()
   return n
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+require("fp8.opts").strict_arity(MSAMPAdamW, "MSAMPAdamW")
 return setmetatable(MSAMPAdamW, { __call = function(_, ...) return MSAMPAdamW.new(...) end })

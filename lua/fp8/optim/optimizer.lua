@@ -377,4 +377,6 @@ function Optimizer.class()
   return cls
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Optimizer, "Optimizer")
 return Optimizer

@@ -43,4 +43,6 @@ function SGD:_update(p, grad, st, g)
   C.sgd_step(p, grad, buf, g.lr, g.momentum, g.dampening, g.weight_decay, g.nesterov, fresh)
 end
 
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+require("fp8.opts").strict_arity(SGD, "SGD")
 return setmetatable(SGD, { __call = function(_, ...) return SGD.new(...) end })
