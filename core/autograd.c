@@ -244,7 +244,12 @@ fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
         return fl_tensor_to(&t->grad, g, FL_F32);
     }
     fl_tensor *gr = t->grad;
-    if (f32_contiguous_on(gr, gr->device) && f32_contiguous_on(g, gr->device)) return add_inplace(gr, g);
+    /* an in-place write like any other: a graph that saved this .grad sees the change and refuses (torch's) */
+    if (f32_contiguous_on(gr, gr->device) && f32_contiguous_on(g, gr->device)) {
+        FL_TRY(add_inplace(gr, g));
+        fl_tensor_bump(gr);
+        return FL_OK;
+    }
     fl_tensor *sum = NULL;
     FL_TRY(fl_binary(&sum, FL_OP_ADD, gr, g));
     fl_status st = fl_tensor_copy_(gr, sum);

@@ -97,5 +97,9 @@ void fl_quant_opts_default(fl_quant_opts *o);
 fl_status fl_quantize(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, const fl_quant_opts *opts);
 /* FP8 → dt (fp32/bf16/fp16), applying scale_inv. */
 fl_status fl_dequantize(fl_tensor **out, const fl_tensor *q, fl_dtype dt);
+/* The same casts recording autograd history (the Lua methods): the gradient passes straight through, unchanged,
+ * as torch's casts to and from float8 do (ToCopyBackward); the recipes' casts use the plain ones above. */
+fl_status fl_quantize_ag(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, const fl_quant_opts *opts);
+fl_status fl_dequantize_ag(fl_tensor **out, const fl_tensor *q, fl_dtype dt);
 
 #endif

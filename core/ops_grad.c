@@ -585,6 +585,15 @@ fl_status fl_cat(fl_tensor **out, int n, const fl_tensor *const *ts, int dim) {
     return FL_OK;
 }
 
+fl_status fl_quantize_ag(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, const fl_quant_opts *opts) {
+    FL_TRY(fl_quantize(out, src, fmt, opts));
+    return view_record(out, src, "QuantizeBackward", identity_bwd, NULL);
+}
+fl_status fl_dequantize_ag(fl_tensor **out, const fl_tensor *q, fl_dtype dt) {
+    FL_TRY(fl_dequantize(out, q, dt));
+    return view_record(out, q, "DequantizeBackward", identity_bwd, NULL);
+}
+
 static fl_status to_device_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return fl_tensor_to_device(&gin[0], g, n->inputs[0]->device);
 }

@@ -107,8 +107,13 @@ int fl_lautograd_setfield(lua_State *L, fl_tensor *t, const char *key, int val) 
         lua_concat(L, 4);
         return lua_error(L);
     }
+    /* torch: "can't assign Variable as its own grad"; a view of t too: the next backward would add into t */
+    if (g->storage && g->storage == t->storage)
+        return luaL_error(L, "t.grad: the gradient shares the tensor's own storage (the next backward would add into "
+                             "the tensor itself); assign a copy (g:clone())");
+    /* gradients accumulate in place: a layout with overlapping elements (expand) or a strided view is copied */
     fl_tensor *c = NULL;
-    if (g->dtype == FL_F32) c = fl_tensor_retain(g);
+    if (g->dtype == FL_F32 && fl_tensor_is_contiguous(g)) c = fl_tensor_retain(g);
     else fl_lcheck(L, fl_tensor_to(&c, g, FL_F32));
     fl_tensor_release(t->grad);
     t->grad = c;

@@ -8,6 +8,7 @@
 #include "device.h"
 #include "ops.h"
 #include "rng.h"
+#include "autograd.h"
 
 /* ---- GC pressure ------------------------------------------------------------------------ */
 
@@ -536,9 +537,20 @@ static int m_get(lua_State *L) {
     push_number_or_int(L, v);
     return 1;
 }
+/* An element write to a tensor that takes part in autograd: torch records it (CopySlices) or, for a leaf,
+ * refuses it; here nothing would be recorded and the gradient would still flow through the overwritten
+ * element, so it is refused while grad mode is on (fp8.no_grad allows it, as torch's optimizers write leaves). */
+static void check_element_write(lua_State *L, const fl_tensor *t, const char *fname) {
+    if ((t->requires_grad || t->grad_fn) && fl_grad_enabled())
+        luaL_error(L, "%s: the tensor %s; an element written in place would still pass gradient as if it had not "
+                   "been (torch records or refuses such writes); write under fp8.no_grad, or build a new tensor "
+                   "(fp8.where, masked_fill)", fname, t->grad_fn ? "is part of an autograd graph" : "requires grad");
+}
+
 static int m_set(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_lmaxargs(L, 3, "set", "({i, j, ...}, value)");
+    check_element_write(L, t, "set");
     int64_t idx[FL_MAX_DIMS];
     read_index_table(L, 2, t, idx, "set");
     double v = luaL_checknumber(L, 3);
@@ -604,6 +616,7 @@ static int m_newindex(lua_State *L) {
     }
     int64_t k = norm_index(L, i, t, 0);
     double v = luaL_checknumber(L, 3);
+    check_element_write(L, t, "x[i] = v");
     FL_LCALL(L, fl_tensor_set(t, &k, v));
     return 0;
 }
@@ -857,7 +870,7 @@ static int m_quantize(lua_State *L) {
         lua_pop(L, 1);
     }
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_quantize(slot, t, fmt, &o));
+    FL_LCALL(L, fl_quantize_ag(slot, t, fmt, &o));
     return 1;
 }
 
@@ -874,7 +887,7 @@ static int m_dequantize(lua_State *L) {
     fl_dtype dt = lua_isnoneornil(L, 2) ? FL_F32 : fl_lcheckdtype(L, 2);
     if (fl_format(dt)->is_fp8) return luaL_error(L, "dequantize: target dtype must be fp32, bf16 or fp16, got %s", fl_format(dt)->name);
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_dequantize(slot, t, dt));
+    FL_LCALL(L, fl_dequantize_ag(slot, t, dt));
     return 1;
 }
 

@@ -2,6 +2,7 @@
 -- no_grad/enable_grad, detach, zero_grad, autocast modes, the C NN ops (fp8.core._nn) and errors.
 local fp8 = require "fp8"
 local C = require("fp8.core")._nn
+local U = dofile("tests/spec/helpers/util.lua")
 
 local function close(a, b, tol) return math.abs(a - b) <= (tol or 1e-5) * (1 + math.abs(b)) end
 
@@ -242,5 +243,56 @@ describe("fp8.core._nn", function()
     c[1][1] = 7
     y2:sum():backward()
     assert.are.same({ { 5, 2, 3 } }, lw.grad:totable())
+  end)
+
+  it("a gradient accumulated into a .grad a graph saved is a write in place: that graph's backward is refused", function()
+    local x = fp8.tensor({ 1, 1, 1 }):requires_grad(true)
+    ;(x * 2):sum():backward()
+    local w = fp8.tensor({ 1, 1, 1 }):requires_grad(true)
+    local y = (w * x.grad):sum()     -- saves x.grad (2, 2, 2)
+    ;(x * 3):sum():backward()        -- x.grad becomes (5, 5, 5) in place
+    local ok, err = pcall(y.backward, y)
+    assert.is_false(ok)              -- it gave w.grad = 5 silently
+    assert.truthy(tostring(err):find("MulBackward needs (input 2, shape [3]) was written in place", 1, true), tostring(err))
+  end)
+
+  it("t.grad = g: never t itself or a view of it; an expanded g is copied", function()
+    local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+    for _, g in ipairs { x, x:narrow(1, 1, 3) } do
+      local ok, err = pcall(function() x.grad = g end)
+      assert.is_false(ok)
+      assert.matches("shares the tensor's own storage", err, 1, true)
+    end
+    x.grad = fp8.zeros(1):expand(3)   -- accumulated into in place: every element aliased one float
+    ;(x * fp8.tensor { 1, 2, 3 }):sum():backward()
+    assert.are.same({ 1, 2, 3 }, x.grad:totable())
+    assert.are.same({ 1, 2, 3 }, x:totable())
+  end)
+
+  it("an element write to a tensor in a graph is refused under grad mode (its gradient would pass unchanged)", function()
+    local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+    local y = x * 2
+    U.fails_with("x[i] = v: the tensor is part of an autograd graph", function() y[1] = 0 end)
+    U.fails_with("set: the tensor requires grad", x.set, x, { 1 }, 0)
+    local m = (fp8.ones(2, 2):requires_grad(true) * 1)
+    U.fails_with("is part of an autograd graph", function() local r = m[1]; r[2] = 5 end)
+    fp8.no_grad(function() x[1] = 7 end)   -- an optimizer's write: allowed, as torch's
+    assert.are.same({ 7, 2, 3 }, x:totable())
+    local d = fp8.tensor { 1, 2 }
+    d[1] = 3                               -- no grad involved: as before
+    assert.are.same({ 3, 2 }, d:totable())
+  end)
+
+  it("quantize and dequantize pass the gradient straight through, as torch's casts to float8", function()
+    local w = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+    local wq = w:quantize("e4m3"):dequantize()
+    assert.is_true(wq:requires_grad())
+    assert.are.equal("DequantizeBackward", wq:grad_fn())
+    ;(w * 2 + wq):sum():backward()
+    assert.are.same({ 3, 3, 3 }, w.grad:totable())   -- was 2: the cast cut the graph silently
+    local v = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+    ;(v:quantize("e5m2", { axis = 1 }):dequantize("bf16") * fp8.tensor({ 1, 2, 3 }, "bf16")):sum():backward()
+    assert.are.same({ 1, 2, 3 }, v.grad:totable())
+    assert.is_nil(fp8.no_grad(function() return w:quantize("e4m3"):grad_fn() end))
   end)
 end)
