@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -521,20 +522,69 @@ static int l_set_rng_state(lua_State *L) {
     return 0;
 }
 
-static cJSON *to_json(lua_State *L, int idx, int depth) {
-    if (depth > 64) luaL_error(L, "json_encode: nested deeper than 64 levels (a cycle?)");
+/* ---- JSON ------------------------------------------------------------------------------------
+ * Round trips are exact: an integer is written as digits and read back as the same Lua integer (any int64, not
+ * only up to 2^53), a float is written with the fewest digits that read back as the same double and always with a
+ * '.' or an exponent (1.0, not 1), so it reads back as a float. What cannot come back the same is refused on
+ * write, naming its key path: inf and NaN, a string or key holding a NUL byte (cJSON keeps C strings). */
+
+#define JSON_MAX_DEPTH 64
+
+typedef struct {
+    int depth;                                   /* the levels below the root in `key` / `idx` */
+    const char *key[JSON_MAX_DEPTH + 2];         /* an object's key at that level, or NULL for an array index */
+    lua_Integer idx[JSON_MAX_DEPTH + 2];
+    char err[400];                               /* set when to_json fails */
+} json_ctx;
+
+/* The failure, prefixed with the key path ("key 'a.b.3': ...") when there is one; to_json then returns NULL. */
+static cJSON *json_fail(json_ctx *c, const char *fmt, ...) {
+    char path[200] = "", what[200];
+    size_t n = 0;
+    for (int i = 0; i < c->depth && n < sizeof path - 1; i++) {
+        int w = c->key[i] ? snprintf(path + n, sizeof path - n, "%s%s", i ? "." : "", c->key[i])
+                          : snprintf(path + n, sizeof path - n, "%s%lld", i ? "." : "", (long long)c->idx[i]);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (c->depth > 0) snprintf(c->err, sizeof c->err, "key '%s': %s", path, what);
+    else snprintf(c->err, sizeof c->err, "%s", what);
+    return NULL;
+}
+
+/* The shortest %.Ng (N = 15..17) that reads back as d, with ".0" added when it would read as an integer. */
+static void format_double(char *buf, size_t size, double d) {
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, size, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", size - strlen(buf) - 1);
+}
+
+static cJSON *to_json(lua_State *L, int idx, json_ctx *c) {
+    if (c->depth > JSON_MAX_DEPTH) return json_fail(c, "nested deeper than %d levels (a cycle?)", JSON_MAX_DEPTH);
+    luaL_checkstack(L, 4, "json_encode: nested too deep");
     idx = lua_absindex(L, idx);
     switch (lua_type(L, idx)) {
     case LUA_TNIL: return cJSON_CreateNull();
     case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
-    case LUA_TSTRING: return cJSON_CreateString(lua_tostring(L, idx));
+    case LUA_TSTRING: {
+        size_t len;
+        const char *s = lua_tolstring(L, idx, &len);
+        if (strlen(s) != len) return json_fail(c, "the string holds a NUL byte, which cannot be read back from JSON here");
+        return cJSON_CreateString(s);
+    }
     case LUA_TNUMBER: {
         char buf[64];
         if (lua_isinteger(L, idx)) snprintf(buf, sizeof buf, "%lld", (long long)lua_tointeger(L, idx));
         else {
             double d = lua_tonumber(L, idx);
-            if (!isfinite(d)) luaL_error(L, "json_encode: %f cannot be stored in JSON", d);
-            snprintf(buf, sizeof buf, "%.17g", d);
+            if (!isfinite(d)) return json_fail(c, "%s cannot be stored in JSON", isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
+            format_double(buf, sizeof buf, d);
         }
         return cJSON_CreateRaw(buf);
     }
@@ -543,45 +593,72 @@ static cJSON *to_json(lua_State *L, int idx, int depth) {
         lua_pushnil(L);
         while (lua_next(L, idx)) { count++; lua_pop(L, 1); }
         /* A sequence (an empty table too: a shape [] must stay a list) is an array, else an object. */
-        cJSON *out = (n == count) ? cJSON_CreateArray() : cJSON_CreateObject();
-        if (!out) luaL_error(L, "json_encode: out of memory");
-        if (n == count) {
+        int array = n == count;
+        cJSON *out = array ? cJSON_CreateArray() : cJSON_CreateObject();
+        if (!out) return json_fail(c, "out of memory");
+        c->depth++;
+        if (array) {
             for (lua_Integer i = 1; i <= n; i++) {
+                c->key[c->depth - 1] = NULL;
+                c->idx[c->depth - 1] = i;
                 lua_rawgeti(L, idx, i);
-                cJSON_AddItemToArray(out, to_json(L, -1, depth + 1));
+                cJSON *item = to_json(L, -1, c);
                 lua_pop(L, 1);
+                if (!item) { cJSON_Delete(out); c->depth--; return NULL; }
+                cJSON_AddItemToArray(out, item);
             }
+            c->depth--;
             return out;
         }
-        /* Keys sorted, so the same value always gives the same text (Lua's table order varies by process). */
-        const char **keys = lua_newuserdatauv(L, ((size_t)count + 1) * sizeof *keys, 0);
+        /* Keys sorted, so the same value always gives the same text (Lua's table order varies by process). The key
+         * strings stay alive in the table while the array points at them. */
+        const char **keys = malloc(((size_t)count + 1) * sizeof *keys);
+        if (!keys) { cJSON_Delete(out); c->depth--; return json_fail(c, "out of memory"); }
         int nk = 0;
         lua_pushnil(L);
         while (lua_next(L, idx)) {
-            if (lua_type(L, -2) != LUA_TSTRING) { cJSON_Delete(out); luaL_error(L, "json_encode: object keys must be strings, got %s", luaL_typename(L, -2)); }
-            keys[nk++] = lua_tostring(L, -2);
+            if (lua_type(L, -2) != LUA_TSTRING) {
+                const char *kt = luaL_typename(L, -2);   /* a static name: valid after the pop */
+                lua_pop(L, 2);
+                free(keys); cJSON_Delete(out); c->depth--;
+                return json_fail(c, "object keys must be strings (or the table a sequence 1..n), got a %s key", kt);
+            }
+            size_t len;
+            const char *k = lua_tolstring(L, -2, &len);
+            keys[nk++] = k;
             lua_pop(L, 1);
+            if (strlen(k) != len) {
+                lua_pop(L, 1);
+                free(keys); cJSON_Delete(out); c->depth--;
+                return json_fail(c, "a key holds a NUL byte (\"%s...\"), which cannot be read back from JSON here", k);
+            }
         }
         qsort(keys, (size_t)nk, sizeof *keys, cmp_str);
         for (int i = 0; i < nk; i++) {
+            c->key[c->depth - 1] = keys[i];
             lua_getfield(L, idx, keys[i]);
-            cJSON_AddItemToObject(out, keys[i], to_json(L, -1, depth + 1));
+            cJSON *item = to_json(L, -1, c);
             lua_pop(L, 1);
+            if (!item) { free(keys); cJSON_Delete(out); c->depth--; return NULL; }
+            cJSON_AddItemToObject(out, keys[i], item);
         }
-        lua_pop(L, 1);
+        free(keys);
+        c->depth--;
         return out;
     }
     default:
-        luaL_error(L, "json_encode: cannot store a %s", luaL_typename(L, idx));
-        return NULL;
+        return json_fail(c, "cannot store a %s", luaL_typename(L, idx));
     }
 }
-
-/* json_encode(value) → text. Integers stay exact; floats print with 17 digits (round-trip). Leaks
- * the partial tree if a nested value raises (only for values checkpointing.lua never builds). */
+/* json_encode(value) → text; an error names the key path of what cannot be stored. */
 static int l_json_encode(lua_State *L) {
+    fl_lmaxargs(L, 1, "json_encode", "(value)");
     luaL_checkany(L, 1);
-    cJSON *j = to_json(L, 1, 0);
+    json_ctx *c = lua_newuserdatauv(L, sizeof *c, 0);   /* collected with the stack: no leak when a Lua call raises */
+    c->depth = 0;
+    c->err[0] = 0;
+    cJSON *j = to_json(L, 1, c);
+    if (!j) return luaL_error(L, "json_encode: %s", c->err);
     char *s = cJSON_Print(j);
     cJSON_Delete(j);
     if (!s) return luaL_error(L, "json_encode: out of memory");
@@ -590,33 +667,82 @@ static int l_json_encode(lua_State *L) {
     return 1;
 }
 
-static void from_json(lua_State *L, const cJSON *j) {
+/* The number literals of a JSON text in document order (the order a depth-first walk of cJSON's tree meets them):
+ * whether each is written as an integer, and its exact value then. cJSON keeps only a double. */
+typedef struct { int is_int; long long v; } json_num;
+
+static size_t scan_numbers(const char *s, size_t len, json_num *out) {
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        char ch = s[i];
+        if (ch == '"') {
+            for (i++; i < len && s[i] != '"'; i++) if (s[i] == '\\') i++;
+            i++;
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            size_t b = i;
+            int is_int = 1;
+            while (i < len && strchr("0123456789+-.eE", s[i]) && s[i]) {
+                if (s[i] == '.' || s[i] == 'e' || s[i] == 'E') is_int = 0;
+                i++;
+            }
+            if (out) {
+                char buf[64];
+                long long v = 0;
+                if (is_int && i - b < sizeof buf) {
+                    memcpy(buf, s + b, i - b);
+                    buf[i - b] = 0;
+                    char *end;
+                    errno = 0;
+                    v = strtoll(buf, &end, 10);
+                    if (errno || *end) is_int = 0;   /* past int64: a float, as Lua's own tonumber reads it */
+                } else {
+                    is_int = 0;
+                }
+                out[n] = (json_num){ is_int, v };
+            }
+            n++;
+        } else {
+            i++;
+        }
+    }
+    return n;
+}
+
+typedef struct { const json_num *nums; size_t n, next; } json_read;
+
+static void from_json(lua_State *L, const cJSON *j, json_read *r) {
     luaL_checkstack(L, 4, "json_decode: nested too deep");
     if (cJSON_IsNull(j)) lua_pushnil(L);
     else if (cJSON_IsBool(j)) lua_pushboolean(L, cJSON_IsTrue(j));
     else if (cJSON_IsString(j)) lua_pushstring(L, j->valuestring);
     else if (cJSON_IsNumber(j)) {
-        double d = j->valuedouble;
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) lua_pushinteger(L, (lua_Integer)d);
-        else lua_pushnumber(L, d);
+        const json_num *num = r->next < r->n ? &r->nums[r->next] : NULL;
+        r->next++;
+        if (num && num->is_int) lua_pushinteger(L, (lua_Integer)num->v);
+        else lua_pushnumber(L, j->valuedouble);
     } else if (cJSON_IsArray(j)) {
         lua_createtable(L, cJSON_GetArraySize(j), 0);
         int i = 1;
-        for (const cJSON *c = j->child; c; c = c->next) { from_json(L, c); lua_rawseti(L, -2, i++); }
+        for (const cJSON *c = j->child; c; c = c->next) { from_json(L, c, r); lua_rawseti(L, -2, i++); }
     } else {
         lua_createtable(L, 0, cJSON_GetArraySize(j));
-        for (const cJSON *c = j->child; c; c = c->next) { from_json(L, c); lua_setfield(L, -2, c->string); }
+        for (const cJSON *c = j->child; c; c = c->next) { from_json(L, c, r); lua_setfield(L, -2, c->string); }
     }
 }
 
-/* json_decode(text [, what]) → value; an error names `what`. */
+/* json_decode(text [, what]) → value; an error names `what`. Integers come back as Lua integers, exactly; numbers
+ * written with a '.' or an exponent as floats. */
 static int l_json_decode(lua_State *L) {
     size_t len;
     const char *s = luaL_checklstring(L, 1, &len);
     const char *what = luaL_optstring(L, 2, "json_decode");
+    size_t n = scan_numbers(s, len, NULL);
+    json_num *nums = lua_newuserdatauv(L, (n + 1) * sizeof *nums, 0);   /* on the stack: freed by the collector */
+    scan_numbers(s, len, nums);
     cJSON *j = cJSON_ParseWithLength(s, len);
     if (!j) return luaL_error(L, "%s: not valid JSON", what);
-    from_json(L, j);   /* raises only on stack exhaustion */
+    json_read r = { nums, n, 0 };
+    from_json(L, j, &r);   /* raises only on stack exhaustion */
     cJSON_Delete(j);
     return 1;
 }

@@ -32,7 +32,7 @@ local OPTIONS = {
   { "plot", "flag", false, "PNGs beside the CSV (gnuplot): train/val curves; under fp8 the scale/amax history of the first FP8 layer" },
   { "device", "str", "auto", "auto (the GPU when there is one) | cpu | cuda" },
   { "quiet", "flag", false, "no progress bars" },
-  { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)" },
+  { "save-every", "int", 0, "save a checkpoint every N optimizer steps into --checkpoint-dir/checkpoints (0 = never)" },
   { "checkpoint-dir", "str", "build/checkpoints/fashion_mnist", "where --save-every writes (the last 3 are kept)" },
   { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir)" },
 }
@@ -122,11 +122,27 @@ local total_steps = opts.epochs * math.ceil(#train_loader / gas)
 -- prepared too, so that it steps once per optimizer step under gradient accumulation, and so that
 -- checkpoints carry it (docs/checkpoints.md)
 local sched = accel:prepare(optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = total_steps * accel.num_processes}))
--- the script's micro-batch counter rides along in checkpoints (it names the CSV rows and --save-every)
+-- The loss curve: this run's rows ({step, epoch, loss, lr, val_loss, val_acc, fp8_underflow, fp8_saturated}) after
+-- the CSV lines a checkpoint carried (as train_char_gpt.lua's), so a resumed run's CSV holds the whole history.
+local curve, carried = {}, {}
+local CSV_HEADER = "step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated"
+local function csv_lines()
+  local lines = table.move(carried, 1, #carried, 1, {})
+  local function cell(v, fmt) return v == nil and "" or fmt:format(v) end
+  for _, r in ipairs(curve) do
+    lines[#lines + 1] = ("%d,%d,%.6f,%.6g,%s,%s,%s,%s"):format(r[1], r[2], r[3], r[4], cell(r[5], "%.6f"),
+      cell(r[6], "%.4f"), cell(r[7], "%.6g"), cell(r[8], "%.6g"))
+  end
+  return lines
+end
+-- the script's micro-batch counter (it names the CSV rows) and the CSV rows ride along in checkpoints
 local counter = { step = 0 }
 accel:register_for_checkpointing({
-  state_dict = function() return { step = counter.step } end,
-  load_state_dict = function(_, s) counter.step = s.step end })
+  state_dict = function() return { step = counter.step, csv_rows = csv_lines() } end,
+  load_state_dict = function(_, s)
+    counter.step = s.step
+    carried = type(s.csv_rows) == "table" and s.csv_rows or {}
+  end })
 if opts.resume then
   accel:load_state(opts.resume ~= "latest" and opts.resume or nil)
   print(("resumed from %s at step %d (epoch %d)"):format(opts.resume, counter.step, train_loader.epoch + 1))
@@ -162,7 +178,6 @@ print(("Fashion-MNIST MLP 784-512-256-10: %d train / %d test images, %d epochs, 
 
 local prev_autocast = fp8.autocast_dtype()
 local scaler = accel.scaler
-local curve = {}          -- {step, epoch, loss, lr, val_loss, val_acc, fp8_underflow, fp8_saturated}
 local plot = opts.plot and require "fp8.plot"
 local stats_csv = opts.out:gsub("%.csv$", "") .. "_fp8_stats.csv"
 if plot and mp == "fp8" then
@@ -183,6 +198,7 @@ end
 local step, samples, train_time = counter.step, 0, 0
 local t0 = data.clock()
 local acc, test_loss, epoch_loss
+local save_due = false
 local ok, err = pcall(function()
   for epoch = train_loader.epoch + 1, opts.epochs do   -- after --resume: the interrupted epoch first
     local sum, count = 0, 0
@@ -212,12 +228,16 @@ local ok, err = pcall(function()
       end
       if iter ~= train_loader then iter:set_postfix{loss = sum / count} end
       counter.step = step
-      if opts["save-every"] > 0 and step % opts["save-every"] == 0 then accel:save_state() end
+      -- every N optimizer steps (accel.step counts them), at the end of an accumulation window; on the epoch's last
+      -- batch after its evaluation, so that the checkpoint's CSV rows hold it
+      save_due = opts["save-every"] > 0 and accel.sync_gradients and accel.step % opts["save-every"] == 0
+      if save_due and not accel.gradient_state.end_of_dataloader then accel:save_state(); save_due = false end
     end
     epoch_loss = sum / count
     train_time = train_time + (data.clock() - te)
     acc, test_loss = evaluate()
     curve[#curve][5], curve[#curve][6] = test_loss, acc
+    if save_due then accel:save_state(); save_due = false end
     print(("epoch %d/%d  train_loss=%.4f  test_loss=%.4f  test_acc=%.2f%%  (%.1fs)%s"):format(epoch, opts.epochs,
       epoch_loss, test_loss, acc * 100, data.clock() - t0,
       scaler and ("  loss_scale=%g skipped=%d"):format(scaler:get_scale(), scaler.skipped_steps) or ""))
@@ -231,12 +251,8 @@ local elapsed = data.clock() - t0
 if accel.process_index == 0 then
   local dir = opts.out:match("^(.*)/[^/]*$")
   if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
-  local lines = { "step,epoch,loss,lr,val_loss,val_acc,fp8_underflow,fp8_saturated" }
-  local function cell(v, fmt) return v == nil and "" or fmt:format(v) end
-  for _, r in ipairs(curve) do
-    lines[#lines + 1] = ("%d,%d,%.6f,%.6g,%s,%s,%s,%s"):format(r[1], r[2], r[3], r[4], cell(r[5], "%.6f"),
-      cell(r[6], "%.4f"), cell(r[7], "%.6g"), cell(r[8], "%.6g"))
-  end
+  local lines = csv_lines()
+  table.insert(lines, 1, CSV_HEADER)
   local ok, werr = pcall(require("fp8._fileio").write_atomic, opts.out, table.concat(lines, "\n") .. "\n")
   if not ok then error("cannot write the loss curve: " .. tostring(werr), 0) end
   print("loss curve: " .. opts.out)
@@ -254,5 +270,9 @@ if accel.process_index == 0 then
   end
 end
 
-print(("final test_acc=%.2f%% loss=%.4f time=%.1fs samples/s=%.0f"):format(acc * 100, epoch_loss, elapsed,
-  samples / train_time))
+if acc == nil then   -- resumed from a checkpoint at the end of the last epoch: no epoch ran, so no summary
+  print(("nothing left to train: the checkpoint is at the end of epoch %d of %d"):format(train_loader.epoch, opts.epochs))
+else
+  print(("final test_acc=%.2f%% loss=%.4f time=%.1fs samples/s=%.0f"):format(acc * 100, epoch_loss, elapsed,
+    samples / train_time))
+end

@@ -3,6 +3,7 @@
 --   model.safetensors (model_1, ...)          every parameter and buffer, FP8 recipe state included
 --   optimizer.safetensors (optimizer_1, ...)  moments in their own dtypes; groups and steps in metadata
 --   scheduler.json (scheduler_1, ...), scaler.json, custom_checkpoint_N.json   the small states
+--   custom_checkpoint_N.safetensors           the tensors in a registered object's state
 --   random_states_<rank>.json                 each process's generator
 --   fp8lab_state.json                         version, step, data loader positions, resolved settings
 -- It is written as <dir>.tmp and renamed when complete, so a crash never leaves a partial <dir>.
@@ -288,6 +289,69 @@ local function plain(v)
   return v
 end
 
+-- A custom object's state (register_for_checkpointing) for its JSON file: every tensor in it, at any depth, goes to
+-- custom_checkpoint_<i>.safetensors beside it (named "<n>:<key path>", n making each name unique) and is replaced by
+-- {[TENSOR_KEY] = name, device = its device}, which custom_state_join puts it back for. A function or any other
+-- userdata is refused naming its key path: it cannot be saved, and leaving it out would load a different state.
+local TENSOR_KEY = "__fp8lab_tensor__"
+local function custom_state_split(v, i)
+  local tensors, n, on_path = {}, 0, {}
+  local function where(path) return path == "" and "its state_dict()" or ("key '" .. path .. "'") end
+  local function walk(x, path)
+    if core.is_tensor(x) then
+      n = n + 1
+      local name = ("%d:%s"):format(n, path)
+      tensors[name] = x
+      return { [TENSOR_KEY] = name, device = x:device() }
+    end
+    local tx = type(x)
+    if tx == "function" or tx == "userdata" or tx == "thread" then
+      error(("save_state: custom object %d: %s is a %s; a custom state holds plain values (tables, strings, numbers, "
+        .. "booleans) and fp8 tensors"):format(i, where(path), tx), 0)
+    end
+    if tx ~= "table" then return x end
+    if on_path[x] then error(("save_state: custom object %d: %s holds a table that contains it (a cycle)"):format(i, where(path)), 0) end
+    on_path[x] = true
+    local out, keys = {}, {}
+    for k in pairs(x) do keys[#keys + 1] = k end
+    -- in a fixed order, so the tensors' numbers (and the file) are the same every time
+    table.sort(keys, function(a, b)
+      if type(a) ~= type(b) then return type(a) < type(b) end
+      if type(a) == "number" or type(a) == "string" then return a < b end
+      return tostring(a) < tostring(b)
+    end)
+    for _, k in ipairs(keys) do
+      local val = x[k]
+      if k == TENSOR_KEY then
+        error(("save_state: custom object %d: %s uses the key %s, which fp8lab keeps for the tensors it saves"):format(i,
+          where(path), TENSOR_KEY), 0)
+      end
+      out[k] = walk(val, path == "" and tostring(k) or (path .. "." .. tostring(k)))
+    end
+    on_path[x] = nil
+    return out
+  end
+  return walk(v, ""), tensors, n
+end
+
+-- The names the placeholders of a decoded custom state refer to (name -> device).
+local function custom_state_names(v, out)
+  out = out or {}
+  if type(v) == "table" then
+    if v[TENSOR_KEY] ~= nil then out[tostring(v[TENSOR_KEY])] = type(v.device) == "string" and v.device or "cpu"
+    else for _, x in pairs(v) do custom_state_names(x, out) end end
+  end
+  return out
+end
+
+-- The decoded state with each placeholder replaced by its tensor.
+local function custom_state_join(v, tensors)
+  if type(v) ~= "table" then return v end
+  if v[TENSOR_KEY] ~= nil then return tensors[tostring(v[TENSOR_KEY])] end
+  for k, x in pairs(v) do v[k] = custom_state_join(x, tensors) end
+  return v
+end
+
 local function resolved_settings(acc)
   return { mixed_precision = acc.mixed_precision, fp8_backend = acc.fp8_backend or "none",
            fp8_recipe = acc.mixed_precision == "fp8" and plain(acc.fp8_recipe) or {},
@@ -366,6 +430,10 @@ local function restore_loader(l, s, i)
       error(("load_state: data loader %d: the checkpoint's %s is %s, not a count"):format(i, k, tostring(s[k])), 0)
     end
   end
+  if s.batches_served > s.batches then
+    error(("load_state: data loader %d: the checkpoint's batches_served (%d) is more than its batches per epoch (%d)")
+      :format(i, s.batches_served, s.batches), 0)
+  end
   if s.n ~= l.n or s.batch_size ~= l.batch_size or s.shuffle ~= l.shuffle or s.seed ~= l.seed then
     error(("load_state: data loader %d differs from the checkpoint's (items %s/%d, batch_size %s/%d, shuffle %s/%s, seed %s/%d)")
       :format(i, tostring(s.n), l.n, tostring(s.batch_size), l.batch_size, tostring(s.shuffle), tostring(l.shuffle),
@@ -407,6 +475,12 @@ local function has_state(v)
   return type(v) == "table" and type(v.state_dict) == "function" and type(v.load_state_dict) == "function"
 end
 
+local function device_available(dev)
+  if dev ~= "cuda" then return dev == "cpu" end
+  local ok, cuda = pcall(require, "fp8.cuda")
+  return ok and cuda.is_available() == true
+end
+
 local function checkpoint_number(name) return math.tointeger(tonumber(name:match("^checkpoint_(%d+)$"))) end
 
 -- The checkpoint_N directories of base that hold a checkpoint (not a symbolic link, a state file in it), by N.
@@ -432,8 +506,8 @@ function M.install(Accelerator)
     end
   end
 
-  -- register_for_checkpointing(obj, ...): objects with state_dict()/load_state_dict() whose (plain,
-  -- JSON-able) state save_state/load_state carry as custom_checkpoint_N.json.
+  -- register_for_checkpointing(obj, ...): objects with state_dict()/load_state_dict() whose state
+  -- save_state/load_state carry as custom_checkpoint_N.json (+ .safetensors for its tensors).
   function Accelerator:register_for_checkpointing(...)
     local args = table.pack(...)
     self._custom = self._custom or {}
@@ -499,7 +573,10 @@ function M.install(Accelerator)
     -- process (the main one's mkdir, a hook's, an unwritable state, a failed rename) is raised on every process,
     -- none is left waiting in a collective, and (cleanup) the temporary directory is removed.
     local function settle(cleanup, ok, err)
-      local msg = require("fp8.distributed")._first_error(self.num_processes or 1, rank, not ok and error_text(err) or nil)
+      -- without the internal source location a core error carries ("lua/fp8/checkpointing.lua:542: "), as load_state
+      local mine = not ok and (error_text(err):gsub("^[^:\n]*:%d+: ", "")) or nil
+      if mine and not mine:match("^save_state: ") then mine = "save_state: " .. mine end
+      local msg = require("fp8.distributed")._first_error(self.num_processes or 1, rank, mine)
       if msg then
         if main and cleanup then remove_own(tmp) end
         error(msg, 0)
@@ -520,6 +597,14 @@ function M.install(Accelerator)
       if not ok then error("save_state: " .. err, 0) end
       mark(tmp)
     end))
+    local gas = self.gradient_accumulation_steps or 1
+    if main and gas > 1 and self.gradient_state.step % gas ~= 0 and not rawget(self, "_mid_window_noticed") then
+      rawset(self, "_mid_window_noticed", true)
+      io.stderr:write(("fp8lab: notice: save_state: saved at micro-step %d of an accumulation window of %d: the gradients "
+        .. "accumulated so far are not saved (Accelerate does not save them either), so a resumed run starts this window's "
+        .. "next micro-step without them; save when acc.sync_gradients is true to resume exactly\n"):format(
+        self.gradient_state.step % gas, gas))
+    end
     local weights = {}
     settle(true, pcall(function()
       C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
@@ -545,13 +630,22 @@ function M.install(Accelerator)
       for i, s in ipairs(self._schedulers or {}) do write_json(join(tmp, "scheduler" .. suffix(i) .. ".json"), s:state_dict()) end
       if self.scaler then write_json(join(tmp, "scaler.json"), self.scaler:state_dict()) end
       for i, obj in ipairs(self._custom or {}) do
-        write_json(join(tmp, ("custom_checkpoint_%d.json"):format(i - 1)), plain(obj:state_dict()))
+        local st, tensors, n = custom_state_split(obj:state_dict(), i)
+        local base = join(tmp, ("custom_checkpoint_%d"):format(i - 1))
+        if n > 0 then core.save_file(tensors, base .. ".safetensors", { format = "fp8lab-custom" }) end
+        local ok, err = pcall(C.json_encode, st)
+        if not ok then
+          error(("save_state: custom object %d: %s"):format(i, tostring(err):gsub("^[^:]*:%d+: ", "")), 0)
+        end
+        C.write_atomic(base .. ".json", err .. "\n")
       end
       local loaders = {}
       for i, l in ipairs(self._dataloaders or {}) do loaders[i] = loader_state(l) end
       local files = {}   -- every path in it, ours and the hooks' (folders and what is in them), every process's
       for _, rel in ipairs(tree(tmp)) do if rel ~= PARTIAL then files[#files + 1] = rel end end
-      write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step, settings = resolved_settings(self),
+      -- micro_step: gradient_state.step, the micro-step count acc:accumulate ends windows by (Accelerate's step)
+      write_json(join(tmp, STATE_FILE), { fp8lab_checkpoint = M.VERSION, step = self.step,
+        micro_step = self.gradient_state.step, settings = resolved_settings(self),
         files = files, dataloaders = loaders, models = #weights, optimizers = #self._optimizers,
         schedulers = #(self._schedulers or {}), custom = #(self._custom or {}), num_processes = self.num_processes or 1 })
       C.fsync_dir(tmp)
@@ -672,6 +766,14 @@ function M.install(Accelerator)
       if type(st) ~= "table" or st.fp8lab_checkpoint ~= M.VERSION then
         error(("load_state: %s: checkpoint version %s, this build reads %d"):format(dir, tostring(type(st) == "table" and st.fp8lab_checkpoint), M.VERSION), 0)
       end
+      for _, k in ipairs { "step", "micro_step" } do   -- micro_step: absent from checkpoints written before it
+        if (k == "step" or st[k] ~= nil) and (math.type(st[k]) ~= "integer" or st[k] < 0) then
+          error(("load_state: %s: %s is %s, expected an integer >= 0"):format(join(dir, STATE_FILE), k, tostring(st[k])), 0)
+        end
+      end
+      if type(st.dataloaders) ~= "table" then
+        error(("load_state: %s: dataloaders is %s, expected a list"):format(join(dir, STATE_FILE), type(st.dataloaders)), 0)
+      end
       local saved_n = math.tointeger(st.num_processes) or 1
       if saved_n ~= n_proc and strict then
         error(("load_state: %s was saved by %d process%s, this run has %d (each process's random state and the loaders' "
@@ -717,7 +819,29 @@ function M.install(Accelerator)
         apply[#apply + 1] = function() self.scaler:load_state_dict(sd) end
       end
       for i, obj in ipairs(self._custom or {}) do
-        local sd = read_json(join(dir, ("custom_checkpoint_%d.json"):format(i - 1)))
+        local base = join(dir, ("custom_checkpoint_%d"):format(i - 1))
+        local sd = read_json(base .. ".json")
+        local names = custom_state_names(sd)
+        if next(names) ~= nil then   -- its tensors, each back on the device it was saved from (the CPU without one)
+          local okf, f = pcall(core.safe_open, base .. ".safetensors")
+          if not okf then error(("load_state: custom object %d: %s"):format(i, tostring(f):gsub("^[^:]*:%d+: ", "")), 0) end
+          local tensors, have = {}, {}
+          for _, k in ipairs(f:keys()) do have[k] = true end
+          for name, dev in pairs(names) do
+            if not have[name] then
+              f:close()
+              error(("load_state: %s.json names the tensor \"%s\", which %s.safetensors does not hold"):format(base, name, base), 0)
+            end
+            if dev ~= "cpu" and not device_available(dev) then
+              io.stderr:write(("fp8lab: notice: load_state: custom object %d: tensor \"%s\" was saved on %s, which this "
+                .. "run does not have: it comes back on the cpu\n"):format(i, name, dev))
+              dev = "cpu"
+            end
+            tensors[name] = f:get_tensor(name, { device = dev })
+          end
+          f:close()
+          sd = custom_state_join(sd, tensors)
+        end
         local saved = obj:state_dict()
         undo[#undo + 1] = function() obj:load_state_dict(saved) end
         apply[#apply + 1] = function() obj:load_state_dict(sd) end
@@ -726,11 +850,16 @@ function M.install(Accelerator)
       for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i) end
       local rs
       if rank < saved_n then
-        rs = read_json(join(dir, ("random_states_%d.json"):format(rank)))
-        if type(rs) ~= "table" or type(rs.fp8) ~= "table" then error(("load_state: %s: random_states_%d.json has no fp8 generator"):format(dir, rank), 0) end
-        local rng_before = { C.rng_state() }
-        C.set_rng_state(rs.fp8[1], rs.fp8[2])   -- checks the format; undone below on failure
-        C.set_rng_state(rng_before[1], rng_before[2])
+        local rs_path = join(dir, ("random_states_%d.json"):format(rank))
+        rs = read_json(rs_path)
+        if type(rs) ~= "table" or type(rs.fp8) ~= "table" then error(("load_state: %s has no fp8 generator"):format(rs_path), 0) end
+        for j, what in ipairs { "seed", "counter" } do
+          local v = rs.fp8[j]
+          if type(v) ~= "string" or #v ~= 16 or not v:match("^%x+$") then
+            error(("load_state: %s: the fp8 generator's %s is %s, expected 16 hex digits"):format(rs_path, what,
+              type(v) == "string" and ("\"" .. v .. "\"") or tostring(v)), 0)
+          end
+        end
       end
       past_agreement = true
       local rok, rerr = agreed(true)   -- every process has read and checked everything
@@ -747,7 +876,8 @@ function M.install(Accelerator)
       end
       for _, f in ipairs(loaders) do f() end
       if rs then C.set_rng_state(rs.fp8[1], rs.fp8[2]) end
-      self.step = math.tointeger(st.step) or self.step
+      self.step = st.step
+      if st.micro_step then self.gradient_state.step = st.micro_step end
       local n = checkpoint_number(dir:match("([^/]+)$") or "")
       if pc.automatic_checkpoint_naming and n then pc.iteration = n + 1 end
     end)
@@ -798,7 +928,7 @@ function M.install(Accelerator)
   end
 
   -- save_model(model, dir [, {fp8="dequantize"|"raw"}]): the weights only (parameters and buffers, no
-  -- FP8 recipe state) as dir/model.safetensors. FP8 tensors: fp32 values (dequantize, the default) or
+  -- FP8 recipe state, no O3 weight_fp8 copy) as dir/model.safetensors. FP8 tensors: fp32 values (dequantize, the default) or
   -- their bytes plus name_scale_inv (raw).
   function Accelerator:save_model(model, dir, opts)
     if not require("fp8.nn.module").is_module(model) then
@@ -817,7 +947,9 @@ function M.install(Accelerator)
     if not ok then error("save_model: " .. err, 2) end
     local sd, out = model:state_dict(), {}
     for k, t in pairs(sd) do
-      if not k:match("fp8_state$") then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
+      -- derived state left out (as module.lua's fp8_hint classifies it): the FP8 recipe state, and MS-AMP O3's E4M3
+      -- weight copy (made again from the fp16 master), so the file loads into a plain model
+      if not (k:match("fp8_state$") or k:match("weight_fp8$")) then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
     end
     local path = join(dir, "model.safetensors")
     core.save_file(out, path, { format = "pt", producer = "fp8lab" })
@@ -850,11 +982,13 @@ if okh and help.add then
     .. "A different recipe or model is refused naming the first difference unless strict=false; a failed load\n"
     .. "changes nothing. Mid-epoch: the next loop over a data loader finishes the interrupted epoch.")
   add("acc:save_model", "acc:save_model(model, dir [, {fp8=\"dequantize\"|\"raw\"}]) -> path",
-    "Weights only (no FP8 recipe state) as dir/model.safetensors; FP8 tensors as fp32 values or raw bytes + scale.")
+    "Weights only (no FP8 recipe state, no O3 weight_fp8 copy) as dir/model.safetensors; FP8 tensors as fp32\n"
+    .. "values or raw bytes + scale.")
   add("ProjectConfiguration", "fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=, iteration=0}",
     "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}.")
   add("acc:register_for_checkpointing", "acc:register_for_checkpointing(obj, ...)",
-    "Objects with state_dict()/load_state_dict() (plain Lua values) saved as custom_checkpoint_<i>.json.")
+    "Objects with state_dict()/load_state_dict() saved as custom_checkpoint_<i>.json: plain Lua values, and fp8\n"
+    .. "tensors (any depth) in custom_checkpoint_<i>.safetensors beside it; a function or other userdata is refused.")
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -484,11 +484,22 @@ describe("acc:save_state / load_state", function()
     local p = acc:save_model(model, d .. "/deq")
     local t = fp8.load_file(p)
     assert.is_nil(t["0.fp8_state"])
-    assert.are.equal("fp32", t["0.weight_fp8"]:dtype())
+    -- O3's E4M3 weight copy is derived state (made again from the fp16 master): left out, so the file loads into a
+    -- plain model as it is
+    assert.is_nil(t["0.weight_fp8"])
     assert.are.equal("fp16", t["0.weight"]:dtype())
-    local raw = fp8.load_file(acc:save_model(model, d .. "/raw", { fp8 = "raw" }))
-    assert.are.equal("e4m3", raw["0.weight_fp8"]:dtype())
-    assert.same(t["0.weight_fp8"]:totable(), raw["0.weight_fp8"]:dequantize():totable())
+    local plain = mlp()
+    plain:load_state_dict(t)
+    assert.same(t["0.weight"]:to("fp32"):totable(), plain:state_dict()["0.weight"]:totable())
+    assert.is_nil(fp8.load_file(acc:save_model(model, d .. "/raw", { fp8 = "raw" }))["0.weight_fp8"])
+    -- an FP8 tensor of the model's own (a buffer): fp32 values by default, its bytes and scale with fp8="raw"
+    local m = nn.Linear(4, 2)
+    m:register_buffer("codebook", fp8.randn { 2, 4 }:quantize("e4m3"))
+    local deq = fp8.load_file(acc:save_model(m, d .. "/deq2"))
+    assert.are.equal("fp32", deq.codebook:dtype())
+    local raw = fp8.load_file(acc:save_model(m, d .. "/raw2", { fp8 = "raw" }))
+    assert.are.equal("e4m3", raw.codebook:dtype())
+    assert.same(deq.codebook:totable(), raw.codebook:dequantize():totable())
     U.fails_with("save_model: fp8 must be \"dequantize\" or \"raw\", got bytes", function() acc:save_model(model, d, { fp8 = "bytes" }) end)
     U.fails_with("save_model: unknown option 'dtype' (valid: fp8)", function() acc:save_model(model, d, { dtype = "x" }) end)
     os.execute("rm -rf " .. d)
@@ -573,6 +584,160 @@ describe("acc:save_state / load_state", function()
     local hl = acc2:register_load_state_pre_hook(function() error() end)
     U.fails_with("load_state: a load_state pre-hook failed: (error object is a nil value)", acc2.load_state, acc2, d .. "/c")
     hl:remove()
+    os.execute("rm -rf " .. d)
+  end)
+end)
+
+describe("what a checkpoint carries exactly", function()
+  -- stderr lines written while f runs (the notices), with f's results
+  local function notices(f, ...)
+    local real, lines = io.stderr, {}
+    io.stderr = { write = function(_, ...) lines[#lines + 1] = table.concat({ ... }) end }
+    local r = table.pack(pcall(f, ...))
+    io.stderr = real
+    if not r[1] then error(r[2], 0) end
+    return table.concat(lines), table.unpack(r, 2, r.n)
+  end
+
+  it("tensors in a custom object's state, at any depth, come back exactly; functions and userdata are refused by key path", function()
+    local d = tmpdir()
+    fp8.manual_seed(5)
+    local q = fp8.randn { 3, 4 }:quantize("e4m3", { axis = 1 })
+    local state = { shadow = fp8.tensor { 1, 2, 3 }, decay = 0.99,
+                    extra = { t = fp8.tensor { 5 }, list = { fp8.randn { 2 }:to("bf16"), 2, q } } }
+    local obj = { got = nil }
+    function obj:state_dict() return state end
+    function obj:load_state_dict(s) self.got = s end
+    local acc = fp8.Accelerator { config = false, env = {} }
+    acc:register_for_checkpointing(obj)
+    acc:save_state(d .. "/c")
+    assert.truthy(U.read(d .. "/c/custom_checkpoint_0.safetensors"))
+    local files = C.json_decode(read(d .. "/c/fp8lab_state.json")).files
+    assert.truthy(table.concat(files, " "):find("custom_checkpoint_0.safetensors", 1, true))
+    acc:load_state(d .. "/c")
+    local g = obj.got
+    assert.are.equal(0.99, g.decay)
+    assert.are.equal(2, g.extra.list[2])
+    for _, pair in ipairs { { state.shadow, g.shadow }, { state.extra.t, g.extra.t }, { state.extra.list[1], g.extra.list[1] } } do
+      assert.is_true(fp8.is_tensor(pair[2]))
+      assert.are.equal(pair[1]:dtype(), pair[2]:dtype())
+      assert.same(pair[1]:to("fp32"):totable(), pair[2]:to("fp32"):totable())
+    end
+    assert.are.equal("e4m3", g.extra.list[3]:dtype())
+    assert.same(q:dequantize():totable(), g.extra.list[3]:dequantize():totable())
+    -- what cannot be saved is refused, naming where it is, and nothing is published
+    state = { extra = { f = print } }
+    U.fails_with("save_state: custom object 1: key 'extra.f' is a function", acc.save_state, acc, d .. "/e")
+    state = { io.stdout }
+    U.fails_with("save_state: custom object 1: key '1' is a userdata", acc.save_state, acc, d .. "/e")
+    state = { __fp8lab_tensor__ = "x" }
+    U.fails_with("uses the key __fp8lab_tensor__", acc.save_state, acc, d .. "/e")
+    local cyc = {}; cyc.me = cyc
+    state = { a = cyc }
+    U.fails_with("key 'a.me' holds a table that contains it (a cycle)", acc.save_state, acc, d .. "/e")
+    assert.is_nil(U.read(d .. "/e/fp8lab_state.json"))
+    -- a custom JSON naming a tensor its safetensors file lacks
+    U.write(d .. "/c/custom_checkpoint_0.json", '{"t": {"__fp8lab_tensor__": "9:t", "device": "cpu"}}')
+    U.fails_with("names the tensor \"9:t\", which", acc.load_state, acc, d .. "/c")
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("JSON keeps integers past 2^53, floats as floats; a NUL in a string or inf is refused naming the key", function()
+    local v = C.json_decode(C.json_encode { big = 9007199254740993, min = math.mininteger, one = 1.0, tenth = 0.1,
+                                             neg0 = -0.0, e = 1e300, list = { 3, 3.0 } })
+    assert.are.equal(9007199254740993, v.big); assert.are.equal("integer", math.type(v.big))
+    assert.are.equal(math.mininteger, v.min)
+    assert.are.equal("float", math.type(v.one)); assert.are.equal(1.0, v.one)
+    assert.are.equal(0.1, v.tenth)
+    assert.are.equal(-math.huge, 1 / v.neg0)
+    assert.are.equal(1e300, v.e)
+    assert.are.equal("integer", math.type(v.list[1])); assert.are.equal("float", math.type(v.list[2]))
+    assert.truthy(C.json_encode { x = 0.99 }:find('"x":%s*0.99\n'))   -- the shortest text that reads back the same
+    U.fails_with("json_encode: key 'a.b': the string holds a NUL byte", C.json_encode, { a = { b = "a\0b" } })
+    U.fails_with("json_encode: key 'a.b.3': inf cannot be stored in JSON", C.json_encode, { a = { b = { 1, 2, math.huge } } })
+    U.fails_with("json_encode: key 'a': object keys must be strings", C.json_encode, { a = { [true] = 1 } })
+    -- through a checkpoint: a custom state comes back the same, types included
+    local d = tmpdir()
+    local state = { big = 9007199254740993, one = 1.0, s = "x" }
+    local obj = {}
+    function obj:state_dict() return state end
+    function obj:load_state_dict(s) self.got = s end
+    local acc = fp8.Accelerator { config = false, env = {} }
+    acc:register_for_checkpointing(obj)
+    acc:save_state(d .. "/c")
+    acc:load_state(d .. "/c")
+    assert.are.equal(9007199254740993, obj.got.big)
+    assert.are.equal("float", math.type(obj.got.one))
+    state = { name = "a\0b" }
+    U.fails_with("save_state: custom object 1: json_encode: key 'name': the string holds a NUL byte", acc.save_state, acc, d .. "/e")
+    state = { ema = { loss = 0 / 0 } }
+    U.fails_with("save_state: custom object 1: json_encode: key 'ema.loss': nan cannot be stored in JSON", acc.save_state, acc, d .. "/e")
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("resuming in the middle of an accumulation window keeps the sync pattern (micro-step saved), with a notice", function()
+    local d = tmpdir()
+    local function new_acc()
+      local acc = fp8.Accelerator { gradient_accumulation_steps = 4, config = false, env = {} }
+      return acc, acc:prepare(nn.Linear(4, 2))
+    end
+    local function micro(acc, model, n, out)
+      for _ = 1, n do acc:accumulate(model, function() end); out[#out + 1] = acc.sync_gradients end
+      return out
+    end
+    local acc, model = new_acc()
+    local straight = micro(acc, model, 8, {})
+    acc, model = new_acc()
+    local resumed = micro(acc, model, 6, {})
+    local text = notices(acc.save_state, acc, d .. "/c")
+    assert.truthy(text:find("fp8lab: notice: save_state: saved at micro-step 2 of an accumulation window of 4", 1, true), text)
+    assert.are.equal("", (notices(acc.save_state, acc, d .. "/c")))   -- once
+    local acc2, model2 = new_acc()
+    acc2:load_state(d .. "/c")
+    micro(acc2, model2, 2, resumed)
+    assert.same(straight, resumed)
+    assert.are.equal(6, C.json_decode(read(d .. "/c/fp8lab_state.json")).micro_step)
+    -- at a window's end: no notice
+    local acc3, model3 = new_acc()
+    micro(acc3, model3, 4, {})
+    assert.are.equal("", (notices(acc3.save_state, acc3, d .. "/c")))
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("a corrupted state file is refused naming the file and the value", function()
+    local d = tmpdir()
+    local acc = fp8.Accelerator { config = false, env = {} }
+    local loader = acc:prepare(fp8.data.DataLoader { { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 }, batch_size = 1 })
+    acc:save_state(d .. "/c")
+    local good = read(d .. "/c/fp8lab_state.json")
+    local function with(pattern, repl, needle)
+      local text, n = good:gsub(pattern, repl, 1)
+      assert.are.equal(1, n, pattern)
+      U.write(d .. "/c/fp8lab_state.json", text)
+      U.fails_with(needle, acc.load_state, acc, d .. "/c")
+    end
+    with('"step":%s*%d+', '"step": -3', "fp8lab_state.json: step is -3, expected an integer >= 0")
+    with('"step":%s*%d+', '"step": 1.5', "fp8lab_state.json: step is 1.5, expected an integer >= 0")
+    with('"micro_step":%s*%d+', '"micro_step": -1', "fp8lab_state.json: micro_step is -1, expected an integer >= 0")
+    with('"batches_served":%s*%d+', '"batches_served": 70', "data loader 1: the checkpoint's batches_served (70) is more than its batches per epoch (12)")
+    U.write(d .. "/c/fp8lab_state.json", good)
+    U.write(d .. "/c/random_states_0.json", '{"fp8": ["zz", "00"]}')
+    U.fails_with(d .. "/c/random_states_0.json: the fp8 generator's seed is \"zz\", expected 16 hex digits", acc.load_state, acc, d .. "/c")
+    U.write(d .. "/c/random_states_0.json", '{"fp8": ["0000000000000000", 7]}')
+    U.fails_with("random_states_0.json: the fp8 generator's counter is 7, expected 16 hex digits", acc.load_state, acc, d .. "/c")
+    assert.are.equal(0, loader.batches_served or 0)   -- nothing applied
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("save_state errors carry no internal source location", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    -- a directory where the optimizer file goes: its rename fails in the core
+    local h = acc:register_save_state_pre_hook(function(_, _, out) assert(C.mkdir(out .. "/optimizer.safetensors")) end)
+    local err = U.fails_with({ "save_state: ", "optimizer.safetensors" }, acc.save_state, acc, d .. "/c")
+    assert.is_nil(err:match("^[^:]*%.lua:%d+:"), err)
+    assert.is_nil(err:match("^[^:]*%.c:%d+:"), err)
+    h:remove()
     os.execute("rm -rf " .. d)
   end)
 end)

@@ -114,4 +114,33 @@ describe("the training scripts' --save-every and --resume", function()
     assert.same(per, rows_per_step())
     os.execute("rm -rf " .. dir)
   end)
+
+  it("train_fashion_mnist.lua saves every N optimizer steps under accumulation, and a resumed run's CSV holds the whole history", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+    -- 12 batches an epoch, 4 per optimizer step: 3 steps an epoch, 6 in all, each saved (the last 3 kept)
+    local base = ("timeout 120 %s scripts/train_fashion_mnist.lua --limit 120 --batch-size 10 --epochs 2 "
+      .. "--gradient-accumulation-steps 4 --device cpu --quiet --checkpoint-dir %s"):format(BIN, dir)
+    local ok, out = sh(base .. " --save-every 1 --out " .. dir .. "/straight.csv")
+    assert(ok, out)
+    assert.is_nil(out:find("saved at micro-step", 1, true), out)   -- never in the middle of a window
+    local C = require "fp8._checkpoint"
+    assert.same({ "checkpoint_3", "checkpoint_4", "checkpoint_5" }, C.listdir(dir .. "/checkpoints"))
+    for i, micro in ipairs { 4, 8, 0 } do   -- epoch 2's micro-steps 4, 8, and its end (the count starts again)
+      local st = C.json_decode(bytes(("%s/checkpoints/checkpoint_%d/fp8lab_state.json"):format(dir, i + 2)))
+      assert.are.equal(i + 3, st.step)
+      assert.are.equal(micro, st.micro_step)
+    end
+    local full = bytes(dir .. "/straight.csv")
+    assert.are.equal(25, select(2, full:gsub("\n", "")))   -- the header and 24 micro-batches
+    -- mid-epoch (step 4) and at the end (step 6, its evaluation included): the same file as the straight run's
+    for _, ck in ipairs { "checkpoint_3", "checkpoint_5" } do
+      ok, out = sh(base .. " --out " .. dir .. "/resumed.csv --resume " .. dir .. "/checkpoints/" .. ck)
+      assert(ok, out)
+      assert.are.equal(full, bytes(dir .. "/resumed.csv"), ck)
+    end
+    assert.truthy(out:find("nothing left to train: the checkpoint is at the end of epoch 2 of 2", 1, true), out)
+    os.execute("rm -rf " .. dir)
+  end)
 end)
