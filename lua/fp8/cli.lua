@@ -492,7 +492,8 @@ local function settings_from(values)
   if values.mixed_precision == "fp8" or values.backend then
     local b = values.backend or BY_NAME.backend.default
     s.fp8_config = { backend = b }
-    for _, k in ipairs(backend_keys(b)) do s.fp8_config[k.name] = k.default end
+    -- a refused key (enable_fsdp_float8_all_gather) has a default only to describe it; writing it would be refused
+    for _, k in ipairs(backend_keys(b)) do if not k.unsupported then s.fp8_config[k.name] = k.default end end
   end
   for name, v in pairs(values) do
     local k = BY_NAME[name]

@@ -91,6 +91,26 @@ describe("fp8lab config", function()
       use_autocast_during_eval = false }, t.fp8_config)
   end)
 
+  it("writes the ao backend, by questionnaire and by --default, leaving out the refused FSDP key", function()
+    local d = tmpdir()
+    local out, err, code = run("config --config_file " .. q(d .. "/q.yaml"), "fp8\nao\n\n\n\n")
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("fp8lab config: wrote " .. d .. "/q.yaml", 1, true), out)
+    local t = require("fp8.config").load(d .. "/q.yaml")
+    assert.are.same({ backend = "ao", pad_inner_dim = true }, t.fp8_config)
+    assert.are.same({}, t.notices)
+    _, err, code = run("config --default --mixed_precision fp8 --fp8_backend ao --fp8_pad_inner_dim false --config_file "
+      .. q(d .. "/d.yaml"))
+    assert.are.equal(0, code, err)
+    t = require("fp8.config").load(d .. "/d.yaml")
+    assert.are.same({ backend = "ao", pad_inner_dim = false }, t.fp8_config)
+    -- and an Accelerator reads it back as the ao recipe
+    local r = require("fp8.kwargs").resolve { config = t, env = {} }
+    assert.are.equal("ao", r.fp8_backend)
+    assert.is_false(r.fp8_recipe.pad_inner_dim)
+    os.execute("rm -rf " .. q(d))
+  end)
+
   it("writes to the default location when no path is given", function()
     local _, err, code = run("config --default --mixed_precision bf16")
     assert.are.equal(0, code, err)
