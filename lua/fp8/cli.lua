@@ -502,6 +502,29 @@ local function settings_from(values)
   return s
 end
 
+-- --default's flags must all reach the file's run: an FP8 flag needs --mixed_precision fp8, a backend's
+-- flag that backend (what an Accelerator would otherwise ignore with a notice is refused here).
+local function refuse_dead(values)
+  local b = values.backend or BY_NAME.backend.default
+  for _, k in ipairs(KEYS) do
+    if values[k.name] ~= nil and k.block then
+      if values.mixed_precision ~= "fp8" then
+        fail(2, ("--%s is an FP8 setting and the file's mixed_precision is %s; add --mixed_precision fp8 or leave "
+          .. "--%s out"):format(k.flag, values.mixed_precision, k.flag))
+      end
+      if k.backends then
+        local ok = false
+        for _, kb in ipairs(k.backends) do ok = ok or kb == b end
+        if not ok then
+          fail(2, ("--%s belongs to the %s backend and the file's backend is %s%s; add --fp8_backend %s or leave "
+            .. "--%s out"):format(k.flag, table.concat(k.backends, "/"), b,
+            values.backend and "" or " (the default)", k.backends[1], k.flag))
+        end
+      end
+    end
+  end
+end
+
 local function answer_text(k, v)
   if k.type == "bool" then return v and "yes" or "no" end
   return text_of(v)
@@ -566,13 +589,16 @@ local function config_cmd(host, ...)
     if extra.default then fail(2, "--check reads the file and --default writes one; give one of them") end
     if next(given) then fail(2, "--check reads the file as it is; setting flags go with --default") end
     local s = try(1, cfg.load, path)
+    -- the file's own notices, then those an Accelerator would give for it alone (a setting the file's
+    -- backend or mixed_precision does not use): kwargs.resolve with no handler and no FP8LAB_* variable
+    local r = try(1, require("fp8.kwargs").resolve, { config = s, env = {} })
     print(path .. ": valid")
     for _, k in ipairs(KEYS) do
       local v
       if k.block then v = s.fp8_config and s.fp8_config[k.name] else v = s[k.name] end
       if v ~= nil then print(("  %s%s: %s"):format(k.block and "fp8_config." or "", k.name, text_of(v))) end
     end
-    for _, n in ipairs(s.notices) do print("  notice: " .. n) end
+    for _, n in ipairs(r.notices) do print("  notice: " .. n) end
     return 0
   end
 
@@ -581,6 +607,7 @@ local function config_cmd(host, ...)
     values = given
     values.mixed_precision = values.mixed_precision or BY_NAME.mixed_precision.default
     values.num_processes = values.num_processes or BY_NAME.num_processes.default
+    refuse_dead(values)
   else
     if next(given) then fail(2, "setting flags go with --default; the questionnaire asks for them") end
     values = questionnaire()
