@@ -213,10 +213,8 @@ local function env_cmd(host, ...)
   local gpus = gpu_lines()
   if #gpus == 0 then row("GPUs", "none seen (nvidia-smi lists none or is not installed)") end
   for j, g in ipairs(gpus) do row(j == 1 and "GPUs" or "", g) end
-  if type(rawget(_G, "fp8")) == "table" and type(fp8.devices) == "function" then
-    local ok, d = pcall(fp8.devices)
-    if ok and type(d) == "table" then row("devices", table.concat(d, ", ")) end
-  end
+  -- the device names this process can put tensors on (x:to(name), fp8.zeros{..., device = name})
+  row("devices", (cuda and cuda.is_available()) and "cpu, cuda" or "cpu")
   for _, r in ipairs(rows) do print(("%-10s %s"):format(r[1], r[2])) end
 
   print("\nEnvironment")

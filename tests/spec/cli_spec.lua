@@ -493,6 +493,10 @@ describe("fp8lab env", function()
       "accelerate_te%.yaml %(FP8LAB_CONFIG_FILE%)", "notice: .*ignoring settings", "  backend: TE" } do
       assert.truthy(out:find(pat), "env lacks " .. pat .. "\n" .. out)
     end
+    -- the devices tensors can go to here: cuda when this machine has a usable GPU
+    local ok, cuda = pcall(require, "fp8.cuda")
+    local want = (ok and cuda.is_available()) and "cpu, cuda" or "cpu"
+    assert.truthy(out:find("\ndevices%s+" .. want:gsub("%p", "%%%0") .. "\n"), out)
   end)
 
   it("shows a broken config file's error", function()
