@@ -262,6 +262,7 @@ static void print_usage(FILE *out) {
             "Options:\n"
             "  -e CODE        run CODE (repeatable)\n"
             "  -l NAME        require library NAME into global NAME\n"
+            "  -l G=NAME      require library NAME into global G\n"
             "  -i             enter the REPL after running the script\n"
             "  -v, --version  show version information; script errors show the full traceback\n"
             "  -h, --help     show this help\n"
@@ -303,6 +304,12 @@ static int collectargs(char **argv, int argc, int *first) {
                 fprintf(stderr, "%s: '%s' needs an argument\n", progname, a);
                 return HAS_ERR;
             }
+            const char *v = a[2] ? a + 2 : argv[i], *eq = strchr(v, '=');
+            if (a[1] == 'l' && (*v == '\0' || eq == v || (eq && eq[1] == '\0'))) {
+                fprintf(stderr, "%s: -l '%s': expected NAME or GLOBAL=NAME (a module name, and a global to hold it)\n",
+                        progname, v);
+                return HAS_ERR;
+            }
         } else {
             fprintf(stderr, "%s: unrecognized option '%s'\n", progname, a);
             return HAS_ERR;
@@ -338,9 +345,16 @@ static int runargs(lua_State *L, char **argv, int n) {
         int status;
         if (a[1] == 'e') {
             status = dochunk(L, luaL_loadbufferx(L, v, strlen(v), "=(command line)", "t"));
-        } else {
-            status = report(L, dorequire(L, v));
-            if (status == LUA_OK) lua_setglobal(L, v);
+        } else {   /* -l NAME: global NAME = require "NAME"; -l G=NAME: global G (lua.c 5.4.4's dolibrary) */
+            const char *eq = strchr(v, '=');
+            const char *mod = eq ? eq + 1 : v;
+            status = report(L, dorequire(L, mod));
+            if (status == LUA_OK) {
+                if (eq) lua_pushlstring(L, v, (size_t)(eq - v)); else lua_pushstring(L, v);
+                lua_insert(L, -2);
+                lua_setglobal(L, lua_tostring(L, -2));
+                lua_pop(L, 1);
+            }
         }
         if (status != LUA_OK) return 0;
     }
