@@ -485,7 +485,7 @@ end)
 
 describe("fp8lab env", function()
   it("prints versions, hardware, variables and the config", function()
-    local out, err, code = run("env", nil, "FP8LAB_FP8_MARGIN=2 FP8LAB_CONFIG_FILE=tests/data/config/good/accelerate_te.yaml ")
+    local out, err, code = run("env", nil, "FP8LAB_FP8_MARGIN=2 FP8LAB_HISTSIZE=5 FP8LAB_CONFIG_FILE=tests/data/config/good/accelerate_te.yaml ")
     assert.are.equal(0, code, err)
     for _, pat in ipairs { "fp8lab%s+0%.1", "Lua%s+Lua 5%.4", "libyaml%s+%d+%.%d+", "oneDNN%s+%S+", "CUDA%s+%S+",
       "cuBLASLt%s+%S+", "NCCL%s+%S+", "MPI%s+%S+", "OpenMP%s+%d+ threads", "CPU%s+%S+", "CPU flags%s+avx512f (%a+)",
@@ -493,6 +493,7 @@ describe("fp8lab env", function()
       "accelerate_te%.yaml %(FP8LAB_CONFIG_FILE%)", "notice: .*ignoring settings", "  backend: TE" } do
       assert.truthy(out:find(pat), "env lacks " .. pat .. "\n" .. out)
     end
+    assert.truthy(out:find("\n  FP8LAB_HISTSIZE=5\n", 1, true), out)   -- read by the REPL: not marked unknown
     -- the devices tensors can go to here: cuda when this machine has a usable GPU
     local ok, cuda = pcall(require, "fp8.cuda")
     local want = (ok and cuda.is_available()) and "cpu, cuda" or "cpu"
