@@ -262,11 +262,13 @@ static void print_usage(FILE *out) {
             "Options:\n"
             "  -e CODE        run CODE (repeatable)\n"
             "  -l NAME        require library NAME into global NAME\n"
-            "  -i             enter the REPL after running the script\n"
+            "  -l G=NAME      require library NAME into global G\n"
+            "  -i             enter the REPL after running the script (with piped stdin too: line by line)\n"
             "  -v, --version  show version information; script errors show the full traceback\n"
             "  -h, --help     show this help\n"
             "  --             stop handling options\n"
             "  -              run stdin as a script and stop handling options\n"
+            "With no script, -e or -v: the REPL when stdin is a terminal, else stdin runs as one script (as -).\n"
             "Commands:\n"
             "  env            show versions of fp8lab, Lua, oneDNN and whether CUDA is built in\n"
             "  launch         start a (multi-process) training script with FP8LAB_* settings (docs/cli.md)\n"
@@ -275,6 +277,7 @@ static void print_usage(FILE *out) {
             "Environment:\n"
             "  FP8LAB_LUA_DIR  load fp8 Lua modules from this directory before the embedded ones\n"
             "  FP8LAB_HISTORY  REPL history file (default ~/.fp8lab_history)\n"
+            "  FP8LAB_HISTSIZE  lines the REPL history keeps, 0..1000000 (default 1000; 0: none kept)\n"
             "  FP8LAB_VERBOSE  1 (or true/yes/on): script errors show the full traceback (as -v)\n",
             progname, progname);
 }
@@ -301,6 +304,12 @@ static int collectargs(char **argv, int argc, int *first) {
             if (a[1] == 'e') flags |= HAS_E;
             if (a[2] == '\0' && (++i >= argc || argv[i] == NULL)) {
                 fprintf(stderr, "%s: '%s' needs an argument\n", progname, a);
+                return HAS_ERR;
+            }
+            const char *v = a[2] ? a + 2 : argv[i], *eq = strchr(v, '=');
+            if (a[1] == 'l' && (*v == '\0' || eq == v || (eq && eq[1] == '\0'))) {
+                fprintf(stderr, "%s: -l '%s': expected NAME or GLOBAL=NAME (a module name, and a global to hold it)\n",
+                        progname, v);
                 return HAS_ERR;
             }
         } else {
@@ -338,9 +347,16 @@ static int runargs(lua_State *L, char **argv, int n) {
         int status;
         if (a[1] == 'e') {
             status = dochunk(L, luaL_loadbufferx(L, v, strlen(v), "=(command line)", "t"));
-        } else {
-            status = report(L, dorequire(L, v));
-            if (status == LUA_OK) lua_setglobal(L, v);
+        } else {   /* -l NAME: global NAME = require "NAME"; -l G=NAME: global G (lua.c 5.4.4's dolibrary) */
+            const char *eq = strchr(v, '=');
+            const char *mod = eq ? eq + 1 : v;
+            status = report(L, dorequire(L, mod));
+            if (status == LUA_OK) {
+                if (eq) lua_pushlstring(L, v, (size_t)(eq - v)); else lua_pushstring(L, v);
+                lua_insert(L, -2);
+                lua_setglobal(L, lua_tostring(L, -2));
+                lua_pop(L, 1);
+            }
         }
         if (status != LUA_OK) return 0;
     }
@@ -401,6 +417,9 @@ static void prompt_sigint(int sig) {
     prompt_interrupted = 1;
 }
 
+/* FP8LAB_HISTSIZE, read when the REPL starts (repl_histsize); the lines of history kept in memory and on file */
+static int histsize = 1000;
+
 #ifdef FL_HAVE_READLINE
 static const char *history_path(void) {
     static char buf[1024];
@@ -437,6 +456,11 @@ static char **fl_rl_complete(const char *text, int start, int end) {
     (void)start;
     lua_State *L = globalL;
     rl_attempted_completion_over = 1;
+    /* readline resets these before every completion: no space after a unique match (`fp8.opti` ->
+     * `fp8.optim`, then `.SG` completes on), no slash for a match that happens to name a directory */
+    rl_completion_append_character = '\0';
+    rl_completion_suppress_append = 1;
+    rl_filename_completion_desired = 0;
     int top = lua_gettop(L);
     char **matches = NULL;
     if (dorequire(L, "fp8.repl") == LUA_OK) {
@@ -504,13 +528,31 @@ static char *read_line(const char *prompt) {
 
 static void save_line(const char *line) {
 #ifdef FL_HAVE_READLINE
-    if (!interactive || !*line) return;
+    if (!interactive || !*line || histsize == 0) return;
     add_history(line);
     const char *hp = history_path();
-    if (hp && append_history(1, hp) != 0) write_history(hp);  /* append fails if file is new */
+    if (hp) {
+        if (append_history(1, hp) != 0) write_history(hp);  /* append fails if file is new */
+        history_truncate_file(hp, histsize);   /* the file keeps the last histsize lines, as the session does */
+    }
 #else
     (void)line;
 #endif
+}
+
+/* FP8LAB_HISTSIZE: unset or empty keeps 1000; else an integer 0..1000000, or -1 after printing why not. */
+static int repl_histsize(void) {
+    const char *s = getenv("FP8LAB_HISTSIZE");
+    if (!s || !*s) return 1000;
+    char *end;
+    errno = 0;
+    long n = strtol(s, &end, 10);
+    if (*end != '\0' || errno || n < 0 || n > 1000000 || (*s < '0' || *s > '9')) {
+        fprintf(stderr, "%s: FP8LAB_HISTSIZE: expected an integer in 0..1000000 (lines of REPL history), got \"%s\"\n",
+                FL_PROGNAME, s);
+        return -1;
+    }
+    return (int)n;
 }
 
 /* After Ctrl-C at a prompt: readline ends its line itself; a terminal read by fgets does not. */
@@ -529,9 +571,14 @@ static int incomplete(lua_State *L, int status) {
     return lmsg >= 5 && strcmp(msg + lmsg - 5, "<eof>") == 0;
 }
 
+/* Set by loadline when the input ended inside an incomplete statement. */
+static int eof_in_chunk = 0;
+
 /* Compiles one REPL statement, reading continuation lines while it is incomplete. Returns
  * -1 at end of input, 0 when the line was abandoned (Ctrl-C), else 1 with a function or an
- * error message on the stack and the status in *st. */
+ * error message on the stack and the status in *st. End of input at a continuation prompt gives
+ * the parser's "... near <eof>" error (lua.c does the same) and sets eof_in_chunk: a terminal then
+ * returns to the primary prompt (Ctrl-D there ends the session), piped input ends. */
 static int loadline(lua_State *L, int *st) {
     prompt_interrupted = 0;
     char *line = read_line(FL_PROMPT);
@@ -559,11 +606,21 @@ static int loadline(lua_State *L, int *st) {
         if (!incomplete(L, status)) break;
         lua_pop(L, 1);
         char *more = read_line(FL_PROMPT2);
-        if (more == NULL || prompt_interrupted) {
-            if (prompt_interrupted) interrupted_newline();
+        if (more == NULL && !prompt_interrupted) {   /* the chunk as it stands, and its <eof> error */
+            status = luaL_loadbufferx(L, lua_tostring(L, -1), len, "=stdin", "t");
+            eof_in_chunk = 1;
+            if (interactive) {
+                fputs("\n", stdout);
+                fflush(stdout);
+                clearerr(stdin);   /* a terminal's Ctrl-D is not the end of the session (glibc's EOF is sticky) */
+            }
+            break;
+        }
+        if (prompt_interrupted) {
+            interrupted_newline();
             free(more);
             lua_pop(L, 1);
-            return more == NULL ? -1 : 0;
+            return 0;
         }
         lua_pushliteral(L, "\n");
         lua_pushstring(L, more);
@@ -587,7 +644,11 @@ static void print_results(lua_State *L, int n) {
     report(L, docall(L, n, 0));
 }
 
-static void repl(lua_State *L) {
+/* The REPL; returns the exit status: 2 for a bad FP8LAB_HISTSIZE, 1 when piped input ended inside an
+ * incomplete statement, else 0. */
+static int repl(lua_State *L) {
+    histsize = repl_histsize();
+    if (histsize < 0) return 2;
     const char *saved = progname;
     progname = NULL;  /* REPL errors are printed without the program name, as lua.c does */
     /* marks the session as interactive for Lua code that would otherwise exit (fp8.args.parse --help) */
@@ -609,17 +670,22 @@ static void repl(lua_State *L) {
         /* every character that cannot be part of `a.b:c` breaks a word */
         rl_completer_word_break_characters = " \t\n\"'`@$><=;|&{}()[],+-*/%^#~!?\\";
         rl_basic_word_break_characters = rl_completer_word_break_characters;
+        stifle_history(histsize);   /* before reading, so a long file loads its last histsize lines */
         const char *hp = history_path();
-        if (hp) read_history(hp);
+        if (hp && histsize > 0) read_history(hp);
     }
 #endif
     if (interactive) {
         printf("%s %s (%s) — type help() for help, Ctrl-D to exit\n", FL_PROGNAME, FL_VERSION, LUA_RELEASE);
         fflush(stdout);
     }
-    int status, r;
+    int status, r, rc = 0;
     while ((r = loadline(L, &status)) != -1) {
         if (r == 0) continue;
+        if (eof_in_chunk) {
+            eof_in_chunk = 0;
+            if (!interactive) rc = 1;   /* piped input cut off mid-statement: a failure, once reported */
+        }
         fl_interrupt_clear();
         if (status == LUA_OK) {
             int base = lua_gettop(L) - 1;
@@ -633,6 +699,7 @@ static void repl(lua_State *L) {
     fflush(stdout);
     sigaction(SIGINT, &old, NULL);
     progname = saved;
+    return rc;
 }
 
 /* ---- main ------------------------------------------------------------------------------ */
@@ -677,9 +744,14 @@ static int pmain(lua_State *L) {
     if (!load_fp8(L)) { lua_pushinteger(L, 1); return 1; }
     if (!runargs(L, argv, script)) { lua_pushinteger(L, 1); return 1; }
     if (script < argc && handle_script(L, argv, argc, script) != LUA_OK) { lua_pushinteger(L, 1); return 1; }
-    if (flags & HAS_I) repl(L);
-    else if (script == argc && !(flags & (HAS_E | HAS_V))) repl(L);
-    lua_pushinteger(L, 0);
+    if (flags & HAS_I) rc = repl(L);
+    else if (script == argc && !(flags & (HAS_E | HAS_V))) {
+        /* as lua.c: the REPL at a terminal; piped stdin is one script (like `fp8lab -`), so a local
+         * lives to the end and an error stops it with status 1. -i keeps the line-by-line REPL. */
+        if (isatty(STDIN_FILENO)) rc = repl(L);
+        else if (dochunk(L, luaL_loadfilex(L, NULL, "t")) != LUA_OK) rc = 1;
+    }
+    lua_pushinteger(L, rc);
     return 1;
 }
 

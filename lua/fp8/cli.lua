@@ -213,10 +213,8 @@ local function env_cmd(host, ...)
   local gpus = gpu_lines()
   if #gpus == 0 then row("GPUs", "none seen (nvidia-smi lists none or is not installed)") end
   for j, g in ipairs(gpus) do row(j == 1 and "GPUs" or "", g) end
-  if type(rawget(_G, "fp8")) == "table" and type(fp8.devices) == "function" then
-    local ok, d = pcall(fp8.devices)
-    if ok and type(d) == "table" then row("devices", table.concat(d, ", ")) end
-  end
+  -- the device names this process can put tensors on (x:to(name), fp8.zeros{..., device = name})
+  row("devices", (cuda and cuda.is_available()) and "cpu, cuda" or "cpu")
   for _, r in ipairs(rows) do print(("%-10s %s"):format(r[1], r[2])) end
 
   print("\nEnvironment")
@@ -492,13 +490,37 @@ local function settings_from(values)
   if values.mixed_precision == "fp8" or values.backend then
     local b = values.backend or BY_NAME.backend.default
     s.fp8_config = { backend = b }
-    for _, k in ipairs(backend_keys(b)) do s.fp8_config[k.name] = k.default end
+    -- a refused key (enable_fsdp_float8_all_gather) has a default only to describe it; writing it would be refused
+    for _, k in ipairs(backend_keys(b)) do if not k.unsupported then s.fp8_config[k.name] = k.default end end
   end
   for name, v in pairs(values) do
     local k = BY_NAME[name]
     if k.block then s.fp8_config = s.fp8_config or {}; s.fp8_config[name] = v else s[name] = v end
   end
   return s
+end
+
+-- --default's flags must all reach the file's run: an FP8 flag needs --mixed_precision fp8, a backend's
+-- flag that backend (what an Accelerator would otherwise ignore with a notice is refused here).
+local function refuse_dead(values)
+  local b = values.backend or BY_NAME.backend.default
+  for _, k in ipairs(KEYS) do
+    if values[k.name] ~= nil and k.block then
+      if values.mixed_precision ~= "fp8" then
+        fail(2, ("--%s is an FP8 setting and the file's mixed_precision is %s; add --mixed_precision fp8 or leave "
+          .. "--%s out"):format(k.flag, values.mixed_precision, k.flag))
+      end
+      if k.backends then
+        local ok = false
+        for _, kb in ipairs(k.backends) do ok = ok or kb == b end
+        if not ok then
+          fail(2, ("--%s belongs to the %s backend and the file's backend is %s%s; add --fp8_backend %s or leave "
+            .. "--%s out"):format(k.flag, table.concat(k.backends, "/"), b,
+            values.backend and "" or " (the default)", k.backends[1], k.flag))
+        end
+      end
+    end
+  end
 end
 
 local function answer_text(k, v)
@@ -565,13 +587,16 @@ local function config_cmd(host, ...)
     if extra.default then fail(2, "--check reads the file and --default writes one; give one of them") end
     if next(given) then fail(2, "--check reads the file as it is; setting flags go with --default") end
     local s = try(1, cfg.load, path)
+    -- the file's own notices, then those an Accelerator would give for it alone (a setting the file's
+    -- backend or mixed_precision does not use): kwargs.resolve with no handler and no FP8LAB_* variable
+    local r = try(1, require("fp8.kwargs").resolve, { config = s, env = {} })
     print(path .. ": valid")
     for _, k in ipairs(KEYS) do
       local v
       if k.block then v = s.fp8_config and s.fp8_config[k.name] else v = s[k.name] end
       if v ~= nil then print(("  %s%s: %s"):format(k.block and "fp8_config." or "", k.name, text_of(v))) end
     end
-    for _, n in ipairs(s.notices) do print("  notice: " .. n) end
+    for _, n in ipairs(r.notices) do print("  notice: " .. n) end
     return 0
   end
 
@@ -580,6 +605,7 @@ local function config_cmd(host, ...)
     values = given
     values.mixed_precision = values.mixed_precision or BY_NAME.mixed_precision.default
     values.num_processes = values.num_processes or BY_NAME.num_processes.default
+    refuse_dead(values)
   else
     if next(given) then fail(2, "setting flags go with --default; the questionnaire asks for them") end
     values = questionnaire()

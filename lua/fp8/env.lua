@@ -14,6 +14,7 @@ M.OTHER = {
   FP8LAB_LUA_DIR = "a directory of fp8 Lua modules loaded before the built-in ones",
   FP8LAB_GNUPLOT = "the gnuplot command for plots",
   FP8LAB_HISTORY = "the prompt's history file",
+  FP8LAB_HISTSIZE = "the lines of prompt history kept, 0..1000000 (default 1000)",
   FP8LAB_PROGRESS = "progress bars: plain, off or the default",
   FP8LAB_VERBOSE = "1: full tracebacks",
   FP8LAB_SCHEMA_SELFTEST = "test only: the settings table's self-test row",

@@ -133,8 +133,9 @@ add_all {
        .. "Modules add entries with require(\"fp8.help\").add{name=, sig=, doc=}." },
   { section = "REPL", name = "keys", sig = "REPL keys",
     doc = "Tab completes globals, fields after '.' and methods after ':'. Up/Down walk the history\n"
-       .. "(~/.fp8lab_history). Ctrl-C clears the line, or interrupts a running computation.\n"
-       .. "Ctrl-D exits. Expressions print their value; an unfinished statement continues on '>>'." },
+       .. "(~/.fp8lab_history or $FP8LAB_HISTORY, its last $FP8LAB_HISTSIZE lines, default 1000).\n"
+       .. "Ctrl-C clears the line, or interrupts a running computation. Ctrl-D exits.\n"
+       .. "Expressions print their value; an unfinished statement continues on '>>' (Ctrl-C or Ctrl-D drops it)." },
 }
 
 add_all {

@@ -91,6 +91,56 @@ describe("fp8lab config", function()
       use_autocast_during_eval = false }, t.fp8_config)
   end)
 
+  it("writes the ao backend, by questionnaire and by --default, leaving out the refused FSDP key", function()
+    local d = tmpdir()
+    local out, err, code = run("config --config_file " .. q(d .. "/q.yaml"), "fp8\nao\n\n\n\n")
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("fp8lab config: wrote " .. d .. "/q.yaml", 1, true), out)
+    local t = require("fp8.config").load(d .. "/q.yaml")
+    assert.are.same({ backend = "ao", pad_inner_dim = true }, t.fp8_config)
+    assert.are.same({}, t.notices)
+    _, err, code = run("config --default --mixed_precision fp8 --fp8_backend ao --fp8_pad_inner_dim false --config_file "
+      .. q(d .. "/d.yaml"))
+    assert.are.equal(0, code, err)
+    t = require("fp8.config").load(d .. "/d.yaml")
+    assert.are.same({ backend = "ao", pad_inner_dim = false }, t.fp8_config)
+    -- and an Accelerator reads it back as the ao recipe
+    local r = require("fp8.kwargs").resolve { config = t, env = {} }
+    assert.are.equal("ao", r.fp8_backend)
+    assert.is_false(r.fp8_recipe.pad_inner_dim)
+    os.execute("rm -rf " .. q(d))
+  end)
+
+  it("--default refuses a flag the written file's run would not use", function()
+    local d = tmpdir()
+    local _, err, code = run("config --default --mixed_precision fp8 --fp8_margin 2 --config_file " .. q(d .. "/m.yaml"))
+    assert.are.equal(2, code)
+    assert.truthy(err:find("--fp8_margin belongs to the te backend and the file's backend is msamp (the default); "
+      .. "add --fp8_backend te or leave --fp8_margin out", 1, true), err)
+    _, err, code = run("config --default --mixed_precision fp8 --fp8_backend te --fp8_opt_level O1 --config_file " .. q(d .. "/m.yaml"))
+    assert.are.equal(2, code)
+    assert.truthy(err:find("--fp8_opt_level belongs to the msamp backend and the file's backend is te", 1, true), err)
+    _, err, code = run("config --default --mixed_precision bf16 --fp8_backend te --config_file " .. q(d .. "/m.yaml"))
+    assert.are.equal(2, code)
+    assert.truthy(err:find("--fp8_backend is an FP8 setting and the file's mixed_precision is bf16; add --mixed_precision fp8", 1, true), err)
+    assert.is_nil(slurp(d .. "/m.yaml"))
+    os.execute("rm -rf " .. q(d))
+  end)
+
+  it("--check gives the notices an Accelerator would for a setting the file's backend does not use", function()
+    local d = tmpdir()
+    require("fp8.config").write(d .. "/m.yaml", { mixed_precision = "fp8", fp8_config = { backend = "msamp", margin = 2 } })
+    local out, err, code = run("config --check --config_file " .. q(d .. "/m.yaml"))
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("notice: config file " .. d .. "/m.yaml: fp8_config.margin=2 ignored: margin belongs to the te "
+      .. "recipe and the FP8 backend is msamp", 1, true), out)
+    require("fp8.config").write(d .. "/n.yaml", { mixed_precision = "bf16", fp8_config = { backend = "te" } })
+    out, err, code = run("config --check --config_file " .. q(d .. "/n.yaml"))
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("fp8_config.backend=\"te\" ignored: mixed_precision is \"bf16\", not \"fp8\"", 1, true), out)
+    os.execute("rm -rf " .. q(d))
+  end)
+
   it("writes to the default location when no path is given", function()
     local _, err, code = run("config --default --mixed_precision bf16")
     assert.are.equal(0, code, err)
@@ -435,7 +485,7 @@ end)
 
 describe("fp8lab env", function()
   it("prints versions, hardware, variables and the config", function()
-    local out, err, code = run("env", nil, "FP8LAB_FP8_MARGIN=2 FP8LAB_CONFIG_FILE=tests/data/config/good/accelerate_te.yaml ")
+    local out, err, code = run("env", nil, "FP8LAB_FP8_MARGIN=2 FP8LAB_HISTSIZE=5 FP8LAB_CONFIG_FILE=tests/data/config/good/accelerate_te.yaml ")
     assert.are.equal(0, code, err)
     for _, pat in ipairs { "fp8lab%s+0%.1", "Lua%s+Lua 5%.4", "libyaml%s+%d+%.%d+", "oneDNN%s+%S+", "CUDA%s+%S+",
       "cuBLASLt%s+%S+", "NCCL%s+%S+", "MPI%s+%S+", "OpenMP%s+%d+ threads", "CPU%s+%S+", "CPU flags%s+avx512f (%a+)",
@@ -443,6 +493,11 @@ describe("fp8lab env", function()
       "accelerate_te%.yaml %(FP8LAB_CONFIG_FILE%)", "notice: .*ignoring settings", "  backend: TE" } do
       assert.truthy(out:find(pat), "env lacks " .. pat .. "\n" .. out)
     end
+    assert.truthy(out:find("\n  FP8LAB_HISTSIZE=5\n", 1, true), out)   -- read by the REPL: not marked unknown
+    -- the devices tensors can go to here: cuda when this machine has a usable GPU
+    local ok, cuda = pcall(require, "fp8.cuda")
+    local want = (ok and cuda.is_available()) and "cpu, cuda" or "cpu"
+    assert.truthy(out:find("\ndevices%s+" .. want:gsub("%p", "%%%0") .. "\n"), out)
   end)
 
   it("shows a broken config file's error", function()

@@ -105,6 +105,24 @@ describe("fp8lab command line", function()
     assert.truthy(err:find("'-e' needs an argument", 1, true))
   end)
 
+  it("-l NAME and -l G=NAME require a module into a global, in order with -e", function()
+    local out, err, code = run("-l g=fp8.nn -e " .. q("print(g == require('fp8.nn'), rawget(_G, 'fp8.nn'))"))
+    assert.are.equal(0, code, err)
+    assert.are.equal("true\tnil\n", out)
+    out, err, code = run("-l fp8.nn -e " .. q("print(_G['fp8.nn'] == require('fp8.nn'))") .. " -lx=fp8.optim -e "
+      .. q("print(x == fp8.optim)"))
+    assert.are.equal(0, code, err)
+    assert.are.equal("true\ntrue\n", out)
+    for _, bad in ipairs { "=fp8.nn", "g=", "''" } do
+      _, err, code = run("-l " .. bad)
+      assert.are.equal(1, code, bad)
+      assert.truthy(err:find("expected NAME or GLOBAL=NAME", 1, true), err)
+    end
+    _, err, code = run("-l g=no.such.mod")
+    assert.are.equal(1, code)
+    assert.truthy(err:find("module 'no.such.mod' not found", 1, true), err)
+  end)
+
   it("a failing script exits 1 with message and traceback on stderr", function()
     local p = script("local function inner() error('boom') end\ninner()\n")
     local out, err, code = run(q(p))

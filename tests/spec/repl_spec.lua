@@ -125,14 +125,51 @@ describe("help", function()
 end)
 
 describe("REPL session", function()
-  local function session(input)
+  -- session(input [, args [, env]]) -> output (stdout and stderr), exit code. Piped stdin without -i is one
+  -- script (as lua.c does), so the line-by-line REPL is reached through -i.
+  local function session(input, args, env)
     local inp, out = os.tmpname(), os.tmpname()
     local f = assert(io.open(inp, "wb")); f:write(input); f:close()
-    local _, _, code = os.execute(string.format("%s <%s >%s 2>&1", q(BIN), inp, out))
+    local _, _, code = os.execute(string.format("%s%s %s <%s >%s 2>&1", env or "", q(BIN), args or "-i", inp, out))
     f = assert(io.open(out, "rb")); local s = f:read("a"); f:close()
     os.remove(inp); os.remove(out)
     return s, code
   end
+
+  it("runs piped stdin without -i as one script: locals last, an error stops it with status 1", function()
+    local out, code = session("local y = 1\nprint(y)\n", "")
+    assert.are.equal(0, code)
+    assert.are.equal("1\n", out)
+    out, code = session('error("x")\nprint("after")\n', "")
+    assert.are.equal(1, code)
+    assert.truthy(out:find("stdin:1: x", 1, true), out)
+    assert.falsy(out:find("after", 1, true), out)
+    out, code = session("for i = 1, 3 do\nprint(i)\n", "")   -- cut off: the parser's error, nothing run
+    assert.are.equal(1, code)
+    assert.are.equal("fp8lab: stdin:3: 'end' expected (to close 'for' at line 1) near <eof>\n", out)
+    -- with -i the same lines are REPL lines: a local ends with its line
+    out, code = session("local y = 1\nprint(y)\n")
+    assert.are.equal(0, code)
+    assert.are.equal("nil\n", out)
+  end)
+
+  it("reports a statement cut off by the end of piped input, with status 1", function()
+    local out, code = session("print('first')\nfor i = 1, 3 do\nprint(i)\n")
+    assert.are.equal(1, code)
+    assert.are.equal("first\nstdin:2: 'end' expected (to close 'for' at line 1) near <eof>\n", out)
+  end)
+
+  it("refuses a bad FP8LAB_HISTSIZE, naming it and the range", function()
+    for _, v in ipairs { "abc", "-1", "1000001", "12x", " 5" } do
+      local out, code = session("print(1)\n", "-i", "FP8LAB_HISTSIZE=" .. q(v) .. " ")
+      assert.are.equal(2, code, v)
+      assert.are.equal('fp8lab: FP8LAB_HISTSIZE: expected an integer in 0..1000000 (lines of REPL history), got "'
+        .. v .. '"\n', out)
+    end
+    local out, code = session("print(1)\n", "-i", "FP8LAB_HISTSIZE=0 ")
+    assert.are.equal(0, code)
+    assert.are.equal("1\n", out)
+  end)
 
   it("runs lines from a pipe, auto-printing expressions", function()
     local out, code = session('1 + 1\nx = {1, "a"}\nx\n"s", nil, 2.5\n=3\n')
@@ -163,12 +200,13 @@ describe("REPL session", function()
   -- needs a pty; python3's pty module drives one.
   local has_python = os.execute("python3 -c 'import pty' >/dev/null 2>&1")
   local pty_it = has_python and it or pending
-  pty_it("handles Ctrl-C and completion at a terminal", function()
-    local driver = [==[
+  -- driver BIN MODE [HISTORY_FILE]: MODE readline or plain (what `fp8lab env` says), or history (three
+  -- lines into HISTORY_FILE)
+  local driver = [==[
 import os, pty, sys, time, select
 pid, fd = pty.fork()
 if pid == 0:
-    os.environ["FP8LAB_HISTORY"] = os.devnull
+    os.environ["FP8LAB_HISTORY"] = sys.argv[3] if len(sys.argv) > 3 else os.devnull
     os.execv(sys.argv[1], [sys.argv[1]])
 buf = b""
 def expect(s, t=10):
@@ -181,27 +219,57 @@ def expect(s, t=10):
         buf += os.read(fd, 4096)
     buf = buf[buf.index(s.encode()) + len(s):]
 expect("fp8> ")
+if sys.argv[2] == "history":
+    for line in (b"a1 = 1\n", b"a2 = 2\n", b"a3 = 3\n"):
+        os.write(fd, line); expect("fp8> ")
+    os.write(fd, b"\x04")
+    _, st = os.waitpid(pid, 0)
+    print("exit", os.waitstatus_to_exitcode(st)); sys.exit(0)
 os.write(fd, b"x = 0 while true do x = x + 1 end\n"); time.sleep(0.5); os.write(fd, b"\x03")
 expect("interrupted!"); expect("fp8> ")
 os.write(fd, b"x > 0\n"); expect("true"); expect("fp8> ")
 os.write(fd, b"abc"); time.sleep(0.2); os.write(fd, b"\x03"); expect("fp8> ")
 os.write(fd, b"for i = 1, 2 do\n"); expect(">> "); os.write(fd, b"\x03"); expect("fp8> ")
 os.write(fd, b"40 + 2\n"); expect("42"); expect("fp8> ")
+# Ctrl-D at a continuation prompt drops the statement (the parser's <eof> error) and the session goes on
+os.write(fd, b"for i = 1, 2 do\n"); expect(">> "); os.write(fd, b"\x04"); expect("near <eof>"); expect("fp8> ")
+os.write(fd, b"40 + 3\n"); expect("43"); expect("fp8> ")
 if sys.argv[2] == "readline":
     os.write(fd, b"string.for\t('%d', 7)\n"); expect("\"7\""); expect("fp8> ")
+    # a unique completion adds no space, so a second one can follow it
+    os.write(fd, b"fp8.opti\t.SG\t == fp8.optim.SGD\n"); expect("true"); expect("fp8> ")
 os.write(fd, b"\x04")
 _, st = os.waitpid(pid, 0)
 print("exit", os.waitstatus_to_exitcode(st))
 ]==]
+  -- tab completion and history need readline; `fp8lab env` says whether it was built in
+  local e = io.popen(q(BIN) .. " env"); local env_out = e:read("a"); e:close()
+  local rl = env_out:find("readline%s+not built") and "plain" or "readline"
+  local function drive(mode, hist, env)
     local py = os.tmpname()
     local f = assert(io.open(py, "w")); f:write(driver); f:close()
-    -- tab completion needs readline; `fp8lab env` says whether it was built in
-    local e = io.popen(q(BIN) .. " env"); local env_out = e:read("a"); e:close()
-    local rl = env_out:find("readline%s+not built") and "plain" or "readline"
-    local p = io.popen("python3 " .. q(py) .. " " .. q(BIN) .. " " .. rl .. " 2>&1")
+    local p = io.popen((env or "") .. "python3 " .. q(py) .. " " .. q(BIN) .. " " .. mode .. (hist and (" " .. q(hist)) or "") .. " 2>&1")
     local out = p:read("a"); p:close()
     os.remove(py)
-    assert.are.equal("exit 0\n", out)
+    return out
+  end
+
+  pty_it("handles Ctrl-C, Ctrl-D at a continuation prompt and completion at a terminal", function()
+    assert.are.equal("exit 0\n", drive(rl))
+  end)
+
+  local hist_it = (has_python and rl == "readline") and it or pending
+  hist_it("keeps FP8LAB_HISTSIZE lines of history in the file (0: none read or written)", function()
+    local h = os.tmpname()
+    U.write(h, "old1\nold2\nold3\nold4\nold5\n")
+    assert.are.equal("exit 0\n", drive("history", h, "FP8LAB_HISTSIZE=2 "))
+    assert.are.equal("a2 = 2\na3 = 3\n", U.read(h))
+    U.write(h, "old1\n")
+    assert.are.equal("exit 0\n", drive("history", h, "FP8LAB_HISTSIZE=0 "))
+    assert.are.equal("old1\n", U.read(h))
+    assert.are.equal("exit 0\n", drive("history", h))   -- the default keeps them all (1000)
+    assert.are.equal("old1\na1 = 1\na2 = 2\na3 = 3\n", U.read(h))
+    os.remove(h)
   end)
 end)
 
