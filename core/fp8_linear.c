@@ -122,9 +122,10 @@ static fl_status as_f32(fl_tensor **out, const fl_tensor *t) {
 }
 
 /* Whether role s casts along `axis` with current scaling (or `force_current`): a delayed role's
- * per-tensor cast uses its stored scale; every other cast derives its scales from the tensor itself. */
+ * per-tensor cast uses its stored scale (but in its warm-up: fl_scaling_in_time); every other cast derives its
+ * scales from the tensor itself. */
 static bool is_current(const fl_scaling *s, bool force_current, int axis) {
-    return force_current || s->rule == FL_SCALE_CURRENT || axis >= 0;
+    return force_current || fl_scaling_in_time(s) || axis >= 0;
 }
 
 /* Cast src32 [rows, cols] to role s's format along `axis` (fl_fp8_cast_current_2d or the stored scale),
@@ -137,7 +138,7 @@ static fl_status cast_role(fl_tensor **q, const fl_tensor *src32, const fl_scali
 /* Role s observes the cast that made q (possibly still pending on the device: scaling.h). A per-tensor
  * current-scaling cast also sets the role's scale, which fp8.stats reports. */
 static fl_status observe(fl_scaling *s, const fl_tensor *q, bool record) {
-    bool take_scale = q->scale_axis < 0 && s->rule == FL_SCALE_CURRENT;
+    bool take_scale = q->scale_axis < 0 && fl_scaling_in_time(s);
     return fl_scaling_observe_cast(s, q, fl_tensor_numel(q), record, take_scale);
 }
 

@@ -29,7 +29,7 @@ void fl_recipe_defaults(fl_recipe *r, fl_fp8_backend b) {
 
 static fl_role_config role(fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin, fl_amax_algo algo, int len,
                            int interval) {
-    return (fl_role_config){ fmt, rule, pow2, margin, algo, len, interval };
+    return (fl_role_config){ fmt, rule, pow2, margin, algo, len, interval, 0 };
 }
 
 fl_status fl_recipe_layer_config(const fl_recipe *r, fl_layer_config *out) {
@@ -69,6 +69,7 @@ fl_status fl_recipe_layer_config(const fl_recipe *r, fl_layer_config *out) {
         }
     case FL_BACKEND_MSAMP:
         *in = role(FL_E4M3, FL_SCALE_DELAYED, true, r->margin, FL_AMAX_MAX, MSAMP_HISTORY, 1);
+        in->warmup = MSAMP_HISTORY;   /* ScalingMeta.is_warmup: in-time casts until the window has filled */
         *w = role(FL_E4M3, FL_SCALE_CURRENT, true, r->margin, FL_AMAX_MOST_RECENT, 1, 1);
         *g = *in;
         g->fmt = FL_E5M2;

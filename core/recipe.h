@@ -44,6 +44,7 @@ typedef struct {
     fl_amax_algo algo;
     int amax_history_len;        /* delayed rule: ring length; 1 for current */
     int interval;
+    int warmup;                  /* delayed rule: updates cast in time before the history is used (MS-AMP); 0: none */
 } fl_role_config;
 
 typedef struct {

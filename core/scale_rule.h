@@ -2,8 +2,8 @@
  * C (core/, core/cpu/) and CUDA (kernels/, as __host__ __device__). Plain numbers only: the caller
  * passes the format's max finite value (fl_format(fmt)->max on the host, fl_fp8_fmt<>::max or a
  * launch argument on the device), so devices need no recipe or layer header to apply it.
- *   plain:  s = (fmt_max / amax) / 2^margin in fp32 (each operation rounded once); an infinite result
- *           becomes FLT_MAX.
+ *   plain:  s = (fmt_max · 2^-margin) / amax in fp32 (the product is exact, the quotient rounded once; TE's
+ *           order); an infinite result becomes FLT_MAX.
  *   pow2:   s = 2^(floor(log2(fmt_max / amax)) − margin), floor(log2) from the binary exponent of the
  *           double quotient (exact), clamped to a normal fp32 (2^-126 .. FLT_MAX).
  *   `fallback` for a NaN, infinite or non-positive amax (delayed scaling keeps the old scale).
@@ -29,10 +29,12 @@
 FL_SR_FN float fl_amax_to_scale(float amax, float fmt_max, int margin, bool pow2, float fallback) {
     if (!(amax > 0.0f) || !isfinite(amax)) return fallback;
     if (!pow2) {
+        /* TE's order (delayed_scaling.cu: scaled_max = fp8_max·2^-margin, then / amax): the same number unless
+         * fmt_max/amax alone would overflow (amax 1e-38, margin 10: 4.4e37, not FLT_MAX) */
 #if defined(__CUDA_ARCH__)
-        float s = __fdiv_rn(__fdiv_rn(fmt_max, amax), ldexpf(1.0f, margin));
+        float s = __fdiv_rn(fmt_max * ldexpf(1.0f, -margin), amax);
 #else
-        float s = (fmt_max / amax) / ldexpf(1.0f, margin);
+        float s = (fmt_max * ldexpf(1.0f, -margin)) / amax;
 #endif
         return isinf(s) ? FLT_MAX : s;
     }

@@ -50,6 +50,10 @@ void fl_scaling_free(fl_scaling *s) {
     s->cap_pending = 0;
 }
 
+bool fl_scaling_in_time(const fl_scaling *s) {
+    return s->rule == FL_SCALE_CURRENT || (s->warmup > 0 && s->warm < s->warmup);
+}
+
 float fl_scale_for(float amax, fl_dtype fmt, int margin, bool pow2, float fallback) {
     return fl_amax_to_scale(amax, (float)fl_format(fmt)->max, margin, pow2, fallback);
 }
@@ -72,8 +76,12 @@ void fl_scaling_observe(fl_scaling *s, float amax, int64_t n, int64_t underflow,
     if (into_history) fl_scaling_record(s, amax);
 }
 
+/* take_scale: the cast was in time (its scale from the tensor), and its amax is the tensor's |x| max, NaN when x
+ * held one (torch's max, MS-AMP's in-time amax); a cast with a stored scale records the amax of the values that
+ * are not NaN (TE's cast kernel takes fmaxf, which passes NaN over), so one NaN batch does not freeze a
+ * `max` history for its whole length. */
 static void apply_cast(fl_scaling *s, const fl_cast_stats *st, int64_t n, bool into_history, bool take_scale) {
-    fl_scaling_observe(s, st->nan ? NAN : st->amax, n, st->underflow, st->saturated, into_history);
+    fl_scaling_observe(s, st->nan && take_scale ? NAN : st->amax, n, st->underflow, st->saturated, into_history);
     if (take_scale) {
         s->scale = fl_scale_current(st->amax, s->fmt, s->margin, s->pow2);
         s->scale_inv = 1.0f / s->scale;
@@ -129,6 +137,7 @@ fl_status fl_scaling_update(fl_scaling *s) {
     FL_TRY(fl_scaling_flush(s));
     if (s->rule != FL_SCALE_DELAYED) return FL_OK;
     if (s->history[0] == 0.0f) return FL_OK;     /* the role did not run this step */
+    if (s->warmup > 0) s->warm = isfinite(s->history[0]) ? s->warm + 1 : 0;   /* MS-AMP's amax_counter */
     if (s->updates % s->interval == 0) {
         float amax = fl_scaling_amax(s);
         if (amax > 0.0f && isfinite(amax)) {

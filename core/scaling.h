@@ -41,6 +41,11 @@ typedef struct fl_scaling {
     float *history;          /* [amax_history_len]; history[0] = this step's amax (max over its casts) */
     float scale, scale_inv;  /* what the next delayed cast uses; start at 1 */
     int64_t updates;         /* fl_scaling_update calls that rolled the ring */
+    /* MS-AMP's warm-up (ScalingMeta.amax_counter / window_size): while warm < warmup the delayed role casts in
+     * time (its scale from the tensor being cast, as the current rule); each update adds one, an update whose
+     * amax is inf or NaN sets warm back to 0. warmup 0: none (te). */
+    int warmup;
+    int64_t warm;
     /* What the most recent cast saw (for fp8.stats): amax of the source, element count, values
      * that underflowed to zero, values that saturated. */
     float last_amax;
@@ -54,6 +59,9 @@ typedef struct fl_scaling {
 fl_status fl_scaling_init(fl_scaling *s, fl_dtype fmt, fl_scale_rule rule, bool pow2, int margin,
                           fl_amax_algo algo, int amax_history_len, int interval);
 void fl_scaling_free(fl_scaling *s);
+/* Whether the next cast of role s takes its scale from the tensor itself: the current rule, or a delayed role
+ * still warming up (MS-AMP's is_in_time_scaling). */
+bool fl_scaling_in_time(const fl_scaling *s);
 
 /* scale_rule.h's fl_amax_to_scale with the format's max: fp8_max·2^-margin/amax, or its power-of-two
  * rounding down; `fallback` when amax is not finite or <= 0; FLT_MAX for an infinite result. */

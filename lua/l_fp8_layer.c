@@ -37,13 +37,14 @@ static void role_from(lua_State *L, int t, const char *name, fl_scaling *s) {
     static const char *const rules[] = { "delayed", "current", NULL };
     static const char *const algos[] = { "max", "most_recent", NULL };
     static const char *const fmts[] = { "e4m3", "e5m2", NULL };
-    static const char *const fields[] = { "format", "rule", "pow2", "margin", "algo", "amax_history_len", "interval", NULL };
+    static const char *const fields[] = { "format", "rule", "pow2", "margin", "algo", "amax_history_len", "interval",
+                                          "warmup", NULL };
     int top = lua_gettop(L);
     lua_getfield(L, t, name);
     if (!lua_istable(L, -1)) luaL_error(L, "%s: expected a table, got %s", where, luaL_typename(L, -1));
     int r = lua_gettop(L);
     fl_lcheckopts(L, r, where, fields);
-    for (size_t i = 0; fields[i]; i++) need(L, r, fields[i], where);
+    for (size_t i = 0; fields[i]; i++) if (strcmp(fields[i], "warmup") != 0) need(L, r, fields[i], where);   /* warmup: 0 */
     const char *fmt = fl_lfieldchoice(L, r, where, "format", NULL, fmts);
     const char *rule = fl_lfieldchoice(L, r, where, "rule", NULL, rules);
     const char *algo = fl_lfieldchoice(L, r, where, "algo", NULL, algos);
@@ -54,6 +55,10 @@ static void role_from(lua_State *L, int t, const char *name, fl_scaling *s) {
     fl_lcheck(L, fl_scaling_init(s, strcmp(fmt, "e5m2") == 0 ? FL_E5M2 : FL_E4M3,
                                  strcmp(rule, "current") == 0 ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, pow2, margin,
                                  strcmp(algo, "max") == 0 ? FL_AMAX_MAX : FL_AMAX_MOST_RECENT, amax_history_len, interval));
+    int warmup = fl_lfieldint(L, r, where, "warmup", 0);
+    if (warmup < 0 || warmup > FL_HISTORY_MAX) luaL_error(L, "%s: warmup must be in 0..%d, got %d", where, FL_HISTORY_MAX, warmup);
+    if (warmup > 0 && s->rule != FL_SCALE_DELAYED) luaL_error(L, "%s: warmup is for the delayed rule, got rule current", where);
+    s->warmup = warmup;
     lua_settop(L, top);
 }
 
@@ -137,6 +142,7 @@ static int l_layer_config(lua_State *L) {
         lua_createtable(L, 0, 7);
         set_role_fields(L, rc->fmt, rc->rule, rc->pow2, rc->margin, rc->algo, rc->interval);
         lua_pushinteger(L, rc->amax_history_len); lua_setfield(L, -2, "amax_history_len");
+        lua_pushinteger(L, rc->warmup); lua_setfield(L, -2, "warmup");
         lua_setfield(L, -2, fl_fp8_role_names[i]);
     }
     lua_createtable(L, 3, 0);
@@ -170,6 +176,9 @@ static void push_role(lua_State *L, const fl_scaling *s) {
     lua_pushinteger(L, s->last_underflow); lua_setfield(L, -2, "underflow");
     lua_pushinteger(L, s->last_saturated); lua_setfield(L, -2, "saturated");
     lua_pushinteger(L, s->updates); lua_setfield(L, -2, "updates");
+    lua_pushinteger(L, s->warmup); lua_setfield(L, -2, "warmup");
+    lua_pushinteger(L, s->warm); lua_setfield(L, -2, "warm");
+    lua_pushboolean(L, fl_scaling_in_time(s)); lua_setfield(L, -2, "in_time");
     lua_createtable(L, s->amax_history_len, 0);
     for (int i = 0; i < s->amax_history_len; i++) { lua_pushnumber(L, s->history[i]); lua_rawseti(L, -2, i + 1); }
     lua_setfield(L, -2, "history");
@@ -226,6 +235,10 @@ static int l_meta_load_state(lua_State *L) {
         lua_pop(L, 1);
         lua_getfield(L, -1, "updates");
         s->updates = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : s->updates;
+        lua_pop(L, 1);
+        /* the warm-up count (state layout 2); absent (layout 1, made before warm-up existed): over */
+        lua_getfield(L, -1, "warm");
+        s->warm = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0 ? lua_tointeger(L, -1) : s->warmup;
         lua_pop(L, 1);
         s->scale = (float)sc;
         s->scale_inv = 1.0f / s->scale;

@@ -217,29 +217,42 @@ describe("te recipe", function()
     assert.matches("fp8_state", err)
   end)
 
-  it("a NaN amax in the history (it stays in the window) is state a checkpoint carries and loads back", function()
-    local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8 })
+  it("a NaN in a te cast does not enter the history (TE's fmaxf amax); a NaN in a saved history loads back", function()
+    local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8, amax_compute_algo = "max" })
     local t = fp8.randn { 8, 32 }:totable()
     t[1][1] = 0 / 0
     local bad = fp8.tensor(t)
     acc:backward(model(bad):sum()); opt:zero_grad()
     train(acc, model, opt, 2)
     local layer = fp8.recipes.fp8_layers(model)[1][2]
-    local h = layer.fp8_meta:state().input.history
-    local nans = 0
-    for _, v in ipairs(h) do if v ~= v then nans = nans + 1 end end
-    assert.are.equal(1, nans)
-    local acc2, model2 = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8 })
-    model2:load_state_dict(model:state_dict())
-    local h2 = fp8.recipes.fp8_layers(model2)[1][2].fp8_meta:state().input.history
-    for k = 1, #h do assert.is_true(h[k] == h2[k] or (h[k] ~= h[k] and h2[k] ~= h2[k]), "history[" .. k .. "]") end
+    local st0 = layer.fp8_meta:state()
+    for _, v in ipairs(st0.input.history) do assert.is_true(v == v, "a NaN entered the history") end
+    -- so the `max` history did not freeze the scale for its length: it follows the finite amaxes
+    assert.are.equal(R.scale_for(st0.input.amax_history_value, "e4m3", 0, false), st0.input.scale)
+    -- a NaN already in a history (MS-AMP's in-time casts record one; a file may hold one) is state that loads back
+    local S = require("fp8.fp8_state")
     local sd = model:state_dict()
-    local st = require("fp8.fp8_state").unpack(sd["0.fp8_state"])
+    local st = S.unpack(sd["0.fp8_state"])
+    st.input.history[3] = 0 / 0
+    sd["0.fp8_state"] = S.pack(st)
+    local acc2, model2 = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8, amax_compute_algo = "max" })
+    model2:load_state_dict(sd)
+    local h2 = fp8.recipes.fp8_layers(model2)[1][2].fp8_meta:state().input.history
+    assert.is_true(h2[3] ~= h2[3])
+    for k = 1, #h2 do if k ~= 3 then assert.are.equal(st.input.history[k], h2[k], "history[" .. k .. "]") end end
     st.input.history[2] = -1
-    sd["0.fp8_state"] = require("fp8.fp8_state").pack(st)
+    sd["0.fp8_state"] = S.pack(st)
     local ok, err = pcall(model2.load_state_dict, model2, sd)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("input history[2] is -1", 1, true), tostring(err))
+  end)
+
+  it("scale = (fp8_max · 2^-margin) / amax, TE's order: finite where fp8_max / amax alone overflows", function()
+    local function f32(v) return (string.unpack("f", string.pack("f", v))) end
+    local s = R.scale_for(1e-38, "e4m3", 10, false)   -- fp8_max / amax = 4.5e40 > FLT_MAX: the old order gave FLT_MAX
+    assert.are.equal(f32(448 * 2 ^ -10 / f32(1e-38)), s)
+    assert.is_true(s < 3.4e38)
+    assert.are.equal(f32(56 / f32(3)), R.scale_for(3, "e4m3", 3, false))
   end)
 end)
 
@@ -319,6 +332,66 @@ describe("msamp recipe", function()
       assert.is_true(last < first * 0.8, ("loss %g -> %g"):format(first, last))
     end)
   end
+
+  -- MS-AMP's ScalingMeta: inputs and output gradients cast in time (scale from the tensor itself) until their
+  -- 16-step window has filled, and again after a non-finite amax (amax_counter back to 0)
+  local function one_layer(level)
+    fp8.manual_seed(1)
+    local model = nn.Sequential(nn.Linear(32, 32))
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = level } },
+                                  config = false, env = {} }
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-3 })
+    model, opt = acc:prepare(model, opt)
+    return acc, model, opt, fp8.recipes.fp8_layers(model)[1][2]
+  end
+  local function step(acc, model, opt, x, k)
+    acc:backward((model(x) * (k or 1e-5)):sum() / 16); opt:step(); opt:zero_grad()
+  end
+
+  it("casts inputs and gradients in time for the first 16 steps (MS-AMP's warm-up), then from the history", function()
+    local acc, model, opt, layer = one_layer("O2")
+    step(acc, model, opt, fp8.randn { 16, 32 })
+    local st = layer.fp8_meta:state()
+    -- dL/dy = 6.25e-7: with the delayed rule's first scale (1) every gradient underflowed to 0
+    assert.are.equal(0, st.grad.underflow)
+    assert.is_true(st.grad.scale > 2 ^ 30, tostring(st.grad.scale))
+    assert.is_true(st.input.in_time and st.grad.in_time)
+    assert.are.equal(1, st.input.warm)
+    assert.are.equal(16, st.input.warmup)
+    assert.is_false(st.weight.in_time == false and false)   -- the weight role is current scaling throughout
+    for _ = 2, 16 do step(acc, model, opt, fp8.randn { 16, 32 }) end
+    st = layer.fp8_meta:state()
+    assert.is_false(st.input.in_time)
+    -- an inf in the input: that update keeps the scale and starts the warm-up again
+    local x = fp8.randn { 16, 32 }
+    fp8.no_grad(function() x:set({ 1, 1 }, math.huge) end)
+    pcall(step, acc, model, opt, x)
+    st = layer.fp8_meta:state()
+    assert.are.equal(0, st.input.warm)
+    assert.is_true(st.input.in_time)
+  end)
+
+  it("carries the warm-up count in its state (layout 2) and reads layout 1 as warmed up", function()
+    local acc, model, opt, layer = one_layer("O2")
+    for _ = 1, 3 do step(acc, model, opt, fp8.randn { 16, 32 }) end
+    local sd = model:state_dict()
+    local acc2, model2, opt2, layer2 = one_layer("O2")
+    model2:load_state_dict(sd)
+    assert.are.equal(3, layer2.fp8_meta:state().input.warm)
+    -- a layout-1 state (no warm): [1, 3, then per role scale, updates, history length, history...]
+    local st = layer.fp8_meta:state()
+    local flat = { 1, 3 }
+    for _, r in ipairs { "input", "weight", "grad" } do
+      flat[#flat + 1] = st[r].scale; flat[#flat + 1] = st[r].updates; flat[#flat + 1] = #st[r].history
+      for _, h in ipairs(st[r].history) do flat[#flat + 1] = h end
+    end
+    sd["0.fp8_state"] = fp8.tensor(flat)
+    model2:load_state_dict(sd)
+    local st2 = layer2.fp8_meta:state()
+    assert.are.equal(16, st2.input.warm)
+    assert.are.same(st.input.history, st2.input.history)
+    assert.are.equal(st.grad.scale, st2.grad.scale)
+  end)
 
   it("refuses a non-Adam optimizer, naming the allowed ones", function()
     local model = mlp(32, 64, 10)

@@ -37,7 +37,24 @@ function FP8Linear:_move_extra(device)
 end
 
 function FP8Linear:_before_state_dict() self.fp8_state = state.pack(self.fp8_meta:state()) end
-function FP8Linear:_after_load_state_dict() self.fp8_meta:load_state(state.unpack(self.fp8_state)) end
+-- After Module:load_state_dict wrote sd's tensors (sd and this layer's key prefix given): the recipe state goes
+-- back into fp8_meta, and MS-AMP O3's E4M3 weight, which the forward reads, is re-derived from the weight when sd
+-- gave the weight without it (strict=false, a plain model's file): else the forward ran on the old weight's bytes
+-- until the next optimizer step. It is re-cast in place (the optimizer updates that same tensor), as prepare casts it.
+function FP8Linear:_after_load_state_dict(sd, prefix)
+  prefix = prefix or ""
+  -- sd's own tensor: one in an older layout (another length) was not copied into the buffer
+  self.fp8_meta:load_state(state.unpack(sd and sd[prefix .. "fp8_state"] or self.fp8_state))
+  self.fp8_state = state.pack(self.fp8_meta:state())
+  local q = rawget(self, "weight_fp8")
+  if q and sd and sd[prefix .. "weight"] ~= nil and sd[prefix .. "weight_fp8"] == nil then
+    core.no_grad(function()
+      local w = self.weight:detach():to("fp32")
+      local fresh = w:quantize("e4m3", { scale = C.scale_for(w:abs():max():item(), "e4m3", 0, true) })
+      require("fp8._checkpoint").copy_exact_(q, fresh)
+    end)
+  end
+end
 -- Module:load_state_dict asks before it writes anything: the recipe state in sd must unpack and fit
 -- this layer (same history lengths, finite positive scales, no negative amax). Returns why not, or nil.
 function FP8Linear:_check_load_state(sd, prefix)
