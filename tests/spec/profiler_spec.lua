@@ -242,17 +242,52 @@ describe("profiled training run", function()
       local lin = mp == "fp8" and "fp8_linear" or "linear"
       assert.equal(4, names[lin])
       assert.equal(4, names[mp == "fp8" and "FP8LinearBackward" or "LinearBackward"])
-      -- the first layer's GEMM: shapes, FLOPs 2·16·32·64, and its module
+      -- the first layer: its shapes and module; the FLOPs (2·16·32·64) are on its GEMM only (torch: aten::addmm
+      -- has them, aten::linear none)
       local checked = 0
       for _, e in ipairs(xs) do
         if e.name == lin and e.args.module == "0 (" .. cls .. ")" then
           assert.equal("[[16, 32], [64, 32], [64]]", e.args.shapes)
-          assert.equal(2 * 16 * 32 * 64, e.args.flops)
+          assert.is_nil(e.args.flops)
           assert.equal("number", type(e.args.bytes))
           checked = checked + 1
         end
+        local inside = enc[e][#enc[e]]
+        if (e.name == "matmul" or e.name == "fp8_gemm") and inside and inside.name == lin and
+           inside.args.module == "0 (" .. cls .. ")" then
+          assert.equal(2 * 16 * 32 * 64, e.args.flops)
+          checked = checked + 1
+        end
       end
-      assert.equal(2, checked)
+      assert.equal(4, checked)
+    end)
+  end
+
+  for _, mp in ipairs { "no", "fp8" } do
+    it("with_flops counts each GEMM once: one training step's total (mixed_precision=" .. mp .. ")", function()
+      local handlers = { fp8.ProfileKwargs{ with_flops = true } }
+      if mp == "fp8" then handlers[2] = fp8.TERecipeKwargs{} end
+      local acc = Accelerator{ mixed_precision = mp, kwargs_handlers = handlers }
+      local model = mlp()
+      local opt = optim.SGD(model:parameters(), { lr = 0.1 })
+      model, opt = acc:prepare(model, opt)
+      local prof = acc:profile(function() train(acc, model, opt, 1) end)
+      local total, counted = 0, {}
+      for _, e in ipairs(prof:events()) do
+        if e.flops then
+          total = total + e.flops
+          counted[#counted + 1] = e.name
+          assert.truthy(e.name == "matmul" or e.name == "fp8_gemm", e.name .. " is not a GEMM but has FLOPs")
+        end
+      end
+      -- the GEMMs run, 2·M·N·K each: forward [16,32]x[32,64] and [16,64]x[64,16]; backward of the second
+      -- layer: dgrad [16,16]x[16,64], wgrad [16,16]x[16,64]; of the first: wgrad [64,16]x[16,32] (the
+      -- batch needs no gradient, so no dgrad)
+      local gemms = { { 16, 64, 32 }, { 16, 16, 64 }, { 16, 64, 16 }, { 16, 64, 16 }, { 64, 32, 16 } }
+      local want = 0
+      for _, g in ipairs(gemms) do want = want + 2 * g[1] * g[2] * g[3] end
+      assert.equal(#gemms, #counted)
+      assert.equal(want, total)
     end)
   end
 
@@ -387,9 +422,12 @@ describe("key_averages", function()
     assert.equal(keys, n)
     assert.equal(top, self_sum)     -- self times partition the top-level time
     assert.equal("ProfilerStep*", ka[1].key)
-    local lin
-    for _, r in ipairs(ka) do if r.key == "linear" then lin = r end end
-    assert.equal(3 * (2 * 16 * 32 * 64 + 2 * 16 * 64 * 16), lin.flops)
+    local by = {}
+    for _, r in ipairs(ka) do by[r.key] = r end
+    assert.equal(0, by.linear.flops)   -- its GEMMs carry them
+    -- 3 steps of: forward 2·16·32·64 + 2·16·64·16; backward: the second layer's dgrad and wgrad (2·16·64·16
+    -- each), the first layer's wgrad (2·64·32·16; its input needs no gradient)
+    assert.equal(3 * (2 * (2 * 16 * 32 * 64) + 3 * (2 * 16 * 64 * 16)), by.matmul.flops)
   end)
 
   it("prints a table, sorts and limits rows like PyTorch", function()
