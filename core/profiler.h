@@ -8,9 +8,9 @@
  *     FL_PROF_FLOPS(2.0 * M * N * K);    with_flops
  * or, around a call, t = FL_PROF_BEGIN(name) ... FL_PROF_END(t).
  * Events nest per thread: an event begun while another is open on the same thread is its child
- * (parent index, depth). Ranges (fl_prof_push/fl_prof_end) nest the same way; the Lua side uses
- * them for "ProfilerStep#N" and module paths. Events live in a growable buffer until
- * fl_prof_clear(). Thread-safe; one recording session at a time.
+ * (parent index, depth; an event more than 256 levels deep has depth but no parent). Ranges
+ * (fl_prof_push/fl_prof_end) nest the same way; the Lua side uses them for "ProfilerStep#N" and module
+ * paths. Events live in a growable buffer until fl_prof_clear(). Thread-safe; one recording session at a time.
  * Device time (FL_PROF_DEVICE, activities "cuda"): a device that runs work asynchronously registers a
  * clock (the CUDA backend: events on its stream). Every event then also queues a device timestamp where
  * it begins and ends; fl_prof_resolve_device() later turns them into the event's device span — the

@@ -624,6 +624,37 @@ describe("profiler API", function()
     assert.equal(3, doc.otherData.windows)
   end)
 
+  it("nesting deeper than the recorder's stack (256 levels): true depths, no wrong parent, self time >= 0", function()
+    local prof = profiler.profile{}
+    prof:run(function()
+      local toks = {}
+      for i = 1, 300 do toks[i] = profiler.push("level" .. i) end
+      for i = 300, 1, -1 do profiler.pop(toks[i]) end
+      local _ = fp8.randn{ 2, 2 } + 1   -- the stack is back at the step's level
+      -- ending an outer range closes every range opened inside it, past the stack's depth too
+      local first = profiler.push("skipped1")
+      for i = 2, 300 do profiler.push("skipped" .. i) end
+      profiler.pop(first)
+    end)
+    local ev = prof:events()
+    local at = {}
+    for i, e in ipairs(ev) do at[e.name] = i end
+    local d0 = ev[at.level1].depth
+    for i = 1, 300 do
+      local e = ev[at["level" .. i]]
+      assert.equal(d0 + i - 1, e.depth)
+      assert.truthy(e.dur_ns >= 0)
+      if e.parent and i > 1 then assert.equal("level" .. (i - 1), ev[e.parent].name) end
+    end
+    assert.equal(at.level255, ev[at.level256].parent)
+    assert.equal(d0, ev[at.add].depth)
+    assert.equal(ev[at.level1].parent, ev[at.add].parent)
+    for i = 1, 300 do assert.truthy(at["skipped" .. i], "skipped" .. i .. " was left open") end
+    for _, r in ipairs(prof:key_averages()) do
+      assert.truthy(r.self_cpu_time_total_ns >= 0, r.key .. " self time " .. r.self_cpu_time_total_ns)
+    end
+  end)
+
   it("with_modules nests ops under module paths and removes its hook", function()
     local model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2)))
     local prof = profiler.profile{ with_modules = true }
