@@ -777,7 +777,8 @@ end
 
 -- profile(fn [, handler]): fn(prof) runs under an fp8.profiler configured from the ProfileKwargs handler
 -- (argument, else kwargs_handlers/settings, else defaults); each opt:step() through this accelerator
--- advances its schedule. With output_trace_dir the trace is <dir>/profile_<process_index>.json.
+-- advances its schedule. With output_trace_dir the first window's trace is <dir>/profile_<process_index>.json
+-- (Accelerate's name), window N's after it <dir>/profile_<process_index>_window<N>.json.
 function Accelerator:profile(fn, handler)
   if type(fn) ~= "function" then error(("profile: expected a function, got %s"):format(type(fn)), 2) end
   if self._profiler then error("profile: this accelerator is already profiling", 2) end
@@ -904,7 +905,8 @@ if okh and help.add then
     "Runs the function under fp8.profiler configured from the ProfileKwargs in kwargs_handlers (or the\n"
     .. "handler given, or defaults); every opt:step() through the accelerator is one profiler step (do not\n"
     .. "call prof:step() as well). With output_trace_dir the Chrome trace goes to\n"
-    .. "<dir>/profile_<process_index>.json. Then print(prof:key_averages()).")
+    .. "<dir>/profile_<process_index>.json (the first window; window N >= 2 of a repeating schedule:\n"
+    .. "profile_<process_index>_window<N>.json). Then print(prof:key_averages()) (the last window).")
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -6,9 +6,11 @@
 -- Options are fp8.ProfileKwargs' (a handler is accepted too). The schedule (PyTorch's): skip_first
 -- steps, then cycles of wait → warmup → active steps, `repeat` cycles (0: until stop). Only active
 -- steps are kept, each inside a "ProfilerStep#N" range; warmup steps are recorded and thrown away.
--- At the end of each active window the trace is written to <output_trace_dir>/profile_<R>.json (Accelerate's name)
--- (every window so far) and on_trace_ready(prof) is called. Without a schedule everything from
--- start to stop is one window.
+-- At the end of each active window its trace is written to <output_trace_dir>/profile_<R>.json for the first
+-- window (Accelerate's name), profile_<R>_window<N>.json for window N >= 2, and on_trace_ready(prof) is
+-- called. events() and key_averages() hold the last finished window only (torch.profiler keeps the current
+-- cycle's results), so memory and the work per window stay bounded however many windows run. Without a
+-- schedule everything from start to stop is one window.
 local O = require "fp8.opts"
 local P = require "fp8._profiler"
 local kwargs = require "fp8.kwargs"
@@ -118,12 +120,13 @@ function Profiler:_turn_off()
   if mod and mod._call_hook == call_hook then mod._call_hook = nil end
 end
 
--- Events of the finished window → self._events: times relative to start, parent positions shifted,
+-- Events of the finished window → self._events (replacing the previous window's): times relative to start,
 -- each op's enclosing module path (module) and step number (step), and with device time the span the
 -- device took for the event (device_ts_ns, device_dur_ns; device_ts/device_dur in µs).
 function Profiler:_collect(drop)
   if self.device then P.resolve_device() end
-  local raw, base, out = P.events(), #self._events, self._events
+  local raw, out = P.events(), {}
+  self._events = out
   P.clear()
   local pos, module, step = {}, {}, {}
   for i, e in ipairs(raw) do
@@ -145,13 +148,21 @@ function Profiler:_collect(drop)
       out[n].module, out[n].step = module[i], step[i]
     end
   end
-  return #out - base
+  return #out
 end
 
-function Profiler:trace_path()
+-- trace_path([n]) → the file window n's trace goes to (default: the last window finished, else the first):
+-- <output_trace_dir>/profile_<R>.json for window 1, profile_<R>_window<n>.json after; nil without a directory.
+function Profiler:trace_path(n)
+  if n ~= nil and (math.type(n) ~= "integer" or n < 1) then
+    error(("trace_path: expected a window number >= 1, got %s"):format(tostring(n)), 2)
+  end
   local dir = self.options.output_trace_dir
   if not dir then return nil end
-  return ("%s/profile_%d.json"):format(dir:gsub("/+$", ""), self.rank)
+  n = n or math.max(self.windows, 1)
+  dir = dir:gsub("/+$", "")
+  if n == 1 then return ("%s/profile_%d.json"):format(dir, self.rank) end
+  return ("%s/profile_%d_window%d.json"):format(dir, self.rank, n)
 end
 
 function Profiler:_finish_window(drop)
@@ -159,7 +170,7 @@ function Profiler:_finish_window(drop)
   self:_turn_off()
   self:_collect(drop)
   self.windows = self.windows + 1
-  local path = self:trace_path()
+  local path = self:trace_path(self.windows)
   if path then
     local ok, err = P.mkdir_p(self.options.output_trace_dir)
     if not ok then error("profiler: " .. err, 0) end
@@ -256,7 +267,7 @@ function Profiler:run(fn, ...)
   return self
 end
 
--- events() → every event kept so far (read-only): {name, kind ("op"|"range"|"module"), ts, dur
+-- events() → the events of the last finished window (read-only): {name, kind ("op"|"range"|"module"), ts, dur
 -- (µs from start), ts_ns, dur_ns, tid, parent (position), depth, step, module, shapes, flops, bytes,
 -- device_ts, device_dur, device_ts_ns, device_dur_ns (activities "cuda" on a GPU)}.
 function Profiler:events() return self._events end
@@ -482,7 +493,7 @@ function Profiler:export_chrome_trace(path)
         jstr(e.name), pid, GPU_TID, us(e.device_ts_ns), us(e.device_dur_ns), table.concat(args, ", ")))
     end
   end
-  add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "windows": %d}}\n'):format(
+  add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "window": %d}}\n'):format(
     self.rank, self.windows))
   -- atomically: an unnamed temporary file, fsync, rename, fsync the directory (a killed writer leaves nothing)
   local ok, err = pcall(require("fp8._fileio").write_atomic, path, table.concat(parts))
@@ -524,8 +535,9 @@ if okh and help.add then
     .. "training step, prof:stop(); or prof:run(function(prof) ... end). Only active steps are kept, each in a\n"
     .. "\"ProfilerStep#N\" range; every op records wall time, nesting, and with the options its input shapes,\n"
     .. "FLOPs, net CPU bytes, module path, and with activities={\"cpu\",\"cuda\"} on a GPU its device time.\n"
-    .. "At the end of each active window the trace goes to <output_trace_dir>/profile_<R>.json (Accelerate's name) and\n"
-    .. "on_trace_ready(prof) runs. Your own ranges: fp8.profiler.record_function(name, fn, ...).")
+    .. "At the end of each active window its trace goes to <output_trace_dir>/profile_<R>.json (the first window;\n"
+    .. "Accelerate's name) or profile_<R>_window<N>.json (window N >= 2) and on_trace_ready(prof) runs; events()\n"
+    .. "and key_averages() hold that window only, as in torch. Your own ranges: fp8.profiler.record_function(name, fn, ...).")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"
     .. "average, FLOP/s (with_flops), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"

@@ -316,12 +316,13 @@ end)
 describe("schedule", function()
   after_each(stop_leftovers)
 
-  -- steps recorded and on_trace_ready calls for a schedule over n steps
+  -- steps kept at the end (the last window's), on_trace_ready calls, and the steps each call saw, for a
+  -- schedule over n steps
   local function run(sched, n)
     local calls, per_call = 0, {}
     local prof = profiler.profile{ schedule_option = sched, on_trace_ready = function(p)
       calls = calls + 1
-      per_call[calls] = #steps_of(p)
+      per_call[calls] = steps_of(p)
     end }
     local x = fp8.randn{ 4, 4 }
     prof:start()
@@ -335,14 +336,15 @@ describe("schedule", function()
 
   it("wait, warmup, active, repeat, skip_first", function()
     local steps, calls, per = run({ wait = 1, warmup = 1, active = 2, ["repeat"] = 2, skip_first = 1 }, 12)
-    assert.same({ 3, 4, 7, 8 }, steps)
     assert.equal(2, calls)
-    assert.same({ 2, 4 }, per)   -- each call sees every window so far
+    assert.same({ { 3, 4 }, { 7, 8 } }, per)   -- each call sees its own window (torch: the current cycle)
+    assert.same({ 7, 8 }, steps)               -- and the profiler keeps the last one
   end)
 
   it("repeat=0 cycles until stop; a window cut short by stop is saved", function()
-    local steps, calls = run({ wait = 0, warmup = 0, active = 3 }, 7)
-    assert.same({ 0, 1, 2, 3, 4, 5, 6 }, steps)
+    local steps, calls, per = run({ wait = 0, warmup = 0, active = 3 }, 7)
+    assert.same({ { 0, 1, 2 }, { 3, 4, 5 }, { 6 } }, per)
+    assert.same({ 6 }, steps)
     assert.equal(3, calls)
   end)
 
@@ -366,7 +368,7 @@ describe("schedule", function()
     fails_with({ "on_trace_ready", "callback failed" }, prof.step, prof)
     prof:step()
     prof:stop()
-    assert.same({ 0, 1 }, steps_of(prof))
+    assert.same({ 1 }, steps_of(prof))
     assert.equal(2, calls)
   end)
 
@@ -610,18 +612,49 @@ describe("profiler API", function()
     assert.is_nil(listing:find("x.json.tmp", 1, true))
   end)
 
-  it("output_trace_dir is created; the trace holds every window; prof:run returns the profiler", function()
+  it("output_trace_dir is created; each window's trace is a file of its own; prof:run returns the profiler", function()
     local dir = tmpdir .. "/nested/dir"
-    local prof = profiler.profile{ output_trace_dir = dir, schedule_option = { wait = 0, warmup = 0, active = 1 } }
+    local prof = profiler.profile{ output_trace_dir = dir .. "/", schedule_option = { wait = 0, warmup = 0, active = 1 } }
     local x = fp8.randn{ 2, 2 }
+    local paths = {}
+    prof.options.on_trace_ready = function(p) paths[#paths + 1] = p:trace_path() end
     assert.equal(prof, prof:run(function(p)
       for _ = 1, 3 do local _ = x * x; p:step() end
     end))
-    local doc = json_decode(read(dir .. "/profile_0.json"))
-    local steps = 0
-    for _, e in ipairs(doc.traceEvents) do if e.ph == "X" and e.name:match("^ProfilerStep#") then steps = steps + 1 end end
-    assert.equal(3, steps)
-    assert.equal(3, doc.otherData.windows)
+    local want = { dir .. "/profile_0.json", dir .. "/profile_0_window2.json", dir .. "/profile_0_window3.json" }
+    assert.same(want, paths)
+    for w, path in ipairs(want) do
+      local doc = json_decode(read(path))
+      local steps = {}
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "X" and e.name:match("^ProfilerStep#") then steps[#steps + 1] = e.name end
+      end
+      assert.same({ "ProfilerStep#" .. (w - 1) }, steps)
+      assert.equal(w, doc.otherData.window)
+      assert.equal(path, prof:trace_path(w))
+    end
+    assert.equal(want[3], prof:trace_path())
+    fails_with("trace_path: expected a window number >= 1, got 0", prof.trace_path, prof, 0)
+    assert.is_nil(profiler.profile{}:trace_path())
+  end)
+
+  it("a repeating schedule keeps one window: memory and the time per window do not grow with the run", function()
+    local dir = tmpdir .. "/many"
+    local prof = profiler.profile{ schedule_option = { wait = 1, warmup = 1, active = 2 }, output_trace_dir = dir }
+    local x = fp8.randn{ 2, 2 }
+    local sizes = {}
+    prof.options.on_trace_ready = function(p) sizes[#sizes + 1] = #p:events() end
+    prof:start()
+    for _ = 1, 400 do local _ = x + x; prof:step() end
+    prof:stop()
+    assert.equal(100, #sizes)
+    for _, n in ipairs(sizes) do assert.equal(sizes[1], n) end   -- each window: 2 steps and their ops, no more
+    assert.equal(sizes[1], #prof:events())
+    assert.same({ 398, 399 }, steps_of(prof))
+    assert.equal(0, P.count())                                    -- the recorder is emptied at each window's end
+    local first = json_decode(read(dir .. "/profile_0.json"))     -- not rewritten by the later windows
+    assert.equal(1, first.otherData.window)
+    assert.equal(100, json_decode(read(dir .. "/profile_0_window100.json")).otherData.window)
   end)
 
   it("nesting deeper than the recorder's stack (256 levels): true depths, no wrong parent, self time >= 0", function()
