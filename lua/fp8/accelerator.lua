@@ -380,7 +380,10 @@ function AccOptimizer:step(...)
     res = inner:step(...)
   end
   acc:_after_step()
-  if prof then prof.pop(ptok); prof.profiler:step() end
+  if prof then
+    prof.pop(ptok)
+    if prof.profiler._state == "running" then prof.profiler:step() end   -- not after on_trace_ready called stop()
+  end
   return res
 end
 

@@ -177,8 +177,11 @@ function Profiler:_finish_window(drop)
     self:export_chrome_trace(path)
   end
   if self.options.on_trace_ready then
-    -- an error in the callback is raised once the schedule has moved on (see raise_pending)
+    -- an error in the callback is raised once the schedule has moved on (see raise_pending); the callback
+    -- may call prof:stop() (see stop)
+    self._in_cb = true
     local ok, err = pcall(self.options.on_trace_ready, self)
+    self._in_cb = false
     if not ok and self._cb_err == nil then self._cb_err = err end
   end
 end
@@ -196,6 +199,7 @@ function Profiler:_transition(prev, cur)
   if is_rec(prev) then
     if prev == "record_and_save" or not is_rec(cur) then self:_finish_window()
     elseif self._step_tok then P.pop(self._step_tok); self._step_tok = nil end
+    if self._state ~= "running" then return end   -- on_trace_ready called stop(): the recorder stays off
   end
   if cur == "none" then
     if self._on then self:_turn_off(); P.clear() end
@@ -214,7 +218,7 @@ function Profiler:start()
   if self._state == "running" then error("profiler: start() called twice (call stop() first)", 2) end
   if M.current then error("profiler: another profiler is running (stop it first)", 2) end
   P.clear()
-  self.step_num, self.windows, self._events, self._state = 0, 0, {}, "running"
+  self.step_num, self.windows, self._events, self._state, self._cb_stopped = 0, 0, {}, "running", false
   self.t0 = P.now()
   M.current = self
   local ok, err = pcall(self._transition, self, nil, self:_action(0))
@@ -223,18 +227,28 @@ function Profiler:start()
   return self
 end
 
--- step(): the current step is done; the schedule moves on (call once per training step).
+-- step(): the current step is done; the schedule moves on (call once per training step). After on_trace_ready
+-- stopped the profiler, the training loop's further step() calls do nothing.
 function Profiler:step()
-  if self._state ~= "running" then error("profiler: step() before start()", 2) end
+  if self._state ~= "running" then
+    if self._cb_stopped then return end
+    error(self._state == "stopped" and "profiler: step() after stop() (start() again first)" or "profiler: step() before start()", 2)
+  end
   local prev = self:_action(self.step_num)
   self.step_num = self.step_num + 1
   self:_transition(prev, self:_action(self.step_num))
   raise_pending(self)
 end
 
+-- stop(): also from on_trace_ready (torch's prof.stop() in a handler): the profiler stops after the callback,
+-- and a stop() there while the profiler is already stopping is a no-op.
 function Profiler:stop()
-  if self._state ~= "running" then error("profiler: stop() without start()", 2) end
+  if self._state ~= "running" then
+    if self._in_cb then return self end
+    error("profiler: stop() without start()", 2)
+  end
   self._state = "stopped"
+  self._cb_stopped = self._in_cb == true
   M.current = nil
   local cur = self:_action(self.step_num)
   if is_rec(cur) then

@@ -372,6 +372,39 @@ describe("schedule", function()
     assert.equal(2, calls)
   end)
 
+  it("prof:stop() inside on_trace_ready is honoured: the recorder stays off, the next profiler can start", function()
+    local calls = 0
+    local prof = profiler.profile{ schedule_option = { wait = 0, warmup = 0, active = 1 },
+      on_trace_ready = function(p) calls = calls + 1; p:stop() end }
+    prof:start()
+    local x = fp8.randn{ 2, 2 }
+    for _ = 1, 3 do local _ = x + x; prof:step() end   -- the loop's later steps do nothing
+    assert.equal(1, calls)
+    assert.is_false(P.enabled())
+    assert.equal(0, P.count())
+    assert.is_nil(profiler.current)
+    assert.same({ 0 }, steps_of(prof))
+    fails_with("stop() without start()", prof.stop, prof)
+    local q = profiler.profile{}
+    q:run(function() local _ = x * x end)
+    assert.is_false(P.enabled())
+    -- through acc:profile: each opt:step() steps the profiler, which the callback stopped after the first window
+    local acc = Accelerator{ kwargs_handlers = { fp8.ProfileKwargs{ schedule_option = { wait = 0, warmup = 0, active = 2 },
+      on_trace_ready = function(p) calls = calls + 1; p:stop() end } } }
+    local model = mlp()
+    local opt = optim.SGD(model:parameters(), { lr = 0.1 })
+    model, opt = acc:prepare(model, opt)
+    local p = acc:profile(function() train(acc, model, opt, 5) end)
+    assert.equal(2, calls)
+    assert.same({ 0, 1 }, steps_of(p))
+    assert.is_false(P.enabled())
+    -- a stop() in the callback that stop() itself runs is a no-op
+    local r = profiler.profile{ on_trace_ready = function(pp) calls = calls + 1; pp:stop() end }
+    r:run(function() local _ = x + x end)
+    assert.equal(3, calls)
+    assert.is_false(P.enabled())
+  end)
+
   it("each recorded step holds its own ops", function()
     local prof = profiler.profile{ schedule_option = { wait = 0, warmup = 0, active = 2 } }
     local x = fp8.randn{ 3, 3 }
@@ -567,6 +600,9 @@ describe("profiler API", function()
     local p = prof.profile{}
     fails_with("step() before start()", p.step, p)
     fails_with("stop() without start()", p.stop, p)
+    p:start()
+    p:stop()
+    fails_with("step() after stop() (start() again first)", p.step, p)
     p:start()
     fails_with("start() called twice", p.start, p)
     local q = prof.profile{}
