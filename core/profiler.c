@@ -32,6 +32,7 @@ typedef struct {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static ev_t **chunks;                    /* chunks[i >> CHUNK_BITS][i & (CHUNK_LEN - 1)] */
 static size_t nchunks, cap_chunks, count, dropped;
+static size_t max_events = MAX_EVENTS;   /* guarded by mu; fl_prof_set_max_events (tests) lowers it */
 static uint64_t gen = 1;                 /* bumped by clear: older tokens and thread stacks are stale */
 static atomic_uint flags;
 static const fl_prof_device_clock *dclock;   /* guarded by mu */
@@ -107,7 +108,7 @@ static ev_t *at(size_t i) { return &chunks[i >> CHUNK_BITS][i & (CHUNK_LEN - 1)]
 
 /* A fresh slot at index `count` (caller holds mu); NULL at the cap or out of memory. */
 static ev_t *new_slot(void) {
-    if (count >= MAX_EVENTS) return NULL;
+    if (count >= max_events) return NULL;
     size_t c = count >> CHUNK_BITS;
     if (c >= nchunks) {
         if (nchunks == cap_chunks) {
@@ -296,6 +297,19 @@ size_t fl_prof_count(void) {
     size_t n = count;
     pthread_mutex_unlock(&mu);
     return n;
+}
+
+size_t fl_prof_max_events(void) {
+    pthread_mutex_lock(&mu);
+    size_t n = max_events;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+void fl_prof_set_max_events(size_t n) {
+    pthread_mutex_lock(&mu);
+    max_events = n && n < MAX_EVENTS ? n : MAX_EVENTS;
+    pthread_mutex_unlock(&mu);
 }
 
 size_t fl_prof_dropped(void) {

@@ -75,6 +75,8 @@ void fl_prof_end_all(void);
  * one event (strings stay valid until fl_prof_clear). */
 size_t fl_prof_count(void);
 size_t fl_prof_dropped(void);              /* events lost to allocation failures or the cap */
+size_t fl_prof_max_events(void);           /* the cap: events recorded between two fl_prof_clear() */
+void fl_prof_set_max_events(size_t n);     /* lower the cap (tests); 0 or more than the default: the default */
 bool fl_prof_get(size_t i, fl_prof_event *out);
 int64_t fl_prof_index(uint64_t tok);       /* the index of a token's event, -1 for a stale token */
 void fl_prof_clear(void);                  /* frees events and names; not while recording on another thread */

@@ -127,6 +127,8 @@ function Profiler:_collect(drop)
   if self.device then P.resolve_device() end
   local raw, out = P.events(), {}
   self._events = out
+  -- events past the recorder's cap (or lost to memory) since the window began: said here, in the trace and the table
+  self.dropped, self.max_events = P.dropped(), P.max_events()
   P.clear()
   local pos, module, step = {}, {}, {}
   for i, e in ipairs(raw) do
@@ -170,6 +172,11 @@ function Profiler:_finish_window(drop)
   self:_turn_off()
   self:_collect(drop)
   self.windows = self.windows + 1
+  if self.dropped > 0 then
+    io.stderr:write(("fp8lab: notice: profiler: window %d dropped %d events: the recorder holds at most %d events "
+      .. "per window (shorten the active window or profile fewer ops per step)\n"):format(self.windows, self.dropped,
+      self.max_events))
+  end
   local path = self:trace_path(self.windows)
   if path then
     local ok, err = P.mkdir_p(self.options.output_trace_dir)
@@ -219,6 +226,7 @@ function Profiler:start()
   if M.current then error("profiler: another profiler is running (stop it first)", 2) end
   P.clear()
   self.step_num, self.windows, self._events, self._state, self._cb_stopped = 0, 0, {}, "running", false
+  self.dropped = 0
   self.t0 = P.now()
   M.current = self
   local ok, err = pcall(self._transition, self, nil, self:_action(0))
@@ -355,6 +363,7 @@ function Profiler:key_averages(opts)
     return a.key < b.key
   end)
   rows.with_flops, rows.profile_memory, rows.with_device = self.options.with_flops, self.options.profile_memory, has_dev
+  rows.dropped, rows.max_events = self.dropped or 0, self.max_events
   return setmetatable(rows, Averages)
 end
 
@@ -453,6 +462,10 @@ function Averages:table(opts)
   lines[#lines + 1] = lines[1]
   lines[#lines + 1] = ("Self CPU time total: %.3f ms"):format(self_total / 1e6)
   if self.with_device then lines[#lines + 1] = ("Self device time total: %.3f ms"):format(dev_total / 1e6) end
+  if self.dropped > 0 then
+    lines[#lines + 1] = ("Events dropped: %d (the recorder holds at most %d events per window)"):format(self.dropped,
+      self.max_events)
+  end
   return table.concat(lines, "\n")
 end
 
@@ -507,8 +520,9 @@ function Profiler:export_chrome_trace(path)
         jstr(e.name), pid, GPU_TID, us(e.device_ts_ns), us(e.device_dur_ns), table.concat(args, ", ")))
     end
   end
-  add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "window": %d}}\n'):format(
-    self.rank, self.windows))
+  add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "window": %d, '
+    .. '"dropped_events": %d, "max_events": %d}}\n'):format(self.rank, self.windows, self.dropped or 0,
+    self.max_events or P.max_events()))
   -- atomically: an unnamed temporary file, fsync, rename, fsync the directory (a killed writer leaves nothing)
   local ok, err = pcall(require("fp8._fileio").write_atomic, path, table.concat(parts))
   if not ok then error(("export_chrome_trace: cannot write %s: %s"):format(path, tostring(err)), 2) end

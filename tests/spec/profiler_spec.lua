@@ -724,6 +724,37 @@ describe("profiler API", function()
     end
   end)
 
+  it("events past the recorder's cap: a notice per window that lost some, the count in the trace and the table", function()
+    local dir = tmpdir .. "/capped"
+    local prof = profiler.profile{ schedule_option = { wait = 0, warmup = 0, active = 1 }, output_trace_dir = dir }
+    local x = fp8.randn{ 2, 2 }
+    local said, stderr = {}, io.stderr
+    P.set_max_events(20)
+    io.stderr = { write = function(_, ...) said[#said + 1] = table.concat({ ... }) end }
+    local ok, err = pcall(function()
+      prof:start()
+      for _ = 1, 30 do local _ = x + x end   -- window 1: ProfilerStep#0 and 19 adds kept, 11 adds dropped
+      prof:step()
+      for _ = 1, 5 do local _ = x + x end    -- window 2: all kept
+      prof:step()
+      prof:stop()
+    end)
+    io.stderr = stderr
+    P.set_max_events(0)
+    assert(ok, err)
+    assert.equal(4194304, P.max_events())   -- back to the default
+    assert.same({ "fp8lab: notice: profiler: window 1 dropped 11 events: the recorder holds at most 20 events per "
+      .. "window (shorten the active window or profile fewer ops per step)\n" }, said)
+    local doc = json_decode(read(dir .. "/profile_0.json"))
+    assert.equal(11, doc.otherData.dropped_events)
+    assert.equal(20, doc.otherData.max_events)
+    assert.equal(0, json_decode(read(dir .. "/profile_0_window2.json")).otherData.dropped_events)
+    assert.is_nil(tostring(prof:key_averages()):find("dropped", 1, true))   -- the last window lost none
+    prof._events, prof.dropped = {}, 11
+    assert.truthy(tostring(prof:key_averages()):find("Events dropped: 11 (the recorder holds at most 20 events per window)",
+      1, true))
+  end)
+
   it("with_modules nests ops under module paths and removes its hook", function()
     local model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2)))
     local prof = profiler.profile{ with_modules = true }
