@@ -474,8 +474,24 @@ Averages.__tostring = function(self) return self:table() end
 -- ---- Chrome trace -----------------------------------------------------------------------------
 
 local ESC = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+local function jesc(s)
+  return (s:gsub('[%c"\\]', function(c) return ESC[c] or ("\\u%04x"):format(c:byte()) end))
+end
+-- A JSON string of s. Names come from users (ranges, modules) and need not be UTF-8: each byte that is not part
+-- of a valid sequence is written as \u00XX (its Latin-1 reading), so the file always parses.
 local function jstr(s)
-  return '"' .. tostring(s):gsub('[%c"\\]', function(c) return ESC[c] or ("\\u%04x"):format(c:byte()) end) .. '"'
+  s = tostring(s)
+  if utf8.len(s) then return '"' .. jesc(s) .. '"' end
+  local parts, i = { '"' }, 1
+  while i <= #s do
+    local ok, bad = utf8.len(s, i)
+    if ok then parts[#parts + 1] = jesc(s:sub(i)); break end
+    parts[#parts + 1] = jesc(s:sub(i, bad - 1))
+    parts[#parts + 1] = ("\\u%04x"):format(s:byte(bad))
+    i = bad + 1
+  end
+  parts[#parts + 1] = '"'
+  return table.concat(parts)
 end
 -- Integer nanoseconds as exact decimal microseconds ("12.345").
 local function us(ns) return ("%d.%03d"):format(ns // 1000, ns % 1000) end

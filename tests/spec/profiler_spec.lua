@@ -648,6 +648,25 @@ describe("profiler API", function()
     assert.is_nil(listing:find("x.json.tmp", 1, true))
   end)
 
+  it("the Chrome trace is valid UTF-8 JSON whatever bytes a name holds", function()
+    -- a lone byte, a truncated sequence, a UTF-16 surrogate, an overlong "/", and valid text around them
+    local names = { "bad \xff\xfe name", "cut \xe2\x82", "sur \xed\xa0\x80", "long \xc0\xaf", "ok \xe2\x82\xac \x7f" }
+    local prof = profiler.profile{}
+    prof:run(function() for _, n in ipairs(names) do profiler.record_function(n, function() end) end end)
+    local path = tmpdir .. "/bytes.json"
+    prof:export_chrome_trace(path)
+    local text = read(path)
+    assert.truthy(utf8.len(text), "the trace is not valid UTF-8")
+    local got = {}
+    for _, e in ipairs(json_decode(text).traceEvents) do got[e.name] = true end
+    -- each stray byte reads as the code point of the same value (\u00XX)
+    for _, want in ipairs { "bad " .. utf8.char(0xff, 0xfe) .. " name", "cut " .. utf8.char(0xe2, 0x82),
+                            "sur " .. utf8.char(0xed, 0xa0, 0x80), "long " .. utf8.char(0xc0, 0xaf), "ok \u{20ac} \x7f" } do
+      assert.truthy(got[want], want)
+    end
+    assert.equal("table", type(require("fp8._checkpoint").json_decode(text, "trace")))   -- the project's decoder too
+  end)
+
   it("output_trace_dir is created; each window's trace is a file of its own; prof:run returns the profiler", function()
     local dir = tmpdir .. "/nested/dir"
     local prof = profiler.profile{ output_trace_dir = dir .. "/", schedule_option = { wait = 0, warmup = 0, active = 1 } }
