@@ -788,8 +788,11 @@ function Accelerator:profile(fn, handler)
   local profiler = require "fp8.profiler"
   local ok, prof = pcall(profiler.profile, handler or self.settings.profile, { rank = self.process_index })
   if not ok then error(prof, 2) end
+  -- started here, not by prof:run, so that a refusal ("another profiler is running") names this call
+  local sok, serr = pcall(prof._start, prof)
+  if not sok then error(serr, type(serr) == "string" and 2 or 0) end
   self._profiler = { profiler = prof, push = profiler.push, pop = profiler.pop }
-  local rok, err = pcall(prof.run, prof, fn)
+  local rok, err = pcall(prof._run_started, prof, fn)
   self._profiler = nil
   if not rok then error(err, 0) end
   return prof

@@ -102,8 +102,10 @@ end
 
 function Profiler:_turn_on()
   local o = self.options
-  P.start { record_shapes = o.record_shapes, profile_memory = o.profile_memory, with_flops = o.with_flops,
-            device = self.device }
+  -- through pcall: the recorder's message without a position inside this file (the public method adds the user's)
+  local ok, err = pcall(P.start, { record_shapes = o.record_shapes, profile_memory = o.profile_memory,
+                                   with_flops = o.with_flops, device = self.device })
+  if not ok then error(err, 0) end
   self._on = true
   if o.with_modules then
     paths = {}
@@ -181,7 +183,8 @@ function Profiler:_finish_window(drop)
   if path then
     local ok, err = P.mkdir_p(self.options.output_trace_dir)
     if not ok then error("profiler: " .. err, 0) end
-    self:export_chrome_trace(path)
+    ok, err = self:_write_trace(path)
+    if not ok then error("profiler: " .. err, 0) end
   end
   if self.options.on_trace_ready then
     -- an error in the callback is raised once the schedule has moved on (see raise_pending); the callback
@@ -221,17 +224,27 @@ end
 
 -- ---- the user API -----------------------------------------------------------------------------
 
-function Profiler:start()
-  if self._state == "running" then error("profiler: start() called twice (call stop() first)", 2) end
-  if M.current then error("profiler: another profiler is running (stop it first)", 2) end
+-- Errors of the internal steps are raised without a position (level 0); the public methods re-raise a
+-- string at level 2, so the message blames the user's call, not a line of this file.
+local function blame_caller(err) error(err, type(err) == "string" and 3 or 0) end
+
+function Profiler:_start()
+  if self._state == "running" then error("profiler: start() called twice (call stop() first)", 0) end
+  if M.current then error("profiler: another profiler is running (stop it first)", 0) end
   P.clear()
   self.step_num, self.windows, self._events, self._state, self._cb_stopped = 0, 0, {}, "running", false
   self.dropped = 0
   self.t0 = P.now()
   M.current = self
   local ok, err = pcall(self._transition, self, nil, self:_action(0))
-  if not ok then self._state = "idle"; M.current = nil; error(err, 2) end
+  if not ok then self._state = "idle"; M.current = nil; error(err, 0) end
   raise_pending(self)
+  return self
+end
+
+function Profiler:start()
+  local ok, err = pcall(self._start, self)
+  if not ok then blame_caller(err) end
   return self
 end
 
@@ -279,7 +292,13 @@ Profiler.__close = function(self) if self._state == "running" then self:stop() e
 -- run(fn, ...): fn(prof, ...) under start/stop (stopped on error too); returns the profiler.
 function Profiler:run(fn, ...)
   if type(fn) ~= "function" then error(("profiler:run: expected a function, got %s"):format(type(fn)), 2) end
-  self:start()
+  local ok, err = pcall(self._start, self)
+  if not ok then blame_caller(err) end
+  return self:_run_started(fn, ...)
+end
+
+-- fn(self, ...) with the profiler started; stopped after it (on error too). Errors pass through as raised.
+function Profiler:_run_started(fn, ...)
   local res = table.pack(pcall(fn, self, ...))
   if self._state == "running" then
     local ok, err = pcall(self.stop, self)
@@ -504,6 +523,13 @@ function Profiler:export_chrome_trace(path)
   if type(path) ~= "string" or path == "" then
     error(("export_chrome_trace: expected a file name, got %s"):format(type(path) == "string" and '""' or type(path)), 2)
   end
+  local ok, err = self:_write_trace(path)
+  if not ok then error("export_chrome_trace: " .. err, 2) end
+  return path
+end
+
+-- The trace of self._events to path → true, or nil and "cannot write PATH: why".
+function Profiler:_write_trace(path)
   local pid = P.getpid and P.getpid() or 0
   local parts = { '{"traceEvents": [\n' }
   local function add(s) parts[#parts + 1] = s end
@@ -541,8 +567,8 @@ function Profiler:export_chrome_trace(path)
     self.max_events or P.max_events()))
   -- atomically: an unnamed temporary file, fsync, rename, fsync the directory (a killed writer leaves nothing)
   local ok, err = pcall(require("fp8._fileio").write_atomic, path, table.concat(parts))
-  if not ok then error(("export_chrome_trace: cannot write %s: %s"):format(path, tostring(err)), 2) end
-  return path
+  if not ok then return nil, ("cannot write %s: %s"):format(path, tostring(err)) end
+  return true
 end
 
 function Profiler:__tostring()
@@ -560,6 +586,7 @@ function M.push(name)
 end
 function M.pop(tok) P.pop(tok) end
 function M.record_function(name, fn, ...)
+  if type(name) ~= "string" then error(("record_function: expected a name, got %s"):format(type(name)), 2) end
   if type(fn) ~= "function" then error(("record_function: expected a function, got %s"):format(type(fn)), 2) end
   local tok = M.push(name)
   local res = table.pack(pcall(fn, ...))

@@ -607,6 +607,17 @@ describe("profiler API", function()
     fails_with("start() called twice", p.start, p)
     local q = prof.profile{}
     fails_with("another profiler is running", q.start, q)
+    -- refusals blame the user's call, not a line inside the library (start through run and acc:profile too)
+    local here = "^tests/spec/profiler_spec%.lua:%d+: "
+    local acc0 = Accelerator{}
+    for _, call in ipairs { function() q:start() end, function() q:run(function() end) end,
+                            function() acc0:profile(function() end) end,
+                            function() prof.record_function(3, function() end) end } do
+      local ok, err = pcall(call)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(here), err)
+    end
+    assert.is_nil(acc0._profiler)
     p:stop()
     fails_with("expected a function", p.run, p, 3)
     fails_with("expected a file name", p.export_chrome_trace, p, "")
