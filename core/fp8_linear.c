@@ -416,13 +416,12 @@ static fl_status check_args(const fl_tensor *x, const fl_tensor *w, const fl_ten
 fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                         fl_fp8_layer *l, bool record, const fl_tensor *w_fp8) {
     *out = NULL;
-    FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
+    FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);   /* no FLOPs here: its GEMM (fp8_gemm or matmul) counts them */
     if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
     FL_TRY(check_args(x, w, b, w_fp8));
     fl_dtype ac = fl_autocast_dtype();
     fl_dtype cdt = (ac == FL_BF16 || ac == FL_F16) ? ac : FL_F32;
     int64_t M = w->shape[0], K = w->shape[1];
-    FL_PROF_FLOPS(2.0 * (double)fl_tensor_numel(x) * (double)M);   /* 2·rows·out·in */
     int64_t x2s[2] = { -1, K };
     int64_t ys[FL_MAX_DIMS];
     memcpy(ys, x->shape, sizeof(int64_t) * (size_t)x->ndim);

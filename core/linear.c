@@ -88,7 +88,7 @@ fl_status fl_linear_check(const char *who, const fl_tensor *x, const fl_tensor *
 
 fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b) {
     *out = NULL;
-    FL_PROF_SCOPE("linear"); FL_PROF_SHAPES(x, w, b);
+    FL_PROF_SCOPE("linear"); FL_PROF_SHAPES(x, w, b);   /* no FLOPs here: its GEMM ("matmul") counts them */
     const fl_tensor *ts[3] = { x, w, b };
     FL_TRY(fl_linear_check("linear", x, w, b, "dequantize it first (FP8 GEMMs go through the FP8 linear)"));
     if (x->device != w->device || (b && b->device != w->device))
@@ -99,7 +99,6 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
     else { cdt = x->dtype == w->dtype ? x->dtype : FL_F32; odt = cdt; }
 
     int64_t x2s[2] = { -1, w->shape[1] };
-    FL_PROF_FLOPS(2.0 * (double)fl_tensor_numel(x) * (double)w->shape[0]);   /* 2·rows·out·in */
     int64_t ys[FL_MAX_DIMS];
     memcpy(ys, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     ys[x->ndim - 1] = w->shape[0];

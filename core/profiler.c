@@ -18,7 +18,7 @@ atomic_int fl_prof_on;
 #define CHUNK_BITS 12
 #define CHUNK_LEN ((size_t)1 << CHUNK_BITS)
 #define MAX_EVENTS ((size_t)1 << 22)     /* ~4M events (~450 MiB): a forgotten profiler stops growing */
-#define MAX_DEPTH 256                   /* deeper events are recorded, but not as parents */
+#define MAX_DEPTH 256                   /* the open events a thread's stack holds; deeper ones get no parent */
 #define GEN_SHIFT 40
 #define GEN_MASK (((uint64_t)1 << 20) - 1)
 
@@ -32,6 +32,7 @@ typedef struct {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static ev_t **chunks;                    /* chunks[i >> CHUNK_BITS][i & (CHUNK_LEN - 1)] */
 static size_t nchunks, cap_chunks, count, dropped;
+static size_t max_events = MAX_EVENTS;   /* guarded by mu; fl_prof_set_max_events (tests) lowers it */
 static uint64_t gen = 1;                 /* bumped by clear: older tokens and thread stacks are stale */
 static atomic_uint flags;
 static const fl_prof_device_clock *dclock;   /* guarded by mu */
@@ -44,6 +45,7 @@ static uint64_t *ihash;
 static size_t icap, icount;
 
 static _Thread_local uint64_t tl_gen;
+/* tl_depth counts every open event of the thread; tl_stack holds the first MAX_DEPTH of them. */
 static _Thread_local int64_t tl_stack[MAX_DEPTH];
 static _Thread_local int tl_depth;
 static _Thread_local uint64_t tl_tid;
@@ -106,7 +108,7 @@ static ev_t *at(size_t i) { return &chunks[i >> CHUNK_BITS][i & (CHUNK_LEN - 1)]
 
 /* A fresh slot at index `count` (caller holds mu); NULL at the cap or out of memory. */
 static ev_t *new_slot(void) {
-    if (count >= MAX_EVENTS) return NULL;
+    if (count >= max_events) return NULL;
     size_t c = count >> CHUNK_BITS;
     if (c >= nchunks) {
         if (nchunks == cap_chunks) {
@@ -186,9 +188,11 @@ uint64_t fl_prof_begin(const char *name, fl_prof_kind kind, const char *note) {
     e->pub.kind = kind;
     e->pub.tid = tid;
     e->pub.end_ns = -1;
-    e->pub.parent = tl_depth ? tl_stack[tl_depth - 1] : -1;
+    /* Past the stack's depth the enclosing event is not known: no parent (then self time never goes negative) */
+    e->pub.parent = tl_depth > 0 && tl_depth <= MAX_DEPTH ? tl_stack[tl_depth - 1] : -1;
     e->pub.depth = tl_depth;
-    if (tl_depth < MAX_DEPTH) tl_stack[tl_depth++] = (int64_t)idx;
+    if (tl_depth < MAX_DEPTH) tl_stack[tl_depth] = (int64_t)idx;
+    tl_depth++;
     e->mem = (f & FL_PROF_MEMORY) != 0;
     if (e->mem) e->live0 = (int64_t)fl_bytes_live(FL_DEV_CPU);
     e->pub.dev_start_ns = e->pub.dev_end_ns = -1;
@@ -206,6 +210,13 @@ static void close_ev(ev_t *e, int64_t now) {
     if (e->mem) e->pub.bytes = (int64_t)fl_bytes_live(FL_DEV_CPU) - e->live0;
 }
 
+/* Close this thread's open events after index i (caller holds mu). */
+static void close_after(int64_t i, int64_t now) {
+    uint64_t tid = thread_id();
+    for (size_t j = (size_t)i + 1; j < count; j++)
+        if (at(j)->pub.tid == tid) close_ev(at(j), now);
+}
+
 void fl_prof_end(uint64_t tok) {
     if (!tok) return;
     int64_t now = fl_prof_now_ns();      /* first, for the same reason */
@@ -213,14 +224,17 @@ void fl_prof_end(uint64_t tok) {
     int64_t i = index_of(tok);
     if (i >= 0) {
         sync_thread();
-        /* Close the event and whatever this thread opened after it (ranges a Lua error skipped). */
-        for (int d = tl_depth - 1; d >= 0; d--) {
-            if (tl_stack[d] != i) continue;
-            for (int k = tl_depth - 1; k > d; k--) close_ev(at((size_t)tl_stack[k]), now);
+        /* Close the event and whatever this thread opened after it (ranges a Lua error skipped). An open
+         * event of this thread's current generation was opened at stack position `depth`; those past the
+         * stack are found by a scan (every event of this thread opened after an open one lies inside it). */
+        ev_t *e = at((size_t)i);
+        int d = e->pub.depth;
+        if (e->pub.end_ns < 0 && e->pub.tid == thread_id() && d < tl_depth && (d >= MAX_DEPTH || tl_stack[d] == i)) {
+            if (tl_depth > MAX_DEPTH) close_after(i, now);
+            for (int k = (tl_depth < MAX_DEPTH ? tl_depth : MAX_DEPTH) - 1; k > d; k--) close_ev(at((size_t)tl_stack[k]), now);
             tl_depth = d;
-            break;
         }
-        close_ev(at((size_t)i), now);
+        close_ev(e, now);
     }
     pthread_mutex_unlock(&mu);
 }
@@ -229,6 +243,7 @@ void fl_prof_end_all(void) {
     int64_t now = fl_prof_now_ns();
     pthread_mutex_lock(&mu);
     sync_thread();
+    if (tl_depth > MAX_DEPTH) { close_after(tl_stack[MAX_DEPTH - 1], now); tl_depth = MAX_DEPTH; }
     while (tl_depth > 0) close_ev(at((size_t)tl_stack[--tl_depth]), now);
     pthread_mutex_unlock(&mu);
 }
@@ -282,6 +297,19 @@ size_t fl_prof_count(void) {
     size_t n = count;
     pthread_mutex_unlock(&mu);
     return n;
+}
+
+size_t fl_prof_max_events(void) {
+    pthread_mutex_lock(&mu);
+    size_t n = max_events;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+void fl_prof_set_max_events(size_t n) {
+    pthread_mutex_lock(&mu);
+    max_events = n && n < MAX_EVENTS ? n : MAX_EVENTS;
+    pthread_mutex_unlock(&mu);
 }
 
 size_t fl_prof_dropped(void) {

@@ -8,9 +8,9 @@
  *     FL_PROF_FLOPS(2.0 * M * N * K);    with_flops
  * or, around a call, t = FL_PROF_BEGIN(name) ... FL_PROF_END(t).
  * Events nest per thread: an event begun while another is open on the same thread is its child
- * (parent index, depth). Ranges (fl_prof_push/fl_prof_end) nest the same way; the Lua side uses
- * them for "ProfilerStep#N" and module paths. Events live in a growable buffer until
- * fl_prof_clear(). Thread-safe; one recording session at a time.
+ * (parent index, depth; an event more than 256 levels deep has depth but no parent). Ranges
+ * (fl_prof_push/fl_prof_end) nest the same way; the Lua side uses them for "ProfilerStep#N" and module
+ * paths. Events live in a growable buffer until fl_prof_clear(). Thread-safe; one recording session at a time.
  * Device time (FL_PROF_DEVICE, activities "cuda"): a device that runs work asynchronously registers a
  * clock (the CUDA backend: events on its stream). Every event then also queues a device timestamp where
  * it begins and ends; fl_prof_resolve_device() later turns them into the event's device span — the
@@ -75,6 +75,8 @@ void fl_prof_end_all(void);
  * one event (strings stay valid until fl_prof_clear). */
 size_t fl_prof_count(void);
 size_t fl_prof_dropped(void);              /* events lost to allocation failures or the cap */
+size_t fl_prof_max_events(void);           /* the cap: events recorded between two fl_prof_clear() */
+void fl_prof_set_max_events(size_t n);     /* lower the cap (tests); 0 or more than the default: the default */
 bool fl_prof_get(size_t i, fl_prof_event *out);
 int64_t fl_prof_index(uint64_t tok);       /* the index of a token's event, -1 for a stale token */
 void fl_prof_clear(void);                  /* frees events and names; not while recording on another thread */

@@ -28,6 +28,14 @@ static int l_clear(lua_State *L) { (void)L; fl_prof_clear(); return 0; }
 static int l_end_all(lua_State *L) { (void)L; fl_prof_end_all(); return 0; }
 static int l_count(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_count()); return 1; }
 static int l_dropped(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_dropped()); return 1; }
+static int l_max_events(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_max_events()); return 1; }
+/* set_max_events(n): lower the cap on events between two clears (tests); 0: back to the default */
+static int l_set_max_events(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0, 1, "expected a count >= 0");
+    fl_prof_set_max_events((size_t)n);
+    return 0;
+}
 static int l_now(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_now_ns()); return 1; }
 static int l_getpid(lua_State *L) { lua_pushinteger(L, (lua_Integer)getpid()); return 1; }
 /* has_device_clock() -> whether device time can be recorded (a GPU in use); device_on() -> whether the
@@ -128,6 +136,8 @@ static const luaL_Reg funcs[] = {
     {"events", l_events},
     {"count", l_count},
     {"dropped", l_dropped},
+    {"max_events", l_max_events},
+    {"set_max_events", l_set_max_events},
     {"clear", l_clear},
     {"now", l_now},
     {"mkdir_p", l_mkdir_p},

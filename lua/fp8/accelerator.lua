@@ -380,7 +380,10 @@ function AccOptimizer:step(...)
     res = inner:step(...)
   end
   acc:_after_step()
-  if prof then prof.pop(ptok); prof.profiler:step() end
+  if prof then
+    prof.pop(ptok)
+    if prof.profiler._state == "running" then prof.profiler:step() end   -- not after on_trace_ready called stop()
+  end
   return res
 end
 
@@ -777,15 +780,19 @@ end
 
 -- profile(fn [, handler]): fn(prof) runs under an fp8.profiler configured from the ProfileKwargs handler
 -- (argument, else kwargs_handlers/settings, else defaults); each opt:step() through this accelerator
--- advances its schedule. With output_trace_dir the trace is <dir>/profile_<process_index>.json.
+-- advances its schedule. With output_trace_dir the first window's trace is <dir>/profile_<process_index>.json
+-- (Accelerate's name), window N's after it <dir>/profile_<process_index>_window<N>.json.
 function Accelerator:profile(fn, handler)
   if type(fn) ~= "function" then error(("profile: expected a function, got %s"):format(type(fn)), 2) end
   if self._profiler then error("profile: this accelerator is already profiling", 2) end
   local profiler = require "fp8.profiler"
   local ok, prof = pcall(profiler.profile, handler or self.settings.profile, { rank = self.process_index })
   if not ok then error(prof, 2) end
+  -- started here, not by prof:run, so that a refusal ("another profiler is running") names this call
+  local sok, serr = pcall(prof._start, prof)
+  if not sok then error(serr, type(serr) == "string" and 2 or 0) end
   self._profiler = { profiler = prof, push = profiler.push, pop = profiler.pop }
-  local rok, err = pcall(prof.run, prof, fn)
+  local rok, err = pcall(prof._run_started, prof, fn)
   self._profiler = nil
   if not rok then error(err, 0) end
   return prof
@@ -904,7 +911,8 @@ if okh and help.add then
     "Runs the function under fp8.profiler configured from the ProfileKwargs in kwargs_handlers (or the\n"
     .. "handler given, or defaults); every opt:step() through the accelerator is one profiler step (do not\n"
     .. "call prof:step() as well). With output_trace_dir the Chrome trace goes to\n"
-    .. "<dir>/profile_<process_index>.json. Then print(prof:key_averages()).")
+    .. "<dir>/profile_<process_index>.json (the first window; window N >= 2 of a repeating schedule:\n"
+    .. "profile_<process_index>_window<N>.json). Then print(prof:key_averages()) (the last window).")
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

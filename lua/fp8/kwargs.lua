@@ -141,7 +141,9 @@ end
 Kind.func = { expect = "a function", types = { ["function"] = true }, callable = true,
   check = function(v) return true, v end }
 
-Kind.string = { expect = "a string", types = { string = true }, check = function(v) return true, v end }
+-- A directory name: "" would put files at the root ("" .. "/profile_0.json").
+Kind.dir = { expect = "a directory name (a non-empty string)", types = { string = true },
+  check = function(v) return v ~= "", v ~= "" and v or nil end }
 
 -- Checks v against field f: true, normalized | false, "origin: expected X, got Y" (without "origin: "
 -- when origin is nil). A setting's field goes to the settings table, whose message names the origin.
@@ -561,7 +563,7 @@ define("ProfileKwargs", {
              end } },
   { name = "with_flops", kind = Kind.bool, default = false },
   { name = "with_modules", kind = Kind.bool, default = false },
-  { name = "output_trace_dir", kind = Kind.string, default = nil },
+  { name = "output_trace_dir", kind = Kind.dir, default = nil },
 })
 
 local FP8_HANDLER = { FP8RecipeKwargs = true, TERecipeKwargs = true, MSAMPRecipeKwargs = true, AORecipeKwargs = true }

@@ -6,9 +6,11 @@
 -- Options are fp8.ProfileKwargs' (a handler is accepted too). The schedule (PyTorch's): skip_first
 -- steps, then cycles of wait → warmup → active steps, `repeat` cycles (0: until stop). Only active
 -- steps are kept, each inside a "ProfilerStep#N" range; warmup steps are recorded and thrown away.
--- At the end of each active window the trace is written to <output_trace_dir>/profile_<R>.json (Accelerate's name)
--- (every window so far) and on_trace_ready(prof) is called. Without a schedule everything from
--- start to stop is one window.
+-- At the end of each active window its trace is written to <output_trace_dir>/profile_<R>.json for the first
+-- window (Accelerate's name), profile_<R>_window<N>.json for window N >= 2, and on_trace_ready(prof) is
+-- called. events() and key_averages() hold the last finished window only (torch.profiler keeps the current
+-- cycle's results), so memory and the work per window stay bounded however many windows run. Without a
+-- schedule everything from start to stop is one window.
 local O = require "fp8.opts"
 local P = require "fp8._profiler"
 local kwargs = require "fp8.kwargs"
@@ -100,8 +102,10 @@ end
 
 function Profiler:_turn_on()
   local o = self.options
-  P.start { record_shapes = o.record_shapes, profile_memory = o.profile_memory, with_flops = o.with_flops,
-            device = self.device }
+  -- through pcall: the recorder's message without a position inside this file (the public method adds the user's)
+  local ok, err = pcall(P.start, { record_shapes = o.record_shapes, profile_memory = o.profile_memory,
+                                   with_flops = o.with_flops, device = self.device })
+  if not ok then error(err, 0) end
   self._on = true
   if o.with_modules then
     paths = {}
@@ -118,12 +122,15 @@ function Profiler:_turn_off()
   if mod and mod._call_hook == call_hook then mod._call_hook = nil end
 end
 
--- Events of the finished window → self._events: times relative to start, parent positions shifted,
+-- Events of the finished window → self._events (replacing the previous window's): times relative to start,
 -- each op's enclosing module path (module) and step number (step), and with device time the span the
 -- device took for the event (device_ts_ns, device_dur_ns; device_ts/device_dur in µs).
 function Profiler:_collect(drop)
   if self.device then P.resolve_device() end
-  local raw, base, out = P.events(), #self._events, self._events
+  local raw, out = P.events(), {}
+  self._events = out
+  -- events past the recorder's cap (or lost to memory) since the window began: said here, in the trace and the table
+  self.dropped, self.max_events = P.dropped(), P.max_events()
   P.clear()
   local pos, module, step = {}, {}, {}
   for i, e in ipairs(raw) do
@@ -145,13 +152,21 @@ function Profiler:_collect(drop)
       out[n].module, out[n].step = module[i], step[i]
     end
   end
-  return #out - base
+  return #out
 end
 
-function Profiler:trace_path()
+-- trace_path([n]) → the file window n's trace goes to (default: the last window finished, else the first):
+-- <output_trace_dir>/profile_<R>.json for window 1, profile_<R>_window<n>.json after; nil without a directory.
+function Profiler:trace_path(n)
+  if n ~= nil and (math.type(n) ~= "integer" or n < 1) then
+    error(("trace_path: expected a window number >= 1, got %s"):format(tostring(n)), 2)
+  end
   local dir = self.options.output_trace_dir
   if not dir then return nil end
-  return ("%s/profile_%d.json"):format(dir:gsub("/+$", ""), self.rank)
+  n = n or math.max(self.windows, 1)
+  dir = dir:gsub("/+$", "")
+  if n == 1 then return ("%s/profile_%d.json"):format(dir, self.rank) end
+  return ("%s/profile_%d_window%d.json"):format(dir, self.rank, n)
 end
 
 function Profiler:_finish_window(drop)
@@ -159,15 +174,24 @@ function Profiler:_finish_window(drop)
   self:_turn_off()
   self:_collect(drop)
   self.windows = self.windows + 1
-  local path = self:trace_path()
+  if self.dropped > 0 then
+    io.stderr:write(("fp8lab: notice: profiler: window %d dropped %d events: the recorder holds at most %d events "
+      .. "per window (shorten the active window or profile fewer ops per step)\n"):format(self.windows, self.dropped,
+      self.max_events))
+  end
+  local path = self:trace_path(self.windows)
   if path then
     local ok, err = P.mkdir_p(self.options.output_trace_dir)
     if not ok then error("profiler: " .. err, 0) end
-    self:export_chrome_trace(path)
+    ok, err = self:_write_trace(path)
+    if not ok then error("profiler: " .. err, 0) end
   end
   if self.options.on_trace_ready then
-    -- an error in the callback is raised once the schedule has moved on (see raise_pending)
+    -- an error in the callback is raised once the schedule has moved on (see raise_pending); the callback
+    -- may call prof:stop() (see stop)
+    self._in_cb = true
     local ok, err = pcall(self.options.on_trace_ready, self)
+    self._in_cb = false
     if not ok and self._cb_err == nil then self._cb_err = err end
   end
 end
@@ -185,6 +209,7 @@ function Profiler:_transition(prev, cur)
   if is_rec(prev) then
     if prev == "record_and_save" or not is_rec(cur) then self:_finish_window()
     elseif self._step_tok then P.pop(self._step_tok); self._step_tok = nil end
+    if self._state ~= "running" then return end   -- on_trace_ready called stop(): the recorder stays off
   end
   if cur == "none" then
     if self._on then self:_turn_off(); P.clear() end
@@ -199,31 +224,52 @@ end
 
 -- ---- the user API -----------------------------------------------------------------------------
 
-function Profiler:start()
-  if self._state == "running" then error("profiler: start() called twice (call stop() first)", 2) end
-  if M.current then error("profiler: another profiler is running (stop it first)", 2) end
+-- Errors of the internal steps are raised without a position (level 0); the public methods re-raise a
+-- string at level 2, so the message blames the user's call, not a line of this file.
+local function blame_caller(err) error(err, type(err) == "string" and 3 or 0) end
+
+function Profiler:_start()
+  if self._state == "running" then error("profiler: start() called twice (call stop() first)", 0) end
+  if M.current then error("profiler: another profiler is running (stop it first)", 0) end
   P.clear()
-  self.step_num, self.windows, self._events, self._state = 0, 0, {}, "running"
+  self.step_num, self.windows, self._events, self._state, self._cb_stopped = 0, 0, {}, "running", false
+  self.dropped = 0
   self.t0 = P.now()
   M.current = self
   local ok, err = pcall(self._transition, self, nil, self:_action(0))
-  if not ok then self._state = "idle"; M.current = nil; error(err, 2) end
+  if not ok then self._state = "idle"; M.current = nil; error(err, 0) end
   raise_pending(self)
   return self
 end
 
--- step(): the current step is done; the schedule moves on (call once per training step).
+function Profiler:start()
+  local ok, err = pcall(self._start, self)
+  if not ok then blame_caller(err) end
+  return self
+end
+
+-- step(): the current step is done; the schedule moves on (call once per training step). After on_trace_ready
+-- stopped the profiler, the training loop's further step() calls do nothing.
 function Profiler:step()
-  if self._state ~= "running" then error("profiler: step() before start()", 2) end
+  if self._state ~= "running" then
+    if self._cb_stopped then return end
+    error(self._state == "stopped" and "profiler: step() after stop() (start() again first)" or "profiler: step() before start()", 2)
+  end
   local prev = self:_action(self.step_num)
   self.step_num = self.step_num + 1
   self:_transition(prev, self:_action(self.step_num))
   raise_pending(self)
 end
 
+-- stop(): also from on_trace_ready (torch's prof.stop() in a handler): the profiler stops after the callback,
+-- and a stop() there while the profiler is already stopping is a no-op.
 function Profiler:stop()
-  if self._state ~= "running" then error("profiler: stop() without start()", 2) end
+  if self._state ~= "running" then
+    if self._in_cb then return self end
+    error("profiler: stop() without start()", 2)
+  end
   self._state = "stopped"
+  self._cb_stopped = self._in_cb == true
   M.current = nil
   local cur = self:_action(self.step_num)
   if is_rec(cur) then
@@ -246,7 +292,13 @@ Profiler.__close = function(self) if self._state == "running" then self:stop() e
 -- run(fn, ...): fn(prof, ...) under start/stop (stopped on error too); returns the profiler.
 function Profiler:run(fn, ...)
   if type(fn) ~= "function" then error(("profiler:run: expected a function, got %s"):format(type(fn)), 2) end
-  self:start()
+  local ok, err = pcall(self._start, self)
+  if not ok then blame_caller(err) end
+  return self:_run_started(fn, ...)
+end
+
+-- fn(self, ...) with the profiler started; stopped after it (on error too). Errors pass through as raised.
+function Profiler:_run_started(fn, ...)
   local res = table.pack(pcall(fn, self, ...))
   if self._state == "running" then
     local ok, err = pcall(self.stop, self)
@@ -256,7 +308,7 @@ function Profiler:run(fn, ...)
   return self
 end
 
--- events() → every event kept so far (read-only): {name, kind ("op"|"range"|"module"), ts, dur
+-- events() → the events of the last finished window (read-only): {name, kind ("op"|"range"|"module"), ts, dur
 -- (µs from start), ts_ns, dur_ns, tid, parent (position), depth, step, module, shapes, flops, bytes,
 -- device_ts, device_dur, device_ts_ns, device_dur_ns (activities "cuda" on a GPU)}.
 function Profiler:events() return self._events end
@@ -330,6 +382,7 @@ function Profiler:key_averages(opts)
     return a.key < b.key
   end)
   rows.with_flops, rows.profile_memory, rows.with_device = self.options.with_flops, self.options.profile_memory, has_dev
+  rows.dropped, rows.max_events = self.dropped or 0, self.max_events
   return setmetatable(rows, Averages)
 end
 
@@ -428,6 +481,10 @@ function Averages:table(opts)
   lines[#lines + 1] = lines[1]
   lines[#lines + 1] = ("Self CPU time total: %.3f ms"):format(self_total / 1e6)
   if self.with_device then lines[#lines + 1] = ("Self device time total: %.3f ms"):format(dev_total / 1e6) end
+  if self.dropped > 0 then
+    lines[#lines + 1] = ("Events dropped: %d (the recorder holds at most %d events per window)"):format(self.dropped,
+      self.max_events)
+  end
   return table.concat(lines, "\n")
 end
 
@@ -436,8 +493,24 @@ Averages.__tostring = function(self) return self:table() end
 -- ---- Chrome trace -----------------------------------------------------------------------------
 
 local ESC = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+local function jesc(s)
+  return (s:gsub('[%c"\\]', function(c) return ESC[c] or ("\\u%04x"):format(c:byte()) end))
+end
+-- A JSON string of s. Names come from users (ranges, modules) and need not be UTF-8: each byte that is not part
+-- of a valid sequence is written as \u00XX (its Latin-1 reading), so the file always parses.
 local function jstr(s)
-  return '"' .. tostring(s):gsub('[%c"\\]', function(c) return ESC[c] or ("\\u%04x"):format(c:byte()) end) .. '"'
+  s = tostring(s)
+  if utf8.len(s) then return '"' .. jesc(s) .. '"' end
+  local parts, i = { '"' }, 1
+  while i <= #s do
+    local ok, bad = utf8.len(s, i)
+    if ok then parts[#parts + 1] = jesc(s:sub(i)); break end
+    parts[#parts + 1] = jesc(s:sub(i, bad - 1))
+    parts[#parts + 1] = ("\\u%04x"):format(s:byte(bad))
+    i = bad + 1
+  end
+  parts[#parts + 1] = '"'
+  return table.concat(parts)
 end
 -- Integer nanoseconds as exact decimal microseconds ("12.345").
 local function us(ns) return ("%d.%03d"):format(ns // 1000, ns % 1000) end
@@ -450,6 +523,13 @@ function Profiler:export_chrome_trace(path)
   if type(path) ~= "string" or path == "" then
     error(("export_chrome_trace: expected a file name, got %s"):format(type(path) == "string" and '""' or type(path)), 2)
   end
+  local ok, err = self:_write_trace(path)
+  if not ok then error("export_chrome_trace: " .. err, 2) end
+  return path
+end
+
+-- The trace of self._events to path → true, or nil and "cannot write PATH: why".
+function Profiler:_write_trace(path)
   local pid = P.getpid and P.getpid() or 0
   local parts = { '{"traceEvents": [\n' }
   local function add(s) parts[#parts + 1] = s end
@@ -482,12 +562,13 @@ function Profiler:export_chrome_trace(path)
         jstr(e.name), pid, GPU_TID, us(e.device_ts_ns), us(e.device_dur_ns), table.concat(args, ", ")))
     end
   end
-  add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "windows": %d}}\n'):format(
-    self.rank, self.windows))
+  add(('\n], "displayTimeUnit": "ms", "otherData": {"producer": "fp8lab", "rank": %d, "window": %d, '
+    .. '"dropped_events": %d, "max_events": %d}}\n'):format(self.rank, self.windows, self.dropped or 0,
+    self.max_events or P.max_events()))
   -- atomically: an unnamed temporary file, fsync, rename, fsync the directory (a killed writer leaves nothing)
   local ok, err = pcall(require("fp8._fileio").write_atomic, path, table.concat(parts))
-  if not ok then error(("export_chrome_trace: cannot write %s: %s"):format(path, tostring(err)), 2) end
-  return path
+  if not ok then return nil, ("cannot write %s: %s"):format(path, tostring(err)) end
+  return true
 end
 
 function Profiler:__tostring()
@@ -505,6 +586,7 @@ function M.push(name)
 end
 function M.pop(tok) P.pop(tok) end
 function M.record_function(name, fn, ...)
+  if type(name) ~= "string" then error(("record_function: expected a name, got %s"):format(type(name)), 2) end
   if type(fn) ~= "function" then error(("record_function: expected a function, got %s"):format(type(fn)), 2) end
   local tok = M.push(name)
   local res = table.pack(pcall(fn, ...))
@@ -524,8 +606,9 @@ if okh and help.add then
     .. "training step, prof:stop(); or prof:run(function(prof) ... end). Only active steps are kept, each in a\n"
     .. "\"ProfilerStep#N\" range; every op records wall time, nesting, and with the options its input shapes,\n"
     .. "FLOPs, net CPU bytes, module path, and with activities={\"cpu\",\"cuda\"} on a GPU its device time.\n"
-    .. "At the end of each active window the trace goes to <output_trace_dir>/profile_<R>.json (Accelerate's name) and\n"
-    .. "on_trace_ready(prof) runs. Your own ranges: fp8.profiler.record_function(name, fn, ...).")
+    .. "At the end of each active window its trace goes to <output_trace_dir>/profile_<R>.json (the first window;\n"
+    .. "Accelerate's name) or profile_<R>_window<N>.json (window N >= 2) and on_trace_ready(prof) runs; events()\n"
+    .. "and key_averages() hold that window only, as in torch. Your own ranges: fp8.profiler.record_function(name, fn, ...).")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"
     .. "average, FLOP/s (with_flops), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"

@@ -242,17 +242,52 @@ describe("profiled training run", function()
       local lin = mp == "fp8" and "fp8_linear" or "linear"
       assert.equal(4, names[lin])
       assert.equal(4, names[mp == "fp8" and "FP8LinearBackward" or "LinearBackward"])
-      -- the first layer's GEMM: shapes, FLOPs 2·16·32·64, and its module
+      -- the first layer: its shapes and module; the FLOPs (2·16·32·64) are on its GEMM only (torch: aten::addmm
+      -- has them, aten::linear none)
       local checked = 0
       for _, e in ipairs(xs) do
         if e.name == lin and e.args.module == "0 (" .. cls .. ")" then
           assert.equal("[[16, 32], [64, 32], [64]]", e.args.shapes)
-          assert.equal(2 * 16 * 32 * 64, e.args.flops)
+          assert.is_nil(e.args.flops)
           assert.equal("number", type(e.args.bytes))
           checked = checked + 1
         end
+        local inside = enc[e][#enc[e]]
+        if (e.name == "matmul" or e.name == "fp8_gemm") and inside and inside.name == lin and
+           inside.args.module == "0 (" .. cls .. ")" then
+          assert.equal(2 * 16 * 32 * 64, e.args.flops)
+          checked = checked + 1
+        end
       end
-      assert.equal(2, checked)
+      assert.equal(4, checked)
+    end)
+  end
+
+  for _, mp in ipairs { "no", "fp8" } do
+    it("with_flops counts each GEMM once: one training step's total (mixed_precision=" .. mp .. ")", function()
+      local handlers = { fp8.ProfileKwargs{ with_flops = true } }
+      if mp == "fp8" then handlers[2] = fp8.TERecipeKwargs{} end
+      local acc = Accelerator{ mixed_precision = mp, kwargs_handlers = handlers }
+      local model = mlp()
+      local opt = optim.SGD(model:parameters(), { lr = 0.1 })
+      model, opt = acc:prepare(model, opt)
+      local prof = acc:profile(function() train(acc, model, opt, 1) end)
+      local total, counted = 0, {}
+      for _, e in ipairs(prof:events()) do
+        if e.flops then
+          total = total + e.flops
+          counted[#counted + 1] = e.name
+          assert.truthy(e.name == "matmul" or e.name == "fp8_gemm", e.name .. " is not a GEMM but has FLOPs")
+        end
+      end
+      -- the GEMMs run, 2·M·N·K each: forward [16,32]x[32,64] and [16,64]x[64,16]; backward of the second
+      -- layer: dgrad [16,16]x[16,64], wgrad [16,16]x[16,64]; of the first: wgrad [64,16]x[16,32] (the
+      -- batch needs no gradient, so no dgrad)
+      local gemms = { { 16, 64, 32 }, { 16, 16, 64 }, { 16, 64, 16 }, { 16, 64, 16 }, { 64, 32, 16 } }
+      local want = 0
+      for _, g in ipairs(gemms) do want = want + 2 * g[1] * g[2] * g[3] end
+      assert.equal(#gemms, #counted)
+      assert.equal(want, total)
     end)
   end
 
@@ -281,12 +316,13 @@ end)
 describe("schedule", function()
   after_each(stop_leftovers)
 
-  -- steps recorded and on_trace_ready calls for a schedule over n steps
+  -- steps kept at the end (the last window's), on_trace_ready calls, and the steps each call saw, for a
+  -- schedule over n steps
   local function run(sched, n)
     local calls, per_call = 0, {}
     local prof = profiler.profile{ schedule_option = sched, on_trace_ready = function(p)
       calls = calls + 1
-      per_call[calls] = #steps_of(p)
+      per_call[calls] = steps_of(p)
     end }
     local x = fp8.randn{ 4, 4 }
     prof:start()
@@ -300,14 +336,15 @@ describe("schedule", function()
 
   it("wait, warmup, active, repeat, skip_first", function()
     local steps, calls, per = run({ wait = 1, warmup = 1, active = 2, ["repeat"] = 2, skip_first = 1 }, 12)
-    assert.same({ 3, 4, 7, 8 }, steps)
     assert.equal(2, calls)
-    assert.same({ 2, 4 }, per)   -- each call sees every window so far
+    assert.same({ { 3, 4 }, { 7, 8 } }, per)   -- each call sees its own window (torch: the current cycle)
+    assert.same({ 7, 8 }, steps)               -- and the profiler keeps the last one
   end)
 
   it("repeat=0 cycles until stop; a window cut short by stop is saved", function()
-    local steps, calls = run({ wait = 0, warmup = 0, active = 3 }, 7)
-    assert.same({ 0, 1, 2, 3, 4, 5, 6 }, steps)
+    local steps, calls, per = run({ wait = 0, warmup = 0, active = 3 }, 7)
+    assert.same({ { 0, 1, 2 }, { 3, 4, 5 }, { 6 } }, per)
+    assert.same({ 6 }, steps)
     assert.equal(3, calls)
   end)
 
@@ -331,8 +368,41 @@ describe("schedule", function()
     fails_with({ "on_trace_ready", "callback failed" }, prof.step, prof)
     prof:step()
     prof:stop()
-    assert.same({ 0, 1 }, steps_of(prof))
+    assert.same({ 1 }, steps_of(prof))
     assert.equal(2, calls)
+  end)
+
+  it("prof:stop() inside on_trace_ready is honoured: the recorder stays off, the next profiler can start", function()
+    local calls = 0
+    local prof = profiler.profile{ schedule_option = { wait = 0, warmup = 0, active = 1 },
+      on_trace_ready = function(p) calls = calls + 1; p:stop() end }
+    prof:start()
+    local x = fp8.randn{ 2, 2 }
+    for _ = 1, 3 do local _ = x + x; prof:step() end   -- the loop's later steps do nothing
+    assert.equal(1, calls)
+    assert.is_false(P.enabled())
+    assert.equal(0, P.count())
+    assert.is_nil(profiler.current)
+    assert.same({ 0 }, steps_of(prof))
+    fails_with("stop() without start()", prof.stop, prof)
+    local q = profiler.profile{}
+    q:run(function() local _ = x * x end)
+    assert.is_false(P.enabled())
+    -- through acc:profile: each opt:step() steps the profiler, which the callback stopped after the first window
+    local acc = Accelerator{ kwargs_handlers = { fp8.ProfileKwargs{ schedule_option = { wait = 0, warmup = 0, active = 2 },
+      on_trace_ready = function(p) calls = calls + 1; p:stop() end } } }
+    local model = mlp()
+    local opt = optim.SGD(model:parameters(), { lr = 0.1 })
+    model, opt = acc:prepare(model, opt)
+    local p = acc:profile(function() train(acc, model, opt, 5) end)
+    assert.equal(2, calls)
+    assert.same({ 0, 1 }, steps_of(p))
+    assert.is_false(P.enabled())
+    -- a stop() in the callback that stop() itself runs is a no-op
+    local r = profiler.profile{ on_trace_ready = function(pp) calls = calls + 1; pp:stop() end }
+    r:run(function() local _ = x + x end)
+    assert.equal(3, calls)
+    assert.is_false(P.enabled())
   end)
 
   it("each recorded step holds its own ops", function()
@@ -387,9 +457,12 @@ describe("key_averages", function()
     assert.equal(keys, n)
     assert.equal(top, self_sum)     -- self times partition the top-level time
     assert.equal("ProfilerStep*", ka[1].key)
-    local lin
-    for _, r in ipairs(ka) do if r.key == "linear" then lin = r end end
-    assert.equal(3 * (2 * 16 * 32 * 64 + 2 * 16 * 64 * 16), lin.flops)
+    local by = {}
+    for _, r in ipairs(ka) do by[r.key] = r end
+    assert.equal(0, by.linear.flops)   -- its GEMMs carry them
+    -- 3 steps of: forward 2·16·32·64 + 2·16·64·16; backward: the second layer's dgrad and wgrad (2·16·64·16
+    -- each), the first layer's wgrad (2·64·32·16; its input needs no gradient)
+    assert.equal(3 * (2 * (2 * 16 * 32 * 64) + 3 * (2 * 16 * 64 * 16)), by.matmul.flops)
   end)
 
   it("prints a table, sorts and limits rows like PyTorch", function()
@@ -515,16 +588,36 @@ describe("profiler API", function()
     fails_with("active: expected an integer >= 1", prof.profile, { schedule_option = { wait = 1, warmup = 0, active = 0 } })
     fails_with({ "unknown key 'wiat'", "did you mean 'wait'" }, prof.profile, { schedule_option = { wiat = 1, warmup = 0, active = 1 } })
     fails_with("on_trace_ready: expected a function", prof.profile, { on_trace_ready = "print" })
-    fails_with("output_trace_dir: expected a string", prof.profile, { output_trace_dir = 3 })
+    fails_with("output_trace_dir: expected a directory name (a non-empty string), got number 3", prof.profile,
+      { output_trace_dir = 3 })
+    -- "" would write the trace at the root of the file system (/profile_0.json)
+    fails_with('fp8.profiler.profile: output_trace_dir: expected a directory name (a non-empty string), got ""',
+      prof.profile, { output_trace_dir = "" })
+    fails_with('ProfileKwargs: output_trace_dir: expected a directory name (a non-empty string), got ""',
+      fp8.ProfileKwargs, { output_trace_dir = "" })
     fails_with("expected an options table", prof.profile, 42)
     fails_with("got a TERecipeKwargs", prof.profile, fp8.TERecipeKwargs{})
     local p = prof.profile{}
     fails_with("step() before start()", p.step, p)
     fails_with("stop() without start()", p.stop, p)
     p:start()
+    p:stop()
+    fails_with("step() after stop() (start() again first)", p.step, p)
+    p:start()
     fails_with("start() called twice", p.start, p)
     local q = prof.profile{}
     fails_with("another profiler is running", q.start, q)
+    -- refusals blame the user's call, not a line inside the library (start through run and acc:profile too)
+    local here = "^tests/spec/profiler_spec%.lua:%d+: "
+    local acc0 = Accelerator{}
+    for _, call in ipairs { function() q:start() end, function() q:run(function() end) end,
+                            function() acc0:profile(function() end) end,
+                            function() prof.record_function(3, function() end) end } do
+      local ok, err = pcall(call)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(here), err)
+    end
+    assert.is_nil(acc0._profiler)
     p:stop()
     fails_with("expected a function", p.run, p, 3)
     fails_with("expected a file name", p.export_chrome_trace, p, "")
@@ -566,18 +659,130 @@ describe("profiler API", function()
     assert.is_nil(listing:find("x.json.tmp", 1, true))
   end)
 
-  it("output_trace_dir is created; the trace holds every window; prof:run returns the profiler", function()
+  it("the Chrome trace is valid UTF-8 JSON whatever bytes a name holds", function()
+    -- a lone byte, a truncated sequence, a UTF-16 surrogate, an overlong "/", and valid text around them
+    local names = { "bad \xff\xfe name", "cut \xe2\x82", "sur \xed\xa0\x80", "long \xc0\xaf", "ok \xe2\x82\xac \x7f" }
+    local prof = profiler.profile{}
+    prof:run(function() for _, n in ipairs(names) do profiler.record_function(n, function() end) end end)
+    local path = tmpdir .. "/bytes.json"
+    prof:export_chrome_trace(path)
+    local text = read(path)
+    assert.truthy(utf8.len(text), "the trace is not valid UTF-8")
+    local got = {}
+    for _, e in ipairs(json_decode(text).traceEvents) do got[e.name] = true end
+    -- each stray byte reads as the code point of the same value (\u00XX)
+    for _, want in ipairs { "bad " .. utf8.char(0xff, 0xfe) .. " name", "cut " .. utf8.char(0xe2, 0x82),
+                            "sur " .. utf8.char(0xed, 0xa0, 0x80), "long " .. utf8.char(0xc0, 0xaf), "ok \u{20ac} \x7f" } do
+      assert.truthy(got[want], want)
+    end
+    assert.equal("table", type(require("fp8._checkpoint").json_decode(text, "trace")))   -- the project's decoder too
+  end)
+
+  it("output_trace_dir is created; each window's trace is a file of its own; prof:run returns the profiler", function()
     local dir = tmpdir .. "/nested/dir"
-    local prof = profiler.profile{ output_trace_dir = dir, schedule_option = { wait = 0, warmup = 0, active = 1 } }
+    local prof = profiler.profile{ output_trace_dir = dir .. "/", schedule_option = { wait = 0, warmup = 0, active = 1 } }
     local x = fp8.randn{ 2, 2 }
+    local paths = {}
+    prof.options.on_trace_ready = function(p) paths[#paths + 1] = p:trace_path() end
     assert.equal(prof, prof:run(function(p)
       for _ = 1, 3 do local _ = x * x; p:step() end
     end))
+    local want = { dir .. "/profile_0.json", dir .. "/profile_0_window2.json", dir .. "/profile_0_window3.json" }
+    assert.same(want, paths)
+    for w, path in ipairs(want) do
+      local doc = json_decode(read(path))
+      local steps = {}
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "X" and e.name:match("^ProfilerStep#") then steps[#steps + 1] = e.name end
+      end
+      assert.same({ "ProfilerStep#" .. (w - 1) }, steps)
+      assert.equal(w, doc.otherData.window)
+      assert.equal(path, prof:trace_path(w))
+    end
+    assert.equal(want[3], prof:trace_path())
+    fails_with("trace_path: expected a window number >= 1, got 0", prof.trace_path, prof, 0)
+    assert.is_nil(profiler.profile{}:trace_path())
+  end)
+
+  it("a repeating schedule keeps one window: memory and the time per window do not grow with the run", function()
+    local dir = tmpdir .. "/many"
+    local prof = profiler.profile{ schedule_option = { wait = 1, warmup = 1, active = 2 }, output_trace_dir = dir }
+    local x = fp8.randn{ 2, 2 }
+    local sizes = {}
+    prof.options.on_trace_ready = function(p) sizes[#sizes + 1] = #p:events() end
+    prof:start()
+    for _ = 1, 400 do local _ = x + x; prof:step() end
+    prof:stop()
+    assert.equal(100, #sizes)
+    for _, n in ipairs(sizes) do assert.equal(sizes[1], n) end   -- each window: 2 steps and their ops, no more
+    assert.equal(sizes[1], #prof:events())
+    assert.same({ 398, 399 }, steps_of(prof))
+    assert.equal(0, P.count())                                    -- the recorder is emptied at each window's end
+    local first = json_decode(read(dir .. "/profile_0.json"))     -- not rewritten by the later windows
+    assert.equal(1, first.otherData.window)
+    assert.equal(100, json_decode(read(dir .. "/profile_0_window100.json")).otherData.window)
+  end)
+
+  it("nesting deeper than the recorder's stack (256 levels): true depths, no wrong parent, self time >= 0", function()
+    local prof = profiler.profile{}
+    prof:run(function()
+      local toks = {}
+      for i = 1, 300 do toks[i] = profiler.push("level" .. i) end
+      for i = 300, 1, -1 do profiler.pop(toks[i]) end
+      local _ = fp8.randn{ 2, 2 } + 1   -- the stack is back at the step's level
+      -- ending an outer range closes every range opened inside it, past the stack's depth too
+      local first = profiler.push("skipped1")
+      for i = 2, 300 do profiler.push("skipped" .. i) end
+      profiler.pop(first)
+    end)
+    local ev = prof:events()
+    local at = {}
+    for i, e in ipairs(ev) do at[e.name] = i end
+    local d0 = ev[at.level1].depth
+    for i = 1, 300 do
+      local e = ev[at["level" .. i]]
+      assert.equal(d0 + i - 1, e.depth)
+      assert.truthy(e.dur_ns >= 0)
+      if e.parent and i > 1 then assert.equal("level" .. (i - 1), ev[e.parent].name) end
+    end
+    assert.equal(at.level255, ev[at.level256].parent)
+    assert.equal(d0, ev[at.add].depth)
+    assert.equal(ev[at.level1].parent, ev[at.add].parent)
+    for i = 1, 300 do assert.truthy(at["skipped" .. i], "skipped" .. i .. " was left open") end
+    for _, r in ipairs(prof:key_averages()) do
+      assert.truthy(r.self_cpu_time_total_ns >= 0, r.key .. " self time " .. r.self_cpu_time_total_ns)
+    end
+  end)
+
+  it("events past the recorder's cap: a notice per window that lost some, the count in the trace and the table", function()
+    local dir = tmpdir .. "/capped"
+    local prof = profiler.profile{ schedule_option = { wait = 0, warmup = 0, active = 1 }, output_trace_dir = dir }
+    local x = fp8.randn{ 2, 2 }
+    local said, stderr = {}, io.stderr
+    P.set_max_events(20)
+    io.stderr = { write = function(_, ...) said[#said + 1] = table.concat({ ... }) end }
+    local ok, err = pcall(function()
+      prof:start()
+      for _ = 1, 30 do local _ = x + x end   -- window 1: ProfilerStep#0 and 19 adds kept, 11 adds dropped
+      prof:step()
+      for _ = 1, 5 do local _ = x + x end    -- window 2: all kept
+      prof:step()
+      prof:stop()
+    end)
+    io.stderr = stderr
+    P.set_max_events(0)
+    assert(ok, err)
+    assert.equal(4194304, P.max_events())   -- back to the default
+    assert.same({ "fp8lab: notice: profiler: window 1 dropped 11 events: the recorder holds at most 20 events per "
+      .. "window (shorten the active window or profile fewer ops per step)\n" }, said)
     local doc = json_decode(read(dir .. "/profile_0.json"))
-    local steps = 0
-    for _, e in ipairs(doc.traceEvents) do if e.ph == "X" and e.name:match("^ProfilerStep#") then steps = steps + 1 end end
-    assert.equal(3, steps)
-    assert.equal(3, doc.otherData.windows)
+    assert.equal(11, doc.otherData.dropped_events)
+    assert.equal(20, doc.otherData.max_events)
+    assert.equal(0, json_decode(read(dir .. "/profile_0_window2.json")).otherData.dropped_events)
+    assert.is_nil(tostring(prof:key_averages()):find("dropped", 1, true))   -- the last window lost none
+    prof._events, prof.dropped = {}, 11
+    assert.truthy(tostring(prof:key_averages()):find("Events dropped: 11 (the recorder holds at most 20 events per window)",
+      1, true))
   end)
 
   it("with_modules nests ops under module paths and removes its hook", function()
