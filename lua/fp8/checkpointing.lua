@@ -549,6 +549,19 @@ function M.install(Accelerator)
     return add_hook(self, "_load_hooks", "register_load_state_pre_hook", hook)
   end
 
+  -- The directories above dir, as Accelerate's os.makedirs(output_dir, exist_ok=True): true, or nil and why.
+  local function make_parents(dir)
+    local parent = dir:match("^(.+)/[^/]+$")
+    if not parent then return true end
+    local path = parent:sub(1, 1) == "/" and "/" or ""
+    for part in parent:gmatch("[^/]+") do
+      path = (path == "" or path == "/") and path .. part or path .. "/" .. part
+      local ok, err = C.mkdir(path)
+      if not ok then return nil, err end
+    end
+    return true
+  end
+
   -- save_state([dir]) → the directory written.
   function Accelerator:save_state(dir, opts)
     local pc = self.project_configuration
@@ -593,7 +606,9 @@ function M.install(Accelerator)
     settle(true, on_main(function()
       -- the marked leftovers of a save that was cut short (publish_refusal checked them)
       for _, p in ipairs { tmp, dir .. ".old" } do remove_own(p) end
-      local ok, err = C.mkdir(tmp)
+      local ok, err = make_parents(dir)
+      if not ok then error("save_state: " .. err, 0) end
+      ok, err = C.mkdir(tmp)
       if not ok then error("save_state: " .. err, 0) end
       mark(tmp)
     end))
@@ -943,7 +958,8 @@ function M.install(Accelerator)
       error(("save_model: fp8 must be \"dequantize\" or \"raw\", got %s"):format(tostring(mode)), 2)
     end
     if self.process_index ~= nil and self.process_index ~= 0 then return nil end
-    local ok, err = C.mkdir(dir)
+    local ok, err = make_parents((dir:gsub("/+$", "")))
+    if ok then ok, err = C.mkdir(dir) end
     if not ok then error("save_model: " .. err, 2) end
     local sd, out = model:state_dict(), {}
     for k, t in pairs(sd) do

@@ -10,10 +10,10 @@ local m = fp8.nn.Linear(4, 4)
 local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
 m, opt = acc:prepare(m, opt)
 for i = 1, 3 do
-  m.weight:set({ 1, 1 }, i)
+  fp8.no_grad(function() m.weight:set({ 1, 1 }, i) end)   -- a parameter: written as an optimizer does
   local d = acc:save_state()
   print(("rank%d save %d -> %s iteration=%d"):format(r, i, d:match("[^/]+$"), pc.iteration))
 end
-m.weight:set({ 1, 1 }, 0)
+fp8.no_grad(function() m.weight:set({ 1, 1 }, 0) end)
 acc:load_state()
 print(("rank%d loaded weight=%g"):format(r, m.weight:get { 1, 1 }))

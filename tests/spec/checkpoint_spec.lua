@@ -235,6 +235,21 @@ local function step(acc, model, opt)
 end
 
 describe("acc:save_state / load_state", function()
+  it("creates the directories above the checkpoint, as Accelerate's os.makedirs(output_dir, exist_ok=True)", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    step(acc, model, opt)
+    local out = d .. "/runs/a/b/ckpt"
+    assert.are.equal(out, acc:save_state(out))   -- refused before: "cannot create the directory"
+    acc:load_state(out)
+    acc:save_model(model, d .. "/export/x/model")
+    assert.truthy(C.is_dir(d .. "/export/x/model"))
+    write(d .. "/file", "x")
+    local ok, err = pcall(acc.save_state, acc, d .. "/file/ckpt")   -- a file in the way: an error naming it
+    assert.is_false(ok)
+    assert.matches("save_state: ", err, 1, true)
+  end)
+
   it("automatic_checkpoint_naming numbers checkpoints and total_limit keeps the last N", function()
     local d = tmpdir()
     local pc = fp8.ProjectConfiguration { project_dir = d, automatic_checkpoint_naming = true, total_limit = 2 }

@@ -365,8 +365,11 @@ describe("data parallel over MPI (2 processes)", function()
     -- measured worst relative loss gap over the 20 steps (1 rank x 16 against 2 x 8, 2026-11-26), MLP / GPT:
     -- te 4.5e-4 / 7.2e-3; ao tensorwise 9.6e-3 / 1.3e-2, rowwise 1.2e-7 / 6.0e-4; msamp O1 6.3e-3 / 6.0e-2,
     -- O2 and O3 6.1e-3 / 3.9e-2. The gap grows as the loss falls (GPT: 2.84 -> 0.28 in 20 steps) and FP8
-    -- rounding turns summation-order differences into different codes; bounds: MLP 2e-2, GPT 1e-1 relative.
-    local bound = { mlp = 2e-2, gpt = 1e-1 }
+    -- rounding turns summation-order differences into different codes. Since msamp's warm-up (2026-11-29: its
+    -- first 16 steps scale inputs and output gradients from each rank's own 8 rows, as MS-AMP's unsynced
+    -- in-time casts, where the 1-rank run sees 16), on Zen 3: te 4.5e-4 / 1.1e-2, ao tensorwise 9.6e-3 / 1.7e-2,
+    -- rowwise 1.2e-7 / 1.5e-3, msamp O1 2.1e-2 / 5.6e-3, O2 and O3 6.9e-3 / 9.5e-3. Bounds: MLP 3e-2, GPT 1e-1.
+    local bound = { mlp = 3e-2, gpt = 1e-1 }
     for _, m in ipairs { "mlp", "gpt" } do
       for _, p in ipairs { "te", "ao:tensorwise", "ao:rowwise", "msamp:O1", "msamp:O2", "msamp:O3" } do
         local opt = p == "te" and "sgd" or "adamw"
