@@ -149,7 +149,7 @@ end
 -- Module._call_hook, when set (fp8.profiler with_modules), runs in place of forward as hook(self, ...)
 -- and calls self.forward itself, inside a range named after the module.
 function Module:_call(...)
-  local a = require("fp8.opts").arity(self.forward)   -- forward(x) given (x, 5) would drop the 5 silently
+  local a = O.arity(self.forward)   -- forward(x) given (x, 5) would drop the 5 silently
   if a and select("#", ...) + 1 > a.n then
     local more = select("#", ...) + 1 - a.n
     error(("%s forward: takes %s; got %d more argument%s"):format(context_name(self), a.takes, more, more == 1 and "" or "s"), 2)
