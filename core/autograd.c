@@ -61,6 +61,7 @@ static fl_status check_versions(const fl_node *nd) {
         const fl_tensor *t = in ? nd->inputs[i] : nd->saved[i - nd->ninputs];
         uint64_t seen = in ? nd->input_version[i] : nd->saved_version[i - nd->ninputs];
         if (!t || !t->storage || t->storage->version == seen) continue;
+        if (in && !(nd->inputs_read >> i & 1u)) continue;   /* a shape the backward needs, not the values */
         char s[64];
         return FL_ERR(FL_EINVAL, "backward: a tensor %s needs (%s %d, shape %s) was written in place after the forward "
                       "(its storage is at version %llu, the forward saw %llu): write to a copy (clone()) or before "

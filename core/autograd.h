@@ -29,6 +29,9 @@ struct fl_node {
     /* storage versions of inputs and saved tensors when the node took them: an in-place write between the
      * forward and the backward (x[i] = v, copy_, an optimizer step) is refused, as torch's version counter */
     uint64_t input_version[FL_NODE_MAX_INPUTS], saved_version[FL_NODE_MAX_SAVED];
+    /* bit i: the backward reads inputs[i]'s data (not only its shape), so a write to it is refused; the saved
+     * tensors are always checked. Most backwards read what they saved: torch refuses only what is read. */
+    unsigned inputs_read;
     double dargs[8];                          /* op parameters (eps, p, scale, ...) */
     int64_t iargs[8];                         /* op parameters (dims, flags, ...) */
     void *ctx;                                /* op-specific extra state, freed by ctx_free */

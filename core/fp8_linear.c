@@ -464,6 +464,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     if (st == FL_OK && grad) {
         fl_node *n = NULL;
         st = fl_node_new(&n, "FP8LinearBackward", fp8_linear_bwd, 3, ts);
+        if (st == FL_OK) n->inputs_read = 3u;   /* x and the weight: re-cast in backward when not saved */
         if (st == FL_OK) {
             fl_autograd_attach(*out, n);
             n->ctx = fl_fp8_layer_retain(l);

@@ -309,6 +309,7 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
     if (op == FL_OP_MAX || op == FL_OP_MIN || op == FL_OP_AMAX) {
         FL_TRY(fl_autograd_record(out, &n, op == FL_OP_MAX ? "MaxBackward" : op == FL_OP_MIN ? "MinBackward" : "AmaxBackward",
                                   extreme_bwd, 1, &a));
+        n->inputs_read = 1u;   /* which elements equal the result: x's values */
         n->iargs[0] = op;
         n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
         return fl_node_save_detached(n, 0, *out);

@@ -234,7 +234,7 @@ describe("fp8.core._nn", function()
     x[1][1] = 100
     ok, err = pcall(function() y:sum():backward() end)
     assert.is_false(ok)
-    assert.truthy(tostring(err):find("LinearBackward needs (input 1, shape [1, 3])", 1, true), tostring(err))
+    assert.truthy(tostring(err):find("LinearBackward needs (saved tensor 1, shape [1, 3])", 1, true), tostring(err))
     -- a write before the forward, or to a copy, is fine
     local x2 = fp8.tensor { { 1, 2, 3 } }
     x2[1][1] = 5
@@ -253,7 +253,7 @@ describe("fp8.core._nn", function()
     ;(x * 3):sum():backward()        -- x.grad becomes (5, 5, 5) in place
     local ok, err = pcall(y.backward, y)
     assert.is_false(ok)              -- it gave w.grad = 5 silently
-    assert.truthy(tostring(err):find("MulBackward needs (input 2, shape [3]) was written in place", 1, true), tostring(err))
+    assert.truthy(tostring(err):find("MulBackward needs (saved tensor 2, shape [3]) was written in place", 1, true), tostring(err))
   end)
 
   it("t.grad = g: never t itself or a view of it; an expanded g is copied", function()
@@ -294,5 +294,19 @@ describe("fp8.core._nn", function()
     ;(v:quantize("e5m2", { axis = 1 }):dequantize("bf16") * fp8.tensor({ 1, 2, 3 }, "bf16")):sum():backward()
     assert.are.same({ 1, 2, 3 }, v.grad:totable())
     assert.is_nil(fp8.no_grad(function() return w:quantize("e4m3"):grad_fn() end))
+  end)
+
+  it("refuses only writes to what the backward reads (torch's rule): an add's operand may change", function()
+    local a, b = fp8.tensor({ 1, 2, 3 }):requires_grad(true), fp8.tensor { 1, 1, 1 }
+    local y = (a + b):sum()
+    b[1] = 3                          -- AddBackward needs only the shapes
+    y:backward()
+    assert.are.same({ 1, 1, 1 }, a.grad:totable())
+    local x = fp8.tensor({ 1, 5, 2 }):requires_grad(true)
+    local m = x:max()
+    fp8.no_grad(function() x[3] = 9 end)   -- max's backward compares x with the result: refused
+    local ok, err = pcall(m.backward, m)
+    assert.is_false(ok)
+    assert.matches("MaxBackward needs (input 1, shape [3])", err, 1, true)
   end)
 end)
