@@ -247,6 +247,21 @@ local function publish_refusal(dir, automatic, iteration)
     return ("checkpoint directory %s (iteration %d) already exists: load_state() resumes after the last checkpoint, or "
       .. "set project_configuration.iteration to the iteration to start with (Accelerate refuses it too)"):format(dir, iteration)
   end
+  if automatic then
+    -- a checkpoint numbered at or past this one is another run's: saving would interleave the two runs, and
+    -- total_limit would prune the other run's checkpoints (Accelerate prunes them before its own refusal)
+    local base = dir:match("^(.*)/[^/]*$") or "."
+    local newest
+    for _, e in ipairs(C.listdir(base) or {}) do
+      local n = math.tointeger(tonumber(e:match("^checkpoint_(%d+)$") or ""))
+      if n and n >= iteration and (not newest or n > newest) then newest = n end
+    end
+    if newest then
+      return ("%s already holds checkpoint_%d, past this run's iteration %d (another run's): load_state() resumes after "
+        .. "the last checkpoint, or set project_configuration.iteration to %d; saving would mix the two runs and "
+        .. "total_limit would prune the other run's checkpoints"):format(base, newest, iteration, newest + 1)
+    end
+  end
   if C.is_link(dir) then return ("%s is a symbolic link: save_state replaces a directory, give its real path"):format(dir) end
   if C.is_dir(dir) then
     local f = foreign_entries(dir)
@@ -570,10 +585,9 @@ function M.install(Accelerator)
       if dir ~= nil then error("save_state: automatic_checkpoint_naming is on: call save_state() without a directory", 2) end
       if not pc.project_dir then error("save_state: automatic_checkpoint_naming needs project_dir", 2) end
       local base = join(pc.project_dir, "checkpoints")
-      for _, d in ipairs { pc.project_dir, base } do
-        local ok, err = C.mkdir(d)
-        if not ok then error("save_state: " .. tostring(err), 2) end
-      end
+      local ok, err = make_parents(base)   -- project_dir and its parents, as Accelerate's os.makedirs
+      if ok then ok, err = C.mkdir(base) end
+      if not ok then error("save_state: " .. tostring(err), 2) end
       dir = join(base, ("checkpoint_%d"):format(pc.iteration))
     elseif type(dir) ~= "string" or dir == "" then
       error(("save_state: expected the output directory (a string), got %s"):format(tostring(dir)), 2)

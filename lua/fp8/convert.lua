@@ -117,7 +117,7 @@ function M.convert_model(model, opts)
   local to_fp8 = opts.to_fp8 ~= false
   local do_lin, do_ln = opts.convert_linear ~= false, opts.convert_ln ~= false
   local recipe = opts.recipe or { backend = "te" }
-  if to_fp8 then FP8Linear.check_recipe(recipe, 2) end
+  if to_fp8 then recipe = FP8Linear.as_recipe(recipe, 2) end
   if opts.filter ~= nil and type(opts.filter) ~= "function" then
     error(("convert_model: filter must be a function(module, name) -> boolean, got %s"):format(type(opts.filter)), 2)
   end

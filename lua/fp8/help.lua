@@ -47,9 +47,10 @@ add_all {
        .. "casts do; saturate=false follows IEEE/ml_dtypes (E5M2 → inf, E4M3 → NaN 0x7F)." },
   { section = "Formats", name = "decode", sig = "fp8.decode(byte, fmt) -> number",
     doc = "The exact value of an FP8 byte (0..255) in format fmt." },
-  { section = "Formats", name = "explain", sig = "fp8.explain(x, fmt)",
+  { section = "Formats", name = "explain", sig = "fp8.explain(x, fmt [, {saturate=true, quiet=false}])",
     doc = "Shows how x is stored: sign, exponent and mantissa bits, the value it rounds to and\n"
-       .. "the rounding error; tells when x overflows or underflows." },
+       .. "the rounding error; tells when x overflows or underflows. {quiet=true} returns the facts without printing;\n"
+       .. "{saturate=false} explains the IEEE overflow policy." },
   { section = "Tensors", name = "tensor", sig = "fp8.tensor(table | {{...}, ...}) -> Tensor",
     doc = "A fp32 tensor from a (nested) Lua table of numbers." },
   { section = "Tensors", name = "zeros", sig = "fp8.zeros{d1, d2, ...} -> Tensor",
@@ -112,7 +113,7 @@ add_all {
        .. "item() reads a one-element tensor; totable() gives nested Lua tables." },
   { section = "Tensors", name = "Tensor:sum", sig = "x:sum([dim [, keepdim]]) / :mean / :max / :min / :amax() / :abs()",
     doc = "Reductions over everything or one dim (sums accumulate in double). amax = max |x|." },
-  { section = "Tensors", name = "cat", sig = "fp8.cat({a, b, ...} [, dim=1])  /  fp8.stack({a, b, ...} [, dim=1])",
+  { section = "Tensors", name = "cat", sig = "fp8.cat({a, b, ...} [, dim=1])",
     doc = "cat joins tensors along dim (the other dims equal; mixed dtypes give fp32); stack puts tensors of one\n"
        .. "shape along a new dim. Differentiable; FP8 tensors must be dequantized first." },
   { section = "Tensors", name = "stack", sig = "fp8.stack({a, b, ...} [, dim=1])",
@@ -177,7 +178,8 @@ add_all {
        .. "atomically; keys() lists the keys, suggest(word, list) / distance(a, b) the nearest name, default_path()\n"
        .. "where `fp8lab config` writes, libyaml_version()." },
   { section = "Training", name = "amp.set_mixed_precision", sig = "fp8.amp.set_mixed_precision(mode) / fp8.amp.dtype_for(mode)",
-    doc = "Switch autocast for the rest of the program to a mixed-precision mode (no, fp16, bf16, fp8), returning the\n"
+    doc = "Switch autocast for the rest of the program to a mixed-precision mode (no, fp16, bf16; fp8's non-FP8 ops use\n"
+       .. "bf16, which is what the Accelerator asks for under mixed_precision=\"fp8\"), returning the\n"
        .. "previous dtype; dtype_for(mode) is the autocast dtype a mode computes in." },
   { section = "Training", name = "data.clock", sig = "fp8.data.clock() / fp8.data.isatty(fd) / fp8.data.is_loader(v)",
     doc = "Monotonic wall seconds (time a run with it), whether a descriptor is a terminal, and whether v is a\n"

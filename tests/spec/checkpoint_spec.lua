@@ -235,6 +235,34 @@ local function step(acc, model, opt)
 end
 
 describe("acc:save_state / load_state", function()
+  it("automatic naming: creates project_dir's parents, and refuses to save into another run's numbering", function()
+    local d = tmpdir()
+    local function run(saves)
+      local pc = fp8.ProjectConfiguration { project_dir = d .. "/runs/a", automatic_checkpoint_naming = true, total_limit = 2 }
+      local acc, model, opt = setup(nil, { project_config = pc })
+      local out = {}
+      for i = 1, saves do
+        step(acc, model, opt)
+        local ok, err = pcall(acc.save_state, acc)
+        out[i] = ok and "ok" or err
+      end
+      return out, acc, pc
+    end
+    assert.same({ "ok", "ok", "ok", "ok" }, run(4))   -- runs/ did not exist
+    assert.same({ "checkpoint_2", "checkpoint_3" }, C.listdir(d .. "/runs/a/checkpoints"))
+    local second = run(1)
+    -- it wrote checkpoint_0 and total_limit pruned the first run's checkpoint_2
+    assert.matches("already holds checkpoint_3, past this run's iteration 0", second[1], 1, true)
+    assert.same({ "checkpoint_2", "checkpoint_3" }, C.listdir(d .. "/runs/a/checkpoints"))
+    -- load_state() numbers on from the latest: then it saves
+    local pc = fp8.ProjectConfiguration { project_dir = d .. "/runs/a", automatic_checkpoint_naming = true, total_limit = 2 }
+    local acc, model, opt = setup(nil, { project_config = pc })
+    acc:load_state()
+    step(acc, model, opt)
+    acc:save_state()
+    assert.same({ "checkpoint_3", "checkpoint_4" }, C.listdir(d .. "/runs/a/checkpoints"))
+  end)
+
   it("creates the directories above the checkpoint, as Accelerate's os.makedirs(output_dir, exist_ok=True)", function()
     local d = tmpdir()
     local acc, model, opt = setup(nil)
@@ -386,7 +414,7 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
-  it("automatic naming refuses an existing checkpoint_N (Accelerate's rule) and total_limit never deletes the new one", function()
+  it("automatic naming refuses an existing checkpoint_N (Accelerate's rule) or a later one, and total_limit keeps users' files", function()
     local d = tmpdir()
     local pc = fp8.ProjectConfiguration { project_dir = d, automatic_checkpoint_naming = true, total_limit = 2 }
     local acc, model, opt = setup(nil, { project_config = pc })
@@ -397,12 +425,13 @@ describe("acc:save_state / load_state", function()
     U.fails_with("save_state: checkpoint directory " .. d .. "/checkpoints/checkpoint_0 (iteration 0) already exists: "
       .. "load_state() resumes after the last checkpoint, or set project_configuration.iteration to the iteration to start with",
       function() acc2:save_state() end)
-    -- a run numbered from 0 beside checkpoint_3 and checkpoint_4: checkpoint_3 goes, the new checkpoint_0 stays
+    -- a run numbered from 0 beside checkpoint_3 and checkpoint_4 (another run's numbering): refused before anything
+    -- is pruned (it wrote checkpoint_0, and total_limit took the other run's checkpoint_3)
     os.execute(("rm -rf %s/checkpoints/*"):format(d))
     for _, n in ipairs { 3, 4 } do pc2.iteration = n; acc2:save_state() end
     pc2.iteration = 0
-    assert.are.equal(d .. "/checkpoints/checkpoint_0", acc2:save_state())
-    assert.same({ "checkpoint_0", "checkpoint_4" }, C.listdir(d .. "/checkpoints"))
+    U.fails_with("already holds checkpoint_4, past this run's iteration 0", function() acc2:save_state() end)
+    assert.same({ "checkpoint_3", "checkpoint_4" }, C.listdir(d .. "/checkpoints"))
     -- only directories that hold a checkpoint count: a symbolic link named checkpoint_9 and an empty checkpoint_1 are
     -- neither loaded nor pruned
     assert(C.mkdir(d .. "/elsewhere")); write(d .. "/elsewhere/keep.txt", "mine")
@@ -415,11 +444,11 @@ describe("acc:save_state / load_state", function()
     os.remove(d .. "/checkpoints/checkpoint_9"); os.execute("rm -rf " .. d .. "/checkpoints/checkpoint_1")
     assert.are.equal("mine", read(d .. "/elsewhere/keep.txt"))
     -- total_limit never deletes a checkpoint holding a user's file: it is kept, with a notice, and the next oldest goes
-    write(d .. "/checkpoints/checkpoint_0/notes.txt", "mine")
+    write(d .. "/checkpoints/checkpoint_3/notes.txt", "mine")
     pc2.iteration = 5
     acc2:save_state()
-    assert.same({ "checkpoint_0", "checkpoint_5" }, C.listdir(d .. "/checkpoints"))
-    assert.are.equal("mine", read(d .. "/checkpoints/checkpoint_0/notes.txt"))
+    assert.same({ "checkpoint_3", "checkpoint_5" }, C.listdir(d .. "/checkpoints"))
+    assert.are.equal("mine", read(d .. "/checkpoints/checkpoint_3/notes.txt"))
     os.execute("rm -rf " .. d)
   end)
 

@@ -417,6 +417,22 @@ describe("msamp recipe", function()
   end)
 end)
 
+describe("FP8Linear and convert_model take a recipe", function()
+  it("as a kwargs handler, resolved as the Accelerator resolves it, or as a recipe table", function()
+    local m = nn.FP8Linear(16, 16, true, fp8.TERecipeKwargs { margin = 1 })
+    assert.are.equal("te", m.recipe.backend)
+    assert.are.equal(1, m.recipe.margin)
+    local c = fp8.convert_model(nn.Sequential(nn.Linear(16, 16)), { recipe = fp8.MSAMPRecipeKwargs { opt_level = "O1" } })
+    assert.are.equal("msamp", fp8.recipes.fp8_layers(c)[1][2].recipe.backend)
+    assert.truthy(nn.FP8Linear(16, 16, true, { backend = "ao" }))
+    local ok, err = pcall(nn.FP8Linear, 16, 16, true, {})
+    assert.is_false(ok)
+    assert.matches("got a table without a backend field", err, 1, true)
+    ok, err = pcall(nn.FP8Linear, 16, 16, true, fp8.GradScalerKwargs {})
+    assert.is_false(ok)
+  end)
+end)
+
 describe("every recipe on batches of one row", function()
   -- With one row (or one column), a matrix and its transpose are the same bytes in the same order;
   -- dY's decode shared by dgrad and wgrad must still be read in the orientation each GEMM needs.

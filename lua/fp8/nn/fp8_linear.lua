@@ -12,18 +12,28 @@ local state = require "fp8.fp8_state"
 
 local FP8Linear = Module.class("FP8Linear", Linear)
 
--- Raises (at `level`) unless r looks like a recipe: a table with a backend (its fields are checked by
--- the settings table in layer_config).
-function FP8Linear.check_recipe(r, level)
-  if type(r) ~= "table" or type(r.backend) ~= "string" then
-    error(("expected a recipe table with a backend field (te, ao or msamp), got %s"):format(type(r)), level + 1)
+-- The recipe r names: a resolved recipe table (acc.fp8_recipe, {backend="te", ...}: its fields are checked by the
+-- settings table in layer_config), or a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs,
+-- MSAMPRecipeKwargs, FP8RecipeKwargs), resolved as the Accelerator resolves it. Raises (at `level`) otherwise.
+function FP8Linear.as_recipe(r, level)
+  local kwargs = require "fp8.kwargs"
+  if kwargs.is_handler(r) then
+    local ok, s = pcall(kwargs.resolve, { mixed_precision = "fp8", kwargs_handlers = { r }, config = false, env = {} })
+    if not ok then error(tostring(s):gsub("^[^:\n]*:%d+: ", ""), level + 1) end
+    return s.fp8_recipe
   end
+  if type(r) ~= "table" or type(r.backend) ~= "string" then
+    error(("expected a recipe: a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs, "
+      .. "FP8RecipeKwargs) or a recipe table with a backend field (te, ao or msamp, as acc.fp8_recipe), got %s"):format(
+      type(r) == "table" and "a table without a backend field" or type(r)), level + 1)
+  end
+  return r
 end
 
 -- FP8Linear(in, out [, bias], recipe): a Linear whose GEMMs run in FP8 under FP8 autocast.
 function FP8Linear:__init(in_features, out_features, bias, recipe)
   Linear.__init(self, in_features, out_features, bias)
-  FP8Linear.check_recipe(recipe, 3)
+  recipe = FP8Linear.as_recipe(recipe, 3)
   rawset(self, "recipe", recipe)
   rawset(self, "fp8_meta", C.layer_new(C.layer_config(recipe)))
   self:register_buffer("fp8_state", state.pack(self.fp8_meta:state()))
