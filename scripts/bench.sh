@@ -8,7 +8,7 @@ B=${1:-build}
 DOC=docs/performance.md
 SECTION="## CPU quantize (fp32 → E4M3 + amax)"
 
-make --no-print-directory BUILD="$B" "$B/bench_quantize" >/dev/null
+make_build "$B" "$B/bench_quantize" >/dev/null
 table=$(nice "$B/bench_quantize" 64 7)
 echo "$table"
 

@@ -9,7 +9,7 @@ B=${1:-build}
 SECTION="## CPU bf16 attention (one call)"
 ARGS="16 4 128 64 1 300"
 
-make --no-print-directory BUILD="$B" "$B/bench_attn" "$B/bench_peak" >/dev/null
+make_build "$B" "$B/bench_attn" "$B/bench_peak" >/dev/null
 # Which per-head family this CPU runs, and the limit its arithmetic is set against (measured here, one thread).
 if cpu_has_bf16dot; then
   dot=$("$B/bench_peak" 1 | sed -n 's/^peak kind=bf16_dot threads=1 gflops=\([0-9.]*\).*/\1/p')

@@ -28,7 +28,7 @@ add() { # add IMPL THREADS PRECISION LINE
   echo "$1 $3 threads=$2: $4"
 }
 # The limits first, on a quiet machine: fp32 FMA and bf16 dot GFLOP/s at 1 and 2 threads.
-make --no-print-directory BUILD="$B" "$B/bench_peak" >/dev/null
+make_build "$B" "$B/bench_peak" >/dev/null
 peaks=$("$B/bench_peak" 1 2)
 echo "$peaks"
 # peak KIND THREADS: that limit's GFLOP/s (0 where the CPU has not got the instruction)
