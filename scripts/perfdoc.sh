@@ -25,6 +25,22 @@ write_section() {
   sync -- "$tmp" && mv -f "$tmp" "$doc" && sync -- "$(dirname "$doc")" || { rm -f "$tmp"; return 1; }
   echo "wrote $sec to $doc"
 }
+# bench_fail MESSAGE: the script stops (exit 1) before writing anything. run_ok DESC CMD...: CMD's stdout, or, when
+# it fails, its stderr (last 40 lines) and bench_fail; call it as out=$(run_ok ...) (an assignment: set -e stops
+# there; a pipe or a < <(...) would hide the failure). need DESC TEXT ERE: bench_fail unless a line of TEXT matches.
+bench_fail() { echo "${0##*/}: $*; docs/performance.md left alone" >&2; exit 1; }
+run_ok() {
+  local desc=$1 err out rc=0; shift
+  err=$(mktemp)
+  out=$("$@" 2>"$err") || rc=$?
+  if [ "$rc" != 0 ]; then
+    printf '%s\n' "$out" | tail -n 20 >&2; tail -n 40 "$err" >&2; rm -f "$err"
+    bench_fail "$desc failed (exit $rc)"
+  fi
+  rm -f "$err"
+  printf '%s\n' "$out"
+}
+need() { grep -qE "$3" <<<"$2" || { printf '%s\n' "$2" | tail -n 20 >&2; bench_fail "$1 gave no result (no line matching $3)"; }; }
 make_build() {
   local b=$1; shift
   if [ -z "${MAKEFLAGS:-}" ] && [ -f "$b/make.args" ]; then
