@@ -10,10 +10,10 @@
 # usage: scripts/analyze.sh [FILE...]     (default: core/*.c core/cpu/*.c lua/*.c; JOBS=N files at a time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v clang > /dev/null || { echo "analyze.sh: needs clang (apt-get install clang)" >&2; exit 2; }
-FLAGS="$(make -s --no-print-directory cflags | tr ' ' '\n' | grep -v -E '^(-g|-O.*|-fvect-cost-model=.*|-W.*)$' | tr '\n' ' ') -Ilua"
 if [ $# -gt 0 ]; then files=("$@"); else files=(core/*.c core/cpu/*.c lua/*.c); fi
 for f in "${files[@]}"; do [ -f "$f" ] || { echo "analyze.sh: no such file: $f" >&2; exit 2; }; done
+command -v clang > /dev/null || { echo "analyze.sh: needs clang (apt-get install clang)" >&2; exit 2; }
+FLAGS="$(make -s --no-print-directory cflags | tr ' ' '\n' | grep -v -E '^(-g|-O.*|-fvect-cost-model=.*|-W.*)$' | tr '\n' ' ') -Ilua"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 export FLAGS
