@@ -91,7 +91,7 @@ end
 
 if opts.model == "gpt" then
   -- The GPT comparison lives in its own file (same recipes, same options table).
-  local dir = (arg and arg[0] or "scripts/compare_recipes.lua"):match("^(.*)/[^/]*$") or "scripts"
+  local dir = (arg and arg[0] or "scripts/compare_recipes.lua"):match("^(.*)/[^/]*$") or "."   -- run from scripts/ too
   return dofile(dir .. "/compare_recipes_gpt.lua")(opts, chosen)
 end
 
