@@ -294,7 +294,8 @@ bench-gpu:
 endif
 
 # ---- install: `make install PREFIX=/usr/local DESTDIR=...` puts the binary, the Lua library (also
-# embedded in the binary; installed for reading and FP8LAB_LUA_DIR), the example scripts, the docs and
+# embedded in the binary; installed for reading and FP8LAB_LUA_DIR), the example scripts and lessons, the docs (with
+# their images) and
 # the man page (generated from docs/cli.md and docs/config.md) where Debian expects them; `make uninstall`.
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -304,17 +305,21 @@ DATADIR := $(PREFIX)/share/fp8lab
 DOCDIR  := $(PREFIX)/share/doc/fp8lab
 MANDIR  := $(PREFIX)/share/man/man1
 INST_SCRIPTS := $(wildcard scripts/*.lua)
+INST_LESSONS := $(wildcard scripts/lessons/*.lua)
 INST_DOCS    := $(wildcard docs/*.md) README.md
+INST_IMG     := $(wildcard docs/img/*.png)
 .PHONY: install uninstall man
 man: $(BUILD)/fp8lab.1
 $(BUILD)/fp8lab.1: scripts/gen_man.lua docs/cli.md docs/config.md $(BIN)
 	$(BIN) scripts/gen_man.lua docs/cli.md docs/config.md > $@.tmp && mv $@.tmp $@
 install: $(BIN) $(BUILD)/fp8lab.1
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(DATADIR)/scripts $(DESTDIR)$(DOCDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(DATADIR)/scripts/lessons $(DESTDIR)$(DOCDIR)/img
 	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/fp8lab
 	for f in $(LUA_SRC); do install -D -m 644 $$f $(DESTDIR)$(LUADIR)/$${f#lua/} || exit 1; done
 	install -m 644 $(INST_SCRIPTS) $(DESTDIR)$(DATADIR)/scripts/
+	install -m 644 $(INST_LESSONS) $(DESTDIR)$(DATADIR)/scripts/lessons/
 	install -m 644 $(INST_DOCS) $(DESTDIR)$(DOCDIR)/
+	$(if $(INST_IMG),install -m 644 $(INST_IMG) $(DESTDIR)$(DOCDIR)/img/)
 	install -m 644 $(BUILD)/fp8lab.1 $(DESTDIR)$(MANDIR)/fp8lab.1
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/fp8lab $(DESTDIR)$(MANDIR)/fp8lab.1

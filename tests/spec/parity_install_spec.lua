@@ -32,7 +32,8 @@ describe("make install / uninstall", function()
     local root = dest .. "/opt/fp8"
     for _, p in ipairs { "/bin/fp8lab", "/share/man/man1/fp8lab.1", "/share/lua/5.4/fp8/accelerator.lua",
                          "/share/lua/5.4/fp8/nn/linear.lua", "/share/fp8lab/scripts/train_char_gpt.lua",
-                         "/share/doc/fp8lab/cli.md" } do
+                         "/share/doc/fp8lab/cli.md", "/share/fp8lab/scripts/lessons/common.lua",
+                         "/share/fp8lab/scripts/lessons/01_why_scale.lua", "/share/doc/fp8lab/img/fidelity_gpt_val.png" } do
       assert.is_true(exists(root .. p), "missing " .. p)
     end
     local f = assert(io.open(root .. "/share/man/man1/fp8lab.1"))
@@ -52,10 +53,14 @@ describe("make install / uninstall", function()
     out, ok = sh("cd / && " .. sh_quote(root .. "/bin/fp8lab") .. " " .. sh_quote(root .. "/share/fp8lab/scripts/train_char_gpt.lua") .. " --help")
     assert.is_true(ok, out)
     assert.matches("usage: fp8lab scripts/train_char_gpt.lua", out)
+    out, ok = sh("cd / && " .. sh_quote(root .. "/bin/fp8lab") .. " " .. sh_quote(root .. "/share/fp8lab/scripts/lessons/01_why_scale.lua") .. " --help")
+    assert.is_true(ok, out)
+    assert.matches("usage: fp8lab scripts/lessons/01_why_scale.lua", out)
     out, ok = sh(make .. " uninstall")
     assert.is_true(ok, out)
     for _, p in ipairs { "/bin/fp8lab", "/share/man/man1/fp8lab.1", "/share/lua/5.4/fp8/accelerator.lua",
-                         "/share/fp8lab/scripts/train_char_gpt.lua", "/share/doc/fp8lab/cli.md" } do
+                         "/share/fp8lab/scripts/train_char_gpt.lua", "/share/doc/fp8lab/cli.md",
+                         "/share/fp8lab/scripts/lessons/common.lua", "/share/doc/fp8lab/img/fidelity_gpt_val.png" } do
       assert.is_false(exists(root .. p), "left behind: " .. p)
     end
     os.execute("rm -rf " .. sh_quote(dest))
