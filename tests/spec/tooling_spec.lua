@@ -123,6 +123,40 @@ describe("bench scripts' options", function()
   end)
 end)
 
+describe("Makefile", function()
+  local build = bin:match("^(.*)/fp8lab$") or "build"
+  local function make(args)
+    local margs = (read(build .. "/make.args") or ""):gsub("\n$", "")
+    return sh("env -u MAKELEVEL -u MFLAGS MAKEFLAGS=" .. q("-- " .. margs) .. " timeout 120 make --no-print-directory BUILD="
+      .. q(build) .. " " .. args)
+  end
+
+  it("rebuilds when the flags change: the objects depend on the flags stamp; -q reports it without writing it", function()
+    local stamp = U.must_read(build .. "/flags.stamp")
+    local _, ok = make("-q " .. q(bin))
+    assert.is_true(ok, "the build is not up to date with its own settings")
+    local out
+    out, ok = make("-q OPT=-O0 " .. q(bin))
+    assert.is_false(ok, "make -q OPT=-O0 says the binary is up to date")
+    out = make("-n OPT=-O0 " .. q(bin))
+    assert.matches(" %-O0 .* %-c core/", out)
+    assert.are.equal(stamp, read(build .. "/flags.stamp"))
+    assert.is_true(select(2, make("-q " .. q(bin))))
+  end)
+
+  it("says why MPI is off, lists every target, and cleans the BUILD given", function()
+    local out = make("MPI=0 probes")
+    assert.matches("✗ MPI %(MPI=0; single process only%)", out)
+    assert.is_nil(out:find("install libopenmpi-dev", 1, true))
+    out = sh("make --no-print-directory help")
+    for _, t in ipairs { "test-c", "test-lua", "bench-gpu", "fuzz", "man", "deps", "tour", "sanitize", "uninstall" } do
+      assert.truthy(out:find(" " .. t .. " ", 1, true) or out:find(" " .. t .. "\n", 1, true), t .. " missing from: " .. out)
+    end
+    out = sh("make -n --no-print-directory BUILD=" .. q(tmpdir .. "/b") .. " clean")
+    assert.truthy(out:find("rm -rf '" .. tmpdir .. "/b' build-san", 1, true), out)
+  end)
+end)
+
 describe("gpu_check.sh", function()
   it("refuses an unknown stage and exits 1 when a stage fails", function()
     local out, ok = sh(("bash scripts/gpu_check.sh %s %s bogus"):format(q(fake), q(tmpdir .. "/gc")))
