@@ -2,6 +2,14 @@
 # Probes compile and link; override any of them: CUDA=0|1|auto, MPI=0|1|auto, NCCL=0|1|auto.
 
 BUILD    ?= build
+# Every compile and link below depends on $(FLAGS_STAMP): the effective flags (CC CFLAGS LUA_CFLAGS LDFLAGS LDLIBS
+# NVCC NVCCFLAGS, probes included), written at the end of this file and only when they change. So a new setting
+# (`make MPI=1`) or a library installed since the last build (readline, MPI) rebuilds what it changes.
+# $(BUILD)/make.args keeps the command-line settings that produced the stamp (tests/spec/parity_install_spec.lua
+# passes them on, so its `make install` rebuilds nothing).
+FLAGS_STAMP := $(BUILD)/flags.stamp
+# a link's inputs: its prerequisites less the stamp
+LINK_IN = $(filter-out $(FLAGS_STAMP),$^)
 CC       ?= gcc
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA     ?= auto
@@ -129,41 +137,43 @@ probes:
 	@printf '  %s oneDNN\n' "$(if $(filter 1,$(HAVE_DNNL)),✓,✗ (install libdnnl-dev))"
 	@printf '  %s readline\n' "$(if $(filter 1,$(HAVE_READLINE)),✓,✗ (plain line input))"
 	@printf '  %s CUDA%s\n' "$(if $(filter 1,$(CUDA_ON)),✓,✗)" "$(if $(filter 1,$(CUDA_ON)), ($(NVCC)),)"
-	@printf '  %s MPI%s\n' "$(if $(filter 1,$(MPI_ON)),✓,✗)" "$(if $(filter 1,$(MPI_ON)),, (install libopenmpi-dev; single process only))"
+	@printf '  %s MPI%s\n' "$(if $(filter 1,$(MPI_ON)),✓,✗)" "$(if $(filter 1,$(MPI_ON)),,$(if $(filter auto,$(MPI)), (install libopenmpi-dev; single process only), (MPI=$(MPI); single process only)))"
 	@printf '  %s NCCL%s\n' "$(if $(filter 1,$(NCCL_ON)),✓,✗)" "$(if $(filter 1,$(NCCL_ON)), (one process on one GPU tested; never run across GPUs),)"
 	@printf '  %s cuBLASLt\n' "$(if $(filter 1,$(HAVE_CUBLASLT)),✓,✗)"
 
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h kernels/*.h tests/c/*.h scripts/*.h)
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h lua/*.h kernels/*.h tests/c/*.h scripts/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LUA_CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(wildcard core/*.h kernels/*.h kernels/*.cuh)
+$(BUILD)/%.o: %.cu $(wildcard core/*.h kernels/*.h kernels/*.cuh) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # Lua sources are embedded into the binary (module name from the path: lua/fp8/nn/init.lua -> fp8.nn).
-$(BUILD)/embed: scripts/embed.c
+$(BUILD)/embed: scripts/embed.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) -O1 -o $@ $<
 $(BUILD)/gen/lua_embed.c: $(LUA_SRC) $(BUILD)/embed
 	@mkdir -p $(dir $@)
 	$(BUILD)/embed lua $(LUA_SRC) > $@.tmp && mv $@.tmp $@
-$(BUILD)/gen/lua_embed.o: $(BUILD)/gen/lua_embed.c
+$(BUILD)/gen/lua_embed.o: $(BUILD)/gen/lua_embed.c $(FLAGS_STAMP)
 	$(CC) -O1 -c $< -o $@
 
-$(BIN): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LUA_LIBS) $(LDLIBS)
+$(BIN): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LUA_LIBS) $(LDLIBS)
 
-$(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 
 # ---- tests --------------------------------------------------------------------------------
-# Each runner prints "N passed, N failed"; scripts/test-summary.sh adds them up.
-test: deps all $(BUILD)/test_core
+# Each runner prints "N passed, N failed"; scripts/run-tests.sh adds them up. The packages go in first and the
+# build is a second make, so its probes see them (this make's probes ran before the install).
+test: deps
 	@bash scripts/install-deps.sh test
+	@$(MAKE) --no-print-directory all $(BUILD)/test_core
 	@bash scripts/run-tests.sh $(BUILD)
 
 test-c: $(BUILD)/test_core
@@ -186,7 +196,8 @@ bench: all
 
 # The main job: train the Fashion-MNIST MLP in FP8 with the default recipe (MS-AMP O2 unless
 # FP8LAB_FP8_BACKEND or a config file says otherwise; needs Debian's dataset-fashion-mnist, installed by deps).
-demo: deps all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	$(BIN) scripts/train_fashion_mnist.lua --mixed-precision fp8
 
 # A guided tour of the FP8 formats at the prompt.
@@ -194,29 +205,32 @@ tour: all
 	$(BIN) scripts/tour.lua
 
 clean:
-	rm -rf build build-san
+	@case '$(BUILD)' in ''|.|..|/|./|../) echo "make clean: refusing BUILD='$(BUILD)'" >&2; exit 1;; esac
+	rm -rf '$(BUILD)' build-san
 
 help:
-	@echo "make [all] | test | test-gpu | bench | demo | tour | sanitize | analyze | clean | install | uninstall   (CUDA=auto|0|1, MPI=auto|0|1; PREFIX=/usr/local DESTDIR=)"
+	@echo "make [all] | deps | test | test-c | test-lua | test-gpu | demo | tour | bench | bench-gpu | sanitize | analyze | fuzz"
+	@echo "     | man | install | uninstall | clean | probes | cflags"
+	@echo "  (BUILD=build; CUDA=auto|0|1, MPI=auto|0|1, NCCL=auto|0|1, CUBLASLT=auto|0|1; FUZZ_TIME=60; PREFIX=/usr/local DESTDIR=)"
 
 # ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
 # Links only the objects it uses so it builds even while other core files are in progress.
-$(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lm -fopenmp
+$(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o $(FLAGS_STAMP)
+	$(CC) $(CFLAGS) -o $@ $(LINK_IN) $(LDFLAGS) -lm -fopenmp
 
 # ---- CPU bf16 attention per call, per-head kernels vs batched GEMMs (scripts/bench_attn.c) ----
-$(BUILD)/bench_attn: $(BUILD)/scripts/bench_attn.o $(CORE_OBJ) $(CU_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bench_attn: $(BUILD)/scripts/bench_attn.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 
 # ---- the CPU's arithmetic limits (scripts/bench_peak.c; run by scripts/bench_train.sh): fp32 FMA and bf16 dot ----
-$(BUILD)/bench_peak: scripts/bench_peak.c scripts/peak.h scripts/bench_util.h
+$(BUILD)/bench_peak: scripts/bench_peak.c scripts/peak.h scripts/bench_util.h $(FLAGS_STAMP)
 	$(CC) -O2 -fopenmp -o $@ $<
 
 # ---- the CPU FP8 GEMM's two paths (scripts/bench_fp8_gemm.c): decode + oneDNN vs cpu_fp8_mm.c on the char
 # GPT's twelve GEMMs (or those GEMMS names); run as OMP_NUM_THREADS=T build/bench_fp8_gemm [REPS [MODE [GEMMS]]]; MODE bf16: the fp32 and bf16
 # GEMMs through the device's matmul entry, oneDNN against fl_cpu_fma_mm ----
-$(BUILD)/bench_fp8_gemm: $(BUILD)/scripts/bench_fp8_gemm.o $(CORE_OBJ) $(CU_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bench_fp8_gemm: $(BUILD)/scripts/bench_fp8_gemm.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 
 # ---- data helper: zlib for the IDX .gz reader (core/data.c) ----
 LDLIBS   += -lz
@@ -248,7 +262,7 @@ fuzz: $(BUILD)/fuzz_config $(BUILD)/fuzz_idx $(BUILD)/fuzz_text $(BUILD)/fuzz_lu
 	$(BUILD)/fuzz_text $(FUZZ_RUN) -max_len=8192 $(BUILD)/fuzz-corpus-text tests/fuzz/corpus_text
 	$(BUILD)/fuzz_lua_load $(FUZZ_RUN) -max_len=4096 $(BUILD)/fuzz-corpus-lua tests/fuzz/corpus_lua
 	$(BIN) tests/fuzz/api_sweep.lua --messages
-$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/settings.c core/error.c core/fileio.c core/config.h core/settings.h core/error.h
+$(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/settings.c core/error.c core/fileio.c core/config.h core/settings.h core/error.h $(FLAGS_STAMP)
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Icore -o $@ \
 	  tests/fuzz/fuzz_config.c core/config.c core/settings.c core/error.c core/fileio.c -lyaml -lm
@@ -256,15 +270,15 @@ $(BUILD)/fuzz_config: tests/fuzz/fuzz_config.c core/config.c core/settings.c cor
 # The IDX and text targets link the whole core, built once with clang and the sanitizers.
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fopenmp $(ARCHFLAGS) -Icore -fsanitize=address,undefined
 FUZZ_CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/fuzz/%.o)
-$(BUILD)/fuzz/%.o: %.c $(wildcard core/*.h core/cpu/*.h)
+$(BUILD)/fuzz/%.o: %.c $(wildcard core/*.h core/cpu/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-$(BUILD)/fuzz_idx $(BUILD)/fuzz_text: $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_CORE_OBJ)
+$(BUILD)/fuzz_idx $(BUILD)/fuzz_text: $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_CORE_OBJ) $(FLAGS_STAMP)
 	@bash scripts/install-deps.sh fuzz
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -ldnnl -lz -lm -lyaml -lcjson
-$(BUILD)/fuzz_lua_load: tests/fuzz/fuzz_lua_load.c lua/l_textonly.c
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $(LINK_IN) -ldnnl -lz -lm -lyaml -lcjson
+$(BUILD)/fuzz_lua_load: tests/fuzz/fuzz_lua_load.c lua/l_textonly.c $(FLAGS_STAMP)
 	@bash scripts/install-deps.sh fuzz
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LUA_CFLAGS) -Icore -o $@ $^ $(LUA_LIBS)
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LUA_CFLAGS) -Icore -o $@ $(LINK_IN) $(LUA_LIBS)
 
 # ---- GPU benchmark (scripts/bench_gpu.cu): FP8 vs bf16 cuBLASLt GEMMs and the cast kernels next to a
 # device copy; on a GPU it rewrites the "## GPU" section of docs/performance.md, without one it says so ----
@@ -272,15 +286,16 @@ $(BUILD)/fuzz_lua_load: tests/fuzz/fuzz_lua_load.c lua/l_textonly.c
 ifeq ($(CUDA_ON),1)
 bench-gpu: $(BUILD)/bench_gpu
 	@bash scripts/bench_gpu.sh $(BUILD)
-$(BUILD)/bench_gpu: $(BUILD)/scripts/bench_gpu.o $(CORE_OBJ) $(CU_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bench_gpu: $(BUILD)/scripts/bench_gpu.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 else
 bench-gpu:
 	@echo "no GPU: fp8lab was built without CUDA (CUDA=0 or no working nvcc)"
 endif
 
 # ---- install: `make install PREFIX=/usr/local DESTDIR=...` puts the binary, the Lua library (also
-# embedded in the binary; installed for reading and FP8LAB_LUA_DIR), the example scripts, the docs and
+# embedded in the binary; installed for reading and FP8LAB_LUA_DIR), the example scripts and lessons, the docs (with
+# their images) and
 # the man page (generated from docs/cli.md and docs/config.md) where Debian expects them; `make uninstall`.
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -290,17 +305,21 @@ DATADIR := $(PREFIX)/share/fp8lab
 DOCDIR  := $(PREFIX)/share/doc/fp8lab
 MANDIR  := $(PREFIX)/share/man/man1
 INST_SCRIPTS := $(wildcard scripts/*.lua)
+INST_LESSONS := $(wildcard scripts/lessons/*.lua)
 INST_DOCS    := $(wildcard docs/*.md) README.md
+INST_IMG     := $(wildcard docs/img/*.png)
 .PHONY: install uninstall man
 man: $(BUILD)/fp8lab.1
 $(BUILD)/fp8lab.1: scripts/gen_man.lua docs/cli.md docs/config.md $(BIN)
 	$(BIN) scripts/gen_man.lua docs/cli.md docs/config.md > $@.tmp && mv $@.tmp $@
 install: $(BIN) $(BUILD)/fp8lab.1
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(DATADIR)/scripts $(DESTDIR)$(DOCDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(DATADIR)/scripts/lessons $(DESTDIR)$(DOCDIR)/img
 	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/fp8lab
 	for f in $(LUA_SRC); do install -D -m 644 $$f $(DESTDIR)$(LUADIR)/$${f#lua/} || exit 1; done
 	install -m 644 $(INST_SCRIPTS) $(DESTDIR)$(DATADIR)/scripts/
+	install -m 644 $(INST_LESSONS) $(DESTDIR)$(DATADIR)/scripts/lessons/
 	install -m 644 $(INST_DOCS) $(DESTDIR)$(DOCDIR)/
+	$(if $(INST_IMG),install -m 644 $(INST_IMG) $(DESTDIR)$(DOCDIR)/img/)
 	install -m 644 $(BUILD)/fp8lab.1 $(DESTDIR)$(MANDIR)/fp8lab.1
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/fp8lab $(DESTDIR)$(MANDIR)/fp8lab.1
@@ -316,7 +335,32 @@ fuzz-safetensors: $(BUILD)/fuzz_safetensors
 	@mkdir -p $(BUILD)/fuzz-st-corpus
 	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
 	  -dict=tests/fuzz/safetensors.dict -artifact_prefix=$(BUILD)/fuzz-st- $(BUILD)/fuzz-st-corpus tests/data/safetensors
-$(BUILD)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/fileio.c core/checkpoint.h
+$(BUILD)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/fileio.c core/checkpoint.h $(FLAGS_STAMP)
 	@bash scripts/install-deps.sh fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -DFL_ST_NO_TENSOR -fsanitize=fuzzer,address,undefined -Icore -o $@ \
 	  tests/fuzz/fuzz_safetensors.c core/checkpoint.c core/error.c core/fileio.c -lcjson
+
+# ---- the flags stamp (FLAGS_STAMP, at the top): here, after the probes and every LDLIBS += above ----
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
+FLAGS_NOW := CC=$(CC) | CFLAGS=$(CFLAGS) | LUA_CFLAGS=$(LUA_CFLAGS) | LDFLAGS=$(LDFLAGS) | LDLIBS=$(LUA_LIBS) $(LDLIBS) \
+  | NVCC=$(NVCC) | NVCCFLAGS=$(NVCCFLAGS) | FUZZ_CFLAGS=$(FUZZ_CFLAGS)
+# goals that build nothing leave the stamp alone (`make help CUDA=1` must not rebuild the next `make`)
+NOBUILD_GOALS := clean help cflags probes deps uninstall
+ifneq ($(if $(MAKECMDGOALS),$(filter-out $(NOBUILD_GOALS),$(MAKECMDGOALS)),all),)
+  ifneq ($(file <$(FLAGS_STAMP)),$(FLAGS_NOW))
+    ifneq (,$(DRY_RUN))
+      # -n / -q write nothing, but show (or report) everything the new flags rebuild
+      .PHONY: $(FLAGS_STAMP)
+    else
+      $(file >$(FLAGS_STAMP).tmp,$(FLAGS_NOW))
+      $(file >$(BUILD)/make.args.tmp,$(filter-out BUILD=% PREFIX=% DESTDIR=%,$(MAKEOVERRIDES)))
+      $(shell mv -f $(BUILD)/make.args.tmp $(BUILD)/make.args && mv -f $(FLAGS_STAMP).tmp $(FLAGS_STAMP))
+    endif
+  endif
+endif
+ifeq (,$(DRY_RUN))
+# written above; this rule only recreates it after a `make clean` in the same run
+$(FLAGS_STAMP):
+	@mkdir -p $(@D)
+	$(file >$@,$(FLAGS_NOW))
+endif

@@ -8,8 +8,9 @@ B=${1:-build}
 DOC=docs/performance.md
 SECTION="## CPU quantize (fp32 → E4M3 + amax)"
 
-make --no-print-directory BUILD="$B" "$B/bench_quantize" >/dev/null
-table=$(nice "$B/bench_quantize" 64 7)
+make_build "$B" "$B/bench_quantize" >/dev/null
+table=$(run_ok "$B/bench_quantize 64 7" nice "$B/bench_quantize" 64 7)
+need "$B/bench_quantize 64 7" "$table" '^\|'
 echo "$table"
 
 model=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)

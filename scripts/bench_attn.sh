@@ -9,10 +9,12 @@ B=${1:-build}
 SECTION="## CPU bf16 attention (one call)"
 ARGS="16 4 128 64 1 300"
 
-make --no-print-directory BUILD="$B" "$B/bench_attn" "$B/bench_peak" >/dev/null
+make_build "$B" "$B/bench_attn" "$B/bench_peak" >/dev/null
 # Which per-head family this CPU runs, and the limit its arithmetic is set against (measured here, one thread).
 if cpu_has_bf16dot; then
-  dot=$("$B/bench_peak" 1 | sed -n 's/^peak kind=bf16_dot threads=1 gflops=\([0-9.]*\).*/\1/p')
+  dot=$(run_ok "$B/bench_peak 1" "$B/bench_peak" 1)
+  dot=$(sed -n 's/^peak kind=bf16_dot threads=1 gflops=\([0-9.]*\).*/\1/p' <<<"$dot")
+  [ -n "$dot" ] || bench_fail "$B/bench_peak 1 gave no bf16_dot line"
   limit_words="against this CPU's bf16 dot limit of $dot per thread (\`build/bench_peak\`). The per-head kernels here are the AVX-512 BF16
 family (core/cpu/cpu_nn_attn_bf16.c); the batched GEMMs are the path before them, which still runs where neither
 family can."
@@ -25,7 +27,8 @@ machine=$(machine_line)
 rows=()
 for run in "1" "2" "1 kernel cold" "2 kernel cold" "1 kernel cold,packed" "2 kernel cold,packed"; do
   set -- $run
-  out=$(OMP_NUM_THREADS=$1 "$B/bench_attn" $ARGS ${2:-both} ${3:-})
+  out=$(run_ok "$B/bench_attn $ARGS ${2:-both} ${3:-} ($1 threads)" env OMP_NUM_THREADS="$1" "$B/bench_attn" $ARGS ${2:-both} ${3:-})
+  need "$B/bench_attn ($run)" "$out" 'ms='
   echo "$out"
   rows+=("$(echo "$out" | awk '
     { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }

@@ -14,7 +14,8 @@ PARAMS=${PARAMS:-$(( fit < 350000000 ? fit : 350000000 ))}
 start=$(machine_line)
 dir=$(mktemp -d -p "$B" ckpt-bench.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-table=$(nice "$B/fp8lab" scripts/bench_checkpoint.lua "$PARAMS" "$dir")
+table=$(run_ok "scripts/bench_checkpoint.lua $PARAMS" nice "$B/fp8lab" scripts/bench_checkpoint.lua "$PARAMS" "$dir")
+need "scripts/bench_checkpoint.lua" "$table" '^\|'
 echo "$table"
 SECTION="## Checkpoint save/load"
 body=$(cat <<MD

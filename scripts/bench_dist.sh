@@ -13,14 +13,18 @@ fi
 STEPS=${BENCH_DIST_STEPS:-15}
 root=""; [ "$(id -u)" = 0 ] && root="--allow-run-as-root"
 run() {  # run NP PRECISION
-  local np=$1 prec=$2 line
-  if [ "$np" = 1 ]; then line=$(OMP_NUM_THREADS=1 "$B/fp8lab" scripts/bench_dist.lua "$STEPS" "$prec" 2>/dev/null | grep '^row')
-  else line=$(timeout 300 mpirun --oversubscribe $root -np "$np" -x OMP_NUM_THREADS=1 "$B/fp8lab" scripts/bench_dist.lua "$STEPS" "$prec" 2>/dev/null | grep '^row'); fi
+  local np=$1 prec=$2 out line
+  # run in a $(...): a failure exits that subshell, and the caller's assignment stops the script
+  if [ "$np" = 1 ]; then out=$(run_ok "fp8lab scripts/bench_dist.lua $STEPS $prec" env OMP_NUM_THREADS=1 "$B/fp8lab" scripts/bench_dist.lua "$STEPS" "$prec") || exit 1
+  else out=$(run_ok "mpirun -np $np fp8lab scripts/bench_dist.lua $STEPS $prec" timeout 300 mpirun --oversubscribe $root -np "$np" -x OMP_NUM_THREADS=1 "$B/fp8lab" scripts/bench_dist.lua "$STEPS" "$prec") || exit 1; fi
+  need "$np process(es), $prec" "$out" '^row '
+  line=$(grep -m1 '^row ' <<<"$out")
   read -r _ n step bwd bwdl ar hidden wire f32 exposed <<<"$line"
   if [ "$n" = 1 ]; then ar="—"; hidden="—"; wire="0"; exposed="—"; fi
   echo "| $n | $prec | $step | $bwd | $bwdl | $ar | $exposed | $hidden | $wire | $f32 |"
 }
-rows=$(run 1 no; run 2 no; run 2 msamp)
+r1=$(run 1 no); r2=$(run 2 no); r3=$(run 2 msamp)
+rows="$r1"$'\n'"$r2"$'\n'"$r3"
 echo "$rows"
 body=$(cat <<MD
 $SECTION

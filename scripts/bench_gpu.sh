@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench_gpu.sh BUILD — runs BUILD/bench_gpu (scripts/bench_gpu.cu; `make bench-gpu` builds it) and, when
 # a GPU ran it, replaces the "## GPU" section of docs/performance.md. Without a GPU the binary prints
-# "no GPU (...)", and this script exits 0 and leaves the document alone.
+# "no GPU (...)", and this script exits 0 and leaves the document alone. Without the binary, when it fails, or
+# when one of fp8lab's GPT steps gives no GPU figures (it failed, or ran on the CPU), it exits 1 and leaves the
+# document alone too (PyTorch's rows say why they are empty: the peer may be missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/perfdoc.sh
@@ -11,11 +13,15 @@ SECTION="## GPU"
 
 # Each program runs under its own limit (seconds), so a hang costs one row, not the run.
 T_GEMM=${T_GEMM:-180}; T_STEP=${T_STEP:-240}
-out=$(timeout -k 5 "$T_GEMM" "$B/bench_gpu" "$REPS" 2>&1) || out+=$'\n'"bench_gpu failed or timed out (limit ${T_GEMM}s)"
+fail() { echo "bench_gpu.sh: $*; docs/performance.md left alone" >&2; exit 1; }
+[ -x "$B/bench_gpu" ] || fail "no $B/bench_gpu (a CUDA build's \`make BUILD=$B $B/bench_gpu\` builds it)"
+rc=0
+out=$(timeout -k 5 "$T_GEMM" "$B/bench_gpu" "$REPS" 2>&1) || rc=$?
 echo "$out"
 case "$out" in
-  "no GPU"*) exit 0 ;;
+  "no GPU"*) [ "$rc" = 0 ] && exit 0 ;;
 esac
+[ "$rc" = 0 ] || fail "$B/bench_gpu $REPS failed (exit $rc$( [ "$rc" -ge 124 ] && echo ", limit ${T_GEMM}s T_GEMM"))"
 
 # A GPT training step on the GPU (GPT-2 medium shape, ~350M parameters, sequence 1024): ours in bf16 and
 # every FP8 recipe, next to PyTorch in bf16 and with torch._scaled_mm FP8 (scripts/bench_gpt_torch_gpu.py).
@@ -40,8 +46,13 @@ for cfg in "bf16|--mixed-precision bf16" "fp8 te HYBRID|--mixed-precision fp8 --
            "fp8 msamp O2|--mixed-precision fp8 --fp8-backend msamp --fp8-opt-level O2"; do
   name=${cfg%%|*}; flags=${cfg#*|}
   # shellcheck disable=SC2086
-  line=$(timeout -k 5 "$T_STEP" "$B/fp8lab" scripts/bench_train.lua "${gpt_args[@]}" $flags 2>&1 | tail -n 1) || true
+  rc=0
+  full=$(timeout -k 5 "$T_STEP" "$B/fp8lab" scripts/bench_train.lua "${gpt_args[@]}" $flags 2>&1) || rc=$?
+  line=$(tail -n 1 <<<"$full")
   echo "fp8lab $name: $line"
+  # a GPU step's line has gpu_peak_gib=; without it the step failed or ran on the CPU
+  [ "$rc" = 0 ] && [[ "$line" == *gpu_peak_gib=* ]] ||
+    { echo "$full" >&2; fail "fp8lab's GPT step ($name) gave no GPU figures (exit $rc)"; }
   row "fp8lab $name" "$line"
 done
 for mode in bf16 fp8; do

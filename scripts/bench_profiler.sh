@@ -86,7 +86,9 @@ for _, c in ipairs { CONFIGS[1], CONFIGS[2] } do
   print(("tiny|%s|%.0f|%.0f|%.2f"):format(c[1], off / TINY * 1e9, off * over / TINY * 1e9, ev / TINY))
 end
 LUA
-out=$("$B/fp8lab" "$lua" "$PAIRS" 2>/dev/null)
+out=$(run_ok "the profiler bench ($lua $PAIRS)" "$B/fp8lab" "$lua" "$PAIRS")
+need "the profiler bench" "$out" '^mlp\|'
+need "the profiler bench" "$out" '^tiny\|'
 echo "$out"
 table=$(grep '^mlp|' <<<"$out" | awk -F'|' '{ printf "| %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7 }')
 tiny=$(grep '^tiny|' <<<"$out" | awk -F'|' '{ printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }')

@@ -8,12 +8,14 @@ source scripts/perfdoc.sh
 B=${1:-build}
 EPOCHS=${EPOCHS:-3}
 start=$(machine_line)
-out=$("$B/fp8lab" scripts/compare_recipes.lua --epochs "$EPOCHS" --out build/compare_recipes.csv 2>/dev/null)
+out=$(run_ok "scripts/compare_recipes.lua --epochs $EPOCHS" "$B/fp8lab" scripts/compare_recipes.lua --epochs "$EPOCHS" --out "$B/compare_recipes.csv")
 echo "$out"
+need "scripts/compare_recipes.lua" "$out" '^recipe '
 table=$(awk '/^recipe /{on=1; next} /^loss curves/{exit} on && NF { printf "|"; for (i=1;i<=NF;i++) printf " %s |", $i; print "" }' <<<"$out")
 table="| recipe | FP8 layers | test acc | vs first row | loss | ms / step | peak MiB | B / param |
 |---|---|---|---|---|---|---|---|
 $table"
+[ -n "$table" ] || bench_fail "scripts/compare_recipes.lua printed no table rows"
 body="## FP8 recipes on the Fashion-MNIST MLP (CPU)
 
 Measured $(date -u '+%Y-%m-%d %H:%M UTC') on ${start}, command \`EPOCHS=$EPOCHS scripts/bench_recipes.sh\`

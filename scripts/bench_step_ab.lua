@@ -18,6 +18,13 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "profile", "int", 0, "then run this many steps of each precision under fp8.profiler and print where the time went", 0 },
 }, { usage = "usage: fp8lab scripts/bench_step_ab.lua [options]", about = "Times GPT steps, precisions interleaved. Options:" })
 
+local PRECISIONS = {}
+for name in opts.precisions:gmatch("[^,]+") do PRECISIONS[#PRECISIONS + 1] = name end
+if #PRECISIONS == 0 then
+  error(("--precisions: no precision given ('%s'); one or more of fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp"):format(
+    opts.precisions), 0)
+end
+
 local HANDLERS = {
   fp32 = function() return "no", {} end,
   bf16 = function() return "bf16", {} end,

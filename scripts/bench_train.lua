@@ -16,9 +16,9 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "warmup", "int", 3, "untimed steps first", 0 },
   { "mixed-precision", "str", "no", "no | bf16 | fp8" },
   { "fp8-backend", "str", "te", "te | ao | msamp" },
-  { "fp8-format", "str", "HYBRID", "te: HYBRID | E4M3" },
-  { "fp8-recipe", "str", "tensorwise", "ao: tensorwise | rowwise | rowwise_with_gw_hp" },
-  { "fp8-opt-level", "str", "O2", "msamp: O1 | O2 | O3" },
+  { "fp8-format", "str", nil, "te: HYBRID | E4M3 (default HYBRID)" },
+  { "fp8-recipe", "str", nil, "ao: tensorwise | rowwise | rowwise_with_gw_hp (default tensorwise)" },
+  { "fp8-opt-level", "str", nil, "msamp: O1 | O2 | O3 (default O2)" },
   { "layers", "int", 4, "GPT: transformer blocks", 1 },
   { "d-model", "int", 256, "GPT: embedding width", 1 },
   { "heads", "int", 4, "GPT: attention heads", 1 },
@@ -27,7 +27,26 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "vocab", "int", 96, "GPT: vocabulary size", 2 },
   { "peak-tflops", "num", 989.4, "dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989.4)", 0 },
   { "cpu", "flag", false, "stay on the CPU even when there is a GPU" },
-}, { usage = "usage: fp8lab scripts/bench_train.lua [options]", about = "Times training steps. Options:" })
+}, { usage = "usage: fp8lab scripts/bench_train.lua [options]", about = "Times training steps. Options:",
+     default_text = false })
+-- Every option is used or refused: an FP8 sub-option belongs to one backend, and only under --mixed-precision fp8.
+local function one_of(name, v, list)
+  for _, x in ipairs(list) do if v == x then return end end
+  error(("--%s must be one of %s; got '%s'"):format(name, table.concat(list, ", "), v), 0)
+end
+one_of("model", opts.model, { "mlp", "gpt", "all" })
+one_of("mixed-precision", opts["mixed-precision"], { "no", "bf16", "fp8" })
+one_of("fp8-backend", opts["fp8-backend"], { "te", "ao", "msamp" })
+for name, owner in pairs { ["fp8-format"] = "te", ["fp8-recipe"] = "ao", ["fp8-opt-level"] = "msamp" } do
+  if opts[name] ~= nil then
+    if opts["mixed-precision"] ~= "fp8" then
+      error(("--%s needs --mixed-precision fp8 (got %s)"):format(name, opts["mixed-precision"]), 0)
+    end
+    if opts["fp8-backend"] ~= owner then
+      error(("--%s belongs to --fp8-backend %s, not %s"):format(name, owner, opts["fp8-backend"]), 0)
+    end
+  end
+end
 local steps, warmup = opts.steps, opts.warmup
 local gpt_params = 0
 local R = require "fp8._memory"   -- allocator counters
@@ -36,10 +55,10 @@ local function accelerator()
   local mp, h = opts["mixed-precision"], nil
   if mp == "fp8" then
     local b = opts["fp8-backend"]
-    h = b == "te" and fp8.TERecipeKwargs{ fp8_format = opts["fp8-format"] }
-      or b == "ao" and fp8.AORecipeKwargs{ config = opts["fp8-recipe"], module_filter_func = function(m) return
-        m.in_features % 16 == 0 and m.out_features % 16 == 0 end }
-      or b == "msamp" and fp8.MSAMPRecipeKwargs{ opt_level = opts["fp8-opt-level"] }
+    h = b == "te" and fp8.TERecipeKwargs{ fp8_format = opts["fp8-format"] or "HYBRID" }
+      or b == "ao" and fp8.AORecipeKwargs{ config = opts["fp8-recipe"] or "tensorwise", module_filter_func = function(m)
+        return m.in_features % 16 == 0 and m.out_features % 16 == 0 end }
+      or b == "msamp" and fp8.MSAMPRecipeKwargs{ opt_level = opts["fp8-opt-level"] or "O2" }
       or error("--fp8-backend must be te, ao or msamp", 0)
   end
   return fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = h and { h } or {}, cpu = opts.cpu }

@@ -28,8 +28,9 @@ add() { # add IMPL THREADS PRECISION LINE
   echo "$1 $3 threads=$2: $4"
 }
 # The limits first, on a quiet machine: fp32 FMA and bf16 dot GFLOP/s at 1 and 2 threads.
-make --no-print-directory BUILD="$B" "$B/bench_peak" >/dev/null
-peaks=$("$B/bench_peak" 1 2)
+make_build "$B" "$B/bench_peak" >/dev/null
+peaks=$(run_ok "$B/bench_peak 1 2" "$B/bench_peak" 1 2)
+need "$B/bench_peak 1 2" "$peaks" 'kind=fp32_fma threads=2 '
 echo "$peaks"
 # peak KIND THREADS: that limit's GFLOP/s (0 where the CPU has not got the instruction)
 peak() { sed -n "s/.*kind=$1 threads=$2 gflops=\([0-9.]*\).*/\1/p" <<<"$peaks" | head -n1; }
@@ -51,9 +52,13 @@ tv=""
 for t in 1 2; do
   for r in "${FP8LAB_RECIPES[@]}"; do
     args=${r%%:*} label=${r#*:}
+    # ours must give both models' lines (a peer's missing rows are skipped, with a message)
     # shellcheck disable=SC2086
-    while read -r line; do add fp8lab "$t" "$label" "$line"; done \
-      < <(OMP_NUM_THREADS=$t "$B/fp8lab" scripts/bench_train.lua --steps "$STEPS" --mixed-precision $args 2>/dev/null)
+    out=$(run_ok "fp8lab scripts/bench_train.lua --mixed-precision $args ($t threads)" \
+          env OMP_NUM_THREADS="$t" "$B/fp8lab" scripts/bench_train.lua --steps "$STEPS" --mixed-precision $args)
+    need "fp8lab $label ($t threads), the MLP" "$out" '^model=mlp ms_per_step=[0-9]'
+    need "fp8lab $label ($t threads), the GPT" "$out" '^model=gpt ms_per_step=[0-9]'
+    while read -r line; do add fp8lab "$t" "$label" "$line"; done < <(grep '^model=' <<<"$out")
   done
   if [ $have_torch2 = 1 ]; then
     for mode in eager compile; do
@@ -76,7 +81,8 @@ for m in "${!GFLOP[@]}"; do limits+="$m ${GFLOP[$m]}"$'\n'; done
 # FP8 against bf16 in one process, interleaved (scripts/bench_step_ab.lua), at 2 threads: the fastest and the
 # median single step of each, as ratios to bf16 and as fractions of the bf16-dot limit (on a CPU without a bf16
 # dot, bench_peak gives it as 0, the fp32 FMA limit: the instruction the GEMMs run on there).
-ab=$(OMP_NUM_THREADS=2 "$B/fp8lab" scripts/bench_step_ab.lua --precisions bf16,te,ao,msamp --rounds 10 2>/dev/null)
+ab=$(run_ok "scripts/bench_step_ab.lua" env OMP_NUM_THREADS=2 "$B/fp8lab" scripts/bench_step_ab.lua --precisions bf16,te,ao,msamp --rounds 10)
+for p in bf16 te ao msamp; do need "scripts/bench_step_ab.lua ($p)" "$ab" "^ab .*precision=$p( |\$)"; done
 echo "$ab"
 abtable=$(awk -v peaks="$peaks" -v gf="${GFLOP[gpt]:-0}" '
   BEGIN { np = split(peaks, pl, "\n")

@@ -66,6 +66,15 @@ end
 opts["batch-size"] = opts["batch-size"] or (opts.model == "gpt" and 16 or 256)
 opts.lr = opts.lr or (opts.model == "gpt" and 3e-3 or 1e-3)
 opts.out = opts.out or (opts.model == "gpt" and "build/compare_recipes_gpt.csv" or "build/compare_recipes.csv")
+-- The directory of --out, made right after the options are read: files go there during training (the FP8 stats
+-- log), and a --out that cannot be made fails now rather than after the training.
+local function make_out_dir(p)
+  local dir = p:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" and not os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null") then
+    error(("--out %s: cannot create the directory %s"):format(p, dir), 0)
+  end
+end
+make_out_dir(opts.out)
 
 local chosen = RECIPES
 if opts.only then
@@ -82,7 +91,7 @@ end
 
 if opts.model == "gpt" then
   -- The GPT comparison lives in its own file (same recipes, same options table).
-  local dir = (arg and arg[0] or "scripts/compare_recipes.lua"):match("^(.*)/[^/]*$") or "scripts"
+  local dir = (arg and arg[0] or "scripts/compare_recipes.lua"):match("^(.*)/[^/]*$") or "."   -- run from scripts/ too
   return dofile(dir .. "/compare_recipes_gpt.lua")(opts, chosen)
 end
 
@@ -184,8 +193,6 @@ for _, r in ipairs(results) do
 end
 
 -- Loss curves: one column per recipe.
-local dir = opts.out:match("^(.*)/[^/]*$")
-if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
 local hdr = { "step" }
 for _, r in ipairs(results) do hdr[#hdr + 1] = r.name end
 local lines = { table.concat(hdr, ",") }

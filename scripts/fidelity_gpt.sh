@@ -4,7 +4,8 @@
 # process per run (scripts/compare_recipes.lua --model gpt --only R --seed S), JOBS at a time with one
 # thread each; then scripts/fidelity_report.lua writes the table into docs/recipes.md and the PNG of all
 # curves. A run whose summary is already in OUT is not repeated (--fresh repeats them all), so an
-# interrupted study goes on where it stopped; OUT holding runs at another budget is refused. --all-seeds R
+# interrupted study goes on where it stopped; OUT holding runs at another budget (steps, model shape, batch, lr,
+# the text, --eval-every: OUT/study.budget and each run's summary) is refused. --all-seeds R
 # runs recipe R at bf16's three seeds too.
 # usage: scripts/fidelity_gpt.sh [--steps N] [--jobs N] [--out DIR] [--only R1,R2] [--all-seeds R1,R2] [--fresh]
 #          [--report-only] [--doc FILE | --no-doc]
@@ -56,17 +57,32 @@ runs=()
 for s in $SEEDS; do runs+=("bf16 $s"); done
 for r in $RECIPES; do runs+=("$r 1"); done
 for r in ${ALL_SEEDS//,/ }; do for s in $SEEDS; do [ "$s" = 1 ] || runs+=("$r $s"); done; done
-# A run already in OUT counts only at this budget: OUT holding another budget's runs is refused, not mixed.
-budget="$STEPS,$LAYERS,$DMODEL,$HEADS,$CONTEXT,$BATCH"
-for f in "$OUT"/*-summary.csv; do
-  [ -f "$f" ] && [ "$FRESH" = 0 ] || continue
-  have=$(awk -F, 'NR == 2 { print $3 "," $4 "," $5 "," $6 "," $7 "," $8 }' "$f")
-  if [ "$have" != "$budget" ]; then
-    echo "fidelity_gpt.sh: $f is a run at another budget (steps,layers,d_model,heads,context,batch = $have, not $budget);" \
-      "use another --out, or --fresh to run them all again" >&2
-    exit 2
+# A run already in OUT counts only at this budget: OUT holding another budget's runs is refused, not mixed. Each
+# summary names steps, shape, batch, lr and the text (as given; compare_recipes' default is Debian's fortunes);
+# OUT/study.budget adds --eval-every (the validation curves' steps). A study from before study.budget is checked
+# on its summaries alone.
+lr_g=$(printf '%g' "$LR")
+budget="steps=$STEPS layers=$LAYERS d_model=$DMODEL heads=$HEADS context=$CONTEXT batch=$BATCH lr=$lr_g eval_every=$EVAL_EVERY text=${TEXT:-(default)}"
+refuse() {
+  echo "fidelity_gpt.sh: $1 holds runs at another budget ($2, not $3); use another --out, or --fresh to run them all again" >&2
+  exit 2
+}
+if [ "$FRESH" = 0 ]; then
+  text_sum=$TEXT
+  if [ -z "$text_sum" ] && compgen -G "$OUT/*-summary.csv" >/dev/null; then
+    text_sum=$("$BIN" -e 'io.write(fp8.data.FORTUNES_DIR)')
   fi
-done
+  want="$STEPS,$LAYERS,$DMODEL,$HEADS,$CONTEXT,$BATCH,$lr_g,${text_sum//,/_}"
+  for f in "$OUT"/*-summary.csv; do
+    [ -f "$f" ] || continue
+    have=$(awk -F, 'NR == 2 { print $3 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $19 }' "$f")
+    [ "$have" = "$want" ] || refuse "$f" "steps,layers,d_model,heads,context,batch,lr,text = $have" "$want"
+  done
+  if [ -f "$OUT/study.budget" ] && [ "$(cat "$OUT/study.budget")" != "$budget" ]; then
+    refuse "$OUT/study.budget" "$(cat "$OUT/study.budget")" "$budget"
+  fi
+fi
+[ "$REPORT_ONLY" = 1 ] || printf '%s\n' "$budget" > "$OUT/study.budget"
 todo=()
 for rs in "${runs[@]}"; do
   set -- $rs
@@ -90,5 +106,13 @@ if [ "$REPORT_ONLY" = 0 ] && [ ${#todo[@]} -gt 0 ]; then
   export OUT STEPS LAYERS DMODEL HEADS CONTEXT BATCH LR BIN TEXT EVAL_EVERY
   printf '%s\n' "${todo[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one "$0" "$1"'
 fi
-"$BIN" scripts/fidelity_report.lua --dir "$OUT" --doc "$DOC" \
-  --command "scripts/fidelity_gpt.sh --steps $STEPS${ALL_SEEDS:+ --all-seeds $ALL_SEEDS}"
+# the command the doc names: every option that shapes the runs, where it is not the default
+cmd="scripts/fidelity_gpt.sh --steps $STEPS"
+[ "$LAYERS" = 4 ] || cmd+=" --layers $LAYERS"
+[ "$DMODEL" = 256 ] || cmd+=" --d-model $DMODEL"
+[ "$CONTEXT" = 128 ] || cmd+=" --context $CONTEXT"
+[ "$BATCH" = 16 ] || cmd+=" --batch $BATCH"
+[ -z "$TEXT" ] || cmd+=" --text $TEXT"
+[ "$EVAL_EVERY" = 100 ] || cmd+=" --eval-every $EVAL_EVERY"
+[ -z "$ALL_SEEDS" ] || cmd+=" --all-seeds $ALL_SEEDS"
+"$BIN" scripts/fidelity_report.lua --dir "$OUT" --doc "$DOC" --command "$cmd"

@@ -13,13 +13,22 @@
 #             API call": nothing to check there.
 #   step      one GPT training step configuration (scripts/bench_train.lua; STEP_FLAGS), full output kept
 #   demo      the Fashion-MNIST demo, same seed, on the CPU and with --device cuda (DEMO_EPOCHS epochs)
-#   bench     scripts/bench_gpu.sh (GEMMs, casts, GPT step next to PyTorch); docs/performance.md copied to OUT
+#   bench     builds BUILD/bench_gpu (make), then scripts/bench_gpu.sh (GEMMs, casts, GPT step next to PyTorch);
+#             docs/performance.md copied to OUT
 # The tests, sanitize and demo stages run side by side (the GPU holds several processes); bench runs alone
 # after them, since its figures need the GPU to itself.
+# Exits 1 when a stage failed (a test not ok, a sanitizer error, a non-zero exit; the summary's last line names
+# them), 2 on an unknown stage.
 set -uo pipefail
 B=${1:?usage: gpu_check.sh BUILD OUTDIR [STAGE...]}; OUTD=${2:?usage: gpu_check.sh BUILD OUTDIR [STAGE...]}
 shift 2
 STAGES=${*:-env tests sanitize bench}
+KNOWN="env tests sanitize step demo bench"
+for st in $STAGES; do
+  case " $KNOWN " in *" $st "*) ;; *) echo "gpu_check.sh: unknown stage '$st' (known: $KNOWN)" >&2; exit 2 ;; esac
+done
+source "$(dirname "$0")/perfdoc.sh"   # make_build
+failed=()
 PAR=${PAR:-6}; T_TEST=${T_TEST:-60}; T_SPEC=${T_SPEC:-240}; T_SAN=${T_SAN:-240}; T_DEMO=${T_DEMO:-240}
 T_BENCH=${T_BENCH:-300}; DEMO_EPOCHS=${DEMO_EPOCHS:-10}; T_SAN_TEST=${T_SAN_TEST:-90}
 SAN_TESTS=${SAN_TESTS:-.}; SAN_SPECS=${SAN_SPECS-ops train}   # which C tests (regex) and specs the sanitizers run
@@ -29,13 +38,14 @@ SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2
 summary=()
 
 if has env; then
-  {
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  (
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; smi=$?
     echo "compute-sanitizer: ${SAN:-not found}"
     echo "FP8LAB_CUBLASLT=${FP8LAB_CUBLASLT:-} CUDA_HOME=${CUDA_HOME:-}"
     python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1 | tail -n 1
     echo "nproc $(nproc)"
-  } > "$OUTD/env.log" 2>&1
+    exit "$smi"
+  ) > "$OUTD/env.log" 2>&1 || failed+=(env)
   cat "$OUTD/env.log"
 fi
 
@@ -105,27 +115,46 @@ if has tests; then
   for s in tests/gpu/*_spec.lua; do
     n=$(basename "$s" .lua)
     summary+=("$n: $(grep -c '^ok ' "$OUTD/$n.log") ok, $(grep -c '^not ok ' "$OUTD/$n.log") not ok, $(tail -n 1 "$OUTD/$n.log")")
+    [ "$(tail -n 1 "$OUTD/$n.log")" = "exit 0" ] || failed+=("tests:$n")
   done
+  # every listed test has an ok line
+  [ "$(grep -c '^ok ' "$OUTD/c_tests.log" 2>/dev/null)" = "$(wc -l < "$OUTD/c_names.txt")" ] &&
+    [ -s "$OUTD/c_names.txt" ] || failed+=("tests:C")
 fi
 if has sanitize; then
   for f in san_memcheck san_memcheck_ops san_memcheck_train san_racecheck; do
-    [ -f "$OUTD/$f.log" ] && summary+=("$f: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUTD/$f.log" | sort | uniq -c | tr '\n' ';' | head -c 300) $(grep -oE 'exit [0-9]+' "$OUTD/$f.log" | sort | uniq -c | tr '\n' ' ')")
+    [ -f "$OUTD/$f.log" ] || continue
+    summary+=("$f: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUTD/$f.log" | sort | uniq -c | tr '\n' ';' | head -c 300) $(grep -oE 'exit [0-9]+' "$OUTD/$f.log" | sort | uniq -c | tr '\n' ' ')")
+    # exit 0, or 255 for a test that makes no CUDA call (see above); 99 is a sanitizer error
+    if grep -oE 'exit [0-9]+' "$OUTD/$f.log" | grep -qvE '^exit (0|255)$' || grep -q 'compute-sanitizer not found' "$OUTD/$f.log"; then
+      failed+=("sanitize:$f")
+    fi
   done
 fi
 if has demo; then
-  for dev in cpu cuda; do summary+=("demo $dev: $(grep -iE 'accuracy|acc' "$OUTD/demo_$dev.log" | tail -n 1 | head -c 200) $(tail -n 1 "$OUTD/demo_$dev.log")"); done
+  for dev in cpu cuda; do
+    summary+=("demo $dev: $(grep -iE 'accuracy|acc' "$OUTD/demo_$dev.log" | tail -n 1 | head -c 200) $(tail -n 1 "$OUTD/demo_$dev.log")")
+    [ "$(tail -n 1 "$OUTD/demo_$dev.log")" = "exit 0" ] || failed+=("demo:$dev")
+  done
 fi
 if has step; then
   timeout -k 5 "$T_BENCH" "$B/fp8lab" scripts/bench_train.lua --model gpt --layers 24 --d-model 1024 --heads 16 \
     --seq 1024 --batch 8 --vocab 50304 --steps "${GPT_STEPS:-5}" --warmup "${GPT_WARMUP:-2}" ${STEP_FLAGS:-} > "$OUTD/step.log" 2>&1
-  echo "exit $?" >> "$OUTD/step.log"
+  rc=$?; echo "exit $rc" >> "$OUTD/step.log"; [ "$rc" = 0 ] || failed+=(step)
   summary+=("step ${STEP_FLAGS:-}: $(tail -n 2 "$OUTD/step.log" | tr '\n' ' ')")
 fi
 if has bench; then
-  timeout -k 5 "$T_BENCH" bash scripts/bench_gpu.sh "$B" > "$OUTD/bench.log" 2>&1; echo "exit $?" >> "$OUTD/bench.log"
+  if make_build "$B" "$B/bench_gpu" > "$OUTD/bench.log" 2>&1; then
+    timeout -k 5 "$T_BENCH" bash scripts/bench_gpu.sh "$B" >> "$OUTD/bench.log" 2>&1; rc=$?
+  else
+    rc=$?; echo "make BUILD=$B $B/bench_gpu failed" >> "$OUTD/bench.log"
+  fi
+  echo "exit $rc" >> "$OUTD/bench.log"; [ "$rc" = 0 ] || failed+=(bench)
   cp docs/performance.md "$OUTD/performance.md" 2>/dev/null
   summary+=("bench: $(tail -n 1 "$OUTD/bench.log")")
   sed -n '/^| M×N×K/,$p' "$OUTD/bench.log" | grep -E '^\||^fp8lab|^PyTorch' | head -n 30
 fi
 echo
 printf '%s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then echo "gpu_check.sh: failed: ${failed[*]}"; exit 1; fi
+echo "gpu_check.sh: every stage passed ($STAGES)"

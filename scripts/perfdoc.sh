@@ -1,5 +1,9 @@
 # perfdoc.sh — sourced by the bench scripts: write_section HEADING BODY replaces (or appends) one
-# "## " section of docs/performance.md, atomically (temp file + mv); the rest of the file is kept.
+# "## " section of docs/performance.md, atomically (temp file with the document's mode, fsync, mv, fsync of the
+# directory); the rest of the file is kept. The body goes to awk through the environment, so its backslashes stay.
+# A script calls it only after every run it reports has succeeded (a failed run exits before, the old section kept).
+# make_build BUILD TARGET...: make in BUILD with the settings its flags stamp was made with ($BUILD/make.args, when
+# no outer make passes its own), so a bench script's `make` does not rebuild the build with other flags.
 # cpu_has_bf16dot: whether this CPU has AVX-512 BF16 (vdpbf16ps), so whether the CPU kernels run their AVX-512 BF16
 # families and the sections set bf16 and FP8 against the bf16 dot limit, or the AVX2 + FMA families and fp32 FMA.
 write_section() {
@@ -7,16 +11,43 @@ write_section() {
   mkdir -p docs
   tmp=$(mktemp "$doc.XXXXXX")
   if [ -f "$doc" ]; then
-    awk -v sec="$sec" -v body="$body" '
+    chmod --reference="$doc" "$tmp"
+    FL_SEC=$sec FL_BODY=$body awk '
+      BEGIN { sec = ENVIRON["FL_SEC"]; body = ENVIRON["FL_BODY"] }
       $0 == sec { skip = 1; if (!done) { print body; print ""; done = 1 }; next }
       skip && /^## / { skip = 0 }
       !skip { print }
-      END { if (!done) { print ""; print body } }' "$doc" > "$tmp"
+      END { if (!done) { print ""; print body } }' "$doc" > "$tmp" || { rm -f "$tmp"; return 1; }
   else
-    { echo "# fp8lab performance"; echo; echo "Every figure here comes with its command, machine and date."; echo; echo "$body"; } > "$tmp"
+    chmod "$(printf '%o' $(( 0666 & ~0$(umask) )))" "$tmp"
+    { echo "# fp8lab performance"; echo; echo "Every figure here comes with its command, machine and date."; echo; printf '%s\n' "$body"; } > "$tmp"
   fi
-  mv "$tmp" "$doc"
+  sync -- "$tmp" && mv -f "$tmp" "$doc" && sync -- "$(dirname "$doc")" || { rm -f "$tmp"; return 1; }
   echo "wrote $sec to $doc"
+}
+# bench_fail MESSAGE: the script stops (exit 1) before writing anything. run_ok DESC CMD...: CMD's stdout, or, when
+# it fails, its stderr (last 40 lines) and bench_fail; call it as out=$(run_ok ...) (an assignment: set -e stops
+# there; a pipe or a < <(...) would hide the failure). need DESC TEXT ERE: bench_fail unless a line of TEXT matches.
+bench_fail() { echo "${0##*/}: $*; docs/performance.md left alone" >&2; exit 1; }
+run_ok() {
+  local desc=$1 err out rc=0; shift
+  err=$(mktemp)
+  out=$("$@" 2>"$err") || rc=$?
+  if [ "$rc" != 0 ]; then
+    printf '%s\n' "$out" | tail -n 20 >&2; tail -n 40 "$err" >&2; rm -f "$err"
+    bench_fail "$desc failed (exit $rc)"
+  fi
+  rm -f "$err"
+  printf '%s\n' "$out"
+}
+need() { grep -qE "$3" <<<"$2" || { printf '%s\n' "$2" | tail -n 20 >&2; bench_fail "$1 gave no result (no line matching $3)"; }; }
+make_build() {
+  local b=$1; shift
+  if [ -z "${MAKEFLAGS:-}" ] && [ -f "$b/make.args" ]; then
+    MAKEFLAGS="-- $(cat "$b/make.args")" make --no-print-directory BUILD="$b" "$@"
+  else
+    make --no-print-directory BUILD="$b" "$@"
+  fi
 }
 machine_line() {
   # the family and model too: lscpu says only "AMD EPYC" on these hosts, which spans Zen 3 (family 25 model 1),

@@ -1,4 +1,4 @@
--- tour.lua — a guided tour of FP8 at the fp8lab prompt (`make demo` runs it).
+-- tour.lua — a guided tour of FP8 at the fp8lab prompt (`make tour` runs it).
 -- Every step prints the code it runs, then its result, so you can retype it at the prompt.
 
 require("fp8.args").parse(arg or {}, {}, { usage = "usage: fp8lab scripts/tour.lua",

@@ -74,7 +74,17 @@ local function parse_args(argv)
   return opts
 end
 
+-- The directory of --out, made right after the options are read: files go there during training (the FP8 stats
+-- log), and a --out that cannot be made fails now rather than after the training.
+local function make_out_dir(p)
+  local dir = p:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" and not os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null") then
+    error(("--out %s: cannot create the directory %s"):format(p, dir), 0)
+  end
+end
+
 local opts = parse_args(arg or {})
+make_out_dir(opts.out)
 fp8.manual_seed(opts.seed)
 
 -- Data: normalised pixels; the loader shuffles from the seed and the epoch number.
@@ -249,8 +259,6 @@ local elapsed = data.clock() - t0
 
 -- The curve (main process only): CSV always (written atomically: temporary file, fsync, rename, fsync the directory); PNGs with --plot.
 if accel.process_index == 0 then
-  local dir = opts.out:match("^(.*)/[^/]*$")
-  if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
   local lines = csv_lines()
   table.insert(lines, 1, CSV_HEADER)
   local ok, werr = pcall(require("fp8._fileio").write_atomic, opts.out, table.concat(lines, "\n") .. "\n")

@@ -4,7 +4,7 @@
 -- training run with its gradients cast each way (cast, then decoded back, before AdamW's step).
 -- Run: build/fp8lab scripts/lessons/01_why_scale.lua [--quick] [--steps N] [--out DIR]
 local fp8 = fp8 or require "fp8"
-local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
+local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
 local opts = C.parse(arg, "01_why_scale", "Lesson 1: why FP8 needs a scale.",
   { size = { "steps", 150, 30, "training steps", 1 }, gpt = true })
 

@@ -4,7 +4,7 @@
 -- underflow (E5M2 spans 2^32 against E4M3's 2^18), and how many binades the gradient spans.
 -- Run: build/fp8lab scripts/lessons/02_why_hybrid.lua [--quick] [--steps N (training before the look)]
 local fp8 = fp8 or require "fp8"
-local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
+local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
 local opts = C.parse(arg, "02_why_hybrid", "Lesson 2: E4M3 vs E5M2 for gradients.",
   { size = { "steps", 100, 10, "training steps before the gradients are taken", 1 }, gpt = true })
 

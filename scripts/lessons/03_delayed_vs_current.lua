@@ -6,7 +6,7 @@
 -- Run: build/fp8lab scripts/lessons/03_delayed_vs_current.lua [--quick] [--steps N] [--spike X] [--growth G]
 local fp8 = fp8 or require "fp8"
 local nn = fp8.nn
-local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
+local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
 local opts = C.parse(arg, "03_delayed_vs_current", "Lesson 3: delayed vs current scaling.", {
   -- the spike comes at step max(2, steps // 3) and needs a step before and after it
   size = { "steps", 60, 30, "training steps", 3 },

@@ -4,7 +4,7 @@
 -- the relative error of each row under each, and the share of values that underflow.
 -- Run: build/fp8lab scripts/lessons/04_tensorwise_vs_rowwise.lua [--quick] [--out DIR] [--outlier X]
 local fp8 = fp8 or require "fp8"
-local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
+local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
 local opts = C.parse(arg, "04_tensorwise_vs_rowwise", "Lesson 4: tensorwise vs rowwise scaling.", {
   -- every 8th row (the first among them) is an outlier: two rows hold one of each
   size = { "rows", 64, 16, "rows of the matrix", 2 },

@@ -5,7 +5,7 @@
 -- Run: build/fp8lab scripts/lessons/05_msamp_memory.lua [--quick] [--steps N] [--out DIR]
 local fp8 = fp8 or require "fp8"
 local R = require "fp8._memory"   -- allocator counters
-local C = dofile((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") .. "/common.lua")
+local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
 local opts = C.parse(arg, "05_msamp_memory", "Lesson 5: what MS-AMP saves.",
   { size = { "steps", 150, 20, "training steps", 1 }, gpt = true })
 

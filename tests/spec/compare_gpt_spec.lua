@@ -35,6 +35,17 @@ describe("compare_recipes --model gpt", function()
     assert.matches("\nte%-hybrid,42,3,1,32,4,16,4,0.003,[%d.]+,", sm)
   end)
 
+  it("runs from scripts/ too (compare_recipes_gpt.lua found beside it)", function()
+    local text = tmpdir .. "/t2.txt"
+    U.write(text, ("a line of text for the GPT.\n"):rep(200))
+    local abs = bin:sub(1, 1) == "/" and bin or (os.getenv("PWD") .. "/" .. bin)
+    local out, ok = U.sh("cd scripts && timeout 120 " .. q(abs) .. " compare_recipes.lua --model gpt --steps 2 --layers 1 "
+      .. "--d-model 16 --heads 2 --block-size 16 --batch-size 2 --only bf16 --text " .. q(text) .. " --out "
+      .. q(tmpdir .. "/own/g.csv"))
+    assert.is_true(ok, out)
+    assert.matches("\nbf16%s+0%s+[%d.]+", out)
+  end)
+
   it("refuses the options of the other model", function()
     local out, ok = run("--model gpt --epochs 2")
     assert.is_false(ok); assert.matches("%-%-epochs applies to %-%-model mlp only", out)

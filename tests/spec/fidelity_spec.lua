@@ -47,6 +47,9 @@ describe("scripts/fidelity_gpt.sh", function()
     assert.matches("^# FP8 recipes\n\nintro\n\n## Fidelity on the char GPT\n\nIssue 16's first bar", md)
     assert.matches("\n## Other\n\nkept\n$", md)
     assert.is_nil(md:find("old table", 1, true))
+    -- the doc names the whole command: every option that is not the default
+    assert.truthy(md:find(("with `scripts/fidelity_gpt.sh --steps 4 --layers 1 --d-model 16 --context 16 --batch 4 "
+      .. "--text %s --eval-every 2 --all-seeds msamp-O1`"):format(text), 1, true), md)
     -- a second study does not repeat the runs, and writes the same section once
     out, ok = sh(study)
     assert.is_true(ok, out)
@@ -67,7 +70,18 @@ describe("scripts/fidelity_gpt.sh", function()
     -- runs of another budget in the same directory are refused, not mixed into the table
     out, ok = sh(study:gsub("%-%-steps 4 ", "--steps 5 "))
     assert.is_false(ok)
-    assert.matches("is a run at another budget %(steps,layers,d_model,heads,context,batch = 4,1,16,", out)
+    assert.matches("holds runs at another budget %(steps,layers,d_model,heads,context,batch,lr,text = 4,1,16,", out)
+    -- another corpus, or other validation points, are another budget too (the runs were reused before)
+    local text2 = tmpdir .. "/t2.txt"
+    f = assert(io.open(text2, "w"))
+    for i = 1, 200 do f:write(("another text, line %d.\n"):format(i)) end
+    f:close()
+    out, ok = sh((study:gsub("%-%-text %S+", "--text " .. q(text2):gsub("%%", "%%%%"))))
+    assert.is_false(ok, out)
+    assert.matches("holds runs at another budget %(.*t%.txt, not .*t2%.txt%)", out)
+    out, ok = sh((study:gsub("%-%-eval%-every 2 ", "--eval-every 3 ")))
+    assert.is_false(ok, out)
+    assert.matches("study%.budget holds runs at another budget %(.*eval_every=2 .*, not .*eval_every=3 ", out)
   end)
 
   teardown(function() os.execute("rm -rf " .. q(tmpdir)) end)

@@ -126,6 +126,14 @@ describe("lessons (--quick)", function()
     check_files(r, "04_tensorwise_vs_rowwise")
   end)
 
+  it("runs from its own directory too (common.lua found beside the lesson)", function()
+    local abs = bin:sub(1, 1) == "/" and bin or (os.getenv("PWD") .. "/" .. bin)
+    local out, ok = U.sh("cd scripts/lessons && timeout 120 " .. sh_quote(abs) .. " 04_tensorwise_vs_rowwise.lua --quick --out "
+      .. sh_quote(tmpdir .. "/own_dir"))
+    assert.is_true(ok, out)
+    assert.matches("RESULT tw_normal=", out)
+  end)
+
   it("5: MS-AMP levels hold fewer bytes per parameter and train alike", function()
     local r = lesson("05_msamp_memory", "--text " .. sh_quote(text))
     assert.is_true(r.bpp_fp32 > 15.5 and r.bpp_fp32 < 17, "fp32 AdamW: about 16 B/param, got " .. r.bpp_fp32)

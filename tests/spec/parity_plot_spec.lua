@@ -95,6 +95,26 @@ describe("training metrics and plots", function()
     assert.is_true(is_png(tmpdir .. "/cmp.png"), out)
   end)
 
+  it("--out in a directory that does not exist yet: made before training (the FP8 stats log goes there first)", function()
+    local csv = tmpdir .. "/new/dir/x.csv"
+    local out, ok = run(fm(csv, { "--mixed-precision", "fp8", "--fp8-backend", "te", "--plot", "--epochs", "1" }),
+      "FP8LAB_GNUPLOT=/nonexistent/gnuplot")
+    assert.is_true(ok, out)
+    assert.matches("^step,", read(csv))
+    assert.matches("step,layer,role,format,scale,amax", read(tmpdir .. "/new/dir/x_fp8_stats.csv"))
+    -- one that cannot be made fails at once, naming it
+    U.write(tmpdir .. "/afile", "x")
+    out, ok = run(fm(tmpdir .. "/afile/sub/y.csv"))
+    assert.is_false(ok)
+    assert.truthy(out:find("--out " .. tmpdir .. "/afile/sub/y.csv: cannot create the directory " .. tmpdir
+      .. "/afile/sub", 1, true), out)
+    assert.is_nil(out:find("epoch 1/", 1, true), out)
+    out, ok = run({ "scripts/compare_recipes.lua", "--root", tmpdir .. "/fm", "--epochs", "1", "--only", "fp32",
+                    "--out", tmpdir .. "/afile/c.csv" })
+    assert.is_false(ok)
+    assert.truthy(out:find("--out " .. tmpdir .. "/afile/c.csv: cannot create the directory " .. tmpdir .. "/afile", 1, true), out)
+  end)
+
   it("without gnuplot: one notice, no PNG, the CSV kept", function()
     local csv = tmpdir .. "/g.csv"
     local out, ok = run(fm(csv, { "--mixed-precision", "fp8", "--fp8-backend", "te", "--plot" }),

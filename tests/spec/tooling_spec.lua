@@ -1,0 +1,191 @@
+-- tooling_spec.lua — the scripts around the build (scripts/*.sh, the bench scripts' options): a bench script writes
+-- no docs/performance.md section from a failed run, write_section keeps the document's mode and the body's
+-- backslashes, gpu_check.sh refuses unknown stages and fails when a stage fails, analyze.sh fails on a missing file,
+-- install-deps.sh says so without apt-get, and every bench script option is honoured or refused.
+-- The shell scripts run from a copy of scripts/ and docs/performance.md in a temporary directory (they write
+-- docs/ beside their own directory), with fake binaries that fail.
+local bin = FP8LAB_BIN or "build/fp8lab"
+local U = dofile("tests/spec/helpers/util.lua")
+local q, sh, read = U.q, U.sh, U.read
+local tmpdir = U.tmpdir()
+local abs_bin = bin:sub(1, 1) == "/" and bin or (os.getenv("PWD") .. "/" .. bin)
+
+local rep, fake = tmpdir .. "/rep", tmpdir .. "/fakeB"
+assert(os.execute(("mkdir -p %s/docs %s && cp -r scripts %s/ && cp docs/performance.md %s/docs/"):format(
+  q(rep), q(fake), q(rep), q(rep))))
+-- a build whose fp8lab answers -e (the MPI check) with the real one and fails at everything else
+U.write(fake .. "/fp8lab", ("#!/bin/sh\nif [ \"$1\" = -e ]; then exec %s \"$@\"; fi\n"
+  .. "echo 'fp8lab: simulated failure' >&2; exit 1\n"):format(q(abs_bin)))
+assert(os.execute("chmod +x " .. q(fake .. "/fp8lab")))
+local doc = rep .. "/docs/performance.md"
+local doc0 = U.must_read(doc)
+
+describe("bench scripts", function()
+  it("bench_gpu.sh without bench_gpu exits 1 and leaves the GPU section alone", function()
+    local out, ok = sh(("cd %s && T_STEP=5 bash scripts/bench_gpu.sh %s"):format(q(rep), q(fake)))
+    assert.is_false(ok, out)
+    assert.truthy(out:find("no " .. fake .. "/bench_gpu", 1, true), out)
+    assert.are.equal(doc0, read(doc))
+  end)
+
+  it("bench_gpu.sh: a failing bench_gpu, or a GPT step without GPU figures, writes nothing", function()
+    U.write(fake .. "/bench_gpu", "#!/bin/sh\necho 'half a table'; exit 3\n")
+    assert(os.execute("chmod +x " .. q(fake .. "/bench_gpu")))
+    local out, ok = sh(("cd %s && bash scripts/bench_gpu.sh %s"):format(q(rep), q(fake)))
+    assert.is_false(ok, out)
+    assert.truthy(out:find("bench_gpu 20 failed (exit 3)", 1, true), out)
+    U.write(fake .. "/bench_gpu", "#!/bin/sh\necho '| M×N×K | TFLOP/s |'\n")
+    out, ok = sh(("cd %s && T_STEP=5 bash scripts/bench_gpu.sh %s"):format(q(rep), q(fake)))
+    assert.is_false(ok, out)
+    assert.truthy(out:find("fp8lab's GPT step (bf16) gave no GPU figures", 1, true), out)
+    assert.truthy(out:find("simulated failure", 1, true), out)
+    assert.are.equal(doc0, read(doc))
+    os.remove(fake .. "/bench_gpu")
+  end)
+
+  it("bench_dist.sh fails with the run's stderr when a run fails or gives no row, and writes nothing", function()
+    local mpi = sh(q(bin) .. " -e 'io.write(tostring(require(\"fp8._dist\").info().mpi_built))'")
+    if mpi ~= "true" or not select(2, sh("command -v mpirun")) then
+      pending("needs an MPI build and mpirun (bench_dist.sh skips without them)")
+      return
+    end
+    local out, ok = sh(("cd %s && bash scripts/bench_dist.sh %s"):format(q(rep), q(fake)))
+    assert.is_false(ok, out)
+    assert.truthy(out:find("fp8lab: simulated failure", 1, true), out)
+    assert.truthy(out:find("bench_dist.lua 15 no failed (exit 1); docs/performance.md left alone", 1, true), out)
+    assert.are.equal(doc0, read(doc))
+  end)
+
+  it("bench_recipes.sh shows the failure and writes the CSV into the build directory given", function()
+    local out, ok = sh(("cd %s && bash scripts/bench_recipes.sh %s"):format(q(rep), q(fake)))
+    assert.is_false(ok, out)
+    assert.truthy(out:find("simulated failure", 1, true), out)
+    assert.truthy(out:find("compare_recipes.lua --epochs 3 failed (exit 1)", 1, true), out)
+    local args = tmpdir .. "/args"
+    U.write(fake .. "/fp8lab", ("#!/bin/sh\necho \"$*\" > %s\nexit 1\n"):format(q(args)))
+    sh(("cd %s && bash scripts/bench_recipes.sh %s"):format(q(rep), q(fake)))
+    assert.matches("%-%-out " .. fake:gsub("%p", "%%%0") .. "/compare_recipes%.csv", read(args))
+    assert.are.equal(doc0, read(doc))
+    U.write(fake .. "/fp8lab", ("#!/bin/sh\nif [ \"$1\" = -e ]; then exec %s \"$@\"; fi\n"
+      .. "echo 'fp8lab: simulated failure' >&2; exit 1\n"):format(q(abs_bin)))
+  end)
+
+  it("bench_checkpoint.sh and bench_profiler.sh stop on a failed run", function()
+    for _, s in ipairs { "bench_checkpoint", "bench_profiler" } do
+      local out, ok = sh(("cd %s && PARAMS=1000 bash scripts/%s.sh %s"):format(q(rep), s, q(fake)))
+      assert.is_false(ok, out)
+      assert.truthy(out:find("failed (exit 1); docs/performance.md left alone", 1, true), out)
+    end
+    assert.are.equal(doc0, read(doc))
+  end)
+
+  it("write_section keeps the document's mode and the body's backslashes", function()
+    local d = tmpdir .. "/ws"
+    assert(os.execute(("mkdir -p %s/docs"):format(q(d))))
+    U.write(d .. "/docs/performance.md", "# p\n\n## A\nold\n\n## B\nkept\n")
+    assert(os.execute("chmod 644 " .. q(d .. "/docs/performance.md")))
+    local out, ok = sh(("cd %s && bash -c %s"):format(q(d), q(". " .. os.getenv("PWD")
+      .. "/scripts/perfdoc.sh; write_section '## A' \"$(printf '## A\\n\\na\\\\b \\\\n c')\"")))
+    assert.is_true(ok, out)
+    assert.are.equal("# p\n\n## A\n\na\\b \\n c\n\n## B\nkept\n", read(d .. "/docs/performance.md"))
+    assert.are.equal("644", (sh("stat -c %a " .. q(d .. "/docs/performance.md")):gsub("%s", "")))
+  end)
+end)
+
+describe("bench scripts' options", function()
+  local function refused(args, needle)
+    local out, ok = sh("timeout 60 " .. q(bin) .. " " .. args)
+    assert.is_false(ok, args .. ": " .. out)
+    assert.truthy(out:find(needle, 1, true), args .. ": " .. out)
+  end
+  it("are honoured or refused", function()
+    refused("scripts/bench_train.lua --model bogus", "--model must be one of mlp, gpt, all; got 'bogus'")
+    refused("scripts/bench_train.lua --mixed-precision fp8 --fp8-backend ao --fp8-format E4M3",
+      "--fp8-format belongs to --fp8-backend te, not ao")
+    refused("scripts/bench_train.lua --fp8-recipe rowwise --mixed-precision no",
+      "--fp8-recipe needs --mixed-precision fp8 (got no)")
+    refused("scripts/bench_train.lua --fp8-backend xx", "--fp8-backend must be one of te, ao, msamp; got 'xx'")
+    refused("scripts/bench_step_ab.lua --precisions ''", "--precisions: no precision given")
+    refused("scripts/bench_elementwise.lua abc", "ROUNDS must be an integer >= 1, got 'abc'")
+    refused("scripts/bench_elementwise.lua 1 2", "one argument at most, got 2")
+    refused("scripts/bench_dist.lua 0", "STEPS must be an integer >= 1, got '0'")
+    refused("scripts/bench_dist.lua 2 bogus", "PRECISION must be no, te, ao or msamp, got 'bogus'")
+    for _, s in ipairs { "bench_elementwise", "bench_dist" } do
+      local out, ok = sh(q(bin) .. " scripts/" .. s .. ".lua --help")
+      assert.is_true(ok, out)
+      assert.matches("^usage: fp8lab scripts/" .. s .. "%.lua", out)
+    end
+    -- the sub-option of the backend given is used
+    local out, ok = sh("timeout 120 " .. q(bin) .. " scripts/bench_train.lua --model mlp --steps 1 --warmup 0 "
+      .. "--mixed-precision fp8 --fp8-backend ao --fp8-recipe rowwise")
+    assert.is_true(ok, out)
+    assert.matches("^model=mlp ms_per_step=[%d.]+ steps=1 ", out)
+  end)
+end)
+
+describe("Makefile", function()
+  local build = bin:match("^(.*)/fp8lab$") or "build"
+  local function make(args)
+    local margs = (read(build .. "/make.args") or ""):gsub("\n$", "")
+    return sh("env -u MAKELEVEL -u MFLAGS MAKEFLAGS=" .. q("-- " .. margs) .. " timeout 120 make --no-print-directory BUILD="
+      .. q(build) .. " " .. args)
+  end
+
+  it("rebuilds when the flags change: the objects depend on the flags stamp; -q reports it without writing it", function()
+    local stamp = U.must_read(build .. "/flags.stamp")
+    local _, ok = make("-q " .. q(bin))
+    assert.is_true(ok, "the build is not up to date with its own settings")
+    local out
+    out, ok = make("-q OPT=-O0 " .. q(bin))
+    assert.is_false(ok, "make -q OPT=-O0 says the binary is up to date")
+    out = make("-n OPT=-O0 " .. q(bin))
+    assert.matches(" %-O0 .* %-c core/", out)
+    assert.are.equal(stamp, read(build .. "/flags.stamp"))
+    assert.is_true(select(2, make("-q " .. q(bin))))
+  end)
+
+  it("says why MPI is off, lists every target, and cleans the BUILD given", function()
+    local out = make("MPI=0 probes")
+    assert.matches("✗ MPI %(MPI=0; single process only%)", out)
+    assert.is_nil(out:find("install libopenmpi-dev", 1, true))
+    out = sh("make --no-print-directory help")
+    for _, t in ipairs { "test-c", "test-lua", "bench-gpu", "fuzz", "man", "deps", "tour", "sanitize", "uninstall" } do
+      assert.truthy(out:find(" " .. t .. " ", 1, true) or out:find(" " .. t .. "\n", 1, true), t .. " missing from: " .. out)
+    end
+    out = sh("make -n --no-print-directory BUILD=" .. q(tmpdir .. "/b") .. " clean")
+    assert.truthy(out:find("rm -rf '" .. tmpdir .. "/b' build-san", 1, true), out)
+  end)
+end)
+
+describe("gpu_check.sh", function()
+  it("refuses an unknown stage and exits 1 when a stage fails", function()
+    local out, ok = sh(("bash scripts/gpu_check.sh %s %s bogus"):format(q(fake), q(tmpdir .. "/gc")))
+    assert.is_false(ok)
+    assert.truthy(out:find("unknown stage 'bogus' (known: env tests sanitize step demo bench)", 1, true), out)
+    out, ok = sh(("T_BENCH=10 bash scripts/gpu_check.sh %s %s step"):format(q(fake), q(tmpdir .. "/gc")))
+    assert.is_false(ok, out)
+    assert.matches("gpu_check%.sh: failed: step\n$", out)
+  end)
+end)
+
+describe("analyze.sh and install-deps.sh", function()
+  it("analyze.sh fails on a file that does not exist", function()
+    local out, ok = sh("bash scripts/analyze.sh core/no_such_file.c")
+    assert.is_false(ok)
+    assert.truthy(out:find("analyze.sh: no such file: core/no_such_file.c", 1, true), out)
+  end)
+
+  it("install-deps.sh without apt-get or dpkg says so and lists the packages", function()
+    local p = tmpdir .. "/nopath"
+    assert(os.execute("mkdir -p " .. q(p)))
+    for _, c in ipairs { "bash", "id", "grep" } do
+      assert(os.execute(("ln -sf \"$(command -v %s)\" %s"):format(c, q(p .. "/" .. c))))
+    end
+    local out, ok = sh(("PATH=%s bash scripts/install-deps.sh"):format(q(p)))
+    assert.is_false(ok)
+    assert.truthy(out:find("install-deps: no apt-get/dpkg here", 1, true), out)
+    assert.truthy(out:find("libdnnl-dev", 1, true), out)
+  end)
+end)
+
+teardown(function() os.execute("rm -rf " .. q(tmpdir)) end)
