@@ -61,7 +61,8 @@ add_all {
     doc = "Seeds the random generator: same seed, same script, same numbers." },
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / ^ and :abs(),\n"
-       .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape()." },
+       .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape();\n"
+       .. "the operators as methods: :add(y), :sub(y), :mul(y), :div(y), :pow(y), and fp8.pow(a, b) (a number for a or b)." },
   { section = "Tensors", name = "set_printoptions", sig = "fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=}",
     doc = "How tensors print (torch's names): decimals, the element count past which a print is summarised,\n"
        .. "the elements kept at each end, the columns a row wraps at. Returns the previous options." },
@@ -94,9 +95,11 @@ add_all {
     doc = "A copy on the GPU / on the CPU (x itself when already there; FP8 keeps bytes and scales;\n"
        .. "gradients flow back). x:move_(\"cuda\") moves x's own data (and .grad) in place, as\n"
        .. "Module:to does. Factories take {dtype=, device=}: fp8.zeros({2, 3}, {device=\"cuda\"})." },
-  { section = "Formats", name = "format", sig = "fp8.format(name) -> table",
+  { section = "Formats", name = "format", sig = "fp8.format(name) -> table / fp8.dtype_names() / fp8.is_nan_code(byte, fmt)",
     doc = "Traits of one dtype: name, bits, exp_bits, mantissa_bits, bias, max, min_normal,\n"
-       .. "min_subnormal, has_inf, nan_codes. Names: fp32, bf16, fp16, e4m3, e5m2 (and aliases)." },
+       .. "min_subnormal, has_inf, nan_codes. Names: fp32, bf16, fp16, e4m3, e5m2 (and aliases).\n"
+       .. "dtype_names() lists those five names (fp8.dtype_choices: the same as one string); is_nan_code(byte, fmt)\n"
+       .. "tells whether a byte is one of the FP8 format's NaN codes." },
   { section = "Tensors", name = "ones", sig = "fp8.ones{d1, ...} / fp8.full(shape, v) / fp8.empty(shape)",
     doc = "Tensors filled with 1, with v, or uninitialised. A trailing dtype (\"bf16\") picks the dtype." },
   { section = "Tensors", name = "arange", sig = "fp8.arange(n) | fp8.arange(a, b [, step])",
@@ -108,9 +111,9 @@ add_all {
   { section = "Tensors", name = "Tensor:view", sig = "x:view(d1, ...) / x:reshape(...) / x:transpose(a, b) / x:t()",
     doc = "Views share storage (-1 infers a size; view needs a compatible layout, reshape copies when\n"
        .. "it must). Dims are 1-based; negative dims count from the end. x:contiguous() packs a view." },
-  { section = "Tensors", name = "Tensor:get", sig = "x[i] / x:get{i, j} / x:set({i, j}, v) / x:item() / x:totable()",
+  { section = "Tensors", name = "Tensor:get", sig = "x[i] / x:get{i, j} / x:set({i, j}, v) / x:item() / x:totable() / x:tolist()",
     doc = "1-based indexing (negative from the end): x[i] is a row view (or a number for 1-D).\n"
-       .. "item() reads a one-element tensor; totable() gives nested Lua tables." },
+       .. "item() reads a one-element tensor; totable() (alias tolist()) gives nested Lua tables." },
   { section = "Tensors", name = "Tensor:sum", sig = "x:sum([dim [, keepdim]]) / :mean / :max / :min / :amax() / :abs()",
     doc = "Reductions over everything or one dim (sums accumulate in double). amax = max |x|." },
   { section = "Tensors", name = "cat", sig = "fp8.cat({a, b, ...} [, dim=1])",
@@ -143,7 +146,8 @@ add_all {
   { section = "Tensors", name = "Tensor:backward", sig = "loss:backward([grad]) / x.grad / x:requires_grad([bool]) / x:detach() / x:zero_grad()",
     doc = "Autograd: backward() from a one-element tensor (or with grad of the same shape) fills .grad of the\n"
        .. "leaves that require it (gradients add up until zero_grad() drops them). requires_grad(true) marks a\n"
-       .. "leaf and returns it; detach() is a view without history; x:is_leaf(), x.grad_fn tell where x came from." },
+       .. "leaf and returns it; detach() is a view without history; x:is_leaf(), x:grad_fn() (the node's name, nil for\n"
+       .. "a leaf) tell where x came from." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results;\n"
        .. "set_grad_enabled switches the mode for what follows and returns the previous one." },
