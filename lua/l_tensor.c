@@ -377,6 +377,12 @@ static int m_free(lua_State *L) {
     *slot = NULL;
     return 0;
 }
+/* t:free() as a method: no arguments (as __close it gets the error object too: m_free) */
+static int m_free_method(lua_State *L) {
+    luaL_checkudata(L, 1, FL_TENSOR_MT);
+    fl_lmaxargs(L, 1, "free", "no arguments");
+    return m_free(L);
+}
 static int m_is_released(lua_State *L) {
     fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, 1, FL_TENSOR_MT);
     fl_lmaxargs(L, 1, "is_released", "no arguments");
@@ -958,7 +964,7 @@ static const luaL_Reg methods[] = {
     {"shape", m_shape}, {"size", m_size}, {"stride", m_stride}, {"dim", m_dim}, {"numel", m_numel},
     {"dtype", m_dtype}, {"device", m_device}, {"is_contiguous", m_is_contiguous}, {"is_fp8", m_is_fp8},
     {"shape_str", m_shape_str},
-    {"free", m_free}, {"is_released", m_is_released},
+    {"free", m_free_method}, {"is_released", m_is_released},
     {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},
     {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
     {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},

@@ -1,6 +1,7 @@
 -- fp8.tensor — the Lua half of the fp8.Tensor class: PyTorch-style printing (tostring, REPL) and
 -- small methods that are clearer in Lua. The C half (lua/l_tensor.c) owns the memory.
 local core = require "fp8.core"
+local no_more = require("fp8.opts").no_more
 local Tensor, mt = core.Tensor, core._metatable
 
 local M = {}
@@ -146,7 +147,8 @@ function mt.__tostring(t)
 end
 
 -- t:print() — print and return the tensor (handy at the end of a chain).
-function Tensor.print(t)
+function Tensor.print(t, ...)
+  no_more("print", "no arguments", ...)
   print(tostring(t))
   return t
 end
@@ -161,8 +163,6 @@ local function norm_dim(who, d, nd)
   end
   return d < 0 and nd + d + 1 or d
 end
-
-local no_more = require("fp8.opts").no_more
 
 local function check_self(who, t)
   if not core.is_tensor(t) then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), 3) end

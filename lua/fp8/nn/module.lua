@@ -80,7 +80,7 @@ end
 -- its __init(self, ...). Metamethods are copied, since Lua does not inherit them through __index.
 function Module.class(name, parent)
   if type(name) ~= "string" or name == "" then
-    error(("class: name must be a non-empty string, got %s"):format(type(name)), 2)
+    error(("class: name must be a non-empty string, got %s"):format(name == "" and "\"\"" or type(name)), 2)
   end
   parent = parent or Module
   if type(parent) ~= "table" or not rawget(parent, "__is_module_class") and parent ~= Module then
