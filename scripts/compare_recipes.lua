@@ -66,15 +66,7 @@ end
 opts["batch-size"] = opts["batch-size"] or (opts.model == "gpt" and 16 or 256)
 opts.lr = opts.lr or (opts.model == "gpt" and 3e-3 or 1e-3)
 opts.out = opts.out or (opts.model == "gpt" and "build/compare_recipes_gpt.csv" or "build/compare_recipes.csv")
--- The directory of --out, made right after the options are read: files go there during training (the FP8 stats
--- log), and a --out that cannot be made fails now rather than after the training.
-local function make_out_dir(p)
-  local dir = p:match("^(.*)/[^/]*$")
-  if dir and dir ~= "" and not os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null") then
-    error(("--out %s: cannot create the directory %s"):format(p, dir), 0)
-  end
-end
-make_out_dir(opts.out)
+require("fp8.args").out_dir(opts.out)   -- made now: files go there during training
 
 local chosen = RECIPES
 if opts.only then

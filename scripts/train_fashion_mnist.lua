@@ -74,17 +74,8 @@ local function parse_args(argv)
   return opts
 end
 
--- The directory of --out, made right after the options are read: files go there during training (the FP8 stats
--- log), and a --out that cannot be made fails now rather than after the training.
-local function make_out_dir(p)
-  local dir = p:match("^(.*)/[^/]*$")
-  if dir and dir ~= "" and not os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null") then
-    error(("--out %s: cannot create the directory %s"):format(p, dir), 0)
-  end
-end
-
 local opts = parse_args(arg or {})
-make_out_dir(opts.out)
+require("fp8.args").out_dir(opts.out)   -- made now: files go there during training
 fp8.manual_seed(opts.seed)
 
 -- Data: normalised pixels; the loader shuffles from the seed and the epoch number.

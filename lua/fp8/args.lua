@@ -100,4 +100,14 @@ function M.device(value)
   return value
 end
 
+-- out_dir(path): the directory of a script's --out, made right after the options are read (files go there
+-- during training, such as the FP8 stats log; a --out that cannot be made fails now, not after the training).
+function M.out_dir(p)
+  if type(p) ~= "string" then error(("--out must be a path, got %s"):format(type(p)), 0) end
+  local dir = p:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" and not os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null") then
+    error(("--out %s: cannot create the directory %s"):format(p, dir), 0)
+  end
+end
+
 return M
