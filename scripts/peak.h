@@ -1,7 +1,8 @@
 /* peak.h — the CPU's arithmetic limits, measured, for the benchmarks that report a fraction of them
  * (bench_peak.c prints them; bench_fp8_gemm.c divides by them): fp32 FMA (AVX-512 `vfmadd231ps`, or AVX2 where
  * there is no AVX-512) and bf16 dot products (AVX-512 BF16 `vdpbf16ps`: 32 products summed into 16 fp32 lanes per
- * instruction). Each thread runs independent accumulator chains from registers (no memory traffic), so the figure
+ * instruction), and where the CPU has AMX-BF16 (Intel Xeon since Sapphire Rapids) bf16 tile products (`tdpbf16ps`:
+ * 16 × 16 × 32 products an instruction). Each thread runs independent accumulator chains from registers (no memory traffic), so the figure
  * is the issue rate of the units. The chains must cover latency × issue width: with 12, Zen 5 (two 512-bit pipes)
  * reached 420-500 GFLOP/s of vdpbf16ps per thread and with 16, 531-540 (2026-11-28); AVX-512 has 32 registers for
  * 16 chains, AVX2 only 16, so its kernel keeps 12 (more would spill). The chain loop is unrolled so the
@@ -56,11 +57,55 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(long ite
     return (double)iters * PEAK_CHAINS_512 * 32 * 2;   /* 32 bf16 pairs, multiply + add */
 }
 
-/* The instruction set a kind is measured with on this CPU ("avx512", "avx2", "avx512_bf16"), NULL where the CPU
- * has none for it. kind: "fp32_fma" or "bf16_dot". */
+/* AMX-BF16 tile products (tdpbf16ps: 16 × 16 fp32 += 16 × 32 bf16 · 32 × 16 bf16 an instruction): four
+ * independent accumulator tiles (0-3) over two A tiles (4, 5) and two B tiles (6, 7), as a GEMM's micro-tile
+ * holds them, from the tile registers only. The process must have asked for the tiles (peak_amx_permitted). */
+typedef struct { unsigned char palette, start_row, reserved[14]; unsigned short colsb[16]; unsigned char rows[16]; } peak_tilecfg;
+__attribute__((target("amx-tile,amx-bf16"))) static double peak_amx(long iters) {
+    static unsigned short one[16 * 32];
+    for (int i = 0; i < 16 * 32; i++) one[i] = 0x3f80;   /* 1.0 */
+    peak_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;
+    _tile_loadconfig(&c);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, one, 64);
+    _tile_loadd(5, one, 64);
+    _tile_loadd(6, one, 64);
+    _tile_loadd(7, one, 64);
+    iters /= 16;   /* an instruction takes ~16 cycles: as long a run as the vector kinds' */
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float out[16 * 16];
+    _tile_stored(0, out, 64);
+    _tile_release();
+    peak_sink = out[0];
+    return (double)iters * 4 * 16 * 16 * 32 * 2;
+}
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22) and Linux's permission to use the tiles. */
+static int peak_amx_permitted(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx >> 24 & 1) || !(edx >> 22 & 1)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+
+/* The instruction set a kind is measured with on this CPU ("avx512", "avx2", "avx512_bf16", "amx_bf16"), NULL where
+ * the CPU has none for it. kind: "fp32_fma", "bf16_dot" or "bf16_tile". */
 static const char *peak_isa(const char *kind) {
     __builtin_cpu_init();
     const int has512 = __builtin_cpu_supports("avx512f");
+    if (strcmp(kind, "bf16_tile") == 0) return peak_amx_permitted() ? "amx_bf16" : NULL;
     if (strcmp(kind, "bf16_dot") == 0) return has512 && __builtin_cpu_supports("avx512bf16") ? "avx512_bf16" : NULL;
     if (has512) return "avx512";
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "avx2" : NULL;
@@ -71,7 +116,10 @@ static const char *peak_isa(const char *kind) {
 static double peak_gflops(const char *kind, int threads) {
     const char *isa = peak_isa(kind);
     if (!isa) return 0;
-    double (*k)(long) = strcmp(isa, "avx512_bf16") == 0 ? peak_dpbf16 : strcmp(isa, "avx512") == 0 ? peak_fma512 : peak_fma256;
+    double (*k)(long) = strcmp(isa, "amx_bf16") == 0      ? peak_amx
+                        : strcmp(isa, "avx512_bf16") == 0 ? peak_dpbf16
+                        : strcmp(isa, "avx512") == 0      ? peak_fma512
+                                                          : peak_fma256;
     double best = 0;
     for (int r = 0; r < 3; r++) {
         double flops = 0, t0 = bench_now();

@@ -17,8 +17,10 @@ _Atomic bool fl_cpu_fp8_mm_allowed = true;
 #include <immintrin.h>
 #include <sched.h>
 
-/* The family this CPU runs: AVX512_BF16 where it has it (and AVX-512 is allowed), else AVX2 + FMA. */
+/* The family this CPU runs: AMX where it has it (and AMX and AVX-512 are allowed), else AVX512_BF16 where it has
+ * it (and AVX-512 is allowed), else AVX2 + FMA. */
 static const mm_kernel *mm_pick(void) {
+    if (fl_mm_amx.usable()) return &fl_mm_amx;
     if (fl_mm_bf16.usable()) return &fl_mm_bf16;
     if (fl_mm_fma.usable()) return &fl_mm_fma;
     return NULL;

@@ -1,6 +1,7 @@
 /* cpu_fp8_mm.h — what the CPU FP8 GEMM's driver (cpu_fp8_mm.c: tiles, threads, work stealing, the scales)
  * shares with its kernel families, each of which decodes the FP8 bytes while it packs the panels and sums exact
  * products in fp32:
+ *   cpu_fp8_mm_amx.c   AMX-BF16 (tdpbf16ps on 16 × 32 bf16 tiles), where the CPU has it;
  *   cpu_fp8_mm_bf16.c  AVX512_BF16 (vdpbf16ps on bf16 pairs), where the CPU has it;
  *   cpu_fp8_mm_fma.c   AVX2 + FMA (fp32 FMA on decoded fp32), every x86-64-v3 CPU, the build's baseline.
  * The AVX2 + FMA family also runs GEMMs of bf16, fp16 or fp32 operands (job.wide) for CPUs without AVX-512
@@ -55,6 +56,6 @@ struct mm_kernel {
 };
 
 #ifdef __x86_64__
-extern const mm_kernel fl_mm_bf16, fl_mm_fma;
+extern const mm_kernel fl_mm_amx, fl_mm_bf16, fl_mm_fma;
 #endif
 #endif

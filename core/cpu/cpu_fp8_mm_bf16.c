@@ -3,8 +3,7 @@
  * by vdpbf16ps, and the scales and the bias are applied as C is stored (mm_epi).
  * vdpbf16ps treats denormal inputs as zero and flushes denormal results; neither occurs here: every FP8 value is a
  * normal bf16, and every partial sum is a multiple of the smallest product (2^-32) or zero. */
-#include "cpu_fp8_mm.h"
-#include <string.h>
+#include "cpu_fp8_mm_pack.h"
 
 #ifdef __x86_64__
 #include <immintrin.h>
@@ -28,111 +27,10 @@
 #ifndef FL_MM_NB
 #define FL_MM_NB 512
 #endif
-enum { MR = 8, NR = 32, AG = 2 * MR, KC = FL_MM_KC, NB_MAX = FL_MM_NB };
+enum { MR = 8, NR = FL_MM_NR, AG = 2 * MR, KC = FL_MM_KC, NB_MAX = FL_MM_NB };
 
 #define FL_CPU_BF16 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
 #define FL_INLINE FL_CPU_BF16 static inline __attribute__((always_inline))
-
-/* The packers that walk an operand down its rows (b N-contiguous, a M-contiguous: 32 or 16 bytes of each row,
- * rows a whole row apart) ask for the rows PF_PAIRS pairs ahead: the hardware prefetchers stop at the 4 KiB
- * pages these walks cross every few rows, and in a step the operand is in memory. With cold operands the
- * wgrads' median calls went from 1.42-1.44 to 1.26-1.36 ms (N 256 and 1024, 6 rounds of bench_fp8_gemm cold);
- * the fastest calls and the other GEMMs stayed within noise (Zen 5, 2026-11-28). */
-#define PF_PAIRS 32
-
-/* n bytes (≤ 0: none, ≥ 32: 32) zero-extended to 16-bit lanes; missing lanes read as byte 0 (bf16 +0). */
-FL_INLINE __m512i load32(const uint8_t *p, int64_t n) {
-    const __mmask32 k = n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1u);
-    return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, p));
-}
-
-/* x, y: 32 bf16 of rows k, k+1 → the pairs (x[c], y[c]) of c = 0..15 (*lo) and c = 16..31 (*hi). */
-FL_INLINE void interleave(__m512i x, __m512i y, __m512i *lo, __m512i *hi) {
-    static const uint16_t il[64] = { 0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47,
-                                     16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                     24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63 };
-    *lo = _mm512_permutex2var_epi16(x, _mm512_loadu_si512(il), y);
-    *hi = _mm512_permutex2var_epi16(x, _mm512_loadu_si512(il + 32), y);
-}
-
-/* kc bytes at s decoded into d[0, kcpad) (zeros past kc). */
-FL_INLINE void dec_row(uint16_t *d, const uint8_t *s, int64_t kc, int64_t kcpad, const fl_fp8_lut4 *L) {
-    for (int64_t i = 0; i < kcpad; i += 32) {
-        const int64_t r = kcpad - i;
-        const __mmask32 k = r >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << r) - 1u);
-        _mm512_mask_storeu_epi16(d + i, k, fl_fp8_dec32(load32(s + i, kc - i), L));
-    }
-}
-
-/* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into NR-column panels: rows k, k+1 interleaved. */
-FL_CPU_BF16 static void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb, const fl_fp8_lut4 *L) {
-    const int64_t kcp = (kc + 1) / 2;
-    for (int64_t j = 0; j * NR < nb; j++) {
-        uint16_t *d = bp + j * kcp * 2 * NR;
-        const int64_t nv = nb - j * NR;
-        for (int64_t kp = 0; kp < kcp; kp++) {
-            const uint8_t *r = b + 2 * kp * ldb + j * NR;
-            if (2 * (kp + PF_PAIRS) + 1 < kc) {
-                __builtin_prefetch(r + 2 * PF_PAIRS * ldb, 0, 3);
-                __builtin_prefetch(r + (2 * PF_PAIRS + 1) * ldb, 0, 3);
-            }
-            const __m512i x = fl_fp8_dec32(load32(r, nv), L);
-            const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + ldb, nv), L) : _mm512_setzero_si512();
-            __m512i lo, hi;
-            interleave(x, y, &lo, &hi);
-            _mm512_store_si512(d + kp * 2 * NR, lo);
-            _mm512_store_si512(d + kp * 2 * NR + 32, hi);
-        }
-    }
-}
-
-/* B block of a K-contiguous b (b[n·ldb + k], a transposed view): each column's bytes decoded into tmp
- * (NR rows of kcp pairs), then 16 × 16 blocks of pairs transposed into the panel. */
-FL_CPU_BF16 static void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t nb,
-                                 const fl_fp8_lut4 *L) {
-    const int64_t kcp = (kc + 1) / 2, kcq = (kcp + 15) & ~(int64_t)15;   /* tmp rows padded to 16 pairs */
-    for (int64_t j = 0; j * NR < nb; j++) {
-        for (int64_t c = 0; c < NR; c++) {
-            uint16_t *row = tmp + c * 2 * kcq;
-            if (j * NR + c < nb) dec_row(row, b + (j * NR + c) * ldb, kc, 2 * kcq, L);
-            else memset(row, 0, (size_t)(4 * kcq));
-        }
-        const uint32_t *t = (const uint32_t *)tmp;
-        uint32_t *d = (uint32_t *)(bp + j * kcp * 2 * NR);
-        for (int64_t k0 = 0; k0 < kcp; k0 += 16)
-            for (int64_t c0 = 0; c0 < NR; c0 += 16) {
-                /* rows c0..c0+15 of tmp, pairs k0..k0+15 → d[k][c0..c0+15] */
-                __m512i r[16], s[16];
-                for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(t + (c0 + i) * kcq + k0);
-                for (int i = 0; i < 16; i += 2) {
-                    s[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-                    s[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-                }
-                for (int i = 0; i < 16; i += 4) {
-                    r[i] = _mm512_unpacklo_epi64(s[i], s[i + 2]);
-                    r[i + 1] = _mm512_unpackhi_epi64(s[i], s[i + 2]);
-                    r[i + 2] = _mm512_unpacklo_epi64(s[i + 1], s[i + 3]);
-                    r[i + 3] = _mm512_unpackhi_epi64(s[i + 1], s[i + 3]);
-                }
-                /* r[4g + q], 128-bit lane l: pair 4l + q of rows 4g..4g+3. Two rounds of 128-bit lane shuffles
-                 * gather pair j's four lanes (rows 0-3, 4-7, 8-11, 12-15) into r[j]. */
-                for (int i = 0; i < 4; i++) {
-                    s[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);        /* lanes 0, 2 of r[i], r[4+i] */
-                    s[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xdd);    /* lanes 1, 3 */
-                    s[8 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0x88);
-                    s[12 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0xdd);
-                }
-                for (int i = 0; i < 4; i++) {
-                    r[i] = _mm512_shuffle_i32x4(s[i], s[8 + i], 0x88);
-                    r[8 + i] = _mm512_shuffle_i32x4(s[i], s[8 + i], 0xdd);
-                    r[4 + i] = _mm512_shuffle_i32x4(s[4 + i], s[12 + i], 0x88);
-                    r[12 + i] = _mm512_shuffle_i32x4(s[4 + i], s[12 + i], 0xdd);
-                }
-                for (int i = 0; i < 16 && k0 + i < kcp; i++) _mm512_storeu_si512(d + (k0 + i) * NR + c0, r[i]);
-            }
-    }
-}
 
 /* A group (AG rows × kc) of a K-contiguous a (a[m·lda + k]): decoded rows of kcp pairs; rows ag..AG zero. */
 FL_CPU_BF16 static void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t ag, const fl_fp8_lut4 *L) {
@@ -230,8 +128,8 @@ FL_CPU_BF16 __attribute__((noinline)) static void kern_panel(const uint32_t *ap,
 /* B's block [k0, k0+kc) × [n0, n0+nb) into bpk (tmp: pack_b_k's scratch). */
 FL_CPU_BF16 static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp) {
     const fl_fp8_lut4 LB = fl_fp8_lut_load(fl_fp8_bf16_lut(J->e5_b));
-    if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, nb, &LB);
-    else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, nb, &LB);
+    if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, (kc + 1) / 2, nb, &LB);
+    else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, (kc + 1) / 2, nb, &LB);
 }
 
 /* Software prefetches for what a training step leaves in memory rather than in the caches (its GEMMs' operands
@@ -294,10 +192,10 @@ FL_CPU_BF16 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_
 static bool usable(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
-    const int64_t kcp = (kc + 1) / 2, kcq = (kcp + 15) & ~(int64_t)15;
+    const int64_t kcp = (kc + 1) / 2;
     *b = (size_t)(kcp * 4 * ((nb + NR - 1) / NR * NR));
     *a = (size_t)(kcp * 4 * AG);
-    *tmp = (size_t)(NR * 4 * kcq);
+    *tmp = pack_b_k_tmp(kcp);
 }
 
 const mm_kernel fl_mm_bf16 = { "avx512_bf16", NR, AG, KC, NB_MAX, false, 512, usable, sizes, pack_b_block, run_group };

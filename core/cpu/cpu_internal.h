@@ -82,12 +82,15 @@ static inline __attribute__((always_inline, target("avx512f,avx512bw"))) __m512i
 /* The CPU's own FP8 GEMM (cpu_fp8_mm.c): dst[M, N] = (dec(a)·dec(b))·(sa·sb) (+ bias[N]) with a, b FP8 [M, K],
  * [K, N], each contiguous or a transposed contiguous matrix, decoded while packing; sa, sb their scale_inv:
  * per tensor, or per row of a (scale_axis 0) and per column of b (scale_axis 1), as cpu_fp8_gemm.c's scale
- * pass applies them. It runs the AVX512_BF16 kernel family where the CPU has it and fl_cpu_avx512() allows it,
- * else the AVX2 + FMA one (cpu_fp8_mm.h); fl_cpu_fp8_mm_family names the one it would run (NULL: none).
+ * pass applies them. It runs the AMX kernel family where the CPU has it (and the kernel lets the process use the
+ * tiles) and fl_cpu_amx_allowed and fl_cpu_avx512() allow it, else the AVX512_BF16 one where the CPU has it and
+ * fl_cpu_avx512() allows it, else the AVX2 + FMA one (cpu_fp8_mm.h); fl_cpu_fp8_mm_family names the one it would
+ * run (NULL: none).
  * *done = false when it declines (no family, a layout or scale axis it does not read, or switched off); the
  * caller then takes decode + oneDNN. fl_cpu_fp8_mm_faster: whether it measured faster than that for this GEMM
  * (the device entry asks first). fl_cpu_fp8_mm_allowed: the switch (tests and benchmarks clear it to compare). */
 extern _Atomic bool fl_cpu_fp8_mm_allowed;
+extern _Atomic bool fl_cpu_amx_allowed;   /* cpu_fp8_mm_amx.c; tests clear it to run the AVX512_BF16 family */
 const char *fl_cpu_fp8_mm_family(void);
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done);

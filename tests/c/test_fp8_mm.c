@@ -1,5 +1,6 @@
-/* test_fp8_mm.c — the CPU's own FP8 GEMM (core/cpu/cpu_fp8_mm.c), each kernel family (AVX512_BF16 where the CPU
- * has it; AVX2 + FMA everywhere, by clearing fl_cpu_avx512_allowed), against a float64 reference over the
+/* test_fp8_mm.c — the CPU's own FP8 GEMM (core/cpu/cpu_fp8_mm.c), each kernel family (AMX where the CPU has it;
+ * AVX512_BF16 where the CPU has it, by clearing fl_cpu_amx_allowed; AVX2 + FMA everywhere, by clearing
+ * fl_cpu_avx512_allowed), against a float64 reference over the
  * decoded values: every product of two FP8 values is exact in fp32, so the only error is fp32 accumulation
  * (|err| ≤ K·2^-23·Σ|a||b|·|scale|) plus the scale and bias roundings. Both formats, both orientations of each
  * operand, sizes that are multiples of no block, the same bits on 1 and 2 threads (split by columns, and by rows
@@ -12,15 +13,24 @@
 #include "rng.h"
 #include "tensor.h"
 
-static bool have_bf16(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
-
-/* Kernel family f (0: AVX512_BF16, 1: AVX2 + FMA) selected; false (and a note) where this CPU has not got it.
- * Callers set fl_cpu_avx512_allowed back to true when done. */
-static const char *const fam_name[2] = { "avx512_bf16", "avx2_fma" };
-static bool fam_select(int f) {
+/* Kernel family f (0: AMX, 1: AVX512_BF16, 2: AVX2 + FMA) selected; false (and a note) where this CPU has not
+ * got it. Callers put the switches back with fam_reset() when done. */
+enum { FAMS = 3, FAM_FMA = 2 };
+static const char *const fam_name[FAMS] = { "amx_bf16", "avx512_bf16", "avx2_fma" };
+static void fam_reset(void) {
     fl_cpu_avx512_allowed = true;
-    if (f == 0 && !have_bf16()) { fprintf(stderr, "  (avx512_bf16 skipped: not on this CPU)\n"); return false; }
-    fl_cpu_avx512_allowed = f == 0;
+    fl_cpu_amx_allowed = true;
+}
+static bool fam_select(int f) {
+    fam_reset();
+    fl_cpu_amx_allowed = f == 0;
+    fl_cpu_avx512_allowed = f < FAM_FMA;
+    const char *got = fl_cpu_fp8_mm_family();
+    if (!got || strcmp(got, fam_name[f]) != 0) {
+        fprintf(stderr, "  (%s skipped: not on this CPU)\n", fam_name[f]);
+        fam_reset();
+        return false;
+    }
     return true;
 }
 
@@ -163,9 +173,9 @@ static void reference_every_layout(int *fl__failed, int fam) {
 }
 
 TEST(fp8_mm_matches_float64_reference_every_layout) {
-    for (int fam = 0; fam < 2; fam++)
+    for (int fam = 0; fam < FAMS; fam++)
         if (fam_select(fam)) reference_every_layout(fl__failed, fam);
-    fl_cpu_avx512_allowed = true;
+    fam_reset();
 }
 
 /* The row split's stealing across K blocks: no barrier between the K blocks, a group's step waits for its own
@@ -201,9 +211,9 @@ static void steal_across_k_blocks(int *fl__failed, int fam) {
     free(qa); free(qb); free(got); free(got1);
 }
 TEST(fp8_mm_steals_across_k_blocks) {
-    for (int fam = 0; fam < 2; fam++)
+    for (int fam = 0; fam < FAMS; fam++)
         if (fam_select(fam)) steal_across_k_blocks(fl__failed, fam);
-    fl_cpu_avx512_allowed = true;
+    fam_reset();
 }
 
 /* The codes that are not finite numbers: E4M3's NaN (0x7f, 0xff) in a row of a makes that row of C NaN, and
@@ -241,9 +251,9 @@ static void nonfinite_codes(int *fl__failed, int fam) {
     free(qa); free(qb); free(got);
 }
 TEST(fp8_mm_nan_and_inf_codes) {
-    for (int fam = 0; fam < 2; fam++)
+    for (int fam = 0; fam < FAMS; fam++)
         if (fam_select(fam)) nonfinite_codes(fl__failed, fam);
-    fl_cpu_avx512_allowed = true;
+    fam_reset();
 }
 
 /* Per-row scales of a and per-column scales of b (rowwise scaling; either alone, or both), applied as C is
@@ -336,9 +346,9 @@ static void per_row_and_per_column_scales(int *fl__failed, int fam) {
 }
 
 TEST(fp8_mm_per_row_and_per_column_scales) {
-    for (int fam = 0; fam < 2; fam++)
+    for (int fam = 0; fam < FAMS; fam++)
         if (fam_select(fam)) per_row_and_per_column_scales(fl__failed, fam);
-    fl_cpu_avx512_allowed = true;
+    fam_reset();
 }
 
 /* Through the device entry: the new path and decode + oneDNN (switch cleared) agree within the bound of
@@ -394,13 +404,13 @@ TEST(fp8_mm_switches_and_device_entry) {
     REQUIRE_OK(fl_tensor_transpose(&wt, w, 0, 1));
     int before = omp_get_max_threads();
     omp_set_num_threads(2);
-    for (int fam = 0; fam < 2; fam++) {
+    for (int fam = 0; fam < FAMS; fam++) {
         if (!fam_select(fam)) continue;
         CHECK(fl_cpu_fp8_mm_faster(x, wt), "%s: fprop 2048 x 768 x 256 on 2 threads: new path expected", fam_name[fam]);
-        CHECK(fl_cpu_fp8_mm_faster(xs, wt) == (fam == 1), "%s: fprop 256 x 768 x 256 on 2 threads: %s expected",
-              fam_name[fam], fam == 1 ? "new path" : "decode + oneDNN");
+        CHECK(fl_cpu_fp8_mm_faster(xs, wt) == (fam != 1), "%s: fprop 256 x 768 x 256 on 2 threads: %s expected",
+              fam_name[fam], fam != 1 ? "new path" : "decode + oneDNN");
     }
-    fl_cpu_avx512_allowed = true;
+    fam_reset();
     omp_set_num_threads(before);
     fl_tensor_release(x); fl_tensor_release(xs); fl_tensor_release(w); fl_tensor_release(wt);
 }

@@ -1,0 +1,213 @@
+/* cpu_fp8_mm_amx.c — the CPU FP8 GEMM's AMX kernel family (cpu_fp8_mm.h), for CPUs with AMX-BF16 (Intel Xeon
+ * since Sapphire Rapids): the FP8 bytes are decoded to bf16 while the panels are packed, as in the AVX512_BF16
+ * family (cpu_fp8_mm_pack.h), and the tile unit's tdpbf16ps sums the exact products in fp32: 16 × 16 × 32
+ * products an instruction, where vdpbf16ps makes 16 × 2. On such a CPU the AVX512_BF16 family is no faster than
+ * fp32 FMAs (one vdpbf16ps every other cycle), so it is the tile unit or the FP8 step is slower than the bf16 one,
+ * whose oneDNN GEMMs use the tiles (docs/performance.md, "Intel with AMX").
+ * Blocking: a micro-tile of C is MR × NR = 32 × 32 in four 16 × 16 fp32 tiles (0-3), A's two 16-row tiles (4, 5)
+ * and B's two 16-column tiles (6, 7) are loaded for each 32 bf16 of K; a group is one micro-tile's rows (AG = MR)
+ * run over every panel of the B block. The tiles' sums of one K block are added to C in the store (C + sum, then,
+ * in the last K block, the scales and the bias: mm_epi's roundings), so every C element is summed over the same K
+ * blocks in the same order whichever thread makes it.
+ * Packed layouts: the B block as the AVX512_BF16 family's (NR-column VNNI panels, tdpbf16ps's B layout: pairs of
+ * K down, 16 columns across a tile row of 64 bytes) but with kcq = ceil(kc/2) rounded up to 16 pairs, zeros past
+ * kc, since a tile takes 16 pairs; the A group row-major bf16 (a tile's A layout), AG rows of kcq pairs, rows
+ * past M zero; a M-contiguous a (a transposed view) is interleaved into pairs down K as pack_b_n does and then
+ * transposed 16 × 16 pairs at a time.
+ * Linux gives a process the tile registers only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM); usable() asks once
+ * and the family is not used if the kernel says no. Each group loads the tile configuration (each thread has its
+ * own, and oneDNN's GEMMs load theirs) and releases the tiles when done. tdpbf16ps treats denormal inputs as zero
+ * and flushes denormal results, as vdpbf16ps does; neither occurs here (cpu_fp8_mm_bf16.c). */
+#include "cpu_fp8_mm_pack.h"
+#include <stdatomic.h>
+
+_Atomic bool fl_cpu_amx_allowed = true;
+
+#ifdef __x86_64__
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef FL_MM_AMX_KC
+#define FL_MM_AMX_KC 1024
+#endif
+#ifndef FL_MM_AMX_NB
+#define FL_MM_AMX_NB 512
+#endif
+enum { MR = 32, NR = FL_MM_NR, AG = MR, KC = FL_MM_AMX_KC, NB_MAX = FL_MM_AMX_NB };
+
+#define FL_CPU_AMX __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+#define FL_INLINE FL_CPU_AMX static inline __attribute__((always_inline))
+
+static int64_t kcq_of(int64_t kc) { return ((kc + 1) / 2 + 15) & ~(int64_t)15; }
+
+/* The tile configuration (palette 1): tiles 0-7 all 16 rows of 64 bytes. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_cfg;
+
+FL_INLINE void tiles_config(void) {
+    tile_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;
+    _tile_loadconfig(&c);
+}
+
+/* A group of a K-contiguous a (a[m·lda + k]): ag decoded rows of kcq pairs, rows ag..AG zero. */
+FL_INLINE void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t kcq, int64_t ag,
+                        const fl_fp8_lut4 *L) {
+    for (int64_t m = 0; m < ag; m++) dec_row(ap + m * 2 * kcq, a + m * lda, kc, 2 * kcq, L);
+    if (ag < AG) memset(ap + ag * 2 * kcq, 0, (size_t)((AG - ag) * 4 * kcq));
+}
+
+/* A group of a M-contiguous a (a[k·lda + m]): rows k, k+1 of the AG columns interleaved into pairs in tmp
+ * ([kcq][AG] u32), then transposed into ap ([AG][kcq] u32); columns past ag and pairs past kc are zero. */
+FL_INLINE void pack_a_m(uint16_t *ap, uint32_t *tmp, const uint8_t *a, int64_t lda, int64_t kc, int64_t kcq, int64_t ag,
+                        const fl_fp8_lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2;
+    for (int64_t kp = 0; kp < kcp; kp++) {
+        const uint8_t *r = a + 2 * kp * lda;
+        if (2 * (kp + PF_PAIRS) + 1 < kc) {
+            __builtin_prefetch(r + 2 * PF_PAIRS * lda, 0, 3);
+            __builtin_prefetch(r + (2 * PF_PAIRS + 1) * lda, 0, 3);
+        }
+        const __m512i x = fl_fp8_dec32(load32(r, ag), L);
+        const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + lda, ag), L) : _mm512_setzero_si512();
+        __m512i lo, hi;
+        interleave(x, y, &lo, &hi);
+        _mm512_store_si512(tmp + kp * AG, lo);
+        _mm512_store_si512(tmp + kp * AG + 16, hi);
+    }
+    if (kcq > kcp) memset(tmp + kcp * AG, 0, (size_t)((kcq - kcp) * 4 * AG));
+    uint32_t *d = (uint32_t *)ap;
+    for (int64_t k0 = 0; k0 < kcq; k0 += 16)
+        for (int64_t m0 = 0; m0 < AG; m0 += 16)   /* pairs k0..k0+15 of columns m0.. → rows m0.. of d */
+            tr16x16_u32(tmp + k0 * AG + m0, AG, d + m0 * kcq + k0, kcq, 16);
+}
+
+/* The 32 × 32 micro-tile's sums in sum[32][32] (rows i < mr, columns < nv) into C: added to C's earlier K
+ * blocks' (load_c), and in the last K block multiplied by the scales and given the bias as mm_epi says. */
+FL_INLINE void store_tile(const float *sum, float *c, int64_t ldc, int64_t mr, int64_t nv, bool load_c, bool last,
+                          const mm_epi *E) {
+    const __mmask16 k0 = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1u);
+    const __mmask16 k1 = nv >= 32 ? 0xFFFF : nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1u);
+    const float *bias = E->bias;
+    const bool vec = E->rs || E->cs;
+    const __m512 bv0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
+    const __m512 bv1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
+    const __m512 sc = _mm512_set1_ps(E->scale);
+    const bool ld = last && E->cs;
+    const __m512 cs0 = ld ? _mm512_maskz_loadu_ps(k0, E->cs) : _mm512_set1_ps(E->sb0);
+    const __m512 cs1 = ld ? _mm512_maskz_loadu_ps(k1, E->cs + 16) : _mm512_set1_ps(E->sb0);
+    for (int64_t i = 0; i < mr; i++) {
+        __m512 v0 = _mm512_load_ps(sum + i * NR), v1 = _mm512_load_ps(sum + i * NR + 16);
+        if (load_c) {
+            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, c + i * ldc), v0);
+            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, c + i * ldc + 16), v1);
+        }
+        if (last) {   /* the same roundings as cpu_fp8_gemm.c's scale pass: sum·(sa·sb), then + bias */
+            __m512 s0 = sc, s1 = sc;
+            if (vec) {
+                const __m512 ra = _mm512_set1_ps(E->rs ? E->rs[i] : E->sa0);
+                s0 = _mm512_mul_ps(ra, cs0);
+                s1 = _mm512_mul_ps(ra, cs1);
+            }
+            v0 = _mm512_mul_ps(v0, s0);
+            v1 = _mm512_mul_ps(v1, s1);
+            if (bias) { v0 = _mm512_add_ps(v0, bv0); v1 = _mm512_add_ps(v1, bv1); }
+        }
+        _mm512_mask_storeu_ps(c + i * ldc, k0, v0);
+        _mm512_mask_storeu_ps(c + i * ldc + 16, k1, v1);
+    }
+}
+
+/* B's block [k0, k0+kc) × [n0, n0+nb) into bpk (tmp: pack_b_k's scratch). */
+FL_CPU_AMX static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp) {
+    const fl_fp8_lut4 LB = fl_fp8_lut_load(fl_fp8_bf16_lut(J->e5_b));
+    if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, kcq_of(kc), nb, &LB);
+    else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, kcq_of(kc), nb, &LB);
+}
+
+/* Rows [m, m+ag) (ag ≤ AG) of C[ , n0 .. n0+nb) for the K block [k0, k0+kc), whose B block is in bpk. apk holds
+ * the packed group and, after it, pack_a_m's scratch. */
+FL_CPU_AMX static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
+                                 const void *bpkv, void *apkv) {
+    const uint16_t *bpk = bpkv;
+    uint16_t *apk = apkv;
+    const fl_fp8_lut4 LA = fl_fp8_lut_load(fl_fp8_bf16_lut(J->e5_a));
+    const int64_t kcq = kcq_of(kc), ldc = J->N;
+    const bool first = k0 == 0, last = k0 + J->kc >= J->K;
+    if (J->a_mcontig) pack_a_m(apk, (uint32_t *)(apk + 2 * kcq * AG), J->a + k0 * J->lda + m, J->lda, kc, kcq, ag, &LA);
+    else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, kcq, ag, &LA);
+    _Alignas(64) float sum[MR * NR];
+    const uint32_t *a0 = (const uint32_t *)apk, *a1 = a0 + 16 * kcq;
+    const bool two = ag > 16;   /* rows 16..31 hold something */
+    tiles_config();
+    for (int64_t nj = 0; nj < nb; nj += NR) {
+        const int64_t nv = nb - nj < NR ? nb - nj : NR;
+        const uint32_t *bp = (const uint32_t *)(bpk + (nj / NR) * kcq * 2 * NR);
+        _tile_zero(0);
+        _tile_zero(1);
+        if (two) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        for (int64_t kp = 0; kp < kcq; kp += 16) {
+            _tile_loadd(4, a0 + kp, 4 * kcq);
+            _tile_loadd(6, bp + kp * NR, 4 * NR);
+            _tile_loadd(7, bp + kp * NR + 16, 4 * NR);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            if (two) {
+                _tile_loadd(5, a1 + kp, 4 * kcq);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+        _tile_stored(0, sum, 4 * NR);
+        _tile_stored(1, sum + 16, 4 * NR);
+        if (two) {
+            _tile_stored(2, sum + 16 * NR, 4 * NR);
+            _tile_stored(3, sum + 16 * NR + 16, 4 * NR);
+        }
+        const mm_epi E = { J->scale, J->sa0, J->sb0, J->rs ? J->rs + m : NULL, J->cs ? J->cs + n0 + nj : NULL,
+                           J->bias ? J->bias + n0 + nj : NULL };
+        store_tile(sum, J->c + m * ldc + n0 + nj, ldc, ag, nv, !first, last, &E);
+    }
+    _tile_release();
+}
+
+/* AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22), AVX512_BF16 for the packers' and the family's
+ * target, and the kernel's permission for this process, asked once. */
+static bool amx_permitted(void) {
+    static _Atomic int state;   /* 0: not asked yet, 1: yes, 2: no */
+    int s = atomic_load(&state);
+    if (s) return s == 1;
+    unsigned eax, ebx, ecx, edx;
+    bool ok = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1) && (edx >> 22 & 1);
+#ifdef SYS_arch_prctl
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    ok = ok && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    ok = false;
+#endif
+    atomic_store(&state, ok ? 1 : 2);
+    return ok;
+}
+
+static bool usable(void) {
+    return fl_cpu_amx_allowed && fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16") && amx_permitted();
+}
+
+static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
+    const int64_t kcq = kcq_of(kc);
+    *b = (size_t)(kcq * 4 * ((nb + NR - 1) / NR * NR));
+    *a = (size_t)(2 * kcq * 4 * AG);   /* the group, and pack_a_m's scratch after it */
+    *tmp = pack_b_k_tmp(kcq);
+}
+
+const mm_kernel fl_mm_amx = { "amx_bf16", NR, AG, KC, NB_MAX, false, 0, usable, sizes, pack_b_block, run_group };
+#endif

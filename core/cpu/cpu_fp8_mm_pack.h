@@ -1,0 +1,130 @@
+/* cpu_fp8_mm_pack.h — the packers the bf16-pair kernel families of the CPU FP8 GEMM share (cpu_fp8_mm_bf16.c:
+ * AVX512_BF16, cpu_fp8_mm_amx.c: AMX): FP8 bytes decoded to bf16 by table lookup (fl_fp8_dec32) and laid out as
+ * bf16 pairs (u32: (k even, k odd)), the unit vdpbf16ps and AMX's tdpbf16ps multiply.
+ *   B block: FL_MM_NR-column panels, panel j = [kcpo][FL_MM_NR] u32 (the VNNI layout; AMX reads it as two
+ *            16-column tiles), columns past N and pairs past kc zero.
+ * kcpo ≥ ceil(kc/2) is the pair count a family's panels hold: ceil(kc/2) for AVX512_BF16, that rounded up to a
+ * tile's 16 for AMX (an odd kc gets a zero pair partner in both operands). Included by those two files only; every
+ * function is inlined into its caller's target. */
+#ifndef FL_CPU_FP8_MM_PACK_H
+#define FL_CPU_FP8_MM_PACK_H
+#include "cpu_fp8_mm.h"
+#ifdef __x86_64__
+#include <string.h>
+#include <immintrin.h>
+
+#define FL_MM_NR 32
+#define FL_MM_PACK static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512dq,avx512bw")))
+
+/* The packers that walk an operand down its rows (b N-contiguous, a M-contiguous: 32 or 16 bytes of each row,
+ * rows a whole row apart) ask for the rows PF_PAIRS pairs ahead: the hardware prefetchers stop at the 4 KiB
+ * pages these walks cross every few rows, and in a step the operand is in memory. With cold operands the
+ * wgrads' median calls went from 1.42-1.44 to 1.26-1.36 ms (N 256 and 1024, 6 rounds of bench_fp8_gemm cold);
+ * the fastest calls and the other GEMMs stayed within noise (Zen 5, 2026-11-28). */
+#define PF_PAIRS 32
+
+/* n bytes (≤ 0: none, ≥ 32: 32) zero-extended to 16-bit lanes; missing lanes read as byte 0 (bf16 +0). */
+FL_MM_PACK __m512i load32(const uint8_t *p, int64_t n) {
+    const __mmask32 k = n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1u);
+    return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, p));
+}
+
+/* x, y: 32 bf16 of rows k, k+1 → the pairs (x[c], y[c]) of c = 0..15 (*lo) and c = 16..31 (*hi). */
+FL_MM_PACK void interleave(__m512i x, __m512i y, __m512i *lo, __m512i *hi) {
+    static const uint16_t il[64] = { 0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47,
+                                     16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                     24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63 };
+    *lo = _mm512_permutex2var_epi16(x, _mm512_loadu_si512(il), y);
+    *hi = _mm512_permutex2var_epi16(x, _mm512_loadu_si512(il + 32), y);
+}
+
+/* kc bytes at s decoded into d[0, kcpad) (zeros past kc). */
+FL_MM_PACK void dec_row(uint16_t *d, const uint8_t *s, int64_t kc, int64_t kcpad, const fl_fp8_lut4 *L) {
+    for (int64_t i = 0; i < kcpad; i += 32) {
+        const int64_t r = kcpad - i;
+        const __mmask32 k = r >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << r) - 1u);
+        _mm512_mask_storeu_epi16(d + i, k, fl_fp8_dec32(load32(s + i, kc - i), L));
+    }
+}
+
+/* The transpose of a 16 × 16 block of u32: row i of the block at t + i·lds (16 u32 each) → d[j·ldd + i] for the
+ * first nj rows j of the result. */
+FL_MM_PACK void tr16x16_u32(const uint32_t *t, int64_t lds, uint32_t *d, int64_t ldd, int64_t nj) {
+    __m512i r[16], s[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(t + i * lds);
+    for (int i = 0; i < 16; i += 2) {
+        s[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        s[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(s[i], s[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(s[i], s[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(s[i + 1], s[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(s[i + 1], s[i + 3]);
+    }
+    /* r[4g + q], 128-bit lane l: element 4l + q of rows 4g..4g+3. Two rounds of 128-bit lane shuffles gather
+     * element j's four lanes (rows 0-3, 4-7, 8-11, 12-15) into r[j]. */
+    for (int i = 0; i < 4; i++) {
+        s[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);        /* lanes 0, 2 of r[i], r[4+i] */
+        s[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xdd);    /* lanes 1, 3 */
+        s[8 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0x88);
+        s[12 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(s[i], s[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_i32x4(s[i], s[8 + i], 0xdd);
+        r[4 + i] = _mm512_shuffle_i32x4(s[4 + i], s[12 + i], 0x88);
+        r[12 + i] = _mm512_shuffle_i32x4(s[4 + i], s[12 + i], 0xdd);
+    }
+    for (int i = 0; i < 16 && i < nj; i++) _mm512_storeu_si512(d + i * ldd, r[i]);
+}
+
+/* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into panels of kcpo pairs: rows k, k+1 interleaved. */
+FL_MM_PACK void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t kcpo, int64_t nb,
+                         const fl_fp8_lut4 *L) {
+    const int64_t kcp = (kc + 1) / 2;
+    for (int64_t j = 0; j * FL_MM_NR < nb; j++) {
+        uint16_t *d = bp + j * kcpo * 2 * FL_MM_NR;
+        const int64_t nv = nb - j * FL_MM_NR;
+        for (int64_t kp = 0; kp < kcp; kp++) {
+            const uint8_t *r = b + 2 * kp * ldb + j * FL_MM_NR;
+            if (2 * (kp + PF_PAIRS) + 1 < kc) {
+                __builtin_prefetch(r + 2 * PF_PAIRS * ldb, 0, 3);
+                __builtin_prefetch(r + (2 * PF_PAIRS + 1) * ldb, 0, 3);
+            }
+            const __m512i x = fl_fp8_dec32(load32(r, nv), L);
+            const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + ldb, nv), L) : _mm512_setzero_si512();
+            __m512i lo, hi;
+            interleave(x, y, &lo, &hi);
+            _mm512_store_si512(d + kp * 2 * FL_MM_NR, lo);
+            _mm512_store_si512(d + kp * 2 * FL_MM_NR + 32, hi);
+        }
+        if (kcpo > kcp) memset(d + kcp * 2 * FL_MM_NR, 0, (size_t)((kcpo - kcp) * 4 * FL_MM_NR));
+    }
+}
+
+/* B block of a K-contiguous b (b[n·ldb + k], a transposed view): each column's bytes decoded into tmp
+ * (FL_MM_NR rows of kcq pairs, kcq = kcpo rounded up to 16), then 16 × 16 blocks of pairs transposed into the
+ * panel. */
+FL_MM_PACK void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t kcpo,
+                         int64_t nb, const fl_fp8_lut4 *L) {
+    const int64_t kcq = (kcpo + 15) & ~(int64_t)15;
+    for (int64_t j = 0; j * FL_MM_NR < nb; j++) {
+        for (int64_t c = 0; c < FL_MM_NR; c++) {
+            uint16_t *row = tmp + c * 2 * kcq;
+            if (j * FL_MM_NR + c < nb) dec_row(row, b + (j * FL_MM_NR + c) * ldb, kc, 2 * kcq, L);
+            else memset(row, 0, (size_t)(4 * kcq));
+        }
+        const uint32_t *t = (const uint32_t *)tmp;
+        uint32_t *d = (uint32_t *)(bp + j * kcpo * 2 * FL_MM_NR);
+        for (int64_t k0 = 0; k0 < kcpo; k0 += 16)
+            for (int64_t c0 = 0; c0 < FL_MM_NR; c0 += 16)   /* rows c0..c0+15 of tmp, pairs k0.. → d[k][c0..] */
+                tr16x16_u32(t + c0 * kcq + k0, kcq, d + k0 * FL_MM_NR + c0, FL_MM_NR, kcpo - k0);
+    }
+}
+
+/* pack_b_k's scratch: FL_MM_NR rows of kcpo pairs rounded up to 16. */
+static inline size_t pack_b_k_tmp(int64_t kcpo) { return (size_t)(FL_MM_NR * 4 * ((kcpo + 15) & ~(int64_t)15)); }
+#endif
+#endif
