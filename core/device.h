@@ -166,6 +166,9 @@ typedef struct fl_device {
 const fl_device *fl_device_get(int id);   /* NULL if that device is not available */
 void fl_device_register(int id, const fl_device *dev);
 const fl_device *fl_cpu_device(void);
+/* The kernel family the CPU device's own FP8 GEMM runs on this CPU ("amx_bf16", "avx512_bf16", "avx2_fma"; NULL:
+ * none, FP8 GEMMs decode + oneDNN): core/cpu/cpu_fp8_mm.c. */
+const char *fl_cpu_fp8_mm_family(void);
 const char *fl_device_name(int id);       /* "cpu", "cuda" */
 /* Why fl_device_get(id) gives NULL ("" for the CPU): for error messages. */
 const char *fl_device_unavailable(int id);

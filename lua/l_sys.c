@@ -10,6 +10,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "device.h"
 #include "l_util.h"
 
 /* setenv(name, value) sets, setenv(name, nil) removes. */
@@ -126,6 +127,16 @@ static int l_omp_max_threads(lua_State *L) {
 #define BUILT_MPI 0
 #endif
 
+/* cpu_fp8_gemm() -> the kernel family of the CPU's own FP8 GEMM on this CPU ("amx_bf16", "avx512_bf16",
+ * "avx2_fma"), or nil: FP8 GEMMs decode to bf16 and run oneDNN. */
+static int l_cpu_fp8_gemm(lua_State *L) {
+    fl_lmaxargs(L, 0, "cpu_fp8_gemm", "no arguments");
+    const char *f = fl_cpu_fp8_mm_family();
+    if (f) lua_pushstring(L, f);
+    else lua_pushnil(L);
+    return 1;
+}
+
 /* build() -> which optional engines were compiled in: {cuda=, cublaslt=, nccl=, mpi=}. */
 static int l_build(lua_State *L) {
     static const struct { const char *name; int on; } BUILT[] = {
@@ -148,6 +159,7 @@ static const luaL_Reg sys_funcs[] = {
     {"geteuid", l_geteuid},
     {"omp_max_threads", l_omp_max_threads},
     {"build", l_build},
+    {"cpu_fp8_gemm", l_cpu_fp8_gemm},
     {NULL, NULL},
 };
 

@@ -210,6 +210,10 @@ local function env_cmd(host, ...)
   local model, count, flags = cpu_info()
   row("CPU", ("%s, %d logical CPUs"):format(model, count))
   row("CPU flags", flags)
+  local fam = sys.cpu_fp8_gemm()
+  local FAMILY = { amx_bf16 = "AMX tiles", avx512_bf16 = "AVX-512 BF16 dot products", avx2_fma = "AVX2 + FMA" }
+  row("FP8 GEMM", fam and ("%s: fp8lab's own kernels, %s (core/cpu/cpu_fp8_mm_*.c)"):format(fam, FAMILY[fam] or fam)
+    or "decode to bf16 + oneDNN (no kernel family of fp8lab's own runs on this CPU)")
   local gpus = gpu_lines()
   if #gpus == 0 then row("GPUs", "none seen (nvidia-smi lists none or is not installed)") end
   for j, g in ipairs(gpus) do row(j == 1 and "GPUs" or "", g) end

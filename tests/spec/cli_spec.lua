@@ -489,7 +489,7 @@ describe("fp8lab env", function()
     assert.are.equal(0, code, err)
     for _, pat in ipairs { "fp8lab%s+0%.1", "Lua%s+Lua 5%.4", "libyaml%s+%d+%.%d+", "oneDNN%s+%S+", "CUDA%s+%S+",
       "cuBLASLt%s+%S+", "NCCL%s+%S+", "MPI%s+%S+", "OpenMP%s+%d+ threads", "CPU%s+%S+", "CPU flags%s+avx512f (%a+)",
-      "amx_bf16 %a+", "GPUs%s+%S+", "\nEnvironment\n", "FP8LAB_FP8_MARGIN=2", "\nConfig\n",
+      "amx_bf16 %a+", "FP8 GEMM%s+[%w_]+: fp8lab's own kernels", "GPUs%s+%S+", "\nEnvironment\n", "FP8LAB_FP8_MARGIN=2", "\nConfig\n",
       "accelerate_te%.yaml %(FP8LAB_CONFIG_FILE%)", "notice: .*ignoring settings", "  backend: TE" } do
       assert.truthy(out:find(pat), "env lacks " .. pat .. "\n" .. out)
     end
