@@ -56,7 +56,8 @@ machine_line() {
   model=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)
   fam=$(sed -n 's/^cpu family[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n1)
   mod=$(sed -n 's/^model[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n1)
-  if cpu_has_bf16dot; then flags="AVX-512 with AVX512_BF16"
+  if cpu_has_bf16dot && grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then flags="AVX-512 with AVX512_BF16 and AMX-BF16"
+  elif cpu_has_bf16dot; then flags="AVX-512 with AVX512_BF16"
   elif grep -qw avx512f /proc/cpuinfo 2>/dev/null; then flags="AVX-512, no AVX512_BF16"
   else flags="no AVX-512"; fi
   echo "${model:-unknown CPU} (family ${fam:-?} model ${mod:-?}, $flags; $(nproc 2>/dev/null || echo '?') CPUs visible), load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
