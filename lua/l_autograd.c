@@ -19,30 +19,23 @@ static int m_requires_grad(lua_State *L) {
     return 1;
 }
 
-/* A method of no arguments: the tensor at 1 (a released one is named first), nothing after it. */
-static fl_tensor *check_noargs(lua_State *L, const char *fname) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    fl_lmaxargs(L, 1, fname, "no arguments");
-    return t;
-}
-
-static int m_is_leaf(lua_State *L) { lua_pushboolean(L, check_noargs(L, "is_leaf")->grad_fn == NULL); return 1; }
+static int m_is_leaf(lua_State *L) { lua_pushboolean(L, fl_lchecknoargs(L, "is_leaf")->grad_fn == NULL); return 1; }
 
 static int m_grad_fn(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "grad_fn");
+    fl_tensor *t = fl_lchecknoargs(L, "grad_fn");
     if (t->grad_fn) lua_pushstring(L, t->grad_fn->name); else lua_pushnil(L);
     return 1;
 }
 
 static int m_detach(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "detach");
+    fl_tensor *t = fl_lchecknoargs(L, "detach");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_detach(slot, t));
     return 1;
 }
 
 static int m_zero_grad(lua_State *L) {
-    fl_tensor_zero_grad(check_noargs(L, "zero_grad"));
+    fl_tensor_zero_grad(fl_lchecknoargs(L, "zero_grad"));
     return 0;
 }
 

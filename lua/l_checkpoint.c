@@ -409,6 +409,41 @@ static int l_mkdir(lua_State *L) {
     return 2;
 }
 
+/* mkdir_p(path) → true, or nil + message: path and the directories above it, as `mkdir -p` (mode 0777 & ~umask;
+ * an existing directory is fine). The message names the part that could not be made ("a/file: cannot create
+ * the directory: File exists" when a regular file is in the way). An empty path is refused. The one mkdir -p of
+ * the Lua side: fp8.checkpointing (the directories above a checkpoint), fp8.profiler (output_trace_dir) and
+ * fp8.args.out_dir (a script's --out) use it. */
+static int l_mkdir_p(lua_State *L) {
+    size_t n;
+    const char *path = luaL_checklstring(L, 1, &n);
+    if (n == 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "mkdir_p: cannot create a directory with an empty name");
+        return 2;
+    }
+    luaL_Buffer b;
+    char *p = luaL_buffinitsize(L, &b, n + 1);   /* a copy cut at each '/' in turn; freed with the stack */
+    memcpy(p, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {             /* from 1: a leading '/' names the root, not an empty part */
+        if (p[i] != '/' && p[i] != '\0') continue;
+        char c = p[i];
+        p[i] = '\0';
+        struct stat sb;
+        if (mkdir(p, 0777) != 0) {
+            int e = errno;
+            if (!(e == EEXIST && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+                lua_pushnil(L);
+                lua_pushfstring(L, "%s: cannot create the directory: %s", p, strerror(e));
+                return 2;
+            }
+        }
+        p[i] = c;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 /* listdir(path) → sorted names (without . and ..), or nil + message. */
 static int l_listdir(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
@@ -752,7 +787,7 @@ static const luaL_Reg so_methods[] = {
 };
 
 static const luaL_Reg ckpt_funcs[] = {
-    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"mkdir_p", l_mkdir_p}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };
 

@@ -1,9 +1,6 @@
 /* l_profiler.c — require "fp8._profiler": the core recorder (core/profiler.h) for Lua. start/stop a
  * recording session, push/pop named ranges (ProfilerStep#N, module paths), read the events as tables,
  * clear. lua/fp8/profiler.lua builds the user-facing profiler (schedule, tables, Chrome trace) on it. */
-#include <errno.h>
-#include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "l_util.h"
 #include "profiler.h"
@@ -101,30 +98,6 @@ static int l_events(lua_State *L) {
     return 1;
 }
 
-/* mkdir_p(path) -> true, or nil and a message: output_trace_dir and its parents (mode 0777 & ~umask). */
-static int l_mkdir_p(lua_State *L) {
-    size_t n;
-    const char *path = luaL_checklstring(L, 1, &n);
-    luaL_Buffer b;
-    char *p = luaL_buffinitsize(L, &b, n + 1);
-    memcpy(p, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != '\0') continue;
-        char c = p[i];
-        p[i] = '\0';
-        struct stat st;
-        if (mkdir(p, 0777) != 0 && !(errno == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode))) {
-            int e = errno;
-            lua_pushnil(L);
-            lua_pushfstring(L, "cannot create directory %s: %s", p, strerror(e == EEXIST ? ENOTDIR : e));
-            return 2;
-        }
-        p[i] = c;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
-}
-
 static const luaL_Reg funcs[] = {
     {"start", l_start},
     {"stop", l_stop},
@@ -140,7 +113,6 @@ static const luaL_Reg funcs[] = {
     {"set_max_events", l_set_max_events},
     {"clear", l_clear},
     {"now", l_now},
-    {"mkdir_p", l_mkdir_p},
     {"getpid", l_getpid},
     {"has_device_clock", l_has_device_clock},
     {"device_on", l_device_on},

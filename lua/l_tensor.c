@@ -349,19 +349,13 @@ static int m_size(lua_State *L) {
     lua_pushinteger(L, t->shape[check_dim(L, 2, t->ndim)]);
     return 1;
 }
-/* A method of no arguments: the tensor at 1 (a released one is named first), nothing after it. */
-static fl_tensor *check_noargs(lua_State *L, const char *fname) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    fl_lmaxargs(L, 1, fname, "no arguments");
-    return t;
-}
-static int m_dim(lua_State *L) { lua_pushinteger(L, check_noargs(L, "dim")->ndim); return 1; }
-static int m_numel(lua_State *L) { lua_pushinteger(L, fl_tensor_numel(check_noargs(L, "numel"))); return 1; }
-static int m_dtype(lua_State *L) { lua_pushstring(L, fl_format(check_noargs(L, "dtype")->dtype)->name); return 1; }
-static int m_device(lua_State *L) { lua_pushstring(L, fl_device_name(check_noargs(L, "device")->device)); return 1; }
-static int m_is_contiguous(lua_State *L) { lua_pushboolean(L, fl_tensor_is_contiguous(check_noargs(L, "is_contiguous"))); return 1; }
-static int m_is_fp8(lua_State *L) { lua_pushboolean(L, fl_format(check_noargs(L, "is_fp8")->dtype)->is_fp8); return 1; }
-static int m_shape_str(lua_State *L) { fl_tensor *t = check_noargs(L, "shape_str"); fl_lpushshape(L, t->ndim, t->shape); return 1; }
+static int m_dim(lua_State *L) { lua_pushinteger(L, fl_lchecknoargs(L, "dim")->ndim); return 1; }
+static int m_numel(lua_State *L) { lua_pushinteger(L, fl_tensor_numel(fl_lchecknoargs(L, "numel"))); return 1; }
+static int m_dtype(lua_State *L) { lua_pushstring(L, fl_format(fl_lchecknoargs(L, "dtype")->dtype)->name); return 1; }
+static int m_device(lua_State *L) { lua_pushstring(L, fl_device_name(fl_lchecknoargs(L, "device")->device)); return 1; }
+static int m_is_contiguous(lua_State *L) { lua_pushboolean(L, fl_tensor_is_contiguous(fl_lchecknoargs(L, "is_contiguous"))); return 1; }
+static int m_is_fp8(lua_State *L) { lua_pushboolean(L, fl_format(fl_lchecknoargs(L, "is_fp8")->dtype)->is_fp8); return 1; }
+static int m_shape_str(lua_State *L) { fl_tensor *t = fl_lchecknoargs(L, "shape_str"); fl_lpushshape(L, t->ndim, t->shape); return 1; }
 
 static int m_len(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -429,7 +423,7 @@ static int m_t(lua_State *L) {
     return 1;
 }
 static int m_contiguous(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "contiguous");
+    fl_tensor *t = fl_lchecknoargs(L, "contiguous");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_contiguous(slot, t));
     return 1;
@@ -457,7 +451,7 @@ static int m_expand(lua_State *L) {
     return 1;
 }
 static int m_clone(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "clone");
+    fl_tensor *t = fl_lchecknoargs(L, "clone");
     if (fl_format(t->dtype)->is_fp8)
         return luaL_error(L, "clone() of an FP8 tensor is not supported; dequantize() and quantize again");
     fl_tensor **slot = fl_lnewbox(L);
@@ -490,13 +484,13 @@ static int m_to(lua_State *L) {
 }
 
 static int m_cuda(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "cuda");
+    fl_tensor *t = fl_lchecknoargs(L, "cuda");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_to_device(slot, t, FL_DEV_CUDA));
     return 1;
 }
 static int m_cpu(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "cpu");
+    fl_tensor *t = fl_lchecknoargs(L, "cpu");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_to_device(slot, t, FL_DEV_CPU));
     return 1;
@@ -566,7 +560,7 @@ static int m_set(lua_State *L) {
 }
 
 static int m_item(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "item");
+    fl_tensor *t = fl_lchecknoargs(L, "item");
     if (fl_tensor_numel(t) != 1) {
         lua_pushstring(L, "item() needs a tensor with exactly one element, got shape ");
         fl_lpushshape(L, t->ndim, t->shape);
@@ -645,7 +639,7 @@ static void push_nested(lua_State *L, const fl_tensor *t, int d, const float **p
 }
 
 static int m_totable(lua_State *L) {
-    fl_tensor *t = check_noargs(L, "totable");
+    fl_tensor *t = fl_lchecknoargs(L, "totable");
     int64_t n;
     const float *p = read_all(L, t, &n);
     push_nested(L, t, 0, &p);

@@ -86,6 +86,12 @@ void fl_lmaxargs(lua_State *L, int n, const char *fname, const char *takes) {
     if (more > 0) luaL_error(L, "%s: takes %s; got %d more argument%s", fname, takes, more, more == 1 ? "" : "s");
 }
 
+fl_tensor *fl_lchecknoargs(lua_State *L, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 1, fname, "no arguments");
+    return t;
+}
+
 void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *valid) {
     if (lua_isnoneornil(L, idx)) return;
     idx = lua_absindex(L, idx);

@@ -48,6 +48,9 @@ void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, co
 /* A function called with more than n arguments would drop the rest silently (x:t(3), fp8.zeros({2}, "bf16", 5)):
  * an error "fname: takes <takes>; got k more argument(s)". */
 void fl_lmaxargs(lua_State *L, int n, const char *fname, const char *takes);
+/* A tensor method of no arguments (t:dim(), t:detach()): the tensor at 1 (a released one is named first, as
+ * fl_lchecktensor does), nothing after it ("fname: takes no arguments; got 1 more argument"). */
+fl_tensor *fl_lchecknoargs(lua_State *L, const char *fname);
 /* Option tables. fl_lcheckopts passes none/nil, and refuses a non-table or any key not in `valid`
  * (NULL-terminated): "fname: unknown option 'x' (valid: a, b)", with " (did you mean 'b'?)" after the key when a
  * valid name is near it (fl_suggest). The getters read opts[key] from the table at

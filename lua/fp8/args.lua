@@ -105,7 +105,7 @@ end
 function M.out_dir(p)
   if type(p) ~= "string" then error(("--out must be a path, got %s"):format(type(p)), 0) end
   local dir = p:match("^(.*)/[^/]*$")
-  if dir and dir ~= "" and not os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null") then
+  if dir and dir ~= "" and not require("fp8._checkpoint").mkdir_p(dir) then
     error(("--out %s: cannot create the directory %s"):format(p, dir), 0)
   end
 end

@@ -568,13 +568,7 @@ function M.install(Accelerator)
   local function make_parents(dir)
     local parent = dir:match("^(.+)/[^/]+$")
     if not parent then return true end
-    local path = parent:sub(1, 1) == "/" and "/" or ""
-    for part in parent:gmatch("[^/]+") do
-      path = (path == "" or path == "/") and path .. part or path .. "/" .. part
-      local ok, err = C.mkdir(path)
-      if not ok then return nil, err end
-    end
-    return true
+    return C.mkdir_p(parent)
   end
 
   -- save_state([dir]) → the directory written.

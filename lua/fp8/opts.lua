@@ -48,12 +48,19 @@ function M.unknown_text(k, valid, noun, after)
     near and (" (did you mean '%s'?)"):format(near) or "", table.concat(names, ", "))
 end
 
+-- more_args_message(fname, takes, n) -> "fname: takes <takes>; got n more argument(s)": the one wording of a call
+-- with n > 0 arguments too many, for no_more, strict_arity and Module's forward check (lua/fp8/nn/module.lua); the
+-- C bindings' fl_lmaxargs (lua/l_util.c) says the same.
+function M.more_args_message(fname, takes, n)
+  return ("%s: takes %s; got %d more argument%s"):format(fname, takes, n, n == 1 and "" or "s")
+end
+
 -- no_more(fname, takes, ...): the arguments past the last one a function takes (its own `...`); any there is an
 -- error naming what the function takes (a Lua function would drop them silently: fp8.stack(list, 1, "bf16")).
 -- Blames the function's caller.
 function M.no_more(fname, takes, ...)
   local n = select("#", ...)
-  if n > 0 then error(("%s: takes %s; got %d more argument%s"):format(fname, takes, n, n == 1 and "" or "s"), 3) end
+  if n > 0 then error(M.more_args_message(fname, takes, n), 3) end
 end
 
 -- What a Lua function written with a fixed parameter list takes: its parameter count (self included) and the
@@ -91,7 +98,7 @@ function M.strict_arity(class, label)
       local fname, n, takes = name == "new" and label or label .. ":" .. name, a.n, a.takes
       wrap[name] = function(...)
         local more = select("#", ...) - n
-        if more > 0 then error(("%s: takes %s; got %d more argument%s"):format(fname, takes, more, more == 1 and "" or "s"), 2) end
+        if more > 0 then error(M.more_args_message(fname, takes, more), 2) end
         return f(...)
       end
     end

@@ -13,6 +13,7 @@
 -- schedule everything from start to stop is one window.
 local O = require "fp8.opts"
 local P = require "fp8._profiler"
+local mkdir_p = require("fp8._checkpoint").mkdir_p   -- the file helpers' mkdir -p (lua/l_checkpoint.c)
 local kwargs = require "fp8.kwargs"
 
 local M = {}
@@ -181,7 +182,7 @@ function Profiler:_finish_window(drop)
   end
   local path = self:trace_path(self.windows)
   if path then
-    local ok, err = P.mkdir_p(self.options.output_trace_dir)
+    local ok, err = mkdir_p(self.options.output_trace_dir)
     if not ok then error("profiler: " .. err, 0) end
     ok, err = self:_write_trace(path)
     if not ok then error("profiler: " .. err, 0) end

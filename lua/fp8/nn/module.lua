@@ -152,7 +152,7 @@ function Module:_call(...)
   local a = O.arity(self.forward)   -- forward(x) given (x, 5) would drop the 5 silently
   if a and select("#", ...) + 1 > a.n then
     local more = select("#", ...) + 1 - a.n
-    error(("%s forward: takes %s; got %d more argument%s"):format(context_name(self), a.takes, more, more == 1 and "" or "s"), 2)
+    error(O.more_args_message(context_name(self) .. " forward", a.takes, more), 2)
   end
   local res = table.pack(pcall(Module._call_hook or self.forward, self, ...))
   if res[1] then return table.unpack(res, 2, res.n) end
