@@ -417,9 +417,10 @@ static int l_mkdir(lua_State *L) {
 static int l_mkdir_p(lua_State *L) {
     size_t n;
     const char *path = luaL_checklstring(L, 1, &n);
-    if (n == 0) {
+    if (n == 0 || strlen(path) != n) {
         lua_pushnil(L);
-        lua_pushliteral(L, "mkdir_p: cannot create a directory with an empty name");
+        lua_pushstring(L, n == 0 ? "mkdir_p: cannot create a directory with an empty name"
+                                 : "mkdir_p: a directory name cannot contain a NUL byte");
         return 2;
     }
     luaL_Buffer b;

@@ -105,8 +105,9 @@ end
 function M.out_dir(p)
   if type(p) ~= "string" then error(("--out must be a path, got %s"):format(type(p)), 0) end
   local dir = p:match("^(.*)/[^/]*$")
-  if dir and dir ~= "" and not require("fp8._checkpoint").mkdir_p(dir) then
-    error(("--out %s: cannot create the directory %s"):format(p, dir), 0)
+  if dir and dir ~= "" then
+    local ok, err = require("fp8._checkpoint").mkdir_p(dir)
+    if not ok then error(("--out %s: cannot create the directory %s (%s)"):format(p, dir, err), 0) end
   end
 end
 

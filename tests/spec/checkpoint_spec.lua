@@ -277,6 +277,15 @@ describe("fp8._checkpoint.mkdir_p (the one mkdir -p: checkpoints, profiler trace
     assert.is_nil(ok)
     assert.are.equal("mkdir_p: cannot create a directory with an empty name", err)
   end)
+
+  it("refuses a path with a NUL byte (it would create the part before it)", function()
+    local d = os.tmpname()
+    os.remove(d)
+    local ok, err = C.mkdir_p(d .. "\0/x")
+    assert.is_nil(ok)
+    assert.are.equal("mkdir_p: a directory name cannot contain a NUL byte", err)
+    assert.is_nil(io.open(d, "r"))
+  end)
 end)
 
 describe("acc:save_state / load_state", function()
