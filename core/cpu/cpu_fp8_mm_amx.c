@@ -69,15 +69,8 @@ FL_INLINE void pack_a_m(uint16_t *ap, uint32_t *tmp, const uint8_t *a, int64_t l
                         const fl_fp8_lut4 *L) {
     const int64_t kcp = (kc + 1) / 2;
     for (int64_t kp = 0; kp < kcp; kp++) {
-        const uint8_t *r = a + 2 * kp * lda;
-        if (2 * (kp + PF_PAIRS) + 1 < kc) {
-            __builtin_prefetch(r + 2 * PF_PAIRS * lda, 0, 3);
-            __builtin_prefetch(r + (2 * PF_PAIRS + 1) * lda, 0, 3);
-        }
-        const __m512i x = fl_fp8_dec32(load32(r, ag), L);
-        const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + lda, ag), L) : _mm512_setzero_si512();
         __m512i lo, hi;
-        interleave(x, y, &lo, &hi);
+        pair_rows(a + 2 * kp * lda, lda, ag, kp, kc, L, &lo, &hi);
         _mm512_store_si512(tmp + kp * AG, lo);
         _mm512_store_si512(tmp + kp * AG + 16, hi);
     }
@@ -92,35 +85,16 @@ FL_INLINE void pack_a_m(uint16_t *ap, uint32_t *tmp, const uint8_t *a, int64_t l
  * blocks' (load_c), and in the last K block multiplied by the scales and given the bias as mm_epi says. */
 FL_INLINE void store_tile(const float *sum, float *c, int64_t ldc, int64_t mr, int64_t nv, bool load_c, bool last,
                           const mm_epi *E) {
-    const __mmask16 k0 = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1u);
-    const __mmask16 k1 = nv >= 32 ? 0xFFFF : nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1u);
-    const float *bias = E->bias;
-    const bool vec = E->rs || E->cs;
-    const __m512 bv0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
-    const __m512 bv1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
-    const __m512 sc = _mm512_set1_ps(E->scale);
-    const bool ld = last && E->cs;
-    const __m512 cs0 = ld ? _mm512_maskz_loadu_ps(k0, E->cs) : _mm512_set1_ps(E->sb0);
-    const __m512 cs1 = ld ? _mm512_maskz_loadu_ps(k1, E->cs + 16) : _mm512_set1_ps(E->sb0);
+    const mm_epi32 P = epi_setup(E, nv, last);
     for (int64_t i = 0; i < mr; i++) {
         __m512 v0 = _mm512_load_ps(sum + i * NR), v1 = _mm512_load_ps(sum + i * NR + 16);
         if (load_c) {
-            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, c + i * ldc), v0);
-            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, c + i * ldc + 16), v1);
+            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(P.k0, c + i * ldc), v0);
+            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(P.k1, c + i * ldc + 16), v1);
         }
-        if (last) {   /* the same roundings as cpu_fp8_gemm.c's scale pass: sum·(sa·sb), then + bias */
-            __m512 s0 = sc, s1 = sc;
-            if (vec) {
-                const __m512 ra = _mm512_set1_ps(E->rs ? E->rs[i] : E->sa0);
-                s0 = _mm512_mul_ps(ra, cs0);
-                s1 = _mm512_mul_ps(ra, cs1);
-            }
-            v0 = _mm512_mul_ps(v0, s0);
-            v1 = _mm512_mul_ps(v1, s1);
-            if (bias) { v0 = _mm512_add_ps(v0, bv0); v1 = _mm512_add_ps(v1, bv1); }
-        }
-        _mm512_mask_storeu_ps(c + i * ldc, k0, v0);
-        _mm512_mask_storeu_ps(c + i * ldc + 16, k1, v1);
+        if (last) epi_row(&P, E, i, &v0, &v1);
+        _mm512_mask_storeu_ps(c + i * ldc, P.k0, v0);
+        _mm512_mask_storeu_ps(c + i * ldc + 16, P.k1, v1);
     }
 }
 

@@ -45,15 +45,8 @@ FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, in
     const int64_t kcp = (kc + 1) / 2;
     uint32_t *d = (uint32_t *)ap;
     for (int64_t kp = 0; kp < kcp; kp++) {
-        const uint8_t *r = a + 2 * kp * lda;
-        if (2 * (kp + PF_PAIRS) + 1 < kc) {
-            __builtin_prefetch(r + 2 * PF_PAIRS * lda, 0, 3);
-            __builtin_prefetch(r + (2 * PF_PAIRS + 1) * lda, 0, 3);
-        }
-        const __m512i x = fl_fp8_dec32(load32(r, ag), L);
-        const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + lda, ag), L) : _mm512_setzero_si512();
         __m512i lo, hi;
-        interleave(x, y, &lo, &hi);
+        pair_rows(a + 2 * kp * lda, lda, ag, kp, kc, L, &lo, &hi);
         _mm256_store_si256((__m256i *)(d + kp * MR), _mm512_castsi512_si256(lo));
         _mm256_store_si256((__m256i *)(d + kcp * MR + kp * MR), _mm512_extracti64x4_epi64(lo, 1));
     }
@@ -85,29 +78,12 @@ FL_INLINE void kern(const uint32_t *ap, int64_t ars, int64_t aks, const uint16_t
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
         }
     }
-    const float *bias = E->bias;
-    const bool vec = E->rs || E->cs;
-    const __m512 bv0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
-    const __m512 bv1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
-    const __m512 sc = _mm512_set1_ps(E->scale);
-    const bool ld = last && E->cs;   /* the column scales are read only by the last K block */
-    const __m512 cs0 = ld ? _mm512_maskz_loadu_ps(k0, E->cs) : _mm512_set1_ps(E->sb0);
-    const __m512 cs1 = ld ? _mm512_maskz_loadu_ps(k1, E->cs + 16) : _mm512_set1_ps(E->sb0);
+    const mm_epi32 P = epi_setup(E, nv, last);
     #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
         if (i >= mr) break;
         __m512 v0 = acc[i][0], v1 = acc[i][1];
-        if (last) {   /* the same roundings as cpu_fp8_gemm.c's scale pass: sum·(sa·sb), then + bias */
-            __m512 s0 = sc, s1 = sc;
-            if (vec) {
-                const __m512 ra = _mm512_set1_ps(E->rs ? E->rs[i] : E->sa0);
-                s0 = _mm512_mul_ps(ra, cs0);
-                s1 = _mm512_mul_ps(ra, cs1);
-            }
-            v0 = _mm512_mul_ps(v0, s0);
-            v1 = _mm512_mul_ps(v1, s1);
-            if (bias) { v0 = _mm512_add_ps(v0, bv0); v1 = _mm512_add_ps(v1, bv1); }
-        }
+        if (last) epi_row(&P, E, i, &v0, &v1);
         _mm512_mask_storeu_ps(c + i * ldc, k0, v0);
         _mm512_mask_storeu_ps(c + i * ldc + 16, k1, v1);
     }

@@ -80,6 +80,20 @@ FL_MM_PACK void tr16x16_u32(const uint32_t *t, int64_t lds, uint32_t *d, int64_t
     for (int i = 0; i < 16 && i < nj; i++) _mm512_storeu_si512(d + i * ldd, r[i]);
 }
 
+/* Rows 2kp and 2kp + 1 of an operand walked down its rows (r: row 2kp; ld: elements a row; n elements of each
+ * row, ≤ 32; kc rows in all, a missing row 2kp + 1 reads as zeros) decoded and interleaved into pairs (*lo: the
+ * first 16 elements' pairs, *hi: the next 16), asking for the rows PF_PAIRS pairs ahead. */
+FL_MM_PACK void pair_rows(const uint8_t *r, int64_t ld, int64_t n, int64_t kp, int64_t kc, const fl_fp8_lut4 *L,
+                          __m512i *lo, __m512i *hi) {
+    if (2 * (kp + PF_PAIRS) + 1 < kc) {
+        __builtin_prefetch(r + 2 * PF_PAIRS * ld, 0, 3);
+        __builtin_prefetch(r + (2 * PF_PAIRS + 1) * ld, 0, 3);
+    }
+    const __m512i x = fl_fp8_dec32(load32(r, n), L);
+    const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + ld, n), L) : _mm512_setzero_si512();
+    interleave(x, y, lo, hi);
+}
+
 /* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into panels of kcpo pairs: rows k, k+1 interleaved. */
 FL_MM_PACK void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t kcpo, int64_t nb,
                          const fl_fp8_lut4 *L) {
@@ -88,15 +102,8 @@ FL_MM_PACK void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc
         uint16_t *d = bp + j * kcpo * 2 * FL_MM_NR;
         const int64_t nv = nb - j * FL_MM_NR;
         for (int64_t kp = 0; kp < kcp; kp++) {
-            const uint8_t *r = b + 2 * kp * ldb + j * FL_MM_NR;
-            if (2 * (kp + PF_PAIRS) + 1 < kc) {
-                __builtin_prefetch(r + 2 * PF_PAIRS * ldb, 0, 3);
-                __builtin_prefetch(r + (2 * PF_PAIRS + 1) * ldb, 0, 3);
-            }
-            const __m512i x = fl_fp8_dec32(load32(r, nv), L);
-            const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + ldb, nv), L) : _mm512_setzero_si512();
             __m512i lo, hi;
-            interleave(x, y, &lo, &hi);
+            pair_rows(b + 2 * kp * ldb + j * FL_MM_NR, ldb, nv, kp, kc, L, &lo, &hi);
             _mm512_store_si512(d + kp * 2 * FL_MM_NR, lo);
             _mm512_store_si512(d + kp * 2 * FL_MM_NR + 32, hi);
         }
@@ -121,6 +128,44 @@ FL_MM_PACK void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, int64_t 
         for (int64_t k0 = 0; k0 < kcpo; k0 += 16)
             for (int64_t c0 = 0; c0 < FL_MM_NR; c0 += 16)   /* rows c0..c0+15 of tmp, pairs k0.. → d[k][c0..] */
                 tr16x16_u32(t + c0 * kcq + k0, kcq, d + k0 * FL_MM_NR + c0, FL_MM_NR, kcpo - k0);
+    }
+}
+
+/* The epilogue of a 32-column micro-tile's rows (mm_epi): set up once per micro-tile, then applied to each row's
+ * two vectors of sums in the last K block: v·s (+ bias) with s = scale (per-tensor scales) or
+ * (rs ? rs[i] : sa0)·(cs ? cs[j] : sb0); the same roundings as cpu_fp8_gemm.c's scale pass: sum·(sa·sb), then
+ * + bias. k0, k1: the columns [0, 16) and [16, 32) below nv. */
+typedef struct {
+    __mmask16 k0, k1;
+    bool vec, bias;
+    __m512 bv0, bv1, sc, cs0, cs1;
+} mm_epi32;
+FL_MM_PACK mm_epi32 epi_setup(const mm_epi *E, int64_t nv, bool last) {
+    mm_epi32 P;
+    P.k0 = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1u);
+    P.k1 = nv >= 32 ? 0xFFFF : nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1u);
+    P.vec = E->rs || E->cs;
+    P.bias = E->bias != NULL;
+    P.bv0 = P.bias ? _mm512_maskz_loadu_ps(P.k0, E->bias) : _mm512_setzero_ps();
+    P.bv1 = P.bias ? _mm512_maskz_loadu_ps(P.k1, E->bias + 16) : _mm512_setzero_ps();
+    P.sc = _mm512_set1_ps(E->scale);
+    const bool ld = last && E->cs;   /* the column scales are read only by the last K block */
+    P.cs0 = ld ? _mm512_maskz_loadu_ps(P.k0, E->cs) : _mm512_set1_ps(E->sb0);
+    P.cs1 = ld ? _mm512_maskz_loadu_ps(P.k1, E->cs + 16) : _mm512_set1_ps(E->sb0);
+    return P;
+}
+FL_MM_PACK void epi_row(const mm_epi32 *P, const mm_epi *E, int64_t i, __m512 *v0, __m512 *v1) {
+    __m512 s0 = P->sc, s1 = P->sc;
+    if (P->vec) {
+        const __m512 ra = _mm512_set1_ps(E->rs ? E->rs[i] : E->sa0);
+        s0 = _mm512_mul_ps(ra, P->cs0);
+        s1 = _mm512_mul_ps(ra, P->cs1);
+    }
+    *v0 = _mm512_mul_ps(*v0, s0);
+    *v1 = _mm512_mul_ps(*v1, s1);
+    if (P->bias) {
+        *v0 = _mm512_add_ps(*v0, P->bv0);
+        *v1 = _mm512_add_ps(*v1, P->bv1);
     }
 }
 
