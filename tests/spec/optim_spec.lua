@@ -184,6 +184,23 @@ describe("fp8.optim arguments", function()
     end
   end)
 
+  it("refuses a parameter of a dtype its step does not update when it is added, not at the first step", function()
+    local b16 = fp8.zeros({ 2 }, "bf16"):requires_grad(true)
+    for _, c in ipairs {
+      { function() return optim.SGD({ b16 }, { lr = 1 }) end, "SGD: group 1 params[1] is bf16; SGD updates fp32 parameters" },
+      { function() return optim.AdamW({ p(), b16 }) end, "AdamW: group 1 params[2] is bf16; AdamW updates fp32 parameters" },
+      { function() local o = optim.AdamW({ p() }); return o:add_param_group { params = { b16 } } end,
+        "AdamW: params[1] is bf16" },
+      { function() return require("fp8.optim.msamp_adamw").new({ b16 }) end, "MSAMPAdamW: group 1 params[1] is bf16; MSAMPAdamW updates fp16 or fp32 parameters" },
+    } do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[2], 1, true), tostring(err))
+    end
+    -- MS-AMP's optimizer keeps fp16 weights (O2)
+    assert.truthy(require("fp8.optim.msamp_adamw").new({ fp8.zeros({ 2 }, "fp16"):requires_grad(true) }))
+  end)
+
   it("gives every group its own copy of a table option (betas)", function()
     local a = optim.AdamW({ { params = { p() } }, { params = { p() } } }, { betas = { 0.9, 0.99 } })
     a.param_groups[1].betas[1] = 0.5

@@ -12,6 +12,7 @@ local DEFAULTS = { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay =
 
 AdamW.DEFAULTS = DEFAULTS
 
+AdamW._param_dtypes = { fp32 = true }   -- fp8._optim.adamw_step updates fp32 parameters
 function AdamW.new(params, opts) return Optimizer.new(AdamW, "AdamW", DEFAULTS, params, opts) end
 
 function AdamW:_check_group(g)

@@ -17,6 +17,7 @@ local AdamW = require "fp8.optim.adamw"
 -- Same options and checks as AdamW (the messages name MSAMPAdamW).
 function MSAMPAdamW.new(params, opts) return Optimizer.new(MSAMPAdamW, "MSAMPAdamW", AdamW.DEFAULTS, params, opts) end
 MSAMPAdamW._check_group = AdamW._check_group
+MSAMPAdamW._param_dtypes = { fp32 = true, fp16 = true }   -- fp8._optim.msamp_adamw_step: fp32 or fp16 weights
 
 -- from_adamw(opt, {fp8_weights = {[param] = e4m3 tensor}, moments = "fp8"|"fp32"}) → a MSAMPAdamW
 -- over the same groups. moments="fp32" is MS-AMP O1: fp32 m and v, fp16 weights, FP8 gradients.

@@ -94,7 +94,17 @@ function Optimizer:_add_group(g, i)
   -- a parameter in two places would be updated twice a step (torch refuses it across groups, warns within one)
   local seen = {}
   for _, other in ipairs(self.param_groups) do for _, p in ipairs(other.params) do seen[p] = true end end
+  local kinds = self._param_dtypes
   for j, p in ipairs(group.params) do
+    -- the dtypes the subclass's step updates: refused here rather than by its first step, in library code
+    if kinds and not kinds[p:dtype()] then
+      local names = {}
+      for d in pairs(kinds) do names[#names + 1] = d end
+      table.sort(names)
+      error(("%s: %s[%d] is %s; %s updates %s parameters (keep the parameters in fp32: mixed_precision runs the "
+        .. "compute in bf16, fp16 or FP8 and updates fp32 weights)"):format(self.name,
+        i and ("group " .. i .. " params") or "params", j, p:dtype(), self.name, table.concat(names, " or ")), 0)
+    end
     if seen[p] then
       error(("%s: %s[%d] is already in the optimizer (a parameter may appear once: in one group, once)"):format(
         self.name, i and ("group " .. i .. " params") or "params", j), 0)
@@ -129,6 +139,8 @@ function Optimizer:_add_group(g, i)
 end
 
 function Optimizer:_check_group(group) end
+-- The parameter dtypes a subclass's step updates ({fp32 = true, ...}; nil: any), checked as groups are added.
+Optimizer._param_dtypes = nil
 
 -- Validation helpers for subclasses.
 function Optimizer:_check_number(group, key, lo, lo_open)

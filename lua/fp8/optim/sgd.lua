@@ -9,6 +9,7 @@ local SGD = Optimizer.class()
 local DEFAULTS = { lr = Optimizer.REQUIRED, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false,
                    maximize = false }
 
+SGD._param_dtypes = { fp32 = true }   -- fp8._optim.sgd_step updates fp32 parameters
 function SGD.new(params, opts) return Optimizer.new(SGD, "SGD", DEFAULTS, params, opts) end
 
 function SGD:_check_group(g)
