@@ -346,6 +346,15 @@ function TextDataset:decode(ids)
   return table.concat(out)
 end
 
+-- The device batches come out on; a bad one is blamed `level` levels up.
+local function set_device(self, device, level)
+  if device ~= "cpu" and device ~= "cuda" then
+    error(("DataLoader:to: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)), level)
+  end
+  self.device = device
+  return self
+end
+
 function TextDataset:_describe()
   return ("TextDataset(%s, %d tokens, vocab %d, block %d)"):format(self.path or "<string>", self.tokens:size(1),
     self.vocab_size, self.block_size)
@@ -408,7 +417,7 @@ setmetatable(DataLoader, { __call = function(_, opts)
     seed = opt_int(fname, opts, "seed", 0, -math.maxinteger, 2),
     epoch = 0,          -- epochs started so far; the next one is epoch + 1
   }, DataLoader)
-  self:to(opts.device or "cpu", 3)
+  set_device(self, opts.device or "cpu", 3)
   if self.drop_last and n < self.batch_size then
     error(("%s: drop_last with batch_size %d leaves no batch from %d items"):format(fname, self.batch_size, n), 2)
   end
@@ -426,14 +435,7 @@ function DataLoader:__tostring()
 end
 
 -- to(device): batches come out on "cpu" (the default) or "cuda" (what Accelerator:prepare sets).
-function DataLoader:to(device, level)
-  if device ~= "cpu" and device ~= "cuda" then
-    error(("DataLoader:to: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)),
-      math.type(level) == "integer" and level or 2)
-  end
-  self.device = device
-  return self
-end
+function DataLoader:to(device) return set_device(self, device, 2) end
 
 -- Fix the epoch number of the next iteration (the shuffle order depends on seed and epoch).
 function DataLoader:set_epoch(e)
@@ -658,7 +660,10 @@ end
 SkipDataLoader.__call = loop_call
 
 function SkipDataLoader:set_epoch(e) return rawget(self, "loader"):set_epoch(e) end
-function SkipDataLoader:to(dev, level) rawget(self, "loader"):to(dev, level); return self end
+function SkipDataLoader:to(device)
+  set_device(rawget(self, "loader"), device, 3)
+  return self
+end
 
 -- ---- help ---------------------------------------------------------------------------------
 

@@ -593,6 +593,18 @@ describe("DataLoader and datasets refuse what they would loop on or drop", funct
     assert.is_false(ok, needle)
     assert.truthy(tostring(err):find(needle, 1, true), tostring(err))
   end
+  it("DataLoader:to takes one device, and blames the caller for a bad one (a skipping loader too)", function()
+    local dl = D.DataLoader { { 1, 2, 3 }, batch_size = 1 }
+    fails("DataLoader:to: takes (device); got 1 more argument", function() return dl:to("cpu", 3) end)
+    local sk = fp8.Accelerator { config = false }:skip_first_batches(dl, 1)
+    fails("SkipDataLoader:to: takes (device); got 1 more argument", function() return sk:to("cpu", 3) end)
+    for _, f in ipairs { function() dl:to("gpu") end, function() sk:to("gpu") end } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find('data_spec.lua:%d+: DataLoader:to: device must be "cpu" or "cuda", got gpu'), tostring(err))
+    end
+    assert.are.equal(sk, sk:to("cpu"))
+  end)
   it("names each problem", function()
     for _, len in ipairs { math.huge, 0 / 0, 3.5, "3" } do
       local ds = setmetatable({}, { __len = function() return len end, __index = function(_, k) return { fp8.tensor { k }, k } end })

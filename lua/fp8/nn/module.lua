@@ -223,19 +223,25 @@ function Module:children()
   return out
 end
 
--- named_modules() → list of {name, module}, self first (name ""), depth first, each module once.
-function Module:named_modules(prefix, seen, out)
-  prefix, seen, out = prefix or "", seen or {}, out or {}
-  if type(prefix) ~= "string" or type(seen) ~= "table" or type(out) ~= "table" then
-    error(("named_modules: expected ([prefix string]), got %s, %s"):format(type(prefix), type(seen)), 2)
-  end
-  if seen[self] then return out end
-  seen[self] = true
-  out[#out + 1] = { prefix, self }
-  for _, nc in ipairs(self:named_children()) do
-    nc[2]:named_modules(prefix == "" and nc[1] or prefix .. "." .. nc[1], seen, out)
+-- m and the modules under it into out as {name, module}, depth first, each once (seen).
+local function collect_modules(m, prefix, seen, out)
+  if seen[m] then return out end
+  seen[m] = true
+  out[#out + 1] = { prefix, m }
+  for _, nc in ipairs(m:named_children()) do
+    collect_modules(nc[2], prefix == "" and nc[1] or prefix .. "." .. nc[1], seen, out)
   end
   return out
+end
+
+-- named_modules([prefix]) → list of {name, module}, self first (name prefix, "" by default), depth first, each
+-- module once; the names below start with prefix and a dot.
+function Module:named_modules(prefix)
+  prefix = prefix or ""
+  if type(prefix) ~= "string" then
+    error(("named_modules: expected ([prefix string]), got %s"):format(type(prefix)), 2)
+  end
+  return collect_modules(self, prefix, {}, {})
 end
 
 function Module:modules()
