@@ -88,8 +88,10 @@ end
 -- strict_arity(class, label): each public method of `class` (a name not starting with "_") written in Lua with a
 -- fixed parameter list refuses a call with more arguments than it has parameters (acc:gather(t, 5) would drop
 -- the 5 silently): "label:name: takes (tensor); got 1 more argument". The check wraps the method and tail-calls
--- it, so an error the method raises at level 2 still blames its caller. Returns class.
-function M.strict_arity(class, label)
+-- it, so an error the method raises at level 2 still blames its caller. name_of(self), when given, names the
+-- object's own class in the message (a subclass calling an inherited method: "AdamW:zero_grad", not
+-- "Optimizer:zero_grad"); a string it returns replaces label. Returns class.
+function M.strict_arity(class, label, name_of)
   local wrap = {}
   for name, f in pairs(class) do
     -- forward is checked by Module's __call (lua/fp8/nn/module.lua), which names the layer's place in the model
@@ -98,7 +100,10 @@ function M.strict_arity(class, label)
       local fname, n, takes = name == "new" and label or label .. ":" .. name, a.n, a.takes
       wrap[name] = function(...)
         local more = select("#", ...) - n
-        if more > 0 then error(M.more_args_message(fname, takes, more), 2) end
+        if more > 0 then
+          local own = name ~= "new" and name_of and type((...)) == "table" and name_of((...))
+          error(M.more_args_message(type(own) == "string" and own .. ":" .. name or fname, takes, more), 2)
+        end
         return f(...)
       end
     end

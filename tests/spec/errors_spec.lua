@@ -282,6 +282,7 @@ describe("extra arguments are refused, naming what the function takes", function
   local m = fp8.nn.Linear(3, 2)
   local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
   local opt = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+  local sched = fp8.optim.lr_scheduler.StepLR(opt, { step_size = 1 })
   local cases = {
     -- C factories and tensor methods
     { "zeros: takes (shape", fp8.zeros, { 2, 3 }, "bf16", 5 },
@@ -319,10 +320,12 @@ describe("extra arguments are refused, naming what the function takes", function
     { "Accelerator: takes one options table", fp8.Accelerator, {}, 5 },
     { "Accelerator:gather: takes (t); got 1 more argument", acc.gather, acc, x, 5 },
     { "Accelerator:wait_for_everyone: takes no arguments", acc.wait_for_everyone, acc, 5 },
-    { "Module:parameters: takes no arguments", m.parameters, m, 5 },
-    { "Module:train: takes (mode)", m.train, m, true, 5 },
+    { "Linear:parameters: takes no arguments", m.parameters, m, 5 },   -- inherited methods name the object's class
+    { "Linear:train: takes (mode)", m.train, m, true, 5 },
     { "AdamW: takes (params, opts)", fp8.optim.AdamW, m:parameters(), {}, 5 },
-    { "Optimizer:step: takes (closure)", opt.step, opt, function() end, 5 },
+    { "AdamW:step: takes (closure)", opt.step, opt, function() end, 5 },
+    { "AdamW:zero_grad: takes (set_to_none)", opt.zero_grad, opt, true, 5 },
+    { "StepLR:step: takes (epoch)", sched.step, sched, 1, 5 },
     { "Linear forward: takes (x); got 1 more argument", m, x, 5 },
   }
   for i, c in ipairs(cases) do   -- no nil inside an entry: #c is its length

@@ -469,7 +469,7 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     { function() return nn.Embedding { num_embeddings = 5, embedding_dim = 2, padding_idx = 0 } end, "Embedding: unknown option 'padding_idx'" },
     { function() return nn.Embedding(5, 2, { padding_idx = 0 }) end, "Embedding: takes at most 2 arguments, got 3" },
     { function() local m = nn.Sequential(nn.Linear(2, 2)); return m:named_modules("x", {}, {}) end,
-      "Module:named_modules: takes (prefix); got 2 more arguments" },
+      "Sequential:named_modules: takes (prefix); got 2 more arguments" },
     { function() return nn.Linear(2, 2):named_modules(3) end, "named_modules: expected ([prefix string]), got number" },
     { function() return nn.ReLU(true) end, "ReLU: takes at most 0 arguments, got 1" },
     { function() return nn.Linear(3, 4, true, { x = 1 }) end, "Linear: takes at most 3 arguments, got 4" },

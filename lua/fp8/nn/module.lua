@@ -500,5 +500,5 @@ setmetatable(Module, {
 })
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
-O.strict_arity(Module, "Module")
+O.strict_arity(Module, "Module", function(self) return type(self.type_name) == "function" and self:type_name() or nil end)
 return Module

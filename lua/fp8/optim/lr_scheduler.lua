@@ -194,5 +194,5 @@ end
 M.WarmupCosine = M.warmup_cosine
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
-O.strict_arity(Scheduler, "LRScheduler")
+O.strict_arity(Scheduler, "LRScheduler", function(self) return rawget(self, "name") end)
 return M

@@ -390,5 +390,5 @@ function Optimizer.class()
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
-O.strict_arity(Optimizer, "Optimizer")
+O.strict_arity(Optimizer, "Optimizer", function(self) return rawget(self, "name") end)
 return Optimizer
