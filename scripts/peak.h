@@ -64,10 +64,9 @@ typedef struct { unsigned char palette, start_row, reserved[14]; unsigned short 
 __attribute__((target("amx-tile,amx-bf16"))) static double peak_amx(long iters) {
     static unsigned short one[16 * 32];
     for (int i = 0; i < 16 * 32; i++) one[i] = 0x3f80;   /* 1.0 */
-    peak_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;
+    /* a constant object: GCC 12's _tile_loadconfig claims to read 8 bytes, so a local's later stores may be dropped */
+    static const peak_tilecfg c = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+                                    .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
     _tile_loadconfig(&c);
     _tile_zero(0);
     _tile_zero(1);

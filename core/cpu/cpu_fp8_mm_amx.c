@@ -48,13 +48,11 @@ typedef struct {
     uint8_t rows[16];
 } tile_cfg;
 
-FL_INLINE void tiles_config(void) {
-    tile_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;
-    _tile_loadconfig(&c);
-}
+/* A constant object: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, so stores that fill a local
+ * configuration past those may be dropped as dead (ldtilecfg then faults or loads a wrong shape). */
+static const tile_cfg TILE_CFG = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+                                   .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
+FL_INLINE void tiles_config(void) { _tile_loadconfig(&TILE_CFG); }
 
 /* A group of a K-contiguous a (a[m·lda + k]): ag decoded rows of kcq pairs, rows ag..AG zero. */
 FL_INLINE void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t kcq, int64_t ag,
@@ -172,9 +170,9 @@ static bool amx_permitted(void) {
     return ok;
 }
 
-static bool usable(void) {
-    return fl_cpu_amx_allowed && fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16") && amx_permitted();
-}
+bool fl_cpu_amx(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16") && amx_permitted(); }
+
+static bool usable(void) { return fl_cpu_amx_allowed && fl_cpu_amx(); }
 
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
     const int64_t kcq = kcq_of(kc);
@@ -184,4 +182,6 @@ static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
 }
 
 const mm_kernel fl_mm_amx = { "amx_bf16", NR, AG, KC, NB_MAX, false, 0, usable, sizes, pack_b_block, run_group };
+#else
+bool fl_cpu_amx(void) { return false; }
 #endif
