@@ -9,8 +9,9 @@
  * a training step, where the GEMMs around attention move tens of MiB through the caches. packed: the per-head kernels read q, k, v in place in one
  * [B, T, 3·H·D] tensor and write dq, dk, dv into one, as the GPT's attention does (fl_cpu_attn_bf16_fwd_at /
  * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. f32: fp32 attention instead
- * (its kernel path where fl_cpu_attn_f32_available() says it runs, with AVX-512 disallowed). Other words are
- * refused. Prints one line per (path, direction):
+ * (its kernel path where fl_cpu_attn_f32_available() says it runs, with AVX-512 disallowed). noamx: on a CPU with
+ * AMX-BF16 the per-head kernels' products on the vdpbf16ps tiles, not the tile unit (fl_cpu_attn_amx_allowed
+ * cleared). Other words are refused. Prints one line per (path, direction):
  * ms (and gflops) is the fastest of the R timed calls, med_ms their median.
  *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads prec=bf16 ms=... med_ms=... gflops=... */
 #include "cpu/cpu_internal.h"
@@ -42,8 +43,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attn: B, H, T, D and R must be at least 1\n");
         return 2;
     }
-    static const char *const modes[] = { "cold", "packed", "f32" };
-    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 3) : 0;
+    static const char *const modes[] = { "cold", "packed", "f32", "noamx" };
+    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 4) : 0;
+    if (mode & 8) fl_cpu_attn_amx_allowed = false;   /* the vdpbf16ps tiles on a CPU with AMX */
     const int cold = mode & 1, packed = (mode & 2) != 0;
     const bool bf16 = !(mode & 4);
     if (!bf16) fl_cpu_avx512_allowed = false;   /* where the fp32 kernels run */

@@ -91,6 +91,9 @@ static inline __attribute__((always_inline, target("avx512f,avx512bw"))) __m512i
  * (the device entry asks first). fl_cpu_fp8_mm_allowed: the switch (tests and benchmarks clear it to compare). */
 extern _Atomic bool fl_cpu_fp8_mm_allowed;
 extern _Atomic bool fl_cpu_amx_allowed;   /* cpu_fp8_mm_amx.c; tests clear it to run the AVX512_BF16 family */
+/* Whether this process may use AMX-BF16: the CPU has it (with AVX512_BF16, and fl_cpu_avx512() allows AVX-512)
+ * and Linux granted the tile registers (asked once). cpu_fp8_mm_amx.c; the FP8 GEMM and bf16 attention use it. */
+bool fl_cpu_amx(void);
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done);
 /* The same driver's AVX2 + FMA family on wider operands: dst[B, M, N] = a[B, M, K]·b[B, K, N], a and b both bf16,

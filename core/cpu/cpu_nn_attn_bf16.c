@@ -3,7 +3,10 @@
  * as fl_f32_to_bf16) into thread-local packed buffers, each product is a register-blocked small GEMM
  * accumulating in fp32, and the row passes (softmax forward, dS backward) run between them on tiles of query
  * rows that are still in cache. Causal heads skip the key blocks above the diagonal. A head's arithmetic does
- * not depend on the thread count. */
+ * not depend on the thread count. Where the CPU has AMX-BF16 (fl_cpu_amx) the products run on the tile unit:
+ * row tiles of 16 query (or key) rows, each product's whole 16-pair steps by tdpbf16ps and the rest of its inner
+ * pairs (causal bands end on multiples of 8) by the vdpbf16ps tiles, added; on such a CPU vdpbf16ps runs at half
+ * the fp32 FMA rate and the tiles at 31 times it (docs/performance.md, "Intel Xeon with AMX"). */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "bf16_x86.h"
@@ -21,8 +24,11 @@
  *   multiple of 16 so whole vectors load. Odd inner lengths are padded with a zero pair half. */
 #define MR 4    /* rows of a register tile */
 #define NVMAX 4 /* 16-lane column vectors of a register tile: MR·NVMAX fp32 accumulators */
+#define RT_AMX 16   /* rows of a row tile on the tile unit (MR otherwise) */
+#define ATTN_AMX __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 
 _Atomic bool fl_cpu_attn_bf16_allowed = true;
+_Atomic bool fl_cpu_attn_amx_allowed = true;
 
 /* Whether this family runs here; else the AVX2 + FMA one (cpu_nn_attn_fma.c) takes the calls. */
 static bool own_family(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
@@ -31,14 +37,16 @@ bool fl_cpu_attn_bf16_available(void) {
     return fl_cpu_attn_bf16_allowed && (own_family() || fl_cpu_attn_fma_usable());
 }
 
-/* c[r, 0..16·NV) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr; the last vector stores the columns in `last`. */
+/* c[r, 0..16·NV) = Σ_{m0 ≤ m < m1} A(r, m)·B[m, ·] for r < mr (add: c plus that sum); the last vector stores
+ * the columns in `last`. */
 ATTN16_INLINE void tile(const int mr, const int nv, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0,
-                        int64_t m1, const uint32_t *b, int64_t ldb, float *c, int64_t ldc, __mmask16 last) {
+                        int64_t m1, const uint32_t *b, int64_t ldb, float *c, int64_t ldc, __mmask16 last, bool add) {
     __m512 acc[MR][NVMAX];
     #pragma GCC unroll 8
     for (int r = 0; r < mr; r++)
         #pragma GCC unroll 8
-        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = !add ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(v < nv - 1 ? 0xFFFF : last, c + r * ldc + 16 * v);
     for (int64_t m = m0; m < m1; m++) {
         __m512bh bv[NVMAX];
         #pragma GCC unroll 8
@@ -58,7 +66,7 @@ ATTN16_INLINE void tile(const int mr, const int nv, const uint32_t *a, int64_t a
     }
 }
 
-#define TILE_ARGS a, ars, ams, m0, m1, b, ldb, c, ldc, last
+#define TILE_ARGS a, ars, ams, m0, m1, b, ldb, c, ldc, last, add
 #define TILE_NV(R)                                        \
     switch (nv) {                                         \
     case 1: tile(R, 1, TILE_ARGS); break;                 \
@@ -67,9 +75,9 @@ ATTN16_INLINE void tile(const int mr, const int nv, const uint32_t *a, int64_t a
     default: tile(R, 4, TILE_ARGS); break;                \
     }
 
-/* Rows [0, mr) of C[·, 0..n) (mr ≤ MR), ldc-strided fp32, over inner pairs [m0, m1). */
-static ATTN16 void band(int mr, int64_t n, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1,
-                        const uint32_t *b0, int64_t ldb, float *c0, int64_t ldc) {
+/* Rows [0, mr) of C[·, 0..n) (mr ≤ MR), ldc-strided fp32, over inner pairs [m0, m1) (add: added to C). */
+static ATTN16 void band_add(int mr, int64_t n, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1,
+                            const uint32_t *b0, int64_t ldb, float *c0, int64_t ldc, bool add) {
     for (int64_t n0 = 0; n0 < n; n0 += 16 * NVMAX) {
         const int64_t nn = n - n0 < 16 * NVMAX ? n - n0 : 16 * NVMAX, tail = nn - 16 * ((nn - 1) / 16);
         const int nv = (int)((nn + 15) / 16);
@@ -84,6 +92,13 @@ static ATTN16 void band(int mr, int64_t n, const uint32_t *a, int64_t ars, int64
         }
     }
 }
+/* Rows [0, mr) of C (any mr), MR at a time. */
+static ATTN16 void band_rows(int mr, int64_t n, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1,
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, bool add) {
+    for (int r0 = 0; r0 < mr; r0 += MR)
+        band_add(mr - r0 < MR ? mr - r0 : MR, n, a + r0 * ars, ars, ams, m0, m1, b, ldb, c + r0 * ldc, ldc, add);
+}
+
 
 /* Word c of the result: the pair (a[c], b[c]) of 32 bf16 laid out as a's 16 then b's 16 (fl_bf16_x86_pack32). */
 ATTN16_INLINE __m512i pairs16(__m512i ab) {
@@ -190,6 +205,78 @@ static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t 
     }
 }
 
+/* ---- the tile unit (AMX) ---- */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+/* Tiles 0-7 of 16 rows × 64 bytes (C: 16 × 16 fp32; A: 16 rows × 16 pairs; B: 16 pairs × 16 columns); each
+ * head loads it (the thread's state; oneDNN's GEMMs load theirs) and releases the tiles when done. A constant
+ * object: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, so stores that fill a local one past
+ * those may be dropped as dead (a #GP in ldtilecfg, seen at -O2). */
+static const amx_cfg AMX_CFG = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+                                 .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
+static ATTN_AMX void amx_begin(void) { _tile_loadconfig(&AMX_CFG); }
+static ATTN_AMX void amx_end(void) { _tile_release(); }
+
+/* Rows [0, mr) (mr ≤ 16) of C[·, 0..n) over inner pairs [m0, m1), A read row-major (pair (r, m) at a[r·ars + m];
+ * 16 rows readable), B [·][ldb] pairs (ldb a multiple of 16, n ≤ ldb): the whole 16-pair steps from m0 on the
+ * tiles, 32 columns at a time, the rest by the vdpbf16ps tiles, added. */
+static ATTN_AMX void band_amx(int mr, int64_t n, const uint32_t *a, int64_t ars, int64_t m0, int64_t m1,
+                              const uint32_t *b, int64_t ldb, float *c, int64_t ldc) {
+    const int64_t full = (m1 - m0) & ~(int64_t)15;
+    if (full > 0) {
+        _Alignas(64) float t[16 * 32];
+        for (int64_t n0 = 0; n0 < n; n0 += 32) {
+            const bool two = n - n0 > 16;
+            _tile_zero(0);
+            if (two) _tile_zero(1);
+            for (int64_t m = m0; m < m0 + full; m += 16) {
+                _tile_loadd(4, a + m, 4 * ars);
+                _tile_loadd(6, b + m * ldb + n0, 4 * ldb);
+                _tile_dpbf16ps(0, 4, 6);
+                if (two) {
+                    _tile_loadd(7, b + m * ldb + n0 + 16, 4 * ldb);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+            }
+            _tile_stored(0, t, 128);
+            if (two) _tile_stored(1, t + 16, 128);
+            const __mmask16 k0 = lanes(n - n0), k1 = lanes(n - n0 - 16);
+            for (int r = 0; r < mr; r++) {
+                _mm512_mask_storeu_ps(c + r * ldc + n0, k0, _mm512_load_ps(t + 32 * r));
+                if (two) _mm512_mask_storeu_ps(c + r * ldc + n0 + 16, k1, _mm512_load_ps(t + 32 * r + 16));
+            }
+        }
+    }
+    if (full < m1 - m0) band_rows(mr, n, a, ars, 1, m0 + full, m1, b, ldb, c, ldc, full > 0);
+}
+
+/* band_amx with A read transposed (pair (r, m) at a[r + m·ams], 16 columns r readable): its whole 16-pair steps
+ * are transposed into at (16 rows of m1 − m0 pairs) 16 × 16 at a time first; the rest is read in place. */
+static ATTN_AMX void band_amx_t(int mr, int64_t n, const uint32_t *a, int64_t ams, int64_t m0, int64_t m1,
+                                const uint32_t *b, int64_t ldb, float *c, int64_t ldc, uint32_t *at) {
+    const int64_t full = (m1 - m0) & ~(int64_t)15;
+    for (int64_t m = m0; m < m0 + full; m += 16) {
+        __m512i u[16];
+        for (int i = 0; i < 16; i++) u[i] = _mm512_loadu_si512(a + (m + i) * ams);
+        transpose16(u);
+        for (int r = 0; r < 16; r++) _mm512_storeu_si512(at + r * full + (m - m0), u[r]);
+    }
+    if (full > 0) band_amx(mr, n, at, full, 0, full, b + m0 * ldb, ldb, c, ldc);
+    if (full < m1 - m0) band_rows(mr, n, a, 1, ams, m0 + full, m1, b, ldb, c, ldc, full > 0);
+}
+
+/* One product of a head: band_amx (amx) or the vdpbf16ps tiles, A row-major (ams == 1) or transposed (ars == 1,
+ * at: band_amx_t's scratch). */
+static ATTN16 void band(bool amx, int mr, int64_t n, const uint32_t *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1,
+                        const uint32_t *b, int64_t ldb, float *c, int64_t ldc, uint32_t *at) {
+    if (!amx) band_rows(mr, n, a, ars, ams, m0, m1, b, ldb, c, ldc, false);
+    else if (ams == 1) band_amx(mr, n, a, ars, m0, m1, b, ldb, c, ldc);
+    else band_amx_t(mr, n, a, ams, m0, m1, b, ldb, c, ldc, at);
+}
+
 /* fl_nn_expf (cpu_nn_internal.h) on 16 lanes, with fused multiply-adds and vscalefps (~1 ulp as well). */
 ATTN16_INLINE __m512 exp16(__m512 x) {
     const __m512 hi = _mm512_set1_ps(88.7228394f), lo = _mm512_set1_ps(-104.0f), c = _mm512_set1_ps(12582912.0f);
@@ -210,14 +297,14 @@ ATTN16_INLINE __m512 exp16(__m512 x) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-/* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
+/* Rows [i0, i1) (at most RT_AMX) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
  * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (attn_softmax_row of cpu_nn_internal.h, with tree
  * reductions), and row i of p (ldp bf16 apart) over [0, w) ← the row rounded to bf16 (w ≤ T). The rows go
  * through each step together so that their reductions overlap. */
 ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, uint16_t *p,
                                 int64_t ldp, int64_t w) {
     const __m512 sc = _mm512_set1_ps(scale);
-    __m512 m[MR], inv[MR];
+    __m512 m[RT_AMX], inv[RT_AMX];
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
         const float *r = s + i * T;
@@ -308,49 +395,54 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
     return causal && n < s->T ? n : s->T;
 }
 
-/* One head; q, k, v rows ldi apart, o rows ldo apart. */
+/* One head; q, k, v rows ldi apart, o rows ldo apart; rt query rows a tile (RT_AMX on the tile unit: amx). */
 static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int64_t ldi, float *o, int64_t ldo, float *att,
-                            const shape *s, float scale, int causal, uint32_t *w) {
-    const int64_t T = s->T, D = s->D;
-    uint32_t *q16 = w, *kt = q16 + T * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp;
+                            const shape *s, float scale, int causal, uint32_t *w, bool amx) {
+    const int64_t T = s->T, D = s->D, rt = amx ? RT_AMX : MR;
+    uint32_t *q16 = w, *kt = q16 + s->Tp * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp;
     pack_rows(q, T, D, ldi, (uint16_t *)q16, 2 * s->Dh);
     pack_t(k, T, D, ldi, kt, s->Tp);
     pack_pairs(v, T, D, ldi, v2, s->Dp);
-    for (int64_t i0 = 0; i0 < T; i0 += MR) {
-        const int mr = (int)(T - i0 < MR ? T - i0 : MR);
+    if (amx) amx_begin();
+    for (int64_t i0 = 0; i0 < T; i0 += rt) {
+        const int mr = (int)(T - i0 < rt ? T - i0 : rt);
         const int64_t i1 = i0 + mr;
-        for (int64_t i = i1; i < i1 + MR && i < T; i++) {
+        for (int64_t i = i1; i < i1 + rt && i < T; i++) {
             fetch_row_w(att + i * T, keys_for(s, i + 1, causal));
             fetch_row_w(o + i * ldo, D);
         }
-        band(mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, att + i0 * T, T);
+        band(amx, mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, att + i0 * T, T, NULL);
         const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
         softmax_tile(att, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w);
-        band(mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * ldo, ldo);
+        band(amx, mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * ldo, ldo, NULL);
     }
+    if (amx) amx_end();
 }
 
-/* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; ds: MR rows of dP. */
+/* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; ds: rt rows of dP; rt rows a
+ * tile (RT_AMX on the tile unit: amx, with at band_amx_t's scratch). */
 static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int64_t ldi, const float *att,
                             const float *dout, int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd, const shape *s,
-                            float scale, int causal, uint32_t *w, float *ds) {
-    const int64_t T = s->T, D = s->D;
-    uint32_t *o16 = w, *vt = o16 + T * s->Dh, *o2 = vt + s->Dh * s->Tp, *k2 = o2 + s->Th * s->Dp;
-    uint32_t *q2 = k2 + s->Th * s->Dp, *p2 = q2 + s->Th * s->Dp, *s16 = p2 + s->Th * s->Tp, *s2 = s16 + T * s->Th;
+                            float scale, int causal, uint32_t *w, float *ds, bool amx) {
+    const int64_t T = s->T, D = s->D, rt = amx ? RT_AMX : MR;
+    uint32_t *o16 = w, *vt = o16 + s->Tp * s->Dh, *o2 = vt + s->Dh * s->Tp, *k2 = o2 + s->Th * s->Dp;
+    uint32_t *q2 = k2 + s->Th * s->Dp, *p2 = q2 + s->Th * s->Dp, *s16 = p2 + s->Th * s->Tp, *s2 = s16 + s->Tp * s->Th;
+    uint32_t *at = s2 + s->Th * s->Tp;
     pack_rows(dout, T, D, ldo, (uint16_t *)o16, 2 * s->Dh);
     pack_t(v, T, D, ldi, vt, s->Tp);
     pack_pairs(dout, T, D, ldo, o2, s->Dp);
     pack_pairs(k, T, D, ldi, k2, s->Dp);
     pack_pairs(q, T, D, ldi, q2, s->Dp);
     /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) in bf16 rows and pairs, P in pairs, dQ = dS·K */
-    for (int64_t i0 = 0; i0 < T; i0 += MR) {
-        const int mr = (int)(T - i0 < MR ? T - i0 : MR);
+    if (amx) amx_begin();
+    for (int64_t i0 = 0; i0 < T; i0 += rt) {
+        const int mr = (int)(T - i0 < rt ? T - i0 : rt);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal);
-        for (int64_t i = i1; i < i1 + MR && i < T; i++) {
+        for (int64_t i = i1; i < i1 + rt && i < T; i++) {
             fetch_row(att + i * T, keys_for(s, i + 1, causal));
             fetch_row_w(dq + i * ldd, D);
         }
-        band(mr, nk, o16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, vt, s->Tp, ds, T);
+        band(amx, mr, nk, o16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, vt, s->Tp, ds, T, NULL);
         const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
         for (int64_t i = i0; i < i1; i += 2) {
             const bool one = i + 1 == i1;
@@ -360,26 +452,28 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int6
                           (uint16_t *)(s16 + i * s->Th), (uint16_t *)(s16 + (i + 1) * s->Th), w, s2 + i / 2 * s->Tp,
                           p2 + i / 2 * s->Tp, causal ? (nk + 15) & ~(int64_t)15 : s->Tp);
         }
-        band(mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kend, k2, s->Dp, dq + i0 * ldd, ldd);
+        band(amx, mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kend, k2, s->Dp, dq + i0 * ldd, ldd, NULL);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
-    for (int64_t j0 = 0; j0 < T; j0 += MR) {
-        const int mr = (int)(T - j0 < MR ? T - j0 : MR);
+    for (int64_t j0 = 0; j0 < T; j0 += rt) {
+        const int mr = (int)(T - j0 < rt ? T - j0 : rt);
         const int64_t m0 = causal ? j0 / 2 : 0;
-        for (int64_t j = j0 + MR; j < j0 + 2 * MR && j < T; j++) {
+        for (int64_t j = j0 + rt; j < j0 + 2 * rt && j < T; j++) {
             fetch_row_w(dv + j * ldd, D);
             fetch_row_w(dk + j * ldd, D);
         }
-        band(mr, D, p2 + j0, 1, s->Tp, m0, s->Th, o2, s->Dp, dv + j0 * ldd, ldd);
-        band(mr, D, s2 + j0, 1, s->Tp, m0, s->Th, q2, s->Dp, dk + j0 * ldd, ldd);
+        band(amx, mr, D, p2 + j0, 1, s->Tp, m0, s->Th, o2, s->Dp, dv + j0 * ldd, ldd, at);
+        band(amx, mr, D, s2 + j0, 1, s->Tp, m0, s->Th, q2, s->Dp, dk + j0 * ldd, ldd, at);
     }
+    if (amx) amx_end();
 }
 
 /* Words of a thread's buffers: forward q, kᵀ, v pairs, P; backward dO, vᵀ, dO, k and q pairs, P and dS
- * pairs, dS rows (then the MR rows of dP in fp32). */
-static int64_t fwd_words(const shape *s) { return s->T * s->Dh + s->Dh * s->Tp + s->Th * s->Dp + s->T * s->Th; }
+ * pairs, dS rows, band_amx_t's 16 rows (then the rt rows of dP in fp32). The row-major ones (q, P, dO, dS rows)
+ * have T rounded up to 16 rows, which a tile reads whole. */
+static int64_t fwd_words(const shape *s) { return s->Tp * s->Dh + s->Dh * s->Tp + s->Th * s->Dp + s->Tp * s->Th; }
 static int64_t bwd_words(const shape *s) {
-    return s->T * s->Dh + s->Dh * s->Tp + 3 * s->Th * s->Dp + 2 * s->Th * s->Tp + s->T * s->Th;
+    return s->Tp * s->Dh + s->Dh * s->Tp + 3 * s->Th * s->Dp + 2 * s->Th * s->Tp + s->Tp * s->Th + 16 * s->Th;
 }
 
 /* Zeroed, 64-byte aligned thread scratch of `words` words and `floats` floats (NULL when out of memory);
@@ -391,6 +485,9 @@ static void *scratch(int64_t words, int64_t floats) {
     return p;
 }
 
+/* The tile unit where the CPU has it and the switch allows it (tests clear fl_cpu_attn_amx_allowed to compare). */
+static bool use_amx(void) { return fl_cpu_attn_amx_allowed && fl_cpu_amx(); }
+
 static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return (bh / H) * l.sb + (bh % H) * l.sh; }
 
 fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
@@ -399,6 +496,7 @@ fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v
     if (!own_family()) return fl_cpu_attn_fma_fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal);
     const shape s = shape_of(T, D);
     const int64_t BH = B * H, sa = T * T;
+    const bool amx = use_amx();
     bool oom = false;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
     {
@@ -408,7 +506,7 @@ fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t hi = head_at(in, bh, H);
             if (w) fwd_head(q + hi, k + hi, v + hi, in.st, out + head_at(out_l, bh, H), out_l.st, att + bh * sa, &s,
-                            scale, causal, w);
+                            scale, causal, w, amx);
         }
         free(w);
     }
@@ -423,17 +521,18 @@ fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v
         return fl_cpu_attn_fma_bwd_at(q, k, v, in, att, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
     const shape s = shape_of(T, D);
     const int64_t BH = B * H, sa = T * T, nw = bwd_words(&s);
+    const bool amx = use_amx();
     bool oom = false;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
     {
-        uint32_t *w = scratch(nw, MR * T);
+        uint32_t *w = scratch(nw, (amx ? RT_AMX : MR) * T);
         oom = !w;
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t hi = head_at(in, bh, H), hd = head_at(din, bh, H);
             if (w)
                 bwd_head(q + hi, k + hi, v + hi, in.st, att + bh * sa, dout + head_at(out_l, bh, H), out_l.st, dq + hd,
-                         dk + hd, dv + hd, din.st, &s, scale, causal, w, (float *)(w + nw));
+                         dk + hd, dv + hd, din.st, &s, scale, causal, w, (float *)(w + nw), amx);
         }
         free(w);
     }

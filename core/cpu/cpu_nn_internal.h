@@ -22,6 +22,7 @@
  * copies are made. att is always contiguous [B·H, T, T]. */
 typedef struct { int64_t sb, sh, st; } fl_attn_layout;   /* head (b, h), row t, column d at b·sb + h·sh + t·st + d */
 extern _Atomic bool fl_cpu_attn_bf16_allowed;
+extern _Atomic bool fl_cpu_attn_amx_allowed;   /* the per-head kernels' products on the tile unit where there is one */
 bool fl_cpu_attn_bf16_available(void);
 fl_status fl_cpu_attn_bf16_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t BH,
                                int64_t T, int64_t D, float scale, int causal);

@@ -729,6 +729,26 @@ TEST(nn_sdpa_bf16_odd) {
         check_sdpa_bf16(fl__failed, 1, 1, 1, 5, causal);
     }
 }
+/* Where the CPU has AMX-BF16 the kernels' products run on the tile unit (16-row tiles, whole 16-pair steps on the
+ * tiles, the rest on the vdpbf16ps tiles, added): the checks with it on (D 48: 16 + 8 pairs of the head
+ * dimension; T 70 and 130: remainders of the 16-row tiles, causal bands ending on 8 pairs) and off (the
+ * vdpbf16ps tiles alone, as on CPUs without AMX). */
+TEST(nn_sdpa_bf16_amx) {
+    if (!fl_cpu_amx()) {
+        fprintf(stderr, "  (skipped: no AMX-BF16 on this CPU, or Linux refused the tiles)\n");
+        return;
+    }
+    for (int on = 1; on >= 0; on--) {
+        fl_cpu_attn_amx_allowed = on;
+        for (int causal = 0; causal <= 1; causal++) {
+            check_sdpa_bf16(fl__failed, 1, 2, 70, 48, causal);
+            check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
+            check_sdpa_bf16(fl__failed, 2, 1, 33, 32, causal);
+            check_sdpa_bf16(fl__failed, 1, 1, 17, 13, causal);
+        }
+    }
+    fl_cpu_attn_amx_allowed = true;
+}
 /* CPUs without AVX-512 BF16 run the kernels' AVX2 + FMA family (cpu_nn_attn_fma.c); with AVX-512 disallowed
  * the checks above run it on every CPU: every remainder of its 6-row and 16-column register tiles, odd T and D. */
 TEST(nn_sdpa_bf16_fma) {
