@@ -3,7 +3,7 @@
  * family (cpu_fp8_mm_pack.h), and the tile unit's tdpbf16ps sums the exact products in fp32: 16 × 16 × 32
  * products an instruction, where vdpbf16ps makes 16 × 2. On such a CPU the AVX512_BF16 family is no faster than
  * fp32 FMAs (one vdpbf16ps every other cycle), so it is the tile unit or the FP8 step is slower than the bf16 one,
- * whose oneDNN GEMMs use the tiles (docs/performance.md, "Intel with AMX").
+ * whose oneDNN GEMMs use the tiles (docs/performance.md, "Intel Xeon with AMX").
  * Blocking: a micro-tile of C is MR × NR = 32 × 32 in four 16 × 16 fp32 tiles (0-3), A's two 16-row tiles (4, 5)
  * and B's two 16-column tiles (6, 7) are loaded for each 32 bf16 of K; a group is one micro-tile's rows (AG = MR)
  * run over every panel of the B block. The tiles' sums of one K block are added to C in the store (C + sum, then,
@@ -14,8 +14,10 @@
  * kc, since a tile takes 16 pairs; the A group row-major bf16 (a tile's A layout), AG rows of kcq pairs, rows
  * past M zero; a M-contiguous a (a transposed view) is interleaved into pairs down K as pack_b_n does and then
  * transposed 16 × 16 pairs at a time.
- * Linux gives a process the tile registers only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM); usable() asks once
- * and the family is not used if the kernel says no. Each group loads the tile configuration (each thread has its
+ * K blocks of 1024 and B blocks of 512 columns are the AVX512_BF16 family's, not tuned for the tiles
+ * (FL_MM_AMX_KC / FL_MM_AMX_NB override them for experiments).
+ * Linux gives a process the tile registers only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM); fl_cpu_amx() asks
+ * once and the family is not used if the kernel says no. Each group loads the tile configuration (each thread has its
  * own, and oneDNN's GEMMs load theirs) and releases the tiles when done. tdpbf16ps treats denormal inputs as zero
  * and flushes denormal results, as vdpbf16ps does; neither occurs here (cpu_fp8_mm_bf16.c). */
 #include "cpu_fp8_mm_pack.h"
