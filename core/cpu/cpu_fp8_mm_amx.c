@@ -26,6 +26,7 @@
 _Atomic bool fl_cpu_amx_allowed = true;
 
 #ifdef __x86_64__
+#include "cpu_amx.h"
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -38,23 +39,9 @@ _Atomic bool fl_cpu_amx_allowed = true;
 #endif
 enum { MR = 32, NR = FL_MM_NR, AG = MR, KC = FL_MM_AMX_KC, NB_MAX = FL_MM_AMX_NB };
 
-#define FL_CPU_AMX __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 #define FL_INLINE FL_CPU_AMX static inline __attribute__((always_inline))
 
 static int64_t kcq_of(int64_t kc) { return ((kc + 1) / 2 + 15) & ~(int64_t)15; }
-
-/* The tile configuration (palette 1): tiles 0-7 all 16 rows of 64 bytes. */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_cfg;
-
-/* A constant object: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, so stores that fill a local
- * configuration past those may be dropped as dead (ldtilecfg then faults or loads a wrong shape). */
-static const tile_cfg TILE_CFG = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
-                                   .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
-FL_INLINE void tiles_config(void) { _tile_loadconfig(&TILE_CFG); }
 
 /* A group of a K-contiguous a (a[m·lda + k]): ag decoded rows of kcq pairs, rows ag..AG zero. */
 FL_INLINE void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t kcq, int64_t ag,
@@ -119,7 +106,7 @@ FL_CPU_AMX static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t
     _Alignas(64) float sum[MR * NR];
     const uint32_t *a0 = (const uint32_t *)apk, *a1 = a0 + 16 * kcq;
     const bool two = ag > 16;   /* rows 16..31 hold something */
-    tiles_config();
+    fl_amx_begin();
     for (int64_t nj = 0; nj < nb; nj += NR) {
         const int64_t nv = nb - nj < NR ? nb - nj : NR;
         const uint32_t *bp = (const uint32_t *)(bpk + (nj / NR) * kcq * 2 * NR);
@@ -151,7 +138,7 @@ FL_CPU_AMX static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t
                            J->bias ? J->bias + n0 + nj : NULL };
         store_tile(sum, J->c + m * ldc + n0 + nj, ldc, ag, nv, !first, last, &E);
     }
-    _tile_release();
+    fl_amx_end();
 }
 
 /* AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22), AVX512_BF16 for the packers' and the family's

@@ -10,6 +10,7 @@
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "bf16_x86.h"
+#include "cpu_amx.h"
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@
 #define MR 4    /* rows of a register tile */
 #define NVMAX 4 /* 16-lane column vectors of a register tile: MR·NVMAX fp32 accumulators */
 #define RT_AMX 16   /* rows of a row tile on the tile unit (MR otherwise) */
-#define ATTN_AMX __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+#define ATTN_AMX FL_CPU_AMX
 
 _Atomic bool fl_cpu_attn_bf16_allowed = true;
 _Atomic bool fl_cpu_attn_amx_allowed = true;
@@ -205,20 +206,9 @@ static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t 
     }
 }
 
-/* ---- the tile unit (AMX) ---- */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-/* Tiles 0-7 of 16 rows × 64 bytes (C: 16 × 16 fp32; A: 16 rows × 16 pairs; B: 16 pairs × 16 columns); each
- * head loads it (the thread's state; oneDNN's GEMMs load theirs) and releases the tiles when done. A constant
- * object: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, so stores that fill a local one past
- * those may be dropped as dead (a #GP in ldtilecfg, seen at -O2). */
-static const amx_cfg AMX_CFG = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
-                                 .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
-static ATTN_AMX void amx_begin(void) { _tile_loadconfig(&AMX_CFG); }
-static ATTN_AMX void amx_end(void) { _tile_release(); }
+/* ---- the tile unit (AMX; cpu_amx.h: each head loads the tile configuration and releases the tiles) ---- */
+static ATTN_AMX void amx_begin(void) { fl_amx_begin(); }
+static ATTN_AMX void amx_end(void) { fl_amx_end(); }
 
 /* Rows [0, mr) (mr ≤ 16) of C[·, 0..n) over inner pairs [m0, m1), A read row-major (pair (r, m) at a[r·ars + m];
  * 16 rows readable), B [·][ldb] pairs (ldb a multiple of 16, n ≤ ldb): the whole 16-pair steps from m0 on the

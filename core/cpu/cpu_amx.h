@@ -1,0 +1,26 @@
+/* cpu_amx.h — what the CPU kernels on Intel's AMX tile unit share (cpu_fp8_mm_amx.c: the FP8 GEMM;
+ * cpu_nn_attn_bf16.c: bf16 attention). fl_cpu_amx() (cpu_internal.h) says whether this process may use the tiles;
+ * fl_amx_begin() loads the one configuration both use, palette 1 with tiles 0-7 all 16 rows of 64 bytes (C: 16 × 16
+ * fp32; A: 16 rows × 16 bf16 pairs; B: 16 pairs × 16 columns), and fl_amx_end() releases the tiles. The
+ * configuration is per thread (and oneDNN's GEMMs load their own), so a kernel loads it before its tile
+ * instructions and releases it after. It is a constant object: GCC 12's _tile_loadconfig tells the compiler it
+ * reads 8 bytes, so the stores that fill a local configuration past those may be dropped as dead (ldtilecfg then
+ * faults, as a first version of the attention kernels did at -O2, or loads another shape). */
+#ifndef FL_CPU_AMX_H
+#define FL_CPU_AMX_H
+#include <immintrin.h>
+#include <stdint.h>
+
+#define FL_CPU_AMX __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} fl_amx_cfg;
+static const fl_amx_cfg FL_AMX_CFG = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+                                       .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
+
+static inline FL_CPU_AMX void fl_amx_begin(void) { _tile_loadconfig(&FL_AMX_CFG); }
+static inline FL_CPU_AMX void fl_amx_end(void) { _tile_release(); }
+#endif
