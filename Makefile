@@ -223,7 +223,7 @@ $(BUILD)/bench_attn: $(BUILD)/scripts/bench_attn.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS
 	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 
 # ---- the CPU's arithmetic limits (scripts/bench_peak.c; run by scripts/bench_train.sh): fp32 FMA and bf16 dot ----
-$(BUILD)/bench_peak: scripts/bench_peak.c scripts/peak.h scripts/bench_util.h $(FLAGS_STAMP)
+$(BUILD)/bench_peak: scripts/bench_peak.c scripts/peak.h scripts/bench_util.h core/cpu/cpu_amx.h $(FLAGS_STAMP)
 	$(CC) -O2 -fopenmp -o $@ $<
 
 # ---- the CPU FP8 GEMM's two paths (scripts/bench_fp8_gemm.c): decode + oneDNN vs cpu_fp8_mm.c on the char

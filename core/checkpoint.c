@@ -209,6 +209,35 @@ static fl_status parse_metadata(fl_st_file *f, const cJSON *m, const char *what)
     return FL_OK;
 }
 
+/* Every number in a safetensors header is a shape dimension or a data offset, a non-negative integer, and cJSON
+ * keeps only its double: "1.0", "1e0" and "-0" would read as integers and 2^53 + 1 as 2^53. So the text of each
+ * number outside strings is checked here: plain digits, at most 2^53. hdr is valid JSON (parsed already). */
+static fl_status header_numbers_plain(const char *hdr, size_t hlen, const char *what) {
+    for (size_t i = 0; i < hlen; i++) {
+        if (hdr[i] == '"') {
+            for (i++; i < hlen && hdr[i] != '"'; i++)
+                if (hdr[i] == '\\') i++;
+            continue;
+        }
+        if (hdr[i] != '-' && (hdr[i] < '0' || hdr[i] > '9')) continue;
+        const bool negative = hdr[i] == '-';
+        bool plain = true, nonzero = false;
+        uint64_t v = 0;
+        size_t j = i + negative;
+        for (; j < hlen && hdr[j] && strchr("+-.eE0123456789", hdr[j]); j++) {
+            if (hdr[j] < '0' || hdr[j] > '9') { plain = false; continue; }
+            nonzero |= hdr[j] != '0';
+            if (v <= 9007199254740992ULL) v = v * 10 + (uint64_t)(hdr[j] - '0');
+        }
+        if (!plain || (negative && !nonzero) || (!negative && v > 9007199254740992ULL))
+            return FL_ERR(FL_EINVAL, "%s: the header writes the number %.*s; the format's numbers (shape, data_offsets) "
+                          "are non-negative integers up to 2^53, written as plain digits", what,
+                          (int)(j - i < 40 ? j - i : 40), hdr + i);
+        i = j - 1;
+    }
+    return FL_OK;
+}
+
 /* Parse and validate header `hdr` (hlen bytes) of a file whose data area has data_size bytes. */
 static fl_status parse_header(fl_st_file *f, const char *hdr, size_t hlen, uint64_t data_size, const char *what) {
     if (hlen == 0 || hdr[0] != '{')
@@ -242,6 +271,8 @@ static fl_status parse_header(fl_st_file *f, const char *hdr, size_t hlen, uint6
         f->n++;
         if ((st = parse_entry(e, c, what)) != FL_OK) goto done;
     }
+    /* after the fields' own checks, which name the field: what only the number's text shows */
+    if ((st = header_numbers_plain(hdr, hlen, what)) != FL_OK) goto done;
     /* Unique names; contiguous, non-overlapping offsets that cover the data area exactly. */
     fl_st_entry **order = malloc(((size_t)f->n + 1) * sizeof *order);
     if (!order) { st = FL_ERR(FL_ENOMEM, "%s: out of memory", what); goto done; }

@@ -14,6 +14,7 @@
 #include <omp.h>
 #include <string.h>
 #include "bench_util.h"
+#include "../core/cpu/cpu_amx.h"
 
 #define PEAK_CHAINS_512 16
 #define PEAK_CHAINS_256 12
@@ -60,14 +61,10 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(long ite
 /* AMX-BF16 tile products (tdpbf16ps: 16 × 16 fp32 += 16 × 32 bf16 · 32 × 16 bf16 an instruction): four
  * independent accumulator tiles (0-3) over two A tiles (4, 5) and two B tiles (6, 7), as a GEMM's micro-tile
  * holds them, from the tile registers only. The process must have asked for the tiles (peak_amx_permitted). */
-typedef struct { unsigned char palette, start_row, reserved[14]; unsigned short colsb[16]; unsigned char rows[16]; } peak_tilecfg;
-__attribute__((target("amx-tile,amx-bf16"))) static double peak_amx(long iters) {
+FL_CPU_AMX static double peak_amx(long iters) {
     static unsigned short one[16 * 32];
     for (int i = 0; i < 16 * 32; i++) one[i] = 0x3f80;   /* 1.0 */
-    /* a constant object: GCC 12's _tile_loadconfig claims to read 8 bytes, so a local's later stores may be dropped */
-    static const peak_tilecfg c = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
-                                    .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
-    _tile_loadconfig(&c);
+    fl_amx_begin();   /* the core's tile configuration (core/cpu/cpu_amx.h): tiles 0-7, 16 rows of 64 bytes */
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -85,7 +82,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static double peak_amx(long iters) 
     }
     float out[16 * 16];
     _tile_stored(0, out, 64);
-    _tile_release();
+    fl_amx_end();
     peak_sink = out[0];
     return (double)iters * 4 * 16 * 16 * 32 * 2;
 }

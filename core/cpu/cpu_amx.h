@@ -1,6 +1,6 @@
-/* cpu_amx.h — what the CPU kernels on Intel's AMX tile unit share (cpu_fp8_mm_amx.c: the FP8 GEMM;
- * cpu_nn_attn_bf16.c: bf16 attention). fl_cpu_amx() (cpu_internal.h) says whether this process may use the tiles;
- * fl_amx_begin() loads the one configuration both use, palette 1 with tiles 0-7 all 16 rows of 64 bytes (C: 16 × 16
+/* cpu_amx.h — what the code on Intel's AMX tile unit shares (cpu_fp8_mm_amx.c: the FP8 GEMM; cpu_nn_attn_bf16.c:
+ * bf16 attention; scripts/peak.h: the tile limit). fl_cpu_amx() (cpu_internal.h) says whether this process may use
+ * the tiles; fl_amx_begin() loads the one configuration all use, palette 1 with tiles 0-7 all 16 rows of 64 bytes (C: 16 × 16
  * fp32; A: 16 rows × 16 bf16 pairs; B: 16 pairs × 16 columns), and fl_amx_end() releases the tiles. The
  * configuration is per thread (and oneDNN's GEMMs load their own), so a kernel loads it before its tile
  * instructions and releases it after. It is a constant object: GCC 12's _tile_loadconfig tells the compiler it

@@ -206,9 +206,8 @@ static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t 
     }
 }
 
-/* ---- the tile unit (AMX; cpu_amx.h: each head loads the tile configuration and releases the tiles) ---- */
-static ATTN_AMX void amx_begin(void) { fl_amx_begin(); }
-static ATTN_AMX void amx_end(void) { fl_amx_end(); }
+/* ---- the tile unit (AMX; cpu_amx.h: each head loads the tile configuration, fl_amx_begin, and releases the tiles,
+ * fl_amx_end) ---- */
 
 /* Rows [0, mr) (mr ≤ 16) of C[·, 0..n) over inner pairs [m0, m1), A read row-major (pair (r, m) at a[r·ars + m];
  * 16 rows readable), B [·][ldb] pairs (ldb a multiple of 16, n ≤ ldb): the whole 16-pair steps from m0 on the
@@ -393,7 +392,7 @@ static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int6
     pack_rows(q, T, D, ldi, (uint16_t *)q16, 2 * s->Dh);
     pack_t(k, T, D, ldi, kt, s->Tp);
     pack_pairs(v, T, D, ldi, v2, s->Dp);
-    if (amx) amx_begin();
+    if (amx) fl_amx_begin();
     for (int64_t i0 = 0; i0 < T; i0 += rt) {
         const int mr = (int)(T - i0 < rt ? T - i0 : rt);
         const int64_t i1 = i0 + mr;
@@ -406,7 +405,7 @@ static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int6
         softmax_tile(att, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w);
         band(amx, mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * ldo, ldo, NULL);
     }
-    if (amx) amx_end();
+    if (amx) fl_amx_end();
 }
 
 /* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; ds: rt rows of dP; rt rows a
@@ -424,7 +423,7 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int6
     pack_pairs(k, T, D, ldi, k2, s->Dp);
     pack_pairs(q, T, D, ldi, q2, s->Dp);
     /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) in bf16 rows and pairs, P in pairs, dQ = dS·K */
-    if (amx) amx_begin();
+    if (amx) fl_amx_begin();
     for (int64_t i0 = 0; i0 < T; i0 += rt) {
         const int mr = (int)(T - i0 < rt ? T - i0 : rt);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal);
@@ -455,7 +454,7 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int6
         band(amx, mr, D, p2 + j0, 1, s->Tp, m0, s->Th, o2, s->Dp, dv + j0 * ldd, ldd, at);
         band(amx, mr, D, s2 + j0, 1, s->Tp, m0, s->Th, q2, s->Dp, dk + j0 * ldd, ldd, at);
     }
-    if (amx) amx_end();
+    if (amx) fl_amx_end();
 }
 
 /* Words of a thread's buffers: forward q, kᵀ, v pairs, P; backward dO, vᵀ, dO, k and q pairs, P and dS

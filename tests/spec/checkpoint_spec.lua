@@ -172,6 +172,12 @@ describe("hostile safetensors files", function()
     { "negative offset", image("{" .. entry("a", "F32", "1", -4, 0) .. "}", 4), "data_offsets must be" },
     { "fractional offset", image("{" .. entry("a", "F32", "1", 0.5, 4.5) .. "}", 4), "data_offsets must be" },
     { "offset above 2^53", image("{" .. entry("a", "F32", "1", "18014398509481984", "18014398509481988") .. "}", 4), "data_offsets must be" },
+    -- what cJSON's double cannot tell from an integer: the number's text is checked too
+    { "shape written 1.0", image("{" .. entry("a", "F32", "1.0", 0, 4) .. "}", 4), "writes the number 1.0" },
+    { "offset written 4e0", image("{" .. entry("a", "F32", "1", 0, "4e0") .. "}", 4), "writes the number 4e0" },
+    { "shape written -0", image("{" .. entry("a", "U8", "-0", 0, 0) .. "}", 0), "writes the number -0" },
+    { "shape 2^53 + 1 (read as 2^53)", image("{" .. entry("a", "U8", "0,9007199254740993", 0, 0) .. "}", 0),
+      "writes the number 9007199254740993" },
     { "end before begin", image("{" .. entry("a", "F32", "0", 4, 0) .. "}", 4), "end before they begin" },
     { "byte count differs from the shape", image("{" .. entry("a", "F32", "2", 0, 4) .. "}", 4), "span 4 bytes, its shape and dtype F32 need 8" },
     { "data beyond the end", image("{" .. entry("a", "F32", "2", 0, 8) .. "}", 4), "beyond the end of the data" },
