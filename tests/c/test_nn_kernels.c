@@ -704,30 +704,27 @@ static void check_sdpa_bf16(int *fl__failed, int64_t B, int64_t H, int64_t T, in
     free(q); free(k); free(v); free(dy); free(o); free(o32); free(att); free(att32); free(dq); free(dk); free(dv);
     free(qr); free(kr); free(vr); free(gr); free(ra); free(ro);
 }
+/* check_sdpa_bf16 on each {B, H, T, D} of a list, without and with the causal mask */
+typedef struct { int64_t B, H, T, D; } sdpa_case;
+static void check_sdpa_bf16_cases(int *fl__failed, const sdpa_case *c, int n) {
+    for (int causal = 0; causal <= 1; causal++)
+        for (int i = 0; i < n; i++) check_sdpa_bf16(fl__failed, c[i].B, c[i].H, c[i].T, c[i].D, causal);
+}
+#define SDPA_CASES(...) \
+    (const sdpa_case[]){ __VA_ARGS__ }, (int)(sizeof((const sdpa_case[]){ __VA_ARGS__ }) / sizeof(sdpa_case))
 TEST(nn_sdpa_bf16) {
-    for (int causal = 0; causal <= 1; causal++) {
-        check_sdpa_bf16(fl__failed, 1, 2, 5, 8, causal);
-        check_sdpa_bf16(fl__failed, 2, 2, 33, 16, causal);
-        check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
-    }
+    check_sdpa_bf16_cases(fl__failed, SDPA_CASES({ 1, 2, 5, 8 }, { 2, 2, 33, 16 }, { 1, 2, 130, 64 }));
 }
 /* The tests above run the per-head kernels (cpu_nn_attn_bf16.c, or cpu_nn_attn_fma.c on CPUs without AVX-512
  * BF16); run the batched GEMMs too (where oneDNN has no bf16 kernel, on CPUs without AVX-512, the per-row
  * fallback), and the kernels on odd T and D (padded pairs) and one row tile's worth of rows. */
 TEST(nn_sdpa_bf16_gemm) {
     fl_cpu_attn_bf16_allowed = false;
-    for (int causal = 0; causal <= 1; causal++) {
-        check_sdpa_bf16(fl__failed, 2, 2, 33, 16, causal);
-        check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
-    }
+    check_sdpa_bf16_cases(fl__failed, SDPA_CASES({ 2, 2, 33, 16 }, { 1, 2, 130, 64 }));
     fl_cpu_attn_bf16_allowed = true;
 }
 TEST(nn_sdpa_bf16_odd) {
-    for (int causal = 0; causal <= 1; causal++) {
-        check_sdpa_bf16(fl__failed, 1, 3, 17, 13, causal);
-        check_sdpa_bf16(fl__failed, 2, 1, 4, 7, causal);
-        check_sdpa_bf16(fl__failed, 1, 1, 1, 5, causal);
-    }
+    check_sdpa_bf16_cases(fl__failed, SDPA_CASES({ 1, 3, 17, 13 }, { 2, 1, 4, 7 }, { 1, 1, 1, 5 }));
 }
 /* Where the CPU has AMX-BF16 the kernels' products run on the tile unit (16-row tiles, whole 16-pair steps on the
  * tiles, the rest on the vdpbf16ps tiles, added): the checks with it on (D 48: 16 + 8 pairs of the head
@@ -740,12 +737,8 @@ TEST(nn_sdpa_bf16_amx) {
     }
     for (int on = 1; on >= 0; on--) {
         fl_cpu_attn_amx_allowed = on;
-        for (int causal = 0; causal <= 1; causal++) {
-            check_sdpa_bf16(fl__failed, 1, 2, 70, 48, causal);
-            check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
-            check_sdpa_bf16(fl__failed, 2, 1, 33, 32, causal);
-            check_sdpa_bf16(fl__failed, 1, 1, 17, 13, causal);
-        }
+        check_sdpa_bf16_cases(fl__failed,
+                              SDPA_CASES({ 1, 2, 70, 48 }, { 1, 2, 130, 64 }, { 2, 1, 33, 32 }, { 1, 1, 17, 13 }));
     }
     fl_cpu_attn_amx_allowed = true;
 }
@@ -753,13 +746,8 @@ TEST(nn_sdpa_bf16_amx) {
  * the checks above run it on every CPU: every remainder of its 6-row and 16-column register tiles, odd T and D. */
 TEST(nn_sdpa_bf16_fma) {
     fl_cpu_avx512_allowed = false;
-    for (int causal = 0; causal <= 1; causal++) {
-        check_sdpa_bf16(fl__failed, 1, 2, 5, 8, causal);
-        check_sdpa_bf16(fl__failed, 2, 2, 33, 16, causal);
-        check_sdpa_bf16(fl__failed, 1, 2, 130, 64, causal);
-        check_sdpa_bf16(fl__failed, 1, 3, 17, 13, causal);
-        check_sdpa_bf16(fl__failed, 1, 1, 1, 5, causal);
-    }
+    check_sdpa_bf16_cases(fl__failed,
+                          SDPA_CASES({ 1, 2, 5, 8 }, { 2, 2, 33, 16 }, { 1, 2, 130, 64 }, { 1, 3, 17, 13 }, { 1, 1, 1, 5 }));
     fl_cpu_avx512_allowed = true;
 }
 /* Each head is done by one thread in a fixed order: the results are the same bits on 1 and 2 threads, in each
