@@ -14,8 +14,9 @@
  * kc, since a tile takes 16 pairs; the A group row-major bf16 (a tile's A layout), AG rows of kcq pairs, rows
  * past M zero; a M-contiguous a (a transposed view) is interleaved into pairs down K as pack_b_n does and then
  * transposed 16 × 16 pairs at a time.
- * K blocks of 1024 and B blocks of 512 columns are the AVX512_BF16 family's, not tuned for the tiles
- * (FL_MM_AMX_KC / FL_MM_AMX_NB override them for experiments).
+ * K blocks of 1024 and B blocks of 512 columns are the AVX512_BF16 family's; K blocks of 256 and 512, 64-row
+ * groups and a deferred epilogue measured no faster (docs/performance.md, "Where the AMX family's time goes";
+ * FL_MM_AMX_KC / FL_MM_AMX_NB override the blocks for experiments).
  * Linux gives a process the tile registers only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM); fl_cpu_amx() asks
  * once and the family is not used if the kernel says no. Each group loads the tile configuration (each thread has its
  * own, and oneDNN's GEMMs load theirs) and releases the tiles when done. tdpbf16ps treats denormal inputs as zero
