@@ -14,9 +14,9 @@
  * kc, since a tile takes 16 pairs; the A group row-major bf16 (a tile's A layout), AG rows of kcq pairs, rows
  * past M zero; a M-contiguous a (a transposed view) is interleaved into pairs down K as pack_b_n does and then
  * transposed 16 × 16 pairs at a time.
- * K blocks of 1024 and B blocks of 512 columns are the AVX512_BF16 family's; K blocks of 256 and 512, 64-row
- * groups and a deferred epilogue measured no faster (docs/performance.md, "Where the AMX family's time goes";
- * FL_MM_AMX_KC / FL_MM_AMX_NB override the blocks for experiments).
+ * K blocks of 1024 and B blocks of 512 columns are the AVX512_BF16 family's, run in slices of KS pairs (run_group);
+ * K blocks of 256 and 512, 64-row groups and a deferred epilogue measured no faster (docs/performance.md, "Where
+ * the AMX family's time goes"; FL_MM_AMX_KC / FL_MM_AMX_NB override the blocks for experiments).
  * Linux gives a process the tile registers only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM); fl_cpu_amx() asks
  * once and the family is not used if the kernel says no. Each group loads the tile configuration (each thread has its
  * own, and oneDNN's GEMMs load theirs) and releases the tiles when done. tdpbf16ps treats denormal inputs as zero
@@ -94,7 +94,15 @@ FL_CPU_AMX static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int
 }
 
 /* Rows [m, m+ag) (ag ≤ AG) of C[ , n0 .. n0+nb) for the K block [k0, k0+kc), whose B block is in bpk. apk holds
- * the packed group and, after it, pack_a_m's scratch. */
+ * the packed group, after it pack_a_m's scratch, and after that the panels' partial sums (part_bytes).
+ * The block's pairs are run KS at a time over every panel: a slice of the group (32 rows × KS pairs) and of a
+ * panel (KS pairs × 32 columns) are 16 KiB each, so the slice stays in L1 while the panels pass, where a whole
+ * group of a long K block does not (with K blocks of 1024 the tile loop ran at ~60% of its rate on slices:
+ * docs/performance.md, "Where the AMX family's time goes"). Between slices each micro-tile's four accumulator
+ * tiles are stored to its partial sums and loaded back, which is exact, so every C element gets the same
+ * tdpbf16ps sequence as over the whole block at once. */
+enum { KS = 128 };
+static size_t part_bytes(int64_t nb) { return (size_t)((nb + NR - 1) / NR * MR * NR * 4); }
 FL_CPU_AMX static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
                                  const void *bpkv, void *apkv) {
     const uint16_t *bpk = bpkv;
@@ -104,40 +112,56 @@ FL_CPU_AMX static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t
     const bool first = k0 == 0, last = k0 + J->kc >= J->K;
     if (J->a_mcontig) pack_a_m(apk, (uint32_t *)(apk + 2 * kcq * AG), J->a + k0 * J->lda + m, J->lda, kc, kcq, ag, &LA);
     else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, kcq, ag, &LA);
+    float *part = (float *)(apk + 4 * kcq * AG);
     _Alignas(64) float sum[MR * NR];
     const uint32_t *a0 = (const uint32_t *)apk, *a1 = a0 + 16 * kcq;
     const bool two = ag > 16;   /* rows 16..31 hold something */
     fl_amx_begin();
-    for (int64_t nj = 0; nj < nb; nj += NR) {
-        const int64_t nv = nb - nj < NR ? nb - nj : NR;
-        const uint32_t *bp = (const uint32_t *)(bpk + (nj / NR) * kcq * 2 * NR);
-        _tile_zero(0);
-        _tile_zero(1);
-        if (two) {
-            _tile_zero(2);
-            _tile_zero(3);
-        }
-        for (int64_t kp = 0; kp < kcq; kp += 16) {
-            _tile_loadd(4, a0 + kp, 4 * kcq);
-            _tile_loadd(6, bp + kp * NR, 4 * NR);
-            _tile_loadd(7, bp + kp * NR + 16, 4 * NR);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
+    for (int64_t ks = 0; ks < kcq; ks += KS) {
+        const int64_t ke = kcq - ks < KS ? kcq : ks + KS;
+        for (int64_t nj = 0; nj < nb; nj += NR) {
+            const uint32_t *bp = (const uint32_t *)(bpk + (nj / NR) * kcq * 2 * NR);
+            float *pt = part + (nj / NR) * MR * NR, *acc = ke == kcq ? sum : pt;
+            if (ks == 0) {
+                _tile_zero(0);
+                _tile_zero(1);
+                if (two) {
+                    _tile_zero(2);
+                    _tile_zero(3);
+                }
+            } else {
+                _tile_loadd(0, pt, 4 * NR);
+                _tile_loadd(1, pt + 16, 4 * NR);
+                if (two) {
+                    _tile_loadd(2, pt + 16 * NR, 4 * NR);
+                    _tile_loadd(3, pt + 16 * NR + 16, 4 * NR);
+                }
+            }
+            for (int64_t kp = ks; kp < ke; kp += 16) {
+                _tile_loadd(4, a0 + kp, 4 * kcq);
+                _tile_loadd(6, bp + kp * NR, 4 * NR);
+                _tile_loadd(7, bp + kp * NR + 16, 4 * NR);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (two) {
+                    _tile_loadd(5, a1 + kp, 4 * kcq);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, acc, 4 * NR);
+            _tile_stored(1, acc + 16, 4 * NR);
             if (two) {
-                _tile_loadd(5, a1 + kp, 4 * kcq);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                _tile_stored(2, acc + 16 * NR, 4 * NR);
+                _tile_stored(3, acc + 16 * NR + 16, 4 * NR);
+            }
+            if (acc == sum) {
+                const int64_t nv = nb - nj < NR ? nb - nj : NR;
+                const mm_epi E = { J->scale, J->sa0, J->sb0, J->rs ? J->rs + m : NULL,
+                                   J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL };
+                store_tile(sum, J->c + m * ldc + n0 + nj, ldc, ag, nv, !first, last, &E);
             }
         }
-        _tile_stored(0, sum, 4 * NR);
-        _tile_stored(1, sum + 16, 4 * NR);
-        if (two) {
-            _tile_stored(2, sum + 16 * NR, 4 * NR);
-            _tile_stored(3, sum + 16 * NR + 16, 4 * NR);
-        }
-        const mm_epi E = { J->scale, J->sa0, J->sb0, J->rs ? J->rs + m : NULL, J->cs ? J->cs + n0 + nj : NULL,
-                           J->bias ? J->bias + n0 + nj : NULL };
-        store_tile(sum, J->c + m * ldc + n0 + nj, ldc, ag, nv, !first, last, &E);
     }
     fl_amx_end();
 }
@@ -167,7 +191,7 @@ static bool usable(void) { return fl_cpu_amx_allowed && fl_cpu_amx(); }
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
     const int64_t kcq = kcq_of(kc);
     *b = (size_t)(kcq * 4 * ((nb + NR - 1) / NR * NR));
-    *a = (size_t)(2 * kcq * 4 * AG);   /* the group, and pack_a_m's scratch after it */
+    *a = (size_t)(2 * kcq * 4 * AG) + part_bytes(nb);   /* the group, pack_a_m's scratch, the partial sums */
     *tmp = pack_b_k_tmp(kcq);
 }
 
