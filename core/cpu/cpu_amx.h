@@ -11,7 +11,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#define FL_CPU_AMX __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+#define FL_CPU_AMX_TARGETS "avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16"
+#define FL_CPU_AMX __attribute__((target(FL_CPU_AMX_TARGETS)))
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];

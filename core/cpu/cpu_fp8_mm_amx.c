@@ -21,6 +21,7 @@
  * once and the family is not used if the kernel says no. Each group loads the tile configuration (each thread has its
  * own, and oneDNN's GEMMs load theirs) and releases the tiles when done. tdpbf16ps treats denormal inputs as zero
  * and flushes denormal results, as vdpbf16ps does; neither occurs here (cpu_fp8_mm_bf16.c). */
+#define FL_MM_PACK_VBMI 1   /* every CPU with AMX has AVX512_VBMI: the byte-table decode */
 #include "cpu_fp8_mm_pack.h"
 #include <stdatomic.h>
 
@@ -40,13 +41,14 @@ _Atomic bool fl_cpu_amx_allowed = true;
 #endif
 enum { MR = 32, NR = FL_MM_NR, AG = MR, KC = FL_MM_AMX_KC, NB_MAX = FL_MM_AMX_NB };
 
-#define FL_INLINE FL_CPU_AMX static inline __attribute__((always_inline))
+#define FL_CPU_AMX_MM __attribute__((target(FL_CPU_AMX_TARGETS ",avx512vbmi")))
+#define FL_INLINE FL_CPU_AMX_MM static inline __attribute__((always_inline))
 
 static int64_t kcq_of(int64_t kc) { return ((kc + 1) / 2 + 15) & ~(int64_t)15; }
 
 /* A group of a K-contiguous a (a[m·lda + k]): ag decoded rows of kcq pairs, rows ag..AG zero. */
 FL_INLINE void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc, int64_t kcq, int64_t ag,
-                        const fl_fp8_lut4 *L) {
+                        const mm_lut *L) {
     for (int64_t m = 0; m < ag; m++) dec_row(ap + m * 2 * kcq, a + m * lda, kc, 2 * kcq, L);
     if (ag < AG) memset(ap + ag * 2 * kcq, 0, (size_t)((AG - ag) * 4 * kcq));
 }
@@ -54,7 +56,7 @@ FL_INLINE void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc,
 /* A group of a M-contiguous a (a[k·lda + m]): rows k, k+1 of the AG columns interleaved into pairs in tmp
  * ([kcq][AG] u32), then transposed into ap ([AG][kcq] u32); columns past ag and pairs past kc are zero. */
 FL_INLINE void pack_a_m(uint16_t *ap, uint32_t *tmp, const uint8_t *a, int64_t lda, int64_t kc, int64_t kcq, int64_t ag,
-                        const fl_fp8_lut4 *L) {
+                        const mm_lut *L) {
     const int64_t kcp = (kc + 1) / 2;
     for (int64_t kp = 0; kp < kcp; kp++) {
         __m512i lo, hi;
@@ -87,8 +89,8 @@ FL_INLINE void store_tile(const float *sum, float *c, int64_t ldc, int64_t mr, i
 }
 
 /* B's block [k0, k0+kc) × [n0, n0+nb) into bpk (tmp: pack_b_k's scratch). */
-FL_CPU_AMX static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp) {
-    const fl_fp8_lut4 LB = fl_fp8_lut_load(fl_fp8_bf16_lut(J->e5_b));
+FL_CPU_AMX_MM static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, int64_t kc, void *bpk, void *tmp) {
+    const mm_lut LB = mm_lut_load(J->e5_b);
     if (J->b_kcontig) pack_b_k(bpk, tmp, J->b + n0 * J->ldb + k0, J->ldb, kc, kcq_of(kc), nb, &LB);
     else pack_b_n(bpk, J->b + k0 * J->ldb + n0, J->ldb, kc, kcq_of(kc), nb, &LB);
 }
@@ -103,11 +105,11 @@ FL_CPU_AMX static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int
  * tdpbf16ps sequence as over the whole block at once. */
 enum { KS = 128 };
 static size_t part_bytes(int64_t nb) { return (size_t)((nb + NR - 1) / NR * MR * NR * 4); }
-FL_CPU_AMX static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
+FL_CPU_AMX_MM static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
                                  const void *bpkv, void *apkv) {
     const uint16_t *bpk = bpkv;
     uint16_t *apk = apkv;
-    const fl_fp8_lut4 LA = fl_fp8_lut_load(fl_fp8_bf16_lut(J->e5_a));
+    const mm_lut LA = mm_lut_load(J->e5_a);
     const int64_t kcq = kcq_of(kc), ldc = J->N;
     const bool first = k0 == 0, last = k0 + J->kc >= J->K;
     if (J->a_mcontig) pack_a_m(apk, (uint32_t *)(apk + 2 * kcq * AG), J->a + k0 * J->lda + m, J->lda, kc, kcq, ag, &LA);
@@ -186,7 +188,7 @@ static bool amx_permitted(void) {
 
 bool fl_cpu_amx(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16") && amx_permitted(); }
 
-static bool usable(void) { return fl_cpu_amx_allowed && fl_cpu_amx(); }
+static bool usable(void) { return fl_cpu_amx_allowed && fl_cpu_amx() && __builtin_cpu_supports("avx512vbmi"); }
 
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
     const int64_t kcq = kcq_of(kc);

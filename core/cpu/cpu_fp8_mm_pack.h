@@ -14,7 +14,48 @@
 #include <immintrin.h>
 
 #define FL_MM_NR 32
+#ifdef FL_MM_PACK_VBMI
+#define FL_MM_PACK static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512dq,avx512bw,avx512vbmi")))
+#else
 #define FL_MM_PACK static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512dq,avx512bw")))
+#endif
+
+/* The decode table in registers (mm_lut, mm_lut_load): fl_fp8_lut4's four registers of bf16 words (vpermi2w by
+ * 64 codes at a time), or with FL_MM_PACK_VBMI (defined by a family whose CPUs all have AVX512_VBMI, the AMX one)
+ * the words' high and low bytes as two byte tables (vpermi2b, a third of vpermi2w's cost on Intel's cores: one
+ * uop against three), which decode 64 codes at once (dec64). */
+#ifdef FL_MM_PACK_VBMI
+typedef struct { __m512i h0, h1, l0, l1; } mm_lut;
+FL_MM_PACK __m512i bytes64(__m512i a, __m512i b) {   /* the low bytes of a's and b's 32 words */
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)), _mm512_cvtepi16_epi8(b), 1);
+}
+FL_MM_PACK mm_lut mm_lut_load(bool e5) {
+    const fl_fp8_lut4 W = fl_fp8_lut_load(fl_fp8_bf16_lut(e5));
+    mm_lut L = { bytes64(_mm512_srli_epi16(W.t0, 8), _mm512_srli_epi16(W.t1, 8)),
+                 bytes64(_mm512_srli_epi16(W.t2, 8), _mm512_srli_epi16(W.t3, 8)), bytes64(W.t0, W.t1),
+                 bytes64(W.t2, W.t3) };
+    return L;
+}
+
+/* 64 FP8 codes, reordered by vpermb with `order` first (the caller's permutation composed with DEC64_ORDER below),
+ * → the bf16 words of the reordered codes 0..31 (*w0) and 32..63 (*w1). Each code's high and low byte are looked
+ * up by its low 7 bits, bit 7 is the sign; unpacking the two bytes of each word works within 128-bit lanes, which
+ * the reordering has arranged for. */
+FL_MM_PACK void dec64(__m512i codes, __m512i order, const mm_lut *L, __m512i *w0, __m512i *w1) {
+    const __m512i v = _mm512_permutexvar_epi8(order, codes);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(L->h0, v, L->h1), v, _mm512_set1_epi8(-128),
+                                                 0xF8);   /* table | (v & 0x80) */
+    const __m512i lo = _mm512_permutex2var_epi8(L->l0, v, L->l1);
+    *w0 = _mm512_unpacklo_epi8(lo, hi);
+    *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+/* DEC64_ORDER(t): which of the 64 codes goes to byte t so that dec64's unpacks give codes 0..31 then 32..63 in
+ * order (unpacklo takes bytes 0-7 of each 16-byte lane, unpackhi bytes 8-15). */
+#define DEC64_ORDER(t) ((t) % 16 < 8 ? (t) / 16 * 8 + (t) % 16 : 32 + (t) / 16 * 8 + (t) % 16 - 8)
+#else
+typedef fl_fp8_lut4 mm_lut;
+FL_MM_PACK mm_lut mm_lut_load(bool e5) { return fl_fp8_lut_load(fl_fp8_bf16_lut(e5)); }
+#endif
 
 /* The packers that walk an operand down its rows (b N-contiguous, a M-contiguous: 32 or 16 bytes of each row,
  * rows a whole row apart) ask for the rows PF_PAIRS pairs ahead: the hardware prefetchers stop at the 4 KiB
@@ -40,12 +81,29 @@ FL_MM_PACK void interleave(__m512i x, __m512i y, __m512i *lo, __m512i *hi) {
 }
 
 /* kc bytes at s decoded into d[0, kcpad) (zeros past kc). */
-FL_MM_PACK void dec_row(uint16_t *d, const uint8_t *s, int64_t kc, int64_t kcpad, const fl_fp8_lut4 *L) {
+FL_MM_PACK void dec_row(uint16_t *d, const uint8_t *s, int64_t kc, int64_t kcpad, const mm_lut *L) {
+#ifdef FL_MM_PACK_VBMI
+    _Alignas(64) static const uint8_t ord[64] = {
+#define O4(t) DEC64_ORDER(t), DEC64_ORDER(t + 1), DEC64_ORDER(t + 2), DEC64_ORDER(t + 3)
+        O4(0), O4(4), O4(8), O4(12), O4(16), O4(20), O4(24), O4(28),
+        O4(32), O4(36), O4(40), O4(44), O4(48), O4(52), O4(56), O4(60) };
+#undef O4
+    const __m512i order = _mm512_load_si512(ord);
+    for (int64_t i = 0; i < kcpad; i += 64) {   /* kcpad: a multiple of 32 */
+        const int64_t n = kc - i;
+        const __mmask64 k = n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : ((__mmask64)1 << n) - 1;
+        __m512i w0, w1;
+        dec64(_mm512_maskz_loadu_epi8(k, s + i), order, L, &w0, &w1);
+        _mm512_storeu_si512(d + i, w0);
+        if (i + 32 < kcpad) _mm512_storeu_si512(d + i + 32, w1);
+    }
+#else
     for (int64_t i = 0; i < kcpad; i += 32) {
         const int64_t r = kcpad - i;
         const __mmask32 k = r >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << r) - 1u);
         _mm512_mask_storeu_epi16(d + i, k, fl_fp8_dec32(load32(s + i, kc - i), L));
     }
+#endif
 }
 
 /* The transpose of a 16 × 16 block of u32: row i of the block at t + i·lds (16 u32 each) → d[j·ldd + i] for the
@@ -83,20 +141,35 @@ FL_MM_PACK void tr16x16_u32(const uint32_t *t, int64_t lds, uint32_t *d, int64_t
 /* Rows 2kp and 2kp + 1 of an operand walked down its rows (r: row 2kp; ld: elements a row; n elements of each
  * row, ≤ 32; kc rows in all, a missing row 2kp + 1 reads as zeros) decoded and interleaved into pairs (*lo: the
  * first 16 elements' pairs, *hi: the next 16), asking for the rows PF_PAIRS pairs ahead. */
-FL_MM_PACK void pair_rows(const uint8_t *r, int64_t ld, int64_t n, int64_t kp, int64_t kc, const fl_fp8_lut4 *L,
+FL_MM_PACK void pair_rows(const uint8_t *r, int64_t ld, int64_t n, int64_t kp, int64_t kc, const mm_lut *L,
                           __m512i *lo, __m512i *hi) {
     if (2 * (kp + PF_PAIRS) + 1 < kc) {
         __builtin_prefetch(r + 2 * PF_PAIRS * ld, 0, 3);
         __builtin_prefetch(r + (2 * PF_PAIRS + 1) * ld, 0, 3);
     }
+#ifdef FL_MM_PACK_VBMI
+    /* row 2kp's n bytes in bytes 0-31, row 2kp+1's in 32-63, interleaved into pairs by the decode's reordering */
+    _Alignas(64) static const uint8_t ord[64] = {
+#define P1(t) (DEC64_ORDER(t) % 2 ? 32 + DEC64_ORDER(t) / 2 : DEC64_ORDER(t) / 2)
+#define P4(t) P1(t), P1(t + 1), P1(t + 2), P1(t + 3)
+        P4(0), P4(4), P4(8), P4(12), P4(16), P4(20), P4(24), P4(28),
+        P4(32), P4(36), P4(40), P4(44), P4(48), P4(52), P4(56), P4(60) };
+#undef P4
+#undef P1
+    const __mmask32 k = n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1u);
+    const __m256i x = _mm256_maskz_loadu_epi8(k, r);
+    const __m256i y = 2 * kp + 1 < kc ? _mm256_maskz_loadu_epi8(k, r + ld) : _mm256_setzero_si256();
+    dec64(_mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1), _mm512_load_si512(ord), L, lo, hi);
+#else
     const __m512i x = fl_fp8_dec32(load32(r, n), L);
     const __m512i y = 2 * kp + 1 < kc ? fl_fp8_dec32(load32(r + ld, n), L) : _mm512_setzero_si512();
     interleave(x, y, lo, hi);
+#endif
 }
 
 /* B block (kc × nb) of a N-contiguous b (b[k·ldb + n]) into panels of kcpo pairs: rows k, k+1 interleaved. */
 FL_MM_PACK void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t kcpo, int64_t nb,
-                         const fl_fp8_lut4 *L) {
+                         const mm_lut *L) {
     const int64_t kcp = (kc + 1) / 2;
     for (int64_t j = 0; j * FL_MM_NR < nb; j++) {
         uint16_t *d = bp + j * kcpo * 2 * FL_MM_NR;
@@ -115,7 +188,7 @@ FL_MM_PACK void pack_b_n(uint16_t *bp, const uint8_t *b, int64_t ldb, int64_t kc
  * (FL_MM_NR rows of kcq pairs, kcq = kcpo rounded up to 16), then 16 × 16 blocks of pairs transposed into the
  * panel. */
 FL_MM_PACK void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, int64_t ldb, int64_t kc, int64_t kcpo,
-                         int64_t nb, const fl_fp8_lut4 *L) {
+                         int64_t nb, const mm_lut *L) {
     const int64_t kcq = (kcpo + 15) & ~(int64_t)15;
     for (int64_t j = 0; j * FL_MM_NR < nb; j++) {
         for (int64_t c = 0; c < FL_MM_NR; c++) {
