@@ -136,7 +136,7 @@ local function cpu_info()
   local count = select(2, s:gsub("\nprocessor%s*:", "")) + (s:match("^processor%s*:") and 1 or 0)
   local flags = " " .. (s:match("\nflags%s*:%s*([^\n]+)") or s:match("^flags%s*:%s*([^\n]+)") or "") .. " "
   local have = {}
-  for _, f in ipairs { "avx512f", "avx512_bf16", "amx_tile", "amx_bf16" } do
+  for _, f in ipairs { "avx512f", "avx512_bf16", "avx512vbmi", "amx_tile", "amx_bf16" } do
     have[#have + 1] = f .. (flags:find(" " .. f .. " ", 1, true) and " yes" or " no")
   end
   return model, count, table.concat(have, ", ")

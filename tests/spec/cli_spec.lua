@@ -489,9 +489,17 @@ describe("fp8lab env", function()
     assert.are.equal(0, code, err)
     for _, pat in ipairs { "fp8lab%s+0%.1", "Lua%s+Lua 5%.4", "libyaml%s+%d+%.%d+", "oneDNN%s+%S+", "CUDA%s+%S+",
       "cuBLASLt%s+%S+", "NCCL%s+%S+", "MPI%s+%S+", "OpenMP%s+%d+ threads", "CPU%s+%S+", "CPU flags%s+avx512f (%a+)",
-      "amx_bf16 %a+", "FP8 GEMM%s+[%w_]+: fp8lab's own kernels", "GPUs%s+%S+", "\nEnvironment\n", "FP8LAB_FP8_MARGIN=2", "\nConfig\n",
+      "avx512vbmi %a+", "amx_bf16 %a+", "FP8 GEMM%s+[%w_]+: fp8lab's own kernels", "GPUs%s+%S+", "\nEnvironment\n", "FP8LAB_FP8_MARGIN=2", "\nConfig\n",
       "accelerate_te%.yaml %(FP8LAB_CONFIG_FILE%)", "notice: .*ignoring settings", "  backend: TE" } do
       assert.truthy(out:find(pat), "env lacks " .. pat .. "\n" .. out)
+    end
+    -- each CPU flag as /proc/cpuinfo has it (a name misspelt there would read "no" everywhere)
+    local f = io.open("/proc/cpuinfo")
+    local flags = " " .. ((f and f:read("a") or ""):match("\nflags%s*:%s*([^\n]+)") or "") .. " "
+    if f then f:close() end
+    for _, flag in ipairs { "avx512f", "avx512_bf16", "avx512vbmi", "amx_tile", "amx_bf16" } do
+      local want = flags:find(" " .. flag .. " ", 1, true) and "yes" or "no"
+      assert.truthy(out:find(flag .. " " .. want, 1, true), flag .. " " .. want .. "\n" .. out)
     end
     assert.truthy(out:find("\n  FP8LAB_HISTSIZE=5\n", 1, true), out)   -- read by the REPL: not marked unknown
     -- the devices tensors can go to here: cuda when this machine has a usable GPU
