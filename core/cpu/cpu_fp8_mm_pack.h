@@ -1,6 +1,6 @@
 /* cpu_fp8_mm_pack.h — the packers the bf16-pair kernel families of the CPU FP8 GEMM share (cpu_fp8_mm_bf16.c:
- * AVX512_BF16, cpu_fp8_mm_amx.c: AMX): FP8 bytes decoded to bf16 by table lookup (fl_fp8_dec32) and laid out as
- * bf16 pairs (u32: (k even, k odd)), the unit vdpbf16ps and AMX's tdpbf16ps multiply.
+ * AVX512_BF16, cpu_fp8_mm_amx.c: AMX): FP8 bytes decoded to bf16 by table lookup (fl_fp8_dec32, or dec64 in the AMX
+ * family) and laid out as bf16 pairs (u32: (k even, k odd)), the unit vdpbf16ps and AMX's tdpbf16ps multiply.
  *   B block: FL_MM_NR-column panels, panel j = [kcpo][FL_MM_NR] u32 (the VNNI layout; AMX reads it as two
  *            16-column tiles), columns past N and pairs past kc zero.
  * kcpo ≥ ceil(kc/2) is the pair count a family's panels hold: ceil(kc/2) for AVX512_BF16, that rounded up to a
@@ -20,8 +20,8 @@
 #define FL_MM_PACK static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512dq,avx512bw")))
 #endif
 
-/* The decode table in registers (mm_lut, mm_lut_load): fl_fp8_lut4's four registers of bf16 words (vpermi2w by
- * 64 codes at a time), or with FL_MM_PACK_VBMI (defined by a family whose CPUs all have AVX512_VBMI, the AMX one)
+/* The decode table in registers (mm_lut, mm_lut_load): fl_fp8_lut4's four registers of bf16 words (vpermi2w, 32
+ * codes at a time), or with FL_MM_PACK_VBMI (defined by a family whose CPUs all have AVX512_VBMI, the AMX one)
  * the words' high and low bytes as two byte tables (vpermi2b, a third of vpermi2w's cost on Intel's cores: one
  * uop against three), which decode 64 codes at once (dec64). */
 #ifdef FL_MM_PACK_VBMI
