@@ -53,22 +53,23 @@ FL_INLINE void pack_a_k(uint16_t *ap, const uint8_t *a, int64_t lda, int64_t kc,
     if (ag < AG) memset(ap + ag * 2 * kcq, 0, (size_t)((AG - ag) * 4 * kcq));
 }
 
-/* A group of a M-contiguous a (a[k·lda + m]): rows k, k+1 of the AG columns interleaved into pairs in tmp
- * ([kcq][AG] u32), then transposed into ap ([AG][kcq] u32); columns past ag and pairs past kc are zero. */
+/* A group of a M-contiguous a (a[k·lda + m]): rows k, k+1 of the AG columns interleaved into pairs, 16 pairs at a
+ * time in tmp ([16][AG] u32, 2 KiB: it stays in L1), each 16 transposed into ap ([AG][kcq] u32) at once; columns
+ * past ag and pairs past kc are zero. */
 FL_INLINE void pack_a_m(uint16_t *ap, uint32_t *tmp, const uint8_t *a, int64_t lda, int64_t kc, int64_t kcq, int64_t ag,
                         const mm_lut *L) {
     const int64_t kcp = (kc + 1) / 2;
-    for (int64_t kp = 0; kp < kcp; kp++) {
-        __m512i lo, hi;
-        pair_rows(a + 2 * kp * lda, lda, ag, kp, kc, L, &lo, &hi);
-        _mm512_store_si512(tmp + kp * AG, lo);
-        _mm512_store_si512(tmp + kp * AG + 16, hi);
-    }
-    if (kcq > kcp) memset(tmp + kcp * AG, 0, (size_t)((kcq - kcp) * 4 * AG));
     uint32_t *d = (uint32_t *)ap;
-    for (int64_t k0 = 0; k0 < kcq; k0 += 16)
+    for (int64_t k0 = 0; k0 < kcq; k0 += 16) {
+        for (int64_t kp = k0; kp < k0 + 16; kp++) {
+            __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+            if (kp < kcp) pair_rows(a + 2 * kp * lda, lda, ag, kp, kc, L, &lo, &hi);
+            _mm512_store_si512(tmp + (kp - k0) * AG, lo);
+            _mm512_store_si512(tmp + (kp - k0) * AG + 16, hi);
+        }
         for (int64_t m0 = 0; m0 < AG; m0 += 16)   /* pairs k0..k0+15 of columns m0.. → rows m0.. of d */
-            tr16x16_u32(tmp + k0 * AG + m0, AG, d + m0 * kcq + k0, kcq, 16);
+            tr16x16_u32(tmp + m0, AG, d + m0 * kcq + k0, kcq, 16);
+    }
 }
 
 /* The 32 × 32 micro-tile's sums in sum[32][32] (rows i < mr, columns < nv) into C: added to C's earlier K
@@ -96,7 +97,7 @@ FL_CPU_AMX_MM static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, 
 }
 
 /* Rows [m, m+ag) (ag ≤ AG) of C[ , n0 .. n0+nb) for the K block [k0, k0+kc), whose B block is in bpk. apk holds
- * the packed group, after it pack_a_m's scratch, and after that the panels' partial sums (part_bytes).
+ * the packed group, after it pack_a_m's scratch (16 × AG u32), and after that the panels' partial sums (part_bytes).
  * The block's pairs are run KS at a time over every panel: a slice of the group (32 rows × KS pairs) and of a
  * panel (KS pairs × 32 columns) are 16 KiB each, so the slice stays in L1 while the panels pass, where a whole
  * group of a long K block does not (with K blocks of 1024 the tile loop ran at ~60% of its rate on slices:
@@ -114,7 +115,7 @@ FL_CPU_AMX_MM static void run_group(const mm_job *J, int64_t m, int64_t ag, int6
     const bool first = k0 == 0, last = k0 + J->kc >= J->K;
     if (J->a_mcontig) pack_a_m(apk, (uint32_t *)(apk + 2 * kcq * AG), J->a + k0 * J->lda + m, J->lda, kc, kcq, ag, &LA);
     else pack_a_k(apk, J->a + m * J->lda + k0, J->lda, kc, kcq, ag, &LA);
-    float *part = (float *)(apk + 4 * kcq * AG);
+    float *part = (float *)(apk + 2 * kcq * AG + 2 * 16 * AG);
     _Alignas(64) float sum[MR * NR];
     const uint32_t *a0 = (const uint32_t *)apk, *a1 = a0 + 16 * kcq;
     const bool two = ag > 16;   /* rows 16..31 hold something */
@@ -193,7 +194,7 @@ static bool usable(void) { return fl_cpu_amx_allowed && fl_cpu_amx() && __builti
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
     const int64_t kcq = kcq_of(kc);
     *b = (size_t)(kcq * 4 * ((nb + NR - 1) / NR * NR));
-    *a = (size_t)(2 * kcq * 4 * AG) + part_bytes(nb);   /* the group, pack_a_m's scratch, the partial sums */
+    *a = (size_t)(kcq * 4 * AG + 16 * 4 * AG) + part_bytes(nb);   /* the group, pack_a_m's scratch, the partial sums */
     *tmp = pack_b_k_tmp(kcq);
 }
 
