@@ -239,15 +239,15 @@ typedef struct { uint32_t unf, sat, nan; } q512_counts;
 
 __attribute__((target("avx512f"), always_inline))
 static inline __m512i q512_step(const q512_consts *c, __m512 x, __m512 vs, __mmask16 k, __m512 *vmax, q512_counts *n,
-                                const bool fin_scale) {
+                                const bool fin_scale, const unsigned shift) {
     __m512i xa = _mm512_and_si512(_mm512_castps_si512(x), c->absm);
     *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, vs));
     __m512i a = _mm512_and_si512(u, c->absm);
-    __m512i lsb = _mm512_and_si512(_mm512_srl_epi32(a, c->shift), c->one);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), c->one);
     /* c->half already has rebias << shift subtracted; only used where a >= min_normal, so the
      * sum cannot wrap there */
-    __m512i rn = _mm512_srl_epi32(_mm512_add_epi32(_mm512_add_epi32(a, c->half), lsb), c->shift);
+    __m512i rn = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, c->half), lsb), shift);
     __m512i rs = _mm512_sub_epi32(
         _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), c->magic)), c->magic_i);
     __mmask16 is_nan = _mm512_cmpgt_epu32_mask(a, c->inf);
@@ -274,16 +274,17 @@ static inline __m512 q512_scales(const q512_consts *c, const float *vsc, size_t 
 
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline void quant_loop512(const q512_consts *c, const float *src, const float *vsc, uint8_t *dst, size_t n,
-                                 __m512 *vmax, q512_counts *cnt, const bool fin_scale) {
+                                 __m512 *vmax, q512_counts *cnt, const bool fin_scale,
+                                 const unsigned shift) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) { /* 4 vectors → one full 64-byte store */
-        __m512i r0 = q512_step(c, _mm512_loadu_ps(src + i), q512_scales(c, vsc, i, 0xFFFF), 0xFFFF, vmax, cnt, fin_scale);
+        __m512i r0 = q512_step(c, _mm512_loadu_ps(src + i), q512_scales(c, vsc, i, 0xFFFF), 0xFFFF, vmax, cnt, fin_scale, shift);
         __m512i r1 = q512_step(c, _mm512_loadu_ps(src + i + 16), q512_scales(c, vsc, i + 16, 0xFFFF), 0xFFFF, vmax, cnt,
-                               fin_scale);
+                               fin_scale, shift);
         __m512i r2 = q512_step(c, _mm512_loadu_ps(src + i + 32), q512_scales(c, vsc, i + 32, 0xFFFF), 0xFFFF, vmax, cnt,
-                               fin_scale);
+                               fin_scale, shift);
         __m512i r3 = q512_step(c, _mm512_loadu_ps(src + i + 48), q512_scales(c, vsc, i + 48, 0xFFFF), 0xFFFF, vmax, cnt,
-                               fin_scale);
+                               fin_scale, shift);
         /* codes are 0..255: two unsigned-saturating packs keep them, interleaved by 128-bit lane (lane l of the
          * result holds lane l of r0, r1, r2, r3 in turn); one dword permute puts them in order */
         const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
@@ -292,7 +293,7 @@ static inline void quant_loop512(const q512_consts *c, const float *src, const f
     }
     for (; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512i r = q512_step(c, _mm512_maskz_loadu_ps(k, src + i), q512_scales(c, vsc, i, k), k, vmax, cnt, fin_scale);
+        __m512i r = q512_step(c, _mm512_maskz_loadu_ps(k, src + i), q512_scales(c, vsc, i, k), k, vmax, cnt, fin_scale, shift);
         _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, r);
     }
 }
@@ -313,9 +314,19 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     c.shift = _mm_cvtsi32_si128(P->shift);
     __m512 vmax = _mm512_set1_ps(st->amax);
     q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
-    if (vsc) quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false);   /* scales unchecked: NaN from the source */
-    else if (scale > 0.0f && scale < INFINITY) quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, true);
-    else quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, false);
+    /* the two formats' shifts as immediates (a shift by a register count is two uops on Intel's cores) */
+    const bool fin = scale > 0.0f && scale < INFINITY;
+    if (P->shift == 20) {   /* E4M3 */
+        if (vsc) quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false, 20);   /* scales unchecked: NaN from the source */
+        else if (fin) quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, true, 20);
+        else quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, false, 20);
+    } else if (P->shift == 21) {   /* E5M2 */
+        if (vsc) quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false, 21);
+        else if (fin) quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, true, 21);
+        else quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, false, 21);
+    } else {
+        quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false, (unsigned)P->shift);
+    }
     st->amax = _mm512_reduce_max_ps(vmax);
     st->underflow += cnt.unf;
     st->saturated += cnt.sat;
