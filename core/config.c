@@ -580,24 +580,15 @@ fl_status fl_config_load(fl_config *c, const char *path) {
 
 /* ---- writing ------------------------------------------------------------------------------------ */
 
-/* mkdir -p of path's directory. */
+/* mkdir -p of path's directory (fl_mkdir_p). */
 static fl_status make_parents(const char *path) {
-    char dir[4096];
-    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return FL_ERR(FL_EINVAL, "%s: path too long", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir) return FL_OK;
-    *slash = 0;
-    for (char *p = dir + 1; ; p++) {
-        if (*p == '/' || *p == 0) {
-            char saved = *p;
-            *p = 0;
-            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-                return FL_ERR(FL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
-            *p = saved;
-            if (!saved) break;
-        }
-    }
-    return FL_OK;
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return FL_OK;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir) return FL_ERR(FL_ENOMEM, "%s: out of memory", path);
+    fl_status st = fl_mkdir_p(dir);
+    free(dir);
+    return st;
 }
 
 static void write_key(FILE *f, const fl_config *c, fl_setting_id k, const char *indent) {

@@ -249,3 +249,26 @@ fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx) {
     if (st != FL_OK) { fl_atomic_abort(&af); return st; }
     return fl_atomic_commit(&af);
 }
+
+fl_status fl_mkdir_p(const char *dir) {
+    const size_t n = strlen(dir);
+    if (n == 0) return FL_ERR(FL_EINVAL, "mkdir_p: cannot create a directory with an empty name");
+    char *p = malloc(n + 1);
+    if (!p) return FL_ERR(FL_ENOMEM, "mkdir_p: out of memory");
+    memcpy(p, dir, n + 1);
+    fl_status st = FL_OK;
+    for (size_t i = 1; i <= n && st == FL_OK; i++) {   /* from 1: a leading '/' names the root, not an empty part */
+        if (p[i] != '/' && p[i] != '\0') continue;
+        const char c = p[i];
+        p[i] = '\0';
+        struct stat sb;
+        if (mkdir(p, 0777) != 0) {
+            const int e = errno;
+            if (!(e == EEXIST && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)))
+                st = FL_ERR(FL_EIO, "%s: cannot create the directory: %s", p, strerror(e));
+        }
+        p[i] = c;
+    }
+    free(p);
+    return st;
+}

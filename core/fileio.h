@@ -37,4 +37,9 @@ fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx);
 fl_status fl_fsync_rename(const char *tmp, const char *path);
 /* fsync a directory (after renaming into it); file systems that cannot (EINVAL) are not an error. */
 fl_status fl_fsync_dir(const char *dir);
+/* mkdir -p: dir and the directories above it (mode 0777 & ~umask); an existing directory is fine, anything else
+ * in the way is an error naming the part that could not be made ("a/file: cannot create the directory: File
+ * exists"). An empty name is FL_EINVAL. The one mkdir -p: config files (core/config.c) and the Lua side's
+ * checkpoints, profiler traces and --out (fp8._checkpoint.mkdir_p). */
+fl_status fl_mkdir_p(const char *dir);
 #endif

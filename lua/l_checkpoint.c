@@ -409,40 +409,21 @@ static int l_mkdir(lua_State *L) {
     return 2;
 }
 
-/* mkdir_p(path) → true, or nil + message: path and the directories above it, as `mkdir -p` (mode 0777 & ~umask;
- * an existing directory is fine). The message names the part that could not be made ("a/file: cannot create
- * the directory: File exists" when a regular file is in the way). An empty path is refused. The one mkdir -p of
- * the Lua side: fp8.checkpointing (the directories above a checkpoint), fp8.profiler (output_trace_dir) and
- * fp8.args.out_dir (a script's --out) use it. */
+/* mkdir_p(path) → true, or nil + message: fl_mkdir_p (core/fileio.h), the one mkdir -p; fp8.checkpointing (the
+ * directories above a checkpoint), fp8.profiler (output_trace_dir) and fp8.args.out_dir (a script's --out) use
+ * it. A NUL in the name is refused (the C string would end there). */
 static int l_mkdir_p(lua_State *L) {
     size_t n;
     const char *path = luaL_checklstring(L, 1, &n);
-    if (n == 0 || strlen(path) != n) {
-        lua_pushnil(L);
-        lua_pushstring(L, n == 0 ? "mkdir_p: cannot create a directory with an empty name"
-                                 : "mkdir_p: a directory name cannot contain a NUL byte");
-        return 2;
+    fl_status st = strlen(path) != n ? FL_ERR(FL_EINVAL, "mkdir_p: a directory name cannot contain a NUL byte")
+                                     : fl_mkdir_p(path);
+    if (st == FL_OK) {
+        lua_pushboolean(L, 1);
+        return 1;
     }
-    luaL_Buffer b;
-    char *p = luaL_buffinitsize(L, &b, n + 1);   /* a copy cut at each '/' in turn; freed with the stack */
-    memcpy(p, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {             /* from 1: a leading '/' names the root, not an empty part */
-        if (p[i] != '/' && p[i] != '\0') continue;
-        char c = p[i];
-        p[i] = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) != 0) {
-            int e = errno;
-            if (!(e == EEXIST && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode))) {
-                lua_pushnil(L);
-                lua_pushfstring(L, "%s: cannot create the directory: %s", p, strerror(e));
-                return 2;
-            }
-        }
-        p[i] = c;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
+    lua_pushnil(L);
+    lua_pushstring(L, fl_last_error_detail());
+    return 2;
 }
 
 /* listdir(path) → sorted names (without . and ..), or nil + message. */
