@@ -232,7 +232,6 @@ static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const
 typedef struct {
     __m512i absm, inf, half, one, minn, magic_i, maxc, ovf, nanc, b80;
     __m512 magic, vs;
-    __m128i shift;
 } q512_consts;
 
 typedef struct { uint32_t unf, sat, nan; } q512_counts;
@@ -298,6 +297,16 @@ static inline void quant_loop512(const q512_consts *c, const float *src, const f
     }
 }
 
+/* quant_loop512 for per-element scales (unchecked: NaN comes from the source), a finite positive scale, or any other
+ * one; shift is the format's, a constant where the caller passes one. */
+__attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
+static inline void quant_loops512(const q512_consts *c, const float *src, const float *vsc, uint8_t *dst, size_t n,
+                                  __m512 *vmax, q512_counts *cnt, const bool fin, const unsigned shift) {
+    if (vsc) quant_loop512(c, src, vsc, dst, n, vmax, cnt, false, shift);
+    else if (fin) quant_loop512(c, src, NULL, dst, n, vmax, cnt, true, shift);
+    else quant_loop512(c, src, NULL, dst, n, vmax, cnt, false, shift);
+}
+
 __attribute__((target("avx512f,avx512bw,popcnt")))
 static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
                                float scale, const float *vsc, fl_overflow pol, fl_cast_stats *st) {
@@ -311,22 +320,13 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     c.nanc = _mm512_set1_epi32((int)P->nan_code);
     c.b80 = _mm512_set1_epi32(0x80);
     c.magic = _mm512_castsi512_ps(c.magic_i); c.vs = _mm512_set1_ps(scale);
-    c.shift = _mm_cvtsi32_si128(P->shift);
     __m512 vmax = _mm512_set1_ps(st->amax);
     q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
     /* the two formats' shifts as immediates (a shift by a register count is two uops on Intel's cores) */
     const bool fin = scale > 0.0f && scale < INFINITY;
-    if (P->shift == 20) {   /* E4M3 */
-        if (vsc) quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false, 20);   /* scales unchecked: NaN from the source */
-        else if (fin) quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, true, 20);
-        else quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, false, 20);
-    } else if (P->shift == 21) {   /* E5M2 */
-        if (vsc) quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false, 21);
-        else if (fin) quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, true, 21);
-        else quant_loop512(&c, src, NULL, dst, n, &vmax, &cnt, false, 21);
-    } else {
-        quant_loop512(&c, src, vsc, dst, n, &vmax, &cnt, false, (unsigned)P->shift);
-    }
+    if (P->shift == 20) quant_loops512(&c, src, vsc, dst, n, &vmax, &cnt, fin, 20);        /* E4M3 */
+    else if (P->shift == 21) quant_loops512(&c, src, vsc, dst, n, &vmax, &cnt, fin, 21);   /* E5M2 */
+    else quant_loops512(&c, src, vsc, dst, n, &vmax, &cnt, fin, (unsigned)P->shift);
     st->amax = _mm512_reduce_max_ps(vmax);
     st->underflow += cnt.unf;
     st->saturated += cnt.sat;
