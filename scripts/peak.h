@@ -60,7 +60,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(long ite
 
 /* AMX-BF16 tile products (tdpbf16ps: 16 × 16 fp32 += 16 × 32 bf16 · 32 × 16 bf16 an instruction): four
  * independent accumulator tiles (0-3) over two A tiles (4, 5) and two B tiles (6, 7), as a GEMM's micro-tile
- * holds them, from the tile registers only. The process must have asked for the tiles (peak_amx_permitted). */
+ * holds them, from the tile registers only. The process must have asked for the tiles (fl_amx_request). */
 FL_CPU_AMX static double peak_amx(long iters) {
     static unsigned short one[16 * 32];
     for (int i = 0; i < 16 * 32; i++) one[i] = 0x3f80;   /* 1.0 */
@@ -86,22 +86,12 @@ FL_CPU_AMX static double peak_amx(long iters) {
     peak_sink = out[0];
     return (double)iters * 4 * 16 * 16 * 32 * 2;
 }
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-/* AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22) and Linux's permission to use the tiles. */
-static int peak_amx_permitted(void) {
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx >> 24 & 1) || !(edx >> 22 & 1)) return 0;
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-}
-
 /* The instruction set a kind is measured with on this CPU ("avx512", "avx2", "avx512_bf16", "amx_bf16"), NULL where
  * the CPU has none for it. kind: "fp32_fma", "bf16_dot" or "bf16_tile". */
 static const char *peak_isa(const char *kind) {
     __builtin_cpu_init();
     const int has512 = __builtin_cpu_supports("avx512f");
-    if (strcmp(kind, "bf16_tile") == 0) return peak_amx_permitted() ? "amx_bf16" : NULL;
+    if (strcmp(kind, "bf16_tile") == 0) return fl_amx_request() ? "amx_bf16" : NULL;
     if (strcmp(kind, "bf16_dot") == 0) return has512 && __builtin_cpu_supports("avx512bf16") ? "avx512_bf16" : NULL;
     if (has512) return "avx512";
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "avx2" : NULL;

@@ -8,8 +8,12 @@
  * faults, as a first version of the attention kernels did at -O2, or loads another shape). */
 #ifndef FL_CPU_AMX_H
 #define FL_CPU_AMX_H
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define FL_CPU_AMX_TARGETS "avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,amx-tile,amx-bf16"
 #define FL_CPU_AMX __attribute__((target(FL_CPU_AMX_TARGETS)))
@@ -24,4 +28,18 @@ static const fl_amx_cfg FL_AMX_CFG = { .palette = 1, .colsb = { 64, 64, 64, 64, 
 
 static inline FL_CPU_AMX void fl_amx_begin(void) { _tile_loadconfig(&FL_AMX_CFG); }
 static inline FL_CPU_AMX void fl_amx_end(void) { _tile_release(); }
+
+/* Whether the CPU has AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22) and Linux lets this process use
+ * the tile registers, which it must ask for (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA). Asks each call:
+ * cpu_fp8_mm_amx.c keeps the answer (fl_cpu_amx), scripts/peak.h asks before it measures the tiles. */
+static inline bool fl_amx_request(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx >> 24 & 1) || !(edx >> 22 & 1)) return false;
+#ifdef SYS_arch_prctl
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return false;
+#endif
+}
 #endif

@@ -29,9 +29,6 @@ _Atomic bool fl_cpu_amx_allowed = true;
 
 #ifdef __x86_64__
 #include "cpu_amx.h"
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #ifndef FL_MM_AMX_KC
 #define FL_MM_AMX_KC 1024
@@ -169,20 +166,12 @@ FL_CPU_AMX_MM static void run_group(const mm_job *J, int64_t m, int64_t ag, int6
     fl_amx_end();
 }
 
-/* AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22), AVX512_BF16 for the packers' and the family's
- * target, and the kernel's permission for this process, asked once. */
+/* The tiles (fl_amx_request: the CPU has them and Linux granted them), asked once. */
 static bool amx_permitted(void) {
     static _Atomic int state;   /* 0: not asked yet, 1: yes, 2: no */
     int s = atomic_load(&state);
     if (s) return s == 1;
-    unsigned eax, ebx, ecx, edx;
-    bool ok = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1) && (edx >> 22 & 1);
-#ifdef SYS_arch_prctl
-    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
-    ok = ok && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-#else
-    ok = false;
-#endif
+    const bool ok = fl_amx_request();
     atomic_store(&state, ok ? 1 : 2);
     return ok;
 }
