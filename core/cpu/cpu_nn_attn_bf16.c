@@ -100,7 +100,6 @@ static ATTN16 void band_rows(int mr, int64_t n, const uint32_t *a, int64_t ars, 
         band_add(mr - r0 < MR ? mr - r0 : MR, n, a + r0 * ars, ars, ams, m0, m1, b, ldb, c + r0 * ldc, ldc, add);
 }
 
-
 /* Word c of the result: the pair (a[c], b[c]) of 32 bf16 laid out as a's 16 then b's 16 (fl_bf16_x86_pack32). */
 ATTN16_INLINE __m512i pairs16(__m512i ab) {
     static const uint16_t il[32] = { 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
