@@ -6,14 +6,18 @@
 #   fp8   the blocks' Linears as FP8 GEMMs through torch._scaled_mm with dynamic per-tensor scales
 #         (torchao's "tensorwise" recipe: x, W in E4M3, output gradients in E5M2, fast accumulation for
 #         the forward GEMM only), everything else as in bf16
-# Usage: bench_gpt_torch_gpu.py bf16|fp8 LAYERS D_MODEL HEADS SEQ BATCH VOCAB STEPS WARMUP PEAK_TFLOPS
+#   MODE-compile (bf16-compile, fp8-compile) the same model through torch.compile (default mode); the
+#         warm-up steps take the compilation, so give it WARMUP >= 2
+# Usage: bench_gpt_torch_gpu.py bf16|fp8[-compile] LAYERS D_MODEL HEADS SEQ BATCH VOCAB STEPS WARMUP PEAK_TFLOPS
 # Prints one line in bench_train.lua's form. Needs a CUDA GPU; fp8 needs PyTorch >= 2.1 and sm_89+.
 import sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-mode = sys.argv[1]
+mode, _, how = sys.argv[1].partition("-")
+if mode not in ("bf16", "fp8") or how not in ("", "compile"):
+    sys.exit("bench_gpt_torch_gpu.py: mode %r: expected bf16, fp8, bf16-compile or fp8-compile" % sys.argv[1])
 L, d, H, T, B, V, steps, warmup = (int(a) for a in sys.argv[2:10])
 peak = float(sys.argv[10])
 if not torch.cuda.is_available():
@@ -90,11 +94,12 @@ class GPT(nn.Module):
 
 model = GPT().to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+fwd = torch.compile(model) if how else model
 ids = torch.randint(0, V, (B, T + 1), device=dev)
 x, y = ids[:, :T], ids[:, 1:]
 def step():
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(x).float().view(B * T, V), y.reshape(B * T))
+        loss = F.cross_entropy(fwd(x).float().view(B * T, V), y.reshape(B * T))
     opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
 for _ in range(warmup): step()
 torch.cuda.synchronize()
@@ -107,5 +112,5 @@ params = sum(p.numel() for p in model.parameters()) - T * d
 tokens = B * T
 flops = tokens * (6 * params + 12 * L * d * T)
 print("model=gpt mode=%s ms_per_step=%.2f steps=%d params=%d tokens_per_s=%.0f tflops=%.1f mfu=%.1f%% gpu_peak_gib=%.2f torch=%s"
-      % (mode, ms, steps, params, tokens / (ms / 1000), flops / (ms / 1000) / 1e12,
+      % (sys.argv[1], ms, steps, params, tokens / (ms / 1000), flops / (ms / 1000) / 1e12,
          100 * flops / (ms / 1000) / (peak * 1e12), torch.cuda.max_memory_allocated() / 2 ** 30, torch.__version__))

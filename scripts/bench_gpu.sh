@@ -12,7 +12,7 @@ REPS=${REPS:-20}
 SECTION="## GPU"
 
 # Each program runs under its own limit (seconds), so a hang costs one row, not the run.
-T_GEMM=${T_GEMM:-180}; T_STEP=${T_STEP:-240}
+T_GEMM=${T_GEMM:-180}; T_STEP=${T_STEP:-240}; T_COMPILE=${T_COMPILE:-300}
 fail() { echo "bench_gpu.sh: $*; docs/performance.md left alone" >&2; exit 1; }
 [ -x "$B/bench_gpu" ] || fail "no $B/bench_gpu (a CUDA build's \`make BUILD=$B $B/bench_gpu\` builds it)"
 rc=0
@@ -55,8 +55,9 @@ for cfg in "bf16|--mixed-precision bf16" "fp8 te HYBRID|--mixed-precision fp8 --
     { echo "$full" >&2; fail "fp8lab's GPT step ($name) gave no GPU figures (exit $rc)"; }
   row "fp8lab $name" "$line"
 done
-for mode in bf16 fp8; do
-  line=$(timeout -k 5 "$T_STEP" python3 scripts/bench_gpt_torch_gpu.py "$mode" "$L" "$D" "$H" "$T" "$BS" "$V" "$GSTEPS" "$GWARM" "$PEAK" 2>&1 | tail -n 1) || true
+for mode in bf16 bf16-compile fp8; do
+  lim=$T_STEP; [[ $mode == *-compile ]] && lim=$T_COMPILE   # the compilation runs inside the warm-up steps
+  line=$(timeout -k 5 "$lim" python3 scripts/bench_gpt_torch_gpu.py "$mode" "$L" "$D" "$H" "$T" "$BS" "$V" "$GSTEPS" "$GWARM" "$PEAK" 2>&1 | tail -n 1) || true
   echo "PyTorch $mode: $line"
   tv=$(sed -n 's/.*torch=\(.*\)/\1/p' <<<"$line")
   row "PyTorch ${tv:-?} $mode" "$line"
@@ -75,7 +76,8 @@ $out
 GPT training step: $L layers, d=$D, $H heads, sequence $T, batch $BS, vocab $V (tied head), AdamW, $GSTEPS timed
 steps after $GWARM; MFU = (6·N + 12·L·d·T) FLOPs per token against a dense bf16 peak of $PEAK TFLOP/s (FP8
 runs too). PyTorch uses flash attention (F.scaled_dot_product_attention), fused AdamW, and for fp8
-torch._scaled_mm with dynamic per-tensor scales on the blocks' Linears.
+torch._scaled_mm with dynamic per-tensor scales on the blocks' Linears; bf16-compile is its bf16 model through
+torch.compile (default mode, compiled in the warm-up steps).
 
 | run | ms / step | tokens/s | TFLOP/s | MFU | peak GiB | note |
 |---|---|---|---|---|---|---|
