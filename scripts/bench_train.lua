@@ -4,7 +4,8 @@
 -- (--fp8-backend te|ao|msamp with --fp8-format, --fp8-recipe, --fp8-opt-level). Prints one line per model:
 --   model=mlp ms_per_step=… steps=… peak_rss_mib=… act_mib=…
 -- (the GPT's line on the CPU ends with best_step_ms=…: the fastest single step, steadier than the mean on a
--- machine shared with other jobs).
+-- machine shared with other jobs). --profile N then profiles N more steps (self time per op; on a GPU sorted by
+-- device time) and prints the table before the result line.
 -- act_mib: what the allocator holds after the forward pass beyond the inputs (the activations saved
 -- for backward), measured once.
 -- scripts/bench.sh runs it next to scripts/bench_train_torch.py and writes docs/performance.md.
@@ -27,6 +28,8 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "vocab", "int", 96, "GPT: vocabulary size", 2 },
   { "peak-tflops", "num", 989.4, "dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989.4)", 0 },
   { "cpu", "flag", false, "stay on the CPU even when there is a GPU" },
+  { "profile", "int", 0, "then run this many more steps under fp8.profiler (device time too on a GPU) and print "
+    .. "where the time went, before the result line", 0 },
 }, { usage = "usage: fp8lab scripts/bench_train.lua [options]", about = "Times training steps. Options:",
      default_text = false })
 -- Every option is used or refused: an FP8 sub-option belongs to one backend, and only under --mixed-precision fp8.
@@ -94,7 +97,18 @@ local function time_steps(step, fwd, dev)
     if dev ~= "cuda" then best = math.min(best, clock() - t0) end   -- a GPU step's host time says nothing
   end
   sync(dev)
-  return (clock() - start) / steps * 1000, act, best * 1000
+  local ms = (clock() - start) / steps * 1000
+  if opts.profile > 0 then
+    local gpu = dev == "cuda"
+    local prof = fp8.profiler.profile{ activities = gpu and { "cpu", "cuda" } or { "cpu" } }
+    prof:start()
+    for _ = 1, opts.profile do step() end
+    sync(dev)
+    prof:stop()
+    print(("profile steps=%d device=%s"):format(opts.profile, dev))
+    print(prof:key_averages():table{ sort_by = gpu and "self_device_time_total" or "self_cpu_time_total", row_limit = 40 })
+  end
+  return ms, act, best * 1000
 end
 
 local function bench_mlp()
