@@ -119,6 +119,16 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
                      float scale, bool causal, bool bf16, bool *done))                                             \
     X(sdpa_qkv_bwd, (const float *qkv, const float *att, const float *dout, float *dqkv, int64_t B, int64_t H,     \
                      int64_t T, int64_t D, float scale, bool causal, bool bf16, bool *done))                       \
+    /* Fused attention under bf16 autocast (sdpa_fwd/bwd's bf16 maths) that keeps no B·H·T·T probabilities:          \
+     * forward writes out and stats (B·H·T·2 floats: each row's score max and 1/Σ), backward recomputes P from   \
+     * them. As accurate as sdpa_fwd/bwd, not the same bits (P is rounded for P·V before the division by Σ).     \
+     * The forward sets *done = false, touching nothing, for sizes it does not take (the caller                  \
+     * then runs sdpa_fwd); the backward takes whatever its forward took. A NULL entry: never. */                 \
+    X(sdpa_flash_fwd, (const float *q, const float *k, const float *v, float *out, float *stats, int64_t B,        \
+                       int64_t H, int64_t T, int64_t D, float scale, bool causal, bool *done))                     \
+    X(sdpa_flash_bwd, (const float *q, const float *k, const float *v, const float *stats, const float *dout,      \
+                       float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,    \
+                       bool causal))                                                                               \
     /* y[r, :] += b for r < rows (the linear layer's bias, in place). */                                           \
     X(bias_add, (float *y, const float *b, int64_t rows, int64_t cols))                                            \
     /* ---- optimizers (core/optim.c; maths in core/optim.h) -------------------------------------                 \

@@ -390,14 +390,48 @@ fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool trainin
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
+/* The backward of either attention kernel: att (saved[3]) holds the probabilities, or with iargs[3] set the fused
+ * forward's row statistics. */
+static fl_status sdpa_bwd_run(const fl_node *n, const fl_tensor *q, const fl_tensor *k, const fl_tensor *v,
+                              const fl_tensor *g, fl_tensor *d[3]) {
+    const fl_tensor *att = n->saved[3];
+    const float scale = (float)n->dargs[0];
+    const bool causal = n->iargs[0] != 0;
+    if (n->iargs[3])
+        return DEV(q)->sdpa_flash_bwd(F(q), F(k), F(v), F(att), F(g), F(d[0]), F(d[1]), F(d[2]), q->shape[0], q->shape[1],
+                                      q->shape[2], q->shape[3], scale, causal);
+    return DEV(q)->sdpa_bwd(F(q), F(k), F(v), F(att), F(g), F(d[0]), F(d[1]), F(d[2]), q->shape[0], q->shape[1],
+                            q->shape[2], q->shape[3], scale, causal, n->iargs[1] != 0);
+}
+
+double fl_sdpa_fused_min_bytes = 1073741824.0;
+
+/* Whether a call on dev runs the fused kernels (nn.h, fl_sdpa_fused_min_bytes). */
+static bool sdpa_fuses(const fl_device *dev, bool bf16, int64_t B, int64_t H, int64_t T) {
+    return bf16 && dev->sdpa_flash_fwd && 4.0 * (double)B * (double)H * (double)T * (double)T > fl_sdpa_fused_min_bytes;
+}
+
+/* The fused forward where sdpa_fuses says so (the fused kernels are bf16's maths): out and *stats ([B, H, T, 2])
+ * written and *fused set; else nothing done and *fused false. */
+static fl_status sdpa_fused_fwd(const fl_device *dev, const fl_tensor *q, const fl_tensor *k, const fl_tensor *v,
+                                fl_tensor *out, fl_tensor **stats, double scale, bool causal, bool bf16, bool *fused) {
+    *fused = false;
+    *stats = NULL;
+    if (!sdpa_fuses(dev, bf16, q->shape[0], q->shape[1], q->shape[2])) return FL_OK;
+    const int64_t ss[4] = { q->shape[0], q->shape[1], q->shape[2], 2 };
+    FL_TRY(fl_tensor_empty(stats, FL_F32, 4, ss, q->device));
+    fl_status st = dev->sdpa_flash_fwd(F(q), F(k), F(v), F(out), F(*stats), q->shape[0], q->shape[1], q->shape[2],
+                                       q->shape[3], (float)scale, causal, fused);
+    if (st != FL_OK || !*fused) { fl_tensor_release(*stats); *stats = NULL; }
+    return st;
+}
+
 static fl_status sdpa_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
-    const fl_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *att = n->saved[3];
+    const fl_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
     fl_tensor *d[3] = { NULL, NULL, NULL };
     fl_status st = FL_OK;
     for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], q, false);   /* the kernel overwrites them */
-    if (st == FL_OK)
-        st = DEV(q)->sdpa_bwd(F(q), F(k), F(v), F(att), F(g), F(d[0]), F(d[1]), F(d[2]), q->shape[0], q->shape[1],
-                              q->shape[2], q->shape[3], (float)n->dargs[0], n->iargs[0] != 0, n->iargs[1] != 0);
+    if (st == FL_OK) st = sdpa_bwd_run(n, q, k, v, g, d);
     for (int i = 0; i < 3; i++) {
         if (st == FL_OK && fl_node_input_needs_grad(n, i)) gin[i] = d[i];
         else fl_tensor_release(d[i]);
@@ -432,9 +466,9 @@ static fl_status qkv_parts(fl_tensor *p[3], const fl_tensor *x, int64_t H) {
     return st;
 }
 
-/* Saved: q, k, v as [B, H, T, D] copies and att, or (iargs[2] = H, the forward ran on the packed layout) the
- * packed qkv itself and att. The packed backward writes dqkv directly; when the device declines it, the
- * copies are made now and the [B, H, T, D] entry runs. */
+/* Saved: q, k, v as [B, H, T, D] copies and att (or the fused forward's statistics, iargs[3]), or (iargs[2] = H,
+ * the forward ran on the packed layout) the packed qkv itself and att. The packed backward writes dqkv directly;
+ * when the device declines it, the copies are made now and the [B, H, T, D] entry runs. */
 static fl_status sdpa_qkv_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *att = n->saved[3];
     const bool packed = n->iargs[2] > 0;
@@ -460,9 +494,7 @@ static fl_status sdpa_qkv_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         st = heads_view(&gv, g, -1, H);
         if (st == FL_OK) st = fl_tensor_contiguous(&gc, gv);
         for (int i = 0; i < 3 && st == FL_OK; i++) st = new_like(&d[i], p[0], false);   /* the kernel overwrites them */
-        if (st == FL_OK)
-            st = DEV(p[0])->sdpa_bwd(F(p[0]), F(p[1]), F(p[2]), F(att), F(gc), F(d[0]), F(d[1]), F(d[2]), B, H, T,
-                                     C / H, scale, causal, bf16);
+        if (st == FL_OK) st = sdpa_bwd_run(n, p[0], p[1], p[2], gc, d);
         for (int i = 0; i < 3 && st == FL_OK; i++) {
             fl_tensor *part = NULL;
             st = heads_view(&part, dqkv, i, H);
@@ -495,16 +527,25 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
     int64_t as[4] = { B, H, T, T }, os[3] = { B, T, C };
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
     const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */
-    if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
     if (st == FL_OK) st = fl_tensor_empty(out, FL_F32, 3, os, qkv->device);
-    /* The packed layout where the device reads it in place; else copies into [B, H, T, D] and back. */
-    bool packed = false;
-    if (st == FL_OK && dev->sdpa_qkv_fwd)
-        st = dev->sdpa_qkv_fwd(F(x), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16, &packed);
+    /* The packed layout where the device reads it in place; else copies into [B, H, T, D] and back, through the
+     * fused kernels where the device has them (no att then: the node keeps their statistics in its place). */
+    bool packed = false, fused = false;
+    if (st == FL_OK && dev->sdpa_qkv_fwd) {
+        st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
+        if (st == FL_OK) st = dev->sdpa_qkv_fwd(F(x), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16, &packed);
+    }
     if (st == FL_OK && !packed) {
         st = qkv_parts(p, x, H);
         if (st == FL_OK) st = new_like(&o, p[0], false);
-        if (st == FL_OK) st = dev->sdpa_fwd(F(p[0]), F(p[1]), F(p[2]), F(o), F(att), B, H, T, D, (float)scale, causal, bf16);
+        if (st == FL_OK && sdpa_fuses(dev, bf16, B, H, T)) {
+            fl_tensor_release(att);
+            att = NULL;
+            st = sdpa_fused_fwd(dev, p[0], p[1], p[2], o, &att, scale, causal, bf16, &fused);
+        }
+        if (st == FL_OK && !att) st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
+        if (st == FL_OK && !fused)
+            st = dev->sdpa_fwd(F(p[0]), F(p[1]), F(p[2]), F(o), F(att), B, H, T, D, (float)scale, causal, bf16);
         if (st == FL_OK) st = heads_view(&ov, *out, -1, H);
         if (st == FL_OK) st = fl_tensor_copy_(ov, o);
     }
@@ -519,6 +560,7 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
             n->iargs[0] = causal;
             n->iargs[1] = bf16;
             n->iargs[2] = packed ? H : 0;
+            n->iargs[3] = fused;
         }
     }
     for (int i = 0; i < 3; i++) fl_tensor_release(p[i]);
@@ -545,11 +587,14 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
     if (st == FL_OK) st = f32c(&kc, k, "scaled_dot_product_attention", "k");
     if (st == FL_OK) st = f32c(&vc, v, "scaled_dot_product_attention", "v");
     int64_t as[4] = { B, H, T, T };
-    if (st == FL_OK) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
     if (st == FL_OK) st = new_like(out, qc, false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
     const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */
-    if (st == FL_OK) st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16);
+    bool fused = false;   /* the fused kernels where the device has them: their statistics in att's place */
+    if (st == FL_OK) st = sdpa_fused_fwd(dev, qc, kc, vc, *out, &att, scale, causal, bf16, &fused);
+    if (st == FL_OK && !fused) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
+    if (st == FL_OK && !fused)
+        st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16);
     if (st == FL_OK) {
         const fl_tensor *ins[3] = { q, k, v };
         fl_node *n;
@@ -559,6 +604,7 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
             n->dargs[0] = scale;
             n->iargs[0] = causal;
             n->iargs[1] = bf16;
+            n->iargs[3] = fused;
         }
     }
     fl_tensor_release(qc); fl_tensor_release(kc); fl_tensor_release(vc); fl_tensor_release(att);

@@ -39,5 +39,11 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
  * C = H·D) → [B, T, C], heads split and merged by strided copies on the device. One node whose backward
  * writes dqkv directly: splitting with narrow would cost a zero-filled [B, T, 3·C] per part and their sum. */
 fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t heads, bool causal, double scale);
+/* Both run a device's fused attention (sdpa_flash_fwd/bwd: no B·H·T·T probabilities kept) under bf16 autocast
+ * when the probabilities of the call would take more than this many bytes (fp32), and the probabilities'
+ * kernels otherwise: on an H200 the fused kernels took 1.4× (forward) and 6× (backward) the time of the
+ * others at the GPT-2-medium shape, so for now they are the way to fit long sequences, not a speed-up
+ * (docs/cuda.md, "Fused attention"). Default 1 GiB; tests lower it. */
+extern double fl_sdpa_fused_min_bytes;
 
 #endif

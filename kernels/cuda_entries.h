@@ -20,8 +20,8 @@ extern "C" {
  * cuda_device.cu (quantize, quantize_current, quantize_transpose, dequantize, amax over quantize.cu and
  * cast_transpose.cu), activation.cu (ReLU/GELU, dropout with the CPU's Philox mask, bias add),
  * softmax.cu (softmax, cross-entropy, MSE), layernorm.cu, embedding.cu, attention.cu (batched GEMMs and a
- * fused (causal) softmax), optim.cu, fp8_gemm.cu (cuBLASLt FP8 GEMM in the TN layout; K-major copies by a
- * byte transpose, per-row/column scales in an epilogue pass; shapes cuBLASLt refuses run as a bf16 GEMM
+ * fused (causal) softmax), flash_attention.cu (the same attention in bf16, fused into tiles, keeping no
+ * probabilities), optim.cu, fp8_gemm.cu (cuBLASLt FP8 GEMM in the TN layout; K-major copies by a byte transpose, per-row/column scales in an epilogue pass; shapes cuBLASLt refuses run as a bf16 GEMM
  * of the exactly decoded bytes). */
 #define FL_CUDA_DEV_DECLARE(name, params) fl_status fl_cuda_dev_##name params;
 FL_DEVICE_ENTRIES(FL_CUDA_DEV_DECLARE)

@@ -44,9 +44,17 @@ void fl_cuda_nn_layernorm_fwd_host(const float *x, const float *w, const float *
 void fl_cuda_nn_layernorm_bwd_host(const float *x, const float *w, const float *mean, const float *rstd,
                                    const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols);
 
-/* Host runs of the kernels' device code (defined in kernels/attention.cu, optim.cu, fp8_gemm.cu). */
+/* Host runs of the kernels' device code (defined in kernels/attention.cu, flash_attention.cu, optim.cu, fp8_gemm.cu). */
 void fl_cuda_attn_softmax_rows_host(float *att, int64_t rows, int64_t T, float scale, bool causal);
 void fl_cuda_attn_dsoftmax_rows_host(const float *att, float *ds, uint16_t *s16, int64_t rows, int64_t T, float scale);
+/* kernels/flash_attention.cu's block programs, every block in turn on the host (a warp's tile product as a loop):
+ * the sdpa_flash_fwd/bwd entries' results for these arguments (D a multiple of 16 up to 128: supports_host). */
+int fl_cuda_flash_supports_host(int64_t D);
+void fl_cuda_flash_fwd_host(const float *q, const float *k, const float *v, float *out, float *stats, int64_t B,
+                            int64_t H, int64_t T, int64_t D, float scale, bool causal);
+void fl_cuda_flash_bwd_host(const float *q, const float *k, const float *v, const float *stats, const float *dout,
+                            float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                            bool causal);
 fl_status fl_cuda_sgd_host(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
                            double dampening, double weight_decay, bool nesterov, bool first_step);
 int fl_cuda_fp8_gemm_native(void);

@@ -15,6 +15,9 @@
 #include "optim.h"
 #include "rng.h"
 #include "tensor.h"
+#include "autograd.h"
+#include "nn.h"
+#include "ops.h"
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -627,6 +630,271 @@ TEST(gpu_sdpa_bf16_matches_cpu) {
         pool_free(&pl);
         free(q); free(k); free(v); free(go); free(ro); free(ra); free(o); free(o2);
         for (int w = 0; w < 3; w++) { free(rg[w]); free(g[w]); }
+    }
+}
+
+/* ---- fused (flash) attention: kernels/flash_attention.cu ------------------------------------------------
+ * Both the fused kernels and the CPU's bf16 attention round q, k, v, dO and the GEMM operands P and dS to bf16
+ * with fp32 accumulation, at different places (the fused forward rounds e^(s − running max) before dividing by
+ * the row's sum, the CPU rounds P), so they do not give the same bits: an output that is a small difference of
+ * large terms can differ by more than its own size. The test holds them to the same accuracy instead: against
+ * float64 attention of the bf16-rounded q, k, v, dO (P and dS unrounded), the fused result's error
+ * ‖x − ref‖₂ is at most twice the CPU's (plus 2^-20·‖ref‖₂), output by output. Shapes: T below, at and across
+ * the 64-row tiles, D from 16 to 128, causal or not, several heads. */
+static const attn_cfg FLASH_CFGS[] = {
+    { 1, 1, 1, 16, true, 0.25f, 1.0f },    { 2, 3, 17, 32, true, 0.1768f, 1.0f }, { 2, 2, 64, 64, true, 0.125f, 1.0f },
+    { 1, 2, 100, 64, false, 0.125f, 2.0f }, { 1, 1, 130, 48, true, 0.1443f, 1.0f }, { 2, 1, 129, 128, true, 0.0884f, 1.0f },
+    { 1, 1, 200, 16, false, 0.25f, 3.0f },
+};
+#define NFLASH (sizeof FLASH_CFGS / sizeof FLASH_CFGS[0])
+
+static double bf(float x) { return fl_bf16_to_f32(fl_f32_to_bf16(x)); }
+
+/* float64 attention of cfg c on bf16-rounded inputs: out, dq, dk, dv into ref[4] (n = B·H·T·D each). */
+static void flash_ref64(const attn_cfg *c, float *const in[4], double *ref[4]) {
+    const int64_t T = c->T, D = c->D, BH = c->B * c->H;
+    double *P = malloc(T * T * 8), *dS = malloc(T * T * 8);
+    for (int w = 0; w < 4; w++) memset(ref[w], 0, BH * T * D * 8);
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const float *q = in[0] + bh * T * D, *k = in[1] + bh * T * D, *v = in[2] + bh * T * D, *go = in[3] + bh * T * D;
+        double *o = ref[0] + bh * T * D, *dq = ref[1] + bh * T * D, *dk = ref[2] + bh * T * D, *dv = ref[3] + bh * T * D;
+        for (int64_t i = 0; i < T; i++) {
+            const int64_t n = c->causal ? i + 1 : T;
+            double m = -INFINITY, sum = 0, delta = 0;
+            for (int64_t j = 0; j < T; j++) {
+                double x = 0;
+                for (int64_t e = 0; e < D; e++) x += bf(q[i * D + e]) * bf(k[j * D + e]);
+                P[i * T + j] = x * c->scale;
+                if (j < n && P[i * T + j] > m) m = P[i * T + j];
+            }
+            for (int64_t j = 0; j < T; j++) sum += j < n ? exp(P[i * T + j] - m) : 0.0;
+            for (int64_t j = 0; j < T; j++) {
+                P[i * T + j] = j < n ? exp(P[i * T + j] - m) / sum : 0.0;
+                double dp = 0;
+                for (int64_t e = 0; e < D; e++) {
+                    o[i * D + e] += P[i * T + j] * bf(v[j * D + e]);
+                    dp += bf(go[i * D + e]) * bf(v[j * D + e]);
+                }
+                dS[i * T + j] = dp;
+                delta += P[i * T + j] * dp;
+            }
+            for (int64_t j = 0; j < T; j++) dS[i * T + j] = c->scale * P[i * T + j] * (dS[i * T + j] - delta);
+        }
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < T; j++)
+                for (int64_t e = 0; e < D; e++) {
+                    dq[i * D + e] += dS[i * T + j] * bf(k[j * D + e]);
+                    dk[j * D + e] += dS[i * T + j] * bf(q[i * D + e]);
+                    dv[j * D + e] += P[i * T + j] * bf(go[i * D + e]);
+                }
+    }
+    free(P); free(dS);
+}
+
+/* The fused results got[4] against the float64 reference, next to the CPU's bf16 attention cpu[4] (see above). */
+static void flash_compare(int *fl__failed, const char *what, size_t ci, float *const got[4], float *const cpu[4],
+                          double *const ref[4], int64_t n) {
+    static const char *const nm[4] = { "out", "dq", "dk", "dv" };
+    for (int w = 0; w < 4; w++) {
+        double eg = 0, ec = 0, nr = 0;
+        for (int64_t i = 0; i < n; i++) {
+            eg += (got[w][i] - ref[w][i]) * (got[w][i] - ref[w][i]);
+            ec += (cpu[w][i] - ref[w][i]) * (cpu[w][i] - ref[w][i]);
+            nr += ref[w][i] * ref[w][i];
+        }
+        eg = sqrt(eg); ec = sqrt(ec); nr = sqrt(nr);
+        if (getenv("FL_TEST_VERBOSE"))
+            printf("  %s cfg %zu %s: |ref| %.4g, error %.3g (cpu %.3g), ratio %.3f\n", what, ci, nm[w], nr, eg / nr, ec / nr,
+                   ec > 0 ? eg / ec : 0.0);
+        CHECK(eg <= 2 * ec + 0x1p-20 * nr, "%s cfg %zu %s: error %.4g of |ref| %.4g, more than twice the CPU's bf16 (%.4g)",
+              what, ci, nm[w], eg, nr, ec);
+    }
+}
+
+/* Cfg ci's inputs (seeded by ci: q, k, v, dO), the CPU's bf16 attention of them (out, dq, dk, dv) and the float64
+ * reference. */
+static void flash_case(int *fl__failed, size_t ci, float *in[4], float *cpu[4], double *ref[4]) {
+    const attn_cfg *c = &FLASH_CFGS[ci];
+    const int64_t BH = c->B * c->H, nq = BH * c->T * c->D, na = BH * c->T * c->T;
+    in[0] = rnormal((size_t)nq, 900 + ci, c->qstd);
+    in[1] = rnormal((size_t)nq, 910 + ci, 1.0f);
+    in[2] = rnormal((size_t)nq, 920 + ci, 1.0f);
+    in[3] = rnormal((size_t)nq, 930 + ci, 1.0f);
+    float *att = malloc(na * 4);
+    for (int w = 0; w < 4; w++) { cpu[w] = malloc(nq * 4); ref[w] = malloc(nq * 8); }
+    const fl_device *dev = fl_cpu_device();
+    CHECK(dev->sdpa_fwd(in[0], in[1], in[2], cpu[0], att, c->B, c->H, c->T, c->D, c->scale, c->causal, true) == FL_OK,
+          "cpu sdpa_fwd: %s", fl_last_error());
+    CHECK(dev->sdpa_bwd(in[0], in[1], in[2], att, in[3], cpu[1], cpu[2], cpu[3], c->B, c->H, c->T, c->D, c->scale,
+                        c->causal, true) == FL_OK, "cpu sdpa_bwd: %s", fl_last_error());
+    free(att);
+    flash_ref64(c, in, ref);
+}
+
+/* The block programs run on the host (every phase of every block in turn, shared memory poisoned per block). */
+TEST(gpu_flash_attention_matches_cpu_on_host) {
+    for (size_t ci = 0; ci < NFLASH; ci++) {
+        const attn_cfg *c = &FLASH_CFGS[ci];
+        const int64_t BH = c->B * c->H, nq = BH * c->T * c->D;
+        float *in[4], *cpu[4], *got[4], *stats = malloc(BH * c->T * 8);
+        double *ref[4];
+        flash_case(fl__failed, ci, in, cpu, ref);
+        for (int w = 0; w < 4; w++) got[w] = malloc(nq * 4);
+        REQUIRE(fl_cuda_flash_supports_host(c->D), "D %lld", (long long)c->D);
+        fl_cuda_flash_fwd_host(in[0], in[1], in[2], got[0], stats, c->B, c->H, c->T, c->D, c->scale, c->causal);
+        fl_cuda_flash_bwd_host(in[0], in[1], in[2], stats, in[3], got[1], got[2], got[3], c->B, c->H, c->T, c->D,
+                               c->scale, c->causal);
+        flash_compare(fl__failed, "host", ci, got, cpu, ref, nq);
+        for (int w = 0; w < 4; w++) { free(in[w]); free(cpu[w]); free(ref[w]); free(got[w]); }
+        free(stats);
+    }
+}
+
+/* Sizes the fused kernels do not take are declined (done = false, nothing touched; the caller runs sdpa_fwd), and
+ * the arguments are checked, all before any CUDA call. */
+TEST(gpu_flash_attention_declines_other_sizes) {
+    float f[4] = { 1, 2, 3, 4 };
+    static const int64_t D[] = { 0, 8, 24, 144, 256 };
+    for (size_t i = 0; i < sizeof D / sizeof D[0]; i++) {
+        bool done = true;
+        CHECK(fl_cuda_dev_sdpa_flash_fwd(f, f, f, f, f, 1, 1, 4, D[i], 0.5f, true, &done) == FL_OK && !done,
+              "D = %lld: not declined", (long long)D[i]);
+        CHECK(!fl_cuda_flash_supports_host(D[i]), "D = %lld", (long long)D[i]);
+    }
+    bool done = true;
+    CHECK(fl_cuda_dev_sdpa_flash_fwd(f, f, f, f, f, 0, 1, 4, 64, 0.5f, true, &done) == FL_OK && !done, "B = 0");
+    CHECK(fl_cuda_dev_sdpa_flash_fwd(f, f, f, f, f, 1, 1, 4, 64, 0.5f, true, NULL) == FL_EINVAL, "done NULL");
+    CHECK(fl_cuda_dev_sdpa_flash_bwd(f, f, f, f, f, f, f, f, 1, 1, 4, 24, 0.5f, true) == FL_EUNSUPPORTED, "bwd D = 24");
+}
+
+/* The autograd plumbing of the fused kernels (core/nn.c: their statistics saved in att's place, the backward
+ * that reads them), on the host: a stand-in for the CPU whose fused entries are the block programs' host runs.
+ * With the size threshold at 0, under bf16 autocast, fl_sdpa_qkv (the GPT's packed projection, here through
+ * copies) and fl_sdpa take the fused kernels when D is a multiple of 16 and give the CPU's gradients within bf16
+ * rounding; with D = 24 they decline and the CPU's own kernels give its bits; in fp32 they are never asked; at
+ * the default threshold (1 GiB of probabilities) these small calls never ask either. */
+static int flash_fwd_calls, flash_bwd_calls;
+static fl_status host_flash_fwd(const float *q, const float *k, const float *v, float *out, float *stats, int64_t B,
+                                int64_t H, int64_t T, int64_t D, float scale, bool causal, bool *done) {
+    *done = fl_cuda_flash_supports_host(D) && B > 0 && H > 0 && T > 0;
+    if (*done) { fl_cuda_flash_fwd_host(q, k, v, out, stats, B, H, T, D, scale, causal); flash_fwd_calls++; }
+    return FL_OK;
+}
+static fl_status host_flash_bwd(const float *q, const float *k, const float *v, const float *stats, const float *dout,
+                                float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                bool causal) {
+    fl_cuda_flash_bwd_host(q, k, v, stats, dout, dq, dk, dv, B, H, T, D, scale, causal);
+    flash_bwd_calls++;
+    return FL_OK;
+}
+static fl_device flash_fake;
+
+/* d(Σ y·w)/dx of attention over x ([B, T, 3·H·D] packed, causal; or with `split` q, k, v = x's three parts as
+ * [B, H, T, D] heads through fl_sdpa, not causal, scale 0.3), under autocast dtype ad, on the current CPU device. */
+static fl_status attn_grad(fl_tensor **grad, const fl_tensor *base, const fl_tensor *wsum, bool split, fl_dtype ad) {
+    fl_tensor *x = NULL, *y = NULL, *yw = NULL, *s = NULL, *parts[3] = { NULL, NULL, NULL };
+    fl_status st = fl_tensor_to(&x, base, FL_F32);
+    if (st == FL_OK) fl_tensor_set_requires_grad(x, true);
+    fl_dtype prev = fl_set_autocast_dtype(ad);
+    if (st == FL_OK && !split) st = fl_sdpa_qkv(&y, x, 2, true, 0.0);
+    if (st == FL_OK && split) {
+        const int64_t B = base->shape[0], T = base->shape[1], C = base->shape[2] / 3, s4[4] = { B, T, 2, C / 2 };
+        for (int i = 0; i < 3 && st == FL_OK; i++) {
+            fl_tensor *nar = NULL, *v4 = NULL;
+            st = fl_narrow(&nar, x, 2, i * C, C);
+            if (st == FL_OK) st = fl_view(&v4, nar, 4, s4);
+            if (st == FL_OK) st = fl_transpose(&parts[i], v4, 1, 2);
+            fl_tensor_release(nar); fl_tensor_release(v4);
+        }
+        if (st == FL_OK) st = fl_sdpa(&y, parts[0], parts[1], parts[2], false, 0.3);
+    }
+    if (st == FL_OK) st = fl_binary(&yw, FL_OP_MUL, y, wsum);   /* a weighted sum: every output's gradient differs */
+    if (st == FL_OK) st = fl_reduce(&s, FL_OP_SUM, yw, FL_ALL_DIMS, false);
+    if (st == FL_OK) st = fl_backward(s, NULL, false);
+    fl_set_autocast_dtype(prev);
+    if (st == FL_OK) *grad = fl_tensor_retain(x->grad);
+    for (int i = 0; i < 3; i++) fl_tensor_release(parts[i]);
+    fl_tensor_release(x); fl_tensor_release(y); fl_tensor_release(yw); fl_tensor_release(s);
+    return st;
+}
+
+TEST(gpu_flash_attention_through_autograd_on_host) {
+    static const int64_t Ds[] = { 32, 24, 32 };
+    const double threshold = fl_sdpa_fused_min_bytes;
+    for (size_t di = 0; di < 3; di++)
+        for (int split = 0; split < 2; split++)
+            for (int bf16 = 1; bf16 >= 0; bf16--) {
+                fl_sdpa_fused_min_bytes = di < 2 ? 0.0 : threshold;   /* the last round: the default */
+                const int64_t D = Ds[di], shape[3] = { 2, 70, 3 * 2 * D };
+                fl_tensor *base = NULL, *w = NULL, *g_cpu = NULL, *g_fused = NULL;
+                fl_manual_seed(21 + di);
+                REQUIRE_OK(fl_randn(&base, NULL, 3, shape, FL_F32));
+                const int64_t ws3[3] = { 2, 70, 2 * D }, ws4[4] = { 2, 2, 70, D };   /* y: [B, T, H·D] or [B, H, T, D] */
+                REQUIRE_OK(fl_randn(&w, NULL, split ? 4 : 3, split ? ws4 : ws3, FL_F32));
+                const fl_dtype ad = bf16 ? FL_BF16 : FL_F32;
+                fl_status st = attn_grad(&g_cpu, base, w, split, ad);
+                flash_fake = *fl_cpu_device();
+                flash_fake.sdpa_flash_fwd = host_flash_fwd;
+                flash_fake.sdpa_flash_bwd = host_flash_bwd;
+                flash_fake.sdpa_qkv_fwd = NULL;   /* as on CUDA: the packed layout goes through copies */
+                flash_fake.sdpa_qkv_bwd = NULL;
+                flash_fwd_calls = flash_bwd_calls = 0;
+                fl_device_register(FL_DEV_CPU, &flash_fake);
+                if (st == FL_OK) st = attn_grad(&g_fused, base, w, split, ad);
+                fl_device_register(FL_DEV_CPU, NULL);
+                fl_sdpa_fused_min_bytes = threshold;
+                REQUIRE(st == FL_OK, "D %lld split %d bf16 %d: %s", (long long)D, split, bf16, fl_last_error());
+                const bool fused = bf16 && D % 16 == 0 && di < 2;
+                CHECK(flash_fwd_calls == fused && flash_bwd_calls == fused, "D %lld split %d bf16 %d: %d/%d fused calls",
+                      (long long)D, split, bf16, flash_fwd_calls, flash_bwd_calls);
+                const int64_t n = fl_tensor_numel(base);
+                const float *gc = fl_tensor_data(g_cpu), *gf = fl_tensor_data(g_fused);
+                double mean = 0;
+                for (int64_t i = 0; i < n; i++) mean += fabs(gc[i]);
+                mean /= (double)n;
+                int bad = 0;
+                for (int64_t i = 0; i < n; i++)
+                    bad += fused ? !(fabs((double)gf[i] - gc[i]) <= 0x1p-5 * (fabs(gc[i]) + mean)) : gf[i] != gc[i];
+                CHECK(bad == 0, "D %lld split %d bf16 %d: %d of %lld gradient entries off the CPU's%s", (long long)D, split,
+                      bf16, bad, (long long)n, fused ? "" : " bits");
+                fl_tensor_release(base); fl_tensor_release(w); fl_tensor_release(g_cpu); fl_tensor_release(g_fused);
+            }
+}
+
+/* On the GPU: the same comparison; a second run gives the same bits (every output written by one block). */
+TEST(gpu_flash_attention_matches_cpu) {
+    const fl_device *d = gpu_or_skip();
+    if (!d) return;
+    pool pl = { d, { 0 }, 0 };
+    for (size_t ci = 0; ci < NFLASH; ci++) {
+        const attn_cfg *c = &FLASH_CFGS[ci];
+        const int64_t BH = c->B * c->H, nq = BH * c->T * c->D, ns = BH * c->T * 2;
+        float *in[4], *cpu[4], *got[4], *again[4];
+        double *ref[4];
+        flash_case(fl__failed, ci, in, cpu, ref);
+        float *din[4], *dres[4], *dstats = dalloc(&pl, ns * 4);
+        for (int w = 0; w < 4; w++) {
+            got[w] = malloc(nq * 4);
+            again[w] = malloc(nq * 4);
+            din[w] = dput(&pl, in[w], nq * 4);
+            dres[w] = dalloc(&pl, nq * 4);
+        }
+        REQUIRE(din[0] && din[1] && din[2] && din[3] && dres[0] && dres[1] && dres[2] && dres[3] && dstats, "alloc: %s",
+                fl_last_error());
+        for (int run = 0; run < 2; run++) {
+            bool done = false;
+            REQUIRE_OK(d->sdpa_flash_fwd(din[0], din[1], din[2], dres[0], dstats, c->B, c->H, c->T, c->D, c->scale,
+                                         c->causal, &done));
+            REQUIRE(done, "cfg %zu: the GPU declined D = %lld", ci, (long long)c->D);
+            REQUIRE_OK(d->sdpa_flash_bwd(din[0], din[1], din[2], dstats, din[3], dres[1], dres[2], dres[3], c->B, c->H,
+                                         c->T, c->D, c->scale, c->causal));
+            for (int w = 0; w < 4; w++) REQUIRE_OK(d->to_host(run ? again[w] : got[w], dres[w], nq * 4));
+        }
+        flash_compare(fl__failed, "gpu", ci, got, cpu, ref, nq);
+        for (int w = 0; w < 4; w++)
+            CHECK(memcmp(got[w], again[w], nq * 4) == 0, "cfg %zu: a second run differs (output %d)", ci, w);
+        pool_free(&pl);
+        for (int w = 0; w < 4; w++) { free(in[w]); free(cpu[w]); free(ref[w]); free(got[w]); free(again[w]); }
     }
 }
 
