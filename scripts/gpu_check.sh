@@ -44,6 +44,10 @@ if has env; then
     echo "FP8LAB_CUBLASLT=${FP8LAB_CUBLASLT:-} CUDA_HOME=${CUDA_HOME:-}"
     python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1 | tail -n 1
     echo "nproc $(nproc)"
+    # the specs need busted (and its C modules) where fp8lab looks for Lua modules
+    "$B/fp8lab" -e 'package.path = "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua;" .. package.path
+      require("busted.runner")' > /dev/null 2>&1 && echo "busted: found" ||
+      echo "busted: NOT found: the specs cannot run (scripts/gpu_bundle.sh packs it with the build)"
     exit "$smi"
   ) > "$OUTD/env.log" 2>&1 || failed+=(env)
   cat "$OUTD/env.log"

@@ -1,6 +1,7 @@
 -- tooling_spec.lua — the scripts around the build (scripts/*.sh, the bench scripts' options): a bench script writes
 -- no docs/performance.md section from a failed run, write_section keeps the document's mode and the body's
--- backslashes, gpu_check.sh refuses unknown stages and fails when a stage fails, analyze.sh fails on a missing file,
+-- backslashes, gpu_check.sh refuses unknown stages and fails when a stage fails, gpu_bundle.sh packs a build that
+-- runs with its own libraries and Lua modules, analyze.sh fails on a missing file,
 -- install-deps.sh says so without apt-get, and every bench script option is honoured or refused.
 -- The shell scripts run from a copy of scripts/ and docs/performance.md in a temporary directory (they write
 -- docs/ beside their own directory), with fake binaries that fail.
@@ -165,6 +166,34 @@ describe("gpu_check.sh", function()
     out, ok = sh(("T_BENCH=10 bash scripts/gpu_check.sh %s %s step"):format(q(fake), q(tmpdir .. "/gc")))
     assert.is_false(ok, out)
     assert.matches("gpu_check%.sh: failed: step\n$", out)
+  end)
+end)
+
+describe("gpu_bundle.sh", function()
+  local script = os.getenv("PWD") .. "/scripts/gpu_bundle.sh"
+  it("refuses an unknown option and a build without its binaries", function()
+    local out, ok = sh(("bash %s %s %s --bogus"):format(q(script), q(fake), q(tmpdir .. "/gb0")))
+    assert.is_false(ok)
+    assert.truthy(out:find("unknown option '--bogus' (known: --data)", 1, true), out)
+    out, ok = sh(("bash %s %s %s"):format(q(script), q(tmpdir .. "/nobuild"), q(tmpdir .. "/gb0")))
+    assert.is_false(ok)
+    assert.truthy(out:find("no " .. tmpdir .. "/nobuild/fp8lab", 1, true), out)
+  end)
+  it("packs the build, its libraries and busted; run.sh puts the binaries in place and runs with them", function()
+    -- the build: this fp8lab and test_core, under the relative name a repository uses
+    local src, dst, b = tmpdir .. "/gbsrc", tmpdir .. "/gbdst", abs_bin:match("^(.*)/[^/]+$")
+    assert(os.execute(("mkdir -p %s/build %s && cp %s %s/test_core %s/build/"):format(q(src), q(dst), q(abs_bin), q(b),
+      q(src))))
+    local out, ok = sh(("cd %s && bash %s build %s"):format(q(src), q(script), q(tmpdir .. "/gb")))
+    assert.is_true(ok, out)
+    local lua = "print(package.searchpath('busted.runner', package.path)); print(package.searchpath('lfs', package.cpath))"
+    out, ok = sh(("cd %s && %s/gb/run.sh build/fp8lab -e %s && %s/gb/run.sh ldd build/fp8lab"):format(q(dst), q(tmpdir),
+      q(lua), q(tmpdir)))
+    assert.is_true(ok, out)
+    assert.truthy(out:find(tmpdir .. "/gb/root/lua/share-lua/5.4/busted/runner.lua", 1, true), out)
+    assert.truthy(out:find(tmpdir .. "/gb/root/lua/x86_64-linux-gnu-lua/5.4/lfs.so", 1, true), out)
+    assert.truthy(out:find("liblua5.4.so.0 => " .. tmpdir .. "/gb/root/lib/liblua5.4.so.0", 1, true), out)
+    assert.truthy(U.read(dst .. "/build/test_core"), "run.sh did not put test_core in place")
   end)
 end)
 
