@@ -11,15 +11,19 @@
 # Usage: bench_gpt_torch_gpu.py bf16|fp8[-compile] LAYERS D_MODEL HEADS SEQ BATCH VOCAB STEPS WARMUP PEAK_TFLOPS
 # Prints one line in bench_train.lua's form. Needs a CUDA GPU; fp8 needs PyTorch >= 2.1 and sm_89+.
 import sys, time
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
+if len(sys.argv) != 11:
+    sys.exit("usage: bench_gpt_torch_gpu.py bf16|fp8[-compile] LAYERS D_MODEL HEADS SEQ BATCH VOCAB STEPS WARMUP "
+             "PEAK_TFLOPS (got %d arguments)" % (len(sys.argv) - 1))
 mode, _, how = sys.argv[1].partition("-")
 if mode not in ("bf16", "fp8") or how not in ("", "compile"):
     sys.exit("bench_gpt_torch_gpu.py: mode %r: expected bf16, fp8, bf16-compile or fp8-compile" % sys.argv[1])
 L, d, H, T, B, V, steps, warmup = (int(a) for a in sys.argv[2:10])
 peak = float(sys.argv[10])
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 if not torch.cuda.is_available():
     print("no GPU"); sys.exit(0)
 if mode == "fp8" and not (hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")):

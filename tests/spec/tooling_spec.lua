@@ -116,8 +116,19 @@ describe("bench scripts' options", function()
       assert.is_true(ok, out)
       assert.matches("^usage: fp8lab scripts/" .. s .. "%.lua", out)
     end
+    -- the GPU peer's mode and argument count, checked before it imports torch
+    local out, ok = sh("python3 scripts/bench_gpt_torch_gpu.py bf16-eager 1 64 2 16 2 96 1 1 1")
+    assert.is_false(ok, out)
+    assert.truthy(out:find("mode 'bf16-eager': expected bf16, fp8, bf16-compile or fp8-compile", 1, true), out)
+    out, ok = sh("python3 scripts/bench_gpt_torch_gpu.py bf16 1 64")
+    assert.is_false(ok, out)
+    assert.truthy(out:find("(got 3 arguments)", 1, true), out)
+    -- --profile: the table before the result line
+    out, ok = sh("timeout 120 " .. q(bin) .. " scripts/bench_train.lua --model mlp --steps 1 --warmup 0 --profile 1")
+    assert.is_true(ok, out)
+    assert.matches("^profile steps=1 device=cpu\n.*\nmatmul .*\nmodel=mlp ms_per_step=[%d.]+ steps=1 ", out)
     -- the sub-option of the backend given is used
-    local out, ok = sh("timeout 120 " .. q(bin) .. " scripts/bench_train.lua --model mlp --steps 1 --warmup 0 "
+    out, ok = sh("timeout 120 " .. q(bin) .. " scripts/bench_train.lua --model mlp --steps 1 --warmup 0 "
       .. "--mixed-precision fp8 --fp8-backend ao --fp8-recipe rowwise")
     assert.is_true(ok, out)
     assert.matches("^model=mlp ms_per_step=[%d.]+ steps=1 ", out)
