@@ -56,6 +56,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * gradient from the dY it casts, in one read of dY — with the bits fl_reduce's sum over dim 0 gives.         \
      * NULL entry: the caller casts and reduces separately. */                                                     \
     X(quantize_dbias, (fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p, fl_tensor *dbias))  \
+    /* Per-tensor quantize of GELU(src) (approx 1: the tanh form) with the host scale, for a contiguous fp32 src:  \
+     * the bytes and statistics that the device's GELU followed by quantize give, without the fp32 output in    \
+     * memory (an FP8 linear's input cast fused into the activation before it). NULL entry: the caller runs     \
+     * the two. */                                                                                                 \
+    X(quantize_gelu, (fl_tensor *dst, const fl_tensor *src, const float *scale, int approx, fl_overflow p))       \
     /* Per-row current scaling of a contiguous fp32 [R, C] src (quantize_current with axis 0) that, in the same   \
      * read, also gives what dY's other uses need under rowwise scaling: col_amax [C] in host memory               \
      * (max_r |src[r, c]|, NaN ignored: wgrad's per-column scales), unless NULL, and dbias [C] (fp32,              \

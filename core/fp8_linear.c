@@ -150,6 +150,17 @@ static fl_status cast_observed(fl_tensor **q, const fl_tensor *src32, fl_scaling
     return st;
 }
 
+/* cast_observed per tensor of GELU(src32) with the role's stored scale, in GELU's pass (the device's quantize_gelu). */
+static fl_status cast_observed_gelu(fl_tensor **q, const fl_tensor *src32, fl_scaling *s, bool record) {
+    fl_tensor *a = NULL;
+    fl_status st = new_q(&a, src32, s->fmt, -1);
+    if (st == FL_OK) st = fl_device_get(src32->device)->quantize_gelu(a, src32, &s->scale, 1, FL_SATURATE);
+    if (st == FL_OK) st = observe(s, a, record);
+    if (st != FL_OK) { fl_tensor_release(a); return st; }
+    *q = a;
+    return FL_OK;
+}
+
 /* cast_observed per tensor, plus the transposed copy *qt ([C, R], sharing q's scale and statistics) when
  * `want_t` and the device makes one in the same pass (quantize_transpose); else *qt stays NULL and the
  * device's GEMM transposes when it needs to. */
@@ -261,7 +272,8 @@ static fl_status transposed(fl_tensor **out, const fl_tensor *t) { return fl_ten
 
 /* ---- forward / backward ------------------------------------------------------------------------ */
 
-enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes transposed (wgrad), when made */ };
+enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes transposed (wgrad), when made */,
+       SV_XPRE = 5 /* with a fused GELU (iargs[2]): its input, for GELU's backward */ };
 
 /* The weight operand of a TENSOR-granularity forward: the caller's FP8 weight, the cache, or a
  * fresh cast (then cached). want_t: dgrad will run in FP8, so a device that casts with a transposed copy
@@ -341,6 +353,17 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             fl_tensor_release(w32);
             if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL, false);
         }
+        if (st == FL_OK && n->iargs[2]) {
+            /* the layer's input was GELU(x) (fl_fp8_linear_gelu): dX ← GELU'(x) ⊙ dX, as GeluBackward computes it */
+            const fl_tensor *xp = n->saved[SV_XPRE];
+            fl_tensor *dx = NULL;
+            st = fl_tensor_empty(&dx, FL_F32, 2, t->shape, t->device);
+            if (st == FL_OK)
+                st = fl_device_get(t->device)->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(xp), fl_tensor_data(t),
+                                                       fl_tensor_data(dx), fl_tensor_numel(t));
+            fl_tensor_release(t);
+            t = dx;
+        }
         if (st == FL_OK) st = fl_tensor_reshape(&gin[0], t, x->ndim, x->shape);
         fl_tensor_release(t); t = NULL;
         if (l->gran != FL_GRAN_TENSOR) { fl_tensor_release(gq); gq = NULL; }   /* TENSOR: wgrad reuses it */
@@ -413,12 +436,10 @@ static fl_status check_args(const fl_tensor *x, const fl_tensor *w, const fl_ten
     return FL_OK;
 }
 
-fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                        fl_fp8_layer *l, bool record, const fl_tensor *w_fp8) {
-    *out = NULL;
-    FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);   /* no FLOPs here: its GEMM (fp8_gemm or matmul) counts them */
-    if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
-    FL_TRY(check_args(x, w, b, w_fp8));
+/* fl_fp8_linear, or with `gelu` set the same layer applied to GELU(x) (tanh form) whose input cast runs in GELU's
+ * pass (fl_fp8_linear_gelu decides when). */
+static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, bool gelu) {
     fl_dtype ac = fl_autocast_dtype();
     fl_dtype cdt = (ac == FL_BF16 || ac == FL_F16) ? ac : FL_F32;
     int64_t M = w->shape[0], K = w->shape[1];
@@ -452,7 +473,9 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
             st = weight_q(&wq, l, w, w_fp8, record, grad && !l->hp[1]);
         }
         /* wgrad in FP8 reads x's bytes transposed: made in the cast's pass where the device can */
-        if (st == FL_OK && !rowwise)
+        if (st == FL_OK && gelu)
+            st = cast_observed_gelu(&xq, x32, &l->role[FL_ROLE_INPUT], record);
+        else if (st == FL_OK && !rowwise)
             st = cast_observed_t(&xq, &xqt, x32, &l->role[FL_ROLE_INPUT], record, grad && !l->hp[2]);
         else if (st == FL_OK) st = cast_observed(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
         fl_tensor *wt = NULL;
@@ -471,6 +494,8 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
             n->ctx_free = layer_ctx_free;
             n->iargs[0] = cdt;
             n->iargs[1] = record;
+            n->iargs[2] = gelu;
+            if (gelu) fl_node_save(n, SV_XPRE, x32);
             /* What backward reads. TENSOR: the FP8 operands the forward made (1 byte per element) for
              * the FP8 backward GEMMs; high-precision copies only where a GEMM runs in high precision
              * or the forward made no FP8 copy. ROWWISE: the high-precision input and weight, re-cast
@@ -504,5 +529,33 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     fl_tensor_release(y2);
     fl_tensor_release(xhp);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                        fl_fp8_layer *l, bool record, const fl_tensor *w_fp8) {
+    *out = NULL;
+    FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);   /* no FLOPs here: its GEMM (fp8_gemm or matmul) counts them */
+    if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
+    FL_TRY(check_args(x, w, b, w_fp8));
+    return linear_impl(out, x, w, b, l, record, w_fp8, false);
+}
+
+fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8) {
+    *out = NULL;
+    if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
+    FL_TRY(check_args(x, w, b, w_fp8));
+    const fl_device *dev = fl_device_get(x->device);
+    /* Fused where the input cast is a per-tensor cast with the stored scale that backward keeps only in FP8 */
+    if (dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2] &&
+        !is_current(&l->role[FL_ROLE_INPUT], false, -1)) {
+        FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
+        return linear_impl(out, x, w, b, l, record, w_fp8, true);
+    }
+    fl_tensor *h = NULL;
+    FL_TRY(fl_gelu(&h, x, 1));
+    fl_status st = fl_fp8_linear(out, h, w, b, l, record, w_fp8);
+    fl_tensor_release(h);
     return st;
 }

@@ -60,6 +60,12 @@ void fl_fp8_layer_drop_cache(fl_fp8_layer *l);
  * enabled); otherwise recipe state is left untouched. */
 fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                         fl_fp8_layer *l, bool record, const fl_tensor *w_fp8);
+/* fl_fp8_linear of GELU(x) (the tanh form), the same bits and recipe state as fl_gelu then fl_fp8_linear. Where
+ * the device casts GELU's output in GELU's own pass (quantize_gelu), the layer is per-tensor with every GEMM in
+ * FP8 and the input role casts with its stored scale (delayed scaling past its warm-up), the fp32 activation is
+ * never made: one node whose backward applies GELU's derivative to dX; otherwise the two ops run. */
+fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8);
 
 /* Building blocks, exported for tests and for other FP8 ops, on the tensor's device. src is a contiguous
  * fp32 [R, C] tensor; axis -1: one scale; 0: one per row; 1: one per column. scales[] (host; R, C or 1

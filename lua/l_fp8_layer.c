@@ -260,6 +260,19 @@ static int l_linear(lua_State *L) {
     return 1;
 }
 
+/* linear_gelu(x, w, b|nil, meta, record, w_fp8|nil) -> y: linear of GELU(x) (tanh form), its input cast in GELU's
+ * pass where the layer allows it (fl_fp8_linear_gelu) */
+static int l_linear_gelu(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
+    fl_tensor *b = lua_isnoneornil(L, 3) ? NULL : fl_lchecktensor(L, 3);
+    fl_fp8_layer *l = check_meta(L, 4);
+    bool record = lua_toboolean(L, 5);
+    fl_tensor *wq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
+    fl_tensor **box = fl_lnewbox(L);
+    FL_LCALL(L, fl_fp8_linear_gelu(box, x, w, b, l, record, wq));
+    return 1;
+}
+
 /* set_grad_dtype(t, "fp32"|"e4m3"|"e5m2") */
 static int l_set_grad_dtype(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -304,7 +317,7 @@ static const luaL_Reg layer_funcs[] = {
     {"reduce_amax", l_reduce_amax},
     {"layer_new", l_layer_new},
     {"layer_config", l_layer_config},
-    {"linear", l_linear},
+    {"linear", l_linear}, {"linear_gelu", l_linear_gelu},
     {"set_grad_dtype", l_set_grad_dtype},
     {"scale_for", l_scale_for},
     {NULL, NULL},

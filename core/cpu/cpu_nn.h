@@ -13,6 +13,9 @@ void fl_cpu_relu_fwd(const float *x, float *y, int64_t n);
 void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n);
 /* GELU exact: x·Φ(x) (erf); tanh: 0.5x(1+tanh(√(2/π)(x+0.044715x³))). approx: 0 exact, 1 tanh. */
 void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx);
+/* The tanh form runs in spans of this many elements (a call on a multiple of it computes each element as a
+ * call on the whole array does). */
+#define FL_CPU_ACT_SPAN 4096
 void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx);
 /* Softmax / log-softmax over the last dim of [rows, cols]; backward takes the forward output y. */
 void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);

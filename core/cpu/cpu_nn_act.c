@@ -72,7 +72,7 @@ FL_CPU_AVX512 static void gelu_tanh_bwd_span512(const float *x, const float *dy,
 _Atomic bool fl_cpu_avx512_allowed = true;
 
 /* Elements per task of the span-based loops. */
-#define ACT_SPAN 4096
+#define ACT_SPAN FL_CPU_ACT_SPAN
 
 /* erff is a libm call, so the exact form stays scalar; threads carry large tensors. The GELU
  * threshold is lower than for cheap ops because each element costs tens of cycles. */

@@ -2,6 +2,7 @@
  * fused fp32 kernels in format.h. bf16/fp16 sources are widened to fp32 in chunks first.
  * Per-axis scaling walks the tensor as [outer, size, inner] runs, one scale per run. */
 #include "cpu_internal.h"
+#include "cpu_nn.h"
 #include "scale_rule.h"
 #include <math.h>
 #include <omp.h>
@@ -111,6 +112,47 @@ fl_status fl_cpu_dev_quantize(fl_tensor *dst, const fl_tensor *src, const float 
     free(buf);
     if (st == FL_OK) dst->qstats = acc;
     return st;
+}
+
+/* GELU's tanh form and the per-tensor cast of its output a chunk at a time (whole GELU spans, so each element is
+ * computed as fl_cpu_gelu_fwd on the whole array computes it; the cast is per element and its statistics are a max
+ * and counts), threads splitting the chunks: the fp32 activation never reaches memory. */
+#define GQ_CHUNK (4 * FL_CPU_ACT_SPAN)
+fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const float *scale, int approx, fl_overflow p) {
+    const int64_t n = fl_tensor_numel(src);
+    if (approx != 1 || src->dtype != FL_F32 || !fl_tensor_is_contiguous(src) || !fl_tensor_is_contiguous(dst) ||
+        fl_tensor_numel(dst) != n || !fl_format(dst->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "quantize_gelu: expects the tanh GELU of a contiguous fp32 source into FP8 of its size");
+    const float *x = fl_tensor_data(src);
+    uint8_t *d = fl_tensor_data(dst);
+    fl_cast_stats acc = { 0, 0, 0, 0 };
+    fl_status st = FL_OK;
+    const int64_t chunks = (n + GQ_CHUNK - 1) / GQ_CHUNK;
+    #pragma omp parallel if (n >= FL_CPU_PAR_MIN)
+    {
+        fl_cast_stats mine = { 0, 0, 0, 0 };
+        float *buf = malloc(GQ_CHUNK * sizeof(float));
+        fl_status my = buf ? FL_OK : FL_ERR(FL_ENOMEM, "quantize_gelu: out of memory");
+        #pragma omp for schedule(static)
+        for (int64_t c = 0; c < chunks; c++) {
+            if (my != FL_OK) continue;
+            const int64_t i0 = c * GQ_CHUNK, len = n - i0 < GQ_CHUNK ? n - i0 : GQ_CHUNK;
+            fl_cast_stats s;
+            fl_cpu_gelu_fwd(x + i0, buf, len, 1);
+            my = fl_quantize_f32(buf, d + i0, (size_t)len, dst->dtype, scale[0], p, &s);
+            if (my == FL_OK) stats_merge(&mine, &s);
+        }
+        free(buf);
+        #pragma omp critical
+        {
+            stats_merge(&acc, &mine);
+            if (st == FL_OK) st = my;
+        }
+    }
+    if (st != FL_OK) return st;
+    ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / scale[0];
+    dst->qstats = acc;
+    return fl_check_interrupt();
 }
 
 /* dY cast and its column sums in one read; the sums in fl_cpu_dev_reduce's order (FL_CPU_SUM_ROWS). */

@@ -419,3 +419,112 @@ TEST(fp8_quantize_dbias_matches_cast_and_reduce) {
         }
     omp_set_num_threads(threads0);
 }
+
+/* The CPU's quantize_gelu against its GELU then quantize: the same bytes, scale_inv and statistics, on sizes
+ * around its chunks and GELU's spans, 1 and 2 threads, with values that saturate, underflow and are NaN. */
+TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
+    static const int64_t sizes[] = { 1, 4095, 4097, 16384, 16385, 3 * 16384 + 77, 1 << 17 };
+    const fl_device *cpu = fl_cpu_device();
+    const int threads0 = omp_get_max_threads();
+    for (unsigned si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            const int64_t n = sizes[si];
+            fl_tensor *src = NULL, *h = NULL, *q1 = NULL, *q2 = NULL;
+            REQUIRE_OK(fl_tensor_empty(&src, FL_F32, 1, &n, FL_DEV_CPU));
+            REQUIRE_OK(fl_tensor_empty(&h, FL_F32, 1, &n, FL_DEV_CPU));
+            float *x = fl_tensor_data(src);
+            uint32_t s = 5u + (uint32_t)si;
+            for (int64_t i = 0; i < n; i++) {
+                s = s * 1664525u + 1013904223u;
+                x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 8.0f * (i % 97 == 0 ? 300.0f : 1.0f);
+                if (i % 1009 == 5) x[i] = NAN;
+            }
+            const float scale = 40.0f;
+            REQUIRE_OK(fl_tensor_empty(&q1, FL_E4M3, 1, &n, FL_DEV_CPU));
+            REQUIRE_OK(fl_tensor_empty(&q2, FL_E4M3, 1, &n, FL_DEV_CPU));
+            REQUIRE_OK(cpu->act_fwd(FL_ACT_GELU_TANH, x, fl_tensor_data(h), n));
+            REQUIRE_OK(cpu->quantize(q1, h, &scale, -1, FL_SATURATE));
+            REQUIRE_OK(cpu->quantize_gelu(q2, src, &scale, 1, FL_SATURATE));
+            CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)n), "n %lld threads %d: bytes differ", (long long)n,
+                  threads);
+            CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv), "scale_inv differs");
+            CHECK(q1->qstats.amax == q2->qstats.amax && q1->qstats.underflow == q2->qstats.underflow &&
+                  q1->qstats.saturated == q2->qstats.saturated && q1->qstats.nan == q2->qstats.nan,
+                  "n %lld threads %d: statistics differ", (long long)n, threads);
+            CHECK(n < 1000 || (q1->qstats.saturated > 0 && q1->qstats.nan > 0), "n %lld: the data must saturate and hold NaN",
+                  (long long)n);
+            fl_tensor *t[] = { src, h, q1, q2 };
+            for (unsigned i = 0; i < 4; i++) fl_tensor_release(t[i]);
+        }
+    omp_set_num_threads(threads0);
+    float f = 1.0f;
+    fl_tensor *a = NULL, *b = NULL;
+    const int64_t one = 1;
+    REQUIRE_OK(fl_tensor_empty(&a, FL_F32, 1, &one, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&b, FL_E4M3, 1, &one, FL_DEV_CPU));
+    CHECK(cpu->quantize_gelu(b, a, &f, 0, FL_SATURATE) == FL_EINVAL, "the erf form is not the entry's");
+    fl_tensor_release(a); fl_tensor_release(b);
+}
+
+/* fl_fp8_linear_gelu against fl_gelu then fl_fp8_linear, over three steps of a delayed-scaling layer (history
+ * updates between them): the same outputs, input and weight gradients and recipe state bit for bit, whether it
+ * fuses (past the warm-up) or runs the two ops (the warm-up's current scaling; a layer with a high-precision GEMM). */
+static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, float *y, float *dx, float *dw,
+                                   float *hist, int *nfused) {
+    *nfused = 0;
+    lin_case c;
+    make_case(&c);
+    fl_scaling r[3];
+    static const fl_dtype fmts[3] = { FL_E4M3, FL_E4M3, FL_E5M2 };
+    fl_status st = FL_OK;
+    for (int i = 0; i < 3 && st == FL_OK; i++) {
+        st = fl_scaling_init(&r[i], fmts[i], FL_SCALE_DELAYED, false, 0, FL_AMAX_MAX, 4, 1);
+        r[i].warmup = warmup;   /* MS-AMP's: the first `warmup` casts take current scales */
+    }
+    fl_fp8_layer *l = NULL;
+    if (st == FL_OK) st = fl_fp8_layer_new(&l, r, hp, FL_GRAN_TENSOR);
+    for (int step = 0; step < 3 && st == FL_OK; step++) {
+        fl_tensor *out = NULL, *h = NULL;
+        if (fused) st = fl_fp8_linear_gelu(&out, c.x, c.w, c.b, l, true, NULL);
+        else {
+            st = fl_gelu(&h, c.x, 1);
+            if (st == FL_OK) st = fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL);
+        }
+        /* the fused node: the layer's own, flagged (the two ops' layer node reads GELU's output) */
+        if (st == FL_OK && out->grad_fn && out->grad_fn->iargs[2]) (*nfused)++;
+        if (st == FL_OK) st = fl_backward(out, c.g, false);
+        if (st == FL_OK) {
+            fl_tensor_read_f32(out, y + step * N * M);
+            fl_tensor_read_f32(c.x->grad, dx + step * N * K);
+            fl_tensor_read_f32(c.w->grad, dw + step * M * K);
+        }
+        if (st == FL_OK) st = fl_fp8_layer_update(l);
+        for (int i = 0; i < 3 && st == FL_OK; i++) {
+            hist[step * 6 + 2 * i] = l->role[i].scale;
+            hist[step * 6 + 2 * i + 1] = l->role[i].history[0];
+        }
+        fl_tensor_zero_grad(c.x); fl_tensor_zero_grad(c.w); fl_tensor_zero_grad(c.b);
+        fl_tensor_release(out); fl_tensor_release(h);
+    }
+    fl_fp8_layer_release(l);
+    free_case(&c);
+    return st;
+}
+
+TEST(fp8_linear_gelu_matches_gelu_then_linear) {
+    static const bool hps[2][3] = { { false, false, false }, { false, true, false } };
+    for (int hi = 0; hi < 2; hi++)
+        for (int warmup = 0; warmup <= 2; warmup += 2) {
+            float y[2][3 * N * M], dx[2][3 * N * K], dw[2][3 * M * K], hist[2][18];
+            int nf[2];
+            for (int f = 0; f < 2; f++)
+                REQUIRE_OK(gelu_linear_steps(f, hps[hi], warmup, y[f], dx[f], dw[f], hist[f], &nf[f]));
+            /* fused: every step of the all-FP8 layer past its warm-up; never with a high-precision GEMM */
+            CHECK(nf[0] == 0 && nf[1] == (hi ? 0 : 3 - warmup), "hp %d warm-up %d: %d fused steps", hi, warmup, nf[1]);
+            CHECK(!memcmp(y[0], y[1], sizeof y[0]), "hp %d warm-up %d: outputs differ", hi, warmup);
+            CHECK(!memcmp(dx[0], dx[1], sizeof dx[0]), "hp %d warm-up %d: input gradients differ", hi, warmup);
+            CHECK(!memcmp(dw[0], dw[1], sizeof dw[0]), "hp %d warm-up %d: weight gradients differ", hi, warmup);
+            CHECK(!memcmp(hist[0], hist[1], sizeof hist[0]), "hp %d warm-up %d: recipe state differs", hi, warmup);
+        }
+}

@@ -184,6 +184,58 @@ describe("te recipe", function()
     assert.is_true(errs[3] < 0.1, ("wgrad's error at step 3: %g (step 1, before any history: %g)"):format(errs[3], errs[1]))
   end)
 
+  it("a GELU('tanh') before an FP8Linear runs fused in Sequential (its input cast in GELU's pass): the same bits", function()
+    -- the same MLP trained with its GELUs as they are (fused: te casts with stored scales from the first step) and
+    -- with their forward replaced by the same function on the instance (which Sequential never fuses)
+    local function run(fused)
+      fp8.manual_seed(3)
+      local g1, g2 = nn.GELU("tanh"), nn.GELU("tanh")
+      if not fused then
+        for _, g in ipairs { g1, g2 } do g.forward = function(_, t) return F.gelu(t, "tanh") end end
+      end
+      local model = nn.Sequential(nn.Linear(32, 64), g1, nn.Linear(64, 48), g2, nn.Linear(48, 10))
+      local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
+                                    env = {} }
+      model, opt = acc:prepare(model, opt)
+      local x, y = batch(64, 32, 10)
+      local losses = {}
+      for step = 1, 6 do
+        local loss = F.cross_entropy(model(x), y)
+        acc:backward(loss); opt:step(); opt:zero_grad()
+        losses[step] = loss:item()
+      end
+      local p = {}
+      for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
+      local st = {}
+      for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.scale, r.amax } end
+      return losses, p, st
+    end
+    local l1, p1, s1 = run(true)
+    local l2, p2, s2 = run(false)
+    assert.are.same(l2, l1)
+    assert.are.same(p2, p1)
+    assert.are.same(s2, s1)
+    -- fused, the FP8 step records no GELU op of its own; with the instance's forward replaced it does
+    for _, replaced in ipairs { false, true } do
+      local prof = fp8.profiler.profile {}
+      fp8.manual_seed(3)
+      local g = nn.GELU("tanh")
+      if replaced then g.forward = function(_, t) return F.gelu(t, "tanh") end end
+      local model = nn.Sequential(nn.Linear(32, 64), g, nn.Linear(64, 16))
+      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
+                                    env = {} }
+      model = acc:prepare(model)
+      prof:start()
+      acc:backward(model(fp8.randn { 8, 32 }):sum())
+      prof:stop()
+      local names = {}
+      for _, e in ipairs(prof:events()) do names[e.name] = true end
+      assert.are.equal(replaced, names.gelu == true)
+      assert.is_true(names.fp8_linear)
+    end
+  end)
+
   it("recipe state round-trips through state()/load_state()", function()
     local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8 })
     train(acc, model, opt, 5)

@@ -102,6 +102,20 @@ function FP8Linear:forward(x)
   return F.linear(x, self.weight, self.bias)
 end
 
+-- forward(GELU(x)) with GELU's tanh form, for a Sequential whose GELU("tanh") comes right before this layer: the
+-- same result, gradients and recipe state, with the input's FP8 cast made in GELU's pass where the core can
+-- (fl_fp8_linear_gelu: per-tensor delayed scaling past its warm-up, every GEMM in FP8, a CPU tensor), so the
+-- fp32 activation is never written. nil when the layer would not run in FP8 now (the caller runs the two).
+function FP8Linear:forward_gelu(x)
+  if not (autocast.enabled() and not rawget(self, "fp8_disabled")) then return nil end
+  if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if x:dim() < 1 or x:size(-1) ~= self.in_features then
+    error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
+  end
+  local record = self.training ~= false and core.is_grad_enabled()
+  return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"))
+end
+
 -- The field that names each backend's variant in extra_repr; a recipe without it has the table's default.
 local VARIANT = { te = "fp8_format", ao = "config", msamp = "opt_level" }
 local DEFAULT = {}

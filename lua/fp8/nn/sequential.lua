@@ -33,9 +33,25 @@ function Sequential:append(m)
 end
 Sequential.add = Sequential.append
 
+-- A GELU("tanh") whose output goes straight into an FP8Linear runs inside that layer (FP8Linear:forward_gelu: the
+-- input's FP8 cast in GELU's pass; the same results), unless either module's forward is replaced or the profiler
+-- times modules (it would lose the GELU's range).
+local GELU = require("fp8.nn.activations").GELU
+local function fuses(m, nxt)
+  return nxt ~= nil and Module._call_hook == nil and m.forward == GELU.forward and rawget(m, "forward") == nil
+    and m.approximate == "tanh" and type(nxt.forward_gelu) == "function" and rawget(nxt, "forward") == nil
+end
+
 function Sequential:forward(x)
   local mods = rawget(self, "_modules")
-  for _, name in ipairs(mods.names) do x = mods.map[name](x) end   -- every position (a module may repeat)
+  local names, map = mods.names, mods.map
+  local i = 1
+  while i <= #names do   -- every position (a module may repeat)
+    local m, nxt = map[names[i]], names[i + 1] and map[names[i + 1]]
+    local y = fuses(m, nxt) and nxt:forward_gelu(x) or nil
+    if y ~= nil then x, i = y, i + 2
+    else x, i = m(x), i + 1 end
+  end
   return x
 end
 
