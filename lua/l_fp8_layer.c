@@ -248,30 +248,20 @@ static int l_meta_load_state(lua_State *L) {
     return 0;
 }
 
-/* linear(x, w, b|nil, meta, record, w_fp8|nil) -> y */
-static int l_linear(lua_State *L) {
+/* linear(x, w, b|nil, meta, record, w_fp8|nil) -> y; linear_gelu(...) the same layer of GELU(x) (tanh form), its
+ * input cast in GELU's pass where the layer allows it (fl_fp8_linear_gelu) */
+static int linear_call(lua_State *L, bool gelu) {
     fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
     fl_tensor *b = lua_isnoneornil(L, 3) ? NULL : fl_lchecktensor(L, 3);
     fl_fp8_layer *l = check_meta(L, 4);
     bool record = lua_toboolean(L, 5);
     fl_tensor *wq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
     fl_tensor **box = fl_lnewbox(L);
-    FL_LCALL(L, fl_fp8_linear(box, x, w, b, l, record, wq));
+    FL_LCALL(L, (gelu ? fl_fp8_linear_gelu : fl_fp8_linear)(box, x, w, b, l, record, wq));
     return 1;
 }
-
-/* linear_gelu(x, w, b|nil, meta, record, w_fp8|nil) -> y: linear of GELU(x) (tanh form), its input cast in GELU's
- * pass where the layer allows it (fl_fp8_linear_gelu) */
-static int l_linear_gelu(lua_State *L) {
-    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
-    fl_tensor *b = lua_isnoneornil(L, 3) ? NULL : fl_lchecktensor(L, 3);
-    fl_fp8_layer *l = check_meta(L, 4);
-    bool record = lua_toboolean(L, 5);
-    fl_tensor *wq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
-    fl_tensor **box = fl_lnewbox(L);
-    FL_LCALL(L, fl_fp8_linear_gelu(box, x, w, b, l, record, wq));
-    return 1;
-}
+static int l_linear(lua_State *L) { return linear_call(L, false); }
+static int l_linear_gelu(lua_State *L) { return linear_call(L, true); }
 
 /* set_grad_dtype(t, "fp32"|"e4m3"|"e5m2") */
 static int l_set_grad_dtype(lua_State *L) {
