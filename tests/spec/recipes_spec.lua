@@ -233,6 +233,11 @@ describe("te recipe", function()
       for _, e in ipairs(prof:events()) do names[e.name] = true end
       assert.are.equal(replaced, names.gelu == true)
       assert.is_true(names.fp8_linear)
+      -- a failing layer names itself either way
+      model[3].in_features = 48
+      local ok, err = pcall(model, fp8.randn { 4, 32 })
+      assert.is_false(ok)
+      assert.are.equal("in layer 2 (FP8Linear) forward: expected input [..., 48], got [4, 64]", err)
     end
   end)
 

@@ -48,7 +48,17 @@ function Sequential:forward(x)
   local i = 1
   while i <= #names do   -- every position (a module may repeat)
     local m, nxt = map[names[i]], names[i + 1] and map[names[i + 1]]
-    local y = fuses(m, nxt) and nxt:forward_gelu(x) or nil
+    local y
+    if fuses(m, nxt) then
+      local ok, r = pcall(nxt.forward_gelu, nxt, x)
+      if not ok then   -- the layer's own context, as its forward's error would carry (Module:_call)
+        if type(r) == "string" and not r:match("^interrupted") then
+          r = ("in layer %s (%s) forward: %s"):format(names[i + 1], nxt:type_name(), r)
+        end
+        error(r, 0)
+      end
+      y = r
+    end
     if y ~= nil then x, i = y, i + 2
     else x, i = m(x), i + 1 end
   end
