@@ -353,17 +353,11 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             fl_tensor_release(w32);
             if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL, false);
         }
-        if (st == FL_OK && n->iargs[2]) {
-            /* the layer's input was GELU(x) (fl_fp8_linear_gelu): dX ← GELU'(x) ⊙ dX, as GeluBackward computes it */
-            const fl_tensor *xp = n->saved[SV_XPRE];
-            fl_tensor *dx = NULL;
-            st = fl_tensor_empty(&dx, FL_F32, 2, t->shape, t->device);
-            if (st == FL_OK)
-                st = fl_device_get(t->device)->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(xp), fl_tensor_data(t),
-                                                       fl_tensor_data(dx), fl_tensor_numel(t));
-            fl_tensor_release(t);
-            t = dx;
-        }
+        if (st == FL_OK && n->iargs[2])
+            /* the layer's input was GELU(x) (fl_fp8_linear_gelu): dX ← GELU'(x) ⊙ dX, as GeluBackward computes it,
+             * in place in dgrad's fresh output (the fused path runs on the CPU, whose act_bwd is per element) */
+            st = fl_device_get(t->device)->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(n->saved[SV_XPRE]),
+                                                   fl_tensor_data(t), fl_tensor_data(t), fl_tensor_numel(t));
         if (st == FL_OK) st = fl_tensor_reshape(&gin[0], t, x->ndim, x->shape);
         fl_tensor_release(t); t = NULL;
         if (l->gran != FL_GRAN_TENSOR) { fl_tensor_release(gq); gq = NULL; }   /* TENSOR: wgrad reuses it */
