@@ -190,13 +190,16 @@ describe("gpu_bundle.sh", function()
     assert.is_false(ok)
     assert.truthy(out:find("no " .. tmpdir .. "/nobuild/fp8lab", 1, true), out)
   end)
-  it("packs the build, its libraries and busted; run.sh puts the binaries in place and runs with them", function()
+  it("packs the build, its libraries, busted and (--data) the dataset; run.sh puts the binaries in place and runs with them", function()
     -- the build: this fp8lab and test_core, under the relative name a repository uses
     local src, dst, b = tmpdir .. "/gbsrc", tmpdir .. "/gbdst", abs_bin:match("^(.*)/[^/]+$")
     assert(os.execute(("mkdir -p %s/build %s && cp %s %s/test_core %s/build/"):format(q(src), q(dst), q(abs_bin), q(b),
       q(src))))
-    local out, ok = sh(("cd %s && bash %s build %s"):format(q(src), q(script), q(tmpdir .. "/gb")))
+    local out, ok = sh(("cd %s && bash %s build %s --data"):format(q(src), q(script), q(tmpdir .. "/gb")))
     assert.is_true(ok, out)
+    out, ok = sh(("tar tzf %s"):format(q(tmpdir .. "/gb/bundle.tgz")))
+    assert.is_true(ok, out)
+    assert.truthy(out:find("root/fashion-mnist/train-images-idx3-ubyte.gz", 1, true), out)
     local lua = "print(package.searchpath('busted.runner', package.path)); print(package.searchpath('lfs', package.cpath))"
     out, ok = sh(("cd %s && %s/gb/run.sh build/fp8lab -e %s && %s/gb/run.sh ldd build/fp8lab"):format(q(dst), q(tmpdir),
       q(lua), q(tmpdir)))
