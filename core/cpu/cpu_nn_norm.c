@@ -3,8 +3,14 @@
  * summed over rows in row order, so every result is independent of the thread count. */
 #include "cpu_nn_internal.h"
 
-/* Columns per thread task in the column-split gradient sums: 64 floats = 4 cache lines per row. */
+#include <omp.h>
+
+/* Columns per thread task in the embedding's column-split gradient sums: 64 floats = 4 cache lines per row. */
 #define COL_BLOCK 64
+/* LayerNorm's dw/db: the widest column block (floats of each of two stack accumulators), and how many rows
+ * ahead its walk prefetches. */
+#define LN_COL_MAX 512
+#define LN_PF 8
 
 /* Two passes in double per row: the mean, then the biased variance Σ(x−mean)²/n (no cancellation). */
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
@@ -70,13 +76,26 @@ void fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, con
         }
     }
     if (!dw && !db) return;
-    const int64_t nblk = (cols + COL_BLOCK - 1) / COL_BLOCK;
+    /* One column block per thread (16-column multiples, at most LN_COL_MAX): each walk down the rows reads
+     * longer contiguous runs of a row, and the rows LN_PF ahead are prefetched (the walk crosses a 4 KiB
+     * page every few rows, where the hardware prefetchers stop). Each column's sums keep row order. */
+    const int nth = par ? omp_get_max_threads() : 1;
+    int64_t bw = (cols + nth - 1) / nth;
+    bw = (bw + 15) / 16 * 16;
+    if (bw > LN_COL_MAX) bw = LN_COL_MAX;
+    const int64_t nblk = (cols + bw - 1) / bw;
     #pragma omp parallel for if (par && nblk > 1) schedule(static)
     for (int64_t bk = 0; bk < nblk; bk++) {
-        const int64_t j0 = bk * COL_BLOCK, nj = cols - j0 < COL_BLOCK ? cols - j0 : COL_BLOCK;
-        float aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
+        const int64_t j0 = bk * bw, nj = cols - j0 < bw ? cols - j0 : bw;
+        float aw[LN_COL_MAX], ab[LN_COL_MAX];
+        for (int64_t j = 0; j < nj; j++) { aw[j] = 0.0f; ab[j] = 0.0f; }
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * cols + j0, *gr = dy + r * cols + j0;
+            if (r + LN_PF < rows)
+                for (int64_t j = 0; j < nj; j += 16) {
+                    __builtin_prefetch(xr + LN_PF * cols + j);
+                    __builtin_prefetch(gr + LN_PF * cols + j);
+                }
             const float m = mean[r], rs = rstd[r];
             #pragma omp simd
             for (int64_t j = 0; j < nj; j++) { aw[j] += gr[j] * (xr[j] - m) * rs; ab[j] += gr[j]; }

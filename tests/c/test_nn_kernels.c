@@ -383,6 +383,36 @@ TEST(nn_layernorm) {
     CHECK_CLOSE(y[3], 0.75 / sqrt(0.3125), 1e-5, 1e-5);
 }
 
+/* LayerNorm's dw and db are each column's sum over the rows in row order, whatever the thread count and the
+ * column blocks: bit for bit the serial loop's sums (widths under, at and past one block, a ragged last block). */
+TEST(nn_layernorm_param_grads_in_row_order) {
+    static const int64_t shapes[][2] = { { 300, 256 }, { 77, 1027 }, { 5, 9 }, { 2048, 96 } };
+    const int threads0 = omp_get_max_threads();
+    for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        float *x = frand(rows * cols, -2, 3), *dy = frand(rows * cols, -1, 1), *w = frand(cols, 0.5, 1.5);
+        float *mean = malloc(rows * sizeof(float)), *rstd = malloc(rows * sizeof(float)), *y = fzeros(rows * cols);
+        float *rw = fzeros(cols), *rb = fzeros(cols);
+        fl_cpu_layernorm_fwd(x, w, NULL, y, mean, rstd, rows, cols, 1e-5f);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < cols; j++) {
+                const float g = dy[r * cols + j];
+                rw[j] += g * (x[r * cols + j] - mean[r]) * rstd[r];
+                rb[j] += g;
+            }
+        for (int threads = 1; threads <= 3; threads++) {
+            omp_set_num_threads(threads);
+            float *dw = fzeros(cols), *db = fzeros(cols), *dx = fzeros(rows * cols);
+            fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
+            CHECK(!memcmp(dw, rw, cols * sizeof(float)) && !memcmp(db, rb, cols * sizeof(float)),
+                  "[%lld,%lld] threads %d: dw/db are not the row-order sums", (long long)rows, (long long)cols, threads);
+            free(dw); free(db); free(dx);
+        }
+        free(x); free(dy); free(w); free(mean); free(rstd); free(y); free(rw); free(rb);
+    }
+    omp_set_num_threads(threads0);
+}
+
 /* ---- embedding ----------------------------------------------------------------------------- */
 TEST(nn_embedding) {
     int64_t vocab = 7, dim = 19, n = 11;
