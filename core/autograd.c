@@ -198,6 +198,12 @@ static fl_status own_f32(fl_tensor **out, const fl_tensor *g) {
 
 /* *acc += g, in place when *acc is exclusively ours, else by replacing *acc with a new sum. */
 static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
+    if (fl_format(g->dtype)->is_fp8 || (*acc && fl_format((*acc)->dtype)->is_fp8)) {
+        /* a consumer's FP8 hand-over (fl_autograd_sole_consumer): never summed */
+        if (*acc) return FL_ERR(FL_EINVAL, "backward: an FP8 gradient was handed to an output with another consumer");
+        *acc = fl_tensor_retain((fl_tensor *)g);
+        return FL_OK;
+    }
     if (!*acc) return own_f32(acc, g);
     fl_tensor *a = *acc;
     if (exclusively_owned(a) && f32_contiguous_on(g, a->device)) return add_inplace(a, g);
@@ -432,6 +438,17 @@ done:
     return FL_OK;
 }
 
+/* The backward in progress on this thread (fl_autograd_sole_consumer): its node map and, per node in its
+ * order, how many node inputs take that node's output. */
+static _Thread_local const node_map *bw_map;
+static _Thread_local const int *bw_uses;
+
+bool fl_autograd_sole_consumer(const fl_node *n, int i) {
+    if (!bw_map || !n || i < 0 || i >= n->ninputs || !n->inputs[i] || !n->inputs[i]->grad_fn) return false;
+    int k = map_get(bw_map, n->inputs[i]->grad_fn);
+    return k >= 0 && bw_uses[k] == 1;
+}
+
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
     FL_PROF_SCOPE("backward");
     char a[200], b[200];
@@ -467,20 +484,31 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
      * to a node later in the order. */
     for (size_t k = 0; k < n; k++) order[k]->refcount++;
     fl_tensor **grads = calloc(n, sizeof *grads);   /* gradient of each node's output */
-    if (!grads) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+    int *uses = calloc(n, sizeof *uses);
+    if (!grads || !uses) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; i < order[k]->ninputs; i++) {
+            const fl_tensor *in = order[k]->inputs[i];
+            int c = in && in->grad_fn && in->requires_grad ? map_get(&map, in->grad_fn) : -1;
+            if (c >= 0) uses[c]++;
+        }
     grads[n - 1] = g0;                           /* the root node is last in post-order */
     g0 = NULL;
-    leaf_use *uses = NULL;
+    leaf_use *luses = NULL;
     size_t nuses = 0, next_use = 0;
     fl_grad_ready_fn hook = ready_fn;
     void *hook_ud = ready_ud;
-    if (hook && (st = leaf_last_uses(order, n, &uses, &nuses)) != FL_OK) goto done;
+    if (hook && (st = leaf_last_uses(order, n, &luses, &nuses)) != FL_OK) goto done;
     bool prev_mode = fl_set_grad_enabled(false);   /* backward builds no graph of its own */
+    const node_map *prev_map = bw_map;
+    const int *prev_uses = bw_uses;
+    bw_map = &map;
+    bw_uses = uses;
     for (size_t k = n; k-- > 0 && st == FL_OK;) {
         fl_node *nd = order[k];
         fl_tensor *go = grads[k];
         grads[k] = NULL;
-        while (st == FL_OK && next_use < nuses && uses[next_use].k > k) st = hook(uses[next_use++].leaf, hook_ud);
+        while (st == FL_OK && next_use < nuses && luses[next_use].k > k) st = hook(luses[next_use++].leaf, hook_ud);
         if (st != FL_OK) { fl_tensor_release(go); break; }
         if (!go) continue;                        /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
@@ -503,17 +531,20 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
             }
             fl_tensor_release(gi);
         }
-        while (st == FL_OK && next_use < nuses && uses[next_use].k >= k) st = hook(uses[next_use++].leaf, hook_ud);
+        while (st == FL_OK && next_use < nuses && luses[next_use].k >= k) st = hook(luses[next_use++].leaf, hook_ud);
     }
     /* nodes that received no gradient (`continue` above) still end their leaves' uses */
-    while (st == FL_OK && next_use < nuses) st = hook(uses[next_use++].leaf, hook_ud);
-    free(uses);
+    while (st == FL_OK && next_use < nuses) st = hook(luses[next_use++].leaf, hook_ud);
+    free(luses);
+    bw_map = prev_map;
+    bw_uses = prev_uses;
     fl_set_grad_enabled(prev_mode);
     if (st == FL_OK && !retain_graph)
         for (size_t k = 0; k < n; k++) node_clear(order[k]);
 done:
     if (grads) for (size_t k = 0; k < n; k++) fl_tensor_release(grads[k]);
     free(grads);
+    free(uses);
     for (size_t k = 0; k < n; k++) fl_node_release(order[k]);
     free(order);
     free(map.keys);

@@ -64,6 +64,12 @@ fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl
  * owns the node, so saving the output itself would make a reference cycle. */
 fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t);
 
+/* During fl_backward, inside a node's backward: whether node n is, in this backward, the only consumer of the
+ * output that its input i came from (that output's gradient is then n's contribution alone). False for a leaf,
+ * an input without history, or outside a backward. Where it is true, a backward may hand that input an FP8
+ * gradient (a per-tensor E4M3/E5M2 tensor with its scale) instead of an fp32 one: the engine passes it to the
+ * producer as it is, whose backward must take it (fl_fp8_linear's does: core/fp8_linear.c). */
+bool fl_autograd_sole_consumer(const fl_node *n, int i);
 /* Backward from root. grad NULL means ones (root must have one element; error otherwise). Frees the
  * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly). */
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);

@@ -61,6 +61,13 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * memory (an FP8 linear's input cast fused into the activation before it). NULL entry: the caller runs     \
      * the two. */                                                                                                 \
     X(quantize_gelu, (fl_tensor *dst, const fl_tensor *src, const float *scale, int approx, fl_overflow p))       \
+    /* Per-tensor quantize of dY = GELU'(x) ⊙ src (the tanh form's derivative) with the host scale, for contiguous \
+     * fp32 src and x of one shape [R, C], and dbias [C] = Σ_r dY[r, :] unless NULL: the bytes, statistics and   \
+     * sums that the device's act_bwd followed by quantize_dbias (quantize, without dbias) give, without dY in   \
+     * memory (the dY cast of a linear layer whose output went through GELU, fused into GELU's backward). NULL  \
+     * entry: the caller runs the two. */                                                                          \
+    X(quantize_dbias_dgelu, (fl_tensor *dst, const fl_tensor *src, const fl_tensor *x, const float *scale,          \
+                             fl_overflow p, fl_tensor *dbias))                                                     \
     /* Per-row current scaling of a contiguous fp32 [R, C] src (quantize_current with axis 0) that, in the same   \
      * read, also gives what dY's other uses need under rowwise scaling: col_amax [C] in host memory               \
      * (max_r |src[r, c]|, NaN ignored: wgrad's per-column scales), unless NULL, and dbias [C] (fp32,              \

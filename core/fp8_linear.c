@@ -273,7 +273,8 @@ static fl_status transposed(fl_tensor **out, const fl_tensor *t) { return fl_ten
 /* ---- forward / backward ------------------------------------------------------------------------ */
 
 enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes transposed (wgrad), when made */,
-       SV_XPRE = 5 /* with a fused GELU (iargs[2]): its input, for GELU's backward */ };
+       SV_XPRE = 5 /* with a fused GELU (iargs[2]): its input, for GELU's backward */,
+       SV_DB = 6 /* the bias gradient summed with an FP8 dY handed over by the consumer (handover_dgelu) */ };
 
 /* The weight operand of a TENSOR-granularity forward: the caller's FP8 weight, the cache, or a
  * fresh cast (then cached). want_t: dgrad will run in FP8, so a device that casts with a transposed copy
@@ -308,6 +309,44 @@ static fl_status weight_q(fl_tensor **wq, fl_fp8_layer *l, const fl_tensor *w, c
 
 static void layer_ctx_free(void *p) { fl_fp8_layer_release(p); }
 
+static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin);
+
+/* Whether a layer's backward (node p) casts dY per tensor with its stored scale for FP8 GEMMs alone, so a
+ * consumer may cast dY for it (handover_dgelu): TENSOR granularity, dgrad and wgrad in FP8, delayed scaling past
+ * its warm-up, and dX or dW wanted. */
+static bool takes_fp8_dy(const fl_node *p) {
+    const fl_fp8_layer *l = p->ctx;
+    return l->gran == FL_GRAN_TENSOR && !l->hp[1] && !l->hp[2] && !is_current(&l->role[FL_ROLE_GRAD], false, -1) &&
+           (fl_node_input_needs_grad(p, 0) || fl_node_input_needs_grad(p, 1));
+}
+
+/* A fused GELU's backward (node n, iargs[2]) with dgrad's output t = ∂L/∂GELU(x): where the layer that made x
+ * (an FP8 linear, node p) would cast dY = GELU'(x) ⊙ t per tensor and nothing else adds to that dY
+ * (fl_autograd_sole_consumer), dY is cast here for p, its bias gradient summed in the same pass (the device's
+ * quantize_dbias_dgelu) and left in p's SV_DB, and *out is the FP8 dY with x's shape: p's backward takes it
+ * as its gradient. dY in fp32 is never written. *out stays NULL where this does not apply. */
+static fl_status handover_dgelu(fl_tensor **out, fl_node *n, const fl_tensor *t) {
+    *out = NULL;
+    const fl_tensor *x = n->inputs[0];
+    fl_node *p = x->grad_fn;
+    const fl_device *dev = fl_device_get(t->device);
+    if (!p || p->backward != fp8_linear_bwd || !fl_autograd_sole_consumer(n, 0) || !dev || !dev->quantize_dbias_dgelu ||
+        !takes_fp8_dy(p) || t->dtype != FL_F32 || !fl_tensor_is_contiguous(t))
+        return FL_OK;
+    fl_fp8_layer *l = p->ctx;
+    fl_scaling *s = &l->role[FL_ROLE_GRAD];
+    fl_tensor *q = NULL, *db = NULL;
+    fl_status st = new_q(&q, t, s->fmt, -1);
+    if (st == FL_OK && fl_node_input_needs_grad(p, 2)) st = fl_tensor_empty(&db, FL_F32, 1, &t->shape[1], t->device);
+    if (st == FL_OK) st = dev->quantize_dbias_dgelu(q, t, n->saved[SV_XPRE], &s->scale, FL_SATURATE, db);
+    if (st == FL_OK) st = observe(s, q, p->iargs[1] != 0);
+    if (st == FL_OK) st = fl_tensor_reshape(out, q, x->ndim, x->shape);
+    if (st == FL_OK) fl_node_save(p, SV_DB, db);
+    fl_tensor_release(q);
+    fl_tensor_release(db);
+    return st;
+}
+
 static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_fp8_layer *l = n->ctx;
     const fl_tensor *x = n->inputs[0], *w = n->inputs[1];
@@ -326,7 +365,19 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
     bool have_cmax = false;
     l->backwards++;
     fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
-    if (st == FL_OK) st = as_f32(&g32, g2);
+    if (st == FL_OK && fl_format(g->dtype)->is_fp8) {
+        /* dY cast by the consumer's backward (handover_dgelu), its bias gradient with it */
+        if (!takes_fp8_dy(n) || (need_db && !n->saved[SV_DB]))
+            st = FL_ERR(FL_EINVAL, "fp8 linear backward: an FP8 gradient this layer cannot take (%s)", fl_format(g->dtype)->name);
+        else {
+            gq = fl_tensor_retain(g2);
+            db = need_db ? fl_tensor_retain(n->saved[SV_DB]) : NULL;
+            l->dy_handovers++;
+            fl_node_save(n, SV_DB, NULL);
+        }
+    } else if (st == FL_OK) {
+        st = as_f32(&g32, g2);
+    }
     fl_scaling *sg = &l->role[FL_ROLE_GRAD];
 
     /* dgrad: dX [N, K] = dY [N, M] · W [M, K] */
@@ -335,7 +386,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             st = gemm_hp(&t, g32, n->saved[SV_WHP] ? n->saved[SV_WHP] : w, cdt, NULL);
         } else if (l->gran == FL_GRAN_TENSOR) {
             /* gq_dev: dY's bytes transposed, made in the cast's pass where the device can (wgrad's dYᵀ) */
-            st = cast_dy(&gq, &gq_dev, need_db ? &db : NULL, g32, sg, record, fp8_dw);
+            if (!gq) st = cast_dy(&gq, &gq_dev, need_db ? &db : NULL, g32, sg, record, fp8_dw);
             /* fprop ran in high precision: this is the weight's FP8 cast, and it feeds the role's amax history
              * (as TransformerEngine's weight cast does whichever GEMMs then read it in FP8) */
             if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, record, true);
@@ -353,12 +404,18 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             fl_tensor_release(w32);
             if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL, false);
         }
-        if (st == FL_OK && n->iargs[2])
+        fl_tensor *ho = NULL;
+        if (st == FL_OK && n->iargs[2]) {
             /* the layer's input was GELU(x) (fl_fp8_linear_gelu): dX ← GELU'(x) ⊙ dX, as GeluBackward computes it,
-             * in place in dgrad's fresh output (the fused path runs on the CPU, whose act_bwd is per element) */
-            st = fl_device_get(t->device)->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(n->saved[SV_XPRE]),
-                                                   fl_tensor_data(t), fl_tensor_data(t), fl_tensor_numel(t));
-        if (st == FL_OK) st = fl_tensor_reshape(&gin[0], t, x->ndim, x->shape);
+             * cast for the layer before it where that layer takes it so; else in place in dgrad's fresh output
+             * (the fused path runs on the CPU, whose act_bwd is per element) */
+            st = handover_dgelu(&ho, n, t);
+            if (st == FL_OK && !ho)
+                st = fl_device_get(t->device)->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(n->saved[SV_XPRE]),
+                                                       fl_tensor_data(t), fl_tensor_data(t), fl_tensor_numel(t));
+        }
+        if (st == FL_OK && ho) gin[0] = ho;
+        else if (st == FL_OK) st = fl_tensor_reshape(&gin[0], t, x->ndim, x->shape);
         fl_tensor_release(t); t = NULL;
         if (l->gran != FL_GRAN_TENSOR) { fl_tensor_release(gq); gq = NULL; }   /* TENSOR: wgrad reuses it */
     }

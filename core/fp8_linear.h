@@ -40,8 +40,9 @@ typedef struct fl_fp8_layer {
     uint64_t wq_version;
     int64_t wq_offset;
     float wq_scale;
-    /* counters for fp8.stats and tests */
-    int64_t forwards, backwards, weight_casts, cache_hits;
+    /* counters for fp8.stats and tests; dy_handovers: backwards whose dY the next layer's fused GELU backward
+     * cast (core/fp8_linear.c, handover_dgelu) */
+    int64_t forwards, backwards, weight_casts, cache_hits, dy_handovers;
 } fl_fp8_layer;
 
 /* A layer taking over the three initialised roles (roles[i] is moved, not copied). */

@@ -190,7 +190,7 @@ static int l_meta_state(lua_State *L) {
     const char *const *keys = fl_fp8_role_names;
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };
     for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* casts still pending */
-    lua_createtable(L, 0, 12);
+    lua_createtable(L, 0, 13);
     for (int i = 0; i < FL_NROLES; i++) { push_role(L, &l->role[i]); lua_setfield(L, -2, keys[i]); }
     lua_createtable(L, 3, 0);
     for (int i = 0; i < 3; i++) { lua_pushboolean(L, l->hp[i]); lua_rawseti(L, -2, i + 1); }
@@ -201,6 +201,7 @@ static int l_meta_state(lua_State *L) {
     lua_pushinteger(L, l->backwards); lua_setfield(L, -2, "backwards");
     lua_pushinteger(L, l->weight_casts); lua_setfield(L, -2, "weight_casts");
     lua_pushinteger(L, l->cache_hits); lua_setfield(L, -2, "cache_hits");
+    lua_pushinteger(L, l->dy_handovers); lua_setfield(L, -2, "dy_handovers");
     return 1;
 }
 

@@ -198,6 +198,7 @@ static const fl_device fl_cpu = {
     .quantize_current = fl_cpu_dev_quantize_current,
     .quantize_dbias = fl_cpu_dev_quantize_dbias,
     .quantize_gelu = fl_cpu_dev_quantize_gelu,
+    .quantize_dbias_dgelu = fl_cpu_dev_quantize_dbias_dgelu,
     .quantize_rows_aux = fl_cpu_dev_quantize_rows_aux,
     .dequantize = fl_cpu_dev_dequantize,
     .amax = fl_cpu_dev_amax,

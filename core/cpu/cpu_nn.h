@@ -17,6 +17,8 @@ void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx);
  * call on the whole array does). */
 #define FL_CPU_ACT_SPAN 4096
 void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx);
+void fl_cpu_gelu_tanh_fwd_serial(const float *x, float *y, int64_t n);                    /* no OpenMP region */
+void fl_cpu_gelu_tanh_bwd_serial(const float *x, const float *dy, float *dx, int64_t n);   /* no OpenMP region */
 /* Softmax / log-softmax over the last dim of [rows, cols]; backward takes the forward output y. */
 void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
 void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);

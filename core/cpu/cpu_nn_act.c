@@ -95,6 +95,26 @@ void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
     }
 }
 
+/* fl_cpu_gelu_fwd's and fl_cpu_gelu_bwd's tanh forms on this thread alone, for callers already inside a parallel
+ * region (a nested region costs its set-up even when it runs on one thread). */
+void fl_cpu_gelu_tanh_fwd_serial(const float *x, float *y, int64_t n) {
+    const bool wide = fl_cpu_avx512();
+    for (int64_t i0 = 0; i0 < n; i0 += ACT_SPAN) {
+        const int64_t len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
+        if (wide) gelu_tanh_fwd_span512(x + i0, y + i0, len);
+        else gelu_tanh_fwd_span(x + i0, y + i0, len);
+    }
+}
+
+void fl_cpu_gelu_tanh_bwd_serial(const float *x, const float *dy, float *dx, int64_t n) {
+    const bool wide = fl_cpu_avx512();
+    for (int64_t i0 = 0; i0 < n; i0 += ACT_SPAN) {
+        const int64_t len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
+        if (wide) gelu_tanh_bwd_span512(x + i0, dy + i0, dx + i0, len);
+        else gelu_tanh_bwd_span(x + i0, dy + i0, dx + i0, len);
+    }
+}
+
 /* Exact derivative: d/dx xΦ(x) = Φ(x) + x·φ(x); the tanh form's is above. */
 void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx) {
     if (approx) {

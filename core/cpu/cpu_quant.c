@@ -138,7 +138,7 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
             if (my != FL_OK) continue;
             const int64_t i0 = c * GQ_CHUNK, len = n - i0 < GQ_CHUNK ? n - i0 : GQ_CHUNK;
             fl_cast_stats s;
-            fl_cpu_gelu_fwd(x + i0, buf, len, 1);
+            fl_cpu_gelu_tanh_fwd_serial(x + i0, buf, len);
             my = fl_quantize_f32(buf, d + i0, (size_t)len, dst->dtype, scale[0], p, &s);
             if (my == FL_OK) stats_merge(&mine, &s);
         }
@@ -155,30 +155,39 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     return fl_check_interrupt();
 }
 
-/* dY cast and its column sums in one read; the sums in fl_cpu_dev_reduce's order (FL_CPU_SUM_ROWS). */
-fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p,
-                                    fl_tensor *dbias) {
-    if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) || dbias->dtype != FL_F32 ||
-        !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])
-        return FL_ERR(FL_EINVAL, "quantize_dbias: expects a contiguous fp32 [R, C] source and an fp32 [C] bias gradient");
+/* dY's per-tensor cast and, with dbias, its column sums in one read, the sums in fl_cpu_dev_reduce's order
+ * (FL_CPU_SUM_ROWS). With gx, dY is GELU'(gx) ⊙ src, made a row at a time into a scratch row that stays in cache
+ * (GELU's backward per element: the values act_bwd gives on the whole array). */
+static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl_tensor *gx, const float *scale,
+                                  fl_overflow p, fl_tensor *dbias) {
     const int64_t R = src->shape[0], C = src->shape[1], chunks = (R + FL_CPU_SUM_ROWS - 1) / FL_CPU_SUM_ROWS;
-    const float *x = fl_tensor_data(src);
+    const float *x = fl_tensor_data(src), *xg = gx ? fl_tensor_data(gx) : NULL;
     uint8_t *d = fl_tensor_data(dst);
-    float *db = fl_tensor_data(dbias);
+    float *db = dbias ? fl_tensor_data(dbias) : NULL;
     ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / scale[0];
-    double *psum = calloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)(C > 0 ? C : 1), sizeof(double));
-    if (!psum) return FL_ERR(FL_ENOMEM, "quantize_dbias: out of memory for %lld column sums", (long long)(chunks * C));
+    double *psum = db ? calloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)(C > 0 ? C : 1), sizeof(double)) : NULL;
+    if (db && !psum) return FL_ERR(FL_ENOMEM, "quantize_dbias: out of memory for %lld column sums", (long long)(chunks * C));
     fl_cast_stats acc = { 0, 0, 0, 0 };
-    int nerr = 0;
+    int nerr = 0, noom = 0;
     #pragma omp parallel if (chunks > 1 && R * C >= FL_CPU_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
+        float *dy = xg ? malloc((size_t)(C > 0 ? C : 1) * sizeof(float)) : NULL;
+        if (xg && !dy) {
+            #pragma omp atomic
+            noom++;
+        }
         #pragma omp for schedule(static)
         for (int64_t ch = 0; ch < chunks; ch++) {
-            double *ps = psum + ch * C;
+            if (xg && !dy) continue;
+            double *ps = psum ? psum + ch * C : NULL;
             const int64_t r1 = (ch + 1) * FL_CPU_SUM_ROWS < R ? (ch + 1) * FL_CPU_SUM_ROWS : R;
             for (int64_t r = ch * FL_CPU_SUM_ROWS; r < r1; r++) {
                 const float *row = x + r * C;
+                if (xg) {
+                    fl_cpu_gelu_tanh_bwd_serial(xg + r * C, row, dy, C);
+                    row = dy;
+                }
                 fl_cast_stats s;
                 if (fl_quantize_f32(row, d + r * C, (size_t)C, dst->dtype, scale[0], p, &s) != FL_OK) {
                     #pragma omp atomic
@@ -186,20 +195,44 @@ fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const 
                     break;
                 }
                 stats_merge(&mine, &s);
-                #pragma omp simd
-                for (int64_t c = 0; c < C; c++) ps[c] += (double)row[c];   /* the row is still in cache */
+                if (ps) {
+                    #pragma omp simd
+                    for (int64_t c = 0; c < C; c++) ps[c] += (double)row[c];   /* the row is still in cache */
+                }
             }
         }
+        free(dy);
         #pragma omp critical
         stats_merge(&acc, &mine);
     }
-    if (!nerr) {
-        sums_combine(db, psum, chunks, C);
+    if (!nerr && !noom) {
+        if (db) sums_combine(db, psum, chunks, C);
         dst->qstats = acc;
     }
     free(psum);
+    if (noom) return FL_ERR(FL_ENOMEM, "quantize_dbias_dgelu: out of memory for a row of %lld", (long long)C);
     if (nerr) return FL_ERR(FL_EINTR, "interrupted");
     return fl_check_interrupt();
+}
+
+fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p,
+                                    fl_tensor *dbias) {
+    if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) || dbias->dtype != FL_F32 ||
+        !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])
+        return FL_ERR(FL_EINVAL, "quantize_dbias: expects a contiguous fp32 [R, C] source and an fp32 [C] bias gradient");
+    return quant_dbias_rows(dst, src, NULL, scale, p, dbias);
+}
+
+fl_status fl_cpu_dev_quantize_dbias_dgelu(fl_tensor *dst, const fl_tensor *src, const fl_tensor *x, const float *scale,
+                                          fl_overflow p, fl_tensor *dbias) {
+    if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) || x->dtype != FL_F32 ||
+        !fl_shape_equal(2, src->shape, x->ndim, x->shape) || !fl_tensor_is_contiguous(x) ||
+        !fl_format(dst->dtype)->is_fp8 || !fl_shape_equal(2, src->shape, dst->ndim, dst->shape) ||
+        !fl_tensor_is_contiguous(dst) ||
+        (dbias && (dbias->dtype != FL_F32 || !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])))
+        return FL_ERR(FL_EINVAL, "quantize_dbias_dgelu: expects contiguous fp32 [R, C] dY and GELU input into FP8 of "
+                      "that shape, and an fp32 [C] bias gradient or none");
+    return quant_dbias_rows(dst, src, x, scale, p, dbias);
 }
 
 /* Current scaling with one scale per row of a contiguous fp32 [rows, cols]: each row's amax, scale and cast in

@@ -420,6 +420,74 @@ TEST(fp8_quantize_dbias_matches_cast_and_reduce) {
     omp_set_num_threads(threads0);
 }
 
+/* The CPU's quantize_dbias_dgelu against its act_bwd (tanh GELU's derivative) then quantize_dbias, and then
+ * quantize where no bias gradient is asked for: the same bytes, scale_inv, statistics and column sums, on shapes
+ * with partial row chunks, rows not a multiple of a vector and columns past GELU's span, on 1 and 2 threads, with
+ * values that saturate, underflow and are NaN; and its refusals. */
+TEST(fp8_quantize_dbias_dgelu_matches_gelu_bwd_then_cast) {
+    static const int64_t shapes[][2] = { { 2048, 1024 }, { 257, 33 }, { 1, 5 }, { 300, 4100 } };
+    const fl_device *cpu = fl_cpu_device();
+    const int threads0 = omp_get_max_threads();
+    for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
+            fl_tensor *t[8] = { NULL };   /* src, x, dy, q1, q2, q3, db1, db2 */
+            for (int i = 0; i < 3; i++) REQUIRE_OK(fl_tensor_empty(&t[i], FL_F32, 2, sh, FL_DEV_CPU));
+            for (int i = 3; i < 6; i++) REQUIRE_OK(fl_tensor_empty(&t[i], FL_E5M2, 2, sh, FL_DEV_CPU));
+            for (int i = 6; i < 8; i++) REQUIRE_OK(fl_tensor_empty(&t[i], FL_F32, 1, &C, FL_DEV_CPU));
+            float *g = fl_tensor_data(t[0]), *x = fl_tensor_data(t[1]), *dy = fl_tensor_data(t[2]);
+            uint32_t s = 17u + (uint32_t)si;
+            for (int64_t i = 0; i < R * C; i++) {
+                s = s * 1664525u + 1013904223u;
+                x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 10.0f;
+                s = s * 1664525u + 1013904223u;
+                g[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (i % 101 == 0 ? 3e4f : 1.0f) * (i % 211 == 0 ? 1e-9f : 1.0f);
+                if (i % 1009 == 7) x[i] = NAN;
+            }
+            const float scale = 37.5f;
+            REQUIRE_OK(cpu->act_bwd(FL_ACT_GELU_TANH, x, g, dy, R * C));
+            REQUIRE_OK(cpu->quantize_dbias(t[3], t[2], &scale, FL_SATURATE, t[6]));
+            REQUIRE_OK(cpu->quantize_dbias_dgelu(t[4], t[0], t[1], &scale, FL_SATURATE, t[7]));
+            REQUIRE_OK(cpu->quantize(t[5], t[2], &scale, -1, FL_SATURATE));
+            fl_tensor *q3 = NULL;   /* no bias gradient: the bytes and statistics of the plain cast */
+            REQUIRE_OK(fl_tensor_empty(&q3, FL_E5M2, 2, sh, FL_DEV_CPU));
+            REQUIRE_OK(cpu->quantize_dbias_dgelu(q3, t[0], t[1], &scale, FL_SATURATE, NULL));
+            const fl_tensor *qs[3] = { t[4], t[5], q3 };
+            for (int k = 0; k < 3; k++) {
+                const fl_tensor *a = t[3], *b = qs[k];
+                CHECK(!memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)(R * C)), "%lldx%lld threads %d (%d): bytes differ",
+                      (long long)R, (long long)C, threads, k);
+                CHECK(*(float *)fl_tensor_data(a->scale_inv) == *(float *)fl_tensor_data(b->scale_inv), "scale_inv differs");
+                CHECK(a->qstats.amax == b->qstats.amax && a->qstats.underflow == b->qstats.underflow &&
+                      a->qstats.saturated == b->qstats.saturated && a->qstats.nan == b->qstats.nan,
+                      "%lldx%lld threads %d (%d): statistics differ", (long long)R, (long long)C, threads, k);
+            }
+            CHECK(!memcmp(fl_tensor_data(t[6]), fl_tensor_data(t[7]), (size_t)C * sizeof(float)),
+                  "%lldx%lld threads %d: column sums differ", (long long)R, (long long)C, threads);
+            CHECK(R * C < 1000 || (t[3]->qstats.saturated > 0 && t[3]->qstats.nan > 0 && t[3]->qstats.underflow > 0),
+                  "%lldx%lld: the data must saturate, underflow and hold NaN", (long long)R, (long long)C);
+            fl_tensor_release(q3);
+            for (int i = 0; i < 8; i++) fl_tensor_release(t[i]);
+        }
+    omp_set_num_threads(threads0);
+    /* refusals: x of another shape, a bias gradient of the wrong length, an fp32 destination */
+    const int64_t sh[2] = { 4, 6 }, sh2[2] = { 6, 4 }, five = 5;
+    fl_tensor *g = NULL, *x = NULL, *x2 = NULL, *q = NULL, *qf = NULL, *db = NULL;
+    REQUIRE_OK(fl_tensor_empty(&g, FL_F32, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&x, FL_F32, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&x2, FL_F32, 2, sh2, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&q, FL_E5M2, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&qf, FL_F32, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&db, FL_F32, 1, &five, FL_DEV_CPU));
+    float f = 1.0f;
+    CHECK(cpu->quantize_dbias_dgelu(q, g, x2, &f, FL_SATURATE, NULL) == FL_EINVAL, "x of another shape");
+    CHECK(cpu->quantize_dbias_dgelu(q, g, x, &f, FL_SATURATE, db) == FL_EINVAL, "a bias gradient of 5 for 6 columns");
+    CHECK(cpu->quantize_dbias_dgelu(qf, g, x, &f, FL_SATURATE, NULL) == FL_EINVAL, "an fp32 destination");
+    fl_tensor *r[] = { g, x, x2, q, qf, db };
+    for (unsigned i = 0; i < 6; i++) fl_tensor_release(r[i]);
+}
+
 /* The CPU's quantize_gelu against its GELU then quantize: the same bytes, scale_inv and statistics, on sizes
  * around its chunks and GELU's spans, 1 and 2 threads, with values that saturate, underflow and are NaN. */
 TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
@@ -527,4 +595,104 @@ TEST(fp8_linear_gelu_matches_gelu_then_linear) {
             CHECK(!memcmp(dw[0], dw[1], sizeof dw[0]), "hp %d warm-up %d: weight gradients differ", hi, warmup);
             CHECK(!memcmp(hist[0], hist[1], sizeof hist[0]), "hp %d warm-up %d: recipe state differs", hi, warmup);
         }
+}
+
+/* Two FP8 layers with a tanh GELU between them (fl_fp8_linear, then fl_fp8_linear_gelu) against fl_fp8_linear,
+ * fl_gelu, fl_fp8_linear over three steps: the second layer's backward casts the first layer's dY for it (the
+ * first layer's dy_handovers counts those steps) where the first layer casts dY per tensor with its stored scale
+ * and GELU's input has no other consumer; outputs, every gradient and both layers' recipe state are the same bits
+ * either way. */
+enum { M2 = 16 };
+typedef struct {
+    float y[3 * N * M2], dx[3 * N * K], dw1[3 * M * K], db1[3 * M], dw2[3 * M2 * M], db2[3 * M2], hist[2][18];
+    int64_t handed;
+} mlp_out;
+
+static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool second_use, mlp_out *o) {
+    lin_case c;
+    make_case(&c);
+    fl_rng rng;
+    fl_rng_seed(&rng, 11);
+    const int64_t sw2[2] = { M2, M }, sb2[1] = { M2 }, sg[2] = { N, M2 };
+    fl_tensor *w2 = NULL, *b2 = NULL, *g = NULL;
+    fl_status st = fl_randn(&w2, &rng, 2, sw2, FL_F32);
+    if (st == FL_OK) st = fl_randn(&b2, &rng, 1, sb2, FL_F32);
+    if (st == FL_OK) st = fl_randn(&g, &rng, 2, sg, FL_F32);
+    if (st == FL_OK) st = fl_tensor_set_requires_grad(w2, true);
+    if (st == FL_OK) st = fl_tensor_set_requires_grad(b2, true);
+    static const fl_dtype fmts[3] = { FL_E4M3, FL_E4M3, FL_E5M2 };
+    static const bool no_hp[3] = { false, false, false };
+    fl_fp8_layer *l[2] = { NULL, NULL };
+    for (int k = 0; k < 2 && st == FL_OK; k++) {
+        fl_scaling r[3];
+        for (int i = 0; i < 3 && st == FL_OK; i++) {
+            st = fl_scaling_init(&r[i], fmts[i], FL_SCALE_DELAYED, false, 0, FL_AMAX_MAX, 4, 1);
+            r[i].warmup = k == 0 ? warmup : 0;
+        }
+        if (st == FL_OK) st = fl_fp8_layer_new(&l[k], r, k == 0 ? hp1 : no_hp, FL_GRAN_TENSOR);
+    }
+    for (int step = 0; step < 3 && st == FL_OK; step++) {
+        fl_tensor *h = NULL, *a = NULL, *y = NULL, *p = NULL, *out = NULL;
+        st = fl_fp8_linear(&h, c.x, c.w, c.b, l[0], true, NULL);
+        if (st == FL_OK && fused) st = fl_fp8_linear_gelu(&y, h, w2, b2, l[1], true, NULL);
+        else if (st == FL_OK) {
+            st = fl_gelu(&a, h, 1);
+            if (st == FL_OK) st = fl_fp8_linear(&y, a, w2, b2, l[1], true, NULL);
+        }
+        if (st == FL_OK && second_use) {   /* h feeds a row sum too: its gradient has two parts */
+            st = fl_reduce(&p, FL_OP_SUM, h, 1, true);
+            if (st == FL_OK) st = fl_binary(&out, FL_OP_ADD, y, p);
+        } else if (st == FL_OK) {
+            out = fl_tensor_retain(y);
+        }
+        if (st == FL_OK) st = fl_backward(out, g, false);
+        if (st == FL_OK) {
+            fl_tensor_read_f32(out, o->y + step * N * M2);
+            fl_tensor_read_f32(c.x->grad, o->dx + step * N * K);
+            fl_tensor_read_f32(c.w->grad, o->dw1 + step * M * K);
+            fl_tensor_read_f32(c.b->grad, o->db1 + step * M);
+            fl_tensor_read_f32(w2->grad, o->dw2 + step * M2 * M);
+            fl_tensor_read_f32(b2->grad, o->db2 + step * M2);
+        }
+        for (int k = 0; k < 2 && st == FL_OK; k++) {
+            st = fl_fp8_layer_update(l[k]);
+            for (int i = 0; i < 3 && st == FL_OK; i++) {
+                o->hist[k][step * 6 + 2 * i] = l[k]->role[i].scale;
+                o->hist[k][step * 6 + 2 * i + 1] = l[k]->role[i].history[0];
+            }
+        }
+        fl_tensor *z[] = { c.x, c.w, c.b, w2, b2 };
+        for (int i = 0; i < 5; i++) fl_tensor_zero_grad(z[i]);
+        fl_tensor *rel[] = { h, a, y, p, out };
+        for (int i = 0; i < 5; i++) fl_tensor_release(rel[i]);
+    }
+    o->handed = l[0] ? l[0]->dy_handovers : -1;
+    fl_fp8_layer_release(l[0]);
+    fl_fp8_layer_release(l[1]);
+    fl_tensor_release(w2); fl_tensor_release(b2); fl_tensor_release(g);
+    free_case(&c);
+    return st;
+}
+
+TEST(fp8_linear_gelu_casts_dy_for_the_layer_before) {
+    static const bool all_fp8[3] = { false, false, false }, hp_dgrad[3] = { false, true, false };
+    static const struct { const bool *hp; int warmup; bool second; int handed; } cases[] = {
+        { all_fp8, 0, false, 3 },     /* every step */
+        { all_fp8, 2, false, 1 },     /* the first layer's warm-up: current scaling, its own cast */
+        { hp_dgrad, 0, false, 0 },    /* dgrad in high precision reads the fp32 dY */
+        { all_fp8, 0, true, 0 },      /* GELU's input has a second consumer: dY is a sum */
+    };
+    static mlp_out o[2];
+    for (unsigned ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        for (int f = 0; f < 2; f++) REQUIRE_OK(mlp_steps(f, cases[ci].hp, cases[ci].warmup, cases[ci].second, &o[f]));
+        CHECK(o[0].handed == 0 && o[1].handed == cases[ci].handed, "case %u: %lld steps handed over, expected %d", ci,
+              (long long)o[1].handed, cases[ci].handed);
+        CHECK(!memcmp(o[0].y, o[1].y, sizeof o[0].y), "case %u: outputs differ", ci);
+        CHECK(!memcmp(o[0].dx, o[1].dx, sizeof o[0].dx), "case %u: input gradients differ", ci);
+        CHECK(!memcmp(o[0].dw1, o[1].dw1, sizeof o[0].dw1) && !memcmp(o[0].db1, o[1].db1, sizeof o[0].db1),
+              "case %u: the first layer's weight or bias gradients differ", ci);
+        CHECK(!memcmp(o[0].dw2, o[1].dw2, sizeof o[0].dw2) && !memcmp(o[0].db2, o[1].db2, sizeof o[0].db2),
+              "case %u: the second layer's weight or bias gradients differ", ci);
+        CHECK(!memcmp(o[0].hist, o[1].hist, sizeof o[0].hist), "case %u: recipe state differs", ci);
+    }
 }

@@ -209,13 +209,19 @@ describe("te recipe", function()
       for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
       local st = {}
       for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.scale, r.amax } end
-      return losses, p, st
+      local handed = {}   -- per FP8Linear: backwards whose dY the next layer's fused GELU backward cast
+      for i = 1, 3, 2 do handed[#handed + 1] = model[i].fp8_meta:state().dy_handovers end
+      return losses, p, st, handed
     end
-    local l1, p1, s1 = run(true)
-    local l2, p2, s2 = run(false)
+    local l1, p1, s1, h1 = run(true)
+    local l2, p2, s2, h2 = run(false)
     assert.are.same(l2, l1)
     assert.are.same(p2, p1)
     assert.are.same(s2, s1)
+    -- fused, the first GELU's backward also casts dY for the layer before it (every step); the second GELU is not
+    -- fused (the last layer, 48 -> 10, stays in high precision), so the layer before it casts its own
+    assert.are.same({ 6, 0 }, h1)
+    assert.are.same({ 0, 0 }, h2)
     -- fused, the FP8 step records no GELU op of its own; with the instance's forward replaced it does
     for _, replaced in ipairs { false, true } do
       local prof = fp8.profiler.profile {}

@@ -34,8 +34,9 @@ end
 Sequential.add = Sequential.append
 
 -- A GELU("tanh") whose output goes straight into an FP8Linear runs inside that layer (FP8Linear:forward_gelu: the
--- input's FP8 cast in GELU's pass; the same results), unless either module's forward is replaced or the profiler
--- times modules (it would lose the GELU's range).
+-- input's FP8 cast in GELU's pass, and in the backward the cast of dY for an FP8Linear that made GELU's input; the
+-- same results), unless either module's forward is replaced or the profiler times modules (it would lose the
+-- GELU's range).
 local GELU = require("fp8.nn.activations").GELU
 local function fuses(m, nxt)
   return nxt ~= nil and Module._call_hook == nil and m.forward == GELU.forward and rawget(m, "forward") == nil
