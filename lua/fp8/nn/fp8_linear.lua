@@ -129,6 +129,5 @@ end
 
 -- Delayed-scaling update after an optimizer step (no-op for current scaling).
 function FP8Linear:fp8_update() self.fp8_meta:update() end
-function FP8Linear:fp8_state() return self.fp8_meta:state() end
 
 return FP8Linear
