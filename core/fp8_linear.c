@@ -487,10 +487,11 @@ static fl_status check_args(const fl_tensor *x, const fl_tensor *w, const fl_ten
     return FL_OK;
 }
 
-/* fl_fp8_linear, or with `gelu` set the same layer applied to GELU(x) (tanh form) whose input cast runs in GELU's
- * pass (fl_fp8_linear_gelu decides when). */
+/* fl_fp8_linear; with `gelu` set the same layer applied to GELU(x) (tanh form) whose input cast runs in GELU's
+ * pass (fl_fp8_linear_gelu decides when); with xq_pre, x's per-tensor cast already made and observed by the op
+ * before (fl_fp8_linear_layernorm: x is then a header without storage, only its shape and history are read). */
 static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, bool gelu) {
+                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, bool gelu, const fl_tensor *xq_pre) {
     fl_dtype ac = fl_autocast_dtype();
     fl_dtype cdt = (ac == FL_BF16 || ac == FL_F16) ? ac : FL_F32;
     int64_t M = w->shape[0], K = w->shape[1];
@@ -503,8 +504,11 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     bool rowwise = l->gran != FL_GRAN_TENSOR;
     fl_tensor *x2 = NULL, *x32 = NULL, *xq = NULL, *xqt = NULL, *wq = NULL, *w32 = NULL, *y2 = NULL, *xhp = NULL;
     l->forwards++;
-    fl_status st = fl_tensor_reshape(&x2, x, 2, x2s);
-    if (st == FL_OK) st = as_f32(&x32, x2);
+    fl_status st = FL_OK;
+    if (!xq_pre) {
+        st = fl_tensor_reshape(&x2, x, 2, x2s);
+        if (st == FL_OK) st = as_f32(&x32, x2);
+    }
     if (st == FL_OK && l->hp[0]) {
         /* fprop in high precision: the layer still records the input amax for its statistics. */
         fl_tensor *wt = NULL;
@@ -524,7 +528,10 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
             st = weight_q(&wq, l, w, w_fp8, record, grad && !l->hp[1]);
         }
         /* wgrad in FP8 reads x's bytes transposed: made in the cast's pass where the device can */
-        if (st == FL_OK && gelu)
+        if (gelu || xq_pre) l->fused_input_casts++;
+        if (st == FL_OK && xq_pre)
+            st = fl_tensor_reshape(&xq, xq_pre, 2, x2s);
+        else if (st == FL_OK && gelu)
             st = cast_observed_gelu(&xq, x32, &l->role[FL_ROLE_INPUT], record);
         else if (st == FL_OK && !rowwise)
             st = cast_observed_t(&xq, &xqt, x32, &l->role[FL_ROLE_INPUT], record, grad && !l->hp[2]);
@@ -589,7 +596,7 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);   /* no FLOPs here: its GEMM (fp8_gemm or matmul) counts them */
     if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
     FL_TRY(check_args(x, w, b, w_fp8));
-    return linear_impl(out, x, w, b, l, record, w_fp8, false);
+    return linear_impl(out, x, w, b, l, record, w_fp8, false, NULL);
 }
 
 fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
@@ -602,10 +609,37 @@ fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tenso
     if (dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2] &&
         !is_current(&l->role[FL_ROLE_INPUT], false, -1)) {
         FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
-        return linear_impl(out, x, w, b, l, record, w_fp8, true);
+        return linear_impl(out, x, w, b, l, record, w_fp8, true, NULL);
     }
     fl_tensor *h = NULL;
     FL_TRY(fl_gelu(&h, x, 1));
+    fl_status st = fl_fp8_linear(out, h, w, b, l, record, w_fp8);
+    fl_tensor_release(h);
+    return st;
+}
+
+fl_status fl_fp8_linear_layernorm(fl_tensor **out, const fl_tensor *x, const fl_tensor *ln_w, const fl_tensor *ln_b,
+                                  double eps, const fl_tensor *w, const fl_tensor *b, fl_fp8_layer *l, bool record,
+                                  const fl_tensor *w_fp8) {
+    *out = NULL;
+    if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
+    FL_TRY(check_args(x, w, b, w_fp8));
+    const fl_device *dev = fl_device_get(x->device);
+    fl_scaling *s = &l->role[FL_ROLE_INPUT];
+    /* Fused where the input cast is a per-tensor cast with the stored scale that backward keeps only in FP8 */
+    if (dev && dev->layernorm_quantize && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2] &&
+        !is_current(s, false, -1)) {
+        FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
+        fl_tensor *y = NULL, *q = NULL;
+        fl_status st = fl_layer_norm_fp8(&y, &q, x, ln_w, ln_b, eps, s->fmt, &s->scale);
+        if (st == FL_OK) st = observe(s, q, record);
+        if (st == FL_OK) st = linear_impl(out, y, w, b, l, record, w_fp8, false, q);
+        fl_tensor_release(y);
+        fl_tensor_release(q);
+        return st;
+    }
+    fl_tensor *h = NULL;
+    FL_TRY(fl_layer_norm(&h, x, ln_w, ln_b, eps));
     fl_status st = fl_fp8_linear(out, h, w, b, l, record, w_fp8);
     fl_tensor_release(h);
     return st;

@@ -40,9 +40,10 @@ typedef struct fl_fp8_layer {
     uint64_t wq_version;
     int64_t wq_offset;
     float wq_scale;
-    /* counters for fp8.stats and tests; dy_handovers: backwards whose dY the next layer's fused GELU backward
-     * cast (core/fp8_linear.c, handover_dgelu) */
-    int64_t forwards, backwards, weight_casts, cache_hits, dy_handovers;
+    /* counters for fp8.stats and tests; fused_input_casts: forwards whose input cast ran in the pass of the op
+     * before (GELU: fl_fp8_linear_gelu, LayerNorm: fl_fp8_linear_layernorm); dy_handovers: backwards whose dY the
+     * next layer's fused GELU backward cast (core/fp8_linear.c, handover_dgelu) */
+    int64_t forwards, backwards, weight_casts, cache_hits, fused_input_casts, dy_handovers;
 } fl_fp8_layer;
 
 /* A layer taking over the three initialised roles (roles[i] is moved, not copied). */
@@ -67,6 +68,13 @@ fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
  * never made: one node whose backward applies GELU's derivative to dX; otherwise the two ops run. */
 fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                              fl_fp8_layer *l, bool record, const fl_tensor *w_fp8);
+/* fl_fp8_linear applied to LayerNorm(x; ln_w, ln_b, eps) (fl_layer_norm's arguments): under the conditions of
+ * fl_fp8_linear_gelu (per-tensor delayed scaling past its warm-up, every GEMM in FP8) and where the device casts
+ * in LayerNorm's pass (layernorm_quantize), LayerNorm's output goes to memory only as the layer's FP8 input;
+ * otherwise fl_layer_norm then fl_fp8_linear. The same results, gradients and recipe state either way. */
+fl_status fl_fp8_linear_layernorm(fl_tensor **out, const fl_tensor *x, const fl_tensor *ln_w, const fl_tensor *ln_b,
+                                  double eps, const fl_tensor *w, const fl_tensor *b, fl_fp8_layer *l, bool record,
+                                  const fl_tensor *w_fp8);
 
 /* Building blocks, exported for tests and for other FP8 ops, on the tensor's device. src is a contiguous
  * fp32 [R, C] tensor; axis -1: one scale; 0: one per row; 1: one per column. scales[] (host; R, C or 1

@@ -256,10 +256,9 @@ static fl_status ln_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return FL_OK;
 }
 
-fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, double eps) {
+/* layer_norm's argument checks; *dev its device. */
+static fl_status ln_check(const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, double eps, const fl_device **dev) {
     char a[200], c[200];
-    *out = NULL;
-    FL_PROF_SCOPE("layer_norm"); FL_PROF_SHAPES(x, w, b);
     if (x->ndim < 1) return FL_ERR(FL_EINVAL, "layer_norm: input must have at least 1 dim, got a 0-d tensor");
     int64_t cols = last_dim(x);
     const fl_tensor *wb[2] = { w, b };
@@ -268,9 +267,31 @@ fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
             return FL_ERR(FL_EINVAL, "layer_norm: %s %s does not match input %s (expected [%lld])", i ? "bias" : "weight",
                           SHAPE(a, wb[i]), SHAPE(c, x), (long long)cols);
     if (!(eps >= 0) || !isfinite(eps)) return FL_ERR(FL_EINVAL, "layer_norm: eps must be finite and >= 0, got %g", eps);
-    const fl_device *dev;
     FL_TRY(same_device("layer_norm", 3, (const fl_tensor *[]){ x, w, b }));
-    FL_TRY(NN_DEVICE(x, layernorm_fwd, "layer_norm", &dev));
+    return NN_DEVICE(x, layernorm_fwd, "layer_norm", dev);
+}
+
+/* The LayerNorm node on *out: backward reads x (fp32 contiguous xc), w and the saved row statistics. */
+static fl_status ln_record(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                           const fl_tensor *xc, const fl_tensor *wc, const fl_tensor *mean, const fl_tensor *rstd) {
+    const fl_tensor *ins[3] = { x, w, b };
+    fl_node *n;
+    FL_TRY(maybe_record(out, &n, "LayerNormBackward", ln_bwd, 3, ins));
+    if (n) {
+        fl_node_save(n, 0, xc);
+        fl_node_save(n, 1, wc);
+        fl_node_save(n, 2, mean);
+        fl_node_save(n, 3, rstd);
+    }
+    return FL_OK;
+}
+
+fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, double eps) {
+    *out = NULL;
+    FL_PROF_SCOPE("layer_norm"); FL_PROF_SHAPES(x, w, b);
+    const fl_device *dev;
+    FL_TRY(ln_check(x, w, b, eps, &dev));
+    int64_t cols = last_dim(x);
     fl_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL;
     int64_t rows = cols ? fl_tensor_numel(x) / cols : 0;
     fl_status st = f32c(&xc, x, "layer_norm", "input");
@@ -281,20 +302,36 @@ fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     if (st == FL_OK) st = new_like(out, xc, false);
     if (st == FL_OK)
         st = dev->layernorm_fwd(F(xc), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out), F(mean), F(rstd), rows, cols, (float)eps);
-    if (st == FL_OK) {
-        const fl_tensor *ins[3] = { x, w, b };
-        fl_node *n;
-        st = maybe_record(out, &n, "LayerNormBackward", ln_bwd, 3, ins);
-        if (st == FL_OK && n) {
-            fl_node_save(n, 0, xc);
-            fl_node_save(n, 1, wc);
-            fl_node_save(n, 2, mean);
-            fl_node_save(n, 3, rstd);
-        }
-    }
+    if (st == FL_OK) st = ln_record(out, x, w, b, xc, wc, mean, rstd);
     fl_tensor_release(xc); fl_tensor_release(wc); fl_tensor_release(bc);
     fl_tensor_release(mean); fl_tensor_release(rstd);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+fl_status fl_layer_norm_fp8(fl_tensor **y, fl_tensor **q, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                            double eps, fl_dtype fmt, const float *scale) {
+    *y = NULL;
+    *q = NULL;
+    FL_PROF_SCOPE("layer_norm"); FL_PROF_SHAPES(x, w, b);
+    const fl_device *dev;
+    FL_TRY(ln_check(x, w, b, eps, &dev));
+    if (!dev->layernorm_quantize) return FL_ERR(FL_EUNSUPPORTED, "layer_norm with an FP8 cast is not supported on %s", dev->name);
+    if (!fl_format(fmt)->is_fp8) return FL_ERR(FL_EINVAL, "layer_norm: the cast's format must be FP8, got %s", fl_format(fmt)->name);
+    int64_t cols = last_dim(x), rows = cols ? fl_tensor_numel(x) / cols : 0;
+    fl_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL;
+    fl_status st = f32c(&xc, x, "layer_norm", "input");
+    if (st == FL_OK && w) st = f32c(&wc, w, "layer_norm", "weight");
+    if (st == FL_OK && b) st = f32c(&bc, b, "layer_norm", "bias");
+    if (st == FL_OK) st = new_vec(&mean, x, rows, false);
+    if (st == FL_OK) st = new_vec(&rstd, x, rows, false);
+    if (st == FL_OK) st = fl_tensor_empty(q, fmt, x->ndim, x->shape, x->device);
+    if (st == FL_OK) st = dev->layernorm_quantize(*q, xc, wc, bc, mean, rstd, (float)eps, scale, FL_SATURATE);
+    if (st == FL_OK) st = fl_tensor_header(y, FL_F32, x->ndim, x->shape, x->device);
+    if (st == FL_OK) st = ln_record(y, x, w, b, xc, wc, mean, rstd);
+    fl_tensor_release(xc); fl_tensor_release(wc); fl_tensor_release(bc);
+    fl_tensor_release(mean); fl_tensor_release(rstd);
+    if (st != FL_OK) { fl_tensor_release(*y); fl_tensor_release(*q); *y = NULL; *q = NULL; }
     return st;
 }
 

@@ -106,6 +106,7 @@ bool fl_tensor_is_contiguous(const fl_tensor *t) {
 }
 
 void *fl_tensor_data(const fl_tensor *t) {
+    if (!t->storage) return NULL;   /* a header without storage (fl_tensor_header, autograd's input stubs) */
     return (char *)t->storage->data + t->offset * (int64_t)fl_format(t->dtype)->size;
 }
 
@@ -211,6 +212,25 @@ fl_status fl_tensor_empty(fl_tensor **out, fl_dtype dt, int ndim, const int64_t 
         st = fl_tensor_full(&t->scale_inv, FL_F32, 1, &one, 1.0, device);
         if (st != FL_OK) { fl_tensor_release(t); return st; }
     }
+    *out = t;
+    return FL_OK;
+}
+
+fl_status fl_tensor_header(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device) {
+    int64_t numel = 0;
+    *out = NULL;
+    FL_TRY(check_dtype(dt));
+    FL_TRY(check_shape(ndim, shape, dt, &numel));
+    if (fl_format(dt)->is_fp8) return FL_ERR(FL_EINVAL, "a header without storage cannot be an FP8 tensor (it has no scale)");
+    fl_tensor *t = calloc(1, sizeof *t);
+    if (!t) return FL_ERR(FL_ENOMEM, "out of memory allocating a tensor header");
+    t->refcount = 1;
+    t->dtype = dt;
+    t->device = device;
+    t->ndim = ndim;
+    t->scale_axis = -1;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    set_contiguous_strides(t);
     *out = t;
     return FL_OK;
 }

@@ -71,6 +71,11 @@ fl_status fl_tensor_full(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *
 /* Wrap a copy of n fp32 values as a tensor of the given shape and dtype (cast with RNE). */
 fl_status fl_tensor_from_f32(fl_tensor **out, const float *src, int ndim, const int64_t *shape, fl_dtype dt);
 
+/* A header with a shape, dtype and device but no storage (fl_tensor_data is NULL): for an op's output whose
+ * values nobody reads, kept for its shape and autograd history (fl_fp8_linear_layernorm's LayerNorm output,
+ * which only its FP8 cast leaves memory as). Not for FP8 dtypes; never handed to Lua. */
+fl_status fl_tensor_header(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device);
+
 fl_tensor *fl_tensor_retain(fl_tensor *t);
 void fl_tensor_release(fl_tensor *t);   /* NULL is fine */
 

@@ -190,7 +190,7 @@ static int l_meta_state(lua_State *L) {
     const char *const *keys = fl_fp8_role_names;
     static const char *const grans[] = { "tensor", "rowwise", "rowwise_with_gw_hp" };
     for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* casts still pending */
-    lua_createtable(L, 0, 13);
+    lua_createtable(L, 0, 14);
     for (int i = 0; i < FL_NROLES; i++) { push_role(L, &l->role[i]); lua_setfield(L, -2, keys[i]); }
     lua_createtable(L, 3, 0);
     for (int i = 0; i < 3; i++) { lua_pushboolean(L, l->hp[i]); lua_rawseti(L, -2, i + 1); }
@@ -201,6 +201,7 @@ static int l_meta_state(lua_State *L) {
     lua_pushinteger(L, l->backwards); lua_setfield(L, -2, "backwards");
     lua_pushinteger(L, l->weight_casts); lua_setfield(L, -2, "weight_casts");
     lua_pushinteger(L, l->cache_hits); lua_setfield(L, -2, "cache_hits");
+    lua_pushinteger(L, l->fused_input_casts); lua_setfield(L, -2, "fused_input_casts");
     lua_pushinteger(L, l->dy_handovers); lua_setfield(L, -2, "dy_handovers");
     return 1;
 }
@@ -264,6 +265,23 @@ static int linear_call(lua_State *L, bool gelu) {
 static int l_linear(lua_State *L) { return linear_call(L, false); }
 static int l_linear_gelu(lua_State *L) { return linear_call(L, true); }
 
+/* linear_layernorm(x, ln_w|nil, ln_b|nil, eps, w, b|nil, meta, record, w_fp8|nil) -> y: the layer of
+ * LayerNorm(x), its input cast in LayerNorm's pass where the layer allows it (fl_fp8_linear_layernorm) */
+static int l_linear_layernorm(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    fl_tensor *lw = lua_isnoneornil(L, 2) ? NULL : fl_lchecktensor(L, 2);
+    fl_tensor *lb = lua_isnoneornil(L, 3) ? NULL : fl_lchecktensor(L, 3);
+    double eps = luaL_checknumber(L, 4);
+    fl_tensor *w = fl_lchecktensor(L, 5);
+    fl_tensor *b = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
+    fl_fp8_layer *l = check_meta(L, 7);
+    bool record = lua_toboolean(L, 8);
+    fl_tensor *wq = lua_isnoneornil(L, 9) ? NULL : fl_lchecktensor(L, 9);
+    fl_tensor **box = fl_lnewbox(L);
+    FL_LCALL(L, fl_fp8_linear_layernorm(box, x, lw, lb, eps, w, b, l, record, wq));
+    return 1;
+}
+
 /* set_grad_dtype(t, "fp32"|"e4m3"|"e5m2") */
 static int l_set_grad_dtype(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -308,7 +326,7 @@ static const luaL_Reg layer_funcs[] = {
     {"reduce_amax", l_reduce_amax},
     {"layer_new", l_layer_new},
     {"layer_config", l_layer_config},
-    {"linear", l_linear}, {"linear_gelu", l_linear_gelu},
+    {"linear", l_linear}, {"linear_gelu", l_linear_gelu}, {"linear_layernorm", l_linear_layernorm},
     {"set_grad_dtype", l_set_grad_dtype},
     {"scale_for", l_scale_for},
     {NULL, NULL},

@@ -212,6 +212,7 @@ static const fl_device fl_cpu = {
     .mse_bwd = fl_cpu_dev_mse_bwd,
     .layernorm_fwd = fl_cpu_dev_layernorm_fwd,
     .layernorm_bwd = fl_cpu_dev_layernorm_bwd,
+    .layernorm_quantize = fl_cpu_dev_layernorm_quantize,
     .embedding_fwd = fl_cpu_dev_embedding_fwd,
     .embedding_bwd = fl_cpu_dev_embedding_bwd,
     .dropout_fwd = fl_cpu_dev_dropout_fwd,

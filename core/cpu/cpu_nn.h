@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "error.h"
+#include "format.h"
 
 /* y = max(x, 0); dx = dy * (x > 0) */
 void fl_cpu_relu_fwd(const float *x, float *y, int64_t n);
@@ -37,6 +38,9 @@ fl_status fl_cpu_cross_entropy_bwd(const float *logits, const float *target, int
  * Backward: dx, and dw/db accumulated (+=) when non-NULL. */
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                           int64_t rows, int64_t cols, float eps);
+fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
+                                    int64_t rows, int64_t cols, float eps, fl_dtype fmt, float scale, fl_overflow p,
+                                    fl_cast_stats *st);
 void fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                           float *dx, float *dw, float *db, int64_t rows, int64_t cols);
 /* Embedding: y[i,:] = weight[idx[i],:]; idx as floats holding integers in [0, vocab). Backward adds

@@ -51,6 +51,27 @@ fl_status fl_cpu_dev_layernorm_fwd(const float *x, const float *w, const float *
     fl_cpu_layernorm_fwd(x, w, b, y, mean, rstd, rows, cols, eps);
     return FL_OK;
 }
+fl_status fl_cpu_dev_layernorm_quantize(fl_tensor *dst, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                                        fl_tensor *mean, fl_tensor *rstd, float eps, const float *scale, fl_overflow p) {
+    const int64_t cols = x->ndim ? x->shape[x->ndim - 1] : 1, rows = cols ? fl_tensor_numel(x) / cols : 0;
+    const fl_tensor *wb[2] = { w, b };
+    bool ok = x->dtype == FL_F32 && fl_tensor_is_contiguous(x) && fl_format(dst->dtype)->is_fp8 &&
+              fl_shape_equal(x->ndim, x->shape, dst->ndim, dst->shape) && fl_tensor_is_contiguous(dst) &&
+              mean->dtype == FL_F32 && rstd->dtype == FL_F32 && fl_tensor_is_contiguous(mean) &&
+              fl_tensor_is_contiguous(rstd) && fl_tensor_numel(mean) == rows && fl_tensor_numel(rstd) == rows;
+    for (int i = 0; i < 2; i++)
+        ok = ok && (!wb[i] || (wb[i]->dtype == FL_F32 && fl_tensor_is_contiguous(wb[i]) && fl_tensor_numel(wb[i]) == cols));
+    if (!ok)
+        return FL_ERR(FL_EINVAL, "layernorm_quantize: expects a contiguous fp32 x [rows, cols] into FP8 of its shape, fp32 "
+                      "[cols] weight and bias or none, and fp32 [rows] mean and rstd");
+    fl_cast_stats st;
+    FL_TRY(fl_cpu_layernorm_quantize(fl_tensor_data(x), w ? fl_tensor_data(w) : NULL, b ? fl_tensor_data(b) : NULL,
+                                     fl_tensor_data(dst), fl_tensor_data(mean), fl_tensor_data(rstd), rows, cols, eps,
+                                     dst->dtype, scale[0], p, &st));
+    ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / scale[0];
+    dst->qstats = st;
+    return fl_check_interrupt();
+}
 fl_status fl_cpu_dev_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd,
                                      const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
     fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);

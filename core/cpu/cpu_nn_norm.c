@@ -2,8 +2,10 @@
  * runs one row per thread; the parameter gradients (dw, db, dweight) are split by columns, each column
  * summed over rows in row order, so every result is independent of the thread count. */
 #include "cpu_nn_internal.h"
+#include "format.h"
 
 #include <omp.h>
+#include <stdlib.h>
 
 /* Columns per thread task in the embedding's column-split gradient sums: 64 floats = 4 cache lines per row. */
 #define COL_BLOCK 64
@@ -12,35 +14,82 @@
 #define LN_COL_MAX 512
 #define LN_PF 8
 
-/* Two passes in double per row: the mean, then the biased variance Σ(x−mean)²/n (no cancellation). */
+/* One row: two passes in double, the mean, then the biased variance Σ(x−mean)²/n (no cancellation); then
+ * y = (x − mean)·rstd·w + b. */
+static inline void ln_row(const float *xr, const float *w, const float *b, float *yr, float *mean, float *rstd,
+                          int64_t cols, float eps) {
+    double s = 0.0;
+    #pragma omp simd reduction(+:s)
+    for (int64_t j = 0; j < cols; j++) s += (double)xr[j];
+    double mu = s / (double)cols, v = 0.0;
+    #pragma omp simd reduction(+:v)
+    for (int64_t j = 0; j < cols; j++) { double d = (double)xr[j] - mu; v += d * d; }
+    float m = (float)mu, rs = (float)(1.0 / sqrt(v / (double)cols + (double)eps));
+    *mean = m; *rstd = rs;
+    if (w && b) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+    } else if (w) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * w[j];
+    } else if (b) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs + b[j];
+    } else {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs;
+    }
+}
+
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                           int64_t rows, int64_t cols, float eps) {
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        double s = 0.0;
-        #pragma omp simd reduction(+:s)
-        for (int64_t j = 0; j < cols; j++) s += (double)xr[j];
-        double mu = s / (double)cols, v = 0.0;
-        #pragma omp simd reduction(+:v)
-        for (int64_t j = 0; j < cols; j++) { double d = (double)xr[j] - mu; v += d * d; }
-        float m = (float)mu, rs = (float)(1.0 / sqrt(v / (double)cols + (double)eps));
-        mean[r] = m; rstd[r] = rs;
-        if (w && b) {
-            #pragma omp simd
-            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
-        } else if (w) {
-            #pragma omp simd
-            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * w[j];
-        } else if (b) {
-            #pragma omp simd
-            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs + b[j];
-        } else {
-            #pragma omp simd
-            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs;
+    for (int64_t r = 0; r < rows; r++) ln_row(x + r * cols, w, b, y + r * cols, mean + r, rstd + r, cols, eps);
+}
+
+/* fl_cpu_layernorm_fwd with y cast per tensor to fmt with `scale` as it is made (fl_quantize_f32 a row at a time
+ * from a scratch row that stays in cache): q gets y's codes, *st their statistics; y is never in memory. */
+fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
+                                    int64_t rows, int64_t cols, float eps, fl_dtype fmt, float scale, fl_overflow p,
+                                    fl_cast_stats *st) {
+    fl_cast_stats acc = { 0, 0, 0, 0 };
+    int nerr = 0, noom = 0;
+    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
+    {
+        fl_cast_stats mine = { 0, 0, 0, 0 };
+        float *yr = malloc((size_t)(cols > 0 ? cols : 1) * sizeof(float));
+        if (!yr) {
+            #pragma omp atomic
+            noom++;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!yr) continue;
+            ln_row(x + r * cols, w, b, yr, mean + r, rstd + r, cols, eps);
+            fl_cast_stats s;
+            if (fl_quantize_f32(yr, q + r * cols, (size_t)cols, fmt, scale, p, &s) != FL_OK) {
+                #pragma omp atomic
+                nerr++;
+                continue;
+            }
+            if (s.amax > mine.amax) mine.amax = s.amax;
+            mine.underflow += s.underflow;
+            mine.saturated += s.saturated;
+            mine.nan += s.nan;
+        }
+        free(yr);
+        #pragma omp critical
+        {
+            if (mine.amax > acc.amax) acc.amax = mine.amax;
+            acc.underflow += mine.underflow;
+            acc.saturated += mine.saturated;
+            acc.nan += mine.nan;
         }
     }
+    if (noom) return FL_ERR(FL_ENOMEM, "layernorm_quantize: out of memory for a row of %lld", (long long)cols);
+    if (nerr) return FL_ERR(FL_EINTR, "interrupted");
+    *st = acc;
+    return FL_OK;
 }
 
 /* With x̂ = (x−mean)·rstd and g = dy·w: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)); dw += Σ_rows dy·x̂,

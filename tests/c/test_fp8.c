@@ -696,3 +696,155 @@ TEST(fp8_linear_gelu_casts_dy_for_the_layer_before) {
         CHECK(!memcmp(o[0].hist, o[1].hist, sizeof o[0].hist), "case %u: recipe state differs", ci);
     }
 }
+
+/* The CPU's layernorm_quantize against its layernorm_fwd then quantize: the same bytes, scale_inv, statistics and
+ * row statistics, with and without the affine parameters, on shapes past a vector and with one row, on 1 and 2
+ * threads, with rows that saturate, underflow and hold NaN; and its refusals. */
+TEST(fp8_layernorm_quantize_matches_layernorm_then_cast) {
+    static const int64_t shapes[][2] = { { 300, 256 }, { 7, 33 }, { 1, 5 }, { 40, 1100 } };
+    const fl_device *cpu = fl_cpu_device();
+    const int threads0 = omp_get_max_threads();
+    for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int affine = 0; affine <= 1; affine++)
+            for (int threads = 1; threads <= 2; threads++) {
+                omp_set_num_threads(threads);
+                const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
+                fl_tensor *x = NULL, *y = NULL, *w = NULL, *b = NULL, *q1 = NULL, *q2 = NULL, *m[2] = { NULL }, *rs[2] = { NULL };
+                REQUIRE_OK(fl_tensor_empty(&x, FL_F32, 2, sh, FL_DEV_CPU));
+                REQUIRE_OK(fl_tensor_empty(&y, FL_F32, 2, sh, FL_DEV_CPU));
+                REQUIRE_OK(fl_tensor_empty(&w, FL_F32, 1, &C, FL_DEV_CPU));
+                REQUIRE_OK(fl_tensor_empty(&b, FL_F32, 1, &C, FL_DEV_CPU));
+                REQUIRE_OK(fl_tensor_empty(&q1, FL_E4M3, 2, sh, FL_DEV_CPU));
+                REQUIRE_OK(fl_tensor_empty(&q2, FL_E4M3, 2, sh, FL_DEV_CPU));
+                for (int k = 0; k < 2; k++) {
+                    REQUIRE_OK(fl_tensor_empty(&m[k], FL_F32, 1, &R, FL_DEV_CPU));
+                    REQUIRE_OK(fl_tensor_empty(&rs[k], FL_F32, 1, &R, FL_DEV_CPU));
+                }
+                float *xd = fl_tensor_data(x), *wd = fl_tensor_data(w), *bd = fl_tensor_data(b);
+                uint32_t s = 23u + (uint32_t)si;
+                for (int64_t i = 0; i < R * C; i++) {
+                    s = s * 1664525u + 1013904223u;
+                    xd[i] = ((float)(s >> 8) / 16777216.0f - 0.3f) * 5.0f;
+                    if (i == C + 3) xd[i] = NAN;   /* row 1 is NaN throughout */
+                }
+                for (int64_t j = 0; j < C; j++) {
+                    wd[j] = j % 17 == 0 ? 400.0f : j % 13 == 0 ? 1e-6f : 0.5f + (float)j / (float)C;
+                    bd[j] = 0.01f * (float)(j % 7) - 0.03f;
+                }
+                const float scale = 3.0f;
+                const fl_tensor *wa = affine ? w : NULL, *ba = affine ? b : NULL;
+                REQUIRE_OK(cpu->layernorm_fwd(xd, wa ? wd : NULL, ba ? bd : NULL, fl_tensor_data(y), fl_tensor_data(m[0]),
+                                              fl_tensor_data(rs[0]), R, C, 1e-5f));
+                REQUIRE_OK(cpu->quantize(q1, y, &scale, -1, FL_SATURATE));
+                REQUIRE_OK(cpu->layernorm_quantize(q2, x, wa, ba, m[1], rs[1], 1e-5f, &scale, FL_SATURATE));
+                CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)(R * C)), "%lldx%lld affine %d threads %d: bytes differ",
+                      (long long)R, (long long)C, affine, threads);
+                CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv), "scale_inv differs");
+                CHECK(q1->qstats.amax == q2->qstats.amax && q1->qstats.underflow == q2->qstats.underflow &&
+                      q1->qstats.saturated == q2->qstats.saturated && q1->qstats.nan == q2->qstats.nan,
+                      "%lldx%lld affine %d threads %d: statistics differ", (long long)R, (long long)C, affine, threads);
+                CHECK(!memcmp(fl_tensor_data(m[0]), fl_tensor_data(m[1]), (size_t)R * 4) &&
+                      !memcmp(fl_tensor_data(rs[0]), fl_tensor_data(rs[1]), (size_t)R * 4), "row statistics differ");
+                CHECK(R * C < 1000 || !affine || (q1->qstats.saturated > 0 && q1->qstats.nan > 0 && q1->qstats.underflow > 0),
+                      "%lldx%lld: the data must saturate, underflow and hold NaN", (long long)R, (long long)C);
+                fl_tensor *t[] = { x, y, w, b, q1, q2, m[0], m[1], rs[0], rs[1] };
+                for (unsigned i = 0; i < 10; i++) fl_tensor_release(t[i]);
+            }
+    omp_set_num_threads(threads0);
+    /* refusals: a weight of the wrong length, an fp32 destination, row statistics of the wrong length */
+    const int64_t sh[2] = { 4, 6 }, five = 5, four = 4, three = 3;
+    fl_tensor *x = NULL, *q = NULL, *qf = NULL, *w5 = NULL, *m = NULL, *r = NULL, *m3 = NULL;
+    REQUIRE_OK(fl_tensor_zeros(&x, FL_F32, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&q, FL_E4M3, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&qf, FL_F32, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_zeros(&w5, FL_F32, 1, &five, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&m, FL_F32, 1, &four, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&r, FL_F32, 1, &four, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&m3, FL_F32, 1, &three, FL_DEV_CPU));
+    float f = 1.0f;
+    CHECK(cpu->layernorm_quantize(q, x, w5, NULL, m, r, 1e-5f, &f, FL_SATURATE) == FL_EINVAL, "a weight of 5 for 6 columns");
+    CHECK(cpu->layernorm_quantize(qf, x, NULL, NULL, m, r, 1e-5f, &f, FL_SATURATE) == FL_EINVAL, "an fp32 destination");
+    CHECK(cpu->layernorm_quantize(q, x, NULL, NULL, m3, r, 1e-5f, &f, FL_SATURATE) == FL_EINVAL, "a mean of 3 for 4 rows");
+    fl_tensor *t[] = { x, q, qf, w5, m, r, m3 };
+    for (unsigned i = 0; i < 7; i++) fl_tensor_release(t[i]);
+}
+
+/* fl_fp8_linear_layernorm against fl_layer_norm then fl_fp8_linear over three steps of a delayed-scaling layer:
+ * the same outputs, input, LayerNorm and layer gradients and recipe state bit for bit, whether it fuses (past the
+ * warm-up, every GEMM in FP8: LayerNorm's output then exists only as its FP8 cast) or runs the two. */
+static fl_status ln_linear_steps(bool fused, const bool hp[3], int warmup, float *y, float *dx, float *dlw, float *dlb,
+                                 float *dw, float *hist, int *nfused) {
+    *nfused = 0;
+    lin_case c;
+    make_case(&c);
+    fl_rng rng;
+    fl_rng_seed(&rng, 5);
+    const int64_t kk = K;
+    fl_tensor *lw = NULL, *lb = NULL;
+    fl_status st = fl_rand(&lw, &rng, 1, &kk, FL_F32);
+    if (st == FL_OK) st = fl_randn(&lb, &rng, 1, &kk, FL_F32);
+    if (st == FL_OK) st = fl_tensor_set_requires_grad(lw, true);
+    if (st == FL_OK) st = fl_tensor_set_requires_grad(lb, true);
+    fl_scaling r[3];
+    static const fl_dtype fmts[3] = { FL_E4M3, FL_E4M3, FL_E5M2 };
+    for (int i = 0; i < 3 && st == FL_OK; i++) {
+        st = fl_scaling_init(&r[i], fmts[i], FL_SCALE_DELAYED, false, 0, FL_AMAX_MAX, 4, 1);
+        r[i].warmup = warmup;
+    }
+    fl_fp8_layer *l = NULL;
+    if (st == FL_OK) st = fl_fp8_layer_new(&l, r, hp, FL_GRAN_TENSOR);
+    for (int step = 0; step < 3 && st == FL_OK; step++) {
+        fl_tensor *out = NULL, *h = NULL;
+        if (fused) st = fl_fp8_linear_layernorm(&out, c.x, lw, lb, 1e-5, c.w, c.b, l, true, NULL);
+        else {
+            st = fl_layer_norm(&h, c.x, lw, lb, 1e-5);
+            if (st == FL_OK) st = fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL);
+        }
+        if (st == FL_OK) st = fl_backward(out, c.g, false);
+        if (st == FL_OK) {
+            fl_tensor_read_f32(out, y + step * N * M);
+            fl_tensor_read_f32(c.x->grad, dx + step * N * K);
+            fl_tensor_read_f32(lw->grad, dlw + step * K);
+            fl_tensor_read_f32(lb->grad, dlb + step * K);
+            fl_tensor_read_f32(c.w->grad, dw + step * M * K);
+        }
+        if (st == FL_OK) st = fl_fp8_layer_update(l);
+        for (int i = 0; i < 3 && st == FL_OK; i++) {
+            hist[step * 6 + 2 * i] = l->role[i].scale;
+            hist[step * 6 + 2 * i + 1] = l->role[i].history[0];
+        }
+        fl_tensor *z[] = { c.x, c.w, c.b, lw, lb };
+        for (int i = 0; i < 5; i++) fl_tensor_zero_grad(z[i]);
+        fl_tensor_release(out); fl_tensor_release(h);
+    }
+    if (l) *nfused = (int)l->fused_input_casts;   /* forwards whose input cast ran in LayerNorm's pass */
+    fl_fp8_layer_release(l);
+    fl_tensor_release(lw); fl_tensor_release(lb);
+    free_case(&c);
+    return st;
+}
+
+TEST(fp8_linear_layernorm_matches_layernorm_then_linear) {
+    static const bool hps[2][3] = { { false, false, false }, { false, true, false } };
+    for (int hi = 0; hi < 2; hi++)
+        for (int warmup = 0; warmup <= 2; warmup += 2) {
+            float y[2][3 * N * M], dx[2][3 * N * K], dlw[2][3 * K], dlb[2][3 * K], dw[2][3 * M * K], hist[2][18];
+            int nf[2];
+            for (int f = 0; f < 2; f++)
+                REQUIRE_OK(ln_linear_steps(f, hps[hi], warmup, y[f], dx[f], dlw[f], dlb[f], dw[f], hist[f], &nf[f]));
+            CHECK(nf[0] == 0 && nf[1] == (hi ? 0 : 3 - warmup), "hp %d warm-up %d: %d fused steps", hi, warmup, nf[1]);
+            CHECK(!memcmp(y[0], y[1], sizeof y[0]), "hp %d warm-up %d: outputs differ", hi, warmup);
+            CHECK(!memcmp(dx[0], dx[1], sizeof dx[0]), "hp %d warm-up %d: input gradients differ", hi, warmup);
+            CHECK(!memcmp(dlw[0], dlw[1], sizeof dlw[0]) && !memcmp(dlb[0], dlb[1], sizeof dlb[0]),
+                  "hp %d warm-up %d: LayerNorm's gradients differ", hi, warmup);
+            CHECK(!memcmp(dw[0], dw[1], sizeof dw[0]), "hp %d warm-up %d: weight gradients differ", hi, warmup);
+            CHECK(!memcmp(hist[0], hist[1], sizeof hist[0]), "hp %d warm-up %d: recipe state differs", hi, warmup);
+        }
+    /* a header without storage: shape and history only; never an FP8 one */
+    fl_tensor *h = NULL;
+    const int64_t sh[2] = { 3, 4 };
+    REQUIRE_OK(fl_tensor_header(&h, FL_F32, 2, sh, FL_DEV_CPU));
+    CHECK(!h->storage && !fl_tensor_data(h) && fl_tensor_numel(h) == 12 && fl_tensor_is_contiguous(h), "header");
+    fl_tensor_release(h);
+    CHECK(fl_tensor_header(&h, FL_E4M3, 2, sh, FL_DEV_CPU) == FL_EINVAL && !h, "an FP8 header is refused");
+}

@@ -247,6 +247,68 @@ describe("te recipe", function()
     end
   end)
 
+  it("a LayerNorm before an FP8Linear casts its output in its own pass (GPT blocks, Sequential): the same bits", function()
+    -- the GPT trained with its LayerNorms as they are (fused into the FP8 projections after them) and with their
+    -- forward replaced by the same function on the instance (which no container fuses)
+    local function run(fused)
+      fp8.manual_seed(5)
+      local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 32 }
+      local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
+                                    env = {} }
+      model, opt = acc:prepare(model, opt)
+      if not fused then
+        for _, b in ipairs { model.blocks[1], model.blocks[2] } do
+          for _, ln in ipairs { b.ln1, b.ln2 } do ln.forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end end
+        end
+      end
+      local idx = fp8.tensor { { 1, 2, 3, 4, 5, 6, 7, 8 }, { 8, 7, 6, 5, 4, 3, 2, 1 } }
+      local tgt = fp8.tensor { { 2, 3, 4, 5, 6, 7, 8, 9 }, { 7, 6, 5, 4, 3, 2, 1, 0 } }
+      local losses = {}
+      for step = 1, 5 do
+        local _, loss = model(idx, tgt)
+        acc:backward(loss); opt:step(); opt:zero_grad()
+        losses[step] = loss:item()
+      end
+      local p = {}
+      for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
+      local st = {}
+      for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.scale, r.amax } end
+      local b1 = model.blocks[1]
+      return losses, p, st, { b1.attn.qkv.fp8_meta:state().fused_input_casts, b1.mlp[1].fp8_meta:state().fused_input_casts }
+    end
+    local l1, p1, s1, f1 = run(true)
+    local l2, p2, s2, f2 = run(false)
+    assert.are.same(l2, l1)
+    assert.are.same(p2, p1)
+    assert.are.same(s2, s1)
+    assert.are.same({ 5, 5 }, f1)   -- the attention's and the MLP's first projection, every step
+    assert.are.same({ 0, 0 }, f2)
+    -- in a Sequential too, and its layers name themselves in errors either way
+    local function seq(replaced)
+      fp8.manual_seed(6)
+      local model = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU("tanh"), nn.Linear(48, 16))
+      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
+                                    env = {} }
+      model = acc:prepare(model)   -- (its LayerNorm becomes an FP8LayerNorm: replace the forward after it)
+      if replaced then model[1].forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end end
+      local x = fp8.randn { 8, 32 }
+      local y = model(x)
+      acc:backward(y:sum())
+      return y:tolist(), model[2].weight.grad:tolist(), model[1].weight.grad:tolist(), model[2].fp8_meta:state().fused_input_casts, model
+    end
+    local y1, g1, lg1, n1, m1 = seq(false)
+    local y2, g2, lg2, n2 = seq(true)
+    assert.are.same(y2, y1)
+    assert.are.same(g2, g1)
+    assert.are.same(lg2, lg1)
+    assert.are.same({ 1, 0 }, { n1, n2 })
+    m1[2].in_features = 40
+    local ok, err = pcall(m1, fp8.randn { 4, 32 })
+    assert.is_false(ok)
+    assert.are.equal("in layer 1 (FP8Linear) forward: expected input [..., 40], got [4, 32]", err)
+  end)
+
   it("recipe state round-trips through state()/load_state()", function()
     local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8 })
     train(acc, model, opt, 5)

@@ -7,6 +7,7 @@ local O = require "fp8.opts"
 local Linear = require "fp8.nn.linear"
 local Dropout = require "fp8.nn.dropout"
 local F = require "fp8.nn.functional"
+local LayerNorm = require "fp8.nn.layernorm"
 
 local CausalSelfAttention = Module.class("CausalSelfAttention")
 
@@ -31,16 +32,33 @@ function CausalSelfAttention:__init(cfg)
   self.resid_dropout = Dropout(cfg.dropout or 0)
 end
 
-function CausalSelfAttention:forward(x)
+-- The rest of forward from the packed projection qkv [B, T, 3C]: heads split ([B, T, 3C] → q, k, v [B, H, T, D])
+-- and merged back to [B, T, C] inside the op.
+local function attend(self, qkv)
+  local y = F.qkv_attention(qkv, self.n_head, { is_causal = true })
+  return self.resid_dropout(self.proj(y))
+end
+
+local function check_input(self, x)
   if not fp8.is_tensor(x) or x:dim() ~= 3 or x:size(3) ~= self.n_embd then
     error(("expected input [B, T, %d], got %s"):format(self.n_embd,
       fp8.is_tensor(x) and Module._shape_str(x) or type(x)), 0)
   end
-  local H = self.n_head
-  local qkv = self.qkv(x)                                  -- [B, T, 3C]
-  -- heads split ([B, T, 3C] → q, k, v [B, H, T, D]) and merged back to [B, T, C] inside the op
-  local y = F.qkv_attention(qkv, H, { is_causal = true })
-  return self.resid_dropout(self.proj(y))
+end
+
+function CausalSelfAttention:forward(x)
+  check_input(self, x)
+  return attend(self, self.qkv(x))
+end
+
+-- self(ln(x)) with the LayerNorm's output cast to FP8 in its pass where the projection is an FP8Linear that takes
+-- it (FP8Linear:forward_layernorm; TransformerBlock); nil where it is not (the caller runs the two).
+function CausalSelfAttention:_forward_after_ln(x, ln)
+  if not LayerNorm.fuses_into(ln, self.qkv) then return nil end
+  check_input(self, x)
+  local qkv = self.qkv:_call_with(self.qkv.forward_layernorm, x, ln)
+  if qkv == nil then return nil end
+  return attend(self, qkv)
 end
 
 function CausalSelfAttention:extra_repr() return ("n_embd=%d, n_head=%d"):format(self.n_embd, self.n_head) end

@@ -116,6 +116,28 @@ function FP8Linear:forward_gelu(x)
   return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"))
 end
 
+-- forward(ln(x)) for the LayerNorm module ln right before this layer (in a Sequential, a TransformerBlock): the same
+-- result, gradients and recipe state, with LayerNorm's output cast to FP8 in LayerNorm's own pass where the core
+-- can (fl_fp8_linear_layernorm: per-tensor delayed scaling past its warm-up, every GEMM in FP8, a CPU tensor), so
+-- it is never written in fp32. nil when the layer would not run in FP8 now, or when x, ln and this layer do not
+-- fit together (the caller runs the two, which raise the usual errors).
+function FP8Linear:forward_layernorm(x, ln)
+  if not Module.is_module(ln) or math.type(ln.normalized_shape) ~= "integer" then
+    error(("forward_layernorm: expected a LayerNorm module, got %s"):format(Module.is_module(ln) and ln:type_name() or type(ln)), 0)
+  end
+  if not (autocast.enabled() and not rawget(self, "fp8_disabled")) then return nil end
+  if not core.is_tensor(x) or x:dim() < 1 or x:size(-1) ~= ln.normalized_shape or ln.normalized_shape ~= self.in_features
+    or x:is_fp8() then
+    return nil
+  end
+  for _, t in ipairs { ln.weight or x, ln.bias or x, self.weight } do
+    if not core.is_tensor(t) or t:device() ~= x:device() then return nil end
+  end
+  local record = self.training ~= false and core.is_grad_enabled()
+  return C.linear_layernorm(x, ln.weight, ln.bias, ln.eps, self.weight, self.bias, self.fp8_meta, record,
+    rawget(self, "weight_fp8"))
+end
+
 -- The field that names each backend's variant in extra_repr; a recipe without it has the table's default.
 local VARIANT = { te = "fp8_format", ao = "config", msamp = "opt_level" }
 local DEFAULT = {}

@@ -110,6 +110,16 @@ function Module.class(name, parent)
   return cls
 end
 
+-- Whether m's forward is the one of its ancestor class named `name` (not replaced by a subclass or on the
+-- instance): what lets a container run a fused path in its place. Compared through m's own class chain, so a
+-- second copy of the class module (a test harness reloading modules) does not hide it.
+function Module.runs_forward_of(m, name)
+  if type(m) ~= "table" or rawget(m, "forward") ~= nil then return false end
+  local c = getmetatable(m)
+  while type(c) == "table" and rawget(c, "__name") ~= name do c = rawget(c, "super") end
+  return type(c) == "table" and m.forward == rawget(c, "forward")
+end
+
 function Module._setup(self)
   rawset(self, "_parameters", new_store())
   rawset(self, "_buffers", new_store())
@@ -154,7 +164,13 @@ function Module:_call(...)
     local more = select("#", ...) + 1 - a.n
     error(O.more_args_message(context_name(self) .. " forward", a.takes, more), 2)
   end
-  local res = table.pack(pcall(Module._call_hook or self.forward, self, ...))
+  return self:_call_with(Module._call_hook or self.forward, ...)
+end
+
+-- fn(self, ...) with forward's error context: what _call does after its argument count, for a container that runs
+-- a child's fused path in place of its forward (Sequential, TransformerBlock).
+function Module:_call_with(fn, ...)
+  local res = table.pack(pcall(fn, self, ...))
   if res[1] then return table.unpack(res, 2, res.n) end
   local err = res[2]
   if type(err) == "string" and not err:match("^interrupted") then

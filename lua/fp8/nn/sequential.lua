@@ -35,35 +35,44 @@ Sequential.add = Sequential.append
 
 -- A GELU("tanh") whose output goes straight into an FP8Linear runs inside that layer (FP8Linear:forward_gelu: the
 -- input's FP8 cast in GELU's pass, and in the backward the cast of dY for an FP8Linear that made GELU's input; the
--- same results), unless either module's forward is replaced or the profiler times modules (it would lose the
--- GELU's range).
-local GELU = require("fp8.nn.activations").GELU
-local function fuses(m, nxt)
-  return nxt ~= nil and Module._call_hook == nil and m.forward == GELU.forward and rawget(m, "forward") == nil
-    and m.approximate == "tanh" and type(nxt.forward_gelu) == "function" and rawget(nxt, "forward") == nil
+-- same results), and so does a LayerNorm right before an FP8Linear (FP8Linear:forward_layernorm: LayerNorm's output
+-- cast in LayerNorm's pass), unless either module's forward is replaced or the profiler times modules (it would
+-- lose the first module's range). The fused call of m then nxt, or nil.
+local LayerNorm = require "fp8.nn.layernorm"
+local function fused(m, nxt)
+  if nxt == nil or Module._call_hook ~= nil then return nil end
+  if Module.runs_forward_of(m, "GELU") and m.approximate == "tanh"
+    and type(nxt.forward_gelu) == "function" and rawget(nxt, "forward") == nil then
+    return nxt.forward_gelu
+  end
+  if LayerNorm.fuses_into(m, nxt) then return function(l, x) return l:forward_layernorm(x, m) end end
+  return nil
 end
 
-function Sequential:forward(x)
+-- The layers from position i on, x their input.
+local function run_from(self, x, i)
   local mods = rawget(self, "_modules")
   local names, map = mods.names, mods.map
-  local i = 1
   while i <= #names do   -- every position (a module may repeat)
     local m, nxt = map[names[i]], names[i + 1] and map[names[i + 1]]
-    local y
-    if fuses(m, nxt) then
-      local ok, r = pcall(nxt.forward_gelu, nxt, x)
-      if not ok then   -- the layer's own context, as its forward's error would carry (Module:_call)
-        if type(r) == "string" and not r:match("^interrupted") then
-          r = ("in layer %s (%s) forward: %s"):format(names[i + 1], nxt:type_name(), r)
-        end
-        error(r, 0)
-      end
-      y = r
-    end
+    local f, y = fused(m, nxt), nil
+    if f then y = nxt:_call_with(f, x) end   -- errors carry the layer's own context, as its forward's would
     if y ~= nil then x, i = y, i + 2
     else x, i = m(x), i + 1 end
   end
   return x
+end
+
+function Sequential:forward(x) return run_from(self, x, 1) end
+
+-- self(ln(x)) with the LayerNorm's output cast to FP8 in its pass where the first layer is an FP8Linear that takes
+-- it (TransformerBlock's MLP); nil where it is not (the caller runs the two).
+function Sequential:_forward_after_ln(x, ln)
+  local first = self[1]
+  if not LayerNorm.fuses_into(ln, first) then return nil end
+  local y = first:_call_with(first.forward_layernorm, x, ln)
+  if y == nil then return nil end
+  return run_from(self, y, 2)
 end
 
 Sequential.__len = function(self) return #rawget(self, "_modules").names end
