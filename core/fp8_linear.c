@@ -503,13 +503,15 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     bool grad = fl_any_requires_grad(3, ts);
     bool rowwise = l->gran != FL_GRAN_TENSOR;
     fl_tensor *x2 = NULL, *x32 = NULL, *xq = NULL, *xqt = NULL, *wq = NULL, *w32 = NULL, *y2 = NULL, *xhp = NULL;
+    if (xq_pre && (rowwise || l->hp[0] || l->hp[1] || l->hp[2]))
+        return FL_ERR(FL_EINVAL, "fp8 linear: an input cast before the layer needs per-tensor scaling and every GEMM in FP8");
     l->forwards++;
     fl_status st = FL_OK;
     if (!xq_pre) {
         st = fl_tensor_reshape(&x2, x, 2, x2s);
         if (st == FL_OK) st = as_f32(&x32, x2);
     }
-    if (st == FL_OK && l->hp[0]) {
+    if (st == FL_OK && !xq_pre && l->hp[0]) {
         /* fprop in high precision: the layer still records the input amax for its statistics. */
         fl_tensor *wt = NULL;
         float xa = 0.0f;

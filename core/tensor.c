@@ -190,11 +190,11 @@ static fl_status check_dtype(fl_dtype dt) {
 
 /* ---- construction ------------------------------------------------------------------------- */
 
-fl_status fl_tensor_empty(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device) {
-    int64_t numel = 0;
+/* A contiguous header of the shape with no storage yet; *numel its element count. */
+static fl_status new_header(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device, int64_t *numel) {
     *out = NULL;
     FL_TRY(check_dtype(dt));
-    FL_TRY(check_shape(ndim, shape, dt, &numel));
+    FL_TRY(check_shape(ndim, shape, dt, numel));
     fl_tensor *t = calloc(1, sizeof *t);
     if (!t) return FL_ERR(FL_ENOMEM, "out of memory allocating a tensor header");
     t->refcount = 1;
@@ -204,6 +204,14 @@ fl_status fl_tensor_empty(fl_tensor **out, fl_dtype dt, int ndim, const int64_t 
     t->scale_axis = -1;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     set_contiguous_strides(t);
+    *out = t;
+    return FL_OK;
+}
+
+fl_status fl_tensor_empty(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device) {
+    int64_t numel = 0;
+    fl_tensor *t = NULL;
+    FL_TRY(new_header(&t, dt, ndim, shape, device, &numel));
     fl_status st = storage_new(&t->storage, device, (size_t)numel * fl_format(dt)->size);
     if (st != FL_OK) { free(t); return st; }
     /* An FP8 tensor always has a scale; a fresh one decodes its bytes as they are (scale_inv 1). */
@@ -219,20 +227,9 @@ fl_status fl_tensor_empty(fl_tensor **out, fl_dtype dt, int ndim, const int64_t 
 fl_status fl_tensor_header(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, int device) {
     int64_t numel = 0;
     *out = NULL;
-    FL_TRY(check_dtype(dt));
-    FL_TRY(check_shape(ndim, shape, dt, &numel));
-    if (fl_format(dt)->is_fp8) return FL_ERR(FL_EINVAL, "a header without storage cannot be an FP8 tensor (it has no scale)");
-    fl_tensor *t = calloc(1, sizeof *t);
-    if (!t) return FL_ERR(FL_ENOMEM, "out of memory allocating a tensor header");
-    t->refcount = 1;
-    t->dtype = dt;
-    t->device = device;
-    t->ndim = ndim;
-    t->scale_axis = -1;
-    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
-    set_contiguous_strides(t);
-    *out = t;
-    return FL_OK;
+    if (dt >= 0 && dt < FL_DTYPE_COUNT && fl_format(dt)->is_fp8)
+        return FL_ERR(FL_EINVAL, "a header without storage cannot be an FP8 tensor (it has no scale)");
+    return new_header(out, dt, ndim, shape, device, &numel);
 }
 
 fl_status fl_tensor_full(fl_tensor **out, fl_dtype dt, int ndim, const int64_t *shape, double value, int device) {
