@@ -41,7 +41,7 @@ void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float 
 fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
                                     int64_t rows, int64_t cols, float eps, fl_dtype fmt, float scale, fl_overflow p,
                                     fl_cast_stats *st);
-void fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                           float *dx, float *dw, float *db, int64_t rows, int64_t cols);
 /* Embedding: y[i,:] = weight[idx[i],:]; idx as floats holding integers in [0, vocab). Backward adds
  * dy rows into dweight (+=). */

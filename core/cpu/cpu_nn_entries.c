@@ -74,8 +74,7 @@ fl_status fl_cpu_dev_layernorm_quantize(fl_tensor *dst, const fl_tensor *x, cons
 }
 fl_status fl_cpu_dev_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd,
                                      const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
-    fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
-    return FL_OK;
+    return fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
 }
 fl_status fl_cpu_dev_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
                                      float *dweight) {

@@ -1,6 +1,7 @@
 /* cpu_nn_norm.c — LayerNorm over the last dim and Embedding lookup, forward and backward. Per-row work
- * runs one row per thread; the parameter gradients (dw, db, dweight) are split by columns, each column
- * summed over rows in row order, so every result is independent of the thread count. */
+ * runs one row per thread; LayerNorm's parameter gradients are column sums over fixed chunks of rows combined in
+ * chunk order, the embedding's are split by columns, each summed over its positions in order: every result is
+ * independent of the thread count. */
 #include "cpu_nn_internal.h"
 #include "format.h"
 
@@ -9,10 +10,8 @@
 
 /* Columns per thread task in the embedding's column-split gradient sums: 64 floats = 4 cache lines per row. */
 #define COL_BLOCK 64
-/* LayerNorm's dw/db: the widest column block (floats of each of two stack accumulators), and how many rows
- * ahead its walk prefetches. */
-#define LN_COL_MAX 512
-#define LN_PF 8
+/* LayerNorm's dw/db: rows a chunk of its column sums (fl_cpu_layernorm_bwd). */
+#define LN_SUM_ROWS 64
 
 /* One row: two passes in double, the mean, then the biased variance Σ(x−mean)²/n (no cancellation); then
  * y = (x − mean)·rstd·w + b. */
@@ -93,65 +92,62 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
 }
 
 /* With x̂ = (x−mean)·rstd and g = dy·w: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)); dw += Σ_rows dy·x̂,
- * db += Σ_rows dy. */
-void fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
-                          float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+ * db += Σ_rows dy. One pass over x and dy: a row's dx, then its terms of dw and db added to its chunk's column
+ * sums (LN_SUM_ROWS rows a chunk, in double), which are combined in chunk order at the end; threads take whole
+ * chunks, so every result is independent of the thread count. */
+fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                               float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
     const int par = rows > 1 && rows * cols > FL_NN_PAR_MIN;
-    if (dx) {
-        #pragma omp parallel for if (par) schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
+    const bool sums = dw || db;
+    const int64_t chunks = (rows + LN_SUM_ROWS - 1) / LN_SUM_ROWS;
+    double *ps = sums ? calloc((size_t)(chunks > 0 ? chunks : 1) * 2 * (size_t)(cols > 0 ? cols : 1), sizeof(double)) : NULL;
+    if (sums && !ps)
+        return FL_ERR(FL_ENOMEM, "layer_norm backward: out of memory for %lld column sums", (long long)(2 * chunks * cols));
+    #pragma omp parallel for if (par && chunks > 1) schedule(static)
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        double *pw = sums ? ps + ch * 2 * cols : NULL, *pb = sums ? pw + cols : NULL;
+        const int64_t r1 = (ch + 1) * LN_SUM_ROWS < rows ? (ch + 1) * LN_SUM_ROWS : rows;
+        for (int64_t r = ch * LN_SUM_ROWS; r < r1; r++) {
             const float *xr = x + r * cols, *gr = dy + r * cols;
-            float *dr = dx + r * cols;
             const float m = mean[r], rs = rstd[r];
-            float sg = 0.0f, sgx = 0.0f;
-            if (w) {
-                #pragma omp simd reduction(+:sg, sgx)
-                for (int64_t j = 0; j < cols; j++) {
-                    float g = gr[j] * w[j];
-                    sg += g; sgx += g * (xr[j] - m) * rs;
+            if (dx) {
+                float *dr = dx + r * cols;
+                float sg = 0.0f, sgx = 0.0f;
+                if (w) {
+                    #pragma omp simd reduction(+:sg, sgx)
+                    for (int64_t j = 0; j < cols; j++) {
+                        float g = gr[j] * w[j];
+                        sg += g; sgx += g * (xr[j] - m) * rs;
+                    }
+                } else {
+                    #pragma omp simd reduction(+:sg, sgx)
+                    for (int64_t j = 0; j < cols; j++) { sg += gr[j]; sgx += gr[j] * (xr[j] - m) * rs; }
                 }
-            } else {
-                #pragma omp simd reduction(+:sg, sgx)
-                for (int64_t j = 0; j < cols; j++) { sg += gr[j]; sgx += gr[j] * (xr[j] - m) * rs; }
+                const float a = sg / (float)cols, c = sgx / (float)cols;
+                if (w) {
+                    #pragma omp simd
+                    for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
+                } else {
+                    #pragma omp simd
+                    for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] - a - (xr[j] - m) * rs * c);
+                }
             }
-            const float a = sg / (float)cols, c = sgx / (float)cols;
-            if (w) {
+            if (sums) {   /* the row is still in cache */
                 #pragma omp simd
-                for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
-            } else {
-                #pragma omp simd
-                for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] - a - (xr[j] - m) * rs * c);
+                for (int64_t j = 0; j < cols; j++) { pw[j] += (double)(gr[j] * (xr[j] - m) * rs); pb[j] += (double)gr[j]; }
             }
         }
     }
-    if (!dw && !db) return;
-    /* One column block per thread (16-column multiples, at most LN_COL_MAX): each walk down the rows reads
-     * longer contiguous runs of a row, and the rows LN_PF ahead are prefetched (the walk crosses a 4 KiB
-     * page every few rows, where the hardware prefetchers stop). Each column's sums keep row order. */
-    const int nth = par ? omp_get_max_threads() : 1;
-    int64_t bw = (cols + nth - 1) / nth;
-    bw = (bw + 15) / 16 * 16;
-    if (bw > LN_COL_MAX) bw = LN_COL_MAX;
-    const int64_t nblk = (cols + bw - 1) / bw;
-    #pragma omp parallel for if (par && nblk > 1) schedule(static)
-    for (int64_t bk = 0; bk < nblk; bk++) {
-        const int64_t j0 = bk * bw, nj = cols - j0 < bw ? cols - j0 : bw;
-        float aw[LN_COL_MAX], ab[LN_COL_MAX];
-        for (int64_t j = 0; j < nj; j++) { aw[j] = 0.0f; ab[j] = 0.0f; }
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * cols + j0, *gr = dy + r * cols + j0;
-            if (r + LN_PF < rows)
-                for (int64_t j = 0; j < nj; j += 16) {
-                    __builtin_prefetch(xr + LN_PF * cols + j);
-                    __builtin_prefetch(gr + LN_PF * cols + j);
-                }
-            const float m = mean[r], rs = rstd[r];
-            #pragma omp simd
-            for (int64_t j = 0; j < nj; j++) { aw[j] += gr[j] * (xr[j] - m) * rs; ab[j] += gr[j]; }
+    if (sums) {
+        for (int64_t j = 0; j < cols; j++) {
+            double tw = 0.0, tb = 0.0;
+            for (int64_t ch = 0; ch < chunks; ch++) { tw += ps[ch * 2 * cols + j]; tb += ps[ch * 2 * cols + cols + j]; }
+            if (dw) dw[j] += (float)tw;
+            if (db) db[j] += (float)tb;
         }
-        if (dw) for (int64_t j = 0; j < nj; j++) dw[j0 + j] += aw[j];
-        if (db) for (int64_t j = 0; j < nj; j++) db[j0 + j] += ab[j];
     }
+    free(ps);
+    return FL_OK;
 }
 
 fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y) {

@@ -383,32 +383,49 @@ TEST(nn_layernorm) {
     CHECK_CLOSE(y[3], 0.75 / sqrt(0.3125), 1e-5, 1e-5);
 }
 
-/* LayerNorm's dw and db are each column's sum over the rows in row order, whatever the thread count and the
- * column blocks: bit for bit the serial loop's sums (widths under, at and past one block, a ragged last block). */
-TEST(nn_layernorm_param_grads_in_row_order) {
-    static const int64_t shapes[][2] = { { 300, 256 }, { 77, 1027 }, { 5, 9 }, { 2048, 96 } };
+/* LayerNorm's dw and db are each column's sums over chunks of 64 rows in double, combined in chunk order: bit for
+ * bit that serial loop's sums whatever the thread count (widths under and past a vector, a ragged last chunk, one
+ * row), and dx the same with and without them. */
+TEST(nn_layernorm_param_grads_in_chunk_order) {
+    static const int64_t shapes[][2] = { { 300, 256 }, { 77, 1027 }, { 5, 9 }, { 2048, 96 }, { 1, 40 } };
     const int threads0 = omp_get_max_threads();
     for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        const int64_t rows = shapes[si][0], cols = shapes[si][1], chunks = (rows + 63) / 64;
         float *x = frand(rows * cols, -2, 3), *dy = frand(rows * cols, -1, 1), *w = frand(cols, 0.5, 1.5);
         float *mean = malloc(rows * sizeof(float)), *rstd = malloc(rows * sizeof(float)), *y = fzeros(rows * cols);
-        float *rw = fzeros(cols), *rb = fzeros(cols);
+        float *rw = frand(cols, -1, 1), *rb = frand(cols, -1, 1), *w0 = malloc(cols * sizeof(float)), *b0 = malloc(cols * sizeof(float));
+        memcpy(w0, rw, cols * sizeof(float));   /* the sums add to what dw and db hold */
+        memcpy(b0, rb, cols * sizeof(float));
         fl_cpu_layernorm_fwd(x, w, NULL, y, mean, rstd, rows, cols, 1e-5f);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < cols; j++) {
-                const float g = dy[r * cols + j];
-                rw[j] += g * (x[r * cols + j] - mean[r]) * rstd[r];
-                rb[j] += g;
+        for (int64_t j = 0; j < cols; j++) {
+            double tw = 0, tb = 0;
+            for (int64_t ch = 0; ch < chunks; ch++) {
+                double pw = 0, pb = 0;
+                for (int64_t r = ch * 64; r < rows && r < (ch + 1) * 64; r++) {
+                    const float g = dy[r * cols + j];
+                    pw += (double)(g * (x[r * cols + j] - mean[r]) * rstd[r]);
+                    pb += (double)g;
+                }
+                tw += pw; tb += pb;
             }
+            rw[j] += (float)tw;
+            rb[j] += (float)tb;
+        }
+        float *dx1 = fzeros(rows * cols);
+        REQUIRE_OK(fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx1, NULL, NULL, rows, cols));
         for (int threads = 1; threads <= 3; threads++) {
             omp_set_num_threads(threads);
-            float *dw = fzeros(cols), *db = fzeros(cols), *dx = fzeros(rows * cols);
-            fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
+            float *dw = malloc(cols * sizeof(float)), *db = malloc(cols * sizeof(float)), *dx = fzeros(rows * cols);
+            memcpy(dw, w0, cols * sizeof(float));
+            memcpy(db, b0, cols * sizeof(float));
+            REQUIRE_OK(fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols));
             CHECK(!memcmp(dw, rw, cols * sizeof(float)) && !memcmp(db, rb, cols * sizeof(float)),
-                  "[%lld,%lld] threads %d: dw/db are not the row-order sums", (long long)rows, (long long)cols, threads);
+                  "[%lld,%lld] threads %d: dw/db are not the chunked sums", (long long)rows, (long long)cols, threads);
+            CHECK(!memcmp(dx, dx1, rows * cols * sizeof(float)), "[%lld,%lld] threads %d: dx differs", (long long)rows,
+                  (long long)cols, threads);
             free(dw); free(db); free(dx);
         }
-        free(x); free(dy); free(w); free(mean); free(rstd); free(y); free(rw); free(rb);
+        free(x); free(dy); free(w); free(mean); free(rstd); free(y); free(rw); free(rb); free(w0); free(b0); free(dx1);
     }
     omp_set_num_threads(threads0);
 }
