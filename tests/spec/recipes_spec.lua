@@ -284,6 +284,23 @@ describe("te recipe", function()
     assert.are.same(s2, s1)
     assert.are.same({ 5, 5 }, f1)   -- the attention's and the MLP's first projection, every step
     assert.are.same({ 0, 0 }, f2)
+    -- a forward replaced on the attention or the MLP runs: the block never goes around it
+    do
+      fp8.manual_seed(5)
+      local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 1, n_head = 2, n_embd = 32 }
+      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
+                                    env = {} }
+      model = acc:prepare(model)
+      local b, calls = model.blocks[1], {}
+      for _, k in ipairs { "attn", "mlp" } do
+        local m = b[k]
+        local class_forward = m.forward
+        m.forward = function(self, t) calls[k] = (calls[k] or 0) + 1; return class_forward(self, t) end
+      end
+      model(fp8.tensor { { 1, 2, 3, 4 } })
+      assert.are.same({ attn = 1, mlp = 1 }, calls)
+      assert.are.equal(0, b.attn.qkv.fp8_meta:state().fused_input_casts)
+    end
     -- in a Sequential too, and its layers name themselves in errors either way
     local function seq(replaced)
       fp8.manual_seed(6)

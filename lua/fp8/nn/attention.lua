@@ -54,7 +54,7 @@ end
 -- self(ln(x)) with the LayerNorm's output cast to FP8 in its pass where the projection is an FP8Linear that takes
 -- it (FP8Linear:forward_layernorm; TransformerBlock); nil where it is not (the caller runs the two).
 function CausalSelfAttention:_forward_after_ln(x, ln)
-  if not LayerNorm.fuses_into(ln, self.qkv) then return nil end
+  if not Module.runs_forward_of(self, "CausalSelfAttention") or not LayerNorm.fuses_into(ln, self.qkv) then return nil end
   check_input(self, x)
   local qkv = self.qkv:_call_with(self.qkv.forward_layernorm, x, ln)
   if qkv == nil then return nil end

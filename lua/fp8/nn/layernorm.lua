@@ -41,12 +41,13 @@ function LayerNorm:forward(x)
 end
 
 -- Whether a container may run this LayerNorm and then nxt as nxt:forward_layernorm(x, ln), LayerNorm's output
--- cast to FP8 in its own pass (FP8Linear:forward_layernorm): ln's forward is the class's, nxt has that method and
--- its class's forward, and the profiler does not time modules (it would lose the LayerNorm's range).
+-- cast to FP8 in its own pass (FP8Linear:forward_layernorm): ln runs LayerNorm's forward and nxt FP8Linear's (not
+-- replaced by a subclass or on the instance), and the profiler does not time modules (it would lose the LayerNorm's
+-- range).
 function LayerNorm.fuses_into(ln, nxt)
   return Module.is_module(ln) and Module.is_module(nxt) and Module._call_hook == nil
     and Module.runs_forward_of(ln, "LayerNorm") and type(nxt.forward_layernorm) == "function"
-    and rawget(nxt, "forward") == nil
+    and Module.runs_forward_of(nxt, "FP8Linear")
 end
 
 function LayerNorm:extra_repr()

@@ -42,7 +42,7 @@ local LayerNorm = require "fp8.nn.layernorm"
 local function fused(m, nxt)
   if nxt == nil or Module._call_hook ~= nil then return nil end
   if Module.runs_forward_of(m, "GELU") and m.approximate == "tanh"
-    and type(nxt.forward_gelu) == "function" and rawget(nxt, "forward") == nil then
+    and type(nxt.forward_gelu) == "function" and Module.runs_forward_of(nxt, "FP8Linear") then
     return nxt.forward_gelu
   end
   if LayerNorm.fuses_into(m, nxt) then return function(l, x) return l:forward_layernorm(x, m) end end
@@ -69,7 +69,7 @@ function Sequential:forward(x) return run_from(self, x, 1) end
 -- it (TransformerBlock's MLP); nil where it is not (the caller runs the two).
 function Sequential:_forward_after_ln(x, ln)
   local first = self[1]
-  if not LayerNorm.fuses_into(ln, first) then return nil end
+  if not Module.runs_forward_of(self, "Sequential") or not LayerNorm.fuses_into(ln, first) then return nil end
   local y = first:_call_with(first.forward_layernorm, x, ln)
   if y == nil then return nil end
   return run_from(self, y, 2)

@@ -31,7 +31,7 @@ end
 -- _forward_after_ln), LayerNorm's output is cast to FP8 in LayerNorm's pass and never written in fp32: the same
 -- results. Not while the profiler times modules, or where either module's forward is replaced on the instance.
 local function after_ln(ln, m, x)
-  if Module._call_hook == nil and type(m._forward_after_ln) == "function" and rawget(m, "forward") == nil then
+  if Module._call_hook == nil and type(m._forward_after_ln) == "function" then   -- it checks m's forward is its class's
     local y = m:_call_with(m._forward_after_ln, x, ln)
     if y ~= nil then return y end
   end
