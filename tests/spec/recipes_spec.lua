@@ -16,6 +16,20 @@ local function batch(n, d, classes)
   return fp8.randn { n, d }, fp8.tensor(labels)
 end
 
+-- An Accelerator with TransformerEngine's recipe and no config or environment of the host.
+local function te_accelerator()
+  return fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false, env = {} }
+end
+
+-- A model's parameters as tables and its FP8 layers' scales and amaxes (fp8.stats): what two runs compare.
+local function params_and_stats(model)
+  local p = {}
+  for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
+  local st = {}
+  for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.scale, r.amax } end
+  return p, st
+end
+
 local function count_class(model, name)
   local c = 0
   for _, m in ipairs(model:modules()) do if getmetatable(m).__name == name then c = c + 1 end end
@@ -195,8 +209,7 @@ describe("te recipe", function()
       end
       local model = nn.Sequential(nn.Linear(32, 64), g1, nn.Linear(64, 48), g2, nn.Linear(48, 10))
       local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
-                                    env = {} }
+      local acc = te_accelerator()
       model, opt = acc:prepare(model, opt)
       local x, y = batch(64, 32, 10)
       local losses = {}
@@ -205,10 +218,7 @@ describe("te recipe", function()
         acc:backward(loss); opt:step(); opt:zero_grad()
         losses[step] = loss:item()
       end
-      local p = {}
-      for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
-      local st = {}
-      for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.scale, r.amax } end
+      local p, st = params_and_stats(model)
       local handed = {}   -- per FP8Linear: backwards whose dY the next layer's fused GELU backward cast
       for i = 1, 3, 2 do handed[#handed + 1] = model[i].fp8_meta:state().dy_handovers end
       return losses, p, st, handed
@@ -229,8 +239,7 @@ describe("te recipe", function()
       local g = nn.GELU("tanh")
       if replaced then g.forward = function(_, t) return F.gelu(t, "tanh") end end
       local model = nn.Sequential(nn.Linear(32, 64), g, nn.Linear(64, 16))
-      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
-                                    env = {} }
+      local acc = te_accelerator()
       model = acc:prepare(model)
       prof:start()
       acc:backward(model(fp8.randn { 8, 32 }):sum())
@@ -254,8 +263,7 @@ describe("te recipe", function()
       fp8.manual_seed(5)
       local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 32 }
       local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
-                                    env = {} }
+      local acc = te_accelerator()
       model, opt = acc:prepare(model, opt)
       if not fused then
         for _, b in ipairs { model.blocks[1], model.blocks[2] } do
@@ -270,10 +278,7 @@ describe("te recipe", function()
         acc:backward(loss); opt:step(); opt:zero_grad()
         losses[step] = loss:item()
       end
-      local p = {}
-      for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
-      local st = {}
-      for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.scale, r.amax } end
+      local p, st = params_and_stats(model)
       local b1 = model.blocks[1]
       return losses, p, st, { b1.attn.qkv.fp8_meta:state().fused_input_casts, b1.mlp[1].fp8_meta:state().fused_input_casts }
     end
@@ -288,8 +293,7 @@ describe("te recipe", function()
     do
       fp8.manual_seed(5)
       local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 1, n_head = 2, n_embd = 32 }
-      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
-                                    env = {} }
+      local acc = te_accelerator()
       model = acc:prepare(model)
       local b, calls = model.blocks[1], {}
       for _, k in ipairs { "attn", "mlp" } do
@@ -305,8 +309,7 @@ describe("te recipe", function()
     local function seq(replaced)
       fp8.manual_seed(6)
       local model = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU("tanh"), nn.Linear(48, 16))
-      local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
-                                    env = {} }
+      local acc = te_accelerator()
       model = acc:prepare(model)   -- (its LayerNorm becomes an FP8LayerNorm: replace the forward after it)
       if replaced then model[1].forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end end
       local x = fp8.randn { 8, 32 }
