@@ -61,6 +61,14 @@ typedef struct {
     int64_t nan;         /* NaN sources */
 } fl_cast_stats;
 
+/* t ← the statistics of t's cast and s's together (the larger amax, the counts added): order-independent. */
+static inline void fl_cast_stats_merge(fl_cast_stats *t, const fl_cast_stats *s) {
+    if (s->amax > t->amax) t->amax = s->amax;
+    t->underflow += s->underflow;
+    t->saturated += s->saturated;
+    t->nan += s->nan;
+}
+
 /* Fused scale + cast + amax over n contiguous fp32 values: dst[i] = fp8(src[i]*scale).
  * stats may be NULL; if given, it is overwritten. One pass; vectorised where the CPU allows.
  * Polls the interrupt flag between blocks (returns FL_EINTR). */

@@ -5,7 +5,6 @@
 #include "cpu_nn_internal.h"
 #include "format.h"
 
-#include <omp.h>
 #include <stdlib.h>
 
 /* Columns per thread task in the embedding's column-split gradient sums: 64 floats = 4 cache lines per row. */
@@ -71,19 +70,11 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
                 nerr++;
                 continue;
             }
-            if (s.amax > mine.amax) mine.amax = s.amax;
-            mine.underflow += s.underflow;
-            mine.saturated += s.saturated;
-            mine.nan += s.nan;
+            fl_cast_stats_merge(&mine, &s);
         }
         free(yr);
         #pragma omp critical
-        {
-            if (mine.amax > acc.amax) acc.amax = mine.amax;
-            acc.underflow += mine.underflow;
-            acc.saturated += mine.saturated;
-            acc.nan += mine.nan;
-        }
+        fl_cast_stats_merge(&acc, &mine);
     }
     if (noom) return FL_ERR(FL_ENOMEM, "layernorm_quantize: out of memory for a row of %lld", (long long)cols);
     if (nerr) return FL_ERR(FL_EINTR, "interrupted");

@@ -10,13 +10,6 @@
 
 #define QCHUNK 16384
 
-static void stats_merge(fl_cast_stats *t, const fl_cast_stats *s) {
-    if (s->amax > t->amax) t->amax = s->amax;
-    t->underflow += s->underflow;
-    t->saturated += s->saturated;
-    t->nan += s->nan;
-}
-
 /* cm[c] = max(cm[c], |row[c]|) over one row: a column amax in progress (NaN compares false: ignored, as
  * fl_amax_f32 does). */
 static inline void col_max(float *cm, const float *row, int64_t cols) {
@@ -44,14 +37,14 @@ static fl_status quant_run(fl_tensor *dst, const fl_tensor *src, int64_t off, in
     fl_cast_stats s;
     if (src->dtype == FL_F32) {
         FL_TRY(fl_quantize_f32((const float *)fl_tensor_data(src) + off, d, (size_t)n, dst->dtype, scale, p, &s));
-        stats_merge(acc, &s);
+        fl_cast_stats_merge(acc, &s);
         return FL_OK;
     }
     for (int64_t j = 0; j < n; j += QCHUNK) {
         int64_t len = n - j < QCHUNK ? n - j : QCHUNK;
         fl_cpu_load(src, off + j, 1, len, buf);
         FL_TRY(fl_quantize_f32(buf, d + j, (size_t)len, dst->dtype, scale, p, &s));
-        stats_merge(acc, &s);
+        fl_cast_stats_merge(acc, &s);
     }
     return FL_OK;
 }
@@ -72,10 +65,10 @@ static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float 
             const float *row = x + r * cols;
             if (!per_col) fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
             else fl_quantize_f32_scales(row, d + r * cols, (size_t)cols, dst->dtype, scales, p, &s);
-            stats_merge(&mine, &s);
+            fl_cast_stats_merge(&mine, &s);
         }
         #pragma omp critical
-        stats_merge(acc, &mine);
+        fl_cast_stats_merge(acc, &mine);
     }
     return fl_check_interrupt();
 }
@@ -140,12 +133,12 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
             fl_cast_stats s;
             fl_cpu_gelu_tanh_fwd_serial(x + i0, buf, len);
             my = fl_quantize_f32(buf, d + i0, (size_t)len, dst->dtype, scale[0], p, &s);
-            if (my == FL_OK) stats_merge(&mine, &s);
+            if (my == FL_OK) fl_cast_stats_merge(&mine, &s);
         }
         free(buf);
         #pragma omp critical
         {
-            stats_merge(&acc, &mine);
+            fl_cast_stats_merge(&acc, &mine);
             if (st == FL_OK) st = my;
         }
     }
@@ -194,7 +187,7 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
                     nerr++;
                     break;
                 }
-                stats_merge(&mine, &s);
+                fl_cast_stats_merge(&mine, &s);
                 if (ps) {
                     #pragma omp simd
                     for (int64_t c = 0; c < C; c++) ps[c] += (double)row[c];   /* the row is still in cache */
@@ -203,7 +196,7 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
         }
         free(dy);
         #pragma omp critical
-        stats_merge(&acc, &mine);
+        fl_cast_stats_merge(&acc, &mine);
     }
     if (!nerr && !noom) {
         if (db) sums_combine(db, psum, chunks, C);
@@ -271,7 +264,7 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
                 fl_cast_stats st;
                 fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scale, p, &st);
                 si[r] = 1.0f / scale;
-                stats_merge(&mine, &st);
+                fl_cast_stats_merge(&mine, &st);
                 if (cm) col_max(cm, row, cols);
                 if (ps) {
                     #pragma omp simd
@@ -281,7 +274,7 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
         }
         #pragma omp critical
         {
-            stats_merge(&acc, &mine);
+            fl_cast_stats_merge(&acc, &mine);
             if (cm && cm != col_amax)
                 for (int64_t c = 0; c < cols; c++) col_amax[c] = cm[c] > col_amax[c] ? cm[c] : col_amax[c];
         }
