@@ -176,7 +176,12 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * accumulator (cuBLASLt's FAST_ACCUM on Hopper; TransformerEngine uses it for fprop only); a device           \
      * without one accumulates in fp32 as always. */                                                               \
     X(fp8_gemm, (fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,                    \
-                 fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum))
+                 fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum))                                        \
+    /* fp8_gemm, then + addend (a contiguous fp32 tensor of dst's shape, on this device) added as C is stored:     \
+     * the bits of fp8_gemm followed by binary add (a residual added after a linear layer, without the layer's    \
+     * output in memory before the sum). NULL entry: the caller adds. */                                          \
+    X(fp8_gemm_add, (fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,               \
+                     const fl_tensor *addend, fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum))
 
 #define FL_DEVICE_FIELD(name, params) fl_status(*name) params;
 

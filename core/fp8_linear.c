@@ -235,8 +235,19 @@ static fl_status cast_dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_te
  * their scales (device.h fp8_gemm; transposed views are read as they are). a_cache / b_cache: slots for
  * what the device derives from a's / b's bytes (dY shared by dgrad and wgrad; the cached FP8 weight), or
  * NULL. fast_accum: fprop only (fl_fp8_layer.fast_accum). */
+/* *y ← addend + *y (a residual added after the layer, as `x + layer(x)` adds it). */
+static fl_status add_to(fl_tensor **y, const fl_tensor *addend) {
+    fl_tensor *s = NULL;
+    FL_TRY(fl_binary_raw(&s, FL_OP_ADD, addend, *y));
+    fl_tensor_release(*y);
+    *y = s;
+    return FL_OK;
+}
+
+/* out = A·B in FP8 (+ bias) (+ addend: fp32, contiguous, the result's shape), the addend in the GEMM's store where
+ * the device has fp8_gemm_add, else added after it: the same bits. */
 static fl_status gemm_fp8(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
+                          const fl_tensor *addend, fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
     *out = NULL;
     FL_PROF_SCOPE("fp8_gemm"); FL_PROF_SHAPES(a, b);
     FL_PROF_FLOPS(2.0 * (double)a->shape[0] * (double)b->shape[1] * (double)a->shape[1]);
@@ -244,7 +255,11 @@ static fl_status gemm_fp8(fl_tensor **out, const fl_tensor *a, const fl_tensor *
     if (!dev || !dev->fp8_gemm) return FL_ERR(FL_EUNSUPPORTED, "fp8 gemm is not supported on %s", fl_device_name(a->device));
     int64_t shape[2] = { a->shape[0], b->shape[1] };
     FL_TRY(fl_tensor_empty(out, FL_F32, 2, shape, a->device));
-    fl_status st = fl_tensor_numel(*out) ? dev->fp8_gemm(*out, a, b, bias, a_cache, b_cache, fast_accum) : FL_OK;
+    const bool fused = addend && dev->fp8_gemm_add;
+    fl_status st = !fl_tensor_numel(*out) ? FL_OK
+                 : fused ? dev->fp8_gemm_add(*out, a, b, bias, addend, a_cache, b_cache, fast_accum)
+                         : dev->fp8_gemm(*out, a, b, bias, a_cache, b_cache, fast_accum);
+    if (st == FL_OK && addend && !fused) st = add_to(out, addend);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
@@ -272,6 +287,8 @@ static fl_status transposed(fl_tensor **out, const fl_tensor *t) { return fl_ten
 
 /* ---- forward / backward ------------------------------------------------------------------------ */
 
+/* the node's inputs: x, w, b, and with a residual added in the forward (fl_fp8_linear's residual) that one */
+enum { SV_RES_IN = 3 };
 enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes transposed (wgrad), when made */,
        SV_XPRE = 5 /* with a fused GELU (iargs[2]): its input, for GELU's backward */,
        SV_DB = 6 /* the bias gradient summed with an FP8 dY handed over by the consumer (handover_dgelu) */ };
@@ -317,7 +334,8 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
 static bool takes_fp8_dy(const fl_node *p) {
     const fl_fp8_layer *l = p->ctx;
     return l->gran == FL_GRAN_TENSOR && !l->hp[1] && !l->hp[2] && !is_current(&l->role[FL_ROLE_GRAD], false, -1) &&
-           (fl_node_input_needs_grad(p, 0) || fl_node_input_needs_grad(p, 1));
+           (fl_node_input_needs_grad(p, 0) || fl_node_input_needs_grad(p, 1)) &&
+           !(p->ninputs > SV_RES_IN && fl_node_input_needs_grad(p, SV_RES_IN));   /* a residual takes dY as it is */
 }
 
 /* A fused GELU's backward (node n, iargs[2]) with dgrad's output t = ∂L/∂GELU(x): where the layer that made x
@@ -391,7 +409,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
              * (as TransformerEngine's weight cast does whichever GEMMs then read it in FP8) */
             if (st == FL_OK && !n->saved[SV_W]) st = weight_q(&wq2, l, w, NULL, record, true);
             const fl_tensor *wq = n->saved[SV_W] ? n->saved[SV_W] : wq2;
-            if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, &gq_dev, wcache(l, wq), false);
+            if (st == FL_OK) st = gemm_fp8(&t, gq, wq, NULL, NULL, &gq_dev, wcache(l, wq), false);
         } else {
             /* dY per row; W per column (ROWWISE) or per tensor (GW_HP), current power-of-two scales. */
             fl_tensor *w32 = NULL;
@@ -402,7 +420,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             if (st == FL_OK)
                 st = cast_role(&wq2, w32, &l->role[FL_ROLE_WEIGHT], true, l->gran == FL_GRAN_ROWWISE ? 1 : -1);
             fl_tensor_release(w32);
-            if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL, false);
+            if (st == FL_OK) st = gemm_fp8(&t, gq, wq2, NULL, NULL, NULL, NULL, false);
         }
         fl_tensor *ho = NULL;
         if (st == FL_OK && n->iargs[2]) {
@@ -437,7 +455,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             }
             if (st == FL_OK) st = transposed(&tt, gq);
             if (st == FL_OK)
-                st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, &gq_dev, xt ? &xt : NULL, false);
+                st = gemm_fp8(&gin[1], tt, n->saved[SV_X] ? n->saved[SV_X] : xq2, NULL, NULL, &gq_dev, xt ? &xt : NULL, false);
         } else {
             /* ROWWISE: dY per column (one scale per output feature), X per column (per input feature); dY's
              * column amaxes from dgrad's read of dY where the device gave them. */
@@ -453,13 +471,16 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             if (st == FL_OK) st = cast_role(&xq2, x32, &l->role[FL_ROLE_INPUT], true, 1);
             fl_tensor_release(x32);
             if (st == FL_OK) st = transposed(&tt, gqc);
-            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL, NULL, false);
+            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL, NULL, NULL, false);
         }
     }
     if (st == FL_OK && need_db) {
         if (db) { gin[2] = db; db = NULL; }
         else st = fl_reduce_raw(&gin[2], FL_OP_SUM, g32, 0, false);
     }
+    /* the residual's gradient is dY itself (an add's backward); takes_fp8_dy keeps an FP8 dY away from here */
+    if (st == FL_OK && n->ninputs > SV_RES_IN && fl_node_input_needs_grad(n, SV_RES_IN))
+        gin[SV_RES_IN] = fl_tensor_retain((fl_tensor *)g);
     free(cmax);
     fl_tensor_release(db);
     fl_tensor_release(gq_dev);
@@ -489,9 +510,12 @@ static fl_status check_args(const fl_tensor *x, const fl_tensor *w, const fl_ten
 
 /* fl_fp8_linear; with `gelu` set the same layer applied to GELU(x) (tanh form) whose input cast runs in GELU's
  * pass (fl_fp8_linear_gelu decides when); with xq_pre, x's per-tensor cast already made and observed by the op
- * before (fl_fp8_linear_layernorm: x is then a header without storage, only its shape and history are read). */
+ * before (fl_fp8_linear_layernorm: x is then a header without storage, only its shape and history are read);
+ * with res (fp32 of the output's shape, on its device: fits_residual), res + the layer, res added in the FP8
+ * GEMM's store where the device can (fp8_gemm_add). */
 static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, bool gelu, const fl_tensor *xq_pre) {
+                             const fl_tensor *res, fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, bool gelu,
+                             const fl_tensor *xq_pre) {
     fl_dtype ac = fl_autocast_dtype();
     fl_dtype cdt = (ac == FL_BF16 || ac == FL_F16) ? ac : FL_F32;
     int64_t M = w->shape[0], K = w->shape[1];
@@ -499,15 +523,24 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     int64_t ys[FL_MAX_DIMS];
     memcpy(ys, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     ys[x->ndim - 1] = M;
-    const fl_tensor *ts[3] = { x, w, b };
-    bool grad = fl_any_requires_grad(3, ts);
+    const fl_tensor *ts[4] = { x, w, b, res };
+    const int nin = res ? 4 : 3;
+    bool grad = fl_any_requires_grad(nin, ts);
     bool rowwise = l->gran != FL_GRAN_TENSOR;
     fl_tensor *x2 = NULL, *x32 = NULL, *xq = NULL, *xqt = NULL, *wq = NULL, *w32 = NULL, *y2 = NULL, *xhp = NULL;
+    fl_tensor *r2 = NULL;   /* res as [N, M], contiguous */
     if (xq_pre && (rowwise || l->hp[0] || l->hp[1] || l->hp[2]))
         return FL_ERR(FL_EINVAL, "fp8 linear: an input cast before the layer needs per-tensor scaling and every GEMM in FP8");
     l->forwards++;
     fl_status st = FL_OK;
-    if (!xq_pre) {
+    if (res) {
+        const int64_t r2s[2] = { -1, M };
+        fl_tensor *rc = NULL;
+        st = fl_tensor_contiguous(&rc, res);
+        if (st == FL_OK) st = fl_tensor_view(&r2, rc, 2, r2s);
+        fl_tensor_release(rc);
+    }
+    if (st == FL_OK && !xq_pre) {
         st = fl_tensor_reshape(&x2, x, 2, x2s);
         if (st == FL_OK) st = as_f32(&x32, x2);
     }
@@ -520,6 +553,7 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
         if (st == FL_OK) fl_scaling_observe(&l->role[FL_ROLE_INPUT], xa, fl_tensor_numel(x32), 0, 0, false);
         if (st == FL_OK) st = transposed(&wt, w);
         if (st == FL_OK) st = gemm_hp(&y2, x32, wt, cdt, b);
+        if (st == FL_OK && r2) st = add_to(&y2, r2);
         fl_tensor_release(wt);
     } else if (st == FL_OK) {
         int axis = rowwise ? 0 : -1;
@@ -540,16 +574,18 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
         else if (st == FL_OK) st = cast_observed(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
         fl_tensor *wt = NULL;
         if (st == FL_OK) st = transposed(&wt, wq);
-        if (st == FL_OK) st = gemm_fp8(&y2, xq, wt, b, NULL, rowwise ? NULL : wcache(l, wq), l->fast_accum);
+        if (st == FL_OK) st = gemm_fp8(&y2, xq, wt, b, r2, NULL, rowwise ? NULL : wcache(l, wq), l->fast_accum);
+        if (st == FL_OK && r2 && fl_device_get(y2->device)->fp8_gemm_add) l->residual_adds++;
         fl_tensor_release(wt);
     }
     if (st == FL_OK) st = fl_tensor_view(out, y2, x->ndim, ys);
     if (st == FL_OK && grad) {
         fl_node *n = NULL;
-        st = fl_node_new(&n, "FP8LinearBackward", fp8_linear_bwd, 3, ts);
+        st = fl_node_new(&n, "FP8LinearBackward", fp8_linear_bwd, nin, ts);
         if (st == FL_OK) n->inputs_read = 3u;   /* x and the weight: re-cast in backward when not saved */
         if (st == FL_OK) {
             fl_autograd_attach(*out, n);
+            if (res) st = fl_node_input_stub(n, SV_RES_IN);   /* its gradient is dY: only its shape is read */
             n->ctx = fl_fp8_layer_retain(l);
             n->ctx_free = layer_ctx_free;
             n->iargs[0] = cdt;
@@ -588,21 +624,45 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     fl_tensor_release(w32);
     fl_tensor_release(y2);
     fl_tensor_release(xhp);
+    fl_tensor_release(r2);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
 
+/* Whether the layer itself adds `res` to its output (linear_impl): fp32, the output's shape, on x's device. Any
+ * other residual is added after the layer by fl_binary (its broadcasting and type promotion). */
+static bool fits_residual(const fl_tensor *res, const fl_tensor *x, const fl_tensor *w) {
+    if (res->dtype != FL_F32 || res->device != x->device || res->ndim != x->ndim) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (res->shape[d] != (d == x->ndim - 1 ? w->shape[0] : x->shape[d])) return false;
+    return true;
+}
+
+/* *out = res + *out (fl_binary: recorded for autograd), *out released and replaced; for a residual that
+ * fits_residual refuses. */
+static fl_status add_residual_after(fl_tensor **out, const fl_tensor *res) {
+    fl_tensor *s = NULL;
+    fl_status st = fl_binary(&s, FL_OP_ADD, res, *out);
+    fl_tensor_release(*out);
+    *out = st == FL_OK ? s : NULL;
+    return st;
+}
+
 fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                        fl_fp8_layer *l, bool record, const fl_tensor *w_fp8) {
+                        fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, const fl_tensor *residual) {
     *out = NULL;
     FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);   /* no FLOPs here: its GEMM (fp8_gemm or matmul) counts them */
     if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
     FL_TRY(check_args(x, w, b, w_fp8));
-    return linear_impl(out, x, w, b, l, record, w_fp8, false, NULL);
+    if (residual && !fits_residual(residual, x, w)) {
+        FL_TRY(linear_impl(out, x, w, b, NULL, l, record, w_fp8, false, NULL));
+        return add_residual_after(out, residual);
+    }
+    return linear_impl(out, x, w, b, residual, l, record, w_fp8, false, NULL);
 }
 
 fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8) {
+                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, const fl_tensor *residual) {
     *out = NULL;
     if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
     FL_TRY(check_args(x, w, b, w_fp8));
@@ -611,11 +671,15 @@ fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tenso
     if (dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2] &&
         !is_current(&l->role[FL_ROLE_INPUT], false, -1)) {
         FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
-        return linear_impl(out, x, w, b, l, record, w_fp8, true, NULL);
+        if (residual && !fits_residual(residual, x, w)) {
+            FL_TRY(linear_impl(out, x, w, b, NULL, l, record, w_fp8, true, NULL));
+            return add_residual_after(out, residual);
+        }
+        return linear_impl(out, x, w, b, residual, l, record, w_fp8, true, NULL);
     }
     fl_tensor *h = NULL;
     FL_TRY(fl_gelu(&h, x, 1));
-    fl_status st = fl_fp8_linear(out, h, w, b, l, record, w_fp8);
+    fl_status st = fl_fp8_linear(out, h, w, b, l, record, w_fp8, residual);
     fl_tensor_release(h);
     return st;
 }
@@ -635,14 +699,14 @@ fl_status fl_fp8_linear_layernorm(fl_tensor **out, const fl_tensor *x, const fl_
         fl_tensor *y = NULL, *q = NULL;
         fl_status st = fl_layer_norm_fp8(&y, &q, x, ln_w, ln_b, eps, s->fmt, &s->scale);
         if (st == FL_OK) st = observe(s, q, record);
-        if (st == FL_OK) st = linear_impl(out, y, w, b, l, record, w_fp8, false, q);
+        if (st == FL_OK) st = linear_impl(out, y, w, b, NULL, l, record, w_fp8, false, q);
         fl_tensor_release(y);
         fl_tensor_release(q);
         return st;
     }
     fl_tensor *h = NULL;
     FL_TRY(fl_layer_norm(&h, x, ln_w, ln_b, eps));
-    fl_status st = fl_fp8_linear(out, h, w, b, l, record, w_fp8);
+    fl_status st = fl_fp8_linear(out, h, w, b, l, record, w_fp8, NULL);
     fl_tensor_release(h);
     return st;
 }

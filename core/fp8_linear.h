@@ -42,8 +42,9 @@ typedef struct fl_fp8_layer {
     float wq_scale;
     /* counters for fp8.stats and tests; fused_input_casts: forwards whose input cast ran in the pass of the op
      * before (GELU: fl_fp8_linear_gelu, LayerNorm: fl_fp8_linear_layernorm); dy_handovers: backwards whose dY the
-     * next layer's fused GELU backward cast (core/fp8_linear.c, handover_dgelu) */
-    int64_t forwards, backwards, weight_casts, cache_hits, fused_input_casts, dy_handovers;
+     * next layer's fused GELU backward cast (core/fp8_linear.c, handover_dgelu); residual_adds: forwards whose
+     * residual the FP8 GEMM added as it stored its result (fl_fp8_linear's residual) */
+    int64_t forwards, backwards, weight_casts, cache_hits, fused_input_casts, dy_handovers, residual_adds;
 } fl_fp8_layer;
 
 /* A layer taking over the three initialised roles (roles[i] is moved, not copied). */
@@ -59,15 +60,19 @@ void fl_fp8_layer_drop_cache(fl_fp8_layer *l);
  * to); b [M] or NULL. w_fp8, when given, is an E4M3 [M, K] tensor used as the weight operand as is
  * (MS-AMP O3's FP8 weights; w is then its high-precision master, used for a high-precision dgrad and
  * receiving the gradient). `record`: this call's amaxes go into the histories (training with grad
- * enabled); otherwise recipe state is left untouched. */
+ * enabled); otherwise recipe state is left untouched. residual: NULL, or a tensor the result is added to,
+ * residual + (x·Wᵀ + b) with the bits and gradients of that add after the layer: an fp32 residual of the output's
+ * shape on its device is added as the FP8 GEMM stores its result where the device can (fp8_gemm_add; counted in
+ * residual_adds), any other by fl_binary after the layer. */
 fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                        fl_fp8_layer *l, bool record, const fl_tensor *w_fp8);
+                        fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, const fl_tensor *residual);
 /* fl_fp8_linear of GELU(x) (the tanh form), the same bits and recipe state as fl_gelu then fl_fp8_linear. Where
  * the device casts GELU's output in GELU's own pass (quantize_gelu), the layer is per-tensor with every GEMM in
  * FP8 and the input role casts with its stored scale (delayed scaling past its warm-up), the fp32 activation is
- * never made: one node whose backward applies GELU's derivative to dX; otherwise the two ops run. */
+ * never made: one node whose backward applies GELU's derivative to dX; otherwise the two ops run. residual: as
+ * fl_fp8_linear's. */
 fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8);
+                             fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, const fl_tensor *residual);
 /* fl_fp8_linear applied to LayerNorm(x; ln_w, ln_b, eps) (fl_layer_norm's arguments): under the conditions of
  * fl_fp8_linear_gelu (per-tensor delayed scaling past its warm-up, every GEMM in FP8) and where the device casts
  * in LayerNorm's pass (layernorm_quantize), LayerNorm's output goes to memory only as the layer's FP8 input;

@@ -203,6 +203,7 @@ static int l_meta_state(lua_State *L) {
     lua_pushinteger(L, l->cache_hits); lua_setfield(L, -2, "cache_hits");
     lua_pushinteger(L, l->fused_input_casts); lua_setfield(L, -2, "fused_input_casts");
     lua_pushinteger(L, l->dy_handovers); lua_setfield(L, -2, "dy_handovers");
+    lua_pushinteger(L, l->residual_adds); lua_setfield(L, -2, "residual_adds");
     return 1;
 }
 
@@ -250,16 +251,18 @@ static int l_meta_load_state(lua_State *L) {
     return 0;
 }
 
-/* linear(x, w, b|nil, meta, record, w_fp8|nil) -> y; linear_gelu(...) the same layer of GELU(x) (tanh form), its
- * input cast in GELU's pass where the layer allows it (fl_fp8_linear_gelu) */
+/* linear(x, w, b|nil, meta, record, w_fp8|nil, residual|nil) -> y (residual + the layer, the add in the GEMM's
+ * store where it can: fl_fp8_linear); linear_gelu(...) the same layer of GELU(x) (tanh form), its input cast in
+ * GELU's pass where the layer allows it (fl_fp8_linear_gelu) */
 static int linear_call(lua_State *L, bool gelu) {
     fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
     fl_tensor *b = lua_isnoneornil(L, 3) ? NULL : fl_lchecktensor(L, 3);
     fl_fp8_layer *l = check_meta(L, 4);
     bool record = lua_toboolean(L, 5);
     fl_tensor *wq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
+    fl_tensor *res = lua_isnoneornil(L, 7) ? NULL : fl_lchecktensor(L, 7);
     fl_tensor **box = fl_lnewbox(L);
-    FL_LCALL(L, (gelu ? fl_fp8_linear_gelu : fl_fp8_linear)(box, x, w, b, l, record, wq));
+    FL_LCALL(L, (gelu ? fl_fp8_linear_gelu : fl_fp8_linear)(box, x, w, b, l, record, wq, res));
     return 1;
 }
 static int l_linear(lua_State *L) { return linear_call(L, false); }

@@ -178,7 +178,7 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         if (cold) bench_evict();
         double t0 = bench_now();
         bool done = true;
-        fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, bias ? fl_tensor_data(bias) : NULL, &done)
+        fl_status st = direct ? fl_cpu_fp8_mm(dst, a, b, bias ? fl_tensor_data(bias) : NULL, NULL, &done)
                               : fl_cpu_device()->fp8_gemm(dst, a, b, bias, cached ? &ac : NULL, cached ? &bc : NULL, false);
         if (!done) { fprintf(stderr, "fp8 mm declined\n"); exit(1); }
         double t = bench_now() - t0;

@@ -227,6 +227,7 @@ static const fl_device fl_cpu = {
     .msamp_adamw = fl_cpu_dev_msamp_adamw,
     .sumsq = fl_cpu_dev_sumsq,
     .fp8_gemm = fl_cpu_dev_fp8_gemm,
+    .fp8_gemm_add = fl_cpu_dev_fp8_gemm_add,
 };
 
 const fl_device *fl_cpu_device(void) { return &fl_cpu; }

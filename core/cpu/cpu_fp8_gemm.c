@@ -160,9 +160,10 @@ static fl_status gemm_then_scale(fl_tensor *dst, const fl_tensor *ad, const fl_t
     return FL_OK;
 }
 
-fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
-                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
-    (void)fast_accum;   /* both paths' bf16 products accumulate in fp32 whatever the caller allows */
+/* fp8_gemm, and with res (fp32, contiguous, dst's shape) the addend: our own GEMM adds it as it stores C, the
+ * decode + oneDNN path in a pass after it (the same roundings: the result, then + the addend). */
+static fl_status fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias, const fl_tensor *res,
+                          fl_tensor **a_cache, fl_tensor **b_cache) {
     fl_tensor *ad = NULL, *bd = NULL, *b32 = NULL;
     fl_status st = FL_OK;
     if (bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias) ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
@@ -172,8 +173,9 @@ fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tenso
     const float r = per_tensor ? ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0] : 0.0f;
     /* Our own GEMM decodes while it packs and applies per-tensor or per-row/per-column scales as it stores
      * (cpu_fp8_mm.c), where it reads the layout and measured faster; the caches stay unused then. */
+    const float *pr = res ? fl_tensor_data(res) : NULL;
     bool done = false;
-    if (st == FL_OK && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, pb, &done);
+    if (st == FL_OK && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, pb, pr, &done);
     if (st != FL_OK || done) { fl_tensor_release(b32); return st; }
     st = decoded(&ad, a, a_cache);
     if (st == FL_OK) st = decoded(&bd, b, b_cache);
@@ -183,8 +185,29 @@ fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tenso
     bool fused = false;
     if (st == FL_OK && per_tensor) st = fl_cpu_matmul_scaled(dst, ad, bd, r, pb, &fused);
     if (st == FL_OK && !fused) st = gemm_then_scale(dst, ad, bd, a, b, pb);
+    if (st == FL_OK && pr) {
+        float *py = fl_tensor_data(dst);
+        const int64_t n = fl_tensor_numel(dst);
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (int64_t i = 0; i < n; i++) py[i] += pr[i];
+    }
     fl_tensor_release(ad);
     fl_tensor_release(bd);
     fl_tensor_release(b32);
     return st;
+}
+
+fl_status fl_cpu_dev_fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
+                          fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
+    (void)fast_accum;   /* both paths' bf16 products accumulate in fp32 whatever the caller allows */
+    return fp8_gemm(dst, a, b, bias, NULL, a_cache, b_cache);
+}
+
+fl_status fl_cpu_dev_fp8_gemm_add(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
+                                  const fl_tensor *addend, fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
+    (void)fast_accum;
+    if (!addend || addend->dtype != FL_F32 || !fl_tensor_is_contiguous(addend) || addend->device != FL_DEV_CPU ||
+        !fl_shape_equal(dst->ndim, dst->shape, addend->ndim, addend->shape))
+        return FL_ERR(FL_EINVAL, "fp8 gemm: the addend must be a contiguous fp32 CPU tensor of the result's shape");
+    return fp8_gemm(dst, a, b, bias, addend, a_cache, b_cache);
 }

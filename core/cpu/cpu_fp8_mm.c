@@ -147,7 +147,8 @@ static bool mm_layout(mm_job *J, int64_t as0, int64_t as1, int64_t bs0, int64_t 
 
 static fl_status mm_execute(const mm_job *jp);
 
-fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, const float *res,
+                        bool *done) {
     *done = false;
     const mm_kernel *F = fl_cpu_fp8_mm_allowed ? mm_pick() : NULL;
     if (!F) return FL_OK;
@@ -155,7 +156,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         !fl_format(a->dtype)->is_fp8 || !fl_format(b->dtype)->is_fp8 || a->device != FL_DEV_CPU || b->device != FL_DEV_CPU)
         return FL_OK;
     mm_job J = { .M = dst->shape[0], .N = dst->shape[1], .K = a->shape[1], .c = fl_tensor_data(dst), .bias = bias,
-                 .kern = F, .wide = FL_DTYPE_COUNT };
+                 .res = res, .kern = F, .wide = FL_DTYPE_COUNT };
     if (a->shape[0] != J.M || b->shape[0] != J.K || b->shape[1] != J.N || J.K == 0) return FL_OK;
     bool ra, cb;
     const float *sa = mm_scales(a, 0, J.M, &ra), *sb = mm_scales(b, 1, J.N, &cb);
@@ -308,8 +309,9 @@ static fl_status mm_execute(const mm_job *jp) {
 #else
 const char *fl_cpu_fp8_mm_family(void) { return NULL; }
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b) { (void)a; (void)b; return false; }
-fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done) {
-    (void)dst; (void)a; (void)b; (void)bias;
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, const float *res,
+                        bool *done) {
+    (void)dst; (void)a; (void)b; (void)bias; (void)res;
     *done = false;
     return FL_OK;
 }

@@ -27,16 +27,20 @@ typedef struct {
     float scale, sa0, sb0;   /* sa0·sb0, a's and b's first (or only) scale */
     const float *rs, *cs;    /* a's per-row, b's per-column scales; NULL: per tensor */
     const float *bias;
+    const float *res;        /* C's addend (its layout: res[i·N + j]) or NULL */
     const mm_kernel *kern;
 } mm_job;
 
-/* What the last K block applies as it stores a micro-tile: C = sum·s (+ bias[j]) with s = scale (per-tensor
- * scales: rs and cs NULL) or s = (rs ? rs[i] : sa0)·(cs ? cs[j] : sb0), rs and cs pointing at the tile's first
- * row's and first column's scale (per-row scales of a, per-column scales of b); bias at its first column. These
- * are cpu_fp8_gemm.c's scale pass's roundings: sum·(sa·sb), then + bias. */
+/* What the last K block applies as it stores a micro-tile: C = sum·s (+ bias[j]) (+ res[i][j]) with s = scale
+ * (per-tensor scales: rs and cs NULL) or s = (rs ? rs[i] : sa0)·(cs ? cs[j] : sb0), rs and cs pointing at the
+ * tile's first row's and first column's scale (per-row scales of a, per-column scales of b); bias at its first
+ * column; res at the tile's first element of the addend, its rows ldr apart. These are cpu_fp8_gemm.c's scale
+ * pass's roundings: sum·(sa·sb), then + bias, then + the addend (a residual added after the layer). */
 typedef struct {
     float scale, sa0, sb0;
     const float *rs, *cs, *bias;
+    const float *res;
+    int64_t ldr;
 } mm_epi;
 
 struct mm_kernel {

@@ -70,7 +70,8 @@ FL_INLINE void pack_a_m(uint16_t *ap, uint32_t *tmp, const uint8_t *a, int64_t l
 }
 
 /* The 32 × 32 micro-tile's sums in sum[32][32] (rows i < mr, columns < nv) into C: added to C's earlier K
- * blocks' (load_c), and in the last K block multiplied by the scales and given the bias as mm_epi says. */
+ * blocks' (load_c), and in the last K block multiplied by the scales and given the bias and the addend as mm_epi
+ * says. */
 FL_INLINE void store_tile(const float *sum, float *c, int64_t ldc, int64_t mr, int64_t nv, bool load_c, bool last,
                           const mm_epi *E) {
     const mm_epi32 P = epi_setup(E, nv, last);
@@ -158,7 +159,8 @@ FL_CPU_AMX_MM static void run_group(const mm_job *J, int64_t m, int64_t ag, int6
             if (acc == sum) {
                 const int64_t nv = nb - nj < NR ? nb - nj : NR;
                 const mm_epi E = { J->scale, J->sa0, J->sb0, J->rs ? J->rs + m : NULL,
-                                   J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL };
+                                   J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL,
+                                   J->res ? J->res + m * ldc + n0 + nj : NULL, ldc };
                 store_tile(sum, J->c + m * ldc + n0 + nj, ldc, ag, nv, !first, last, &E);
             }
         }

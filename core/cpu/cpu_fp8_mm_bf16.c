@@ -52,10 +52,6 @@ FL_CPU_BF16 static void pack_a_m(uint16_t *ap, const uint8_t *a, int64_t lda, in
     }
 }
 
-/* What the last K block applies as it stores a micro-tile: C = sum·s (+ bias[j]) with s = scale (per-tensor
- * scales: rs and cs NULL) or s = (rs ? rs[i] : sa0)·(cs ? cs[j] : sb0), rs and cs pointing at the tile's first
- * row's and first column's scale (per-row scales of a, per-column scales of b); bias at its first column. */
-
 /* One MR × NR micro-tile over kcp pairs: A pair (i, kp) at ap[i·ars + kp·aks], B panel bp. C rows past mr
  * and columns past nv are not touched. load_c: continue the sums already in C (a later K block); last:
  * store C as E says, else the raw sum. */
@@ -145,12 +141,14 @@ FL_CPU_BF16 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_
     for (int64_t nj = 0; nj < nb; nj += NR) {
         const int64_t nv = nb - nj < NR ? nb - nj : NR;
         const uint16_t *bp = bpk + (nj / NR) * kcp * 2 * NR;
-        mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL };
+        mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL,
+                     NULL, ldc };
         for (int64_t mi = 0; mi < ag; mi += MR) {
             const int64_t mr = ag - mi < MR ? ag - mi : MR;
             const uint32_t *ap = (const uint32_t *)apk + mi * kcp;   /* both layouts: MR rows = MR·kcp pairs */
             float *c = J->c + (m + mi) * ldc + n0 + nj;
             E.rs = J->rs ? J->rs + m + mi : NULL;
+            E.res = J->res ? J->res + (m + mi) * ldc + n0 + nj : NULL;
             if (pf_next < pf_total) {
                 const int64_t e1 = pf_next + pf_per < pf_total ? pf_next + pf_per : pf_total;
                 prefetch_next_group(J, m, k0, lpr, pf_next, e1);

@@ -210,7 +210,7 @@ static inline __attribute__((always_inline)) void kern(const float *ap, int64_t 
     for (int i = 0; i < MR; i++) {
         if (i >= mr) break;
         __m256 v0 = acc[i][0], v1 = acc[i][1];
-        if (last) {   /* sum·(sa·sb), then + bias */
+        if (last) {   /* sum·(sa·sb), then + bias (mm_epi) */
             __m256 s0 = sc, s1 = sc;
             if (vec) {
                 const __m256 ra = _mm256_set1_ps(E->rs ? E->rs[i] : E->sa0);
@@ -220,6 +220,11 @@ static inline __attribute__((always_inline)) void kern(const float *ap, int64_t 
             v0 = _mm256_mul_ps(v0, s0);
             v1 = _mm256_mul_ps(v1, s1);
             if (bias) { v0 = _mm256_add_ps(v0, bv0); v1 = _mm256_add_ps(v1, bv1); }
+            if (E->res) {   /* then + the addend */
+                const float *r = E->res + i * E->ldr;
+                v0 = _mm256_add_ps(v0, full ? _mm256_loadu_ps(r) : _mm256_maskload_ps(r, k0));
+                v1 = _mm256_add_ps(v1, full ? _mm256_loadu_ps(r + 8) : _mm256_maskload_ps(r + 8, k1));
+            }
         }
         if (full) {
             _mm256_storeu_ps(c + i * ldc, v0);
@@ -287,11 +292,13 @@ static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_
         for (int64_t e = line + per < nlines ? line + per : nlines; line < e; line++)
             _mm_prefetch((const char *)(an + (line / lpr) * J->lda * es + (line % lpr) * 64), _MM_HINT_T0);
         const float *bp = bpk + (nj / NR) * kc * NR;
-        mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL };
+        mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL,
+                     NULL, ldc };
         for (int64_t mi = 0; mi < ag; mi += MR) {
             const int64_t mr = ag - mi < MR ? ag - mi : MR;
             float *c = J->c + (m + mi) * ldc + n0 + nj;
             E.rs = J->rs ? J->rs + m + mi : NULL;
+            E.res = J->res ? J->res + (m + mi) * ldc + n0 + nj : NULL;
             if (J->a_mcontig) kern_panel(apk + mi, bp, kc, c, ldc, mr, nv, !first, last, &E);
             else kern_rows(apk + mi * kc8, kc8, bp, kc, c, ldc, mr, nv, !first, last, &E);
         }

@@ -205,9 +205,9 @@ FL_MM_PACK void pack_b_k(uint16_t *bp, uint16_t *tmp, const uint8_t *b, int64_t 
 }
 
 /* The epilogue of a 32-column micro-tile's rows (mm_epi): set up once per micro-tile, then applied to each row's
- * two vectors of sums in the last K block: v·s (+ bias) with s = scale (per-tensor scales) or
+ * two vectors of sums in the last K block: v·s (+ bias) (+ res) with s = scale (per-tensor scales) or
  * (rs ? rs[i] : sa0)·(cs ? cs[j] : sb0); the same roundings as cpu_fp8_gemm.c's scale pass: sum·(sa·sb), then
- * + bias. k0, k1: the columns [0, 16) and [16, 32) below nv. */
+ * + bias, then + the addend. k0, k1: the columns [0, 16) and [16, 32) below nv. */
 typedef struct {
     __mmask16 k0, k1;
     bool vec, bias;
@@ -239,6 +239,11 @@ FL_MM_PACK void epi_row(const mm_epi32 *P, const mm_epi *E, int64_t i, __m512 *v
     if (P->bias) {
         *v0 = _mm512_add_ps(*v0, P->bv0);
         *v1 = _mm512_add_ps(*v1, P->bv1);
+    }
+    if (E->res) {
+        const float *r = E->res + i * E->ldr;
+        *v0 = _mm512_add_ps(*v0, _mm512_maskz_loadu_ps(P->k0, r));
+        *v1 = _mm512_add_ps(*v1, _mm512_maskz_loadu_ps(P->k1, r + 16));
     }
 }
 

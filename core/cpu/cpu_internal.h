@@ -95,7 +95,8 @@ extern _Atomic bool fl_cpu_amx_allowed;   /* cpu_fp8_mm_amx.c; tests clear it to
  * and Linux granted the tile registers (asked once). cpu_fp8_mm_amx.c; the FP8 GEMM and bf16 attention use it. */
 bool fl_cpu_amx(void);
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
-fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, bool *done);
+fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, const float *res,
+                        bool *done);
 /* The same driver's AVX2 + FMA family on wider operands: dst[B, M, N] = a[B, M, K]·b[B, K, N], a and b both bf16,
  * both fp16 or both fp32, each batch entry contiguous or a transposed contiguous matrix, a batch of 1 broadcast;
  * each product added to its fp32 sum by one FMA in K order (exact products for bf16 and fp16); dst fp32, or the

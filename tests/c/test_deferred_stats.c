@@ -187,7 +187,7 @@ static fl_fp8_layer *layer(int kind) {
  * step), host copies of y and the three gradients into out[]. */
 static fl_status step(lin *c, fl_fp8_layer *l, int s, float *out) {
     fl_tensor *y = NULL, *h[4] = { NULL, NULL, NULL, NULL };
-    FL_TRY(fl_fp8_linear(&y, c->x, c->w, c->b, l, true, NULL));
+    FL_TRY(fl_fp8_linear(&y, c->x, c->w, c->b, l, true, NULL, NULL));
     fl_status st = fl_backward(y, c->g, false);
     const fl_tensor *src[4] = { y, c->x->grad, c->w->grad, c->b->grad };
     size_t off = 0;
@@ -303,7 +303,7 @@ TEST(deferred_stats_queue_is_bounded) {
     install_fake();
     for (int i = 0; i < 3 * FL_SCALING_MAX_PENDING && st == FL_OK; i++) {
         fl_tensor *y = NULL;
-        st = fl_fp8_linear(&y, c.x, c.w, c.b, l, false, NULL);
+        st = fl_fp8_linear(&y, c.x, c.w, c.b, l, false, NULL, NULL);
         fl_tensor_release(y);
         if (l->role[FL_ROLE_INPUT].npending > most) most = l->role[FL_ROLE_INPUT].npending;
     }

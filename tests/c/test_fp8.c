@@ -128,7 +128,7 @@ static void free_case(lin_case *c) {
 /* y, dx, dw of the FP8 linear; caller frees. */
 static fl_status run_fp8(lin_case *c, fl_fp8_layer *l, float *y, float *dx, float *dw, float *db) {
     fl_tensor *out = NULL;
-    FL_TRY(fl_fp8_linear(&out, c->x, c->w, c->b, l, true, NULL));
+    FL_TRY(fl_fp8_linear(&out, c->x, c->w, c->b, l, true, NULL, NULL));
     fl_tensor_read_f32(out, y);
     fl_status st = fl_backward(out, c->g, false);
     if (st == FL_OK) {
@@ -209,8 +209,8 @@ TEST(fp8_linear_eval_leaves_state_and_cache_reuses_weight) {
     fl_fp8_layer *l = te_layer(hp, 40, 100, 3000);
     fl_tensor *y1 = NULL, *y2 = NULL;
     bool prev = fl_set_grad_enabled(false);
-    REQUIRE_OK(fl_fp8_linear(&y1, c.x, c.w, c.b, l, false, NULL));
-    REQUIRE_OK(fl_fp8_linear(&y2, c.x, c.w, c.b, l, false, NULL));
+    REQUIRE_OK(fl_fp8_linear(&y1, c.x, c.w, c.b, l, false, NULL, NULL));
+    REQUIRE_OK(fl_fp8_linear(&y2, c.x, c.w, c.b, l, false, NULL, NULL));
     fl_set_grad_enabled(prev);
     for (int r = 0; r < 3; r++) CHECK(l->role[r].history[0] == 0, "role %d history touched by eval", r);
     CHECK(l->weight_casts == 1 && l->cache_hits == 1, "weight cast %lld times, %lld hits", (long long)l->weight_casts,
@@ -218,7 +218,7 @@ TEST(fp8_linear_eval_leaves_state_and_cache_reuses_weight) {
     int64_t idx[2] = { 0, 0 };
     REQUIRE_OK(fl_tensor_set(c.w, idx, 0.5));        /* an in-place write invalidates the cache */
     fl_tensor_release(y2); y2 = NULL;
-    REQUIRE_OK(fl_fp8_linear(&y2, c.x, c.w, c.b, l, false, NULL));
+    REQUIRE_OK(fl_fp8_linear(&y2, c.x, c.w, c.b, l, false, NULL, NULL));
     CHECK(l->weight_casts == 2, "stale weight cache reused");
     fl_tensor_release(y1); fl_tensor_release(y2);
     fl_fp8_layer_release(l);
@@ -554,10 +554,10 @@ static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, flo
     if (st == FL_OK) st = fl_fp8_layer_new(&l, r, hp, FL_GRAN_TENSOR);
     for (int step = 0; step < 3 && st == FL_OK; step++) {
         fl_tensor *out = NULL, *h = NULL;
-        if (fused) st = fl_fp8_linear_gelu(&out, c.x, c.w, c.b, l, true, NULL);
+        if (fused) st = fl_fp8_linear_gelu(&out, c.x, c.w, c.b, l, true, NULL, NULL);
         else {
             st = fl_gelu(&h, c.x, 1);
-            if (st == FL_OK) st = fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL);
+            if (st == FL_OK) st = fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL, NULL);
         }
         /* the fused node: the layer's own, flagged (the two ops' layer node reads GELU's output) */
         if (st == FL_OK && out->grad_fn && out->grad_fn->iargs[2]) (*nfused)++;
@@ -597,6 +597,90 @@ TEST(fp8_linear_gelu_matches_gelu_then_linear) {
         }
 }
 
+/* The residual of fl_fp8_linear / fl_fp8_linear_gelu against the layer and then fl_binary's add, over three steps
+ * with history updates: out = res + layer(x) + res ⊙ res (the residual with a second consumer, so its gradient
+ * sums two terms). The same outputs, gradients of x, w, b and res and recipe state bit for bit. kind 0: per-tensor
+ * delayed scaling (the add in the GEMM's store); 1: fprop in high precision; 2: rowwise current scaling; 3: GELU
+ * before the layer (its cast in GELU's pass); 4: a bf16 residual and 5: a residual [M] broadcast over the rows (both
+ * added by fl_binary after the layer). *nres: the steps whose residual the GEMM added. */
+static fl_status residual_steps(int kind, bool fused, float *y, float *dx, float *dw, float *db, float *dr, float *hist,
+                                int *nres) {
+    *nres = 0;
+    lin_case c;
+    make_case(&c);
+    fl_scaling r[3];
+    static const fl_dtype fmts[3] = { FL_E4M3, FL_E4M3, FL_E5M2 };
+    const bool rowwise = kind == 2;
+    const bool hp[3] = { kind == 1, false, false };
+    fl_status st = FL_OK;
+    for (int i = 0; i < 3 && st == FL_OK; i++)
+        st = rowwise ? fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1)
+                     : fl_scaling_init(&r[i], fmts[i], FL_SCALE_DELAYED, false, 0, FL_AMAX_MAX, 4, 1);
+    fl_fp8_layer *l = NULL;
+    if (st == FL_OK) st = fl_fp8_layer_new(&l, r, hp, rowwise ? FL_GRAN_ROWWISE : FL_GRAN_TENSOR);
+    fl_tensor *res = NULL, *res32 = NULL;
+    fl_rng rg;
+    fl_rng_seed(&rg, 11);
+    const int64_t rs2[2] = { N, M }, rs1[1] = { M };
+    if (st == FL_OK) st = kind == 5 ? fl_randn(&res32, &rg, 1, rs1, FL_F32) : fl_randn(&res32, &rg, 2, rs2, FL_F32);
+    if (st == FL_OK) st = kind == 4 ? fl_tensor_to(&res, res32, FL_BF16) : (res = fl_tensor_retain(res32), FL_OK);
+    if (st == FL_OK) fl_tensor_set_requires_grad(res, true);
+    for (int step = 0; step < 3 && st == FL_OK; step++) {
+        fl_tensor *out = NULL, *h = NULL, *lin = NULL, *sq = NULL, *tot = NULL;
+        if (fused) {
+            st = kind == 3 ? fl_fp8_linear_gelu(&out, c.x, c.w, c.b, l, true, NULL, res)
+                           : fl_fp8_linear(&out, c.x, c.w, c.b, l, true, NULL, res);
+        } else {
+            if (kind == 3) st = fl_gelu(&h, c.x, 1);
+            if (st == FL_OK) st = fl_fp8_linear(&lin, kind == 3 ? h : c.x, c.w, c.b, l, true, NULL, NULL);
+            if (st == FL_OK) st = fl_binary(&out, FL_OP_ADD, res, lin);
+        }
+        if (st == FL_OK && out->grad_fn && out->grad_fn->ninputs == 4) (*nres)++;
+        if (st == FL_OK) st = fl_binary(&sq, FL_OP_MUL, res, res);
+        if (st == FL_OK) st = fl_binary(&tot, FL_OP_ADD, out, sq);
+        if (st == FL_OK) st = fl_backward(tot, c.g, false);
+        if (st == FL_OK) {
+            fl_tensor_read_f32(out, y + step * N * M);
+            fl_tensor_read_f32(c.x->grad, dx + step * N * K);
+            fl_tensor_read_f32(c.w->grad, dw + step * M * K);
+            fl_tensor_read_f32(c.b->grad, db + step * M);
+            fl_tensor_read_f32(res->grad, dr + step * N * M);
+        }
+        if (st == FL_OK && !rowwise) st = fl_fp8_layer_update(l);
+        for (int i = 0; i < 3 && st == FL_OK; i++) {
+            hist[step * 6 + 2 * i] = l->role[i].scale;
+            hist[step * 6 + 2 * i + 1] = l->role[i].history[0];
+        }
+        fl_tensor_zero_grad(c.x); fl_tensor_zero_grad(c.w); fl_tensor_zero_grad(c.b); fl_tensor_zero_grad(res);
+        fl_tensor *t[] = { out, h, lin, sq, tot };
+        for (unsigned i = 0; i < 5; i++) fl_tensor_release(t[i]);
+    }
+    fl_tensor_release(res); fl_tensor_release(res32);
+    fl_fp8_layer_release(l);
+    free_case(&c);
+    return st;
+}
+
+TEST(fp8_linear_residual_matches_linear_then_add) {
+    static const char *const what[6] = { "per-tensor delayed", "high-precision fprop", "rowwise", "GELU before",
+                                         "bf16 residual", "broadcast residual" };
+    for (int kind = 0; kind < 6; kind++) {
+        static float y[2][3 * N * M], dx[2][3 * N * K], dw[2][3 * M * K], db[2][3 * M], dr[2][3 * N * M], hist[2][18];
+        memset(dr, 0, sizeof dr);
+        int nr[2];
+        for (int f = 0; f < 2; f++) REQUIRE_OK(residual_steps(kind, f, y[f], dx[f], dw[f], db[f], dr[f], hist[f], &nr[f]));
+        /* the layer's own node takes the residual where it is fp32 of the output's shape (the CPU adds it in the GEMM) */
+        CHECK(nr[0] == 0 && nr[1] == (kind >= 4 ? 0 : 3), "%s: %d steps with the residual in the layer", what[kind], nr[1]);
+        CHECK(!memcmp(y[0], y[1], sizeof y[0]), "%s: outputs differ", what[kind]);
+        CHECK(!memcmp(dx[0], dx[1], sizeof dx[0]), "%s: input gradients differ", what[kind]);
+        CHECK(!memcmp(dw[0], dw[1], sizeof dw[0]), "%s: weight gradients differ", what[kind]);
+        CHECK(!memcmp(db[0], db[1], sizeof db[0]), "%s: bias gradients differ", what[kind]);
+        CHECK(!memcmp(dr[0], dr[1], kind == 5 ? 3 * M * sizeof(float) : sizeof dr[0]), "%s: residual gradients differ",
+              what[kind]);
+        CHECK(!memcmp(hist[0], hist[1], sizeof hist[0]), "%s: recipe state differs", what[kind]);
+    }
+}
+
 /* Two FP8 layers with a tanh GELU between them (fl_fp8_linear, then fl_fp8_linear_gelu) against fl_fp8_linear,
  * fl_gelu, fl_fp8_linear over three steps: the second layer's backward casts the first layer's dY for it (the
  * first layer's dy_handovers counts those steps) where the first layer casts dY per tensor with its stored scale
@@ -633,11 +717,11 @@ static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool secon
     }
     for (int step = 0; step < 3 && st == FL_OK; step++) {
         fl_tensor *h = NULL, *a = NULL, *y = NULL, *p = NULL, *out = NULL;
-        st = fl_fp8_linear(&h, c.x, c.w, c.b, l[0], true, NULL);
-        if (st == FL_OK && fused) st = fl_fp8_linear_gelu(&y, h, w2, b2, l[1], true, NULL);
+        st = fl_fp8_linear(&h, c.x, c.w, c.b, l[0], true, NULL, NULL);
+        if (st == FL_OK && fused) st = fl_fp8_linear_gelu(&y, h, w2, b2, l[1], true, NULL, NULL);
         else if (st == FL_OK) {
             st = fl_gelu(&a, h, 1);
-            if (st == FL_OK) st = fl_fp8_linear(&y, a, w2, b2, l[1], true, NULL);
+            if (st == FL_OK) st = fl_fp8_linear(&y, a, w2, b2, l[1], true, NULL, NULL);
         }
         if (st == FL_OK && second_use) {   /* h feeds a row sum too: its gradient has two parts */
             st = fl_reduce(&p, FL_OP_SUM, h, 1, true);
@@ -798,7 +882,7 @@ static fl_status ln_linear_steps(bool fused, const bool hp[3], int warmup, float
         if (fused) st = fl_fp8_linear_layernorm(&out, c.x, lw, lb, 1e-5, c.w, c.b, l, true, NULL);
         else {
             st = fl_layer_norm(&h, c.x, lw, lb, 1e-5);
-            if (st == FL_OK) st = fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL);
+            if (st == FL_OK) st = fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL, NULL);
         }
         if (st == FL_OK) st = fl_backward(out, c.g, false);
         if (st == FL_OK) {

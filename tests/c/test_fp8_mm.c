@@ -101,20 +101,25 @@ static double ref_dot(const uint8_t *qa, fl_dtype fa, const uint8_t *qb, fl_dtyp
 
 typedef struct { int64_t m, n, k; } shape3;
 
-/* One GEMM through fl_cpu_fp8_mm on `threads` threads; *got [M, N]. Returns whether it ran. */
-static bool run_mm(int *fl__failed, const fl_tensor *a, const fl_tensor *b, const float *bias, float *got, int threads) {
+/* One GEMM through fl_cpu_fp8_mm on `threads` threads (with the addend res [M, N] unless NULL); *got [M, N].
+ * Returns whether it ran. */
+static bool run_mm_res(int *fl__failed, const fl_tensor *a, const fl_tensor *b, const float *bias, const float *res,
+                       float *got, int threads) {
     int64_t shape[2] = { a->shape[0], b->shape[1] };
     fl_tensor *d = NULL;
     if (fl_tensor_empty(&d, FL_F32, 2, shape, FL_DEV_CPU) != FL_OK) return false;
     int before = omp_get_max_threads();
     omp_set_num_threads(threads);
     bool done = false;
-    fl_status st = fl_cpu_fp8_mm(d, a, b, bias, &done);
+    fl_status st = fl_cpu_fp8_mm(d, a, b, bias, res, &done);
     omp_set_num_threads(before);
     CHECK(st == FL_OK, "fp8 mm: %s", fl_last_error());
     memcpy(got, fl_tensor_data(d), (size_t)(shape[0] * shape[1]) * 4);
     fl_tensor_release(d);
     return st == FL_OK && done;
+}
+static bool run_mm(int *fl__failed, const fl_tensor *a, const fl_tensor *b, const float *bias, float *got, int threads) {
+    return run_mm_res(fl__failed, a, b, bias, NULL, got, threads);
 }
 
 static void reference_every_layout(int *fl__failed, int fam) {
@@ -389,10 +394,10 @@ static void per_row_and_per_column_scales(int *fl__failed, int fam) {
     fl_tensor *d = NULL;
     REQUIRE_OK(fl_tensor_empty(&d, FL_F32, 2, shape, FL_DEV_CPU));
     bool done = true;
-    CHECK_OK(fl_cpu_fp8_mm(d, a, b, NULL, &done));
+    CHECK_OK(fl_cpu_fp8_mm(d, a, b, NULL, NULL, &done));
     CHECK(!done, "a scaled per column (along K): expected to decline");
     done = true;
-    CHECK_OK(fl_cpu_fp8_mm(d, a1, bk, NULL, &done));
+    CHECK_OK(fl_cpu_fp8_mm(d, a1, bk, NULL, NULL, &done));
     CHECK(!done, "b scaled per row (along K): expected to decline");
     fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(bk); fl_tensor_release(a1); fl_tensor_release(d);
 }
@@ -422,7 +427,7 @@ TEST(fp8_mm_switches_and_device_entry) {
     REQUIRE_OK(fl_cpu_device()->fp8_gemm(d1, a, b, NULL, NULL, NULL, false));
     fl_cpu_fp8_mm_allowed = false;
     bool done = true;
-    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, NULL, &done));
+    CHECK_OK(fl_cpu_fp8_mm(d2, a, b, NULL, NULL, &done));
     CHECK(!done, "switched off, yet it ran");
     CHECK_OK(fl_cpu_device()->fp8_gemm(d2, a, b, NULL, NULL, NULL, false));
     fl_cpu_fp8_mm_allowed = true;
@@ -430,7 +435,7 @@ TEST(fp8_mm_switches_and_device_entry) {
     done = false;
     fl_tensor *d3 = NULL;
     REQUIRE_OK(fl_tensor_empty(&d3, FL_F32, 2, shape, FL_DEV_CPU));
-    CHECK_OK(fl_cpu_fp8_mm(d3, a, b, NULL, &done));
+    CHECK_OK(fl_cpu_fp8_mm(d3, a, b, NULL, NULL, &done));
     CHECK(done, "AVX-512 disallowed: the AVX2 + FMA family did not run");
     fl_cpu_avx512_allowed = true;
     const float *g1 = fl_tensor_data(d1), *g2 = fl_tensor_data(d2), *g3 = fl_tensor_data(d3);
@@ -465,4 +470,108 @@ TEST(fp8_mm_switches_and_device_entry) {
     fam_reset();
     omp_set_num_threads(before);
     fl_tensor_release(x); fl_tensor_release(xs); fl_tensor_release(w); fl_tensor_release(wt);
+}
+
+/* An addend (a residual after the layer) added as C is stored: the bits of the GEMM and then one fp32 add, in every
+ * family, with and without bias, per-tensor and per-row/per-column scales, both orientations of each operand, shapes
+ * with ragged edges, several K blocks (the addend only in the last one) and the row split with stealing over column
+ * blocks; the same bits on 1 and 2 threads. */
+static void adds_a_residual(int *fl__failed, int fam) {
+    const shape3 shapes[] = { { 7, 13, 3 }, { 33, 70, 517 }, { 130, 45, 1030 }, { 530, 520, 1100 }, { 40, 300, 2100 } };
+    uint64_t seed = 4242;
+    int bad = 0, cases = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int v = 0; v < 16; v++) {
+            const int64_t M = shapes[si].m, N = shapes[si].n, K = shapes[si].k;
+            const bool ta = v & 1, tb = v & 2, with_bias = v & 4, vec = v & 8;
+            if (si >= 3 && (v & 3) != (int)(si & 3)) continue;   /* the big shapes: one layout each, to stay quick */
+            uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+            float *bias = malloc(N * 4), *res = malloc(M * N * 4), *sa = malloc(M * 4), *sb = malloc(N * 4);
+            float *plain = malloc(M * N * 4), *got = malloc(M * N * 4), *got1 = malloc(M * N * 4);
+            rand_bytes(qa, (size_t)(M * K), FL_E4M3, &seed);
+            rand_bytes(qb, (size_t)(K * N), FL_E5M2, &seed);
+            fl_rng r;
+            fl_rng_seed(&r, 90 + v);
+            fl_rng_normal(&r, bias, (size_t)N, 0.0f, 10.0f);
+            fl_rng_normal(&r, res, (size_t)(M * N), 0.0f, 1000.0f);
+            for (int64_t i = 0; i < M; i++) sa[i] = ldexpf(1.0f, (int)(i % 5) - 2);
+            for (int64_t j = 0; j < N; j++) sb[j] = 0.75f + 0.125f * (float)(j % 4);
+            fl_tensor *a = vec ? operand_vec(qa, M, K, FL_E4M3, sa, 0, ta) : operand(qa, M, K, FL_E4M3, 0.5f, ta);
+            fl_tensor *b = vec ? operand_vec(qb, K, N, FL_E5M2, sb, 1, tb) : operand(qb, K, N, FL_E5M2, 1.5f, tb);
+            REQUIRE(a && b, "operands: %s", fl_last_error());
+            const float *pb = with_bias ? bias : NULL;
+            bool ran = run_mm_res(fl__failed, a, b, pb, NULL, plain, 2);
+            ran = run_mm_res(fl__failed, a, b, pb, res, got, 2) && ran;
+            ran = run_mm_res(fl__failed, a, b, pb, res, got1, 1) && ran;
+            CHECK(ran, "%s [%lld %lld %lld] v%d: the new path declined", fam_name[fam], (long long)M, (long long)N,
+                  (long long)K, v);
+            for (int64_t e = 0; e < M * N; e++) {
+                const float want = res[e] + plain[e];
+                if ((memcmp(&got[e], &want, 4) != 0 || memcmp(&got1[e], &want, 4) != 0) && bad++ < 4)
+                    fprintf(stderr, "  %s [%lld %lld %lld] v%d element %lld: got %a (1 thread %a), want %a\n", fam_name[fam],
+                            (long long)M, (long long)N, (long long)K, v, (long long)e, (double)got[e], (double)got1[e],
+                            (double)want);
+            }
+            cases++;
+            fl_tensor_release(a); fl_tensor_release(b);
+            free(qa); free(qb); free(bias); free(res); free(sa); free(sb); free(plain); free(got); free(got1);
+        }
+    CHECK(bad == 0 && cases == 3 * 16 + 2 * 4, "%s: %d elements differ from the GEMM then the add (%d cases)", fam_name[fam],
+          bad, cases);
+}
+TEST(fp8_mm_adds_a_residual_as_it_stores) {
+    for (int fam = 0; fam < FAMS; fam++)
+        if (fam_select(fam)) adds_a_residual(fl__failed, fam);
+    fam_reset();
+}
+
+/* The device entry fp8_gemm_add: our own GEMM and decode + oneDNN (switch cleared) both give fp8_gemm's bits then
+ * one add; an addend of another shape, dtype or layout is refused. */
+TEST(fp8_gemm_add_device_entry) {
+    const int64_t M = 70, N = 90, K = 300;
+    uint64_t seed = 5;
+    uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+    rand_bytes(qa, (size_t)(M * K), FL_E4M3, &seed);
+    rand_bytes(qb, (size_t)(K * N), FL_E4M3, &seed);
+    fl_tensor *a = operand(qa, M, K, FL_E4M3, 0.25f, false), *b = operand(qb, K, N, FL_E4M3, 3.0f, true);
+    REQUIRE(a && b, "operands: %s", fl_last_error());
+    int64_t shape[2] = { M, N }, nb = N;
+    fl_tensor *d1 = NULL, *d2 = NULL, *res = NULL, *bias = NULL;
+    REQUIRE_OK(fl_tensor_empty(&d1, FL_F32, 2, shape, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&d2, FL_F32, 2, shape, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&res, FL_F32, 2, shape, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&bias, FL_F32, 1, &nb, FL_DEV_CPU));
+    fl_rng r;
+    fl_rng_seed(&r, 3);
+    fl_rng_normal(&r, fl_tensor_data(res), (size_t)(M * N), 0.0f, 50.0f);
+    fl_rng_normal(&r, fl_tensor_data(bias), (size_t)N, 0.0f, 5.0f);
+    const fl_device *dev = fl_cpu_device();
+    int bad = 0;
+    for (int path = 0; path < 2; path++) {
+        fl_cpu_fp8_mm_allowed = path == 0;
+        REQUIRE_OK(dev->fp8_gemm(d1, a, b, bias, NULL, NULL, false));
+        REQUIRE_OK(dev->fp8_gemm_add(d2, a, b, bias, res, NULL, NULL, false));
+        const float *g1 = fl_tensor_data(d1), *g2 = fl_tensor_data(d2), *pr = fl_tensor_data(res);
+        for (int64_t e = 0; e < M * N; e++) {
+            const float want = pr[e] + g1[e];
+            if (memcmp(&g2[e], &want, 4) != 0) bad++;
+        }
+    }
+    fl_cpu_fp8_mm_allowed = true;
+    CHECK(bad == 0, "%d elements of fp8_gemm_add differ from fp8_gemm then the add", bad);
+    /* refused: another shape, a transposed view, another dtype, none */
+    int64_t other[2] = { M, N - 1 };
+    fl_tensor *wrong = NULL, *rt = NULL, *r16 = NULL;
+    REQUIRE_OK(fl_tensor_empty(&wrong, FL_F32, 2, other, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_transpose(&rt, res, 0, 1));
+    REQUIRE_OK(fl_tensor_empty(&r16, FL_BF16, 2, shape, FL_DEV_CPU));
+    CHECK(dev->fp8_gemm_add(d2, a, b, NULL, wrong, NULL, NULL, false) == FL_EINVAL, "an addend of another shape was taken");
+    CHECK(strstr(fl_last_error(), "addend") != NULL, "error names the addend: %s", fl_last_error());
+    CHECK(dev->fp8_gemm_add(d2, a, b, NULL, rt, NULL, NULL, false) == FL_EINVAL, "a transposed addend was taken");
+    CHECK(dev->fp8_gemm_add(d2, a, b, NULL, r16, NULL, NULL, false) == FL_EINVAL, "a bf16 addend was taken");
+    CHECK(dev->fp8_gemm_add(d2, a, b, NULL, NULL, NULL, NULL, false) == FL_EINVAL, "no addend was taken");
+    fl_tensor_release(wrong); fl_tensor_release(rt); fl_tensor_release(r16);
+    fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(d1); fl_tensor_release(d2);
+    fl_tensor_release(res); fl_tensor_release(bias);
+    free(qa); free(qb);
 }

@@ -256,6 +256,100 @@ describe("te recipe", function()
     end
   end)
 
+  it("a GPT block's residual adds run in its FP8 projections' GEMMs: the same bits", function()
+    -- the GPT trained as it is (x + proj(...) and x + fc2(...) added as the GEMMs store) and with the dropouts after
+    -- the projections replaced on the instance by the identity (no container adds a residual before a replaced
+    -- forward): the same losses, parameters and recipe state
+    local function run(fused)
+      fp8.manual_seed(5)
+      local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 32 }
+      local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+      local acc = te_accelerator()
+      model, opt = acc:prepare(model, opt)
+      if not fused then
+        for _, b in ipairs { model.blocks[1], model.blocks[2] } do
+          b.attn.resid_dropout.forward = function(_, t) return t end
+          b.mlp[4].forward = function(_, t) return t end
+        end
+      end
+      local idx = fp8.tensor { { 1, 2, 3, 4, 5, 6, 7, 8 }, { 8, 7, 6, 5, 4, 3, 2, 1 } }
+      local tgt = fp8.tensor { { 2, 3, 4, 5, 6, 7, 8, 9 }, { 7, 6, 5, 4, 3, 2, 1, 0 } }
+      local losses = {}
+      for step = 1, 5 do
+        local _, loss = model(idx, tgt)
+        acc:backward(loss); opt:step(); opt:zero_grad()
+        losses[step] = loss:item()
+      end
+      local p, st = params_and_stats(model)
+      local b2 = model.blocks[2]
+      return losses, p, st, { b2.attn.proj.fp8_meta:state().residual_adds, b2.mlp[3].fp8_meta:state().residual_adds }
+    end
+    local l1, p1, s1, r1 = run(true)
+    local l2, p2, s2, r2 = run(false)
+    assert.are.same(l2, l1)
+    assert.are.same(p2, p1)
+    assert.are.same(s2, s1)
+    assert.are.same({ 5, 5 }, r1)   -- the attention's projection and the MLP's second layer, every step
+    assert.are.same({ 0, 0 }, r2)
+    -- a dropout that drops (training, p > 0) runs between the projection and the add; in eval mode it is the
+    -- identity and the add joins the GEMM, with the output of the unfused block
+    local function block(p, replaced)
+      fp8.manual_seed(9)
+      local b = nn.TransformerBlock { n_embd = 32, n_head = 2, dropout = p }
+      local acc = fp8.Accelerator { mixed_precision = "fp8", config = false, env = {},
+        kwargs_handlers = { fp8.TERecipeKwargs { use_autocast_during_eval = true } } }
+      b = acc:prepare(b)
+      if replaced then b.attn.resid_dropout.forward = function(_, t) return t end; b.mlp[4].forward = function(_, t) return t end end
+      return b
+    end
+    local x = fp8.randn { 2, 8, 32 }
+    local b = block(0.1)
+    b(x)
+    assert.are.same({ 0, 0 }, { b.attn.proj.fp8_meta:state().residual_adds, b.mlp[3].fp8_meta:state().residual_adds })
+    b:eval()
+    local y1 = b(x)
+    assert.are.same({ 1, 1 }, { b.attn.proj.fp8_meta:state().residual_adds, b.mlp[3].fp8_meta:state().residual_adds })
+    local u = block(0.1, true)
+    u(x)
+    u:eval()
+    assert.are.same(u(x):tolist(), y1:tolist())
+    assert.are.same({ 0, 0 }, { u.attn.proj.fp8_meta:state().residual_adds, u.mlp[3].fp8_meta:state().residual_adds })
+  end)
+
+  it("FP8Linear:forward_residual is residual + forward(x), the add in the GEMM's store where it can", function()
+    -- called from a prepared model's forward (its FP8 autocast on), with the add after the layer beside it
+    local Probe = nn.Module.class("ResidualProbe")
+    function Probe:__init() self.lin = nn.Linear(32, 48) end
+    function Probe:forward(x, r, fused)
+      if fused then return self.lin:forward_residual(x, r) end
+      return r + self.lin(x)
+    end
+    fp8.manual_seed(3)
+    local acc = te_accelerator()
+    local probe = acc:prepare(Probe())
+    local lin = probe.lin
+    local x = fp8.randn { 4, 32 }
+    for _, r in ipairs { fp8.randn { 4, 48 }, fp8.randn { 48 }, fp8.randn { 4, 48 }:to("bf16") } do
+      assert.are.same(probe(x, r, false):tolist(), probe(x, r, true):tolist())
+    end
+    -- counted only where the GEMM added it (the fp32 residual of the output's shape): 1 of the 3
+    assert.are.equal(1, lin.fp8_meta:state().residual_adds)
+    -- gradients flow to the residual as through an add
+    local function grad_of(fused)
+      fp8.manual_seed(4)
+      local r = fp8.randn({ 4, 48 }):requires_grad(true)
+      local y = probe(x, r, fused)
+      acc:backward((y * y):sum())
+      return r.grad:tolist()
+    end
+    assert.are.same(grad_of(false), grad_of(true))
+    assert.has_error(function() probe(x, "r", true) end, "ResidualProbe forward: expected a tensor residual, got string")
+    assert.has_error(function() probe(x, nil, true) end, "ResidualProbe forward: expected a tensor residual, got nil")
+    assert.has_error(function() probe(x, fp8.randn { 4, 47 }, true) end)
+    -- outside FP8 autocast it declines: the caller adds
+    assert.is_nil(lin:forward_residual(x, fp8.randn { 4, 48 }))
+  end)
+
   it("a LayerNorm before an FP8Linear casts its output in its own pass (GPT blocks, Sequential): the same bits", function()
     -- the GPT trained with its LayerNorms as they are (fused into the FP8 projections after them) and with their
     -- forward replaced by the same function on the instance (which no container fuses)

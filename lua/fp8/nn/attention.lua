@@ -33,10 +33,17 @@ function CausalSelfAttention:__init(cfg)
 end
 
 -- The rest of forward from the packed projection qkv [B, T, 3C]: heads split ([B, T, 3C] → q, k, v [B, H, T, D])
--- and merged back to [B, T, C] inside the op.
-local function attend(self, qkv)
+-- and merged back to [B, T, C] inside the op. With residual: residual + that, added in the projection's FP8 GEMM
+-- where it can (FP8Linear:forward_residual; the dropout after it an identity now).
+local function attend(self, qkv, residual)
   local y = F.qkv_attention(qkv, self.n_head, { is_causal = true })
-  return self.resid_dropout(self.proj(y))
+  if residual == nil then return self.resid_dropout(self.proj(y)) end
+  local p = self.proj
+  if Module._call_hook == nil and Module.runs_forward_of(p, "FP8Linear") and Dropout.is_identity(self.resid_dropout) then
+    local out = p:_call_with(p.forward_residual, y, residual)
+    if out ~= nil then return out end
+  end
+  return residual + self.resid_dropout(self.proj(y))
 end
 
 local function check_input(self, x)
@@ -52,13 +59,14 @@ function CausalSelfAttention:forward(x)
 end
 
 -- self(ln(x)) with the LayerNorm's output cast to FP8 in its pass where the projection is an FP8Linear that takes
--- it (FP8Linear:forward_layernorm; TransformerBlock); nil where it is not (the caller runs the two).
-function CausalSelfAttention:_forward_after_ln(x, ln)
+-- it (FP8Linear:forward_layernorm; TransformerBlock), and with residual, residual + that (attend); nil where
+-- LayerNorm's pass cannot cast (the caller runs the two and adds).
+function CausalSelfAttention:_forward_after_ln(x, ln, residual)
   if not Module.runs_forward_of(self, "CausalSelfAttention") or not LayerNorm.fuses_into(ln, self.qkv) then return nil end
   check_input(self, x)
   local qkv = self.qkv:_call_with(self.qkv.forward_layernorm, x, ln)
   if qkv == nil then return nil end
-  return attend(self, qkv)
+  return attend(self, qkv, residual)
 end
 
 function CausalSelfAttention:extra_repr() return ("n_embd=%d, n_head=%d"):format(self.n_embd, self.n_head) end

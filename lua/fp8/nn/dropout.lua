@@ -24,6 +24,12 @@ end
 
 function Dropout:extra_repr() return ("p=%g"):format(self.p) end
 
+-- Whether m is a Dropout that passes its input through now (p = 0, or eval mode) with its class's forward: a
+-- container may then add a residual before it rather than after it (TransformerBlock's adds in the GEMM's store).
+function Dropout.is_identity(m)
+  return Module.runs_forward_of(m, "Dropout") and (m.p == 0 or not m.training)
+end
+
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 require("fp8.opts").strict_arity(Dropout, "Dropout")
 return Dropout

@@ -102,18 +102,40 @@ function FP8Linear:forward(x)
   return F.linear(x, self.weight, self.bias)
 end
 
+local function check_residual(r)
+  if r ~= nil and not core.is_tensor(r) then error(("expected a tensor residual, got %s"):format(type(r)), 0) end
+end
+
 -- forward(GELU(x)) with GELU's tanh form, for a Sequential whose GELU("tanh") comes right before this layer: the
 -- same result, gradients and recipe state, with the input's FP8 cast made in GELU's pass where the core can
 -- (fl_fp8_linear_gelu: per-tensor delayed scaling past its warm-up, every GEMM in FP8, a CPU tensor), so the
--- fp32 activation is never written. nil when the layer would not run in FP8 now (the caller runs the two).
-function FP8Linear:forward_gelu(x)
+-- fp32 activation is never written. With residual: residual + that, as forward_residual adds it. nil when the
+-- layer would not run in FP8 now (the caller runs the two).
+function FP8Linear:forward_gelu(x, residual)
   if not (autocast.enabled() and not rawget(self, "fp8_disabled")) then return nil end
   if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
   if x:dim() < 1 or x:size(-1) ~= self.in_features then
     error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
   end
+  check_residual(residual)
   local record = self.training ~= false and core.is_grad_enabled()
-  return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"))
+  return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"), residual)
+end
+
+-- residual + forward(x), for a container that adds this layer's output to its input (TransformerBlock's
+-- x + proj(...), x + fc2(...)): the same result, gradients and recipe state as the add after the layer, with an
+-- fp32 residual of the output's shape added as the FP8 GEMM stores its result where the core can (fl_fp8_linear's
+-- residual: the layer's own output is never written alone; fp8_meta:state().residual_adds counts it). nil when
+-- the layer would not run in FP8 now (the caller adds).
+function FP8Linear:forward_residual(x, residual)
+  if not (autocast.enabled() and not rawget(self, "fp8_disabled")) then return nil end
+  if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if x:dim() < 1 or x:size(-1) ~= self.in_features then
+    error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
+  end
+  if not core.is_tensor(residual) then error(("expected a tensor residual, got %s"):format(type(residual)), 0) end
+  local record = self.training ~= false and core.is_grad_enabled()
+  return C.linear(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"), residual)
 end
 
 -- forward(ln(x)) for the LayerNorm module ln right before this layer (in a Sequential, a TransformerBlock): the same

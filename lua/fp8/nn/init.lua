@@ -51,7 +51,8 @@ add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   .. "followed by an FP8Linear runs inside that layer (FP8Linear:forward_gelu: under delayed scaling, on the CPU,\n"
   .. "its input cast in GELU's pass, and GELU's backward casts dY for an FP8Linear before it), and so does a\n"
   .. "LayerNorm followed by an FP8Linear (FP8Linear:forward_layernorm: LayerNorm's output cast in its pass);\n"
-  .. "the same bits either way.")
+  .. "the same bits either way. A TransformerBlock's residual adds run in its last FP8Linears' GEMMs\n"
+  .. "(FP8Linear:forward_residual(x, residual) = residual + layer(x); fp8_meta:state().residual_adds).")
 add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0}",
   "A small GPT-2: model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
   .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based);\n"

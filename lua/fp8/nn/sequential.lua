@@ -37,42 +37,67 @@ Sequential.add = Sequential.append
 -- input's FP8 cast in GELU's pass, and in the backward the cast of dY for an FP8Linear that made GELU's input; the
 -- same results), and so does a LayerNorm right before an FP8Linear (FP8Linear:forward_layernorm: LayerNorm's output
 -- cast in LayerNorm's pass), unless either module's forward is replaced or the profiler times modules (it would
--- lose the first module's range). The fused call of m then nxt, or nil.
+-- lose the first module's range). The fused call of m then nxt and whether it takes a residual, or nil.
 local LayerNorm = require "fp8.nn.layernorm"
+local Dropout = require "fp8.nn.dropout"
 local function fused(m, nxt)
   if nxt == nil or Module._call_hook ~= nil then return nil end
   if Module.runs_forward_of(m, "GELU") and m.approximate == "tanh"
     and type(nxt.forward_gelu) == "function" and Module.runs_forward_of(nxt, "FP8Linear") then
-    return nxt.forward_gelu
+    return nxt.forward_gelu, true
   end
-  if LayerNorm.fuses_into(m, nxt) then return function(l, x) return l:forward_layernorm(x, m) end end
+  if LayerNorm.fuses_into(m, nxt) then return function(l, x) return l:forward_layernorm(x, m) end, false end
   return nil
 end
 
--- The layers from position i on, x their input.
-local function run_from(self, x, i)
+-- Whether the layers from position i on are all identities now (Dropout.is_identity): a residual added before them
+-- is then what adding it after them gives.
+local function identities_from(map, names, i)
+  for k = i, #names do
+    if not Dropout.is_identity(map[names[k]]) then return false end
+  end
+  return true
+end
+
+-- The layers from position i on, x their input; with res, res + their output, added in the last FP8Linear's GEMM
+-- where only identities follow it (FP8Linear:forward_residual, forward_gelu's residual).
+local function run_from(self, x, i, res)
   local mods = rawget(self, "_modules")
   local names, map = mods.names, mods.map
   while i <= #names do   -- every position (a module may repeat)
     local m, nxt = map[names[i]], names[i + 1] and map[names[i + 1]]
-    local f, y = fused(m, nxt), nil
-    if f then y = nxt:_call_with(f, x) end   -- errors carry the layer's own context, as its forward's would
-    if y ~= nil then x, i = y, i + 2
-    else x, i = m(x), i + 1 end
+    local f, takes_res = fused(m, nxt)
+    local y
+    if f then
+      local r = res ~= nil and takes_res and identities_from(map, names, i + 2) and res or nil
+      y = nxt:_call_with(f, x, r)   -- errors carry the layer's own context, as its forward's would
+      if y ~= nil and r ~= nil then return y end
+      if y ~= nil then x, i = y, i + 2 end
+    end
+    if y == nil then
+      if res ~= nil and Module._call_hook == nil and Module.runs_forward_of(m, "FP8Linear")
+        and identities_from(map, names, i + 1) then
+        y = m:_call_with(m.forward_residual, x, res)
+        if y ~= nil then return y end
+      end
+      x, i = m(x), i + 1
+    end
   end
+  if res ~= nil then return res + x end
   return x
 end
 
 function Sequential:forward(x) return run_from(self, x, 1) end
 
 -- self(ln(x)) with the LayerNorm's output cast to FP8 in its pass where the first layer is an FP8Linear that takes
--- it (TransformerBlock's MLP); nil where it is not (the caller runs the two).
-function Sequential:_forward_after_ln(x, ln)
+-- it (TransformerBlock's MLP), and with residual, residual + that (added in the last FP8Linear's GEMM where it
+-- can); nil where LayerNorm's pass cannot cast (the caller runs the two and adds).
+function Sequential:_forward_after_ln(x, ln, residual)
   local first = self[1]
   if not Module.runs_forward_of(self, "Sequential") or not LayerNorm.fuses_into(ln, first) then return nil end
   local y = first:_call_with(first.forward_layernorm, x, ln)
   if y == nil then return nil end
-  return run_from(self, y, 2)
+  return run_from(self, y, 2, residual)
 end
 
 Sequential.__len = function(self) return #rawget(self, "_modules").names end

@@ -27,20 +27,21 @@ function TransformerBlock:__init(cfg)
     Dropout(cfg.dropout or 0))
 end
 
--- m(ln(x)); where m starts with an FP8Linear that takes it (CausalSelfAttention's and Sequential's
--- _forward_after_ln), LayerNorm's output is cast to FP8 in LayerNorm's pass and never written in fp32: the same
--- results. Not while the profiler times modules, or where either module's forward is replaced on the instance.
-local function after_ln(ln, m, x)
+-- x + m(ln(x)); where m starts with an FP8Linear that takes it (CausalSelfAttention's and Sequential's
+-- _forward_after_ln), LayerNorm's output is cast to FP8 in LayerNorm's pass and never written in fp32, and where m
+-- ends with one, x is added as its FP8 GEMM stores its output (FP8Linear:forward_residual): the same results. Not
+-- while the profiler times modules, or where either module's forward is replaced on the instance.
+local function residual_after_ln(ln, m, x)
   if Module._call_hook == nil and type(m._forward_after_ln) == "function" then   -- it checks m's forward is its class's
-    local y = m:_call_with(m._forward_after_ln, x, ln)
+    local y = m:_call_with(m._forward_after_ln, x, ln, x)
     if y ~= nil then return y end
   end
-  return m(ln(x))
+  return x + m(ln(x))
 end
 
 function TransformerBlock:forward(x)
-  x = x + after_ln(self.ln1, self.attn, x)
-  return x + after_ln(self.ln2, self.mlp, x)
+  x = residual_after_ln(self.ln1, self.attn, x)
+  return residual_after_ln(self.ln2, self.mlp, x)
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
