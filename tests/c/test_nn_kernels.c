@@ -102,6 +102,41 @@ TEST(nn_gelu_tanh_avx2) {
     check_gelu(fl__failed, 1, 200003);
     fl_cpu_avx512_allowed = true;
 }
+
+/* The AVX-512 copy of the tanh form (intrinsics, its 2^k by vscalefps) gives the AVX2 copy's bits, forward and
+ * backward: every 251st float bit pattern (both signs, zeros, subnormals, the range where e^-2|u| flushes to 0,
+ * infinities and NaNs among them), spans with ragged tails. Skipped where the CPU has no AVX-512. */
+TEST(nn_gelu_tanh_avx512_matches_avx2_bits) {
+    if (!fl_cpu_avx512()) { fprintf(stderr, "  (skipped: no AVX-512 on this CPU)\n"); return; }
+    const int64_t n = (int64_t)((1ull << 32) / 251) + 1;
+    float *x = malloc((size_t)n * 4), *dy = malloc((size_t)n * 4);
+    float *y[2] = { malloc((size_t)n * 4), malloc((size_t)n * 4) }, *dx[2] = { malloc((size_t)n * 4), malloc((size_t)n * 4) };
+    REQUIRE(x && dy && y[0] && y[1] && dx[0] && dx[1], "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)((uint64_t)i * 251u);
+        memcpy(&x[i], &u, 4);
+        dy[i] = (float)(i % 7) - 2.5f;
+    }
+    for (int wide = 0; wide < 2; wide++) {
+        fl_cpu_avx512_allowed = wide;
+        fl_cpu_gelu_fwd(x, y[wide], n, 1);
+        fl_cpu_gelu_bwd(x, dy, dx[wide], n, 1);
+        fl_cpu_gelu_tanh_fwd_serial(x, y[wide], 1000003);    /* the serial spans too (a ragged last span) */
+        fl_cpu_gelu_tanh_bwd_serial(x, dy, dx[wide], 1000003);
+    }
+    fl_cpu_avx512_allowed = true;
+    int64_t bad_y = 0, bad_dx = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const bool by = memcmp(&y[0][i], &y[1][i], 4) != 0 && !(isnan(y[0][i]) && isnan(y[1][i]));
+        const bool bd = memcmp(&dx[0][i], &dx[1][i], 4) != 0 && !(isnan(dx[0][i]) && isnan(dx[1][i]));
+        bad_y += by; bad_dx += bd;
+        if ((by || bd) && first < 0) first = i;
+    }
+    CHECK(bad_y == 0 && bad_dx == 0, "%lld forward and %lld backward values differ (first x = %a: y %a / %a, dx %a / %a)",
+          (long long)bad_y, (long long)bad_dx, first >= 0 ? (double)x[first] : 0.0, first >= 0 ? (double)y[0][first] : 0.0,
+          first >= 0 ? (double)y[1][first] : 0.0, first >= 0 ? (double)dx[0][first] : 0.0, first >= 0 ? (double)dx[1][first] : 0.0);
+    free(x); free(dy); free(y[0]); free(y[1]); free(dx[0]); free(dx[1]);
+}
 TEST(nn_gelu_tanh_special) {
     float x[5] = { 0.0f, -0.0f, INFINITY, NAN, -30.0f }, y[5], dy[5] = { 1, 1, 1, 1, 1 }, dx[5];
     fl_cpu_gelu_fwd(x, y, 5, 1);
