@@ -104,10 +104,14 @@ FL_CPU_AVX512 static inline __m512 gelu512_ue(const gelu512 *g, __m512 v, __m512
     const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), g->one);
     return _mm512_maskz_scalef_ps(in, y, k);
 }
+/* the lanes of the 16 from element i of n that exist */
+static inline __mmask16 gelu512_lanes(int64_t i, int64_t n) {
+    return n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+}
 FL_CPU_AVX512 static void gelu_tanh_fwd_span512(const float *x, float *y, int64_t n) {
     const gelu512 g = gelu512_consts();
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __mmask16 m = gelu512_lanes(i, n);
         const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         __m512 v2, u;
         const __m512 e = gelu512_ue(&g, v, &v2, &u);
@@ -119,7 +123,7 @@ FL_CPU_AVX512 static void gelu_tanh_fwd_span512(const float *x, float *y, int64_
 FL_CPU_AVX512 static void gelu_tanh_bwd_span512(const float *x, const float *dy, float *dx, int64_t n) {
     const gelu512 g = gelu512_consts();
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __mmask16 m = gelu512_lanes(i, n);
         const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         __m512 v2, u;
         const __m512 e = gelu512_ue(&g, v, &v2, &u);

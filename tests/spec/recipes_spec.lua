@@ -30,6 +30,27 @@ local function params_and_stats(model)
   return p, st
 end
 
+-- A 2-layer GPT trained 5 steps in te; unfuse(model) may replace forwards on the instances first. Returns the
+-- losses, params_and_stats and counters(model).
+local function train_small_gpt(unfuse, counters)
+  fp8.manual_seed(5)
+  local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 32 }
+  local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+  local acc = te_accelerator()
+  model, opt = acc:prepare(model, opt)
+  if unfuse then unfuse(model) end
+  local idx = fp8.tensor { { 1, 2, 3, 4, 5, 6, 7, 8 }, { 8, 7, 6, 5, 4, 3, 2, 1 } }
+  local tgt = fp8.tensor { { 2, 3, 4, 5, 6, 7, 8, 9 }, { 7, 6, 5, 4, 3, 2, 1, 0 } }
+  local losses = {}
+  for step = 1, 5 do
+    local _, loss = model(idx, tgt)
+    acc:backward(loss); opt:step(); opt:zero_grad()
+    losses[step] = loss:item()
+  end
+  local p, st = params_and_stats(model)
+  return losses, p, st, counters(model)
+end
+
 local function count_class(model, name)
   local c = 0
   for _, m in ipairs(model:modules()) do if getmetatable(m).__name == name then c = c + 1 end end
@@ -261,28 +282,15 @@ describe("te recipe", function()
     -- the projections replaced on the instance by the identity (no container adds a residual before a replaced
     -- forward): the same losses, parameters and recipe state
     local function run(fused)
-      fp8.manual_seed(5)
-      local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 32 }
-      local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-      local acc = te_accelerator()
-      model, opt = acc:prepare(model, opt)
-      if not fused then
+      return train_small_gpt(not fused and function(model)
         for _, b in ipairs { model.blocks[1], model.blocks[2] } do
           b.attn.resid_dropout.forward = function(_, t) return t end
           b.mlp[4].forward = function(_, t) return t end
         end
-      end
-      local idx = fp8.tensor { { 1, 2, 3, 4, 5, 6, 7, 8 }, { 8, 7, 6, 5, 4, 3, 2, 1 } }
-      local tgt = fp8.tensor { { 2, 3, 4, 5, 6, 7, 8, 9 }, { 7, 6, 5, 4, 3, 2, 1, 0 } }
-      local losses = {}
-      for step = 1, 5 do
-        local _, loss = model(idx, tgt)
-        acc:backward(loss); opt:step(); opt:zero_grad()
-        losses[step] = loss:item()
-      end
-      local p, st = params_and_stats(model)
-      local b2 = model.blocks[2]
-      return losses, p, st, { b2.attn.proj.fp8_meta:state().residual_adds, b2.mlp[3].fp8_meta:state().residual_adds }
+      end, function(model)
+        local b2 = model.blocks[2]
+        return { b2.attn.proj.fp8_meta:state().residual_adds, b2.mlp[3].fp8_meta:state().residual_adds }
+      end)
     end
     local l1, p1, s1, r1 = run(true)
     local l2, p2, s2, r2 = run(false)
@@ -354,27 +362,14 @@ describe("te recipe", function()
     -- the GPT trained with its LayerNorms as they are (fused into the FP8 projections after them) and with their
     -- forward replaced by the same function on the instance (which no container fuses)
     local function run(fused)
-      fp8.manual_seed(5)
-      local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 32 }
-      local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-      local acc = te_accelerator()
-      model, opt = acc:prepare(model, opt)
-      if not fused then
+      return train_small_gpt(not fused and function(model)
         for _, b in ipairs { model.blocks[1], model.blocks[2] } do
           for _, ln in ipairs { b.ln1, b.ln2 } do ln.forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end end
         end
-      end
-      local idx = fp8.tensor { { 1, 2, 3, 4, 5, 6, 7, 8 }, { 8, 7, 6, 5, 4, 3, 2, 1 } }
-      local tgt = fp8.tensor { { 2, 3, 4, 5, 6, 7, 8, 9 }, { 7, 6, 5, 4, 3, 2, 1, 0 } }
-      local losses = {}
-      for step = 1, 5 do
-        local _, loss = model(idx, tgt)
-        acc:backward(loss); opt:step(); opt:zero_grad()
-        losses[step] = loss:item()
-      end
-      local p, st = params_and_stats(model)
-      local b1 = model.blocks[1]
-      return losses, p, st, { b1.attn.qkv.fp8_meta:state().fused_input_casts, b1.mlp[1].fp8_meta:state().fused_input_casts }
+      end, function(model)
+        local b1 = model.blocks[1]
+        return { b1.attn.qkv.fp8_meta:state().fused_input_casts, b1.mlp[1].fp8_meta:state().fused_input_casts }
+      end)
     end
     local l1, p1, s1, f1 = run(true)
     local l2, p2, s2, f2 = run(false)

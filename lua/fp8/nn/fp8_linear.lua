@@ -90,20 +90,28 @@ function FP8Linear:_check_load_state(sd, prefix)
   return nil
 end
 
-function FP8Linear:forward(x)
+local function check_input(self, x)
   if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
   if x:dim() < 1 or x:size(-1) ~= self.in_features then
     error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
   end
-  if autocast.enabled() and not rawget(self, "fp8_disabled") then
-    local record = self.training ~= false and core.is_grad_enabled()
-    return C.linear(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"))
+end
+local function runs_fp8(self) return autocast.enabled() and not rawget(self, "fp8_disabled") end
+-- whether this call's amaxes go into the histories
+local function records(self) return self.training ~= false and core.is_grad_enabled() end
+
+function FP8Linear:forward(x)
+  check_input(self, x)
+  if runs_fp8(self) then
+    return C.linear(x, self.weight, self.bias, self.fp8_meta, records(self), rawget(self, "weight_fp8"))
   end
   return F.linear(x, self.weight, self.bias)
 end
 
-local function check_residual(r)
-  if r ~= nil and not core.is_tensor(r) then error(("expected a tensor residual, got %s"):format(type(r)), 0) end
+local function check_residual(r, required)
+  if (r ~= nil or required) and not core.is_tensor(r) then
+    error(("expected a tensor residual, got %s"):format(type(r)), 0)
+  end
 end
 
 -- forward(GELU(x)) with GELU's tanh form, for a Sequential whose GELU("tanh") comes right before this layer: the
@@ -112,14 +120,10 @@ end
 -- fp32 activation is never written. With residual: residual + that, as forward_residual adds it. nil when the
 -- layer would not run in FP8 now (the caller runs the two).
 function FP8Linear:forward_gelu(x, residual)
-  if not (autocast.enabled() and not rawget(self, "fp8_disabled")) then return nil end
-  if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
-  if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
-  end
+  if not runs_fp8(self) then return nil end
+  check_input(self, x)
   check_residual(residual)
-  local record = self.training ~= false and core.is_grad_enabled()
-  return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"), residual)
+  return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, records(self), rawget(self, "weight_fp8"), residual)
 end
 
 -- residual + forward(x), for a container that adds this layer's output to its input (TransformerBlock's
@@ -128,14 +132,10 @@ end
 -- residual: the layer's own output is never written alone; fp8_meta:state().residual_adds counts it). nil when
 -- the layer would not run in FP8 now (the caller adds).
 function FP8Linear:forward_residual(x, residual)
-  if not (autocast.enabled() and not rawget(self, "fp8_disabled")) then return nil end
-  if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
-  if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
-  end
-  if not core.is_tensor(residual) then error(("expected a tensor residual, got %s"):format(type(residual)), 0) end
-  local record = self.training ~= false and core.is_grad_enabled()
-  return C.linear(x, self.weight, self.bias, self.fp8_meta, record, rawget(self, "weight_fp8"), residual)
+  if not runs_fp8(self) then return nil end
+  check_input(self, x)
+  check_residual(residual, true)
+  return C.linear(x, self.weight, self.bias, self.fp8_meta, records(self), rawget(self, "weight_fp8"), residual)
 end
 
 -- forward(ln(x)) for the LayerNorm module ln right before this layer (in a Sequential, a TransformerBlock): the same
@@ -147,7 +147,7 @@ function FP8Linear:forward_layernorm(x, ln)
   if not Module.is_module(ln) or math.type(ln.normalized_shape) ~= "integer" then
     error(("forward_layernorm: expected a LayerNorm module, got %s"):format(Module.is_module(ln) and ln:type_name() or type(ln)), 0)
   end
-  if not (autocast.enabled() and not rawget(self, "fp8_disabled")) then return nil end
+  if not runs_fp8(self) then return nil end
   if not core.is_tensor(x) or x:dim() < 1 or x:size(-1) ~= ln.normalized_shape or ln.normalized_shape ~= self.in_features
     or x:is_fp8() then
     return nil
@@ -155,8 +155,7 @@ function FP8Linear:forward_layernorm(x, ln)
   for _, t in ipairs { ln.weight or x, ln.bias or x, self.weight } do
     if not core.is_tensor(t) or t:device() ~= x:device() then return nil end
   end
-  local record = self.training ~= false and core.is_grad_enabled()
-  return C.linear_layernorm(x, ln.weight, ln.bias, ln.eps, self.weight, self.bias, self.fp8_meta, record,
+  return C.linear_layernorm(x, ln.weight, ln.bias, ln.eps, self.weight, self.bias, self.fp8_meta, records(self),
     rawget(self, "weight_fp8"))
 end
 
