@@ -231,10 +231,6 @@ static fl_status cast_dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_te
 
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
 
-/* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
- * their scales (device.h fp8_gemm; transposed views are read as they are). a_cache / b_cache: slots for
- * what the device derives from a's / b's bytes (dY shared by dgrad and wgrad; the cached FP8 weight), or
- * NULL. fast_accum: fprop only (fl_fp8_layer.fast_accum). */
 /* *y ← addend + *y (a residual added after the layer, as `x + layer(x)` adds it). */
 static fl_status add_to(fl_tensor **y, const fl_tensor *addend) {
     fl_tensor *s = NULL;
@@ -244,8 +240,11 @@ static fl_status add_to(fl_tensor **y, const fl_tensor *addend) {
     return FL_OK;
 }
 
-/* out = A·B in FP8 (+ bias) (+ addend: fp32, contiguous, the result's shape), the addend in the GEMM's store where
- * the device has fp8_gemm_add, else added after it: the same bits. */
+/* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
+ * their scales (device.h fp8_gemm; transposed views are read as they are). a_cache / b_cache: slots for
+ * what the device derives from a's / b's bytes (dY shared by dgrad and wgrad; the cached FP8 weight), or
+ * NULL. fast_accum: fprop only (fl_fp8_layer.fast_accum). addend (or NULL): fp32, contiguous, the result's shape,
+ * added in the GEMM's store where the device has fp8_gemm_add, else after it (add_to): the same bits. */
 static fl_status gemm_fp8(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, const fl_tensor *bias,
                           const fl_tensor *addend, fl_tensor **a_cache, fl_tensor **b_cache, bool fast_accum) {
     *out = NULL;
@@ -585,7 +584,6 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
         if (st == FL_OK) n->inputs_read = 3u;   /* x and the weight: re-cast in backward when not saved */
         if (st == FL_OK) {
             fl_autograd_attach(*out, n);
-            if (res) st = fl_node_input_stub(n, SV_RES_IN);   /* its gradient is dY: only its shape is read */
             n->ctx = fl_fp8_layer_retain(l);
             n->ctx_free = layer_ctx_free;
             n->iargs[0] = cdt;
@@ -614,6 +612,7 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
                 fl_node_save(n, SV_X, x2);
                 fl_node_save(n, SV_W, w);
             }
+            if (st == FL_OK && res) st = fl_node_input_stub(n, SV_RES_IN);   /* its gradient is dY: only its shape is read */
         }
     }
     fl_tensor_release(x2);
