@@ -3,6 +3,7 @@
  * chunk order, the embedding's are split by columns, each summed over its positions in order: every result is
  * independent of the thread count. */
 #include "cpu_nn_internal.h"
+#include "cpu_internal.h"
 #include "format.h"
 
 #include <stdlib.h>
@@ -42,7 +43,10 @@ static inline void ln_row(const float *xr, const float *w, const float *b, float
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                           int64_t rows, int64_t cols, float eps) {
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) ln_row(x + r * cols, w, b, y + r * cols, mean + r, rstd + r, cols, eps);
+    for (int64_t r = 0; r < rows; r++) {
+        if (r + 2 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, cols);
+        ln_row(x + r * cols, w, b, y + r * cols, mean + r, rstd + r, cols, eps);
+    }
 }
 
 /* fl_cpu_layernorm_fwd with y cast per tensor to fmt with `scale` as it is made (fl_quantize_f32 a row at a time
@@ -63,6 +67,7 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             if (!yr) continue;
+            if (r + 2 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, cols);
             ln_row(x + r * cols, w, b, yr, mean + r, rstd + r, cols, eps);
             fl_cast_stats s;
             if (fl_quantize_f32(yr, q + r * cols, (size_t)cols, fmt, scale, p, &s) != FL_OK) {
@@ -82,12 +87,41 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
     return FL_OK;
 }
 
+/* LayerNorm backward's second and third passes over one row, its sums a = Σ(dy·w)/n and c = Σ(dy·w·x̂)/n made:
+ * dx (unless NULL), and the row's terms of dw and db added to the chunk's column sums pw, pb (unless NULL; the
+ * row still in cache). Elementwise or per column, never across lanes, so the AVX-512 copy gives the AVX2 copy's
+ * bits; the first pass's row sums stay in the build's AVX2 code (their lane count sets their rounding). */
+static inline __attribute__((always_inline)) void ln_bwd_rest(const float *xr, const float *gr, const float *w, float m,
+                                                              float rs, float a, float c, float *dr, double *pw,
+                                                              double *pb, int64_t cols) {
+    if (dr && w) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
+    } else if (dr) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] - a - (xr[j] - m) * rs * c);
+    }
+    if (pw) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) { pw[j] += (double)(gr[j] * (xr[j] - m) * rs); pb[j] += (double)gr[j]; }
+    }
+}
+static void ln_bwd_rest256(const float *xr, const float *gr, const float *w, float m, float rs, float a, float c,
+                           float *dr, double *pw, double *pb, int64_t cols) {
+    ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
+}
+FL_CPU_AVX512 static void ln_bwd_rest512(const float *xr, const float *gr, const float *w, float m, float rs, float a,
+                                         float c, float *dr, double *pw, double *pb, int64_t cols) {
+    ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
+}
+
 /* With x̂ = (x−mean)·rstd and g = dy·w: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)); dw += Σ_rows dy·x̂,
  * db += Σ_rows dy. One pass over x and dy: a row's dx, then its terms of dw and db added to its chunk's column
  * sums (LN_SUM_ROWS rows a chunk, in double), which are combined in chunk order at the end; threads take whole
  * chunks, so every result is independent of the thread count. */
 fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                                float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+    const bool wide = fl_cpu_avx512();
     const int par = rows > 1 && rows * cols > FL_NN_PAR_MIN;
     const bool sums = dw || db;
     const int64_t chunks = (rows + LN_SUM_ROWS - 1) / LN_SUM_ROWS;
@@ -101,8 +135,12 @@ fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean
         for (int64_t r = ch * LN_SUM_ROWS; r < r1; r++) {
             const float *xr = x + r * cols, *gr = dy + r * cols;
             const float m = mean[r], rs = rstd[r];
+            if (r + 2 < r1) {
+                fl_cpu_prefetch_row(xr + 2 * cols, cols);
+                fl_cpu_prefetch_row(gr + 2 * cols, cols);
+            }
+            float a = 0.0f, c = 0.0f;
             if (dx) {
-                float *dr = dx + r * cols;
                 float sg = 0.0f, sgx = 0.0f;
                 if (w) {
                     #pragma omp simd reduction(+:sg, sgx)
@@ -114,19 +152,11 @@ fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean
                     #pragma omp simd reduction(+:sg, sgx)
                     for (int64_t j = 0; j < cols; j++) { sg += gr[j]; sgx += gr[j] * (xr[j] - m) * rs; }
                 }
-                const float a = sg / (float)cols, c = sgx / (float)cols;
-                if (w) {
-                    #pragma omp simd
-                    for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
-                } else {
-                    #pragma omp simd
-                    for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] - a - (xr[j] - m) * rs * c);
-                }
+                a = sg / (float)cols, c = sgx / (float)cols;
             }
-            if (sums) {   /* the row is still in cache */
-                #pragma omp simd
-                for (int64_t j = 0; j < cols; j++) { pw[j] += (double)(gr[j] * (xr[j] - m) * rs); pb[j] += (double)gr[j]; }
-            }
+            float *dr = dx ? dx + r * cols : NULL;
+            if (wide) ln_bwd_rest512(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
+            else ln_bwd_rest256(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
         }
     }
     if (sums) {

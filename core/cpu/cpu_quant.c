@@ -131,6 +131,7 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
             if (my != FL_OK) continue;
             const int64_t i0 = c * GQ_CHUNK, len = n - i0 < GQ_CHUNK ? n - i0 : GQ_CHUNK;
             fl_cast_stats s;
+            if (i0 + 2 * GQ_CHUNK <= n) fl_cpu_prefetch_row(x + i0 + GQ_CHUNK, GQ_CHUNK);   /* the next chunk */
             fl_cpu_gelu_tanh_fwd_serial(x + i0, buf, len);
             my = fl_quantize_f32(buf, d + i0, (size_t)len, dst->dtype, scale[0], p, &s);
             if (my == FL_OK) fl_cast_stats_merge(&mine, &s);
@@ -177,6 +178,10 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
             const int64_t r1 = (ch + 1) * FL_CPU_SUM_ROWS < R ? (ch + 1) * FL_CPU_SUM_ROWS : R;
             for (int64_t r = ch * FL_CPU_SUM_ROWS; r < r1; r++) {
                 const float *row = x + r * C;
+                if (r + 2 < r1) {   /* two rows ahead (fl_cpu_prefetch_row) */
+                    fl_cpu_prefetch_row(row + 2 * C, C);
+                    if (xg) fl_cpu_prefetch_row(xg + (r + 2) * C, C);
+                }
                 if (xg) {
                     fl_cpu_gelu_tanh_bwd_serial(xg + r * C, row, dy, C);
                     row = dy;

@@ -420,7 +420,7 @@ TEST(nn_layernorm) {
 
 /* LayerNorm's dw and db are each column's sums over chunks of 64 rows in double, combined in chunk order: bit for
  * bit that serial loop's sums whatever the thread count (widths under and past a vector, a ragged last chunk, one
- * row), and dx the same with and without them. */
+ * row), and dx the same with and without them, and with its AVX-512 passes as with the AVX2 ones. */
 TEST(nn_layernorm_param_grads_in_chunk_order) {
     static const int64_t shapes[][2] = { { 300, 256 }, { 77, 1027 }, { 5, 9 }, { 2048, 96 }, { 1, 40 } };
     const int threads0 = omp_get_max_threads();
@@ -447,8 +447,11 @@ TEST(nn_layernorm_param_grads_in_chunk_order) {
             rb[j] += (float)tb;
         }
         float *dx1 = fzeros(rows * cols);
+        fl_cpu_avx512_allowed = false;
         REQUIRE_OK(fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx1, NULL, NULL, rows, cols));
-        for (int threads = 1; threads <= 3; threads++) {
+        for (int run = 0; run < 4; run++) {
+            const int threads = run < 3 ? run + 1 : 2;
+            fl_cpu_avx512_allowed = run < 3;   /* the AVX-512 passes where the CPU has them, then AVX2's */
             omp_set_num_threads(threads);
             float *dw = malloc(cols * sizeof(float)), *db = malloc(cols * sizeof(float)), *dx = fzeros(rows * cols);
             memcpy(dw, w0, cols * sizeof(float));
@@ -460,6 +463,7 @@ TEST(nn_layernorm_param_grads_in_chunk_order) {
                   (long long)cols, threads);
             free(dw); free(db); free(dx);
         }
+        fl_cpu_avx512_allowed = true;
         free(x); free(dy); free(w); free(mean); free(rstd); free(y); free(rw); free(rb); free(w0); free(b0); free(dx1);
     }
     omp_set_num_threads(threads0);
