@@ -231,13 +231,23 @@ static fl_status cast_dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_te
 
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
 
-/* *y ← addend + *y (a residual added after the layer, as `x + layer(x)` adds it). */
-static fl_status add_to(fl_tensor **y, const fl_tensor *addend) {
+/* *y ← addend + *y (a residual added after the layer, as `x + layer(x)` adds it), recorded for autograd or raw;
+ * *y is released and replaced (NULL on failure). */
+static fl_status add_to(fl_tensor **y, const fl_tensor *addend, bool record) {
     fl_tensor *s = NULL;
-    FL_TRY(fl_binary_raw(&s, FL_OP_ADD, addend, *y));
+    fl_status st = record ? fl_binary(&s, FL_OP_ADD, addend, *y) : fl_binary_raw(&s, FL_OP_ADD, addend, *y);
     fl_tensor_release(*y);
-    *y = s;
-    return FL_OK;
+    *y = st == FL_OK ? s : NULL;
+    return st;
+}
+
+/* Whether the layer itself adds `res` to its output (linear_impl): fp32, the output's shape, on x's device. Any
+ * other residual is added after the layer by fl_binary (its broadcasting and type promotion). */
+static bool fits_residual(const fl_tensor *res, const fl_tensor *x, const fl_tensor *w) {
+    if (res->dtype != FL_F32 || res->device != x->device || res->ndim != x->ndim) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (res->shape[d] != (d == x->ndim - 1 ? w->shape[0] : x->shape[d])) return false;
+    return true;
 }
 
 /* out [M, N] fp32 = (a·b) ⊙ (sa ⊗ sb) (+ bias[N]) on the operands' device: a [M, K], b [K, N] FP8 with
@@ -258,7 +268,7 @@ static fl_status gemm_fp8(fl_tensor **out, const fl_tensor *a, const fl_tensor *
     fl_status st = !fl_tensor_numel(*out) ? FL_OK
                  : fused ? dev->fp8_gemm_add(*out, a, b, bias, addend, a_cache, b_cache, fast_accum)
                          : dev->fp8_gemm(*out, a, b, bias, a_cache, b_cache, fast_accum);
-    if (st == FL_OK && addend && !fused) st = add_to(out, addend);
+    if (st == FL_OK && addend && !fused) st = add_to(out, addend, false);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
@@ -510,8 +520,8 @@ static fl_status check_args(const fl_tensor *x, const fl_tensor *w, const fl_ten
 /* fl_fp8_linear; with `gelu` set the same layer applied to GELU(x) (tanh form) whose input cast runs in GELU's
  * pass (fl_fp8_linear_gelu decides when); with xq_pre, x's per-tensor cast already made and observed by the op
  * before (fl_fp8_linear_layernorm: x is then a header without storage, only its shape and history are read);
- * with res (fp32 of the output's shape, on its device: fits_residual), res + the layer, res added in the FP8
- * GEMM's store where the device can (fp8_gemm_add). */
+ * with res, res + the layer: a residual that fits_residual takes is the node's fourth input, added in the FP8
+ * GEMM's store where the device can (fp8_gemm_add); any other is added after the layer by fl_binary. */
 static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                              const fl_tensor *res, fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, bool gelu,
                              const fl_tensor *xq_pre) {
@@ -530,6 +540,10 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     fl_tensor *r2 = NULL;   /* res as [N, M], contiguous */
     if (xq_pre && (rowwise || l->hp[0] || l->hp[1] || l->hp[2]))
         return FL_ERR(FL_EINVAL, "fp8 linear: an input cast before the layer needs per-tensor scaling and every GEMM in FP8");
+    if (res && !fits_residual(res, x, w)) {
+        FL_TRY(linear_impl(out, x, w, b, NULL, l, record, w_fp8, gelu, xq_pre));
+        return add_to(out, res, true);
+    }
     l->forwards++;
     fl_status st = FL_OK;
     if (res) {
@@ -552,7 +566,7 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
         if (st == FL_OK) fl_scaling_observe(&l->role[FL_ROLE_INPUT], xa, fl_tensor_numel(x32), 0, 0, false);
         if (st == FL_OK) st = transposed(&wt, w);
         if (st == FL_OK) st = gemm_hp(&y2, x32, wt, cdt, b);
-        if (st == FL_OK && r2) st = add_to(&y2, r2);
+        if (st == FL_OK && r2) st = add_to(&y2, r2, false);
         fl_tensor_release(wt);
     } else if (st == FL_OK) {
         int axis = rowwise ? 0 : -1;
@@ -628,35 +642,12 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     return st;
 }
 
-/* Whether the layer itself adds `res` to its output (linear_impl): fp32, the output's shape, on x's device. Any
- * other residual is added after the layer by fl_binary (its broadcasting and type promotion). */
-static bool fits_residual(const fl_tensor *res, const fl_tensor *x, const fl_tensor *w) {
-    if (res->dtype != FL_F32 || res->device != x->device || res->ndim != x->ndim) return false;
-    for (int d = 0; d < x->ndim; d++)
-        if (res->shape[d] != (d == x->ndim - 1 ? w->shape[0] : x->shape[d])) return false;
-    return true;
-}
-
-/* *out = res + *out (fl_binary: recorded for autograd), *out released and replaced; for a residual that
- * fits_residual refuses. */
-static fl_status add_residual_after(fl_tensor **out, const fl_tensor *res) {
-    fl_tensor *s = NULL;
-    fl_status st = fl_binary(&s, FL_OP_ADD, res, *out);
-    fl_tensor_release(*out);
-    *out = st == FL_OK ? s : NULL;
-    return st;
-}
-
 fl_status fl_fp8_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                         fl_fp8_layer *l, bool record, const fl_tensor *w_fp8, const fl_tensor *residual) {
     *out = NULL;
     FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);   /* no FLOPs here: its GEMM (fp8_gemm or matmul) counts them */
     if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
     FL_TRY(check_args(x, w, b, w_fp8));
-    if (residual && !fits_residual(residual, x, w)) {
-        FL_TRY(linear_impl(out, x, w, b, NULL, l, record, w_fp8, false, NULL));
-        return add_residual_after(out, residual);
-    }
     return linear_impl(out, x, w, b, residual, l, record, w_fp8, false, NULL);
 }
 
@@ -670,10 +661,6 @@ fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tenso
     if (dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2] &&
         !is_current(&l->role[FL_ROLE_INPUT], false, -1)) {
         FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
-        if (residual && !fits_residual(residual, x, w)) {
-            FL_TRY(linear_impl(out, x, w, b, NULL, l, record, w_fp8, true, NULL));
-            return add_residual_after(out, residual);
-        }
         return linear_impl(out, x, w, b, residual, l, record, w_fp8, true, NULL);
     }
     fl_tensor *h = NULL;

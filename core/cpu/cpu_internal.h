@@ -67,6 +67,10 @@ fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const
 fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
 #ifdef __x86_64__
 #include <immintrin.h>
+/* The first n (clamped to 0..16) of a 16-lane vector's lanes: a row's last, partial vector. */
+static inline __mmask16 fl_avx512_lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
 /* The 128 FP8 magnitudes' bf16 bits (index = byte & 0x7f; the sign is bit 7 of the byte), for table-lookup
  * decodes (cpu_fp8_gemm.c builds it once from its scalar decode). */
 const uint16_t *fl_fp8_bf16_lut(bool e5);

@@ -87,11 +87,12 @@ FL_CPU_AVX512 static inline gelu512 gelu512_consts(void) {
     g.zero = _mm512_setzero_ps();
     return g;
 }
-/* u = k·(c·v·v² + v) and e = gelu_exp_neg(-2|u|) of the lanes of v; v2 = v·v */
-FL_CPU_AVX512 static inline __m512 gelu512_ue(const gelu512 *g, __m512 v, __m512 *v2, __m512 *u) {
+/* e = gelu_exp_neg(-2|u|) of the lanes of v with u = k·(c·v·v² + v); v2 = v·v, neg: the lanes where u < 0 */
+FL_CPU_AVX512 static inline __m512 gelu512_e(const gelu512 *g, __m512 v, __m512 *v2, __mmask16 *neg) {
     *v2 = _mm512_mul_ps(v, v);
-    *u = _mm512_mul_ps(g->k, _mm512_fmadd_ps(_mm512_mul_ps(g->c, v), *v2, v));
-    const __m512 a = _mm512_mul_ps(g->m2, _mm512_and_ps(*u, g->absm));
+    const __m512 u = _mm512_mul_ps(g->k, _mm512_fmadd_ps(_mm512_mul_ps(g->c, v), *v2, v));
+    *neg = _mm512_cmp_ps_mask(u, g->zero, _CMP_LT_OQ);
+    const __m512 a = _mm512_mul_ps(g->m2, _mm512_and_ps(u, g->absm));
     const __mmask16 in = _mm512_cmp_ps_mask(a, g->lo, _CMP_GE_OQ);
     const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(a, g->l2e, g->sh), g->sh);
     __m512 r = _mm512_fmadd_ps(k, g->ln2hi, a);
@@ -104,18 +105,14 @@ FL_CPU_AVX512 static inline __m512 gelu512_ue(const gelu512 *g, __m512 v, __m512
     const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), g->one);
     return _mm512_maskz_scalef_ps(in, y, k);
 }
-/* the lanes of the 16 from element i of n that exist */
-static inline __mmask16 gelu512_lanes(int64_t i, int64_t n) {
-    return n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-}
 FL_CPU_AVX512 static void gelu_tanh_fwd_span512(const float *x, float *y, int64_t n) {
     const gelu512 g = gelu512_consts();
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = gelu512_lanes(i, n);
+        const __mmask16 m = fl_avx512_lanes(n - i);
         const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        __m512 v2, u;
-        const __m512 e = gelu512_ue(&g, v, &v2, &u);
-        const __mmask16 neg = _mm512_cmp_ps_mask(u, g.zero, _CMP_LT_OQ);
+        __m512 v2;
+        __mmask16 neg;
+        const __m512 e = gelu512_e(&g, v, &v2, &neg);
         const __m512 num = _mm512_mask_mul_ps(v, neg, v, e);   /* v·(u < 0 ? e : 1) */
         _mm512_mask_storeu_ps(y + i, m, _mm512_div_ps(num, _mm512_add_ps(g.one, e)));
     }
@@ -123,12 +120,12 @@ FL_CPU_AVX512 static void gelu_tanh_fwd_span512(const float *x, float *y, int64_
 FL_CPU_AVX512 static void gelu_tanh_bwd_span512(const float *x, const float *dy, float *dx, int64_t n) {
     const gelu512 g = gelu512_consts();
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = gelu512_lanes(i, n);
+        const __mmask16 m = fl_avx512_lanes(n - i);
         const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        __m512 v2, u;
-        const __m512 e = gelu512_ue(&g, v, &v2, &u);
+        __m512 v2;
+        __mmask16 neg;
+        const __m512 e = gelu512_e(&g, v, &v2, &neg);
         const __m512 r = _mm512_div_ps(g.one, _mm512_add_ps(g.one, e));
-        const __mmask16 neg = _mm512_cmp_ps_mask(u, g.zero, _CMP_LT_OQ);
         const __m512 sig = _mm512_mask_mul_ps(r, neg, e, r);   /* (u < 0 ? e : 1)·r */
         /* 2k·v·e·r·r, left to right as the C expression multiplies */
         const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(g.k2, v), e), r), r);

@@ -108,7 +108,6 @@ ATTN16_INLINE __m512i pairs16(__m512i ab) {
 }
 
 /* The mask of the first n of 16 lanes (none for n ≤ 0). */
-static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 static inline __mmask32 lanes32(int64_t n) { return n >= 32 ? (__mmask32)~0u : n <= 0 ? 0 : (__mmask32)((1u << n) - 1); }
 
 /* The packers read a head's rows lds floats apart: in the GPT's packed qkv, 256 bytes of each 3 KiB token row,
@@ -135,8 +134,8 @@ static ATTN16 void pack_rows(const float *src, int64_t rows, int64_t cols, int64
     for (int64_t r = 0; r < rows; r++) {
         if (r + PF_ROWS < rows) fetch_row(src + (r + PF_ROWS) * lds, cols);
         for (int64_t c = 0; c < ldd; c += 32) {
-            const __m512 x0 = _mm512_maskz_loadu_ps(lanes(cols - c), src + r * lds + c);
-            const __m512 x1 = _mm512_maskz_loadu_ps(lanes(cols - c - 16), src + r * lds + c + 16);
+            const __m512 x0 = _mm512_maskz_loadu_ps(fl_avx512_lanes(cols - c), src + r * lds + c);
+            const __m512 x1 = _mm512_maskz_loadu_ps(fl_avx512_lanes(cols - c - 16), src + r * lds + c + 16);
             _mm512_mask_storeu_epi16(dst + r * ldd + c, lanes32(ldd - c), fl_bf16_x86_pack32(x0, x1));
         }
     }
@@ -150,7 +149,7 @@ static ATTN16 void pack_pairs(const float *src, int64_t rows, int64_t cols, int6
         const bool odd = 2 * m + 1 == rows;
         for (int64_t f = 2 * m + PF_ROWS; f < 2 * m + PF_ROWS + 2 && f < rows; f++) fetch_row(src + f * lds, cols);
         for (int64_t c = 0; c < ldd; c += 16) {
-            const __mmask16 k = lanes(cols - c);
+            const __mmask16 k = fl_avx512_lanes(cols - c);
             const __m512 x0 = _mm512_maskz_loadu_ps(k, r0 + c), x1 = _mm512_maskz_loadu_ps(odd ? 0 : k, r1 + c);
             _mm512_storeu_si512(dst + m * ldd + c, pairs16(fl_bf16_x86_pack32(x0, x1)));
         }
@@ -195,8 +194,8 @@ static ATTN16 void pack_t(const float *src, int64_t rows, int64_t cols, int64_t 
             for (int i = 0; i < 16; i++) {
                 const bool in = r0 + i < rows;
                 const float *x = src + (in ? r0 + i : 0) * lds + c0;
-                const __m512 x0 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0) : 0, x);
-                const __m512 x1 = _mm512_maskz_loadu_ps(in ? lanes(cols - c0 - 16) : 0, x + 16);
+                const __m512 x0 = _mm512_maskz_loadu_ps(in ? fl_avx512_lanes(cols - c0) : 0, x);
+                const __m512 x1 = _mm512_maskz_loadu_ps(in ? fl_avx512_lanes(cols - c0 - 16) : 0, x + 16);
                 u[i] = fl_bf16_x86_pack32(x0, x1);
             }
             transpose16(u);
@@ -231,7 +230,7 @@ static ATTN_AMX void band_amx(int mr, int64_t n, const uint32_t *a, int64_t ars,
             }
             _tile_stored(0, t, 128);
             if (two) _tile_stored(1, t + 16, 128);
-            const __mmask16 k0 = lanes(n - n0), k1 = lanes(n - n0 - 16);
+            const __mmask16 k0 = fl_avx512_lanes(n - n0), k1 = fl_avx512_lanes(n - n0 - 16);
             for (int r = 0; r < mr; r++) {
                 _mm512_mask_storeu_ps(c + r * ldc + n0, k0, _mm512_load_ps(t + 32 * r));
                 if (two) _mm512_mask_storeu_ps(c + r * ldc + n0 + 16, k1, _mm512_load_ps(t + 32 * r + 16));
@@ -298,7 +297,7 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
         const float *r = s + i * T;
         __m512 vm = _mm512_set1_ps(-INFINITY);
         for (int64_t j = 0; j < n; j += 16) {
-            const __mmask16 k = lanes(n - j);
+            const __mmask16 k = fl_avx512_lanes(n - j);
             vm = _mm512_mask_max_ps(vm, k, vm, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), sc));
         }
         m[i - i0] = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
@@ -308,10 +307,10 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
         float *r = s + i * T;
         __m512 vs = _mm512_setzero_ps();
         for (int64_t j = 0; j < n; j += 16) {
-            const __mmask16 k = lanes(n - j);
+            const __mmask16 k = fl_avx512_lanes(n - j);
             const __m512 x = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), sc), m[i - i0]);
             const __m512 e = _mm512_maskz_mov_ps(k, exp16(x));
-            _mm512_mask_storeu_ps(r + j, lanes(T - j), e);
+            _mm512_mask_storeu_ps(r + j, fl_avx512_lanes(T - j), e);
             vs = _mm512_add_ps(vs, e);
         }
         inv[i - i0] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
@@ -322,13 +321,13 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
         uint16_t *pr = p + i * ldp;
         int64_t j = 0;
         for (; j < n; j += 16) {
-            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n - j), r + j), inv[i - i0]);
-            _mm512_mask_storeu_ps(r + j, lanes(T - j), x);
-            _mm256_mask_storeu_epi16(pr + j, lanes(w - j), fl_bf16_x86_pack16(x));
+            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(fl_avx512_lanes(n - j), r + j), inv[i - i0]);
+            _mm512_mask_storeu_ps(r + j, fl_avx512_lanes(T - j), x);
+            _mm256_mask_storeu_epi16(pr + j, fl_avx512_lanes(w - j), fl_bf16_x86_pack16(x));
         }
         for (; j < T; j += 16) {
-            _mm512_mask_storeu_ps(r + j, lanes(T - j), _mm512_setzero_ps());
-            if (j < w) _mm512_mask_storeu_epi16(pr + j, (__mmask32)lanes(w - j), _mm512_setzero_si512());
+            _mm512_mask_storeu_ps(r + j, fl_avx512_lanes(T - j), _mm512_setzero_ps());
+            if (j < w) _mm512_mask_storeu_epi16(pr + j, (__mmask32)fl_avx512_lanes(w - j), _mm512_setzero_si512());
         }
     }
 }
@@ -337,7 +336,7 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
 ATTN16_INLINE float row_dot(const float *p, const float *d, int64_t n) {
     __m512 vd = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 k = lanes(n - j);
+        const __mmask16 k = fl_avx512_lanes(n - j);
         vd = _mm512_add_ps(vd, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), _mm512_maskz_loadu_ps(k, d + j)));
     }
     return _mm512_reduce_add_ps(vd);
@@ -357,13 +356,13 @@ ATTN16_INLINE void dsoftmax_pair(const float *p0, const float *d0, const float *
     const __m512 sc = _mm512_set1_ps(scale), dot0 = _mm512_set1_ps(row_dot(p0, d0, n0));
     const __m512 dot1 = _mm512_set1_ps(row_dot(p1, d1, n1));
     for (int64_t j = 0; j < wp; j += 16) {
-        const __mmask16 k0 = lanes(n0 - j), k1 = lanes(n1 - j), kt = lanes(T - j);
+        const __mmask16 k0 = fl_avx512_lanes(n0 - j), k1 = fl_avx512_lanes(n1 - j), kt = fl_avx512_lanes(T - j);
         const __m512 P0 = _mm512_maskz_loadu_ps(kt, p0 + j), P1 = _mm512_maskz_loadu_ps(one ? 0 : kt, p1 + j);
         const __m512 x0 = _mm512_maskz_mul_ps(k0, _mm512_mul_ps(sc, P0), _mm512_sub_ps(_mm512_maskz_loadu_ps(k0, d0 + j), dot0));
         const __m512 x1 = _mm512_maskz_mul_ps(k1, _mm512_mul_ps(sc, P1), _mm512_sub_ps(_mm512_maskz_loadu_ps(k1, d1 + j), dot1));
         const __m512i h = fl_bf16_x86_pack32(x0, x1);
-        _mm256_mask_storeu_epi16(g0 + j, lanes(w - j), _mm512_castsi512_si256(h));
-        if (!one) _mm256_mask_storeu_epi16(g1 + j, lanes(w - j), _mm512_extracti64x4_epi64(h, 1));
+        _mm256_mask_storeu_epi16(g0 + j, fl_avx512_lanes(w - j), _mm512_castsi512_si256(h));
+        if (!one) _mm256_mask_storeu_epi16(g1 + j, fl_avx512_lanes(w - j), _mm512_extracti64x4_epi64(h, 1));
         _mm512_storeu_si512(gp + j, pairs16(h));
         _mm512_storeu_si512(pp + j, pairs16(fl_bf16_x86_pack32(P0, P1)));
     }

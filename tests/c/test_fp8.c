@@ -381,6 +381,12 @@ TEST(fp8_decode_bf16_every_code) {
     fl_cpu_avx512_allowed = true;
 }
 
+/* The next of a linear congruential sequence (state *s) as a float in [0, 1), less c: the fused-cast tests' data. */
+static float lcg_uniform(uint32_t *s, float c) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) / 16777216.0f - c;
+}
+
 /* The CPU's cast of dY with its column sums (quantize_dbias) gives the bytes, scale_inv and statistics of
  * quantize and the bits of fl_reduce's sum over dim 0, on shapes with partial row chunks and columns past
  * one reduction tile, on 1 and 2 threads. */
@@ -397,8 +403,7 @@ TEST(fp8_quantize_dbias_matches_cast_and_reduce) {
             float *x = fl_tensor_data(src);
             uint32_t s = 99u + (uint32_t)si;
             for (int64_t i = 0; i < R * C; i++) {
-                s = s * 1664525u + 1013904223u;
-                x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (i % 101 == 0 ? 3e3f : 1.0f) * (i % 211 == 0 ? 1e-9f : 1.0f);
+                x[i] = lcg_uniform(&s, 0.5f) * (i % 101 == 0 ? 3e3f : 1.0f) * (i % 211 == 0 ? 1e-9f : 1.0f);
             }
             const float scale = 37.5f;
             REQUIRE_OK(fl_tensor_empty(&q1, FL_E5M2, 2, sh, FL_DEV_CPU));
@@ -439,10 +444,8 @@ TEST(fp8_quantize_dbias_dgelu_matches_gelu_bwd_then_cast) {
             float *g = fl_tensor_data(t[0]), *x = fl_tensor_data(t[1]), *dy = fl_tensor_data(t[2]);
             uint32_t s = 17u + (uint32_t)si;
             for (int64_t i = 0; i < R * C; i++) {
-                s = s * 1664525u + 1013904223u;
-                x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 10.0f;
-                s = s * 1664525u + 1013904223u;
-                g[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (i % 101 == 0 ? 3e4f : 1.0f) * (i % 211 == 0 ? 1e-9f : 1.0f);
+                x[i] = lcg_uniform(&s, 0.5f) * 10.0f;
+                g[i] = lcg_uniform(&s, 0.5f) * (i % 101 == 0 ? 3e4f : 1.0f) * (i % 211 == 0 ? 1e-9f : 1.0f);
                 if (i % 1009 == 7) x[i] = NAN;
             }
             const float scale = 37.5f;
@@ -504,8 +507,7 @@ TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
             float *x = fl_tensor_data(src);
             uint32_t s = 5u + (uint32_t)si;
             for (int64_t i = 0; i < n; i++) {
-                s = s * 1664525u + 1013904223u;
-                x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 8.0f * (i % 97 == 0 ? 300.0f : 1.0f);
+                x[i] = lcg_uniform(&s, 0.5f) * 8.0f * (i % 97 == 0 ? 300.0f : 1.0f);
                 if (i % 1009 == 5) x[i] = NAN;
             }
             const float scale = 40.0f;
@@ -807,8 +809,7 @@ TEST(fp8_layernorm_quantize_matches_layernorm_then_cast) {
                 float *xd = fl_tensor_data(x), *wd = fl_tensor_data(w), *bd = fl_tensor_data(b);
                 uint32_t s = 23u + (uint32_t)si;
                 for (int64_t i = 0; i < R * C; i++) {
-                    s = s * 1664525u + 1013904223u;
-                    xd[i] = ((float)(s >> 8) / 16777216.0f - 0.3f) * 5.0f;
+                    xd[i] = lcg_uniform(&s, 0.3f) * 5.0f;
                     if (i == C + 3) xd[i] = NAN;   /* row 1 is NaN throughout */
                 }
                 for (int64_t j = 0; j < C; j++) {
