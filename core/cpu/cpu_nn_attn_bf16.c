@@ -382,6 +382,17 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
     return causal && n < s->T ? n : s->T;
 }
 
+/* Inner pairs of the products over keys (P·V, dS·K) for query rows [0, i1): the keys up to i1 in pairs when causal
+ * (what the row pass left nonzero), all of them otherwise; on the tile unit (amx) rounded up to whole 16-pair
+ * steps where the buffers' Th pairs allow, so the band's tail is not left to the vdpbf16ps tiles: the row pass
+ * writes those probabilities and dS as zeros (0·v adds nothing unless v holds a NaN or an infinity, which then
+ * reaches the tile's rows as the keys of its own band already do). */
+static inline int64_t pairs_for(const shape *s, int64_t i1, int causal, bool amx) {
+    if (!causal) return s->Th;
+    const int64_t k = (i1 + 1) / 2, r = amx ? (k + 15) & ~(int64_t)15 : k;
+    return r < s->Th ? r : s->Th;
+}
+
 /* One head; q, k, v rows ldi apart, o rows ldo apart; rt query rows a tile (RT_AMX on the tile unit: amx). */
 static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int64_t ldi, float *o, int64_t ldo, float *att,
                             const shape *s, float scale, int causal, uint32_t *w, bool amx) {
@@ -399,9 +410,9 @@ static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int6
             fetch_row_w(o + i * ldo, D);
         }
         band(amx, mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, att + i0 * T, T, NULL);
-        const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
+        const int64_t kp = pairs_for(s, i1, causal, amx), w = 2 * kp < T ? 2 * kp : T;
         softmax_tile(att, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w);
-        band(amx, mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kend, v2, s->Dp, o + i0 * ldo, ldo, NULL);
+        band(amx, mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kp, v2, s->Dp, o + i0 * ldo, ldo, NULL);
     }
     if (amx) fl_amx_end();
 }
@@ -430,21 +441,24 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int6
             fetch_row_w(dq + i * ldd, D);
         }
         band(amx, mr, nk, o16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, vt, s->Tp, ds, T, NULL);
-        const int64_t kend = causal ? (i1 + 1) / 2 : s->Th, w = 2 * kend < T ? 2 * kend : T;
+        const int64_t kp = pairs_for(s, i1, causal, amx), w = 2 * kp < T ? 2 * kp : T;
+        const int64_t wp = causal ? (2 * kp > nk ? 2 * kp : nk) : s->Tp;
         for (int64_t i = i0; i < i1; i += 2) {
             const bool one = i + 1 == i1;
             const float *pi = att + i * T, *di = ds + (i - i0) * T;
             dsoftmax_pair(pi, di, one ? pi : pi + T, one ? di : di + T, one, causal ? i + 1 : T,
                           causal ? i + 2 : T, T, scale,
                           (uint16_t *)(s16 + i * s->Th), (uint16_t *)(s16 + (i + 1) * s->Th), w, s2 + i / 2 * s->Tp,
-                          p2 + i / 2 * s->Tp, causal ? (nk + 15) & ~(int64_t)15 : s->Tp);
+                          p2 + i / 2 * s->Tp, (wp + 15) & ~(int64_t)15);
         }
-        band(amx, mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kend, k2, s->Dp, dq + i0 * ldd, ldd, NULL);
+        band(amx, mr, D, s16 + i0 * s->Th, s->Th, 1, 0, kp, k2, s->Dp, dq + i0 * ldd, ldd, NULL);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
     for (int64_t j0 = 0; j0 < T; j0 += rt) {
         const int mr = (int)(T - j0 < rt ? T - j0 : rt);
-        const int64_t m0 = causal ? j0 / 2 : 0;
+        /* causal: the query pairs from the key tile's diagonal on, and on the tile unit from the 16-pair step
+         * that holds it (the pairs above it are zero in P and dS) */
+        const int64_t m0 = !causal ? 0 : amx ? j0 / 2 & ~(int64_t)15 : j0 / 2;
         for (int64_t j = j0 + rt; j < j0 + 2 * rt && j < T; j++) {
             fetch_row_w(dv + j * ldd, D);
             fetch_row_w(dk + j * ldd, D);
