@@ -131,16 +131,18 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
                  bool bf16))                                                                                       \
     /* The same attention read from and written to the packed layouts of a fused projection: q, k, v are       \
      * parts 0, 1, 2 of qkv [B, T, 3·H·D] (head h: columns h·D of its part), out and dout are [B, T, H·D],      \
-     * dqkv is qkv's shape; att as above. No copies into [B, H, T, D]. Sets *done = false, touching nothing,  \
-     * when the device has no such kernel for these arguments (the caller then copies and uses sdpa_fwd/bwd);  \
-     * a NULL entry: never. */                                                                                     \
-    X(sdpa_qkv_fwd, (const float *qkv, float *out, float *att, int64_t B, int64_t H, int64_t T, int64_t D,         \
-                     float scale, bool causal, bool bf16, bool *done))                                             \
-    X(sdpa_qkv_bwd, (const float *qkv, const float *att, const float *dout, float *dqkv, int64_t B, int64_t H,     \
-                     int64_t T, int64_t D, float scale, bool causal, bool bf16, bool *done))                       \
+     * dqkv is qkv's shape; att as above, or with att NULL (bf16 only) stats in its place as sdpa_flash_fwd/bwd   \
+     * keep them. No copies into [B, H, T, D]. Sets *done = false, touching nothing, when the device has no such \
+     * kernel for these arguments (the caller then copies and uses sdpa_fwd/bwd or the flash entries); a NULL    \
+     * entry: never. */                                                                                            \
+    X(sdpa_qkv_fwd, (const float *qkv, float *out, float *att, float *stats, int64_t B, int64_t H, int64_t T,      \
+                     int64_t D, float scale, bool causal, bool bf16, bool *done))                                  \
+    X(sdpa_qkv_bwd, (const float *qkv, const float *att, const float *stats, const float *dout, float *dqkv,       \
+                     int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16, bool *done)) \
     /* Fused attention under bf16 autocast (sdpa_fwd/bwd's bf16 maths) that keeps no B·H·T·T probabilities:          \
      * forward writes out and stats (B·H·T·2 floats: each row's score max and 1/Σ), backward recomputes P from   \
-     * them. As accurate as sdpa_fwd/bwd, not the same bits (P is rounded for P·V before the division by Σ).     \
+     * them. As accurate as sdpa_fwd/bwd; CUDA's are not the same bits (P is rounded for P·V before the         \
+     * division by Σ), the CPU's are (it makes P again as its forward made it).                                   \
      * The forward sets *done = false, touching nothing, for sizes it does not take (the caller                  \
      * then runs sdpa_fwd); the backward takes whatever its forward took. A NULL entry: never. */                 \
     X(sdpa_flash_fwd, (const float *q, const float *k, const float *v, float *out, float *stats, int64_t B,        \
@@ -203,6 +205,12 @@ const fl_device *fl_cpu_device(void);
 /* The kernel family the CPU device's own FP8 GEMM runs on this CPU ("amx_bf16", "avx512_bf16", "avx2_fma"; NULL:
  * none, FP8 GEMMs decode + oneDNN): core/cpu/cpu_fp8_mm.c. */
 const char *fl_cpu_fp8_mm_family(void);
+/* Probabilities' bytes (fp32, B·H·T·T) above which the CPU's bf16 attention keeps each row's statistics instead and
+ * makes P again in the backward (its sdpa_flash and sdpa_qkv entries with stats: the same bits): 0 where the
+ * products run on the tile unit (faster at every size measured), else 64 MiB (the size from which it measured no
+ * slower on the vdpbf16ps tiles); docs/performance.md, "Attention without its probabilities".
+ * core/cpu/cpu_nn_attn_bf16.c. */
+double fl_cpu_sdpa_fused_min_bytes(void);
 const char *fl_device_name(int id);       /* "cpu", "cuda" */
 /* Why fl_device_get(id) gives NULL ("" for the CPU): for error messages. */
 const char *fl_device_unavailable(int id);

@@ -442,10 +442,14 @@ static fl_status sdpa_bwd_run(const fl_node *n, const fl_tensor *q, const fl_ten
 }
 
 double fl_sdpa_fused_min_bytes = 1073741824.0;
+double fl_sdpa_cpu_fused_min_bytes = -1.0;
 
-/* Whether a call on dev runs the fused kernels (nn.h, fl_sdpa_fused_min_bytes). */
+/* Whether a call on dev runs the fused kernels (nn.h, fl_sdpa_fused_min_bytes, fl_sdpa_cpu_fused_min_bytes). */
 static bool sdpa_fuses(const fl_device *dev, bool bf16, int64_t B, int64_t H, int64_t T) {
-    return bf16 && dev->sdpa_flash_fwd && 4.0 * (double)B * (double)H * (double)T * (double)T > fl_sdpa_fused_min_bytes;
+    const double min = dev != fl_cpu_device()             ? fl_sdpa_fused_min_bytes
+                       : fl_sdpa_cpu_fused_min_bytes >= 0 ? fl_sdpa_cpu_fused_min_bytes
+                                                          : fl_cpu_sdpa_fused_min_bytes();
+    return bf16 && dev->sdpa_flash_fwd && 4.0 * (double)B * (double)H * (double)T * (double)T > min;
 }
 
 /* The fused forward where sdpa_fuses says so (the fused kernels are bf16's maths): out and *stats ([B, H, T, 2])
@@ -520,7 +524,8 @@ static fl_status sdpa_qkv_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         const fl_tensor *x = n->saved[0];
         st = f32c(&gc, g, "attention backward", "gradient");
         if (st == FL_OK)
-            st = DEV(x)->sdpa_qkv_bwd(F(x), F(att), F(gc), F(dqkv), B, H, T, C / H, scale, causal, bf16, &done);
+            st = DEV(x)->sdpa_qkv_bwd(F(x), n->iargs[3] ? NULL : F(att), n->iargs[3] ? F(att) : NULL, F(gc), F(dqkv), B, H,
+                                      T, C / H, scale, causal, bf16, &done);
         fl_tensor_release(gc);
         gc = NULL;
         if (st == FL_OK && !done) st = qkv_parts(p, x, H);
@@ -569,8 +574,14 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
      * fused kernels where the device has them (no att then: the node keeps their statistics in its place). */
     bool packed = false, fused = false;
     if (st == FL_OK && dev->sdpa_qkv_fwd) {
-        st = fl_tensor_empty(&att, FL_F32, 4, as, qkv->device);
-        if (st == FL_OK) st = dev->sdpa_qkv_fwd(F(x), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16, &packed);
+        /* the fused maths where sdpa_fuses says so: att then holds the rows' statistics, [B, H, T, 2] */
+        const bool flash = sdpa_fuses(dev, bf16, B, H, T);
+        const int64_t ss[4] = { B, H, T, 2 };
+        st = fl_tensor_empty(&att, FL_F32, 4, flash ? ss : as, qkv->device);
+        if (st == FL_OK)
+            st = dev->sdpa_qkv_fwd(F(x), F(*out), flash ? NULL : F(att), flash ? F(att) : NULL, B, H, T, D, (float)scale,
+                                   causal, bf16, &packed);
+        fused = packed && flash;
     }
     if (st == FL_OK && !packed) {
         st = qkv_parts(p, x, H);

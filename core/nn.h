@@ -51,5 +51,10 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t heads, bool
  * others at the GPT-2-medium shape, so for now they are the way to fit long sequences, not a speed-up
  * (docs/cuda.md, "Fused attention"). Default 1 GiB; tests lower it. */
 extern double fl_sdpa_fused_min_bytes;
+/* The same choice on the CPU device, where the fused form is the bf16 kernels keeping each row's max and 1/Σ and
+ * making P again in the backward (cpu_nn_attn_bf16.c): the same bits as keeping P, so the choice is one of speed
+ * and memory. Negative (the default): the CPU's own threshold, fl_cpu_sdpa_fused_min_bytes() (device.h); tests
+ * set it to force either form. */
+extern double fl_sdpa_cpu_fused_min_bytes;
 
 #endif

@@ -11,7 +11,9 @@
  * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. f32: fp32 attention instead
  * (its kernel path where fl_cpu_attn_f32_available() says it runs, with AVX-512 disallowed). noamx: on a CPU with
  * AMX-BF16 the per-head kernels' products on the vdpbf16ps tiles, not the tile unit (fl_cpu_attn_amx_allowed
- * cleared). Other words are refused. Prints one line per (path, direction):
+ * cleared). stats (with packed): the statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept in
+ * place of the T × T probabilities, P made again in the backward), layout=packed-stats. Other words are refused.
+ * Prints one line per (path, direction):
  * ms (and gflops) is the fastest of the R timed calls, med_ms their median.
  *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads prec=bf16 ms=... med_ms=... gflops=... */
 #include "cpu/cpu_internal.h"
@@ -43,14 +45,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attn: B, H, T, D and R must be at least 1\n");
         return 2;
     }
-    static const char *const modes[] = { "cold", "packed", "f32", "noamx" };
-    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 4) : 0;
+    static const char *const modes[] = { "cold", "packed", "f32", "noamx", "stats" };
+    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 5) : 0;
     if (mode & 8) fl_cpu_attn_amx_allowed = false;   /* the vdpbf16ps tiles on a CPU with AMX */
     const int cold = mode & 1, packed = (mode & 2) != 0;
     const bool bf16 = !(mode & 4);
     if (!bf16) fl_cpu_avx512_allowed = false;   /* where the fp32 kernels run */
-    fl_attn_fwd_at_fn *fwd_at = bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at;
-    fl_attn_bwd_at_fn *bwd_at = bf16 ? fl_cpu_attn_bf16_bwd_at : fl_cpu_attn_f32_bwd_at;
+    const bool stats = (mode & 16) != 0;
+    if (stats && (!packed || !bf16 || !fl_cpu_attn_bf16_stats_available())) {
+        fprintf(stderr, "bench_attn: mode stats needs packed, bf16 and AVX-512 BF16\n");
+        return 2;
+    }
+    fl_attn_fwd_at_fn *fwd_at = stats ? fl_cpu_attn_bf16_stats_fwd_at : bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at;
+    fl_attn_bwd_at_fn *bwd_at = stats ? fl_cpu_attn_bf16_stats_bwd_at : bf16 ? fl_cpu_attn_bf16_bwd_at : fl_cpu_attn_f32_bwd_at;
     if (packed && strcmp(only, "kernel")) {
         fprintf(stderr, "bench_attn: mode packed times the per-head kernels only: pass PATH kernel, got %s\n", only);
         return 2;
@@ -58,7 +65,7 @@ int main(int argc, char **argv) {
     const int64_t n = B * H * T * D, na = B * H * T * T;
     const float scale = 1.0f / sqrtf((float)D);
     float *q = filled(n, 2), *k = filled(n, 2), *v = filled(n, 1), *dy = filled(n, 1);
-    float *o = malloc((size_t)n * 4), *att = malloc((size_t)na * 4);
+    float *o = malloc((size_t)n * 4), *att = malloc((size_t)(stats ? B * H * T * 2 : na) * 4);
     float *dq = malloc((size_t)n * 4), *dk = malloc((size_t)n * 4), *dv = malloc((size_t)n * 4);
     if (!q || !k || !v || !dy || !o || !att || !dq || !dk || !dv) { fprintf(stderr, "out of memory\n"); return 1; }
     const double flops = 4.0 * (double)(B * H) * (double)(T * T) * (double)D;
@@ -104,7 +111,7 @@ int main(int argc, char **argv) {
             const double med = bench_median(ts[d], R);
             printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d cache=%s layout=%s prec=%s ms=%.3f "
                    "med_ms=%.3f gflops=%.1f\n", name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T,
-                   (long long)D, causal, omp_get_max_threads(), cold ? "cold" : "warm", packed ? "packed" : "heads",
+                   (long long)D, causal, omp_get_max_threads(), cold ? "cold" : "warm", stats ? "packed-stats" : packed ? "packed" : "heads",
                    bf16 ? "bf16" : "fp32", 1e3 * best[d], 1e3 * med, (d ? 2 : 1) * flops / best[d] * 1e-9);
         }
         free(ts[0]);

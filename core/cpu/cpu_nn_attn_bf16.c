@@ -284,17 +284,18 @@ ATTN16_INLINE __m512 exp16(__m512 x) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-/* Rows [i0, i1) (at most RT_AMX) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
- * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (attn_softmax_row of cpu_nn_internal.h, with tree
- * reductions), and row i of p (ldp bf16 apart) over [0, w) ← the row rounded to bf16 (w ≤ T). The rows go
- * through each step together so that their reductions overlap. */
+/* Rows [i0, i1) (at most RT_AMX) of a head's [T, T] scores, s pointing at row i0 (rows T apart): s[i, j] ←
+ * softmax_j(scale·s[i, j]) over j < n_i (i + 1 when causal, else T), exact zeros for j in [n_i, T)
+ * (attn_softmax_row of cpu_nn_internal.h, with tree reductions), and row i of p (ldp bf16 apart) over [0, w) ←
+ * the row rounded to bf16 (w ≤ T). The rows go through each step together so that their reductions overlap.
+ * st (or NULL): each row's max and 1/Σ at st[2i], st[2i + 1], from which softmax_redo makes the same row. */
 ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, uint16_t *p,
-                                int64_t ldp, int64_t w) {
+                                int64_t ldp, int64_t w, float *st) {
     const __m512 sc = _mm512_set1_ps(scale);
     __m512 m[RT_AMX], inv[RT_AMX];
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
-        const float *r = s + i * T;
+        const float *r = s + (i - i0) * T;
         __m512 vm = _mm512_set1_ps(-INFINITY);
         for (int64_t j = 0; j < n; j += 16) {
             const __mmask16 k = fl_avx512_lanes(n - j);
@@ -304,7 +305,7 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
     }
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
-        float *r = s + i * T;
+        float *r = s + (i - i0) * T;
         __m512 vs = _mm512_setzero_ps();
         for (int64_t j = 0; j < n; j += 16) {
             const __mmask16 k = fl_avx512_lanes(n - j);
@@ -314,10 +315,14 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
             vs = _mm512_add_ps(vs, e);
         }
         inv[i - i0] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
+        if (st) {
+            st[2 * i] = _mm512_cvtss_f32(m[i - i0]);
+            st[2 * i + 1] = _mm512_cvtss_f32(inv[i - i0]);
+        }
     }
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
-        float *r = s + i * T;
+        float *r = s + (i - i0) * T;
         uint16_t *pr = p + i * ldp;
         int64_t j = 0;
         for (; j < n; j += 16) {
@@ -329,6 +334,25 @@ ATTN16_INLINE void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int
             _mm512_mask_storeu_ps(r + j, fl_avx512_lanes(T - j), _mm512_setzero_ps());
             if (j < w) _mm512_mask_storeu_epi16(pr + j, (__mmask32)fl_avx512_lanes(w - j), _mm512_setzero_si512());
         }
+    }
+}
+
+/* softmax_tile's fp32 rows again from the same scores (s at row i0) and its statistics st: the same operations on
+ * the same values (e^x from the scaled score less the row's max, times 1/Σ), so the same bits, without its
+ * reductions. */
+ATTN16_INLINE void softmax_redo(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, const float *st) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + (i - i0) * T;
+        const __m512 m = _mm512_set1_ps(st[2 * i]), inv = _mm512_set1_ps(st[2 * i + 1]);
+        int64_t j = 0;
+        for (; j < n; j += 16) {
+            const __mmask16 k = fl_avx512_lanes(n - j);
+            const __m512 x = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, r + j), sc), m);
+            _mm512_mask_storeu_ps(r + j, fl_avx512_lanes(T - j), _mm512_mul_ps(_mm512_maskz_mov_ps(k, exp16(x)), inv));
+        }
+        for (; j < T; j += 16) _mm512_mask_storeu_ps(r + j, fl_avx512_lanes(T - j), _mm512_setzero_ps());
     }
 }
 
@@ -393,9 +417,11 @@ static inline int64_t pairs_for(const shape *s, int64_t i1, int causal, bool amx
     return r < s->Th ? r : s->Th;
 }
 
-/* One head; q, k, v rows ldi apart, o rows ldo apart; rt query rows a tile (RT_AMX on the tile unit: amx). */
+/* One head; q, k, v rows ldi apart, o rows ldo apart; rt query rows a tile (RT_AMX on the tile unit: amx). The
+ * probabilities go to att (T × T), or with att NULL each tile's scores and probabilities to sc (rt × T, thread
+ * scratch) and the rows' statistics to st (T × 2), from which the backward makes them again. */
 static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int64_t ldi, float *o, int64_t ldo, float *att,
-                            const shape *s, float scale, int causal, uint32_t *w, bool amx) {
+                            float *st, float *sc, const shape *s, float scale, int causal, uint32_t *w, bool amx) {
     const int64_t T = s->T, D = s->D, rt = amx ? RT_AMX : MR;
     uint32_t *q16 = w, *kt = q16 + s->Tp * s->Dh, *v2 = kt + s->Dh * s->Tp, *p16 = v2 + s->Th * s->Dp;
     pack_rows(q, T, D, ldi, (uint16_t *)q16, 2 * s->Dh);
@@ -406,46 +432,58 @@ static ATTN16 void fwd_head(const float *q, const float *k, const float *v, int6
         const int mr = (int)(T - i0 < rt ? T - i0 : rt);
         const int64_t i1 = i0 + mr;
         for (int64_t i = i1; i < i1 + rt && i < T; i++) {
-            fetch_row_w(att + i * T, keys_for(s, i + 1, causal));
+            if (att) fetch_row_w(att + i * T, keys_for(s, i + 1, causal));
             fetch_row_w(o + i * ldo, D);
         }
-        band(amx, mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, att + i0 * T, T, NULL);
+        float *si = att ? att + i0 * T : sc;
+        band(amx, mr, keys_for(s, i1, causal), q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, si, T, NULL);
         const int64_t kp = pairs_for(s, i1, causal, amx), w = 2 * kp < T ? 2 * kp : T;
-        softmax_tile(att, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w);
+        softmax_tile(si, i0, i1, T, causal, scale, (uint16_t *)p16, 2 * s->Th, w, att ? NULL : st);
         band(amx, mr, D, p16 + i0 * s->Th, s->Th, 1, 0, kp, v2, s->Dp, o + i0 * ldo, ldo, NULL);
     }
     if (amx) fl_amx_end();
 }
 
 /* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; ds: rt rows of dP; rt rows a
- * tile (RT_AMX on the tile unit: amx, with at band_amx_t's scratch). */
+ * tile (RT_AMX on the tile unit: amx, with at band_amx_t's scratch). P is read from att (T × T), or with att NULL
+ * made again a query tile at a time into pr (rt × T) from the forward's statistics st (fwd_head): the scores by the
+ * forward's product on the forward's packing of q and k, then softmax_redo, so every bit as the forward had it. */
 static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int64_t ldi, const float *att,
-                            const float *dout, int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd, const shape *s,
-                            float scale, int causal, uint32_t *w, float *ds, bool amx) {
+                            const float *st, const float *dout, int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd,
+                            const shape *s, float scale, int causal, uint32_t *w, float *ds, float *pr, bool amx) {
     const int64_t T = s->T, D = s->D, rt = amx ? RT_AMX : MR;
     uint32_t *o16 = w, *vt = o16 + s->Tp * s->Dh, *o2 = vt + s->Dh * s->Tp, *k2 = o2 + s->Th * s->Dp;
     uint32_t *q2 = k2 + s->Th * s->Dp, *p2 = q2 + s->Th * s->Dp, *s16 = p2 + s->Th * s->Tp, *s2 = s16 + s->Tp * s->Th;
-    uint32_t *at = s2 + s->Th * s->Tp;
+    uint32_t *at = s2 + s->Th * s->Tp, *q16 = at + 16 * s->Th, *kt = q16 + s->Tp * s->Dh;   /* q16, kt: att NULL */
     pack_rows(dout, T, D, ldo, (uint16_t *)o16, 2 * s->Dh);
     pack_t(v, T, D, ldi, vt, s->Tp);
     pack_pairs(dout, T, D, ldo, o2, s->Dp);
     pack_pairs(k, T, D, ldi, k2, s->Dp);
     pack_pairs(q, T, D, ldi, q2, s->Dp);
+    if (!att) {
+        pack_rows(q, T, D, ldi, (uint16_t *)q16, 2 * s->Dh);
+        pack_t(k, T, D, ldi, kt, s->Tp);
+    }
     /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) in bf16 rows and pairs, P in pairs, dQ = dS·K */
     if (amx) fl_amx_begin();
     for (int64_t i0 = 0; i0 < T; i0 += rt) {
         const int mr = (int)(T - i0 < rt ? T - i0 : rt);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal);
         for (int64_t i = i1; i < i1 + rt && i < T; i++) {
-            fetch_row(att + i * T, keys_for(s, i + 1, causal));
+            if (att) fetch_row(att + i * T, keys_for(s, i + 1, causal));
             fetch_row_w(dq + i * ldd, D);
+        }
+        const float *pt = att ? att + i0 * T : pr;   /* row i0 of P */
+        if (!att) {
+            band(amx, mr, nk, q16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, kt, s->Tp, pr, T, NULL);
+            softmax_redo(pr, i0, i1, T, causal, scale, st);
         }
         band(amx, mr, nk, o16 + i0 * s->Dh, s->Dh, 1, 0, s->Dh, vt, s->Tp, ds, T, NULL);
         const int64_t kp = pairs_for(s, i1, causal, amx), w = 2 * kp < T ? 2 * kp : T;
         const int64_t wp = causal ? (2 * kp > nk ? 2 * kp : nk) : s->Tp;
         for (int64_t i = i0; i < i1; i += 2) {
             const bool one = i + 1 == i1;
-            const float *pi = att + i * T, *di = ds + (i - i0) * T;
+            const float *pi = pt + (i - i0) * T, *di = ds + (i - i0) * T;
             dsoftmax_pair(pi, di, one ? pi : pi + T, one ? di : di + T, one, causal ? i + 1 : T,
                           causal ? i + 2 : T, T, scale,
                           (uint16_t *)(s16 + i * s->Th), (uint16_t *)(s16 + (i + 1) * s->Th), w, s2 + i / 2 * s->Tp,
@@ -470,11 +508,13 @@ static ATTN16 void bwd_head(const float *q, const float *k, const float *v, int6
 }
 
 /* Words of a thread's buffers: forward q, kᵀ, v pairs, P; backward dO, vᵀ, dO, k and q pairs, P and dS
- * pairs, dS rows, band_amx_t's 16 rows (then the rt rows of dP in fp32). The row-major ones (q, P, dO, dS rows)
- * have T rounded up to 16 rows, which a tile reads whole. */
+ * pairs, dS rows, band_amx_t's 16 rows, and where P is made again (redo) q and kᵀ as the forward packs them (then,
+ * in floats, the rt rows of dP, and with redo the rt rows of P; the forward's rt rows of scores with redo). The
+ * row-major ones (q, P, dO, dS rows) have T rounded up to 16 rows, which a tile reads whole. */
 static int64_t fwd_words(const shape *s) { return s->Tp * s->Dh + s->Dh * s->Tp + s->Th * s->Dp + s->Tp * s->Th; }
-static int64_t bwd_words(const shape *s) {
-    return s->Tp * s->Dh + s->Dh * s->Tp + 3 * s->Th * s->Dp + 2 * s->Th * s->Tp + s->Tp * s->Th + 16 * s->Th;
+static int64_t bwd_words(const shape *s, bool redo) {
+    return s->Tp * s->Dh + s->Dh * s->Tp + 3 * s->Th * s->Dp + 2 * s->Th * s->Tp + s->Tp * s->Th + 16 * s->Th +
+           (redo ? 2 * s->Tp * s->Dh : 0);
 }
 
 /* Zeroed, 64-byte aligned thread scratch of `words` words and `floats` floats (NULL when out of memory);
@@ -491,27 +531,62 @@ static bool use_amx(void) { return fl_cpu_attn_amx_allowed && fl_cpu_amx(); }
 
 static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return (bh / H) * l.sb + (bh % H) * l.sh; }
 
-fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
-                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
-                                  float scale, int causal) {
-    if (!own_family()) return fl_cpu_attn_fma_fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal);
+/* The forward of every head: probabilities into att ([B·H, T, T]), or with att NULL the rows' statistics into st
+ * ([B·H, T, 2]: fwd_head). */
+static fl_status fwd_heads(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                           fl_attn_layout out_l, float *att, float *st, int64_t B, int64_t H, int64_t T, int64_t D,
+                           float scale, int causal) {
     const shape s = shape_of(T, D);
-    const int64_t BH = B * H, sa = T * T;
+    const int64_t BH = B * H, sa = T * T, nw = fwd_words(&s);
     const bool amx = use_amx();
     bool oom = false;
     #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
     {
-        uint32_t *w = scratch(fwd_words(&s), 0);
+        uint32_t *w = scratch(nw, att ? 0 : (amx ? RT_AMX : MR) * T);
         oom = !w;
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t hi = head_at(in, bh, H);
-            if (w) fwd_head(q + hi, k + hi, v + hi, in.st, out + head_at(out_l, bh, H), out_l.st, att + bh * sa, &s,
-                            scale, causal, w, amx);
+            if (w)
+                fwd_head(q + hi, k + hi, v + hi, in.st, out + head_at(out_l, bh, H), out_l.st, att ? att + bh * sa : NULL,
+                         att ? NULL : st + bh * 2 * T, (float *)(w + nw), &s, scale, causal, w, amx);
         }
         free(w);
     }
     return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}
+
+/* The backward of every head from att, or with att NULL from the statistics st (bwd_head). */
+static fl_status bwd_heads(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
+                           const float *st, const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                           fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal) {
+    const shape s = shape_of(T, D);
+    const int64_t BH = B * H, sa = T * T, nw = bwd_words(&s, !att);
+    const bool amx = use_amx();
+    const int64_t rows = (amx ? RT_AMX : MR) * T;   /* dP's tile, and with att NULL P's */
+    bool oom = false;
+    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
+    {
+        uint32_t *w = scratch(nw, att ? rows : 2 * rows);
+        oom = !w;
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const int64_t hi = head_at(in, bh, H), hd = head_at(din, bh, H);
+            if (w)
+                bwd_head(q + hi, k + hi, v + hi, in.st, att ? att + bh * sa : NULL, att ? NULL : st + bh * 2 * T,
+                         dout + head_at(out_l, bh, H), out_l.st, dq + hd, dk + hd, dv + hd, din.st, &s, scale, causal, w,
+                         (float *)(w + nw), (float *)(w + nw) + rows, amx);
+        }
+        free(w);
+    }
+    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+}
+
+fl_status fl_cpu_attn_bf16_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
+                                  float scale, int causal) {
+    if (!own_family()) return fl_cpu_attn_fma_fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal);
+    return fwd_heads(q, k, v, in, out, out_l, att, NULL, B, H, T, D, scale, causal);
 }
 
 fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
@@ -520,24 +595,26 @@ fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v
                                   int causal) {
     if (!own_family())
         return fl_cpu_attn_fma_bwd_at(q, k, v, in, att, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
-    const shape s = shape_of(T, D);
-    const int64_t BH = B * H, sa = T * T, nw = bwd_words(&s);
-    const bool amx = use_amx();
-    bool oom = false;
-    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
-    {
-        uint32_t *w = scratch(nw, (amx ? RT_AMX : MR) * T);
-        oom = !w;
-        #pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < BH; bh++) {
-            const int64_t hi = head_at(in, bh, H), hd = head_at(din, bh, H);
-            if (w)
-                bwd_head(q + hi, k + hi, v + hi, in.st, att + bh * sa, dout + head_at(out_l, bh, H), out_l.st, dq + hd,
-                         dk + hd, dv + hd, din.st, &s, scale, causal, w, (float *)(w + nw), amx);
-        }
-        free(w);
-    }
-    return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
+    return bwd_heads(q, k, v, in, att, NULL, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
+}
+
+bool fl_cpu_attn_bf16_stats_available(void) { return fl_cpu_attn_bf16_allowed && own_family(); }
+
+double fl_cpu_sdpa_fused_min_bytes(void) { return use_amx() ? 0.0 : 64.0 * 1048576.0; }
+
+fl_status fl_cpu_attn_bf16_stats_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                        fl_attn_layout out_l, float *st, int64_t B, int64_t H, int64_t T, int64_t D,
+                                        float scale, int causal) {
+    if (!own_family()) return FL_ERR(FL_EUNSUPPORTED, "attention: the statistics form needs AVX-512 BF16");
+    return fwd_heads(q, k, v, in, out, out_l, NULL, st, B, H, T, D, scale, causal);
+}
+
+fl_status fl_cpu_attn_bf16_stats_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *st,
+                                        const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                                        fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                        int causal) {
+    if (!own_family()) return FL_ERR(FL_EUNSUPPORTED, "attention: the statistics form needs AVX-512 BF16");
+    return bwd_heads(q, k, v, in, NULL, st, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
 }
 
 /* Contiguous [BH, T, D] heads: one "batch" of BH heads T·D apart, rows D apart. */

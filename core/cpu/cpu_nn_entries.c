@@ -120,24 +120,48 @@ static bool qkv_direct(bool bf16, int64_t B, int64_t H, int64_t T, int64_t D, fl
     return B > 0 && H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed &&
            (bf16 ? fl_cpu_attn_bf16_available() : fl_cpu_attn_f32_available());
 }
-fl_status fl_cpu_dev_sdpa_qkv_fwd(const float *qkv, float *out, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
-                                  float scale, bool causal, bool bf16, bool *done) {
+/* With stats (att NULL): the bf16 family's statistics form (fl_cpu_attn_bf16_stats_*), where it runs. */
+static bool stats_direct(bool bf16) { return bf16 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_bf16_stats_available(); }
+
+fl_status fl_cpu_dev_sdpa_qkv_fwd(const float *qkv, float *out, float *att, float *stats, int64_t B, int64_t H, int64_t T,
+                                  int64_t D, float scale, bool causal, bool bf16, bool *done) {
     fl_attn_layout in, ol;
     const int64_t C = H * D;
-    fl_attn_fwd_at_fn *fwd = bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at;
-    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) &&
-            fwd(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H, T, D, scale, causal) == FL_OK;
+    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) && (att || stats_direct(bf16));
+    if (!*done) return FL_OK;
+    if (!att)
+        *done = fl_cpu_attn_bf16_stats_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, stats, B, H, T, D, scale, causal) == FL_OK;
+    else
+        *done = (bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at)(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H,
+                                                                           T, D, scale, causal) == FL_OK;
     return FL_OK;
 }
-fl_status fl_cpu_dev_sdpa_qkv_bwd(const float *qkv, const float *att, const float *dout, float *dqkv, int64_t B,
-                                  int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16, bool *done) {
+fl_status fl_cpu_dev_sdpa_qkv_bwd(const float *qkv, const float *att, const float *stats, const float *dout, float *dqkv,
+                                  int64_t B, int64_t H, int64_t T, int64_t D, float scale, bool causal, bool bf16,
+                                  bool *done) {
     fl_attn_layout in, ol;
     const int64_t C = H * D;
-    fl_attn_bwd_at_fn *bwd = bf16 ? fl_cpu_attn_bf16_bwd_at : fl_cpu_attn_f32_bwd_at;
-    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) &&
-            bwd(qkv, qkv + C, qkv + 2 * C, in, att, dout, ol, dqkv, dqkv + C, dqkv + 2 * C, in, B, H, T, D, scale,
-                causal) == FL_OK;
+    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) && (att || stats_direct(bf16));
+    if (!*done) return FL_OK;
+    fl_attn_bwd_at_fn *bwd = !att ? fl_cpu_attn_bf16_stats_bwd_at : bf16 ? fl_cpu_attn_bf16_bwd_at : fl_cpu_attn_f32_bwd_at;
+    *done = bwd(qkv, qkv + C, qkv + 2 * C, in, att ? att : stats, dout, ol, dqkv, dqkv + C, dqkv + 2 * C, in, B, H, T, D,
+                scale, causal) == FL_OK;
     return FL_OK;
+}
+/* The statistics form on contiguous [B, H, T, D] heads (the flash entries' contract; on the CPU the same bits as
+ * sdpa_fwd/bwd under bf16). Not done where the bf16 family does not run. */
+fl_status fl_cpu_dev_sdpa_flash_fwd(const float *q, const float *k, const float *v, float *out, float *stats, int64_t B,
+                                    int64_t H, int64_t T, int64_t D, float scale, bool causal, bool *done) {
+    const fl_attn_layout l = { H * T * D, T * D, D };
+    *done = B > 0 && H > 0 && T > 0 && D > 0 && stats_direct(true) &&
+            fl_cpu_attn_bf16_stats_fwd_at(q, k, v, l, out, l, stats, B, H, T, D, scale, causal) == FL_OK;
+    return FL_OK;
+}
+fl_status fl_cpu_dev_sdpa_flash_bwd(const float *q, const float *k, const float *v, const float *stats, const float *dout,
+                                    float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
+                                    bool causal) {
+    const fl_attn_layout l = { H * T * D, T * D, D };
+    return fl_cpu_attn_bf16_stats_bwd_at(q, k, v, l, stats, dout, l, dq, dk, dv, l, B, H, T, D, scale, causal);
 }
 fl_status fl_cpu_dev_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {
     #pragma omp parallel for if (rows * cols > (1 << 16))

@@ -40,6 +40,12 @@ typedef fl_status fl_attn_bwd_at_fn(const float *q, const float *k, const float 
                                     float scale, int causal);
 fl_attn_fwd_at_fn fl_cpu_attn_bf16_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_bf16_bwd_at;
+/* The same with each row's score max and 1/Σ in st ([B·H, T, 2]) in place of att ([B·H, T, T]): the backward makes
+ * P again from them, the same bits as from att, so attention keeps O(T) floats a head rather than O(T²). The
+ * AVX-512 BF16 family only (fl_cpu_attn_bf16_stats_available; FL_EUNSUPPORTED elsewhere). */
+bool fl_cpu_attn_bf16_stats_available(void);
+fl_attn_fwd_at_fn fl_cpu_attn_bf16_stats_fwd_at;
+fl_attn_bwd_at_fn fl_cpu_attn_bf16_stats_bwd_at;
 /* The same on CPUs without AVX-512 BF16 (cpu_nn_attn_fma.c: AVX2 + FMA on operands rounded to bf16 and kept in
  * fp32), which the entries above call there; usable where the CPU has AVX2 and FMA. */
 bool fl_cpu_attn_fma_usable(void);

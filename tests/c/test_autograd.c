@@ -164,6 +164,63 @@ TEST(autograd_mlp_step_shapes) {
     for (int i = 0; i < 10; i++) fl_tensor_release(all[i]);
 }
 
+/* The CPU's attention without its probabilities (fl_sdpa_cpu_fused_min_bytes at 0: each row's max and 1/Σ kept,
+ * P made again in the backward) against the same calls keeping them (the threshold out of reach): the same output
+ * and gradient bits, through fl_sdpa_qkv's packed layout and through fl_sdpa's [B, H, T, D] heads (the flash
+ * entries), under bf16 autocast; and B·H·T·T floats fewer alive between the forward and the backward. */
+static fl_status stats_run(fl_tensor **y_out, fl_tensor **grad, size_t *held, const fl_tensor *base, bool split,
+                           double threshold) {
+    fl_tensor *x = NULL, *y = NULL, *s = NULL, *parts[3] = { NULL, NULL, NULL };
+    const double prev_min = fl_sdpa_cpu_fused_min_bytes;
+    fl_sdpa_cpu_fused_min_bytes = threshold;
+    fl_dtype prev = fl_set_autocast_dtype(FL_BF16);
+    fl_status st = fl_tensor_to(&x, base, FL_F32);
+    if (st == FL_OK) fl_tensor_set_requires_grad(x, true);
+    const size_t before = fl_bytes_live(FL_DEV_CPU);
+    if (st == FL_OK && !split) st = fl_sdpa_qkv(&y, x, 2, true, 0.0);
+    if (st == FL_OK && split) {   /* x as [3, B, H, T, D]: q, k, v contiguous heads */
+        for (int i = 0; i < 3 && st == FL_OK; i++) st = fl_select(&parts[i], x, 0, i);
+        if (st == FL_OK) st = fl_sdpa(&y, parts[0], parts[1], parts[2], false, 0.3);
+    }
+    *held = fl_bytes_live(FL_DEV_CPU) - before;
+    if (st == FL_OK) st = fl_reduce(&s, FL_OP_SUM, y, FL_ALL_DIMS, false);
+    if (st == FL_OK) st = fl_backward(s, NULL, false);
+    fl_set_autocast_dtype(prev);
+    fl_sdpa_cpu_fused_min_bytes = prev_min;
+    if (st == FL_OK) { *grad = fl_tensor_retain(x->grad); *y_out = fl_tensor_retain(y); }
+    for (int i = 0; i < 3; i++) fl_tensor_release(parts[i]);
+    fl_tensor_release(x); fl_tensor_release(y); fl_tensor_release(s);
+    return st;
+}
+TEST(autograd_sdpa_cpu_statistics_form_same_bits) {
+    if (!fl_cpu_attn_bf16_stats_available()) {
+        fprintf(stderr, "  (skipped: no AVX-512 BF16 on this CPU)\n");
+        return;
+    }
+    const int64_t B = 2, H = 2, T = 70, D = 16;
+    for (int split = 0; split < 2; split++) {
+        const int64_t packed[3] = { B, T, 3 * H * D }, heads[5] = { 3, B, H, T, D };
+        fl_tensor *base = NULL, *y[2] = { NULL, NULL }, *g[2] = { NULL, NULL };
+        size_t held[2];
+        fl_manual_seed(5 + split);
+        REQUIRE_OK(fl_randn(&base, NULL, split ? 5 : 3, split ? heads : packed, FL_F32));
+        REQUIRE_OK(stats_run(&y[0], &g[0], &held[0], base, split, 1e300));
+        REQUIRE_OK(stats_run(&y[1], &g[1], &held[1], base, split, 0.0));
+        const int64_t ny = fl_tensor_numel(y[0]), ng = fl_tensor_numel(g[0]);
+        REQUIRE(fl_tensor_is_contiguous(y[0]) && fl_tensor_is_contiguous(y[1]) && fl_tensor_is_contiguous(g[0]) &&
+                fl_tensor_is_contiguous(g[1]), "results not contiguous");
+        CHECK(memcmp(fl_tensor_data(y[0]), fl_tensor_data(y[1]), (size_t)ny * 4) == 0,
+              "%s: the output differs between the two forms", split ? "fl_sdpa" : "fl_sdpa_qkv");
+        CHECK(memcmp(fl_tensor_data(g[0]), fl_tensor_data(g[1]), (size_t)ng * 4) == 0,
+              "%s: the gradient differs between the two forms", split ? "fl_sdpa" : "fl_sdpa_qkv");
+        const size_t att = (size_t)(B * H * T * T) * 4, st = (size_t)(B * H * T * 2) * 4;
+        CHECK(held[0] >= held[1] + att - st, "%s: %zu bytes held with the probabilities, %zu without (expected %zu fewer)",
+              split ? "fl_sdpa" : "fl_sdpa_qkv", held[0], held[1], att - st);
+        for (int i = 0; i < 2; i++) { fl_tensor_release(y[i]); fl_tensor_release(g[i]); }
+        fl_tensor_release(base);
+    }
+}
+
 /* Packed attention (fl_sdpa_qkv) whose backward finds the packed kernel unavailable (here: switched off
  * between forward and backward, as running out of memory for its buffers would) takes the copies and the
  * [B, H, T, D] entry instead, and gives the gradient of a run that never used the packed kernel, up to

@@ -828,6 +828,56 @@ TEST(nn_sdpa_bf16_amx) {
     }
     fl_cpu_attn_amx_allowed = true;
 }
+/* The statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept, P made again in the backward) gives
+ * the bits of the form that keeps P, forward and backward: contiguous and packed heads, causal and not, odd T and D,
+ * one and two threads, on the tile unit and off it; and a NaN score row stays what it was. */
+static void check_stats_bits(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t D, int causal, bool packed) {
+    const int64_t C = H * D, ldi = packed ? 3 * C : C, n = B * T * ldi, no = B * T * C;
+    const fl_attn_layout in = { T * ldi, D, ldi }, ol = { T * C, D, C };
+    float *x = frand(n, -2, 2), *dy = frand(no, -1, 1);
+    if (T > 3 && D > 1) x[2 * ldi + 1] = NAN;   /* q of row 2, head 0 of batch 0: a NaN row of scores */
+    const float *q = x, *k = packed ? x + C : frand(n, -2, 2), *v = packed ? x + 2 * C : frand(n, -1, 1);
+    float *o[2], *dq[2], *dk[2], *dv[2], *att = fzeros(B * H * T * T), *st = fzeros(B * H * T * 2);
+    for (int f = 0; f < 2; f++) {
+        o[f] = fzeros(no); dq[f] = fzeros(n); dk[f] = fzeros(n); dv[f] = fzeros(n);
+        fl_status a = f ? fl_cpu_attn_bf16_stats_fwd_at(q, k, v, in, o[f], ol, st, B, H, T, D, 0.3f, causal)
+                        : fl_cpu_attn_bf16_fwd_at(q, k, v, in, o[f], ol, att, B, H, T, D, 0.3f, causal);
+        fl_status b = f ? fl_cpu_attn_bf16_stats_bwd_at(q, k, v, in, st, dy, ol, dq[f], dk[f], dv[f], in, B, H, T, D, 0.3f, causal)
+                        : fl_cpu_attn_bf16_bwd_at(q, k, v, in, att, dy, ol, dq[f], dk[f], dv[f], in, B, H, T, D, 0.3f, causal);
+        CHECK(a == FL_OK && b == FL_OK, "stats form %d: %d %d", f, a, b);
+    }
+    CHECK(memcmp(o[0], o[1], (size_t)no * 4) == 0 && memcmp(dq[0], dq[1], (size_t)n * 4) == 0 &&
+          memcmp(dk[0], dk[1], (size_t)n * 4) == 0 && memcmp(dv[0], dv[1], (size_t)n * 4) == 0,
+          "attention's statistics form differs from P's: B%lld H%lld T%lld D%lld causal %d packed %d", (long long)B,
+          (long long)H, (long long)T, (long long)D, causal, packed);
+    int finite = 1;   /* every row's max and 1/Σ but the NaN row's (head 0, row 2) */
+    for (int64_t i = 0; i < B * H * T * 2; i++) finite &= isfinite(st[i]) || (T > 3 && D > 1 && i / 2 == 2);
+    CHECK(finite, "attention statistics: a row's max or 1/Σ is not finite (B%lld H%lld T%lld D%lld)", (long long)B,
+          (long long)H, (long long)T, (long long)D);
+    for (int f = 0; f < 2; f++) { free(o[f]); free(dq[f]); free(dk[f]); free(dv[f]); }
+    if (!packed) { free((float *)k); free((float *)v); }
+    free(x); free(dy); free(att); free(st);
+}
+TEST(nn_sdpa_bf16_stats_same_bits) {
+    if (!fl_cpu_attn_bf16_stats_available()) {
+        fprintf(stderr, "  (skipped: no AVX-512 BF16 on this CPU)\n");
+        return;
+    }
+    const int nt = omp_get_max_threads();
+    const int64_t shapes[][4] = { { 2, 2, 70, 48 }, { 1, 2, 130, 64 }, { 2, 1, 33, 32 }, { 1, 1, 17, 13 }, { 1, 3, 5, 8 } };
+    for (int amx = 1; amx >= 0; amx--) {
+        fl_cpu_attn_amx_allowed = amx;
+        for (int t = 1; t <= 2; t++) {
+            omp_set_num_threads(t);
+            for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+                for (int causal = 0; causal <= 1; causal++)
+                    for (int packed = 0; packed <= 1; packed++)
+                        check_stats_bits(fl__failed, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], causal, packed);
+        }
+    }
+    omp_set_num_threads(nt);
+    fl_cpu_attn_amx_allowed = true;
+}
 /* CPUs without AVX-512 BF16 run the kernels' AVX2 + FMA family (cpu_nn_attn_fma.c); with AVX-512 disallowed
  * the checks above run it on every CPU: every remainder of its 6-row and 16-column register tiles, odd T and D. */
 TEST(nn_sdpa_bf16_fma) {
