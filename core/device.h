@@ -207,8 +207,9 @@ const fl_device *fl_cpu_device(void);
 const char *fl_cpu_fp8_mm_family(void);
 /* Probabilities' bytes (fp32, B·H·T·T) above which the CPU's bf16 attention keeps each row's statistics instead and
  * makes P again in the backward (its sdpa_flash and sdpa_qkv entries with stats: the same bits): 0 where the
- * products run on the tile unit (faster at every size measured), else 64 MiB (the size from which it measured no
- * slower on the vdpbf16ps tiles); docs/performance.md, "Attention without its probabilities".
+ * products run on the tile unit (faster at every size measured), else 64 MiB (on the vdpbf16ps tiles it measured
+ * 0.97-0.99x the time of keeping P at that size, 1.04x at four times it, 1.09-1.13x at 4 MiB: from there the memory
+ * is worth it). docs/performance.md, "Attention in whole tile steps, and without its probabilities";
  * core/cpu/cpu_nn_attn_bf16.c. */
 double fl_cpu_sdpa_fused_min_bytes(void);
 const char *fl_device_name(int id);       /* "cpu", "cuda" */

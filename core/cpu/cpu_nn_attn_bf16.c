@@ -4,9 +4,12 @@
  * accumulating in fp32, and the row passes (softmax forward, dS backward) run between them on tiles of query
  * rows that are still in cache. Causal heads skip the key blocks above the diagonal. A head's arithmetic does
  * not depend on the thread count. Where the CPU has AMX-BF16 (fl_cpu_amx) the products run on the tile unit:
- * row tiles of 16 query (or key) rows, each product's whole 16-pair steps by tdpbf16ps and the rest of its inner
- * pairs (causal bands end on multiples of 8) by the vdpbf16ps tiles, added; on such a CPU vdpbf16ps runs at half
- * the fp32 FMA rate and the tiles at 31 times it (docs/performance.md, "Intel Xeon with AMX"). */
+ * row tiles of 16 query (or key) rows, each product's whole 16-pair steps by tdpbf16ps (causal bands rounded up to
+ * whole steps: pairs_for) and the rest of its inner pairs by the vdpbf16ps tiles, added; on such a CPU vdpbf16ps
+ * runs at half the fp32 FMA rate and the tiles at 31 times it (docs/performance.md, "Intel Xeon with AMX").
+ * The probabilities go to att for the backward, or in the statistics form (fl_cpu_attn_bf16_stats_*) only each
+ * row's max and 1/Σ are kept and the backward makes P again from them, with the same bits (docs/performance.md,
+ * "Attention in whole tile steps, and without its probabilities"). */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "bf16_x86.h"
