@@ -8,13 +8,14 @@
 #if defined(__x86_64__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #include <stdbool.h>
+#include "cpu_isa.h"
 
 #define FL_BF16_X86_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
 #define FL_BF16_X86_INLINE static inline __attribute__((always_inline)) FL_BF16_X86_TARGET
 
 static inline bool fl_bf16_x86_available(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
+    return fl_cpu_isa_allows(FL_ISA_AVX512_BF16) && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
 }
 
 /* x's 16 lanes rounded to bf16 (half_cvt.h's integer rounding), each in the low half of its 32-bit lane. */

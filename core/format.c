@@ -508,7 +508,7 @@ typedef void (*quant_block_fn)(const float *, uint8_t *, size_t, const fp8_param
 
 int fl_format_has_avx512(void) {
 #ifdef __x86_64__
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    return fl_cpu_isa_allows(FL_ISA_AVX512) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 #else
     return 0;
 #endif
@@ -652,7 +652,7 @@ static float amax_avx2(const float *src, size_t n) {
 float fl_amax_f32_path(const float *src, size_t n, int path) {
     float (*fn)(const float *, size_t) = amax_portable;
 #ifdef __x86_64__
-    if ((path == FL_PATH_AUTO || path == FL_PATH_AVX512) && __builtin_cpu_supports("avx512f")) fn = amax_avx512;
+    if ((path == FL_PATH_AUTO || path == FL_PATH_AVX512) && fl_format_has_avx512()) fn = amax_avx512;
     else if ((path == FL_PATH_AUTO || path == FL_PATH_AVX2) && __builtin_cpu_supports("avx2")) fn = amax_avx2;
 #endif
     const bool par = par_ok(n);

@@ -10,6 +10,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "cpu_isa.h"
 #include "device.h"
 #include "l_util.h"
 
@@ -137,6 +138,14 @@ static int l_cpu_fp8_gemm(lua_State *L) {
     return 1;
 }
 
+/* cpu_isa() -> the cap on the CPU's instruction sets (FP8LAB_CPU_ISA: "avx2", "avx512", "avx512_bf16", or "amx",
+ * the default, which caps nothing). */
+static int l_cpu_isa(lua_State *L) {
+    fl_lmaxargs(L, 0, "cpu_isa", "no arguments");
+    lua_pushstring(L, fl_cpu_isa_limit_name());
+    return 1;
+}
+
 /* build() -> which optional engines were compiled in: {cuda=, cublaslt=, nccl=, mpi=}. */
 static int l_build(lua_State *L) {
     static const struct { const char *name; int on; } BUILT[] = {
@@ -160,6 +169,7 @@ static const luaL_Reg sys_funcs[] = {
     {"omp_max_threads", l_omp_max_threads},
     {"build", l_build},
     {"cpu_fp8_gemm", l_cpu_fp8_gemm},
+    {"cpu_isa", l_cpu_isa},
     {NULL, NULL},
 };
 

@@ -24,6 +24,7 @@
 #include <readline/readline.h>
 #endif
 
+#include "cpu_isa.h"
 #include "error.h"
 #include "settings.h"
 
@@ -771,8 +772,18 @@ static int check_omp_threads(void) {
     return 0;
 }
 
+/* FP8LAB_CPU_ISA caps the instruction sets the CPU kernels and oneDNN use (core/cpu_isa.h), before any runs; a
+ * word outside its choices is refused. */
+static int set_cpu_isa(void) {
+    const char *s = getenv("FP8LAB_CPU_ISA");
+    if (!s || !*s || fl_cpu_isa_limit(s) == FL_OK) return 0;
+    fprintf(stderr, "%s: FP8LAB_CPU_ISA: expected one of %s, got \"%s\"\n", progname, fl_cpu_isa_words, s);
+    return 2;
+}
+
 int main(int argc, char **argv) {
     int bad = check_omp_threads();
+    if (!bad) bad = set_cpu_isa();
     if (bad) return bad;
     lua_State *L = luaL_newstate();
     if (L == NULL) { l_message(progname, "cannot create state: not enough memory"); return 1; }

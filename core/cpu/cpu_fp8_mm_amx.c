@@ -178,7 +178,7 @@ static bool amx_permitted(void) {
     return ok;
 }
 
-bool fl_cpu_amx(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16") && amx_permitted(); }
+bool fl_cpu_amx(void) { return fl_cpu_avx512_bf16() && fl_cpu_isa_allows(FL_ISA_AMX) && amx_permitted(); }
 
 static bool usable(void) { return fl_cpu_amx_allowed && fl_cpu_amx() && __builtin_cpu_supports("avx512vbmi"); }
 

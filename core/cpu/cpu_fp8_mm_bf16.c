@@ -163,7 +163,7 @@ FL_CPU_BF16 static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_
 }
 
 
-static bool usable(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
+static bool usable(void) { return fl_cpu_avx512_bf16(); }
 
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
     const int64_t kcp = (kc + 1) / 2;

@@ -2,6 +2,7 @@
  * and a tile walker over N-d (broadcast, non-contiguous) layouts that polls for Ctrl-C. */
 #ifndef FL_CPU_INTERNAL_H
 #define FL_CPU_INTERNAL_H
+#include "cpu_isa.h"
 #include "device.h"
 
 #define FL_CPU_TILE 512              /* elements per tile: fits fp32 scratch buffers on the stack */
@@ -15,8 +16,12 @@
 #define FL_CPU_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,prefer-vector-width=512")))
 extern _Atomic bool fl_cpu_avx512_allowed;   /* cpu_nn_act.c; tests clear it to run the AVX2 copies */
 static inline bool fl_cpu_avx512(void) {
-    return fl_cpu_avx512_allowed && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    return fl_cpu_avx512_allowed && fl_cpu_isa_allows(FL_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+/* The AVX512_BF16 dot products and conversions too (the bf16 GEMM and attention families). */
+static inline bool fl_cpu_avx512_bf16(void) {
+    return fl_cpu_avx512() && fl_cpu_isa_allows(FL_ISA_AVX512_BF16) && __builtin_cpu_supports("avx512bf16");
 }
 
 /* A row of n floats asked into the caches, for a row loop to call two rows ahead: in a training step its rows come

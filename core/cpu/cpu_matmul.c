@@ -59,6 +59,11 @@ static dnnl_data_type_t dnnl_dt(fl_dtype t) {
 
 static fl_status mm_init(void) {
     if (mm.engine) return FL_OK;
+    /* FP8LAB_CPU_ISA's cap (cpu_isa.h), handed over before oneDNN picks its kernels; nothing for "amx". */
+    static const dnnl_cpu_isa_t DNNL_ISA[FL_ISA_COUNT] = { dnnl_cpu_isa_avx2, dnnl_cpu_isa_avx512_core,
+                                                           dnnl_cpu_isa_avx512_core_bf16, dnnl_cpu_isa_all };
+    const fl_isa isa = fl_cpu_isa_freeze();
+    if (isa != FL_ISA_AMX) DNNL_CHECK(dnnl_set_max_cpu_isa(DNNL_ISA[isa]));
     DNNL_CHECK(dnnl_engine_create(&mm.engine, dnnl_cpu, 0));
     DNNL_CHECK(dnnl_stream_create(&mm.stream, mm.engine, dnnl_stream_default_flags));
     return FL_OK;

@@ -35,7 +35,7 @@ _Atomic bool fl_cpu_attn_bf16_allowed = true;
 _Atomic bool fl_cpu_attn_amx_allowed = true;
 
 /* Whether this family runs here; else the AVX2 + FMA one (cpu_nn_attn_fma.c) takes the calls. */
-static bool own_family(void) { return fl_cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
+static bool own_family(void) { return fl_cpu_avx512_bf16(); }
 
 bool fl_cpu_attn_bf16_available(void) {
     return fl_cpu_attn_bf16_allowed && (own_family() || fl_cpu_attn_fma_usable());

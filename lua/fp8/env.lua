@@ -17,6 +17,7 @@ M.OTHER = {
   FP8LAB_HISTSIZE = "the lines of prompt history kept, 0..1000000 (default 1000)",
   FP8LAB_PROGRESS = "progress bars: plain, off or the default",
   FP8LAB_VERBOSE = "1: full tracebacks",
+  FP8LAB_CPU_ISA = "the most of the CPU's instruction sets the kernels use: avx2, avx512, avx512_bf16 or amx (all)",
   FP8LAB_SCHEMA_SELFTEST = "test only: the settings table's self-test row",
   FP8LAB_BIN = "test suite: the binary under test", FP8LAB_EXE = "test suite: the binary the API sweep runs",
   FP8LAB_TEST_DEVICE = "test suite: the device the GPU specs compare against",

@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include "cpu/cpu_internal.h"
+#include "ops.h"
 #include "rng.h"
 #include "tensor.h"
 
@@ -574,4 +575,25 @@ TEST(fp8_gemm_add_device_entry) {
     fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(d1); fl_tensor_release(d2);
     fl_tensor_release(res); fl_tensor_release(bias);
     free(qa); free(qb);
+}
+
+/* FP8LAB_CPU_ISA's cap (core/cpu_isa.h): a word outside its choices refused with them named; once oneDNN ran a GEMM
+ * (here, after one fp32 matmul, uncapped) another cap is refused, the same one taken. The caps' effect on each
+ * family and on oneDNN is tests/spec/cli_spec.lua's (a process each). */
+TEST(cpu_isa_cap_refuses_bad_words_and_changes_after_onednn) {
+    CHECK(fl_cpu_isa_limit("avx512bf16") == FL_EINVAL, "a misspelt cap taken");
+    CHECK(strstr(fl_last_error(), "avx2, avx512, avx512_bf16, amx") != NULL, "choices not named: %s", fl_last_error());
+    CHECK(fl_cpu_isa_limit(NULL) == FL_EINVAL, "no word taken");
+    int64_t s[2] = { 4, 4 };
+    fl_tensor *a = NULL, *c = NULL;
+    REQUIRE_OK(fl_tensor_zeros(&a, FL_F32, 2, s, FL_DEV_CPU));
+    REQUIRE_OK(fl_matmul(&c, a, a));
+    CHECK(strcmp(fl_cpu_isa_limit_name(), "amx") == 0, "cap %s in the test process", fl_cpu_isa_limit_name());
+    CHECK(fl_cpu_isa_limit("avx2") == FL_EUNSUPPORTED, "cap changed after oneDNN ran");
+    CHECK(strstr(fl_last_error(), "before the first GEMM") != NULL, "%s", fl_last_error());
+    CHECK(strcmp(fl_cpu_isa_limit_name(), "amx") == 0 && fl_cpu_avx512_bf16() == !!__builtin_cpu_supports("avx512bf16"),
+          "a refused cap applied");
+    CHECK_OK(fl_cpu_isa_limit("amx"));
+    fl_tensor_release(c);
+    fl_tensor_release(a);
 }

@@ -489,7 +489,8 @@ describe("fp8lab env", function()
     assert.are.equal(0, code, err)
     for _, pat in ipairs { "fp8lab%s+0%.1", "Lua%s+Lua 5%.4", "libyaml%s+%d+%.%d+", "oneDNN%s+%S+", "CUDA%s+%S+",
       "cuBLASLt%s+%S+", "NCCL%s+%S+", "MPI%s+%S+", "OpenMP%s+%d+ threads", "CPU%s+%S+", "CPU flags%s+avx512f (%a+)",
-      "avx512vbmi %a+", "amx_bf16 %a+", "FP8 GEMM%s+[%w_]+: fp8lab's own kernels", "GPUs%s+%S+", "\nEnvironment\n", "FP8LAB_FP8_MARGIN=2", "\nConfig\n",
+      "avx512vbmi %a+", "amx_bf16 %a+", "CPU ISA%s+all this CPU has %(FP8LAB_CPU_ISA caps it",
+      "FP8 GEMM%s+[%w_]+: fp8lab's own kernels", "GPUs%s+%S+", "\nEnvironment\n", "FP8LAB_FP8_MARGIN=2", "\nConfig\n",
       "accelerate_te%.yaml %(FP8LAB_CONFIG_FILE%)", "notice: .*ignoring settings", "  backend: TE" } do
       assert.truthy(out:find(pat), "env lacks " .. pat .. "\n" .. out)
     end
@@ -531,6 +532,56 @@ describe("fp8lab env", function()
     local out = run("env")
     assert.truthy(out:find("none (" .. CACHE .. "/fp8lab/default_config.yaml does not exist", 1, true), out)
   end)
+end)
+
+describe("FP8LAB_CPU_ISA", function()
+  local f = io.open("/proc/cpuinfo")
+  local flags = " " .. ((f and f:read("a") or ""):match("\nflags%s*:%s*([^\n]+)") or "") .. " "
+  if f then f:close() end
+  local function has(flag) return flags:find(" " .. flag .. " ", 1, true) ~= nil end
+  local avx512 = has("avx512f") and has("avx512bw") and has("avx512vl") and has("avx512dq")
+  local bf16 = avx512 and has("avx512_bf16")
+  local amx = bf16 and has("amx_bf16") and has("avx512vbmi")
+  -- The kernel family each cap leaves the FP8 GEMM on this CPU, and whether oneDNN may use AMX / AVX-512 for a bf16
+  -- GEMM (it reports its kernel with ONEDNN_VERBOSE).
+  local SCRIPT = os.tmpname()
+  U.write(SCRIPT, [[
+local fp8 = require "fp8"
+local c = fp8.matmul(fp8.randn{64, 256}:to("bf16"), fp8.randn{256, 128}:to("bf16"))
+local sys = require("fp8.config").sys
+print("CAP=" .. sys.cpu_isa() .. " FAMILY=" .. tostring(sys.cpu_fp8_gemm()) .. " SUM=" .. tostring(c:sum():item() == c:sum():item()))
+]])
+
+  it("caps the kernels fp8lab picks and oneDNN's, at each level", function()
+    local want = {
+      avx2 = "avx2_fma", avx512 = "avx2_fma",
+      avx512_bf16 = bf16 and "avx512_bf16" or "avx2_fma",
+      amx = amx and "amx_bf16" or bf16 and "avx512_bf16" or "avx2_fma",
+    }
+    for cap, family in pairs(want) do
+      local out, err, code = run(q(SCRIPT), nil, "FP8LAB_CPU_ISA=" .. cap .. " ONEDNN_VERBOSE=1 ")
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find("CAP=" .. cap .. " FAMILY=" .. family .. " SUM=true", 1, true), cap .. "\n" .. out)
+      local impl = out:match("onednn_verbose,exec,cpu,matmul,([^,]+),") or "none"
+      if cap ~= "amx" then assert.falsy(impl:find("amx", 1, true), cap .. ": oneDNN ran " .. impl) end
+      if cap == "avx2" then assert.falsy(impl:find("avx512", 1, true), cap .. ": oneDNN ran " .. impl) end
+      if cap == "amx" and amx then assert.truthy(impl:find("amx", 1, true), "uncapped oneDNN ran " .. impl) end
+      local env = run("env", nil, "FP8LAB_CPU_ISA=" .. cap .. " ")
+      assert.truthy(env:find(cap == "amx" and "\nCPU ISA%s+all this CPU has" or ("\nCPU ISA%s+at most " .. cap)), env)
+      assert.falsy(env:find("FP8LAB_CPU_ISA=" .. cap .. "   (not read", 1, true), env)
+    end
+  end)
+
+  it("refuses a word outside its choices, before anything runs", function()
+    for _, args in ipairs { "-e 'print(1)'", "env", "launch --num_processes 1 " .. q(SCRIPT) } do
+      local out, err, code = run(args, nil, "FP8LAB_CPU_ISA=avx512bf16 ")
+      assert.are.equal(2, code, args .. "\n" .. out .. err)
+      assert.are.equal("", out)
+      assert.truthy(err:find('FP8LAB_CPU_ISA: expected one of avx2, avx512, avx512_bf16, amx, got "avx512bf16"', 1, true), err)
+    end
+  end)
+
+  teardown(function() os.remove(SCRIPT) end)
 end)
 
 teardown(function()
