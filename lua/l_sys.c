@@ -129,7 +129,7 @@ static int l_omp_max_threads(lua_State *L) {
 #endif
 
 /* cpu_fp8_gemm() -> the kernel family of the CPU's own FP8 GEMM on this CPU ("amx_bf16", "avx512_bf16",
- * "avx2_fma"), or nil: FP8 GEMMs decode to bf16 and run oneDNN. */
+ * "avx512_fma", "avx2_fma"), or nil: FP8 GEMMs decode to bf16 and run oneDNN. */
 static int l_cpu_fp8_gemm(lua_State *L) {
     fl_lmaxargs(L, 0, "cpu_fp8_gemm", "no arguments");
     const char *f = fl_cpu_fp8_mm_family();

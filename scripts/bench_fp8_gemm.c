@@ -5,14 +5,15 @@
  * (the floor of the old path when every decode is reused), "new" = cpu_fp8_mm.c called directly (whether or not
  * fl_cpu_fp8_mm_faster would pick it; "policy" says what it picks). Min of many runs.
  * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE [GEMMS]]], MODE holding "mlp", "cold", "new", "bf16",
- * "avx2" and/or "noamx" (e.g. cold,mlp; "-": none), GEMMS a comma-separated subset of the GEMMs as gemm:in:out (e.g.
+ * "avx2", "noamx" and/or "nobf16" (e.g. cold,mlp; "-": none), GEMMS a comma-separated subset of the GEMMs as gemm:in:out (e.g.
  * wgrad:1024:256,fprop:256:768; the whole set when left out; a name that is not in the set is refused with the
  * list). mlp: the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: one store
  * into each line of a 64 MiB buffer before each timed call (bench_util.h), so the operands and C come from memory
  * as in a training step. Prints one line per GEMM and path. new: only the new path. avx2: AVX-512 disallowed
  * (fl_cpu_avx512_allowed), so the AVX2 + FMA family runs, as on CPUs without AVX-512 (with bf16: fl_cpu_fma_mm
- * for the bf16 operands; the limits are still this CPU's). noamx: AMX disallowed (fl_cpu_amx_allowed), so a CPU
- * with AMX runs the AVX512_BF16 family. bf16: the same twelve GEMMs in fp32 and bf16 through
+ * for the bf16 operands; the limits are still this CPU's). noamx: AMX disallowed (fl_cpu_amx_allowed, and the AVX-512
+ * FMA family, fl_cpu_fma512_allowed, which Intel's CPUs run before it), so a CPU with AMX runs the AVX512_BF16 family. nobf16: AMX and AVX512_BF16 disallowed (fl_cpu_avx512_bf16_allowed), so
+ * the AVX-512 FMA family runs, as on AVX-512 CPUs without BF16 (Skylake-SP to Ice Lake). bf16: the same twelve GEMMs in fp32 and bf16 through
  * the device's matmul entry instead, as the fp32 and bf16-autocast steps run them, four paths: "fp32" (fl_cpu_fma_mm_allowed cleared: oneDNN's fp32
  * GEMM), "fp32-own" (the device's choice: on CPUs without AVX-512, fl_cpu_fma_mm), "widen" (bf16, the switch
  * cleared: where oneDNN has no bf16 kernel, both operands widened to fp32 copies for oneDNN's fp32 GEMM), "own"
@@ -28,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "cpu/cpu_internal.h"
+#include "cpu/cpu_fp8_mm.h"
 #include "tensor.h"
 #include "bench_util.h"
 #include "peak.h"
@@ -196,11 +197,18 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
     if (reps < 1) { fprintf(stderr, "bench_fp8_gemm: REPS must be at least 1 (got '%s')\n", argv[1]); return 2; }
-    static const char *const modes[] = { "mlp", "cold", "new", "bf16", "avx2", "noamx" };
-    const unsigned mode = argc > 2 && strcmp(argv[2], "-") ? bench_mode("bench_fp8_gemm", argv[2], modes, 6) : 0;
+    static const char *const modes[] = { "mlp", "cold", "new", "bf16", "avx2", "noamx", "nobf16" };
+    const unsigned mode = argc > 2 && strcmp(argv[2], "-") ? bench_mode("bench_fp8_gemm", argv[2], modes, 7) : 0;
     const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
     if (mode & 16) fl_cpu_avx512_allowed = false;   /* the AVX2 + FMA families, as on CPUs without AVX-512 */
-    if (mode & 32) fl_cpu_amx_allowed = false;      /* the AVX512_BF16 family on a CPU with AMX */
+    if (mode & 32) {                                 /* the AVX512_BF16 family on a CPU with AMX */
+        fl_cpu_amx_allowed = false;
+        fl_cpu_fma512_allowed = false;
+    }
+    if (mode & 64) {                                 /* the AVX-512 FMA family on a CPU with AVX512_BF16 */
+        fl_cpu_amx_allowed = false;
+        fl_cpu_avx512_bf16_allowed = false;
+    }
     const char *only = argc > 3 ? argv[3] : NULL;
     if (mode & 8) return bench_bf16(reps, cold, mlp, only);
     const int T = mlp ? 256 : 2048, nlin = mlp ? 2 : 4;

@@ -17,10 +17,19 @@ _Atomic bool fl_cpu_fp8_mm_allowed = true;
 #include <immintrin.h>
 #include <sched.h>
 
-/* The family this CPU runs: AMX where it has it (and AMX and AVX-512 are allowed), else AVX512_BF16 where it has
- * it (and AVX-512 is allowed), else AVX2 + FMA. */
+/* The family this CPU runs: AMX where it has it (and AMX and AVX-512 are allowed), else AVX512_BF16 or AVX-512 FMA
+ * where it has them (and AVX-512 is allowed), else AVX2 + FMA. Between the two AVX-512 families the instruction's
+ * rate decides, and it is the vendor's: vdpbf16ps does twice the fp32 FMA's FLOPs a cycle on AMD's Zen 4 and 5
+ * (230 against 114 GFLOP/s a thread on Zen 4), half on Intel's cores (120 against 240 on the Xeon with AMX, its
+ * tiles capped: the GPT's twelve GEMMs 49.7 ms on AVX512_BF16 against 31.3 on AVX-512 FMA; docs/performance.md,
+ * "Intel without the tiles"). A fixed rule, not a timing, so a machine always runs the same family (the two give
+ * different bits). */
+static bool bf16_dot_fast(void) { return !__builtin_cpu_is("intel"); }
+
 static const mm_kernel *mm_pick(void) {
     if (fl_mm_amx.usable()) return &fl_mm_amx;
+    if (fl_mm_bf16.usable() && bf16_dot_fast()) return &fl_mm_bf16;
+    if (fl_mm_fma512.usable()) return &fl_mm_fma512;
     if (fl_mm_bf16.usable()) return &fl_mm_bf16;
     if (fl_mm_fma.usable()) return &fl_mm_fma;
     return NULL;

@@ -3,7 +3,9 @@
  * products in fp32:
  *   cpu_fp8_mm_amx.c   AMX-BF16 (tdpbf16ps on 16 × 32 bf16 tiles), where the CPU has it;
  *   cpu_fp8_mm_bf16.c  AVX512_BF16 (vdpbf16ps on bf16 pairs), where the CPU has it;
- *   cpu_fp8_mm_fma.c   AVX2 + FMA (fp32 FMA on decoded fp32), every x86-64-v3 CPU, the build's baseline.
+ *   cpu_fp8_mm_fma.c   AVX-512 FMA (fp32 FMA on decoded fp32, 16 lanes), where the CPU has AVX-512 and its
+ *                      vdpbf16ps is not the faster (Intel's: Skylake-SP to Ice Lake, or AVX512_BF16 without AMX),
+ *                      and AVX2 + FMA (8 lanes, the same bits), every x86-64-v3 CPU, the build's baseline.
  * The AVX2 + FMA family also runs GEMMs of bf16, fp16 or fp32 operands (job.wide) for CPUs without AVX-512
  * (fl_cpu_fma_mm).
  * The driver walks C in tiles of rows or columns, K in blocks of kc, B in blocks of at most nb_max columns; a
@@ -60,6 +62,7 @@ struct mm_kernel {
 };
 
 #ifdef __x86_64__
-extern const mm_kernel fl_mm_amx, fl_mm_bf16, fl_mm_fma;
+extern const mm_kernel fl_mm_amx, fl_mm_bf16, fl_mm_fma512, fl_mm_fma;
+extern _Atomic bool fl_cpu_fma512_allowed;   /* cpu_fp8_mm_fma.c; tests clear it to run AVX512_BF16 on Intel */
 #endif
 #endif

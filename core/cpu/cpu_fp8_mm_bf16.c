@@ -5,6 +5,8 @@
  * normal bf16, and every partial sum is a multiple of the smallest product (2^-32) or zero. */
 #include "cpu_fp8_mm_pack.h"
 
+_Atomic bool fl_cpu_avx512_bf16_allowed = true;
+
 #ifdef __x86_64__
 #include <immintrin.h>
 /* Blocking. Micro-tile MR × NR of C in 2·MR zmm accumulators (each 16 columns); K in blocks of KC; B's

@@ -248,6 +248,79 @@ __attribute__((noinline)) static void kern_panel(const float *ap, const float *b
 }
 
 
+/* The AVX-512 family (fl_mm_fma512) runs the same packed panels with the same arithmetic: one FMA per product in K
+ * order, then the same epilogue operations, so it gives the AVX2 family's bits, at twice the lanes. Micro-tile
+ * MR5 × NP5·NR: NP5 adjacent panels (bp[0..NP5)) in MR5·NP5 zmm accumulators, each A element broadcast from memory
+ * into NP5 FMAs (NP5 B loads and MR5 broadcasts per MR5·NP5 FMAs). Past the last panel bp[p] is the first panel
+ * again and its columns are not stored. */
+#ifndef FL_MM_FMA512_MR
+#define FL_MM_FMA512_MR 12
+#endif
+#ifndef FL_MM_FMA512_NP
+#define FL_MM_FMA512_NP 2
+#endif
+enum { MR5 = FL_MM_FMA512_MR, NP5 = FL_MM_FMA512_NP };
+_Static_assert(AG % MR5 == 0, "the AVX-512 micro-tiles cut an A group into whole steps");
+_Static_assert(MR5 * NP5 + NP5 <= 32, "the accumulators and B vectors fit the 32 registers");
+static inline __attribute__((always_inline)) FL_CPU_AVX512 void kern512(const float *ap, int64_t ars, int64_t aks,
+                                                                      const float *const *bp, int64_t kc, float *c,
+                                                                      int64_t ldc, int64_t mr, int64_t nv, bool load_c,
+                                                                      bool last, const mm_epi *E) {
+    __mmask16 km[NP5];
+    for (int p = 0; p < NP5; p++) km[p] = fl_avx512_lanes(nv - p * NR);
+    __m512 acc[MR5][NP5];
+    #pragma GCC unroll 16
+    for (int i = 0; i < MR5; i++)
+        for (int p = 0; p < NP5; p++)
+            acc[i][p] = load_c && i < mr ? _mm512_maskz_loadu_ps(km[p], c + i * ldc + p * NR) : _mm512_setzero_ps();
+    const float *bq[NP5];
+    for (int p = 0; p < NP5; p++) bq[p] = bp[p];
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 bv[NP5];
+        for (int p = 0; p < NP5; p++) bv[p] = _mm512_load_ps(bq[p] + k * NR);
+        #pragma GCC unroll 16
+        for (int i = 0; i < MR5; i++) {
+            const __m512 av = _mm512_set1_ps(ap[i * ars + k * aks]);
+            for (int p = 0; p < NP5; p++) acc[i][p] = _mm512_fmadd_ps(av, bv[p], acc[i][p]);
+        }
+    }
+    const float *bias = E->bias;
+    const bool vec = E->rs || E->cs;
+    const bool ld = last && E->cs;   /* the column scales are read only by the last K block */
+    __m512 bvv[NP5], csv[NP5];
+    for (int p = 0; p < NP5; p++) {
+        bvv[p] = bias ? _mm512_maskz_loadu_ps(km[p], bias + p * NR) : _mm512_setzero_ps();
+        csv[p] = ld ? _mm512_maskz_loadu_ps(km[p], E->cs + p * NR) : _mm512_set1_ps(E->sb0);
+    }
+    const __m512 sc = _mm512_set1_ps(E->scale);
+    #pragma GCC unroll 16
+    for (int i = 0; i < MR5; i++) {
+        if (i >= mr) break;
+        const __m512 ra = _mm512_set1_ps(vec && E->rs ? E->rs[i] : E->sa0);
+        for (int p = 0; p < NP5; p++) {
+            __m512 v = acc[i][p];
+            if (last) {   /* sum·(sa·sb), then + bias, then + the addend: kern's operations */
+                v = _mm512_mul_ps(v, vec ? _mm512_mul_ps(ra, csv[p]) : sc);
+                if (bias) v = _mm512_add_ps(v, bvv[p]);
+                if (E->res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km[p], E->res + i * E->ldr + p * NR));
+            }
+            _mm512_mask_storeu_ps(c + i * ldc + p * NR, km[p], v);
+        }
+    }
+}
+
+__attribute__((noinline)) FL_CPU_AVX512 static void kern512_rows(const float *ap, int64_t ars, const float *const *bp,
+                                                                 int64_t kc, float *c, int64_t ldc, int64_t mr,
+                                                                 int64_t nv, bool load_c, bool last, const mm_epi *E) {
+    kern512(ap, ars, 1, bp, kc, c, ldc, mr, nv, load_c, last, E);
+}
+
+__attribute__((noinline)) FL_CPU_AVX512 static void kern512_panel(const float *ap, const float *const *bp, int64_t kc,
+                                                                  float *c, int64_t ldc, int64_t mr, int64_t nv,
+                                                                  bool load_c, bool last, const mm_epi *E) {
+    kern512(ap, 1, AG, bp, kc, c, ldc, mr, nv, load_c, last, E);
+}
+
 /* The format of operand a (b: !is_a) of J. */
 static int fmt_of(const mm_job *J, bool is_a) {
     if (J->wide != FL_DTYPE_COUNT) return J->wide == FL_BF16 ? F_BF16 : J->wide == FL_F16 ? F_F16 : F_F32;
@@ -267,8 +340,10 @@ static void pack_b_block(const mm_job *J, int64_t n0, int64_t nb, int64_t k0, in
     else PER_FORMAT(f, pack_b_n(bpk, bn, J->ldb, kc, nb, f_))
 }
 
-static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
-                      const void *bpkv, void *apkv) {
+/* The group: A packed, then its micro-tiles over each panel (wide: the AVX-512 kernels, two panels a tile). */
+static inline __attribute__((always_inline)) void group_impl(const mm_job *J, int64_t m, int64_t ag, int64_t n0,
+                                                             int64_t nb, int64_t k0, int64_t kc, const void *bpkv,
+                                                             void *apkv, bool wide) {
     const float *bpk = bpkv;
     float *apk = apkv;
     const int64_t kc8 = (kc + 7) & ~(int64_t)7, ldc = J->N;
@@ -283,26 +358,40 @@ static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_
      * the group is one run of bytes; an M-contiguous a is prefetched as it is packed). */
     const bool pf = !J->a_mcontig && J->K > J->kc;
     const int64_t es = ESZ(f), mn = m + AG, rn = !pf || mn >= J->M ? 0 : J->M - mn < AG ? J->M - mn : AG;
-    const int64_t lpr = (kc * es + 63) / 64 + 1, nlines = lpr * rn, npanel = (nb + NR - 1) / NR;
+    const int64_t step = wide ? NP5 * NR : NR, mr_step = wide ? MR5 : MR;
+    const int64_t lpr = (kc * es + 63) / 64 + 1, nlines = lpr * rn, npanel = (nb + step - 1) / step;
     const int64_t per = (nlines + npanel - 1) / npanel;
     const uint8_t *an = J->a + (mn * J->lda + k0) * es;
     int64_t line = 0;
-    for (int64_t nj = 0; nj < nb; nj += NR) {
-        const int64_t nv = nb - nj < NR ? nb - nj : NR;
+    for (int64_t nj = 0; nj < nb; nj += step) {
+        const int64_t nv = nb - nj < step ? nb - nj : step;
         for (int64_t e = line + per < nlines ? line + per : nlines; line < e; line++)
             _mm_prefetch((const char *)(an + (line / lpr) * J->lda * es + (line % lpr) * 64), _MM_HINT_T0);
-        const float *bp = bpk + (nj / NR) * kc * NR;
+        const float *bp = bpk + (nj / NR) * kc * NR, *bps[NP5];
+        for (int p = 0; p < NP5; p++) bps[p] = nv > p * NR ? bp + p * kc * NR : bp;
         mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL,
                      NULL, ldc };
-        for (int64_t mi = 0; mi < ag; mi += MR) {
-            const int64_t mr = ag - mi < MR ? ag - mi : MR;
+        for (int64_t mi = 0; mi < ag; mi += mr_step) {
+            const int64_t mr = ag - mi < mr_step ? ag - mi : mr_step;
             float *c = J->c + (m + mi) * ldc + n0 + nj;
             E.rs = J->rs ? J->rs + m + mi : NULL;
             E.res = J->res ? J->res + (m + mi) * ldc + n0 + nj : NULL;
-            if (J->a_mcontig) kern_panel(apk + mi, bp, kc, c, ldc, mr, nv, !first, last, &E);
+            if (wide && J->a_mcontig) kern512_panel(apk + mi, bps, kc, c, ldc, mr, nv, !first, last, &E);
+            else if (wide) kern512_rows(apk + mi * kc8, kc8, bps, kc, c, ldc, mr, nv, !first, last, &E);
+            else if (J->a_mcontig) kern_panel(apk + mi, bp, kc, c, ldc, mr, nv, !first, last, &E);
             else kern_rows(apk + mi * kc8, kc8, bp, kc, c, ldc, mr, nv, !first, last, &E);
         }
     }
+}
+
+static void run_group(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
+                      const void *bpkv, void *apkv) {
+    group_impl(J, m, ag, n0, nb, k0, kc, bpkv, apkv, false);
+}
+
+static void run_group512(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
+                         const void *bpkv, void *apkv) {
+    group_impl(J, m, ag, n0, nb, k0, kc, bpkv, apkv, true);
 }
 
 static bool usable(void) {
@@ -317,4 +406,8 @@ static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
 }
 
 const mm_kernel fl_mm_fma = { "avx2_fma", NR, AG, KC, NB_MAX, true, 0, usable, sizes, pack_b_block, run_group };
+_Atomic bool fl_cpu_fma512_allowed = true;
+static bool usable512(void) { return fl_cpu_fma512_allowed && usable() && fl_cpu_avx512(); }
+const mm_kernel fl_mm_fma512 = { "avx512_fma", NR, AG, KC, NB_MAX, true, 0, usable512, sizes, pack_b_block,
+                                 run_group512 };
 #endif

@@ -19,9 +19,11 @@ static inline bool fl_cpu_avx512(void) {
     return fl_cpu_avx512_allowed && fl_cpu_isa_allows(FL_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
-/* The AVX512_BF16 dot products and conversions too (the bf16 GEMM and attention families). */
+/* The AVX512_BF16 dot products too (the bf16 GEMM and attention families). */
+extern _Atomic bool fl_cpu_avx512_bf16_allowed;   /* cpu_fp8_mm_bf16.c; tests clear it to run the AVX-512 FMA family */
 static inline bool fl_cpu_avx512_bf16(void) {
-    return fl_cpu_avx512() && fl_cpu_isa_allows(FL_ISA_AVX512_BF16) && __builtin_cpu_supports("avx512bf16");
+    return fl_cpu_avx512_bf16_allowed && fl_cpu_avx512() && fl_cpu_isa_allows(FL_ISA_AVX512_BF16) &&
+           __builtin_cpu_supports("avx512bf16");
 }
 
 /* A row of n floats asked into the caches, for a row loop to call two rows ahead: in a training step its rows come

@@ -214,7 +214,8 @@ local function env_cmd(host, ...)
   row("CPU ISA", isa == "amx" and "all this CPU has (FP8LAB_CPU_ISA caps it: avx2, avx512, avx512_bf16)"
     or ("at most %s (FP8LAB_CPU_ISA; oneDNN's GEMMs too)"):format(isa))
   local fam = sys.cpu_fp8_gemm()
-  local FAMILY = { amx_bf16 = "AMX tiles", avx512_bf16 = "AVX-512 BF16 dot products", avx2_fma = "AVX2 + FMA" }
+  local FAMILY = { amx_bf16 = "AMX tiles", avx512_bf16 = "AVX-512 BF16 dot products", avx512_fma = "AVX-512 FMA",
+    avx2_fma = "AVX2 + FMA" }
   row("FP8 GEMM", fam and ("%s: fp8lab's own kernels, %s (core/cpu/cpu_fp8_mm_*.c)"):format(fam, FAMILY[fam] or fam)
     or "decode to bf16 + oneDNN (no kernel family of fp8lab's own runs on this CPU)")
   local gpus = gpu_lines()

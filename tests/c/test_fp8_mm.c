@@ -9,22 +9,26 @@
 #include "runner.h"
 #include <omp.h>
 #include <stdlib.h>
-#include "cpu/cpu_internal.h"
+#include "cpu/cpu_fp8_mm.h"
 #include "ops.h"
 #include "rng.h"
 #include "tensor.h"
 
-/* Kernel family f (0: AMX, 1: AVX512_BF16, 2: AVX2 + FMA) selected; false (and a note) where this CPU has not
- * got it. Callers put the switches back with fam_reset() when done. */
-enum { FAMS = 3, FAM_FMA = 2 };
-static const char *const fam_name[FAMS] = { "amx_bf16", "avx512_bf16", "avx2_fma" };
+/* Kernel family f (0: AMX, 1: AVX512_BF16, 2: AVX-512 FMA, 3: AVX2 + FMA) selected; false (and a note) where this
+ * CPU has not got it. Callers put the switches back with fam_reset() when done. */
+enum { FAMS = 4, FAM_FMA512 = 2, FAM_FMA = 3 };
+static const char *const fam_name[FAMS] = { "amx_bf16", "avx512_bf16", "avx512_fma", "avx2_fma" };
 static void fam_reset(void) {
     fl_cpu_avx512_allowed = true;
+    fl_cpu_avx512_bf16_allowed = true;
+    fl_cpu_fma512_allowed = true;
     fl_cpu_amx_allowed = true;
 }
 static bool fam_select(int f) {
     fam_reset();
     fl_cpu_amx_allowed = f == 0;
+    fl_cpu_avx512_bf16_allowed = f <= 1;
+    fl_cpu_fma512_allowed = f != 1;   /* on Intel's CPUs it comes before AVX512_BF16 */
     fl_cpu_avx512_allowed = f < FAM_FMA;
     const char *got = fl_cpu_fp8_mm_family();
     if (!got || strcmp(got, fam_name[f]) != 0) {
@@ -520,6 +524,61 @@ static void adds_a_residual(int *fl__failed, int fam) {
     CHECK(bad == 0 && cases == 3 * 16 + 2 * 4, "%s: %d elements differ from the GEMM then the add (%d cases)", fam_name[fam],
           bad, cases);
 }
+/* The AVX-512 FMA family makes the AVX2 + FMA family's bits (the same FMA per product in K order and the same
+ * epilogue, at twice the lanes): both orientations of each operand, per-tensor and per-row/per-column scales,
+ * bias and addend, ragged edges (one panel left: 1-16 columns past a 32-column step), several K blocks, 1 and 2
+ * threads. */
+TEST(fp8_mm_avx512_fma_makes_the_avx2_bits) {
+    if (!fam_select(FAM_FMA512)) return;
+    fam_reset();
+    const shape3 shapes[] = { { 1, 1, 1 }, { 13, 7, 3 }, { 25, 17, 300 }, { 37, 33, 517 }, { 130, 48, 1030 },
+                              { 530, 520, 1100 }, { 40, 300, 2100 } };
+    uint64_t seed = 777;
+    int bad = 0, cases = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int v = 0; v < 32; v++) {
+            const int64_t M = shapes[si].m, N = shapes[si].n, K = shapes[si].k;
+            const bool ta = v & 1, tb = v & 2, with_bias = v & 4, vec = v & 8, with_res = v & 16;
+            if (si >= 5 && (v & 3) != (int)(si & 3)) continue;   /* the big shapes: one layout each */
+            uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
+            float *bias = malloc(N * 4), *res = malloc(M * N * 4), *sa = malloc(M * 4), *sb = malloc(N * 4);
+            float *got[2][2];
+            rand_bytes(qa, (size_t)(M * K), FL_E5M2, &seed);
+            rand_bytes(qb, (size_t)(K * N), FL_E4M3, &seed);
+            fl_rng r;
+            fl_rng_seed(&r, 7 + v);
+            fl_rng_normal(&r, bias, (size_t)N, 0.0f, 10.0f);
+            fl_rng_normal(&r, res, (size_t)(M * N), 0.0f, 100.0f);
+            for (int64_t i = 0; i < M; i++) sa[i] = ldexpf(1.0f, (int)(i % 7) - 3);
+            for (int64_t j = 0; j < N; j++) sb[j] = 0.625f + 0.125f * (float)(j % 5);
+            fl_tensor *a = vec ? operand_vec(qa, M, K, FL_E5M2, sa, 0, ta) : operand(qa, M, K, FL_E5M2, 0.375f, ta);
+            fl_tensor *b = vec ? operand_vec(qb, K, N, FL_E4M3, sb, 1, tb) : operand(qb, K, N, FL_E4M3, 1.25f, tb);
+            REQUIRE(a && b, "operands: %s", fl_last_error());
+            bool ran = true;
+            for (int f = 0; f < 2; f++)
+                for (int t = 0; t < 2; t++) {
+                    got[f][t] = malloc(M * N * 4);
+                    REQUIRE(fam_select(f ? FAM_FMA : FAM_FMA512), "%s", fam_name[f ? FAM_FMA : FAM_FMA512]);
+                    ran = run_mm_res(fl__failed, a, b, with_bias ? bias : NULL, with_res ? res : NULL, got[f][t],
+                                     t + 1) && ran;
+                }
+            fam_reset();
+            CHECK(ran, "[%lld %lld %lld] v%d: a family declined", (long long)M, (long long)N, (long long)K, v);
+            for (int64_t e = 0; e < M * N; e++)
+                if ((memcmp(&got[0][0][e], &got[1][0][e], 4) != 0 || memcmp(&got[0][1][e], &got[1][0][e], 4) != 0) &&
+                    bad++ < 4)
+                    fprintf(stderr, "  [%lld %lld %lld] v%d element %lld: avx512_fma %a (2 threads %a), avx2_fma %a\n",
+                            (long long)M, (long long)N, (long long)K, v, (long long)e, (double)got[0][0][e],
+                            (double)got[0][1][e], (double)got[1][0][e]);
+            cases++;
+            for (int f = 0; f < 2; f++)
+                for (int t = 0; t < 2; t++) free(got[f][t]);
+            fl_tensor_release(a); fl_tensor_release(b);
+            free(qa); free(qb); free(bias); free(res); free(sa); free(sb);
+        }
+    CHECK(bad == 0 && cases == 5 * 32 + 2 * 8, "%d elements differ between the families (%d cases)", bad, cases);
+}
+
 TEST(fp8_mm_adds_a_residual_as_it_stores) {
     for (int fam = 0; fam < FAMS; fam++)
         if (fam_select(fam)) adds_a_residual(fl__failed, fam);
