@@ -259,7 +259,10 @@ __attribute__((noinline)) static void kern_panel(const float *ap, const float *b
 #ifndef FL_MM_FMA512_NP
 #define FL_MM_FMA512_NP 2
 #endif
-enum { MR5 = FL_MM_FMA512_MR, NP5 = FL_MM_FMA512_NP };
+/* K blocks of KC5: a B block of 512 KiB (fp32, 256 columns), half of Skylake-SP's L2; the GPT's twelve GEMMs 29.1
+ * ms against 31.3-32.5 with the AVX2 family's 256, 28.4-29.2 with 1024. Of the micro-tiles 12 × 32 measured fastest
+ * (8 × 48: 35.1-35.4 ms; docs/performance.md, "Intel without the tiles"). */
+enum { MR5 = FL_MM_FMA512_MR, NP5 = FL_MM_FMA512_NP, KC5 = 512 };
 _Static_assert(AG % MR5 == 0, "the AVX-512 micro-tiles cut an A group into whole steps");
 _Static_assert(MR5 * NP5 + NP5 <= 32, "the accumulators and B vectors fit the 32 registers");
 static inline __attribute__((always_inline)) FL_CPU_AVX512 void kern512(const float *ap, int64_t ars, int64_t aks,
@@ -408,6 +411,6 @@ static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
 const mm_kernel fl_mm_fma = { "avx2_fma", NR, AG, KC, NB_MAX, true, 0, usable, sizes, pack_b_block, run_group };
 _Atomic bool fl_cpu_fma512_allowed = true;
 static bool usable512(void) { return fl_cpu_fma512_allowed && usable() && fl_cpu_avx512(); }
-const mm_kernel fl_mm_fma512 = { "avx512_fma", NR, AG, KC, NB_MAX, true, 0, usable512, sizes, pack_b_block,
+const mm_kernel fl_mm_fma512 = { "avx512_fma", NR, AG, KC5, NB_MAX, true, 0, usable512, sizes, pack_b_block,
                                  run_group512 };
 #endif
