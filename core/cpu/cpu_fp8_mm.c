@@ -3,7 +3,8 @@
  * group of rows at a time; the scales (per tensor, or per row of a and per column of b: rowwise scaling) and the
  * bias are applied as C is stored. Each element is summed over K in a fixed order whichever thread makes it (a
  * split by rows hands row groups out with work stealing, K block by K block), so results do not depend on the
- * thread count; they do depend on the family (AVX512_BF16 sums pairs of products, AVX2 one product at a time).
+ * thread count; they do depend on the family (AVX512_BF16 sums pairs of products, the FMA families one product at
+ * a time: AVX-512 and AVX2 give the same bits).
  * The same driver runs the AVX2 + FMA family on bf16, fp16 and fp32 operands (fl_cpu_fma_mm). */
 #include "cpu_fp8_mm.h"
 #include <omp.h>

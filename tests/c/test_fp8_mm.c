@@ -1,5 +1,6 @@
 /* test_fp8_mm.c — the CPU's own FP8 GEMM (core/cpu/cpu_fp8_mm.c), each kernel family (AMX where the CPU has it;
- * AVX512_BF16 where the CPU has it, by clearing fl_cpu_amx_allowed; AVX2 + FMA everywhere, by clearing
+ * AVX512_BF16 where the CPU has it, by clearing fl_cpu_amx_allowed and fl_cpu_fma512_allowed; AVX-512 FMA where
+ * it has AVX-512, by clearing fl_cpu_avx512_bf16_allowed too; AVX2 + FMA everywhere, by clearing
  * fl_cpu_avx512_allowed), against a float64 reference over the
  * decoded values: every product of two FP8 values is exact in fp32, so the only error is fp32 accumulation
  * (|err| ≤ K·2^-23·Σ|a||b|·|scale|) plus the scale and bias roundings. Both formats, both orientations of each
