@@ -260,10 +260,10 @@ __attribute__((noinline)) static void kern_panel(const float *ap, const float *b
 #define FL_MM_FMA512_NP 2
 #endif
 /* K blocks of KC5: a B block of 512 KiB (fp32, 256 columns), half of Skylake-SP's L2. The GPT's twelve GEMMs alone
- * (operands evicted) 28.8-29.2 ms against 31.3-32.5 with the AVX2 family's 256 and 28.4-29.2 with 1024; in the
- * step no difference showed (the GEMMs' profiled time within 2%). Of the micro-tiles 12 × 32 measured fastest
- * (8 × 48: 35.1-35.4 ms; 6 × 64 and 24 × 16 ran out of registers; docs/performance.md, "Intel without the
- * tiles"). */
+ * (operands evicted, the two builds alternating) 32.0-33.5 ms against 33.0-34.0 with the AVX2 family's 256; in the
+ * step no difference showed (the GEMMs' profiled time within 2%). Of the micro-tiles 12 × 32 measured fastest:
+ * 8 × 48 35.1-35.4 ms against 31.3-32.5, and 6 × 64 and 24 × 16, as GCC 12 compiles them, 98.7-111.1
+ * (docs/performance.md, "Intel without the tiles"). */
 enum { MR5 = FL_MM_FMA512_MR, NP5 = FL_MM_FMA512_NP, KC5 = 512 };
 _Static_assert(AG % MR5 == 0, "the AVX-512 micro-tiles cut an A group into whole steps");
 _Static_assert(MR5 * NP5 + NP5 <= 32, "the accumulators and B vectors fit the 32 registers");
