@@ -21,6 +21,7 @@
  * program starts (scripts/peak.h, what build/bench_peak prints): the FP8 family avx512_bf16 and the bf16 paths
  * against the bf16 dot limit where the CPU has vdpbf16ps, everything else against the fp32 FMA limit. The limits
  * print first as "limit kind=... gflops=...".
+ * FP8LAB_CPU_ISA caps the instruction sets as it does fp8lab's (docs/cli.md).
  * ms (and gflops, peak) is the fastest of the REPS timed calls, med_ms their median (a shared machine's calls spread
  * widely; the first call is not timed).
  *   fp8gemm gemm=fprop in=256 out=768 ... path=new family=avx2_fma threads=1 cache=warm ms=... med_ms=... gflops=... peak=0.xx */
@@ -200,6 +201,11 @@ int main(int argc, char **argv) {
     static const char *const modes[] = { "mlp", "cold", "new", "bf16", "avx2", "noamx", "nobf16" };
     const unsigned mode = argc > 2 && strcmp(argv[2], "-") ? bench_mode("bench_fp8_gemm", argv[2], modes, 7) : 0;
     const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
+    const char *isa = getenv("FP8LAB_CPU_ISA");   /* the cap fp8lab takes (core/cpu_isa.h), before oneDNN runs */
+    if (isa && *isa && fl_cpu_isa_limit(isa) != FL_OK) {
+        fprintf(stderr, "bench_fp8_gemm: FP8LAB_CPU_ISA: %s\n", fl_last_error_detail());
+        return 2;
+    }
     if (mode & 16) fl_cpu_avx512_allowed = false;   /* the AVX2 + FMA families, as on CPUs without AVX-512 */
     if (mode & 32) {                                 /* the AVX512_BF16 family on a CPU with AMX */
         fl_cpu_amx_allowed = false;

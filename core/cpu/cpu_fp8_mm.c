@@ -5,7 +5,7 @@
  * split by rows hands row groups out with work stealing, K block by K block), so results do not depend on the
  * thread count; they do depend on the family (AVX512_BF16 sums pairs of products, the FMA families one product at
  * a time: AVX-512 and AVX2 give the same bits).
- * The same driver runs the AVX2 + FMA family on bf16, fp16 and fp32 operands (fl_cpu_fma_mm). */
+ * The same driver runs the FMA families on bf16, fp16 and fp32 operands (fl_cpu_fma_mm). */
 #include "cpu_fp8_mm.h"
 #include <omp.h>
 #include <stdlib.h>
@@ -189,6 +189,11 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 
 _Atomic bool fl_cpu_fma_mm_allowed = true;
 
+bool fl_cpu_fma_mm_first(void) {
+    const mm_kernel *F = mm_pick();
+    return F == &fl_mm_fma512 || F == &fl_mm_fma;
+}
+
 fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
     *done = false;
     if (!fl_cpu_fma_mm_allowed || !fl_mm_fma.usable()) return FL_OK;
@@ -198,7 +203,7 @@ fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
         return FL_OK;
     const int64_t B = dst->shape[0];
     mm_job J = { .M = dst->shape[1], .N = dst->shape[2], .K = a->shape[2], .scale = 1.0f, .sa0 = 1.0f, .sb0 = 1.0f,
-                 .kern = &fl_mm_fma, .wide = a->dtype };
+                 .kern = fl_mm_fma512.usable() ? &fl_mm_fma512 : &fl_mm_fma, .wide = a->dtype };
     if (a->shape[1] != J.M || b->shape[1] != J.K || b->shape[2] != J.N || J.K == 0 ||
         (a->shape[0] != B && a->shape[0] != 1) || (b->shape[0] != B && b->shape[0] != 1) ||
         !mm_layout(&J, a->stride[1], a->stride[2], b->stride[1], b->stride[2]))
@@ -326,6 +331,7 @@ fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
     return FL_OK;
 }
 _Atomic bool fl_cpu_fma_mm_allowed = true;
+bool fl_cpu_fma_mm_first(void) { return false; }
 fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done) {
     (void)dst; (void)a; (void)b;
     *done = false;

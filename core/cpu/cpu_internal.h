@@ -115,16 +115,22 @@ bool fl_cpu_amx(void);
 bool fl_cpu_fp8_mm_faster(const fl_tensor *a, const fl_tensor *b);
 fl_status fl_cpu_fp8_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, const float *bias, const float *res,
                         bool *done);
-/* The same driver's AVX2 + FMA family on wider operands: dst[B, M, N] = a[B, M, K]·b[B, K, N], a and b both bf16,
+/* The same driver's FMA families (AVX-512 where the CPU has it and allows it, else AVX2; the same bits) on wider
+ * operands: dst[B, M, N] = a[B, M, K]·b[B, K, N], a and b both bf16,
  * both fp16 or both fp32, each batch entry contiguous or a transposed contiguous matrix, a batch of 1 broadcast;
  * each product added to its fp32 sum by one FMA in K order (exact products for bf16 and fp16); dst fp32, or the
  * operands' 16-bit type (rounded from fp32 as fl_cpu_store rounds). *done = false when it declines (not that
  * layout, no AVX2 + FMA, or fl_cpu_fma_mm_allowed cleared). cpu_matmul.c runs it on CPUs without AVX-512
  * (docs/performance.md, "fp32 and bf16 GEMMs without AVX-512"): bf16 and fp16 ones always, fp32 ones from
- * FL_CPU_FMA_MM_F32_MIN FLOPs. */
+ * FL_CPU_FMA_MM_F32_MIN FLOPs; and the bf16 and fp16 ones where fl_cpu_fma_mm_first() says so. */
 extern _Atomic bool fl_cpu_fma_mm_allowed;
 #define FL_CPU_FMA_MM_F32_MIN 2.5e8   /* the fewest FLOPs (per batch entry) of an fp32 GEMM cpu_matmul.c gives it */
 fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, bool *done);
+/* Whether this CPU's fastest GEMM family is an FMA one (neither AMX nor a vdpbf16ps faster than its FMAs: Intel
+ * without AMX, any CPU without AVX512_BF16), so that its 16-bit GEMMs are faster widened in fp8lab's panels than in
+ * oneDNN 2.6, which converts them without AVX512_BF16 and runs the slower dot product on Intel's (the GPT's twelve
+ * bf16 GEMMs 144.6 and 50.0 ms against 30.3 for fp32; docs/performance.md, "Intel without the tiles"). */
+bool fl_cpu_fma_mm_first(void);
 
 /* Rows per chunk of a column sum (the bias gradient): each chunk's rows are summed in order in double, the
  * chunks combined in order. fl_cpu_dev_reduce over dim 0 and quantize_dbias both sum this way, so their

@@ -210,6 +210,14 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
         FL_TRY(fl_cpu_fma_mm(dst, a, b, &done));
         if (done) return FL_OK;
     }
+    /* 16-bit GEMMs on an AVX-512 CPU whose fastest family is an FMA one: the CPU device's own (fl_cpu_fma_mm_first;
+     * on CPUs without AVX-512 they come below, where oneDNN has no kernel). */
+    if ((a->dtype == FL_BF16 || a->dtype == FL_F16) && b->dtype == a->dtype && fl_cpu_avx512() &&
+        fl_cpu_fma_mm_first()) {
+        bool done = false;
+        FL_TRY(fl_cpu_fma_mm(dst, a, b, &done));
+        if (done) return FL_OK;
+    }
     FL_TRY(mm_init());
     int64_t B = dst->shape[0], M = dst->shape[1], N = dst->shape[2], K = a->shape[2];
     int64_t ba = (a->stride[0] == 0 && B > 1) ? 1 : B, bb = (b->stride[0] == 0 && B > 1) ? 1 : B;
