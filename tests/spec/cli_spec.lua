@@ -17,7 +17,7 @@ local tmpdir = U.tmpdir
 -- FP8LAB_* settings from the calling environment.
 local CACHE = tmpdir()
 local CLEAN = "env -u FP8LAB_CONFIG_FILE -u FP8LAB_MIXED_PRECISION -u FP8LAB_FP8_BACKEND -u FP8LAB_FP8_MARGIN "
-  .. "-u FP8LAB_NUM_PROCESSES -u FP8LAB_RANK -u FP8LAB_WORLD_SIZE XDG_CACHE_HOME=" .. q(CACHE) .. " "
+  .. "-u FP8LAB_NUM_PROCESSES -u FP8LAB_RANK -u FP8LAB_WORLD_SIZE -u FP8LAB_CPU_ISA XDG_CACHE_HOME=" .. q(CACHE) .. " "
 
 -- run(args [, stdin_text [, env_prefix]]) -> stdout, stderr, exit code
 local function run(args, input, prefix)
