@@ -478,6 +478,36 @@ TEST(fp8_mm_switches_and_device_entry) {
     fl_tensor_release(x); fl_tensor_release(xs); fl_tensor_release(w); fl_tensor_release(wt);
 }
 
+/* One case's inputs for the epilogue tests: random finite FP8 a [M, K] (format fa) and b [K, N] (fb), a bias, an
+ * addend (normal, sd res_sd), and a and b as tensors: per-tensor scales, or (v & 8) per-row scales of a and
+ * per-column scales of b; a transposed (v & 1), b transposed (v & 2). */
+typedef struct {
+    uint8_t *qa, *qb;
+    float *bias, *res, *sa, *sb;
+    fl_tensor *a, *b;
+} mm_case;
+static bool case_make(mm_case *c, int64_t M, int64_t N, int64_t K, fl_dtype fa, fl_dtype fb, int v, uint64_t *seed,
+                      float res_sd) {
+    c->qa = malloc(M * K), c->qb = malloc(K * N);
+    c->bias = malloc(N * 4), c->res = malloc(M * N * 4), c->sa = malloc(M * 4), c->sb = malloc(N * 4);
+    rand_bytes(c->qa, (size_t)(M * K), fa, seed);
+    rand_bytes(c->qb, (size_t)(K * N), fb, seed);
+    fl_rng r;
+    fl_rng_seed(&r, 90 + v);
+    fl_rng_normal(&r, c->bias, (size_t)N, 0.0f, 10.0f);
+    fl_rng_normal(&r, c->res, (size_t)(M * N), 0.0f, res_sd);
+    for (int64_t i = 0; i < M; i++) c->sa[i] = ldexpf(1.0f, (int)(i % 5) - 2);
+    for (int64_t j = 0; j < N; j++) c->sb[j] = 0.75f + 0.125f * (float)(j % 4);
+    const bool ta = v & 1, tb = v & 2, vec = v & 8;
+    c->a = vec ? operand_vec(c->qa, M, K, fa, c->sa, 0, ta) : operand(c->qa, M, K, fa, 0.5f, ta);
+    c->b = vec ? operand_vec(c->qb, K, N, fb, c->sb, 1, tb) : operand(c->qb, K, N, fb, 1.5f, tb);
+    return c->a && c->b;
+}
+static void case_free(mm_case *c) {
+    fl_tensor_release(c->a); fl_tensor_release(c->b);
+    free(c->qa); free(c->qb); free(c->bias); free(c->res); free(c->sa); free(c->sb);
+}
+
 /* An addend (a residual after the layer) added as C is stored: the bits of the GEMM and then one fp32 add, in every
  * family, with and without bias, per-tensor and per-row/per-column scales, both orientations of each operand, shapes
  * with ragged edges, several K blocks (the addend only in the last one) and the row split with stealing over column
@@ -489,23 +519,12 @@ static void adds_a_residual(int *fl__failed, int fam) {
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
         for (int v = 0; v < 16; v++) {
             const int64_t M = shapes[si].m, N = shapes[si].n, K = shapes[si].k;
-            const bool ta = v & 1, tb = v & 2, with_bias = v & 4, vec = v & 8;
             if (si >= 3 && (v & 3) != (int)(si & 3)) continue;   /* the big shapes: one layout each, to stay quick */
-            uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
-            float *bias = malloc(N * 4), *res = malloc(M * N * 4), *sa = malloc(M * 4), *sb = malloc(N * 4);
+            mm_case c;
+            REQUIRE(case_make(&c, M, N, K, FL_E4M3, FL_E5M2, v, &seed, 1000.0f), "operands: %s", fl_last_error());
+            const fl_tensor *a = c.a, *b = c.b;
+            const float *res = c.res, *pb = (v & 4) ? c.bias : NULL;
             float *plain = malloc(M * N * 4), *got = malloc(M * N * 4), *got1 = malloc(M * N * 4);
-            rand_bytes(qa, (size_t)(M * K), FL_E4M3, &seed);
-            rand_bytes(qb, (size_t)(K * N), FL_E5M2, &seed);
-            fl_rng r;
-            fl_rng_seed(&r, 90 + v);
-            fl_rng_normal(&r, bias, (size_t)N, 0.0f, 10.0f);
-            fl_rng_normal(&r, res, (size_t)(M * N), 0.0f, 1000.0f);
-            for (int64_t i = 0; i < M; i++) sa[i] = ldexpf(1.0f, (int)(i % 5) - 2);
-            for (int64_t j = 0; j < N; j++) sb[j] = 0.75f + 0.125f * (float)(j % 4);
-            fl_tensor *a = vec ? operand_vec(qa, M, K, FL_E4M3, sa, 0, ta) : operand(qa, M, K, FL_E4M3, 0.5f, ta);
-            fl_tensor *b = vec ? operand_vec(qb, K, N, FL_E5M2, sb, 1, tb) : operand(qb, K, N, FL_E5M2, 1.5f, tb);
-            REQUIRE(a && b, "operands: %s", fl_last_error());
-            const float *pb = with_bias ? bias : NULL;
             bool ran = run_mm_res(fl__failed, a, b, pb, NULL, plain, 2);
             ran = run_mm_res(fl__failed, a, b, pb, res, got, 2) && ran;
             ran = run_mm_res(fl__failed, a, b, pb, res, got1, 1) && ran;
@@ -519,8 +538,8 @@ static void adds_a_residual(int *fl__failed, int fam) {
                             (double)want);
             }
             cases++;
-            fl_tensor_release(a); fl_tensor_release(b);
-            free(qa); free(qb); free(bias); free(res); free(sa); free(sb); free(plain); free(got); free(got1);
+            case_free(&c);
+            free(plain); free(got); free(got1);
         }
     CHECK(bad == 0 && cases == 3 * 16 + 2 * 4, "%s: %d elements differ from the GEMM then the add (%d cases)", fam_name[fam],
           bad, cases);
@@ -539,29 +558,17 @@ TEST(fp8_mm_avx512_fma_makes_the_avx2_bits) {
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
         for (int v = 0; v < 32; v++) {
             const int64_t M = shapes[si].m, N = shapes[si].n, K = shapes[si].k;
-            const bool ta = v & 1, tb = v & 2, with_bias = v & 4, vec = v & 8, with_res = v & 16;
             if (si >= 5 && (v & 3) != (int)(si & 3)) continue;   /* the big shapes: one layout each */
-            uint8_t *qa = malloc(M * K), *qb = malloc(K * N);
-            float *bias = malloc(N * 4), *res = malloc(M * N * 4), *sa = malloc(M * 4), *sb = malloc(N * 4);
+            mm_case c;
+            REQUIRE(case_make(&c, M, N, K, FL_E5M2, FL_E4M3, v, &seed, 100.0f), "operands: %s", fl_last_error());
             float *got[2][2];
-            rand_bytes(qa, (size_t)(M * K), FL_E5M2, &seed);
-            rand_bytes(qb, (size_t)(K * N), FL_E4M3, &seed);
-            fl_rng r;
-            fl_rng_seed(&r, 7 + v);
-            fl_rng_normal(&r, bias, (size_t)N, 0.0f, 10.0f);
-            fl_rng_normal(&r, res, (size_t)(M * N), 0.0f, 100.0f);
-            for (int64_t i = 0; i < M; i++) sa[i] = ldexpf(1.0f, (int)(i % 7) - 3);
-            for (int64_t j = 0; j < N; j++) sb[j] = 0.625f + 0.125f * (float)(j % 5);
-            fl_tensor *a = vec ? operand_vec(qa, M, K, FL_E5M2, sa, 0, ta) : operand(qa, M, K, FL_E5M2, 0.375f, ta);
-            fl_tensor *b = vec ? operand_vec(qb, K, N, FL_E4M3, sb, 1, tb) : operand(qb, K, N, FL_E4M3, 1.25f, tb);
-            REQUIRE(a && b, "operands: %s", fl_last_error());
             bool ran = true;
             for (int f = 0; f < 2; f++)
                 for (int t = 0; t < 2; t++) {
                     got[f][t] = malloc(M * N * 4);
                     REQUIRE(fam_select(f ? FAM_FMA : FAM_FMA512), "%s", fam_name[f ? FAM_FMA : FAM_FMA512]);
-                    ran = run_mm_res(fl__failed, a, b, with_bias ? bias : NULL, with_res ? res : NULL, got[f][t],
-                                     t + 1) && ran;
+                    ran = run_mm_res(fl__failed, c.a, c.b, (v & 4) ? c.bias : NULL, (v & 16) ? c.res : NULL,
+                                     got[f][t], t + 1) && ran;
                 }
             fam_reset();
             CHECK(ran, "[%lld %lld %lld] v%d: a family declined", (long long)M, (long long)N, (long long)K, v);
@@ -574,8 +581,7 @@ TEST(fp8_mm_avx512_fma_makes_the_avx2_bits) {
             cases++;
             for (int f = 0; f < 2; f++)
                 for (int t = 0; t < 2; t++) free(got[f][t]);
-            fl_tensor_release(a); fl_tensor_release(b);
-            free(qa); free(qb); free(bias); free(res); free(sa); free(sb);
+            case_free(&c);
         }
     CHECK(bad == 0 && cases == 5 * 32 + 2 * 8, "%d elements differ between the families (%d cases)", bad, cases);
 }
