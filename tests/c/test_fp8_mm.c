@@ -565,8 +565,8 @@ TEST(fp8_mm_avx512_fma_makes_the_avx2_bits) {
             bool ran = true;
             for (int f = 0; f < 2; f++)
                 for (int t = 0; t < 2; t++) {
-                    got[f][t] = malloc(M * N * 4);
                     REQUIRE(fam_select(f ? FAM_FMA : FAM_FMA512), "%s", fam_name[f ? FAM_FMA : FAM_FMA512]);
+                    got[f][t] = malloc(M * N * 4);
                     ran = run_mm_res(fl__failed, c.a, c.b, (v & 4) ? c.bias : NULL, (v & 16) ? c.res : NULL,
                                      got[f][t], t + 1) && ran;
                 }
