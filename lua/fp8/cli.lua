@@ -439,6 +439,8 @@ local function launch(host, ...)
   end
   if extra_env.OMP_NUM_THREADS then export("OMP_NUM_THREADS", extra_env.OMP_NUM_THREADS) end
   export("FP8LAB_NUM_PROCESSES", tostring(n))
+  -- the CPU's instruction-set cap reaches every rank, on other machines too (mpirun -x)
+  if os.getenv("FP8LAB_CPU_ISA") then export("FP8LAB_CPU_ISA", os.getenv("FP8LAB_CPU_ISA")) end
   if path then
     export("FP8LAB_CONFIG_FILE", path)
     export("FP8LAB_NOTICED", path)   -- its notices are printed above: the Accelerator does not repeat them

@@ -572,6 +572,14 @@ print("CAP=" .. sys.cpu_isa() .. " FAMILY=" .. tostring(sys.cpu_fp8_gemm()) .. "
     end
   end)
 
+  it("reaches every rank fp8lab launch starts", function()
+    if not os.execute("command -v mpirun >/dev/null 2>&1") then pending("mpirun not installed") return end
+    local out, err, code = run("launch --num_processes 2 " .. q(SCRIPT), nil, "FP8LAB_CPU_ISA=avx2 ")
+    assert.are.equal(0, code, err)
+    local _, n = out:gsub("CAP=avx2 FAMILY=avx2_fma SUM=true", "")
+    assert.are.equal(2, n, out)
+  end)
+
   it("refuses a word outside its choices, before anything runs", function()
     for _, args in ipairs { "-e 'print(1)'", "env", "launch --num_processes 1 " .. q(SCRIPT) } do
       local out, err, code = run(args, nil, "FP8LAB_CPU_ISA=avx512bf16 ")
