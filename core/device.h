@@ -202,8 +202,8 @@ typedef struct fl_device {
 const fl_device *fl_device_get(int id);   /* NULL if that device is not available */
 void fl_device_register(int id, const fl_device *dev);
 const fl_device *fl_cpu_device(void);
-/* The kernel family the CPU device's own FP8 GEMM runs on this CPU ("amx_bf16", "avx512_bf16", "avx2_fma"; NULL:
- * none, FP8 GEMMs decode + oneDNN): core/cpu/cpu_fp8_mm.c. */
+/* The kernel family the CPU device's own FP8 GEMM runs on this CPU ("amx_bf16", "avx512_bf16", "avx512_fma",
+ * "avx2_fma"; NULL: none, FP8 GEMMs decode + oneDNN): core/cpu/cpu_fp8_mm.c. */
 const char *fl_cpu_fp8_mm_family(void);
 /* Probabilities' bytes (fp32, B·H·T·T) above which the CPU's bf16 attention keeps each row's statistics instead and
  * makes P again in the backward (its sdpa_flash and sdpa_qkv entries with stats: the same bits): 0 where the

@@ -6,8 +6,8 @@
  *   cpu_fp8_mm_fma.c   AVX-512 FMA (fp32 FMA on decoded fp32, 16 lanes), where the CPU has AVX-512 and its
  *                      vdpbf16ps is not the faster (Intel's: Skylake-SP to Ice Lake, or AVX512_BF16 without AMX),
  *                      and AVX2 + FMA (8 lanes, the same bits), every x86-64-v3 CPU, the build's baseline.
- * The AVX2 + FMA family also runs GEMMs of bf16, fp16 or fp32 operands (job.wide) for CPUs without AVX-512
- * (fl_cpu_fma_mm).
+ * The FMA families also run GEMMs of bf16, fp16 or fp32 operands (job.wide): on CPUs without AVX-512, and the
+ * 16-bit ones where an FMA family is the CPU's fastest (fl_cpu_fma_mm).
  * The driver walks C in tiles of rows or columns, K in blocks of kc, B in blocks of at most nb_max columns; a
  * family packs one B block (pack_b) and runs one group of at most ag rows of C over it (group). Each C element
  * is summed over K in a fixed order whatever thread makes it, so results do not depend on the thread count. */
@@ -23,8 +23,8 @@ typedef struct {
     int64_t kc;                          /* the K block */
     bool a_mcontig, b_kcontig;           /* a read transposed (a[k·lda + m]), b read transposed (b[n·ldb + k]) */
     bool e5_a, e5_b;                     /* E5M2 (else E4M3) */
-    fl_dtype wide;                       /* FL_BF16, FL_F16 or FL_F32: both operands of that type (AVX2 + FMA
-                                            family only); FL_DTYPE_COUNT: FP8 as e5_a, e5_b say */
+    fl_dtype wide;                       /* FL_BF16, FL_F16 or FL_F32: both operands of that type (the FMA
+                                            families only); FL_DTYPE_COUNT: FP8 as e5_a, e5_b say */
     float *c;
     float scale, sa0, sb0;   /* sa0·sb0, a's and b's first (or only) scale */
     const float *rs, *cs;    /* a's per-row, b's per-column scales; NULL: per tensor */

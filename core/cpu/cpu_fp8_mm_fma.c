@@ -373,7 +373,8 @@ static inline __attribute__((always_inline)) void group_impl(const mm_job *J, in
         for (int64_t e = line + per < nlines ? line + per : nlines; line < e; line++)
             _mm_prefetch((const char *)(an + (line / lpr) * J->lda * es + (line % lpr) * 64), _MM_HINT_T0);
         const float *bp = bpk + (nj / NR) * kc * NR, *bps[NP5];
-        for (int p = 0; p < NP5; p++) bps[p] = nv > p * NR ? bp + p * kc * NR : bp;
+        if (wide)   /* the tile's panels; past the last, the first again (kern512) */
+            for (int p = 0; p < NP5; p++) bps[p] = nv > p * NR ? bp + p * kc * NR : bp;
         mm_epi E = { J->scale, J->sa0, J->sb0, NULL, J->cs ? J->cs + n0 + nj : NULL, J->bias ? J->bias + n0 + nj : NULL,
                      NULL, ldc };
         for (int64_t mi = 0; mi < ag; mi += mr_step) {

@@ -129,7 +129,8 @@ fl_status fl_cpu_fma_mm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 /* Whether this CPU's fastest GEMM family is an FMA one (neither AMX nor a vdpbf16ps faster than its FMAs: Intel
  * without AMX, any CPU without AVX512_BF16), so that its 16-bit GEMMs are faster widened in fp8lab's panels than in
  * oneDNN 2.6, which converts them without AVX512_BF16 and runs the slower dot product on Intel's (the GPT's twelve
- * bf16 GEMMs 144.6 and 50.0 ms against 30.3 for fp32; docs/performance.md, "Intel without the tiles"). */
+ * bf16 GEMMs in oneDNN 144.6 ms capped at avx512 and 50.0 at avx512_bf16, against 30.3 for fp32; in the AVX-512 FMA
+ * family 33.8 and 34.1; docs/performance.md, "Intel without the tiles"). */
 bool fl_cpu_fma_mm_first(void);
 
 /* Rows per chunk of a column sum (the bias gradient): each chunk's rows are summed in order in double, the
