@@ -201,11 +201,7 @@ int main(int argc, char **argv) {
     static const char *const modes[] = { "mlp", "cold", "new", "bf16", "avx2", "noamx", "nobf16" };
     const unsigned mode = argc > 2 && strcmp(argv[2], "-") ? bench_mode("bench_fp8_gemm", argv[2], modes, 7) : 0;
     const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
-    const char *isa = getenv("FP8LAB_CPU_ISA");   /* the cap fp8lab takes (core/cpu_isa.h), before oneDNN runs */
-    if (isa && *isa && fl_cpu_isa_limit(isa) != FL_OK) {
-        fprintf(stderr, "bench_fp8_gemm: FP8LAB_CPU_ISA: %s\n", fl_last_error_detail());
-        return 2;
-    }
+    bench_cpu_isa("bench_fp8_gemm");
     if (mode & 16) fl_cpu_avx512_allowed = false;   /* the AVX2 + FMA families, as on CPUs without AVX-512 */
     if (mode & 32) {                                 /* the AVX512_BF16 family on a CPU with AMX */
         fl_cpu_amx_allowed = false;

@@ -1,11 +1,12 @@
-/* bench_util.h — what the benchmark programs (bench_attn, bench_fp8_gemm, bench_peak) share: the clock, their MODE
- * argument, the median of their timings and the cold mode's cache eviction. */
+/* bench_util.h — what the benchmark programs (bench_attn, bench_fp8_gemm) share: the clock, their MODE argument, the
+ * median of their timings, the cold mode's cache eviction and FP8LAB_CPU_ISA. */
 #ifndef FL_BENCH_UTIL_H
 #define FL_BENCH_UTIL_H
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "cpu_isa.h"
 
 /* Seconds on the monotonic clock. */
 static double bench_now(void) {
@@ -57,5 +58,15 @@ static void bench_evict(void) {
     volatile unsigned char *p = buf;
     const unsigned char v = (unsigned char)++round;
     for (size_t i = 0; i < EVICT_BYTES; i += 64) p[i] = v;
+}
+
+/* FP8LAB_CPU_ISA's cap, as fp8lab takes it (core/cpu_isa.h, docs/cli.md), before anything runs: a bad word ends the
+ * program with the message naming the choices. */
+static void bench_cpu_isa(const char *prog) {
+    const char *isa = getenv("FP8LAB_CPU_ISA");
+    if (isa && *isa && fl_cpu_isa_limit(isa) != FL_OK) {
+        fprintf(stderr, "%s: FP8LAB_CPU_ISA: %s\n", prog, fl_last_error_detail());
+        exit(2);
+    }
 }
 #endif
