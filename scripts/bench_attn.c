@@ -1,7 +1,7 @@
 /* bench_attn.c — one call of CPU bf16 attention (fl_cpu_sdpa_causal_fwd / _bwd with bf16 = true), the
  * per-head kernels (cpu_nn_attn_bf16.c with AVX-512 BF16, else its AVX2 + FMA family cpu_nn_attn_fma.c) against
  * the batched GEMMs they replace, best of R repetitions; or (MODE f32) fp32 attention, the AVX2 + FMA family's
- * fp32 form (fl_cpu_attn_f32_*, which CPUs without AVX-512 run) against the batched fp32 GEMMs. GFLOP/s counts
+ * fp32 form (fl_cpu_attn_f32_*) against the batched fp32 GEMMs. GFLOP/s counts
  * 4·B·H·T²·D forward and twice that backward (the full, unmasked products).
  * Usage: bench_attn [B H T D causal R PATH [MODE]] (default 16 4 128 64 1 200 both; PATH kernel, gemm or both);
  * threads from OMP_NUM_THREADS. MODE holds "cold" and/or "packed" (e.g. cold,packed). cold: one store into each
@@ -9,10 +9,12 @@
  * a training step, where the GEMMs around attention move tens of MiB through the caches. packed: the per-head kernels read q, k, v in place in one
  * [B, T, 3·H·D] tensor and write dq, dk, dv into one, as the GPT's attention does (fl_cpu_attn_bf16_fwd_at /
  * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. f32: fp32 attention instead
- * (its kernel path where fl_cpu_attn_f32_available() says it runs, with AVX-512 disallowed). noamx: on a CPU with
+ * (its kernel path where fl_cpu_attn_f32_available() says it runs). noamx: on a CPU with
  * AMX-BF16 the per-head kernels' products on the vdpbf16ps tiles, not the tile unit (fl_cpu_attn_amx_allowed
- * cleared). stats (with packed): the statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept in
+ * cleared, and fl_cpu_attn_fma512_allowed, which Intel's CPUs without AMX run first). stats (with packed): the statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept in
  * place of the T × T probabilities, P made again in the backward), layout=packed-stats. Other words are refused.
+ * FP8LAB_CPU_ISA caps the instruction sets as it does fp8lab's (docs/cli.md): avx512 runs bf16 attention on the AVX2
+ * + FMA family's 16-lane products, avx2 on its 8-lane ones (and fp32 attention likewise).
  * Prints one line per (path, direction):
  * ms (and gflops) is the fastest of the R timed calls, med_ms their median.
  *   attn path=kernel dir=fwd B=16 H=4 T=128 D=64 causal=1 threads=2 cache=warm layout=heads prec=bf16 ms=... med_ms=... gflops=... */
@@ -47,10 +49,13 @@ int main(int argc, char **argv) {
     }
     static const char *const modes[] = { "cold", "packed", "f32", "noamx", "stats" };
     const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 5) : 0;
-    if (mode & 8) fl_cpu_attn_amx_allowed = false;   /* the vdpbf16ps tiles on a CPU with AMX */
+    bench_cpu_isa("bench_attn");
+    if (mode & 8) {   /* the vdpbf16ps tiles on a CPU with AMX, not the tile unit nor (Intel) the AVX-512 FMA family */
+        fl_cpu_attn_amx_allowed = false;
+        fl_cpu_attn_fma512_allowed = false;
+    }
     const int cold = mode & 1, packed = (mode & 2) != 0;
     const bool bf16 = !(mode & 4);
-    if (!bf16) fl_cpu_avx512_allowed = false;   /* where the fp32 kernels run */
     const bool stats = (mode & 16) != 0;
     if (stats && (!packed || !bf16 || !fl_cpu_attn_bf16_stats_available())) {
         fprintf(stderr, "bench_attn: mode stats needs packed, bf16 and AVX-512 BF16\n");

@@ -7,8 +7,7 @@
  * GEMMs take bf16 operands — the rounded copies are made once per call, P and dS block by block after
  * their row pass — and accumulate in fp32; the fallback rounds the same operands (it also runs where oneDNN has no
  * bf16 kernel: 2.6 on a CPU without AVX-512). bf16 calls go to the per-head kernels of cpu_nn_attn_bf16.c (or
- * its AVX2 + FMA family, cpu_nn_attn_fma.c) first, and fp32 calls on CPUs without AVX-512 to that family's fp32
- * form. */
+ * its AVX2 + FMA family, cpu_nn_attn_fma.c) first, and fp32 calls to that family's fp32 form. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* cpu_nn_attn_fma.c — bf16 attention (bf16 autocast) on CPUs without AVX-512 BF16, with AVX2 + FMA: the
- * per-head kernel family that cpu_nn_attn_bf16.c's entries call there. One (b, h) head per thread: its operands
+ * per-head kernel family that cpu_nn_attn_bf16.c's entries call there, and fp32 attention on every CPU. One (b, h) head per thread: its operands
  * are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in thread-local packed buffers, so
  * each product of two of them is exact in fp32 and each register-blocked small GEMM adds it to its fp32 sum by
  * one FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h's
@@ -8,9 +8,13 @@
  * arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels' (which sum pairs of
  * products) and from the batched GEMMs' in summation order and in the exponential's last bit (FMAs, as the
  * AVX512_BF16 family's) only.
- * The same code runs fp32 attention on CPUs without AVX-512 (fl_cpu_attn_f32_*): the operands are packed as they
- * are, each product rounded with its sum by the FMA, and the products with P read it where the softmax left it
- * (att) instead of a rounded copy; fwd_head and bwd_head are inlined into one copy per family. */
+ * The same code runs fp32 attention (fl_cpu_attn_f32_*): the operands are packed as they are, each product rounded
+ * with its sum by the FMA, and the products with P read it where the softmax left it (att) instead of a rounded
+ * copy; fwd_head and bwd_head are inlined into one copy per family.
+ * Where the CPU has AVX-512 the products run on 16 lanes (band512), each sum in the same order, so the same bits as
+ * on 8; the row passes and the packers stay on 8. On the Xeon with AMX (its AVX-512 FMAs) that made one call of the
+ * GPT's bf16 attention 1.65 → 1.20 ms forward and 2.69 → 2.05 backward, and fp32 attention faster than oneDNN's
+ * batched GEMMs, which ran it there before (docs/performance.md, "Attention's products on 16 lanes"). */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "cpu_avx2.h"
@@ -81,9 +85,75 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int n
     if (nv == 1) tile(R, 1, TILE_ARGS);         \
     else tile(R, 2, TILE_ARGS);
 
-/* Rows [0, mr) of C[·, 0..n) (mr ≤ MR), ldc-strided fp32, over the summed range [m0, m1). */
-static void band(int mr, int64_t n, const float *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1, const float *b0,
-                 int64_t ldb, float *c0, int64_t ldc) {
+/* tile on 16 lanes where the CPU has AVX-512 (fl_cpu_avx512): MR rows × up to NV5 16-lane vectors, 24
+ * accumulators. Each sum is made in tile's order (one FMA per m, m0 first, from zero), so the same bits. B's last
+ * vector is loaded under the store's mask: its row may end 8 floats into it. */
+#define NV5 4
+static inline __attribute__((always_inline)) FL_CPU_AVX512 void tile512(const int mr, const int nv, const float *a,
+                                                                      int64_t ars, int64_t ams, int64_t m0, int64_t m1,
+                                                                      const float *b, int64_t ldb, float *c,
+                                                                      int64_t ldc, __mmask16 last) {
+    __m512 acc[MR][NV5];
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t m = m0; m < m1; m++) {
+        __m512 bv[NV5];
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) bv[v] = _mm512_maskz_loadu_ps(v < nv - 1 ? (__mmask16)0xFFFF : last, b + m * ldb + 16 * v);
+        #pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * ars + m * ams]);
+            #pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+        #pragma GCC unroll 8
+        for (int v = 0; v < nv - 1; v++) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+        _mm512_mask_storeu_ps(c + r * ldc + 16 * (nv - 1), last, acc[r][nv - 1]);
+    }
+}
+
+#define TILE512_NV(R)                                    \
+    switch (nv) {                                        \
+    case 1: tile512(R, 1, TILE_ARGS); break;             \
+    case 2: tile512(R, 2, TILE_ARGS); break;             \
+    case 3: tile512(R, 3, TILE_ARGS); break;             \
+    default: tile512(R, 4, TILE_ARGS); break;            \
+    }
+
+/* band's work on 16 lanes (tile512). */
+__attribute__((noinline)) FL_CPU_AVX512 static void band512(int mr, int64_t n, const float *a, int64_t ars, int64_t ams,
+                                                            int64_t m0, int64_t m1, const float *b0, int64_t ldb,
+                                                            float *c0, int64_t ldc) {
+    for (int64_t n0 = 0; n0 < n; n0 += 16 * NV5) {
+        const int64_t nn = n - n0 < 16 * NV5 ? n - n0 : 16 * NV5;
+        const int nv = (int)((nn + 15) / 16);
+        const __mmask16 last = fl_avx512_lanes(nn - 16 * (nv - 1));
+        const float *b = b0 + n0;
+        float *c = c0 + n0;
+        switch (mr) {
+        case 1: TILE512_NV(1); break;
+        case 2: TILE512_NV(2); break;
+        case 3: TILE512_NV(3); break;
+        case 4: TILE512_NV(4); break;
+        case 5: TILE512_NV(5); break;
+        default: TILE512_NV(6); break;
+        }
+    }
+}
+
+/* Rows [0, mr) of C[·, 0..n) (mr ≤ MR), ldc-strided fp32, over the summed range [m0, m1); on 16 lanes (wide) or 8,
+ * the same bits. */
+static void band(bool wide, int mr, int64_t n, const float *a, int64_t ars, int64_t ams, int64_t m0, int64_t m1,
+                 const float *b0, int64_t ldb, float *c0, int64_t ldc) {
+    if (wide) {
+        band512(mr, n, a, ars, ams, m0, m1, b0, ldb, c0, ldc);
+        return;
+    }
     for (int64_t n0 = 0; n0 < n; n0 += 8 * NVMAX) {
         const int64_t nn = n - n0 < 8 * NVMAX ? n - n0 : 8 * NVMAX;
         const int nv = (int)((nn + 7) / 8);
@@ -278,7 +348,8 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
  * as they are, P read from att); else bf16. Inlined into each family's caller with keep a constant. */
 static inline __attribute__((always_inline)) void fwd_head(const float *q, const float *k, const float *v, int64_t ldi,
                                                            float *o, int64_t ldo, float *att, const shape *s,
-                                                           float scale, int causal, float *w, const bool keep) {
+                                                           float scale, int causal, float *w, const bool keep,
+                                                           bool wide) {
     const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
     float *qr = w, *kt = qr + T * Dp, *vr = kt + D * Tp, *pr = vr + T * Dp;
     pack_rows(q, T, D, ldi, qr, Dp, keep);
@@ -287,10 +358,10 @@ static inline __attribute__((always_inline)) void fwd_head(const float *q, const
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
-        band(mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, att + i0 * T, T);   /* S = Q·Kᵀ */
+        band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, att + i0 * T, T);   /* S = Q·Kᵀ */
         softmax_tile(att, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep);
-        if (keep) band(mr, D, att + i0 * T, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
-        else band(mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);
+        if (keep) band(wide, mr, D, att + i0 * T, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
+        else band(wide, mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);
     }
 }
 
@@ -299,7 +370,8 @@ static inline __attribute__((always_inline)) void fwd_head(const float *q, const
 static inline __attribute__((always_inline)) void bwd_head(const float *q, const float *k, const float *v, int64_t ldi,
                                                            const float *att, const float *dout, int64_t ldo, float *dq,
                                                            float *dk, float *dv, int64_t ldd, const shape *s,
-                                                           float scale, int causal, float *w, const bool keep) {
+                                                           float scale, int causal, float *w, const bool keep,
+                                                           bool wide) {
     const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
     float *dor = w, *vt = dor + T * Dp, *kr = vt + D * Tp, *qr = kr + T * Dp, *pr = qr + T * Dp, *sr = pr + T * Tp;
     float *ds = sr + T * Tp;
@@ -312,23 +384,27 @@ static inline __attribute__((always_inline)) void bwd_head(const float *q, const
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
-        band(mr, nk, dor + i0 * Dp, Dp, 1, 0, D, vt, Tp, ds, T);
+        band(wide, mr, nk, dor + i0 * Dp, Dp, 1, 0, D, vt, Tp, ds, T);
         dsoftmax_tile(att, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7, keep);
-        band(mr, D, sr + i0 * Tp, Tp, 1, 0, kend, kr, Dp, dq + i0 * ldd, ldd);
+        band(wide, mr, D, sr + i0 * Tp, Tp, 1, 0, kend, kr, Dp, dq + i0 * ldd, ldd);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
     for (int64_t j0 = 0; j0 < T; j0 += MR) {
         const int mr = (int)(T - j0 < MR ? T - j0 : MR);
         const int64_t m0 = causal ? j0 : 0;
-        if (keep) band(mr, D, att + j0, 1, T, m0, T, dor, Dp, dv + j0 * ldd, ldd);
-        else band(mr, D, pr + j0, 1, Tp, m0, T, dor, Dp, dv + j0 * ldd, ldd);
-        band(mr, D, sr + j0, 1, Tp, m0, T, qr, Dp, dk + j0 * ldd, ldd);
+        if (keep) band(wide, mr, D, att + j0, 1, T, m0, T, dor, Dp, dv + j0 * ldd, ldd);
+        else band(wide, mr, D, pr + j0, 1, Tp, m0, T, dor, Dp, dv + j0 * ldd, ldd);
+        band(wide, mr, D, sr + j0, 1, Tp, m0, T, qr, Dp, dk + j0 * ldd, ldd);
     }
 }
 
 /* Floats of a thread's buffers: forward q, kᵀ, v, P; backward dO, vᵀ, k, q, P, dS, then MR rows of dP. */
 static int64_t fwd_floats(const shape *s) { return 2 * s->T * s->Dp + s->D * s->Tp + s->T * s->Tp; }
 static int64_t bwd_floats(const shape *s) { return 3 * s->T * s->Dp + s->D * s->Tp + 2 * s->T * s->Tp + MR * s->T; }
+
+_Atomic bool fl_cpu_attn_fma512_allowed = true;
+/* The products on 16 lanes: where the CPU has AVX-512 and the switch allows it. */
+static bool wide_here(void) { return fl_cpu_attn_fma512_allowed && fl_cpu_avx512(); }
 
 /* Each head's job, on the thread that runs it, with that thread's zeroed buffer of `floats` floats. */
 typedef struct {
@@ -340,6 +416,7 @@ typedef struct {
     float scale;
     int causal;
     bool keep;   /* the fp32 family: operands as they are */
+    bool wide;   /* the products on 16 lanes (band512) */
 } heads_job;
 typedef void head_fn(const heads_job *J, int64_t bh, float *w);
 
@@ -350,7 +427,7 @@ static void fwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H);
 #define FWD_HEAD(KEEP)                                                                                                  \
     fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,            \
-             J->p + bh * J->s.T * J->s.T, &J->s, J->scale, J->causal, w, KEEP)
+             J->p + bh * J->s.T * J->s.T, &J->s, J->scale, J->causal, w, KEEP, J->wide)
     if (J->keep) FWD_HEAD(true);
     else FWD_HEAD(false);
 #undef FWD_HEAD
@@ -360,7 +437,7 @@ static void bwd_one(const heads_job *J, int64_t bh, float *w) {
 #define BWD_HEAD(KEEP)                                                                                                  \
     bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att + bh * J->s.T * J->s.T,                                 \
              J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, J->dk + hd, J->dv + hd, J->din.st, &J->s, \
-             J->scale, J->causal, w, KEEP)
+             J->scale, J->causal, w, KEEP, J->wide)
     if (J->keep) BWD_HEAD(true);
     else BWD_HEAD(false);
 #undef BWD_HEAD
@@ -387,7 +464,7 @@ static fl_status fwd_at(const float *q, const float *k, const float *v, fl_attn_
                         fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                         int causal, bool keep) {
     const heads_job J = { .q = q, .k = k, .v = v, .p = att, .out = out, .in = in, .out_l = out_l, .H = H,
-                          .s = shape_of(T, D), .scale = scale, .causal = causal, .keep = keep };
+                          .s = shape_of(T, D), .scale = scale, .causal = causal, .keep = keep, .wide = wide_here() };
     return run_heads(&J, B * H, fwd_floats(&J.s), fwd_one);
 }
 
@@ -396,7 +473,7 @@ static fl_status bwd_at(const float *q, const float *k, const float *v, fl_attn_
                         int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool keep) {
     const heads_job J = { .q = q, .k = k, .v = v, .att = att, .dout = dout, .dq = dq, .dk = dk, .dv = dv, .in = in,
                           .out_l = out_l, .din = din, .H = H, .s = shape_of(T, D), .scale = scale, .causal = causal,
-                          .keep = keep };
+                          .keep = keep, .wide = wide_here() };
     return run_heads(&J, B * H, bwd_floats(&J.s), bwd_one);
 }
 
@@ -415,7 +492,7 @@ fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v,
 _Atomic bool fl_cpu_attn_f32_allowed = true;
 
 bool fl_cpu_attn_f32_available(void) {
-    return fl_cpu_attn_f32_allowed && !fl_cpu_avx512() && fl_cpu_attn_fma_usable();
+    return fl_cpu_attn_f32_allowed && fl_cpu_attn_fma_usable();
 }
 
 fl_status fl_cpu_attn_f32_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,

@@ -49,12 +49,15 @@ fl_attn_bwd_at_fn fl_cpu_attn_bf16_stats_bwd_at;
 /* The same on CPUs without AVX-512 BF16 (cpu_nn_attn_fma.c: AVX2 + FMA on operands rounded to bf16 and kept in
  * fp32), which the entries above call there; usable where the CPU has AVX2 and FMA. */
 bool fl_cpu_attn_fma_usable(void);
+/* Its products on 16 lanes where the CPU has AVX-512 (the same bits as on 8); tests clear it to run the 8-lane ones,
+ * and to run the AVX512_BF16 family on Intel's CPUs without AMX, which take this one first (fl_cpu_bf16_dot_fast). */
+extern _Atomic bool fl_cpu_attn_fma512_allowed;
 fl_attn_fwd_at_fn fl_cpu_attn_fma_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_fma_bwd_at;
 /* fp32 attention through the same family with its operands as they are (no rounding; each product and its sum
  * rounded once by the FMA), which fl_cpu_sdpa_causal_fwd/bwd and the packed entries call for fp32 where it is
- * available: AVX2 and FMA, no AVX-512 (or AVX-512 disallowed: there oneDNN's AVX-512 GEMMs and row passes run,
- * not measured against these), and the flag set (tests and the benchmark clear it to run the batched GEMMs). */
+ * available: AVX2 and FMA (its products on 16 lanes with AVX-512), and the flag set (tests and the benchmark clear
+ * it to run the batched GEMMs). */
 extern _Atomic bool fl_cpu_attn_f32_allowed;
 bool fl_cpu_attn_f32_available(void);
 fl_attn_fwd_at_fn fl_cpu_attn_f32_fwd_at;

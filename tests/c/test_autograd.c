@@ -225,7 +225,7 @@ TEST(autograd_sdpa_cpu_statistics_form_same_bits) {
  * between forward and backward, as running out of memory for its buffers would) takes the copies and the
  * [B, H, T, D] entry instead, and gives the gradient of a run that never used the packed kernel, up to
  * fp32 accumulation order. Under bf16 autocast (the bf16 kernel families) and in fp32 (the fp32 one, which
- * runs with AVX-512 disallowed on every x86-64-v3 CPU). */
+ * runs on every x86-64-v3 CPU). */
 static void attn_kernels_allowed(bool bf16, bool on) {
     if (bf16) fl_cpu_attn_bf16_allowed = on;
     else fl_cpu_attn_f32_allowed = on;
@@ -235,14 +235,12 @@ static fl_status qkv_grad(fl_tensor **grad, const fl_tensor *base, bool bf16, bo
     fl_status st = fl_tensor_to(&x, base, FL_F32);   /* a fresh leaf */
     if (st == FL_OK) fl_tensor_set_requires_grad(x, true);
     fl_dtype prev = fl_set_autocast_dtype(bf16 ? FL_BF16 : FL_F32);
-    fl_cpu_avx512_allowed = bf16;
     attn_kernels_allowed(bf16, fwd_kernel);
     if (st == FL_OK) st = fl_sdpa_qkv(&y, x, 2, true, 0.0);
     if (st == FL_OK) st = fl_reduce(&s, FL_OP_SUM, y, FL_ALL_DIMS, false);
     attn_kernels_allowed(bf16, bwd_kernel);
     if (st == FL_OK) st = fl_backward(s, NULL, false);
     attn_kernels_allowed(bf16, true);
-    fl_cpu_avx512_allowed = true;
     fl_set_autocast_dtype(prev);
     if (st == FL_OK) *grad = fl_tensor_retain(x->grad);
     fl_tensor_release(x); fl_tensor_release(y); fl_tensor_release(s);

@@ -670,7 +670,7 @@ TEST(nn_sdpa) {
 }
 /* The GEMM path splits causal attention into blocks of query rows (about 64 each, at most 8 blocks):
  * lengths around the block size, ragged last blocks and the 8-block cap, on both row-pass copies (the fp32
- * per-head kernels, which CPUs without AVX-512 run instead, switched off). */
+ * per-head kernels, which run first, switched off). */
 TEST(nn_sdpa_blocks) {
     static const int64_t Ts[] = { 2, 63, 64, 65, 127, 128, 129, 200, 577 };
     fl_cpu_attn_f32_allowed = false;
@@ -686,22 +686,24 @@ TEST(nn_sdpa_blocks) {
     fl_cpu_attn_f32_allowed = true;
 }
 /* fp32 attention through the per-head AVX2 + FMA family (cpu_nn_attn_fma.c with its operands unrounded), which
- * CPUs without AVX-512 run; with AVX-512 disallowed it runs on every CPU: every remainder of its 6-row and
- * 16-column register tiles, odd T and D, one and several row tiles, against the float64 references (and finite
- * differences on the small shapes). */
+ * every CPU runs (its products on 16 lanes where the CPU has AVX-512, on 8 with AVX-512 disallowed): every
+ * remainder of its 6-row and 16- or 64-column register tiles, odd T and D, one and several row tiles, against the
+ * float64 references (and finite differences on the small shapes). */
 TEST(nn_sdpa_f32_heads) {
-    fl_cpu_avx512_allowed = false;
-    const bool runs = fl_cpu_attn_f32_available();
-    if (!runs) fl_cpu_avx512_allowed = true;
-    REQUIRE(runs, "the fp32 kernels do not run with AVX-512 disallowed");
-    for (int causal = 0; causal <= 1; causal++) {
-        check_sdpa(fl__failed, 1, 1, 1, 1, causal, 1);
-        check_sdpa(fl__failed, 1, 2, 5, 3, causal, 1);
-        check_sdpa(fl__failed, 2, 3, 17, 13, causal, 1);
-        check_sdpa(fl__failed, 1, 3, 7, 9, causal, 1);
-        check_sdpa(fl__failed, 2, 2, 33, 16, causal, 0);
-        check_sdpa(fl__failed, 1, 2, 130, 64, causal, 0);
-        check_sdpa(fl__failed, 1, 1, 200, 24, causal, 0);
+    REQUIRE(fl_cpu_attn_f32_available(), "the fp32 kernels do not run on this CPU");
+    for (int wide = 1; wide >= 0; wide--) {
+        if (wide && !fl_cpu_avx512()) continue;
+        fl_cpu_avx512_allowed = wide;
+        for (int causal = 0; causal <= 1; causal++) {
+            check_sdpa(fl__failed, 1, 1, 1, 1, causal, 1);
+            check_sdpa(fl__failed, 1, 2, 5, 3, causal, 1);
+            check_sdpa(fl__failed, 2, 3, 17, 13, causal, 1);
+            check_sdpa(fl__failed, 1, 3, 7, 9, causal, 1);
+            check_sdpa(fl__failed, 2, 2, 33, 16, causal, 0);
+            check_sdpa(fl__failed, 1, 2, 130, 64, causal, 0);
+            check_sdpa(fl__failed, 1, 1, 200, 24, causal, 0);
+            check_sdpa(fl__failed, 1, 1, 70, 80, causal, 0);   /* two 16-lane column blocks, the second partial */
+        }
     }
     fl_cpu_avx512_allowed = true;
 }
@@ -878,13 +880,60 @@ TEST(nn_sdpa_bf16_stats_same_bits) {
     omp_set_num_threads(nt);
     fl_cpu_attn_amx_allowed = true;
 }
-/* CPUs without AVX-512 BF16 run the kernels' AVX2 + FMA family (cpu_nn_attn_fma.c); with AVX-512 disallowed
- * the checks above run it on every CPU: every remainder of its 6-row and 16-column register tiles, odd T and D. */
+/* CPUs without AVX-512 BF16 run the kernels' AVX2 + FMA family (cpu_nn_attn_fma.c): with AVX-512 disallowed the
+ * checks above run it on every CPU on 8 lanes, and with AVX512_BF16 disallowed on AVX-512 CPUs on 16: every
+ * remainder of its 6-row and 16- or 64-column register tiles, odd T and D. */
 TEST(nn_sdpa_bf16_fma) {
-    fl_cpu_avx512_allowed = false;
-    check_sdpa_bf16_cases(fl__failed,
-                          SDPA_CASES({ 1, 2, 5, 8 }, { 2, 2, 33, 16 }, { 1, 2, 130, 64 }, { 1, 3, 17, 13 }, { 1, 1, 1, 5 }));
+    for (int wide = 1; wide >= 0; wide--) {
+        if (wide && !fl_cpu_avx512()) continue;
+        fl_cpu_avx512_allowed = wide;
+        fl_cpu_avx512_bf16_allowed = false;
+        check_sdpa_bf16_cases(fl__failed, SDPA_CASES({ 1, 2, 5, 8 }, { 2, 2, 33, 16 }, { 1, 2, 130, 64 }, { 1, 3, 17, 13 },
+                                                     { 1, 1, 1, 5 }, { 1, 1, 70, 80 }));
+    }
     fl_cpu_avx512_allowed = true;
+    fl_cpu_avx512_bf16_allowed = true;
+}
+/* The AVX2 + FMA family's products on 16 lanes (where the CPU has AVX-512) make each sum in the 8-lane products'
+ * order, so both give the same bits: bf16 and fp32 forms, forward and backward, contiguous and packed heads, causal
+ * and not, T and D around the tiles' 6 rows and 8, 16 and 64 columns. */
+static void fma_wide_bits(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t D, int causal, bool packed, bool f32) {
+    const int64_t C = H * D, ldi = packed ? 3 * C : C, n = B * T * ldi, no = B * T * C;
+    const fl_attn_layout in = { T * ldi, D, ldi }, ol = { T * C, D, C };
+    float *x = frand(n, -2, 2), *y = frand(n, -2, 2), *z = frand(n, -1, 1), *dy = frand(no, -1, 1);
+    const float *q = x, *k = packed ? x + C : y, *v = packed ? x + 2 * C : z;
+    fl_attn_fwd_at_fn *fwd = f32 ? fl_cpu_attn_f32_fwd_at : fl_cpu_attn_fma_fwd_at;
+    fl_attn_bwd_at_fn *bwd = f32 ? fl_cpu_attn_f32_bwd_at : fl_cpu_attn_fma_bwd_at;
+    float *o[2], *att[2], *dq[2], *dk[2], *dv[2];
+    for (int w = 0; w < 2; w++) {
+        fl_cpu_attn_fma512_allowed = w == 0;
+        o[w] = fzeros(no); att[w] = fzeros(B * H * T * T); dq[w] = fzeros(n); dk[w] = fzeros(n); dv[w] = fzeros(n);
+        fl_status a = fwd(q, k, v, in, o[w], ol, att[w], B, H, T, D, 0.3f, causal);
+        fl_status b = bwd(q, k, v, in, att[w], dy, ol, dq[w], dk[w], dv[w], in, B, H, T, D, 0.3f, causal);
+        CHECK(a == FL_OK && b == FL_OK, "fma attention %s: %d %d", w ? "8 lanes" : "16 lanes", a, b);
+    }
+    fl_cpu_attn_fma512_allowed = true;
+    const size_t sa = (size_t)(B * H * T * T) * 4;
+    CHECK(memcmp(o[0], o[1], (size_t)no * 4) == 0 && memcmp(att[0], att[1], sa) == 0 &&
+          memcmp(dq[0], dq[1], (size_t)n * 4) == 0 && memcmp(dk[0], dk[1], (size_t)n * 4) == 0 &&
+          memcmp(dv[0], dv[1], (size_t)n * 4) == 0,
+          "fma attention (%s) on 16 lanes differs from 8: B%lld H%lld T%lld D%lld causal %d packed %d", f32 ? "fp32" : "bf16",
+          (long long)B, (long long)H, (long long)T, (long long)D, causal, packed);
+    for (int w = 0; w < 2; w++) { free(o[w]); free(att[w]); free(dq[w]); free(dk[w]); free(dv[w]); }
+    free(x); free(y); free(z); free(dy);
+}
+TEST(nn_sdpa_fma_wide_same_bits) {
+    if (!fl_cpu_avx512()) {
+        fprintf(stderr, "  (skipped: no AVX-512 on this CPU)\n");
+        return;
+    }
+    const int64_t shapes[][4] = { { 1, 1, 1, 5 }, { 2, 2, 7, 8 }, { 1, 2, 17, 13 }, { 2, 1, 33, 16 }, { 1, 2, 70, 48 },
+                                  { 1, 1, 130, 64 }, { 1, 1, 65, 80 }, { 1, 3, 24, 72 } };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int causal = 0; causal <= 1; causal++)
+            for (int packed = 0; packed <= 1; packed++)
+                for (int f32 = 0; f32 <= 1; f32++)
+                    fma_wide_bits(fl__failed, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], causal, packed, f32);
 }
 /* Each head is done by one thread in a fixed order: the results are the same bits on 1 and 2 threads, in each
  * kernel family (bf16: AVX512_BF16 where the CPU has it, AVX2 + FMA with AVX-512 disallowed; fp32: AVX2 + FMA
