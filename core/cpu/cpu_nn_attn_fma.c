@@ -81,6 +81,16 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int n
 }
 
 #define TILE_ARGS a, ars, ams, m0, m1, b, ldb, c, ldc, last
+/* TILE(R) with R the row count mr, a constant in each case. */
+#define PER_MR(TILE)                \
+    switch (mr) {                   \
+    case 1: TILE(1); break;         \
+    case 2: TILE(2); break;         \
+    case 3: TILE(3); break;         \
+    case 4: TILE(4); break;         \
+    case 5: TILE(5); break;         \
+    default: TILE(6); break;        \
+    }
 #define TILE_NV(R)                              \
     if (nv == 1) tile(R, 1, TILE_ARGS);         \
     else tile(R, 2, TILE_ARGS);
@@ -135,14 +145,7 @@ __attribute__((noinline)) FL_CPU_AVX512 static void band512(int mr, int64_t n, c
         const __mmask16 last = fl_avx512_lanes(nn - 16 * (nv - 1));
         const float *b = b0 + n0;
         float *c = c0 + n0;
-        switch (mr) {
-        case 1: TILE512_NV(1); break;
-        case 2: TILE512_NV(2); break;
-        case 3: TILE512_NV(3); break;
-        case 4: TILE512_NV(4); break;
-        case 5: TILE512_NV(5); break;
-        default: TILE512_NV(6); break;
-        }
+        PER_MR(TILE512_NV)
     }
 }
 
@@ -160,14 +163,7 @@ static void band(bool wide, int mr, int64_t n, const float *a, int64_t ars, int6
         const __m256i last = fl_avx2_lanes(nn - 8 * (nv - 1));
         const float *b = b0 + n0;
         float *c = c0 + n0;
-        switch (mr) {
-        case 1: TILE_NV(1); break;
-        case 2: TILE_NV(2); break;
-        case 3: TILE_NV(3); break;
-        case 4: TILE_NV(4); break;
-        case 5: TILE_NV(5); break;
-        default: TILE_NV(6); break;
-        }
+        PER_MR(TILE_NV)
     }
 }
 
