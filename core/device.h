@@ -208,9 +208,10 @@ const char *fl_cpu_fp8_mm_family(void);
 /* Probabilities' bytes (fp32, B·H·T·T) above which the CPU's bf16 attention keeps each row's statistics instead and
  * makes P again in the backward (its sdpa_flash and sdpa_qkv entries with stats: the same bits): 0 where the
  * products run on the tile unit (faster at every size measured), else 64 MiB (on the vdpbf16ps tiles it measured
- * 0.97-0.99x the time of keeping P at that size, 1.04x at four times it, 1.09-1.13x at 4 MiB: from there the memory
- * is worth it). docs/performance.md, "Attention in whole tile steps, and without its probabilities";
- * core/cpu/cpu_nn_attn_bf16.c. */
+ * 0.97-0.99x the time of keeping P at that size, 1.04x at four times it, 1.09-1.13x at 4 MiB; the AVX2 + FMA
+ * family 0.98x and 1.06x on 16 lanes, 1.06x and 1.07x on 8, 1.08x and 1.19x at 4 MiB: from there the memory is
+ * worth it). docs/performance.md, "Attention in whole tile steps, and without its probabilities" and "Attention's
+ * products on 16 lanes"; core/cpu/cpu_nn_attn_bf16.c, cpu_nn_attn_fma.c. */
 double fl_cpu_sdpa_fused_min_bytes(void);
 const char *fl_device_name(int id);       /* "cpu", "cuda" */
 /* Why fl_device_get(id) gives NULL ("" for the CPU): for error messages. */

@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     const bool bf16 = !(mode & 4);
     const bool stats = (mode & 16) != 0;
     if (stats && (!packed || !bf16 || !fl_cpu_attn_bf16_stats_available())) {
-        fprintf(stderr, "bench_attn: mode stats needs packed, bf16 and AVX-512 BF16\n");
+        fprintf(stderr, "bench_attn: mode stats needs packed and bf16\n");
         return 2;
     }
     fl_attn_fwd_at_fn *fwd_at = stats ? fl_cpu_attn_bf16_stats_fwd_at : bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at;

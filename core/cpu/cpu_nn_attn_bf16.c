@@ -9,7 +9,8 @@
  * runs at half the fp32 FMA rate and the tiles at 31 times it (docs/performance.md, "Intel Xeon with AMX").
  * The probabilities go to att for the backward, or in the statistics form (fl_cpu_attn_bf16_stats_*) only each
  * row's max and 1/Σ are kept and the backward makes P again from them, with the same bits (docs/performance.md,
- * "Attention in whole tile steps, and without its probabilities"). */
+ * "Attention in whole tile steps, and without its probabilities"); where this family does not run, the AVX2 + FMA
+ * one has that form too. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "bf16_x86.h"
@@ -601,14 +602,14 @@ fl_status fl_cpu_attn_bf16_bwd_at(const float *q, const float *k, const float *v
     return bwd_heads(q, k, v, in, att, NULL, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
 }
 
-bool fl_cpu_attn_bf16_stats_available(void) { return fl_cpu_attn_bf16_allowed && own_family(); }
+bool fl_cpu_attn_bf16_stats_available(void) { return fl_cpu_attn_bf16_available(); }
 
 double fl_cpu_sdpa_fused_min_bytes(void) { return use_amx() ? 0.0 : 64.0 * 1048576.0; }
 
 fl_status fl_cpu_attn_bf16_stats_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
                                         fl_attn_layout out_l, float *st, int64_t B, int64_t H, int64_t T, int64_t D,
                                         float scale, int causal) {
-    if (!own_family()) return FL_ERR(FL_EUNSUPPORTED, "attention: the statistics form needs AVX-512 BF16");
+    if (!own_family()) return fl_cpu_attn_fma_stats_fwd_at(q, k, v, in, out, out_l, st, B, H, T, D, scale, causal);
     return fwd_heads(q, k, v, in, out, out_l, NULL, st, B, H, T, D, scale, causal);
 }
 
@@ -616,7 +617,8 @@ fl_status fl_cpu_attn_bf16_stats_bwd_at(const float *q, const float *k, const fl
                                         const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                         fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                         int causal) {
-    if (!own_family()) return FL_ERR(FL_EUNSUPPORTED, "attention: the statistics form needs AVX-512 BF16");
+    if (!own_family())
+        return fl_cpu_attn_fma_stats_bwd_at(q, k, v, in, st, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
     return bwd_heads(q, k, v, in, NULL, st, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal);
 }
 

@@ -14,7 +14,10 @@
  * Where the CPU has AVX-512 the products run on 16 lanes (band512), each sum in the same order, so the same bits as
  * on 8; the row passes and the packers stay on 8. On the Xeon with AMX (its AVX-512 FMAs) that made one call of the
  * GPT's bf16 attention 1.65 → 1.20 ms forward and 2.69 → 2.05 backward, and fp32 attention faster than oneDNN's
- * batched GEMMs, which ran it there before (docs/performance.md, "Attention's products on 16 lanes"). */
+ * batched GEMMs, which ran it there before (docs/performance.md, "Attention's products on 16 lanes").
+ * bf16 attention also has the statistics form here (fl_cpu_attn_fma_stats_*), as cpu_nn_attn_bf16.c has: each row's
+ * max and 1/Σ kept in place of P, and P made again in the backward from the forward's product and its operations
+ * (softmax_redo), so the same bits as keeping P. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "cpu_avx2.h"
@@ -209,18 +212,19 @@ static inline void store_n(float *p, int64_t n, __m256 v) {
     else _mm256_maskstore_ps(p, fl_avx2_lanes(n), v);
 }
 
-/* Rows [i0, i1) (at most MR) of a head's [T, T] scores s: s[i, j] ← softmax_j(scale·s[i, j]) over j < n_i
- * (i + 1 when causal, else T), exact zeros for j in [n_i, T) (attn_softmax_row of cpu_nn_internal.h, with
- * tree reductions), and (!keep: the bf16 family) row i of pr (ldp apart) over [0, w) ← the row rounded to
- * bf16, zeros from n_i (w a multiple of 8, ≥ every n_i); the fp32 family reads P from s itself. The rows go
- * through each step together so that their reductions overlap. */
+/* Rows [i0, i1) (at most MR) of a head's [T, T] scores, s pointing at row i0 (rows T apart): s[i, j] ←
+ * softmax_j(scale·s[i, j]) over j < n_i (i + 1 when causal, else T), exact zeros for j in [n_i, T)
+ * (attn_softmax_row of cpu_nn_internal.h, with tree reductions), and (!keep: the bf16 family) row i of pr (ldp
+ * apart) over [0, w) ← the row rounded to bf16, zeros from n_i (w a multiple of 8, ≥ every n_i); the fp32 family
+ * reads P from s itself. The rows go through each step together so that their reductions overlap. st (or NULL):
+ * each row's max and 1/Σ at st[2i], st[2i + 1], from which softmax_redo makes the same row. */
 static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, float *pr, int64_t ldp,
-                         int64_t w, bool keep) {
+                         int64_t w, bool keep, float *st) {
     const __m256 sc = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     __m256 m[MR], inv[MR];
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
-        const float *r = s + i * T;
+        const float *r = s + (i - i0) * T;
         __m256 vm = ninf;
         for (int64_t j = 0; j < n; j += 8) {
             __m256 x = _mm256_mul_ps(fl_avx2_load_n(r + j, n - j), sc);
@@ -231,7 +235,7 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
     }
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
-        float *r = s + i * T;
+        float *r = s + (i - i0) * T;
         __m256 vs = _mm256_setzero_ps();
         for (int64_t j = 0; j < n; j += 8) {
             __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(fl_avx2_load_n(r + j, n - j), sc), m[i - i0]));
@@ -240,10 +244,14 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
             vs = _mm256_add_ps(vs, e);
         }
         inv[i - i0] = _mm256_div_ps(_mm256_set1_ps(1.0f), hsum8(vs));
+        if (st) {
+            st[2 * i] = _mm256_cvtss_f32(m[i - i0]);
+            st[2 * i + 1] = _mm256_cvtss_f32(inv[i - i0]);
+        }
     }
     for (int64_t i = i0; i < i1; i++) {
         const int64_t n = causal ? i + 1 : T;
-        float *r = s + i * T, *d = keep ? NULL : pr + i * ldp;
+        float *r = s + (i - i0) * T, *d = keep ? NULL : pr + i * ldp;
         const int64_t wd = keep ? 0 : w;
         int64_t j = 0;
         for (; j < n; j += 8) {
@@ -259,19 +267,40 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
     }
 }
 
-/* Rows [i0, i1) of dS from their rows of P (att, T apart) and dP (ds, T apart, from row i0): dS[j] =
+/* softmax_tile's fp32 rows again from the same scores (s at row i0) and its statistics st: the same operations on
+ * the same values (e^x from the scaled score less the row's max, masked, times 1/Σ, masked), so the same bits,
+ * without its reductions. */
+static void softmax_redo(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, const float *st) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = causal ? i + 1 : T;
+        float *r = s + (i - i0) * T;
+        const __m256 m = _mm256_set1_ps(st[2 * i]), inv = _mm256_set1_ps(st[2 * i + 1]);
+        int64_t j = 0;
+        for (; j < n; j += 8) {
+            __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(fl_avx2_load_n(r + j, n - j), sc), m));
+            if (n - j < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
+            __m256 x = _mm256_mul_ps(e, inv);
+            if (n - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
+            store_n(r + j, T - j, x);
+        }
+        for (; j < T; j += 8) store_n(r + j, T - j, _mm256_setzero_ps());
+    }
+}
+
+/* Rows [i0, i1) of dS from their rows of P (pt at row i0, T apart) and dP (ds, T apart, from row i0): dS[j] =
  * scale·p[j]·(d[j] − Σ p·d) over the live length of p (up to its last nonzero probability, below i + 1 when
  * causal, else T), zeros beyond (cpu_nn_internal.h's attn_dsoftmax_row with tree reductions). Written only
  * as operands, row i of sr (ldp apart) over [0, w), w a multiple of 8 that covers every live length: in the bf16
  * family rounded, with P's row rounded into pr for the key tiles (its entries past T as zeros); in the fp32
  * family (keep) as they are, the key tiles reading P from att. */
-static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t i1, int64_t T, int causal, float scale,
+static void dsoftmax_tile(const float *pt, const float *ds, int64_t i0, int64_t i1, int64_t T, int causal, float scale,
                           float *sr, float *pr, int64_t ldp, int64_t w, bool keep) {
     const __m256 sc = _mm256_set1_ps(scale);
     __m256 dot[MR];
     int64_t live[MR];
     for (int64_t i = i0; i < i1; i++) {
-        const float *p = att + i * T, *d = ds + (i - i0) * T;
+        const float *p = pt + (i - i0) * T, *d = ds + (i - i0) * T;
         const int64_t n = attn_live_len(p, causal ? i + 1 : T);
         __m256 vd = _mm256_setzero_ps();
         for (int64_t j = 0; j < n; j += 8)
@@ -280,7 +309,7 @@ static void dsoftmax_tile(const float *att, const float *ds, int64_t i0, int64_t
         live[i - i0] = n;
     }
     for (int64_t i = i0; i < i1; i++) {
-        const float *p = att + i * T, *d = ds + (i - i0) * T;
+        const float *p = pt + (i - i0) * T, *d = ds + (i - i0) * T;
         const int64_t n = live[i - i0];
         float *g = sr + i * ldp, *q = keep ? NULL : pr + i * ldp;
         for (int64_t j = 0; j < w; j += 8) {
@@ -340,48 +369,58 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
     return causal && n < s->T ? n : s->T;
 }
 
-/* One head; q, k, v rows ldi apart, o rows ldo apart; w: fwd_floats(s) floats. keep: the fp32 family (operands
- * as they are, P read from att); else bf16. Inlined into each family's caller with keep a constant. */
+/* One head; q, k, v rows ldi apart, o rows ldo apart; w: fwd_floats(s, !att) floats. keep: the fp32 family
+ * (operands as they are, P read from att); else bf16. The probabilities go to att (T × T), or with att NULL (bf16
+ * only) each tile's scores and probabilities to the thread's MR rows after w's buffers and the rows' statistics to
+ * st (T × 2), from which bwd_head makes them again. Inlined into each family's caller with keep a constant. */
 static inline __attribute__((always_inline)) void fwd_head(const float *q, const float *k, const float *v, int64_t ldi,
-                                                           float *o, int64_t ldo, float *att, const shape *s,
+                                                           float *o, int64_t ldo, float *att, float *st, const shape *s,
                                                            float scale, int causal, float *w, const bool keep,
                                                            bool wide) {
     const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
-    float *qr = w, *kt = qr + T * Dp, *vr = kt + D * Tp, *pr = vr + T * Dp;
+    float *qr = w, *kt = qr + T * Dp, *vr = kt + D * Tp, *pr = vr + T * Dp, *sc = pr + T * Tp;
     pack_rows(q, T, D, ldi, qr, Dp, keep);
     pack_t(k, T, D, ldi, kt, Tp, keep);
     pack_rows(v, T, D, ldi, vr, Dp, keep);
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
-        band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, att + i0 * T, T);   /* S = Q·Kᵀ */
-        softmax_tile(att, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep);
+        float *si = att ? att + i0 * T : sc;   /* the tile's rows of S, then P */
+        band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, si, T);   /* S = Q·Kᵀ */
+        softmax_tile(si, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep, att ? NULL : st);
         if (keep) band(wide, mr, D, att + i0 * T, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
         else band(wide, mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);
     }
 }
 
-/* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; w: bwd_floats(s) floats,
- * the last MR·T of them the tile's rows of dP. */
+/* One head; q, k, v rows ldi apart, dout rows ldo apart, dq, dk, dv rows ldd apart; w: bwd_floats(s, !att) floats,
+ * MR·T of them the tile's rows of dP. P is read from att, or with att NULL (bf16 only) made again a query tile at a
+ * time from the forward's statistics st (fwd_head): the scores by the forward's product on the forward's packing of
+ * q and k (qr is that packing), then softmax_redo, so every bit as the forward had it. */
 static inline __attribute__((always_inline)) void bwd_head(const float *q, const float *k, const float *v, int64_t ldi,
-                                                           const float *att, const float *dout, int64_t ldo, float *dq,
-                                                           float *dk, float *dv, int64_t ldd, const shape *s,
-                                                           float scale, int causal, float *w, const bool keep,
-                                                           bool wide) {
+                                                           const float *att, const float *st, const float *dout,
+                                                           int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd,
+                                                           const shape *s, float scale, int causal, float *w,
+                                                           const bool keep, bool wide) {
     const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
     float *dor = w, *vt = dor + T * Dp, *kr = vt + D * Tp, *qr = kr + T * Dp, *pr = qr + T * Dp, *sr = pr + T * Tp;
-    float *ds = sr + T * Tp;
+    float *ds = sr + T * Tp, *kt = ds + MR * T, *pm = kt + D * Tp;   /* kt, pm (MR rows of P): att NULL */
     pack_rows(dout, T, D, ldo, dor, Dp, keep);
     pack_t(v, T, D, ldi, vt, Tp, keep);
     pack_rows(k, T, D, ldi, kr, Dp, keep);
     pack_rows(q, T, D, ldi, qr, Dp, keep);
+    if (!att) pack_t(k, T, D, ldi, kt, Tp, keep);
     /* query tiles: dP = dO·Vᵀ into ds, dS (row pass) and (bf16) P rounded into their rows, dQ = dS·K. Row i's
      * written rows reach the key columns of its tile's nk, which covers every key tile that reads them below. */
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
+        if (!att) {
+            band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, pm, T);
+            softmax_redo(pm, i0, i1, T, causal, scale, st);
+        }
         band(wide, mr, nk, dor + i0 * Dp, Dp, 1, 0, D, vt, Tp, ds, T);
-        dsoftmax_tile(att, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7, keep);
+        dsoftmax_tile(att ? att + i0 * T : pm, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7, keep);
         band(wide, mr, D, sr + i0 * Tp, Tp, 1, 0, kend, kr, Dp, dq + i0 * ldd, ldd);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
@@ -394,9 +433,14 @@ static inline __attribute__((always_inline)) void bwd_head(const float *q, const
     }
 }
 
-/* Floats of a thread's buffers: forward q, kᵀ, v, P; backward dO, vᵀ, k, q, P, dS, then MR rows of dP. */
-static int64_t fwd_floats(const shape *s) { return 2 * s->T * s->Dp + s->D * s->Tp + s->T * s->Tp; }
-static int64_t bwd_floats(const shape *s) { return 3 * s->T * s->Dp + s->D * s->Tp + 2 * s->T * s->Tp + MR * s->T; }
+/* Floats of a thread's buffers: forward q, kᵀ, v, P, and with the statistics (stats) MR rows of scores; backward
+ * dO, vᵀ, k, q, P, dS, MR rows of dP, and with the statistics kᵀ and MR rows of P. */
+static int64_t fwd_floats(const shape *s, bool stats) {
+    return 2 * s->T * s->Dp + s->D * s->Tp + s->T * s->Tp + (stats ? MR * s->T : 0);
+}
+static int64_t bwd_floats(const shape *s, bool stats) {
+    return 3 * s->T * s->Dp + s->D * s->Tp + 2 * s->T * s->Tp + MR * s->T + (stats ? s->D * s->Tp + MR * s->T : 0);
+}
 
 _Atomic bool fl_cpu_attn_fma512_allowed = true;
 /* The products on 16 lanes: where the CPU has AVX-512 and the switch allows it. */
@@ -404,8 +448,9 @@ static bool wide_here(void) { return fl_cpu_attn_fma512_allowed && fl_cpu_avx512
 
 /* Each head's job, on the thread that runs it, with that thread's zeroed buffer of `floats` floats. */
 typedef struct {
-    const float *q, *k, *v, *att, *dout;   /* att: P, read by the backward */
-    float *out, *p, *dq, *dk, *dv;          /* p: where the forward writes P */
+    const float *q, *k, *v, *att, *dout;   /* att: P, read by the backward (NULL: made again from st) */
+    float *out, *p, *dq, *dk, *dv;          /* p: where the forward writes P (NULL: the statistics to st) */
+    float *st;                              /* [B·H, T, 2]: each row's max and 1/Σ (p, att NULL) */
     fl_attn_layout in, out_l, din;
     int64_t H;
     shape s;
@@ -423,7 +468,8 @@ static void fwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H);
 #define FWD_HEAD(KEEP)                                                                                                  \
     fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,            \
-             J->p + bh * J->s.T * J->s.T, &J->s, J->scale, J->causal, w, KEEP, J->wide)
+             J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p ? NULL : J->st + bh * 2 * J->s.T, &J->s, J->scale,       \
+             J->causal, w, KEEP, J->wide)
     if (J->keep) FWD_HEAD(true);
     else FWD_HEAD(false);
 #undef FWD_HEAD
@@ -431,8 +477,8 @@ static void fwd_one(const heads_job *J, int64_t bh, float *w) {
 static void bwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H), hd = head_at(J->din, bh, J->H);
 #define BWD_HEAD(KEEP)                                                                                                  \
-    bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att + bh * J->s.T * J->s.T,                                 \
-             J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, J->dk + hd, J->dv + hd, J->din.st, &J->s, \
+    bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att ? J->att + bh * J->s.T * J->s.T : NULL,                \
+             J->att ? NULL : J->st + bh * 2 * J->s.T, J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, J->dk + hd, J->dv + hd, J->din.st, &J->s, \
              J->scale, J->causal, w, KEEP, J->wide)
     if (J->keep) BWD_HEAD(true);
     else BWD_HEAD(false);
@@ -456,33 +502,48 @@ static fl_status run_heads(const heads_job *J, int64_t BH, int64_t floats, head_
     return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for %s head buffers", J->keep ? "fp32" : "bf16") : FL_OK;
 }
 
+/* P to att, or with att NULL (bf16: !keep) each row's statistics to st. */
 static fl_status fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
-                        fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
-                        int causal, bool keep) {
-    const heads_job J = { .q = q, .k = k, .v = v, .p = att, .out = out, .in = in, .out_l = out_l, .H = H,
+                        fl_attn_layout out_l, float *att, float *st, int64_t B, int64_t H, int64_t T, int64_t D,
+                        float scale, int causal, bool keep) {
+    const heads_job J = { .q = q, .k = k, .v = v, .p = att, .st = st, .out = out, .in = in, .out_l = out_l, .H = H,
                           .s = shape_of(T, D), .scale = scale, .causal = causal, .keep = keep, .wide = wide_here() };
-    return run_heads(&J, B * H, fwd_floats(&J.s), fwd_one);
+    return run_heads(&J, B * H, fwd_floats(&J.s, !att), fwd_one);
 }
 
+/* From P in att, or with att NULL (bf16: !keep) from the statistics in st. */
 static fl_status bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
-                        const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv, fl_attn_layout din,
-                        int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool keep) {
-    const heads_job J = { .q = q, .k = k, .v = v, .att = att, .dout = dout, .dq = dq, .dk = dk, .dv = dv, .in = in,
-                          .out_l = out_l, .din = din, .H = H, .s = shape_of(T, D), .scale = scale, .causal = causal,
-                          .keep = keep, .wide = wide_here() };
-    return run_heads(&J, B * H, bwd_floats(&J.s), bwd_one);
+                        const float *st, const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
+                        fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal,
+                        bool keep) {
+    const heads_job J = { .q = q, .k = k, .v = v, .att = att, .st = (float *)st, .dout = dout, .dq = dq, .dk = dk,
+                          .dv = dv, .in = in, .out_l = out_l, .din = din, .H = H, .s = shape_of(T, D), .scale = scale,
+                          .causal = causal, .keep = keep, .wide = wide_here() };
+    return run_heads(&J, B * H, bwd_floats(&J.s, !att), bwd_one);
 }
 
 fl_status fl_cpu_attn_fma_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
                                  float scale, int causal) {
-    return fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal, false);
+    return fwd_at(q, k, v, in, out, out_l, att, NULL, B, H, T, D, scale, causal, false);
 }
 fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                  int causal) {
-    return bwd_at(q, k, v, in, att, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, false);
+    return bwd_at(q, k, v, in, att, NULL, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, false);
+}
+
+fl_status fl_cpu_attn_fma_stats_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
+                                       fl_attn_layout out_l, float *st, int64_t B, int64_t H, int64_t T, int64_t D,
+                                       float scale, int causal) {
+    return fwd_at(q, k, v, in, out, out_l, NULL, st, B, H, T, D, scale, causal, false);
+}
+fl_status fl_cpu_attn_fma_stats_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in,
+                                       const float *st, const float *dout, fl_attn_layout out_l, float *dq, float *dk,
+                                       float *dv, fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D,
+                                       float scale, int causal) {
+    return bwd_at(q, k, v, in, NULL, st, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, false);
 }
 
 _Atomic bool fl_cpu_attn_f32_allowed = true;
@@ -494,11 +555,11 @@ bool fl_cpu_attn_f32_available(void) {
 fl_status fl_cpu_attn_f32_fwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, float *out,
                                  fl_attn_layout out_l, float *att, int64_t B, int64_t H, int64_t T, int64_t D,
                                  float scale, int causal) {
-    return fwd_at(q, k, v, in, out, out_l, att, B, H, T, D, scale, causal, true);
+    return fwd_at(q, k, v, in, out, out_l, att, NULL, B, H, T, D, scale, causal, true);
 }
 fl_status fl_cpu_attn_f32_bwd_at(const float *q, const float *k, const float *v, fl_attn_layout in, const float *att,
                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                  int causal) {
-    return bwd_at(q, k, v, in, att, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, true);
+    return bwd_at(q, k, v, in, att, NULL, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, true);
 }

@@ -41,8 +41,8 @@ typedef fl_status fl_attn_bwd_at_fn(const float *q, const float *k, const float 
 fl_attn_fwd_at_fn fl_cpu_attn_bf16_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_bf16_bwd_at;
 /* The same with each row's score max and 1/Σ in st ([B·H, T, 2]) in place of att ([B·H, T, T]): the backward makes
- * P again from them, the same bits as from att, so attention keeps O(T) floats a head rather than O(T²). The
- * AVX-512 BF16 family only (fl_cpu_attn_bf16_stats_available; FL_EUNSUPPORTED elsewhere). */
+ * P again from them, the same bits as from att, so attention keeps O(T) floats a head rather than O(T²). Where
+ * either bf16 family runs (fl_cpu_attn_bf16_stats_available; FL_EUNSUPPORTED elsewhere). */
 bool fl_cpu_attn_bf16_stats_available(void);
 fl_attn_fwd_at_fn fl_cpu_attn_bf16_stats_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_bf16_stats_bwd_at;
@@ -54,6 +54,9 @@ bool fl_cpu_attn_fma_usable(void);
 extern _Atomic bool fl_cpu_attn_fma512_allowed;
 fl_attn_fwd_at_fn fl_cpu_attn_fma_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_fma_bwd_at;
+/* And its statistics form, which the statistics entries above call there (the same bits as its form with P). */
+fl_attn_fwd_at_fn fl_cpu_attn_fma_stats_fwd_at;
+fl_attn_bwd_at_fn fl_cpu_attn_fma_stats_bwd_at;
 /* fp32 attention through the same family with its operands as they are (no rounding; each product and its sum
  * rounded once by the FMA), which fl_cpu_sdpa_causal_fwd/bwd and the packed entries call for fp32 where it is
  * available: AVX2 and FMA (its products on 16 lanes with AVX-512), and the flag set (tests and the benchmark clear

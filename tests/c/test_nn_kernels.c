@@ -832,7 +832,8 @@ TEST(nn_sdpa_bf16_amx) {
 }
 /* The statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept, P made again in the backward) gives
  * the bits of the form that keeps P, forward and backward: contiguous and packed heads, causal and not, odd T and D,
- * one and two threads, on the tile unit and off it; and a NaN score row stays what it was. */
+ * one and two threads, in each family (the AVX512_BF16 one on the tile unit and off it, the AVX2 + FMA one on 16
+ * and 8 lanes); and a NaN score row stays what it was. */
 static void check_stats_bits(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t D, int causal, bool packed) {
     const int64_t C = H * D, ldi = packed ? 3 * C : C, n = B * T * ldi, no = B * T * C;
     const fl_attn_layout in = { T * ldi, D, ldi }, ol = { T * C, D, C };
@@ -861,14 +862,14 @@ static void check_stats_bits(int *fl__failed, int64_t B, int64_t H, int64_t T, i
     free(x); free(dy); free(att); free(st);
 }
 TEST(nn_sdpa_bf16_stats_same_bits) {
-    if (!fl_cpu_attn_bf16_stats_available()) {
-        fprintf(stderr, "  (skipped: no AVX-512 BF16 on this CPU)\n");
-        return;
-    }
+    REQUIRE(fl_cpu_attn_bf16_stats_available(), "attention's statistics form does not run on this CPU");
     const int nt = omp_get_max_threads();
-    const int64_t shapes[][4] = { { 2, 2, 70, 48 }, { 1, 2, 130, 64 }, { 2, 1, 33, 32 }, { 1, 1, 17, 13 }, { 1, 3, 5, 8 } };
-    for (int amx = 1; amx >= 0; amx--) {
-        fl_cpu_attn_amx_allowed = amx;
+    const int64_t shapes[][4] = { { 2, 2, 70, 48 }, { 1, 2, 130, 64 }, { 2, 1, 33, 32 }, { 1, 1, 17, 13 }, { 1, 3, 5, 8 },
+                                  { 1, 1, 65, 80 } };
+    for (int fam = 0; fam < 4; fam++) {   /* AVX512_BF16 with and without the tiles; AVX2 + FMA on 16 and 8 lanes */
+        fl_cpu_attn_amx_allowed = fam == 0;
+        fl_cpu_avx512_bf16_allowed = fam < 2;
+        fl_cpu_avx512_allowed = fam < 3;
         for (int t = 1; t <= 2; t++) {
             omp_set_num_threads(t);
             for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -878,7 +879,7 @@ TEST(nn_sdpa_bf16_stats_same_bits) {
         }
     }
     omp_set_num_threads(nt);
-    fl_cpu_attn_amx_allowed = true;
+    fl_cpu_attn_amx_allowed = fl_cpu_avx512_bf16_allowed = fl_cpu_avx512_allowed = true;
 }
 /* CPUs without AVX-512 BF16 run the kernels' AVX2 + FMA family (cpu_nn_attn_fma.c): with AVX-512 disallowed the
  * checks above run it on every CPU on 8 lanes, and with AVX512_BF16 disallowed on AVX-512 CPUs on 16: every
