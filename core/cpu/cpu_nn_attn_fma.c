@@ -1,8 +1,8 @@
 /* cpu_nn_attn_fma.c — bf16 attention (bf16 autocast) on CPUs without AVX-512 BF16, with AVX2 + FMA: the
- * per-head kernel family that cpu_nn_attn_bf16.c's entries call there, and fp32 attention on every CPU. One (b, h) head per thread: its operands
- * are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in thread-local packed buffers, so
- * each product of two of them is exact in fp32 and each register-blocked small GEMM adds it to its fp32 sum by
- * one FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h's
+ * per-head kernel family that cpu_nn_attn_bf16.c's entries call there, and fp32 attention on every CPU. One (b, h)
+ * head per thread: its operands are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in
+ * thread-local packed buffers, so each product of two of them is exact in fp32 and each register-blocked small GEMM
+ * adds it to its fp32 sum by one FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h's
  * on 8 lanes, each tile's rows together, the bf16 rounding of their results in the same pass) run between the
  * products on tiles of query rows still in cache. Causal heads skip the keys above the diagonal. A head's
  * arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels' (which sum pairs of
@@ -114,7 +114,8 @@ static inline __attribute__((always_inline)) FL_CPU_AVX512 void tile512(const in
     for (int64_t m = m0; m < m1; m++) {
         __m512 bv[NV5];
         #pragma GCC unroll 8
-        for (int v = 0; v < nv; v++) bv[v] = _mm512_maskz_loadu_ps(v < nv - 1 ? (__mmask16)0xFFFF : last, b + m * ldb + 16 * v);
+        for (int v = 0; v < nv; v++)
+            bv[v] = _mm512_maskz_loadu_ps(v < nv - 1 ? (__mmask16)0xFFFF : last, b + m * ldb + 16 * v);
         #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             const __m512 av = _mm512_set1_ps(a[r * ars + m * ams]);
@@ -420,7 +421,8 @@ static inline __attribute__((always_inline)) void bwd_head(const float *q, const
             softmax_redo(pm, i0, i1, T, causal, scale, st);
         }
         band(wide, mr, nk, dor + i0 * Dp, Dp, 1, 0, D, vt, Tp, ds, T);
-        dsoftmax_tile(att ? att + i0 * T : pm, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7, keep);
+        const float *pt = att ? att + i0 * T : pm;   /* the tile's rows of P */
+        dsoftmax_tile(pt, ds, i0, i1, T, causal, scale, sr, pr, Tp, (nk + 7) & ~(int64_t)7, keep);
         band(wide, mr, D, sr + i0 * Tp, Tp, 1, 0, kend, kr, Dp, dq + i0 * ldd, ldd);
     }
     /* key tiles: dV = Pᵀ·dO and dK = dSᵀ·Q over the query rows that see them */
@@ -468,7 +470,7 @@ static void fwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H);
 #define FWD_HEAD(KEEP)                                                                                                  \
     fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,            \
-             J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p ? NULL : J->st + bh * 2 * J->s.T, &J->s, J->scale,       \
+             J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p ? NULL : J->st + bh * 2 * J->s.T, &J->s, J->scale,    \
              J->causal, w, KEEP, J->wide)
     if (J->keep) FWD_HEAD(true);
     else FWD_HEAD(false);
@@ -477,9 +479,9 @@ static void fwd_one(const heads_job *J, int64_t bh, float *w) {
 static void bwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H), hd = head_at(J->din, bh, J->H);
 #define BWD_HEAD(KEEP)                                                                                                  \
-    bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att ? J->att + bh * J->s.T * J->s.T : NULL,                \
-             J->att ? NULL : J->st + bh * 2 * J->s.T, J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, J->dk + hd, J->dv + hd, J->din.st, &J->s, \
-             J->scale, J->causal, w, KEEP, J->wide)
+    bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att ? J->att + bh * J->s.T * J->s.T : NULL,             \
+             J->att ? NULL : J->st + bh * 2 * J->s.T, J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, \
+             J->dk + hd, J->dv + hd, J->din.st, &J->s, J->scale, J->causal, w, KEEP, J->wide)
     if (J->keep) BWD_HEAD(true);
     else BWD_HEAD(false);
 #undef BWD_HEAD
