@@ -2,9 +2,9 @@
  * per-head kernel family that cpu_nn_attn_bf16.c's entries call there, and fp32 attention on every CPU. One (b, h)
  * head per thread: its operands are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in
  * thread-local packed buffers, so each product of two of them is exact in fp32 and each register-blocked small GEMM
- * adds it to its fp32 sum by one FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h's
- * on 8 lanes, each tile's rows together, the bf16 rounding of their results in the same pass) run between the
- * products on tiles of query rows still in cache. Causal heads skip the keys above the diagonal. A head's
+ * adds it to its fp32 sum by one FMA, in order along the summed dimension; the row passes (softmax forward, dS
+ * backward: cpu_nn_internal.h's on 8 lanes, each tile's rows together, the bf16 rounding of their results in the
+ * same pass) run between the products on tiles of query rows still in cache. Causal heads skip the keys above the diagonal. A head's
  * arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels' (which sum pairs of
  * products) and from the batched GEMMs' in summation order and in the exponential's last bit (FMAs, as the
  * AVX512_BF16 family's) only.
