@@ -1,22 +1,21 @@
-/* cpu_nn_attn_fma.c — bf16 attention (bf16 autocast) on CPUs without AVX-512 BF16, with AVX2 + FMA: the
- * per-head kernel family that cpu_nn_attn_bf16.c's entries call there, and fp32 attention on every CPU. One (b, h)
- * head per thread: its operands are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in
- * thread-local packed buffers, so each product of two of them is exact in fp32 and each register-blocked small GEMM
- * adds it to its fp32 sum by one FMA, in order along the summed dimension; the row passes (softmax forward, dS
- * backward: cpu_nn_internal.h's on 8 lanes, each tile's rows together, the bf16 rounding of their results in the
- * same pass) run between the products on tiles of query rows still in cache. Causal heads skip the keys above the diagonal. A head's
- * arithmetic does not depend on the thread count; it differs from the AVX512_BF16 kernels' (which sum pairs of
- * products) and from the batched GEMMs' in summation order and in the exponential's last bit (FMAs, as the
- * AVX512_BF16 family's) only.
- * The same code runs fp32 attention (fl_cpu_attn_f32_*): the operands are packed as they are, each product rounded
- * with its sum by the FMA, and the products with P read it where the softmax left it (att) instead of a rounded
- * copy; fwd_head and bwd_head are inlined into one copy per family.
- * Where the CPU has AVX-512 the products run on 16 lanes (band512), each sum in the same order, so the same bits as
- * on 8; the row passes and the packers stay on 8. On the Xeon with AMX (its AVX-512 FMAs) that made one call of the
- * GPT's bf16 attention 1.65 → 1.20 ms forward and 2.69 → 2.05 backward, and fp32 attention faster than oneDNN's
+/* cpu_nn_attn_fma.c — bf16 attention (bf16 autocast) on CPUs without AVX-512 BF16, with AVX2 + FMA: the per-head kernel
+ * family that cpu_nn_attn_bf16.c's entries call there, and fp32 attention on every CPU. One (b, h) head per thread: its
+ * operands are rounded to bf16 (RNE, NaN quieted, as fl_f32_to_bf16) and kept in fp32 in thread-local packed buffers,
+ * so each product of two of them is exact in fp32 and each register-blocked small GEMM adds it to its fp32 sum by one
+ * FMA, in order along the summed dimension; the row passes (softmax forward, dS backward: cpu_nn_internal.h's on 8
+ * lanes, each tile's rows together, the bf16 rounding of their results in the same pass) run between the products on
+ * tiles of query rows still in cache. Causal heads skip the keys above the diagonal. A head's arithmetic does not
+ * depend on the thread count; it differs from the AVX512_BF16 kernels' (which sum pairs of products) and from the
+ * batched GEMMs' in summation order and in the exponential's last bit (FMAs, as the AVX512_BF16 family's) only.
+ * The same code runs fp32 attention (fl_cpu_attn_f32_*): the operands are packed as they are, each product rounded with
+ * its sum by the FMA, and the products with P read it where the softmax left it (att) instead of a rounded copy;
+ * fwd_head and bwd_head are inlined into one copy per family.
+ * Where the CPU has AVX-512 the products run on 16 lanes (band512), each sum in the same order, so the same bits as on
+ * 8; the row passes and the packers stay on 8. On the Xeon with AMX (its AVX-512 FMAs) that made a call of the GPT's
+ * bf16 attention take 0.89-0.98 of its time at T 128 and 0.80-0.91 at T 512, and fp32 attention faster than oneDNN's
  * batched GEMMs, which ran it there before (docs/performance.md, "Attention's products on 16 lanes").
- * bf16 attention also has the statistics form here (fl_cpu_attn_fma_stats_*), as cpu_nn_attn_bf16.c has: each row's
- * max and 1/Σ kept in place of P, and P made again in the backward from the forward's product and its operations
+ * bf16 attention also has the statistics form here (fl_cpu_attn_fma_stats_*), as cpu_nn_attn_bf16.c has: each row's max
+ * and 1/Σ kept in place of P, and P made again in the backward from the forward's product and its operations
  * (softmax_redo), so the same bits as keeping P. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
