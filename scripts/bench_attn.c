@@ -11,7 +11,7 @@
  * _bwd_at with the layouts of the device's sdpa_qkv entries); PATH must be kernel. f32: fp32 attention instead
  * (its kernel path where fl_cpu_attn_f32_available() says it runs). noamx: on a CPU with
  * AMX-BF16 the per-head kernels' products on the vdpbf16ps tiles, not the tile unit (fl_cpu_attn_amx_allowed
- * cleared, and fl_cpu_attn_fma512_allowed, which Intel's CPUs without AMX run first). stats (with packed): the statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept in
+ * cleared). stats (with packed): the statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept in
  * place of the T × T probabilities, P made again in the backward), layout=packed-stats. Other words are refused.
  * FP8LAB_CPU_ISA caps the instruction sets as it does fp8lab's (docs/cli.md): avx512 runs bf16 attention on the AVX2
  * + FMA family's 16-lane products, avx2 on its 8-lane ones (and fp32 attention likewise).
@@ -50,10 +50,7 @@ int main(int argc, char **argv) {
     static const char *const modes[] = { "cold", "packed", "f32", "noamx", "stats" };
     const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 5) : 0;
     bench_cpu_isa("bench_attn");
-    if (mode & 8) {   /* the vdpbf16ps tiles on a CPU with AMX, not the tile unit nor (Intel) the AVX-512 FMA family */
-        fl_cpu_attn_amx_allowed = false;
-        fl_cpu_attn_fma512_allowed = false;
-    }
+    if (mode & 8) fl_cpu_attn_amx_allowed = false;   /* the vdpbf16ps tiles on a CPU with AMX */
     const int cold = mode & 1, packed = (mode & 2) != 0;
     const bool bf16 = !(mode & 4);
     const bool stats = (mode & 16) != 0;

@@ -42,15 +42,15 @@ fl_attn_fwd_at_fn fl_cpu_attn_bf16_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_bf16_bwd_at;
 /* The same with each row's score max and 1/Σ in st ([B·H, T, 2]) in place of att ([B·H, T, T]): the backward makes
  * P again from them, the same bits as from att, so attention keeps O(T) floats a head rather than O(T²). Where
- * either bf16 family runs (fl_cpu_attn_bf16_stats_available; FL_EUNSUPPORTED elsewhere). */
+ * either bf16 family runs (fl_cpu_attn_bf16_stats_available). */
 bool fl_cpu_attn_bf16_stats_available(void);
 fl_attn_fwd_at_fn fl_cpu_attn_bf16_stats_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_bf16_stats_bwd_at;
 /* The same on CPUs without AVX-512 BF16 (cpu_nn_attn_fma.c: AVX2 + FMA on operands rounded to bf16 and kept in
  * fp32), which the entries above call there; usable where the CPU has AVX2 and FMA. */
 bool fl_cpu_attn_fma_usable(void);
-/* Its products on 16 lanes where the CPU has AVX-512 (the same bits as on 8); tests clear it to run the 8-lane ones,
- * and to run the AVX512_BF16 family on Intel's CPUs without AMX, which take this one first (fl_cpu_bf16_dot_fast). */
+/* Its products on 16 lanes where the CPU has AVX-512 (the same bits as on 8); tests clear it to run the 8-lane ones
+ * there. */
 extern _Atomic bool fl_cpu_attn_fma512_allowed;
 fl_attn_fwd_at_fn fl_cpu_attn_fma_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_fma_bwd_at;
