@@ -226,7 +226,7 @@ $(BUILD)/bench_attn: $(BUILD)/scripts/bench_attn.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS
 
 # ---- the CPU's arithmetic limits (scripts/bench_peak.c; run by scripts/bench_train.sh): fp32 FMA and bf16 dot ----
 $(BUILD)/bench_peak: scripts/bench_peak.c scripts/peak.h scripts/bench_util.h core/cpu/cpu_amx.h $(FLAGS_STAMP)
-	$(CC) -O2 -fopenmp -o $@ $<
+	$(CC) -O2 -fopenmp -Icore -o $@ $<
 
 # ---- the CPU FP8 GEMM's two paths (scripts/bench_fp8_gemm.c): decode + oneDNN vs cpu_fp8_mm.c on the char
 # GPT's twelve GEMMs (or those GEMMS names); run as OMP_NUM_THREADS=T build/bench_fp8_gemm [REPS [MODE [GEMMS]]]; MODE bf16: the fp32 and bf16
