@@ -26,6 +26,10 @@ static inline bool fl_cpu_avx512_bf16(void) {
            __builtin_cpu_supports("avx512bf16");
 }
 
+/* ps[j] += (double)row[j] for j < n (cpu_reduce.c): the column sums of a bias gradient a row at a time. Each column's
+ * sum is its own, so the vector width changes no bit; 16 lanes where fl_cpu_avx512() (half the conversions). */
+void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n);
+
 /* A row of n floats asked into the caches, for a row loop to call two rows ahead: in a training step its rows come
  * from memory, and the hardware's prefetchers run too little ahead of a loop that spends hundreds of cycles on
  * each row (LayerNorm's backward 25% faster in the GPT step; docs/performance.md). */

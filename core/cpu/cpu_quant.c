@@ -193,10 +193,7 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
                     break;
                 }
                 fl_cast_stats_merge(&mine, &s);
-                if (ps) {
-                    #pragma omp simd
-                    for (int64_t c = 0; c < C; c++) ps[c] += (double)row[c];   /* the row is still in cache */
-                }
+                if (ps) fl_cpu_add_row_f64(ps, row, C);   /* the row is still in cache */
             }
         }
         free(dy);
@@ -271,10 +268,7 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
                 si[r] = 1.0f / scale;
                 fl_cast_stats_merge(&mine, &st);
                 if (cm) col_max(cm, row, cols);
-                if (ps) {
-                    #pragma omp simd
-                    for (int64_t c = 0; c < cols; c++) ps[c] += (double)row[c];   /* the row is still in cache */
-                }
+                if (ps) fl_cpu_add_row_f64(ps, row, cols);   /* the row is still in cache */
             }
         }
         #pragma omp critical

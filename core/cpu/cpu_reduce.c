@@ -72,6 +72,17 @@ static void racc_run(racc *r, fl_redop op, const fl_tensor *t, int64_t off, int6
  * a narrow matrix. */
 enum { CW = 1024, RB = FL_CPU_SUM_ROWS, RGROUP = 32 };
 
+static inline __attribute__((always_inline)) void add_row_f64(double *ps, const float *row, int64_t n) {
+    #pragma omp simd
+    for (int64_t j = 0; j < n; j++) ps[j] += (double)row[j];
+}
+static void add_row_f64_256(double *ps, const float *row, int64_t n) { add_row_f64(ps, row, n); }
+FL_CPU_AVX512 static void add_row_f64_512(double *ps, const float *row, int64_t n) { add_row_f64(ps, row, n); }
+void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n) {
+    if (fl_cpu_avx512()) add_row_f64_512(ps, row, n);
+    else add_row_f64_256(ps, row, n);
+}
+
 typedef struct { float mx, mn, am; int nan; } mm4;
 
 static void strided_task(fl_redop op, const fl_tensor *a, int64_t o, int64_t size, int64_t inner, int64_t j0,
@@ -85,8 +96,7 @@ static void strided_task(fl_redop op, const fl_tensor *a, int64_t o, int64_t siz
             const float *row = buf;
             if (direct) row = base + (o * size + s) * inner + j0;
             else fl_cpu_load(a, (o * size + s) * inner + j0, 1, len, buf);
-            #pragma omp simd
-            for (int64_t j = 0; j < len; j++) psum[j] += (double)row[j];
+            fl_cpu_add_row_f64(psum, row, len);
         }
         return;
     }

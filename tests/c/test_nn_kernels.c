@@ -1058,6 +1058,26 @@ TEST(nn_column_reduce) {
         }
     check_colreduce(fl__failed, 2048, 1024, FL_F32);   /* a bias gradient of the benchmark GPT */
 }
+/* fl_cpu_add_row_f64 (the bias gradients' column sums, a row at a time): each ps[j] + (double)row[j] exactly as the
+ * scalar loop makes it, on 16 lanes and on 8, over lengths that end inside a vector of either width. */
+TEST(nn_add_row_f64_matches_scalar_on_both_widths) {
+    static const int64_t ns[] = { 1, 7, 8, 9, 15, 16, 17, 33, 255, 1000 };
+    float *row = frand(1000, -3, 3);
+    double want[1000], got[1000];
+    for (unsigned t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const int64_t n = ns[t];
+        for (int wide = 0; wide < 2; wide++) {
+            for (int64_t j = 0; j < n; j++) got[j] = want[j] = 1e-3 * (double)(j % 17) - (double)row[(j * 7) % n] * 1e8;
+            for (int64_t j = 0; j < n; j++) want[j] += (double)row[j];
+            fl_cpu_avx512_allowed = wide;
+            fl_cpu_add_row_f64(got, row, n);
+            fl_cpu_avx512_allowed = true;
+            CHECK(memcmp(got, want, (size_t)n * sizeof(double)) == 0, "n %lld, %s: sums differ from the scalar loop's",
+                  (long long)n, wide ? "16 lanes" : "8 lanes");
+        }
+    }
+    free(row);
+}
 TEST(nn_column_reduce_nan) {
     int64_t shape[2] = { 4, 300 };
     float *x = frand(4 * 300, -1, 1);
