@@ -172,7 +172,7 @@ $(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STA
 # Each runner prints "N passed, N failed"; scripts/run-tests.sh adds them up. The packages go in first and the
 # build is a second make, so its probes see them (this make's probes ran before the install).
 # The benchmark programs are built too (not run), so that one that no longer links fails here, not in `make bench`.
-BENCH_C := $(BUILD)/bench_quantize $(BUILD)/bench_attn $(BUILD)/bench_fp8_gemm $(BUILD)/bench_peak
+BENCH_C := $(BUILD)/bench_quantize $(BUILD)/bench_attn $(BUILD)/bench_fp8_gemm $(BUILD)/bench_peak $(BUILD)/bench_passes
 test: deps
 	@bash scripts/install-deps.sh test
 	@$(MAKE) --no-print-directory all $(BUILD)/test_core $(BENCH_C)
@@ -232,6 +232,11 @@ $(BUILD)/bench_peak: scripts/bench_peak.c scripts/peak.h scripts/bench_util.h co
 # GPT's twelve GEMMs (or those GEMMS names); run as OMP_NUM_THREADS=T build/bench_fp8_gemm [REPS [MODE [GEMMS]]]; MODE bf16: the fp32 and bf16
 # GEMMs through the device's matmul entry, oneDNN against fl_cpu_fma_mm ----
 $(BUILD)/bench_fp8_gemm: $(BUILD)/scripts/bench_fp8_gemm.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
+
+# ---- the passes over a layer's activations besides its GEMMs (scripts/bench_passes.c): the fused casts, the bias
+# gradient, LayerNorm with its cast; run as OMP_NUM_THREADS=T build/bench_passes [ROWS COLS R [cold]] ----
+$(BUILD)/bench_passes: $(BUILD)/scripts/bench_passes.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 
 # ---- data helper: zlib for the IDX .gz reader (core/data.c) ----
