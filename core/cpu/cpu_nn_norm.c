@@ -13,18 +13,30 @@
 /* LayerNorm's dw/db: rows a chunk of its column sums (fl_cpu_layernorm_bwd). */
 #define LN_SUM_ROWS 64
 
-/* One row: two passes in double, the mean, then the biased variance Σ(x−mean)²/n (no cancellation); then
- * y = (x − mean)·rstd·w + b. */
-static inline void ln_row(const float *xr, const float *w, const float *b, float *yr, float *mean, float *rstd,
-                          int64_t cols, float eps) {
-    double s = 0.0;
-    #pragma omp simd reduction(+:s)
-    for (int64_t j = 0; j < cols; j++) s += (double)xr[j];
-    double mu = s / (double)cols, v = 0.0;
-    #pragma omp simd reduction(+:v)
-    for (int64_t j = 0; j < cols; j++) { double d = (double)xr[j] - mu; v += d * d; }
-    float m = (float)mu, rs = (float)(1.0 / sqrt(v / (double)cols + (double)eps));
-    *mean = m; *rstd = rs;
+/* One row's mean and rstd: two passes in double, the mean, then the biased variance Σ(x−mean)²/n (no
+ * cancellation), each sum in a fixed order (ln_sum): 8 partial sums, lane l adding the elements j ≡ l (mod 8) in
+ * turn (the last n % 8 elements go to lane 0), then 0 + lane 0 + … + lane 7. ln_stats2_512 makes the same sums for
+ * two rows with AVX-512 (test nn_layernorm_avx512_same_bits). */
+static inline void ln_stats(const float *xr, int64_t cols, float eps, float *mean, float *rstd) {
+    double l[8] = { 0 }, mu, s = 0.0, v = 0.0;
+    const int64_t n8 = cols & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8)
+        for (int i = 0; i < 8; i++) l[i] += (double)xr[j + i];
+    for (int64_t j = n8; j < cols; j++) l[0] += (double)xr[j];
+    for (int i = 0; i < 8; i++) s += l[i];
+    mu = s / (double)cols;
+    for (int i = 0; i < 8; i++) l[i] = 0.0;
+    for (int64_t j = 0; j < n8; j += 8)
+        for (int i = 0; i < 8; i++) { const double d = (double)xr[j + i] - mu; l[i] += d * d; }
+    for (int64_t j = n8; j < cols; j++) { const double d = (double)xr[j] - mu; l[0] += d * d; }
+    for (int i = 0; i < 8; i++) v += l[i];
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(v / (double)cols + (double)eps));
+}
+
+/* y = (x − mean)·rstd·w + b (w, b when not NULL), per element, so any vector width gives the same bits. */
+static inline __attribute__((always_inline)) void ln_apply(const float *xr, const float *w, const float *b, float *yr,
+                                                           float m, float rs, int64_t cols) {
     if (w && b) {
         #pragma omp simd
         for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
@@ -40,37 +52,122 @@ static inline void ln_row(const float *xr, const float *w, const float *b, float
     }
 }
 
-void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-                          int64_t rows, int64_t cols, float eps) {
-    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        if (r + 2 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, cols);
-        ln_row(x + r * cols, w, b, y + r * cols, mean + r, rstd + r, cols, eps);
-    }
+static inline void ln_row(const float *xr, const float *w, const float *b, float *yr, float *mean, float *rstd,
+                          int64_t cols, float eps) {
+    ln_stats(xr, cols, eps, mean, rstd);
+    ln_apply(xr, w, b, yr, *mean, *rstd, cols);
 }
 
-/* fl_cpu_layernorm_fwd with y cast per tensor to fmt with `scale` as it is made (fl_quantize_f32 a row at a time
- * from a scratch row that stays in cache): q gets y's codes, *st their statistics; y is never in memory. */
+#ifdef __x86_64__
+/* One sum of ln_stats for two rows in zmm registers of 8 doubles (lane l of acc is ln_stats's l[l]): the two rows'
+ * chains of additions overlap, and a conversion makes 8 doubles where the AVX2 loop makes 4 and an extract (the
+ * row's time was in those conversions and the chains). sq: Σ(x − mu)², else Σx. */
+FL_CPU_AVX512 static inline __attribute__((always_inline)) void ln_sum2_512(const float *x0, const float *x1,
+                                                                            int64_t cols, bool sq, double mu0,
+                                                                            double mu1, double *s0, double *s1) {
+    const int64_t n8 = cols & ~(int64_t)7;
+    const __m512d m0 = _mm512_set1_pd(mu0), m1 = _mm512_set1_pd(mu1);
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (int64_t j = 0; j < n8; j += 8) {
+        __m512d d0 = _mm512_cvtps_pd(_mm256_loadu_ps(x0 + j)), d1 = _mm512_cvtps_pd(_mm256_loadu_ps(x1 + j));
+        if (sq) {
+            d0 = _mm512_sub_pd(d0, m0);
+            d1 = _mm512_sub_pd(d1, m1);
+            d0 = _mm512_mul_pd(d0, d0);
+            d1 = _mm512_mul_pd(d1, d1);
+        }
+        a0 = _mm512_add_pd(a0, d0);
+        a1 = _mm512_add_pd(a1, d1);
+    }
+    double l0[8], l1[8];
+    _mm512_storeu_pd(l0, a0);
+    _mm512_storeu_pd(l1, a1);
+    for (int64_t j = n8; j < cols; j++) {
+        double d0 = (double)x0[j], d1 = (double)x1[j];
+        if (sq) { d0 -= mu0; d1 -= mu1; d0 *= d0; d1 *= d1; }
+        l0[0] += d0;
+        l1[0] += d1;
+    }
+    double t0 = 0.0, t1 = 0.0;
+    for (int i = 0; i < 8; i++) { t0 += l0[i]; t1 += l1[i]; }
+    *s0 = t0;
+    *s1 = t1;
+}
+
+/* ln_stats of rows x0 and x1 (mean[0..1], rstd[0..1]), the same bits. */
+FL_CPU_AVX512 static void ln_stats2_512(const float *x0, const float *x1, int64_t cols, float eps, float *mean,
+                                        float *rstd) {
+    double s0, s1, v0, v1;
+    ln_sum2_512(x0, x1, cols, false, 0.0, 0.0, &s0, &s1);
+    const double mu0 = s0 / (double)cols, mu1 = s1 / (double)cols;
+    ln_sum2_512(x0, x1, cols, true, mu0, mu1, &v0, &v1);
+    mean[0] = (float)mu0;
+    mean[1] = (float)mu1;
+    rstd[0] = (float)(1.0 / sqrt(v0 / (double)cols + (double)eps));
+    rstd[1] = (float)(1.0 / sqrt(v1 / (double)cols + (double)eps));
+}
+FL_CPU_AVX512 static void ln_apply512(const float *xr, const float *w, const float *b, float *yr, float m, float rs,
+                                      int64_t cols) {
+    ln_apply(xr, w, b, yr, m, rs, cols);
+}
+#endif
+
+/* Rows r and r + 1 of x into y0 and y1 (ln_row's bits): two at a time with AVX-512 where wide, else one by one. */
+static inline void ln_rows2(const float *x0, const float *x1, const float *w, const float *b, float *y0, float *y1,
+                            float *mean, float *rstd, int64_t cols, float eps, bool wide) {
+#ifdef __x86_64__
+    if (wide) {
+        ln_stats2_512(x0, x1, cols, eps, mean, rstd);
+        ln_apply512(x0, w, b, y0, mean[0], rstd[0], cols);
+        ln_apply512(x1, w, b, y1, mean[1], rstd[1], cols);
+        return;
+    }
+#endif
+    ln_row(x0, w, b, y0, mean, rstd, cols, eps);
+    ln_row(x1, w, b, y1, mean + 1, rstd + 1, cols, eps);
+}
+
+void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                          int64_t rows, int64_t cols, float eps) {
+    const bool wide = fl_cpu_avx512();
+    const int64_t pairs = rows / 2;   /* rows 2p and 2p + 1; an odd last row by ln_row */
+    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t p = 0; p < pairs; p++) {
+        const int64_t r = 2 * p;
+        if (r + 3 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, 2 * cols);
+        ln_rows2(x + r * cols, x + (r + 1) * cols, w, b, y + r * cols, y + (r + 1) * cols, mean + r, rstd + r, cols, eps,
+                 wide);
+    }
+    if (rows % 2) ln_row(x + (rows - 1) * cols, w, b, y + (rows - 1) * cols, mean + rows - 1, rstd + rows - 1, cols, eps);
+}
+
+/* fl_cpu_layernorm_fwd with y cast per tensor to fmt with `scale` as it is made (fl_quantize_f32 two rows at a time
+ * from a scratch that stays in cache): q gets y's codes, *st their statistics; y is never in memory. */
 fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
                                     int64_t rows, int64_t cols, float eps, fl_dtype fmt, float scale, fl_overflow p,
                                     fl_cast_stats *st) {
     fl_cast_stats acc = { 0, 0, 0, 0 };
     int nerr = 0, noom = 0;
+    const bool wide = fl_cpu_avx512();
+    const int64_t pairs = (rows + 1) / 2;   /* the last "pair" of an odd count is one row */
     #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
-        float *yr = malloc((size_t)(cols > 0 ? cols : 1) * sizeof(float));
+        float *yr = malloc((size_t)(cols > 0 ? 2 * cols : 1) * sizeof(float));
         if (!yr) {
             #pragma omp atomic
             noom++;
         }
         #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t pi = 0; pi < pairs; pi++) {
             if (!yr) continue;
-            if (r + 2 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, cols);
-            ln_row(x + r * cols, w, b, yr, mean + r, rstd + r, cols, eps);
+            const int64_t r = 2 * pi, nr = rows - r < 2 ? rows - r : 2;
+            if (r + 3 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, 2 * cols);
+            if (nr == 2)
+                ln_rows2(x + r * cols, x + (r + 1) * cols, w, b, yr, yr + cols, mean + r, rstd + r, cols, eps, wide);
+            else ln_row(x + r * cols, w, b, yr, mean + r, rstd + r, cols, eps);
             fl_cast_stats s;
-            if (fl_quantize_f32(yr, q + r * cols, (size_t)cols, fmt, scale, p, &s) != FL_OK) {
+            if (fl_quantize_f32(yr, q + r * cols, (size_t)(nr * cols), fmt, scale, p, &s) != FL_OK) {
                 #pragma omp atomic
                 nerr++;
                 continue;

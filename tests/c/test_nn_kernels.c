@@ -6,6 +6,7 @@
 #include "cpu/cpu_internal.h"
 #include "cpu/cpu_nn_internal.h"
 #include "error.h"
+#include "half_cvt.h"
 #include "ops_raw.h"
 #include "rng.h"
 #include <omp.h>
@@ -401,6 +402,64 @@ static void check_ln(int *fl__failed, int64_t rows, int64_t cols, int affine, in
     }
     free(x); free(dy); free(w); free(b); free(y); free(mean); free(rstd); free(dx); free(dw); free(db);
     free(xd); free(wd); free(bd); free(ry); free(rdx); free(rdw); free(rdb);
+}
+/* LayerNorm's row statistics in their documented order (cpu_nn_norm.c, ln_stats: 8 partial sums in double, lane l
+ * adding the elements j ≡ l (mod 8) in turn, the last cols % 8 to lane 0, then 0 + lane 0 + … + lane 7), and y,
+ * its FP8 cast and the cast's statistics: the AVX-512 rows (two at a time) and the AVX2 ones give these bits, over
+ * row counts odd and even and row lengths around 8 and 16. */
+static double ln_order_sum(const float *x, int64_t n, bool sq, double mu) {
+    double l[8] = { 0 }, s = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        double d = (double)x[j];
+        if (sq) { d -= mu; d *= d; }
+        l[j < (n & ~(int64_t)7) ? j % 8 : 0] += d;
+    }
+    for (int i = 0; i < 8; i++) s += l[i];
+    return s;
+}
+TEST(nn_layernorm_avx512_same_bits) {
+    static const int64_t Rs[] = { 1, 2, 5, 64 }, Cs[] = { 1, 3, 7, 8, 9, 15, 16, 17, 33, 256, 257 };
+    for (unsigned ri = 0; ri < sizeof Rs / sizeof Rs[0]; ri++)
+        for (unsigned ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
+            const int64_t R = Rs[ri], C = Cs[ci], n = R * C;
+            /* so that the double sums round and their order shows: each lane of the 8 takes ±2^30, a value near
+             * 2^-20, ∓2^30, another, in turn (a small value after a large one is lost, after the cancelling one
+             * kept), the lanes alternate in sign (their sums cancel in the final sum), and the tail takes small
+             * values */
+            float *x = frand(n, 1, 2), *w = frand(C, 0.5, 1.5), *b = frand(C, -1, 1);
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t j = i % C, k = j / 8, l = j % 8;
+                const float sg = l % 2 ? -1.0f : 1.0f;
+                if (j < (C & ~(int64_t)7) && k % 2 == 0) x[i] = (k % 4 ? -sg : sg) * 0x1p30f;
+                else x[i] = (i % 3 ? 1.0f : -1.0f) * ldexpf(x[i], -20);
+            }
+            float *y[2] = { fzeros(n), fzeros(n) }, mean[2][64], rstd[2][64];
+            uint8_t *q[2] = { malloc((size_t)n), malloc((size_t)n) };
+            fl_cast_stats st[2];
+            for (int wide = 0; wide < 2; wide++) {
+                fl_cpu_avx512_allowed = wide;
+                fl_cpu_layernorm_fwd(x, w, b, y[wide], mean[wide], rstd[wide], R, C, 1e-5f);
+                REQUIRE_OK(fl_cpu_layernorm_quantize(x, w, b, q[wide], mean[wide], rstd[wide], R, C, 1e-5f, FL_E4M3, 40.0f,
+                                                     FL_SATURATE, &st[wide]));
+                fl_cpu_avx512_allowed = true;
+            }
+            int bad = 0;
+            for (int64_t r = 0; r < R; r++) {
+                const double mu = ln_order_sum(x + r * C, C, false, 0.0) / (double)C;
+                const double v = ln_order_sum(x + r * C, C, true, mu);
+                const float m = (float)mu, rs = (float)(1.0 / sqrt(v / (double)C + (double)1e-5f));
+                for (int wide = 0; wide < 2; wide++) bad += fl_f2u(mean[wide][r]) != fl_f2u(m) || fl_f2u(rstd[wide][r]) != fl_f2u(rs);
+                for (int64_t j = 0; j < C; j++) {
+                    const float want = (x[r * C + j] - m) * rs * w[j] + b[j];
+                    for (int wide = 0; wide < 2; wide++) bad += fl_f2u(y[wide][r * C + j]) != fl_f2u(want);
+                }
+            }
+            CHECK(bad == 0, "[%lld, %lld]: %d values off the documented order", (long long)R, (long long)C, bad);
+            CHECK(memcmp(q[0], q[1], (size_t)n) == 0 && fl_f2u(st[0].amax) == fl_f2u(st[1].amax) &&
+                      st[0].underflow == st[1].underflow && st[0].saturated == st[1].saturated && st[0].nan == st[1].nan,
+                  "[%lld, %lld]: the FP8 cast of y differs between AVX2 and AVX-512", (long long)R, (long long)C);
+            free(x); free(w); free(b); free(y[0]); free(y[1]); free(q[0]); free(q[1]);
+        }
 }
 TEST(nn_layernorm) {
     check_ln(fl__failed, 1, 1, 1, 1);     /* zero variance: y = b */
