@@ -1,5 +1,5 @@
 /* cpu_nn_norm.c — LayerNorm over the last dim and Embedding lookup, forward and backward. Per-row work
- * runs one row per thread; LayerNorm's parameter gradients are column sums over fixed chunks of rows combined in
+ * runs whole rows per thread task (LayerNorm's forward two at a time); LayerNorm's parameter gradients are column sums over fixed chunks of rows combined in
  * chunk order, the embedding's are split by columns, each summed over its positions in order: every result is
  * independent of the thread count. */
 #include "cpu_nn_internal.h"
@@ -178,7 +178,7 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
         #pragma omp critical
         fl_cast_stats_merge(&acc, &mine);
     }
-    if (noom) return FL_ERR(FL_ENOMEM, "layernorm_quantize: out of memory for a row of %lld", (long long)cols);
+    if (noom) return FL_ERR(FL_ENOMEM, "layernorm_quantize: out of memory for two rows of %lld", (long long)cols);
     if (nerr) return FL_ERR(FL_EINTR, "interrupted");
     *st = acc;
     return FL_OK;
