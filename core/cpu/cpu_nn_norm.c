@@ -1,7 +1,7 @@
-/* cpu_nn_norm.c — LayerNorm over the last dim and Embedding lookup, forward and backward. Per-row work
- * runs whole rows per thread task (LayerNorm's forward two at a time); LayerNorm's parameter gradients are column sums over fixed chunks of rows combined in
- * chunk order, the embedding's are split by columns, each summed over its positions in order: every result is
- * independent of the thread count. */
+/* cpu_nn_norm.c — LayerNorm over the last dim and Embedding lookup, forward and backward. Per-row work runs whole
+ * rows per thread task (LayerNorm's forward two at a time); LayerNorm's parameter gradients are column sums over
+ * fixed chunks of rows combined in chunk order, the embedding's are split by columns, each summed over its
+ * positions in order: every result is independent of the thread count. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "format.h"
