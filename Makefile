@@ -217,7 +217,8 @@ help:
 
 # ---- numerics helper: quantize benchmark (scripts/bench_quantize.c; run by scripts/bench.sh) ----
 # Links only the objects it uses so it builds even while other core files are in progress.
-$(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o $(BUILD)/core/cpu_isa.o $(FLAGS_STAMP)
+$(BUILD)/bench_quantize: scripts/bench_quantize.c $(BUILD)/core/format.o $(BUILD)/core/error.o $(BUILD)/core/cpu_isa.o \
+                        $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -o $@ $(LINK_IN) $(LDFLAGS) -lm -fopenmp
 
 # ---- CPU bf16 attention per call, per-head kernels vs batched GEMMs (scripts/bench_attn.c) ----

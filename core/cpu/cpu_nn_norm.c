@@ -135,10 +135,11 @@ void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float 
     for (int64_t p = 0; p < pairs; p++) {
         const int64_t r = 2 * p;
         if (r + 3 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, 2 * cols);
-        ln_rows2(x + r * cols, x + (r + 1) * cols, w, b, y + r * cols, y + (r + 1) * cols, mean + r, rstd + r, cols, eps,
-                 wide);
+        ln_rows2(x + r * cols, x + (r + 1) * cols, w, b, y + r * cols, y + (r + 1) * cols, mean + r, rstd + r, cols,
+                 eps, wide);
     }
-    if (rows % 2) ln_row(x + (rows - 1) * cols, w, b, y + (rows - 1) * cols, mean + rows - 1, rstd + rows - 1, cols, eps);
+    const int64_t last = rows - 1;
+    if (rows % 2) ln_row(x + last * cols, w, b, y + last * cols, mean + last, rstd + last, cols, eps);
 }
 
 /* fl_cpu_layernorm_fwd with y cast per tensor to fmt with `scale` as it is made (fl_quantize_f32 two rows at a time

@@ -439,8 +439,8 @@ TEST(nn_layernorm_avx512_same_bits) {
             for (int wide = 0; wide < 2; wide++) {
                 fl_cpu_avx512_allowed = wide;
                 fl_cpu_layernorm_fwd(x, w, b, y[wide], mean[wide], rstd[wide], R, C, 1e-5f);
-                REQUIRE_OK(fl_cpu_layernorm_quantize(x, w, b, q[wide], mean[wide], rstd[wide], R, C, 1e-5f, FL_E4M3, 40.0f,
-                                                     FL_SATURATE, &st[wide]));
+                REQUIRE_OK(fl_cpu_layernorm_quantize(x, w, b, q[wide], mean[wide], rstd[wide], R, C, 1e-5f, FL_E4M3,
+                                                     40.0f, FL_SATURATE, &st[wide]));
                 fl_cpu_avx512_allowed = true;
             }
             int bad = 0;
@@ -448,7 +448,8 @@ TEST(nn_layernorm_avx512_same_bits) {
                 const double mu = ln_order_sum(x + r * C, C, false, 0.0) / (double)C;
                 const double v = ln_order_sum(x + r * C, C, true, mu);
                 const float m = (float)mu, rs = (float)(1.0 / sqrt(v / (double)C + (double)1e-5f));
-                for (int wide = 0; wide < 2; wide++) bad += fl_f2u(mean[wide][r]) != fl_f2u(m) || fl_f2u(rstd[wide][r]) != fl_f2u(rs);
+                for (int wide = 0; wide < 2; wide++)
+                    bad += fl_f2u(mean[wide][r]) != fl_f2u(m) || fl_f2u(rstd[wide][r]) != fl_f2u(rs);
                 for (int64_t j = 0; j < C; j++) {
                     const float want = (x[r * C + j] - m) * rs * w[j] + b[j];
                     for (int wide = 0; wide < 2; wide++) bad += fl_f2u(y[wide][r * C + j]) != fl_f2u(want);
@@ -456,7 +457,8 @@ TEST(nn_layernorm_avx512_same_bits) {
             }
             CHECK(bad == 0, "[%lld, %lld]: %d values off the documented order", (long long)R, (long long)C, bad);
             CHECK(memcmp(q[0], q[1], (size_t)n) == 0 && fl_f2u(st[0].amax) == fl_f2u(st[1].amax) &&
-                      st[0].underflow == st[1].underflow && st[0].saturated == st[1].saturated && st[0].nan == st[1].nan,
+                      st[0].underflow == st[1].underflow && st[0].saturated == st[1].saturated &&
+                      st[0].nan == st[1].nan,
                   "[%lld, %lld]: the FP8 cast of y differs between AVX2 and AVX-512", (long long)R, (long long)C);
             free(x); free(w); free(b); free(y[0]); free(y[1]); free(q[0]); free(q[1]);
         }
