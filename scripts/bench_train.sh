@@ -6,7 +6,7 @@
 #           /opt/torch2/bin/python3; `python3 -m venv /opt/torch2 && /opt/torch2/bin/pip install torch`):
 #           fp32 and bf16 autocast, eager and torch.compile, 1 and 2 threads — the main peer;
 #   PyTorch (Debian's python3-torch 1.13): fp32 and bf16 autocast, 1 and 2 threads;
-#   the CPU's arithmetic limits (scripts/bench_peak.c: fp32 FMA, bf16 dot) at 1 and 2 threads;
+#   the CPU's arithmetic limits (scripts/bench_peak.c: fp32 FMA, bf16 dot, bf16 tile) at 1 and 2 threads;
 # then writes the table, the ratios against each peer's best setting, each step's fraction of the limit, and
 # the activation memory into docs/performance.md. Skips a peer's rows when it is missing.
 set -euo pipefail
@@ -31,6 +31,15 @@ add() { # add IMPL THREADS PRECISION LINE
 make_build "$B" "$B/bench_peak" >/dev/null
 peaks=$(run_ok "$B/bench_peak 1 2" "$B/bench_peak" 1 2)
 need "$B/bench_peak 1 2" "$peaks" 'kind=fp32_fma threads=2 '
+# The instruction the FP8 GEMMs run on here, as `fp8lab env` names their family: the limit the bf16 and FP8 rows
+# are set against (AMX tiles: bf16 tile; AVX512_BF16: bf16 dot; the FMA families, Intel without AMX and CPUs
+# without AVX512_BF16: fp32 FMA).
+family=$("$B/fp8lab" env 2>/dev/null | sed -n 's/^FP8 GEMM *\([a-z0-9_]*\):.*/\1/p')
+case "$family" in
+  amx_bf16) LIMK=bf16_tile; LIML="bf16 tile" ;;
+  avx512_bf16) LIMK=bf16_dot; LIML="bf16 dot" ;;
+  *) LIMK=fp32_fma; LIML="fp32 FMA" ;;
+esac
 echo "$peaks"
 # peak KIND THREADS: that limit's GFLOP/s (0 where the CPU has not got the instruction)
 peak() { sed -n "s/.*kind=$1 threads=$2 gflops=\([0-9.]*\).*/\1/p" <<<"$peaks" | head -n1; }
@@ -79,17 +88,16 @@ limits=""
 for m in "${!GFLOP[@]}"; do limits+="$m ${GFLOP[$m]}"$'\n'; done
 
 # FP8 against bf16 in one process, interleaved (scripts/bench_step_ab.lua), at 2 threads: the fastest and the
-# median single step of each, as ratios to bf16 and as fractions of the bf16-dot limit (on a CPU without a bf16
-# dot, bench_peak gives it as 0, the fp32 FMA limit: the instruction the GEMMs run on there).
+# median single step of each, as ratios to bf16 and as fractions of the limit of the FP8 GEMMs' instruction ($LIMK).
 ab=$(run_ok "scripts/bench_step_ab.lua" env OMP_NUM_THREADS=2 "$B/fp8lab" scripts/bench_step_ab.lua --precisions bf16,te,ao,msamp --rounds 10)
 for p in bf16 te ao msamp; do need "scripts/bench_step_ab.lua ($p)" "$ab" "^ab .*precision=$p( |\$)"; done
 echo "$ab"
-abtable=$(awk -v peaks="$peaks" -v gf="${GFLOP[gpt]:-0}" '
+abtable=$(awk -v peaks="$peaks" -v gf="${GFLOP[gpt]:-0}" -v limk="$LIMK" -v liml="$LIML" '
   BEGIN { np = split(peaks, pl, "\n")
-          for (i = 1; i <= np; i++) if (pl[i] ~ /kind=bf16_dot threads=2 /) { match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0 }
-          kind = "bf16 dot"
+          for (i = 1; i <= np; i++) if (pl[i] ~ ("kind=" limk " threads=2 ")) { match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0 }
+          kind = liml
           if (lim <= 0) for (i = 1; i <= np; i++) if (pl[i] ~ /kind=fp32_fma threads=2 /) {
-            match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0; kind = "fp32 FMA (no bf16 dot on this CPU)" } }
+            match(pl[i], /gflops=[0-9.]+/); lim = substr(pl[i], RSTART + 7, RLENGTH - 7) + 0; kind = "fp32 FMA" } }
   /^ab / { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
            name[++n] = v["precision"]; mn[n] = v["min_ms"] + 0; md[n] = v["median_ms"] + 0; st[n] = v["steps"]
            if (v["precision"] == "bf16") { bmn = mn[n]; bmd = md[n] } }
@@ -101,8 +109,8 @@ abtable=$(awk -v peaks="$peaks" -v gf="${GFLOP[gpt]:-0}" '
 
 # Ratios: each fp8lab row against each peer's best fp32 and best bf16 step (over thread counts and eager /
 # compile), and the step's GFLOP/s as a fraction of the limit at its thread count (fp32 rows: fp32 FMA;
-# bf16 and FP8 rows: bf16 dot, the instruction their GEMMs run on, or fp32 FMA on a CPU without it).
-ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
+# bf16 and FP8 rows: the FP8 GEMMs' instruction, $LIMK).
+ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" -v limk="$LIMK" -v liml="$LIML" '
   BEGIN { np = split(peaks, pl, "\n")
           for (i = 1; i <= np; i++) if (match(pl[i], /kind=[a-z0-9_]+ threads=[0-9]+ gflops=[0-9.]+/)) {
             split(substr(pl[i], RSTART, RLENGTH), pf, /[ =]/); peak[pf[2] SUBSEP pf[4]] = pf[6] }
@@ -119,10 +127,10 @@ ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
     print hdr; print sep
     for (i = 1; i <= n; i++) { k = order[i]; if (seen[k]++) continue; split(k, a, SUBSEP)
       g = gf[a[1]] + 0; rate = g > 0 ? g / (ours[k] / 1000) : 0
-      kind = a[2] == "fp32" ? "fp32_fma" : "bf16_dot"; lim = peak[kind SUBSEP th[k]] + 0
-      if (lim <= 0 && kind == "bf16_dot") { kind = "fp32_fma"; lim = peak[kind SUBSEP th[k]] + 0 }
+      kind = a[2] == "fp32" ? "fp32_fma" : limk; lim = peak[kind SUBSEP th[k]] + 0
+      if (lim <= 0) { kind = "fp32_fma"; lim = peak[kind SUBSEP th[k]] + 0 }
       line = sprintf("| %s | %s | %.2f (%s) | %s |", a[1], a[2], ours[k], th[k],
-        rate > 0 && lim > 0 ? sprintf("%.1f, %.0f%% of %s %.0f", rate, 100 * rate / lim, kind == "fp32_fma" ? "fp32 FMA" : "bf16 dot", lim) : "–")
+        rate > 0 && lim > 0 ? sprintf("%.1f, %.0f%% of %s %.0f", rate, 100 * rate / lim, kind == "fp32_fma" ? "fp32 FMA" : liml, lim) : "–")
       for (p = 1; p <= npeer; p++) {
         f = best[a[1] SUBSEP peers[p] SUBSEP "fp32"]; b = best[a[1] SUBSEP peers[p] SUBSEP "bf16"]
         line = line sprintf(" %s | %s |", f ? sprintf("%.2fx (%s)", f / ours[k], how[a[1] SUBSEP peers[p] SUBSEP "fp32"]) : "–",
@@ -130,7 +138,16 @@ ratios=$(awk -F'|' -v peaks="$peaks" -v limits="$limits" '
       print line } }' <<<"$results")
 echo "$ratios"
 
-if cpu_has_bf16dot; then
+if [ "$family" = amx_bf16 ]; then
+costs="What FP8 costs and saves against bf16 on a CPU with AMX (its tile unit does bf16 products; it has no FP8 arithmetic):
+the FP8 GEMMs are fp8lab's own AMX family (\`core/cpu/cpu_fp8_mm_amx.c\`, section \"Intel Xeon with AMX\"). They
+decode the FP8 bytes to bf16 by byte tables while packing their tile panels and apply the scales, the bias and a
+residual add as they store the output; dY's cast also sums the bias gradient, GELU and LayerNorm cast the next
+layer's input in their own pass, and the tensors kept for backward are one byte per element (act MiB). The bf16
+step runs oneDNN's bf16 GEMMs, on the tiles too, after converting each fp32 operand in a pass of its own. Both
+precisions share the rest: attention (the per-head kernels on the tiles), LayerNorm, GELU, AdamW, in fp32 between
+the GEMMs."
+elif [ "$family" = avx512_bf16 ]; then
 costs="What FP8 costs and saves against bf16 on a CPU without FP8 arithmetic (AVX-512 BF16 is its narrowest dot product): the
 FP8 GEMMs are fp8lab's own (\`core/cpu/cpu_fp8_mm.c\`, section \"CPU FP8 GEMM\"). They read the FP8 bytes and decode
 them by table lookup while packing their panels — the pass every blocked GEMM, oneDNN's bf16 kernel included, makes
@@ -140,14 +157,14 @@ instead converts each fp32 operand to bf16 in a pass of its own before oneDNN pa
 pass and sums the bias gradient in a third. Both precisions share the rest: attention (per-head AVX-512 BF16
 kernels on the packed qkv), LayerNorm, GELU, AdamW, all in fp32 between the GEMMs."
 else
-costs="What FP8 costs and saves against bf16 on a CPU with neither FP8 nor bf16 arithmetic (no AVX-512 BF16; fp32 FMA is
-its narrowest multiply-add): every precision's GEMMs run the same fp32 FMAs in fp8lab's AVX2 + FMA family
-(\`core/cpu/cpu_fp8_mm_fma.c\`, section \"CPUs without AVX-512 (Zen 3)\"), which decodes the FP8 bytes (shifts and
-F16C) or widens bf16 (a shift) to fp32 while it packs its panels, and applies the scales and the bias as it stores the
-output. So FP8 saves no arithmetic here: it halves the bytes of every GEMM operand and keeps one byte per element
-for the backward (act MiB), and pays for its casts and its scale bookkeeping. Both precisions share the rest:
-attention (the per-head AVX2 + FMA kernels on the packed qkv), LayerNorm, GELU, AdamW, all in fp32 between the
-GEMMs."
+costs="What FP8 costs and saves against bf16 on a CPU whose FP8 GEMMs run fp32 FMAs (no AVX512_BF16, or Intel's, at
+half the FMA's rate): every precision's GEMMs run the same fp32 FMAs in fp8lab's FMA family, AVX-512 or AVX2 + FMA
+(\`core/cpu/cpu_fp8_mm_fma.c\`, sections \"CPUs without AVX-512 (Zen 3)\" and \"Intel without the tiles\"), which
+decodes the FP8 bytes (shifts and F16C) or widens bf16 (a shift) to fp32 while it packs its panels, and applies the
+scales and the bias as it stores the output. So FP8 saves no arithmetic here: it halves the bytes of every GEMM
+operand and keeps one byte per element for the backward (act MiB), and pays for its casts and its scale
+bookkeeping. Both precisions share the rest: attention (the per-head kernels on the packed qkv), LayerNorm, GELU,
+AdamW, all in fp32 between the GEMMs."
 fi
 body="## Training step vs PyTorch (CPU)
 
@@ -168,7 +185,7 @@ The limits (\`scripts/bench_peak.c\`, register-only FMA chains, best of 3): $(tr
 ${rows}
 Ratios (higher = fp8lab faster), each side at its fastest setting (threads, and eager or compile for PyTorch 2.x);
 GFLOP/s counts 6 FLOPs per weight per token plus attention's 12·L·d·T (the GPT) and is set against the limit at
-the row's thread count ($(cpu_has_bf16dot && echo "fp32: fp32 FMA; bf16 and FP8: bf16 dot" || echo "fp32 FMA for every row: this CPU has no bf16 dot product, and every precision's GEMMs run fp32 FMAs")):
+the row's thread count ($([ "$LIMK" = fp32_fma ] && echo "fp32 FMA for every row: this CPU's FP8 GEMMs (family ${family:-unknown}) run fp32 FMAs" || echo "fp32: fp32 FMA; bf16 and FP8: ${LIML}, the instruction of the FP8 GEMMs' family ${family}")):
 
 ${ratios}
 
