@@ -14,9 +14,10 @@
 #define LN_SUM_ROWS 64
 
 /* One row's mean and rstd: two passes in double, the mean, then the biased variance Σ(x−mean)²/n (no
- * cancellation), each sum in a fixed order (ln_sum): 8 partial sums, lane l adding the elements j ≡ l (mod 8) in
- * turn (the last n % 8 elements go to lane 0), then 0 + lane 0 + … + lane 7. ln_stats2_512 makes the same sums for
- * two rows with AVX-512 (test nn_layernorm_avx512_same_bits). */
+ * cancellation), each sum in a fixed order: 8 partial sums, lane l adding the elements j ≡ l (mod 8) in turn (the
+ * last cols % 8 elements go to lane 0), then 0 + lane 0 + … + lane 7 (the order the AVX2 build's simd reduction
+ * gave before it was written out). ln_stats2_512 makes the same sums for two rows with AVX-512 (test
+ * nn_layernorm_avx512_same_bits). */
 static inline void ln_stats(const float *xr, int64_t cols, float eps, float *mean, float *rstd) {
     double l[8] = { 0 }, mu, s = 0.0, v = 0.0;
     const int64_t n8 = cols & ~(int64_t)7;
@@ -59,7 +60,7 @@ static inline void ln_row(const float *xr, const float *w, const float *b, float
 }
 
 #ifdef __x86_64__
-/* One sum of ln_stats for two rows in zmm registers of 8 doubles (lane l of acc is ln_stats's l[l]): the two rows'
+/* One sum of ln_stats for two rows in zmm registers of 8 doubles (lane i of a0 is ln_stats's l[i]): the two rows'
  * chains of additions overlap, and a conversion makes 8 doubles where the AVX2 loop makes 4 and an extract (the
  * row's time was in those conversions and the chains). sq: Σ(x − mu)², else Σx. */
 FL_CPU_AVX512 static inline __attribute__((always_inline)) void ln_sum2_512(const float *x0, const float *x1,
