@@ -252,6 +252,29 @@ typedef struct { uint32_t unf, sat, nan; } q512_counts;
 /* The fast steps' counters (q512_fast, q256_fast): lanes past the overflow threshold, NaN included. */
 typedef struct { uint32_t over, nan; } q256_fast_counts;
 
+/* a = |x·scale| (bits) to its magnitude code where it is finite: rn rounds a normal to nearest even, rs a
+ * subnormal (by the magic add); *normal: the lanes that took rn. c->half already has rebias << shift subtracted;
+ * rn is only used where a >= min_normal, so the sum cannot wrap there. */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512i q512_round(const q512_consts *c, __m512i a, __mmask16 *normal, const unsigned shift) {
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), c->one);
+    const __m512i rn = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, c->half), lsb), shift);
+    const __m512i rs = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), c->magic)),
+                                        c->magic_i);
+    *normal = _mm512_cmpge_epu32_mask(a, c->minn);
+    return _mm512_mask_blend_epi32(*normal, rs, rn);
+}
+
+/* Four vectors of codes (0..255 in 32-bit lanes) to 64 bytes at dst: two unsigned-saturating packs keep them,
+ * interleaved by 128-bit lane (lane l of the result holds lane l of r0, r1, r2, r3 in turn); one dword permute
+ * puts them in order. */
+__attribute__((target("avx512f,avx512bw"), always_inline))
+static inline void store_codes64(uint8_t *dst, __m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+    const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
+    const __m512i ord = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi32(ord, w));
+}
+
 __attribute__((target("avx512f"), always_inline))
 static inline __m512i q512_step(const q512_consts *c, __m512 x, __m512 vs, __mmask16 k, __m512 *vmax, q512_counts *n,
                                 const bool fin_scale, const unsigned shift) {
@@ -259,16 +282,10 @@ static inline __m512i q512_step(const q512_consts *c, __m512 x, __m512 vs, __mma
     *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, vs));
     __m512i a = _mm512_and_si512(u, c->absm);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), c->one);
-    /* c->half already has rebias << shift subtracted; only used where a >= min_normal, so the
-     * sum cannot wrap there */
-    __m512i rn = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, c->half), lsb), shift);
-    __m512i rs = _mm512_sub_epi32(
-        _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), c->magic)), c->magic_i);
+    __mmask16 normal;
+    __m512i r = q512_round(c, a, &normal, shift);
     __mmask16 is_nan = _mm512_cmpgt_epu32_mask(a, c->inf);
-    __mmask16 normal = _mm512_cmpge_epu32_mask(a, c->minn);
-    __mmask16 over = _mm512_mask_cmpgt_epu32_mask(normal & ~is_nan, rn, c->maxc);
-    __m512i r = _mm512_mask_blend_epi32(normal, rs, rn);
+    __mmask16 over = _mm512_mask_cmpgt_epu32_mask(normal & ~is_nan, r, c->maxc);   /* r is rn where normal */
     r = _mm512_mask_blend_epi32(over, r, c->ovf);
     r = _mm512_mask_blend_epi32(is_nan, r, c->nanc);
     __mmask16 xnan = fin_scale ? is_nan & k : _mm512_mask_cmpgt_epu32_mask(k, xa, c->inf);
@@ -280,7 +297,6 @@ static inline __m512i q512_step(const q512_consts *c, __m512 x, __m512 vs, __mma
     return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), c->b80, 0xF8); /* r | (u>>24 & 0x80) */
 }
 
-__attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 /* vsc: one scale per element, or NULL for c->vs. */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline __m512 q512_scales(const q512_consts *c, const float *vsc, size_t i, __mmask16 k) {
@@ -300,11 +316,7 @@ static inline void quant_loop512(const q512_consts *c, const float *src, const f
                                fin_scale, shift);
         __m512i r3 = q512_step(c, _mm512_loadu_ps(src + i + 48), q512_scales(c, vsc, i + 48, 0xFFFF), 0xFFFF, vmax, cnt,
                                fin_scale, shift);
-        /* codes are 0..255: two unsigned-saturating packs keep them, interleaved by 128-bit lane (lane l of the
-         * result holds lane l of r0, r1, r2, r3 in turn); one dword permute puts them in order */
-        const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
-        const __m512i ord = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-        _mm512_storeu_si512(dst + i, _mm512_permutexvar_epi32(ord, w));
+        store_codes64(dst + i, r0, r1, r2, r3);
     }
     for (; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
@@ -336,11 +348,8 @@ static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __
     *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     const __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, c->vs));
     const __m512i a = _mm512_and_si512(u, c->absm);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), c->one);
-    const __m512i rn = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, c->half), lsb), shift);
-    const __m512i rs = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), c->magic)),
-                                        c->magic_i);
-    __m512i r = _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(a, c->minn), rs, rn);
+    __mmask16 normal;
+    __m512i r = q512_round(c, a, &normal, shift);
     const __mmask16 over = _mm512_cmpgt_epu32_mask(a, thr1);   /* NaN and ∞ included */
     if (__builtin_expect(over != 0, 0)) {
         const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(a, c->inf);
@@ -354,12 +363,11 @@ static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __
     return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), c->b80, 0xF8); /* r | (u>>24 & 0x80) */
 }
 
-/* n (a multiple of 64) elements by q512_fast, four vectors to a 64-byte store as quant_loop512 stores them. */
+/* n (a multiple of 64) elements by q512_fast, four vectors to a 64-byte store. */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline void quant_fast512(const q512_consts *c, uint32_t thr, const float *src, uint8_t *dst, size_t n,
                                  __m512 *vmax, q512_counts *cnt, const unsigned shift) {
     const __m512i thr1 = _mm512_set1_epi32((int)thr);
-    const __m512i ord = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     __m512i unf = _mm512_setzero_si512();
     q256_fast_counts k = {0, 0};
     for (size_t i = 0; i < n; i += 64) {
@@ -367,12 +375,21 @@ static inline void quant_fast512(const q512_consts *c, uint32_t thr, const float
         const __m512i r1 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 16), vmax, &unf, &k, shift);
         const __m512i r2 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 32), vmax, &unf, &k, shift);
         const __m512i r3 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 48), vmax, &unf, &k, shift);
-        const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
-        _mm512_storeu_si512(dst + i, _mm512_permutexvar_epi32(ord, w));
+        store_codes64(dst + i, r0, r1, r2, r3);
     }
     cnt->unf += (uint32_t)_mm512_reduce_add_epi32(unf);
     cnt->nan += k.nan;
     cnt->sat += k.over - k.nan;   /* less the infinite sources: quant_block_avx512 */
+}
+
+/* A block: its first nf elements (a multiple of 64; 0 unless one finite positive scale) by the fast loop, the rest
+ * by quant_loops512. */
+__attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
+static inline void quant_all512(const q512_consts *c, uint32_t thr, const float *src, const float *vsc, uint8_t *dst,
+                                size_t n, size_t nf, __m512 *vmax, q512_counts *cnt, const bool fin,
+                                const unsigned shift) {
+    quant_fast512(c, thr, src, dst, nf, vmax, cnt, shift);
+    quant_loops512(c, src + nf, vsc, dst + nf, n - nf, vmax, cnt, fin, shift);
 }
 
 __attribute__((target("avx512f,avx512bw,popcnt")))
@@ -395,16 +412,9 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     /* one finite positive scale: whole 64s in the fast loop, the rest as before */
     const size_t nf = !vsc && fin ? n & ~(size_t)63 : 0;
     const uint32_t thr = over_threshold(P);
-    if (P->shift == 20) {   /* E4M3 */
-        quant_fast512(&c, thr, src, dst, nf, &vmax, &cnt, 20);
-        quant_loops512(&c, src + nf, vsc, dst + nf, n - nf, &vmax, &cnt, fin, 20);
-    } else if (P->shift == 21) {   /* E5M2 */
-        quant_fast512(&c, thr, src, dst, nf, &vmax, &cnt, 21);
-        quant_loops512(&c, src + nf, vsc, dst + nf, n - nf, &vmax, &cnt, fin, 21);
-    } else {
-        quant_fast512(&c, thr, src, dst, nf, &vmax, &cnt, (unsigned)P->shift);
-        quant_loops512(&c, src + nf, vsc, dst + nf, n - nf, &vmax, &cnt, fin, (unsigned)P->shift);
-    }
+    if (P->shift == 20) quant_all512(&c, thr, src, vsc, dst, n, nf, &vmax, &cnt, fin, 20);          /* E4M3 */
+    else if (P->shift == 21) quant_all512(&c, thr, src, vsc, dst, n, nf, &vmax, &cnt, fin, 21);     /* E5M2 */
+    else quant_all512(&c, thr, src, vsc, dst, n, nf, &vmax, &cnt, fin, (unsigned)P->shift);
     const float amax = _mm512_reduce_max_ps(vmax);
     if (nf && amax == INFINITY) cnt.sat -= (uint32_t)count_inf(src, nf);   /* see q512_fast */
     st->amax = amax;
@@ -422,6 +432,16 @@ typedef struct {
     __m128i shift;
 } q256_consts;
 
+/* q512_round on 8 lanes: *normal holds all-ones lanes where a is normal (rn taken). */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i q256_round(const q256_consts *c, __m256i a, __m256i *normal) {
+    const __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(a, c->shift), c->one);
+    const __m256i rn = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, c->half), lsb), c->shift);
+    const __m256i rs = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), c->magic)), c->magic_i);
+    *normal = _mm256_cmpgt_epi32(a, c->minn1);
+    return _mm256_blendv_epi8(rs, rn, *normal);
+}
+
 __attribute__((target("avx2,popcnt"), always_inline))
 static inline __m256i q256_step(const q256_consts *c, __m256 x, __m256 vs, __m256i k, __m256 *vmax, q512_counts *n,
                                 const bool fin_scale) {
@@ -429,13 +449,11 @@ static inline __m256i q256_step(const q256_consts *c, __m256 x, __m256 vs, __m25
     *vmax = _mm256_max_ps(_mm256_castsi256_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     const __m256i u = _mm256_castps_si256(_mm256_mul_ps(x, vs));
     const __m256i a = _mm256_and_si256(u, c->absm);
-    const __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(a, c->shift), c->one);
-    const __m256i rn = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, c->half), lsb), c->shift);
-    const __m256i rs = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), c->magic)), c->magic_i);
+    __m256i normal;
+    __m256i r = q256_round(c, a, &normal);
     const __m256i is_nan = _mm256_cmpgt_epi32(a, c->inf);
-    const __m256i normal = _mm256_cmpgt_epi32(a, c->minn1);
-    const __m256i over = _mm256_andnot_si256(is_nan, _mm256_and_si256(normal, _mm256_cmpgt_epi32(rn, c->maxc)));
-    __m256i r = _mm256_blendv_epi8(rs, rn, normal);
+    /* r is rn where normal */
+    const __m256i over = _mm256_andnot_si256(is_nan, _mm256_and_si256(normal, _mm256_cmpgt_epi32(r, c->maxc)));
     r = _mm256_blendv_epi8(r, c->ovf, over);
     r = _mm256_blendv_epi8(r, c->nanc, is_nan);
     const __m256i xnan = _mm256_and_si256(k, fin_scale ? is_nan : _mm256_cmpgt_epi32(xa, c->inf));
@@ -481,10 +499,8 @@ static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __
     *vmax = _mm256_max_ps(_mm256_castsi256_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     const __m256 y = _mm256_mul_ps(x, c->vs);
     const __m256i a = _mm256_and_si256(_mm256_castps_si256(y), c->absm);
-    const __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(a, c->shift), c->one);
-    const __m256i rn = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, c->half), lsb), c->shift);
-    const __m256i rs = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), c->magic)), c->magic_i);
-    __m256i r = _mm256_blendv_epi8(rs, rn, _mm256_cmpgt_epi32(a, c->minn1));
+    __m256i normal;
+    __m256i r = q256_round(c, a, &normal);
     const __m256i over = _mm256_cmpgt_epi32(a, thr1);   /* NaN and ∞ included */
     const unsigned om = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(over));
     if (__builtin_expect(om != 0, 0)) {
