@@ -27,8 +27,9 @@ static inline bool fl_cpu_avx512_bf16(void) {
 }
 
 /* ps[j] += (double)row[j] for j < n (cpu_reduce.c): the column sums of a bias gradient a row at a time. Each column's
- * sum is its own, so the vector width changes no bit; 16 lanes where fl_cpu_avx512() (half the conversions). */
-void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n);
+ * sum is its own, so the vector width changes no bit; 16 lanes where `wide` (fl_cpu_avx512(), which the caller asks
+ * once, not per row), half the conversions. */
+void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n, bool wide);
 
 /* A row of n floats asked into the caches, for a row loop to call two rows ahead: in a training step its rows come
  * from memory, and the hardware's prefetchers run too little ahead of a loop that spends hundreds of cycles on

@@ -163,6 +163,7 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
     if (db && !psum) return FL_ERR(FL_ENOMEM, "quantize_dbias: out of memory for %lld column sums", (long long)(chunks * C));
     fl_cast_stats acc = { 0, 0, 0, 0 };
     int nerr = 0, noom = 0;
+    const bool wide = fl_cpu_avx512();
     #pragma omp parallel if (chunks > 1 && R * C >= FL_CPU_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
@@ -193,7 +194,7 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
                     break;
                 }
                 fl_cast_stats_merge(&mine, &s);
-                if (ps) fl_cpu_add_row_f64(ps, row, C);   /* the row is still in cache */
+                if (ps) fl_cpu_add_row_f64(ps, row, C, wide);   /* the row is still in cache */
             }
         }
         free(dy);
@@ -247,6 +248,7 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
     if (col_amax) for (int64_t c = 0; c < cols; c++) col_amax[c] = 0.0f;
     fl_cast_stats acc = { 0, 0, 0, 0 };
     int nerr = 0;
+    const bool wide = fl_cpu_avx512();
     #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
@@ -268,7 +270,7 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
                 si[r] = 1.0f / scale;
                 fl_cast_stats_merge(&mine, &st);
                 if (cm) col_max(cm, row, cols);
-                if (ps) fl_cpu_add_row_f64(ps, row, cols);   /* the row is still in cache */
+                if (ps) fl_cpu_add_row_f64(ps, row, cols, wide);   /* the row is still in cache */
             }
         }
         #pragma omp critical

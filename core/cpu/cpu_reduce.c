@@ -78,8 +78,8 @@ static inline __attribute__((always_inline)) void add_row_f64(double *ps, const 
 }
 static void add_row_f64_256(double *ps, const float *row, int64_t n) { add_row_f64(ps, row, n); }
 FL_CPU_AVX512 static void add_row_f64_512(double *ps, const float *row, int64_t n) { add_row_f64(ps, row, n); }
-void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n) {
-    if (fl_cpu_avx512()) add_row_f64_512(ps, row, n);
+void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n, bool wide) {
+    if (wide) add_row_f64_512(ps, row, n);
     else add_row_f64_256(ps, row, n);
 }
 
@@ -91,12 +91,13 @@ static void strided_task(fl_redop op, const fl_tensor *a, int64_t o, int64_t siz
     const float *base = direct ? (const float *)fl_tensor_data(a) : NULL;
     float buf[CW];
     if (op == FL_OP_SUM || op == FL_OP_MEAN) {
+        const bool wide = fl_cpu_avx512();
         for (int64_t j = 0; j < len; j++) psum[j] = 0;
         for (int64_t s = s0; s < s1; s++) {
             const float *row = buf;
             if (direct) row = base + (o * size + s) * inner + j0;
             else fl_cpu_load(a, (o * size + s) * inner + j0, 1, len, buf);
-            fl_cpu_add_row_f64(psum, row, len);
+            fl_cpu_add_row_f64(psum, row, len, wide);
         }
         return;
     }

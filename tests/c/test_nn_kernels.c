@@ -1130,9 +1130,7 @@ TEST(nn_add_row_f64_matches_scalar_on_both_widths) {
         for (int wide = 0; wide < 2; wide++) {
             for (int64_t j = 0; j < n; j++) got[j] = want[j] = 1e-3 * (double)(j % 17) - (double)row[(j * 7) % n] * 1e8;
             for (int64_t j = 0; j < n; j++) want[j] += (double)row[j];
-            fl_cpu_avx512_allowed = wide;
-            fl_cpu_add_row_f64(got, row, n);
-            fl_cpu_avx512_allowed = true;
+            fl_cpu_add_row_f64(got, row, n, wide && fl_cpu_avx512());
             CHECK(memcmp(got, want, (size_t)n * sizeof(double)) == 0, "n %lld, %s: sums differ from the scalar loop's",
                   (long long)n, wide ? "16 lanes" : "8 lanes");
         }
