@@ -30,11 +30,7 @@
 
 static float *filled(int64_t n, float amp) {
     float *x = malloc((size_t)n * sizeof(float));
-    uint64_t s = 0x9E3779B97F4A7C15ull;
-    for (int64_t i = 0; i < n && x; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        x[i] = amp * (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
+    if (x) bench_fill(x, n, amp, 0x9E3779B97F4A7C15ull);
     return x;
 }
 

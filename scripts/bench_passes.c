@@ -25,12 +25,7 @@ static fl_tensor *f32(int64_t ndim, const int64_t *shape, float amp, uint64_t se
         fprintf(stderr, "bench_passes: %s\n", fl_last_error());
         exit(1);
     }
-    float *x = fl_tensor_data(t);
-    uint64_t s = seed;
-    for (int64_t i = 0; i < fl_tensor_numel(t); i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        x[i] = amp * (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
+    bench_fill(fl_tensor_data(t), fl_tensor_numel(t), amp, seed);
     return t;
 }
 

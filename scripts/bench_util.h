@@ -2,6 +2,7 @@
  * median of their timings, the cold mode's cache eviction and FP8LAB_CPU_ISA. */
 #ifndef FL_BENCH_UTIL_H
 #define FL_BENCH_UTIL_H
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,16 @@ static double bench_median(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
+/* n values uniform in [-amp, amp) from a xorshift generator started at seed (not zero): the benchmarks' operands,
+ * the same on every run. */
+static inline void bench_fill(float *x, int64_t n, float amp, uint64_t seed) {
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        x[i] = amp * (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+}
+
 /* Stores into every 64-byte line of 64 MiB (allocated on the first call), so the next call's operands and
  * its output come from memory as in a training step, where the GEMMs around any op move tens of MiB through
  * the caches. One ordinary store per line, through a volatile pointer: memset would not do, as glibc's memset
