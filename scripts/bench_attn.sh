@@ -12,18 +12,20 @@ ARGS="16 4 128 64 1 300"
 make_build "$B" "$B/bench_attn" "$B/bench_peak" >/dev/null
 # Which per-head family this CPU runs (on AMX its products on the tiles), and the limit its arithmetic is set against
 # (measured here, one thread).
+# bf16_limit KIND: bench_peak's one-thread GFLOP/s of KIND (bf16_tile, bf16_dot), or the bench stops.
+bf16_limit() {
+  local out v
+  out=$(run_ok "$B/bench_peak 1" "$B/bench_peak" 1)
+  v=$(sed -n "s/^peak kind=$1 threads=1 gflops=\([0-9.]*\).*/\1/p" <<<"$out")
+  [ -n "$v" ] || bench_fail "$B/bench_peak 1 gave no $1 line"
+  echo "$v"
+}
 if cpu_has_bf16dot && grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
-  tile=$(run_ok "$B/bench_peak 1" "$B/bench_peak" 1)
-  tile=$(sed -n 's/^peak kind=bf16_tile threads=1 gflops=\([0-9.]*\).*/\1/p' <<<"$tile")
-  [ -n "$tile" ] || bench_fail "$B/bench_peak 1 gave no bf16_tile line (AMX not granted?)"
-  limit_words="against this CPU's bf16 tile limit of $tile per thread (\`build/bench_peak\`). The per-head kernels here are the
+  limit_words="against this CPU's bf16 tile limit of $(bf16_limit bf16_tile) per thread (\`build/bench_peak\`). The per-head kernels here are the
 AVX-512 BF16 family (core/cpu/cpu_nn_attn_bf16.c) with its products on the AMX tiles (the row passes and the packing
 on AVX-512); the batched GEMMs are the path before them, which still runs where neither family can."
 elif cpu_has_bf16dot; then
-  dot=$(run_ok "$B/bench_peak 1" "$B/bench_peak" 1)
-  dot=$(sed -n 's/^peak kind=bf16_dot threads=1 gflops=\([0-9.]*\).*/\1/p' <<<"$dot")
-  [ -n "$dot" ] || bench_fail "$B/bench_peak 1 gave no bf16_dot line"
-  limit_words="against this CPU's bf16 dot limit of $dot per thread (\`build/bench_peak\`). The per-head kernels here are the AVX-512 BF16
+  limit_words="against this CPU's bf16 dot limit of $(bf16_limit bf16_dot) per thread (\`build/bench_peak\`). The per-head kernels here are the AVX-512 BF16
 family (core/cpu/cpu_nn_attn_bf16.c); the batched GEMMs are the path before them, which still runs where neither
 family can."
 else
