@@ -67,6 +67,7 @@ FL_INLINE void kern(const uint32_t *ap, int64_t ars, int64_t aks, const uint16_t
         acc[i][0] = load_c && i < mr ? _mm512_maskz_loadu_ps(k0, c + i * ldc) : _mm512_setzero_ps();
         acc[i][1] = load_c && i < mr ? _mm512_maskz_loadu_ps(k1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
+    #pragma GCC unroll 4   /* the loop's own instructions shared by four pairs, as the FMA families' kernels */
     for (int64_t kp = 0; kp < kcp; kp++) {
         const __m512bh b0 = (__m512bh)_mm512_load_si512(bp + kp * 2 * NR), b1 = (__m512bh)_mm512_load_si512(bp + kp * 2 * NR + 32);
         #pragma GCC unroll 8

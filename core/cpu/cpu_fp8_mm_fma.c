@@ -189,6 +189,7 @@ static inline __attribute__((always_inline)) void kern(const float *ap, int64_t 
             acc[i][1] = _mm256_setzero_ps();
         }
     }
+    #pragma GCC unroll 4   /* the loop's own instructions shared by four k (docs/performance.md: 5% at one thread) */
     for (int64_t k = 0; k < kc; k++) {
         const __m256 b0 = _mm256_load_ps(bp + k * NR), b1 = _mm256_load_ps(bp + k * NR + 8);
         #pragma GCC unroll 6
@@ -280,6 +281,7 @@ static inline __attribute__((always_inline)) FL_CPU_AVX512 void kern512(const fl
             acc[i][p] = load_c && i < mr ? _mm512_maskz_loadu_ps(km[p], c + i * ldc + p * NR) : _mm512_setzero_ps();
     const float *bq[NP5];
     for (int p = 0; p < NP5; p++) bq[p] = bp[p];
+    #pragma GCC unroll 4   /* as kern's loop */
     for (int64_t k = 0; k < kc; k++) {
         __m512 bv[NP5];
         for (int p = 0; p < NP5; p++) bv[p] = _mm512_load_ps(bq[p] + k * NR);
