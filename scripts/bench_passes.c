@@ -2,6 +2,7 @@
  * one call each, fastest and median of R: the FP8 cast alone (quantize, per tensor), GELU with the next layer's
  * input cast (quantize_gelu), dY's cast with the bias gradient (quantize_dbias), GELU's backward with dY's cast
  * and the bias gradient (quantize_dbias_dgelu), LayerNorm with the next cast (layernorm_quantize, rows of C),
+ * LayerNorm's backward (layernorm_bwd: dx, and dw and db added to),
  * the bias gradient alone (the column sum, reduce), and a memcpy of the fp32 source for scale.
  * Usage: bench_passes [ROWS COLS R [MODE]] (default 2048 1024 30); threads from OMP_NUM_THREADS. MODE: cold (one
  * store into each line of a 64 MiB buffer before each timed call, bench_util.h, so the operands come from memory
@@ -56,9 +57,12 @@ int main(int argc, char **argv) {
     check(fl_tensor_empty(&mean, FL_F32, 1, &R, 0), "alloc");
     check(fl_tensor_empty(&rstd, FL_F32, 1, &R, 0), "alloc");
     const float scale = 64.0f, gscale = 4096.0f;
-    enum { NPASS = 7 };
+    fl_tensor *dx = f32(2, shape, 0.0f, 23), *dw = f32(1, &C, 0.0f, 29), *dbn = f32(1, &C, 0.0f, 31);
+    check(dev->layernorm_fwd(fl_tensor_data(x), fl_tensor_data(w), fl_tensor_data(b), fl_tensor_data(copy),
+                             fl_tensor_data(mean), fl_tensor_data(rstd), R, C, 1e-5f), "layernorm_fwd");
+    enum { NPASS = 8 };
     static const char *const names[NPASS] = { "quantize", "quantize_gelu", "quantize_dbias", "quantize_dbias_dgelu",
-                                              "layernorm_quantize", "reduce_bias", "memcpy" };
+                                              "layernorm_quantize", "reduce_bias", "memcpy", "layernorm_bwd" };
     double *ts = malloc((size_t)reps * sizeof(double));
     if (!ts) return 1;
     for (int p = 0; p < NPASS; p++) {
@@ -73,7 +77,12 @@ int main(int argc, char **argv) {
             case 3: check(dev->quantize_dbias_dgelu(q, dy, x, &gscale, FL_SATURATE, db), names[p]); break;
             case 4: check(dev->layernorm_quantize(q, x, w, b, mean, rstd, 1e-5f, &scale, FL_SATURATE), names[p]); break;
             case 5: check(fl_reduce_raw(&sum, FL_OP_SUM, dy, 0, false), names[p]); break;
-            default: memcpy(fl_tensor_data(copy), fl_tensor_data(x), (size_t)(R * C) * sizeof(float)); break;
+            case 6: memcpy(fl_tensor_data(copy), fl_tensor_data(x), (size_t)(R * C) * sizeof(float)); break;
+            default:
+                check(dev->layernorm_bwd(fl_tensor_data(x), fl_tensor_data(w), fl_tensor_data(mean), fl_tensor_data(rstd),
+                                         fl_tensor_data(dy), fl_tensor_data(dx), fl_tensor_data(dw), fl_tensor_data(dbn),
+                                         R, C), names[p]);
+                break;
             }
             ts[r] = bench_now() - t0;
             if (ts[r] < best) best = ts[r];
@@ -84,7 +93,7 @@ int main(int argc, char **argv) {
                (long long)C, omp_get_max_threads(), cold ? "cold" : "warm", best * 1e3, bench_median(ts, reps) * 1e3);
     }
     free(ts);
-    fl_tensor *all[] = { x, dy, w, b, copy, q, db, mean, rstd };
+    fl_tensor *all[] = { x, dy, w, b, copy, q, db, mean, rstd, dx, dw, dbn };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fl_tensor_release(all[i]);
     return 0;
 }
