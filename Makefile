@@ -236,7 +236,8 @@ $(BUILD)/bench_fp8_gemm: $(BUILD)/scripts/bench_fp8_gemm.o $(CORE_OBJ) $(CU_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 
 # ---- the passes over a layer's activations besides its GEMMs (scripts/bench_passes.c): the fused casts, the bias
-# gradient, LayerNorm with its cast and its backward; run as OMP_NUM_THREADS=T build/bench_passes [ROWS COLS R [cold]] ----
+# gradient, LayerNorm with its cast and its backward;
+# run as OMP_NUM_THREADS=T build/bench_passes [ROWS COLS R [cold]] ----
 $(BUILD)/bench_passes: $(BUILD)/scripts/bench_passes.o $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STAMP)
 	$(CC) $(LDFLAGS) -o $@ $(LINK_IN) $(LDLIBS)
 

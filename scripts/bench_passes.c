@@ -79,9 +79,9 @@ int main(int argc, char **argv) {
             case 5: check(fl_reduce_raw(&sum, FL_OP_SUM, dy, 0, false), names[p]); break;
             case 6: memcpy(fl_tensor_data(copy), fl_tensor_data(x), (size_t)(R * C) * sizeof(float)); break;
             default:
-                check(dev->layernorm_bwd(fl_tensor_data(x), fl_tensor_data(w), fl_tensor_data(mean), fl_tensor_data(rstd),
-                                         fl_tensor_data(dy), fl_tensor_data(dx), fl_tensor_data(dw), fl_tensor_data(dbn),
-                                         R, C), names[p]);
+                check(dev->layernorm_bwd(fl_tensor_data(x), fl_tensor_data(w), fl_tensor_data(mean),
+                                         fl_tensor_data(rstd), fl_tensor_data(dy), fl_tensor_data(dx),
+                                         fl_tensor_data(dw), fl_tensor_data(dbn), R, C), names[p]);
                 break;
             }
             ts[r] = bench_now() - t0;
