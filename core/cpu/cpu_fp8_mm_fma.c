@@ -255,16 +255,18 @@ __attribute__((noinline)) static void kern_panel(const float *ap, const float *b
  * into NP5 FMAs (NP5 B loads and MR5 broadcasts per MR5·NP5 FMAs). Past the last panel bp[p] is the first panel
  * again and its columns are not stored. */
 #ifndef FL_MM_FMA512_MR
-#define FL_MM_FMA512_MR 12
+#define FL_MM_FMA512_MR 6
 #endif
 #ifndef FL_MM_FMA512_NP
-#define FL_MM_FMA512_NP 2
+#define FL_MM_FMA512_NP 4
 #endif
 /* K blocks of KC5: a B block of 512 KiB (fp32, 256 columns), half of Skylake-SP's L2. The GPT's twelve GEMMs alone
  * (operands evicted, the two builds alternating) 32.0-33.5 ms against 33.0-34.0 with the AVX2 family's 256; in the
- * step no difference showed (the GEMMs' profiled time within 2%). Of the micro-tiles 12 × 32 measured fastest:
- * 8 × 48 35.1-35.4 ms against 31.3-32.5, and 6 × 64 and 24 × 16, as GCC 12 compiles them, 98.7-111.1
- * (docs/performance.md, "Intel without the tiles"). */
+ * step no difference showed (the GEMMs' profiled time within 2%). The micro-tile 6 × 64: with every loop over the
+ * panels unrolled (below; without that pragma GCC 12 kept a 6 × 64 tile's sums in memory, 98.7-111.1 ms), its 24
+ * FMAs take 4 B loads and 6 broadcasts against 12 × 32's 2 and 12, and 64 divides the GPT's widths (48 would not):
+ * the twelve GEMMs on one thread 49.5-51.3 ms against 52.4-56.1 for 12 × 32, 8 × 48 55.0-56.4 (docs/performance.md,
+ * "Intel without the tiles" and the seventh session's section). */
 enum { MR5 = FL_MM_FMA512_MR, NP5 = FL_MM_FMA512_NP, KC5 = 512 };
 _Static_assert(AG % MR5 == 0, "the AVX-512 micro-tiles cut an A group into whole steps");
 _Static_assert(MR5 * NP5 + NP5 <= 32, "the accumulators and B vectors fit the 32 registers");
@@ -273,21 +275,26 @@ static inline __attribute__((always_inline)) FL_CPU_AVX512 void kern512(const fl
                                                                       int64_t ldc, int64_t mr, int64_t nv, bool load_c,
                                                                       bool last, const mm_epi *E) {
     __mmask16 km[NP5];
+    #pragma GCC unroll 8
     for (int p = 0; p < NP5; p++) km[p] = fl_avx512_lanes(nv - p * NR);
     __m512 acc[MR5][NP5];
     #pragma GCC unroll 16
     for (int i = 0; i < MR5; i++)
+        #pragma GCC unroll 8
         for (int p = 0; p < NP5; p++)
             acc[i][p] = load_c && i < mr ? _mm512_maskz_loadu_ps(km[p], c + i * ldc + p * NR) : _mm512_setzero_ps();
     const float *bq[NP5];
+    #pragma GCC unroll 8
     for (int p = 0; p < NP5; p++) bq[p] = bp[p];
     #pragma GCC unroll 4   /* as kern's loop */
     for (int64_t k = 0; k < kc; k++) {
         __m512 bv[NP5];
+        #pragma GCC unroll 8
         for (int p = 0; p < NP5; p++) bv[p] = _mm512_load_ps(bq[p] + k * NR);
         #pragma GCC unroll 16
         for (int i = 0; i < MR5; i++) {
             const __m512 av = _mm512_set1_ps(ap[i * ars + k * aks]);
+            #pragma GCC unroll 8
             for (int p = 0; p < NP5; p++) acc[i][p] = _mm512_fmadd_ps(av, bv[p], acc[i][p]);
         }
     }
@@ -295,6 +302,7 @@ static inline __attribute__((always_inline)) FL_CPU_AVX512 void kern512(const fl
     const bool vec = E->rs || E->cs;
     const bool ld = last && E->cs;   /* the column scales are read only by the last K block */
     __m512 bvv[NP5], csv[NP5];
+    #pragma GCC unroll 8
     for (int p = 0; p < NP5; p++) {
         bvv[p] = bias ? _mm512_maskz_loadu_ps(km[p], bias + p * NR) : _mm512_setzero_ps();
         csv[p] = ld ? _mm512_maskz_loadu_ps(km[p], E->cs + p * NR) : _mm512_set1_ps(E->sb0);
@@ -304,6 +312,7 @@ static inline __attribute__((always_inline)) FL_CPU_AVX512 void kern512(const fl
     for (int i = 0; i < MR5; i++) {
         if (i >= mr) break;
         const __m512 ra = _mm512_set1_ps(vec && E->rs ? E->rs[i] : E->sa0);
+        #pragma GCC unroll 8
         for (int p = 0; p < NP5; p++) {
             __m512 v = acc[i][p];
             if (last) {   /* sum·(sa·sb), then + bias, then + the addend: kern's operations */
