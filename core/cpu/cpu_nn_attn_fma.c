@@ -60,6 +60,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int n
     for (int r = 0; r < mr; r++)
         #pragma GCC unroll 8
         for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    #pragma GCC unroll 4   /* the loop's own instructions shared by four m (docs/performance.md, the seventh session) */
     for (int64_t m = m0; m < m1; m++) {
         __m256 bv[NVMAX];
         #pragma GCC unroll 8
@@ -110,6 +111,7 @@ static inline __attribute__((always_inline)) FL_CPU_AVX512 void tile512(const in
     for (int r = 0; r < mr; r++)
         #pragma GCC unroll 8
         for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    #pragma GCC unroll 4   /* as tile's */
     for (int64_t m = m0; m < m1; m++) {
         __m512 bv[NV5];
         #pragma GCC unroll 8
