@@ -11,6 +11,7 @@
 
 #ifdef __x86_64__
 #include "cpu_avx2.h"
+#include <cpuid.h>
 #include "fp8_x86.h"
 
 /* Blocking. Micro-tile MR × NR of C in 2·MR ymm accumulators (each 8 columns), the two B vectors and one A
@@ -412,7 +413,11 @@ static void run_group512(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int
 }
 
 static bool usable(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    /* F16C by cpuid (leaf 1, ECX): clang 14's __builtin_cpu_supports has no "f16c" (scripts/analyze.sh builds
+     * this file with it) */
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+           (c & bit_F16C);
 }
 
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {

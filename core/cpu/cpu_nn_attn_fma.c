@@ -534,6 +534,7 @@ fl_status fl_cpu_attn_fma_bwd_at(const float *q, const float *k, const float *v,
                                  const float *dout, fl_attn_layout out_l, float *dq, float *dk, float *dv,
                                  fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                                  int causal) {
+    if (!att) return FL_ERR(FL_EINVAL, "attention backward: no probabilities given (the statistics form has its entry)");
     return bwd_at(q, k, v, in, att, NULL, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, false);
 }
 
@@ -546,6 +547,7 @@ fl_status fl_cpu_attn_fma_stats_bwd_at(const float *q, const float *k, const flo
                                        const float *st, const float *dout, fl_attn_layout out_l, float *dq, float *dk,
                                        float *dv, fl_attn_layout din, int64_t B, int64_t H, int64_t T, int64_t D,
                                        float scale, int causal) {
+    if (!st) return FL_ERR(FL_EINVAL, "attention backward: no row statistics given");
     return bwd_at(q, k, v, in, NULL, st, dout, out_l, dq, dk, dv, din, B, H, T, D, scale, causal, false);
 }
 
