@@ -250,7 +250,7 @@ typedef struct {
 
 typedef struct { uint32_t unf, sat, nan; } q512_counts;
 /* The fast steps' counters (q512_fast, q256_fast): lanes past the overflow threshold, NaN included. */
-typedef struct { uint32_t over, nan; } q256_fast_counts;
+typedef struct { uint32_t over, nan; } qfast_counts;
 
 /* a = |x·scale| (bits) to its magnitude code where it is finite: rn rounds a normal to nearest even, rs a
  * subnormal (by the magic add); *normal: the lanes that took rn. c->half already has rebias << shift subtracted;
@@ -343,7 +343,7 @@ static inline void quant_loops512(const q512_consts *c, const float *src, const 
  * a vector. Bytes and counts are q512_step's (test_format compares both with the scalar reference). */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __m512 *vmax, __m512i *unf,
-                                q256_fast_counts *n, const unsigned shift) {
+                                qfast_counts *n, const unsigned shift) {
     const __m512i xa = _mm512_and_si512(_mm512_castps_si512(x), c->absm);
     *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     const __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, c->vs));
@@ -369,7 +369,7 @@ static inline void quant_fast512(const q512_consts *c, uint32_t thr, const float
                                  __m512 *vmax, q512_counts *cnt, const unsigned shift) {
     const __m512i thr1 = _mm512_set1_epi32((int)thr);
     __m512i unf = _mm512_setzero_si512();
-    q256_fast_counts k = {0, 0};
+    qfast_counts k = {0, 0};
     for (size_t i = 0; i < n; i += 64) {
         const __m512i r0 = q512_fast(c, thr1, _mm512_loadu_ps(src + i), vmax, &unf, &k, shift);
         const __m512i r1 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 16), vmax, &unf, &k, shift);
@@ -494,7 +494,7 @@ static float lanes_max8(__m256 v) {
  * both with the scalar reference). */
 __attribute__((target("avx2,popcnt"), always_inline))
 static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __m256 *vmax, __m256i *unf,
-                                q256_fast_counts *n) {
+                                qfast_counts *n) {
     const __m256i xa = _mm256_and_si256(_mm256_castps_si256(x), c->absm);
     *vmax = _mm256_max_ps(_mm256_castsi256_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
     const __m256 y = _mm256_mul_ps(x, c->vs);
@@ -521,7 +521,7 @@ static void quant_fast256(const q256_consts *c, uint32_t thr, const float *src, 
                           q512_counts *cnt) {
     const __m256i thr1 = _mm256_set1_epi32((int)thr);
     __m256i unf = _mm256_setzero_si256();
-    q256_fast_counts k = {0, 0};
+    qfast_counts k = {0, 0};
     for (size_t i = 0; i + 32 <= n; i += 32) {   /* n: a multiple of 32 */
         const __m256i r0 = q256_fast(c, thr1, _mm256_loadu_ps(src + i), vmax, &unf, &k);
         const __m256i r1 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 8), vmax, &unf, &k);

@@ -128,19 +128,23 @@ static inline void ln_rows2(const float *x0, const float *x1, const float *w, co
     ln_row(x1, w, b, y1, mean + 1, rstd + 1, cols, eps);
 }
 
+/* Rows 2·pi and (when there) 2·pi + 1 of x [rows, cols] into y0 and the row after it: the forward's task (an odd
+ * count's last task is one row). Returns the task's row count. */
+static inline int64_t ln_task(const float *x, const float *w, const float *b, float *y0, float *mean, float *rstd,
+                              int64_t rows, int64_t cols, float eps, bool wide, int64_t pi) {
+    const int64_t r = 2 * pi, nr = rows - r < 2 ? rows - r : 2;
+    if (r + 3 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, 2 * cols);
+    if (nr == 2) ln_rows2(x + r * cols, x + (r + 1) * cols, w, b, y0, y0 + cols, mean + r, rstd + r, cols, eps, wide);
+    else ln_row(x + r * cols, w, b, y0, mean + r, rstd + r, cols, eps);
+    return nr;
+}
+
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                           int64_t rows, int64_t cols, float eps) {
     const bool wide = fl_cpu_avx512();
-    const int64_t pairs = rows / 2;   /* rows 2p and 2p + 1; an odd last row by ln_row */
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t p = 0; p < pairs; p++) {
-        const int64_t r = 2 * p;
-        if (r + 3 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, 2 * cols);
-        ln_rows2(x + r * cols, x + (r + 1) * cols, w, b, y + r * cols, y + (r + 1) * cols, mean + r, rstd + r, cols,
-                 eps, wide);
-    }
-    const int64_t last = rows - 1;
-    if (rows % 2) ln_row(x + last * cols, w, b, y + last * cols, mean + last, rstd + last, cols, eps);
+    for (int64_t pi = 0; pi < (rows + 1) / 2; pi++)
+        ln_task(x, w, b, y + 2 * pi * cols, mean, rstd, rows, cols, eps, wide, pi);
 }
 
 /* fl_cpu_layernorm_fwd with y cast per tensor to fmt with `scale` as it is made (fl_quantize_f32 two rows at a time
@@ -151,7 +155,6 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
     fl_cast_stats acc = { 0, 0, 0, 0 };
     int nerr = 0, noom = 0;
     const bool wide = fl_cpu_avx512();
-    const int64_t pairs = (rows + 1) / 2;   /* the last "pair" of an odd count is one row */
     #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
@@ -161,15 +164,11 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
             noom++;
         }
         #pragma omp for schedule(static)
-        for (int64_t pi = 0; pi < pairs; pi++) {
+        for (int64_t pi = 0; pi < (rows + 1) / 2; pi++) {
             if (!yr) continue;
-            const int64_t r = 2 * pi, nr = rows - r < 2 ? rows - r : 2;
-            if (r + 3 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, 2 * cols);
-            if (nr == 2)
-                ln_rows2(x + r * cols, x + (r + 1) * cols, w, b, yr, yr + cols, mean + r, rstd + r, cols, eps, wide);
-            else ln_row(x + r * cols, w, b, yr, mean + r, rstd + r, cols, eps);
+            const int64_t nr = ln_task(x, w, b, yr, mean, rstd, rows, cols, eps, wide, pi);
             fl_cast_stats s;
-            if (fl_quantize_f32(yr, q + r * cols, (size_t)(nr * cols), fmt, scale, p, &s) != FL_OK) {
+            if (fl_quantize_f32(yr, q + 2 * pi * cols, (size_t)(nr * cols), fmt, scale, p, &s) != FL_OK) {
                 #pragma omp atomic
                 nerr++;
                 continue;
