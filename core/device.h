@@ -51,23 +51,28 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * operands in place). The copy may be handed to fp8_gemm as a cache slot's content for that operand. */       \
     X(quantize_transpose, (fl_tensor *dst, fl_tensor *dst_t, const fl_tensor *src, const float *scale,             \
                            int margin, bool pow2, fl_overflow p))                                                  \
-    /* Per-tensor quantize of a contiguous fp32 [R, C] src with the host scale (delayed scaling), as quantize    \
-     * with axis < 0, that also writes dbias [C] (fp32, contiguous) = Σ_r src[r, :] — a linear layer's bias        \
-     * gradient from the dY it casts, in one read of dY — with the bits fl_reduce's sum over dim 0 gives.         \
-     * NULL entry: the caller casts and reduces separately. */                                                     \
-    X(quantize_dbias, (fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p, fl_tensor *dbias))  \
-    /* Per-tensor quantize of GELU(src) (approx 1: the tanh form) with the host scale, for a contiguous fp32 src:  \
-     * the bytes and statistics that the device's GELU followed by quantize give, without the fp32 output in    \
-     * memory (an FP8 linear's input cast fused into the activation before it). NULL entry: the caller runs     \
-     * the two. */                                                                                                 \
-    X(quantize_gelu, (fl_tensor *dst, const fl_tensor *src, const float *scale, int approx, fl_overflow p))       \
-    /* Per-tensor quantize of dY = GELU'(x) ⊙ src (the tanh form's derivative) with the host scale, for contiguous \
-     * fp32 src and x of one shape [R, C], and dbias [C] = Σ_r dY[r, :] unless NULL: the bytes, statistics and   \
-     * sums that the device's act_bwd followed by quantize_dbias (quantize, without dbias) give, without dY in   \
-     * memory (the dY cast of a linear layer whose output went through GELU, fused into GELU's backward). NULL  \
+    /* Per-tensor quantize of a contiguous fp32 [R, C] src, as quantize with axis < 0, that also writes dbias    \
+     * [C] (fp32, contiguous) = Σ_r src[r, :] — a linear layer's bias gradient from the dY it casts, in the       \
+     * cast's read of dY — with the bits fl_reduce's sum over dim 0 gives. scale: the host scale (delayed         \
+     * scaling), or NULL for current scaling with (margin, pow2): quantize_current's amax, scale and bytes, the    \
+     * amax in a read of its own before the cast's. NULL entry: the caller casts and reduces separately. */       \
+    X(quantize_dbias, (fl_tensor *dst, const fl_tensor *src, const float *scale, int margin, bool pow2,            \
+                       fl_overflow p, fl_tensor *dbias))                                                           \
+    /* Per-tensor quantize of GELU(src) (approx 1: the tanh form), for a contiguous fp32 src: the bytes and       \
+     * statistics that the device's GELU followed by quantize (scale: the host scale) or quantize_current (scale  \
+     * NULL: current scaling with margin, pow2) give, without the fp32 output in memory (an FP8 linear's input   \
+     * cast fused into the activation before it; current scaling computes GELU twice, once for the amax). NULL  \
+     * entry: the caller runs the two. */                                                                          \
+    X(quantize_gelu, (fl_tensor *dst, const fl_tensor *src, const float *scale, int margin, bool pow2, int approx, \
+                      fl_overflow p))                                                                              \
+    /* Per-tensor quantize of dY = GELU'(x) ⊙ src (the tanh form's derivative), for contiguous fp32 src and x of   \
+     * one shape [R, C], and dbias [C] = Σ_r dY[r, :] unless NULL: the bytes, statistics and sums that the        \
+     * device's act_bwd followed by quantize_dbias (quantize or quantize_current, without dbias) give, with the  \
+     * scale as quantize_dbias takes it, without dY in memory (the dY cast of a linear layer whose output went   \
+     * through GELU, fused into GELU's backward; current scaling computes dY twice, once for the amax). NULL     \
      * entry: the caller runs the two. */                                                                          \
     X(quantize_dbias_dgelu, (fl_tensor *dst, const fl_tensor *src, const fl_tensor *x, const float *scale,          \
-                             fl_overflow p, fl_tensor *dbias))                                                     \
+                             int margin, bool pow2, fl_overflow p, fl_tensor *dbias))                              \
     /* Per-row current scaling of a contiguous fp32 [R, C] src (quantize_current with axis 0) that, in the same   \
      * read, also gives what dY's other uses need under rowwise scaling: col_amax [C] in host memory               \
      * (max_r |src[r, c]|, NaN ignored: wgrad's per-column scales), unless NULL, and dbias [C] (fp32,              \

@@ -150,11 +150,16 @@ static fl_status cast_observed(fl_tensor **q, const fl_tensor *src32, fl_scaling
     return st;
 }
 
-/* cast_observed per tensor of GELU(src32) with the role's stored scale, in GELU's pass (the device's quantize_gelu). */
+/* The per-tensor scale role s casts with, as the device's fused casts take it: its stored scale, or NULL for
+ * current scaling (with s->margin and s->pow2). */
+static const float *fused_scale(const fl_scaling *s) { return is_current(s, false, -1) ? NULL : &s->scale; }
+
+/* cast_observed per tensor of GELU(src32), in GELU's pass (the device's quantize_gelu). */
 static fl_status cast_observed_gelu(fl_tensor **q, const fl_tensor *src32, fl_scaling *s, bool record) {
     fl_tensor *a = NULL;
     fl_status st = new_q(&a, src32, s->fmt, -1);
-    if (st == FL_OK) st = fl_device_get(src32->device)->quantize_gelu(a, src32, &s->scale, 1, FL_SATURATE);
+    if (st == FL_OK)
+        st = fl_device_get(src32->device)->quantize_gelu(a, src32, fused_scale(s), s->margin, s->pow2, 1, FL_SATURATE);
     if (st == FL_OK) st = observe(s, a, record);
     if (st != FL_OK) { fl_tensor_release(a); return st; }
     *q = a;
@@ -187,19 +192,19 @@ static fl_status cast_observed_t(fl_tensor **q, fl_tensor **qt, const fl_tensor 
 }
 
 /* dY's per-tensor cast (cast_observed_t), and with `db` the bias gradient Σ_rows dY: read in the cast's pass
- * where the device sums while it casts (quantize_dbias: delayed scaling, no transposed copy wanted from a
- * device that makes one); else *db stays NULL and the caller reduces dY itself. */
+ * where the device sums while it casts (quantize_dbias: no transposed copy wanted from a device that makes one);
+ * else *db stays NULL and the caller reduces dY itself. */
 static fl_status cast_dy(fl_tensor **q, fl_tensor **qt, fl_tensor **db, const fl_tensor *g32, fl_scaling *s, bool record,
                          bool want_t) {
     const fl_device *dev = fl_device_get(g32->device);
-    if (!db || !dev || !dev->quantize_dbias || is_current(s, false, -1) || (want_t && dev->quantize_transpose))
+    if (!db || !dev || !dev->quantize_dbias || (want_t && dev->quantize_transpose))
         return cast_observed_t(q, qt, g32, s, record, want_t);
     *qt = NULL;
     fl_tensor *a = NULL, *b = NULL;
     const int64_t n = g32->shape[1];
     fl_status st = new_q(&a, g32, s->fmt, -1);
     if (st == FL_OK) st = fl_tensor_empty(&b, FL_F32, 1, &n, g32->device);
-    if (st == FL_OK) st = dev->quantize_dbias(a, g32, &s->scale, FL_SATURATE, b);
+    if (st == FL_OK) st = dev->quantize_dbias(a, g32, fused_scale(s), s->margin, s->pow2, FL_SATURATE, b);
     if (st == FL_OK) st = observe(s, a, record);
     if (st != FL_OK) { fl_tensor_release(a); fl_tensor_release(b); return st; }
     *q = a;
@@ -337,12 +342,11 @@ static void layer_ctx_free(void *p) { fl_fp8_layer_release(p); }
 
 static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin);
 
-/* Whether a layer's backward (node p) casts dY per tensor with its stored scale for FP8 GEMMs alone, so a
- * consumer may cast dY for it (handover_dgelu): TENSOR granularity, dgrad and wgrad in FP8, delayed scaling past
- * its warm-up, and dX or dW wanted. */
+/* Whether a layer's backward (node p) casts dY per tensor for FP8 GEMMs alone, so a consumer may cast dY for it
+ * (handover_dgelu): TENSOR granularity, dgrad and wgrad in FP8, and dX or dW wanted. */
 static bool takes_fp8_dy(const fl_node *p) {
     const fl_fp8_layer *l = p->ctx;
-    return l->gran == FL_GRAN_TENSOR && !l->hp[1] && !l->hp[2] && !is_current(&l->role[FL_ROLE_GRAD], false, -1) &&
+    return l->gran == FL_GRAN_TENSOR && !l->hp[1] && !l->hp[2] &&
            (fl_node_input_needs_grad(p, 0) || fl_node_input_needs_grad(p, 1)) &&
            !(p->ninputs > SV_RES_IN && fl_node_input_needs_grad(p, SV_RES_IN));   /* a residual takes dY as it is */
 }
@@ -365,7 +369,8 @@ static fl_status handover_dgelu(fl_tensor **out, fl_node *n, const fl_tensor *t)
     fl_tensor *q = NULL, *db = NULL;
     fl_status st = new_q(&q, t, s->fmt, -1);
     if (st == FL_OK && fl_node_input_needs_grad(p, 2)) st = fl_tensor_empty(&db, FL_F32, 1, &t->shape[1], t->device);
-    if (st == FL_OK) st = dev->quantize_dbias_dgelu(q, t, n->saved[SV_XPRE], &s->scale, FL_SATURATE, db);
+    if (st == FL_OK)
+        st = dev->quantize_dbias_dgelu(q, t, n->saved[SV_XPRE], fused_scale(s), s->margin, s->pow2, FL_SATURATE, db);
     if (st == FL_OK) st = observe(s, q, p->iargs[1] != 0);
     if (st == FL_OK) st = fl_tensor_reshape(out, q, x->ndim, x->shape);
     if (st == FL_OK) fl_node_save(p, SV_DB, db);
@@ -657,9 +662,8 @@ fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tenso
     if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
     FL_TRY(check_args(x, w, b, w_fp8));
     const fl_device *dev = fl_device_get(x->device);
-    /* Fused where the input cast is a per-tensor cast with the stored scale that backward keeps only in FP8 */
-    if (dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2] &&
-        !is_current(&l->role[FL_ROLE_INPUT], false, -1)) {
+    /* Fused where the input cast is a per-tensor cast (stored or current scale) that backward keeps only in FP8 */
+    if (dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2]) {
         FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
         return linear_impl(out, x, w, b, residual, l, record, w_fp8, true, NULL);
     }

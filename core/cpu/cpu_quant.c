@@ -111,13 +111,55 @@ fl_status fl_cpu_dev_quantize(fl_tensor *dst, const fl_tensor *src, const float 
  * computed as fl_cpu_gelu_fwd on the whole array computes it; the cast is per element and its statistics are a max
  * and counts), threads splitting the chunks: the fp32 activation never reaches memory. */
 #define GQ_CHUNK (4 * FL_CPU_ACT_SPAN)
-fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const float *scale, int approx, fl_overflow p) {
+
+/* The per-tensor scale of current scaling for a cast into dst's format of values whose amax is `amax`:
+ * fl_cpu_dev_quantize_current's. */
+static float current_scale(const fl_tensor *dst, float amax, int margin, bool pow2) {
+    return fl_amax_to_scale_current(amax, (float)fl_format(dst->dtype)->max, margin, pow2);
+}
+
+/* max |GELU(x[i])| (tanh form, NaN ignored) over n elements, GELU made in quantize_gelu's chunks, which the
+ * threads split (a max: any order gives it). 0 where out of memory (*oom set). */
+static float gelu_amax(const float *x, int64_t n, bool *oom) {
+    const int64_t chunks = (n + GQ_CHUNK - 1) / GQ_CHUNK;
+    float m = 0.0f;
+    #pragma omp parallel if (n >= FL_CPU_PAR_MIN)
+    {
+        float mine = 0.0f, *buf = malloc(GQ_CHUNK * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int64_t c = 0; c < chunks; c++) {
+            if (!buf) continue;
+            const int64_t i0 = c * GQ_CHUNK, len = n - i0 < GQ_CHUNK ? n - i0 : GQ_CHUNK;
+            if (i0 + 2 * GQ_CHUNK <= n) fl_cpu_prefetch_row(x + i0 + GQ_CHUNK, GQ_CHUNK);   /* the next chunk */
+            fl_cpu_gelu_tanh_fwd_serial(x + i0, buf, len);
+            const float a = fl_amax_f32(buf, (size_t)len);
+            mine = a > mine ? a : mine;
+        }
+        #pragma omp critical
+        {
+            m = mine > m ? mine : m;
+            if (!buf) *oom = true;
+        }
+        free(buf);
+    }
+    return m;
+}
+
+fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const float *scale, int margin, bool pow2,
+                                   int approx, fl_overflow p) {
     const int64_t n = fl_tensor_numel(src);
     if (approx != 1 || src->dtype != FL_F32 || !fl_tensor_is_contiguous(src) || !fl_tensor_is_contiguous(dst) ||
         fl_tensor_numel(dst) != n || !fl_format(dst->dtype)->is_fp8)
         return FL_ERR(FL_EINVAL, "quantize_gelu: expects the tanh GELU of a contiguous fp32 source into FP8 of its size");
     const float *x = fl_tensor_data(src);
     uint8_t *d = fl_tensor_data(dst);
+    float cur;
+    if (!scale) {   /* current scaling: GELU's amax in a pass of its own, GELU made again for the cast */
+        bool oom = false;
+        cur = current_scale(dst, gelu_amax(x, n, &oom), margin, pow2);
+        if (oom) return FL_ERR(FL_ENOMEM, "quantize_gelu: out of memory");
+        scale = &cur;
+    }
     fl_cast_stats acc = { 0, 0, 0, 0 };
     fl_status st = FL_OK;
     const int64_t chunks = (n + GQ_CHUNK - 1) / GQ_CHUNK;
@@ -149,15 +191,52 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     return fl_check_interrupt();
 }
 
+/* max |GELU'(gx) ⊙ src| (NaN ignored) over the rows of contiguous fp32 [R, C] src and gx, each row made as
+ * quant_dbias_rows makes it; threads split the rows (a max: any order gives it). */
+static fl_status dgelu_amax(const float *src, const float *gx, int64_t R, int64_t C, float *out) {
+    float m = 0.0f;
+    bool oom = false;
+    #pragma omp parallel if (R * C >= FL_CPU_PAR_MIN)
+    {
+        float mine = 0.0f, *dy = malloc((size_t)(C > 0 ? C : 1) * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            if (!dy) continue;
+            if (r + 2 < R) { fl_cpu_prefetch_row(src + (r + 2) * C, C); fl_cpu_prefetch_row(gx + (r + 2) * C, C); }
+            fl_cpu_gelu_tanh_bwd_serial(gx + r * C, src + r * C, dy, C);
+            const float a = fl_amax_f32(dy, (size_t)C);
+            mine = a > mine ? a : mine;
+        }
+        #pragma omp critical
+        {
+            m = mine > m ? mine : m;
+            if (!dy) oom = true;
+        }
+        free(dy);
+    }
+    if (oom) return FL_ERR(FL_ENOMEM, "quantize_dbias_dgelu: out of memory for a row of %lld", (long long)C);
+    *out = m;
+    return fl_check_interrupt();
+}
+
 /* dY's per-tensor cast and, with dbias, its column sums in one read, the sums in fl_cpu_dev_reduce's order
  * (FL_CPU_SUM_ROWS). With gx, dY is GELU'(gx) ⊙ src, made a row at a time into a scratch row that stays in cache
- * (GELU's backward per element: the values act_bwd gives on the whole array). */
+ * (GELU's backward per element: the values act_bwd gives on the whole array). scale NULL: current scaling with
+ * (margin, pow2), dY's amax in a read before the cast's (dY made twice with gx). */
 static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl_tensor *gx, const float *scale,
-                                  fl_overflow p, fl_tensor *dbias) {
+                                  int margin, bool pow2, fl_overflow p, fl_tensor *dbias) {
     const int64_t R = src->shape[0], C = src->shape[1], chunks = (R + FL_CPU_SUM_ROWS - 1) / FL_CPU_SUM_ROWS;
     const float *x = fl_tensor_data(src), *xg = gx ? fl_tensor_data(gx) : NULL;
     uint8_t *d = fl_tensor_data(dst);
     float *db = dbias ? fl_tensor_data(dbias) : NULL;
+    float cur;
+    if (!scale) {
+        float amax = 0.0f;
+        if (xg) FL_TRY(dgelu_amax(x, xg, R, C, &amax));
+        else if (R * C > 0) FL_TRY(fl_cpu_dev_amax(src, -1, &amax));
+        cur = current_scale(dst, amax, margin, pow2);
+        scale = &cur;
+    }
     ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / scale[0];
     double *psum = db ? calloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)(C > 0 ? C : 1), sizeof(double)) : NULL;
     if (db && !psum) return FL_ERR(FL_ENOMEM, "quantize_dbias: out of memory for %lld column sums", (long long)(chunks * C));
@@ -211,16 +290,16 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
     return fl_check_interrupt();
 }
 
-fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const float *scale, fl_overflow p,
-                                    fl_tensor *dbias) {
+fl_status fl_cpu_dev_quantize_dbias(fl_tensor *dst, const fl_tensor *src, const float *scale, int margin, bool pow2,
+                                    fl_overflow p, fl_tensor *dbias) {
     if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) || dbias->dtype != FL_F32 ||
         !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])
         return FL_ERR(FL_EINVAL, "quantize_dbias: expects a contiguous fp32 [R, C] source and an fp32 [C] bias gradient");
-    return quant_dbias_rows(dst, src, NULL, scale, p, dbias);
+    return quant_dbias_rows(dst, src, NULL, scale, margin, pow2, p, dbias);
 }
 
 fl_status fl_cpu_dev_quantize_dbias_dgelu(fl_tensor *dst, const fl_tensor *src, const fl_tensor *x, const float *scale,
-                                          fl_overflow p, fl_tensor *dbias) {
+                                          int margin, bool pow2, fl_overflow p, fl_tensor *dbias) {
     if (src->dtype != FL_F32 || src->ndim != 2 || !fl_tensor_is_contiguous(src) || x->dtype != FL_F32 ||
         !fl_shape_equal(2, src->shape, x->ndim, x->shape) || !fl_tensor_is_contiguous(x) ||
         !fl_format(dst->dtype)->is_fp8 || !fl_shape_equal(2, src->shape, dst->ndim, dst->shape) ||
@@ -228,7 +307,7 @@ fl_status fl_cpu_dev_quantize_dbias_dgelu(fl_tensor *dst, const fl_tensor *src, 
         (dbias && (dbias->dtype != FL_F32 || !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != src->shape[1])))
         return FL_ERR(FL_EINVAL, "quantize_dbias_dgelu: expects contiguous fp32 [R, C] dY and GELU input into FP8 of "
                       "that shape, and an fp32 [C] bias gradient or none");
-    return quant_dbias_rows(dst, src, x, scale, p, dbias);
+    return quant_dbias_rows(dst, src, x, scale, margin, pow2, p, dbias);
 }
 
 /* Current scaling with one scale per row of a contiguous fp32 [rows, cols]: each row's amax, scale and cast in

@@ -387,15 +387,27 @@ static float lcg_uniform(uint32_t *s, float c) {
     return (float)(*s >> 8) / 16777216.0f - c;
 }
 
+/* The fused casts' three ways to scale (quantize_dbias, quantize_dbias_dgelu, quantize_gelu): mode 0 the host
+ * scale, 1 and 2 current scaling (margin 0 and 1, pow2 off and on); ref_cast: the plain cast each must match,
+ * quantize or quantize_current. */
+static const float *mode_scale(int mode, const float *host) { return mode ? NULL : host; }
+static int mode_margin(int mode) { return mode == 2; }
+static bool mode_pow2(int mode) { return mode == 2; }
+static fl_status ref_cast(const fl_device *cpu, fl_tensor *q, const fl_tensor *src, int mode, const float *host) {
+    return mode ? cpu->quantize_current(q, src, -1, mode_margin(mode), mode_pow2(mode), FL_SATURATE)
+                : cpu->quantize(q, src, host, -1, FL_SATURATE);
+}
+
 /* The CPU's cast of dY with its column sums (quantize_dbias) gives the bytes, scale_inv and statistics of
- * quantize and the bits of fl_reduce's sum over dim 0, on shapes with partial row chunks and columns past
- * one reduction tile, on 1 and 2 threads. */
+ * quantize (host scale) or quantize_current (current scaling) and the bits of fl_reduce's sum over dim 0, on
+ * shapes with partial row chunks and columns past one reduction tile, on 1 and 2 threads. */
 TEST(fp8_quantize_dbias_matches_cast_and_reduce) {
-    static const int64_t shapes[][2] = { { 2048, 768 }, { 257, 33 }, { 1, 5 }, { 600, 1500 } };
+    static const int64_t shapes[][2] = { { 2048, 768 }, { 257, 33 }, { 1, 5 }, { 600, 1500 }, { 0, 7 } };
     const fl_device *cpu = fl_cpu_device();
     const int threads0 = omp_get_max_threads();
     for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int tm = 0; tm < 6; tm++) {
+            const int threads = 1 + tm % 2, mode = tm / 2;
             omp_set_num_threads(threads);
             const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
             fl_tensor *src = NULL, *q1 = NULL, *q2 = NULL, *db = NULL, *ref = NULL;
@@ -409,14 +421,17 @@ TEST(fp8_quantize_dbias_matches_cast_and_reduce) {
             REQUIRE_OK(fl_tensor_empty(&q1, FL_E5M2, 2, sh, FL_DEV_CPU));
             REQUIRE_OK(fl_tensor_empty(&q2, FL_E5M2, 2, sh, FL_DEV_CPU));
             REQUIRE_OK(fl_tensor_empty(&db, FL_F32, 1, &C, FL_DEV_CPU));
-            REQUIRE_OK(cpu->quantize(q1, src, &scale, -1, FL_SATURATE));
-            REQUIRE_OK(cpu->quantize_dbias(q2, src, &scale, FL_SATURATE, db));
+            REQUIRE_OK(ref_cast(cpu, q1, src, mode, &scale));
+            REQUIRE_OK(cpu->quantize_dbias(q2, src, mode_scale(mode, &scale), mode_margin(mode), mode_pow2(mode),
+                                           FL_SATURATE, db));
             REQUIRE_OK(fl_reduce_raw(&ref, FL_OP_SUM, src, 0, false));
-            CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)(R * C)), "%lldx%lld: bytes differ", (long long)R, (long long)C);
-            CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv), "scale_inv differs");
+            CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)(R * C)), "%lldx%lld mode %d: bytes differ",
+                  (long long)R, (long long)C, mode);
+            CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv),
+                  "%lldx%lld mode %d: scale_inv differs", (long long)R, (long long)C, mode);
             CHECK(q1->qstats.amax == q2->qstats.amax && q1->qstats.underflow == q2->qstats.underflow &&
                   q1->qstats.saturated == q2->qstats.saturated && q1->qstats.nan == q2->qstats.nan,
-                  "%lldx%lld: statistics differ", (long long)R, (long long)C);
+                  "%lldx%lld mode %d: statistics differ", (long long)R, (long long)C, mode);
             CHECK(!memcmp(fl_tensor_data(db), fl_tensor_data(ref), (size_t)C * sizeof(float)),
                   "%lldx%lld threads %d: column sums differ from the reduction", (long long)R, (long long)C, threads);
             fl_tensor *t[] = { src, q1, q2, db, ref };
@@ -426,15 +441,17 @@ TEST(fp8_quantize_dbias_matches_cast_and_reduce) {
 }
 
 /* The CPU's quantize_dbias_dgelu against its act_bwd (tanh GELU's derivative) then quantize_dbias, and then
- * quantize where no bias gradient is asked for: the same bytes, scale_inv, statistics and column sums, on shapes
- * with partial row chunks, rows not a multiple of a vector and columns past GELU's span, on 1 and 2 threads, with
- * values that saturate, underflow and are NaN; and its refusals. */
+ * quantize (quantize_current) where no bias gradient is asked for: the same bytes, scale_inv, statistics and column
+ * sums, with the host scale and with current scaling, on shapes with partial row chunks, rows not a multiple of a
+ * vector and columns past GELU's span, on 1 and 2 threads, with values that saturate, underflow and are NaN; and
+ * its refusals. */
 TEST(fp8_quantize_dbias_dgelu_matches_gelu_bwd_then_cast) {
     static const int64_t shapes[][2] = { { 2048, 1024 }, { 257, 33 }, { 1, 5 }, { 300, 4100 } };
     const fl_device *cpu = fl_cpu_device();
     const int threads0 = omp_get_max_threads();
     for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int tm = 0; tm < 6; tm++) {
+            const int threads = 1 + tm % 2, mode = tm / 2;
             omp_set_num_threads(threads);
             const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
             fl_tensor *t[8] = { NULL };   /* src, x, dy, q1, q2, q3, db1, db2 */
@@ -449,27 +466,31 @@ TEST(fp8_quantize_dbias_dgelu_matches_gelu_bwd_then_cast) {
                 if (i % 1009 == 7) x[i] = NAN;
             }
             const float scale = 37.5f;
+            const float *sc = mode_scale(mode, &scale);
+            const int mg = mode_margin(mode);
+            const bool p2 = mode_pow2(mode);
             REQUIRE_OK(cpu->act_bwd(FL_ACT_GELU_TANH, x, g, dy, R * C));
-            REQUIRE_OK(cpu->quantize_dbias(t[3], t[2], &scale, FL_SATURATE, t[6]));
-            REQUIRE_OK(cpu->quantize_dbias_dgelu(t[4], t[0], t[1], &scale, FL_SATURATE, t[7]));
-            REQUIRE_OK(cpu->quantize(t[5], t[2], &scale, -1, FL_SATURATE));
+            REQUIRE_OK(cpu->quantize_dbias(t[3], t[2], sc, mg, p2, FL_SATURATE, t[6]));
+            REQUIRE_OK(cpu->quantize_dbias_dgelu(t[4], t[0], t[1], sc, mg, p2, FL_SATURATE, t[7]));
+            REQUIRE_OK(ref_cast(cpu, t[5], t[2], mode, &scale));
             fl_tensor *q3 = NULL;   /* no bias gradient: the bytes and statistics of the plain cast */
             REQUIRE_OK(fl_tensor_empty(&q3, FL_E5M2, 2, sh, FL_DEV_CPU));
-            REQUIRE_OK(cpu->quantize_dbias_dgelu(q3, t[0], t[1], &scale, FL_SATURATE, NULL));
+            REQUIRE_OK(cpu->quantize_dbias_dgelu(q3, t[0], t[1], sc, mg, p2, FL_SATURATE, NULL));
             const fl_tensor *qs[3] = { t[4], t[5], q3 };
             for (int k = 0; k < 3; k++) {
                 const fl_tensor *a = t[3], *b = qs[k];
-                CHECK(!memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)(R * C)), "%lldx%lld threads %d (%d): bytes differ",
-                      (long long)R, (long long)C, threads, k);
-                CHECK(*(float *)fl_tensor_data(a->scale_inv) == *(float *)fl_tensor_data(b->scale_inv), "scale_inv differs");
+                CHECK(!memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)(R * C)),
+                      "%lldx%lld threads %d mode %d (%d): bytes differ", (long long)R, (long long)C, threads, mode, k);
+                CHECK(*(float *)fl_tensor_data(a->scale_inv) == *(float *)fl_tensor_data(b->scale_inv),
+                      "%lldx%lld mode %d (%d): scale_inv differs", (long long)R, (long long)C, mode, k);
                 CHECK(a->qstats.amax == b->qstats.amax && a->qstats.underflow == b->qstats.underflow &&
                       a->qstats.saturated == b->qstats.saturated && a->qstats.nan == b->qstats.nan,
-                      "%lldx%lld threads %d (%d): statistics differ", (long long)R, (long long)C, threads, k);
+                      "%lldx%lld threads %d mode %d (%d): statistics differ", (long long)R, (long long)C, threads, mode, k);
             }
             CHECK(!memcmp(fl_tensor_data(t[6]), fl_tensor_data(t[7]), (size_t)C * sizeof(float)),
                   "%lldx%lld threads %d: column sums differ", (long long)R, (long long)C, threads);
-            CHECK(R * C < 1000 || (t[3]->qstats.saturated > 0 && t[3]->qstats.nan > 0 && t[3]->qstats.underflow > 0),
-                  "%lldx%lld: the data must saturate, underflow and hold NaN", (long long)R, (long long)C);
+            CHECK(R * C < 1000 || ((mode || t[3]->qstats.saturated > 0) && t[3]->qstats.nan > 0 && t[3]->qstats.underflow > 0),
+                  "%lldx%lld: the data must saturate (host scale), underflow and hold NaN", (long long)R, (long long)C);
             fl_tensor_release(q3);
             for (int i = 0; i < 8; i++) fl_tensor_release(t[i]);
         }
@@ -484,21 +505,24 @@ TEST(fp8_quantize_dbias_dgelu_matches_gelu_bwd_then_cast) {
     REQUIRE_OK(fl_tensor_empty(&qf, FL_F32, 2, sh, FL_DEV_CPU));
     REQUIRE_OK(fl_tensor_empty(&db, FL_F32, 1, &five, FL_DEV_CPU));
     float f = 1.0f;
-    CHECK(cpu->quantize_dbias_dgelu(q, g, x2, &f, FL_SATURATE, NULL) == FL_EINVAL, "x of another shape");
-    CHECK(cpu->quantize_dbias_dgelu(q, g, x, &f, FL_SATURATE, db) == FL_EINVAL, "a bias gradient of 5 for 6 columns");
-    CHECK(cpu->quantize_dbias_dgelu(qf, g, x, &f, FL_SATURATE, NULL) == FL_EINVAL, "an fp32 destination");
+    CHECK(cpu->quantize_dbias_dgelu(q, g, x2, &f, 0, false, FL_SATURATE, NULL) == FL_EINVAL, "x of another shape");
+    CHECK(cpu->quantize_dbias_dgelu(q, g, x, NULL, 0, false, FL_SATURATE, db) == FL_EINVAL,
+          "a bias gradient of 5 for 6 columns");
+    CHECK(cpu->quantize_dbias_dgelu(qf, g, x, &f, 0, false, FL_SATURATE, NULL) == FL_EINVAL, "an fp32 destination");
     fl_tensor *r[] = { g, x, x2, q, qf, db };
     for (unsigned i = 0; i < 6; i++) fl_tensor_release(r[i]);
 }
 
-/* The CPU's quantize_gelu against its GELU then quantize: the same bytes, scale_inv and statistics, on sizes
- * around its chunks and GELU's spans, 1 and 2 threads, with values that saturate, underflow and are NaN. */
+/* The CPU's quantize_gelu against its GELU then quantize (host scale) or quantize_current (current scaling): the
+ * same bytes, scale_inv and statistics, on sizes around its chunks and GELU's spans, 1 and 2 threads, with values
+ * that saturate, underflow and are NaN. */
 TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
-    static const int64_t sizes[] = { 1, 4095, 4097, 16384, 16385, 3 * 16384 + 77, 1 << 17 };
+    static const int64_t sizes[] = { 0, 1, 4095, 4097, 16384, 16385, 3 * 16384 + 77, 1 << 17 };
     const fl_device *cpu = fl_cpu_device();
     const int threads0 = omp_get_max_threads();
     for (unsigned si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int tm = 0; tm < 6; tm++) {
+            const int threads = 1 + tm % 2, mode = tm / 2;
             omp_set_num_threads(threads);
             const int64_t n = sizes[si];
             fl_tensor *src = NULL, *h = NULL, *q1 = NULL, *q2 = NULL;
@@ -514,16 +538,18 @@ TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
             REQUIRE_OK(fl_tensor_empty(&q1, FL_E4M3, 1, &n, FL_DEV_CPU));
             REQUIRE_OK(fl_tensor_empty(&q2, FL_E4M3, 1, &n, FL_DEV_CPU));
             REQUIRE_OK(cpu->act_fwd(FL_ACT_GELU_TANH, x, fl_tensor_data(h), n));
-            REQUIRE_OK(cpu->quantize(q1, h, &scale, -1, FL_SATURATE));
-            REQUIRE_OK(cpu->quantize_gelu(q2, src, &scale, 1, FL_SATURATE));
-            CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)n), "n %lld threads %d: bytes differ", (long long)n,
-                  threads);
-            CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv), "scale_inv differs");
+            REQUIRE_OK(ref_cast(cpu, q1, h, mode, &scale));
+            REQUIRE_OK(cpu->quantize_gelu(q2, src, mode_scale(mode, &scale), mode_margin(mode), mode_pow2(mode), 1,
+                                          FL_SATURATE));
+            CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)n), "n %lld threads %d mode %d: bytes differ",
+                  (long long)n, threads, mode);
+            CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv),
+                  "n %lld mode %d: scale_inv differs", (long long)n, mode);
             CHECK(q1->qstats.amax == q2->qstats.amax && q1->qstats.underflow == q2->qstats.underflow &&
                   q1->qstats.saturated == q2->qstats.saturated && q1->qstats.nan == q2->qstats.nan,
-                  "n %lld threads %d: statistics differ", (long long)n, threads);
-            CHECK(n < 1000 || (q1->qstats.saturated > 0 && q1->qstats.nan > 0), "n %lld: the data must saturate and hold NaN",
-                  (long long)n);
+                  "n %lld threads %d mode %d: statistics differ", (long long)n, threads, mode);
+            CHECK(n < 1000 || mode || (q1->qstats.saturated > 0 && q1->qstats.nan > 0),
+                  "n %lld: the data must saturate and hold NaN", (long long)n);
             fl_tensor *t[] = { src, h, q1, q2 };
             for (unsigned i = 0; i < 4; i++) fl_tensor_release(t[i]);
         }
@@ -533,14 +559,15 @@ TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
     const int64_t one = 1;
     REQUIRE_OK(fl_tensor_empty(&a, FL_F32, 1, &one, FL_DEV_CPU));
     REQUIRE_OK(fl_tensor_empty(&b, FL_E4M3, 1, &one, FL_DEV_CPU));
-    CHECK(cpu->quantize_gelu(b, a, &f, 0, FL_SATURATE) == FL_EINVAL, "the erf form is not the entry's");
+    CHECK(cpu->quantize_gelu(b, a, &f, 0, false, 0, FL_SATURATE) == FL_EINVAL, "the erf form is not the entry's");
     fl_tensor_release(a); fl_tensor_release(b);
 }
 
 /* fl_fp8_linear_gelu against fl_gelu then fl_fp8_linear, over three steps of a delayed-scaling layer (history
- * updates between them): the same outputs, input and weight gradients and recipe state bit for bit, whether it
- * fuses (past the warm-up) or runs the two ops (the warm-up's current scaling; a layer with a high-precision GEMM). */
-static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, float *y, float *dx, float *dw,
+ * updates between them; warmup: its first casts take current scales) or a current-scaling one (current, with
+ * power-of-two scales and a margin of 1): the same outputs, input and weight gradients and recipe state bit for bit,
+ * whether it fuses (per-tensor casts, every GEMM in FP8) or runs the two ops (a layer with a high-precision GEMM). */
+static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, bool current, float *y, float *dx, float *dw,
                                    float *hist, int *nfused) {
     *nfused = 0;
     lin_case c;
@@ -549,7 +576,8 @@ static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, flo
     static const fl_dtype fmts[3] = { FL_E4M3, FL_E4M3, FL_E5M2 };
     fl_status st = FL_OK;
     for (int i = 0; i < 3 && st == FL_OK; i++) {
-        st = fl_scaling_init(&r[i], fmts[i], FL_SCALE_DELAYED, false, 0, FL_AMAX_MAX, 4, 1);
+        st = fl_scaling_init(&r[i], fmts[i], current ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, current, current,
+                             FL_AMAX_MAX, 4, 1);
         r[i].warmup = warmup;   /* MS-AMP's: the first `warmup` casts take current scales */
     }
     fl_fp8_layer *l = NULL;
@@ -585,13 +613,14 @@ static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, flo
 TEST(fp8_linear_gelu_matches_gelu_then_linear) {
     static const bool hps[2][3] = { { false, false, false }, { false, true, false } };
     for (int hi = 0; hi < 2; hi++)
-        for (int warmup = 0; warmup <= 2; warmup += 2) {
+        for (int sc = 0; sc < 3; sc++) {   /* delayed, delayed with a warm-up of 2 casts, current */
+            const int warmup = sc == 1 ? 2 : 0;
             float y[2][3 * N * M], dx[2][3 * N * K], dw[2][3 * M * K], hist[2][18];
             int nf[2];
             for (int f = 0; f < 2; f++)
-                REQUIRE_OK(gelu_linear_steps(f, hps[hi], warmup, y[f], dx[f], dw[f], hist[f], &nf[f]));
-            /* fused: every step of the all-FP8 layer past its warm-up; never with a high-precision GEMM */
-            CHECK(nf[0] == 0 && nf[1] == (hi ? 0 : 3 - warmup), "hp %d warm-up %d: %d fused steps", hi, warmup, nf[1]);
+                REQUIRE_OK(gelu_linear_steps(f, hps[hi], warmup, sc == 2, y[f], dx[f], dw[f], hist[f], &nf[f]));
+            /* fused: every step of the all-FP8 layer, whatever its scaling; never with a high-precision GEMM */
+            CHECK(nf[0] == 0 && nf[1] == (hi ? 0 : 3), "hp %d scaling %d: %d fused steps", hi, sc, nf[1]);
             CHECK(!memcmp(y[0], y[1], sizeof y[0]), "hp %d warm-up %d: outputs differ", hi, warmup);
             CHECK(!memcmp(dx[0], dx[1], sizeof dx[0]), "hp %d warm-up %d: input gradients differ", hi, warmup);
             CHECK(!memcmp(dw[0], dw[1], sizeof dw[0]), "hp %d warm-up %d: weight gradients differ", hi, warmup);
@@ -684,17 +713,17 @@ TEST(fp8_linear_residual_matches_linear_then_add) {
 }
 
 /* Two FP8 layers with a tanh GELU between them (fl_fp8_linear, then fl_fp8_linear_gelu) against fl_fp8_linear,
- * fl_gelu, fl_fp8_linear over three steps: the second layer's backward casts the first layer's dY for it (the
- * first layer's dy_handovers counts those steps) where the first layer casts dY per tensor with its stored scale
- * and GELU's input has no other consumer; outputs, every gradient and both layers' recipe state are the same bits
- * either way. */
+ * fl_gelu, fl_fp8_linear over three steps, with delayed scaling (and a warm-up) and with current scaling: the second
+ * layer's backward casts the first layer's dY for it (the first layer's dy_handovers counts those steps) where the
+ * first layer casts dY per tensor and GELU's input has no other consumer; outputs, every gradient and both layers'
+ * recipe state are the same bits either way. */
 enum { M2 = 16 };
 typedef struct {
     float y[3 * N * M2], dx[3 * N * K], dw1[3 * M * K], db1[3 * M], dw2[3 * M2 * M], db2[3 * M2], hist[2][18];
     int64_t handed;
 } mlp_out;
 
-static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool second_use, mlp_out *o) {
+static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool second_use, bool current, mlp_out *o) {
     lin_case c;
     make_case(&c);
     fl_rng rng;
@@ -712,7 +741,8 @@ static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool secon
     for (int k = 0; k < 2 && st == FL_OK; k++) {
         fl_scaling r[3];
         for (int i = 0; i < 3 && st == FL_OK; i++) {
-            st = fl_scaling_init(&r[i], fmts[i], FL_SCALE_DELAYED, false, 0, FL_AMAX_MAX, 4, 1);
+            st = fl_scaling_init(&r[i], fmts[i], current ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, current, 0, FL_AMAX_MAX,
+                                 4, 1);
             r[i].warmup = k == 0 ? warmup : 0;
         }
         if (st == FL_OK) st = fl_fp8_layer_new(&l[k], r, k == 0 ? hp1 : no_hp, FL_GRAN_TENSOR);
@@ -762,15 +792,18 @@ static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool secon
 
 TEST(fp8_linear_gelu_casts_dy_for_the_layer_before) {
     static const bool all_fp8[3] = { false, false, false }, hp_dgrad[3] = { false, true, false };
-    static const struct { const bool *hp; int warmup; bool second; int handed; } cases[] = {
-        { all_fp8, 0, false, 3 },     /* every step */
-        { all_fp8, 2, false, 1 },     /* the first layer's warm-up: current scaling, its own cast */
-        { hp_dgrad, 0, false, 0 },    /* dgrad in high precision reads the fp32 dY */
-        { all_fp8, 0, true, 0 },      /* GELU's input has a second consumer: dY is a sum */
+    static const struct { const bool *hp; int warmup; bool second, current; int handed; } cases[] = {
+        { all_fp8, 0, false, false, 3 },    /* every step */
+        { all_fp8, 2, false, false, 3 },    /* the first layer's warm-up too (current scaling, dY's amax first) */
+        { all_fp8, 0, false, true, 3 },     /* current scaling (power-of-two scales), every step */
+        { hp_dgrad, 0, false, false, 0 },   /* dgrad in high precision reads the fp32 dY */
+        { all_fp8, 0, true, false, 0 },     /* GELU's input has a second consumer: dY is a sum */
+        { all_fp8, 0, true, true, 0 },
     };
     static mlp_out o[2];
     for (unsigned ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        for (int f = 0; f < 2; f++) REQUIRE_OK(mlp_steps(f, cases[ci].hp, cases[ci].warmup, cases[ci].second, &o[f]));
+        for (int f = 0; f < 2; f++)
+            REQUIRE_OK(mlp_steps(f, cases[ci].hp, cases[ci].warmup, cases[ci].second, cases[ci].current, &o[f]));
         CHECK(o[0].handed == 0 && o[1].handed == cases[ci].handed, "case %u: %lld steps handed over, expected %d", ci,
               (long long)o[1].handed, cases[ci].handed);
         CHECK(!memcmp(o[0].y, o[1].y, sizeof o[0].y), "case %u: outputs differ", ci);
