@@ -111,12 +111,14 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
     X(layernorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,       \
                       float *dx, float *dw, float *db, int64_t rows, int64_t cols))                                \
     /* layernorm_fwd of a contiguous fp32 x [rows, cols] (cols its last dim; w, b contiguous fp32 [cols] or NULL)  \
-     * with y cast per tensor into the FP8 dst of x's shape with the host scale as it is made: dst's bytes and    \
-     * statistics are those of layernorm_fwd then quantize, mean and rstd [rows] (fp32) are layernorm_fwd's, and  \
-     * y is never in memory (an FP8 linear's input cast fused into the LayerNorm before it). NULL entry: the      \
+     * with y cast per tensor into the FP8 dst of x's shape as it is made: dst's bytes and statistics are those   \
+     * of layernorm_fwd then quantize (scale: the host scale) or quantize_current (scale NULL: current scaling    \
+     * with margin, pow2; y's amax in a pass of its own first), mean and rstd [rows] (fp32) are layernorm_fwd's,  \
+     * and y is never in memory (an FP8 linear's input cast fused into the LayerNorm before it). NULL entry: the  \
      * caller runs the two. */                                                                                     \
     X(layernorm_quantize, (fl_tensor *dst, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,             \
-                           fl_tensor *mean, fl_tensor *rstd, float eps, const float *scale, fl_overflow p))        \
+                           fl_tensor *mean, fl_tensor *rstd, float eps, const float *scale, int margin, bool pow2, \
+                           fl_overflow p))                                                                         \
     /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows                 \
      * into dweight (+=), in index order (deterministic). */                                                       \
     X(embedding_fwd, (const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y))     \

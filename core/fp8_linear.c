@@ -682,12 +682,11 @@ fl_status fl_fp8_linear_layernorm(fl_tensor **out, const fl_tensor *x, const fl_
     FL_TRY(check_args(x, w, b, w_fp8));
     const fl_device *dev = fl_device_get(x->device);
     fl_scaling *s = &l->role[FL_ROLE_INPUT];
-    /* Fused where the input cast is a per-tensor cast with the stored scale that backward keeps only in FP8 */
-    if (dev && dev->layernorm_quantize && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2] &&
-        !is_current(s, false, -1)) {
+    /* Fused where the input cast is a per-tensor cast (stored or current scale) that backward keeps only in FP8 */
+    if (dev && dev->layernorm_quantize && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2]) {
         FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
         fl_tensor *y = NULL, *q = NULL;
-        fl_status st = fl_layer_norm_fp8(&y, &q, x, ln_w, ln_b, eps, s->fmt, &s->scale);
+        fl_status st = fl_layer_norm_fp8(&y, &q, x, ln_w, ln_b, eps, s->fmt, fused_scale(s), s->margin, s->pow2);
         if (st == FL_OK) st = observe(s, q, record);
         if (st == FL_OK) st = linear_impl(out, y, w, b, NULL, l, record, w_fp8, false, q);
         fl_tensor_release(y);

@@ -28,12 +28,13 @@ fl_status fl_cross_entropy(fl_tensor **out, const fl_tensor *logits, const fl_te
 fl_status fl_mse_loss(fl_tensor **out, const fl_tensor *x, const fl_tensor *y);
 /* Over the last dim; w, b [last dim] or NULL. */
 fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, double eps);
-/* LayerNorm(x) cast per tensor to FP8 fmt with the host scale in LayerNorm's pass (the device's layernorm_quantize):
- * *q that cast (its statistics in qstats, scale_inv 1/scale), *y LayerNorm's output as a header without storage
+/* LayerNorm(x) cast per tensor to FP8 fmt in LayerNorm's pass (the device's layernorm_quantize), with the host scale
+ * or, where scale is NULL, current scaling (margin, pow2): *q that cast (its statistics in qstats, scale_inv 1/the
+ * scale), *y LayerNorm's output as a header without storage
  * (fl_tensor_header) that carries its history: fl_layer_norm's backward, which reads x and not y. For a consumer
  * that keeps only *q (fl_fp8_linear_layernorm). FL_EUNSUPPORTED where the device has no such entry. */
 fl_status fl_layer_norm_fp8(fl_tensor **y, fl_tensor **q, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                            double eps, fl_dtype fmt, const float *scale);
+                            double eps, fl_dtype fmt, const float *scale, int margin, bool pow2);
 /* idx [...] integral values in [0, vocab), weight [vocab, dim] → [..., dim] */
 fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *weight);
 /* Inverted dropout. Not training or p == 0: x itself (retained). rng NULL: fl_default_rng(); its

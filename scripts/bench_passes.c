@@ -5,8 +5,9 @@
  * LayerNorm's backward (layernorm_bwd: dx, and dw and db added to),
  * the bias gradient alone (the column sum, reduce), and a memcpy of the fp32 source for scale; then the passes of
  * current scaling (an ao step's): the amax alone (amax), the cast with its amax (quantize_current), the fused casts
- * with scale NULL (quantize_gelu_current, quantize_dbias_current, quantize_dbias_dgelu_current), and GELU and its
- * backward alone (gelu, gelu_bwd: what runs where no cast is fused).
+ * with scale NULL (quantize_gelu_current, quantize_dbias_current, quantize_dbias_dgelu_current), GELU and its
+ * backward alone (gelu, gelu_bwd: what runs where no cast is fused), and LayerNorm with the next cast
+ * (layernorm_quantize_current).
  * Usage: bench_passes [ROWS COLS R [MODE]] (default 2048 1024 30); threads from OMP_NUM_THREADS. MODE: cold (one
  * store into each line of a 64 MiB buffer before each timed call, bench_util.h, so the operands come from memory
  * as in a step). FP8LAB_CPU_ISA caps the instruction sets as it does fp8lab's (docs/cli.md).
@@ -63,11 +64,12 @@ int main(int argc, char **argv) {
     fl_tensor *dx = f32(2, shape, 0.0f, 23), *dw = f32(1, &C, 0.0f, 29), *dbn = f32(1, &C, 0.0f, 31);
     check(dev->layernorm_fwd(fl_tensor_data(x), fl_tensor_data(w), fl_tensor_data(b), fl_tensor_data(copy),
                              fl_tensor_data(mean), fl_tensor_data(rstd), R, C, 1e-5f), "layernorm_fwd");
-    enum { NPASS = 15 };
+    enum { NPASS = 16 };
     static const char *const names[NPASS] = { "quantize", "quantize_gelu", "quantize_dbias", "quantize_dbias_dgelu",
                                               "layernorm_quantize", "reduce_bias", "memcpy", "layernorm_bwd", "amax",
                                               "quantize_current", "quantize_gelu_current", "quantize_dbias_current",
-                                              "quantize_dbias_dgelu_current", "gelu", "gelu_bwd" };
+                                              "quantize_dbias_dgelu_current", "gelu", "gelu_bwd",
+                                              "layernorm_quantize_current" };
     float amax = 0.0f;
     double *ts = malloc((size_t)reps * sizeof(double));
     if (!ts) return 1;
@@ -81,7 +83,8 @@ int main(int argc, char **argv) {
             case 1: check(dev->quantize_gelu(q, x, &scale, 0, false, 1, FL_SATURATE), names[p]); break;
             case 2: check(dev->quantize_dbias(q, dy, &gscale, 0, false, FL_SATURATE, db), names[p]); break;
             case 3: check(dev->quantize_dbias_dgelu(q, dy, x, &gscale, 0, false, FL_SATURATE, db), names[p]); break;
-            case 4: check(dev->layernorm_quantize(q, x, w, b, mean, rstd, 1e-5f, &scale, FL_SATURATE), names[p]); break;
+            case 4: check(dev->layernorm_quantize(q, x, w, b, mean, rstd, 1e-5f, &scale, 0, false, FL_SATURATE), names[p]);
+                break;
             case 5: check(fl_reduce_raw(&sum, FL_OP_SUM, dy, 0, false), names[p]); break;
             case 6: memcpy(fl_tensor_data(copy), fl_tensor_data(x), (size_t)(R * C) * sizeof(float)); break;
             case 7:
@@ -95,6 +98,9 @@ int main(int argc, char **argv) {
             case 11: check(dev->quantize_dbias(q, dy, NULL, 0, false, FL_SATURATE, db), names[p]); break;
             case 12: check(dev->quantize_dbias_dgelu(q, dy, x, NULL, 0, false, FL_SATURATE, db), names[p]); break;
             case 13: check(dev->act_fwd(FL_ACT_GELU_TANH, fl_tensor_data(x), fl_tensor_data(dx), R * C), names[p]); break;
+            case 15:
+                check(dev->layernorm_quantize(q, x, w, b, mean, rstd, 1e-5f, NULL, 0, false, FL_SATURATE), names[p]);
+                break;
             default:
                 check(dev->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(x), fl_tensor_data(dy), fl_tensor_data(dx), R * C),
                       names[p]);

@@ -38,9 +38,11 @@ fl_status fl_cpu_cross_entropy_bwd(const float *logits, const float *target, int
  * Backward: dx, and dw/db accumulated (+=) when non-NULL. */
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                           int64_t rows, int64_t cols, float eps);
+/* LayerNorm's y cast per tensor to fmt as it is made, y never in memory: with *scale, or where scale is NULL with
+ * current scaling (margin, pow2: y's amax in a pass of its own first); *used: the scale the cast took. */
 fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
-                                    int64_t rows, int64_t cols, float eps, fl_dtype fmt, float scale, fl_overflow p,
-                                    fl_cast_stats *st);
+                                    int64_t rows, int64_t cols, float eps, fl_dtype fmt, const float *scale, int margin,
+                                    bool pow2, fl_overflow p, fl_cast_stats *st, float *used);
 fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                           float *dx, float *dw, float *db, int64_t rows, int64_t cols);
 /* Embedding: y[i,:] = weight[idx[i],:]; idx as floats holding integers in [0, vocab). Backward adds

@@ -52,7 +52,8 @@ fl_status fl_cpu_dev_layernorm_fwd(const float *x, const float *w, const float *
     return FL_OK;
 }
 fl_status fl_cpu_dev_layernorm_quantize(fl_tensor *dst, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
-                                        fl_tensor *mean, fl_tensor *rstd, float eps, const float *scale, fl_overflow p) {
+                                        fl_tensor *mean, fl_tensor *rstd, float eps, const float *scale, int margin,
+                                        bool pow2, fl_overflow p) {
     const int64_t cols = x->ndim ? x->shape[x->ndim - 1] : 1, rows = cols ? fl_tensor_numel(x) / cols : 0;
     const fl_tensor *wb[2] = { w, b };
     bool ok = x->dtype == FL_F32 && fl_tensor_is_contiguous(x) && fl_format(dst->dtype)->is_fp8 &&
@@ -65,10 +66,11 @@ fl_status fl_cpu_dev_layernorm_quantize(fl_tensor *dst, const fl_tensor *x, cons
         return FL_ERR(FL_EINVAL, "layernorm_quantize: expects a contiguous fp32 x [rows, cols] into FP8 of its shape, fp32 "
                       "[cols] weight and bias or none, and fp32 [rows] mean and rstd");
     fl_cast_stats st;
+    float used;
     FL_TRY(fl_cpu_layernorm_quantize(fl_tensor_data(x), w ? fl_tensor_data(w) : NULL, b ? fl_tensor_data(b) : NULL,
                                      fl_tensor_data(dst), fl_tensor_data(mean), fl_tensor_data(rstd), rows, cols, eps,
-                                     dst->dtype, scale[0], p, &st));
-    ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / scale[0];
+                                     dst->dtype, scale, margin, pow2, p, &st, &used));
+    ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / used;
     dst->qstats = st;
     return fl_check_interrupt();
 }

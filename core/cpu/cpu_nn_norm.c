@@ -5,6 +5,7 @@
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "format.h"
+#include "scale_rule.h"
 
 #include <stdlib.h>
 
@@ -147,14 +148,67 @@ void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float 
         ln_task(x, w, b, y + 2 * pi * cols, mean, rstd, rows, cols, eps, wide, pi);
 }
 
-/* fl_cpu_layernorm_fwd with y cast per tensor to fmt with `scale` as it is made (fl_quantize_f32 two rows at a time
- * from a scratch that stays in cache): q gets y's codes, *st their statistics; y is never in memory. */
+/* ln_task's rows of y from the mean and rstd it stored (its ln_apply, the same bits): the second pass of
+ * current scaling. */
+static inline int64_t ln_apply_task(const float *x, const float *w, const float *b, float *y0, const float *mean,
+                                    const float *rstd, int64_t rows, int64_t cols, bool wide, int64_t pi) {
+    const int64_t r = 2 * pi, nr = rows - r < 2 ? rows - r : 2;
+    if (r + 3 < rows) fl_cpu_prefetch_row(x + (r + 2) * cols, 2 * cols);
+    for (int64_t k = 0; k < nr; k++) {
+#ifdef __x86_64__
+        if (wide) { ln_apply512(x + (r + k) * cols, w, b, y0 + k * cols, mean[r + k], rstd[r + k], cols); continue; }
+#endif
+        ln_apply(x + (r + k) * cols, w, b, y0 + k * cols, mean[r + k], rstd[r + k], cols);
+    }
+    return nr;
+}
+
+/* max |y| (NaN ignored) over LayerNorm's rows, made by ln_task (mean and rstd stored) into a scratch: current
+ * scaling's first pass. */
+static fl_status ln_amax(const float *x, const float *w, const float *b, float *mean, float *rstd, int64_t rows,
+                         int64_t cols, float eps, bool wide, float *out) {
+    float m = 0.0f;
+    int noom = 0;
+    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
+    {
+        float mine = 0.0f, *yr = malloc((size_t)(cols > 0 ? 2 * cols : 1) * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int64_t pi = 0; pi < (rows + 1) / 2; pi++) {
+            if (!yr) continue;
+            const int64_t nr = ln_task(x, w, b, yr, mean, rstd, rows, cols, eps, wide, pi);
+            const float a = fl_amax_f32(yr, (size_t)(nr * cols));
+            mine = a > mine ? a : mine;
+        }
+        #pragma omp critical
+        {
+            m = mine > m ? mine : m;
+            if (!yr) noom++;
+        }
+        free(yr);
+    }
+    if (noom) return FL_ERR(FL_ENOMEM, "layernorm_quantize: out of memory for two rows of %lld", (long long)cols);
+    *out = m;
+    return FL_OK;
+}
+
+/* fl_cpu_layernorm_fwd with y cast per tensor to fmt as it is made (fl_quantize_f32 two rows at a time from a
+ * scratch that stays in cache): q gets y's codes, *st their statistics; y is never in memory. scale NULL: current
+ * scaling, y's amax (ln_amax, which stores mean and rstd) before the cast's pass, which applies them again. */
 fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
-                                    int64_t rows, int64_t cols, float eps, fl_dtype fmt, float scale, fl_overflow p,
-                                    fl_cast_stats *st) {
+                                    int64_t rows, int64_t cols, float eps, fl_dtype fmt, const float *scale, int margin,
+                                    bool pow2, fl_overflow p, fl_cast_stats *st, float *used) {
     fl_cast_stats acc = { 0, 0, 0, 0 };
     int nerr = 0, noom = 0;
-    const bool wide = fl_cpu_avx512();
+    const bool wide = fl_cpu_avx512(), current = !scale;
+    float sc;
+    if (current) {
+        float amax = 0.0f;
+        FL_TRY(ln_amax(x, w, b, mean, rstd, rows, cols, eps, wide, &amax));
+        sc = fl_amax_to_scale_current(amax, (float)fl_format(fmt)->max, margin, pow2);
+    } else {
+        sc = *scale;
+    }
+    *used = sc;
     #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
@@ -166,9 +220,10 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
         #pragma omp for schedule(static)
         for (int64_t pi = 0; pi < (rows + 1) / 2; pi++) {
             if (!yr) continue;
-            const int64_t nr = ln_task(x, w, b, yr, mean, rstd, rows, cols, eps, wide, pi);
+            const int64_t nr = current ? ln_apply_task(x, w, b, yr, mean, rstd, rows, cols, wide, pi)
+                                       : ln_task(x, w, b, yr, mean, rstd, rows, cols, eps, wide, pi);
             fl_cast_stats s;
-            if (fl_quantize_f32(yr, q + 2 * pi * cols, (size_t)(nr * cols), fmt, scale, p, &s) != FL_OK) {
+            if (fl_quantize_f32(yr, q + 2 * pi * cols, (size_t)(nr * cols), fmt, sc, p, &s) != FL_OK) {
                 #pragma omp atomic
                 nerr++;
                 continue;

@@ -816,16 +816,18 @@ TEST(fp8_linear_gelu_casts_dy_for_the_layer_before) {
     }
 }
 
-/* The CPU's layernorm_quantize against its layernorm_fwd then quantize: the same bytes, scale_inv, statistics and
- * row statistics, with and without the affine parameters, on shapes past a vector and with one row, on 1 and 2
- * threads, with rows that saturate, underflow and hold NaN; and its refusals. */
+/* The CPU's layernorm_quantize against its layernorm_fwd then quantize (host scale) or quantize_current (current
+ * scaling): the same bytes, scale_inv, statistics and row statistics, with and without the affine parameters, on
+ * shapes past a vector and with one row, on 1 and 2 threads, with rows that saturate, underflow and hold NaN; and
+ * its refusals. */
 TEST(fp8_layernorm_quantize_matches_layernorm_then_cast) {
-    static const int64_t shapes[][2] = { { 300, 256 }, { 7, 33 }, { 1, 5 }, { 40, 1100 } };
+    static const int64_t shapes[][2] = { { 300, 256 }, { 7, 33 }, { 1, 5 }, { 40, 1100 }, { 0, 8 } };
     const fl_device *cpu = fl_cpu_device();
     const int threads0 = omp_get_max_threads();
     for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int affine = 0; affine <= 1; affine++)
-            for (int threads = 1; threads <= 2; threads++) {
+            for (int tm = 0; tm < 6; tm++) {
+                const int threads = 1 + tm % 2, mode = tm / 2;
                 omp_set_num_threads(threads);
                 const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
                 fl_tensor *x = NULL, *y = NULL, *w = NULL, *b = NULL, *q1 = NULL, *q2 = NULL, *m[2] = { NULL }, *rs[2] = { NULL };
@@ -853,18 +855,23 @@ TEST(fp8_layernorm_quantize_matches_layernorm_then_cast) {
                 const fl_tensor *wa = affine ? w : NULL, *ba = affine ? b : NULL;
                 REQUIRE_OK(cpu->layernorm_fwd(xd, wa ? wd : NULL, ba ? bd : NULL, fl_tensor_data(y), fl_tensor_data(m[0]),
                                               fl_tensor_data(rs[0]), R, C, 1e-5f));
-                REQUIRE_OK(cpu->quantize(q1, y, &scale, -1, FL_SATURATE));
-                REQUIRE_OK(cpu->layernorm_quantize(q2, x, wa, ba, m[1], rs[1], 1e-5f, &scale, FL_SATURATE));
-                CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)(R * C)), "%lldx%lld affine %d threads %d: bytes differ",
-                      (long long)R, (long long)C, affine, threads);
-                CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv), "scale_inv differs");
+                REQUIRE_OK(ref_cast(cpu, q1, y, mode, &scale));
+                REQUIRE_OK(cpu->layernorm_quantize(q2, x, wa, ba, m[1], rs[1], 1e-5f, mode_scale(mode, &scale),
+                                                   mode_margin(mode), mode_pow2(mode), FL_SATURATE));
+                CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), (size_t)(R * C)),
+                      "%lldx%lld affine %d threads %d mode %d: bytes differ", (long long)R, (long long)C, affine, threads,
+                      mode);
+                CHECK(*(float *)fl_tensor_data(q1->scale_inv) == *(float *)fl_tensor_data(q2->scale_inv),
+                      "%lldx%lld mode %d: scale_inv differs", (long long)R, (long long)C, mode);
                 CHECK(q1->qstats.amax == q2->qstats.amax && q1->qstats.underflow == q2->qstats.underflow &&
                       q1->qstats.saturated == q2->qstats.saturated && q1->qstats.nan == q2->qstats.nan,
-                      "%lldx%lld affine %d threads %d: statistics differ", (long long)R, (long long)C, affine, threads);
+                      "%lldx%lld affine %d threads %d mode %d: statistics differ", (long long)R, (long long)C, affine,
+                      threads, mode);
                 CHECK(!memcmp(fl_tensor_data(m[0]), fl_tensor_data(m[1]), (size_t)R * 4) &&
                       !memcmp(fl_tensor_data(rs[0]), fl_tensor_data(rs[1]), (size_t)R * 4), "row statistics differ");
-                CHECK(R * C < 1000 || !affine || (q1->qstats.saturated > 0 && q1->qstats.nan > 0 && q1->qstats.underflow > 0),
-                      "%lldx%lld: the data must saturate, underflow and hold NaN", (long long)R, (long long)C);
+                CHECK(R * C < 1000 || !affine ||
+                      ((mode || q1->qstats.saturated > 0) && q1->qstats.nan > 0 && q1->qstats.underflow > 0),
+                      "%lldx%lld: the data must saturate (host scale), underflow and hold NaN", (long long)R, (long long)C);
                 fl_tensor *t[] = { x, y, w, b, q1, q2, m[0], m[1], rs[0], rs[1] };
                 for (unsigned i = 0; i < 10; i++) fl_tensor_release(t[i]);
             }
@@ -880,18 +887,22 @@ TEST(fp8_layernorm_quantize_matches_layernorm_then_cast) {
     REQUIRE_OK(fl_tensor_empty(&r, FL_F32, 1, &four, FL_DEV_CPU));
     REQUIRE_OK(fl_tensor_empty(&m3, FL_F32, 1, &three, FL_DEV_CPU));
     float f = 1.0f;
-    CHECK(cpu->layernorm_quantize(q, x, w5, NULL, m, r, 1e-5f, &f, FL_SATURATE) == FL_EINVAL, "a weight of 5 for 6 columns");
-    CHECK(cpu->layernorm_quantize(qf, x, NULL, NULL, m, r, 1e-5f, &f, FL_SATURATE) == FL_EINVAL, "an fp32 destination");
-    CHECK(cpu->layernorm_quantize(q, x, NULL, NULL, m3, r, 1e-5f, &f, FL_SATURATE) == FL_EINVAL, "a mean of 3 for 4 rows");
+    CHECK(cpu->layernorm_quantize(q, x, w5, NULL, m, r, 1e-5f, &f, 0, false, FL_SATURATE) == FL_EINVAL,
+          "a weight of 5 for 6 columns");
+    CHECK(cpu->layernorm_quantize(qf, x, NULL, NULL, m, r, 1e-5f, NULL, 0, false, FL_SATURATE) == FL_EINVAL,
+          "an fp32 destination");
+    CHECK(cpu->layernorm_quantize(q, x, NULL, NULL, m3, r, 1e-5f, &f, 0, false, FL_SATURATE) == FL_EINVAL,
+          "a mean of 3 for 4 rows");
     fl_tensor *t[] = { x, q, qf, w5, m, r, m3 };
     for (unsigned i = 0; i < 7; i++) fl_tensor_release(t[i]);
 }
 
-/* fl_fp8_linear_layernorm against fl_layer_norm then fl_fp8_linear over three steps of a delayed-scaling layer:
- * the same outputs, input, LayerNorm and layer gradients and recipe state bit for bit, whether it fuses (past the
- * warm-up, every GEMM in FP8: LayerNorm's output then exists only as its FP8 cast) or runs the two. */
-static fl_status ln_linear_steps(bool fused, const bool hp[3], int warmup, float *y, float *dx, float *dlw, float *dlb,
-                                 float *dw, float *hist, int *nfused) {
+/* fl_fp8_linear_layernorm against fl_layer_norm then fl_fp8_linear over three steps of a delayed-scaling layer (with
+ * or without a warm-up) or a current-scaling one (power-of-two scales, a margin of 1): the same outputs, input,
+ * LayerNorm and layer gradients and recipe state bit for bit, whether it fuses (per-tensor casts, every GEMM in FP8:
+ * LayerNorm's output then exists only as its FP8 cast) or runs the two. */
+static fl_status ln_linear_steps(bool fused, const bool hp[3], int warmup, bool current, float *y, float *dx, float *dlw,
+                                 float *dlb, float *dw, float *hist, int *nfused) {
     *nfused = 0;
     lin_case c;
     make_case(&c);
@@ -906,7 +917,8 @@ static fl_status ln_linear_steps(bool fused, const bool hp[3], int warmup, float
     fl_scaling r[3];
     static const fl_dtype fmts[3] = { FL_E4M3, FL_E4M3, FL_E5M2 };
     for (int i = 0; i < 3 && st == FL_OK; i++) {
-        st = fl_scaling_init(&r[i], fmts[i], FL_SCALE_DELAYED, false, 0, FL_AMAX_MAX, 4, 1);
+        st = fl_scaling_init(&r[i], fmts[i], current ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, current, current,
+                             FL_AMAX_MAX, 4, 1);
         r[i].warmup = warmup;
     }
     fl_fp8_layer *l = NULL;
@@ -945,12 +957,14 @@ static fl_status ln_linear_steps(bool fused, const bool hp[3], int warmup, float
 TEST(fp8_linear_layernorm_matches_layernorm_then_linear) {
     static const bool hps[2][3] = { { false, false, false }, { false, true, false } };
     for (int hi = 0; hi < 2; hi++)
-        for (int warmup = 0; warmup <= 2; warmup += 2) {
+        for (int sc = 0; sc < 3; sc++) {   /* delayed, delayed with a warm-up of 2 casts, current */
+            const int warmup = sc == 1 ? 2 : 0;
             float y[2][3 * N * M], dx[2][3 * N * K], dlw[2][3 * K], dlb[2][3 * K], dw[2][3 * M * K], hist[2][18];
             int nf[2];
             for (int f = 0; f < 2; f++)
-                REQUIRE_OK(ln_linear_steps(f, hps[hi], warmup, y[f], dx[f], dlw[f], dlb[f], dw[f], hist[f], &nf[f]));
-            CHECK(nf[0] == 0 && nf[1] == (hi ? 0 : 3 - warmup), "hp %d warm-up %d: %d fused steps", hi, warmup, nf[1]);
+                REQUIRE_OK(ln_linear_steps(f, hps[hi], warmup, sc == 2, y[f], dx[f], dlw[f], dlb[f], dw[f], hist[f],
+                                           &nf[f]));
+            CHECK(nf[0] == 0 && nf[1] == (hi ? 0 : 3), "hp %d scaling %d: %d fused steps", hi, sc, nf[1]);
             CHECK(!memcmp(y[0], y[1], sizeof y[0]), "hp %d warm-up %d: outputs differ", hi, warmup);
             CHECK(!memcmp(dx[0], dx[1], sizeof dx[0]), "hp %d warm-up %d: input gradients differ", hi, warmup);
             CHECK(!memcmp(dlw[0], dlw[1], sizeof dlw[0]) && !memcmp(dlb[0], dlb[1], sizeof dlb[0]),

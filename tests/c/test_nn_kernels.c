@@ -439,8 +439,10 @@ TEST(nn_layernorm_avx512_same_bits) {
             for (int wide = 0; wide < 2; wide++) {
                 fl_cpu_avx512_allowed = wide;
                 fl_cpu_layernorm_fwd(x, w, b, y[wide], mean[wide], rstd[wide], R, C, 1e-5f);
+                const float sc = 40.0f;
+                float used;
                 REQUIRE_OK(fl_cpu_layernorm_quantize(x, w, b, q[wide], mean[wide], rstd[wide], R, C, 1e-5f, FL_E4M3,
-                                                     40.0f, FL_SATURATE, &st[wide]));
+                                                     &sc, 0, false, FL_SATURATE, &st[wide], &used));
                 fl_cpu_avx512_allowed = true;
             }
             int bad = 0;

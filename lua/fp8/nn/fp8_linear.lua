@@ -140,7 +140,7 @@ end
 
 -- forward(ln(x)) for the LayerNorm module ln right before this layer (in a Sequential, a TransformerBlock): the same
 -- result, gradients and recipe state, with LayerNorm's output cast to FP8 in LayerNorm's own pass where the core
--- can (fl_fp8_linear_layernorm: per-tensor delayed scaling past its warm-up, every GEMM in FP8, a CPU tensor), so
+-- can (fl_fp8_linear_layernorm: per-tensor scaling, delayed or current, every GEMM in FP8, a CPU tensor), so
 -- it is never written in fp32. nil when the layer would not run in FP8 now, or when x, ln and this layer do not
 -- fit together (the caller runs the two, which raise the usual errors).
 function FP8Linear:forward_layernorm(x, ln)
