@@ -21,6 +21,14 @@ local function te_accelerator()
   return fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false, env = {} }
 end
 
+-- The same with torchao's tensorwise recipe (current scaling per tensor) on every Linear whose dims are multiples
+-- of 16 (torchao's default filter would keep the first and the last in high precision).
+local function ao_accelerator()
+  local filter = function(m) return m.in_features % 16 == 0 and m.out_features % 16 == 0 end
+  return fp8.Accelerator { mixed_precision = "fp8", config = false, env = {},
+                           kwargs_handlers = { fp8.AORecipeKwargs { config = "tensorwise", module_filter_func = filter } } }
+end
+
 -- A model's parameters as tables and its FP8 layers' scales and amaxes (fp8.stats): what two runs compare.
 local function params_and_stats(model)
   local p = {}
@@ -30,13 +38,13 @@ local function params_and_stats(model)
   return p, st
 end
 
--- A 2-layer GPT trained 5 steps in te; unfuse(model) may replace forwards on the instances first. Returns the
--- losses, params_and_stats and counters(model).
-local function train_small_gpt(unfuse, counters)
+-- A 2-layer GPT trained 5 steps in te (or with the Accelerator make_acc() gives); unfuse(model) may replace forwards
+-- on the instances first. Returns the losses, params_and_stats and counters(model).
+local function train_small_gpt(unfuse, counters, make_acc)
   fp8.manual_seed(5)
   local model = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 32 }
   local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-  local acc = te_accelerator()
+  local acc = (make_acc or te_accelerator)()
   model, opt = acc:prepare(model, opt)
   if unfuse then unfuse(model) end
   local idx = fp8.tensor { { 1, 2, 3, 4, 5, 6, 7, 8 }, { 8, 7, 6, 5, 4, 3, 2, 1 } }
@@ -220,8 +228,10 @@ describe("te recipe", function()
   end)
 
   it("a GELU('tanh') before an FP8Linear runs fused in Sequential (its input cast in GELU's pass): the same bits", function()
-    -- the same MLP trained with its GELUs as they are (fused: te casts with stored scales from the first step) and
-    -- with their forward replaced by the same function on the instance (which Sequential never fuses)
+    -- the same MLP trained with its GELUs as they are (fused: te casts with stored scales from the first step, ao's
+    -- tensorwise with current scales) and with their forward replaced by the same function on the instance (which
+    -- Sequential never fuses)
+    for _, make_acc in ipairs { te_accelerator, ao_accelerator } do
     local function run(fused)
       fp8.manual_seed(3)
       local g1, g2 = nn.GELU("tanh"), nn.GELU("tanh")
@@ -230,7 +240,7 @@ describe("te recipe", function()
       end
       local model = nn.Sequential(nn.Linear(32, 64), g1, nn.Linear(64, 48), g2, nn.Linear(48, 10))
       local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-      local acc = te_accelerator()
+      local acc = make_acc()
       model, opt = acc:prepare(model, opt)
       local x, y = batch(64, 32, 10)
       local losses = {}
@@ -253,6 +263,7 @@ describe("te recipe", function()
     -- fused (the last layer, 48 -> 10, stays in high precision), so the layer before it casts its own
     assert.are.same({ 6, 0 }, h1)
     assert.are.same({ 0, 0 }, h2)
+    end
     -- fused, the FP8 step records no GELU op of its own; with the instance's forward replaced it does
     for _, replaced in ipairs { false, true } do
       local prof = fp8.profiler.profile {}
@@ -360,24 +371,30 @@ describe("te recipe", function()
 
   it("a LayerNorm before an FP8Linear casts its output in its own pass (GPT blocks, Sequential): the same bits", function()
     -- the GPT trained with its LayerNorms as they are (fused into the FP8 projections after them) and with their
-    -- forward replaced by the same function on the instance (which no container fuses)
-    local function run(fused)
-      return train_small_gpt(not fused and function(model)
-        for _, b in ipairs { model.blocks[1], model.blocks[2] } do
-          for _, ln in ipairs { b.ln1, b.ln2 } do ln.forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end end
-        end
-      end, function(model)
-        local b1 = model.blocks[1]
-        return { b1.attn.qkv.fp8_meta:state().fused_input_casts, b1.mlp[1].fp8_meta:state().fused_input_casts }
-      end)
+    -- forward replaced by the same function on the instance (which no container fuses), in te and in ao's
+    -- tensorwise recipe (current scaling: LayerNorm's output amax in a pass of its own)
+    for _, make_acc in ipairs { te_accelerator, ao_accelerator } do
+      local function run(fused)
+        return train_small_gpt(not fused and function(model)
+          for _, b in ipairs { model.blocks[1], model.blocks[2] } do
+            for _, ln in ipairs { b.ln1, b.ln2 } do ln.forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end end
+          end
+        end, function(model)
+          local b1 = model.blocks[1]
+          return { b1.attn.qkv.fp8_meta:state().fused_input_casts, b1.mlp[1].fp8_meta:state().fused_input_casts,
+                   b1.mlp[1].fp8_meta:state().dy_handovers }
+        end, make_acc)
+      end
+      local l1, p1, s1, f1 = run(true)
+      local l2, p2, s2, f2 = run(false)
+      assert.are.same(l2, l1)
+      assert.are.same(p2, p1)
+      assert.are.same(s2, s1)
+      -- the attention's and the MLP's first projection, every step; and the MLP's GELU (fused in both runs) casts
+      -- dY for its first projection every step
+      assert.are.same({ 5, 5, 5 }, f1)
+      assert.are.same({ 0, 0, 5 }, f2)
     end
-    local l1, p1, s1, f1 = run(true)
-    local l2, p2, s2, f2 = run(false)
-    assert.are.same(l2, l1)
-    assert.are.same(p2, p1)
-    assert.are.same(s2, s1)
-    assert.are.same({ 5, 5 }, f1)   -- the attention's and the MLP's first projection, every step
-    assert.are.same({ 0, 0 }, f2)
     -- a forward replaced on the attention or the MLP runs: the block never goes around it
     do
       fp8.manual_seed(5)
