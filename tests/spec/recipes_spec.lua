@@ -25,8 +25,8 @@ end
 -- of 16 (torchao's default filter would keep the first and the last in high precision).
 local function ao_accelerator()
   local filter = function(m) return m.in_features % 16 == 0 and m.out_features % 16 == 0 end
-  return fp8.Accelerator { mixed_precision = "fp8", config = false, env = {},
-                           kwargs_handlers = { fp8.AORecipeKwargs { config = "tensorwise", module_filter_func = filter } } }
+  local ao = fp8.AORecipeKwargs { config = "tensorwise", module_filter_func = filter }
+  return fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { ao }, config = false, env = {} }
 end
 
 -- A model's parameters as tables and its FP8 layers' scales and amaxes (fp8.stats): what two runs compare.
@@ -57,6 +57,17 @@ local function train_small_gpt(unfuse, counters, make_acc)
   end
   local p, st = params_and_stats(model)
   return losses, p, st, counters(model)
+end
+
+-- run(true) (fused) and run(false) (unfused) each return losses, params_and_stats and a run's counters: the two
+-- must give the same bits. Returns the two runs' counters.
+local function same_bits_fused(run)
+  local l1, p1, s1, c1 = run(true)
+  local l2, p2, s2, c2 = run(false)
+  assert.are.same(l2, l1)
+  assert.are.same(p2, p1)
+  assert.are.same(s2, s1)
+  return c1, c2
 end
 
 local function count_class(model, name)
@@ -232,37 +243,33 @@ describe("te recipe", function()
     -- tensorwise with current scales) and with their forward replaced by the same function on the instance (which
     -- Sequential never fuses)
     for _, make_acc in ipairs { te_accelerator, ao_accelerator } do
-    local function run(fused)
-      fp8.manual_seed(3)
-      local g1, g2 = nn.GELU("tanh"), nn.GELU("tanh")
-      if not fused then
-        for _, g in ipairs { g1, g2 } do g.forward = function(_, t) return F.gelu(t, "tanh") end end
+      local function run(fused)
+        fp8.manual_seed(3)
+        local g1, g2 = nn.GELU("tanh"), nn.GELU("tanh")
+        if not fused then
+          for _, g in ipairs { g1, g2 } do g.forward = function(_, t) return F.gelu(t, "tanh") end end
+        end
+        local model = nn.Sequential(nn.Linear(32, 64), g1, nn.Linear(64, 48), g2, nn.Linear(48, 10))
+        local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+        local acc = make_acc()
+        model, opt = acc:prepare(model, opt)
+        local x, y = batch(64, 32, 10)
+        local losses = {}
+        for step = 1, 6 do
+          local loss = F.cross_entropy(model(x), y)
+          acc:backward(loss); opt:step(); opt:zero_grad()
+          losses[step] = loss:item()
+        end
+        local p, st = params_and_stats(model)
+        local handed = {}   -- per FP8Linear: backwards whose dY the next layer's fused GELU backward cast
+        for i = 1, 3, 2 do handed[#handed + 1] = model[i].fp8_meta:state().dy_handovers end
+        return losses, p, st, handed
       end
-      local model = nn.Sequential(nn.Linear(32, 64), g1, nn.Linear(64, 48), g2, nn.Linear(48, 10))
-      local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-      local acc = make_acc()
-      model, opt = acc:prepare(model, opt)
-      local x, y = batch(64, 32, 10)
-      local losses = {}
-      for step = 1, 6 do
-        local loss = F.cross_entropy(model(x), y)
-        acc:backward(loss); opt:step(); opt:zero_grad()
-        losses[step] = loss:item()
-      end
-      local p, st = params_and_stats(model)
-      local handed = {}   -- per FP8Linear: backwards whose dY the next layer's fused GELU backward cast
-      for i = 1, 3, 2 do handed[#handed + 1] = model[i].fp8_meta:state().dy_handovers end
-      return losses, p, st, handed
-    end
-    local l1, p1, s1, h1 = run(true)
-    local l2, p2, s2, h2 = run(false)
-    assert.are.same(l2, l1)
-    assert.are.same(p2, p1)
-    assert.are.same(s2, s1)
-    -- fused, the first GELU's backward also casts dY for the layer before it (every step); the second GELU is not
-    -- fused (the last layer, 48 -> 10, stays in high precision), so the layer before it casts its own
-    assert.are.same({ 6, 0 }, h1)
-    assert.are.same({ 0, 0 }, h2)
+      local h1, h2 = same_bits_fused(run)
+      -- fused, the first GELU's backward also casts dY for the layer before it (every step); the second GELU is not
+      -- fused (the last layer, 48 -> 10, stays in high precision), so the layer before it casts its own
+      assert.are.same({ 6, 0 }, h1)
+      assert.are.same({ 0, 0 }, h2)
     end
     -- fused, the FP8 step records no GELU op of its own; with the instance's forward replaced it does
     for _, replaced in ipairs { false, true } do
@@ -303,11 +310,7 @@ describe("te recipe", function()
         return { b2.attn.proj.fp8_meta:state().residual_adds, b2.mlp[3].fp8_meta:state().residual_adds }
       end)
     end
-    local l1, p1, s1, r1 = run(true)
-    local l2, p2, s2, r2 = run(false)
-    assert.are.same(l2, l1)
-    assert.are.same(p2, p1)
-    assert.are.same(s2, s1)
+    local r1, r2 = same_bits_fused(run)
     assert.are.same({ 5, 5 }, r1)   -- the attention's projection and the MLP's second layer, every step
     assert.are.same({ 0, 0 }, r2)
     -- a dropout that drops (training, p > 0) runs between the projection and the add; in eval mode it is the
@@ -377,7 +380,9 @@ describe("te recipe", function()
       local function run(fused)
         return train_small_gpt(not fused and function(model)
           for _, b in ipairs { model.blocks[1], model.blocks[2] } do
-            for _, ln in ipairs { b.ln1, b.ln2 } do ln.forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end end
+            for _, ln in ipairs { b.ln1, b.ln2 } do
+              ln.forward = function(m, t) return F.layer_norm(t, m.weight, m.bias, m.eps) end
+            end
           end
         end, function(model)
           local b1 = model.blocks[1]
@@ -385,11 +390,7 @@ describe("te recipe", function()
                    b1.mlp[1].fp8_meta:state().dy_handovers }
         end, make_acc)
       end
-      local l1, p1, s1, f1 = run(true)
-      local l2, p2, s2, f2 = run(false)
-      assert.are.same(l2, l1)
-      assert.are.same(p2, p1)
-      assert.are.same(s2, s1)
+      local f1, f2 = same_bits_fused(run)
       -- the attention's and the MLP's first projection, every step; and the MLP's GELU (fused in both runs) casts
       -- dY for its first projection every step
       assert.are.same({ 5, 5, 5 }, f1)
