@@ -326,7 +326,8 @@ fl_status fl_layer_norm_fp8(fl_tensor **y, fl_tensor **q, const fl_tensor *x, co
     if (st == FL_OK) st = new_vec(&mean, x, rows, false);
     if (st == FL_OK) st = new_vec(&rstd, x, rows, false);
     if (st == FL_OK) st = fl_tensor_empty(q, fmt, x->ndim, x->shape, x->device);
-    if (st == FL_OK) st = dev->layernorm_quantize(*q, xc, wc, bc, mean, rstd, (float)eps, scale, margin, pow2, FL_SATURATE);
+    if (st == FL_OK)
+        st = dev->layernorm_quantize(*q, xc, wc, bc, mean, rstd, (float)eps, scale, margin, pow2, FL_SATURATE);
     if (st == FL_OK) st = fl_tensor_header(y, FL_F32, x->ndim, x->shape, x->device);
     if (st == FL_OK) st = ln_record(y, x, w, b, xc, wc, mean, rstd);
     fl_tensor_release(xc); fl_tensor_release(wc); fl_tensor_release(bc);
