@@ -163,37 +163,16 @@ static inline int64_t ln_apply_task(const float *x, const float *w, const float 
     return nr;
 }
 
-/* max |y| (NaN ignored) over LayerNorm's rows, made by ln_task (mean and rstd stored) into a scratch: current
- * scaling's first pass. */
-static fl_status ln_amax(const float *x, const float *w, const float *b, float *mean, float *rstd, int64_t rows,
-                         int64_t cols, float eps, bool wide, float *out) {
-    float m = 0.0f;
-    int noom = 0;
-    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
-    {
-        float mine = 0.0f, *yr = malloc((size_t)(cols > 0 ? 2 * cols : 1) * sizeof(float));
-        #pragma omp for schedule(static)
-        for (int64_t pi = 0; pi < (rows + 1) / 2; pi++) {
-            if (!yr) continue;
-            const int64_t nr = ln_task(x, w, b, yr, mean, rstd, rows, cols, eps, wide, pi);
-            const float a = fl_amax_f32(yr, (size_t)(nr * cols));
-            mine = a > mine ? a : mine;
-        }
-        #pragma omp critical
-        {
-            m = mine > m ? mine : m;
-            if (!yr) noom++;
-        }
-        free(yr);
-    }
-    if (noom) return FL_ERR(FL_ENOMEM, "layernorm_quantize: out of memory for two rows of %lld", (long long)cols);
-    *out = m;
-    return FL_OK;
+/* ln_task pi's rows of y (mean and rstd stored), for current scaling's first pass (fl_cpu_amax_made). */
+typedef struct { const float *x, *w, *b; float *mean, *rstd; int64_t rows, cols; float eps; bool wide; } ln_src;
+static int64_t ln_task_made(const void *ctx, int64_t pi, float *yr) {
+    const ln_src *l = ctx;
+    return ln_task(l->x, l->w, l->b, yr, l->mean, l->rstd, l->rows, l->cols, l->eps, l->wide, pi) * l->cols;
 }
 
 /* fl_cpu_layernorm_fwd with y cast per tensor to fmt as it is made (fl_quantize_f32 two rows at a time from a
  * scratch that stays in cache): q gets y's codes, *st their statistics; y is never in memory. scale NULL: current
- * scaling, y's amax (ln_amax, which stores mean and rstd) before the cast's pass, which applies them again. */
+ * scaling, y's amax first (ln_task_made's rows, which store mean and rstd), then the cast's pass applies them. */
 fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
                                     int64_t rows, int64_t cols, float eps, fl_dtype fmt, const float *scale, int margin,
                                     bool pow2, fl_overflow p, fl_cast_stats *st, float *used) {
@@ -202,8 +181,10 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
     const bool wide = fl_cpu_avx512(), current = !scale;
     float sc;
     if (current) {
-        float amax = 0.0f;
-        FL_TRY(ln_amax(x, w, b, mean, rstd, rows, cols, eps, wide, &amax));
+        const ln_src l = { x, w, b, mean, rstd, rows, cols, eps, wide };
+        float amax;
+        FL_TRY(fl_cpu_amax_made((rows + 1) / 2, 2 * cols, rows > 1 && rows * cols > FL_NN_PAR_MIN, ln_task_made, &l,
+                                &amax));
         sc = fl_amax_to_scale_current(amax, (float)fl_format(fmt)->max, margin, pow2);
     } else {
         sc = *scale;

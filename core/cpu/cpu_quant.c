@@ -118,31 +118,14 @@ static float current_scale(const fl_tensor *dst, float amax, int margin, bool po
     return fl_amax_to_scale_current(amax, (float)fl_format(dst->dtype)->max, margin, pow2);
 }
 
-/* max |GELU(x[i])| (tanh form, NaN ignored) over n elements, GELU made in quantize_gelu's chunks, which the
- * threads split (a max: any order gives it). 0 where out of memory (*oom set). */
-static float gelu_amax(const float *x, int64_t n, bool *oom) {
-    const int64_t chunks = (n + GQ_CHUNK - 1) / GQ_CHUNK;
-    float m = 0.0f;
-    #pragma omp parallel if (n >= FL_CPU_PAR_MIN)
-    {
-        float mine = 0.0f, *buf = malloc(GQ_CHUNK * sizeof(float));
-        #pragma omp for schedule(static)
-        for (int64_t c = 0; c < chunks; c++) {
-            if (!buf) continue;
-            const int64_t i0 = c * GQ_CHUNK, len = n - i0 < GQ_CHUNK ? n - i0 : GQ_CHUNK;
-            if (i0 + 2 * GQ_CHUNK <= n) fl_cpu_prefetch_row(x + i0 + GQ_CHUNK, GQ_CHUNK);   /* the next chunk */
-            fl_cpu_gelu_tanh_fwd_serial(x + i0, buf, len);
-            const float a = fl_amax_f32(buf, (size_t)len);
-            mine = a > mine ? a : mine;
-        }
-        #pragma omp critical
-        {
-            m = mine > m ? mine : m;
-            if (!buf) *oom = true;
-        }
-        free(buf);
-    }
-    return m;
+/* GELU of chunk c of x (n elements), as quantize_gelu makes it: current scaling's first pass (fl_cpu_amax_made). */
+typedef struct { const float *x; int64_t n; } gelu_src;
+static int64_t gelu_chunk(const void *ctx, int64_t c, float *buf) {
+    const gelu_src *g = ctx;
+    const int64_t i0 = c * GQ_CHUNK, len = g->n - i0 < GQ_CHUNK ? g->n - i0 : GQ_CHUNK;
+    if (i0 + 2 * GQ_CHUNK <= g->n) fl_cpu_prefetch_row(g->x + i0 + GQ_CHUNK, GQ_CHUNK);   /* the next chunk */
+    fl_cpu_gelu_tanh_fwd_serial(g->x + i0, buf, len);
+    return len;
 }
 
 fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const float *scale, int margin, bool pow2,
@@ -155,9 +138,10 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     uint8_t *d = fl_tensor_data(dst);
     float cur;
     if (!scale) {   /* current scaling: GELU's amax in a pass of its own, GELU made again for the cast */
-        bool oom = false;
-        cur = current_scale(dst, gelu_amax(x, n, &oom), margin, pow2);
-        if (oom) return FL_ERR(FL_ENOMEM, "quantize_gelu: out of memory");
+        const gelu_src g = { x, n };
+        float amax;
+        FL_TRY(fl_cpu_amax_made((n + GQ_CHUNK - 1) / GQ_CHUNK, GQ_CHUNK, n >= FL_CPU_PAR_MIN, gelu_chunk, &g, &amax));
+        cur = current_scale(dst, amax, margin, pow2);
         scale = &cur;
     }
     fl_cast_stats acc = { 0, 0, 0, 0 };
@@ -191,32 +175,15 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     return fl_check_interrupt();
 }
 
-/* max |GELU'(gx) ⊙ src| (NaN ignored) over the rows of contiguous fp32 [R, C] src and gx, each row made as
- * quant_dbias_rows makes it; threads split the rows (a max: any order gives it). */
-static fl_status dgelu_amax(const float *src, const float *gx, int64_t R, int64_t C, float *out) {
-    float m = 0.0f;
-    bool oom = false;
-    #pragma omp parallel if (R * C >= FL_CPU_PAR_MIN)
-    {
-        float mine = 0.0f, *dy = malloc((size_t)(C > 0 ? C : 1) * sizeof(float));
-        #pragma omp for schedule(static)
-        for (int64_t r = 0; r < R; r++) {
-            if (!dy) continue;
-            if (r + 2 < R) { fl_cpu_prefetch_row(src + (r + 2) * C, C); fl_cpu_prefetch_row(gx + (r + 2) * C, C); }
-            fl_cpu_gelu_tanh_bwd_serial(gx + r * C, src + r * C, dy, C);
-            const float a = fl_amax_f32(dy, (size_t)C);
-            mine = a > mine ? a : mine;
-        }
-        #pragma omp critical
-        {
-            m = mine > m ? mine : m;
-            if (!dy) oom = true;
-        }
-        free(dy);
-    }
-    if (oom) return FL_ERR(FL_ENOMEM, "quantize_dbias_dgelu: out of memory for a row of %lld", (long long)C);
-    *out = m;
-    return fl_check_interrupt();
+/* Row r of dY = GELU'(gx) ⊙ src ([R, C]), as quant_dbias_rows makes it: current scaling's first pass
+ * (fl_cpu_amax_made). */
+typedef struct { const float *src, *gx; int64_t R, C; } dgelu_src;
+static int64_t dgelu_row(const void *ctx, int64_t r, float *dy) {
+    const dgelu_src *g = ctx;
+    const int64_t C = g->C;
+    if (r + 2 < g->R) { fl_cpu_prefetch_row(g->src + (r + 2) * C, C); fl_cpu_prefetch_row(g->gx + (r + 2) * C, C); }
+    fl_cpu_gelu_tanh_bwd_serial(g->gx + r * C, g->src + r * C, dy, C);
+    return C;
 }
 
 /* dY's per-tensor cast and, with dbias, its column sums in one read, the sums in fl_cpu_dev_reduce's order
@@ -232,7 +199,8 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
     float cur;
     if (!scale) {
         float amax = 0.0f;
-        if (xg) FL_TRY(dgelu_amax(x, xg, R, C, &amax));
+        const dgelu_src g = { x, xg, R, C };
+        if (xg) FL_TRY(fl_cpu_amax_made(R, C, R * C >= FL_CPU_PAR_MIN, dgelu_row, &g, &amax));
         else if (R * C > 0) FL_TRY(fl_cpu_dev_amax(src, -1, &amax));
         cur = current_scale(dst, amax, margin, pow2);
         scale = &cur;

@@ -83,6 +83,31 @@ void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n, bool wide) {
     else add_row_f64_256(ps, row, n);
 }
 
+fl_status fl_cpu_amax_made(int64_t ntasks, int64_t scratch, bool par, fl_cpu_make_fn make, const void *ctx,
+                           float *out) {
+    float m = 0.0f;
+    bool oom = false;
+    #pragma omp parallel if (par)
+    {
+        float mine = 0.0f, *buf = malloc((size_t)(scratch > 0 ? scratch : 1) * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int64_t t = 0; t < ntasks; t++) {
+            if (!buf) continue;
+            const float a = fl_amax_f32(buf, (size_t)make(ctx, t, buf));
+            mine = a > mine ? a : mine;
+        }
+        #pragma omp critical
+        {
+            m = mine > m ? mine : m;
+            if (!buf) oom = true;
+        }
+        free(buf);
+    }
+    if (oom) return FL_ERR(FL_ENOMEM, "amax: out of memory for a scratch of %lld floats", (long long)scratch);
+    *out = m;
+    return fl_check_interrupt();
+}
+
 typedef struct { float mx, mn, am; int nan; } mm4;
 
 static void strided_task(fl_redop op, const fl_tensor *a, int64_t o, int64_t size, int64_t inner, int64_t j0,
