@@ -6,6 +6,7 @@
 #define FL_CPU_NN_H
 #include <stdbool.h>
 #include <stdint.h>
+#include <math.h>
 #include "error.h"
 #include "format.h"
 
@@ -20,6 +21,43 @@ void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx);
 void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx);
 void fl_cpu_gelu_tanh_fwd_serial(const float *x, float *y, int64_t n);                    /* no OpenMP region */
 void fl_cpu_gelu_tanh_bwd_serial(const float *x, const float *dy, float *dx, int64_t n);   /* no OpenMP region */
+/* Bounds of what those two compute, so a pass that wants only the largest |value| can skip elements that cannot
+ * reach it (current scaling's first passes, cpu_quant.c). Checked over every float (docs/performance.md, "The ninth
+ * session") and over a strided sweep of all floats by test_nn_kernels.
+ * - |GELU(v)| ≤ fl_cpu_gelu_tanh_bound(v): GELU(v) = v/(1+e) with e ≥ 0 for v ≥ 0, so never above v; for v < 0,
+ *   |v|·e/(1+e), never above |v| nor 0.170041 (the tanh form's minimum, near v = −0.75). A NaN v gives 0.171.
+ * - |GELU'(v)| ≤ fl_cpu_gelu_tanh_dbound(v): GELU' rises from −0.129 (v ≈ −1.5) to 1.129 (v ≈ 1.5) and tends to
+ *   0 and 1 beyond. The bound is a step per quarter of v over [−1, 1), each step above the largest |GELU'| of every
+ *   float in its quarter and in those below it (v clamped to [−1, 0.875], index ⌊4v⌋ + 4 in one rounding: a value
+ *   just under a step's edge may round onto the step above, never below, and the steps do not fall). So
+ *   |dy·GELU'(v)| ≤ |dy|·fl_cpu_gelu_tanh_dbound(v), both rounded (rounding is monotone). A NaN v gives 0.133
+ *   (GELU'(v) and dy·GELU'(v) are NaN, which an amax ignores).
+ * The 8-lane forms (x86-64) give the same bits: the clamps are vmaxps/vminps with v first (a NaN v gives the
+ * second operand, as the C comparisons do), the index vcvttps2dq of a value in [0, 7.5]. */
+#define FL_CPU_GELU_NEG_BOUND 0.171f
+#define FL_CPU_GELU_DBOUNDS { 0.133f, 0.133f, 0.305f, 0.5001f, 0.696f, 0.868f, 1.0f, 1.13f }
+static inline float fl_cpu_gelu_tanh_bound(float v) {
+    const float a = -v < FL_CPU_GELU_NEG_BOUND ? -v : FL_CPU_GELU_NEG_BOUND;
+    return v >= 0.0f ? v : a;
+}
+static inline float fl_cpu_gelu_tanh_dbound(float v) {
+    static const float steps[8] = FL_CPU_GELU_DBOUNDS;
+    const float lo = v > -1.0f ? v : -1.0f, c = lo < 0.875f ? lo : 0.875f;
+    return steps[(int)fmaf(c, 4.0f, 4.0f)];
+}
+#ifdef __x86_64__
+#include <immintrin.h>
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256 fl_cpu_gelu_tanh_bound8(__m256 v) {
+    const __m256 a = _mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), v), _mm256_set1_ps(FL_CPU_GELU_NEG_BOUND));
+    return _mm256_blendv_ps(a, v, _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GE_OQ));
+}
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256 fl_cpu_gelu_tanh_dbound8(__m256 v) {
+    const float steps[8] = FL_CPU_GELU_DBOUNDS;
+    const __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-1.0f)), _mm256_set1_ps(0.875f));
+    const __m256i i = _mm256_cvttps_epi32(_mm256_fmadd_ps(c, _mm256_set1_ps(4.0f), _mm256_set1_ps(4.0f)));
+    return _mm256_permutevar8x32_ps(_mm256_loadu_ps(steps), i);
+}
+#endif
 /* Softmax / log-softmax over the last dim of [rows, cols]; backward takes the forward output y. */
 void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
 void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);

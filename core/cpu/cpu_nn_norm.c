@@ -163,16 +163,19 @@ static inline int64_t ln_apply_task(const float *x, const float *w, const float 
     return nr;
 }
 
-/* ln_task pi's rows of y (mean and rstd stored), for current scaling's first pass (fl_cpu_amax_made). */
+/* max(lo, the amax of ln_task pi's rows of y) (mean and rstd stored): current scaling's first pass (fl_cpu_amax_made).
+ * Every row is made, since the cast's pass needs each row's mean and rstd. */
 typedef struct { const float *x, *w, *b; float *mean, *rstd; int64_t rows, cols; float eps; bool wide; } ln_src;
-static int64_t ln_task_made(const void *ctx, int64_t pi, float *yr) {
+static float ln_task_amax(const void *ctx, int64_t pi, float *yr, float lo) {
     const ln_src *l = ctx;
-    return ln_task(l->x, l->w, l->b, yr, l->mean, l->rstd, l->rows, l->cols, l->eps, l->wide, pi) * l->cols;
+    const int64_t n = ln_task(l->x, l->w, l->b, yr, l->mean, l->rstd, l->rows, l->cols, l->eps, l->wide, pi) * l->cols;
+    const float a = fl_amax_f32(yr, (size_t)n);
+    return a > lo ? a : lo;
 }
 
 /* fl_cpu_layernorm_fwd with y cast per tensor to fmt as it is made (fl_quantize_f32 two rows at a time from a
  * scratch that stays in cache): q gets y's codes, *st their statistics; y is never in memory. scale NULL: current
- * scaling, y's amax first (ln_task_made's rows, which store mean and rstd), then the cast's pass applies them. */
+ * scaling, y's amax first (ln_task_amax's rows, which store mean and rstd), then the cast's pass applies them. */
 fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,
                                     int64_t rows, int64_t cols, float eps, fl_dtype fmt, const float *scale, int margin,
                                     bool pow2, fl_overflow p, fl_cast_stats *st, float *used) {
@@ -183,7 +186,7 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
     if (current) {
         const ln_src l = { x, w, b, mean, rstd, rows, cols, eps, wide };
         float amax;
-        FL_TRY(fl_cpu_amax_made((rows + 1) / 2, 2 * cols, rows > 1 && rows * cols > FL_NN_PAR_MIN, ln_task_made, &l,
+        FL_TRY(fl_cpu_amax_made((rows + 1) / 2, 2 * cols, rows > 1 && rows * cols > FL_NN_PAR_MIN, ln_task_amax, &l,
                                 &amax));
         sc = fl_amax_to_scale_current(amax, (float)fl_format(fmt)->max, margin, pow2);
     } else {

@@ -3,6 +3,9 @@
  * Per-axis scaling walks the tensor as [outer, size, inner] runs, one scale per run. */
 #include "cpu_internal.h"
 #include "cpu_nn.h"
+#ifdef __x86_64__
+#include "cpu_avx2.h"
+#endif
 #include "scale_rule.h"
 #include <math.h>
 #include <omp.h>
@@ -118,14 +121,48 @@ static float current_scale(const fl_tensor *dst, float amax, int margin, bool po
     return fl_amax_to_scale_current(amax, (float)fl_format(dst->dtype)->max, margin, pow2);
 }
 
-/* GELU of chunk c of x (n elements), as quantize_gelu makes it: current scaling's first pass (fl_cpu_amax_made). */
+/* Elements per skip decision in current scaling's GELU passes below: a block is made only where its bound
+ * (fl_cpu_gelu_tanh_bound, _dbound) exceeds the largest |value| made so far. */
+#define GQ_SKIP 32
+
+/* Whether any of the m ≤ GQ_SKIP elements at x (and the gradient g, when not NULL) may give |GELU| (|g·GELU'|) above
+ * lo: some bound > lo. A NaN bound (g is NaN) never asks, as its value is NaN. */
+#ifdef __x86_64__
+__attribute__((target("avx2,fma")))
+static bool gelu_may_exceed(const float *x, const float *g, int64_t m, float lo) {
+    const __m256 l = _mm256_set1_ps(lo), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 b = _mm256_setzero_ps();
+    for (int64_t k = 0; k < m; k += 8) {
+        const __m256 v = fl_avx2_load_n(x + k, m - k);
+        b = _mm256_max_ps(g ? _mm256_mul_ps(_mm256_and_ps(fl_avx2_load_n(g + k, m - k), absm), fl_cpu_gelu_tanh_dbound8(v))
+                            : fl_cpu_gelu_tanh_bound8(v), b);
+    }
+    return _mm256_movemask_ps(_mm256_cmp_ps(b, l, _CMP_GT_OQ)) != 0;
+}
+#else
+static bool gelu_may_exceed(const float *x, const float *g, int64_t m, float lo) {
+    for (int64_t k = 0; k < m; k++)
+        if ((g ? fabsf(g[k]) * fl_cpu_gelu_tanh_dbound(x[k]) : fl_cpu_gelu_tanh_bound(x[k])) > lo) return true;
+    return false;
+}
+#endif
+
+/* max(lo, the amax of GELU over chunk c of x (n elements)), GELU as quantize_gelu makes it: current scaling's first
+ * pass (fl_cpu_amax_made). Blocks whose GELU cannot exceed lo are not made: the amax of what they would give is not
+ * above lo (a NaN GELU is ignored by the amax either way), so the result is the amax of GELU over the whole chunk. */
 typedef struct { const float *x; int64_t n; } gelu_src;
-static int64_t gelu_chunk(const void *ctx, int64_t c, float *buf) {
+static float gelu_chunk_amax(const void *ctx, int64_t c, float *buf, float lo) {
     const gelu_src *g = ctx;
     const int64_t i0 = c * GQ_CHUNK, len = g->n - i0 < GQ_CHUNK ? g->n - i0 : GQ_CHUNK;
     if (i0 + 2 * GQ_CHUNK <= g->n) fl_cpu_prefetch_row(g->x + i0 + GQ_CHUNK, GQ_CHUNK);   /* the next chunk */
-    fl_cpu_gelu_tanh_fwd_serial(g->x + i0, buf, len);
-    return len;
+    for (int64_t j = i0; j < i0 + len; j += GQ_SKIP) {
+        const int64_t m = i0 + len - j < GQ_SKIP ? i0 + len - j : GQ_SKIP;
+        if (!gelu_may_exceed(g->x + j, NULL, m, lo)) continue;
+        fl_cpu_gelu_tanh_fwd_serial(g->x + j, buf, m);
+        const float a = fl_amax_f32(buf, (size_t)m);
+        lo = a > lo ? a : lo;
+    }
+    return lo;
 }
 
 fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const float *scale, int margin, bool pow2,
@@ -140,7 +177,7 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     if (!scale) {   /* current scaling: GELU's amax in a pass of its own, GELU made again for the cast */
         const gelu_src g = { x, n };
         float amax;
-        FL_TRY(fl_cpu_amax_made((n + GQ_CHUNK - 1) / GQ_CHUNK, GQ_CHUNK, n >= FL_CPU_PAR_MIN, gelu_chunk, &g, &amax));
+        FL_TRY(fl_cpu_amax_made((n + GQ_CHUNK - 1) / GQ_CHUNK, GQ_SKIP, n >= FL_CPU_PAR_MIN, gelu_chunk_amax, &g, &amax));
         cur = current_scale(dst, amax, margin, pow2);
         scale = &cur;
     }
@@ -175,15 +212,23 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     return fl_check_interrupt();
 }
 
-/* Row r of dY = GELU'(gx) ⊙ src ([R, C]), as quant_dbias_rows makes it: current scaling's first pass
- * (fl_cpu_amax_made). */
+/* max(lo, the amax of row r of dY = GELU'(gx) ⊙ src ([R, C])), dY as quant_dbias_rows makes it: current scaling's
+ * first pass (fl_cpu_amax_made). As gelu_chunk_amax, blocks whose |src|·fl_cpu_gelu_tanh_dbound(gx) cannot exceed
+ * lo are not made. */
 typedef struct { const float *src, *gx; int64_t R, C; } dgelu_src;
-static int64_t dgelu_row(const void *ctx, int64_t r, float *dy) {
+static float dgelu_row_amax(const void *ctx, int64_t r, float *dy, float lo) {
     const dgelu_src *g = ctx;
     const int64_t C = g->C;
     if (r + 2 < g->R) { fl_cpu_prefetch_row(g->src + (r + 2) * C, C); fl_cpu_prefetch_row(g->gx + (r + 2) * C, C); }
-    fl_cpu_gelu_tanh_bwd_serial(g->gx + r * C, g->src + r * C, dy, C);
-    return C;
+    for (int64_t j = 0; j < C; j += GQ_SKIP) {
+        const int64_t m = C - j < GQ_SKIP ? C - j : GQ_SKIP;
+        const float *s = g->src + r * C + j, *v = g->gx + r * C + j;
+        if (!gelu_may_exceed(v, s, m, lo)) continue;
+        fl_cpu_gelu_tanh_bwd_serial(v, s, dy, m);
+        const float a = fl_amax_f32(dy, (size_t)m);
+        lo = a > lo ? a : lo;
+    }
+    return lo;
 }
 
 /* dY's per-tensor cast and, with dbias, its column sums in one read, the sums in fl_cpu_dev_reduce's order
@@ -200,7 +245,7 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
     if (!scale) {
         float amax = 0.0f;
         const dgelu_src g = { x, xg, R, C };
-        if (xg) FL_TRY(fl_cpu_amax_made(R, C, R * C >= FL_CPU_PAR_MIN, dgelu_row, &g, &amax));
+        if (xg) FL_TRY(fl_cpu_amax_made(R, GQ_SKIP, R * C >= FL_CPU_PAR_MIN, dgelu_row_amax, &g, &amax));
         else if (R * C > 0) FL_TRY(fl_cpu_dev_amax(src, -1, &amax));
         cur = current_scale(dst, amax, margin, pow2);
         scale = &cur;

@@ -83,7 +83,7 @@ void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n, bool wide) {
     else add_row_f64_256(ps, row, n);
 }
 
-fl_status fl_cpu_amax_made(int64_t ntasks, int64_t scratch, bool par, fl_cpu_make_fn make, const void *ctx,
+fl_status fl_cpu_amax_made(int64_t ntasks, int64_t scratch, bool par, fl_cpu_amax_fn amax, const void *ctx,
                            float *out) {
     float m = 0.0f;
     bool oom = false;
@@ -93,8 +93,7 @@ fl_status fl_cpu_amax_made(int64_t ntasks, int64_t scratch, bool par, fl_cpu_mak
         #pragma omp for schedule(static)
         for (int64_t t = 0; t < ntasks; t++) {
             if (!buf) continue;
-            const float a = fl_amax_f32(buf, (size_t)make(ctx, t, buf));
-            mine = a > mine ? a : mine;
+            mine = amax(ctx, t, buf, mine);
         }
         #pragma omp critical
         {

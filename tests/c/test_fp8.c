@@ -563,6 +563,64 @@ TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
     fl_tensor_release(a); fl_tensor_release(b);
 }
 
+/* Current scaling's first passes of quantize_gelu and quantize_dbias_dgelu make only the blocks whose bound reaches
+ * the largest |value| made so far (cpu_quant.c). On data where that skip is at its edges they still give the
+ * separate ops' amax, bytes and scale (1 and 2 threads): GELU's largest |value| on its negative side (every input
+ * below 0.05), one large input first, last or mid-tensor, infinities, all NaN, all equal; GELU' ⊙ dY's largest where a
+ * larger |dY| meets a GELU' near 0 (v ≈ −0.75) or a negative one (v ≈ −1.5), at a GELU' of 1.13 (v ≈ 1.5), an
+ * infinite dY, NaN dY. */
+static void gelu_family(float *x, float *g, int64_t n, int fam, uint32_t *s) {
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = lcg_uniform(s, 0.5f) * 2.0f;
+        g[i] = lcg_uniform(s, 0.5f);
+        switch (fam) {
+        case 0: x[i] = -3.0f + (x[i] + 1.0f) * 1.525f; break;     /* [-3, 0.05]: |GELU| largest at v ≈ -0.75 */
+        case 1: if (i == 0) x[i] = 40.0f; break;
+        case 2: if (i == n - 1) x[i] = 40.0f; break;
+        case 3: if (i == n / 2 + 3) { x[i] = 40.0f; g[i] = 9.0f; } break;
+        case 4: if (i % 4099 == 1) x[i] = i % 2 ? INFINITY : -INFINITY; if (i % 5003 == 2) g[i] = INFINITY; break;
+        case 5: x[i] = NAN; break;
+        case 6: x[i] = 0.3f; g[i] = -2.0f; break;
+        case 7: x[i] = -0.75f + x[i] * 0.01f; if (i == n / 3) g[i] = 1e3f; break;   /* GELU' ≈ 0 under the largest dY */
+        case 8: x[i] = i == n - 5 ? -1.5f : x[i]; g[i] = i == n - 5 ? 100.0f : g[i]; break;   /* GELU' ≈ -0.129 */
+        case 9: x[i] = -0.5f + x[i]; if (i % 777 == 0) { x[i] = 1.5f; g[i] = 3.0f + (float)(i % 5); } break;
+        case 10: if (i % 3001 == 0) g[i] = NAN; break;
+        }
+    }
+}
+TEST(fp8_current_gelu_passes_skip_nothing_that_counts) {
+    static const int64_t sizes[] = { 40000, 77 };
+    const fl_device *cpu = fl_cpu_device();
+    const int threads0 = omp_get_max_threads();
+    for (unsigned si = 0; si < 2; si++)
+        for (int fam = 0; fam < 11; fam++)
+            for (int threads = 1; threads <= 2; threads++) {
+                omp_set_num_threads(threads);
+                const int64_t n = sizes[si], R = si ? 7 : 200, C = n / R, sh[2] = { R, C };
+                fl_tensor *t[8] = { NULL };   /* x, g, GELU(x), GELU'(x) g, q ×4 */
+                for (int i = 0; i < 4; i++) REQUIRE_OK(fl_tensor_empty(&t[i], FL_F32, 2, sh, FL_DEV_CPU));
+                for (int i = 4; i < 8; i++) REQUIRE_OK(fl_tensor_empty(&t[i], i < 6 ? FL_E4M3 : FL_E5M2, 2, sh, FL_DEV_CPU));
+                uint32_t s = 3u + (uint32_t)fam;
+                gelu_family(fl_tensor_data(t[0]), fl_tensor_data(t[1]), n, fam, &s);
+                REQUIRE_OK(cpu->act_fwd(FL_ACT_GELU_TANH, fl_tensor_data(t[0]), fl_tensor_data(t[2]), n));
+                REQUIRE_OK(cpu->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(t[0]), fl_tensor_data(t[1]), fl_tensor_data(t[3]), n));
+                REQUIRE_OK(cpu->quantize_current(t[4], t[2], -1, 0, false, FL_SATURATE));
+                REQUIRE_OK(cpu->quantize_gelu(t[5], t[0], NULL, 0, false, 1, FL_SATURATE));
+                REQUIRE_OK(cpu->quantize_current(t[6], t[3], -1, 0, false, FL_SATURATE));
+                REQUIRE_OK(cpu->quantize_dbias_dgelu(t[7], t[1], t[0], NULL, 0, false, FL_SATURATE, NULL));
+                for (int k = 4; k < 8; k += 2) {
+                    const fl_tensor *a = t[k], *b = t[k + 1];
+                    CHECK(a->qstats.amax == b->qstats.amax && !memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)n) &&
+                          !memcmp(fl_tensor_data(a->scale_inv), fl_tensor_data(b->scale_inv), 4),
+                          "%s, family %d, n %lld, %d threads: scale_inv %a against %a", k == 4 ? "GELU" : "GELU' ⊙ dY",
+                          fam, (long long)n, threads, (double)*(float *)fl_tensor_data(a->scale_inv),
+                          (double)*(float *)fl_tensor_data(b->scale_inv));
+                }
+                for (int i = 0; i < 8; i++) fl_tensor_release(t[i]);
+            }
+    omp_set_num_threads(threads0);
+}
+
 /* fl_fp8_linear_gelu against fl_gelu then fl_fp8_linear, over three steps of a delayed-scaling layer (history
  * updates between them; warmup: its first casts take current scales) or a current-scaling one (current, with
  * power-of-two scales and a margin of 1): the same outputs, input and weight gradients and recipe state bit for bit,

@@ -147,6 +147,65 @@ TEST(nn_gelu_tanh_special) {
     CHECK(dx[0] == 0.5f && isnan(dx[3]) && dx[4] == 0.0f, "gelu'(0, nan, -30) = %g %g %g", dx[0], dx[3], dx[4]);
 }
 
+/* The bounds current scaling's first passes skip by (cpu_nn.h) hold for what the tanh form computes, on both copies:
+ * |GELU(v)| ≤ fl_cpu_gelu_tanh_bound(v) and |GELU'(v)| ≤ fl_cpu_gelu_tanh_dbound(v), where not NaN, over every 97th
+ * float bit pattern and the 2^20 floats around where they are tightest (GELU's minimum near −0.75, GELU' near ±1.5
+ * and below each quarter's edge, where it rises to). The 8-lane forms give the scalar bounds' bits. (Every float was checked
+ * by hand: docs/performance.md.) */
+static void check_gelu_bounds(int *fl__failed, const float *x, int64_t n, const char *what) {
+    float *y = malloc((size_t)n * 4), *d = malloc((size_t)n * 4), *one = malloc((size_t)n * 4);
+    REQUIRE(y && d && one, "out of memory");
+    for (int64_t i = 0; i < n; i++) one[i] = 1.0f;
+    for (int wide = 0; wide < 2; wide++) {
+        fl_cpu_avx512_allowed = wide;
+        fl_cpu_gelu_tanh_fwd_serial(x, y, n);
+        fl_cpu_gelu_tanh_bwd_serial(x, one, d, n);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++) {
+            bool b = (!isnan(y[i]) && !(fabsf(y[i]) <= fl_cpu_gelu_tanh_bound(x[i]))) ||
+                     (!isnan(d[i]) && !(fabsf(d[i]) <= fl_cpu_gelu_tanh_dbound(x[i])));
+#ifdef __x86_64__
+            if (i % 8 == 0 && i + 8 <= n) {
+                float b8[8], d8[8];
+                _mm256_storeu_ps(b8, fl_cpu_gelu_tanh_bound8(_mm256_loadu_ps(x + i)));
+                _mm256_storeu_ps(d8, fl_cpu_gelu_tanh_dbound8(_mm256_loadu_ps(x + i)));
+                for (int k = 0; k < 8; k++) {
+                    const float bs = fl_cpu_gelu_tanh_bound(x[i + k]), ds = fl_cpu_gelu_tanh_dbound(x[i + k]);
+                    b = b || memcmp(&b8[k], &bs, 4) != 0 || memcmp(&d8[k], &ds, 4) != 0;
+                }
+            }
+#endif
+            if (b && first < 0) first = i;
+            bad += b;
+        }
+        CHECK(bad == 0, "%s, %s copy: %lld values break a bound (first v = %a: GELU %a, GELU' %a)", what,
+              wide ? "AVX-512" : "AVX2", (long long)bad, first >= 0 ? (double)x[first] : 0.0,
+              first >= 0 ? (double)y[first] : 0.0, first >= 0 ? (double)d[first] : 0.0);
+    }
+    fl_cpu_avx512_allowed = true;
+    free(y); free(d); free(one);
+}
+TEST(nn_gelu_tanh_bounds) {
+    const int64_t n = (int64_t)((1ull << 32) / 97) + 1;
+    float *x = malloc((size_t)n * 4);
+    REQUIRE(x, "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)((uint64_t)i * 97u);
+        memcpy(&x[i], &u, 4);
+    }
+    check_gelu_bounds(fl__failed, x, n, "every 97th float");
+    static const float near[] = { -0.75f, -1.5f, 1.5f, -0.5f, -0.25f, -0.0f, 0.25f, 0.5f, 0.75f };
+    int64_t k = 0;
+    for (unsigned c = 0; c < sizeof near / sizeof near[0]; c++) {   /* 2^20 floats below each, and above the first 3 */
+        float v = near[c];
+        for (int j = 0; j < 1 << 20; j++) x[k++] = v = nextafterf(v, -INFINITY);
+        v = near[c];
+        for (int j = 0; c < 3 && j < 1 << 20; j++) x[k++] = v = nextafterf(v, INFINITY);
+    }
+    check_gelu_bounds(fl__failed, x, k, "every float near the tightest places");
+    free(x);
+}
+
 /* ---- softmax / log-softmax ----------------------------------------------------------------- */
 typedef struct { int64_t rows, cols; const float *dy; int log; } sm_ctx;
 static void softmax_ref(const double *x, double *y, int64_t rows, int64_t cols, int log_) {
