@@ -35,7 +35,8 @@ void fl_cpu_gelu_tanh_bwd_serial(const float *x, const float *dy, float *dx, int
  * The 8-lane forms (x86-64) give the same bits: the clamps are vmaxps/vminps with v first (a NaN v gives the
  * second operand, as the C comparisons do), the index vcvttps2dq of a value in [0, 7.5]. */
 #define FL_CPU_GELU_NEG_BOUND 0.171f
-#define FL_CPU_GELU_DBOUNDS { 0.133f, 0.133f, 0.305f, 0.5001f, 0.696f, 0.868f, 1.0f, 1.13f }
+#define FL_CPU_GELU_DBOUND_MAX 1.13f   /* the largest step: |GELU'(v)| ≤ it for every v */
+#define FL_CPU_GELU_DBOUNDS { 0.133f, 0.133f, 0.305f, 0.5001f, 0.696f, 0.868f, 1.0f, FL_CPU_GELU_DBOUND_MAX }
 static inline float fl_cpu_gelu_tanh_bound(float v) {
     const float a = -v < FL_CPU_GELU_NEG_BOUND ? -v : FL_CPU_GELU_NEG_BOUND;
     return v >= 0.0f ? v : a;

@@ -126,12 +126,19 @@ static float current_scale(const fl_tensor *dst, float amax, int margin, bool po
 #define GQ_SKIP 32
 
 /* Whether any of the m ≤ GQ_SKIP elements at x (and the gradient g, when not NULL) may give |GELU| (|g·GELU'|) above
- * lo: some bound > lo. A NaN bound (g is NaN) never asks, as its value is NaN. */
+ * lo: some bound > lo. A NaN bound (g is NaN) never asks, as its value is NaN. With g, x is read only where
+ * |g|·FL_CPU_GELU_DBOUND_MAX exceeds lo (in the GPT's steps, about 1% of blocks). */
 #ifdef __x86_64__
 __attribute__((target("avx2,fma")))
 static bool gelu_may_exceed(const float *x, const float *g, int64_t m, float lo) {
     const __m256 l = _mm256_set1_ps(lo), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     __m256 b = _mm256_setzero_ps();
+    if (g) {
+        for (int64_t k = 0; k < m; k += 8) b = _mm256_max_ps(_mm256_and_ps(fl_avx2_load_n(g + k, m - k), absm), b);
+        if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_mul_ps(b, _mm256_set1_ps(FL_CPU_GELU_DBOUND_MAX)), l, _CMP_GT_OQ)))
+            return false;
+        b = _mm256_setzero_ps();
+    }
     for (int64_t k = 0; k < m; k += 8) {
         const __m256 v = fl_avx2_load_n(x + k, m - k);
         b = _mm256_max_ps(g ? _mm256_mul_ps(_mm256_and_ps(fl_avx2_load_n(g + k, m - k), absm), fl_cpu_gelu_tanh_dbound8(v))
@@ -219,7 +226,7 @@ typedef struct { const float *src, *gx; int64_t R, C; } dgelu_src;
 static float dgelu_row_amax(const void *ctx, int64_t r, float *dy, float lo) {
     const dgelu_src *g = ctx;
     const int64_t C = g->C;
-    if (r + 2 < g->R) { fl_cpu_prefetch_row(g->src + (r + 2) * C, C); fl_cpu_prefetch_row(g->gx + (r + 2) * C, C); }
+    if (r + 2 < g->R) fl_cpu_prefetch_row(g->src + (r + 2) * C, C);   /* gx is read only where src is large */
     for (int64_t j = 0; j < C; j += GQ_SKIP) {
         const int64_t m = C - j < GQ_SKIP ? C - j : GQ_SKIP;
         const float *s = g->src + r * C + j, *v = g->gx + r * C + j;
