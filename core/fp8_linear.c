@@ -212,12 +212,12 @@ static fl_status cast_dy(fl_tensor **q, fl_tensor **qt, fl_tensor **db, const fl
     return FL_OK;
 }
 
-/* ROWWISE dY: its per-row cast (dgrad's a), observed; and where the device reads dY once for more
- * (quantize_rows_aux), in the same read the column amaxes wgrad's per-column cast needs (cmax, when not NULL;
+/* ROWWISE: g32 [R, C] cast per row for role s (a GEMM's a), observed; and where the device reads it once for more
+ * (quantize_rows_aux), in the same read the column amaxes its per-column cast needs (cmax, when not NULL;
  * *have_cmax then true) and the bias gradient (*db, when db is not NULL). Else *have_cmax stays false and *db
  * NULL, and the caller makes those passes. */
-static fl_status cast_dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_tensor **db, const fl_tensor *g32,
-                              fl_scaling *s, bool record) {
+static fl_status cast_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_tensor **db, const fl_tensor *g32,
+                           fl_scaling *s, bool record) {
     *have_cmax = false;
     const fl_device *dev = fl_device_get(g32->device);
     if ((!cmax && !db) || !dev || !dev->quantize_rows_aux) return cast_observed(q, g32, s, 0, record);
@@ -232,6 +232,31 @@ static fl_status cast_dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_te
     if (db) *db = b;
     *have_cmax = cmax != NULL;
     return FL_OK;
+}
+
+/* ROWWISE: src32 [R, C] cast per column for role s with current power-of-two scales, not observed (cast_role's
+ * bits), from the column amaxes cast_rows gave (cmax, turned into the scales in place) or with a read of its own
+ * (have_cmax false). */
+static fl_status cast_cols(fl_tensor **q, const fl_tensor *src32, const fl_scaling *s, float *cmax, bool have_cmax) {
+    if (!have_cmax) return cast_role(q, src32, s, true, 1);
+    const float fmax = (float)fl_format(s->fmt)->max;
+    for (int64_t c = 0; c < src32->shape[1]; c++) cmax[c] = fl_amax_to_scale_current(cmax[c], fmax, s->margin, s->pow2);
+    return fl_fp8_cast_2d(q, src32, s->fmt, 1, cmax);
+}
+
+/* ROWWISE: src32 [R, C] cast per row (observed: *rq) and per column (*cq, cast_cols), the column amaxes from the row
+ * cast's read where the device gives them: the forward's input and weight, whose per-column casts wgrad and dgrad
+ * read (torchao casts them in the backward, from the high-precision tensors it keeps: the same bits). */
+static fl_status cast_rows_cols(fl_tensor **rq, fl_tensor **cq, const fl_tensor *src32, fl_scaling *s, bool record) {
+    const int64_t C = src32->shape[1];
+    float *cmax = malloc((size_t)(C > 0 ? C : 1) * sizeof(float));
+    if (!cmax) return FL_ERR(FL_ENOMEM, "fp8 linear: out of memory for %lld column amaxes", (long long)C);
+    bool have = false;
+    fl_status st = cast_rows(rq, cmax, &have, NULL, src32, s, record);
+    if (st == FL_OK) st = cast_cols(cq, src32, s, cmax, have);
+    if (st != FL_OK) { fl_tensor_release(*rq); *rq = NULL; }
+    free(cmax);
+    return st;
 }
 
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
@@ -305,7 +330,8 @@ static fl_status transposed(fl_tensor **out, const fl_tensor *t) { return fl_ten
 enum { SV_RES_IN = 3 };
 enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes transposed (wgrad), when made */,
        SV_XPRE = 5 /* with a fused GELU (iargs[2]): its input, for GELU's backward */,
-       SV_DB = 6 /* the bias gradient summed with an FP8 dY handed over by the consumer (handover_dgelu) */ };
+       SV_DB = 6 /* the bias gradient summed with an FP8 dY handed over by the consumer (handover_dgelu) */,
+       SV_XC = 7 /* ROWWISE: x cast per column in the forward (wgrad's b), when made */ };
 
 /* The weight operand of a TENSOR-granularity forward: the caller's FP8 weight, the cache, or a
  * fresh cast (then cached). want_t: dgrad will run in FP8, so a device that casts with a transposed copy
@@ -429,7 +455,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             fl_tensor *w32 = NULL;
             if (fp8_dw && !(cmax = malloc((size_t)(M > 0 ? M : 1) * sizeof(float))))
                 st = FL_ERR(FL_ENOMEM, "fp8 linear: out of memory for %lld column amaxes", (long long)M);
-            if (st == FL_OK) st = cast_dy_rows(&gq, cmax, &have_cmax, need_db ? &db : NULL, g32, sg, record);
+            if (st == FL_OK) st = cast_rows(&gq, cmax, &have_cmax, need_db ? &db : NULL, g32, sg, record);
             if (st == FL_OK) st = as_f32(&w32, n->saved[SV_W]);
             if (st == FL_OK)
                 st = cast_role(&wq2, w32, &l->role[FL_ROLE_WEIGHT], true, l->gran == FL_GRAN_ROWWISE ? 1 : -1);
@@ -474,18 +500,14 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             /* ROWWISE: dY per column (one scale per output feature), X per column (per input feature); dY's
              * column amaxes from dgrad's read of dY where the device gave them. */
             fl_tensor *x32 = NULL;
-            if (have_cmax) {
-                const float fmax = (float)fl_format(sg->fmt)->max;
-                for (int64_t c = 0; c < M; c++) cmax[c] = fl_amax_to_scale_current(cmax[c], fmax, sg->margin, sg->pow2);
-                st = fl_fp8_cast_2d(&gqc, g32, sg->fmt, 1, cmax);
-            } else {
-                st = cast_role(&gqc, g32, sg, true, 1);
+            st = cast_cols(&gqc, g32, sg, cmax, have_cmax);
+            if (st == FL_OK && !n->saved[SV_XC]) {   /* the forward kept x in high precision */
+                st = as_f32(&x32, n->saved[SV_X]);
+                if (st == FL_OK) st = cast_role(&xq2, x32, &l->role[FL_ROLE_INPUT], true, 1);
             }
-            if (st == FL_OK) st = as_f32(&x32, n->saved[SV_X]);
-            if (st == FL_OK) st = cast_role(&xq2, x32, &l->role[FL_ROLE_INPUT], true, 1);
             fl_tensor_release(x32);
             if (st == FL_OK) st = transposed(&tt, gqc);
-            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2, NULL, NULL, NULL, NULL, false);
+            if (st == FL_OK) st = gemm_fp8(&gin[1], tt, xq2 ? xq2 : n->saved[SV_XC], NULL, NULL, NULL, NULL, false);
         }
     }
     if (st == FL_OK && need_db) {
@@ -542,6 +564,7 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     bool grad = fl_any_requires_grad(nin, ts);
     bool rowwise = l->gran != FL_GRAN_TENSOR;
     fl_tensor *x2 = NULL, *x32 = NULL, *xq = NULL, *xqt = NULL, *wq = NULL, *w32 = NULL, *y2 = NULL, *xhp = NULL;
+    fl_tensor *xqc = NULL;  /* ROWWISE: x per column, for wgrad */
     fl_tensor *r2 = NULL;   /* res as [N, M], contiguous */
     if (xq_pre && (rowwise || l->hp[0] || l->hp[1] || l->hp[2]))
         return FL_ERR(FL_EINVAL, "fp8 linear: an input cast before the layer needs per-tensor scaling and every GEMM in FP8");
@@ -589,6 +612,8 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
             st = cast_observed_gelu(&xq, x32, &l->role[FL_ROLE_INPUT], record);
         else if (st == FL_OK && !rowwise)
             st = cast_observed_t(&xq, &xqt, x32, &l->role[FL_ROLE_INPUT], record, grad && !l->hp[2]);
+        else if (st == FL_OK && l->gran == FL_GRAN_ROWWISE && !l->hp[2] && fl_any_requires_grad(1, &w))
+            st = cast_rows_cols(&xq, &xqc, x32, &l->role[FL_ROLE_INPUT], record);   /* wgrad's x made now */
         else if (st == FL_OK) st = cast_observed(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
         fl_tensor *wt = NULL;
         if (st == FL_OK) st = transposed(&wt, wq);
@@ -611,8 +636,10 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
             if (gelu) fl_node_save(n, SV_XPRE, x32);
             /* What backward reads. TENSOR: the FP8 operands the forward made (1 byte per element) for
              * the FP8 backward GEMMs; high-precision copies only where a GEMM runs in high precision
-             * or the forward made no FP8 copy. ROWWISE: the high-precision input and weight, re-cast
-             * along the other axis in backward (torchao's choice). */
+             * or the forward made no FP8 copy. ROWWISE: the high-precision weight, re-cast per column in
+             * backward (torchao's choice), and x's per-column cast, made in the forward (1 byte per element
+             * kept, not 4; torchao casts the input it keeps in backward, with the same bits). Where wgrad runs in
+             * high precision (ROWWISE_GW_HP, hp[2]) or the weight takes no gradient, x itself. */
             if (!rowwise) {
                 /* Backward reads only the FP8 copy of x: let the fp32 activation go (docs/fp8-spec.md §2). */
                 if (!l->hp[0] && !l->hp[2]) {
@@ -628,7 +655,13 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
                 }
                 if (l->hp[1] || l->hp[0]) fl_node_save(n, SV_WHP, w);
             } else {
-                fl_node_save(n, SV_X, x2);
+                /* wgrad reads x's per-column cast where the forward made it, and nothing else reads x */
+                if (xqc) {
+                    fl_node_save(n, SV_XC, xqc);
+                    st = fl_node_input_stub(n, 0);
+                } else {
+                    fl_node_save(n, SV_X, x2);
+                }
                 fl_node_save(n, SV_W, w);
             }
             if (st == FL_OK && res) st = fl_node_input_stub(n, SV_RES_IN);   /* its gradient is dY: only its shape is read */
@@ -638,6 +671,7 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
     fl_tensor_release(x32);
     fl_tensor_release(xq);
     fl_tensor_release(xqt);
+    fl_tensor_release(xqc);
     fl_tensor_release(wq);
     fl_tensor_release(w32);
     fl_tensor_release(y2);

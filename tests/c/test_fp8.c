@@ -282,6 +282,43 @@ TEST(fp8_linear_rowwise_matches_reference) {
     free_case(&c);
 }
 
+/* What a rowwise layer's autograd node keeps of x: its per-column FP8 cast (wgrad's operand, made in the forward:
+ * 1 byte per element), and not x in fp32, when wgrad runs in FP8 (ROWWISE) and the weight takes a gradient; x
+ * itself for ROWWISE_GW_HP (wgrad in high precision) and for a frozen weight, whose backward still gives dx
+ * (fp8_linear_rowwise_matches_reference checks the values). */
+static void rowwise_saved_x(const fl_tensor *out, int *f32, int *fp8_cols) {
+    *f32 = *fp8_cols = 0;
+    const fl_node *n = out->grad_fn;
+    for (int i = 0; n && i < FL_NODE_MAX_SAVED; i++) {
+        const fl_tensor *t = n->saved[i];
+        if (!t || fl_tensor_numel(t) != N * K) continue;
+        *f32 += t->dtype == FL_F32;
+        *fp8_cols += fl_format(t->dtype)->is_fp8 && t->scale_axis == 1;
+    }
+}
+TEST(fp8_linear_rowwise_keeps_x_per_column_in_fp8) {
+    for (int kind = 0; kind < 3; kind++) {   /* ROWWISE, ROWWISE_GW_HP, ROWWISE with a frozen weight */
+        lin_case c;
+        make_case(&c);
+        fl_scaling r[3];
+        for (int i = 0; i < 3; i++) fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1);
+        fl_fp8_layer *l = NULL;
+        REQUIRE_OK(fl_fp8_layer_new(&l, r, NULL, kind == 1 ? FL_GRAN_ROWWISE_GW_HP : FL_GRAN_ROWWISE));
+        if (kind == 2) fl_tensor_set_requires_grad(c.w, false);
+        fl_tensor *out = NULL;
+        REQUIRE_OK(fl_fp8_linear(&out, c.x, c.w, c.b, l, true, NULL, NULL));
+        int f32, cols;
+        rowwise_saved_x(out, &f32, &cols);
+        CHECK(kind == 0 ? f32 == 0 && cols == 1 : f32 == 1 && cols == 0,
+              "kind %d: %d fp32 and %d per-column FP8 copies of x kept", kind, f32, cols);
+        REQUIRE_OK(fl_backward(out, c.g, false));
+        CHECK(c.x->grad && (kind == 2) == !c.w->grad, "kind %d: the gradients asked for", kind);
+        fl_tensor_release(out);
+        fl_fp8_layer_release(l);
+        free_case(&c);
+    }
+}
+
 /* rowwise_with_gw_hp: the weight gradient is the high-precision product dYᵀ·X (fp32 here, no autocast), where
  * ROWWISE quantizes both; the same layer config otherwise. The tolerance tells the two apart: ROWWISE's dW must
  * miss the exact product by more than it, or the test could not see the setting ignored. */
