@@ -7,7 +7,8 @@
  * current scaling (an ao step's): the amax alone (amax), the cast with its amax (quantize_current), the fused casts
  * with scale NULL (quantize_gelu_current, quantize_dbias_current, quantize_dbias_dgelu_current), GELU and its
  * backward alone (gelu, gelu_bwd: what runs where no cast is fused), and LayerNorm with the next cast
- * (layernorm_quantize_current).
+ * (layernorm_quantize_current); then ao rowwise's: the per-row cast with the column amaxes and the bias gradient in
+ * its read (quantize_rows_aux), and the per-column cast (quantize_cols, the scales given).
  * Usage: bench_passes [ROWS COLS R [MODE]] (default 2048 1024 30); threads from OMP_NUM_THREADS. MODE: cold (one
  * store into each line of a 64 MiB buffer before each timed call, bench_util.h, so the operands come from memory
  * as in a step). FP8LAB_CPU_ISA caps the instruction sets as it does fp8lab's (docs/cli.md).
@@ -64,12 +65,22 @@ int main(int argc, char **argv) {
     fl_tensor *dx = f32(2, shape, 0.0f, 23), *dw = f32(1, &C, 0.0f, 29), *dbn = f32(1, &C, 0.0f, 31);
     check(dev->layernorm_fwd(fl_tensor_data(x), fl_tensor_data(w), fl_tensor_data(b), fl_tensor_data(copy),
                              fl_tensor_data(mean), fl_tensor_data(rstd), R, C, 1e-5f), "layernorm_fwd");
-    enum { NPASS = 16 };
+    fl_tensor *qr = NULL, *qc = NULL, *rs = NULL, *cs = NULL;   /* per-row and per-column FP8, their scales */
+    check(fl_tensor_empty(&qr, FL_E4M3, 2, shape, 0), "alloc");
+    check(fl_tensor_empty(&qc, FL_E4M3, 2, shape, 0), "alloc");
+    check(fl_tensor_empty(&rs, FL_F32, 1, &R, 0), "alloc");
+    check(fl_tensor_empty(&cs, FL_F32, 1, &C, 0), "alloc");
+    fl_tensor_release(qr->scale_inv); qr->scale_inv = rs; qr->scale_axis = 0;
+    fl_tensor_release(qc->scale_inv); qc->scale_inv = cs; qc->scale_axis = 1;
+    float *cmax = malloc((size_t)C * sizeof(float)), *cscale = malloc((size_t)C * sizeof(float));
+    if (!cmax || !cscale) return 1;
+    for (int64_t c = 0; c < C; c++) cscale[c] = 64.0f;
+    enum { NPASS = 18 };
     static const char *const names[NPASS] = { "quantize", "quantize_gelu", "quantize_dbias", "quantize_dbias_dgelu",
                                               "layernorm_quantize", "reduce_bias", "memcpy", "layernorm_bwd", "amax",
                                               "quantize_current", "quantize_gelu_current", "quantize_dbias_current",
                                               "quantize_dbias_dgelu_current", "gelu", "gelu_bwd",
-                                              "layernorm_quantize_current" };
+                                              "layernorm_quantize_current", "quantize_rows_aux", "quantize_cols" };
     float amax = 0.0f;
     double *ts = malloc((size_t)reps * sizeof(double));
     if (!ts) return 1;
@@ -101,6 +112,8 @@ int main(int argc, char **argv) {
             case 15:
                 check(dev->layernorm_quantize(q, x, w, b, mean, rstd, 1e-5f, NULL, 0, false, FL_SATURATE), names[p]);
                 break;
+            case 16: check(dev->quantize_rows_aux(qr, x, 0, true, FL_SATURATE, cmax, db), names[p]); break;
+            case 17: check(dev->quantize(qc, x, cscale, 1, FL_SATURATE), names[p]); break;
             default:
                 check(dev->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(x), fl_tensor_data(dy), fl_tensor_data(dx), R * C),
                       names[p]);
@@ -115,7 +128,9 @@ int main(int argc, char **argv) {
                (long long)C, omp_get_max_threads(), cold ? "cold" : "warm", best * 1e3, bench_median(ts, reps) * 1e3);
     }
     free(ts);
-    fl_tensor *all[] = { x, dy, w, b, copy, q, db, mean, rstd, dx, dw, dbn };
+    free(cmax);
+    free(cscale);
+    fl_tensor *all[] = { x, dy, w, b, copy, q, db, mean, rstd, dx, dw, dbn, qr, qc };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fl_tensor_release(all[i]);
     return 0;
 }
