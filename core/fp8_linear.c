@@ -245,8 +245,8 @@ static fl_status cast_cols(fl_tensor **q, const fl_tensor *src32, const fl_scali
 }
 
 /* ROWWISE: src32 [R, C] cast per row (observed: *rq) and per column (*cq, cast_cols), the column amaxes from the row
- * cast's read where the device gives them: the forward's input and weight, whose per-column casts wgrad and dgrad
- * read (torchao casts them in the backward, from the high-precision tensors it keeps: the same bits). */
+ * cast's read where the device gives them: the forward's input, whose per-column cast wgrad reads (torchao casts it
+ * in the backward, from the high-precision input it keeps: the same bits). */
 static fl_status cast_rows_cols(fl_tensor **rq, fl_tensor **cq, const fl_tensor *src32, fl_scaling *s, bool record) {
     const int64_t C = src32->shape[1];
     float *cmax = malloc((size_t)(C > 0 ? C : 1) * sizeof(float));
