@@ -80,6 +80,12 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * the caller makes the separate passes. */                                                                    \
     X(quantize_rows_aux, (fl_tensor *dst, const fl_tensor *src, int margin, bool pow2, fl_overflow p,              \
                           float *col_amax, fl_tensor *dbias))                                                      \
+    /* y ← GELU(x) (the tanh form; contiguous fp32 [R, C], y written) and quantize_rows_aux of y (dst per row,     \
+     * col_amax unless NULL) in the same visit of each row: the values, bytes, scales and statistics of act_fwd   \
+     * followed by quantize_rows_aux, with one read of y fewer (ao rowwise's input cast of a linear layer after    \
+     * GELU). NULL entry: the caller runs the two. */                                                              \
+    X(quantize_rows_gelu, (fl_tensor *dst, fl_tensor *y, const fl_tensor *x, int margin, bool pow2, fl_overflow p, \
+                           float *col_amax))                                                                       \
     /* dst contiguous */                                                                                           \
     X(dequantize, (fl_tensor *dst, const fl_tensor *q))                                                            \
     /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis]            \

@@ -259,6 +259,27 @@ static fl_status cast_rows_cols(fl_tensor **rq, fl_tensor **cq, const fl_tensor 
     return st;
 }
 
+/* ROWWISE after GELU: GELU(x32) cast per row (observed: *rq) and per column (*cq), GELU made once into an fp32
+ * scratch in the row cast's pass (the device's quantize_rows_gelu, with the column amaxes), which the column cast
+ * then reads: the bits of fl_gelu followed by cast_rows_cols, with one read of GELU's output fewer. */
+static fl_status cast_rows_cols_gelu(fl_tensor **rq, fl_tensor **cq, const fl_tensor *x32, fl_scaling *s, bool record) {
+    const int64_t C = x32->shape[1];
+    float *cmax = malloc((size_t)(C > 0 ? C : 1) * sizeof(float));
+    if (!cmax) return FL_ERR(FL_ENOMEM, "fp8 linear: out of memory for %lld column amaxes", (long long)C);
+    fl_tensor *a = NULL, *y = NULL;
+    fl_status st = new_q(&a, x32, s->fmt, 0);
+    if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 2, x32->shape, x32->device);
+    if (st == FL_OK)
+        st = fl_device_get(x32->device)->quantize_rows_gelu(a, y, x32, s->margin, s->pow2, FL_SATURATE, cmax);
+    if (st == FL_OK) st = observe(s, a, record);
+    if (st == FL_OK) st = cast_cols(cq, y, s, cmax, true);
+    if (st == FL_OK) *rq = a;
+    else fl_tensor_release(a);
+    fl_tensor_release(y);
+    free(cmax);
+    return st;
+}
+
 /* ---- GEMMs ----------------------------------------------------------------------------------- */
 
 /* *y ← addend + *y (a residual added after the layer, as `x + layer(x)` adds it), recorded for autograd or raw;
@@ -608,6 +629,8 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
         if (gelu || xq_pre) l->fused_input_casts++;
         if (st == FL_OK && xq_pre)
             st = fl_tensor_reshape(&xq, xq_pre, 2, x2s);
+        else if (st == FL_OK && gelu && rowwise)   /* fl_fp8_linear_gelu's ROWWISE path: wgrad's x made now */
+            st = cast_rows_cols_gelu(&xq, &xqc, x32, &l->role[FL_ROLE_INPUT], record);
         else if (st == FL_OK && gelu)
             st = cast_observed_gelu(&xq, x32, &l->role[FL_ROLE_INPUT], record);
         else if (st == FL_OK && !rowwise)
@@ -696,8 +719,13 @@ fl_status fl_fp8_linear_gelu(fl_tensor **out, const fl_tensor *x, const fl_tenso
     if (!l) return FL_ERR(FL_EINVAL, "fp8 linear: no recipe state");
     FL_TRY(check_args(x, w, b, w_fp8));
     const fl_device *dev = fl_device_get(x->device);
-    /* Fused where the input cast is a per-tensor cast (stored or current scale) that backward keeps only in FP8 */
-    if (dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2]) {
+    /* Fused where the input cast is a per-tensor cast (stored or current scale) that backward keeps only in FP8;
+     * and under ROWWISE where the weight takes a gradient (x per row and per column, both from GELU's one pass:
+     * backward keeps the per-column cast and GELU's input, as it does for a per-tensor cast) */
+    const bool tensor = dev && dev->quantize_gelu && l->gran == FL_GRAN_TENSOR && !l->hp[0] && !l->hp[1] && !l->hp[2];
+    const bool rows = dev && dev->quantize_rows_gelu && l->gran == FL_GRAN_ROWWISE && !l->hp[0] && !l->hp[2] &&
+                      fl_any_requires_grad(1, &w);
+    if (tensor || rows) {
         FL_PROF_SCOPE("fp8_linear"); FL_PROF_SHAPES(x, w, b);
         return linear_impl(out, x, w, b, residual, l, record, w_fp8, true, NULL);
     }

@@ -600,6 +600,79 @@ TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
     fl_tensor_release(a); fl_tensor_release(b);
 }
 
+/* The CPU's quantize_rows_gelu against its GELU then quantize_rows_aux: the same GELU output, bytes, per-row
+ * scales, statistics and column amaxes, on shapes with one row, rows past a chunk and columns past GELU's span, 1
+ * and 2 threads, margin and pow2 on and off, values that saturate, underflow and are NaN; and its refusals. */
+TEST(fp8_quantize_rows_gelu_matches_gelu_then_rows_aux) {
+    static const int64_t shapes[][2] = { { 2048, 256 }, { 1, 5 }, { 257, 4100 }, { 0, 3 } };
+    const fl_device *cpu = fl_cpu_device();
+    const int threads0 = omp_get_max_threads();
+    for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int tm = 0; tm < 4; tm++) {
+            const int threads = 1 + tm % 2, mode = 1 + tm / 2;
+            omp_set_num_threads(threads);
+            const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
+            fl_tensor *x = NULL, *y1 = NULL, *y2 = NULL, *q1 = NULL, *q2 = NULL;
+            REQUIRE_OK(fl_tensor_empty(&x, FL_F32, 2, sh, FL_DEV_CPU));
+            REQUIRE_OK(fl_tensor_empty(&y1, FL_F32, 2, sh, FL_DEV_CPU));
+            REQUIRE_OK(fl_tensor_empty(&y2, FL_F32, 2, sh, FL_DEV_CPU));
+            float *xv = fl_tensor_data(x);
+            uint32_t s = 41u + (uint32_t)si;
+            for (int64_t i = 0; i < R * C; i++) {
+                xv[i] = lcg_uniform(&s, 0.5f) * 6.0f * (i % 89 == 0 ? 1e4f : 1.0f) * (i % 97 == 0 ? 1e-30f : 1.0f);
+                if (i % 1013 == 11) xv[i] = NAN;
+            }
+            fl_tensor *qs[2] = { NULL, NULL };
+            for (int k = 0; k < 2; k++) {
+                REQUIRE_OK(fl_tensor_empty(&qs[k], FL_E4M3, 2, sh, FL_DEV_CPU));
+                fl_tensor_release(qs[k]->scale_inv);
+                qs[k]->scale_inv = NULL;
+                REQUIRE_OK(fl_tensor_empty(&qs[k]->scale_inv, FL_F32, 1, &R, FL_DEV_CPU));
+                qs[k]->scale_axis = 0;
+            }
+            q1 = qs[0]; q2 = qs[1];
+            float *cm1 = calloc((size_t)C + 1, sizeof(float)), *cm2 = calloc((size_t)C + 1, sizeof(float));
+            REQUIRE(cm1 && cm2, "out of memory");
+            REQUIRE_OK(cpu->act_fwd(FL_ACT_GELU_TANH, xv, fl_tensor_data(y1), R * C));
+            REQUIRE_OK(cpu->quantize_rows_aux(q1, y1, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm1, NULL));
+            REQUIRE_OK(cpu->quantize_rows_gelu(q2, y2, x, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm2));
+            const size_t n = (size_t)(R * C);
+            CHECK(!memcmp(fl_tensor_data(y1), fl_tensor_data(y2), n * 4), "%lldx%lld: GELU differs", (long long)R,
+                  (long long)C);
+            CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), n), "%lldx%lld threads %d mode %d: bytes differ",
+                  (long long)R, (long long)C, threads, mode);
+            CHECK(!memcmp(fl_tensor_data(q1->scale_inv), fl_tensor_data(q2->scale_inv), (size_t)R * 4),
+                  "%lldx%lld mode %d: row scales differ", (long long)R, (long long)C, mode);
+            CHECK(!memcmp(cm1, cm2, (size_t)C * 4), "%lldx%lld threads %d: column amaxes differ", (long long)R,
+                  (long long)C, threads);
+            CHECK(q1->qstats.amax == q2->qstats.amax && q1->qstats.underflow == q2->qstats.underflow &&
+                  q1->qstats.saturated == q2->qstats.saturated && q1->qstats.nan == q2->qstats.nan,
+                  "%lldx%lld threads %d mode %d: statistics differ", (long long)R, (long long)C, threads, mode);
+            CHECK(n < 1000 || (q1->qstats.nan > 0 && q1->qstats.underflow > 0), "%lldx%lld: the data must underflow "
+                  "and hold NaN", (long long)R, (long long)C);
+            free(cm1); free(cm2);
+            fl_tensor *t[] = { x, y1, y2, q1, q2 };
+            for (unsigned i = 0; i < 5; i++) fl_tensor_release(t[i]);
+        }
+    omp_set_num_threads(threads0);
+    /* refusals: an output of another shape, a destination scaled per tensor */
+    const int64_t sh[2] = { 4, 6 }, sh2[2] = { 6, 4 };
+    fl_tensor *x = NULL, *y = NULL, *y2 = NULL, *q = NULL;
+    REQUIRE_OK(fl_tensor_empty(&x, FL_F32, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&y, FL_F32, 2, sh, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&y2, FL_F32, 2, sh2, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_empty(&q, FL_E4M3, 2, sh, FL_DEV_CPU));
+    CHECK(cpu->quantize_rows_gelu(q, y, x, 0, true, FL_SATURATE, NULL) == FL_EINVAL, "a destination scaled per tensor");
+    fl_tensor_release(q->scale_inv);
+    q->scale_inv = NULL;
+    REQUIRE_OK(fl_tensor_empty(&q->scale_inv, FL_F32, 1, &sh[0], FL_DEV_CPU));
+    q->scale_axis = 0;
+    CHECK(cpu->quantize_rows_gelu(q, y2, x, 0, true, FL_SATURATE, NULL) == FL_EINVAL, "an output of another shape");
+    CHECK(cpu->quantize_rows_gelu(q, y, x, 0, true, FL_SATURATE, NULL) == FL_OK, "the right shapes");
+    fl_tensor *r[] = { x, y, y2, q };
+    for (unsigned i = 0; i < 4; i++) fl_tensor_release(r[i]);
+}
+
 /* Current scaling's first passes of quantize_gelu and quantize_dbias_dgelu make only the blocks whose bound reaches
  * the largest |value| made so far (cpu_quant.c). On data where that skip is at its edges they still give the
  * separate ops' amax, bytes and scale (1 and 2 threads): GELU's largest |value| on its negative side (every input
@@ -662,21 +735,23 @@ TEST(fp8_current_gelu_passes_skip_nothing_that_counts) {
  * updates between them; warmup: its first casts take current scales) or a current-scaling one (current, with
  * power-of-two scales and a margin of 1): the same outputs, input and weight gradients and recipe state bit for bit,
  * whether it fuses (per-tensor casts, every GEMM in FP8) or runs the two ops (a layer with a high-precision GEMM). */
-static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, bool current, float *y, float *dx, float *dw,
-                                   float *hist, int *nfused) {
+static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, bool current, fl_fp8_granularity gran,
+                                   float *y, float *dx, float *dw, float *hist, int *nfused) {
     *nfused = 0;
     lin_case c;
     make_case(&c);
     fl_scaling r[3];
     static const fl_dtype fmts[3] = { FL_E4M3, FL_E4M3, FL_E5M2 };
+    const bool rows = gran != FL_GRAN_TENSOR;   /* torchao's rowwise: E4M3, current power-of-two scales */
     fl_status st = FL_OK;
     for (int i = 0; i < 3 && st == FL_OK; i++) {
-        st = fl_scaling_init(&r[i], fmts[i], current ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, current, current,
-                             FL_AMAX_MAX, 4, 1);
+        st = rows ? fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1)
+                  : fl_scaling_init(&r[i], fmts[i], current ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, current, current,
+                                    FL_AMAX_MAX, 4, 1);
         r[i].warmup = warmup;   /* MS-AMP's: the first `warmup` casts take current scales */
     }
     fl_fp8_layer *l = NULL;
-    if (st == FL_OK) st = fl_fp8_layer_new(&l, r, hp, FL_GRAN_TENSOR);
+    if (st == FL_OK) st = fl_fp8_layer_new(&l, r, hp, gran);
     for (int step = 0; step < 3 && st == FL_OK; step++) {
         fl_tensor *out = NULL, *h = NULL;
         if (fused) st = fl_fp8_linear_gelu(&out, c.x, c.w, c.b, l, true, NULL, NULL);
@@ -690,9 +765,9 @@ static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, boo
         if (st == FL_OK) {
             fl_tensor_read_f32(out, y + step * N * M);
             fl_tensor_read_f32(c.x->grad, dx + step * N * K);
-            fl_tensor_read_f32(c.w->grad, dw + step * M * K);
+            if (c.w->grad) fl_tensor_read_f32(c.w->grad, dw + step * M * K);
         }
-        if (st == FL_OK) st = fl_fp8_layer_update(l);
+        if (st == FL_OK && !rows) st = fl_fp8_layer_update(l);
         for (int i = 0; i < 3 && st == FL_OK; i++) {
             hist[step * 6 + 2 * i] = l->role[i].scale;
             hist[step * 6 + 2 * i + 1] = l->role[i].history[0];
@@ -705,6 +780,51 @@ static fl_status gelu_linear_steps(bool fused, const bool hp[3], int warmup, boo
     return st;
 }
 
+/* The same under ao's rowwise scaling: fused (GELU made once for x's per-row and per-column casts) where the weight
+ * takes a gradient and wgrad runs in FP8 (ROWWISE, also with dgrad in high precision); GELU then the layer for
+ * ROWWISE_GW_HP and for a frozen weight. The same outputs, gradients and recipe state bit for bit. */
+TEST(fp8_linear_gelu_rowwise_matches_gelu_then_linear) {
+    static const bool none[3] = { false, false, false }, dgrad_hp[3] = { false, true, false };
+    for (int kind = 0; kind < 4; kind++) {   /* ROWWISE, ROWWISE with dgrad in high precision, GW_HP, frozen weight */
+        const fl_fp8_granularity gran = kind == 2 ? FL_GRAN_ROWWISE_GW_HP : FL_GRAN_ROWWISE;
+        static float y[2][3 * N * M], dx[2][3 * N * K], dw[2][3 * M * K], hist[2][18];
+        memset(dw, 0, sizeof dw);
+        int nf[2];
+        for (int f = 0; f < 2; f++) {
+            fl_status st;
+            if (kind == 3) {   /* gelu_linear_steps' weight frozen: its own case, the flag set before the steps */
+                st = FL_OK;
+                lin_case c;
+                make_case(&c);
+                fl_scaling r[3];
+                for (int i = 0; i < 3; i++) fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1);
+                fl_fp8_layer *l = NULL;
+                REQUIRE_OK(fl_fp8_layer_new(&l, r, NULL, gran));
+                fl_tensor_set_requires_grad(c.w, false);
+                fl_tensor *out = NULL, *h = NULL;
+                if (f) REQUIRE_OK(fl_fp8_linear_gelu(&out, c.x, c.w, c.b, l, true, NULL, NULL));
+                else { REQUIRE_OK(fl_gelu(&h, c.x, 1)); REQUIRE_OK(fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL, NULL)); }
+                nf[f] = out->grad_fn && out->grad_fn->iargs[2];
+                REQUIRE_OK(fl_backward(out, c.g, false));
+                fl_tensor_read_f32(out, y[f]);
+                fl_tensor_read_f32(c.x->grad, dx[f]);
+                fl_tensor_release(out); fl_tensor_release(h);
+                fl_fp8_layer_release(l);
+                free_case(&c);
+                memset(hist[f], 0, sizeof hist[f]);
+            } else {
+                st = gelu_linear_steps(f, kind == 1 ? dgrad_hp : none, 0, true, gran, y[f], dx[f], dw[f], hist[f], &nf[f]);
+            }
+            REQUIRE_OK(st);
+        }
+        CHECK(nf[0] == 0 && nf[1] == (kind < 2 ? 3 : 0), "kind %d: %d fused steps", kind, nf[1]);
+        CHECK(!memcmp(y[0], y[1], sizeof y[0]), "kind %d: outputs differ", kind);
+        CHECK(!memcmp(dx[0], dx[1], sizeof dx[0]), "kind %d: input gradients differ", kind);
+        CHECK(!memcmp(dw[0], dw[1], sizeof dw[0]), "kind %d: weight gradients differ", kind);
+        CHECK(!memcmp(hist[0], hist[1], sizeof hist[0]), "kind %d: recipe state differs", kind);
+    }
+}
+
 TEST(fp8_linear_gelu_matches_gelu_then_linear) {
     static const bool hps[2][3] = { { false, false, false }, { false, true, false } };
     for (int hi = 0; hi < 2; hi++)
@@ -713,7 +833,8 @@ TEST(fp8_linear_gelu_matches_gelu_then_linear) {
             float y[2][3 * N * M], dx[2][3 * N * K], dw[2][3 * M * K], hist[2][18];
             int nf[2];
             for (int f = 0; f < 2; f++)
-                REQUIRE_OK(gelu_linear_steps(f, hps[hi], warmup, sc == 2, y[f], dx[f], dw[f], hist[f], &nf[f]));
+                REQUIRE_OK(gelu_linear_steps(f, hps[hi], warmup, sc == 2, FL_GRAN_TENSOR, y[f], dx[f], dw[f], hist[f],
+                                             &nf[f]));
             /* fused: every step of the all-FP8 layer, whatever its scaling; never with a high-precision GEMM */
             CHECK(nf[0] == 0 && nf[1] == (hi ? 0 : 3), "hp %d scaling %d: %d fused steps", hi, sc, nf[1]);
             CHECK(!memcmp(y[0], y[1], sizeof y[0]), "hp %d warm-up %d: outputs differ", hi, warmup);
