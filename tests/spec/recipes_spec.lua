@@ -29,6 +29,13 @@ local function ao_accelerator()
   return fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { ao }, config = false, env = {} }
 end
 
+-- torchao's rowwise recipe (per-row and per-column power-of-two scales), on the same layers.
+local function ao_rowwise_accelerator()
+  local filter = function(m) return m.in_features % 16 == 0 and m.out_features % 16 == 0 end
+  local ao = fp8.AORecipeKwargs { config = "rowwise", module_filter_func = filter }
+  return fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { ao }, config = false, env = {} }
+end
+
 -- A model's parameters as tables and its FP8 layers' scales and amaxes (fp8.stats): what two runs compare.
 local function params_and_stats(model)
   local p = {}
@@ -240,9 +247,9 @@ describe("te recipe", function()
 
   it("a GELU('tanh') before an FP8Linear runs fused in Sequential (its input cast in GELU's pass): the same bits", function()
     -- the same MLP trained with its GELUs as they are (fused: te casts with stored scales from the first step, ao's
-    -- tensorwise with current scales) and with their forward replaced by the same function on the instance (which
-    -- Sequential never fuses)
-    for _, make_acc in ipairs { te_accelerator, ao_accelerator } do
+    -- tensorwise with current scales, ao's rowwise makes GELU once for its per-row and per-column casts) and with
+    -- their forward replaced by the same function on the instance (which Sequential never fuses)
+    for _, make_acc in ipairs { te_accelerator, ao_accelerator, ao_rowwise_accelerator } do
       local function run(fused)
         fp8.manual_seed(3)
         local g1, g2 = nn.GELU("tanh"), nn.GELU("tanh")
@@ -263,13 +270,15 @@ describe("te recipe", function()
         local p, st = params_and_stats(model)
         local handed = {}   -- per FP8Linear: backwards whose dY the next layer's fused GELU backward cast
         for i = 1, 3, 2 do handed[#handed + 1] = model[i].fp8_meta:state().dy_handovers end
+        handed[#handed + 1] = model[3].fp8_meta:state().fused_input_casts   -- forwards with GELU in the cast's pass
         return losses, p, st, handed
       end
       local h1, h2 = same_bits_fused(run)
-      -- fused, the first GELU's backward also casts dY for the layer before it (every step); the second GELU is not
-      -- fused (the last layer, 48 -> 10, stays in high precision), so the layer before it casts its own
-      assert.are.same({ 6, 0 }, h1)
-      assert.are.same({ 0, 0 }, h2)
+      -- fused, the first GELU's backward also casts dY for the layer before it (every step: per-tensor scales only);
+      -- the second GELU is not fused (the last layer, 48 -> 10, stays in high precision), so the layer before it
+      -- casts its own
+      assert.are.same({ make_acc == ao_rowwise_accelerator and 0 or 6, 0, 6 }, h1)
+      assert.are.same({ 0, 0, 0 }, h2)
     end
     -- fused, the FP8 step records no GELU op of its own; with the instance's forward replaced it does
     for _, replaced in ipairs { false, true } do
