@@ -49,7 +49,8 @@ add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true}])
 add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed. A GELU(\"tanh\")\n"
   .. "followed by an FP8Linear runs inside that layer (FP8Linear:forward_gelu: under per-tensor scaling, on the CPU,\n"
-  .. "its input cast in GELU's pass, and GELU's backward casts dY for an FP8Linear before it), and so does a\n"
+  .. "its input cast in GELU's pass, and GELU's backward casts dY for an FP8Linear before it; under ao rowwise,\n"
+  .. "GELU made once for its per-row and per-column casts), and so does a\n"
   .. "LayerNorm followed by an FP8Linear (FP8Linear:forward_layernorm: LayerNorm's output cast in its pass);\n"
   .. "the same bits either way. A TransformerBlock's residual adds run in its last FP8Linears' GEMMs\n"
   .. "(FP8Linear:forward_residual(x, residual) = residual + layer(x); fp8_meta:state().residual_adds).")
