@@ -34,8 +34,8 @@ void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n, bool wide);
 /* max |v| (NaN ignored, fl_amax_f32's) over the values each task t < ntasks makes: the first pass of current scaling
  * over values that are made, not stored (GELU, its derivative, LayerNorm's output). amax(ctx, t, buf, lo) returns
  * max(lo, task t's amax), and buf holds `scratch` floats for it; lo is the largest |value| its thread has made so far,
- * so a task may skip values it can show are not above lo (cpu_quant.c's GELU passes). Threads split the tasks when `par`;
- * a max, so any order gives it (cpu_reduce.c). FL_ENOMEM where a thread's scratch cannot be had. */
+ * so a task may skip values it can show are not above lo (cpu_quant.c's GELU passes). Threads split the tasks when
+ * `par`; a max, so any order gives it (cpu_reduce.c). FL_ENOMEM where a thread's scratch cannot be had. */
 typedef float (*fl_cpu_amax_fn)(const void *ctx, int64_t t, float *buf, float lo);
 fl_status fl_cpu_amax_made(int64_t ntasks, int64_t scratch, bool par, fl_cpu_amax_fn amax, const void *ctx,
                            float *out);

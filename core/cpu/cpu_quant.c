@@ -141,8 +141,10 @@ static bool gelu_may_exceed(const float *x, const float *g, int64_t m, float lo)
     }
     for (int64_t k = 0; k < m; k += 8) {
         const __m256 v = fl_avx2_load_n(x + k, m - k);
-        b = _mm256_max_ps(g ? _mm256_mul_ps(_mm256_and_ps(fl_avx2_load_n(g + k, m - k), absm), fl_cpu_gelu_tanh_dbound8(v))
-                            : fl_cpu_gelu_tanh_bound8(v), b);
+        const __m256 t = g ? _mm256_mul_ps(_mm256_and_ps(fl_avx2_load_n(g + k, m - k), absm),
+                                           fl_cpu_gelu_tanh_dbound8(v))
+                           : fl_cpu_gelu_tanh_bound8(v);
+        b = _mm256_max_ps(t, b);
     }
     return _mm256_movemask_ps(_mm256_cmp_ps(b, l, _CMP_GT_OQ)) != 0;
 }
@@ -184,7 +186,8 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     if (!scale) {   /* current scaling: GELU's amax in a pass of its own, GELU made again for the cast */
         const gelu_src g = { x, n };
         float amax;
-        FL_TRY(fl_cpu_amax_made((n + GQ_CHUNK - 1) / GQ_CHUNK, GQ_SKIP, n >= FL_CPU_PAR_MIN, gelu_chunk_amax, &g, &amax));
+        FL_TRY(fl_cpu_amax_made((n + GQ_CHUNK - 1) / GQ_CHUNK, GQ_SKIP, n >= FL_CPU_PAR_MIN, gelu_chunk_amax, &g,
+                                &amax));
         cur = current_scale(dst, amax, margin, pow2);
         scale = &cur;
     }
@@ -407,8 +410,8 @@ fl_status fl_cpu_dev_quantize_rows_gelu(fl_tensor *dst, fl_tensor *y, const fl_t
         !fl_format(dst->dtype)->is_fp8 || !fl_tensor_is_contiguous(dst) ||
         !fl_shape_equal(2, x->shape, dst->ndim, dst->shape) || dst->scale_axis != 0 ||
         fl_tensor_numel(dst->scale_inv) != x->shape[0])
-        return FL_ERR(FL_EINVAL, "quantize_rows_gelu: expects a contiguous fp32 [R, C] GELU input, an fp32 output of its "
-                      "shape and an FP8 destination of its shape scaled per row");
+        return FL_ERR(FL_EINVAL, "quantize_rows_gelu: expects a contiguous fp32 [R, C] GELU input, an fp32 output of "
+                      "its shape and an FP8 destination of its shape scaled per row");
     return quant_current_rows(dst, y, x->shape[0], x->shape[1], margin, pow2, p, col_amax, NULL, fl_tensor_data(x));
 }
 

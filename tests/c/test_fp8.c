@@ -709,18 +709,21 @@ TEST(fp8_current_gelu_passes_skip_nothing_that_counts) {
                 const int64_t n = sizes[si], R = si ? 7 : 200, C = n / R, sh[2] = { R, C };
                 fl_tensor *t[8] = { NULL };   /* x, g, GELU(x), GELU'(x) g, q ×4 */
                 for (int i = 0; i < 4; i++) REQUIRE_OK(fl_tensor_empty(&t[i], FL_F32, 2, sh, FL_DEV_CPU));
-                for (int i = 4; i < 8; i++) REQUIRE_OK(fl_tensor_empty(&t[i], i < 6 ? FL_E4M3 : FL_E5M2, 2, sh, FL_DEV_CPU));
+                for (int i = 4; i < 8; i++)
+                    REQUIRE_OK(fl_tensor_empty(&t[i], i < 6 ? FL_E4M3 : FL_E5M2, 2, sh, FL_DEV_CPU));
                 uint32_t s = 3u + (uint32_t)fam;
                 gelu_family(fl_tensor_data(t[0]), fl_tensor_data(t[1]), n, fam, &s);
                 REQUIRE_OK(cpu->act_fwd(FL_ACT_GELU_TANH, fl_tensor_data(t[0]), fl_tensor_data(t[2]), n));
-                REQUIRE_OK(cpu->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(t[0]), fl_tensor_data(t[1]), fl_tensor_data(t[3]), n));
+                REQUIRE_OK(cpu->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(t[0]), fl_tensor_data(t[1]),
+                                        fl_tensor_data(t[3]), n));
                 REQUIRE_OK(cpu->quantize_current(t[4], t[2], -1, 0, false, FL_SATURATE));
                 REQUIRE_OK(cpu->quantize_gelu(t[5], t[0], NULL, 0, false, 1, FL_SATURATE));
                 REQUIRE_OK(cpu->quantize_current(t[6], t[3], -1, 0, false, FL_SATURATE));
                 REQUIRE_OK(cpu->quantize_dbias_dgelu(t[7], t[1], t[0], NULL, 0, false, FL_SATURATE, NULL));
                 for (int k = 4; k < 8; k += 2) {
                     const fl_tensor *a = t[k], *b = t[k + 1];
-                    CHECK(a->qstats.amax == b->qstats.amax && !memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)n) &&
+                    CHECK(a->qstats.amax == b->qstats.amax &&
+                          !memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)n) &&
                           !memcmp(fl_tensor_data(a->scale_inv), fl_tensor_data(b->scale_inv), 4),
                           "%s, family %d, n %lld, %d threads: scale_inv %a against %a", k == 4 ? "GELU" : "GELU' ⊙ dY",
                           fam, (long long)n, threads, (double)*(float *)fl_tensor_data(a->scale_inv),
@@ -797,13 +800,17 @@ TEST(fp8_linear_gelu_rowwise_matches_gelu_then_linear) {
                 lin_case c;
                 make_case(&c);
                 fl_scaling r[3];
-                for (int i = 0; i < 3; i++) fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1);
+                for (int i = 0; i < 3; i++)
+                    fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1);
                 fl_fp8_layer *l = NULL;
                 REQUIRE_OK(fl_fp8_layer_new(&l, r, NULL, gran));
                 fl_tensor_set_requires_grad(c.w, false);
                 fl_tensor *out = NULL, *h = NULL;
                 if (f) REQUIRE_OK(fl_fp8_linear_gelu(&out, c.x, c.w, c.b, l, true, NULL, NULL));
-                else { REQUIRE_OK(fl_gelu(&h, c.x, 1)); REQUIRE_OK(fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL, NULL)); }
+                else {
+                    REQUIRE_OK(fl_gelu(&h, c.x, 1));
+                    REQUIRE_OK(fl_fp8_linear(&out, h, c.w, c.b, l, true, NULL, NULL));
+                }
                 nf[f] = out->grad_fn && out->grad_fn->iargs[2];
                 REQUIRE_OK(fl_backward(out, c.g, false));
                 fl_tensor_read_f32(out, y[f]);
@@ -813,7 +820,8 @@ TEST(fp8_linear_gelu_rowwise_matches_gelu_then_linear) {
                 free_case(&c);
                 memset(hist[f], 0, sizeof hist[f]);
             } else {
-                st = gelu_linear_steps(f, kind == 1 ? dgrad_hp : none, 0, true, gran, y[f], dx[f], dw[f], hist[f], &nf[f]);
+                st = gelu_linear_steps(f, kind == 1 ? dgrad_hp : none, 0, true, gran, y[f], dx[f], dw[f], hist[f],
+                                       &nf[f]);
             }
             REQUIRE_OK(st);
         }

@@ -117,8 +117,9 @@ end
 -- forward(GELU(x)) with GELU's tanh form, for a Sequential whose GELU("tanh") comes right before this layer: the
 -- same result, gradients and recipe state, with the input's FP8 cast made in GELU's pass where the core can
 -- (fl_fp8_linear_gelu: per-tensor scaling, delayed or current, every GEMM in FP8, a CPU tensor: the fp32 activation
--- is never written; ao rowwise with a weight that takes a gradient: GELU made once for both of its casts). With residual: residual + that, as forward_residual adds it. nil when the
--- layer would not run in FP8 now (the caller runs the two).
+-- is never written; ao rowwise with a weight that takes a gradient: GELU made once for both of its casts). With
+-- residual: residual + that, as forward_residual adds it. nil when the layer would not run in FP8 now (the caller
+-- runs the two).
 function FP8Linear:forward_gelu(x, residual)
   if not runs_fp8(self) then return nil end
   check_input(self, x)
