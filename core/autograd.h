@@ -11,7 +11,7 @@
 #include "tensor.h"
 
 #define FL_NODE_MAX_INPUTS 4
-#define FL_NODE_MAX_SAVED 8
+#define FL_NODE_MAX_SAVED 10
 
 typedef struct fl_node fl_node;
 /* grad_out has the output's shape (fp32, contiguous). Write one new tensor (refcount 1) per input

@@ -86,6 +86,13 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * GELU). NULL entry: the caller runs the two. */                                                              \
     X(quantize_rows_gelu, (fl_tensor *dst, fl_tensor *y, const fl_tensor *x, int margin, bool pow2, fl_overflow p, \
                            float *col_amax))                                                                       \
+    /* dy ← GELU'(x) ⊙ dy in place (the tanh form's derivative; contiguous fp32 [R, C]) and quantize_rows_aux of    \
+     * the result (dst per row, col_amax and dbias unless NULL) in the same visit of each row: the values, bytes,  \
+     * scales, statistics and sums of act_bwd in place followed by quantize_rows_aux, with one read of dy fewer    \
+     * (ao rowwise's dY cast of a linear layer whose output went through GELU). NULL entry: the caller runs the   \
+     * two. */                                                                                                     \
+    X(quantize_rows_dgelu, (fl_tensor *dst, fl_tensor *dy, const fl_tensor *x, int margin, bool pow2, fl_overflow p,\
+                            float *col_amax, fl_tensor *dbias))                                                    \
     /* dst contiguous */                                                                                           \
     X(dequantize, (fl_tensor *dst, const fl_tensor *q))                                                            \
     /* amax of a contiguous tensor, per tensor (axis < 0, 1 value) or per index along axis (shape[axis]            \

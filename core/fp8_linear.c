@@ -352,7 +352,13 @@ enum { SV_RES_IN = 3 };
 enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes transposed (wgrad), when made */,
        SV_XPRE = 5 /* with a fused GELU (iargs[2]): its input, for GELU's backward */,
        SV_DB = 6 /* the bias gradient summed with an FP8 dY handed over by the consumer (handover_dgelu) */,
-       SV_XC = 7 /* ROWWISE: x cast per column in the forward (wgrad's b), when made */ };
+       SV_XC = 7 /* ROWWISE: x cast per column in the forward (wgrad's b), when made */,
+       /* ROWWISE, handed over by the consumer with a fused GELU (handover_dgelu_rows): dY's per-row cast and its
+        * column amaxes (fp32 [M]); SV_DB the bias gradient, and iargs[IA_GREF], [IA_GREF + 1] the data address and
+        * size of the gradient they were made from (not retained: the engine takes a gradient no one else holds as it
+        * is, and copies one that is shared) */
+       SV_GROWS = 8, SV_GCMAX = 9 };
+enum { IA_GREF = 3 };
 
 /* The weight operand of a TENSOR-granularity forward: the caller's FP8 weight, the cache, or a
  * fresh cast (then cached). want_t: dgrad will run in FP8, so a device that casts with a transposed copy
@@ -426,6 +432,67 @@ static fl_status handover_dgelu(fl_tensor **out, fl_node *n, const fl_tensor *t)
     return st;
 }
 
+/* ROWWISE: the same hand-over for a layer p that casts dY per row and per column (ROWWISE, dgrad in FP8): dY =
+ * GELU'(x) ⊙ t is made in place in t (dgrad's fresh output, which stays the gradient p receives, in fp32: p's
+ * per-column cast reads it), and in the same pass cast per row for p with its column amaxes and bias gradient
+ * (quantize_rows_dgelu), left in p's slots (SV_GROWS, SV_GCMAX, SV_DB; t's address in its iargs). *done: t is dY
+ * now. Else *done stays false and t untouched. */
+static fl_status handover_dgelu_rows(bool *done, fl_node *n, fl_tensor *t) {
+    *done = false;
+    const fl_tensor *x = n->inputs[0];
+    fl_node *p = x->grad_fn;
+    const fl_device *dev = fl_device_get(t->device);
+    if (!p || p->backward != fp8_linear_bwd || !fl_autograd_sole_consumer(n, 0) || !dev || !dev->quantize_rows_dgelu ||
+        t->dtype != FL_F32 || !fl_tensor_is_contiguous(t) || t->ndim != 2)
+        return FL_OK;
+    fl_fp8_layer *l = p->ctx;
+    if (l->gran != FL_GRAN_ROWWISE || l->hp[1] || !fl_node_input_needs_grad(p, 0)) return FL_OK;
+    fl_scaling *s = &l->role[FL_ROLE_GRAD];
+    const bool want_cmax = fl_node_input_needs_grad(p, 1) && !l->hp[2], want_db = fl_node_input_needs_grad(p, 2);
+    fl_tensor *q = NULL, *cm = NULL, *db = NULL;
+    fl_status st = new_q(&q, t, s->fmt, 0);
+    if (st == FL_OK && want_cmax) st = fl_tensor_empty(&cm, FL_F32, 1, &t->shape[1], FL_DEV_CPU);
+    if (st == FL_OK && want_db) st = fl_tensor_empty(&db, FL_F32, 1, &t->shape[1], t->device);
+    if (st == FL_OK)
+        st = dev->quantize_rows_dgelu(q, t, n->saved[SV_XPRE], s->margin, s->pow2, FL_SATURATE,
+                                      cm ? fl_tensor_data(cm) : NULL, db);
+    if (st == FL_OK) st = observe(s, q, p->iargs[1] != 0);
+    if (st == FL_OK) {
+        fl_node_save(p, SV_GROWS, q);
+        fl_node_save(p, SV_GCMAX, cm);
+        fl_node_save(p, SV_DB, db);
+        p->iargs[IA_GREF] = (int64_t)(intptr_t)fl_tensor_data(t);
+        p->iargs[IA_GREF + 1] = fl_tensor_numel(t);
+        *done = true;
+    }
+    fl_tensor_release(q);
+    fl_tensor_release(cm);
+    fl_tensor_release(db);
+    return st;
+}
+
+/* ROWWISE dY [N, M] per row (cast_rows), or what the consumer handed over for this gradient (handover_dgelu_rows:
+ * g32's data is what it made them from), which the node then lets go. */
+static fl_status dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_tensor **db, fl_node *n, const fl_tensor *g32,
+                         fl_scaling *s, bool record) {
+    const fl_tensor *rows = n->saved[SV_GROWS], *cm = n->saved[SV_GCMAX];
+    const bool handed = rows && n->iargs[IA_GREF] == (int64_t)(intptr_t)fl_tensor_data(g32) &&
+                        n->iargs[IA_GREF + 1] == fl_tensor_numel(g32) && (!cmax || cm) && (!db || n->saved[SV_DB]);
+    fl_status st = FL_OK;
+    if (handed) {
+        *q = fl_tensor_retain((fl_tensor *)rows);
+        *have_cmax = cmax != NULL;
+        if (cmax) memcpy(cmax, fl_tensor_data(cm), (size_t)fl_tensor_numel(cm) * sizeof(float));
+        if (db) *db = fl_tensor_retain(n->saved[SV_DB]);
+        ((fl_fp8_layer *)n->ctx)->dy_handovers++;
+    }
+    const int slots[3] = { SV_GROWS, SV_GCMAX, SV_DB };
+    for (int i = 0; i < 3; i++) fl_node_save(n, slots[i], NULL);
+    n->iargs[IA_GREF] = n->iargs[IA_GREF + 1] = 0;
+    if (!handed) st = cast_rows(q, cmax, have_cmax, db, g32, s, record);
+    return st;
+}
+
 static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_fp8_layer *l = n->ctx;
     const fl_tensor *x = n->inputs[0], *w = n->inputs[1];
@@ -476,7 +543,7 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             fl_tensor *w32 = NULL;
             if (fp8_dw && !(cmax = malloc((size_t)(M > 0 ? M : 1) * sizeof(float))))
                 st = FL_ERR(FL_ENOMEM, "fp8 linear: out of memory for %lld column amaxes", (long long)M);
-            if (st == FL_OK) st = cast_rows(&gq, cmax, &have_cmax, need_db ? &db : NULL, g32, sg, record);
+            if (st == FL_OK) st = dy_rows(&gq, cmax, &have_cmax, need_db ? &db : NULL, n, g32, sg, record);
             if (st == FL_OK) st = as_f32(&w32, n->saved[SV_W]);
             if (st == FL_OK)
                 st = cast_role(&wq2, w32, &l->role[FL_ROLE_WEIGHT], true, l->gran == FL_GRAN_ROWWISE ? 1 : -1);
@@ -488,8 +555,10 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
             /* the layer's input was GELU(x) (fl_fp8_linear_gelu): dX ← GELU'(x) ⊙ dX, as GeluBackward computes it,
              * cast for the layer before it where that layer takes it so; else in place in dgrad's fresh output
              * (the fused path runs on the CPU, whose act_bwd is per element) */
+            bool done = false;
             st = handover_dgelu(&ho, n, t);
-            if (st == FL_OK && !ho)
+            if (st == FL_OK && !ho) st = handover_dgelu_rows(&done, n, t);
+            if (st == FL_OK && !ho && !done)
                 st = fl_device_get(t->device)->act_bwd(FL_ACT_GELU_TANH, fl_tensor_data(n->saved[SV_XPRE]),
                                                        fl_tensor_data(t), fl_tensor_data(t), fl_tensor_numel(t));
         }

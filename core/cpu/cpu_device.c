@@ -201,6 +201,7 @@ static const fl_device fl_cpu = {
     .quantize_dbias_dgelu = fl_cpu_dev_quantize_dbias_dgelu,
     .quantize_rows_aux = fl_cpu_dev_quantize_rows_aux,
     .quantize_rows_gelu = fl_cpu_dev_quantize_rows_gelu,
+    .quantize_rows_dgelu = fl_cpu_dev_quantize_rows_dgelu,
     .dequantize = fl_cpu_dev_dequantize,
     .amax = fl_cpu_dev_amax,
     .act_fwd = fl_cpu_dev_act_fwd,

@@ -337,10 +337,12 @@ fl_status fl_cpu_dev_quantize_dbias_dgelu(fl_tensor *dst, const fl_tensor *src, 
  * one visit (the row is still in cache for the cast), the same numbers as the amax pass followed by the cast.
  * In the same visit, when asked: col_amax (the column maxima, NaN ignored: order-independent) and dbias (the
  * column sums in FL_CPU_SUM_ROWS chunks of rows, in double, the chunks combined in order: fl_cpu_dev_reduce's
- * bits). With gx, each row of src is made first as GELU of gx's row (written into src: quantize_rows_gelu; GELU
- * per element, so the values of act_fwd on the whole). Threads take whole chunks. */
+ * bits). With gx, each row of src is made first (written into src), GELU per element so the values of act_fwd or
+ * act_bwd on the whole: GELU of gx's row (quantize_rows_gelu), or with dgelu GELU'(gx's row) ⊙ the row, in place
+ * (quantize_rows_dgelu). Threads take whole chunks. */
 static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_t rows, int64_t cols, int margin,
-                                   bool pow2, fl_overflow p, float *col_amax, float *dbias, const float *gx) {
+                                   bool pow2, fl_overflow p, float *col_amax, float *dbias, const float *gx,
+                                   bool dgelu) {
     const float *x = fl_tensor_data(src);
     uint8_t *d = fl_tensor_data(dst);
     float *si = fl_tensor_data(dst->scale_inv);
@@ -367,7 +369,8 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
             const int64_t r1 = (ch + 1) * FL_CPU_SUM_ROWS < rows ? (ch + 1) * FL_CPU_SUM_ROWS : rows;
             for (int64_t r = ch * FL_CPU_SUM_ROWS; r < r1; r++) {
                 const float *row = x + r * cols;
-                if (gx) fl_cpu_gelu_tanh_fwd_serial(gx + r * cols, (float *)row, cols);
+                if (gx && dgelu) fl_cpu_gelu_tanh_bwd_serial(gx + r * cols, row, (float *)row, cols);
+                else if (gx) fl_cpu_gelu_tanh_fwd_serial(gx + r * cols, (float *)row, cols);
                 const float scale = fl_amax_to_scale_current(cols ? fl_amax_f32(row, (size_t)cols) : 0.0f, fmax, margin, pow2);
                 fl_cast_stats st;
                 fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scale, p, &st);
@@ -400,7 +403,7 @@ fl_status fl_cpu_dev_quantize_rows_aux(fl_tensor *dst, const fl_tensor *src, int
         return FL_ERR(FL_EINVAL, "quantize_rows_aux: expects a contiguous fp32 [R, C] source, a destination scaled per row "
                       "and an fp32 [C] bias gradient");
     return quant_current_rows(dst, src, src->shape[0], src->shape[1], margin, pow2, p, col_amax,
-                              dbias ? fl_tensor_data(dbias) : NULL, NULL);
+                              dbias ? fl_tensor_data(dbias) : NULL, NULL, false);
 }
 
 fl_status fl_cpu_dev_quantize_rows_gelu(fl_tensor *dst, fl_tensor *y, const fl_tensor *x, int margin, bool pow2,
@@ -412,14 +415,29 @@ fl_status fl_cpu_dev_quantize_rows_gelu(fl_tensor *dst, fl_tensor *y, const fl_t
         fl_tensor_numel(dst->scale_inv) != x->shape[0])
         return FL_ERR(FL_EINVAL, "quantize_rows_gelu: expects a contiguous fp32 [R, C] GELU input, an fp32 output of "
                       "its shape and an FP8 destination of its shape scaled per row");
-    return quant_current_rows(dst, y, x->shape[0], x->shape[1], margin, pow2, p, col_amax, NULL, fl_tensor_data(x));
+    return quant_current_rows(dst, y, x->shape[0], x->shape[1], margin, pow2, p, col_amax, NULL, fl_tensor_data(x),
+                              false);
+}
+
+fl_status fl_cpu_dev_quantize_rows_dgelu(fl_tensor *dst, fl_tensor *dy, const fl_tensor *x, int margin, bool pow2,
+                                         fl_overflow p, float *col_amax, fl_tensor *dbias) {
+    if (x->dtype != FL_F32 || x->ndim != 2 || !fl_tensor_is_contiguous(x) || dy->dtype != FL_F32 ||
+        !fl_tensor_is_contiguous(dy) || !fl_shape_equal(2, x->shape, dy->ndim, dy->shape) ||
+        !fl_format(dst->dtype)->is_fp8 || !fl_tensor_is_contiguous(dst) ||
+        !fl_shape_equal(2, x->shape, dst->ndim, dst->shape) || dst->scale_axis != 0 ||
+        fl_tensor_numel(dst->scale_inv) != x->shape[0] ||
+        (dbias && (dbias->dtype != FL_F32 || !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != x->shape[1])))
+        return FL_ERR(FL_EINVAL, "quantize_rows_dgelu: expects a contiguous fp32 [R, C] GELU input and dY of its shape, "
+                      "an FP8 destination of that shape scaled per row and an fp32 [C] bias gradient or none");
+    return quant_current_rows(dst, dy, x->shape[0], x->shape[1], margin, pow2, p, col_amax,
+                              dbias ? fl_tensor_data(dbias) : NULL, fl_tensor_data(x), true);
 }
 
 fl_status fl_cpu_dev_quantize_current(fl_tensor *dst, const fl_tensor *src, int axis, int margin, bool pow2, fl_overflow p) {
     if (axis >= 0 && src->dtype == FL_F32 && fl_tensor_is_contiguous(src)) {
         int64_t outer, size, inner;
         fl_cpu_split_axis(src, axis, &outer, &size, &inner);
-        if (outer == 1) return quant_current_rows(dst, src, size, inner, margin, pow2, p, NULL, NULL, NULL);
+        if (outer == 1) return quant_current_rows(dst, src, size, inner, margin, pow2, p, NULL, NULL, NULL, false);
     }
     int64_t ns = axis < 0 ? 1 : src->shape[axis];
     float one, *scales = ns <= 1 ? &one : malloc((size_t)ns * sizeof(float));

@@ -600,16 +600,17 @@ TEST(fp8_quantize_gelu_matches_gelu_then_quantize) {
     fl_tensor_release(a); fl_tensor_release(b);
 }
 
-/* The CPU's quantize_rows_gelu against its GELU then quantize_rows_aux: the same GELU output, bytes, per-row
- * scales, statistics and column amaxes, on shapes with one row, rows past a chunk and columns past GELU's span, 1
- * and 2 threads, margin and pow2 on and off, values that saturate, underflow and are NaN; and its refusals. */
+/* The CPU's quantize_rows_gelu against its GELU then quantize_rows_aux, and quantize_rows_dgelu against its GELU'
+ * ⊙ dY in place then quantize_rows_aux: the same values made, bytes, per-row scales, statistics, column amaxes (and
+ * bias gradient), on shapes with one row, rows past a chunk and columns past GELU's span, 1 and 2 threads, margin and
+ * pow2 on and off, values that saturate, underflow and are NaN; and their refusals. */
 TEST(fp8_quantize_rows_gelu_matches_gelu_then_rows_aux) {
     static const int64_t shapes[][2] = { { 2048, 256 }, { 1, 5 }, { 257, 4100 }, { 0, 3 } };
     const fl_device *cpu = fl_cpu_device();
     const int threads0 = omp_get_max_threads();
     for (unsigned si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int tm = 0; tm < 4; tm++) {
-            const int threads = 1 + tm % 2, mode = 1 + tm / 2;
+        for (int tm = 0; tm < 8; tm++) {
+            const int threads = 1 + tm % 2, mode = 1 + tm / 2 % 2, back = tm / 4;
             omp_set_num_threads(threads);
             const int64_t R = shapes[si][0], C = shapes[si][1], sh[2] = { R, C };
             fl_tensor *x = NULL, *y1 = NULL, *y2 = NULL, *q1 = NULL, *q2 = NULL;
@@ -633,12 +634,29 @@ TEST(fp8_quantize_rows_gelu_matches_gelu_then_rows_aux) {
             q1 = qs[0]; q2 = qs[1];
             float *cm1 = calloc((size_t)C + 1, sizeof(float)), *cm2 = calloc((size_t)C + 1, sizeof(float));
             REQUIRE(cm1 && cm2, "out of memory");
-            REQUIRE_OK(cpu->act_fwd(FL_ACT_GELU_TANH, xv, fl_tensor_data(y1), R * C));
-            REQUIRE_OK(cpu->quantize_rows_aux(q1, y1, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm1, NULL));
-            REQUIRE_OK(cpu->quantize_rows_gelu(q2, y2, x, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm2));
+            fl_tensor *db1 = NULL, *db2 = NULL;
+            REQUIRE_OK(fl_tensor_empty(&db1, FL_F32, 1, &C, FL_DEV_CPU));
+            REQUIRE_OK(fl_tensor_empty(&db2, FL_F32, 1, &C, FL_DEV_CPU));
             const size_t n = (size_t)(R * C);
-            CHECK(!memcmp(fl_tensor_data(y1), fl_tensor_data(y2), n * 4), "%lldx%lld: GELU differs", (long long)R,
-                  (long long)C);
+            if (back) {   /* y1, y2: the same dY, GELU' applied in place */
+                float *g1 = fl_tensor_data(y1);
+                for (size_t i = 0; i < n; i++) g1[i] = lcg_uniform(&s, 0.5f) * (i % 71 == 0 ? 3e3f : 1.0f);
+                memcpy(fl_tensor_data(y2), g1, n * 4);
+                REQUIRE_OK(cpu->act_bwd(FL_ACT_GELU_TANH, xv, g1, g1, R * C));
+                REQUIRE_OK(cpu->quantize_rows_aux(q1, y1, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm1, db1));
+                REQUIRE_OK(cpu->quantize_rows_dgelu(q2, y2, x, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm2,
+                                                    db2));
+                CHECK(!memcmp(fl_tensor_data(db1), fl_tensor_data(db2), (size_t)C * 4), "%lldx%lld threads %d: bias "
+                      "gradients differ", (long long)R, (long long)C, threads);
+            } else {
+                REQUIRE_OK(cpu->act_fwd(FL_ACT_GELU_TANH, xv, fl_tensor_data(y1), R * C));
+                REQUIRE_OK(cpu->quantize_rows_aux(q1, y1, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm1, NULL));
+                REQUIRE_OK(cpu->quantize_rows_gelu(q2, y2, x, mode_margin(mode), mode_pow2(mode), FL_SATURATE, cm2));
+            }
+            fl_tensor_release(db1);
+            fl_tensor_release(db2);
+            CHECK(!memcmp(fl_tensor_data(y1), fl_tensor_data(y2), n * 4), "%lldx%lld %s: the values made differ",
+                  (long long)R, (long long)C, back ? "GELU' ⊙ dY" : "GELU");
             CHECK(!memcmp(fl_tensor_data(q1), fl_tensor_data(q2), n), "%lldx%lld threads %d mode %d: bytes differ",
                   (long long)R, (long long)C, threads, mode);
             CHECK(!memcmp(fl_tensor_data(q1->scale_inv), fl_tensor_data(q2->scale_inv), (size_t)R * 4),
@@ -669,6 +687,14 @@ TEST(fp8_quantize_rows_gelu_matches_gelu_then_rows_aux) {
     q->scale_axis = 0;
     CHECK(cpu->quantize_rows_gelu(q, y2, x, 0, true, FL_SATURATE, NULL) == FL_EINVAL, "an output of another shape");
     CHECK(cpu->quantize_rows_gelu(q, y, x, 0, true, FL_SATURATE, NULL) == FL_OK, "the right shapes");
+    CHECK(cpu->quantize_rows_dgelu(q, y2, x, 0, true, FL_SATURATE, NULL, NULL) == FL_EINVAL, "dY of another shape");
+    fl_tensor *db5 = NULL;
+    const int64_t five = 5;
+    REQUIRE_OK(fl_tensor_empty(&db5, FL_F32, 1, &five, FL_DEV_CPU));
+    CHECK(cpu->quantize_rows_dgelu(q, y, x, 0, true, FL_SATURATE, NULL, db5) == FL_EINVAL,
+          "a bias gradient of 5 for 6 columns");
+    CHECK(cpu->quantize_rows_dgelu(q, y, x, 0, true, FL_SATURATE, NULL, NULL) == FL_OK, "dY of the right shape");
+    fl_tensor_release(db5);
     fl_tensor *r[] = { x, y, y2, q };
     for (unsigned i = 0; i < 4; i++) fl_tensor_release(r[i]);
 }
@@ -937,17 +963,18 @@ TEST(fp8_linear_residual_matches_linear_then_add) {
 }
 
 /* Two FP8 layers with a tanh GELU between them (fl_fp8_linear, then fl_fp8_linear_gelu) against fl_fp8_linear,
- * fl_gelu, fl_fp8_linear over three steps, with delayed scaling (and a warm-up) and with current scaling: the second
- * layer's backward casts the first layer's dY for it (the first layer's dy_handovers counts those steps) where the
- * first layer casts dY per tensor and GELU's input has no other consumer; outputs, every gradient and both layers'
- * recipe state are the same bits either way. */
+ * fl_gelu, fl_fp8_linear over three steps, with delayed scaling (and a warm-up), with current scaling and with ao's
+ * rowwise scaling: the second layer's backward casts the first layer's dY for it (the first layer's dy_handovers
+ * counts those steps) where the first layer casts dY per tensor, or per row with dgrad in FP8, and GELU's input has
+ * no other consumer; outputs, every gradient and both layers' recipe state are the same bits either way. */
 enum { M2 = 16 };
 typedef struct {
     float y[3 * N * M2], dx[3 * N * K], dw1[3 * M * K], db1[3 * M], dw2[3 * M2 * M], db2[3 * M2], hist[2][18];
     int64_t handed;
 } mlp_out;
 
-static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool second_use, bool current, mlp_out *o) {
+static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool second_use, bool current, bool rowwise,
+                           mlp_out *o) {
     lin_case c;
     make_case(&c);
     fl_rng rng;
@@ -965,11 +992,13 @@ static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool secon
     for (int k = 0; k < 2 && st == FL_OK; k++) {
         fl_scaling r[3];
         for (int i = 0; i < 3 && st == FL_OK; i++) {
-            st = fl_scaling_init(&r[i], fmts[i], current ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, current, 0, FL_AMAX_MAX,
-                                 4, 1);
+            st = rowwise ? fl_scaling_init(&r[i], FL_E4M3, FL_SCALE_CURRENT, true, 0, FL_AMAX_MAX, 1, 1)
+                         : fl_scaling_init(&r[i], fmts[i], current ? FL_SCALE_CURRENT : FL_SCALE_DELAYED, current, 0,
+                                           FL_AMAX_MAX, 4, 1);
             r[i].warmup = k == 0 ? warmup : 0;
         }
-        if (st == FL_OK) st = fl_fp8_layer_new(&l[k], r, k == 0 ? hp1 : no_hp, FL_GRAN_TENSOR);
+        if (st == FL_OK)
+            st = fl_fp8_layer_new(&l[k], r, k == 0 ? hp1 : no_hp, rowwise ? FL_GRAN_ROWWISE : FL_GRAN_TENSOR);
     }
     for (int step = 0; step < 3 && st == FL_OK; step++) {
         fl_tensor *h = NULL, *a = NULL, *y = NULL, *p = NULL, *out = NULL;
@@ -995,7 +1024,7 @@ static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool secon
             fl_tensor_read_f32(b2->grad, o->db2 + step * M2);
         }
         for (int k = 0; k < 2 && st == FL_OK; k++) {
-            st = fl_fp8_layer_update(l[k]);
+            if (!rowwise) st = fl_fp8_layer_update(l[k]);
             for (int i = 0; i < 3 && st == FL_OK; i++) {
                 o->hist[k][step * 6 + 2 * i] = l[k]->role[i].scale;
                 o->hist[k][step * 6 + 2 * i + 1] = l[k]->role[i].history[0];
@@ -1016,18 +1045,26 @@ static fl_status mlp_steps(bool fused, const bool hp1[3], int warmup, bool secon
 
 TEST(fp8_linear_gelu_casts_dy_for_the_layer_before) {
     static const bool all_fp8[3] = { false, false, false }, hp_dgrad[3] = { false, true, false };
-    static const struct { const bool *hp; int warmup; bool second, current; int handed; } cases[] = {
-        { all_fp8, 0, false, false, 3 },    /* every step */
-        { all_fp8, 2, false, false, 3 },    /* the first layer's warm-up too (current scaling, dY's amax first) */
-        { all_fp8, 0, false, true, 3 },     /* current scaling (power-of-two scales), every step */
-        { hp_dgrad, 0, false, false, 0 },   /* dgrad in high precision reads the fp32 dY */
-        { all_fp8, 0, true, false, 0 },     /* GELU's input has a second consumer: dY is a sum */
-        { all_fp8, 0, true, true, 0 },
+    static const bool hp_wgrad[3] = { false, false, true };
+    static const struct { const bool *hp; int warmup; bool second, current, rowwise; int handed; } cases[] = {
+        { all_fp8, 0, false, false, false, 3 },    /* every step */
+        { all_fp8, 2, false, false, false, 3 },    /* the first layer's warm-up too (current scaling, dY's amax first) */
+        { all_fp8, 0, false, true, false, 3 },     /* current scaling (power-of-two scales), every step */
+        { hp_dgrad, 0, false, false, false, 0 },   /* dgrad in high precision reads the fp32 dY */
+        { all_fp8, 0, true, false, false, 0 },     /* GELU's input has a second consumer: dY is a sum */
+        { all_fp8, 0, true, true, false, 0 },
+        /* rowwise: dY per row with its column amaxes and bias gradient, every step; not with dgrad in high
+         * precision, nor with a second consumer; with wgrad in high precision, without the column amaxes */
+        { all_fp8, 0, false, true, true, 3 },
+        { hp_dgrad, 0, false, true, true, 0 },
+        { all_fp8, 0, true, true, true, 0 },
+        { hp_wgrad, 0, false, true, true, 3 },
     };
     static mlp_out o[2];
     for (unsigned ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         for (int f = 0; f < 2; f++)
-            REQUIRE_OK(mlp_steps(f, cases[ci].hp, cases[ci].warmup, cases[ci].second, cases[ci].current, &o[f]));
+            REQUIRE_OK(mlp_steps(f, cases[ci].hp, cases[ci].warmup, cases[ci].second, cases[ci].current,
+                                 cases[ci].rowwise, &o[f]));
         CHECK(o[0].handed == 0 && o[1].handed == cases[ci].handed, "case %u: %lld steps handed over, expected %d", ci,
               (long long)o[1].handed, cases[ci].handed);
         CHECK(!memcmp(o[0].y, o[1].y, sizeof o[0].y), "case %u: outputs differ", ci);
