@@ -427,8 +427,8 @@ fl_status fl_cpu_dev_quantize_rows_dgelu(fl_tensor *dst, fl_tensor *dy, const fl
         !fl_shape_equal(2, x->shape, dst->ndim, dst->shape) || dst->scale_axis != 0 ||
         fl_tensor_numel(dst->scale_inv) != x->shape[0] ||
         (dbias && (dbias->dtype != FL_F32 || !fl_tensor_is_contiguous(dbias) || fl_tensor_numel(dbias) != x->shape[1])))
-        return FL_ERR(FL_EINVAL, "quantize_rows_dgelu: expects a contiguous fp32 [R, C] GELU input and dY of its shape, "
-                      "an FP8 destination of that shape scaled per row and an fp32 [C] bias gradient or none");
+        return FL_ERR(FL_EINVAL, "quantize_rows_dgelu: expects a contiguous fp32 [R, C] GELU input and dY of its "
+                      "shape, an FP8 destination of that shape scaled per row and an fp32 [C] bias gradient or none");
     return quant_current_rows(dst, dy, x->shape[0], x->shape[1], margin, pow2, p, col_amax,
                               dbias ? fl_tensor_data(dbias) : NULL, fl_tensor_data(x), true);
 }

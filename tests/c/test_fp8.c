@@ -1048,7 +1048,7 @@ TEST(fp8_linear_gelu_casts_dy_for_the_layer_before) {
     static const bool hp_wgrad[3] = { false, false, true };
     static const struct { const bool *hp; int warmup; bool second, current, rowwise; int handed; } cases[] = {
         { all_fp8, 0, false, false, false, 3 },    /* every step */
-        { all_fp8, 2, false, false, false, 3 },    /* the first layer's warm-up too (current scaling, dY's amax first) */
+        { all_fp8, 2, false, false, false, 3 },    /* the first layer's warm-up too (current scaling, amax first) */
         { all_fp8, 0, false, true, false, 3 },     /* current scaling (power-of-two scales), every step */
         { hp_dgrad, 0, false, false, false, 0 },   /* dgrad in high precision reads the fp32 dY */
         { all_fp8, 0, true, false, false, 0 },     /* GELU's input has a second consumer: dY is a sum */
