@@ -442,6 +442,9 @@ done:
  * order, how many node inputs take that node's output. */
 static _Thread_local const node_map *bw_map;
 static _Thread_local const int *bw_uses;
+static _Thread_local uint64_t bw_id, bw_count;   /* the backward in progress; how many have started */
+
+uint64_t fl_autograd_backward_id(void) { return bw_map ? bw_id : 0; }
 
 bool fl_autograd_sole_consumer(const fl_node *n, int i) {
     if (!bw_map || !n || i < 0 || i >= n->ninputs || !n->inputs[i] || !n->inputs[i]->grad_fn) return false;
@@ -504,6 +507,8 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     const int *prev_uses = bw_uses;
     bw_map = &map;
     bw_uses = uses;
+    const uint64_t prev_id = bw_id;
+    bw_id = ++bw_count;
     for (size_t k = n; k-- > 0 && st == FL_OK;) {
         fl_node *nd = order[k];
         fl_tensor *go = grads[k];
@@ -538,6 +543,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     free(luses);
     bw_map = prev_map;
     bw_uses = prev_uses;
+    bw_id = prev_id;
     fl_set_grad_enabled(prev_mode);
     if (st == FL_OK && !retain_graph)
         for (size_t k = 0; k < n; k++) node_clear(order[k]);

@@ -70,6 +70,9 @@ fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t);
  * gradient (a per-tensor E4M3/E5M2 tensor with its scale) instead of an fp32 one: the engine passes it to the
  * producer as it is, whose backward must take it (fl_fp8_linear's does: core/fp8_linear.c). */
 bool fl_autograd_sole_consumer(const fl_node *n, int i);
+/* During fl_backward: a number no other backward on this thread has had (nested ones included), so a backward can
+ * tell state it left in a node for a later one from state an earlier, unfinished backward left there. 0 outside. */
+uint64_t fl_autograd_backward_id(void);
 /* Backward from root. grad NULL means ones (root must have one element; error otherwise). Frees the
  * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly). */
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);

@@ -356,7 +356,7 @@ enum { SV_X = 0, SV_W = 1, SV_XHP = 2, SV_WHP = 3, SV_XT = 4 /* x's FP8 bytes tr
        /* ROWWISE, handed over by the consumer with a fused GELU (handover_dgelu_rows): dY's per-row cast and its
         * column amaxes (fp32 [M]); SV_DB the bias gradient, and iargs[IA_GREF], [IA_GREF + 1] the data address and
         * size of the gradient they were made from (not retained: the engine takes a gradient no one else holds as it
-        * is, and copies one that is shared) */
+        * is, and copies one that is shared), [IA_GREF + 2] the backward that made them (fl_autograd_backward_id) */
        SV_GROWS = 8, SV_GCMAX = 9 };
 enum { IA_GREF = 3 };
 
@@ -463,6 +463,7 @@ static fl_status handover_dgelu_rows(bool *done, fl_node *n, fl_tensor *t) {
         fl_node_save(p, SV_DB, db);
         p->iargs[IA_GREF] = (int64_t)(intptr_t)fl_tensor_data(t);
         p->iargs[IA_GREF + 1] = fl_tensor_numel(t);
+        p->iargs[IA_GREF + 2] = (int64_t)fl_autograd_backward_id();
         *done = true;
     }
     fl_tensor_release(q);
@@ -471,13 +472,15 @@ static fl_status handover_dgelu_rows(bool *done, fl_node *n, fl_tensor *t) {
     return st;
 }
 
-/* ROWWISE dY [N, M] per row (cast_rows), or what the consumer handed over for this gradient (handover_dgelu_rows:
- * g32's data is what it made them from), which the node then lets go. */
+/* ROWWISE dY [N, M] per row (cast_rows), or what the consumer handed over for this gradient in this backward
+ * (handover_dgelu_rows: g32's data is what it made them from), which the node then lets go. */
 static fl_status dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_tensor **db, fl_node *n, const fl_tensor *g32,
                          fl_scaling *s, bool record) {
     const fl_tensor *rows = n->saved[SV_GROWS], *cm = n->saved[SV_GCMAX];
     const bool handed = rows && n->iargs[IA_GREF] == (int64_t)(intptr_t)fl_tensor_data(g32) &&
-                        n->iargs[IA_GREF + 1] == fl_tensor_numel(g32) && (!cmax || cm) && (!db || n->saved[SV_DB]);
+                        n->iargs[IA_GREF + 1] == fl_tensor_numel(g32) &&
+                        n->iargs[IA_GREF + 2] == (int64_t)fl_autograd_backward_id() && (!cmax || cm) &&
+                        (!db || n->saved[SV_DB]);
     fl_status st = FL_OK;
     if (handed) {
         *q = fl_tensor_retain((fl_tensor *)rows);
@@ -488,7 +491,7 @@ static fl_status dy_rows(fl_tensor **q, float *cmax, bool *have_cmax, fl_tensor 
     }
     const int slots[3] = { SV_GROWS, SV_GCMAX, SV_DB };
     for (int i = 0; i < 3; i++) fl_node_save(n, slots[i], NULL);
-    n->iargs[IA_GREF] = n->iargs[IA_GREF + 1] = 0;
+    n->iargs[IA_GREF] = n->iargs[IA_GREF + 1] = n->iargs[IA_GREF + 2] = 0;
     if (!handed) st = cast_rows(q, cmax, have_cmax, db, g32, s, record);
     return st;
 }
