@@ -246,35 +246,29 @@ static fl_status cast_cols(fl_tensor **q, const fl_tensor *src32, const fl_scali
 
 /* ROWWISE: src32 [R, C] cast per row (observed: *rq) and per column (*cq, cast_cols), the column amaxes from the row
  * cast's read where the device gives them: the forward's input, whose per-column cast wgrad reads (torchao casts it
- * in the backward, from the high-precision input it keeps: the same bits). */
-static fl_status cast_rows_cols(fl_tensor **rq, fl_tensor **cq, const fl_tensor *src32, fl_scaling *s, bool record) {
+ * in the backward, from the high-precision input it keeps: the same bits). With gelu, of GELU(src32), made once into
+ * an fp32 scratch in the row cast's pass (the device's quantize_rows_gelu, with the column amaxes), which the column
+ * cast then reads: the bits of fl_gelu followed by the two casts, with one read of GELU's output fewer. */
+static fl_status cast_rows_cols(fl_tensor **rq, fl_tensor **cq, const fl_tensor *src32, fl_scaling *s, bool record,
+                                bool gelu) {
     const int64_t C = src32->shape[1];
     float *cmax = malloc((size_t)(C > 0 ? C : 1) * sizeof(float));
     if (!cmax) return FL_ERR(FL_ENOMEM, "fp8 linear: out of memory for %lld column amaxes", (long long)C);
     bool have = false;
-    fl_status st = cast_rows(rq, cmax, &have, NULL, src32, s, record);
-    if (st == FL_OK) st = cast_cols(cq, src32, s, cmax, have);
+    fl_tensor *y = NULL;   /* with gelu: GELU(src32), what both casts are of */
+    fl_status st = FL_OK;
+    if (gelu) {
+        st = new_q(rq, src32, s->fmt, 0);
+        if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 2, src32->shape, src32->device);
+        if (st == FL_OK)
+            st = fl_device_get(src32->device)->quantize_rows_gelu(*rq, y, src32, s->margin, s->pow2, FL_SATURATE, cmax);
+        if (st == FL_OK) st = observe(s, *rq, record);
+        have = true;
+    } else {
+        st = cast_rows(rq, cmax, &have, NULL, src32, s, record);
+    }
+    if (st == FL_OK) st = cast_cols(cq, gelu ? y : src32, s, cmax, have);
     if (st != FL_OK) { fl_tensor_release(*rq); *rq = NULL; }
-    free(cmax);
-    return st;
-}
-
-/* ROWWISE after GELU: GELU(x32) cast per row (observed: *rq) and per column (*cq), GELU made once into an fp32
- * scratch in the row cast's pass (the device's quantize_rows_gelu, with the column amaxes), which the column cast
- * then reads: the bits of fl_gelu followed by cast_rows_cols, with one read of GELU's output fewer. */
-static fl_status cast_rows_cols_gelu(fl_tensor **rq, fl_tensor **cq, const fl_tensor *x32, fl_scaling *s, bool record) {
-    const int64_t C = x32->shape[1];
-    float *cmax = malloc((size_t)(C > 0 ? C : 1) * sizeof(float));
-    if (!cmax) return FL_ERR(FL_ENOMEM, "fp8 linear: out of memory for %lld column amaxes", (long long)C);
-    fl_tensor *a = NULL, *y = NULL;
-    fl_status st = new_q(&a, x32, s->fmt, 0);
-    if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 2, x32->shape, x32->device);
-    if (st == FL_OK)
-        st = fl_device_get(x32->device)->quantize_rows_gelu(a, y, x32, s->margin, s->pow2, FL_SATURATE, cmax);
-    if (st == FL_OK) st = observe(s, a, record);
-    if (st == FL_OK) st = cast_cols(cq, y, s, cmax, true);
-    if (st == FL_OK) *rq = a;
-    else fl_tensor_release(a);
     fl_tensor_release(y);
     free(cmax);
     return st;
@@ -409,14 +403,22 @@ static bool takes_fp8_dy(const fl_node *p) {
  * (fl_autograd_sole_consumer), dY is cast here for p, its bias gradient summed in the same pass (the device's
  * quantize_dbias_dgelu) and left in p's SV_DB, and *out is the FP8 dY with x's shape: p's backward takes it
  * as its gradient. dY in fp32 is never written. *out stays NULL where this does not apply. */
+/* The FP8 linear (node p) that made a fused GELU's input (node n's input 0), when n is its output's only consumer and
+ * dgrad's output t is contiguous fp32: where the hand-overs below may make p's dY; else NULL. */
+static fl_node *dgelu_producer(fl_node *n, const fl_tensor *t) {
+    fl_node *p = n->inputs[0]->grad_fn;
+    if (!p || p->backward != fp8_linear_bwd || !fl_autograd_sole_consumer(n, 0) || t->dtype != FL_F32 ||
+        !fl_tensor_is_contiguous(t))
+        return NULL;
+    return p;
+}
+
 static fl_status handover_dgelu(fl_tensor **out, fl_node *n, const fl_tensor *t) {
     *out = NULL;
     const fl_tensor *x = n->inputs[0];
-    fl_node *p = x->grad_fn;
+    fl_node *p = dgelu_producer(n, t);
     const fl_device *dev = fl_device_get(t->device);
-    if (!p || p->backward != fp8_linear_bwd || !fl_autograd_sole_consumer(n, 0) || !dev || !dev->quantize_dbias_dgelu ||
-        !takes_fp8_dy(p) || t->dtype != FL_F32 || !fl_tensor_is_contiguous(t))
-        return FL_OK;
+    if (!p || !dev || !dev->quantize_dbias_dgelu || !takes_fp8_dy(p)) return FL_OK;
     fl_fp8_layer *l = p->ctx;
     fl_scaling *s = &l->role[FL_ROLE_GRAD];
     fl_tensor *q = NULL, *db = NULL;
@@ -439,12 +441,9 @@ static fl_status handover_dgelu(fl_tensor **out, fl_node *n, const fl_tensor *t)
  * now. Else *done stays false and t untouched. */
 static fl_status handover_dgelu_rows(bool *done, fl_node *n, fl_tensor *t) {
     *done = false;
-    const fl_tensor *x = n->inputs[0];
-    fl_node *p = x->grad_fn;
+    fl_node *p = dgelu_producer(n, t);
     const fl_device *dev = fl_device_get(t->device);
-    if (!p || p->backward != fp8_linear_bwd || !fl_autograd_sole_consumer(n, 0) || !dev || !dev->quantize_rows_dgelu ||
-        t->dtype != FL_F32 || !fl_tensor_is_contiguous(t) || t->ndim != 2)
-        return FL_OK;
+    if (!p || !dev || !dev->quantize_rows_dgelu || t->ndim != 2) return FL_OK;
     fl_fp8_layer *l = p->ctx;
     if (l->gran != FL_GRAN_ROWWISE || l->hp[1] || !fl_node_input_needs_grad(p, 0)) return FL_OK;
     fl_scaling *s = &l->role[FL_ROLE_GRAD];
@@ -702,13 +701,13 @@ static fl_status linear_impl(fl_tensor **out, const fl_tensor *x, const fl_tenso
         if (st == FL_OK && xq_pre)
             st = fl_tensor_reshape(&xq, xq_pre, 2, x2s);
         else if (st == FL_OK && gelu && rowwise)   /* fl_fp8_linear_gelu's ROWWISE path: wgrad's x made now */
-            st = cast_rows_cols_gelu(&xq, &xqc, x32, &l->role[FL_ROLE_INPUT], record);
+            st = cast_rows_cols(&xq, &xqc, x32, &l->role[FL_ROLE_INPUT], record, true);
         else if (st == FL_OK && gelu)
             st = cast_observed_gelu(&xq, x32, &l->role[FL_ROLE_INPUT], record);
         else if (st == FL_OK && !rowwise)
             st = cast_observed_t(&xq, &xqt, x32, &l->role[FL_ROLE_INPUT], record, grad && !l->hp[2]);
         else if (st == FL_OK && l->gran == FL_GRAN_ROWWISE && !l->hp[2] && fl_any_requires_grad(1, &w))
-            st = cast_rows_cols(&xq, &xqc, x32, &l->role[FL_ROLE_INPUT], record);   /* wgrad's x made now */
+            st = cast_rows_cols(&xq, &xqc, x32, &l->role[FL_ROLE_INPUT], record, false);   /* wgrad's x made now */
         else if (st == FL_OK) st = cast_observed(&xq, x32, &l->role[FL_ROLE_INPUT], axis, record);
         fl_tensor *wt = NULL;
         if (st == FL_OK) st = transposed(&wt, wq);
