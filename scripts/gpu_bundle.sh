@@ -21,7 +21,8 @@ for f in fp8lab test_core; do
 done
 bins=("$B/fp8lab" "$B/test_core")
 [ -x "$B/bench_gpu" ] && bins+=("$B/bench_gpu")
-"$B/fp8lab" env 2>/dev/null | grep -q '^CUDA *built in' ||
+# (grep -c reads to the end: with -q, fp8lab's write after grep has quit fails the pipeline under pipefail)
+"$B/fp8lab" env 2>/dev/null | grep -c '^CUDA *built in' > /dev/null ||
   echo "gpu_bundle.sh: warning: $B/fp8lab is built without CUDA (make BUILD=$B CUDA=1)" >&2
 
 stage=$(mktemp -d)

@@ -13,6 +13,8 @@
 #             API call": nothing to check there.
 #   step      one GPT training step configuration (scripts/bench_train.lua; STEP_FLAGS), full output kept
 #   demo      the Fashion-MNIST demo, same seed, on the CPU and with --device cuda (DEMO_EPOCHS epochs)
+# The tests and sanitize stages run each process with OMP_NUM_THREADS cores / PAR (or OMP_NUM_THREADS as set); the
+# demo with the default.
 #   bench     builds BUILD/bench_gpu (make), then scripts/bench_gpu.sh (GEMMs, casts, GPT step next to PyTorch);
 #             docs/performance.md copied to OUT
 # The tests, sanitize and demo stages run side by side (the GPU holds several processes); bench runs alone
@@ -32,6 +34,11 @@ failed=()
 PAR=${PAR:-6}; T_TEST=${T_TEST:-60}; T_SPEC=${T_SPEC:-240}; T_SAN=${T_SAN:-240}; T_DEMO=${T_DEMO:-240}
 T_BENCH=${T_BENCH:-300}; DEMO_EPOCHS=${DEMO_EPOCHS:-10}; T_SAN_TEST=${T_SAN_TEST:-90}
 SAN_TESTS=${SAN_TESTS:-.}; SAN_SPECS=${SAN_SPECS-ops train}   # which C tests (regex) and specs the sanitizers run
+# The test and sanitizer processes run side by side (PAR C tests, the specs, both sanitizers): each gets its share of
+# the cores, not all of them. With every process at the default (one OpenMP thread per core), the CPU side of the
+# checks crawled on a 16-core machine and three C tests ran past their limits (2026-11-30).
+CPUS=$(nproc 2>/dev/null || echo 1)
+TEST_THREADS=${OMP_NUM_THREADS:-$(( CPUS / PAR > 0 ? CPUS / PAR : 1 ))}
 mkdir -p "$OUTD"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo)
@@ -54,6 +61,7 @@ if has env; then
 fi
 
 run_c_tests() {   # every gpu_* test alone; one line per test in c_tests.log
+  export OMP_NUM_THREADS=$TEST_THREADS
   "$B/test_core" --list gpu_ > "$OUTD/c_names.txt"
   xargs -P "$PAR" -I{} bash -c '
     out=$(timeout -k 5 '"$T_TEST"' "$0" "={}" 2>&1); rc=$?
@@ -64,6 +72,7 @@ run_c_tests() {   # every gpu_* test alone; one line per test in c_tests.log
 }
 
 run_specs() {
+  export OMP_NUM_THREADS=$TEST_THREADS
   for s in tests/gpu/*_spec.lua; do
     n=$(basename "$s" .lua)
     ( timeout -k 5 "$T_SPEC" "$B/fp8lab" tests/busted.lua -o TAP "$s" > "$OUTD/$n.log" 2>&1
@@ -84,6 +93,7 @@ san_c_tests() {   # tool log deadline (then test names on stdin)
 }
 
 run_sanitize() {
+  export OMP_NUM_THREADS=$TEST_THREADS
   [ -n "$SAN" ] || { echo "compute-sanitizer not found" > "$OUTD/san_memcheck.log"; return; }
   local deadline=$(( $(date +%s) + T_SAN ))
   : > "$OUTD/san_memcheck.log"; : > "$OUTD/san_racecheck.log"

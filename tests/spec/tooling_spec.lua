@@ -178,6 +178,30 @@ describe("gpu_check.sh", function()
     assert.is_false(ok, out)
     assert.matches("gpu_check%.sh: failed: step\n$", out)
   end)
+
+  it("gives each test process its share of the cores, not all of them", function()
+    -- a stand-in build: test_core lists two tests and records the OpenMP threads each ran with; fp8lab passes
+    local b = tmpdir .. "/threadsB"
+    assert(os.execute("mkdir -p " .. q(b)))
+    local function script(name, body)
+      local f = assert(io.open(b .. "/" .. name, "w")); f:write("#!/bin/sh\n", body, "\n"); f:close()
+      assert(os.execute("chmod +x " .. q(b .. "/" .. name)))
+    end
+    script("test_core", 'if [ "$1" = --list ]; then echo gpu_a; echo gpu_b; exit 0; fi\n' ..
+      'echo "$OMP_NUM_THREADS" >> ' .. q(b .. "/threads") .. '; echo "ok $1"; echo "1 passed, 0 failed"')
+    script("fp8lab", 'echo "ok 1 - stand-in"')
+    local out, ok = sh(("PAR=2 bash scripts/gpu_check.sh %s %s tests"):format(q(b), q(tmpdir .. "/gt")))
+    assert.is_true(ok, out)
+    assert.truthy(out:find("C tests: 2 ok of 2", 1, true), out)
+    local cpus = tonumber(sh("nproc"):match("%d+"))
+    local want = tostring(math.max(1, cpus // 2))
+    assert.are.equal(want .. "\n" .. want .. "\n", io.open(b .. "/threads"):read("a"))
+    -- OMP_NUM_THREADS set by the caller wins
+    os.remove(b .. "/threads")
+    out, ok = sh(("OMP_NUM_THREADS=3 PAR=2 bash scripts/gpu_check.sh %s %s tests"):format(q(b), q(tmpdir .. "/gt2")))
+    assert.is_true(ok, out)
+    assert.are.equal("3\n3\n", io.open(b .. "/threads"):read("a"))
+  end)
 end)
 
 describe("gpu_bundle.sh", function()
