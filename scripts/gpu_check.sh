@@ -13,12 +13,12 @@
 #             API call": nothing to check there.
 #   step      one GPT training step configuration (scripts/bench_train.lua; STEP_FLAGS), full output kept
 #   demo      the Fashion-MNIST demo, same seed, on the CPU and with --device cuda (DEMO_EPOCHS epochs)
-# The tests and sanitize stages run each process with OMP_NUM_THREADS cores / PAR (or OMP_NUM_THREADS as set); the
-# demo with the default.
 #   bench     builds BUILD/bench_gpu (make), then scripts/bench_gpu.sh (GEMMs, casts, GPT step next to PyTorch);
 #             docs/performance.md copied to OUT
 # The tests, sanitize and demo stages run side by side (the GPU holds several processes); bench runs alone
 # after them, since its figures need the GPU to itself.
+# Each process of the tests and sanitize stages runs cores / PAR OpenMP threads (OMP_NUM_THREADS, when set, wins);
+# the demo and step stages run with the default.
 # Exits 1 when a stage failed (a test not ok, a sanitizer error, a non-zero exit; the summary's last line names
 # them), 2 on an unknown stage.
 set -uo pipefail

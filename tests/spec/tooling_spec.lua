@@ -190,17 +190,20 @@ describe("gpu_check.sh", function()
     script("test_core", 'if [ "$1" = --list ]; then echo gpu_a; echo gpu_b; exit 0; fi\n' ..
       'echo "$OMP_NUM_THREADS" >> ' .. q(b .. "/threads") .. '; echo "ok $1"; echo "1 passed, 0 failed"')
     script("fp8lab", 'echo "ok 1 - stand-in"')
+    local function threads()
+      local f = assert(io.open(b .. "/threads")); local t = f:read("a"); f:close(); return t
+    end
     local out, ok = sh(("PAR=2 bash scripts/gpu_check.sh %s %s tests"):format(q(b), q(tmpdir .. "/gt")))
     assert.is_true(ok, out)
     assert.truthy(out:find("C tests: 2 ok of 2", 1, true), out)
     local cpus = tonumber(sh("nproc"):match("%d+"))
     local want = tostring(math.max(1, cpus // 2))
-    assert.are.equal(want .. "\n" .. want .. "\n", io.open(b .. "/threads"):read("a"))
+    assert.are.equal(want .. "\n" .. want .. "\n", threads())
     -- OMP_NUM_THREADS set by the caller wins
     os.remove(b .. "/threads")
     out, ok = sh(("OMP_NUM_THREADS=3 PAR=2 bash scripts/gpu_check.sh %s %s tests"):format(q(b), q(tmpdir .. "/gt2")))
     assert.is_true(ok, out)
-    assert.are.equal("3\n3\n", io.open(b .. "/threads"):read("a"))
+    assert.are.equal("3\n3\n", threads())
   end)
 end)
 
