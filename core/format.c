@@ -484,20 +484,20 @@ static float lanes_max8(__m256 v) {
     return r;
 }
 
-/* q256_step for the common case, one finite positive scale, in fewer vector operations (~17 against ~34 per 8
- * elements): overflow is one compare of |x·scale| against the last value that rounds to a code ≤ max_code
- * (`thr1`; the rounding is monotonic), which NaN passes too, and only a vector with a lane past it (a branch that
- * is almost never taken) blends in the overflow and NaN codes and counts them, so the saturation count is taken
- * as (passes − NaNs) and quant_block_avx2 subtracts the infinite sources (an infinite x passes as well, and is not
- * saturation), which it counts only where the block's amax is infinite; the underflows are counted per lane in a
- * vector; the sign is blended in from x·scale's sign bit. Bytes and counts are q256_step's (test_format compares
+/* q256_step for the common case, finite positive scales (one for the block, or vs per element), in fewer vector
+ * operations (~17 against ~34 per 8 elements): overflow is one compare of |x·scale| against the last value that rounds
+ * to a code ≤ max_code (`thr1`; the rounding is monotonic), which NaN passes too, and only a vector with a lane past
+ * it (a branch that is almost never taken) blends in the overflow and NaN codes and counts them, so the saturation
+ * count is taken as (passes − NaNs) and quant_block_avx2 subtracts the infinite sources (an infinite x passes as well,
+ * and is not saturation), which it counts only where the block's amax is infinite; the underflows are counted per lane
+ * in a vector; the sign is blended in from x·scale's sign bit. Bytes and counts are q256_step's (test_format compares
  * both with the scalar reference). */
 __attribute__((target("avx2,popcnt"), always_inline))
-static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __m256 *vmax, __m256i *unf,
+static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __m256 vs, __m256 *vmax, __m256i *unf,
                                 qfast_counts *n) {
     const __m256i xa = _mm256_and_si256(_mm256_castps_si256(x), c->absm);
     *vmax = _mm256_max_ps(_mm256_castsi256_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
-    const __m256 y = _mm256_mul_ps(x, c->vs);
+    const __m256 y = _mm256_mul_ps(x, vs);
     const __m256i a = _mm256_and_si256(_mm256_castps_si256(y), c->absm);
     __m256i normal;
     __m256i r = q256_round(c, a, &normal);
@@ -516,19 +516,23 @@ static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __
     return _mm256_castps_si256(_mm256_blendv_ps(rf, _mm256_or_ps(rf, _mm256_castsi256_ps(c->b80)), y));
 }
 
-__attribute__((target("avx2,popcnt")))
-static void quant_fast256(const q256_consts *c, uint32_t thr, const float *src, uint8_t *dst, size_t n, __m256 *vmax,
-                          q512_counts *cnt) {
+/* n (a multiple of 32) elements by q256_fast, four vectors to a 32-byte store; with vsc, element i by vsc[i] (every
+ * one finite and positive: quant_block_avx2 checks), else by c->vs. */
+__attribute__((target("avx2,popcnt"), always_inline))
+static inline void quant_fast256(const q256_consts *c, uint32_t thr, const float *src, const float *vsc, uint8_t *dst,
+                                 size_t n, __m256 *vmax, q512_counts *cnt) {
     const __m256i thr1 = _mm256_set1_epi32((int)thr);
     __m256i unf = _mm256_setzero_si256();
     qfast_counts k = {0, 0};
-    for (size_t i = 0; i + 32 <= n; i += 32) {   /* n: a multiple of 32 */
-        const __m256i r0 = q256_fast(c, thr1, _mm256_loadu_ps(src + i), vmax, &unf, &k);
-        const __m256i r1 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 8), vmax, &unf, &k);
-        const __m256i r2 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 16), vmax, &unf, &k);
-        const __m256i r3 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 24), vmax, &unf, &k);
+#define Q256_VS(o) (vsc ? _mm256_loadu_ps(vsc + i + (o)) : c->vs)
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        const __m256i r0 = q256_fast(c, thr1, _mm256_loadu_ps(src + i), Q256_VS(0), vmax, &unf, &k);
+        const __m256i r1 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 8), Q256_VS(8), vmax, &unf, &k);
+        const __m256i r2 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 16), Q256_VS(16), vmax, &unf, &k);
+        const __m256i r3 = q256_fast(c, thr1, _mm256_loadu_ps(src + i + 24), Q256_VS(24), vmax, &unf, &k);
         store_codes32(dst + i, r0, r1, r2, r3);
     }
+#undef Q256_VS
     uint32_t u[8];
     _mm256_storeu_si256((__m256i *)u, unf);
     for (int j = 0; j < 8; j++) cnt->unf += u[j];
@@ -559,6 +563,18 @@ static inline void quant_loop256(const q256_consts *c, const float *src, const f
     }
 }
 
+/* Whether the n scales (a multiple of 8) are all finite and positive (NaN is not): q256_fast's condition. */
+__attribute__((target("avx2")))
+static bool scales_finite_pos256(const float *vsc, size_t n) {
+    const __m256 zero = _mm256_setzero_ps(), inf = _mm256_set1_ps(INFINITY);
+    __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (size_t i = 0; i < n; i += 8) {
+        const __m256 s = _mm256_loadu_ps(vsc + i);
+        ok = _mm256_and_ps(ok, _mm256_and_ps(_mm256_cmp_ps(s, zero, _CMP_GT_OQ), _mm256_cmp_ps(s, inf, _CMP_LT_OQ)));
+    }
+    return _mm256_movemask_ps(ok) == 0xFF;
+}
+
 __attribute__((target("avx2,popcnt")))
 static void quant_block_avx2(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
                              float scale, const float *vsc, fl_overflow pol, fl_cast_stats *st) {
@@ -577,10 +593,16 @@ static void quant_block_avx2(const float *src, uint8_t *dst, size_t n, const fp8
     __m256 vmax = _mm256_set1_ps(st->amax);
     q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
     size_t nf = 0;                 /* elements the fast loop cast */
-    if (vsc) quant_loop256(&c, src, vsc, dst, n, &vmax, &cnt, false);   /* scales unchecked: NaN from the source */
-    else if (scale > 0.0f && scale < INFINITY) {   /* whole 32s in the fast loop, the rest as before */
+    if (vsc && scales_finite_pos256(vsc, n & ~(size_t)31)) {
+        /* per-element scales, each finite and positive (per-column scaling's: the common case), as one scale */
         nf = n & ~(size_t)31;
-        quant_fast256(&c, over_threshold(P), src, dst, nf, &vmax, &cnt);
+        quant_fast256(&c, over_threshold(P), src, vsc, dst, nf, &vmax, &cnt);
+        quant_loop256(&c, src + nf, vsc + nf, dst + nf, n - nf, &vmax, &cnt, false);
+    } else if (vsc) {
+        quant_loop256(&c, src, vsc, dst, n, &vmax, &cnt, false);   /* scales unchecked: NaN from the source */
+    } else if (scale > 0.0f && scale < INFINITY) {   /* whole 32s in the fast loop, the rest as before */
+        nf = n & ~(size_t)31;
+        quant_fast256(&c, over_threshold(P), src, NULL, dst, nf, &vmax, &cnt);
         quant_loop256(&c, src + nf, NULL, dst + nf, n - nf, &vmax, &cnt, true);
     } else quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, false);
     const float amax = lanes_max8(vmax);

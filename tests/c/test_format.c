@@ -481,7 +481,8 @@ TEST(format_quantize_paths_match_reference) {
                         REQUIRE_OK(fl_quantize_f32_path(x, a, n, fmt, s, (fl_overflow)pol, &sa, paths[k]));
                         CHECK(memcmp(a, want, n) == 0, "%s bytes n=%zu f=%d pol=%d s=%g", path_name[k], n, f, pol, s);
                         CHECK(f2u(sa.amax) == f2u(ref.amax), "%s amax %g %g", path_name[k], sa.amax, ref.amax);
-                        CHECK(sa.nan == ref.nan, "%s nan %lld %lld", path_name[k], (long long)sa.nan, (long long)ref.nan);
+                        CHECK(sa.nan == ref.nan, "%s nan %lld %lld", path_name[k], (long long)sa.nan,
+                              (long long)ref.nan);
                         CHECK(sa.underflow == ref.underflow, "%s underflow %lld %lld n=%zu s=%g", path_name[k],
                               (long long)sa.underflow, (long long)ref.underflow, n, s);
                         CHECK(sa.saturated == ref.saturated, "%s saturated %lld %lld n=%zu s=%g", path_name[k],
@@ -518,36 +519,43 @@ TEST(format_amax_nan_and_max_at_every_position) {
 }
 
 /* One scale per element (a row of a per-column scaled matrix): bytes and counters as the scalar reference of
- * each element with its own scale, on both kernels, the scales cycling through the same specials. */
+ * each element with its own scale, on both kernels. The scales: cycling through specials (0, ∞); every one finite
+ * and positive (the vector kernels' fast loop); and those with one 0, ∞ or NaN among them, at the start, middle or
+ * end (the kernels then take the checked loop for that block). */
 TEST(format_quantize_per_element_scales_match_reference) {
     ref_init();
     static const size_t lens[] = {1, 15, 17, 64, 100, 1000, 4099, 65537, 300001};
     static const float cyc[] = {1.0f, 0.5f, 3.7f, 1e-3f, 1e20f, 0.0f, INFINITY, 448.0f / 3.0f, 2.5e-5f, 7.0f, 0.125f};
-    const size_t ncyc = sizeof cyc / sizeof cyc[0];
+    static const float fin[] = {1.0f, 0.5f, 3.7f, 1e-3f, 1e20f, 448.0f / 3.0f, 2.5e-5f, 7.0f, 0.125f, 0x1p-130f};
+    const size_t ncyc = sizeof cyc / sizeof cyc[0], nfin = sizeof fin / sizeof fin[0];
     float *x = malloc(300001 * sizeof *x), *sc = malloc(300001 * sizeof *sc);
     uint8_t *want = malloc(300001), *a = malloc(300001);
     REQUIRE(x && sc && want && a, "alloc");
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-        size_t n = lens[li];
-        fill_special(x, n);
-        for (size_t i = 0; i < n; i++) sc[i] = cyc[(i * 7 + li) % ncyc];
-        for (int f = 0; f < 2; f++)
-            for (int pol = 0; pol < 2; pol++) {
-                fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
-                fl_cast_stats sa, ref = ref_cast(x, 0.0f, sc, n, fmt, (fl_overflow)pol, want);
-                for (int k = 0; k < 3; k++) {
-                    memset(a, 0xAA ^ k, n);
-                    REQUIRE_OK(fl_quantize_f32_scales_path(x, a, n, fmt, sc, (fl_overflow)pol, &sa, paths[k]));
-                    CHECK(memcmp(a, want, n) == 0, "%s bytes n=%zu f=%d pol=%d", path_name[k], n, f, pol);
-                    CHECK(f2u(sa.amax) == f2u(ref.amax), "%s amax %g %g", path_name[k], sa.amax, ref.amax);
-                    CHECK(sa.nan == ref.nan, "%s nan %lld %lld", path_name[k], (long long)sa.nan, (long long)ref.nan);
-                    CHECK(sa.underflow == ref.underflow, "%s underflow %lld %lld n=%zu", path_name[k],
-                          (long long)sa.underflow, (long long)ref.underflow, n);
-                    CHECK(sa.saturated == ref.saturated, "%s saturated %lld %lld n=%zu", path_name[k],
-                          (long long)sa.saturated, (long long)ref.saturated, n);
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int set = 0; set < 5; set++) {
+            size_t n = lens[li];
+            fill_special(x, n);
+            for (size_t i = 0; i < n; i++) sc[i] = set == 0 ? cyc[(i * 7 + li) % ncyc] : fin[(i * 7 + li) % nfin];
+            if (set >= 2) sc[set == 2 ? 0 : set == 3 ? n / 2 : n - 1] = set == 2 ? 0.0f : set == 3 ? INFINITY : NAN;
+            for (int f = 0; f < 2; f++)
+                for (int pol = 0; pol < 2; pol++) {
+                    fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
+                    fl_cast_stats sa, ref = ref_cast(x, 0.0f, sc, n, fmt, (fl_overflow)pol, want);
+                    for (int k = 0; k < 3; k++) {
+                        memset(a, 0xAA ^ k, n);
+                        REQUIRE_OK(fl_quantize_f32_scales_path(x, a, n, fmt, sc, (fl_overflow)pol, &sa, paths[k]));
+                        CHECK(memcmp(a, want, n) == 0, "%s bytes n=%zu set=%d f=%d pol=%d", path_name[k], n, set, f,
+                              pol);
+                        CHECK(f2u(sa.amax) == f2u(ref.amax), "%s amax %g %g", path_name[k], sa.amax, ref.amax);
+                        CHECK(sa.nan == ref.nan, "%s nan %lld %lld", path_name[k], (long long)sa.nan,
+                              (long long)ref.nan);
+                        CHECK(sa.underflow == ref.underflow, "%s underflow %lld %lld n=%zu", path_name[k],
+                              (long long)sa.underflow, (long long)ref.underflow, n);
+                        CHECK(sa.saturated == ref.saturated, "%s saturated %lld %lld n=%zu", path_name[k],
+                              (long long)sa.saturated, (long long)ref.saturated, n);
+                    }
                 }
-            }
-    }
+        }
     CHECK(fl_quantize_f32_scales(x, a, 5, FL_E4M3, NULL, FL_SATURATE, NULL) == FL_EINVAL, "NULL scales accepted");
     free(x); free(sc); free(want); free(a);
 }
