@@ -7,6 +7,7 @@
  * 11 bits; fp16's smallest product, 2⁻⁴⁸, is a normal fp32), and fp32 ones, each product then rounded with its
  * sum by the FMA. */
 #include "cpu_fp8_mm.h"
+#include <stdatomic.h>
 #include <string.h>
 
 #ifdef __x86_64__
@@ -412,12 +413,22 @@ static void run_group512(const mm_job *J, int64_t m, int64_t ag, int64_t n0, int
     group_impl(J, m, ag, n0, nb, k0, kc, bpkv, apkv, true);
 }
 
+/* F16C by cpuid (leaf 1, ECX): clang 14's __builtin_cpu_supports has no "f16c" (scripts/analyze.sh builds this
+ * file with it). Asked once: every GEMM asks usable() several times (mm_pick), and in a virtual machine cpuid
+ * traps to the hypervisor (11.8 µs a call on the Zen 3 VM of docs/performance.md, ~1 ms of a GPT step). */
+static bool has_f16c(void) {
+    static _Atomic int known = -1;   /* -1: not asked yet; racing first calls ask alike */
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+        atomic_store_explicit(&known, v, memory_order_relaxed);
+    }
+    return v != 0;
+}
+
 static bool usable(void) {
-    /* F16C by cpuid (leaf 1, ECX): clang 14's __builtin_cpu_supports has no "f16c" (scripts/analyze.sh builds
-     * this file with it) */
-    unsigned a, b, c, d;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-           (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
 static void sizes(int64_t kc, int64_t nb, size_t *b, size_t *a, size_t *tmp) {
