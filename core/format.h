@@ -78,6 +78,11 @@ fl_status fl_quantize_f32(const float *src, uint8_t *dst, size_t n, fl_dtype fmt
  * one pass (amax and the counters describe src, as above). */
 fl_status fl_quantize_f32_scales(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, const float *scales,
                                  fl_overflow p, fl_cast_stats *stats);
+/* rows × cols contiguous fp32, dst[r·cols + j] = fp8(src[r·cols + j]·scales[j]): per-column scaling of a matrix (or
+ * of a run of its rows), on the calling thread (callers split the rows between threads), the same bytes and
+ * statistics as fl_quantize_f32_scales row by row. Polls the interrupt flag once, at the start. */
+fl_status fl_quantize_f32_cols(const float *src, uint8_t *dst, size_t rows, size_t cols, fl_dtype fmt,
+                               const float *scales, fl_overflow p, fl_cast_stats *stats);
 /* amax of n contiguous floats (NaN ignored). */
 float fl_amax_f32(const float *src, size_t n);
 /* dst[i] = decode(src[i]) * scale_inv */

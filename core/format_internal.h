@@ -13,5 +13,7 @@ fl_status fl_quantize_f32_path(const float *src, uint8_t *dst, size_t n, fl_dtyp
                                fl_overflow p, fl_cast_stats *stats, int path);
 fl_status fl_quantize_f32_scales_path(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, const float *scales,
                                       fl_overflow p, fl_cast_stats *stats, int path);
+fl_status fl_quantize_f32_cols_path(const float *src, uint8_t *dst, size_t rows, size_t cols, fl_dtype fmt,
+                                    const float *scales, fl_overflow p, fl_cast_stats *stats, int path);
 float fl_amax_f32_path(const float *src, size_t n, int path);
 #endif

@@ -54,25 +54,40 @@ static fl_status quant_run(fl_tensor *dst, const fl_tensor *src, int64_t off, in
 
 /* fp32 [rows, cols] with one scale per row (per_col false) or per column (per_col true): the shapes of
  * per-row and per-column FP8 scaling. Rows are independent, so threads split them; a per-column row is cast
- * with its column's scale per element, in one pass. */
+ * with its column's scale per element, in one pass, each thread's run of rows by one fl_quantize_f32_cols (the
+ * scales checked once). A cast that fails (interrupted) makes the whole one fail. */
 static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float *scales, int64_t rows, int64_t cols,
                               bool per_col, fl_overflow p, fl_cast_stats *acc) {
     const float *x = fl_tensor_data(src);
     uint8_t *d = fl_tensor_data(dst);
+    fl_status err = FL_OK;
     #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
-        #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            fl_cast_stats s;
-            const float *row = x + r * cols;
-            if (!per_col) fl_quantize_f32(row, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
-            else fl_quantize_f32_scales(row, d + r * cols, (size_t)cols, dst->dtype, scales, p, &s);
-            fl_cast_stats_merge(&mine, &s);
+        fl_status st = FL_OK;
+        if (per_col) {
+            const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+            const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+            if (r1 > r0)
+                st = fl_quantize_f32_cols(x + r0 * cols, d + r0 * cols, (size_t)(r1 - r0), (size_t)cols, dst->dtype,
+                                          scales, p, &mine);
+        } else {
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; r++) {
+                fl_cast_stats s;
+                fl_status rs = fl_quantize_f32(x + r * cols, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
+                if (rs == FL_OK) fl_cast_stats_merge(&mine, &s);
+                else if (st == FL_OK) st = rs;
+            }
         }
         #pragma omp critical
-        fl_cast_stats_merge(acc, &mine);
+        {
+            fl_cast_stats_merge(acc, &mine);
+            if (err == FL_OK) err = st;
+        }
     }
+    /* the only failure there is an interrupt, whose message a worker thread may have recorded for itself */
+    if (err != FL_OK) return err == FL_EINTR ? FL_ERR(FL_EINTR, "interrupted") : err;
     return fl_check_interrupt();
 }
 

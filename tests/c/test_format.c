@@ -560,6 +560,52 @@ TEST(format_quantize_per_element_scales_match_reference) {
     free(x); free(sc); free(want); free(a);
 }
 
+/* A matrix with one scale per column (fl_quantize_f32_cols: the scales checked once for all rows): bytes and the
+ * summed statistics as the scalar reference row by row, on every path, for widths on both sides of the fast
+ * loop's 32, with every scale finite and positive and with one 0, ∞ or NaN scale; then the arguments it refuses. */
+TEST(format_quantize_cols_matches_rows_reference) {
+    ref_init();
+    static const size_t shapes[][2] = {{1, 1}, {3, 17}, {5, 32}, {4, 64}, {7, 100}, {3, 1000}, {2, 4099}};
+    static const float fin[] = {1.0f, 0.5f, 3.7f, 1e-3f, 1e20f, 448.0f / 3.0f, 2.5e-5f, 7.0f, 0.125f, 0x1p-130f};
+    enum { NMAX = 7 * 100 > 3 * 1000 ? 7 * 100 : 3 * 4099 };
+    float *x = malloc(NMAX * sizeof *x), *sc = malloc(4099 * sizeof *sc);
+    uint8_t *want = malloc(NMAX), *a = malloc(NMAX);
+    REQUIRE(x && sc && want && a, "alloc");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int set = 0; set < 4; set++) {
+            const size_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+            fill_special(x, n);
+            for (size_t j = 0; j < cols; j++) sc[j] = fin[(j * 3 + si) % (sizeof fin / sizeof fin[0])];
+            if (set) sc[set == 1 ? 0 : set == 2 ? cols / 2 : cols - 1] = set == 1 ? 0.0f : set == 2 ? INFINITY : NAN;
+            for (int f = 0; f < 2; f++)
+                for (int pol = 0; pol < 2; pol++) {
+                    const fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
+                    fl_cast_stats ref = {0};
+                    for (size_t r = 0; r < rows; r++) {
+                        fl_cast_stats rr = ref_cast(x + r * cols, 0.0f, sc, cols, fmt, (fl_overflow)pol, want + r * cols);
+                        fl_cast_stats_merge(&ref, &rr);
+                    }
+                    for (int k = 0; k < 3; k++) {
+                        fl_cast_stats got;
+                        memset(a, 0x55 ^ k, n);
+                        REQUIRE_OK(fl_quantize_f32_cols_path(x, a, rows, cols, fmt, sc, (fl_overflow)pol, &got, paths[k]));
+                        CHECK(memcmp(a, want, n) == 0, "%s bytes %zux%zu set=%d f=%d pol=%d", path_name[k], rows, cols,
+                              set, f, pol);
+                        CHECK(f2u(got.amax) == f2u(ref.amax) && got.nan == ref.nan && got.underflow == ref.underflow &&
+                                  got.saturated == ref.saturated,
+                              "%s stats %zux%zu set=%d: amax %g/%g nan %lld/%lld unf %lld/%lld sat %lld/%lld",
+                              path_name[k], rows, cols, set, got.amax, ref.amax, (long long)got.nan, (long long)ref.nan,
+                              (long long)got.underflow, (long long)ref.underflow, (long long)got.saturated,
+                              (long long)ref.saturated);
+                    }
+                }
+        }
+    CHECK(fl_quantize_f32_cols(x, a, 2, 3, FL_E4M3, NULL, FL_SATURATE, NULL) == FL_EINVAL, "NULL scales accepted");
+    CHECK(fl_quantize_f32_cols(x, a, 2, 3, FL_F32, sc, FL_SATURATE, NULL) == FL_EINVAL, "fp32 target accepted");
+    REQUIRE_OK(fl_quantize_f32_cols(NULL, NULL, 0, 3, FL_E4M3, NULL, FL_SATURATE, NULL));
+    free(x); free(sc); free(want); free(a);
+}
+
 /* Sizes around the one-thread limit (32K) and FL_QBLOCK (256K), where the threads now share a tensor that
  * used to be one block: bytes, amax and every counter the same with 1 and 2 threads, bytes as the scalar cast. */
 TEST(format_quantize_split_sizes_agree_across_threads) {
