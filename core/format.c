@@ -520,7 +520,7 @@ static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __
 }
 
 /* n (a multiple of 32) elements by q256_fast, four vectors to a 32-byte store; with vsc, element i by vsc[i] (every
- * one finite and positive: quant_block_avx2 checks), else by c->vs. */
+ * one finite and positive: the caller's vfin says so), else by c->vs. */
 __attribute__((target("avx2,popcnt"), always_inline))
 static inline void quant_fast256(const q256_consts *c, uint32_t thr, const float *src, const float *vsc, uint8_t *dst,
                                  size_t n, __m256 *vmax, q512_counts *cnt) {
