@@ -582,13 +582,15 @@ TEST(format_quantize_cols_matches_rows_reference) {
                     const fl_dtype fmt = f ? FL_E5M2 : FL_E4M3;
                     fl_cast_stats ref = {0};
                     for (size_t r = 0; r < rows; r++) {
-                        fl_cast_stats rr = ref_cast(x + r * cols, 0.0f, sc, cols, fmt, (fl_overflow)pol, want + r * cols);
+                        fl_cast_stats rr =
+                            ref_cast(x + r * cols, 0.0f, sc, cols, fmt, (fl_overflow)pol, want + r * cols);
                         fl_cast_stats_merge(&ref, &rr);
                     }
                     for (int k = 0; k < 3; k++) {
                         fl_cast_stats got;
                         memset(a, 0x55 ^ k, n);
-                        REQUIRE_OK(fl_quantize_f32_cols_path(x, a, rows, cols, fmt, sc, (fl_overflow)pol, &got, paths[k]));
+                        REQUIRE_OK(
+                            fl_quantize_f32_cols_path(x, a, rows, cols, fmt, sc, (fl_overflow)pol, &got, paths[k]));
                         CHECK(memcmp(a, want, n) == 0, "%s bytes %zux%zu set=%d f=%d pol=%d", path_name[k], rows, cols,
                               set, f, pol);
                         CHECK(f2u(got.amax) == f2u(ref.amax) && got.nan == ref.nan && got.underflow == ref.underflow &&
