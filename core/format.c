@@ -633,14 +633,21 @@ static quant_block_fn pick_quant(int path) {
     return quant_block_portable;
 }
 
-/* The cast of n elements by `scale`, or by scales[i] each (vsc non-NULL). */
-static fl_status quantize_n(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale, const float *vsc,
-                            fl_overflow p, fl_cast_stats *stats, int path) {
+/* *P: the cast parameters of fmt, which must be an FP8 format. */
+static fl_status fp8_params_of(fl_dtype fmt, const fp8_params **P) {
     if (fmt != FL_E4M3 && fmt != FL_E5M2)
         return FL_ERR(FL_EINVAL, "quantize: expected an FP8 dtype (e4m3 or e5m2), got %s",
                       fl_format(fmt) ? fl_format(fmt)->name : "an unknown dtype");
+    *P = fmt == FL_E5M2 ? &E5M2_P : &E4M3_P;
+    return FL_OK;
+}
+
+/* The cast of n elements by `scale`, or by scales[i] each (vsc non-NULL). */
+static fl_status quantize_n(const float *src, uint8_t *dst, size_t n, fl_dtype fmt, float scale, const float *vsc,
+                            fl_overflow p, fl_cast_stats *stats, int path) {
+    const fp8_params *P = NULL;
+    FL_TRY(fp8_params_of(fmt, &P));
     if (n && (!src || !dst)) return FL_ERR(FL_EINVAL, "quantize: NULL buffer for %zu elements", n);
-    const fp8_params *P = fmt == FL_E5M2 ? &E5M2_P : &E4M3_P;
     quant_block_fn fn = pick_quant(path);
     const bool vfin = vsc && scales_finite_pos(vsc, n);
     if (n <= FL_QBLOCK && !par_ok(n)) { /* one block, one thread: no OpenMP region at all */
@@ -702,19 +709,13 @@ fl_status fl_quantize_f32_scales_path(const float *src, uint8_t *dst, size_t n, 
 /* Row by row on this thread, the scales checked once for all rows (per row, the check cost ~15% of the cast). */
 fl_status fl_quantize_f32_cols_path(const float *src, uint8_t *dst, size_t rows, size_t cols, fl_dtype fmt,
                                     const float *scales, fl_overflow p, fl_cast_stats *stats, int path) {
-    if (fmt != FL_E4M3 && fmt != FL_E5M2)
-        return FL_ERR(FL_EINVAL, "quantize: expected an FP8 dtype (e4m3 or e5m2), got %s",
-                      fl_format(fmt) ? fl_format(fmt)->name : "an unknown dtype");
+    const fp8_params *P = NULL;
+    FL_TRY(fp8_params_of(fmt, &P));
     if (rows && cols && (!src || !dst || !scales))
         return FL_ERR(FL_EINVAL, "quantize: NULL buffer or scales for %zu × %zu elements", rows, cols);
     FL_TRY(fl_check_interrupt());
-    const fp8_params *P = fmt == FL_E5M2 ? &E5M2_P : &E4M3_P;
     const quant_block_fn fn = pick_quant(path);
-    if (!rows || !cols) {
-        if (stats) *stats = (fl_cast_stats){0};
-        return FL_OK;
-    }
-    const bool vfin = scales_finite_pos(scales, cols);
+    const bool vfin = rows && scales_finite_pos(scales, cols);   /* no scales are read without rows */
     fl_cast_stats all = {0};
     for (size_t r = 0; r < rows; r++) {
         fl_cast_stats st = {0};
