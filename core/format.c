@@ -615,6 +615,17 @@ static bool scales_finite_pos(const float *s, size_t n) {
     return ok != 0;
 }
 
+/* vfin for kernel fn and scales vsc[0, n): checked only for the kernel that reads it (the AVX2 one; the portable
+ * and AVX-512 kernels take per-element scales through their general loops), so the others skip the pass. */
+static bool vfin_for(quant_block_fn fn, const float *vsc, size_t n) {
+#ifdef __x86_64__
+    return vsc && fn == quant_block_avx2 && scales_finite_pos(vsc, n);
+#else
+    (void)fn, (void)vsc, (void)n;
+    return false;
+#endif
+}
+
 int fl_format_has_avx512(void) {
 #ifdef __x86_64__
     return fl_cpu_isa_allows(FL_ISA_AVX512) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
@@ -649,7 +660,7 @@ static fl_status quantize_n(const float *src, uint8_t *dst, size_t n, fl_dtype f
     FL_TRY(fp8_params_of(fmt, &P));
     if (n && (!src || !dst)) return FL_ERR(FL_EINVAL, "quantize: NULL buffer for %zu elements", n);
     quant_block_fn fn = pick_quant(path);
-    const bool vfin = vsc && scales_finite_pos(vsc, n);
+    const bool vfin = vfin_for(fn, vsc, n);
     if (n <= FL_QBLOCK && !par_ok(n)) { /* one block, one thread: no OpenMP region at all */
         FL_TRY(fl_check_interrupt());
         fl_cast_stats st = {0};
@@ -715,7 +726,7 @@ fl_status fl_quantize_f32_cols_path(const float *src, uint8_t *dst, size_t rows,
         return FL_ERR(FL_EINVAL, "quantize: NULL buffer or scales for %zu × %zu elements", rows, cols);
     FL_TRY(fl_check_interrupt());
     const quant_block_fn fn = pick_quant(path);
-    const bool vfin = rows && scales_finite_pos(scales, cols);   /* no scales are read without rows */
+    const bool vfin = rows && vfin_for(fn, scales, cols);   /* no scales are read without rows */
     fl_cast_stats all = {0};
     for (size_t r = 0; r < rows; r++) {
         fl_cast_stats st = {0};
