@@ -85,30 +85,71 @@ function M.arity(f)
   return a or nil
 end
 
+-- What a method was given in place of its object, for the message of a call written with a dot (a Python habit:
+-- opt.step(), acc.backward(loss)): "nil", "a tensor", "a number", ...
+local function given(v)
+  if v == nil then return "nil" end
+  if type(v) == "userdata" then
+    local mt = getmetatable(v)
+    local n = type(mt) == "table" and rawget(mt, "__name")
+    return type(n) == "string" and n:find("ensor") and "a tensor" or "a userdata"
+  end
+  local t = type(v)
+  return (t:match("^[aeiou]") and "an " or "a ") .. t
+end
+
+-- Whether self is an object a method `name` can be called on: a table whose lookup of name finds a method (an
+-- instance of the class, or of a subclass). A call written with a dot passes its first argument, or nothing, here.
+local function is_object(self, name)
+  return type(self) == "table" and getmetatable(self) ~= nil and self[name] ~= nil
+end
+
 -- strict_arity(class, label): each public method of `class` (a name not starting with "_") written in Lua with a
 -- fixed parameter list refuses a call with more arguments than it has parameters (acc:gather(t, 5) would drop
--- the 5 silently): "label:name: takes (tensor); got 1 more argument". The check wraps the method and tail-calls
--- it, so an error the method raises at level 2 still blames its caller. name_of(self), when given, names the
--- object's own class in the message (a subclass calling an inherited method: "AdamW:zero_grad", not
--- "Optimizer:zero_grad"); a string it returns replaces label. Returns class.
+-- the 5 silently): "label:name: takes (tensor); got 1 more argument". Each public method written in Lua whose first
+-- parameter is self (vararg ones too) refuses a call without its object, the mistake of writing obj.name(...) for
+-- obj:name(...): "label:name: called without its object (got a tensor as self): write obj:name(...), with a
+-- colon". The checks wrap the method and tail-call it, so an error the method raises at level 2 still blames its
+-- caller. name_of(self), when given, names the object's own class in the arity message (a subclass calling an
+-- inherited method: "AdamW:zero_grad", not "Optimizer:zero_grad"); a string it returns replaces label. Returns
+-- class.
+local WRAPPED = setmetatable({}, { __mode = "k" })   -- strict_arity's wrappers: a subclass's copy is not wrapped again
 function M.strict_arity(class, label, name_of)
-  local wrap = {}
+  local names = {}   -- each function's public names in class (an alias shares its wrapper: acc.clear == acc.free_memory)
   for name, f in pairs(class) do
-    -- forward is checked by Module's __call (lua/fp8/nn/module.lua), which names the layer's place in the model
-    local a = type(name) == "string" and name:sub(1, 1) ~= "_" and name ~= "forward" and M.arity(f)
-    if a then
-      local fname, n, takes = name == "new" and label or label .. ":" .. name, a.n, a.takes
-      wrap[name] = function(...)
-        local more = select("#", ...) - n
+    if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
+      names[f] = names[f] or {}
+      table.insert(names[f], name)
+    end
+  end
+  for f, list in pairs(names) do
+    table.sort(list)
+    local name = list[1]
+    local info = debug.getinfo(f, "Su")
+    local method = info.what == "Lua" and info.nparams >= 1 and debug.getlocal(f, 1) == "self"
+    -- forward's arity is checked by Module's __call (lua/fp8/nn/module.lua), which names the layer's place in
+    -- the model
+    local a = name ~= "forward" and M.arity(f)
+    if a or method then
+      local fname = name == "new" and label or label .. ":" .. table.concat(list, "/")
+      local n, takes = a and a.n, a and a.takes
+      local w = function(...)
+        if method and not is_object((...), name) then
+          error(("%s: called without its object (got %s as self): write obj:%s(...), with a colon, not "
+            .. "obj.%s(...)"):format(fname, given((...)), name, name), 2)
+        end
+        local more = a and select("#", ...) - n or 0
         if more > 0 then
           local own = name ~= "new" and name_of and type((...)) == "table" and name_of((...))
           error(M.more_args_message(type(own) == "string" and own .. ":" .. name or fname, takes, more), 2)
         end
         return f(...)
       end
+      WRAPPED[w] = true
+      ARITY[w] = M.arity(f) or false   -- what the method takes, for Module's forward check
+      for _, k in ipairs(list) do class[k] = w end
     end
   end
-  for name, w in pairs(wrap) do class[name] = w end
   return class
 end
 

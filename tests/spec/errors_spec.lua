@@ -341,3 +341,43 @@ describe("extra arguments are refused, naming what the function takes", function
     assert.truthy(fp8.stack({ x, x }, 1))
   end)
 end)
+
+-- obj.method(...) for obj:method(...), the Python habit (opt.step(), acc.backward(loss)), passes no object or the
+-- first argument as self: each Lua method refuses that, naming the call to write, instead of failing inside
+-- ("attempt to index a nil value (local 'self')", or backward's "expected the loss tensor, got nil").
+describe("a method called with a dot instead of a colon says so", function()
+  local x = fp8.ones { 2, 3 }
+  local m = fp8.nn.Linear(3, 2)
+  local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+  local opt = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+  local sched = fp8.optim.lr_scheduler.StepLR(opt, { step_size = 1 })
+  local scaler = fp8.amp.GradScaler()
+  local loader = fp8.data.DataLoader { { x, x }, batch_size = 1 }
+  local cases = {
+    { "Optimizer:step: called without its object (got nil as self): write obj:step(...), with a colon", opt.step },
+    { "Optimizer:zero_grad: called without its object (got nil as self)", opt.zero_grad },
+    { "Accelerator:backward: called without its object (got a tensor as self): write obj:backward(...)", acc.backward,
+      x:sum() },
+    { "Accelerator:prepare: called without its object (got a table as self)", acc.prepare, m },
+    { "Accelerator:save_state: called without its object (got a string as self)", acc.save_state, "ckpt" },
+    { "Linear:forward: called without its object (got a tensor as self)", m.forward, x },
+    { "Module:eval: called without its object (got nil as self)", m.eval },
+    { ":step: called without its object (got nil as self)", sched.step },
+    { "GradScaler:scale: called without its object (got a tensor as self)", scaler.scale, x },
+    { ":set_epoch: called without its object (got a number as self)", loader.set_epoch, 1 },
+  }
+  for i, c in ipairs(cases) do
+    it(("%d: %s"):format(i, c[1]), function()
+      U.fails_with(c[1], c[2], table.unpack(c, 3, #c))
+    end)
+  end
+  it("the same methods called with a colon work", function()
+    assert.truthy(m:forward(x))
+    m:eval()
+    opt:zero_grad()
+    opt:step()
+    sched:step()
+    assert.truthy(scaler:scale(x))
+    loader:set_epoch(1)
+  end)
+end)

@@ -727,11 +727,14 @@ describe("fp16 with two optimizers", function()
   end)
 
   it("split_between_processes pads with each process's own last item; gather_object takes lists only", function()
+    -- process i of 3, as an accelerator's fields (a method refuses a self that is not an accelerator)
+    local mt = getmetatable(new_acc {})
+    local function rank(i) return setmetatable({ num_processes = 3, process_index = i }, mt) end
     local split = fp8.Accelerator.split_between_processes
-    assert.are.same({ "c", "c" }, split({ num_processes = 3, process_index = 1 }, { "a", "b", "c", "d" }, true))
-    assert.are.same({ "a", "b" }, split({ num_processes = 3, process_index = 0 }, { "a", "b", "c", "d" }, true))
-    assert.are.same({ "b" }, split({ num_processes = 3, process_index = 2 }, { "a", "b" }, true))   -- Accelerate's inputs[-1:]
-    assert.are.same({}, split({ num_processes = 3, process_index = 2 }, { "a", "b" }))
+    assert.are.same({ "c", "c" }, split(rank(1), { "a", "b", "c", "d" }, true))
+    assert.are.same({ "a", "b" }, split(rank(0), { "a", "b", "c", "d" }, true))
+    assert.are.same({ "b" }, split(rank(2), { "a", "b" }, true))   -- Accelerate's inputs[-1:]
+    assert.are.same({}, split(rank(2), { "a", "b" }))
     local acc = new_acc {}
     U.fails_with("gather_object: expected a list, got a table with the key 'acc'", acc.gather_object, acc, { acc = 1 })
     U.fails_with("gather_object: expected a list, got a list with a hole at 2", acc.gather_object, acc, { 1, nil, 3 })
