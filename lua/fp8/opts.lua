@@ -115,7 +115,8 @@ end
 -- class.
 local WRAPPED = setmetatable({}, { __mode = "k" })   -- strict_arity's wrappers: a subclass's copy is not wrapped again
 function M.strict_arity(class, label, name_of)
-  local names = {}   -- each function's public names in class (an alias shares its wrapper: acc.clear == acc.free_memory)
+  -- each function's public names in class (an alias shares its wrapper: acc.clear == acc.free_memory)
+  local names = {}
   for name, f in pairs(class) do
     if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
       names[f] = names[f] or {}
