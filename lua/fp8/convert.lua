@@ -11,6 +11,22 @@ local M = {}
 
 local function class_name(m) return getmetatable(m).__name end
 
+-- What v is, for a message: its module class, or its Lua type.
+local function kind(v) return Module.is_module(v) and class_name(v) or type(v) end
+
+-- v, checked to be a module (of one of the classes in `classes` when given) for fname's argument `what`.
+local function need(fname, what, v, classes)
+  local ok = Module.is_module(v)
+  if ok and classes then
+    ok = false
+    for _, c in ipairs(classes) do ok = ok or class_name(v) == c end
+  end
+  if not ok then
+    error(("%s: expected %s, got %s"):format(fname, what, kind(v)), 3)
+  end
+  return v
+end
+
 M.is_fp8_linear = function(m) return Module.is_module(m) and class_name(m) == "FP8Linear" end
 
 local function linear_to_fp8(lin, recipe)
@@ -50,11 +66,14 @@ local function fp8_to_linear(m)
   return n
 end
 
-M.linear_to_fp8, M.ln_to_fp8 = linear_to_fp8, ln_to_fp8
+function M.linear_to_fp8(lin, recipe)
+  return linear_to_fp8(need("linear_to_fp8", "a Linear", lin, { "Linear" }), recipe)
+end
+function M.ln_to_fp8(ln) return ln_to_fp8(need("ln_to_fp8", "a LayerNorm", ln, { "LayerNorm" })) end
 
 -- to_plain(m): m itself when it is not an FP8 layer, else the plain Linear/LayerNorm over the same tensors.
 function M.to_plain(m)
-  local cn = class_name(m)
+  local cn = class_name(need("to_plain", "a Module", m))
   if cn == "FP8Linear" then return fp8_to_linear(m) end
   if cn == "FP8LayerNorm" then return fp8_to_ln(m) end
   return m
@@ -73,6 +92,7 @@ end
 
 -- The Linear layers of a model in forward (registration) order, as {name, module, parent, key}.
 function M.linears(model)
+  need("linears", "a Module", model)
   local out = {}
   visit(model, function(mod, name, child, full)
     local cn = class_name(child)
@@ -82,7 +102,10 @@ function M.linears(model)
 end
 
 -- The GPU rule for FP8 GEMM shapes (docs/fp8-spec.md §2): both feature dims multiples of 16.
-function M.shape_ok(lin) return lin.in_features % 16 == 0 and lin.out_features % 16 == 0 end
+function M.shape_ok(lin)
+  need("shape_ok", "a Linear or FP8Linear", lin, { "Linear", "FP8Linear" })
+  return lin.in_features % 16 == 0 and lin.out_features % 16 == 0
+end
 
 M._shape_warned = {}   -- layers already reported as staying in high precision (one notice each per process)
 
@@ -162,6 +185,7 @@ end
 
 -- The FP8 linears of a model: list of {name, module}.
 function M.fp8_layers(model)
+  need("fp8_layers", "a Module", model)
   local out = {}
   for _, nm in ipairs(model:named_modules()) do
     if class_name(nm[2]) == "FP8Linear" then out[#out + 1] = nm end

@@ -31,4 +31,25 @@ M.NAMED = {
   { "msamp-O2", "fp8", handler("MSAMPRecipeKwargs", "opt_level", "O2") },
   { "msamp-O3", "fp8", handler("MSAMPRecipeKwargs", "opt_level", "O3") },
 }
+local help = require "fp8.help"
+help.add { section = "Accelerator & recipes", name = "recipes", sig = "fp8.recipes.<name>",
+  doc = "The FP8 recipe API in one table (the Accelerator's pieces, for scripts that convert by hand):\n"
+    .. "linears(model) -> {{name, module, parent, key}}: the Linear and FP8Linear layers in forward order\n"
+    .. "fp8_layers(model) -> {{name, module}}: the FP8Linear layers; is_fp8_linear(m)\n"
+    .. "shape_ok(linear): both dims multiples of 16 (the GPU rule for FP8 GEMMs)\n"
+    .. "linear_to_fp8(linear, recipe), ln_to_fp8(ln): the FP8 layer over the same tensors\n"
+    .. "to_plain(m): an FP8 layer's plain Linear/LayerNorm over the same tensors (m itself otherwise)\n"
+    .. "enabled(): whether FP8 autocast is on; apply_fp8_autowrap(model, recipe), remove_fp8_autowrap(model)\n"
+    .. "layer_config(recipe): the three roles' scaling settings; NAMED: every precision and recipe by the\n"
+    .. "short name the scripts' --recipe and --only take. Also here: FP8Linear, FP8LayerNorm, convert_model,\n"
+    .. "has_fp8_layers, has_ao_layers, fp8_autocast, contextual_fp8_autocast, stats (each has its entry)." }
+for _, n in ipairs { "linears", "fp8_layers", "is_fp8_linear", "shape_ok", "linear_to_fp8", "ln_to_fp8", "to_plain",
+                     "enabled", "apply_fp8_autowrap", "remove_fp8_autowrap", "layer_config" } do
+  help.ALIASES["recipes." .. n] = "recipes"
+end
+for _, n in ipairs { "convert_model", "has_fp8_layers", "has_ao_layers", "fp8_autocast", "contextual_fp8_autocast",
+                     "stats" } do
+  help.ALIASES["recipes." .. n] = n
+end
+
 return M

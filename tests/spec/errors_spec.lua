@@ -342,6 +342,28 @@ describe("extra arguments are refused, naming what the function takes", function
   end)
 end)
 
+describe("fp8.recipes' model queries check what they are given", function()
+  it("names the function and what it expected", function()
+    U.fails_with("linears: expected a Module, got number", fp8.recipes.linears, 1)
+    U.fails_with("fp8_layers: expected a Module, got nil", fp8.recipes.fp8_layers, nil)
+    U.fails_with("to_plain: expected a Module, got string", fp8.recipes.to_plain, "model")
+    U.fails_with("shape_ok: expected a Linear or FP8Linear, got table", fp8.recipes.shape_ok, {})
+    U.fails_with("linear_to_fp8: expected a Linear, got LayerNorm", fp8.recipes.linear_to_fp8, fp8.nn.LayerNorm(4),
+      fp8.TERecipeKwargs {})
+    U.fails_with("ln_to_fp8: expected a LayerNorm, got Linear", fp8.recipes.ln_to_fp8, fp8.nn.Linear(4, 4))
+    U.fails_with("expected a recipe", fp8.nn.FP8Linear.as_recipe, -1)   -- was: arithmetic on a nil level
+  end)
+  it("and answers for the right arguments", function()
+    assert.is_true(fp8.recipes.shape_ok(fp8.nn.Linear(16, 32)))
+    assert.is_false(fp8.recipes.shape_ok(fp8.nn.Linear(16, 30)))
+    assert.equals(2, #fp8.recipes.linears(fp8.nn.Sequential(fp8.nn.Linear(2, 2), fp8.nn.ReLU(), fp8.nn.Linear(2, 2))))
+    local q = fp8.recipes.linear_to_fp8(fp8.nn.Linear(16, 16), fp8.TERecipeKwargs {})
+    assert.equals("FP8Linear", getmetatable(q).__name)
+    assert.equals("Linear", getmetatable(fp8.recipes.to_plain(q)).__name)
+    assert.equals("te", fp8.nn.FP8Linear.as_recipe(fp8.TERecipeKwargs {}).backend)
+  end)
+end)
+
 -- obj.method(...) for obj:method(...), the Python habit (opt.step(), acc.backward(loss)), passes no object or the
 -- first argument as self: each Lua method refuses that, naming the call to write, instead of failing inside
 -- ("attempt to index a nil value (local 'self')", or backward's "expected the loss tensor, got nil").

@@ -14,8 +14,10 @@ local FP8Linear = Module.class("FP8Linear", Linear)
 
 -- The recipe r names: a resolved recipe table (acc.fp8_recipe, {backend="te", ...}: its fields are checked by the
 -- settings table in layer_config), or a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs,
--- MSAMPRecipeKwargs, FP8RecipeKwargs), resolved as the Accelerator resolves it. Raises (at `level`) otherwise.
+-- MSAMPRecipeKwargs, FP8RecipeKwargs), resolved as the Accelerator resolves it. Raises (at `level`, by default its
+-- caller) otherwise.
 function FP8Linear.as_recipe(r, level)
+  level = math.type(level) == "integer" and level >= 1 and level or 1
   local kwargs = require "fp8.kwargs"
   if kwargs.is_handler(r) then
     local ok, s = pcall(kwargs.resolve, { mixed_precision = "fp8", kwargs_handlers = { r }, config = false, env = {} })
