@@ -59,7 +59,9 @@ if okh and help.add then
     doc = "Accelerate's plugin, for fp8.Accelerator{gradient_accumulation_plugin=...} (instead of gradient_accumulation_steps).\n"
        .. "sync_with_dataloader=false: the loader's last batch does not end the window. sync_each_batch=true: under several\n"
        .. "processes gradients are averaged after every micro-step. adjust_scheduler=false is refused (in Accelerate it only\n"
-       .. "feeds a torch warning fp8lab's schedulers do not give)." }
+       .. "feeds a torch warning fp8lab's schedulers do not give). GradientAccumulationPlugin.is_plugin(v): whether v is\n"
+       .. "one." }
+  help.ALIASES["GradientAccumulationPlugin.is_plugin"] = "GradientAccumulationPlugin"
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -114,7 +114,7 @@ M._shape_warned = {}   -- layers already reported as staying in high precision (
 -- model and the list of converted names. to_fp8=false restores plain modules. `filter(module,
 -- name)` returning false keeps a Linear in high precision.
 function M.convert_model(model, opts)
-  if not Module.is_module(model) then error(("convert_model: expected a Module, got %s"):format(type(model)), 2) end
+  need("convert_model", "a Module", model)
   opts = opts or {}
   if type(opts) ~= "table" then error(("convert_model: options must be a table, got %s"):format(type(opts)), 2) end
   local valid = { to_fp8 = true, convert_linear = true, convert_ln = true, recipe = true, filter = true,
@@ -166,7 +166,7 @@ end
 
 -- has_fp8_layers(model) (alias has_transformer_engine_layers): any FP8Linear or FP8LayerNorm.
 function M.has_fp8_layers(model)
-  if not Module.is_module(model) then error(("has_fp8_layers: expected a Module, got %s"):format(type(model)), 2) end
+  need("has_fp8_layers", "a Module", model)
   for _, m in ipairs(model:modules()) do
     local cn = class_name(m)
     if cn == "FP8Linear" or cn == "FP8LayerNorm" then return true end
@@ -176,7 +176,7 @@ end
 
 -- has_ao_layers(model) (Accelerate's name): any FP8Linear of the torchao recipe (dynamic scaling).
 function M.has_ao_layers(model)
-  if not Module.is_module(model) then error(("has_ao_layers: expected a Module, got %s"):format(type(model)), 2) end
+  need("has_ao_layers", "a Module", model)
   for _, m in ipairs(model:modules()) do
     if class_name(m) == "FP8Linear" and m.recipe and m.recipe.backend == "ao" then return true end
   end

@@ -69,6 +69,7 @@ local add = require("fp8.help").adder("Accelerator & recipes")
 add("contextual_fp8_autocast", "fp8.contextual_fp8_autocast(forward_fn, recipe, use_during_eval) -> forward",
   "Wraps a forward(self, ...) so FP8 runs in training (self.training) and, in eval, only when\n"
   .. "use_during_eval. fp8.apply_fp8_autowrap(model, recipe) installs it on model.forward.")
+require("fp8.help").ALIASES.apply_fp8_autowrap = "contextual_fp8_autocast"
 add("fp8_autocast", "fp8.fp8_autocast(fn, ...)", "Runs fn(...) with FP8 autocast on: FP8 layers use their FP8 GEMMs.")
 
 return M

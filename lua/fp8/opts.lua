@@ -89,13 +89,8 @@ end
 -- opt.step(), acc.backward(loss)): "nil", "a tensor", "a number", ...
 local function given(v)
   if v == nil then return "nil" end
-  if type(v) == "userdata" then
-    local mt = getmetatable(v)
-    local n = type(mt) == "table" and rawget(mt, "__name")
-    return type(n) == "string" and n:find("ensor") and "a tensor" or "a userdata"
-  end
-  local t = type(v)
-  return (t:match("^[aeiou]") and "an " or "a ") .. t
+  if require("fp8.core").is_tensor(v) then return "a tensor" end
+  return "a " .. type(v)   -- boolean, number, string, table, function, thread, userdata
 end
 
 -- Whether self is an object a method `name` can be called on: a table whose lookup of name finds a method (an

@@ -212,7 +212,9 @@ if okh and help.add then
     sig = "fp8.plot.lines{csv=, png=, title=, xlabel=, ylabel=, logy=, series={{x=1, y=3, title=, style=, axis=}}}",
     doc = "PNG line plot of CSV columns through gnuplot (gnuplot-nox). Without gnuplot: one notice, no PNG,\n"
        .. "the CSV stays. fp8.plot.fp8_history{csv=, png=, layer=} plots the scale/amax history of an FP8\n"
-       .. "layer from acc:log_fp8_stats' CSV. FP8LAB_GNUPLOT names another gnuplot." }
+       .. "layer from acc:log_fp8_stats' CSV. FP8LAB_GNUPLOT names another gnuplot (fp8.plot.command() says\n"
+       .. "which); fp8.plot.available() says whether it runs." }
+  for _, n in ipairs { "plot.fp8_history", "plot.command", "plot.available" } do help.ALIASES[n] = "plot.lines" end
 end
 
 return M

@@ -51,5 +51,6 @@ for _, n in ipairs { "convert_model", "has_fp8_layers", "has_ao_layers", "fp8_au
                      "stats" } do
   help.ALIASES["recipes." .. n] = n
 end
+help.ALIASES.has_transformer_engine_layers = "has_fp8_layers"   -- fp8's alias (TransformerEngine's name)
 
 return M

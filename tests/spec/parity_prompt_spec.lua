@@ -85,8 +85,10 @@ describe("the prompt", function()
   it("help() has an entry for every public function of fp8, its modules and the Tensor methods", function()
     local help = require "fp8.help"
     help.lookup("x")   -- loads the modules that register entries on first use
-    -- and the lazy fields, as other specs may have (the check must not depend on which ran first)
-    local _ = fp8.Accelerator, fp8.nn, fp8.optim, fp8.profiler, fp8.recipes
+    -- and every lazy field, as other specs may have (the check must not depend on which ran first)
+    local _ = fp8.Accelerator, fp8.nn, fp8.optim, fp8.profiler, fp8.recipes, fp8.plot, fp8.hist,
+      fp8.GradientAccumulationPlugin, fp8.convert_model, fp8.has_fp8_layers, fp8.has_transformer_engine_layers,
+      fp8.contextual_fp8_autocast, fp8.apply_fp8_autowrap, fp8.stats, fp8.fp8_autocast, fp8.has_ao_layers
     local missing = {}
     local function check(label, fn, name)
       if not help.lookup(fn) and not help.lookup(name) then missing[#missing + 1] = label end
