@@ -208,7 +208,7 @@ static inline void quant_block_portable_(const float *src, uint8_t *dst, size_t 
         r ^= (r ^ nanc) & (0u - is_nan);
         dst[i] = (uint8_t)(sign | r);
         nan += xnan;
-        sat += over & (xa < 0x7F800000u);
+        sat += over;
         unf += (r == 0) & (xa != 0);
     }
     st->amax = fl_u2f(amax);
@@ -224,13 +224,6 @@ static void quant_block_portable(const float *src, uint8_t *dst, size_t n, const
     (void)vfin;
     if (vsc) quant_block_portable_(src, dst, n, P, 0.0f, vsc, pol, st);
     else quant_block_portable_(src, dst, n, P, scale, NULL, pol, st);
-}
-
-/* The ±∞ among n values (x·scale's overflow counts them; they are not saturation). */
-static size_t count_inf(const float *src, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += (fl_f2u(src[i]) & 0x7FFFFFFFu) == 0x7F800000u;
-    return k;
 }
 
 /* The first value past which |x·scale| rounds above max_code, as fp32 bits: in the bucket q = max_code + rebias
@@ -291,10 +284,9 @@ static inline __m512i q512_step(const q512_consts *c, __m512 x, __m512 vs, __mma
     r = _mm512_mask_blend_epi32(over, r, c->ovf);
     r = _mm512_mask_blend_epi32(is_nan, r, c->nanc);
     __mmask16 xnan = fin_scale ? is_nan & k : _mm512_mask_cmpgt_epu32_mask(k, xa, c->inf);
-    __mmask16 xfin = _mm512_mask_cmplt_epu32_mask(k, xa, c->inf);
     __mmask16 zr = _mm512_mask_testn_epi32_mask(_mm512_mask_test_epi32_mask(k, xa, xa), r, r);
     n->nan += (uint32_t)__builtin_popcount(xnan);
-    n->sat += (uint32_t)__builtin_popcount(over & xfin);
+    n->sat += (uint32_t)__builtin_popcount(over & k);
     n->unf += (uint32_t)__builtin_popcount(zr);
     return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), c->b80, 0xF8); /* r | (u>>24 & 0x80) */
 }
@@ -340,8 +332,8 @@ static inline void quant_loops512(const q512_consts *c, const float *src, const 
 /* q512_step for the common case, one finite positive scale, in fewer vector operations (~20 against ~28 per 16
  * elements; the cast is bound by the two vector ports): overflow is one compare of |x·scale| against
  * over_threshold, which NaN and ∞ pass too, and only a vector with a lane past it (a branch that is almost never
- * taken) blends in the overflow and NaN codes and counts them (passes and NaNs; quant_block_avx512 subtracts the
- * infinite sources from the saturation count, as quant_block_avx2 does); the underflows are counted per lane in
+ * taken) blends in the overflow and NaN codes and counts them (passes and NaNs: the saturation count is their
+ * difference, infinite sources included, as in quant_block_avx2); the underflows are counted per lane in
  * a vector. Bytes and counts are q512_step's (test_format compares both with the scalar reference). */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __m512 *vmax, __m512i *unf,
@@ -381,7 +373,7 @@ static inline void quant_fast512(const q512_consts *c, uint32_t thr, const float
     }
     cnt->unf += (uint32_t)_mm512_reduce_add_epi32(unf);
     cnt->nan += k.nan;
-    cnt->sat += k.over - k.nan;   /* less the infinite sources: quant_block_avx512 */
+    cnt->sat += k.over - k.nan;   /* passes that are not NaN: overflows, infinite sources included */
 }
 
 /* A block: its first nf elements (a multiple of 64; 0 unless one finite positive scale) by the fast loop, the rest
@@ -419,7 +411,6 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     else if (P->shift == 21) quant_all512(&c, thr, src, vsc, dst, n, nf, &vmax, &cnt, fin, 21);     /* E5M2 */
     else quant_all512(&c, thr, src, vsc, dst, n, nf, &vmax, &cnt, fin, (unsigned)P->shift);
     const float amax = _mm512_reduce_max_ps(vmax);
-    if (nf && amax == INFINITY) cnt.sat -= (uint32_t)count_inf(src, nf);   /* see q512_fast */
     st->amax = amax;
     st->underflow += cnt.unf;
     st->saturated += cnt.sat;
@@ -460,11 +451,10 @@ static inline __m256i q256_step(const q256_consts *c, __m256 x, __m256 vs, __m25
     r = _mm256_blendv_epi8(r, c->ovf, over);
     r = _mm256_blendv_epi8(r, c->nanc, is_nan);
     const __m256i xnan = _mm256_and_si256(k, fin_scale ? is_nan : _mm256_cmpgt_epi32(xa, c->inf));
-    const __m256i xfin = _mm256_and_si256(k, _mm256_cmpgt_epi32(c->inf, xa));
     const __m256i zr = _mm256_andnot_si256(_mm256_cmpeq_epi32(xa, c->zero),
                                            _mm256_and_si256(k, _mm256_cmpeq_epi32(r, c->zero)));
     n->nan += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(xnan)));
-    n->sat += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(over, xfin))));
+    n->sat += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(over, k))));
     n->unf += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zr)));
     return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), c->b80));
 }
@@ -491,9 +481,8 @@ static float lanes_max8(__m256 v) {
  * operations (~17 against ~34 per 8 elements): overflow is one compare of |x·scale| against the last value that rounds
  * to a code ≤ max_code (`thr1`; the rounding is monotonic), which NaN passes too, and only a vector with a lane past
  * it (a branch that is almost never taken) blends in the overflow and NaN codes and counts them, so the saturation
- * count is taken as (passes − NaNs) and quant_block_avx2 subtracts the infinite sources (an infinite x passes as well,
- * and is not saturation), which it counts only where the block's amax is infinite; the underflows are counted per lane
- * in a vector; the sign is blended in from x·scale's sign bit. Bytes and counts are q256_step's (test_format compares
+ * count is taken as (passes − NaNs), an infinite x among the passes as the counter defines it (format.h); the
+ * underflows are counted per lane in a vector; the sign is blended in from x·scale's sign bit. Bytes and counts are q256_step's (test_format compares
  * both with the scalar reference). */
 __attribute__((target("avx2,popcnt"), always_inline))
 static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __m256 vs, __m256 *vmax, __m256i *unf,
@@ -540,7 +529,7 @@ static inline void quant_fast256(const q256_consts *c, uint32_t thr, const float
     _mm256_storeu_si256((__m256i *)u, unf);
     for (int j = 0; j < 8; j++) cnt->unf += u[j];
     cnt->nan += k.nan;
-    cnt->sat += k.over - k.nan;   /* less the infinite sources: quant_block_avx2 */
+    cnt->sat += k.over - k.nan;   /* passes that are not NaN: overflows, infinite sources included */
 }
 
 __attribute__((target("avx2,popcnt"), always_inline))
@@ -597,7 +586,6 @@ static void quant_block_avx2(const float *src, uint8_t *dst, size_t n, const fp8
         quant_loop256(&c, src + nf, NULL, dst + nf, n - nf, &vmax, &cnt, true);
     } else quant_loop256(&c, src, NULL, dst, n, &vmax, &cnt, false);
     const float amax = lanes_max8(vmax);
-    if (nf && amax == INFINITY) cnt.sat -= (uint32_t)count_inf(src, nf);   /* see q256_fast */
     st->amax = amax;
     st->underflow += cnt.unf;
     st->saturated += cnt.sat;

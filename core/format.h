@@ -57,7 +57,8 @@ bool     fl_fp8_is_nan(uint8_t b, fl_dtype fmt);
 typedef struct {
     float amax;          /* max |x| over the source (NaN ignored) */
     int64_t underflow;   /* nonzero sources whose scaled value rounded to ±0 */
-    int64_t saturated;   /* finite sources whose scaled magnitude exceeded the format max (clamped or overflowed) */
+    int64_t saturated;   /* non-NaN sources, ±∞ included, whose scaled magnitude exceeded the format max (clamped
+                          * to ±max, or overflowed to inf/NaN under the IEEE policy) */
     int64_t nan;         /* NaN sources */
 } fl_cast_stats;
 

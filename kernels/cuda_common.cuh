@@ -134,7 +134,8 @@ struct Acc {
 };
 
 /* One element: cast, and fold its contribution into the thread's accumulators (core/format.c's
- * counters: underflow = x != 0 whose code is ±0; saturated = finite x rounding past the max code). */
+ * counters: underflow = x != 0 whose code is ±0; saturated = non-NaN x, ±inf included, whose x·s rounds past the
+ * max code). */
 template <int FMT, bool IEEE>
 FL_HD uint8_t quant_one(float x, float scale, Acc &acc) {
     typedef FmtT<FMT> F;
@@ -147,7 +148,7 @@ FL_HD uint8_t quant_one(float x, float scale, Acc &acc) {
     if (x != x) acc.nan++;
     else {
         if (x != 0.0f && (q & 0x7f) == 0) acc.underflow++;
-        if (over && ax != INFINITY) acc.saturated++;
+        if (over) acc.saturated++;
     }
     return q;
 }

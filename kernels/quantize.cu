@@ -1,7 +1,8 @@
 /* quantize.cu — fused scale + cast + amax (fp32/bf16/fp16 → E4M3/E5M2), per tensor and per row, and
  * the dequantize kernel. Maths: q[i] = fp8(x[i]·s) with RNE and the saturate or IEEE overflow policy
  * (fp8_cvt.h); amax = max |x| over the *unscaled* source, NaN ignored; counters: underflow (x ≠ 0
- * whose code is ±0), saturated (finite x whose x·s rounds past the largest finite code), nan (NaN x). Dequantize:
+ * whose code is ±0), saturated (non-NaN x, ±inf included, whose x·s rounds past the largest finite code), nan
+ * (NaN x). Dequantize:
  * y = decode(q)·s_inv in fp32, then RNE to the output dtype.
  * Layouts: contiguous row-major; per-row means the tensor viewed as [outer, len, inner] with one
  * scale per middle index (axis 0 of a 2-D tensor: outer = 1, len = rows, inner = cols): a block per row of

@@ -39,7 +39,6 @@ local function hist(t, fmt, opts, ...)
     error(("hist: quiet must be a boolean, got %s"):format(type(opts.quiet)), 2)
   end
   local q
-  local inf_src = 0   -- ±inf in a float source (the saturating cast clamps them to ±max)
   if t:is_fp8() then
     if fmt ~= nil and fmt ~= t:dtype() then
       error(("hist: the tensor is already %s, got format '%s'"):format(t:dtype(), tostring(fmt)), 2)
@@ -64,7 +63,6 @@ local function hist(t, fmt, opts, ...)
     local ok, res = pcall(t.quantize, t, fmt, qo)
     if not ok then error("hist: " .. tostring(res):gsub("^.-quantize: ", ""), 2) end
     q = res
-    inf_src = t:numel() > 0 and t:float():abs():eq(math.huge):sum():item() or 0
   end
 
   local f = fp8.format(fmt)
@@ -88,9 +86,9 @@ local function hist(t, fmt, opts, ...)
     end
   end
   local n = #bytes
-  -- Saturated values were clamped to the max code: shown on their own line, not in the top binade.
-  -- (an infinite source is clamped too; the cast's counter takes finite sources only)
-  local sat = math.min(st.saturated + inf_src, atmax)
+  -- Saturated values (±inf sources among them) were clamped to the max code: shown on their own line, not in
+  -- the top binade. Under the IEEE policy they overflowed to NaN or inf codes instead, counted there.
+  local sat = math.min(st.saturated, atmax)
   local top = (maxcode >> mbits) - bias
   if sat > 0 then bins[top] = bins[top] - sat; if bins[top] == 0 then bins[top] = nil end end
   local underflow = math.min(st.underflow, zero)

@@ -449,8 +449,8 @@ static fl_cast_stats ref_cast(const float *x, float scale, const float *sc, size
         if (fabsf(x[i]) > ref.amax) ref.amax = fabsf(x[i]);
         if (isnan(x[i])) ref.nan++;
         if (x[i] != 0 && !isnan(x[i]) && (want[i] & 0x7F) == 0) ref.underflow++;
-        /* saturated: finite source whose scaled value rounds past max */
-        if (isfinite(x[i]) && !isnan(y) && (isinf(y) || ref_round(e5 ? T_E5M2 : T_E4M3, fabs((double)y)) == (e5 ? 0x7C : 0x7F)))
+        /* saturated: a source, ±inf included, whose scaled value is not NaN and rounds past max */
+        if (!isnan(y) && (isinf(y) || ref_round(e5 ? T_E5M2 : T_E4M3, fabs((double)y)) == (e5 ? 0x7C : 0x7F)))
             ref.saturated++;
     }
     return ref;

@@ -204,9 +204,7 @@ describe("fp8.explain", function()
     -- saturated is what the cast counts: past max + half an ulp (460 and the tie 464 round to 448), infinities
     for _, c in ipairs { { 448, false }, { 460, false }, { 464, false }, { 465, true }, { math.huge, true }, { -math.huge, true } } do
       assert.are.equal(c[2], quiet(c[1], "e4m3").saturated, tostring(c[1]))
-      if c[1] ~= math.huge and c[1] ~= -math.huge then
-        assert.are.equal(c[2] and 1 or 0, fp8.tensor { c[1] }:quantize("e4m3", { scale = 1 }):saturated(), tostring(c[1]))
-      end
+      assert.are.equal(c[2] and 1 or 0, fp8.tensor { c[1] }:quantize("e4m3", { scale = 1 }):saturated(), tostring(c[1]))
     end
     assert.is_false(quiet(59392, "e5m2").saturated)   -- below the midpoint 61440 between 57344 and 2^16
     assert.is_true(quiet(61440, "e5m2").saturated)    -- the tie goes to the even code: the overflow

@@ -168,6 +168,22 @@ describe("fp8.Accelerator settings", function()
 end)
 
 describe("te recipe", function()
+  it("reports an infinite input as saturated in the layer's statistics", function()
+    -- TransformerEngine's cast clamps it to ±max with the delayed scale (the output stays finite); fp8.stats must
+    -- show it, not hide it behind a saturated count of 0
+    fp8.manual_seed(3)
+    local acc = te_accelerator()
+    local model = acc:prepare(nn.Sequential(nn.Linear(16, 16)))
+    local x = fp8.randn { 4, 16 }
+    x:set({ 1, 1 }, math.huge)
+    x:set({ 2, 5 }, -math.huge)
+    local y = model(x)
+    assert.is_true(y:abs():max():item() < math.huge)
+    local st = model[1].fp8_meta:state().input
+    assert.are.equal(2, st.saturated)
+    assert.are.equal(math.huge, st.amax)
+  end)
+
   it("converts Linear and LayerNorm, and back, keeping the tensors", function()
     local model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.Linear(64, 10))
     local w = model:parameters()[1]

@@ -495,6 +495,34 @@ describe("quantize / dequantize", function()
     local qi = x:quantize("e5m2", {scale = 100, saturate = false})
     assert.are.equal(math.huge, qi:dequantize()[3])
   end)
+  it("counts an infinite source as saturated under both policies, and a NaN source as NaN only", function()
+    -- 40 elements, so the vector kernels' whole-vector loops see them and not only their tails
+    local src = {}
+    for i = 1, 40 do src[i] = i / 8 end
+    src[3], src[17], src[33], src[34] = math.huge, -math.huge, 0 / 0, 1000
+    local x = fp8.tensor(src)
+    for _, c in ipairs { { "e4m3", true }, { "e4m3", false }, { "e5m2", true }, { "e5m2", false } } do
+      local q = x:quantize(c[1], { scale = 1, saturate = c[2] })
+      local what = c[1] .. (c[2] and " saturating" or " IEEE")
+      local st = q:qstats()
+      -- ±inf and, in E4M3, 1000 > 448: clamped to ±max, or overflowed to NaN (E4M3) / inf (E5M2) under IEEE
+      assert.are.equal(c[1] == "e4m3" and 3 or 2, st.saturated, what)
+      assert.are.equal(1, st.nan, what)
+      assert.are.equal(math.huge, st.amax, what)
+      local d = q:dequantize()
+      local max = fp8.format(c[1]).max
+      if c[2] then
+        assert.are.equal(max, d[3], what); assert.are.equal(-max, d[17], what)
+      elseif c[1] == "e5m2" then
+        assert.are.equal(math.huge, d[3], what); assert.are.equal(-math.huge, d[17], what)
+      else
+        assert.is_true(d[3] ~= d[3] and d[17] ~= d[17], what)
+      end
+    end
+    -- the delayed-scaling cast of a given amax keeps its scale and clamps the infinity: counted as well
+    local q = x:quantize("e4m3", { amax = 448 })
+    assert.are.equal(3, q:saturated())
+  end)
   it("derives the scale from a given amax and margin", function()
     local q = fp8.tensor{1, 2}:quantize("e4m3", {amax = 8, margin = 1})
     assert.is_true(close(q:scale(), 448 / 8 / 2, 1e-6))
