@@ -212,9 +212,13 @@ local function report(step, train, val, lr, tok_s, elapsed)
     local x = h and h[r]
     if x then
       local function at(v, layer) return v > 0 and (" in " .. layer) or "" end
-      print(("  fp8 %-11s %s: underflow %.4f%%%s, saturated %.4f%%%s, scales %.3g..%.3g"):format(r, x.format,
-        100 * x.uf, at(x.uf, x.uf_layer), 100 * x.sat, at(x.sat, x.sat_layer), x.smin, x.smax))
-      row[#row + 1] = ("%.6g,%.6g,%.6g,%.6g"):format(x.uf, x.sat, x.smin, x.smax)
+      -- no scale when every layer scales per row (ao rowwise: fp8.stats gives them as NaN): "per row", blank cells
+      local scaled = x.smin <= x.smax
+      print(("  fp8 %-11s %s: underflow %.4f%%%s, saturated %.4f%%%s, scales %s"):format(r, x.format,
+        100 * x.uf, at(x.uf, x.uf_layer), 100 * x.sat, at(x.sat, x.sat_layer),
+        scaled and ("%.3g..%.3g"):format(x.smin, x.smax) or "per row"))
+      row[#row + 1] = scaled and ("%.6g,%.6g,%.6g,%.6g"):format(x.uf, x.sat, x.smin, x.smax)
+        or ("%.6g,%.6g,,"):format(x.uf, x.sat)
     else
       row[#row + 1] = ",,,"
     end

@@ -859,7 +859,9 @@ function Accelerator:_write_stats(log)
   if not f then return end
   for _, model in ipairs(self._models) do
     for _, r in ipairs(fp8_stats.stats(model, { quiet = true })) do
-      f:write(("%d,%s,%s,%s,%.9g,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, r.layer, r.role, r.format, r.scale, r.amax,
+      -- no one scale (ao rowwise's per-row scales, the all-reduce row): an empty cell, not "nan"
+      local scale = r.scale == r.scale and ("%.9g"):format(r.scale) or ""
+      f:write(("%d,%s,%s,%s,%s,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, r.layer, r.role, r.format, scale, r.amax,
         r.amax_history, r.underflow, r.saturated))
     end
   end

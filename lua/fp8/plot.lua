@@ -173,16 +173,20 @@ function M.fp8_history(o)
   local dat = o.png .. ".dat"
   local d = assert(io.open(dat, "w"))
   local roles = { "input", "weight", "grad" }
+  local scaled = false   -- a role with one scale per cast (ao rowwise logs none: its scales are per row)
   for _, st in ipairs(steps) do
     local cols = { tostring(st) }
     for _, r in ipairs(roles) do
       local v = rows[st][r] or { "", "", "" }
-      for k = 1, 3 do cols[#cols + 1] = v[k] end
+      scaled = scaled or v[1] ~= ""
+      for k = 1, 3 do cols[#cols + 1] = v[k] ~= "" and v[k] or "NaN" end   -- an empty cell: no point, not a shift
     end
     d:write(table.concat(cols, " "), "\n")
   end
   d:close()
-  local s = { "set multiplot layout 2,1 title " .. gq(("FP8 layer '%s': scale and amax per tensor role over training"):format(layer)),
+  local title = scaled and ("FP8 layer '%s': scale and amax per tensor role over training"):format(layer)
+    or ("FP8 layer '%s': amax per tensor role over training (scales per row, not logged)"):format(layer)
+  local s = { ("set multiplot layout %d,1 title "):format(scaled and 2 or 1) .. gq(title),
               "set grid", "set logscale y", "set key outside right top", "set xlabel 'optimizer step'",
               -- the same plot area in both panels, whatever the width of each panel's key
               "set lmargin at screen 0.09", "set rmargin at screen 0.72", "set ylabel 'scale'" }
@@ -197,7 +201,7 @@ function M.fp8_history(o)
     p2[#p2 + 1] = ("%s using 1:%d with lines lw 1 dt 2 lc rgb '%s' title %s"):format(gq(dat), c + 2, colour[i],
       gq(r .. " (history max)"))
   end
-  s[#s + 1] = "plot " .. table.concat(p1, ", ")
+  if scaled then s[#s + 1] = "plot " .. table.concat(p1, ", ") end
   s[#s + 1] = "set ylabel 'amax'"
   s[#s + 1] = "plot " .. table.concat(p2, ", ")
   s[#s + 1] = "unset multiplot"

@@ -52,10 +52,14 @@ function M.stats(model, opts, ...)
   local rows = {}
   for _, nm in ipairs(convert.fp8_layers(model)) do
     local st = nm[2].fp8_meta:state()
+    -- torchao's rowwise recipes scale per row (and per column for wgrad), a fresh scale at each cast: the role's
+    -- one scale stays 1 and means nothing, so the row says per_row and its scale is NaN
+    local per_row = st.granularity ~= "tensor"
     for _, r in ipairs(state.ROLES) do
       local s = st[r]
       local n = s.numel > 0 and s.numel or 1
-      rows[#rows + 1] = { layer = nm[1], role = r, format = s.format, scale = s.scale,
+      rows[#rows + 1] = { layer = nm[1], role = r, format = s.format, scale = per_row and 0 / 0 or s.scale,
+                          per_row = per_row,
                           amax = s.amax, amax_history = s.amax_history_max, rule = s.rule, updates = s.updates,
                           underflow = s.underflow / n, saturated = s.saturated / n, numel = s.numel,
                           high_precision = (r == "input" and st.hp[1]) or false }
@@ -78,7 +82,8 @@ function M.stats(model, opts, ...)
       print(("%-28s %-11s %-5s %12s %11s %11s %9s %9s"):format("layer", "role", "fmt", "scale", "amax", "amax(hist)",
         "underflow", "saturated"))
       for _, r in ipairs(rows) do
-        print(("%-28s %-11s %-5s %12.5g %11.4g %11.4g %8.3f%% %8.3f%%"):format(r.layer, r.role, r.format, r.scale, r.amax,
+        local scale = r.per_row and "per row" or ("%12.5g"):format(r.scale)
+        print(("%-28s %-11s %-5s %12s %11.4g %11.4g %8.3f%% %8.3f%%"):format(r.layer, r.role, r.format, scale, r.amax,
           r.amax_history, 100 * r.underflow, 100 * r.saturated))
       end
     end
@@ -88,7 +93,8 @@ end
 
 local add = require("fp8.help").adder("Accelerator & recipes")
 add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
-  "Per FP8 layer and tensor role (input, weight, grad: the output gradient): format, current scale, amax of the last\n"
+  "Per FP8 layer and tensor role (input, weight, grad: the output gradient): format, current scale (\"per row\"\n"
+  .. "under ao's rowwise recipes, which make a scale per row at each cast: per_row=true, scale NaN), amax of the last\n"
   .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
   .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
   .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")

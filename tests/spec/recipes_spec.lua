@@ -57,7 +57,8 @@ local function params_and_stats(model)
   local p = {}
   for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
   local st = {}
-  for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.scale, r.amax } end
+  -- (a rowwise role has no single scale: NaN, which compares unequal to itself; "per row" stands for it)
+  for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.per_row and "per row" or r.scale, r.amax } end
   return p, st
 end
 
@@ -551,6 +552,31 @@ describe("te recipe", function()
 end)
 
 describe("ao recipe", function()
+  it("fp8.stats and the stats log give rowwise roles no single scale (per row, NaN, an empty cell)", function()
+    fp8.manual_seed(0)
+    for _, c in ipairs { { ao_rowwise_accelerator, true }, { ao_accelerator, false } } do
+      local acc = c[1]()
+      local model = acc:prepare(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)))
+      local path = os.tmpname()
+      os.remove(path)
+      acc:log_fp8_stats { every = 1, path = path }
+      acc:backward(model(fp8.randn { 4, 16 }):sum())
+      acc:_write_stats(acc._stats_log)
+      local rows = fp8.stats(model, { quiet = true })
+      assert.are.equal(6, #rows)
+      for _, r in ipairs(rows) do
+        assert.are.equal(c[2], r.per_row)
+        assert.are.equal(c[2], r.scale ~= r.scale, r.role)   -- NaN exactly when per row
+      end
+      local f = assert(io.open(path))
+      f:read("l")
+      local cell = f:read("l"):match("^%d+,[^,]*,[^,]*,[^,]*,([^,]*),")
+      f:close()
+      os.remove(path)
+      if c[2] then assert.are.equal("", cell) else assert.is_number(tonumber(cell)) end
+    end
+  end)
+
   it("keeps the first and last Linear in high precision by default", function()
     local acc, model = setup("fp8", fp8.AORecipeKwargs {})
     assert.are.equal(1, count_class(model, "FP8Linear"))
