@@ -93,7 +93,9 @@ local function health(r)
       local x = h[r.role] or { uf = -1, sat = -1, smin = math.huge, smax = -math.huge }
       if r.underflow_frac > x.uf then x.uf, x.uf_layer = r.underflow_frac, r.layer end
       if r.saturated_frac > x.sat then x.sat, x.sat_layer = r.saturated_frac, r.layer end
-      x.smin, x.smax = math.min(x.smin, r.scale), math.max(x.smax, r.scale)
+      if type(r.scale) == "number" then   -- empty for a rowwise role (no single scale)
+        x.smin, x.smax = math.min(x.smin, r.scale), math.max(x.smax, r.scale)
+      end
       x.format = r.format
       h[r.role] = x
     end
