@@ -545,6 +545,32 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("with strict=false, a recipe state saved with another amax_history_len keeps its most recent entries", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(fp8.TERecipeKwargs { amax_history_len = 4 })
+    for _ = 1, 3 do step(acc, model, opt) end
+    acc:save_state(d .. "/c")
+    local saved = model[1].fp8_meta:state().input
+    for _, c in ipairs { { 1024, "te E4M3" }, { 2, "te, a shorter window" } } do
+      local acc2, model2 = setup(fp8.TERecipeKwargs { amax_history_len = c[1] })
+      local ok, err = pcall(acc2.load_state, acc2, d .. "/c")
+      assert.is_false(ok, c[2])
+      assert.matches("settings.fp8_recipe.amax_history_len: the checkpoint has 4, this run " .. c[1], err, 1, true)
+      acc2:load_state(d .. "/c", { strict = false })
+      local got = model2[1].fp8_meta:state().input
+      assert.are.equal(c[1], #got.history, c[2])
+      for k = 1, c[1] do assert.are.equal(saved.history[k] or 0, got.history[k], c[2] .. " entry " .. k) end
+      assert.are.equal(saved.scale, got.scale, c[2])
+      -- Module:load_state_dict alone: strict refuses, naming the fix
+      local sd = model:state_dict()
+      ok, err = pcall(model2.load_state_dict, model2, sd)
+      assert.is_false(ok)
+      assert.matches("has an amax history of 4, this layer " .. c[1] .. " (a different amax_history_len or recipe; "
+        .. "strict=false keeps its most recent entries that fit)", err, 1, true)
+    end
+    os.execute("rm -rf " .. d)
+  end)
+
   it("refuses a changed model, naming the tensor, and undoes what was loaded before the failure", function()
     local d = tmpdir()
     local acc, model, opt = setup(nil)

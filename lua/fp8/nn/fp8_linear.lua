@@ -53,10 +53,24 @@ function FP8Linear:_before_state_dict() self.fp8_state = state.pack(self.fp8_met
 -- back into fp8_meta, and MS-AMP O3's E4M3 weight, which the forward reads, is re-derived from the weight when sd
 -- gave the weight without it (strict=false, a plain model's file): else the forward ran on the old weight's bytes
 -- until the next optimizer step. It is re-cast in place (the optimizer updates that same tensor), as prepare casts it.
-function FP8Linear:_after_load_state_dict(sd, prefix)
+-- With strict false, a saved amax history of another length (another amax_history_len or recipe) is fitted to
+-- this layer's: its most recent entries (history[1] is the newest) that fit, zeros after them. Returns
+-- "<saved length> -> <this length>" when it fitted one, for the caller's notice.
+function FP8Linear:_after_load_state_dict(sd, prefix, strict)
   prefix = prefix or ""
   -- sd's own tensor: one in an older layout (another length) was not copied into the buffer
-  self.fp8_meta:load_state(state.unpack(sd and sd[prefix .. "fp8_state"] or self.fp8_state))
+  local st = state.unpack(sd and sd[prefix .. "fp8_state"] or self.fp8_state)
+  local mine, fitted = self.fp8_meta:state(), nil
+  for _, r in ipairs(state.ROLES) do
+    local h, n = st[r].history, #mine[r].history
+    if #h ~= n and strict == false then
+      fitted = fitted or ("%d -> %d"):format(#h, n)
+      local f = {}
+      for k = 1, n do f[k] = h[k] or 0 end
+      st[r].history = f
+    end
+  end
+  self.fp8_meta:load_state(st)
   self.fp8_state = state.pack(self.fp8_meta:state())
   local q = rawget(self, "weight_fp8")
   if q and sd and sd[prefix .. "weight"] ~= nil and sd[prefix .. "weight_fp8"] == nil then
@@ -66,10 +80,12 @@ function FP8Linear:_after_load_state_dict(sd, prefix)
       require("fp8._checkpoint").copy_exact_(q, fresh)
     end)
   end
+  return fitted
 end
 -- Module:load_state_dict asks before it writes anything: the recipe state in sd must unpack and fit
--- this layer (same history lengths, finite positive scales, no negative amax). Returns why not, or nil.
-function FP8Linear:_check_load_state(sd, prefix)
+-- this layer (same history lengths unless strict is false, finite positive scales, no negative amax). Returns why
+-- not, or nil.
+function FP8Linear:_check_load_state(sd, prefix, strict)
   local t = sd[prefix .. "fp8_state"]
   if t == nil then return nil end   -- strict=false without recipe state: the layer keeps its own
   local ok, st = pcall(state.unpack, t)
@@ -77,9 +93,10 @@ function FP8Linear:_check_load_state(sd, prefix)
   local mine = self.fp8_meta:state()
   for _, r in ipairs(state.ROLES) do
     local s = st[r]
-    if #s.history ~= #mine[r].history then
+    if #s.history ~= #mine[r].history and strict ~= false then
       return ('for "%sfp8_state": the %s role has an amax history of %d, this layer %d (a different amax_history_len '
-        .. 'or recipe)'):format(prefix, r, #s.history, #mine[r].history)
+        .. 'or recipe; strict=false keeps its most recent entries that fit)'):format(prefix, r, #s.history,
+        #mine[r].history)
     end
     if not (s.scale > 0 and s.scale < math.huge) then
       return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0)'):format(prefix, r, tostring(s.scale))

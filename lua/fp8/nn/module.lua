@@ -449,7 +449,7 @@ function Module:load_state_dict(sd, strict)
   if #problems == 0 then
     for _, nm in ipairs(self:named_modules()) do
       if nm[2]._check_load_state then
-        local why = nm[2]:_check_load_state(sd, nm[1] == "" and "" or nm[1] .. ".")
+        local why = nm[2]:_check_load_state(sd, nm[1] == "" and "" or nm[1] .. ".", strict)
         if why then problems[#problems + 1] = why end
       end
     end
@@ -469,8 +469,17 @@ function Module:load_state_dict(sd, strict)
       end
     end
   end
+  local fitted, first = 0, nil   -- FP8 layers whose saved amax histories had another length (strict=false)
   for _, nm in ipairs(self:named_modules()) do
-    if nm[2]._after_load_state_dict then nm[2]:_after_load_state_dict(sd, nm[1] == "" and "" or nm[1] .. ".") end
+    if nm[2]._after_load_state_dict then
+      local f = nm[2]:_after_load_state_dict(sd, nm[1] == "" and "" or nm[1] .. ".", strict)
+      if f then fitted, first = fitted + 1, first or f end
+    end
+  end
+  if fitted > 0 and require("fp8._dist").info().rank == 0 then
+    io.stderr:write(("fp8lab: notice: load_state_dict: %d FP8 layer%s saved with amax histories of another length "
+      .. "(%s): each keeps its most recent entries that fit (strict=false)\n"):format(fitted, fitted == 1 and "" or "s",
+      first))
   end
   return { missing_keys = missing, unexpected_keys = unexpected }
 end
