@@ -776,8 +776,11 @@ local function resolve(opts)
   end
 
   if fp8h and mp ~= "fp8" then
-    fail("%s needs mixed_precision=\"fp8\", but mixed_precision is %s (from %s); pass mixed_precision=\"fp8\""
-      .. " or set FP8LAB_MIXED_PRECISION=fp8", fp8h.handler_type, repr(mp), SOURCE_TEXT[mps])
+    -- the argument outranks the environment and the config file: only it helps once it is given
+    fail("%s needs mixed_precision=\"fp8\", but mixed_precision is %s (from %s); pass mixed_precision=\"fp8\"%s",
+      fp8h.handler_type, repr(mp), SOURCE_TEXT[mps], mps == "argument" and ""
+        or mps == "env" and " or set FP8LAB_MIXED_PRECISION=fp8"
+        or " or set FP8LAB_MIXED_PRECISION=fp8 or mixed_precision: fp8 in the config file")
   end
 
   -- A field set by the environment or the config file that the run does not use: silent when it

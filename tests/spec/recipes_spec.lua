@@ -153,7 +153,15 @@ describe("fp8.Accelerator settings", function()
     local ok, err = pcall(fp8.Accelerator, { mixed_precision = "bf16", kwargs_handlers = { fp8.TERecipeKwargs {} },
                                              config = false, env = {} })
     assert.is_false(ok)
-    assert.truthy(err:find('TERecipeKwargs needs mixed_precision="fp8", but mixed_precision is "bf16"', 1, true), err)
+    assert.truthy(err:find('TERecipeKwargs needs mixed_precision="fp8", but mixed_precision is "bf16" (from the '
+      .. 'mixed_precision argument); pass mixed_precision="fp8"', 1, true), err)
+    -- the argument outranks the environment: setting the variable would not help, so the message does not say so
+    assert.is_nil(err:find("FP8LAB_MIXED_PRECISION", 1, true), err)
+    ok, err = pcall(fp8.Accelerator, { kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
+                                       env = { FP8LAB_MIXED_PRECISION = "bf16" } })
+    assert.is_false(ok)
+    assert.truthy(err:find('(from the environment); pass mixed_precision="fp8" or set FP8LAB_MIXED_PRECISION=fp8', 1,
+      true), err)
   end)
 
   it("prepare returns its arguments in order", function()
