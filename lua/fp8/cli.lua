@@ -229,10 +229,17 @@ local function env_cmd(host, ...)
   local E = require "fp8.env"
   local names, unknown = sys.env_names("FP8LAB_"), {}
   for _, u in ipairs(E.unknown()) do unknown[u.name] = u end
+  local setting_of = {}   -- a setting's variable → its key: its value is checked as launch and the Accelerator do
+  for _, k in ipairs(KEYS) do if k.env then setting_of[k.env] = k end end
   for _, n in ipairs(names) do
-    local u = unknown[n]
-    print(("  %s=%s%s"):format(n, os.getenv(n) or "", not u and "" or u.near
-      and ("   (not read by fp8lab: did you mean %s?)"):format(u.near) or "   (not read by fp8lab)"))
+    local u, v, note = unknown[n], os.getenv(n) or "", ""
+    if u then
+      note = u.near and ("   (not read by fp8lab: did you mean %s?)"):format(u.near) or "   (not read by fp8lab)"
+    elseif setting_of[n] and v ~= "" then
+      local ok, err = pcall(settings.parse, setting_of[n].name, v, n)
+      if not ok then note = ("   (invalid: %s)"):format(tostring(err):gsub("^[^:]*:%d+: ", "")) end
+    end
+    print(("  %s=%s%s"):format(n, v, note))
   end
   if #names == 0 then print("  no FP8LAB_* variables") end
 
@@ -434,9 +441,16 @@ local function launch(host, ...)
     exported[#exported + 1] = name
   end
   local extra_env = launch_extra_env(extra)
+  -- which variables the flags set (VAR=--flag,...): the script's Accelerator refuses a flag's setting that the run
+  -- does not use (another backend's, an FP8 one without fp8), where a variable set by hand only gets a notice
+  local from_flags = {}
   for _, k in ipairs(KEYS) do
-    if given[k.name] ~= nil and k.env then export(k.env, text_of(given[k.name])) end
+    if given[k.name] ~= nil and k.env then
+      export(k.env, text_of(given[k.name]))
+      from_flags[#from_flags + 1] = k.env .. "=--" .. k.flag
+    end
   end
+  if #from_flags > 0 then export("FP8LAB_LAUNCH_FLAGS", table.concat(from_flags, ",")) end
   if extra_env.OMP_NUM_THREADS then export("OMP_NUM_THREADS", extra_env.OMP_NUM_THREADS) end
   export("FP8LAB_NUM_PROCESSES", tostring(n))
   -- the CPU's instruction-set cap reaches every rank, on other machines too (mpirun -x)

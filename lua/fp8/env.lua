@@ -8,6 +8,7 @@ local M = {}
 M.OTHER = {
   FP8LAB_CONFIG_FILE = "the config file (fp8lab launch --config_file exports it)",
   FP8LAB_NOTICED = "the config file whose notices fp8lab launch printed (set by fp8lab launch)",
+  FP8LAB_LAUNCH_FLAGS = "the variables fp8lab launch's flags set, as VAR=--flag,... (set by fp8lab launch)",
   FP8LAB_RANK = "this process's rank (set by fp8lab launch)",
   FP8LAB_WORLD_SIZE = "the number of processes (set by fp8lab launch)",
   FP8LAB_LOCAL_RANK = "this process's rank on its machine (set by fp8lab launch)",

@@ -216,6 +216,7 @@ for _, r in ipairs(ROWS) do
   if r.env then M.ENV[#M.ENV + 1] = { name = r.env, field = r.name } end
 end
 M.ENV[#M.ENV + 1] = { name = "FP8LAB_CONFIG_FILE", field = nil }
+M.ENV[#M.ENV + 1] = { name = "FP8LAB_LAUNCH_FLAGS", field = nil }   -- VAR=--flag,...: what fp8lab launch's flags set
 
 -- ---- handler classes ---------------------------------------------------------------------------
 
@@ -785,8 +786,16 @@ local function resolve(opts)
 
   -- A field set by the environment or the config file that the run does not use: silent when it
   -- holds the default, a notice otherwise.
+  -- the launch flags behind variables (fp8lab launch exports FP8LAB_LAUNCH_FLAGS): given for this run, so a flag
+  -- the run does not use is refused; a variable set by hand (kept from a shell, say) only gets a notice
+  local flag_of = {}
+  for var, flag in (env_raw.FP8LAB_LAUNCH_FLAGS or ""):gmatch("([%w_]+)=(%-%-[%w_]+)") do flag_of[var] = flag end
   local function unused(name, why)
     local f = F[name]
+    if envv[name] ~= nil and flag_of[f.env] then
+      fail("%s %s (a launch flag) would change nothing: %s; leave the flag out",
+        flag_of[f.env], env_raw[name], why)
+    end
     if envv[name] ~= nil and not deep_equal(envv[name], f.default) then
       notices[#notices + 1] = ("%s=%s ignored: %s"):format(f.env, env_raw[name], why)
     end

@@ -271,6 +271,37 @@ describe("fp8lab launch", function()
     assert.are.equal(7, code)
   end)
 
+  it("a flag the script's run does not use is refused; the same variable set by hand gets a notice", function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write("local acc = fp8.Accelerator{} print(acc.mixed_precision, acc.fp8_backend)\n")
+    f:close()
+    local out, err, code = run("launch --mixed_precision fp8 --fp8_backend te --fp8_opt_level O3 " .. q(script))
+    assert.are.equal(1, code, out)
+    assert.truthy(err:find("--fp8_opt_level O3 (a launch flag) would change nothing: opt_level belongs to the msamp "
+      .. "recipe and the FP8 backend is te; leave the flag out", 1, true), err)
+    _, err, code = run("launch --mixed_precision bf16 --fp8_margin 2 " .. q(script))
+    assert.are.equal(1, code)
+    assert.truthy(err:find('--fp8_margin 2 (a launch flag) would change nothing: mixed_precision is "bf16", not "fp8"',
+      1, true), err)
+    -- used: the flags agree
+    out, err, code = run("launch --mixed_precision fp8 --fp8_backend msamp --fp8_opt_level O3 " .. q(script))
+    assert.are.equal(0, code, err)
+    assert.are.equal("fp8\tmsamp\n", out)
+    -- the script's handler picks the backend the flag needs: used, so accepted
+    f = assert(io.open(script, "w"))
+    f:write("local acc = fp8.Accelerator{kwargs_handlers = {fp8.MSAMPRecipeKwargs{}}}\n"
+      .. "print(acc.fp8_backend, acc.fp8_recipe.opt_level)\n")
+    f:close()
+    out, err, code = run("launch --mixed_precision fp8 --fp8_backend te --fp8_opt_level O3 " .. q(script))
+    assert.are.equal(0, code, err)
+    assert.are.equal("msamp\tO3\n", out)
+    -- a variable set by hand: a notice, and the run goes on
+    out, err, code = run("launch --mixed_precision fp8 --fp8_backend te " .. q(script), nil, "FP8LAB_FP8_OPT_LEVEL=O3 ")
+    os.remove(script)
+    assert.are.equal(0, code, err)
+  end)
+
   it("a flag overrides an FP8LAB_* variable; a variable without a flag is kept", function()
     local out, err, code = run("launch --fp8_margin 3 " .. q(ENV_SCRIPT), nil,
       "FP8LAB_FP8_MARGIN=1 FP8LAB_FP8_INTERVAL=4 ")
@@ -465,6 +496,11 @@ describe("FP8LAB_* variables fp8lab does not read", function()
     assert.truthy(out:find("FP8LAB_MIXED_PRECISON=fp8   (not read by fp8lab: did you mean FP8LAB_MIXED_PRECISION?)", 1, true), out)
     assert.truthy(out:find("FP8LAB_SOMETHING=1   (not read by fp8lab)", 1, true), out)
     assert.truthy(out:find("  FP8LAB_VERBOSE=1\n", 1, true), out)
+    -- a setting's variable with a value launch and the Accelerator would refuse is marked as such
+    out = run("env", nil, "FP8LAB_MIXED_PRECISION=fp9 FP8LAB_FP8_MARGIN=2 ")
+    assert.truthy(out:find('FP8LAB_MIXED_PRECISION=fp9   (invalid: FP8LAB_MIXED_PRECISION: expected one of no, fp16, '
+      .. 'bf16, fp8, got "fp9")', 1, true), out)
+    assert.truthy(out:find("  FP8LAB_FP8_MARGIN=2\n", 1, true), out)
     local o2, e2, c2 = run("-e " .. q("print(fp8.Accelerator{}.mixed_precision)"), nil, "FP8LAB_MIXED_PRECISON=fp8 ")
     assert.are.equal(0, c2, e2)
     assert.are.equal("no\n", o2)

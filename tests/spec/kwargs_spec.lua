@@ -551,12 +551,12 @@ describe("RECIPE_FIELDS and ENV", function()
                          "FP8LAB_FP8_INTERVAL", "FP8LAB_FP8_AMAX_HISTORY_LEN", "FP8LAB_FP8_AMAX_COMPUTE_ALGO",
                          "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION", "FP8LAB_FP8_OPT_LEVEL",
                          "FP8LAB_FP8_USE_AUTOCAST_DURING_EVAL", "FP8LAB_FP8_PAD_INNER_DIM",
-                         "FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "FP8LAB_CONFIG_FILE" } do
+                         "FP8LAB_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "FP8LAB_CONFIG_FILE", "FP8LAB_LAUNCH_FLAGS" } do
       assert.truthy(names[n], n)
     end
     local rows = 0
     for _, r in ipairs(fp8.settings.list()) do if r.env then rows = rows + 1 end end
-    assert.equal(rows + 1, #K.ENV)   -- every setting's variable, and FP8LAB_CONFIG_FILE
+    assert.equal(rows + 2, #K.ENV)   -- every setting's variable, FP8LAB_CONFIG_FILE and FP8LAB_LAUNCH_FLAGS
   end)
   it("help has an entry per handler", function()
     local help = require "fp8.help"
