@@ -29,8 +29,14 @@ end
 
 M.is_fp8_linear = function(m) return Module.is_module(m) and class_name(m) == "FP8Linear" end
 
+-- The new layer's own initial weights are dropped at once: the random generator is put back as it was, so converting
+-- (acc:prepare) draws nothing and a script's later draws are those of a run without FP8.
 local function linear_to_fp8(lin, recipe)
-  local n = FP8Linear(lin.in_features, lin.out_features, lin.bias ~= nil, recipe)
+  local CK = require "fp8._checkpoint"
+  local seed, counter = CK.rng_state()
+  local ok, n = pcall(FP8Linear, lin.in_features, lin.out_features, lin.bias ~= nil, recipe)
+  CK.set_rng_state(seed, counter)
+  if not ok then error(n, 0) end
   n.weight = lin.weight                       -- the same tensors: the conversion copies nothing
   if lin.bias ~= nil then n.bias = lin.bias end
   n.training = lin.training

@@ -145,6 +145,27 @@ describe("fp8.Accelerator settings", function()
     assert.are.equal("ao", acc2.fp8_backend)
   end)
 
+  it("converting a model (prepare, convert_model) draws no random numbers", function()
+    -- a script that draws its data after prepare must see the same numbers with and without FP8
+    local function after(convert)
+      fp8.manual_seed(0)
+      local m = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.LayerNorm(16))
+      convert(m)
+      return fp8.randn { 4 }:tolist()
+    end
+    local want = after(function() end)
+    for _, h in ipairs { fp8.TERecipeKwargs {}, fp8.AORecipeKwargs { module_filter_func = function() return true end },
+                         fp8.MSAMPRecipeKwargs {} } do
+      assert.are.same(want, after(function(m)
+        local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { h }, config = false, env = {} }
+        local opt = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+        acc:prepare(m, opt)
+        assert.is_true(fp8.has_fp8_layers(m))
+      end), h.handler_type)
+    end
+    assert.are.same(want, after(function(m) fp8.convert_model(m, { recipe = { backend = "te" } }) end))
+  end)
+
   it("rejects unknown options and FP8 handlers without fp8", function()
     assert.has_error(function() fp8.Accelerator { mixed_precission = "fp8" } end,
       "Accelerator: unknown option 'mixed_precission' (did you mean 'mixed_precision'?) (valid: config, cpu, "
