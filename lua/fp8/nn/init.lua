@@ -54,9 +54,11 @@ add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   .. "LayerNorm followed by an FP8Linear (FP8Linear:forward_layernorm: LayerNorm's output cast in its pass);\n"
   .. "the same bits either way. A TransformerBlock's residual adds run in its last FP8Linears' GEMMs\n"
   .. "(FP8Linear:forward_residual(x, residual) = residual + layer(x); fp8_meta:state().residual_adds).")
-add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0}",
-  "A small GPT-2: model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
-  .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based);\n"
+add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true}",
+  "A small GPT-2 (bias=false: no biases in its Linears and LayerNorms, as nanoGPT's option):\n"
+  .. "model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
+  .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based; seed: a\n"
+  .. "generator of its own, reproducible, leaving fp8's untouched; without it Lua's math.random draws);\n"
   .. "model:evaluate(loader) → mean loss over the loader's (x, y) batches, in eval mode, without a graph.")
 add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2|math.huge [, error_if_nonfinite=false]]) -> norm",
   "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
