@@ -52,9 +52,14 @@ static const char *progname = FL_PROGNAME;
 
 /* ---- messages and protected calls ------------------------------------------------------ */
 
+/* One fprintf, so one write to the unbuffered stderr: the lines of two processes of a launch do not interleave
+ * inside a message. In a launch of several processes the name carries the rank ("fp8lab (rank 1): ..."). */
 static void l_message(const char *pname, const char *msg) {
-    if (pname) fprintf(stderr, "%s: ", pname);
-    fprintf(stderr, "%s\n", msg);
+    const char *rank = getenv("FP8LAB_RANK"), *size = getenv("FP8LAB_WORLD_SIZE");
+    const bool ranked = pname && rank && size && atoi(size) > 1;
+    if (ranked) fprintf(stderr, "%s (rank %s): %s\n", pname, rank, msg);
+    else if (pname) fprintf(stderr, "%s: %s\n", pname, msg);
+    else fprintf(stderr, "%s\n", msg);
     fflush(stderr);
 }
 

@@ -438,7 +438,7 @@ local function loader_state(l)
            batch_size = l.batch_size, n = l.n }
 end
 
-local function restore_loader(l, s, i)
+local function restore_loader(l, s, i, main)
   if type(s) ~= "table" then error(("load_state: data loader %d: the checkpoint has no position for it"):format(i), 0) end
   for _, k in ipairs { "batches_served", "batches", "epoch" } do
     if math.type(s[k]) ~= "integer" or s[k] < 0 then
@@ -457,7 +457,7 @@ local function restore_loader(l, s, i)
   -- a position counts this process's batches of the saved sharding: under another process count (load_state with
   -- strict=false) it means other samples, so the loader starts its saved epoch from the beginning (said once)
   local other = s.batches ~= #l
-  if other then
+  if other and main then   -- said by the main process only: every process restarts alike
     io.stderr:write(("fp8lab: notice: load_state: data loader %d was saved with %d batches per process, it has %d now "
       .. "(another process count): it restarts epoch %d from its first batch\n"):format(i, s.batches, #l,
       math.max(s.epoch, 1)))
@@ -856,8 +856,10 @@ function M.install(Accelerator)
               error(("load_state: %s.json names the tensor \"%s\", which %s.safetensors does not hold"):format(base, name, base), 0)
             end
             if dev ~= "cpu" and not device_available(dev) then
-              io.stderr:write(("fp8lab: notice: load_state: custom object %d: tensor \"%s\" was saved on %s, which this "
-                .. "run does not have: it comes back on the cpu\n"):format(i, name, dev))
+              if rank == 0 then   -- every process does the same: said once
+                io.stderr:write(("fp8lab: notice: load_state: custom object %d: tensor \"%s\" was saved on %s, which "
+                  .. "this run does not have: it comes back on the cpu\n"):format(i, name, dev))
+              end
               dev = "cpu"
             end
             tensors[name] = f:get_tensor(name, { device = dev })
@@ -870,7 +872,7 @@ function M.install(Accelerator)
         apply[#apply + 1] = function() obj:load_state_dict(sd) end
       end
       local loaders = {}
-      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i) end
+      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i, rank == 0) end
       local rs
       if rank < saved_n then
         local rs_path = join(dir, ("random_states_%d.json"):format(rank))
