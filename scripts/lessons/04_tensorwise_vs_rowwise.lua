@@ -9,8 +9,10 @@ local opts = C.parse(arg, "04_tensorwise_vs_rowwise", "Lesson 4: tensorwise vs r
   -- every 8th row (the first among them) is an outlier: two rows hold one of each
   size = { "rows", 64, 16, "rows of the matrix", 2 },
   extra = { { "outlier", "num", 5e4, "magnitude of the outlier rows relative to the others" } } })
-if not (opts.outlier > 0 and opts.outlier < math.huge) then
-  error(("option --outlier expects a finite number > 0, got %s"):format(opts.outlier), 0)
+-- the rows' fp32 values (N(0,1) times the gain) and their sums over 256 columns must stay finite and normal
+if not (opts.outlier >= 1e-30 and opts.outlier <= 1e30) then
+  error(("option --outlier expects a number in [1e-30, 1e30] (the outlier rows' values and their sums stay finite in "
+    .. "fp32), got %s"):format(opts.outlier), 0)
 end
 
 local rows, cols = opts.rows, 256
