@@ -342,6 +342,17 @@ describe("extra arguments are refused, naming what the function takes", function
   end)
 end)
 
+describe("LayerNorm's normalized_shape", function()
+  it("names what it got, and says how to normalize over several dims", function()
+    U.fails_with("LayerNorm: normalized_shape {2, 4} spans 2 dimensions; fp8lab normalizes over the last one only "
+      .. "(pass their product, 8, and reshape the input so its last dimension holds them)", fp8.nn.LayerNorm, { 2, 4 })
+    U.fails_with("normalized_shape must be a positive integer (the last dimension), got an empty table",
+      fp8.nn.LayerNorm, {})
+    U.fails_with("normalized_shape must be a positive integer (the last dimension), got string", fp8.nn.LayerNorm, "x")
+    assert.are.equal(4, fp8.nn.LayerNorm({ 4 }).weight:numel())
+  end)
+end)
+
 describe("fp8.recipes' model queries check what they are given", function()
   it("names the function and what it expected", function()
     U.fails_with("linears: expected a Module, got number", fp8.recipes.linears, 1)

@@ -9,8 +9,16 @@ local LayerNorm = Module.class("LayerNorm")
 
 function LayerNorm:__init(n, opts)
   if type(n) == "table" and #n == 1 then n = n[1] end
+  if type(n) == "table" and #n > 1 then
+    local dims, prod = {}, 1
+    for i = 1, #n do dims[i] = tostring(n[i]); prod = math.type(n[i]) == "integer" and prod * n[i] or 0 / 0 end
+    error(("LayerNorm: normalized_shape {%s} spans %d dimensions; fp8lab normalizes over the last one only (pass "
+      .. "their product%s and reshape the input so its last dimension holds them)"):format(table.concat(dims, ", "),
+      #n, prod == prod and (", " .. math.tointeger(prod) .. ",") or ""), 3)
+  end
   if math.type(n) ~= "integer" or n <= 0 then
-    error(("LayerNorm: normalized_shape must be a positive integer (the last dimension), got %s"):format(tostring(n)), 3)
+    error(("LayerNorm: normalized_shape must be a positive integer (the last dimension), got %s"):format(
+      type(n) == "table" and "an empty table" or type(n) == "number" and tostring(n) or type(n)), 3)
   end
   opts = opts or {}
   if type(opts) ~= "table" then error(("LayerNorm: options must be a table, got %s"):format(type(opts)), 3) end
