@@ -118,7 +118,7 @@ static int64_t shape_entry(lua_State *L, int dim, int allow_infer, const char *f
     }
     if (v < 0 && !(allow_infer && v == -1))
         luaL_error(L, "%s: size of dimension %d must be >= 0%s, got %I", fname, dim,
-                   allow_infer ? " (or -1 to infer it)" : "", v);
+                   allow_infer == 2 ? " (or -1 to keep it)" : allow_infer ? " (or -1 to infer it)" : "", v);
     lua_pop(L, 1);
     return (int64_t)v;
 }
@@ -443,9 +443,18 @@ static int m_narrow(lua_State *L) {
 static int m_expand(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int ndim; int64_t shape[FL_MAX_DIMS];
-    int next = parse_shape(L, 2, &ndim, shape, 0, "expand");
+    int next = parse_shape(L, 2, &ndim, shape, 2, "expand");
     if (!lua_isnone(L, next))
         return luaL_argerror(L, next, lua_pushfstring(L, "expected only sizes, got %s", luaL_typename(L, next)));
+    /* -1 keeps the size of the tensor's dimension there (sizes align from the right, as torch's) */
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] != -1) continue;
+        const int j = i - (ndim - t->ndim);
+        if (j < 0)
+            return luaL_error(L, "expand: -1 for dimension %d, a new leading dimension of the %d-d tensor: give its "
+                                 "size", i + 1, t->ndim);
+        shape[i] = t->shape[j];
+    }
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_expand(slot, t, ndim, shape));
     return 1;

@@ -638,6 +638,15 @@ describe("tensor API against torch, from a review", function()
     e:max():backward()
     assert.are.same({ 0, 1, 0 }, e.grad:totable())
   end)
+  it("expand takes -1 for a dimension it keeps, as torch's", function()
+    local t = fp8.tensor { { 1 }, { 2 } }
+    assert.are.same({ { 1, 1, 1 }, { 2, 2, 2 } }, t:expand(-1, 3):totable())
+    assert.are.equal("[4, 2, 3]", t:expand { 4, -1, 3 }:shape_str())
+    U.fails_with("expand: -1 for dimension 1, a new leading dimension of the 2-d tensor: give its size", t.expand, t,
+      -1, 2, 3)
+    U.fails_with("expand: size of dimension 1 must be >= 0 (or -1 to keep it), got -2", t.expand, t, -2, 3)
+  end)
+
   it("refuses arguments it would drop, takes a NaN tensor bound, and an empty slice at the end", function()
     local m = fp8.tensor { { 1, 2 }, { 3, 4 } }
     U.fails_with("keepdim must be a boolean, got number", m.sum, m, 1, 0)
