@@ -173,7 +173,7 @@ end
 --   step < warmup:  base · (step + 1) / warmup        (linear ramp, the first step already > 0)
 --   then:           min_lr + (base − min_lr) · (1 + cos(π · progress)) / 2,
 --                   progress = (step − warmup) / (total − warmup), clamped to [0, 1]
--- (nanoGPT's get_lr schedule; after total_steps the lr stays at min_lr).
+-- (build-nanogpt's get_lr schedule; after total_steps the lr stays at min_lr).
 function M.warmup_cosine(opt, opts)
   check_opt("warmup_cosine", opt)
   check_keys("warmup_cosine", opts, { warmup_steps = true, total_steps = true, min_lr = true })
