@@ -726,26 +726,17 @@ end
 
 -- clip_grad_value_(params, clip_value): every gradient element clamped to [-clip_value, clip_value]
 -- (after unscaling under fp16), as torch.nn.utils.clip_grad_value_.
-function Accelerator:clip_grad_value_(params, clip_value)
+function Accelerator:clip_grad_value_(params, clip_value, ...)
+  if select("#", ...) > 0 then
+    error("clip_grad_value_: takes (parameters, clip_value) as Accelerate's does", 2)
+  end
   if type(clip_value) ~= "number" or clip_value < 0 or clip_value ~= clip_value then
     error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(tostring(clip_value)), 2)
   end
   self:unscale_gradients()
   if Module.is_module(params) then params = params:parameters() end
-  local ok, list = pcall(require("fp8.nn.utils")._param_list, params, "clip_grad_value_")
-  if not ok then error(list, 2) end
-  local C = require "fp8._optim"
-  require("fp8").no_grad(function()
-    for _, p in ipairs(list) do
-      local g = p.grad
-      if g ~= nil then
-        if g:is_fp8() then
-          error("clip_grad_value_: FP8 gradients (MS-AMP) are not supported; use clip_grad_norm_, which scales them", 0)
-        end
-        C.copy_(g, g:clamp(-clip_value, clip_value))
-      end
-    end
-  end)
+  local ok, err = pcall(require("fp8.nn.utils").clip_grad_value_, params, clip_value)
+  if not ok then error(err, 2) end
 end
 
 -- unwrap_model(model [, keep_fp32_wrapper=true | {keep_fp32_wrapper=}]): Accelerate's. There is no DDP

@@ -3,6 +3,7 @@
 -- forward passes against float64 Lua loops, error messages with layer context, clip_grad_norm_.
 local fp8 = fp8 or require "fp8"
 local nn = fp8.nn
+local U = dofile("tests/spec/helpers/util.lua")
 
 local function flat(t)
   local out = {}
@@ -401,6 +402,38 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     -- below the limit: untouched
     assert.is_true(math.abs(nn.utils.clip_grad_norm_({ a, b }, 100) - 6.5) < 1e-5)
     assert.is_true(math.abs(a.grad:totable()[1][1] - 3 * coef) < 1e-7)
+  end)
+
+  it("clip_grad_norm_ takes any p-norm, as torch's (values from torch 1.13 and 2.15)", function()
+    for _, c in ipairs { { 1, 10.5 }, { 2, 5.5 }, { 3, 4.6435220236879 }, { 0.5, 46.968692760438 },
+                         { math.huge, 4 }, { "inf", 4 } } do
+      local a = fp8.tensor { 1, -2, 3 }:requires_grad(true)
+      local b = fp8.tensor { { 0.5, -4 } }:requires_grad(true)
+      local loss = (a * fp8.tensor { 1, -2, 3 }):sum() + (b * fp8.tensor { { 0.5, -4 } }):sum()
+      loss:backward()
+      assert.is_near(c[2], nn.utils.clip_grad_norm_({ a, b }, 1e9, c[1]), 1e-6 * c[2], tostring(c[1]))
+    end
+    -- clipped by the 1-norm: 3 and 4 sum to 7, scaled to 1
+    local a = fp8.tensor { 3, 4 }:requires_grad(true)
+    local loss = (a * fp8.tensor { 3, 4 }):sum()
+    loss:backward()
+    assert.are.equal(7, nn.utils.clip_grad_norm_({ a }, 1, 1))
+    assert.is_near(3 / 7, a.grad:totable()[1], 1e-6)
+    for _, bad in ipairs { 0, -1, 0 / 0, "two" } do
+      U.fails_with("clip_grad_norm_: norm_type must be a number > 0 or math.huge", nn.utils.clip_grad_norm_, { a }, 1,
+        bad)
+    end
+  end)
+
+  it("clip_grad_value_ clamps every gradient element, as torch's; checks before it touches any", function()
+    local a, b = fp8.zeros { 3 }:requires_grad(true), fp8.zeros { 2 }:requires_grad(true)
+    local loss = (a * fp8.tensor { -3, 0.5, 2 }):sum() + (b * fp8.tensor { 1, -1 }):sum()
+    loss:backward()
+    nn.utils.clip_grad_value_({ a, b }, 1)
+    assert.are.same({ -1, 0.5, 1 }, a.grad:totable())
+    assert.are.same({ 1, -1 }, b.grad:totable())
+    U.fails_with("clip_grad_value_: clip_value must be a number >= 0, got", nn.utils.clip_grad_value_, { a }, -1)
+    U.fails_with("clip_grad_value_: takes (params, clip_value)", nn.utils.clip_grad_value_, { a }, 1, true)
   end)
 
   it("clip_grad_norm_'s sums over a list: each gradient's Σg² added in order, as one at a time", function()

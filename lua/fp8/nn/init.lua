@@ -60,9 +60,12 @@ add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropo
   .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based; seed: a\n"
   .. "generator of its own, reproducible, leaving fp8's untouched; without it Lua's math.random draws);\n"
   .. "model:evaluate(loader) → mean loss over the loader's (x, y) batches, in eval mode, without a graph.")
-add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2|math.huge [, error_if_nonfinite=false]]) -> norm",
+add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2 (p > 0, or math.huge) [, error_if_nonfinite=false]]) -> norm",
   "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
   .. "error_if_nonfinite a NaN or inf norm raises instead); returns the norm before clipping.")
+add("nn.utils.clip_grad_value_", "fp8.nn.utils.clip_grad_value_(params, clip_value)",
+  "Clamps every gradient element to [-clip_value, clip_value] in place, as torch's (MS-AMP's FP8 gradients are\n"
+  .. "refused before any is touched: clip_grad_norm_ scales them).")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
   .. "layer_norm / embedding / dropout / scaled_dot_product_attention / qkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) [, {label_smoothing, ignore_index}]).\n"
