@@ -388,6 +388,33 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     for i = 1, 9 do assert.are.equal(seq[i], out[i]) end
   end)
 
+  it("cross_entropy's reductions mean, sum and none, with ignore_index and label smoothing, are torch's", function()
+    -- the values torch 1.13 gives for the same logits and targets (losses, and the first row's gradient of their sum)
+    local x = fp8.tensor { { 1.0, 2.0, 0.5 }, { 0.1, -1.0, 3.0 }, { 2.0, 2.0, 2.0 }, { 0.3, 0.2, 0.1 } }
+    local t = fp8.tensor { 2, 0, 1, 1 }
+    local g_all = { 0.23122388124465942, 0.6285316944122314, -0.8597556352615356 }
+    for _, c in ipairs {
+      { {}, 1.7839245796203613, { 0.057805970311164856, 0.15713292360305786, -0.2149389088153839 } },
+      { { reduction = "sum" }, 7.135698318481445, g_all },
+      { { reduction = "none" }, { 1.9643688201904297, 2.9707744121551514, 1.0986123085021973, 1.101942777633667 }, g_all },
+      { { reduction = "none", ignore_index = 1 }, { 1.9643688201904297, 2.9707744121551514, 0, 0 }, g_all },
+      { { reduction = "sum", label_smoothing = 0.1, ignore_index = 1 }, 4.808476448059082,
+        { 0.19789054989814758, 0.5951983332633972, -0.793088972568512 } },
+    } do
+      local xx = x:clone():requires_grad(true)
+      local l = nn.functional.cross_entropy(xx, t, c[1])
+      local s = l:dim() == 0 and l or l:sum()
+      s:backward()
+      local got, want = l:dim() == 0 and { l:item() } or l:tolist(), type(c[2]) == "table" and c[2] or { c[2] }
+      for i = 1, #want do assert.is_near(want[i], got[i], 1e-5, fp8.kwargs.repr(c[1])) end
+      for j = 1, 3 do assert.is_near(c[3][j], xx.grad:tolist()[1][j], 1e-6, fp8.kwargs.repr(c[1])) end
+    end
+    U.fails_with('cross_entropy: reduction must be "mean", "sum" or "none", got "avg"', nn.functional.cross_entropy, x,
+      t, { reduction = "avg" })
+    U.fails_with("cross_entropy: target 5.0 at row 2 is out of range [0, 3)", nn.functional.cross_entropy, x,
+      fp8.tensor { 0, 1, 5, 0 }, { reduction = "none" })
+  end)
+
   it("clip_grad_norm_ returns the float64 total norm and scales grads to max_norm", function()
     local a, b = fp8.zeros { 2, 2 }:requires_grad(true), fp8.zeros { 3 }:requires_grad(true)
     local ga, gb = fp8.tensor { { 3, 0 }, { 0, 4 } }, fp8.tensor { 12, 0, 0 }

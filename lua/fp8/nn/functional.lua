@@ -96,11 +96,42 @@ function F.log_softmax(x, dim, ...)
   return core().log_softmax(x, dim)
 end
 
--- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) [, {label_smoothing, ignore_index}])
+-- The losses of reduction "none" (per row) and "sum": −Σ_j w[i, j]·log_softmax(x)[i, j], w holding 1 − ε + ε/C at the
+-- target and ε/C elsewhere (ε the label smoothing), a row of zeros where the target is ignore_index: torch's per-row
+-- loss. (The mean, the common case, is the core's fused op.)
+local function ce_rows(logits, targets, ls, ii)
+  local N, C = logits:size(1), logits:size(2)
+  local tg = targets:tolist()
+  -- the weights negated, so that the sum is the loss itself; an ignored row's −0s make its loss +0 (log_softmax ≤ 0)
+  local on, off = -(1 - ls + ls / C), -(ls / C)
+  local w = {}
+  for i = 1, N do
+    local t, r = tg[i], {}
+    if t == ii then
+      for j = 1, C do r[j] = -0.0 end
+    else
+      if not (t >= 0 and t < C and t == math.floor(t)) then
+        error(("cross_entropy: target %s at row %d is out of range [0, %d)"):format(tostring(t), i - 1, C), 3)
+      end
+      for j = 1, C do r[j] = off end
+      r[math.tointeger(t) + 1] = on
+    end
+    w[i] = r
+  end
+  return (F.log_softmax(logits, -1) * fp8.tensor(w):to(logits:device())):sum(2)
+end
+
+-- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) [, {label_smoothing, ignore_index,
+-- reduction="mean"|"sum"|"none"}])
 function F.cross_entropy(logits, targets, opts, ...)
-  no_more("cross_entropy", "(logits, targets [, {label_smoothing=, ignore_index=}]) (no reduction)", ...)
+  no_more("cross_entropy", "(logits, targets [, {label_smoothing=, ignore_index=, reduction=}])", ...)
   check_tensor("cross_entropy", "logits", logits); check_tensor("cross_entropy", "targets", targets)
-  opts = check_opts("cross_entropy", opts, { label_smoothing = true, ignore_index = true })
+  opts = check_opts("cross_entropy", opts, { label_smoothing = true, ignore_index = true, reduction = true })
+  local red = opts.reduction or "mean"
+  if red ~= "mean" and red ~= "sum" and red ~= "none" then
+    error(("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(
+      type(red) == "string" and ('"' .. red .. '"') or type(red)), 2)
+  end
   if logits:dim() ~= 2 then
     error(("cross_entropy: logits must be [N, C], got %s (reshape [B, T, C] to [B*T, C])"):format(shape_str(logits)), 2)
   end
@@ -113,7 +144,17 @@ function F.cross_entropy(logits, targets, opts, ...)
   if type(ls) ~= "number" or ls < 0 or ls > 1 then
     error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(tostring(ls)), 2)
   end
-  return core().cross_entropy(logits, targets, opts)
+  if red == "mean" then
+    local o = {}
+    for k, v in pairs(opts) do if k ~= "reduction" then o[k] = v end end
+    return core().cross_entropy(logits, targets, o)
+  end
+  local ii = opts.ignore_index or -100
+  if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
+    error(("cross_entropy: ignore_index must be an integer, got %s"):format(tostring(ii)), 2)
+  end
+  local per = ce_rows(logits, targets, ls, ii)
+  return red == "none" and per or per:sum()
 end
 
 -- mse_loss(input, target [, {reduction="mean"|"sum"|"none"}]) (torch's reductions)
