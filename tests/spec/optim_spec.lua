@@ -145,9 +145,12 @@ end)
 
 describe("fp8.optim arguments", function()
   local function p() return fp8.zeros { 2 } end
+  it("SGD's lr defaults to 1e-3, as torch 2.x's (torch 1.x required it)", function()
+    assert.are.equal(1e-3, optim.SGD({ p() }).param_groups[1].lr)
+    assert.are.equal(1e-3, optim.SGD({ p() }, { momentum = 0.9 }).param_groups[1].lr)
+  end)
   it("rejects bad options with clear messages", function()
     local cases = {
-      { function() optim.SGD({ p() }, {}) end, "option 'lr' is required" },
       { function() optim.SGD({ p() }, { lr = 0.1, nesterov = true }) end, "nesterov momentum requires momentum > 0" },
       { function() optim.SGD({ p() }, { lr = 0.1, momentum = 0.9, dampening = 0.1, nesterov = true }) end,
         "dampening = 0" },

@@ -9,7 +9,7 @@ local optim = {
 
 local help = require "fp8.help"
 local function add(name, sig, doc) help.add { section = "Training", name = name, sig = sig, doc = doc } end
-add("optim.SGD", "fp8.optim.SGD(params, {lr, momentum=0, dampening=0, weight_decay=0, nesterov=false})",
+add("optim.SGD", "fp8.optim.SGD(params [, {lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=false}])",
   "Stochastic gradient descent as torch.optim.SGD. params: model:parameters(), a Module, or groups\n"
   .. "{{params=..., lr=...}, ...} (a parameter may appear once). opt:step([closure]) updates parameters that\n"
   .. "have a grad (the closure runs with grad enabled); opt:zero_grad([set_to_none=true]) drops the grads, or\n"

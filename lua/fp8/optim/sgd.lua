@@ -6,7 +6,7 @@ local C = require "fp8._optim"
 
 local SGD = Optimizer.class()
 
-local DEFAULTS = { lr = Optimizer.REQUIRED, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false,
+local DEFAULTS = { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false,
                    maximize = false }
 
 SGD._param_dtypes = { fp32 = true }   -- fp8._optim.sgd_step updates fp32 parameters
