@@ -454,7 +454,8 @@ static inline __m256i q256_step(const q256_consts *c, __m256 x, __m256 vs, __m25
     const __m256i zr = _mm256_andnot_si256(_mm256_cmpeq_epi32(xa, c->zero),
                                            _mm256_and_si256(k, _mm256_cmpeq_epi32(r, c->zero)));
     n->nan += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(xnan)));
-    n->sat += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(over, k))));
+    n->sat += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+        _mm256_and_si256(over, k))));
     n->unf += (uint32_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zr)));
     return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), c->b80));
 }
@@ -482,8 +483,8 @@ static float lanes_max8(__m256 v) {
  * to a code ≤ max_code (`thr1`; the rounding is monotonic), which NaN passes too, and only a vector with a lane past
  * it (a branch that is almost never taken) blends in the overflow and NaN codes and counts them, so the saturation
  * count is taken as (passes − NaNs), an infinite x among the passes as the counter defines it (format.h); the
- * underflows are counted per lane in a vector; the sign is blended in from x·scale's sign bit. Bytes and counts are q256_step's (test_format compares
- * both with the scalar reference). */
+ * underflows are counted per lane in a vector; the sign is blended in from x·scale's sign bit. Bytes and counts are
+ * q256_step's (test_format compares both with the scalar reference). */
 __attribute__((target("avx2,popcnt"), always_inline))
 static inline __m256i q256_fast(const q256_consts *c, __m256i thr1, __m256 x, __m256 vs, __m256 *vmax, __m256i *unf,
                                 qfast_counts *n) {

@@ -58,7 +58,9 @@ local function params_and_stats(model)
   for _, t in ipairs(model:parameters()) do p[#p + 1] = t:tolist() end
   local st = {}
   -- (a rowwise role has no single scale: NaN, which compares unequal to itself; "per row" stands for it)
-  for _, r in ipairs(fp8.stats(model, { quiet = true })) do st[#st + 1] = { r.per_row and "per row" or r.scale, r.amax } end
+  for _, r in ipairs(fp8.stats(model, { quiet = true })) do
+    st[#st + 1] = { r.per_row and "per row" or r.scale, r.amax }
+  end
   return p, st
 end
 

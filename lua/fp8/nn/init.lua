@@ -60,7 +60,9 @@ add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropo
   .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based; seed: a\n"
   .. "generator of its own, reproducible, leaving fp8's untouched; without it Lua's math.random draws);\n"
   .. "model:evaluate(loader) → mean loss over the loader's (x, y) batches, in eval mode, without a graph.")
-add("nn.utils.clip_grad_norm_", "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2 (p > 0, or math.huge) [, error_if_nonfinite=false]]) -> norm",
+add("nn.utils.clip_grad_norm_",
+  "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2 (p > 0, or math.huge)\n"
+  .. "  [, error_if_nonfinite=false]]) -> norm",
   "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
   .. "error_if_nonfinite a NaN or inf norm raises instead); returns the norm before clipping.")
 add("nn.utils.clip_grad_value_", "fp8.nn.utils.clip_grad_value_(params, clip_value)",
