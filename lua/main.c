@@ -63,9 +63,25 @@ static void l_message(const char *pname, const char *msg) {
     fflush(stderr);
 }
 
+/* The message on top of the stack, given fp8.errfmt.hint's pointer where it has one (a torch method name that
+ * fp8lab's tensors lack); left as it is when anything fails. */
+static void add_hint(lua_State *L) {
+    if (lua_type(L, -1) != LUA_TSTRING) return;
+    int top = lua_gettop(L);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "fp8.errfmt");
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TTABLE &&
+        lua_getfield(L, -1, "hint") == LUA_TFUNCTION) {
+        lua_pushvalue(L, top);
+        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) lua_replace(L, top);
+    }
+    lua_settop(L, top);
+}
+
 /* Prints the error on top of the stack (if any) and pops it. */
 static int report(lua_State *L, int status) {
     if (status != LUA_OK) {
+        add_hint(L);
         const char *msg = lua_tostring(L, -1);
         if (msg == NULL) msg = "(error object is not a string)";
         l_message(progname, msg);

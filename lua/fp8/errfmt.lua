@@ -40,6 +40,28 @@ function M.short(text)
   return table.concat(out, "\n")
 end
 
+-- hint(msg) -> msg, and after it a pointer for a torch user who called a method fp8lab's tensors do not have
+-- ("attempt to call a nil value (method 'relu')"): the op of that name in fp8.nn.functional or fp8, where there is one.
+-- The message does not say what the object was, so the pointer says "if it is a tensor".
+function M.hint(msg)
+  if type(msg) ~= "string" then return msg end
+  local name = msg:match("attempt to call a nil value %(method '([%a_][%w_]*)'%)")
+  local fp8 = package.loaded.fp8
+  if not name or type(fp8) ~= "table" then return msg end
+  local function has(get)
+    local ok, v = pcall(get)
+    return ok and type(v) == "function"
+  end
+  local where
+  if has(function() return fp8.nn.functional[name] end) then where = "fp8.nn.functional." .. name .. "(x, ...)"
+  elseif has(function() return fp8[name] end) then where = "fp8." .. name .. "(x, ...)" end
+  local line = ("  (if that is a tensor: fp8lab's tensors have no :%s()%s; help(\"tensors\") lists what they have)")
+    :format(name, where and ("; the op is " .. where) or "")
+  -- after the message's first line: before a traceback or the lines that follow it
+  local first, rest = msg:match("^([^\n]*)(.*)$")
+  return first .. "\n" .. line .. rest
+end
+
 -- value_text(err) -> the text of any error value: a string as it is, a value with __tostring as that gives,
 -- anything else as the standalone interpreter words it ("(error object is a table value)"), never "nil" or
 -- "table: 0x...".

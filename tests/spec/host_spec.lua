@@ -37,6 +37,22 @@ describe("fp8lab command line", function()
     assert.truthy(err:find("FP8LAB_PROGRESS: expected \"plain\" (or unset), got 'fancy'", 1, true), err)
     os.remove(p)
   end)
+  it("a torch method a tensor lacks: the error points at the op fp8lab has, in scripts and at the prompt", function()
+    local p = script("local x = fp8.randn{2, 3}\nlocal y = x:relu()\n")
+    local _, err, code = run(q(p))
+    os.remove(p)
+    assert.are.equal(1, code)
+    assert.truthy(err:find(":2: attempt to call a nil value (method 'relu')\n  (if that is a tensor: fp8lab's tensors "
+      .. "have no :relu(); the op is fp8.nn.functional.relu(x, ...); help(\"tensors\") lists what they have)\n"
+      .. "traceback (your code", 1, true), err)
+    _, err = run("-i", "x = fp8.randn{2}\nx:frobnicate()\n")
+    assert.truthy(err:find("(method 'frobnicate')\n  (if that is a tensor: fp8lab's tensors have no :frobnicate(); "
+      .. "help(\"tensors\") lists what they have)", 1, true), err)
+    -- other errors are left as they are
+    _, err = run("-e " .. q("error('plain')"))
+    assert.falsy(err:find("if that is a tensor", 1, true), err)
+  end)
+
   it("-e runs code, repeatedly and in order", function()
     local out, err, code = run("-e " .. q("x = 20") .. " -e " .. q("print(x + 22)"))
     assert.are.equal("42\n", out)
