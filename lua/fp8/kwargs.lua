@@ -872,6 +872,12 @@ local function resolve(opts)
   local pgh = handlers.InitProcessGroupKwargs
   out.process_group_given = pgh and { backend = pgh:is_set("backend"), timeout = pgh:is_set("timeout"),
                                       init_method = pgh:is_set("init_method") } or {}
+  -- the group a run uses (fp8.distributed.setup's rule): the handler's backend only where it was passed, else MPI
+  -- (the dataclass default, nccl as in Accelerate, is not a request: NCCL needs GPU tensors, the DDP reducer runs on
+  -- the CPU), and a timeout not passed follows that backend: 600 s for nccl, 1800 s for mpi
+  local pg, given = out.process_group, out.process_group_given
+  pg.backend = given.backend and pg.backend or "mpi"
+  pg.timeout = given.timeout and pg.timeout or (pg.backend == "nccl" and 600 or 1800)
   out.profile = handlers.ProfileKwargs
   src.profile = out.profile and "handler" or "default"
   return out

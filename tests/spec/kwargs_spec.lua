@@ -277,7 +277,12 @@ describe("resolve", function()
     assert.is_nil(s.profile)
     assert.same({ enabled = true, cache_enabled = false }, s.autocast)
     assert.equal(25, s.ddp.bucket_cap_mb)
-    assert.same({ backend = "nccl", timeout = 600 }, s.process_group)
+    -- the group a run uses, as the Accelerator's state shows it: MPI unless NCCL is asked for, and its timeout
+    assert.same({ backend = "mpi", timeout = 1800 }, s.process_group)
+    assert.same({ backend = "mpi", timeout = 5 },
+      resolve { kwargs_handlers = { fp8.InitProcessGroupKwargs { timeout = 5 } } }.process_group)
+    assert.same({ backend = "nccl", timeout = 600 },
+      resolve { kwargs_handlers = { fp8.InitProcessGroupKwargs { backend = "nccl" } } }.process_group)
     assert.same({}, s.notices)
     assert.equal("default", s.sources.mixed_precision)
   end)
