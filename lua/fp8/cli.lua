@@ -254,7 +254,10 @@ local function env_cmd(host, ...)
   if not ok then
     print("  error: " .. tostring(settings))
   else
-    for _, n in ipairs(settings.notices) do print("  notice: " .. n) end
+    -- the file's own notices, then those an Accelerator would give for the file alone, as config --check prints
+    local okr, r = pcall(require("fp8.kwargs").resolve, { config = settings, env = {} })
+    for _, n in ipairs(okr and r.notices or settings.notices) do print("  notice: " .. n) end
+    if not okr then print("  error: " .. tostring(r):gsub("^[^:\n]*:%d+: ", "")) end
   end
   local text = read_file(path, 64 * 1024)
   if text then

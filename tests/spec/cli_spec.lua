@@ -545,6 +545,22 @@ describe("fp8lab env", function()
     assert.truthy(out:find("\ndevices%s+" .. want:gsub("%p", "%%%0") .. "\n"), out)
   end)
 
+  it("shows the notices an Accelerator would give for the config file alone, as config --check", function()
+    local d = tmpdir()
+    local p = d .. "/c.yaml"
+    local f = assert(io.open(p, "w"))
+    f:write("mixed_precision: fp8\nfp8_config:\n  backend: msamp\n  margin: 2\n")
+    f:close()
+    local out, _, code = run("env --config_file " .. q(p))
+    local chk = run("config --check --config_file " .. q(p))
+    os.execute("rm -rf " .. q(d))
+    assert.are.equal(0, code)
+    local want = "notice: config file " .. p .. ": fp8_config.margin=2 ignored: margin belongs to the te recipe and "
+      .. "the FP8 backend is msamp"
+    assert.truthy(out:find(want, 1, true), out)
+    assert.truthy(chk:find(want, 1, true), chk)
+  end)
+
   it("shows a broken config file's error", function()
     local out, _, code = run("env --config_file tests/data/config/bad/typo_top.yaml")
     assert.are.equal(0, code)
