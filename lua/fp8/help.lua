@@ -178,7 +178,8 @@ add_all {
   { section = "Other", name = "profiler.record_function", sig = "fp8.profiler.record_function(name, fn, ...) / push(name) -> token / pop(token)",
     doc = "A named range in the profiler's trace around fn(...) (returning its results), or opened by push and\n"
        .. "closed by pop: torch.profiler.record_function." },
-  { section = "Other", name = "config", sig = "fp8.config.load(path) / load_default() / write(path, t) / check(t) / parse(text)",
+  { section = "Other", name = "config",
+    sig = "fp8.config.load(path) / load_default() / write(path, t) / check(key, text [, origin]) / parse(text [, name])",
     doc = "config.yaml from Lua (docs/config.md, \"From Lua\"): load and check a file as fp8lab launch does, write one\n"
        .. "atomically; keys() lists the keys, suggest(word, list) / distance(a, b) the nearest name, default_path()\n"
        .. "where `fp8lab config` writes, libyaml_version()." },
