@@ -98,6 +98,7 @@ local function hist(t, fmt, opts, ...)
   local h = setmetatable({ format = fmt, n = n, bins = bins, lo = lo, hi = hi, zero = zero - underflow,
     underflow = underflow, subnormal = sub, saturated = sat, nan = nan, inf = inf,
     underflow_frac = n > 0 and underflow / n or 0, subnormal_frac = n > 0 and sub / n or 0,
+    zero_frac = n > 0 and (zero - underflow) / n or 0,
     saturated_frac = n > 0 and sat / n or 0 }, Result)
   local per_tensor = q:scale_axis() == nil
   h.scale = per_tensor and q:scale() or nil

@@ -21,6 +21,8 @@ describe("fp8.hist", function()
     assert.are.equal(1, h.zero)
     assert.are.equal(0, h.lo); assert.are.equal(2, h.hi)
     assert.are.equal(0.1, h.underflow_frac)
+    assert.are.equal(0.1, h.zero_frac)   -- the zero that was zero already, not the underflow
+    assert.are.equal(0.2, h.subnormal_frac); assert.are.equal(0.1, h.saturated_frac)
   end)
 
   it("E5M2 keeps what E4M3 loses at the bottom and does not saturate 1000", function()
