@@ -593,6 +593,9 @@ static fl_status fp8_linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin)
              * column amaxes from dgrad's read of dY where the device gave them. */
             fl_tensor *x32 = NULL;
             st = cast_cols(&gqc, g32, sg, cmax, have_cmax);
+            /* without an FP8 dgrad no per-row cast of dY was made: this one is the role's observation (its amax,
+             * underflow and saturation, for fp8.stats), else a layer whose input takes no gradient shows none */
+            if (st == FL_OK && !fp8_dx) st = observe(sg, gqc, record);
             if (st == FL_OK && !n->saved[SV_XC]) {   /* the forward kept x in high precision */
                 st = as_f32(&x32, n->saved[SV_X]);
                 if (st == FL_OK) st = cast_role(&xq2, x32, &l->role[FL_ROLE_INPUT], true, 1);

@@ -583,6 +583,21 @@ describe("te recipe", function()
 end)
 
 describe("ao recipe", function()
+  it("rowwise: the grad role of a layer whose input takes no gradient observes dY's per-column cast", function()
+    -- (no FP8 dgrad, so no per-row cast of dY: fp8.stats showed that layer's grad role empty, amax 0)
+    fp8.manual_seed(0)
+    local acc = ao_rowwise_accelerator()
+    local model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-3 })
+    model, opt = acc:prepare(model, opt)
+    acc:backward(model(fp8.randn { 8, 16 }):pow(2):mean())
+    opt:step()
+    for _, r in ipairs(fp8.stats(model, { quiet = true })) do
+      assert.is_true(r.numel > 0 and r.amax > 0, ("layer %s role %s: numel %d amax %g"):format(r.layer, r.role, r.numel,
+        r.amax))
+    end
+  end)
+
   it("fp8.stats and the stats log give rowwise roles no single scale (per row, NaN, an empty cell)", function()
     fp8.manual_seed(0)
     for _, c in ipairs { { ao_rowwise_accelerator, true }, { ao_accelerator, false } } do
