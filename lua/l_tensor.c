@@ -763,7 +763,37 @@ static void reduce_arity(lua_State *L, const char *fname) {
     if (lua_gettop(L) > 3) luaL_error(L, "%s: expected (dim [, keepdim]), got %d arguments", fname, lua_gettop(L) - 1);
 }
 
+/* sum/mean over a list of dims {d1, d2, ...} (torch's dim=(...)): one reduction a dim, the highest first so that the
+ * others keep their numbers, each result in a box of its own (an error leaks nothing); a mean of means over equal
+ * groups is the mean. */
+static int reduce_dims(lua_State *L, fl_redop op, const char *fname) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    lua_Integer n = fl_lchecklen(L, 2, fname, "dims", FL_LMAX_TABLE_LEN);
+    if (n < 1) luaL_error(L, "%s: the list of dims is empty (leave dim out to reduce over all of them)", fname);
+    if (n > t->ndim) luaL_error(L, "%s: %I dims listed for a %d-d tensor", fname, n, t->ndim);
+    bool seen[FL_MAX_DIMS] = { false };
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, 2, i);
+        int d = check_dim(L, lua_gettop(L), t->ndim);
+        lua_pop(L, 1);
+        if (seen[d]) luaL_error(L, "%s: dim %d appears twice in the list", fname, d + 1);
+        seen[d] = true;
+    }
+    if (!lua_isnoneornil(L, 3) && !lua_isboolean(L, 3))
+        luaL_error(L, "keepdim must be a boolean, got %s", luaL_typename(L, 3));
+    const bool keepdim = lua_toboolean(L, 3);
+    const fl_tensor *cur = t;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (!seen[d]) continue;
+        fl_tensor **slot = fl_lnewbox(L);
+        FL_LCALL(L, fl_reduce(slot, op, cur, d, keepdim));
+        cur = *slot;
+    }
+    return 1;
+}
+
 static int reduce(lua_State *L, fl_redop op) {
+    if (lua_type(L, 2) == LUA_TTABLE) return reduce_dims(L, op, op == FL_OP_SUM ? "sum" : "mean");
     int dim;
     bool keepdim;
     fl_tensor *t = reduce_args(L, &dim, &keepdim);
