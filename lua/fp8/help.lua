@@ -116,8 +116,7 @@ add_all {
        .. "item() reads a one-element tensor; totable() (alias tolist()) gives nested Lua tables." },
   { section = "Tensors", name = "Tensor:sum", sig = "x:sum([dim [, keepdim]]) / :mean / :max / :min / :amax / :abs()",
     doc = "Reductions over everything or one dim (sum and mean: or a list of dims, {1, 3}; sums accumulate in\n"
-       .. "double). amax = max |x|, the FP8 sense\n"
-       .. "(torch's amax is max x)." },
+       .. "double). amax = max |x|, the FP8 sense (torch's amax is max x)." },
   { section = "Tensors", name = "cat", sig = "fp8.cat({a, b, ...} [, dim=1])",
     doc = "cat joins tensors along dim (the other dims equal; mixed dtypes give fp32); stack puts tensors of one\n"
        .. "shape along a new dim. Differentiable; FP8 tensors must be dequantized first." },
