@@ -63,25 +63,25 @@ static void l_message(const char *pname, const char *msg) {
     fflush(stderr);
 }
 
-/* The message on top of the stack, given fp8.errfmt.hint's pointer where it has one (a torch method name that
- * fp8lab's tensors lack); left as it is when anything fails. */
-static void add_hint(lua_State *L) {
+/* The message on top of the stack replaced by fp8.errfmt[fn](message) when that gives a string; left as it is when
+ * anything fails (a message is never lost to its formatting). */
+static void errfmt_apply(lua_State *L, const char *fn) {
     if (lua_type(L, -1) != LUA_TSTRING) return;
     int top = lua_gettop(L);
     lua_getglobal(L, "require");
     lua_pushliteral(L, "fp8.errfmt");
-    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TTABLE &&
-        lua_getfield(L, -1, "hint") == LUA_TFUNCTION) {
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TTABLE && lua_getfield(L, -1, fn) == LUA_TFUNCTION) {
         lua_pushvalue(L, top);
         if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) lua_replace(L, top);
     }
     lua_settop(L, top);
 }
 
-/* Prints the error on top of the stack (if any) and pops it. */
+/* Prints the error on top of the stack (if any) and pops it; fp8.errfmt.hint adds its pointer where it has one (a
+ * torch method name that fp8lab's tensors lack). */
 static int report(lua_State *L, int status) {
     if (status != LUA_OK) {
-        add_hint(L);
+        errfmt_apply(L, "hint");
         const char *msg = lua_tostring(L, -1);
         if (msg == NULL) msg = "(error object is not a string)";
         l_message(progname, msg);
@@ -95,16 +95,7 @@ static int verbose = 0;  /* -v or FP8LAB_VERBOSE=1: full tracebacks for script e
 /* Like report, for errors of the user's code (a script, -e): unless verbose, fp8.errfmt.short puts
  * the user's line first and keeps only the user's frames of the traceback. */
 static int report_user(lua_State *L, int status) {
-    if (status != LUA_OK && !verbose && lua_type(L, -1) == LUA_TSTRING) {
-        int top = lua_gettop(L);
-        lua_getglobal(L, "require");
-        lua_pushliteral(L, "fp8.errfmt");
-        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_getfield(L, -1, "short") == LUA_TFUNCTION) {
-            lua_pushvalue(L, top);
-            if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) lua_replace(L, top);
-        }
-        lua_settop(L, top);
-    }
+    if (status != LUA_OK && !verbose) errfmt_apply(L, "short");
     return report(L, status);
 }
 
