@@ -465,6 +465,7 @@ local function restore_loader(l, s, i, main)
   return function()
     l._it = nil
     if rawget(l, "_it") ~= nil then rawset(l, "_it", nil) end   -- a DataLoaderShard keeps its own iterator
+    if rawget(l, "_by_batch") ~= nil then rawset(l, "_by_batch", nil) end   -- and each loop's (data.lua, loop_call)
     if other then
       l.epoch, l._resume_at, l.batches_served = math.max(s.epoch - 1, 0), nil, 0
       return

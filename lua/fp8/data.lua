@@ -567,12 +567,29 @@ function DataLoader:_batch_of(idx)
 end
 
 -- `for x, y in loader do`: the generic for calls the loader with control value nil first, which
--- starts a new epoch; later calls get the previous x and continue it. The same for every loader kind
--- (DataLoader, SkipDataLoader, the DataLoaderShard of lua/fp8/distributed.lua): the iterator is kept raw.
+-- starts a new epoch; later calls get the previous x and continue the loop that made it. Each loop has its own
+-- iterator, found by the batch it returned last (a weak table: a loop left by `break` leaves nothing behind), so a
+-- loop over the same loader inside another (an evaluation pass inside training) does not restart the outer one,
+-- as torch's iter() per loop. The same for every loader kind (DataLoader, SkipDataLoader, the DataLoaderShard of
+-- lua/fp8/distributed.lua); the iterators are kept raw.
 local function loop_call(self, _, control)
-  if control == nil or not rawget(self, "_it") then rawset(self, "_it", self:iter()) end
-  local x, y = rawget(self, "_it")()
-  if x == nil then rawset(self, "_it", nil) end
+  local by = rawget(self, "_by_batch")
+  local it = control ~= nil and by and by[control] or nil
+  if not it and control ~= nil and type(control) ~= "table" and type(control) ~= "userdata" then
+    it = rawget(self, "_it")   -- a batch that cannot key the table (a number): the last loop's iterator
+  end
+  if not it then it = self:iter() end
+  local x, y = it()
+  if by and control ~= nil then by[control] = nil end
+  if x == nil then
+    if rawget(self, "_it") == it then rawset(self, "_it", nil) end
+    return nil
+  end
+  if type(x) == "table" or type(x) == "userdata" then
+    if not by then by = setmetatable({}, { __mode = "k" }); rawset(self, "_by_batch", by) end
+    by[x] = it
+  end
+  rawset(self, "_it", it)
   return x, y
 end
 M._loop_call = loop_call

@@ -128,6 +128,26 @@ describe("fp8.data.DataLoader", function()
     return out, sizes
   end
 
+  it("a loop over the loader inside a loop over it runs an epoch of its own and the outer loop goes on", function()
+    -- (the inner loop's end restarted the outer one: an eval pass inside training never ended)
+    local items = {}
+    for i = 1, 6 do items[i] = { fp8.tensor { i, i }, i } end
+    local l = fp8.data.DataLoader { items, batch_size = 3 }
+    local outer, inner = {}, 0
+    for _, y in l do
+      outer[#outer + 1] = y:totable()[1]
+      assert.is_true(#outer <= 2, "the outer loop restarted")
+      for _ in l do inner = inner + 1 end
+    end
+    assert.are.same({ 1, 4 }, outer)
+    assert.are.equal(4, inner)
+    -- a loop left by break leaves the next loop a whole epoch
+    for _ in l do break end
+    local n = 0
+    for _ in l do n = n + 1 end
+    assert.are.equal(2, n)
+  end)
+
   it("a table of {x, y} items: tensors stacked in their dtype, numbers into a tensor; ragged items refused", function()
     local items = {}
     for i = 1, 5 do items[i] = {fp8.full({2, 3}, i):to("bf16"), i % 2} end
