@@ -43,11 +43,16 @@ local function opt_int(fname, opts, key, default, min, level)
   local v = opts[key]
   if v == nil then return default end
   if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v) and v == v) then
-    error(("%s: %s must be an integer, got %s"):format(fname, key, type(v) == "number" and tostring(v) or type(v)), level + 1)
+    error(("%s: %s must be an integer, got %s"):format(fname, key, v ~= v and "nan" or type(v) == "number" and tostring(v)
+      or type(v)), level + 1)
   end
-  v = math.tointeger(v)
-  if v < min then error(("%s: %s must be >= %d, got %d"):format(fname, key, min, v), level + 1) end
-  return v
+  local i = math.tointeger(v)
+  if i == nil then   -- a whole float past 2^63 (or ±inf), which no integer holds
+    error(("%s: %s must be an integer in %d..%d, got %s"):format(fname, key, min, math.maxinteger, tostring(v)),
+      level + 1)
+  end
+  if i < min then error(("%s: %s must be >= %d, got %d"):format(fname, key, min, i), level + 1) end
+  return i
 end
 
 local function file_exists(path)

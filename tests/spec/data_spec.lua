@@ -229,6 +229,14 @@ describe("fp8.data.DataLoader", function()
     assert.matches("dataset must be a dataset", err)
     ok, err = pcall(fp8.data.DataLoader, {ds, batch_size = 2.5})
     assert.matches("batch_size must be an integer, got 2.5", err)
+    -- whole floats no integer holds (a raw "attempt to compare nil with number" before)
+    for _, c in ipairs { { "batch_size", 2 ^ 63 }, { "batch_size", math.huge }, { "seed", 1e300 } } do
+      ok, err = pcall(fp8.data.DataLoader, { ds, [c[1]] = c[2] })
+      assert.is_false(ok)
+      assert.matches("DataLoader: " .. c[1] .. " must be an integer in ", err, 1, true)
+    end
+    ok, err = pcall(fp8.data.DataLoader, {ds, batch_size = 0 / 0})
+    assert.matches("batch_size must be an integer, got nan", err, 1, true)
   end)
 end)
 
