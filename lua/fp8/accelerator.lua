@@ -844,19 +844,28 @@ function Accelerator:log_fp8_stats(opts)
   self._stats_log = { every = every, path = path }
 end
 
+-- The step's rows, appended in one write; a file that cannot take them is an error naming it (the rows would be
+-- lost without a word: a full disk, a file made read-only since log_fp8_stats opened it).
 function Accelerator:_write_stats(log)
   if self.process_index ~= 0 then return end   -- the main process writes the CSV
-  local f = io.open(log.path, "a")
-  if not f then return end
+  local rows = {}
   for _, model in ipairs(self._models) do
     for _, r in ipairs(fp8_stats.stats(model, { quiet = true })) do
       -- no one scale (ao rowwise's per-row scales, the all-reduce row): an empty cell, not "nan"
       local scale = r.scale == r.scale and ("%.9g"):format(r.scale) or ""
-      f:write(("%d,%s,%s,%s,%s,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, r.layer, r.role, r.format, scale, r.amax,
-        r.amax_history, r.underflow, r.saturated))
+      rows[#rows + 1] = ("%d,%s,%s,%s,%s,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, r.layer, r.role, r.format, scale,
+        r.amax, r.amax_history, r.underflow, r.saturated)
     end
   end
-  f:close()
+  local function failed(err)
+    error(("log_fp8_stats: cannot append step %d's rows to %s: %s"):format(self.step, log.path, tostring(err)), 0)
+  end
+  local f, err = io.open(log.path, "a")
+  if not f then failed(err) end
+  local ok, werr = f:write(table.concat(rows))
+  local cok, cerr = f:close()   -- a buffered write's failure shows here
+  if not ok then failed(werr) end
+  if not cok then failed(cerr) end
 end
 
 function Accelerator:__tostring() return tostring(self:state()) end

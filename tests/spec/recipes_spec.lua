@@ -906,6 +906,14 @@ describe("fp8 observability and errors", function()
     assert.matches("^step,layer,role,format,scale,amax", header)
     assert.are.equal(2 * 2 * 3, rows)   -- 2 logged steps x 2 FP8 layers x 3 roles
     assert.has_error(function() acc:log_fp8_stats { every = 0, path = path } end)
+    -- a file that cannot take a step's rows is an error naming it and the step, not rows lost without a word
+    acc:log_fp8_stats { every = 1, path = path }
+    os.remove(path)
+    assert(require("fp8._checkpoint").mkdir(path))   -- the log's name is now a directory
+    local ok, err = pcall(train, acc, model, opt, 1)
+    os.remove(path)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("log_fp8_stats: cannot append step 5's rows to " .. path, 1, true), err)
   end)
 
   it("FP8 layers check their input like Linear does", function()
