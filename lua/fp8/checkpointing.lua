@@ -110,11 +110,18 @@ end
 
 -- A directory and what is in it; a symbolic link is removed itself, never followed (what it points at may be
 -- anyone's).
+-- Removes path and all below it; true, or false and the first failure's message (what it could remove is gone).
 local function rmtree(path)
+  local err
   if C.is_dir(path) and not C.is_link(path) then
-    for _, name in ipairs(C.listdir(path) or {}) do rmtree(join(path, name)) end
+    for _, name in ipairs(C.listdir(path) or {}) do
+      local ok, e = rmtree(join(path, name))
+      if not ok then err = err or e end
+    end
   end
-  os.remove(path)
+  local ok, e = os.remove(path)
+  if not ok then return false, err or e end
+  return true
 end
 
 local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
@@ -222,14 +229,22 @@ end
 -- Removes dir, under a working name, when own_leftover says it may (checked here, whatever the caller knows), taking
 -- the state file and then the marker last, so a removal cut short leaves it recognisably fp8lab's. Returns false,
 -- with the entries in the way, when it may not.
+-- Removes dir when it is fp8lab's own (own_leftover). Returns true; or false and the entries that are not fp8lab's;
+-- or false, nil and why a removal failed, the state file and the marker then left in place, so that what is left
+-- stays recognisably fp8lab's and a later save removes it.
 local function remove_own(dir)
   if not C.is_dir(dir) or C.is_link(dir) then return true end
   local ok, f = own_leftover(dir)
   if not ok then return false, f end
-  local last = {}
+  local last, failed = {}, nil
   for _, name in ipairs(C.listdir(dir) or {}) do
-    if name == PARTIAL or name == STATE_FILE then last[#last + 1] = name else rmtree(join(dir, name)) end
+    if name == PARTIAL or name == STATE_FILE then last[#last + 1] = name
+    else
+      local removed, e = rmtree(join(dir, name))
+      if not removed then failed = failed or e end
+    end
   end
+  if failed then return false, nil, failed end
   table.sort(last, function(x, y) return x ~= PARTIAL and y == PARTIAL end)   -- the state file, then the marker
   for _, name in ipairs(last) do os.remove(join(dir, name)) end
   os.remove(dir)
@@ -708,10 +723,13 @@ function M.install(Accelerator)
       C.fsync_dir(dir)
       C.fsync_dir(parent)
       if gone then
-        local removed, f = remove_own(gone)
-        if not removed then
+        local removed, f, why = remove_own(gone)
+        if not removed and f then
           io.stderr:write(("fp8lab: notice: save_state: the previous %s, now %s, kept: it holds %s that no checkpoint "
             .. "wrote\n"):format(dir, gone, entries_text(f)))
+        elseif not removed then
+          io.stderr:write(("fp8lab: notice: save_state: the previous %s, now %s, could not be removed (%s); it stays "
+            .. "marked as fp8lab's, and the next save removes it\n"):format(dir, gone, tostring(why)))
         end
       end
       if pc.automatic_checkpoint_naming and pc.total_limit then
@@ -739,7 +757,11 @@ function M.install(Accelerator)
               if not moved then os.remove(join(c[2], PARTIAL)) end
             end
             if moved then
-              remove_own(gone_c)
+              local removed, _, rwhy = remove_own(gone_c)
+              if not removed then
+                io.stderr:write(("fp8lab: notice: total_limit: %s could not be removed (%s); it stays marked as "
+                  .. "fp8lab's, and the next save removes it\n"):format(gone_c, tostring(rwhy)))
+              end
               extra = extra - 1
             else   -- kept, with the reason, and not counted: the next oldest goes in its place
               io.stderr:write(("fp8lab: notice: total_limit: %s kept: %s\n"):format(c[2], why or "it could not be renamed"))

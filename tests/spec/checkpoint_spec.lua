@@ -595,6 +595,30 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("a previous checkpoint that cannot be removed after the swap stays marked, and the next save removes it", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    -- an immutable file (chattr +i stops root too); where the file system has no such flag there is nothing to test
+    if not os.execute("chattr +i " .. d .. "/c/model.safetensors 2>/dev/null") then
+      os.execute("rm -rf " .. d)
+      pending("chattr +i is not available here")
+      return
+    end
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")   -- the new checkpoint is in place; the old one, now c.tmp, could not all go
+    os.execute("chattr -i " .. d .. "/c.tmp/model.safetensors")
+    assert.are.equal(2, C.json_decode(read(d .. "/c/fp8lab_state.json")).step)
+    assert.is_true(C.is_dir(d .. "/c.tmp"))
+    assert.truthy(io.open(d .. "/c.tmp/.fp8lab_partial"), "the leftover lost its marker")
+    -- still recognisably fp8lab's: the next save takes it away instead of refusing
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    assert.same({ "c" }, C.listdir(d))
+    os.execute("rm -rf " .. d)
+  end)
+
   it("a second save_state to the same directory replaces it; no .tmp or .old is left", function()
     local d = tmpdir()
     local acc, model, opt = setup(nil)
