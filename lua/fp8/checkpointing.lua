@@ -820,6 +820,10 @@ function M.install(Accelerator)
       if type(st.dataloaders) ~= "table" then
         error(("load_state: %s: dataloaders is %s, expected a list"):format(join(dir, STATE_FILE), type(st.dataloaders)), 0)
       end
+      if st.num_processes ~= nil and not (math.tointeger(st.num_processes) and st.num_processes >= 1) then
+        error(("load_state: %s: num_processes is %s, not a count of processes >= 1"):format(join(dir, STATE_FILE),
+          type(st.num_processes) == "string" and ('"' .. st.num_processes .. '"') or tostring(st.num_processes)), 0)
+      end
       local saved_n = math.tointeger(st.num_processes) or 1
       if saved_n ~= n_proc and strict then
         error(("load_state: %s was saved by %d process%s, this run has %d (each process's random state and the loaders' "

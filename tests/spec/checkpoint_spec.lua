@@ -469,6 +469,15 @@ describe("acc:save_state / load_state", function()
     local before = model6:state_dict()["0.weight"]:totable()
     U.fails_with("load_state: data loader 1: the checkpoint's batches_served is nil, not a count", function() acc6:load_state(d .. "/ck6") end)
     assert.same(before, model6:state_dict()["0.weight"]:totable())
+    -- a process count that is not one is named, with strict=false too (it was taken as saved by 0 processes)
+    acc6:save_state(d .. "/ck6")
+    for _, bad in ipairs { "0", "-3", "1.5", '"x"' } do
+      write(sf, (read(sf):gsub('"num_processes":%s*[^,}]+', '"num_processes":' .. bad)))
+      for _, o in ipairs { {}, { strict = false } } do
+        U.fails_with("fp8lab_state.json: num_processes is " .. bad .. ", not a count of processes >= 1",
+          function() acc6:load_state(d .. "/ck6", o) end)
+      end
+    end
     -- a name ending in . or .. is refused (its temporary directory would land inside it)
     U.fails_with("save_state: give the directory by its name (not ending in '.' or '..')", function() acc:save_state(d .. "/ck3/.") end)
     os.execute("rm -rf " .. d)
