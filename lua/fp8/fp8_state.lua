@@ -38,8 +38,9 @@ function M.unpack(t)
     if type(flat[i]) ~= "number" or not n or n < 0 or i + head + n > #flat then
       error(("FP8 recipe state: truncated or corrupt at the %s role (%d values)"):format(r, #flat), 3)
     end
-    local s = { scale = flat[i], updates = math.tointeger(flat[i + 1]) or 0, history = {} }
-    if version >= 2 then s.warm = math.tointeger(flat[i + 2]) end
+    -- the counts as integers where they are whole numbers, else as they are (NaN, 1.5), for the layer's check to name
+    local s = { scale = flat[i], updates = math.tointeger(flat[i + 1]) or flat[i + 1], history = {} }
+    if version >= 2 then s.warm = math.tointeger(flat[i + 2]) or flat[i + 2] end
     for k = 1, n do s.history[k] = flat[i + head + k] end
     st[r], i = s, i + head + 1 + n
   end

@@ -37,7 +37,10 @@ local function saved_stats(sd, opts)
     else
       print(("%-28s %-11s %12s %11s %8s %7s"):format("layer", "role", "scale", "amax(hist)", "updates", "history"))
       for _, r in ipairs(rows) do
-        print(("%-28s %-11s %12.5g %11.4g %8d %7d"):format(r.layer, r.role, r.scale, r.amax_history, r.updates, #r.history))
+        -- (a corrupt count, NaN or 1.5, is shown as it is: load_state_dict refuses it)
+        local upd = math.tointeger(r.updates) and ("%d"):format(r.updates) or r.updates ~= r.updates and "nan"
+          or tostring(r.updates)
+        print(("%-28s %-11s %12.5g %11.4g %8s %7d"):format(r.layer, r.role, r.scale, r.amax_history, upd, #r.history))
       end
     end
   end

@@ -684,6 +684,25 @@ describe("acc:save_state / load_state", function()
       assert.are.equal(2, saved[i].updates)
     end
     U.fails_with("fp8.stats: 0.fp8_state: FP8 recipe state: unknown layout", function() fp8.stats({ ["0.fp8_state"] = fp8.tensor { 7 } }, { quiet = true }) end)
+    -- counts that are not counts are refused by the layer, naming them (a negative one was kept, a NaN became 0)
+    local S = require "fp8.fp8_state"
+    for _, c in ipairs { { "input", "updates", -7, "-7" }, { "input", "updates", 0 / 0, "nan" },
+                         { "grad", "warm", -5, "-5" }, { "weight", "updates", 1.5, "1.5" } } do
+      local sd = model:state_dict()
+      local st = S.unpack(sd["0.fp8_state"])
+      st[c[1]][c[2]] = c[3]
+      sd["0.fp8_state"] = S.pack(st)
+      U.fails_with(('for "0.fp8_state": the %s role\'s %s count is %s (must be an integer >= 0)'):format(c[1], c[2],
+        c[4]), model.load_state_dict, model, sd)
+      local lines, old_print = {}, _G.print
+      _G.print = function(s) lines[#lines + 1] = s end
+      local ok, err = pcall(fp8.stats, sd)   -- printed as it is, not raised on
+      _G.print = old_print
+      assert.is_true(ok, err)
+      if c[2] == "updates" then   -- (the warm-up count is not a column)
+        assert.truthy(table.concat(lines, "\n"):find(" " .. c[4] .. " ", 1, true), table.concat(lines, "\n"))
+      end
+    end
     os.execute("rm -rf " .. d)
   end)
 

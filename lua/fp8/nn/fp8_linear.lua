@@ -101,6 +101,14 @@ function FP8Linear:_check_load_state(sd, prefix, strict)
     if not (s.scale > 0 and s.scale < math.huge) then
       return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0)'):format(prefix, r, tostring(s.scale))
     end
+    -- the update count and MS-AMP's warm-up count are counts (a NaN or negative one was taken as 0 or kept)
+    for _, k in ipairs { "updates", "warm" } do
+      local v = s[k]
+      if v ~= nil and not (math.tointeger(v) and v >= 0) then
+        return ('for "%sfp8_state": the %s role\'s %s count is %s (must be an integer >= 0)'):format(prefix, r, k,
+          v ~= v and "nan" or tostring(v))
+      end
+    end
     -- a NaN or infinite amax is recorded state (it stays in the window, FP8-SPEC §2); only a negative one is not
     for k, h in ipairs(s.history) do
       if h < 0 then return ('for "%sfp8_state": %s history[%d] is %s (an amax is >= 0)'):format(prefix, r, k, tostring(h)) end
