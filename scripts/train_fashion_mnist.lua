@@ -197,6 +197,18 @@ local function fp8_fractions()
   return u / n, s / n
 end
 local step, samples, train_time = counter.step, 0, 0
+-- The curve's CSV (main process only), written atomically (temporary file, fsync, rename, fsync the directory): now,
+-- so that a path that cannot be written stops the run before it trains, after each epoch (an interrupted run keeps
+-- its finished epochs), and at the end.
+local function write_curve()
+  if accel.process_index ~= 0 then return end
+  local lines = csv_lines()
+  table.insert(lines, 1, CSV_HEADER)
+  local ok, werr = pcall(require("fp8._fileio").write_atomic, opts.out, table.concat(lines, "\n") .. "\n")
+  if not ok then error("cannot write the loss curve: " .. tostring(werr), 0) end
+end
+write_curve()
+
 local t0 = data.clock()
 local acc, test_loss, epoch_loss
 local save_due = false
@@ -239,6 +251,7 @@ local ok, err = pcall(function()
     acc, test_loss = evaluate()
     curve[#curve][5], curve[#curve][6] = test_loss, acc
     if save_due then accel:save_state(); save_due = false end
+    write_curve()
     print(("epoch %d/%d  train_loss=%.4f  test_loss=%.4f  test_acc=%.2f%%  (%.1fs)%s"):format(epoch, opts.epochs,
       epoch_loss, test_loss, acc * 100, data.clock() - t0,
       scaler and ("  loss_scale=%g skipped=%d"):format(scaler:get_scale(), scaler.skipped_steps) or ""))
@@ -248,12 +261,9 @@ fp8.set_autocast_dtype(prev_autocast)
 if not ok then error(err, 0) end
 local elapsed = data.clock() - t0
 
--- The curve (main process only): CSV always (written atomically: temporary file, fsync, rename, fsync the directory); PNGs with --plot.
+-- The curve (main process only): CSV always; PNGs with --plot.
+write_curve()
 if accel.process_index == 0 then
-  local lines = csv_lines()
-  table.insert(lines, 1, CSV_HEADER)
-  local ok, werr = pcall(require("fp8._fileio").write_atomic, opts.out, table.concat(lines, "\n") .. "\n")
-  if not ok then error("cannot write the loss curve: " .. tostring(werr), 0) end
   print("loss curve: " .. opts.out)
   if plot then
     local png = plot.lines{csv = opts.out, png = opts.out:gsub("%.csv$", "") .. ".png",

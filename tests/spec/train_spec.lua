@@ -56,6 +56,14 @@ describe("scripts/train_fashion_mnist.lua", function()
     assert.are.equal(1 + 6, rows)         -- header + 600/100 steps
   end)
 
+  it("an --out it cannot write stops the run before it trains", function()
+    -- (its directory exists; the file cannot be made there)
+    local out, ok = run("scripts/train_fashion_mnist.lua", args { "--out", "/proc/such.csv" })
+    assert.is_false(ok)
+    assert.truthy(out:find("cannot write the loss curve: /proc/such.csv", 1, true), out)
+    assert.is_nil(out:find("epoch 1/1", 1, true), out)   -- no epoch ran
+  end)
+
   it("gives the same loss curve for the same seed", function()
     local a, b = tmpdir .. "/s1.csv", tmpdir .. "/s2.csv"
     local out1, ok1 = run("scripts/train_fashion_mnist.lua", args { "--out", a, "--seed", "3" })
