@@ -95,6 +95,16 @@ static void dir_of(const char *path, char *dir, size_t len) {
     dir[n] = 0;
 }
 
+/* The stem of a link's name for the file name `base`: base itself, or where "<base>.tmp<pid>.<n>" could pass a
+ * directory entry's limit (NAME_MAX, 255 bytes; a legal name of 240 bytes would not fit) ".fp8lab-<16 hex digits>",
+ * a 64-bit FNV-1a hash of base, so that the name still fits and stale links are still found by it. */
+static void link_stem(const char *base, char *out, size_t n) {
+    if (strlen(base) + 32 <= NAME_MAX) { snprintf(out, n, "%s", base); return; }
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *c = (const unsigned char *)base; *c; c++) h = (h ^ *c) * 1099511628211ull;
+    snprintf(out, n, ".fp8lab-%016llx", (unsigned long long)h);
+}
+
 fl_status fl_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open the directory to fsync it: %s", dir, strerror(errno));
@@ -123,7 +133,10 @@ fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
     }
 #endif
     /* no O_TMPFILE here (old kernel, some file systems): a named temporary file */
-    if (snprintf(af->tmp, sizeof af->tmp, "%s.tmpXXXXXX", path) >= (int)sizeof af->tmp)
+    char stem[NAME_MAX + 1];
+    const char *slash = strrchr(path, '/');
+    link_stem(slash ? slash + 1 : path, stem, sizeof stem);
+    if (snprintf(af->tmp, sizeof af->tmp, "%s/%sXXXXXX", dir, stem) >= (int)sizeof af->tmp)
         return FL_ERR(FL_EINVAL, "%s: path too long", path);
     af->fd = mkstemp(af->tmp);
     if (af->fd < 0) {
@@ -142,16 +155,17 @@ void fl_atomic_abort(fl_atomic_file *af) {
     af->tmp[0] = 0;
 }
 
-/* The names fl_atomic_commit gives a finished file before renaming it over path are
- * "<path>.tmp<pid>.<n>". A writer killed between those two calls (SIGKILL is delivered when the link
- * call returns) leaves its link behind. A writer holds an flock on its file from fl_atomic_begin until it
+/* The names fl_atomic_commit gives a finished file before renaming it over path are "<dir>/<stem>.tmp<pid>.<n>", the
+ * stem link_stem's. A writer killed between those two calls (SIGKILL is delivered when the link call returns) leaves
+ * its link behind. A writer holds an flock on its file from fl_atomic_begin until it
  * closes it after the rename, and the kernel drops the lock of a dead process: a link whose file can be
  * locked has no live writer, and goes. (Process ids would not do: they are reused.) */
 static void remove_stale_links(const char *path) {
     char dir[4096];
     dir_of(path, dir, sizeof dir);
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
+    const char *slash = strrchr(path, '/');
+    char base[NAME_MAX + 1];
+    link_stem(slash ? slash + 1 : path, base, sizeof base);
     size_t lb = strlen(base);
     DIR *d = opendir(dir);
     if (!d) return;
@@ -183,8 +197,13 @@ fl_status fl_atomic_commit(fl_atomic_file *af) {
         /* give the unnamed file a name next to the target, then rename it over the target */
         char proc[64];
         snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);
+        char dir[4096], stem[NAME_MAX + 1];
+        dir_of(af->path, dir, sizeof dir);
+        const char *slash = strrchr(af->path, '/');
+        link_stem(slash ? slash + 1 : af->path, stem, sizeof stem);
         for (int attempt = 0; attempt < 100; attempt++) {
-            if (snprintf(af->tmp, sizeof af->tmp, "%s.tmp%ld.%d", af->path, (long)getpid(), attempt) >= (int)sizeof af->tmp) {
+            if (snprintf(af->tmp, sizeof af->tmp, "%s/%s.tmp%ld.%d", dir, stem, (long)getpid(), attempt) >=
+                (int)sizeof af->tmp) {
                 af->tmp[0] = 0; e = ENAMETOOLONG; goto fail;
             }
             if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp, AT_SYMLINK_FOLLOW) == 0) break;

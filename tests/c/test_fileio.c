@@ -72,6 +72,27 @@ TEST(fileio_atomic_write_replaces_whole_and_leaves_nothing) {
     rmdir(dir);
 }
 
+/* A legal file name near NAME_MAX (250 bytes): its temporary link's name ("<name>.tmp<pid>.<n>") would pass the
+ * limit, so a short stem stands for it; the write succeeds and leaves only the file. */
+TEST(fileio_atomic_write_takes_a_name_near_name_max) {
+    char dir[] = "/tmp/fl_test_fileio_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char file[512];
+    int n = snprintf(file, sizeof file, "%s/", dir);
+    memset(file + n, 'z', 250);
+    file[n + 250] = 0;
+    REQUIRE_OK(fl_write_atomic(file, "long name", 9));
+    char *buf = NULL;
+    size_t len = 0;
+    REQUIRE_OK(fl_read_regular(file, "file", 0, &buf, &len));
+    CHECK(len == 9 && memcmp(buf, "long name", 9) == 0, "not written");
+    free(buf);
+    REQUIRE_OK(fl_write_atomic(file, "again", 5));   /* and replaced */
+    CHECK(count_entries(dir) == 1, "%d entries after two writes", count_entries(dir));
+    unlink(file);
+    rmdir(dir);
+}
+
 /* fl_fsync_rename (what fp8.plot does with gnuplot's finished PNG): the file replaces the target whole, under the
  * target's name only; a missing file or a directory is refused and nothing is renamed or removed. */
 TEST(fileio_fsync_rename_moves_a_finished_file) {
