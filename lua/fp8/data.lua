@@ -146,6 +146,13 @@ local function load_fashion(opts, level)
   if labels:size(1) ~= n then
     error(("%s: %s has %d images but %s has %d labels"):format(fname, ipath, n, lpath, labels:size(1)), level + 1)
   end
+  -- ten classes: a label past 9 would reach the loss as a class the model does not have
+  local top = n > 0 and labels:max():item() or 0
+  if top > 9 then
+    local at = math.tointeger(labels:argmax():item())
+    error(("%s: %s: label %d at item %d is not one of the 10 classes (0..9)"):format(fname, lpath,
+      math.tointeger(top), at + 1), level + 1)
+  end
   if limit and limit < n then
     -- contiguous copies, so the full arrays can be freed
     images = images:narrow(1, 1, limit):contiguous()

@@ -22,7 +22,7 @@ local function make_fashion(dir, split, n, rows, cols, opts)
   local magic = opts.magic or 0x803
   write(dir .. "/" .. split .. "-images-idx3-ubyte", string.pack(">I4I4I4I4", magic, n, rows, cols) .. body)
   local lb = {}
-  for i = 0, (opts.nlabels or n) - 1 do lb[#lb + 1] = string.char(i % 10) end
+  for i = 0, (opts.nlabels or n) - 1 do lb[#lb + 1] = string.char(opts.label_at == i and opts.label or i % 10) end
   write(dir .. "/" .. split .. "-labels-idx1-ubyte", string.pack(">I4I4", 0x801, opts.nlabels or n) .. table.concat(lb))
 end
 
@@ -98,6 +98,11 @@ describe("fp8.data.FashionMNIST", function()
     ok, err = pcall(fp8.data.FashionMNIST, {root = bad})
     assert.is_false(ok)
     assert.matches("3 images but .* 2 labels", err)
+    -- a label that is not one of the ten classes (it reached the loss as a class the model does not have)
+    make_fashion(bad, "train", 3, 2, 2, { label_at = 1, label = 200 })
+    ok, err = pcall(fp8.data.FashionMNIST, {root = bad})
+    assert.is_false(ok)
+    assert.matches("label 200 at item 2 is not one of the 10 classes (0..9)", err, 1, true)
   end)
 
   it("checks its options", function()
