@@ -9,12 +9,18 @@ local LayerNorm = Module.class("LayerNorm")
 
 function LayerNorm:__init(n, opts)
   if type(n) == "table" and #n == 1 then n = n[1] end
-  if type(n) == "table" and #n > 1 then
+  local len = type(n) == "table" and #n or 0
+  if math.type(len) ~= "integer" then len = 0 end   -- a __len that gives no count
+  if len > 8 then   -- more than any tensor's dims (and no loop over a length that lies)
+    error(("LayerNorm: normalized_shape has %s entries; fp8lab normalizes over the last dimension only"):format(
+      tostring(len)), 3)
+  end
+  if type(n) == "table" and len > 1 then
     local dims, prod = {}, 1
-    for i = 1, #n do dims[i] = tostring(n[i]); prod = math.type(n[i]) == "integer" and prod * n[i] or 0 / 0 end
+    for i = 1, len do dims[i] = tostring(n[i]); prod = math.type(n[i]) == "integer" and prod * n[i] or 0 / 0 end
     error(("LayerNorm: normalized_shape {%s} spans %d dimensions; fp8lab normalizes over the last one only (pass "
       .. "their product%s and reshape the input so its last dimension holds them)"):format(table.concat(dims, ", "),
-      #n, prod == prod and (", " .. math.tointeger(prod) .. ",") or ""), 3)
+      len, prod == prod and (", " .. math.tointeger(prod) .. ",") or ""), 3)
   end
   if math.type(n) ~= "integer" or n <= 0 then
     error(("LayerNorm: normalized_shape must be a positive integer (the last dimension), got %s"):format(
