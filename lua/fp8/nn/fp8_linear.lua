@@ -60,10 +60,10 @@ function FP8Linear:_after_load_state_dict(sd, prefix, strict)
   prefix = prefix or ""
   -- sd's own tensor: one in an older layout (another length) was not copied into the buffer
   local st = state.unpack(sd and sd[prefix .. "fp8_state"] or self.fp8_state)
-  local mine, fitted = self.fp8_meta:state(), nil
-  for _, r in ipairs(state.ROLES) do
+  local mine, fitted = strict == false and self.fp8_meta:state() or nil, nil   -- (only strict=false fits a history)
+  for _, r in ipairs(mine and state.ROLES or {}) do
     local h, n = st[r].history, #mine[r].history
-    if #h ~= n and strict == false then
+    if #h ~= n then
       fitted = fitted or ("%d -> %d"):format(#h, n)
       local f = {}
       for k = 1, n do f[k] = h[k] or 0 end

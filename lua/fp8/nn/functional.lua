@@ -145,8 +145,11 @@ function F.cross_entropy(logits, targets, opts, ...)
     error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(tostring(ls)), 2)
   end
   if red == "mean" then
-    local o = {}
-    for k, v in pairs(opts) do if k ~= "reduction" then o[k] = v end end
+    local o = opts
+    if o.reduction ~= nil then   -- the core's option table takes no reduction: a copy without it
+      o = {}
+      for k, v in pairs(opts) do if k ~= "reduction" then o[k] = v end end
+    end
     return core().cross_entropy(logits, targets, o)
   end
   local ii = opts.ignore_index or -100
