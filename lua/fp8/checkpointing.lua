@@ -606,6 +606,12 @@ function M.install(Accelerator)
     local main = self.process_index == nil or self.process_index == 0
     local rank = self.process_index or 0
     local tmp = dir .. ".tmp"
+    -- its working names (dir.tmp, dir.old) are one directory entry each, at most 255 bytes (NAME_MAX)
+    local leaf = dir:match("[^/]*$")
+    if #leaf + 4 > 255 then
+      error(("save_state: the directory name %q is %d bytes; save_state writes it as <name>.tmp, and a name is at most "
+        .. "255 bytes: use a name of at most 251"):format(leaf:sub(1, 24) .. "...", #leaf), 2)
+    end
     -- Each step, then the processes agree on how it went (that is also the barrier between them): an error on one
     -- process (the main one's mkdir, a hook's, an unwritable state, a failed rename) is raised on every process,
     -- none is left waiting in a collective, and (cleanup) the temporary directory is removed.

@@ -336,6 +336,14 @@ describe("acc:save_state / load_state", function()
     local ok, err = pcall(acc.save_state, acc, d .. "/file/ckpt")   -- a file in the way: an error naming it
     assert.is_false(ok)
     assert.matches("save_state: ", err, 1, true)
+    -- a name of 251 bytes is the longest whose working name (<name>.tmp) is a legal entry; 252 is refused by its length
+    local long = d .. "/" .. string.rep("c", 251)
+    assert.are.equal(long, acc:save_state(long))
+    assert.are.equal(long, acc:save_state(long))   -- again: the previous one goes through <name>.old
+    acc:load_state(long)
+    ok, err = pcall(acc.save_state, acc, d .. "/" .. string.rep("c", 252))
+    assert.is_false(ok)
+    assert.matches("is 252 bytes; save_state writes it as <name>.tmp", err, 1, true)
   end)
 
   it("automatic_checkpoint_naming numbers checkpoints and total_limit keeps the last N", function()
