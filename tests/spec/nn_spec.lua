@@ -416,6 +416,36 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
       fp8.tensor { 0, 1, 5, 0 }, { reduction = "none" })
   end)
 
+  it("cross_entropy takes class-probability targets [N, C], as torch's, differentiable in both", function()
+    -- torch 2.x's values for these logits and targets (losses; the gradients of the smoothed mean)
+    local x0 = fp8.tensor { { 1, 2, 3 }, { 0.5, -1, 2 } }
+    local t0 = fp8.tensor { { 0.2, 0.3, 0.5 }, { 1, 0, 0 } }
+    for _, c in ipairs {
+      { {}, { 1.424458622932434 } },
+      { { label_smoothing = 0.1 }, { 1.4394586086273193 } },
+      { { reduction = "sum", label_smoothing = 0.1 }, { 2.8789172172546387 } },
+      { { reduction = "none" }, { 1.1076059341430664, 1.7413113117218018 } },
+    } do
+      local l = nn.functional.cross_entropy(x0, t0, c[1])
+      local got = l:dim() == 0 and { l:item() } or l:tolist()
+      for i = 1, #c[2] do assert.is_near(c[2][i], got[i], 1e-5, fp8.kwargs.repr(c[1])) end
+    end
+    local x, t = x0:clone():requires_grad(true), t0:clone():requires_grad(true)
+    nn.functional.cross_entropy(x, t, { label_smoothing = 0.1 }):backward()
+    local gx = { -0.06165137141942978, -0.029302425682544708, 0.09095384180545807, -0.37902146577835083,
+      0.0028896182775497437, 0.3761318325996399 }
+    local gt = { 1.0834226608276367, 0.6334226131439209, 0.18342266976833344, 0.7835900783538818, 1.458590030670166,
+      0.10859009623527527 }
+    for i = 1, 6 do
+      assert.is_near(gx[i], x.grad:reshape { 6 }:tolist()[i], 1e-6)
+      assert.is_near(gt[i], t.grad:reshape { 6 }:tolist()[i], 1e-6)
+    end
+    U.fails_with("cross_entropy: ignore_index applies to class-id targets, not to class probabilities",
+      nn.functional.cross_entropy, x0, t0, { ignore_index = 1 })
+    U.fails_with("cross_entropy: targets must be [2] (class ids) or [2, 3] (class probabilities) to match logits [2, 3], "
+      .. "got [1, 2]", nn.functional.cross_entropy, x0, fp8.tensor { { 1, 2 } })
+  end)
+
   it("clip_grad_norm_ returns the float64 total norm and scales grads to max_norm", function()
     local a, b = fp8.zeros { 2, 2 }:requires_grad(true), fp8.zeros { 3 }:requires_grad(true)
     local ga, gb = fp8.tensor { { 3, 0 }, { 0, 4 } }, fp8.tensor { 12, 0, 0 }

@@ -121,8 +121,8 @@ local function ce_rows(logits, targets, ls, ii)
   return (F.log_softmax(logits, -1) * fp8.tensor(w):to(logits:device())):sum(2)
 end
 
--- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) [, {label_smoothing, ignore_index,
--- reduction="mean"|"sum"|"none"}])
+-- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) or [N, C] (class probabilities)
+-- [, {label_smoothing, ignore_index, reduction="mean"|"sum"|"none"}])
 function F.cross_entropy(logits, targets, opts, ...)
   no_more("cross_entropy", "(logits, targets [, {label_smoothing=, ignore_index=, reduction=}])", ...)
   check_tensor("cross_entropy", "logits", logits); check_tensor("cross_entropy", "targets", targets)
@@ -135,14 +135,27 @@ function F.cross_entropy(logits, targets, opts, ...)
   if logits:dim() ~= 2 then
     error(("cross_entropy: logits must be [N, C], got %s (reshape [B, T, C] to [B*T, C])"):format(shape_str(logits)), 2)
   end
-  if targets:dim() ~= 1 or targets:size(1) ~= logits:size(1) then
-    error(("cross_entropy: targets must be [%d] to match logits %s, got %s"):format(logits:size(1), shape_str(logits),
-      shape_str(targets)), 2)
+  local probs = targets:dim() == 2 and shape_str(targets) == shape_str(logits)
+  if not probs and (targets:dim() ~= 1 or targets:size(1) ~= logits:size(1)) then
+    error(("cross_entropy: targets must be [%d] (class ids) or %s (class probabilities) to match logits %s, got %s")
+      :format(logits:size(1), shape_str(logits), shape_str(logits), shape_str(targets)), 2)
   end
   if logits:size(2) == 0 then error(("cross_entropy: logits %s have no classes"):format(shape_str(logits)), 2) end
   local ls = opts.label_smoothing or 0
   if type(ls) ~= "number" or ls < 0 or ls > 1 then
     error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(tostring(ls)), 2)
+  end
+  if probs then
+    -- class probabilities (torch's second form): −Σ_j t'[i, j]·log_softmax(x)[i, j], t' = (1 − ε)·t + ε/C; the mean
+    -- divides by N. Differentiable in the targets too. torch applies no ignore_index to this form: refused here.
+    if opts.ignore_index ~= nil then
+      error("cross_entropy: ignore_index applies to class-id targets, not to class probabilities", 2)
+    end
+    local t = targets:to("fp32")
+    if ls > 0 then t = t * (1 - ls) + ls / logits:size(2) end
+    local per = -((F.log_softmax(logits:to("fp32"), -1) * t):sum(2))
+    if red == "none" then return per end
+    return red == "sum" and per:sum() or per:sum() / logits:size(1)
   end
   if red == "mean" then
     local o = opts

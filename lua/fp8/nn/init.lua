@@ -70,8 +70,8 @@ add("nn.utils.clip_grad_value_", "fp8.nn.utils.clip_grad_value_(params, clip_val
   .. "refused before any is touched: clip_grad_norm_ scales them).")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
   .. "layer_norm / embedding / dropout / scaled_dot_product_attention / qkv_attention",
-  "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) [, {label_smoothing, ignore_index,\n"
-  .. "reduction=\"mean\"|\"sum\"|\"none\"}]).\n"
+  "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
+  .. "[, {label_smoothing, ignore_index (ids only), reduction=\"mean\"|\"sum\"|\"none\"}]).\n"
   .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
   .. "heads split and merged inside the op (what CausalSelfAttention uses).")
 
