@@ -19,6 +19,17 @@ static int m_requires_grad(lua_State *L) {
     return 1;
 }
 
+/* t:requires_grad_([flag=true]) -> t: torch's in-place spelling */
+static int m_requires_grad_(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, "requires_grad_", "([flag=true])");
+    if (!lua_isnone(L, 2) && !lua_isboolean(L, 2))
+        return luaL_argerror(L, 2, lua_pushfstring(L, "expected a boolean, got %s", luaL_typename(L, 2)));
+    fl_lcheck(L, fl_tensor_set_requires_grad(t, lua_isnone(L, 2) || lua_toboolean(L, 2)));
+    lua_settop(L, 1);
+    return 1;
+}
+
 static int m_is_leaf(lua_State *L) { lua_pushboolean(L, fl_lchecknoargs(L, "is_leaf")->grad_fn == NULL); return 1; }
 
 static int m_grad_fn(lua_State *L) {
@@ -161,7 +172,7 @@ static int l_set_autocast_dtype(lua_State *L) {
 }
 
 static const luaL_Reg tensor_methods[] = {
-    {"requires_grad", m_requires_grad}, {"is_leaf", m_is_leaf}, {"grad_fn", m_grad_fn},
+    {"requires_grad", m_requires_grad}, {"requires_grad_", m_requires_grad_}, {"is_leaf", m_is_leaf}, {"grad_fn", m_grad_fn},
     {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"backward", m_backward},
     {NULL, NULL},
 };

@@ -147,7 +147,7 @@ add_all {
   { section = "Tensors", name = "Tensor:backward", sig = "loss:backward([grad]) / x.grad / x:requires_grad([bool]) / x:detach() / x:zero_grad()",
     doc = "Autograd: backward() from a one-element tensor (or with grad of the same shape) fills .grad of the\n"
        .. "leaves that require it (gradients add up until zero_grad() drops them). requires_grad(true) marks a\n"
-       .. "leaf and returns it; detach() is a view without history; x:is_leaf(), x:grad_fn() (the node's name, nil for\n"
+       .. "leaf and returns it (torch's requires_grad_([bool]) too); detach() is a view without history; x:is_leaf(), x:grad_fn() (the node's name, nil for\n"
        .. "a leaf) tell where x came from." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results;\n"
@@ -236,7 +236,7 @@ also("cuda", { "cuda.is_built", "cuda.is_available", "cuda.device_count", "cuda.
 also("no_grad", { "enable_grad", "set_grad_enabled", "is_grad_enabled" })
 also("autocast_dtype", { "set_autocast_dtype" })
 also("format", { "dtype_names", "is_nan_code" })
-also("Tensor:backward", { "Tensor:requires_grad", "Tensor:detach", "Tensor:zero_grad", "Tensor:is_leaf", "Tensor:grad_fn" })
+also("Tensor:backward", { "Tensor:requires_grad", "Tensor:requires_grad_", "Tensor:detach", "Tensor:zero_grad", "Tensor:is_leaf", "Tensor:grad_fn" })
 also("Tensor:unsqueeze", { "Tensor:squeeze", "Tensor:flatten", "Tensor:permute", "Tensor:narrow", "Tensor:expand",
                            "Tensor:clone" })
 also("Tensor:float", { "Tensor:bfloat16", "Tensor:half" })

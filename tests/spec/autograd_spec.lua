@@ -20,6 +20,17 @@ describe("autograd", function()
     assert.is_true(x:grad() == x.grad)         -- t:grad() reads the same field
   end)
 
+  it("requires_grad_ is torch's spelling: true by default, returns the tensor, refuses a non-leaf", function()
+    local x = fp8.tensor { 1, 2 }
+    assert.are.equal(x, x:requires_grad_())
+    assert.is_true(x:requires_grad())
+    x:requires_grad_(false)
+    assert.is_false(x:requires_grad())
+    U.fails_with("expected a boolean, got number", x.requires_grad_, x, 1)
+    local y = fp8.tensor({ 1 }):requires_grad_() * 2
+    U.fails_with("only leaf tensors can change requires_grad", y.requires_grad_, y, false)
+  end)
+
   it("abs backward is sign(x)·g (0 at 0, NaN at NaN); sign() has a zero gradient", function()
     local x = fp8.tensor({ -2, 0, 3, -0.5, 0 / 0 }):requires_grad(true)
     local s = x:sign():totable()
