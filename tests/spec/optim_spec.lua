@@ -321,6 +321,57 @@ describe("fp8.optim.lr_scheduler", function()
     end
   end)
 
+  it("MultiStepLR, ExponentialLR, LinearLR and transformers' warmup schedules give torch's lrs", function()
+    -- the lrs torch 2.x's schedulers (and LambdaLR over transformers' lambdas) give at steps 0, 1, ... from lr 0.1
+    for _, c in ipairs {
+      { function(o) return sched.MultiStepLR(o, { milestones = { 2, 5, 5 }, gamma = 0.5 }) end,
+        { 0.1, 0.1, 0.05, 0.05, 0.05, 0.0125, 0.0125, 0.0125 } },
+      { function(o) return sched.ExponentialLR(o, { gamma = 0.9 }) end, { 0.1, 0.09, 0.081, 0.0729, 0.06561 } },
+      { function(o) return sched.LinearLR(o) end,
+        { 0.03333333333, 0.04666666667, 0.06, 0.07333333333, 0.08666666667, 0.1, 0.1, 0.1 } },
+      { function(o) return sched.LinearLR(o, { start_factor = 0.5, end_factor = 0.1, total_iters = 3 }) end,
+        { 0.05, 0.03666666667, 0.02333333333, 0.01, 0.01, 0.01 } },
+      { function(o) return sched.get_linear_schedule_with_warmup(o, 3, 10) end,
+        { 0, 0.03333333333, 0.06666666667, 0.1, 0.08571428571, 0.07142857143, 0.05714285714, 0.04285714286,
+          0.02857142857, 0.01428571429, 0, 0 } },
+      { function(o) return sched.get_cosine_schedule_with_warmup(o, 3, 10) end,
+        { 0, 0.03333333333, 0.06666666667, 0.1, 0.0950484434, 0.08117449009, 0.0611260467, 0.0388739533,
+          0.01882550991, 0.004951556605, 0, 0.004951556605 } },
+      { function(o)
+          return sched.get_cosine_schedule_with_warmup(o, { num_warmup_steps = 2, num_training_steps = 8, num_cycles = 1.5 })
+        end, { 0, 0.05, 0.1, 0.05, 0, 0.05, 0.1, 0.05, 0, 0.05 } },
+    } do
+      local o = opt(0.1)
+      local s = c[1](o)
+      for t, want in ipairs(c[2]) do
+        local got = s:get_last_lr()[1]
+        assert.is_true(math.abs(got - want) <= 1e-11, ("%s step %d: %.12g vs %.12g"):format(s.name, t - 1, got, want))
+        assert.are.equal(got, o.param_groups[1].lr)
+        o:step(); s:step()
+      end
+    end
+    for _, c in ipairs {
+      { sched.MultiStepLR, { milestones = { 2, -1 } }, "milestones[2] must be an integer >= 0, got -1" },
+      { sched.MultiStepLR, { gamma = 0.5 }, "milestones must be a list of integers >= 0, got nil" },
+      { sched.ExponentialLR, {}, "ExponentialLR: gamma is required" },
+      { sched.LinearLR, { start_factor = 0 }, "start_factor must be a number in (0, 1], got 0" },
+      { sched.LinearLR, { end_factor = 2 }, "end_factor must be a number in [0, 1], got 2" },
+      { sched.LinearLR, { total_iters = 0 }, "total_iters must be an integer >= 1, got 0" },
+      { sched.get_linear_schedule_with_warmup, 2.5, "num_warmup_steps must be an integer >= 0, got 2.5", 10 },
+      { sched.get_cosine_schedule_with_warmup, { num_warmup_steps = 1, num_training_steps = 4, num_cycles = -1 },
+        "num_cycles must be a finite number >= 0, got -1" },
+      { sched.get_linear_schedule_with_warmup, { num_warmup_steps = 1, num_training_steps = 4, num_cycles = 1 },
+        "unknown option 'num_cycles'" },
+    } do
+      local ok, err = pcall(c[1], opt(1), c[2], c[4])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[3], 1, true), err)
+    end
+    local ok, err = pcall(sched.get_linear_schedule_with_warmup, opt(1), 1, 2, 3)
+    assert.is_false(ok)
+    assert.truthy(err:find("takes (opt, num_warmup_steps, num_training_steps); got 1 more argument", 1, true), err)
+  end)
+
   it("rejects bad schedule options", function()
     local ok, err = pcall(sched.warmup_cosine, opt(1), { warmup_steps = 20, total_steps = 10 })
     assert.is_false(ok)

@@ -1,6 +1,7 @@
 -- lr_scheduler.lua — fp8.optim.lr_scheduler: learning-rate schedules that set each parameter group's
--- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); StepLR, CosineAnnealingLR and
--- warmup_cosine (linear warmup, then cosine decay to min_lr) are built on it. Call :step() after
+-- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); StepLR, MultiStepLR, ExponentialLR,
+-- LinearLR, CosineAnnealingLR, warmup_cosine (linear warmup, then cosine decay to min_lr) and transformers'
+-- get_linear/cosine_schedule_with_warmup are built on it. Call :step() after
 -- optimizer:step(); :get_last_lr() returns the list of current lrs.
 -- Every schedule is a closed form of (step, base lr): an lr written into a group by hand lasts until the
 -- scheduler's next step, which writes the schedule's value again (torch's chainable StepLR would scale the
@@ -192,6 +193,108 @@ function M.warmup_cosine(opt, opts)
   end)
 end
 M.WarmupCosine = M.warmup_cosine
+
+-- MultiStepLR(opt, {milestones, gamma=0.1}): lr = base · gamma^(how many milestones ≤ epoch), a milestone listed
+-- twice counting twice (torch's Counter).
+function M.MultiStepLR(opt, opts)
+  check_opt("MultiStepLR", opt)
+  check_keys("MultiStepLR", opts, { milestones = true, gamma = true })
+  local ms = opts.milestones
+  if type(ms) ~= "table" then
+    error(("MultiStepLR: milestones must be a list of integers >= 0, got %s"):format(type(ms)), 2)
+  end
+  local n = rawlen(ms)
+  if n > 4096 then error(("MultiStepLR: milestones has %d entries (at most 4096)"):format(n), 2) end
+  local list = {}
+  for i = 1, n do
+    local m = rawget(ms, i)
+    if math.type(m) ~= "integer" or m < 0 then
+      error(("MultiStepLR: milestones[%d] must be an integer >= 0, got %s"):format(i, tostring(m)), 2)
+    end
+    list[i] = m
+  end
+  local gamma = opts.gamma or 0.1
+  check_rate("MultiStepLR", "gamma", gamma)
+  return new("MultiStepLR", opt, function(epoch, base)
+    local k = 0
+    for _, m in ipairs(list) do if m <= epoch then k = k + 1 end end
+    return base * gamma ^ k
+  end)
+end
+
+-- ExponentialLR(opt, {gamma}) (or ExponentialLR(opt, gamma)): lr = base · gamma^epoch.
+function M.ExponentialLR(opt, opts)
+  check_opt("ExponentialLR", opt)
+  if type(opts) == "number" then opts = { gamma = opts } end
+  check_keys("ExponentialLR", opts, { gamma = true })
+  if opts.gamma == nil then error("ExponentialLR: gamma is required", 2) end
+  check_rate("ExponentialLR", "gamma", opts.gamma)
+  local gamma = opts.gamma
+  return new("ExponentialLR", opt, function(epoch, base) return base * gamma ^ epoch end)
+end
+
+-- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}): the factor goes linearly from start_factor to
+-- end_factor over total_iters steps and stays there: base · (s + (e − s) · min(epoch, total_iters) / total_iters).
+function M.LinearLR(opt, opts)
+  check_opt("LinearLR", opt)
+  opts = opts or {}
+  check_keys("LinearLR", opts, { start_factor = true, end_factor = true, total_iters = true })
+  local sf, ef, total = opts.start_factor or 1 / 3, opts.end_factor or 1, opts.total_iters or 5
+  if type(sf) ~= "number" or not (sf > 0 and sf <= 1) then
+    error(("LinearLR: start_factor must be a number in (0, 1], got %s"):format(tostring(sf)), 2)
+  end
+  if type(ef) ~= "number" or not (ef >= 0 and ef <= 1) then
+    error(("LinearLR: end_factor must be a number in [0, 1], got %s"):format(tostring(ef)), 2)
+  end
+  check_int("LinearLR", "total_iters", total, 1)
+  return new("LinearLR", opt, function(epoch, base)
+    return base * (sf + (ef - sf) * math.min(epoch, total) / total)
+  end)
+end
+
+-- The schedules of transformers.optimization that Accelerate's examples use, under their names:
+-- get_linear_schedule_with_warmup(opt, num_warmup_steps, num_training_steps) and
+-- get_cosine_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, num_cycles=0.5]) (or one table of
+-- those keys after opt). Warmup is step / warmup (0 at step 0, unlike warmup_cosine's first step); then linear decay
+-- to 0 at num_training_steps, or max(0, (1 + cos(2π · num_cycles · progress)) / 2).
+local function warmup_args(name, opt, a, b, c, with_cycles)
+  check_opt(name, opt)
+  local o
+  if type(a) == "table" then
+    o = a
+    if b ~= nil then error(("%s: pass the steps as a table or as arguments, not both"):format(name), 3) end
+  else
+    o = { num_warmup_steps = a, num_training_steps = b, num_cycles = c }
+    if c ~= nil and not with_cycles then error(("%s: takes (opt, num_warmup_steps, num_training_steps)"):format(name), 3) end
+  end
+  check_keys(name, o, { num_warmup_steps = true, num_training_steps = true, num_cycles = with_cycles or nil })
+  check_int(name, "num_warmup_steps", o.num_warmup_steps, 0)
+  check_int(name, "num_training_steps", o.num_training_steps, 0)
+  local cycles = o.num_cycles or 0.5
+  if type(cycles) ~= "number" or not (cycles >= 0 and cycles < math.huge) then
+    error(("%s: num_cycles must be a finite number >= 0, got %s"):format(name, tostring(cycles)), 3)
+  end
+  return o.num_warmup_steps, o.num_training_steps, cycles
+end
+
+function M.get_linear_schedule_with_warmup(opt, a, b, ...)
+  O.no_more("get_linear_schedule_with_warmup", "(opt, num_warmup_steps, num_training_steps)", ...)
+  local warmup, total = warmup_args("get_linear_schedule_with_warmup", opt, a, b, nil, false)
+  return new("get_linear_schedule_with_warmup", opt, function(step, base)
+    if step < warmup then return base * step / math.max(1, warmup) end
+    return base * math.max(0, (total - step) / math.max(1, total - warmup))
+  end)
+end
+
+function M.get_cosine_schedule_with_warmup(opt, a, b, c, ...)
+  O.no_more("get_cosine_schedule_with_warmup", "(opt, num_warmup_steps, num_training_steps [, num_cycles])", ...)
+  local warmup, total, cycles = warmup_args("get_cosine_schedule_with_warmup", opt, a, b, c, true)
+  return new("get_cosine_schedule_with_warmup", opt, function(step, base)
+    if step < warmup then return base * step / math.max(1, warmup) end
+    local progress = (step - warmup) / math.max(1, total - warmup)
+    return base * math.max(0, (1 + math.cos(math.pi * cycles * 2 * progress)) / 2)
+  end)
+end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(Scheduler, "LRScheduler", function(self) return rawget(self, "name") end)
