@@ -149,6 +149,31 @@ describe("fp8.optim arguments", function()
     assert.are.equal(1e-3, optim.SGD({ p() }).param_groups[1].lr)
     assert.are.equal(1e-3, optim.SGD({ p() }, { momentum = 0.9 }).param_groups[1].lr)
   end)
+  it("maximize=true ascends, as torch 2.x's (the gradient negated before decay and momentum)", function()
+    -- torch 2.x's parameters after three steps from {1, -2} with gradients i·{0.5, 0.25}
+    for _, c in ipairs {
+      { optim.SGD, { lr = 0.1, momentum = 0.9, weight_decay = 0.1, nesterov = true }, { 1.640119194984436, -1.4821752309799194 } },
+      { optim.SGD, { lr = 0.1 }, { 1.2999999523162842, -1.850000023841858 } },
+      { optim.AdamW, { lr = 0.1, weight_decay = 0.1 }, { 1.25966215133667, -1.6512348651885986 } },
+    } do
+      local q = fp8.tensor { 1, -2 }:requires_grad(true)
+      c[2].maximize = true
+      local o = c[1]({ q }, c[2])
+      for i = 1, 3 do q.grad = fp8.tensor { 0.5 * i, 0.25 * i }; o:step() end
+      for j = 1, 2 do assert.is_true(math.abs(q:tolist()[j] - c[3][j]) < 1e-6, o.name .. " " .. j) end
+    end
+    local ok, err = pcall(fp8.optim.MSAMPAdamW and fp8.optim.MSAMPAdamW.new or
+      require("fp8.optim.msamp_adamw").new, { p() }, { maximize = true })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("maximize=true is not supported by MS-AMP's AdamW", 1, true), err)
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O2" } } }
+    local m = fp8.nn.Linear(16, 16)
+    ok, err = pcall(acc.prepare, acc, m, optim.AdamW(m:parameters(), { maximize = true }))
+    assert.is_false(ok)
+    assert.are.equal("MSAMPAdamW: parameter group 1 has maximize=true, which MS-AMP's AdamW does not support (the msamp "
+      .. "backend replaces an AdamW by it)", err)
+  end)
+
   it("rejects bad options with clear messages", function()
     local cases = {
       { function() optim.SGD({ p() }, { lr = 0.1, nesterov = true }) end, "nesterov momentum requires momentum > 0" },

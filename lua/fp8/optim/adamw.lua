@@ -1,5 +1,5 @@
 -- adamw.lua — fp8.optim.AdamW(params, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=1e-2}):
--- torch.optim.AdamW (decoupled weight decay, bias correction, amsgrad=false) via the fused C kernel.
+-- torch.optim.AdamW (decoupled weight decay, bias correction, maximize; amsgrad=false) via the fused C kernel.
 -- State per parameter: step, exp_avg (m), exp_avg_sq (v), kept as separate fp32 tensors.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Optimizer = require "fp8.optim.optimizer"
@@ -32,7 +32,6 @@ function AdamW:_check_group(g)
     if type(g[k]) ~= "boolean" then error(("%s: %s must be a boolean, got %s"):format(self.name, k, type(g[k])), 0) end
   end
   if g.amsgrad then error(self.name .. ": amsgrad=true is not supported (only amsgrad=false)", 0) end
-  if g.maximize then error(self.name .. ": maximize=true is not supported", 0) end
 end
 
 function AdamW:_state_schema(p)
@@ -47,6 +46,7 @@ end
 
 function AdamW:_update(p, grad, st, g)
   st.step = st.step + 1
+  if g.maximize then grad = -grad end   -- torch: the gradient negated before everything else
   C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step)
 end
 

@@ -16,7 +16,10 @@ local AdamW = require "fp8.optim.adamw"
 
 -- Same options and checks as AdamW (the messages name MSAMPAdamW).
 function MSAMPAdamW.new(params, opts) return Optimizer.new(MSAMPAdamW, "MSAMPAdamW", AdamW.DEFAULTS, params, opts) end
-MSAMPAdamW._check_group = AdamW._check_group
+function MSAMPAdamW:_check_group(g)
+  AdamW._check_group(self, g)
+  if g.maximize then error(self.name .. ": maximize=true is not supported by MS-AMP's AdamW (its moments' scales)", 0) end
+end
 MSAMPAdamW._param_dtypes = { fp32 = true, fp16 = true }   -- fp8._optim.msamp_adamw_step: fp32 or fp16 weights
 
 -- from_adamw(opt, {fp8_weights = {[param] = e4m3 tensor}, moments = "fp8"|"fp32"}) → a MSAMPAdamW
@@ -30,6 +33,10 @@ function MSAMPAdamW.from_adamw(opt, extra)
   end
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
+    if g.maximize == true then
+      error(("MSAMPAdamW: parameter group %d has maximize=true, which MS-AMP's AdamW does not support (the msamp "
+        .. "backend replaces an AdamW by it)"):format(i), 0)
+    end
     local c = {}
     for k, v in pairs(g) do if k ~= "initial_lr" then c[k] = v end end   -- a scheduler's mark, not an option
     groups[i] = c

@@ -25,7 +25,6 @@ function SGD:_check_group(g)
       :format(g.momentum, g.dampening), 0)
   end
   if type(g.maximize) ~= "boolean" then error(("SGD: maximize must be a boolean, got %s"):format(type(g.maximize)), 0) end
-  if g.maximize then error("SGD: maximize=true is not supported", 0) end
 end
 
 -- momentum_buffer exists once a step ran with momentum != 0 (opt:step() is Optimizer.step's loop).
@@ -35,6 +34,7 @@ function SGD:_new_state(p, g) return {} end
 
 function SGD:_update(p, grad, st, g)
   -- PyTorch starts the buffer as a copy of the first update (fresh=true tells the kernel so)
+  if g.maximize then grad = -grad end   -- torch 2.x: the gradient negated before weight decay and momentum
   local fresh, buf = false, nil
   if g.momentum ~= 0 then
     fresh = st.momentum_buffer == nil
