@@ -160,6 +160,20 @@ add_all {
   { section = "Tensors", name = "Tensor:unsqueeze", sig = "x:unsqueeze(d) / :squeeze([d]) / :flatten() / :permute(d1, ...) / :narrow(d, start, len) / :expand(shape) / :clone()",
     doc = "Shape views (1-based dims, negative from the end): add or drop a size-1 dim, flatten, reorder dims,\n"
        .. "a slice of len along d from start, broadcast size-1 dims; clone() copies (and keeps the history)." },
+  { section = "Tensors", name = "Tensor:chunk", sig = "x:chunk(n [, d=1]) / x:split(size | {sizes} [, d=1])",
+    doc = "Narrow views along d, returned as several values (local q, k, v = x:chunk(3, -1)): chunk in pieces of\n"
+       .. "ceil(len / n) (fewer than n when they run out), split in pieces of size (the last shorter) or of the\n"
+       .. "sizes listed, which must add up to the length. As torch's." },
+  { section = "Tensors", name = "Tensor:var", sig = "x:var([d] [, {correction=1, keepdim=false}]) / x:std(...)",
+    doc = "Variance and standard deviation over everything or dim d, with Bessel's correction unless\n"
+       .. "correction=0 (torch's). Differentiable. Also x:square(), x:rsqrt(), x:reciprocal()." },
+  { section = "Tensors", name = "linspace", sig = "fp8.linspace(start, end, steps [, dtype | {dtype=, device=}])",
+    doc = "steps values from start to end, both included (torch.linspace), rounded once to the dtype:\n"
+       .. "fp8.linspace(0, 448, 9):quantize(\"e4m3\") shows where the E4M3 grid puts them. fp8.eye(n [, m]) is\n"
+       .. "the identity." },
+  { section = "Tensors", name = "zeros_like", sig = "fp8.zeros_like(x [, dtype | {dtype=, device=}]) / ones_like / full_like(x, v) / ...",
+    doc = "A new tensor of x's shape, dtype and device (unless given): zeros_like, ones_like, empty_like,\n"
+       .. "rand_like, randn_like, full_like(x, v). An FP8 x needs a dtype (quantize the result)." },
   { section = "Tensors", name = "Tensor:float", sig = "x:float() / x:bfloat16() / x:half()",
     doc = "The tensor in fp32 / bf16 / fp16 (x itself when already so; round to nearest even; differentiable)." },
   { section = "Tensors", name = "Tensor:stride", sig = "x:stride() / :is_contiguous() / :shape_str() / :device() / :is_fp8() / :scale_axis()",
@@ -230,6 +244,10 @@ also("where", { "Tensor:masked_fill", "masked_fill" })
 also("Tensor:cuda", { "Tensor:cpu", "Tensor:move_" })
 also("Tensor:underflow", { "Tensor:saturated", "Tensor:qstats" })
 also("ones", { "full", "empty" })
+also("Tensor:chunk", { "Tensor:split" })
+also("Tensor:var", { "Tensor:std", "Tensor:square", "Tensor:rsqrt", "Tensor:reciprocal" })
+also("linspace", { "eye" })
+also("zeros_like", { "ones_like", "empty_like", "rand_like", "randn_like", "full_like" })
 also("cuda", { "cuda.is_built", "cuda.is_available", "cuda.device_count", "cuda.unavailable_reason", "cuda.synchronize",
                "cuda.memory_allocated", "cuda.max_memory_allocated", "cuda.reset_peak_memory_stats",
                "cuda.memory_reserved", "cuda.empty_cache" })

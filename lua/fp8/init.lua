@@ -10,6 +10,9 @@ end
 fp8.stack = tensor_lua.stack   -- fp8.cat's companion (lua/fp8/tensor.lua)
 fp8.set_printoptions = tensor_lua.set_printoptions
 fp8.where = tensor_lua.where
+for _, k in ipairs { "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like", "linspace", "eye" } do
+  fp8[k] = tensor_lua[k]
+end
 
 -- encode(x, fmt [, {saturate=bool}]): saturate (clamp to ±max) is the default, as training casts do;
 -- {saturate=false} is the IEEE policy (overflow → inf for e5m2, NaN for e4m3).

@@ -392,4 +392,192 @@ function M.stack(list, dim, ...)
   return r
 end
 
+-- A factory's error raised again as `who`'s: without the internal location, Lua's "bad argument #n to 'f'" wrapper
+-- or the factory's own name.
+local function reraise(who, err)
+  local msg = tostring(err):gsub("^[^:\n]*%.lua:%d+: ", "")
+  msg = msg:match("^bad argument #%d+ to '[^']*' %((.*)%)$") or msg
+  error(who .. ": " .. msg:gsub("^[%a_]+: ", ""), 3)
+end
+
+-- fp8.zeros_like / ones_like / empty_like / rand_like / randn_like (t [, dtype | {dtype=, device=}]) and
+-- full_like(t, v [, ...]): t's shape, dtype and device unless given (torch's *_like). An FP8 t has no such
+-- factory: its dtype must then be given.
+local function like_opts(who, t, o)
+  check_self(who, t)
+  local dt, dev = nil, t:device()
+  if type(o) == "string" then dt = o
+  elseif type(o) == "table" and getmetatable(o) == nil then
+    require("fp8.opts").check(who, o, { dtype = true, device = true }, 3)
+    dt, dev = o.dtype, o.device or dev
+  elseif o ~= nil then
+    error(("%s: expected a dtype name or {dtype=, device=} after the tensor, got %s"):format(who, type(o)), 3)
+  end
+  if dt == nil and t:is_fp8() then
+    error(("%s: the tensor is %s, an FP8 format: give a dtype ({dtype=\"fp32\"}) and :quantize the result"):format(who,
+      t:dtype()), 3)
+  end
+  return { dtype = dt or t:dtype(), device = dev }
+end
+
+for _, name in ipairs { "zeros", "ones", "empty", "rand", "randn" } do
+  local who = name .. "_like"
+  M[who] = function(t, o, ...)
+    no_more(who, "(tensor [, dtype | {dtype=, device=}])", ...)
+    local ok, r = pcall(core[name], t:shape(), like_opts(who, t, o))
+    if not ok then reraise(who, r) end
+    return r
+  end
+end
+
+function M.full_like(t, v, o, ...)
+  no_more("full_like", "(tensor, value [, dtype | {dtype=, device=}])", ...)
+  local opts = like_opts("full_like", t, o)
+  if type(v) ~= "number" then error(("full_like: expected a number as the value, got %s"):format(type(v)), 2) end
+  local ok, r = pcall(core.full, t:shape(), v, opts)
+  if not ok then reraise("full_like", r) end
+  return r
+end
+
+-- fp8.linspace(start, stop, steps [, dtype | {dtype=, device=}]): steps values from start to stop, both included
+-- (torch.linspace), computed in double (start + i·step for the first half, stop − (steps − 1 − i)·step for the
+-- second, so both ends are exact) and rounded once to the dtype.
+function M.linspace(a, b, steps, o, ...)
+  no_more("linspace", "(start, end, steps [, dtype | {dtype=, device=}])", ...)
+  for i, v in ipairs { a, b } do
+    if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+      error(("linspace: %s must be a finite number, got %s"):format(i == 1 and "start" or "end", tostring(v)), 2)
+    end
+  end
+  if math.type(steps) ~= "integer" or steps < 0 or steps > 1 << 24 then
+    error(("linspace: steps must be an integer in 0..%d, got %s"):format(1 << 24, tostring(steps)), 2)
+  end
+  local vals, step = {}, steps > 1 and (b - a) / (steps - 1) or 0
+  for i = 0, steps - 1 do
+    vals[i + 1] = (i < steps // 2 or steps == 1) and a + i * step or b - (steps - 1 - i) * step
+  end
+  local ok, r
+  if steps == 0 then ok, r = pcall(core.empty, { 0 }, o) else ok, r = pcall(core.tensor, vals, o) end
+  if not ok then reraise("linspace", r) end
+  return r
+end
+
+-- fp8.eye(n [, m] [, dtype | {dtype=, device=}]): ones on the diagonal of an [n, m] matrix (m defaults to n).
+function M.eye(n, m, o, ...)
+  no_more("eye", "(n [, m] [, dtype | {dtype=, device=}])", ...)
+  if type(m) ~= "number" then m, o = nil, m end
+  m = m or n
+  for i, v in ipairs { n, m } do
+    if math.type(v) ~= "integer" or v < 0 or v > 1 << 16 then
+      error(("eye: %s must be an integer in 0..%d, got %s"):format(i == 1 and "n" or "m", 1 << 16, tostring(v)), 2)
+    end
+  end
+  -- the options checked by the factory that takes them (zeros), then the identity made in fp32 on the host
+  local ok, z = pcall(core.zeros, { 0 }, o)
+  if not ok then reraise("eye", z) end
+  local r = core.zeros({ n, m }, "fp32")
+  for i = 1, math.min(n, m) do r:set({ i, i }, 1) end
+  if z:dtype() ~= "fp32" then r = r:to(z:dtype()) end
+  if z:device() ~= "cpu" then r = r:to(z:device()) end
+  return r
+end
+
+-- t:var([dim] [, {correction=1, keepdim=false}]) and t:std(...): torch's (Bessel's correction by default;
+-- correction=0 is the population's), over everything or one dim; differentiable (made of mean, sub, mul, sum).
+local function var_of(who, t, dim, o)
+  check_self(who, t)
+  if type(dim) == "table" and o == nil and getmetatable(dim) == nil then dim, o = nil, dim end
+  o = require("fp8.opts").check(who, o or {}, { correction = true, keepdim = true }, 4)
+  local corr, keep = o.correction or 1, o.keepdim or false
+  if type(corr) ~= "number" or corr < 0 or corr ~= corr or corr == math.huge then
+    error(("%s: correction must be a finite number >= 0, got %s"):format(who, tostring(corr)), 4)
+  end
+  if type(keep) ~= "boolean" then error(("%s: keepdim must be a boolean, got %s"):format(who, type(keep)), 4) end
+  local n
+  if dim == nil then
+    n = t:numel()
+  else
+    dim = norm_dim(who, dim, math.max(t:dim(), 1))
+    n = t:dim() == 0 and 1 or t:size(dim)
+  end
+  local d
+  if dim == nil then d = t - t:mean() else d = t - t:mean(dim, true) end
+  local ss = dim == nil and (d * d):sum() or (d * d):sum(dim, keep)
+  if dim == nil and keep then ss = ss:reshape((function() local s = {} for i = 1, t:dim() do s[i] = 1 end return s end)()) end
+  return ss / math.max(n - corr, 0)
+end
+
+function Tensor.var(t, dim, o, ...)
+  no_more("var", "([dim] [, {correction=, keepdim=}])", ...)
+  return var_of("var", t, dim, o)
+end
+
+function Tensor.std(t, dim, o, ...)
+  no_more("std", "([dim] [, {correction=, keepdim=}])", ...)
+  return var_of("std", t, dim, o):sqrt()
+end
+
+-- t:chunk(n [, dim=1]) and t:split(size | {sizes} [, dim=1]): narrow views along dim, as torch's (chunk: pieces
+-- of ceil(len / n), so fewer than n when they run out; split: pieces of `size`, the last shorter, or the sizes
+-- given, which must add up to the length).
+local function pieces(who, t, sizes, dim)
+  local out, start = {}, 1
+  for i, sz in ipairs(sizes) do out[i] = t:narrow(dim, start, sz); start = start + sz end
+  return table.unpack(out)
+end
+
+function Tensor.chunk(t, n, dim, ...)
+  no_more("chunk", "(chunks [, dim])", ...)
+  check_self("chunk", t)
+  if math.type(n) ~= "integer" or n < 1 then error(("chunk: chunks must be an integer >= 1, got %s"):format(tostring(n)), 2) end
+  if t:dim() == 0 then error("chunk: a 0-d tensor cannot be split", 2) end
+  dim = norm_dim("chunk", dim or 1, t:dim())
+  local len = t:size(dim)
+  local each = len == 0 and 0 or (len + n - 1) // n
+  local sizes = {}
+  if len == 0 then   -- n empty pieces, as torch's
+    if n > 4096 then error(("chunk: %d empty pieces asked for (at most 4096)"):format(n), 2) end
+    for i = 1, n do sizes[i] = 0 end
+  else
+    local left = len
+    while left > 0 do sizes[#sizes + 1] = math.min(each, left); left = left - each end
+  end
+  return pieces("chunk", t, sizes, dim)
+end
+
+function Tensor.split(t, size, dim, ...)
+  no_more("split", "(split_size | {sizes} [, dim])", ...)
+  check_self("split", t)
+  if t:dim() == 0 then error("split: a 0-d tensor cannot be split", 2) end
+  dim = norm_dim("split", dim or 1, t:dim())
+  local len, sizes = t:size(dim), {}
+  if type(size) == "table" and getmetatable(size) == nil then
+    local total, n = 0, rawlen(size)
+    if n > len + 1 then error(("split: %d sizes for a length of %d"):format(n, len), 2) end
+    for i = 1, n do
+      local v = rawget(size, i)
+      if math.type(v) ~= "integer" or v < 0 then
+        error(("split: sizes[%d] must be an integer >= 0, got %s"):format(i, tostring(v)), 2)
+      end
+      total = total + v
+      sizes[i] = v
+    end
+    if total ~= len then
+      error(("split: the sizes add up to %d, but dim %d has length %d"):format(total, dim, len), 2)
+    end
+  elseif math.type(size) == "integer" and size >= 1 then
+    local left = len
+    if left == 0 then sizes = { 0 } end
+    while left > 0 do sizes[#sizes + 1] = math.min(size, left); left = left - size end
+  else
+    error(("split: expected a size (an integer >= 1) or a list of sizes, got %s"):format(tostring(size)), 2)
+  end
+  return pieces("split", t, sizes, dim)
+end
+
+-- t:square(), t:rsqrt(), t:reciprocal(): x·x, 1/√x, 1/x (differentiable; made of mul, sqrt, div).
+function Tensor.square(t, ...) check_self("square", t); no_more("square", "no arguments", ...); return t * t end
+function Tensor.rsqrt(t, ...) check_self("rsqrt", t); no_more("rsqrt", "no arguments", ...); return 1 / t:sqrt() end
+function Tensor.reciprocal(t, ...) check_self("reciprocal", t); no_more("reciprocal", "no arguments", ...); return 1 / t end
+
 return M
