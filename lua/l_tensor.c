@@ -880,6 +880,12 @@ static float opt_positive(lua_State *L, int opts, const char *key) {
         if (!(d > 0) || !isfinite(d))
             luaL_error(L, "quantize: %s must be a finite number > 0, got %s", key, lua_tostring(L, -1));
         v = (float)d;
+        /* what the cast uses is the fp32 value, and a scale's reciprocal decodes: both must be finite and > 0 */
+        if (!(v > 0) || !isfinite(v) || (strcmp(key, "scale") == 0 && !isfinite(1.0f / v)))
+            luaL_error(L, "quantize: %s must be in fp32's range (%s), got %s", key,
+                       strcmp(key, "scale") == 0 ? "from 1/3.4e38 to 3.4e38, so that its reciprocal is finite too"
+                                                 : "from 1.4e-45 to 3.4e38",
+                       lua_tostring(L, -1));
     }
     lua_pop(L, 1);
     return v;

@@ -211,6 +211,18 @@ describe("fp8.explain", function()
     assert.is_false(fp8.explain(1000, "e4m3", { quiet = true, saturate = false }).saturated)
   end)
 
+  it("quantize refuses a scale or amax that fp32 cannot hold (it used to drop them, or decode with an inf)", function()
+    local x = fp8.tensor { 1e-30, 3e37, 0 }
+    for _, c in ipairs { { { scale = 1e-50 }, "scale must be in fp32's range" }, { { amax = 1e-50 }, "amax must be in fp32's range" },
+                         { { amax = 1e39 }, "amax must be in fp32's range" },
+                         { { scale = 1e-40 }, "so that its reciprocal is finite too), got 1e-40" } } do
+      local ok, err = pcall(x.quantize, x, "e4m3", c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[2], 1, true), err)
+    end
+    assert.are.same({ 0, 0, 0 }, x:quantize("e4m3", { scale = 3e-39 }):dequantize():mul(0):totable())
+  end)
+
   it("handles NaN and infinite inputs", function()
     local n = quiet(0 / 0, "e4m3")
     assert.is_true(n.nan)
