@@ -87,8 +87,11 @@ local function hist(t, fmt, opts, ...)
   end
   local n = #bytes
   -- Saturated values (±inf sources among them) were clamped to the max code: shown on their own line, not in
-  -- the top binade. Under the IEEE policy they overflowed to NaN or inf codes instead, counted there.
-  local sat = math.min(st.saturated, atmax)
+  -- the top binade. Under the IEEE policy they overflowed to NaN or inf codes instead, counted there: the cast's
+  -- `saturated` counts both, and the NaN/inf codes not made from a NaN source are those overflows (a saturating
+  -- cast makes none), which leave the max codes to the values that are the max.
+  local overflow = math.max(0, math.min(st.saturated, nan + inf - st.nan))
+  local sat = math.max(0, math.min(st.saturated - overflow, atmax))
   local top = (maxcode >> mbits) - bias
   if sat > 0 then bins[top] = bins[top] - sat; if bins[top] == 0 then bins[top] = nil end end
   local underflow = math.min(st.underflow, zero)
@@ -96,7 +99,7 @@ local function hist(t, fmt, opts, ...)
   for p in pairs(bins) do lo = math.min(lo or p, p); hi = math.max(hi or p, p) end
 
   local h = setmetatable({ format = fmt, n = n, bins = bins, lo = lo, hi = hi, zero = zero - underflow,
-    underflow = underflow, subnormal = sub, saturated = sat, nan = nan, inf = inf,
+    underflow = underflow, subnormal = sub, saturated = sat, overflow = overflow, nan = nan, inf = inf,
     underflow_frac = n > 0 and underflow / n or 0, subnormal_frac = n > 0 and sub / n or 0,
     zero_frac = n > 0 and (zero - underflow) / n or 0,
     saturated_frac = n > 0 and sat / n or 0 }, Result)
@@ -120,9 +123,10 @@ local function hist(t, fmt, opts, ...)
       per_tensor and ("scale %.6g (source value = FP8 value / scale)"):format(h.scale)
       or ("one scale per slice along dim %d"):format(q:scale_axis())))
     print(("  %-26s %-24s %9s %8s"):format("FP8 bucket", "source |x|", "count", "share"))
-    if sat > 0 or st.saturated > 0 then line(("saturated to +-%g"):format(f.max), src(f.max, math.huge), sat) end
-    if inf > 0 then line("inf", "", inf) end
-    if nan > 0 then line("NaN", "", nan) end
+    if sat > 0 or st.saturated > overflow then line(("saturated to +-%g"):format(f.max), src(f.max, math.huge), sat) end
+    local ovf = overflow > 0 and (" (%d overflowed)"):format(overflow) or ""
+    if inf > 0 then line("inf" .. (f.has_inf and ovf or ""), "", inf) end
+    if nan > 0 then line("NaN" .. (f.has_inf and "" or ovf), "", nan) end
     if hi then
       for p = hi, lo, -1 do
         local c = bins[p] or 0
@@ -147,8 +151,9 @@ if okh and help.add then
     doc = "Text histogram of a tensor on the FP8 grid: per binade of the format, how many values land there\n"
        .. "(with the source range each binade covers), how many become subnormal, underflow to zero and\n"
        .. "saturate at ±max. The cast is x:quantize(fmt, opts) (default scale = fp8_max/amax; {scale=1} shows\n"
-       .. "the unscaled cast). An FP8 tensor is read as it is. Returns a table (n, bins, underflow, subnormal,\n"
-       .. "saturated, *_frac) that prints as one line. See docs/concepts.md." }
+       .. "the unscaled cast). An FP8 tensor is read as it is (one cast with saturate=false: its overflows are\n"
+       .. "its NaN or inf codes, counted in overflow, not in saturated). Returns a table (n, bins, underflow,\n"
+       .. "subnormal, saturated, overflow, nan, inf, *_frac) that prints as one line. See docs/concepts.md." }
 end
 
 return hist
