@@ -49,7 +49,11 @@ local function describe(model, opts)
   end
   for _, kind in ipairs { "parameter", "buffer" } do
     local list = kind == "parameter" and model:named_parameters() or model:named_buffers()
-    for _, nt in ipairs(list) do lines[#lines + 1] = ("%s %s %s %s"):format(kind, nt[1], nt[2]:dtype(), shape_str(nt[2])) end
+    for _, nt in ipairs(list) do
+      -- a parameter trained on one rank and frozen on another would pair the ranks' buckets wrongly
+      local frozen = kind == "parameter" and (nt[2]:requires_grad() and " trainable" or " frozen (requires_grad false)") or ""
+      lines[#lines + 1] = ("%s %s %s %s%s"):format(kind, nt[1], nt[2]:dtype(), shape_str(nt[2]), frozen)
+    end
   end
   return lines
 end
@@ -88,10 +92,12 @@ function M.attach(acc, model)
   -- of its recipe state that state_dict writes (the live state is the layer's own, kept equal across processes by
   -- the amax all-reduce after each step), so broadcasting it would only make every training-mode forward a
   -- collective: a model run on the main process alone (an evaluation, a sample) would wait for the others forever.
+  -- Nor is MS-AMP O3's weight_fp8: the optimizer step re-casts it from the master weight, the same on every process
+  -- (broadcast, it made rank 1 compute with the step before's weights once rank 0 ran one forward more).
   local function forward_buffers(m)
     local out = {}
     for _, nt in ipairs(m:named_buffers()) do
-      if not nt[1]:match("fp8_state$") then out[#out + 1] = nt[2] end
+      if not (nt[1]:match("fp8_state$") or nt[1]:match("weight_fp8$")) then out[#out + 1] = nt[2] end
     end
     return out
   end

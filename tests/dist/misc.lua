@@ -1,5 +1,6 @@
 -- misc.lua MODE — DDP behaviours under 2 processes (tests/spec/dist_spec.lua):
 --   mismatch      rank 1 builds a wider hidden layer: prepare must fail on every rank naming it
+--   frozen        rank 0 freezes the first layer's weight, rank 1 the last's: prepare must fail naming it
 --   unused        a layer outside the loss, find_unused_parameters=false: backward fails naming it
 --   unused_ok     the same with find_unused_parameters=true: trains; the unused weight's grad stays nil
 --   buffers       a buffer that differs per rank: equal to rank 0's after a forward (broadcast_buffers)
@@ -65,6 +66,7 @@ fp8.manual_seed(1 + r)
 local hidden = (mode == "mismatch" and r == 1) and 12 or 8
 local model = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 2))
 local extra = nn.Linear(4, 4)   -- prepared with the model, never used by the loss
+if mode == "frozen" then (r == 0 and model[1] or model[3]).weight:requires_grad(false) end
 if mode == "buffers" or mode == "buffers_off" then model:register_buffer("running", fp8.tensor { r + 1.0, 0 }) end
 local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
 if mode == "unused" or mode == "unused_ok" then model, extra, opt = acc:prepare(model, extra, opt)
@@ -252,6 +254,22 @@ if mode == "collectives" then
   if r == 0 then m2(fp8.randn { 4, 16 }) end
   a2:wait_for_everyone()
   print(("rank%d alone=done"):format(r))
+  -- MS-AMP O3: its E4M3 weight copies (buffers, re-cast by every optimizer step) are not broadcast either: after a
+  -- forward on rank 0 alone, both ranks train on the same data with the same weights, so their losses are equal
+  local a3 = fp8.Accelerator { cpu = true, mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O3" } } }
+  fp8.manual_seed(1)
+  local m3 = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 16))
+  local o3 = fp8.optim.AdamW(m3:parameters(), { lr = 1e-2 })
+  m3, o3 = a3:prepare(m3, o3)
+  if r == 0 then m3(fp8.randn { 2, 32 }) end
+  fp8.manual_seed(5)
+  local losses = {}
+  for s = 1, 4 do
+    local l = nn.functional.cross_entropy(m3(fp8.randn { 8, 32 }), fp8.tensor { 0, 1, 2, 3, 4, 5, 6, 7 })
+    a3:backward(l); o3:step(); o3:zero_grad()
+    losses[s] = ("%.6f"):format(l:item())
+  end
+  print(("rank%d o3losses=%s"):format(r, table.concat(losses, ",")))
   return
 end
 if mode == "freemem" then

@@ -244,6 +244,7 @@ describe("data parallel over MPI (2 processes)", function()
       assert.truthy(out:find(('rank%d fields=true gather: the tensors differ across processes: rank 1 has "b" fp32[1] where rank 0 has "a" fp32[1]'):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d record=true gather_object: expected a list, got a table with the key 'acc'"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d alone=done"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d o3losses="):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d hookfail=true hook failed on rank 1 tmp=false"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d procs=true was saved by 1 process, this run has 2 nonstrict=true"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d empty=true,true kind=rank 0 passes tensors (gather), rank 1 other values keys="
@@ -423,7 +424,13 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank1 buffers_same=false", 1, true), out)
     out, code = mpirun("tests/dist/misc.lua", "mismatch")
     assert.are_not.equal(0, code)
-    assert.truthy(out:find("rank 1 has parameter 0.weight fp32 [12, 4] where rank 0 has parameter 0.weight fp32 [8, 4]", 1, true), out)
+    assert.truthy(out:find("rank 1 has parameter 0.weight fp32 [12, 4] trainable where rank 0 has parameter 0.weight fp32 [8, 4] "
+      .. "trainable", 1, true), out)
+    -- a parameter trained on one rank and frozen on the other (the reducers' buckets would pair different tensors)
+    out, code = mpirun("tests/dist/misc.lua", "frozen")
+    assert.are_not.equal(0, code)
+    assert.truthy(out:find("rank 1 has parameter 0.weight fp32 [8, 4] trainable where rank 0 has parameter 0.weight fp32 [8, 4] "
+      .. "frozen (requires_grad false)", 1, true), out)
   end)
 
   it("find_unused_parameters: an error naming the parameter without it, training with it", function()
