@@ -783,17 +783,24 @@ static int pmain(lua_State *L) {
 }
 
 /* OMP_NUM_THREADS past what a process can start makes libgomp crash in the first parallel region (100000:
- * a segfault): refused before anything runs. Digits only are read here; libgomp itself reads the rest. */
+ * a segfault): refused before anything runs, in each entry of its list. */
 #define FL_MAX_THREADS 1024
 static int check_omp_threads(void) {
     const char *s = getenv("OMP_NUM_THREADS");
     if (!s) return 0;
-    for (const char *p = s; *p && *p != ','; p++) {
-        if (*p < '0' || *p > '9') return 0;
-        if (p - s > 6 || atol(s) > FL_MAX_THREADS) {
+    /* each entry of the list (one per nesting level) as libgomp reads it: spaces, an optional '+', digits */
+    for (const char *p = s; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\v' || *p == '\f' || *p == '\r') p++;
+        if (*p == '+') p++;
+        if (*p < '0' || *p > '9') return 0;   /* not a number: libgomp's own rules apply */
+        long v = 0;
+        for (; *p >= '0' && *p <= '9'; p++) v = v > FL_MAX_THREADS ? v : v * 10 + (*p - '0');
+        if (v > FL_MAX_THREADS) {
             fprintf(stderr, "%s: OMP_NUM_THREADS=%s: at most %d threads per process\n", progname, s, FL_MAX_THREADS);
             return 2;
         }
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
     }
     return 0;
 }
