@@ -134,6 +134,7 @@ accel:register_for_checkpointing({
 if opts.resume then
   accel:load_state(opts.resume ~= "latest" and opts.resume or nil)
   print(("resumed from %s at step %d"):format(opts.resume, accel.step))
+  require("fp8.args").after_resume(accel)
 end
 local device, gas = accel:device(), accel.gradient_accumulation_steps
 local precision = accel.mixed_precision

@@ -147,6 +147,7 @@ accel:register_for_checkpointing({
 if opts.resume then
   accel:load_state(opts.resume ~= "latest" and opts.resume or nil)
   print(("resumed from %s at step %d (epoch %d)"):format(opts.resume, counter.step, train_loader.epoch + 1))
+  require("fp8.args").after_resume(accel)
 end
 
 -- correct predictions in a batch: argmax gives 0-based classes, as the labels are

@@ -111,4 +111,23 @@ function M.out_dir(p)
   end
 end
 
+-- after_resume(acc): a script's run resumed (--resume) from a checkpoint older than the newest in its project_dir
+-- numbers its own checkpoints after the newest, with a notice: load_state continues the numbering after the one
+-- it loaded, and a save under a name taken is refused (Accelerate's rule), which --save-every met only at the
+-- end of the training.
+function M.after_resume(acc)
+  local pc = acc.project_configuration
+  if not (pc and pc.automatic_checkpoint_naming and pc.project_dir) then return end
+  local newest
+  for _, name in ipairs(require("fp8._checkpoint").listdir(pc.project_dir .. "/checkpoints") or {}) do
+    local n = tonumber(name:match("^checkpoint_(%d+)$"))
+    if n and (not newest or n > newest) then newest = n end
+  end
+  if newest and newest >= pc.iteration then
+    acc:print(("notice: %s/checkpoints holds checkpoints up to checkpoint_%d, after the one resumed from: this "
+      .. "run's are numbered from checkpoint_%d"):format(pc.project_dir, newest, newest + 1))
+    pc.iteration = newest + 1
+  end
+end
+
 return M

@@ -112,6 +112,13 @@ describe("the training scripts' --save-every and --resume", function()
     local latest = lines("--resume latest")   -- checkpoint_1 (step 6): nothing left to train
     assert.same({ straight[7] }, latest)
     assert.same(per, rows_per_step())
+    -- resumed from the older checkpoint with --save-every again: its checkpoints come after the newest (checkpoint_1
+    -- is taken: the save at step 6 was refused after the whole training)
+    local ok, out = sh(base .. " --save-every 3 --resume " .. dir .. "/checkpoints/checkpoint_0")
+    assert(ok, out)
+    assert.truthy(out:find("holds checkpoints up to checkpoint_1, after the one resumed from: this run's are numbered "
+      .. "from checkpoint_2", 1, true), out)
+    assert.truthy(require("fp8._checkpoint").is_dir(dir .. "/checkpoints/checkpoint_2"))
     os.execute("rm -rf " .. dir)
   end)
 
