@@ -44,6 +44,14 @@ local opts = require("fp8.args").parse(arg or {}, OPTIONS, {
   usage = "usage: fp8lab scripts/compare_recipes.lua [options]",
   about = "Trains the Fashion-MNIST MLP under fp32, bf16 and every FP8 recipe and compares them. Options:",
   default_text = false })
+-- Each run sets its own precision and recipe: a launch flag that sets one would be refused by the first run that
+-- does not use it (the fp32 run, naming mixed_precision "no"), so it is refused here, for what it is.
+for var, flag in (os.getenv("FP8LAB_LAUNCH_FLAGS") or ""):gmatch("([%w_]+)=(%-%-[%w_]+)") do
+  if var == "FP8LAB_MIXED_PRECISION" or var:match("^FP8LAB_FP8_") then
+    error(("%s (a launch flag) does not apply: compare_recipes.lua sets each run's precision and recipe itself (--only "
+      .. "picks them); launch it without the flag"):format(flag), 0)
+  end
+end
 if opts.model ~= "mlp" and opts.model ~= "gpt" then
   error(("--model must be mlp or gpt, got '%s'"):format(opts.model), 0)
 end
