@@ -267,7 +267,9 @@ if ok and help.add then
   help.add { section = "Training", name = "amp.GradScaler",
     sig = "fp8.amp.GradScaler{init_scale=65536, growth_factor=2, backoff_factor=0.5, growth_interval=2000, enabled=true}",
     doc = "Dynamic loss scaling for fp16: scaler:scale(loss):backward(); scaler:step(opt) (skipped when a grad has\n"
-       .. "inf/NaN); scaler:update() (backoff on overflow, growth after growth_interval clean steps); :get_scale()." }
+       .. "inf/NaN); scaler:update() (backoff on overflow, growth after growth_interval clean steps); :get_scale().\n"
+       .. "scaler:unscale_(opt) unscales its gradients early (to clip them); :is_unscaled(opt), :is_enabled();\n"
+       .. ":state_dict() / :load_state_dict(sd) save and restore the scale and its counters, as torch's." }
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -197,6 +197,10 @@ add_all {
     doc = "config.yaml from Lua (docs/config.md, \"From Lua\"): load and check a file as fp8lab launch does, write one\n"
        .. "atomically; keys() lists the keys, suggest(word, list) / distance(a, b) the nearest name, default_path()\n"
        .. "where `fp8lab config` writes, libyaml_version()." },
+  { section = "Other", name = "config.sys", sig = "require(\"fp8.config\").sys.setenv / exec / executable / realpath / ...",
+    doc = "The process helpers fp8lab launch and fp8lab env use (docs/config.md): setenv(name, value|nil),\n"
+       .. "exec{prog, args...}, executable(), realpath(p), isatty(fd), geteuid(), omp_max_threads(), build(),\n"
+       .. "cpu_fp8_gemm() (the CPU FP8 GEMM's kernel family), cpu_isa() (FP8LAB_CPU_ISA's cap), env_names(prefix)." },
   { section = "Training", name = "amp.set_mixed_precision", sig = "fp8.amp.set_mixed_precision(mode) / fp8.amp.dtype_for(mode)",
     doc = "Switch autocast for the rest of the program to a mixed-precision mode (no, fp16, bf16; fp8's non-FP8 ops use\n"
        .. "bf16, which is what the Accelerator asks for under mixed_precision=\"fp8\"), returning the\n"
@@ -222,6 +226,19 @@ local function name_of(fn)
   for k, v in pairs(fp8) do
     if type(v) == "table" then
       for k2, v2 in pairs(v) do if rawequal(v2, fn) then return k .. "." .. k2 end end
+    end
+  end
+  -- a method of a class one level further down (fp8.amp.GradScaler.step): "amp.GradScaler:step", found in its
+  -- class's entry where that entry names it (find); raw reads, so no class's __index or __pairs runs
+  for k, v in next, fp8 do
+    if type(v) == "table" then
+      for k2, v2 in next, v do
+        if type(v2) == "table" and type(k2) == "string" then
+          for k3, v3 in next, v2 do
+            if rawequal(v3, fn) and type(k3) == "string" then return k .. "." .. k2 .. ":" .. k3 end
+          end
+        end
+      end
     end
   end
   return nil
@@ -268,6 +285,7 @@ also("amp.set_mixed_precision", { "amp.dtype_for" })
 also("data.clock", { "data.isatty", "data.is_loader" })
 also("kwargs.describe", { "kwargs.repr", "kwargs.nearest", "kwargs.is_handler" })
 also("progress", { "progress.new" })
+also("keys", { "REPL keys" })
 also("Tensor:matmul", { "pow", "Tensor:pow" })
 
 also("Accelerator", { "acc:prepare", "acc:prepare_model", "acc:prepare_optimizer", "acc:prepare_scheduler",
@@ -284,11 +302,17 @@ also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })
 also("nn.Module", { "nn.Parameter" })
 also("profiler.record_function", { "profiler.push", "profiler.pop" })
 
--- name itself, a name documented inside another entry, or a method of the Accelerator class (acc:name)
+-- name itself, a name documented inside another entry, a method of the Accelerator class (acc:name), or a
+-- method or field that the entry of what holds it names ("amp.GradScaler:step": GradScaler's entry says step)
 local function find(name)
   local e = by_name[name] or (M.ALIASES[name] and by_name[M.ALIASES[name]])
   local m = not e and name:match("^Accelerator[%.:]([%w_]+)$")
   if m then return find("acc:" .. m) end
+  if not e then
+    local parent, member = name:match("^(.+)[%.:]([%a_][%w_]*)$")
+    local pe = parent and find(parent)
+    if pe and ((pe.sig or "") .. "\n" .. (pe.doc or "")):find("%f[%w_]" .. member .. "%f[^%w_]") then e = pe end
+  end
   return e
 end
 

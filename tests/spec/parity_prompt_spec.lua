@@ -113,6 +113,20 @@ describe("the prompt", function()
     assert.are.same({}, missing)
   end)
 
+  it("help(obj.method) finds the entry of the class that documents the method; help('REPL keys') as listed", function()
+    local help = require "fp8.help"
+    local s = fp8.amp.GradScaler()
+    local dl = fp8.data.DataLoader { { { fp8.zeros { 1 }, 1 } }, batch_size = 1 }
+    for _, fn in ipairs { s.step, s.update, s.unscale_, s.get_scale, s.state_dict, s.is_enabled, dl.iter, dl.set_epoch, dl.to } do
+      local e = help.lookup(fn)
+      assert.truthy(e and (e.name == "amp.GradScaler" or e.name == "data.DataLoader"), e and e.name)
+    end
+    assert.are.equal("data.TextDataset", help.lookup("data.TextDataset:blocks").name)
+    assert.are.equal("config.sys", help.lookup("config.sys.setenv").name)
+    assert.are.equal("keys", help.lookup("REPL keys").name)
+    assert.is_nil(help.lookup("amp.GradScaler:nope"))   -- a member the class's entry does not name: no entry
+  end)
+
   it("=expr continues over lines as an expression does", function()
     local out = sh("printf %s " .. sh_quote("=1 +\n41\n") .. " | " .. sh_quote(bin) .. " -i")
     assert.matches("42", out)
