@@ -2,6 +2,7 @@
 #include "cpu_isa.h"
 #include <stdatomic.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const NAMES[FL_ISA_COUNT] = { "avx2", "avx512", "avx512_bf16", "amx" };
 const char fl_cpu_isa_words[] = "avx2, avx512, avx512_bf16, amx";
@@ -12,7 +13,7 @@ static _Atomic bool frozen;
 fl_status fl_cpu_isa_limit(const char *name) {
     int isa = -1;
     for (int i = 0; i < FL_ISA_COUNT; i++)
-        if (name && strcmp(name, NAMES[i]) == 0) isa = i;
+        if (name && strcasecmp(name, NAMES[i]) == 0) isa = i;   /* AVX2 as ONEDNN_MAX_CPU_ISA writes it, too */
     if (isa < 0)
         return FL_ERR(FL_EINVAL, "CPU instruction sets: expected one of %s, got \"%s\"", fl_cpu_isa_words,
                       name ? name : "(null)");

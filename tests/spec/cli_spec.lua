@@ -640,6 +640,12 @@ print("CAP=" .. sys.cpu_isa() .. " FAMILY=" .. tostring(sys.cpu_fp8_gemm()) .. "
     assert.are.equal(2, n, out)
   end)
 
+  it("takes its word in any case, as the other FP8LAB_ words (AVX2 as ONEDNN_MAX_CPU_ISA writes it)", function()
+    local out, err, code = run(q(SCRIPT), nil, "FP8LAB_CPU_ISA=AVX2 ")
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find("CAP=avx2 FAMILY=avx2_fma SUM=true", 1, true), out)
+  end)
+
   it("refuses a word outside its choices, before anything runs", function()
     for _, args in ipairs { "-e 'print(1)'", "env", "launch --num_processes 1 " .. q(SCRIPT) } do
       local out, err, code = run(args, nil, "FP8LAB_CPU_ISA=avx512bf16 ")
