@@ -231,13 +231,15 @@ local function env_cmd(host, ...)
   for _, u in ipairs(E.unknown()) do unknown[u.name] = u end
   local setting_of = {}   -- a setting's variable → its key: its value is checked as launch and the Accelerator do
   for _, k in ipairs(KEYS) do if k.env then setting_of[k.env] = k end end
+  -- everything is shown, and the exit status says whether a setting was bad (1, as the other sub-commands')
+  local bad = false
   for _, n in ipairs(names) do
     local u, v, note = unknown[n], os.getenv(n) or "", ""
     if u then
       note = u.near and ("   (not read by fp8lab: did you mean %s?)"):format(u.near) or "   (not read by fp8lab)"
     elseif setting_of[n] and v ~= "" then
       local ok, err = pcall(settings.parse, setting_of[n].name, v, n)
-      if not ok then note = ("   (invalid: %s)"):format(tostring(err):gsub("^[^:]*:%d+: ", "")) end
+      if not ok then note = ("   (invalid: %s)"):format(tostring(err):gsub("^[^:]*:%d+: ", "")); bad = true end
     end
     print(("  %s=%s%s"):format(n, v, note))
   end
@@ -247,17 +249,18 @@ local function env_cmd(host, ...)
   local path, origin = config_path(config_flag)
   if not path then
     print(("  none (%s does not exist; fp8lab config writes it)"):format(cfg.default_path()))
-    return 0
+    return bad and 1 or 0
   end
   print(("  %s (%s)"):format(path, origin))
   local ok, settings = pcall(cfg.load, path)
   if not ok then
     print("  error: " .. tostring(settings))
+    bad = true
   else
     -- the file's own notices, then those an Accelerator would give for the file alone, as config --check prints
     local okr, r = pcall(require("fp8.kwargs").resolve, { config = settings, env = {} })
     for _, n in ipairs(okr and r.notices or settings.notices) do print("  notice: " .. n) end
-    if not okr then print("  error: " .. tostring(r):gsub("^[^:\n]*:%d+: ", "")) end
+    if not okr then print("  error: " .. tostring(r):gsub("^[^:\n]*:%d+: ", "")); bad = true end
   end
   local text = read_file(path, 64 * 1024)
   if text then
@@ -271,7 +274,7 @@ local function env_cmd(host, ...)
       end))
     end
   end
-  return 0
+  return bad and 1 or 0
 end
 
 -- ---- fp8lab launch ---------------------------------------------------------------------------

@@ -497,7 +497,8 @@ describe("FP8LAB_* variables fp8lab does not read", function()
     assert.truthy(out:find("FP8LAB_SOMETHING=1   (not read by fp8lab)", 1, true), out)
     assert.truthy(out:find("  FP8LAB_VERBOSE=1\n", 1, true), out)
     -- a setting's variable with a value launch and the Accelerator would refuse is marked as such
-    out = run("env", nil, "FP8LAB_MIXED_PRECISION=fp9 FP8LAB_FP8_MARGIN=2 ")
+    out, err, code = run("env", nil, "FP8LAB_MIXED_PRECISION=fp9 FP8LAB_FP8_MARGIN=2 ")
+    assert.are.equal(1, code, err)   -- all shown, and the status says a setting was bad
     assert.truthy(out:find('FP8LAB_MIXED_PRECISION=fp9   (invalid: FP8LAB_MIXED_PRECISION: expected one of no, fp16, '
       .. 'bf16, fp8, got "fp9")', 1, true), out)
     assert.truthy(out:find("  FP8LAB_FP8_MARGIN=2\n", 1, true), out)
@@ -569,9 +570,9 @@ describe("fp8lab env", function()
     assert.truthy(chk:find(want, 1, true), chk)
   end)
 
-  it("shows a broken config file's error", function()
+  it("shows a broken config file's error, and exits 1 as the other sub-commands do", function()
     local out, _, code = run("env --config_file tests/data/config/bad/typo_top.yaml")
-    assert.are.equal(0, code)
+    assert.are.equal(1, code)
     assert.truthy(out:find("error: tests/data/config/bad/typo_top.yaml:1:1: unknown key 'mixed_precison'", 1, true), out)
     assert.truthy(out:find("  mixed_precison: fp8", 1, true), out)
   end)
