@@ -177,7 +177,7 @@ print(("Fashion-MNIST MLP 784-512-256-10, %d train / %d test images, %d epochs, 
   :format(#train_ds, #test_ds, opts.epochs, opts["batch-size"], opts.seed))
 local results = {}
 for _, r in ipairs(chosen) do
-  io.write(("  %-14s ... "):format(r[1])); io.flush()
+  io.write(("  %-18s ... "):format(r[1])); io.flush()
   local res = run(r)
   results[#results + 1] = res
   print(("test_acc=%.2f%%  loss=%.4f  %.2f ms/step"):format(res.acc * 100, res.loss, res.ms))
@@ -185,10 +185,10 @@ end
 
 local ref = results[1]
 print()
-print(("%-14s %6s %10s %8s %10s %12s %12s %10s"):format("recipe", "FP8", "test acc", "vs " .. ref.name, "loss",
+print(("%-18s %6s %10s %8s %10s %12s %12s %10s"):format("recipe", "FP8", "test acc", "vs " .. ref.name, "loss",
   "ms / step", "peak MiB", "B / param"))
 for _, r in ipairs(results) do
-  print(("%-14s %6d %9.2f%% %+8.2f %10.4f %12.2f %12.1f %10.2f"):format(r.name, r.fp8_layers, r.acc * 100,
+  print(("%-18s %6d %9.2f%% %+8.2f %10.4f %12.2f %12.1f %10.2f"):format(r.name, r.fp8_layers, r.acc * 100,
     (r.acc - ref.acc) * 100, r.loss, r.ms, r.peak_mib, r.bpp))
 end
 

@@ -21,9 +21,9 @@ local OPTIONS = {
   { "gradient-accumulation-steps", "int", nil, "micro-batches per optimizer step (default: launch flag / "
     .. "FP8LAB_GRADIENT_ACCUMULATION_STEPS / config file, else 1)", 1 },
   { "fp8-backend", "str", nil, "te | ao | msamp (fp8 only; default: msamp, or FP8LAB_FP8_BACKEND / config)" },
-  { "fp8-format", "str", nil, "te: HYBRID | E4M3" },
-  { "fp8-opt-level", "str", nil, "msamp: O1 | O2 | O3" },
-  { "fp8-recipe", "str", nil, "ao: tensorwise | rowwise | rowwise_with_gw_hp" },
+  { "fp8-format", "str", nil, "te: HYBRID | E4M3 (default HYBRID)" },
+  { "fp8-opt-level", "str", nil, "msamp: O1 | O2 | O3 (default O2)" },
+  { "fp8-recipe", "str", nil, "ao: tensorwise | rowwise | rowwise_with_gw_hp (default tensorwise)" },
   { "seed", "int", 42, "seed of weights and shuffling: same seed, same loss curve" },
   { "limit", "int", 0, "use only the first N training (and N/6 test) images; 0 = all" },
   { "root", "str", data.FASHION_MNIST_ROOT, "directory with the IDX .gz files" },
@@ -34,11 +34,11 @@ local OPTIONS = {
   { "quiet", "flag", false, "no progress bars" },
   { "save-every", "int", 0, "save a checkpoint every N optimizer steps into --checkpoint-dir/checkpoints (0 = never)" },
   { "checkpoint-dir", "str", "build/checkpoints/fashion_mnist", "where --save-every writes (the last 3 are kept)" },
-  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir)" },
+  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir; default: start afresh)" },
 }
 
 local ARGS = { usage = "usage: fp8lab scripts/train_fashion_mnist.lua [options]",
-               about = "Trains a 784-512-256-10 MLP on Fashion-MNIST. Options:" }
+               about = "Trains a 784-512-256-10 MLP on Fashion-MNIST. Options:", default_text = false }
 
 local function parse_args(argv)
   local opts = require("fp8.args").parse(argv, OPTIONS, ARGS)

@@ -11,8 +11,8 @@ local opts = C.parse(arg, "03_delayed_vs_current", "Lesson 3: delayed vs current
   -- the spike comes at step max(2, steps // 3) and needs a step before and after it
   size = { "steps", 60, 30, "training steps", 3 },
   extra = {
-    { "spike", "num", 1e5, "factor of the one-step amax spike", 0 },
-    { "growth", "num", 1.02, "per-step growth of the inputs' magnitude", 0 },
+    { "spike", "num", 1e5, "factor of the one-step amax spike (> 0)" },
+    { "growth", "num", 1.02, "per-step growth of the inputs' magnitude (> 0)" },
     { "history", "int", 1024, "amax_history_len of the delayed recipes", 1 },
   } })
 for _, k in ipairs { "spike", "growth" } do
@@ -71,7 +71,7 @@ for i, r in ipairs(RECIPES) do
   end
   res[i] = { sat_spike = o[spike_at].sat, sat_other = sat_other / n_other, unf_after = unf_after / n_after, back = back }
   print(("  %-30s %13.2f%% %13.3f%% %13.2f%% %12s"):format(r[1], 100 * res[i].sat_spike, 100 * res[i].sat_other,
-    100 * res[i].unf_after, back == "never" and "never" or back .. " steps"))
+    100 * res[i].unf_after, back == "never" and "never" or back .. (back == "1" and " step" or " steps")))
 end
 print("  (share of the input's values; 'scale back': steps after the spike until the scale recovers)")
 print("Look at: delayed scaling casts the spike with the previous step's scale, so the spike saturates;")
