@@ -446,6 +446,8 @@ static _Thread_local uint64_t bw_id, bw_count;   /* the backward in progress; ho
 
 uint64_t fl_autograd_backward_id(void) { return bw_map ? bw_id : 0; }
 
+uint64_t fl_autograd_backwards_started(void) { return bw_count; }
+
 bool fl_autograd_sole_consumer(const fl_node *n, int i) {
     if (!bw_map || !n || i < 0 || i >= n->ninputs || !n->inputs[i] || !n->inputs[i]->grad_fn) return false;
     int k = map_get(bw_map, n->inputs[i]->grad_fn);

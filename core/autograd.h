@@ -73,6 +73,9 @@ bool fl_autograd_sole_consumer(const fl_node *n, int i);
 /* During fl_backward: a number no other backward on this thread has had (nested ones included), so a backward can
  * tell state it left in a node for a later one from state an earlier, unfinished backward left there. 0 outside. */
 uint64_t fl_autograd_backward_id(void);
+/* How many backwards have started on this thread (nested ones included): a step can tell whether a backward ran
+ * since an earlier one (the Accelerator counts one training step for the optimizers stepped after one backward). */
+uint64_t fl_autograd_backwards_started(void);
 /* Backward from root. grad NULL means ones (root must have one element; error otherwise). Frees the
  * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly). */
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);

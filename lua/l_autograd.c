@@ -177,7 +177,14 @@ static const luaL_Reg tensor_methods[] = {
     {NULL, NULL},
 };
 
+/* fp8.core._backwards_started() -> how many backwards have run on this thread (fl_autograd_backwards_started) */
+static int l_backwards_started(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)fl_autograd_backwards_started());
+    return 1;
+}
+
 static const luaL_Reg funcs[] = {
+    {"_backwards_started", l_backwards_started},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},
     {"set_autocast_dtype", l_set_autocast_dtype},

@@ -584,7 +584,7 @@ function Accelerator:free_memory(...)
   self._fp8_weights = setmetatable({}, { __mode = "k" })
   self._ddp_models, self._ddp_params, self._ddp_names, self._ddp_reducer = nil, nil, nil, nil
   self.gradient_state._active, self.gradient_state.end_of_dataloader = {}, false
-  self.step = 0
+  self.step, self._step_backward = 0, nil
   return require("fp8").release_memory(...)
 end
 Accelerator.clear = Accelerator.free_memory
@@ -634,6 +634,14 @@ function Accelerator:backward(loss, opts)
 end
 
 function Accelerator:_after_step()
+  -- one training step however many prepared optimizers step after a backward (one per parameter group, say): the
+  -- count, the amax all-reduce and the recipes' updates once; the others only free the cached FP8 weights
+  local bw = core._backwards_started()
+  if self._step_backward == bw and bw > 0 then
+    for _, nm in ipairs(self._fp8_layers) do nm[2].fp8_meta:drop_cache() end
+    return
+  end
+  self._step_backward = bw
   self.step = self.step + 1
   if self.num_processes > 1 and #self._fp8_layers > 0 then   -- TE's reduce_amax: one MAX all-reduce for all layers
     local metas = {}

@@ -291,9 +291,41 @@ end
 
 -- split_between_processes(list [, apply_padding]) -> this rank's contiguous share (the first
 -- #list % N ranks get one more); apply_padding repeats the last item so every share has one length.
+-- A table of lists by name ({input_ids = {...}, labels = {...}}, Accelerate's dict) is split list by list, the
+-- same share of each: the lists must have one length.
 function U:split_between_processes(list, apply_padding)
   if type(list) ~= "table" then
     error(("split_between_processes: expected a list, got %s"):format(type(list)), 2)
+  end
+  local keys = {}
+  for k in next, list do
+    if type(k) == "string" then keys[#keys + 1] = k
+    elseif math.type(k) ~= "integer" then
+      error(("split_between_processes: expected a list or a table of lists by name, got a table with the key %s")
+        :format(tostring(k)), 2)
+    end
+  end
+  if #keys > 0 then
+    if rawlen(list) > 0 then
+      error("split_between_processes: expected a list or a table of lists by name, got a table with both", 2)
+    end
+    table.sort(keys)
+    local len
+    for _, k in ipairs(keys) do
+      local v = list[k]
+      if type(v) ~= "table" then
+        error(("split_between_processes: %q must be a list (each value of the table is split), got %s"):format(k,
+          type(v)), 2)
+      end
+      if len and rawlen(v) ~= len then
+        error(("split_between_processes: the lists must have one length: %q has %d, %q %d"):format(keys[1], len, k,
+          rawlen(v)), 2)
+      end
+      len = rawlen(v)
+    end
+    local out = {}
+    for _, k in ipairs(keys) do out[k] = self:split_between_processes(list[k], apply_padding) end
+    return out
   end
   local n, N, r = rawlen(list), self.num_processes, self.process_index   -- rawlen: a lying __len cannot make it loop
   local base, extra = n // N, n % N

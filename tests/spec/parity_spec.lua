@@ -254,6 +254,41 @@ describe("a scheduler made after prepare", function()
     assert.equal(2, acc.step)
   end)
 
+  it("two prepared optimizers stepped after one backward are one training step (acc.step, the te update)", function()
+    local function run(two)
+      fp8.manual_seed(1)
+      local model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 16))
+      local ps = model:parameters()
+      local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "te",
+        amax_history_len = 4, amax_compute_algo = "most_recent" } } }
+      local opts
+      if two then
+        local o1, o2 = optim.SGD({ ps[1], ps[2] }, { lr = 0.1 }), optim.SGD({ ps[3], ps[4] }, { lr = 0.1 })
+        model, o1, o2 = acc:prepare(model, o1, o2)
+        opts = { o1, o2 }
+      else
+        local o = optim.SGD(ps, { lr = 0.1 })
+        model, o = acc:prepare(model, o)
+        opts = { o }
+      end
+      fp8.manual_seed(5)
+      local losses = {}
+      for s = 1, 3 do
+        local l = F.cross_entropy(model(fp8.randn { 16, 32 }), fp8.arange(16))
+        acc:backward(l)
+        for _, o in ipairs(opts) do o:step() end
+        for _, o in ipairs(opts) do o:zero_grad() end
+        losses[s] = l:item()
+      end
+      return acc.step, losses, fp8.stats(model)
+    end
+    local n1, l1, s1 = run(false)
+    local n2, l2, s2 = run(true)
+    assert.are.equal(3, n1); assert.are.equal(3, n2)   -- counted 6 with two optimizers
+    assert.are.same(l1, l2)
+    assert.are.same(s1, s2)
+  end)
+
   it("step_scheduler_with_optimizer=false: every call is one step of the schedule", function()
     local model = nn.Linear(8, 4)
     local opt = optim.SGD(model:parameters(), { lr = 1 })
