@@ -382,7 +382,11 @@ function AccOptimizer:step(...)
   acc:_after_step()
   if prof then
     prof.pop(ptok)
-    if prof.profiler._state == "running" then prof.profiler:step() end   -- not after on_trace_ready called stop()
+    -- not after on_trace_ready called stop(); not once the user's prof:step() calls took over the stepping
+    if prof.profiler._state == "running" and prof.mode ~= "manual" then
+      prof.mode = "optimizer"
+      prof.profiler:_step_now()
+    end
   end
   return res
 end
@@ -791,8 +795,10 @@ function Accelerator:profile(fn, handler)
   local sok, serr = pcall(prof._start, prof)
   if not sok then error(serr, type(serr) == "string" and 2 or 0) end
   self._profiler = { profiler = prof, push = profiler.push, pop = profiler.pop }
+  rawset(prof, "_acc", self._profiler)   -- who steps it: the optimizers or the user (Profiler:step)
   local rok, err = pcall(prof._run_started, prof, fn)
   self._profiler = nil
+  rawset(prof, "_acc", nil)
   if not rok then error(err, 0) end
   return prof
 end

@@ -252,6 +252,21 @@ end
 -- step(): the current step is done; the schedule moves on (call once per training step). After on_trace_ready
 -- stopped the profiler, the training loop's further step() calls do nothing.
 function Profiler:step()
+  -- under acc:profile the first to step decides who steps: each opt:step() of a prepared optimizer, or the user's
+  -- prof:step() calls (a loop without an optimizer, say); both would count each iteration twice
+  local acc = rawget(self, "_acc")
+  if acc and self._state == "running" then
+    if acc.mode == "optimizer" then
+      error("profiler: under acc:profile each opt:step() of a prepared optimizer is one profiler step already: "
+        .. "remove this prof:step() (or call only prof:step(), from the start, in a loop without one)", 2)
+    end
+    acc.mode = "manual"
+  end
+  return self:_step_now()
+end
+
+-- the schedule's move to the next step (step(), and acc:profile's optimizer steps)
+function Profiler:_step_now()
   if self._state ~= "running" then
     if self._cb_stopped then return end
     error(self._state == "stopped" and "profiler: step() after stop() (start() again first)" or "profiler: step() before start()", 2)

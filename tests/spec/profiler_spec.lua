@@ -304,6 +304,30 @@ describe("profiled training run", function()
     assert.is_nil(seen["0 (Linear)"])          -- with_modules is off
   end)
 
+  it("acc:profile: a prof:step() after an optimizer's step is refused; called first, it steps alone", function()
+    local sched = { fp8.ProfileKwargs { schedule_option = { wait = 1, warmup = 1, active = 2, ["repeat"] = 1 } } }
+    local acc = Accelerator { kwargs_handlers = sched }
+    local model = mlp()
+    local opt = optim.SGD(model:parameters(), { lr = 0.1 })
+    model, opt = acc:prepare(model, opt)
+    local x, y = batch()
+    -- Accelerate's guide: opt.step(), then prof.step(): each iteration would count twice
+    fails_with("under acc:profile each opt:step() of a prepared optimizer is one profiler step already", acc.profile, acc,
+      function(p)
+        for _ = 1, 3 do acc:backward(F.cross_entropy(model(x), y)); opt:step(); opt:zero_grad(); p:step() end
+      end)
+    assert.is_false(P.enabled())
+    -- prof:step() first: the user's calls step it, the optimizer's do not (two iterations in the active window)
+    local acc2 = Accelerator { kwargs_handlers = sched }
+    local m2 = mlp()
+    local o2 = optim.SGD(m2:parameters(), { lr = 0.1 })
+    m2, o2 = acc2:prepare(m2, o2)
+    local prof = acc2:profile(function(p)
+      for _ = 1, 5 do p:step(); acc2:backward(F.cross_entropy(m2(x), y)); o2:step(); o2:zero_grad() end
+    end)
+    assert.same({ 2, 3 }, steps_of(prof))
+  end)
+
   it("an error inside the profiled function stops the profiler and propagates", function()
     local acc = Accelerator{}
     fails_with("boom", acc.profile, acc, function() error("boom") end)
