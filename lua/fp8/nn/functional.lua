@@ -96,29 +96,33 @@ function F.log_softmax(x, dim, ...)
   return core().log_softmax(x, dim)
 end
 
--- The losses of reduction "none" (per row) and "sum": −Σ_j w[i, j]·log_softmax(x)[i, j], w holding 1 − ε + ε/C at the
--- target and ε/C elsewhere (ε the label smoothing), a row of zeros where the target is ignore_index: torch's per-row
--- loss. (The mean, the common case, is the core's fused op.)
+-- The losses of reduction "none" (per row) and "sum": −(1 − ε)·log_softmax(x)[i, t] − (ε/C)·Σ_j log_softmax(x)[i, j]
+-- (ε the label smoothing), 0 where the target is ignore_index: torch's per-row loss. The target's term is selected
+-- (fp8.where), not multiplied by a one-hot row: a −inf logit elsewhere in the row (a masked class) would make
+-- −inf · 0 a NaN. (The mean, the common case, is the core's fused op.)
 local function ce_rows(logits, targets, ls, ii)
   local N, C = logits:size(1), logits:size(2)
   local tg = targets:tolist()
-  -- the weights negated, so that the sum is the loss itself; an ignored row's −0s make its loss +0 (log_softmax ≤ 0)
-  local on, off = -(1 - ls + ls / C), -(ls / C)
-  local w = {}
+  local hit, keep = {}, {}
   for i = 1, N do
     local t, r = tg[i], {}
-    if t == ii then
-      for j = 1, C do r[j] = -0.0 end
-    else
+    for j = 1, C do r[j] = 0 end
+    if t ~= ii then
       if not (t >= 0 and t < C and t == math.floor(t)) then
         error(("cross_entropy: target %s at row %d is out of range [0, %d)"):format(tostring(t), i - 1, C), 3)
       end
-      for j = 1, C do r[j] = off end
-      r[math.tointeger(t) + 1] = on
+      r[math.tointeger(t) + 1] = 1
     end
-    w[i] = r
+    hit[i], keep[i] = r, t ~= ii and 1 or 0
   end
-  return (F.log_softmax(logits, -1) * fp8.tensor(w):to(logits:device())):sum(2)
+  local dev = logits:device()
+  local lp = F.log_softmax(logits, -1)
+  local where = require("fp8.tensor").where
+  local per = where(fp8.tensor(hit):to(dev), lp, 0):sum(2) * (ls - 1)
+  if ls > 0 then
+    per = per - where(fp8.tensor(keep):to(dev), lp:sum(2), 0) * (ls / C)
+  end
+  return per + 0   -- an ignored row's −0 becomes +0, as torch prints it
 end
 
 -- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) or [N, C] (class probabilities)
