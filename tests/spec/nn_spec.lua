@@ -82,6 +82,12 @@ describe("fp8.nn modules", function()
     local seen = {}
     n:apply(function(m) seen[#seen + 1] = m:type_name() end)
     assert.are.same({ "Linear", "Linear", "Net" }, seen)
+    -- a tensor an op made, assigned to a parameter, would never train: refused, here and by optimizers
+    U.fails_with("cannot assign a tensor made by MulBackward to parameter 'weight'", function() n.enc.weight = n.enc.weight * 2 end)
+    U.fails_with("AdamW: group 1 params[1] was made by MulBackward: an optimizer updates leaf tensors", fp8.optim.AdamW,
+      { fp8.randn(3):requires_grad(true) * 2 })
+    n.enc.weight = fp8.zeros { 4, 4 }   -- a leaf: a frozen parameter, in its place
+    assert.are.same({ "scale", "enc.weight", "enc.bias", "head.weight", "head.bias" }, names(n:named_parameters()))
   end)
 
   it("propagates train/eval to every submodule", function()

@@ -60,6 +60,12 @@ local function newindex(self, k, v)
       if v ~= nil and not is_tensor(v) then
         error(("cannot assign %s to parameter '%s' (expected a tensor or nil)"):format(type(v), k), 2)
       end
+      -- a tensor an op made never holds a gradient of its own: no optimizer could train it (torch refuses all but
+      -- an nn.Parameter); a leaf that takes no gradient stays a frozen parameter
+      if v ~= nil and not v:is_leaf() then
+        error(("cannot assign a tensor made by %s to parameter '%s': it would never get a gradient (assign a leaf: "
+          .. "x:detach():requires_grad(true))"):format(v:grad_fn(), k), 2)
+      end
       return store_set(params, k, v)
     elseif bufs.map[k] ~= nil then
       if v ~= nil and not is_tensor(v) then
