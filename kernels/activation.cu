@@ -29,7 +29,7 @@ constexpr float kGeluK = 0.79788456080286536f;      /* √(2/π) */
 constexpr float kGeluC = 0.044715f;
 
 
-FL_HD float relu_fwd(float x) { return x > 0.0f ? x : 0.0f; }
+FL_HD float relu_fwd(float x) { return !(x <= 0.0f) ? x : 0.0f; }   /* a NaN stays NaN, as torch's */
 FL_HD float relu_bwd(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
 
 /* 0.5f·v·(1 + erff(v/√2)) */

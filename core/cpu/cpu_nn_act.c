@@ -6,7 +6,7 @@
 
 void fl_cpu_relu_fwd(const float *x, float *y, int64_t n) {
     #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) y[i] = !(x[i] <= 0.0f) ? x[i] : 0.0f;   /* a NaN stays NaN, as torch's */
 }
 
 void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
