@@ -286,6 +286,9 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     local ok, err = pcall(g, fp8.zeros { 1, 9 })
     assert.is_false(ok)
     assert.truthy(err:find("longer than block_size 8", 1, true), err)
+    -- an empty batch gives an empty result, as torch's; a row without a token has nothing to continue
+    assert.are.same({ 0, 9 }, g:generate(fp8.zeros(0, 3), 6, { temperature = 0 }):shape())
+    U.fails_with("generate: idx [1, 0] holds no context", g.generate, g, fp8.zeros(1, 0), 2, { temperature = 0 })
   end)
 
   it("GPT:evaluate is the batch-weighted mean loss in eval mode, without a graph, and restores the mode", function()

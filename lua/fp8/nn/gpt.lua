@@ -124,6 +124,10 @@ function GPT:generate(idx, max_new_tokens, opts)
   if math.type(max_new_tokens) ~= "integer" or max_new_tokens < 0 then
     error(("generate: max_new_tokens must be a non-negative integer, got %s"):format(tostring(max_new_tokens)), 2)
   end
+  if idx:size(2) == 0 then
+    error(("generate: idx %s holds no context: each row needs at least one token to continue"):format(
+      Module._shape_str(idx)), 2)
+  end
   -- the result [B, T + max_new_tokens] is built in Lua tables one forward pass per token: refuse what
   -- could never finish (or wraps) before starting
   local LIMIT = 1 << 24
@@ -139,6 +143,7 @@ function GPT:generate(idx, max_new_tokens, opts)
   if top_k ~= nil and (math.type(top_k) ~= "integer" or top_k < 1) then
     error(("generate: top_k must be a positive integer, got %s"):format(tostring(top_k)), 2)
   end
+  if idx:size(1) == 0 then return fp8.zeros({ 0, idx:size(2) + max_new_tokens }, { device = self:device() }) end
   local rand = opts.seed and splitmix(opts.seed) or math.random
   local V, bs = self.config.vocab_size, self.config.block_size
   local rows = idx:totable()
