@@ -41,6 +41,15 @@ function M.setup(acc)
     acc.process_index, acc.num_processes, acc.local_process_index = w.rank, w.size, w.local_rank
   else
     acc.process_index, acc.num_processes, acc.local_process_index = 0, 1, 0
+    -- num_processes from the config file or FP8LAB_NUM_PROCESSES is fp8lab launch's (it starts the processes); a
+    -- process started without it runs alone, which is said rather than passed over
+    local want, from = s.num_processes, (s.sources or {}).num_processes
+    if math.type(want) == "integer" and want > 1 and (from == "config" or from == "env") then
+      s.notices = s.notices or {}
+      s.notices[#s.notices + 1] = ("num_processes=%d (%s) is for fp8lab launch, which starts the processes: this one "
+        .. "was started without it and runs alone (fp8lab launch script.lua starts %d)"):format(want,
+        from == "env" and "FP8LAB_NUM_PROCESSES" or "the config file", want)
+    end
   end
   acc.distributed_type = acc.num_processes > 1 and "MULTI_CPU" or "NO"
   if acc.sync_gradients == nil then acc.sync_gradients = true end

@@ -92,6 +92,12 @@ describe("data parallel over MPI (2 processes)", function()
     assert.are.equal(0, acc.process_index)
     assert.is_false(D.info().initialized)
     assert.is_true(acc.sync_gradients)
+    -- num_processes from the environment or the config file, in a process fp8lab launch did not start: said
+    local out, code = run(("env FP8LAB_NUM_PROCESSES=2 %s -e %s"):format(q(bin), q("print(fp8.Accelerator{}.num_processes)")))
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("notice: num_processes=2 (FP8LAB_NUM_PROCESSES) is for fp8lab launch, which starts the "
+      .. "processes: this one was started without it and runs alone", 1, true), out)
+    assert.truthy(out:find("\n1\n", 1, true) or out:match("^1\n"), out)
   end)
 
   it("reads the launcher's rank and size from OpenMPI's and Slurm's variables (srun: a step; sbatch alone: none)", function()
