@@ -70,4 +70,25 @@ function M.misspelled(set)
   return out
 end
 
+-- accelerate_names([set]) -> notice lines for Accelerate's own variables (ACCELERATE_MIXED_PRECISION, ...) whose
+-- fp8lab counterpart exists: fp8lab reads only its own, so a variable kept from an Accelerate setup is named.
+function M.accelerate_names(set)
+  local known = M.known()
+  local given = {}
+  if set then
+    for k in pairs(set) do if type(k) == "string" and k:sub(1, 11) == "ACCELERATE_" then given[#given + 1] = k end end
+    table.sort(given)
+  else
+    given = sys.env_names("ACCELERATE_")
+  end
+  local out = {}
+  for _, n in ipairs(given) do
+    local ours = "FP8LAB_" .. n:sub(12)
+    if known[ours] then
+      out[#out + 1] = ("%s is Accelerate's and is not read; fp8lab reads %s"):format(n, ours)
+    end
+  end
+  return out
+end
+
 return M

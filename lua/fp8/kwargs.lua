@@ -740,6 +740,7 @@ local function resolve(opts)
                 file_notices = #notices }
   -- a misspelled FP8LAB_* variable (of the process environment, or of an env= table) is named, not ignored
   for _, n in ipairs(require("fp8.env").misspelled(opts.env)) do notices[#notices + 1] = n end
+  for _, n in ipairs(require("fp8.env").accelerate_names(opts.env)) do notices[#notices + 1] = n end
   local src = out.sources
 
   -- A setting the argument or a handler decided, as in Accelerate: its environment and config-file values, where they

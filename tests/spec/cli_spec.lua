@@ -507,6 +507,14 @@ describe("FP8LAB_* variables fp8lab does not read", function()
     assert.are.equal("no\n", o2)
     assert.truthy(e2:find("notice: FP8LAB_MIXED_PRECISON is not an fp8lab variable and is ignored (did you mean "
       .. "FP8LAB_MIXED_PRECISION?)", 1, true), e2)
+    -- Accelerate's own variables, kept from an Accelerate setup, are named with fp8lab's counterpart
+    o2, e2, c2 = run("-e " .. q("print(fp8.Accelerator{}.mixed_precision)"), nil,
+      "ACCELERATE_MIXED_PRECISION=fp8 ACCELERATE_SOMETHING_ELSE=1 ")
+    assert.are.equal(0, c2, e2)
+    assert.are.equal("no\n", o2)
+    assert.truthy(e2:find("notice: ACCELERATE_MIXED_PRECISION is Accelerate's and is not read; fp8lab reads "
+      .. "FP8LAB_MIXED_PRECISION", 1, true), e2)
+    assert.falsy(e2:find("ACCELERATE_SOMETHING_ELSE", 1, true), e2)
   end)
 
   it("OMP_NUM_THREADS past 1024 and a missing FP8LAB_LUA_DIR are said, not crashed on or ignored", function()
