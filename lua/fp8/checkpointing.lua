@@ -776,7 +776,7 @@ function M.install(Accelerator)
         end
       end
     end))
-    if pc.automatic_checkpoint_naming then pc.iteration = pc.iteration + 1 end
+    pc.iteration = pc.iteration + 1   -- Accelerate's save_iteration counts every save, named automatically or not
     self:wait_for_everyone()
     return dir
   end

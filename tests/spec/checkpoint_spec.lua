@@ -329,6 +329,7 @@ describe("acc:save_state / load_state", function()
     step(acc, model, opt)
     local out = d .. "/runs/a/b/ckpt"
     assert.are.equal(out, acc:save_state(out))   -- refused before: "cannot create the directory"
+    assert.are.equal(1, acc.save_iteration)       -- every save counts, named automatically or not (Accelerate's)
     acc:load_state(out)
     acc:save_model(model, d .. "/export/x/model")
     assert.truthy(C.is_dir(d .. "/export/x/model"))
