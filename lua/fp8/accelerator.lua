@@ -233,7 +233,7 @@ local function ao_filter(self, model)
   end
   return function(m, name)
     if user ~= nil then
-      if user(m, name) ~= true then return false end
+      if not user(m, name) then return false end   -- truthiness, as torchao tests it (Lua's: nil and false say no)
       if convert.shape_ok(m) or r.pad_inner_dim == true then return true end
       return keep_hp("ao-pad", name, m, "module_filter_func took it, but its dims are not multiples of 16 and "
         .. "pad_inner_dim=false")

@@ -661,6 +661,9 @@ describe("ao recipe", function()
     end })
     assert.are.equal(2, count_class(model, "FP8Linear"))
     assert.are.equal(3, #seen)
+    -- any true value says yes, as torchao tests the result (string.find's index here): the third Linear, named "4"
+    local _, m2 = setup("fp8", fp8.AORecipeKwargs { module_filter_func = function(_, name) return name:find("4") end })
+    assert.are.equal(1, count_class(m2, "FP8Linear"))
   end)
 
   for _, cfg in ipairs { "tensorwise", "rowwise", "rowwise_with_gw_hp" } do
