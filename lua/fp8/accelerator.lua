@@ -92,7 +92,9 @@ local function new(opts)
       error(("Accelerator: gradient_accumulation_plugin must be an fp8.GradientAccumulationPlugin{...}, got %s")
         :format(type(plugin)), 3)
     end
-    if opts.gradient_accumulation_steps ~= nil then
+    -- Accelerate refuses both only when the steps are not 1, its default (a script passing its own default along
+    -- with a plugin runs there)
+    if opts.gradient_accumulation_steps ~= nil and opts.gradient_accumulation_steps ~= 1 then
       error("Accelerator: pass gradient_accumulation_steps or gradient_accumulation_plugin, not both (the plugin's "
         .. "num_steps is the number of steps)", 3)
     end

@@ -135,6 +135,9 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
       { num_steps = 3, adjust_scheduler = false })
     U.fails_with("pass gradient_accumulation_steps or gradient_accumulation_plugin, not both", new_acc,
       { gradient_accumulation_steps = 2, gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 } })
+    -- the default 1 along with a plugin: Accelerate runs it (the plugin decides)
+    assert.are.equal(3, new_acc { gradient_accumulation_steps = 1,
+      gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 3 } }.gradient_accumulation_steps)
     U.fails_with("gradient_accumulation_plugin must be an fp8.GradientAccumulationPlugin{...}, got table", new_acc,
       { gradient_accumulation_plugin = { num_steps = 2 } })
     U.fails_with("GradientAccumulationPlugin: num_steps must be an integer >= 1, got nil", fp8.GradientAccumulationPlugin, {})
