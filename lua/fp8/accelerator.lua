@@ -150,6 +150,12 @@ local function new(opts)
     _fp8_weights = setmetatable({}, { __mode = "k" }),   -- O3: fp16 master → its E4M3 weight
     _stats_log = nil,
   }, Accelerator)
+  -- GradientState's sync_gradients and num_steps, as Accelerate's: the Accelerator's own, read through
+  local acc_self = self
+  setmetatable(self.gradient_state, { __index = function(_, k)
+    if k == "sync_gradients" then return acc_self.sync_gradients end
+    if k == "num_steps" then return acc_self.gradient_accumulation_steps end
+  end })
   -- Accelerate's rule: the GPU when there is one, unless cpu=true or the use_cpu setting (launch --cpu,
   -- FP8LAB_USE_CPU, the config file's use_cpu: true), read and checked by fp8.kwargs.resolve as every setting is.
   -- As in Accelerate, where cpu=False is the default, cpu=false does not override the setting.

@@ -135,6 +135,12 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
       { num_steps = 3, adjust_scheduler = false })
     U.fails_with("pass gradient_accumulation_steps or gradient_accumulation_plugin, not both", new_acc,
       { gradient_accumulation_steps = 2, gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 } })
+    -- GradientState's fields, as Accelerate's
+    local gacc = new_acc { gradient_accumulation_steps = 3 }
+    assert.are.equal(3, gacc.gradient_state.num_steps)
+    assert.is_true(gacc.gradient_state.sync_gradients)
+    gacc.sync_gradients = false
+    assert.is_false(gacc.gradient_state.sync_gradients)
     -- the default 1 along with a plugin: Accelerate runs it (the plugin decides)
     assert.are.equal(3, new_acc { gradient_accumulation_steps = 1,
       gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 3 } }.gradient_accumulation_steps)
