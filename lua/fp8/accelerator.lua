@@ -66,6 +66,8 @@ local NOT_PROVIDED = {
   init_trackers = TRACKERS, log = TRACKERS, get_tracker = TRACKERS, end_training = TRACKERS,
   join_uneven_inputs = "not provided: a prepared loader gives every process the same number of batches "
     .. "(even_batches=true, the default)",
+  trigger_sync_in_backward = "acc:no_sync(model, fn) keeps only fn's backwards local, and the next "
+    .. "synchronising backward averages everything accumulated, the gradients of fn's backwards included",
   prepare_pippy = ENGINES, deepspeed_autotp_size = ENGINES, lomo_backward = "fp8lab has no LOMO optimizer",
 }
 

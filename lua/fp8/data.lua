@@ -644,6 +644,7 @@ function M._skip(fname, loader, num_batches, level)
       type(loader) == "table" and (tostring((getmetatable(loader) or {}).__name or "a table")) or type(loader)), level)
   end
   local nb = #loader
+  if num_batches == nil then num_batches = 0 end   -- Accelerate's default
   if math.type(num_batches) ~= "integer" or num_batches < 0 or num_batches > nb then
     error(("%s: num_batches must be an integer from 0 to the loader's %d batches, got %s")
       :format(fname, nb, tostring(num_batches)), level)
@@ -652,7 +653,7 @@ function M._skip(fname, loader, num_batches, level)
 end
 
 function M.skip_first_batches(loader, num_batches, ...)
-  require("fp8.opts").no_more("skip_first_batches", "(loader, num_batches)", ...)
+  require("fp8.opts").no_more("skip_first_batches", "(loader [, num_batches=0])", ...)
   local s = M._skip("skip_first_batches", loader, num_batches, 2)   -- not a tail call: level 2 is this function's caller
   return s
 end

@@ -295,7 +295,7 @@ also("Accelerator", { "acc:prepare", "acc:prepare_model", "acc:prepare_optimizer
 also("acc:free_memory", { "acc:clear" })
 also("acc:register_save_state_pre_hook", { "acc:register_load_state_pre_hook" })
 also("acc:main_process_first", { "acc:local_main_process_first" })
-also("acc:on_main_process", { "acc:on_local_main_process", "acc:on_last_process", "acc:on_process" })
+also("acc:on_main_process", { "acc:on_local_main_process", "acc:on_last_process", "acc:on_process", "acc:on_local_process" })
 also("acc:check_trigger", { "acc:set_trigger" })
 also("acc:is_main_process", { "acc:is_local_main_process", "acc:is_last_process" })
 also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })

@@ -135,6 +135,15 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
       { num_steps = 3, adjust_scheduler = false })
     U.fails_with("pass gradient_accumulation_steps or gradient_accumulation_plugin, not both", new_acc,
       { gradient_accumulation_steps = 2, gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 2 } })
+    -- on_local_process, skip_first_batches' default 0, and trigger_sync_in_backward refused with the reason
+    local lacc = new_acc {}
+    local ran = false
+    lacc:on_local_process(function() ran = true end, 0)()
+    assert.is_true(ran)
+    local dl = fp8.data.DataLoader { { { fp8.zeros { 1 }, 1 }, { fp8.zeros { 1 }, 2 } }, batch_size = 1 }
+    assert.are.equal(2, #lacc:skip_first_batches(dl))
+    U.fails_with("trigger_sync_in_backward is not supported: acc:no_sync(model, fn) keeps only",
+      lacc.trigger_sync_in_backward, lacc, nn.Linear(2, 2))
     -- GradientState's fields, as Accelerate's
     local gacc = new_acc { gradient_accumulation_steps = 3 }
     assert.are.equal(3, gacc.gradient_state.num_steps)
