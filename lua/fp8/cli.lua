@@ -303,6 +303,9 @@ local function launch_help(backend)
   line("--num_cpu_threads_per_process N", "OpenMP threads per process (sets OMP_NUM_THREADS)")
   line("--multi_gpu", "refused: data-parallel training across GPUs is not part of fp8lab yet")
   line("--main_process_port N", "refused: mpirun wires the processes and picks its own ports")
+  line("--num_machines 1, --machine_rank 0, ...", "Accelerate's launcher settings: taken at values that change nothing "
+    .. "(--gpu_ids all, --dynamo_backend no, --main_training_function, --rdzv_backend, --main_process_ip, --same_network), "
+    .. "refused otherwise as the config file's keys; --module, --no_python, --tee, --log_dir, --quiet refused")
   line("-h, --help", "this text; after --fp8_backend B only B's flags")
   for _, b in ipairs(BY_NAME.backend.choices) do
     if not backend or backend == b then
@@ -364,6 +367,20 @@ end
 -- Accelerate's launch flags that are not settings: value-taking (true) or alone (false).
 local LAUNCH_EXTRA = { config_file = true, num_cpu_threads_per_process = true,
                        main_process_port = true, multi_gpu = false }
+-- Accelerate's launch flags of settings the config file also has (core/config.c's Accelerate keys): taken at a
+-- value that changes nothing here (--num_machines 1), with a notice; refused otherwise, with the file's reason.
+local ACCEL_FLAGS = { num_machines = true, machine_rank = true, gpu_ids = true, dynamo_backend = true,
+                      main_training_function = true, rdzv_backend = true, main_process_ip = true,
+                      same_network = false, downcast_bf16 = false, enable_cpu_affinity = false, debug = false }
+-- and those that change how the script runs, which fp8lab's launcher does not do
+local ACCEL_REFUSED = {
+  module = "fp8lab runs Lua scripts: give the script's path", no_python = "fp8lab runs its own Lua interpreter",
+  tee = "each process writes to the launcher's stdout and stderr (redirect them)",
+  log_dir = "each process writes to the launcher's stdout and stderr (redirect them)",
+  quiet = "the launcher prints only the processes' own output and its one-line reports" }
+for k, v in pairs(ACCEL_FLAGS) do LAUNCH_EXTRA[k] = v end
+LAUNCH_EXTRA.module, LAUNCH_EXTRA.no_python, LAUNCH_EXTRA.tee, LAUNCH_EXTRA.log_dir, LAUNCH_EXTRA.quiet =
+  false, false, true, true, false
 
 -- The environment those flags set (checked before anything starts).
 local function launch_extra_env(extra)
@@ -376,6 +393,23 @@ local function launch_extra_env(extra)
       fail(2, ("--num_cpu_threads_per_process: expected an integer in 1..1024, got %q"):format(s))
     end
     env.OMP_NUM_THREADS = tostring(t)
+  end
+  for name, why in pairs(ACCEL_REFUSED) do
+    if extra[name] ~= nil then fail(2, ("--%s is not supported: %s"):format(name, why)) end
+  end
+  local names = {}
+  for name in pairs(ACCEL_FLAGS) do if extra[name] ~= nil then names[#names + 1] = name end end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    -- checked as the config file's key of that name (one rule for both); a flag alone means true
+    local v = extra[name]
+    local text = v == true and "true" or ('"' .. tostring(v):gsub('[\\"]', "\\%0") .. '"')
+    local ok, err = pcall(cfg.parse, ("%s: %s\n"):format(name, text), "--" .. name)
+    if not ok then
+      fail(2, ("--%s %s"):format(name, (tostring(err):gsub("^[^\n]-: " .. name .. ": ", ""))))
+    end
+    io.stderr:write(("fp8lab launch: notice: --%s%s changes nothing here (a setting of Accelerate's launcher)\n")
+      :format(name, v == true and "" or (" " .. tostring(v))))
   end
   if extra.main_process_port then
     fail(2, "--main_process_port is not supported: fp8lab's processes are started and connected by mpirun "
@@ -410,6 +444,8 @@ local function launch(host, ...)
       local k, v
       i, k, v = parse_flag(argv, i, LAUNCH_EXTRA, "launch")
       if type(k) == "table" then given[k.name] = v else extra[k] = v end
+    elseif (a == "-m" or a == "-q") and i < #argv then   -- Accelerate's short forms of --module and --quiet
+      fail(2, ("%s is not supported: %s"):format(a, ACCEL_REFUSED[a == "-m" and "module" or "quiet"]))
     elseif a:sub(1, 1) == "-" and a ~= "-" then
       fail(2, ("unknown flag %s (fp8lab launch -h lists them)"):format(a))
     else

@@ -154,4 +154,26 @@ print("device=" .. acc:device() .. " source=" .. tostring(acc.settings.sources.u
     assert.is_false(ok)
     assert.matches("--multi_gpu is not supported: data-parallel training across GPUs is not part of fp8lab yet", out, 1, true)
   end)
+
+  it("Accelerate's launcher settings run at values that change nothing (with a notice); others are refused", function()
+    local out, ok = run({ "launch", "--num_machines", "1", "--machine_rank=0", "--gpu_ids", "all", "--dynamo_backend",
+      "no", "--same_network", script })
+    assert.is_true(ok, out)
+    assert.truthy(out:find("notice: --num_machines 1 changes nothing here", 1, true), out)
+    assert.truthy(out:find("notice: --same_network changes nothing here", 1, true), out)
+    for _, c in ipairs {
+      { { "--num_machines", "2" }, "--num_machines \"2\" is not supported: fp8lab's launcher runs on one machine" },
+      { { "--dynamo_backend", "inductor" }, "torch.compile backends are not part of fp8lab" },
+      { { "--debug" }, "Accelerate's debug checks of collectives are not part of fp8lab" },
+      { { "-m" }, "-m is not supported: fp8lab runs Lua scripts" },
+      { { "--tee", "3" }, "--tee is not supported" },
+    } do
+      local argv = { "launch" }
+      for _, a in ipairs(c[1]) do argv[#argv + 1] = a end
+      argv[#argv + 1] = script
+      out, ok = run(argv)
+      assert.is_false(ok)
+      assert.truthy(out:find(c[2], 1, true), out)
+    end
+  end)
 end)
