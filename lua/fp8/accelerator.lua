@@ -450,8 +450,10 @@ function Accelerator:_prepare_optimizer(opt)
     if not ADAM_NAMES[opt.name] then
       -- O2/O3 by the spec; O1 too here, since its fp16 weights and FP8 gradients need an optimizer
       -- step that reads them, and only the Adam family has one in this build.
-      error(("Accelerator: MS-AMP %s needs an Adam or AdamW optimizer (allowed: Adam, AdamW), got %s; use fp8.optim.AdamW")
-        :format(level, tostring(opt.name)), 4)
+      local default = (self.settings.sources or {}).fp8_backend == "default"
+      error(("Accelerator: MS-AMP %s needs an Adam or AdamW optimizer (allowed: Adam, AdamW), got %s; use fp8.optim.AdamW%s")
+        :format(level, tostring(opt.name), default and (" (msamp is the FP8 backend by default: te or ao take any "
+          .. "optimizer, e.g. kwargs_handlers={fp8.TERecipeKwargs{}})") or ""), 4)
     end
     if opt.name ~= "MSAMPAdamW" then
       opt = require("fp8.optim.msamp_adamw").from_adamw(opt, { fp8_weights = self._fp8_weights,
@@ -530,7 +532,8 @@ function Accelerator:prepare(...)
   for i = 1, args.n do
     if is_optimizer(args[i]) then
       local ok, res = pcall(self._prepare_optimizer, self, args[i])
-      if not ok then error(res, 2) end
+      -- a message that already names the caller's line keeps it, once
+      if not ok then error(res, (type(res) == "string" and res:match("^[^\n:]+:%d+: ")) and 0 or 2) end
       args[i] = res
     end
   end

@@ -144,6 +144,11 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     assert.are.equal(2, #lacc:skip_first_batches(dl))
     U.fails_with("trigger_sync_in_backward is not supported: acc:no_sync(model, fn) keeps only",
       lacc.trigger_sync_in_backward, lacc, nn.Linear(2, 2))
+    -- the default msamp backend with an SGD: the message says msamp was the default, and names the line once
+    local m5 = nn.Linear(32, 32)
+    local err = U.fails_with({ "MS-AMP O2 needs an Adam or AdamW optimizer", "msamp is the FP8 backend by default" },
+      function() new_acc { mixed_precision = "fp8" }:prepare(m5, optim.SGD(m5:parameters(), { lr = 0.1 })) end)
+    assert.is_nil(err:match("^[^:]+:%d+: [^:]+:%d+: "), err)
     -- GradientState's fields, as Accelerate's
     local gacc = new_acc { gradient_accumulation_steps = 3 }
     assert.are.equal(3, gacc.gradient_state.num_steps)
