@@ -590,7 +590,15 @@ function M.install(Accelerator)
   -- save_state([dir]) → the directory written.
   function Accelerator:save_state(dir, opts)
     local pc = self.project_configuration
-    if opts ~= nil then error("save_state: takes no options (got a second argument)", 2) end
+    -- Accelerate's save_state(output_dir, safe_serialization=True): safetensors is the only format here
+    if opts ~= nil then
+      if type(opts) ~= "table" then error(("save_state: options must be a table {safe_serialization=true}, got %s"):format(type(opts)), 2) end
+      O.check("save_state", opts, { "safe_serialization" }, 2)
+      if opts.safe_serialization ~= nil and opts.safe_serialization ~= true then
+        error(("save_state: safe_serialization=%s is not supported: fp8lab writes safetensors and JSON only (no pickles)")
+          :format(tostring(opts.safe_serialization)), 2)
+      end
+    end
     if pc.automatic_checkpoint_naming then
       if dir ~= nil then error("save_state: automatic_checkpoint_naming is on: call save_state() without a directory", 2) end
       if not pc.project_dir then error("save_state: automatic_checkpoint_naming needs project_dir", 2) end
@@ -995,7 +1003,16 @@ function M.install(Accelerator)
     if type(dir) ~= "string" or dir == "" then error(("save_model: expected the output directory, got %s"):format(tostring(dir)), 2) end
     opts = opts or {}
     if type(opts) ~= "table" then error("save_model: options must be a table {fp8=\"dequantize\"|\"raw\"}", 2) end
-    O.check("save_model", opts, { "fp8" }, 2)
+    O.check("save_model", opts, { "fp8", "safe_serialization", "max_shard_size" }, 2)
+    -- Accelerate's save_model(model, dir, max_shard_size="10GB", safe_serialization=True): safetensors is the only
+    -- format here (true, its default, is taken; false asks for pickles), and the weights go in one file
+    if opts.safe_serialization ~= nil and opts.safe_serialization ~= true then
+      error(("save_model: safe_serialization=%s is not supported: fp8lab writes safetensors only (no pickles)")
+        :format(tostring(opts.safe_serialization)), 2)
+    end
+    if opts.max_shard_size ~= nil then
+      error("save_model: max_shard_size is not supported: the weights are written as one model.safetensors", 2)
+    end
     local mode = opts.fp8 or "dequantize"
     if mode ~= "dequantize" and mode ~= "raw" then
       error(("save_model: fp8 must be \"dequantize\" or \"raw\", got %s"):format(tostring(mode)), 2)

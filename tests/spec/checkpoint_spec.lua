@@ -330,6 +330,12 @@ describe("acc:save_state / load_state", function()
     local out = d .. "/runs/a/b/ckpt"
     assert.are.equal(out, acc:save_state(out))   -- refused before: "cannot create the directory"
     assert.are.equal(1, acc.save_iteration)       -- every save counts, named automatically or not (Accelerate's)
+    -- Accelerate's safe_serialization=true is what fp8lab does; false (pickles) and max_shard_size are refused
+    assert.are.equal(out, acc:save_state(out, { safe_serialization = true }))
+    local ok0, err0 = pcall(acc.save_state, acc, out, { safe_serialization = false })
+    assert.is_false(ok0); assert.matches("safe_serialization=false is not supported", err0, 1, true)
+    ok0, err0 = pcall(acc.save_model, acc, model, d .. "/m2", { max_shard_size = "5GB" })
+    assert.is_false(ok0); assert.matches("max_shard_size is not supported", err0, 1, true)
     acc:load_state(out)
     acc:save_model(model, d .. "/export/x/model")
     assert.truthy(C.is_dir(d .. "/export/x/model"))
@@ -673,7 +679,7 @@ describe("acc:save_state / load_state", function()
     assert.are.equal("e4m3", raw.codebook:dtype())
     assert.same(deq.codebook:totable(), raw.codebook:dequantize():totable())
     U.fails_with("save_model: fp8 must be \"dequantize\" or \"raw\", got bytes", function() acc:save_model(model, d, { fp8 = "bytes" }) end)
-    U.fails_with("save_model: unknown option 'dtype' (valid: fp8)", function() acc:save_model(model, d, { dtype = "x" }) end)
+    U.fails_with("save_model: unknown option 'dtype' (valid: fp8, safe_serialization, max_shard_size)", function() acc:save_model(model, d, { dtype = "x" }) end)
     os.execute("rm -rf " .. d)
   end)
 
