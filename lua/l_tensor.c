@@ -482,6 +482,9 @@ static int m_to(lua_State *L) {
             return luaL_error(L, "to: unknown dtype '%s' (valid: %s; or a device: cpu, cuda)",
                               lua_tostring(L, 2), fl_dtype_choices());
     }
+    if (lua_type(L, 2) == LUA_TFUNCTION)   /* x:to(acc.device): Accelerate's property is a method here */
+        return luaL_argerror(L, 2, "expected a dtype or a device name, got a function (the Accelerator's device is a "
+                                   "method: x:to(acc:device()))");
     fl_dtype dt = fl_lcheckdtype(L, 2);
     if (fl_format(dt)->is_fp8)
         return luaL_error(L, "to(\"%s\"): FP8 needs a scale; use :quantize(\"%s\") (optionally with {scale=...} or {axis=...})",

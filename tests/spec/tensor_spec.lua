@@ -728,6 +728,13 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     U.fails_with("split: expected a size (an integer >= 1) or a list of sizes, got 0", t.split, t, 0)
   end)
 
+  it("to(acc.device), Accelerate's property, says the Accelerator's device is a method here", function()
+    local acc = fp8.Accelerator { cpu = true }
+    local x = fp8.zeros { 2 }
+    U.fails_with("got a function (the Accelerator's device is a method: x:to(acc:device()))", x.to, x, acc.device)
+    assert.are.equal("cpu", x:to(acc:device()):device())
+  end)
+
   it("linspace, eye and the *_like factories", function()
     assert.are.same({ 0, 0.25, 0.5, 0.75, 1 }, fp8.linspace(0, 1, 5):totable())
     assert.are.same({ -1, 1 }, fp8.linspace(-1, 1, 2):totable())
