@@ -394,11 +394,12 @@ function AccOptimizer:step(...)
   else
     res = inner:step(...)
   end
-  acc:_after_step()
+  local counted = acc:_after_step()
   if prof then
     prof.pop(ptok)
-    -- not after on_trace_ready called stop(); not once the user's prof:step() calls took over the stepping
-    if prof.profiler._state == "running" and prof.mode ~= "manual" then
+    -- one profiler step per training step (a second optimizer of the same step adds none); not after
+    -- on_trace_ready called stop(); not once the user's prof:step() calls took over the stepping
+    if counted and prof.profiler._state == "running" and prof.mode ~= "manual" then
       prof.mode = "optimizer"
       prof.profiler:_step_now()
     end
@@ -661,7 +662,7 @@ function Accelerator:_after_step()
   local bw = core._backwards_started()
   if self._step_backward == bw and bw > 0 then
     for _, nm in ipairs(self._fp8_layers) do nm[2].fp8_meta:drop_cache() end
-    return
+    return false
   end
   self._step_backward = bw
   self.step = self.step + 1
@@ -677,6 +678,7 @@ function Accelerator:_after_step()
   end
   local log = self._stats_log
   if log and self.step % log.every == 0 then self:_write_stats(log) end
+  return true
 end
 
 -- autocast(fn, ...) runs fn with this accelerator's autocast: bf16 under fp8 and bf16, fp16 under fp16, as

@@ -503,8 +503,12 @@ local function var_of(who, t, dim, o)
   local d
   if dim == nil then d = t - t:mean() else d = t - t:mean(dim, true) end
   local ss = dim == nil and (d * d):sum() or (d * d):sum(dim, keep)
-  if dim == nil and keep then ss = ss:reshape((function() local s = {} for i = 1, t:dim() do s[i] = 1 end return s end)()) end
-  return ss / math.max(n - corr, 0)
+  if dim == nil and keep then   -- every dim kept, of size 1
+    local ones = {}
+    for i = 1, t:dim() do ones[i] = 1 end
+    ss = ss:reshape(ones)
+  end
+  return ss / math.max(n - corr, 0)   -- n ≤ correction: x / 0, inf or NaN, as torch's
 end
 
 function Tensor.var(t, dim, o, ...)
@@ -520,7 +524,7 @@ end
 -- t:chunk(n [, dim=1]) and t:split(size | {sizes} [, dim=1]): narrow views along dim, as torch's (chunk: pieces
 -- of ceil(len / n), so fewer than n when they run out; split: pieces of `size`, the last shorter, or the sizes
 -- given, which must add up to the length).
-local function pieces(who, t, sizes, dim)
+local function pieces(t, sizes, dim)
   local out, start = {}, 1
   for i, sz in ipairs(sizes) do out[i] = t:narrow(dim, start, sz); start = start + sz end
   return table.unpack(out)
@@ -542,7 +546,7 @@ function Tensor.chunk(t, n, dim, ...)
     local left = len
     while left > 0 do sizes[#sizes + 1] = math.min(each, left); left = left - each end
   end
-  return pieces("chunk", t, sizes, dim)
+  return pieces(t, sizes, dim)
 end
 
 function Tensor.split(t, size, dim, ...)
@@ -572,7 +576,7 @@ function Tensor.split(t, size, dim, ...)
   else
     error(("split: expected a size (an integer >= 1) or a list of sizes, got %s"):format(tostring(size)), 2)
   end
-  return pieces("split", t, sizes, dim)
+  return pieces(t, sizes, dim)
 end
 
 -- t:square(), t:rsqrt(), t:reciprocal(): x·x, 1/√x, 1/x (differentiable; made of mul, sqrt, div).

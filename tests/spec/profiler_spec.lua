@@ -326,6 +326,17 @@ describe("profiled training run", function()
       for _ = 1, 5 do p:step(); acc2:backward(F.cross_entropy(m2(x), y)); o2:step(); o2:zero_grad() end
     end)
     assert.same({ 2, 3 }, steps_of(prof))
+    -- two prepared optimizers stepped after one backward: one profiler step, as one training step
+    local acc3 = Accelerator { kwargs_handlers = sched }
+    local m3 = mlp()
+    local ps = m3:parameters()
+    local oa, ob = optim.SGD({ ps[1], ps[2] }, { lr = 0.1 }), optim.SGD({ ps[3], ps[4] }, { lr = 0.1 })
+    m3, oa, ob = acc3:prepare(m3, oa, ob)
+    local prof3 = acc3:profile(function()
+      for _ = 1, 5 do acc3:backward(F.cross_entropy(m3(x), y)); oa:step(); ob:step(); oa:zero_grad(); ob:zero_grad() end
+    end)
+    assert.same({ 2, 3 }, steps_of(prof3))
+    assert.are.equal(5, acc3.step)
   end)
 
   it("an error inside the profiled function stops the profiler and propagates", function()
