@@ -537,7 +537,7 @@ function Tensor.chunk(t, n, dim, ...)
   if t:dim() == 0 then error("chunk: a 0-d tensor cannot be split", 2) end
   dim = norm_dim("chunk", dim or 1, t:dim())
   local len = t:size(dim)
-  local each = len == 0 and 0 or (len + n - 1) // n
+  local each = len // n + (len % n > 0 and 1 or 0)   -- ceil(len / n) without len + n overflowing
   local sizes = {}
   if len == 0 then   -- n empty pieces, as torch's
     if n > 4096 then error(("chunk: %d empty pieces asked for (at most 4096)"):format(n), 2) end

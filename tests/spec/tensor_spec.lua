@@ -725,6 +725,7 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.are.same({ { 0, 1 }, { 3, 4 } }, s1:totable())
     U.fails_with("split: the sizes add up to 1, but dim 1 has length 10", t.split, t, { 1 })
     U.fails_with("chunk: chunks must be an integer >= 1, got 0", t.chunk, t, 0)
+    assert.are.equal(10, select("#", t:chunk(math.maxinteger)))   -- len + n once overflowed: a loop without end
     U.fails_with("split: expected a size (an integer >= 1) or a list of sizes, got 0", t.split, t, 0)
   end)
 
