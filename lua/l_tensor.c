@@ -10,42 +10,7 @@
 #include "rng.h"
 #include "autograd.h"
 
-/* ---- GC pressure ------------------------------------------------------------------------ */
-
-/* Lua's collector paces itself by the bytes of its own heap, where a tensor is an 8-byte box; the
- * megabytes of core storage behind it are invisible, so dead activations would pile up for many
- * training steps before a cycle ran (RSS grew by ~100 MiB a step on the benchmark GPT). So the hot
- * entry points of this file (every method call and field read goes through __index; the arithmetic
- * metamethods; the factories) poll the core's count of live storage bytes per device, and once it has
- * grown by a quarter since the last collection (and by at least GC_MIN_GROWTH) run a full collection
- * and take the new live total as the base. Memory then stays within ~1.25x of what is reachable; the
- * growth is geometric, so a training step costs a handful of full cycles of a small Lua heap (~0.7 ms
- * each on the benchmark GPT, against a step of hundreds). The threshold lives in a registry userdata
- * (no C globals). */
-#define GC_MIN_GROWTH ((size_t)32 << 20)
-static const char gc_key = 0;   /* its address keys the state in the registry */
-typedef struct { size_t next[FL_DEV_COUNT]; } gc_state;
-
-static void gc_rebase(gc_state *g) {
-    for (int d = 0; d < FL_DEV_COUNT; d++) {
-        size_t live = fl_bytes_live(d), grow = live / 4;
-        g->next[d] = live + (grow > GC_MIN_GROWTH ? grow : GC_MIN_GROWTH);
-    }
-}
-
-static void gc_poll(lua_State *L) {
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &gc_key);
-    gc_state *g = (gc_state *)lua_touserdata(L, -1);
-    lua_pop(L, 1);   /* the registry keeps it alive */
-    if (!g || !lua_gc(L, LUA_GCISRUNNING)) return;   /* collectgarbage("stop") is respected */
-    for (int d = 0; d < FL_DEV_COUNT; d++) {
-        if (fl_bytes_live(d) > g->next[d]) {
-            lua_gc(L, LUA_GCCOLLECT);
-            gc_rebase(g);
-            return;
-        }
-    }
-}
+/* ---- GC pressure: fl_lgc_poll (l_util.c), here at the hot entry points; every new tensor box polls too ---- */
 
 /* ---- argument helpers ------------------------------------------------------------------- */
 
@@ -174,7 +139,7 @@ static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d
 /* zeros / ones / empty(shape [, dtype | {dtype=, device=}]): filled with 0, with 1, or left uninitialised. */
 typedef enum { FILL_ZEROS, FILL_ONES, FILL_NONE } fill_kind;
 static int l_factory(lua_State *L, fill_kind fill, const char *fname) {
-    gc_poll(L);
+    fl_lgc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
     fl_lmaxargs(L, next, fname, "(shape [, dtype | {dtype=, device=}])");
@@ -225,7 +190,7 @@ static int l_arange(lua_State *L) {
 }
 
 static int l_random(lua_State *L, int normal, const char *fname) {
-    gc_poll(L);
+    fl_lgc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
     fl_lmaxargs(L, next, fname, "(shape [, dtype | {dtype=, device=}])");
@@ -588,7 +553,7 @@ static int m_item(lua_State *L) {
 
 /* __index: method names first, then integer indices (x[i]). */
 static int m_index(lua_State *L) {
-    gc_poll(L);
+    fl_lgc_poll(L);
     if (lua_type(L, 2) == LUA_TSTRING) {
         lua_pushvalue(L, 2);
         lua_rawget(L, lua_upvalueindex(1));
@@ -695,7 +660,7 @@ static int m_values(lua_State *L) {
 /* ---- arithmetic --------------------------------------------------------------------------- */
 
 static int arith(lua_State *L, fl_binop op) {
-    gc_poll(L);
+    fl_lgc_poll(L);
     fl_tensor *a = fl_ltotensor(L, 1), *b = fl_ltotensor(L, 2);
     const char *opname = fl_binop_names[op];
     for (int i = 1; i <= 2; i++) {
@@ -1040,8 +1005,7 @@ static const luaL_Reg factories[] = {
 
 void fl_lopen_tensor(lua_State *L) {
     int lib = lua_gettop(L);
-    gc_rebase((gc_state *)lua_newuserdatauv(L, sizeof(gc_state), 0));
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &gc_key);
+    fl_lgc_init(L);
     luaL_newmetatable(L, FL_TENSOR_MT);
     luaL_setfuncs(L, metamethods, 0);
     luaL_newlib(L, methods);                /* methods table; Lua code (fp8/tensor.lua) adds more */

@@ -28,6 +28,10 @@ int fl_lcheck(lua_State *L, fl_status s);
 /* Push a new, empty fp8.Tensor box and return its slot. Fill the slot with a core call after
  * the box exists, so an error never leaks the tensor: the box owns exactly one reference. */
 fl_tensor **fl_lnewbox(lua_State *L);
+/* Lua cannot see tensor storage: a full collection once the live storage bytes grew by a quarter (and 32 MiB)
+ * since the last (l_util.c). fl_lnewbox polls; fl_lgc_init (fl_lopen_tensor) sets the first threshold. */
+void fl_lgc_poll(lua_State *L);
+void fl_lgc_init(lua_State *L);
 /* The tensor at `arg`; raises an argument error for non-tensors and for released tensors. */
 fl_tensor *fl_lchecktensor(lua_State *L, int arg);
 /* The length of the plain list at `arg`: a table whose metatable, if any, has neither __index nor __len (else an

@@ -758,3 +758,25 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     U.fails_with("ones_like: unknown option 'dtyp'", fp8.ones_like, x, { dtyp = "fp32" })
   end)
 end)
+
+describe("dead tensors are collected whichever binding made them", function()
+  it("loops of F.gelu, fp8.matmul, fp8.load_file and safe_open stay within the collector's bound", function()
+    -- the collector runs once live storage grew by a quarter (at least 32 MiB); these bindings made their results
+    -- without polling, and 4 GB of dead tensors piled up before Lua's own collector ran
+    local R = require "fp8._memory"
+    collectgarbage("collect")
+    local base = R.bytes()
+    local x = fp8.randn(64, 1024)                                 -- 256 KiB
+    local w = fp8.randn(1024, 256)
+    local path = os.tmpname()
+    fp8.save_file({ w = fp8.randn(1024, 1024) }, path)           -- 4 MiB
+    local peak = 0
+    local function watch() peak = math.max(peak, R.bytes() - base) end
+    for _ = 1, 600 do local _ = fp8.nn.functional.gelu(x); watch() end
+    for _ = 1, 300 do local _ = fp8.matmul(x, w); watch() end
+    for _ = 1, 60 do local _ = fp8.load_file(path); watch() end
+    for _ = 1, 60 do local f = fp8.safe_open(path); local _ = f:get_tensor("w"); f:close(); watch() end
+    os.remove(path)
+    assert.is_true(peak < 64 * 2 ^ 20, ("peak live storage %.1f MiB above the start"):format(peak / 2 ^ 20))
+  end)
+end)
