@@ -326,7 +326,14 @@ static safe_open_box *open_box(lua_State *L, const char *path) {
     b->f = NULL;
     b->device = FL_DEV_CPU;
     luaL_setmetatable(L, SAFE_OPEN_MT);
-    FL_LCALL(L, fl_st_open(&b->f, path));
+    fl_status st = fl_st_open(&b->f, path);
+    if (st != FL_OK && (errno == EMFILE || errno == ENFILE)) {
+        /* out of descriptors: safe_open handles left to the collector (the docs allow it) hold theirs until a cycle
+         * runs, which descriptors never start; one full collection closes the unreachable ones, then once more */
+        lua_gc(L, LUA_GCCOLLECT);
+        st = fl_st_open(&b->f, path);
+    }
+    FL_LCALL(L, st);
     return b;
 }
 

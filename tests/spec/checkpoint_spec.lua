@@ -121,6 +121,18 @@ describe("fp8.save_file / load_file / safe_open", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("safe_open handles left to the collector do not run the process out of file descriptors", function()
+    -- a handle holds its descriptor until collected, and nothing started a collection when descriptors ran out
+    local d = tmpdir()
+    local script = d .. "/fd.lua"
+    write(script, ('fp8.save_file({w = fp8.randn(8, 8)}, %q)\n'):format(d .. "/s.safetensors")
+      .. ('for i = 1, 600 do local f = fp8.safe_open(%q); f:get_tensor("w") end\nprint("done")\n'):format(d .. "/s.safetensors"))
+    local out, ok = U.sh("ulimit -n 128; " .. U.q(FP8LAB_BIN or "build/fp8lab") .. " " .. U.q(script))
+    os.execute("rm -rf " .. U.q(d))
+    assert.is_true(ok, out)
+    assert.truthy(out:find("done", 1, true), out)
+  end)
+
   it("reads only the tensor asked for (safe_open on a file whose other tensors are unusable)", function()
     local d = tmpdir()
     local hdr = "{" .. entry("ok", "F32", "1", 0, 4) .. "," .. entry("nine", "U8", "1,1,1,1,1,1,1,1,1", 4, 5) .. "}"
