@@ -17,9 +17,25 @@ local mkdir_p = require("fp8._checkpoint").mkdir_p   -- the file helpers' mkdir 
 local kwargs = require "fp8.kwargs"
 
 local M = {}
+-- M.current, the running profiler, is held weakly: one the program dropped while it ran (an error between start()
+-- and stop(), say) is collected, and its __gc stops the recording; held strongly, it recorded until the event cap
+-- and refused every later profiler ("another profiler is running")
+local running = setmetatable({}, { __mode = "v" })
+setmetatable(M, {
+  __index = function(_, k) if k == "current" then return running[1] end end,
+  __newindex = function(t, k, v) if k == "current" then running[1] = v else rawset(t, k, v) end end,
+})
 local Profiler = {}
 Profiler.__index = Profiler
 Profiler.__name = "fp8.profiler.profile"
+-- a profiler collected while running (nothing refers to it: no trace can be asked of it) stops recording
+Profiler.__gc = function(self)
+  if rawget(self, "_state") == "running" then
+    self._state = "stopped"
+    if self._on then pcall(self._turn_off, self) end
+    pcall(P.clear)
+  end
+end
 
 local function is_rec(a) return a == "record" or a == "record_and_save" end
 
@@ -231,7 +247,9 @@ local function blame_caller(err) error(err, type(err) == "string" and 3 or 0) en
 
 function Profiler:_start()
   if self._state == "running" then error("profiler: start() called twice (call stop() first)", 0) end
-  if M.current then error("profiler: another profiler is running (stop it first)", 0) end
+  if M.current then
+    error("profiler: another profiler is running (stop it first: fp8.profiler.current:stop())", 0)
+  end
   P.clear()
   self.step_num, self.windows, self._events, self._state, self._cb_stopped = 0, 0, {}, "running", false
   self.dropped = 0

@@ -339,6 +339,18 @@ describe("profiled training run", function()
     assert.are.equal(5, acc3.step)
   end)
 
+  it("a profiler dropped while it runs is collected, stops recording and lets a new one start", function()
+    do local p = profiler.profile {}; p:start() end   -- never stopped, nothing refers to it
+    collectgarbage(); collectgarbage()
+    assert.is_nil(profiler.current)
+    assert.is_false(P.enabled())
+    local p2 = profiler.profile {}:start()
+    local ok, err = pcall(function() profiler.profile {}:start() end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("another profiler is running (stop it first: fp8.profiler.current:stop())", 1, true))
+    p2:stop()
+  end)
+
   it("an error inside the profiled function stops the profiler and propagates", function()
     local acc = Accelerator{}
     fails_with("boom", acc.profile, acc, function() error("boom") end)
