@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -115,6 +116,11 @@ fl_status fl_fsync_dir(const char *dir) {
     return FL_OK;
 }
 
+static void remove_stale_links(const char *path);
+
+static _Atomic bool use_tmpfile = true;
+void fl_atomic_use_tmpfile(bool on) { atomic_store(&use_tmpfile, on); }
+
 fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
     af->fd = -1;
     af->tmp[0] = 0;
@@ -126,25 +132,34 @@ fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
     mode_t um = umask(0);
     umask(um);
 #ifdef O_TMPFILE
-    af->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666 & ~um);
+    if (atomic_load(&use_tmpfile)) af->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666 & ~um);
     if (af->fd >= 0) {
         (void)flock(af->fd, LOCK_EX);   /* held until closed: marks the file's future name as in use */
         return FL_OK;
     }
 #endif
-    /* no O_TMPFILE here (old kernel, some file systems): a named temporary file */
+    /* no O_TMPFILE here (old kernel, some file systems): a named temporary file, under the names the O_TMPFILE path
+     * links its file to ("<stem>.tmp<pid>.<n>") and locked as that file is, so that a writer killed before the
+     * rename leaves a name the next write of the same path removes (remove_stale_links), not one that stays */
+    remove_stale_links(path);
     char stem[NAME_MAX + 1];
     const char *slash = strrchr(path, '/');
     link_stem(slash ? slash + 1 : path, stem, sizeof stem);
-    if (snprintf(af->tmp, sizeof af->tmp, "%s/%sXXXXXX", dir, stem) >= (int)sizeof af->tmp)
-        return FL_ERR(FL_EINVAL, "%s: path too long", path);
-    af->fd = mkstemp(af->tmp);
+    int e = EEXIST;
+    for (int attempt = 0; attempt < 100 && af->fd < 0; attempt++) {
+        if (snprintf(af->tmp, sizeof af->tmp, "%s/%s.tmp%ld.%d", dir, stem, (long)getpid(), attempt) >=
+            (int)sizeof af->tmp) {
+            af->tmp[0] = 0;
+            return FL_ERR(FL_EINVAL, "%s: path too long", path);
+        }
+        af->fd = open(af->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666 & ~um);
+        if (af->fd < 0 && (e = errno) != EEXIST) break;
+    }
     if (af->fd < 0) {
-        int e = errno;
         af->tmp[0] = 0;
         return FL_ERR(FL_EIO, "%s: cannot create a temporary file in %s: %s", path, dir, strerror(e));
     }
-    (void)fchmod(af->fd, 0666 & ~um);
+    (void)flock(af->fd, LOCK_EX);   /* held until closed, as on the O_TMPFILE path */
     return FL_OK;
 }
 
@@ -156,7 +171,7 @@ void fl_atomic_abort(fl_atomic_file *af) {
 }
 
 /* The names fl_atomic_commit gives a finished file before renaming it over path are "<dir>/<stem>.tmp<pid>.<n>", the
- * stem link_stem's. A writer killed between those two calls (SIGKILL is delivered when the link call returns) leaves
+ * stem link_stem's (where there is no O_TMPFILE, fl_atomic_begin creates the file under such a name). A writer killed between those two calls (SIGKILL is delivered when the link call returns) leaves
  * its link behind. A writer holds an flock on its file from fl_atomic_begin until it
  * closes it after the rename, and the kernel drops the lock of a dead process: a link whose file can be
  * locked has no live writer, and goes. (Process ids would not do: they are reused.) */

@@ -6,6 +6,7 @@
  * the next write to the same path removes. */
 #ifndef FL_FILEIO_H
 #define FL_FILEIO_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "error.h"
@@ -23,6 +24,8 @@ typedef struct {
     char tmp[4096];   /* "" while the temporary file has no name (O_TMPFILE) */
 } fl_atomic_file;
 fl_status fl_atomic_begin(fl_atomic_file *af, const char *path);
+/* Tests: false makes fl_atomic_begin take the path of file systems without O_TMPFILE (a named, locked file). */
+void fl_atomic_use_tmpfile(bool on);
 /* fsync, name it, rename over af->path, fsync the directory; closes fd. On failure nothing is left behind. */
 fl_status fl_atomic_commit(fl_atomic_file *af);
 void fl_atomic_abort(fl_atomic_file *af);

@@ -72,6 +72,39 @@ TEST(fileio_atomic_write_replaces_whole_and_leaves_nothing) {
     rmdir(dir);
 }
 
+/* Where the file system has no O_TMPFILE the temporary file is named "<name>.tmp<pid>.<n>" and locked while its writer
+ * lives: a writer killed before the rename leaves a name that the next write of the path removes (a name of
+ * mkstemp's, not looked for, stayed for good), while a live writer's file is left alone. */
+TEST(fileio_atomic_write_without_o_tmpfile_leaves_nothing_behind) {
+    char dir[] = "/tmp/fl_test_fileio_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char file[256], stale[300];
+    snprintf(file, sizeof file, "%s/w.safetensors", dir);
+    snprintf(stale, sizeof stale, "%s.tmp999999.0", file);   /* what a killed writer left: nobody holds its lock */
+    fl_atomic_use_tmpfile(false);
+    FILE *f = fopen(stale, "wb");
+    REQUIRE(f, "fopen");
+    fputs("half", f);
+    fclose(f);
+    fl_atomic_file live;
+    REQUIRE_OK(fl_atomic_begin(&live, file));   /* a writer still at work, holding its lock */
+    CHECK(live.tmp[0] != 0, "the named path was not taken");
+    CHECK(count_entries(dir) == 1, "%d entries: the stale file should have gone", count_entries(dir));
+    REQUIRE_OK(fl_write_atomic(file, "new", 3));   /* another write of the same path leaves the live one */
+    CHECK(count_entries(dir) == 2, "%d entries: the file and the live writer's", count_entries(dir));
+    CHECK(write(live.fd, "x", 1) == 1, "write");
+    REQUIRE_OK(fl_atomic_commit(&live));
+    CHECK(count_entries(dir) == 1, "%d entries after both writers", count_entries(dir));
+    char *buf = NULL;
+    size_t len = 0;
+    REQUIRE_OK(fl_read_regular(file, "file", 0, &buf, &len));
+    CHECK(len == 1 && buf[0] == 'x', "the last commit's bytes");
+    free(buf);
+    fl_atomic_use_tmpfile(true);
+    unlink(file);
+    rmdir(dir);
+}
+
 /* A legal file name near NAME_MAX (250 bytes): its temporary link's name ("<name>.tmp<pid>.<n>") would pass the
  * limit, so a short stem stands for it; the write succeeds and leaves only the file. */
 TEST(fileio_atomic_write_takes_a_name_near_name_max) {
