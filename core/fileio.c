@@ -171,7 +171,8 @@ void fl_atomic_abort(fl_atomic_file *af) {
 }
 
 /* The names fl_atomic_commit gives a finished file before renaming it over path are "<dir>/<stem>.tmp<pid>.<n>", the
- * stem link_stem's (where there is no O_TMPFILE, fl_atomic_begin creates the file under such a name). A writer killed between those two calls (SIGKILL is delivered when the link call returns) leaves
+ * stem link_stem's (where there is no O_TMPFILE, fl_atomic_begin creates the file under such a name). A writer
+ * killed between those two calls (SIGKILL is delivered when the link call returns) leaves
  * its link behind. A writer holds an flock on its file from fl_atomic_begin until it
  * closes it after the rename, and the kernel drops the lock of a dead process: a link whose file can be
  * locked has no live writer, and goes. (Process ids would not do: they are reused.) */

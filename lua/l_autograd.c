@@ -172,7 +172,8 @@ static int l_set_autocast_dtype(lua_State *L) {
 }
 
 static const luaL_Reg tensor_methods[] = {
-    {"requires_grad", m_requires_grad}, {"requires_grad_", m_requires_grad_}, {"is_leaf", m_is_leaf}, {"grad_fn", m_grad_fn},
+    {"requires_grad", m_requires_grad}, {"requires_grad_", m_requires_grad_}, {"is_leaf", m_is_leaf},
+    {"grad_fn", m_grad_fn},
     {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"backward", m_backward},
     {NULL, NULL},
 };

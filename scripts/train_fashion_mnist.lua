@@ -34,7 +34,8 @@ local OPTIONS = {
   { "quiet", "flag", false, "no progress bars" },
   { "save-every", "int", 0, "save a checkpoint every N optimizer steps into --checkpoint-dir/checkpoints (0 = never)" },
   { "checkpoint-dir", "str", "build/checkpoints/fashion_mnist", "where --save-every writes (the last 3 are kept)" },
-  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir; default: start afresh)" },
+  { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir; default: "
+    .. "start afresh)" },
 }
 
 local ARGS = { usage = "usage: fp8lab scripts/train_fashion_mnist.lua [options]",

@@ -452,9 +452,9 @@ function Accelerator:_prepare_optimizer(opt)
       -- O2/O3 by the spec; O1 too here, since its fp16 weights and FP8 gradients need an optimizer
       -- step that reads them, and only the Adam family has one in this build.
       local default = (self.settings.sources or {}).fp8_backend == "default"
-      error(("Accelerator: MS-AMP %s needs an Adam or AdamW optimizer (allowed: Adam, AdamW), got %s; use fp8.optim.AdamW%s")
-        :format(level, tostring(opt.name), default and (" (msamp is the FP8 backend by default: te or ao take any "
-          .. "optimizer, e.g. kwargs_handlers={fp8.TERecipeKwargs{}})") or ""), 4)
+      error(("Accelerator: MS-AMP %s needs an Adam or AdamW optimizer (allowed: Adam, AdamW), got %s; use "
+        .. "fp8.optim.AdamW%s"):format(level, tostring(opt.name), default and (" (msamp is the FP8 backend by "
+          .. "default: te or ao take any optimizer, e.g. kwargs_handlers={fp8.TERecipeKwargs{}})") or ""), 4)
     end
     if opt.name ~= "MSAMPAdamW" then
       opt = require("fp8.optim.msamp_adamw").from_adamw(opt, { fp8_weights = self._fp8_weights,

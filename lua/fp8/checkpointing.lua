@@ -592,11 +592,13 @@ function M.install(Accelerator)
     local pc = self.project_configuration
     -- Accelerate's save_state(output_dir, safe_serialization=True): safetensors is the only format here
     if opts ~= nil then
-      if type(opts) ~= "table" then error(("save_state: options must be a table {safe_serialization=true}, got %s"):format(type(opts)), 2) end
+      if type(opts) ~= "table" then
+        error(("save_state: options must be a table {safe_serialization=true}, got %s"):format(type(opts)), 2)
+      end
       O.check("save_state", opts, { "safe_serialization" }, 2)
       if opts.safe_serialization ~= nil and opts.safe_serialization ~= true then
-        error(("save_state: safe_serialization=%s is not supported: fp8lab writes safetensors and JSON only (no pickles)")
-          :format(tostring(opts.safe_serialization)), 2)
+        error(("save_state: safe_serialization=%s is not supported: fp8lab writes safetensors and JSON only (no "
+          .. "pickles)"):format(tostring(opts.safe_serialization)), 2)
       end
     end
     if pc.automatic_checkpoint_naming then

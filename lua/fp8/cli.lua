@@ -304,7 +304,8 @@ local function launch_help(backend)
   line("--multi_gpu", "refused: data-parallel training across GPUs is not part of fp8lab yet")
   line("--main_process_port N", "refused: mpirun wires the processes and picks its own ports")
   line("--num_machines 1, --machine_rank 0, ...", "Accelerate's launcher settings: taken at values that change nothing "
-    .. "(--gpu_ids all, --dynamo_backend no, --main_training_function, --rdzv_backend, --main_process_ip, --same_network), "
+    .. "(--gpu_ids all, --dynamo_backend no, --main_training_function, --rdzv_backend, --main_process_ip, "
+    .. "--same_network), "
     .. "refused otherwise as the config file's keys; --module, --no_python, --tee, --log_dir, --quiet refused")
   line("-h, --help", "this text; after --fp8_backend B only B's flags")
   for _, b in ipairs(BY_NAME.backend.choices) do

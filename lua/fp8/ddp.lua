@@ -51,7 +51,8 @@ local function describe(model, opts)
     local list = kind == "parameter" and model:named_parameters() or model:named_buffers()
     for _, nt in ipairs(list) do
       -- a parameter trained on one rank and frozen on another would pair the ranks' buckets wrongly
-      local frozen = kind == "parameter" and (nt[2]:requires_grad() and " trainable" or " frozen (requires_grad false)") or ""
+      local frozen = kind == "parameter"
+        and (nt[2]:requires_grad() and " trainable" or " frozen (requires_grad false)") or ""
       lines[#lines + 1] = ("%s %s %s %s%s"):format(kind, nt[1], nt[2]:dtype(), shape_str(nt[2]), frozen)
     end
   end

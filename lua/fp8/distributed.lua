@@ -388,7 +388,8 @@ function U:on_process(fn, process_index)
 end
 
 function U:on_local_process(fn, local_process_index)
-  if math.type(local_process_index) ~= "integer" or local_process_index < 0 or local_process_index >= self.num_processes then
+  local i = local_process_index
+  if math.type(i) ~= "integer" or i < 0 or i >= self.num_processes then
     error(("on_local_process: local_process_index must be an integer from 0 to %d, got %s")
       :format(self.num_processes - 1, tostring(local_process_index)), 2)
   end
@@ -644,8 +645,8 @@ if okh and help.add then
     "t padded with pad_index along dim to the largest size any process has there (then gather can follow).")
   add("acc:gather_object", "acc:gather_object(list) -> list",
     "Every process's list of plain Lua values (no tensors: use gather), concatenated in rank order.")
-  add("acc:on_main_process", "acc:on_main_process(fn) | on_local_main_process(fn) | on_last_process(fn) | on_process(fn, i)"
-    .. " | on_local_process(fn, i)",
+  add("acc:on_main_process", "acc:on_main_process(fn) | on_local_main_process(fn) | on_last_process(fn) | "
+    .. "on_process(fn, i) | on_local_process(fn, i)",
     "Accelerate's decorators: a function that runs fn (returning its results) on that process only.")
   add("acc:check_trigger", "acc:set_trigger(); if acc:check_trigger() then break end",
     "A flag across processes (early stopping): check_trigger() is true everywhere when any process set it; it clears it.")

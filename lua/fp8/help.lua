@@ -147,8 +147,8 @@ add_all {
   { section = "Tensors", name = "Tensor:backward", sig = "loss:backward([grad]) / x.grad / x:requires_grad([bool]) / x:detach() / x:zero_grad()",
     doc = "Autograd: backward() from a one-element tensor (or with grad of the same shape) fills .grad of the\n"
        .. "leaves that require it (gradients add up until zero_grad() drops them). requires_grad(true) marks a\n"
-       .. "leaf and returns it (torch's requires_grad_([bool]) too); detach() is a view without history; x:is_leaf(), x:grad_fn() (the node's name, nil for\n"
-       .. "a leaf) tell where x came from." },
+       .. "leaf and returns it (torch's requires_grad_([bool]) too); detach() is a view without history;\n"
+       .. "x:is_leaf(), x:grad_fn() (the node's name, nil for a leaf) tell where x came from." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results;\n"
        .. "set_grad_enabled switches the mode for what follows and returns the previous one." },
@@ -171,7 +171,8 @@ add_all {
     doc = "steps values from start to end, both included (torch.linspace), rounded once to the dtype:\n"
        .. "fp8.linspace(0, 448, 9):quantize(\"e4m3\") shows where the E4M3 grid puts them. fp8.eye(n [, m]) is\n"
        .. "the identity." },
-  { section = "Tensors", name = "zeros_like", sig = "fp8.zeros_like(x [, dtype | {dtype=, device=}]) / ones_like / full_like(x, v) / ...",
+  { section = "Tensors", name = "zeros_like",
+    sig = "fp8.zeros_like(x [, dtype | {dtype=, device=}]) / ones_like / full_like(x, v) / ...",
     doc = "A new tensor of x's shape, dtype and device (unless given): zeros_like, ones_like, empty_like,\n"
        .. "rand_like, randn_like, full_like(x, v). An FP8 x needs a dtype (quantize the result)." },
   { section = "Tensors", name = "Tensor:float", sig = "x:float() / x:bfloat16() / x:half()",
@@ -197,7 +198,8 @@ add_all {
     doc = "config.yaml from Lua (docs/config.md, \"From Lua\"): load and check a file as fp8lab launch does, write one\n"
        .. "atomically; keys() lists the keys, suggest(word, list) / distance(a, b) the nearest name, default_path()\n"
        .. "where `fp8lab config` writes, libyaml_version()." },
-  { section = "Other", name = "config.sys", sig = "require(\"fp8.config\").sys.setenv / exec / executable / realpath / ...",
+  { section = "Other", name = "config.sys",
+    sig = "require(\"fp8.config\").sys.setenv / exec / executable / realpath / ...",
     doc = "The process helpers fp8lab launch and fp8lab env use (docs/config.md): setenv(name, value|nil),\n"
        .. "exec{prog, args...}, executable(), realpath(p), isatty(fd), geteuid(), omp_max_threads(), build(),\n"
        .. "cpu_fp8_gemm() (the CPU FP8 GEMM's kernel family), cpu_isa() (FP8LAB_CPU_ISA's cap), env_names(prefix)." },
@@ -271,7 +273,8 @@ also("cuda", { "cuda.is_built", "cuda.is_available", "cuda.device_count", "cuda.
 also("no_grad", { "enable_grad", "set_grad_enabled", "is_grad_enabled" })
 also("autocast_dtype", { "set_autocast_dtype" })
 also("format", { "dtype_names", "is_nan_code" })
-also("Tensor:backward", { "Tensor:requires_grad", "Tensor:requires_grad_", "Tensor:detach", "Tensor:zero_grad", "Tensor:is_leaf", "Tensor:grad_fn" })
+also("Tensor:backward", { "Tensor:requires_grad", "Tensor:requires_grad_", "Tensor:detach", "Tensor:zero_grad",
+                          "Tensor:is_leaf", "Tensor:grad_fn" })
 also("Tensor:unsqueeze", { "Tensor:squeeze", "Tensor:flatten", "Tensor:permute", "Tensor:narrow", "Tensor:expand",
                            "Tensor:clone" })
 also("Tensor:float", { "Tensor:bfloat16", "Tensor:half" })
@@ -295,7 +298,8 @@ also("Accelerator", { "acc:prepare", "acc:prepare_model", "acc:prepare_optimizer
 also("acc:free_memory", { "acc:clear" })
 also("acc:register_save_state_pre_hook", { "acc:register_load_state_pre_hook" })
 also("acc:main_process_first", { "acc:local_main_process_first" })
-also("acc:on_main_process", { "acc:on_local_main_process", "acc:on_last_process", "acc:on_process", "acc:on_local_process" })
+also("acc:on_main_process", { "acc:on_local_main_process", "acc:on_last_process", "acc:on_process",
+                               "acc:on_local_process" })
 also("acc:check_trigger", { "acc:set_trigger" })
 also("acc:is_main_process", { "acc:is_local_main_process", "acc:is_last_process" })
 also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })

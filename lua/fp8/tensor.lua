@@ -533,7 +533,9 @@ end
 function Tensor.chunk(t, n, dim, ...)
   no_more("chunk", "(chunks [, dim])", ...)
   check_self("chunk", t)
-  if math.type(n) ~= "integer" or n < 1 then error(("chunk: chunks must be an integer >= 1, got %s"):format(tostring(n)), 2) end
+  if math.type(n) ~= "integer" or n < 1 then
+    error(("chunk: chunks must be an integer >= 1, got %s"):format(tostring(n)), 2)
+  end
   if t:dim() == 0 then error("chunk: a 0-d tensor cannot be split", 2) end
   dim = norm_dim("chunk", dim or 1, t:dim())
   local len = t:size(dim)
@@ -582,6 +584,8 @@ end
 -- t:square(), t:rsqrt(), t:reciprocal(): x·x, 1/√x, 1/x (differentiable; made of mul, sqrt, div).
 function Tensor.square(t, ...) check_self("square", t); no_more("square", "no arguments", ...); return t * t end
 function Tensor.rsqrt(t, ...) check_self("rsqrt", t); no_more("rsqrt", "no arguments", ...); return 1 / t:sqrt() end
-function Tensor.reciprocal(t, ...) check_self("reciprocal", t); no_more("reciprocal", "no arguments", ...); return 1 / t end
+function Tensor.reciprocal(t, ...)
+  check_self("reciprocal", t); no_more("reciprocal", "no arguments", ...); return 1 / t
+end
 
 return M

@@ -256,7 +256,8 @@ if mode == "collectives" then
   print(("rank%d alone=done"):format(r))
   -- MS-AMP O3: its E4M3 weight copies (buffers, re-cast by every optimizer step) are not broadcast either: after a
   -- forward on rank 0 alone, both ranks train on the same data with the same weights, so their losses are equal
-  local a3 = fp8.Accelerator { cpu = true, mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O3" } } }
+  local a3 = fp8.Accelerator { cpu = true, mixed_precision = "fp8",
+    kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O3" } } }
   fp8.manual_seed(1)
   local m3 = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 16))
   local o3 = fp8.optim.AdamW(m3:parameters(), { lr = 1e-2 })

@@ -28,7 +28,8 @@ local padded = acc:split_between_processes({ "a", "b", "c" }, true)
 eq(#padded, 2, "split padded length")
 -- a table of lists by name (Accelerate's dict): each list split the same way
 local d = acc:split_between_processes { input_ids = { 1, 2, 3, 4, 5 }, labels = { 6, 7, 8, 9, 10 } }
-eq(table.concat(d.input_ids, ",") .. "|" .. table.concat(d.labels, ","), r == 0 and "1,2,3|6,7,8" or "4,5|9,10", "split dict")
+eq(table.concat(d.input_ids, ",") .. "|" .. table.concat(d.labels, ","), r == 0 and "1,2,3|6,7,8" or "4,5|9,10",
+  "split dict")
 local okd, errd = pcall(acc.split_between_processes, acc, { a = { 1, 2 }, b = { 1 } })
 eq(not okd and tostring(errd):match("the lists must have one length") ~= nil, true, "split dict lengths")
 acc:print("ok split")

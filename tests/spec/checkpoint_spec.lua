@@ -125,8 +125,9 @@ describe("fp8.save_file / load_file / safe_open", function()
     -- a handle holds its descriptor until collected, and nothing started a collection when descriptors ran out
     local d = tmpdir()
     local script = d .. "/fd.lua"
-    write(script, ('fp8.save_file({w = fp8.randn(8, 8)}, %q)\n'):format(d .. "/s.safetensors")
-      .. ('for i = 1, 600 do local f = fp8.safe_open(%q); f:get_tensor("w") end\nprint("done")\n'):format(d .. "/s.safetensors"))
+    local st = d .. "/s.safetensors"
+    write(script, ('fp8.save_file({w = fp8.randn(8, 8)}, %q)\n'):format(st)
+      .. ('for i = 1, 600 do local f = fp8.safe_open(%q); f:get_tensor("w") end\nprint("done")\n'):format(st))
     local out, ok = U.sh("ulimit -n 128; " .. U.q(FP8LAB_BIN or "build/fp8lab") .. " " .. U.q(script))
     os.execute("rm -rf " .. U.q(d))
     assert.is_true(ok, out)
@@ -691,7 +692,8 @@ describe("acc:save_state / load_state", function()
     assert.are.equal("e4m3", raw.codebook:dtype())
     assert.same(deq.codebook:totable(), raw.codebook:dequantize():totable())
     U.fails_with("save_model: fp8 must be \"dequantize\" or \"raw\", got bytes", function() acc:save_model(model, d, { fp8 = "bytes" }) end)
-    U.fails_with("save_model: unknown option 'dtype' (valid: fp8, safe_serialization, max_shard_size)", function() acc:save_model(model, d, { dtype = "x" }) end)
+    U.fails_with("save_model: unknown option 'dtype' (valid: fp8, safe_serialization, max_shard_size)",
+      function() acc:save_model(model, d, { dtype = "x" }) end)
     os.execute("rm -rf " .. d)
   end)
 

@@ -61,7 +61,7 @@ describe("compare_recipes --model gpt", function()
     out, ok = U.sh("FP8LAB_LAUNCH_FLAGS=FP8LAB_FP8_BACKEND=--fp8_backend FP8LAB_FP8_BACKEND=te timeout 60 " .. q(bin)
       .. " scripts/compare_recipes.lua --model gpt")
     assert.is_false(ok)
-    assert.truthy(out:find("--fp8_backend (a launch flag) does not apply: compare_recipes.lua sets each run's precision",
-      1, true), out)
+    assert.truthy(out:find("--fp8_backend (a launch flag) does not apply: compare_recipes.lua sets each run's "
+      .. "precision", 1, true), out)
   end)
 end)

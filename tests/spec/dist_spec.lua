@@ -93,7 +93,8 @@ describe("data parallel over MPI (2 processes)", function()
     assert.is_false(D.info().initialized)
     assert.is_true(acc.sync_gradients)
     -- num_processes from the environment or the config file, in a process fp8lab launch did not start: said
-    local out, code = run(("env FP8LAB_NUM_PROCESSES=2 %s -e %s"):format(q(bin), q("print(fp8.Accelerator{}.num_processes)")))
+    local out, code = run(("env FP8LAB_NUM_PROCESSES=2 %s -e %s"):format(q(bin),
+      q("print(fp8.Accelerator{}.num_processes)")))
     assert.are.equal(0, code, out)
     assert.truthy(out:find("notice: num_processes=2 (FP8LAB_NUM_PROCESSES) is for fp8lab launch, which starts the "
       .. "processes: this one was started without it and runs alone", 1, true), out)
@@ -430,13 +431,13 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank1 buffers_same=false", 1, true), out)
     out, code = mpirun("tests/dist/misc.lua", "mismatch")
     assert.are_not.equal(0, code)
-    assert.truthy(out:find("rank 1 has parameter 0.weight fp32 [12, 4] trainable where rank 0 has parameter 0.weight fp32 [8, 4] "
-      .. "trainable", 1, true), out)
+    assert.truthy(out:find("rank 1 has parameter 0.weight fp32 [12, 4] trainable where rank 0 has parameter 0.weight "
+      .. "fp32 [8, 4] trainable", 1, true), out)
     -- a parameter trained on one rank and frozen on the other (the reducers' buckets would pair different tensors)
     out, code = mpirun("tests/dist/misc.lua", "frozen")
     assert.are_not.equal(0, code)
-    assert.truthy(out:find("rank 1 has parameter 0.weight fp32 [8, 4] trainable where rank 0 has parameter 0.weight fp32 [8, 4] "
-      .. "frozen (requires_grad false)", 1, true), out)
+    assert.truthy(out:find("rank 1 has parameter 0.weight fp32 [8, 4] trainable where rank 0 has parameter 0.weight "
+      .. "fp32 [8, 4] frozen (requires_grad false)", 1, true), out)
   end)
 
   it("find_unused_parameters: an error naming the parameter without it, training with it", function()

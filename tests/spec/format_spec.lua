@@ -213,7 +213,8 @@ describe("fp8.explain", function()
 
   it("quantize refuses a scale or amax that fp32 cannot hold (it used to drop them, or decode with an inf)", function()
     local x = fp8.tensor { 1e-30, 3e37, 0 }
-    for _, c in ipairs { { { scale = 1e-50 }, "scale must be in fp32's range" }, { { amax = 1e-50 }, "amax must be in fp32's range" },
+    for _, c in ipairs { { { scale = 1e-50 }, "scale must be in fp32's range" },
+                         { { amax = 1e-50 }, "amax must be in fp32's range" },
                          { { amax = 1e39 }, "amax must be in fp32's range" },
                          { { scale = 1e-40 }, "so that its reciprocal is finite too), got 1e-40" } } do
       local ok, err = pcall(x.quantize, x, "e4m3", c[1])

@@ -57,14 +57,16 @@ describe("fp8.hist", function()
     assert.matches("%[2%^1, 2%^2%)", text)
   end)
 
-  it("under the IEEE policy counts an overflow once, as a NaN or inf, and leaves the max values in their binade", function()
+  it("under the IEEE policy counts an overflow once, as a NaN or inf, and leaves the max values in their binade",
+    function()
     local h = quiet_hist(fp8.tensor { 448, 1000, 1, 0, 460 }:quantize("e4m3", { scale = 1, saturate = false }))
     assert.are.equal(0, h.saturated); assert.are.equal(1, h.nan); assert.are.equal(1, h.overflow)
     assert.are.equal(2, h.bins[8])   -- 448 and 460 (which rounds to 448) are the max, not clamped
     h = quiet_hist(fp8.tensor { 57344, 1e6, 0 / 0 }:quantize("e5m2", { scale = 1, saturate = false }))
     assert.are.equal(0, h.saturated); assert.are.equal(1, h.inf); assert.are.equal(1, h.nan)
     assert.are.equal(1, h.overflow); assert.are.equal(1, h.bins[15])
-    h = quiet_hist(fp8.tensor { 448, 1000, 0 / 0 }:quantize("e4m3", { scale = 1 }))   -- saturating: a NaN source is no overflow
+    -- saturating: a NaN source is no overflow
+    h = quiet_hist(fp8.tensor { 448, 1000, 0 / 0 }:quantize("e4m3", { scale = 1 }))
     assert.are.equal(1, h.saturated); assert.are.equal(0, h.overflow); assert.are.equal(1, h.bins[8])
   end)
 

@@ -90,7 +90,8 @@ describe("fp8.nn modules", function()
     ry:sum():backward()
     assert.are.same({ 0, 0, 1 }, rx.grad:totable())
     -- a tensor an op made, assigned to a parameter, would never train: refused, here and by optimizers
-    U.fails_with("cannot assign a tensor made by MulBackward to parameter 'weight'", function() n.enc.weight = n.enc.weight * 2 end)
+    U.fails_with("cannot assign a tensor made by MulBackward to parameter 'weight'",
+      function() n.enc.weight = n.enc.weight * 2 end)
     U.fails_with("AdamW: group 1 params[1] was made by MulBackward: an optimizer updates leaf tensors", fp8.optim.AdamW,
       { fp8.randn(3):requires_grad(true) * 2 })
     n.enc.weight = fp8.zeros { 4, 4 }   -- a leaf: a frozen parameter, in its place
@@ -463,8 +464,8 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     end
     U.fails_with("cross_entropy: ignore_index applies to class-id targets, not to class probabilities",
       nn.functional.cross_entropy, x0, t0, { ignore_index = 1 })
-    U.fails_with("cross_entropy: targets must be [2] (class ids) or [2, 3] (class probabilities) to match logits [2, 3], "
-      .. "got [1, 2]", nn.functional.cross_entropy, x0, fp8.tensor { { 1, 2 } })
+    U.fails_with("cross_entropy: targets must be [2] (class ids) or [2, 3] (class probabilities) to match "
+      .. "logits [2, 3], got [1, 2]", nn.functional.cross_entropy, x0, fp8.tensor { { 1, 2 } })
   end)
 
   it("clip_grad_norm_ returns the float64 total norm and scales grads to max_norm", function()

@@ -152,7 +152,8 @@ describe("fp8.optim arguments", function()
   it("maximize=true ascends, as torch 2.x's (the gradient negated before decay and momentum)", function()
     -- torch 2.x's parameters after three steps from {1, -2} with gradients i·{0.5, 0.25}
     for _, c in ipairs {
-      { optim.SGD, { lr = 0.1, momentum = 0.9, weight_decay = 0.1, nesterov = true }, { 1.640119194984436, -1.4821752309799194 } },
+      { optim.SGD, { lr = 0.1, momentum = 0.9, weight_decay = 0.1, nesterov = true },
+        { 1.640119194984436, -1.4821752309799194 } },
       { optim.SGD, { lr = 0.1 }, { 1.2999999523162842, -1.850000023841858 } },
       { optim.AdamW, { lr = 0.1, weight_decay = 0.1 }, { 1.25966215133667, -1.6512348651885986 } },
     } do
@@ -166,12 +167,13 @@ describe("fp8.optim arguments", function()
       require("fp8.optim.msamp_adamw").new, { p() }, { maximize = true })
     assert.is_false(ok)
     assert.truthy(tostring(err):find("maximize=true is not supported by MS-AMP's AdamW", 1, true), err)
-    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O2" } } }
+    local acc = fp8.Accelerator { mixed_precision = "fp8",
+      kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O2" } } }
     local m = fp8.nn.Linear(16, 16)
     ok, err = pcall(acc.prepare, acc, m, optim.AdamW(m:parameters(), { maximize = true }))
     assert.is_false(ok)
-    assert.are.equal("MSAMPAdamW: parameter group 1 has maximize=true, which MS-AMP's AdamW does not support (the msamp "
-      .. "backend replaces an AdamW by it)", err)
+    assert.are.equal("MSAMPAdamW: parameter group 1 has maximize=true, which MS-AMP's AdamW does not support (the "
+      .. "msamp backend replaces an AdamW by it)", err)
   end)
 
   it("rejects bad options with clear messages", function()
@@ -363,7 +365,8 @@ describe("fp8.optim.lr_scheduler", function()
         { 0, 0.03333333333, 0.06666666667, 0.1, 0.0950484434, 0.08117449009, 0.0611260467, 0.0388739533,
           0.01882550991, 0.004951556605, 0, 0.004951556605 } },
       { function(o)
-          return sched.get_cosine_schedule_with_warmup(o, { num_warmup_steps = 2, num_training_steps = 8, num_cycles = 1.5 })
+          return sched.get_cosine_schedule_with_warmup(o,
+            { num_warmup_steps = 2, num_training_steps = 8, num_cycles = 1.5 })
         end, { 0, 0.05, 0.1, 0.05, 0, 0.05, 0.1, 0.05, 0, 0.05 } },
     } do
       local o = opt(0.1)

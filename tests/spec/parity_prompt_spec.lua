@@ -117,7 +117,8 @@ describe("the prompt", function()
     local help = require "fp8.help"
     local s = fp8.amp.GradScaler()
     local dl = fp8.data.DataLoader { { { fp8.zeros { 1 }, 1 } }, batch_size = 1 }
-    for _, fn in ipairs { s.step, s.update, s.unscale_, s.get_scale, s.state_dict, s.is_enabled, dl.iter, dl.set_epoch, dl.to } do
+    for _, fn in ipairs { s.step, s.update, s.unscale_, s.get_scale, s.state_dict, s.is_enabled, dl.iter, dl.set_epoch,
+                          dl.to } do
       local e = help.lookup(fn)
       assert.truthy(e and (e.name == "amp.GradScaler" or e.name == "data.DataLoader"), e and e.name)
     end

@@ -312,8 +312,8 @@ describe("profiled training run", function()
     model, opt = acc:prepare(model, opt)
     local x, y = batch()
     -- Accelerate's guide: opt.step(), then prof.step(): each iteration would count twice
-    fails_with("under acc:profile each opt:step() of a prepared optimizer is one profiler step already", acc.profile, acc,
-      function(p)
+    fails_with("under acc:profile each opt:step() of a prepared optimizer is one profiler step already", acc.profile,
+      acc, function(p)
         for _ = 1, 3 do acc:backward(F.cross_entropy(model(x), y)); opt:step(); opt:zero_grad(); p:step() end
       end)
     assert.is_false(P.enabled())
@@ -347,7 +347,8 @@ describe("profiled training run", function()
     local p2 = profiler.profile {}:start()
     local ok, err = pcall(function() profiler.profile {}:start() end)
     assert.is_false(ok)
-    assert.truthy(tostring(err):find("another profiler is running (stop it first: fp8.profiler.current:stop())", 1, true))
+    assert.truthy(tostring(err):find("another profiler is running (stop it first: fp8.profiler.current:stop())", 1,
+      true))
     p2:stop()
   end)
 

@@ -753,7 +753,8 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.are.same({ { 7, 7, 7 }, { 7, 7, 7 } }, fp8.full_like(x, 7, { dtype = "fp32" }):totable())
     assert.are.equal("[2, 3]", fp8.randn_like(x):shape_str())
     assert.are.equal("fp32", fp8.ones_like(x, "fp32"):dtype())
-    U.fails_with("zeros_like: the tensor is e4m3, an FP8 format: give a dtype", fp8.zeros_like, x:float():quantize("e4m3"))
+    U.fails_with("zeros_like: the tensor is e4m3, an FP8 format: give a dtype", fp8.zeros_like,
+      x:float():quantize("e4m3"))
     assert.are.equal("fp32", fp8.zeros_like(x:float():quantize("e4m3"), "fp32"):dtype())
     U.fails_with("ones_like: unknown option 'dtyp'", fp8.ones_like, x, { dtyp = "fp32" })
   end)

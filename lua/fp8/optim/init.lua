@@ -21,7 +21,8 @@ add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_ste
   "Also StepLR(opt, {step_size, gamma}), MultiStepLR(opt, {milestones, gamma}), ExponentialLR(opt, {gamma}),\n"
   .. "LinearLR(opt, {start_factor, end_factor, total_iters}), CosineAnnealingLR(opt, {T_max, eta_min}),\n"
   .. "LambdaLR(opt, fn), and transformers' get_linear_schedule_with_warmup(opt, num_warmup_steps,\n"
-  .. "num_training_steps) and get_cosine_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, num_cycles]).\n"
+  .. "num_training_steps) and get_cosine_schedule_with_warmup(opt, num_warmup_steps, num_training_steps\n"
+  .. "[, num_cycles]).\n"
   .. "sched:step() after opt:step(); sched:get_last_lr() → {lr, ...}. Each schedule is a closed form of the\n"
   .. "step and the group's initial lr: an lr set by hand lasts until the next sched:step() (torch's chainable\n"
   .. "StepLR would scale it). A group added later joins with its own lr as its base.")

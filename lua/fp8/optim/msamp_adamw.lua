@@ -18,7 +18,9 @@ local AdamW = require "fp8.optim.adamw"
 function MSAMPAdamW.new(params, opts) return Optimizer.new(MSAMPAdamW, "MSAMPAdamW", AdamW.DEFAULTS, params, opts) end
 function MSAMPAdamW:_check_group(g)
   AdamW._check_group(self, g)
-  if g.maximize then error(self.name .. ": maximize=true is not supported by MS-AMP's AdamW (its moments' scales)", 0) end
+  if g.maximize then
+    error(self.name .. ": maximize=true is not supported by MS-AMP's AdamW (its moments' scales)", 0)
+  end
 end
 MSAMPAdamW._param_dtypes = { fp32 = true, fp16 = true }   -- fp8._optim.msamp_adamw_step: fp32 or fp16 weights
 

@@ -107,8 +107,8 @@ function Optimizer:_add_group(g, i)
     end
     if not p:is_leaf() then   -- torch: "can't optimize a non-leaf Tensor"; its .grad would stay nil
       error(("%s: %s[%d] was made by %s: an optimizer updates leaf tensors (the parameters themselves; "
-        .. "x:detach():requires_grad(true) makes one)"):format(self.name, i and ("group " .. i .. " params") or "params",
-        j, p:grad_fn()), 0)
+        .. "x:detach():requires_grad(true) makes one)"):format(self.name,
+        i and ("group " .. i .. " params") or "params", j, p:grad_fn()), 0)
     end
     if seen[p] then
       error(("%s: %s[%d] is already in the optimizer (a parameter may appear once: in one group, once)"):format(
