@@ -379,21 +379,17 @@ function U:on_local_main_process(fn)
   return on(self, "on_local_main_process", fn, function(a) return a.local_process_index == 0 end)
 end
 function U:on_last_process(fn) return on(self, "on_last_process", fn, function(a) return a:is_last_process() end) end
-function U:on_process(fn, process_index)
-  if math.type(process_index) ~= "integer" or process_index < 0 or process_index >= self.num_processes then
-    error(("on_process: process_index must be an integer from 0 to %d (num_processes - 1), got %s")
-      :format(self.num_processes - 1, tostring(process_index)), 2)
+-- on_process(fn, i) / on_local_process(fn, i): fn on the process whose process_index / local_process_index is i
+local function on_index(acc, fname, field, fn, i)
+  if math.type(i) ~= "integer" or i < 0 or i >= acc.num_processes then
+    error(("%s: %s must be an integer from 0 to %d (num_processes - 1), got %s")
+      :format(fname, field, acc.num_processes - 1, tostring(i)), 2)   -- on_index is tail-called: 2 is the caller
   end
-  return on(self, "on_process", fn, function(a) return a.process_index == process_index end)
+  return on(acc, fname, fn, function(a) return a[field] == i end)
 end
-
+function U:on_process(fn, process_index) return on_index(self, "on_process", "process_index", fn, process_index) end
 function U:on_local_process(fn, local_process_index)
-  local i = local_process_index
-  if math.type(i) ~= "integer" or i < 0 or i >= self.num_processes then
-    error(("on_local_process: local_process_index must be an integer from 0 to %d, got %s")
-      :format(self.num_processes - 1, tostring(local_process_index)), 2)
-  end
-  return on(self, "on_local_process", fn, function(a) return a.local_process_index == local_process_index end)
+  return on_index(self, "on_local_process", "local_process_index", fn, local_process_index)
 end
 
 -- set_trigger() / check_trigger(): Accelerate's cross-process flag (early stopping): check_trigger is true on

@@ -40,18 +40,21 @@ end
 -- unknown([set]) -> list of {name=, near=} for each FP8LAB_* variable set (in the process environment, or the
 -- names of the table `set`, an Accelerator's env=) that fp8lab does not read, sorted by name; near is the closest
 -- known name when one is close (a misspelling), else nil.
+-- The names starting with prefix: of the table `set`, or of the process environment; sorted.
+local function names_with(prefix, set)
+  if not set then return sys.env_names(prefix) end
+  local given = {}
+  for k in pairs(set) do if type(k) == "string" and k:sub(1, #prefix) == prefix then given[#given + 1] = k end end
+  table.sort(given)
+  return given
+end
+
 function M.unknown(set)
   local known = M.known()
   local names = {}
   for n in pairs(known) do names[#names + 1] = n end
   table.sort(names)
-  local given = {}
-  if set then
-    for k in pairs(set) do if type(k) == "string" and k:sub(1, 7) == "FP8LAB_" then given[#given + 1] = k end end
-    table.sort(given)
-  else
-    given = sys.env_names("FP8LAB_")
-  end
+  local given = names_with("FP8LAB_", set)
   local out = {}
   for _, n in ipairs(given) do
     if not known[n] then out[#out + 1] = { name = n, near = require("fp8.settings").suggest(n, names) } end
@@ -74,15 +77,8 @@ end
 -- fp8lab counterpart exists: fp8lab reads only its own, so a variable kept from an Accelerate setup is named.
 function M.accelerate_names(set)
   local known = M.known()
-  local given = {}
-  if set then
-    for k in pairs(set) do if type(k) == "string" and k:sub(1, 11) == "ACCELERATE_" then given[#given + 1] = k end end
-    table.sort(given)
-  else
-    given = sys.env_names("ACCELERATE_")
-  end
   local out = {}
-  for _, n in ipairs(given) do
+  for _, n in ipairs(names_with("ACCELERATE_", set)) do
     local ours = "FP8LAB_" .. n:sub(12)
     if known[ours] then
       out[#out + 1] = ("%s is Accelerate's and is not read; fp8lab reads %s"):format(n, ours)
