@@ -28,13 +28,16 @@ int fl_lcheck(lua_State *L, fl_status s) {
  * (no C globals). */
 #define GC_MIN_GROWTH ((size_t)32 << 20)
 static const char gc_key = 0;   /* its address keys the state in the registry */
-typedef struct { size_t next[FL_DEV_COUNT]; } gc_state;
+typedef struct { size_t base[FL_DEV_COUNT], next[FL_DEV_COUNT]; } gc_state;
+
+static void gc_rebase_dev(gc_state *g, int d) {
+    size_t live = fl_bytes_live(d), grow = live / 4;
+    g->base[d] = live;
+    g->next[d] = live + (grow > GC_MIN_GROWTH ? grow : GC_MIN_GROWTH);
+}
 
 static void gc_rebase(gc_state *g) {
-    for (int d = 0; d < FL_DEV_COUNT; d++) {
-        size_t live = fl_bytes_live(d), grow = live / 4;
-        g->next[d] = live + (grow > GC_MIN_GROWTH ? grow : GC_MIN_GROWTH);
-    }
+    for (int d = 0; d < FL_DEV_COUNT; d++) gc_rebase_dev(g, d);
 }
 
 void fl_lgc_poll(lua_State *L) {
@@ -43,11 +46,15 @@ void fl_lgc_poll(lua_State *L) {
     lua_pop(L, 1);   /* the registry keeps it alive */
     if (!g || !lua_gc(L, LUA_GCISRUNNING)) return;   /* collectgarbage("stop") is respected */
     for (int d = 0; d < FL_DEV_COUNT; d++) {
-        if (fl_bytes_live(d) > g->next[d]) {
+        size_t live = fl_bytes_live(d);
+        if (live > g->next[d]) {
             lua_gc(L, LUA_GCCOLLECT);
             gc_rebase(g);
             return;
         }
+        /* live storage fell to under half the last base (a big phase ended, a collection the program ran): the
+         * threshold follows it down, so memory stays within ~1.25x of what is live now, not of an old peak */
+        if (live < g->base[d] / 2) gc_rebase_dev(g, d);
     }
 }
 
