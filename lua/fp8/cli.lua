@@ -244,6 +244,8 @@ local function env_cmd(host, ...)
     print(("  %s=%s%s"):format(n, v, note))
   end
   if #names == 0 then print("  no FP8LAB_* variables") end
+  -- Accelerate's own variables with an fp8lab counterpart, kept from an Accelerate setup: not read
+  for _, n in ipairs(E.accelerate_names()) do print("  " .. n) end
 
   print("\nConfig")
   local path, origin = config_path(config_flag)

@@ -515,6 +515,10 @@ describe("FP8LAB_* variables fp8lab does not read", function()
     assert.truthy(e2:find("notice: ACCELERATE_MIXED_PRECISION is Accelerate's and is not read; fp8lab reads "
       .. "FP8LAB_MIXED_PRECISION", 1, true), e2)
     assert.falsy(e2:find("ACCELERATE_SOMETHING_ELSE", 1, true), e2)
+    local env_out, _, env_code = run("env", nil, "ACCELERATE_MIXED_PRECISION=fp8 ")   -- listed there too
+    assert.are.equal(0, env_code)
+    assert.truthy(env_out:find("  ACCELERATE_MIXED_PRECISION is Accelerate's and is not read; fp8lab reads "
+      .. "FP8LAB_MIXED_PRECISION", 1, true), env_out)
   end)
 
   it("OMP_NUM_THREADS past 1024 and a missing FP8LAB_LUA_DIR are said, not crashed on or ignored", function()
