@@ -96,14 +96,24 @@ static void dir_of(const char *path, char *dir, size_t len) {
     dir[n] = 0;
 }
 
-/* The stem of a link's name for the file name `base`: base itself, or where "<base>.tmp<pid>.<n>" could pass a
+/* The stem of a link's name for path's file name `base`: base itself, or where "<base>.tmp<pid>.<n>" could pass a
  * directory entry's limit (NAME_MAX, 255 bytes; a legal name of 240 bytes would not fit) ".fp8lab-<16 hex digits>",
  * a 64-bit FNV-1a hash of base, so that the name still fits and stale links are still found by it. */
-static void link_stem(const char *base, char *out, size_t n) {
+static void link_stem(const char *path, char *out, size_t n) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
     if (strlen(base) + 32 <= NAME_MAX) { snprintf(out, n, "%s", base); return; }
     uint64_t h = 1469598103934665603ull;
     for (const unsigned char *c = (const unsigned char *)base; *c; c++) h = (h ^ *c) * 1099511628211ull;
     snprintf(out, n, ".fp8lab-%016llx", (unsigned long long)h);
+}
+
+/* The temporary name number `attempt` of a write of path: "<dir>/<stem>.tmp<pid>.<attempt>"; false if too long. */
+static bool temp_name(const char *path, int attempt, char *out, size_t n) {
+    char dir[4096], stem[NAME_MAX + 1];
+    dir_of(path, dir, sizeof dir);
+    link_stem(path, stem, sizeof stem);
+    return snprintf(out, n, "%s/%s.tmp%ld.%d", dir, stem, (long)getpid(), attempt) < (int)n;
 }
 
 fl_status fl_fsync_dir(const char *dir) {
@@ -142,13 +152,9 @@ fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
      * links its file to ("<stem>.tmp<pid>.<n>") and locked as that file is, so that a writer killed before the
      * rename leaves a name the next write of the same path removes (remove_stale_links), not one that stays */
     remove_stale_links(path);
-    char stem[NAME_MAX + 1];
-    const char *slash = strrchr(path, '/');
-    link_stem(slash ? slash + 1 : path, stem, sizeof stem);
     int e = EEXIST;
     for (int attempt = 0; attempt < 100 && af->fd < 0; attempt++) {
-        if (snprintf(af->tmp, sizeof af->tmp, "%s/%s.tmp%ld.%d", dir, stem, (long)getpid(), attempt) >=
-            (int)sizeof af->tmp) {
+        if (!temp_name(path, attempt, af->tmp, sizeof af->tmp)) {
             af->tmp[0] = 0;
             return FL_ERR(FL_EINVAL, "%s: path too long", path);
         }
@@ -179,9 +185,8 @@ void fl_atomic_abort(fl_atomic_file *af) {
 static void remove_stale_links(const char *path) {
     char dir[4096];
     dir_of(path, dir, sizeof dir);
-    const char *slash = strrchr(path, '/');
     char base[NAME_MAX + 1];
-    link_stem(slash ? slash + 1 : path, base, sizeof base);
+    link_stem(path, base, sizeof base);
     size_t lb = strlen(base);
     DIR *d = opendir(dir);
     if (!d) return;
@@ -213,15 +218,8 @@ fl_status fl_atomic_commit(fl_atomic_file *af) {
         /* give the unnamed file a name next to the target, then rename it over the target */
         char proc[64];
         snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);
-        char dir[4096], stem[NAME_MAX + 1];
-        dir_of(af->path, dir, sizeof dir);
-        const char *slash = strrchr(af->path, '/');
-        link_stem(slash ? slash + 1 : af->path, stem, sizeof stem);
         for (int attempt = 0; attempt < 100; attempt++) {
-            if (snprintf(af->tmp, sizeof af->tmp, "%s/%s.tmp%ld.%d", dir, stem, (long)getpid(), attempt) >=
-                (int)sizeof af->tmp) {
-                af->tmp[0] = 0; e = ENAMETOOLONG; goto fail;
-            }
+            if (!temp_name(af->path, attempt, af->tmp, sizeof af->tmp)) { af->tmp[0] = 0; e = ENAMETOOLONG; goto fail; }
             if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp, AT_SYMLINK_FOLLOW) == 0) break;
             if (errno != EEXIST) { e = errno; af->tmp[0] = 0; goto fail; }
             af->tmp[0] = 0;

@@ -10,7 +10,7 @@
 #include "rng.h"
 #include "autograd.h"
 
-/* ---- GC pressure: fl_lgc_poll (l_util.c), here at the hot entry points; every new tensor box polls too ---- */
+/* ---- GC pressure: every new tensor box polls (fl_lnewbox, l_util.c); so does __index, the hot entry point ---- */
 
 /* ---- argument helpers ------------------------------------------------------------------- */
 
@@ -139,7 +139,6 @@ static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d
 /* zeros / ones / empty(shape [, dtype | {dtype=, device=}]): filled with 0, with 1, or left uninitialised. */
 typedef enum { FILL_ZEROS, FILL_ONES, FILL_NONE } fill_kind;
 static int l_factory(lua_State *L, fill_kind fill, const char *fname) {
-    fl_lgc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
     fl_lmaxargs(L, next, fname, "(shape [, dtype | {dtype=, device=}])");
@@ -190,7 +189,6 @@ static int l_arange(lua_State *L) {
 }
 
 static int l_random(lua_State *L, int normal, const char *fname) {
-    fl_lgc_poll(L);
     int ndim; int64_t shape[FL_MAX_DIMS];
     int next = parse_shape(L, 1, &ndim, shape, 0, fname);
     fl_lmaxargs(L, next, fname, "(shape [, dtype | {dtype=, device=}])");
@@ -660,7 +658,6 @@ static int m_values(lua_State *L) {
 /* ---- arithmetic --------------------------------------------------------------------------- */
 
 static int arith(lua_State *L, fl_binop op) {
-    fl_lgc_poll(L);
     fl_tensor *a = fl_ltotensor(L, 1), *b = fl_ltotensor(L, 2);
     const char *opname = fl_binop_names[op];
     for (int i = 1; i <= 2; i++) {

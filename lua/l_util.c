@@ -19,8 +19,8 @@ int fl_lcheck(lua_State *L, fl_status s) {
  * megabytes of core storage behind it are invisible, so dead activations would pile up for many
  * training steps before a cycle ran (RSS grew by ~100 MiB a step on the benchmark GPT). So every new
  * tensor box (fl_lnewbox: any binding's result; F.gelu, fp8.load_file and the loaders' batches polled nothing, and
- * 4 GB of dead tensors piled up in a loop of gelu) and the hot entry points of l_tensor.c (__index, the arithmetic
- * metamethods) poll the core's count of live storage bytes per device, and once it has
+ * 4 GB of dead tensors piled up in a loop of gelu) and l_tensor.c's __index (every method call and field read)
+ * poll the core's count of live storage bytes per device, and once it has
  * grown by a quarter since the last collection (and by at least GC_MIN_GROWTH) run a full collection
  * and take the new live total as the base. Memory then stays within ~1.25x of what is reachable; the
  * growth is geometric, so a training step costs a handful of full cycles of a small Lua heap (~0.7 ms

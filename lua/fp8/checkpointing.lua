@@ -124,6 +124,15 @@ local function rmtree(path)
   return true
 end
 
+-- Accelerate's safe_serialization=True (its default) is the only format here: taken; false (pickles) is refused.
+-- Level 3: the caller of save_state / save_model.
+local function safetensors_only(fname, v)
+  if v ~= nil and v ~= true then
+    error(("%s: safe_serialization=%s is not supported: fp8lab writes safetensors (and JSON) only, no pickles")
+      :format(fname, tostring(v)), 3)
+  end
+end
+
 local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
 
 -- ---- what a checkpoint owns -----------------------------------------------------------------
@@ -596,10 +605,7 @@ function M.install(Accelerator)
         error(("save_state: options must be a table {safe_serialization=true}, got %s"):format(type(opts)), 2)
       end
       O.check("save_state", opts, { "safe_serialization" }, 2)
-      if opts.safe_serialization ~= nil and opts.safe_serialization ~= true then
-        error(("save_state: safe_serialization=%s is not supported: fp8lab writes safetensors and JSON only (no "
-          .. "pickles)"):format(tostring(opts.safe_serialization)), 2)
-      end
+      safetensors_only("save_state", opts.safe_serialization)
     end
     if pc.automatic_checkpoint_naming then
       if dir ~= nil then error("save_state: automatic_checkpoint_naming is on: call save_state() without a directory", 2) end
@@ -1006,12 +1012,8 @@ function M.install(Accelerator)
     opts = opts or {}
     if type(opts) ~= "table" then error("save_model: options must be a table {fp8=\"dequantize\"|\"raw\"}", 2) end
     O.check("save_model", opts, { "fp8", "safe_serialization", "max_shard_size" }, 2)
-    -- Accelerate's save_model(model, dir, max_shard_size="10GB", safe_serialization=True): safetensors is the only
-    -- format here (true, its default, is taken; false asks for pickles), and the weights go in one file
-    if opts.safe_serialization ~= nil and opts.safe_serialization ~= true then
-      error(("save_model: safe_serialization=%s is not supported: fp8lab writes safetensors only (no pickles)")
-        :format(tostring(opts.safe_serialization)), 2)
-    end
+    -- Accelerate's save_model(model, dir, max_shard_size="10GB", safe_serialization=True): the weights go in one file
+    safetensors_only("save_model", opts.safe_serialization)
     if opts.max_shard_size ~= nil then
       error("save_model: max_shard_size is not supported: the weights are written as one model.safetensors", 2)
     end

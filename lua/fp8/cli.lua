@@ -375,15 +375,15 @@ local LAUNCH_EXTRA = { config_file = true, num_cpu_threads_per_process = true,
 local ACCEL_FLAGS = { num_machines = true, machine_rank = true, gpu_ids = true, dynamo_backend = true,
                       main_training_function = true, rdzv_backend = true, main_process_ip = true,
                       same_network = false, downcast_bf16 = false, enable_cpu_affinity = false, debug = false }
--- and those that change how the script runs, which fp8lab's launcher does not do
+-- and those that change how the script runs, which fp8lab's launcher does not do: {takes a value, why refused}
+local OWN_OUTPUT = "each process writes to the launcher's stdout and stderr (redirect them)"
 local ACCEL_REFUSED = {
-  module = "fp8lab runs Lua scripts: give the script's path", no_python = "fp8lab runs its own Lua interpreter",
-  tee = "each process writes to the launcher's stdout and stderr (redirect them)",
-  log_dir = "each process writes to the launcher's stdout and stderr (redirect them)",
-  quiet = "the launcher prints only the processes' own output and its one-line reports" }
+  module = { false, "fp8lab runs Lua scripts: give the script's path" },
+  no_python = { false, "fp8lab runs its own Lua interpreter" },
+  tee = { true, OWN_OUTPUT }, log_dir = { true, OWN_OUTPUT },
+  quiet = { false, "the launcher prints only the processes' own output and its one-line reports" } }
 for k, v in pairs(ACCEL_FLAGS) do LAUNCH_EXTRA[k] = v end
-LAUNCH_EXTRA.module, LAUNCH_EXTRA.no_python, LAUNCH_EXTRA.tee, LAUNCH_EXTRA.log_dir, LAUNCH_EXTRA.quiet =
-  false, false, true, true, false
+for k, r in pairs(ACCEL_REFUSED) do LAUNCH_EXTRA[k] = r[1] end
 
 -- The environment those flags set (checked before anything starts).
 local function launch_extra_env(extra)
@@ -397,8 +397,8 @@ local function launch_extra_env(extra)
     end
     env.OMP_NUM_THREADS = tostring(t)
   end
-  for name, why in pairs(ACCEL_REFUSED) do
-    if extra[name] ~= nil then fail(2, ("--%s is not supported: %s"):format(name, why)) end
+  for name, r in pairs(ACCEL_REFUSED) do
+    if extra[name] ~= nil then fail(2, ("--%s is not supported: %s"):format(name, r[2])) end
   end
   local names = {}
   for name in pairs(ACCEL_FLAGS) do if extra[name] ~= nil then names[#names + 1] = name end end
@@ -447,8 +447,8 @@ local function launch(host, ...)
       local k, v
       i, k, v = parse_flag(argv, i, LAUNCH_EXTRA, "launch")
       if type(k) == "table" then given[k.name] = v else extra[k] = v end
-    elseif (a == "-m" or a == "-q") and i < #argv then   -- Accelerate's short forms of --module and --quiet
-      fail(2, ("%s is not supported: %s"):format(a, ACCEL_REFUSED[a == "-m" and "module" or "quiet"]))
+    elseif a == "-m" or a == "-q" then   -- Accelerate's short forms of --module and --quiet
+      fail(2, ("%s is not supported: %s"):format(a, ACCEL_REFUSED[a == "-m" and "module" or "quiet"][2]))
     elseif a:sub(1, 1) == "-" and a ~= "-" then
       fail(2, ("unknown flag %s (fp8lab launch -h lists them)"):format(a))
     else

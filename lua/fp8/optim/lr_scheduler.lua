@@ -264,10 +264,7 @@ local function warmup_args(name, opt, a, b, c, with_cycles)
     o = a
     if b ~= nil then error(("%s: pass the steps as a table or as arguments, not both"):format(name), 3) end
   else
-    o = { num_warmup_steps = a, num_training_steps = b, num_cycles = c }
-    if c ~= nil and not with_cycles then
-      error(("%s: takes (opt, num_warmup_steps, num_training_steps)"):format(name), 3)
-    end
+    o = { num_warmup_steps = a, num_training_steps = b, num_cycles = c }   -- (no_more refused a c it takes not)
   end
   check_keys(name, o, { num_warmup_steps = true, num_training_steps = true, num_cycles = with_cycles or nil })
   check_int(name, "num_warmup_steps", o.num_warmup_steps, 0)
