@@ -283,15 +283,28 @@ function U:pad_across_processes(t, dim, pad_index, pad_first)
   end)
 end
 
--- reduce(t, "sum"|"mean"): a new tensor, the elementwise sum (or mean) over ranks.
-function U:reduce(t, op)
-  op = op or "sum"
-  if op ~= "sum" and op ~= "mean" then error(("reduce: op must be \"sum\" or \"mean\", got %s"):format(tostring(op)), 2) end
+-- reduce(t, "sum"|"mean" [, scale]): a new tensor, the elementwise sum (or mean) over ranks, times scale.
+-- Accelerate's scale multiplies the sum (its XLA path, the only one that reads it; the mean then divides by N);
+-- its "none" is documented as "no operation" but sums on every distributed backend, so it is refused for a name.
+function U:reduce(t, reduction, scale)
+  local op = reduction or "sum"
+  if op == "none" then
+    error("reduce: reduction=\"none\" is not supported: Accelerate documents it as no operation but sums across "
+      .. "processes; pass \"sum\" for the sum, or use the tensor itself", 2)
+  end
+  if op ~= "sum" and op ~= "mean" then
+    error(("reduce: reduction must be \"sum\" or \"mean\", got %s"):format(tostring(op)), 2)
+  end
+  if scale ~= nil and (type(scale) ~= "number" or scale ~= scale or scale == math.huge or scale == -math.huge) then
+    error(("reduce: scale must be a finite number, got %s"):format(type(scale) == "number" and tostring(scale)
+      or type(scale)), 2)
+  end
   agree(self, "reduce", t, true)
   return map_tensors("reduce", t, function(x)
     local c, dev = on_cpu(x)
     local r = c:to("fp32"):clone()
     if self.num_processes > 1 then D.all_reduce(r, "sum") end
+    if scale and scale ~= 1 then r = r * scale end
     if op == "mean" then r = r / self.num_processes end
     if x:dtype() ~= "fp32" then r = r:to(x:dtype()) end
     return dev and r:to(dev) or r
@@ -632,7 +645,9 @@ if okh and help.add then
   add("acc:gather_for_metrics", "acc:gather_for_metrics(t [, use_gather_object]) -> tensor or list",
     "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch; a list that is\n"
     .. "not all tensors (e.g. strings) goes through gather_object and is cut the same way.")
-  add("acc:reduce", "acc:reduce(t, \"sum\"|\"mean\") -> tensor", "Elementwise sum or mean of t over the processes.")
+  add("acc:reduce", "acc:reduce(t, \"sum\"|\"mean\" [, scale]) -> tensor",
+    "Elementwise sum or mean of t over the processes; scale multiplies the sum (Accelerate's, read on XLA only "
+    .. "there). \"none\" is refused (documented as no operation, it sums in Accelerate).")
   add("acc:split_between_processes", "acc:split_between_processes(list [, apply_padding]) -> list",
     "This process's contiguous share of list (the first #list % N processes get one more).")
   add("acc:main_process_first", "acc:main_process_first(fn, ...) -> fn's results",

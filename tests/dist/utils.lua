@@ -19,6 +19,10 @@ acc:print("ok gather")
 -- reduce
 eq(acc:reduce(fp8.tensor { r + 1, 10 }, "sum"):get{1}, 3.0, "reduce sum")
 eq(acc:reduce(fp8.tensor { r + 1, 10 }, "mean"):get{2}, 10.0, "reduce mean")
+eq(acc:reduce(fp8.tensor { r + 1, 10 }, "sum", 0.5):get{1}, 1.5, "reduce sum scaled")
+eq(acc:reduce(fp8.tensor { r + 1, 10 }, "mean", 4):get{1}, 6.0, "reduce mean scaled")
+local okn, errn = pcall(acc.reduce, acc, fp8.tensor { 1 }, "none")
+eq(not okn and tostring(errn):match('reduction="none" is not supported') ~= nil, true, "reduce none refused")
 acc:print("ok reduce")
 
 -- split_between_processes: 5 items -> 3 + 2
