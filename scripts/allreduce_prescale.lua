@@ -4,10 +4,11 @@
 -- at every addition, the result decoded with the rest of the 1/N average. The error of that average against the
 -- fp32 average, for gradients identical on every rank, independent, and correlated 0.9.
 -- Run: build/fp8lab scripts/allreduce_prescale.lua [N=2] [seed=1]   (no processes needed: one process simulates)
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local N, seed = math.tointeger(tonumber(arg[1] or "2")), math.tointeger(tonumber(arg[2] or "1"))
-if not N or N < 2 or N > 64 then error("N must be an integer in 2..64, got " .. tostring(arg[1]), 0) end
-if not seed then error("seed must be an integer, got " .. tostring(arg[2]), 0) end
+if not N or N < 2 or N > 64 then fail("N must be an integer in 2..64, got " .. tostring(arg[1])) end
+if not seed then fail("seed must be an integer, got " .. tostring(arg[2])) end
 
 -- the E4M3 bytes of x·s read back in the scaled domain (saturating at ±448)
 local function wire(x, s) return x:quantize("e4m3", { scale = s }):dequantize() * s end

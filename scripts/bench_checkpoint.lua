@@ -3,8 +3,9 @@
 -- tensors) as one safetensors file in DIR, against `cp` of the same file on the same disk. Save
 -- counts the atomic write with its fsyncs; cp is timed with and without `sync` of the copy. Prints
 -- one markdown table (the best of three interleaved rounds). Run by scripts/bench_checkpoint.sh (make bench).
-local params = math.tointeger(tonumber(arg[1])) or error("usage: bench_checkpoint.lua PARAMS DIR", 0)
-local dir = arg[2] or error("usage: bench_checkpoint.lua PARAMS DIR", 0)
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
+local params = math.tointeger(tonumber(arg[1])) or fail("usage: bench_checkpoint.lua PARAMS DIR")
+local dir = arg[2] or fail("usage: bench_checkpoint.lua PARAMS DIR")
 local clock = require("fp8._data").clock
 local CHUNK = 16 * 1024 * 1024
 local t, n, k = {}, 0, 0

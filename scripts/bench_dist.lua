@@ -8,15 +8,16 @@
 --           waited least (the last to arrive: the other ranks' waits also hold the skew between ranks)
 -- hidden = 1 - exposed / ar: the share of the all-reduce that ran behind backward.
 -- Rank 0 prints one line "row N step_ms bwd_ms bwd_local_ms ar_ms hidden wire_bytes fp32_bytes exposed_ms".
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local USAGE = "usage: fp8lab scripts/bench_dist.lua [STEPS [PRECISION]]   (STEPS: an integer >= 1, default 10; "
   .. "PRECISION: no, te, ao or msamp, default no)"
 local argv = arg or {}
 if argv[1] == "-h" or argv[1] == "--help" then print(USAGE) return end
-if #argv > 2 then error(("bench_dist.lua: two arguments at most, got %d\n%s"):format(#argv, USAGE), 0) end
+if #argv > 2 then fail(("bench_dist.lua: two arguments at most, got %d\n%s"):format(#argv, USAGE)) end
 local steps, precision = math.tointeger(tonumber(argv[1] or "10")), argv[2] or "no"
-if not steps or steps < 1 then error(("bench_dist.lua: STEPS must be an integer >= 1, got '%s'\n%s"):format(argv[1], USAGE), 0) end
+if not steps or steps < 1 then fail(("bench_dist.lua: STEPS must be an integer >= 1, got '%s'\n%s"):format(argv[1], USAGE)) end
 if not ({ no = true, te = true, ao = true, msamp = true })[precision] then
-  error(("bench_dist.lua: PRECISION must be no, te, ao or msamp, got '%s'\n%s"):format(precision, USAGE), 0)
+  fail(("bench_dist.lua: PRECISION must be no, te, ao or msamp, got '%s'\n%s"):format(precision, USAGE))
 end
 local D = require "fp8._dist"
 local nn, data = fp8.nn, fp8.data

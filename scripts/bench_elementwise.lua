@@ -3,13 +3,14 @@
 -- (default 7) of 20 calls each, in ms per call. For A/B runs of two builds: run each binary on this script in
 -- turn, a few times over, and compare the fastest figures (docs/performance.md).
 --   OMP_NUM_THREADS=2 build/fp8lab scripts/bench_elementwise.lua 7
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local USAGE = "usage: fp8lab scripts/bench_elementwise.lua [ROUNDS]   (ROUNDS: an integer >= 1, default 7)"
 local argv = arg or {}
 if argv[1] == "-h" or argv[1] == "--help" then print(USAGE) return end
-if #argv > 1 then error(("bench_elementwise.lua: one argument at most, got %d\n%s"):format(#argv, USAGE), 0) end
+if #argv > 1 then fail(("bench_elementwise.lua: one argument at most, got %d\n%s"):format(#argv, USAGE)) end
 local rounds = math.tointeger(tonumber(argv[1] or "7"))
 if not rounds or rounds < 1 then
-  error(("bench_elementwise.lua: ROUNDS must be an integer >= 1, got '%s'\n%s"):format(argv[1], USAGE), 0)
+  fail(("bench_elementwise.lua: ROUNDS must be an integer >= 1, got '%s'\n%s"):format(argv[1], USAGE))
 end
 local now = require("fp8._data").clock   -- wall-clock seconds, monotonic
 

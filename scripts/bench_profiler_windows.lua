@@ -4,11 +4,12 @@
 --   quarter=1 steps=2000 rss_kib=… s=…
 --   steps=8000 s=… steps_per_s=… events_kept=… trace_files=…
 -- Usage: build/fp8lab scripts/bench_profiler_windows.lua [N=8000]   (docs/performance.md, "Long profiled runs")
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local profiler = require "fp8.profiler"
 local now = require("fp8._profiler").now
 
 local n = math.tointeger(tonumber(arg and arg[1] or "8000"))
-if not n or n < 4 then error("bench_profiler_windows: expected a step count >= 4, got " .. tostring(arg[1]), 0) end
+if not n or n < 4 then fail("bench_profiler_windows: expected a step count >= 4, got " .. tostring(arg[1])) end
 local dir = os.tmpname()
 os.remove(dir)   -- the profiler creates it
 

@@ -7,6 +7,7 @@
 -- scripts/bench_train.sh runs it to compare the FP8 step with the bf16 step (docs/performance.md).
 -- --profile N then runs N more steps of each precision under fp8.profiler and prints its table (self time per op and
 -- input shape, summed over the N steps), the breakdown in docs/performance.md's "Where the GPT step's time goes".
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
 local clock = require("fp8._data").clock
 
@@ -21,8 +22,8 @@ local opts = require("fp8.args").parse(arg or {}, {
 local PRECISIONS = {}
 for name in opts.precisions:gmatch("[^,]+") do PRECISIONS[#PRECISIONS + 1] = name end
 if #PRECISIONS == 0 then
-  error(("--precisions: no precision given ('%s'); one or more of fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp"):format(
-    opts.precisions), 0)
+  fail(("--precisions: no precision given ('%s'); one or more of fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp"):format(
+    opts.precisions))
 end
 
 local HANDLERS = {
@@ -42,7 +43,7 @@ local HANDLERS = {
 local B, T, V = 16, 128, 96
 local function setup(name)
   local make = HANDLERS[name]
-  if not make then error(("--precisions: unknown precision '%s' (fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp)"):format(name), 0) end
+  if not make then fail(("--precisions: unknown precision '%s' (fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp)"):format(name)) end
   fp8.manual_seed(0)
   local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = 4, n_head = 4, n_embd = 256 }
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })

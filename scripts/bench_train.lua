@@ -9,6 +9,7 @@
 -- act_mib: what the allocator holds after the forward pass beyond the inputs (the activations saved
 -- for backward), measured once.
 -- scripts/bench.sh runs it next to scripts/bench_train_torch.py and writes docs/performance.md.
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
 
 local opts = require("fp8.args").parse(arg or {}, {
@@ -35,7 +36,7 @@ local opts = require("fp8.args").parse(arg or {}, {
 -- Every option is used or refused: an FP8 sub-option belongs to one backend, and only under --mixed-precision fp8.
 local function one_of(name, v, list)
   for _, x in ipairs(list) do if v == x then return end end
-  error(("--%s must be one of %s; got '%s'"):format(name, table.concat(list, ", "), v), 0)
+  fail(("--%s must be one of %s; got '%s'"):format(name, table.concat(list, ", "), v))
 end
 one_of("model", opts.model, { "mlp", "gpt", "all" })
 one_of("mixed-precision", opts["mixed-precision"], { "no", "bf16", "fp8" })
@@ -43,10 +44,10 @@ one_of("fp8-backend", opts["fp8-backend"], { "te", "ao", "msamp" })
 for name, owner in pairs { ["fp8-format"] = "te", ["fp8-recipe"] = "ao", ["fp8-opt-level"] = "msamp" } do
   if opts[name] ~= nil then
     if opts["mixed-precision"] ~= "fp8" then
-      error(("--%s needs --mixed-precision fp8 (got %s)"):format(name, opts["mixed-precision"]), 0)
+      fail(("--%s needs --mixed-precision fp8 (got %s)"):format(name, opts["mixed-precision"]))
     end
     if opts["fp8-backend"] ~= owner then
-      error(("--%s belongs to --fp8-backend %s, not %s"):format(name, owner, opts["fp8-backend"]), 0)
+      fail(("--%s belongs to --fp8-backend %s, not %s"):format(name, owner, opts["fp8-backend"]))
     end
   end
 end
@@ -62,7 +63,7 @@ local function accelerator()
       or b == "ao" and fp8.AORecipeKwargs{ config = opts["fp8-recipe"] or "tensorwise", module_filter_func = function(m)
         return m.in_features % 16 == 0 and m.out_features % 16 == 0 end }
       or b == "msamp" and fp8.MSAMPRecipeKwargs{ opt_level = opts["fp8-opt-level"] or "O2" }
-      or error("--fp8-backend must be te, ao or msamp", 0)
+      or fail("--fp8-backend must be te, ao or msamp")
   end
   return fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = h and { h } or {}, cpu = opts.cpu }
 end

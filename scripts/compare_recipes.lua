@@ -4,6 +4,7 @@
 -- gradients + optimizer state + recipe caches) per parameter, measured from the allocator after an
 -- optimizer step. Writes the per-step losses of every run as CSV, and a PNG with gnuplot.
 -- Run: build/fp8lab scripts/compare_recipes.lua [--epochs 3] [--limit N] [--only te-hybrid,ao-rowwise] (--help)
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local nn, optim = fp8.nn, fp8.optim
 local F = nn.functional
@@ -48,12 +49,12 @@ local opts = require("fp8.args").parse(arg or {}, OPTIONS, {
 -- does not use it (the fp32 run, naming mixed_precision "no"), so it is refused here, for what it is.
 for var, flag in (os.getenv("FP8LAB_LAUNCH_FLAGS") or ""):gmatch("([%w_]+)=(%-%-[%w_]+)") do
   if var == "FP8LAB_MIXED_PRECISION" or var:match("^FP8LAB_FP8_") then
-    error(("%s (a launch flag) does not apply: compare_recipes.lua sets each run's precision and recipe itself (--only "
-      .. "picks them); launch it without the flag"):format(flag), 0)
+    fail(("%s (a launch flag) does not apply: compare_recipes.lua sets each run's precision and recipe itself (--only "
+      .. "picks them); launch it without the flag"):format(flag))
   end
 end
 if opts.model ~= "mlp" and opts.model ~= "gpt" then
-  error(("--model must be mlp or gpt, got '%s'"):format(opts.model), 0)
+  fail(("--model must be mlp or gpt, got '%s'"):format(opts.model))
 end
 -- Options of the other model are refused, not ignored.
 local ONLY = { mlp = { "epochs", "limit", "root" }, gpt = { "steps", "text", "layers", "d-model", "heads", "block-size",
@@ -61,7 +62,7 @@ local ONLY = { mlp = { "epochs", "limit", "root" }, gpt = { "steps", "text", "la
 for m, names in pairs(ONLY) do
   if m ~= opts.model then
     for _, k in ipairs(names) do
-      if opts[k] ~= nil then error(("--%s applies to --model %s only (this run is --model %s)"):format(k, m, opts.model), 0) end
+      if opts[k] ~= nil then fail(("--%s applies to --model %s only (this run is --model %s)"):format(k, m, opts.model)) end
     end
   end
 end
@@ -69,7 +70,7 @@ local DEFAULTS = { epochs = 3, limit = 0, root = data.FASHION_MNIST_ROOT, steps 
                    heads = 4, ["block-size"] = 64, ["eval-every"] = 100, ["eval-windows"] = 0 }
 for k, v in pairs(DEFAULTS) do if opts[k] == nil then opts[k] = v end end
 if opts.model == "gpt" and opts["d-model"] % opts.heads ~= 0 then
-  error(("--d-model (%d) must be a multiple of --heads (%d)"):format(opts["d-model"], opts.heads), 0)
+  fail(("--d-model (%d) must be a multiple of --heads (%d)"):format(opts["d-model"], opts.heads))
 end
 opts["batch-size"] = opts["batch-size"] or (opts.model == "gpt" and 16 or 256)
 opts.lr = opts.lr or (opts.model == "gpt" and 3e-3 or 1e-3)
@@ -82,11 +83,11 @@ if opts.only then
   local by = {}
   for _, r in ipairs(RECIPES) do by[r[1]] = r end
   for name in opts.only:gmatch("[^,]+") do
-    if not by[name] then error(("--only: unknown recipe '%s' (valid: %s)"):format(name, table.concat(names, ", ")), 0) end
+    if not by[name] then fail(("--only: unknown recipe '%s' (valid: %s)"):format(name, table.concat(names, ", "))) end
     chosen[#chosen + 1] = by[name]
   end
-  if #chosen == 0 then error(("--only: expected a comma-separated list of recipes (valid: %s), got '%s'"):format(
-    table.concat(names, ", "), opts.only), 0) end
+  if #chosen == 0 then fail(("--only: expected a comma-separated list of recipes (valid: %s), got '%s'"):format(
+    table.concat(names, ", "), opts.only)) end
 end
 
 if opts.model == "gpt" then

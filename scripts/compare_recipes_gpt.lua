@@ -5,6 +5,7 @@
 -- validation losses every --eval-every steps (<out>-val.csv), one row per recipe (<out>-summary.csv) and a
 -- PNG of the curves. scripts/fidelity_gpt.sh runs it once per recipe and seed and gathers the files.
 -- Returns a function(opts, recipes) that compare_recipes.lua calls.
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local nn, optim, data = fp8.nn, fp8.optim, fp8.data
 local R = require "fp8._memory"   -- allocator counters
@@ -13,8 +14,8 @@ local write_atomic = require("fp8._fileio").write_atomic
 local function default_text()
   local cp = require "fp8._checkpoint"
   if cp.is_dir(data.FORTUNES_DIR) then return data.FORTUNES_DIR end
-  error(("--model gpt: no text: %s is missing (apt-get install fortunes) — or pass --text FILE"):format(
-    data.FORTUNES_DIR), 0)
+  fail(("--model gpt: no text: %s is missing (apt-get install fortunes) — or pass --text FILE"):format(
+    data.FORTUNES_DIR))
 end
 
 local function live_bytes(dev)
@@ -26,8 +27,8 @@ local function stem(path) return (path:gsub("%.csv$", "")) end
 
 -- Run as a script (it has no options of its own): say what to run instead.
 if arg and arg[0] and arg[0]:match("compare_recipes_gpt%.lua$") then
-  error("compare_recipes_gpt.lua is run by compare_recipes.lua: fp8lab scripts/compare_recipes.lua --model gpt [options] "
-    .. "(--help lists them)", 0)
+  fail("compare_recipes_gpt.lua is run by compare_recipes.lua: fp8lab scripts/compare_recipes.lua --model gpt [options] "
+    .. "(--help lists them)")
 end
 
 return function(opts, recipes)

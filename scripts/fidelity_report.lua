@@ -4,6 +4,7 @@
 -- max(spread, 0.5% of bf16), the FP8 health of each recipe's last logged step, and PNGs of the curves.
 -- With --doc FILE the "## Fidelity on the char GPT" section of FILE is replaced (or appended), atomically.
 -- Run: build/fp8lab scripts/fidelity_report.lua --dir build/fidelity [--doc docs/recipes.md] (--help)
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local cp = require "fp8._checkpoint"
 local write_atomic = require("fp8._fileio").write_atomic
@@ -21,7 +22,7 @@ local ORDER = { "fp32", "te-hybrid", "te-e4m3", "ao-tensorwise", "ao-rowwise", "
 local SECTION = "## Fidelity on the char GPT"
 local dir = opts.dir:gsub("/+$", "")
 local names, err = cp.listdir(dir)
-if not names then error("--dir: " .. tostring(err), 0) end
+if not names then fail("--dir: " .. tostring(err)) end
 
 local function read_csv(path)
   local f = io.open(path, "r")

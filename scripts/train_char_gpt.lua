@@ -4,6 +4,7 @@
 -- tensor role (largest underflow and saturated fractions over the FP8 layers, range of the scales); it
 -- writes these to a CSV (and fp8.stats of every layer to another), and samples text at the end.
 -- Run: build/fp8lab scripts/train_char_gpt.lua [--steps N] [--recipe te-hybrid] [--text FILE|DIR] ... (--help)
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local nn = require "fp8.nn"
 local optim = require "fp8.optim"
@@ -51,24 +52,24 @@ local ARGS = { usage = "usage: fp8lab scripts/train_char_gpt.lua [options]",
 local function parse_args(argv)
   local opts = require("fp8.args").parse(argv, OPTIONS, ARGS)
   if opts["d-model"] % opts.heads ~= 0 then
-    error(("--d-model (%d) must be divisible by --heads (%d)"):format(opts["d-model"], opts.heads), 0)
+    fail(("--d-model (%d) must be divisible by --heads (%d)"):format(opts["d-model"], opts.heads))
   end
-  if not (opts.lr > 0) then error("--lr must be > 0", 0) end
+  if not (opts.lr > 0) then fail("--lr must be > 0") end
   local mp = opts["mixed-precision"]
   if mp ~= nil and mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
-    error(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp), 0)
+    fail(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp))
   end
   local b = opts["fp8-backend"]
   if b ~= nil and not ({ te = true, ao = true, msamp = true })[b:lower()] then
-    error(("--fp8-backend must be one of te, ao, msamp; got '%s'"):format(b), 0)
+    fail(("--fp8-backend must be one of te, ao, msamp; got '%s'"):format(b))
   end
   if opts.recipe then
     for _, r in ipairs(RECIPES) do if r[1] == opts.recipe then opts.recipe = r end end
     if type(opts.recipe) ~= "table" then
-      error(("--recipe must be one of %s; got '%s'"):format(table.concat(recipe_names, ", "), opts.recipe), 0)
+      fail(("--recipe must be one of %s; got '%s'"):format(table.concat(recipe_names, ", "), opts.recipe))
     end
     if mp ~= nil or b ~= nil then
-      error("--recipe names the precision and the recipe: give it without --mixed-precision and --fp8-backend", 0)
+      fail("--recipe names the precision and the recipe: give it without --mixed-precision and --fp8-backend")
     end
   end
   opts.device = require("fp8.args").device(opts.device)
@@ -79,8 +80,8 @@ local opts = parse_args(arg or {})
 local path = opts.text
 if not path then
   if not require("fp8._checkpoint").is_dir(data.FORTUNES_DIR) then
-    error(("no text to train on: %s is missing (apt-get install fortunes), or pass --text FILE"):format(
-      data.FORTUNES_DIR), 0)
+    fail(("no text to train on: %s is missing (apt-get install fortunes), or pass --text FILE"):format(
+      data.FORTUNES_DIR))
   end
   path = data.FORTUNES_DIR
 end

@@ -5,6 +5,7 @@
 -- samples/s = training samples per second of training time, evaluation excluded).
 -- Writes the per-step loss curve as CSV (and a PNG when gnuplot is installed).
 -- Run: build/fp8lab scripts/train_fashion_mnist.lua [--epochs N] [--mixed-precision bf16] ... (--help)
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local nn = require "fp8.nn"
 local optim = require "fp8.optim"
@@ -43,15 +44,15 @@ local ARGS = { usage = "usage: fp8lab scripts/train_fashion_mnist.lua [options]"
 
 local function parse_args(argv)
   local opts = require("fp8.args").parse(argv, OPTIONS, ARGS)
-  if opts.epochs < 1 then error(("--epochs must be >= 1, got %d"):format(opts.epochs), 0) end
-  if opts["batch-size"] < 1 then error(("--batch-size must be >= 1, got %d"):format(opts["batch-size"]), 0) end
-  if not (opts.lr > 0) then error(("--lr must be > 0, got %g"):format(opts.lr), 0) end
-  if opts["weight-decay"] < 0 then error(("--weight-decay must be >= 0, got %g"):format(opts["weight-decay"]), 0) end
-  if opts.limit < 0 then error(("--limit must be >= 0, got %d"):format(opts.limit), 0) end
-  if opts["save-every"] < 0 then error(("--save-every must be >= 0, got %d"):format(opts["save-every"]), 0) end
+  if opts.epochs < 1 then fail(("--epochs must be >= 1, got %d"):format(opts.epochs)) end
+  if opts["batch-size"] < 1 then fail(("--batch-size must be >= 1, got %d"):format(opts["batch-size"])) end
+  if not (opts.lr > 0) then fail(("--lr must be > 0, got %g"):format(opts.lr)) end
+  if opts["weight-decay"] < 0 then fail(("--weight-decay must be >= 0, got %g"):format(opts["weight-decay"])) end
+  if opts.limit < 0 then fail(("--limit must be >= 0, got %d"):format(opts.limit)) end
+  if opts["save-every"] < 0 then fail(("--save-every must be >= 0, got %d"):format(opts["save-every"])) end
   local mp = opts["mixed-precision"]
   if mp ~= nil and mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
-    error(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp), 0)
+    fail(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp))
   end
   -- Each FP8 option belongs to one backend; the backend may be implied by the option given.
   local owner = { ["fp8-format"] = "te", ["fp8-opt-level"] = "msamp", ["fp8-recipe"] = "ao" }
@@ -59,17 +60,17 @@ local function parse_args(argv)
   local mp_eff = mp or fp8.kwargs.resolve{}.mixed_precision
   local backend = opts["fp8-backend"]
   if backend and not ({ te = true, ao = true, msamp = true })[backend:lower()] then
-    error(("--fp8-backend must be one of te, ao, msamp; got '%s'"):format(backend), 0)
+    fail(("--fp8-backend must be one of te, ao, msamp; got '%s'"):format(backend))
   end
   backend = backend and backend:lower()
   for name, b in pairs(owner) do
     if opts[name] ~= nil then
-      if mp_eff ~= "fp8" then error(("--%s needs --mixed-precision fp8"):format(name), 0) end
-      if backend and backend ~= b then error(("--%s belongs to the %s backend, not %s"):format(name, b, backend), 0) end
+      if mp_eff ~= "fp8" then fail(("--%s needs --mixed-precision fp8"):format(name)) end
+      if backend and backend ~= b then fail(("--%s belongs to the %s backend, not %s"):format(name, b, backend)) end
       backend = b
     end
   end
-  if opts["fp8-backend"] and mp_eff ~= "fp8" then error("--fp8-backend needs --mixed-precision fp8", 0) end
+  if opts["fp8-backend"] and mp_eff ~= "fp8" then fail("--fp8-backend needs --mixed-precision fp8") end
   opts.device = require("fp8.args").device(opts.device)
   opts.backend = backend
   return opts

@@ -6,6 +6,16 @@
 -- at all, the help text says it).
 local M = {}
 
+-- A usage error: the message alone, without a traceback (the host's message handler shows an error object by its
+-- __tostring and adds no frames); a pcall still reads it with tostring(err).
+local UsageError = { __tostring = function(e) return e.message end, __name = "fp8.args.UsageError" }
+
+-- fail(msg): raises msg as a usage error (a bad option or argument of a script), shown without a traceback.
+function M.fail(msg)
+  if type(msg) ~= "string" then error(("fail: expected a message string, got %s"):format(type(msg)), 2) end
+  error(setmetatable({ message = msg }, UsageError), 0)
+end
+
 local function check_spec(fname, options, cfg)
   if type(options) ~= "table" then error(("%s: options must be a list of {name, type, default, help}, got %s"):format(fname, type(options)), 3) end
   if type(cfg) ~= "table" then error(("%s: cfg must be a table {usage=, about=}, got %s"):format(fname, type(cfg)), 3) end
@@ -38,7 +48,7 @@ local function convert(o, val)
     if min then what = what .. " >= " .. tostring(min) end
     -- tonumber reads "1e999" as inf: no option of a script means an infinite value
     if not v or v ~= v or v == math.huge or v == -math.huge or (min and v < min) then
-      error(("option --%s expects %s, got '%s'"):format(name, what, val), 0)
+      M.fail(("option --%s expects %s, got '%s'"):format(name, what, val))
     end
     return v
   end
@@ -57,26 +67,26 @@ function M.parse(argv, options, cfg)
     local name, val = a:match("^%-%-([%w%-]+)=(.*)$")
     if not name then name = a:match("^%-%-([%w%-]+)$") end
     if not name then
-      error(("unexpected argument '%s' (options start with --; valid: %s)"):format(a, table.concat(names, " ")), 0)
+      M.fail(("unexpected argument '%s' (options start with --; valid: %s)"):format(a, table.concat(names, " ")))
     end
     if name == "help" then
       print(M.usage(options, cfg))
       -- at the REPL (or a script run from it) exiting would end the session: raise instead
       if debug.getregistry()["fp8lab.repl"] or cfg.no_exit then
-        error("--help: usage printed above (the script stops here; the session goes on)", 0)
+        M.fail("--help: usage printed above (the script stops here; the session goes on)")
       end
       os.exit(0)
     end
     local o = spec[name]
-    if not o then error(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " ")), 0) end
+    if not o then M.fail(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " "))) end
     if o[2] == "flag" then
-      if val ~= nil then error(("option --%s is a flag and takes no value (got '--%s=%s')"):format(name, name, val), 0) end
+      if val ~= nil then M.fail(("option --%s is a flag and takes no value (got '--%s=%s')"):format(name, name, val)) end
       opts[name] = true
     else
       if val == nil then
         i = i + 1
         val = argv[i]
-        if val == nil then error(("option --%s needs a value"):format(name), 0) end
+        if val == nil then M.fail(("option --%s needs a value"):format(name)) end
       end
       opts[name] = convert(o, val)
     end
@@ -89,12 +99,13 @@ end
 -- one is usable). Errors name the valid values, or why the GPU cannot be used.
 function M.device(value)
   if value ~= "auto" and value ~= "cpu" and value ~= "cuda" then
-    error(("--device must be one of auto, cpu, cuda; got '%s'"):format(tostring(value)), 0)
+    M.fail(("--device must be one of auto, cpu, cuda; got '%s'"):format(tostring(value)))
   end
   local ok, cuda = pcall(require, "fp8.cuda")
   local usable = ok and cuda.is_available()
   if value == "cuda" and not usable then
-    error("--device cuda: no usable GPU (" .. tostring(ok and cuda.unavailable_reason() or "fp8lab was built without CUDA") .. ")", 0)
+    M.fail("--device cuda: no usable GPU (" .. tostring(ok and cuda.unavailable_reason()
+      or "fp8lab was built without CUDA") .. ")")
   end
   if value == "auto" then return usable and "cuda" or "cpu" end
   return value
@@ -103,11 +114,11 @@ end
 -- out_dir(path): the directory of a script's --out, made right after the options are read (files go there
 -- during training, such as the FP8 stats log; a --out that cannot be made fails now, not after the training).
 function M.out_dir(p)
-  if type(p) ~= "string" then error(("--out must be a path, got %s"):format(type(p)), 0) end
+  if type(p) ~= "string" then M.fail(("--out must be a path, got %s"):format(type(p))) end
   local dir = p:match("^(.*)/[^/]*$")
   if dir and dir ~= "" then
     local ok, err = require("fp8._checkpoint").mkdir_p(dir)
-    if not ok then error(("--out %s: cannot create the directory %s (%s)"):format(p, dir, err), 0) end
+    if not ok then M.fail(("--out %s: cannot create the directory %s (%s)"):format(p, dir, err)) end
   end
 end
 

@@ -4,6 +4,7 @@
 -- that grow slowly and carry one injected amax spike. Prints, per recipe, what the spike and the
 -- growth cost (saturated and underflowed values of the input cast), and plots the input scale over steps.
 -- Run: build/fp8lab scripts/lessons/03_delayed_vs_current.lua [--quick] [--steps N] [--spike X] [--growth G]
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local nn = fp8.nn
 local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
@@ -16,7 +17,7 @@ local opts = C.parse(arg, "03_delayed_vs_current", "Lesson 3: delayed vs current
     { "history", "int", 1024, "amax_history_len of the delayed recipes", 1 },
   } })
 for _, k in ipairs { "spike", "growth" } do
-  if not (opts[k] > 0 and opts[k] < math.huge) then error(("option --%s expects a finite number > 0, got %s"):format(k, opts[k]), 0) end
+  if not (opts[k] > 0 and opts[k] < math.huge) then fail(("option --%s expects a finite number > 0, got %s"):format(k, opts[k])) end
 end
 local N = opts.steps
 local spike_at = math.max(2, N // 3)

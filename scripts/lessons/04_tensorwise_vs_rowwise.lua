@@ -3,6 +3,7 @@
 -- cast to E4M3 with one scale for the whole tensor and with one scale per row (torchao's rowwise):
 -- the relative error of each row under each, and the share of values that underflow.
 -- Run: build/fp8lab scripts/lessons/04_tensorwise_vs_rowwise.lua [--quick] [--out DIR] [--outlier X]
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
 local opts = C.parse(arg, "04_tensorwise_vs_rowwise", "Lesson 4: tensorwise vs rowwise scaling.", {
@@ -11,8 +12,8 @@ local opts = C.parse(arg, "04_tensorwise_vs_rowwise", "Lesson 4: tensorwise vs r
   extra = { { "outlier", "num", 5e4, "magnitude of the outlier rows relative to the others" } } })
 -- the rows' fp32 values (N(0,1) times the gain) and their sums over 256 columns must stay finite and normal
 if not (opts.outlier >= 1e-30 and opts.outlier <= 1e30) then
-  error(("option --outlier expects a number in [1e-30, 1e30] (the outlier rows' values and their sums stay finite in "
-    .. "fp32), got %s"):format(opts.outlier), 0)
+  fail(("option --outlier expects a number in [1e-30, 1e30] (the outlier rows' values and their sums stay finite in "
+    .. "fp32), got %s"):format(opts.outlier))
 end
 
 local rows, cols = opts.rows, 256

@@ -1,6 +1,7 @@
 -- common.lua — what the lessons (scripts/lessons/NN_*.lua, docs/concepts.md "Lessons") share: their
 -- options, the tiny character GPT on Debian's fortunes (as scripts/train_char_gpt.lua), its real
 -- gradients, atomic CSV files and PNG plots through fp8.plot. Loaded by each lesson with dofile.
+local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
 local nn, optim, data = fp8.nn, fp8.optim, fp8.data
 local C = {}
@@ -17,7 +18,7 @@ function C.corpus(path)
       if ok then return p end
     end
   end
-  error("no text to train on: install Debian's fortunes package or pass --text FILE", 0)
+  fail("no text to train on: install Debian's fortunes package or pass --text FILE")
 end
 
 -- parse(argv, name, about, cfg) -> opts. cfg.size = {option, default, quick, help, min}: the lesson's size option
