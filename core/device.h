@@ -177,8 +177,8 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * results agree to fp32 rounding. msamp_adamw takes tensors that core/optim.c has validated. */               \
     X(sgd, (float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,         \
             double weight_decay, bool nesterov, bool first_step))                                                  \
-    X(adamw, (float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,      \
-              double eps, double weight_decay, int64_t step))                                                      \
+    X(adamw, (float *p, const float *g, float *m, float *v, float *vmax, int64_t n, double lr, double beta1,       \
+              double beta2, double eps, double weight_decay, int64_t step))                                        \
     X(msamp_adamw, (fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,          \
                     fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,      \
                     int64_t step))                                                                                 \

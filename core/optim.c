@@ -60,22 +60,23 @@ fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *buf, double l
     return dev->sgd(F(p), F(g), F(buf), n, lr, momentum, dampening, weight_decay, nesterov, first_step);
 }
 
-fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, double lr, double beta1,
-                        double beta2, double eps, double weight_decay, int64_t step) {
+fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *vmax, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int64_t step) {
     FL_PROF_SCOPE("adamw_step"); FL_PROF_SHAPES(p);
     FL_TRY(check_f32(p, "adamw_step", "parameter", -1));
     int64_t n = fl_tensor_numel(p);
     FL_TRY(check_f32(g, "adamw_step", "gradient", n));
     FL_TRY(check_f32(m, "adamw_step", "first moment (exp_avg)", n));
     FL_TRY(check_f32(v, "adamw_step", "second moment (exp_avg_sq)", n));
+    if (vmax) FL_TRY(check_f32(vmax, "adamw_step", "amsgrad maximum (max_exp_avg_sq)", n));
     if (step < 1) return FL_ERR(FL_EINVAL, "adamw_step: step counts from 1, got %lld", (long long)step);
     if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))
         return FL_ERR(FL_EINVAL, "adamw_step: betas must be in [0, 1), got (%g, %g)", beta1, beta2);
     const fl_device *dev;
-    FL_TRY(step_device("adamw_step", 4, (const fl_tensor *[]){ p, g, m, v }, &dev));
+    FL_TRY(step_device("adamw_step", vmax ? 5 : 4, (const fl_tensor *[]){ p, g, m, v, vmax }, &dev));
     if (!dev->adamw) return missing_entry("adamw_step", dev);
     fl_tensor_bump(p);
-    return dev->adamw(F(p), F(g), F(m), F(v), n, lr, beta1, beta2, eps, weight_decay, step);
+    return dev->adamw(F(p), F(g), F(m), F(v), F(vmax), n, lr, beta1, beta2, eps, weight_decay, step);
 }
 
 static fl_status check_msamp(const fl_tensor *t, const char *what, int64_t n, int dtmask) {

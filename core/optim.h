@@ -15,12 +15,13 @@
 fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *momentum_buf, double lr, double momentum,
                       double dampening, double weight_decay, bool nesterov, bool first_step);
 
-/* PyTorch torch.optim.AdamW (amsgrad=false), with its order of operations:
+/* PyTorch torch.optim.AdamW, with its order of operations:
  *   p *= 1 − lr·wd;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;
  *   bc1 = 1 − β1^step, bc2 = 1 − β2^step;  denom = √v / √bc2 + eps;  p −= (lr/bc1) · m / denom.
- * step counts from 1 (the step being taken). p, g, m, v contiguous fp32, same element count. */
-fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, double lr, double beta1,
-                        double beta2, double eps, double weight_decay, int64_t step);
+ * amsgrad: vmax non-NULL, vmax = max(vmax, v) (NaN if either is, as torch.maximum) and the denominator takes √vmax.
+ * step counts from 1 (the step being taken). p, g, m, v (and vmax) contiguous fp32, same element count. */
+fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *vmax, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int64_t step);
 
 /* MS-AMP's low-bit AdamW (docs/fp8-spec.md §4, levels O2 and O3), one parameter of n elements:
  *   p      fp32 or fp16 parameter, updated in place (O3: the fp16 master weight);
@@ -39,8 +40,8 @@ fl_status fl_msamp_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl
  * are double so that derived ones (1−β2, 1−lr·wd) are formed before rounding to fp32, as PyTorch does. */
 void fl_sgd_kernel_f32(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
                        double weight_decay, bool nesterov, bool first_step);
-void fl_adamw_kernel_f32(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
-                         double beta2, double eps, double weight_decay, int64_t step);
+void fl_adamw_kernel_f32(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, double lr,
+                         double beta1, double beta2, double eps, double weight_decay, int64_t step);
 
 /* Σ x² over a tensor of any float dtype and layout, accumulated in double (clip_grad_norm_). */
 fl_status fl_sumsq(const fl_tensor *t, double *out);

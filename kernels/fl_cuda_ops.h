@@ -50,8 +50,9 @@ fl_status fl_cuda_cast_transpose_rowwise(const void *src, fl_dtype src_dt, int64
 
 /* ---- optim.cu ---------------------------------------------------------------------------------
  * AdamW (PyTorch's, core/optim.h fl_adamw_step), fp32 p/g/m/v of n elements, one grid-stride pass;
- * the per-element arithmetic is core/optim.c's, in the same order, rounded the same way. */
-fl_status fl_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
+ * the per-element arithmetic is core/optim.c's, in the same order, rounded the same way; vmax NULL, or amsgrad's
+ * running maximum of v (fp32, n elements). */
+fl_status fl_cuda_adamw(float *p, const float *g, float *m, float *v, float *vmax, size_t n, double lr, double beta1,
                         double beta2, double eps, double weight_decay, int64_t step, fl_cuda_stream_t stream);
 
 /* MS-AMP's low-bit AdamW (core/optim.h fl_msamp_adamw_step). dtypes and scale_invs as there:
@@ -78,8 +79,8 @@ fl_status fl_cuda_msamp_adamw(const fl_cuda_msamp_args *a, unsigned int *work, f
  * The rules above are __host__ __device__ functions; these run them on the host over host memory
  * (sequentially, same per-element code), so tests can check them against core/ without a GPU. */
 uint16_t fl_cuda_f32_to_f16_host(float x);
-fl_status fl_cuda_adamw_host(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
-                             double beta2, double eps, double weight_decay, int64_t step);
+fl_status fl_cuda_adamw_host(float *p, const float *g, float *m, float *v, float *vmax, size_t n, double lr,
+                             double beta1, double beta2, double eps, double weight_decay, int64_t step);
 fl_status fl_cuda_msamp_adamw_host(const fl_cuda_msamp_args *a);
 
 #ifdef __cplusplus

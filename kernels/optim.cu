@@ -47,18 +47,25 @@ FL_HD float adam_param(float p, float m, float v, const AdamScalars &s) {
     return fl_fsub(fl_fmul(p, s.decay), fl_fdiv(fl_fmul(s.step_size, m), denom));
 }
 
-FL_HD void adamw_elem(float *p, const float *g, float *m, float *v, size_t i, const AdamScalars &s) {
+/* vmax non-NULL: amsgrad, the running maximum of v in the denominator (NaN if either is, as torch.maximum) */
+FL_HD void adamw_elem(float *p, const float *g, float *m, float *v, float *vmax, size_t i, const AdamScalars &s) {
     float mi = m[i], vi = v[i];
     adam_moments(g[i], mi, vi, s);
     m[i] = mi;
     v[i] = vi;
+    if (vmax) {
+        float hi = vmax[i];
+        hi = (vi <= hi || hi != hi) ? hi : vi;
+        vmax[i] = hi;
+        vi = hi;
+    }
     p[i] = adam_param(p[i], mi, vi, s);
 }
 
-__global__ void __launch_bounds__(kThreads) adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                                         AdamScalars s) {
+__global__ void __launch_bounds__(kThreads) adamw_kernel(float *p, const float *g, float *m, float *v, float *vmax,
+                                                         size_t n, AdamScalars s) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        adamw_elem(p, g, m, v, i, s);
+        adamw_elem(p, g, m, v, vmax, i, s);
 }
 
 /* ---- SGD ------------------------------------------------------------------------------------------ */
@@ -277,14 +284,14 @@ MsampView view_of(const fl_cuda_msamp_args *a) {
 
 }  // namespace
 
-extern "C" fl_status fl_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
-                                   double beta2, double eps, double weight_decay, int64_t step,
+extern "C" fl_status fl_cuda_adamw(float *p, const float *g, float *m, float *v, float *vmax, size_t n, double lr,
+                                   double beta1, double beta2, double eps, double weight_decay, int64_t step,
                                    fl_cuda_stream_t stream) {
     FL_TRY(check_adam_scalars("cuda adamw", beta1, beta2, step));
     if (n && (!p || !g || !m || !v)) return FL_ERR(FL_EINVAL, "cuda adamw: a NULL array");
     if (n == 0) return FL_OK;
     AdamScalars s = adam_scalars(lr, beta1, beta2, eps, weight_decay, step);
-    adamw_kernel<<<grid_for_work(n, kThreads, 8), kThreads, 0, pick_stream(stream)>>>(p, g, m, v, n, s);
+    adamw_kernel<<<grid_for_work(n, kThreads, 8), kThreads, 0, pick_stream(stream)>>>(p, g, m, v, vmax, n, s);
     FL_CUDA_CHECK(cudaGetLastError(), "adamw_kernel launch");
     return FL_OK;
 }
@@ -329,10 +336,11 @@ extern "C" fl_status fl_cuda_dev_sgd(float *p, const float *g, float *buf, int64
     return FL_OK;
 }
 
-extern "C" fl_status fl_cuda_dev_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                                       double beta1, double beta2, double eps, double weight_decay, int64_t step) {
+extern "C" fl_status fl_cuda_dev_adamw(float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
+                                       double lr, double beta1, double beta2, double eps, double weight_decay,
+                                       int64_t step) {
     if (n < 0) return FL_ERR(FL_EINVAL, "cuda adamw: n must be >= 0, got %lld", (long long)n);
-    return fl_cuda_adamw(p, g, m, v, (size_t)n, lr, beta1, beta2, eps, weight_decay, step, NULL);
+    return fl_cuda_adamw(p, g, m, v, vmax, (size_t)n, lr, beta1, beta2, eps, weight_decay, step, NULL);
 }
 
 namespace {
@@ -417,11 +425,12 @@ extern "C" fl_status fl_cuda_sgd_host(float *p, const float *g, float *buf, int6
 
 extern "C" uint16_t fl_cuda_f32_to_f16_host(float x) { return fl_f32_to_f16_bits(x); }
 
-extern "C" fl_status fl_cuda_adamw_host(float *p, const float *g, float *m, float *v, size_t n, double lr,
-                                        double beta1, double beta2, double eps, double weight_decay, int64_t step) {
+extern "C" fl_status fl_cuda_adamw_host(float *p, const float *g, float *m, float *v, float *vmax, size_t n,
+                                        double lr, double beta1, double beta2, double eps, double weight_decay,
+                                        int64_t step) {
     FL_TRY(check_adam_scalars("cuda adamw", beta1, beta2, step));
     AdamScalars s = adam_scalars(lr, beta1, beta2, eps, weight_decay, step);
-    for (size_t i = 0; i < n; i++) adamw_elem(p, g, m, v, i, s);
+    for (size_t i = 0; i < n; i++) adamw_elem(p, g, m, v, vmax, i, s);
     return FL_OK;
 }
 

@@ -41,12 +41,14 @@ static adam_args check_adam(lua_State *L, int first, const char *fname) {
     return a;
 }
 
-/* adamw_step(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) */
+/* adamw_step(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step [, max_v]): max_v (amsgrad's running maximum of
+ * v) given, the denominator takes it */
 static int l_adamw_step(lua_State *L) {
     fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2);
     fl_tensor *m = fl_lchecktensor(L, 3), *v = fl_lchecktensor(L, 4);
     adam_args a = check_adam(L, 5, "adamw_step");
-    fl_lcheck(L, fl_adamw_step(p, g, m, v, a.lr, a.b1, a.b2, a.eps, a.wd, a.step));
+    fl_tensor *vmax = lua_isnoneornil(L, 11) ? NULL : fl_lchecktensor(L, 11);
+    fl_lcheck(L, fl_adamw_step(p, g, m, v, vmax, a.lr, a.b1, a.b2, a.eps, a.wd, a.step));
     return 0;
 }
 

@@ -31,8 +31,9 @@ void fl_sgd_kernel_f32(float *restrict p, const float *restrict g, float *restri
     }
 }
 
-void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, int64_t n,
-                         double lr, double beta1_, double beta2_, double eps_, double weight_decay, int64_t step) {
+void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                         float *restrict vmax, int64_t n, double lr, double beta1_, double beta2_, double eps_,
+                         double weight_decay, int64_t step) {
     /* Bias corrections in double: β^step for large step is where fp32 would lose digits. */
     double bc1 = 1.0 - pow(beta1_, (double)step);
     double bc2 = 1.0 - pow(beta2_, (double)step);
@@ -41,6 +42,22 @@ void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *rest
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
     const float beta1 = (float)beta1_, beta2 = (float)beta2_, eps = (float)eps_;
     const float a1 = (float)(1.0 - beta1_), a2 = (float)(1.0 - beta2_);
+    if (vmax) {   /* amsgrad: the running maximum of v in the denominator (NaN if either is, as torch.maximum) */
+        #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i];
+            float mi = beta1 * m[i] + a1 * gi;
+            float vi = beta2 * v[i] + a2 * gi * gi;
+            float hi = vmax[i];
+            hi = (vi <= hi || hi != hi) ? hi : vi;
+            m[i] = mi;
+            v[i] = vi;
+            vmax[i] = hi;
+            float denom = __builtin_sqrtf(hi) * inv_bc2_sqrt + eps;
+            p[i] = p[i] * decay - step_size * mi / denom;
+        }
+        return;
+    }
     #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
@@ -60,9 +77,9 @@ fl_status fl_cpu_dev_sgd(float *p, const float *g, float *buf, int64_t n, double
     return FL_OK;
 }
 
-fl_status fl_cpu_dev_adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1, double beta2,
-                       double eps, double weight_decay, int64_t step) {
-    fl_adamw_kernel_f32(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+fl_status fl_cpu_dev_adamw(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, double lr, double beta1,
+                           double beta2, double eps, double weight_decay, int64_t step) {
+    fl_adamw_kernel_f32(p, g, m, v, vmax, n, lr, beta1, beta2, eps, weight_decay, step);
     return FL_OK;
 }
 

@@ -196,26 +196,32 @@ static void msamp_compare(int *fl__failed, const msamp_state *a, const msamp_sta
 }
 
 TEST(gpu_adamw_device_code_matches_cpu_on_host) {
+    /* without and with amsgrad (array 4: the running maximum of v, half of it above the first step's v) */
     const size_t n = 10007;
-    float *st[2][4];
-    fl_rng r;
-    fl_rng_seed(&r, 3);
-    for (int k = 0; k < 4; k++) {
-        st[0][k] = malloc(n * 4); st[1][k] = malloc(n * 4);
-        fl_rng_normal(&r, st[0][k], n, 0.0f, k == 3 ? 1e-3f : 0.1f);
-        if (k == 3) for (size_t i = 0; i < n; i++) st[0][k][i] *= st[0][k][i];
-        memcpy(st[1][k], st[0][k], n * 4);
-    }
-    for (int step = 1; step <= 3; step++) {
-        fl_adamw_kernel_f32(st[0][0], st[0][1], st[0][2], st[0][3], (int64_t)n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step);
-        REQUIRE_OK(fl_cuda_adamw_host(st[1][0], st[1][1], st[1][2], st[1][3], n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step));
-        for (int k = 0; k < 4; k++) {
-            size_t f = 0;
-            int bad = count_mismatches((uint8_t *)st[0][k], (uint8_t *)st[1][k], n * 4, &f);
-            CHECK(bad == 0, "step %d array %d: %d bytes differ", step, k, bad);
+    for (int ams = 0; ams < 2; ams++) {
+        float *st[2][5];
+        fl_rng r;
+        fl_rng_seed(&r, 3);
+        for (int k = 0; k < 5; k++) {
+            st[0][k] = malloc(n * 4); st[1][k] = malloc(n * 4);
+            fl_rng_normal(&r, st[0][k], n, 0.0f, k >= 3 ? 1e-3f : 0.1f);
+            if (k >= 3) for (size_t i = 0; i < n; i++) st[0][k][i] *= st[0][k][i];
+            memcpy(st[1][k], st[0][k], n * 4);
         }
+        float *vm0 = ams ? st[0][4] : NULL, *vm1 = ams ? st[1][4] : NULL;
+        for (int step = 1; step <= 3; step++) {
+            fl_adamw_kernel_f32(st[0][0], st[0][1], st[0][2], st[0][3], vm0, (int64_t)n, 1e-3, 0.9, 0.999, 1e-8, 0.01,
+                                step);
+            REQUIRE_OK(fl_cuda_adamw_host(st[1][0], st[1][1], st[1][2], st[1][3], vm1, n, 1e-3, 0.9, 0.999, 1e-8, 0.01,
+                                          step));
+            for (int k = 0; k < 5; k++) {
+                size_t f = 0;
+                int bad = count_mismatches((uint8_t *)st[0][k], (uint8_t *)st[1][k], n * 4, &f);
+                CHECK(bad == 0, "amsgrad %d step %d array %d: %d bytes differ", ams, step, k, bad);
+            }
+        }
+        for (int k = 0; k < 5; k++) { free(st[0][k]); free(st[1][k]); }
     }
-    for (int k = 0; k < 4; k++) { free(st[0][k]); free(st[1][k]); }
 }
 
 TEST(gpu_msamp_adam_device_code_matches_cpu_on_host) {
@@ -277,9 +283,9 @@ TEST(gpu_fp8_launchers_reject_bad_arguments) {
           FL_EINVAL, "no row amax: %s", fl_last_error());
     CHECK(fl_cuda_cast_transpose_rowwise(fake, FL_BF16, 4, 4, FL_E5M2, 65, true, ff, ff, fake, fake, NULL, NULL) ==
           FL_EINVAL, "margin 65: %s", fl_last_error());
-    CHECK(fl_cuda_adamw(ff, ff, ff, ff, 4, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0, NULL) == FL_EINVAL &&
+    CHECK(fl_cuda_adamw(ff, ff, ff, ff, NULL, 4, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0, NULL) == FL_EINVAL &&
           strstr(fl_last_error(), "step counts from 1"), "%s", fl_last_error());
-    CHECK(fl_cuda_adamw(ff, ff, ff, ff, 4, 1e-3, 1.0, 0.999, 1e-8, 0.0, 1, NULL) == FL_EINVAL, "beta1 = 1");
+    CHECK(fl_cuda_adamw(ff, ff, ff, ff, NULL, 4, 1e-3, 1.0, 0.999, 1e-8, 0.0, 1, NULL) == FL_EINVAL, "beta1 = 1");
     msamp_state s;
     msamp_init(&s, MSAMP_CFGS[1], 4, 1);
     fl_cuda_msamp_args a = msamp_args(&s, 1e-3, 1);
@@ -784,8 +790,8 @@ TEST(gpu_adamw_matches_cpu) {
         REQUIRE(dv[k], "alloc");
     }
     for (int step = 1; step <= 3; step++) {
-        fl_adamw_kernel_f32(h[0], h[1], h[2], h[3], (int64_t)n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step);
-        REQUIRE_OK(fl_cuda_adamw(dv[0], dv[1], dv[2], dv[3], n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step, NULL));
+        fl_adamw_kernel_f32(h[0], h[1], h[2], h[3], NULL, (int64_t)n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step);
+        REQUIRE_OK(fl_cuda_adamw(dv[0], dv[1], dv[2], dv[3], NULL, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step, NULL));
     }
     for (int k = 0; k < 4; k++) {
         REQUIRE_OK(d->to_host(got, dv[k], n * 4));

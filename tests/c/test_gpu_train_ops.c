@@ -299,9 +299,9 @@ TEST(gpu_train_entries_reject_bad_arguments) {
     CHECK(fl_cuda_dev_sgd(ff, ff, NULL, 8, 0.1, 0.9, 0.0, 0.0, false, false) == FL_EINVAL &&
           strstr(fl_last_error(), "momentum"), "momentum without a buffer: %s", fl_last_error());
     CHECK(fl_cuda_dev_sgd(NULL, NULL, NULL, 0, 0.1, 0.9, 0.0, 0.0, false, false) == FL_OK, "n = 0 is a no-op");
-    CHECK(fl_cuda_dev_adamw(ff, ff, ff, ff, 8, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0) == FL_EINVAL &&
+    CHECK(fl_cuda_dev_adamw(ff, ff, ff, ff, NULL, 8, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0) == FL_EINVAL &&
           strstr(fl_last_error(), "step"), "step 0: %s", fl_last_error());
-    CHECK(fl_cuda_dev_adamw(ff, ff, ff, ff, -2, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1) == FL_EINVAL, "n = -2");
+    CHECK(fl_cuda_dev_adamw(ff, ff, ff, ff, NULL, -2, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1) == FL_EINVAL, "n = -2");
 
     /* fp8_gemm: a [32, 64], b [64, 48] */
     fl_tensor s1 = fake_vec(FL_F32, 1), s32 = fake_vec(FL_F32, 32);
@@ -377,26 +377,29 @@ TEST(gpu_sgd_entry_matches_cpu) {
 TEST(gpu_adamw_entry_matches_cpu) {
     const fl_device *d = gpu_or_skip();
     if (!d) return;
-    pool pl = { d, { 0 }, 0 };
     const int64_t n = 100003;
-    float *h[4], *dv[4], *got = malloc(n * 4);
-    for (int k = 0; k < 4; k++) {
-        h[k] = rnormal((size_t)n, 70 + k, k == 3 ? 1e-3f : 0.1f);
-        if (k == 3) for (int64_t i = 0; i < n; i++) h[k][i] *= h[k][i];
-        dv[k] = dput(&pl, h[k], n * 4);
-        REQUIRE(dv[k], "alloc");
+    for (int ams = 0; ams < 2; ams++) {   /* array 4: amsgrad's running maximum of v */
+        pool pl = { d, { 0 }, 0 };
+        float *h[5], *dv[5], *got = malloc(n * 4);
+        for (int k = 0; k < 5; k++) {
+            h[k] = rnormal((size_t)n, 70 + k, k >= 3 ? 1e-3f : 0.1f);
+            if (k >= 3) for (int64_t i = 0; i < n; i++) h[k][i] *= h[k][i];
+            dv[k] = dput(&pl, h[k], n * 4);
+            REQUIRE(dv[k], "alloc");
+        }
+        for (int step = 1; step <= 3; step++) {
+            fl_adamw_kernel_f32(h[0], h[1], h[2], h[3], ams ? h[4] : NULL, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step);
+            REQUIRE_OK(fl_cuda_dev_adamw(dv[0], dv[1], dv[2], dv[3], ams ? dv[4] : NULL, n, 1e-3, 0.9, 0.999, 1e-8,
+                                         0.01, step));
+        }
+        for (int k = 0; k < 5; k++) {
+            REQUIRE_OK(d->to_host(got, dv[k], n * 4));
+            CHECK(memcmp(got, h[k], n * 4) == 0, "amsgrad %d: array %d differs after 3 steps", ams, k);
+            free(h[k]);
+        }
+        free(got);
+        pool_free(&pl);
     }
-    for (int step = 1; step <= 3; step++) {
-        fl_adamw_kernel_f32(h[0], h[1], h[2], h[3], n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step);
-        REQUIRE_OK(fl_cuda_dev_adamw(dv[0], dv[1], dv[2], dv[3], n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step));
-    }
-    for (int k = 0; k < 4; k++) {
-        REQUIRE_OK(d->to_host(got, dv[k], n * 4));
-        CHECK(memcmp(got, h[k], n * 4) == 0, "array %d differs after 3 steps", k);
-        free(h[k]);
-    }
-    free(got);
-    pool_free(&pl);
 }
 
 /* A 1-d tensor of n elements on `dev` holding host bytes; FP8 ones get scale_inv = si. */

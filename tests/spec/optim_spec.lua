@@ -176,6 +176,47 @@ describe("fp8.optim arguments", function()
       .. "msamp backend replaces an AdamW by it)", err)
   end)
 
+  it("amsgrad=true takes the running maximum of v, as torch 2.x's AdamW; MS-AMP's refuses it", function()
+    -- torch 2.x: AdamW(lr=0.1, weight_decay=0.1, betas=(0.9, 0.5), amsgrad=True), four steps from {1, -2, 0.5}
+    local G = { { 2.0, -1.0, 0.1 }, { 0.5, 0.3, 0.0 }, { 0.1, 0.05, -3.0 }, { 0.01, 0.02, 0.0 } }
+    local want = {
+      [false] = { 0.5645144581794739, -1.6879923343658447, 0.3991749882698059 },
+      [true] = { 0.6993974447250366, -1.7458127737045288, 0.40828636288642883 },
+      max = { 2.0, 0.5, 4.50124979019165 },
+    }
+    local last
+    for _, ams in ipairs { false, true } do
+      local q = fp8.tensor { 1, -2, 0.5 }:requires_grad(true)
+      local o = optim.AdamW({ q }, { lr = 0.1, weight_decay = 0.1, betas = { 0.9, 0.5 }, amsgrad = ams })
+      for i = 1, 4 do q.grad = fp8.tensor(G[i]); o:step() end
+      for j = 1, 3 do assert.is_true(math.abs(q:tolist()[j] - want[ams][j]) < 1e-6, tostring(ams) .. " " .. j) end
+      if ams then
+        for j = 1, 3 do assert.is_true(math.abs(o.state[q].max_exp_avg_sq:tolist()[j] - want.max[j]) < 1e-6) end
+        last = o
+      else
+        assert.is_nil(o.state[q].max_exp_avg_sq)
+      end
+    end
+    -- the maximum travels with state_dict: a copy continues as the original does
+    local sd = last:state_dict()
+    assert.is_not_nil(sd.state[1].max_exp_avg_sq)
+    local q2 = fp8.tensor(last.param_groups[1].params[1]:tolist()):requires_grad(true)
+    local o2 = optim.AdamW({ q2 }, { lr = 0.1, weight_decay = 0.1, betas = { 0.9, 0.5 }, amsgrad = true })
+    o2:load_state_dict(sd)
+    local q1 = last.param_groups[1].params[1]
+    for _, pair in ipairs { { q1, last }, { q2, o2 } } do pair[1].grad = fp8.tensor { 0.01, 0.01, 0.01 }; pair[2]:step() end
+    assert.are.same(q1:tolist(), q2:tolist())
+    local ok, err = pcall(require("fp8.optim.msamp_adamw").new, { p() }, { amsgrad = true })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("amsgrad=true is not supported by MS-AMP's AdamW", 1, true), err)
+    local acc = fp8.Accelerator { mixed_precision = "fp8",
+      kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O2" } } }
+    local m = fp8.nn.Linear(16, 16)
+    ok, err = pcall(acc.prepare, acc, m, optim.AdamW(m:parameters(), { amsgrad = true }))
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("parameter group 1 has amsgrad=true", 1, true), err)
+  end)
+
   it("rejects bad options with clear messages", function()
     local cases = {
       { function() optim.SGD({ p() }, { lr = 0.1, nesterov = true }) end, "nesterov momentum requires momentum > 0" },
@@ -184,7 +225,6 @@ describe("fp8.optim arguments", function()
       { function() optim.SGD({ p() }, { lr = -1 }) end, "lr must be a number >= 0" },
       { function() optim.AdamW({ p() }, { betas = { 0.9, 1.0 } }) end, "betas[2] must be in [0, 1)" },
       { function() optim.AdamW({ p() }, { lr = 0.1, momentum = 0.9 }) end, "unknown option 'momentum'" },
-      { function() optim.AdamW({ p() }, { amsgrad = true }) end, "amsgrad=true is not supported" },
       { function() optim.AdamW({ 1, 2 }) end, "must be a tensor" },
       { function() optim.AdamW({}) end, "no parameters" },
       { function() optim.AdamW({ p() }, { amsgrad = "false" }) end, "amsgrad must be a boolean, got string" },

@@ -1,6 +1,7 @@
 -- adamw.lua — fp8.optim.AdamW(params, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=1e-2}):
--- torch.optim.AdamW (decoupled weight decay, bias correction, maximize; amsgrad=false) via the fused C kernel.
--- State per parameter: step, exp_avg (m), exp_avg_sq (v), kept as separate fp32 tensors.
+-- torch.optim.AdamW (decoupled weight decay, bias correction, maximize, amsgrad) via the fused C kernel.
+-- State per parameter: step, exp_avg (m), exp_avg_sq (v) and, with amsgrad, max_exp_avg_sq (the running maximum of
+-- v, which the denominator takes), kept as separate fp32 tensors.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Optimizer = require "fp8.optim.optimizer"
 local C = require "fp8._optim"
@@ -31,23 +32,27 @@ function AdamW:_check_group(g)
   for _, k in ipairs { "amsgrad", "maximize" } do
     if type(g[k]) ~= "boolean" then error(("%s: %s must be a boolean, got %s"):format(self.name, k, type(g[k])), 0) end
   end
-  if g.amsgrad then error(self.name .. ": amsgrad=true is not supported (only amsgrad=false)", 0) end
 end
 
 function AdamW:_state_schema(p)
-  return { step = "count", exp_avg = { dtype = "fp32", shape = "param" }, exp_avg_sq = { dtype = "fp32", shape = "param" } }
+  -- max_exp_avg_sq: amsgrad's (a state saved without it, loaded with amsgrad=true, starts it at zero: max(0, v) = v)
+  return { step = "count", exp_avg = { dtype = "fp32", shape = "param" }, exp_avg_sq = { dtype = "fp32", shape = "param" },
+    max_exp_avg_sq = { dtype = "fp32", shape = "param", optional = true } }
 end
 
 -- opt:step() is Optimizer.step's loop over these two.
 function AdamW:_new_state(p, g)
   local on = { device = p:device() }
-  return { step = 0, exp_avg = fp8.zeros(p:shape(), on), exp_avg_sq = fp8.zeros(p:shape(), on) }
+  return { step = 0, exp_avg = fp8.zeros(p:shape(), on), exp_avg_sq = fp8.zeros(p:shape(), on),
+    max_exp_avg_sq = g.amsgrad and fp8.zeros(p:shape(), on) or nil }
 end
 
 function AdamW:_update(p, grad, st, g)
   st.step = st.step + 1
   if g.maximize then grad = -grad end   -- torch: the gradient negated before everything else
-  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step)
+  if g.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = fp8.zeros(p:shape(), { device = p:device() }) end
+  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step,
+    g.amsgrad and st.max_exp_avg_sq or nil)
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

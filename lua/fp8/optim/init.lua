@@ -14,8 +14,10 @@ add("optim.SGD", "fp8.optim.SGD(params [, {lr=1e-3, momentum=0, dampening=0, wei
   .. "{{params=..., lr=...}, ...} (a parameter may appear once). opt:step([closure]) updates parameters that\n"
   .. "have a grad (the closure runs with grad enabled); opt:zero_grad([set_to_none=true]) drops the grads, or\n"
   .. "with false zeroes them in place. opt:add_param_group{params=..., lr=...}.")
-add("optim.AdamW", "fp8.optim.AdamW(params, {lr=1e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=1e-2})",
-  "AdamW as torch.optim.AdamW (decoupled weight decay, bias correction). Also AdamW{params=..., lr=...}.\n"
+add("optim.AdamW", "fp8.optim.AdamW(params, {lr=1e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=1e-2, "
+  .. "amsgrad=false, maximize=false})",
+  "AdamW as torch.optim.AdamW (decoupled weight decay, bias correction; amsgrad: the running maximum of the\n"
+  .. "second moment in the denominator). Also AdamW{params=..., lr=...}.\n"
   .. "opt:state_dict() / opt:load_state_dict(sd) save and restore steps and moments.")
 add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_steps, total_steps, min_lr})",
   "Also StepLR(opt, {step_size, gamma}), MultiStepLR(opt, {milestones, gamma}), ExponentialLR(opt, {gamma}),\n"

@@ -21,6 +21,10 @@ function MSAMPAdamW:_check_group(g)
   if g.maximize then
     error(self.name .. ": maximize=true is not supported by MS-AMP's AdamW (its moments' scales)", 0)
   end
+  if g.amsgrad then
+    error(self.name .. ": amsgrad=true is not supported by MS-AMP's AdamW (its low-bit second moment has no running "
+      .. "maximum here)", 0)
+  end
 end
 MSAMPAdamW._param_dtypes = { fp32 = true, fp16 = true }   -- fp8._optim.msamp_adamw_step: fp32 or fp16 weights
 
@@ -35,9 +39,11 @@ function MSAMPAdamW.from_adamw(opt, extra)
   end
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
-    if g.maximize == true then
-      error(("MSAMPAdamW: parameter group %d has maximize=true, which MS-AMP's AdamW does not support (the msamp "
-        .. "backend replaces an AdamW by it)"):format(i), 0)
+    for _, k in ipairs { "maximize", "amsgrad" } do
+      if g[k] == true then
+        error(("MSAMPAdamW: parameter group %d has %s=true, which MS-AMP's AdamW does not support (the msamp "
+          .. "backend replaces an AdamW by it)"):format(i, k), 0)
+      end
     end
     local c = {}
     for k, v in pairs(g) do if k ~= "initial_lr" then c[k] = v end end   -- a scheduler's mark, not an option
