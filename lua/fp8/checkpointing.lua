@@ -1050,8 +1050,9 @@ if okh and help.add then
   add("load_file", "fp8.load_file(path [, {device=\"cpu\"|\"cuda\"}]) -> {name = tensor}",
     "Reads and validates a safetensors file; FP8 tensors come back with their scales. I64/I32/U8/BOOL load\n"
     .. "as fp32 when every value is exact there, else an error names the tensor.")
-  add("safe_open", "fp8.safe_open(path) -> f",
-    "Lazy reader: f:keys(), f:metadata(), f:get_tensor(name [, {device=}]) reads only that tensor; f:close().")
+  add("safe_open", "fp8.safe_open(path [, {device=\"cpu\"|\"cuda\"}]) -> f",
+    "Lazy reader: f:keys(), f:metadata(), f:get_tensor(name [, {device=}]) reads only that tensor (device:\n"
+    .. "the one safe_open was given, by default); f:close().")
   add("acc:save_state", "acc:save_state([dir]) -> dir",
     "Model(s), optimizer(s) (FP8 moments in their dtypes), schedulers, GradScaler, RNG, data loader positions,\n"
     .. "step and settings into dir (written as dir.tmp, renamed when complete). With\n"

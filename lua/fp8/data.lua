@@ -704,7 +704,8 @@ if ok and help.add then
     doc = "Fashion-MNIST from the IDX .gz files of Debian's dataset-fashion-mnist package\n"
        .. "(/usr/share/datasets/fashion-mnist). ds.images [N,784] fp32 in [0,1] (or (x-mean)/std with\n"
        .. "normalize=true or {mean, std}), ds.labels [N] (0..9), ds.classes, #ds, ds:get(i) -> x, y, ds[i] -> {x, y}." }
-  help.add { section = sec, name = "data.TextDataset", sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val'}",
+  help.add { section = sec, name = "data.TextDataset",
+    sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val', val_fraction=0.1}",
     doc = "Character-level text: vocabulary = the file's distinct bytes, sorted. ds:get(i) -> x[T], y[T] (y shifted by one),\n"
        .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string.\n"
        .. "path= must name a regular file of at most fp8.data.TEXT_MAX_BYTES bytes (1 GiB; a named pipe or a device is refused),\n"

@@ -305,6 +305,7 @@ also("acc:is_main_process", { "acc:is_local_main_process", "acc:is_last_process"
 also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })
 also("nn.Module", { "nn.Parameter" })
 also("profiler.record_function", { "profiler.push", "profiler.pop" })
+also("profiler.profile", { "prof:start", "prof:step", "prof:stop", "prof:run", "prof:events", "prof:trace_path" })
 
 -- name itself, a name documented inside another entry, a method of the Accelerator class (acc:name), or a
 -- method or field that the entry of what holds it names ("amp.GradScaler:step": GradScaler's entry says step)

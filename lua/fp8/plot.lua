@@ -213,7 +213,8 @@ end
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   help.add { section = "Training", name = "plot.lines",
-    sig = "fp8.plot.lines{csv=, png=, title=, xlabel=, ylabel=, logy=, series={{x=1, y=3, title=, style=, axis=}}}",
+    sig = "fp8.plot.lines{csv=, png=, title=, xlabel=, ylabel=, y2label=, y2range={lo, hi}, logy=,\n"
+       .. "  series={{x=1, y=3, title=, style=, axis=}}}",
     doc = "PNG line plot of CSV columns through gnuplot (gnuplot-nox). Without gnuplot: one notice, no PNG,\n"
        .. "the CSV stays. fp8.plot.fp8_history{csv=, png=, layer=} plots the scale/amax history of an FP8\n"
        .. "layer from acc:log_fp8_stats' CSV. FP8LAB_GNUPLOT names another gnuplot (fp8.plot.command() says\n"

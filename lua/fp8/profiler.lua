@@ -642,7 +642,8 @@ if okh and help.add then
     .. "FLOPs, net CPU bytes, module path, and with activities={\"cpu\",\"cuda\"} on a GPU its device time.\n"
     .. "At the end of each active window its trace goes to <output_trace_dir>/profile_<R>.json (the first window;\n"
     .. "Accelerate's name) or profile_<R>_window<N>.json (window N >= 2) and on_trace_ready(prof) runs; events()\n"
-    .. "and key_averages() hold that window only, as in torch. Your own ranges: fp8.profiler.record_function(name, fn, ...).")
+    .. "and key_averages() hold that window only, as in torch; prof:trace_path([N]) names window N's file.\n"
+    .. "Your own ranges: fp8.profiler.record_function(name, fn, ...).")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"
     .. "average, FLOP/s (with_flops), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"

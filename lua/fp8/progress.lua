@@ -220,7 +220,8 @@ function Bar:__tostring() return self:line() end
 
 local ok, help = pcall(require, "fp8.help")
 if ok and help.add then
-  help.add { section = "Training", name = "progress", sig = "fp8.progress(n | loader | list | iterator [, {desc=, total=, every=, tty=}])",
+  help.add { section = "Training", name = "progress", sig = "fp8.progress(n | loader | list | iterator\n"
+    .. "  [, {desc=, total=, every=, tty=, out=, width=24, min_interval=0.1}])",
     doc = "local bar = fp8.progress(loader, {desc=\"epoch 1\"})\n"
        .. "for x, y in bar do ...; bar:set_postfix{loss=l} end\n"
        .. "Shows count/total, elapsed<ETA, it/s and the postfix values; one redrawn line on a terminal,\n"

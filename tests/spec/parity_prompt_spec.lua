@@ -103,6 +103,13 @@ describe("the prompt", function()
         end
       end
     end
+    -- the modules one level further down (fp8.nn.init, ...), whose functions the loop above does not reach
+    for _, m in ipairs { "nn.init", "nn.utils", "nn.functional", "optim.lr_scheduler" } do
+      local a, b = m:match("^(%w+)%.([%w_]+)$")
+      for k, v in pairs(fp8[a][b]) do
+        if type(k) == "string" and not k:match("^_") and type(v) == "function" then check(m .. "." .. k, v, m .. "." .. k) end
+      end
+    end
     local mt = debug.getregistry()["fp8.Tensor"]
     for _, idx in ipairs(require("fp8.repl").metatable_index_tables(mt)) do
       for k, v in pairs(idx) do

@@ -44,7 +44,7 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device().")
 add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
-add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true}])",
+add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true, bias=true}])",
   "Normalises the last dimension; weight ones, bias zeros.")
 add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed. A GELU(\"tanh\")\n"
@@ -68,11 +68,15 @@ add("nn.utils.clip_grad_norm_",
 add("nn.utils.clip_grad_value_", "fp8.nn.utils.clip_grad_value_(params, clip_value)",
   "Clamps every gradient element to [-clip_value, clip_value] in place, as torch's (MS-AMP's FP8 gradients are\n"
   .. "refused before any is touched: clip_grad_norm_ scales them).")
+add("nn.init", "fp8.nn.init.normal(shape [, mean=0, std=1]) / uniform(shape [, a=0, b=1]) / zeros(shape) / ones(shape)",
+  "New fp32 tensors, the random ones drawn from the seeded generator (fp8.manual_seed). The in-place forms\n"
+  .. "normal_(t [, mean, std]), uniform_(t [, a, b]), zeros_(t), ones_(t) and copy_(t, src) write into an existing\n"
+  .. "tensor (a parameter), keeping its identity, and return it.")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
   .. "layer_norm / embedding / dropout / scaled_dot_product_attention / qkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
   .. "[, {label_smoothing, ignore_index (ids only), reduction=\"mean\"|\"sum\"|\"none\"}]).\n"
-  .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
+  .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=, scale=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
   .. "heads split and merged inside the op (what CausalSelfAttention uses).")
 
 return nn

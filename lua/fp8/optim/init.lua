@@ -9,23 +9,26 @@ local optim = {
 
 local help = require "fp8.help"
 local function add(name, sig, doc) help.add { section = "Training", name = name, sig = sig, doc = doc } end
-add("optim.SGD", "fp8.optim.SGD(params [, {lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=false}])",
+add("optim.SGD", "fp8.optim.SGD(params [, {lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=false,\n"
+  .. "  maximize=false}])",
   "Stochastic gradient descent as torch.optim.SGD. params: model:parameters(), a Module, or groups\n"
   .. "{{params=..., lr=...}, ...} (a parameter may appear once). opt:step([closure]) updates parameters that\n"
   .. "have a grad (the closure runs with grad enabled); opt:zero_grad([set_to_none=true]) drops the grads, or\n"
   .. "with false zeroes them in place. opt:add_param_group{params=..., lr=...}.")
-add("optim.AdamW", "fp8.optim.AdamW(params, {lr=1e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=1e-2, "
-  .. "amsgrad=false, maximize=false})",
+add("optim.AdamW", "fp8.optim.AdamW(params [, {lr=1e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=1e-2,\n"
+  .. "  amsgrad=false, maximize=false}])",
   "AdamW as torch.optim.AdamW (decoupled weight decay, bias correction; amsgrad: the running maximum of the\n"
   .. "second moment in the denominator). Also AdamW{params=..., lr=...}.\n"
   .. "opt:state_dict() / opt:load_state_dict(sd) save and restore steps and moments.")
-add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_steps, total_steps, min_lr})",
+add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_steps, total_steps, min_lr})"
+  .. "  (alias WarmupCosine)",
   "Also StepLR(opt, {step_size, gamma}), MultiStepLR(opt, {milestones, gamma}), ExponentialLR(opt, {gamma}),\n"
   .. "LinearLR(opt, {start_factor, end_factor, total_iters}), CosineAnnealingLR(opt, {T_max, eta_min}),\n"
   .. "LambdaLR(opt, fn), and transformers' get_linear_schedule_with_warmup(opt, num_warmup_steps,\n"
   .. "num_training_steps) and get_cosine_schedule_with_warmup(opt, num_warmup_steps, num_training_steps\n"
   .. "[, num_cycles]).\n"
-  .. "sched:step() after opt:step(); sched:get_last_lr() → {lr, ...}. Each schedule is a closed form of the\n"
+  .. "sched:step([epoch]) after opt:step(); sched:get_last_lr() → {lr, ...}; sched:state_dict() /\n"
+  .. "sched:load_state_dict(sd) save and restore the step and base lrs. Each schedule is a closed form of the\n"
   .. "step and the group's initial lr: an lr set by hand lasts until the next sched:step() (torch's chainable\n"
   .. "StepLR would scale it). A group added later joins with its own lr as its base.")
 
