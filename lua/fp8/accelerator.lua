@@ -208,10 +208,14 @@ setmetatable(Accelerator, { __call = function(_, opts, ...)
     if why then return function() error(("Accelerator:%s is not supported: %s"):format(k, why), 2) end end
   end })
 
--- The autocast dtype of the non-FP8 ops for this mixed precision.
+-- The autocast dtype of the non-FP8 ops for this mixed precision: what the prepared model's forward and
+-- acc:autocast() run under (fp32 with AutocastKwargs{enabled=false}).
 local AUTOCAST = { no = "fp32", bf16 = "bf16", fp16 = "fp16", fp8 = "bf16" }
 
-function Accelerator:autocast_dtype() return AUTOCAST[self.mixed_precision] end
+function Accelerator:autocast_dtype()
+  if (self.settings.autocast or {}).enabled == false then return "fp32" end
+  return AUTOCAST[self.mixed_precision]
+end
 
 -- ---- model conversion -------------------------------------------------------------------------
 
@@ -912,8 +916,9 @@ if okh and help.add then
   add("Accelerator", "fp8.Accelerator{mixed_precision=\"no\"|\"fp16\"|\"bf16\"|\"fp8\", kwargs_handlers={...}}",
     "Hugging Face Accelerate's Accelerator for Lua. Fields: mixed_precision, fp8_backend (te|ao|msamp|nil),\n"
     .. "fp8_recipe (every effective field). Methods: prepare(...) (models converted for the recipe, optimizers\n"
-    .. "wrapped, schedulers too; returns its arguments in order), backward(loss), accumulate(model, fn),\n"
-    .. "autocast(fn) or autocast() (a handle to close), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
+    .. "wrapped, schedulers too; returns its arguments in order), backward(loss [, {retain_graph=}]),\n"
+    .. "accumulate(model, fn), autocast(fn) or autocast() (a handle to close), autocast_dtype() (the dtype it runs\n"
+    .. "the non-FP8 ops in), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
     .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=},\n"
     .. "skip_first_batches(loader, n), free_memory(...) / clear(...), get_state_dict(m), save(tensors, path);\n"
     .. "field optimizer_step_was_skipped. unwrap_model(m, false) takes the mixed-precision forward off. FP8 autocast is off in eval\n"
