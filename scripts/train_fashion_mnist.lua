@@ -21,7 +21,8 @@ local OPTIONS = {
     .. "--mixed_precision / FP8LAB_MIXED_PRECISION / config file, else no)" },
   { "gradient-accumulation-steps", "int", nil, "micro-batches per optimizer step (default: launch flag / "
     .. "FP8LAB_GRADIENT_ACCUMULATION_STEPS / config file, else 1)", 1 },
-  { "fp8-backend", "str", nil, "te | ao | msamp (fp8 only; default: msamp, or FP8LAB_FP8_BACKEND / config)" },
+  { "fp8-backend", "str", nil, "te | ao | msamp (fp8 only; default: launch --fp8_backend / FP8LAB_FP8_BACKEND / "
+    .. "config file, else msamp)" },
   { "fp8-format", "str", nil, "te: HYBRID | E4M3 (default HYBRID)" },
   { "fp8-opt-level", "str", nil, "msamp: O1 | O2 | O3 (default O2)" },
   { "fp8-recipe", "str", nil, "ao: tensorwise | rowwise | rowwise_with_gw_hp (default tensorwise)" },
