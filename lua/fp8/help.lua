@@ -304,6 +304,8 @@ also("acc:check_trigger", { "acc:set_trigger" })
 also("acc:is_main_process", { "acc:is_local_main_process", "acc:is_last_process" })
 also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })
 also("nn.Module", { "nn.Parameter" })
+also("nn.GELU", { "nn.ReLU" })
+also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("profiler.record_function", { "profiler.push", "profiler.pop" })
 also("profiler.profile", { "prof:start", "prof:step", "prof:stop", "prof:run", "prof:events", "prof:trace_path" })
 

@@ -110,6 +110,11 @@ describe("the prompt", function()
         if type(k) == "string" and not k:match("^_") and type(v) == "function" then check(m .. "." .. k, v, m .. "." .. k) end
       end
     end
+    -- the layer classes: tables called as constructors (fp8.nn.Embedding(...)), which the loops above skip
+    for k, v in pairs(fp8.nn) do
+      local cmt = type(v) == "table" and getmetatable(v)
+      if type(k) == "string" and cmt and cmt.__call then check("nn." .. k, v, "nn." .. k) end
+    end
     local mt = debug.getregistry()["fp8.Tensor"]
     for _, idx in ipairs(require("fp8.repl").metatable_index_tables(mt)) do
       for k, v in pairs(idx) do

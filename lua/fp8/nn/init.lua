@@ -46,6 +46,23 @@ add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
 add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true, bias=true}])",
   "Normalises the last dimension; weight ones, bias zeros.")
+add("nn.Embedding", "fp8.nn.Embedding(num_embeddings, embedding_dim)",
+  "A lookup table, weight ~ N(0, 1) as in PyTorch: m(ids) takes 0-based token ids (a tensor) -> [..., embedding_dim].")
+add("nn.Dropout", "fp8.nn.Dropout([p=0.5]) | Dropout{p=}",
+  "Zeroes each element with probability p in training and scales the rest by 1/(1-p); the identity in eval mode.")
+add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=} / fp8.nn.ReLU()",
+  "The activations as modules (F.gelu: exact erf, or the tanh approximation; F.relu).")
+add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",
+  "nanoGPT's attention: one qkv projection Linear(d, 3d), causal attention over n_head heads (F.qkv_attention),\n"
+  .. "an output projection and dropout on its output; [B, T, n_embd] in and out.")
+add("nn.TransformerBlock", "fp8.nn.TransformerBlock{n_embd, n_head, dropout=0, bias=true}",
+  "A pre-LayerNorm block: x + attn(ln1(x)), then x + mlp(ln2(x)), mlp = Linear(d, 4d) -> GELU(tanh) -> Linear(4d, d)\n"
+  .. "-> Dropout (the GPT's blocks).")
+add("nn.FP8Linear", "fp8.nn.FP8Linear(in_features, out_features [, bias=true], recipe) / "
+  .. "fp8.nn.FP8LayerNorm(n [, {...}])",
+  "The FP8 layers fp8.convert_model and acc:prepare swap in: FP8Linear runs its three GEMMs (fprop, dgrad, wgrad)\n"
+  .. "in FP8 under FP8 autocast with the recipe's per-role scaling (its state: m.fp8_meta:state(), the buffer\n"
+  .. "fp8_state); FP8LayerNorm is LayerNorm's class for TransformerEngine's, the same normalisation in high precision.")
 add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed. A GELU(\"tanh\")\n"
   .. "followed by an FP8Linear runs inside that layer (FP8Linear:forward_gelu: under per-tensor scaling, on the CPU,\n"
@@ -68,10 +85,11 @@ add("nn.utils.clip_grad_norm_",
 add("nn.utils.clip_grad_value_", "fp8.nn.utils.clip_grad_value_(params, clip_value)",
   "Clamps every gradient element to [-clip_value, clip_value] in place, as torch's (MS-AMP's FP8 gradients are\n"
   .. "refused before any is touched: clip_grad_norm_ scales them).")
-add("nn.init", "fp8.nn.init.normal(shape [, mean=0, std=1]) / uniform(shape [, a=0, b=1]) / zeros(shape) / ones(shape)",
+add("nn.init", "fp8.nn.init.normal(shape [, mean=0, std=1]) / uniform(shape [, a=0, b=1]) / zeros(shape) / "
+  .. "ones(shape)",
   "New fp32 tensors, the random ones drawn from the seeded generator (fp8.manual_seed). The in-place forms\n"
-  .. "normal_(t [, mean, std]), uniform_(t [, a, b]), zeros_(t), ones_(t) and copy_(t, src) write into an existing\n"
-  .. "tensor (a parameter), keeping its identity, and return it.")
+  .. "normal_(t [, mean, std]), uniform_(t [, a, b]), zeros_(t), ones_(t) and copy_(t, src) write into an\n"
+  .. "existing tensor (a parameter), keeping its identity, and return it.")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
   .. "layer_norm / embedding / dropout / scaled_dot_product_attention / qkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
