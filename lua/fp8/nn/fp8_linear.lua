@@ -34,6 +34,10 @@ end
 
 -- FP8Linear(in, out [, bias], recipe): a Linear whose GEMMs run in FP8 under FP8 autocast.
 function FP8Linear:__init(in_features, out_features, bias, recipe)
+  -- FP8Linear(in, out, recipe): the bias left out (true), as the optional [, bias] reads
+  if recipe == nil and type(bias) == "table" and (require("fp8.kwargs").is_handler(bias) or bias.backend ~= nil) then
+    bias, recipe = nil, bias
+  end
   Linear.__init(self, in_features, out_features, bias)
   recipe = FP8Linear.as_recipe(recipe, 3)
   rawset(self, "recipe", recipe)
