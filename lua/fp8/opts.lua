@@ -154,6 +154,12 @@ function M.check(fname, opts, valid, level)
   check_valid(valid, tostring(fname), level)
   if opts == nil then return {} end
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), level) end
+  -- a kwargs handler keeps its fields out of pairs' sight: as options it would pass unread
+  local kw = getmetatable(opts) ~= nil and package.loaded["fp8.kwargs"]
+  if kw and kw.is_handler(opts) then
+    error(("%s: options must be a plain table {key=value, ...}, got a kwargs handler (%s)"):format(fname,
+      opts.handler_type), level)
+  end
   for k in pairs(opts) do
     if not has(valid, k) then error(fname .. ": " .. M.unknown_text(k, valid), level) end
   end

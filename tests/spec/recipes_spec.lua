@@ -808,6 +808,11 @@ describe("FP8Linear and convert_model take a recipe", function()
     assert.truthy(nb.bias)
     assert.equal("ao", nn.FP8Linear(16, 16, { backend = "ao" }).recipe.backend)
     assert.is_nil(nn.FP8Linear(16, 16, false, { backend = "ao" }).bias)
+    -- a handler where options go is refused, not read as an empty options table
+    local okh, errh = pcall(nn.Linear, 16, 16, fp8.TERecipeKwargs { margin = 1 })
+    assert.is_false(okh)
+    assert.matches("Linear: options must be a plain table {key=value, ...}, got a kwargs handler (TERecipeKwargs)", errh,
+      1, true)
     local ok, err = pcall(nn.FP8Linear, 16, 16, true, {})
     assert.is_false(ok)
     assert.matches("got a table without a backend field", err, 1, true)
