@@ -5,7 +5,7 @@
 # Stages (default: env tests sanitize bench):
 #   env       the GPU and driver, and where cuBLASLt, compute-sanitizer and PyTorch were found
 #   tests     every gpu_* C test in its own process (PAR at a time: a crash is pinned on one test), and the
-#             three Lua specs of tests/gpu (TAP output: a crash shows after the last "ok" line)
+#             Lua specs of tests/gpu (every *_spec.lua there) (TAP output: a crash shows after the last "ok" line)
 #   sanitize  compute-sanitizer: memcheck over every gpu_* C test (each alone) and the ops and training specs,
 #             racecheck over the C tests of the kernels that use shared memory (casts+transpose, GEMM
 #             epilogues, LayerNorm, reductions, softmax, attention). A test that makes no CUDA call (the
