@@ -91,7 +91,8 @@ add("nn.init", "fp8.nn.init.normal(shape [, mean=0, std=1]) / uniform(shape [, a
   .. "normal_(t [, mean, std]), uniform_(t [, a, b]), zeros_(t), ones_(t) and copy_(t, src) write into an\n"
   .. "existing tensor (a parameter), keeping its identity, and return it.")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / softmax / log_softmax / cross_entropy / mse_loss /\n"
-  .. "layer_norm / embedding / dropout / scaled_dot_product_attention / qkv_attention",
+  .. "layer_norm / embedding / dropout / scaled_dot_product_attention(q, k, v [, {is_causal=, scale=}]) /\n"
+  .. "qkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
   .. "[, {label_smoothing, ignore_index (ids only), reduction=\"mean\"|\"sum\"|\"none\"}]).\n"
   .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=, scale=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
