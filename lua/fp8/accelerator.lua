@@ -18,6 +18,7 @@ local Module = require "fp8.nn.module"
 local amp = require "fp8.amp"
 local fp8_layer = require "fp8._fp8_layer"
 local checkpointing = require "fp8.checkpointing"   -- save_state/load_state/save_model (installed below)
+local dataloader_config = require "fp8.dataloader_config"   -- fp8.DataLoaderConfiguration (dataloader_config=)
 local dist = require "fp8.distributed"   -- processes, utilities, loader sharding (docs/distributed.md)
 local ddp = require "fp8.ddp"            -- gradient reduction across processes
 local data = require "fp8.data"          -- DataLoader, SkipDataLoader
@@ -41,7 +42,8 @@ Accelerator.__name = "Accelerator"
 local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers = true, cpu = true,
                 gradient_accumulation_steps = true, env = true, config = true, even_batches = true,
                 step_scheduler_with_optimizer = true, device_placement = true, gradient_accumulation_plugin = true,
-                project_config = true, project_dir = true }   -- the last two: lua/fp8/checkpointing.lua
+                project_config = true, project_dir = true,   -- these two: lua/fp8/checkpointing.lua
+                dataloader_config = true }                    -- lua/fp8/dataloader_config.lua
 
 -- Accelerate's options and methods that fp8lab does not have, refused by name with the reason (an
 -- Accelerate script gets why, rather than "unknown option" or "attempt to call a nil value").
@@ -52,9 +54,6 @@ local TRACKERS = "fp8lab has no experiment trackers; the training scripts write 
 local NOT_HERE = {
   split_batches = "loaders are sharded by whole batches (Accelerate's split_batches=false): each process takes "
     .. "batches of batch_size samples",
-  dataloader_config = "pass even_batches= to fp8.Accelerator itself; split_batches, dispatch_batches, "
-    .. "use_seedable_sampler, data_seed, non_blocking and use_stateful_dataloader are not provided (loaders "
-    .. "shuffle by seed and epoch, and save_state records their position)",
   deepspeed_plugin = ENGINES, deepspeed_plugins = ENGINES, fsdp_plugin = ENGINES, torch_tp_plugin = ENGINES,
   megatron_lm_plugin = ENGINES, parallelism_config = ENGINES,
   rng_types = "fp8lab has one generator (fp8.manual_seed, fp8.set_seed), which save_state saves; loaders "
@@ -168,10 +167,9 @@ local function new(opts)
   local force_cpu = opts.cpu == true or settings.use_cpu == true
   local okc, cuda = pcall(require, "fp8.cuda")
   self._device = (not force_cpu and okc and cuda.is_available()) and "cuda" or "cpu"
-  if opts.even_batches ~= nil and type(opts.even_batches) ~= "boolean" then
-    error(("Accelerator: even_batches must be a boolean, got %s"):format(type(opts.even_batches)), 3)
-  end
-  self.even_batches = opts.even_batches ~= false
+  -- fp8.DataLoaderConfiguration{even_batches=, data_seed=, ...}, or the older even_batches= (one of them)
+  self.dataloader_config = dataloader_config.from(opts.dataloader_config, opts.even_batches, 3)
+  self.even_batches = self.dataloader_config.even_batches
   -- device_placement=false: prepare leaves models where they are and loaders hand out batches where they were
   if opts.device_placement ~= nil and type(opts.device_placement) ~= "boolean" then
     error(("Accelerator: device_placement must be a boolean, got %s"):format(type(opts.device_placement)), 3)
@@ -573,6 +571,10 @@ function Accelerator:prepare_data_loader(d, ...)
   end
   if is_loader(d) then
     if self.device_placement then d:to(self._device) end
+    -- DataLoaderConfiguration{use_seedable_sampler=true, data_seed=N}: a shuffling loader's order comes from N and
+    -- the epoch (Accelerate's SeedableRandomSampler: data_seed + epoch), whatever seed it was made with
+    local data_seed = self.dataloader_config.data_seed
+    if data_seed ~= nil and d.shuffle then d.seed = data_seed end
     rawset(d, "_gradient_state", self.gradient_state)
     if self.num_processes > 1 then
       -- every process shards the same order: a seed (or length, batch size) that differs per process would repeat
@@ -847,8 +849,10 @@ function Accelerator:state()
     self._device, self.process_index, self.num_processes) }
   local gs = self.gradient_state
   lines[#lines + 1] = kwargs.describe(self.settings, {
-    { "options", ("even_batches=%s, step_scheduler_with_optimizer=%s, device_placement=%s"):format(
-      tostring(self.even_batches), tostring(self.step_scheduler_with_optimizer), tostring(self.device_placement)) },
+    { "options", ("even_batches=%s%s, step_scheduler_with_optimizer=%s, device_placement=%s"):format(
+      tostring(self.even_batches), self.dataloader_config.data_seed and (", data_seed=%d"):format(
+      self.dataloader_config.data_seed) or "", tostring(self.step_scheduler_with_optimizer),
+      tostring(self.device_placement)) },
     { "accumulation", ("sync_with_dataloader=%s, sync_each_batch=%s%s"):format(tostring(gs.sync_with_dataloader),
       tostring(gs.sync_each_batch == true), self.gradient_accumulation_plugin and " (GradientAccumulationPlugin)" or "") },
   })
@@ -924,7 +928,8 @@ if okh and help.add then
     .. "field optimizer_step_was_skipped. unwrap_model(m, false) takes the mixed-precision forward off. FP8 autocast is off in eval\n"
     .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2. Other options: cpu=true (also the use_cpu\n"
     .. "setting: launch --cpu, FP8LAB_USE_CPU, use_cpu: true in config.yaml) keeps the CPU where a GPU is usable;\n"
-    .. "gradient_accumulation_steps, even_batches, step_scheduler_with_optimizer (true: a prepared scheduler steps\n"
+    .. "gradient_accumulation_steps, even_batches (or dataloader_config=fp8.DataLoaderConfiguration{...}),\n"
+    .. "step_scheduler_with_optimizer (true: a prepared scheduler steps\n"
     .. "with the optimizer, num_processes times per step as in Accelerate; false: once per call), device_placement\n"
     .. "(false: prepare moves nothing), "
     .. "project_config / project_dir (save_state), env and config (the\n"

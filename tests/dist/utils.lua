@@ -81,6 +81,19 @@ eq(nd, 8, "the ranks' shuffled slices are disjoint")
 local acc2 = fp8.Accelerator { cpu = true, even_batches = false }
 local ul = acc2:prepare(fp8.data.DataLoader { items, batch_size = 4 })
 eq(#ul, r == 0 and 2 or 1, "even_batches=false lengths")
+-- the same through Accelerate's DataLoaderConfiguration, and a data_seed that both ranks' loaders take (their own
+-- seeds differ: without it prepare would refuse them)
+local acc3 = fp8.Accelerator { cpu = true, dataloader_config = fp8.DataLoaderConfiguration { even_batches = false,
+  use_seedable_sampler = true, data_seed = 11 } }
+local ul3 = acc3:prepare(fp8.data.DataLoader { items, batch_size = 4, shuffle = true, seed = 100 + r })
+eq(#ul3, r == 0 and 2 or 1, "DataLoaderConfiguration even_batches=false lengths")
+local seen3 = {}
+for x in ul3 do for i = 1, x:shape()[1] do seen3[#seen3 + 1] = math.tointeger(x:get{i, 1}) end end
+local all3, d3 = acc3:gather_object(seen3), {}   -- uneven lengths: gather would refuse them
+for _, v in ipairs(all3) do d3[v] = true end
+local n3 = 0
+for _ in pairs(d3) do n3 = n3 + 1 end
+eq(#all3 .. "/" .. n3, #items .. "/" .. #items, "data_seed: one shuffled order sharded, every item once")
 acc:print("ok sharding")
 
 -- progress bars draw on the main process only

@@ -858,12 +858,46 @@ end)
 
 describe("what Accelerate has and fp8lab does not", function()
   it("options are refused by name, with the reason", function()
-    for k, v in pairs { split_batches = true, dataloader_config = {}, deepspeed_plugin = {}, fsdp_plugin = {},
+    for k, v in pairs { split_batches = true, deepspeed_plugin = {}, fsdp_plugin = {},
                         megatron_lm_plugin = {}, rng_types = { "generator" }, log_with = "wandb",
                         dynamo_backend = "inductor" } do
       U.fails_with({ ("Accelerator: %s is not supported: "):format(k) }, new_acc, { [k] = v })
     end
     U.fails_with("fp8lab has no experiment trackers", new_acc, { log_with = "all" })
+  end)
+
+  it("DataLoaderConfiguration: even_batches and data_seed honoured, the other fields refused away from fp8lab's ways",
+    function()
+    local items = {}
+    for i = 1, 10 do items[i] = { fp8.tensor { i }, i } end
+    local function first(acc, seed)
+      local l = acc:prepare(fp8.data.DataLoader { items, batch_size = 10, shuffle = true, seed = seed })
+      for x in l do return table.concat(x:reshape { -1 }:tolist(), ",") end
+    end
+    local cfg = fp8.DataLoaderConfiguration { use_seedable_sampler = true, data_seed = 7 }
+    local acc = new_acc { dataloader_config = cfg }
+    -- data_seed wins over the loader's own seed: the order is that of a loader seeded 7
+    assert.are.equal(first(new_acc {}, 7), first(acc, 5))
+    assert.are_not.equal(first(new_acc {}, 5), first(acc, 5))
+    assert.are.equal(7, acc.dataloader_config.data_seed)
+    assert.is_false(new_acc { dataloader_config = fp8.DataLoaderConfiguration { even_batches = false } }.even_batches)
+    assert.is_true(new_acc {}.dataloader_config.even_batches)
+    for _, c in ipairs {
+      { { split_batches = true }, "split_batches=true is not supported: loaders are sharded by whole batches" },
+      { { dispatch_batches = true }, "dispatch_batches=true is not supported: every process reads its own share" },
+      { { use_seedable_sampler = false }, "use_seedable_sampler=false is not supported: fp8lab's loaders always" },
+      { { non_blocking = true }, "non_blocking=true is not supported: batches are copied to the device synchronously" },
+      { { use_stateful_dataloader = false }, "use_stateful_dataloader=false is not supported: save_state always" },
+      { { data_seed = 3 }, "data_seed seeds the seedable sampler: pass use_seedable_sampler=true with it" },
+      { { even_batches = "no" }, "even_batches must be a boolean, got string" },
+      { { dispatch_batche = false }, "unknown option 'dispatch_batche' (did you mean 'dispatch_batches'?)" },
+    } do
+      U.fails_with("DataLoaderConfiguration: " .. c[2], fp8.DataLoaderConfiguration, c[1])
+    end
+    U.fails_with("Accelerator: even_batches given twice", new_acc,
+      { dataloader_config = fp8.DataLoaderConfiguration {}, even_batches = false })
+    U.fails_with("Accelerator: dataloader_config must be an fp8.DataLoaderConfiguration{...}, got table", new_acc,
+      { dataloader_config = {} })
   end)
 
   it("methods are refused by name, with the reason; other missing names stay nil", function()
