@@ -440,11 +440,22 @@ local function optimizer_from_file(path)
   if meta.format ~= "fp8lab-optimizer" or not meta.param_groups or not meta.scalars then
     error(("load_state: %s is not an fp8lab optimizer file (no param_groups/scalars metadata)"):format(path), 0)
   end
+  local step_count = meta.step_count and math.tointeger(tonumber(meta.step_count))
+  if meta.step_count and not (step_count and step_count >= 0) then
+    error(("load_state: %s: step_count is \"%s\", expected an integer >= 0"):format(path, meta.step_count), 0)
+  end
   local tensors = core.load_file(path)
   local state = {}
-  for idx, sc in pairs(C.json_decode(meta.scalars, path)) do
+  local scalars = C.json_decode(meta.scalars, path)
+  if type(scalars) ~= "table" then
+    error(("load_state: %s: scalars is %s, expected an object of per-parameter states"):format(path, type(scalars)), 0)
+  end
+  for idx, sc in pairs(scalars) do
     local i = math.tointeger(tonumber(idx))
     if not i then error(("load_state: %s: bad state index %s"):format(path, tostring(idx)), 0) end
+    if type(sc) ~= "table" then
+      error(("load_state: %s: the state of parameter %d is %s, expected an object"):format(path, i, type(sc)), 0)
+    end
     state[i] = sc
   end
   for name, t in pairs(tensors) do
@@ -454,7 +465,7 @@ local function optimizer_from_file(path)
     state[idx] = state[idx] or {}
     state[idx][key] = t
   end
-  return { state = state, param_groups = C.json_decode(meta.param_groups, path) }, math.tointeger(tonumber(meta.step_count))
+  return { state = state, param_groups = C.json_decode(meta.param_groups, path) }, step_count
 end
 
 local function loader_state(l)

@@ -632,6 +632,31 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("refuses an optimizer file whose scalars or step_count are not what it writes, naming the file", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    local path = d .. "/c/optimizer.safetensors"
+    local tensors, meta = fp8.load_file(path), fp8.safe_open(path):metadata()
+    for _, c in ipairs { { "scalars", '{"1": 5}', "the state of parameter 1 is number, expected an object" },
+                         { "scalars", "7", "scalars is number, expected an object" },
+                         { "step_count", "-5", 'step_count is "-5", expected an integer >= 0' },
+                         { "step_count", "abc", 'step_count is "abc", expected an integer >= 0' } } do
+      local m = {}
+      for k, v in pairs(meta) do m[k] = v end
+      m[c[1]] = c[2]
+      fp8.save_file(tensors, path, m)
+      local acc2, model2, opt2 = setup(nil)
+      local before = model2:state_dict()["0.weight"]:totable()
+      local ok, err = pcall(acc2.load_state, acc2, d .. "/c")
+      assert.is_false(ok, c[2])
+      assert.matches("load_state: " .. path .. ": " .. c[3], err, 1, true)
+      assert.same(before, model2:state_dict()["0.weight"]:totable())
+    end
+    os.execute("rm -rf " .. d)
+  end)
+
   it("a previous checkpoint that cannot be removed after the swap stays marked, and the next save removes it", function()
     local d = tmpdir()
     local acc, model, opt = setup(nil)
