@@ -51,6 +51,26 @@ describe("fp8.save_file / load_file / safe_open", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("a file it replaces keeps its permissions (a private checkpoint is not made world-readable)", function()
+    local d = tmpdir()
+    local path = d .. "/t.safetensors"
+    local function mode()
+      local p = io.popen("stat -c %a " .. path)
+      local m = p:read("l")
+      p:close()
+      return m
+    end
+    fp8.save_file({ a = fp8.zeros { 2 } }, path)
+    assert(os.execute("chmod 600 " .. path))
+    fp8.save_file({ a = fp8.ones { 3 } }, path)
+    assert.are.equal("600", mode())
+    assert.same({ 1, 1, 1 }, fp8.load_file(path).a:totable())
+    assert(os.execute("chmod 640 " .. path))
+    require("fp8._fileio").write_atomic(path, "text")
+    assert.are.equal("640", mode())
+    os.execute("rm -rf " .. d)
+  end)
+
   it("keeps its sorted name list alive while the collector runs (use-after-free found by make sanitize)", function()
     -- save_file used to pop the userdata holding the sorted names before the writing loop; a
     -- collection inside the loop freed the list. Long names (not interned: each lookup and each
