@@ -470,6 +470,17 @@ static int l_is_link(lua_State *L) {
     return 1;
 }
 
+/* copy_mode(from, to) → true, or nil + message: to takes from's permission bits (a checkpoint directory that replaces
+ * one made private with chmod 700 stays private) */
+static int l_copy_mode(lua_State *L) {
+    const char *from = luaL_checkstring(L, 1), *to = luaL_checkstring(L, 2);
+    struct stat sb;
+    if (stat(from, &sb) == 0 && chmod(to, sb.st_mode & 07777) == 0) { lua_pushboolean(L, 1); return 1; }
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: cannot take the permissions of %s: %s", to, from, strerror(errno));
+    return 2;
+}
+
 /* exchange(a, b) → true, or nil + message: the two paths swap their directories in one step (Linux's
  * renameat2 RENAME_EXCHANGE), so a checkpoint directory is replaced without a moment where its name holds
  * nothing. A file system without it answers EINVAL/ENOSYS; the caller then renames twice. */
@@ -777,6 +788,7 @@ static const luaL_Reg so_methods[] = {
 
 static const luaL_Reg ckpt_funcs[] = {
     {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"mkdir_p", l_mkdir_p}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"copy_mode", l_copy_mode},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };
 

@@ -736,6 +736,8 @@ function M.install(Accelerator)
           error(("save_state: %s holds %s that no fp8lab checkpoint wrote (put there during the save); nothing was "
             .. "replaced"):format(dir, entries_text(f)), 0)
         end
+        local okm, merr = C.copy_mode(dir, tmp)   -- the permissions of the directory it replaces
+        if not okm then error("save_state: " .. merr, 0) end
         if checkpoint_state(dir) then mark(dir) end
         if C.exchange(tmp, dir) then
           gone = tmp
