@@ -873,6 +873,10 @@ function M.install(Accelerator)
                               { "schedulers", #(self._schedulers or {}) }, { "custom", #(self._custom or {}) },
                               { "dataloaders", #(self._dataloaders or {}) } } do
         local saved = what[1] == "dataloaders" and #st.dataloaders or st[what[1]]
+        if math.type(saved) ~= "integer" or saved < 0 then   -- "1" would read as "holds 1 models, this ... has 1"
+          error(("load_state: %s: %s is %s, expected a count >= 0"):format(join(dir, STATE_FILE), what[1],
+            type(saved) == "string" and ('"' .. saved .. '"') or tostring(saved)), 0)
+        end
         if saved ~= what[2] then
           error(("load_state: %s holds %s %s, this accelerator has %d prepared"):format(dir, tostring(saved), what[1], what[2]), 0)
         end

@@ -652,6 +652,23 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("refuses a state file whose object counts are not counts, naming the field", function()
+    local d = tmpdir()
+    local acc, model, opt = setup(nil)
+    step(acc, model, opt)
+    acc:save_state(d .. "/c")
+    local text = read(d .. "/c/fp8lab_state.json")
+    for _, c in ipairs { { "models", '"1"', '"1"' }, { "optimizers", "1.0", "1.0" }, { "custom", "null", "nil" } } do
+      local t = text:gsub('"' .. c[1] .. '":%s*%d+', '"' .. c[1] .. '": ' .. c[2])
+      write(d .. "/c/fp8lab_state.json", t)
+      local acc2 = setup(nil)
+      local ok, err = pcall(acc2.load_state, acc2, d .. "/c")
+      assert.is_false(ok, c[1])
+      assert.matches(d .. "/c/fp8lab_state.json: " .. c[1] .. " is " .. c[3] .. ", expected a count >= 0", err, 1, true)
+    end
+    os.execute("rm -rf " .. d)
+  end)
+
   it("refuses an optimizer file whose scalars or step_count are not what it writes, naming the file", function()
     local d = tmpdir()
     local acc, model, opt = setup(nil)
