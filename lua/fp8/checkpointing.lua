@@ -901,8 +901,17 @@ function M.install(Accelerator)
         undo[#undo + 1] = function() s:load_state_dict(saved) end
         apply[#apply + 1] = function() s:load_state_dict(sd) end
       end
-      if self.scaler then
-        local sd = read_json(join(dir, "scaler.json"))
+      local scaler_file = join(dir, "scaler.json")
+      local has_scaler = io.open(scaler_file, "rb")
+      if has_scaler then has_scaler:close() end
+      if self.scaler and not has_scaler and not strict then
+        -- saved without fp16 (its settings differ, so only strict=false reaches here): the scaler keeps its own
+        if self.process_index == 0 then
+          io.stderr:write(("fp8lab: notice: load_state: %s has no scaler.json (saved without fp16's loss scaler): "
+            .. "the GradScaler keeps its own state\n"):format(dir))
+        end
+      elseif self.scaler then
+        local sd = read_json(scaler_file)
         local saved = self.scaler:state_dict()
         undo[#undo + 1] = function() self.scaler:load_state_dict(saved) end
         apply[#apply + 1] = function() self.scaler:load_state_dict(sd) end
