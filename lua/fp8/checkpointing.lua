@@ -401,7 +401,12 @@ end
 local function first_difference(a, b, path)
   if type(a) ~= type(b) or type(a) ~= "table" then
     if a ~= b and not (type(a) == "number" and type(b) == "number" and a == b) then
-      return ("%s: the checkpoint has %s, this run %s"):format(path, tostring(a), tostring(b))
+      local function show(v)   -- a table (the whole section missing on one side) by its kind, not its address
+        if type(v) ~= "table" then return tostring(v) end
+        return next(v) == nil and "an empty table" or "a table"
+      end
+      return ("%s: the checkpoint has %s, this run %s"):format(path, a == nil and "none" or show(a),
+        b == nil and "none" or show(b))
     end
     return nil
   end
