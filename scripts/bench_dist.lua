@@ -15,7 +15,9 @@ local argv = arg or {}
 if argv[1] == "-h" or argv[1] == "--help" then print(USAGE) return end
 if #argv > 2 then fail(("bench_dist.lua: two arguments at most, got %d\n%s"):format(#argv, USAGE)) end
 local steps, precision = math.tointeger(tonumber(argv[1] or "10")), argv[2] or "no"
-if not steps or steps < 1 then fail(("bench_dist.lua: STEPS must be an integer >= 1, got '%s'\n%s"):format(argv[1], USAGE)) end
+if not steps or steps < 1 then
+  fail(("bench_dist.lua: STEPS must be an integer >= 1, got '%s'\n%s"):format(argv[1], USAGE))
+end
 if not ({ no = true, te = true, ao = true, msamp = true })[precision] then
   fail(("bench_dist.lua: PRECISION must be no, te, ao or msamp, got '%s'\n%s"):format(precision, USAGE))
 end

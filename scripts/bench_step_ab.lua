@@ -22,8 +22,8 @@ local opts = require("fp8.args").parse(arg or {}, {
 local PRECISIONS = {}
 for name in opts.precisions:gmatch("[^,]+") do PRECISIONS[#PRECISIONS + 1] = name end
 if #PRECISIONS == 0 then
-  fail(("--precisions: no precision given ('%s'); one or more of fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp"):format(
-    opts.precisions))
+  fail(("--precisions: no precision given ('%s'); one or more of fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp")
+    :format(opts.precisions))
 end
 
 local HANDLERS = {
@@ -43,7 +43,9 @@ local HANDLERS = {
 local B, T, V = 16, 128, 96
 local function setup(name)
   local make = HANDLERS[name]
-  if not make then fail(("--precisions: unknown precision '%s' (fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp)"):format(name)) end
+  if not make then
+    fail(("--precisions: unknown precision '%s' (fp32, bf16, te, te-e4m3, ao, ao-rowwise, msamp)"):format(name))
+  end
   fp8.manual_seed(0)
   local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = 4, n_head = 4, n_embd = 256 }
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })

@@ -62,7 +62,9 @@ local ONLY = { mlp = { "epochs", "limit", "root" }, gpt = { "steps", "text", "la
 for m, names in pairs(ONLY) do
   if m ~= opts.model then
     for _, k in ipairs(names) do
-      if opts[k] ~= nil then fail(("--%s applies to --model %s only (this run is --model %s)"):format(k, m, opts.model)) end
+      if opts[k] ~= nil then
+        fail(("--%s applies to --model %s only (this run is --model %s)"):format(k, m, opts.model))
+      end
     end
   end
 end

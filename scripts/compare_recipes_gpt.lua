@@ -27,8 +27,8 @@ local function stem(path) return (path:gsub("%.csv$", "")) end
 
 -- Run as a script (it has no options of its own): say what to run instead.
 if arg and arg[0] and arg[0]:match("compare_recipes_gpt%.lua$") then
-  fail("compare_recipes_gpt.lua is run by compare_recipes.lua: fp8lab scripts/compare_recipes.lua --model gpt [options] "
-    .. "(--help lists them)")
+  fail("compare_recipes_gpt.lua is run by compare_recipes.lua: fp8lab scripts/compare_recipes.lua --model gpt "
+    .. "[options] (--help lists them)")
 end
 
 return function(opts, recipes)

@@ -77,8 +77,8 @@ fl_status fl_cpu_dev_sgd(float *p, const float *g, float *buf, int64_t n, double
     return FL_OK;
 }
 
-fl_status fl_cpu_dev_adamw(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, double lr, double beta1,
-                           double beta2, double eps, double weight_decay, int64_t step) {
+fl_status fl_cpu_dev_adamw(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, double lr,
+                           double beta1, double beta2, double eps, double weight_decay, int64_t step) {
     fl_adamw_kernel_f32(p, g, m, v, vmax, n, lr, beta1, beta2, eps, weight_decay, step);
     return FL_OK;
 }

@@ -80,7 +80,9 @@ function M.parse(argv, options, cfg)
     local o = spec[name]
     if not o then M.fail(("unknown option '--%s' (valid: %s)"):format(name, table.concat(names, " "))) end
     if o[2] == "flag" then
-      if val ~= nil then M.fail(("option --%s is a flag and takes no value (got '--%s=%s')"):format(name, name, val)) end
+      if val ~= nil then
+        M.fail(("option --%s is a flag and takes no value (got '--%s=%s')"):format(name, name, val))
+      end
       opts[name] = true
     else
       if val == nil then

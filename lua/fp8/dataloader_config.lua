@@ -5,8 +5,8 @@ local O = require "fp8.opts"
 
 local M = {}
 
-local FIELDS = { "split_batches", "dispatch_batches", "even_batches", "use_seedable_sampler", "data_seed", "non_blocking",
-  "use_stateful_dataloader" }
+local FIELDS = { "split_batches", "dispatch_batches", "even_batches", "use_seedable_sampler", "data_seed",
+  "non_blocking", "use_stateful_dataloader" }
 
 -- field = {the value refused, why}
 local REFUSED = {

@@ -17,7 +17,9 @@ local opts = C.parse(arg, "03_delayed_vs_current", "Lesson 3: delayed vs current
     { "history", "int", 1024, "amax_history_len of the delayed recipes", 1 },
   } })
 for _, k in ipairs { "spike", "growth" } do
-  if not (opts[k] > 0 and opts[k] < math.huge) then fail(("option --%s expects a finite number > 0, got %s"):format(k, opts[k])) end
+  if not (opts[k] > 0 and opts[k] < math.huge) then
+    fail(("option --%s expects a finite number > 0, got %s"):format(k, opts[k]))
+  end
 end
 local N = opts.steps
 local spike_at = math.max(2, N // 3)

@@ -118,10 +118,12 @@ TEST(optim_rejects_bad_arguments) {
           "%s", fl_last_error());
     CHECK(fl_adamw_step(P, G6, M, M, NULL, 0.1, 0.9, 0.999, 1e-8, 0, 0) == FL_EINVAL && strstr(fl_last_error(), "step"),
           "%s", fl_last_error());
-    CHECK(fl_adamw_step(P, G6, M, M, NULL, 0.1, 1.0, 0.999, 1e-8, 0, 1) == FL_EINVAL && strstr(fl_last_error(), "betas"),
+    CHECK(fl_adamw_step(P, G6, M, M, NULL, 0.1, 1.0, 0.999, 1e-8, 0, 1) == FL_EINVAL &&
+          strstr(fl_last_error(), "betas"),
           "%s", fl_last_error());
     REQUIRE_OK(fl_tensor_to(&H, P, FL_BF16));
-    CHECK(fl_adamw_step(H, G6, M, M, NULL, 0.1, 0.9, 0.999, 1e-8, 0, 1) == FL_EUNSUPPORTED && strstr(fl_last_error(), "bf16"),
+    CHECK(fl_adamw_step(H, G6, M, M, NULL, 0.1, 0.9, 0.999, 1e-8, 0, 1) == FL_EUNSUPPORTED &&
+          strstr(fl_last_error(), "bf16"),
           "%s", fl_last_error());
     int64_t s2[2] = {2, 3};
     fl_tensor *P2 = NULL;

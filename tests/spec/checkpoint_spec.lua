@@ -529,8 +529,8 @@ describe("acc:save_state / load_state", function()
     -- a state file without its settings says so (it showed "this run table: 0x...")
     acc6:save_state(d .. "/ck6")
     write(sf, (read(sf):gsub('"settings":', '"settingz":')))
-    U.fails_with("load_state: " .. d .. "/ck6 was saved with other settings: settings: the checkpoint has none, this run "
-      .. "a table", function() acc6:load_state(d .. "/ck6") end)
+    U.fails_with("load_state: " .. d .. "/ck6 was saved with other settings: settings: the checkpoint has none, "
+      .. "this run a table", function() acc6:load_state(d .. "/ck6") end)
     -- a name ending in . or .. is refused (its temporary directory would land inside it)
     U.fails_with("save_state: give the directory by its name (not ending in '.' or '..')", function() acc:save_state(d .. "/ck3/.") end)
     os.execute("rm -rf " .. d)

@@ -204,7 +204,10 @@ describe("fp8.optim arguments", function()
     local o2 = optim.AdamW({ q2 }, { lr = 0.1, weight_decay = 0.1, betas = { 0.9, 0.5 }, amsgrad = true })
     o2:load_state_dict(sd)
     local q1 = last.param_groups[1].params[1]
-    for _, pair in ipairs { { q1, last }, { q2, o2 } } do pair[1].grad = fp8.tensor { 0.01, 0.01, 0.01 }; pair[2]:step() end
+    for _, pair in ipairs { { q1, last }, { q2, o2 } } do
+      pair[1].grad = fp8.tensor { 0.01, 0.01, 0.01 }
+      pair[2]:step()
+    end
     assert.are.same(q1:tolist(), q2:tolist())
     local ok, err = pcall(require("fp8.optim.msamp_adamw").new, { p() }, { amsgrad = true })
     assert.is_false(ok)

@@ -107,7 +107,9 @@ describe("the prompt", function()
     for _, m in ipairs { "nn.init", "nn.utils", "nn.functional", "optim.lr_scheduler" } do
       local a, b = m:match("^(%w+)%.([%w_]+)$")
       for k, v in pairs(fp8[a][b]) do
-        if type(k) == "string" and not k:match("^_") and type(v) == "function" then check(m .. "." .. k, v, m .. "." .. k) end
+        if type(k) == "string" and not k:match("^_") and type(v) == "function" then
+          check(m .. "." .. k, v, m .. "." .. k)
+        end
       end
     end
     -- the layer classes: tables called as constructors (fp8.nn.Embedding(...)), which the loops above skip

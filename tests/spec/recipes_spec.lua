@@ -171,7 +171,8 @@ describe("fp8.Accelerator settings", function()
   it("rejects unknown options and FP8 handlers without fp8", function()
     assert.has_error(function() fp8.Accelerator { mixed_precission = "fp8" } end,
       "Accelerator: unknown option 'mixed_precission' (did you mean 'mixed_precision'?) (valid: config, cpu, "
-      .. "device_placement, env, even_batches, gradient_accumulation_plugin, gradient_accumulation_steps, kwarg_handlers, kwargs_handlers, mixed_precision, project_config, project_dir, "
+      .. "dataloader_config, device_placement, env, even_batches, gradient_accumulation_plugin, "
+      .. "gradient_accumulation_steps, kwarg_handlers, kwargs_handlers, mixed_precision, project_config, project_dir, "
       .. "step_scheduler_with_optimizer)")
     local ok, err = pcall(fp8.Accelerator, { mixed_precision = "bf16", kwargs_handlers = { fp8.TERecipeKwargs {} },
                                              config = false, env = {} })
@@ -811,8 +812,8 @@ describe("FP8Linear and convert_model take a recipe", function()
     -- a handler where options go is refused, not read as an empty options table
     local okh, errh = pcall(nn.Linear, 16, 16, fp8.TERecipeKwargs { margin = 1 })
     assert.is_false(okh)
-    assert.matches("Linear: options must be a plain table {key=value, ...}, got a kwargs handler (TERecipeKwargs)", errh,
-      1, true)
+    assert.matches("Linear: options must be a plain table {key=value, ...}, got a kwargs handler (TERecipeKwargs)",
+      errh, 1, true)
     local ok, err = pcall(nn.FP8Linear, 16, 16, true, {})
     assert.is_false(ok)
     assert.matches("got a table without a backend field", err, 1, true)

@@ -36,7 +36,8 @@ end
 
 function AdamW:_state_schema(p)
   -- max_exp_avg_sq: amsgrad's (a state saved without it, loaded with amsgrad=true, starts it at zero: max(0, v) = v)
-  return { step = "count", exp_avg = { dtype = "fp32", shape = "param" }, exp_avg_sq = { dtype = "fp32", shape = "param" },
+  return { step = "count", exp_avg = { dtype = "fp32", shape = "param" },
+    exp_avg_sq = { dtype = "fp32", shape = "param" },
     max_exp_avg_sq = { dtype = "fp32", shape = "param", optional = true } }
 end
 
