@@ -53,12 +53,13 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         case FL_OP_MUL: st = fl_binary_raw(&t, FL_OP_MUL, g, i == 0 ? b : a); break;
         case FL_OP_DIV:
             if (i == 0) { st = fl_binary_raw(&t, FL_OP_DIV, g, b); break; }
-            /* d(a/b)/db = -a/b² */
-            st = fl_binary_raw(&u, FL_OP_MUL, g, a);
-            if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_MUL, b, b);
+            /* d(a/b)/db = -a/b², as torch makes it: -g·((a/b)/b); b² would overflow (|b| > 2^64) or underflow
+             * (|b| < 2^-63) where the gradient itself is finite */
+            st = fl_binary_raw(&u, FL_OP_DIV, a, b);
+            if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_DIV, u, b);
             if (st == FL_OK) {
                 fl_tensor *w = NULL;
-                st = fl_binary_raw(&w, FL_OP_DIV, u, v);
+                st = fl_binary_raw(&w, FL_OP_MUL, g, v);
                 if (st == FL_OK) st = fl_unary_raw(&t, FL_OP_NEG, w);
                 fl_tensor_release(w);
             }
@@ -129,10 +130,10 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
     case FL_OP_MUL: return fl_binary_scalar_raw(&gin[0], FL_OP_MUL, g, s, false);
     case FL_OP_DIV: {
         if (!first) return fl_binary_scalar_raw(&gin[0], FL_OP_DIV, g, s, false);
-        /* d(s/a)/da = -s/a² */
+        /* d(s/a)/da = -s/a², as -s·((g/a)/a): a² would overflow or underflow where the gradient is finite */
         fl_tensor *a2 = NULL, *t = NULL;
-        fl_status st = fl_binary_raw(&a2, FL_OP_MUL, n->saved[0], n->saved[0]);
-        if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_DIV, g, a2);
+        fl_status st = fl_binary_raw(&a2, FL_OP_DIV, g, n->saved[0]);
+        if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_DIV, a2, n->saved[0]);
         if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, -s, false);
         fl_tensor_release(a2);
         fl_tensor_release(t);

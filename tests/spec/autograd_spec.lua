@@ -141,6 +141,21 @@ describe("autograd", function()
     assert.is_false(ok)
     assert.truthy(err:find("fp32, bf16, fp16"))
   end)
+
+  it("a division's gradient to the divisor is finite where b² would overflow or underflow, as torch's", function()
+    -- d(a/b)/db = -a/b²: torch computes -g·((a/b)/b); b·b is inf for |b| > 2^64 and 0 (or a subnormal) below 2^-63
+    local a, b = fp8.tensor({ 1e25, 1e-20 }):requires_grad(true), fp8.tensor({ 1e25, 1e-20 }):requires_grad(true)
+    ;(a / b):backward(fp8.ones(2))
+    local g = b.grad:totable()
+    assert.is_true(close(g[1], -1e-25), tostring(g[1]))   -- was -0 (g·a / inf)
+    assert.is_true(close(g[2], -1e20), tostring(g[2]))    -- was off by 5e-6 relative (b² a subnormal)
+    -- a number over a tensor: d(s/x)/dx = -s/x², here -1e-40 (a subnormal), not -0
+    local x = fp8.tensor({ 1e20, 4 }):requires_grad(true)
+    ;(1 / x):backward(fp8.ones(2))
+    g = x.grad:totable()
+    assert.is_true(g[1] < 0 and close(g[1], -1e-40, 1e-4), tostring(g[1]))
+    assert.are.equal(-1 / 16, g[2])
+  end)
 end)
 
 describe("fp8.core._nn", function()
