@@ -50,7 +50,7 @@ static fl_status linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->inputs[0], *x2 = n->saved[0], *w = n->saved[1];
     fl_dtype cdt = (fl_dtype)n->iargs[0];
     int64_t outf = w->shape[0];
-    int64_t gs[2] = { -1, outf };
+    int64_t gs[2] = { x2->shape[0], outf };   /* not -1: with no output features (g empty) it is ambiguous */
     fl_tensor *g2 = NULL, *gc = NULL, *t = NULL;
     fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
     /* Round dY once for both GEMMs under autocast. */
@@ -98,7 +98,9 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
     if (x->dtype == FL_F32 && w->dtype == FL_F32 && (ac == FL_BF16 || ac == FL_F16)) { cdt = ac; odt = FL_F32; }
     else { cdt = x->dtype == w->dtype ? x->dtype : FL_F32; odt = cdt; }
 
-    int64_t x2s[2] = { -1, w->shape[1] };
+    /* the rows counted, not -1: with no input features (x empty) -1 is ambiguous */
+    int64_t x2s[2] = { 1, w->shape[1] };
+    for (int d = 0; d < x->ndim - 1; d++) x2s[0] *= x->shape[d];
     int64_t ys[FL_MAX_DIMS];
     memcpy(ys, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     ys[x->ndim - 1] = w->shape[0];
