@@ -363,7 +363,10 @@ static fl_status matmul_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     if (st == FL_OK && fl_node_input_needs_grad(n, 1)) {
         if (b2->ndim == 2 && a2->ndim > 2) {
             /* B shared across a batch: one GEMM over the flattened rows, dB = A_flatᵀ · dY_flat */
-            int64_t af[2] = { -1, K }, gf[2] = { -1, g2->shape[g2->ndim - 1] };
+            /* the rows counted, not -1, which is ambiguous when K or N is 0 (an empty tensor) */
+            int64_t rows = 1;
+            for (int d = 0; d < a2->ndim - 1; d++) rows *= a2->shape[d];
+            int64_t af[2] = { rows, K }, gf[2] = { rows, g2->shape[g2->ndim - 1] };
             fl_tensor *af2 = NULL, *gf2 = NULL;
             st = fl_tensor_reshape(&af2, a2, 2, af);
             if (st == FL_OK) st = fl_tensor_reshape(&gf2, g2, 2, gf);

@@ -443,6 +443,18 @@ describe("matmul", function()
     local m = fp8.tensor{{1, 2}, {3, 4}}
     assert.are.same({5, 11}, m:matmul(fp8.tensor{1, 2}):totable())
   end)
+  it("differentiates a batch times a shared matrix when K or N is 0 (empty operands), as torch's", function()
+    -- the shared matrix's gradient flattened the batch to [-1, K]: "shape [-1, 0] is invalid" for K = 0 or N = 0
+    for _, c in ipairs { { { 5, 2, 0 }, { 0 } }, { { 5, 2, 0 }, { 0, 3 } }, { { 5, 2, 4 }, { 4, 0 } } } do
+      local a, b = fp8.ones(c[1]):requires_grad(true), fp8.ones(c[2]):requires_grad(true)
+      local y = fp8.matmul(a, b)
+      assert.are.equal(0, y:sum():item())
+      y:sum():backward()
+      assert.are.same(c[1], a.grad:shape())
+      assert.are.same(c[2], b.grad:shape())
+      assert.are.equal(0, a.grad:abs():sum():item() + b.grad:abs():sum():item())
+    end
+  end)
 end)
 
 describe("dtype casts", function()
