@@ -22,6 +22,16 @@ static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in)
 
 /* maximum/minimum's gradient for x against y, torch's rule: 0 where x loses (lose(x, y): LT for maximum, GT for
  * minimum), g/2 where they tie, g otherwise (a NaN on either side included: both operands get it all). */
+/* out = v where m is nonzero, +0 elsewhere: a selection, not v·m, so that an inf or NaN in the gradient stays out of
+ * the elements that did not take it (torch's masked_fill and where in these backwards) */
+static fl_status masked_grad(fl_tensor **out, const fl_tensor *m, const fl_tensor *v) {
+    fl_tensor *u = NULL;
+    fl_status st = fl_binary_raw(&u, FL_OP_WHERE, m, v);
+    if (st == FL_OK) st = fl_binary_scalar_raw(out, FL_OP_ADD, u, 0.0, false);   /* -0 + 0 = +0 */
+    fl_tensor_release(u);
+    return st;
+}
+
 static fl_status select_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *x, const fl_tensor *y, fl_binop lose) {
     fl_tensor *l = NULL, *tie = NULL, *m = NULL, *k = NULL;
     fl_status st = fl_binary_raw(&l, lose, x, y);
@@ -29,7 +39,8 @@ static fl_status select_grad(fl_tensor **out, const fl_tensor *g, const fl_tenso
     if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_MUL, tie, 0.5, false);
     if (st == FL_OK) st = fl_binary_raw(&k, FL_OP_ADD, l, m);                      /* what x gives up */
     if (st == FL_OK) { fl_tensor_release(m); m = NULL; st = fl_binary_scalar_raw(&m, FL_OP_SUB, k, 1.0, true); }
-    if (st == FL_OK) st = fl_binary_raw(out, FL_OP_MUL, g, m);
+    if (st == FL_OK) { fl_tensor_release(k); k = NULL; st = fl_binary_raw(&k, FL_OP_MUL, g, m); }
+    if (st == FL_OK) st = masked_grad(out, m, k);
     fl_tensor_release(l);
     fl_tensor_release(tie);
     fl_tensor_release(m);
@@ -146,7 +157,7 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
     case FL_OP_MINIMUM: {
         fl_tensor *m = NULL;
         fl_status st = fl_binary_scalar_raw(&m, op == FL_OP_MAXIMUM ? FL_OP_GE : FL_OP_LE, n->saved[0], s, false);
-        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, m);
+        if (st == FL_OK) st = masked_grad(&gin[0], m, g);
         fl_tensor_release(m);
         return st;
     }
@@ -289,7 +300,8 @@ static fl_status extreme_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     if (st == FL_OK) st = fl_reduce_raw(&cnt, FL_OP_SUM, m2, dim < 0 ? FL_ALL_DIMS : dim, false);
     if (st == FL_OK) { fl_tensor_release(t); t = NULL; st = fl_tensor_reshape(&t, cnt, x->ndim, ks); }
     if (st == FL_OK) st = fl_binary_raw(&q, FL_OP_DIV, gk, t);
-    if (st == FL_OK) st = fl_binary_raw(&res, FL_OP_MUL, m2, q);
+    if (st == FL_OK) { fl_tensor_release(t); t = NULL; st = fl_binary_raw(&t, FL_OP_MUL, m2, q); }
+    if (st == FL_OK) st = masked_grad(&res, m2, t);   /* not m2·q: an inf or NaN g stays off the other elements */
     if (st == FL_OK && op == FL_OP_AMAX) {
         st = fl_unary_raw(&s, FL_OP_SIGN, x);
         if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, res, s);

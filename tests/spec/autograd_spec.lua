@@ -156,6 +156,29 @@ describe("autograd", function()
     assert.is_true(g[1] < 0 and close(g[1], -1e-40, 1e-4), tostring(g[1]))
     assert.are.equal(-1 / 16, g[2])
   end)
+
+  it("maximum, minimum, clamp and max/min route an inf or NaN gradient by selection, as torch's: not to the rest", function()
+    -- these multiplied g by a 0/1 mask, so inf·0 put NaN into the elements that were not chosen
+    local g = fp8.tensor({ 1 / 0, 0 / 0, 1 / 0 })
+    local cases = {
+      { "maximum", function(x) return x:maximum(fp8.zeros(3)) end, { 0, nil, 1 / 0 } },
+      { "maximum(number)", function(x) return x:maximum(0) end, { 0, nil, 1 / 0 } },
+      { "minimum(number)", function(x) return x:minimum(1) end, { 1 / 0, 0, 1 / 0 } },
+      { "clamp", function(x) return x:clamp(0, 1) end, { 0, 0, 1 / 0 } },
+      { "max()", function(x) return x:max():reshape({ 1 }):expand(3) end, { 0, nil, 0 } },
+      { "max(dim)", function(x) return (x:max(1, true)):expand(3) end, { 0, nil, 0 } },
+      { "min()", function(x) return x:min():reshape({ 1 }):expand(3) end, { nil, 0, 0 } },
+    }
+    for _, c in ipairs(cases) do
+      local x = fp8.tensor({ -1, 2, 0.5 }):requires_grad(true)
+      c[2](x):backward(g)
+      local got = x.grad:totable()
+      for i = 1, 3 do
+        if c[3][i] == nil then assert.is_true(got[i] ~= got[i], c[1] .. " element " .. i .. ": " .. tostring(got[i]))
+        else assert.are.equal(c[3][i], got[i], c[1] .. " element " .. i) end
+      end
+    end
+  end)
 end)
 
 describe("fp8.core._nn", function()
