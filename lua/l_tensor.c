@@ -375,8 +375,9 @@ static int m_transpose(lua_State *L) {
 static int m_t(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
     fl_lmaxargs(L, 1, "t", "no arguments");
+    if (t->ndim < 2) { lua_settop(L, 1); return 1; }   /* torch's: a 0-D or 1-D tensor as it is */
     if (t->ndim != 2) {
-        lua_pushfstring(L, "t() expects a 2-D tensor, got %d-D shape ", t->ndim);
+        lua_pushfstring(L, "t() expects a tensor of at most 2 dims, got %d-D shape ", t->ndim);
         fl_lpushshape(L, t->ndim, t->shape);
         lua_concat(L, 2);
         return lua_error(L);
