@@ -558,8 +558,12 @@ function Tensor.split(t, size, dim, ...)
   dim = norm_dim("split", dim or 1, t:dim())
   local len, sizes = t:size(dim), {}
   if type(size) == "table" and getmetatable(size) == nil then
+    -- torch takes any number of empty pieces ({1, 0, 0} of a length of 1); the bound is the one chunk keeps, so that
+    -- the pieces fit on Lua's stack as results
     local total, n = 0, rawlen(size)
-    if n > len + 1 then error(("split: %d sizes for a length of %d"):format(n, len), 2) end
+    if n > math.max(len + 1, 4096) then
+      error(("split: %d sizes for a length of %d (at most %d)"):format(n, len, math.max(len + 1, 4096)), 2)
+    end
     for i = 1, n do
       local v = rawget(size, i)
       if math.type(v) ~= "integer" or v < 0 then

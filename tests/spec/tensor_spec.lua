@@ -739,6 +739,14 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     U.fails_with("chunk: chunks must be an integer >= 1, got 0", t.chunk, t, 0)
     assert.are.equal(10, select("#", t:chunk(math.maxinteger)))   -- len + n once overflowed: a loop without end
     U.fails_with("split: expected a size (an integer >= 1) or a list of sizes, got 0", t.split, t, 0)
+    -- empty pieces past the length, as torch's x.split([1, 0, 0]); was "3 sizes for a length of 1"
+    local one = fp8.tensor { 5 }
+    local e1, e2, e3 = one:split({ 1, 0, 0 })
+    assert.are.same({ { 5 }, {}, {} }, { e1:totable(), e2:totable(), e3:totable() })
+    assert.are.equal(3, select("#", fp8.zeros(0):split({ 0, 0, 0 })))
+    local many = {}
+    for i = 1, 5000 do many[i] = 0 end
+    U.fails_with("split: 5000 sizes for a length of 0 (at most 4096)", one.split, fp8.zeros(0), many)
   end)
 
   it("to(acc.device), Accelerate's property, says the Accelerator's device is a method here", function()
