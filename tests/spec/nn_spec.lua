@@ -436,6 +436,13 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.is_near(0.3133, rows[1], 1e-4); assert.is_near(1.9644, rows[2], 1e-4)
     U.fails_with("cross_entropy: target 5.0 at row 2 is out of range [0, 3)", nn.functional.cross_entropy, x,
       fp8.tensor { 0, 1, 5, 0 }, { reduction = "none" })
+    -- no rows: torch's 0 (sum) and [0] (none), with a graph; was "where: shapes [0] and [0, 5] cannot be broadcast"
+    local none = fp8.zeros(0, 5):requires_grad(true)
+    local s0 = nn.functional.cross_entropy(none, fp8.zeros(0), { reduction = "sum" })
+    assert.are.equal(0, s0:item())
+    s0:backward()
+    assert.are.same({ 0, 5 }, none.grad:shape())
+    assert.are.same({ 0 }, nn.functional.cross_entropy(none, fp8.zeros(0), { reduction = "none" }):shape())
   end)
 
   it("cross_entropy takes class-probability targets [N, C], as torch's, differentiable in both", function()
