@@ -518,7 +518,12 @@ end
 
 function Tensor.std(t, dim, o, ...)
   no_more("std", "([dim] [, {correction=, keepdim=}])", ...)
-  return var_of("std", t, dim, o):sqrt()
+  local v = var_of("std", t, dim, o)
+  if not v:requires_grad() then return v:sqrt() end
+  -- torch's gradient is 0 where the std is 0 (a constant row): sqrt's derivative there is inf, and inf·0 made it
+  -- NaN. The root is taken of a stand-in 1 there and selected away, so nothing infinite meets the zero gradient.
+  local zero = v:eq(0)
+  return M.where(zero, 0, M.where(zero, 1, v):sqrt())
 end
 
 -- t:chunk(n [, dim=1]) and t:split(size | {sizes} [, dim=1]): narrow views along dim, as torch's (chunk: pieces
