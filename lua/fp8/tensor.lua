@@ -500,6 +500,10 @@ local function var_of(who, t, dim, o)
     dim = norm_dim(who, dim, math.max(t:dim(), 1))
     n = t:dim() == 0 and 1 or t:size(dim)
   end
+  -- bf16/fp16: computed in fp32 and rounded once at the end, as torch's; each step rounded to bf16 (the mean, x - mean,
+  -- its square) lost up to half the variance where the mean is large against the spread
+  local odt = t:dtype()
+  if odt == "bf16" or odt == "fp16" then t = t:to("fp32") end
   local d
   if dim == nil then d = t - t:mean() else d = t - t:mean(dim, true) end
   local ss = dim == nil and (d * d):sum() or (d * d):sum(dim, keep)
@@ -508,22 +512,24 @@ local function var_of(who, t, dim, o)
     for i = 1, t:dim() do ones[i] = 1 end
     ss = ss:reshape(ones)
   end
-  return ss / math.max(n - corr, 0)   -- n ≤ correction: x / 0, inf or NaN, as torch's
+  return ss / math.max(n - corr, 0), odt   -- n ≤ correction: x / 0, inf or NaN, as torch's
 end
+
+local function rounded(r, dt) if r:dtype() ~= dt then return r:to(dt) end return r end
 
 function Tensor.var(t, dim, o, ...)
   no_more("var", "([dim] [, {correction=, keepdim=}])", ...)
-  return var_of("var", t, dim, o)
+  return rounded(var_of("var", t, dim, o))
 end
 
 function Tensor.std(t, dim, o, ...)
   no_more("std", "([dim] [, {correction=, keepdim=}])", ...)
-  local v = var_of("std", t, dim, o)
-  if not v:requires_grad() then return v:sqrt() end
+  local v, odt = var_of("std", t, dim, o)
+  if not v:requires_grad() then return rounded(v:sqrt(), odt) end
   -- torch's gradient is 0 where the std is 0 (a constant row): sqrt's derivative there is inf, and inf·0 made it
   -- NaN. The root is taken of a stand-in 1 there and selected away, so nothing infinite meets the zero gradient.
   local zero = v:eq(0)
-  return M.where(zero, 0, M.where(zero, 1, v):sqrt())
+  return rounded(M.where(zero, 0, M.where(zero, 1, v):sqrt()), odt)
 end
 
 -- t:chunk(n [, dim=1]) and t:split(size | {sizes} [, dim=1]): narrow views along dim, as torch's (chunk: pieces

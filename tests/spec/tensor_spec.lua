@@ -726,6 +726,13 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     sd:backward(fp8.ones(2))
     assert.are.same({ 0, 0, 0 }, c.grad:totable()[1])
     assert.is_near(0.545544725, c.grad:totable()[2][3], 1e-6)
+    -- bf16: computed in fp32 and rounded once, as torch's (torch 2.x: var 1.3359, std 1.1562); each step in bf16
+    -- rounded the mean 257.33 to 258 and gave var 2
+    local b = fp8.tensor({ 256, 258, 258 }, "bf16")
+    assert.are.equal("bf16", b:var():dtype())
+    assert.are.equal(1.3359375, b:var():item())
+    assert.are.equal(1.15625, b:std():item())
+    assert.are.equal(1.15625, b:requires_grad(true):std():item())
     U.fails_with("var: correction must be a finite number >= 0, got -1", x.var, x, 1, { correction = -1 })
     U.fails_with("std: unknown option 'unbiased'", x.std, x, { unbiased = false })
     U.fails_with("var: dim must be an integer in 1..2 or -2..-1, got 3", x.var, x, 3)
