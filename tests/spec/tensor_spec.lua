@@ -738,6 +738,17 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     U.fails_with("var: dim must be an integer in 1..2 or -2..-1, got 3", x.var, x, 3)
   end)
 
+  it("rsqrt of a bf16/fp16 tensor is rounded once, as torch's (the root rounded first made it an ulp off)", function()
+    -- torch 2.x: bf16 [11, 19] -> [0.30078125, 0.2294921875] (1/sqrt rounded twice: 0.302734375, 0.23046875)
+    assert.are.same({ 0.30078125, 0.2294921875 }, fp8.tensor({ 11, 19 }, "bf16"):rsqrt():totable())
+    assert.are.same({ 0.2425537109375 }, fp8.tensor({ 17 }, "fp16"):rsqrt():totable())
+    local x = fp8.tensor({ 4 }, "bf16"):requires_grad(true)
+    local r = x:rsqrt()
+    assert.are.equal("bf16", r:dtype())
+    r:backward(fp8.ones(1))
+    assert.are.equal(-1 / 16, x.grad:item())   -- -x^(-3/2) / 2
+  end)
+
   it("chunk and split return narrow views as torch's", function()
     local t = fp8.arange(10)
     local a, b, c, d = t:chunk(3)
