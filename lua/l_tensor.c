@@ -749,11 +749,23 @@ static int reduce_dims(lua_State *L, fl_redop op, const char *fname) {
         luaL_error(L, "keepdim must be a boolean, got %s", luaL_typename(L, 3));
     const bool keepdim = lua_toboolean(L, 3);
     const fl_tensor *cur = t;
+    /* bf16/fp16 over several dims: the partial results in fp32 and the last rounded once, as torch's (each rounded
+     * to bf16 made a quarter of the results an ulp off) */
+    const bool narrow = n > 1 && (t->dtype == FL_BF16 || t->dtype == FL_F16);
+    if (narrow) {
+        fl_tensor **slot = fl_lnewbox(L);
+        FL_LCALL(L, fl_to(slot, t, FL_F32));
+        cur = *slot;
+    }
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (!seen[d]) continue;
         fl_tensor **slot = fl_lnewbox(L);
         FL_LCALL(L, fl_reduce(slot, op, cur, d, keepdim));
         cur = *slot;
+    }
+    if (narrow) {
+        fl_tensor **slot = fl_lnewbox(L);
+        FL_LCALL(L, fl_to(slot, cur, t->dtype));
     }
     return 1;
 }

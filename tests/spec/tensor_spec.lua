@@ -738,6 +738,17 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     U.fails_with("var: dim must be an integer in 1..2 or -2..-1, got 3", x.var, x, 3)
   end)
 
+  it("sum and mean of a bf16/fp16 tensor over a list of dims round once, as torch's", function()
+    -- torch 2.x: 2.453125 (the exact mean is 2.44596); a mean of bf16 means gave 2.4375
+    local x = fp8.tensor({ { -3.65625, 8.9375, 6.6875 }, { 0.41015625, 5.21875, -2.921875 } }, "bf16"):requires_grad(true)
+    local m = x:mean({ 1, 2 })
+    assert.are.equal("bf16", m:dtype())
+    assert.are.equal(2.453125, m:item())
+    m:backward()
+    for _, row in ipairs(x.grad:totable()) do for _, g in ipairs(row) do assert.is_near(1 / 6, g, 1e-7) end end
+    assert.are.same({ 1, 1 }, x:sum({ 2, 1 }, true):shape())
+  end)
+
   it("rsqrt of a bf16/fp16 tensor is rounded once, as torch's (the root rounded first made it an ulp off)", function()
     -- torch 2.x: bf16 [11, 19] -> [0.30078125, 0.2294921875] (1/sqrt rounded twice: 0.302734375, 0.23046875)
     assert.are.same({ 0.30078125, 0.2294921875 }, fp8.tensor({ 11, 19 }, "bf16"):rsqrt():totable())
