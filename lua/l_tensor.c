@@ -114,13 +114,14 @@ static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int a
 }
 
 
-/* 1-based (or negative from the end) dim → 0-based. */
-static int check_dim(lua_State *L, int arg, int ndim) {
+/* 1-based (or negative from the end) dim → 0-based; fname names the method in the error. */
+static int check_dim(lua_State *L, int arg, int ndim, const char *fname) {
     int64_t d = check_int(L, arg, "dim");
-    if (ndim == 0) luaL_error(L, "dim %I given, but the tensor is 0-d (it has no dimensions)", (lua_Integer)d);
+    if (ndim == 0) luaL_error(L, "%s: dim %I given, but the tensor is 0-d (it has no dimensions)", fname, (lua_Integer)d);
     if (d >= 1 && d <= ndim) return (int)(d - 1);
     if (d < 0 && d >= -ndim) return (int)(ndim + d);
-    luaL_error(L, "dim %I out of range for a %d-d tensor (valid: 1..%d or -%d..-1)", (lua_Integer)d, ndim, ndim, ndim);
+    luaL_error(L, "%s: dim %I out of range for a %d-d tensor (valid: 1..%d or -%d..-1)", fname, (lua_Integer)d, ndim,
+               ndim, ndim);
     return 0;
 }
 
@@ -309,7 +310,7 @@ static int m_size(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_lmaxargs(L, 2, "size", "([dim])");
     if (lua_isnoneornil(L, 2)) { lua_settop(L, 1); return m_shape(L); }
-    lua_pushinteger(L, t->shape[check_dim(L, 2, t->ndim)]);
+    lua_pushinteger(L, t->shape[check_dim(L, 2, t->ndim, "size")]);
     return 1;
 }
 static int m_dim(lua_State *L) { lua_pushinteger(L, fl_lchecknoargs(L, "dim")->ndim); return 1; }
@@ -367,7 +368,7 @@ static int m_reshape(lua_State *L) { return m_view_reshape(L, 1); }
 static int m_transpose(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
     fl_lmaxargs(L, 3, "transpose", "(dim0, dim1)");
-    int d0 = check_dim(L, 2, t->ndim), d1 = check_dim(L, 3, t->ndim);
+    int d0 = check_dim(L, 2, t->ndim, "transpose"), d1 = check_dim(L, 3, t->ndim, "transpose");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_transpose(slot, t, d0, d1));
     return 1;
@@ -394,7 +395,7 @@ static int m_contiguous(lua_State *L) {
 }
 static int m_narrow(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    int d = check_dim(L, 2, t->ndim);
+    int d = check_dim(L, 2, t->ndim, "narrow");
     lua_Integer s1 = (lua_Integer)check_int(L, 3, "start");
     int64_t len = check_int(L, 4, "length");
     if (!lua_isnone(L, 5)) return luaL_error(L, "narrow: expected (dim, start, length), got %d arguments", lua_gettop(L) - 1);
@@ -714,12 +715,12 @@ static int m_tanh(lua_State *L) { return unary(L, FL_OP_TANH); }
 static int m_sigmoid(lua_State *L) { return unary(L, FL_OP_SIGMOID); }
 
 /* The arguments of a reduction method: (tensor [, dim [, keepdim]]); dim FL_ALL_DIMS when absent. */
-static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim) {
+static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim, const char *fname) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    *dim = lua_isnoneornil(L, 2) ? FL_ALL_DIMS : check_dim(L, 2, t->ndim);
+    *dim = lua_isnoneornil(L, 2) ? FL_ALL_DIMS : check_dim(L, 2, t->ndim, fname);
     /* keepdim: a boolean (0 is true in Lua, so a number would keep the dim silently) */
     if (!lua_isnoneornil(L, 3) && !lua_isboolean(L, 3))
-        luaL_error(L, "keepdim must be a boolean, got %s", luaL_typename(L, 3));
+        luaL_error(L, "%s: keepdim must be a boolean, got %s", fname, luaL_typename(L, 3));
     *keepdim = lua_toboolean(L, 3);
     return t;
 }
@@ -740,13 +741,13 @@ static int reduce_dims(lua_State *L, fl_redop op, const char *fname) {
     bool seen[FL_MAX_DIMS] = { false };
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, 2, i);
-        int d = check_dim(L, lua_gettop(L), t->ndim);
+        int d = check_dim(L, lua_gettop(L), t->ndim, fname);
         lua_pop(L, 1);
         if (seen[d]) luaL_error(L, "%s: dim %d appears twice in the list", fname, d + 1);
         seen[d] = true;
     }
     if (!lua_isnoneornil(L, 3) && !lua_isboolean(L, 3))
-        luaL_error(L, "keepdim must be a boolean, got %s", luaL_typename(L, 3));
+        luaL_error(L, "%s: keepdim must be a boolean, got %s", fname, luaL_typename(L, 3));
     const bool keepdim = lua_toboolean(L, 3);
     const fl_tensor *cur = t;
     /* bf16/fp16 over several dims: the partial results in fp32 and the last rounded once, as torch's (each rounded
@@ -774,7 +775,8 @@ static int reduce(lua_State *L, fl_redop op) {
     if (lua_type(L, 2) == LUA_TTABLE) return reduce_dims(L, op, op == FL_OP_SUM ? "sum" : "mean");
     int dim;
     bool keepdim;
-    fl_tensor *t = reduce_args(L, &dim, &keepdim);
+    fl_tensor *t = reduce_args(L, &dim, &keepdim, op == FL_OP_SUM ? "sum" : op == FL_OP_MEAN ? "mean" :
+                               op == FL_OP_MAX ? "max" : op == FL_OP_MIN ? "min" : "amax");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_reduce(slot, op, t, dim, keepdim));
     return 1;
@@ -786,7 +788,7 @@ static int m_mean(lua_State *L) { reduce_arity(L, "mean"); return reduce(L, FL_O
 static int argreduce(lua_State *L, bool want_min) {
     int dim;
     bool keepdim;
-    fl_tensor *t = reduce_args(L, &dim, &keepdim);
+    fl_tensor *t = reduce_args(L, &dim, &keepdim, want_min ? "argmin" : "argmax");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_argreduce(slot, t, dim, keepdim, want_min));
     return 1;
@@ -884,7 +886,7 @@ static int m_quantize(lua_State *L) {
         if (o.scale > 0 && o.amax > 0) return luaL_error(L, "quantize: give either scale or amax, not both");
         if (lua_getfield(L, 3, "margin") != LUA_TNIL) o.margin = (int)fl_lcheckint(L, -1, "quantize", "margin", 0, 64);   /* as the recipe setting */
         lua_pop(L, 1);
-        if (lua_getfield(L, 3, "axis") != LUA_TNIL) o.axis = check_dim(L, lua_gettop(L), t->ndim);
+        if (lua_getfield(L, 3, "axis") != LUA_TNIL) o.axis = check_dim(L, lua_gettop(L), t->ndim, "quantize");
         lua_pop(L, 1);
         if (lua_getfield(L, 3, "saturate") != LUA_TNIL) {
             if (!lua_isboolean(L, -1)) return luaL_error(L, "quantize: saturate must be a boolean, got %s", luaL_typename(L, -1));
