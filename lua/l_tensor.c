@@ -117,7 +117,8 @@ static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int a
 /* 1-based (or negative from the end) dim → 0-based; fname names the method in the error. */
 static int check_dim(lua_State *L, int arg, int ndim, const char *fname) {
     int64_t d = check_int(L, arg, "dim");
-    if (ndim == 0) luaL_error(L, "%s: dim %I given, but the tensor is 0-d (it has no dimensions)", fname, (lua_Integer)d);
+    if (ndim == 0)
+        luaL_error(L, "%s: dim %I given, but the tensor is 0-d (it has no dimensions)", fname, (lua_Integer)d);
     if (d >= 1 && d <= ndim) return (int)(d - 1);
     if (d < 0 && d >= -ndim) return (int)(ndim + d);
     luaL_error(L, "%s: dim %I out of range for a %d-d tensor (valid: 1..%d or -%d..-1)", fname, (lua_Integer)d, ndim,

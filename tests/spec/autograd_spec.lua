@@ -157,7 +157,7 @@ describe("autograd", function()
     assert.are.equal(-1 / 16, g[2])
   end)
 
-  it("maximum, minimum, clamp and max/min route an inf or NaN gradient by selection, as torch's: not to the rest", function()
+  it("maximum, minimum, clamp and max/min route an inf or NaN gradient by selection, as torch's", function()
     -- these multiplied g by a 0/1 mask, so inf·0 put NaN into the elements that were not chosen
     local g = fp8.tensor({ 1 / 0, 0 / 0, 1 / 0 })
     local cases = {

@@ -740,7 +740,8 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
 
   it("sum and mean of a bf16/fp16 tensor over a list of dims round once, as torch's", function()
     -- torch 2.x: 2.453125 (the exact mean is 2.44596); a mean of bf16 means gave 2.4375
-    local x = fp8.tensor({ { -3.65625, 8.9375, 6.6875 }, { 0.41015625, 5.21875, -2.921875 } }, "bf16"):requires_grad(true)
+    local x = fp8.tensor({ { -3.65625, 8.9375, 6.6875 }, { 0.41015625, 5.21875, -2.921875 } }, "bf16")
+    x:requires_grad(true)
     local m = x:mean({ 1, 2 })
     assert.are.equal("bf16", m:dtype())
     assert.are.equal(2.453125, m:item())
