@@ -207,6 +207,13 @@ function Tensor.masked_fill(t, mask, value, ...)
     error(("masked_fill: value must be a number or a 0-d tensor, got %s"):format(core.is_tensor(value) and
       ("a tensor of shape " .. shape_str(value:shape())) or type(value)), 2)
   end
+  -- torch's: a finite value past t's dtype's range is refused (-1e9 in fp16 scores), not written as inf
+  local dt = t:dtype()
+  if type(value) == "number" and SELECTABLE[dt] and math.abs(value) ~= math.huge and
+     math.abs(value) > core.format(dt).max then
+    error(("masked_fill: value %s overflows %s (largest finite %s; give ±math.huge for an infinite fill)"):format(
+      tostring(value), dt, tostring(core.format(dt).max)), 2)
+  end
   local ok, r = pcall(M.where, mask, value, t)
   if not ok then error((tostring(r):gsub("^where: ", "masked_fill: ")), 2) end
   if r:dtype() ~= t:dtype() then r = r:to(t:dtype()) end

@@ -750,6 +750,17 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.are.same({ 1, 1 }, x:sum({ 2, 1 }, true):shape())
   end)
 
+  it("masked_fill and full refuse a finite value past the dtype's range, as torch's (it became inf)", function()
+    local h = fp8.ones(2, "fp16")
+    U.fails_with("masked_fill: value -1000000000.0 overflows fp16 (largest finite 65504.0", h.masked_fill, h,
+      fp8.tensor { 1, 0 }, -1e9)
+    U.fails_with("full: value 1e+39 overflows fp32", fp8.full, { 2 }, 1e39)
+    U.fails_with("full: value 70000.0 overflows fp16", fp8.full, { 2 }, 70000, "fp16")
+    assert.are.same({ -math.huge, 1 }, h:masked_fill(fp8.tensor { 1, 0 }, -math.huge):totable())
+    assert.are.same({ 65504 }, fp8.full({ 1 }, 65504, "fp16"):totable())
+    assert.are.same({ -1e9, 1 }, fp8.ones(2):masked_fill(fp8.tensor { 1, 0 }, -1e9):totable())
+  end)
+
   it("rsqrt of a bf16/fp16 tensor is rounded once, as torch's (the root rounded first made it an ulp off)", function()
     -- torch 2.x: bf16 [11, 19] -> [0.30078125, 0.2294921875] (1/sqrt rounded twice: 0.302734375, 0.23046875)
     assert.are.same({ 0.30078125, 0.2294921875 }, fp8.tensor({ 11, 19 }, "bf16"):rsqrt():totable())
