@@ -126,12 +126,12 @@ static int check_dim(lua_State *L, int arg, int ndim, const char *fname) {
     return 0;
 }
 
-/* 1-based (or negative) index along dim d → 0-based. */
-static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d) {
+/* 1-based (or negative) index along dim d → 0-based; fname names the call in the error. */
+static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d, const char *fname) {
     int64_t n = t->shape[d];
     if (i >= 1 && i <= n) return i - 1;
     if (i < 0 && i >= -n) return n + i;
-    luaL_error(L, "index %I out of range for dimension %d of size %I%s", i, d + 1, (lua_Integer)n,
+    luaL_error(L, "%s: index %I out of range for dimension %d of size %I%s", fname, i, d + 1, (lua_Integer)n,
                i == 0 ? " (indices are 1-based)" : "");
     return 0;
 }
@@ -363,8 +363,12 @@ static int m_view_reshape(lua_State *L, int reshape) {
     if (!lua_isnone(L, next))
         return luaL_argerror(L, next, lua_pushfstring(L, "expected only sizes, got %s", luaL_typename(L, next)));
     fl_tensor **slot = fl_lnewbox(L);
-    if (reshape) FL_LCALL(L, fl_reshape(slot, t, ndim, shape));
-    else FL_LCALL(L, fl_view(slot, t, ndim, shape));
+    fl_status st = reshape ? fl_reshape(slot, t, ndim, shape) : fl_view(slot, t, ndim, shape);
+    if (st == FL_ENOMEM) {   /* FL_LCALL's retry after a collection */
+        lua_gc(L, LUA_GCCOLLECT);
+        st = reshape ? fl_reshape(slot, t, ndim, shape) : fl_view(slot, t, ndim, shape);
+    }
+    fl_lcheckf(L, st, fname);
     return 1;
 }
 static int m_view(lua_State *L) { return m_view_reshape(L, 0); }
@@ -405,7 +409,7 @@ static int m_narrow(lua_State *L) {
     int64_t len = check_int(L, 4, "length");
     if (!lua_isnone(L, 5)) return luaL_error(L, "narrow: expected (dim, start, length), got %d arguments", lua_gettop(L) - 1);
     /* an empty slice may start just past the end (torch's narrow(d, size, 0)): the last piece of a split */
-    int64_t start = len == 0 && s1 == (lua_Integer)t->shape[d] + 1 ? t->shape[d] : norm_index(L, s1, t, d);
+    int64_t start = len == 0 && s1 == (lua_Integer)t->shape[d] + 1 ? t->shape[d] : norm_index(L, s1, t, d, "narrow");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_narrow(slot, t, d, start, len));
     return 1;
@@ -503,7 +507,7 @@ static void read_index_table(lua_State *L, int arg, const fl_tensor *t, int64_t 
         lua_geti(L, arg, d + 1);
         lua_Integer i = (lua_Integer)check_int(L, -1, "index");
         lua_pop(L, 1);
-        idx[d] = norm_index(L, i, t, d);
+        idx[d] = norm_index(L, i, t, d, fname);
     }
 }
 
@@ -571,7 +575,7 @@ static int m_index(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     lua_Integer i = (lua_Integer)check_int(L, 2, "index");
     if (t->ndim == 0) return luaL_error(L, "cannot index a 0-d tensor; use :item()");
-    int64_t k = norm_index(L, i, t, 0);
+    int64_t k = norm_index(L, i, t, 0, "x[i]");
     if (t->ndim == 1) {
         double v;
         FL_LCALL(L, fl_tensor_get(t, &k, &v));
@@ -596,7 +600,7 @@ static int m_newindex(lua_State *L) {
         lua_concat(L, 3);
         return lua_error(L);
     }
-    int64_t k = norm_index(L, i, t, 0);
+    int64_t k = norm_index(L, i, t, 0, "x[i] = v");
     double v = luaL_checknumber(L, 3);
     check_element_write(L, t, "x[i] = v");
     FL_LCALL(L, fl_tensor_set(t, &k, v));
