@@ -451,4 +451,32 @@ describe("fp8.optim.lr_scheduler", function()
     assert.is_false(ok)
     assert.truthy(err:find("unknown option 'step'", 1, true), err)
   end)
+
+  it("StepLR takes torch's positional gamma; no constructor drops an argument past those it takes", function()
+    -- torch 2.x: StepLR(SGD(lr=0.1), 2, 0.5).get_last_lr() over 6 steps
+    local o = opt(0.1)
+    local s = sched.StepLR(o, 2, 0.5)
+    local seen = {}
+    for _ = 1, 6 do seen[#seen + 1] = s:get_last_lr()[1]; s:step() end
+    local want = { 0.1, 0.1, 0.05, 0.05, 0.025, 0.025 }
+    for i = 1, #want do
+      assert.is_true(close(seen[i], want[i], 1e-12), ("step %d: %g vs %g"):format(i - 1, seen[i], want[i]))
+    end
+    for _, c in ipairs {
+      { sched.StepLR, { 2, 0.5, 3 }, "StepLR: takes (opt, step_size [, gamma])" },
+      { sched.StepLR, { { step_size = 2 }, 0.5 }, "StepLR: takes (opt, {step_size=, gamma=})" },
+      { sched.ExponentialLR, { 0.5, 3 }, "ExponentialLR: takes (opt, gamma) or (opt, {gamma=}); got 1 more argument" },
+      { sched.LambdaLR, { function() return 1 end, 3 }, "LambdaLR: takes (opt, lr_lambda); got 1 more argument" },
+      { sched.MultiStepLR, { { milestones = { 1 } }, 0.5 }, "MultiStepLR: takes (opt, {milestones=, gamma=})" },
+      { sched.LinearLR, { {}, 3 }, "LinearLR: takes (opt [, {start_factor=, end_factor=, total_iters=}])" },
+      { sched.CosineAnnealingLR, { { T_max = 10 }, 0.1 }, "CosineAnnealingLR: takes (opt, {T_max=, eta_min=})" },
+      { sched.warmup_cosine, { { total_steps = 10 }, 3 }, "warmup_cosine: takes (opt, {warmup_steps=" },
+    } do
+      local o2 = opt(1)
+      local ok, err = pcall(c[1], o2, table.unpack(c[2]))
+      assert.is_false(ok, c[3])
+      assert.truthy(tostring(err):find(c[3], 1, true), err)
+      assert.are.equal(1, o2.param_groups[1].lr)
+    end
+  end)
 end)

@@ -22,7 +22,8 @@ add("optim.AdamW", "fp8.optim.AdamW(params [, {lr=1e-3, betas={0.9,0.999}, eps=1
   .. "opt:state_dict() / opt:load_state_dict(sd) save and restore steps and moments.")
 add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_steps, total_steps, min_lr})"
   .. "  (alias WarmupCosine)",
-  "Also StepLR(opt, {step_size, gamma}), MultiStepLR(opt, {milestones, gamma}), ExponentialLR(opt, {gamma}),\n"
+  "Also StepLR(opt, {step_size, gamma}) or StepLR(opt, step_size [, gamma]),\n"
+  .. "MultiStepLR(opt, {milestones, gamma}), ExponentialLR(opt, {gamma}),\n"
   .. "LinearLR(opt, {start_factor, end_factor, total_iters}), CosineAnnealingLR(opt, {T_max, eta_min}),\n"
   .. "LambdaLR(opt, fn), and transformers' get_linear_schedule_with_warmup(opt, num_warmup_steps,\n"
   .. "num_training_steps) and get_cosine_schedule_with_warmup(opt, num_warmup_steps, num_training_steps\n"

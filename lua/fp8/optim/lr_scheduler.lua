@@ -34,6 +34,14 @@ local function check_int(name, key, v, min)
   end
 end
 
+-- The constructors take torch's arguments as far as they go here: one past them (StepLR(opt, 2, 0.5, -1)'s
+-- last_epoch, ExponentialLR(opt, 0.9, 3)) is refused rather than dropped; trailing nils do not count.
+local function no_more(name, takes, ...)
+  local n = select("#", ...)
+  while n > 0 and select(n, ...) == nil do n = n - 1 end
+  if n > 0 then error(O.more_args_message(name, takes, n), 3) end
+end
+
 local Scheduler = {}
 Scheduler.__index = Scheduler
 
@@ -122,8 +130,9 @@ function Scheduler:load_state_dict(sd)
 end
 
 -- LambdaLR(opt, fn) or LambdaLR(opt, {fn1, fn2, ...} per group): lr = base_lr · fn(epoch).
-function M.LambdaLR(opt, lr_lambda)
+function M.LambdaLR(opt, lr_lambda, ...)
   check_opt("LambdaLR", opt)
+  no_more("LambdaLR", "(opt, lr_lambda)", ...)
   local fns = lr_lambda
   if type(lr_lambda) == "function" then
     fns = {}
@@ -146,10 +155,16 @@ function M.LambdaLR(opt, lr_lambda)
   end)
 end
 
--- StepLR(opt, {step_size, gamma=0.1}): lr = base · gamma^floor(epoch / step_size).
-function M.StepLR(opt, opts)
+-- StepLR(opt, {step_size, gamma=0.1}) or torch's positional StepLR(opt, step_size [, gamma]):
+-- lr = base · gamma^floor(epoch / step_size).
+function M.StepLR(opt, opts, pos_gamma, ...)
   check_opt("StepLR", opt)
-  if math.type(opts) == "integer" then opts = { step_size = opts } end
+  if math.type(opts) == "integer" then
+    no_more("StepLR", "(opt, step_size [, gamma]) or (opt, {step_size=, gamma=})", ...)
+    opts = { step_size = opts, gamma = pos_gamma }
+  else
+    no_more("StepLR", "(opt, {step_size=, gamma=}) or (opt, step_size [, gamma])", pos_gamma, ...)
+  end
   check_keys("StepLR", opts, { step_size = true, gamma = true })
   check_int("StepLR", "step_size", opts.step_size, 1)
   local gamma = opts.gamma or 0.1
@@ -159,8 +174,9 @@ function M.StepLR(opt, opts)
 end
 
 -- CosineAnnealingLR(opt, {T_max, eta_min=0}): closed form η_min + (base − η_min)(1 + cos(π·t/T_max))/2.
-function M.CosineAnnealingLR(opt, opts)
+function M.CosineAnnealingLR(opt, opts, ...)
   check_opt("CosineAnnealingLR", opt)
+  no_more("CosineAnnealingLR", "(opt, {T_max=, eta_min=})", ...)
   check_keys("CosineAnnealingLR", opts, { T_max = true, eta_min = true })
   check_int("CosineAnnealingLR", "T_max", opts.T_max, 1)
   local eta_min, T = opts.eta_min or 0, opts.T_max
@@ -175,8 +191,9 @@ end
 --   then:           min_lr + (base − min_lr) · (1 + cos(π · progress)) / 2,
 --                   progress = (step − warmup) / (total − warmup), clamped to [0, 1]
 -- (build-nanogpt's get_lr schedule; after total_steps the lr stays at min_lr).
-function M.warmup_cosine(opt, opts)
+function M.warmup_cosine(opt, opts, ...)
   check_opt("warmup_cosine", opt)
+  no_more("warmup_cosine", "(opt, {warmup_steps=, total_steps=, min_lr=})", ...)
   check_keys("warmup_cosine", opts, { warmup_steps = true, total_steps = true, min_lr = true })
   local warmup, total, min_lr = opts.warmup_steps or 0, opts.total_steps, opts.min_lr or 0
   check_int("warmup_cosine", "warmup_steps", warmup, 0)
@@ -196,8 +213,9 @@ M.WarmupCosine = M.warmup_cosine
 
 -- MultiStepLR(opt, {milestones, gamma=0.1}): lr = base · gamma^(how many milestones ≤ epoch), a milestone listed
 -- twice counting twice (torch's Counter).
-function M.MultiStepLR(opt, opts)
+function M.MultiStepLR(opt, opts, ...)
   check_opt("MultiStepLR", opt)
+  no_more("MultiStepLR", "(opt, {milestones=, gamma=})", ...)
   check_keys("MultiStepLR", opts, { milestones = true, gamma = true })
   local ms = opts.milestones
   if type(ms) ~= "table" then
@@ -223,8 +241,9 @@ function M.MultiStepLR(opt, opts)
 end
 
 -- ExponentialLR(opt, {gamma}) (or ExponentialLR(opt, gamma)): lr = base · gamma^epoch.
-function M.ExponentialLR(opt, opts)
+function M.ExponentialLR(opt, opts, ...)
   check_opt("ExponentialLR", opt)
+  no_more("ExponentialLR", "(opt, gamma) or (opt, {gamma=})", ...)
   if type(opts) == "number" then opts = { gamma = opts } end
   check_keys("ExponentialLR", opts, { gamma = true })
   if opts.gamma == nil then error("ExponentialLR: gamma is required", 2) end
@@ -235,8 +254,9 @@ end
 
 -- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}): the factor goes linearly from start_factor to
 -- end_factor over total_iters steps and stays there: base · (s + (e − s) · min(epoch, total_iters) / total_iters).
-function M.LinearLR(opt, opts)
+function M.LinearLR(opt, opts, ...)
   check_opt("LinearLR", opt)
+  no_more("LinearLR", "(opt [, {start_factor=, end_factor=, total_iters=}])", ...)
   opts = opts or {}
   check_keys("LinearLR", opts, { start_factor = true, end_factor = true, total_iters = true })
   local sf, ef, total = opts.start_factor or 1 / 3, opts.end_factor or 1, opts.total_iters or 5
