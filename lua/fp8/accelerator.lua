@@ -601,7 +601,8 @@ end
 
 -- free_memory(...) (alias clear): Accelerate's. The accelerator lets go of every model, optimizer, scheduler
 -- and data loader it prepared (and of the FP8 layers whose scales it updates, the data-parallel reducer),
--- step goes back to 0, and fp8.release_memory(...) hands the arguments back as nils after a full collection.
+-- step and gradient_state.step go back to 0, and fp8.release_memory(...) hands the arguments back as nils after a
+-- full collection.
 -- What was prepared before refuses to step afterwards (check_live); objects registered for checkpointing stay.
 function Accelerator:free_memory(...)
   for _, w in ipairs(self._optimizers) do rawset(w, "_freed", true) end
@@ -613,6 +614,9 @@ function Accelerator:free_memory(...)
   self._fp8_weights = setmetatable({}, { __mode = "k" })
   self._ddp_models, self._ddp_params, self._ddp_names, self._ddp_reducer = nil, nil, nil, nil
   self.gradient_state._active, self.gradient_state.end_of_dataloader = {}, false
+  -- Accelerate's free_memory sets its step (the micro-step count that ends accumulation windows) to 0: the next
+  -- trial's windows start afresh, whatever micro-step the last one stopped at
+  self.gradient_state.step = 0
   self.step, self._step_backward = 0, nil
   return require("fp8").release_memory(...)
 end
@@ -942,10 +946,10 @@ if okh and help.add then
     .. "per real step. gradient_accumulation_steps: argument > launch flag / FP8LAB_* > config file > 1.")
   add("acc:free_memory", "model, opt = acc:free_memory(model, opt)   (alias acc:clear; fp8.release_memory(...))",
     "Accelerate's free_memory: the accelerator lets go of every model, optimizer, scheduler and data loader it\n"
-    .. "prepared (with its FP8 layers and data-parallel reducer), step goes back to 0, and the arguments come back\n"
-    .. "as nils to assign over your names, after a full garbage collection (and the GPU cache emptied). An optimizer\n"
-    .. "or scheduler prepared before refuses to step afterwards: prepare the new ones. Objects registered for\n"
-    .. "checkpointing stay registered.")
+    .. "prepared (with its FP8 layers and data-parallel reducer), step and gradient_state.step (the micro-step\n"
+    .. "count of acc:accumulate) go back to 0, and the arguments come back as nils to assign over your names, after\n"
+    .. "a full garbage collection (and the GPU cache emptied). An optimizer or scheduler prepared before refuses to\n"
+    .. "step afterwards: prepare the new ones. Objects registered for checkpointing stay registered.")
   add("release_memory", "a, b = fp8.release_memory(a, b)",
     "Accelerate's release_memory: returns one nil per argument (assign them over your names: Lua frees what nothing\n"
     .. "refers to), after a full garbage collection and, with a usable GPU, fp8.cuda.empty_cache().")

@@ -616,6 +616,25 @@ describe("free_memory", function()
     local n = select("#", fp8.release_memory(1, 2, 3))
     assert.are.equal(3, n)
   end)
+
+  it("starts the accumulation windows afresh, as Accelerate's free_memory sets its step to 0", function()
+    -- Accelerate 1.15 (Accelerator(cpu=True, gradient_accumulation_steps=3), two trials of 4 accumulate calls with
+    -- free_memory between them): sync_gradients 0 0 1 0 in both trials, step 1 2 3 4 in both, 0 after free_memory
+    local acc = new_acc { cpu = true, gradient_accumulation_steps = 3 }
+    for _ = 1, 2 do
+      local m = nn.Linear(2, 1)
+      local o = fp8.optim.SGD(m, { lr = 0.1 })
+      m, o = acc:prepare(m, o)
+      local seen = {}
+      for i = 1, 4 do
+        acc:accumulate(m, function() acc:backward(m(fp8.ones { 1, 2 }):sum()); o:step(); o:zero_grad() end)
+        seen[i] = (acc.sync_gradients and 1 or 0) .. ":" .. acc.gradient_state.step
+      end
+      assert.are.same({ "0:1", "0:2", "1:3", "0:4" }, seen)
+      acc:free_memory(m, o)
+      assert.are.equal(0, acc.gradient_state.step)
+    end
+  end)
 end)
 
 describe("unwrap_model", function()
