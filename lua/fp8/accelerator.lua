@@ -373,6 +373,20 @@ local function check_live(w, fname, noun)
   end
 end
 
+-- relay(ok, ...): pcall's results through. An error raised at its caller (level 2) by the wrapped call has no
+-- location (its caller was pcall) or a wrapper's line in ddp.lua; it is raised again at the wrapper's caller, so that a
+-- bad argument to a prepared optimizer, scheduler or backward names the user's line, as the same call unprepared does.
+local function relay(ok, ...)
+  if ok then return ... end
+  local msg = ...
+  if type(msg) == "string" then
+    local rest = msg:match("^lua/fp8/ddp%.lua:%d+: (.*)$")
+    if not rest and not msg:match("^[^\n]-:%d+: ") then rest = msg end
+    if rest then error(rest, 3) end
+  end
+  error(msg, 0)
+end
+
 function AccOptimizer:step(...)
   check_live(self, "optimizer:step", "optimizer")
   local acc, inner = rawget(self, "accelerator"), rawget(self, "optimizer")
@@ -382,8 +396,14 @@ function AccOptimizer:step(...)
   local res
   local prof = acc._profiler   -- acc:profile(fn) is running: the step is a range, and ends a profiler step
   local ptok = prof and prof.push("Optimizer.step#" .. tostring(inner.name) .. ".step")
+  local ok
+  if acc.scaler then ok, res = pcall(acc.scaler.step, acc.scaler, inner, ...)
+  else ok, res = pcall(inner.step, inner, ...) end
+  if not ok then
+    if prof then prof.pop(ptok) end
+    relay(false, res)
+  end
   if acc.scaler then
-    res = acc.scaler:step(inner, ...)
     local skipped = res == false   -- GradScaler:step returns false when it skipped this optimizer (inf/NaN)
     -- Accelerate updates the scaler after every optimizer's step; here the update waits until the scale is
     -- next read, so a second optimizer of the same iteration is unscaled with its gradients' scale (lua/fp8/amp.lua)
@@ -393,8 +413,6 @@ function AccOptimizer:step(...)
     local any = false
     for _, o in ipairs(acc._optimizers) do any = any or rawget(o, "step_was_skipped") == true end
     acc.optimizer_step_was_skipped = any
-  else
-    res = inner:step(...)
   end
   local counted = acc:_after_step()
   if prof then
@@ -427,13 +445,13 @@ AccScheduler.__tostring = function(t) return "AcceleratedScheduler(" .. tostring
 function AccScheduler:step(...)
   check_live(self, "scheduler:step", "scheduler")
   local acc, inner = rawget(self, "accelerator"), rawget(self, "scheduler")
-  if not acc.step_scheduler_with_optimizer then inner:step(...); return self end
+  if not acc.step_scheduler_with_optimizer then relay(pcall(inner.step, inner, ...)); return self end
   if not acc.sync_gradients then return self end
   local own = rawget(self, "acc_optimizer")
   for _, o in ipairs(own and { own } or acc._optimizers) do   -- its own optimizer; all when it has none prepared
     if rawget(o, "step_was_skipped") then return self end
   end
-  for _ = 1, acc.num_processes do inner:step(...) end
+  for _ = 1, acc.num_processes do relay(pcall(inner.step, inner, ...)) end
   return self
 end
 
@@ -663,7 +681,8 @@ function Accelerator:backward(loss, opts)
         .. "clip only when acc.sync_gradients is true (torch raises at the second unscale_ too)", 2)
     end
   end
-  ddp.backward(self, loss, opts)   -- plain loss:backward(opts) unless gradients are averaged across processes
+  -- plain loss:backward(opts) unless gradients are averaged across processes
+  relay(pcall(ddp.backward, self, loss, opts))
 end
 
 function Accelerator:_after_step()

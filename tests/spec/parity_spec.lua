@@ -875,6 +875,27 @@ describe("fp16 with two optimizers", function()
   end)
 end)
 
+describe("errors through prepared objects", function()
+  it("a bad argument to a prepared optimizer, scheduler or backward names the caller's line, not fp8's", function()
+    local acc = new_acc { cpu = true }
+    local m = fp8.nn.Linear(2, 2)
+    local o = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+    local s = fp8.optim.lr_scheduler.StepLR(o, { step_size = 1 })
+    m, o, s = acc:prepare(m, o, s)
+    for _, c in ipairs {
+      { function() s:step(1.5) end, "StepLR:step: epoch must be an integer >= 0, got 1.5" },
+      { function() o:step(5) end, "SGD:step: closure must be a function, got number" },
+      { function() acc:backward(m(fp8.randn { 3, 2 })) end, "grad can be implicitly created only for scalar outputs" },
+    } do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[2], 1, true), err)
+      assert.is_nil(tostring(err):find("lua/fp8/", 1, true), err)      -- was lua/fp8/accelerator.lua:436: ...
+      assert.truthy(tostring(err):find("parity_spec.lua:%d+: "), err)
+    end
+  end)
+end)
+
 describe("what Accelerate has and fp8lab does not", function()
   it("options are refused by name, with the reason", function()
     for k, v in pairs { split_batches = true, deepspeed_plugin = {}, fsdp_plugin = {},
