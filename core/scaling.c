@@ -73,6 +73,7 @@ void fl_scaling_observe(fl_scaling *s, float amax, int64_t n, int64_t underflow,
     s->last_n = n;
     s->last_underflow = underflow;
     s->last_saturated = saturated;
+    s->last_nan = 0;
     if (into_history) fl_scaling_record(s, amax);
 }
 
@@ -82,6 +83,10 @@ void fl_scaling_observe(fl_scaling *s, float amax, int64_t n, int64_t underflow,
  * `max` history for its whole length. */
 static void apply_cast(fl_scaling *s, const fl_cast_stats *st, int64_t n, bool into_history, bool take_scale) {
     fl_scaling_observe(s, st->nan && take_scale ? NAN : st->amax, n, st->underflow, st->saturated, into_history);
+    /* fp8.stats reports the NaN either way: a te layer fed a NaN would otherwise look healthy (or, all NaN, like an
+     * all-zero tensor: amax 0) */
+    s->last_nan = st->nan;
+    if (st->nan) s->last_amax = NAN;
     if (take_scale) {
         s->scale = fl_scale_current(st->amax, s->fmt, s->margin, s->pow2);
         s->scale_inv = 1.0f / s->scale;

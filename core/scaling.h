@@ -46,10 +46,10 @@ typedef struct fl_scaling {
      * amax is inf or NaN sets warm back to 0. warmup 0: none (te). */
     int warmup;
     int64_t warm;
-    /* What the most recent cast saw (for fp8.stats): amax of the source, element count, values
-     * that underflowed to zero, values that saturated. */
+    /* What the most recent cast saw (for fp8.stats): amax of the source (NaN when it held a NaN, even where the
+     * history passes the NaN over), element count, values that underflowed to zero, values that saturated, NaNs. */
     float last_amax;
-    int64_t last_n, last_underflow, last_saturated;
+    int64_t last_n, last_underflow, last_saturated, last_nan;
     /* Observed casts whose statistics are not known yet, oldest first (fl_scaling_flush). */
     struct fl_scaling_obs *pending;
     int npending, cap_pending;

@@ -175,6 +175,7 @@ static void push_role(lua_State *L, const fl_scaling *s) {
     lua_pushinteger(L, s->last_n); lua_setfield(L, -2, "numel");
     lua_pushinteger(L, s->last_underflow); lua_setfield(L, -2, "underflow");
     lua_pushinteger(L, s->last_saturated); lua_setfield(L, -2, "saturated");
+    lua_pushinteger(L, s->last_nan); lua_setfield(L, -2, "nan");
     lua_pushinteger(L, s->updates); lua_setfield(L, -2, "updates");
     lua_pushinteger(L, s->warmup); lua_setfield(L, -2, "warmup");
     lua_pushinteger(L, s->warm); lua_setfield(L, -2, "warm");

@@ -11,7 +11,7 @@ local state = require "fp8.fp8_state"
 local M = {}
 
 -- stats(model [, {quiet=true}]) → list of rows {layer, role, format, scale, amax, amax_history,
--- underflow, saturated, numel} (fractions of the last cast), printed as a table unless quiet.
+-- underflow, saturated, nan, numel} (fractions of the last cast), printed as a table unless quiet.
 -- stats(state_dict) (a table from model:state_dict() or fp8.load_file of a checkpoint's model file):
 -- the recipe state saved in each "<layer>.fp8_state" — per role the scale, the largest amax in the
 -- history, the update count and the history length (docs/checkpoints.md).
@@ -64,7 +64,7 @@ function M.stats(model, opts, ...)
       rows[#rows + 1] = { layer = nm[1], role = r, format = s.format, scale = per_row and 0 / 0 or s.scale,
                           per_row = per_row,
                           amax = s.amax, amax_history = s.amax_history_max, rule = s.rule, updates = s.updates,
-                          underflow = s.underflow / n, saturated = s.saturated / n, numel = s.numel,
+                          underflow = s.underflow / n, saturated = s.saturated / n, nan = s.nan / n, numel = s.numel,
                           high_precision = (r == "input" and st.hp[1]) or false }
     end
   end
@@ -74,7 +74,7 @@ function M.stats(model, opts, ...)
     local d = dstats()
     if d and d.fp8_n > 0 then
       rows[#rows + 1] = { layer = "(all-reduce)", role = "weight_grad", format = "e4m3", scale = 0 / 0, amax = 0 / 0,
-                          amax_history = 0 / 0, rule = "allreduce", updates = d.steps, numel = d.fp8_n,
+                          nan = 0, amax_history = 0 / 0, rule = "allreduce", updates = d.steps, numel = d.fp8_n,
                           underflow = d.fp8_underflow / d.fp8_n, saturated = d.fp8_saturated / d.fp8_n,
                           high_precision = false }
     end
@@ -98,7 +98,8 @@ local add = require("fp8.help").adder("Accelerator & recipes")
 add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
   "Per FP8 layer and tensor role (input, weight, grad: the output gradient): format, current scale (\"per row\"\n"
   .. "under ao's rowwise recipes, which make a scale per row at each cast: per_row=true, scale NaN), amax of the last\n"
-  .. "cast and over the history, fraction of values that underflowed to zero and that saturated.\n"
+  .. "cast (NaN when the cast met a NaN) and over the history, fraction of values that underflowed to zero and that\n"
+  .. "saturated (rows also hold nan, the fraction of NaNs).\n"
   .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
   .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
 

@@ -574,6 +574,26 @@ describe("te recipe", function()
     assert.truthy(tostring(err):find("input history[2] is -1", 1, true), tostring(err))
   end)
 
+  it("fp8.stats shows a te cast that met a NaN (amax NaN, a nan fraction), though its history passes it over", function()
+    -- (the cast's amax left the NaN out, as the history must: a NaN-poisoned te layer looked healthy in fp8.stats,
+    -- or, all NaN, like an all-zero tensor with amax 0, while ao's and msamp's showed amax NaN)
+    local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8, amax_compute_algo = "max" })
+    local t = fp8.randn { 8, 32 }:totable()
+    t[1][1] = 0 / 0
+    acc:backward(model(fp8.tensor(t)):sum())
+    opt:step(); opt:zero_grad()
+    local row = fp8.stats(model, { quiet = true })[1]
+    assert.are.equal("input", row.role)
+    assert.is_true(row.amax ~= row.amax, "amax " .. tostring(row.amax))
+    assert.are.equal(1 / (8 * 32), row.nan)
+    assert.is_true(row.amax_history == row.amax_history and row.amax_history > 0)   -- the history has no NaN
+    local layer = fp8.recipes.fp8_layers(model)[1][2]
+    assert.are.equal(1, layer.fp8_meta:state().input.nan)
+    train(acc, model, opt, 1)   -- a clean step: nothing left over
+    row = fp8.stats(model, { quiet = true })[1]
+    assert.is_true(row.amax == row.amax and row.nan == 0)
+  end)
+
   it("scale = (fp8_max · 2^-margin) / amax, TE's order: finite where fp8_max / amax alone overflows", function()
     local function f32(v) return (string.unpack("f", string.pack("f", v))) end
     local s = R.scale_for(1e-38, "e4m3", 10, false)   -- fp8_max / amax = 4.5e40 > FLT_MAX: the old order gave FLT_MAX
