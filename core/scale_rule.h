@@ -3,7 +3,9 @@
  * passes the format's max finite value (fl_format(fmt)->max on the host, fl_fp8_fmt<>::max or a
  * launch argument on the device), so devices need no recipe or layer header to apply it.
  *   plain:  s = (fmt_max · 2^-margin) / amax in fp32 (the product is exact, the quotient rounded once; TE's
- *           order); an infinite result becomes FLT_MAX.
+ *           order); an infinite result becomes FLT_MAX, one below the smallest normal fp32 (a large margin and
+ *           amax: margin 40, amax 3e38 gave 0, margin 20 a subnormal whose reciprocal is inf) becomes 2^-126, so
+ *           that s and scale_inv = 1/s are both finite and > 0.
  *   pow2:   s = 2^(floor(log2(fmt_max / amax)) − margin), floor(log2) from the binary exponent of the
  *           double quotient (exact), clamped to a normal fp32 (2^-126 .. FLT_MAX).
  *   `fallback` for a NaN, infinite or non-positive amax (delayed scaling keeps the old scale).
@@ -37,7 +39,7 @@ FL_SR_FN float fl_amax_to_scale(float amax, float fmt_max, int margin, bool pow2
 #else
         float s = (fmt_max * ldexpf(1.0f, -margin)) / amax;
 #endif
-        return isinf(s) ? FLT_MAX : s;
+        return isinf(s) ? FLT_MAX : s < FLT_MIN ? FLT_MIN : s;
     }
     int e;
     (void)frexp((double)fmt_max / (double)amax, &e);   /* r = f·2^e, f in [0.5, 1): floor(log2 r) = e − 1 */

@@ -681,4 +681,7 @@ TEST(format_scale_from_amax) {
     CHECK(fl_scale_from_amax(0.0f, FL_E4M3, 0, 7.0f) == 7.0f && fl_scale_from_amax(-1.0f, FL_E4M3, 0, 7.0f) == 7.0f, "fallback");
     CHECK(fl_scale_from_amax(NAN, FL_E4M3, 0, 7.0f) == 7.0f && fl_scale_from_amax(INFINITY, FL_E4M3, 0, 7.0f) == 7.0f, "non-finite");
     CHECK(fl_scale_from_amax(1e-45f, FL_E4M3, 0, 7.0f) == FLT_MAX, "inf -> FLT_MAX");
+    /* a quotient below fp32's smallest normal (0 or a subnormal, whose reciprocal is inf) becomes 2^-126 */
+    CHECK(fl_scale_from_amax(3e38f, FL_E4M3, 40, 7.0f) == FLT_MIN, "0 -> 2^-126");
+    CHECK(fl_scale_from_amax(3e38f, FL_E4M3, 20, 7.0f) == FLT_MIN, "subnormal -> 2^-126");
 }

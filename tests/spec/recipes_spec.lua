@@ -601,6 +601,33 @@ describe("te recipe", function()
     assert.is_true(s < 3.4e38)
     assert.are.equal(f32(56 / f32(3)), R.scale_for(3, "e4m3", 3, false))
   end)
+
+  it("a large margin and amax give the scale 2^-126, not 0 or a subnormal whose scale_inv is inf", function()
+    -- (margin 40, amax 3e38: 448·2^-40 / 3e38 is 0 in fp32, scale_inv inf, so a cast decoded 0·inf = NaN; and a
+    -- checkpoint of that state was refused by load_state_dict)
+    assert.are.equal(2 ^ -126, R.scale_for(3e38, "e4m3", 40, false))
+    assert.are.equal(2 ^ -126, R.scale_for(3e38, "e4m3", 20, false))   -- (a subnormal before)
+    local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { margin = 40 })
+    local x, y = batch(64, 32, 10)
+    acc:backward(F.cross_entropy(model(x * 1e37), y)); opt:zero_grad(); opt:step()   -- (the weights stay as they are)
+    local st = fp8.recipes.fp8_layers(model)[1][2].fp8_meta:state().input
+    assert.are.equal(2 ^ -126, st.scale)
+    assert.are.equal(2 ^ 126, st.scale_inv)
+    local d = (x * 1e37):quantize("e4m3", { scale = st.scale }):dequantize()   -- decodes finite (0·inf was NaN)
+    local v = d:abs():max():item()
+    assert.is_true(v == v and v < math.huge, "the decoded max is " .. tostring(v))
+    local acc2, model2 = setup("fp8", fp8.TERecipeKwargs { margin = 40 })
+    model2:load_state_dict(model:state_dict())   -- the state loads back
+    -- a scale whose reciprocal overflows fp32 is refused
+    local S = require("fp8.fp8_state")
+    local sd = model:state_dict()
+    local s = S.unpack(sd["0.fp8_state"])
+    s.input.scale = 1e-45
+    sd["0.fp8_state"] = S.pack(s)
+    local ok, err = pcall(model2.load_state_dict, model2, sd)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("its reciprocal finite in fp32", 1, true), tostring(err))
+  end)
 end)
 
 describe("ao recipe", function()

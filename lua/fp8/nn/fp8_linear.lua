@@ -102,8 +102,10 @@ function FP8Linear:_check_load_state(sd, prefix, strict)
         .. 'or recipe; strict=false keeps its most recent entries that fit)'):format(prefix, r, #s.history,
         #mine[r].history)
     end
-    if not (s.scale > 0 and s.scale < math.huge) then
-      return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0)'):format(prefix, r, tostring(s.scale))
+    -- (and its reciprocal, the scale_inv that decodes, finite in fp32: a scale of 1e-45 made every decode inf or NaN)
+    if not (s.scale > 0 and s.scale < math.huge and 1 / s.scale <= 3.4028234663852886e38) then
+      return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0, its reciprocal finite in fp32)'):format(
+        prefix, r, tostring(s.scale))
     end
     -- the update count and MS-AMP's warm-up count are counts (a NaN or negative one was taken as 0 or kept)
     for _, k in ipairs { "updates", "warm" } do
