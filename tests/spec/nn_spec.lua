@@ -292,6 +292,21 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     U.fails_with("generate: idx [1, 0] holds no context", g.generate, g, fp8.zeros(1, 0), 2, { temperature = 0 })
   end)
 
+  it("GPT:generate refuses a NaN temperature and logits that are not finite instead of drawing one token", function()
+    -- (a NaN temperature, or a model whose weights went NaN, made every probability NaN: the draw then took the
+    -- last token every time, greedy decoding the first, without a word; torch's multinomial refuses them)
+    fp8.manual_seed(3)
+    local g = nn.GPT { vocab_size = 5, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }
+    local idx = fp8.tensor { { 1, 2 } }
+    U.fails_with("generate: temperature must be a number >= 0, got", g.generate, g, idx, 2, { temperature = 0 / 0 })
+    assert.are.same({ 1, 4 }, g:generate(idx, 2, { temperature = math.huge, seed = 1 }):shape())   -- uniform draws
+    fp8.no_grad(function() g.ln_f.bias:set({ 1 }, 0 / 0) end)
+    for _, o in ipairs { { seed = 1 }, { temperature = 0 }, { top_k = 2, seed = 1 } } do
+      U.fails_with("generate: the logits of row 1 hold NaN at token 0: the model's weights or inputs are not finite",
+        g.generate, g, idx, 2, o)
+    end
+  end)
+
   it("GPT:evaluate is the batch-weighted mean loss in eval mode, without a graph, and restores the mode", function()
     fp8.manual_seed(1)
     local g = nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8, dropout = 0.5 }

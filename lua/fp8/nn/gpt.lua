@@ -136,7 +136,7 @@ function GPT:generate(idx, max_new_tokens, opts)
   end
   opts = O.check("generate", opts, { "seed", "temperature", "top_k" }, 2)
   local temperature = opts.temperature or 1.0
-  if type(temperature) ~= "number" or temperature < 0 then
+  if type(temperature) ~= "number" or not (temperature >= 0) then   -- (NaN too: it drew the last token every time)
     error(("generate: temperature must be a number >= 0, got %s"):format(tostring(temperature)), 2)
   end
   local top_k = opts.top_k
@@ -159,6 +159,14 @@ function GPT:generate(idx, max_new_tokens, opts)
     local last = logits:narrow(2, Tc, 1):reshape { B, V }:totable()
     for b = 1, B do
       local l = last[b]
+      -- a NaN or an infinity in the logits (a model whose weights went NaN) drew the last token every time, or
+      -- greedily the first, without a word; torch's multinomial refuses such probabilities
+      for i = 1, V do
+        if not (l[i] > -math.huge and l[i] < math.huge) then
+          error(("generate: the logits of row %d hold %s at token %d: the model's weights or inputs are not finite")
+            :format(b, l[i] ~= l[i] and "NaN" or tostring(l[i]), i - 1), 0)
+        end
+      end
       local tok
       if temperature == 0 then
         tok = 1
