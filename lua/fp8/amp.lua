@@ -65,6 +65,8 @@ M.GradScaler = GradScaler
 local function f32(x) return (string.unpack("f", string.pack("f", x))) end
 local F32_MAX = f32(3.4028234663852886e38)
 local function fits_f32(v) return v > 0 and f32(v) > 0 and f32(v) <= F32_MAX end
+-- a scale whose reciprocal (what unscaling multiplies the gradients by) is finite in fp32: from about 2.9e-39
+local function inverts_f32(v) return f32(1 / f32(v)) <= F32_MAX end
 
 local DEFAULTS = { init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true }
 local KEYS = { "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled" }
@@ -80,7 +82,8 @@ setmetatable(GradScaler, { __call = function(_, opts)
       error(("GradScaler: %s must be %s, got %s"):format(k, what, tostring(o[k])), 3)
     end
   end
-  num("init_scale", fits_f32, "a number > 0 that fits fp32 (at most 3.4028235e38; the scale is fp32, as torch's)")
+  num("init_scale", function(v) return fits_f32(v) and inverts_f32(v) end,
+    "a number > 0 that fits fp32 (at most 3.4028235e38; the scale is fp32, as torch's), its reciprocal too")
   num("growth_factor", function(v) return v > 1 and v <= F32_MAX end, "a number > 1 (at most fp32's max)")
   num("backoff_factor", function(v) return v > 0 and v < 1 end, "a number in (0, 1)")
   num("growth_interval", function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1")
@@ -182,8 +185,9 @@ function GradScaler:update(new_scale)
   self._update_due = nil
   if not self.enabled then return end
   if new_scale ~= nil then
-    if type(new_scale) ~= "number" or not fits_f32(new_scale) then
-      error(("GradScaler:update: new_scale must be a number > 0 that fits fp32, got %s"):format(tostring(new_scale)), 2)
+    if type(new_scale) ~= "number" or not (fits_f32(new_scale) and inverts_f32(new_scale)) then
+      error(("GradScaler:update: new_scale must be a number > 0 that fits fp32, its reciprocal too, got %s"):format(
+        tostring(new_scale)), 2)
     end
     self._scale = f32(new_scale)
     self._growth_tracker = 0
@@ -196,7 +200,11 @@ function GradScaler:update(new_scale)
     end
     -- fp32 arithmetic, as torch's kernel: the fp32 scale times the factor rounded to fp32
     if self.found_inf then
-      self._scale = f32(self._scale * f32(self.backoff_factor))
+      -- left as it is where backing off would reach 0 or a scale whose reciprocal is inf (about 150 skipped steps
+      -- in a row from 65536): torch's goes on to 0, where the next clean step unscales by inf and writes NaN into
+      -- every weight, and where load_state_dict refuses the state save_state wrote
+      local backed = f32(self._scale * f32(self.backoff_factor))
+      if backed > 0 and inverts_f32(backed) then self._scale = backed end
       self._growth_tracker = 0
     else
       self._growth_tracker = self._growth_tracker + 1
@@ -220,7 +228,8 @@ end
 
 -- load_state_dict(sd): every field is checked before any is set (a failed load changes nothing).
 local SCALER_STATE = {
-  scale = { function(v) return type(v) == "number" and fits_f32(v) end, "a number > 0 that fits fp32" },
+  scale = { function(v) return type(v) == "number" and fits_f32(v) and inverts_f32(v) end,
+            "a number > 0 that fits fp32, its reciprocal too" },
   growth_factor = { function(v) return type(v) == "number" and v > 1 and v <= F32_MAX end, "a number > 1 (at most fp32's max)" },
   backoff_factor = { function(v) return type(v) == "number" and v > 0 and v < 1 end, "a number in (0, 1)" },
   growth_interval = { function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1" },

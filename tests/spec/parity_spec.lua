@@ -693,6 +693,34 @@ describe("more of Accelerate's Accelerator", function()
     assert.is_false(acc.optimizer_step_was_skipped)
   end)
 
+  it("the fp16 scale backs off no lower than a scale whose reciprocal is finite, and its state loads back", function()
+    -- (200 skipped steps in a row took it to 0, as torch's: the next clean step unscaled by 1/0 and wrote NaN into
+    -- every weight, and load_state_dict refused the scale 0 that state_dict had written)
+    local acc = new_acc { mixed_precision = "fp16" }
+    local m = nn.Linear(4, 2)
+    local opt = optim.SGD(m:parameters(), { lr = 0.1 })
+    m, opt = acc:prepare(m, opt)
+    local bad = fp8.tensor { { 0 / 0, 1, 2, 3 } }
+    for _ = 1, 200 do acc:backward(m(bad):sum()); opt:step(); opt:zero_grad() end
+    assert.is_true(acc.optimizer_step_was_skipped)
+    local s = acc.scaler:get_scale()
+    assert.are.equal(2 ^ -127, s)                     -- 2^-128's reciprocal is inf in fp32
+    acc:backward(m(fp8.randn { 3, 4 }):sum()); opt:step(); opt:zero_grad()   -- a clean step
+    assert.is_false(acc.optimizer_step_was_skipped)
+    for _, p in ipairs(m:parameters()) do
+      local v = p:abs():sum():item()
+      assert.is_true(v == v and v < math.huge, "a weight is not finite")
+    end
+    local sc = fp8.amp.GradScaler()
+    sc:load_state_dict(acc.scaler:state_dict())
+    assert.are.equal(2 ^ -127, sc:get_scale())
+    U.fails_with("init_scale must be a number > 0 that fits fp32", fp8.amp.GradScaler, { init_scale = 1e-45 })
+    U.fails_with("GradScalerKwargs: init_scale: expected a number > 0 that fits fp32", fp8.GradScalerKwargs,
+      { init_scale = 1e-45 })
+    U.fails_with("scale must be a number > 0 that fits fp32, its reciprocal too", sc.load_state_dict, sc,
+      { scale = 1e-45 })
+  end)
+
   it("get_state_dict and save (safetensors from the main process)", function()
     local acc = new_acc {}
     local m = acc:prepare(nn.Linear(4, 2))
