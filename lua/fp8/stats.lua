@@ -27,7 +27,8 @@ local function saved_stats(sd, opts)
     if not ok then error(("fp8.stats: %s: %s"):format(k, tostring(st):gsub("^[^:]*:%d+: ", "")), 3) end
     for _, r in ipairs(state.ROLES) do
       local s, amax = st[r], 0
-      for _, h in ipairs(s.history) do if h > amax then amax = h end end
+      -- a NaN in the history shows as NaN, as a live model's row shows it (it kept the old scale)
+      for _, h in ipairs(s.history) do if h > amax or h ~= h then amax = h end end
       rows[#rows + 1] = { layer = k:gsub("%.?fp8_state$", ""), role = r, scale = s.scale,
                           amax_history = amax, updates = s.updates, history = s.history }
     end

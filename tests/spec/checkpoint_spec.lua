@@ -819,6 +819,17 @@ describe("acc:save_state / load_state", function()
       assert.are.equal(r.amax_history, saved[i].amax_history)
       assert.are.equal(2, saved[i].updates)
     end
+    -- a NaN in a history (MS-AMP's in-time casts record one) shows as NaN there too (the largest finite entry did)
+    local S0 = require "fp8.fp8_state"
+    local sd0 = model:state_dict()
+    local st0 = S0.unpack(sd0["0.fp8_state"])
+    st0.grad.history[2] = 0 / 0
+    sd0["0.fp8_state"] = S0.pack(st0)
+    model:load_state_dict(sd0)
+    local nan_saved, nan_live = fp8.stats(sd0, { quiet = true })[3], fp8.stats(model, { quiet = true })[3]
+    assert.are.equal("grad", nan_saved.role)
+    assert.is_true(nan_saved.amax_history ~= nan_saved.amax_history, tostring(nan_saved.amax_history))
+    assert.is_true(nan_live.amax_history ~= nan_live.amax_history, tostring(nan_live.amax_history))
     U.fails_with("fp8.stats: 0.fp8_state: FP8 recipe state: unknown layout", function() fp8.stats({ ["0.fp8_state"] = fp8.tensor { 7 } }, { quiet = true }) end)
     -- counts that are not counts are refused by the layer, naming them (a negative one was kept, a NaN became 0)
     local S = require "fp8.fp8_state"
