@@ -7,7 +7,8 @@
  *           amax: margin 40, amax 3e38 gave 0, margin 20 a subnormal whose reciprocal is inf) becomes 2^-126, so
  *           that s and scale_inv = 1/s are both finite and > 0.
  *   pow2:   s = 2^(floor(log2(fmt_max / amax)) − margin), floor(log2) from the binary exponent of the
- *           double quotient (exact), clamped to a normal fp32 (2^-126 .. FLT_MAX).
+ *           double quotient (exact), clamped to 2^-126 .. 2^127, so that it stays a power of two (FLT_MAX,
+ *           where it stopped before, is not one, and its reciprocal is not exact).
  *   `fallback` for a NaN, infinite or non-positive amax (delayed scaling keeps the old scale).
  *   current scaling (torchao, MS-AMP's fresh scales): the rule of max(amax, FL_AMAX_FLOOR) with
  *           fallback 1 — a NaN amax counts as the floor too, an all-zero tensor scales by
@@ -44,7 +45,7 @@ FL_SR_FN float fl_amax_to_scale(float amax, float fmt_max, int margin, bool pow2
     int e;
     (void)frexp((double)fmt_max / (double)amax, &e);   /* r = f·2^e, f in [0.5, 1): floor(log2 r) = e − 1 */
     int ex = e - 1 - margin;
-    if (ex > 127) return FLT_MAX;
+    if (ex > 127) ex = 127;
     if (ex < -126) ex = -126;
     return ldexpf(1.0f, ex);
 }

@@ -82,6 +82,10 @@ TEST(recipe_pow2_scales) {
     CHECK(fl_scale_for(0.0f, FL_E4M3, 0, true, 7) == 7.0f, "amax 0 keeps the fallback");
     CHECK(fl_scale_for(NAN, FL_E5M2, 0, true, 7) == 7.0f, "NaN keeps the fallback");
     CHECK(fl_scale_for(3.0f, FL_E4M3, 0, false, 1) == 448.0f / 3.0f, "plain scale");
+    /* past 2^127 (an amax of 1e-38): the largest power of two, not FLT_MAX (which is none) */
+    CHECK(fl_scale_for(1e-38f, FL_E4M3, 0, true, 1) == ldexpf(1.0f, 127), "pow2 tops out at 2^127: %g",
+          fl_scale_for(1e-38f, FL_E4M3, 0, true, 1));
+    CHECK(fl_scale_for(1e-45f, FL_E5M2, 0, true, 1) == ldexpf(1.0f, 127), "a denormal amax: 2^127");
 }
 
 /* ---- FP8 linear against float64 ---------------------------------------------------------------- */
