@@ -792,7 +792,7 @@ function Accelerator:clip_grad_value_(params, clip_value, ...)
     error("clip_grad_value_: takes (parameters, clip_value) as Accelerate's does", 2)
   end
   if type(clip_value) ~= "number" or clip_value < 0 or clip_value ~= clip_value then
-    error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(tostring(clip_value)), 2)
+    error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(O.got(clip_value)), 2)
   end
   self:unscale_gradients()
   if Module.is_module(params) then params = params:parameters() end
@@ -898,7 +898,9 @@ function Accelerator:log_fp8_stats(opts)
   if type(opts) ~= "table" then error(("log_fp8_stats: expected {every=N, path=...}, got %s"):format(type(opts)), 2) end
   O.check("log_fp8_stats", opts, { "every", "path" }, 2)
   local every, path = opts.every or 1, opts.path
-  if math.type(every) ~= "integer" or every < 1 then error(("log_fp8_stats: every must be an integer >= 1, got %s"):format(tostring(every)), 2) end
+  if math.type(every) ~= "integer" or every < 1 then
+    error(("log_fp8_stats: every must be an integer >= 1, got %s"):format(O.got(every)), 2)
+  end
   if type(path) ~= "string" or path == "" then error(("log_fp8_stats: path must be a file name, got %s"):format(tostring(path)), 2) end
   if self.process_index == 0 then   -- the main process writes the CSV
     local f, err = io.open(path, "a")

@@ -21,7 +21,7 @@ setmetatable(Plugin, { __call = function(_, opts)
   O.check("GradientAccumulationPlugin", opts, KEYS, 2)
   local n = opts.num_steps
   if math.type(n) ~= "integer" or n < 1 then
-    error(("GradientAccumulationPlugin: num_steps must be an integer >= 1, got %s"):format(tostring(n)), 2)
+    error(("GradientAccumulationPlugin: num_steps must be an integer >= 1, got %s"):format(O.got(n)), 2)
   end
   local self = setmetatable({ num_steps = n }, Plugin)
   for _, k in ipairs { "adjust_scheduler", "sync_with_dataloader", "sync_each_batch" } do

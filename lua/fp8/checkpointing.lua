@@ -46,10 +46,10 @@ function M.ProjectConfiguration(opts, ...)
     error("ProjectConfiguration: automatic_checkpoint_naming must be a boolean", 2)
   end
   if pc.total_limit ~= nil and (math.type(pc.total_limit) ~= "integer" or pc.total_limit < 1) then
-    error(("ProjectConfiguration: total_limit must be an integer >= 1, got %s"):format(tostring(pc.total_limit)), 2)
+    error(("ProjectConfiguration: total_limit must be an integer >= 1, got %s"):format(O.got(pc.total_limit)), 2)
   end
   if math.type(pc.iteration) ~= "integer" or pc.iteration < 0 then
-    error(("ProjectConfiguration: iteration must be an integer >= 0, got %s"):format(tostring(pc.iteration)), 2)
+    error(("ProjectConfiguration: iteration must be an integer >= 0, got %s"):format(O.got(pc.iteration)), 2)
   end
   return pc
 end

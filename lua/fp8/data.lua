@@ -306,7 +306,7 @@ end
 local Blocks = dataset_class("TextBlocks")
 function TextDataset:blocks(max)
   if max ~= nil and (math.type(max) ~= "integer" or max < 1) then
-    error(("TextDataset:blocks: max must be an integer >= 1, got %s"):format(tostring(max)), 2)
+    error(("TextDataset:blocks: max must be an integer >= 1, got %s"):format(O.got(max)), 2)
   end
   local all = (self.n - 1) // self.block_size + 1      -- windows starting at 1, 1+T, 1+2T, ... <= n
   local k = math.min(all, max or all)

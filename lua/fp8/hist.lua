@@ -33,7 +33,7 @@ local function hist(t, fmt, opts, ...)
   O.check("hist", opts, VALID, 2)
   local width = opts.width or 40
   if math.type(width) ~= "integer" or width < 0 then
-    error(("hist: width must be an integer >= 0, got %s"):format(tostring(opts.width)), 2)
+    error(("hist: width must be an integer >= 0, got %s"):format(O.got(opts.width)), 2)
   end
   if opts.quiet ~= nil and type(opts.quiet) ~= "boolean" then
     error(("hist: quiet must be a boolean, got %s"):format(type(opts.quiet)), 2)

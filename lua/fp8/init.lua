@@ -100,7 +100,7 @@ end
 function fp8.set_seed(seed, device_specific, ...)
   require("fp8.opts").no_more("set_seed", "(seed [, device_specific])", ...)
   if math.type(seed) ~= "integer" or seed < 0 then
-    error(("set_seed: seed must be an integer >= 0, got %s"):format(tostring(seed)), 2)
+    error(("set_seed: seed must be an integer >= 0, got %s"):format(require("fp8.opts").got(seed)), 2)
   end
   if device_specific ~= nil and type(device_specific) ~= "boolean" then
     error(("set_seed: device_specific must be a boolean, got %s"):format(type(device_specific)), 2)

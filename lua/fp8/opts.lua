@@ -93,6 +93,14 @@ local function given(v)
   return "a " .. type(v)   -- boolean, number, string, table, function, thread, userdata
 end
 
+-- got(v) -> v as an error message shows a value that should have been a number: a number as it is, a string quoted
+-- (num_steps="2" read "got 2", as if it were the number), anything else by its kind ("a table", "a tensor", "nil").
+function M.got(v)
+  if type(v) == "number" or type(v) == "boolean" then return tostring(v) end
+  if type(v) == "string" then return ("%q (a string)"):format(v) end
+  return given(v)
+end
+
 -- Whether self is an object a method `name` can be called on: a table whose lookup of name finds a method (an
 -- instance of the class, or of a subclass). A call written with a dot passes its first argument, or nothing, here.
 local function is_object(self, name)

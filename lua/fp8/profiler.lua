@@ -451,11 +451,11 @@ function Averages:table(opts)
   end
   local limit = opts.row_limit or 100
   if math.type(limit) ~= "integer" or limit < 1 then
-    error(("table: row_limit must be an integer >= 1, got %s"):format(tostring(limit)), 2)
+    error(("table: row_limit must be an integer >= 1, got %s"):format(O.got(limit)), 2)
   end
   local namew = opts.max_name_column_width or 55
   if math.type(namew) ~= "integer" or namew < 8 then
-    error(("table: max_name_column_width must be an integer >= 8, got %s"):format(tostring(namew)), 2)
+    error(("table: max_name_column_width must be an integer >= 8, got %s"):format(O.got(namew)), 2)
   end
   local rows = {}
   for i, r in ipairs(self) do rows[i] = r end

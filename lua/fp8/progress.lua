@@ -38,7 +38,7 @@ local function new(iterable, opts)
   local t = type(iterable)
   if t == "number" then
     if iterable ~= math.floor(iterable) or iterable < 0 then
-      error(("progress: a count must be a non-negative integer, got %s"):format(tostring(iterable)), 2)
+      error(("progress: a count must be a non-negative integer, got %s"):format(O.got(iterable)), 2)
     end
     local n, i = math.tointeger(iterable), 0
     self.total = n
@@ -59,7 +59,7 @@ local function new(iterable, opts)
   end
   if opts.total ~= nil then
     if type(opts.total) ~= "number" or opts.total < 0 then
-      error(("progress: total must be a non-negative number, got %s"):format(tostring(opts.total)), 2)
+      error(("progress: total must be a non-negative number, got %s"):format(O.got(opts.total)), 2)
     end
     self.total = math.tointeger(opts.total) or opts.total
   end
@@ -86,7 +86,7 @@ local function new(iterable, opts)
   end
   if opts.every ~= nil then
     if math.type(opts.every) ~= "integer" or opts.every < 1 then
-      error(("progress: every must be an integer >= 1, got %s"):format(tostring(opts.every)), 2)
+      error(("progress: every must be an integer >= 1, got %s"):format(O.got(opts.every)), 2)
     end
     self.every = opts.every
   else
@@ -168,7 +168,7 @@ end
 -- bar:update([k=1]) advances the count by k (for manual loops).
 function Bar:update(k)
   if k ~= nil and (type(k) ~= "number" or k ~= k or math.abs(k) == math.huge) then
-    error(("update: k must be a finite number, got %s"):format(tostring(k)), 2)
+    error(("update: k must be a finite number, got %s"):format(O.got(k)), 2)
   end
   -- in floats: integer addition would wrap (math.mininteger + 0 passed an integer check once)
   if math.abs((self.n + 0.0) + ((k or 1) + 0.0)) > 2 ^ 53 then   -- the count is printed as an integer

@@ -552,7 +552,7 @@ function Tensor.chunk(t, n, dim, ...)
   no_more("chunk", "(chunks [, dim])", ...)
   check_self("chunk", t)
   if math.type(n) ~= "integer" or n < 1 then
-    error(("chunk: chunks must be an integer >= 1, got %s"):format(tostring(n)), 2)
+    error(("chunk: chunks must be an integer >= 1, got %s"):format(require("fp8.opts").got(n)), 2)
   end
   if t:dim() == 0 then error("chunk: a 0-d tensor cannot be split", 2) end
   dim = norm_dim("chunk", dim or 1, t:dim())

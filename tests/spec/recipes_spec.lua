@@ -574,7 +574,8 @@ describe("te recipe", function()
     assert.truthy(tostring(err):find("input history[2] is -1", 1, true), tostring(err))
   end)
 
-  it("fp8.stats shows a te cast that met a NaN (amax NaN, a nan fraction), though its history passes it over", function()
+  it("fp8.stats shows a te cast that met a NaN (amax NaN, a nan fraction), though its history passes it over",
+    function()
     -- (the cast's amax left the NaN out, as the history must: a NaN-poisoned te layer looked healthy in fp8.stats,
     -- or, all NaN, like an all-zero tensor with amax 0, while ao's and msamp's showed amax NaN)
     local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { amax_history_len = 8, amax_compute_algo = "max" })

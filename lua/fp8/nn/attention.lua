@@ -21,7 +21,7 @@ function CausalSelfAttention:__init(cfg)
   end
   local d, h = cfg.n_embd, cfg.n_head
   if math.type(d) ~= "integer" or d <= 0 then
-    error(("CausalSelfAttention: n_embd must be a positive integer, got %s"):format(tostring(d)), 3)
+    error(("CausalSelfAttention: n_embd must be a positive integer, got %s"):format(O.got(d)), 3)
   end
   if math.type(h) ~= "integer" or h <= 0 or d % h ~= 0 then
     error(("CausalSelfAttention: n_head must be a positive integer dividing n_embd=%d, got %s"):format(d, tostring(h)), 3)

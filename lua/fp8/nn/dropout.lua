@@ -12,7 +12,7 @@ function Dropout:__init(p)
   end
   if p == nil then p = 0.5 end
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then   -- `not (...)` also refuses NaN
-    error(("Dropout: p must be a probability in [0, 1], got %s"):format(tostring(p)), 3)
+    error(("Dropout: p must be a probability in [0, 1], got %s"):format(require("fp8.opts").got(p)), 3)
   end
   self.p = p
 end

@@ -149,7 +149,7 @@ function F.cross_entropy(logits, targets, opts, ...)
   if logits:size(2) == 0 then error(("cross_entropy: logits %s have no classes"):format(shape_str(logits)), 2) end
   local ls = opts.label_smoothing or 0
   if type(ls) ~= "number" or ls < 0 or ls > 1 then
-    error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(tostring(ls)), 2)
+    error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(O.got(ls)), 2)
   end
   if probs then
     -- class probabilities (torch's second form): −Σ_j t'[i, j]·log_softmax(x)[i, j], t' = (1 − ε)·t + ε/C; the mean
@@ -173,7 +173,7 @@ function F.cross_entropy(logits, targets, opts, ...)
   end
   local ii = opts.ignore_index or -100
   if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
-    error(("cross_entropy: ignore_index must be an integer, got %s"):format(tostring(ii)), 2)
+    error(("cross_entropy: ignore_index must be an integer, got %s"):format(O.got(ii)), 2)
   end
   local per = ce_rows(logits, targets, ls, ii)
   return red == "none" and per or per:sum()
@@ -224,7 +224,7 @@ function F.dropout(x, p, training, ...)
   check_tensor("dropout", "input", x)
   p = p == nil and 0.5 or p
   if type(p) ~= "number" or p < 0 or p > 1 then
-    error(("dropout: p must be a probability in [0, 1], got %s"):format(tostring(p)), 2)
+    error(("dropout: p must be a probability in [0, 1], got %s"):format(O.got(p)), 2)
   end
   if training == nil then training = true end
   if type(training) ~= "boolean" then error(("dropout: training must be a boolean, got %s"):format(type(training)), 2) end
@@ -253,7 +253,7 @@ function F.qkv_attention(qkv, n_head, opts, ...)
   no_more("qkv_attention", "(qkv, n_head [, {is_causal=, scale=}])", ...)
   check_tensor("qkv_attention", "qkv", qkv)
   if math.type(n_head) ~= "integer" or n_head < 1 then
-    error(("qkv_attention: n_head must be a positive integer, got %s"):format(tostring(n_head)), 2)
+    error(("qkv_attention: n_head must be a positive integer, got %s"):format(O.got(n_head)), 2)
   end
   opts = check_opts("qkv_attention", opts, { is_causal = true, scale = true })
   if qkv:dim() ~= 3 or qkv:size(3) % (3 * n_head) ~= 0 then

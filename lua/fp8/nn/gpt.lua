@@ -122,7 +122,7 @@ function GPT:generate(idx, max_new_tokens, opts)
     error(("generate: idx must be token ids [B, T], got %s"):format(fp8.is_tensor(idx) and Module._shape_str(idx) or type(idx)), 2)
   end
   if math.type(max_new_tokens) ~= "integer" or max_new_tokens < 0 then
-    error(("generate: max_new_tokens must be a non-negative integer, got %s"):format(tostring(max_new_tokens)), 2)
+    error(("generate: max_new_tokens must be a non-negative integer, got %s"):format(O.got(max_new_tokens)), 2)
   end
   if idx:size(2) == 0 then
     error(("generate: idx %s holds no context: each row needs at least one token to continue"):format(
@@ -137,11 +137,11 @@ function GPT:generate(idx, max_new_tokens, opts)
   opts = O.check("generate", opts, { "seed", "temperature", "top_k" }, 2)
   local temperature = opts.temperature or 1.0
   if type(temperature) ~= "number" or not (temperature >= 0) then   -- (NaN too: it drew the last token every time)
-    error(("generate: temperature must be a number >= 0, got %s"):format(tostring(temperature)), 2)
+    error(("generate: temperature must be a number >= 0, got %s"):format(O.got(temperature)), 2)
   end
   local top_k = opts.top_k
   if top_k ~= nil and (math.type(top_k) ~= "integer" or top_k < 1) then
-    error(("generate: top_k must be a positive integer, got %s"):format(tostring(top_k)), 2)
+    error(("generate: top_k must be a positive integer, got %s"):format(O.got(top_k)), 2)
   end
   if idx:size(1) == 0 then return fp8.zeros({ 0, idx:size(2) + max_new_tokens }, { device = self:device() }) end
   local rand = opts.seed and splitmix(opts.seed) or math.random

@@ -7,10 +7,10 @@ local M = {}
 -- uniform(shape, a, b) → U[a, b)
 function M.uniform(shape, a, b)
   if a ~= nil and (type(a) ~= "number" or a ~= a or math.abs(a) == math.huge) then
-    error(("uniform: a must be a finite number, got %s"):format(tostring(a)), 2)
+    error(("uniform: a must be a finite number, got %s"):format(require("fp8.opts").got(a)), 2)
   end
   if b ~= nil and (type(b) ~= "number" or b ~= b or math.abs(b) == math.huge) then
-    error(("uniform: b must be a finite number, got %s"):format(tostring(b)), 2)
+    error(("uniform: b must be a finite number, got %s"):format(require("fp8.opts").got(b)), 2)
   end
   a, b = a or 0, b or 1
   local t = fp8.rand(shape)

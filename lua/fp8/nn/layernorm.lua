@@ -35,7 +35,7 @@ function LayerNorm:__init(n, opts)
     end
   end
   if opts.eps ~= nil and (type(opts.eps) ~= "number" or not (opts.eps >= 0 and opts.eps < math.huge)) then
-    error(("LayerNorm: eps must be a finite number >= 0, got %s"):format(tostring(opts.eps)), 3)
+    error(("LayerNorm: eps must be a finite number >= 0, got %s"):format(O.got(opts.eps)), 3)
   end
   self.normalized_shape = n
   self.eps = opts.eps or 1e-5

@@ -40,7 +40,7 @@ function M.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, ...)
   end
   local list = param_list(params, "clip_grad_norm_")
   if type(max_norm) ~= "number" or not (max_norm >= 0) then   -- `not (...)` also refuses NaN
-    error(("clip_grad_norm_: max_norm must be a number >= 0, got %s"):format(tostring(max_norm)), 2)
+    error(("clip_grad_norm_: max_norm must be a number >= 0, got %s"):format(require("fp8.opts").got(max_norm)), 2)
   end
   norm_type = norm_type or 2
   if norm_type == "inf" then norm_type = math.huge end
@@ -91,7 +91,7 @@ function M.clip_grad_value_(params, clip_value, ...)
   end
   local list = param_list(params, "clip_grad_value_")
   if type(clip_value) ~= "number" or not (clip_value >= 0) then   -- `not (...)` also refuses NaN
-    error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(tostring(clip_value)), 2)
+    error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(require("fp8.opts").got(clip_value)), 2)
   end
   local grads = {}
   for _, p in ipairs(list) do

@@ -261,10 +261,10 @@ function M.LinearLR(opt, opts, ...)
   check_keys("LinearLR", opts, { start_factor = true, end_factor = true, total_iters = true })
   local sf, ef, total = opts.start_factor or 1 / 3, opts.end_factor or 1, opts.total_iters or 5
   if type(sf) ~= "number" or not (sf > 0 and sf <= 1) then
-    error(("LinearLR: start_factor must be a number in (0, 1], got %s"):format(tostring(sf)), 2)
+    error(("LinearLR: start_factor must be a number in (0, 1], got %s"):format(O.got(sf)), 2)
   end
   if type(ef) ~= "number" or not (ef >= 0 and ef <= 1) then
-    error(("LinearLR: end_factor must be a number in [0, 1], got %s"):format(tostring(ef)), 2)
+    error(("LinearLR: end_factor must be a number in [0, 1], got %s"):format(O.got(ef)), 2)
   end
   check_int("LinearLR", "total_iters", total, 1)
   return new("LinearLR", opt, function(epoch, base)
