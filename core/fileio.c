@@ -212,13 +212,11 @@ static void remove_stale_links(const char *path) {
 
 fl_status fl_atomic_commit(fl_atomic_file *af) {
     int e = 0;
-    /* the file it replaces keeps its permissions (a checkpoint made private with chmod 600 stays so), as a write in
-     * place would; a new file takes 0666 less the umask */
+    /* the file it replaces keeps its permission bits (a checkpoint made private with chmod 600 stays so), as a
+     * write in place would (set-id bits aside, which a write clears); a new file takes 0666 less the umask. Best
+     * effort: a file system without modes (vfat) refuses fchmod, and the write goes on there */
     struct stat old;
-    if (stat(af->path, &old) == 0 && S_ISREG(old.st_mode) && fchmod(af->fd, old.st_mode & 07777) != 0) {
-        e = errno;
-        goto fail;
-    }
+    if (stat(af->path, &old) == 0 && S_ISREG(old.st_mode)) (void)fchmod(af->fd, old.st_mode & 0777);
     if (fsync(af->fd) != 0) { e = errno; goto fail; }
     if (!af->tmp[0]) {
         remove_stale_links(af->path);

@@ -471,11 +471,14 @@ static int l_is_link(lua_State *L) {
 }
 
 /* copy_mode(from, to) → true, or nil + message: to takes from's permission bits (a checkpoint directory that replaces
- * one made private with chmod 700 stays private) */
+ * one made private with chmod 700 stays private). A file system without modes (vfat: EPERM) counts as done. */
 static int l_copy_mode(lua_State *L) {
     const char *from = luaL_checkstring(L, 1), *to = luaL_checkstring(L, 2);
     struct stat sb;
-    if (stat(from, &sb) == 0 && chmod(to, sb.st_mode & 07777) == 0) { lua_pushboolean(L, 1); return 1; }
+    if (stat(from, &sb) == 0 && (chmod(to, sb.st_mode & 0777) == 0 || errno == EPERM || errno == ENOTSUP)) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
     lua_pushnil(L);
     lua_pushfstring(L, "%s: cannot take the permissions of %s: %s", to, from, strerror(errno));
     return 2;
