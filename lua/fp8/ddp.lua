@@ -40,13 +40,38 @@ local function shape_str(t)
   return "[" .. table.concat(s, ", ") .. "]"
 end
 
-local function describe(model, opts)
-  local lines = {}
+-- A recipe field as text: a table (override_linear_precision) by its keys and values in one order, a function
+-- (module_filter_func) by its kind only (two processes' functions cannot be compared).
+local function field_str(v)
+  if type(v) == "table" then
+    local t = {}
+    for k, x in pairs(v) do t[#t + 1] = tostring(k) .. "=" .. field_str(x) end
+    table.sort(t)
+    return "{" .. table.concat(t, ", ") .. "}"
+  end
+  return type(v) == "function" and "a function" or tostring(v)
+end
+
+local function describe(model, acc)
+  local lines, opts = {}, acc._ddp_opts
   -- the reducer's options decide which collectives run (buckets, wire dtype, the used-map all-reduce): a rank
   -- with other options would pair its collectives with the wrong ones
   for _, k in ipairs { "bucket_cap_mb", "find_unused", "wire", "broadcast_buffers" } do
     if opts and opts[k] ~= nil then lines[#lines + 1] = ("DistributedDataParallelKwargs %s=%s"):format(k, tostring(opts[k])) end
   end
+  -- so do the precision settings (te's amax all-reduce, MS-AMP's FP8 gradient items, the accumulation windows), and
+  -- they decide the numbers: fp16 on one rank only would average its loss-scaled gradients with unscaled ones. Each
+  -- process reads them from its own environment and config file, which may differ from node to node.
+  lines[#lines + 1] = "mixed_precision=" .. tostring(acc.mixed_precision)
+  if acc.mixed_precision == "fp8" and type(acc.fp8_recipe) == "table" then
+    lines[#lines + 1] = "FP8 backend=" .. tostring(acc.fp8_backend)   -- first: the recipe fields depend on it
+    local keys = {}
+    for k in pairs(acc.fp8_recipe) do if k ~= "backend" then keys[#keys + 1] = tostring(k) end end
+    table.sort(keys)
+    for _, k in ipairs(keys) do lines[#lines + 1] = ("FP8 recipe %s=%s"):format(k, field_str(acc.fp8_recipe[k])) end
+  end
+  lines[#lines + 1] = "gradient_accumulation_steps=" .. tostring(acc.gradient_accumulation_steps)
+  lines[#lines + 1] = "sync_each_batch=" .. tostring(acc.gradient_state.sync_each_batch == true)
   for _, kind in ipairs { "parameter", "buffer" } do
     local list = kind == "parameter" and model:named_parameters() or model:named_buffers()
     for _, nt in ipairs(list) do
@@ -63,7 +88,7 @@ end
 -- error on every rank naming the first difference), then takes rank 0's values.
 function M.agree(acc, model)
   local dist = require "fp8.distributed"
-  dist._require_same(acc, describe(model, acc._ddp_opts), "prepare: the model differs across processes")
+  dist._require_same(acc, describe(model, acc), "prepare: the model or its training settings differ across processes")
   for _, t in ipairs(model:parameters()) do D.broadcast(t, 0) end
   for _, t in ipairs(model:buffers()) do D.broadcast(t, 0) end
 end

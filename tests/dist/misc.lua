@@ -21,7 +21,29 @@
 --   ddpfaults     find_unused: a parameter used only in a no_sync micro-step is averaged too; a parameter without a
 --                 gradient on rank 1 only (caught there): an error on both ranks, none waits, the reducer works after;
 --                 DistributedDataParallelKwargs that differ across ranks are refused at prepare
+--   settings      mixed precision, FP8 recipe or accumulation settings that differ across ranks (each process reads its
+--                 own environment and config file) are refused at prepare, on every rank, naming the first difference
 local mode = arg[1]
+if mode == "settings" then
+  local r = fp8.Accelerator { cpu = true }.process_index
+  local cases = {
+    { "fp16", { mixed_precision = r == 1 and "fp16" or "no" } },
+    { "margin", { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs { margin = r } } } },
+    { "backend", { mixed_precision = "fp8",
+                   kwargs_handlers = { r == 1 and fp8.MSAMPRecipeKwargs {} or fp8.TERecipeKwargs {} } } },
+    { "accum", { gradient_accumulation_steps = r + 1 } },
+    { "same", { mixed_precision = "fp8",
+                kwargs_handlers = { fp8.TERecipeKwargs { override_linear_precision = { wgrad = true } } } } },
+  }
+  for _, c in ipairs(cases) do
+    c[2].cpu = true
+    local acc = fp8.Accelerator(c[2])
+    local model = fp8.nn.Linear(4, 4)
+    local ok, err = pcall(acc.prepare, acc, model, fp8.optim.AdamW(model:parameters(), { lr = 1e-3 }))
+    print(("rank%d %s=%s"):format(r, c[1], ok and "ok" or tostring(err):match("rank 1 has .*") or tostring(err)))
+  end
+  return
+end
 if mode == "ddpfaults" then
   local nn = fp8.nn
   local acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.DistributedDataParallelKwargs { find_unused_parameters = true } } }

@@ -220,6 +220,22 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 caught=true DDP: another process's backward failed", 1, true), out)
   end)
 
+  it("mixed precision, FP8 recipe and accumulation settings that differ across ranks are refused at prepare", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "settings")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      for _, want in ipairs { "fp16=rank 1 has mixed_precision=fp16 where rank 0 has mixed_precision=no",
+                              "margin=rank 1 has FP8 recipe margin=1 where rank 0 has FP8 recipe margin=0",
+                              "backend=rank 1 has FP8 backend=msamp where rank 0 has FP8 backend=te",
+                              "accum=rank 1 has gradient_accumulation_steps=2 where rank 0 has "
+                                .. "gradient_accumulation_steps=1",
+                              "same=ok" } do
+        assert.truthy(out:find(("rank%d %s\n"):format(r, want), 1, true), out)
+      end
+    end
+  end)
+
   it("gather_object, pad_across_processes, set_trigger/check_trigger and the on_* helpers across processes", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "objects")
