@@ -631,6 +631,7 @@ function Accelerator:free_memory(...)
   self._param_map, self._pending_map_clear = {}, nil
   self._fp8_weights = setmetatable({}, { __mode = "k" })
   self._ddp_models, self._ddp_params, self._ddp_names, self._ddp_reducer = nil, nil, nil, nil
+  self._ddp_param_set = nil
   self.gradient_state._active, self.gradient_state.end_of_dataloader = {}, false
   -- Accelerate's free_memory sets its step (the micro-step count that ends accumulation windows) to 0: the next
   -- trial's windows start afresh, whatever micro-step the last one stopped at

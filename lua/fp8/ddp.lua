@@ -108,7 +108,9 @@ function M.attach(acc, model)
       end
     end
   end
-  acc._ddp_params, acc._ddp_names = params, names
+  local set = {}
+  for _, p in ipairs(params) do set[p] = true end
+  acc._ddp_params, acc._ddp_names, acc._ddp_param_set = params, names, set
   acc._ddp_reducer = D.ddp(params, names, { bucket_cap_mb = o.bucket_cap_mb, wire = o.wire, find_unused = o.find_unused })
   rawset(model, "_ddp_stats", function()   -- fp8.stats' all-reduce row (none after acc:free_memory())
     local r = acc._ddp_reducer
@@ -145,6 +147,23 @@ function M.backward(acc, loss, opts)
   local in_no_sync = rawget(acc, "_in_no_sync")
   local each = acc.gradient_state.sync_each_batch
   if not r or in_no_sync or (acc.sync_gradients == false and not each) then return loss:backward(opts) end
+  -- The reducer holds the parameters that were trainable at prepare. One unfrozen since (gradual unfreezing) would
+  -- keep each process's own gradient and the weights would part without a word: refused on every process (each
+  -- runs the same script, so each finds it here, before any collective).
+  local set = acc._ddp_param_set
+  for mi, m in ipairs(acc._ddp_models or {}) do
+    for _, p in ipairs(m:parameters()) do
+      if not set[p] and p:requires_grad() then
+        local name = "?"
+        for _, nt in ipairs(m:named_parameters()) do if nt[2] == p then name = nt[1] break end end
+        if #acc._ddp_models > 1 then name = ("model%d.%s"):format(mi, name) end
+        error(("DDP: parameter '%s' was frozen (requires_grad false) when its model was prepared and is trainable now: "
+          .. "its gradients would not be averaged and the processes' weights would part; to unfreeze it during "
+          .. "training, prepare it trainable with DistributedDataParallelKwargs{find_unused_parameters=true} and "
+          .. "freeze it after acc:prepare"):format(name), 0)
+      end
+    end
+  end
   r:begin()
   local ok, err = pcall(loss.backward, loss, opts)
   if not ok then

@@ -21,9 +21,41 @@
 --   ddpfaults     find_unused: a parameter used only in a no_sync micro-step is averaged too; a parameter without a
 --                 gradient on rank 1 only (caught there): an error on both ranks, none waits, the reducer works after;
 --                 DistributedDataParallelKwargs that differ across ranks are refused at prepare
+--   unfreeze      a parameter frozen at prepare and unfrozen later: refused (its gradients would stay local); prepared
+--                 trainable with find_unused_parameters and frozen after prepare, it unfreezes with the weights equal
 --   settings      mixed precision, FP8 recipe or accumulation settings that differ across ranks (each process reads its
 --                 own environment and config file) are refused at prepare, on every rank, naming the first difference
 local mode = arg[1]
+if mode == "unfreeze" then
+  -- a parameter frozen at prepare and unfrozen later is refused; prepared trainable under find_unused_parameters and
+  -- frozen after prepare, it can be unfrozen: the weights stay equal across ranks
+  local nn, F = fp8.nn, fp8.nn.functional
+  for _, fu in ipairs { false, true } do
+    local acc = fp8.Accelerator { cpu = true,
+      kwargs_handlers = { fp8.DistributedDataParallelKwargs { find_unused_parameters = fu } } }
+    local r = acc.process_index
+    fp8.manual_seed(1)
+    local model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    if not fu then model[1].weight:requires_grad(false) end
+    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+    model, opt = acc:prepare(model, opt)
+    if fu then model[1].weight:requires_grad(false) end
+    local out = {}
+    for step = 1, 3 do
+      if step == 2 then model[1].weight:requires_grad(true) end
+      fp8.manual_seed(10 * step + r)
+      local x = fp8.randn { 3, 4 }
+      local ok, err = pcall(function() acc:backward((model(x) ^ 2):mean()); opt:step(); opt:zero_grad() end)
+      local w = acc:gather(model[1].weight:reshape { 1, -1 })
+      local same = (w:narrow(1, 1, 1) - w:narrow(1, 2, 1)):abs():max():item() == 0
+      local what = ok and "ok" or (tostring(err):match("DDP: parameter '[^']*' was frozen") or tostring(err))
+      out[#out + 1] = ("%s/%s"):format(what, same and "same" or "differ")
+      opt:zero_grad()
+    end
+    print(("rank%d unfreeze find_unused=%s %s"):format(r, tostring(fu), table.concat(out, " ")))
+  end
+  return
+end
 if mode == "settings" then
   local r = fp8.Accelerator { cpu = true }.process_index
   local cases = {

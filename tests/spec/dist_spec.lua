@@ -220,6 +220,17 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 caught=true DDP: another process's backward failed", 1, true), out)
   end)
 
+  it("a parameter frozen at prepare and unfrozen later is refused rather than trained with local gradients", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "unfreeze")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d unfreeze find_unused=false ok/same DDP: parameter '0.weight' was frozen/same "
+        .. "DDP: parameter '0.weight' was frozen/same\n"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d unfreeze find_unused=true ok/same ok/same ok/same\n"):format(r), 1, true), out)
+    end
+  end)
+
   it("mixed precision, FP8 recipe and accumulation settings that differ across ranks are refused at prepare", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "settings")
