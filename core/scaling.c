@@ -64,6 +64,7 @@ float fl_scale_current(float amax, fl_dtype fmt, int margin, bool pow2) {
 
 void fl_scaling_record(fl_scaling *s, float amax) {
     float *h0 = &s->history[0];
+    if (s->step_ended) { *h0 = 0.0f; s->step_ended = false; }
     if (isnan(amax) || isnan(*h0)) *h0 = NAN;
     else if (amax > *h0) *h0 = amax;
 }
@@ -140,7 +141,9 @@ float fl_scaling_amax(const fl_scaling *s) {
 
 fl_status fl_scaling_update(fl_scaling *s) {
     FL_TRY(fl_scaling_flush(s));
-    if (s->rule != FL_SCALE_DELAYED) return FL_OK;
+    /* current scaling keeps no history: history[0] is the step's max until the next step's first cast (it was the
+     * max since the start, so fp8.stats' amax(hist) of an ao layer never came down) */
+    if (s->rule != FL_SCALE_DELAYED) { s->step_ended = true; return FL_OK; }
     if (s->history[0] == 0.0f) return FL_OK;     /* the role did not run this step */
     if (s->warmup > 0) s->warm = isfinite(s->history[0]) ? s->warm + 1 : 0;   /* MS-AMP's amax_counter */
     if (s->updates % s->interval == 0) {

@@ -39,6 +39,8 @@ typedef struct fl_scaling {
     int interval;            /* delayed: recompute the scale every `interval` updates (1 = every step) */
     int amax_history_len;            /* delayed: ring length L >= 1 */
     float *history;          /* [amax_history_len]; history[0] = this step's amax (max over its casts) */
+    bool step_ended;         /* current rule: an update passed, so the next cast starts history[0] afresh (it held
+                              * the last step's max, for fp8.stats; it does not roll, the rule keeps no history) */
     float scale, scale_inv;  /* what the next delayed cast uses; start at 1 */
     int64_t updates;         /* fl_scaling_update calls that rolled the ring */
     /* MS-AMP's warm-up (ScalingMeta.amax_counter / window_size): while warm < warmup the delayed role casts in

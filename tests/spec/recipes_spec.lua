@@ -574,6 +574,23 @@ describe("te recipe", function()
     assert.truthy(tostring(err):find("input history[2] is -1", 1, true), tostring(err))
   end)
 
+  it("ao's amax(hist) is the last step's max, not the max since the start (current scaling keeps no history)",
+    function()
+    for _, cfg in ipairs { "tensorwise", "rowwise" } do
+      local acc = fp8.Accelerator { cpu = true, mixed_precision = "fp8", config = false, env = {},
+        kwargs_handlers = { fp8.AORecipeKwargs { config = cfg, module_filter_func = function() return true end } } }
+      local model = fp8.nn.Sequential(fp8.nn.Linear(16, 16))
+      local opt = fp8.optim.SGD(model:parameters(), { lr = 0.0 })
+      model, opt = acc:prepare(model, opt)
+      for step, mul in ipairs { 10, 1 } do
+        acc:backward(model(fp8.ones { 2, 16 } * mul):sum()); opt:step(); opt:zero_grad()
+        local hist
+        for _, r in ipairs(fp8.stats(model, { quiet = true })) do if r.role == "input" then hist = r.amax_history end end
+        assert.are.equal(mul, hist, cfg .. " step " .. step)   -- step 2 showed 10
+      end
+    end
+  end)
+
   it("fp8.stats shows a te cast that met a NaN (amax NaN, a nan fraction), though its history passes it over",
     function()
     -- (the cast's amax left the NaN out, as the history must: a NaN-poisoned te layer looked healthy in fp8.stats,
