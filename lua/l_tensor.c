@@ -464,7 +464,7 @@ static int m_to(lua_State *L) {
         return luaL_error(L, "to(\"%s\"): FP8 needs a scale; use :quantize(\"%s\") (optionally with {scale=...} or {axis=...})",
                           fl_format(dt)->name, fl_format(dt)->name);
     fl_tensor **slot = fl_lnewbox(L);
-    if (fl_format(t->dtype)->is_fp8) FL_LCALL(L, fl_dequantize(slot, t, dt));
+    if (fl_format(t->dtype)->is_fp8) FL_LCALL(L, fl_dequantize_ag(slot, t, dt));   /* as :dequantize: differentiable */
     else FL_LCALL(L, fl_to(slot, t, dt));
     return 1;
 }

@@ -345,6 +345,15 @@ describe("fp8.core._nn", function()
     assert.is_nil(fp8.no_grad(function() return w:quantize("e4m3"):grad_fn() end))
   end)
 
+  it("an FP8 tensor's to(dtype), float(), half() and bfloat16() pass the gradient as dequantize does", function()
+    local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+    local q = x:quantize("e4m3")
+    assert.are.equal("DequantizeBackward", q:to("fp32"):grad_fn())
+    -- was { 1, 1, 1 }: to() dequantized without recording, so both casts' gradients were dropped silently
+    ;(q:to("fp32"):sum() + q:half():float():sum() + q:bfloat16():sum() + x:sum()):backward()
+    assert.are.same({ 4, 4, 4 }, x.grad:totable())
+  end)
+
   it("refuses only writes to what the backward reads (torch's rule): an add's operand may change", function()
     local a, b = fp8.tensor({ 1, 2, 3 }):requires_grad(true), fp8.tensor { 1, 1, 1 }
     local y = (a + b):sum()
