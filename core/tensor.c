@@ -699,7 +699,7 @@ fl_status fl_tensor_get(const fl_tensor *t, const int64_t *index, double *value)
     if (t->scale_inv) {
         float s;
         FL_TRY(scale_at(t, index, &s));
-        *value *= s;
+        *value = (float)*value * s;   /* in fp32, as dequantize rounds it (decode × scale_inv in double is not an fp32) */
     }
     return FL_OK;
 }
