@@ -539,6 +539,14 @@ describe("quantize / dequantize", function()
     local q = fp8.tensor{1, 2}:quantize("e4m3", {amax = 8, margin = 1})
     assert.is_true(close(q:scale(), 448 / 8 / 2, 1e-6))
   end)
+  it("refuses margin with a given scale instead of ignoring it", function()
+    -- was scale 1 and 96: the margin was dropped without a word
+    assert.has_error(function() fp8.tensor{100}:quantize("e4m3", {scale = 1, margin = 3}) end,
+      "quantize: margin applies to the scale derived from an amax, not to a given scale; "
+      .. "give scale / 2^margin as the scale, or amax= with margin=")
+    assert.has_error(function() fp8.hist(fp8.tensor{100}, "e4m3", {scale = 1, margin = 3, quiet = true}) end)
+    assert.is_true(close(fp8.tensor{100}:quantize("e4m3", {margin = 3}):scale(), 448 / 100 / 8, 1e-6))
+  end)
   it("quantizes per row with axis=1", function()
     local x = fp8.tensor{{1, 2, 3, 4}, {1000, 2000, 3000, 4000}}
     local q = x:quantize("e4m3", {axis = 1})
