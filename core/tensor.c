@@ -718,10 +718,11 @@ fl_status fl_tensor_set(fl_tensor *t, const int64_t *index, double value) {
     case FL_BF16: { uint16_t h = fl_f32_to_bf16(f); memcpy(buf, &h, 2); break; }
     case FL_F16: { uint16_t h = fl_f32_to_f16(f); memcpy(buf, &h, 2); break; }
     default: {
-        /* Encode with the tensor's own scale, saturating like a training cast. */
+        /* Encode with the tensor's own scale, saturating like a training cast: cast(x·scale) with the scale
+         * scale() reports (1/scale_inv in fp32), as quantize multiplies; x / scale_inv rounds otherwise near a tie. */
         float s;
         FL_TRY(scale_at(t, index, &s));
-        buf[0] = fl_f32_to_fp8(s != 0.0f ? f / s : f, t->dtype, FL_SATURATE);
+        buf[0] = fl_f32_to_fp8(s != 0.0f ? f * (1.0f / s) : f, t->dtype, FL_SATURATE);
     }
     }
     return dev->from_host((char *)t->storage->data + off * (int64_t)es, buf, es);

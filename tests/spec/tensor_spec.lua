@@ -572,6 +572,18 @@ describe("quantize / dequantize", function()
     assert.are.equal(2, q[2])
     assert.are.same({1, 2, 3}, q:to("fp32"):totable())
   end)
+  it("writes an FP8 element as quantize casts it: x·scale, not x / scale_inv", function()
+    -- x·3 lies on the other side of a tie than x / 0.33333334: the write gave byte 3, the cast 4
+    for _, c in ipairs { { 0x1.2aaaaap-9, 3 }, { 0x1.4p-7, 1.7 } } do
+      local want = fp8.tensor{ c[1] }:quantize("e4m3", { scale = c[2] }):bytes()[1]
+      local q = fp8.tensor{ 0, 0 }:quantize("e4m3", { scale = c[2] })
+      q[2] = c[1]
+      assert.are.equal(want, q:bytes()[2])
+      local m = fp8.tensor{ { 0, 0 }, { 0, 0 } }:quantize("e4m3", { scale = c[2] })
+      m:set({ 2, 1 }, c[1])
+      assert.are.equal(want, m:bytes()[3])
+    end
+  end)
   it("reads an FP8 element as its dequantized fp32 value (get, x[i], item)", function()
     local q = fp8.tensor{{1, 2, 3}, {40, 50, 60}}:quantize("e4m3", {axis = 1})
     local d = q:dequantize()
