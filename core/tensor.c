@@ -346,7 +346,8 @@ static int map_scale_axis(const fl_tensor *t, int ndim, const int64_t *shape) {
 
 static fl_status per_axis_reshape_check(const fl_tensor *t, int ndim, const int64_t *shape, int *axis, const char *what) {
     *axis = -1;
-    if (t->scale_axis < 0) return FL_OK;
+    /* a scale axis of size 1 holds one scale for every element: the view is scaled per tensor (as a select) */
+    if (t->scale_axis < 0 || t->shape[t->scale_axis] == 1) return FL_OK;
     *axis = map_scale_axis(t, ndim, shape);
     if (*axis < 0) {
         char a[200], b[200];
@@ -481,13 +482,14 @@ fl_status fl_tensor_expand(fl_tensor **out, const fl_tensor *t, int ndim, const 
     }
     int64_t n_expanded;
     FL_TRY(fl_shape_numel("expand", ndim, sh, &n_expanded));
-    if (t->scale_axis >= 0 && sh[t->scale_axis + lead] != t->shape[t->scale_axis])
+    const bool one_scale = t->scale_axis >= 0 && t->shape[t->scale_axis] == 1;   /* per tensor, as a select */
+    if (t->scale_axis >= 0 && !one_scale && sh[t->scale_axis + lead] != t->shape[t->scale_axis])
         return FL_ERR(FL_EINVAL, "expand: %s tensor %s is scaled per index along dim %d, which cannot be expanded; dequantize first",
                       fl_format(t->dtype)->name, fl_shape_str(a, sizeof a, t->ndim, t->shape), t->scale_axis + 1);
     FL_TRY(view_header(out, t));
     (*out)->ndim = ndim;
     for (int i = 0; i < ndim; i++) { (*out)->shape[i] = sh[i]; (*out)->stride[i] = st[i]; }
-    if (t->scale_axis >= 0) (*out)->scale_axis = t->scale_axis + lead;
+    if (t->scale_axis >= 0) (*out)->scale_axis = one_scale ? -1 : t->scale_axis + lead;
     return FL_OK;
 bad:
     return FL_ERR(FL_EINVAL, "expand: cannot expand shape %s to %s (only size-1 dims can grow)",

@@ -572,6 +572,21 @@ describe("quantize / dequantize", function()
     assert.are.equal(2, q[2])
     assert.are.same({1, 2, 3}, q:to("fp32"):totable())
   end)
+  it("views a per-axis FP8 tensor whose scale axis has size 1 as one scaled per tensor (squeeze, view, expand)", function()
+    local q = fp8.tensor{{1, 2, 3}, {40, 50, 60}}:quantize("e4m3", {axis = 1})
+    local r = q:narrow(1, 2, 1)           -- one row: one scale
+    local want = r:dequantize():view(3):totable()
+    -- were refused: "shape [3] would split or merge" the scaled dim, which q[2] (a select) takes
+    for _, v in ipairs { r:squeeze(), r:squeeze(1), r:view(3), r:flatten() } do
+      assert.is_nil(v:scale_axis())
+      assert.are.equal(r:scale_inv():item(), v:scale_inv())
+      assert.are.same(want, v:dequantize():totable())
+    end
+    assert.are.same({ want, want }, r:expand(2, 3):dequantize():totable())
+    local c = fp8.tensor{{1, 2, 3}, {40, 50, 60}}:quantize("e4m3", {axis = 2}):narrow(2, 3, 1)
+    assert.are.same(c:dequantize():view(2):totable(), c:squeeze():dequantize():totable())
+    assert.has_error(function() q:view(6) end)   -- two scales along the merged dims: still refused
+  end)
   it("writes an FP8 element as quantize casts it: x·scale, not x / scale_inv", function()
     -- x·3 lies on the other side of a tie than x / 0.33333334: the write gave byte 3, the cast 4
     for _, c in ipairs { { 0x1.2aaaaap-9, 3 }, { 0x1.4p-7, 1.7 } } do
