@@ -8,6 +8,7 @@
 #include <string.h>
 #include <math.h>
 #include <stdio.h>
+#include <float.h>
 
 /* ---- storage ------------------------------------------------------------------------------ */
 
@@ -724,7 +725,9 @@ fl_status fl_tensor_set(fl_tensor *t, const int64_t *index, double value) {
          * scale() reports (1/scale_inv in fp32), as quantize multiplies; x / scale_inv rounds otherwise near a tie. */
         float s;
         FL_TRY(scale_at(t, index, &s));
-        buf[0] = fl_f32_to_fp8(s != 0.0f ? f * (1.0f / s) : f, t->dtype, FL_SATURATE);
+        float sc = s != 0.0f ? 1.0f / s : 1.0f;
+        if (sc > FLT_MAX) sc = FLT_MAX;   /* 1/scale_inv of the largest scale, FLT_MAX, overflows: scale() caps it too */
+        buf[0] = fl_f32_to_fp8(f * sc, t->dtype, FL_SATURATE);
     }
     }
     return dev->from_host((char *)t->storage->data + off * (int64_t)es, buf, es);

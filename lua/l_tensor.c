@@ -1,6 +1,7 @@
 /* l_tensor.c — the fp8.Tensor class (liolib.c style: named metatable, methods behind __index)
  * and the tensor factories. Every result is boxed before the core call that fills it, so a Lua
  * error never leaks a core tensor. Dims and indices are 1-based here, 0-based in the core. */
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -939,12 +940,20 @@ static int push_scale(lua_State *L, int inverse) {
         double si = 0;
         int64_t z = 0;
         FL_LCALL(L, fl_tensor_get(t->scale_inv, &z, &si));
-        lua_pushnumber(L, inverse ? si : 1.0 / si);
+        /* the scale in fp32, as the cast multiplied by (448/amax in fp32); the reciprocal of the largest scale,
+         * FLT_MAX, is an inexact subnormal whose own reciprocal overflows: FLT_MAX again, as the scale rule caps it */
+        float s = 1.0f / (float)si;
+        lua_pushnumber(L, inverse ? si : (double)(s > FLT_MAX ? FLT_MAX : s));
         return 1;
     }
     fl_tensor **slot = fl_lnewbox(L);
     if (inverse) FL_LCALL(L, fl_tensor_to(slot, t->scale_inv, FL_F32));
-    else FL_LCALL(L, fl_binary_scalar(slot, FL_OP_DIV, t->scale_inv, 1.0, true));
+    else {
+        fl_tensor **tmp = fl_lnewbox(L);
+        FL_LCALL(L, fl_binary_scalar(tmp, FL_OP_DIV, t->scale_inv, 1.0, true));
+        FL_LCALL(L, fl_binary_scalar(slot, FL_OP_MINIMUM, *tmp, FLT_MAX, false));
+        lua_pop(L, 1);
+    }
     return 1;
 }
 static int m_scale(lua_State *L) { return push_scale(L, 0); }

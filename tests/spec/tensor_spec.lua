@@ -572,6 +572,21 @@ describe("quantize / dequantize", function()
     assert.are.equal(2, q[2])
     assert.are.same({1, 2, 3}, q:to("fp32"):totable())
   end)
+  it("gives the per-tensor scale in fp32, as the cast used it and as a per-axis scale() gives it", function()
+    local q = fp8.tensor{1, 100}:quantize("e4m3")
+    local s32 = fp8.tensor{448}:div(100):item()   -- 448 / amax in fp32
+    assert.are.equal(s32, q:scale())               -- was 4.4800000427246 (1 / scale_inv in double), not an fp32
+    local r = fp8.tensor{{1, 100}, {1, 60}}:quantize("e4m3", {axis = 1})
+    assert.are.equal(r:scale():get{1}, r[1]:scale())
+    assert.are.equal(r:scale():get{2}, r[2]:scale())
+    -- the largest scale, FLT_MAX (amax 1e-40): its reciprocal's reciprocal overflows fp32; scale() was inf per axis
+    local big = fp8.tensor{{1e-40, 0}, {1, 1}}:quantize("e4m3", {axis = 1})
+    local fmax = fp8.format("fp32").max
+    assert.are.equal(fmax, big[1]:scale())
+    assert.are.equal(fmax, big:scale():get{1})
+    big[1][2] = 5e-41                               -- a write with that scale: the cast's byte, not 0·inf
+    assert.are.equal(fp8.tensor{5e-41}:quantize("e4m3", {scale = fmax}):bytes()[1], big:bytes()[2])
+  end)
   it("views a per-axis FP8 tensor whose scale axis has size 1 as one scaled per tensor (squeeze, view, expand)", function()
     local q = fp8.tensor{{1, 2, 3}, {40, 50, 60}}:quantize("e4m3", {axis = 1})
     local r = q:narrow(1, 2, 1)           -- one row: one scale
