@@ -491,6 +491,8 @@ fl_status fl_tensor_expand(fl_tensor **out, const fl_tensor *t, int ndim, const 
     (*out)->ndim = ndim;
     for (int i = 0; i < ndim; i++) { (*out)->shape[i] = sh[i]; (*out)->stride[i] = st[i]; }
     if (t->scale_axis >= 0) (*out)->scale_axis = one_scale ? -1 : t->scale_axis + lead;
+    /* repeated elements: the cast's counters (one underflow) no longer count this view's (four) */
+    if (t->scale_inv && n_expanded > fl_tensor_numel(t)) (*out)->qpart = true;
     return FL_OK;
 bad:
     return FL_ERR(FL_EINVAL, "expand: cannot expand shape %s to %s (only size-1 dims can grow)",

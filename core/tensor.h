@@ -51,8 +51,8 @@ typedef struct fl_tensor {
     fl_cast_stats qstats;            /* what the quantizing cast reported (amax of the source, counters) */
     fl_stats_future *qfuture;        /* owned; non-NULL while the device has not reported qstats yet:
                                       * read them through fl_tensor_qstats() */
-    bool qpart;                      /* a view of part of the cast (select, narrow) or a copy of one: qstats
-                                      * describe the whole cast, not these elements */
+    bool qpart;                      /* a view of part of the cast (select, narrow), an expand that repeats its
+                                      * elements, or a copy of one: qstats describe the whole cast, not these */
     /* Autograd (core/autograd.h). Every new header — fresh tensors, views, copies — starts with these
      * cleared: the layout functions in this file record no history; the differentiable views are
      * fl_view/fl_reshape/... in ops.h. */

@@ -49,7 +49,7 @@ local function hist(t, fmt, opts, ...)
       end
     end
     if t:qstats().part then
-      error("hist: this FP8 tensor is part of a cast (a select or narrow view, or a copy of one): its cast "
+      error("hist: this FP8 tensor is part of a cast (a select or narrow view, an expand, or a copy of one): its cast "
         .. "counters describe the whole tensor, so underflow and saturation here cannot be told apart from zeros "
         .. "and max values; pass the whole FP8 tensor, or the float source with the same scale", 2)
     end

@@ -94,6 +94,18 @@ describe("fp8.hist", function()
     assert.are.equal(1, h.saturated)
   end)
 
+  it("refuses an expand that repeats an FP8 tensor's elements, whose cast counted each once", function()
+    local q = fp8.tensor { { 1e-9, 100, 3 } }:quantize("e4m3")
+    assert.is_nil(q:expand(1, 3):qstats().part)
+    assert.is_nil(q:unsqueeze(1):expand(1, 1, 3):qstats().part)
+    local e = q:expand(4, 3)
+    assert.is_true(e:qstats().part)
+    -- was n 12, underflow 1 (1/12) and 3 exact zeros: the three copies of the underflowed value
+    local ok, err = pcall(fp8.hist, e, nil, { quiet = true })
+    assert.is_false(ok)
+    assert.truthy(err:find("hist: this FP8 tensor is part of a cast (a select or narrow view, an expand", 1, true), err)
+  end)
+
   it("refuses bad arguments with messages naming hist", function()
     assert.has_error(function() fp8.hist(42, "e4m3") end)
     local ok, err = pcall(fp8.hist, fp8.tensor{1}, "e3m4")
