@@ -461,6 +461,9 @@ static int m_to(lua_State *L) {
         return luaL_argerror(L, 2, "expected a dtype or a device name, got a function (the Accelerator's device is a "
                                    "method: x:to(acc:device()))");
     fl_dtype dt = fl_lcheckdtype(L, 2);
+    if (fl_format(dt)->is_fp8 && fl_format(t->dtype)->is_fp8)   /* quantize refuses an FP8 source */
+        return luaL_error(L, "to(\"%s\"): the tensor is %s; FP8 needs a scale: use :dequantize():quantize(\"%s\")",
+                          fl_format(dt)->name, fl_format(t->dtype)->name, fl_format(dt)->name);
     if (fl_format(dt)->is_fp8)
         return luaL_error(L, "to(\"%s\"): FP8 needs a scale; use :quantize(\"%s\") (optionally with {scale=...} or {axis=...})",
                           fl_format(dt)->name, fl_format(dt)->name);

@@ -614,6 +614,13 @@ describe("quantize / dequantize", function()
       assert.are.equal(want, m:bytes()[3])
     end
   end)
+  it("points an FP8 tensor's to(other FP8 format) at dequantize():quantize, which works", function()
+    local q = fp8.tensor{1, 2, 3}:quantize("e4m3")
+    -- said: use :quantize("e5m2"), which refuses an FP8 source
+    assert.has_error(function() q:to("e5m2") end,
+      'to("e5m2"): the tensor is e4m3; FP8 needs a scale: use :dequantize():quantize("e5m2")')
+    assert.are.equal("e5m2", q:dequantize():quantize("e5m2"):dtype())
+  end)
   it("reads an FP8 element as its dequantized fp32 value (get, x[i], item)", function()
     local q = fp8.tensor{{1, 2, 3}, {40, 50, 60}}:quantize("e4m3", {axis = 1})
     local d = q:dequantize()
