@@ -507,9 +507,9 @@ static fl_status device_of(const fl_tensor *t, const fl_device **dev) {
     return FL_OK;
 }
 
-fl_status fl_tensor_contiguous(fl_tensor **out, const fl_tensor *t) {
+/* A packed copy of t in its own dtype; an FP8 one shares t's scale inverse and keeps its axis and counters. */
+static fl_status packed_copy(fl_tensor **out, const fl_tensor *t) {
     *out = NULL;
-    if (fl_tensor_is_contiguous(t)) { *out = fl_tensor_retain((fl_tensor *)t); return FL_OK; }
     const fl_device *dev;
     FL_TRY(device_of(t, &dev));
     fl_tensor *c;
@@ -529,6 +529,12 @@ fl_status fl_tensor_contiguous(fl_tensor **out, const fl_tensor *t) {
     return FL_OK;
 }
 
+fl_status fl_tensor_contiguous(fl_tensor **out, const fl_tensor *t) {
+    *out = NULL;
+    if (fl_tensor_is_contiguous(t)) { *out = fl_tensor_retain((fl_tensor *)t); return FL_OK; }
+    return packed_copy(out, t);
+}
+
 static fl_status check_hp(fl_dtype dt, const char *what) {
     if (fl_format(dt)->is_fp8)
         return FL_ERR(FL_EINVAL, "%s: %s target needs a scale; use quantize", what, fl_format(dt)->name);
@@ -538,6 +544,7 @@ static fl_status check_hp(fl_dtype dt, const char *what) {
 fl_status fl_tensor_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
     *out = NULL;
     FL_TRY(check_dtype(dt));
+    if (fl_format(t->dtype)->is_fp8 && dt == t->dtype) return packed_copy(out, t);   /* clone: bytes and scales */
     FL_TRY(check_hp(dt, "to"));
     if (fl_format(t->dtype)->is_fp8) return fl_dequantize(out, t, dt);
     const fl_device *dev;

@@ -435,9 +435,7 @@ static int m_expand(lua_State *L) {
     return 1;
 }
 static int m_clone(lua_State *L) {
-    fl_tensor *t = fl_lchecknoargs(L, "clone");
-    if (fl_format(t->dtype)->is_fp8)
-        return luaL_error(L, "clone() of an FP8 tensor is not supported; dequantize() and quantize again");
+    fl_tensor *t = fl_lchecknoargs(L, "clone");   /* an FP8 tensor: its bytes and scales, as torch's clone */
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_to(slot, t, t->dtype));
     return 1;

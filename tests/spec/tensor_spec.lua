@@ -614,6 +614,23 @@ describe("quantize / dequantize", function()
       assert.are.equal(want, m:bytes()[3])
     end
   end)
+  it("clones an FP8 tensor: its bytes, scales and counters, a copy of its own, the gradient passing", function()
+    local x = fp8.tensor({{1, 2, 3}, {40, 50, 60}}):requires_grad(true)
+    local q = x:quantize("e4m3", {axis = 1})
+    local c = q:clone()                    -- was refused: "not supported; dequantize() and quantize again"
+    assert.are.same(q:bytes(), c:bytes())
+    assert.are.same(q:scale_inv():totable(), c:scale_inv():totable())
+    assert.are.equal(1, c:scale_axis())
+    local t = q:t():clone()
+    assert.is_true(t:is_contiguous())
+    assert.are.same(q:t():dequantize():totable(), t:dequantize():totable())
+    assert.is_true(q:narrow(1, 2, 1):clone():qstats().part)
+    c:dequantize():mul(fp8.tensor{{1, 2, 3}, {4, 5, 6}}):sum():backward()
+    assert.are.same({{1, 2, 3}, {4, 5, 6}}, x.grad:totable())
+    fp8.no_grad(function() c[2][1] = 0 end)
+    assert.are.equal(q:dequantize():get{2, 1}, q:get{2, 1})   -- q's own bytes are untouched
+    assert.are_not.equal(0, q:get{2, 1})
+  end)
   it("points an FP8 tensor's to(other FP8 format) at dequantize():quantize, which works", function()
     local q = fp8.tensor{1, 2, 3}:quantize("e4m3")
     -- said: use :quantize("e5m2"), which refuses an FP8 source
