@@ -711,7 +711,7 @@ fl_status fl_tensor_get(const fl_tensor *t, const int64_t *index, double *value)
     if (t->scale_inv) {
         float s;
         FL_TRY(scale_at(t, index, &s));
-        *value = (float)*value * s;   /* in fp32, as dequantize rounds it (decode × scale_inv in double is not an fp32) */
+        *value = (float)*value * s;   /* in fp32, as dequantize (decode × scale_inv in double is no fp32) */
     }
     return FL_OK;
 }
@@ -735,7 +735,7 @@ fl_status fl_tensor_set(fl_tensor *t, const int64_t *index, double value) {
         float s;
         FL_TRY(scale_at(t, index, &s));
         float sc = s != 0.0f ? 1.0f / s : 1.0f;
-        if (sc > FLT_MAX) sc = FLT_MAX;   /* 1/scale_inv of the largest scale, FLT_MAX, overflows: scale() caps it too */
+        if (sc > FLT_MAX) sc = FLT_MAX;   /* 1/scale_inv of the largest scale, FLT_MAX, overflows: capped */
         buf[0] = fl_f32_to_fp8(f * sc, t->dtype, FL_SATURATE);
     }
     }

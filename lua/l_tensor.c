@@ -899,8 +899,8 @@ static int m_quantize(lua_State *L) {
             o.margin = (int)fl_lcheckint(L, -1, "quantize", "margin", 0, 64);   /* as the recipe setting */
             /* margin is the amax rule's head-room (fp8_max / amax / 2^margin); a given scale is used as it is */
             if (o.scale > 0)
-                return luaL_error(L, "quantize: margin applies to the scale derived from an amax, not to a given scale; "
-                                     "give scale / 2^margin as the scale, or amax= with margin=");
+                return luaL_error(L, "quantize: margin applies to the scale derived from an amax, not to a given "
+                                     "scale; give scale / 2^margin as the scale, or amax= with margin=");
         }
         lua_pop(L, 1);
         if (lua_getfield(L, 3, "axis") != LUA_TNIL) o.axis = check_dim(L, lua_gettop(L), t->ndim, "quantize");

@@ -587,7 +587,7 @@ describe("quantize / dequantize", function()
     big[1][2] = 5e-41                               -- a write with that scale: the cast's byte, not 0·inf
     assert.are.equal(fp8.tensor{5e-41}:quantize("e4m3", {scale = fmax}):bytes()[1], big:bytes()[2])
   end)
-  it("views a per-axis FP8 tensor whose scale axis has size 1 as one scaled per tensor (squeeze, view, expand)", function()
+  it("views a per-axis FP8 tensor whose scaled dim has size 1 as scaled per tensor (squeeze, view, expand)", function()
     local q = fp8.tensor{{1, 2, 3}, {40, 50, 60}}:quantize("e4m3", {axis = 1})
     local r = q:narrow(1, 2, 1)           -- one row: one scale
     local want = r:dequantize():view(3):totable()
