@@ -459,8 +459,13 @@ static const char *history_path(void) {
 
 /* Readline's input function. Readline's own signal handling is off (rl_catch_signals = 0), so
  * SIGINT reaches prompt_sigint and interrupts read() (no SA_RESTART); a Ctrl-C at the prompt
- * then empties the line and accepts it, and loadline drops what was typed so far. */
+ * then empties the line and accepts it, and loadline drops what was typed so far. A Ctrl-C while
+ * completion asks "Display all N possibilities? (y or n)" or pages with --More-- answers 'n' first
+ * (the question there takes no newline: it asked again forever, printing ^C each time), so the
+ * listing stops and the line is then dropped as at the prompt. */
 static int fl_rl_getc(FILE *f) {
+    static int answered = 0;   /* the 'n' given to completion's question for this Ctrl-C */
+    if (!prompt_interrupted) answered = 0;
     for (;;) {
         unsigned char c;
         /* the flag is checked before read() too: the signal may land while readline redraws */
@@ -468,6 +473,10 @@ static int fl_rl_getc(FILE *f) {
         if (r == 1) return c;
         if (r == 0) return EOF;
         if (!prompt_interrupted && errno != EINTR) return EOF;
+        if (prompt_interrupted && RL_ISSTATE(RL_STATE_COMPLETING) && !answered) {
+            answered = 1;
+            return 'n';
+        }
         if (prompt_interrupted) {
             rl_replace_line("", 0);
             fputs("^C", rl_outstream ? rl_outstream : stdout);
