@@ -333,6 +333,18 @@ function M.lookup(x)
   local name = name_of(x)
   if name then return find(name) or find("Tensor:" .. name) end
   if x == M.help then return by_name.help end
+  -- an object (a model, an optimizer, an Accelerator, a kwargs handler, a profiler, a DataLoader): the entry of its
+  -- class, the metatable or one it inherits from, or of the metatable's __name
+  local mt = getmetatable(x)
+  for _ = 1, 8 do
+    if type(mt) ~= "table" then break end
+    name = name_of(mt)
+    local e = name and (find(name) or find("Tensor:" .. name))
+    local tn = rawget(mt, "__name")
+    if not e and type(tn) == "string" then e = by_name[tn] or find((tn:gsub("^fp8%.", ""))) end
+    if e then return e end
+    mt = getmetatable(mt)
+  end
   return nil
 end
 
@@ -422,7 +434,19 @@ function M.text(x)
   if e and sec then return entry_text(e) .. "\n\n" .. section_text(sec) end
   if e then return entry_text(e) end
   if sec then return section_text(sec) end
-  local what = type(x) == "string" and ("'" .. (#x > 60 and x:sub(1, 57) .. "..." or x) .. "'") or tostring(x)
+  local tensor = rawget(_G, "fp8") and type(fp8.is_tensor) == "function" and fp8.is_tensor(x)
+  if tensor then   -- a tensor's methods are the Tensors and Quantization sections
+    return "a Tensor: its methods are listed below (help(\"quantize\") or help(x.quantize) for one)\n\n"
+      .. section_text("Tensors") .. "\n\n" .. section_text("Quantization")
+  end
+  local what
+  if type(x) == "string" then
+    what = "'" .. (#x > 60 and x:sub(1, 57) .. "..." or x) .. "'"
+  else   -- one short line: a table's or a tensor's own text can run to many lines, or fail
+    local ok, str = pcall(tostring, x)
+    what = ok and type(str) == "string" and str:match("^[^\n]*") or type(x)
+    if #what > 60 then what = what:sub(1, 57) .. "..." end
+  end
   local near = type(x) == "string" and M.suggest(x) or {}
   if #near > 0 then
     return ("no help for %s; did you mean: %s? (help() lists the sections)"):format(what, table.concat(near, ", "))

@@ -117,6 +117,28 @@ describe("help", function()
     end
     assert.truthy(help.text("nosuchthing"):find("no help for 'nosuchthing'", 1, true))
   end)
+  it("shows an object's class entry, a tensor's methods, and any other value in one short line", function()
+    if not (type(fp8) == "table" and fp8.Accelerator) then return pending("fp8 not available") end
+    local m = fp8.nn.Linear(4, 4)
+    local opt = fp8.optim.AdamW(m:parameters())
+    local sig = {   -- help(object) said "no help for <the object's whole text>" for every one of them
+      { m, "fp8.nn.Linear(in_features" }, { opt, "fp8.optim.AdamW(params" }, { fp8.Accelerator(), "fp8.Accelerator{" },
+      { fp8.FP8RecipeKwargs(), "fp8.FP8RecipeKwargs{" }, { fp8.profiler.profile {}, "fp8.profiler.profile{" },
+      { fp8.data.DataLoader { dataset = { 1, 2, 3, 4 }, batch_size = 2 }, "fp8.data.DataLoader" },
+      { fp8.amp.GradScaler {}, "fp8.amp.GradScaler{" },
+    }
+    for i, c in ipairs(sig) do
+      local t = help.text(c[1])
+      assert.are.equal(c[2], t:sub(1, #c[2]), "object " .. i .. ": " .. t:sub(1, 200))
+    end
+    local t = help.text(fp8.randn { 300, 300 })
+    assert.truthy(t:find("a Tensor", 1, true) and t:find("Tensors:", 1, true) and t:find("Quantization:", 1, true))
+    assert.falsy(t:find("dtype=fp32", 1, true))
+    local bad = setmetatable({}, { __tostring = function() error("no text") end })
+    assert.matches("^no help for table %(help%(%) lists the sections%)$", help.text(bad))
+    local multi = setmetatable({}, { __tostring = function() return "first line\nsecond line" end })
+    assert.are.equal("no help for first line (help() lists the sections)", help.text(multi))
+  end)
   it("can be extended by other modules", function()
     help.add { name = "spec_demo", sig = "fp8.spec_demo(n)", doc = "A demo entry.", section = "Other" }
     assert.truthy(help.text("spec_demo"):find("A demo entry.", 1, true))
