@@ -85,7 +85,9 @@ function format(v, opts, seen, depth, indent)
   if tv == "table" then
     if has_tostring(v) then
       local ok, s = pcall(tostring, v)
-      return ok and s or ("<__tostring failed: " .. tostring(s) .. ">")
+      if ok then return s end
+      local ok2, why = pcall(tostring, s)   -- the error may be an object whose own __tostring fails
+      return "<__tostring failed: " .. (ok2 and why or "(error object is a " .. type(s) .. " value)") .. ">"
     end
     return format_table(v, opts, seen, depth, indent)
   end

@@ -101,6 +101,16 @@ describe("repl.complete", function()
   end)
 end)
 
+describe("the printer and a failing __tostring", function()
+  it("prints a value whose __tostring raises an error object that cannot be printed either", function()
+    local e = setmetatable({}, { __tostring = function() error("x") end })
+    local v = setmetatable({}, { __tostring = function() error(e) end })
+    -- the REPL's printer itself raised, with a traceback through repl.lua
+    assert.are.equal("<__tostring failed: (error object is a table value)>", repl.format(v))
+    assert.are.equal("{<__tostring failed: (error object is a table value)>}", repl.format({ v }))
+  end)
+end)
+
 describe("help", function()
   it("has an overview with sections", function()
     local t = help.text()
