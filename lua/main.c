@@ -565,10 +565,18 @@ static void save_line(const char *line) {
 #ifdef FL_HAVE_READLINE
     if (!interactive || !*line || histsize == 0) return;
     add_history(line);
+    static int warned = 0;   /* a history file that cannot be written is said once, not after every line */
     const char *hp = history_path();
     if (hp) {
-        if (append_history(1, hp) != 0) write_history(hp);  /* append fails if file is new */
-        history_truncate_file(hp, histsize);   /* the file keeps the last histsize lines, as the session does */
+        int err = append_history(1, hp);
+        if (err != 0) err = write_history(hp);  /* append fails if file is new */
+        if (err == 0) history_truncate_file(hp, histsize);   /* the file keeps the last histsize lines */
+        else if (!warned) {
+            warned = 1;
+            const char *env = getenv("FP8LAB_HISTORY");
+            fprintf(stderr, "%s: notice: REPL history not saved to %s%s: %s\n", FL_PROGNAME, hp,
+                    env && *env ? " (FP8LAB_HISTORY)" : "", strerror(err));
+        }
     }
 #else
     (void)line;

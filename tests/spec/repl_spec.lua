@@ -253,14 +253,16 @@ if pid == 0:
     os.environ["FP8LAB_HISTORY"] = sys.argv[3] if len(sys.argv) > 3 else os.devnull
     os.execv(sys.argv[1], [sys.argv[1]])
 buf = b""
+notices = 0
 def expect(s, t=10):
-    global buf
+    global buf, notices
     end = time.time() + t
     while s.encode() not in buf:
         r, _, _ = select.select([fd], [], [], max(0, end - time.time()))
         if not r or time.time() > end:   # output that never stops (a loop printing) fails in time too
             print("TIMEOUT waiting for %r; got %r" % (s, buf[-300:])); sys.exit(1)
         buf += os.read(fd, 4096)
+    notices += buf[:buf.index(s.encode())].count(b"history not saved")
     buf = buf[buf.index(s.encode()) + len(s):]
 expect("fp8> ")
 if sys.argv[2] == "history":
@@ -268,7 +270,9 @@ if sys.argv[2] == "history":
         os.write(fd, line); expect("fp8> ")
     os.write(fd, b"\x04")
     _, st = os.waitpid(pid, 0)
-    print("exit", os.waitstatus_to_exitcode(st)); sys.exit(0)
+    print("exit", os.waitstatus_to_exitcode(st))
+    if notices: print("notices", notices)
+    sys.exit(0)
 os.write(fd, b"x = 0 while true do x = x + 1 end\n"); time.sleep(0.5); os.write(fd, b"\x03")
 expect("interrupted!"); expect("fp8> ")
 os.write(fd, b"x > 0\n"); expect("true"); expect("fp8> ")
@@ -319,6 +323,12 @@ print("exit", os.waitstatus_to_exitcode(st))
     assert.are.equal("exit 0\n", drive("history", h))   -- the default keeps them all (1000)
     assert.are.equal("old1\na1 = 1\na2 = 2\na3 = 3\n", U.read(h))
     os.remove(h)
+    -- a file that cannot be written (here a directory) is said once; the history was silently not kept
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir " .. q(dir))
+    assert.are.equal("exit 0\nnotices 1\n", drive("history", dir))
+    os.execute("rmdir " .. q(dir))
   end)
 end)
 
