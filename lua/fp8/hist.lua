@@ -109,7 +109,7 @@ local function hist(t, fmt, opts, ...)
   if not opts.quiet then
     local biggest = 1
     for _, c in pairs(bins) do biggest = math.max(biggest, c) end
-    for _, c in ipairs { h.zero, underflow, sub, sat } do biggest = math.max(biggest, c) end
+    for _, c in ipairs { h.zero, underflow, sub, sat, inf, nan } do biggest = math.max(biggest, c) end
     local function bar(c) return ("#"):rep(c > 0 and math.max(1, math.floor(width * c / biggest + 0.5)) or 0) end
     local function line(label, range, c)
       print(("  %-26s %-24s %9d %7.2f%%  %s"):format(label, range, c, pct(c, n), bar(c)))

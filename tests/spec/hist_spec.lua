@@ -70,6 +70,25 @@ describe("fp8.hist", function()
     assert.are.equal(1, h.saturated); assert.are.equal(0, h.overflow); assert.are.equal(1, h.bins[8])
   end)
 
+  it("keeps the NaN and inf bars within the width (a tensor of 1000 NaNs drew one of 40000 #)", function()
+    local lines = {}
+    local old = _G.print
+    _G.print = function(s) lines[#lines + 1] = s end
+    local ok, err = pcall(fp8.hist, fp8.cat { fp8.full({ 1000 }, 0 / 0), fp8.tensor { 1 } }, "e4m3", { scale = 1 })
+    local infs = fp8.cat { fp8.full({ 500 }, 1 / 0), fp8.tensor { 1 } }
+    infs = infs:quantize("e5m2", { scale = 1, saturate = false })
+    local ok2, err2 = pcall(fp8.hist, infs, nil, { width = 10 })
+    _G.print = old
+    assert.is_true(ok, err); assert.is_true(ok2, err2)
+    local nan_bar, inf_bar
+    for _, l in ipairs(lines) do
+      if l:match("^  NaN ") then nan_bar = l:match("(#*)$") end
+      if l:match("^  inf") then inf_bar = l:match("(#*)$") end
+    end
+    assert.are.equal(40, #nan_bar)
+    assert.are.equal(10, #inf_bar)
+  end)
+
   it("files infinite sources with the saturated values, not in the top binade", function()
     local h = quiet_hist(fp8.tensor { math.huge, -math.huge, 1, 448 }, "e4m3", { scale = 1 })
     assert.are.equal(2, h.saturated)
