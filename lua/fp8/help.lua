@@ -390,7 +390,8 @@ function M.suggest(word)
   for _, e in ipairs(M.entries) do cands[#cands + 1] = e.name end
   for _, sec in ipairs(section_list()) do cands[#cands + 1] = section_key(sec) end
   local scored, seen = {}, {}
-  local limit = math.max(2, #word // 3)
+  -- a suggestion keeps at least one character of the word: "" or "%" matched every two-letter name (Tensor:eq)
+  local limit = math.min(math.max(2, #word // 3), #word - 1)
   for _, c in ipairs(cands) do
     if not seen[c] then
       seen[c] = true

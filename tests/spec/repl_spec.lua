@@ -161,6 +161,13 @@ describe("help", function()
     local multi = setmetatable({}, { __tostring = function() return "first line\nsecond line" end })
     assert.are.equal("no help for first line (help() lists the sections)", help.text(multi))
   end)
+  it("suggests no names for an empty word or a symbol (every two-letter name was 'near' them)", function()
+    for _, w in ipairs { "", " ", "%", "()", "fp8." } do
+      assert.are.equal(("no help for '%s' (help() lists the sections)"):format(w), help.text(w))
+    end
+    assert.truthy(help.text("tp"):find("did you mean: .*Tensor:to"))
+    assert.truthy(help.text("encdoe"):find("did you mean: encode?", 1, true))
+  end)
   it("can be extended by other modules", function()
     help.add { name = "spec_demo", sig = "fp8.spec_demo(n)", doc = "A demo entry.", section = "Other" }
     assert.truthy(help.text("spec_demo"):find("A demo entry.", 1, true))
