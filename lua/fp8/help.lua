@@ -389,6 +389,10 @@ function M.suggest(word)
   local cands = {}
   for _, e in ipairs(M.entries) do cands[#cands + 1] = e.name end
   for _, sec in ipairs(section_list()) do cands[#cands + 1] = section_key(sec) end
+  local aliases = {}   -- the names documented inside another entry (acc:prepare, Tensor:reshape) are answered too
+  for name in pairs(M.ALIASES) do aliases[#aliases + 1] = name end
+  table.sort(aliases)
+  for _, name in ipairs(aliases) do cands[#cands + 1] = name end
   local scored, seen = {}, {}
   -- a suggestion keeps at least one character of the word: "" or "%" matched every two-letter name (Tensor:eq)
   local limit = math.min(math.max(2, #word // 3), #word - 1)

@@ -167,6 +167,9 @@ describe("help", function()
     end
     assert.truthy(help.text("tp"):find("did you mean: .*Tensor:to"))
     assert.truthy(help.text("encdoe"):find("did you mean: encode?", 1, true))
+    -- a name documented inside another entry is suggested too (only entry names were)
+    assert.truthy(help.text("acc:prepar"):find("did you mean: acc:prepare", 1, true))
+    assert.truthy(help.text("Tensor:reshap"):find("did you mean: Tensor:reshape", 1, true))
   end)
   it("can be extended by other modules", function()
     help.add { name = "spec_demo", sig = "fp8.spec_demo(n)", doc = "A demo entry.", section = "Other" }
