@@ -585,7 +585,9 @@ describe("te recipe", function()
       for step, mul in ipairs { 10, 1 } do
         acc:backward(model(fp8.ones { 2, 16 } * mul):sum()); opt:step(); opt:zero_grad()
         local hist
-        for _, r in ipairs(fp8.stats(model, { quiet = true })) do if r.role == "input" then hist = r.amax_history end end
+        for _, r in ipairs(fp8.stats(model, { quiet = true })) do
+          if r.role == "input" then hist = r.amax_history end
+        end
         assert.are.equal(mul, hist, cfg .. " step " .. step)   -- step 2 showed 10
       end
     end
