@@ -229,6 +229,19 @@ describe("hostile safetensors files", function()
         entry("w_scale_inv", "F32", "3", 4, 16) .. "}", 16), "is not a scale inverse for \"w\"" },
     { "FP8 with an F16 scale", image("{" .. entry("w", "F8_E5M2", "2", 0, 2) .. "," ..
         entry("w_scale_inv", "F16", "1", 2, 4) .. "}", 4), "is not a scale inverse" },
+    -- scale inverses no cast makes: every byte would decode to 0, a flipped sign, inf or NaN
+    { "FP8 with a zero scale inverse", image("{" .. entry("w", "F8_E4M3", "2", 0, 2) .. "," ..
+        entry("w_scale_inv", "F32", "1", 2, 6) .. "}", ("\56\56") .. string.pack("<f", 0)),
+      "holds 0.0 at 1: a scale inverse must be finite and > 0" },
+    { "FP8 with a negative row scale inverse", image("{" .. entry("w", "F8_E4M3", "2,2", 0, 4) .. "," ..
+        entry("w_scale_inv", "F32", "2,1", 4, 12) .. "}", ("\56"):rep(4) .. string.pack("<ff", 1, -2)),
+      "holds -2.0 at 2: a scale inverse must be finite and > 0" },
+    { "FP8 with a NaN scale inverse", image("{" .. entry("w", "F8_E5M2", "1", 0, 1) .. "," ..
+        entry("w_scale_inv", "F32", "1", 1, 5) .. "}", "\56" .. string.pack("<f", 0 / 0)),
+      "a scale inverse must be finite and > 0" },
+    { "FP8 with an infinite scale inverse", image("{" .. entry("w", "F8_E5M2", "1", 0, 1) .. "," ..
+        entry("w_scale_inv", "F32", "1", 1, 5) .. "}", "\56" .. string.pack("<f", math.huge)),
+      "holds inf at 1: a scale inverse must be finite and > 0" },
     { "9 dimensions", image("{" .. entry("a", "U8", ("1,"):rep(8) .. "1", 0, 1) .. "}", 1), "at most 8" },
   }
   for i, c in ipairs(cases) do
