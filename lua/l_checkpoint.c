@@ -297,14 +297,15 @@ static void push_tensor(lua_State *L, fl_st_file *f, const char *name, int devic
             fl_status st = fl_tensor_empty(&si, FL_F32, 1, &len, FL_DEV_CPU);
             if (st == FL_OK) st = fl_st_read(f, s, fl_tensor_data(si));
             if (st != FL_OK) { fl_tensor_release(si); fl_lcheck(L, st); }
-            /* a scale inverse no cast makes (0, negative, inf, NaN) would decode every byte to 0, a flipped sign or NaN */
+            /* a scale inverse no cast makes (0, negative, inf, NaN) would decode every byte to 0, a flipped sign
+             * or NaN */
             const float *v = fl_tensor_data(si);
             for (int64_t k = 0; k < len; k++) {
                 if (!(v[k] > 0.0f) || !isfinite(v[k])) {
                     double bad = v[k];
                     fl_tensor_release(si);
-                    luaL_error(L, "%s: %s: \"%s\" holds %f at %d: a scale inverse must be finite and > 0", fname, f->path,
-                               e->name, bad, (int)k + 1);
+                    luaL_error(L, "%s: %s: \"%s\" holds %f at %d: a scale inverse must be finite and > 0", fname,
+                               f->path, e->name, bad, (int)k + 1);
                 }
             }
             fl_tensor_release(t->scale_inv);

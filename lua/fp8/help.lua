@@ -324,6 +324,23 @@ local function find(name)
   return e
 end
 
+-- module_name(t) -> "optim", "nn.functional", ...: the name of a module table under fp8 (two levels deep), or nil.
+function M.module_name(t)
+  local root = rawget(_G, "fp8")
+  if type(root) ~= "table" then return nil end
+  for k, v in pairs(root) do
+    if v == t and type(k) == "string" then return k end
+  end
+  for k, v in pairs(root) do
+    if type(k) == "string" and type(v) == "table" and getmetatable(v) == nil then
+      for k2, v2 in pairs(v) do
+        if v2 == t and type(k2) == "string" then return k .. "." .. k2 end
+      end
+    end
+  end
+  return nil
+end
+
 function M.lookup(x)
   load_lazy()
   if type(x) == "string" then
@@ -439,6 +456,17 @@ function M.text(x)
   if e and sec then return entry_text(e) .. "\n\n" .. section_text(sec) end
   if e then return entry_text(e) end
   if sec then return section_text(sec) end
+  -- a module table (fp8.optim, fp8.profiler, fp8.nn.functional): the entries under its name
+  local mod = type(x) == "table" and rawget(_G, "fp8") and M.module_name(x)
+  if mod then
+    local names = {}
+    for _, en in ipairs(M.entries) do
+      if en.name:sub(1, #mod + 1) == mod .. "." then names[#names + 1] = en.name end
+    end
+    if #names > 0 then
+      return ("fp8.%s, a module: help(\"name\") for one of its entries:\n  %s"):format(mod, table.concat(names, "\n  "))
+    end
+  end
   local tensor = rawget(_G, "fp8") and type(fp8.is_tensor) == "function" and fp8.is_tensor(x)
   if tensor then   -- a tensor's methods are the Tensors and Quantization sections
     return "a Tensor: its methods are listed below (help(\"quantize\") or help(x.quantize) for one)\n\n"

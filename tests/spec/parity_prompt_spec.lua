@@ -142,6 +142,17 @@ describe("the prompt", function()
     assert.is_nil(help.lookup("amp.GradScaler:nope"))   -- a member the class's entry does not name: no entry
   end)
 
+  it("help(scheduler) shows the schedulers' entry; help(module) lists its entries (both said 'no help for table')",
+    function()
+    local help = require "fp8.help"
+    local o = fp8.optim.SGD({ fp8.zeros { 1 } }, { lr = 0.1 })
+    assert.are.equal("optim.lr_scheduler", help.lookup(fp8.optim.lr_scheduler.StepLR(o, { step_size = 1 })).name)
+    local t = help.text(fp8.optim)
+    assert.truthy(t:find("fp8.optim, a module", 1, true) and t:find("optim.AdamW", 1, true), t)
+    assert.truthy(help.text(fp8.profiler):find("profiler.profile", 1, true))
+    assert.truthy(help.text({}):find("no help for table", 1, true))
+  end)
+
   it("=expr continues over lines as an expression does", function()
     local out = sh("printf %s " .. sh_quote("=1 +\n41\n") .. " | " .. sh_quote(bin) .. " -i")
     assert.matches("42", out)

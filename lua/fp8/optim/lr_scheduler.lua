@@ -44,6 +44,7 @@ end
 
 local Scheduler = {}
 Scheduler.__index = Scheduler
+Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry by it
 
 -- new(name, opt, lr_fn, [last_epoch]) — lr_fn(epoch, base_lr, group_index) → lr. Sets epoch 0's lr now,
 -- as PyTorch's constructors do.
