@@ -286,6 +286,15 @@ local function step(acc, model, opt)
   return loss:item()
 end
 
+-- saved() -> d, acc, model, opt: a fresh directory d holding d/c, the checkpoint of a plain model after one step
+local function saved()
+  local d = tmpdir()
+  local acc, model, opt = setup(nil)
+  step(acc, model, opt)
+  acc:save_state(d .. "/c")
+  return d, acc, model, opt
+end
+
 describe("fp8._checkpoint.mkdir_p (the one mkdir -p: checkpoints, profiler traces, --out)", function()
   it("creates a nested path and its parents with mode 0777 & ~umask", function()
     local d = tmpdir()
@@ -671,10 +680,7 @@ describe("acc:save_state / load_state", function()
   end)
 
   it("refuses a changed model, naming the tensor, and undoes what was loaded before the failure", function()
-    local d = tmpdir()
-    local acc, model, opt = setup(nil)
-    step(acc, model, opt)
-    acc:save_state(d .. "/c")
+    local d, acc, model, opt = saved()
     fp8.manual_seed(0)
     local other = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
     local acc2 = fp8.Accelerator { config = false, env = {} }
@@ -695,10 +701,7 @@ describe("acc:save_state / load_state", function()
   end)
 
   it("refuses a state file whose object counts are not counts, naming the field", function()
-    local d = tmpdir()
-    local acc, model, opt = setup(nil)
-    step(acc, model, opt)
-    acc:save_state(d .. "/c")
+    local d, acc, model, opt = saved()
     local text = read(d .. "/c/fp8lab_state.json")
     for _, c in ipairs { { "models", '"1"', '"1"' }, { "optimizers", "1.0", "1.0" }, { "custom", "null", "nil" } } do
       local t = text:gsub('"' .. c[1] .. '":%s*%d+', '"' .. c[1] .. '": ' .. c[2])
@@ -712,10 +715,7 @@ describe("acc:save_state / load_state", function()
   end)
 
   it("refuses an optimizer file whose scalars or step_count are not what it writes, naming the file", function()
-    local d = tmpdir()
-    local acc, model, opt = setup(nil)
-    step(acc, model, opt)
-    acc:save_state(d .. "/c")
+    local d, acc, model, opt = saved()
     local path = d .. "/c/optimizer.safetensors"
     local tensors, meta = fp8.load_file(path), fp8.safe_open(path):metadata()
     for _, c in ipairs { { "scalars", '{"1": 5}', "the state of parameter 1 is number, expected an object" },
@@ -737,10 +737,7 @@ describe("acc:save_state / load_state", function()
   end)
 
   it("a previous checkpoint that cannot be removed after the swap stays marked, and the next save removes it", function()
-    local d = tmpdir()
-    local acc, model, opt = setup(nil)
-    step(acc, model, opt)
-    acc:save_state(d .. "/c")
+    local d, acc, model, opt = saved()
     -- an immutable file (chattr +i stops root too); where the file system has no such flag there is nothing to test
     if not os.execute("chattr +i " .. d .. "/c/model.safetensors 2>/dev/null") then
       os.execute("rm -rf " .. d)
@@ -761,10 +758,7 @@ describe("acc:save_state / load_state", function()
   end)
 
   it("a second save_state to the same directory replaces it; no .tmp or .old is left", function()
-    local d = tmpdir()
-    local acc, model, opt = setup(nil)
-    step(acc, model, opt)
-    acc:save_state(d .. "/c")
+    local d, acc, model, opt = saved()
     step(acc, model, opt)
     acc:save_state(d .. "/c/")
     assert.same({ "c" }, C.listdir(d))
@@ -773,10 +767,7 @@ describe("acc:save_state / load_state", function()
   end)
 
   it("a checkpoint directory that replaces one keeps its permissions (chmod 700 stays private)", function()
-    local d = tmpdir()
-    local acc, model, opt = setup(nil)
-    step(acc, model, opt)
-    acc:save_state(d .. "/c")
+    local d, acc, model, opt = saved()
     assert(os.execute("chmod 700 " .. d .. "/c"))
     step(acc, model, opt)
     acc:save_state(d .. "/c")
