@@ -603,6 +603,8 @@ fl_status fl_tensor_clone_exact(fl_tensor **out, const fl_tensor *t) {
             c->scale_inv = si;
             c->scale_axis = t->scale_axis;
             c->qstats = t->qstats;
+            c->qpart = t->qpart;
+            c->qunknown = t->qunknown;
             c->qfuture = fl_stats_future_retain(t->qfuture);
         }
     }

@@ -523,6 +523,7 @@ static fl_status packed_copy(fl_tensor **out, const fl_tensor *t) {
         c->scale_axis = t->scale_axis;
         c->qstats = t->qstats;
         c->qpart = t->qpart;
+        c->qunknown = t->qunknown;
         c->qfuture = fl_stats_future_retain(t->qfuture);
     }
     *out = c;
@@ -628,6 +629,7 @@ static fl_status copy_to_device(fl_tensor **out, const fl_tensor *t, int device)
             r->scale_axis = t->scale_axis;
             r->qstats = t->qstats;
             r->qpart = t->qpart;
+            r->qunknown = t->qunknown;
             r->qfuture = fl_stats_future_retain(t->qfuture);
         }
     }

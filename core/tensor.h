@@ -53,6 +53,8 @@ typedef struct fl_tensor {
                                       * read them through fl_tensor_qstats() */
     bool qpart;                      /* a view of part of the cast (select, narrow), an expand that repeats its
                                       * elements, or a copy of one: qstats describe the whole cast, not these */
+    bool qunknown;                   /* read from a file (or a view or copy of one): no cast made these bytes
+                                      * here, and qstats (zeros) say nothing of the source */
     /* Autograd (core/autograd.h). Every new header — fresh tensors, views, copies — starts with these
      * cleared: the layout functions in this file record no history; the differentiable views are
      * fl_view/fl_reshape/... in ops.h. */

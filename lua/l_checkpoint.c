@@ -262,6 +262,7 @@ static void push_tensor(lua_State *L, fl_st_file *f, const char *name, int devic
     fl_tensor **slot = fl_lnewbox(L);
     read_into(L, f, i, slot, fname);
     fl_tensor *t = *slot;
+    if (t->scale_inv) t->qunknown = true;   /* the file holds the bytes and scales, not what the cast saw */
     if (t->scale_inv) {
         lua_pushfstring(L, "%s" SCALE_SUFFIX, name);
         int s = fl_st_find(f, lua_tostring(L, -1));

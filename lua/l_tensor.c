@@ -817,11 +817,19 @@ static int reduce_with_index(lua_State *L, fl_redop op) {
 }
 static int m_max(lua_State *L) { return reduce_with_index(L, FL_OP_MAX); }
 static int m_min(lua_State *L) { return reduce_with_index(L, FL_OP_MIN); }
+/* A read FP8 tensor's counters are not known: its amax, underflow and saturated counts raise, naming why. */
+static void refuse_unknown(lua_State *L, const fl_tensor *t, const char *what) {
+    if (t->qunknown)
+        luaL_error(L, "%s: this FP8 tensor was read from a file, which holds its bytes and scales but not what its "
+                   "cast saw (the source's amax, underflow and saturation); qstats().unknown is true", what);
+}
+
 /* amax: for an FP8 tensor, the amax of the source its cast saw (a number); else a reduction. */
 static int m_amax(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     if (fl_format(t->dtype)->is_fp8) {
         fl_lmaxargs(L, 1, "amax", "no arguments for an FP8 tensor (the amax its cast saw)");
+        refuse_unknown(L, t, "amax");
         fl_cast_stats st;
         fl_lcheck(L, fl_tensor_qstats(t, &st));
         lua_pushnumber(L, st.amax);
@@ -985,6 +993,7 @@ static fl_cast_stats qstats_of(lua_State *L, const char *what) {
     fl_cast_stats st;
     fl_tensor *t = check_fp8(L, 1, what);
     fl_lmaxargs(L, 1, what, "no arguments");
+    if (strcmp(what, "qstats") != 0) refuse_unknown(L, t, what);
     fl_lcheck(L, fl_tensor_qstats(t, &st));
     return st;
 }
@@ -999,6 +1008,8 @@ static int m_qstats(lua_State *L) {
     lua_pushinteger(L, st.nan); lua_setfield(L, -2, "nan");
     /* a view of part of the cast (select, narrow): the counters are the whole cast's */
     if (fl_lchecktensor(L, 1)->qpart) { lua_pushboolean(L, 1); lua_setfield(L, -2, "part"); }
+    /* read from a file: the counters (zeros) say nothing of the source */
+    if (fl_lchecktensor(L, 1)->qunknown) { lua_pushboolean(L, 1); lua_setfield(L, -2, "unknown"); }
     return 1;
 }
 

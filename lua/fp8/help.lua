@@ -132,7 +132,8 @@ add_all {
   { section = "Quantization", name = "Tensor:underflow", sig = "q:underflow() / q:saturated() / q:qstats()",
     doc = "How many nonzero values became zero, and how many exceeded the format's max\n"
        .. "(clamped, or inf/NaN with saturate=false), in the cast that made q. A select or narrow view of\n"
-       .. "part of q keeps the whole cast's counters: its qstats() then has part=true." },
+       .. "part of q keeps the whole cast's counters: its qstats() then has part=true. An FP8 tensor read from a\n"
+       .. "file has no cast's counters: qstats().unknown is true, and these (and q:amax()) raise." },
   { section = "REPL", name = "help", sig = "help([fn | \"name\"])",
     doc = "help() lists the sections; help(\"tensors\") one section; help(fp8.encode) or help(\"encode\") one entry;\n"
        .. "an unknown name suggests the nearest ones.\n"

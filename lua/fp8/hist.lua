@@ -48,6 +48,11 @@ local function hist(t, fmt, opts, ...)
         error(("hist: option '%s' needs a float tensor (this one is already %s)"):format(k, t:dtype()), 2)
       end
     end
+    if t:qstats().unknown then
+      error("hist: this FP8 tensor was read from a file, which holds its bytes and scales but not its cast's counters: "
+        .. "underflow and saturation cannot be told apart from zeros and max values; pass the float source with the "
+        .. "same scale", 2)
+    end
     if t:qstats().part then
       error("hist: this FP8 tensor is part of a cast (a select or narrow view, an expand, or a copy of one): its cast "
         .. "counters describe the whole tensor, so underflow and saturation here cannot be told apart from zeros "

@@ -132,11 +132,15 @@ function mt.__tostring(t)
       parts[#parts + 1] = "scale=" .. num(t:scale())
     end
     local q = t:qstats()
-    parts[#parts + 1] = "amax=" .. num(q.amax)
-    parts[#parts + 1] = "underflow=" .. q.underflow
-    parts[#parts + 1] = "saturated=" .. q.saturated
-    if q.nan > 0 then parts[#parts + 1] = "nan=" .. q.nan end
-    if q.part then parts[#parts] = parts[#parts] .. " (of the whole cast this is part of)" end
+    if q.unknown then
+      parts[#parts + 1] = "read from a file (its cast's amax and counters unknown)"
+    else
+      parts[#parts + 1] = "amax=" .. num(q.amax)
+      parts[#parts + 1] = "underflow=" .. q.underflow
+      parts[#parts + 1] = "saturated=" .. q.saturated
+      if q.nan > 0 then parts[#parts + 1] = "nan=" .. q.nan end
+      if q.part then parts[#parts] = parts[#parts] .. " (of the whole cast this is part of)" end
+    end
   else
     parts[1] = body(t)
     parts[#parts + 1] = "dtype=" .. t:dtype()

@@ -27,6 +27,27 @@ local function entry(name, dtype, shape, b, e)
 end
 
 describe("fp8.save_file / load_file / safe_open", function()
+  it("an FP8 tensor read from a file says its cast's counters are unknown (they read 0: an underflow was a zero)",
+    function()
+    local d = tmpdir()
+    local q = fp8.tensor { 1e-5, 1, 60 }:quantize("e4m3")
+    assert.are.equal(1, q:underflow())
+    fp8.save_file({ q = q }, d .. "/q.safetensors")
+    local path = d .. "/q.safetensors"
+    for _, l in ipairs { fp8.load_file(path).q, fp8.safe_open(path):get_tensor("q") } do
+      assert.is_true(l:qstats().unknown)
+      assert.same(q:bytes(), l:bytes())
+      for _, m in ipairs { "amax", "underflow", "saturated" } do
+        U.fails_with(m .. ": this FP8 tensor was read from a file", l[m], l)
+      end
+      U.fails_with("hist: this FP8 tensor was read from a file", fp8.hist, l, "e4m3")
+      assert.is_true(l:narrow(1, 1, 2):qstats().unknown and l:clone():qstats().unknown)
+      assert.truthy(tostring(l):find("read from a file", 1, true))
+    end
+    assert.is_nil(q:qstats().unknown)   -- a cast knows its counters
+    os.execute("rm -rf " .. d)
+  end)
+
   it("round-trips fp32, bf16, fp16 and FP8 (per tensor and per row) exactly, with metadata", function()
     local d = tmpdir()
     fp8.manual_seed(3)
