@@ -46,11 +46,7 @@ function Plugin:__tostring()
       tostring(self.sync_each_batch))
 end
 
--- By name, not by identity: a spec or a REPL session that reloads the module makes a second class table.
-function Plugin.is_plugin(v)
-  local mt = getmetatable(v)
-  return type(v) == "table" and type(mt) == "table" and rawget(mt, "__name") == "GradientAccumulationPlugin"
-end
+function Plugin.is_plugin(v) return require("fp8.opts").is_a(v, "GradientAccumulationPlugin") end
 
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then

@@ -61,9 +61,7 @@ end
 
 -- The accelerator's configuration from its options project_config= and project_dir= (Accelerate's).
 function M.project_config_from(pc, dir, level)
-  -- by name, not identity: a reloaded module (a test, a REPL reload) makes another class table
-  local mt = getmetatable(pc)
-  if pc ~= nil and not (type(pc) == "table" and type(mt) == "table" and rawget(mt, "__name") == "ProjectConfiguration") then
+  if pc ~= nil and not O.is_a(pc, "ProjectConfiguration") then
     error(("Accelerator: project_config must be an fp8.ProjectConfiguration{...}, got %s"):format(type(pc)), level + 1)
   end
   pc = pc or M.ProjectConfiguration {}

@@ -38,8 +38,7 @@ function M.new(opts, ...)
     local v = opts[k]
     if k == "data_seed" then
       if v ~= nil and math.type(v) ~= "integer" then
-        error(("DataLoaderConfiguration: data_seed must be an integer, got %s"):format(
-          type(v) == "number" and tostring(v) or type(v)), 2)
+        error(("DataLoaderConfiguration: data_seed must be an integer, got %s"):format(O.got(v)), 2)
       end
     elseif v ~= nil and type(v) ~= "boolean" then
       error(("DataLoaderConfiguration: %s must be a boolean, got %s"):format(k, type(v)), 2)
@@ -67,10 +66,7 @@ end
 -- from(dlc, even_batches, level) -> the accelerator's configuration from its options dataloader_config= and the
 -- older even_batches= (Accelerate took it on the Accelerator before its DataLoaderConfiguration): one of them.
 function M.from(dlc, even_batches, level)
-  local mt = getmetatable(dlc)
-  -- by name, not identity: a reloaded module (a test, a REPL reload) makes another class table
-  if dlc ~= nil and not (type(dlc) == "table" and type(mt) == "table"
-      and rawget(mt, "__name") == "DataLoaderConfiguration") then
+  if dlc ~= nil and not O.is_a(dlc, "DataLoaderConfiguration") then
     error(("Accelerator: dataloader_config must be an fp8.DataLoaderConfiguration{...}, got %s"):format(type(dlc)),
       level + 1)
   end

@@ -296,8 +296,7 @@ function U:reduce(t, reduction, scale)
     error(("reduce: reduction must be \"sum\" or \"mean\", got %s"):format(tostring(op)), 2)
   end
   if scale ~= nil and (type(scale) ~= "number" or scale ~= scale or scale == math.huge or scale == -math.huge) then
-    error(("reduce: scale must be a finite number, got %s"):format(type(scale) == "number" and tostring(scale)
-      or type(scale)), 2)
+    error(("reduce: scale must be a finite number, got %s"):format(require("fp8.opts").got(scale)), 2)
   end
   agree(self, "reduce", t, true)
   return map_tensors("reduce", t, function(x)

@@ -93,6 +93,13 @@ local function given(v)
   return "a " .. type(v)   -- boolean, number, string, table, function, thread, userdata
 end
 
+-- is_a(v, name) -> whether v is an instance of the class whose metatable's __name is `name`. By name, not by
+-- identity: a spec or a REPL session that reloads a module makes a second class table.
+function M.is_a(v, name)
+  local mt = getmetatable(v)
+  return type(v) == "table" and type(mt) == "table" and rawget(mt, "__name") == name
+end
+
 -- got(v) -> v as an error message shows a value that should have been a number: a number as it is, a string quoted
 -- (num_steps="2" read "got 2", as if it were the number), anything else by its kind ("a table", "a tensor", "nil").
 function M.got(v)
