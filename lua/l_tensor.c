@@ -127,6 +127,17 @@ static int check_dim(lua_State *L, int arg, int ndim, const char *fname) {
     return 0;
 }
 
+/* A reduction's dim of a 0-d tensor: 1 or -1 name its one implicit dim, as torch's 0 and -1 do (FL_ALL_DIMS: the
+ * whole of it); other tensors go through check_dim. */
+static int check_reduce_dim(lua_State *L, int arg, int ndim, const char *fname) {
+    if (ndim != 0) return check_dim(L, arg, ndim, fname);
+    int64_t d = check_int(L, arg, "dim");
+    if (d != 1 && d != -1)
+        luaL_error(L, "%s: dim %I out of range for a 0-d tensor (valid: 1 or -1, its one implicit dim)", fname,
+                   (lua_Integer)d);
+    return FL_ALL_DIMS;
+}
+
 /* 1-based (or negative) index along dim d → 0-based; fname names the call in the error. */
 static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d, const char *fname) {
     int64_t n = t->shape[d];
@@ -378,7 +389,8 @@ static int m_reshape(lua_State *L) { return m_view_reshape(L, 1); }
 static int m_transpose(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
     fl_lmaxargs(L, 3, "transpose", "(dim0, dim1)");
-    int d0 = check_dim(L, 2, t->ndim, "transpose"), d1 = check_dim(L, 3, t->ndim, "transpose");
+    int d0 = check_reduce_dim(L, 2, t->ndim, "transpose"), d1 = check_reduce_dim(L, 3, t->ndim, "transpose");
+    if (t->ndim == 0) { lua_settop(L, 1); return 1; }   /* torch's: a 0-d tensor's one implicit dim with itself */
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_transpose(slot, t, d0, d1));
     return 1;
@@ -728,7 +740,7 @@ static int m_sigmoid(lua_State *L) { return unary(L, FL_OP_SIGMOID); }
 /* The arguments of a reduction method: (tensor [, dim [, keepdim]]); dim FL_ALL_DIMS when absent. */
 static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim, const char *fname) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    *dim = lua_isnoneornil(L, 2) ? FL_ALL_DIMS : check_dim(L, 2, t->ndim, fname);
+    *dim = lua_isnoneornil(L, 2) ? FL_ALL_DIMS : check_reduce_dim(L, 2, t->ndim, fname);
     /* keepdim: a boolean (0 is true in Lua, so a number would keep the dim silently) */
     if (!lua_isnoneornil(L, 3) && !lua_isboolean(L, 3))
         luaL_error(L, "%s: keepdim must be a boolean, got %s", fname, luaL_typename(L, 3));
@@ -741,6 +753,8 @@ static void reduce_arity(lua_State *L, const char *fname) {
     if (lua_gettop(L) > 3) luaL_error(L, "%s: expected (dim [, keepdim]), got %d arguments", fname, lua_gettop(L) - 1);
 }
 
+static int reduce(lua_State *L, fl_redop op);
+
 /* sum/mean over a list of dims {d1, d2, ...} (torch's dim=(...)): one reduction a dim, the highest first so that the
  * others keep their numbers, each result in a box of its own (an error leaks nothing); a mean of means over equal
  * groups is the mean. */
@@ -748,6 +762,11 @@ static int reduce_dims(lua_State *L, fl_redop op, const char *fname) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     lua_Integer n = fl_lchecklen(L, 2, fname, "dims", FL_LMAX_TABLE_LEN);
     if (n < 1) luaL_error(L, "%s: the list of dims is empty (leave dim out to reduce over all of them)", fname);
+    if (t->ndim == 0 && n == 1) {   /* {1} or {-1} of a 0-d tensor: its one implicit dim, as a plain dim */
+        lua_geti(L, 2, 1);
+        lua_replace(L, 2);
+        return reduce(L, op);
+    }
     if (n > t->ndim) luaL_error(L, "%s: %I dims listed for a %d-d tensor", fname, n, t->ndim);
     bool seen[FL_MAX_DIMS] = { false };
     for (lua_Integer i = 1; i <= n; i++) {

@@ -179,6 +179,27 @@ describe("autograd", function()
       end
     end
   end)
+
+  it("a 0-d tensor's one implicit dim is 1 or -1, as torch's 0 and -1 (reductions, softmax, transpose)", function()
+    local F = fp8.nn.functional
+    for _, d in ipairs({ 1, -1 }) do
+      local x = fp8.tensor(3):requires_grad(true)
+      local v, i = x:max(d)
+      assert.are.same({ {}, 3, 0 }, { v:shape(), v:item(), i:item() })
+      assert.are.equal(3, x:sum(d, true):item())
+      assert.are.equal(0, #x:mean({ d }):shape())
+      assert.are.equal(0, x:argmin(d):item())
+      assert.is_true(x:var(d):item() ~= x:var(d):item())   -- one element, correction 1: NaN, as torch's
+      assert.are.equal(x, x:transpose(d, d))
+      assert.are.equal(1, F.softmax(x, d):item())
+      local y = F.log_softmax(x, d) * 2 + x:amax(d)
+      assert.are.same({}, y:shape())
+      y:backward()
+      assert.are.equal(1, x.grad:item())   -- log_softmax of one element is constant: only amax's 1 flows
+    end
+    assert.has_error(function() fp8.tensor(3):sum(2) end,
+      "sum: dim 2 out of range for a 0-d tensor (valid: 1 or -1, its one implicit dim)")
+  end)
 end)
 
 describe("fp8.core._nn", function()

@@ -77,22 +77,23 @@ end
 
 local function check_dim(fname, x, dim)
   if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
-  local n = x:dim()
-  if n == 0 then error(("%s: the input is 0-d: it has no dim to normalise over (reshape{1} it)"):format(fname), 3) end
+  local n = math.max(x:dim(), 1)   -- a 0-d tensor's one implicit dim is 1 (or -1), as torch's 0 (or -1)
   if dim == 0 or dim > n or dim < -n then
-    error(("%s: dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)"):format(fname, dim, n, n, n), 3)
+    error(("%s: dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)"):format(fname, dim, x:dim(), n, n), 3)
   end
 end
 
 function F.softmax(x, dim, ...)
   no_more("softmax", "(input [, dim]) (no dtype)", ...)
   check_tensor("softmax", "input", x); dim = dim or -1; check_dim("softmax", x, dim)
+  if x:dim() == 0 then return core().softmax(x:reshape{1}, 1):reshape{} end
   return core().softmax(x, dim)
 end
 
 function F.log_softmax(x, dim, ...)
   no_more("log_softmax", "(input [, dim]) (no dtype)", ...)
   check_tensor("log_softmax", "input", x); dim = dim or -1; check_dim("log_softmax", x, dim)
+  if x:dim() == 0 then return core().log_softmax(x:reshape{1}, 1):reshape{} end
   return core().log_softmax(x, dim)
 end
 
