@@ -515,6 +515,32 @@ local function var_of(who, t, dim, o)
   -- its square) lost up to half the variance where the mean is large against the spread
   local odt = t:dtype()
   if odt == "bf16" or odt == "fp16" then t = t:to("fp32") end
+  -- a row whose squares leave fp32 (|x| past 2^60, as 1e20, or under 2^-60, as 1e-30's) is first brought near 1 by
+  -- a power of two of its own (exact); the result is scaled back (once for std, so a std past 1.8e19 is finite), as
+  -- torch's, which sums in double. back is that scale (a number, or a tensor of the result's shape), nil when no row
+  -- needs it (the usual case: the same bits as without it). The gradient flows through the scales: where var itself
+  -- is subnormal or 0, the two back-scalings underflow its gradient to 0 (torch's is finite there).
+  local back
+  if t:numel() > 0 then
+    local a = dim == nil and t:detach():amax() or t:detach():amax(dim, true)
+    local flat, need = a:reshape({ -1 }):tolist(), false
+    for _, x in ipairs(flat) do
+      if x == x and x < math.huge and (x > 2.0 ^ 60 or (x > 0 and x < 2.0 ^ -60)) then need = true; break end
+    end
+    if need then
+      local up, down = {}, {}
+      for i, x in ipairs(flat) do
+        local e = 0   -- 2^±126 and their products with a row stay normal fp32
+        if x == x and x > 0 and x < math.huge then e = math.max(-126, math.min(126, math.floor(math.log(x, 2)))) end
+        up[i], down[i] = 2.0 ^ -e, 2.0 ^ e
+      end
+      if dim == nil then t, back = t * up[1], down[1]
+      else
+        t = t * core.tensor(up):reshape(a:shape()):to(t:device())
+        back = core.tensor(down):to(t:device())
+      end
+    end
+  end
   local d
   if dim == nil then d = t - t:mean() else d = t - t:mean(dim, true) end
   local ss = dim == nil and (d * d):sum() or (d * d):sum(dim, keep)
@@ -523,24 +549,30 @@ local function var_of(who, t, dim, o)
     for i = 1, t:dim() do ones[i] = 1 end
     ss = ss:reshape(ones)
   end
-  return ss / math.max(n - corr, 0), odt   -- n ≤ correction: x / 0, inf or NaN, as torch's
+  local v = ss / math.max(n - corr, 0)   -- n ≤ correction: x / 0, inf or NaN, as torch's
+  if type(back) ~= "number" and back ~= nil then back = back:reshape(v:shape()) end
+  return v, odt, back
 end
+
+-- x · back (back from var_of: nil, a number or a tensor of x's shape)
+local function scaled(x, back) if back == nil then return x end return x * back end
 
 local function rounded(r, dt) if r:dtype() ~= dt then return r:to(dt) end return r end
 
 function Tensor.var(t, dim, o, ...)
   no_more("var", "([dim] [, {correction=, keepdim=}])", ...)
-  return rounded(var_of("var", t, dim, o))
+  local v, odt, back = var_of("var", t, dim, o)
+  return rounded(scaled(scaled(v, back), back), odt)
 end
 
 function Tensor.std(t, dim, o, ...)
   no_more("std", "([dim] [, {correction=, keepdim=}])", ...)
-  local v, odt = var_of("std", t, dim, o)
-  if not v:requires_grad() then return rounded(v:sqrt(), odt) end
+  local v, odt, back = var_of("std", t, dim, o)
+  if not v:requires_grad() then return rounded(scaled(v:sqrt(), back), odt) end
   -- torch's gradient is 0 where the std is 0 (a constant row): sqrt's derivative there is inf, and inf·0 made it
   -- NaN. The root is taken of a stand-in 1 there and selected away, so nothing infinite meets the zero gradient.
   local zero = v:eq(0)
-  return rounded(M.where(zero, 0, M.where(zero, 1, v):sqrt()), odt)
+  return rounded(scaled(M.where(zero, 0, M.where(zero, 1, v):sqrt()), back), odt)
 end
 
 -- t:chunk(n [, dim=1]) and t:split(size | {sizes} [, dim=1]): narrow views along dim, as torch's (chunk: pieces

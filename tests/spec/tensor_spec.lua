@@ -821,6 +821,24 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     U.fails_with("var: dim must be an integer in 1..2 or -2..-1, got 3", x.var, x, 3)
   end)
 
+  it("var and std of rows past fp32's squares (1e20, 1e-30) are torch's, each row on its own", function()
+    -- torch 2.15: std [1.4142e+20, 0.7071] and [1.4142e-30, 0.7071]; var(0) [inf, 0.5]; the grad of std(1).sum()
+    -- [[0.4003, -0.5604, 0.1601], [0, 0.5, -0.5]]. The squares in fp32 made the first inf and the second 0.
+    local rel = function(want, got) assert.is_true(math.abs(got - want) <= 1e-6 * math.abs(want), want .. " " .. got) end
+    local big = fp8.tensor { { 1e20, -1e20 }, { 1, 2 } }:std(2):totable()
+    rel(1.41421356e20, big[1]); rel(0.70710678, big[2])
+    local tiny = fp8.tensor { { 1e-30, -1e-30 }, { 1, 2 } }:std(2):totable()
+    rel(1.41421356e-30, tiny[1]); rel(0.70710678, tiny[2])
+    rel(1.0408330e19, fp8.tensor { 1e19, -1e19, 5e18 }:std():item())
+    rel(1.0415429139e-30, fp8.tensor({ 1e-30, -1e-30, 5e-31 }, "bf16"):std():to("fp32"):item())   -- torch's bf16
+    assert.are.same({ { math.huge, 0.5 } }, fp8.tensor { { 1e20, 1 }, { -1e20, 2 } }:var(1, { keepdim = true }):totable())
+    local x = fp8.tensor { { 1e20, -1e20, 5e19 }, { 1e-30, 2e-30, 0 } }:requires_grad(true)
+    x:std(2):sum():backward()
+    local g = x.grad:totable()
+    assert.is_near(0.4003, g[1][1], 1e-4); assert.is_near(-0.5604, g[1][2], 1e-4); assert.is_near(0.1601, g[1][3], 1e-4)
+    assert.is_near(0.5, g[2][2], 1e-6); assert.is_near(-0.5, g[2][3], 1e-6)
+  end)
+
   it("sum and mean of a bf16/fp16 tensor over a list of dims round once, as torch's", function()
     -- torch 2.x: 2.453125 (the exact mean is 2.44596); a mean of bf16 means gave 2.4375
     local x = fp8.tensor({ { -3.65625, 8.9375, 6.6875 }, { 0.41015625, 5.21875, -2.921875 } }, "bf16")
