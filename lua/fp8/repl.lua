@@ -177,6 +177,34 @@ function M.metatable_index_tables(mt)
   return out
 end
 
+-- fp8lab's own __index functions (its Lua sources', the C ones of its binary): completion may call them. A user's
+-- __index (a proxy that logs, counts or fetches) is not run by a Tab.
+local function own(f)
+  local src = debug.getinfo(f, "S").source
+  return src == "=[C]" or src:sub(1, 9) == "@lua/fp8/"
+end
+
+-- peek(obj, name) -> obj[name] without running a user's __index: raw fields, __index tables, and only fp8lab's own
+-- __index functions (the lazy fp8.nn, a tensor's methods), each under pcall; nil when unknown.
+local function peek(obj, name)
+  for _ = 1, 16 do   -- a bounded walk: an __index chain may loop
+    if type(obj) == "table" then
+      local v = rawget(obj, name)
+      if v ~= nil then return v end
+    end
+    local mt = getmetatable(obj)
+    local idx = type(mt) == "table" and rawget(mt, "__index") or nil
+    if type(idx) == "function" then
+      if not own(idx) then return nil end
+      local ok, v = pcall(idx, obj, name)
+      return ok and v or nil
+    end
+    if type(idx) ~= "table" then return nil end
+    obj = idx
+  end
+  return nil
+end
+
 -- complete(line [, env]) -> sorted list of candidates for the expression ending the line,
 -- each the whole expression (e.g. "fp8.tensor", "x:shape"). env defaults to _G.
 function M.complete(line, env)
@@ -195,9 +223,8 @@ function M.complete(line, env)
     if head:find("%.%.") then return {} end
     local obj = env
     for name in head:gmatch("[^%.]+") do
-      local ok, v = pcall(function() return obj[name] end)
-      if not ok or v == nil then return {} end
-      obj = v
+      obj = peek(obj, name)
+      if obj == nil then return {} end
     end
     collect(obj, names, sep == ":")
   end

@@ -99,6 +99,22 @@ describe("repl.complete", function()
   it("defaults to the globals", function()
     assert.are.same({ "fp8" }, c("fp8"))
   end)
+  it("runs no user __index (a proxy's side effects), but fp8lab's own (the lazy fp8.nn, a tensor's fields)", function()
+    local calls = 0
+    local proxy = setmetatable({}, { __index = function(_, k) calls = calls + 1; return { [k .. "_x"] = 1 } end })
+    local chained = setmetatable({}, { __index = setmetatable({}, { __index = { inner = { deep = 1 } } }) })
+    local e = { p = proxy, ch = chained, fp8 = fp8, m = fp8.nn.Linear(2, 2) }
+    assert.are.same({}, c("p.a.", e))
+    assert.are.equal(0, calls)
+    assert.are.same({ "ch.inner.deep" }, c("ch.inner.d", e))   -- __index tables are walked
+    assert.are.same({ "fp8.nn.Linear" }, c("fp8.nn.Linea", e))
+    -- a module's parameters come through Module's __index function (lua/fp8/nn/module.lua), not raw fields
+    assert.is_nil(rawget(e.m, "weight"))
+    assert.are.same({ "m.weight:shape", "m.weight:shape_str" }, c("m.weight:sha", e))
+    local loop = {}
+    setmetatable(loop, { __index = loop })
+    assert.are.same({}, c("loop.a.", { loop = loop }))
+  end)
 end)
 
 describe("the printer and a large table", function()
