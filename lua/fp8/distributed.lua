@@ -311,7 +311,8 @@ function U:reduce(t, reduction, scale)
 end
 
 -- split_between_processes(list [, apply_padding]) -> this rank's contiguous share (the first
--- #list % N ranks get one more); apply_padding repeats the last item so every share has one length.
+-- #list % N ranks get one more); apply_padding adds the list's last item to the shorter shares so every share has
+-- one length (Accelerate 1.15's inputs[-1]: process 1 of 3 given {a, b, c, d} gets {c, d}).
 -- A table of lists by name ({input_ids = {...}, labels = {...}}, Accelerate's dict) is split list by list, the
 -- same share of each: the lists must have one length.
 function U:split_between_processes(list, apply_padding)
@@ -354,9 +355,7 @@ function U:split_between_processes(list, apply_padding)
   local count = base + (r < extra and 1 or 0)
   local out = {}
   for i = first, first + count - 1 do out[#out + 1] = list[i] end
-  -- Accelerate's padding: this process's own last item again; a share left empty (fewer items than processes)
-  -- takes the list's last, as Accelerate's inputs[-1:], so every share has the same length
-  if apply_padding and extra > 0 and count == base and n > 0 then out[#out + 1] = out[#out] or list[n] end
+  if apply_padding and extra > 0 and count == base then out[#out + 1] = list[n] end
   return out
 end
 

@@ -835,12 +835,14 @@ describe("fp16 with two optimizers", function()
     assert.is_true(has(a2, 'FP8LAB_MIXED_PRECISION=bf16 overridden by the Accelerator\'s mixed_precision="fp8"'))
   end)
 
-  it("split_between_processes pads with each process's own last item; gather_object takes lists only", function()
+  it("split_between_processes pads with the list's last item, as Accelerate 1.15; gather_object takes lists only", function()
     -- process i of 3, as an accelerator's fields (a method refuses a self that is not an accelerator)
     local mt = getmetatable(new_acc {})
     local function rank(i) return setmetatable({ num_processes = 3, process_index = i }, mt) end
     local split = fp8.Accelerator.split_between_processes
-    assert.are.same({ "c", "c" }, split(rank(1), { "a", "b", "c", "d" }, true))
+    -- Accelerate 1.15 (PartialState.split_between_processes, apply_padding=True): [a, b], [c, d], [d, d]
+    assert.are.same({ "c", "d" }, split(rank(1), { "a", "b", "c", "d" }, true))
+    assert.are.same({ "d", "d" }, split(rank(2), { "a", "b", "c", "d" }, true))
     assert.are.same({ "a", "b" }, split(rank(0), { "a", "b", "c", "d" }, true))
     assert.are.same({ "b" }, split(rank(2), { "a", "b" }, true))   -- Accelerate's inputs[-1:]
     assert.are.same({}, split(rank(2), { "a", "b" }))
