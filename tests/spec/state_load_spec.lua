@@ -104,6 +104,40 @@ describe("a failed load changes nothing", function()
     assert.matches('for "0.fp8_state": the input role has an amax history of 8, this layer 16', err, 1, true)
   end)
 
+  it("model: a role's scale for another FP8 format (HYBRID's E5M2 grads into E4M3) is refused; layout 2 still loads", function()
+    local acc, hy, opt = setup(fp8.TERecipeKwargs { fp8_format = "HYBRID" })
+    steps(acc, hy, opt, 2)
+    local _, e4 = setup(fp8.TERecipeKwargs { fp8_format = "E4M3" })
+    local before = flat(e4)
+    for _, strict in ipairs { true, false } do
+      local ok, err = pcall(e4.load_state_dict, e4, hy:state_dict(), strict)
+      assert.is_false(ok)
+      assert.matches('for "0.fp8_state": the grad role\'s scale is for E5M2, this layer casts it to E4M3', err, 1, true)
+      assert.same(before, flat(e4))
+    end
+    -- layout 2 (before the format was recorded): [2, 3, then per role scale, updates, warm, history length, history]
+    local S = require "fp8.fp8_state"
+    local sd = hy:state_dict()
+    local st = S.unpack(sd["0.fp8_state"])
+    assert.are.same({ "e4m3", "e4m3", "e5m2" }, { st.input.format, st.weight.format, st.grad.format })
+    local v2 = { 2, 3 }
+    for _, r in ipairs(S.ROLES) do
+      for _, v in ipairs { st[r].scale, st[r].updates, st[r].warm, #st[r].history } do v2[#v2 + 1] = v end
+      for _, h in ipairs(st[r].history) do v2[#v2 + 1] = h end
+    end
+    sd["0.fp8_state"] = fp8.tensor(v2)
+    local _, hy2 = setup(fp8.TERecipeKwargs { fp8_format = "HYBRID" })
+    hy2:load_state_dict(sd)
+    assert.are.equal(st.grad.scale, fp8.recipes.fp8_layers(hy2)[1][2].fp8_meta:state().grad.scale)
+    -- a format code that is none of them
+    local bad = S.pack(st):totable()
+    bad[3] = 7
+    sd["0.fp8_state"] = fp8.tensor(bad)
+    local ok, err = pcall(hy2.load_state_dict, hy2, sd)
+    assert.is_false(ok)
+    assert.matches("the input role's format code is 7 (1 e4m3, 2 e5m2, 0 not recorded)", err, 1, true)
+  end)
+
   local function opt_with_state()
     local acc, model, opt = setup(nil)
     steps(acc, model, opt, 2)

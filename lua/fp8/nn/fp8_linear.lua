@@ -97,6 +97,12 @@ function FP8Linear:_check_load_state(sd, prefix, strict)
   local mine = self.fp8_meta:state()
   for _, r in ipairs(state.ROLES) do
     local s = st[r]
+    -- a scale is for one format's range (layouts 1 and 2 did not record it): a HYBRID grad scale, for E5M2, into an
+    -- E4M3 layer saturated its first backward. Not fitted under strict=false: nothing in the state says the scale.
+    if s.format and s.format ~= mine[r].format then
+      return ('for "%sfp8_state": the %s role\'s scale is for %s, this layer casts it to %s (a different fp8_format)')
+        :format(prefix, r, s.format:upper(), mine[r].format:upper())
+    end
     if #s.history ~= #mine[r].history and strict ~= false then
       return ('for "%sfp8_state": the %s role has an amax history of %d, this layer %d (a different amax_history_len '
         .. 'or recipe; strict=false keeps its most recent entries that fit)'):format(prefix, r, #s.history,
