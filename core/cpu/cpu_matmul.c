@@ -227,7 +227,17 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
     bool unimpl;
     mm_key key = mm_dense_key(ba, bb, M, N, K, da, db, dd, ta, tb);
     FL_TRY(mm_get(&e, &key, &unimpl));
-    if (!unimpl) return mm_exec(e, fl_tensor_data(a), fl_tensor_data(b), fl_tensor_data(dst));
+    if (!unimpl) {
+        FL_TRY(mm_exec(e, fl_tensor_data(a), fl_tensor_data(b), fl_tensor_data(dst)));
+        /* Both operands broadcast along the batch (batch stride 0, as an expanded [1, M, K]): the key's batch of
+         * max(ba, bb) = 1 wrote C's first entry only; every other entry is the same product. */
+        if (ba == 1 && bb == 1 && B > 1) {
+            const size_t bytes = (size_t)(M * N) * fl_format(dst->dtype)->size;
+            char *c = fl_tensor_data(dst);
+            for (int64_t i = 1; i < B; i++) memcpy(c + (size_t)i * bytes, c, bytes);
+        }
+        return FL_OK;
+    }
     /* No batched-broadcast kernel: one GEMM per batch entry. */
     if (B > 1 && (ba == 1 || bb == 1)) {
         key = mm_dense_key(1, 1, M, N, K, da, db, dd, ta, tb);

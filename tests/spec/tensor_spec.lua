@@ -443,6 +443,21 @@ describe("matmul", function()
     local m = fp8.tensor{{1, 2}, {3, 4}}
     assert.are.same({5, 11}, m:matmul(fp8.tensor{1, 2}):totable())
   end)
+  it("fills every batch entry when both operands broadcast along the batch (expanded views)", function()
+    -- a [2, 3, 1] expanded from [1, 3, 1] times a shared [1, 4]: oneDNN wrote the first entry only, the second
+    -- was whatever the allocation held
+    for _, dt in ipairs { "fp32", "bf16" } do
+      local a = fp8.tensor({ { { 1 }, { 2 }, { 3 } } }, dt):expand(2, 3, 1)
+      local b = fp8.tensor({ { 1, -1, 0.5, 4 } }, dt)
+      for _ = 1, 3 do   -- fresh allocations each time (one may come back zeroed)
+        local y = fp8.matmul(a, b):totable()
+        for bi = 1, 2 do
+          for i = 1, 3 do assert.are.same({ i, -i, i / 2, 4 * i }, y[bi][i], dt .. " entry " .. bi) end
+        end
+        local _ = fp8.full({ 2, 3, 4 }, 7, dt)   -- leaves its bytes in the allocator for the next result
+      end
+    end
+  end)
   it("differentiates a batch times a shared matrix when K or N is 0 (empty operands), as torch's", function()
     -- the shared matrix's gradient flattened the batch to [-1, K]: "shape [-1, 0] is invalid" for K = 0 or N = 0
     for _, c in ipairs { { { 5, 2, 0 }, { 0 } }, { { 5, 2, 0 }, { 0, 3 } }, { { 5, 2, 4 }, { 4, 0 } } } do
