@@ -75,7 +75,7 @@ static const char *header_string(lua_State *L, int idx, const char *what) {
 static int l_save_file(lua_State *L) {
     fl_lmaxargs(L, 3, "save_file", "({name = tensor}, path [, metadata])");
     luaL_checktype(L, 1, LUA_TTABLE);
-    const char *path = luaL_checkstring(L, 2);
+    const char *path = fl_lcheckpath(L, 2, "save_file");
     if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
     lua_settop(L, 3);
     /* Names, sorted (the file is then the same whatever the table's order). */
@@ -353,7 +353,7 @@ static safe_open_box *open_box(lua_State *L, const char *path) {
  * The file's device is get_tensor's default (HF's safe_open(path, device=...)); checked now, as load_file's. */
 static int l_safe_open(lua_State *L) {
     fl_lmaxargs(L, 2, "safe_open", "(path [, {device=}])");
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "safe_open");
     int dev = parse_device(L, 2, "safe_open");
     if (dev != FL_DEV_CPU && !fl_device_get(dev)) return luaL_error(L, "safe_open: device %s is not available", fl_device_name(dev));
     safe_open_box *b = open_box(L, path);
@@ -380,7 +380,7 @@ static int so_tostring(lua_State *L) {
 /* load_file(path [, {device=}]) → {name = tensor}. */
 static int l_load_file(lua_State *L) {
     fl_lmaxargs(L, 2, "load_file", "(path [, {device=}])");
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "load_file");
     int dev = parse_device(L, 2, "load_file");
     safe_open_box *b = open_box(L, path);
     int box = lua_gettop(L);
@@ -404,20 +404,20 @@ static int l_load_file(lua_State *L) {
 
 static int l_write_atomic(lua_State *L) {
     size_t len;
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "write_atomic");
     const char *s = luaL_checklstring(L, 2, &len);
     FL_LCALL(L, fl_write_atomic(path, s, len));
     return 0;
 }
 
 static int l_fsync_dir(lua_State *L) {
-    FL_LCALL(L, fl_fsync_dir(luaL_checkstring(L, 1)));
+    FL_LCALL(L, fl_fsync_dir(fl_lcheckpath(L, 1, "fsync_dir")));
     return 0;
 }
 
 /* mkdir(path) → true, or nil + message (an existing directory is fine). */
 static int l_mkdir(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "mkdir");
     struct stat sb;
     if (mkdir(path, 0755) == 0 || (errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
         lua_pushboolean(L, 1);
@@ -447,7 +447,7 @@ static int l_mkdir_p(lua_State *L) {
 
 /* listdir(path) → sorted names (without . and ..), or nil + message. */
 static int l_listdir(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "listdir");
     DIR *d = opendir(path);
     if (!d) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
     lua_newtable(L);
@@ -470,7 +470,7 @@ static int l_listdir(lua_State *L) {
 /* is_dir(path) → boolean */
 static int l_is_dir(lua_State *L) {
     struct stat sb;
-    lua_pushboolean(L, stat(luaL_checkstring(L, 1), &sb) == 0 && S_ISDIR(sb.st_mode));
+    lua_pushboolean(L, stat(fl_lcheckpath(L, 1, "is_dir"), &sb) == 0 && S_ISDIR(sb.st_mode));
     return 1;
 }
 
@@ -478,14 +478,14 @@ static int l_is_dir(lua_State *L) {
  * points at */
 static int l_is_link(lua_State *L) {
     struct stat sb;
-    lua_pushboolean(L, lstat(luaL_checkstring(L, 1), &sb) == 0 && S_ISLNK(sb.st_mode));
+    lua_pushboolean(L, lstat(fl_lcheckpath(L, 1, "is_link"), &sb) == 0 && S_ISLNK(sb.st_mode));
     return 1;
 }
 
 /* copy_mode(from, to) → true, or nil + message: to takes from's permission bits (a checkpoint directory that replaces
  * one made private with chmod 700 stays private). A file system without modes (vfat: EPERM) counts as done. */
 static int l_copy_mode(lua_State *L) {
-    const char *from = luaL_checkstring(L, 1), *to = luaL_checkstring(L, 2);
+    const char *from = fl_lcheckpath(L, 1, "copy_mode"), *to = fl_lcheckpath(L, 2, "copy_mode");
     struct stat sb;
     if (stat(from, &sb) == 0 && (chmod(to, sb.st_mode & 0777) == 0 || errno == EPERM || errno == ENOTSUP)) {
         lua_pushboolean(L, 1);
@@ -500,7 +500,7 @@ static int l_copy_mode(lua_State *L) {
  * renameat2 RENAME_EXCHANGE), so a checkpoint directory is replaced without a moment where its name holds
  * nothing. A file system without it answers EINVAL/ENOSYS; the caller then renames twice. */
 static int l_exchange(lua_State *L) {
-    const char *a = luaL_checkstring(L, 1), *b = luaL_checkstring(L, 2);
+    const char *a = fl_lcheckpath(L, 1, "exchange"), *b = fl_lcheckpath(L, 2, "exchange");
     if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0) { lua_pushboolean(L, 1); return 1; }
     lua_pushnil(L);
     lua_pushfstring(L, "%s <-> %s: %s", a, b, strerror(errno));

@@ -62,7 +62,7 @@ static void push_config(lua_State *L, const fl_config *c, const char *path) {
 
 /* load(path) -> settings table; raises "path:line:col: ..." */
 static int l_load(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "config.load");
     fl_config *c = newbox(L);
     fl_lcheck(L, fl_config_load(c, path));
     push_config(L, c, path);
@@ -141,7 +141,7 @@ static void table_to_config(lua_State *L, int idx, fl_config *c) {
 
 /* write(path, settings): validated like a loaded file, written atomically. */
 static int l_write(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "config.write");
     luaL_checktype(L, 2, LUA_TTABLE);
     fl_config *c = newbox(L);
     table_to_config(L, 2, c);

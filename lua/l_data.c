@@ -28,7 +28,7 @@ static int64_t *check_indices(lua_State *L, int arg, int64_t *n, const char *fna
 
 /* load_images(path [, mean, std]) -> tensor [N, rows*cols], rows, cols */
 static int l_load_images(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "load_images");
     double mean = luaL_optnumber(L, 2, 0.0), std = luaL_optnumber(L, 3, 0.0);
     int64_t rows = 0, cols = 0;
     fl_tensor **slot = fl_lnewbox(L);
@@ -40,7 +40,7 @@ static int l_load_images(lua_State *L) {
 
 /* load_labels(path) -> tensor [N] */
 static int l_load_labels(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "load_labels");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_data_load_idx_labels(slot, path));
     return 1;

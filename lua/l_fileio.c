@@ -22,7 +22,7 @@ static int read_box_gc(lua_State *L) {
 }
 
 static int l_read_regular(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "read_regular");
     const char *what = luaL_optstring(L, 2, "file");
     lua_Integer max = fl_loptint(L, 3, "read_regular", "max_bytes", 0, LUA_MAXINTEGER, 0);
     read_box *rb = (read_box *)lua_newuserdatauv(L, sizeof(read_box), 0);
@@ -55,7 +55,7 @@ static int l_read_regular(lua_State *L) {
 }
 
 static int l_write_atomic(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = fl_lcheckpath(L, 1, "write_atomic");
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
     fl_lcheck(L, fl_write_atomic(path, data, len));
@@ -64,8 +64,8 @@ static int l_write_atomic(lua_State *L) {
 }
 
 static int l_fsync_rename(lua_State *L) {
-    const char *tmp = luaL_checkstring(L, 1);
-    const char *path = luaL_checkstring(L, 2);
+    const char *tmp = fl_lcheckpath(L, 1, "fsync_rename");
+    const char *path = fl_lcheckpath(L, 2, "fsync_rename");
     fl_lcheck(L, fl_fsync_rename(tmp, path));
     lua_pushstring(L, path);
     return 1;

@@ -329,6 +329,13 @@ lua_Integer fl_lchecklen(lua_State *L, int arg, const char *fname, const char *w
     return n;
 }
 
+const char *fl_lcheckpath(lua_State *L, int arg, const char *fname) {
+    size_t n;
+    const char *s = luaL_checklstring(L, arg, &n);
+    if (strlen(s) != n) luaL_error(L, "%s: path must not contain a NUL byte, got \"%s\\0...\"", fname, s);
+    return s;
+}
+
 int64_t fl_lchecknumel(lua_State *L, const char *fname, int ndim, const int64_t *shape, int64_t limit) {
     int64_t n = 0;
     if (fl_shape_numel(fname, ndim, shape, &n) != FL_OK) fl_lcheck(L, FL_EINVAL);

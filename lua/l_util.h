@@ -101,6 +101,9 @@ lua_Number fl_lcheckfinite(lua_State *L, int arg, const char *fname, const char 
 /* The length of the table at arg, via luaL_len (so __len is honoured) but range-checked: a length that is
  * negative or above max (a __len that lies) raises "fname: what has length N (expected 0..max)". */
 lua_Integer fl_lchecklen(lua_State *L, int arg, const char *fname, const char *what, lua_Integer max);
+/* A file name at arg: a string without a NUL byte (the C string would end there, and the call would act on
+ * another file: save_file(t, "a.safetensors\0.bak") wrote a.safetensors): "fname: path must not contain a NUL byte". */
+const char *fl_lcheckpath(lua_State *L, int arg, const char *fname);
 /* The element count of a shape, overflow-safe: raises "fname: too large: N elements (limit L)" above
  * FL_MAX_NUMEL or limit (whichever is smaller; 0 = FL_MAX_NUMEL). */
 int64_t fl_lchecknumel(lua_State *L, const char *fname, int ndim, const int64_t *shape, int64_t limit);

@@ -131,6 +131,14 @@ local function safetensors_only(fname, v)
   end
 end
 
+-- A directory name with a NUL byte: the C calls would see only what is before it (another directory). Level 3: the
+-- caller of save_state / load_state / save_model.
+local function no_nul(fname, dir)
+  if type(dir) == "string" and dir:find("\0", 1, true) then
+    error(("%s: the directory name must not contain a NUL byte, got %q"):format(fname, dir), 3)
+  end
+end
+
 local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
 
 -- ---- what a checkpoint owns -----------------------------------------------------------------
@@ -632,6 +640,7 @@ function M.install(Accelerator)
     elseif type(dir) ~= "string" or dir == "" then
       error(("save_state: expected the output directory (a string), got %s"):format(tostring(dir)), 2)
     end
+    no_nul("save_state", dir)
     dir = dir:gsub("/+$", "")
     local main = self.process_index == nil or self.process_index == 0
     local rank = self.process_index or 0
@@ -829,6 +838,7 @@ function M.install(Accelerator)
       error("load_state: expected the checkpoint directory (or automatic_checkpoint_naming with project_dir)", 2)
     end
     if dir ~= nil and type(dir) ~= "string" then error(("load_state: expected a directory name, got %s"):format(type(dir)), 2) end
+    no_nul("load_state", dir)
     -- Every process reads and checks, then they agree; only then does each apply, and they agree again (a process
     -- whose apply failed has undone it; the others undo theirs), so all hold the checkpoint or none does.
     local n_proc, rank = self.num_processes or 1, self.process_index or 0
@@ -1038,6 +1048,7 @@ function M.install(Accelerator)
       error(("save_model: expected a Module, got %s"):format(type(model)), 2)
     end
     if type(dir) ~= "string" or dir == "" then error(("save_model: expected the output directory, got %s"):format(tostring(dir)), 2) end
+    no_nul("save_model", dir)
     opts = opts or {}
     if type(opts) ~= "table" then error("save_model: options must be a table {fp8=\"dequantize\"|\"raw\"}", 2) end
     O.check("save_model", opts, { "fp8", "safe_serialization", "max_shard_size" }, 2)

@@ -787,6 +787,27 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("a path with a NUL byte is refused by readers and writers (the C call would use the part before it)", function()
+    local d, acc, model = saved()
+    write(d .. "/a.safetensors", "keep")
+    local t = { x = fp8.ones { 2 } }
+    -- before: save_file wrote d/a.safetensors, load_file read it, save_model made d/m and wrote into it
+    U.fails_with("save_file: path must not contain a NUL byte", fp8.save_file, t, d .. "/a.safetensors\0.bak")
+    U.fails_with("load_file: path must not contain a NUL byte", fp8.load_file, d .. "/c/model.safetensors\0x")
+    U.fails_with("safe_open: path must not contain a NUL byte", fp8.safe_open, d .. "/c/model.safetensors\0x")
+    U.fails_with("save_state: the directory name must not contain a NUL byte", acc.save_state, acc, d .. "/c\0x")
+    U.fails_with("load_state: the directory name must not contain a NUL byte", acc.load_state, acc, d .. "/c\0x")
+    U.fails_with("save_model: the directory name must not contain a NUL byte", acc.save_model, acc, model, d .. "/m\0x")
+    U.fails_with("write_atomic: path must not contain a NUL byte", require("fp8._fileio").write_atomic,
+      d .. "/a.safetensors\0x", "data")
+    U.fails_with("read_regular: path must not contain a NUL byte", require("fp8._fileio").read_regular,
+      d .. "/a.safetensors\0x")
+    U.fails_with("config.write: path must not contain a NUL byte", fp8.config.write, d .. "/a.safetensors\0x", {})
+    assert.are.equal("keep", read(d .. "/a.safetensors"))
+    assert.same({ "a.safetensors", "c" }, C.listdir(d))
+    os.execute("rm -rf " .. d)
+  end)
+
   it("a checkpoint directory that replaces one keeps its permissions (chmod 700 stays private)", function()
     local d, acc, model, opt = saved()
     assert(os.execute("chmod 700 " .. d .. "/c"))
