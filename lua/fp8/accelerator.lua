@@ -906,8 +906,14 @@ function Accelerator:log_fp8_stats(opts)
   if self.process_index == 0 then   -- the main process writes the CSV
     local f, err = io.open(path, "a")
     if not f then error(("log_fp8_stats: cannot open %s: %s"):format(path, err), 2) end
-    if f:seek("end") == 0 then f:write("step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n") end
-    f:close()
+    local ok, werr = true, nil
+    if f:seek("end") == 0 then
+      ok, werr = f:write("step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n")
+    end
+    local cok, cerr = f:close()   -- a buffered write's failure (a full disk) shows here
+    if not (ok and cok) then
+      error(("log_fp8_stats: cannot write the header to %s: %s"):format(path, tostring(werr or cerr)), 2)
+    end
   end
   self._stats_log = { every = every, path = path }
 end

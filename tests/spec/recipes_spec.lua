@@ -1006,6 +1006,16 @@ describe("fp8 observability and errors", function()
     assert.truthy(tostring(err):find("log_fp8_stats: cannot append step 5's rows to " .. path, 1, true), err)
   end)
 
+  it("log_fp8_stats on a file that cannot take its header (a full disk) is an error naming it", function()
+    local acc = setup("fp8", fp8.TERecipeKwargs {})
+    -- /dev/full: every write fails with ENOSPC; the header's failure showed only in a close nobody checked
+    local ok, err = pcall(acc.log_fp8_stats, acc, { every = 1, path = "/dev/full" })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("log_fp8_stats: cannot write the header to /dev/full: ", 1, true), err)
+    assert.truthy(tostring(err):find("No space left on device", 1, true), err)
+    assert.is_nil(rawget(acc, "_stats_log"))
+  end)
+
   it("FP8 layers check their input like Linear does", function()
     local acc, model = setup("fp8", fp8.TERecipeKwargs {})
     local ok, err = pcall(model, fp8.randn { 4, 31 })
