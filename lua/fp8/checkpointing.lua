@@ -1037,7 +1037,7 @@ function M.install(Accelerator)
     if type(path) ~= "string" or path == "" then error(("save: expected a file name, got %s"):format(tostring(path)), 2) end
     if self.process_index ~= nil and self.process_index ~= 0 then return end
     local ok, err = pcall(core.save_file, tensors, path, metadata)
-    if not ok then error((tostring(err):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "save: ")), 2) end
+    if not ok then error("save: " .. (tostring(err):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "")), 2) end
   end
 
   -- save_model(model, dir [, {fp8="dequantize"|"raw"}]): the weights only (parameters and buffers, no
@@ -1072,7 +1072,9 @@ function M.install(Accelerator)
       if not (k:match("fp8_state$") or k:match("weight_fp8$")) then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
     end
     local path = join(dir, "model.safetensors")
-    core.save_file(out, path, { format = "pt", producer = "fp8lab" })
+    local wok, werr = pcall(core.save_file, out, path, { format = "pt", producer = "fp8lab" })
+    -- a write's failure (a full disk) names the function, not this file's line
+    if not wok then error("save_model: " .. (tostring(werr):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "")), 2) end
     return path
   end
 end

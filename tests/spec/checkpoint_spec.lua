@@ -850,6 +850,19 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("save_model and save name themselves when the write fails (a full disk, a directory in the way)", function()
+    local d = tmpdir()
+    local acc, model = setup(nil)
+    assert(C.mkdir(d .. "/m")); assert(C.mkdir(d .. "/m/model.safetensors"))
+    -- before: "lua/fp8/checkpointing.lua:1075: <path>: cannot write: Is a directory", and save's had no "save:"
+    local err = U.fails_with("save_model: " .. d .. "/m/model.safetensors: cannot write: Is a directory",
+      acc.save_model, acc, model, d .. "/m")
+    assert.is_nil(err:find("checkpointing.lua", 1, true), err)
+    U.fails_with("save: " .. d .. "/m/model.safetensors: cannot write: Is a directory",
+      acc.save, acc, { w = fp8.ones { 2 } }, d .. "/m/model.safetensors")
+    os.execute("rm -rf " .. d)
+  end)
+
   it("fp8.stats reads the recipe state out of a checkpoint's model file", function()
     local d = tmpdir()
     local acc, model, opt = setup(fp8.TERecipeKwargs { amax_history_len = 4 })
