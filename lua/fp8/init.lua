@@ -19,6 +19,9 @@ end
 -- {saturate=false} is the IEEE policy (overflow → inf for e5m2, NaN for e4m3).
 function fp8.encode(x, fmt, opts, ...)
   require("fp8.opts").no_more("encode", "(x, format [, {saturate=}])", ...)
+  if type(x) ~= "number" then   -- (else core.encode's own message named this file's line, not the caller's)
+    error(("bad argument #1 to 'encode' (expected a number, got %s)"):format(require("fp8.opts").got(x)), 2)
+  end
   local saturate = true
   if opts ~= nil then
     if type(opts) ~= "table" then
