@@ -147,6 +147,25 @@ static int l_set_grad_enabled(lua_State *L) {
     return 1;
 }
 
+/* fp8.core.pcall_scoped(name, fn, ...) -> pcall(fn, ...)'s results, but fn may not yield: the callers (autocast,
+ * fp8_autocast, no_sync) hold a process-wide setting while fn runs, which a suspended coroutine would leave on for
+ * every other piece of code until it resumed, or for good (no_grad refuses the same way). A yield's error says so. */
+static int l_pcall_scoped(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    int st = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
+    if (st != LUA_OK && lua_type(L, -1) == LUA_TSTRING &&
+        strcmp(lua_tostring(L, -1), "attempt to yield across a C-call boundary") == 0) {
+        lua_pop(L, 1);
+        lua_pushfstring(L, "%s: a coroutine yielded inside it (not allowed: its setting is process-wide, and would "
+                        "stay on for the rest of the program while the coroutine is suspended); yield outside it",
+                        name);
+    }
+    lua_pushboolean(L, st == LUA_OK);
+    lua_replace(L, 1);   /* (name's slot) */
+    return lua_gettop(L);
+}
+
 static const char *const autocast_names[] = { "fp32", "bf16", "fp16", NULL };
 static const fl_dtype autocast_dts[] = { FL_F32, FL_BF16, FL_F16 };
 
@@ -188,7 +207,7 @@ static const luaL_Reg funcs[] = {
     {"_backwards_started", l_backwards_started},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},
-    {"set_autocast_dtype", l_set_autocast_dtype},
+    {"set_autocast_dtype", l_set_autocast_dtype}, {"pcall_scoped", l_pcall_scoped},
     {NULL, NULL},
 };
 

@@ -2,6 +2,7 @@
 -- runs a function with it on; contextual_fp8_autocast wraps a forward so it is on in training (and in
 -- eval only with use_autocast_during_eval); apply/remove_fp8_autowrap install that wrapper on a model.
 local Module = require "fp8.nn.module"
+local core = require "fp8.core"
 
 local M = {}
 
@@ -13,7 +14,7 @@ function M.enabled() return autocast_depth > 0 end
 function M.fp8_autocast(fn, ...)
   if type(fn) ~= "function" then error(("fp8_autocast: expected a function, got %s"):format(type(fn)), 2) end
   autocast_depth = autocast_depth + 1
-  local res = table.pack(pcall(fn, ...))
+  local res = table.pack(core.pcall_scoped("fp8_autocast", fn, ...))
   autocast_depth = autocast_depth - 1
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
@@ -23,7 +24,7 @@ end
 local function fp8_autocast_off(fn, ...)
   local depth = autocast_depth
   autocast_depth = 0
-  local res = table.pack(pcall(fn, ...))
+  local res = table.pack(core.pcall_scoped("fp8_autocast", fn, ...))
   autocast_depth = depth
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)

@@ -615,7 +615,7 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     { function() return F.dropout(fp8.ones(2), 0.5, "yes") end, "dropout: training must be a boolean, got string" },
     { function() return F.mse_loss(fp8.ones(2), fp8.ones(2), { reduction = "avg" }) end, 'mse_loss: reduction must be "mean", "sum" or "none", got avg' },
     { function() return F.cross_entropy(fp8.zeros(3, 0), fp8.zeros(3)) end, "cross_entropy: logits [3, 0] have no classes" },
-    { function() return F.softmax(fp8.tensor(1.0)) end, "softmax: the input is 0-d" },
+    { function() return F.softmax(fp8.tensor(1.0), 2) end, "softmax: dim 2 out of range for a 0-d tensor" },
     { function() return nn.Sequential({ nn.Linear(2, 3), nil, nn.Linear(3, 4) }) end, "Sequential: layer 2 must be a Module, got nil" },
     { function() return nn.Sequential(nn.Linear(2, 3), nil, nn.Linear(3, 4)) end, "Sequential: layer 2 must be a Module, got nil" },
     { function() return nn.Dropout { 0.1 } end, "Dropout: give p as Dropout(0.1) or Dropout{p=0.1}" },

@@ -879,6 +879,31 @@ describe("fp16 with two optimizers", function()
     assert.are.equal(1, acc.step)
   end)
 
+  it("a coroutine may not yield inside autocast, fp8_autocast or no_sync (their setting would stay on while it waits)", function()
+    local acc = new_acc { mixed_precision = "bf16" }
+    local m = acc:prepare(nn.Linear(4, 2))
+    local scopes = {
+      { "autocast", function(f) return acc:autocast(f) end },
+      { "autocast", function(f) return fp8.amp.autocast("bf16", f) end },
+      { "fp8_autocast", function(f) return fp8.fp8_autocast(f) end },
+      { "no_sync", function(f) return acc:no_sync(m, f) end },
+    }
+    for _, sc in ipairs(scopes) do
+      local co = coroutine.wrap(function() return sc[2](function() coroutine.yield(1) end) end)
+      local ok, err = pcall(co)
+      assert.is_false(ok)
+      assert.are.equal(sc[1] .. ": a coroutine yielded inside it (not allowed: its setting is process-wide, and would "
+        .. "stay on for the rest of the program while the coroutine is suspended); yield outside it", err)
+      -- and the setting is off again: the suspended coroutine kept bf16 / FP8 / no_sync on before
+      assert.are.same({ "fp32", false, nil }, { fp8.autocast_dtype(), require("fp8.fp8_autocast").enabled(),
+        rawget(acc, "_in_no_sync") })
+    end
+    -- results and errors pass through as before; a yield outside the scope is fine
+    assert.are.same({ 3, "bf16" }, { fp8.amp.autocast("bf16", function(a, b) return a + b, fp8.autocast_dtype() end, 1, 2) })
+    local co = coroutine.wrap(function() acc:autocast(function() end); coroutine.yield(5); return 6 end)
+    assert.are.same({ 5, 6 }, { co(), co() })
+  end)
+
   it("a backward after clipping and before the step is refused (it would add scaled gradients to unscaled ones)", function()
     local acc = new_acc { mixed_precision = "fp16", gradient_accumulation_steps = 2 }
     local m = nn.Linear(8, 4)
