@@ -647,7 +647,8 @@ if okh and help.add then
     "Elementwise sum or mean of t over the processes; scale multiplies the sum (Accelerate's, read on XLA only "
     .. "there). \"none\" is refused (documented as no operation, it sums in Accelerate).")
   add("acc:split_between_processes", "acc:split_between_processes(list [, apply_padding]) -> list",
-    "This process's contiguous share of list (the first #list % N processes get one more).")
+    "This process's contiguous share of list (the first #list % N processes get one more); apply_padding adds the "
+    .. "list's last item to the shorter shares, as Accelerate 1.15.")
   add("acc:main_process_first", "acc:main_process_first(fn, ...) -> fn's results",
     "The main process runs fn first; the others run it after the main one finished.")
   add("acc:pad_across_processes", "acc:pad_across_processes(t [, dim=1, pad_index=0, pad_first=false]) -> tensor",
