@@ -266,6 +266,20 @@ local function remove_own(dir)
   return true
 end
 
+-- The previous checkpoint of `dir`, moved aside to dir.old by a save cut short between its two renames (a file
+-- system without the atomic exchange): dir is gone and dir.old is fp8lab's, marked, with every file its state file
+-- lists. Returns that path, or nil.
+local function stranded_old(dir)
+  local old = dir .. ".old"
+  if exists(dir) or not C.is_dir(old) or C.is_link(old) or not marked(old) or not own_leftover(old) then return nil end
+  local st = checkpoint_state(old)
+  if not st or type(st.files) ~= "table" then return nil end
+  for _, f in ipairs(st.files) do
+    if type(f) ~= "string" or not exists(join(old, f)) then return nil end   -- a removal cut short: not whole
+  end
+  return old
+end
+
 -- Why save_state must not write `dir` ("" when it may): the directory it replaces must be empty or fp8lab's own,
 -- and a dir.tmp / dir.old there must be the marked leftover of a save that was cut short.
 local function publish_refusal(dir, automatic, iteration)
@@ -669,6 +683,15 @@ function M.install(Accelerator)
       return pcall(fn)
     end
     settle(false, on_main(function()
+      -- the previous checkpoint back under its name first: the leftovers' removal below would delete it
+      local old = stranded_old(dir)
+      if old then
+        local ok, err = os.rename(old, dir)
+        if not ok then error("save_state: " .. tostring(err), 0) end
+        os.remove(join(dir, PARTIAL))
+        io.stderr:write(("fp8lab: notice: save_state: %s was missing and %s held its checkpoint (a save cut short "
+          .. "between its renames); it is back under its name before this save replaces it\n"):format(dir, old))
+      end
       local why = publish_refusal(dir, pc.automatic_checkpoint_naming, pc.iteration)
       if why ~= "" then error("save_state: " .. why, 0) end
     end))
@@ -855,6 +878,10 @@ function M.install(Accelerator)
         dir = all[#all][2]
       end
       dir = dir:gsub("/+$", "")
+      if not C.is_dir(dir) and stranded_old(dir) then
+        error(("load_state: %s is not a directory; %s.old holds its checkpoint, moved aside by a save that was cut "
+          .. "short: rename it back to %s (the next save_state into %s does that itself)"):format(dir, dir, dir, dir), 0)
+      end
       if not C.is_dir(dir) then error(("load_state: %s is not a directory"):format(dir), 0) end
       local st = read_json(join(dir, STATE_FILE), join(dir, STATE_FILE) .. " (is this an fp8lab checkpoint?)")
       if type(st) ~= "table" or st.fp8lab_checkpoint ~= M.VERSION then

@@ -778,6 +778,35 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("a save cut short between its two renames (no atomic exchange) loses nothing: the previous checkpoint comes back", function()
+    local d, acc, model, opt = saved()
+    -- what such a save leaves: c moved aside to c.old (marked first), the new one still c.tmp, no c
+    write(d .. "/c/.fp8lab_partial", "")
+    assert(os.rename(d .. "/c", d .. "/c.old"))
+    assert(C.mkdir(d .. "/c.tmp")); write(d .. "/c.tmp/.fp8lab_partial", "")
+    U.fails_with("load_state: " .. d .. "/c is not a directory; " .. d .. "/c.old holds its checkpoint, moved aside by "
+      .. "a save that was cut short: rename it back", acc.load_state, acc, d .. "/c")
+    -- the next save puts c.old back before it clears the leftovers; one that then fails leaves it under its name
+    -- (the removal of the leftovers deleted it, and a failed save left no checkpoint at all)
+    local bad = { state_dict = function() error("no state today") end, load_state_dict = function() end }
+    acc:register_for_checkpointing(bad)
+    step(acc, model, opt)
+    assert.has_error(function() acc:save_state(d .. "/c") end)
+    assert.are.equal(1, C.json_decode(read(d .. "/c/fp8lab_state.json")).step)
+    assert.is_nil(io.open(d .. "/c/.fp8lab_partial"), "the restored checkpoint kept its working mark")
+    local acc2 = setup(nil)
+    acc2:load_state(d .. "/c")
+    -- a c.old that a removal cut short left incomplete is not taken for a checkpoint
+    write(d .. "/c/.fp8lab_partial", "")
+    assert(os.rename(d .. "/c", d .. "/c.old"))
+    os.remove(d .. "/c.old/model.safetensors")
+    local ok, err = pcall(acc2.load_state, acc2, d .. "/c")
+    assert.are.same({ false, "load_state: " .. d .. "/c is not a directory" }, { ok, err })
+    acc2:save_state(d .. "/c")
+    assert.same({ "c" }, C.listdir(d))
+    os.execute("rm -rf " .. d)
+  end)
+
   it("a second save_state to the same directory replaces it; no .tmp or .old is left", function()
     local d, acc, model, opt = saved()
     step(acc, model, opt)
