@@ -632,6 +632,18 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     { function() return nn.LayerNorm(4, { eps = -1 }) end, "LayerNorm: eps must be a finite number >= 0, got -1" },
     { function() return nn.GPT { vocab_size = 5, block_size = 4, n_layer = 1, n_head = 1, n_embd = 4, bias = "no" } end, "GPT: bias must be a boolean" },
     { function() local m = nn.Linear(2, 2); m:register_buffer("buf", fp8.ones(1)); m.buf = 5 end, "cannot assign number to buffer 'buf'" },
+    -- torch: "attribute 'x' already exists"; both would be kept and state_dict would save both
+    { function() local m = nn.Linear(2, 2); m:register_buffer("weight", fp8.ones(1)) end,
+      "register_buffer('weight'): the name is already a parameter of this module" },
+    { function() local m = nn.Sequential(nn.Linear(2, 2)); m:register_parameter("0", fp8.ones(1)) end,
+      "register_parameter('0'): the name is already a submodule of this module" },
+    { function() local m = nn.Linear(2, 2); m:add_module("bias", nn.ReLU()) end,
+      "add_module('bias'): the name is already a parameter of this module" },
+    { function() local m = nn.Linear(2, 2); m:register_buffer("b", fp8.ones(1)); m:register_parameter("b", fp8.ones(1)) end,
+      "register_parameter('b'): the name is already a buffer of this module" },
+    -- as assignment refuses it: the tensor would never hold a .grad of its own
+    { function() local m = nn.Module(); m:register_parameter("p", fp8.ones(2):requires_grad(true) * 2) end,
+      "register_parameter('p'): the tensor was made by MulBackward: it would never get a gradient" },
     { function() local m = nn.Linear(2, 2); return m:load_state_dict(m:state_dict(), { strcit = false }) end, "load_state_dict: unknown option 'strcit' (did you mean 'strict'?)" },
     { function() local m = nn.Linear(2, 2); return m:load_state_dict(m:state_dict(), "false") end, "load_state_dict: strict must be a boolean, got string" },
   }

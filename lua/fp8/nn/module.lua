@@ -196,11 +196,27 @@ local function check_name(self, name, what)
   end
 end
 
+-- A name registered as one kind (parameter, buffer, submodule) is refused as another, as torch's "attribute 'x'
+-- already exists": both would be kept, the lookup would find one and state_dict would save both.
+local KINDS = { { "_parameters", "parameter" }, { "_buffers", "buffer" }, { "_modules", "submodule" } }
+local function check_free(self, fname, name, what)
+  for _, k in ipairs(KINDS) do
+    if k[2] ~= what and rawget(self, k[1]).map[name] ~= nil then
+      error(("%s('%s'): the name is already a %s of this module (assign nil to it first)"):format(fname, name, k[2]), 3)
+    end
+  end
+end
+
 -- register_parameter(name, tensor|nil): the tensor becomes a leaf that requires grad.
 function Module:register_parameter(name, t)
   check_name(self, name, "parameter")
   if t ~= nil then
     if not is_tensor(t) then error(("register_parameter('%s'): expected a tensor, got %s"):format(name, type(t)), 2) end
+    if not t:is_leaf() then   -- as assignment refuses it: its .grad would stay nil, no optimizer could train it
+      error(("register_parameter('%s'): the tensor was made by %s: it would never get a gradient (register a leaf: "
+        .. "x:detach():requires_grad(true))"):format(name, t:grad_fn()), 2)
+    end
+    check_free(self, "register_parameter", name, "parameter")
     if t.requires_grad and not t:requires_grad() then t:requires_grad(true) end
   end
   store_set(rawget(self, "_parameters"), name, t)
@@ -213,6 +229,7 @@ function Module:register_buffer(name, t)
   if t ~= nil and not is_tensor(t) then
     error(("register_buffer('%s'): expected a tensor, got %s"):format(name, type(t)), 2)
   end
+  if t ~= nil then check_free(self, "register_buffer", name, "buffer") end
   store_set(rawget(self, "_buffers"), name, t)
   return t
 end
@@ -222,6 +239,7 @@ function Module:add_module(name, m)
     error(("add_module: name must be a non-empty string without '.', got %s"):format(tostring(name)), 2)
   end
   if m ~= nil and not is_module(m) then error(("add_module('%s'): expected a Module, got %s"):format(name, type(m)), 2) end
+  if m ~= nil then check_free(self, "add_module", name, "submodule") end
   if m then rawset(m, "_name", name) end
   store_set(rawget(self, "_modules"), name, m)
   return m
