@@ -4,14 +4,24 @@ local fp8 = require "fp8.core"   -- the C half only, so loading never recurses i
 
 local M = {}
 
--- uniform(shape, a, b) → U[a, b)
-function M.uniform(shape, a, b)
+-- The bounds of uniform and uniform_: finite, a <= b (torch's uniform_ refuses from > to: the draws would land in
+-- (b, a] instead).
+local function check_range(fname, a, b)
+  local got = require("fp8.opts").got
   if a ~= nil and (type(a) ~= "number" or a ~= a or math.abs(a) == math.huge) then
-    error(("uniform: a must be a finite number, got %s"):format(require("fp8.opts").got(a)), 2)
+    error(("%s: a must be a finite number, got %s"):format(fname, got(a)), 3)
   end
   if b ~= nil and (type(b) ~= "number" or b ~= b or math.abs(b) == math.huge) then
-    error(("uniform: b must be a finite number, got %s"):format(require("fp8.opts").got(b)), 2)
+    error(("%s: b must be a finite number, got %s"):format(fname, got(b)), 3)
   end
+  if (a or 0) > (b or 1) then
+    error(("%s: the range [a, b) needs a <= b, got a=%s > b=%s"):format(fname, got(a or 0), got(b or 1)), 3)
+  end
+end
+
+-- uniform(shape, a, b) → U[a, b)
+function M.uniform(shape, a, b)
+  check_range("uniform", a, b)
   a, b = a or 0, b or 1
   local t = fp8.rand(shape)
   if a == 0 and b == 1 then return t end
@@ -47,7 +57,10 @@ end
 local function check_tensor(fname, t)
   if not fp8.is_tensor(t) then error(("%s: expected a tensor, got %s"):format(fname, type(t)), 3) end
 end
-function M.uniform_(t, a, b) check_tensor("uniform_", t); return M.copy_(t, M.uniform(t:shape(), a or 0, b or 1)) end
+function M.uniform_(t, a, b)
+  check_tensor("uniform_", t); check_range("uniform_", a, b)
+  return M.copy_(t, M.uniform(t:shape(), a or 0, b or 1))
+end
 function M.zeros_(t) check_tensor("zeros_", t); return M.copy_(t, fp8.zeros(t:shape())) end
 function M.ones_(t) check_tensor("ones_", t); return M.copy_(t, fp8.ones(t:shape())) end
 
