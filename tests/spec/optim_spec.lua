@@ -441,6 +441,19 @@ describe("fp8.optim.lr_scheduler", function()
     local ok, err = pcall(sched.get_linear_schedule_with_warmup, opt(1), 1, 2, 3)
     assert.is_false(ok)
     assert.truthy(err:find("takes (opt, num_warmup_steps, num_training_steps); got 1 more argument", 1, true), err)
+    -- each refusal points at the caller's line (not a tail call), not into lr_scheduler.lua
+    for _, f in ipairs {
+      function() local _ = sched.get_linear_schedule_with_warmup(opt(1), -1, 10) end,
+      function() local _ = sched.get_cosine_schedule_with_warmup(opt(1), 1, nil) end,
+      function()
+        local _ = sched.get_linear_schedule_with_warmup(opt(1), { num_warmup_steps = 1, num_training_step = 4 })
+      end,
+      function() local _ = sched.get_cosine_schedule_with_warmup(nil, 1, 2) end,
+    } do
+      ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):match("^[^:]*optim_spec%.lua:%d+: get_"), err)
+    end
   end)
 
   it("rejects bad schedule options", function()

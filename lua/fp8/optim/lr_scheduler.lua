@@ -10,15 +10,17 @@
 local O = require "fp8.opts"
 local M = {}
 
-local function check_opt(name, opt)
+-- These checks raise at their caller's caller (level 3: a constructor's line in the user's code); one more
+-- function between (warmup_args) passes level 4.
+local function check_opt(name, opt, level)
   if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
-    error(("%s: expected an optimizer from fp8.optim, got %s"):format(name, type(opt)), 3)
+    error(("%s: expected an optimizer from fp8.optim, got %s"):format(name, type(opt)), level or 3)
   end
 end
 
-local function check_keys(name, opts, valid)
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 3) end
-  O.check(name, opts, valid, 3)
+local function check_keys(name, opts, valid, level)
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), level or 3) end
+  O.check(name, opts, valid, level or 3)
 end
 
 local function check_rate(name, key, v)
@@ -28,9 +30,9 @@ local function check_rate(name, key, v)
   end
 end
 
-local function check_int(name, key, v, min)
+local function check_int(name, key, v, min, level)
   if math.type(v) ~= "integer" or v < min then
-    error(("%s: %s must be an integer >= %d, got %s"):format(name, key, min, tostring(v)), 3)
+    error(("%s: %s must be an integer >= %d, got %s"):format(name, key, min, tostring(v)), level or 3)
   end
 end
 
@@ -279,7 +281,7 @@ end
 -- those keys after opt). Warmup is step / warmup (0 at step 0, unlike warmup_cosine's first step); then linear decay
 -- to 0 at num_training_steps, or max(0, (1 + cos(2π · num_cycles · progress)) / 2).
 local function warmup_args(name, opt, a, b, c, with_cycles)
-  check_opt(name, opt)
+  check_opt(name, opt, 4)
   local o
   if type(a) == "table" then
     o = a
@@ -287,9 +289,9 @@ local function warmup_args(name, opt, a, b, c, with_cycles)
   else
     o = { num_warmup_steps = a, num_training_steps = b, num_cycles = c }   -- (no_more refused a c it takes not)
   end
-  check_keys(name, o, { num_warmup_steps = true, num_training_steps = true, num_cycles = with_cycles or nil })
-  check_int(name, "num_warmup_steps", o.num_warmup_steps, 0)
-  check_int(name, "num_training_steps", o.num_training_steps, 0)
+  check_keys(name, o, { num_warmup_steps = true, num_training_steps = true, num_cycles = with_cycles or nil }, 4)
+  check_int(name, "num_warmup_steps", o.num_warmup_steps, 0, 4)
+  check_int(name, "num_training_steps", o.num_training_steps, 0, 4)
   local cycles = o.num_cycles or 0.5
   if type(cycles) ~= "number" or not (cycles >= 0 and cycles < math.huge) then
     error(("%s: num_cycles must be a finite number >= 0, got %s"):format(name, tostring(cycles)), 3)
