@@ -1,8 +1,9 @@
 /* activation.cu — ReLU and GELU (erf and tanh forms) forward and backward, inverted dropout with the
  * CPU's Philox mask, and the linear layer's bias add, as the "cuda" device entries (core/device.h);
  * core/cpu/cpu_nn_act.c is the reference, mirrored operation by operation.
- * Maths: relu y = max(x, 0), dx = dy·[x > 0] (subgradient 0 at 0). GELU erf: y = 0.5x(1 + erf(x/√2)),
- * dx = dy(Φ(x) + x·φ(x)). GELU tanh through one exponential: u = √(2/π)(x + 0.044715x³), e = e^(−2|u|),
+ * Maths: relu y = max(x, 0), dx = dy·[x > 0] (subgradient 0 at 0; a NaN x passes dy).
+ * GELU erf: y = 0.5x(1 + erf(x/√2)), dx = dy(Φ(x) + x·φ(x)).
+ * GELU tanh through one exponential: u = √(2/π)(x + 0.044715x³), e = e^(−2|u|),
  * y = x·σ(2u) with σ(2u) = 1/(1+e) (u ≥ 0) or e/(1+e) (u < 0), dx = dy(σ + 2x·e/(1+e)²·√(2/π)(1 + 3·0.044715x²)),
  * with the CPU's exponential for a ≤ 0 and its fused multiply-adds (cpu_nn_act.c) ported bit for bit. Dropout: element i keeps iff
  * (word i%4 of Philox4x32-10(key seed, counter offset + i/4)) >> 8 ≥ ⌊p·2^24⌋, kept values scaled by
@@ -30,7 +31,7 @@ constexpr float kGeluC = 0.044715f;
 
 
 FL_HD float relu_fwd(float x) { return !(x <= 0.0f) ? x : 0.0f; }   /* a NaN stays NaN, as torch's */
-FL_HD float relu_bwd(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
+FL_HD float relu_bwd(float x, float dy) { return !(x <= 0.0f) ? dy : 0.0f; }   /* a NaN passes dy, as torch's */
 
 /* 0.5f·v·(1 + erff(v/√2)) */
 FL_HD float gelu_fwd(float v) {
