@@ -640,11 +640,14 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
       "register_parameter('0'): the name is already a submodule of this module" },
     { function() local m = nn.Linear(2, 2); m:add_module("bias", nn.ReLU()) end,
       "add_module('bias'): the name is already a parameter of this module" },
-    { function() local m = nn.Linear(2, 2); m:register_buffer("b", fp8.ones(1)); m:register_parameter("b", fp8.ones(1)) end,
+    { function()
+        local m = nn.Linear(2, 2); m:register_buffer("b", fp8.ones(1)); m:register_parameter("b", fp8.ones(1))
+      end,
       "register_parameter('b'): the name is already a buffer of this module" },
     -- torch's uniform_ refuses from > to; the draws would land in (b, a]
     { function() return nn.init.uniform({ 3 }, 1, 0) end, "uniform: the range [a, b) needs a <= b, got a=1 > b=0" },
-    { function() return nn.init.uniform_(fp8.zeros(3), 2) end, "uniform_: the range [a, b) needs a <= b, got a=2 > b=1" },
+    { function() return nn.init.uniform_(fp8.zeros(3), 2) end,
+      "uniform_: the range [a, b) needs a <= b, got a=2 > b=1" },
     { function() return nn.init.uniform_(fp8.zeros(3), "x") end, 'uniform_: a must be a finite number, got "x"' },
     -- as assignment refuses it: the tensor would never hold a .grad of its own
     { function() local m = nn.Module(); m:register_parameter("p", fp8.ones(2):requires_grad(true) * 2) end,
