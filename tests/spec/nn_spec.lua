@@ -644,6 +644,14 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
         local m = nn.Linear(2, 2); m:register_buffer("b", fp8.ones(1)); m:register_parameter("b", fp8.ones(1))
       end,
       "register_parameter('b'): the name is already a buffer of this module" },
+    -- a NaN label_smoothing gave NaN under "sum", and was ignored for class probabilities (the mean's core refused it)
+    { function()
+        return F.cross_entropy(fp8.randn(2, 3), fp8.tensor { 0, 1 }, { label_smoothing = 0 / 0, reduction = "sum" })
+      end,
+      "cross_entropy: label_smoothing must be a number in [0, 1]" },
+    { function() return F.cross_entropy(fp8.randn(2, 3), fp8.rand(2, 3), { label_smoothing = 0 / 0 }) end,
+      "cross_entropy: label_smoothing must be a number in [0, 1]" },
+    { function() return F.dropout(fp8.ones(2), 0 / 0) end, "dropout: p must be a probability in [0, 1]" },
     -- torch's uniform_ refuses from > to; the draws would land in (b, a]
     { function() return nn.init.uniform({ 3 }, 1, 0) end, "uniform: the range [a, b) needs a <= b, got a=1 > b=0" },
     { function() return nn.init.uniform_(fp8.zeros(3), 2) end,

@@ -149,7 +149,7 @@ function F.cross_entropy(logits, targets, opts, ...)
   end
   if logits:size(2) == 0 then error(("cross_entropy: logits %s have no classes"):format(shape_str(logits)), 2) end
   local ls = opts.label_smoothing or 0
-  if type(ls) ~= "number" or ls < 0 or ls > 1 then
+  if type(ls) ~= "number" or not (ls >= 0 and ls <= 1) then   -- `not (...)` also refuses NaN
     error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(O.got(ls)), 2)
   end
   if probs then
@@ -224,7 +224,7 @@ function F.dropout(x, p, training, ...)
   no_more("dropout", "(input [, p [, training]]) (no inplace)", ...)
   check_tensor("dropout", "input", x)
   p = p == nil and 0.5 or p
-  if type(p) ~= "number" or p < 0 or p > 1 then
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then   -- `not (...)` also refuses NaN
     error(("dropout: p must be a probability in [0, 1], got %s"):format(O.got(p)), 2)
   end
   if training == nil then training = true end
