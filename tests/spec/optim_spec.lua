@@ -456,6 +456,21 @@ describe("fp8.optim.lr_scheduler", function()
     end
   end)
 
+  it("LinearLR down to end_factor=0 ends at 0 (s + (e - s)·r rounded to -1.4e-17 at total_iters, which step refused)",
+    function()
+      for _, c in ipairs { { 0.1, 3, 0.5 }, { 0.1, 6, 0.03 }, { 1 / 3, 5, 1 } } do
+        local o = opt(c[3])
+        local s = sched.LinearLR(o, { start_factor = c[1], end_factor = 0, total_iters = c[2] })
+        for t = 1, c[2] + 2 do
+          o:step(); s:step()
+          local want = c[3] * c[1] * (1 - math.min(t, c[2]) / c[2])
+          local got = s:get_last_lr()[1]
+          assert.is_true(close(got, want, 1e-12), ("t=%d: %.17g vs %.17g"):format(t, got, want))
+        end
+        assert.are.equal(0, o.param_groups[1].lr)
+      end
+    end)
+
   it("rejects bad schedule options", function()
     local ok, err = pcall(sched.warmup_cosine, opt(1), { warmup_steps = 20, total_steps = 10 })
     assert.is_false(ok)

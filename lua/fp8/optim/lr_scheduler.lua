@@ -256,7 +256,8 @@ function M.ExponentialLR(opt, opts, ...)
 end
 
 -- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}): the factor goes linearly from start_factor to
--- end_factor over total_iters steps and stays there: base · (s + (e − s) · min(epoch, total_iters) / total_iters).
+-- end_factor over total_iters steps and stays there: base · (s·(1 − r) + e·r),
+-- r = min(epoch, total_iters) / total_iters.
 function M.LinearLR(opt, opts, ...)
   check_opt("LinearLR", opt)
   no_more("LinearLR", "(opt [, {start_factor=, end_factor=, total_iters=}])", ...)
@@ -270,8 +271,11 @@ function M.LinearLR(opt, opts, ...)
     error(("LinearLR: end_factor must be a number in [0, 1], got %s"):format(O.got(ef)), 2)
   end
   check_int("LinearLR", "total_iters", total, 1)
+  -- two terms >= 0: torch's s + (e − s)·r rounds to a hair below 0 at the end when e = 0 (0.1 + (0 − 0.1)·3/3 =
+  -- −1.4e-17), which the step would refuse
   return new("LinearLR", opt, function(epoch, base)
-    return base * (sf + (ef - sf) * math.min(epoch, total) / total)
+    local r = math.min(epoch, total) / total
+    return base * (sf * (1 - r) + ef * r)
   end)
 end
 
