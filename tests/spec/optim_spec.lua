@@ -480,6 +480,29 @@ describe("fp8.optim.lr_scheduler", function()
     assert.truthy(err:find("unknown option 'step'", 1, true), err)
   end)
 
+  it("two schedulers stepping one optimizer are refused (torch multiplies them; here the last would win)", function()
+    -- torch 2.x: LinearLR(start 0.1, 3 iters) and CosineAnnealingLR(T_max=10) both stepped compose; here each wrote
+    -- its own closed form, so the cosine silently undid the warmup
+    local o = opt(0.1)
+    local warm = sched.LinearLR(o, { start_factor = 0.1, total_iters = 3 })
+    local cos = sched.CosineAnnealingLR(o, { T_max = 10 })
+    local ok, err = pcall(warm.step, warm)
+    assert.is_false(ok)
+    assert.truthy(err:find("LinearLR:step: this optimizer is also stepped by another scheduler (CosineAnnealingLR)", 1,
+      true), err)
+    assert.are.equal(0, warm.last_epoch)   -- the refused step changed nothing
+    cos:step()   -- the one that stepped it last goes on
+    -- a scheduler made to replace another (the old one not stepped again) is fine, as is loading into the old one
+    local o2 = opt(0.1)
+    local old = sched.StepLR(o2, 2)
+    old:step()
+    local new = sched.StepLR(o2, 3, 0.5)
+    for _ = 1, 3 do new:step() end
+    assert.is_true(close(0.05, o2.param_groups[1].lr, 1e-15))
+    old:load_state_dict(new:state_dict())
+    old:step()
+  end)
+
   it("StepLR takes torch's positional gamma; no constructor drops an argument past those it takes", function()
     -- torch 2.x: StepLR(SGD(lr=0.1), 2, 0.5).get_last_lr() over 6 steps
     local o = opt(0.1)

@@ -5,8 +5,9 @@
 -- optimizer:step(); :get_last_lr() returns the list of current lrs.
 -- Every schedule is a closed form of (step, base lr): an lr written into a group by hand lasts until the
 -- scheduler's next step, which writes the schedule's value again (torch's chainable StepLR would scale the
--- hand-set lr instead). A group added to the optimizer after the scheduler was made joins the schedule with
--- its own lr (or initial_lr) as its base, at the schedule's current step.
+-- hand-set lr instead), and two schedulers stepping one optimizer are refused (torch multiplies them). A group
+-- added to the optimizer after the scheduler was made joins the schedule with its own lr (or initial_lr) as its
+-- base, at the schedule's current step.
 local O = require "fp8.opts"
 local M = {}
 
@@ -91,10 +92,23 @@ function Scheduler:step(epoch)
   else
     self.last_epoch = self.last_epoch + 1
   end
+  -- Two schedulers stepping one optimizer: torch's chainable ones multiply their effects (warmup times decay), but
+  -- each schedule here is a closed form of the step and base lr, so the last to step would win without a word.
+  -- The optimizer remembers the scheduler that stepped it last; another one stepping it is refused (a scheduler
+  -- made to replace one, which is not stepped again, is fine).
+  local opt = self.optimizer
+  local other = rawget(opt, "_lr_scheduler")
+  if other ~= nil and other ~= self and prev >= 0 then
+    self.last_epoch = prev
+    error(("%s:step: this optimizer is also stepped by another scheduler (%s); torch would multiply the two "
+      .. "schedules, fp8lab's are closed forms and the last to step would win: use one scheduler (a LambdaLR of "
+      .. "their product, or warmup_cosine for a warmup then a decay)"):format(self.name, other.name), 2)
+  end
   local ok, lrs = pcall(self.get_lr, self)
   if not ok then self.last_epoch = prev; error(lrs, 2) end   -- the groups keep their lrs
-  for i, g in ipairs(self.optimizer.param_groups) do g.lr = lrs[i] end
+  for i, g in ipairs(opt.param_groups) do g.lr = lrs[i] end
   self._last_lr = lrs
+  rawset(opt, "_lr_scheduler", self)
   return self
 end
 
@@ -130,6 +144,7 @@ function Scheduler:load_state_dict(sd)
   local lrs = self:get_lr()
   for i, g in ipairs(self.optimizer.param_groups) do g.lr = lrs[i] end
   self._last_lr = lrs
+  rawset(self.optimizer, "_lr_scheduler", self)   -- the optimizer's scheduler now (step's check)
 end
 
 -- LambdaLR(opt, fn) or LambdaLR(opt, {fn1, fn2, ...} per group): lr = base_lr · fn(epoch).
