@@ -229,6 +229,17 @@ describe("fp8.nn modules", function()
   end)
 end)
 
+describe("Module:requires_grad_", function()
+  it("sets every parameter's requires_grad, as torch's (freezing a model); returns the module", function()
+    local m = fp8.nn.Sequential(fp8.nn.Linear(2, 3), fp8.nn.LayerNorm(3))
+    assert.are.equal(m, m:requires_grad_(false))
+    for _, p in ipairs(m:parameters()) do assert.is_false(p:requires_grad()) end
+    m:requires_grad_()
+    for _, p in ipairs(m:parameters()) do assert.is_true(p:requires_grad()) end
+    assert.has_error(function() m:requires_grad_(0) end, "requires_grad_: expected a boolean, got 0")
+  end)
+end)
+
 describe("fp8.nn forward passes (need autograd bindings)", function()
   if not has_autograd() then
     pending("autograd bindings not in this build")

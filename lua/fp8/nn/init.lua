@@ -41,6 +41,7 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   "Base class of layers. m(x) runs m:forward(x). Assigning a Module or a tensor that requires grad\n"
   .. "to self.x registers it. Methods: parameters(), named_parameters() (dotted names in order),\n"
   .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad([set_to_none]),\n"
+  .. "requires_grad_([flag]) (freezes with false),\n"
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device().")
 add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")

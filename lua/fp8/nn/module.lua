@@ -376,6 +376,17 @@ function Module:eval() return self:train(false) end
 
 -- zero_grad([set_to_none=true]): drop every parameter's gradient (PyTorch's default), or with false zero it
 -- in place.
+-- requires_grad_([flag=true]): every parameter's requires_grad set to flag (torch's way to freeze a model); self.
+function Module:requires_grad_(flag, ...)
+  require("fp8.opts").no_more("requires_grad_", "([requires_grad=true])", ...)
+  if flag == nil then flag = true end
+  if type(flag) ~= "boolean" then
+    error(("requires_grad_: expected a boolean, got %s"):format(require("fp8.opts").got(flag)), 2)
+  end
+  for _, p in ipairs(self:parameters()) do p:requires_grad_(flag) end
+  return self
+end
+
 function Module:zero_grad(set_to_none)
   require("fp8.optim.optimizer").zero_grads(self:parameters(), set_to_none, "zero_grad")
   return self
