@@ -141,6 +141,20 @@ describe("fp8.optim steps (need autograd bindings)", function()
     end
     assert.are.same(p1:totable(), p2:totable())
   end)
+
+  it("load_state_dict refuses a parameter index listed twice (one saved state given to two parameters)", function()
+    local a, b = fp8.tensor(P0):requires_grad(true), fp8.tensor(P0):requires_grad(true)
+    local o = optim.AdamW({ a, b }, { lr = 0.05 })
+    set_grad(a, GRADS[1]); set_grad(b, GRADS[2]); o:step()
+    local sd = o:state_dict()
+    sd.param_groups[1].params = { 1, 1 }
+    local before = o.state[b].exp_avg:totable()
+    local ok, err = pcall(o.load_state_dict, o, sd)
+    assert.is_false(ok)
+    assert.truthy(err:find("AdamW:load_state_dict: group 1: params[2] is index 1, already listed at group 1 params[1]",
+      1, true), err)
+    assert.are.same(before, o.state[b].exp_avg:totable())
+  end)
 end)
 
 describe("fp8.optim arguments", function()

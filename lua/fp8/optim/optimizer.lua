@@ -303,7 +303,7 @@ function Optimizer:load_state_dict(sd)
   if #sd.param_groups ~= #self.param_groups then
     fail("the state has %d parameter groups, this optimizer %d", #sd.param_groups, #self.param_groups)
   end
-  local new_groups, new_state = {}, {}
+  local new_groups, new_state, seen = {}, {}, {}
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
     if type(sg) ~= "table" or type(sg.params) ~= "table" then fail("group %d must be a table with a params list", gi) end
@@ -330,6 +330,12 @@ function Optimizer:load_state_dict(sd)
     for i, p in ipairs(g.params) do
       local idx = sg.params[i]
       if math.type(idx) ~= "integer" then fail("group %d: params[%d] must be an integer index, got %s", gi, i, tostring(idx)) end
+      -- an index listed twice would give one saved state to two parameters (torch keeps the last silently)
+      if seen[idx] then
+        fail("group %d: params[%d] is index %d, already listed at group %d params[%d] (each parameter once)", gi, i,
+          idx, seen[idx][1], seen[idx][2])
+      end
+      seen[idx] = { gi, i }
       local st = sd.state[idx]
       if st ~= nil then
         local why = self:_check_param_state(st, p, idx)
