@@ -8,6 +8,17 @@ local fails_with = U.fails_with   -- f(...) must fail with a message containing 
 local DTYPES = "fp32, bf16, fp16, e4m3, e5m2"
 
 describe("format functions reject bad arguments", function()
+  it("embedding and cross_entropy indices out of range name the caller's line, not functional.lua's", function()
+    local F = fp8.nn.functional
+    local ok, err = pcall(function() return F.embedding(fp8.tensor { 9 }, fp8.randn { 4, 2 }) end)
+    assert.is_false(ok)
+    assert.truthy(err:find("^tests/spec/errors_spec%.lua:%d+: embedding: index 9 at position 0 is out of range"), err)
+    ok, err = pcall(function() return F.cross_entropy(fp8.randn { 2, 3 }, fp8.tensor { 0, 7 }) end)
+    assert.truthy(err:find("^tests/spec/errors_spec%.lua:%d+: cross_entropy: target 7 at row 1 is out of range"), err)
+    ok, err = pcall(fp8.nn.Embedding(4, 2), fp8.tensor { 5 })
+    assert.are.equal("Embedding forward: embedding: index 5 at position 0 is out of range [0, 4) (vocab size 4)", err)
+  end)
+
   it("encode", function()
     fails_with({ "e4m3", "e5m2", "e3m4" }, fp8.encode, 1, "e3m4")
     fails_with({ "e4m3", "e5m2", "fp16" }, fp8.encode, 1, "fp16")

@@ -75,6 +75,19 @@ function F.gelu(x, approximate, ...)
   return core().gelu(x, approximate)
 end
 
+-- The results of pcall(core op): its values, or its error raised at the caller of the F function that called it
+-- (level 3), without the position inside this file the core's message carried (an index out of range is the
+-- caller's, not functional.lua's; none when that caller is fp8lab's own code). A non-string error passes as it is.
+local function at_caller(ok, ...)
+  if ok then return ... end
+  local err = ...
+  if type(err) ~= "string" then error(err, 0) end
+  err = err:gsub("^[^:\n]*functional%.lua:%d+: ", "")
+  -- called from fp8lab's own code (a layer's forward): no position (the layer's name comes before the message)
+  local src = (debug.getinfo(3, "S") or {}).source or ""
+  error(err, src:sub(1, 9) == "@lua/fp8/" and 0 or 3)
+end
+
 local function check_dim(fname, x, dim)
   if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
   local n = math.max(x:dim(), 1)   -- a 0-d tensor's one implicit dim is 1 (or -1), as torch's 0 (or -1)
@@ -170,7 +183,7 @@ function F.cross_entropy(logits, targets, opts, ...)
       o = {}
       for k, v in pairs(opts) do if k ~= "reduction" then o[k] = v end end
     end
-    return core().cross_entropy(logits, targets, o)
+    return at_caller(pcall(core().cross_entropy, logits, targets, o))
   end
   local ii = opts.ignore_index or -100
   if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
@@ -217,7 +230,7 @@ function F.embedding(idx, weight, ...)
   no_more("embedding", "(indices, weight) (no padding_idx, max_norm)", ...)
   check_tensor("embedding", "indices", idx); check_tensor("embedding", "weight", weight)
   if weight:dim() ~= 2 then error(("embedding: weight must be [num_embeddings, dim], got %s"):format(shape_str(weight)), 2) end
-  return core().embedding(idx, weight)
+  return at_caller(pcall(core().embedding, idx, weight))
 end
 
 function F.dropout(x, p, training, ...)
