@@ -21,6 +21,10 @@ local M = {}
 -- and stop(), say) is collected, and its __gc stops the recording; held strongly, it recorded until the event cap
 -- and refused every later profiler ("another profiler is running")
 local running = setmetatable({}, { __mode = "v" })
+-- The running profiler's session token (a table, not the profiler, which must stay collectable). The collector
+-- clears the weak reference above some steps before it runs the dropped profiler's __gc: a profiler started in
+-- between owns the recorder, and that late __gc must leave it alone (it cleared the new one's events)
+local owner
 setmetatable(M, {
   __index = function(_, k) if k == "current" then return running[1] end end,
   __newindex = function(t, k, v) if k == "current" then running[1] = v else rawset(t, k, v) end end,
@@ -30,7 +34,8 @@ Profiler.__index = Profiler
 Profiler.__name = "fp8.profiler.profile"
 -- a profiler collected while running (nothing refers to it: no trace can be asked of it) stops recording
 Profiler.__gc = function(self)
-  if rawget(self, "_state") == "running" then
+  if rawget(self, "_state") == "running" and owner ~= nil and owner == rawget(self, "_owner") then
+    owner = nil
     self._state = "stopped"
     if self._on then pcall(self._turn_off, self) end
     pcall(P.clear)
@@ -250,13 +255,16 @@ function Profiler:_start()
   if M.current then
     error("profiler: another profiler is running (stop it first: fp8.profiler.current:stop())", 0)
   end
+  -- one the program dropped while it ran, collected but not yet finalized: its __gc stops the recorder now
+  if owner ~= nil then collectgarbage() end
   P.clear()
   self.step_num, self.windows, self._events, self._state, self._cb_stopped = 0, 0, {}, "running", false
   self.dropped = 0
   self.t0 = P.now()
-  M.current = self
+  M.current, self._owner = self, {}
+  owner = self._owner
   local ok, err = pcall(self._transition, self, nil, self:_action(0))
-  if not ok then self._state = "idle"; M.current = nil; error(err, 0) end
+  if not ok then self._state = "idle"; M.current, owner = nil, nil; error(err, 0) end
   raise_pending(self)
   return self
 end
@@ -304,7 +312,7 @@ function Profiler:stop()
   end
   self._state = "stopped"
   self._cb_stopped = self._in_cb == true
-  M.current = nil
+  M.current, owner = nil, nil
   local cur = self:_action(self.step_num)
   if is_rec(cur) then
     -- a step range opened by the last step() with nothing in it is not a step

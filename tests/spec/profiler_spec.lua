@@ -352,6 +352,31 @@ describe("profiled training run", function()
     p2:stop()
   end)
 
+  -- the collector clears a weak reference at the start of a cycle and runs finalizers at its end: with a large
+  -- heap, a program runs between the two
+  it("a dropped profiler's late __gc leaves the profiler started after it alone", function()
+    local heap = {}
+    for i = 1, 300000 do heap[i] = { i } end
+    local x = fp8.randn{ 4, 4 }
+    for _, opts in ipairs { { schedule_option = { wait = 5, warmup = 0, active = 1 } }, {} } do
+      do local p = profiler.profile(opts); p:start() end   -- waiting (recorder off), then recording
+      collectgarbage("stop")
+      while profiler.current ~= nil do collectgarbage("step", 0) end
+      local q = profiler.profile {}
+      local ok, err = pcall(q.start, q)
+      collectgarbage("restart")
+      assert(ok, err)
+      local _ = x + x
+      collectgarbage(); collectgarbage()
+      assert.is_true(P.enabled())
+      q:stop()
+      local names = {}
+      for _, e in ipairs(q:events()) do names[#names + 1] = e.name end
+      assert.same({ "ProfilerStep#0", "add" }, names)
+    end
+    heap = nil
+  end)
+
   it("an error inside the profiled function stops the profiler and propagates", function()
     local acc = Accelerator{}
     fails_with("boom", acc.profile, acc, function() error("boom") end)
