@@ -961,10 +961,13 @@ function M.describe(s, extra)
   for _, r in ipairs(rows) do
     if type(r) == "table" then wk, wv = math.max(wk, #r[1]), r.loose and wv or math.max(wv, #r[2]) end
   end
+  -- padded by hand: string.format takes widths up to 99, and a value (a ProfileKwargs with a schedule and a
+  -- trace directory, a config file's path) can be longer
+  local function pad(text, w) return text .. (" "):rep(w - #text) end
   local out = {}
   for i, r in ipairs(rows) do
     out[i] = type(r) == "string" and r
-      or (("%-" .. wk .. "s  %-" .. wv .. "s  %s"):format(r[1], r[2], r[3] and ("(" .. r[3] .. ")") or "")):gsub("%s+$", "")
+      or (pad(r[1], wk) .. "  " .. pad(r[2], wv) .. "  " .. (r[3] and ("(" .. r[3] .. ")") or "")):gsub("%s+$", "")
   end
   return table.concat(out, "\n")
 end

@@ -701,6 +701,14 @@ describe("profiler API", function()
     fails_with("ProfileKwargs: unknown key", fp8.ProfileKwargs, { with_flop = true })
   end)
 
+  it("acc:state() shows a ProfileKwargs whose summary is longer than 99 characters", function()
+    local acc = Accelerator{ kwargs_handlers = { fp8.ProfileKwargs{ schedule_option = { wait = 1, warmup = 1, active = 2 },
+      with_flops = true, output_trace_dir = "traces" } } }
+    local text = tostring(acc:state())
+    local line = text:match("\nprofile +([^\n]*)")
+    assert.truthy(line and line:find('output_trace_dir="traces"  (handler)', 1, true), text)
+  end)
+
   it("accepts a ProfileKwargs handler; record_function adds nested ranges", function()
     local prof = profiler.profile(fp8.ProfileKwargs{ record_shapes = true })
     prof:run(function()
