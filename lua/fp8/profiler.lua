@@ -87,6 +87,9 @@ function M.profile(opts, extra)
     h = res
   end
   extra = O.check("fp8.profiler.profile", extra, { "rank" }, 2)
+  if extra.rank ~= nil and (math.type(extra.rank) ~= "integer" or extra.rank < 0) then
+    error(("fp8.profiler.profile: rank must be an integer >= 0, got %s"):format(O.got(extra.rank)), 2)
+  end
   local o = h:to_table()
   local device = false
   for _, a in ipairs(o.activities or {}) do device = device or a == "cuda" end
@@ -376,6 +379,9 @@ function Profiler:key_averages(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("key_averages: expected an options table, got %s"):format(type(opts)), 2) end
   O.check("key_averages", opts, { "group_by_input_shape" }, 2)
+  if opts.group_by_input_shape ~= nil and type(opts.group_by_input_shape) ~= "boolean" then
+    error(("key_averages: group_by_input_shape must be a boolean, got %s"):format(O.got(opts.group_by_input_shape)), 2)
+  end
   local ev = self._events
   local child_ns, child_bytes, child_dev = {}, {}, {}
   local has_dev = false
@@ -626,7 +632,12 @@ function M.push(name)
   if type(name) ~= "string" then error(("profiler.push: expected a name, got %s"):format(type(name)), 2) end
   return P.push(name)
 end
-function M.pop(tok) P.pop(tok) end
+function M.pop(tok)
+  if math.type(tok) ~= "integer" then
+    error(("profiler.pop: expected a token from profiler.push, got %s"):format(O.got(tok)), 2)
+  end
+  P.pop(tok)
+end
 function M.record_function(name, fn, ...)
   if type(name) ~= "string" then error(("record_function: expected a name, got %s"):format(type(name)), 2) end
   if type(fn) ~= "function" then error(("record_function: expected a function, got %s"):format(type(fn)), 2) end

@@ -701,6 +701,20 @@ describe("profiler API", function()
     fails_with("ProfileKwargs: unknown key", fp8.ProfileKwargs, { with_flop = true })
   end)
 
+  it("refuses wrong types where they were taken: rank, group_by_input_shape, pop's token", function()
+    -- a rank that is not a count failed only at the end of the window (a format error from stop()), or named
+    -- the trace profile_-1.json
+    fails_with('rank must be an integer >= 0, got "x" (a string)', profiler.profile, { output_trace_dir = tmpdir },
+      { rank = "x" })
+    fails_with("rank must be an integer >= 0, got -1", profiler.profile, {}, { rank = -1 })
+    local p = profiler.profile{ record_shapes = true }
+    p:run(function() local _ = fp8.randn{ 2, 2 } + 1 end)
+    fails_with('group_by_input_shape must be a boolean, got "yes" (a string)', p.key_averages, p,
+      { group_by_input_shape = "yes" })
+    fails_with("profiler.pop: expected a token from profiler.push, got nil", profiler.pop)
+    fails_with('profiler.pop: expected a token from profiler.push, got "t" (a string)', profiler.pop, "t")
+  end)
+
   it("acc:state() shows a ProfileKwargs whose summary is longer than 99 characters", function()
     local acc = Accelerator{ kwargs_handlers = { fp8.ProfileKwargs{ schedule_option = { wait = 1, warmup = 1, active = 2 },
       with_flops = true, output_trace_dir = "traces" } } }
