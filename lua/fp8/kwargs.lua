@@ -555,6 +555,10 @@ define("ProfileKwargs", {
                  if not ok then return false, ("%s: %s"):format(s, res) end
                  out[s] = res
                end
+               -- the schedule works modulo a cycle's length: one past the largest integer would wrap around
+               if out.warmup > math.maxinteger - out.active or out.wait > math.maxinteger - out.active - out.warmup then
+                 return false, ("wait + warmup + active must be at most %d (math.maxinteger)"):format(math.maxinteger)
+               end
                return true, out
              end } },
   { name = "on_trace_ready", kind = Kind.func, default = nil },

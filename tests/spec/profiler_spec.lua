@@ -427,6 +427,14 @@ describe("schedule", function()
     assert.equal(1, calls)
   end)
 
+  it("a cycle longer than the largest integer is refused (it wrapped around and recorded nothing)", function()
+    fails_with("wait + warmup + active must be at most", profiler.profile,
+      { schedule_option = { wait = 1, warmup = 0, active = math.maxinteger } })
+    local steps, calls = run({ wait = 1, warmup = 0, active = math.maxinteger - 1 }, 4)
+    assert.same({ 1, 2, 3 }, steps)   -- torch.profiler.schedule: steps 1, 2, 3 (and the open 4) active
+    assert.equal(1, calls)
+  end)
+
   it("skip_first larger than the run records nothing and never calls back", function()
     local steps, calls = run({ wait = 0, warmup = 0, active = 1, skip_first = 10 }, 5)
     assert.same({}, steps)
