@@ -421,6 +421,13 @@ describe("schedule", function()
     assert.equal(3, calls)
   end)
 
+  it("a window stop() finds empty is none once one was saved (torch calls back once more)", function()
+    local steps, calls, per = run({ wait = 0, warmup = 0, active = 3 }, 6)
+    assert.same({ { 0, 1, 2 }, { 3, 4, 5 } }, per)   -- torch: a third call, with only an empty ProfilerStep#6
+    assert.equal(2, calls)
+    assert.same({ 3, 4, 5 }, steps)
+  end)
+
   it("warmup steps are not kept, wait steps are not recorded", function()
     local steps, calls = run({ wait = 2, warmup = 2, active = 1, ["repeat"] = 1 }, 8)
     assert.same({ 4 }, steps)
