@@ -464,9 +464,10 @@ function Averages:table(opts)
     error(("table: sort_by must be one of %s, got %s"):format(table.concat(SORT_KEYS, ", "), tostring(sort_by)), 2)
   end
   local limit = opts.row_limit or 100
-  if math.type(limit) ~= "integer" or limit < 1 then
-    error(("table: row_limit must be an integer >= 1, got %s"):format(O.got(limit)), 2)
+  if math.type(limit) ~= "integer" then
+    error(("table: row_limit must be an integer (0 or less: every row, as torch's -1), got %s"):format(O.got(limit)), 2)
   end
+  if limit < 1 then limit = math.maxinteger end   -- torch's table takes rows[:row_limit] only when row_limit > 0
   local namew = opts.max_name_column_width or 55
   if math.type(namew) ~= "integer" or namew < 8 then
     error(("table: max_name_column_width must be an integer >= 8, got %s"):format(O.got(namew)), 2)

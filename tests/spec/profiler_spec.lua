@@ -565,7 +565,15 @@ describe("key_averages", function()
     assert.equal(3, rows)
     fails_with("sort_by must be one of", ka.table, ka, { sort_by = "speed" })
     fails_with("unknown option 'rows'", ka.table, ka, { rows = 3 })
-    fails_with("row_limit must be an integer", ka.table, ka, { row_limit = 0 })
+    fails_with("row_limit must be an integer", ka.table, ka, { row_limit = 2.5 })
+    -- torch's -1 (any row_limit <= 0): every row; it was refused
+    local all = ka:table{ row_limit = -1 }
+    local n = 0
+    for l in all:gmatch("[^\n]+") do
+      if not l:match("^%-") and not l:match("^Name") and not l:match("^Self CPU") then n = n + 1 end
+    end
+    assert.is_true(#ka > 3)
+    assert.equal(#ka, n)
   end)
 
   it("refuses what it would not record: stacks, and a profile without host ops", function()
