@@ -484,6 +484,13 @@ local function slow_batch(ds, idx)
         x = item
       end
     end
+    if x == nil then error(("DataLoader: item %d has no x (nil)"):format(i), 0) end
+    -- a y on some items only would stack fewer ys than xs (or none), pairing each x with another's label
+    if b > 1 and (y == nil) ~= (ys[1] == nil) then
+      local with, without = y ~= nil and i or idx[1], y ~= nil and idx[1] or i
+      error(("DataLoader: item %d has a y but item %d has none, in one batch: give every item a y, or none")
+        :format(with, without), 0)
+    end
     xs[b], ys[b] = x, y
   end
   return stack(xs), ys[1] ~= nil and stack(ys) or nil

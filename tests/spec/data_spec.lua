@@ -655,6 +655,19 @@ describe("DataLoader and datasets refuse what they would loop on or drop", funct
     fails("FashionMNIST: normalize: unknown key foo", function() return D.FashionMNIST { normalize = { mean = 0.5, std = 0.2, foo = 1 } } end)
     fails("FashionMNIST: normalize: give {mean, std} or {mean=, std=}, not both", function() return D.FashionMNIST { normalize = { 0.5, 0.2, mean = 0.9 } } end)
   end)
+  it("items with a y and items without in one batch are refused (torch: 'each element ... of equal size')", function()
+    -- before, {1, 2}, {3}, {5, 6} gave x = [1, 3, 5] and y = [2]: fewer labels than inputs, paired wrongly
+    fails("DataLoader: item 1 has a y but item 2 has none, in one batch: give every item a y, or none", function()
+      for _ in D.DataLoader { { { 1, 2 }, { 3 }, { 5, 6 } }, batch_size = 3 } do end
+    end)
+    fails("DataLoader: item 3 has a y but item 1 has none", function()
+      for _ in D.DataLoader { { 7, { 8 }, { 9, 1 } }, batch_size = 3 } do end
+    end)
+    fails("DataLoader: item 1 has no x (nil)", function() for _ in D.DataLoader { { { [2] = 1 } } } do end end)
+    local n = 0   -- in batches of their own they are each whole
+    for x, y in D.DataLoader { { { 1, 2 }, { 3 } }, batch_size = 1 } do n = n + 1; assert.are.equal(n == 1, y ~= nil) end
+    assert.are.equal(2, n)
+  end)
   it("a batch size past the dataset gives one batch, whatever its size", function()
     local l = D.DataLoader { items(3), batch_size = math.maxinteger }
     assert.are.equal(1, #l)
