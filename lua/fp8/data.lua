@@ -415,6 +415,9 @@ end
 setmetatable(DataLoader, { __call = function(_, opts)
   local fname = "DataLoader"
   check_keys(fname, opts, { "dataset", "batch_size", "shuffle", "drop_last", "seed", "device" }, 2, true)
+  if opts.dataset ~= nil and opts[1] ~= nil then   -- one of the two would be dropped
+    error(fname .. ": the dataset is given twice (first and as dataset=): give it once", 2)
+  end
   local ds = opts.dataset or opts[1]
   if type(ds) ~= "table" then
     error(("%s: dataset must be a dataset (FashionMNIST, TextDataset or a table of items), got %s"):format(fname, type(ds)), 2)

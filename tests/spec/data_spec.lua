@@ -649,6 +649,10 @@ describe("DataLoader and datasets refuse what they would loop on or drop", funct
     fails("DataLoader: item 1 must be {x, y} (or {x}), got a table with the key 3", function()
       for _ in D.DataLoader { items(4, function(i) return { fp8.tensor { i }, i, i } end), batch_size = 2 } do end
     end)
+    -- before, the first (positional) one was dropped silently
+    fails("DataLoader: the dataset is given twice (first and as dataset=): give it once", function()
+      return D.DataLoader { { 1, 2 }, dataset = { 3 } }
+    end)
     local holes = setmetatable({ { fp8.tensor { 1 }, 1 }, nil, { fp8.tensor { 3 }, 3 } }, { __len = function() return 3 end })
     fails("DataLoader: the dataset has no item 2 (its length says 3)", function() for _ in D.DataLoader { holes, batch_size = 3 } do end end)
     fails("has 0 characters in its val split, need at least block_size + 1 = 2", function() return D.TextDataset { text = "", block_size = 1, split = "val" } end)
