@@ -514,7 +514,8 @@ local function active_drop(l, st)
   for i = #l, 1, -1 do if l[i] == st or l[i].owner == st then table.remove(l, i) end end
 end
 
--- A loop of `owner` starts: its entry (remainder: the samples even_batches repeated in the last round, 0 if none).
+-- A loop of `owner` starts: its entry (remainder: the real samples of a short last round, which gather_for_metrics
+-- keeps; 0 if none).
 function M._active_begin(gs, owner, remainder)
   local l = active_list(gs)
   active_drop(l, owner)

@@ -592,7 +592,9 @@ function Sharded:iter()
   local mine = M.shard_batches(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
     rawget(self, "_even"))
   local total = ld.batch_size * rawget(self, "_N")
-  local remainder = (not ld.drop_last and rawget(self, "_even")) and ld.n % total or 0
+  -- the real samples of the last round (Accelerate's remainder, even_batches or not): gather_for_metrics cuts the
+  -- repeats even_batches added, or the padding pad_across_processes gave a short last batch without them
+  local remainder = not ld.drop_last and ld.n % total or 0
   -- as DataLoader:iter: a checkpoint restored mid-epoch (lua/fp8/checkpointing.lua) resumes after the batches
   -- already served, and the gradient state learns when the last batch is out (end of an accumulation window, the
   -- cut of gather_for_metrics), and forgets the loader when its loop ends
@@ -641,7 +643,8 @@ if okh and help.add then
     "World size, rank, rank on this node (fields); sync_gradients is false on accumulation steps (no_sync leaves it).")
   add("acc:gather", "acc:gather(t) -> tensor", "Every process's t concatenated along dim 1 in rank order (N x the rows).")
   add("acc:gather_for_metrics", "acc:gather_for_metrics(t [, use_gather_object]) -> tensor or list",
-    "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch; a list that is\n"
+    "gather(t), dropping the samples even_batches repeated at the end of a prepared loader's epoch (with\n"
+    .. "even_batches=false, the padding pad_across_processes gave its short last batch); a list that is\n"
     .. "not all tensors (e.g. strings) goes through gather_object and is cut the same way.")
   add("acc:reduce", "acc:reduce(t, \"sum\"|\"mean\" [, scale]) -> tensor",
     "Elementwise sum or mean of t over the processes; scale multiplies the sum (Accelerate's, read on XLA only "

@@ -81,6 +81,16 @@ eq(nd, 8, "the ranks' shuffled slices are disjoint")
 local acc2 = fp8.Accelerator { cpu = true, even_batches = false }
 local ul = acc2:prepare(fp8.data.DataLoader { items, batch_size = 4 })
 eq(#ul, r == 0 and 2 or 1, "even_batches=false lengths")
+-- even_batches=false, 7 items, batch 2: rank 0 gets [1,2], [5,6], rank 1 [3,4], [7]; padded to gather, the last
+-- round holds 7 % 4 = 3 real samples, which gather_for_metrics keeps (Accelerate's remainder): [5, 6, 7], not the pad
+local ul7, got7 = acc2:prepare(fp8.data.DataLoader { table.move(items, 1, 7, 1, {}), batch_size = 2 }), {}
+for x in ul7 do
+  local g = acc2:gather_for_metrics(acc2:pad_across_processes(x, 1, -1))
+  local v = {}
+  for i = 1, g:shape()[1] do v[i] = math.tointeger(g:get{i, 1}) end
+  got7[#got7 + 1] = table.concat(v, ",")
+end
+eq(table.concat(got7, " "), "1,2,3,4 5,6,7", "gather_for_metrics cuts the padding of an uneven last round")
 -- the same through Accelerate's DataLoaderConfiguration, and a data_seed that both ranks' loaders take (their own
 -- seeds differ: without it prepare would refuse them)
 local acc3 = fp8.Accelerator { cpu = true, dataloader_config = fp8.DataLoaderConfiguration { even_batches = false,
