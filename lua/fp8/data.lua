@@ -196,7 +196,8 @@ M.TEXT_MAX_BYTES = 1 << 30
 -- path= may name a directory (Debian's /usr/share/games/fortunes): its text files, read as one corpus.
 M.FORTUNES_DIR = "/usr/share/games/fortunes"
 
--- read_text_dir(dir, vf, fname) -> train text, val text, {{name=, bytes=}...}: every regular file of the
+-- read_text_dir(dir, vf, fname) -> train text, val text, {{name=, bytes=}...}, the whole text (the files in
+-- order: split='all'): every regular file of the
 -- directory (not its subdirectories or hidden files) in name order, except binary ones (a NUL byte: the
 -- strfile indexes *.dat) and copies of a file already read (Debian's *.u8 links). Each file is split on
 -- its own, at the first line break after (1 - vf) of its length, so the validation text samples every
@@ -206,7 +207,7 @@ local function read_text_dir(dir, vf, fname, level)
   local read = require("fp8._fileio").read_regular
   local names, err = cp.listdir(dir)
   if not names then error(("%s: %s"):format(fname, err), level + 1) end
-  local heads, tails, files, seen, total = {}, {}, {}, {}, 0
+  local heads, tails, files, seen, total, whole = {}, {}, {}, {}, 0, {}
   for _, name in ipairs(names) do
     local p = dir:gsub("/+$", "") .. "/" .. name
     if name:sub(1, 1) ~= "." and not cp.is_dir(p) then
@@ -222,11 +223,12 @@ local function read_text_dir(dir, vf, fname, level)
         local cut = s:find("\n", math.floor(#s * (1 - vf)), true) or #s
         heads[#heads + 1], tails[#tails + 1] = s:sub(1, cut), s:sub(cut + 1)
         files[#files + 1] = { name = name, bytes = #s }
+        whole[#whole + 1] = s
       end
     end
   end
   if #files == 0 then error(("%s: %s holds no text files"):format(fname, dir), level + 1) end
-  return table.concat(heads), table.concat(tails), files
+  return table.concat(heads), table.concat(tails), files, table.concat(whole)
 end
 local function load_text(opts, level)
   local fname = "TextDataset"
@@ -242,13 +244,17 @@ local function load_text(opts, level)
   if split ~= "all" and split ~= "train" and split ~= "val" then
     error(("%s: split must be one of all, train, val; got '%s'"):format(fname, split), level + 1)
   end
+  if split == "all" and opts.val_fraction ~= nil then   -- it would be taken and do nothing
+    error(("%s: val_fraction divides the text into the train and val splits; split='all' (the default) takes the "
+      .. "whole text: pass split='train' or 'val' with it"):format(fname), level + 1)
+  end
   local vf = opt_type(fname, opts, "val_fraction", "number", 0.1, level + 1)
   if not (vf > 0 and vf < 1) then error(("%s: val_fraction must be in (0, 1), got %g"):format(fname, vf), level + 1) end
   local ntrain, files
   if path and require("fp8._checkpoint").is_dir(path) then
-    local head, tail
-    head, tail, files = read_text_dir(path, vf, fname, level + 1)
-    text, ntrain = head .. tail, #head
+    local head, tail, whole
+    head, tail, files, whole = read_text_dir(path, vf, fname, level + 1)
+    if split == "all" then text = whole else text, ntrain = head .. tail, #head end
   elseif path then
     -- a regular file of at most M.TEXT_MAX_BYTES (a named pipe would block, /dev/zero never end)
     local ok, res = pcall(require("fp8._fileio").read_regular, path, "text file", M.TEXT_MAX_BYTES)
@@ -721,6 +727,8 @@ if ok and help.add then
        .. "ds.vocab_size, ds:encode(str) -> ids tensor, ds:decode(tensor or list) -> string.\n"
        .. "path= must name a regular file of at most fp8.data.TEXT_MAX_BYTES bytes (1 GiB; a named pipe or a device is refused),\n"
        .. "or a directory (fp8.data.FORTUNES_DIR): its text files as one corpus, each split train/val on its own.\n"
+       .. "split='train' is the first 1 - val_fraction of the text, 'val' the rest (val_fraction with split='all':\n"
+       .. "refused).\n"
        .. "ds:blocks([max]) -> the non-overlapping windows (at most max, evenly spaced): a fixed evaluation set." }
   help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"

@@ -298,6 +298,10 @@ describe("fp8.data.TextDataset", function()
     assert.matches("block_size is required", err)
     ok, err = pcall(fp8.data.TextDataset, {path = path, block_size = 4, blk = 1})
     assert.matches("unknown option 'blk'", err)
+    -- val_fraction with split='all' (the default) would do nothing: refused (before: taken and ignored)
+    ok, err = pcall(fp8.data.TextDataset, {path = path, block_size = 4, val_fraction = 0.5})
+    assert.is_false(ok)
+    assert.matches("val_fraction divides the text into the train and val splits; split='all' %(the default%)", err)
     local ds = fp8.data.TextDataset{path = path, block_size = 4}
     ok, err = pcall(ds.encode, ds, "cats!")
     assert.matches("character \"!\" %(byte 33%) is not in the vocabulary", err)
@@ -329,6 +333,16 @@ describe("fp8.data.TextDataset", function()
     assert.are.equal(want_va, va:decode(va.tokens))
     assert.are.equal(tr.vocab, va.vocab)
     assert.is_nil(tr.vocab:find("z", 1, true))   -- the hidden file was not read
+    -- split='all' is the files in name order (before: every file's train part, then every val part)
+    local dir2 = tmpdir .. "/corpus2"
+    assert(os.execute("mkdir -p " .. dir2))
+    local c, d = ("cc\n"):rep(20), ("dd\n"):rep(20)   -- each cut 2 lines before its end
+    write(dir2 .. "/c", c)
+    write(dir2 .. "/d", d)
+    local all = fp8.data.TextDataset{path = dir2, block_size = 4}
+    assert.are.equal(c .. d, all:decode(all.tokens))
+    local tr2 = fp8.data.TextDataset{path = dir2, block_size = 4, split = "train"}
+    assert.are.equal(("cc\n"):rep(18) .. ("dd\n"):rep(18), tr2:decode(tr2.tokens))
     local ok, err = pcall(fp8.data.TextDataset, {path = dir .. "/sub/..", block_size = 400})
     assert.is_false(ok); assert.matches("need at least block_size", err)
     assert(os.execute("mkdir -p " .. tmpdir .. "/empty"))
