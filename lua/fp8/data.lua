@@ -477,7 +477,15 @@ local function slow_batch(ds, idx)
   local xs, ys = {}, {}
   for b, i in ipairs(idx) do
     local x, y
-    if ds.get then x, y = ds:get(i)
+    if ds.get then
+      local r = table.pack(ds:get(i))
+      for k = 3, r.n do   -- a third value (a mask, say) would be dropped silently, as a third field of {x, y}
+        if r[k] ~= nil then
+          error(("DataLoader: the dataset's get(%d) returned %d values; a batch holds x and y (two at most)")
+            :format(i, r.n), 0)
+        end
+      end
+      x, y = r[1], r[2]
     else
       local item = ds[i]
       if item == nil then error(("DataLoader: the dataset has no item %d (its length says %d)"):format(i, #ds), 0) end

@@ -686,6 +686,16 @@ describe("DataLoader and datasets refuse what they would loop on or drop", funct
     for x, y in D.DataLoader { { { 1, 2 }, { 3 } }, batch_size = 1 } do n = n + 1; assert.are.equal(n == 1, y ~= nil) end
     assert.are.equal(2, n)
   end)
+  it("a dataset whose get gives a third value is refused (before: dropped; torch collates every field)", function()
+    local three = setmetatable({}, { __len = function() return 2 end,
+      __index = { get = function(_, i) return i, -i, 100 * i end } })
+    fails("DataLoader: the dataset's get(1) returned 3 values; a batch holds x and y (two at most)", function()
+      for _ in D.DataLoader { three, batch_size = 2 } do end
+    end)
+    local nils = setmetatable({}, { __len = function() return 2 end,   -- trailing nils are no value
+      __index = { get = function(_, i) return i, -i, nil end } })
+    for x, y in D.DataLoader { nils, batch_size = 2 } do assert.are.same({ -1, -2 }, y:totable()) end
+  end)
   it("a batch size past the dataset gives one batch, whatever its size", function()
     local l = D.DataLoader { items(3), batch_size = math.maxinteger }
     assert.are.equal(1, #l)
