@@ -147,7 +147,7 @@ static int l_set_grad_enabled(lua_State *L) {
     return 1;
 }
 
-/* fp8.core.pcall_scoped(name, fn, ...) -> pcall(fn, ...)'s results, but fn may not yield: the callers (autocast,
+/* fp8.core._pcall_scoped(name, fn, ...) -> pcall(fn, ...)'s results, but fn may not yield: the callers (autocast,
  * fp8_autocast, no_sync) hold a process-wide setting while fn runs, which a suspended coroutine would leave on for
  * every other piece of code until it resumed, or for good (no_grad refuses the same way). A yield's error says so. */
 static int l_pcall_scoped(lua_State *L) {
@@ -207,7 +207,7 @@ static const luaL_Reg funcs[] = {
     {"_backwards_started", l_backwards_started},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},
-    {"set_autocast_dtype", l_set_autocast_dtype}, {"pcall_scoped", l_pcall_scoped},
+    {"set_autocast_dtype", l_set_autocast_dtype}, {"_pcall_scoped", l_pcall_scoped},
     {NULL, NULL},
 };
 

@@ -46,7 +46,7 @@ function M.autocast(mode, fn, ...)
   local fp8 = fp8mod()
   local prev = fp8.autocast_dtype()
   fp8.set_autocast_dtype(dt)
-  local res = table.pack(require("fp8.core").pcall_scoped("autocast", fn, ...))
+  local res = table.pack(require("fp8.core")._pcall_scoped("autocast", fn, ...))
   fp8.set_autocast_dtype(prev)
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)

@@ -181,7 +181,7 @@ function M.no_sync(acc, model, fn, ...)
   if type(fn) ~= "function" then error(("no_sync: expected (model, function), got a %s"):format(type(fn)), 3) end
   local prev_in = rawget(acc, "_in_no_sync")
   rawset(acc, "_in_no_sync", true)
-  local res = table.pack(core.pcall_scoped("no_sync", fn, ...))
+  local res = table.pack(core._pcall_scoped("no_sync", fn, ...))
   rawset(acc, "_in_no_sync", prev_in)
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)

@@ -14,7 +14,7 @@ function M.enabled() return autocast_depth > 0 end
 function M.fp8_autocast(fn, ...)
   if type(fn) ~= "function" then error(("fp8_autocast: expected a function, got %s"):format(type(fn)), 2) end
   autocast_depth = autocast_depth + 1
-  local res = table.pack(core.pcall_scoped("fp8_autocast", fn, ...))
+  local res = table.pack(core._pcall_scoped("fp8_autocast", fn, ...))
   autocast_depth = autocast_depth - 1
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
@@ -24,7 +24,7 @@ end
 local function fp8_autocast_off(fn, ...)
   local depth = autocast_depth
   autocast_depth = 0
-  local res = table.pack(core.pcall_scoped("fp8_autocast", fn, ...))
+  local res = table.pack(core._pcall_scoped("fp8_autocast", fn, ...))
   autocast_depth = depth
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
