@@ -515,42 +515,48 @@ local function var_of(who, t, dim, o)
   -- its square) lost up to half the variance where the mean is large against the spread
   local odt = t:dtype()
   if odt == "bf16" or odt == "fp16" then t = t:to("fp32") end
-  -- a row whose squares leave fp32 (|x| past 2^60, as 1e20, or under 2^-60, as 1e-30's) is first brought near 1 by
-  -- a power of two of its own (exact); the result is scaled back (once for std, so a std past 1.8e19 is finite), as
-  -- torch's, which sums in double. back is that scale (a number, or a tensor of the result's shape), nil when no row
-  -- needs it (the usual case: the same bits as without it). The gradient flows through the scales: where var itself
-  -- is subnormal or 0, the two back-scalings underflow its gradient to 0 (torch's is finite there).
+  local function sums(x)   -- Σ (x − mean)² / (n − correction)
+    local d
+    if dim == nil then d = x - x:mean() else d = x - x:mean(dim, true) end
+    local ss = dim == nil and (d * d):sum() or (d * d):sum(dim, keep)
+    if dim == nil and keep then   -- every dim kept, of size 1
+      local ones = {}
+      for k = 1, x:dim() do ones[k] = 1 end
+      ss = ss:reshape(ones)
+    end
+    return ss / math.max(n - corr, 0)   -- n ≤ correction: x / 0, inf or NaN, as torch's
+  end
+  local v = sums(t)
+  if t:numel() == 0 then return v, odt end
+  -- A row whose squares leave fp32 (|x| past 2^64, as 1e20's, or under 2^-60, as 1e-30's) made an inf or a tiny or
+  -- 0 variance: such rows are brought near 1 by a power of two of their own (exact) and summed again, and the
+  -- result is scaled back (once for std, so a std past 1.8e19 is finite), as torch's, which sums in double. back is
+  -- that scale (a number, or a tensor of the result's shape), nil when no row needs it. The usual case costs two
+  -- reductions over the result (its largest and smallest variance, all in range: the same bits); the rows' amax is
+  -- read only when one is past 2^100 or under 2^-100 (a constant row's 0 too), or NaN. The gradient flows through
+  -- the scales: where var itself is subnormal or 0, the back-scalings underflow its gradient to 0 (torch's is
+  -- finite there).
+  local vd = v:detach()
+  if vd:amax():item() <= 2.0 ^ 100 and vd:min():item() >= 2.0 ^ -100 then return v, odt end
+  local a = dim == nil and t:detach():amax() or t:detach():amax(dim, true)
+  local up, down, need = {}, {}, false
+  for i, x in ipairs(a:reshape({ -1 }):tolist()) do
+    local e = 0   -- 2^±126 and their products with a row stay normal fp32
+    if x == x and x < math.huge and (x > 2.0 ^ 60 or (x > 0 and x < 2.0 ^ -60)) then
+      need = true
+      e = math.max(-126, math.min(126, math.floor(math.log(x, 2))))
+    end
+    up[i], down[i] = 2.0 ^ -e, 2.0 ^ e
+  end
+  if not need then return v, odt end
   local back
-  if t:numel() > 0 then
-    local a = dim == nil and t:detach():amax() or t:detach():amax(dim, true)
-    local flat, need = a:reshape({ -1 }):tolist(), false
-    for _, x in ipairs(flat) do
-      if x == x and x < math.huge and (x > 2.0 ^ 60 or (x > 0 and x < 2.0 ^ -60)) then need = true; break end
-    end
-    if need then
-      local up, down = {}, {}
-      for i, x in ipairs(flat) do
-        local e = 0   -- 2^±126 and their products with a row stay normal fp32
-        if x == x and x > 0 and x < math.huge then e = math.max(-126, math.min(126, math.floor(math.log(x, 2)))) end
-        up[i], down[i] = 2.0 ^ -e, 2.0 ^ e
-      end
-      if dim == nil then t, back = t * up[1], down[1]
-      else
-        t = t * core.tensor(up):reshape(a:shape()):to(t:device())
-        back = core.tensor(down):to(t:device())
-      end
-    end
+  if dim == nil then t, back = t * up[1], down[1]
+  else
+    t = t * core.tensor(up):reshape(a:shape()):to(t:device())
+    back = core.tensor(down):to(t:device())
   end
-  local d
-  if dim == nil then d = t - t:mean() else d = t - t:mean(dim, true) end
-  local ss = dim == nil and (d * d):sum() or (d * d):sum(dim, keep)
-  if dim == nil and keep then   -- every dim kept, of size 1
-    local ones = {}
-    for i = 1, t:dim() do ones[i] = 1 end
-    ss = ss:reshape(ones)
-  end
-  local v = ss / math.max(n - corr, 0)   -- n ≤ correction: x / 0, inf or NaN, as torch's
-  if type(back) ~= "number" and back ~= nil then back = back:reshape(v:shape()) end
+  v = sums(t)
+  if type(back) ~= "number" then back = back:reshape(v:shape()) end
   return v, odt, back
 end
 
