@@ -13,7 +13,7 @@ local opts = C.parse(arg, "03_delayed_vs_current", "Lesson 3: delayed vs current
   size = { "steps", 60, 30, "training steps", 3 },
   extra = {
     { "spike", "num", 1e5, "factor of the one-step amax spike (> 0)" },
-    { "growth", "num", 1.02, "per-step growth of the inputs' magnitude (> 0)" },
+    { "growth", "num", 1.02, "per-step growth of the inputs' magnitude (> 0; growth^step x spike in [1e-30, 1e30])" },
     { "history", "int", 1024, "amax_history_len of the delayed recipes", 1 },
   } })
 for _, k in ipairs { "spike", "growth" } do
@@ -23,6 +23,17 @@ for _, k in ipairs { "spike", "growth" } do
 end
 local N = opts.steps
 local spike_at = math.max(2, N // 3)
+-- step s's inputs are N(0,1) x gain(s); the loss is scaled by 1/gain(s). Past fp32's range (inf, zeros or
+-- subnormals) the casts' counts below would describe inf and 0, not the scaling rules: such a run is refused
+local function gain(s) return opts.growth ^ s * (s == spike_at and opts.spike or 1) end
+for s = 1, N do
+  local g = gain(s)
+  if not (g >= 1e-30 and g <= 1e30) then
+    fail(("options --growth %g --spike %g --steps %d: the inputs' magnitude growth^step (x spike at step %d) must stay "
+      .. "in [1e-30, 1e30] (fp32 holds the inputs and 1/magnitude), got %g at step %d"):format(opts.growth, opts.spike,
+      N, spike_at, g, s))
+  end
+end
 
 local RECIPES = {
   { "delayed max", function() return fp8.TERecipeKwargs{amax_history_len = opts.history, amax_compute_algo = "max"} end },
@@ -44,7 +55,7 @@ local function run(handler)
   model, opt = acc:prepare(model, opt)
   local out = {}
   for s = 1, N do
-    local g = opts.growth ^ s * (s == spike_at and opts.spike or 1)
+    local g = gain(s)
     local x = fp8.randn{32, 64} * g
     opt:zero_grad()
     acc:backward((model(x) * (1 / g)):sum())

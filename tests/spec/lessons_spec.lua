@@ -74,6 +74,10 @@ describe("the lessons' and scripts' options", function()
     -- 1e40 times N(0, 1) is past fp32's range: the run ended with NaN errors before
     refused(L .. "04_tensorwise_vs_rowwise.lua", "--outlier 1e40", "option --outlier expects a number in [1e-30, 1e30]")
     refused(L .. "03_delayed_vs_current.lua", "--growth 0", "option --growth expects a finite number > 0, got 0")
+    -- inputs past fp32's range (inf at the spike, or after 31 steps of x10) cast inf, not the scaling rules
+    refused(L .. "03_delayed_vs_current.lua", "--spike 1e40", "must stay in [1e-30, 1e30] (fp32 holds the inputs")
+    refused(L .. "03_delayed_vs_current.lua", "--growth 10", "got 1e+31 at step 31")
+    refused(L .. "03_delayed_vs_current.lua", "--steps 4000", "must stay in [1e-30, 1e30]")
     refused("scripts/compare_recipes.lua", "--only ,", "--only: expected a comma-separated list of recipes")
     refused("scripts/compare_recipes.lua", "--lr 1e999", "option --lr expects a finite number >= 0, got '1e999'")
     refused("scripts/compare_recipes_gpt.lua", "--steps 3", "fp8lab scripts/compare_recipes.lua --model gpt")
