@@ -27,6 +27,8 @@ describe("scripts/fidelity_gpt.sh", function()
                          "msamp%-O1", "msamp%-O2", "msamp%-O3" } do
       assert.matches("\n| " .. r .. " | %d+ | [%d.]+ | [+-][%d.]+ | [+-][%d.]+%% | [*a-z]+ |", out)
     end
+    -- the train loss column is the mean of the last min(100, steps) steps: here all 4
+    assert.truthy(out:find("| within the bar | train loss (last 4 steps) | tokens/s |", 1, true), out)
     -- the bar is max(max - min of bf16's three seeds, 0.5% of bf16 seed 1)
     local v = {}
     for s = 1, 3 do v[s] = tonumber(out:match("\n| bf16, seed " .. s .. " | 0 | ([%d.]+) |")) end
