@@ -168,6 +168,9 @@ out("| recipe | role | format | largest underflow (layer) | largest saturated (l
 out("|---|---|---|---|---|---|")
 local hstep
 local maxsat = { f = 0 }   -- the largest saturated fraction in the health table, and where
+-- whether the table shows what the GELU note below explains: an input role whose largest underflow (1% or more) is
+-- in an mlp.2, and a grad role whose largest one is in an mlp.0
+local gelu_in, gelu_grad = false, false
 for _, x in ipairs(results) do
   local h = health(x.r)
   if h then
@@ -183,6 +186,8 @@ for _, x in ipairs(results) do
         -- rowwise scales are one per row, made at each cast: the role's single scale stays 1
         local scales = x.name:match("rowwise") and "per row (not logged)" or ("%.3g … %.3g"):format(v.smin, v.smax)
         if v.sat > maxsat.f then maxsat = { f = v.sat, what = ("%s %s, %s"):format(x.name, role, v.sat_layer) } end
+        if v.uf >= 0.01 and role == "input" and v.uf_layer:match("mlp%.2$") then gelu_in = true end
+        if v.uf >= 0.01 and role == "grad" and v.uf_layer:match("mlp%.0$") then gelu_grad = true end
         out(("| %s | %s | %s | %.4f%%%s | %.4f%%%s | %s |"):format(x.name, role, v.format, 100 * v.uf,
           at(v.uf, v.uf_layer), 100 * v.sat, at(v.sat, v.sat_layer), scales))
       end
@@ -325,12 +330,13 @@ if health_md then
   body[#body + 1] = ""
   body[#body + 1] = health_md
   body[#body + 1] = ""
-  body[#body + 1] = "How to read it: underflow counts nonzero values that became zero. The input of `mlp.2` (the second MLP "
+  body[#body + 1] = "How to read it: underflow counts nonzero values that became zero. "
+    .. (gelu_in and ("The input of `mlp.2` (the second MLP "
     .. "linear) is GELU's output, whose negative side is a long tail of values of order 1e-5 and smaller: below half "
     .. "the smallest E4M3 subnormal once scaled (2^-10 / scale, about 4e-6 at a scale of 250), so a large fraction "
-    .. "of them flush while carrying almost none of the product's magnitude. The output gradient of `mlp.0` (the "
-    .. "first MLP linear) is the gradient above it times GELU's derivative, near zero on that same tail, so it "
-    .. "flushes there for the same reason. "
+    .. "of them flush while carrying almost none of the product's magnitude. " .. (gelu_grad and ("The output "
+    .. "gradient of `mlp.0` (the first MLP linear) is the gradient above it times GELU's derivative, near zero on "
+    .. "that same tail, so it flushes there for the same reason. ") or "")) or "")
     .. (maxsat.f > 0 and ("Saturation is at most %.4f%% (%s)."):format(100 * maxsat.f, maxsat.what)
       or "Nothing saturated.")
 end
