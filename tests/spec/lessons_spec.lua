@@ -51,8 +51,23 @@ end
 
 local function exists(path) local f = io.open(path, "rb"); if f then f:close() end; return f ~= nil end
 local has_gnuplot = require("fp8.plot").available()
-local function check_files(r, stem)
+-- the CSV: a header of `cols` names and `rows` rows of as many numbers (one per step, k, or matrix row), no NaN
+local function check_files(r, stem, rows, cols)
   assert.is_true(exists(r.dir .. "/" .. stem .. ".csv"), stem .. ".csv missing")
+  local lines = {}
+  for l in U.must_read(r.dir .. "/" .. stem .. ".csv"):gmatch("[^\n]+") do lines[#lines + 1] = l end
+  assert.are.equal(rows + 1, #lines, stem .. ".csv: header and one row each")
+  for i, l in ipairs(lines) do
+    local n = 0
+    for cell in (l .. ","):gmatch("([^,]*),") do
+      n = n + 1
+      if i > 1 then
+        local v = tonumber(cell)
+        assert.is_true(v ~= nil and v == v, ("%s.csv line %d: '%s' is not a number"):format(stem, i, cell))
+      end
+    end
+    assert.are.equal(cols, n, ("%s.csv line %d has %d cells, not %d"):format(stem, i, n, cols))
+  end
   if has_gnuplot then assert.is_true(exists(r.dir .. "/" .. stem .. ".png"), stem .. ".png missing") end
   assert.matches("Look at:", r.out)
 end
@@ -98,7 +113,7 @@ describe("lessons (--quick)", function()
       ("weights that never moved: unscaled %g, scaled %g"):format(r.frozen_e4m3_noscale, r.frozen_e4m3_scaled))
     assert.are.equal(0, r.frozen_fp32)
     assert.is_true(math.abs(r.drop_e4m3_scaled - r.drop_fp32) < 0.1 * r.drop_fp32, "scaled E4M3 follows fp32")
-    check_files(r, "01_why_scale")
+    check_files(r, "01_why_scale", 30, 4)   -- --quick: 30 steps of 3 runs
   end)
 
   it("2: E4M3 is the finer grid, E5M2 the wider range on real GPT gradients", function()
@@ -106,7 +121,7 @@ describe("lessons (--quick)", function()
     assert.is_true(r.err_e4m3 < 0.7 * r.err_e5m2, ("err e4m3 %g vs e5m2 %g"):format(r.err_e4m3, r.err_e5m2))
     assert.is_true(r.underflow_e4m3_k8 > 10 * r.underflow_e5m2_k8 and r.underflow_e4m3_k8 > 1e-3,
       ("underflow at k=8: e4m3 %g, e5m2 %g"):format(r.underflow_e4m3_k8, r.underflow_e5m2_k8))
-    check_files(r, "02_why_hybrid")
+    check_files(r, "02_why_hybrid", 9, 5)   -- k = 0, 2, ..., 16
   end)
 
   it("3: a spike saturates delayed scaling, `max` keeps the scale down, `margin` stops growth saturating", function()
@@ -120,7 +135,7 @@ describe("lessons (--quick)", function()
     assert.are.equal(0, r.current_unf_after)
     assert.is_true(r.recent_sat_other > 0, "growing inputs saturate a little under most_recent, margin 0")
     assert.are.equal(0, r.margin_sat_other)
-    check_files(r, "03_delayed_vs_current")
+    check_files(r, "03_delayed_vs_current", 30, 13)   -- 30 steps, 3 x 4 recipes
   end)
 
   it("4: with outlier rows, rowwise scales keep the normal rows' error low", function()
@@ -129,7 +144,7 @@ describe("lessons (--quick)", function()
     assert.is_true(math.abs(r.rw_outlier - r.tw_outlier) < 0.01, "the outlier rows set the tensor's scale")
     assert.is_true(r.tw_underflow > 0.05)
     assert.are.equal(0, r.rw_underflow)
-    check_files(r, "04_tensorwise_vs_rowwise")
+    check_files(r, "04_tensorwise_vs_rowwise", 16, 3)   -- --quick: 16 rows
   end)
 
   it("runs from its own directory too (common.lua found beside the lesson)", function()
@@ -150,7 +165,7 @@ describe("lessons (--quick)", function()
       local l = r["loss_" .. lv]
       assert.is_true(math.abs(l - r.loss_fp32) < 0.1 * r.loss_fp32, ("loss %s %g vs fp32 %g"):format(lv, l, r.loss_fp32))
     end
-    check_files(r, "05_msamp_memory")
+    check_files(r, "05_msamp_memory", 20, 6)   -- --quick: 20 steps of 5 levels
   end)
 end)
 
