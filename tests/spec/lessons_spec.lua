@@ -191,3 +191,31 @@ describe("scripts/allreduce_prescale.lua (docs/recipes.md: why the FP8 all-reduc
     assert.is_false(ok2)
   end)
 end)
+
+describe("scripts/tour.lua and the README's session at the prompt", function()
+  it("the tour runs to its end and shows what its comments say", function()
+    local out, ok = U.sh("timeout 60 " .. sh_quote(bin) .. " scripts/tour.lua")
+    assert.is_true(ok, out)
+    assert.truthy(out:find("\n126\t448.0\n127\n126\t448.0\n", 1, true), out)   -- tie to even, NaN, saturation
+    assert.truthy(out:find("result     underflowed: a nonzero input became zero", 1, true), out)
+    assert.matches("scale 1:   underflowed\t%d+\tof\t1024", out)
+    assert.matches("\nNext: run `build/fp8lab`", out)
+  end)
+
+  it("README.md's session prints what the README shows", function()
+    local readme = U.must_read("README.md")
+    local block = assert(readme:match("```\n%$ build/fp8lab\n(.-)```"), "the README's session block")
+    local inputs, expected = {}, {}
+    for line in block:gmatch("[^\n]+") do
+      local code = line:match("^fp8> (.*)$")
+      if code then inputs[#inputs + 1] = code else expected[#expected + 1] = line end
+    end
+    local script = tmpdir .. "/readme_session.txt"
+    U.write(script, table.concat(inputs, "\n") .. "\n")
+    local out, ok = U.sh(sh_quote(bin) .. " -i < " .. sh_quote(script))
+    assert.is_true(ok, out)
+    local got = {}
+    for line in out:gmatch("[^\n]+") do got[#got + 1] = line end
+    assert.are.same(expected, got)
+  end)
+end)
