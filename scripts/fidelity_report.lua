@@ -112,8 +112,8 @@ local function out(s) lines[#lines + 1] = s end
 local machine = io.popen("lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1"):read("l") or "unknown CPU"
 
 -- compare_recipes_gpt.lua's train_loss is the mean of the last min(100, steps) steps
-out(("| run | FP8 layers | final val loss | gap to bf16 (seed 1) | relative | within the bar | train loss (last %d steps) "
-  .. "| tokens/s | B / param |"):format(math.min(100, ref.steps)))
+out(("| run | FP8 layers | final val loss | gap to bf16 (seed 1) | relative | within the bar "
+  .. "| train loss (last %d steps) | tokens/s | B / param |"):format(math.min(100, ref.steps)))
 out("|---|---|---|---|---|---|---|---|---|")
 for _, s in ipairs(seeds) do
   local r = bf[s]

@@ -880,7 +880,8 @@ function M.install(Accelerator)
       dir = dir:gsub("/+$", "")
       if not C.is_dir(dir) and stranded_old(dir) then
         error(("load_state: %s is not a directory; %s.old holds its checkpoint, moved aside by a save that was cut "
-          .. "short: rename it back to %s (the next save_state into %s does that itself)"):format(dir, dir, dir, dir), 0)
+          .. "short: rename it back to %s (the next save_state into %s does that itself)"):format(dir, dir, dir, dir),
+          0)
       end
       if not C.is_dir(dir) then error(("load_state: %s is not a directory"):format(dir), 0) end
       local st = read_json(join(dir, STATE_FILE), join(dir, STATE_FILE) .. " (is this an fp8lab checkpoint?)")

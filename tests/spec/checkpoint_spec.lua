@@ -778,7 +778,8 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
-  it("a save cut short between its two renames (no atomic exchange) loses nothing: the previous checkpoint comes back", function()
+  it("a save cut short between its two renames (no atomic exchange) loses nothing: the previous checkpoint is back",
+    function()
     local d, acc, model, opt = saved()
     -- what such a save leaves: c moved aside to c.old (marked first), the new one still c.tmp, no c
     write(d .. "/c/.fp8lab_partial", "")

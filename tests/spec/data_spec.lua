@@ -683,7 +683,9 @@ describe("DataLoader and datasets refuse what they would loop on or drop", funct
     end)
     fails("DataLoader: item 1 has no x (nil)", function() for _ in D.DataLoader { { { [2] = 1 } } } do end end)
     local n = 0   -- in batches of their own they are each whole
-    for x, y in D.DataLoader { { { 1, 2 }, { 3 } }, batch_size = 1 } do n = n + 1; assert.are.equal(n == 1, y ~= nil) end
+    for x, y in D.DataLoader { { { 1, 2 }, { 3 } }, batch_size = 1 } do
+      n = n + 1; assert.are.equal(n == 1, y ~= nil)
+    end
     assert.are.equal(2, n)
   end)
   it("a dataset whose get gives a third value is refused (before: dropped; torch collates every field)", function()

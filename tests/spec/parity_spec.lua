@@ -835,7 +835,8 @@ describe("fp16 with two optimizers", function()
     assert.is_true(has(a2, 'FP8LAB_MIXED_PRECISION=bf16 overridden by the Accelerator\'s mixed_precision="fp8"'))
   end)
 
-  it("split_between_processes pads with the list's last item, as Accelerate 1.15; gather_object takes lists only", function()
+  it("split_between_processes pads with the list's last item, as Accelerate 1.15; gather_object takes lists only",
+    function()
     -- process i of 3, as an accelerator's fields (a method refuses a self that is not an accelerator)
     local mt = getmetatable(new_acc {})
     local function rank(i) return setmetatable({ num_processes = 3, process_index = i }, mt) end
@@ -879,7 +880,8 @@ describe("fp16 with two optimizers", function()
     assert.are.equal(1, acc.step)
   end)
 
-  it("a coroutine may not yield inside autocast, fp8_autocast or no_sync (their setting would stay on while it waits)", function()
+  it("a coroutine may not yield inside autocast, fp8_autocast or no_sync (their setting would stay on while it waits)",
+    function()
     local acc = new_acc { mixed_precision = "bf16" }
     local m = acc:prepare(nn.Linear(4, 2))
     local scopes = {
@@ -899,7 +901,8 @@ describe("fp16 with two optimizers", function()
         rawget(acc, "_in_no_sync") })
     end
     -- results and errors pass through as before; a yield outside the scope is fine
-    assert.are.same({ 3, "bf16" }, { fp8.amp.autocast("bf16", function(a, b) return a + b, fp8.autocast_dtype() end, 1, 2) })
+    assert.are.same({ 3, "bf16" },
+      { fp8.amp.autocast("bf16", function(a, b) return a + b, fp8.autocast_dtype() end, 1, 2) })
     local co = coroutine.wrap(function() acc:autocast(function() end); coroutine.yield(5); return 6 end)
     assert.are.same({ 5, 6 }, { co(), co() })
   end)

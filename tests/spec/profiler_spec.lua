@@ -739,8 +739,8 @@ describe("profiler API", function()
   end)
 
   it("acc:state() shows a ProfileKwargs whose summary is longer than 99 characters", function()
-    local acc = Accelerator{ kwargs_handlers = { fp8.ProfileKwargs{ schedule_option = { wait = 1, warmup = 1, active = 2 },
-      with_flops = true, output_trace_dir = "traces" } } }
+    local acc = Accelerator{ kwargs_handlers = { fp8.ProfileKwargs{
+      schedule_option = { wait = 1, warmup = 1, active = 2 }, with_flops = true, output_trace_dir = "traces" } } }
     local text = tostring(acc:state())
     local line = text:match("\nprofile +([^\n]*)")
     assert.truthy(line and line:find('output_trace_dir="traces"  (handler)', 1, true), text)

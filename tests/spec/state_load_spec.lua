@@ -104,7 +104,8 @@ describe("a failed load changes nothing", function()
     assert.matches('for "0.fp8_state": the input role has an amax history of 8, this layer 16', err, 1, true)
   end)
 
-  it("model: a role's scale for another FP8 format (HYBRID's E5M2 grads into E4M3) is refused; layout 2 still loads", function()
+  it("model: a role's scale for another FP8 format (HYBRID's E5M2 grads into E4M3) is refused; layout 2 still loads",
+    function()
     local acc, hy, opt = setup(fp8.TERecipeKwargs { fp8_format = "HYBRID" })
     steps(acc, hy, opt, 2)
     local _, e4 = setup(fp8.TERecipeKwargs { fp8_format = "E4M3" })

@@ -839,14 +839,17 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
   it("var and std of rows past fp32's squares (1e20, 1e-30) are torch's, each row on its own", function()
     -- torch 2.15: std [1.4142e+20, 0.7071] and [1.4142e-30, 0.7071]; var(0) [inf, 0.5]; the grad of std(1).sum()
     -- [[0.4003, -0.5604, 0.1601], [0, 0.5, -0.5]]. The squares in fp32 made the first inf and the second 0.
-    local rel = function(want, got) assert.is_true(math.abs(got - want) <= 1e-6 * math.abs(want), want .. " " .. got) end
+    local rel = function(want, got)
+      assert.is_true(math.abs(got - want) <= 1e-6 * math.abs(want), want .. " " .. got)
+    end
     local big = fp8.tensor { { 1e20, -1e20 }, { 1, 2 } }:std(2):totable()
     rel(1.41421356e20, big[1]); rel(0.70710678, big[2])
     local tiny = fp8.tensor { { 1e-30, -1e-30 }, { 1, 2 } }:std(2):totable()
     rel(1.41421356e-30, tiny[1]); rel(0.70710678, tiny[2])
     rel(1.0408330e19, fp8.tensor { 1e19, -1e19, 5e18 }:std():item())
     rel(1.0415429139e-30, fp8.tensor({ 1e-30, -1e-30, 5e-31 }, "bf16"):std():to("fp32"):item())   -- torch's bf16
-    assert.are.same({ { math.huge, 0.5 } }, fp8.tensor { { 1e20, 1 }, { -1e20, 2 } }:var(1, { keepdim = true }):totable())
+    assert.are.same({ { math.huge, 0.5 } },
+      fp8.tensor { { 1e20, 1 }, { -1e20, 2 } }:var(1, { keepdim = true }):totable())
     local x = fp8.tensor { { 1e20, -1e20, 5e19 }, { 1e-30, 2e-30, 0 } }:requires_grad(true)
     x:std(2):sum():backward()
     local g = x.grad:totable()
