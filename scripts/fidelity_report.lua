@@ -56,10 +56,10 @@ for _, n in ipairs(names) do
     end
   end
 end
-if count == 0 then error(("no *-summary.csv in %s (run scripts/fidelity_gpt.sh first)"):format(dir), 0) end
+if count == 0 then fail(("no *-summary.csv in %s (run scripts/fidelity_gpt.sh first)"):format(dir)) end
 local bf = runs.bf16 or {}
 local ref = bf[1]
-if not ref then error(("%s has no bf16 run at seed 1, the reference of every gap"):format(dir), 0) end
+if not ref then fail(("%s has no bf16 run at seed 1, the reference of every gap"):format(dir)) end
 local seeds = {}
 for s in pairs(bf) do seeds[#seeds + 1] = s end
 table.sort(seeds)
@@ -75,8 +75,8 @@ for name, by in pairs(runs) do
   for s, r in pairs(by) do
     for _, k in ipairs { "steps", "layers", "d_model", "heads", "context", "batch", "lr", "val_windows", "text" } do
       if r[k] ~= ref[k] then
-        error(("%s seed %d has %s=%s but bf16 seed 1 has %s (mixed budgets in %s)"):format(name, s, k, tostring(r[k]),
-          tostring(ref[k]), dir), 0)
+        fail(("%s seed %d has %s=%s but bf16 seed 1 has %s (mixed budgets in %s)"):format(name, s, k, tostring(r[k]),
+          tostring(ref[k]), dir))
       end
     end
   end
