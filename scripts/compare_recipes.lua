@@ -84,8 +84,11 @@ if opts.only then
   chosen = {}
   local by = {}
   for _, r in ipairs(RECIPES) do by[r[1]] = r end
+  local seen = {}
   for name in opts.only:gmatch("[^,]+") do
     if not by[name] then fail(("--only: unknown recipe '%s' (valid: %s)"):format(name, table.concat(names, ", "))) end
+    if seen[name] then fail(("--only: '%s' is listed twice (each recipe runs once)"):format(name)) end
+    seen[name] = true
     chosen[#chosen + 1] = by[name]
   end
   if #chosen == 0 then fail(("--only: expected a comma-separated list of recipes (valid: %s), got '%s'"):format(

@@ -57,6 +57,8 @@ describe("compare_recipes --model gpt", function()
     assert.is_false(ok); assert.matches("%-%-fp8%-stats applies to %-%-model gpt only", out)
     out, ok = run("--model cnn")
     assert.is_false(ok); assert.matches("%-%-model must be mlp or gpt", out)
+    out, ok = run("--model gpt --only bf16,te-hybrid,bf16")   -- it ran bf16 twice, two columns of one name
+    assert.is_false(ok); assert.matches("%-%-only: 'bf16' is listed twice %(each recipe runs once%)", out)
     -- a usage error is the message alone: no traceback of the script's frames after it
     assert.is_nil(out:find("traceback", 1, true), out)
     out, ok = run("--epochs x")
