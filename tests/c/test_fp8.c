@@ -86,6 +86,11 @@ TEST(recipe_pow2_scales) {
     CHECK(fl_scale_for(1e-38f, FL_E4M3, 0, true, 1) == ldexpf(1.0f, 127), "pow2 tops out at 2^127: %g",
           fl_scale_for(1e-38f, FL_E4M3, 0, true, 1));
     CHECK(fl_scale_for(1e-45f, FL_E5M2, 0, true, 1) == ldexpf(1.0f, 127), "a denormal amax: 2^127");
+    /* the floor is exact: an amax an ulp above 448·2^-10 gets 2^9, where torchao's and MS-AMP's fp32 log2 round
+     * the quotient up to 10 (docs/recipes.md, "Power-of-two scales round down exactly") */
+    CHECK(fl_scale_for(nextafterf(ldexpf(448.0f, -10), 1.0f), FL_E4M3, 0, true, 1) == 512.0f, "exact floor: %g",
+          fl_scale_for(nextafterf(ldexpf(448.0f, -10), 1.0f), FL_E4M3, 0, true, 1));
+    CHECK(fl_scale_for(ldexpf(448.0f, -10), FL_E4M3, 0, true, 1) == 1024.0f, "448·2^-10 → 2^10");
 }
 
 /* ---- FP8 linear against float64 ---------------------------------------------------------------- */
