@@ -511,13 +511,14 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     bw_uses = uses;
     const uint64_t prev_id = bw_id;
     bw_id = ++bw_count;
+    size_t ran = n;   /* order[ran..n-1] have run their backward (and passed their gradients on) */
     for (size_t k = n; k-- > 0 && st == FL_OK;) {
         fl_node *nd = order[k];
         fl_tensor *go = grads[k];
         grads[k] = NULL;
         while (st == FL_OK && next_use < nuses && luses[next_use].k > k) st = hook(luses[next_use++].leaf, hook_ud);
         if (st != FL_OK) { fl_tensor_release(go); break; }
-        if (!go) continue;                        /* no gradient flowed here (e.g. unused output) */
+        if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
         uint64_t prof = FL_PROF_BEGIN(nd->name);   /* e.g. "LinearBackward", nested under "backward" */
@@ -538,6 +539,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
             }
             fl_tensor_release(gi);
         }
+        if (st == FL_OK) ran = k;
         while (st == FL_OK && next_use < nuses && luses[next_use].k >= k) st = hook(luses[next_use++].leaf, hook_ud);
     }
     /* nodes that received no gradient (`continue` above) still end their leaves' uses */
@@ -547,8 +549,10 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     bw_uses = prev_uses;
     bw_id = prev_id;
     fl_set_grad_enabled(prev_mode);
-    if (st == FL_OK && !retain_graph)
-        for (size_t k = 0; k < n; k++) node_clear(order[k]);
+    /* torch frees each node as it runs: after an error the nodes that ran are freed too, so running the backward
+     * again is refused instead of adding their gradients into the leaves a second time */
+    if (!retain_graph)
+        for (size_t k = st == FL_OK ? 0 : ran; k < n; k++) node_clear(order[k]);
 done:
     if (grads) for (size_t k = 0; k < n; k++) fl_tensor_release(grads[k]);
     free(grads);

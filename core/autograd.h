@@ -77,7 +77,8 @@ uint64_t fl_autograd_backward_id(void);
  * since an earlier one (the Accelerator counts one training step for the optimizers stepped after one backward). */
 uint64_t fl_autograd_backwards_started(void);
 /* Backward from root. grad NULL means ones (root must have one element; error otherwise). Frees the
- * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly). */
+ * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly); on an error,
+ * those of the nodes that ran. */
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);
 /* Grad-ready hook (data-parallel reducers, core/ddp.h): during fl_backward, fn(leaf, ud) is called once
  * per leaf that requires grad, as soon as no node left in this backward can add to its gradient

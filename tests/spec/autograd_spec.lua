@@ -388,4 +388,21 @@ describe("fp8.core._nn", function()
     assert.is_false(ok)
     assert.matches("MaxBackward needs (input 1, shape [3])", err, 1, true)
   end)
+
+  it("a backward that fails part way frees the nodes that ran: running it again is refused, not added twice", function()
+    local a, b, x = fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor { 3, 4 }
+    local y = (a * x):sum() + (b * b):sum()   -- b * b's backward runs first, then a * x's is refused
+    x[1] = 5
+    U.fails_with("MulBackward needs (saved tensor 2, shape [2]) was written in place", y.backward, y)
+    assert.is_nil(a.grad)
+    assert.are.same({ 2, 4 }, b.grad:totable())
+    -- torch: "Trying to backward through the graph a second time"; it gave b.grad = { 4, 8 } here
+    U.fails_with("second time", y.backward, y)
+    assert.are.same({ 2, 4 }, b.grad:totable())
+    -- with retain_graph the graph stays whole, as torch's: the same error again
+    local c = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local z = (c * x):sum()
+    x[2] = 6
+    for _ = 1, 2 do U.fails_with("written in place", z.backward, z, { retain_graph = true }) end
+  end)
 end)
