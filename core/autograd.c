@@ -41,6 +41,7 @@ fl_status fl_node_new(fl_node **out, const char *name, fl_backward_fn fn, int ni
     for (int i = 0; i < ninputs; i++) {
         n->inputs[i] = fl_tensor_retain((fl_tensor *)inputs[i]);
         n->input_version[i] = inputs[i] && inputs[i]->storage ? inputs[i]->storage->version : 0;
+        if (inputs[i] && inputs[i]->requires_grad) n->inputs_grad |= 1u << i;
     }
     *out = n;
     return FL_OK;
@@ -73,7 +74,7 @@ static fl_status check_versions(const fl_node *nd) {
 }
 
 bool fl_node_input_needs_grad(const fl_node *n, int i) {
-    return i >= 0 && i < n->ninputs && n->inputs[i] && n->inputs[i]->requires_grad;
+    return i >= 0 && i < n->ninputs && n->inputs[i] && n->inputs[i]->requires_grad && (n->inputs_grad >> i & 1u);
 }
 
 /* Drops everything a node holds. The node stays as a marker: backward == NULL means "freed by a
@@ -369,7 +370,7 @@ static fl_status leaf_last_uses(fl_node **order, size_t n, leaf_use **out, size_
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < order[k]->ninputs; i++) {
             fl_tensor *in = order[k]->inputs[i];
-            if (!in || in->grad_fn || !in->requires_grad) continue;
+            if (!in || in->grad_fn || !fl_node_input_needs_grad(order[k], i)) continue;
             if (m == cap) {
                 cap = cap ? 2 * cap : 64;
                 leaf_use *p = realloc(u, cap * sizeof *u);
@@ -494,7 +495,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < order[k]->ninputs; i++) {
             const fl_tensor *in = order[k]->inputs[i];
-            int c = in && in->grad_fn && in->requires_grad ? map_get(&map, in->grad_fn) : -1;
+            int c = in && in->grad_fn && fl_node_input_needs_grad(order[k], i) ? map_get(&map, in->grad_fn) : -1;
             if (c >= 0) uses[c]++;
         }
     grads[n - 1] = g0;                           /* the root node is last in post-order */
@@ -529,7 +530,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         for (int i = 0; i < nd->ninputs; i++) {
             fl_tensor *in = nd->inputs[i], *gi = gin[i];
             if (!gi) continue;
-            if (st == FL_OK && in && in->requires_grad) {
+            if (st == FL_OK && fl_node_input_needs_grad(nd, i)) {
                 if (!fl_shape_equal(gi->ndim, gi->shape, in->ndim, in->shape))
                     st = FL_ERR(FL_EINVAL, "backward: %s produced a gradient of shape %s for input %d of shape %s",
                                 nd->name, fl_shape_str(a, sizeof a, gi->ndim, gi->shape), i,

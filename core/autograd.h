@@ -32,6 +32,9 @@ struct fl_node {
     /* bit i: the backward reads inputs[i]'s data (not only its shape), so a write to it is refused; the saved
      * tensors are always checked. Most backwards read what they saved: torch refuses only what is read. */
     unsigned inputs_read;
+    /* bit i: inputs[i] required grad when the node was made. Only those take a gradient, as torch's graph records
+     * them (a leaf given requires_grad after the forward gets none; the forward saved nothing for it) */
+    unsigned inputs_grad;
     double dargs[8];                          /* op parameters (eps, p, scale, ...) */
     int64_t iargs[8];                         /* op parameters (dims, flags, ...) */
     void *ctx;                                /* op-specific extra state, freed by ctx_free */
@@ -47,6 +50,7 @@ bool fl_any_requires_grad(int n, const fl_tensor *const *ts);
 /* A node with refcount 1 whose inputs are retained. */
 fl_status fl_node_new(fl_node **out, const char *name, fl_backward_fn fn, int ninputs, const fl_tensor *const *inputs);
 void fl_node_save(fl_node *n, int slot, const fl_tensor *t);   /* retains t (NULL clears) */
+/* inputs[i] required grad when n was made and still does (a leaf's flag turned off since: no gradient, as torch) */
 bool fl_node_input_needs_grad(const fl_node *n, int i);
 /* Replace input i, when it is a non-leaf, by a header without storage that keeps only what the
  * engine reads (shape, requires_grad, grad_fn): the node then no longer holds the input's data

@@ -405,4 +405,29 @@ describe("fp8.core._nn", function()
     x[2] = 6
     for _ = 1, 2 do U.fails_with("written in place", z.backward, z, { retain_graph = true }) end
   end)
+
+  it("an input takes a gradient only if it required grad when the op ran (torch's graph records it then)", function()
+    local a, b = fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor { 3, 4 }
+    local y = (a * b):sum()
+    b:requires_grad(true)             -- after the forward: torch gives b no gradient
+    y:backward()
+    assert.are.same({ 3, 4 }, a.grad:totable())
+    assert.is_nil(b.grad)             -- was { 1, 2 }
+    -- a linear whose weight was frozen in the forward: no weight gradient (the forward kept nothing for one)
+    local lin = fp8.nn.Linear(3, 2)
+    lin:requires_grad_(false)
+    local x = fp8.randn(4, 3):requires_grad(true)
+    local out = lin(x):sum()
+    lin:requires_grad_(true)
+    out:backward()
+    assert.is_nil(lin.weight.grad)
+    assert.is_nil(lin.bias.grad)
+    assert.are.same({ 4, 3 }, x.grad:shape())
+    -- turned off after the forward: no gradient either, as torch
+    local c = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local z = (c * c):sum()
+    c:requires_grad(false)
+    z:backward()
+    assert.is_nil(c.grad)
+  end)
 end)
