@@ -55,6 +55,14 @@ void fl_node_save(fl_node *n, int slot, const fl_tensor *t) {
     fl_tensor_release(old);
 }
 
+/* Whether nd's backward reads saved[j]'s values: always, or for an input in saved_for[j] that takes a gradient. */
+static bool saved_read(const fl_node *nd, int j) {
+    if (!nd->saved_for[j]) return true;
+    for (int i = 0; i < nd->ninputs; i++)
+        if ((nd->saved_for[j] >> i & 1u) && fl_node_input_needs_grad(nd, i)) return true;
+    return false;
+}
+
 /* FL_OK, or the error naming the first input or saved tensor of nd written in place since the forward took it. */
 static fl_status check_versions(const fl_node *nd) {
     for (int i = 0; i < nd->ninputs + FL_NODE_MAX_SAVED; i++) {
@@ -63,6 +71,7 @@ static fl_status check_versions(const fl_node *nd) {
         uint64_t seen = in ? nd->input_version[i] : nd->saved_version[i - nd->ninputs];
         if (!t || !t->storage || t->storage->version == seen) continue;
         if (in && !(nd->inputs_read >> i & 1u)) continue;   /* a shape the backward needs, not the values */
+        if (!in && !saved_read(nd, i - nd->ninputs)) continue;
         char s[64];
         return FL_ERR(FL_EINVAL, "backward: a tensor %s needs (%s %d, shape %s) was written in place after the forward "
                       "(its storage is at version %llu, the forward saw %llu): write to a copy (clone()) or before "

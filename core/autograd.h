@@ -35,6 +35,9 @@ struct fl_node {
     /* bit i: inputs[i] required grad when the node was made. Only those take a gradient, as torch's graph records
      * them (a leaf given requires_grad after the forward gets none; the forward saved nothing for it) */
     unsigned inputs_grad;
+    /* bit i of saved_for[j]: the backward reads saved[j]'s values only for input i's gradient, so a write to it is
+     * refused only when such an input takes one (a*b keeps a for b's gradient); 0: always read */
+    unsigned char saved_for[FL_NODE_MAX_SAVED];
     double dargs[8];                          /* op parameters (eps, p, scale, ...) */
     int64_t iargs[8];                         /* op parameters (dims, flags, ...) */
     void *ctx;                                /* op-specific extra state, freed by ctx_free */

@@ -119,6 +119,8 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
             /* The (possibly rounded) operands the forward GEMM used: backward reuses them. */
             fl_node_save(n, 0, xc);
             fl_node_save(n, 1, wc);
+            n->saved_for[0] = 2;   /* x for the weight's gradient, W for x's: a write matters only then (torch's) */
+            n->saved_for[1] = 1;
             n->iargs[0] = cdt;
         }
     }

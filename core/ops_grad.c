@@ -125,7 +125,11 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     if (op == FL_OP_MUL || op == FL_OP_DIV || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || op == FL_OP_POW ||
         op == FL_OP_WHERE) {
         fl_node_save(n, 0, a);
-        fl_node_save(n, 1, b);
+        if (op != FL_OP_WHERE) fl_node_save(n, 1, b);   /* where's values: only their shape */
+        /* a product's operand is read for the other's gradient only, a quotient's dividend for the divisor's, where's
+         * mask for the values' (torch keeps them only then) */
+        if (op == FL_OP_MUL) { n->saved_for[0] = 2; n->saved_for[1] = 1; }
+        if (op == FL_OP_DIV || op == FL_OP_WHERE) n->saved_for[0] = 2;
     }
     return FL_OK;
 }
@@ -421,6 +425,8 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     if (st == FL_OK) {
         fl_node_save(n, 0, ca);
         fl_node_save(n, 1, cb);
+        n->saved_for[0] = 2;   /* dB = Aᵀ·dY, dA = dY·Bᵀ: a write to A matters only for B's gradient (torch's rule) */
+        n->saved_for[1] = 1;
         n->iargs[0] = cdt;
     }
     fl_tensor_release(ca);

@@ -430,4 +430,32 @@ describe("fp8.core._nn", function()
     z:backward()
     assert.is_nil(c.grad)
   end)
+
+  it("a write to an operand only another input's gradient reads is refused only when that input takes one", function()
+    -- torch keeps a product's operand (a quotient's dividend, a matmul's, a linear's) only for the other one's
+    -- gradient, and where's values not at all: writing r, the one that takes the gradient, passes there
+    local F = fp8.nn.F
+    local ops = {
+      function(r, o) return r * o end, function(r, o) return r / o end, function(r, o) return r:matmul(o) end,
+      function(r, o) return F.linear(r, o) end, function(r, o) return fp8.where(o:gt(1.5), r, 0) end,
+    }
+    for k, f in ipairs(ops) do
+      local r, o = fp8.rand(3, 3):requires_grad(true), fp8.rand(3, 3) + 1
+      local y = f(r, o):sum()
+      fp8.no_grad(function() r:set({ 1, 1 }, -2) end)
+      y:backward()            -- was refused: "needs (saved tensor 1, shape [3, 3]) was written in place"
+      assert.are.same({ 3, 3 }, r.grad:shape())
+      if k < 5 then           -- o is what r's gradient reads: refused, as torch
+        local r2 = fp8.rand(3, 3):requires_grad(true)
+        local y2 = f(r2, o):sum()
+        o:set({ 1, 1 }, 2)
+        U.fails_with("written in place", y2.backward, y2)
+      end
+    end
+    local r, o = fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor { 3, 4 }
+    local y = (r * o):sum()
+    fp8.no_grad(function() r[1] = 9 end)
+    y:backward()
+    assert.are.same({ 3, 4 }, r.grad:totable())
+  end)
 end)
