@@ -192,11 +192,21 @@ fl_status fl_dist_init(double timeout_s) {
                       fl_dist_env_rank(), fl_dist_env_size());
     return FL_OK;
 #else
+    /* the watchdog runs before MPI_Init_thread, which waits for every rank: one that ended without joining (a script
+     * that returned early there) would otherwise hold this one forever, past the timeout (torch's rendezvous has
+     * one) */
+    if (!wd_started && pthread_create(&wd_thread, NULL, watchdog, NULL) == 0) {
+        pthread_detach(wd_thread);
+        wd_started = true;
+    }
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
         int provided = 0;
+        g_rank = fl_dist_env_rank();   /* for the watchdog's message */
+        wd_enter("MPI_Init_thread (joining the other ranks)");
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        wd_leave();
         if (rc != MPI_SUCCESS) return FL_ERR(FL_EDEVICE, "dist: MPI_Init_thread failed (code %d)", rc);
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -213,10 +223,6 @@ fl_status fl_dist_init(double timeout_s) {
     }
     g_init = true;
     on_exit(on_exit_handler, NULL);
-    if (!wd_started && pthread_create(&wd_thread, NULL, watchdog, NULL) == 0) {
-        pthread_detach(wd_thread);
-        wd_started = true;
-    }
     return FL_OK;
 #endif
 }

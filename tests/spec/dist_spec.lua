@@ -542,6 +542,14 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("past the process group timeout of 5 s", 1, true), out)
   end)
 
+  it("faults: a rank that ends before joining does not hold the other in MPI_Init past timeout=5", function()
+    if not can then pending(why) return end
+    local out, code, secs = mpirun("tests/dist/faults.lua", "gone FP8LAB_FAULT_TAG", 40)
+    assert.are_not.equal(0, code)
+    assert.is_true(secs < 15, "took " .. secs .. " s")
+    assert.truthy(out:find("MPI_Init_thread (joining the other ranks) waited", 1, true), out)
+  end)
+
   it("faults: kill -9 of rank 1 ends the job, no process left behind", function()
     if not can then pending(why) return end
     local out, code, secs = mpirun("tests/dist/faults.lua", "kill FP8LAB_FAULT_TAG", 40)
