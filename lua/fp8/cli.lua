@@ -57,18 +57,22 @@ local function is_bool_word(s)
 end
 
 -- Parses the setting flag at argv[i] ("--name value", "--name=value"; booleans may omit the value).
+-- A name is spelled with underscores or hyphens (--num-processes), as Accelerate's launcher takes it.
 -- `extra` maps other flag names to true (taking a value) or false (taking none). Returns
 -- (next index, key or extra name, value). Raises fail(2, ...) for unknown flags and bad values.
 local function parse_flag(argv, i, extra, cmd)
   local a = argv[i]
   local name, val = a:match("^%-%-([^=]+)=(.*)$")
   name = name or a:sub(3)
+  local typed = name
+  name = name:gsub("%-", "_")
   local k = BY_FLAG[name]
   if not k and extra[name] == nil then
     local cands = flag_names()
     for n in pairs(extra) do cands[#cands + 1] = n end
     local best = settings.suggest(name, cands)
-    fail(2, ("unknown flag --%s%s (fp8lab %s -h lists them)"):format(name, best and (" (did you mean --" .. best .. "?)") or "", cmd))
+    fail(2, ("unknown flag --%s%s (fp8lab %s -h lists them)"):format(typed,
+      best and (" (did you mean --" .. best .. "?)") or "", cmd))
   end
   if not k then
     if extra[name] == false then
@@ -288,7 +292,7 @@ local function launch_help(backend)
     "Runs script.lua with its settings in FP8LAB_* environment variables; --num_processes N > 1 starts",
     "N copies through mpirun, each with FP8LAB_RANK and FP8LAB_WORLD_SIZE.",
     "Precedence: a kwargs handler in the script > these flags and FP8LAB_* variables > the config file > defaults.",
-    "Flags take `--flag value` or `--flag=value`; [BOOL] flags alone mean true.",
+    "Flags take `--flag value` or `--flag=value`, spelled with _ or - (--num-processes); [BOOL] flags alone mean true.",
   }
   local function line(left, help)
     out[#out + 1] = ("  %-44s %s"):format(left, help)

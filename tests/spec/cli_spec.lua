@@ -251,6 +251,23 @@ describe("fp8lab launch", function()
     assert.truthy(err2:find("--fp8_enable_fsdp_float8_all_gather: not supported: fp8lab has no FSDP", 1, true), err2)
   end)
 
+  it("takes flag names with hyphens as with underscores, as Accelerate's launcher does (--num-processes)", function()
+    local out, err, code = run("launch --mixed-precision fp8 --fp8-backend=te --fp8-margin 2 "
+      .. "--num-cpu-threads-per-process 1 " .. q(ENV_SCRIPT) .. " --not-ours")
+    assert.are.equal(0, code, err)
+    local r = report(out)
+    assert.are.same({ "fp8", "te", "2", "--not-ours" },
+      { r.FP8LAB_MIXED_PRECISION, r.FP8LAB_FP8_BACKEND, r.FP8LAB_FP8_MARGIN, r.ARGS })
+    local d = tmpdir()
+    _, err, code = run("config --default --mixed-precision bf16 --config-file " .. q(d .. "/c.yaml"))
+    assert.are.equal(0, code, err)
+    assert.truthy(U.read(d .. "/c.yaml"):find("mixed_precision: 'bf16'", 1, true))
+    -- an unknown one is named as typed
+    _, err, code = run("launch --use-fsdp " .. q(ENV_SCRIPT))
+    assert.are.equal(2, code)
+    assert.truthy(err:find("unknown flag --use-fsdp", 1, true), err)
+  end)
+
   it("runs a script from stdin with -, and after --", function()
     local out, err, code = run("launch --fp8_margin 1 - a", "print('stdin', os.getenv('FP8LAB_FP8_MARGIN'), ...)\n")
     assert.are.equal(0, code, err)
