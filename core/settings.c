@@ -208,11 +208,11 @@ static int yaml_bool(const char *s, size_t len) {
     return -1;
 }
 
-/* Booleans in flags, variables, answers and the string form of override_linear_precision, any case
- * (Accelerate's str_to_bool takes y/n too). */
+/* Booleans in flags, variables, answers and the string form of override_linear_precision, any case: the words of
+ * Accelerate's str_to_bool, which reads its variables and --fp8_override_linear_precision. */
 static int loose_bool(const char *s, size_t len) {
-    static const char *const T[] = {"true", "yes", "on", "y", "1"};
-    static const char *const F[] = {"false", "no", "off", "n", "0"};
+    static const char *const T[] = {"true", "yes", "on", "y", "t", "1"};
+    static const char *const F[] = {"false", "no", "off", "n", "f", "0"};
     for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
         if (ieq(s, len, T[i])) return 1;
         if (ieq(s, len, F[i])) return 0;
@@ -220,7 +220,7 @@ static int loose_bool(const char *s, size_t len) {
     return -1;
 }
 
-#define BOOL_WORDS "yes/no, on/off, y/n, 1/0, in any case"
+#define BOOL_WORDS "yes/no, on/off, y/n, t/f, 1/0, in any case"
 const char fl_setting_bool_words[] = BOOL_WORDS;
 static const char also_bool[] = " (also " BOOL_WORDS ")";   /* after "expected a boolean (true or false), got ..." */
 

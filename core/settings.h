@@ -94,7 +94,7 @@ const fl_setting *fl_setting_info(fl_setting_id k);
 int fl_setting_find(const char *name);
 
 /* How a text value came: a flag, variable or answer (surrounding blanks ignored; booleans
- * true/false, yes/no, on/off, y/n, 1/0 in any case), or a YAML scalar, plain or quoted (YAML 1.1
+ * true/false, yes/no, on/off, y/n, t/f, 1/0 in any case), or a YAML scalar, plain or quoted (YAML 1.1
  * booleans; a quoted number or boolean is a string). */
 typedef enum { FL_FROM_TEXT = 0, FL_FROM_YAML_PLAIN, FL_FROM_YAML_QUOTED } fl_setting_from;
 
@@ -114,7 +114,7 @@ const char *fl_setting_quote(const char *s, size_t len, char q, char *buf, size_
 /* The one boolean reader: 1, 0, or -1 when the text is not a boolean where it came from. */
 int fl_setting_bool(const char *s, size_t len, fl_setting_from from);
 /* The words besides true/false that a flag's or variable's boolean takes, for messages:
- * "yes/no, on/off, y/n, 1/0, in any case". */
+ * "yes/no, on/off, y/n, t/f, 1/0, in any case". */
 extern const char fl_setting_bool_words[];
 
 /* A set of setting values: which are given, and their stored values. */

@@ -53,7 +53,7 @@ end
 local function is_bool_word(s)
   s = s:lower()
   return s == "true" or s == "false" or s == "yes" or s == "no" or s == "on" or s == "off" or s == "1" or s == "0"
-    or s == "y" or s == "n"
+    or s == "y" or s == "n" or s == "t" or s == "f"
 end
 
 -- Parses the setting flag at argv[i] ("--name value", "--name=value"; booleans may omit the value).

@@ -159,7 +159,8 @@ describe("fp8lab config", function()
     assert.truthy(out:find('margin: expected an integer in 0..64, got "abc"; please answer again', 1, true), out)
     assert.truthy(out:find("num_processes: expected an integer in 1..4096, got 0", 1, true), out)
     assert.truthy(out:find("Run on the CPU only, even when there is a GPU (yes/no) [no]: maybe", 1, true), out)
-    assert.truthy(out:find('use_cpu: expected a boolean (true or false), got "maybe" (also yes/no, on/off, y/n, 1/0, in any case); please answer again', 1, true), out)
+    assert.truthy(out:find('use_cpu: expected a boolean (true or false), got "maybe" (also yes/no, on/off, y/n, '
+      .. 't/f, 1/0, in any case); please answer again', 1, true), out)
     assert.falsy(out:find("optimization level", 1, true), "asked an MS-AMP question for te")
     assert.falsy(out:find("Pad GEMM", 1, true), "asked a torchao question for te")
     assert.truthy(out:find("fp8lab config: wrote " .. p, 1, true), out)
@@ -465,6 +466,18 @@ print(acc.mixed_precision, acc.fp8_backend, r.margin, r.interval, r.amax_history
     assert.truthy(out:find("ARGS=a", 1, true), out)
     out, err, code = run("launch --fp8_use_autocast_during_eval N " .. q(ENV_SCRIPT))
     assert.are.equal(0, code, err)
+  end)
+
+  it("booleans take t/f as Accelerate's str_to_bool does: flags, the override's items, variables", function()
+    local out, err, code = run("launch --mixed_precision fp8 --fp8_backend te --fp8_use_autocast_during_eval T "
+      .. "--fp8_override_linear_precision t,F,t " .. q(ENV_SCRIPT) .. " a")
+    assert.are.equal(0, code, err)
+    local r = report(out)
+    assert.are.same({ "true", "true,false,true", "a" },
+      { r.FP8LAB_FP8_USE_AUTOCAST_DURING_EVAL, r.FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION, r.ARGS })
+    out, err, code = run("-e 'print(fp8.Accelerator{}.settings.use_cpu)'", nil, "FP8LAB_USE_CPU=t ")
+    assert.are.equal(0, code, err)
+    assert.are.equal("true\n", out)
   end)
 
   it("a rank that exits with a status ends the job with that status", function()

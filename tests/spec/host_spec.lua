@@ -31,7 +31,8 @@ describe("fp8lab command line", function()
     assert.falsy(err:find("traceback (your code", 1, true), err)   -- the full traceback, not the user's frames only
     _, err, code = run("-e " .. q("print(1)"), nil, "FP8LAB_VERBOSE=maybe ")
     assert.are.equal(2, code)
-    assert.truthy(err:find('FP8LAB_VERBOSE: expected a boolean (true or false), got "maybe" (also yes/no, on/off, y/n, 1/0, in any case)', 1, true), err)
+    assert.truthy(err:find('FP8LAB_VERBOSE: expected a boolean (true or false), got "maybe" (also yes/no, on/off, y/n, '
+      .. 't/f, 1/0, in any case)', 1, true), err)
     _, err, code = run("-e " .. q("fp8.progress(3)"), nil, "FP8LAB_PROGRESS=fancy ")
     assert.are.equal(1, code)
     assert.truthy(err:find("FP8LAB_PROGRESS: expected \"plain\" (or unset), got 'fancy'", 1, true), err)

@@ -92,7 +92,7 @@ describe("Accelerate's launch flags", function()
     local out, ok = run({ "-e", code }, "FP8LAB_USE_CPU=maybe")
     assert.is_false(ok, out)
     assert.matches("FP8LAB_USE_CPU: expected a boolean", out, 1, true)
-    assert.matches('got "maybe" (also yes/no, on/off, y/n, 1/0, in any case)', out, 1, true)
+    assert.matches('got "maybe" (also yes/no, on/off, y/n, t/f, 1/0, in any case)', out, 1, true)
     for _, v in ipairs { "1", "YES", "on", "true", "0", "off" } do
       out, ok = run({ "-e", code }, "FP8LAB_USE_CPU=" .. v)
       assert.is_true(ok, out)
