@@ -73,13 +73,19 @@ function M.misspelled(set)
   return out
 end
 
+-- Accelerate's variables whose fp8lab counterpart is not FP8LAB_ + the rest of the name: the override's three
+-- booleans (what accelerate launch --fp8_override_linear_precision a,b,c sets) are one variable here.
+local RENAMED = { ACCELERATE_FP8_OVERRIDE_FPROP = "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION",
+                  ACCELERATE_FP8_OVERRIDE_DGRAD = "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION",
+                  ACCELERATE_FP8_OVERRIDE_WGRAD = "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION" }
+
 -- accelerate_names([set]) -> notice lines for Accelerate's own variables (ACCELERATE_MIXED_PRECISION, ...) whose
 -- fp8lab counterpart exists: fp8lab reads only its own, so a variable kept from an Accelerate setup is named.
 function M.accelerate_names(set)
   local known = M.known()
   local out = {}
   for _, n in ipairs(names_with("ACCELERATE_", set)) do
-    local ours = "FP8LAB_" .. n:sub(12)
+    local ours = RENAMED[n] or ("FP8LAB_" .. n:sub(12))
     if known[ours] then
       out[#out + 1] = ("%s is Accelerate's and is not read; fp8lab reads %s"):format(n, ours)
     end

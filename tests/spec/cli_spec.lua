@@ -549,6 +549,11 @@ describe("FP8LAB_* variables fp8lab does not read", function()
     assert.are.equal(0, env_code)
     assert.truthy(env_out:find("  ACCELERATE_MIXED_PRECISION is Accelerate's and is not read; fp8lab reads "
       .. "FP8LAB_MIXED_PRECISION", 1, true), env_out)
+    -- accelerate launch --fp8_override_linear_precision sets three variables; fp8lab has one for the three
+    o2, e2, c2 = run("-e " .. q("print(fp8.Accelerator{}.mixed_precision)"), nil, "ACCELERATE_FP8_OVERRIDE_WGRAD=True ")
+    assert.are.equal(0, c2, e2)
+    assert.truthy(e2:find("notice: ACCELERATE_FP8_OVERRIDE_WGRAD is Accelerate's and is not read; fp8lab reads "
+      .. "FP8LAB_FP8_OVERRIDE_LINEAR_PRECISION", 1, true), e2)
   end)
 
   it("OMP_NUM_THREADS past 1024 and a missing FP8LAB_LUA_DIR are said, not crashed on or ignored", function()
