@@ -499,7 +499,10 @@ local function launch(host, ...)
       from_flags[#from_flags + 1] = k.env .. "=--" .. k.flag
     end
   end
-  if #from_flags > 0 then export("FP8LAB_LAUNCH_FLAGS", table.concat(from_flags, ",")) end
+  -- this launch's flags only: one inherited from an outer launch (a script that runs fp8lab launch) would make the
+  -- variables it names flags of this run too
+  if #from_flags > 0 then export("FP8LAB_LAUNCH_FLAGS", table.concat(from_flags, ",")) else
+    sys.setenv("FP8LAB_LAUNCH_FLAGS", nil) end
   if extra_env.OMP_NUM_THREADS then export("OMP_NUM_THREADS", extra_env.OMP_NUM_THREADS) end
   export("FP8LAB_NUM_PROCESSES", tostring(n))
   -- the CPU's instruction-set cap reaches every rank, on other machines too (mpirun -x)

@@ -316,8 +316,16 @@ describe("fp8lab launch", function()
     assert.are.equal("msamp\tO3\n", out)
     -- a variable set by hand: a notice, and the run goes on
     out, err, code = run("launch --mixed_precision fp8 --fp8_backend te " .. q(script), nil, "FP8LAB_FP8_OPT_LEVEL=O3 ")
+    assert.are.equal(0, code, err)
+    -- a launch without flags, started inside an outer launch's run: the outer's flags are variables set before it
+    f = assert(io.open(script, "w"))
+    f:write("local acc = fp8.Accelerator{} print(acc.mixed_precision)\n")
+    f:close()
+    out, err, code = run("launch " .. q(script), nil,
+      "FP8LAB_FP8_MARGIN=2 FP8LAB_LAUNCH_FLAGS=FP8LAB_FP8_MARGIN=--fp8_margin ")
     os.remove(script)
     assert.are.equal(0, code, err)
+    assert.truthy(err:find("FP8LAB_FP8_MARGIN=2 ignored", 1, true), err)
   end)
 
   it("a flag overrides an FP8LAB_* variable; a variable without a flag is kept", function()
