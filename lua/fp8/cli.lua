@@ -745,6 +745,10 @@ function M.main(host, cmd, ...)
   end
   local ok, rc = xpcall(f, function(e)
     if getmetatable(e) == Fail then return e end
+    -- Ctrl-C (main.c's hook raises "interrupted!"): the user's stop, said as a script's is, not a bug's traceback
+    if type(e) == "string" and e:match("interrupted!$") then
+      return setmetatable({ code = 1, msg = "interrupted" }, Fail)
+    end
     return debug.traceback(tostring(e), 2)   -- a bug, not a user error: keep where it happened
   end, host, ...)
   if ok then return rc or 0 end

@@ -196,6 +196,20 @@ describe("fp8lab config", function()
     os.execute("rm -rf " .. q(d))
   end)
 
+  it("Ctrl-C at a question stops as a script's Ctrl-C does: a one-line message, status 1, nothing written", function()
+    local d = tmpdir()
+    local p, e = d .. "/c.yaml", d .. "/err"
+    -- stdin stays open (sleep), so the questionnaire waits at its first question for the SIGINT
+    local cmd = ("sleep 3 | %s%s config --config_file %s >/dev/null 2>%s & P=$!; sleep 1; kill -INT $P; wait $P")
+      :format(CLEAN, q(BIN), q(p), q(e))
+    local _, _, code = os.execute(cmd)
+    local err = slurp(e)
+    assert.are.equal(1, code, err)
+    assert.are.equal("fp8lab config: interrupted\n", err)
+    assert.is_nil(slurp(p))
+    os.execute("rm -rf " .. q(d))
+  end)
+
   it("--check shows a valid file and rejects a bad one with its position", function()
     local out, err, code = run("config --check --config_file tests/data/config/good/accelerate_msamp.yaml")
     assert.are.equal(0, code, err)
