@@ -70,6 +70,8 @@ char *fl_shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
  * it saturates all the same, so a bug elsewhere cannot turn into a negative count. */
 int64_t fl_tensor_numel(const fl_tensor *t) {
     int64_t n = 1;
+    /* a 0 anywhere first: the sizes before it may multiply past int64 (an expand to [2^62, 2, 0], as torch's) */
+    for (int i = 0; i < t->ndim; i++) if (t->shape[i] == 0) return 0;
     for (int i = 0; i < t->ndim; i++)
         if (__builtin_mul_overflow(n, t->shape[i], &n)) return INT64_MAX;
     return n;
@@ -153,6 +155,15 @@ static fl_status check_shape(int ndim, const int64_t *shape, fl_dtype dt, int64_
     if (ndim > 0 && !shape) return FL_ERR(FL_EINVAL, "shape is missing for a %d-d tensor", ndim);
     int64_t n = 1;
     FL_TRY(fl_shape_numel("tensor", ndim, shape, &n));
+    /* The contiguous strides are the products of the sizes (a 0 counted as 1): torch refuses [2^31, 2^31, 4, 0]
+     * ("Storage size calculation overflowed"), whose strides would overflow int64 */
+    int64_t stride = 1;
+    for (int i = ndim - 1; i >= 0; i--)
+        if (__builtin_mul_overflow(stride, shape[i] ? shape[i] : 1, &stride)) {
+            char b[200];
+            return FL_ERR(FL_EINVAL, "tensor: too large: the sizes of shape %s multiply past 2^63 (its strides "
+                          "would overflow)", fl_shape_str(b, sizeof b, ndim, shape));
+        }
     int64_t bytes;
     if (__builtin_mul_overflow(n, (int64_t)fl_format(dt)->size, &bytes) || bytes > (INT64_C(1) << 48)) {
         char b[200];

@@ -41,6 +41,24 @@ TEST(tensor_numel_overflow_refused) {
     fl_tensor_release(t);
 }
 
+/* An empty shape whose other sizes multiply past int64 (issue: zeros{2^31, 2^31, 4, 0} crashed: the saturating numel
+ * read it as INT64_MAX elements and the fill ran past the empty storage). torch refuses it ("Storage size calculation
+ * overflowed"); an expand to it has 0 strides and 0 elements, as torch's. */
+TEST(tensor_empty_shape_with_overflowing_sizes) {
+    fl_tensor *t = NULL, *e = NULL;
+    int64_t s[4] = { INT64_C(1) << 31, INT64_C(1) << 31, 4, 0 };
+    CHECK(fl_tensor_zeros(&t, FL_F32, 4, s, FL_DEV_CPU) == FL_EINVAL && t == NULL, "zeros accepted");
+    CHECK(strstr(fl_last_error(), "too large"), "%s", fl_last_error());
+    int64_t s2[3] = { 0, INT64_C(1) << 62, 2 };
+    CHECK(fl_tensor_empty(&t, FL_F32, 3, s2, FL_DEV_CPU) == FL_EINVAL && t == NULL, "empty accepted");
+    int64_t one[1] = { 1 };
+    REQUIRE_OK(fl_tensor_full(&t, FL_F32, 1, one, 1.0, FL_DEV_CPU));
+    REQUIRE_OK(fl_tensor_expand(&e, t, 4, s));
+    CHECK(fl_tensor_numel(e) == 0, "numel %lld", (long long)fl_tensor_numel(e));
+    fl_tensor_release(e);
+    fl_tensor_release(t);
+}
+
 TEST(tensor_construct_errors) {
     fl_tensor *t = NULL;
     int64_t bad[3] = { 2, 3, -3 };
