@@ -112,7 +112,9 @@ function mt.__tostring(t)
   if t:is_released() then return "tensor(<released>)" end
   local parts = {}
   if t:is_fp8() then
-    parts[1] = body(t:dequantize())
+    -- its values read dequantized element by element (as :dequantize() makes them): a dequantized copy of the whole
+    -- ran out of memory for an expand of 2^40 elements, and cost a pass over all of a large tensor for 36 values
+    parts[1] = body(t)
     parts[#parts + 1] = "dtype=" .. t:dtype()
     parts[#parts + 1] = "shape=" .. shape_str(t:shape())
     parts[#parts + 1] = "device=" .. t:device()

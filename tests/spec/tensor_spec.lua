@@ -724,6 +724,13 @@ describe("printing", function()
     local r = tostring(fp8.tensor{{1, 2}, {10, 20}}:quantize("e4m3", {axis = 1}))
     assert.truthy(r:find("per index of dim 1", 1, true), r)
   end)
+  it("prints a large expanded FP8 tensor from the values it shows (torch prints an expanded float8 tensor)", function()
+    -- was: "out of memory allocating 35184372088832 bytes": the whole of it dequantized first
+    local s = tostring(fp8.tensor{{1, -2}}:quantize("e4m3"):expand(1 << 42, 2))
+    assert.truthy(s:find("[[ 1.0000, -2.0000],\n", 1, true), s)
+    assert.truthy(s:find("...,\n", 1, true), s)
+    assert.truthy(s:find("shape=[4398046511104, 2]", 1, true), s)
+  end)
 end)
 
 describe("tensor API against torch, from a review", function()
