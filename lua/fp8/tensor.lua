@@ -469,9 +469,12 @@ function M.linspace(a, b, steps, o, ...)
   for i = 0, steps - 1 do
     vals[i + 1] = (i < steps // 2 or steps == 1) and a + i * step or b - (steps - 1 - i) * step
   end
-  local ok, r
-  if steps == 0 then ok, r = pcall(core.empty, { 0 }, o) else ok, r = pcall(core.tensor, vals, o) end
-  if not ok then reraise("linspace", r) end
+  -- the options checked by a factory that takes a device too (fp8.tensor takes only a dtype: {device=} was refused)
+  local ok, z = pcall(core.empty, { 0 }, o)
+  if not ok then reraise("linspace", z) end
+  if steps == 0 then return z end
+  local r = core.tensor(vals, z:dtype())
+  if z:device() ~= "cpu" then r = r:to(z:device()) end
   return r
 end
 

@@ -952,6 +952,15 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.are.equal("fp32", fp8.zeros_like(x:float():quantize("e4m3"), "fp32"):dtype())
     U.fails_with("ones_like: unknown option 'dtyp'", fp8.ones_like, x, { dtyp = "fp32" })
   end)
+
+  it("linspace takes {dtype=, device=} as torch.linspace takes device=", function()
+    -- was: "linspace: unknown option 'device' (valid: dtype)": the options went to fp8.tensor, which takes a dtype only
+    local l = fp8.linspace(0, 1, 3, { dtype = "bf16", device = "cpu" })
+    assert.are.equal("bf16", l:dtype()); assert.are.equal("cpu", l:device())
+    assert.are.same({ 0, 0.5, 1 }, l:totable())
+    assert.are.equal("fp16", fp8.linspace(0, 1, 0, { dtype = "fp16", device = "cpu" }):dtype())
+    U.fails_with("linspace: unknown option 'devce' (did you mean 'device'?)", fp8.linspace, 0, 1, 3, { devce = "cpu" })
+  end)
 end)
 
 describe("dead tensors are collected whichever binding made them", function()
