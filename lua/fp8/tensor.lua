@@ -417,7 +417,7 @@ end
 -- full_like(t, v [, ...]): t's shape, dtype and device unless given (torch's *_like). An FP8 t has no such
 -- factory: its dtype must then be given.
 local function like_opts(who, t, o)
-  check_self(who, t)
+  if not core.is_tensor(t) then error(("%s: expected a tensor, got %s"):format(who, type(t)), 4) end
   local dt, dev = nil, t:device()
   if type(o) == "string" then dt = o
   elseif type(o) == "table" and getmetatable(o) == nil then
@@ -437,7 +437,8 @@ for _, name in ipairs { "zeros", "ones", "empty", "rand", "randn" } do
   local who = name .. "_like"
   M[who] = function(t, o, ...)
     no_more(who, "(tensor [, dtype | {dtype=, device=}])", ...)
-    local ok, r = pcall(core[name], t:shape(), like_opts(who, t, o))
+    local opts = like_opts(who, t, o)   -- first: it checks that t is a tensor (t:shape() of a number raised inside)
+    local ok, r = pcall(core[name], t:shape(), opts)
     if not ok then reraise(who, r) end
     return r
   end

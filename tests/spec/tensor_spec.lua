@@ -961,6 +961,14 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.are.equal("fp16", fp8.linspace(0, 1, 0, { dtype = "fp16", device = "cpu" }):dtype())
     U.fails_with("linspace: unknown option 'devce' (did you mean 'device'?)", fp8.linspace, 0, 1, 3, { devce = "cpu" })
   end)
+
+  it("the *_like factories name a non-tensor argument, as torch's 'must be Tensor'", function()
+    -- zeros_like(5) raised "attempt to index a number value (local 't')" from inside fp8's Lua
+    for _, name in ipairs { "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like" } do
+      U.fails_with(name .. ": expected a tensor, got number", fp8[name], 5)
+    end
+    U.fails_with("full_like: expected a tensor, got nil", fp8.full_like, nil, 1)
+  end)
 end)
 
 describe("dead tensors are collected whichever binding made them", function()
