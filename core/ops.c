@@ -464,6 +464,10 @@ fl_status fl_quantize(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, const
     FL_TRY(get_device(src, "quantize", &dev));
     FL_TRY(need_entry((const void *)dev->quantize, dev, "quantize"));
     int64_t ns = o.axis >= 0 ? src->shape[o.axis] : 1;
+    /* an empty tensor's axis may be as long as any size (an expand to [2^62, 2, 0]): the byte count wrapped to 0 */
+    if (ns > FL_MAX_NUMEL)
+        return FL_ERR(FL_EINVAL, "quantize: too large: %lld scales, one per index of the axis (limit %lld)",
+                      (long long)ns, (long long)FL_MAX_NUMEL);
     float *scales = malloc((size_t)(ns ? ns : 1) * sizeof(float));
     if (!scales) return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld scales", (long long)ns);
     fl_tensor *c = NULL, *r = NULL;

@@ -195,6 +195,12 @@ print("OK")
     end)
   end)
 
+  describe("an empty tensor's long axis", function()
+    it("quantize per axis of an expand to [2^62, 2, 0] is 'too large' (its scales' byte count wrapped to 0)", function()
+      refuses("return fp8.zeros(1):expand(1 << 62, 2, 0):quantize('e4m3', {axis = 1})", "quantize: too large")
+    end)
+  end)
+
   describe("memory limits are errors", function()
     -- ASan reserves terabytes of address space, so ulimit -v cannot apply to a sanitizer build
     -- (`make sanitize` sets ASAN_OPTIONS); there the sweep's max_allocation_size_mb plays that part.
