@@ -48,6 +48,11 @@ local function explain(x, fmt, opts, ...)
   opts = opts or {}
   if type(opts) ~= "table" then error("explain: options must be a table {saturate=bool, quiet=bool}", 2) end
   O.check("explain", opts, { "saturate", "quiet" }, 2)
+  for _, k in ipairs { "saturate", "quiet" } do   -- (a 0 or "false" would read as true: Lua's truthiness)
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("explain: %s must be a boolean, got %s"):format(k, type(opts[k])), 2)
+    end
+  end
   local saturate = opts.saturate ~= false
   fmt = f.name
 

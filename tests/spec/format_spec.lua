@@ -237,6 +237,14 @@ describe("fp8.explain", function()
     assert.are.equal(-448, si.value)
   end)
 
+  it("refuses a saturate or quiet that is not a boolean (saturate=0 explained the saturating cast)", function()
+    for _, o in ipairs { { saturate = 0 }, { saturate = "false" }, { quiet = 1, saturate = false } } do
+      local ok, err = pcall(fp8.explain, 1000, "e4m3", o)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("must be a boolean, got ", 1, true), err)
+    end
+  end)
+
   it("prints a readable report", function()
     local lines = {}
     local saved = print
