@@ -9,6 +9,13 @@ local VALID = { "scale", "amax", "margin", "axis", "width", "quiet" }
 
 local function pct(k, n) return n > 0 and 100 * k / n or 0 end
 
+-- The canonical name of an FP8 format under any of its names (case and aliases as fp8.format takes them), or nil.
+local function fp8_name(fmt)
+  if type(fmt) ~= "string" then return nil end
+  local ok, f = pcall(fp8.format, fmt)
+  return ok and f.is_fp8 and f.name or nil
+end
+
 local Result = {}
 Result.__index = Result
 Result.__name = "fp8.Histogram"
@@ -40,7 +47,7 @@ local function hist(t, fmt, opts, ...)
   end
   local q
   if t:is_fp8() then
-    if fmt ~= nil and fmt ~= t:dtype() then
+    if fmt ~= nil and fp8_name(fmt) ~= t:dtype() then
       error(("hist: the tensor is already %s, got format '%s'"):format(t:dtype(), tostring(fmt)), 2)
     end
     for k in pairs(opts) do
@@ -60,9 +67,10 @@ local function hist(t, fmt, opts, ...)
     end
     q, fmt = t, t:dtype()
   else
-    if fmt ~= "e4m3" and fmt ~= "e5m2" then
+    if not fp8_name(fmt) then
       error(("bad argument #2 to 'hist' (expected \"e4m3\" or \"e5m2\", got %s)"):format(tostring(fmt)), 2)
     end
+    fmt = fp8_name(fmt)
     local qo = {}
     for _, k in ipairs { "scale", "amax", "margin", "axis" } do qo[k] = opts[k] end
     local ok, res = pcall(t.quantize, t, fmt, qo)
