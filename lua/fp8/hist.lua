@@ -115,7 +115,8 @@ local function hist(t, fmt, opts, ...)
     underflow = underflow, subnormal = sub, saturated = sat, overflow = overflow, nan = nan, inf = inf,
     underflow_frac = n > 0 and underflow / n or 0, subnormal_frac = n > 0 and sub / n or 0,
     zero_frac = n > 0 and (zero - underflow) / n or 0,
-    saturated_frac = n > 0 and sat / n or 0 }, Result)
+    saturated_frac = n > 0 and sat / n or 0, overflow_frac = n > 0 and overflow / n or 0,
+    nan_frac = n > 0 and nan / n or 0, inf_frac = n > 0 and inf / n or 0 }, Result)
   local per_tensor = q:scale_axis() == nil
   h.scale = per_tensor and q:scale() or nil
 
