@@ -124,7 +124,9 @@ local function hist(t, fmt, opts, ...)
     local biggest = 1
     for _, c in pairs(bins) do biggest = math.max(biggest, c) end
     for _, c in ipairs { h.zero, underflow, sub, sat, inf, nan } do biggest = math.max(biggest, c) end
-    local function bar(c) return ("#"):rep(c > 0 and math.max(1, math.floor(width * c / biggest + 0.5)) or 0) end
+    local function bar(c)   -- (a nonzero count gets at least one #, unless width=0 asks for no bars)
+      return ("#"):rep(c > 0 and width > 0 and math.max(1, math.floor(width * c / biggest + 0.5)) or 0)
+    end
     local function line(label, range, c)
       print(("  %-26s %-24s %9d %7.2f%%  %s"):format(label, range, c, pct(c, n), bar(c)))
     end

@@ -91,6 +91,17 @@ describe("fp8.hist", function()
     assert.are.equal(10, #inf_bar)
   end)
 
+  it("draws no bars with width=0 (each nonzero line drew one #)", function()
+    local lines = {}
+    local old = _G.print
+    _G.print = function(s) lines[#lines + 1] = s end
+    local ok, err = pcall(fp8.hist, fp8.tensor { 1, 2, 1000, 0, 1e-9 }, "e4m3", { scale = 1, width = 0 })
+    _G.print = old
+    assert.is_true(ok, err)
+    assert.is_true(#lines > 5)
+    for _, l in ipairs(lines) do assert.is_nil(l:find("#", 1, true), l) end
+  end)
+
   it("files infinite sources with the saturated values, not in the top binade", function()
     local h = quiet_hist(fp8.tensor { math.huge, -math.huge, 1, 448 }, "e4m3", { scale = 1 })
     assert.are.equal(2, h.saturated)
