@@ -146,7 +146,8 @@ local function hist(t, fmt, opts, ...)
     if hi then
       for p = hi, lo, -1 do
         local c = bins[p] or 0
-        line(("[2^%d, 2^%d)"):format(p, p + 1), src(2.0 ^ p, 2.0 ^ (p + 1)), c)
+        -- (the top binade ends at max: E4M3's holds 256 .. 448, and 464 .. 512 saturate)
+        line(("[2^%d, 2^%d)"):format(p, p + 1), src(2.0 ^ p, math.min(2.0 ^ (p + 1), f.max)), c)
       end
     end
     local smin, snorm = f.min_subnormal, f.min_normal

@@ -49,11 +49,13 @@ describe("fp8.hist", function()
     local lines = {}
     local old = _G.print
     _G.print = function(s) lines[#lines + 1] = s end
-    local ok, err = pcall(fp8.hist, fp8.tensor{1, 2, 1000}, "e4m3", {scale = 1})
+    local ok, err = pcall(fp8.hist, fp8.tensor{1, 2, 1000, 300}, "e4m3", {scale = 1})
     _G.print = old
     assert.is_true(ok, err)
     local text = table.concat(lines, "\n")
     assert.matches("saturated to %+%-448", text)
+    -- the top binade's source range ends at max, where the saturated line starts (it said 256 .. 512)
+    assert.matches("%[2%^8, 2%^9%)%s+256 %.%. 448 ", text)
     assert.matches("%[2%^1, 2%^2%)", text)
   end)
 
