@@ -20,8 +20,10 @@ local Result = {}
 Result.__index = Result
 Result.__name = "fp8.Histogram"
 function Result.__tostring(h)
-  return ("fp8.hist %s: %d values, underflow %.2f%%, subnormal %.2f%%, saturated %.2f%%%s"):format(h.format, h.n,
+  -- (overflow only where a saturate=false cast made some: there saturated reads 0 while values went to NaN or inf)
+  return ("fp8.hist %s: %d values, underflow %.2f%%, subnormal %.2f%%, saturated %.2f%%%s%s"):format(h.format, h.n,
     100 * h.underflow_frac, 100 * h.subnormal_frac, 100 * h.saturated_frac,
+    h.overflow > 0 and (", overflowed %.2f%%"):format(100 * h.overflow_frac) or "",
     h.lo and (", binades 2^%d..2^%d"):format(h.lo, h.hi) or "")
 end
 

@@ -67,6 +67,8 @@ describe("fp8.hist", function()
     h = quiet_hist(fp8.tensor { 57344, 1e6, 0 / 0 }:quantize("e5m2", { scale = 1, saturate = false }))
     assert.are.equal(0, h.saturated); assert.are.equal(1, h.inf); assert.are.equal(1, h.nan)
     assert.are.equal(1, h.overflow); assert.are.equal(1, h.bins[15])
+    -- the one-line summary says so (it read "saturated 0.00%" alone)
+    assert.matches("saturated 0.00%, overflowed 33.33%", tostring(h), 1, true)
     -- every count has its share, as the docs promise (*_frac): overflow, nan and inf had none
     assert.are.equal(1 / 3, h.overflow_frac); assert.are.equal(1 / 3, h.nan_frac); assert.are.equal(1 / 3, h.inf_frac)
     -- saturating: a NaN source is no overflow
