@@ -33,6 +33,17 @@ local function num(v)
   return ("%.9g"):format(v)
 end
 
+-- A number as the fewest digits (9 at least) that read back as it: the input 17 + 1e-9, which rounds up to 18 in
+-- E4M3, must not show as 17 (a tie, which goes to 16), nor E5M2's 2^-16 as 1.52587891e-05.
+local function exact(v)
+  if v ~= v or v == math.huge or v == -math.huge then return num(v) end
+  for d = 9, 17 do
+    local s = ("%." .. d .. "g"):format(v)
+    if tonumber(s) == v then return s end
+  end
+  return ("%.17g"):format(v)
+end
+
 local function explain(x, fmt, opts, ...)
   O.no_more("explain", "(x, format [, options])", ...)
   if type(x) ~= "number" then
@@ -105,19 +116,20 @@ local function explain(x, fmt, opts, ...)
   if not opts.quiet then
     local flags = {}
     if r.underflow then flags[#flags + 1] = "underflowed: a nonzero input became zero" end
-    if r.subnormal then flags[#flags + 1] = "subnormal (below the smallest normal " .. num(f.min_normal) .. ")" end
+    if r.subnormal then flags[#flags + 1] = "subnormal (below the smallest normal " .. exact(f.min_normal) .. ")" end
     if r.saturated then flags[#flags + 1] = "saturated: clamped to ±max " .. num(f.max) end
     if r.overflow then flags[#flags + 1] = "overflowed (IEEE policy): became " .. (is_nan and "NaN" or "inf") end
     if x ~= x then flags[#flags + 1] = "input is NaN" end
     if x == math.huge or x == -math.huge then flags[#flags + 1] = "input is infinite" end
     if #flags == 0 then flags[1] = value == x and "exact" or "rounded to nearest (ties to even)" end
-    print(("%s in %s%s"):format(num(x), fmt, saturate and "" or " (IEEE overflow)"))
+    print(("%s in %s%s"):format(exact(x), fmt, saturate and "" or " (IEEE overflow)"))
     print(("  bits       %s | %s | %s   (sign | exponent, %d bits, bias %d | mantissa, %d bits)")
       :format(r.sign, r.exponent, r.mantissa, E, f.bias, M))
     print(("  byte       %s = 0b%s = %d"):format(r.hex, r.binary, byte))
-    print(("  value      %s = %s"):format(num(value), r.meaning))
+    print(("  value      %s = %s"):format(exact(value), r.meaning))
     if not is_nan then
-      print(("  neighbours %s < %s < %s"):format(num(r.below), num(value), num(r.above)))
+      print(("  neighbours %s < %s < %s"):format(r.below and exact(r.below) or num(nil), exact(value),
+        r.above and exact(r.above) or num(nil)))
     end
     if r.abs_error then
       print(("  error      abs %s, rel %s"):format(num(r.abs_error), num(r.rel_error)))
@@ -125,7 +137,7 @@ local function explain(x, fmt, opts, ...)
     print("  result     " .. table.concat(flags, "; "))
   end
   -- At the prompt the returned table echoes as this one line, not as its ~25 fields.
-  local short = ("%s in %s -> %s (byte %s)"):format(num(x), fmt, num(value), r.hex)
+  local short = ("%s in %s -> %s (byte %s)"):format(exact(x), fmt, exact(value), r.hex)
   return setmetatable(r, { __tostring = function() return short end })
 end
 

@@ -237,6 +237,24 @@ describe("fp8.explain", function()
     assert.are.equal(-448, si.value)
   end)
 
+  it("shows the input and the values with the digits that tell them apart (17 + 1e-9 showed as 17 -> 18)", function()
+    local lines = {}
+    local saved = print
+    _G.print = function(...) lines[#lines + 1] = table.concat({ ... }, "\t") end
+    local ok, err = pcall(function()
+      fp8.explain(17 + 1e-9, "e4m3")   -- above the tie 17 (which goes to 16): rounds up to 18
+      fp8.explain(1e-5, "e5m2")        -- 2^-16 exactly
+    end)
+    _G.print = saved
+    assert.is_true(ok, err)
+    local text = table.concat(lines, "\n")
+    assert.truthy(text:find("17.000000001 in e4m3", 1, true), text)
+    assert.truthy(text:find("value      1.52587890625e-05 = ", 1, true), text)
+    assert.truthy(text:find("0 < 1.52587890625e-05 < 3.0517578125e-05", 1, true), text)
+    assert.matches("^17%.000000001 in e4m3 %-> 18 ", tostring(fp8.explain(17 + 1e-9, "e4m3", { quiet = true })))
+    assert.matches("^0%.1 in e4m3 %-> 0%.1015625 ", tostring(fp8.explain(0.1, "e4m3", { quiet = true })))
+  end)
+
   it("refuses a saturate or quiet that is not a boolean (saturate=0 explained the saturating cast)", function()
     for _, o in ipairs { { saturate = 0 }, { saturate = "false" }, { quiet = 1, saturate = false } } do
       local ok, err = pcall(fp8.explain, 1000, "e4m3", o)
