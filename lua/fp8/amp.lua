@@ -198,18 +198,19 @@ function GradScaler:update(new_scale)
       error("GradScaler:update: no optimizer was stepped or unscaled since the last update() "
         .. "(call scaler:step(optimizer) first; torch: 'No inf checks were recorded prior to update.')", 2)
     end
-    -- fp32 arithmetic, as torch's kernel: the fp32 scale times the factor rounded to fp32
+    -- as torch's kernel (_amp_update_scale_): the fp32 scale times the factor as a double, the product rounded
+    -- to fp32 once (1000 backed off by 0.3 three times is 27.0, not 27.000002 as with the factor rounded first)
     if self.found_inf then
       -- left as it is where backing off would reach 0 or a scale whose reciprocal is inf (about 150 skipped steps
       -- in a row from 65536): torch's goes on to 0, where the next clean step unscales by inf and writes NaN into
       -- every weight, and where load_state_dict refuses the state save_state wrote
-      local backed = f32(self._scale * f32(self.backoff_factor))
+      local backed = f32(self._scale * self.backoff_factor)
       if backed > 0 and inverts_f32(backed) then self._scale = backed end
       self._growth_tracker = 0
     else
       self._growth_tracker = self._growth_tracker + 1
       if self._growth_tracker == self.growth_interval then
-        local grown = f32(self._scale * f32(self.growth_factor))
+        local grown = f32(self._scale * self.growth_factor)
         if grown < math.huge then self._scale = grown end   -- torch keeps the scale finite in fp32 too
         self._growth_tracker = 0
       end

@@ -585,13 +585,21 @@ describe("fp8.amp", function()
     local v = s:get_scale()
     assert.are.equal("float", math.type(v))
     assert.are.equal(2.0 ^ 127, v)   -- the largest power of two below fp32's max: growth stops there
-    -- a factor that is not a power of two: every value rounded to fp32 (torch: 72.9000015, not 72.9)
+    -- a factor that is not a power of two: the fp32 scale times the factor as a double, rounded to fp32 once, as
+    -- torch's _amp_update_scale_ (torch.amp.GradScaler("cpu") gives these; the factor rounded to fp32 first gave
+    -- 27.000002 and 8.2809992)
     s = fp8.amp.GradScaler{init_scale = 1000, backoff_factor = 0.3, growth_factor = 3, growth_interval = 1}
     s:step(fake{{math.huge}}); s:update()
     s:step(fake{{math.huge}}); s:update()
     s:step(fake{{math.huge}}); s:update()
-    assert.are.equal(string.unpack("f", string.pack("f", 27.000002)), s:get_scale())
-    assert.are_not.equal(27.0, s:get_scale())
+    assert.are.equal(27.0, s:get_scale())
+    s = fp8.amp.GradScaler{init_scale = 7, backoff_factor = 0.7, growth_factor = 1.3, growth_interval = 1}
+    local seen = {}
+    for _, bad in ipairs{ true, false, false, true, false } do
+      s:step(fake{{bad and math.huge or 1}}); s:update(); seen[#seen + 1] = ("%.17g"):format(s:get_scale())
+    end
+    assert.are.same({ "4.9000000953674316", "6.369999885559082", "8.2810001373291016", "5.7967000007629395",
+                      "7.5357098579406738" }, seen)
     local ok, err = pcall(fp8.amp.GradScaler, { init_scale = 1e39 })
     assert.is_false(ok); assert.matches("fits fp32", err, 1, true)
     ok, err = pcall(fp8.GradScalerKwargs, { init_scale = 1e39 })
