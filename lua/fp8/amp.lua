@@ -189,8 +189,8 @@ function GradScaler:update(new_scale)
       error(("GradScaler:update: new_scale must be a number > 0 that fits fp32, its reciprocal too, got %s"):format(
         tostring(new_scale)), 2)
     end
+    -- the count of clean steps goes on: torch's update(new_scale) sets the scale alone
     self._scale = f32(new_scale)
-    self._growth_tracker = 0
   else
     -- torch asserts this: an update with no step or unscale_ since the last one has no inf check to act on
     -- (it would count a step nobody took as a clean one and grow the scale)

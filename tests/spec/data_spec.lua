@@ -621,6 +621,16 @@ describe("fp8.amp", function()
     assert.are.equal(16, s:get_scale())
   end)
 
+  it("update(new_scale) sets the scale and keeps the count of clean steps, as torch's", function()
+    local s = fp8.amp.GradScaler{init_scale = 8, growth_interval = 3}
+    for _ = 1, 2 do s:step(fake{{1}}); s:update() end
+    s:step(fake{{1}}); s:update(100)
+    assert.are.equal(2, s:state_dict()._growth_tracker)   -- torch.amp.GradScaler("cpu"): still 2
+    s:step(fake{{1}}); s:update()                         -- the third clean update grows it
+    assert.are.equal(200, s:get_scale())
+    assert.are.equal(0, s:state_dict()._growth_tracker)
+  end)
+
   it("autocast maps the mixed-precision switch and restores on error", function()
     assert.matches("mixed precision must be one of no, bf16, fp16; got 'fp9'", select(2, pcall(fp8.amp.dtype_for, "fp9")))
     if not fp8.set_autocast_dtype then return end   -- the autograd engine is not in this build
