@@ -95,6 +95,7 @@ setmetatable(GradScaler, { __call = function(_, opts)
     -- optimizer -> whether its grads had inf/NaN, for the optimizers unscaled (by unscale_ or step) since the
     -- last update(): torch's per-optimizer state, so a second optimizer's gradients are unscaled too
     _unscaled = setmetatable({}, { __mode = "k" }),
+    _stepped = setmetatable({}, { __mode = "k" }),   -- the optimizers stepped (or skipped) since the last update()
     found_inf = false,        -- some grads unscaled since the last update() had inf/NaN
     skipped_steps = 0, steps = 0,
   }, GradScaler)
@@ -146,6 +147,7 @@ end
 -- optimizer between two update() calls, as torch's.
 function GradScaler:unscale_(optimizer)
   if not self.enabled then return end
+  if self._stepped[optimizer] then error("GradScaler: unscale_() is being called after step()", 2) end
   if self._unscaled[optimizer] ~= nil then
     error("GradScaler: unscale_() was already called on this optimizer since the last update()", 2)
   end
@@ -169,14 +171,24 @@ function GradScaler:step(optimizer, ...)
   if type(optimizer) ~= "table" or type(optimizer.step) ~= "function" then
     error(("GradScaler:step: expected an optimizer with :step(), got %s"):format(type(optimizer)), 2)
   end
+  if self.enabled and self._stepped[optimizer] then
+    -- torch refuses a second step between updates (it would step on the same gradients twice); the Accelerator's
+    -- update, due after each of its steps as in Accelerate, comes first
+    if not rawget(self, "_update_due") then
+      error("GradScaler:step: step() has already been called on this optimizer since the last update()", 2)
+    end
+    settle(self)
+  end
   self.steps = self.steps + 1
   if not self.enabled then optimizer:step(...); return true end
   if self._unscaled[optimizer] == nil then self:unscale_(optimizer) end
   if self._unscaled[optimizer] then   -- this optimizer's gradients had inf/NaN
     self.skipped_steps = self.skipped_steps + 1
+    self._stepped[optimizer] = true
     return false
   end
   optimizer:step(...)
+  self._stepped[optimizer] = true
   return true
 end
 
@@ -217,7 +229,7 @@ function GradScaler:update(new_scale)
     end
   end
   self.found_inf = false
-  self._unscaled = setmetatable({}, { __mode = "k" })
+  self._unscaled, self._stepped = setmetatable({}, { __mode = "k" }), setmetatable({}, { __mode = "k" })
 end
 
 function GradScaler:state_dict()
@@ -260,6 +272,7 @@ function GradScaler:load_state_dict(sd)
   end
   -- the loaded state is one taken after an update: a pending one, and this iteration's unscaling, are void
   self._update_due, self.found_inf, self._unscaled = nil, false, setmetatable({}, { __mode = "k" })
+  self._stepped = setmetatable({}, { __mode = "k" })
 end
 
 function GradScaler:__tostring()

@@ -621,6 +621,24 @@ describe("fp8.amp", function()
     assert.are.equal(16, s:get_scale())
   end)
 
+  it("refuses a second step, or an unscale_, of an optimizer already stepped since the last update, as torch's", function()
+    local s = fp8.amp.GradScaler{init_scale = 4}
+    local opt = fake{{8}}
+    assert.is_true(s:step(opt))
+    local ok, err = pcall(s.step, s, opt)
+    assert.is_false(ok)
+    assert.matches("step() has already been called on this optimizer since the last update()", err, 1, true)
+    assert.are.equal(1, opt.stepped)   -- it stepped once on these gradients, not twice
+    ok, err = pcall(s.unscale_, s, opt)
+    assert.is_false(ok); assert.matches("unscale_() is being called after step()", err, 1, true)
+    local bad = fake{{math.huge}}
+    assert.is_false(s:step(bad))       -- a skipped step counts as the optimizer's step too
+    assert.is_false(pcall(s.step, s, bad))
+    s:update()
+    assert.is_true(s:step(opt))        -- after the update: a step again
+    assert.are.equal(2, opt.stepped)
+  end)
+
   it("update(new_scale) sets the scale and keeps the count of clean steps, as torch's", function()
     local s = fp8.amp.GradScaler{init_scale = 8, growth_interval = 3}
     for _ = 1, 2 do s:step(fake{{1}}); s:update() end
