@@ -199,7 +199,9 @@ static fl_status mse_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     float dl;
     FL_TRY(fl_tensor_read_f32(g, &dl));
     int64_t m = fl_tensor_numel(x);
-    float f = m ? 2.0f * dl / (float)m : 0.0f;
+    /* in double, as torch's 2/numel · grad: 2·dl in fp32 is inf from dl > 1.7e38 (a GradScaler's scale of 2^127,
+     * whose gradients torch keeps finite, and an inf here skipped the step) */
+    float f = m ? (float)(2.0 * (double)dl / (double)m) : 0.0f;
     for (int i = 0; i < 2; i++) {
         if (!fl_node_input_needs_grad(n, i)) continue;
         FL_TRY(new_like(&gin[i], x, false));

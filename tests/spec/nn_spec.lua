@@ -682,6 +682,14 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     end
   end)
 
+  it("mse_loss's mean gradient stays finite under a GradScaler scale of 2^127, as torch's 2/numel times the grad", function()
+    local x = fp8.tensor { 1.5, -1, 0.5, 2 }:requires_grad(true)
+    local scaler = fp8.amp.GradScaler { init_scale = 2.0 ^ 127 }
+    scaler:scale(F.mse_loss(x, fp8.zeros(4))):backward()
+    -- torch.amp.GradScaler("cpu", init_scale=2.**127): x * 2^126, finite (2 * 2^127 first was inf, a skipped step)
+    assert.are.same({ 1.5 * 2 ^ 126, -2.0 ^ 126, 0.5 * 2 ^ 126, 2.0 ^ 127 }, x.grad:totable())
+  end)
+
   it("mse_loss takes torch's reductions; a module registered twice is one child but runs at both places", function()
     local a, b = fp8.tensor { 1, 2, 3 }, fp8.tensor { 0, 0, 0 }
     assert.are.equal(14, F.mse_loss(a, b, { reduction = "sum" }):item())
