@@ -194,13 +194,17 @@ end
 
 -- update([new_scale]): back off after an overflow, grow after growth_interval clean steps.
 function GradScaler:update(new_scale)
-  self._update_due = nil
-  if not self.enabled then return end
-  if new_scale ~= nil then
+  if new_scale ~= nil and self.enabled then
     if type(new_scale) ~= "number" or not (fits_f32(new_scale) and inverts_f32(new_scale)) then
       error(("GradScaler:update: new_scale must be a number > 0 that fits fp32, its reciprocal too, got %s"):format(
         tostring(new_scale)), 2)
     end
+    -- the update due after an Accelerator's optimizer step comes first: Accelerate's step already made it
+    settle(self)
+  end
+  self._update_due = nil
+  if not self.enabled then return end
+  if new_scale ~= nil then
     -- the count of clean steps goes on: torch's update(new_scale) sets the scale alone
     self._scale = f32(new_scale)
   else

@@ -484,6 +484,24 @@ describe("fp8.amp", function()
     assert.are.equal(1, off.scaler:get_scale())
   end)
 
+  it("an update(new_scale) after the Accelerator's step follows the step's own update, as in Accelerate", function()
+    local nn = fp8.nn
+    local model = nn.Linear(2, 1)
+    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+    local acc = fp8.Accelerator { mixed_precision = "fp16", config = false, env = {}, cpu = true,
+      kwargs_handlers = { fp8.GradScalerKwargs { init_scale = 8, growth_interval = 2 } } }
+    model, opt = acc:prepare(model, opt)
+    local seen = {}
+    for i = 1, 4 do
+      acc:backward(model(fp8.ones(1, 2)):sum()); opt:step(); opt:zero_grad()
+      if i == 2 then acc.scaler:update(100) end
+      seen[i] = ("%g/%d"):format(acc.scaler:get_scale(), acc.scaler:state_dict()._growth_tracker)
+    end
+    -- Accelerate (its optimizer step runs scaler.update(), then the user's update(100.0)): the second step's
+    -- growth is made and replaced by 100, and growth comes two clean steps later
+    assert.are.same({ "8/1", "100/0", "100/1", "200/0" }, seen)
+  end)
+
   it("unscales gradients and steps when they are finite", function()
     local s = fp8.amp.GradScaler{init_scale = 8}
     local opt = fake{{8, -16}, {4}}
