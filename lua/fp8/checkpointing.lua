@@ -583,17 +583,18 @@ function M.install(Accelerator)
   end
 
   -- register_for_checkpointing(obj, ...): objects with state_dict()/load_state_dict() whose state
-  -- save_state/load_state carry as custom_checkpoint_N.json (+ .safetensors for its tensors).
+  -- save_state/load_state carry as custom_checkpoint_N.json (+ .safetensors for its tensors). Every argument is
+  -- checked before any is registered, as Accelerate's (one refused leaves none of them registered).
   function Accelerator:register_for_checkpointing(...)
     local args = table.pack(...)
-    self._custom = self._custom or {}
     for i = 1, args.n do
       if not has_state(args[i]) then
         error(("register_for_checkpointing: argument %d has no state_dict()/load_state_dict() methods (got %s)"):format(i,
           type(args[i])), 2)
       end
-      self._custom[#self._custom + 1] = args[i]
     end
+    self._custom = self._custom or {}
+    for i = 1, args.n do self._custom[#self._custom + 1] = args[i] end
   end
 
   -- register_save_state_pre_hook(hook) / register_load_state_pre_hook(hook) → a handle with :remove():

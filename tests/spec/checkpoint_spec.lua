@@ -957,6 +957,20 @@ describe("acc:save_state / load_state", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("register_for_checkpointing registers none of its arguments when one is refused, as Accelerate's", function()
+    local d = tmpdir()
+    local good = { n = 1 }
+    function good:state_dict() return { n = self.n } end
+    function good:load_state_dict(s) self.n = s.n end
+    local acc = fp8.Accelerator { config = false, env = {} }
+    U.fails_with("register_for_checkpointing: argument 2 has no state_dict()/load_state_dict() methods (got number)",
+      acc.register_for_checkpointing, acc, good, 5)
+    acc:save_state(d .. "/c")   -- no custom_checkpoint_0.json: good was not registered
+    assert.is_nil(U.read(d .. "/c/custom_checkpoint_0.json"))
+    assert.are.equal(0, C.json_decode(read(d .. "/c/fp8lab_state.json")).custom)
+    os.execute("rm -rf " .. d)
+  end)
+
   it("save and load pre-hooks: a model the hooks take over is saved and loaded their way, in the checkpoint", function()
     local d = tmpdir()
     local nn = fp8.nn
