@@ -67,7 +67,8 @@ function M.project_config_from(pc, dir, level)
   pc = pc or M.ProjectConfiguration {}
   if dir ~= nil then
     if type(dir) ~= "string" or dir == "" then error("Accelerator: project_dir must be a directory name", level + 1) end
-    pc.project_dir = dir
+    -- Accelerate's `if project_dir is not None and self.project_dir is None`: the configuration's own project_dir wins
+    if pc.project_dir == nil then pc.project_dir = dir end
   end
   -- Without automatic naming these would change nothing (as in Accelerate, where project_dir otherwise only feeds the
   -- trackers' logging_dir, and fp8lab has no trackers): refused rather than kept for nothing

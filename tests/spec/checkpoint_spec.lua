@@ -633,6 +633,16 @@ describe("acc:save_state / load_state", function()
         project_config = fp8.ProjectConfiguration { project_dir = "/tmp/x", total_limit = 2 } } end)
   end)
 
+  it("project_dir= names the directory only where project_config has none, as Accelerate's", function()
+    local pc = fp8.ProjectConfiguration { project_dir = "/tmp/a", automatic_checkpoint_naming = true }
+    local acc = fp8.Accelerator { config = false, env = {}, project_config = pc, project_dir = "/tmp/b" }
+    assert.are.equal("/tmp/a", acc.project_dir)
+    assert.are.equal("/tmp/a", pc.project_dir)
+    local pc2 = fp8.ProjectConfiguration { automatic_checkpoint_naming = true }
+    local acc2 = fp8.Accelerator { config = false, env = {}, project_config = pc2, project_dir = "/tmp/b" }
+    assert.are.equal("/tmp/b", acc2.project_dir)
+  end)
+
   it("refuses another recipe naming the setting, unless strict=false; a failed load changes nothing", function()
     local d = tmpdir()
     local acc, model, opt = setup(fp8.TERecipeKwargs { margin = 0 })
