@@ -142,6 +142,21 @@ end
 
 local function suffix(i) return i == 1 and "" or ("_" .. (i - 1)) end
 
+-- save_model's max_shard_size in bytes (math.huge when not given): an integer (bytes) or a string with a unit, as
+-- huggingface_hub's parse_size_to_int reads it ("10GB", "500MB", "1.5kb": TB, GB, MB, KB in powers of 10)
+local SIZE_UNITS = { TB = 1e12, GB = 1e9, MB = 1e6, KB = 1e3 }
+local function shard_limit(v)
+  if v == nil then return math.huge end
+  if math.type(v) == "integer" and v >= 1 then return v end
+  if type(v) == "string" then
+    local num, unit = v:match("^%s*(.-)%s*(%a%a)%s*$")
+    local mult, x = unit and SIZE_UNITS[unit:upper()], tonumber(num)
+    if mult and x and x >= 0 and x < math.huge then return math.floor(x * mult) end
+  end
+  error(("save_model: max_shard_size must be a number of bytes (an integer >= 1) or a size such as \"10GB\" "
+    .. "(units TB, GB, MB, KB), got %s"):format(O.got(v)), 3)
+end
+
 -- ---- what a checkpoint owns -----------------------------------------------------------------
 -- save_state replaces a directory as a whole (that is what makes a checkpoint appear complete or not at all), so
 -- it must know what in a directory is its own: nothing of a user's is ever deleted.
@@ -1084,23 +1099,36 @@ function M.install(Accelerator)
     O.check("save_model", opts, { "fp8", "safe_serialization", "max_shard_size" }, 2)
     -- Accelerate's save_model(model, dir, max_shard_size="10GB", safe_serialization=True): the weights go in one file
     safetensors_only("save_model", opts.safe_serialization)
-    if opts.max_shard_size ~= nil then
-      error("save_model: max_shard_size is not supported: the weights are written as one model.safetensors", 2)
-    end
+    local max_shard = shard_limit(opts.max_shard_size)
     local mode = opts.fp8 or "dequantize"
     if mode ~= "dequantize" and mode ~= "raw" then
       error(("save_model: fp8 must be \"dequantize\" or \"raw\", got %s"):format(tostring(mode)), 2)
     end
     if self.process_index ~= nil and self.process_index ~= 0 then return nil end
-    local ok, err = make_parents((dir:gsub("/+$", "")))
-    if ok then ok, err = C.mkdir(dir) end
-    if not ok then error("save_model: " .. err, 2) end
     local sd, out = model:state_dict(), {}
     for k, t in pairs(sd) do
       -- derived state left out (as module.lua's fp8_hint classifies it): the FP8 recipe state, and MS-AMP O3's E4M3
       -- weight copy (made again from the fp16 master), so the file loads into a plain model
       if not (k:match("fp8_state$") or k:match("weight_fp8$")) then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
     end
+    -- one file, as Accelerate writes when the tensors' bytes fit max_shard_size (huggingface_hub's split gives one
+    -- shard then); past it Accelerate writes model-0000k-of-0000n.safetensors and an index, which is not done here
+    local bytes = 0
+    for _, t in pairs(out) do
+      bytes = bytes + t:numel() * core.format(t:dtype()).bytes
+      if t:is_fp8() then   -- its name_scale_inv, an F32 tensor of the file
+        local sc = t:scale()
+        bytes = bytes + 4 * (type(sc) == "number" and 1 or sc:numel())
+      end
+    end
+    if bytes > max_shard then
+      error(("save_model: the weights take %d bytes, past max_shard_size=%s (%d bytes): sharded saves "
+        .. "(model-0000k-of-0000n.safetensors and an index) are not supported; give a max_shard_size of at least "
+        .. "%d bytes, or leave it out"):format(bytes, tostring(opts.max_shard_size), max_shard, bytes), 2)
+    end
+    local ok, err = make_parents((dir:gsub("/+$", "")))
+    if ok then ok, err = C.mkdir(dir) end
+    if not ok then error("save_model: " .. err, 2) end
     local path = join(dir, "model.safetensors")
     local wok, werr = pcall(core.save_file, out, path, { format = "pt", producer = "fp8lab" })
     -- a write's failure (a full disk) names the function, not this file's line
@@ -1134,9 +1162,9 @@ if okh and help.add then
     "Restores everything save_state wrote (the latest checkpoint_<i> when dir is omitted with automatic naming).\n"
     .. "A different recipe or model is refused naming the first difference unless strict=false; a failed load\n"
     .. "changes nothing. Mid-epoch: the next loop over a data loader finishes the interrupted epoch.")
-  add("acc:save_model", "acc:save_model(model, dir [, {fp8=\"dequantize\"|\"raw\"}]) -> path",
+  add("acc:save_model", "acc:save_model(model, dir [, {fp8=\"dequantize\"|\"raw\", max_shard_size=}]) -> path",
     "Weights only (no FP8 recipe state, no O3 weight_fp8 copy) as dir/model.safetensors; FP8 tensors as fp32\n"
-    .. "values or raw bytes + scale.")
+    .. "values or raw bytes + scale. max_shard_size (\"10GB\", bytes) must hold them: shards are not written.")
   add("ProjectConfiguration", "fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=, iteration=0}",
     "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}.")
   add("acc:register_for_checkpointing", "acc:register_for_checkpointing(obj, ...)",
