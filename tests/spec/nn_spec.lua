@@ -319,6 +319,19 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     end
   end)
 
+  it("GPT:generate takes an integer seed (a whole float as that integer) and refuses any other by name", function()
+    -- (a whole float, a boolean or a fraction failed inside the private generator with an error about its locals;
+    -- a numeric string was taken as its number)
+    fp8.manual_seed(3)
+    local g = nn.GPT { vocab_size = 7, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }
+    local idx = fp8.tensor { { 1, 2 } }
+    assert.are.same(g:generate(idx, 6, { seed = 2 }):totable(), g:generate(idx, 6, { seed = 2.0 }):totable())
+    for _, s in ipairs { 1.5, 0 / 0, math.huge, true, "2" } do
+      U.fails_with("generate: seed must be an integer, got " .. require("fp8.opts").got(s), g.generate, g, idx, 2,
+        { seed = s })
+    end
+  end)
+
   it("GPT:evaluate is the batch-weighted mean loss in eval mode, without a graph, and restores the mode", function()
     fp8.manual_seed(1)
     local g = nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8, dropout = 0.5 }

@@ -143,8 +143,14 @@ function GPT:generate(idx, max_new_tokens, opts)
   if top_k ~= nil and (math.type(top_k) ~= "integer" or top_k < 1) then
     error(("generate: top_k must be a positive integer, got %s"):format(O.got(top_k)), 2)
   end
+  -- a whole float is that integer (as DataLoader's seed); anything else broke inside the generator, or drew from a
+  -- float state that lost its low bits at the first step
+  local seed = type(opts.seed) == "number" and math.tointeger(opts.seed) or nil
+  if opts.seed ~= nil and seed == nil then
+    error(("generate: seed must be an integer, got %s"):format(O.got(opts.seed)), 2)
+  end
   if idx:size(1) == 0 then return fp8.zeros({ 0, idx:size(2) + max_new_tokens }, { device = self:device() }) end
-  local rand = opts.seed and splitmix(opts.seed) or math.random
+  local rand = seed and splitmix(seed) or math.random
   local V, bs = self.config.vocab_size, self.config.block_size
   local rows = idx:totable()
   local B = #rows

@@ -75,8 +75,8 @@ add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
 add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true}",
   "A small GPT-2 (bias=false: no biases in its Linears and LayerNorms, as nanoGPT's option):\n"
   .. "model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
-  .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based; seed: a\n"
-  .. "generator of its own, reproducible, leaving fp8's untouched; without it Lua's math.random draws);\n"
+  .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based; seed, an\n"
+  .. "integer: a generator of its own, reproducible, leaving fp8's untouched; without it Lua's math.random draws);\n"
   .. "model:evaluate(loader) → mean loss over the loader's (x, y) batches, in eval mode, without a graph.")
 add("nn.utils.clip_grad_norm_",
   "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2 (p > 0, or math.huge)\n"
