@@ -352,6 +352,27 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.has_error(function() g:evaluate(function() return nil end) end, "GPT:evaluate: the loader gave no batch")
   end)
 
+  it("GPT:generate and GPT:evaluate give each submodule back its own mode, a frozen one's eval mode too", function()
+    -- (they restored the model's mode with train(was_training), which turned every submodule to it)
+    fp8.manual_seed(2)
+    local g = nn.GPT { vocab_size = 6, block_size = 4, n_layer = 2, n_head = 1, n_embd = 8, dropout = 0.1 }
+    local function loader()
+      local done
+      return function() if not done then done = true; return fp8.tensor { { 1, 2 } }, fp8.tensor { { 2, 3 } } end end
+    end
+    for _, run in ipairs { function() g:generate(fp8.tensor { { 1, 2 } }, 2, { seed = 1 }) end,
+                           function() g:evaluate(loader()) end } do
+      g:train(); g.blocks[1]:eval(); g.drop:eval()
+      run()
+      assert.is_true(g.training); assert.is_true(g.blocks.training); assert.is_true(g.blocks[2].training)
+      assert.is_false(g.blocks[1].training); assert.is_false(g.blocks[1].attn.training); assert.is_false(g.drop.training)
+      g:eval(); g.blocks[2]:train()
+      run()
+      assert.is_false(g.training); assert.is_true(g.blocks[2].training); assert.is_true(g.blocks[2].mlp.training)
+      assert.is_false(g.blocks[1].training)
+    end
+  end)
+
   it("causal attention: a later token does not change earlier outputs", function()
     local a = nn.CausalSelfAttention { n_embd = 8, n_head = 2 }
     local x = fp8.randn { 1, 4, 8 }

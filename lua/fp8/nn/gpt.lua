@@ -114,6 +114,14 @@ local function splitmix(seed)
   end
 end
 
+-- Every module's training flag, and a function that puts them back as they were: a model that trains may hold
+-- some submodules in eval mode (frozen ones), which train(was_training) turned back to training.
+local function save_modes(self)
+  local saved = {}
+  for _, nm in ipairs(self:named_modules()) do saved[#saved + 1] = { nm[2], nm[2].training } end
+  return function() for _, s in ipairs(saved) do rawset(s[1], "training", s[2]) end end
+end
+
 -- generate(idx[B, T], max_new_tokens [, {temperature=1, top_k=nil, seed=nil}]) → idx[B, T + new]
 -- Samples one token at a time from the last position's distribution (temperature 0: greedy), in
 -- eval mode; with `seed` the draws come from a private generator, so they are reproducible.
@@ -201,27 +209,27 @@ function GPT:generate(idx, max_new_tokens, opts)
       rows[b][#rows[b] + 1] = tok - 1                  -- token ids are 0-based
     end
   end
-  -- sampling runs in eval mode (no dropout) without recording a graph; the mode is restored after
-  local was_training = self.training
+  -- sampling runs in eval mode (no dropout) without recording a graph; every module's mode is restored after
+  local restore = save_modes(self)
   self:eval()
   local run = function() for _ = 1, max_new_tokens do step() end end
   local no_grad = (package.loaded.fp8 or {}).no_grad or fp8.no_grad
   local ok, err
   if no_grad then ok, err = pcall(no_grad, run) else ok, err = pcall(run) end
-  self:train(was_training)
+  restore()
   if not ok then error(err, 0) end
   return fp8.tensor(rows):to(idx:device())
 end
 
 -- evaluate(loader) -> the mean loss over every (x, y) batch of loader, weighted by batch size, in eval
--- mode (no dropout; FP8 layers as the recipe evaluates) without recording a graph; the mode is restored.
+-- mode (no dropout; FP8 layers as the recipe evaluates) without recording a graph; every module's mode is restored.
 function GPT:evaluate(loader)
   local mt = getmetatable(loader)
   if type(loader) ~= "function" and not (type(mt) == "table" and rawget(mt, "__call") ~= nil and not fp8.is_tensor(loader)) then
     error(("GPT:evaluate: expected a data loader (what `for x, y in loader do` loops over), got %s"):format(
       fp8.is_tensor(loader) and "a tensor" or type(loader)), 2)
   end
-  local was_training = self.training
+  local restore = save_modes(self)
   self:eval()
   local sum, n = 0, 0
   local ok, err = pcall(fp8.no_grad, function()
@@ -230,7 +238,7 @@ function GPT:evaluate(loader)
       sum, n = sum + loss:item() * x:size(1), n + x:size(1)
     end
   end)
-  self:train(was_training)
+  restore()
   if not ok then error(err, 0) end
   if n == 0 then error("GPT:evaluate: the loader gave no batch", 2) end
   return sum / n
