@@ -151,7 +151,11 @@ function M.convert_model(model, opts)
     error(("convert_model: filter must be a function(module, name) -> boolean, got %s"):format(type(opts.filter)), 2)
   end
   local converted = {}
+  -- a module under several names (the same Linear called twice) becomes one FP8 module in all its places, as the
+  -- model had one module there: its weight, its recipe state (the max of both calls' amaxes) and its state_dict keys
+  local done = {}
   visit(model, function(_, _, child, full)   -- a replacement takes the child's place and position
+    if done[child] ~= nil then return done[child] or nil end
     local cn = class_name(child)
     local repl
     if to_fp8 then
@@ -165,6 +169,7 @@ function M.convert_model(model, opts)
       elseif do_ln and cn == "FP8LayerNorm" then repl = fp8_to_ln(child) end
     end
     if repl then converted[#converted + 1] = full end
+    done[child] = repl or false
     return repl
   end)
   return model, converted
@@ -204,6 +209,7 @@ add("convert_model", "fp8.convert_model(model [, {to_fp8=true, convert_linear=tr
   "Swaps Linear/LayerNorm children for FP8Linear/FP8LayerNorm in place (same weight tensors) and returns\n"
   .. "model, {converted names}. to_fp8=false turns them back into plain modules. filter(module, name)\n"
   .. "returning false keeps a Linear in high precision. recipe: an effective recipe (acc.fp8_recipe).\n"
+  .. "A module under several names (the same Linear called twice) becomes one FP8 module in all its places.\n"
   .. "Accelerate's spelling works too: {to_transformer_engine=, _convert_linear=, _convert_ln=}.")
 add("has_ao_layers", "fp8.has_ao_layers(model) -> bool",
   "True when the model holds FP8 layers of the torchao recipe (Accelerate's has_ao_layers).")
