@@ -261,9 +261,10 @@ local function ao_filter(self, model)
   end
 end
 
+-- (a frozen weight stays frozen: MS-AMP's fresh ScalingParameter took requires_grad=True, and a frozen layer trained)
 local function to_fp16_param(t)
   local h = t:detach():to("fp16")
-  h:requires_grad(true)
+  h:requires_grad(t:requires_grad())
   return h
 end
 

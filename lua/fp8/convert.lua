@@ -60,7 +60,7 @@ local function hp_weight(t)
   -- back to fp32 for a plain module (MS-AMP keeps fp16 weights)
   if t:dtype() == "fp32" then return t end
   local c = t:detach():to("fp32")
-  c:requires_grad(true)
+  c:requires_grad(t:requires_grad())   -- a frozen weight stays frozen
   return c
 end
 
