@@ -308,21 +308,29 @@ function Accelerator:_prepare_model(model)
   end
   local _, converted = convert.convert_model(model, { recipe = r, filter = filter, convert_ln = r.backend == "te" })
   self.converted = converted
+  local tied = {}   -- msamp: a weight several FP8 layers share gets one fp16 copy (one E4M3 copy at O3): still tied
   for _, nm in ipairs(convert.fp8_layers(model)) do
     local layer = nm[2]
     self._fp8_layers[#self._fp8_layers + 1] = nm
     if r.backend == "msamp" then
       -- O1+: fp16 weights (scale 1: weights sit far inside fp16's range), FP8 E4M3 weight gradients.
       local old = layer.weight
-      local w16 = to_fp16_param(old)
+      local w16 = tied[old]
+      if not w16 then
+        w16 = to_fp16_param(old)
+        tied[old] = w16
+        self._param_map[old] = w16
+        fp8_layer.set_grad_dtype(w16, "e4m3")
+        if r.opt_level == "O3" then
+          self._fp8_weights[w16] = w16:detach():to("fp32"):quantize("e4m3",
+            { scale = fp8_layer.scale_for(w16:abs():max():item(), "e4m3", 0, true) })
+        end
+      end
       layer.weight = w16
-      self._param_map[old] = w16
-      fp8_layer.set_grad_dtype(w16, "e4m3")
+      local q = self._fp8_weights[w16]
       if r.opt_level == "O3" then
-        local q = w16:detach():to("fp32"):quantize("e4m3", { scale = fp8_layer.scale_for(w16:abs():max():item(), "e4m3", 0, true) })
         rawset(layer, "weight_fp8", q)
         layer:register_buffer("weight_fp8", q)   -- the same tensor, so state_dict/checkpoints carry it (exactly)
-        self._fp8_weights[w16] = q
       end
     end
   end
@@ -515,6 +523,26 @@ function Accelerator:_prepare_scheduler(sched)
   return setmetatable({ scheduler = sched, accelerator = self, acc_optimizer = w }, AccScheduler)
 end
 
+-- Under msamp: nil, or a phrase naming both places when a Linear's weight is also a parameter of a module that is not
+-- a Linear, or not as its weight (an embedding tied to the output layer). Linears that share a weight stay tied.
+local function msamp_tie(model)
+  local function is_lin(m) local cn = getmetatable(m).__name; return cn == "Linear" or cn == "FP8Linear" end
+  local lin_w = {}   -- weight → the Linear's name
+  for _, nm in ipairs(model:named_modules()) do
+    local w = is_lin(nm[2]) and nm[2].weight
+    if w then lin_w[w] = lin_w[w] or (nm[1] == "" and "weight" or nm[1] .. ".weight") end
+  end
+  for _, nm in ipairs(model:named_modules()) do
+    for _, np in ipairs(nm[2]:named_parameters()) do
+      local own = not np[1]:find(".", 1, true)   -- this module's own parameter (its children's have a dot)
+      if own and lin_w[np[2]] and not (is_lin(nm[2]) and np[1] == "weight") then
+        local name = nm[1] == "" and np[1] or nm[1] .. "." .. np[1]
+        return ("%s is the same tensor as %s (the weight of a Linear)"):format(name, lin_w[np[2]])
+      end
+    end
+  end
+end
+
 -- prepare(...) → its arguments in order: models converted and wrapped, optimizers wrapped, data
 -- loaders and anything else passed through. Models are handled before optimizers whatever the order.
 function Accelerator:prepare(...)
@@ -534,6 +562,14 @@ function Accelerator:prepare(...)
       elseif is_optimizer(args[i]) then
         opts = opts + 1
       end
+    end
+    -- a Linear's weight also held elsewhere (an embedding tied to the output layer) would be untied by the fp16
+    -- copy (MS-AMP's LinearReplacer copies it and leaves the other holder on the fp32 tensor): refused, before any
+    -- conversion
+    for i = 1, args.n do
+      local why = Module.is_module(args[i]) and msamp_tie(args[i])
+      if why then error(("prepare: under MS-AMP, %s; MS-AMP converts the weights of Linear layers to fp16 copies, so "
+        .. "the two would no longer be tied: untie them, or use the te or ao recipe"):format(why), 2) end
     end
     if (models > 0) ~= (opts > 0) then
       error("prepare: pass a model and its optimizer together to acc:prepare() when using MS-AMP (Accelerate's rule: "

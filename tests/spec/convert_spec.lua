@@ -57,3 +57,59 @@ describe("frozen parameters", function()
     assert.is_true(model[3].weight:requires_grad())
   end)
 end)
+
+describe("tied weights", function()
+  for _, backend in ipairs { "te", "ao", "msamp" } do
+    it(backend .. ": two Linears sharing one weight still share it after prepare and a step", function()
+      fp8.manual_seed(0)
+      local a, b = nn.Linear(32, 32), nn.Linear(32, 32, false)
+      b.weight = a.weight
+      local model = nn.Sequential(a, nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), b)
+      local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+      local acc = accelerator(backend)
+      model, opt = acc:prepare(model, opt)
+      assert.are.equal(model[1].weight, model[5].weight)
+      acc:backward(model(fp8.randn { 4, 32 }):sum()); opt:step(); opt:zero_grad()
+      assert.are.equal(model[1].weight, model[5].weight)
+    end)
+  end
+
+  it("msamp: O3's E4M3 copy of a shared weight is one tensor, which the step re-casts for both layers", function()
+    fp8.manual_seed(0)
+    local a, b = nn.Linear(32, 32), nn.Linear(32, 32)
+    b.weight = a.weight
+    local model = nn.Sequential(a, nn.ReLU(), b)
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O3" } },
+                                  config = false, env = {} }
+    model, opt = acc:prepare(model, opt)
+    assert.are.equal(rawget(model[1], "weight_fp8"), rawget(model[3], "weight_fp8"))
+    acc:backward(model(fp8.randn { 4, 32 }):sum()); opt:step(); opt:zero_grad()
+    assert.are.equal(model[1].weight, model[3].weight)
+    local w = model[1].weight:detach():to("fp32")
+    local q = rawget(model[3], "weight_fp8")
+    assert.is_true(q:dequantize():sub(w):abs():max():item() <= w:abs():max():item() / 16)   -- the stepped weight's
+  end)
+
+  it("msamp: a Linear's weight tied to an embedding is refused, naming both, before anything is converted", function()
+    local emb, head = nn.Embedding(32, 16), nn.Linear(16, 32, false)
+    head.weight = emb.weight
+    local model = nn.Sequential(emb, nn.Linear(16, 16), head)
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+    local ok, err = pcall(function() return accelerator("msamp"):prepare(model, opt) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("prepare: under MS-AMP, 0.weight is the same tensor as 2.weight (the weight of "
+      .. "a Linear)", 1, true), err)
+    assert.is_false(fp8.has_fp8_layers(model))
+    assert.are.equal(model[1].weight, model[3].weight)
+    for _, backend in ipairs { "te", "ao" } do   -- the same tensor stays in both places
+      fp8.manual_seed(0)
+      emb, head = nn.Embedding(32, 16), nn.Linear(16, 32, false)
+      head.weight = emb.weight
+      model = nn.Sequential(emb, nn.Linear(16, 16), head)
+      model = accelerator(backend):prepare(model)
+      assert.are.equal("FP8Linear", getmetatable(model[3]).__name)
+      assert.are.equal(model[1].weight, model[3].weight)
+    end
+  end)
+end)
