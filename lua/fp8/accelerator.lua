@@ -578,8 +578,13 @@ function Accelerator:prepare(...)
       error(("prepare: MS-AMP takes one model and one optimizer per prepare call, got %d models and %d optimizers"):format(models, opts), 2)
     end
   end
+  local prepared = {}
+  for _, m in ipairs(self._models) do prepared[m] = true end
   for i = 1, args.n do
-    if Module.is_module(args[i]) then
+    if Module.is_module(args[i]) and prepared[args[i]] then
+      -- a model this accelerator prepared comes back as it is, as Accelerate's (_is_accelerate_prepared): preparing
+      -- it again listed it twice (save_state wrote it twice, log_fp8_stats its rows twice) and its FP8 layers too
+    elseif Module.is_module(args[i]) then
       if self.num_processes > 1 then ddp.agree(self, args[i]) end
       args[i] = self:_prepare_model(args[i])
       if self.num_processes > 1 then ddp.attach(self, args[i]) end

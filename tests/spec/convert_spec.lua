@@ -113,3 +113,29 @@ describe("tied weights", function()
     end
   end)
 end)
+
+describe("a model prepared twice", function()
+  for _, backend in ipairs { "te", "ao" } do
+    it(backend .. ": comes back as it is, listed once (Accelerate's _is_accelerate_prepared)", function()
+      fp8.manual_seed(0)
+      local model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
+      local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+      local acc = accelerator(backend)
+      model, opt = acc:prepare(model, opt)
+      local fwd = rawget(model, "forward")
+      assert.are.equal(model, acc:prepare(model))
+      assert.are.equal(model, acc:prepare_model(model))
+      assert.are.equal(fwd, rawget(model, "forward"))
+      assert.are.equal(2, acc:state().fp8_layers)
+      local dir = os.tmpname()
+      os.remove(dir)
+      acc:save_state(dir)
+      local files = {}
+      for _, f in ipairs(require("fp8._checkpoint").listdir(dir)) do
+        if f:match("^model") then files[#files + 1] = f end
+      end
+      os.execute("rm -rf '" .. dir .. "'")
+      assert.are.same({ "model.safetensors" }, files)
+    end)
+  end
+end)
