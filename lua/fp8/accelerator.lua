@@ -580,6 +580,21 @@ function Accelerator:prepare(...)
   end
   local prepared = {}
   for _, m in ipairs(self._models) do prepared[m] = true end
+  -- FP8 layers made for another recipe (fp8.convert_model's, another Accelerator's) would keep their own scaling
+  -- (a layer's recipe is fixed when it is made) and ignore this accelerator's: refused, before anything is converted
+  if self.mixed_precision == "fp8" then
+    local mine = kwargs.repr(fp8_layer.layer_config(self.fp8_recipe))
+    for i = 1, args.n do
+      for _, nm in ipairs(Module.is_module(args[i]) and not prepared[args[i]] and convert.fp8_layers(args[i]) or {}) do
+        if kwargs.repr(fp8_layer.layer_config(nm[2].recipe)) ~= mine then
+          error(("prepare: %s is an FP8Linear of the recipe %s, which scales differently from this accelerator's %s; "
+            .. "convert the model back first (fp8.convert_model(model, {to_fp8=false})) or prepare it with that recipe")
+            :format(nm[1] == "" and "the model" or ("'%s'"):format(nm[1]), kwargs.repr(nm[2].recipe),
+              kwargs.repr(self.fp8_recipe)), 2)
+        end
+      end
+    end
+  end
   for i = 1, args.n do
     if Module.is_module(args[i]) and prepared[args[i]] then
       -- a model this accelerator prepared comes back as it is, as Accelerate's (_is_accelerate_prepared): preparing

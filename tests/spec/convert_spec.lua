@@ -139,3 +139,29 @@ describe("a model prepared twice", function()
     end)
   end
 end)
+
+describe("a model holding FP8 layers of another recipe", function()
+  it("is refused by prepare, naming the layer and both recipes, before anything changes", function()
+    for _, pair in ipairs { { "te", "ao" }, { "te", "msamp" }, { "ao", "te" }, { "msamp", "te" } } do
+      fp8.manual_seed(0)
+      local model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
+      fp8.convert_model(model, { recipe = { backend = pair[1] } })
+      local w = model[1].weight
+      local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+      local acc = accelerator(pair[2])
+      local ok, err = pcall(acc.prepare, acc, model, opt)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(("prepare: '0' is an FP8Linear of the recipe {backend=\"%s\"}, which scales "
+        .. "differently from this accelerator's {"):format(pair[1]), 1, true), err)
+      assert.are.equal(w, model[1].weight)   -- (msamp would have made it an fp16 copy)
+      assert.are.equal(0, acc:state().fp8_layers)
+    end
+    -- another te recipe (E4M3 layers, a HYBRID accelerator) too; the same recipe is taken as it is
+    local model = fp8.convert_model(nn.Sequential(nn.Linear(32, 32)), { recipe = fp8.TERecipeKwargs { fp8_format = "E4M3" } })
+    assert.has_error(function() accelerator("te"):prepare(model) end)
+    model = fp8.convert_model(nn.Sequential(nn.Linear(32, 32)), { recipe = { backend = "te" } })
+    local acc = accelerator("te")
+    acc:prepare(model)
+    assert.are.equal(1, acc:state().fp8_layers)
+  end)
+end)
