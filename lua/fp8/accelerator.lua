@@ -222,8 +222,8 @@ local function keep_hp(tag, name, m, why)
   local key = ("%s:%s:%d:%d"):format(tag, name, m.in_features, m.out_features)
   if not convert._shape_warned[key] then
     convert._shape_warned[key] = true
-    io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: %s\n"):format(name, m.in_features,
-      m.out_features, why))
+    io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: %s\n"):format(
+      name == "" and "the model" or name, m.in_features, m.out_features, why))
   end
   return false
 end
@@ -291,7 +291,7 @@ function Accelerator:_prepare_model(model)
   -- converted here, or a notice says why it stays in high precision
   local root_cn = getmetatable(model).__name
   if root_cn == "Linear" then
-    local keep = filter ~= nil and not filter(model, "(model)")
+    local keep = filter ~= nil and not filter(model, "")   -- the root's name: "", as torchao's swap_linear_layers
     if r.backend == "ao" and r.module_filter_func == nil then
       keep = true
       io.stderr:write(("fp8lab: notice: the model [%d -> %d] stays in high precision: torchao's default filter keeps "

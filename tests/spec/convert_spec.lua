@@ -165,3 +165,24 @@ describe("a model holding FP8 layers of another recipe", function()
     assert.are.equal(1, acc:state().fp8_layers)
   end)
 end)
+
+describe("module_filter_func", function()
+  it("takes (module, fully qualified name): nested names dotted, the model itself \"\" (torchao's)", function()
+    local seen = {}
+    local function filter(m, name)
+      seen[#seen + 1] = { getmetatable(m).__name, name }
+      return name ~= "1.0"
+    end
+    local h = fp8.AORecipeKwargs { module_filter_func = filter }
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { h }, config = false, env = {} }
+    local model = acc:prepare(nn.Sequential(nn.Linear(32, 32), nn.Sequential(nn.Linear(32, 32), nn.ReLU()),
+      nn.Linear(32, 32, false)))
+    assert.are.same({ { "Linear", "0" }, { "Linear", "1.0" }, { "Linear", "2" } }, seen)
+    assert.are.equal("Linear", getmetatable(model[2][1]).__name)
+    assert.are.equal("FP8Linear", getmetatable(model[3]).__name)
+    seen = {}
+    acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { h }, config = false, env = {} }
+    assert.are.equal("FP8Linear", getmetatable(acc:prepare(nn.Linear(32, 32))).__name)
+    assert.are.same({ { "Linear", "" } }, seen)
+  end)
+end)
