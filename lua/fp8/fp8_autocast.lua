@@ -37,6 +37,10 @@ function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval)
   if type(forward_fn) ~= "function" then
     error(("contextual_fp8_autocast: expected the forward function, got %s"):format(type(forward_fn)), 2)
   end
+  if recipe ~= nil and type(recipe) ~= "table" then   -- (Accelerate's fails on it too: it reads the recipe's fields)
+    error(("contextual_fp8_autocast: recipe must be a recipe kwargs handler or a recipe table, got %s"):format(
+      type(recipe)), 2)
+  end
   if use_during_eval == nil and type(recipe) == "table" then use_during_eval = recipe.use_autocast_during_eval end
   return function(self, ...)
     local on = use_during_eval or (type(self) == "table" and self.training ~= false)
@@ -48,6 +52,10 @@ end
 -- apply_fp8_autowrap(model, handler_or_recipe): model.forward runs under contextual FP8 autocast.
 function M.apply_fp8_autowrap(model, recipe)
   if not Module.is_module(model) then error(("apply_fp8_autowrap: expected a Module, got %s"):format(type(model)), 2) end
+  if recipe ~= nil and type(recipe) ~= "table" then
+    error(("apply_fp8_autowrap: recipe must be a recipe kwargs handler or a recipe table, got %s"):format(type(recipe)),
+      2)
+  end
   recipe = recipe or {}
   if rawget(model, "_fp8_unwrapped_forward") then return model end
   local fwd = model.forward
