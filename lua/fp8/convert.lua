@@ -145,6 +145,10 @@ function M.convert_model(model, opts)
   end
   local to_fp8 = opts.to_fp8 ~= false
   local do_lin, do_ln = opts.convert_linear ~= false, opts.convert_ln ~= false
+  if not to_fp8 and (opts.recipe ~= nil or opts.filter ~= nil) then   -- the way back takes every FP8 layer as it is
+    error(("convert_model: '%s' applies to the conversion to FP8 only, not with to_fp8=false"):format(
+      opts.recipe ~= nil and "recipe" or "filter"), 2)
+  end
   local recipe = opts.recipe or { backend = "te" }
   if to_fp8 then recipe = FP8Linear.as_recipe(recipe, 2) end
   if opts.filter ~= nil and type(opts.filter) ~= "function" then
@@ -209,6 +213,7 @@ add("convert_model", "fp8.convert_model(model [, {to_fp8=true, convert_linear=tr
   "Swaps Linear/LayerNorm children for FP8Linear/FP8LayerNorm in place (same weight tensors) and returns\n"
   .. "model, {converted names}. to_fp8=false turns them back into plain modules. filter(module, name)\n"
   .. "returning false keeps a Linear in high precision. recipe: an effective recipe (acc.fp8_recipe).\n"
+  .. "recipe and filter are for the way to FP8: with to_fp8=false they are refused.\n"
   .. "A module under several names (the same Linear called twice) becomes one FP8 module in all its places.\n"
   .. "Accelerate's spelling works too: {to_transformer_engine=, _convert_linear=, _convert_ln=}.")
 add("has_ao_layers", "fp8.has_ao_layers(model) -> bool",

@@ -206,3 +206,18 @@ describe("apply_fp8_autowrap and contextual_fp8_autocast", function()
     assert.is_function(fp8.contextual_fp8_autocast(function() end, fp8.TERecipeKwargs {}))
   end)
 end)
+
+describe("convert_model's options", function()
+  it("refuses recipe and filter with to_fp8=false, which converts every FP8 layer back (they were ignored)", function()
+    local model = fp8.convert_model(nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32)), { recipe = { backend = "te" } })
+    for _, kv in ipairs { { "filter", function() return false end }, { "recipe", { backend = "ao" } } } do
+      local ok, err = pcall(fp8.convert_model, model, { to_fp8 = false, [kv[1]] = kv[2] })
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(("convert_model: '%s' applies to the conversion to FP8 only, not with "
+        .. "to_fp8=false"):format(kv[1]), 1, true), err)
+      assert.are.equal("FP8Linear", getmetatable(model[1]).__name)
+    end
+    local _, back = fp8.convert_model(model, { to_transformer_engine = false })
+    assert.are.same({ "0", "1" }, back)
+  end)
+end)
