@@ -863,7 +863,8 @@ end
 -- included, and training goes on as before. keep_fp32_wrapper=false takes off, in place as Accelerate
 -- does, the mixed-precision forward (autocast and FP8 autocast: FP8 layers then run their high-precision
 -- forward) and, for TransformerEngine's recipe, converts the FP8 layers back to plain ones (Accelerate's
--- convert_model(model, to_transformer_engine=False)); the model then no longer trains in mixed precision.
+-- convert_model(model, to_transformer_engine=False), behind a flag 1.15 never sets); the model then no longer
+-- trains in mixed precision.
 function Accelerator:unwrap_model(model, keep)
   if not Module.is_module(model) then
     error(("unwrap_model: expected a model (an fp8.nn Module), got %s"):format(type(model)), 2)
