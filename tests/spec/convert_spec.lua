@@ -80,8 +80,8 @@ describe("tied weights", function()
     b.weight = a.weight
     local model = nn.Sequential(a, nn.ReLU(), b)
     local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
-    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O3" } },
-                                  config = false, env = {} }
+    local o3 = fp8.MSAMPRecipeKwargs { opt_level = "O3" }
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { o3 }, config = false, env = {} }
     model, opt = acc:prepare(model, opt)
     assert.are.equal(rawget(model[1], "weight_fp8"), rawget(model[3], "weight_fp8"))
     acc:backward(model(fp8.randn { 4, 32 }):sum()); opt:step(); opt:zero_grad()
@@ -157,7 +157,8 @@ describe("a model holding FP8 layers of another recipe", function()
       assert.are.equal(0, acc:state().fp8_layers)
     end
     -- another te recipe (E4M3 layers, a HYBRID accelerator) too; the same recipe is taken as it is
-    local model = fp8.convert_model(nn.Sequential(nn.Linear(32, 32)), { recipe = fp8.TERecipeKwargs { fp8_format = "E4M3" } })
+    local e4m3 = fp8.TERecipeKwargs { fp8_format = "E4M3" }
+    local model = fp8.convert_model(nn.Sequential(nn.Linear(32, 32)), { recipe = e4m3 })
     assert.has_error(function() accelerator("te"):prepare(model) end)
     model = fp8.convert_model(nn.Sequential(nn.Linear(32, 32)), { recipe = { backend = "te" } })
     local acc = accelerator("te")
@@ -209,7 +210,8 @@ end)
 
 describe("convert_model's options", function()
   it("refuses recipe and filter with to_fp8=false, which converts every FP8 layer back (they were ignored)", function()
-    local model = fp8.convert_model(nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32)), { recipe = { backend = "te" } })
+    local model = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32))
+    fp8.convert_model(model, { recipe = { backend = "te" } })
     for _, kv in ipairs { { "filter", function() return false end }, { "recipe", { backend = "ao" } } } do
       local ok, err = pcall(fp8.convert_model, model, { to_fp8 = false, [kv[1]] = kv[2] })
       assert.is_false(ok)
