@@ -390,7 +390,8 @@ describe("fp8.core._nn", function()
   end)
 
   it("a backward that fails part way frees the nodes that ran: running it again is refused, not added twice", function()
-    local a, b, x = fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor { 3, 4 }
+    local a, b = fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor({ 1, 2 }):requires_grad(true)
+    local x = fp8.tensor { 3, 4 }
     local y = (a * x):sum() + (b * b):sum()   -- b * b's backward runs first, then a * x's is refused
     x[1] = 5
     U.fails_with("MulBackward needs (saved tensor 2, shape [2]) was written in place", y.backward, y)

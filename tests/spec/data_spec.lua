@@ -639,7 +639,8 @@ describe("fp8.amp", function()
     assert.are.equal(16, s:get_scale())
   end)
 
-  it("refuses a second step, or an unscale_, of an optimizer already stepped since the last update, as torch's", function()
+  it("refuses a second step, or an unscale_, of an optimizer already stepped since the last update, as torch's",
+    function()
     local s = fp8.amp.GradScaler{init_scale = 4}
     local opt = fake{{8}}
     assert.is_true(s:step(opt))

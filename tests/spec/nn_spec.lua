@@ -365,7 +365,8 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
       g:train(); g.blocks[1]:eval(); g.drop:eval()
       run()
       assert.is_true(g.training); assert.is_true(g.blocks.training); assert.is_true(g.blocks[2].training)
-      assert.is_false(g.blocks[1].training); assert.is_false(g.blocks[1].attn.training); assert.is_false(g.drop.training)
+      assert.is_false(g.blocks[1].training); assert.is_false(g.blocks[1].attn.training)
+      assert.is_false(g.drop.training)
       g:eval(); g.blocks[2]:train()
       run()
       assert.is_false(g.training); assert.is_true(g.blocks[2].training); assert.is_true(g.blocks[2].mlp.training)
@@ -716,7 +717,8 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     end
   end)
 
-  it("mse_loss's mean gradient stays finite under a GradScaler scale of 2^127, as torch's 2/numel times the grad", function()
+  it("mse_loss's mean gradient stays finite under a GradScaler scale of 2^127, as torch's 2/numel times the grad",
+    function()
     local x = fp8.tensor { 1.5, -1, 0.5, 2 }:requires_grad(true)
     local scaler = fp8.amp.GradScaler { init_scale = 2.0 ^ 127 }
     scaler:scale(F.mse_loss(x, fp8.zeros(4))):backward()
