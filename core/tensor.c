@@ -781,7 +781,7 @@ fl_status fl_tensor_read_f32(const fl_tensor *t, float *dst) {
             /* FP8: bytes x scale_inv, one scale or one per index along scale_axis. */
             const fl_tensor *si = t->scale_inv;
             int64_t ns = si ? fl_tensor_numel(si) : 1;
-            float *sc = malloc((size_t)ns * sizeof(float));
+            float *sc = malloc((size_t)(ns > 0 ? ns : 1) * sizeof(float));   /* (an empty axis: no scales, n = 0) */
             if (!sc) { st = FL_ERR(FL_ENOMEM, "read_f32: out of memory"); break; }
             if (si) st = fl_tensor_read_f32(si, sc); else sc[0] = 1.0f;
             if (st == FL_OK) {
