@@ -402,6 +402,18 @@ function AccOptimizer:step(...)
   -- inside an accumulation window (acc:accumulate, not a sync step) the step is skipped: the
   -- gradients keep accumulating, and the FP8 scales are not updated (Accelerate's AcceleratedOptimizer)
   if not acc.sync_gradients then return nil end
+  -- MS-AMP's layers converted back after prepare: this optimizer holds their fp16 weights, the model new fp32 ones,
+  -- so the step would train nothing the model uses
+  if acc.fp8_backend == "msamp" then
+    for _, nm in ipairs(acc._fp8_layers) do
+      if rawget(nm[2], "_converted_back") then
+        error(("optimizer:step: the FP8 layer '%s' was converted back (fp8.convert_model{to_fp8=false}) after "
+          .. "prepare under MS-AMP: this optimizer holds its fp16 weight, not the model's new fp32 one, so the step "
+          .. "would not train the model; prepare a fresh model and optimizer (acc:save_model writes the weights)")
+          :format(nm[1]), 2)
+      end
+    end
+  end
   local res
   local prof = acc._profiler   -- acc:profile(fn) is running: the step is a range, and ends a profiler step
   local ptok = prof and prof.push("Optimizer.step#" .. tostring(inner.name) .. ".step")

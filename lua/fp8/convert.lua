@@ -169,7 +169,8 @@ function M.convert_model(model, opts)
         repl = ln_to_fp8(child)
       end
     else
-      if do_lin and cn == "FP8Linear" then repl = fp8_to_linear(child)
+      -- (marked: a prepared MS-AMP optimizer holds its fp16 weight, not the new fp32 one, and refuses to step)
+      if do_lin and cn == "FP8Linear" then repl = fp8_to_linear(child); rawset(child, "_converted_back", true)
       elseif do_ln and cn == "FP8LayerNorm" then repl = fp8_to_ln(child) end
     end
     if repl then converted[#converted + 1] = full end
