@@ -410,11 +410,22 @@ function Module:state_dict()
   return sd
 end
 
--- state_dict_keys() → the names state_dict uses, in model order (state_dict itself is a hash).
+-- state_dict_keys() → the names state_dict uses, in torch's order (state_dict itself is a hash): module by module,
+-- each one's own parameters, then its own buffers, then its children's.
 function Module:state_dict_keys()
-  local keys = {}
-  for _, np in ipairs(self:named_parameters()) do keys[#keys + 1] = np[1] end
-  for _, nb in ipairs(self:named_buffers()) do keys[#keys + 1] = nb[1] end
+  local keys, seen = {}, { _parameters = {}, _buffers = {} }
+  for _, nm in ipairs(self:named_modules()) do
+    for _, storename in ipairs { "_parameters", "_buffers" } do
+      local st = rawget(nm[2], storename)
+      for _, n in ipairs(st.names) do
+        local t = st.map[n]
+        if not seen[storename][t] then
+          seen[storename][t] = true
+          keys[#keys + 1] = nm[1] == "" and n or nm[1] .. "." .. n
+        end
+      end
+    end
+  end
   return keys
 end
 
