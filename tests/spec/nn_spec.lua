@@ -747,3 +747,19 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     assert.is_true(((y - l(l(fp8.ones(1, 2)))):abs():max():item()) == 0)
   end)
 end)
+
+describe("Module and Sequential as torch's (torch 2.15's answers in the comments)", function()
+  it("Sequential indexes by position, as torch's s[i - 1], also after a layer is removed and in a subclass", function()
+    local s = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.GELU())
+    local gelu = s[3]
+    s["1"] = nil   -- torch: delattr(s, "1"); len(s) == 2, s[1] and s[-1] are the GELU, the names stay '0', '2'
+    assert.are.equal(2, #s)
+    assert.are.equal(gelu, s[2])
+    assert.are.equal(gelu, s[-1])
+    assert.is_nil(s[3])
+    local MySeq = nn.Module.class("MySeq", nn.Sequential)
+    local ms = MySeq(nn.Linear(2, 2), nn.ReLU())
+    assert.are.equal("ReLU", ms[2]:type_name())
+    assert.are.equal("Linear", ms[-2]:type_name())
+  end)
+end)

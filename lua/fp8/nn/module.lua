@@ -33,6 +33,7 @@ local function make_index(cls)
       v = rawget(self, "_buffers").map[k]; if v ~= nil then return v end
       v = rawget(self, "_modules").map[k]; if v ~= nil then return v end
     end
+    if math.type(k) == "integer" and cls.__getitem then return cls.__getitem(self, k) end   -- a container's s[i]
     return cls[k]
   end
 end

@@ -102,15 +102,18 @@ end
 
 Sequential.__len = function(self) return #rawget(self, "_modules").names end
 
--- s[i] (1-based) → the i-th layer (named i-1)
-local base_index = Sequential.__index
-Sequential.__index = function(self, k)
-  if math.type(k) == "integer" then
-    local n = #rawget(self, "_modules").names
-    if k < 0 then k = n + 1 + k end
-    return rawget(self, "_modules").map[tostring(k - 1)]
-  end
-  return base_index(self, k)
+-- The name at position k (1-based; negative counts from the end, -1 the last), as torch's positional s[i]: after
+-- m["1"] = nil the layers keep their names ("0", "2") and s[2] is the one named "2". nil when out of range.
+local function name_at(self, k)
+  local names = rawget(self, "_modules").names
+  if k < 0 then k = #names + 1 + k end
+  return names[k]
+end
+
+-- s[i] → the i-th layer, nil out of range (a Lua list's answer; torch raises IndexError)
+function Sequential.__getitem(self, k)
+  local name = name_at(self, k)
+  return name and rawget(self, "_modules").map[name]
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
