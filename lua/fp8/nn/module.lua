@@ -51,6 +51,8 @@ end
 -- Assignment: a Module becomes a submodule, a tensor that requires grad a parameter; assigning to an
 -- already registered name replaces it in place (keeping its position); anything else is a plain field.
 local function newindex(self, k, v)
+  local setitem = math.type(k) == "integer" and getmetatable(self).__setitem   -- a container's s[i] = m
+  if setitem then return setitem(self, k, v) end
   local params, bufs, mods = rawget(self, "_parameters"), rawget(self, "_buffers"), rawget(self, "_modules")
   if params and type(k) == "string" then
     if is_module(v) then

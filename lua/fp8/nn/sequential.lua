@@ -116,6 +116,17 @@ function Sequential.__getitem(self, k)
   return name and rawget(self, "_modules").map[name]
 end
 
+-- s[i] = m replaces the i-th layer under its name, as torch's s[i - 1] = m; out of range or not a Module: refused
+function Sequential.__setitem(self, k, m)
+  local name = name_at(self, k)
+  if name == nil then error(("Sequential: index %d is out of range (%d layers)"):format(k, #self), 2) end
+  if not Module.is_module(m) then
+    error(("Sequential: layer %d must be a Module, got %s (to remove one, assign nil to its name: s[\"%s\"] = nil)")
+      :format(k, type(m), name), 2)
+  end
+  self:add_module(name, m)
+end
+
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 require("fp8.opts").strict_arity(Sequential, "Sequential")
 return Sequential
