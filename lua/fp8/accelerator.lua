@@ -329,8 +329,8 @@ function Accelerator:_prepare_model(model)
       layer.weight = w16
       local q = self._fp8_weights[w16]
       if r.opt_level == "O3" then
-        rawset(layer, "weight_fp8", q)
         layer:register_buffer("weight_fp8", q)   -- the same tensor, so state_dict/checkpoints carry it (exactly)
+        rawset(layer, "weight_fp8", q)           -- (registered first: register_buffer refuses a plain field's name)
       end
     end
   end

@@ -763,7 +763,8 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.equal("Linear", ms[-2]:type_name())
   end)
 
-  it("Sequential's s[i] = m replaces the layer under its name, as torch's __setitem__; refuses what it cannot", function()
+  it("Sequential's s[i] = m replaces the layer under its name, as torch's __setitem__; refuses what it cannot",
+    function()
     local s = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
     local g = nn.GELU()
     s[2] = g   -- torch: s[1] = nn.GELU() prints (1): GELU(...)
@@ -777,5 +778,28 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     U.fails_with("Sequential: index 3 is out of range (2 layers)", function() s[3] = nn.ReLU() end)
     U.fails_with("Sequential: layer 1 must be a Module, got number", function() s[1] = 5 end)
     U.fails_with('assign nil to its name: s["0"] = nil', function() s[1] = nil end)
+  end)
+
+  it("register_parameter, register_buffer and add_module refuse a plain field's or a method's name, as torch's",
+    function()
+    -- torch: m.x = 5; m.register_parameter("x", ...) → KeyError "attribute 'x' already exists" (also for "forward");
+    -- here the plain field would hide the parameter (m.x stayed 5) and a parameter named "train" would hide the method
+    local m = nn.Module()
+    m.x = 5
+    U.fails_with("register_parameter('x'): the name is already a plain field of this module",
+      function() m:register_parameter("x", fp8.ones(1)) end)
+    U.fails_with("register_buffer('x'): the name is already a plain field",
+      function() m:register_buffer("x", fp8.ones(1)) end)
+    U.fails_with("add_module('x'): the name is already a plain field", function() m:add_module("x", nn.ReLU()) end)
+    U.fails_with("register_parameter('forward'): the name is already an attribute of Module (a method or class field)",
+      function() m:register_parameter("forward", fp8.ones(1)) end)
+    U.fails_with("add_module('train'): the name is already an attribute",
+      function() m:add_module("train", nn.ReLU()) end)
+    assert.are.equal(5, m.x)
+    assert.are.equal(0, #m:parameters() + #m:buffers() + #m:children())
+    m.x = nil
+    local p = m:register_parameter("x", fp8.ones(1))
+    assert.are.equal(p, m.x)
+    assert.are.equal(p, m:register_parameter("x", p))   -- registering the same kind again replaces, as torch's
   end)
 end)

@@ -201,12 +201,28 @@ end
 
 -- A name registered as one kind (parameter, buffer, submodule) is refused as another, as torch's "attribute 'x'
 -- already exists": both would be kept, the lookup would find one and state_dict would save both.
+-- So is a plain field (it would hide the registered value: the instance's own key is found before the lookup runs)
+-- and a method (the value would hide it: m:train() would call a tensor), as torch's check of hasattr.
 local KINDS = { { "_parameters", "parameter" }, { "_buffers", "buffer" }, { "_modules", "submodule" } }
 local function check_free(self, fname, name, what)
+  local registered = false
   for _, k in ipairs(KINDS) do
-    if k[2] ~= what and rawget(self, k[1]).map[name] ~= nil then
-      error(("%s('%s'): the name is already a %s of this module (assign nil to it first)"):format(fname, name, k[2]), 3)
+    if rawget(self, k[1]).map[name] ~= nil then
+      if k[2] ~= what then
+        error(("%s('%s'): the name is already a %s of this module (assign nil to it first)"):format(fname, name,
+          k[2]), 3)
+      end
+      registered = true
     end
+  end
+  if registered then return end
+  if rawget(self, name) ~= nil then
+    error(("%s('%s'): the name is already a plain field of this module (assign nil to it first)"):format(fname,
+      name), 3)
+  end
+  if getmetatable(self)[name] ~= nil then
+    error(("%s('%s'): the name is already an attribute of %s (a method or class field)"):format(fname, name,
+      self:type_name()), 3)
   end
 end
 
