@@ -802,4 +802,21 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.equal(p, m.x)
     assert.are.equal(p, m:register_parameter("x", p))   -- registering the same kind again replaces, as torch's
   end)
+
+  it("load_state_dict takes a shared tensor under its other names, as torch's state_dict lists it, never missing",
+    function()
+    -- torch: Sequential(l, l).state_dict() has 0.weight ... 1.bias; loading them matches every key, the last one wins
+    local l = nn.Linear(2, 2)
+    local s = nn.Sequential(l, l)
+    local r = s:load_state_dict({ ["0.weight"] = fp8.ones(2, 2), ["0.bias"] = fp8.ones(2),
+      ["1.weight"] = fp8.zeros(2, 2), ["1.bias"] = fp8.ones(2) })
+    assert.are.same({ {}, {} }, { r.missing_keys, r.unexpected_keys })
+    assert.are.same({ { 0, 0 }, { 0, 0 } }, l.weight:totable())
+    r = s:load_state_dict(s:state_dict())   -- fp8lab's own state_dict lists it once: the other name is not missing
+    assert.are.same({ {}, {} }, { r.missing_keys, r.unexpected_keys })
+    U.fails_with('size mismatch for "1.weight": copying a tensor of shape [3, 2]', s.load_state_dict, s,
+      { ["0.weight"] = fp8.ones(2, 2), ["0.bias"] = fp8.ones(2), ["1.weight"] = fp8.zeros(3, 2) })
+    U.fails_with('unexpected key(s) in state_dict: "2.weight"', s.load_state_dict, s,
+      { ["0.weight"] = fp8.ones(2, 2), ["0.bias"] = fp8.ones(2), ["2.weight"] = fp8.zeros(2, 2) })
+  end)
 end)

@@ -481,6 +481,23 @@ function Module:load_state_dict(sd, strict)
   for _, list in ipairs { self:named_parameters(), self:named_buffers() } do
     for _, nt in ipairs(list) do targets[nt[1]] = nt[2] end
   end
+  -- A shared tensor's other names (torch's state_dict lists it under each): loaded when given, never missing.
+  local aliases = {}
+  local function walk(m, prefix, onpath)
+    if onpath[m] then return end
+    onpath[m] = true
+    for _, storename in ipairs { "_parameters", "_buffers" } do
+      local st = rawget(m, storename)
+      for _, n in ipairs(st.names) do
+        if targets[prefix .. n] == nil then aliases[#aliases + 1] = { prefix .. n, st.map[n] } end
+      end
+    end
+    for _, nc in ipairs(m:named_children()) do walk(nc[2], prefix .. nc[1] .. ".", onpath) end
+    onpath[m] = nil
+  end
+  walk(self, "", {})
+  local alias_of = {}
+  for _, a in ipairs(aliases) do alias_of[a[1]] = a[2] end
   for _, name in ipairs(self:state_dict_keys()) do
     local src, dst = sd[name], targets[name]
     if src == nil then
@@ -494,7 +511,14 @@ function Module:load_state_dict(sd, strict)
     end
   end
   for k in pairs(sd) do
-    if targets[k] == nil then unexpected[#unexpected + 1] = tostring(k) end
+    if targets[k] == nil and alias_of[k] == nil then unexpected[#unexpected + 1] = tostring(k) end
+    if alias_of[k] ~= nil and is_tensor(sd[k]) and shape_str(sd[k]) ~= shape_str(alias_of[k])
+      and not tostring(k):match("fp8_state$") then
+      problems[#problems + 1] = ('size mismatch for "%s": copying a tensor of shape %s from the state_dict, the shape '
+        .. 'in the current model is %s'):format(k, shape_str(sd[k]), shape_str(alias_of[k]))
+    elseif alias_of[k] ~= nil and not is_tensor(sd[k]) then
+      problems[#problems + 1] = ('for "%s": expected a tensor, got %s'):format(k, type(sd[k]))
+    end
   end
   table.sort(unexpected)
   if strict then
@@ -503,13 +527,15 @@ function Module:load_state_dict(sd, strict)
     problems[#problems + 1] = fp8_hint(missing, unexpected)
   end
   -- FP8 targets take FP8 sources of their format (bytes and scale copied as they are).
-  for name, dst in pairs(targets) do
+  local function check_fp8(name, dst)
     local src = sd[name]
     if is_tensor(src) and dst:is_fp8() and src:dtype() ~= dst:dtype() then
       problems[#problems + 1] = ('for "%s": the model holds an %s tensor, the state_dict a %s one'):format(name,
         dst:dtype(), src:dtype())
     end
   end
+  for name, dst in pairs(targets) do check_fp8(name, dst) end
+  for _, a in ipairs(aliases) do check_fp8(a[1], a[2]) end
   -- Modules with state beyond tensors (FP8 recipe state) check theirs before anything is written.
   if #problems == 0 then
     for _, nm in ipairs(self:named_modules()) do
@@ -523,7 +549,7 @@ function Module:load_state_dict(sd, strict)
     error(("load_state_dict for %s: %s"):format(self:type_name(), table.concat(problems, "; ")), 2)
   end
   local copy_exact = require("fp8._checkpoint").copy_exact_
-  for name, dst in pairs(targets) do
+  local function copy_into(name, dst)
     local src = sd[name]
     if src ~= nil then
       if dst:is_fp8() then copy_exact(dst, src)
@@ -534,6 +560,8 @@ function Module:load_state_dict(sd, strict)
       end
     end
   end
+  for name, dst in pairs(targets) do copy_into(name, dst) end
+  for _, a in ipairs(aliases) do copy_into(a[1], a[2]) end   -- after the first names: the last one wins, as torch's
   local fitted, first = 0, nil   -- FP8 layers whose saved amax histories had another length (strict=false)
   for _, nm in ipairs(self:named_modules()) do
     if nm[2]._after_load_state_dict then
