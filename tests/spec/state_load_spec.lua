@@ -198,6 +198,19 @@ describe("a failed load changes nothing", function()
     assert.matches("is e4m3, MSAMPAdamW keeps it in fp32", err)
   end)
 
+  it("msamp: an E4M3 first moment with a scale per row is refused by the load, not by the next step", function()
+    local acc, m, o = setup(fp8.MSAMPRecipeKwargs { opt_level = "O2" })
+    steps(acc, m, o, 1)
+    local sd = o:state_dict()
+    local before = o:state_dict().state[1].exp_avg:dequantize():tolist()
+    sd.state[1].exp_avg = sd.state[1].exp_avg:dequantize():quantize("e4m3", { axis = 1 })   -- the step takes one scale
+    local ok, err = pcall(o.load_state_dict, o, sd)
+    assert.is_false(ok)
+    assert.matches("state 'exp_avg' of parameter 1 has a scale per index of dim 1, MSAMPAdamW keeps one scale", err)
+    assert.same(before, o.state[o.param_groups[1].params[1]].exp_avg:dequantize():tolist())
+    steps(acc, m, o, 1)   -- and the optimizer still steps
+  end)
+
   it("GradScaler: bad values and unknown keys are refused, nothing changes", function()
     local s = fp8.amp.GradScaler {}
     for _, bad in ipairs { { scale = "x" }, { scale = 0 / 0 }, { scale = -1 }, { growth_factor = 0.5 },

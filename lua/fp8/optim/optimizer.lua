@@ -223,7 +223,8 @@ local function copy_state(st)
 end
 
 -- The state one parameter has after a step: {key = {dtype=, shape=}} for tensors ("param" as shape: the
--- parameter's), and "count" for the step counter. Subclasses override; load_state_dict checks against it.
+-- parameter's; optional = true: may be absent; per_tensor = true: an FP8 one has one scale, not one per row), and
+-- "count" for the step counter. Subclasses override; load_state_dict checks against it.
 function Optimizer:_state_schema(p) return nil end
 
 local function shape_str(sh) return "[" .. table.concat(sh, ", ") .. "]" end
@@ -263,6 +264,9 @@ function Optimizer:_check_param_state(st, p, idx)
         return ("state '%s' of parameter %d is %s, %s keeps it in %s"):format(k, idx, v:dtype(), self.name, want.dtype)
       elseif v:numel() ~= numel(shape) or (v:is_fp8() and shape_str(v:shape()) ~= shape_str(shape)) then
         return ("state '%s' of parameter %d has shape %s, it must be %s"):format(k, idx, shape_str(v:shape()), shape_str(shape))
+      elseif want.per_tensor and v:is_fp8() and v:scale_axis() ~= nil then   -- the step takes one scale
+        return ("state '%s' of parameter %d has a scale per index of dim %d, %s keeps one scale for the tensor")
+          :format(k, idx, v:scale_axis(), self.name)
       end
     end
   end
