@@ -42,8 +42,31 @@ static fl_status check_f32(const fl_tensor *t, const char *fn, const char *what,
 
 static float *F(const fl_tensor *t) { return t ? (float *)fl_tensor_data(t) : NULL; }
 
+/* A parameter that is a strided view (a transposed leaf: torch steps it in place) is stepped as a contiguous copy,
+ * which the caller writes back; one whose elements overlap (an expand) is refused, as torch's in-place update is. */
+static fl_status strided_param(const char *fn, const fl_tensor *p, fl_tensor **copy) {
+    for (int d = 0; d < p->ndim; d++)
+        if (p->stride[d] == 0 && p->shape[d] > 1)
+            return FL_ERR(FL_EINVAL, "%s: more than one element of the parameter refers to a single memory "
+                          "location (an expand of dim %d), which an update in place cannot write; expand after the "
+                          "parameter instead", fn, d + 1);
+    return fl_tensor_contiguous(copy, p);
+}
+#define STEP_STRIDED_PARAM(fn, call)                                                         \
+    if (p && !fl_tensor_is_contiguous(p)) {                                                  \
+        fl_tensor *c_ = NULL;                                                                \
+        FL_TRY(strided_param(fn, p, &c_));                                                   \
+        fl_tensor *p_ = p;                                                                   \
+        p = c_;                                                                              \
+        fl_status st_ = call;                                                                \
+        if (st_ == FL_OK) st_ = fl_tensor_copy_(p_, c_);                                     \
+        fl_tensor_release(c_);                                                               \
+        return st_;                                                                          \
+    }
+
 fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *buf, double lr, double momentum, double dampening,
                       double weight_decay, bool nesterov, bool first_step) {
+    STEP_STRIDED_PARAM("sgd_step", fl_sgd_step(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step));
     FL_PROF_SCOPE("sgd_step"); FL_PROF_SHAPES(p);
     FL_TRY(check_f32(p, "sgd_step", "parameter", -1));
     int64_t n = fl_tensor_numel(p);
@@ -62,6 +85,7 @@ fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *buf, double l
 
 fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int64_t step) {
+    STEP_STRIDED_PARAM("adamw_step", fl_adamw_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, step));
     FL_PROF_SCOPE("adamw_step"); FL_PROF_SHAPES(p);
     FL_TRY(check_f32(p, "adamw_step", "parameter", -1));
     int64_t n = fl_tensor_numel(p);
@@ -97,6 +121,8 @@ static fl_status check_msamp(const fl_tensor *t, const char *what, int64_t n, in
 fl_status fl_msamp_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,
                               fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,
                               int64_t step) {
+    STEP_STRIDED_PARAM("msamp_adamw_step",
+                       fl_msamp_adamw_step(p, g, m, v, v_scale_inv, p_fp8, lr, beta1, beta2, eps, weight_decay, step));
     FL_PROF_SCOPE("msamp_adamw_step"); FL_PROF_SHAPES(p);
     const int F32 = 1 << FL_F32, F16 = 1 << FL_F16, FP8 = (1 << FL_E4M3) | (1 << FL_E5M2);
     FL_TRY(check_msamp(p, "parameter", -1, F32 | F16));

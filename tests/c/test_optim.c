@@ -125,14 +125,46 @@ TEST(optim_rejects_bad_arguments) {
     CHECK(fl_adamw_step(H, G6, M, M, NULL, 0.1, 0.9, 0.999, 1e-8, 0, 1) == FL_EUNSUPPORTED &&
           strstr(fl_last_error(), "bf16"),
           "%s", fl_last_error());
-    int64_t s2[2] = {2, 3};
-    fl_tensor *P2 = NULL;
-    REQUIRE_OK(fl_tensor_from_f32(&P2, a, 2, s2, FL_F32));
-    REQUIRE_OK(fl_tensor_transpose(&T, P2, 0, 1));
-    CHECK(fl_sgd_step(T, G6, NULL, 0.1, 0, 0, 0, false, true) == FL_EINVAL && strstr(fl_last_error(), "contiguous"),
-          "%s", fl_last_error());
+    /* a parameter whose elements overlap (an expand) cannot be written in place: refused, as torch refuses it */
+    int64_t s13[2] = {1, 3}, s23[2] = {2, 3};
+    fl_tensor *R = NULL, *E = NULL;
+    REQUIRE_OK(fl_tensor_from_f32(&R, a, 2, s13, FL_F32));
+    REQUIRE_OK(fl_tensor_expand(&E, R, 2, s23));
+    CHECK(fl_sgd_step(E, G6, NULL, 0.1, 0, 0, 0, false, true) == FL_EINVAL &&
+          strstr(fl_last_error(), "single memory location"), "%s", fl_last_error());
     fl_tensor_release(P); fl_tensor_release(G); fl_tensor_release(G6); fl_tensor_release(M);
-    fl_tensor_release(H); fl_tensor_release(T); fl_tensor_release(P2);
+    fl_tensor_release(H); fl_tensor_release(T); fl_tensor_release(R); fl_tensor_release(E);
+}
+
+/* A transposed parameter (a strided leaf, which torch steps in place) is updated through its view: element (i, j)
+ * of the view gets gradient (i, j) of the contiguous gradient. */
+TEST(optim_steps_a_transposed_parameter) {
+    float v[6] = {1, 2, 3, 4, 5, 6}, gv[6] = {10, 20, 30, 40, 50, 60};
+    int64_t s2[2] = {2, 3}, s32[2] = {3, 2};
+    fl_tensor *P2 = NULL, *T = NULL, *G = NULL, *M = NULL, *V = NULL;
+    REQUIRE_OK(fl_tensor_from_f32(&P2, v, 2, s2, FL_F32));
+    REQUIRE_OK(fl_tensor_transpose(&T, P2, 0, 1));   /* [3, 2], strides (1, 3) */
+    REQUIRE_OK(fl_tensor_from_f32(&G, gv, 2, s32, FL_F32));
+    REQUIRE_OK(fl_sgd_step(T, G, NULL, 0.01, 0, 0, 0, false, true));
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t j = 0; j < 2; j++) {
+            double x = 0;
+            REQUIRE_OK(fl_tensor_get(P2, (int64_t[]){j, i}, &x));
+            CHECK(fabs(x - (v[j * 3 + i] - 0.01 * gv[i * 2 + j])) < 1e-6, "P2[%lld, %lld] = %g", (long long)j,
+                  (long long)i, x);
+        }
+    /* AdamW's first step moves every element by lr (sign of its gradient) */
+    float z[6] = {0};
+    M = vec(z, 6); V = vec(z, 6);
+    REQUIRE_OK(fl_adamw_step(T, G, M, V, NULL, 0.5, 0.9, 0.999, 1e-8, 0, 1));
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t j = 0; j < 2; j++) {
+            double x = 0;
+            REQUIRE_OK(fl_tensor_get(P2, (int64_t[]){j, i}, &x));
+            CHECK(fabs(x - (v[j * 3 + i] - 0.01f * gv[i * 2 + j] - 0.5)) < 1e-5, "P2[%lld, %lld] = %g", (long long)j,
+                  (long long)i, x);
+        }
+    fl_tensor_release(P2); fl_tensor_release(T); fl_tensor_release(G); fl_tensor_release(M); fl_tensor_release(V);
 }
 
 TEST(optim_sumsq_and_scale) {

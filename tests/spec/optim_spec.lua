@@ -288,6 +288,37 @@ describe("fp8.optim arguments", function()
     assert.truthy(require("fp8.optim.msamp_adamw").new({ fp8.zeros({ 2 }, "fp16"):requires_grad(true) }))
   end)
 
+  it("steps a parameter that is a transposed view in place, as torch does; an expanded one is refused", function()
+    -- torch steps a non-contiguous parameter elementwise; here it was accepted and every step failed (must be contiguous)
+    local MS = require "fp8.optim.msamp_adamw"
+    for _, c in ipairs {
+      { function(q) return optim.SGD({ q }, { lr = 0.1, momentum = 0.9, weight_decay = 0.1 }) end, "fp32" },
+      { function(q) return optim.AdamW({ q }, { lr = 0.1, amsgrad = true }) end, "fp32" },
+      { function(q) return MS.new({ q }, { lr = 0.1 }) end, "fp16" },
+    } do
+      fp8.manual_seed(5)
+      local base = fp8.randn { 3, 4 }:to(c[2])
+      local a = base:t():requires_grad(true)   -- a leaf that views base
+      local b = fp8.tensor(a:tolist()):to(c[2]):requires_grad(true)
+      assert.is_false(a:is_contiguous())
+      local oa, ob = c[1](a), c[1](b)
+      for _ = 1, 3 do
+        local g = fp8.randn { 4, 3 }
+        a.grad, b.grad = g, g:clone()
+        oa:step(); ob:step()
+      end
+      assert.are.same(b:tolist(), a:tolist(), oa.name)
+      assert.are.same(b:tolist(), base:t():tolist(), oa.name)   -- written through the view
+    end
+    local e = fp8.randn { 1, 3 }:expand { 4, 3 }:requires_grad(true)
+    e.grad = fp8.ones { 4, 3 }
+    local o = optim.SGD({ e }, { lr = 0.1 })
+    local ok, err = pcall(o.step, o)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("sgd_step: more than one element of the parameter refers to a single memory "
+      .. "location (an expand of dim 1)", 1, true), err)
+  end)
+
   it("gives every group its own copy of a table option (betas)", function()
     local a = optim.AdamW({ { params = { p() } }, { params = { p() } } }, { betas = { 0.9, 0.99 } })
     a.param_groups[1].betas[1] = 0.5
