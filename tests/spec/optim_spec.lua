@@ -289,7 +289,8 @@ describe("fp8.optim arguments", function()
   end)
 
   it("steps a parameter that is a transposed view in place, as torch does; an expanded one is refused", function()
-    -- torch steps a non-contiguous parameter elementwise; here it was accepted and every step failed (must be contiguous)
+    -- torch steps a non-contiguous parameter elementwise; here it was accepted and every step failed (must be
+    -- contiguous)
     local MS = require "fp8.optim.msamp_adamw"
     for _, c in ipairs {
       { function(q) return optim.SGD({ q }, { lr = 0.1, momentum = 0.9, weight_decay = 0.1 }) end, "fp32" },
