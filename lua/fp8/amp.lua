@@ -62,6 +62,16 @@ M.GradScaler = GradScaler
 -- The scale is an fp32 number, as torch's (a float32 tensor): every value it takes is rounded to fp32, growth
 -- that would make it infinite in fp32 is not applied, and a number given as a Lua integer is a float from here on
 -- (65536 * 2 repeated as integers would wrap past 2^63 to 0).
+-- The state of one iteration (since the last update()), fresh: found_inf, whether some grads unscaled had inf/NaN;
+-- _unscaled, optimizer -> whether its grads had inf/NaN, for the optimizers unscaled (by unscale_ or step): torch's
+-- per-optimizer state, so a second optimizer's gradients are unscaled too; _stepped, the optimizers stepped (or
+-- skipped). Returns self.
+local function new_iteration(self)
+  self.found_inf = false
+  self._unscaled, self._stepped = setmetatable({}, { __mode = "k" }), setmetatable({}, { __mode = "k" })
+  return self
+end
+
 local function f32(x) return (string.unpack("f", string.pack("f", x))) end
 local F32_MAX = f32(3.4028234663852886e38)
 local function fits_f32(v) return v > 0 and f32(v) > 0 and f32(v) <= F32_MAX end
@@ -88,17 +98,12 @@ setmetatable(GradScaler, { __call = function(_, opts)
   num("backoff_factor", function(v) return v > 0 and v < 1 end, "a number in (0, 1)")
   num("growth_interval", function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1")
   if type(o.enabled) ~= "boolean" then error(("GradScaler: enabled must be a boolean, got %s"):format(type(o.enabled)), 2) end
-  return setmetatable({
+  return new_iteration(setmetatable({
     _scale = f32(o.init_scale), growth_factor = o.growth_factor + 0.0, backoff_factor = o.backoff_factor + 0.0,
     growth_interval = o.growth_interval, enabled = o.enabled,
     _growth_tracker = 0,      -- clean steps since the last growth or backoff
-    -- optimizer -> whether its grads had inf/NaN, for the optimizers unscaled (by unscale_ or step) since the
-    -- last update(): torch's per-optimizer state, so a second optimizer's gradients are unscaled too
-    _unscaled = setmetatable({}, { __mode = "k" }),
-    _stepped = setmetatable({}, { __mode = "k" }),   -- the optimizers stepped (or skipped) since the last update()
-    found_inf = false,        -- some grads unscaled since the last update() had inf/NaN
     skipped_steps = 0, steps = 0,
-  }, GradScaler)
+  }, GradScaler))
 end })
 
 -- The Accelerator's prepared optimizers step one at a time, each calling for an update as Accelerate's do;
@@ -232,8 +237,7 @@ function GradScaler:update(new_scale)
       end
     end
   end
-  self.found_inf = false
-  self._unscaled, self._stepped = setmetatable({}, { __mode = "k" }), setmetatable({}, { __mode = "k" })
+  new_iteration(self)
 end
 
 function GradScaler:state_dict()
@@ -275,8 +279,8 @@ function GradScaler:load_state_dict(sd)
     if sd[k] ~= nil then self[k] = sd[k] end
   end
   -- the loaded state is one taken after an update: a pending one, and this iteration's unscaling, are void
-  self._update_due, self.found_inf, self._unscaled = nil, false, setmetatable({}, { __mode = "k" })
-  self._stepped = setmetatable({}, { __mode = "k" })
+  self._update_due = nil
+  new_iteration(self)
 end
 
 function GradScaler:__tostring()

@@ -10,6 +10,12 @@ local function internal(src)
     or src == "(...tail calls...)"
 end
 
+-- Whether a function's debug.getinfo(f, "S").source is fp8's own (its embedded Lua, or C): the REPL's completion
+-- calls only such __index functions, and the functional ops raise a core error without a position inside them.
+function M.is_own_source(source)
+  return source == "=[C]" or (source:sub(1, 1) == "@" and internal(source:sub(2)))
+end
+
 -- short(text) -> the shortened text (text unchanged when it has no traceback or no user frame).
 function M.short(text)
   if type(text) ~= "string" then return text end

@@ -180,8 +180,7 @@ end
 -- fp8lab's own __index functions (its Lua sources', the C ones of its binary): completion may call them. A user's
 -- __index (a proxy that logs, counts or fetches) is not run by a Tab.
 local function own(f)
-  local src = debug.getinfo(f, "S").source
-  return src == "=[C]" or src:sub(1, 9) == "@lua/fp8/"
+  return require("fp8.errfmt").is_own_source(debug.getinfo(f, "S").source)
 end
 
 -- peek(obj, name) -> obj[name] without running a user's __index: raw fields, __index tables, and only fp8lab's own

@@ -85,7 +85,7 @@ local function at_caller(ok, ...)
   err = err:gsub("^[^:\n]*functional%.lua:%d+: ", "")
   -- called from fp8lab's own code (a layer's forward): no position (the layer's name comes before the message)
   local src = (debug.getinfo(3, "S") or {}).source or ""
-  error(err, src:sub(1, 9) == "@lua/fp8/" and 0 or 3)
+  error(err, src ~= "=[C]" and require("fp8.errfmt").is_own_source(src) and 0 or 3)
 end
 
 local function check_dim(fname, x, dim)
