@@ -11,6 +11,7 @@ local O = require "fp8.opts"
 local core = require "fp8.core"
 local C = require "fp8._checkpoint"
 local error_text = require("fp8.errfmt").value_text
+local model_files = require "fp8.model_files"
 
 local M = {}
 M.VERSION = 1
@@ -1097,7 +1098,7 @@ function M.install(Accelerator)
     opts = opts or {}
     if type(opts) ~= "table" then error("save_model: options must be a table {fp8=\"dequantize\"|\"raw\"}", 2) end
     O.check("save_model", opts, { "fp8", "safe_serialization", "max_shard_size" }, 2)
-    -- Accelerate's save_model(model, dir, max_shard_size="10GB", safe_serialization=True): the weights go in one file
+    -- Accelerate's save_model(model, dir, max_shard_size="10GB", safe_serialization=True)
     safetensors_only("save_model", opts.safe_serialization)
     local max_shard = shard_limit(opts.max_shard_size)
     local mode = opts.fp8 or "dequantize"
@@ -1111,28 +1112,22 @@ function M.install(Accelerator)
       -- weight copy (made again from the fp16 master), so the file loads into a plain model
       if not (k:match("fp8_state$") or k:match("weight_fp8$")) then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
     end
-    -- one file, as Accelerate writes when the tensors' bytes fit max_shard_size (huggingface_hub's split gives one
-    -- shard then); past it Accelerate writes model-0000k-of-0000n.safetensors and an index, which is not done here
-    local bytes = 0
-    for _, t in pairs(out) do
-      bytes = bytes + t:numel() * core.format(t:dtype()).bytes
-      if t:is_fp8() then   -- its name_scale_inv, an F32 tensor of the file
-        local sc = t:scale()
-        bytes = bytes + 4 * (type(sc) == "number" and 1 or sc:numel())
-      end
-    end
-    if bytes > max_shard then
-      error(("save_model: the weights take %d bytes, past max_shard_size=%s (%d bytes): sharded saves "
-        .. "(model-0000k-of-0000n.safetensors and an index) are not supported; give a max_shard_size of at least "
-        .. "%d bytes, or leave it out"):format(bytes, tostring(opts.max_shard_size), max_shard, bytes), 2)
-    end
     local ok, err = make_parents((dir:gsub("/+$", "")))
     if ok then ok, err = C.mkdir(dir) end
     if not ok then error("save_model: " .. err, 2) end
-    local path = join(dir, "model.safetensors")
-    local wok, werr = pcall(core.save_file, out, path, { format = "pt", producer = "fp8lab" })
+    -- model.safetensors, or Accelerate's shards and index past max_shard_size (lua/fp8/model_files.lua)
+    local names = {}
+    local listed = {}
+    for _, k in ipairs(model:state_dict_keys()) do
+      if out[k] ~= nil and not listed[k] then names[#names + 1], listed[k] = k, true end
+    end
+    local rest = {}   -- (state_dict_keys lists every name; this keeps the file whole if one ever were missed)
+    for k in pairs(out) do if not listed[k] then rest[#rest + 1] = k end end
+    table.sort(rest)
+    table.move(rest, 1, #rest, #names + 1, names)
+    local wok, path = pcall(model_files.write, dir, out, names, max_shard, { format = "pt", producer = "fp8lab" })
     -- a write's failure (a full disk) names the function, not this file's line
-    if not wok then error("save_model: " .. (tostring(werr):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "")), 2) end
+    if not wok then error("save_model: " .. (tostring(path):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "")), 2) end
     return path
   end
 end
@@ -1164,7 +1159,12 @@ if okh and help.add then
     .. "changes nothing. Mid-epoch: the next loop over a data loader finishes the interrupted epoch.")
   add("acc:save_model", "acc:save_model(model, dir [, {fp8=\"dequantize\"|\"raw\", max_shard_size=}]) -> path",
     "Weights only (no FP8 recipe state, no O3 weight_fp8 copy) as dir/model.safetensors; FP8 tensors as fp32\n"
-    .. "values or raw bytes + scale. max_shard_size (\"10GB\", bytes) must hold them: shards are not written.")
+    .. "values or raw bytes + scale. Past max_shard_size (\"10GB\", bytes): model-0000k-of-0000n.safetensors and\n"
+    .. "model.safetensors.index.json, as Accelerate. fp8.load_checkpoint_in_model(model, dir) reads either back.")
+  add("load_checkpoint_in_model", "fp8.load_checkpoint_in_model(model, path [, {strict=false}]) -> report",
+    "Accelerate's: loads a weights file, a sharded checkpoint's index, or a folder holding model.safetensors or\n"
+    .. "one *.index.json into model (load_state_dict; strict=false by default, as Accelerate). Returns\n"
+    .. "{missing_keys=, unexpected_keys=}. An index that does not describe its files is refused.")
   add("ProjectConfiguration", "fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=, iteration=0}",
     "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}.")
   add("acc:register_for_checkpointing", "acc:register_for_checkpointing(obj, ...)",
