@@ -211,6 +211,25 @@ describe("a failed load changes nothing", function()
     steps(acc, m, o, 1)   -- and the optimizer still steps
   end)
 
+  it("msamp: a second-moment scale inverse that is no scale (0, negative, inf, NaN) is refused by the load", function()
+    local acc, m, o = setup(fp8.MSAMPRecipeKwargs { opt_level = "O2" })
+    steps(acc, m, o, 1)
+    local before = o:state_dict().state[1].exp_avg_sq_scale_inv:item()
+    for _, bad in ipairs { 0, -1, math.huge, 0 / 0 } do
+      local sd = o:state_dict()
+      sd.state[1].exp_avg_sq_scale_inv = fp8.tensor { bad }
+      local ok, err = pcall(o.load_state_dict, o, sd)
+      assert.is_false(ok, tostring(bad))
+      assert.matches("state 'exp_avg_sq_scale_inv' of parameter 1 must hold finite values > 0 (a scale), got", err, 1,
+        true)
+    end
+    assert.are.equal(before, o.state[o.param_groups[1].params[1]].exp_avg_sq_scale_inv:item())
+    local sd = o:state_dict()
+    sd.state[1].exp_avg_sq_scale_inv = fp8.tensor { 0.5 }
+    o:load_state_dict(sd)   -- a scale is taken
+    steps(acc, m, o, 1)
+  end)
+
   it("GradScaler: bad values and unknown keys are refused, nothing changes", function()
     local s = fp8.amp.GradScaler {}
     for _, bad in ipairs { { scale = "x" }, { scale = 0 / 0 }, { scale = -1 }, { growth_factor = 0.5 },

@@ -78,7 +78,7 @@ function MSAMPAdamW:_state_schema(p)
   -- per_tensor: an E4M3 first moment with a scale per row is refused by the step (one power-of-two scale)
   return { step = "count", exp_avg = { dtype = fp32 and "fp32" or "e4m3", shape = "param", per_tensor = true },
            exp_avg_sq = { dtype = fp32 and "fp32" or "fp16", shape = "param" },
-           exp_avg_sq_scale_inv = { dtype = "fp32", shape = { 1 } } }
+           exp_avg_sq_scale_inv = { dtype = "fp32", shape = { 1 }, positive = true } }
 end
 
 -- opt:step() is Optimizer.step's loop; O3 re-casts the E4M3 weight copy in the same C step.

@@ -223,7 +223,8 @@ local function copy_state(st)
 end
 
 -- The state one parameter has after a step: {key = {dtype=, shape=}} for tensors ("param" as shape: the
--- parameter's; optional = true: may be absent; per_tensor = true: an FP8 one has one scale, not one per row), and
+-- parameter's; optional = true: may be absent; per_tensor = true: an FP8 one has one scale, not one per row;
+-- positive = true: every value finite and > 0, as a scale is), and
 -- "count" for the step counter. Subclasses override; load_state_dict checks against it.
 function Optimizer:_state_schema(p) return nil end
 
@@ -267,6 +268,12 @@ function Optimizer:_check_param_state(st, p, idx)
       elseif want.per_tensor and v:is_fp8() and v:scale_axis() ~= nil then   -- the step takes one scale
         return ("state '%s' of parameter %d has a scale per index of dim %d, %s keeps one scale for the tensor")
           :format(k, idx, v:scale_axis(), self.name)
+      elseif want.positive then
+        local lo, hi = v:min():item(), v:max():item()
+        if not (lo > 0 and hi < math.huge) then   -- (NaN fails both)
+          return ("state '%s' of parameter %d must hold finite values > 0 (a scale), got %s"):format(k, idx,
+            lo > 0 and tostring(hi) or tostring(lo))
+        end
       end
     end
   end
