@@ -104,6 +104,7 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
      * (core/cpu/cpu_nn.h) document the maths of each and are the reference the others are tested                  \
      * against. Results that core/ needs on the host (a loss, a count) come back through host pointers. */         \
     X(act_fwd, (fl_act kind, const float *x, float *y, int64_t n))                                                 \
+    /* act_bwd's x: GELU's input; ReLU's output (its input gives the same). */                                   \
     X(act_bwd, (fl_act kind, const float *x, const float *dy, float *dx, int64_t n))                               \
     /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */                       \
     X(softmax_fwd, (bool log, const float *x, float *y, int64_t rows, int64_t cols))                               \

@@ -77,6 +77,9 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
 
 /* ---- activations -------------------------------------------------------------------------- */
 
+/* saved[0]: GELU's input; ReLU's output, as torch's (its backward passes the gradient where !(v <= 0), which is the
+ * same test on the output as on the input: relu keeps positives and NaN, and makes every other value 0), so the
+ * input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
 static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->saved[0];
     FL_TRY(new_like(&gin[0], x, false));
@@ -95,7 +98,16 @@ static fl_status activation(fl_tensor **out, const fl_tensor *x, fl_act kind, co
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, kind == FL_ACT_RELU ? "ReluBackward" : "GeluBackward", act_bwd, 1, &x);
-        if (st == FL_OK && n) { fl_node_save(n, 0, xc); n->iargs[0] = kind; }
+        if (st == FL_OK && n) {
+            n->iargs[0] = kind;
+            if (kind == FL_ACT_RELU) {   /* the input's values are not read: the node keeps only its shape */
+                st = fl_node_save_detached(n, 0, *out);
+                if (st == FL_OK) st = fl_node_input_stub(n, 0);
+            } else {
+                fl_node_save(n, 0, xc);
+            }
+            if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+        }
     }
     fl_tensor_release(xc);
     return st;

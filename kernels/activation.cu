@@ -31,7 +31,8 @@ constexpr float kGeluC = 0.044715f;
 
 
 FL_HD float relu_fwd(float x) { return !(x <= 0.0f) ? x : 0.0f; }   /* a NaN stays NaN, as torch's */
-FL_HD float relu_bwd(float x, float dy) { return !(x <= 0.0f) ? dy : 0.0f; }   /* a NaN passes dy, as torch's */
+/* x: ReLU's output (core/nn.c saves it) or its input, the same test on either; a NaN passes dy, as torch's */
+FL_HD float relu_bwd(float x, float dy) { return !(x <= 0.0f) ? dy : 0.0f; }
 
 /* 0.5f·v·(1 + erff(v/√2)) */
 FL_HD float gelu_fwd(float v) {

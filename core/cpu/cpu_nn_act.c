@@ -10,7 +10,8 @@ void fl_cpu_relu_fwd(const float *x, float *y, int64_t n) {
 }
 
 void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
-    /* the subgradient at 0 is 0, as in PyTorch; a NaN passes dy, as torch's threshold_backward (out <= 0 ? 0 : dy) */
+    /* x: ReLU's output (core/nn.c saves it, as torch), or its input: the test gives the same on either. The
+     * subgradient at 0 is 0, as in PyTorch; a NaN passes dy, as torch's threshold_backward (out <= 0 ? 0 : dy) */
     #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) dx[i] = !(x[i] <= 0.0f) ? dy[i] : 0.0f;
 }

@@ -432,6 +432,26 @@ describe("fp8.core._nn", function()
     assert.is_nil(c.grad)
   end)
 
+  it("relu keeps its output for the backward, as torch: its input may be written after, its output not", function()
+    local F = fp8.nn.F
+    local x = fp8.tensor({ -1, 0, 2, 0 / 0, -0.0, 3 }):requires_grad(true)
+    local h = x * 1
+    local y = F.relu(h)
+    fp8.no_grad(function() h[3] = -100; h[6] = 0 end)   -- was refused: "ReluBackward needs (saved tensor 1 ..."
+    y:backward(fp8.tensor { 1, 2, 3, 4, 5, 6 })
+    -- torch 2.15: [0, 0, 3, 4, 0, 6] (the output's signs; a NaN passes the gradient)
+    local g = x.grad:totable()
+    assert.same({ 0, 0, 3, 4, 0, 6 }, g)
+    local x2 = fp8.randn(4):requires_grad(true)
+    local y2 = F.relu(x2)
+    fp8.no_grad(function() y2[1] = 5 end)
+    U.fails_with("ReluBackward needs (saved tensor 1, shape [4]) was written in place", y2.backward, y2, fp8.ones(4))
+    -- a bf16 input: the same gradients as its fp32 values give
+    local xb = fp8.tensor({ -1.5, 0.5, 2 }, "bf16"):requires_grad(true)
+    F.relu(xb):sum():backward()
+    assert.same({ 0, 1, 1 }, xb.grad:float():totable())
+  end)
+
   it("a write to an operand only another input's gradient reads is refused only when that input takes one", function()
     -- torch keeps a product's operand (a quotient's dividend, a matmul's, a linear's) only for the other one's
     -- gradient, and where's values not at all: writing r, the one that takes the gradient, passes there
