@@ -238,6 +238,28 @@ static fl_status header_numbers_plain(const char *hdr, size_t hlen, const char *
     return FL_OK;
 }
 
+/* What cJSON lets through in a header string (a name, a dtype, metadata) and the reference refuses or reads otherwise:
+ * a raw control character (JSON allows none in a string; a raw NUL cut "a<NUL>b" to "a"), and a "\u0000" escape, which
+ * cJSON's C strings cut there ("F32\u0000x" read as F32) where the reference keeps it, a string fp8lab cannot hold.
+ * hdr is valid JSON to cJSON (parsed already). */
+static fl_status header_strings_plain(const char *hdr, size_t hlen, const char *what) {
+    bool in_string = false;
+    for (size_t i = 0; i < hlen; i++) {
+        unsigned char c = (unsigned char)hdr[i];
+        if (c == '"') in_string = !in_string;
+        else if (in_string && c < 0x20)
+            return FL_ERR(FL_EINVAL, "%s: a string in the header holds the control character 0x%02X at byte %zu "
+                          "(JSON requires it escaped)", what, c, i);
+        else if (in_string && c == '\\') {
+            if (i + 5 < hlen && hdr[i + 1] == 'u' && memcmp(hdr + i + 2, "0000", 4) == 0)
+                return FL_ERR(FL_EINVAL, "%s: a string in the header holds a NUL byte (\\u0000 at byte %zu); names, "
+                              "dtypes and metadata cannot hold one here", what, i);
+            i++;
+        }
+    }
+    return FL_OK;
+}
+
 /* Parse and validate header `hdr` (hlen bytes) of a file whose data area has data_size bytes. */
 static fl_status parse_header(fl_st_file *f, const char *hdr, size_t hlen, uint64_t data_size, const char *what) {
     if (hlen == 0 || hdr[0] != '{')
@@ -248,7 +270,8 @@ static fl_status parse_header(fl_st_file *f, const char *hdr, size_t hlen, uint6
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, false);
     if (!root) return FL_ERR(FL_EINVAL, "%s: the header is not valid JSON (near byte %zu)", what,
                              (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - hdr : 0));
-    fl_status st = FL_OK;
+    fl_status st = header_strings_plain(hdr, hlen, what);
+    if (st != FL_OK) goto done;
     /* Only trailing spaces (the writer's padding to 8 bytes) may follow the object. */
     for (const char *p = end; p < hdr + hlen; p++)
         if (*p != ' ') { st = FL_ERR(FL_EINVAL, "%s: bytes after the header's JSON object (only spaces may pad it)", what); goto done; }

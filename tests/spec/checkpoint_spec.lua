@@ -263,6 +263,13 @@ describe("hostile safetensors files", function()
     { "FP8 with an infinite scale inverse", image("{" .. entry("w", "F8_E5M2", "1", 0, 1) .. "," ..
         entry("w_scale_inv", "F32", "1", 1, 5) .. "}", "\56" .. string.pack("<f", math.huge)),
       "holds inf at 1: a scale inverse must be finite and > 0" },
+    -- strings cJSON's C strings cut or JSON forbids: read as "a", F32 and "pt" they were (the reference refuses or
+    -- keeps the NUL)
+    { "a name with \\u0000", image("{" .. entry("a\\u0000b", "F32", "1", 0, 4) .. "}", 4), "holds a NUL byte" },
+    { "a dtype with \\u0000", image("{" .. entry("a", "F32\\u0000x", "1", 0, 4) .. "}", 4), "holds a NUL byte" },
+    { "metadata with \\u0000", image('{"__metadata__":{"format":"pt\\u0000x"}}'), "holds a NUL byte" },
+    { "a raw NUL in a name", image("{" .. entry("a\0b", "F32", "1", 0, 4) .. "}", 4), "control character 0x00" },
+    { "a raw newline in metadata", image('{"__metadata__":{"k":"x\ny"}}'), "control character 0x0A" },
     { "9 dimensions", image("{" .. entry("a", "U8", ("1,"):rep(8) .. "1", 0, 1) .. "}", 1), "at most 8" },
   }
   for i, c in ipairs(cases) do
@@ -282,6 +289,14 @@ describe("hostile safetensors files", function()
     assert.matches("cannot open", err)
   end)
   it("has at least 40 cases", function() assert.is_true(#cases >= 40) end)
+  it("an escaped backslash before u0000 and other escapes read as the reference reads them", function()
+    local path = d .. "/escapes.safetensors"
+    local hdr = "{" .. entry("a\\\\u0000", "F32", "1", 0, 4) .. "," .. entry("b\\u0001\\t", "F32", "1", 4, 8) .. "}"
+    write(path, image(hdr, string.pack("<ff", 1, 2)))
+    local t = fp8.load_file(path)
+    assert.are.equal(1, t["a\\u0000"]:item())
+    assert.are.equal(2, t["b\1\t"]:item())
+  end)
 end)
 
 -- ---- save_state directory features ------------------------------------------------------------
