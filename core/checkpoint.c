@@ -211,7 +211,8 @@ static fl_status parse_metadata(fl_st_file *f, const cJSON *m, const char *what)
 
 /* Every number in a safetensors header is a shape dimension or a data offset, a non-negative integer, and cJSON
  * keeps only its double: "1.0", "1e0" and "-0" would read as integers and 2^53 + 1 as 2^53. So the text of each
- * number outside strings is checked here: plain digits, at most 2^53. hdr is valid JSON (parsed already). */
+ * number outside strings is checked here: plain digits, no leading zero, at most 2^53. hdr is valid JSON to cJSON
+ * (parsed already). */
 static fl_status header_numbers_plain(const char *hdr, size_t hlen, const char *what) {
     for (size_t i = 0; i < hlen; i++) {
         if (hdr[i] == '"') {
@@ -229,9 +230,11 @@ static fl_status header_numbers_plain(const char *hdr, size_t hlen, const char *
             nonzero |= hdr[j] != '0';
             if (v <= 9007199254740992ULL) v = v * 10 + (uint64_t)(hdr[j] - '0');
         }
+        /* JSON has no leading zeros ("01", "00"): the reference refuses them, cJSON reads them as 1 and 0 */
+        if (hdr[i + negative] == '0' && j > i + negative + 1) plain = false;
         if (!plain || (negative && !nonzero) || (!negative && v > 9007199254740992ULL))
             return FL_ERR(FL_EINVAL, "%s: the header writes the number %.*s; the format's numbers (shape, data_offsets) "
-                          "are non-negative integers up to 2^53, written as plain digits", what,
+                          "are non-negative integers up to 2^53, written as plain digits without a leading zero", what,
                           (int)(j - i < 40 ? j - i : 40), hdr + i);
         i = j - 1;
     }

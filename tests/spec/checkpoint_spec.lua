@@ -232,6 +232,9 @@ describe("hostile safetensors files", function()
     { "shape written -0", image("{" .. entry("a", "U8", "-0", 0, 0) .. "}", 0), "writes the number -0" },
     { "shape 2^53 + 1 (read as 2^53)", image("{" .. entry("a", "U8", "0,9007199254740993", 0, 0) .. "}", 0),
       "writes the number 9007199254740993" },
+    -- JSON has no leading zeros: the reference refuses them; cJSON read 01 as 1 and 00 as 0
+    { "shape written 01", image("{" .. entry("a", "F32", "01", 0, 4) .. "}", 4), "writes the number 01" },
+    { "offset written 00", image("{" .. entry("a", "F32", "1", "00", 4) .. "}", 4), "writes the number 00" },
     { "end before begin", image("{" .. entry("a", "F32", "0", 4, 0) .. "}", 4), "end before they begin" },
     { "byte count differs from the shape", image("{" .. entry("a", "F32", "2", 0, 4) .. "}", 4), "span 4 bytes, its shape and dtype F32 need 8" },
     { "data beyond the end", image("{" .. entry("a", "F32", "2", 0, 8) .. "}", 4), "beyond the end of the data" },
