@@ -156,6 +156,14 @@ describe("a failed load changes nothing", function()
     { "betas = {2, 3}", function(sd) sd.param_groups[1].betas = { 2, 3 } end, "betas%[1%] must be in" },
     { "an unknown group option", function(sd) sd.param_groups[1].momentum = 0.9 end, "does not have" },
     { "a state tensor of another size", function(sd) sd.state[1].exp_avg = fp8.zeros { 3 } end, "shape" },
+    -- the same size in another shape (a transposed moment) was reshaped into the parameter's, a misread
+    { "a state tensor of another shape, the same size", function(sd)
+      local m = sd.state[1].exp_avg
+      sd.state[1].exp_avg = m:t():contiguous()
+    end, "state 'exp_avg' of parameter 1 has shape %[32, 64%], it must be %[64, 32%]" },
+    { "a state tensor with one more dim of 1", function(sd)
+      sd.state[1].exp_avg_sq = sd.state[1].exp_avg_sq:reshape({ 1, 64, 32 })
+    end, "has shape %[1, 64, 32%], it must be %[64, 32%]" },
     { "a state tensor of another dtype", function(sd) sd.state[1].exp_avg = sd.state[1].exp_avg:to("bf16") end, "is bf16" },
   } do
     it("optimizer: " .. bad[1] .. " is refused and nothing changes", function()

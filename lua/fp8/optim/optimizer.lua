@@ -229,16 +229,16 @@ end
 function Optimizer:_state_schema(p) return nil end
 
 local function shape_str(sh) return "[" .. table.concat(sh, ", ") .. "]" end
-local function numel(sh) local n = 1 for _, d in ipairs(sh) do n = n * d end return n end
 
 -- Why state `st` cannot be loaded for parameter p (number idx in the state), or nil.
 function Optimizer:_check_param_state(st, p, idx)
   if type(st) ~= "table" then return ("state of parameter %d must be a table, got %s"):format(idx, type(st)) end
   local schema = self:_state_schema(p)
-  if schema == nil then   -- generic: tensors the parameter's size
+  if schema == nil then   -- generic: tensors the parameter's shape
     for k, v in pairs(st) do
-      if fp8.is_tensor(v) and v:numel() ~= p:numel() then
-        return ("state '%s' of parameter %d has %d elements, the parameter %d"):format(k, idx, v:numel(), p:numel())
+      if fp8.is_tensor(v) and shape_str(v:shape()) ~= shape_str(p:shape()) then
+        return ("state '%s' of parameter %d has shape %s, the parameter %s"):format(k, idx, shape_str(v:shape()),
+          shape_str(p:shape()))
       end
     end
     return nil
@@ -263,7 +263,7 @@ function Optimizer:_check_param_state(st, p, idx)
         return ("state '%s' of parameter %d must be a tensor, got %s"):format(k, idx, type(v))
       elseif v:dtype() ~= want.dtype then
         return ("state '%s' of parameter %d is %s, %s keeps it in %s"):format(k, idx, v:dtype(), self.name, want.dtype)
-      elseif v:numel() ~= numel(shape) or (v:is_fp8() and shape_str(v:shape()) ~= shape_str(shape)) then
+      elseif shape_str(v:shape()) ~= shape_str(shape) then   -- of the same size too: a [32, 64] is no [64, 32]
         return ("state '%s' of parameter %d has shape %s, it must be %s"):format(k, idx, shape_str(v:shape()), shape_str(shape))
       elseif want.per_tensor and v:is_fp8() and v:scale_axis() ~= nil then   -- the step takes one scale
         return ("state '%s' of parameter %d has a scale per index of dim %d, %s keeps one scale for the tensor")
@@ -365,11 +365,7 @@ function Optimizer:load_state_dict(sd)
         local mine = {}
         for k, v in pairs(st) do
           if fp8.is_tensor(v) then
-            local c = clone(v):to(p:device())
-            if not c:is_fp8() and c:numel() == p:numel() and shape_str(c:shape()) ~= shape_str(p:shape()) then
-              c = c:reshape(p:shape())
-            end
-            mine[k] = c
+            mine[k] = clone(v):to(p:device())
           else
             mine[k] = v
           end
