@@ -789,8 +789,27 @@ static int l_json_decode(lua_State *L) {
     size_t n = scan_numbers(s, len, NULL);
     json_num *nums = lua_newuserdatauv(L, (n + 1) * sizeof *nums, 0);   /* on the stack: freed by the collector */
     scan_numbers(s, len, nums);
-    cJSON *j = cJSON_ParseWithLength(s, len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, len, &end, 0);
     if (!j) return luaL_error(L, "%s: not valid JSON", what);
+    /* what cJSON does not refuse and would lose: text after the value (a second document, an edit's leftovers) and a
+     * \u0000 escape, where cJSON's C string ends the string (json_encode refuses a NUL byte for that reason) */
+    const char *bad = NULL;
+    for (const char *p = end; p < s + len && !bad; p++)
+        if (!*p || !strchr(" \t\n\r", *p)) bad = "bytes after the JSON value";
+    bool in_str = false;
+    for (size_t i = 0; i < len && !bad; i++) {
+        if (s[i] == '"') in_str = !in_str;
+        else if (in_str && s[i] == '\\') {
+            if (i + 5 < len && s[i + 1] == 'u' && memcmp(s + i + 2, "0000", 4) == 0)
+                bad = "a string holds \\u0000 (NUL)";
+            i++;
+        }
+    }
+    if (bad) {
+        cJSON_Delete(j);
+        return luaL_error(L, "%s: not valid here: %s", what, bad);
+    }
     json_read r = { nums, n, 0 };
     from_json(L, j, &r);   /* raises only on stack exhaustion */
     cJSON_Delete(j);

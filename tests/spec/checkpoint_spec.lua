@@ -1143,6 +1143,23 @@ describe("what a checkpoint carries exactly", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("JSON read back refuses what cJSON would lose: text after the value, a \\u0000 escape", function()
+    assert.are.equal(1, C.json_decode('{"a": 1}\n \t\r').a)   -- whitespace after it is fine
+    assert.are.equal("x\\u0000", C.json_decode('{"a": "x\\\\u0000"}').a)   -- an escaped backslash, then text
+    -- both read as {"a": 1} and "x": the second document and the rest of the string were dropped
+    U.fails_with("t: not valid here: bytes after the JSON value", C.json_decode, '{"a": 1}{"a": 2}', "t")
+    U.fails_with("t: not valid here: bytes after the JSON value", C.json_decode, '{"a": 1}\0', "t")
+    U.fails_with("t: not valid here: a string holds \\u0000", C.json_decode, '{"a": "x\\u0000y"}', "t")
+    -- through a checkpoint: a state file with a second document appended is refused, naming it
+    local d = tmpdir()
+    local acc = fp8.Accelerator { config = false, env = {} }
+    acc:save_state(d .. "/c")
+    local f = d .. "/c/fp8lab_state.json"
+    U.write(f, read(f) .. '{"step": 5}')
+    U.fails_with("fp8lab_state.json: not valid here: bytes after the JSON value", acc.load_state, acc, d .. "/c")
+    os.execute("rm -rf " .. d)
+  end)
+
   it("resuming in the middle of an accumulation window keeps the sync pattern (micro-step saved), with a notice", function()
     local d = tmpdir()
     local function new_acc()
