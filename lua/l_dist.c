@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 #include "l_util.h"
+#include "device.h"
 #include "dist.h"
 #include "ddp.h"
 
@@ -71,10 +72,68 @@ static fl_tensor *check_cpu_tensor(lua_State *L, int arg, const char *fname) {
     return t;
 }
 
+/* What every rank must agree on before a collective combines their buffers (MPI would otherwise add or
+ * concatenate unrelated bytes on one rank and fail on another): the dtype, the shape (all_gather, reduce_scatter) or
+ * the element count (all_reduce), and an FP8 tensor's per-tensor scale, without which its bytes mean nothing (the
+ * result keeps it). One small all-gather; the error is the same on every rank. */
+typedef struct { int64_t dtype, ndim, shape[FL_MAX_DIMS], scale_bits; } comm_key;
+
+static void agree_tensors(lua_State *L, const fl_tensor *t, const char *fname, int with_shape) {
+    comm_key k;
+    memset(&k, 0, sizeof k);
+    k.dtype = t->dtype;
+    if (with_shape) { k.ndim = t->ndim; memcpy(k.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim); }
+    else { k.ndim = -1; k.shape[0] = fl_tensor_numel(t); }
+    if (fl_format(t->dtype)->is_fp8) {
+        float s = 0;
+        const fl_device *dev = fl_device_get(t->device);
+        if (t->scale_axis >= 0 || !t->scale_inv || fl_tensor_numel(t->scale_inv) != 1) k.scale_bits = -1;
+        else if (dev) {
+            fl_lcheck(L, dev->to_host(&s, fl_tensor_data(t->scale_inv), sizeof s));
+            uint32_t b;
+            memcpy(&b, &s, sizeof b);
+            k.scale_bits = b;
+        }
+    }
+    int size = fl_dist_size();
+    comm_key *all = lua_newuserdatauv(L, sizeof k * (size_t)size, 0);
+    fl_lcheck(L, fl_dist_allgather(&k, all, sizeof k));
+    for (int r = 0; r < size; r++) {
+        const comm_key *a = &all[r], *z = &all[0];
+        if (a->scale_bits == -1)
+            luaL_error(L, "%s: rank %d has an FP8 tensor scaled per row: its bytes cannot be combined with "
+                       "another rank's; dequantize it first", fname, r);
+        if (memcmp(a, z, sizeof k) == 0) continue;
+        const char *da = fl_format((fl_dtype)a->dtype)->name, *dz = fl_format((fl_dtype)z->dtype)->name;
+        if (a->dtype != z->dtype || a->ndim != z->ndim || memcmp(a->shape, z->shape, sizeof k.shape) != 0) {
+            if (with_shape)
+                luaL_error(L, "%s: rank %d has a %s tensor %s where rank 0 has a %s tensor %s (every rank must pass "
+                           "the same dtype and shape)", fname, r, da, fl_lpushshape(L, (int)a->ndim, a->shape), dz,
+                           fl_lpushshape(L, (int)z->ndim, z->shape));
+            luaL_error(L, "%s: rank %d has a %s tensor of %I elements where rank 0 has a %s tensor of %I (every "
+                       "rank must pass the same dtype and element count)", fname, r, da, (lua_Integer)a->shape[0], dz,
+                       (lua_Integer)z->shape[0]);
+        }
+        float sa, sz;
+        uint32_t ba = (uint32_t)a->scale_bits, bz = (uint32_t)z->scale_bits;
+        memcpy(&sa, &ba, sizeof sa);
+        memcpy(&sz, &bz, sizeof sz);
+        luaL_error(L, "%s: rank %d's FP8 tensor has scale_inv %f where rank 0's has %f: FP8 bytes with different "
+                   "scales cannot be combined; dequantize first", fname, r, (lua_Number)sa, (lua_Number)sz);
+    }
+    lua_pop(L, 1);
+}
+
+/* The result of a collective that combined FP8 bytes of one scale (agree_tensors) takes that scale. */
+static void keep_scale(lua_State *L, fl_tensor *out, const fl_tensor *t) {
+    if (fl_format(t->dtype)->is_fp8 && out != t) fl_lcheck(L, fl_tensor_copy_(out->scale_inv, t->scale_inv));
+}
+
 /* all_reduce(t, "sum"|"max") in place; returns t. CPU tensors through MPI, CUDA ones through NCCL. */
 static int l_all_reduce(lua_State *L) {
     fl_tensor *t = check_comm_tensor(L, 1, "dist.all_reduce");
     fl_red_op op = check_op(L, 2, "dist.all_reduce");
+    agree_tensors(L, t, "dist.all_reduce", 0);
     fl_lcheck(L, fl_dist_tensor_allreduce(t, op));
     lua_settop(L, 1);
     return 1;
@@ -86,6 +145,7 @@ typedef struct { fl_dist_req *r; } req_box;
 static int l_all_reduce_async(lua_State *L) {
     fl_tensor *t = check_cpu_tensor(L, 1, "dist.all_reduce_async");
     fl_red_op op = check_op(L, 2, "dist.all_reduce_async");
+    agree_tensors(L, t, "dist.all_reduce_async", 0);
     req_box *b = lua_newuserdatauv(L, sizeof *b, 1);
     b->r = NULL;
     luaL_setmetatable(L, REQ_MT);
@@ -144,16 +204,7 @@ static int l_broadcast_string(lua_State *L) {
 static int l_all_gather(lua_State *L) {
     fl_tensor *t = check_comm_tensor(L, 1, "dist.all_gather");
     int size = fl_dist_size();
-    /* every rank's shape first, so a mismatch is an error rather than garbage */
-    int64_t shp[9] = { t->ndim };
-    for (int i = 0; i < t->ndim; i++) shp[i + 1] = t->shape[i];
-    int64_t *all = lua_newuserdatauv(L, sizeof shp * (size_t)size, 0);
-    fl_lcheck(L, fl_dist_allgather(shp, all, sizeof shp));
-    for (int r = 0; r < size; r++)
-        if (memcmp(all + 9 * r, shp, sizeof shp) != 0)
-            return luaL_error(L, "dist.all_gather: rank %d has a tensor of another shape than rank %d's %s "
-                              "(gather needs the same shape on every rank)", r, fl_dist_rank(),
-                              fl_lpushshape(L, t->ndim, t->shape));
+    agree_tensors(L, t, "dist.all_gather", 1);   /* every rank's dtype, shape and FP8 scale first */
     int ndim = t->ndim ? t->ndim : 1;
     int64_t shape[8];
     if (t->ndim == 0) shape[0] = size;
@@ -161,6 +212,7 @@ static int l_all_gather(lua_State *L) {
     fl_tensor **box = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_empty(box, t->dtype, ndim, shape, t->device));
     fl_lcheck(L, fl_dist_tensor_allgather(t, *box));
+    keep_scale(L, *box, t);
     return 1;
 }
 
@@ -173,11 +225,13 @@ static int l_reduce_scatter(lua_State *L) {
         return luaL_error(L, "dist.reduce_scatter: the first dimension must be a multiple of the world size %d, got %s",
                           size, fl_lpushshape(L, t->ndim, t->shape));
     int64_t shape[8];
+    agree_tensors(L, t, "dist.reduce_scatter", 1);
     memcpy(shape, t->shape, sizeof shape);
     shape[0] /= size;
     fl_tensor **box = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_empty(box, t->dtype, t->ndim, shape, FL_DEV_CPU));
     fl_lcheck(L, fl_dist_reduce_scatter(fl_tensor_data(t), fl_tensor_data(*box), fl_tensor_numel(*box), t->dtype, op));
+    keep_scale(L, *box, t);
     return 1;
 }
 
