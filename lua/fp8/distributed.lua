@@ -176,6 +176,8 @@ end
 -- Before a collective: every process has what rank 0 has (the same fields, and with `shapes` the same dtypes and
 -- shapes), else one error on every process, the lowest rank's reason, so none waits for the others in a collective
 -- another has left (a reduce of mismatched buffers would add unrelated elements or fail on one process only).
+-- The first line is the utility's name: one process in gather while another is in reduce or gather_object would
+-- otherwise pair their collectives wrongly (a hang until the timeout, or garbage).
 local function agree(self, fname, t, shapes)
   local ok, mine = pcall(describe, fname, t, shapes)
   if self.num_processes == 1 then
@@ -183,8 +185,16 @@ local function agree(self, fname, t, shapes)
     return
   end
   local msg = not ok and tostring(mine) or nil
-  local diff = M._rank0_difference(self.process_index, ok and mine or {})
-  if not msg and diff then msg = ("%s: the tensors differ across processes: %s"):format(fname, diff) end
+  local lines = { "call " .. fname }
+  if ok then table.move(mine, 1, #mine, 2, lines) end
+  local diff = M._rank0_difference(self.process_index, lines)
+  local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
+  if r then
+    msg = ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities in "
+      .. "the same order"):format(fname, r, theirs, ours)
+  elseif not msg and diff then
+    msg = ("%s: the tensors differ across processes: %s"):format(fname, diff)
+  end
   msg = M._first_error(self.num_processes, self.process_index, msg)
   if msg then error(msg, 3) end
 end
@@ -476,6 +486,7 @@ function U:gather_object(obj)
     if why then error("gather_object: expected a list, got " .. why, 2) end
     return obj
   end
+  agree(self, "gather_object", {}, false)   -- every process in gather_object (not in gather, say)
   local out = { "return " }
   local ok, err = true, nil
   if why then ok, err = false, "gather_object: expected a list, got " .. why

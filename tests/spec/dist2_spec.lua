@@ -44,4 +44,21 @@ describe("fp8._dist collectives (2 processes)", function()
     assert.truthy(out:find("rank0 rs_fp8=3.0,112.0\n", 1, true), out)
     assert.truthy(out:find("rank1 rs_fp8=4.0,6.0\n", 1, true), out)
   end)
+
+  it("a process in another utility (gather against reduce or gather_object) is one error on every process", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/mismatch.lua")
+    assert.are.equal(0, code, out)
+    local same = ": every process must call the same collective utilities in the same order\n"
+    for r = 0, 1 do
+      for _, want in ipairs {
+        "gather_reduce=reduce: rank 1 calls reduce where rank 0 calls gather" .. same,
+        "gather_object=gather_object: rank 1 calls gather_object where rank 0 calls gather" .. same,
+        "pad_gather=gather: rank 1 calls gather where rank 0 calls pad_across_processes" .. same,
+        "after=0.0,1.0\n",   -- and in step for the next collective
+      } do
+        assert.truthy(out:find(("rank%d %s"):format(r, want), 1, true), out)
+      end
+    end
+  end)
 end)
