@@ -535,13 +535,13 @@ local function var_of(who, t, dim, o)
   local v = sums(t)
   if t:numel() == 0 then return v, odt end
   -- A row whose squares leave fp32 (|x| past 2^64, as 1e20's, or under 2^-60, as 1e-30's) made an inf or a tiny or
-  -- 0 variance: such rows are brought near 1 by a power of two of their own (exact) and summed again, and the
-  -- result is scaled back (once for std, so a std past 1.8e19 is finite), as torch's, which sums in double. back is
-  -- that scale (a number, or a tensor of the result's shape), nil when no row needs it. The usual case costs two
-  -- reductions over the result (its largest and smallest variance, all in range: the same bits); the rows' amax is
-  -- read only when one is past 2^100 or under 2^-100 (a constant row's 0 too), or NaN. The gradient flows through
-  -- the scales: where var itself is subnormal or 0, the back-scalings underflow its gradient to 0 (torch's is
-  -- finite there).
+  -- 0 variance: such rows are brought near 1 (a large one near 2^40) by a power of two of their own (exact) and
+  -- summed again, and the result is scaled back (once for std, so a std past 1.8e19 is finite), as torch's, which
+  -- sums in double. back is that scale (a number, or a tensor of the result's shape), nil when no row needs it. The
+  -- usual case costs two reductions over the result (its largest and smallest variance, all in range: the same
+  -- bits); the rows' amax is read only when one is past 2^100 or under 2^-100 (a constant row's 0 too), or NaN.
+  -- The gradient flows through the scales: where var itself is subnormal or 0, the back-scalings underflow its
+  -- gradient to 0 (torch's is finite there).
   local vd = v:detach()
   if vd:amax():item() <= 2.0 ^ 100 and vd:min():item() >= 2.0 ^ -100 then return v, odt end
   local a = dim == nil and t:detach():amax() or t:detach():amax(dim, true)
@@ -551,6 +551,10 @@ local function var_of(who, t, dim, o)
     if x == x and x < math.huge and (x > 2.0 ^ 60 or (x > 0 and x < 2.0 ^ -60)) then
       need = true
       e = math.max(-126, math.min(126, math.floor(math.log(x, 2))))
+      -- a large row lands near 2^40, not 1: the backward multiplies the gradient by back² before it meets the
+      -- row's 1/back, so back² = 2^2e made it inf (and the gradient NaN) wherever g·2^2e passed fp32's max, though
+      -- var itself was finite (1e19s); squares near 2^80 still sum in range
+      if e > 0 then e = e - 40 end
     end
     up[i], down[i] = 2.0 ^ -e, 2.0 ^ e
   end

@@ -864,6 +864,20 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.is_near(0.5, g[2][2], 1e-6); assert.is_near(-0.5, g[2][3], 1e-6)
   end)
 
+  it("var of 1e19s, finite, has torch's finite gradient (the back-scaling overflowed it to NaN)", function()
+    -- torch 2.15: x = [1e19, -1e19, 3e18], (8 * x.var(correction=0)).backward(): [4.8e19, -5.8667e19, 1.0667e19]
+    local want = { 4.8e19, -5.8666667e19, 1.0666667e19 }
+    for _, dim in ipairs { false, 1 } do
+      local x = fp8.tensor { 1e19, -1e19, 3e18 }:requires_grad(true)
+      local v = dim and x:var(dim, { correction = 0 }) or x:var { correction = 0 }
+      assert.is_true(math.abs(v:item() - 6.8666667e37) <= 1e-6 * 6.8666667e37, tostring(v:item()))
+      ;(v * 8):backward()
+      for i, g in ipairs(x.grad:totable()) do
+        assert.is_true(math.abs(g - want[i]) <= 1e-6 * math.abs(want[i]), ("grad[%d] = %s"):format(i, g))
+      end
+    end
+  end)
+
   it("sum and mean of a bf16/fp16 tensor over a list of dims round once, as torch's", function()
     -- torch 2.x: 2.453125 (the exact mean is 2.44596); a mean of bf16 means gave 2.4375
     local x = fp8.tensor({ { -3.65625, 8.9375, 6.6875 }, { 0.41015625, 5.21875, -2.921875 } }, "bf16")
