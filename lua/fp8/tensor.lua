@@ -199,7 +199,10 @@ function M.where(cond, a, b, ...)
   local dt = (da and db) and (da == db and da or "fp32") or da or db or "fp32"
   cond = cond:detach()   -- the condition takes no gradient (not even a zero one)
   local ok, r = pcall(function() return cond:_where(a) + cond:eq(0):_where(b) end)
-  if not ok then error((tostring(r):gsub("^add: ", "where: "):gsub("^where: where: ", "where: ")), 2) end
+  if not ok then   -- without this file's position, which the message carried ahead of the caller's
+    local msg = tostring(r):gsub("^[^:\n]*%.lua:%d+: ", "")
+    error((msg:gsub("^add: ", "where: "):gsub("^where: where: ", "where: ")), 2)
+  end
   if r:dtype() ~= dt then r = r:to(dt) end
   return r
 end

@@ -284,6 +284,16 @@ describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function(
     assert.has_error(function() fp8.where(c, "x", b) end, "where: argument 2 must be a tensor or a number, got string")
     assert.has_error(function() x:masked_fill(x:lt(0), fp8.ones{2}) end,
       "masked_fill: value must be a number or a 0-d tensor, got a tensor of shape [2]")
+    -- a shape mismatch is the caller's, by the caller's name (it was "lua/fp8/tensor.lua:201: where: ...", also
+    -- from masked_fill)
+    local U = dofile("tests/spec/helpers/util.lua")
+    for _, f in ipairs { function() local r = fp8.where(fp8.ones(2, 3), x, fp8.ones(4)); return r end,
+                         function() local r = x:masked_fill(fp8.ones(4), 1); return r end } do
+      local err = U.fails_with("cannot be broadcast together", f)
+      assert.is_nil(err:find("fp8/tensor.lua", 1, true), err)
+      assert.truthy(err:find("^[^:]*tensor_spec.lua:%d+: [mw]"), err)
+    end
+    U.fails_with("masked_fill: shapes [4] and [2, 2]", x.masked_fill, x, fp8.ones(4), 1)
   end)
 
   it("tanh and sigmoid, with their gradients", function()
