@@ -247,12 +247,18 @@ function Tensor.clamp(t, lo, hi, ...)
     end
   end
   if lo == nil and hi == nil then error("clamp: at least one of min and max must be given", 2) end
-  local r = t
   -- numbers: maximum/minimum against a scalar already follow torch's gradient rule; tensors: a selection, so
   -- that t keeps the whole gradient where it equals a bound (maximum's tie rule would halve it there)
   -- a NaN in a tensor bound is taken too (NaN in, NaN out, as torch's): selected where bound ~= bound
-  if lo ~= nil then r = core.is_tensor(lo) and M.where(r:lt(lo) + lo:ne(lo), lo, r) or r:maximum(lo) end
-  if hi ~= nil then r = core.is_tensor(hi) and M.where(r:gt(hi) + hi:ne(hi), hi, r) or r:minimum(hi) end
+  local ok, r = pcall(function()
+    local r = t
+    if lo ~= nil then r = core.is_tensor(lo) and M.where(r:lt(lo) + lo:ne(lo), lo, r) or r:maximum(lo) end
+    if hi ~= nil then r = core.is_tensor(hi) and M.where(r:gt(hi) + hi:ne(hi), hi, r) or r:minimum(hi) end
+    return r
+  end)
+  -- a failure (a bound's shape, a device, an FP8 operand) is the caller's, by clamp's name: it was "lt: shapes ..."
+  -- after this file's position
+  if not ok then error((tostring(r):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^[%a_]+: ", "clamp: ")), 2) end
   return r
 end
 function Tensor.clamp_min(t, v, ...)

@@ -234,6 +234,14 @@ describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function(
     assert.is_true(nan ~= nan)
     assert.has_error(function() x:clamp() end, "clamp: at least one of min and max must be given")
     assert.has_error(function() x:clamp("1") end, "clamp: min must be a number, a tensor or nil, got string")
+    -- a bound of another shape: the caller's position and clamp's name (was "lua/fp8/tensor.lua:251: lt: ...")
+    for _, f in ipairs { function() local r = x:clamp(fp8.ones(4)); return r end,
+                         function() local r = x:clamp_max(fp8.ones(2, 4)); return r end } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("^[^:]*tensor_spec.lua:%d+: clamp: shapes %[5%] and %[[2, ]*4%] cannot"),
+        tostring(err))
+    end
   end)
   it("raises to powers: x^s, s^x, x^y, with gradients for the base; a tensor exponent's is refused", function()
     local x = fp8.tensor{1, 2, 3}
