@@ -163,15 +163,16 @@ end
 Tensor.tolist = Tensor.totable
 
 -- Dims in the Lua API count from 1 (negative from the end); nd is the number of valid positions.
-local function norm_dim(who, d, nd)
+-- level: that of the user's call as error() counts it from here (3: the method calling norm_dim was theirs).
+local function norm_dim(who, d, nd, level)
   if math.type(d) ~= "integer" or d == 0 or d > nd or d < -nd then
-    error(("%s: dim must be an integer in 1..%d or -%d..-1, got %s"):format(who, nd, nd, tostring(d)), 3)
+    error(("%s: dim must be an integer in 1..%d or -%d..-1, got %s"):format(who, nd, nd, tostring(d)), level or 3)
   end
   return d < 0 and nd + d + 1 or d
 end
 
-local function check_self(who, t)
-  if not core.is_tensor(t) then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), 3) end
+local function check_self(who, t, level)
+  if not core.is_tensor(t) then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), level or 3) end
 end
 
 local function dtype_of(v) return core.is_tensor(v) and v:dtype() or nil end
@@ -511,19 +512,19 @@ end
 -- t:var([dim] [, {correction=1, keepdim=false}]) and t:std(...): torch's (Bessel's correction by default;
 -- correction=0 is the population's), over everything or one dim; differentiable (made of mean, sub, mul, sum).
 local function var_of(who, t, dim, o)
-  check_self(who, t)
+  check_self(who, t, 4)   -- var_of runs under var or std: the user's call is one level further up
   if type(dim) == "table" and o == nil and getmetatable(dim) == nil then dim, o = nil, dim end
-  o = require("fp8.opts").check(who, o or {}, { correction = true, keepdim = true }, 4)
+  o = require("fp8.opts").check(who, o or {}, { correction = true, keepdim = true }, 3)
   local corr, keep = o.correction or 1, o.keepdim or false
   if type(corr) ~= "number" or corr < 0 or corr ~= corr or corr == math.huge then
-    error(("%s: correction must be a finite number >= 0, got %s"):format(who, tostring(corr)), 4)
+    error(("%s: correction must be a finite number >= 0, got %s"):format(who, tostring(corr)), 3)
   end
-  if type(keep) ~= "boolean" then error(("%s: keepdim must be a boolean, got %s"):format(who, type(keep)), 4) end
+  if type(keep) ~= "boolean" then error(("%s: keepdim must be a boolean, got %s"):format(who, type(keep)), 3) end
   local n
   if dim == nil then
     n = t:numel()
   else
-    dim = norm_dim(who, dim, math.max(t:dim(), 1))
+    dim = norm_dim(who, dim, math.max(t:dim(), 1), 4)
     n = t:dim() == 0 and 1 or t:size(dim)
   end
   -- bf16/fp16: computed in fp32 and rounded once at the end, as torch's; each step rounded to bf16 (the mean, x - mean,

@@ -859,6 +859,16 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     U.fails_with("var: correction must be a finite number >= 0, got -1", x.var, x, 1, { correction = -1 })
     U.fails_with("std: unknown option 'unbiased'", x.std, x, { unbiased = false })
     U.fails_with("var: dim must be an integer in 1..2 or -2..-1, got 3", x.var, x, 3)
+    -- each refusal at the caller's line (a bad dim blamed lua/fp8/tensor.lua, a bad option no line at all)
+    for _, f in ipairs { function() local r = x:var(3); return r end,
+                         function() local r = x:std(1, { correction = -1 }); return r end,
+                         function() local r = x:var(1, { keepdim = 1 }); return r end,
+                         function() local r = x:std { unbiased = false }; return r end,
+                         function() local r = fp8.Tensor.std(5); return r end } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("^[^:]*tensor_spec.lua:%d+: [vs][at][rd]: "), tostring(err))
+    end
   end)
 
   it("var and std of rows past fp32's squares (1e20, 1e-30) are torch's, each row on its own", function()
