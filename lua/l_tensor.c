@@ -15,13 +15,14 @@
 
 /* ---- argument helpers ------------------------------------------------------------------- */
 
-static int64_t check_int(lua_State *L, int idx, const char *what) {
+/* fname names the method in the error ("sum: dim must be an integer, got 1.5"), as check_dim's other errors do */
+static int64_t check_int(lua_State *L, int idx, const char *fname, const char *what) {
     int isint = 0;
     lua_Integer v = lua_tointegerx(L, idx, &isint);
     if (!isint) {
         if (lua_type(L, idx) == LUA_TNUMBER)
-            luaL_error(L, "%s must be an integer, got %s", what, lua_tostring(L, idx));
-        luaL_error(L, "%s must be an integer, got %s", what, luaL_typename(L, idx));
+            luaL_error(L, "%s: %s must be an integer, got %s", fname, what, lua_tostring(L, idx));
+        luaL_error(L, "%s: %s must be an integer, got %s", fname, what, luaL_typename(L, idx));
     }
     return (int64_t)v;
 }
@@ -117,7 +118,7 @@ static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int a
 
 /* 1-based (or negative from the end) dim → 0-based; fname names the method in the error. */
 static int check_dim(lua_State *L, int arg, int ndim, const char *fname) {
-    int64_t d = check_int(L, arg, "dim");
+    int64_t d = check_int(L, arg, fname, "dim");
     if (ndim == 0)
         luaL_error(L, "%s: dim %I given, but the tensor is 0-d (it has no dimensions)", fname, (lua_Integer)d);
     if (d >= 1 && d <= ndim) return (int)(d - 1);
@@ -131,7 +132,7 @@ static int check_dim(lua_State *L, int arg, int ndim, const char *fname) {
  * whole of it); other tensors go through check_dim. */
 static int check_reduce_dim(lua_State *L, int arg, int ndim, const char *fname) {
     if (ndim != 0) return check_dim(L, arg, ndim, fname);
-    int64_t d = check_int(L, arg, "dim");
+    int64_t d = check_int(L, arg, fname, "dim");
     if (d != 1 && d != -1)
         luaL_error(L, "%s: dim %I out of range for a 0-d tensor (valid: 1 or -1, its one implicit dim)", fname,
                    (lua_Integer)d);
@@ -418,8 +419,8 @@ static int m_contiguous(lua_State *L) {
 static int m_narrow(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int d = check_dim(L, 2, t->ndim, "narrow");
-    lua_Integer s1 = (lua_Integer)check_int(L, 3, "start");
-    int64_t len = check_int(L, 4, "length");
+    lua_Integer s1 = (lua_Integer)check_int(L, 3, "narrow", "start");
+    int64_t len = check_int(L, 4, "narrow", "length");
     if (!lua_isnone(L, 5)) return luaL_error(L, "narrow: expected (dim, start, length), got %d arguments", lua_gettop(L) - 1);
     /* an empty slice may start just past the end (torch's narrow(d, size, 0)): the last piece of a split */
     int64_t start = len == 0 && s1 == (lua_Integer)t->shape[d] + 1 ? t->shape[d] : norm_index(L, s1, t, d, "narrow");
@@ -519,7 +520,7 @@ static void read_index_table(lua_State *L, int arg, const fl_tensor *t, int64_t 
     }
     for (int d = 0; d < t->ndim; d++) {
         lua_geti(L, arg, d + 1);
-        lua_Integer i = (lua_Integer)check_int(L, -1, "index");
+        lua_Integer i = (lua_Integer)check_int(L, -1, fname, "index");
         lua_pop(L, 1);
         idx[d] = norm_index(L, i, t, d, fname);
     }
@@ -587,7 +588,7 @@ static int m_index(lua_State *L) {
     }
     if (lua_type(L, 2) != LUA_TNUMBER) { lua_pushnil(L); return 1; }
     fl_tensor *t = fl_lchecktensor(L, 1);
-    lua_Integer i = (lua_Integer)check_int(L, 2, "index");
+    lua_Integer i = (lua_Integer)check_int(L, 2, "x[i]", "index");
     if (t->ndim == 0) return luaL_error(L, "cannot index a 0-d tensor; use :item()");
     int64_t k = norm_index(L, i, t, 0, "x[i]");
     if (t->ndim == 1) {
@@ -606,7 +607,7 @@ static int m_newindex(lua_State *L) {
     if (lua_type(L, 2) == LUA_TSTRING && fl_lautograd_setfield(L, t, lua_tostring(L, 2), 3)) return 0;
     if (lua_type(L, 2) != LUA_TNUMBER)
         return luaL_error(L, "cannot set field '%s' on a tensor (only x[i] = v for 1-D tensors)", luaL_tolstring(L, 2, NULL));
-    lua_Integer i = (lua_Integer)check_int(L, 2, "index");
+    lua_Integer i = (lua_Integer)check_int(L, 2, "x[i] = v", "index");
     if (t->ndim != 1) {
         lua_pushfstring(L, "x[i] = v works on 1-D tensors; this one has shape ");
         fl_lpushshape(L, t->ndim, t->shape);
@@ -875,7 +876,7 @@ static int l_cat(lua_State *L) {
     if (n == 0) return luaL_error(L, "cat: expected a non-empty list of tensors");
     int dim = 0;
     if (!lua_isnoneornil(L, 2)) {
-        int64_t d = check_int(L, 2, "dim");
+        int64_t d = check_int(L, 2, "cat", "dim");
         int nd = ts[0]->ndim;
         if (nd == 0) return luaL_error(L, "cat: tensor 1 is 0-d (reshape it to [1] first)");
         if (d >= 1 && d <= nd) dim = (int)(d - 1);
