@@ -183,6 +183,15 @@ local function new(opts)
   dist.setup(self)                        -- process_index, num_processes, local_process_index, sync_gradients
   self._ddp_opts = ddp.options(settings.ddp)
   self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3)
+  -- Accelerate's read-only properties, as fields: the project's directories (its logging_dir defaults to project_dir;
+  -- fp8lab refuses another), the loader settings, and what a single-model, data-parallel run answers
+  self.project_dir = self.project_configuration.project_dir
+  self.logging_dir = self.project_dir
+  for _, k in ipairs { "split_batches", "dispatch_batches", "use_seedable_sampler", "non_blocking",
+    "use_stateful_dataloader" } do self[k] = self.dataloader_config[k] end
+  self.should_save_model = self.local_process_index == 0
+  self.multi_device = self.num_processes > 1 and self._device == "cuda"
+  self.is_fsdp2, self.is_composable_parallelism_enabled = false, false
   if self.mixed_precision == "fp16" then
     local gs = settings.grad_scaler or {}
     self.scaler = amp.GradScaler { init_scale = gs.init_scale, growth_factor = gs.growth_factor,

@@ -681,6 +681,19 @@ describe("unwrap_model", function()
 end)
 
 describe("more of Accelerate's Accelerator", function()
+  it("has Accelerate's read-only properties as fields, with its values for this run", function()
+    local acc = new_acc {}
+    assert.is_nil(acc.project_dir); assert.is_nil(acc.logging_dir)
+    assert.is_false(acc.split_batches); assert.is_false(acc.dispatch_batches); assert.is_false(acc.non_blocking)
+    assert.is_true(acc.use_seedable_sampler); assert.is_true(acc.use_stateful_dataloader)
+    assert.is_true(acc.should_save_model); assert.is_false(acc.multi_device)
+    assert.is_false(acc.is_fsdp2); assert.is_false(acc.is_composable_parallelism_enabled)
+    local pc = fp8.ProjectConfiguration { project_dir = "runs/x", automatic_checkpoint_naming = true }
+    acc = new_acc { project_config = pc }
+    -- Accelerate: accelerator.project_dir, and logging_dir defaulting to it
+    assert.are.equal("runs/x", acc.project_dir); assert.are.equal("runs/x", acc.logging_dir)
+  end)
+
   it("optimizer_step_was_skipped follows the fp16 GradScaler", function()
     local acc = new_acc { mixed_precision = "fp16" }
     local m = nn.Linear(4, 2)
