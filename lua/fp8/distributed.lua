@@ -1,8 +1,8 @@
 -- distributed.lua — the Accelerator's multi-process side (docs/distributed.md): joining the MPI job
 -- (InitProcessGroupKwargs), Accelerate's process utilities (print, wait_for_everyone, gather,
--- gather_for_metrics, gather_object, reduce, split_between_processes, main_process_first and the on_* and
--- trigger helpers) and the DataLoader sharding
--- of Accelerate's BatchSamplerShard (split_batches=false). A single process makes no MPI call.
+-- gather_for_metrics, gather_object, reduce, broadcast, broadcast_object_list, split_between_processes,
+-- main_process_first and the on_* and trigger helpers) and the DataLoader sharding of Accelerate's
+-- BatchSamplerShard (split_batches=false). A single process makes no MPI call.
 local D = require "fp8._dist"
 local core = require "fp8.core"
 
@@ -178,20 +178,31 @@ end
 -- another has left (a reduce of mismatched buffers would add unrelated elements or fail on one process only).
 -- The first line is the utility's name: one process in gather while another is in reduce or gather_object would
 -- otherwise pair their collectives wrongly (a hang until the timeout, or garbage).
-local function agree(self, fname, t, shapes)
+-- from: the process that broadcast and broadcast_object_list send from, which every process must name alike (nil
+-- for the others); a process index out of range is this process's refusal, raised on every process.
+local function agree(self, fname, t, shapes, from)
   local ok, mine = pcall(describe, fname, t, shapes)
+  local msg = not ok and tostring(mine) or nil
+  if from ~= nil and (math.type(from) ~= "integer" or from < 0 or from >= self.num_processes) then
+    msg = ("%s: from_process must be a process index in 0..%d, got %s"):format(fname, self.num_processes - 1,
+      require("fp8.opts").got(from))
+  end
   if self.num_processes == 1 then
-    if not ok then error(mine, 3) end
+    if msg then error(msg, 3) end
     return
   end
-  local msg = not ok and tostring(mine) or nil
   local lines = { "call " .. fname }
-  if ok then table.move(mine, 1, #mine, 2, lines) end
+  if from ~= nil then lines[2] = "from_process=" .. tostring(from) end
+  if ok then table.move(mine, 1, #mine, #lines + 1, lines) end
   local diff = M._rank0_difference(self.process_index, lines)
   local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
+  local r2, from_r, from_0 = (diff or ""):match("^rank (%d+) has from_process=(%S+) where rank 0 has from_process=(%S+)$")
   if r then
     msg = ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities in "
       .. "the same order"):format(fname, r, theirs, ours)
+  elseif r2 and not msg then
+    msg = ("%s: rank %s sends from process %s where rank 0 sends from %s: every process must name the same one")
+      :format(fname, r2, from_r, from_0)
   elseif not msg and diff then
     msg = ("%s: the tensors differ across processes: %s"):format(fname, diff)
   end
@@ -510,6 +521,58 @@ function U:gather_object(obj)
   return all
 end
 
+-- broadcast(t [, from_process=0]): Accelerate's utils.broadcast: every process's tensors (a tensor or a table of
+-- them) take from_process's values, in place (as torch.distributed.broadcast, outside autograd: a parameter may be
+-- one); returns t. Dtypes and shapes must agree across processes.
+function U:broadcast(t, from_process)
+  from_process = from_process == nil and 0 or from_process
+  agree(self, "broadcast", t, true, from_process)
+  if self.num_processes == 1 then return t end
+  local copy_ = require("fp8._optim").copy_
+  map_tensors("broadcast", t, function(x)
+    local c, dev = on_cpu(x)
+    if c == x then c = x:clone() end   -- the collective writes c; x is written once, below, by copy_
+    D.broadcast(c, from_process)
+    copy_(x, dev and c:to(dev) or c)
+  end)
+  return t
+end
+
+-- broadcast_object_list(list [, from_process=0]): Accelerate's: list filled, in place, with from_process's items
+-- (plain Lua values, as gather_object's); returns it. torch's receivers pass [None] * n; a Lua list cannot hold nil,
+-- so a receiver's list may have any length: it is given the sender's length (items past it are removed).
+function U:broadcast_object_list(list, from_process)
+  if type(list) ~= "table" or getmetatable(list) ~= nil then
+    error(("broadcast_object_list: expected a list of plain values, got %s"):format(type(list) == "table" and
+      "a table with a metatable" or type(list)), 2)
+  end
+  from_process = from_process == nil and 0 or from_process
+  agree(self, "broadcast_object_list", {}, false, from_process)
+  local why = self.process_index == from_process and not_a_list(list) or nil
+  if self.num_processes == 1 then
+    if why then error("broadcast_object_list: expected a list, got " .. why, 2) end
+    return list
+  end
+  local mine = ""
+  if self.process_index == from_process then
+    local out, ok, err = { "return " }, true, nil
+    if why then ok, err = false, "broadcast_object_list: expected a list, got " .. why
+    else ok, err = pcall(serialize, list, "broadcast_object_list", {}, out) end
+    mine = ok and table.concat(out) or ("error " .. tostring(err))
+  end
+  local text = D.broadcast_string(mine, from_process)
+  if text:sub(1, 6) == "error " then error(("rank %d: %s"):format(from_process, text:sub(7)), 2) end
+  if self.process_index == from_process then return list end
+  local f, lerr = load(text, "=broadcast_object_list", "t", { math = { huge = math.huge } })
+  if not f then   -- (the same on every receiver; the sender returned already)
+    error(("rank %d: broadcast_object_list: its list cannot be read back: %s"):format(from_process, tostring(lerr)), 2)
+  end
+  local items = f()
+  for k in pairs(list) do list[k] = nil end
+  table.move(items, 1, #items, 1, list)
+  return list
+end
+
 function M.install(Accelerator)
   for k, f in pairs(U) do Accelerator[k] = f end
 end
@@ -669,6 +732,12 @@ if okh and help.add then
     "t padded with pad_index along dim to the largest size any process has there (then gather can follow).")
   add("acc:gather_object", "acc:gather_object(list) -> list",
     "Every process's list of plain Lua values (no tensors: use gather), concatenated in rank order.")
+  add("acc:broadcast", "acc:broadcast(t [, from_process=0]) -> t",
+    "Accelerate's utils.broadcast: every process's tensors (a tensor or a table of them) take from_process's values,\n"
+    .. "in place (a parameter too, outside autograd); dtypes and shapes must agree.")
+  add("acc:broadcast_object_list", "acc:broadcast_object_list(list [, from_process=0]) -> list",
+    "Accelerate's: list filled in place with from_process's plain Lua values and cut to its length (a Lua list\n"
+    .. "holds no nil placeholders, so a receiver may pass {}).")
   add("acc:on_main_process", "acc:on_main_process(fn) | on_local_main_process(fn) | on_last_process(fn) | "
     .. "on_process(fn, i) | on_local_process(fn, i)",
     "Accelerate's decorators: a function that runs fn (returning its results) on that process only.")

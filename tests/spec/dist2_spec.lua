@@ -61,4 +61,23 @@ describe("fp8._dist collectives (2 processes)", function()
       end
     end
   end)
+
+  it("acc:broadcast fills tensors in place from one process; broadcast_object_list fills a list", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/broadcast.lua")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      for _, want in ipairs {
+        "tensors=bf16 10.0 2.0,3.0 true\n", "objects=3 x 1 3.5\n",
+        "shape=broadcast: the tensors differ across processes: rank 1 has fp32[3] where rank 0 has fp32[2]\n",
+        "from=broadcast: rank 1 sends from process 1 where rank 0 sends from 0: every process must name the same one\n",
+        "range=broadcast_object_list: from_process must be a process index in 0..1, got 7\n",
+        "hole=rank 0: broadcast_object_list: expected a list, got a list with a hole at 1",
+        "after=0.0,1.0\n",
+      } do
+        assert.truthy(out:find(("rank%d %s"):format(r, want), 1, true), out)
+      end
+    end
+  end)
 end)
+

@@ -1,0 +1,23 @@
+-- broadcast.lua — acc:broadcast and acc:broadcast_object_list under 2 processes (tests/spec/dist2_spec.lua).
+local acc = fp8.Accelerator { cpu = true, kwargs_handlers = { fp8.InitProcessGroupKwargs { timeout = 20 } } }
+local r = acc.process_index
+local function say(what, ...) print(("rank%d %s=%s"):format(r, what, table.concat({ ... }, " "))) end
+local function try(what, f, ...)
+  local ok, e = pcall(f, acc, ...)
+  say(what, ok and "ok" or tostring(e))
+end
+-- tensors in place, a parameter among them, from process 1
+local w = fp8.tensor({ r + 1, r + 2 }):requires_grad(true)
+local t = { a = fp8.tensor({ 10 * r }, "bf16"), w = w }
+assert(acc:broadcast(t, 1) == t)
+say("tensors", t.a:dtype(), t.a:float():item(), table.concat(w:totable(), ","), tostring(w:requires_grad()))
+-- plain values from process 0; a receiver's list takes the sender's length
+local l = r == 0 and { "x", { k = 1 }, 3.5 } or { 9, 9, 9, 9 }
+assert(acc:broadcast_object_list(l) == l)
+say("objects", #l, l[1], l[2].k, l[3])
+try("shape", acc.broadcast, fp8.ones(2 + r))
+try("from", acc.broadcast, fp8.ones(2), r)
+try("range", acc.broadcast_object_list, { 1 }, r == 1 and 7 or 0)
+try("hole", acc.broadcast_object_list, r == 0 and { nil, 2 } or {})
+local g = acc:gather(fp8.tensor { r })   -- in step afterwards
+say("after", table.concat(g:totable(), ","))
