@@ -196,7 +196,8 @@ local function agree(self, fname, t, shapes, from)
   if ok then table.move(mine, 1, #mine, #lines + 1, lines) end
   local diff = M._rank0_difference(self.process_index, lines)
   local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
-  local r2, from_r, from_0 = (diff or ""):match("^rank (%d+) has from_process=(%S+) where rank 0 has from_process=(%S+)$")
+  local r2, from_r, from_0 = (diff or ""):match("^rank (%d+) has from_process=(%S+) where rank 0 has "
+    .. "from_process=(%S+)$")
   if r then
     msg = ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities in "
       .. "the same order"):format(fname, r, theirs, ours)
