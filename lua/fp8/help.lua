@@ -29,7 +29,8 @@ M.sections = sections
 
 -- Modules that load on first use add their entries then; help() loads them first so that the
 -- overview and lookups see everything.
-local LAZY = { "fp8.nn", "fp8.optim", "fp8.recipes", "fp8.accelerator", "fp8.plot", "fp8.hist" }
+local LAZY = { "fp8.nn", "fp8.optim", "fp8.recipes", "fp8.accelerator", "fp8.plot", "fp8.hist",
+  "fp8.executable_batch_size" }
 local function load_lazy()
   for _, m in ipairs(LAZY) do pcall(require, m) end
 end

@@ -138,6 +138,11 @@ local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipe
 function fp8.ProjectConfiguration(opts) return require("fp8.checkpointing").ProjectConfiguration(opts) end
 -- fp8.load_checkpoint_in_model(model, path [, {strict=}]) (Accelerate's utility): lua/fp8/model_files.lua
 function fp8.load_checkpoint_in_model(...) return require("fp8.model_files").load(...) end
+-- fp8.find_executable_batch_size(fn [, {starting_batch_size=, reduce_batch_size_fn=}]) (Accelerate's utility):
+-- lua/fp8/executable_batch_size.lua
+function fp8.find_executable_batch_size(...)
+  return require("fp8.executable_batch_size").find_executable_batch_size(...)
+end
 -- fp8.DataLoaderConfiguration{...} (Accelerator's dataloader_config=): lua/fp8/dataloader_config.lua
 function fp8.DataLoaderConfiguration(...) return require("fp8.dataloader_config").new(...) end
 local LAZY_RECIPES = { convert_model = "convert_model", has_fp8_layers = "has_fp8_layers",

@@ -681,6 +681,33 @@ describe("unwrap_model", function()
 end)
 
 describe("more of Accelerate's Accelerator", function()
+  it("find_executable_batch_size retries on out-of-memory errors at x 0.9, as Accelerate 1.15", function()
+    local tried = {}
+    local train = fp8.find_executable_batch_size(function(batch_size, tag)
+      tried[#tried + 1] = batch_size
+      if batch_size > 100 then local _ = fp8.zeros { 2 ^ 46 } end   -- 2^48 bytes: a real allocation failure
+      return batch_size, tag
+    end, { starting_batch_size = 128 })
+    assert.same({ 92, "x" }, { train("x") })
+    assert.same({ 128, 115, 103, 92 }, tried)   -- Accelerate: int(128 * 0.9) = 115, 103, 92
+    assert.same({ 92, "y" }, { train("y") })     -- the size found is kept
+    assert.are.equal(5, #tried)
+    U.fails_with("leave the batch size out of the call", train, 64, "x")
+    -- another error is raised as it is; a size that reaches 0 is an error; a custom reduction
+    U.fails_with("boom", fp8.find_executable_batch_size(function(_) error("boom") end))
+    U.fails_with("the function takes no parameters", fp8.find_executable_batch_size(function() end))
+    local oom = function(_) local _ = fp8.zeros { 2 ^ 46 } end
+    U.fails_with("no executable batch size found, reached zero",
+      fp8.find_executable_batch_size(oom, { starting_batch_size = 3 }))
+    local sizes = { 8, 2 }
+    local halve = fp8.find_executable_batch_size(function(b) if b > 2 then oom() end return b end,
+      { starting_batch_size = 16, reduce_batch_size_fn = function() return table.remove(sizes, 1) end })
+    assert.are.equal(2, halve())
+    U.fails_with("starting_batch_size must be an integer >= 1, got 0", fp8.find_executable_batch_size, oom,
+      { starting_batch_size = 0 })
+    U.fails_with("unknown option 'batch_size'", fp8.find_executable_batch_size, oom, { batch_size = 4 })
+  end)
+
   it("has Accelerate's read-only properties as fields, with its values for this run", function()
     local acc = new_acc {}
     assert.is_nil(acc.project_dir); assert.is_nil(acc.logging_dir)
