@@ -143,7 +143,12 @@ static fl_status softmax_any(fl_tensor **out, const fl_tensor *x, int log) {
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &x);
-        if (st == FL_OK && n) { st = fl_node_save_detached(n, 0, *out); n->iargs[0] = log; }
+        if (st == FL_OK && n) {   /* the backward reads the output only: the node keeps the input's shape alone */
+            n->iargs[0] = log;
+            st = fl_node_save_detached(n, 0, *out);
+            if (st == FL_OK) st = fl_node_input_stub(n, 0);
+            if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+        }
     }
     fl_tensor_release(xc);
     return st;

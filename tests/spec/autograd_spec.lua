@@ -452,6 +452,19 @@ describe("fp8.core._nn", function()
     assert.same({ 0, 1, 1 }, xb.grad:float():totable())
   end)
 
+  it("softmax, log_softmax and relu keep only their outputs: their inputs go when nothing else holds them", function()
+    local R = require "fp8._memory"
+    local F = fp8.nn.F
+    local x = fp8.randn(256, 1024):requires_grad(true)
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local before = live()
+    local y, y2, r = F.softmax(x * 1), F.log_softmax(x * 1), F.relu(x * 1)
+    -- the three outputs (the graph's saved tensors are they); the softmaxes' inputs x * 1 were kept too (5)
+    assert.are.equal(3, (live() - before) / (256 * 1024 * 4))
+    ;(y:sum() + y2:sum() + r:sum()):backward()
+    assert.are.same({ 256, 1024 }, x.grad:shape())
+  end)
+
   it("a write to an operand only another input's gradient reads is refused only when that input takes one", function()
     -- torch keeps a product's operand (a quotient's dividend, a matmul's, a linear's) only for the other one's
     -- gradient, and where's values not at all: writing r, the one that takes the gradient, passes there
