@@ -195,7 +195,10 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
     n->dargs[0] = s;
     if ((op == FL_OP_DIV && scalar_first) || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || (op == FL_OP_POW && !scalar_first))
         fl_node_save(n, 0, a);
-    else if (op == FL_OP_POW) FL_TRY(fl_node_save_detached(n, 0, *out));
+    else {
+        if (op == FL_OP_POW) FL_TRY(fl_node_save_detached(n, 0, *out));
+        FL_TRY(fl_node_input_stub(n, 0));   /* no value of a is read: its storage goes when nothing else holds it */
+    }
     return FL_OK;
 }
 
@@ -253,9 +256,13 @@ fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     fl_node *n;
     FL_TRY(fl_autograd_record(out, &n, unary_names[op], unary_bwd, 1, &a));
     n->iargs[0] = op;
-    if (op == FL_OP_ABS || op == FL_OP_LOG) fl_node_save(n, 0, a);
-    else if (op == FL_OP_EXP || op == FL_OP_SQRT || op == FL_OP_TANH || op == FL_OP_SIGMOID)
-        FL_TRY(fl_node_save_detached(n, 0, *out));
+    if (op == FL_OP_ABS || op == FL_OP_LOG) {
+        fl_node_save(n, 0, a);
+    } else {
+        if (op == FL_OP_EXP || op == FL_OP_SQRT || op == FL_OP_TANH || op == FL_OP_SIGMOID)
+            FL_TRY(fl_node_save_detached(n, 0, *out));
+        FL_TRY(fl_node_input_stub(n, 0));   /* the output or nothing is read: the input's storage may go */
+    }
     return FL_OK;
 }
 

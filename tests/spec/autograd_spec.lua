@@ -465,6 +465,21 @@ describe("fp8.core._nn", function()
     assert.are.same({ 256, 1024 }, x.grad:shape())
   end)
 
+  it("ops whose backward reads no value of their input (x * 2, x + 1, exp, tanh, ...) do not keep it", function()
+    local R = require "fp8._memory"
+    local x = fp8.randn(256, 1024):requires_grad(true)
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local before = live()
+    local y = ((x * 1):exp() * 2 + 1):tanh()
+    -- exp's and tanh's outputs, which their backwards read; x * 1, exp(..) * 2 and the + 1 were kept too (5)
+    assert.are.equal(2, (live() - before) / (256 * 1024 * 4))
+    y:sum():backward()
+    local xs = x:detach()
+    local e = xs:exp()
+    local want = ((e * 2 + 1):tanh():square() * -1 + 1) * e * 2   -- torch's chain rule, by hand
+    assert.is_true(((x.grad - want):abs():max():item()) < 1e-5)
+  end)
+
   it("a write to an operand only another input's gradient reads is refused only when that input takes one", function()
     -- torch keeps a product's operand (a quotient's dividend, a matmul's, a linear's) only for the other one's
     -- gradient, and where's values not at all: writing r, the one that takes the gradient, passes there
