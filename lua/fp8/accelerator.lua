@@ -347,8 +347,42 @@ function Accelerator:_prepare_model(model)
   return self:_wrap_autocast(model)
 end
 
+-- v with every bf16/fp16 tensor in it made fp32 (differentiably), through plain tables (no metatable) at any
+-- depth: Accelerate's convert_outputs_to_fp32. A table is copied only where something in it changed; seen
+-- maps a table met before to its result (a cycle, or one table in two places).
+local LOW = { bf16 = true, fp16 = true }
+local function to_fp32(v, seen)
+  if core.is_tensor(v) then return LOW[v:dtype()] and v:to("fp32") or v end
+  if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
+  if seen[v] then return seen[v] end
+  seen[v] = v
+  local copy
+  for k, x in pairs(v) do
+    local y = to_fp32(x, seen)
+    if y ~= x then
+      if not copy then
+        copy = {}
+        for k2, x2 in pairs(v) do copy[k2] = x2 end
+        seen[v] = copy
+      end
+      copy[k] = y
+    end
+  end
+  return copy or v
+end
+
+local function outputs_to_fp32(...)
+  local n = select("#", ...)
+  if n == 1 then return (to_fp32(..., {})) end   -- the common case, without a table of results
+  local res, seen = table.pack(...), {}
+  for i = 1, n do res[i] = to_fp32(res[i], seen) end
+  return table.unpack(res, 1, n)
+end
+
 -- The model's forward runs under this accelerator's autocast (bf16 for the non-FP8 ops under fp8),
--- restored afterwards: autocast is a property of the prepared model, not of the whole program.
+-- restored afterwards: autocast is a property of the prepared model, not of the whole program. Its bf16/fp16
+-- outputs come back as fp32, as Accelerate's prepared forward converts them (convert_outputs_to_fp32), with
+-- AutocastKwargs{enabled=false} too; under "no" the forward is left as it is, as Accelerate leaves it.
 function Accelerator:_wrap_autocast(model)
   local mode = ({ no = "no", bf16 = "bf16", fp16 = "fp16", fp8 = "bf16" })[self.mixed_precision]
   if mode == "no" or rawget(model, "_acc_unwrapped_forward") then return model end
@@ -358,7 +392,7 @@ function Accelerator:_wrap_autocast(model)
   if (self.settings.autocast or {}).enabled == false then mode = "no" end
   local fwd = model.forward
   rawset(model, "_acc_unwrapped_forward", fwd)
-  rawset(model, "forward", function(m, ...) return amp.autocast(mode, fwd, m, ...) end)
+  rawset(model, "forward", function(m, ...) return outputs_to_fp32(amp.autocast(mode, fwd, m, ...)) end)
   return model
 end
 

@@ -355,6 +355,29 @@ describe("AutocastKwargs", function()
     assert.equal("fp16", plain.seen)   -- mixed_precision="no": Accelerate does not wrap the forward at all
   end)
 
+  it("a prepared model's bf16/fp16 outputs come back fp32, in tables too (convert_outputs_to_fp32)", function()
+    local Low = nn.Module.class("LowOutputs")
+    function Low:__init() self.lin = nn.Linear(4, 4) end
+    function Low:forward(x)
+      local y = self.lin(x)
+      return y:to("bf16"), { a = y:to("fp16"), b = { y:to("bf16"), 3 } }, y:detach():quantize("e4m3")
+    end
+    for _, mp in ipairs { "bf16", "fp16" } do
+      for _, h in ipairs { {}, { fp8.AutocastKwargs { enabled = false } } } do
+        local x = fp8.randn { 2, 4 }
+        local m = new_acc { mixed_precision = mp, kwargs_handlers = h }:prepare(Low())
+        local y, t, q = m(x)
+        assert.same({ "fp32", "fp32", "fp32", 3, "e4m3" },
+          { y:dtype(), t.a:dtype(), t.b[1]:dtype(), t.b[2], q:dtype() })
+        y:sum():backward()   -- differentiable
+        assert.equal("fp32", m.lin.weight.grad:dtype())
+      end
+    end
+    -- mixed_precision="no": Accelerate leaves the forward as it is
+    local y = new_acc { mixed_precision = "no" }:prepare(Low())(fp8.randn { 2, 4 })
+    assert.equal("bf16", y:dtype())
+  end)
+
   it("acc:autocast(handler) uses that handler for the block, as Accelerate's autocast(autocast_handler)", function()
     local acc = new_acc { mixed_precision = "bf16" }
     do
