@@ -10,11 +10,34 @@ local DTYPES = "fp32, bf16, fp16, e4m3, e5m2"
 describe("format functions reject bad arguments", function()
   it("embedding and cross_entropy indices out of range name the caller's line, not functional.lua's", function()
     local F = fp8.nn.functional
-    local ok, err = pcall(function() return F.embedding(fp8.tensor { 9 }, fp8.randn { 4, 2 }) end)
+    -- called as a statement, not a tail call: the line is the call's own (it named none, or the pcall's)
+    local ok, err = pcall(function() local y = F.embedding(fp8.tensor { 9 }, fp8.randn { 4, 2 }); return y end)
     assert.is_false(ok)
-    assert.truthy(err:find("^tests/spec/errors_spec%.lua:%d+: embedding: index 9 at position 0 is out of range"), err)
-    ok, err = pcall(function() return F.cross_entropy(fp8.randn { 2, 3 }, fp8.tensor { 0, 7 }) end)
-    assert.truthy(err:find("^tests/spec/errors_spec%.lua:%d+: cross_entropy: target 7 at row 1 is out of range"), err)
+    assert.truthy(err:find("^tests/spec/errors_spec%.lua:14: embedding: index 9 at position 0 is out of range"), err)
+    ok, err = pcall(function() local y = F.cross_entropy(fp8.randn { 2, 3 }, fp8.tensor { 0, 7 }); return y end)
+    assert.truthy(err:find("^tests/spec/errors_spec%.lua:17: cross_entropy: target 7 at row 1 is out of range"), err)
+    -- every F op's refusal made in C: the caller's line, not functional.lua's
+    local e4 = fp8.randn { 2, 4 }:quantize("e4m3")
+    local q = fp8.randn { 1, 1, 2, 2 }
+    for _, c in ipairs {
+      { function() local y = F.layer_norm(fp8.randn { 2, 3 }, nil, nil, -1); return y end, "layer_norm: eps must be" },
+      { function() local y = F.layer_norm(fp8.tensor(1.0), nil, nil); return y end, "layer_norm: input is 0-d" },
+      { function() local y = F.gelu(e4); return y end, "gelu: input is an e4m3 tensor" },
+      { function() local y = F.relu(e4); return y end, "relu: input is an e4m3 tensor" },
+      { function() local y = F.softmax(e4, 1); return y end, "softmax: input is an e4m3 tensor" },
+      { function() local y = F.log_softmax(e4, 1); return y end, "log_softmax: input is an e4m3 tensor" },
+      { function() local y = F.mse_loss(e4, fp8.randn { 2, 4 }); return y end, "mse_loss: input is an e4m3 tensor" },
+      { function() local y = F.dropout(e4, 0.5); return y end, "dropout: input is an e4m3 tensor" },
+      { function() local y = F.linear(e4, fp8.randn { 3, 4 }); return y end, "linear: input is e4m3" },
+      { function() local y = F.scaled_dot_product_attention(q, q, q, { scale = 0 }); return y end,
+        "scaled_dot_product_attention: scale must be a positive finite number" },
+      { function() local y = F.qkv_attention(fp8.randn { 1, 2, 6 }, 1, { is_causal = 1 }); return y end,
+        "qkv_attention: is_causal must be a boolean" },
+    } do
+      ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(err:find("^tests/spec/errors_spec%.lua:%d+: " .. c[2]:gsub("%p", "%%%0")), err)
+    end
     ok, err = pcall(fp8.nn.Embedding(4, 2), fp8.tensor { 5 })
     assert.are.equal("Embedding forward: embedding: index 5 at position 0 is out of range [0, 4) (vocab size 4)", err)
   end)

@@ -41,6 +41,21 @@ local function check_opts(fname, opts, valid)
   return o
 end
 
+-- The results of pcall(core op): its values, or its error raised at the caller of the F function that called it
+-- (level 3), without the position inside this file the core's message carried (an index out of range is the
+-- caller's, not functional.lua's; none when that caller is fp8lab's own code). A non-string error passes as it is.
+-- Call it as `return (at_caller(pcall(...)))`: the parentheses keep it from being a tail call, which would take the
+-- F function's frame off the stack, so that level 3 named the caller's caller (or nothing at all).
+local function at_caller(ok, ...)
+  if ok then return ... end
+  local err = ...
+  if type(err) ~= "string" then error(err, 0) end
+  err = err:gsub("^[^:\n]*functional%.lua:%d+: ", "")
+  -- called from fp8lab's own code (a layer's forward): no position (the layer's name comes before the message)
+  local src = (debug.getinfo(3, "S") or {}).source or ""
+  error(err, src ~= "=[C]" and require("fp8.errfmt").is_own_source(src) and 0 or 3)
+end
+
 -- linear(x[..., in], w[out, in] [, b[out]]) → x·wᵀ + b
 function F.linear(x, w, b, ...)
   no_more("linear", "(input, weight [, bias])", ...)
@@ -55,12 +70,12 @@ function F.linear(x, w, b, ...)
       error(("linear: bias must be [%d], got %s"):format(w:size(1), shape_str(b)), 2)
     end
   end
-  return core().linear(x, w, b)
+  return (at_caller(pcall(core().linear, x, w, b)))
 end
 
 function F.relu(x, ...)
   no_more("relu", "(input) (no inplace)", ...)
-  check_tensor("relu", "input", x); return core().relu(x)
+  check_tensor("relu", "input", x); return (at_caller(pcall(core().relu, x)))
 end
 
 -- gelu(x [, approximate "none"|"tanh"]) (also {approximate=...})
@@ -72,20 +87,7 @@ function F.gelu(x, approximate, ...)
   if approximate ~= "none" and approximate ~= "tanh" then
     error(("gelu: approximate must be \"none\" or \"tanh\", got %s"):format(tostring(approximate)), 2)
   end
-  return core().gelu(x, approximate)
-end
-
--- The results of pcall(core op): its values, or its error raised at the caller of the F function that called it
--- (level 3), without the position inside this file the core's message carried (an index out of range is the
--- caller's, not functional.lua's; none when that caller is fp8lab's own code). A non-string error passes as it is.
-local function at_caller(ok, ...)
-  if ok then return ... end
-  local err = ...
-  if type(err) ~= "string" then error(err, 0) end
-  err = err:gsub("^[^:\n]*functional%.lua:%d+: ", "")
-  -- called from fp8lab's own code (a layer's forward): no position (the layer's name comes before the message)
-  local src = (debug.getinfo(3, "S") or {}).source or ""
-  error(err, src ~= "=[C]" and require("fp8.errfmt").is_own_source(src) and 0 or 3)
+  return (at_caller(pcall(core().gelu, x, approximate)))
 end
 
 local function check_dim(fname, x, dim)
@@ -99,15 +101,15 @@ end
 function F.softmax(x, dim, ...)
   no_more("softmax", "(input [, dim]) (no dtype)", ...)
   check_tensor("softmax", "input", x); dim = dim or -1; check_dim("softmax", x, dim)
-  if x:dim() == 0 then return core().softmax(x:reshape{1}, 1):reshape{} end
-  return core().softmax(x, dim)
+  if x:dim() == 0 then return (at_caller(pcall(core().softmax, x:reshape{1}, 1))):reshape{} end
+  return (at_caller(pcall(core().softmax, x, dim)))
 end
 
 function F.log_softmax(x, dim, ...)
   no_more("log_softmax", "(input [, dim]) (no dtype)", ...)
   check_tensor("log_softmax", "input", x); dim = dim or -1; check_dim("log_softmax", x, dim)
-  if x:dim() == 0 then return core().log_softmax(x:reshape{1}, 1):reshape{} end
-  return core().log_softmax(x, dim)
+  if x:dim() == 0 then return (at_caller(pcall(core().log_softmax, x:reshape{1}, 1))):reshape{} end
+  return (at_caller(pcall(core().log_softmax, x, dim)))
 end
 
 -- The losses of reduction "none" (per row) and "sum": −(1 − ε)·log_softmax(x)[i, t] − (ε/C)·Σ_j log_softmax(x)[i, j]
@@ -183,7 +185,7 @@ function F.cross_entropy(logits, targets, opts, ...)
       o = {}
       for k, v in pairs(opts) do if k ~= "reduction" then o[k] = v end end
     end
-    return at_caller(pcall(core().cross_entropy, logits, targets, o))
+    return (at_caller(pcall(core().cross_entropy, logits, targets, o)))
   end
   local ii = opts.ignore_index or -100
   if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
@@ -202,7 +204,7 @@ function F.mse_loss(a, b, opts, ...)
     error(("mse_loss: input %s and target %s must have the same shape"):format(shape_str(a), shape_str(b)), 2)
   end
   local red = opts.reduction or "mean"
-  if red == "mean" then return core().mse_loss(a, b) end
+  if red == "mean" then return (at_caller(pcall(core().mse_loss, a, b))) end
   if red ~= "sum" and red ~= "none" then
     error(("mse_loss: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(tostring(red)), 2)
   end
@@ -215,6 +217,7 @@ end
 function F.layer_norm(x, w, b, eps, ...)
   no_more("layer_norm", "(input, weight, bias [, eps])", ...)
   check_tensor("layer_norm", "input", x)
+  if x:dim() == 0 then error("layer_norm: input is 0-d; it normalizes over the last dimension, so needs one", 2) end
   local c = x:size(-1)
   for what, t in pairs { weight = w, bias = b } do
     check_tensor("layer_norm", what, t)
@@ -222,7 +225,7 @@ function F.layer_norm(x, w, b, eps, ...)
       error(("layer_norm: %s must be [%d] to match input %s, got %s"):format(what, c, shape_str(x), shape_str(t)), 2)
     end
   end
-  return core().layer_norm(x, w, b, eps or 1e-5)
+  return (at_caller(pcall(core().layer_norm, x, w, b, eps or 1e-5)))
 end
 
 -- embedding(idx (token ids as numbers, 0-based), weight[V, D]) → [idx..., D]
@@ -230,7 +233,7 @@ function F.embedding(idx, weight, ...)
   no_more("embedding", "(indices, weight) (no padding_idx, max_norm)", ...)
   check_tensor("embedding", "indices", idx); check_tensor("embedding", "weight", weight)
   if weight:dim() ~= 2 then error(("embedding: weight must be [num_embeddings, dim], got %s"):format(shape_str(weight)), 2) end
-  return at_caller(pcall(core().embedding, idx, weight))
+  return (at_caller(pcall(core().embedding, idx, weight)))
 end
 
 function F.dropout(x, p, training, ...)
@@ -243,7 +246,7 @@ function F.dropout(x, p, training, ...)
   if training == nil then training = true end
   if type(training) ~= "boolean" then error(("dropout: training must be a boolean, got %s"):format(type(training)), 2) end
   if not training or p == 0 then return x end
-  return core().dropout(x, p, training)
+  return (at_caller(pcall(core().dropout, x, p, training)))
 end
 
 -- scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=true}])
@@ -257,7 +260,7 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
     error(("scaled_dot_product_attention: q, k, v must all be [B, H, T, D], got %s, %s, %s"):format(
       shape_str(q), shape_str(k), shape_str(v)), 2)
   end
-  return core().scaled_dot_product_attention(q, k, v, opts)
+  return (at_caller(pcall(core().scaled_dot_product_attention, q, k, v, opts)))
 end
 
 -- qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=, scale=}]) → [B, T, C]: the attention of the packed
@@ -274,7 +277,7 @@ function F.qkv_attention(qkv, n_head, opts, ...)
     error(("qkv_attention: expected qkv [B, T, 3·C] with C divisible by n_head=%d, got %s"):format(n_head,
       shape_str(qkv)), 2)
   end
-  return core().qkv_attention(qkv, n_head, opts)
+  return (at_caller(pcall(core().qkv_attention, qkv, n_head, opts)))
 end
 
 -- Anything else the C table offers is reachable too (F.xyz → C.xyz).
