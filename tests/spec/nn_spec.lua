@@ -652,6 +652,21 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     y2:sum():backward()
     assert.are.same({ { 0, 0, 0, 0 }, { 0, 0, 0, 0 } }, x2.grad:totable())
   end)
+
+  it("F.layer_norm takes torch's (input, normalized_shape, weight, bias, eps) too: the last dimension", function()
+    -- it said "layer_norm: weight must be a tensor, got table" for torch's F.layer_norm(x, (8,), w, b)
+    local x, w, b = fp8.randn(2, 3, 8), fp8.randn(8), fp8.randn(8)
+    local want = nn.F.layer_norm(x, w, b, 0.1):totable()
+    assert.are.same(want, nn.F.layer_norm(x, { 8 }, w, b, 0.1):totable())
+    assert.are.same(want, nn.F.layer_norm(x, 8, w, b, 0.1):totable())
+    assert.are.same(nn.F.layer_norm(x, nil, nil):totable(), nn.F.layer_norm(x, { 8 }):totable())
+    U.fails_with("layer_norm: normalized_shape {7} must be the input's last dimension, 8 (input [2, 3, 8])",
+      nn.F.layer_norm, x, { 7 }, w, b)
+    U.fails_with("layer_norm: normalized_shape spans 2 dimensions; fp8lab normalizes over the last one only",
+      nn.F.layer_norm, x, { 3, 8 })
+    U.fails_with("layer_norm: takes (input, normalized_shape, weight, bias [, eps]); got 1 more argument",
+      nn.F.layer_norm, x, 8, w, b, 1e-5, 0)
+  end)
 end)
 
 describe("fp8.nn refuses what it would otherwise drop (torch's options it does not offer, extra arguments)", function()

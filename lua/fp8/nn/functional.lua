@@ -213,12 +213,32 @@ function F.mse_loss(a, b, opts, ...)
   return red == "none" and sq or sq:sum()
 end
 
--- layer_norm(x[..., C], w[C], b[C] [, eps=1e-5]) (w, b may be nil)
+-- layer_norm(x[..., C], w[C], b[C] [, eps=1e-5]) (w, b may be nil), or torch's
+-- layer_norm(x, normalized_shape, w, b [, eps]) with normalized_shape C or {C}: the last dimension, the only one
+-- normalized over
 function F.layer_norm(x, w, b, eps, ...)
-  no_more("layer_norm", "(input, weight, bias [, eps])", ...)
+  local shape
+  if type(w) == "number" or type(w) == "table" then   -- torch's normalized_shape (a tensor is a userdata)
+    shape, w, b, eps = w, b, eps, ...
+    no_more("layer_norm", "(input, normalized_shape, weight, bias [, eps])", select(2, ...))
+  else
+    no_more("layer_norm", "(input, weight, bias [, eps])", ...)
+  end
   check_tensor("layer_norm", "input", x)
   if x:dim() == 0 then error("layer_norm: input is 0-d; it normalizes over the last dimension, so needs one", 2) end
   local c = x:size(-1)
+  if shape ~= nil then
+    local n, s1 = 1, shape
+    if type(shape) == "table" then n, s1 = rawlen(shape), rawget(shape, 1) end
+    if n > 1 then
+      error(("layer_norm: normalized_shape spans %d dimensions; fp8lab normalizes over the last one only (reshape "
+        .. "the input so its last dimension holds them)"):format(n), 2)
+    end
+    if s1 ~= c then
+      error(("layer_norm: normalized_shape %s must be the input's last dimension, %d (input %s)"):format(
+        type(shape) == "table" and ("{" .. tostring(s1 or "") .. "}") or tostring(shape), c, shape_str(x)), 2)
+    end
+  end
   for what, t in pairs { weight = w, bias = b } do
     check_tensor("layer_norm", what, t)
     if t:dim() ~= 1 or t:size(1) ~= c then
