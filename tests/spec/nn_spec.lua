@@ -538,6 +538,11 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
       nn.functional.cross_entropy, x0, t0, { ignore_index = 1 })
     U.fails_with("cross_entropy: targets must be [2] (class ids) or [2, 3] (class probabilities) to match "
       .. "logits [2, 3], got [1, 2]", nn.functional.cross_entropy, x0, fp8.tensor { { 1, 2 } })
+    -- class ids that require grad: refused under every reduction (sum and none took them, the mean refused them)
+    for _, red in ipairs { "mean", "sum", "none" } do
+      U.fails_with("cross_entropy: target holds class indices and cannot require grad", nn.functional.cross_entropy,
+        x0, fp8.tensor { 0, 2 }:requires_grad(true), { reduction = red })
+    end
   end)
 
   it("clip_grad_norm_ returns the float64 total norm and scales grads to max_norm", function()

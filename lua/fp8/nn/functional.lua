@@ -187,6 +187,9 @@ function F.cross_entropy(logits, targets, opts, ...)
     end
     return (at_caller(pcall(core().cross_entropy, logits, targets, o)))
   end
+  if targets:requires_grad() then   -- as the mean's core op refuses it (torch's class ids are integers)
+    error("cross_entropy: target holds class indices and cannot require grad", 2)
+  end
   local ii = opts.ignore_index or -100
   if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
     error(("cross_entropy: ignore_index must be an integer, got %s"):format(O.got(ii)), 2)
