@@ -753,22 +753,21 @@ function Accelerator:free_memory(...)
 end
 Accelerator.clear = Accelerator.free_memory
 
--- accumulate(model [, model2, ...] [, fn, ...]): Accelerate's `with accelerator.accumulate(model):`. Each call is one
+-- accumulate([model, model2, ...] [, fn, ...]): Accelerate's `with accelerator.accumulate(model):`. Each call is one
 -- micro-step: sync_gradients becomes true on every gradient_accumulation_steps-th call and on the last
 -- batch of a prepared DataLoader, false otherwise. With fn: runs fn(...) and returns its results.
 -- Without: returns a handle to close (`local _ <close> = acc:accumulate(model)`); the state is set
 -- already, closing it only ends the block.
--- Several models, as Accelerate's accumulate(*models): acc:accumulate(gen, disc, function() ... end).
-function Accelerator:accumulate(model, ...)
-  if not Module.is_module(model) then
-    error(("accumulate: expected the prepared model as argument #1, got %s"):format(type(model)), 2)
-  end
+-- Several models, as Accelerate's accumulate(*models): acc:accumulate(gen, disc, function() ... end); or none, as
+-- Accelerate's accumulate() (the models only choose what no_sync covers there; here gradient communication reads
+-- sync_gradients): acc:accumulate(function() ... end).
+function Accelerator:accumulate(...)
   local args = table.pack(...)
   local k = 1
-  while k <= args.n and Module.is_module(args[k]) do k = k + 1 end   -- more models
+  while k <= args.n and Module.is_module(args[k]) do k = k + 1 end   -- the models
   local fn = args[k]
   if fn ~= nil and type(fn) ~= "function" then
-    error(("accumulate: argument #%d must be a model or a function (or nothing), got %s"):format(k + 1, type(fn)), 2)
+    error(("accumulate: argument #%d must be a model or a function (or nothing), got %s"):format(k, type(fn)), 2)
   end
   local gs = self.gradient_state
   if gs.sync_with_dataloader and gs.end_of_dataloader then
@@ -1080,7 +1079,8 @@ if okh and help.add then
     .. "project_config / project_dir (save_state), env and config (the\n"
     .. "environment and config table to resolve settings from instead of the real ones; config=false: no file).")
   pcall(require, "fp8.profiler")   -- its help entries (fp8.profiler.profile, prof:key_averages, ...)
-  add("acc:accumulate", "acc:accumulate(model [, model2, ...], function() ... end)  or  local _ <close> = acc:accumulate(model)",
+  add("acc:accumulate",
+    "acc:accumulate([model, ...,] function() ... end)  or  local _ <close> = acc:accumulate([model, ...])",
     "Gradient accumulation as in Accelerate: each call is a micro-step; acc.sync_gradients is true on every\n"
     .. "gradient_accumulation_steps-th call (and the last batch of a prepared DataLoader). The prepared\n"
     .. "optimizer's step/zero_grad and the prepared scheduler's step act only then; FP8 scales update once\n"

@@ -178,8 +178,28 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
       end
     end
     assert.same({ false, true, false, true }, seen)
-    U.fails_with("accumulate: expected the prepared model as argument #1, got number", function() acc:accumulate(42) end)
+    U.fails_with("accumulate: argument #1 must be a model or a function (or nothing), got number",
+      function() acc:accumulate(42) end)
     U.fails_with("accumulate: argument #2 must be a model or a function (or nothing), got number", function() acc:accumulate(model, 5) end)
+  end)
+
+  it("accumulate takes no model, as Accelerate's accumulate(): acc:accumulate(fn) and acc:accumulate()", function()
+    local model = nn.Sequential(nn.Linear(2, 1))
+    local opt = optim.SGD(model:parameters(), { lr = 0.5 })
+    local acc = new_acc { gradient_accumulation_steps = 2 }
+    model, opt = acc:prepare(model, opt)
+    local x, seen = fp8.ones(1, 2), {}
+    for i = 1, 4 do
+      local r = acc:accumulate(function(a)
+        acc:backward(model(x):sum()); opt:step(); opt:zero_grad()
+        return a
+      end, i)
+      seen[i] = { r, acc.sync_gradients }
+    end
+    assert.same({ { 1, false }, { 2, true }, { 3, false }, { 4, true } }, seen)
+    do local _ <close> = acc:accumulate(); assert.is_false(acc.sync_gradients) end
+    do local _ <close> = acc:accumulate(); assert.is_true(acc.sync_gradients) end
+    assert.equal(2, acc.step)
   end)
 
   it("the FP8 recipe updates its scales once per real step", function()
