@@ -137,7 +137,7 @@ add_all {
        .. "file has no cast's counters: qstats().unknown is true, and these (and q:amax()) raise." },
   { section = "REPL", name = "help", sig = "help([fn | \"name\"])",
     doc = "help() lists the sections; help(\"tensors\") one section; help(fp8.encode) or help(\"encode\") one entry;\n"
-       .. "an unknown name suggests the nearest ones.\n"
+       .. "help(fp8.optim) or help(\"optim\") a module's entries; an unknown name suggests the nearest ones.\n"
        .. "Modules add entries with require(\"fp8.help\").add{name=, sig=, doc=}." },
   { section = "REPL", name = "keys", sig = "REPL keys",
     doc = "Tab completes globals, fields after '.' and methods after ':'. Up/Down walk the history\n"
@@ -326,21 +326,46 @@ local function find(name)
   return e
 end
 
--- module_name(t) -> "optim", "nn.functional", ...: the name of a module table under fp8 (two levels deep), or nil.
-function M.module_name(t)
-  local root = rawget(_G, "fp8")
-  if type(root) ~= "table" then return nil end
+-- module_names(t) -> every name of a module table under fp8 (two levels deep), sorted: {"nn.F", "nn.functional"}.
+local function module_names(t)
+  local root, out = rawget(_G, "fp8"), {}
+  if type(root) ~= "table" then return out end
   for k, v in pairs(root) do
-    if v == t and type(k) == "string" then return k end
+    if v == t and type(k) == "string" then out[#out + 1] = k end
   end
   for k, v in pairs(root) do
     if type(k) == "string" and type(v) == "table" and getmetatable(v) == nil then
       for k2, v2 in pairs(v) do
-        if v2 == t and type(k2) == "string" then return k .. "." .. k2 end
+        if v2 == t and type(k2) == "string" then out[#out + 1] = k .. "." .. k2 end
       end
     end
   end
-  return nil
+  table.sort(out)
+  return out
+end
+
+-- module_name(t) -> "optim", "nn.functional", ...: the name of a module table under fp8 (two levels deep), or nil;
+-- of several names (fp8.nn.F is fp8.nn.functional) one that has an entry.
+function M.module_name(t)
+  local names = module_names(t)
+  for _, n in ipairs(names) do if by_name[n] then return n end end
+  return names[1]
+end
+
+-- module_by_name("nn") / ("fp8.optim") -> the module table under fp8 of that name (fp8 itself for "fp8"), or nil.
+local function module_by_name(s)
+  local root = rawget(_G, "fp8")
+  if type(root) ~= "table" then return nil end
+  if s == "fp8" then return root end
+  local path = s:gsub("^fp8%.", "")
+  if not (path:match("^[%a_][%w_]*$") or path:match("^[%a_][%w_]*%.[%a_][%w_]*$")) then return nil end
+  local v = root
+  for part in path:gmatch("[^%.]+") do   -- fp8's own __index loads a lazy module (fp8.nn); nothing else runs
+    local ok, r = pcall(function() return type(v) == "table" and v[part] or nil end)
+    if not ok then return nil end
+    v = r
+  end
+  return type(v) == "table" and v or nil
 end
 
 function M.lookup(x)
@@ -458,8 +483,12 @@ function M.text(x)
   if e and sec then return entry_text(e) .. "\n\n" .. section_text(sec) end
   if e then return entry_text(e) end
   if sec then return section_text(sec) end
-  -- a module table (fp8.optim, fp8.profiler, fp8.nn.functional): the entries under its name
-  local mod = type(x) == "table" and rawget(_G, "fp8") and M.module_name(x)
+  -- a module table (fp8.optim, fp8.profiler, fp8.nn.functional), or its name ("optim", "fp8.nn"): its entry, or the
+  -- entries under its name; fp8 itself: the overview
+  local modt = type(x) == "table" and x or type(x) == "string" and module_by_name(x) or nil
+  if modt ~= nil and rawequal(modt, rawget(_G, "fp8")) then return M.text() end
+  local mod = modt and M.module_name(modt)
+  if mod and by_name[mod] then return entry_text(by_name[mod]) end
   if mod then
     local names = {}
     for _, en in ipairs(M.entries) do

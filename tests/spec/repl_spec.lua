@@ -187,6 +187,22 @@ describe("help", function()
     assert.truthy(help.text("acc:prepar"):find("did you mean: acc:prepare", 1, true))
     assert.truthy(help.text("Tensor:reshap"):find("did you mean: Tensor:reshape", 1, true))
   end)
+  it("answers a module by its table or its name, and fp8 itself with the overview", function()
+    if not (type(fp8) == "table" and fp8.nn) then return pending("fp8 not available") end
+    -- help(fp8) and help("fp8") said "no help for table: 0x...", help("optim") or help("nn") suggested Tensor:ne,
+    -- and help(fp8.nn.functional) (also fp8.nn.F) said "no help for table" though the overview lists it
+    assert.are.equal(help.text(), help.text(fp8))
+    assert.are.equal(help.text(), help.text("fp8"))
+    for _, w in ipairs { "optim", "fp8.optim", "nn", "fp8.nn", "data" } do
+      local mod = w:gsub("^fp8%.", "")
+      assert.are.equal(help.text(fp8[mod]), help.text(w), w)
+      assert.truthy(help.text(w):find("^fp8%." .. mod .. ", a module:"), w)
+    end
+    local F = help.text("nn.functional")
+    assert.are.equal(F, help.text(fp8.nn.functional))
+    assert.are.equal(F, help.text(fp8.nn.F))
+    assert.truthy(help.text("nosuch.x"):find("^no help for 'nosuch.x'"))
+  end)
   it("can be extended by other modules", function()
     help.add { name = "spec_demo", sig = "fp8.spec_demo(n)", doc = "A demo entry.", section = "Other" }
     assert.truthy(help.text("spec_demo"):find("A demo entry.", 1, true))
