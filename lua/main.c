@@ -535,7 +535,12 @@ static char **fl_rl_complete(const char *text, int start, int end) {
 /* Reads one line without its newline; NULL at end of input. Result must be freed. */
 static char *read_line(const char *prompt) {
 #ifdef FL_HAVE_READLINE
-    if (interactive) return readline(prompt);
+    /* readline hears SIGWINCH only while it reads: a window resized during a computation left it wrapping and
+     * redrawing lines at the old width, so the size is read again before each line */
+    if (interactive) {
+        if (rl_instream) rl_reset_screen_size();   /* NULL before the first line: readline then reads it itself */
+        return readline(prompt);
+    }
 #endif
     char buf[FL_MAXINPUT];
     if (interactive) { fputs(prompt, stdout); fflush(stdout); }

@@ -287,13 +287,15 @@ describe("REPL session", function()
   local has_python = os.execute("python3 -c 'import pty' >/dev/null 2>&1")
   local pty_it = has_python and it or pending
   -- driver BIN MODE [HISTORY_FILE]: MODE readline or plain (what `fp8lab env` says), or history (three
-  -- lines into HISTORY_FILE)
+  -- lines into HISTORY_FILE), or resize (the window grows while a line runs)
   local driver = [==[
-import os, pty, sys, time, select
+import os, pty, sys, time, select, fcntl, termios, struct
 pid, fd = pty.fork()
 if pid == 0:
     os.environ["FP8LAB_HISTORY"] = sys.argv[3] if len(sys.argv) > 3 else os.devnull
+    if sys.argv[2] == "resize": os.environ["TERM"] = "xterm"   # cursor motions readline spells the same everywhere
     os.execv(sys.argv[1], [sys.argv[1]])
+if sys.argv[2] == "resize": fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
 buf = b""
 notices = 0
 def expect(s, t=10):
@@ -314,6 +316,20 @@ if sys.argv[2] == "history":
     _, st = os.waitpid(pid, 0)
     print("exit", os.waitstatus_to_exitcode(st))
     if notices: print("notices", notices)
+    sys.exit(0)
+if sys.argv[2] == "resize":
+    # the window grows from 40 to 200 columns while a line runs (readline is not reading); a 100-column line fits
+    # it, so going to its start (Ctrl-A) moves no cursor up, as it did when readline kept wrapping at 40
+    os.write(fd, b"os.execute('stty cols 200 </dev/tty')\n"); expect("fp8> ")
+    os.write(fd, b"s = '" + b"x" * 100 + b"'"); expect("x" * 90); time.sleep(0.3)
+    os.write(fd, b"\x01"); time.sleep(0.3)
+    r, _, _ = select.select([fd], [], [], 1)
+    moved = os.read(fd, 4096) if r else b""
+    if b"\x1b[A" in moved: print("cursor up after Ctrl-A: %r" % moved)
+    os.write(fd, b"\x05\n"); expect("fp8> ")
+    os.write(fd, b"\x04")
+    _, st = os.waitpid(pid, 0)
+    print("exit", os.waitstatus_to_exitcode(st))
     sys.exit(0)
 os.write(fd, b"x = 0 while true do x = x + 1 end\n"); time.sleep(0.5); os.write(fd, b"\x03")
 expect("interrupted!"); expect("fp8> ")
@@ -354,6 +370,10 @@ print("exit", os.waitstatus_to_exitcode(st))
   end)
 
   local hist_it = (has_python and rl == "readline") and it or pending
+  hist_it("reads the window's size again after a line ran (a resize then left readline at the old width)", function()
+    assert.are.equal("exit 0\n", drive("resize"))
+  end)
+
   hist_it("keeps FP8LAB_HISTSIZE lines of history in the file (0: none read or written)", function()
     local h = os.tmpname()
     U.write(h, "old1\nold2\nold3\nold4\nold5\n")
