@@ -21,13 +21,24 @@ local function has_tostring(v)
   return type(mt) == "table" and rawget(mt, "__tostring") ~= nil
 end
 
--- Key order: array part first (done by the caller), then numbers, strings, other types.
+-- Key order: array part first (done by the caller), then numbers, strings, other types; keys of one other type by
+-- their text, made once per key (text[k]) under pcall: a key whose __tostring fails or gives no string sorts as "",
+-- where it made the printer itself fail.
 local type_rank = { number = 1, string = 2, boolean = 3 }
-local function key_less(a, b)
+local function key_text(k, text)
+  local s = text[k]
+  if s == nil then
+    local ok, r = pcall(tostring, k)
+    s = ok and type(r) == "string" and r or ""
+    text[k] = s
+  end
+  return s
+end
+local function key_less(a, b, text)
   local ta, tb = type(a), type(b)
   if ta ~= tb then return (type_rank[ta] or 9) < (type_rank[tb] or 9) end
   if ta == "number" or ta == "string" then return a < b end
-  return tostring(a) < tostring(b)
+  return key_text(a, text) < key_text(b, text)
 end
 
 local format
@@ -36,18 +47,20 @@ local format
 -- compared by their text: half a minute) to print its first 40.
 local function least_keys(keys, n)
   if n <= 0 then return {} end
+  local text = {}
+  local function less(a, b) return key_less(a, b, text) end
   if #keys <= 4 * n then
-    table.sort(keys, key_less)
+    table.sort(keys, less)
     for i = #keys, n + 1, -1 do keys[i] = nil end
     return keys
   end
   local best = {}
   for _, k in ipairs(keys) do
-    if #best < n or key_less(k, best[#best]) then
+    if #best < n or less(k, best[#best]) then
       local lo, hi = 1, #best + 1
       while lo < hi do
         local mid = (lo + hi) // 2
-        if key_less(k, best[mid]) then hi = mid else lo = mid + 1 end
+        if less(k, best[mid]) then hi = mid else lo = mid + 1 end
       end
       table.insert(best, lo, k)
       best[n + 1] = nil

@@ -137,6 +137,18 @@ describe("the printer and a failing __tostring", function()
     assert.are.equal("<__tostring failed: (error object is a table value)>", repl.format(v))
     assert.are.equal("{<__tostring failed: (error object is a table value)>}", repl.format({ v }))
   end)
+  it("prints a table whose keys' __tostring fails or gives no string (sorting the keys raised)", function()
+    local bad = setmetatable({}, { __tostring = function() error("nope") end })
+    local odd = setmetatable({}, { __tostring = function() return {} end })
+    local s = repl.format({ [bad] = 1, [{}] = 2 })
+    assert.truthy(s:find("[<__tostring failed: ", 1, true) and s:find("nope>] = 1", 1, true), s)
+    assert.truthy(s:find("[{}] = 2", 1, true), s)
+    s = repl.format({ [odd] = 1, [{}] = 2 })
+    assert.truthy(s:find("[<__tostring failed: '__tostring' must return a string>] = 1", 1, true), s)
+    local many = {}
+    for i = 1, 200 do many[setmetatable({}, { __tostring = i % 2 == 0 and function() error("e") end or nil })] = i end
+    assert.truthy(repl.format(many):find("... (160 more)", 1, true))
+  end)
 end)
 
 describe("help", function()
