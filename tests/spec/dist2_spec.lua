@@ -1,15 +1,10 @@
 -- dist2_spec.lua — collectives under `mpirun -np 2` compared with what torch.distributed / Accelerate give
 -- (docs/distributed.md); no fault injection here (dist_spec.lua has those). Pending without mpirun or an MPI build.
 local bin = FP8LAB_BIN or "build/fp8lab"
-local D = require "fp8._dist"
-local sys = require("fp8.config").sys
 local U = dofile("tests/spec/helpers/util.lua")
 local q = U.q
-local has_mpirun = os.execute("command -v mpirun >/dev/null 2>&1") == true
-local can = has_mpirun and D.info().mpi_built
-local why = not has_mpirun and "mpirun not installed (apt-get install openmpi-bin)"
-  or "fp8lab built without MPI (libopenmpi-dev; MPI=auto)"
-local root = sys.geteuid() == 0 and " --allow-run-as-root" or ""
+local MPI = dofile("tests/spec/helpers/mpi.lua")
+local can, why, root = MPI.can, MPI.why, MPI.root
 local asan = os.getenv("ASAN_OPTIONS")   -- as dist_spec: OpenMPI's own allocations are not leak-checked
 local mpi_env = asan and ("env ASAN_OPTIONS=" .. q(asan .. ":detect_leaks=0") .. " ") or ""
 
