@@ -146,14 +146,17 @@ local keywords = {
   "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
 }
 
--- Adds the identifier keys of t, then of its metatables' __index tables (inheritance chains).
-local function collect(obj, out, want_methods)
+-- Adds the identifier keys of t that start with prefix, then of its metatables' __index tables (inheritance chains).
+-- The prefix is tested first: a table of a million keys is walked once, not copied (Tab on big.k99 took 3 s).
+local function collect(obj, out, want_methods, prefix)
   local visited = {}
+  local n, b1 = #prefix, prefix:byte(1)
   local function add_keys(t)
     if type(t) ~= "table" or visited[t] then return end
     visited[t] = true
     for k, v in next, t do
-      if is_ident(k) and (not want_methods or type(v) == "function" or type(v) == "table") then
+      if type(k) == "string" and (n == 0 or (k:byte(1) == b1 and k:sub(1, n) == prefix)) and is_ident(k)
+        and (not want_methods or type(v) == "function" or type(v) == "table") then
         out[k] = true
       end
     end
@@ -227,7 +230,7 @@ function M.complete(line, env)
   if not head then
     part = word
     if part:match("^%d") then return {} end
-    collect(env, names, false)
+    collect(env, names, false, part)
     for _, k in ipairs(keywords) do names[k] = true end
   else
     -- only plain a.b.c chains are walked: evaluating calls could have side effects
@@ -238,7 +241,7 @@ function M.complete(line, env)
       obj = peek(obj, name)
       if obj == nil then return {} end
     end
-    collect(obj, names, sep == ":")
+    collect(obj, names, sep == ":", part)
   end
   local out = {}
   for k in pairs(names) do
