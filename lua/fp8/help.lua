@@ -465,10 +465,16 @@ function M.text(x)
     for _, sec in ipairs(section_list()) do
       local es = section_entries(sec)
       if #es > 0 then
-        local names = {}
-        for i = 1, math.min(4, #es) do names[i] = es[i].name end
-        out[#out + 1] = ("  %-14s %-22s %s%s"):format(section_key(sec), sec, table.concat(names, ", "),
-          #es > 4 and (", ... (%d)"):format(#es) or "")
+        -- as many names as fit an 80-column terminal with the count after them (at least one)
+        local head = ("  %-14s %-22s "):format(section_key(sec), sec)
+        local names, used = {}, #head
+        for i, e in ipairs(es) do
+          local more = i < #es and #(", ... (%d)"):format(#es) or 0
+          if i > 1 and used + 2 + #e.name + more > 80 then break end
+          used = used + (i > 1 and 2 or 0) + #e.name
+          names[i] = e.name
+        end
+        out[#out + 1] = head .. table.concat(names, ", ") .. (#names < #es and (", ... (%d)"):format(#es) or "")
       end
     end
     return table.concat(out, "\n")

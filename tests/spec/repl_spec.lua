@@ -189,6 +189,17 @@ describe("help", function()
     local multi = setmetatable({}, { __tostring = function() return "first line\nsecond line" end })
     assert.are.equal("no help for first line (help() lists the sections)", help.text(multi))
   end)
+  it("help()'s overview fits an 80-column terminal (its lines were up to 126 characters)", function()
+    local n = 0
+    for line in (help.text() .. "\n"):gmatch("(.-)\n") do
+      n = n + 1
+      -- or a section line with one name only (the first, too long for more) and the count
+      local one_name = line:match("^  %S+ +%S.- +[^, ]+, %.%.%. %(%d+%)$") ~= nil
+      assert.is_true(utf8.len(line) <= 80 or one_name, line)
+    end
+    assert.is_true(n > 5)
+  end)
+
   it("suggests no names for an empty word or a symbol (every two-letter name was 'near' them)", function()
     for _, w in ipairs { "", " ", "%", "()", "fp8." } do
       assert.are.equal(("no help for '%s' (help() lists the sections)"):format(w), help.text(w))
