@@ -483,7 +483,9 @@ function M.text(x)
   local sec
   if type(x) == "string" then
     for _, s in ipairs(section_list()) do
-      if section_key(s) == x:lower() or s:lower() == x:lower() then sec = s end
+      -- a section by its key or name, or (when no entry has the name) its one thing's ("Tensor": Tensors)
+      local k, xl = section_key(s), x:lower()
+      if k == xl or s:lower() == xl or (not e and k:sub(-1) == "s" and k:sub(1, -2) == xl) then sec = s end
     end
   end
   if e and sec then return entry_text(e) .. "\n\n" .. section_text(sec) end

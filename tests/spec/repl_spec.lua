@@ -189,7 +189,7 @@ describe("help", function()
     local multi = setmetatable({}, { __tostring = function() return "first line\nsecond line" end })
     assert.are.equal("no help for first line (help() lists the sections)", help.text(multi))
   end)
-  it("help()'s overview fits an 80-column terminal (its lines were up to 126 characters)", function()
+  it("help()'s overview fits 80 columns (its lines were up to 126 characters); help(\"Tensor\") is a section", function()
     local n = 0
     for line in (help.text() .. "\n"):gmatch("(.-)\n") do
       n = n + 1
@@ -198,6 +198,10 @@ describe("help", function()
       assert.is_true(utf8.len(line) <= 80 or one_name, line)
     end
     assert.is_true(n > 5)
+    -- a section's one thing names it ("Tensor" gave only suggestions), unless an entry has the name
+    assert.are.equal("Tensors:", help.text("Tensor"):match("^[^\n]*"))
+    assert.are.equal("Checkpoints:", help.text("checkpoint"):match("^[^\n]*"))
+    assert.is_nil(help.text("tensor"):find("Tensors:", 1, true))
   end)
 
   it("suggests no names for an empty word or a symbol (every two-letter name was 'near' them)", function()
