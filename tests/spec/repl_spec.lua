@@ -189,7 +189,7 @@ describe("help", function()
     local multi = setmetatable({}, { __tostring = function() return "first line\nsecond line" end })
     assert.are.equal("no help for first line (help() lists the sections)", help.text(multi))
   end)
-  it("help()'s overview fits 80 columns (its lines were up to 126 characters); help(\"Tensor\") is a section", function()
+  it("help()'s overview fits 80 columns (it was up to 126 wide); help(\"Tensor\") is a section", function()
     local n = 0
     for line in (help.text() .. "\n"):gmatch("(.-)\n") do
       n = n + 1
