@@ -457,6 +457,7 @@ function AccOptimizer:step(...)
       end
     end
   end
+  acc:_find_fp8_layers(2)
   local res
   local prof = acc._profiler   -- acc:profile(fn) is running: the step is a range, and ends a profiler step
   local ptok = prof and prof.push("Optimizer.step#" .. tostring(inner.name) .. ".step")
@@ -795,6 +796,32 @@ function Accelerator:backward(loss, opts)
   end
   -- plain loss:backward(opts) unless gradients are averaged across processes
   relay(pcall(ddp.backward, self, loss, opts))
+end
+
+-- The FP8 layers the prepared models hold now, which each step updates: a layer fp8.convert_model made after prepare
+-- (the model converted back and again, or a Linear the filter had kept) updates too, as TE updates every module that
+-- ran under its autocast (before, its scale stayed 1 and its history never rolled); one converted back is let go. A
+-- layer of another recipe is refused, as prepare refuses it (it would scale by its own recipe, not this one's).
+function Accelerator:_find_fp8_layers(level)
+  if self.mixed_precision ~= "fp8" then return end
+  local known, list, seen, mine = {}, {}, {}, nil
+  for _, nm in ipairs(self._fp8_layers) do known[nm[2]] = true end
+  for _, m in ipairs(self._models) do
+    for _, nm in ipairs(convert.fp8_layers(m)) do
+      local layer = nm[2]
+      if not seen[layer] then
+        seen[layer] = true
+        list[#list + 1] = nm
+        mine = mine or kwargs.repr(fp8_layer.layer_config(self.fp8_recipe))
+        if not known[layer] and kwargs.repr(fp8_layer.layer_config(layer.recipe)) ~= mine then
+          error(("optimizer:step: %s is an FP8Linear of the recipe %s, made after prepare, which scales differently "
+            .. "from this accelerator's %s; convert it with recipe=acc.fp8_recipe"):format(nm[1] == "" and "the model"
+            or ("'%s'"):format(nm[1]), kwargs.repr(layer.recipe), kwargs.repr(self.fp8_recipe)), level + 1)
+        end
+      end
+    end
+  end
+  self._fp8_layers = list
 end
 
 function Accelerator:_after_step()

@@ -252,6 +252,30 @@ describe("te recipe", function()
     assert.are.equal("e5m2", rows[3].format)   -- HYBRID: the output gradient is E5M2
   end)
 
+  it("a layer convert_model makes after prepare updates at each step too; one of another recipe is refused", function()
+    fp8.manual_seed(7)
+    local model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+    local acc = te_accelerator()
+    model, opt = acc:prepare(model, opt)
+    local x = fp8.randn { 8, 16 }
+    local function step() local y = model(x); acc:backward((y * y):mean()); opt:step(); opt:zero_grad() end
+    step()
+    fp8.convert_model(model, { to_fp8 = false })
+    fp8.convert_model(model, { recipe = acc.fp8_recipe })   -- new FP8 layers, fresh state
+    step(); step()
+    local st = model[1].fp8_meta:state().input
+    assert.are.equal(2, st.updates)          -- it stayed 0, the scale 1 and the amax in slot 0 for ever
+    assert.are.equal(R.scale_for(st.history[2], "e4m3", 0, false), st.scale)
+    fp8.convert_model(model, { to_fp8 = false })
+    fp8.convert_model(model, { recipe = fp8.TERecipeKwargs { amax_history_len = 4 } })
+    local y = model(x)
+    acc:backward((y * y):mean())
+    local ok, err = pcall(opt.step, opt)
+    assert.is_false(ok)
+    assert.matches("'0' is an FP8Linear of the recipe .* made after prepare", err)
+  end)
+
   it("eval output is the high-precision forward unless use_autocast_during_eval", function()
     for _, during_eval in ipairs { false, true } do
       local acc, model, opt = setup("fp8", fp8.TERecipeKwargs { use_autocast_during_eval = during_eval })
