@@ -1023,8 +1023,11 @@ function Accelerator:state()
     lines[#lines + 1] = ("FP8 layers (%d), after %d optimizer steps:"):format(#self._fp8_layers, self.step)
     for _, nm in ipairs(self._fp8_layers) do
       local st = nm[2].fp8_meta:state()
-      lines[#lines + 1] = ("  %-24s in scale=%-10.5g amax=%-9.4g  w scale=%-10.5g amax=%-9.4g  grad(%s) scale=%-10.5g amax=%.4g")
-        :format(nm[1], st.input.scale, st.input.amax, st.weight.scale, st.weight.amax, st.grad.format, st.grad.scale,
+      -- ao's rowwise recipes scale per row at each cast: a role's one scale stays 1 and means nothing (as fp8.stats)
+      local function scale(r) return st.granularity ~= "tensor" and "per row" or ("%.5g"):format(st[r].scale) end
+      lines[#lines + 1] = ("  %-24s in scale=%-10s amax=%-9.4g  w scale=%-10s amax=%-9.4g  grad(%s) scale=%-10s "
+        .. "amax=%.4g")
+        :format(nm[1], scale("input"), st.input.amax, scale("weight"), st.weight.amax, st.grad.format, scale("grad"),
           st.grad.amax)
     end
   end

@@ -712,6 +712,10 @@ describe("ao recipe", function()
       f:close()
       os.remove(path)
       if c[2] then assert.are.equal("", cell) else assert.is_number(tonumber(cell)) end
+      -- acc:state() too: it printed scale=1 for every rowwise role
+      local text = tostring(acc:state())
+      assert.are.equal(c[2] and 6 or 0, select(2, text:gsub("scale=per row", "")))
+      assert.are.equal(c[2] and 0 or 6, select(2, text:gsub("scale=%d", "")))
     end
   end)
 
