@@ -12,6 +12,23 @@ local state = require "fp8.fp8_state"
 
 local FP8Linear = Module.class("FP8Linear", Linear)
 
+-- A layer's recipe is fixed when it is made: its fp8_meta (scaling rules, history lengths) and fp8_state are built for
+-- it. `layer.recipe = r` was a plain field write that changed what the layer showed (its repr, has_ao_layers, the
+-- Accelerator's recipe checks) but not how it scaled; it is refused. (The field lives in _recipe, so that a write to
+-- `recipe` reaches __newindex.)
+local index, newindex = FP8Linear.__index, FP8Linear.__newindex
+FP8Linear.__index = function(self, k)
+  if k == "recipe" then return rawget(self, "_recipe") end
+  return index(self, k)
+end
+FP8Linear.__newindex = function(self, k, v)
+  if k == "recipe" then
+    error("FP8Linear: a layer's recipe is fixed when it is made (its scaling state is built for it); convert the model "
+      .. "back (fp8.convert_model(model, {to_fp8=false})) and again with the new recipe", 2)
+  end
+  return newindex(self, k, v)
+end
+
 -- The recipe r names: a resolved recipe table (acc.fp8_recipe, {backend="te", ...}: its fields are checked by the
 -- settings table in layer_config), or a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs,
 -- MSAMPRecipeKwargs, FP8RecipeKwargs), resolved as the Accelerator resolves it. Raises (at `level`, by default its
@@ -40,7 +57,7 @@ function FP8Linear:__init(in_features, out_features, bias, recipe)
   end
   Linear.__init(self, in_features, out_features, bias)
   recipe = FP8Linear.as_recipe(recipe, 3)
-  rawset(self, "recipe", recipe)
+  rawset(self, "_recipe", recipe)
   rawset(self, "fp8_meta", C.layer_new(C.layer_config(recipe)))
   self:register_buffer("fp8_state", state.pack(self.fp8_meta:state()))
 end
