@@ -246,6 +246,9 @@ static int l_meta_load_state(lua_State *L) {
         lua_pop(L, 1);
         s->scale = (float)sc;
         s->scale_inv = 1.0f / s->scale;
+        /* current scaling: the saved history[0] is the last step's max (a checkpoint is made after a step), which the
+         * next cast replaces, as it does after the update in a run not interrupted (it kept it as the new max) */
+        s->step_ended = s->rule != FL_SCALE_DELAYED;
         lua_pop(L, 1);
     }
     fl_fp8_layer_drop_cache(l);

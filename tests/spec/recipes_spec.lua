@@ -617,6 +617,24 @@ describe("te recipe", function()
     end
   end)
 
+  it("ao's amax(hist) after a load_state_dict is the next step's max, as without the load", function()
+    local function make()
+      local model = fp8.nn.Sequential(fp8.nn.Linear(16, 16))
+      local acc = fp8.Accelerator { cpu = true, mixed_precision = "fp8", config = false, env = {},
+        kwargs_handlers = { fp8.AORecipeKwargs { module_filter_func = function() return true end } } }
+      return acc, acc:prepare(model, fp8.optim.SGD(model:parameters(), { lr = 0.0 }))
+    end
+    local acc, model, opt = make()
+    acc:backward(model(fp8.ones { 2, 16 } * 10):sum()); opt:step(); opt:zero_grad()
+    local sd = model:state_dict()
+    acc, model, opt = make()
+    model:load_state_dict(sd)
+    acc:backward(model(fp8.ones { 2, 16 }):sum()); opt:step(); opt:zero_grad()
+    local st = model[1].fp8_meta:state().input
+    assert.are.equal(1, st.history[1])   -- the saved step's 10 stayed: max(10, 1)
+    assert.are.equal(1, fp8.stats(model, { quiet = true })[1].amax_history)
+  end)
+
   it("fp8.stats shows a te cast that met a NaN (amax NaN, a nan fraction), though its history passes it over",
     function()
     -- (the cast's amax left the NaN out, as the history must: a NaN-poisoned te layer looked healthy in fp8.stats,
