@@ -804,6 +804,12 @@ end
 -- layer of another recipe is refused, as prepare refuses it (it would scale by its own recipe, not this one's).
 function Accelerator:_find_fp8_layers(level)
   if self.mixed_precision ~= "fp8" then return end
+  -- the walk is kept until a module changes (Module.generation) or the prepared models do
+  local key, models = Module.generation(), self._models
+  local last = self._fp8_scan
+  if last and last.gen == key and last.models == models and last.n == #models and last.top == models[#models] then
+    return
+  end
   local known, list, seen, mine = {}, {}, {}, nil
   for _, nm in ipairs(self._fp8_layers) do known[nm[2]] = true end
   for _, m in ipairs(self._models) do
@@ -812,7 +818,7 @@ function Accelerator:_find_fp8_layers(level)
       if not seen[layer] then
         seen[layer] = true
         list[#list + 1] = nm
-        mine = mine or kwargs.repr(fp8_layer.layer_config(self.fp8_recipe))
+        mine = not known[layer] and (mine or kwargs.repr(fp8_layer.layer_config(self.fp8_recipe))) or mine
         if not known[layer] and kwargs.repr(fp8_layer.layer_config(layer.recipe)) ~= mine then
           error(("optimizer:step: %s is an FP8Linear of the recipe %s, made after prepare, which scales differently "
             .. "from this accelerator's %s; convert it with recipe=acc.fp8_recipe"):format(nm[1] == "" and "the model"
@@ -822,6 +828,7 @@ function Accelerator:_find_fp8_layers(level)
     end
   end
   self._fp8_layers = list
+  self._fp8_scan = { gen = key, models = models, n = #models, top = models[#models] }
 end
 
 function Accelerator:_after_step()
