@@ -465,3 +465,36 @@ describe("a method called with a dot instead of a colon says so", function()
     loader:set_epoch(1)
   end)
 end)
+
+-- f(...) must fail with a message that starts at this file's line (the caller's, not a position inside lua/fp8/)
+-- and then reads `head` (plain text).
+local function fails_here(head, f, ...)
+  local args = table.pack(...)
+  local ok, err = pcall(function() local r = f(table.unpack(args, 1, args.n)); return r end)
+  assert.is_false(ok, "expected an error")
+  assert.truthy(tostring(err):find("^tests/spec/errors_spec%.lua:%d+: " .. head:gsub("%p", "%%%0")), err)
+end
+
+-- fp8.nn.init's functions called the core as it is (fp8.randn, copy_): its message named randn or copy_ and carried
+-- lua/fp8/nn/init_fns.lua's line.
+describe("fp8.nn.init names the initialiser and the caller's line", function()
+  local init = fp8.nn.init
+  local released = fp8.ones { 2 }
+  released:free()
+  it("for a bad shape", function()
+    fails_here("normal: shape must be a list of sizes {d1, d2, ...} or one size, got a tensor", init.normal,
+      fp8.ones { 2 })
+    fails_here("uniform: shape must be a list of sizes", init.uniform, "x")
+    fails_here("normal: size of dimension 1 must be an integer, got -inf", init.normal, { -math.huge })
+    fails_here("ones: size of dimension 1 must be an integer", init.ones, { 0 / 0 })
+    fails_here("zeros: too large: shape [4611686018427387904, 4611686018427387904]", init.zeros, { 2 ^ 62, 2 ^ 62 })
+    fails_here("uniform: size of dimension 2 must be >= 0, got -1", init.uniform, { 1, -1 })
+  end)
+  it("for a bad tensor", function()
+    fails_here("bad argument #1 to 'copy_' (expected a tensor, got nil)", init.copy_, nil, fp8.ones { 2 })
+    fails_here("bad argument #2 to 'copy_' (expected a tensor, got table)", init.copy_, fp8.ones { 2 }, { 1 })
+    fails_here("normal_: fp32 into e5m2", init.normal_, fp8.ones { 2, 3 }:quantize("e5m2"))
+    fails_here("zeros_: the tensor has been released", init.zeros_, released)
+    fails_here("ones_: the tensor has been released", init.ones_, released)
+  end)
+end)
