@@ -150,7 +150,7 @@ function M.convert_model(model, opts)
       opts.recipe ~= nil and "recipe" or "filter"), 2)
   end
   local recipe = opts.recipe or { backend = "te" }
-  if to_fp8 then recipe = FP8Linear.as_recipe(recipe, 2) end
+  if to_fp8 then recipe = FP8Linear._as_recipe(recipe, 2, "convert_model") end
   if opts.filter ~= nil and type(opts.filter) ~= "function" then
     error(("convert_model: filter must be a function(module, name) -> boolean, got %s"):format(type(opts.filter)), 2)
   end

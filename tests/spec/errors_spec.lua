@@ -404,6 +404,15 @@ describe("LayerNorm's normalized_shape", function()
   end)
 end)
 
+-- f(...) must fail with a message that starts at this file's line (the caller's, not a position inside lua/fp8/)
+-- and then reads `head` (plain text).
+local function fails_here(head, f, ...)
+  local args = table.pack(...)
+  local ok, err = pcall(function() local r = f(table.unpack(args, 1, args.n)); return r end)
+  assert.is_false(ok, "expected an error")
+  assert.truthy(tostring(err):find("^tests/spec/errors_spec%.lua:%d+: " .. head:gsub("%p", "%%%0")), err)
+end
+
 describe("fp8.recipes' model queries check what they are given", function()
   it("names the function and what it expected", function()
     U.fails_with("linears: expected a Module, got number", fp8.recipes.linears, 1)
@@ -413,7 +422,24 @@ describe("fp8.recipes' model queries check what they are given", function()
     U.fails_with("linear_to_fp8: expected a Linear, got LayerNorm", fp8.recipes.linear_to_fp8, fp8.nn.LayerNorm(4),
       fp8.TERecipeKwargs {})
     U.fails_with("ln_to_fp8: expected a LayerNorm, got Linear", fp8.recipes.ln_to_fp8, fp8.nn.Linear(4, 4))
-    U.fails_with("expected a recipe", fp8.nn.FP8Linear.as_recipe, -1)   -- was: arithmetic on a nil level
+    -- was: arithmetic on a nil level
+    U.fails_with("as_recipe: recipe must be a recipe kwargs handler", fp8.nn.FP8Linear.as_recipe, -1)
+  end)
+  -- the recipe's check said "expected a recipe: ..." without the function (convert_model, FP8Linear), and took any
+  -- kwargs handler for a recipe: GradScalerKwargs gave 'needs mixed_precision="fp16"'
+  it("a recipe that is not one names the function it was given to", function()
+    local tail = "or a recipe table with a backend field (te, ao or msamp, as acc.fp8_recipe), got "
+    fails_here("convert_model: recipe must be a recipe kwargs handler", fp8.convert_model, fp8.nn.Linear(3, 2),
+      { recipe = 5 })
+    U.fails_with(tail .. "number", fp8.convert_model, fp8.nn.Linear(3, 2), { recipe = 5 })
+    fails_here("FP8Linear: recipe must be a recipe kwargs handler", fp8.nn.FP8Linear, 16, 16, true, 5)
+    U.fails_with("FP8Linear: recipe must be " .. "a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs, "
+      .. "MSAMPRecipeKwargs, FP8RecipeKwargs) " .. tail .. "a GradScalerKwargs handler", fp8.nn.FP8Linear, 16, 16, true,
+      fp8.GradScalerKwargs {})
+    U.fails_with("convert_model: recipe must be", fp8.convert_model, fp8.nn.Linear(16, 16),
+      { recipe = fp8.AutocastKwargs {} })
+    fails_here("as_recipe: recipe must be", fp8.nn.FP8Linear.as_recipe, {})
+    fails_here("as_recipe: recipe must be", fp8.nn.FP8Linear.as_recipe, {}, 1, "x")   -- a third argument is no name
   end)
   it("and answers for the right arguments", function()
     assert.is_true(fp8.recipes.shape_ok(fp8.nn.Linear(16, 32)))
@@ -465,15 +491,6 @@ describe("a method called with a dot instead of a colon says so", function()
     loader:set_epoch(1)
   end)
 end)
-
--- f(...) must fail with a message that starts at this file's line (the caller's, not a position inside lua/fp8/)
--- and then reads `head` (plain text).
-local function fails_here(head, f, ...)
-  local args = table.pack(...)
-  local ok, err = pcall(function() local r = f(table.unpack(args, 1, args.n)); return r end)
-  assert.is_false(ok, "expected an error")
-  assert.truthy(tostring(err):find("^tests/spec/errors_spec%.lua:%d+: " .. head:gsub("%p", "%%%0")), err)
-end
 
 -- fp8.nn.init's functions called the core as it is (fp8.randn, copy_): its message named randn or copy_ and carried
 -- lua/fp8/nn/init_fns.lua's line.

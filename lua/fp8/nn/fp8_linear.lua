@@ -31,22 +31,30 @@ end
 
 -- The recipe r names: a resolved recipe table (acc.fp8_recipe, {backend="te", ...}: its fields are checked by the
 -- settings table in layer_config), or a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs,
--- MSAMPRecipeKwargs, FP8RecipeKwargs), resolved as the Accelerator resolves it. Raises (at `level`, by default its
--- caller) otherwise.
-function FP8Linear.as_recipe(r, level)
-  level = math.type(level) == "integer" and level >= 1 and level or 1
+-- MSAMPRecipeKwargs, FP8RecipeKwargs), resolved as the Accelerator resolves it. Raises otherwise, in the name of
+-- `who` (the function r was given to: FP8Linear, convert_model) at `level`. FP8Linear.as_recipe(r [, level]) is
+-- the public form, in its own name (a third argument of its own would be taken for a name).
+local RECIPE_HANDLERS = { TERecipeKwargs = true, AORecipeKwargs = true, MSAMPRecipeKwargs = true,
+                          FP8RecipeKwargs = true }
+function FP8Linear._as_recipe(r, level, who)
   local kwargs = require "fp8.kwargs"
-  if kwargs.is_handler(r) then
+  local handler = kwargs.is_handler(r) and r.handler_type
+  if handler and RECIPE_HANDLERS[handler] then
     local ok, s = pcall(kwargs.resolve, { mixed_precision = "fp8", kwargs_handlers = { r }, config = false, env = {} })
-    if not ok then error(tostring(s):gsub("^[^:\n]*:%d+: ", ""), level + 1) end
+    if not ok then error(who .. ": " .. tostring(s):gsub("^[^:\n]*:%d+: ", ""), level + 1) end
     return s.fp8_recipe
   end
-  if type(r) ~= "table" or type(r.backend) ~= "string" then
-    error(("expected a recipe: a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs, "
+  if type(r) ~= "table" or handler or type(r.backend) ~= "string" then
+    error(("%s: recipe must be a recipe kwargs handler (fp8.TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs, "
       .. "FP8RecipeKwargs) or a recipe table with a backend field (te, ao or msamp, as acc.fp8_recipe), got %s"):format(
-      type(r) == "table" and "a table without a backend field" or type(r)), level + 1)
+      who, handler and ("a " .. handler .. " handler") or type(r) == "table" and "a table without a backend field"
+      or type(r)), level + 1)
   end
   return r
+end
+function FP8Linear.as_recipe(r, level)
+  level = math.type(level) == "integer" and level >= 1 and level or 1
+  return (FP8Linear._as_recipe(r, level + 1, "as_recipe"))   -- not a tail call: level counts this frame
 end
 
 -- FP8Linear(in, out [, bias], recipe): a Linear whose GEMMs run in FP8 under FP8 autocast.
@@ -56,7 +64,7 @@ function FP8Linear:__init(in_features, out_features, bias, recipe)
     bias, recipe = nil, bias
   end
   Linear.__init(self, in_features, out_features, bias)
-  recipe = FP8Linear.as_recipe(recipe, 3)
+  recipe = FP8Linear._as_recipe(recipe, 3, "FP8Linear")
   rawset(self, "_recipe", recipe)
   rawset(self, "fp8_meta", C.layer_new(C.layer_config(recipe)))
   self:register_buffer("fp8_state", state.pack(self.fp8_meta:state()))
