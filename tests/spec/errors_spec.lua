@@ -515,3 +515,25 @@ describe("fp8.nn.init names the initialiser and the caller's line", function()
     fails_here("ones_: the tensor has been released", init.ones_, released)
   end)
 end)
+
+-- FP8Linear's constructor ran Linear.__init one frame deeper, so Linear's checks (made at a fixed level) blamed
+-- lua/fp8/nn/module.lua's line and named Linear; FP8LayerNorm's (LayerNorm's own __init) named LayerNorm.
+describe("a subclass's constructor names its class at the caller's line", function()
+  it("FP8Linear", function()
+    local te = { backend = "te" }
+    fails_here("FP8Linear: in_features must be a positive integer, got 0", fp8.nn.FP8Linear, 0, 2, true, te)
+    fails_here("FP8Linear: out_features must be a positive integer, got 9.007199254741e+15", fp8.nn.FP8Linear, 2,
+      2 ^ 53)
+    fails_here("FP8Linear: bias must be a boolean, got string", fp8.nn.FP8Linear, 2, 2, "x", te)
+    fails_here("FP8Linear: unknown option 'foo' (valid: in_features, out_features, bias)", fp8.nn.FP8Linear,
+      { in_features = 2, foo = 1 })
+    fails_here("Linear: in_features must be a positive integer, got 0", fp8.nn.Linear, 0, 2)
+    fails_here("Linear: unknown option 'biass' (did you mean 'bias'?)", fp8.nn.Linear, 2, 2, { biass = true })
+  end)
+  it("FP8LayerNorm", function()
+    fails_here("FP8LayerNorm: normalized_shape must be a positive integer", fp8.nn.FP8LayerNorm, 0)
+    fails_here("FP8LayerNorm: eps must be a finite number >= 0, got -1", fp8.nn.FP8LayerNorm, 2, { eps = -1 })
+    fails_here("FP8LayerNorm: unknown option 'biass'", fp8.nn.FP8LayerNorm, 2, { biass = true })
+    fails_here("LayerNorm: options must be a table, got number", fp8.nn.LayerNorm, 2, 5)
+  end)
+end)

@@ -63,6 +63,7 @@ function FP8Linear:__init(in_features, out_features, bias, recipe)
   if recipe == nil and type(bias) == "table" and (require("fp8.kwargs").is_handler(bias) or bias.backend ~= nil) then
     bias, recipe = nil, bias
   end
+  in_features, out_features, bias = Linear._args("FP8Linear", 3, in_features, out_features, bias)
   Linear.__init(self, in_features, out_features, bias)
   recipe = FP8Linear._as_recipe(recipe, 3, "FP8Linear")
   rawset(self, "_recipe", recipe)

@@ -8,34 +8,35 @@ local F = require "fp8.nn.functional"
 local LayerNorm = Module.class("LayerNorm")
 
 function LayerNorm:__init(n, opts)
+  local name = getmetatable(self).__name   -- the class being built: LayerNorm or FP8LayerNorm
   if type(n) == "table" and #n == 1 then n = n[1] end
   local len = type(n) == "table" and #n or 0
   if math.type(len) ~= "integer" then len = 0 end   -- a __len that gives no count
   if len > 8 then   -- more than any tensor's dims (and no loop over a length that lies)
-    error(("LayerNorm: normalized_shape has %s entries; fp8lab normalizes over the last dimension only"):format(
-      tostring(len)), 3)
+    error(("%s: normalized_shape has %s entries; fp8lab normalizes over the last dimension only"):format(
+      name, tostring(len)), 3)
   end
   if type(n) == "table" and len > 1 then
     local dims, prod = {}, 1
     for i = 1, len do dims[i] = tostring(n[i]); prod = math.type(n[i]) == "integer" and prod * n[i] or 0 / 0 end
-    error(("LayerNorm: normalized_shape {%s} spans %d dimensions; fp8lab normalizes over the last one only (pass "
-      .. "their product%s and reshape the input so its last dimension holds them)"):format(table.concat(dims, ", "),
-      len, prod == prod and (", " .. math.tointeger(prod) .. ",") or ""), 3)
+    error(("%s: normalized_shape {%s} spans %d dimensions; fp8lab normalizes over the last one only (pass "
+      .. "their product%s and reshape the input so its last dimension holds them)"):format(name,
+      table.concat(dims, ", "), len, prod == prod and (", " .. math.tointeger(prod) .. ",") or ""), 3)
   end
   if math.type(n) ~= "integer" or n <= 0 then
-    error(("LayerNorm: normalized_shape must be a positive integer (the last dimension), got %s"):format(
+    error(("%s: normalized_shape must be a positive integer (the last dimension), got %s"):format(name,
       type(n) == "table" and "an empty table" or type(n) == "number" and tostring(n) or type(n)), 3)
   end
   opts = opts or {}
-  if type(opts) ~= "table" then error(("LayerNorm: options must be a table, got %s"):format(type(opts)), 3) end
-  O.check("LayerNorm", opts, { "bias", "elementwise_affine", "eps" }, 3)
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 3) end
+  O.check(name, opts, { "bias", "elementwise_affine", "eps" }, 3)
   for _, k in ipairs { "bias", "elementwise_affine" } do
     if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
-      error(("LayerNorm: %s must be a boolean, got %s"):format(k, type(opts[k])), 3)
+      error(("%s: %s must be a boolean, got %s"):format(name, k, type(opts[k])), 3)
     end
   end
   if opts.eps ~= nil and (type(opts.eps) ~= "number" or not (opts.eps >= 0 and opts.eps < math.huge)) then
-    error(("LayerNorm: eps must be a finite number >= 0, got %s"):format(O.got(opts.eps)), 3)
+    error(("%s: eps must be a finite number >= 0, got %s"):format(name, O.got(opts.eps)), 3)
   end
   self.normalized_shape = n
   self.eps = opts.eps or 1e-5

@@ -8,23 +8,30 @@ local init = require "fp8.nn.init_fns"
 
 local Linear = Module.class("Linear")
 
-local function check_size(v, what)
-  if math.type(v) ~= "integer" or v <= 0 then
-    error(("Linear: %s must be a positive integer, got %s"):format(what, tostring(v)), 4)
-  end
-end
-
--- Linear(in, out [, bias]) or Linear(in, out, {bias=bool}) or Linear{in_features=, out_features=, bias=}
-function Linear:__init(in_features, out_features, bias)
+-- The arguments of Linear(in, out [, bias]) or Linear(in, out, {bias=bool}) or Linear{in_features=, out_features=,
+-- bias=}, checked in the name of the class being built: in_features, out_features, bias (a boolean). An error is
+-- raised at `level` as the caller counts it (FP8Linear's constructor checks its arguments here too, before
+-- Linear.__init, so that its errors name FP8Linear and its caller's line, not module.lua's).
+function Linear._args(name, level, in_features, out_features, bias)
+  level = level + 1
   if type(in_features) == "table" then
-    local o = O.check("Linear", in_features, { "in_features", "out_features", "bias" }, 3)
+    local o = O.check(name, in_features, { "in_features", "out_features", "bias" }, level)
     in_features, out_features, bias = o.in_features, o.out_features, o.bias
   end
-  if type(bias) == "table" then bias = O.check("Linear", bias, { "bias" }, 3).bias end
+  if type(bias) == "table" then bias = O.check(name, bias, { "bias" }, level).bias end
   if bias == nil then bias = true end
-  check_size(in_features, "in_features")
-  check_size(out_features, "out_features")
-  if type(bias) ~= "boolean" then error(("Linear: bias must be a boolean, got %s"):format(type(bias)), 3) end
+  for _, what in ipairs { "in_features", "out_features" } do   -- a list: a nil size is checked too
+    local v = what == "in_features" and in_features or out_features
+    if math.type(v) ~= "integer" or v <= 0 then
+      error(("%s: %s must be a positive integer, got %s"):format(name, what, tostring(v)), level)
+    end
+  end
+  if type(bias) ~= "boolean" then error(("%s: bias must be a boolean, got %s"):format(name, type(bias)), level) end
+  return in_features, out_features, bias
+end
+
+function Linear:__init(in_features, out_features, bias)
+  in_features, out_features, bias = Linear._args("Linear", 3, in_features, out_features, bias)
   self.in_features, self.out_features = in_features, out_features
   local bound = 1 / math.sqrt(in_features)
   self:register_parameter("weight", init.uniform({ out_features, in_features }, -bound, bound))
