@@ -537,3 +537,18 @@ describe("a subclass's constructor names its class at the caller's line", functi
     fails_here("LayerNorm: options must be a table, got number", fp8.nn.LayerNorm, 2, 5)
   end)
 end)
+
+-- Optimizer.zero_grads(params, set_to_none, who), the helper behind opt:zero_grad and Module:zero_grad, sat on every
+-- optimizer under a public name: opt:zero_grads() (zero_grad mistyped) zeroed nothing and returned, and
+-- opt:zero_grads(true, x) said "<x>: set_to_none must be a boolean", naming x for the function.
+describe("the optimizers' internal helper is not a method", function()
+  it("zero_grads", function()
+    local m = fp8.nn.Linear(3, 2)
+    local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+    for _, cls in ipairs { fp8.optim.SGD, fp8.optim.AdamW, fp8.optim.Optimizer } do assert.is_nil(cls.zero_grads) end
+    assert.is_nil(opt.zero_grads)
+    U.fails_with("zero_grads", function() opt:zero_grads() end)
+    fails_here("SGD:zero_grad: set_to_none must be a boolean, got number", opt.zero_grad, opt, 1)
+    fails_here("zero_grad: set_to_none must be a boolean, got string", m.zero_grad, m, "yes")
+  end)
+end)

@@ -412,7 +412,7 @@ function Module:requires_grad_(flag, ...)
 end
 
 function Module:zero_grad(set_to_none)
-  require("fp8.optim.optimizer").zero_grads(self:parameters(), set_to_none, "zero_grad")
+  require("fp8.optim.optimizer")._zero_grads(self:parameters(), set_to_none, "zero_grad")
   return self
 end
 

@@ -187,8 +187,8 @@ end
 Optimizer._update = Optimizer._new_state
 
 -- zero_grad([set_to_none=true]): every parameter's grad becomes nil (PyTorch's default), or with false is
--- zeroed in place (Optimizer.zero_grads, shared with Module:zero_grad).
-function Optimizer.zero_grads(params, set_to_none, who)
+-- zeroed in place (Optimizer._zero_grads, shared with Module:zero_grad).
+function Optimizer._zero_grads(params, set_to_none, who)
   if set_to_none ~= nil and type(set_to_none) ~= "boolean" then
     error(("%s: set_to_none must be a boolean, got %s"):format(who, type(set_to_none)), 3)
   end
@@ -212,7 +212,7 @@ end
 function Optimizer:zero_grad(set_to_none)
   local all = {}
   for _, g in ipairs(self.param_groups) do for _, p in ipairs(g.params) do all[#all + 1] = p end end
-  Optimizer.zero_grads(all, set_to_none, self.name .. ":zero_grad")
+  Optimizer._zero_grads(all, set_to_none, self.name .. ":zero_grad")
 end
 
 local function copy_state(st)
