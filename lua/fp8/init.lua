@@ -35,7 +35,13 @@ function fp8.encode(x, fmt, opts, ...)
       saturate = opts.saturate
     end
   end
-  return core.encode(x, fmt, saturate)
+  -- the format's refusal is core.encode's (it names the argument), raised at the caller's line, not this file's
+  local ok, r = pcall(core.encode, x, fmt, saturate)
+  if not ok and type(r) == "string" then   -- (under pcall, luaL names the function 'fp8.core.encode')
+    r = r:gsub("^[^:\n]*init%.lua:%d+: ", ""):gsub("^bad argument #(%d+) to '[^']*'", "bad argument #%1 to 'encode'")
+  end
+  if not ok then error(r, 2) end
+  return r
 end
 
 -- The order the formats are shown in: narrow to wide, as a reader compares them.

@@ -49,6 +49,11 @@ describe("format functions reject bad arguments", function()
     assert.are.equal([[bad argument #1 to 'encode' (expected a number, got "x" (a string))]],
       select(2, pcall(fp8.encode, "x", "e4m3")))
     fails_with("FP8 format", fp8.encode, 1, nil)
+    -- the format's refusal at the caller's line, not lua/fp8/init.lua's, where core.encode was called
+    local ok, err = pcall(function() local b = fp8.encode(1, "e3m4"); return b end)
+    assert.is_false(ok)
+    assert.truthy(err:find("^tests/spec/errors_spec%.lua:%d+: bad argument #2 to 'encode' %(unknown FP8 format 'e3m4'"),
+      err)
     fails_with({ "unknown option", "saturate" }, fp8.encode, 1, "e4m3", { clamp = true })
     fails_with("boolean", fp8.encode, 1, "e4m3", { saturate = "yes" })
     fails_with("options table", fp8.encode, 1, "e4m3", true)
