@@ -65,6 +65,9 @@ function M.apply_fp8_autowrap(model, recipe)
 end
 
 function M.remove_fp8_autowrap(model)
+  if not Module.is_module(model) then
+    error(("remove_fp8_autowrap: expected a Module, got %s"):format(type(model)), 2)
+  end
   local fwd = rawget(model, "_fp8_unwrapped_forward")
   if fwd then
     -- an outer wrapper (the Accelerator's autocast) may sit on top: drop both, the class forward remains

@@ -427,6 +427,9 @@ describe("fp8.recipes' model queries check what they are given", function()
     U.fails_with("linear_to_fp8: expected a Linear, got LayerNorm", fp8.recipes.linear_to_fp8, fp8.nn.LayerNorm(4),
       fp8.TERecipeKwargs {})
     U.fails_with("ln_to_fp8: expected a LayerNorm, got Linear", fp8.recipes.ln_to_fp8, fp8.nn.Linear(4, 4))
+    -- was: "lua/fp8/fp8_autocast.lua:68: bad argument #1 to 'rawget' (table expected, got number)"
+    fails_here("remove_fp8_autowrap: expected a Module, got number", fp8.recipes.remove_fp8_autowrap, 5)
+    fails_here("remove_fp8_autowrap: expected a Module, got table", fp8.recipes.remove_fp8_autowrap, {})
     -- was: arithmetic on a nil level
     U.fails_with("as_recipe: recipe must be a recipe kwargs handler", fp8.nn.FP8Linear.as_recipe, -1)
   end)
