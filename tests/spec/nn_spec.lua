@@ -114,6 +114,25 @@ describe("fp8.nn modules", function()
     assert.is_false(g.blocks[2].attn.resid_dropout.training)
   end)
 
+  it("GPT, TransformerBlock and CausalSelfAttention refuse a bad dropout by its name, at the caller's line", function()
+    -- (the Dropout they made refused it as "lua/fp8/nn/gpt.lua:47: Dropout: p must be ...")
+    for _, c in ipairs {
+      { function() nn.GPT { vocab_size = 5, block_size = 4, n_layer = 1, n_head = 1, n_embd = 4, dropout = 2 } end,
+        "GPT: dropout must be a probability in [0, 1], got 2" },
+      { function() nn.GPT { vocab_size = 5, block_size = 4, n_layer = 1, n_head = 1, n_embd = 4, dropout = "x" } end,
+        'GPT: dropout must be a probability in [0, 1], got "x" (a string)' },
+      { function() nn.TransformerBlock { n_embd = 4, n_head = 1, dropout = -0.5 } end,
+        "TransformerBlock: dropout must be a probability in [0, 1], got -0.5" },
+      { function() nn.CausalSelfAttention { n_embd = 4, n_head = 1, dropout = 1.5 } end,
+        "CausalSelfAttention: dropout must be a probability in [0, 1], got 1.5" },
+      { function() nn.Dropout(1.5) end, "Dropout: p must be a probability in [0, 1], got 1.5" },
+    } do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("^tests/spec/nn_spec%.lua:%d+: " .. c[2]:gsub("%p", "%%%0") .. "$"), err)
+    end
+  end)
+
   it("counts GPT parameters as the hand formula says (tied head counted once)", function()
     local V, T, L, d = 37, 16, 3, 24
     local g = nn.GPT { vocab_size = V, block_size = T, n_layer = L, n_head = 4, n_embd = d }

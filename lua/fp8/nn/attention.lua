@@ -26,6 +26,7 @@ function CausalSelfAttention:__init(cfg)
   if math.type(h) ~= "integer" or h <= 0 or d % h ~= 0 then
     error(("CausalSelfAttention: n_head must be a positive integer dividing n_embd=%d, got %s"):format(d, tostring(h)), 3)
   end
+  if cfg.dropout ~= nil then Dropout._check_p("CausalSelfAttention", "dropout", cfg.dropout, 4) end
   self.n_embd, self.n_head = d, h
   self.qkv = Linear(d, 3 * d, cfg.bias ~= false)
   self.proj = Linear(d, d, cfg.bias ~= false)

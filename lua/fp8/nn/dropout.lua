@@ -11,10 +11,17 @@ function Dropout:__init(p)
     p = require("fp8.opts").check("Dropout", p, { "p" }, 3).p   -- inplace is not offered (no in-place ops)
   end
   if p == nil then p = 0.5 end
-  if type(p) ~= "number" or not (p >= 0 and p <= 1) then   -- `not (...)` also refuses NaN
-    error(("Dropout: p must be a probability in [0, 1], got %s"):format(require("fp8.opts").got(p)), 3)
-  end
+  Dropout._check_p("Dropout", "p", p, 4)
   self.p = p
+end
+
+-- Refuses a dropout probability outside [0, 1] (NaN too) as `who`'s option `what`, at the given error level: the
+-- GPT, TransformerBlock and CausalSelfAttention check their `dropout` before making their Dropout layers, so the
+-- message names their option and the line that made them, not the line of the library that made the layer.
+function Dropout._check_p(who, what, p, level)
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then   -- `not (...)` also refuses NaN
+    error(("%s: %s must be a probability in [0, 1], got %s"):format(who, what, require("fp8.opts").got(p)), level)
+  end
 end
 
 function Dropout:forward(x)

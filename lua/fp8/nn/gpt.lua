@@ -35,6 +35,7 @@ function GPT:__init(cfg)
   if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
     error(("GPT: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
   end
+  if cfg.dropout ~= nil then Dropout._check_p("GPT", "dropout", cfg.dropout, 4) end
   if cfg.n_embd % cfg.n_head ~= 0 then
     error(("GPT: n_embd (%d) must be divisible by n_head (%d)"):format(cfg.n_embd, cfg.n_head), 3)
   end

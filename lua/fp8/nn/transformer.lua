@@ -19,6 +19,7 @@ function TransformerBlock:__init(cfg)
   if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
     error(("TransformerBlock: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
   end
+  if cfg.dropout ~= nil then Dropout._check_p("TransformerBlock", "dropout", cfg.dropout, 4) end
   local d = cfg.n_embd
   self.ln1 = LayerNorm(d, { bias = cfg.bias ~= false })
   self.attn = CausalSelfAttention(cfg)
