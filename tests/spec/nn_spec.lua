@@ -372,6 +372,10 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.is_true(math.abs(got - (2 * l1 + l2) / 3) < 1e-6)
     assert.is_false(g.training)                       -- eval mode kept as it was
     assert.has_error(function() g:evaluate(function() return nil end) end, "GPT:evaluate: the loader gave no batch")
+    -- a loader of inputs only (no targets) broke inside: "gpt.lua:238: attempt to index a nil value (local 'loss')"
+    assert.has_error(function() g:evaluate(fp8.data.DataLoader { { { x1[1] }, { x1[2] } }, batch_size = 2 }) end,
+      "GPT:evaluate: the loader gave a batch without targets: it must give (x, y), token ids and their next tokens")
+    assert.is_false(g.training)                       -- the mode is restored after the error too
   end)
 
   it("GPT:generate and GPT:evaluate give each submodule back its own mode, a frozen one's eval mode too", function()

@@ -235,6 +235,10 @@ function GPT:evaluate(loader)
   local sum, n = 0, 0
   local ok, err = pcall(fp8.no_grad, function()
     for x, y in loader do
+      if y == nil then   -- without targets the forward gives no loss ("attempt to index a nil value (local 'loss')")
+        error("GPT:evaluate: the loader gave a batch without targets: it must give (x, y), token ids and their "
+          .. "next tokens", 0)
+      end
       local _, loss = self(x, y)
       sum, n = sum + loss:item() * x:size(1), n + x:size(1)
     end
