@@ -62,6 +62,7 @@ return function(opts, recipes)
     local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers, n_head = opts.heads,
                          n_embd = opts["d-model"]}
     local nparams = model:num_parameters()
+    -- weight decay on every parameter, as scripts/train_char_gpt.lua (docs/recipes.md, "Budget")
     local opt = optim.AdamW(model:parameters(), {lr = lr, weight_decay = 0.1, betas = {0.9, 0.95}})
     local N = acc.num_processes   -- a prepared scheduler takes N steps per optimizer step (Accelerate's rule)
     local sched = optim.lr_scheduler.warmup_cosine(opt, {warmup_steps = math.max(1, opts.steps // 20) * N,

@@ -97,6 +97,8 @@ local val_final = data.DataLoader{val_all, batch_size = opts["batch-size"]}
 
 local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
                      n_head = opts.heads, n_embd = opts["d-model"]}
+-- weight decay on every parameter, biases and LayerNorms too (nanoGPT decays only the 2-D ones): the setting of
+-- docs/recipes.md's measured tables
 local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, betas = {0.9, 0.95}})
 -- Every precision goes through the Accelerator (autocast, fp16 loss scaling, the FP8 recipes); options
 -- left unset take the resolved settings (launch flags, FP8LAB_*, config file, defaults). Checkpoints
