@@ -305,6 +305,16 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     end
   end)
 
+  it("GPT's loss leaves out targets of -100 (torch's ignore_index) and refuses nanoGPT's -1", function()
+    fp8.manual_seed(4)
+    local g = nn.GPT { vocab_size = 7, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }
+    local logits, loss = g(fp8.tensor { { 1, 2, 3 } }, fp8.tensor { { -100, 4, 5 } })
+    local want = nn.F.cross_entropy(logits:reshape { 3, 7 }:narrow(1, 2, 2), fp8.tensor { 4, 5 }):item()
+    assert.is_true(math.abs(loss:item() - want) < 1e-6)
+    assert.has_error(function() g(fp8.tensor { { 1, 2, 3 } }, fp8.tensor { { -1, 4, 5 } }) end,
+      "GPT forward: cross_entropy: target -1 at row 0 is out of range [0, 7)")
+  end)
+
   it("GPT returns logits [B, T, V] and a loss near log(V) at init, and generates tokens", function()
     local V = 13
     local g = nn.GPT { vocab_size = V, block_size = 8, n_layer = 2, n_head = 2, n_embd = 16 }
