@@ -230,7 +230,8 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
 
 fl_status fl_node_input_stub(fl_node *n, int i) {
     fl_tensor *in = n->inputs[i];
-    if (!in || !in->grad_fn) return FL_OK;
+    /* a leaf that takes a gradient is written to (its .grad): the tensor itself stays */
+    if (!in || (!in->grad_fn && (n->inputs_grad >> i & 1u))) return FL_OK;
     fl_tensor *h = calloc(1, sizeof *h);
     if (!h) return FL_ERR(FL_ENOMEM, "autograd: out of memory for an input header");
     h->refcount = 1;
@@ -240,9 +241,9 @@ fl_status fl_node_input_stub(fl_node *n, int i) {
     memcpy(h->shape, in->shape, sizeof h->shape);
     memcpy(h->stride, in->stride, sizeof h->stride);
     h->scale_axis = -1;
-    h->requires_grad = true;
+    h->requires_grad = in->requires_grad;
     h->grad_fn = in->grad_fn;
-    h->grad_fn->refcount++;
+    if (h->grad_fn) h->grad_fn->refcount++;
     n->inputs[i] = h;
     fl_tensor_release(in);
     return FL_OK;

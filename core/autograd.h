@@ -55,10 +55,10 @@ fl_status fl_node_new(fl_node **out, const char *name, fl_backward_fn fn, int ni
 void fl_node_save(fl_node *n, int slot, const fl_tensor *t);   /* retains t (NULL clears) */
 /* inputs[i] required grad when n was made and still does (a leaf's flag turned off since: no gradient, as torch) */
 bool fl_node_input_needs_grad(const fl_node *n, int i);
-/* Replace input i, when it is a non-leaf, by a header without storage that keeps only what the
- * engine reads (shape, requires_grad, grad_fn): the node then no longer holds the input's data
- * alive. For ops whose backward reads none of that input's values (the FP8 linear keeps its own
- * FP8 copy). No-op for leaves. */
+/* Replace input i, when it is a non-leaf or a tensor that takes no gradient here, by a header without
+ * storage that keeps only what the engine reads (shape, requires_grad, grad_fn): the node then no
+ * longer holds the input's data alive. For ops whose backward reads none of that input's values (the
+ * FP8 linear keeps its own FP8 copy). No-op for a leaf that takes a gradient. */
 fl_status fl_node_input_stub(fl_node *n, int i);
 void fl_node_release(fl_node *n);
 /* out->grad_fn = node (takes over the caller's reference), out->requires_grad = true. */

@@ -122,6 +122,8 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
             n->saved_for[0] = 2;   /* x for the weight's gradient, W for x's: a write matters only then (torch's) */
             n->saved_for[1] = 1;
             n->iargs[0] = cdt;
+            /* an autocast copy is what backward reads: x's own storage may go (torch's keeps the bf16 copy alone) */
+            if (xc->storage != x->storage) st = fl_node_input_stub(n, 0);
         }
     }
     fl_tensor_release(x2);

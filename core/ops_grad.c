@@ -435,9 +435,14 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
         n->saved_for[0] = 2;   /* dB = Aᵀ·dY, dA = dY·Bᵀ: a write to A matters only for B's gradient (torch's rule) */
         n->saved_for[1] = 1;
         n->iargs[0] = cdt;
+        /* an operand rounded for autocast is read through its copy: its own storage may go (torch's keeps the
+         * copy alone) */
+        if (ca != a) st = fl_node_input_stub(n, 0);
+        if (st == FL_OK && cb != b) st = fl_node_input_stub(n, 1);
     }
     fl_tensor_release(ca);
     fl_tensor_release(cb);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
 

@@ -480,6 +480,42 @@ describe("fp8.core._nn", function()
     assert.is_true(((x.grad - want):abs():max():item()) < 1e-5)
   end)
 
+  it("under bf16 autocast linear and matmul keep their operands' bf16 copies, not the fp32 operands", function()
+    local R = require "fp8._memory"
+    local F = fp8.nn.F
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local x, w = fp8.randn(256, 512):requires_grad(true), fp8.randn(256, 512):requires_grad(true)
+    local wt = w:detach():t():contiguous():requires_grad(true)
+    local prev = fp8.set_autocast_dtype("bf16")
+    local before = live()
+    local y = F.linear(x * 1, w)
+    -- y (fp32, [256, 256]) and the bf16 copies of x * 1 and w; x * 1 itself was kept too (2.5)
+    local held = (live() - before) / (256 * 512 * 4)
+    local z = (x * 1):matmul(wt * 1)
+    local held2 = (live() - before) / (256 * 512 * 4) - held   -- was 3.5: both fp32 operands
+    local c = (x * 1):matmul(fp8.randn(512, 256))              -- a constant operand goes too (was 2.5)
+    local held3 = (live() - before) / (256 * 512 * 4) - held - held2
+    c = nil
+    local yr, zr = F.linear(x, w), x:matmul(wt)                -- the same GEMMs on the leaves themselves
+    fp8.set_autocast_dtype(prev)
+    assert.are.equal(1.5, held)
+    assert.are.equal(1.5, held2)
+    assert.are.equal(1.5, held3)
+    y:sum():backward()
+    local gx, gw = x.grad:clone(), w.grad:clone()
+    x:zero_grad(); w:zero_grad()
+    yr:sum():backward()
+    assert.are.same(gx:totable(), x.grad:totable())
+    assert.are.same(gw:totable(), w.grad:totable())
+    x:zero_grad(); w:zero_grad()
+    z:sum():backward()
+    gx, gw = x.grad:clone(), wt.grad:clone()
+    x:zero_grad(); wt:zero_grad()
+    zr:sum():backward()
+    assert.are.same(gx:totable(), x.grad:totable())
+    assert.are.same(gw:totable(), wt.grad:totable())
+  end)
+
   it("a write to an operand only another input's gradient reads is refused only when that input takes one", function()
     -- torch keeps a product's operand (a quotient's dividend, a matmul's, a linear's) only for the other one's
     -- gradient, and where's values not at all: writing r, the one that takes the gradient, passes there
