@@ -438,6 +438,7 @@ fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool trainin
             n->ctx_free = dropout_ctx_free;
             n->dargs[0] = p;
             c = NULL;
+            st = drop_on_error(fl_node_input_stub(n, 0), out);   /* the mask alone is read */
         }
     }
     if (c) dropout_ctx_free(c);

@@ -131,7 +131,12 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
         if (op == FL_OP_MUL) { n->saved_for[0] = 2; n->saved_for[1] = 1; }
         if (op == FL_OP_DIV || op == FL_OP_WHERE) n->saved_for[0] = 2;
     }
-    return FL_OK;
+    /* a sum's or difference's operands and where's values: only their shapes are read */
+    fl_status st = FL_OK;
+    if (op == FL_OP_ADD || op == FL_OP_SUB) st = fl_node_input_stub(n, 0);
+    if (st == FL_OK && (op == FL_OP_ADD || op == FL_OP_SUB || op == FL_OP_WHERE)) st = fl_node_input_stub(n, 1);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
 }
 
 static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
@@ -343,7 +348,9 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
     n->iargs[0] = op;
     n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
     n->iargs[2] = keepdim;
-    return FL_OK;
+    fl_status st = fl_node_input_stub(n, 0);   /* the gradient is spread over a's shape: no value of a is read */
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
 }
 
 /* ---- matmul ------------------------------------------------------------------------------- */
@@ -476,9 +483,17 @@ static fl_status slice_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return FL_OK;
 }
 
+/* The node of a view or copy: its backward reads the input's shape (and device) alone, so a copy's input (contiguous,
+ * to, a reshape that copies) goes when nothing else holds it, as torch's */
 static fl_status view_record(fl_tensor **out, const fl_tensor *t, const char *name, fl_backward_fn fn, fl_node **np) {
-    if (!fl_any_requires_grad(1, &t)) { if (np) *np = NULL; return FL_OK; }
-    return fl_autograd_record(out, np, name, fn, 1, &t);
+    fl_node *n = NULL;
+    if (np) *np = NULL;
+    if (!fl_any_requires_grad(1, &t)) return FL_OK;
+    FL_TRY(fl_autograd_record(out, &n, name, fn, 1, &t));
+    fl_status st = fl_node_input_stub(n, 0);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; return st; }
+    if (np) *np = n;
+    return FL_OK;
 }
 
 fl_status fl_view(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape) {
@@ -617,7 +632,10 @@ fl_status fl_cat(fl_tensor **out, int n, const fl_tensor *const *ts, int dim) {
     fl_node *node;
     FL_TRY(fl_autograd_record(out, &node, "CatBackward", cat_bwd, n, ts));
     node->iargs[0] = dim;
-    return FL_OK;
+    fl_status st = FL_OK;
+    for (int i = 0; i < n && st == FL_OK; i++) st = fl_node_input_stub(node, i);   /* their lengths alone are read */
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
 }
 
 fl_status fl_quantize_ag(fl_tensor **out, const fl_tensor *src, fl_dtype fmt, const fl_quant_opts *opts) {

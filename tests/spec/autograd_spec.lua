@@ -480,6 +480,33 @@ describe("fp8.core._nn", function()
     assert.is_true(((x.grad - want):abs():max():item()) < 1e-5)
   end)
 
+  it("ops whose backward reads only shapes (+, sum, cat, copies, where's values, dropout) keep no input", function()
+    local R = require "fp8._memory"
+    local F = fp8.nn.F
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local N = 256 * 1024
+    local x = fp8.randn(256, 1024):requires_grad(true)
+    local m = x:detach():gt(0)
+    local before = live()
+    local function held() return math.floor((live() - before) / (N * 4) * 2 + 0.5) / 2 end   -- 0-d ones: 0
+    local a = (x * 1) + (x * 1) - (x * 1)
+    assert.are.equal(1, held())                  -- the result alone (was 5: every operand and the first sum)
+    local s = (x * 1):sum() + (x * 1):mean()
+    assert.are.equal(1, held())                  -- and two numbers (was 2 more: both operands)
+    local c = fp8.cat({ x * 1, x * 1 }, 1)
+    assert.are.equal(3, held())                  -- and c (was 4 more: both parts)
+    local t = (x * 1):t():contiguous() + (x * 1):to("bf16"):t()
+    assert.are.equal(4, held())                  -- and t (was 4.5 more: x * 1 twice, both copies)
+    local w = fp8.where(m, x * 1, x * 2)
+    assert.are.equal(6, held())                  -- w and m:eq(0), the second where's mask (was 6 more)
+    local d = F.dropout(x * 1, 0.5, true)
+    assert.are.equal(7, held())                  -- d (was 2 more: x * 1 too); its byte mask is no tensor
+    ;(a:sum() + s + c:sum() + t:sum() + w:sum() + d:sum()):backward()
+    local xs, ds = x:detach(), d:detach()
+    local want = fp8.where(m, 1, 2) + 1 + 1 + 1 / N + 2 + 2 + fp8.where(ds:ne(0), 2, 0)
+    assert.is_true((x.grad - want):abs():max():item() < 1e-6)
+  end)
+
   it("under bf16 autocast linear and matmul keep their operands' bf16 copies, not the fp32 operands", function()
     local R = require "fp8._memory"
     local F = fp8.nn.F
