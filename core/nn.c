@@ -670,6 +670,10 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
         st = maybe_record(out, &n, "SdpaBackward", sdpa_bwd, 3, ins);
         if (st == FL_OK && n) {
             fl_node_save(n, 0, qc); fl_node_save(n, 1, kc); fl_node_save(n, 2, vc); fl_node_save(n, 3, att);
+            /* an operand read through its fp32 contiguous copy (a head view of a packed projection): the view's
+             * storage may go (torch's keeps the views alone) */
+            const fl_tensor *cs[3] = { qc, kc, vc };
+            for (int i = 0; i < 3 && st == FL_OK; i++) if (cs[i] != ins[i]) st = fl_node_input_stub(n, i);
             n->dargs[0] = scale;
             n->iargs[0] = causal;
             n->iargs[1] = bf16;

@@ -507,6 +507,28 @@ describe("fp8.core._nn", function()
     assert.is_true((x.grad - want):abs():max():item() < 1e-6)
   end)
 
+  it("attention on head views keeps its q, k, v copies, not the views' packed storage", function()
+    local R = require "fp8._memory"
+    local F = fp8.nn.F
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local x = fp8.randn(4, 256, 192):requires_grad(true)
+    local function heads(t) return t:view(4, 256, 2, 32):transpose(2, 3) end
+    local before = live()
+    local q, k, v = (x * 1):split(64, 3)
+    local y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), { is_causal = true })
+    q, k, v = nil, nil, nil
+    -- y, the three copies and the probabilities [4, 2, 256, 256]; x * 1 was kept too (15)
+    assert.are.equal(12, (live() - before) / (4 * 256 * 64 * 4))
+    local g = fp8.randn(4, 2, 256, 32)
+    y:backward(g)
+    local gx = x.grad:clone()
+    x:zero_grad()
+    local p = {}
+    for i, t in ipairs { x:split(64, 3) } do p[i] = heads(t):contiguous() end
+    F.scaled_dot_product_attention(p[1], p[2], p[3], { is_causal = true }):backward(g)
+    assert.are.same(x.grad:totable(), gx:totable())
+  end)
+
   it("under bf16 autocast linear and matmul keep their operands' bf16 copies, not the fp32 operands", function()
     local R = require "fp8._memory"
     local F = fp8.nn.F
