@@ -171,8 +171,29 @@ local function norm_dim(who, d, nd, level)
   return d < 0 and nd + d + 1 or d
 end
 
+-- self must be a live tensor: a released one failed in the first core method the Lua method called, naming that
+-- method ("calling 'to' on bad self") at this file's line. One C call, as is_tensor alone was; returns t's dtype.
+local live_dtype = core._live_dtype
 local function check_self(who, t, level)
-  if not core.is_tensor(t) then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), level or 3) end
+  local dt = live_dtype(t)
+  if dt == nil then error(("%s: expected a tensor as self, got %s"):format(who, type(t)), level or 3) end
+  if not dt then error(("%s: the tensor has been released (freed or closed)"):format(who), level or 3) end
+  return dt
+end
+
+-- an argument that is a tensor must be a live one (what: how the message names it)
+local function check_live(who, what, v, level)
+  if live_dtype(v) == false then error(("%s: %s has been released (freed or closed)"):format(who, what), level or 3) end
+end
+
+-- methods made of arithmetic (mul, div, sqrt, mean) refuse an FP8 self by their own name, with the core's advice
+-- (dt: check_self's answer; the table caches each dtype's is_fp8)
+local IS_FP8 = setmetatable({}, { __index = function(m, dt) m[dt] = core.format(dt).is_fp8; return m[dt] end })
+local function check_not_fp8(who, dt, level)
+  if IS_FP8[dt] then
+    error(("%s: %s tensor: call :dequantize() first (FP8 tensors only hold quantized data)"):format(who, dt),
+      level or 3)
+  end
 end
 
 local function dtype_of(v) return core.is_tensor(v) and v:dtype() or nil end
@@ -187,11 +208,13 @@ function M.where(cond, a, b, ...)
   if not core.is_tensor(cond) then
     error(("where: expected a tensor as the condition, got %s"):format(type(cond)), 2)
   end
+  check_live("where", "the condition", cond)
   local vals = { a, b }
   for i = 1, 2 do   -- not ipairs: it would stop at a nil a
     if not core.is_tensor(vals[i]) and type(vals[i]) ~= "number" then
       error(("where: argument %d must be a tensor or a number, got %s"):format(i + 1, type(vals[i])), 2)
     end
+    check_live("where", ("argument %d"):format(i + 1), vals[i])
   end
   local da, db = dtype_of(a), dtype_of(b)
   for _, d in pairs { da, db } do
@@ -213,6 +236,8 @@ function Tensor.masked_fill(t, mask, value, ...)
   check_self("masked_fill", t)
   no_more("masked_fill", "(mask, value)", ...)
   if not core.is_tensor(mask) then error(("masked_fill: expected a mask tensor, got %s"):format(type(mask)), 2) end
+  check_live("masked_fill", "the mask", mask)
+  check_live("masked_fill", "value", value)
   if type(value) ~= "number" and not (core.is_tensor(value) and value:dim() == 0) then
     error(("masked_fill: value must be a number or a 0-d tensor, got %s"):format(core.is_tensor(value) and
       ("a tensor of shape " .. shape_str(value:shape())) or type(value)), 2)
@@ -311,9 +336,10 @@ function Tensor.flatten(t, first, last, ...)
   check_self("flatten", t)
   no_more("flatten", "([start [, end]])", ...)
   local s = t:shape()
+  -- a 0-d tensor takes the dims a 1-d one would (torch's): 1 or -1
+  first = norm_dim("flatten", first or 1, math.max(#s, 1))
+  last = norm_dim("flatten", last or -1, math.max(#s, 1))
   if #s == 0 then return t:reshape { 1 } end
-  first = norm_dim("flatten", first or 1, #s)
-  last = norm_dim("flatten", last or -1, #s)
   if first > last then
     error(("flatten: start dim %d comes after end dim %d"):format(first, last), 2)
   end
@@ -322,7 +348,11 @@ function Tensor.flatten(t, first, last, ...)
   for d = first, last do n = n * s[d] end
   out[#out + 1] = n
   for d = last + 1, #s do out[#out + 1] = s[d] end
-  return t:reshape(out)
+  if t:is_contiguous() then return t:reshape(out) end   -- a view: nothing to fail
+  -- a copy (too large, out of memory): reshape's refusal, by flatten's name at the caller's line
+  local ok, r = pcall(t.reshape, t, out)
+  if not ok then error((tostring(r):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^reshape: ", "flatten: ")), 2) end
+  return r
 end
 
 -- t:permute(d1, d2, ...) or t:permute{d1, d2, ...}: dim i of the result is dim d_i of t (a view: a sequence of
@@ -387,6 +417,7 @@ function M.stack(list, dim, ...)
     if not core.is_tensor(list[i]) then
       error(("stack: element %d of the list: expected a tensor, got %s"):format(i, type(list[i])), 2)
     end
+    check_live("stack", ("element %d of the list"):format(i), list[i])
   end
   local shape = list[1]:shape()
   local nd = #shape + 1
@@ -427,7 +458,8 @@ end
 -- full_like(t, v [, ...]): t's shape, dtype and device unless given (torch's *_like). An FP8 t has no such
 -- factory: its dtype must then be given.
 local function like_opts(who, t, o)
-  if not core.is_tensor(t) then error(("%s: expected a tensor, got %s"):format(who, type(t)), 4) end
+  if not core.is_tensor(t) then error(("%s: expected a tensor, got %s"):format(who, type(t)), 3) end
+  check_live(who, "the tensor", t, 4)
   local dt, dev = nil, t:device()
   if type(o) == "string" then dt = o
   elseif type(o) == "table" and getmetatable(o) == nil then
@@ -512,7 +544,7 @@ end
 -- t:var([dim] [, {correction=1, keepdim=false}]) and t:std(...): torch's (Bessel's correction by default;
 -- correction=0 is the population's), over everything or one dim; differentiable (made of mean, sub, mul, sum).
 local function var_of(who, t, dim, o)
-  check_self(who, t, 4)   -- var_of runs under var or std: the user's call is one level further up
+  check_not_fp8(who, check_self(who, t, 4), 4)   -- var_of runs under var or std: the user's call is one level up
   if type(dim) == "table" and o == nil and getmetatable(dim) == nil then dim, o = nil, dim end
   o = require("fp8.opts").check(who, o or {}, { correction = true, keepdim = true }, 3)
   local corr, keep = o.correction or 1, o.keepdim or false
@@ -666,16 +698,18 @@ function Tensor.split(t, size, dim, ...)
 end
 
 -- t:square(), t:rsqrt(), t:reciprocal(): x·x, 1/√x, 1/x (differentiable; made of mul, sqrt, div).
-function Tensor.square(t, ...) check_self("square", t); no_more("square", "no arguments", ...); return t * t end
+function Tensor.square(t, ...)
+  check_not_fp8("square", check_self("square", t)); no_more("square", "no arguments", ...); return t * t
+end
 function Tensor.rsqrt(t, ...)
-  check_self("rsqrt", t); no_more("rsqrt", "no arguments", ...)
+  local dt = check_self("rsqrt", t); no_more("rsqrt", "no arguments", ...); check_not_fp8("rsqrt", dt)
   -- bf16/fp16: in fp32, rounded once (torch's); the root rounded to bf16 first made 3 results in 10 one ulp off
-  local dt = t:dtype()
   if dt == "bf16" or dt == "fp16" then return (1 / t:to("fp32"):sqrt()):to(dt) end
   return 1 / t:sqrt()
 end
 function Tensor.reciprocal(t, ...)
-  check_self("reciprocal", t); no_more("reciprocal", "no arguments", ...); return 1 / t
+  check_not_fp8("reciprocal", check_self("reciprocal", t)); no_more("reciprocal", "no arguments", ...)
+  return 1 / t
 end
 
 return M

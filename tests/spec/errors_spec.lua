@@ -560,3 +560,39 @@ describe("the optimizers' internal helper is not a method", function()
     fails_here("zero_grad: set_to_none must be a boolean, got string", m.zero_grad, m, "yes")
   end)
 end)
+
+-- The tensor methods written in Lua over core ops named the op and this file's line: flatten's copy "reshape: ...",
+-- reciprocal of an FP8 tensor "div: ...", and a released tensor "calling 'to' on bad self" (float, masked_fill,
+-- the *_like factories, nn.Parameter).
+describe("tensor methods written in Lua name themselves at the caller's line", function()
+  local gone = fp8.ones { 2, 3 }
+  gone:free()
+  local q = fp8.randn { 2, 3 }:quantize("e4m3")
+  local x = fp8.randn { 2, 3 }
+  it("for a released tensor", function()
+    for _, m in ipairs { "float", "bfloat16", "half", "flatten", "unsqueeze", "square", "reciprocal", "var",
+                         "chunk" } do
+      fails_here(m .. ": the tensor has been released (freed or closed)", x[m], gone)
+    end
+    fails_here("masked_fill: the tensor has been released", x.masked_fill, gone, fp8.ones { 2, 3 }, 0)
+    fails_here("masked_fill: the mask has been released", x.masked_fill, x, gone, 0)
+    fails_here("where: the condition has been released", fp8.where, gone, 1, 2)
+    fails_here("stack: element 2 of the list has been released", fp8.stack, { x, gone })
+    fails_here("ones_like: the tensor has been released", fp8.ones_like, gone)
+    fails_here("rand_like: the tensor has been released", fp8.rand_like, gone)
+    fails_here("full_like: the tensor has been released", fp8.full_like, gone, 1)
+    fails_here("ones_like: expected a tensor, got number", fp8.ones_like, 5)   -- was one level too far up
+    fails_here("Parameter: the tensor has been released", fp8.nn.Parameter, gone)
+  end)
+  it("for an FP8 tensor and a bad dim", function()
+    for _, m in ipairs { "square", "rsqrt", "reciprocal", "var", "std" } do
+      fails_here(m .. ": e4m3 tensor: call :dequantize() first", q[m], q)
+    end
+    -- the copy of a transposed expand is too large: it said "reshape: ..." at lua/fp8/tensor.lua's line
+    local wide = fp8.zeros { 1, 2 }:expand { 2 ^ 46, 2 }:t()
+    fails_here("flatten: shape [2, 70368744177664] has too many elements", wide.flatten, wide)
+    fails_here("flatten: dim must be an integer in 1..1", x.flatten, fp8.tensor(1), 2)   -- was ignored
+    assert.are.same({ 6 }, x:flatten():shape())
+    assert.are.same({ 1 }, fp8.tensor(1):flatten(-1):shape())
+  end)
+end)

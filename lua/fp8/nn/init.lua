@@ -28,6 +28,7 @@ local nn = {
 -- Parameter(t): marks a tensor as a trainable leaf (requires_grad) and returns it.
 function nn.Parameter(t)
   if not fp8.is_tensor(t) then error(("Parameter: expected a tensor, got %s"):format(type(t)), 2) end
+  if t:is_released() then error("Parameter: the tensor has been released (freed or closed)", 2) end
   if not t:requires_grad() then t:requires_grad(true) end
   return t
 end
