@@ -118,10 +118,16 @@ function GradScaler:is_enabled() return self.enabled end
 
 -- scale(loss) -> loss * scale (the loss itself when disabled).
 function GradScaler:scale(loss)
-  if type(loss) ~= "number" and not (package.loaded["fp8.core"] or {}).is_tensor(loss) then
-    error(("GradScaler:scale: loss must be a tensor or a number, got %s"):format(type(loss)), 2)
-  end
+  -- dt: true for a number, a tensor's dtype, false for a released tensor, nil for anything else
+  local dt = type(loss) == "number" or require("fp8.core")._live_dtype(loss)
+  if dt == nil then error(("GradScaler:scale: loss must be a tensor or a number, got %s"):format(type(loss)), 2) end
   if not self.enabled then return loss end
+  -- a released or FP8 loss failed in the product below, as "amp.lua:126: mul: ..."
+  if dt == false then error("GradScaler:scale: the loss tensor has been released (freed or closed)", 2) end
+  if dt ~= true and require("fp8.core").format(dt).is_fp8 then
+    error(("GradScaler:scale: the loss is an %s tensor: call :dequantize() first (FP8 tensors only hold quantized "
+      .. "data)"):format(dt), 2)
+  end
   settle(self)
   return loss * self._scale
 end

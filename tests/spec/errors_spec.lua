@@ -596,3 +596,16 @@ describe("tensor methods written in Lua name themselves at the caller's line", f
     assert.are.same({ 1 }, fp8.tensor(1):flatten(-1):shape())
   end)
 end)
+
+-- GradScaler:scale of an FP8 or released loss failed in its product: "lua/fp8/amp.lua:126: mul: ...".
+describe("GradScaler:scale names the loss's problem at the caller's line", function()
+  it("an FP8 or released loss", function()
+    local scaler = fp8.amp.GradScaler()
+    local gone = fp8.ones { 1 }
+    gone:free()
+    fails_here("GradScaler:scale: the loss is an e4m3 tensor: call :dequantize() first", scaler.scale, scaler,
+      fp8.ones { 1 }:quantize("e4m3"))
+    fails_here("GradScaler:scale: the loss tensor has been released", scaler.scale, scaler, gone)
+    assert.are.equal(65536, scaler:scale(fp8.ones { 1 }):item())
+  end)
+end)
