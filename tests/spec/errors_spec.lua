@@ -609,3 +609,17 @@ describe("GradScaler:scale names the loss's problem at the caller's line", funct
     assert.are.equal(65536, scaler:scale(fp8.ones { 1 }):item())
   end)
 end)
+
+-- F's functions that read a tensor's shape in Lua (cross_entropy, layer_norm) failed on a released one there:
+-- "lua/fp8/nn/functional.lua:157: calling 'dim' on bad self".
+describe("fp8.nn.functional refuses a released tensor by the argument's name", function()
+  it("cross_entropy, layer_norm", function()
+    local F = fp8.nn.functional
+    local gone = fp8.ones { 2, 3 }
+    gone:free()
+    fails_here("cross_entropy: logits has been released (freed or closed)", F.cross_entropy, gone, fp8.tensor { 0, 1 })
+    fails_here("cross_entropy: targets has been released", F.cross_entropy, fp8.randn { 2, 3 }, gone)
+    fails_here("layer_norm: input has been released", F.layer_norm, gone)
+    fails_here("layer_norm: bias has been released", F.layer_norm, fp8.randn { 2, 3 }, nil, gone)
+  end)
+end)
