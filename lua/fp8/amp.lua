@@ -18,20 +18,28 @@ local function fp8mod()
   return fp8
 end
 
--- The autocast dtype for a mixed-precision mode; an unknown mode is an error listing the valid ones.
-function M.dtype_for(mode, level, fname)
+-- The autocast dtype for a mixed-precision mode; an unknown mode is an error listing the valid ones, in fname's name,
+-- raised at `level` as fname's caller counts it. Internal: as the public dtype_for's own parameters, a second argument
+-- was taken for a level (dtype_for("x", 0) raised at this file's line) and a third for the name.
+local function dtype_for(mode, level, fname)
   local dt = type(mode) == "string" and M.MODES[mode:lower()]
   if not dt then
-    if math.type(level) ~= "integer" then level = 1 end
-    error(("%s: mixed precision must be one of %s; got %s"):format(type(fname) == "string" and fname or "dtype_for", M.MODE_NAMES,
-      type(mode) == "string" and ("'" .. mode .. "'") or type(mode)), (level or 1) + 1)
+    error(("%s: mixed precision must be one of %s; got %s"):format(fname, M.MODE_NAMES,
+      type(mode) == "string" and ("'" .. mode .. "'") or type(mode)), level + 1)
   end
+  return dt
+end
+
+-- dtype_for(mode): the autocast dtype of a mode ("no" or "fp32", "bf16", "fp16")
+function M.dtype_for(mode, ...)
+  O.no_more("dtype_for", "(mode)", ...)
+  local dt = dtype_for(mode, 2, "dtype_for")   -- not a tail call: level 2 counts this frame
   return dt
 end
 
 -- set_mixed_precision(mode) switches autocast for the rest of the program; returns the previous dtype.
 function M.set_mixed_precision(mode)
-  local dt = M.dtype_for(mode, 2, "set_mixed_precision")
+  local dt = dtype_for(mode, 2, "set_mixed_precision")
   local fp8 = fp8mod()
   local prev = fp8.autocast_dtype()
   fp8.set_autocast_dtype(dt)
@@ -41,7 +49,7 @@ end
 -- autocast(mode, fn, ...) runs fn(...) with the mode's autocast on and restores the previous
 -- setting afterwards, also when fn raises (the error is passed on unchanged).
 function M.autocast(mode, fn, ...)
-  local dt = M.dtype_for(mode, 2, "autocast")
+  local dt = dtype_for(mode, 2, "autocast")
   if type(fn) ~= "function" then error(("autocast: expected a function as argument #2, got %s"):format(type(fn)), 2) end
   local fp8 = fp8mod()
   local prev = fp8.autocast_dtype()

@@ -623,3 +623,15 @@ describe("fp8.nn.functional refuses a released tensor by the argument's name", f
     fails_here("layer_norm: bias has been released", F.layer_norm, fp8.randn { 2, 3 }, nil, gone)
   end)
 end)
+
+-- fp8.amp.dtype_for(mode, level, fname) took its second and third arguments as the level and name of its error:
+-- dtype_for("x", 0) raised at lua/fp8/amp.lua:26, dtype_for("x", 3) above the caller, dtype_for("bf16", 3) passed.
+describe("fp8.amp.dtype_for takes a mode only", function()
+  it("refuses more, and names a bad mode at the caller's line", function()
+    fails_here("dtype_for: takes (mode); got 1 more argument", fp8.amp.dtype_for, "x", 0)
+    fails_here("dtype_for: takes (mode); got 1 more argument", fp8.amp.dtype_for, "bf16", 3)
+    fails_here("dtype_for: mixed precision must be one of no, bf16, fp16; got 'x'", fp8.amp.dtype_for, "x")
+    fails_here("set_mixed_precision: mixed precision must be one of", fp8.amp.set_mixed_precision, "fp9")
+    assert.are.equal("bf16", fp8.amp.dtype_for("BF16"))
+  end)
+end)
