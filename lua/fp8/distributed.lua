@@ -213,14 +213,21 @@ end
 
 -- gather(t): every rank's t concatenated along dim 1 in rank order (0-d tensors: one entry per rank);
 -- tables of tensors are gathered leaf by leaf. Shapes must agree across ranks.
-function U:gather(t)
-  agree(self, "gather", t, true)
-  return map_tensors("gather", t, function(x)
+-- gather's collective, once agree has checked t in the name of the utility called (gather, gather_for_metrics): its
+-- refusal is raised at that utility's caller, which a call of U:gather from gather_for_metrics was not
+local function gather_leaves(self, fname, t)
+  return map_tensors(fname, t, function(x)
     if self.num_processes == 1 then return x end
     local c, dev = on_cpu(x)
     local g = D.all_gather(c)
     return dev and g:to(dev) or g
   end)
+end
+
+function U:gather(t)
+  agree(self, "gather", t, true)
+  local g = gather_leaves(self, "gather", t)   -- not a tail call: map_tensors counts this frame
+  return g
 end
 
 local function all_tensors(x)
@@ -257,7 +264,8 @@ function U:gather_for_metrics(t, use_gather_object)
     if cut and #g > cut then g = table.move(g, 1, cut, 1, {}) end
     return g
   end
-  local g = self:gather(t)
+  agree(self, "gather_for_metrics", t, true)
+  local g = gather_leaves(self, "gather_for_metrics", t)
   if cut then
     return map_tensors("gather_for_metrics", g, function(x)
       if x:dim() == 0 or x:shape()[1] <= cut then return x end

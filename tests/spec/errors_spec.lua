@@ -635,3 +635,16 @@ describe("fp8.amp.dtype_for takes a mode only", function()
     assert.are.equal("bf16", fp8.amp.dtype_for("BF16"))
   end)
 end)
+
+-- acc:gather_for_metrics ran acc:gather one frame deeper: its refusal named gather at lua/fp8/distributed.lua's line.
+describe("acc:gather_for_metrics names itself at the caller's line", function()
+  it("for an FP8 tensor", function()
+    local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+    local q = fp8.ones { 2 }:quantize("e4m3")
+    fails_here("gather_for_metrics: an FP8 tensor's bytes mean something only with its own scale",
+      acc.gather_for_metrics, acc, q)
+    fails_here("gather_for_metrics: an FP8 tensor's bytes", acc.gather_for_metrics, acc, { p = q })
+    fails_here("gather: an FP8 tensor's bytes", acc.gather, acc, q)
+    assert.are.equal(2, acc:gather_for_metrics({ p = fp8.ones { 2 } }).p:numel())
+  end)
+end)
