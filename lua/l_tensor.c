@@ -1096,4 +1096,6 @@ void fl_lopen_tensor(lua_State *L) {
     lua_setfield(L, -2, "__name");
     lua_setfield(L, lib, "_metatable");     /* so fp8/tensor.lua can add __tostring */
     luaL_setfuncs(L, factories, 0);
+    lua_pushinteger(L, FL_MAX_NUMEL);       /* the bytes one storage may hold: layers check their sizes against it */
+    lua_setfield(L, lib, "_max_bytes");
 }

@@ -648,3 +648,18 @@ describe("acc:gather_for_metrics names itself at the caller's line", function()
     assert.are.equal(2, acc:gather_for_metrics({ p = fp8.ones { 2 } }).p:numel())
   end)
 end)
+
+-- A layer too large for one tensor was refused by the initialiser, naming it at the layer's file's line:
+-- "lua/fp8/nn/embedding.lua:23: normal: too large: ..." for Embedding(2, math.maxinteger).
+describe("a layer's constructor refuses sizes no tensor can hold, by its name, before allocating", function()
+  it("Linear, FP8Linear, Embedding, LayerNorm", function()
+    local big, tail = 1 << 30, "makes an fp32 parameter of 4.612e+18 bytes, more than one tensor may hold"
+    fails_here("Linear: out_features * in_features = 1073741824 * 1073741824 " .. tail, fp8.nn.Linear, big, big)
+    fails_here("FP8Linear: out_features * in_features = 1073741824 * 1073741824", fp8.nn.FP8Linear, big, big)
+    fails_here("Linear: out_features * in_features = 16777216 * 16777216", fp8.nn.Linear, 1 << 24, 1 << 24)
+    fails_here("Embedding: num_embeddings * embedding_dim = 2 * 9223372036854775807 makes an fp32 parameter",
+      fp8.nn.Embedding, 2, math.maxinteger)
+    fails_here("LayerNorm: normalized_shape = 1125899906842624 makes", fp8.nn.LayerNorm, 1 << 50)
+    assert.are.equal(8, fp8.nn.Embedding(2, 4).weight:numel())
+  end)
+end)

@@ -19,6 +19,7 @@ function Embedding:__init(num, dim)
       error(("Embedding: %s must be a positive integer, got %s"):format(what, tostring(v)), 3)
     end
   end
+  Module._check_size("Embedding", 3, "num_embeddings * embedding_dim", num, dim)
   self.num_embeddings, self.embedding_dim = num, dim
   self:register_parameter("weight", init.normal({ num, dim }, 0, 1))
 end

@@ -27,6 +27,7 @@ function LayerNorm:__init(n, opts)
     error(("%s: normalized_shape must be a positive integer (the last dimension), got %s"):format(name,
       type(n) == "table" and "an empty table" or type(n) == "number" and tostring(n) or type(n)), 3)
   end
+  Module._check_size(name, 3, "normalized_shape", n)
   opts = opts or {}
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 3) end
   O.check(name, opts, { "bias", "elementwise_affine", "eps" }, 3)

@@ -27,6 +27,7 @@ function Linear._args(name, level, in_features, out_features, bias)
     end
   end
   if type(bias) ~= "boolean" then error(("%s: bias must be a boolean, got %s"):format(name, type(bias)), level) end
+  Module._check_size(name, level, "out_features * in_features", out_features, in_features)
   return in_features, out_features, bias
 end
 

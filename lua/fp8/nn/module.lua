@@ -127,6 +127,19 @@ end
 -- Whether m's forward is the one of its ancestor class named `name` (not replaced by a subclass or on the
 -- instance): what lets a container run a fused path in its place. Compared through m's own class chain, so a
 -- second copy of the class module (a test harness reloading modules) does not hide it.
+-- A constructor's parameter of the given sizes (fp32), refused by the class's name before anything is allocated when
+-- it is past what one tensor may hold (core._max_bytes): the initialiser refused it, naming 'uniform' or 'normal' at
+-- the layer's file's line. what: the sizes' names ("out_features * in_features"); level as the constructor's error().
+function Module._check_size(name, level, what, ...)
+  local bytes, sizes = 4.0, { ... }   -- a float product: never overflows, exact at the limit's scale
+  for i = 1, #sizes do bytes = bytes * sizes[i] end
+  local limit = require("fp8.core")._max_bytes
+  if bytes > limit then
+    error(("%s: %s = %s makes an fp32 parameter of %.4g bytes, more than one tensor may hold (%d bytes)"):format(name,
+      what, table.concat(sizes, " * "), bytes, limit), level + 1)
+  end
+end
+
 function Module.runs_forward_of(m, name)
   if type(m) ~= "table" or rawget(m, "forward") ~= nil then return false end
   local c = getmetatable(m)
