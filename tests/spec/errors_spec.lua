@@ -663,3 +663,22 @@ describe("a layer's constructor refuses sizes no tensor can hold, by its name, b
     assert.are.equal(8, fp8.nn.Embedding(2, 4).weight:numel())
   end)
 end)
+
+-- TransformerBlock built its LayerNorms and its attention before checking its config: TransformerBlock{} was
+-- "lua/fp8/nn/transformer.lua:23: LayerNorm: normalized_shape must be ...", a bad dropout Dropout's at attention.lua's.
+describe("a block's constructor checks its whole config in its own name first", function()
+  it("TransformerBlock, CausalSelfAttention, GPT", function()
+    fails_here("TransformerBlock: n_embd must be a positive integer, got nil", fp8.nn.TransformerBlock, {})
+    fails_here("TransformerBlock: n_head must be a positive integer dividing n_embd=8, got nil",
+      fp8.nn.TransformerBlock, { n_embd = 8 })
+    fails_here("TransformerBlock: dropout must be a probability in [0, 1], got 2", fp8.nn.TransformerBlock,
+      { n_embd = 8, n_head = 2, dropout = 2 })
+    fails_here("TransformerBlock: 4 * n_embd * n_embd = 4 * 16777216 * 16777216 makes", fp8.nn.TransformerBlock,
+      { n_embd = 1 << 24, n_head = 2 })
+    fails_here("CausalSelfAttention: dropout must be a probability", fp8.nn.CausalSelfAttention,
+      { n_embd = 8, n_head = 2, dropout = -1 })
+    fails_here("GPT: dropout must be a probability in [0, 1], got 2", fp8.nn.GPT,
+      { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 2, n_embd = 8, dropout = 2 })
+    assert.are.equal(2, fp8.nn.TransformerBlock { n_embd = 8, n_head = 2, dropout = 0.1 }.attn.n_head)
+  end)
+end)

@@ -11,22 +11,36 @@ local LayerNorm = require "fp8.nn.layernorm"
 
 local CausalSelfAttention = Module.class("CausalSelfAttention")
 
-function CausalSelfAttention:__init(cfg)
+-- The config {n_embd=, n_head=, dropout=, bias=} checked in the name of the class being built (CausalSelfAttention, or
+-- TransformerBlock before it builds its LayerNorms and its attention: their checks named themselves at
+-- transformer.lua's line). widest: the largest weight's rows per n_embd (3: qkv; 4: the block's MLP); level: as
+-- the constructor's error().
+function CausalSelfAttention._check_cfg(name, cfg, widest, level)
+  level = level + 1
   if type(cfg) ~= "table" then
-    error(("CausalSelfAttention: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(type(cfg)), 3)
+    error(("%s: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(name, type(cfg)), level)
   end
-  O.check("CausalSelfAttention", cfg, { "n_embd", "n_head", "dropout", "bias" }, 3)
+  O.check(name, cfg, { "n_embd", "n_head", "dropout", "bias" }, level)
   if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
-    error(("CausalSelfAttention: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
+    error(("%s: bias must be a boolean, got %s"):format(name, type(cfg.bias)), level)
   end
   local d, h = cfg.n_embd, cfg.n_head
   if math.type(d) ~= "integer" or d <= 0 then
-    error(("CausalSelfAttention: n_embd must be a positive integer, got %s"):format(O.got(d)), 3)
+    error(("%s: n_embd must be a positive integer, got %s"):format(name, O.got(d)), level)
   end
   if math.type(h) ~= "integer" or h <= 0 or d % h ~= 0 then
-    error(("CausalSelfAttention: n_head must be a positive integer dividing n_embd=%d, got %s"):format(d, tostring(h)), 3)
+    error(("%s: n_head must be a positive integer dividing n_embd=%d, got %s"):format(name, d, tostring(h)), level)
   end
-  if cfg.dropout ~= nil then Dropout._check_p("CausalSelfAttention", "dropout", cfg.dropout, 4) end
+  local p = cfg.dropout
+  if p ~= nil and (type(p) ~= "number" or not (p >= 0 and p <= 1)) then   -- `not (...)` also refuses NaN
+    error(("%s: dropout must be a probability in [0, 1], got %s"):format(name, O.got(p)), level)
+  end
+  Module._check_size(name, level, widest .. " * n_embd * n_embd", widest, d, d)
+  return d, h
+end
+
+function CausalSelfAttention:__init(cfg)
+  local d, h = CausalSelfAttention._check_cfg("CausalSelfAttention", cfg, 3, 3)
   self.n_embd, self.n_head = d, h
   self.qkv = Linear(d, 3 * d, cfg.bias ~= false)
   self.proj = Linear(d, d, cfg.bias ~= false)

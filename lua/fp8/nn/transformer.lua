@@ -12,15 +12,7 @@ local CausalSelfAttention = require "fp8.nn.attention"
 local TransformerBlock = Module.class("TransformerBlock")
 
 function TransformerBlock:__init(cfg)
-  if type(cfg) ~= "table" then
-    error(("TransformerBlock: expected a table {n_embd=, n_head=, dropout=}, got %s"):format(type(cfg)), 3)
-  end
-  O.check("TransformerBlock", cfg, { "n_embd", "n_head", "dropout", "bias" }, 3)
-  if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
-    error(("TransformerBlock: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
-  end
-  if cfg.dropout ~= nil then Dropout._check_p("TransformerBlock", "dropout", cfg.dropout, 4) end
-  local d = cfg.n_embd
+  local d = CausalSelfAttention._check_cfg("TransformerBlock", cfg, 4, 3)   -- all of it, before any part is built
   self.ln1 = LayerNorm(d, { bias = cfg.bias ~= false })
   self.attn = CausalSelfAttention(cfg)
   self.ln2 = LayerNorm(d, { bias = cfg.bias ~= false })
