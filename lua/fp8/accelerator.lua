@@ -183,10 +183,10 @@ local function new(opts)
   dist.setup(self)                        -- process_index, num_processes, local_process_index, sync_gradients
   self._ddp_opts = ddp.options(settings.ddp)
   self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3)
-  -- Accelerate's read-only properties, as fields: the project's directories (its logging_dir defaults to project_dir;
-  -- fp8lab refuses another), the loader settings, and what a single-model, data-parallel run answers
-  self.project_dir = self.project_configuration.project_dir
-  self.logging_dir = self.project_dir
+  -- Accelerate's read-only properties, as fields: logging_dir (Accelerate's ProjectConfiguration sets it to project_dir
+  -- when made; fp8lab refuses another), the loader settings, and what a single-model, data-parallel run answers.
+  -- project_dir is not one: it reads project_configuration when read (PROPERTIES), as Accelerate's property does
+  self.logging_dir = self.project_configuration.project_dir
   for _, k in ipairs { "split_batches", "dispatch_batches", "use_seedable_sampler", "non_blocking",
     "use_stateful_dataloader" } do self[k] = self.dataloader_config[k] end
   self.should_save_model = self.local_process_index == 0

@@ -944,6 +944,8 @@ describe("fp16 with two optimizers", function()
     assert.are.equal(3, acc.save_iteration)
     acc.project_configuration.iteration = 4
     assert.are.equal(4, acc.save_iteration)
+    acc.project_configuration.project_dir = "/tmp/q"   -- (a field set when made kept reading "/tmp/p")
+    assert.are.equal("/tmp/q", acc.project_dir)
     assert.is_false(acc.use_distributed)
     assert.is_nil(new_acc {}.project_dir)
   end)
