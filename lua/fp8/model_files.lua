@@ -139,6 +139,9 @@ local function checkpoint_files(path)
   local folder = index:match("^(.*)/[^/]*$") or "."
   local files, seen = {}, {}
   for name, file in pairs(map) do
+    if type(name) ~= "string" then   -- a JSON list (its keys 1..n): no names
+      fail("%s: expected a weight_map of tensor names to files, got a list", index)
+    end
     if type(file) ~= "string" or file == "" or file:find("/", 1, true) or file == ".." then
       fail("%s: the weight_map gives %q the file %s; expected a file name in the index's folder", index,
         tostring(name), O.got(file))

@@ -145,6 +145,12 @@ describe("fp8.load_checkpoint_in_model", function()
     -- a file name that leaves the folder
     U.write(d .. "/sh/model.safetensors.index.json", '{"weight_map": {"0.weight": "../x.safetensors"}}')
     U.fails_with('expected a file name in the index\'s folder', L, m, d .. "/sh")
+    -- a list where the names should be ("attempt to index a number value (local 'name')")
+    local shard = '["model-00001-of-00003.safetensors"]'
+    for _, list in ipairs { shard, '{"weight_map": ' .. shard .. '}' } do
+      U.write(d .. "/sh/model.safetensors.index.json", list)
+      U.fails_with("expected a weight_map of tensor names to files, got a list", L, m, d .. "/sh")
+    end
     U.write(d .. "/sh/model.safetensors.index.json", "{not json")
     U.fails_with("load_checkpoint_in_model: ", L, m, d .. "/sh")
     U.write(d .. "/sh/other.index.json", "{}")
