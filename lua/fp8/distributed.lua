@@ -106,7 +106,11 @@ function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end en
 local function describe(fname, t, shapes)
   local out = {}
   local function walk(x, path)
-    if core.is_tensor(x) then
+    local dt = core._live_dtype(x)   -- a dtype name, false for a released tensor, nil for what is not a tensor
+    if dt == false then
+      error(("%s: the tensor%s has been released (freed or closed)"):format(fname,
+        path ~= "" and (" at " .. path:sub(2)) or ""), 0)
+    elseif dt then
       if x:is_fp8() then
         error(("%s: an FP8 tensor's bytes mean something only with its own scale, which differs across processes; "
           .. "dequantize it first"):format(fname), 0)

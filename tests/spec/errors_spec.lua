@@ -649,6 +649,22 @@ describe("acc:gather_for_metrics names itself at the caller's line", function()
   end)
 end)
 
+-- A released tensor given to a collective utility failed in agree's walk over the leaves, as
+-- "lua/fp8/distributed.lua:110: calling 'is_fp8' on bad self (tensor has been released ...)".
+describe("the collective utilities refuse a released tensor by name at the caller's line", function()
+  it("broadcast, gather, reduce, pad_across_processes, gather_for_metrics", function()
+    local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+    local dead = fp8.ones { 2 }
+    dead:free()
+    fails_here("broadcast: the tensor has been released (freed or closed)", acc.broadcast, acc, dead)
+    fails_here('broadcast: the tensor at "a".[2] has been released', acc.broadcast, acc, { a = { fp8.ones(1), dead } })
+    fails_here("gather: the tensor has been released", acc.gather, acc, dead)
+    fails_here("reduce: the tensor has been released", acc.reduce, acc, dead)
+    fails_here("pad_across_processes: the tensor has been released", acc.pad_across_processes, acc, dead)
+    fails_here('gather_for_metrics: the tensor at "p" has been released', acc.gather_for_metrics, acc, { p = dead })
+  end)
+end)
+
 -- A layer too large for one tensor was refused by the initialiser, naming it at the layer's file's line:
 -- "lua/fp8/nn/embedding.lua:23: normal: too large: ..." for Embedding(2, math.maxinteger).
 describe("a layer's constructor refuses sizes no tensor can hold, by its name, before allocating", function()
