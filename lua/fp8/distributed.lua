@@ -104,7 +104,7 @@ function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end en
 -- that is neither a number nor a string, an FP8 tensor (its bytes mean something only with its own scale, which
 -- differs across processes).
 local function describe(fname, t, shapes)
-  local out = {}
+  local out, on_path = {}, {}   -- on_path: the tables being walked (a cycle walked on until memory ran out)
   local function walk(x, path)
     local dt = core._live_dtype(x)   -- a dtype name, false for a released tensor, nil for what is not a tensor
     if dt == false then
@@ -118,6 +118,11 @@ local function describe(fname, t, shapes)
       out[#out + 1] = (path ~= "" and (path:sub(2) .. " ") or "") .. (shapes
         and (x:dtype() .. "[" .. table.concat(x:shape(), ", ") .. "]") or (x:dim() .. "-d"))
     elseif type(x) == "table" then
+      if on_path[x] then
+        error(("%s: the table refers to itself (a cycle)%s"):format(fname,
+          path ~= "" and (" at " .. path:sub(2)) or ""), 0)
+      end
+      on_path[x] = true
       -- a key as it is written: [1] for a number, "name" quoted (control characters escaped) for a string, so that
       -- {[1]=...} and {["1"]=...}, or {a={b=...}} and {["a.b"]=...}, never read alike
       for _, k in ipairs(sorted_keys(fname, x)) do
@@ -125,6 +130,7 @@ local function describe(fname, t, shapes)
           or ('"' .. k:gsub('[%c"\\]', function(c) return ("\\%03d"):format(c:byte()) end) .. '"')
         walk(x[k], path .. "." .. key)
       end
+      on_path[x] = nil
     else
       error(("%s: expected a tensor or a table of tensors, got %s%s"):format(fname, type(x),
         path ~= "" and (" at " .. path:sub(2)) or ""), 0)
@@ -234,10 +240,15 @@ function U:gather(t)
   return g
 end
 
-local function all_tensors(x)
+-- (a table met again on the path, a cycle, is taken as tensors: agree then refuses the cycle by name)
+local function all_tensors(x, on_path)
   if core.is_tensor(x) then return true end
   if type(x) ~= "table" or getmetatable(x) ~= nil or next(x) == nil then return false end
-  for _, v in pairs(x) do if not all_tensors(v) then return false end end
+  on_path = on_path or {}
+  if on_path[x] then return true end
+  on_path[x] = true
+  for _, v in pairs(x) do if not all_tensors(v, on_path) then return false end end
+  on_path[x] = nil
   return true
 end
 

@@ -665,6 +665,22 @@ describe("the collective utilities refuse a released tensor by name at the calle
   end)
 end)
 
+-- A table that refers to itself given to a collective utility was walked on, its path growing at every level, until
+-- "stack overflow" at lua/fp8/distributed.lua's line or, for gather, until the process was killed for memory.
+describe("the collective utilities refuse a table with a cycle by name at the caller's line", function()
+  it("broadcast, gather, reduce, pad_across_processes, gather_for_metrics", function()
+    local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+    local c = { t = fp8.ones { 2 } }
+    c.again = { c }
+    fails_here('broadcast: the table refers to itself (a cycle) at "again".[1]', acc.broadcast, acc, c)
+    for _, f in ipairs { "gather", "reduce", "pad_across_processes", "gather_for_metrics" } do
+      fails_here(f .. ": the table refers to itself (a cycle)", acc[f], acc, c)
+    end
+    local shared = { fp8.ones { 1 } }   -- a table met twice, but not within itself, is no cycle
+    assert.are.equal(1, acc:gather({ a = shared, b = shared }).b[1]:numel())
+  end)
+end)
+
 -- A layer too large for one tensor was refused by the initialiser, naming it at the layer's file's line:
 -- "lua/fp8/nn/embedding.lua:23: normal: too large: ..." for Embedding(2, math.maxinteger).
 describe("a layer's constructor refuses sizes no tensor can hold, by its name, before allocating", function()
