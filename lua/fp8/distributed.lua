@@ -463,7 +463,8 @@ end
 local function serialize(v, fname, seen, out)
   local tv = type(v)
   if tv == "nil" or tv == "boolean" then out[#out + 1] = tostring(v)
-  elseif math.type(v) == "integer" then out[#out + 1] = ("%d"):format(v)
+  -- (%q writes math.mininteger as 0x8000000000000000: as "-9223372036854775808" it was read back as a float)
+  elseif math.type(v) == "integer" then out[#out + 1] = ("%q"):format(v)
   elseif tv == "number" then
     out[#out + 1] = v ~= v and "(0/0)" or v == math.huge and "math.huge" or v == -math.huge and "-math.huge"
       or ("%a"):format(v)

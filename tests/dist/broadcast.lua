@@ -15,6 +15,9 @@ say("tensors", t.a:dtype(), t.a:float():item(), table.concat(w:totable(), ","), 
 local l = r == 0 and { "x", { k = 1 }, 3.5 } or { 9, 9, 9, 9 }
 assert(acc:broadcast_object_list(l) == l)
 say("objects", #l, l[1], l[2].k, l[3])
+local ints = r == 0 and { math.mininteger, math.maxinteger, -1 } or {}   -- integers stay integers
+acc:broadcast_object_list(ints)
+say("ints", math.type(ints[1]), tostring(ints[1] == math.mininteger), math.type(ints[2]), math.type(ints[3]))
 try("shape", acc.broadcast, fp8.ones(2 + r))
 try("from", acc.broadcast, fp8.ones(2), r)
 try("range", acc.broadcast_object_list, { 1 }, r == 1 and 7 or 0)

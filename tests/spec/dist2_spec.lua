@@ -63,7 +63,7 @@ describe("fp8._dist collectives (2 processes)", function()
     assert.are.equal(0, code, out)
     for r = 0, 1 do
       for _, want in ipairs {
-        "tensors=bf16 10.0 2.0,3.0 true\n", "objects=3 x 1 3.5\n",
+        "tensors=bf16 10.0 2.0,3.0 true\n", "objects=3 x 1 3.5\n", "ints=integer true integer integer\n",
         "shape=broadcast: the tensors differ across processes: rank 1 has fp32[3] where rank 0 has fp32[2]\n",
         "from=broadcast: rank 1 sends from process 1 where rank 0 sends from 0: every process must name the same one\n",
         "range=broadcast_object_list: from_process must be a process index in 0..1, got 7\n",
