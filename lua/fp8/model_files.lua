@@ -85,7 +85,12 @@ function M.write(dir, tensors, names, max, metadata)
     local ours = name == M.SINGLE or name == M.INDEX or name:match(SHARD_PATTERN)
     if ours and not keep[name] and not C.is_dir(join(dir, name)) then
       local ok, err = os.remove(join(dir, name))
-      if not ok then error(("cannot remove the earlier save's %s: %s"):format(name, err), 0) end
+      -- gone since the listing (another save into dir removed it): what the removal was for; the save stands
+      local still = not ok and io.open(join(dir, name), "rb")
+      if still then
+        still:close()
+        error(("cannot remove the earlier save's %s: %s"):format(name, err), 0)
+      end
       removed = true
     end
   end

@@ -84,6 +84,22 @@ describe("acc:save_model past max_shard_size", function()
     assert.same({ "model-00001-of-00002.bin", "model.safetensors", "notes.txt" }, C.listdir(out))
   end)
 
+  it("takes a stale file removed since the listing (by another save into the folder) as removed", function()
+    -- (the save, its files all in place, failed: "cannot remove the earlier save's ...: No such file or directory")
+    local d = U.tmpdir()
+    local acc, m = accelerator(), model()
+    local listdir = C.listdir
+    C.listdir = function(dir)
+      local names = listdir(dir)
+      if names then names[#names + 1] = "model-00002-of-00009.safetensors" end   -- listed, gone when removed
+      return names
+    end
+    local ok, err = pcall(acc.save_model, acc, m, d .. "/m", { max_shard_size = 4000 })
+    C.listdir = listdir
+    assert(ok, err)
+    fp8.load_checkpoint_in_model(model(2), d .. "/m", { strict = true })
+  end)
+
   it("keeps an FP8 tensor and its _scale_inv in one shard, both named in the index (raw)", function()
     local d = U.tmpdir()
     local acc, m = accelerator(), nn.Linear(32, 32)
