@@ -151,7 +151,8 @@ local function shard_limit(v)
   if math.type(v) == "integer" and v >= 1 then return v end
   if type(v) == "string" then
     local num, unit = v:match("^%s*(.-)%s*(%a%a)%s*$")
-    local mult, x = unit and SIZE_UNITS[unit:upper()], tonumber(num)
+    -- (a decimal number, as Python's float() reads it: Lua's tonumber would also take hex, "0x10KB")
+    local mult, x = unit and SIZE_UNITS[unit:upper()], not (num or ""):find("[xX]") and tonumber(num) or nil
     if mult and x and x >= 0 and x < math.huge then return math.floor(x * mult) end
   end
   error(("save_model: max_shard_size must be a number of bytes (an integer >= 1) or a size such as \"10GB\" "

@@ -436,6 +436,9 @@ describe("acc:save_state / load_state", function()
     assert.are.equal(d .. "/m3/model.safetensors", acc:save_model(model, d .. "/m3", { max_shard_size = bytes }))
     assert.are.equal(d .. "/m4/model.safetensors.index.json",
       acc:save_model(model, d .. "/m4", { max_shard_size = bytes - 1 }))
+    -- huggingface_hub reads the number with Python's float(): hex is no size there
+    U.fails_with('max_shard_size must be a number of bytes', acc.save_model, acc, model, d .. "/m5",
+      { max_shard_size = "0x10KB" })
     ok0, err0 = pcall(acc.save_model, acc, model, d .. "/m4", { max_shard_size = "5GiB" })
     assert.matches('max_shard_size must be a number of bytes (an integer >= 1) or a size such as "10GB"', err0, 1, true)
     acc:load_state(out)
