@@ -6,26 +6,31 @@ local core = require "fp8.core"
 
 local M = {}
 
-local autocast_depth = 0
+-- The depth lives in the registry, one for every copy of this file: code that reloads fp8's modules (a REPL's
+-- package.loaded[...] = nil, a test harness's insulation) would otherwise leave a prepared model's wrapper turning
+-- on one copy's autocast while its FP8 layers, made by the other copy, asked theirs and ran in high precision.
+local REG = debug.getregistry()
+local S = REG.fp8lab_fp8_autocast or { depth = 0 }
+REG.fp8lab_fp8_autocast = S
 -- Whether FP8 autocast is on (FP8Linear:forward asks).
-function M.enabled() return autocast_depth > 0 end
+function M.enabled() return S.depth > 0 end
 
 -- fp8_autocast(fn, ...) runs fn with FP8 autocast on (restored on error too).
 function M.fp8_autocast(fn, ...)
   if type(fn) ~= "function" then error(("fp8_autocast: expected a function, got %s"):format(type(fn)), 2) end
-  autocast_depth = autocast_depth + 1
+  S.depth = S.depth + 1
   local res = table.pack(core._pcall_scoped("fp8_autocast", fn, ...))
-  autocast_depth = autocast_depth - 1
+  S.depth = S.depth - 1
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
 end
 
 -- fp8_autocast_off(fn, ...) runs fn with FP8 autocast off, whatever encloses it (restored on error too).
 local function fp8_autocast_off(fn, ...)
-  local depth = autocast_depth
-  autocast_depth = 0
+  local depth = S.depth
+  S.depth = 0
   local res = table.pack(core._pcall_scoped("fp8_autocast", fn, ...))
-  autocast_depth = depth
+  S.depth = depth
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
 end

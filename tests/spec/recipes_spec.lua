@@ -252,6 +252,25 @@ describe("te recipe", function()
     assert.are.equal("e5m2", rows[3].format)   -- HYBRID: the output gradient is E5M2
   end)
 
+  it("FP8 autocast and the module generation are one state for every copy of their modules (a reload)", function()
+    local A1, M1 = require "fp8.fp8_autocast", require "fp8.nn.module"
+    local saved = { package.loaded["fp8.fp8_autocast"], package.loaded["fp8.nn.module"] }
+    package.loaded["fp8.fp8_autocast"], package.loaded["fp8.nn.module"] = nil, nil
+    local ok, err = pcall(function()
+      local A2, M2 = require "fp8.fp8_autocast", require "fp8.nn.module"
+      assert.are_not.equal(A1, A2)
+      -- a prepared model's wrapper (one copy) and its FP8 layers (the other) agree: under busted's insulation the
+      -- layers of a later spec file ran in high precision inside an earlier file's Accelerator
+      A2.fp8_autocast(function() assert.is_true(A1.enabled()) end)
+      assert.is_false(A1.enabled())
+      local g = M1.generation()
+      M2.class("ReloadProbe")().w = fp8.zeros(1):requires_grad(true)
+      assert.is_true(M1.generation() > g)
+    end)
+    package.loaded["fp8.fp8_autocast"], package.loaded["fp8.nn.module"] = saved[1], saved[2]
+    assert(ok, err)
+  end)
+
   it("a layer convert_model makes after prepare updates at each step too; one of another recipe is refused", function()
     fp8.manual_seed(7)
     local model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))

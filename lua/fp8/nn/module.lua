@@ -41,17 +41,22 @@ end
 -- An ordered store: names in registration order (deterministic named_parameters), map name → value.
 local function new_store() return { names = {}, map = {} } end
 -- generation: bumped by every change of any module's parameters, buffers or children (store_set is the one place
--- they change), so a walk of a model's tree can be kept until the next change (Module.generation()).
-local generation = 0
+-- they change), so a walk of a model's tree can be kept until the next change (Module.generation()). The counter
+-- lives in the registry, one for every copy of this file: a harness that unloads modules between files (busted's
+-- insulation) leaves objects of an earlier copy beside a later one's, and the Accelerator's cache missed the
+-- changes the other copy made.
+local REG = debug.getregistry()
+local GEN = REG.fp8lab_module_generation or { 0 }
+REG.fp8lab_module_generation = GEN
 local function store_set(st, name, v)
-  generation = generation + 1
+  GEN[1] = GEN[1] + 1
   if st.map[name] == nil and v ~= nil then st.names[#st.names + 1] = name end
   if v == nil and st.map[name] ~= nil then
     for i, n in ipairs(st.names) do if n == name then table.remove(st.names, i) break end end
   end
   st.map[name] = v
 end
-function Module.generation() return generation end
+function Module.generation() return GEN[1] end
 
 -- Assignment: a Module becomes a submodule, a tensor that requires grad a parameter; assigning to an
 -- already registered name replaces it in place (keeping its position); anything else is a plain field.
