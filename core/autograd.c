@@ -249,6 +249,12 @@ fl_status fl_node_input_stub(fl_node *n, int i) {
     return FL_OK;
 }
 
+fl_status fl_node_drop_unread(fl_node *n, int j, int i) {
+    if (!n->saved[j] || !n->saved_for[j] || (n->saved_for[j] & n->inputs_grad)) return FL_OK;
+    fl_node_save(n, j, NULL);
+    return i >= 0 ? fl_node_input_stub(n, i) : FL_OK;
+}
+
 fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
     char a[200], b[200];
     if (!fl_shape_equal(t->ndim, t->shape, g->ndim, g->shape))

@@ -60,6 +60,10 @@ bool fl_node_input_needs_grad(const fl_node *n, int i);
  * longer holds the input's data alive. For ops whose backward reads none of that input's values (the
  * FP8 linear keeps its own FP8 copy). No-op for a leaf that takes a gradient. */
 fl_status fl_node_input_stub(fl_node *n, int i);
+/* After the saves: drop saved[j] when every input its saved_for names takes no gradient here (inputs_grad clear: it
+ * never will, as torch's graph), and stub input i (-1: none) whose values the backward reads only through saved[j]
+ * (h * c with c constant keeps c alone). The backward then reads input i's shape, never saved[j]. */
+fl_status fl_node_drop_unread(fl_node *n, int j, int i);
 void fl_node_release(fl_node *n);
 /* out->grad_fn = node (takes over the caller's reference), out->requires_grad = true. */
 void fl_autograd_attach(fl_tensor *out, fl_node *node);

@@ -131,9 +131,11 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
         if (op == FL_OP_MUL) { n->saved_for[0] = 2; n->saved_for[1] = 1; }
         if (op == FL_OP_DIV || op == FL_OP_WHERE) n->saved_for[0] = 2;
     }
-    /* a sum's or difference's operands and where's values: only their shapes are read */
     fl_status st = FL_OK;
-    if (op == FL_OP_ADD || op == FL_OP_SUB) st = fl_node_input_stub(n, 0);
+    /* an operand read only for an input that takes no gradient (h * c, h / c with c constant): neither is kept */
+    for (int j = 0; j < 2 && st == FL_OK; j++) st = fl_node_drop_unread(n, j, j);
+    /* a sum's or difference's operands and where's values: only their shapes are read */
+    if (st == FL_OK && (op == FL_OP_ADD || op == FL_OP_SUB)) st = fl_node_input_stub(n, 0);
     if (st == FL_OK && (op == FL_OP_ADD || op == FL_OP_SUB || op == FL_OP_WHERE)) st = fl_node_input_stub(n, 1);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;

@@ -507,6 +507,20 @@ describe("fp8.core._nn", function()
     assert.is_true((x.grad - want):abs():max():item() < 1e-6)
   end)
 
+  it("h * c, c * h and h / c with c constant keep c alone: h is read only for the gradient c does not take", function()
+    local R = require "fp8._memory"
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local x = fp8.randn(256, 1024):requires_grad(true)
+    local c = fp8.rand(256, 1024) + 1
+    local before = live()
+    local y = (x * 1) * c + c * (x * 2) + (x * 3) / c
+    -- y alone (torch's count); x * 1, x * 2 and x * 3 were kept too (4)
+    assert.are.equal(1, (live() - before) / (256 * 1024 * 4))
+    y:sum():backward()
+    local want = c * 3 + fp8.ones(256, 1024) * 3 / c
+    assert.is_true((x.grad - want):abs():max():item() < 1e-5)
+  end)
+
   it("attention on head views keeps its q, k, v copies, not the views' packed storage", function()
     local R = require "fp8._memory"
     local F = fp8.nn.F
