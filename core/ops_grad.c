@@ -371,33 +371,38 @@ static fl_status matmul_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_tensor *a2 = NULL, *b2 = NULL, *g2 = NULL, *t = NULL, *tt = NULL, *s = NULL;
     int64_t shp[FL_MAX_DIMS + 2];
     fl_status st = FL_OK;
-    /* Promote 1-D operands to matrices and put the dropped M / N dims back into g. */
-    int64_t K = a->shape[a->ndim - 1];
+    /* Promote 1-D operands to matrices and put the dropped M / N dims back into g. The shapes are the inputs': an
+     * operand read only for a gradient that is not taken was not kept (a is NULL when B takes none, b when A). */
+    int64_t K = ia->shape[ia->ndim - 1];
     int64_t as2[2] = { 1, K }, bs2[2] = { K, 1 };
-    if (a->ndim == 1) st = fl_tensor_view(&a2, a, 2, as2); else a2 = fl_tensor_retain((fl_tensor *)a);
-    if (st == FL_OK) { if (b->ndim == 1) st = fl_tensor_view(&b2, b, 2, bs2); else b2 = fl_tensor_retain((fl_tensor *)b); }
+    const int an = ia->ndim == 1 ? 2 : ia->ndim, bn = ib->ndim == 1 ? 2 : ib->ndim;   /* the promoted shapes */
+    const int64_t *ash = ia->ndim == 1 ? as2 : ia->shape, *bsh = ib->ndim == 1 ? bs2 : ib->shape;
+    if (a) { if (a->ndim == 1) st = fl_tensor_view(&a2, a, 2, as2); else a2 = fl_tensor_retain((fl_tensor *)a); }
+    if (st == FL_OK && b) {
+        if (b->ndim == 1) st = fl_tensor_view(&b2, b, 2, bs2); else b2 = fl_tensor_retain((fl_tensor *)b);
+    }
     if (st == FL_OK) {
         int ng = g->ndim;
         memcpy(shp, g->shape, sizeof(int64_t) * (size_t)ng);
-        if (b->ndim == 1) shp[ng++] = 1;
-        if (a->ndim == 1) { shp[ng] = shp[ng - 1]; shp[ng - 1] = 1; ng++; }
+        if (ib->ndim == 1) shp[ng++] = 1;
+        if (ia->ndim == 1) { shp[ng] = shp[ng - 1]; shp[ng - 1] = 1; ng++; }
         st = fl_tensor_reshape(&g2, g, ng, shp);
     }
     if (st == FL_OK && fl_node_input_needs_grad(n, 0)) {
         /* dA = dY · Bᵀ (summed over broadcast batch dims) */
         st = fl_tensor_transpose(&tt, b2, -1, -2);
         if (st == FL_OK) st = fl_matmul_raw(&t, g2, tt, cdt, FL_F32);
-        if (st == FL_OK) st = fl_sum_to_shape(&s, t, a2->ndim, a2->shape);
+        if (st == FL_OK) st = fl_sum_to_shape(&s, t, an, ash);
         if (st == FL_OK) st = fl_tensor_reshape(&gin[0], s, ia->ndim, ia->shape);
         fl_tensor_release(t); fl_tensor_release(tt); fl_tensor_release(s);
         t = tt = s = NULL;
     }
     if (st == FL_OK && fl_node_input_needs_grad(n, 1)) {
-        if (b2->ndim == 2 && a2->ndim > 2) {
+        if (bn == 2 && an > 2) {
             /* B shared across a batch: one GEMM over the flattened rows, dB = A_flatᵀ · dY_flat */
             /* the rows counted, not -1, which is ambiguous when K or N is 0 (an empty tensor) */
             int64_t rows = 1;
-            for (int d = 0; d < a2->ndim - 1; d++) rows *= a2->shape[d];
+            for (int d = 0; d < an - 1; d++) rows *= ash[d];
             int64_t af[2] = { rows, K }, gf[2] = { rows, g2->shape[g2->ndim - 1] };
             fl_tensor *af2 = NULL, *gf2 = NULL;
             st = fl_tensor_reshape(&af2, a2, 2, af);
@@ -408,7 +413,7 @@ static fl_status matmul_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         } else {
             st = fl_tensor_transpose(&tt, a2, -1, -2);
             if (st == FL_OK) st = fl_matmul_raw(&t, tt, g2, cdt, FL_F32);
-            if (st == FL_OK) st = fl_sum_to_shape(&s, t, b2->ndim, b2->shape);
+            if (st == FL_OK) st = fl_sum_to_shape(&s, t, bn, bsh);
         }
         if (st == FL_OK) st = fl_tensor_reshape(&gin[1], s, ib->ndim, ib->shape);
         fl_tensor_release(t); fl_tensor_release(tt); fl_tensor_release(s);
@@ -448,6 +453,8 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
          * copy alone) */
         if (ca != a) st = fl_node_input_stub(n, 0);
         if (st == FL_OK && cb != b) st = fl_node_input_stub(n, 1);
+        /* an operand read only for the gradient of one that takes none (h @ c, c a constant): neither is kept */
+        for (int j = 0; j < 2 && st == FL_OK; j++) st = fl_node_drop_unread(n, j, j);
     }
     fl_tensor_release(ca);
     fl_tensor_release(cb);
