@@ -47,10 +47,11 @@ static fl_status add_bias(fl_tensor **y2, const fl_tensor *b) {
 }
 
 static fl_status linear_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    /* x2 is NULL when the weight takes no gradient, w when x takes none: the shapes are the inputs' */
     const fl_tensor *x = n->inputs[0], *x2 = n->saved[0], *w = n->saved[1];
     fl_dtype cdt = (fl_dtype)n->iargs[0];
-    int64_t outf = w->shape[0];
-    int64_t gs[2] = { x2->shape[0], outf };   /* not -1: with no output features (g empty) it is ambiguous */
+    int64_t gs[2] = { 1, n->inputs[1]->shape[0] };   /* not -1: with no output features (g empty) it is ambiguous */
+    for (int d = 0; d < x->ndim - 1; d++) gs[0] *= x->shape[d];
     fl_tensor *g2 = NULL, *gc = NULL, *t = NULL;
     fl_status st = fl_tensor_reshape(&g2, g, 2, gs);
     /* Round dY once for both GEMMs under autocast. */
@@ -124,6 +125,9 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
             n->iargs[0] = cdt;
             /* an autocast copy is what backward reads: x's own storage may go (torch's keeps the bf16 copy alone) */
             if (xc->storage != x->storage) st = fl_node_input_stub(n, 0);
+            if (st == FL_OK && wc != w) st = fl_node_input_stub(n, 1);   /* the weight's likewise (a frozen one's) */
+            /* x read only for a frozen weight's gradient, the weight (or its copy) only for x's when x takes none */
+            for (int j = 0; j < 2 && st == FL_OK; j++) st = fl_node_drop_unread(n, j, j);
         }
     }
     fl_tensor_release(x2);

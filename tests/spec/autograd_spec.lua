@@ -535,6 +535,39 @@ describe("fp8.core._nn", function()
     assert.is_true((x.grad - want):abs():max():item() < 1e-3)
   end)
 
+  it("a frozen Linear keeps no input: x is read only for the weight's gradient, which it does not take", function()
+    local R = require "fp8._memory"
+    local F = fp8.nn.F
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local x = fp8.randn(256, 512):requires_grad(true)
+    local lin = fp8.nn.Linear(512, 256)
+    lin:requires_grad_(false)
+    local before = live()
+    local y = lin(x * 1)
+    -- y alone ([256, 256]: 0.5 units of x's size); x * 1 was kept too (1.5)
+    local held = (live() - before) / (256 * 512 * 4)
+    local c = fp8.randn(256, 512)
+    local z = F.linear(c, x * 1)                         -- z and c, a constant input, not x * 1 (was 2.5)
+    local held2 = (live() - before) / (256 * 512 * 4) - held
+    local prev = fp8.set_autocast_dtype("bf16")
+    local yb = lin(x * 2)                                -- and the weight's bf16 copy (was 1.5: x * 2's too)
+    local held3 = (live() - before) / (256 * 512 * 4) - held - held2
+    local yw = F.linear(x * 3, x * 4)                    -- both copies, not x * 4 itself (was 2.5)
+    fp8.set_autocast_dtype(prev)
+    local held4 = (live() - before) / (256 * 512 * 4) - held - held2 - held3
+    assert.are.equal(1.5, held4)
+    yw = nil
+    assert.are.equal(0.5, held)
+    assert.are.equal(1.5, held2)
+    assert.are.equal(1, held3)
+    ;(y:sum() + yb:sum()):backward()
+    local want = lin.weight:sum(1):view(1, 512) * 3
+    assert.is_true((x.grad - want):abs():max():item() < 1e-2)
+    x:zero_grad()
+    z:sum():backward()
+    assert.is_true((x.grad - c:sum(1):view(1, 512)):abs():max():item() < 1e-3)
+  end)
+
   it("attention on head views keeps its q, k, v copies, not the views' packed storage", function()
     local R = require "fp8._memory"
     local F = fp8.nn.F
