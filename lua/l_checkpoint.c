@@ -474,6 +474,21 @@ static int l_is_dir(lua_State *L) {
     return 1;
 }
 
+/* is_file(path) → boolean: a regular file (links followed); a file that exists but cannot be read is one, so
+ * that reading it says why it cannot be read rather than that it does not exist */
+static int l_is_file(lua_State *L) {
+    struct stat sb;
+    lua_pushboolean(L, stat(fl_lcheckpath(L, 1, "is_file"), &sb) == 0 && S_ISREG(sb.st_mode));
+    return 1;
+}
+
+/* exists(path) → boolean: anything is there (links followed) */
+static int l_exists(lua_State *L) {
+    struct stat sb;
+    lua_pushboolean(L, stat(fl_lcheckpath(L, 1, "exists"), &sb) == 0);
+    return 1;
+}
+
 /* is_link(path) → boolean: a symbolic link (not followed), so that removing a tree never walks into what one
  * points at */
 static int l_is_link(lua_State *L) {
@@ -821,7 +836,7 @@ static const luaL_Reg so_methods[] = {
 };
 
 static const luaL_Reg ckpt_funcs[] = {
-    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"mkdir_p", l_mkdir_p}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"mkdir_p", l_mkdir_p}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_file", l_is_file}, {"exists", l_exists}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
     {"copy_mode", l_copy_mode},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };

@@ -90,7 +90,7 @@ end
 
 -- ---- files -----------------------------------------------------------------------------------
 
-local function join(a, b) return a:sub(-1) == "/" and a .. b or a .. "/" .. b end
+local join = model_files.join
 
 local function read_all(path)
   local f, err = io.open(path, "rb")

@@ -12,7 +12,9 @@ M.SINGLE = "model.safetensors"
 M.INDEX = "model.safetensors.index.json"
 local SHARD_PATTERN = "^model%-%d%d%d%d%d%-of%-%d%d%d%d%d%.safetensors$"
 
+-- join(dir, name) → the path of name in dir (one "/" between them); checkpointing.lua's too
 local function join(a, b) return a:sub(-1) == "/" and a .. b or a .. "/" .. b end
+M.join = join
 
 -- The bytes a tensor takes in a file: its elements, and an FP8 tensor's F32 name_scale_inv beside it.
 function M.file_bytes(t)
@@ -100,12 +102,7 @@ end
 
 -- ---- load_checkpoint_in_model ----------------------------------------------------------------
 
-local function is_file(path)
-  if C.is_dir(path) then return false end
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
+local is_file = C.is_file
 
 local function fail(fmt, ...) error("load_checkpoint_in_model: " .. fmt:format(...), 0) end
 
@@ -130,8 +127,8 @@ local function checkpoint_files(path)
     if not path:match("%.json$") then return { path } end
     index = path
   else
-    fail("expected a weights file, a sharded checkpoint's index, or a folder holding either, got %q (no such "
-      .. "file or directory)", path)
+    local why = C.exists(path) and "not a regular file or a folder" or "no such file or directory"
+    fail("expected a weights file, a sharded checkpoint's index, or a folder holding either, got %q (%s)", path, why)
   end
   local f, err = io.open(index, "rb")
   if not f then fail("cannot read %s: %s", index, err) end
