@@ -625,13 +625,7 @@ fl_status fl_tensor_clone_exact(fl_tensor **out, const fl_tensor *t) {
         fl_tensor *si = NULL;
         st = fl_tensor_clone_exact(&si, t->scale_inv);
         if (st == FL_OK) {
-            fl_tensor_release(c->scale_inv);
-            c->scale_inv = si;
-            c->scale_axis = t->scale_axis;
-            c->qstats = t->qstats;
-            c->qpart = t->qpart;
-            c->qunknown = t->qunknown;
-            c->qfuture = fl_stats_future_retain(t->qfuture);
+            fl_tensor_adopt_scale(c, si, t);
         }
     }
     if (st != FL_OK) { fl_tensor_release(c); return st; }

@@ -518,6 +518,17 @@ static fl_status device_of(const fl_tensor *t, const fl_device **dev) {
     return FL_OK;
 }
 
+void fl_tensor_adopt_scale(fl_tensor *dst, fl_tensor *scale_inv, const fl_tensor *src) {
+    fl_tensor_release(dst->scale_inv);
+    fl_stats_future_release(dst->qfuture);
+    dst->scale_inv = scale_inv;
+    dst->scale_axis = src->scale_axis;
+    dst->qstats = src->qstats;
+    dst->qpart = src->qpart;
+    dst->qunknown = src->qunknown;
+    dst->qfuture = fl_stats_future_retain(src->qfuture);
+}
+
 /* A packed copy of t in its own dtype; an FP8 one shares t's scale inverse and keeps its axis and counters. */
 static fl_status packed_copy(fl_tensor **out, const fl_tensor *t) {
     *out = NULL;
@@ -529,13 +540,7 @@ static fl_status packed_copy(fl_tensor **out, const fl_tensor *t) {
     fl_status st = dev->copy(c, t);
     if (st != FL_OK) { fl_tensor_release(c); return st; }
     if (t->scale_inv) {
-        fl_tensor_release(c->scale_inv);
-        c->scale_inv = fl_tensor_retain(t->scale_inv);
-        c->scale_axis = t->scale_axis;
-        c->qstats = t->qstats;
-        c->qpart = t->qpart;
-        c->qunknown = t->qunknown;
-        c->qfuture = fl_stats_future_retain(t->qfuture);
+        fl_tensor_adopt_scale(c, fl_tensor_retain(t->scale_inv), t);
     }
     *out = c;
     return FL_OK;
@@ -635,13 +640,7 @@ static fl_status copy_to_device(fl_tensor **out, const fl_tensor *t, int device)
         fl_tensor *si = NULL;
         st = copy_to_device(&si, t->scale_inv, device);
         if (st == FL_OK) {
-            fl_tensor_release(r->scale_inv);
-            r->scale_inv = si;
-            r->scale_axis = t->scale_axis;
-            r->qstats = t->qstats;
-            r->qpart = t->qpart;
-            r->qunknown = t->qunknown;
-            r->qfuture = fl_stats_future_retain(t->qfuture);
+            fl_tensor_adopt_scale(r, si, t);
         }
     }
     fl_tensor_release(c);

@@ -80,6 +80,9 @@ fl_status fl_tensor_header(fl_tensor **out, fl_dtype dt, int ndim, const int64_t
 
 fl_tensor *fl_tensor_retain(fl_tensor *t);
 void fl_tensor_release(fl_tensor *t);   /* NULL is fine */
+/* dst, a fresh copy of the FP8 tensor src's bytes, takes scale_inv (a reference the call takes over) as its scale
+ * inverse, and src's scale axis and cast counters (qstats, qpart, qunknown and a retained qfuture) */
+void fl_tensor_adopt_scale(fl_tensor *dst, fl_tensor *scale_inv, const fl_tensor *src);
 
 int64_t fl_tensor_numel(const fl_tensor *t);
 /* The most elements any tensor may have (2^48; also the byte limit of one storage). Every shape a
