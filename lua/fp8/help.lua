@@ -219,20 +219,34 @@ add_all {
 }
 
 -- Finds the name under which a function is published in fp8 (or as a Tensor method).
-local function name_of(fn)
+-- names_of(fn) -> every name fn has under fp8, in this order: fp8's own field, a Tensor method, a field of a module,
+-- a method of a class one level further down. A function shared by several classes (Optimizer.step, copied into SGD
+-- and AdamW) has one name per class, and the lookup takes the first whose entry names it.
+local function names_of(fn)
+  local out, tier = {}, 0
+  local function close_tier()   -- pairs' order varies from run to run: sorted within a tier, the entry found does not
+    local part = {}
+    for i = tier + 1, #out do part[#part + 1] = out[i] end
+    table.sort(part)
+    for i, n in ipairs(part) do out[tier + i] = n end
+    tier = #out
+  end
   local fp8 = rawget(_G, "fp8")
-  if type(fp8) ~= "table" then return nil end
-  for k, v in pairs(fp8) do if rawequal(v, fn) then return k end end
+  if type(fp8) ~= "table" then return out end
+  for k, v in pairs(fp8) do if rawequal(v, fn) then out[#out + 1] = k end end
+  close_tier()
   -- tensor methods live in the __index of the named metatable "fp8.Tensor" (docs/architecture.md, "Conventions")
   local mt = debug.getregistry()["fp8.Tensor"]
   for _, idx in ipairs(require("fp8.repl").metatable_index_tables(mt)) do
-    for k, v in pairs(idx) do if rawequal(v, fn) then return "Tensor:" .. k end end
+    for k, v in pairs(idx) do if rawequal(v, fn) then out[#out + 1] = "Tensor:" .. k end end
   end
+  close_tier()
   for k, v in pairs(fp8) do
     if type(v) == "table" then
-      for k2, v2 in pairs(v) do if rawequal(v2, fn) then return k .. "." .. k2 end end
+      for k2, v2 in pairs(v) do if rawequal(v2, fn) then out[#out + 1] = k .. "." .. k2 end end
     end
   end
+  close_tier()
   -- a method of a class one level further down (fp8.amp.GradScaler.step): "amp.GradScaler:step", found in its
   -- class's entry where that entry names it (find); raw reads, so no class's __index or __pairs runs
   for k, v in next, fp8 do
@@ -240,13 +254,14 @@ local function name_of(fn)
       for k2, v2 in next, v do
         if type(v2) == "table" and type(k2) == "string" then
           for k3, v3 in next, v2 do
-            if rawequal(v3, fn) and type(k3) == "string" then return k .. "." .. k2 .. ":" .. k3 end
+            if rawequal(v3, fn) and type(k3) == "string" then out[#out + 1] = k .. "." .. k2 .. ":" .. k3 end
           end
         end
       end
     end
   end
-  return nil
+  close_tier()
+  return out
 end
 
 -- A name documented inside another entry (its sig lists it): help("size") shows Tensor:shape's entry.
@@ -374,16 +389,21 @@ function M.lookup(x)
     local name = x:gsub("^fp8%.", ""):gsub("%(%)$", "")
     return find(name) or find("Tensor:" .. name:gsub("^[%w_]+[:%.]", ""))
   end
-  local name = name_of(x)
-  if name then return find(name) or find("Tensor:" .. name) end
+  for _, name in ipairs(names_of(x)) do
+    local e = find(name) or find("Tensor:" .. name)
+    if e then return e end
+  end
   if x == M.help then return by_name.help end
   -- an object (a model, an optimizer, an Accelerator, a kwargs handler, a profiler, a DataLoader): the entry of its
   -- class, the metatable or one it inherits from, or of the metatable's __name
   local mt = getmetatable(x)
   for _ = 1, 8 do
     if type(mt) ~= "table" then break end
-    name = name_of(mt)
-    local e = name and (find(name) or find("Tensor:" .. name))
+    local e
+    for _, name in ipairs(names_of(mt)) do
+      e = find(name) or find("Tensor:" .. name)
+      if e then break end
+    end
     local tn = rawget(mt, "__name")
     if not e and type(tn) == "string" then e = by_name[tn] or find((tn:gsub("^fp8%.", ""))) end
     if e then return e end

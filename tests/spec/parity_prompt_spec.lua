@@ -127,6 +127,27 @@ describe("the prompt", function()
     assert.are.same({}, missing)
   end)
 
+  it("help() has an entry for fp8.optim.Optimizer, its methods (an optimizer's too) and every Accelerator method",
+     function()
+    -- the base class and opt.step, opt.zero_grad, ... (where pairs found Optimizer's copy first) said "no help for"
+    local help = require "fp8.help"
+    local missing = {}
+    local function check(label, v) if not help.lookup(v) then missing[#missing + 1] = label end end
+    check("optim.Optimizer", fp8.optim.Optimizer)
+    local opt = fp8.optim.SGD({ fp8.ones(1):requires_grad(true) })
+    for k, v in pairs(fp8.optim.Optimizer) do
+      if type(k) == "string" and not k:match("^_") and type(v) == "function" then
+        check("optim.Optimizer." .. k, v)
+        if rawequal(opt[k], v) then check("opt:" .. k, v) end   -- (opt.new is SGD's own constructor)
+      end
+    end
+    for k, v in pairs(fp8.Accelerator) do
+      if type(k) == "string" and not k:match("^_") and type(v) == "function" then check("acc:" .. k, v) end
+    end
+    table.sort(missing)
+    assert.are.same({}, missing)
+  end)
+
   it("help(obj.method) finds the entry of the class that documents the method; help('REPL keys') as listed", function()
     local help = require "fp8.help"
     local s = fp8.amp.GradScaler()

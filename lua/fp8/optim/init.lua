@@ -20,6 +20,13 @@ add("optim.AdamW", "fp8.optim.AdamW(params [, {lr=1e-3, betas={0.9,0.999}, eps=1
   "AdamW as torch.optim.AdamW (decoupled weight decay, bias correction; amsgrad: the running maximum of the\n"
   .. "second moment in the denominator). Also AdamW{params=..., lr=...}.\n"
   .. "opt:state_dict() / opt:load_state_dict(sd) save and restore steps and moments.")
+add("optim.Optimizer", "fp8.optim.Optimizer: the base class of SGD and AdamW",
+  "Methods every optimizer has: step([closure]), zero_grad([set_to_none=true]), add_param_group{params=, ...},\n"
+  .. "state_dict() / load_state_dict(sd); fields param_groups, defaults, state. A new optimizer:\n"
+  .. "local My = fp8.optim.Optimizer.class(); function My.new(params, opts) return fp8.optim.Optimizer.new(My,\n"
+  .. "\"My\", {lr = fp8.optim.Optimizer.REQUIRED, ...}, params, opts) end (REQUIRED: an option the caller must\n"
+  .. "give); then My:_new_state(p, group) -> the parameter's state table, made at its first step, and\n"
+  .. "My:_update(p, grad, state, group), which writes p in place (fp8.nn.init.copy_), or My:step of its own.")
 add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_steps, total_steps, min_lr})"
   .. "  (alias WarmupCosine)",
   "Also StepLR(opt, {step_size, gamma}) or StepLR(opt, step_size [, gamma]),\n"
