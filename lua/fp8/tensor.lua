@@ -524,9 +524,13 @@ end
 -- fp8.eye(n [, m] [, dtype | {dtype=, device=}]): ones on the diagonal of an [n, m] matrix (m defaults to n).
 function M.eye(n, m, o, ...)
   no_more("eye", "(n [, m] [, dtype | {dtype=, device=}])", ...)
-  if type(m) ~= "number" then m, o = nil, m end
-  m = m or n
-  for i, v in ipairs { n, m } do
+  if m ~= nil and type(m) ~= "number" then   -- eye(n, dtype | opts); a nil m keeps the options after it
+    if o ~= nil then error(("eye: m must be an integer in 0..%d, got %s"):format(1 << 16, tostring(m)), 2) end
+    m, o = nil, m
+  end
+  if m == nil then m = n end
+  for i = 1, 2 do   -- (not ipairs{n, m}: it stops at a nil n)
+    local v = select(i, n, m)
     if math.type(v) ~= "integer" or v < 0 or v > 1 << 16 then
       error(("eye: %s must be an integer in 0..%d, got %s"):format(i == 1 and "n" or "m", 1 << 16, tostring(v)), 2)
     end

@@ -991,6 +991,10 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.are.same({ { 1, 0, 0 }, { 0, 1, 0 } }, fp8.eye(2, 3):totable())
     assert.are.same({ { 1, 0 }, { 0, 1 } }, fp8.eye(2):totable())
     assert.are.equal("fp16", fp8.eye(2, "fp16"):dtype())
+    assert.are.equal("bf16", fp8.eye(2, nil, "bf16"):dtype())   -- a nil m keeps the dtype after it
+    U.fails_with("eye: n must be an integer in 0..65536, got nil", fp8.eye)   -- not "attempt to compare two nil values"
+    U.fails_with("eye: n must be an integer in 0..65536, got nil", fp8.eye, nil, 3)
+    U.fails_with("eye: m must be an integer in 0..65536, got fp16", fp8.eye, 2, "fp16", "bf16")
     local x = fp8.ones({ 2, 3 }, "bf16")
     assert.are.equal("bf16", fp8.zeros_like(x):dtype())
     assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, fp8.zeros_like(x):totable())
