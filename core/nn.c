@@ -77,13 +77,17 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
 
 /* ---- activations -------------------------------------------------------------------------- */
 
-/* saved[0]: GELU's input; ReLU's output, as torch's (its backward passes the gradient where !(v <= 0), which is the
- * same test on the output as on the input: relu keeps positives and NaN, and makes every other value 0), so the
- * input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
+/* saved[0]: GELU's input as it came (a bf16 one in bf16: its fp32 copy is made again here, the same bits, where the
+ * node kept it beside the input it holds anyway); ReLU's output, as torch's (its backward passes the gradient where
+ * !(v <= 0), which is the same test on the output as on the input: relu keeps positives and NaN, and makes every
+ * other value 0), so the input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
 static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
-    const fl_tensor *x = n->saved[0];
-    FL_TRY(new_like(&gin[0], x, false));
-    return DEV(x)->act_bwd((fl_act)n->iargs[0], F(x), F(g), F(gin[0]), fl_tensor_numel(x));
+    fl_tensor *x;
+    FL_TRY(f32c(&x, n->saved[0], "gelu backward", "input"));
+    fl_status st = new_like(&gin[0], x, false);
+    if (st == FL_OK) st = DEV(x)->act_bwd((fl_act)n->iargs[0], F(x), F(g), F(gin[0]), fl_tensor_numel(x));
+    fl_tensor_release(x);
+    return st;
 }
 
 static fl_status activation(fl_tensor **out, const fl_tensor *x, fl_act kind, const char *op) {
@@ -104,7 +108,7 @@ static fl_status activation(fl_tensor **out, const fl_tensor *x, fl_act kind, co
                 st = fl_node_save_detached(n, 0, *out);
                 if (st == FL_OK) st = fl_node_input_stub(n, 0);
             } else {
-                fl_node_save(n, 0, xc);
+                fl_node_save(n, 0, x);   /* torch's: the input itself (the node holds it as its input too) */
             }
             if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
         }

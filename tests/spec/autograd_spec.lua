@@ -507,6 +507,23 @@ describe("fp8.core._nn", function()
     assert.is_true((x.grad - want):abs():max():item() < 1e-6)
   end)
 
+  it("gelu on a bf16 input keeps that input, not an fp32 copy of it beside", function()
+    local R = require "fp8._memory"
+    local F = fp8.nn.F
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local x = fp8.randn(256, 1024):to("bf16"):requires_grad(true)
+    local before = live()
+    local y = F.gelu(x * 1)
+    -- y (fp32: 1 unit) and x * 1 (bf16: 0.5, torch's saved tensor); its fp32 copy was kept too (2.5)
+    assert.are.equal(1.5, (live() - before) / (256 * 1024 * 4))
+    local g = fp8.randn(256, 1024)
+    y:backward(g)
+    local gx = x.grad:clone()
+    x:zero_grad()
+    F.gelu(x:float()):backward(g)   -- the same values in fp32: the same gradient, bit for bit
+    assert.are.same(gx:totable(), x.grad:totable())
+  end)
+
   it("h * c, c * h and h / c with c constant keep c alone: h is read only for the gradient c does not take", function()
     local R = require "fp8._memory"
     local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
