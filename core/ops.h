@@ -39,6 +39,9 @@ fl_status fl_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
 fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b);
 /* a op s, or s op a when scalar_first. */
 fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first);
+/* clamp between two numbers: minimum(maximum(a, lo), hi), the same values and gradient as those two calls, in one
+ * node that keeps a alone (as torch's clamp) */
+fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double hi);
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a);
 /* dim == FL_ALL_DIMS reduces everything to a 0-d tensor; negative dim counts from the end. */
 fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim);

@@ -209,6 +209,39 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
     return FL_OK;
 }
 
+/* clamp between two numbers: maximum(x, lo) then minimum(., hi) in one node that keeps x alone (torch's ClampBackward
+ * keeps the input; the two nodes kept x and maximum's result). The backward makes maximum's result again from x (the
+ * same bits) and applies the two nodes' rules in their order, so the gradient is theirs bit for bit. */
+static fl_status clamp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *x = n->saved[0];
+    double lo = n->dargs[0], hi = n->dargs[1];
+    fl_tensor *r = NULL, *m = NULL, *g2 = NULL;
+    fl_status st = fl_binary_scalar_raw(&r, FL_OP_MAXIMUM, x, lo, false);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_LE, r, hi, false);
+    if (st == FL_OK) st = masked_grad(&g2, m, g);
+    if (st == FL_OK) { fl_tensor_release(m); m = NULL; st = fl_binary_scalar_raw(&m, FL_OP_GE, x, lo, false); }
+    if (st == FL_OK) st = masked_grad(&gin[0], m, g2);
+    fl_tensor_release(r);
+    fl_tensor_release(m);
+    fl_tensor_release(g2);
+    return st;
+}
+
+fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double hi) {
+    fl_tensor *r = NULL;
+    *out = NULL;
+    FL_TRY(fl_binary_scalar_raw(&r, FL_OP_MAXIMUM, a, lo, false));
+    fl_status st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, r, hi, false);
+    fl_tensor_release(r);
+    if (st != FL_OK || !fl_any_requires_grad(1, &a)) return st;
+    fl_node *n;
+    FL_TRY(fl_autograd_record(out, &n, "ClampBackward", clamp_bwd, 1, &a));
+    n->dargs[0] = lo;
+    n->dargs[1] = hi;
+    fl_node_save(n, 0, a);
+    return FL_OK;
+}
+
 /* ---- unary -------------------------------------------------------------------------------- */
 
 static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {

@@ -721,6 +721,15 @@ static int m_maximum(lua_State *L) { return arith(L, FL_OP_MAXIMUM); }
 static int m_minimum(lua_State *L) { return arith(L, FL_OP_MINIMUM); }
 /* mask:_where(x): x where mask is nonzero, else -0 (fp8.where's half; lua/fp8/tensor.lua) */
 static int m_where_half(lua_State *L) { return arith(L, FL_OP_WHERE); }
+/* t:_clamp(lo, hi), both numbers: one node that keeps t alone (Tensor.clamp, lua/fp8/tensor.lua) */
+static int m_clamp_scalar(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "clamp", "(min, max)");
+    double lo = luaL_checknumber(L, 2), hi = luaL_checknumber(L, 3);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_clamp_scalar(slot, t, lo, hi));
+    return 1;
+}
 /* Comparisons: 1 where true, 0 where false, in the operands' dtype (no bool dtype); no history. Lua's own
  * < <= == turn a metamethod's result into a boolean, so these are methods only. */
 static int m_eq(lua_State *L) { return arith(L, FL_OP_EQ); }
@@ -1054,7 +1063,7 @@ static const luaL_Reg methods[] = {
     {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
     {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
-    {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where_half},
+    {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where_half}, {"_clamp", m_clamp_scalar},
     {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt}, {"ge", m_ge},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid},

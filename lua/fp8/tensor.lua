@@ -278,6 +278,8 @@ function Tensor.clamp(t, lo, hi, ...)
   -- a NaN in a tensor bound is taken too (NaN in, NaN out, as torch's): selected where bound ~= bound
   local ok, r = pcall(function()
     local r = t
+    -- two numbers: one node that keeps t alone, as torch's (maximum's and minimum's kept t and maximum's result)
+    if type(lo) == "number" and type(hi) == "number" then return t:_clamp(lo, hi) end
     if lo ~= nil then r = core.is_tensor(lo) and M.where(r:lt(lo) + lo:ne(lo), lo, r) or r:maximum(lo) end
     if hi ~= nil then r = core.is_tensor(hi) and M.where(r:gt(hi) + hi:ne(hi), hi, r) or r:minimum(hi) end
     return r

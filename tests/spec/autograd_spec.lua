@@ -507,6 +507,24 @@ describe("fp8.core._nn", function()
     assert.is_true((x.grad - want):abs():max():item() < 1e-6)
   end)
 
+  it("clamp between two numbers keeps its input alone, as torch's (not maximum's result too)", function()
+    local R = require "fp8._memory"
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local x = fp8.randn(256, 1024):requires_grad(true)
+    local before = live()
+    local y = (x * 1):clamp(-0.5, 0.5)
+    -- y and x * 1 (torch's count); maximum(x * 1, -0.5) was kept too (3)
+    assert.are.equal(2, (live() - before) / (256 * 1024 * 4))
+    assert.are.equal("ClampBackward", y:grad_fn())
+    -- the gradient of maximum then minimum, at the bounds and NaN included: 1 where -0.5 <= x <= 0.5
+    local t = fp8.tensor({ -1, -0.5, 0, 0.5, 1, 0 / 0 }):requires_grad(true)
+    t:clamp(-0.5, 0.5):backward(fp8.tensor { 2, 3, 4, 5, 6, 7 })
+    assert.are.same({ 0, 3, 4, 5, 0, 0 }, t.grad:totable())
+    local u = fp8.tensor({ -1, 0, 1 }):requires_grad(true)
+    u:clamp(0.5, -0.5):sum():backward()   -- min > max: max everywhere, and no gradient
+    assert.are.same({ 0, 0, 0 }, u.grad:totable())
+  end)
+
   it("gelu on a bf16 input keeps that input, not an fp32 copy of it beside", function()
     local R = require "fp8._memory"
     local F = fp8.nn.F
