@@ -530,6 +530,9 @@ static fl_status slice_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 static fl_status view_record(fl_tensor **out, const fl_tensor *t, const char *name, fl_backward_fn fn, fl_node **np) {
     fl_node *n = NULL;
     if (np) *np = NULL;
+    /* a view made under no_grad, or of such a view, remembers the tensor first viewed so (fl_tensor.nograd_base) */
+    if ((*out)->storage == t->storage && *out != t && (t->nograd_base || !fl_grad_enabled()))
+        (*out)->nograd_base = fl_tensor_retain(t->nograd_base ? t->nograd_base : (fl_tensor *)t);
     if (!fl_any_requires_grad(1, &t)) return FL_OK;
     FL_TRY(fl_autograd_record(out, &n, name, fn, 1, &t));
     fl_status st = fl_node_input_stub(n, 0);

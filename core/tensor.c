@@ -145,6 +145,7 @@ void fl_tensor_release(fl_tensor *t) {
     fl_tensor_release(t->scale_inv);
     fl_tensor_release(t->grad);
     fl_node_release(t->grad_fn);
+    fl_tensor_release(t->nograd_base);
     free(t);
 }
 
@@ -188,6 +189,7 @@ static fl_status view_header(fl_tensor **out, const fl_tensor *t) {
     v->requires_grad = false;
     v->grad = NULL;
     v->grad_fn = NULL;
+    v->nograd_base = NULL;
     v->storage->refcount++;
     fl_tensor_retain(v->scale_inv);
     fl_stats_future_retain(v->qfuture);

@@ -63,6 +63,10 @@ typedef struct fl_tensor {
     struct fl_node *grad_fn;         /* owned; NULL for leaves */
     fl_dtype grad_dtype;             /* FL_F32 (the default): fp32 grads; FL_E4M3/FL_E5M2: grads are kept
                                       * quantized with a per-tensor power-of-two scale (MS-AMP O1+) */
+    /* owned; a view made by fl_view/fl_narrow/... (ops.h) with grad mode off, or a view of such a view: the tensor
+     * first viewed so. While it requires grad an element write to this view under grad mode is refused, as torch
+     * refuses one to a view made in no_grad mode (its base's flag is read at the write, as torch's). NULL else. */
+    struct fl_tensor *nograd_base;
 } fl_tensor;
 
 /* Construction. `shape` may be NULL when ndim == 0. Sizes must be >= 0.

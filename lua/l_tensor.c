@@ -556,6 +556,11 @@ static void check_element_write(lua_State *L, const fl_tensor *t, const char *fn
         luaL_error(L, "%s: the tensor %s; an element written in place would still pass gradient as if it had not "
                    "been (torch records or refuses such writes); write under fp8.no_grad, or build a new tensor "
                    "(fp8.where, masked_fill)", fname, t->grad_fn ? "is part of an autograd graph" : "requires grad");
+    /* torch's rule for a view made in no_grad mode: refused while the tensor it views requires grad */
+    if (t->nograd_base && t->nograd_base->requires_grad && fl_grad_enabled())
+        luaL_error(L, "%s: this tensor is a view, made under fp8.no_grad, of a tensor that requires grad, and it is "
+                   "written in place with grad mode on; torch forbids that as ambiguous: make the write under "
+                   "fp8.no_grad too, or write to a copy (:clone())", fname);
 }
 
 static int m_set(lua_State *L) {

@@ -507,6 +507,43 @@ describe("fp8.core._nn", function()
     assert.is_true((x.grad - want):abs():max():item() < 1e-6)
   end)
 
+  it("refuses an element write under grad mode to a view made under no_grad of a tensor that requires grad", function()
+    -- torch: "A view was created in no_grad mode and is being modified inplace with grad mode enabled"; it was
+    -- taken here, and x's gradient then passed through the overwritten element
+    local ng = fp8.no_grad
+    local x = fp8.randn(3, 4):requires_grad(true)
+    local h = x * 2
+    local views = {
+      function() return ng(function() return x:view(12) end) end,
+      function() return ng(function() return x[2] end) end,                   -- select
+      function() return ng(function() return x:narrow(2, 2, 2):t() end) end,  -- a view of a view
+      function() return ng(function() return x:t() end):t() end,              -- a grad-mode view of one
+      function() return ng(function() return h:view(12) end) end,             -- of a non-leaf
+    }
+    for _, mk in ipairs(views) do
+      local v = mk()
+      local idx = v:dim() == 1 and { 1 } or { 1, 1 }
+      U.fails_with("made under fp8.no_grad", v.set, v, idx, 5)
+      if v:dim() == 1 then U.fails_with("made under fp8.no_grad", function() v[1] = 5 end) end
+      ng(function() v:set(idx, 5) end)   -- under no_grad, as torch's
+    end
+    -- torch takes these: a detached tensor, a copy, a view of a tensor without grad, one whose base no longer
+    -- requires grad; and refuses one whose base was given requires_grad after the view was made
+    local d = x:detach()
+    d[1]:set({ 1 }, 1)
+    local c = ng(function() return x:clone() end)
+    c:set({ 1, 1 }, 1)
+    local k = fp8.randn(4)
+    local kv = ng(function() return k:view(2, 2) end)
+    kv:set({ 1, 1 }, 1)
+    local l = fp8.randn(4):requires_grad(true)
+    local lv = ng(function() return l:view(2, 2) end)
+    l:requires_grad(false)
+    lv:set({ 1, 1 }, 1)
+    k:requires_grad(true)
+    U.fails_with("made under fp8.no_grad", kv.set, kv, { 1, 1 }, 2)
+  end)
+
   it("clamp between two numbers keeps its input alone, as torch's (not maximum's result too)", function()
     local R = require "fp8._memory"
     local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
