@@ -19,6 +19,12 @@ end
 local function check_spec(fname, options, cfg)
   if type(options) ~= "table" then error(("%s: options must be a list of {name, type, default, help}, got %s"):format(fname, type(options)), 3) end
   if type(cfg) ~= "table" then error(("%s: cfg must be a table {usage=, about=}, got %s"):format(fname, type(cfg)), 3) end
+  for i, o in ipairs(options) do   -- a name the command line cannot spell would be an option no one can give
+    if type(o) ~= "table" or type(o[1]) ~= "string" or not o[1]:match("^[%w_][%w_%-]*$") then
+      error(("%s: option %d's name must be letters, digits, '_' or '-' (not starting with '-'), got %s")
+        :format(fname, i, type(o) == "table" and ("'" .. tostring(o[1]) .. "'") or type(o)), 3)
+    end
+  end
 end
 
 function M.usage(options, cfg)
@@ -64,8 +70,9 @@ function M.parse(argv, options, cfg)
   local i = 1
   while i <= #argv do
     local a = argv[i]
-    local name, val = a:match("^%-%-([%w%-]+)=(.*)$")
-    if not name then name = a:match("^%-%-([%w%-]+)$") end
+    -- option names take letters, digits, '-' and '_' (Accelerate's scripts spell --mixed_precision)
+    local name, val = a:match("^%-%-([%w_%-]+)=(.*)$")
+    if not name then name = a:match("^%-%-([%w_%-]+)$") end
     if not name then
       M.fail(("unexpected argument '%s' (options start with --; valid: %s)"):format(a, table.concat(names, " ")))
     end

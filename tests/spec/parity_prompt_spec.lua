@@ -180,6 +180,22 @@ describe("the prompt", function()
     assert.falsy(out:find("unexpected symbol", 1, true), out)
   end)
 
+  it("fp8.args.parse reads option names with underscores, as Accelerate's scripts spell them", function()
+    local A = require "fp8.args"
+    local spec = { { "mixed_precision", "str", "no", "precision" }, { "cpu", "flag", false, "cpu" },
+                   { "batch-size", "int", 8, "batch" } }
+    local o = A.parse({ "--cpu", "--mixed_precision", "fp8", "--batch-size=4" }, spec, { usage = "u", about = "a" })
+    assert.same({ mixed_precision = "fp8", cpu = true, ["batch-size"] = 4 }, o)
+    assert.equal("bf16", A.parse({ "--mixed_precision=bf16" }, spec, { usage = "u", about = "a" }).mixed_precision)
+    local ok, err = pcall(A.parse, { "--mixed_precison", "x" }, spec, { usage = "u", about = "a" })
+    assert.is_false(ok)
+    assert.matches("unknown option '%-%-mixed_precison'", tostring(err))
+    -- a name no command line can spell is refused when the options are declared
+    ok, err = pcall(A.parse, {}, { { "a b", "int", 1, "x" } }, { usage = "u", about = "a" })
+    assert.is_false(ok)
+    assert.matches("option 1's name must be letters, digits, '_' or '%-'", tostring(err))
+  end)
+
   it("fp8.args.parse --help inside a REPL raises instead of ending the session", function()
     local code = 'require("fp8.args").parse({"--help"}, {{"n", "int", 1, "a number"}}, {usage = "usage: demo", about = "x"})\n'
       .. 'print("still " .. "here")\n'
