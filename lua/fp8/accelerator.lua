@@ -62,7 +62,7 @@ local NOT_HERE = {
   dynamo_backend = "fp8lab has no torch.compile (dynamo)", dynamo_plugin = "fp8lab has no torch.compile (dynamo)",
 }
 local NOT_PROVIDED = {
-  init_trackers = TRACKERS, log = TRACKERS, get_tracker = TRACKERS, end_training = TRACKERS,
+  init_trackers = TRACKERS, log = TRACKERS, get_tracker = TRACKERS,
   join_uneven_inputs = "not provided: a prepared loader gives every process the same number of batches "
     .. "(even_batches=true, the default)",
   trigger_sync_in_backward = "acc:no_sync(model, fn) keeps only fn's backwards local, and the next "
@@ -1012,6 +1012,12 @@ dist.install(Accelerator)
 -- no_sync(model, fn, ...): fn runs without gradient synchronisation (a backward inside communicates nothing;
 -- acc.sync_gradients is left as it is, as Accelerate leaves it).
 function Accelerator:no_sync(model, fn, ...) return ddp.no_sync(self, model, fn, ...) end
+-- Accelerate's end_training: it finishes the trackers (fp8lab makes none: log_with is refused) and destroys the
+-- process group. Here the group (MPI) ends when the process exits; the call is a no-op, so that scripts that end
+-- with it (Accelerate's examples do, with or without trackers) run to the end.
+function Accelerator:end_training(...)
+  O.no_more("end_training", "no arguments", ...)
+end
 
 -- state() → printable summary of precision, backend, recipe and per-layer FP8 state.
 function Accelerator:state()

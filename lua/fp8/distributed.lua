@@ -51,7 +51,8 @@ function M.setup(acc)
         from == "env" and "FP8LAB_NUM_PROCESSES" or "the config file", want)
     end
   end
-  acc.distributed_type = acc.num_processes > 1 and "MULTI_CPU" or "NO"
+  -- Accelerate's DistributedType (fp8.DistributedType): several processes on GPUs are MULTI_GPU
+  acc.distributed_type = acc.num_processes <= 1 and "NO" or acc._device == "cuda" and "MULTI_GPU" or "MULTI_CPU"
   if acc.sync_gradients == nil then acc.sync_gradients = true end
 end
 
@@ -770,6 +771,13 @@ if okh and help.add then
     "A flag across processes (early stopping): check_trigger() is true everywhere when any process set it; it clears it.")
   add("acc:wait_for_everyone", "acc:wait_for_everyone()", "A barrier across the processes.")
   add("acc:no_sync", "acc:no_sync(model, fn, ...)", "fn runs without gradient synchronisation (no communication).")
+  add("acc:end_training", "acc:end_training()",
+    "Accelerate's last call: it finishes the trackers (fp8lab has none) and ends the process group, which here ends\n"
+    .. "when the process exits: a no-op, so that scripts ending with it run to the end.")
+  add("DistributedType", "fp8.DistributedType.NO | MULTI_CPU | MULTI_GPU | ...",
+    "Accelerate's enum: acc.distributed_type is one of these strings; a name that is no member raises.")
+  add("DDPCommunicationHookType", "fp8.DDPCommunicationHookType.FP16 | DDPCommunicationHookType(\"fp16\")",
+    "Accelerate's enum of DistributedDataParallelKwargs' comm_hook/comm_wrapper values (the strings themselves).")
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

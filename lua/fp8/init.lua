@@ -137,9 +137,13 @@ fp8.data = require "fp8.data"; fp8.skip_first_batches = fp8.data.skip_first_batc
 fp8.progress = require "fp8.progress"; fp8.amp = require "fp8.amp"  -- data helper
 fp8.kwargs = require "fp8.kwargs"  -- kwargs helper: the handlers (fp8.FP8RecipeKwargs, ...) and fp8.kwargs.resolve
 for _, name in ipairs(fp8.kwargs.HANDLER_NAMES) do fp8[name] = fp8.kwargs[name] end
+-- Accelerate's enums DistributedType and DDPCommunicationHookType: lua/fp8/enums.lua
+do local enums = require "fp8.enums"
+  fp8.DistributedType, fp8.DDPCommunicationHookType = enums.DistributedType, enums.DDPCommunicationHookType end
 -- Loaded on first use: the training modules, and the FP8 recipe API (fp8.Accelerator, convert_model, ...).
 local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipes", Accelerator = "fp8.accelerator",
-  profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist", GradientAccumulationPlugin = "fp8.accumulation_plugin" }
+  profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist", GradientAccumulationPlugin = "fp8.accumulation_plugin",
+  LocalSGD = "fp8.local_sgd" }
 -- fp8.ProjectConfiguration{...} (Accelerator's project_config=): lua/fp8/checkpointing.lua
 function fp8.ProjectConfiguration(opts) return require("fp8.checkpointing").ProjectConfiguration(opts) end
 -- fp8.load_checkpoint_in_model(model, path [, {strict=}]) (Accelerate's utility): lua/fp8/model_files.lua

@@ -1,0 +1,98 @@
+-- local_sgd.lua — fp8.LocalSGD, Accelerate's accelerate.local_sgd.LocalSGD: each process takes its own optimizer
+-- steps (its backwards communicate nothing, as inside acc:no_sync) and every local_sgd_steps calls of step() the
+-- processes average their model's parameters; closing it averages them once more and ends the no_sync.
+--   local local_sgd <close> = fp8.LocalSGD{accelerator = acc, model = model, local_sgd_steps = 8}
+--   for x, y in loader do ...; opt:step(); opt:zero_grad(); local_sgd:step() end
+-- Python's `with LocalSGD(...) as local_sgd:` is a <close> variable here (or local_sgd:close()).
+local O = require "fp8.opts"
+local init = require "fp8.nn.init_fns"
+local LocalSGD = {}
+LocalSGD.__index = LocalSGD
+LocalSGD.__name = "LocalSGD"
+
+local VALID = { "accelerator", "model", "local_sgd_steps", "enabled" }
+-- the distributed types Accelerate's LocalSGD takes; the rest (DeepSpeed, FSDP, XLA, Megatron-LM) it refuses
+local SUPPORTED = { NO = true, MULTI_CPU = true, MULTI_GPU = true }
+
+local function new(opts, ...)
+  O.no_more("LocalSGD", "one options table {accelerator=, model=, local_sgd_steps=, enabled=true}", ...)
+  if type(opts) ~= "table" then
+    error(("LocalSGD: expected an options table {accelerator=, model=, local_sgd_steps=, enabled=true}, got %s")
+      :format(O.got(opts)), 3)
+  end
+  O.check("LocalSGD", opts, VALID, 3)
+  local acc, model, k, enabled = opts.accelerator, opts.model, opts.local_sgd_steps, opts.enabled
+  if type(acc) ~= "table" or getmetatable(acc) ~= require("fp8.accelerator") then
+    error(("LocalSGD: accelerator must be an fp8.Accelerator, got %s"):format(O.got(acc)), 3)
+  end
+  if not require("fp8.nn.module").is_module(model) then
+    error(("LocalSGD: model must be an fp8.nn Module (the prepared model), got %s"):format(O.got(model)), 3)
+  end
+  if enabled == nil then enabled = true end
+  if type(enabled) ~= "boolean" then error(("LocalSGD: enabled must be a boolean, got %s"):format(O.got(enabled)), 3) end
+  if not SUPPORTED[acc.distributed_type] then
+    error("LocalSGD: LocalSGD is supported only for CPUs and GPUs (no DeepSpeed or MegatronLM)", 3)
+  end
+  if acc.fp8_backend == "msamp" and acc.fp8_recipe and acc.fp8_recipe.opt_level == "O3" then
+    -- (Accelerate's averages param.data and leaves MS-AMP's FP8 weight copies as they were)
+    error("LocalSGD: MS-AMP opt_level O3 is not supported: the forward uses an E4M3 copy of each weight that only the "
+      .. "optimizer's step re-casts, so averaged weights would not reach it; use opt_level O1 or O2", 3)
+  end
+  -- Accelerate takes any local_sgd_steps and fails at the first step (a modulo by None or 0): checked here
+  if enabled and (math.type(k) ~= "integer" or k < 1) then
+    error(("LocalSGD: local_sgd_steps must be an integer >= 1 (or enabled=false), got %s"):format(O.got(k)), 3)
+  end
+  local self = setmetatable({ num_steps = 0, enabled = enabled and acc.distributed_type ~= "NO" }, LocalSGD)
+  if self.enabled then
+    self.accelerator, self.model, self.local_sgd_steps = acc, model, k
+    self._prev_no_sync = rawget(acc, "_in_no_sync")
+    rawset(acc, "_in_no_sync", true)   -- model.no_sync() entered: backwards communicate nothing until close
+  end
+  return self
+end
+
+-- the processes' parameters replaced by their mean, in place (optimizers keep holding them)
+function LocalSGD:_sync_and_avg_model_params()
+  local acc = self.accelerator
+  acc:wait_for_everyone()
+  fp8.no_grad(function()
+    for _, p in ipairs(self.model:parameters()) do init.copy_(p, acc:reduce(p, "mean")) end
+  end)
+end
+
+function LocalSGD:step(...)
+  O.no_more("LocalSGD:step", "no arguments", ...)
+  if self._closed then error("LocalSGD:step: this LocalSGD was closed (make a new one for the next epoch)", 2) end
+  self.num_steps = self.num_steps + 1
+  if not self.enabled then return end
+  if self.num_steps % self.local_sgd_steps == 0 then self:_sync_and_avg_model_params() end
+end
+
+-- Python's __exit__: a last average, then the no_sync ends. An error on the way out (a <close> after an error)
+-- still ends the no_sync; the average is skipped then, since the other processes may not reach theirs.
+function LocalSGD:close(err)
+  if self._closed then return end
+  self._closed = true
+  if not self.enabled then return end
+  local acc = self.accelerator
+  local ok, e = true, nil
+  if err == nil then ok, e = pcall(self._sync_and_avg_model_params, self) end
+  rawset(acc, "_in_no_sync", self._prev_no_sync)
+  if not ok then error(e, 0) end
+end
+LocalSGD.__close = function(self, err) self:close(err) end
+function LocalSGD:__tostring()
+  return ("LocalSGD(enabled=%s, local_sgd_steps=%s, num_steps=%d)"):format(tostring(self.enabled),
+    tostring(self.local_sgd_steps), self.num_steps)
+end
+
+local okh, help = pcall(require, "fp8.help")
+if okh and help.add then
+  help.add { section = "Accelerator & recipes", name = "LocalSGD",
+    sig = "local local_sgd <close> = fp8.LocalSGD{accelerator=, model=, local_sgd_steps=, enabled=true}",
+    doc = "Accelerate's LocalSGD: the model's backwards communicate nothing (no_sync) while it is open; every\n"
+      .. "local_sgd_steps calls of local_sgd:step() the processes average the model's parameters, and closing it\n"
+      .. "averages them once more. One process (distributed_type NO): disabled, step() only counts." }
+end
+
+return setmetatable({ new = new, LocalSGD = LocalSGD }, { __call = function(_, ...) return new(...) end })
