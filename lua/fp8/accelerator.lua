@@ -770,6 +770,11 @@ function Accelerator:accumulate(...)
   if fn ~= nil and type(fn) ~= "function" then
     error(("accumulate: argument #%d must be a model or a function (or nothing), got %s"):format(k, type(fn)), 2)
   end
+  -- a field a script may assign (automatic_gradient_accumulation.py sets it per trial, as Accelerate's setter)
+  local n = self.gradient_accumulation_steps
+  if math.type(n) ~= "integer" or n < 1 then
+    error(("accumulate: acc.gradient_accumulation_steps must be an integer >= 1, got %s"):format(O.got(n)), 2)
+  end
   local gs = self.gradient_state
   if gs.sync_with_dataloader and gs.end_of_dataloader then
     gs.step = 0
@@ -785,7 +790,11 @@ end
 -- backward(loss): loss scaling under fp16; gradient accumulation divides by the step count.
 function Accelerator:backward(loss, opts)
   if not core.is_tensor(loss) then error(("backward: expected the loss tensor, got %s"):format(type(loss)), 2) end
-  if self.gradient_accumulation_steps > 1 then loss = loss / self.gradient_accumulation_steps end
+  local n = self.gradient_accumulation_steps
+  if math.type(n) ~= "integer" or n < 1 then
+    error(("backward: acc.gradient_accumulation_steps must be an integer >= 1, got %s"):format(O.got(n)), 2)
+  end
+  if n > 1 then loss = loss / n end
   if self.scaler then
     loss = self.scaler:scale(loss)   -- settles a pending update first, which forgets what was unscaled
     if next(self.scaler._unscaled) ~= nil then

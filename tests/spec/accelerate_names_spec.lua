@@ -38,6 +38,25 @@ describe("Accelerator:end_training", function()
   end)
 end)
 
+describe("acc.gradient_accumulation_steps assigned by a script", function()
+  it("takes effect (automatic_gradient_accumulation.py sets it per trial), and a bad value is refused by name", function()
+    local acc = acc1()
+    local m = fp8.nn.Linear(2, 2)
+    local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+    m, opt = acc:prepare(m, opt)
+    acc.gradient_accumulation_steps = 2
+    local syncs = {}
+    for i = 1, 4 do acc:accumulate(m, function() syncs[i] = acc.sync_gradients end) end
+    assert.same({ false, true, false, true }, syncs)
+    acc.gradient_accumulation_steps = 0
+    U.fails_with("accumulate: acc.gradient_accumulation_steps must be an integer >= 1, got 0", function()
+      acc:accumulate(m, function() end) end)
+    acc.gradient_accumulation_steps = 1.5
+    U.fails_with("backward: acc.gradient_accumulation_steps must be an integer >= 1, got 1.5", function()
+      acc:backward(m(fp8.ones(1, 2)):sum()) end)
+  end)
+end)
+
 describe("fp8.LocalSGD", function()
   it("under one process is disabled: step() counts, the weights and gradient sync are untouched", function()
     local acc = acc1()
