@@ -55,7 +55,7 @@ end
 function LocalSGD:_sync_and_avg_model_params()
   local acc = self.accelerator
   acc:wait_for_everyone()
-  fp8.no_grad(function()
+  require("fp8.core").no_grad(function()   -- (not the global fp8: a script may rebind it)
     for _, p in ipairs(self.model:parameters()) do init.copy_(p, acc:reduce(p, "mean")) end
   end)
 end
