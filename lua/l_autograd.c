@@ -215,6 +215,10 @@ static const luaL_Reg funcs[] = {
 void fl_lopen_autograd(lua_State *L) {
     int lib = lua_gettop(L);
     luaL_setfuncs(L, funcs, 0);
+    /* they call fn holding no tensor: a free() inside fn releases at once (fl_lrelease_box) */
+    fl_lcallback_safe(L, l_no_grad);
+    fl_lcallback_safe(L, l_enable_grad);
+    fl_lcallback_safe(L, l_pcall_scoped);
     lua_getfield(L, lib, "Tensor");
     luaL_setfuncs(L, tensor_methods, 0);
     lua_pop(L, 1);

@@ -118,6 +118,7 @@ static const luaL_Reg core_funcs[] = {
 int luaopen_fp8_cuda(lua_State *L);  /* l_cuda.c (the cuda helper's file) */
 
 int luaopen_fp8_core(lua_State *L) {
+    fl_lcallback_safe_std(L);   /* Lua's libraries call Lua holding no tensor: a free() under them is not deferred */
     luaL_newlib(L, core_funcs);
     /* fp8.cuda is always there (it answers "not built"/"no device" itself); requiref also makes
      * require "fp8.cuda" work without the host having to preload it. */

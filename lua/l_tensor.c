@@ -356,18 +356,25 @@ static int m_len(lua_State *L) {
     return 1;
 }
 
-/* Release the reference early; later use of the tensor is an error. */
+/* __gc: the collector drops the box's reference (nothing uses an unreachable box). */
 static int m_free(lua_State *L) {
     fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, 1, FL_TENSOR_MT);
     fl_tensor_release(*slot);
     *slot = NULL;
     return 0;
 }
-/* t:free() as a method: no arguments (as __close it gets the error object too: m_free) */
+/* __close and t:free(): release the reference early; later use of the tensor is an error. Inside a C function that
+ * may be using the tensor (from a metamethod or finalizer it ran) the release waits until that is over
+ * (fl_lrelease_box). */
+static int m_close(lua_State *L) {
+    fl_lrelease_box(L, 1);
+    return 0;
+}
+/* t:free() as a method: no arguments (as __close it gets the error object too: m_close) */
 static int m_free_method(lua_State *L) {
     luaL_checkudata(L, 1, FL_TENSOR_MT);
     fl_lmaxargs(L, 1, "free", "no arguments");
-    return m_free(L);
+    return m_close(L);
 }
 static int m_is_released(lua_State *L) {
     fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, 1, FL_TENSOR_MT);
@@ -1084,7 +1091,7 @@ static const luaL_Reg methods[] = {
 static const luaL_Reg metamethods[] = {
     {"__newindex", m_newindex}, {"__len", m_len},
     {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div}, {"__pow", m_pow}, {"__unm", m_neg},
-    {"__gc", m_free}, {"__close", m_free},
+    {"__gc", m_free}, {"__close", m_close},
     {NULL, NULL},
 };
 

@@ -71,6 +71,132 @@ fl_tensor **fl_lnewbox(lua_State *L) {
     return slot;
 }
 
+/* ---- releases that wait for the C function using the tensor ----------------------------------------------
+ * t:free() (and __close) drops the box's reference at once. But a binding keeps raw pointers to its tensor arguments
+ * while it runs, and Lua code can run inside it: a metamethod of an argument it reads (an options table's __index, a
+ * list's __len) and any finalizer (__gc), which a collection started by one of its allocations runs (fl_lnewbox's
+ * poll collects fully). A free() there freed the memory the binding went on to read (x:quantize("e4m3", opts) with
+ * an opts.__index that frees x; x + y while a finalizer frees x). So free() looks down the call stack (this thread's,
+ * and the main thread's from a coroutine): if a C function runs there that is not known to call Lua without holding
+ * a tensor (Lua's libraries, the host, no_grad), the box reads as released at once and its reference moves to a
+ * hidden box, which the next free() made outside such a call releases (or the collector, once the freed box is
+ * unreachable). Not seen: a binding in a coroutine other than the main thread that resumed this one. */
+static const char safe_key = 0;    /* registry: {[lightuserdata(C function)] = true} */
+static const char defer_key = 0;   /* registry: ephemeron {[freed box] = hidden box holding the reference} */
+
+static void *cfunc_key(lua_CFunction f) { void *p; memcpy(&p, &f, sizeof p); return p; }
+
+static void push_reg_table(lua_State *L, const char *key, const char *mode) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
+    lua_pop(L, 1);
+    lua_newtable(L);
+    if (mode) {
+        lua_createtable(L, 0, 1);
+        lua_pushstring(L, mode);
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+    }
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
+void fl_lcallback_safe(lua_State *L, lua_CFunction f) {
+    push_reg_table(L, &safe_key, NULL);
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -2, cfunc_key(f));
+    lua_pop(L, 1);
+}
+
+/* The C function at -1, if any, as safe (popped). */
+static void safe_top(lua_State *L) {
+    if (lua_iscfunction(L, -1)) fl_lcallback_safe(L, lua_tocfunction(L, -1));
+    lua_pop(L, 1);
+}
+
+void fl_lcallback_safe_std(lua_State *L) {
+    static const char *const libs[] = { "_G", "coroutine", "table", "string", "math", "io", "os", "utf8", "debug",
+                                        "package", NULL };
+    int top = lua_gettop(L);
+    for (int i = 0; libs[i]; i++) {
+        if (lua_getglobal(L, libs[i]) == LUA_TTABLE) {
+            lua_pushnil(L);
+            while (lua_next(L, -2)) safe_top(L);
+            if (strcmp(libs[i], "package") == 0 && lua_getfield(L, -1, "searchers") == LUA_TTABLE) {
+                lua_pushnil(L);
+                while (lua_next(L, -2)) safe_top(L);
+            }
+        }
+        lua_settop(L, top);
+    }
+    /* the C functions the libraries hand out, which call metamethods or resume Lua code: ipairs' iterator, wrap's */
+    if (lua_getglobal(L, "ipairs") == LUA_TFUNCTION) {
+        lua_newtable(L);
+        if (lua_pcall(L, 1, 1, 0) == LUA_OK) safe_top(L);
+    }
+    lua_settop(L, top);
+    if (lua_getglobal(L, "coroutine") == LUA_TTABLE && lua_getfield(L, -1, "wrap") == LUA_TFUNCTION &&
+        luaL_loadstring(L, "return") == LUA_OK && lua_pcall(L, 1, 1, 0) == LUA_OK)
+        safe_top(L);
+    lua_settop(L, top);
+}
+
+/* Whether a C function not marked safe runs in T's stack (from level `from`); the lookups use L's stack. */
+static bool unsafe_frame(lua_State *L, lua_State *T, int from) {
+    lua_Debug ar;
+    push_reg_table(L, &safe_key, NULL);
+    bool found = false;
+    for (int level = from; !found && lua_getstack(T, level, &ar); level++) {
+        if (T != L && !lua_checkstack(T, 1)) return lua_pop(L, 1), true;   /* cannot look: assume the worst */
+        if (!lua_getinfo(T, "f", &ar)) continue;
+        if (T != L) lua_xmove(T, L, 1);
+        if (lua_iscfunction(L, -1)) {
+            found = lua_rawgetp(L, -2, cfunc_key(lua_tocfunction(L, -1))) != LUA_TBOOLEAN;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return found;
+}
+
+void fl_lrelease_box(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, idx, FL_TENSOR_MT);
+    luaL_checkstack(L, 6, "free");
+    bool later = unsafe_frame(L, L, 1);
+    if (!later && lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD) == LUA_TTHREAD) {
+        lua_State *M = lua_tothread(L, -1);
+        lua_pop(L, 1);
+        if (M != L) later = unsafe_frame(L, M, 0);
+    } else if (!later) lua_pop(L, 1);
+    if (!*slot) return;
+    if (later) {
+        push_reg_table(L, &defer_key, "k");
+        lua_pushvalue(L, idx);
+        fl_tensor **hidden = (fl_tensor **)lua_newuserdatauv(L, sizeof(fl_tensor *), 0);   /* no poll: no collection */
+        *hidden = *slot;
+        luaL_setmetatable(L, FL_TENSOR_MT);   /* its __gc releases it, once the freed box is gone */
+        *slot = NULL;
+        lua_rawset(L, -3);
+        lua_pop(L, 1);
+        return;
+    }
+    fl_tensor_release(*slot);
+    *slot = NULL;
+    /* nothing uses the references kept for later any more: they go now */
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &defer_key) == LUA_TTABLE) {
+        lua_pushnil(L);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &defer_key);
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            fl_tensor **h = (fl_tensor **)lua_touserdata(L, -1);
+            if (h && *h) { fl_tensor_release(*h); *h = NULL; }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+}
+
 fl_tensor *fl_ltotensor(lua_State *L, int idx) {
     fl_tensor **slot = (fl_tensor **)luaL_testudata(L, idx, FL_TENSOR_MT);
     return slot ? *slot : NULL;

@@ -31,6 +31,13 @@ fl_tensor **fl_lnewbox(lua_State *L);
 /* Lua cannot see tensor storage: a full collection once the live storage bytes grew by a quarter (and 32 MiB)
  * since the last (l_util.c). fl_lnewbox polls; fl_lgc_init (fl_lopen_tensor) sets the first threshold. */
 void fl_lgc_poll(lua_State *L);
+/* t:free() and __close: the reference goes now, or, while a C function that may hold the tensor's pointer runs
+ * below on the stack (a binding whose argument's metamethod, or a finalizer its allocation started, called free),
+ * once that is over (l_util.c). fl_lcallback_safe(L, f) names a C function that holds no tensor pointer while it
+ * calls Lua (Lua's libraries, the host, no_grad); fl_lcallback_safe_std(L) names Lua's libraries'. */
+void fl_lrelease_box(lua_State *L, int idx);
+void fl_lcallback_safe(lua_State *L, lua_CFunction f);
+void fl_lcallback_safe_std(lua_State *L);
 void fl_lgc_init(lua_State *L);
 /* The tensor at `arg`; raises an argument error for non-tensors and for released tensors. */
 fl_tensor *fl_lchecktensor(lua_State *L, int arg);

@@ -767,6 +767,12 @@ static int pmain(lua_State *L) {
     luaL_openlibs(L);
     { void fl_lopen_textonly(lua_State *L); fl_lopen_textonly(L); }   /* l_textonly.c: no binary chunks */
     install_searcher(L);
+    {   /* the host's C functions that run Lua hold no tensor: a t:free() under them releases at once (l_util.c) */
+        void fl_lcallback_safe(lua_State *L, lua_CFunction f);
+        fl_lcallback_safe(L, pmain);
+        fl_lcallback_safe(L, msghandler);
+        fl_lcallback_safe(L, embedded_searcher);
+    }
     if (argc >= 2 && is_subcommand(argv[1])) {
         createargtable(L, argv, argc, 1);
         if (!load_fp8(L)) rc = 1;

@@ -184,7 +184,9 @@ add_all {
     doc = "Layout: strides in elements, whether the elements are packed row-major, the shape as text, \"cpu\" or\n"
        .. "\"cuda\", whether the dtype is e4m3/e5m2, and an FP8 tensor's per-index scale dim (nil: one scale)." },
   { section = "Tensors", name = "Tensor:free", sig = "x:free() / x:is_released()",
-    doc = "Lets go of the tensor's memory now instead of at the next collection; using x afterwards is an error." },
+    doc = "Lets go of the tensor's memory now instead of at the next collection; using x afterwards is an error.\n"
+      .. "Called from code an fp8 function runs while it uses x (a metamethod of its options, a __gc finalizer), the\n"
+      .. "memory goes at the next free() outside such code." },
   { section = "Tensors", name = "Tensor:print", sig = "x:print() -> x",
     doc = "Prints the tensor and returns it (handy at the end of a chain)." },
   { section = "Accelerator & recipes", name = "acc:is_main_process",

@@ -215,4 +215,56 @@ print("OK")
       assert.are.equal("OK\n", out)
     end)
   end)
+
+  -- A binding keeps raw pointers to its tensor arguments while Lua code runs inside it: a metamethod of an argument
+  -- it reads, and any finalizer that a collection started by its allocations runs. A t:free() there freed memory the
+  -- binding went on to use (heap-use-after-free under ASan in quantize, sum, get/set, backward, +, matmul, cat, view,
+  -- clone, ...; 2026-12-01). Now the release waits until the binding is done: the box reads as released at once, the
+  -- bytes go at the next free() made outside such a call.
+  describe("a tensor freed while a binding uses it", function()
+    it("from an options table's __index: the op finishes on the tensor, whose bytes go at the next free()", function()
+      local code = [[
+        local mem = require("fp8._memory")
+        local x = fp8.arange(1024):float()
+        local want = x:clone():quantize("e4m3"):dequantize():sum():item()
+        collectgarbage(); collectgarbage()
+        local before = mem.bytes()
+        local q = x:quantize("e4m3", setmetatable({}, { __index = function() x:free(); collectgarbage() end }))
+        assert(x:is_released(), "x reads as released")
+        assert(mem.bytes() >= before, ("x's bytes went during quantize: %d -> %d"):format(before, mem.bytes()))
+        assert(q:dequantize():sum():item() == want, "quantize read the freed tensor")
+        local held = mem.bytes()
+        fp8.zeros(1):free()   -- outside any binding: the deferred release happens
+        assert(mem.bytes() == held - 4096, ("deferred bytes not released: %d -> %d"):format(held, mem.bytes()))
+        local y = fp8.zeros(1024)
+        local b = mem.bytes(); y:free()
+        assert(mem.bytes() == b - 4096, "a plain free() releases at once")
+        y = fp8.zeros(1024); b = mem.bytes(); fp8.no_grad(function() y:free() end)
+        assert(mem.bytes() == b - 4096, "a free() inside no_grad releases at once")
+        print("OK")]]
+      local out, err, rc = child(code)
+      assert.are.equal(0, rc, err)
+      assert.are.equal("OK\n", out)
+    end)
+    it("from a finalizer run inside the op, and from a coroutine resumed inside it", function()
+      local code = [[
+        local x, y = fp8.randn(16, 16), fp8.randn(16, 16)
+        local mt = { __gc = function() if not x:is_released() then x:free() end end }
+        local ops = { function() return x + y end, function() return x:matmul(y) end, function() return x:sum(2) end,
+          function() return x:quantize("e4m3") end, function() return x:view(256) end, function() return x:clone() end,
+          function() return fp8.cat({ x, y }) end, function() return x:t():contiguous() end }
+        collectgarbage("generational", 1, 1)
+        for i = 1, 4000 do
+          setmetatable({}, mt)
+          if not pcall(ops[i % #ops + 1]) then x = fp8.randn(16, 16) end
+        end
+        local z = fp8.randn(4, 4)
+        local q = z:quantize("e4m3", setmetatable({}, { __index = function() coroutine.wrap(function() z:free() end)() end }))
+        assert(z:is_released() and q:shape_str() == "[4, 4]")
+        print("OK")]]
+      local out, err, rc = child(code, nil, 120)
+      assert.are.equal(0, rc, err)
+      assert.are.equal("OK\n", out)
+    end)
+  end)
 end)
