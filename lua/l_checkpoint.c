@@ -161,10 +161,28 @@ static fl_st_file *check_open(lua_State *L, int arg) {
     return b->f;
 }
 
+/* __gc */
 static int so_close(lua_State *L) {
     safe_open_box *b = luaL_checkudata(L, 1, SAFE_OPEN_MT);
     fl_st_close(b->f);
     b->f = NULL;
+    return 0;
+}
+/* f:close() and __close: inside a C function that may be reading the file (get_tensor's options' __index, a finalizer
+ * its allocation ran), the file closes once that is over (fl_lrelease_must_wait) */
+static int so_close_method(lua_State *L) {
+    safe_open_box *b = luaL_checkudata(L, 1, SAFE_OPEN_MT);
+    if (!b->f) return 0;
+    if (fl_lrelease_must_wait(L)) {
+        safe_open_box *h = lua_newuserdatauv(L, sizeof *h, 0);
+        *h = *b;
+        luaL_setmetatable(L, SAFE_OPEN_MT);
+        b->f = NULL;
+        fl_lrelease_later(L, 1);
+        return 0;
+    }
+    so_close(L);
+    fl_lrelease_deferred(L);
     return 0;
 }
 
@@ -832,7 +850,7 @@ static int l_json_decode(lua_State *L) {
 }
 
 static const luaL_Reg so_methods[] = {
-    {"keys", so_keys}, {"metadata", so_metadata}, {"get_tensor", so_get_tensor}, {"close", so_close}, {NULL, NULL},
+    {"keys", so_keys}, {"metadata", so_metadata}, {"get_tensor", so_get_tensor}, {"close", so_close_method}, {NULL, NULL},
 };
 
 static const luaL_Reg ckpt_funcs[] = {
@@ -847,7 +865,7 @@ int luaopen_fp8_checkpoint_c(lua_State *L) {
         luaL_newlib(L, so_methods);
         lua_setfield(L, -2, "__index");
         lua_pushcfunction(L, so_close); lua_setfield(L, -2, "__gc");
-        lua_pushcfunction(L, so_close); lua_setfield(L, -2, "__close");
+        lua_pushcfunction(L, so_close_method); lua_setfield(L, -2, "__close");
         lua_pushcfunction(L, so_tostring); lua_setfield(L, -2, "__tostring");
     }
     lua_pop(L, 1);

@@ -159,42 +159,51 @@ static bool unsafe_frame(lua_State *L, lua_State *T, int from) {
     return found;
 }
 
+bool fl_lrelease_must_wait(lua_State *L) {
+    luaL_checkstack(L, 6, "release");
+    if (unsafe_frame(L, L, 1)) return true;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    lua_State *M = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    return M && M != L && unsafe_frame(L, M, 0);
+}
+
+void fl_lrelease_later(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    push_reg_table(L, &defer_key, "k");
+    lua_pushvalue(L, idx);
+    lua_pushvalue(L, -3);
+    lua_rawset(L, -3);
+    lua_pop(L, 2);
+}
+
+void fl_lrelease_deferred(lua_State *L) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &defer_key) != LUA_TTABLE) { lua_pop(L, 1); return; }
+    lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &defer_key);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (luaL_callmeta(L, -1, "__gc")) lua_pop(L, 1);   /* the holder's own release; its later __gc does nothing */
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
 void fl_lrelease_box(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
     fl_tensor **slot = (fl_tensor **)luaL_checkudata(L, idx, FL_TENSOR_MT);
-    luaL_checkstack(L, 6, "free");
-    bool later = unsafe_frame(L, L, 1);
-    if (!later && lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD) == LUA_TTHREAD) {
-        lua_State *M = lua_tothread(L, -1);
-        lua_pop(L, 1);
-        if (M != L) later = unsafe_frame(L, M, 0);
-    } else if (!later) lua_pop(L, 1);
     if (!*slot) return;
-    if (later) {
-        push_reg_table(L, &defer_key, "k");
-        lua_pushvalue(L, idx);
+    if (fl_lrelease_must_wait(L)) {
         fl_tensor **hidden = (fl_tensor **)lua_newuserdatauv(L, sizeof(fl_tensor *), 0);   /* no poll: no collection */
         *hidden = *slot;
-        luaL_setmetatable(L, FL_TENSOR_MT);   /* its __gc releases it, once the freed box is gone */
+        luaL_setmetatable(L, FL_TENSOR_MT);   /* its __gc releases it */
         *slot = NULL;
-        lua_rawset(L, -3);
-        lua_pop(L, 1);
+        fl_lrelease_later(L, idx);
         return;
     }
     fl_tensor_release(*slot);
     *slot = NULL;
-    /* nothing uses the references kept for later any more: they go now */
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &defer_key) == LUA_TTABLE) {
-        lua_pushnil(L);
-        lua_rawsetp(L, LUA_REGISTRYINDEX, &defer_key);
-        lua_pushnil(L);
-        while (lua_next(L, -2)) {
-            fl_tensor **h = (fl_tensor **)lua_touserdata(L, -1);
-            if (h && *h) { fl_tensor_release(*h); *h = NULL; }
-            lua_pop(L, 1);
-        }
-    }
-    lua_pop(L, 1);
+    fl_lrelease_deferred(L);   /* nothing uses the references kept for later any more */
 }
 
 fl_tensor *fl_ltotensor(lua_State *L, int idx) {

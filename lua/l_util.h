@@ -36,6 +36,12 @@ void fl_lgc_poll(lua_State *L);
  * once that is over (l_util.c). fl_lcallback_safe(L, f) names a C function that holds no tensor pointer while it
  * calls Lua (Lua's libraries, the host, no_grad); fl_lcallback_safe_std(L) names Lua's libraries'. */
 void fl_lrelease_box(lua_State *L, int idx);
+/* The same for other handles with an explicit close: whether the release must wait; if so, the caller moves the
+ * resource into a holder of the same metatable (its __gc releases it), pushes it and calls fl_lrelease_later(L,
+ * idx of the closed handle), which pops it; otherwise it releases and calls fl_lrelease_deferred(L). */
+bool fl_lrelease_must_wait(lua_State *L);
+void fl_lrelease_later(lua_State *L, int idx);
+void fl_lrelease_deferred(lua_State *L);
 void fl_lcallback_safe(lua_State *L, lua_CFunction f);
 void fl_lcallback_safe_std(lua_State *L);
 void fl_lgc_init(lua_State *L);
