@@ -427,6 +427,18 @@ describe("fp8.optim.lr_scheduler", function()
     local ok, err = pcall(l.step, l)
     assert.is_false(ok); assert.truthy(err:find("2 parameter groups, lr_lambda 1 functions", 1, true), err)
     assert.are.equal(0, l.last_epoch)
+    -- a group added by the lr_lambda itself, during the step: it keeps its lr (torch's zip), and joins at the next
+    -- step (before 2026-12-01 its lr became nil, and opt:step() failed with "sgd_step: lr must be a number, got nil")
+    local o3 = opt(0.1)
+    local s3 = sched.LambdaLR(o3, function(e)
+      if e == 1 then o3:add_param_group { params = { fp8.zeros { 1 } }, lr = 0.5 } end
+      return 1 / (e + 1)
+    end)
+    s3:step()
+    assert.are.equal(0.5, o3.param_groups[2].lr)
+    assert.is_true(close(o3.param_groups[1].lr, 0.05, 1e-15))
+    s3:step()
+    assert.is_true(close(o3.param_groups[2].lr, 0.5 / 3, 1e-15) and close(o3.param_groups[1].lr, 0.1 / 3, 1e-15))
     ok, err = pcall(sched.LambdaLR, opt(1), function() return nil end)
     assert.is_false(ok); assert.truthy(err:find("lr_lambda returned nil at step 0", 1, true), err)
     for _, c in ipairs { { sched.StepLR, { step_size = 1, gamma = 0 / 0 }, "gamma must be a finite number >= 0" },

@@ -106,7 +106,9 @@ function Scheduler:step(epoch)
   end
   local ok, lrs = pcall(self.get_lr, self)
   if not ok then self.last_epoch = prev; error(lrs, 2) end   -- the groups keep their lrs
-  for i, g in ipairs(opt.param_groups) do g.lr = lrs[i] end
+  -- a group added while get_lr ran (by an lr_lambda) has no lr in lrs: it keeps its own, as torch's zip leaves it, and
+  -- joins at the next step (writing nil erased it, and the optimizer's step then failed on it)
+  for i, g in ipairs(opt.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
   self._last_lr = lrs
   rawset(opt, "_lr_scheduler", self)
   return self
@@ -142,7 +144,7 @@ function Scheduler:load_state_dict(sd)
   self.base_lrs = table.move(sd.base_lrs, 1, ngroups, 1, {})
   self.last_epoch = sd.last_epoch
   local lrs = self:get_lr()
-  for i, g in ipairs(self.optimizer.param_groups) do g.lr = lrs[i] end
+  for i, g in ipairs(self.optimizer.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
   self._last_lr = lrs
   rawset(self.optimizer, "_lr_scheduler", self)   -- the optimizer's scheduler now (step's check)
 end
