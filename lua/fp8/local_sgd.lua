@@ -95,4 +95,5 @@ if okh and help.add then
       .. "averages them once more. One process (distributed_type NO): disabled, step() only counts." }
 end
 
-return setmetatable({ new = new, LocalSGD = LocalSGD }, { __call = function(_, ...) return new(...) end })
+-- fp8.LocalSGD{...} is the constructor (its class is fp8.LocalSGD.LocalSGD, for getmetatable checks)
+return setmetatable({ LocalSGD = LocalSGD }, { __call = function(_, ...) return new(...) end })

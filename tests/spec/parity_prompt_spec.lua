@@ -88,7 +88,7 @@ describe("the prompt", function()
     -- and every lazy field, as other specs may have (the check must not depend on which ran first)
     local _ = fp8.Accelerator, fp8.nn, fp8.optim, fp8.profiler, fp8.recipes, fp8.plot, fp8.hist,
       fp8.GradientAccumulationPlugin, fp8.convert_model, fp8.has_fp8_layers, fp8.has_transformer_engine_layers,
-      fp8.contextual_fp8_autocast, fp8.apply_fp8_autowrap, fp8.stats, fp8.fp8_autocast, fp8.has_ao_layers
+      fp8.contextual_fp8_autocast, fp8.apply_fp8_autowrap, fp8.stats, fp8.fp8_autocast, fp8.has_ao_layers, fp8.LocalSGD
     local missing = {}
     local function check(label, fn, name)
       if not help.lookup(fn) and not help.lookup(name) then missing[#missing + 1] = label end
