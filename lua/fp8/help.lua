@@ -222,8 +222,9 @@ add_all {
 
 -- Finds the name under which a function is published in fp8 (or as a Tensor method).
 -- names_of(fn) -> every name fn has under fp8, in this order: fp8's own field, a Tensor method, a field of a module,
--- a method of a class one level further down. A function shared by several classes (Optimizer.step, copied into SGD
--- and AdamW) has one name per class, and the lookup takes the first whose entry names it.
+-- a method of a class one level further down, then two (optim.lr_scheduler.LRScheduler:step). A function shared by
+-- several classes (Optimizer.step, copied into SGD and AdamW) has one name per class, and the lookup takes the first
+-- whose entry names it.
 local function names_of(fn)
   local out, tier = {}, 0
   local function close_tier()   -- pairs' order varies from run to run: sorted within a tier, the entry found does not
@@ -257,6 +258,26 @@ local function names_of(fn)
         if type(v2) == "table" and type(k2) == "string" then
           for k3, v3 in next, v2 do
             if rawequal(v3, fn) and type(k3) == "string" then out[#out + 1] = k .. "." .. k2 .. ":" .. k3 end
+          end
+        end
+      end
+    end
+  end
+  close_tier()
+  -- a method of a class two modules down (fp8.optim.lr_scheduler.LRScheduler.step):
+  -- "optim.lr_scheduler.LRScheduler:step"; raw reads as above
+  for k, v in next, fp8 do
+    if type(v) == "table" and type(k) == "string" then
+      for k2, v2 in next, v do
+        if type(v2) == "table" and type(k2) == "string" then
+          for k3, v3 in next, v2 do
+            if type(v3) == "table" and type(k3) == "string" then
+              for k4, v4 in next, v3 do
+                if rawequal(v4, fn) and type(k4) == "string" then
+                  out[#out + 1] = k .. "." .. k2 .. "." .. k3 .. ":" .. k4
+                end
+              end
+            end
           end
         end
       end
@@ -326,6 +347,7 @@ also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })
 also("nn.Module", { "nn.Parameter" })
 also("nn.GELU", { "nn.ReLU" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
+also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })
 also("profiler.record_function", { "profiler.push", "profiler.pop" })
 also("profiler.profile", { "prof:start", "prof:step", "prof:stop", "prof:run", "prof:events", "prof:trace_path" })
 

@@ -148,6 +148,29 @@ describe("the prompt", function()
     assert.are.same({}, missing)
   end)
 
+  it("help(sched.step) and every other scheduler method find the schedulers' entry (they said 'no help for')",
+     function()
+    -- the schedulers' class was not reachable from fp8, so names_of found no name for its methods
+    local help = require "fp8.help"
+    local o = fp8.optim.SGD({ fp8.zeros { 1 } }, { lr = 0.1 })
+    local s = fp8.optim.lr_scheduler.StepLR(o, { step_size = 1 })
+    assert.are.equal(fp8.optim.lr_scheduler.LRScheduler, getmetatable(s))
+    local seen = {}
+    for _, k in ipairs { "step", "get_last_lr", "get_lr", "state_dict", "load_state_dict" } do
+      local e = help.lookup(s[k])
+      seen[#seen + 1] = k .. "=" .. tostring(e and e.name)
+    end
+    assert.are.same({ "step=optim.lr_scheduler", "get_last_lr=optim.lr_scheduler", "get_lr=optim.lr_scheduler",
+                      "state_dict=optim.lr_scheduler", "load_state_dict=optim.lr_scheduler" }, seen)
+    for k, v in pairs(fp8.optim.lr_scheduler.LRScheduler) do   -- and any method added since
+      if type(k) == "string" and not k:match("^_") and type(v) == "function" then
+        assert.truthy(help.lookup(v), "no help for sched." .. k)
+      end
+    end
+    assert.falsy(help.text(s.step):find("no help for", 1, true))
+    assert.are.equal("optim.lr_scheduler", help.lookup("optim.lr_scheduler.LRScheduler").name)
+  end)
+
   it("help(obj.method) finds the entry of the class that documents the method; help('REPL keys') as listed", function()
     local help = require "fp8.help"
     local s = fp8.amp.GradScaler()

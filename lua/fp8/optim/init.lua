@@ -35,9 +35,10 @@ add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_ste
   .. "LambdaLR(opt, fn), and transformers' get_linear_schedule_with_warmup(opt, num_warmup_steps,\n"
   .. "num_training_steps) and get_cosine_schedule_with_warmup(opt, num_warmup_steps, num_training_steps\n"
   .. "[, num_cycles]).\n"
-  .. "sched:step([epoch]) after opt:step(); sched:get_last_lr() → {lr, ...}; sched:state_dict() /\n"
-  .. "sched:load_state_dict(sd) save and restore the step and base lrs. Each schedule is a closed form of the\n"
-  .. "step and the group's initial lr: an lr set by hand lasts until the next sched:step() (torch's chainable\n"
-  .. "StepLR would scale it). A group added later joins with its own lr as its base.")
+  .. "sched:step([epoch]) after opt:step(); sched:get_last_lr() → {lr, ...} (sched:get_lr(): the current step's\n"
+  .. "lrs, computed, not written); sched:state_dict() / sched:load_state_dict(sd) save and restore the step and\n"
+  .. "base lrs. Each schedule is a closed form of the step and the group's initial lr: an lr set by hand lasts\n"
+  .. "until the next sched:step() (torch's chainable StepLR would scale it). A group added later joins with its\n"
+  .. "own lr as its base. Their class (each one's metatable) is fp8.optim.lr_scheduler.LRScheduler, as torch's.")
 
 return optim

@@ -341,4 +341,7 @@ end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(Scheduler, "LRScheduler", function(self) return rawget(self, "name") end)
+-- the schedulers' class under torch's name (torch.optim.lr_scheduler.LRScheduler): what getmetatable(sched) is,
+-- and where help(sched.step) finds its methods
+M.LRScheduler = Scheduler
 return M
