@@ -646,12 +646,15 @@ end
 local function read_config(cfg, notices)
   if cfg == nil then return {}, nil, nil end
   if type(cfg) ~= "table" then fail("resolve: config: expected a table, got %s", got(cfg)) end
-  local path = type(cfg.path) == "string" and cfg.path or nil
+  -- path and notices: what fp8.config.load adds to a file's settings (the file, what it noticed reading it)
+  local path = cfg.path
+  if path ~= nil and type(path) ~= "string" then fail("resolve: config: path: expected a string, got %s", got(path)) end
   local where = path and ("config file " .. path) or "config"
   local vals = {}
-  if type(cfg.notices) == "table" then   -- what fp8.config noticed while reading the file
-    for _, n in ipairs(cfg.notices) do notices[#notices + 1] = tostring(n) end
+  if cfg.notices ~= nil and type(cfg.notices) ~= "table" then
+    fail("%s: notices: expected a list of strings, got %s", where, got(cfg.notices))
   end
+  for _, n in ipairs(cfg.notices or {}) do notices[#notices + 1] = tostring(n) end
   local top = {}
   for _, r in ipairs(ROWS) do   -- the top-level keys
     if r.file == "top" then
@@ -659,9 +662,9 @@ local function read_config(cfg, notices)
       if cfg[r.name] ~= nil then vals[r.name] = coerce(r.name, cfg[r.name], where .. ": " .. r.name) end
     end
   end
-  for _, k in ipairs { "fp8_config", "path", "notices" } do top[#top + 1] = k end   -- and what fp8.config.load adds
+  top[#top + 1] = "fp8_config"
   for k in pairs(cfg) do   -- a table given as config= is checked as a file is: an unknown key is an error
-    local known = false
+    local known = k == "path" or k == "notices"   -- accepted, not offered: a file has no such keys
     for _, n in ipairs(top) do known = known or n == k end
     if not known then fail("%s: %s", where, O.unknown_text(k, top, "key")) end
   end

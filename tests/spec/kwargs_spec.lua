@@ -403,6 +403,16 @@ describe("resolve", function()
       { config = { path = "a.yaml", mixed_precision = "fp8", fp8_config = { backend = "te", marginn = 1 } } })
     fails_with({ "config: unknown key 'mixed_precison' (did you mean 'mixed_precision'?)" }, resolve,
       { config = { mixed_precison = "fp8" } })   -- was skipped without a word: mixed_precision stayed "no"
+    -- the valid choices are a file's keys: path and notices (what fp8.config.load adds) were offered too
+    local ok, err = pcall(resolve, { config = { mixed_precison = "fp8" } })
+    err = type(err) == "table" and err.kwargs_error or tostring(err)
+    assert.is_false(ok)
+    assert.truthy(err:find("(valid: mixed_precision, num_processes, use_cpu, gradient_accumulation_steps, fp8_config)",
+      1, true), err)
+    assert.equal("fp8", resolve{ config = { path = "a.yaml", notices = { "n" }, mixed_precision = "fp8" } }.mixed_precision)
+    fails_with({ "config: path: expected a string, got number" }, resolve, { config = { path = 3 } })
+    fails_with({ "config file a.yaml: notices: expected a list of strings, got string" }, resolve,
+      { config = { path = "a.yaml", notices = "x" } })   -- both were dropped without a word
     fails_with({ "config: unknown key 'module_filter_func' in fp8_config" }, resolve,
       { config = { fp8_config = { backend = "ao", module_filter_func = function() return true end } } })
   end)
