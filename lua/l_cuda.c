@@ -1,6 +1,6 @@
 /* l_cuda.c — the fp8.cuda table: is_built, is_available, device_count, synchronize and the memory
- * counters. Talks to the GPU only through the core's device interface (core/device.h); without
- * FL_HAVE_CUDA it answers "no". */
+ * counters. Talks to the GPU only through the core's device interface (core/device.h), which answers
+ * as torch does when there is no GPU, or no CUDA built in: 0 bytes, nothing to empty, synchronize raises. */
 #include <lauxlib.h>
 #include <lua.h>
 #include "device.h"
@@ -16,8 +16,6 @@ static int l_is_built(lua_State *L) {
     return 1;
 }
 
-#ifdef FL_HAVE_CUDA
-
 /* Quiet: a question, not a request for the GPU; the CPU-fallback notice comes when a tensor or
  * synchronize() actually asks for the cuda device. */
 static int l_is_available(lua_State *L) {
@@ -32,7 +30,7 @@ static int l_synchronize(lua_State *L) {
     if (fl_device_synchronize(FL_DEV_CUDA) != FL_OK) return luaL_error(L, "%s", fl_last_error_detail());
     return 0;
 }
-/* Byte counts are exact integers in Lua 5.4. Before the device is used they are 0. */
+/* Byte counts are exact integers in Lua 5.4. Before the device is used (or without one) they are 0. */
 static int l_memory_allocated(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)fl_device_memory_allocated(FL_DEV_CUDA));
     return 1;
@@ -41,6 +39,7 @@ static int l_max_memory_allocated(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)fl_device_max_memory_allocated(FL_DEV_CUDA));
     return 1;
 }
+/* Without a GPU torch raises "invalid argument"; resetting a peak that is 0 does what was asked. */
 static int l_reset_peak_memory_stats(lua_State *L) {
     fl_device_reset_peak_memory(FL_DEV_CUDA);
     return 0;
@@ -60,21 +59,6 @@ static int l_unavailable_reason(lua_State *L) {
     if (r[0]) lua_pushstring(L, r); else lua_pushnil(L);
     return 1;
 }
-
-#else /* built without CUDA */
-
-static int l_is_available(lua_State *L) { lua_pushboolean(L, 0); return 1; }
-static int l_device_count(lua_State *L) { lua_pushinteger(L, 0); return 1; }
-static int l_no_cuda(lua_State *L) { return luaL_error(L, "fp8lab was built without CUDA"); }
-#define l_synchronize l_no_cuda
-#define l_memory_allocated l_no_cuda
-#define l_max_memory_allocated l_no_cuda
-#define l_reset_peak_memory_stats l_no_cuda
-#define l_memory_reserved l_no_cuda
-#define l_empty_cache l_no_cuda
-static int l_unavailable_reason(lua_State *L) { lua_pushstring(L, "fp8lab was built without CUDA"); return 1; }
-
-#endif
 
 static const luaL_Reg cuda_funcs[] = {
     {"is_built", l_is_built},

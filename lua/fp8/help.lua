@@ -91,7 +91,8 @@ add_all {
   { section = "Tensors", name = "cuda", sig = "fp8.cuda.is_available() / device_count() / synchronize() / memory_allocated()",
     doc = "The GPU: is_built(), is_available(), device_count(), unavailable_reason(), synchronize() (wait for\n"
        .. "queued work, e.g. before reading a clock), memory_allocated(), max_memory_allocated(),\n"
-       .. "reset_peak_memory_stats(), memory_reserved(), empty_cache(). fp8.Accelerator uses the GPU when\n"
+       .. "reset_peak_memory_stats(), memory_reserved(), empty_cache() (without a GPU, as torch's: the counters\n"
+       .. "read 0, empty_cache does nothing, synchronize raises why). fp8.Accelerator uses the GPU when\n"
        .. "is_available() (cpu=true keeps the CPU). docs/cuda.md tells what runs there and how it is tested." },
   { section = "Tensors", name = "Tensor:cuda", sig = "x:cuda() / x:cpu() / x:move_(device) -> Tensor",
     doc = "A copy on the GPU / on the CPU (x itself when already there; FP8 keeps bytes and scales;\n"

@@ -60,6 +60,16 @@ describe("tensor devices", function()
       assert.equals("cpu", x:device())
       assert.equals(4, #x:totable() * 2)
     end)
+
+    it("fp8.cuda's memory counters read 0 and empty_cache does nothing, as torch's without a GPU", function()
+      -- a training script that prints its peak GPU memory at the end ran into 'fp8lab was built without CUDA'
+      -- on the CPU build; synchronize, which needs the GPU, still raises (torch's does too)
+      local c = fp8.cuda
+      c.reset_peak_memory_stats()
+      c.empty_cache()
+      assert.same({ 0, 0, 0 }, { c.memory_allocated(), c.max_memory_allocated(), c.memory_reserved() })
+      assert.is_false((pcall(c.synchronize)))
+    end)
   end
 end)
 
