@@ -182,7 +182,7 @@ static int l_full(lua_State *L) {
     reject_fp8_dtype(L, dt, "full");
     /* torch's: a finite value past the dtype's range is refused, not filled in as inf */
     if (isfinite(v) && fabs(v) > fl_format(dt)->max)
-        return luaL_error(L, "full: value %f overflows %s (largest finite %f; give inf for an infinite fill)", v,
+        return luaL_error(L, "full: value %f overflows %s (largest finite %f; give ±math.huge for an infinite fill)", v,
                           fl_format(dt)->name, fl_format(dt)->max);
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, dev));

@@ -932,6 +932,11 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
       fp8.tensor { 1, 0 }, -1e9)
     U.fails_with("full: value 1e+39 overflows fp32", fp8.full, { 2 }, 1e39)
     U.fails_with("full: value 70000.0 overflows fp16", fp8.full, { 2 }, 70000, "fp16")
+    -- one hint in both, in Lua's spelling (full's said "give inf", which is no Lua name)
+    for _, f in ipairs { function() return fp8.full({ 2 }, 70000, "fp16") end,
+                         function() return h:masked_fill(fp8.tensor { 1, 0 }, 70000) end } do
+      U.fails_with("overflows fp16 (largest finite 65504.0; give ±math.huge for an infinite fill)", f)
+    end
     assert.are.same({ -math.huge, 1 }, h:masked_fill(fp8.tensor { 1, 0 }, -math.huge):totable())
     assert.are.same({ 65504 }, fp8.full({ 1 }, 65504, "fp16"):totable())
     assert.are.same({ -1e9, 1 }, fp8.ones(2):masked_fill(fp8.tensor { 1, 0 }, -1e9):totable())
