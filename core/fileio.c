@@ -12,6 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* "a" or "an" before what ("an IDX file", "a text file"), by its first letter */
+static const char *fl_article(const char *what) {
+    return what && what[0] && strchr("AEIOUaeiou", what[0]) ? "an" : "a";
+}
+
 fl_status fl_open_regular(const char *path, const char *what, int64_t max_bytes, int *fd, int64_t *size) {
     *fd = -1;
     if (!path || !*path) return FL_ERR(FL_EINVAL, "%s: the path is empty", what);
@@ -29,13 +34,14 @@ fl_status fl_open_regular(const char *path, const char *what, int64_t max_bytes,
         const char *kind = S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a named pipe"
                          : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
                          : "not a regular file";
-        if (S_ISDIR(sb.st_mode)) return FL_ERR(FL_EIO, "%s: is a directory, not a %s", path, what);
-        return FL_ERR(FL_EIO, "%s: is %s, not a regular file (a %s must be a regular file)", path, kind, what);
+        if (S_ISDIR(sb.st_mode)) return FL_ERR(FL_EIO, "%s: is a directory, not %s %s", path, fl_article(what), what);
+        return FL_ERR(FL_EIO, "%s: is %s, not a regular file (%s %s must be a regular file)", path, kind,
+                      fl_article(what), what);
     }
     if (max_bytes > 0 && sb.st_size > max_bytes) {
         close(f);
-        return FL_ERR(FL_EINVAL, "%s: file too large for a %s (%lld bytes; the limit is %lld)", path, what,
-                      (long long)sb.st_size, (long long)max_bytes);
+        return FL_ERR(FL_EINVAL, "%s: file too large for %s %s (%lld bytes; the limit is %lld)", path,
+                      fl_article(what), what, (long long)sb.st_size, (long long)max_bytes);
     }
     int fl = fcntl(f, F_GETFL);
     if (fl >= 0) (void)fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
@@ -57,8 +63,8 @@ fl_status fl_read_regular(const char *path, const char *what, int64_t max_bytes,
         if (n + 1 >= cap) {   /* the file grew while we read it */
             if (max_bytes > 0 && (int64_t)n > max_bytes) {
                 free(b); close(fd);
-                return FL_ERR(FL_EINVAL, "%s: file too large for a %s (grew past the limit of %lld bytes)", path, what,
-                              (long long)max_bytes);
+                return FL_ERR(FL_EINVAL, "%s: file too large for %s %s (grew past the limit of %lld bytes)", path,
+                              fl_article(what), what, (long long)max_bytes);
             }
             char *nb = realloc(b, cap * 2);
             if (!nb) { free(b); close(fd); return FL_ERR(FL_ENOMEM, "%s: out of memory", path); }
@@ -76,8 +82,8 @@ fl_status fl_read_regular(const char *path, const char *what, int64_t max_bytes,
     }
     if (max_bytes > 0 && (int64_t)n > max_bytes) {
         free(b); close(fd);
-        return FL_ERR(FL_EINVAL, "%s: file too large for a %s (grew past the limit of %lld bytes)", path, what,
-                      (long long)max_bytes);
+        return FL_ERR(FL_EINVAL, "%s: file too large for %s %s (grew past the limit of %lld bytes)", path,
+                      fl_article(what), what, (long long)max_bytes);
     }
     close(fd);
     b[n] = 0;

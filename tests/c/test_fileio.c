@@ -35,6 +35,11 @@ TEST(fileio_refuses_fifo_and_caps_size) {
     REQUIRE_OK(fl_write_atomic(file, "0123456789", 10));
     CHECK(fl_read_regular(file, "text file", 9, &buf, &len) == FL_EINVAL, "cap of 9 bytes not applied");
     CHECK(strstr(fl_last_error(), "file too large for a text file (10 bytes; the limit is 9)"), "%s", fl_last_error());
+    /* the article fits the word: this said "a IDX file" */
+    CHECK(fl_read_regular(file, "IDX file", 9, &buf, &len) == FL_EINVAL, "cap of 9 bytes not applied");
+    CHECK(strstr(fl_last_error(), "file too large for an IDX file (10 bytes"), "%s", fl_last_error());
+    CHECK(fl_read_regular(pipe, "IDX file", 0, &buf, &len) == FL_EIO, "a named pipe was opened");
+    CHECK(strstr(fl_last_error(), "(an IDX file must be a regular file)"), "%s", fl_last_error());
     REQUIRE_OK(fl_read_regular(file, "text file", 10, &buf, &len));
     CHECK(len == 10 && memcmp(buf, "0123456789", 10) == 0 && buf[10] == 0, "read back %zu bytes", len);
     free(buf);
