@@ -98,6 +98,13 @@ size_t fl_device_memory_reserved(int id) {
     return id == FL_DEV_CPU ? fl_bytes_live(FL_DEV_CPU) : 0;
 }
 
+size_t fl_device_max_memory_reserved(int id) {
+#ifdef FL_HAVE_CUDA
+    if (id == FL_DEV_CUDA) return fl_cuda_max_memory_reserved();
+#endif
+    return id == FL_DEV_CPU ? fl_bytes_peak(FL_DEV_CPU) : 0;
+}
+
 void fl_device_empty_cache(int id) {
 #ifdef FL_HAVE_CUDA
     if (id == FL_DEV_CUDA) fl_cuda_empty_cache();

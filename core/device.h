@@ -248,6 +248,7 @@ size_t fl_device_memory_allocated(int id);      /* bytes held by live tensors */
 size_t fl_device_max_memory_allocated(int id);  /* peak since start or the last reset */
 void fl_device_reset_peak_memory(int id);
 size_t fl_device_memory_reserved(int id);       /* live + cached free blocks */
+size_t fl_device_max_memory_reserved(int id);   /* its peak since start or the last reset */
 void fl_device_empty_cache(int id);             /* returns cached free blocks */
 
 #endif

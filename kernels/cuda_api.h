@@ -30,6 +30,7 @@ size_t fl_cuda_max_memory_allocated(void);
 void fl_cuda_reset_peak_memory(void);
 /* Bytes cached by the allocator (live + free blocks kept for reuse). */
 size_t fl_cuda_memory_reserved(void);
+size_t fl_cuda_max_memory_reserved(void);   /* its peak since start or the last reset */
 /* Returns cached free blocks to the driver. */
 void fl_cuda_empty_cache(void);
 

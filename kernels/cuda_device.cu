@@ -32,7 +32,7 @@ int ordinal = -1;              /* the GPU in use, once initialised */
  * steady-state training does no cudaMalloc per op. Reuse is safe because all work is on `stream`. */
 std::unordered_map<size_t, std::vector<void *>> free_lists;
 std::unordered_map<void *, size_t> live;
-size_t bytes_live, bytes_peak, bytes_reserved;
+size_t bytes_live, bytes_peak, bytes_reserved, bytes_reserved_peak;
 
 size_t size_class(size_t n) {
     if (n <= 512) return 512;
@@ -74,6 +74,7 @@ fl_status cuda_alloc(size_t nbytes, void **ptr) {
                           cudaGetErrorName(e), cudaGetErrorString(e), nbytes, bytes_live);
         }
         bytes_reserved += c;
+        if (bytes_reserved > bytes_reserved_peak) bytes_reserved_peak = bytes_reserved;
     }
     live[p] = c;
     bytes_live += c;
@@ -633,8 +634,13 @@ extern "C" fl_status fl_cuda_synchronize(void) {
 
 extern "C" size_t fl_cuda_memory_allocated(void) { std::lock_guard<std::mutex> g(mu); return bytes_live; }
 extern "C" size_t fl_cuda_max_memory_allocated(void) { std::lock_guard<std::mutex> g(mu); return bytes_peak; }
-extern "C" void fl_cuda_reset_peak_memory(void) { std::lock_guard<std::mutex> g(mu); bytes_peak = bytes_live; }
+extern "C" void fl_cuda_reset_peak_memory(void) {   /* both peaks, as torch's reset_peak_memory_stats */
+    std::lock_guard<std::mutex> g(mu);
+    bytes_peak = bytes_live;
+    bytes_reserved_peak = bytes_reserved;
+}
 extern "C" size_t fl_cuda_memory_reserved(void) { std::lock_guard<std::mutex> g(mu); return bytes_reserved; }
+extern "C" size_t fl_cuda_max_memory_reserved(void) { std::lock_guard<std::mutex> g(mu); return bytes_reserved_peak; }
 extern "C" void fl_cuda_empty_cache(void) {
     std::lock_guard<std::mutex> g(mu);
     if (reg_state > 0) empty_cache_locked();

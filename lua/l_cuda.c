@@ -44,6 +44,10 @@ static int l_reset_peak_memory_stats(lua_State *L) {
     fl_device_reset_peak_memory(FL_DEV_CUDA);
     return 0;
 }
+static int l_max_memory_reserved(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)fl_device_max_memory_reserved(FL_DEV_CUDA));
+    return 1;
+}
 static int l_memory_reserved(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)fl_device_memory_reserved(FL_DEV_CUDA));
     return 1;
@@ -69,6 +73,7 @@ static const luaL_Reg cuda_funcs[] = {
     {"max_memory_allocated", l_max_memory_allocated},
     {"reset_peak_memory_stats", l_reset_peak_memory_stats},
     {"memory_reserved", l_memory_reserved},
+    {"max_memory_reserved", l_max_memory_reserved},
     {"empty_cache", l_empty_cache},
     {"unavailable_reason", l_unavailable_reason},
     {NULL, NULL},

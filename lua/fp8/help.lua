@@ -91,9 +91,10 @@ add_all {
   { section = "Tensors", name = "cuda", sig = "fp8.cuda.is_available() / device_count() / synchronize() / memory_allocated()",
     doc = "The GPU: is_built(), is_available(), device_count(), unavailable_reason(), synchronize() (wait for\n"
        .. "queued work, e.g. before reading a clock), memory_allocated(), max_memory_allocated(),\n"
-       .. "reset_peak_memory_stats(), memory_reserved(), empty_cache() (without a GPU, as torch's: the counters\n"
-       .. "read 0, empty_cache does nothing, synchronize raises why). fp8.Accelerator uses the GPU when\n"
-       .. "is_available() (cpu=true keeps the CPU). docs/cuda.md tells what runs there and how it is tested." },
+       .. "reset_peak_memory_stats(), memory_reserved(), max_memory_reserved(), empty_cache() (without a\n"
+       .. "GPU, as torch's: the counters read 0, empty_cache does nothing, synchronize raises why).\n"
+       .. "fp8.Accelerator uses the GPU when is_available() (cpu=true keeps the CPU). docs/cuda.md tells\n"
+       .. "what runs there and how it is tested." },
   { section = "Tensors", name = "Tensor:cuda", sig = "x:cuda() / x:cpu() / x:move_(device) -> Tensor",
     doc = "A copy on the GPU / on the CPU (x itself when already there; FP8 keeps bytes and scales;\n"
        .. "gradients flow back). x:move_(\"cuda\") moves x's own data (and .grad) in place, as\n"
@@ -311,7 +312,7 @@ also("linspace", { "eye" })
 also("zeros_like", { "ones_like", "empty_like", "rand_like", "randn_like", "full_like" })
 also("cuda", { "cuda.is_built", "cuda.is_available", "cuda.device_count", "cuda.unavailable_reason", "cuda.synchronize",
                "cuda.memory_allocated", "cuda.max_memory_allocated", "cuda.reset_peak_memory_stats",
-               "cuda.memory_reserved", "cuda.empty_cache" })
+               "cuda.memory_reserved", "cuda.max_memory_reserved", "cuda.empty_cache" })
 also("no_grad", { "enable_grad", "set_grad_enabled", "is_grad_enabled" })
 also("autocast_dtype", { "set_autocast_dtype" })
 also("format", { "dtype_names", "is_nan_code" })

@@ -26,7 +26,7 @@ describe("fp8.cuda", function()
     -- that prints its peak GPU memory runs on the CPU; synchronize, which needs the GPU, raises why (the CPU build's
     -- counters raised 'fp8lab was built without CUDA')
     it("reports no GPU: zero memory, empty_cache does nothing, synchronize fails with the reason", function()
-      for _, f in ipairs { "memory_allocated", "max_memory_allocated", "memory_reserved" } do
+      for _, f in ipairs { "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved" } do
         local v = cuda[f]()
         assert.equals("integer", math.type(v), f)
         assert.equals(0, v, f)
@@ -48,8 +48,10 @@ describe("fp8.cuda", function()
       assert.equals("integer", math.type(a))
       assert.is_true(m >= a)
       assert.is_nil(cuda.unavailable_reason())
+      assert.is_true(cuda.max_memory_reserved() >= cuda.memory_reserved())
       cuda.reset_peak_memory_stats()
       assert.equals(cuda.memory_allocated(), cuda.max_memory_allocated())
+      assert.equals(cuda.memory_reserved(), cuda.max_memory_reserved())   -- both peaks, as torch's
     end)
 
     it("the profiler records device time with activities \"cuda\"", function()

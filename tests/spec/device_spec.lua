@@ -67,7 +67,8 @@ describe("tensor devices", function()
       local c = fp8.cuda
       c.reset_peak_memory_stats()
       c.empty_cache()
-      assert.same({ 0, 0, 0 }, { c.memory_allocated(), c.max_memory_allocated(), c.memory_reserved() })
+      assert.same({ 0, 0, 0, 0 },
+        { c.memory_allocated(), c.max_memory_allocated(), c.memory_reserved(), c.max_memory_reserved() })
       assert.is_false((pcall(c.synchronize)))
     end)
   end
