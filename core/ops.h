@@ -50,17 +50,23 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
  * counts as the extreme (torch's rule). No history. Computed on the host: a tensor on another device is
  * read back, and the indices go to its device. */
 fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim, bool want_min);
+/* max(dim) / min(dim) as torch's: the values as fl_reduce's and their indices as fl_argreduce's (the first of a
+ * tie, a NaN wins), both in *values and *indices. Differentiable: the gradient goes whole to the index (torch's
+ * rule for a dim; fl_reduce's max and min split it among a tie, torch's rule without one), and the node keeps the
+ * indices alone. */
+fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, const fl_tensor *a, int dim,
+                          bool keepdim);
 /* Matrix product: [m,k]x[k,n], [k]x[k,n], [m,k]x[k], and batched [...,m,k]x[...,k,n] with
  * broadcast batch dims. fp32 accumulation. fp32 inputs → fp32 GEMM; bf16/fp16 inputs →
  * bf16/fp16 GEMM with fp32 accumulation (oneDNN on the CPU). */
 fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
-/* fl_binary, fl_binary_scalar, fl_unary, fl_reduce (sum, mean), fl_matmul record autograd nodes
- * (core/autograd.h); max/min/amax results and comparisons carry no history. maximum/minimum send the gradient
- * to the operand that wins (torch's rule: half to each on a tie, all to both beside a NaN; against a scalar,
- * clamp's rule: all of it where x >= s, resp. x <= s); pow's exponent, when a tensor, takes no gradient
- * (refused when it requires one), and the base's gradient is 0 where the exponent is 0, as torch's; where's mask
- * takes none (its values take g where the mask is nonzero). A comparison
- * with a scalar takes the scalar rounded to a bf16/fp16 tensor's dtype (torch's casting of a number). Under autocast (fl_autocast_dtype()
+/* fl_binary, fl_binary_scalar, fl_unary, fl_reduce, fl_matmul record autograd nodes (core/autograd.h); comparisons
+ * carry no history. fl_reduce's max/min/amax split the gradient among a tie (torch's max() and amax).
+ * maximum/minimum send the gradient to the operand that wins (torch's rule: half to each on a tie, all to both beside
+ * a NaN; against a scalar, clamp's rule: all of it where x >= s, resp. x <= s); pow's exponent, when a tensor, takes
+ * no gradient (refused when it requires one), and the base's gradient is 0 where the exponent is 0, as torch's;
+ * where's mask takes none (its values take g where the mask is nonzero). A comparison with a scalar takes the scalar
+ * rounded to a bf16/fp16 tensor's dtype (torch's casting of a number). Under autocast (fl_autocast_dtype()
  * bf16/fp16) fl_matmul rounds fp32 inputs to that dtype and returns fp32. */
 
 /* Differentiable views and copies: the tensor.c layout functions (fl_tensor_view, ...) plus an

@@ -388,6 +388,75 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
     return st;
 }
 
+/* max(dim) / min(dim): the whole gradient to the returned index (torch's MaxBackward for a dim, whose node keeps the
+ * indices alone; a tie's other elements take none). Scattered on the host, as fl_argreduce made the indices there. */
+static fl_status index_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *in = n->inputs[0];
+    const int dim = (int)n->iargs[1];
+    int64_t size = dim < 0 ? fl_tensor_numel(in) : in->shape[dim], outer = 1, inner = 1;
+    for (int i = 0; dim >= 0 && i < in->ndim; i++) {
+        if (i < dim) outer *= in->shape[i];
+        if (i > dim) inner *= in->shape[i];
+    }
+    fl_tensor *gh = NULL, *gc = NULL, *ih = NULL, *ic = NULL, *z = NULL;
+    fl_status st = fl_tensor_to_device(&gh, g, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_contiguous(&gc, gh);
+    if (st == FL_OK) st = fl_tensor_to_device(&ih, n->saved[0], FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_contiguous(&ic, ih);
+    if (st == FL_OK) st = fl_tensor_zeros(&z, FL_F32, in->ndim, in->shape, FL_DEV_CPU);
+    if (st == FL_OK) {
+        const float *gv = fl_tensor_data(gc), *iv = fl_tensor_data(ic);
+        float *zv = fl_tensor_data(z);
+        for (int64_t o = 0; o < outer && st == FL_OK; o++)
+            for (int64_t j = 0; j < inner; j++) {
+                const float k = iv[o * inner + j];
+                /* the engine refuses indices written since the forward; this guards the memory whatever else */
+                if (!(k >= 0 && k < (float)size && k == (float)(int64_t)k)) {
+                    st = FL_ERR(FL_EINVAL, "%s: index %g out of range 0..%lld", n->name, (double)k,
+                                (long long)size - 1);
+                    break;
+                }
+                zv[o * size * inner + (int64_t)k * inner + j] = gv[o * inner + j];
+            }
+    }
+    fl_tensor *all[] = { gh, gc, ih, ic };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
+    if (st == FL_OK && in->device != FL_DEV_CPU) {
+        fl_tensor *d = NULL;
+        st = fl_tensor_to_device(&d, z, in->device);
+        fl_tensor_release(z);
+        z = d;
+    }
+    if (st != FL_OK) { fl_tensor_release(z); return st; }
+    gin[0] = z;
+    return FL_OK;
+}
+
+fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, const fl_tensor *a, int dim,
+                          bool keepdim) {
+    *values = *indices = NULL;
+    if (op != FL_OP_MAX && op != FL_OP_MIN) return FL_ERR(FL_EINVAL, "reduce_index: max or min, got %d", (int)op);
+    FL_TRY(fl_reduce_raw(values, op, a, dim, keepdim));
+    fl_status st = fl_argreduce(indices, a, dim, keepdim, op == FL_OP_MIN);
+    fl_node *n = NULL;
+    if (st == FL_OK && fl_any_requires_grad(1, &a)) {
+        const bool all = dim == FL_ALL_DIMS || a->ndim == 0;
+        st = fl_autograd_record(values, &n, op == FL_OP_MAX ? "MaxBackward" : "MinBackward", index_bwd, 1, &a);
+        if (st == FL_OK) {
+            n->iargs[0] = op;
+            n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
+            st = fl_node_save_detached(n, 0, *indices);
+            if (st == FL_OK) st = fl_node_input_stub(n, 0);   /* its shape alone is read */
+        }
+    }
+    if (st != FL_OK) {
+        fl_tensor_release(*values);
+        fl_tensor_release(*indices);
+        *values = *indices = NULL;
+    }
+    return st;
+}
+
 /* ---- matmul ------------------------------------------------------------------------------- */
 
 /* The GEMM compute dtype: autocast rounds fp32 operands to bf16/fp16 (fp32 result). */

@@ -857,13 +857,16 @@ static int argreduce(lua_State *L, bool want_min) {
 }
 static int m_argmax(lua_State *L) { reduce_arity(L, "argmax"); return argreduce(L, false); }
 static int m_argmin(lua_State *L) { reduce_arity(L, "argmin"); return argreduce(L, true); }
-/* max(dim [, keepdim]) / min: the values and, as torch's, their 0-based indices; max() without dim: the value. */
+/* max(dim [, keepdim]) / min: the values and, as torch's, their 0-based indices, the gradient going to the index;
+ * max() without dim: the value, the gradient split among a tie (torch's rules for the two). */
 static int reduce_with_index(lua_State *L, fl_redop op) {
     reduce_arity(L, op == FL_OP_MAX ? "max" : "min");
-    lua_settop(L, 3);   /* the results go above the three arguments, so argreduce reads keepdim, not them */
-    reduce(L, op);
-    if (lua_isnoneornil(L, 2)) return 1;
-    argreduce(L, op == FL_OP_MIN);
+    if (lua_isnoneornil(L, 2)) return reduce(L, op);
+    int dim;
+    bool keepdim;
+    fl_tensor *t = reduce_args(L, &dim, &keepdim, op == FL_OP_MAX ? "max" : "min");
+    fl_tensor **vals = fl_lnewbox(L), **idx = fl_lnewbox(L);
+    FL_LCALL(L, fl_reduce_index(vals, idx, op, t, dim, keepdim));
     return 2;
 }
 static int m_max(lua_State *L) { return reduce_with_index(L, FL_OP_MAX); }

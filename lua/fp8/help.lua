@@ -128,7 +128,8 @@ add_all {
     doc = "Tensors of one shape along a new dim (torch.stack); see help(\"cat\")." },
   { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
     doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
-       .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices." },
+       .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices\n"
+       .. "(their gradient goes to the index, as torch's; max() without dim splits it among a tie)." },
   { section = "Quantization", name = "Tensor:scale", sig = "q:scale() / q:scale_inv() / q:amax() / q:bytes()",
     doc = "The FP8 tensor's scale (a number, or a tensor for per-row scaling), its inverse, the amax\n"
        .. "of the source it was made from, and its raw bytes as integers." },

@@ -544,6 +544,46 @@ describe("fp8.core._nn", function()
     U.fails_with("made under fp8.no_grad", kv.set, kv, { 1, 1 }, 2)
   end)
 
+  it("max(dim) and min(dim) give a tie's whole gradient to the returned index and keep the indices alone", function()
+    -- torch's MaxBackward for a dim scatters g to its indices (first of a tie, a NaN wins); the gradient was split
+    -- evenly among the tied elements (torch's rule for max() without dim, which stays) and the input was kept
+    local x = fp8.tensor({ { 1, 3, 3, 2 }, { 0 / 0, 1, 0 / 0, 0 }, { -0.0, 0, -1, 0 } }):requires_grad(true)
+    local v, i = x:max(2)
+    assert.are.same({ 1, 0, 0 }, i:totable())
+    assert.are.equal(-math.huge, 1 / v:totable()[3])   -- -0, the first of the ±0 tie, as torch's values
+    ;(v * fp8.tensor { 1, 2, 3 }):sum():backward()
+    assert.are.same({ { 0, 1, 0, 0 }, { 2, 0, 0, 0 }, { 3, 0, 0, 0 } }, x.grad:totable())   -- torch 2.15's
+    x:zero_grad()
+    local vm, im = x:min(1, true)                       -- keepdim, the other dim
+    assert.are.same({ { 1, 2, 1, 1 } }, im:totable())
+    vm:backward(fp8.tensor { { 1, 2, 3, 4 } })
+    assert.are.same({ { 0, 0, 0, 0 }, { 1, 0, 3, 4 }, { 0, 2, 0, 0 } }, x.grad:totable())   -- torch 2.15's
+    local b = fp8.tensor({ { 5, 5 }, { 2, 7 } }, "bf16"):requires_grad(true)
+    b:max(2):sum():backward()
+    assert.are.same({ { 1, 0 }, { 0, 1 } }, b.grad:totable())
+    local c = fp8.tensor({ 5, 3, 5 }):requires_grad(true)
+    c:max():backward()                                  -- without dim: still split, as torch's max()
+    assert.are.same({ 0.5, 0, 0.5 }, c.grad:totable())
+    local R = require "fp8._memory"
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local big = fp8.randn(256, 1024):requires_grad(true)
+    local before = live()
+    local bv, bi = (big * 1):max(2)
+    assert.are.equal(2 * 256 * 4, live() - before)      -- the values and the indices (x * 1 was kept too: 1 MiB)
+    local s = bv:sum()
+    bv, bi = nil, nil
+    assert.are.equal(256 * 4 + 4, live() - before)      -- s and the node's indices
+    s:backward()
+    local want = fp8.zeros(256, 1024)
+    local am = big:detach():argmax(2):totable()
+    for r = 1, 256 do want:set({ r, am[r] + 1 }, 1) end
+    assert.are.same(want:totable(), big.grad:totable())
+    local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local wv, wi = w:max(1, true)
+    wi:set({ 1 }, 0)                                    -- the saved indices written: refused, as torch's
+    U.fails_with("written in place", wv.backward, wv)
+  end)
+
   it("clamp between two numbers keeps its input alone, as torch's (not maximum's result too)", function()
     local R = require "fp8._memory"
     local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
