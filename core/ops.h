@@ -13,7 +13,7 @@
  * pow: x^y computed in double and rounded once (C's pow: x^0 = 1, 1^y = 1, NaN for a negative base with a
  * non-integer exponent). where: b where a is nonzero (NaN counts as nonzero), else -0: a selection, never a
  * product, so an inf or NaN in the other branch stays out; -0 is the identity of addition, so
- * where(m, x) + where(!m, y) is exactly torch's where(m, x, y) (fp8.where). eq..ge: comparisons, 1 where true and
+ * where(m, x) + where(!m, y) is exactly torch's where(m, x, y) (fl_where). eq..ge: comparisons, 1 where true and
  * 0 where false in the result's dtype (there is no bool dtype); NaN compares unequal to everything, itself
  * included. Comparisons carry no history. */
 typedef enum {
@@ -39,6 +39,11 @@ fl_status fl_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
 fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b);
 /* a op s, or s op a when scalar_first. */
 fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first);
+/* torch.where: a where cond is nonzero (NaN included), b elsewhere, the three broadcast; a selection, each value the
+ * chosen one's bits (-0 and an inf or NaN in the branch not taken included), in a's and b's dtype (fp32 when they
+ * differ). Differentiable in a and b (each takes g where chosen, +0 elsewhere); cond takes none, and the node keeps
+ * one byte per element of cond's shape (torch keeps its bool condition), not a, b or cond. */
+fl_status fl_where(fl_tensor **out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b);
 /* clamp between two numbers: minimum(maximum(a, lo), hi), the same values and gradient as those two calls, in one
  * node that keeps a alone (as torch's clamp) */
 fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double hi);

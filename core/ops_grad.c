@@ -6,6 +6,7 @@
 #include "device.h"
 #include "profiler.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,68 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     if (st == FL_OK && (op == FL_OP_ADD || op == FL_OP_SUB || op == FL_OP_WHERE)) st = fl_node_input_stub(n, 1);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
+}
+
+/* where(cond, a, b)'s node: inputs a and b, and one byte an element of cond's shape, 1 where cond is 0 (b's
+ * elements), as an E4M3 tensor with scale 1 (exact 0 and 1 on any device): torch keeps its bool condition alone. */
+static fl_status where_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    fl_tensor *m0 = NULL, *m = NULL, *t = NULL;
+    fl_status st = fl_dequantize(&m0, n->saved[0], FL_F32);
+    for (int i = 0; i < 2 && st == FL_OK; i++) {
+        if (!fl_node_input_needs_grad(n, i)) continue;
+        if (i == 0) st = fl_binary_scalar_raw(&m, FL_OP_EQ, m0, 0.0, false);   /* a's: cond nonzero */
+        else m = fl_tensor_retain(m0);
+        if (st == FL_OK) st = masked_grad(&t, m, g);   /* g where taken, +0 elsewhere: as the two halves' backwards */
+        if (st == FL_OK) { st = reduce_into(&gin[i], t, n->inputs[i]); t = NULL; }
+        fl_tensor_release(m);
+        m = NULL;
+    }
+    fl_tensor_release(m0);
+    return st;
+}
+
+fl_status fl_where(fl_tensor **out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b) {
+    *out = NULL;
+    int n;
+    int64_t s[FL_MAX_DIMS];
+    /* the two halves' checks in their order (where(cond, a), then where(cond == 0, b)), then their sum's */
+    fl_tensor *t1 = NULL, *m0 = NULL, *t2 = NULL, *r = NULL, *q = NULL;
+    fl_status st = fl_binary_raw(&t1, FL_OP_WHERE, cond, a);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&m0, FL_OP_EQ, cond, 0.0, false);
+    if (st == FL_OK) st = fl_binary_raw(&t2, FL_OP_WHERE, m0, b);
+    if (st == FL_OK && fl_broadcast_shape(t1->ndim, t1->shape, t2->ndim, t2->shape, &n, s) != FL_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", fl_last_error_detail());   /* the message buffer is reused */
+        st = FL_ERR(FL_EINVAL, "where: %s", msg);
+    }
+    /* x + -0 = x, bit for bit (-0 too): each half is -0 where the other chose */
+    if (st == FL_OK) st = fl_binary_raw(&r, FL_OP_ADD, t1, t2);
+    const fl_dtype dt = a->dtype == b->dtype ? a->dtype : FL_F32;
+    if (st == FL_OK && r->dtype != dt) {
+        fl_tensor *c = NULL;
+        st = fl_tensor_to(&c, r, dt);
+        fl_tensor_release(r);
+        r = c;
+    }
+    const fl_tensor *ins[2] = { a, b };
+    fl_node *nd = NULL;
+    if (st == FL_OK && fl_any_requires_grad(2, ins)) {
+        fl_quant_opts o;
+        fl_quant_opts_default(&o);
+        o.scale = 1.0f;
+        st = fl_quantize(&q, m0, FL_E4M3, &o);
+        if (st == FL_OK) st = fl_autograd_record(&r, &nd, "WhereBackward", where_bwd, 2, ins);
+        if (st == FL_OK) {
+            fl_node_save(nd, 0, q);
+            st = fl_node_input_stub(nd, 0);   /* a's and b's shapes alone are read */
+            if (st == FL_OK) st = fl_node_input_stub(nd, 1);
+        }
+    }
+    fl_tensor *all[] = { t1, m0, t2, q };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
+    if (st != FL_OK) { fl_tensor_release(r); return st; }
+    *out = r;
+    return FL_OK;
 }
 
 static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {

@@ -731,8 +731,23 @@ static int m_div(lua_State *L) { return arith(L, FL_OP_DIV); }
 static int m_pow(lua_State *L) { return arith(L, FL_OP_POW); }
 static int m_maximum(lua_State *L) { return arith(L, FL_OP_MAXIMUM); }
 static int m_minimum(lua_State *L) { return arith(L, FL_OP_MINIMUM); }
-/* mask:_where(x): x where mask is nonzero, else -0 (fp8.where's half; lua/fp8/tensor.lua) */
-static int m_where_half(lua_State *L) { return arith(L, FL_OP_WHERE); }
+/* cond:_where(a, b): fp8.where's core (lua/fp8/tensor.lua checks the arguments first); a number is a 0-d tensor of
+ * the other one's dtype (fp32 beside a number), on cond's device. */
+static int m_where(lua_State *L) {
+    fl_tensor *cond = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "where", "(cond, a, b)");
+    fl_tensor *v[2] = { fl_ltotensor(L, 2), fl_ltotensor(L, 3) };
+    for (int i = 0; i < 2; i++) {
+        if (v[i]) continue;
+        const double x = luaL_checknumber(L, 2 + i);
+        fl_tensor **slot = fl_lnewbox(L);   /* owns the 0-d tensor until the call is done */
+        FL_LCALL(L, fl_tensor_full(slot, v[1 - i] ? v[1 - i]->dtype : FL_F32, 0, NULL, x, cond->device));
+        v[i] = *slot;
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_where(slot, cond, v[0], v[1]));
+    return 1;
+}
 /* t:_clamp(lo, hi), both numbers: one node that keeps t alone (Tensor.clamp, lua/fp8/tensor.lua) */
 static int m_clamp_scalar(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -1078,7 +1093,7 @@ static const luaL_Reg methods[] = {
     {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
     {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
-    {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where_half}, {"_clamp", m_clamp_scalar},
+    {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where}, {"_clamp", m_clamp_scalar},
     {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt}, {"ge", m_ge},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid},

@@ -220,14 +220,12 @@ function M.where(cond, a, b, ...)
   for _, d in pairs { da, db } do
     if not SELECTABLE[d] then error(("where: %s tensors cannot be selected from; dequantize them first"):format(d), 2) end
   end
-  local dt = (da and db) and (da == db and da or "fp32") or da or db or "fp32"
-  cond = cond:detach()   -- the condition takes no gradient (not even a zero one)
-  local ok, r = pcall(function() return cond:_where(a) + cond:eq(0):_where(b) end)
-  if not ok then   -- without this file's position, which the message carried ahead of the caller's
-    local msg = tostring(r):gsub("^[^:\n]*%.lua:%d+: ", "")
-    error((msg:gsub("^add: ", "where: "):gsub("^where: where: ", "where: ")), 2)
+  -- one node over a and b (the condition takes no gradient, not even a zero one), which keeps a byte per element
+  -- of cond
+  local ok, r = pcall(cond._where, cond, a, b)
+  if not ok then   -- without this file's position, if the message carried one ahead of the caller's
+    error((tostring(r):gsub("^[^:\n]*%.lua:%d+: ", "")), 2)
   end
-  if r:dtype() ~= dt then r = r:to(dt) end
   return r
 end
 

@@ -488,7 +488,7 @@ describe("fp8.core._nn", function()
     local x = fp8.randn(256, 1024):requires_grad(true)
     local m = x:detach():gt(0)
     local before = live()
-    local function held() return math.floor((live() - before) / (N * 4) * 2 + 0.5) / 2 end   -- 0-d ones: 0
+    local function held() return math.floor((live() - before) / (N * 4) * 4 + 0.5) / 4 end   -- 0-d ones: 0
     local a = (x * 1) + (x * 1) - (x * 1)
     assert.are.equal(1, held())                  -- the result alone (was 5: every operand and the first sum)
     local s = (x * 1):sum() + (x * 1):mean()
@@ -498,13 +498,49 @@ describe("fp8.core._nn", function()
     local t = (x * 1):t():contiguous() + (x * 1):to("bf16"):t()
     assert.are.equal(4, held())                  -- and t (was 4.5 more: x * 1 twice, both copies)
     local w = fp8.where(m, x * 1, x * 2)
-    assert.are.equal(6, held())                  -- w and m:eq(0), the second where's mask (was 6 more)
+    assert.are.equal(5.25, held())               -- w and its byte mask (was 6 more, then 2: m:eq(0) too)
     local d = F.dropout(x * 1, 0.5, true)
-    assert.are.equal(7, held())                  -- d (was 2 more: x * 1 too); its byte mask is no tensor
+    assert.are.equal(6.25, held())               -- d (was 2 more: x * 1 too); its byte mask is no tensor
     ;(a:sum() + s + c:sum() + t:sum() + w:sum() + d:sum()):backward()
     local xs, ds = x:detach(), d:detach()
     local want = fp8.where(m, 1, 2) + 1 + 1 + 1 / N + 2 + 2 + fp8.where(ds:ne(0), 2, 0)
     assert.is_true((x.grad - want):abs():max():item() < 1e-6)
+  end)
+
+  it("where is one node that keeps a byte per element of its condition, as torch keeps its bool condition", function()
+    -- it was where(cond, a) + where(cond == 0, b): two nodes that kept cond and cond == 0 (3 units with the result
+    -- where torch holds 1.25)
+    local R = require "fp8._memory"
+    local function live() collectgarbage(); collectgarbage(); return R.bytes("cpu") end
+    local N = 256 * 1024
+    local x = fp8.randn(256, 1024):requires_grad(true)
+    local before = live()
+    local w = fp8.where(x:detach():gt(0), x * 1, x * 2)
+    assert.are.equal(N * 4 + N + 4, live() - before)   -- w, the mask's bytes and its scale
+    assert.are.equal("WhereBackward", w:grad_fn())
+    local g = fp8.randn(256, 1024)
+    w:backward(g)
+    local m = x:detach():gt(0)
+    assert.are.same((fp8.where(m, g, 0) + fp8.where(m, 0, g) * 2):totable(), x.grad:totable())
+    -- a condition of another shape (an attention mask): the bytes of the condition's shape, broadcast
+    local y = fp8.randn(4, 8, 8):requires_grad(true)
+    local rows = {}
+    for i = 1, 8 do rows[i] = {} for j = 1, 8 do rows[i][j] = j <= i and 1 or 0 end end
+    local causal = fp8.tensor(rows)
+    local yb = live()
+    local s = y:masked_fill(causal:eq(0), -math.huge)
+    assert.are.equal(4 * 64 * 4 + 64 + 4, live() - yb)
+    s:sum():backward()
+    assert.are.same(causal:view(1, 8, 8):expand(4, 8, 8):totable(), y.grad:totable())
+    -- a bf16 or fp16 condition no longer rounds a number taken beside an fp32 tensor to its dtype (torch's 1.1 in
+    -- fp32 was bf16's 1.1015625); and the values' dtypes rule as before
+    local cb = fp8.tensor({ 1, 0 }, "bf16")
+    local f32 = fp8.tensor { 1.1 }[1]
+    assert.are.same({ f32, 3 }, fp8.where(cb, 1.1, fp8.tensor { 2, 3 }):totable())
+    assert.are.equal(f32, fp8.where(cb:half(), 1.1, fp8.zeros(2))[1])
+    assert.are.equal("bf16", fp8.where(cb, 1.1, fp8.tensor({ 2, 3 }, "bf16")):dtype())
+    assert.are.equal(1.1015625, fp8.where(cb, 1.1, fp8.tensor({ 2, 3 }, "bf16"))[1])
+    assert.are.equal("fp32", fp8.where(cb, fp8.tensor({ 2, 3 }, "fp16"), fp8.tensor({ 2, 3 }, "bf16")):dtype())
   end)
 
   it("refuses an element write under grad mode to a view made under no_grad of a tensor that requires grad", function()
