@@ -628,6 +628,16 @@ function M.install(Accelerator)
     local ok, err = pcall(hook, ...)
     if not ok then error(("%s: a %s pre-hook failed: %s"):format(what, what, error_text(err)), 0) end
   end
+  -- obj:method(...) of a registered custom object; its failure names the call, the object and the method, with the
+  -- text of whatever it raised (a table's plain fields: error{code = 2} is not just "a table value")
+  local function custom_call(what, obj, i, method, ...)
+    local mt = getmetatable(obj)
+    local name = type(mt) == "table" and type(rawget(mt, "__name")) == "string" and rawget(mt, "__name") or type(obj)
+    local who = ("custom object %d (%s, register_for_checkpointing): its %s()"):format(i, name, method)
+    local res = table.pack(pcall(obj[method], obj, ...))
+    if not res[1] then error(("%s: %s failed: %s"):format(what, who, error_text(res[2])), 0) end
+    return table.unpack(res, 2, res.n)
+  end
   local function add_hook(self, field, fname, hook)
     if type(hook) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(hook)), 3) end
     local list = rawget(self, field) or {}
@@ -756,7 +766,7 @@ function M.install(Accelerator)
       for i, s in ipairs(self._schedulers or {}) do write_json(join(tmp, "scheduler" .. suffix(i) .. ".json"), s:state_dict()) end
       if self.scaler then write_json(join(tmp, "scaler.json"), self.scaler:state_dict()) end
       for i, obj in ipairs(self._custom or {}) do
-        local st, tensors, n = custom_state_split(obj:state_dict(), i)
+        local st, tensors, n = custom_state_split(custom_call("save_state", obj, i, "state_dict"), i)
         local base = join(tmp, ("custom_checkpoint_%d"):format(i - 1))
         if n > 0 then core.save_file(tensors, base .. ".safetensors", { format = "fp8lab-custom" }) end
         local ok, err = pcall(C.json_encode, st)
@@ -1002,9 +1012,9 @@ function M.install(Accelerator)
           f:close()
           sd = custom_state_join(sd, tensors)
         end
-        local saved = obj:state_dict()
+        local saved = custom_call("load_state", obj, i, "state_dict")
         undo[#undo + 1] = function() obj:load_state_dict(saved) end
-        apply[#apply + 1] = function() obj:load_state_dict(sd) end
+        apply[#apply + 1] = function() custom_call("load_state", obj, i, "load_state_dict", sd) end
       end
       local loaders = {}
       for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i, rank == 0) end

@@ -70,7 +70,7 @@ end
 
 -- value_text(err) -> the text of any error value: a string as it is, a value with __tostring as that gives,
 -- anything else as the standalone interpreter words it ("(error object is a table value)"), never "nil" or
--- "table: 0x...".
+-- "table: 0x..."; a table's plain fields follow, a few ("(error object is a table value: {code = 2})").
 function M.value_text(err)
   local t = type(err)
   if t == "string" or t == "number" then return tostring(err) end
@@ -78,6 +78,28 @@ function M.value_text(err)
   if type(mt) == "table" and mt.__tostring then
     local ok, s = pcall(tostring, err)
     if ok and type(s) == "string" then return s end
+  end
+  if t == "table" and next(err) ~= nil then
+    -- what a raised exception's repr shows in Python: the table's plain fields (a few, short), e.g. error{code = 2}
+    local keys, parts = {}, {}
+    for k, v in next, err do   -- raw: no __pairs of the error's own
+      local tk, tv = type(k), type(v)
+      if (tk == "string" or math.type(k) == "integer") and (tv == "string" or tv == "number" or tv == "boolean") then
+        keys[#keys + 1] = k
+      end
+    end
+    table.sort(keys, function(a, b)
+      if type(a) ~= type(b) then return type(a) == "number" end
+      return a < b
+    end)
+    for i = 1, math.min(#keys, 6) do
+      local k, v = keys[i], rawget(err, keys[i])
+      local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or ("[" .. (type(k) == "string" and ("%q"):format(k) or tostring(k)) .. "]")
+      local vs = type(v) == "string" and ("%q"):format(#v > 60 and v:sub(1, 57) .. "..." or v):gsub("\\\n", "\\n") or tostring(v)
+      parts[#parts + 1] = ks .. " = " .. vs
+    end
+    if #keys > 6 then parts[#parts + 1] = "..." end
+    if #parts > 0 then return ("(error object is a table value: {%s})"):format(table.concat(parts, ", ")) end
   end
   return ("(error object is a %s value)"):format(t)
 end

@@ -1253,3 +1253,35 @@ describe("what a checkpoint carries exactly", function()
     os.execute("rm -rf " .. d)
   end)
 end)
+
+describe("a registered custom object's failure", function()
+  -- acc:load_state raised just "(error object is a table value)" when the object's load_state_dict raised a table
+  -- (2026-12-01): the message now names the call, the object and its method, with what the table holds
+  it("is named in load_state and save_state, with the fields of a table it raised", function()
+    local d = tmpdir()
+    local obj = setmetatable({ v = 1 }, { __name = "Counter" })
+    function obj:state_dict() if self.fail_save then error(self.fail_save) end return { v = self.v } end
+    function obj:load_state_dict(sd) if self.fail_load then error(self.fail_load) end self.v = sd.v end
+    local acc = fp8.Accelerator { config = false, env = {} }
+    acc:register_for_checkpointing(obj)
+    acc:save_state(d .. "/c")
+    obj.v, obj.fail_load = 5, { code = 2, reason = "bad counter" }
+    local ok, err = pcall(acc.load_state, acc, d .. "/c")
+    assert.is_false(ok)
+    assert.are.equal("load_state: custom object 1 (Counter, register_for_checkpointing): its load_state_dict() failed: "
+      .. '(error object is a table value: {code = 2, reason = "bad counter"})', err)
+    assert.are.equal(5, obj.v)
+    obj.fail_load = nil
+    obj.fail_save = {}
+    U.fails_with("save_state: custom object 1 (Counter, register_for_checkpointing): its state_dict() failed: "
+      .. "(error object is a table value)", acc.save_state, acc, d .. "/c")
+    obj.fail_save = "no state today"
+    U.fails_with({ "save_state: custom object 1 (Counter, register_for_checkpointing): its state_dict() failed: ",
+      "no state today" }, acc.save_state, acc, d .. "/c")
+    obj.fail_save = nil
+    acc:load_state(d .. "/c")
+    assert.are.equal(1, obj.v)
+    os.execute("rm -rf " .. d)
+  end)
+end)
+
