@@ -654,6 +654,24 @@ function M.install(Accelerator)
     return add_hook(self, "_load_hooks", "register_load_state_pre_hook", hook)
   end
 
+  -- save_state and load_state refuse to run inside one another on the same accelerator (a pre-hook or a custom
+  -- object's method calling them): the inner call would write or read the directory the outer one is writing (a
+  -- save into the same dir failed with "cannot create a temporary file in <dir>.tmp"), or change the state the outer
+  -- one is saving. Accelerate has no such guard; the refusal is clear and leaves both directories as they were. The
+  -- returned value, held in a <close> variable, ends the call's turn (also on an error).
+  local function enter(self, what)
+    if type(self) ~= "table" then return nil end   -- (the method's own use of self says what is wrong)
+    local busy = rawget(self, "_state_io")
+    if busy then
+      error(("%s: called while %s runs on this accelerator (from its pre-hook or a registered object's "
+        .. "state_dict/load_state_dict?); not allowed: it would %s the checkpoint being %s. Call it after %s returns")
+        :format(what, busy, what == "save_state" and "write over" or "read or change",
+          busy == "save_state" and "written" or "loaded", busy), 3)
+    end
+    rawset(self, "_state_io", what)
+    return setmetatable({}, { __close = function() rawset(self, "_state_io", nil) end })
+  end
+
   -- The directories above dir, as Accelerate's os.makedirs(output_dir, exist_ok=True): true, or nil and why.
   local function make_parents(dir)
     local parent = dir:match("^(.+)/[^/]+$")
@@ -663,6 +681,7 @@ function M.install(Accelerator)
 
   -- save_state([dir]) → the directory written.
   function Accelerator:save_state(dir, opts)
+    local _ <close> = enter(self, "save_state")
     local pc = self.project_configuration
     -- Accelerate's save_state(output_dir, safe_serialization=True): safetensors is the only format here
     if opts ~= nil then
@@ -877,6 +896,7 @@ function M.install(Accelerator)
   -- load_state([dir [, {strict=true}]]): every object prepared (and registered) gets its state back;
   -- on any error nothing is changed. strict=false loads despite a different recipe or model keys.
   function Accelerator:load_state(dir, opts)
+    local _ <close> = enter(self, "load_state")
     local pc = self.project_configuration
     if type(dir) == "table" and opts == nil then dir, opts = nil, dir end
     opts = opts or {}
@@ -1149,7 +1169,8 @@ if okh and help.add then
   add("acc:register_save_state_pre_hook", "h = acc:register_save_state_pre_hook(function(models, weights, dir) ... end)",
     "Runs in save_state before the model files are written; a state dict it removes from weights is not written\n"
     .. "(the hook saves that model itself, into dir, which is published with the checkpoint). h:remove() drops it.\n"
-    .. "acc:register_load_state_pre_hook(function(models, dir) ... end): a model it removes from models is not loaded.")
+    .. "acc:register_load_state_pre_hook(function(models, dir) ... end): a model it removes from models is not loaded.\n"
+    .. "Inside a hook, save_state/load_state of the same accelerator are refused.")
   add("save_file", "fp8.save_file({name = tensor, ...}, path [, {key = \"value\"}])",
     "Writes a safetensors file atomically (temp file, fsync, rename, fsync dir). FP8 tensors: their bytes as\n"
     .. "F8_E4M3/F8_E5M2 plus name..\"_scale_inv\" (F32, [1] or per row). docs/checkpoints.md.")

@@ -1285,3 +1285,45 @@ describe("a registered custom object's failure", function()
   end)
 end)
 
+describe("save_state and load_state inside one another", function()
+  -- a save pre-hook that called acc:save_state(same dir) failed with "cannot create a temporary file in ck1.tmp"
+  -- (2026-12-01); now every nesting of the two on one accelerator is refused with a message naming both
+  it("are refused, the checkpoint and the state stay as they were", function()
+    local d = tmpdir()
+    local m = nn.Linear(2, 2)
+    local acc = fp8.Accelerator { config = false, env = {} }
+    m = acc:prepare(m)
+    acc:save_state(d .. "/ck1")
+    local before = read(d .. "/ck1/model.safetensors")
+    local obj = { v = 1 }
+    function obj:state_dict() if self.inner then self.inner() end return { v = self.v } end
+    function obj:load_state_dict(sd) if self.inner then self.inner() end self.v = sd.v end
+    acc:register_for_checkpointing(obj)
+    acc:save_state(d .. "/ck1")
+    for _, c in ipairs {
+      { "save", "save_state", d .. "/ck1" }, { "save", "load_state", d .. "/ck1" },
+      { "load", "save_state", d .. "/ck2" }, { "load", "load_state", d .. "/ck1" } } do
+      local outer, inner, dir = c[1] .. "_state", c[2], c[3]
+      local h = acc["register_" .. outer .. "_pre_hook"](acc, function() acc[inner](acc, dir) end)
+      U.fails_with({ inner .. ": called while " .. outer .. " runs on this accelerator",
+                     "Call it after " .. outer .. " returns" }, acc[outer], acc, d .. "/ck1")
+      h:remove()
+      obj.inner = function() acc[inner](acc, dir) end
+      U.fails_with(inner .. ": called while " .. outer .. " runs", acc[outer], acc, d .. "/ck1")
+      obj.inner = nil
+    end
+    assert.same({ "ck1" }, C.listdir(d))
+    assert.are.equal(before, read(d .. "/ck1/model.safetensors"))
+    -- not left busy: both run again
+    acc:save_state(d .. "/ck1")
+    acc:load_state(d .. "/ck1")
+    -- another accelerator is another matter
+    local acc2 = fp8.Accelerator { config = false, env = {} }
+    local h = acc:register_save_state_pre_hook(function() acc2:save_state(d .. "/other") end)
+    acc:save_state(d .. "/ck1")
+    h:remove()
+    assert.is_true(C.is_dir(d .. "/other"))
+    os.execute("rm -rf " .. d)
+  end)
+
+end)
