@@ -126,15 +126,31 @@ int fl_lautograd_setfield(lua_State *L, fl_tensor *t, const char *key, int val) 
 
 /* ---- modes -------------------------------------------------------------------------------- */
 
-/* Run fn(...) with grad mode `on`, restoring the previous mode even when fn raises. */
+/* After a failed lua_pcall whose error is at -1: a yield refused at the C boundary (Lua's own "attempt to yield
+ * across a C-call boundary", which names nothing) becomes "<name>: a coroutine yielded inside it (not allowed:
+ * <why>); yield outside it". */
+static void name_refused_yield(lua_State *L, const char *name, const char *why) {
+    if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "attempt to yield across a C-call boundary") == 0) {
+        lua_pop(L, 1);
+        lua_pushfstring(L, "%s: a coroutine yielded inside it (not allowed: %s); yield outside it", name, why);
+    }
+}
+
+/* Run fn(...) with grad mode `on`, restoring the previous mode even when fn raises. fn may not yield: grad mode is
+ * process-wide, and a suspended coroutine would leave it set for every other piece of code. */
 static int with_grad_mode(lua_State *L, bool on, const char *fname) {
     luaL_checktype(L, 1, LUA_TFUNCTION);
-    (void)fname;
     bool prev = fl_set_grad_enabled(on);
     int nargs = lua_gettop(L) - 1;
     int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
     fl_set_grad_enabled(prev);
-    if (st != LUA_OK) return lua_error(L);   /* rethrow the original error value */
+    if (st != LUA_OK) {
+        name_refused_yield(L, fname, on ? "grad mode is process-wide, and would stay on for the rest of the program "
+                                          "while the coroutine is suspended"
+                                        : "grad mode is process-wide, and would stay off for the rest of the program "
+                                          "while the coroutine is suspended");
+        return lua_error(L);   /* rethrow the original error value */
+    }
     return lua_gettop(L);
 }
 static int l_no_grad(lua_State *L) { return with_grad_mode(L, false, "no_grad"); }
@@ -154,15 +170,25 @@ static int l_pcall_scoped(lua_State *L) {
     const char *name = luaL_checkstring(L, 1);
     luaL_checktype(L, 2, LUA_TFUNCTION);
     int st = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
-    if (st != LUA_OK && lua_type(L, -1) == LUA_TSTRING &&
-        strcmp(lua_tostring(L, -1), "attempt to yield across a C-call boundary") == 0) {
-        lua_pop(L, 1);
-        lua_pushfstring(L, "%s: a coroutine yielded inside it (not allowed: its setting is process-wide, and would "
-                        "stay on for the rest of the program while the coroutine is suspended); yield outside it",
-                        name);
-    }
+    if (st != LUA_OK)
+        name_refused_yield(L, name, "its setting is process-wide, and would stay on for the rest of the program "
+                                    "while the coroutine is suspended");
     lua_pushboolean(L, st == LUA_OK);
     lua_replace(L, 1);   /* (name's slot) */
+    return lua_gettop(L);
+}
+
+/* fp8.core._pcall_noyield(name, why, fn, ...) -> pcall(fn, ...)'s results, fn refused a yield with the message
+ * "<name>: a coroutine yielded inside it (not allowed: <why>); yield outside it" (save_state / load_state: the other
+ * processes wait for this one in their collectives). name and why stay on the stack below fn while it runs. */
+static int l_pcall_noyield(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1), *why = luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+    int st = lua_pcall(L, lua_gettop(L) - 3, LUA_MULTRET, 0);
+    if (st != LUA_OK) name_refused_yield(L, name, why);
+    lua_pushboolean(L, st == LUA_OK);
+    lua_replace(L, 1);   /* (name's slot; why's goes) */
+    lua_remove(L, 2);
     return lua_gettop(L);
 }
 
@@ -208,6 +234,7 @@ static const luaL_Reg funcs[] = {
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},
     {"set_autocast_dtype", l_set_autocast_dtype}, {"_pcall_scoped", l_pcall_scoped},
+    {"_pcall_noyield", l_pcall_noyield},
     {NULL, NULL},
 };
 
@@ -219,6 +246,7 @@ void fl_lopen_autograd(lua_State *L) {
     fl_lcallback_safe(L, l_no_grad);
     fl_lcallback_safe(L, l_enable_grad);
     fl_lcallback_safe(L, l_pcall_scoped);
+    fl_lcallback_safe(L, l_pcall_noyield);
     lua_getfield(L, lib, "Tensor");
     luaL_setfuncs(L, tensor_methods, 0);
     lua_pop(L, 1);

@@ -624,8 +624,18 @@ function M.install(Accelerator)
   -- settings are checked: a model the hook removes from the list is not loaded from model*.safetensors
   -- (the hook loads it; what it changes is its own to undo if a later part of the load fails).
   -- A hook's failure, named as one: its error value may be any Lua value (error({code=1}), error()).
+  -- A hook and a custom object's methods run with yields refused (core._pcall_noyield): a coroutine suspended there
+  -- would leave the save or load half-done, and under several processes the others waiting in its collectives.
+  local function no_yield_why(what, who)
+    return ("%s yielded; %s would stay half-done while the coroutine is suspended, and under several processes the "
+      .. "others would wait for this one in its collectives"):format(who, what)
+  end
+  local function yielded(err, what)
+    return type(err) == "string" and err:find(what .. ": a coroutine yielded inside it", 1, true) == 1
+  end
   local function run_hook(what, hook, ...)
-    local ok, err = pcall(hook, ...)
+    local ok, err = core._pcall_noyield(what, no_yield_why(what, "a " .. what .. " pre-hook"), hook, ...)
+    if not ok and yielded(err, what) then error(err, 0) end
     if not ok then error(("%s: a %s pre-hook failed: %s"):format(what, what, error_text(err)), 0) end
   end
   -- obj:method(...) of a registered custom object; its failure names the call, the object and the method, with the
@@ -634,7 +644,8 @@ function M.install(Accelerator)
     local mt = getmetatable(obj)
     local name = type(mt) == "table" and type(rawget(mt, "__name")) == "string" and rawget(mt, "__name") or type(obj)
     local who = ("custom object %d (%s, register_for_checkpointing): its %s()"):format(i, name, method)
-    local res = table.pack(pcall(obj[method], obj, ...))
+    local res = table.pack(core._pcall_noyield(what, no_yield_why(what, who), obj[method], obj, ...))
+    if not res[1] and yielded(res[2], what) then error(res[2], 0) end
     if not res[1] then error(("%s: %s failed: %s"):format(what, who, error_text(res[2])), 0) end
     return table.unpack(res, 2, res.n)
   end
@@ -1033,7 +1044,7 @@ function M.install(Accelerator)
           sd = custom_state_join(sd, tensors)
         end
         local saved = custom_call("load_state", obj, i, "state_dict")
-        undo[#undo + 1] = function() obj:load_state_dict(saved) end
+        undo[#undo + 1] = function() custom_call("load_state", obj, i, "load_state_dict", saved) end
         apply[#apply + 1] = function() custom_call("load_state", obj, i, "load_state_dict", sd) end
       end
       local loaders = {}
@@ -1170,7 +1181,7 @@ if okh and help.add then
     "Runs in save_state before the model files are written; a state dict it removes from weights is not written\n"
     .. "(the hook saves that model itself, into dir, which is published with the checkpoint). h:remove() drops it.\n"
     .. "acc:register_load_state_pre_hook(function(models, dir) ... end): a model it removes from models is not loaded.\n"
-    .. "Inside a hook, save_state/load_state of the same accelerator are refused.")
+    .. "Inside a hook, save_state/load_state of the same accelerator and coroutine yields are refused.")
   add("save_file", "fp8.save_file({name = tensor, ...}, path [, {key = \"value\"}])",
     "Writes a safetensors file atomically (temp file, fsync, rename, fsync dir). FP8 tensors: their bytes as\n"
     .. "F8_E4M3/F8_E5M2 plus name..\"_scale_inv\" (F32, [1] or per row). docs/checkpoints.md.")

@@ -156,7 +156,8 @@ add_all {
        .. "leaf and returns it (torch's requires_grad_([bool]) too); detach() is a view without history;\n"
        .. "x:is_leaf(), x:grad_fn() (the node's name, nil for a leaf) tell where x came from." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
-    doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results;\n"
+    doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"
+       .. "(a coroutine may not yield inside fn: the mode is process-wide);\n"
        .. "set_grad_enabled switches the mode for what follows and returns the previous one." },
   { section = "Tensors", name = "autocast_dtype", sig = "fp8.autocast_dtype() / fp8.set_autocast_dtype(\"fp32\"|\"bf16\"|\"fp16\")",
     doc = "The dtype matmuls and linears compute in (the low-level switch amp.autocast sets and restores);\n"

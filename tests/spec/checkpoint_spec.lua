@@ -1326,4 +1326,41 @@ describe("save_state and load_state inside one another", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("a coroutine may not yield in their pre-hooks or registered objects (the save or load would stay half-done)",
+    function()
+    local d = tmpdir()
+    local acc = fp8.Accelerator { config = false, env = {} }
+    acc:prepare(nn.Linear(2, 2))
+    local obj = { v = 1 }
+    function obj:state_dict() if self.y == "state_dict" then coroutine.yield() end return { v = self.v } end
+    function obj:load_state_dict(sd) if self.y == "load_state_dict" then coroutine.yield() end self.v = sd.v end
+    acc:register_for_checkpointing(obj)
+    acc:save_state(d .. "/ck")
+    local function run(f)   -- the way a scheduler of coroutines would: a Lua pcall around it allows a yield
+      local co = coroutine.create(function() return pcall(f) end)
+      local ok, pok, err = coroutine.resume(co)
+      assert.is_true(ok)
+      assert.are.equal("dead", coroutine.status(co), "the coroutine was left suspended")
+      return pok, err
+    end
+    for _, what in ipairs { "save_state", "load_state" } do
+      local h = acc["register_" .. what .. "_pre_hook"](acc, function() coroutine.yield() end)
+      local ok, err = run(function() return acc[what](acc, d .. "/ck") end)
+      assert.is_false(ok)
+      assert.truthy(err:find(what .. ": a coroutine yielded inside it (not allowed: a " .. what .. " pre-hook yielded; "
+        .. what .. " would stay half-done while the coroutine is suspended, and under several processes the others "
+        .. "would wait for this one in its collectives); yield outside it", 1, true), err)
+      h:remove()
+      obj.y = what == "save_state" and "state_dict" or "load_state_dict"
+      ok, err = run(function() return acc[what](acc, d .. "/ck") end)
+      assert.is_false(ok)
+      assert.truthy(err:find(what .. ": a coroutine yielded inside it (not allowed: custom object 1 (table, "
+        .. "register_for_checkpointing): its " .. obj.y .. "() yielded;", 1, true), err)
+      obj.y = nil
+    end
+    assert.same({ "ck" }, C.listdir(d))
+    acc:save_state(d .. "/ck")   -- nothing left busy
+    acc:load_state(d .. "/ck")
+    os.execute("rm -rf " .. d)
+  end)
 end)

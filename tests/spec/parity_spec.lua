@@ -999,6 +999,32 @@ describe("fp16 with two optimizers", function()
     assert.are.same({ 5, 6 }, { co(), co() })
   end)
 
+  it("no_grad, enable_grad and opt:step(closure) name themselves when a coroutine yields inside them", function()
+    -- they reported Lua's bare "attempt to yield across a C-call boundary"
+    local o = fp8.optim.SGD(nn.Linear(2, 2):parameters(), { lr = 0.1 })
+    local cases = {
+      { function(f) return fp8.no_grad(f) end, "no_grad: a coroutine yielded inside it (not allowed: grad mode is "
+          .. "process-wide, and would stay off for the rest of the program while the coroutine is suspended); yield "
+          .. "outside it" },
+      { function(f) return fp8.enable_grad(f) end, "enable_grad: a coroutine yielded inside it (not allowed: grad mode "
+          .. "is process-wide, and would stay on for the rest of the program while the coroutine is suspended); yield "
+          .. "outside it" },
+      { function(f) return o:step(f) end, "SGD:step: a coroutine yielded inside the closure (not allowed: it runs with "
+          .. "grad mode on, which is process-wide and would stay on while the coroutine is suspended); yield outside "
+          .. "opt:step(closure)" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(coroutine.wrap(function() return c[1](function() coroutine.yield(1) end) end))
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[2], 1, true), err)
+      assert.is_true(fp8.is_grad_enabled())
+    end
+    -- the closure's own error and result pass through as before
+    assert.are.equal(7, o:step(function() return 7 end))
+    local ok, err = pcall(o.step, o, function() error({ code = 1 }) end)
+    assert.are.same({ false, 1 }, { ok, err.code })
+  end)
+
   it("a backward after clipping and before the step is refused (it would add scaled gradients to unscaled ones)", function()
     local acc = new_acc { mixed_precision = "fp16", gradient_accumulation_steps = 2 }
     local m = nn.Linear(8, 4)

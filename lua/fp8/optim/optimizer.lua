@@ -164,7 +164,19 @@ function Optimizer:step(closure)
   if closure ~= nil and type(closure) ~= "function" then
     error(("%s:step: closure must be a function, got %s"):format(self.name or "optimizer", type(closure)), 2)
   end
-  if closure then loss = fp8.enable_grad(closure) end
+  if closure then
+    local ok, res = pcall(fp8.enable_grad, closure)
+    if not ok then
+      -- enable_grad refuses a yield (grad mode is process-wide); said as this call's, which the user wrote
+      if type(res) == "string" and res:find("enable_grad: a coroutine yielded inside it", 1, true) == 1 then
+        error(("%s:step: a coroutine yielded inside the closure (not allowed: it runs with grad mode on, which is "
+          .. "process-wide and would stay on while the coroutine is suspended); yield outside opt:step(closure)")
+          :format(self.name or "optimizer"), 2)
+      end
+      error(res, 0)   -- the closure's own error, as it raised it
+    end
+    loss = res
+  end
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do
       local grad = p.grad
