@@ -82,7 +82,47 @@ local VALUES = {
   "(function() local t = fp8.ones{2}; t:free(); return t end)()",
   "fp8.ones{1}:expand{2^62, 2}", "fp8.ones{2, 3}:quantize('e5m2', {axis = 1})", "fp8.ones{2, 3}:requires_grad(true)",
   "fp8.nn.Linear(3, 2)", "fp8.ones{1}:expand{4, 3}",
+  -- values that reach the object under test (O) and the call's tensor argument (T) while the call runs: a
+  -- metamethod (__index, __len, __close) or callback that frees them or collects, and a finalizer that frees them
+  -- during a collection inside the call (RELEASE, GC_DURING: the helpers below). A binding that keeps a pointer to
+  -- O or T across Lua code it calls must not use what the release freed (the t:free() class of 2026-12-01).
+  "setmetatable({}, {__index = function() RELEASE() end, __len = function() RELEASE(); return 2 end, __close = function() RELEASE() end})",
+  "setmetatable({}, {__index = function() collectgarbage() end, __len = function() collectgarbage(); return 2 end, __close = function() collectgarbage() end})",
+  "function() RELEASE() end", "function() collectgarbage(); collectgarbage() end",
+  "GC_DURING(2)", "GC_DURING(fp8.ones{2, 3})", "GC_DURING({})",
 }
+-- Globals the values above use, defined in the children's environment (and in a reproducer that needs them). O
+-- and T are the call's object and tensor argument. RELEASE frees them (t:free(), or close(); a table's tensor
+-- fields too), only while the call runs (IN_CALL), so each call starts with live ones, and once at a time (O.free
+-- can reach V's __index again). No comments inside HELPERS: a reproducer puts it on one line. GC_DURING(v) returns v and
+-- arms a finalizer that runs RELEASE at each collection, with the collector in generational mode at its smallest
+-- step so that collections happen inside the call (the child disarms it and restores the collector after it).
+local HELPERS = [[
+function RELEASE()
+  if not IN_CALL or RELEASING then return end
+  RELEASING = true
+  local function rel(v)
+    if type(v) ~= "table" and type(v) ~= "userdata" then return end
+    local ok, f = pcall(function() return v.free end)
+    if ok and type(f) == "function" then pcall(f, v); return end
+    ok, f = pcall(function() return v.close end)
+    if ok and type(f) == "function" then pcall(f, v) end
+  end
+  for _, x in pairs { O or false, T or false } do
+    rel(x)
+    if type(x) == "table" then for _, v in next, x do if type(v) == "userdata" then rel(v) end end end
+  end
+  RELEASING = false
+end
+function GC_DURING(v)
+  GC_ARMED = true
+  local function arm() setmetatable({}, { __gc = function() if GC_ARMED then RELEASE(); arm() end end }) end
+  arm()
+  collectgarbage("generational", 1, 1)
+  return v
+end
+]]
+local HELPER_NAMES = { "RELEASE", "GC_DURING" }
 
 -- Instances, one of each kind we can build: Lua source; the instance is the expression's value.
 -- Kinds reached only as results (e.g. a tensor's grad_fn) are found automatically too.
@@ -292,13 +332,15 @@ end
 
 -- ---- calls ----------------------------------------------------------------------------------
 -- The call body with O (the instance) and V (the hostile value); forms per entry kind.
+-- T, the tensor argument, is built before V (T_SRC), so V can reach it.
+local function T_SRC(e) return e.kind == "method" and "fp8.ones{1, 2}" or "fp8.ones{2, 3}" end
 local function forms(e)
   if e.kind == "func" then
-    return { "return " .. e.expr .. "(V)", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(fp8.ones{2, 3}, V)" }
+    return { "return " .. e.expr .. "(V)", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(T, V)" }
   elseif e.kind == "method" then
     local m = ("O[%q]"):format(e.name)
     return { "return " .. m .. "(O, V)", "return " .. m .. "(V)", "return " .. m .. "(O, 2, V)",
-             "return " .. m .. "(O, fp8.ones{1, 2}, V)" }
+             "return " .. m .. "(O, T, V)" }
   elseif e.kind == "field" then
     return { ("O[%q] = V; return tostring(O)"):format(e.name) }
   else
@@ -321,10 +363,16 @@ local function entry_label(e, insts)
 end
 
 -- The reproducer: build/fp8lab -e '...'
+local function uses_helpers(vsrc)
+  for _, n in ipairs(HELPER_NAMES) do if vsrc:find(n, 1, true) then return true end end
+  return false
+end
 local function repro(e, insts, form, vsrc)
   local o = e.inst and ("local O = " .. insts[e.inst].src .. "; ") or ""
+  if form:find("T", 1, true) or uses_helpers(vsrc) then o = o .. "local T = " .. T_SRC(e) .. "; " end
   local body = form
   if body:match("^return ") then body = "print(select('#', " .. body:sub(8) .. "))" end
+  if uses_helpers(vsrc) then o = o .. HELPERS:gsub("%s*\n%s*", " ") .. " "; body = "IN_CALL = true; " .. body end
   local code = o .. "local V = " .. vsrc .. "; " .. body
   return EXE .. " -e '" .. code:gsub("'", "'\\''") .. "'"
 end
@@ -386,9 +434,13 @@ local function child(spec)
   local prog = assert(io.open(progfile, "a"))
   prog:setvbuf("no")
   local env = setmetatable({ fp8 = _G.fp8 or require "fp8" }, { __index = _G })
+  assert(load(HELPERS, "=helpers", "t", env))()
   local inst_vals = {}
   local limit = opt.timeout
-  if opt["gc-stress"] then collectgarbage("generational", 1, 1) end
+  local function gc_mode()
+    if opt["gc-stress"] then collectgarbage("generational", 1, 1) else collectgarbage("incremental") end
+  end
+  gc_mode()
   for line in io.lines(planfile) do
     local id, ei, fi, vi = line:match("^(%d+) (%d+) (%d+) (%d+)$")
     id, ei, fi, vi = tonumber(id), tonumber(ei), tonumber(fi), tonumber(vi)
@@ -404,15 +456,19 @@ local function child(spec)
     end
     local fn = load("local O, V = ...; " .. form, "=call", "t", env)
     local vf = load("return " .. VALUES[vi], "=value", "t", env)
+    env.O, env.T = O, load("return " .. T_SRC(e), "=T", "t", env)()
     local okv, V = pcall(vf)
     local t0 = os.clock()
     -- a per-call CPU-time limit for loops in Lua; a hang in C is caught by the batch timeout
     debug.sethook(function() if os.clock() - t0 > limit then error("api_sweep: call timed out", 2) end end, "", 10000)
     local ok, r = pcall(function()
+      env.IN_CALL = true
       local res = fn(O, V)
+      env.IN_CALL = false
       if res ~= nil then local _ = tostring(res) end
       return res
     end)
+    env.IN_CALL, env.GC_ARMED, env.RELEASING = false, false, false
     debug.sethook()
     if not okv then status, detail = "valueerr", tostring(V)
     elseif ok then status = "ok"
@@ -423,7 +479,9 @@ local function child(spec)
     end
     prog:write("E ", id, " ", status, " ", (detail:gsub("\n", " "):sub(1, 300)), "\n")
     -- keep the instance usable: if a call released or broke it, rebuild for the next call
-    if not ok and e.inst then inst_vals[e.inst] = nil end
+    if (not ok or uses_helpers(VALUES[vi])) and e.inst then inst_vals[e.inst] = nil end
+    env.O, env.T = nil, nil
+    gc_mode()
     collectgarbage("step", 100)
   end
   prog:close()
