@@ -199,13 +199,14 @@ int luaopen_fp8_config(lua_State *L) {
     luaL_newlib(L, config_funcs);
     /* the settings' own functions under the names fp8.config has always offered */
     luaL_requiref(L, "fp8.settings", luaopen_fp8_settings, 0);
-    static const char *const SAME[][2] = {{"check", "parse"}, {"keys", "list"}, {"suggest", "suggest"},
-                                          {"distance", "distance"}};
+    static const char *const SAME[][2] = {{"keys", "list"}, {"suggest", "suggest"}, {"distance", "distance"}};
     for (size_t i = 0; i < sizeof SAME / sizeof *SAME; i++) {
         lua_getfield(L, -1, SAME[i][1]);
         lua_setfield(L, -3, SAME[i][0]);
     }
     lua_pop(L, 1);
+    fl_lpush_settings_parse(L, "config.check");   /* settings.parse, its messages naming config.check */
+    lua_setfield(L, -2, "check");
     luaL_requiref(L, "fp8.sys", luaopen_fp8_sys, 0);
     lua_setfield(L, -2, "sys");
     lua_pushinteger(L, FL_CONFIG_MAX_BYTES);

@@ -162,11 +162,21 @@ static void push_value(lua_State *L, fl_setting_id k, int v) {
 
 void fl_lpushsetting(lua_State *L, int k, int v) { push_value(L, (fl_setting_id)k, v); }
 
-/* The row named (name or alias) at arg; raises with a suggestion for an unknown name. */
-static fl_setting_id check_name(lua_State *L, int arg, const char *fname) {
+/* The row named (name or alias) at arg; raises with a suggestion for an unknown name. A key of
+ * config.yaml's fp8_config block is taken with its block too ("fp8_config.margin", as docs/config.md's
+ * table and the loader's messages name it). fname: the function, as messages name it; lister: where
+ * the names are listed (fp8.settings.list() or fp8.config.keys()). */
+static fl_setting_id check_name(lua_State *L, int arg, const char *fname, const char *lister) {
+    static const char BLOCK[] = "fp8_config.";
     const char *name = luaL_checkstring(L, arg);
-    int k = fl_setting_find(name);
-    if (k >= 0) return (fl_setting_id)k;
+    int in_block = strncmp(name, BLOCK, sizeof BLOCK - 1) == 0;
+    const char *key = in_block ? name + sizeof BLOCK - 1 : name;
+    int k = fl_setting_find(key);
+    if (k >= 0 && (!in_block || fl_setting_info((fl_setting_id)k)->file == FL_FILE_FP8_CONFIG))
+        return (fl_setting_id)k;
+    if (k >= 0)
+        return (fl_setting_id)luaL_error(L, "%s: '%s' is not a key of the fp8_config block: give '%s'", fname,
+                                         name, key);
     const char *names[FL_SET_COUNT * 2];
     size_t n = 0;
     for (int i = 0; i < FL_SET_COUNT; i++) {
@@ -175,9 +185,17 @@ static fl_setting_id check_name(lua_State *L, int arg, const char *fname) {
         names[n++] = r->name;
         if (r->alias) names[n++] = r->alias;
     }
-    const char *best = fl_suggest(name, names, n);
-    if (best) return (fl_setting_id)luaL_error(L, "%s: unknown setting '%s' (did you mean '%s'?)", fname, name, best);
-    return (fl_setting_id)luaL_error(L, "%s: unknown setting '%s'", fname, name);
+    const char *best = fl_suggest(key, names, n);
+    char hint[160];
+    if (best) snprintf(hint, sizeof hint, " (did you mean '%s'?)", best);
+    else snprintf(hint, sizeof hint, ": it takes a name or alias that %s lists, e.g. 'margin'", lister);
+    return (fl_setting_id)luaL_error(L, "%s: unknown setting '%s'%s", fname, name, hint);
+}
+
+/* The function's name for messages: upvalue 1 when it has one (fp8.config's names), else def. */
+static const char *own_name(lua_State *L, const char *def) {
+    const char *s = lua_tostring(L, lua_upvalueindex(1));
+    return s ? s : def;
 }
 
 /* check(name, value [, origin]) -> the value as the table stores it, normalized ("te", {false,false,true});
@@ -186,7 +204,7 @@ static fl_setting_id check_name(lua_State *L, int arg, const char *fname) {
  * enable_fsdp_float8_all_gather = "false"). The upvalue says which. */
 static int l_check(lua_State *L) {
     int as_text = lua_toboolean(L, lua_upvalueindex(1));
-    fl_setting_id k = check_name(L, 1, as_text ? "coerce" : "check");
+    fl_setting_id k = check_name(L, 1, as_text ? "settings.coerce" : "settings.check", "fp8.settings.list()");
     luaL_checkany(L, 2);
     const char *origin = luaL_optstring(L, 3, fl_setting_info(k)->name);
     int v = fl_lchecksetting(L, 2, (int)k, origin, as_text);
@@ -195,9 +213,12 @@ static int l_check(lua_State *L) {
     return 1;
 }
 
-/* parse(name, text [, origin]) -> the value of a flag, variable or answer; raises "origin: expected ...". */
+/* parse(name, text [, origin]) -> the value of a flag, variable or answer; raises "origin: expected ...".
+ * fp8.config offers it as check (upvalue 1: "config.check"; fl_lpush_settings_parse). */
 static int l_parse(lua_State *L) {
-    fl_setting_id k = check_name(L, 1, "parse");
+    int as_config = lua_isstring(L, lua_upvalueindex(1));
+    fl_setting_id k = check_name(L, 1, own_name(L, "settings.parse"),
+                                 as_config ? "fp8.config.keys()" : "fp8.settings.list()");
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
     const char *origin = luaL_optstring(L, 3, fl_setting_info(k)->name);
@@ -210,7 +231,7 @@ static int l_parse(lua_State *L) {
 
 /* format(name, value) -> the text a flag or variable carries for a value ("false,false,true"). */
 static int l_format(lua_State *L) {
-    fl_setting_id k = check_name(L, 1, "format");
+    fl_setting_id k = check_name(L, 1, "settings.format", "fp8.settings.list()");
     int v = fl_lchecksetting(L, 2, (int)k, NULL, 1);
     char buf[128];
     lua_pushstring(L, fl_setting_format(k, v, buf, sizeof buf));
@@ -299,6 +320,12 @@ static int l_suggest(lua_State *L) {
     const char *best = fl_suggest(word, cands, (size_t)n);
     if (best) lua_pushstring(L, best); else lua_pushnil(L);
     return 1;
+}
+
+/* parse under another module's name for messages (fp8.config.check). */
+void fl_lpush_settings_parse(lua_State *L, const char *fname) {
+    lua_pushstring(L, fname);
+    lua_pushcclosure(L, l_parse, 1);
 }
 
 static const luaL_Reg settings_funcs[] = {

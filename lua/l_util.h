@@ -136,6 +136,8 @@ int fl_lautograd_setfield(lua_State *L, fl_tensor *t, const char *key, int val);
 int fl_lchecksetting(lua_State *L, int idx, int k, const char *origin, int strings_as_text);
 /* Push stored value v of setting k as Lua sees it ("te", 3, true, {false, false, true}). */
 void fl_lpushsetting(lua_State *L, int k, int v);
+/* Push fp8.settings.parse as a closure whose messages name it fname (fp8.config.check). */
+void fl_lpush_settings_parse(lua_State *L, const char *fname);
 
 void fl_lopen_autograd(lua_State *L);   /* into the fp8.core table at -1, after fl_lopen_tensor */
 void fl_lopen_nn(lua_State *L);         /* sets core._nn and package.loaded["fp8._nn"] */

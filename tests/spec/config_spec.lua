@@ -302,6 +302,22 @@ describe("fp8.config helpers", function()
     assert.truthy(err:find("expected an integer in 1..", 1, true), err)
   end)
 
+  it("check() takes a key as the table names it, and its messages name check", function()
+    -- docs/config.md's table and the loader's messages write fp8_config.margin: the same name is taken here
+    assert.are.equal(2, config.check("fp8_config.margin", "2"))
+    assert.are.equal(3, config.check("fp8_config.amax_history_length", "3"))   -- the alias, in its block
+    local ok, err = pcall(config.check, "fp8_config.mixed_precision", "fp8")
+    assert.is_false(ok)
+    assert.are.equal("config.check: 'fp8_config.mixed_precision' is not a key of the fp8_config block: "
+      .. "give 'mixed_precision'", err)
+    ok, err = pcall(config.check, "fp8_config.margn", "2")
+    assert.is_false(ok)
+    assert.are.equal("config.check: unknown setting 'fp8_config.margn' (did you mean 'margin'?)", err)
+    ok, err = pcall(config.check, "learning_rate", "2")
+    assert.are.equal("config.check: unknown setting 'learning_rate': it takes a name or alias that "
+      .. "fp8.config.keys() lists, e.g. 'margin'", err)
+  end)
+
   it("suggest() finds typos and declines far-off words", function()
     assert.are.equal("fp8_margin", config.suggest("fp8_marign", { "fp8_margin", "fp8_format" }))
     assert.are.equal("num_processes", config.suggest("num_process", { "num_processes", "mixed_precision" }))

@@ -69,7 +69,11 @@ describe("the settings table", function()
     ok, err = pcall(settings.check, "mixed_precision", "fp32")
     assert.are.equal('mixed_precision: expected one of no, fp16, bf16, fp8, got "fp32"', err)
     ok, err = pcall(settings.check, "marign", 1)
-    assert.truthy(tostring(err):find("unknown setting 'marign' (did you mean 'margin'?)", 1, true), err)
+    assert.are.equal("settings.check: unknown setting 'marign' (did you mean 'margin'?)", err)
+    ok, err = pcall(settings.parse, "marign", "1")   -- each function names itself, not another
+    assert.are.equal("settings.parse: unknown setting 'marign' (did you mean 'margin'?)", err)
+    ok, err = pcall(settings.format, "marign", 1)
+    assert.are.equal("settings.format: unknown setting 'marign' (did you mean 'margin'?)", err)
   end)
 
   it("one range for amax_history_len: the handler, the file, the flag and the recipe agree", function()
