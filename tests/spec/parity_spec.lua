@@ -149,6 +149,18 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     local err = U.fails_with({ "MS-AMP O2 needs an Adam or AdamW optimizer", "msamp is the FP8 backend by default" },
       function() new_acc { mixed_precision = "fp8" }:prepare(m5, optim.SGD(m5:parameters(), { lr = 0.1 })) end)
     assert.is_nil(err:match("^[^:]+:%d+: [^:]+:%d+: "), err)
+    -- a script's own Adam (fp8.optim has none): MSAMPAdamW replaces it only without weight decay, where Adam's L2
+    -- decay and AdamW's decoupled one are the same step
+    local Adam = optim.Optimizer.class()
+    function Adam.new(params, o)
+      return optim.Optimizer.new(Adam, "Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0 },
+        params, o)
+    end
+    local m6 = nn.Linear(32, 32)
+    U.fails_with({ "MS-AMP O2 replaces the optimizer by MSAMPAdamW", "parameter group 1: 0.01", "use fp8.optim.AdamW" },
+      function() new_acc { mixed_precision = "fp8" }:prepare(m6, Adam.new(m6:parameters(), { weight_decay = 0.01 })) end)
+    local _, popt = new_acc { mixed_precision = "fp8" }:prepare(m6, Adam.new(m6:parameters()))
+    assert.are.equal("MSAMPAdamW", popt.optimizer.name)
     -- GradientState's fields, as Accelerate's
     local gacc = new_acc { gradient_accumulation_steps = 3 }
     assert.are.equal(3, gacc.gradient_state.num_steps)
