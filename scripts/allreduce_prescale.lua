@@ -6,6 +6,12 @@
 -- Run: build/fp8lab scripts/allreduce_prescale.lua [N=2] [seed=1]   (no processes needed: one process simulates)
 local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local fp8 = fp8 or require "fp8"
+if arg[1] == "-h" or arg[1] == "--help" then
+  print("usage: fp8lab scripts/allreduce_prescale.lua [N=2] [seed=1]\n  N: ranks simulated (2..64); seed: the "
+    .. "gradients' seed. Prints the error of the FP8 all-reduce's average against fp32's, pre-scaled by 1/N and by "
+    .. "1/sqrt(N).")
+  os.exit(0)
+end
 local N, seed = math.tointeger(tonumber(arg[1] or "2")), math.tointeger(tonumber(arg[2] or "1"))
 if not N or N < 2 or N > 64 then fail("N must be an integer in 2..64, got " .. tostring(arg[1])) end
 if not seed then fail("seed must be an integer, got " .. tostring(arg[2])) end
