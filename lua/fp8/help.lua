@@ -254,39 +254,23 @@ local function names_of(fn)
     end
   end
   close_tier()
-  -- a method of a class one level further down (fp8.amp.GradScaler.step): "amp.GradScaler:step", found in its
+  -- a method of a class one level further down (fp8.amp.GradScaler.step: "amp.GradScaler:step"), then of one two
+  -- modules down (fp8.optim.lr_scheduler.LRScheduler.step: "optim.lr_scheduler.LRScheduler:step"), found in its
   -- class's entry where that entry names it (find); raw reads, so no class's __index or __pairs runs
-  for k, v in next, fp8 do
-    if type(v) == "table" then
-      for k2, v2 in next, v do
-        if type(v2) == "table" and type(k2) == "string" then
-          for k3, v3 in next, v2 do
-            if rawequal(v3, fn) and type(k3) == "string" then out[#out + 1] = k .. "." .. k2 .. ":" .. k3 end
-          end
+  local function methods_at(t, prefix, depth)
+    for k, v in next, t do
+      if type(k) == "string" then
+        if depth == 0 then
+          if rawequal(v, fn) then out[#out + 1] = prefix .. ":" .. k end
+        elseif type(v) == "table" then
+          methods_at(v, prefix and prefix .. "." .. k or k, depth - 1)
         end
       end
     end
   end
+  methods_at(fp8, nil, 2)
   close_tier()
-  -- a method of a class two modules down (fp8.optim.lr_scheduler.LRScheduler.step):
-  -- "optim.lr_scheduler.LRScheduler:step"; raw reads as above
-  for k, v in next, fp8 do
-    if type(v) == "table" and type(k) == "string" then
-      for k2, v2 in next, v do
-        if type(v2) == "table" and type(k2) == "string" then
-          for k3, v3 in next, v2 do
-            if type(v3) == "table" and type(k3) == "string" then
-              for k4, v4 in next, v3 do
-                if rawequal(v4, fn) and type(k4) == "string" then
-                  out[#out + 1] = k .. "." .. k2 .. "." .. k3 .. ":" .. k4
-                end
-              end
-            end
-          end
-        end
-      end
-    end
-  end
+  methods_at(fp8, nil, 3)
   close_tier()
   return out
 end
