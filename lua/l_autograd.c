@@ -130,7 +130,8 @@ int fl_lautograd_setfield(lua_State *L, fl_tensor *t, const char *key, int val) 
  * across a C-call boundary", which names nothing) becomes "<name>: a coroutine yielded inside it (not allowed:
  * <why>); yield outside it". */
 static void name_refused_yield(lua_State *L, const char *name, const char *why) {
-    if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "attempt to yield across a C-call boundary") == 0) {
+    if (lua_type(L, -1) == LUA_TSTRING &&
+        strcmp(lua_tostring(L, -1), "attempt to yield across a C-call boundary") == 0) {
         lua_pop(L, 1);
         lua_pushfstring(L, "%s: a coroutine yielded inside it (not allowed: %s); yield outside it", name, why);
     }

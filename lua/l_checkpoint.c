@@ -850,7 +850,8 @@ static int l_json_decode(lua_State *L) {
 }
 
 static const luaL_Reg so_methods[] = {
-    {"keys", so_keys}, {"metadata", so_metadata}, {"get_tensor", so_get_tensor}, {"close", so_close_method}, {NULL, NULL},
+    {"keys", so_keys}, {"metadata", so_metadata}, {"get_tensor", so_get_tensor}, {"close", so_close_method},
+    {NULL, NULL},
 };
 
 static const luaL_Reg ckpt_funcs[] = {

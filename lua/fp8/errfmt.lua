@@ -94,8 +94,10 @@ function M.value_text(err)
     end)
     for i = 1, math.min(#keys, 6) do
       local k, v = keys[i], rawget(err, keys[i])
-      local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or ("[" .. (type(k) == "string" and ("%q"):format(k) or tostring(k)) .. "]")
-      local vs = type(v) == "string" and ("%q"):format(#v > 60 and v:sub(1, 57) .. "..." or v):gsub("\\\n", "\\n") or tostring(v)
+      local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k
+        or ("[" .. (type(k) == "string" and ("%q"):format(k) or tostring(k)) .. "]")
+      local vs = type(v) == "string" and ("%q"):format(#v > 60 and v:sub(1, 57) .. "..." or v):gsub("\\\n", "\\n")
+        or tostring(v)
       parts[#parts + 1] = ks .. " = " .. vs
     end
     if #keys > 6 then parts[#parts + 1] = "..." end

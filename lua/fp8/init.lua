@@ -142,7 +142,8 @@ do local enums = require "fp8.enums"
   fp8.DistributedType, fp8.DDPCommunicationHookType = enums.DistributedType, enums.DDPCommunicationHookType end
 -- Loaded on first use: the training modules, and the FP8 recipe API (fp8.Accelerator, convert_model, ...).
 local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipes", Accelerator = "fp8.accelerator",
-  profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist", GradientAccumulationPlugin = "fp8.accumulation_plugin",
+  profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist",
+  GradientAccumulationPlugin = "fp8.accumulation_plugin",
   LocalSGD = "fp8.local_sgd" }
 -- fp8.ProjectConfiguration{...} (Accelerator's project_config=): lua/fp8/checkpointing.lua
 function fp8.ProjectConfiguration(opts) return require("fp8.checkpointing").ProjectConfiguration(opts) end

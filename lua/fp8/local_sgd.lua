@@ -29,7 +29,9 @@ local function new(opts, ...)
     error(("LocalSGD: model must be an fp8.nn Module (the prepared model), got %s"):format(O.got(model)), 3)
   end
   if enabled == nil then enabled = true end
-  if type(enabled) ~= "boolean" then error(("LocalSGD: enabled must be a boolean, got %s"):format(O.got(enabled)), 3) end
+  if type(enabled) ~= "boolean" then
+    error(("LocalSGD: enabled must be a boolean, got %s"):format(O.got(enabled)), 3)
+  end
   if not SUPPORTED[acc.distributed_type] then
     error("LocalSGD: LocalSGD is supported only for CPUs and GPUs (no DeepSpeed or MegatronLM)", 3)
   end
