@@ -514,7 +514,9 @@ define("InitProcessGroupKwargs", {
 })
 
 local ACTIVITIES = { "cpu", "cuda" }
-local SCHEDULE_KEYS = { "wait", "warmup", "active", "repeat", "skip_first" }
+-- skip_first_wait: torch.profiler.schedule's (torch >= 2.6, which Accelerate passes the dict to); nonzero: the first
+-- cycle after skip_first starts at warmup, without its wait
+local SCHEDULE_KEYS = { "wait", "warmup", "active", "repeat", "skip_first", "skip_first_wait" }
 define("ProfileKwargs", {
   { name = "activities", default = nil,
     kind = { expect = 'a non-empty list of "cpu", "cuda"', types = { table = true },
@@ -538,7 +540,8 @@ define("ProfileKwargs", {
                return true, out
              end } },
   { name = "schedule_option", default = nil,
-    kind = { expect = "a table {wait=, warmup=, active= [, repeat=, skip_first=]}", types = { table = true },
+    kind = { expect = "a table {wait=, warmup=, active= [, repeat=, skip_first=, skip_first_wait=]}",
+             types = { table = true },
              check = function(v)
                for k in pairs(v) do
                  local ok = false
@@ -548,7 +551,7 @@ define("ProfileKwargs", {
                local out = {}
                for _, s in ipairs(SCHEDULE_KEYS) do
                  local x = v[s]
-                 if x == nil and (s == "repeat" or s == "skip_first") then x = 0 end
+                 if x == nil and s ~= "wait" and s ~= "warmup" and s ~= "active" then x = 0 end
                  if x == nil then return false, ("%s is missing (wait, warmup and active are required)"):format(s) end
                  local min = s == "active" and 1 or 0
                  local ok, res = check_field({ kind = Kind.int(min) }, x)
@@ -1056,8 +1059,8 @@ if okh and type(help) == "table" and help.add then
     .. "Accelerate-style default says), timeout in seconds (default 600 for nccl, 1800 for mpi). init_method is refused:\n"
     .. "mpirun or srun start and wire the processes (fp8lab launch --num_processes N runs mpirun)." .. common)
   add("ProfileKwargs", "Profiler: activities {\"cpu\", \"cuda\"} (\"cpu\" must be listed: host ops are always recorded),\n"
-    .. "schedule_option {wait=, warmup=, active= [, repeat=, skip_first=]}, on_trace_ready(fn), record_shapes,\n"
-    .. "profile_memory, with_stack (false only: no stacks are recorded), with_flops, with_modules,\n"
+    .. "schedule_option {wait=, warmup=, active= [, repeat=, skip_first=, skip_first_wait=]}, on_trace_ready(fn),\n"
+    .. "record_shapes, profile_memory, with_stack (false only: no stacks are recorded), with_flops, with_modules,\n"
     .. "output_trace_dir (Chrome trace JSON)." .. common)
   help.add { section = section, name = "kwargs.resolve",
     sig = "fp8.kwargs.resolve{mixed_precision=, kwargs_handlers={...}, env=, config=} -> settings",

@@ -4,7 +4,8 @@
 --   prof:start(); for i = 1, 6 do train_step(); prof:step() end; prof:stop()
 --   print(prof:key_averages()); prof:export_chrome_trace("trace.json")
 -- Options are fp8.ProfileKwargs' (a handler is accepted too). The schedule (PyTorch's): skip_first
--- steps, then cycles of wait → warmup → active steps, `repeat` cycles (0: until stop). Only active
+-- steps, then cycles of wait → warmup → active steps, `repeat` cycles (0: until stop); skip_first_wait ~= 0: the
+-- first cycle without its wait. Only active
 -- steps are kept, each inside a "ProfilerStep#N" range; warmup steps are recorded and thrown away.
 -- At the end of each active window its trace is written to <output_trace_dir>/profile_<R>.json for the first
 -- window (Accelerate's name), profile_<R>_window<N>.json for window N >= 2, and on_trace_ready(prof) is
@@ -117,6 +118,8 @@ function Profiler:_action(n)
   if not s then return "record" end
   if n < s.skip_first then return "none" end
   n = n - s.skip_first
+  -- skip_first_wait: the first cycle starts at its warmup (torch shifts every later step by wait as well)
+  if s.skip_first_wait ~= 0 then n = n + s.wait end
   local cycle = s.wait + s.warmup + s.active
   if s["repeat"] > 0 and n // cycle >= s["repeat"] then return "none" end
   local m = n % cycle
@@ -654,8 +657,9 @@ M.Profiler = Profiler
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
-  add("profiler.profile", "fp8.profiler.profile{schedule_option={wait=,warmup=,active=[,repeat=,skip_first=]}, record_shapes=,\n"
-    .. "  profile_memory=, with_flops=, with_modules=, activities=, on_trace_ready=fn, output_trace_dir=} -> prof",
+  add("profiler.profile", "fp8.profiler.profile{schedule_option={wait=,warmup=,active=[,repeat=,skip_first=,\n"
+    .. "  skip_first_wait=]}, record_shapes=, profile_memory=, with_flops=, with_modules=, activities=,\n"
+    .. "  on_trace_ready=fn, output_trace_dir=} -> prof",
     "torch.profiler for fp8lab (the keys of fp8.ProfileKwargs, or a handler). prof:start(), prof:step() once per\n"
     .. "training step, prof:stop(); or prof:run(function(prof) ... end). Only active steps are kept, each in a\n"
     .. "\"ProfilerStep#N\" range; every op records wall time, nesting, and with the options its input shapes,\n"

@@ -65,7 +65,8 @@ describe("handler defaults", function()
     assert.same({ record_shapes = false, profile_memory = false, with_stack = false, with_flops = false,
                   with_modules = false }, fp8.ProfileKwargs():to_table())
     local h = fp8.ProfileKwargs{ schedule_option = { wait = 1, warmup = 1, active = 3 }, activities = { "CPU" } }
-    assert.same({ wait = 1, warmup = 1, active = 3, ["repeat"] = 0, skip_first = 0 }, h.schedule_option)
+    assert.same({ wait = 1, warmup = 1, active = 3, ["repeat"] = 0, skip_first = 0, skip_first_wait = 0 },
+      h.schedule_option)
     assert.same({ "cpu" }, h.activities)
   end)
   it("fp8.* and fp8.kwargs.* are the same classes", function()
