@@ -1001,7 +1001,7 @@ end
 -- profile(fn [, handler]): fn(prof) runs under an fp8.profiler configured from the ProfileKwargs handler
 -- (argument, else kwargs_handlers/settings, else defaults); each opt:step() through this accelerator
 -- advances its schedule. With output_trace_dir the first window's trace is <dir>/profile_<process_index>.json
--- (Accelerate's name), window N's after it <dir>/profile_<process_index>_window<N>.json.
+-- (Accelerate's name), window N's after it <dir>/profile_<process_index>_window<N>.json; then a barrier.
 function Accelerator:profile(fn, handler)
   if type(fn) ~= "function" then error(("profile: expected a function, got %s"):format(type(fn)), 2) end
   if self._profiler then error("profile: this accelerator is already profiling", 2) end
@@ -1017,6 +1017,10 @@ function Accelerator:profile(fn, handler)
   self._profiler = nil
   rawset(prof, "_acc", nil)
   if not rok then error(err, 0) end
+  -- as Accelerate's profile(): with a trace directory every process waits until all have written theirs, so
+  -- the main process can read each rank's file once profile returns (not after an error: a rank that failed
+  -- would never arrive)
+  if prof.options.output_trace_dir then self:wait_for_everyone() end
   return prof
 end
 
@@ -1167,7 +1171,8 @@ if okh and help.add then
     .. "handler given, or defaults); every opt:step() through the accelerator is one profiler step (do not\n"
     .. "call prof:step() as well). With output_trace_dir the Chrome trace goes to\n"
     .. "<dir>/profile_<process_index>.json (the first window; window N >= 2 of a repeating schedule:\n"
-    .. "profile_<process_index>_window<N>.json). Then print(prof:key_averages()) (the last window).")
+    .. "profile_<process_index>_window<N>.json), and every process waits for the others' files before it\n"
+    .. "returns (Accelerate's wait_for_everyone). Then print(prof:key_averages()) (the last window).")
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

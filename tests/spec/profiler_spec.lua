@@ -291,6 +291,25 @@ describe("profiled training run", function()
     end)
   end
 
+  it("acc:profile with output_trace_dir waits for every process once its trace is written (Accelerate's)", function()
+    -- Accelerate's profile() calls wait_for_everyone() after export_chrome_trace: once profile returns on the main
+    -- process every rank's file is there (under launch -n 2 a slower rank's file was still missing)
+    local dir = tmpdir .. "/barrier"
+    local acc = Accelerator{ kwargs_handlers = { fp8.ProfileKwargs{ output_trace_dir = dir } } }
+    local waits, present = 0, nil
+    acc.wait_for_everyone = function() waits = waits + 1; present = io.open(dir .. "/profile_0.json") ~= nil end
+    acc:profile(function() local _ = fp8.ones{ 2 } + 1 end)
+    assert.equal(1, waits)
+    assert.is_true(present)
+    -- not after an error (a rank that failed never arrives), nor without a trace directory
+    fails_with("boom", acc.profile, acc, function() error("boom") end)
+    assert.equal(1, waits)
+    local acc2 = Accelerator{}
+    acc2.wait_for_everyone = function() waits = waits + 1 end
+    acc2:profile(function() end)
+    assert.equal(1, waits)
+  end)
+
   it("acc:profile without a ProfileKwargs records every step until the end", function()
     local acc = Accelerator{}
     local model = mlp()
