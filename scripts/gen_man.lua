@@ -58,19 +58,32 @@ for _, path in ipairs(files) do
   local text = f:read("a")
   f:close()
   local in_code = false
+  -- a paragraph or list item is gathered whole before inline() runs: Markdown's code spans and bold cross the
+  -- source's line breaks, and one line at a time would pair a span's closing backtick with the next one's opening
+  local para, bullet = {}, false
+  local function flush()
+    if #para == 0 then return end
+    if bullet then emit(".IP \\(bu 2") end
+    emit(inline(table.concat(para, " ")))
+    para, bullet = {}, false
+  end
   for line in (text .. "\n"):gmatch("(.-)\n") do
     if line:match("^```") then
+      flush()
       in_code = not in_code
       emit(in_code and ".PP\n.nf\n.RS 2" or ".RE\n.fi")
     elseif in_code then
       emit(esc(line))
     elseif line:match("^# ") then
+      flush()
       emit(".SH " .. inline(line:sub(3)):upper())
     elseif line:match("^##+ ") then
+      flush()
       emit(".SS " .. inline(line:gsub("^#+ ", "")))
     elseif line:match("^|%-") then
       -- table separator row
     elseif line:match("^|") then
+      flush()
       local cells = {}
       for c in line:gmatch("|([^|]*)") do
         c = c:match("^%s*(.-)%s*$")
@@ -82,14 +95,17 @@ for _, path in ipairs(files) do
         emit(inline(table.concat(cells, "; ", 2)))
       end
     elseif line:match("^%s*[-*] ") then
-      emit(".IP \\(bu 2")
-      emit(inline(line:gsub("^%s*[-*] ", "")))
+      flush()
+      bullet = true
+      para[1] = line:gsub("^%s*[-*] ", "")
     elseif line:match("^%s*$") then
+      flush()
       emit(".PP")
     else
-      emit(inline((line:gsub("^%s+", ""))))
+      para[#para + 1] = line:gsub("^%s+", "")
     end
   end
+  flush()
 end
 
 if envs ~= "" then
