@@ -5,7 +5,6 @@
  * operands in place, which also applies per-tensor scales and the bias in its epilogue; per-row/per-column
  * scales take one pass after it. */
 #include "cpu_internal.h"
-#include "ops_raw.h"
 #include <pthread.h>
 #include <string.h>
 
