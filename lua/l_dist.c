@@ -1,4 +1,4 @@
-/* l_dist.c — require "fp8.dist": the communicator of core/dist.h (init, rank/size, collectives on CPU
+/* l_dist.c — require "fp8._dist": the communicator of core/dist.h (init, rank/size, collectives on CPU
  * tensors in place or into new tensors, non-blocking all-reduce with a wait handle) and the DDP
  * reducer of core/ddp.h as a userdata. lua/fp8/distributed.lua and lua/fp8/ddp.lua build the
  * Accelerator's data parallelism on it (docs/distributed.md). */
