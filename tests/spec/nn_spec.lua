@@ -856,6 +856,21 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.equal(p, m:register_parameter("x", p))   -- registering the same kind again replaces, as torch's
   end)
 
+  it("Sequential:append refuses a name a layer holds after a removal, where torch's replaces that layer", function()
+    -- torch: s = Sequential(Linear(2,3), ReLU(), Linear(3,1)); delattr(s, "1"); s.append(GELU()) → (0): Linear,
+    -- (2): GELU: the last Linear is gone without a word
+    local s = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    local last = s[3]
+    s["1"] = nil
+    U.fails_with("Sequential:append: the new layer's name '2' (the layer count) is a layer's already",
+      function() s:append(nn.GELU()) end)
+    assert.are.equal(last, s["2"])
+    assert.are.equal(2, #s)
+    s:add_module("5", nn.GELU())
+    s:append(nn.ReLU())   -- a free name appends as before
+    assert.are.same({ "0", "2", "5", "3" }, names(s:named_children()))
+  end)
+
   it("load_state_dict takes a shared tensor under its other names, as torch's state_dict lists it, never missing",
     function()
     -- torch: Sequential(l, l).state_dict() has 0.weight ... 1.bias; loading them matches every key, the last one wins

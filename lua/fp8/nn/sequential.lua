@@ -25,10 +25,17 @@ function Sequential:__init(...)
   end
 end
 
--- append(m): adds a layer at the end; returns self.
+-- append(m): adds a layer at the end, named tostring(#s) as torch's; returns self. After s["1"] = nil removed a layer
+-- the names are "0", "2": that name is a layer's already, and torch's append replaces it (the model loses a layer and
+-- runs in another order, no error). Refused here, naming the clash.
 function Sequential:append(m)
   if not Module.is_module(m) then error(("Sequential:append: expected a Module, got %s"):format(type(m)), 2) end
-  self:add_module(tostring(#self), m)
+  local name = tostring(#self)
+  if rawget(self, "_modules").map[name] ~= nil then
+    error(("Sequential:append: the new layer's name '%s' (the layer count) is a layer's already (one was removed by "
+      .. "name): appending would replace it; use s:add_module(name, m) with a free name"):format(name), 2)
+  end
+  self:add_module(name, m)
   return self
 end
 Sequential.add = Sequential.append
