@@ -871,6 +871,33 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.same({ "0", "2", "5", "3" }, names(s:named_children()))
   end)
 
+  it("register_buffer(name, t, false) keeps a buffer out of state_dict and its keys, as torch's persistent=False",
+    function()
+    -- torch: m = Linear(2, 2); m.register_buffer("mask", zeros(2), persistent=False): named_buffers has 'mask',
+    -- state_dict has ['weight', 'bias']; loading a state_dict with "mask" → Unexpected key(s) in state_dict: "mask"
+    local m = nn.Linear(2, 2)
+    local mask = m:register_buffer("mask", fp8.ones(2), false)
+    m:register_buffer("kept", fp8.zeros(1))
+    assert.are.same({ "mask", "kept" }, names(m:named_buffers()))
+    assert.are.same({ "weight", "bias", "kept" }, m:state_dict_keys())
+    local sd = m:state_dict()
+    assert.is_nil(sd.mask)
+    assert.is_not_nil(sd.kept)
+    local r = nn.Sequential(m):load_state_dict({ ["0.weight"] = sd.weight, ["0.bias"] = sd.bias, ["0.kept"] = sd.kept })
+    assert.are.same({ {}, {} }, { r.missing_keys, r.unexpected_keys })
+    sd.mask = fp8.zeros(2)
+    U.fails_with('unexpected key(s) in state_dict: "mask"', function() m:load_state_dict(sd) end)
+    r = m:load_state_dict(sd, false)
+    assert.are.same({ {}, { "mask" } }, { r.missing_keys, r.unexpected_keys })
+    assert.are.same({ 1, 1 }, mask:totable())   -- not written
+    m.mask = fp8.zeros(2)   -- reassigned: still not persistent, as torch's
+    assert.is_nil(m:state_dict().mask)
+    m:register_buffer("mask", fp8.ones(2))   -- registered again, persistent by default
+    assert.is_not_nil(m:state_dict().mask)
+    U.fails_with("register_buffer('b'): persistent must be a boolean, got", function()
+      m:register_buffer("b", fp8.ones(1), "no") end)
+  end)
+
   it("load_state_dict takes a shared tensor under its other names, as torch's state_dict lists it, never missing",
     function()
     -- torch: Sequential(l, l).state_dict() has 0.weight ... 1.bias; loading them matches every key, the last one wins

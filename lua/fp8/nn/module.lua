@@ -156,6 +156,7 @@ function Module._setup(self)
   rawset(self, "_parameters", new_store())
   rawset(self, "_buffers", new_store())
   rawset(self, "_modules", new_store())
+  rawset(self, "_non_persistent", {})   -- buffer names state_dict leaves out (register_buffer's persistent=false)
   rawset(self, "training", true)
 end
 
@@ -265,14 +266,28 @@ function Module:register_parameter(name, t)
   return t
 end
 
--- register_buffer(name, tensor|nil): state that is saved in state_dict but not trained.
-function Module:register_buffer(name, t)
+-- A module's set of non-persistent buffer names (made on first use: a module built by another copy of this file,
+-- a test harness reloading modules, has none yet).
+local function non_persistent(m)
+  local np = rawget(m, "_non_persistent")
+  if np == nil then np = {}; rawset(m, "_non_persistent", np) end
+  return np
+end
+
+-- register_buffer(name, tensor|nil [, persistent=true]): state that is not trained; saved in state_dict unless
+-- persistent is false (torch's: a causal mask, a table recomputed at construction).
+function Module:register_buffer(name, t, persistent)
   check_name(self, name, "buffer")
   if t ~= nil and not is_tensor(t) then
     error(("register_buffer('%s'): expected a tensor, got %s"):format(name, type(t)), 2)
   end
+  if persistent == nil then persistent = true end
+  if type(persistent) ~= "boolean" then
+    error(("register_buffer('%s'): persistent must be a boolean, got %s"):format(name, O.got(persistent)), 2)
+  end
   if t ~= nil then check_free(self, "register_buffer", name, "buffer") end
   store_set(rawget(self, "_buffers"), name, t)
+  non_persistent(self)[name] = (t ~= nil and not persistent) or nil
   return t
 end
 
@@ -332,13 +347,14 @@ function Module:modules()
   return out
 end
 
-local function named_tensors(self, storename)
+local function named_tensors(self, storename, persistent_only)
   local out, seen = {}, {}
   for _, nm in ipairs(self:named_modules()) do
     local st = rawget(nm[2], storename)
+    local skip = persistent_only and non_persistent(nm[2]) or {}
     for _, n in ipairs(st.names) do
       local t = st.map[n]
-      if not seen[t] then
+      if not seen[t] and not skip[n] then
         seen[t] = true
         out[#out + 1] = { nm[1] == "" and n or nm[1] .. "." .. n, t }
       end
@@ -350,6 +366,8 @@ end
 -- named_parameters() → list of {"blocks.1.attn.qkv.weight", tensor} in registration order.
 function Module:named_parameters() return named_tensors(self, "_parameters") end
 function Module:named_buffers() return named_tensors(self, "_buffers") end
+-- the buffers state_dict saves and load_state_dict loads (persistent ones), as named_buffers names them
+function Module:_named_persistent_buffers() return named_tensors(self, "_buffers", true) end
 
 function Module:parameters()
   local out = {}
@@ -448,7 +466,7 @@ function Module:state_dict()
   for _, m in ipairs(self:modules()) do if m._before_state_dict then m:_before_state_dict() end end
   local sd = {}
   for _, np in ipairs(self:named_parameters()) do sd[np[1]] = detached_copy(np[2]) end
-  for _, nb in ipairs(self:named_buffers()) do sd[nb[1]] = detached_copy(nb[2]) end
+  for _, nb in ipairs(self:_named_persistent_buffers()) do sd[nb[1]] = detached_copy(nb[2]) end
   return sd
 end
 
@@ -459,9 +477,10 @@ function Module:state_dict_keys()
   for _, nm in ipairs(self:named_modules()) do
     for _, storename in ipairs { "_parameters", "_buffers" } do
       local st = rawget(nm[2], storename)
+      local skip = storename == "_buffers" and non_persistent(nm[2]) or {}
       for _, n in ipairs(st.names) do
         local t = st.map[n]
-        if not seen[storename][t] then
+        if not seen[storename][t] and not skip[n] then
           seen[storename][t] = true
           keys[#keys + 1] = nm[1] == "" and n or nm[1] .. "." .. n
         end
@@ -501,7 +520,7 @@ function Module:load_state_dict(sd, strict)
   if type(strict) ~= "boolean" then error(("load_state_dict: strict must be a boolean, got %s"):format(type(strict)), 2) end
   local copy_ = require("fp8._optim").copy_
   local targets, missing, unexpected, problems = {}, {}, {}, {}
-  for _, list in ipairs { self:named_parameters(), self:named_buffers() } do
+  for _, list in ipairs { self:named_parameters(), self:_named_persistent_buffers() } do
     for _, nt in ipairs(list) do targets[nt[1]] = nt[2] end
   end
   -- A shared tensor's other names (torch's state_dict lists it under each): loaded when given, never missing.
@@ -511,8 +530,9 @@ function Module:load_state_dict(sd, strict)
     onpath[m] = true
     for _, storename in ipairs { "_parameters", "_buffers" } do
       local st = rawget(m, storename)
+      local skip = storename == "_buffers" and non_persistent(m) or {}
       for _, n in ipairs(st.names) do
-        if targets[prefix .. n] == nil then aliases[#aliases + 1] = { prefix .. n, st.map[n] } end
+        if targets[prefix .. n] == nil and not skip[n] then aliases[#aliases + 1] = { prefix .. n, st.map[n] } end
       end
     end
     for _, nc in ipairs(m:named_children()) do walk(nc[2], prefix .. nc[1] .. ".", onpath) end
