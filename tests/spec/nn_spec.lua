@@ -45,12 +45,19 @@ describe("fp8.nn modules", function()
     assert.are.equal(
       "Sequential(\n"
       .. "  (0): Sequential(\n"
-      .. "    (0): LayerNorm((8,), eps=1e-05, elementwise_affine=true)\n"
+      .. "    (0): LayerNorm((8,), eps=1e-05, elementwise_affine=true, bias=true)\n"
       .. "    (1): GELU(approximate='tanh')\n"
       .. "  )\n"
       .. "  (1): Dropout(p=0.1)\n"
       .. "  (2): Embedding(5, 8)\n"
       .. ")", s)
+    -- torch 2.15: GELU(approximate='none'); LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=False) for
+    -- bias=False, and bias=False without elementwise_affine (no bias either way)
+    assert.are.equal("GELU(approximate='none')", tostring(nn.GELU()))
+    assert.are.equal("LayerNorm((4,), eps=1e-05, elementwise_affine=true, bias=false)",
+      tostring(nn.LayerNorm(4, { bias = false })))
+    assert.are.equal("LayerNorm((4,), eps=1e-05, elementwise_affine=false, bias=false)",
+      tostring(nn.LayerNorm(4, { elementwise_affine = false })))
   end)
 
   it("names parameters with dotted paths in registration order", function()

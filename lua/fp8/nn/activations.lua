@@ -19,8 +19,6 @@ function M.GELU:__init(approximate)
   self.approximate = approximate
 end
 function M.GELU:forward(x) return F.gelu(x, self.approximate) end
-function M.GELU:extra_repr()
-  return self.approximate == "none" and "" or ("approximate='%s'"):format(self.approximate)
-end
+function M.GELU:extra_repr() return ("approximate='%s'"):format(self.approximate) end   -- 'none' too, as torch's
 
 return M

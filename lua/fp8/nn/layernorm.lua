@@ -67,7 +67,9 @@ function LayerNorm.fuses_into(ln, nxt)
 end
 
 function LayerNorm:extra_repr()
-  return ("(%d,), eps=%g, elementwise_affine=%s"):format(self.normalized_shape, self.eps, tostring(self.elementwise_affine))
+  -- bias= says whether there is one (torch's: bias=False without elementwise_affine too), so a printed model shows it
+  return ("(%d,), eps=%g, elementwise_affine=%s, bias=%s"):format(self.normalized_shape, self.eps,
+    tostring(self.elementwise_affine), tostring(self.bias ~= nil))
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
