@@ -905,6 +905,15 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
       m:register_buffer("b", fp8.ones(1), "no") end)
   end)
 
+  it("Module:to refuses a dtype by name, saying the module's dtype does not change", function()
+    -- torch: Linear(2, 2).to(torch.bfloat16) converts the parameters; fp8lab's answer named only devices
+    local l = nn.Linear(2, 2)
+    U.fails_with("to: a module's parameters keep their dtype, got 'bf16'", function() l:to("bf16") end)
+    U.fails_with("got 'half'", function() l:to("half") end)
+    U.fails_with('to: device must be "cpu" or "cuda", got \'tpu\'', function() l:to("tpu") end)
+    assert.are.equal("fp32", l.weight:dtype())
+  end)
+
   it("load_state_dict takes a shared tensor under its other names, as torch's state_dict lists it, never missing",
     function()
     -- torch: Sequential(l, l).state_dict() has 0.weight ... 1.bias; loading them matches every key, the last one wins

@@ -394,7 +394,15 @@ end
 -- place, as PyTorch's Module.to does, so optimizers and other holders of the tensors follow; modules
 -- holding device tensors outside their parameters and buffers move them in _move_extra(device).
 -- Returns self.
+-- dtype names and aliases (docs/lua-api.md's Formats): m:to("bf16") is torch's m.to(torch.bfloat16)
+local DTYPE_NAMES = { fp32 = 1, float32 = 1, float = 1, f32 = 1, bf16 = 1, bfloat16 = 1, fp16 = 1, float16 = 1,
+  half = 1, f16 = 1, e4m3 = 1, e5m2 = 1, double = 1, float64 = 1 }
 function Module:to(device)
+  if type(device) == "string" and DTYPE_NAMES[device:lower()] then
+    error(("to: a module's parameters keep their dtype, got '%s' (torch's m.to(dtype), m.half() are not offered: "
+      .. "lower precision comes from fp8.amp, acc:autocast or an FP8 recipe); a device is \"cpu\" or \"cuda\"")
+      :format(device), 2)
+  end
   if device ~= "cpu" and device ~= "cuda" then
     error(("to: device must be \"cpu\" or \"cuda\", got %s"):format(type(device) == "string" and ("'" .. device .. "'") or type(device)), 2)
   end
