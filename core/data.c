@@ -288,7 +288,7 @@ fl_status fl_data_unscale_many(fl_tensor *const *ts, int n, float factor, bool *
     for (int i = 0; i < n; i++) {
         if (fl_tensor_numel(ts[i]) == 0) continue;
         if (ts[i]->device != FL_DEV_CPU) FL_TRY(fl_scale_(ts[i], factor));
-        else unscale_host(ts[i], factor, found_nonfinite);
+        else { unscale_host(ts[i], factor, found_nonfinite); fl_tensor_bump(ts[i]); }   /* fl_scale_ bumps its own */
     }
     return FL_OK;
 }

@@ -326,6 +326,16 @@ describe("fp8.core._nn", function()
     assert.truthy(tostring(err):find("MulBackward needs (saved tensor 2, shape [3]) was written in place", 1, true), tostring(err))
   end)
 
+  it("GradScaler:unscale_ of a .grad a graph saved is a write in place: that graph's backward is refused", function()
+    local x = fp8.tensor({ 1, 1, 1 }):requires_grad(true)
+    x.grad = fp8.ones(3)
+    local w = fp8.tensor({ 1, 1, 1 }):requires_grad(true)
+    local y = (w * x.grad):sum()     -- saves x.grad (1, 1, 1)
+    local opt = fp8.optim.SGD({ x }, { lr = 0.1 })
+    fp8.amp.GradScaler({ init_scale = 4 }):unscale_(opt)   -- x.grad becomes (0.25, ...) in place
+    U.fails_with("MulBackward needs (saved tensor 2, shape [3]) was written in place", y.backward, y)  -- was w.grad 0.25
+  end)
+
   it("t.grad = g: never t itself or a view of it; an expanded g is copied", function()
     local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
     for _, g in ipairs { x, x:narrow(1, 1, 3) } do
