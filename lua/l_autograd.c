@@ -77,6 +77,9 @@ static int m_call(lua_State *L) {
     fl_tensor *owner = fl_ltotensor(L, 2);
     if (!owner || owner->grad != g)
         return luaL_error(L, "a tensor is not callable (t:grad() works as the field t.grad)");
+    if (lua_gettop(L) > 2)   /* t:grad(x) would read the field and drop x */
+        return luaL_error(L, "grad: takes no arguments; got %d more argument%s", lua_gettop(L) - 2,
+                          lua_gettop(L) > 3 ? "s" : "");
     lua_settop(L, 1);
     return 1;
 }

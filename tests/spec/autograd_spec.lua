@@ -18,6 +18,7 @@ describe("autograd", function()
     local g = x.grad:totable()
     for i, v in ipairs({ 1, 2, 3 }) do assert.is_true(close(g[i], 2 * v + 3)) end
     assert.is_true(x:grad() == x.grad)         -- t:grad() reads the same field
+    U.fails_with("grad: takes no arguments; got 1 more argument", function() return x:grad(true) end)
   end)
 
   it("requires_grad_ is torch's spelling: true by default, returns the tensor, refuses a non-leaf", function()
