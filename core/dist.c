@@ -440,6 +440,8 @@ static size_t tbytes(const fl_tensor *t) { return (size_t)fl_tensor_numel(t) * f
 
 fl_status fl_dist_tensor_allreduce(fl_tensor *t, fl_red_op op) {
     FL_TRY(fl_dist_check_tensor(t, "all_reduce"));
+    /* an in-place write (fl_tensor_bump): a graph that saved t refuses its backward, the FP8 weight cache recasts */
+    fl_tensor_bump(t);
     if (t->device == FL_DEV_CPU) return fl_dist_allreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op);
 #ifdef FL_HAVE_NCCL
     wd_enter("all_reduce (NCCL)");
@@ -453,6 +455,7 @@ fl_status fl_dist_tensor_allreduce(fl_tensor *t, fl_red_op op) {
 
 fl_status fl_dist_tensor_broadcast(fl_tensor *t, int root) {
     FL_TRY(fl_dist_check_tensor(t, "broadcast"));
+    fl_tensor_bump(t);   /* an in-place write, as all_reduce's */
     if (t->device == FL_DEV_CPU) return fl_dist_broadcast(fl_tensor_data(t), (int64_t)tbytes(t), root);
 #ifdef FL_HAVE_NCCL
     if (root < 0 || root >= g_size) return FL_ERR(FL_EINVAL, "dist: broadcast root %d outside 0..%d", root, g_size - 1);

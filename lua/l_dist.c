@@ -151,6 +151,7 @@ static int l_all_reduce_async(lua_State *L) {
     luaL_setmetatable(L, REQ_MT);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
+    fl_tensor_bump(t);   /* an in-place write, as all_reduce's (core/dist.c) */
     fl_lcheck(L, fl_dist_iallreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op, &b->r));
     return 1;
 }

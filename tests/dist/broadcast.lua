@@ -22,5 +22,17 @@ try("shape", acc.broadcast, fp8.ones(2 + r))
 try("from", acc.broadcast, fp8.ones(2), r)
 try("range", acc.broadcast_object_list, { 1 }, r == 1 and 7 or 0)
 try("hole", acc.broadcast_object_list, r == 0 and { nil, 2 } or {})
+-- fp8._dist.broadcast of a parameter (what prepare does with DDP) is an in-place write: an FP8Linear that ran a forward
+-- before it recasts its weight (its cache is keyed on the storage's version), so every rank computes rank 0's outputs
+fp8.manual_seed(100 + r)
+local D = require "fp8._dist"
+local lin = fp8.recipes.FP8Linear(16, 16, false, { backend = "ao" })
+local function out()
+  return fp8.no_grad(function() return fp8.recipes.fp8_autocast(function() return lin(fp8.ones(4, 16)) end) end)
+end
+out()
+D.broadcast(lin.weight, 0)
+local sums = D.all_gather(fp8.tensor { out():sum():item() })
+say("fp8cache", tostring(sums[1] == sums[2]))
 local g = acc:gather(fp8.tensor { r })   -- in step afterwards
 say("after", table.concat(g:totable(), ","))

@@ -337,6 +337,17 @@ describe("fp8.core._nn", function()
     U.fails_with("MulBackward needs (saved tensor 2, shape [3]) was written in place", y.backward, y)  -- was w.grad 0.25
   end)
 
+  it("the collectives write in place: a graph that saved their tensor refuses its backward (one process here)", function()
+    local D = require "fp8._dist"
+    for _, call in ipairs { function(t) D.all_reduce(t, "sum") end, function(t) D.broadcast(t, 0) end,
+                            function(t) D.all_reduce_async(t, "sum"):wait() end } do
+      local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local y = (x * x):sum()
+      call(x)                          -- a broadcast from rank 0 that changed x read its values silently
+      U.fails_with("MulBackward needs (saved tensor 1, shape [3]) was written in place", y.backward, y)
+    end
+  end)
+
   it("t.grad = g: never t itself or a view of it; an expanded g is copied", function()
     local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
     for _, g in ipairs { x, x:narrow(1, 1, 3) } do
