@@ -265,7 +265,21 @@ function U:gather_for_metrics(t, use_gather_object)
   local cut = self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 and st.remainder or nil
   local as_objects = use_gather_object or not all_tensors(t)
   if self.num_processes > 1 then   -- every process takes the same path (else each would wait in another collective)
-    local kinds = D.all_gather(core.tensor { as_objects and 1 or 0 }):totable()
+    -- and is at the same batch: with even_batches=false a process may end its loop a batch before another, where
+    -- Accelerate cuts a round of real samples to the remainder, and the process with a batch left waits for ever in
+    -- its next gather; here every process stops with the reason
+    local at_end = st ~= nil and st.end_of_dataloader
+    local got = D.all_gather(core.tensor { as_objects and 1 or 0, at_end and 1 or 0 }):totable()
+    local kinds, ends = {}, {}
+    for r = 1, #got // 2 do kinds[r], ends[r] = got[2 * r - 1], got[2 * r] end
+    for r = 2, #ends do
+      if ends[r] ~= ends[1] then
+        local last, more = ends[1] == 1 and 0 or r - 1, ends[1] == 1 and r - 1 or 0
+        error(("gather_for_metrics: rank %d is at the last batch of its prepared loader, rank %d is not: the processes "
+          .. "have different numbers of batches (even_batches=false), so the one with more would wait for ever in its "
+          .. "next gather; use even_batches=true, or gather once after the loop"):format(last, more), 2)
+      end
+    end
     for r = 2, #kinds do
       if kinds[r] ~= kinds[1] then
         local what = function(k) return k == 1 and "other values (gather_object)" or "tensors (gather)" end

@@ -75,5 +75,18 @@ describe("fp8._dist collectives (2 processes)", function()
       end
     end
   end)
-end)
 
+  it("even_batches=false: a gather_for_metrics per batch where the ranks' batch counts differ is refused on both", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/uneven.lua")
+    assert.are.equal(0, code, out)
+    local refused = "gather_for_metrics: rank 1 is at the last batch of its prepared loader, rank 0 is not: the "
+      .. "processes have different numbers of batches (even_batches=false)"
+    for r, want in pairs { [0] = { "even=true len=2 mine=1.0,2.0|5.0,1.0 gathered=1.0,2.0,3.0,4.0,5.0 ok\n",
+        "even=false len=2 mine=1.0,2.0 gathered= tests/dist/uneven.lua:17: " .. refused, "after=0.0,1.0\n" },
+      [1] = { "even=true len=2 mine=3.0,4.0|2.0,3.0 gathered=1.0,2.0,3.0,4.0,5.0 ok\n",
+        "even=false len=1 mine=3.0,4.0 gathered= tests/dist/uneven.lua:17: " .. refused, "after=0.0,1.0\n" } } do
+      for _, w in ipairs(want) do assert.truthy(out:find(("rank%d %s"):format(r, w), 1, true), out) end
+    end
+  end)
+end)
