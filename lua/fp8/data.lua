@@ -414,7 +414,19 @@ local function dataset_len(ds)
   if n ~= nil and (type(n) ~= "number" or not math.tointeger(n)) then
     error(("DataLoader: the dataset's length must be an integer, got %s %s"):format(type(n), tostring(n)), 3)
   end
+  if n ~= nil and n < 0 then   -- torch: "__len__() should return >= 0"
+    error(("DataLoader: the dataset's length must be >= 0, got %d"):format(n), 3)
+  end
   return n and math.tointeger(n)
+end
+
+-- The length is read when the loader is made (#loader, the shuffled order, the shards are cut from it); torch reads
+-- it at every epoch. A dataset that grew or shrank since would lose items, or index past its end: refused.
+function DataLoader:_check_len()
+  local ok, now = pcall(dataset_len, self.dataset)
+  if ok and now == self.n then return end
+  error(("DataLoader: the dataset's length changed from %d to %s since the loader was made: make a new DataLoader")
+    :format(self.n, ok and tostring(now) or "an error (" .. tostring(now) .. ")"), 0)
 end
 
 -- DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device="cpu"}
@@ -556,6 +568,7 @@ function M._active(gs) return gs and gs._active and gs._active[#gs._active] or n
 
 -- loader:iter() -> an iterator over one epoch: for x, y in loader:iter() do ... end
 function DataLoader:iter()
+  self:_check_len()
   self.epoch = self.epoch + 1
   local order
   if self.shuffle then order = permutation(self.n, self.seed, self.epoch) end

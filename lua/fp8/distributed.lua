@@ -702,6 +702,7 @@ end
 
 function Sharded:iter()
   local ld, acc = rawget(self, "_loader"), rawget(self, "_acc")
+  ld:_check_len()
   ld.epoch = ld.epoch + 1
   local mine = M.shard_batches(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
     rawget(self, "_even"))

@@ -753,6 +753,20 @@ describe("DataLoader and datasets refuse what they would loop on or drop", funct
       __index = { get = function(_, i) return i, -i, nil end } })
     for x, y in D.DataLoader { nils, batch_size = 2 } do assert.are.same({ -1, -2 }, y:totable()) end
   end)
+  it("a dataset whose length changed since the loader was made is refused (before: items past it ignored)", function()
+    local list = items(2)
+    local l = D.DataLoader { list }
+    list[3] = { 3, 3 }   -- torch's next epoch would take it; here #loader and the order were cut from 2
+    fails("DataLoader: the dataset's length changed from 2 to 3 since the loader was made: make a new DataLoader",
+      function() for _ in l do end end)
+    list[3] = nil
+    local n = 0
+    for _ in l do n = n + 1 end
+    assert.are.equal(2, n)
+    fails("DataLoader: the dataset's length must be >= 0, got -1", function()   -- before: "dataset is empty"
+      D.DataLoader { setmetatable({}, { __len = function() return -1 end }) }
+    end)
+  end)
   it("a batch size past the dataset gives one batch, whatever its size", function()
     local l = D.DataLoader { items(3), batch_size = math.maxinteger }
     assert.are.equal(1, #l)
