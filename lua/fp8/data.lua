@@ -485,6 +485,15 @@ local function stack(items)
   return items   -- anything else: the list itself
 end
 
+-- stack, with an error that names the loader and the dataset items (not a line of this file)
+local function collate(what, vals, idx)
+  local ok, r = pcall(stack, vals)
+  if ok then return r end
+  local shown = table.concat(idx, ", ", 1, math.min(#idx, 8)) .. (#idx > 8 and ", ..." or "")
+  error(("DataLoader: the %ss of dataset items %s do not make one batch: %s"):format(what, shown,
+    (tostring(r):gsub("^[^\n]-:%d+: ", "", 1))), 0)
+end
+
 local function slow_batch(ds, idx)
   local xs, ys = {}, {}
   for b, i in ipairs(idx) do
@@ -522,7 +531,7 @@ local function slow_batch(ds, idx)
     end
     xs[b], ys[b] = x, y
   end
-  return stack(xs), ys[1] ~= nil and stack(ys) or nil
+  return collate("x", xs, idx), ys[1] ~= nil and collate("y", ys, idx) or nil
 end
 
 -- ---- the gradient state's active loaders ------------------------------------------------------------

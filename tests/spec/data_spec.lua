@@ -163,7 +163,12 @@ describe("fp8.data.DataLoader", function()
     assert.are.same({1, 0}, y:totable())
     items[2][1] = fp8.ones{3, 3}
     assert.has_error(function() fp8.data.DataLoader{items, batch_size = 2}:iter()() end,
-      "stack: tensor 2 has shape [3, 3], tensor 1 [2, 3]: stack takes tensors of one shape")
+      "DataLoader: the xs of dataset items 1, 2 do not make one batch: stack: tensor 2 has shape [3, 3], tensor 1 "
+      .. "[2, 3]: stack takes tensors of one shape")
+    local ok, err = pcall(function() fp8.data.DataLoader{ { { 1, 0 }, { "a", 1 } }, batch_size = 2 }:iter()() end)
+    assert.is_false(ok)   -- before: "lua/fp8/data.lua:471: tensor: ..." (a line of the library, no items named)
+    assert.are.equal("DataLoader: the xs of dataset items 1, 2 do not make one batch: tensor: expected a number at "
+      .. "[2], got string", err)
   end)
 
   it("batches in order without shuffle, last batch partial", function()
