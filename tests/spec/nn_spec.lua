@@ -837,7 +837,7 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.equal(lin.weight, s:parameters()[1])
     U.fails_with("Sequential: index 3 is out of range (2 layers)", function() s[3] = nn.ReLU() end)
     U.fails_with("Sequential: layer 1 must be a Module, got number", function() s[1] = 5 end)
-    U.fails_with('assign nil to its name: s["0"] = nil', function() s[1] = nil end)
+    U.fails_with({ "to remove one: s:pop(1)", 's["0"] = nil' }, function() s[1] = nil end)
   end)
 
   it("register_parameter, register_buffer and add_module refuse a plain field's or a method's name, as torch's",
@@ -876,6 +876,142 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     s:add_module("5", nn.GELU())
     s:append(nn.ReLU())   -- a free name appends as before
     assert.are.same({ "0", "2", "5", "3" }, names(s:named_children()))
+  end)
+
+  -- names and types of the layers in order, "0:Linear 1:GELU ..."
+  local function layout(s)
+    local t = {}
+    for _, nc in ipairs(s:named_children()) do t[#t + 1] = nc[1] .. ":" .. nc[2]:type_name() end
+    return table.concat(t, " ")
+  end
+
+  it("Sequential:insert and pop as torch's insert(i - 1, m) and pop(i - 1): the layers renamed 0..n-1 in order",
+    function()
+    local s = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    local last = s[3]
+    assert.are.equal(s, s:insert(2, nn.GELU()))   -- torch: s.insert(1, GELU()) → 0 Linear, 1 GELU, 2 ReLU, 3 Linear
+    assert.are.equal("0:Linear 1:GELU 2:ReLU 3:Linear", layout(s))
+    assert.are.same({ "0.weight", "0.bias", "3.weight", "3.bias" }, s:state_dict_keys())   -- torch's keys
+    assert.are.equal(last, s["3"])
+    s:insert(-1, nn.Dropout())       -- torch: insert(-1, Dropout()): before the last
+    assert.are.equal("0:Linear 1:GELU 2:ReLU 3:Dropout 4:Linear", layout(s))
+    s:insert(#s + 1, nn.ReLU())      -- torch: insert(len(s), ...): at the end
+    s:insert(-#s, nn.GELU())         -- torch: insert(-len(s), ...): first
+    assert.are.equal("0:GELU 1:Linear 2:GELU 3:ReLU 4:Dropout 5:Linear 6:ReLU", layout(s))
+    assert.are.equal("GELU", s:pop(3):type_name())   -- torch: pop(2) → GELU; 1.weight ... 4.bias
+    assert.are.equal("0:GELU 1:Linear 2:ReLU 3:Dropout 4:Linear 5:ReLU", layout(s))
+    assert.are.same({ "1.weight", "1.bias", "4.weight", "4.bias" }, s:state_dict_keys())
+    assert.are.equal("ReLU", s:pop(-1):type_name())  -- torch: pop(-1) → the last
+    assert.are.equal(last, s:pop(-1))
+    assert.are.equal("0:GELU 1:Linear 2:ReLU 3:Dropout", layout(s))
+    -- a layer held twice: pop takes the position only (torch: Sequential(l, ReLU(), l).pop(0) → 0 ReLU, 1 Linear)
+    local l = nn.Linear(2, 2)
+    local r = nn.Sequential(l, nn.ReLU(), l)
+    assert.are.equal(l, r:pop(1))
+    assert.are.equal("0:ReLU 1:Linear", layout(r))
+    assert.are.equal(l, r[2])
+    -- the layers run in the new order
+    local m = nn.Sequential(nn.Linear(3, 2))
+    m:insert(1, nn.ReLU())
+    local x = fp8.tensor { { -1, 2, -3 } }
+    assert.are.same(m[2](nn.F.relu(x)):tolist(), m(x):tolist())
+    assert.are_not.same(m[2](x):tolist(), m(x):tolist())
+  end)
+
+  it("Sequential:insert and pop rename given names too (torch's pop does; its insert raises KeyError there)",
+    function()
+    -- torch: s = Sequential(Linear, ReLU, Linear); delattr(s, "1"); s.pop(0) → 0 Linear (the last one)
+    local s = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    local last = s[3]
+    s["1"] = nil
+    s:pop(1)
+    assert.are.same({ "0" }, names(s:named_children()))
+    assert.are.equal(last, s["0"])
+    s = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    s["1"] = nil
+    s:insert(1, nn.GELU())   -- "0", "2" were left: now 0 GELU, 1 Linear, 2 Linear, and append has a free name again
+    assert.are.equal("0:GELU 1:Linear 2:Linear", layout(s))
+    s:append(nn.ReLU())
+    assert.are.equal("0:GELU 1:Linear 2:Linear 3:ReLU", layout(s))
+    s = nn.Sequential()
+    s:add_module("a", nn.ReLU())
+    s:add_module("b", nn.GELU())
+    s:pop(1)                 -- torch: Sequential(OrderedDict(a=ReLU(), b=GELU())).pop(0) → 0 GELU
+    assert.are.equal("0:GELU", layout(s))
+  end)
+
+  it("Sequential:insert and pop move Module.generation (what the Accelerator's walk for FP8 layers is kept by)",
+    function()
+    local s = nn.Sequential(nn.ReLU(), nn.Linear(2, 2))
+    local g = nn.Module.generation()
+    s:insert(1, nn.GELU())
+    assert.is_true(nn.Module.generation() > g)
+    g = nn.Module.generation()
+    s:pop(2)
+    assert.is_true(nn.Module.generation() > g)
+    g = nn.Module.generation()
+    s:extend { nn.ReLU() }
+    assert.is_true(nn.Module.generation() > g)
+  end)
+
+  it("Sequential:extend appends a list's or a Sequential's layers, as torch's; checks them all first", function()
+    local s = nn.Sequential(nn.Linear(2, 2))
+    assert.are.equal(s, s:extend { nn.ReLU(), nn.GELU() })   -- torch: extend([ReLU(), GELU()]) → 1 ReLU, 2 GELU
+    s:extend(nn.Sequential(nn.Dropout()))
+    assert.are.equal("0:Linear 1:ReLU 2:GELU 3:Dropout", layout(s))
+    s:extend {}
+    assert.are.equal(4, #s)
+    s:extend(s)   -- its layers as before the call (torch raises "dictionary changed size" after adding one)
+    assert.are.equal("0:Linear 1:ReLU 2:GELU 3:Dropout 4:Linear 5:ReLU 6:GELU 7:Dropout", layout(s))
+    assert.are.equal(s[1], s[5])
+    -- torch: extend([ReLU(), 5]) adds the ReLU, then TypeError "int is not a Module subclass"; here nothing is added
+    U.fails_with("Sequential:extend: item 2 must be a Module, got 5", function() s:extend { nn.ReLU(), 5 } end)
+    U.fails_with("Sequential:extend: item 2 must be a Module, got nil",
+      function() s:extend { nn.ReLU(), nil, nn.GELU() } end)
+    assert.are.equal(8, #s)
+    -- torch: extend(Linear(2, 2)) → TypeError "'Linear' object is not iterable"
+    U.fails_with("Sequential:extend: expected a list of Modules or a Sequential, got a Linear",
+      function() s:extend(nn.Linear(2, 2)) end)
+    U.fails_with("Sequential:extend: expected a list of Modules or a Sequential, got 5", function() s:extend(5) end)
+    U.fails_with('Sequential:extend: expected a list of Modules, got key "a"',
+      function() s:extend { a = nn.ReLU() } end)
+    -- a name a removal left a layer's (see append): refused before any is added, where torch's replaces the layer
+    local r = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    r["1"] = nil
+    U.fails_with("Sequential:extend: the name '2' for item 1 (the layer count) is a layer's already",
+      function() r:extend { nn.GELU(), nn.ReLU() } end)
+    assert.are.equal("0:Linear 2:Linear", layout(r))
+  end)
+
+  it("Sequential:insert and pop refuse out-of-range indices (torch's IndexError), non-integers and non-Modules",
+    function()
+    local s = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.GELU())
+    -- torch: insert(4, m) / insert(-4, m) on 3 layers → IndexError "Index out of range"
+    U.fails_with("Sequential:insert: index 5 is out of range (3 layers: 1..4, or -3..-1 from the end; positions count "
+      .. "from 1)", function() s:insert(5, nn.ReLU()) end)
+    U.fails_with("Sequential:insert: index -4 is out of range", function() s:insert(-4, nn.ReLU()) end)
+    U.fails_with("Sequential:insert: index 0 is out of range", function() s:insert(0, nn.ReLU()) end)
+    -- torch: AssertionError "module should be of type: Module"
+    U.fails_with("Sequential:insert: expected a Module, got 5", function() s:insert(1, 5) end)
+    U.fails_with("Sequential:insert: index must be an integer, got a ReLU (the index comes first",
+      function() s:insert(nn.ReLU()) end)
+    U.fails_with("Sequential:insert: index must be an integer, got 1.5", function() s:insert(1.5, nn.ReLU()) end)
+    -- torch: pop(3) / pop(-4) on 3 layers → IndexError "index 3 is out of range"
+    U.fails_with("Sequential:pop: index 4 is out of range (3 layers: 1..3, or -3..-1 from the end",
+      function() s:pop(4) end)
+    U.fails_with("Sequential:pop: index -4 is out of range", function() s:pop(-4) end)
+    U.fails_with("Sequential:pop: index 0 is out of range", function() s:pop(0) end)
+    U.fails_with("Sequential:pop: index 1 is out of range (no layers", function() nn.Sequential():pop(1) end)
+    U.fails_with("Sequential:pop: index must be an integer, got nil", function() s:pop() end)
+    U.fails_with('Sequential:pop: index must be an integer, got "1" (a string)', function() s:pop("1") end)
+    U.fails_with("Sequential:pop: takes (index); got 1 more argument", function() s:pop(1, 2) end)
+    assert.are.equal("0:Linear 1:ReLU 2:GELU", layout(s))
+    assert.are.equal("ReLU", s:pop(2.0):type_name())   -- a float with an integer value is that integer
+    -- a new name that is another kind's here is refused before anything changes
+    s:register_parameter("2", fp8.ones(1))
+    U.fails_with("Sequential:insert: the layers are renamed \"0\"..\"2\", and '2' is a parameter of this Sequential",
+      function() s:insert(1, nn.ReLU()) end)
+    assert.are.equal("0:Linear 1:GELU", layout(s))
   end)
 
   it("register_buffer(name, t, false) keeps a buffer out of state_dict and its keys, as torch's persistent=False",

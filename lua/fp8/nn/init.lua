@@ -66,7 +66,10 @@ add("nn.FP8Linear", "fp8.nn.FP8Linear(in_features, out_features [, bias=true], r
   .. "in FP8 under FP8 autocast with the recipe's per-role scaling (its state: m.fp8_meta:state(), the buffer\n"
   .. "fp8_state); FP8LayerNorm is LayerNorm's class for TransformerEngine's, the same normalisation in high precision.")
 add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
-  "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed. A GELU(\"tanh\")\n"
+  "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed. #s counts them, s[i] is\n"
+  .. "the i-th (1-based, negative from the end). s:append(m) (add), s:extend(list or Sequential),\n"
+  .. "s:insert(i, m) (m becomes s[i]; #s + 1 appends) and s:pop(i) -> the layer, as torch's insert(i - 1, m) and\n"
+  .. "pop(i - 1); after insert and pop the layers are renamed \"0\"..\"n-1\" in order, as torch's. A GELU(\"tanh\")\n"
   .. "followed by an FP8Linear runs inside that layer (FP8Linear:forward_gelu: under per-tensor scaling, on the CPU,\n"
   .. "its input cast in GELU's pass, and GELU's backward casts dY for an FP8Linear before it; under ao rowwise,\n"
   .. "GELU made once for its per-row and per-column casts), and so does a\n"

@@ -1,6 +1,7 @@
 -- sequential.lua — fp8.nn.Sequential(m1, m2, ...) or Sequential{m1, m2, ...}: runs its layers in
 -- order. Layers are named "0", "1", ... (PyTorch's names, so state_dict keys match); s[1] is the first.
 local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
 
 local Sequential = Module.class("Sequential")
 
@@ -39,6 +40,123 @@ function Sequential:append(m)
   return self
 end
 Sequential.add = Sequential.append
+
+-- The layers of a list {m1, m2, ...} (every position up to the largest key a Module), of a Sequential (by position),
+-- as a new list; an error naming the first bad entry otherwise. fname names the caller in it.
+local function layers_of(fname, v)
+  if Module.is_module(v) then
+    if v.__getitem == nil then   -- not a container: torch's "'Linear' object is not iterable"
+      error(("%s: expected a list of Modules or a Sequential, got a %s"):format(fname, v:type_name()), 3)
+    end
+    local mods, out = rawget(v, "_modules"), {}
+    for i, name in ipairs(mods.names) do out[i] = mods.map[name] end
+    return out
+  end
+  if type(v) ~= "table" then
+    error(("%s: expected a list of Modules or a Sequential, got %s"):format(fname, O.got(v)), 3)
+  end
+  local n = 0
+  for k in pairs(v) do
+    if math.type(k) ~= "integer" or k < 1 then
+      error(("%s: expected a list of Modules, got key %s"):format(fname, O.got(k)), 3)
+    end
+    if k > n then n = k end
+  end
+  local out = {}
+  for i = 1, n do
+    if not Module.is_module(v[i]) then
+      error(("%s: item %d must be a Module, got %s"):format(fname, i, O.got(v[i])), 3)
+    end
+    out[i] = v[i]
+  end
+  return out
+end
+
+-- extend(list or Sequential): appends each layer in order, as torch's; returns self. Checked before any is added:
+-- a non-Module in the list, or a name a layer holds after a removal (see append), changes nothing (torch's adds the
+-- layers before the bad one). s:extend(s) appends s's layers as they were before the call (torch's raises
+-- "dictionary changed size during iteration" after adding one).
+function Sequential:extend(layers)
+  local list = layers_of("Sequential:extend", layers)
+  local map, n = rawget(self, "_modules").map, #self
+  for i = 1, #list do
+    local name = tostring(n + i - 1)
+    if map[name] ~= nil then
+      error(("Sequential:extend: the name '%s' for item %d (the layer count) is a layer's already (one was removed "
+        .. "by name): appending would replace it; use s:add_module(name, m) with a free name"):format(name, i), 2)
+    end
+  end
+  for i, m in ipairs(list) do self:add_module(tostring(n + i - 1), m) end
+  return self
+end
+
+-- Registers `list` as the layers, named "0", "1", ... in its order, in place of the present ones: what torch's
+-- insert leaves (it moves each layer after the index one name up) and what its del s[i] / pop does (renumbering
+-- every name, one given by add_module too). Each change goes through add_module (Module.generation moves: a
+-- prepared model's FP8 layers are found again). A new name that is a parameter, buffer or plain field of this
+-- Sequential is refused before anything changes.
+local function renumber(self, fname, list)
+  for i = 1, #list do
+    local name = tostring(i - 1)
+    local kind = rawget(self, "_parameters").map[name] ~= nil and "a parameter"
+      or rawget(self, "_buffers").map[name] ~= nil and "a buffer"
+      or rawget(self, name) ~= nil and "a plain field" or nil
+    if kind then
+      error(("%s: the layers are renamed \"0\"..\"%d\", and '%s' is %s of this Sequential (assign nil to it first)")
+        :format(fname, #list - 1, name, kind), 3)
+    end
+  end
+  local names = rawget(self, "_modules").names
+  for i = #names, 1, -1 do self:add_module(names[i], nil) end
+  for i, m in ipairs(list) do self:add_module(tostring(i - 1), m) end
+end
+
+-- The position an index names: an integer (a float with an integer value too), 1-based, negative from the end.
+local function index_arg(fname, i)
+  local k = math.type(i) == "float" and math.tointeger(i) or i
+  if math.type(k) ~= "integer" then
+    local hint = Module.is_module(i) and " (the index comes first: s:insert(index, m); s:append(m) adds at the end)"
+      or i == nil and " (torch's takes one too; -1 names the last)" or ""
+    error(("%s: index must be an integer, got %s%s"):format(fname, Module.is_module(i) and "a " .. i:type_name()
+      or O.got(i), hint), 3)
+  end
+  return k
+end
+
+-- insert(index, m): m becomes the layer at position index (1-based: 1 first, #s + 1 after the last; negative counts
+-- from the end, -1 before the last), as torch's insert(index - 1, m) (insert(-1, m) the same as torch's); returns
+-- self. The layers are then named "0".."n-1" in their new order (torch's names after its insert, so state_dict keys
+-- follow the positions); where a name was given (add_module, or a removal left "0", "2") it is renumbered too
+-- (torch's insert fails there with KeyError). Out of range, or not a Module: refused.
+function Sequential:insert(index, m)
+  local k, n = index_arg("Sequential:insert", index), #self
+  if k == 0 or k > n + 1 or k < -n then
+    error(("Sequential:insert: index %d is out of range (%d layers: 1..%d, or -%d..-1 from the end; positions "
+      .. "count from 1)"):format(k, n, n + 1, n), 2)
+  end
+  if not Module.is_module(m) then error(("Sequential:insert: expected a Module, got %s"):format(O.got(m)), 2) end
+  if k < 0 then k = n + 1 + k end
+  local list = layers_of("Sequential:insert", self)
+  table.insert(list, k, m)
+  renumber(self, "Sequential:insert", list)
+  return self
+end
+
+-- pop(index) → the layer at position index (1-based, negative from the end), removed; the rest are renamed
+-- "0".."n-2" in order, as torch's pop(index - 1) (its del s[i] renumbers). Out of range: refused, as torch's
+-- IndexError.
+function Sequential:pop(index)
+  local k, n = index_arg("Sequential:pop", index), #self
+  if k == 0 or k > n or k < -n then
+    error(("Sequential:pop: index %d is out of range (%s; positions count from 1)"):format(k,
+      n == 0 and "no layers" or ("%d layers: 1..%d, or -%d..-1 from the end"):format(n, n, n)), 2)
+  end
+  if k < 0 then k = n + 1 + k end
+  local list = layers_of("Sequential:pop", self)
+  local m = table.remove(list, k)
+  renumber(self, "Sequential:pop", list)
+  return m
+end
 
 -- A GELU("tanh") whose output goes straight into an FP8Linear runs inside that layer (FP8Linear:forward_gelu: the
 -- input's FP8 cast in GELU's pass, and in the backward the cast of dY for an FP8Linear that made GELU's input; the
@@ -128,8 +246,9 @@ function Sequential.__setitem(self, k, m)
   local name = name_at(self, k)
   if name == nil then error(("Sequential: index %d is out of range (%d layers)"):format(k, #self), 2) end
   if not Module.is_module(m) then
-    error(("Sequential: layer %d must be a Module, got %s (to remove one, assign nil to its name: s[\"%s\"] = nil)")
-      :format(k, type(m), name), 2)
+    error(("Sequential: layer %d must be a Module, got %s (to remove one: s:pop(%d), which renames the rest \"0\", "
+      .. "\"1\", ... as torch's del; or assign nil to its name, which keeps the others': s[\"%s\"] = nil)")
+      :format(k, type(m), k, name), 2)
   end
   self:add_module(name, m)
 end
