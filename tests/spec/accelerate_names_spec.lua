@@ -93,8 +93,8 @@ describe("fp8.LocalSGD", function()
 
   it("under 2 processes: the weights part between averages, agree after each and after close", function()
     if not MPI.can then pending(MPI.why) return end
-    local p = assert(io.popen(("timeout -k 5 60 mpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 %s %s 2>&1")
-      :format(MPI.root, U.q(bin), "tests/dist/local_sgd.lua")))
+    local p = assert(io.popen(("timeout -k 5 60 %smpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 %s %s 2>&1")
+      :format(MPI.env, MPI.root, U.q(bin), "tests/dist/local_sgd.lua")))
     local out = p:read("a")
     local _, _, code = p:close()
     assert.equal(0, code, out)

@@ -5,8 +5,7 @@ local U = dofile("tests/spec/helpers/util.lua")
 local q = U.q
 local MPI = dofile("tests/spec/helpers/mpi.lua")
 local can, why, root = MPI.can, MPI.why, MPI.root
-local asan = os.getenv("ASAN_OPTIONS")   -- as dist_spec: OpenMPI's own allocations are not leak-checked
-local mpi_env = asan and ("env ASAN_OPTIONS=" .. q(asan .. ":detect_leaks=0") .. " ") or ""
+local mpi_env = MPI.env   -- OpenMPI's own allocations are not leak-checked under make sanitize
 
 local function mpirun(script, args)
   local p = assert(io.popen(("timeout -k 5 60 %smpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 %s %s %s 2>&1")
