@@ -329,18 +329,18 @@ static inline void quant_loops512(const q512_consts *c, const float *src, const 
     else quant_loop512(c, src, NULL, dst, n, vmax, cnt, false, shift);
 }
 
-/* q512_step for the common case, one finite positive scale, in fewer vector operations (~20 against ~28 per 16
- * elements; the cast is bound by the two vector ports): overflow is one compare of |x·scale| against
+/* q512_step for the common case, finite positive scales (one for the block, or vs per element), in fewer vector
+ * operations (~20 against ~28 per 16 elements; the cast is bound by the two vector ports): overflow is one compare of |x·scale| against
  * over_threshold, which NaN and ∞ pass too, and only a vector with a lane past it (a branch that is almost never
  * taken) blends in the overflow and NaN codes and counts them (passes and NaNs: the saturation count is their
  * difference, infinite sources included, as in quant_block_avx2); the underflows are counted per lane in
  * a vector. Bytes and counts are q512_step's (test_format compares both with the scalar reference). */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
-static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __m512 *vmax, __m512i *unf,
+static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __m512 vs, __m512 *vmax, __m512i *unf,
                                 qfast_counts *n, const unsigned shift) {
     const __m512i xa = _mm512_and_si512(_mm512_castps_si512(x), c->absm);
     *vmax = _mm512_max_ps(_mm512_castsi512_ps(xa), *vmax); /* NaN in 1st operand → keeps vmax */
-    const __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, c->vs));
+    const __m512i u = _mm512_castps_si512(_mm512_mul_ps(x, vs));
     const __m512i a = _mm512_and_si512(u, c->absm);
     __mmask16 normal;
     __m512i r = q512_round(c, a, &normal, shift);
@@ -357,18 +357,23 @@ static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __
     return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), c->b80, 0xF8); /* r | (u>>24 & 0x80) */
 }
 
-/* n (a multiple of 64) elements by q512_fast, four vectors to a 64-byte store. */
+/* n (a multiple of 64) elements by q512_fast, four vectors to a 64-byte store; with vsc, element i by vsc[i] (every
+ * one finite and positive: the caller's vfin says so), else by c->vs. */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
-static inline void quant_fast512(const q512_consts *c, uint32_t thr, const float *src, uint8_t *dst, size_t n,
-                                 __m512 *vmax, q512_counts *cnt, const unsigned shift) {
+static inline void quant_fast512(const q512_consts *c, uint32_t thr, const float *src, const float *vsc, uint8_t *dst,
+                                 size_t n, __m512 *vmax, q512_counts *cnt, const unsigned shift) {
     const __m512i thr1 = _mm512_set1_epi32((int)thr);
     __m512i unf = _mm512_setzero_si512();
     qfast_counts k = {0, 0};
     for (size_t i = 0; i < n; i += 64) {
-        const __m512i r0 = q512_fast(c, thr1, _mm512_loadu_ps(src + i), vmax, &unf, &k, shift);
-        const __m512i r1 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 16), vmax, &unf, &k, shift);
-        const __m512i r2 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 32), vmax, &unf, &k, shift);
-        const __m512i r3 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 48), vmax, &unf, &k, shift);
+        const __m512i r0 = q512_fast(c, thr1, _mm512_loadu_ps(src + i), q512_scales(c, vsc, i, 0xFFFF), vmax, &unf, &k,
+                                     shift);
+        const __m512i r1 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 16), q512_scales(c, vsc, i + 16, 0xFFFF), vmax,
+                                     &unf, &k, shift);
+        const __m512i r2 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 32), q512_scales(c, vsc, i + 32, 0xFFFF), vmax,
+                                     &unf, &k, shift);
+        const __m512i r3 = q512_fast(c, thr1, _mm512_loadu_ps(src + i + 48), q512_scales(c, vsc, i + 48, 0xFFFF), vmax,
+                                     &unf, &k, shift);
         store_codes64(dst + i, r0, r1, r2, r3);
     }
     cnt->unf += (uint32_t)_mm512_reduce_add_epi32(unf);
@@ -376,20 +381,19 @@ static inline void quant_fast512(const q512_consts *c, uint32_t thr, const float
     cnt->sat += k.over - k.nan;   /* passes that are not NaN: overflows, infinite sources included */
 }
 
-/* A block: its first nf elements (a multiple of 64; 0 unless one finite positive scale) by the fast loop, the rest
- * by quant_loops512. */
+/* A block: its first nf elements (a multiple of 64; 0 unless every scale is finite and positive) by the fast loop,
+ * the rest by quant_loops512. */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline void quant_all512(const q512_consts *c, uint32_t thr, const float *src, const float *vsc, uint8_t *dst,
                                 size_t n, size_t nf, __m512 *vmax, q512_counts *cnt, const bool fin,
                                 const unsigned shift) {
-    quant_fast512(c, thr, src, dst, nf, vmax, cnt, shift);
-    quant_loops512(c, src + nf, vsc, dst + nf, n - nf, vmax, cnt, fin, shift);
+    quant_fast512(c, thr, src, vsc, dst, nf, vmax, cnt, shift);
+    quant_loops512(c, src + nf, vsc ? vsc + nf : NULL, dst + nf, n - nf, vmax, cnt, fin, shift);
 }
 
 __attribute__((target("avx512f,avx512bw,popcnt")))
 static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const fp8_params *P,
                                float scale, const float *vsc, bool vfin, fl_overflow pol, fl_cast_stats *st) {
-    (void)vfin;   /* per-element scales keep the general loop here */
     q512_consts c;
     c.absm = _mm512_set1_epi32(0x7FFFFFFF); c.inf = _mm512_set1_epi32(0x7F800000);
     c.half = _mm512_set1_epi32((int)(((1u << (P->shift - 1)) - 1u) - (P->rebias << P->shift)));
@@ -404,8 +408,8 @@ static void quant_block_avx512(const float *src, uint8_t *dst, size_t n, const f
     q512_counts cnt = {0, 0, 0};   /* a block is at most FL_QBLOCK elements, far below 2^32 */
     /* the two formats' shifts as immediates (a shift by a register count is two uops on Intel's cores) */
     const bool fin = scale > 0.0f && scale < INFINITY;
-    /* one finite positive scale: whole 64s in the fast loop, the rest as before */
-    const size_t nf = !vsc && fin ? n & ~(size_t)63 : 0;
+    /* finite positive scales (one, or per element as vfin says): whole 64s in the fast loop, the rest as before */
+    const size_t nf = (vsc ? vfin : fin) ? n & ~(size_t)63 : 0;
     const uint32_t thr = over_threshold(P);
     if (P->shift == 20) quant_all512(&c, thr, src, vsc, dst, n, nf, &vmax, &cnt, fin, 20);          /* E4M3 */
     else if (P->shift == 21) quant_all512(&c, thr, src, vsc, dst, n, nf, &vmax, &cnt, fin, 21);     /* E5M2 */
@@ -604,11 +608,11 @@ static bool scales_finite_pos(const float *s, size_t n) {
     return ok != 0;
 }
 
-/* vfin for kernel fn and scales vsc[0, n): checked only for the kernel that reads it (the AVX2 one; the portable
- * and AVX-512 kernels take per-element scales through their general loops), so the others skip the pass. */
+/* vfin for kernel fn and scales vsc[0, n): checked only for the kernels that read it (AVX2 and AVX-512; the portable
+ * one takes per-element scales through its general loop), so it skips the pass. */
 static bool vfin_for(quant_block_fn fn, const float *vsc, size_t n) {
 #ifdef __x86_64__
-    return vsc && fn == quant_block_avx2 && scales_finite_pos(vsc, n);
+    return vsc && (fn == quant_block_avx2 || fn == quant_block_avx512) && scales_finite_pos(vsc, n);
 #else
     (void)fn, (void)vsc, (void)n;
     return false;
