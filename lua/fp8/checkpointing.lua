@@ -7,6 +7,7 @@
 --   random_states_<rank>.json                 each process's generator
 --   fp8lab_state.json                         version, step, data loader positions, resolved settings
 -- It is written as <dir>.tmp and renamed when complete, so a crash never leaves a partial <dir>.
+local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local O = require "fp8.opts"
 local core = require "fp8.core"
 local C = require "fp8._checkpoint"
@@ -729,7 +730,7 @@ function M.install(Accelerator)
     -- none is left waiting in a collective, and (cleanup) the temporary directory is removed.
     local function settle(cleanup, ok, err)
       -- without the internal source location a core error carries ("lua/fp8/checkpointing.lua:542: "), as load_state
-      local mine = not ok and (error_text(err):gsub("^[^:\n]*:%d+: ", "")) or nil
+      local mine = not ok and unplaced(err) or nil
       if mine and not mine:match("^save_state: ") then mine = "save_state: " .. mine end
       local msg = require("fp8.distributed")._first_error(self.num_processes or 1, rank, mine)
       if msg then
@@ -801,7 +802,7 @@ function M.install(Accelerator)
         if n > 0 then core.save_file(tensors, base .. ".safetensors", { format = "fp8lab-custom" }) end
         local ok, err = pcall(C.json_encode, st)
         if not ok then
-          error(("save_state: custom object %d: %s"):format(i, tostring(err):gsub("^[^:]*:%d+: ", "")), 0)
+          error(("save_state: custom object %d: %s"):format(i, unplaced(err)), 0)
         end
         C.write_atomic(base .. ".json", err .. "\n")
       end
@@ -1023,7 +1024,7 @@ function M.install(Accelerator)
         local names = custom_state_names(sd)
         if next(names) ~= nil then   -- its tensors, each back on the device it was saved from (the CPU without one)
           local okf, f = pcall(core.safe_open, base .. ".safetensors")
-          if not okf then error(("load_state: custom object %d: %s"):format(i, tostring(f):gsub("^[^:]*:%d+: ", "")), 0) end
+          if not okf then error(("load_state: custom object %d: %s"):format(i, unplaced(f)), 0) end
           local tensors, have = {}, {}
           for _, k in ipairs(f:keys()) do have[k] = true end
           for name, dev in pairs(names) do
@@ -1089,7 +1090,7 @@ function M.install(Accelerator)
         local _, aerr = agreed(false, msg)
         msg = aerr or msg
       end
-      error((msg:gsub("^[^:]*:%d+: ", "")), 2)
+      error(unplaced(msg), 2)
     end
   end
 
@@ -1125,7 +1126,7 @@ function M.install(Accelerator)
     if type(path) ~= "string" or path == "" then error(("save: expected a file name, got %s"):format(tostring(path)), 2) end
     if self.process_index ~= nil and self.process_index ~= 0 then return end
     local ok, err = pcall(core.save_file, tensors, path, metadata)
-    if not ok then error("save: " .. (tostring(err):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "")), 2) end
+    if not ok then error("save: " .. (unplaced(err):gsub("^save_file: ", "")), 2) end
   end
 
   -- save_model(model, dir [, {fp8="dequantize"|"raw"}]): the weights only (parameters and buffers, no
@@ -1169,7 +1170,7 @@ function M.install(Accelerator)
     table.move(rest, 1, #rest, #names + 1, names)
     local wok, path = pcall(model_files.write, dir, out, names, max_shard, { format = "pt", producer = "fp8lab" })
     -- a write's failure (a full disk) names the function, not this file's line
-    if not wok then error("save_model: " .. (tostring(path):gsub("^[^:]*:%d+: ", ""):gsub("^save_file: ", "")), 2) end
+    if not wok then error("save_model: " .. (unplaced(path):gsub("^save_file: ", "")), 2) end
     return path
   end
 end

@@ -3,6 +3,7 @@
 -- Settings — their types, choices, defaults, flags, FP8LAB_* variables, help lines and questions — come
 -- from the one settings table (core/settings.c, as fp8.settings.list()); nothing here names a setting
 -- except the few the commands themselves act on (mixed_precision, backend, num_processes).
+local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local M = {}
 
 local cfg = require "fp8.config"
@@ -243,7 +244,7 @@ local function env_cmd(host, ...)
       note = u.near and ("   (not read by fp8lab: did you mean %s?)"):format(u.near) or "   (not read by fp8lab)"
     elseif setting_of[n] and v ~= "" then
       local ok, err = pcall(settings.parse, setting_of[n].name, v, n)
-      if not ok then note = ("   (invalid: %s)"):format(tostring(err):gsub("^[^:]*:%d+: ", "")); bad = true end
+      if not ok then note = ("   (invalid: %s)"):format(unplaced(err)); bad = true end
     end
     print(("  %s=%s%s"):format(n, v, note))
   end
@@ -266,7 +267,7 @@ local function env_cmd(host, ...)
     -- the file's own notices, then those an Accelerator would give for the file alone, as config --check prints
     local okr, r = pcall(require("fp8.kwargs").resolve, { config = settings, env = {} })
     for _, n in ipairs(okr and r.notices or settings.notices) do print("  notice: " .. n) end
-    if not okr then print("  error: " .. tostring(r):gsub("^[^:\n]*:%d+: ", "")); bad = true end
+    if not okr then print("  error: " .. unplaced(r)); bad = true end
   end
   local text = read_file(path, 64 * 1024)
   if text then

@@ -491,7 +491,7 @@ local function collate(what, vals, idx)
   if ok then return r end
   local shown = table.concat(idx, ", ", 1, math.min(#idx, 8)) .. (#idx > 8 and ", ..." or "")
   error(("DataLoader: the %ss of dataset items %s do not make one batch: %s"):format(what, shown,
-    (tostring(r):gsub("^[^\n]-:%d+: ", "", 1))), 0)
+    require("fp8.errfmt").unplaced(r)), 0)
 end
 
 local function slow_batch(ds, idx)

@@ -106,4 +106,10 @@ function M.value_text(err)
   return ("(error object is a %s value)"):format(t)
 end
 
+-- unplaced(err) -> the text of an error value without the "file:line: " a raise from Lua put before it, for a
+-- message that goes on in another function's name (a string or anything else, as value_text words it).
+function M.unplaced(err)
+  return (M.value_text(err):gsub("^[^:\n]*:%d+: ", "", 1))
+end
+
 return M

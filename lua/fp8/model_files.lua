@@ -3,6 +3,7 @@
 --   model.safetensors                                  the weights fit max_shard_size (or make one shard)
 --   model-0000k-of-0000n.safetensors + model.safetensors.index.json    past it, split as huggingface_hub splits
 -- Each file is written atomically (fp8.save_file, fp8._checkpoint's write_atomic); the index goes last.
+local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local O = require "fp8.opts"
 local core = require "fp8.core"
 local C = require "fp8._checkpoint"
@@ -135,7 +136,7 @@ local function checkpoint_files(path)
   local text = f:read("a")
   f:close()
   local ok, doc = pcall(C.json_decode, text, index)
-  if not ok then fail("%s", tostring(doc):gsub("^[^:]*:%d+: ", "")) end
+  if not ok then fail("%s", unplaced(doc)) end
   local map = type(doc) == "table" and doc.weight_map or doc
   if type(map) ~= "table" or next(map) == nil then fail("%s: expected a weight_map of tensor names to files", index) end
   local folder = index:match("^(.*)/[^/]*$") or "."
@@ -184,7 +185,7 @@ function M.load(model, checkpoint, opts, ...)
     local sd, from = {}, {}
     for _, file in ipairs(files) do
       local lok, t = pcall(core.load_file, file)
-      if not lok then fail("%s", tostring(t):gsub("^[^:]*:%d+: ", "")) end
+      if not lok then fail("%s", unplaced(t)) end
       for k, v in pairs(t) do
         if from[k] then fail("%q is in both %s and %s", k, from[k], file) end
         sd[k], from[k] = v, file
@@ -203,7 +204,7 @@ function M.load(model, checkpoint, opts, ...)
     return model:load_state_dict(sd, { strict = strict })
   end)
   if not ok then
-    local msg = tostring(res):gsub("^[^:]*:%d+: ", ""):gsub("^load_state_dict: ", "")
+    local msg = unplaced(res):gsub("^load_state_dict: ", "")
     if not msg:match("^load_checkpoint_in_model: ") then msg = "load_checkpoint_in_model: " .. msg end
     error(msg, 2)
   end

@@ -2,6 +2,7 @@
 -- format, scale, amax of the last cast and over the history, underflow and saturation; of a live model,
 -- or of the recipe state a state dict or checkpoint holds. The Accelerator's log_fp8_stats writes the
 -- same rows to CSV.
+local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local O = require "fp8.opts"
 local core = require "fp8.core"
 local Module = require "fp8.nn.module"
@@ -24,7 +25,7 @@ local function saved_stats(sd, opts)
   local rows = {}
   for _, k in ipairs(names) do
     local ok, st = pcall(state.unpack, sd[k])
-    if not ok then error(("fp8.stats: %s: %s"):format(k, tostring(st):gsub("^[^:]*:%d+: ", "")), 3) end
+    if not ok then error(("fp8.stats: %s: %s"):format(k, unplaced(st)), 3) end
     for _, r in ipairs(state.ROLES) do
       local s, amax = st[r], 0
       -- a NaN in the history shows as NaN, as a live model's row shows it (it kept the old scale)

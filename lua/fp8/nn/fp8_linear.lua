@@ -2,6 +2,7 @@
 -- wgrad) run in FP8 under FP8 autocast, with per-role scaling state configured by the recipe
 -- (core/recipe.c via fp8._fp8_layer.layer_config) and carried in the buffer `fp8_state`
 -- (fp8.fp8_state) so state_dict() and checkpoints hold it. The numerics are core/fp8_linear.c's.
+local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local core = require "fp8.core"
 local C = require "fp8._fp8_layer"
 local Module = require "fp8.nn.module"
@@ -41,7 +42,7 @@ function FP8Linear._as_recipe(r, level, who)
   local handler = kwargs.is_handler(r) and r.handler_type
   if handler and RECIPE_HANDLERS[handler] then
     local ok, s = pcall(kwargs.resolve, { mixed_precision = "fp8", kwargs_handlers = { r }, config = false, env = {} })
-    if not ok then error(who .. ": " .. tostring(s):gsub("^[^:\n]*:%d+: ", ""), level + 1) end
+    if not ok then error(who .. ": " .. unplaced(s), level + 1) end
     return s.fp8_recipe
   end
   if type(r) ~= "table" or handler or type(r.backend) ~= "string" then
@@ -119,7 +120,7 @@ function FP8Linear:_check_load_state(sd, prefix, strict)
   local t = sd[prefix .. "fp8_state"]
   if t == nil then return nil end   -- strict=false without recipe state: the layer keeps its own
   local ok, st = pcall(state.unpack, t)
-  if not ok then return ('for "%sfp8_state": %s'):format(prefix, tostring(st):gsub("^[^:]*:%d+: ", "")) end
+  if not ok then return ('for "%sfp8_state": %s'):format(prefix, unplaced(st)) end
   local mine = self.fp8_meta:state()
   for _, r in ipairs(state.ROLES) do
     local s = st[r]

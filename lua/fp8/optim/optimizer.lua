@@ -1,5 +1,6 @@
 -- optimizer.lua — the base of fp8.optim's optimizers: parameter groups with per-group options,
 -- zero_grad(), state_dict()/load_state_dict(), and the argument parsing the constructors share.
+local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local O = require "fp8.opts"
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 
@@ -345,7 +346,7 @@ function Optimizer:load_state_dict(sd)
       end
     end
     local ok, err = pcall(self._check_group, self, cand)
-    if not ok then fail("group %d: %s", gi, tostring(err):gsub("^[^:]*:%d+: ", "")) end
+    if not ok then fail("group %d: %s", gi, unplaced(err)) end
     if cand.initial_lr ~= nil and (type(cand.initial_lr) ~= "number" or cand.initial_lr ~= cand.initial_lr) then
       fail("group %d: initial_lr must be a number, got %s", gi, tostring(cand.initial_lr))
     end
