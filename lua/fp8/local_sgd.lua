@@ -53,12 +53,34 @@ local function new(opts, ...)
   return self
 end
 
--- the processes' parameters replaced by their mean, in place (optimizers keep holding them)
+-- the processes' parameters replaced by their mean, in place (optimizers keep holding them). The fp32 ones of a
+-- device go as one flat buffer, one all-reduce for all of them (as the DDP reducer's buckets; Accelerate's LocalSGD
+-- makes one per parameter); another dtype (a bf16 model, FP8 bytes with their scale) is averaged as it is.
 function LocalSGD:_sync_and_avg_model_params()
   local acc = self.accelerator
   acc:wait_for_everyone()
-  require("fp8.core").no_grad(function()   -- (not the global fp8: a script may rebind it)
-    for _, p in ipairs(self.model:parameters()) do init.copy_(p, acc:reduce(p, "mean")) end
+  local core = require "fp8.core"   -- (not the global fp8: a script may rebind it)
+  core.no_grad(function()
+    local flat, order = {}, {}
+    for _, p in ipairs(self.model:parameters()) do
+      if p:dtype() == "fp32" then
+        local dev = p:device()
+        if not flat[dev] then flat[dev] = {}; order[#order + 1] = dev end
+        table.insert(flat[dev], p)
+      else
+        init.copy_(p, acc:reduce(p, "mean"))
+      end
+    end
+    for _, dev in ipairs(order) do
+      local ps, parts = flat[dev], {}
+      for i, p in ipairs(ps) do parts[i] = p:reshape({ -1 }) end
+      local mean, at = acc:reduce(#parts == 1 and parts[1] or core.cat(parts), "mean"), 1
+      for _, p in ipairs(ps) do
+        local n = p:numel()
+        init.copy_(p, mean:narrow(1, at, n):view(p:shape()))
+        at = at + n
+      end
+    end
   end)
 end
 

@@ -91,7 +91,7 @@ describe("fp8.LocalSGD", function()
     U.fails_with("LocalSGD:step: this LocalSGD was closed", function() closed:step() end)
   end)
 
-  it("under 2 processes: the weights part between averages, agree after each and after close", function()
+  it("under 2 processes: the weights part between averages; each average is the ranks' mean; agree after close", function()
     if not MPI.can then pending(MPI.why) return end
     local p = assert(io.popen(("timeout -k 5 60 %smpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 %s %s 2>&1")
       :format(MPI.env, MPI.root, U.q(bin), "tests/dist/local_sgd.lua")))
@@ -99,7 +99,7 @@ describe("fp8.LocalSGD", function()
     local _, _, code = p:close()
     assert.equal(0, code, out)
     for r = 0, 1 do
-      assert.truthy(out:find(("rank%d type=MULTI_CPU 1:apart 2:same 3:apart 4:same closed:same ddp:same"):format(r),
+      assert.truthy(out:find(("rank%d type=MULTI_CPU 1:apart 2:mean 3:apart 4:mean closed:same ddp:same"):format(r),
         1, true), out)
     end
   end)
