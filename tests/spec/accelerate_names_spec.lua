@@ -5,6 +5,14 @@ local U = dofile("tests/spec/helpers/util.lua")
 local MPI = dofile("tests/spec/helpers/mpi.lua")
 
 local function acc1() return fp8.Accelerator{ cpu = true, config = false, env = {} } end
+-- a one-process accelerator with a prepared Linear(nin, nout) and SGD: acc, model, opt
+local function prepared(nin, nout)
+  local acc = acc1()
+  local m = fp8.nn.Linear(nin, nout)
+  local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+  m, opt = acc:prepare(m, opt)
+  return acc, m, opt
+end
 
 describe("Accelerate's enums", function()
   it("DistributedType members are their names; acc.distributed_type is one", function()
@@ -40,10 +48,7 @@ end)
 
 describe("acc.gradient_accumulation_steps assigned by a script", function()
   it("takes effect (automatic_gradient_accumulation.py sets it per trial), and a bad value is refused by name", function()
-    local acc = acc1()
-    local m = fp8.nn.Linear(2, 2)
-    local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
-    m, opt = acc:prepare(m, opt)
+    local acc, m = prepared(2, 2)
     acc.gradient_accumulation_steps = 2
     local syncs = {}
     for i = 1, 4 do acc:accumulate(m, function() syncs[i] = acc.sync_gradients end) end
@@ -59,10 +64,7 @@ end)
 
 describe("fp8.LocalSGD", function()
   it("under one process is disabled: step() counts, the weights and gradient sync are untouched", function()
-    local acc = acc1()
-    local model = fp8.nn.Linear(3, 2)
-    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
-    model, opt = acc:prepare(model, opt)
+    local acc, model = prepared(3, 2)
     local before = model.weight:clone()
     do
       local l <close> = fp8.LocalSGD{ accelerator = acc, model = model, local_sgd_steps = 1 }

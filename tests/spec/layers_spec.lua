@@ -24,6 +24,19 @@ end
 
 local function exists(p) local f = io.open(p, "r"); if f then f:close() end; return f ~= nil end
 
+-- "file: include" for every #include of the files matching pattern in dirs that offends(file, include, dir) names
+local function offending(dirs, pattern, offends)
+  local bad = {}
+  for _, dir in ipairs(dirs) do
+    for _, f in ipairs(files(dir, pattern)) do
+      for _, inc in ipairs(includes(f)) do
+        if offends(f, inc, dir) then bad[#bad + 1] = f .. ": " .. inc.name end
+      end
+    end
+  end
+  return bad
+end
+
 -- what a device may take from core/ (and the NCCL glue dist.h, in kernels/): anything else is a layer above it
 local DEVICE_MAY = {}
 for _, h in ipairs { "tensor.h", "device.h", "format.h", "error.h", "half_cvt.h", "scale_rule.h", "philox.h",
@@ -31,45 +44,23 @@ for _, h in ipairs { "tensor.h", "device.h", "format.h", "error.h", "half_cvt.h"
 
 describe("the layers' includes", function()
   it("core/ includes no Lua header, nothing from lua/ and no CUDA header", function()
-    local bad = {}
-    for _, dir in ipairs { "core", "core/cpu" } do
-      for _, f in ipairs(files(dir, "%.[ch]$")) do
-        for _, inc in ipairs(includes(f)) do
-          local n = inc.name
-          if n:match("^lua") or n:match("lauxlib") or n:match("^l_") or n:match("%.%./lua/")
-            or (inc.sys and (n:match("^cuda") or n:match("^cublas") or n:match("^nccl"))) then
-            bad[#bad + 1] = f .. ": " .. n
-          end
-        end
-      end
-    end
-    assert.are.same({}, bad)
+    assert.are.same({}, offending({ "core", "core/cpu" }, "%.[ch]$", function(_, inc)
+      local n = inc.name
+      return n:match("^lua") or n:match("lauxlib") or n:match("^l_") or n:match("%.%./lua/")
+        or (inc.sys and (n:match("^cuda") or n:match("^cublas") or n:match("^nccl")))
+    end))
   end)
 
   it("only lua/l_*.c, lua/l_util.h and the host lua/main.c include lua.h", function()
-    local bad = {}
-    for _, f in ipairs(files("lua", "%.[ch]$")) do
-      for _, inc in ipairs(includes(f)) do
-        if inc.name == "lua.h" and not (f:match("^lua/l_[%w_]+%.[ch]$") or f == "lua/main.c") then
-          bad[#bad + 1] = f
-        end
-      end
-    end
-    assert.are.same({}, bad)
+    assert.are.same({}, offending({ "lua" }, "%.[ch]$", function(f, inc)
+      return inc.name == "lua.h" and not (f:match("^lua/l_[%w_]+%.[ch]$") or f == "lua/main.c")
+    end))
   end)
 
   it("core/cpu/ and kernels/ take from core/ only the device interface and the shared headers", function()
-    local bad = {}
-    for _, dir in ipairs { "core/cpu", "kernels" } do
-      for _, f in ipairs(files(dir, "%.[ch]u?h?$")) do
-        for _, inc in ipairs(includes(f)) do
-          local n = inc.name:gsub("^%.%./", ""):gsub("^core/", "")
-          if not inc.sys and not exists(dir .. "/" .. n) and not DEVICE_MAY[n] then
-            bad[#bad + 1] = f .. ": " .. inc.name
-          end
-        end
-      end
-    end
-    assert.are.same({}, bad)
+    assert.are.same({}, offending({ "core/cpu", "kernels" }, "%.[ch]u?h?$", function(_, inc, dir)
+      local n = inc.name:gsub("^%.%./", ""):gsub("^core/", "")
+      return not inc.sys and not exists(dir .. "/" .. n) and not DEVICE_MAY[n]
+    end))
   end)
 end)
