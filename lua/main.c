@@ -588,6 +588,17 @@ static void save_line(const char *line) {
 #endif
 }
 
+#ifdef FL_HAVE_READLINE
+/* Whether the history file hp starts with a "#<time>" line (written with timestamps), or is empty or absent. */
+static int history_file_timed(const char *hp) {
+    FILE *f = fopen(hp, "r");
+    if (!f) return 1;
+    const int c0 = fgetc(f), c1 = fgetc(f);
+    fclose(f);
+    return c0 == EOF || (c0 == '#' && c1 >= '0' && c1 <= '9');
+}
+#endif
+
 /* FP8LAB_HISTSIZE: unset or empty keeps 1000; else an integer 0..1000000, or -1 after printing why not. */
 static int repl_histsize(void) {
     const char *s = getenv("FP8LAB_HISTSIZE");
@@ -720,8 +731,21 @@ static int repl(lua_State *L) {
         rl_completer_word_break_characters = " \t\n\"'`@$><=;|&{}()[],+-*/%^#~!?\\";
         rl_basic_word_break_characters = rl_completer_word_break_characters;
         stifle_history(histsize);   /* before reading, so a long file loads its last histsize lines */
+        /* a statement typed on several lines is one entry (save_line gets the whole chunk, as lua.c's), and stays one
+         * in the file: each entry is written after a "#<time>" line, and the lines up to the next such line are read
+         * back as one entry */
+        history_comment_char = '#';
+        history_write_timestamps = 1;
         const char *hp = history_path();
-        if (hp && histsize > 0) read_history(hp);
+        if (hp && histsize > 0) {
+            /* a file written before (no "#<time>" lines) is read one entry a line, as it was written (read as
+             * multi-line entries, its lines would all join its first), and rewritten once in the new form */
+            const int timed = history_file_timed(hp);
+            history_multiline_entries = timed;
+            read_history(hp);
+            if (!timed) write_history(hp);
+        }
+        history_multiline_entries = 1;
     }
 #endif
     if (interactive) {

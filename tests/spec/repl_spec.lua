@@ -314,7 +314,8 @@ describe("REPL session", function()
   local has_python = os.execute("python3 -c 'import pty' >/dev/null 2>&1")
   local pty_it = has_python and it or pending
   -- driver BIN MODE [HISTORY_FILE]: MODE readline or plain (what `fp8lab env` says), or history (three
-  -- lines into HISTORY_FILE), or resize (the window grows while a line runs)
+  -- lines into HISTORY_FILE), multiline (a statement on three lines, then one line) and recall (the first run again
+  -- from the file), or resize (the window grows while a line runs)
   local driver = [==[
 import os, pty, sys, time, select, fcntl, termios, struct
 pid, fd = pty.fork()
@@ -343,6 +344,24 @@ if sys.argv[2] == "history":
     _, st = os.waitpid(pid, 0)
     print("exit", os.waitstatus_to_exitcode(st))
     if notices: print("notices", notices)
+    sys.exit(0)
+if sys.argv[2] == "multiline":
+    # a statement on three lines, then one on one line: two entries
+    os.write(fd, b"function f(x)\n"); expect(">> ")
+    os.write(fd, b"  return x * 2\n"); expect(">> ")
+    os.write(fd, b"end\n"); expect("fp8> ")
+    os.write(fd, b"b = 1\n"); expect("fp8> ")
+    os.write(fd, b"\x04")
+    _, st = os.waitpid(pid, 0)
+    print("exit", os.waitstatus_to_exitcode(st))
+    sys.exit(0)
+if sys.argv[2] == "recall":
+    # a new session: two entries back is the whole three-line statement, run again as it was typed
+    os.write(fd, b"\x1b[A\x1b[A\n"); expect("fp8> ")
+    os.write(fd, b"f(21)\n"); expect("42"); expect("fp8> ")
+    os.write(fd, b"\x04")
+    _, st = os.waitpid(pid, 0)
+    print("exit", os.waitstatus_to_exitcode(st))
     sys.exit(0)
 if sys.argv[2] == "resize":
     # the window grows from 40 to 200 columns while a line runs (readline is not reading); a 100-column line fits
@@ -401,16 +420,23 @@ print("exit", os.waitstatus_to_exitcode(st))
     assert.are.equal("exit 0\n", drive("resize"))
   end)
 
+  -- the history file less the "#<time>" line written before each entry
+  local function entries(path) return (U.read(path):gsub("#%d+\n", "")) end
+
   hist_it("keeps FP8LAB_HISTSIZE lines of history in the file (0: none read or written)", function()
     local h = os.tmpname()
     U.write(h, "old1\nold2\nold3\nold4\nold5\n")
     assert.are.equal("exit 0\n", drive("history", h, "FP8LAB_HISTSIZE=2 "))
-    assert.are.equal("a2 = 2\na3 = 3\n", U.read(h))
+    assert.are.equal("a2 = 2\na3 = 3\n", entries(h))
     U.write(h, "old1\n")
     assert.are.equal("exit 0\n", drive("history", h, "FP8LAB_HISTSIZE=0 "))
     assert.are.equal("old1\n", U.read(h))
     assert.are.equal("exit 0\n", drive("history", h))   -- the default keeps them all (1000)
-    assert.are.equal("old1\na1 = 1\na2 = 2\na3 = 3\n", U.read(h))
+    assert.are.equal("old1\na1 = 1\na2 = 2\na3 = 3\n", entries(h))
+    -- a file from before "#<time>" lines: its lines stay entries of their own, and it is rewritten with one each
+    U.write(h, "old1\nold2\n")
+    assert.are.equal("exit 0\n", drive("history", h))
+    assert.matches("^#%d+\nold1\n#%d+\nold2\n#%d+\na1 = 1\n#%d+\na2 = 2\n#%d+\na3 = 3\n$", U.read(h))
     os.remove(h)
     -- a file that cannot be written (here a directory) is said once; the history was silently not kept
     local dir = os.tmpname()
@@ -418,6 +444,14 @@ print("exit", os.waitstatus_to_exitcode(st))
     os.execute("mkdir " .. q(dir))
     assert.are.equal("exit 0\nnotices 1\n", drive("history", dir))
     os.execute("rmdir " .. q(dir))
+  end)
+
+  hist_it("keeps a statement typed on several lines as one entry, in the file too (a new session recalls it whole)", function()
+    local h = os.tmpname()
+    assert.are.equal("exit 0\n", drive("multiline", h))
+    assert.matches("^#%d+\nfunction f%(x%)\n  return x %* 2\nend\n#%d+\nb = 1\n$", U.read(h))
+    assert.are.equal("exit 0\n", drive("recall", h))
+    os.remove(h)
   end)
 end)
 
