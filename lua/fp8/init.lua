@@ -105,14 +105,20 @@ function fp8.formats(quiet, ...)
   return list
 end
 
--- set_seed(seed [, device_specific]): Accelerate's name; device_specific adds the process index.
-function fp8.set_seed(seed, device_specific, ...)
-  require("fp8.opts").no_more("set_seed", "(seed [, device_specific])", ...)
+-- set_seed(seed [, device_specific [, deterministic]]): Accelerate's name; device_specific adds the process index.
+-- deterministic (Accelerate's torch.use_deterministic_algorithms(True)) is what fp8lab's kernels always are: no
+-- floating-point atomics and fixed summation orders on the CPU and the GPU, so a run repeated with the same seed
+-- gives the same bits (docs/lua-api.md, "Reproducibility"); true is taken for that, false changes nothing.
+function fp8.set_seed(seed, device_specific, deterministic, ...)
+  require("fp8.opts").no_more("set_seed", "(seed [, device_specific [, deterministic]])", ...)
   if math.type(seed) ~= "integer" or seed < 0 then
     error(("set_seed: seed must be an integer >= 0, got %s"):format(require("fp8.opts").got(seed)), 2)
   end
   if device_specific ~= nil and type(device_specific) ~= "boolean" then
     error(("set_seed: device_specific must be a boolean, got %s"):format(type(device_specific)), 2)
+  end
+  if deterministic ~= nil and type(deterministic) ~= "boolean" then
+    error(("set_seed: deterministic must be a boolean, got %s"):format(type(deterministic)), 2)
   end
   if device_specific then
     -- the process's rank from whatever started it (mpirun, srun, PMI; fp8lab launch), as the communicator reads it

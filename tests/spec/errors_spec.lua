@@ -370,7 +370,8 @@ describe("extra arguments are refused, naming what the function takes", function
     { "where: takes (cond, a, b)", fp8.where, x, x, x, 5 },
     { "unsqueeze: takes (dim)", x.unsqueeze, x, 1, 5 },
     { "float: takes no arguments", x.float, x, 5 },
-    { "set_seed: takes (seed", fp8.set_seed, 1, false, 5 },
+    { "set_seed: takes (seed", fp8.set_seed, 1, false, true, 5 },
+    { "set_seed: deterministic must be a boolean, got number", fp8.set_seed, 1, false, 5 },
     -- kwargs handlers, the Accelerator, modules, optimizers
     { "TERecipeKwargs: takes one options table", fp8.TERecipeKwargs, {}, 5 },
     { "Accelerator: takes one options table", fp8.Accelerator, {}, 5 },
