@@ -330,11 +330,12 @@ static inline void quant_loops512(const q512_consts *c, const float *src, const 
 }
 
 /* q512_step for the common case, finite positive scales (one for the block, or vs per element), in fewer vector
- * operations (~20 against ~28 per 16 elements; the cast is bound by the two vector ports): overflow is one compare of |x·scale| against
- * over_threshold, which NaN and ∞ pass too, and only a vector with a lane past it (a branch that is almost never
- * taken) blends in the overflow and NaN codes and counts them (passes and NaNs: the saturation count is their
- * difference, infinite sources included, as in quant_block_avx2); the underflows are counted per lane in
- * a vector. Bytes and counts are q512_step's (test_format compares both with the scalar reference). */
+ * operations (~20 against ~28 per 16 elements; the cast is bound by the two vector ports): overflow is one compare
+ * of |x·scale| against over_threshold, which NaN and ∞ pass too, and only a vector with a lane past it (a branch
+ * that is almost never taken) blends in the overflow and NaN codes and counts them (passes and NaNs: the
+ * saturation count is their difference, infinite sources included, as in quant_block_avx2); the underflows are
+ * counted per lane in a vector. Bytes and counts are q512_step's (test_format compares both with the scalar
+ * reference). */
 __attribute__((target("avx512f,avx512bw,popcnt"), always_inline))
 static inline __m512i q512_fast(const q512_consts *c, __m512i thr1, __m512 x, __m512 vs, __m512 *vmax, __m512i *unf,
                                 qfast_counts *n, const unsigned shift) {

@@ -1,6 +1,7 @@
 -- local_sgd.lua — fp8.LocalSGD under 2 processes (tests/spec/accelerate_names_spec.lua): each rank trains on its own
 -- shard without averaging gradients, so the weights part between averages; every local_sgd_steps steps, and at close,
--- they are averaged (equal on both ranks, each parameter the mean of the ranks' values); distributed_type reads MULTI_CPU.
+-- they are averaged (equal on both ranks, each parameter the mean of the ranks' values); distributed_type reads
+-- MULTI_CPU.
 local F = fp8.nn.F
 local acc = fp8.Accelerator{ cpu = true, config = false }
 fp8.manual_seed(1)

@@ -93,7 +93,8 @@ describe("fp8.LocalSGD", function()
     U.fails_with("LocalSGD:step: this LocalSGD was closed", function() closed:step() end)
   end)
 
-  it("under 2 processes: the weights part between averages; each average is the ranks' mean; agree after close", function()
+  it("under 2 processes: the weights part between averages; each average is the ranks' mean; agree after close",
+    function()
     if not MPI.can then pending(MPI.why) return end
     local p = assert(io.popen(("timeout -k 5 60 %smpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 %s %s 2>&1")
       :format(MPI.env, MPI.root, U.q(bin), "tests/dist/local_sgd.lua")))

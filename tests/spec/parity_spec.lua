@@ -488,7 +488,8 @@ describe("Accelerate's names", function()
     assert.is_true(fp8.has_fp8_layers(t))
   end)
 
-  it("set_seed(seed, false, true) (Accelerate's deterministic=True): a training run repeated gives the same bits", function()
+  it("set_seed(seed, false, true) (Accelerate's deterministic=True): a training run repeated gives the same bits",
+    function()
     -- fp8lab's kernels are deterministic whatever the flag says; what it promises is checked here: two FP8 runs of a
     -- small GPT (its init, dropout off, AdamW) from the same seed give the same loss bits at every step
     local function run()

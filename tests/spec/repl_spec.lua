@@ -446,7 +446,8 @@ print("exit", os.waitstatus_to_exitcode(st))
     os.execute("rmdir " .. q(dir))
   end)
 
-  hist_it("keeps a statement typed on several lines as one entry, in the file too (a new session recalls it whole)", function()
+  hist_it("keeps a statement typed on several lines as one entry, in the file too (a new session recalls it whole)",
+    function()
     local h = os.tmpname()
     assert.are.equal("exit 0\n", drive("multiline", h))
     assert.matches("^#%d+\nfunction f%(x%)\n  return x %* 2\nend\n#%d+\nb = 1\n$", U.read(h))
