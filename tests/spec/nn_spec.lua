@@ -1050,6 +1050,21 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.equal("fp32", l.weight:dtype())
   end)
 
+  it("m:half(), m:bfloat16(), m:double() are refused by name; m:float() is self where everything is fp32", function()
+    -- torch's names: they were "attempt to call a nil value (method 'half')"
+    local l = nn.Linear(2, 2)
+    U.fails_with("half: a module's parameters keep their dtype (torch's m.half() is not offered: lower precision",
+      function() l:half() end)
+    U.fails_with("bfloat16: a module's parameters keep their dtype", function() l:bfloat16() end)
+    U.fails_with("double: a module's parameters keep their dtype (torch's m.double() is not offered: fp8lab has no "
+      .. "float64 tensors)", function() l:double() end)
+    assert.are.equal(l, l:float())
+    assert.are.equal("fp32", l.weight:dtype())
+    -- a tensor of another dtype is named, not converted behind the optimizer's back
+    l:register_buffer("b16", fp8.ones(2):to("bf16"))
+    U.fails_with("float: buffer 'b16' is bf16, and a module's tensors are not converted in place", function() l:float() end)
+  end)
+
   it("load_state_dict takes a shared tensor under its other names, as torch's state_dict lists it, never missing",
     function()
     -- torch: Sequential(l, l).state_dict() has 0.weight ... 1.bias; loading them matches every key, the last one wins

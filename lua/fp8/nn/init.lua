@@ -43,7 +43,8 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "to self.x registers it. Methods: parameters(), named_parameters() (dotted names in order),\n"
   .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad([set_to_none]),\n"
   .. "requires_grad_([flag]) (freezes with false),\n"
-  .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device().")
+  .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device(); float() is m itself\n"
+  .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype).")
 add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
 add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true, bias=true}])",

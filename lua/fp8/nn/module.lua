@@ -418,6 +418,30 @@ end
 function Module:cuda() return self:to("cuda") end
 function Module:cpu() return self:to("cpu") end
 
+-- torch's m.half(), m.bfloat16(), m.double(): refused as m:to(dtype) is, by name (they were "attempt to call a nil
+-- value"). m.float() is what the parameters are: self, where every parameter and buffer is fp32.
+local WHY_NOT = {
+  half = "lower precision comes from fp8.amp, acc:autocast or an FP8 recipe",
+  bfloat16 = "lower precision comes from fp8.amp, acc:autocast or an FP8 recipe",
+  double = "fp8lab has no float64 tensors",
+}
+for name, why in pairs(WHY_NOT) do
+  Module[name] = function(self)
+    error(("%s: a module's parameters keep their dtype (torch's m.%s() is not offered: %s)"):format(name, name, why), 2)
+  end
+end
+function Module:float()
+  for _, list in ipairs { { self:named_parameters(), "parameter" }, { self:named_buffers(), "buffer" } } do
+    for _, nt in ipairs(list[1]) do
+      if nt[2]:dtype() ~= "fp32" then
+        error(("float: %s '%s' is %s, and a module's tensors are not converted in place (torch's m.float() is "
+          .. "offered where every parameter and buffer already is fp32)"):format(list[2], nt[1], nt[2]:dtype()), 2)
+      end
+    end
+  end
+  return self
+end
+
 -- device() → the device of the first parameter ("cpu" for a module without parameters).
 function Module:device()
   local p = self:parameters()[1]
