@@ -1050,6 +1050,21 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.equal("fp32", l.weight:dtype())
   end)
 
+  it("a Module assigned over a plain field is registered, as torch's __setattr__ registers it", function()
+    -- Lua's __newindex never saw the second assignment: the layer was not in parameters(), so nothing trained it
+    local M = nn.Module.class("PlainThenModule")
+    function M:__init() self.proj = false; self.a = nn.Linear(2, 2); self.proj = nn.Linear(2, 3) end
+    function M:forward(x) return self.proj(self.a(x)) end
+    local m = M()
+    local names = {}
+    for _, np in ipairs(m:named_parameters()) do names[#names + 1] = np[1] end
+    assert.same({ "a.weight", "a.bias", "proj.weight", "proj.bias" }, names)
+    assert.is_nil(rawget(m, "proj"))
+    assert.truthy(tostring(m):find("(proj): Linear(in_features=2, out_features=3", 1, true))
+    assert.truthy(m:state_dict()["proj.weight"])
+    assert.same({ 1, 3 }, m(fp8.ones(1, 2)):shape())
+  end)
+
   it("m:half(), m:bfloat16(), m:double() are refused by name; m:float() is self where everything is fp32", function()
     -- torch's names: they were "attempt to call a nil value (method 'half')"
     local l = nn.Linear(2, 2)

@@ -304,8 +304,30 @@ end
 
 -- ---- traversal ------------------------------------------------------------------------------
 
+-- A Module assigned over a plain field (m.proj = false, then m.proj = nn.Linear(...)) lands in the instance table, as
+-- __newindex runs only for a key that is absent; torch's __setattr__ registers it. Here it is registered (in name
+-- order, after the others) when the module's children are next listed, which every walk of the tree does.
+local function adopt_plain_modules(self, mods)
+  local found
+  for k, v in next, self do
+    if type(k) == "string" and k:sub(1, 1) ~= "_" and is_module(v) and mods.map[k] == nil then
+      found = found or {}
+      found[#found + 1] = k
+    end
+  end
+  if not found then return end
+  table.sort(found)
+  for _, k in ipairs(found) do
+    local m = rawget(self, k)
+    rawset(self, k, nil)
+    rawset(m, "_name", k)
+    store_set(mods, k, m)
+  end
+end
+
 function Module:named_children()
   local mods, out = rawget(self, "_modules"), {}
+  adopt_plain_modules(self, mods)
   for _, n in ipairs(mods.names) do out[#out + 1] = { n, mods.map[n] } end
   return out
 end
