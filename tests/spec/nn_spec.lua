@@ -1077,7 +1077,8 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
     assert.are.equal("fp32", l.weight:dtype())
     -- a tensor of another dtype is named, not converted behind the optimizer's back
     l:register_buffer("b16", fp8.ones(2):to("bf16"))
-    U.fails_with("float: buffer 'b16' is bf16, and a module's tensors are not converted in place", function() l:float() end)
+    U.fails_with("float: buffer 'b16' is bf16, and a module's tensors are not converted in place",
+      function() l:float() end)
   end)
 
   it("load_state_dict takes a shared tensor under its other names, as torch's state_dict lists it, never missing",
