@@ -54,8 +54,10 @@ local function new(opts, ...)
 end
 
 -- the processes' parameters replaced by their mean, in place (optimizers keep holding them). The fp32 ones of a
--- device go as one flat buffer, one all-reduce for all of them (as the DDP reducer's buckets; Accelerate's LocalSGD
--- makes one per parameter); another dtype (a bf16 model, FP8 bytes with their scale) is averaged as it is.
+-- device go in flat buffers of up to _bucket_elements (25 MB), one all-reduce each (the DDP reducer's 25 MB buckets;
+-- Accelerate's LocalSGD makes one per parameter), so the copies it makes stay bounded; another dtype (a bf16 model,
+-- FP8 bytes with their scale) is averaged as it is.
+LocalSGD._bucket_elements = 25 * 1024 * 1024 // 4   -- (a test lowers it on an instance to make several buckets)
 function LocalSGD:_sync_and_avg_model_params()
   local acc = self.accelerator
   acc:wait_for_everyone()
@@ -71,8 +73,8 @@ function LocalSGD:_sync_and_avg_model_params()
         init.copy_(p, acc:reduce(p, "mean"))
       end
     end
-    for _, dev in ipairs(order) do
-      local ps, parts = flat[dev], {}
+    local function average(ps)   -- one bucket: its parameters flat, one all-reduce, the means copied back
+      local parts = {}
       for i, p in ipairs(ps) do parts[i] = p:reshape({ -1 }) end
       local mean, at = acc:reduce(#parts == 1 and parts[1] or core.cat(parts), "mean"), 1
       for _, p in ipairs(ps) do
@@ -80,6 +82,15 @@ function LocalSGD:_sync_and_avg_model_params()
         init.copy_(p, mean:narrow(1, at, n):view(p:shape()))
         at = at + n
       end
+    end
+    for _, dev in ipairs(order) do
+      local bucket, size, cap = {}, 0, self._bucket_elements
+      for _, p in ipairs(flat[dev]) do
+        if size > 0 and size + p:numel() > cap then average(bucket); bucket, size = {}, 0 end
+        bucket[#bucket + 1] = p
+        size = size + p:numel()
+      end
+      if #bucket > 0 then average(bucket) end
     end
   end)
 end
