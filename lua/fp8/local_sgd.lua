@@ -5,6 +5,7 @@
 --   for x, y in loader do ...; opt:step(); opt:zero_grad(); local_sgd:step() end
 -- Python's `with LocalSGD(...) as local_sgd:` is a <close> variable here (or local_sgd:close()).
 local O = require "fp8.opts"
+local D = require "fp8._dist"
 local init = require "fp8.nn.init_fns"
 local LocalSGD = {}
 LocalSGD.__index = LocalSGD
@@ -76,11 +77,28 @@ function LocalSGD:_sync_and_avg_model_params()
     local function average(ps)   -- one bucket: its parameters flat, one all-reduce, the means copied back
       local parts = {}
       for i, p in ipairs(ps) do parts[i] = p:reshape({ -1 }) end
-      local mean, at = acc:reduce(#parts == 1 and parts[1] or core.cat(parts), "mean"), 1
+      local mean, at = #parts == 1 and parts[1]:clone() or core.cat(parts), 1
+      if acc.num_processes > 1 then
+        D.all_reduce(mean, "sum")
+        mean = mean / acc.num_processes
+      end
       for _, p in ipairs(ps) do
         local n = p:numel()
         init.copy_(p, mean:narrow(1, at, n):view(p:shape()))
         at = at + n
+      end
+    end
+    -- one small all-reduce first: the processes' fp32 parameters must be the same count and size everywhere, or
+    -- the buckets' all-reduces would pair different tensors (or wait for ever); refused on every process alike
+    if acc.num_processes > 1 and #order > 0 then
+      local n, k = 0, 0
+      for _, dev in ipairs(order) do for _, p in ipairs(flat[dev]) do n, k = n + p:numel(), k + 1 end end
+      local t = core.tensor({ n, -n, k, -k })
+      D.all_reduce(t, "max")
+      local v = t:totable()
+      if v[1] ~= -v[2] or v[3] ~= -v[4] then
+        error(("LocalSGD: the processes' models differ (fp32 parameters: %d to %d tensors, %d to %d elements): "
+          .. "every process must average the same model"):format(-v[4], v[3], -v[2], v[1]), 0)
       end
     end
     for _, dev in ipairs(order) do

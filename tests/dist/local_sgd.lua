@@ -46,4 +46,11 @@ out[#out + 1] = "closed:" .. (same(values()) and "same" or "apart")
 -- after close, a backward averages gradients again: one step keeps the weights equal
 for x, y in loader do acc:backward(F.cross_entropy(model(x), y)); opt:step(); opt:zero_grad() break end
 out[#out + 1] = "ddp:" .. (same(values()) and "same" or "apart")
+-- models that differ across the processes are refused on every one (the buckets' all-reduces would pair different
+-- tensors, or wait for ever)
+local odd = fp8.LocalSGD{ accelerator = acc, model = fp8.nn.Linear(4, 2 + acc.process_index), local_sgd_steps = 1 }
+local ok, err = pcall(odd.step, odd)
+out[#out + 1] = "odd:" .. (not ok and tostring(err):find("LocalSGD: the processes' models differ (fp32 parameters: "
+  .. "2 to 2 tensors, 10 to 15 elements)", 1, true) and "refused" or tostring(err))
+odd:close("after the refusal")
 print(("rank%d %s"):format(acc.process_index, table.concat(out, " ")))
