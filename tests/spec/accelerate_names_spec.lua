@@ -102,8 +102,8 @@ describe("fp8.LocalSGD", function()
     local _, _, code = p:close()
     assert.equal(0, code, out)
     for r = 0, 1 do
-      assert.truthy(out:find(("rank%d type=MULTI_CPU 1:apart 2:mean 3:apart 4:mean closed:same ddp:same odd:refused"):format(r),
-        1, true), out)
+      local want = "rank%d type=MULTI_CPU 1:apart 2:mean 3:apart 4:mean closed:same ddp:same odd:refused"
+      assert.truthy(out:find(want:format(r), 1, true), out)
     end
   end)
 end)
