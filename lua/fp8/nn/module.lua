@@ -310,7 +310,7 @@ end
 local function adopt_plain_modules(self, mods)
   local found
   for k, v in next, self do
-    if type(k) == "string" and k:sub(1, 1) ~= "_" and is_module(v) and mods.map[k] == nil then
+    if type(v) == "table" and type(k) == "string" and k:byte(1) ~= 95 and mods.map[k] == nil and is_module(v) then
       found = found or {}
       found[#found + 1] = k
     end
