@@ -88,8 +88,9 @@ function LocalSGD:_sync_and_avg_model_params()
         at = at + n
       end
     end
-    -- one small all-reduce first: the processes' fp32 parameters must be the same count and size everywhere, or
-    -- the buckets' all-reduces would pair different tensors (or wait for ever); refused on every process alike
+    -- one small all-reduce first: the processes' fp32 parameters must be the same count and size everywhere.
+    -- fp8._dist's all_reduce checks each call's element count, but not the number of calls: a model with more
+    -- buckets on one process would send its last one into the next collective there (or wait for ever).
     if acc.num_processes > 1 and #order > 0 then
       local n, k = 0, 0
       for _, dev in ipairs(order) do for _, p in ipairs(flat[dev]) do n, k = n + p:numel(), k + 1 end end
