@@ -128,9 +128,11 @@ void fl_node_release(fl_node *n) {
 }
 
 void fl_autograd_attach(fl_tensor *out, fl_node *node) {
+    if (out->grad_fn && out->grad_fn->retain_for == out) out->grad_fn->retain_for = NULL;
     fl_node_release(out->grad_fn);
     out->grad_fn = node;
     out->requires_grad = true;
+    if (out->retains_grad && node) node->retain_for = out;   /* a new history keeps the request, as torch's */
 }
 
 fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
@@ -163,6 +165,19 @@ fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on) {
         return FL_ERR(FL_EINVAL, "requires_grad: %s tensors cannot require gradients (they hold quantized data); "
                       "keep an fp32 master copy and quantize it in forward", fl_format(t->dtype)->name);
     t->requires_grad = on;
+    return FL_OK;
+}
+
+fl_status fl_tensor_retain_grad(fl_tensor *t) {
+    if (!t->requires_grad)
+        return FL_ERR(FL_EINVAL, "retain_grad: the tensor does not require grad (a leaf: call :requires_grad(true) "
+                      "first; a result: compute it from tensors that require grad, outside no_grad)");
+    if (!t->grad_fn) return FL_OK;   /* a leaf keeps its gradient anyway (torch: a no-op) */
+    if (t->grad_fn->retain_for && t->grad_fn->retain_for != t)
+        return FL_ERR(FL_EINVAL, "retain_grad: another tensor already retains the gradient of this %s output",
+                      t->grad_fn->name);
+    t->retains_grad = true;
+    t->grad_fn->retain_for = t;
     return FL_OK;
 }
 
@@ -471,6 +486,18 @@ bool fl_autograd_sole_consumer(const fl_node *n, int i) {
     return k >= 0 && bw_uses[k] == 1;
 }
 
+/* t.grad += go for a tensor that retains its gradient (t:retain_grad()): an FP8 gradient one backward handed the
+ * next (fl_autograd_sole_consumer) is dequantized, what that backward reads; the first is a copy, so t.grad never
+ * aliases the gradient the graph goes on to use */
+static fl_status retain_into(fl_tensor *t, const fl_tensor *go) {
+    if (!fl_format(go->dtype)->is_fp8) return fl_accumulate_grad(t, go);
+    fl_tensor *g = NULL;
+    FL_TRY(fl_tensor_to(&g, go, FL_F32));
+    fl_status st = fl_accumulate_grad(t, g);
+    fl_tensor_release(g);
+    return st;
+}
+
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
     FL_PROF_SCOPE("backward");
     char a[200], b[200];
@@ -538,6 +565,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
+        if (st == FL_OK && nd->retain_for) st = retain_into(nd->retain_for, go);
         uint64_t prof = FL_PROF_BEGIN(nd->name);   /* e.g. "LinearBackward", nested under "backward" */
         if (st == FL_OK) st = check_versions(nd);
         if (st == FL_OK) st = nd->backward(nd, go, gin);

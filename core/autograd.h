@@ -42,6 +42,9 @@ struct fl_node {
     int64_t iargs[8];                         /* op parameters (dims, flags, ...) */
     void *ctx;                                /* op-specific extra state, freed by ctx_free */
     void (*ctx_free)(void *ctx);
+    /* not owned: the tensor this node made whose .grad a backward fills (t:retain_grad()); the tensor holds the
+     * node and clears this when it is freed (fl_tensor_release), so it never dangles. NULL: none asked */
+    struct fl_tensor *retain_for;
 };
 
 /* Grad mode (thread-local; on by default). */
@@ -99,6 +102,9 @@ typedef fl_status (*fl_grad_ready_fn)(fl_tensor *leaf, void *ud);
 void fl_autograd_set_grad_ready_hook(fl_grad_ready_fn fn, void *ud);
 /* Leaves only: error on a non-leaf ("only leaf tensors ..."), and on non-float dtypes. */
 fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on);
+/* torch's retain_grad: a backward also fills t.grad where an op made t (it accumulates, as a leaf's). A no-op on a
+ * leaf (it has one anyway); refused on a tensor that does not require grad. */
+fl_status fl_tensor_retain_grad(fl_tensor *t);
 /* Same data, no history. */
 fl_status fl_tensor_detach(fl_tensor **out, const fl_tensor *t);
 /* Drops t->grad (set to NULL) — the PyTorch set_to_none=True behaviour. */

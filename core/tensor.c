@@ -144,6 +144,8 @@ void fl_tensor_release(fl_tensor *t) {
     fl_stats_future_release(t->qfuture);
     fl_tensor_release(t->scale_inv);
     fl_tensor_release(t->grad);
+    /* the node outlives the tensor (the tensor holds it): its weak link to the tensor goes first */
+    if (t->grad_fn && t->grad_fn->retain_for == t) t->grad_fn->retain_for = NULL;
     fl_node_release(t->grad_fn);
     fl_tensor_release(t->nograd_base);
     free(t);
@@ -190,6 +192,7 @@ static fl_status view_header(fl_tensor **out, const fl_tensor *t) {
     v->grad = NULL;
     v->grad_fn = NULL;
     v->nograd_base = NULL;
+    v->retains_grad = false;
     v->storage->refcount++;
     fl_tensor_retain(v->scale_inv);
     fl_stats_future_retain(v->qfuture);

@@ -1,5 +1,5 @@
 /* l_autograd.c — the autograd surface of fp8.Tensor (requires_grad, the t.grad field, backward,
- * detach, zero_grad, is_leaf, grad_fn) and the grad/autocast mode functions of fp8.
+ * retain_grad, detach, zero_grad, is_leaf, grad_fn) and the grad/autocast mode functions of fp8.
  * t.grad is a FIELD (tensor or nil), read and assigned through l_tensor.c's __index/__newindex;
  * t:grad() also works: a tensor called as g(owner) returns g when it is owner's gradient. */
 #include <string.h>
@@ -35,6 +35,20 @@ static int m_is_leaf(lua_State *L) { lua_pushboolean(L, fl_lchecknoargs(L, "is_l
 static int m_grad_fn(lua_State *L) {
     fl_tensor *t = fl_lchecknoargs(L, "grad_fn");
     if (t->grad_fn) lua_pushstring(L, t->grad_fn->name); else lua_pushnil(L);
+    return 1;
+}
+
+/* t:retain_grad() -> t: a backward fills t.grad although an op made t (torch's retain_grad; it returns None) */
+static int m_retain_grad(lua_State *L) {
+    fl_lcheck(L, fl_tensor_retain_grad(fl_lchecknoargs(L, "retain_grad")));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* t:retains_grad() -> bool: torch's t.retains_grad (false for a leaf, whose .grad is filled anyway) */
+static int m_retains_grad(lua_State *L) {
+    const fl_tensor *t = fl_lchecknoargs(L, "retains_grad");
+    lua_pushboolean(L, t->retains_grad && t->grad_fn);
     return 1;
 }
 
@@ -222,7 +236,7 @@ static int l_set_autocast_dtype(lua_State *L) {
 
 static const luaL_Reg tensor_methods[] = {
     {"requires_grad", m_requires_grad}, {"requires_grad_", m_requires_grad_}, {"is_leaf", m_is_leaf},
-    {"grad_fn", m_grad_fn},
+    {"grad_fn", m_grad_fn}, {"retain_grad", m_retain_grad}, {"retains_grad", m_retains_grad},
     {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"backward", m_backward},
     {NULL, NULL},
 };

@@ -201,6 +201,99 @@ describe("autograd", function()
     assert.has_error(function() fp8.tensor(3):sum(2) end,
       "sum: dim 2 out of range for a 0-d tensor (valid: 1 or -1, its one implicit dim)")
   end)
+
+  describe("retain_grad", function()
+    it("fills the .grad of a result a backward passes through, and accumulates as a leaf's", function()
+      local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local h = x * x
+      assert.is_false(h:retains_grad())
+      assert.are.equal(h, h:retain_grad())      -- returns the tensor (torch's returns None)
+      assert.is_true(h:retains_grad())
+      local y = (h * h):sum()                   -- ∂y/∂h = 2h
+      y:backward { retain_graph = true }
+      assert.are.same({ 2, 8, 18 }, h.grad:totable())
+      assert.are.same({ 4, 32, 108 }, x.grad:totable())   -- ∂y/∂x = 4x³: the graph below h is unchanged
+      y:backward()
+      assert.are.same({ 4, 16, 36 }, h.grad:totable())   -- added up, as a leaf's
+      h:zero_grad()
+      assert.is_nil(h.grad)
+      -- without it a result's .grad stays nil, as torch's
+      local h2 = x * 2
+      h2:sum():backward()
+      assert.is_nil(h2.grad)
+    end)
+
+    it("sums the gradients of every use, on views and on the root itself", function()
+      local x = fp8.tensor({ { 1, 2 }, { 3, 4 } }):requires_grad(true)
+      local h = (x + 1):retain_grad()
+      local v = h:view(4):retain_grad()         -- a view has its own node, so its own gradient
+      local loss = (h * 3 + v:view(2, 2) * 5):sum():retain_grad()
+      loss:backward()
+      assert.are.same({ { 8, 8 }, { 8, 8 } }, h.grad:totable())
+      assert.are.same({ 5, 5, 5, 5 }, v.grad:totable())
+      assert.are.equal(1, loss.grad:item())
+    end)
+
+    it("is a no-op on a leaf and refused on a tensor that does not require grad", function()
+      local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+      assert.are.equal(w, w:retain_grad())
+      assert.is_false(w:retains_grad())         -- torch: a leaf's retains_grad is false
+      U.fails_with("retain_grad: the tensor does not require grad", function() fp8.tensor({ 1 }):retain_grad() end)
+      U.fails_with("retain_grad: the tensor does not require grad",
+        function() return fp8.no_grad(function() return w * 2 end):retain_grad() end)
+      U.fails_with("retain_grad: takes no arguments", function() (w * 2):retain_grad(true) end)
+    end)
+
+    it("a result freed before the backward is dropped from it (no write to freed memory)", function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local h = (x * 3):retain_grad()
+      local y = (h * 2):sum()
+      h:free()                                  -- the node stays (y's graph holds it), the tensor is gone
+      h = nil
+      collectgarbage(); collectgarbage()
+      y:backward()
+      assert.are.same({ 6, 6 }, x.grad:totable())
+    end)
+
+    it("through FP8 layers: an FP8Linear's output, also where the next layer hands it an FP8 gradient", function()
+      local nn = fp8.nn
+      local function run(fused, retain)
+        fp8.manual_seed(5)
+        local m = fp8.convert_model(nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 16)), { recipe = { backend = "te" } })
+        local x = fp8.randn(8, 32)
+        local h = fp8.fp8_autocast(function() return m[1](x) end)
+        if retain then h:retain_grad() end
+        local g = not fused and nn.functional.gelu(h, "tanh") or nil
+        if g and retain then g:retain_grad() end
+        local c = fp8.randn(8, 16)
+        fp8.fp8_autocast(function()
+          local y = fused and m[2]:forward_gelu(h) or m[2](g)
+          ;(y * c):sum():backward()
+        end)
+        return { h = h, g = g, handed = m[1].fp8_meta:state().dy_handovers, w = m[1].weight.grad:totable() }
+      end
+      local u, f = run(false, true), run(true, true)
+      assert.are.equal(0, u.handed)
+      assert.are.equal(1, f.handed)            -- the fused GELU's backward cast dY for the first layer
+      assert.are.same({ 8, 64 }, u.h.grad:shape())
+      -- unfused: GELU's backward of the gradient that reached GELU's output, bit for bit
+      local hl = u.h:detach():requires_grad(true)
+      nn.functional.gelu(hl, "tanh"):backward(u.g.grad)
+      assert.are.same(hl.grad:totable(), u.h.grad:totable())
+      -- fused: the E5M2 cast the first layer's backward read, dequantized: within E5M2's half step (2^-3 of the
+      -- value) of the fp32 gradient
+      local a, b = u.h.grad:totable(), f.h.grad:totable()
+      for r = 1, 8 do
+        for k = 1, 64 do
+          assert.is_true(math.abs(a[r][k] - b[r][k]) <= 0.125 * math.abs(a[r][k]) + 2^-16,
+            ("[%d][%d] %.9g %.9g"):format(r, k, a[r][k], b[r][k]))
+        end
+      end
+      -- retaining changes nothing else: the weight gradients are the same bits without it
+      assert.are.same(run(false, false).w, u.w)
+      assert.are.same(run(true, false).w, f.w)
+    end)
+  end)
 end)
 
 describe("fp8.core._nn", function()
