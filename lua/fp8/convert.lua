@@ -173,7 +173,10 @@ function M.convert_model(model, opts)
       if do_lin and cn == "FP8Linear" then repl = fp8_to_linear(child); rawset(child, "_converted_back", true)
       elseif do_ln and cn == "FP8LayerNorm" then repl = fp8_to_ln(child) end
     end
-    if repl then converted[#converted + 1] = full end
+    if repl then
+      Module._carry_hooks(child, repl)
+      converted[#converted + 1] = full
+    end
     done[child] = repl or false
     return repl
   end)

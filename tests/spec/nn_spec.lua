@@ -1098,3 +1098,150 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
       { ["0.weight"] = fp8.ones(2, 2), ["0.bias"] = fp8.ones(2), ["2.weight"] = fp8.zeros(2, 2) })
   end)
 end)
+
+describe("Module forward hooks (torch's register_forward_pre_hook / register_forward_hook)", function()
+  local function max_abs(t) return t:abs():max():item() end
+
+  it("a pre-hook changes the arguments, a forward hook sees them and the results and may replace those", function()
+    fp8.manual_seed(1)
+    local lin = nn.Linear(3, 2)
+    local x = fp8.randn(4, 3)
+    local want = lin(x * 2)
+    local seen = {}
+    local pre = lin:register_forward_pre_hook(function(m, args)
+      assert.are.equal(lin, m)
+      assert.are.equal(1, args.n)
+      return args[1] * 2                        -- one value: the only argument (torch wraps it so too)
+    end)
+    local post = lin:register_forward_hook(function(m, args, out)
+      seen[#seen + 1] = { args[1], out }
+    end)
+    local y = lin(x)
+    assert.are.equal(0, max_abs(y - want))
+    assert.are.equal(1, #seen)
+    assert.are.equal(0, max_abs(seen[1][1] - x * 2))   -- the arguments forward got
+    assert.are.equal(y, seen[1][2])
+    pre:remove()
+    local h2 = lin:register_forward_hook(function(_, _, out) return out * 0 end)
+    assert.are.equal(0, max_abs(lin(x)))
+    assert.are.equal(2, #seen)
+    assert.is_true(h2.id > post.id)
+    h2:remove(); h2:remove()                    -- a second remove does nothing
+    assert.are.equal(0, max_abs(lin(x) - lin:forward(x)))
+    post:remove()
+    -- a table from a pre-hook is the argument list; several results of forward go to the hook and can be replaced
+    local M = nn.Module.class("TwoOut")
+    function M:forward(a, b) return a + b, a - b end
+    local m = M()
+    m:register_forward_pre_hook(function(_, args) return { args[2], args[1] } end)
+    m:register_forward_hook(function(_, args, s, d)
+      assert.are.equal(2, args.n)
+      return d, s
+    end)
+    local first, second = m(fp8.tensor { 5 }, fp8.tensor { 2 })
+    -- forward(2, 5) gives 7, -3; the hook returns them swapped
+    assert.are.same({ { -3 }, { 7 } }, { first:totable(), second:totable() })
+  end)
+
+  it("runs hooks in registration order, prepend first; a hook removing itself leaves this call's order", function()
+    local m = nn.ReLU()
+    local order = {}
+    local h1
+    h1 = m:register_forward_hook(function() order[#order + 1] = "a"; h1:remove() end)
+    m:register_forward_hook(function() order[#order + 1] = "b" end)
+    m:register_forward_hook(function() order[#order + 1] = "c" end, { prepend = true })
+    m(fp8.ones(1))
+    m(fp8.ones(1))
+    assert.are.same({ "c", "a", "b", "c", "b" }, order)
+    do
+      local h <close> = m:register_forward_pre_hook(function() order[#order + 1] = "pre" end)
+    end                                          -- closed: removed
+    m(fp8.ones(1))
+    assert.are.same({ "c", "a", "b", "c", "b", "c", "b" }, order)
+  end)
+
+  it("refuses what it cannot honour and names a failing hook's module", function()
+    local lin = nn.Linear(2, 2)
+    U.fails_with("register_forward_hook: expected a function (hook), got 5", lin.register_forward_hook, lin, 5)
+    U.fails_with("register_forward_pre_hook: unknown option 'always_call' (valid: prepend, with_kwargs)",
+      lin.register_forward_pre_hook, lin, print, { always_call = true })
+    U.fails_with("register_forward_hook: with_kwargs=true is not supported", lin.register_forward_hook, lin, print,
+      { with_kwargs = true })
+    U.fails_with("register_forward_hook: prepend must be a boolean, got 1", lin.register_forward_hook, lin, print,
+      { prepend = 1 })
+    U.fails_with("called without its object", lin.register_forward_hook)
+    local callable = setmetatable({}, { __call = function(_, m, args, out) return out + 1 end })
+    lin:register_forward_hook(callable)         -- a table with __call is a function as well
+    local s = nn.Sequential(nn.ReLU(), lin)
+    lin:register_forward_hook(function() error("boom", 0) end)
+    U.fails_with("in layer 1 (Linear) forward hook: boom", s, fp8.ones(1, 2))   -- names count from 0
+    local s2 = nn.Sequential(nn.ReLU())
+    s2[1]:register_forward_pre_hook(function() error("early", 0) end)
+    U.fails_with("in layer 0 (ReLU) forward pre-hook: early", s2, fp8.ones(1))
+  end)
+
+  it("always_call: the hook also runs when forward raises, with the arguments and no results", function()
+    local lin = nn.Linear(2, 2)
+    local calls = {}
+    lin:register_forward_hook(function(_, args, ...) calls[#calls + 1] = { args.n, select("#", ...) } end,
+      { always_call = true })
+    lin:register_forward_hook(function() calls[#calls + 1] = "plain" end)
+    assert.has_error(function() lin(fp8.ones(1, 3)) end)
+    assert.are.same({ { 1, 0 } }, calls)        -- the plain hook did not run
+    lin(fp8.ones(1, 2))
+    assert.are.same({ { 1, 0 }, { 1, 1 }, "plain" }, calls)   -- on success once each, not twice
+  end)
+
+  it("a hooked module is called, never fused away: GELU inside an FP8Linear's cast, a LayerNorm in the projection's",
+    function()
+    local function model()
+      fp8.manual_seed(2)
+      return fp8.convert_model(nn.Sequential(nn.Linear(16, 32), nn.GELU("tanh"), nn.Linear(32, 16)),
+        { recipe = { backend = "te" } })
+    end
+    local x = fp8.randn(4, 16)
+    local plain = model()
+    local want = fp8.fp8_autocast(function() return plain(x) end)
+    assert.are.equal(1, plain[3].fp8_meta:state().fused_input_casts)   -- the fused path, unhooked
+    local m = model()
+    local seen = 0
+    local h = m[2]:register_forward_hook(function(_, _, out) seen = seen + 1; return out end)
+    local got = fp8.fp8_autocast(function() return m(x) end)
+    assert.are.equal(1, seen)
+    assert.are.equal(0, m[3].fp8_meta:state().fused_input_casts)
+    assert.is_true(max_abs(got - want) <= 1e-6 * (1 + max_abs(want)))
+    h:remove()
+    fp8.fp8_autocast(function() return m(x) end)
+    assert.are.equal(1, m[3].fp8_meta:state().fused_input_casts)      -- removed: fused again
+    -- in a GPT trained through the Accelerator: the first block's LayerNorm and attention, hooked, run as modules;
+    -- an activation captured by a hook keeps its gradient (retain_grad)
+    fp8.manual_seed(3)
+    local gpt = nn.GPT { vocab_size = 16, block_size = 8, n_layer = 1, n_head = 2, n_embd = 32 }
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, cpu = true }
+    gpt = acc:prepare(gpt)
+    local captured
+    local blk = gpt.blocks[1]
+    local hl = blk.ln1:register_forward_hook(function(_, _, out) captured = out:retain_grad() end)
+    local ids = fp8.tensor { { 1, 2, 3, 4, 5, 6, 7, 8 } }
+    local _, loss = gpt(ids, ids)
+    acc:backward(loss)
+    assert.are.same({ 1, 8, 32 }, captured.grad:shape())
+    assert.is_true(max_abs(captured.grad) > 0)
+    assert.are.equal(0, blk.attn.qkv.fp8_meta:state().fused_input_casts)
+    hl:remove()
+  end)
+
+  it("fp8.convert_model's replacements keep the hooks of the layers they replace", function()
+    local s = nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16))
+    local calls = 0
+    local h = s[1]:register_forward_hook(function() calls = calls + 1 end)
+    s[2]:register_forward_pre_hook(function() calls = calls + 10 end)
+    fp8.convert_model(s, { recipe = { backend = "te" } })
+    assert.are.equal("FP8Linear", s[1]:type_name())
+    fp8.fp8_autocast(function() return s(fp8.randn(2, 16)) end)
+    assert.are.equal(11, calls)
+    h:remove()                                  -- the handle removes it from the replacement too
+    fp8.fp8_autocast(function() return s(fp8.randn(2, 16)) end)
+    assert.are.equal(21, calls)
+  end)
+end)

@@ -44,7 +44,19 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad([set_to_none]),\n"
   .. "requires_grad_([flag]) (freezes with false),\n"
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device(); float() is m itself\n"
-  .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype).")
+  .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype);\n"
+  .. "register_forward_pre_hook(hook) / register_forward_hook(hook) call hooks around forward (see their own help).")
+add("nn.Module:register_forward_hook",
+  "m:register_forward_hook(hook [, {prepend=false, always_call=false}]) / "
+  .. "m:register_forward_pre_hook(hook [, {prepend=false}]) -> handle",
+  "torch's module hooks. hook(m, args, ...) runs after forward with its arguments (a list, args.n of them) and its\n"
+  .. "results, and returns nothing to keep them or the results to use instead; a pre-hook hook(m, args) runs before\n"
+  .. "it and returns nothing, a table of new arguments, or one value as the only argument. Hooks run in the order\n"
+  .. "registered (prepend=true: first); always_call=true also runs the hook when forward raises (no results).\n"
+  .. "handle:remove() takes the hook out (`local h <close> = m:register_forward_hook(f)` removes it at the block's\n"
+  .. "end). A hooked module is always called as a module: the fused paths (GELU or LayerNorm inside the next\n"
+  .. "FP8Linear's cast) are not taken for it. To look at an activation and its gradient:\n"
+  .. "  blk.ln1:register_forward_hook(function(_, _, out) act = out:retain_grad() end)  -- act.grad after backward")
 add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
 add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true, bias=true}])",

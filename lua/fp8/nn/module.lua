@@ -145,8 +145,15 @@ function Module._check_size(name, level, what, ...)
   end
 end
 
+-- Whether m has forward hooks or pre-hooks (register_forward_hook): a container then calls it, never a fused path
+-- that would skip them.
+local function has_hooks(m)
+  local a, b = rawget(m, "_forward_pre_hooks"), rawget(m, "_forward_hooks")
+  return (a ~= nil and #a > 0) or (b ~= nil and #b > 0)
+end
+
 function Module.runs_forward_of(m, name)
-  if type(m) ~= "table" or rawget(m, "forward") ~= nil then return false end
+  if type(m) ~= "table" or rawget(m, "forward") ~= nil or has_hooks(m) then return false end
   local c = getmetatable(m)
   while type(c) == "table" and rawget(c, "__name") ~= name do c = rawget(c, "super") end
   return type(c) == "table" and m.forward == rawget(c, "forward")
@@ -191,12 +198,19 @@ end
 -- build a path down to the failing layer.
 -- Module._call_hook, when set (fp8.profiler with_modules), runs in place of forward as hook(self, ...)
 -- and calls self.forward itself, inside a range named after the module.
-function Module:_call(...)
+local function check_forward_arity(self, level, ...)
   local a = O.arity(self.forward)   -- forward(x) given (x, 5) would drop the 5 silently
   if a and select("#", ...) + 1 > a.n then
     local more = select("#", ...) + 1 - a.n
-    error(O.more_args_message(context_name(self) .. " forward", a.takes, more), 2)
+    error(O.more_args_message(context_name(self) .. " forward", a.takes, more), level > 0 and level + 1 or 0)
   end
+end
+
+local call_hooked   -- below, with the hooks' registration
+
+function Module:_call(...)
+  if has_hooks(self) then return call_hooked(self, ...) end
+  check_forward_arity(self, 2, ...)
   return self:_call_with(Module._call_hook or self.forward, ...)
 end
 
@@ -213,6 +227,137 @@ function Module:_call_with(fn, ...)
     end
   end
   error(err, 0)
+end
+
+-- ---- forward hooks ------------------------------------------------------------------------------
+-- torch's register_forward_pre_hook / register_forward_hook. A module's hooks are lists on the instance
+-- (_forward_pre_hooks, _forward_hooks: entries {fn=, always=}, in calling order); each registration returns a
+-- RemovableHandle whose remove() takes its entry out (handle.id numbers registrations; a `local h <close> = ...`
+-- removes it at the end of the block, as torch's handle used as a context manager). A module with hooks is always
+-- called through them: the containers' fused paths (a GELU inside the next FP8Linear's cast, a LayerNorm inside
+-- the projection's) are not taken for it (Module.runs_forward_of). fp8.convert_model's replacements keep the hooks
+-- of the layers they replace (the same lists: the handles still remove them).
+
+local Handle = { __name = "RemovableHandle" }
+Handle.__index = Handle
+local next_hook_id = 0
+
+-- handle:remove(): the hook is not called again (a second remove does nothing).
+function Handle:remove()
+  if getmetatable(self) ~= Handle then
+    error(("RemovableHandle:remove: called without its handle (got %s): write h:remove(), with a colon"):format(
+      O.got(self)), 2)
+  end
+  local list, entry = rawget(self, "_list"), rawget(self, "_entry")
+  if list == nil then return end
+  for i = #list, 1, -1 do
+    if list[i] == entry then table.remove(list, i) end
+  end
+  rawset(self, "_list", nil)
+end
+Handle.__close = function(h) h:remove() end
+Handle.__tostring = function(h) return ("RemovableHandle(id=%d)"):format(rawget(h, "id")) end
+Module.RemovableHandle = Handle
+
+local function callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
+end
+
+local function register_hook(self, field, fname, hook, opts, valid)
+  if not callable(hook) then
+    error(("%s: expected a function (hook), got %s"):format(fname, O.got(hook)), 3)
+  end
+  opts = O.check(fname, opts, valid, 3)
+  if opts.with_kwargs ~= nil and opts.with_kwargs ~= false then
+    error(("%s: with_kwargs=true is not supported (a Lua forward takes positional arguments only: the hook gets "
+      .. "them all in args)"):format(fname), 3)
+  end
+  for _, k in ipairs { "prepend", "always_call", "with_kwargs" } do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("%s: %s must be a boolean, got %s"):format(fname, k, O.got(opts[k])), 3)
+    end
+  end
+  local list = rawget(self, field)
+  if list == nil then list = {}; rawset(self, field, list) end
+  local entry = { fn = hook, always = opts.always_call == true }
+  if opts.prepend then table.insert(list, 1, entry) else list[#list + 1] = entry end
+  next_hook_id = next_hook_id + 1
+  return setmetatable({ id = next_hook_id, _list = list, _entry = entry }, Handle)
+end
+
+-- m:register_forward_pre_hook(hook [, {prepend=false}]) -> handle. hook(m, args) runs before forward, args the
+-- call's arguments as a list (args.n of them); it returns nothing to keep them, a table of the arguments to use
+-- instead, or one other value to use as the only argument (torch's rule: a single value is wrapped).
+function Module:register_forward_pre_hook(hook, opts)
+  return register_hook(self, "_forward_pre_hooks", "register_forward_pre_hook", hook, opts,
+    { "prepend", "with_kwargs" })
+end
+
+-- m:register_forward_hook(hook [, {prepend=false, always_call=false}]) -> handle. hook(m, args, ...) runs after
+-- forward with its arguments (a list) and its results; it returns nothing to keep them or the results to use
+-- instead. always_call: it also runs when forward (or a pre-hook) raises, with no results, before the error goes on.
+function Module:register_forward_hook(hook, opts)
+  return register_hook(self, "_forward_hooks", "register_forward_hook", hook, opts,
+    { "prepend", "always_call", "with_kwargs" })
+end
+
+-- fp8.convert_model: the replacement runs the hooks of the module it replaces.
+function Module._carry_hooks(from, to)
+  for _, f in ipairs { "_forward_pre_hooks", "_forward_hooks" } do
+    local l = rawget(from, f)
+    if l ~= nil then rawset(to, f, l) end
+  end
+end
+
+local function snapshot(list)   -- a hook that removes itself (or another) does not change this call's order
+  local c = {}
+  for i = 1, #list do c[i] = list[i] end
+  return c
+end
+
+local function hook_failed(self, what, err)
+  if type(err) == "string" and not err:match("^interrupted") then
+    error(("%s %s: %s"):format(context_name(self), what, err), 0)
+  end
+  error(err, 0)
+end
+
+local function run_hooked(self, state, ...)
+  local args = table.pack(...)
+  for _, e in ipairs(snapshot(rawget(self, "_forward_pre_hooks") or {})) do
+    local ok, r = pcall(e.fn, self, args)
+    if not ok then hook_failed(self, "forward pre-hook", r) end
+    if r ~= nil then
+      if type(r) == "table" and not is_module(r) then
+        args = table.pack(table.unpack(r, 1, r.n or #r))
+      else
+        args = table.pack(r)
+      end
+    end
+  end
+  state.args = args
+  check_forward_arity(self, 0, table.unpack(args, 1, args.n))
+  local res = table.pack(self:_call_with(Module._call_hook or self.forward, table.unpack(args, 1, args.n)))
+  for _, e in ipairs(snapshot(rawget(self, "_forward_hooks") or {})) do
+    state.called[e] = true
+    local r = table.pack(pcall(e.fn, self, args, table.unpack(res, 1, res.n)))
+    if not r[1] then hook_failed(self, "forward hook", r[2]) end
+    if r.n > 1 and r[2] ~= nil then res = table.pack(table.unpack(r, 2, r.n)) end
+  end
+  return res
+end
+
+call_hooked = function(self, ...)
+  local state = { called = {} }
+  local out = table.pack(pcall(run_hooked, self, state, ...))
+  if out[1] then return table.unpack(out[2], 1, out[2].n) end
+  -- always_call hooks not yet run see the error's call with no results (their own errors give way to it)
+  for _, e in ipairs(snapshot(rawget(self, "_forward_hooks") or {})) do
+    if e.always and not state.called[e] then pcall(e.fn, self, state.args or table.pack(...)) end
+  end
+  error(out[2], 0)
 end
 
 -- ---- registration ---------------------------------------------------------------------------
