@@ -128,11 +128,11 @@ void fl_node_release(fl_node *n) {
 }
 
 void fl_autograd_attach(fl_tensor *out, fl_node *node) {
-    if (out->grad_fn && out->grad_fn->retain_for == out) out->grad_fn->retain_for = NULL;
+    if (out->grad_fn && out->grad_fn->owner == out) out->grad_fn->owner = NULL;
     fl_node_release(out->grad_fn);
     out->grad_fn = node;
     out->requires_grad = true;
-    if (out->retains_grad && node) node->retain_for = out;   /* a new history keeps the request, as torch's */
+    if ((out->retains_grad || out->hooks) && node) node->owner = out;   /* a new history keeps them, as torch's */
 }
 
 fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
@@ -168,16 +168,126 @@ fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on) {
     return FL_OK;
 }
 
+/* t becomes its node's owner (retain_grad, hooks): one tensor per node */
+static fl_status own_node(fl_tensor *t, const char *fname) {
+    if (t->grad_fn->owner && t->grad_fn->owner != t)
+        return FL_ERR(FL_EINVAL, "%s: another tensor already asked for the gradient of this %s output", fname,
+                      t->grad_fn->name);
+    t->grad_fn->owner = t;
+    return FL_OK;
+}
+
 fl_status fl_tensor_retain_grad(fl_tensor *t) {
     if (!t->requires_grad)
         return FL_ERR(FL_EINVAL, "retain_grad: the tensor does not require grad (a leaf: call :requires_grad(true) "
                       "first; a result: compute it from tensors that require grad, outside no_grad)");
     if (!t->grad_fn) return FL_OK;   /* a leaf keeps its gradient anyway (torch: a no-op) */
-    if (t->grad_fn->retain_for && t->grad_fn->retain_for != t)
-        return FL_ERR(FL_EINVAL, "retain_grad: another tensor already retains the gradient of this %s output",
-                      t->grad_fn->name);
+    FL_TRY(own_node(t, "retain_grad"));
     t->retains_grad = true;
-    t->grad_fn->retain_for = t;
+    return FL_OK;
+}
+
+/* ---- gradient hooks ------------------------------------------------------------------------ */
+
+static fl_status accumulate(fl_tensor **acc, const fl_tensor *g);
+
+fl_grad_hooks *fl_grad_hooks_retain(fl_grad_hooks *h) { if (h) h->refcount++; return h; }
+
+void fl_grad_hooks_release(fl_grad_hooks *h) {
+    if (!h || --h->refcount > 0) return;
+    for (size_t i = 0; i < h->n; i++) if (h->v[i].ud_free) h->v[i].ud_free(h->v[i].ud);
+    free(h->v);
+    free(h);
+}
+
+bool fl_grad_hooks_remove(fl_grad_hooks *h, uint64_t id) {
+    for (size_t i = 0; h && i < h->n; i++)
+        if (h->v[i].id == id) {
+            fl_grad_hook gone = h->v[i];
+            memmove(h->v + i, h->v + i + 1, (h->n - i - 1) * sizeof *h->v);
+            h->n--;
+            if (gone.ud_free) gone.ud_free(gone.ud);
+            return true;
+        }
+    return false;
+}
+
+static _Thread_local uint64_t hook_ids;
+
+fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, void (*ud_free)(void *), uint64_t *id,
+                                  fl_grad_hooks **list) {
+    fl_status st = FL_OK;
+    if (!t->requires_grad)
+        st = FL_ERR(FL_EINVAL, "register_hook: the tensor does not require grad, so no gradient would reach the hook "
+                    "(a leaf: call :requires_grad(true) first)");
+    if (st == FL_OK && t->grad_fn) st = own_node(t, "register_hook");
+    if (st == FL_OK && !t->hooks && !(t->hooks = calloc(1, sizeof *t->hooks)))
+        st = FL_ERR(FL_ENOMEM, "register_hook: out of memory");
+    if (st == FL_OK && !t->hooks->refcount) t->hooks->refcount = 1;
+    fl_grad_hooks *h = st == FL_OK ? t->hooks : NULL;
+    if (h && h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 4;
+        fl_grad_hook *v = realloc(h->v, cap * sizeof *v);
+        if (!v) st = FL_ERR(FL_ENOMEM, "register_hook: out of memory");
+        else { h->v = v; h->cap = cap; }
+    }
+    if (st != FL_OK) {
+        if (ud_free) ud_free(ud);
+        return st;
+    }
+    h->v[h->n++] = (fl_grad_hook){ fn, ud, ud_free, ++hook_ids };
+    *id = hook_ids;
+    if (list) *list = fl_grad_hooks_retain(h);
+    return FL_OK;
+}
+
+/* *g ← t's hooks applied to it in turn (each may replace it). A hook removed by an earlier one in this call is not
+ * called: each is looked up again by id before it runs. *g stays ours to release. */
+static fl_status run_grad_hooks(fl_tensor *t, fl_tensor **g, bool *replaced) {
+    fl_grad_hooks *h = fl_grad_hooks_retain(t->hooks);
+    size_t n = h->n;
+    uint64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    fl_status st = ids ? FL_OK : FL_ERR(FL_ENOMEM, "backward: out of memory for a tensor's hooks");
+    for (size_t i = 0; st == FL_OK && i < n; i++) ids[i] = h->v[i].id;
+    for (size_t i = 0; st == FL_OK && i < n; i++) {
+        const fl_grad_hook *hk = NULL;
+        for (size_t j = 0; j < h->n; j++) if (h->v[j].id == ids[i]) hk = &h->v[j];
+        if (!hk) continue;
+        fl_tensor *out = NULL;
+        st = hk->fn(hk->ud, *g, &out);
+        if (st == FL_OK && out) { fl_tensor_release(*g); *g = out; if (replaced) *replaced = true; }
+        else fl_tensor_release(out);
+    }
+    free(ids);
+    fl_grad_hooks_release(h);
+    return st;
+}
+
+/* A hooked leaf's gradients in this backward, summed over its uses until the last, then hooked and added to .grad */
+typedef struct { fl_tensor *leaf; fl_tensor *sum; } leaf_pending;
+
+static fl_status pending_add(leaf_pending **p, size_t *n, fl_tensor *leaf, const fl_tensor *g) {
+    for (size_t i = 0; i < *n; i++)
+        if ((*p)[i].leaf == leaf) return accumulate(&(*p)[i].sum, g);
+    leaf_pending *q = realloc(*p, (*n + 1) * sizeof *q);
+    if (!q) return FL_ERR(FL_ENOMEM, "backward: out of memory");
+    *p = q;
+    q[*n] = (leaf_pending){ leaf, NULL };
+    (*n)++;
+    return accumulate(&q[*n - 1].sum, g);
+}
+
+/* The leaf's gradient for this backward is complete: its hooks, then .grad += it. */
+static fl_status pending_flush(leaf_pending *p, size_t n, const fl_tensor *leaf) {
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].leaf != leaf || !p[i].sum) continue;
+        fl_tensor *g = p[i].sum;
+        p[i].sum = NULL;
+        fl_status st = run_grad_hooks(p[i].leaf, &g, NULL);
+        if (st == FL_OK) st = fl_accumulate_grad(p[i].leaf, g);
+        fl_tensor_release(g);
+        return st;
+    }
     return FL_OK;
 }
 
@@ -498,6 +608,33 @@ static fl_status retain_into(fl_tensor *t, const fl_tensor *go) {
     return st;
 }
 
+/* The gradient go of node nd's output, for the tensor that asked for it (nd->owner): its hooks (an FP8 gradient a
+ * consumer handed over is shown to them dequantized, and goes on as it is unless one replaces it), then
+ * retain_grad's copy of what goes on. The owner is held while Lua runs (a collection may drop its last box). */
+static fl_status owner_grad(fl_node *nd, fl_tensor **go) {
+    fl_tensor *own = fl_tensor_retain(nd->owner);
+    fl_status st = FL_OK;
+    if (own->hooks) {
+        fl_tensor *g = NULL;
+        bool fp8 = fl_format((*go)->dtype)->is_fp8, replaced = false;
+        if (fp8) st = fl_tensor_to(&g, *go, FL_F32);
+        else g = fl_tensor_retain(*go);
+        if (st == FL_OK) st = run_grad_hooks(own, &g, &replaced);
+        if (st == FL_OK && (replaced || !fp8)) { fl_tensor_release(*go); *go = g; g = NULL; }
+        fl_tensor_release(g);
+    }
+    if (st == FL_OK && own->retains_grad) st = retain_into(own, *go);
+    fl_tensor_release(own);
+    return st;
+}
+
+/* A leaf's last use in this backward is done: its hooked gradient goes into .grad, then the grad-ready hook. */
+static fl_status leaf_final(leaf_pending *p, size_t n, fl_tensor *leaf, fl_grad_ready_fn hook, void *ud) {
+    fl_status st = pending_flush(p, n, leaf);
+    if (st == FL_OK && hook) st = hook(leaf, ud);
+    return st;
+}
+
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
     FL_PROF_SCOPE("backward");
     char a[200], b[200];
@@ -519,7 +656,8 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         FL_TRY(fl_tensor_full(&g0, FL_F32, root->ndim, root->shape, 1.0, root->device));
     }
     if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
-        fl_status st = fl_accumulate_grad(root, g0);
+        fl_status st = root->hooks ? run_grad_hooks(root, &g0, NULL) : FL_OK;
+        if (st == FL_OK) st = fl_accumulate_grad(root, g0);
         fl_tensor_release(g0);
         if (st == FL_OK && ready_fn) st = ready_fn(root, ready_ud);
         return st;
@@ -535,19 +673,23 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     fl_tensor **grads = calloc(n, sizeof *grads);   /* gradient of each node's output */
     int *uses = calloc(n, sizeof *uses);
     if (!grads || !uses) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+    bool hooked_leaf = false;   /* a leaf with gradient hooks takes its gradient at its last use */
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < order[k]->ninputs; i++) {
             const fl_tensor *in = order[k]->inputs[i];
             int c = in && in->grad_fn && fl_node_input_needs_grad(order[k], i) ? map_get(&map, in->grad_fn) : -1;
             if (c >= 0) uses[c]++;
+            if (in && !in->grad_fn && in->hooks && fl_node_input_needs_grad(order[k], i)) hooked_leaf = true;
         }
     grads[n - 1] = g0;                           /* the root node is last in post-order */
     g0 = NULL;
     leaf_use *luses = NULL;
     size_t nuses = 0, next_use = 0;
+    leaf_pending *pend = NULL;
+    size_t npend = 0;
     fl_grad_ready_fn hook = ready_fn;
     void *hook_ud = ready_ud;
-    if (hook && (st = leaf_last_uses(order, n, &luses, &nuses)) != FL_OK) goto done;
+    if ((hook || hooked_leaf) && (st = leaf_last_uses(order, n, &luses, &nuses)) != FL_OK) goto done;
     bool prev_mode = fl_set_grad_enabled(false);   /* backward builds no graph of its own */
     const node_map *prev_map = bw_map;
     const int *prev_uses = bw_uses;
@@ -560,12 +702,13 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         fl_node *nd = order[k];
         fl_tensor *go = grads[k];
         grads[k] = NULL;
-        while (st == FL_OK && next_use < nuses && luses[next_use].k > k) st = hook(luses[next_use++].leaf, hook_ud);
+        while (st == FL_OK && next_use < nuses && luses[next_use].k > k)
+            st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud);
         if (st != FL_OK) { fl_tensor_release(go); break; }
         if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
-        if (st == FL_OK && nd->retain_for) st = retain_into(nd->retain_for, go);
+        if (st == FL_OK && nd->owner) st = owner_grad(nd, &go);
         uint64_t prof = FL_PROF_BEGIN(nd->name);   /* e.g. "LinearBackward", nested under "backward" */
         if (st == FL_OK) st = check_versions(nd);
         if (st == FL_OK) st = nd->backward(nd, go, gin);
@@ -580,16 +723,20 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
                                 nd->name, fl_shape_str(a, sizeof a, gi->ndim, gi->shape), i,
                                 fl_shape_str(b, sizeof b, in->ndim, in->shape));
                 else if (in->grad_fn) st = accumulate(&grads[map_get(&map, in->grad_fn)], gi);
+                else if (in->hooks) st = pending_add(&pend, &npend, in, gi);
                 else st = fl_accumulate_grad(in, gi);
             }
             fl_tensor_release(gi);
         }
         if (st == FL_OK) ran = k;
-        while (st == FL_OK && next_use < nuses && luses[next_use].k >= k) st = hook(luses[next_use++].leaf, hook_ud);
+        while (st == FL_OK && next_use < nuses && luses[next_use].k >= k)
+            st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud);
     }
     /* nodes that received no gradient (`continue` above) still end their leaves' uses */
-    while (st == FL_OK && next_use < nuses) st = hook(luses[next_use++].leaf, hook_ud);
+    while (st == FL_OK && next_use < nuses) st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud);
     free(luses);
+    for (size_t i = 0; i < npend; i++) fl_tensor_release(pend[i].sum);
+    free(pend);
     bw_map = prev_map;
     bw_uses = prev_uses;
     bw_id = prev_id;

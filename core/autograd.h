@@ -42,9 +42,9 @@ struct fl_node {
     int64_t iargs[8];                         /* op parameters (dims, flags, ...) */
     void *ctx;                                /* op-specific extra state, freed by ctx_free */
     void (*ctx_free)(void *ctx);
-    /* not owned: the tensor this node made whose .grad a backward fills (t:retain_grad()); the tensor holds the
-     * node and clears this when it is freed (fl_tensor_release), so it never dangles. NULL: none asked */
-    struct fl_tensor *retain_for;
+    /* not owned: the tensor this node made that asked for its gradient (t:retain_grad(), gradient hooks); the
+     * tensor holds the node and clears this when it is freed (fl_tensor_release), so it never dangles. NULL: none */
+    struct fl_tensor *owner;
 };
 
 /* Grad mode (thread-local; on by default). */
@@ -105,6 +105,24 @@ fl_status fl_tensor_set_requires_grad(fl_tensor *t, bool on);
 /* torch's retain_grad: a backward also fills t.grad where an op made t (it accumulates, as a leaf's). A no-op on a
  * leaf (it has one anyway); refused on a tensor that does not require grad. */
 fl_status fl_tensor_retain_grad(fl_tensor *t);
+/* Gradient hooks (torch's Tensor.register_hook): fn(ud, grad, &out) runs when a backward has t's gradient, before
+ * it goes on (a leaf: summed over all its uses in this backward, before it is added into .grad; a tensor an op made:
+ * before that op's backward reads it, and before retain_grad keeps it). *out: a replacement (a new reference, fp32,
+ * the gradient's shape and device) or NULL to keep it; a non-OK status stops the backward. Hooks run in the order
+ * added; one removed while a backward runs is not called after. The list is shared by the tensor and whoever added
+ * to it (a handle: fl_grad_hooks_retain), so a hook can be removed after the tensor is gone. ud_free(ud) runs when
+ * a hook is removed or its list freed. */
+typedef fl_status (*fl_grad_hook_fn)(void *ud, const fl_tensor *grad, fl_tensor **out);
+typedef struct fl_grad_hook { fl_grad_hook_fn fn; void *ud; void (*ud_free)(void *ud); uint64_t id; } fl_grad_hook;
+typedef struct fl_grad_hooks { int refcount; size_t n, cap; fl_grad_hook *v; } fl_grad_hooks;
+/* Adds a hook to t (which must require grad: refused otherwise, as torch's); *id identifies it for removal, *list
+ * (a new reference, when list is not NULL) is t's hook list. On failure ud_free(ud) has run. */
+fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, void (*ud_free)(void *), uint64_t *id,
+                                  fl_grad_hooks **list);
+/* Removes hook id from the list (false: it is not there, already removed). */
+bool fl_grad_hooks_remove(fl_grad_hooks *h, uint64_t id);
+fl_grad_hooks *fl_grad_hooks_retain(fl_grad_hooks *h);
+void fl_grad_hooks_release(fl_grad_hooks *h);
 /* Same data, no history. */
 fl_status fl_tensor_detach(fl_tensor **out, const fl_tensor *t);
 /* Drops t->grad (set to NULL) — the PyTorch set_to_none=True behaviour. */

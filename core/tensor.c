@@ -145,7 +145,8 @@ void fl_tensor_release(fl_tensor *t) {
     fl_tensor_release(t->scale_inv);
     fl_tensor_release(t->grad);
     /* the node outlives the tensor (the tensor holds it): its weak link to the tensor goes first */
-    if (t->grad_fn && t->grad_fn->retain_for == t) t->grad_fn->retain_for = NULL;
+    if (t->grad_fn && t->grad_fn->owner == t) t->grad_fn->owner = NULL;
+    fl_grad_hooks_release(t->hooks);
     fl_node_release(t->grad_fn);
     fl_tensor_release(t->nograd_base);
     free(t);
@@ -193,6 +194,7 @@ static fl_status view_header(fl_tensor **out, const fl_tensor *t) {
     v->grad_fn = NULL;
     v->nograd_base = NULL;
     v->retains_grad = false;
+    v->hooks = NULL;
     v->storage->refcount++;
     fl_tensor_retain(v->scale_inv);
     fl_stats_future_retain(v->qfuture);

@@ -67,9 +67,10 @@ typedef struct fl_tensor {
      * first viewed so. While it requires grad an element write to this view under grad mode is refused, as torch
      * refuses one to a view made in no_grad mode (its base's flag is read at the write, as torch's). NULL else. */
     struct fl_tensor *nograd_base;
-    /* t:retain_grad() on a tensor an op made (fl_tensor_retain_grad): its grad_fn's retain_for is this tensor, and a
+    /* t:retain_grad() on a tensor an op made (fl_tensor_retain_grad): its grad_fn's owner is this tensor, and a
      * backward adds the gradient reaching it into .grad, as a leaf's */
     bool retains_grad;
+    struct fl_grad_hooks *hooks;     /* owned (a reference); gradient hooks (fl_tensor_add_grad_hook), NULL: none */
 } fl_tensor;
 
 /* Construction. `shape` may be NULL when ndim == 0. Sizes must be >= 0.

@@ -1,11 +1,13 @@
 /* l_autograd.c — the autograd surface of fp8.Tensor (requires_grad, the t.grad field, backward,
- * retain_grad, detach, zero_grad, is_leaf, grad_fn) and the grad/autocast mode functions of fp8.
+ * retain_grad, register_hook, detach, zero_grad, is_leaf, grad_fn) and the grad/autocast mode functions of fp8.
  * t.grad is a FIELD (tensor or nil), read and assigned through l_tensor.c's __index/__newindex;
  * t:grad() also works: a tensor called as g(owner) returns g when it is owner's gradient. */
+#include <stdlib.h>
 #include <string.h>
 #include "l_util.h"
 #include "autograd.h"
 #include "ops.h"
+#include "device.h"
 
 /* t:requires_grad() -> bool; t:requires_grad(bool) -> t (so fp8.randn(3, 4):requires_grad(true) chains) */
 static int m_requires_grad(lua_State *L) {
@@ -64,6 +66,138 @@ static int m_zero_grad(lua_State *L) {
     return 0;
 }
 
+/* ---- gradient hooks: t:register_hook(fn) -------------------------------------------------------------------
+ * The core calls lua_grad_hook with the hook's key; the Lua function lives in a table of this state's registry under
+ * that key. A hook list can be freed anywhere (a tensor dropped by a collection, at exit), so the core's ud_free only
+ * queues the key; the table drops the queued keys at the next register_hook, remove or backward, where a state is
+ * at hand. The hooks run in the state that started the backward (m_backward sets it). */
+static const char hook_fns_key = 0;
+static _Thread_local lua_State *hook_L;
+static _Thread_local uint64_t next_hook_key;
+static _Thread_local uint64_t *unref_q;
+static _Thread_local size_t unref_n, unref_cap;
+
+static void hook_ud_free(void *ud) {
+    if (unref_n == unref_cap) {
+        size_t cap = unref_cap ? 2 * unref_cap : 16;
+        uint64_t *q = realloc(unref_q, cap * sizeof *q);
+        if (!q) return;   /* out of memory: the function stays in the table (a few bytes) */
+        unref_q = q;
+        unref_cap = cap;
+    }
+    unref_q[unref_n++] = (uint64_t)(uintptr_t)ud;
+}
+
+/* Pushes the state's table of hook functions (made on first use) after dropping the queued keys. */
+static void push_hook_fns(lua_State *L) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_fns_key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &hook_fns_key);
+    }
+    for (size_t i = 0; i < unref_n; i++) {
+        lua_pushnil(L);
+        lua_rawseti(L, -2, (lua_Integer)unref_q[i]);
+    }
+    unref_n = 0;
+}
+
+static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out) {
+    lua_State *L = hook_L;
+    char a[200], b[200];
+    if (!L) return FL_ERR(FL_EINVAL, "backward: a tensor's hook runs only in a backward started from Lua");
+    if (!lua_checkstack(L, 4)) return FL_ERR(FL_ENOMEM, "backward: no Lua stack left for a tensor's hook");
+    const int top = lua_gettop(L);
+    push_hook_fns(L);
+    if (lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud) == LUA_TNIL) { lua_settop(L, top); return FL_OK; }
+    fl_lpushretained(L, (fl_tensor *)grad);
+    fl_status st = FL_OK;
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        const char *m = lua_tostring(L, -1);
+        st = FL_ERR(FL_EINVAL, "backward: a tensor's hook raised: %s", m ? m : luaL_typename(L, -1));
+    } else if (!lua_isnil(L, -1)) {
+        const fl_tensor *r = fl_ltotensor(L, -1);
+        if (!r)
+            st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned %s; it returns nothing, or a tensor: the "
+                        "gradient to use instead", luaL_typename(L, -1));
+        else if (!fl_shape_equal(r->ndim, r->shape, grad->ndim, grad->shape))
+            st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned a tensor of shape %s for a gradient of shape %s",
+                        fl_shape_str(a, sizeof a, r->ndim, r->shape), fl_shape_str(b, sizeof b, grad->ndim, grad->shape));
+        else if (r->device != grad->device)
+            st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned a tensor on %s for a gradient on %s",
+                        fl_device_name(r->device), fl_device_name(grad->device));
+        else if (fl_format(r->dtype)->is_fp8)
+            st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned an %s tensor; return a gradient in fp32, bf16 or "
+                        "fp16 (dequantize it)", fl_format(r->dtype)->name);
+        else if (r->dtype == FL_F32 && fl_tensor_is_contiguous(r))
+            *out = fl_tensor_retain((fl_tensor *)r);
+        else
+            st = fl_tensor_to(out, r, FL_F32);
+    }
+    lua_settop(L, top);
+    return st;
+}
+
+/* A handle: the tensor's hook list (a reference, so removing works after the tensor is gone) and the hook's id. */
+#define HOOK_HANDLE_MT "fp8.TensorHookHandle"
+typedef struct { fl_grad_hooks *list; uint64_t id; } hook_handle;
+
+/* t:register_hook(fn) -> handle: fn(grad) runs when a backward has t's gradient (fl_tensor_add_grad_hook); it
+ * returns nothing or the gradient to use instead. handle:remove() takes it out. */
+static int m_register_hook(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, "register_hook", "(hook)");
+    if (!lua_isfunction(L, 2) && !luaL_getmetafield(L, 2, "__call"))
+        return luaL_argerror(L, 2, lua_pushfstring(L, "expected a function (hook), got %s", luaL_typename(L, 2)));
+    lua_settop(L, 2);
+    hook_handle *h = lua_newuserdatauv(L, sizeof *h, 0);   /* first: an error below leaves nothing half-made */
+    h->list = NULL;
+    h->id = 0;
+    luaL_setmetatable(L, HOOK_HANDLE_MT);
+    push_hook_fns(L);
+    const uint64_t key = ++next_hook_key;
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, -2, (lua_Integer)key);
+    lua_pop(L, 1);
+    fl_lcheck(L, fl_tensor_add_grad_hook(t, lua_grad_hook, (void *)(uintptr_t)key, hook_ud_free, &h->id, &h->list));
+    return 1;
+}
+
+static int hook_handle_remove(lua_State *L) {
+    hook_handle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
+    fl_lmaxargs(L, 1, "remove", "no arguments");
+    if (h->list) {
+        fl_grad_hooks_remove(h->list, h->id);
+        fl_grad_hooks_release(h->list);
+        h->list = NULL;
+    }
+    push_hook_fns(L);   /* drops the function now */
+    return 0;
+}
+
+static int hook_handle_gc(lua_State *L) {
+    hook_handle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
+    fl_grad_hooks_release(h->list);   /* the hook stays on the tensor, as torch's when its handle is dropped */
+    h->list = NULL;
+    return 0;
+}
+
+static int hook_handle_index(lua_State *L) {
+    hook_handle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
+    const char *k = lua_tostring(L, 2);
+    if (k && strcmp(k, "id") == 0) lua_pushinteger(L, (lua_Integer)h->id);
+    else if (k && strcmp(k, "remove") == 0) lua_pushcfunction(L, hook_handle_remove);
+    else lua_pushnil(L);
+    return 1;
+}
+
+static int hook_handle_tostring(lua_State *L) {
+    hook_handle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
+    lua_pushfstring(L, "RemovableHandle(id=%I)", (lua_Integer)h->id);
+    return 1;
+}
+
 /* t:backward([grad][, {retain_graph=bool}]) — grad may be omitted for a one-element t. */
 static int m_backward(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -81,7 +215,14 @@ static int m_backward(lua_State *L) {
     static const char *const keys[] = { "retain_graph", NULL };
     if (opts) fl_lcheckopts(L, opts, "backward", keys);
     bool retain = opts && fl_lfieldbool(L, opts, "backward", "retain_graph", false);
-    FL_LCALL(L, fl_backward(t, g, retain));
+    lua_State *prev = hook_L;   /* tensor hooks run in this state (a nested backward restores the outer one's) */
+    hook_L = L;
+    fl_status st = fl_backward(t, g, retain);
+    if (st == FL_ENOMEM) { lua_gc(L, LUA_GCCOLLECT); st = fl_backward(t, g, retain); }   /* FL_LCALL's retry */
+    hook_L = prev;
+    push_hook_fns(L);   /* the functions of hooks removed meanwhile go */
+    lua_pop(L, 1);
+    fl_lcheck(L, st);
     return 0;
 }
 
@@ -237,6 +378,7 @@ static int l_set_autocast_dtype(lua_State *L) {
 static const luaL_Reg tensor_methods[] = {
     {"requires_grad", m_requires_grad}, {"requires_grad_", m_requires_grad_}, {"is_leaf", m_is_leaf},
     {"grad_fn", m_grad_fn}, {"retain_grad", m_retain_grad}, {"retains_grad", m_retains_grad},
+    {"register_hook", m_register_hook},
     {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"backward", m_backward},
     {NULL, NULL},
 };
@@ -267,6 +409,18 @@ void fl_lopen_autograd(lua_State *L) {
     fl_lcallback_safe(L, l_pcall_noyield);
     lua_getfield(L, lib, "Tensor");
     luaL_setfuncs(L, tensor_methods, 0);
+    lua_pop(L, 1);
+    luaL_newmetatable(L, HOOK_HANDLE_MT);
+    lua_pushstring(L, "RemovableHandle");
+    lua_setfield(L, -2, "__name");
+    lua_pushcfunction(L, hook_handle_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, hook_handle_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, hook_handle_remove);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, hook_handle_tostring);
+    lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);
     luaL_getmetatable(L, FL_TENSOR_MT);
     lua_pushcfunction(L, m_call);

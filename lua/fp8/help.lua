@@ -156,7 +156,9 @@ add_all {
        .. "leaf and returns it (torch's requires_grad_([bool]) too); detach() is a view without history;\n"
        .. "x:is_leaf(), x:grad_fn() (the node's name, nil for a leaf) tell where x came from. h:retain_grad() on\n"
        .. "a result (an activation) makes backward fill h.grad too (h:retains_grad() says so): fp8.hist(h.grad, \"e5m2\")\n"
-       .. "then shows how that gradient sits on the FP8 grid." },
+       .. "then shows how that gradient sits on the FP8 grid. t:register_hook(fn) -> handle: fn(grad) runs when backward\n"
+       .. "has t's gradient (a leaf's summed over its uses, before .grad) and returns nothing or the gradient to use\n"
+       .. "instead; handle:remove() takes it out." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"
        .. "(a coroutine may not yield inside fn: the mode is process-wide);\n"
@@ -305,7 +307,8 @@ also("no_grad", { "enable_grad", "set_grad_enabled", "is_grad_enabled" })
 also("autocast_dtype", { "set_autocast_dtype" })
 also("format", { "dtype_names", "is_nan_code" })
 also("Tensor:backward", { "Tensor:requires_grad", "Tensor:requires_grad_", "Tensor:detach", "Tensor:zero_grad",
-                          "Tensor:is_leaf", "Tensor:grad_fn", "Tensor:retain_grad", "Tensor:retains_grad" })
+                          "Tensor:is_leaf", "Tensor:grad_fn", "Tensor:retain_grad", "Tensor:retains_grad",
+                          "Tensor:register_hook" })
 also("Tensor:unsqueeze", { "Tensor:squeeze", "Tensor:flatten", "Tensor:permute", "Tensor:narrow", "Tensor:expand",
                            "Tensor:clone" })
 also("Tensor:float", { "Tensor:bfloat16", "Tensor:half" })

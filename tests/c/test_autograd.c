@@ -274,3 +274,48 @@ TEST(autograd_sdpa_qkv_packed_backward_falls_back) {
         fl_tensor_release(base); fl_tensor_release(g_ref); fl_tensor_release(g_mixed); fl_tensor_release(g_packed);
     }
 }
+
+/* A C hook for the core's gradient hooks: counts its calls, records the gradient's first value, scales it. */
+typedef struct { int calls, freed; float first, scale; } hook_probe;
+static fl_status probe_hook(void *ud, const fl_tensor *g, fl_tensor **out) {
+    hook_probe *p = ud;
+    p->calls++;
+    p->first = at(g, 0);
+    return p->scale == 1 ? FL_OK : fl_binary_scalar(out, FL_OP_MUL, g, p->scale, false);
+}
+static void probe_free(void *ud) { ((hook_probe *)ud)->freed++; }
+
+TEST(autograd_grad_hooks_and_retain_grad) {
+    float xv[2] = { 1, 2 };
+    fl_tensor *x = vec(xv, 2, true), *a, *b, *c, *s;
+    hook_probe px = { 0, 0, 0, 10 }, pa = { 0, 0, 0, 2 };
+    uint64_t idx, ida;
+    fl_grad_hooks *lx = NULL;
+    REQUIRE_OK(fl_tensor_add_grad_hook(x, probe_hook, &px, probe_free, &idx, &lx));
+    REQUIRE_OK(fl_binary_scalar(&a, FL_OP_MUL, x, 3.0, false));   /* a = 3x */
+    REQUIRE_OK(fl_tensor_add_grad_hook(a, probe_hook, &pa, probe_free, &ida, NULL));
+    REQUIRE_OK(fl_tensor_retain_grad(a));
+    REQUIRE_OK(fl_binary(&b, FL_OP_MUL, a, x));                  /* b = a·x: x used twice */
+    REQUIRE_OK(fl_reduce(&c, FL_OP_SUM, b, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_binary_scalar(&s, FL_OP_ADD, c, 0.0, false));
+    REQUIRE_OK(fl_backward(s, NULL, false));
+    /* ∂s/∂a = x, hooked ×2 → a.grad = 2x; ∂s/∂x = 3·(2x) + a = 6x + 3x = 9x, hooked once with the sum, ×10 */
+    CHECK(pa.calls == 1 && px.calls == 1, "hook calls %d %d", pa.calls, px.calls);
+    CHECK_CLOSE(at(a->grad, 1), 4, 0, 0);
+    CHECK_CLOSE(px.first, 9, 0, 0);
+    CHECK_CLOSE(at(x->grad, 0), 90, 0, 0);
+    CHECK_CLOSE(at(x->grad, 1), 180, 0, 0);
+    /* removed: not called again, its ud freed once; the list outlives the tensor while a handle holds it */
+    CHECK(fl_grad_hooks_remove(lx, idx) && !fl_grad_hooks_remove(lx, idx) && px.freed == 1, "remove");
+    fl_tensor_release(a);   /* a's hooks go with it */
+    CHECK(pa.freed == 1, "a's hook freed %d", pa.freed);
+    fl_tensor_release(x);
+    CHECK(lx->n == 0, "list");
+    fl_grad_hooks_release(lx);
+    /* a tensor that does not require grad is refused, and the ud is freed */
+    hook_probe pn = { 0, 0, 0, 1 };
+    fl_tensor *n = vec(xv, 2, false);
+    uint64_t idn;
+    CHECK(fl_tensor_add_grad_hook(n, probe_hook, &pn, probe_free, &idn, NULL) == FL_EINVAL && pn.freed == 1, "refused");
+    fl_tensor_release(n); fl_tensor_release(b); fl_tensor_release(c); fl_tensor_release(s);
+}

@@ -6,6 +6,8 @@
 --   buffers       a buffer that differs per rank: equal to rank 0's after a forward (broadcast_buffers)
 --   buffers_off   the same with broadcast_buffers=false: stays different
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
+--   hooks         a gradient hook on a parameter (t:register_hook) runs before the all-reduce: the average is of the
+--                 hooked gradients (rank r's scaled by r + 1)
 --   eachbatch     GradientAccumulationPlugin{sync_each_batch=true}: gradients agree across ranks after every micro-step,
 --                 and the step ends where the default (one reduction per window) ends
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
@@ -147,6 +149,20 @@ if mode == "nosync" then
   print(("rank%d inside_same=%s"):format(r, tostring(allsame(w.grad))))
   acc:backward(model(x):sum())
   print(("rank%d after_same=%s"):format(r, tostring(allsame(w.grad))))
+  return
+end
+if mode == "hooks" then
+  local w = model:parameters()[1]
+  local locals = {}   -- each rank's own gradient, no reduction
+  acc:no_sync(model, function() acc:backward(model(x):sum()) end)
+  locals = acc:gather(w.grad:reshape { 1, -1 })
+  w.grad = nil
+  local h = w:register_hook(function(g) return g * (r + 1) end)
+  acc:backward(model(x):sum())
+  local want = (locals:narrow(1, 1, 1) + locals:narrow(1, 2, 1) * 2) / 2
+  local err = (w.grad:reshape { 1, -1 } - want):abs():max():item()
+  print(("rank%d hooked_mean=%s same=%s"):format(r, tostring(err <= 1e-6), tostring(allsame(w.grad))))
+  h:remove()
   return
 end
 if mode == "objects" then

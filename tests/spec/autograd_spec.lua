@@ -202,6 +202,107 @@ describe("autograd", function()
       "sum: dim 2 out of range for a 0-d tensor (valid: 1 or -1, its one implicit dim)")
   end)
 
+  describe("register_hook", function()
+    it("a leaf's hook runs once with its whole gradient, before .grad; what it returns is used instead", function()
+      local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local seen = {}
+      local h = x:register_hook(function(g)
+        seen[#seen + 1] = g:totable()
+        return g * 10
+      end)
+      assert.is_true(math.type(h.id) == "integer")
+      assert.matches("^RemovableHandle%(id=%d+%)$", tostring(h))
+      ;((x * x):sum() + x:sum()):backward()    -- two uses: one call with 2x + 1
+      assert.are.same({ { 3, 5, 7 } }, seen)
+      assert.are.same({ 30, 50, 70 }, x.grad:totable())
+      h:remove(); h:remove()                     -- a second remove does nothing
+      x.grad = nil
+      ;(x * 2):sum():backward()
+      assert.are.same({ 2, 2, 2 }, x.grad:totable())
+      assert.are.equal(1, #seen)
+    end)
+
+    it("a result's hook changes the gradient that flows on, and what retain_grad keeps; hooks run in order", function()
+      local a = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local m = a * 3
+      local order = {}
+      m:register_hook(function(g) order[#order + 1] = "first"; return g * 2 end)
+      local h2 = m:register_hook(function(g) order[#order + 1] = "second"; assert.are.same({ 10, 10 }, g:totable()) end)
+      m:retain_grad()
+      ;(m * 5):sum():backward()
+      assert.are.same({ "first", "second" }, order)
+      assert.are.same({ 10, 10 }, m.grad:totable())
+      assert.are.same({ 30, 30 }, a.grad:totable())   -- 3 · (2 · 5)
+      h2:remove()
+      -- a hook that removes the next one: that one is not called in this backward either
+      local b = fp8.tensor({ 1 }):requires_grad(true)
+      local calls, hb = {}, nil
+      b:register_hook(function() calls[#calls + 1] = 1; hb:remove() end)
+      hb = b:register_hook(function() calls[#calls + 1] = 2 end)
+      ;(b * 1):sum():backward()
+      assert.are.same({ 1 }, calls)
+    end)
+
+    it("stays on the tensor when its handle is dropped (torch's), and steers what the optimizer steps with", function()
+      local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+      w:register_hook(function(g) return g * 0 end)
+      collectgarbage(); collectgarbage()
+      local opt = fp8.optim.SGD({ w }, { lr = 1 })
+      ;(w * w):sum():backward()
+      opt:step()
+      assert.are.same({ 1, 2 }, w:totable())
+    end)
+
+    it("refuses what it cannot honour, naming it", function()
+      U.fails_with("register_hook: the tensor does not require grad", function() fp8.tensor({ 1 }):register_hook(print) end)
+      local z = fp8.tensor({ 1 }):requires_grad(true)
+      U.fails_with("expected a function (hook), got number", function() z:register_hook(5) end)
+      U.fails_with("register_hook: takes (hook); got 1 more argument", function() z:register_hook(print, 1) end)
+      local cases = {
+        { function() error("boom", 0) end, "backward: a tensor's hook raised: boom" },
+        { function() return fp8.ones(2) end, "backward: a tensor's hook returned a tensor of shape [2] for a gradient of shape [1]" },
+        { function() return 5 end, "backward: a tensor's hook returned number; it returns nothing, or a tensor" },
+        { function(g) return g:quantize("e4m3") end, "backward: a tensor's hook returned an e4m3 tensor" },
+      }
+      for _, c in ipairs(cases) do
+        local y = fp8.tensor({ 1 }):requires_grad(true)
+        local h = y:register_hook(c[1])
+        U.fails_with(c[2], function() (y * 2):sum():backward() end)
+        h:remove()
+      end
+      -- a bf16 gradient returned is taken as fp32
+      local y = fp8.tensor({ 1 }):requires_grad(true)
+      y:register_hook(function(g) return g:to("bf16") end)
+      ;(y * 3):sum():backward()
+      assert.are.same({ 3 }, y.grad:totable())
+    end)
+
+    it("on an FP8Linear's output: shown the handed-over E5M2 gradient dequantized; a replacement goes on in fp32",
+      function()
+      local nn = fp8.nn
+      local function run(hook)
+        fp8.manual_seed(6)
+        local m = fp8.convert_model(nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 16)), { recipe = { backend = "te" } })
+        local x = fp8.randn(8, 32)
+        local h = fp8.fp8_autocast(function() return m[1](x) end)
+        local got
+        if hook then h:register_hook(function(g) got = g:clone(); return hook(g) end) end
+        local c = fp8.randn(8, 16)
+        fp8.fp8_autocast(function() (m[2]:forward_gelu(h) * c):sum():backward() end)
+        return got, m[1].fp8_meta:state().dy_handovers, m[1].weight.grad:totable()
+      end
+      local _, handed0, w0 = run(nil)
+      local seen, handed, w = run(function() end)
+      assert.are.equal(1, handed0)
+      assert.are.equal(1, handed)                -- kept: the FP8 gradient went on as it was
+      assert.are.same(w0, w)
+      assert.are.equal("fp32", seen:dtype())
+      local _, handed2, wz = run(function(g) return g * 0 end)
+      assert.are.equal(0, handed2)               -- replaced: the layer took an fp32 gradient
+      for _, row in ipairs(wz) do for _, v in ipairs(row) do assert.are.equal(0, v) end end
+    end)
+  end)
+
   describe("retain_grad", function()
     it("fills the .grad of a result a backward passes through, and accumulates as a leaf's", function()
       local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
