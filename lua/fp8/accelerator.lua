@@ -570,7 +570,7 @@ local function is_loader(v)
 end
 
 local function is_scheduler(v)
-  return type(v) == "table" and getmetatable(v) ~= AccScheduler and type(v.lr_fn) == "function"
+  return type(v) == "table" and getmetatable(v) ~= AccScheduler and type(v._lr_fn) == "function"
     and type(v.base_lrs) == "table" and type(v.optimizer) == "table"
 end
 

@@ -318,8 +318,8 @@ local function build(cls, opts)
   for _, f in ipairs(cls.field_list) do
     if not given[f.name] then values[f.name] = default_of(f, values) end
   end
-  if cls.finish then
-    local err = cls.finish(values, given)
+  if cls._finish then
+    local err = cls._finish(values, given)
     if err then return nil, cls.handler_type .. ": " .. err end
   end
   local h = setmetatable({}, cls.mt)
@@ -331,7 +331,7 @@ end
 local function define(name, fields, opts)
   opts = opts or {}
   local cls = { handler_type = name, field_list = fields, by_name = {}, aliases = opts.aliases or {},
-                fp8 = opts.fp8, finish = opts.finish }
+                fp8 = opts.fp8, _finish = opts.finish }   -- (internal: "_", out of the public names)
   local valid = {}
   for _, f in ipairs(fields) do
     cls.by_name[f.name] = f

@@ -53,7 +53,7 @@ Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' e
 -- as PyTorch's constructors do.
 local function new(name, opt, lr_fn, last_epoch)
   check_opt(name, opt)
-  local self = setmetatable({ name = name, optimizer = opt, lr_fn = lr_fn, base_lrs = {} }, Scheduler)
+  local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {} }, Scheduler)
   for i, g in ipairs(opt.param_groups) do
     g.initial_lr = g.initial_lr or g.lr
     self.base_lrs[i] = g.initial_lr
@@ -73,7 +73,7 @@ function Scheduler:get_lr()
   end
   local out = {}
   for i, base in ipairs(self.base_lrs) do
-    local lr = self.lr_fn(self.last_epoch, base, i)
+    local lr = self._lr_fn(self.last_epoch, base, i)
     if type(lr) ~= "number" or not (lr >= 0 and lr < math.huge) then
       error(("%s: the schedule gave group %d the learning rate %s at step %d (expected a finite number >= 0)"):format(
         self.name, i, tostring(lr), self.last_epoch), 0)
