@@ -1231,6 +1231,81 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     hl:remove()
   end)
 
+  it("backward hooks: the pre-hook gets grad_output, the full hook grad_input and grad_output; both may replace them",
+    function()
+    fp8.manual_seed(4)
+    local function model() return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)) end
+    local x = fp8.randn(3, 4):requires_grad(true)
+    -- the reference: the gradients a plain backward gives at the last layer's input and output
+    fp8.manual_seed(5)
+    local ref = model()
+    local h1 = ref[2](ref[1](x)):retain_grad()
+    local out = ref[3](h1):retain_grad()
+    ;(out * out):sum():backward()
+    fp8.manual_seed(5)
+    local m = model()
+    local log = {}
+    m[3]:register_full_backward_pre_hook(function(mod, go)
+      assert.are.equal(m[3], mod)
+      log[#log + 1] = { "pre", go[1] }
+    end)
+    local h = m[3]:register_full_backward_hook(function(_, gi, go) log[#log + 1] = { "full", gi[1], go[1] } end)
+    m[1]:register_full_backward_hook(function(_, gi, go) log[#log + 1] = { "first", gi[1], go[1] } end)
+    x.grad = nil
+    local y = m(x)
+    ;(y * y):sum():backward()
+    assert.are.same({ "pre", "full", "first" }, { log[1][1], log[2][1], log[3][1] })
+    assert.are.equal(0, max_abs(log[1][2] - out.grad))
+    assert.are.equal(0, max_abs(log[2][2] - h1.grad))
+    assert.are.equal(0, max_abs(log[2][3] - out.grad))
+    assert.are.same({ 3, 4 }, log[3][2]:shape())  -- x requires grad: the first layer's input gradient
+    assert.are.equal(0, max_abs(m[1].weight.grad - ref[1].weight.grad))
+    h:remove()
+    -- replacing: grad_input zeroed stops what reaches the layers before; grad_output doubled doubles the layer's own
+    fp8.manual_seed(5)
+    local z = model()
+    z[3]:register_full_backward_hook(function(_, gi) return { gi[1] * 0 } end)
+    z[3]:register_full_backward_pre_hook(function(_, go) return { go[1] * 2 } end)
+    local yz = z(x)
+    ;(yz * yz):sum():backward()
+    assert.are.equal(0, max_abs(z[1].weight.grad))
+    assert.is_true(max_abs(z[3].weight.grad - ref[3].weight.grad * 2) <= 1e-6 * max_abs(ref[3].weight.grad))
+  end)
+
+  it("backward hooks: refused where they cannot be honoured, silent without grad, and no fused path", function()
+    local M = nn.Module.class("Two")
+    function M:forward(a, b) return a * b, a + b end
+    local two = M()
+    two:register_full_backward_hook(function() end)
+    local a, b = fp8.ones(2):requires_grad(true), fp8.ones(2):requires_grad(true)
+    U.fails_with("Two backward hook: a module whose forward gets more than one tensor that requires grad (arguments 1 "
+      .. "and 2) is not supported", two, a, b)
+    U.fails_with("Two backward hook: a module whose forward returns 2 values is not supported (one tensor)", two, a,
+      fp8.ones(2))
+    local lin = nn.Linear(2, 2)
+    lin:register_full_backward_hook(function() return 5 end)
+    U.fails_with("Linear backward hook: returned 5; it returns nothing or a table like grad_input",
+      function() lin(fp8.ones(1, 2):requires_grad(true)):sum():backward() end)
+    U.fails_with("register_full_backward_hook: unknown option 'always_call' (valid: prepend)",
+      lin.register_full_backward_hook, lin, print, { always_call = true })
+    -- no_grad: nothing is wrapped, no hook runs
+    local called = false
+    local l2 = nn.Linear(2, 2)
+    l2:register_full_backward_pre_hook(function() called = true end)
+    local y = fp8.no_grad(function() return l2(fp8.ones(1, 2)) end)
+    assert.is_false(y:requires_grad())
+    assert.is_false(called)
+    -- a GELU with a backward hook before an FP8Linear: called as a module, not inside the next layer's cast
+    fp8.manual_seed(2)
+    local s = fp8.convert_model(nn.Sequential(nn.Linear(16, 32), nn.GELU("tanh"), nn.Linear(32, 16)),
+      { recipe = { backend = "te" } })
+    local seen = 0
+    s[2]:register_full_backward_hook(function() seen = seen + 1 end)
+    fp8.fp8_autocast(function() s(fp8.randn(4, 16)):sum():backward() end)
+    assert.are.equal(1, seen)
+    assert.are.equal(0, s[3].fp8_meta:state().fused_input_casts)
+  end)
+
   it("fp8.convert_model's replacements keep the hooks of the layers they replace", function()
     local s = nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16))
     local calls = 0

@@ -147,9 +147,13 @@ end
 
 -- Whether m has forward hooks or pre-hooks (register_forward_hook): a container then calls it, never a fused path
 -- that would skip them.
+local HOOK_LISTS = { "_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks" }
 local function has_hooks(m)
-  local a, b = rawget(m, "_forward_pre_hooks"), rawget(m, "_forward_hooks")
-  return (a ~= nil and #a > 0) or (b ~= nil and #b > 0)
+  for _, f in ipairs(HOOK_LISTS) do
+    local l = rawget(m, f)
+    if l ~= nil and #l > 0 then return true end
+  end
+  return false
 end
 
 function Module.runs_forward_of(m, name)
@@ -303,9 +307,24 @@ function Module:register_forward_hook(hook, opts)
     { "prepend", "always_call", "with_kwargs" })
 end
 
+-- m:register_full_backward_pre_hook(hook [, {prepend=false}]) -> handle. hook(m, grad_output) runs when the
+-- gradient of m's output is known, before m's backward: grad_output a list of one tensor; it returns nothing or a
+-- table of the gradient to use instead ({g}).
+function Module:register_full_backward_pre_hook(hook, opts)
+  return register_hook(self, "_backward_pre_hooks", "register_full_backward_pre_hook", hook, opts, { "prepend" })
+end
+
+-- m:register_full_backward_hook(hook [, {prepend=false}]) -> handle. hook(m, grad_input, grad_output) runs when
+-- the gradient of m's input is known: grad_input lists one entry per forward argument (nil where it takes no
+-- gradient), grad_output the output's; it returns nothing or a table like grad_input, whose entry for the input
+-- that takes a gradient is used instead.
+function Module:register_full_backward_hook(hook, opts)
+  return register_hook(self, "_backward_hooks", "register_full_backward_hook", hook, opts, { "prepend" })
+end
+
 -- fp8.convert_model: the replacement runs the hooks of the module it replaces.
 function Module._carry_hooks(from, to)
-  for _, f in ipairs { "_forward_pre_hooks", "_forward_hooks" } do
+  for _, f in ipairs(HOOK_LISTS) do
     local l = rawget(from, f)
     if l ~= nil then rawset(to, f, l) end
   end
@@ -324,6 +343,77 @@ local function hook_failed(self, what, err)
   error(err, 0)
 end
 
+-- The backward hooks of one call: torch's BackwardHook, on one differentiable input and one output. The input that
+-- requires grad (at most one: each input's gradient would come at its own time, and a hook's replacement for the
+-- others would come too late) goes to forward as a view of itself, whose gradient is exactly what this call sends
+-- it; the output is returned as a view of itself, whose gradient is what flows into the module. Tensor hooks on
+-- the two views run the module's hooks.
+local function bw_fail(self, what) error(("%s backward hook: %s"):format(context_name(self), what), 0) end
+
+local function bw_run_full(self, bw, g_in)
+  local gi = { n = bw.nargs }
+  if bw.idx then gi[bw.idx] = g_in end
+  for _, e in ipairs(snapshot(rawget(self, "_backward_hooks") or {})) do
+    local r = e.fn(self, gi, { n = 1, bw.grad_output })
+    if r ~= nil then
+      if type(r) ~= "table" then
+        bw_fail(self, ("returned %s; it returns nothing or a table like grad_input"):format(O.got(r)))
+      end
+      gi = { n = bw.nargs }
+      if bw.idx then gi[bw.idx] = r[bw.idx] end
+    end
+  end
+  return bw.idx and gi[bw.idx] or nil
+end
+
+local function bw_setup_input(self, args)
+  local bw = { nargs = args.n }
+  for i = 1, args.n do
+    local a = args[i]
+    if is_tensor(a) and a:requires_grad() then
+      if bw.idx then
+        bw_fail(self, ("a module whose forward gets more than one tensor that requires grad (arguments %d and %d) "
+          .. "is not supported"):format(bw.idx, i))
+      end
+      bw.idx = i
+    end
+  end
+  if bw.idx then
+    local v = args[bw.idx]:view(args[bw.idx]:shape())
+    v:register_hook(function(g)
+      local r = bw_run_full(self, bw, g)
+      if r ~= nil and r ~= g then return r end
+    end)
+    args[bw.idx] = v
+  end
+  return bw
+end
+
+local function bw_setup_output(self, bw, res)
+  if res.n ~= 1 or not is_tensor(res[1]) then
+    bw_fail(self, ("a module whose forward returns %s is not supported (one tensor)"):format(
+      res.n == 1 and O.got(res[1]) or res.n .. " values"))
+  end
+  local out = res[1]
+  if not out:requires_grad() then return res end
+  local v = out:view(out:shape())
+  v:register_hook(function(g)
+    for _, e in ipairs(snapshot(rawget(self, "_backward_pre_hooks") or {})) do
+      local r = e.fn(self, { n = 1, g })
+      if r ~= nil then
+        if type(r) ~= "table" or not is_tensor(r[1]) then
+          bw_fail(self, ("pre-hook returned %s; it returns nothing or a table of the gradient ({g})"):format(O.got(r)))
+        end
+        g = r[1]
+      end
+    end
+    bw.grad_output = g
+    if not bw.idx and #(rawget(self, "_backward_hooks") or {}) > 0 then bw_run_full(self, bw, nil) end
+    return g
+  end)
+  return table.pack(v)
+end
+
 local function run_hooked(self, state, ...)
   local args = table.pack(...)
   for _, e in ipairs(snapshot(rawget(self, "_forward_pre_hooks") or {})) do
@@ -339,6 +429,8 @@ local function run_hooked(self, state, ...)
   end
   state.args = args
   check_forward_arity(self, 0, table.unpack(args, 1, args.n))
+  local bl, bpl = rawget(self, "_backward_hooks"), rawget(self, "_backward_pre_hooks")
+  local bw = ((bl and #bl > 0) or (bpl and #bpl > 0)) and fp8.is_grad_enabled() and bw_setup_input(self, args) or nil
   local res = table.pack(self:_call_with(Module._call_hook or self.forward, table.unpack(args, 1, args.n)))
   for _, e in ipairs(snapshot(rawget(self, "_forward_hooks") or {})) do
     state.called[e] = true
@@ -346,6 +438,7 @@ local function run_hooked(self, state, ...)
     if not r[1] then hook_failed(self, "forward hook", r[2]) end
     if r.n > 1 and r[2] ~= nil then res = table.pack(table.unpack(r, 2, r.n)) end
   end
+  if bw then res = bw_setup_output(self, bw, res) end
   return res
 end
 
