@@ -734,6 +734,8 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     }
     /* nodes that received no gradient (`continue` above) still end their leaves' uses */
     while (st == FL_OK && next_use < nuses) st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud);
+    /* a leaf whose first hook came during this backward (from another hook) had no last use listed */
+    for (size_t i = 0; st == FL_OK && i < npend; i++) st = pending_flush(pend, npend, pend[i].leaf);
     free(luses);
     for (size_t i = 0; i < npend; i++) fl_tensor_release(pend[i].sum);
     free(pend);

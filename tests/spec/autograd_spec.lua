@@ -243,6 +243,15 @@ describe("autograd", function()
       assert.are.same({ 1 }, calls)
     end)
 
+    it("a leaf's hook added during a backward (by another hook) takes what reaches the leaf after it: none is lost",
+      function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local a = x * 3
+      a:register_hook(function() x:register_hook(function(gx) return gx * 10 end) end)
+      ;(a * x):sum():backward()                 -- x's direct share (3x) came first, a's (3x) through the new hook
+      assert.are.same({ 33, 66 }, x.grad:totable())
+    end)
+
     it("stays on the tensor when its handle is dropped (torch's), and steers what the optimizer steps with", function()
       local w = fp8.tensor({ 1, 2 }):requires_grad(true)
       w:register_hook(function(g) return g * 0 end)
