@@ -40,6 +40,7 @@ local function linear_to_fp8(lin, recipe)
   n.weight = lin.weight                       -- the same tensors: the conversion copies nothing
   if lin.bias ~= nil then n.bias = lin.bias end
   n.training = lin.training
+  Module._carry_hooks(lin, n)                 -- (every replacement below runs the replaced module's hooks)
   return n
 end
 
@@ -51,6 +52,7 @@ local function ln_as(cls, ln)
     if ln.bias ~= nil then n.bias = ln.bias end
   end
   n.training = ln.training
+  Module._carry_hooks(ln, n)
   return n
 end
 local function ln_to_fp8(ln) return ln_as(FP8LayerNorm, ln) end
@@ -69,6 +71,7 @@ local function fp8_to_linear(m)
   n.weight = hp_weight(m.weight)
   if m.bias ~= nil then n.bias = hp_weight(m.bias) end
   n.training = m.training
+  Module._carry_hooks(m, n)
   return n
 end
 
@@ -173,10 +176,7 @@ function M.convert_model(model, opts)
       if do_lin and cn == "FP8Linear" then repl = fp8_to_linear(child); rawset(child, "_converted_back", true)
       elseif do_ln and cn == "FP8LayerNorm" then repl = fp8_to_ln(child) end
     end
-    if repl then
-      Module._carry_hooks(child, repl)
-      converted[#converted + 1] = full
-    end
+    if repl then converted[#converted + 1] = full end
     done[child] = repl or false
     return repl
   end)

@@ -1318,5 +1318,17 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     h:remove()                                  -- the handle removes it from the replacement too
     fp8.fp8_autocast(function() return s(fp8.randn(2, 16)) end)
     assert.are.equal(21, calls)
+    -- a model that is itself a Linear, prepared (converted at the root) and unwrapped back to a plain one
+    local lin = nn.Linear(16, 16)
+    local n = 0
+    lin:register_forward_hook(function() n = n + 1 end)
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, cpu = true }
+    local fl = acc:prepare(lin)
+    assert.are.equal("FP8Linear", fl:type_name())
+    fl(fp8.randn(2, 16))
+    local plain = acc:unwrap_model(fl, false)   -- keep_fp32_wrapper=false: back to a plain Linear
+    assert.are.equal("Linear", plain:type_name())
+    plain(fp8.randn(2, 16))
+    assert.are.equal(2, n)
   end)
 end)
