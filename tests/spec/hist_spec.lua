@@ -167,3 +167,26 @@ describe("fp8.hist", function()
     assert.is_false(ok); assert.matches("needs a float tensor", err)
   end)
 end)
+
+describe("docs/concepts.md: looking inside a training step with hooks", function()
+  it("a backward pre-hook per block catches the gradient at its output, which fp8.hist reads", function()
+    fp8.manual_seed(0)
+    local m = fp8.nn.GPT { vocab_size = 96, block_size = 32, n_layer = 2, n_head = 4, n_embd = 64 }
+    local grads = {}
+    for i = 1, #m.blocks do m.blocks[i]:register_full_backward_pre_hook(function(_, go) grads[i] = go[1] end) end
+    local r = {}
+    for b = 1, 4 do r[b] = {} for t = 1, 32 do r[b][t] = (b * 7 + t * 13) % 96 end end
+    local ids = fp8.tensor(r)
+    local _, loss = m(ids, ids)
+    loss:backward()
+    assert.are.same({ 4, 32, 64 }, grads[1]:shape())
+    assert.are.same({ 4, 32, 64 }, grads[2]:shape())
+    local unscaled = quiet_hist(grads[1], "e5m2", { scale = 1 })
+    local scaled = quiet_hist(grads[1], "e5m2")
+    assert.are.equal(8192, unscaled.n)
+    -- gradients of a cross-entropy over 8192 logits are small: unscaled, some land below E5M2's normals
+    assert.is_true(unscaled.subnormal + unscaled.underflow > 0)
+    assert.are.equal(0, scaled.underflow)
+    assert.is_true(unscaled.hi < 0)            -- every binade below 1
+  end)
+end)
