@@ -667,9 +667,20 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     node_map map = { 0 };
     fl_status st = topo_order(root->grad_fn, &order, &n, &map);
     if (st != FL_OK) { fl_tensor_release(g0); return st; }
+    /* A gradient hook (Lua code) may start a backward of its own: one through nodes an unfinished backward on this
+     * thread is running would run (and free) them under it */
+    for (size_t k = 0; k < n && st == FL_OK; k++)
+        if (order[k]->busy)
+            st = FL_ERR(FL_EINVAL, "backward: the graph through %s is being run by an unfinished backward (a hook "
+                        "called backward through it); call it after that backward returns", order[k]->name);
+    if (st != FL_OK) {
+        free(order); free(map.keys); free(map.vals);
+        fl_tensor_release(g0);
+        return st;
+    }
     /* Hold every node while we work: clearing one node's inputs may drop the last other reference
      * to a node later in the order. */
-    for (size_t k = 0; k < n; k++) order[k]->refcount++;
+    for (size_t k = 0; k < n; k++) { order[k]->refcount++; order[k]->busy++; }
     fl_tensor **grads = calloc(n, sizeof *grads);   /* gradient of each node's output */
     int *uses = calloc(n, sizeof *uses);
     if (!grads || !uses) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
@@ -711,6 +722,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         if (st == FL_OK && nd->owner) st = owner_grad(nd, &go);
         uint64_t prof = FL_PROF_BEGIN(nd->name);   /* e.g. "LinearBackward", nested under "backward" */
         if (st == FL_OK) st = check_versions(nd);
+        if (st == FL_OK && !nd->backward) st = FL_ERR(FL_EINVAL, "%s", SECOND_TIME);   /* (never: busy nodes stay) */
         if (st == FL_OK) st = nd->backward(nd, go, gin);
         FL_PROF_END(prof);
         fl_tensor_release(go);
@@ -751,7 +763,7 @@ done:
     if (grads) for (size_t k = 0; k < n; k++) fl_tensor_release(grads[k]);
     free(grads);
     free(uses);
-    for (size_t k = 0; k < n; k++) fl_node_release(order[k]);
+    for (size_t k = 0; k < n; k++) { order[k]->busy--; fl_node_release(order[k]); }
     free(order);
     free(map.keys);
     free(map.vals);

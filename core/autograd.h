@@ -45,6 +45,7 @@ struct fl_node {
     /* not owned: the tensor this node made that asked for its gradient (t:retain_grad(), gradient hooks); the
      * tensor holds the node and clears this when it is freed (fl_tensor_release), so it never dangles. NULL: none */
     struct fl_tensor *owner;
+    int busy;                                 /* backwards running through this node now (fl_backward) */
 };
 
 /* Grad mode (thread-local; on by default). */

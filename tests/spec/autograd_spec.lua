@@ -252,6 +252,24 @@ describe("autograd", function()
       assert.are.same({ 33, 66 }, x.grad:totable())
     end)
 
+    it("a hook that runs backward through the graph under way is refused (it crashed), one that frees tensors is safe",
+      function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local a = x * 3
+      local loss = (a * a):sum()
+      local inner
+      a:register_hook(function() inner = select(2, pcall(function() loss:backward() end)) end)
+      loss:backward()                            -- the outer one completes
+      assert.matches("backward: the graph through MulBackward is being run by an unfinished backward", inner)
+      assert.are.same({ 18, 36 }, x.grad:totable())
+      local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local c = w * 3
+      local l = (c * c):sum()
+      c:register_hook(function(g) c:free(); w:free(); g:free() end)
+      l:backward()                               -- the frees wait for the backward, which holds what it uses
+      assert.is_true(w:is_released())
+    end)
+
     it("stays on the tensor when its handle is dropped (torch's), and steers what the optimizer steps with", function()
       local w = fp8.tensor({ 1, 2 }):requires_grad(true)
       w:register_hook(function(g) return g * 0 end)
