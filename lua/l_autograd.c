@@ -123,13 +123,14 @@ static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out)
                         "gradient to use instead", luaL_typename(L, -1));
         else if (!fl_shape_equal(r->ndim, r->shape, grad->ndim, grad->shape))
             st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned a tensor of shape %s for a gradient of shape %s",
-                        fl_shape_str(a, sizeof a, r->ndim, r->shape), fl_shape_str(b, sizeof b, grad->ndim, grad->shape));
+                        fl_shape_str(a, sizeof a, r->ndim, r->shape),
+                        fl_shape_str(b, sizeof b, grad->ndim, grad->shape));
         else if (r->device != grad->device)
             st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned a tensor on %s for a gradient on %s",
                         fl_device_name(r->device), fl_device_name(grad->device));
         else if (fl_format(r->dtype)->is_fp8)
-            st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned an %s tensor; return a gradient in fp32, bf16 or "
-                        "fp16 (dequantize it)", fl_format(r->dtype)->name);
+            st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned an %s tensor; return a gradient in fp32, "
+                        "bf16 or fp16 (dequantize it)", fl_format(r->dtype)->name);
         else if (r->dtype == FL_F32 && fl_tensor_is_contiguous(r))
             *out = fl_tensor_retain((fl_tensor *)r);
         else

@@ -155,10 +155,10 @@ add_all {
        .. "leaves that require it (gradients add up until zero_grad() drops them). requires_grad(true) marks a\n"
        .. "leaf and returns it (torch's requires_grad_([bool]) too); detach() is a view without history;\n"
        .. "x:is_leaf(), x:grad_fn() (the node's name, nil for a leaf) tell where x came from. h:retain_grad() on\n"
-       .. "a result (an activation) makes backward fill h.grad too (h:retains_grad() says so): fp8.hist(h.grad, \"e5m2\")\n"
-       .. "then shows how that gradient sits on the FP8 grid. t:register_hook(fn) -> handle: fn(grad) runs when backward\n"
-       .. "has t's gradient (a leaf's summed over its uses, before .grad) and returns nothing or the gradient to use\n"
-       .. "instead; handle:remove() takes it out." },
+       .. "a result (an activation) makes backward fill h.grad too (h:retains_grad() says so):\n"
+       .. "fp8.hist(h.grad, \"e5m2\") then shows how that gradient sits on the FP8 grid.\n"
+       .. "t:register_hook(fn) -> handle: fn(grad) runs when backward has t's gradient (a leaf's summed over its\n"
+       .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"
        .. "(a coroutine may not yield inside fn: the mode is process-wide);\n"
@@ -339,7 +339,8 @@ also("acc:is_main_process", { "acc:is_local_main_process", "acc:is_last_process"
 also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })
 also("nn.Module", { "nn.Parameter" })
 also("nn.Module:register_forward_hook", { "nn.Module:register_forward_pre_hook", "RemovableHandle",
-                                         "nn.Module:register_full_backward_hook", "nn.Module:register_full_backward_pre_hook" })
+                                         "nn.Module:register_full_backward_hook",
+                                         "nn.Module:register_full_backward_pre_hook" })
 also("nn.GELU", { "nn.ReLU" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })

@@ -299,7 +299,7 @@ TEST(autograd_grad_hooks_and_retain_grad) {
     REQUIRE_OK(fl_reduce(&c, FL_OP_SUM, b, FL_ALL_DIMS, false));
     REQUIRE_OK(fl_binary_scalar(&s, FL_OP_ADD, c, 0.0, false));
     REQUIRE_OK(fl_backward(s, NULL, false));
-    /* ∂s/∂a = x, hooked ×2 → a.grad = 2x; ∂s/∂x = 3·(2x) + a = 6x + 3x = 9x, hooked once with the sum, ×10 */
+    /* ds/da = x, hooked x2: a.grad = 2x; ds/dx = 3·(2x) + a = 6x + 3x = 9x, hooked once with the sum, x10 */
     CHECK(pa.calls == 1 && px.calls == 1, "hook calls %d %d", pa.calls, px.calls);
     CHECK_CLOSE(at(a->grad, 1), 4, 0, 0);
     CHECK_CLOSE(px.first, 9, 0, 0);

@@ -281,13 +281,15 @@ describe("autograd", function()
     end)
 
     it("refuses what it cannot honour, naming it", function()
-      U.fails_with("register_hook: the tensor does not require grad", function() fp8.tensor({ 1 }):register_hook(print) end)
+      U.fails_with("register_hook: the tensor does not require grad",
+        function() fp8.tensor({ 1 }):register_hook(print) end)
       local z = fp8.tensor({ 1 }):requires_grad(true)
       U.fails_with("expected a function (hook), got number", function() z:register_hook(5) end)
       U.fails_with("register_hook: takes (hook); got 1 more argument", function() z:register_hook(print, 1) end)
       local cases = {
         { function() error("boom", 0) end, "backward: a tensor's hook raised: boom" },
-        { function() return fp8.ones(2) end, "backward: a tensor's hook returned a tensor of shape [2] for a gradient of shape [1]" },
+        { function() return fp8.ones(2) end,
+          "backward: a tensor's hook returned a tensor of shape [2] for a gradient of shape [1]" },
         { function() return 5 end, "backward: a tensor's hook returned number; it returns nothing, or a tensor" },
         { function(g) return g:quantize("e4m3") end, "backward: a tensor's hook returned an e4m3 tensor" },
       }
@@ -309,7 +311,8 @@ describe("autograd", function()
       local nn = fp8.nn
       local function run(hook)
         fp8.manual_seed(6)
-        local m = fp8.convert_model(nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 16)), { recipe = { backend = "te" } })
+        local m = fp8.convert_model(nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 16)),
+          { recipe = { backend = "te" } })
         local x = fp8.randn(8, 32)
         local h = fp8.fp8_autocast(function() return m[1](x) end)
         local got
@@ -387,7 +390,8 @@ describe("autograd", function()
       local nn = fp8.nn
       local function run(fused, retain)
         fp8.manual_seed(5)
-        local m = fp8.convert_model(nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 16)), { recipe = { backend = "te" } })
+        local m = fp8.convert_model(nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 16)),
+          { recipe = { backend = "te" } })
         local x = fp8.randn(8, 32)
         local h = fp8.fp8_autocast(function() return m[1](x) end)
         if retain then h:retain_grad() end
