@@ -145,8 +145,8 @@ function Module._check_size(name, level, what, ...)
   end
 end
 
--- Whether m has forward hooks or pre-hooks (register_forward_hook): a container then calls it, never a fused path
--- that would skip them.
+-- Whether m has hooks (forward or backward, register_forward_hook and the like): a container then calls it, never a
+-- fused path that would skip them.
 local HOOK_LISTS = { "_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks" }
 local function has_hooks(m)
   for _, f in ipairs(HOOK_LISTS) do
@@ -239,8 +239,9 @@ end
 -- RemovableHandle whose remove() takes its entry out (handle.id numbers registrations; a `local h <close> = ...`
 -- removes it at the end of the block, as torch's handle used as a context manager). A module with hooks is always
 -- called through them: the containers' fused paths (a GELU inside the next FP8Linear's cast, a LayerNorm inside
--- the projection's) are not taken for it (Module.runs_forward_of). fp8.convert_model's replacements keep the hooks
--- of the layers they replace (the same lists: the handles still remove them).
+-- the projection's) are not taken for it (Module.runs_forward_of). Every conversion in fp8.convert (Linear ↔
+-- FP8Linear, LayerNorm ↔ FP8LayerNorm) gives the new layer the old one's hook lists (the same lists: the handles
+-- still remove them). The backward hooks follow below, built on tensor hooks.
 
 local Handle = { __name = "RemovableHandle" }
 Handle.__index = Handle
