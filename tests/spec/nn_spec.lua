@@ -1143,6 +1143,17 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     assert.are.same({ { -3 }, { 7 } }, { first:totable(), second:totable() })
   end)
 
+  it("help() has an entry for each hook method and the handle", function()
+    local help = require "fp8.help"
+    local lin = nn.Linear(2, 2)
+    local h = lin:register_forward_hook(function() end)
+    for _, v in ipairs { lin.register_forward_hook, lin.register_forward_pre_hook, lin.register_full_backward_hook,
+                         lin.register_full_backward_pre_hook, h, h.remove } do
+      assert.is_truthy(help.lookup(v))
+    end
+    h:remove()
+  end)
+
   it("runs hooks in registration order, prepend first; a hook removing itself leaves this call's order", function()
     local m = nn.ReLU()
     local order = {}
