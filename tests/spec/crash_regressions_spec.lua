@@ -281,4 +281,18 @@ print("OK")
       assert.are.equal("OK\n", out)
     end)
   end)
+
+  describe("Lua code inside a backward (gradient hooks, 2026-12-02)", function()
+    it("a hook running backward through the graph under way is refused (it recursed, then called a freed node)",
+      function()
+      refuses("local x = fp8.tensor({1, 2}):requires_grad(true); local a = x * 3; local loss = (a * a):sum()\n"
+        .. "local inner; a:register_hook(function() local ok, e = pcall(function() loss:backward() end); inner = e end)\n"
+        .. "loss:backward(); error(inner)", "the graph through MulBackward is being run by an unfinished backward")
+    end)
+    it("a module backward hook doing the same through its own output", function()
+      refuses("local m = fp8.nn.Linear(2, 2); local loss\n"
+        .. "m:register_full_backward_pre_hook(function() loss:backward() end)\n"
+        .. "loss = m(fp8.ones(1, 2)):sum(); loss:backward()", "is being run by an unfinished backward")
+    end)
+  end)
 end)
