@@ -1186,6 +1186,9 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     local s = nn.Sequential(nn.ReLU(), lin)
     lin:register_forward_hook(function() error("boom", 0) end)
     U.fails_with("in layer 1 (Linear) forward hook: boom", s, fp8.ones(1, 2))   -- names count from 0
+    local lying = nn.Linear(2, 2)
+    lying:register_forward_pre_hook(function() return setmetatable({}, { __len = function() return 1 << 62 end }) end)
+    U.fails_with("Linear forward pre-hook: its table of arguments: too many results to unpack", lying, fp8.ones(1, 2))
     local s2 = nn.Sequential(nn.ReLU())
     s2[1]:register_forward_pre_hook(function() error("early", 0) end)
     U.fails_with("in layer 0 (ReLU) forward pre-hook: early", s2, fp8.ones(1))
@@ -1297,6 +1300,10 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     lin:register_full_backward_hook(function() return 5 end)
     U.fails_with("Linear backward hook: returned 5; it returns nothing or a table like grad_input",
       function() lin(fp8.ones(1, 2):requires_grad(true)):sum():backward() end)
+    local lin2 = nn.Linear(2, 2)
+    lin2:register_full_backward_hook(function() return { "x" } end)
+    U.fails_with('Linear backward hook: returned "x" (a string) as grad_input[1]; it is a tensor (the gradient to use) '
+      .. "or nil", function() lin2(fp8.ones(1, 2):requires_grad(true)):sum():backward() end)
     U.fails_with("register_full_backward_hook: unknown option 'always_call' (valid: prepend)",
       lin.register_full_backward_hook, lin, print, { always_call = true })
     -- no_grad: nothing is wrapped, no hook runs

@@ -361,7 +361,14 @@ local function bw_run_full(self, bw, g_in)
         bw_fail(self, ("returned %s; it returns nothing or a table like grad_input"):format(O.got(r)))
       end
       gi = { n = bw.nargs }
-      if bw.idx then gi[bw.idx] = r[bw.idx] end
+      if bw.idx then
+        local g = r[bw.idx]
+        if g ~= nil and not is_tensor(g) then
+          bw_fail(self, ("returned %s as grad_input[%d]; it is a tensor (the gradient to use) or nil"):format(
+            O.got(g), bw.idx))
+        end
+        gi[bw.idx] = g
+      end
     end
   end
   return bw.idx and gi[bw.idx] or nil
@@ -422,7 +429,11 @@ local function run_hooked(self, state, ...)
     if not ok then hook_failed(self, "forward pre-hook", r) end
     if r ~= nil then
       if type(r) == "table" and not is_module(r) then
-        args = table.pack(table.unpack(r, 1, r.n or #r))
+        local okp, packed = pcall(function() return table.pack(table.unpack(r, 1, r.n or #r)) end)
+        if not okp then
+          hook_failed(self, "forward pre-hook", "its table of arguments: " .. require("fp8.errfmt").unplaced(packed))
+        end
+        args = packed
       else
         args = table.pack(r)
       end
