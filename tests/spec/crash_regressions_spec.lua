@@ -286,7 +286,8 @@ print("OK")
     it("a hook running backward through the graph under way is refused (it recursed, then called a freed node)",
       function()
       refuses("local x = fp8.tensor({1, 2}):requires_grad(true); local a = x * 3; local loss = (a * a):sum()\n"
-        .. "local inner; a:register_hook(function() local ok, e = pcall(function() loss:backward() end); inner = e end)\n"
+        .. "local inner\n"
+        .. "a:register_hook(function() local ok, e = pcall(function() loss:backward() end); inner = e end)\n"
         .. "loss:backward(); error(inner)", "the graph through MulBackward is being run by an unfinished backward")
     end)
     it("a module backward hook doing the same through its own output", function()
