@@ -221,9 +221,10 @@ fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, vo
         st = FL_ERR(FL_EINVAL, "register_hook: the tensor does not require grad, so no gradient would reach the hook "
                     "(a leaf: call :requires_grad(true) first)");
     if (st == FL_OK && t->grad_fn) st = own_node(t, "register_hook");
-    if (st == FL_OK && !t->hooks && !(t->hooks = calloc(1, sizeof *t->hooks)))
-        st = FL_ERR(FL_ENOMEM, "register_hook: out of memory");
-    if (st == FL_OK && !t->hooks->refcount) t->hooks->refcount = 1;
+    if (st == FL_OK && !t->hooks) {   /* the tensor's reference */
+        if (!(t->hooks = calloc(1, sizeof *t->hooks))) st = FL_ERR(FL_ENOMEM, "register_hook: out of memory");
+        else t->hooks->refcount = 1;
+    }
     fl_grad_hooks *h = st == FL_OK ? t->hooks : NULL;
     if (h && h->n == h->cap) {
         size_t cap = h->cap ? 2 * h->cap : 4;
