@@ -1286,6 +1286,17 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     assert.is_true(max_abs(z[3].weight.grad - ref[3].weight.grad * 2) <= 1e-6 * max_abs(ref[3].weight.grad))
   end)
 
+  it("backward hooks run in registration order, prepend=true first", function()
+    local lin = nn.Linear(2, 2)
+    local order = {}
+    lin:register_full_backward_pre_hook(function() order[#order + 1] = "pre a" end)
+    lin:register_full_backward_pre_hook(function() order[#order + 1] = "pre b" end, { prepend = true })
+    lin:register_full_backward_hook(function() order[#order + 1] = "full a" end)
+    lin:register_full_backward_hook(function() order[#order + 1] = "full b" end, { prepend = true })
+    lin(fp8.ones(1, 2):requires_grad(true)):sum():backward()
+    assert.are.same({ "pre b", "pre a", "full b", "full a" }, order)
+  end)
+
   it("backward hooks: refused where they cannot be honoured, silent without grad, and no fused path", function()
     local M = nn.Module.class("Two")
     function M:forward(a, b) return a * b, a + b end
