@@ -214,6 +214,33 @@ bool fl_grad_hooks_remove(fl_grad_hooks *h, uint64_t id) {
 
 static _Thread_local uint64_t hook_ids;
 
+/* Appends hk to the list at *slot (made on first use: the tensor's reference); *id and *list (a new reference) as
+ * fl_tensor_add_grad_hook's. On failure hk's ud_free has run. */
+static fl_status hooks_append(fl_grad_hooks **slot, fl_grad_hook hk, const char *fname, uint64_t *id,
+                              fl_grad_hooks **list) {
+    fl_status st = FL_OK;
+    if (!*slot) {
+        if (!(*slot = calloc(1, sizeof **slot))) st = FL_ERR(FL_ENOMEM, "%s: out of memory", fname);
+        else (*slot)->refcount = 1;
+    }
+    fl_grad_hooks *h = st == FL_OK ? *slot : NULL;
+    if (h && h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 4;
+        fl_grad_hook *v = realloc(h->v, cap * sizeof *v);
+        if (!v) st = FL_ERR(FL_ENOMEM, "%s: out of memory", fname);
+        else { h->v = v; h->cap = cap; }
+    }
+    if (st != FL_OK) {
+        if (hk.ud_free) hk.ud_free(hk.ud);
+        return st;
+    }
+    hk.id = ++hook_ids;
+    h->v[h->n++] = hk;
+    *id = hk.id;
+    if (list) *list = fl_grad_hooks_retain(h);
+    return FL_OK;
+}
+
 fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, void (*ud_free)(void *), uint64_t *id,
                                   fl_grad_hooks **list) {
     fl_status st = FL_OK;
@@ -221,31 +248,36 @@ fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, vo
         st = FL_ERR(FL_EINVAL, "register_hook: the tensor does not require grad, so no gradient would reach the hook "
                     "(a leaf: call :requires_grad(true) first)");
     if (st == FL_OK && t->grad_fn) st = own_node(t, "register_hook");
-    if (st == FL_OK && !t->hooks) {   /* the tensor's reference */
-        if (!(t->hooks = calloc(1, sizeof *t->hooks))) st = FL_ERR(FL_ENOMEM, "register_hook: out of memory");
-        else t->hooks->refcount = 1;
-    }
-    fl_grad_hooks *h = st == FL_OK ? t->hooks : NULL;
-    if (h && h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 4;
-        fl_grad_hook *v = realloc(h->v, cap * sizeof *v);
-        if (!v) st = FL_ERR(FL_ENOMEM, "register_hook: out of memory");
-        else { h->v = v; h->cap = cap; }
-    }
     if (st != FL_OK) {
         if (ud_free) ud_free(ud);
         return st;
     }
-    h->v[h->n++] = (fl_grad_hook){ fn, ud, ud_free, ++hook_ids };
-    *id = hook_ids;
-    if (list) *list = fl_grad_hooks_retain(h);
-    return FL_OK;
+    return hooks_append(&t->hooks, (fl_grad_hook){ .fn = fn, .ud = ud, .ud_free = ud_free }, "register_hook", id, list);
 }
 
-/* *g ← t's hooks applied to it in turn (each may replace it). A hook removed by an earlier one in this call is not
- * called: each is looked up again by id before it runs. *g stays ours to release. */
+fl_status fl_tensor_add_post_accumulate_grad_hook(fl_tensor *t, fl_post_grad_hook_fn fn, void *ud,
+                                                  void (*ud_free)(void *), uint64_t *id, fl_grad_hooks **list) {
+    static const char *const NAME = "register_post_accumulate_grad_hook";
+    fl_status st = FL_OK;
+    if (t->grad_fn)   /* torch: "post accumulate grad hooks cannot be registered on non-leaf tensors" */
+        st = FL_ERR(FL_EINVAL, "%s: only a leaf tensor has its gradient accumulated into .grad; this one was made by "
+                    "%s (register_hook sees a result's gradient)", NAME, t->grad_fn->name);
+    else if (!t->requires_grad)
+        st = FL_ERR(FL_EINVAL, "%s: the tensor does not require grad, so no gradient would be accumulated (call "
+                    ":requires_grad(true) first)", NAME);
+    if (st != FL_OK) {
+        if (ud_free) ud_free(ud);
+        return st;
+    }
+    return hooks_append(&t->post_hooks, (fl_grad_hook){ .post = fn, .ud = ud, .ud_free = ud_free }, NAME, id, list);
+}
+
+/* *g ← t's gradient hooks applied to it in turn (each may replace it); g NULL: t's post-accumulate-grad hooks, each
+ * called with t. A hook removed by an earlier one in this call is not called: each is looked up again by id before
+ * it runs. *g stays ours to release. */
 static fl_status run_grad_hooks(fl_tensor *t, fl_tensor **g, bool *replaced) {
-    fl_grad_hooks *h = fl_grad_hooks_retain(t->hooks);
+    fl_grad_hooks *h = fl_grad_hooks_retain(g ? t->hooks : t->post_hooks);
+    if (!h) return FL_OK;
     size_t n = h->n;
     uint64_t *ids = malloc((n ? n : 1) * sizeof *ids);
     fl_status st = ids ? FL_OK : FL_ERR(FL_ENOMEM, "backward: out of memory for a tensor's hooks");
@@ -254,6 +286,7 @@ static fl_status run_grad_hooks(fl_tensor *t, fl_tensor **g, bool *replaced) {
         const fl_grad_hook *hk = NULL;
         for (size_t j = 0; j < h->n; j++) if (h->v[j].id == ids[i]) hk = &h->v[j];
         if (!hk) continue;
+        if (!g) { st = hk->post(hk->ud, t); continue; }
         fl_tensor *out = NULL;
         st = hk->fn(hk->ud, *g, &out);
         if (st == FL_OK && out) { fl_tensor_release(*g); *g = out; if (replaced) *replaced = true; }
@@ -278,7 +311,11 @@ static fl_status pending_add(leaf_pending **p, size_t *n, fl_tensor *leaf, const
     return accumulate(&q[*n - 1].sum, g);
 }
 
-/* The leaf's gradient for this backward is complete: its hooks, then .grad += it. */
+/* Whether leaf's gradient goes through the pending list (its hooks want it summed, or once accumulated). */
+static bool leaf_hooked(const fl_tensor *leaf) { return leaf->hooks || leaf->post_hooks; }
+
+/* The leaf's gradient for this backward is complete: its gradient hooks, .grad += it, its post-accumulate-grad
+ * hooks (only where a gradient reached it, as torch's AccumulateGrad runs only then). */
 static fl_status pending_flush(leaf_pending *p, size_t n, const fl_tensor *leaf) {
     for (size_t i = 0; i < n; i++) {
         if (p[i].leaf != leaf || !p[i].sum) continue;
@@ -287,6 +324,7 @@ static fl_status pending_flush(leaf_pending *p, size_t n, const fl_tensor *leaf)
         fl_status st = run_grad_hooks(p[i].leaf, &g, NULL);
         if (st == FL_OK) st = fl_accumulate_grad(p[i].leaf, g);
         fl_tensor_release(g);
+        if (st == FL_OK) st = run_grad_hooks(p[i].leaf, NULL, NULL);
         return st;
     }
     return FL_OK;
@@ -657,9 +695,10 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         FL_TRY(fl_tensor_full(&g0, FL_F32, root->ndim, root->shape, 1.0, root->device));
     }
     if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
-        fl_status st = root->hooks ? run_grad_hooks(root, &g0, NULL) : FL_OK;
+        fl_status st = run_grad_hooks(root, &g0, NULL);
         if (st == FL_OK) st = fl_accumulate_grad(root, g0);
         fl_tensor_release(g0);
+        if (st == FL_OK) st = run_grad_hooks(root, NULL, NULL);
         if (st == FL_OK && ready_fn) st = ready_fn(root, ready_ud);
         return st;
     }
@@ -685,13 +724,13 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     fl_tensor **grads = calloc(n, sizeof *grads);   /* gradient of each node's output */
     int *uses = calloc(n, sizeof *uses);
     if (!grads || !uses) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
-    bool hooked_leaf = false;   /* a leaf with gradient hooks takes its gradient at its last use */
+    bool hooked_leaf = false;   /* a leaf with (post-accumulate-)grad hooks: its last use */
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < order[k]->ninputs; i++) {
             const fl_tensor *in = order[k]->inputs[i];
             int c = in && in->grad_fn && fl_node_input_needs_grad(order[k], i) ? map_get(&map, in->grad_fn) : -1;
             if (c >= 0) uses[c]++;
-            if (in && !in->grad_fn && in->hooks && fl_node_input_needs_grad(order[k], i)) hooked_leaf = true;
+            if (in && !in->grad_fn && leaf_hooked(in) && fl_node_input_needs_grad(order[k], i)) hooked_leaf = true;
         }
     grads[n - 1] = g0;                           /* the root node is last in post-order */
     g0 = NULL;
@@ -736,7 +775,7 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
                                 nd->name, fl_shape_str(a, sizeof a, gi->ndim, gi->shape), i,
                                 fl_shape_str(b, sizeof b, in->ndim, in->shape));
                 else if (in->grad_fn) st = accumulate(&grads[map_get(&map, in->grad_fn)], gi);
-                else if (in->hooks) st = pending_add(&pend, &npend, in, gi);
+                else if (leaf_hooked(in)) st = pending_add(&pend, &npend, in, gi);
                 else st = fl_accumulate_grad(in, gi);
             }
             fl_tensor_release(gi);

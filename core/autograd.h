@@ -114,12 +114,24 @@ fl_status fl_tensor_retain_grad(fl_tensor *t);
  * to it (a handle: fl_grad_hooks_retain), so a hook can be removed after the tensor is gone. ud_free(ud) runs when
  * a hook is removed or its list freed. */
 typedef fl_status (*fl_grad_hook_fn)(void *ud, const fl_tensor *grad, fl_tensor **out);
-typedef struct fl_grad_hook { fl_grad_hook_fn fn; void *ud; void (*ud_free)(void *ud); uint64_t id; } fl_grad_hook;
+/* Post-accumulate-grad hooks (torch's Tensor.register_post_accumulate_grad_hook): fn(ud, t) runs once per backward
+ * that added a gradient into leaf t's .grad, after the last addition (and after t's gradient hooks), before the
+ * grad-ready hook: under data parallelism it sees this process's gradient, before the all-reduce, as torch's under
+ * DDP. A non-OK status stops the backward. */
+typedef fl_status (*fl_post_grad_hook_fn)(void *ud, fl_tensor *t);
+/* One hook: fn (a gradient hook) or post (a post-accumulate-grad hook), as the list it is in holds. */
+typedef struct fl_grad_hook {
+    fl_grad_hook_fn fn; fl_post_grad_hook_fn post; void *ud; void (*ud_free)(void *ud); uint64_t id;
+} fl_grad_hook;
 typedef struct fl_grad_hooks { int refcount; size_t n, cap; fl_grad_hook *v; } fl_grad_hooks;
 /* Adds a hook to t (which must require grad: refused otherwise, as torch's); *id identifies it for removal, *list
  * (a new reference, when list is not NULL) is t's hook list. On failure ud_free(ud) has run. */
 fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, void (*ud_free)(void *), uint64_t *id,
                                   fl_grad_hooks **list);
+/* Adds a post-accumulate-grad hook to leaf t (refused on a tensor an op made, and on one that does not require
+ * grad, as torch's); *id and *list as fl_tensor_add_grad_hook's (*list is t's post-accumulate-grad list). */
+fl_status fl_tensor_add_post_accumulate_grad_hook(fl_tensor *t, fl_post_grad_hook_fn fn, void *ud,
+                                                  void (*ud_free)(void *), uint64_t *id, fl_grad_hooks **list);
 /* Removes hook id from the list (false: it is not there, already removed). */
 bool fl_grad_hooks_remove(fl_grad_hooks *h, uint64_t id);
 fl_grad_hooks *fl_grad_hooks_retain(fl_grad_hooks *h);

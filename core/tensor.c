@@ -147,6 +147,7 @@ void fl_tensor_release(fl_tensor *t) {
     /* the node outlives the tensor (the tensor holds it): its weak link to the tensor goes first */
     if (t->grad_fn && t->grad_fn->owner == t) t->grad_fn->owner = NULL;
     fl_grad_hooks_release(t->hooks);
+    fl_grad_hooks_release(t->post_hooks);
     fl_node_release(t->grad_fn);
     fl_tensor_release(t->nograd_base);
     free(t);
@@ -195,6 +196,7 @@ static fl_status view_header(fl_tensor **out, const fl_tensor *t) {
     v->nograd_base = NULL;
     v->retains_grad = false;
     v->hooks = NULL;
+    v->post_hooks = NULL;
     v->storage->refcount++;
     fl_tensor_retain(v->scale_inv);
     fl_stats_future_retain(v->qfuture);

@@ -71,6 +71,7 @@ typedef struct fl_tensor {
      * backward adds the gradient reaching it into .grad, as a leaf's */
     bool retains_grad;
     struct fl_grad_hooks *hooks;     /* owned (a reference); gradient hooks (fl_tensor_add_grad_hook), NULL: none */
+    struct fl_grad_hooks *post_hooks; /* owned (a reference); a leaf's post-accumulate-grad hooks, NULL: none */
 } fl_tensor;
 
 /* Construction. `shape` may be NULL when ndim == 0. Sizes must be >= 0.

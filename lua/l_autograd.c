@@ -1,5 +1,6 @@
-/* l_autograd.c — the autograd surface of fp8.Tensor (requires_grad, the t.grad field, backward,
- * retain_grad, register_hook, detach, zero_grad, is_leaf, grad_fn) and the grad/autocast mode functions of fp8.
+/* l_autograd.c — the autograd surface of fp8.Tensor (requires_grad, the t.grad field, backward, retain_grad,
+ * register_hook, register_post_accumulate_grad_hook, detach, zero_grad, is_leaf, grad_fn) and the grad/autocast mode
+ * functions of fp8.
  * t.grad is a FIELD (tensor or nil), read and assigned through l_tensor.c's __index/__newindex;
  * t:grad() also works: a tensor called as g(owner) returns g when it is owner's gradient. */
 #include <stdlib.h>
@@ -88,19 +89,37 @@ static void hook_ud_free(void *ud) {
     unref_q[unref_n++] = (uint64_t)(uintptr_t)ud;
 }
 
+/* A post-accumulate-grad hook's tensor as registered (the box), held weakly under the hook's key: the hook gets the
+ * very object it was registered on while Lua holds it (torch's, so a table keyed by parameters finds it). */
+static const char post_boxes_key = 0;
+
+/* Pushes the registry table at key (made on first use; weak values when weak). */
+static void push_reg_table(lua_State *L, const void *key, bool weak) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
+    lua_pop(L, 1);
+    lua_newtable(L);
+    if (weak) {
+        lua_createtable(L, 0, 1);
+        lua_pushliteral(L, "v");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+    }
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
 /* Pushes the state's table of hook functions (made on first use) after dropping the queued keys. */
 static void push_hook_fns(lua_State *L) {
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_fns_key) != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_rawsetp(L, LUA_REGISTRYINDEX, &hook_fns_key);
-    }
+    push_reg_table(L, &post_boxes_key, true);
+    push_reg_table(L, &hook_fns_key, false);
     for (size_t i = 0; i < unref_n; i++) {
         lua_pushnil(L);
         lua_rawseti(L, -2, (lua_Integer)unref_q[i]);
+        lua_pushnil(L);
+        lua_rawseti(L, -3, (lua_Integer)unref_q[i]);
     }
     unref_n = 0;
+    lua_remove(L, -2);
 }
 
 static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out) {
@@ -140,6 +159,31 @@ static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out)
     return st;
 }
 
+/* A post-accumulate-grad hook: fn(t) with the tensor as registered where Lua still holds that box, else a new box
+ * of it; it returns nothing (torch's must return None). */
+static fl_status lua_post_hook(void *ud, fl_tensor *t) {
+    lua_State *L = hook_L;
+    if (!L) return FL_ERR(FL_EINVAL, "backward: a tensor's hook runs only in a backward started from Lua");
+    if (!lua_checkstack(L, 5)) return FL_ERR(FL_ENOMEM, "backward: no Lua stack left for a tensor's hook");
+    const int top = lua_gettop(L);
+    const lua_Integer key = (lua_Integer)(uintptr_t)ud;
+    push_hook_fns(L);
+    if (lua_rawgeti(L, -1, key) == LUA_TNIL) { lua_settop(L, top); return FL_OK; }
+    push_reg_table(L, &post_boxes_key, true);
+    lua_rawgeti(L, -1, key);
+    lua_remove(L, -2);
+    if (fl_ltotensor(L, -1) != t) { lua_pop(L, 1); fl_lpushretained(L, t); }
+    fl_status st = FL_OK;
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        const char *m = lua_tostring(L, -1);
+        st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s", m ? m : luaL_typename(L, -1));
+    } else if (!lua_isnil(L, -1))
+        st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook returned %s; it returns nothing (it "
+                    "reads or changes t.grad, or t itself, in place)", luaL_typename(L, -1));
+    lua_settop(L, top);
+    return st;
+}
+
 /* A handle: the tensor's hook list (a reference, so removing works after the tensor is gone) and the hook's id. */
 #define HOOK_HANDLE_MT "fp8.TensorHookHandle"
 typedef struct { fl_grad_hooks *list; uint64_t id; } hook_handle;
@@ -165,6 +209,32 @@ static int m_register_hook(lua_State *L) {
     return 1;
 }
 
+/* t:register_post_accumulate_grad_hook(fn) -> handle: fn(t) runs after a backward has added t's gradient into
+ * t.grad (fl_tensor_add_post_accumulate_grad_hook); a leaf's only. handle:remove() takes it out. */
+static int m_register_post_accumulate_grad_hook(lua_State *L) {
+    static const char *const NAME = "register_post_accumulate_grad_hook";
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, NAME, "(hook)");
+    if (!lua_isfunction(L, 2) && !luaL_getmetafield(L, 2, "__call"))
+        return luaL_argerror(L, 2, lua_pushfstring(L, "expected a function (hook), got %s", luaL_typename(L, 2)));
+    lua_settop(L, 2);
+    hook_handle *h = lua_newuserdatauv(L, sizeof *h, 0);
+    h->list = NULL;
+    h->id = 0;
+    luaL_setmetatable(L, HOOK_HANDLE_MT);
+    const uint64_t key = ++next_hook_key;
+    push_hook_fns(L);
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, -2, (lua_Integer)key);
+    push_reg_table(L, &post_boxes_key, true);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, (lua_Integer)key);
+    lua_pop(L, 2);
+    fl_lcheck(L, fl_tensor_add_post_accumulate_grad_hook(t, lua_post_hook, (void *)(uintptr_t)key, hook_ud_free,
+                                                         &h->id, &h->list));
+    return 1;
+}
+
 static int hook_handle_remove(lua_State *L) {
     hook_handle *h = luaL_checkudata(L, 1, HOOK_HANDLE_MT);
     fl_lmaxargs(L, 1, "remove", "no arguments");
@@ -175,6 +245,12 @@ static int hook_handle_remove(lua_State *L) {
     }
     push_hook_fns(L);   /* drops the function now */
     return 0;
+}
+
+/* __close(handle, err): `local h <close> = t:register_hook(fn)` removes the hook at the block's end */
+static int hook_handle_close(lua_State *L) {
+    lua_settop(L, 1);
+    return hook_handle_remove(L);
 }
 
 static int hook_handle_gc(lua_State *L) {
@@ -379,7 +455,7 @@ static int l_set_autocast_dtype(lua_State *L) {
 static const luaL_Reg tensor_methods[] = {
     {"requires_grad", m_requires_grad}, {"requires_grad_", m_requires_grad_}, {"is_leaf", m_is_leaf},
     {"grad_fn", m_grad_fn}, {"retain_grad", m_retain_grad}, {"retains_grad", m_retains_grad},
-    {"register_hook", m_register_hook},
+    {"register_hook", m_register_hook}, {"register_post_accumulate_grad_hook", m_register_post_accumulate_grad_hook},
     {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"backward", m_backward},
     {NULL, NULL},
 };
@@ -418,7 +494,7 @@ void fl_lopen_autograd(lua_State *L) {
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, hook_handle_gc);
     lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, hook_handle_remove);
+    lua_pushcfunction(L, hook_handle_close);
     lua_setfield(L, -2, "__close");
     lua_pushcfunction(L, hook_handle_tostring);
     lua_setfield(L, -2, "__tostring");

@@ -158,7 +158,9 @@ add_all {
        .. "a result (an activation) makes backward fill h.grad too (h:retains_grad() says so):\n"
        .. "fp8.hist(h.grad, \"e5m2\") then shows how that gradient sits on the FP8 grid.\n"
        .. "t:register_hook(fn) -> handle: fn(grad) runs when backward has t's gradient (a leaf's summed over its\n"
-       .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out." },
+       .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out.\n"
+       .. "p:register_post_accumulate_grad_hook(fn) -> handle: fn(p) runs after backward has added a leaf's\n"
+       .. "gradient into p.grad (an optimizer per parameter can step there: optimizer-in-backward)." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"
        .. "(a coroutine may not yield inside fn: the mode is process-wide);\n"
@@ -308,7 +310,7 @@ also("autocast_dtype", { "set_autocast_dtype" })
 also("format", { "dtype_names", "is_nan_code" })
 also("Tensor:backward", { "Tensor:requires_grad", "Tensor:requires_grad_", "Tensor:detach", "Tensor:zero_grad",
                           "Tensor:is_leaf", "Tensor:grad_fn", "Tensor:retain_grad", "Tensor:retains_grad",
-                          "Tensor:register_hook" })
+                          "Tensor:register_hook", "Tensor:register_post_accumulate_grad_hook" })
 also("Tensor:unsqueeze", { "Tensor:squeeze", "Tensor:flatten", "Tensor:permute", "Tensor:narrow", "Tensor:expand",
                            "Tensor:clone" })
 also("Tensor:float", { "Tensor:bfloat16", "Tensor:half" })

@@ -319,3 +319,43 @@ TEST(autograd_grad_hooks_and_retain_grad) {
     CHECK(fl_tensor_add_grad_hook(n, probe_hook, &pn, probe_free, &idn, NULL) == FL_EINVAL && pn.freed == 1, "refused");
     fl_tensor_release(n); fl_tensor_release(b); fl_tensor_release(c); fl_tensor_release(s);
 }
+
+/* A C post-accumulate-grad hook: counts its calls and records the leaf's .grad[0] when called. */
+static fl_status probe_post(void *ud, fl_tensor *t) {
+    hook_probe *p = ud;
+    p->calls++;
+    p->first = t->grad ? at(t->grad, 0) : -1;
+    return FL_OK;
+}
+
+TEST(autograd_post_accumulate_grad_hooks) {
+    float xv[2] = { 1, 2 };
+    fl_tensor *x = vec(xv, 2, true), *a, *b, *c;
+    hook_probe pg = { 0, 0, 0, 10 }, pp = { 0, 0, 0, 1 };
+    uint64_t idg, idp;
+    fl_grad_hooks *lp = NULL;
+    REQUIRE_OK(fl_tensor_add_post_accumulate_grad_hook(x, probe_post, &pp, probe_free, &idp, &lp));
+    REQUIRE_OK(fl_tensor_add_grad_hook(x, probe_hook, &pg, probe_free, &idg, NULL));
+    REQUIRE_OK(fl_binary(&a, FL_OP_MUL, x, x));                  /* x·x + 3x: two uses */
+    REQUIRE_OK(fl_binary_scalar(&b, FL_OP_MUL, x, 3.0, false));
+    REQUIRE_OK(fl_binary(&c, FL_OP_ADD, a, b));
+    fl_tensor *s = NULL;
+    REQUIRE_OK(fl_reduce(&s, FL_OP_SUM, c, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(s, NULL, false));
+    /* once, after the gradient hook (x10) and the addition: .grad[0] = 10 · (2·1 + 3) */
+    CHECK(pp.calls == 1 && pg.calls == 1, "calls %d %d", pp.calls, pg.calls);
+    CHECK_CLOSE(pp.first, 50, 0, 0);
+    /* a tensor an op made, or one that does not require grad, is refused (ud freed) */
+    hook_probe pr = { 0, 0, 0, 1 };
+    uint64_t idr;
+    CHECK(fl_tensor_add_post_accumulate_grad_hook(a, probe_post, &pr, probe_free, &idr, NULL) == FL_EINVAL &&
+          pr.freed == 1, "non-leaf refused");
+    fl_tensor *n = vec(xv, 2, false);
+    CHECK(fl_tensor_add_post_accumulate_grad_hook(n, probe_post, &pr, probe_free, &idr, NULL) == FL_EINVAL &&
+          pr.freed == 2, "no grad refused");
+    /* removed through the handle's list after the tensor is gone */
+    fl_tensor_release(x);
+    CHECK(fl_grad_hooks_remove(lp, idp) && pp.freed == 1 && pg.freed == 1, "removed");
+    fl_grad_hooks_release(lp);
+    fl_tensor_release(n); fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(c); fl_tensor_release(s);
+}

@@ -7,7 +7,7 @@
 --   buffers_off   the same with broadcast_buffers=false: stays different
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
 --   hooks         a gradient hook on a parameter (t:register_hook) runs before the all-reduce: the average is of the
---                 hooked gradients (rank r's scaled by r + 1)
+--                 hooked gradients (rank r's scaled by r + 1); a post-accumulate-grad hook sees the rank's own gradient
 --   eachbatch     GradientAccumulationPlugin{sync_each_batch=true}: gradients agree across ranks after every micro-step,
 --                 and the step ends where the default (one reduction per window) ends
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
@@ -163,6 +163,14 @@ if mode == "hooks" then
   local err = (w.grad:reshape { 1, -1 } - want):abs():max():item()
   print(("rank%d hooked_mean=%s same=%s"):format(r, tostring(err <= 1e-6), tostring(allsame(w.grad))))
   h:remove()
+  -- a post-accumulate-grad hook runs before the all-reduce too (torch's under DDP): it sees this rank's gradient
+  w.grad = nil
+  local seen
+  local hp = w:register_post_accumulate_grad_hook(function(p) seen = p.grad:clone():reshape { 1, -1 } end)
+  acc:backward(model(x):sum())
+  local own = (seen - locals:narrow(1, r + 1, 1)):abs():max():item() <= 1e-6
+  print(("rank%d post_own=%s post_same=%s"):format(r, tostring(own), tostring(allsame(w.grad))))
+  hp:remove()
   return
 end
 if mode == "objects" then

@@ -220,6 +220,12 @@ describe("autograd", function()
       ;(x * 2):sum():backward()
       assert.are.same({ 2, 2, 2 }, x.grad:totable())
       assert.are.equal(1, #seen)
+      do   -- a <close> handle removes it at the block's end (its __close takes the error object too: it failed)
+        local hc <close> = x:register_hook(function(g) return g * 0 end)
+      end
+      x.grad = nil
+      ;(x * 2):sum():backward()
+      assert.are.same({ 2, 2, 2 }, x.grad:totable())
     end)
 
     it("a result's hook changes the gradient that flows on, and what retain_grad keeps; hooks run in order", function()
@@ -330,6 +336,92 @@ describe("autograd", function()
       local _, handed2, wz = run(function(g) return g * 0 end)
       assert.are.equal(0, handed2)               -- replaced: the layer took an fp32 gradient
       for _, row in ipairs(wz) do for _, v in ipairs(row) do assert.are.equal(0, v) end end
+    end)
+  end)
+
+  describe("register_post_accumulate_grad_hook", function()
+    it("runs once per backward after .grad holds the whole sum, with the tensor itself (keyed tables find it)",
+      function()
+      local w = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local seen, by_param = {}, { [w] = "w" }
+      local h = w:register_post_accumulate_grad_hook(function(p)
+        seen[#seen + 1] = { rawequal(p, w), by_param[p], p.grad:totable() }
+      end)
+      assert.matches("^RemovableHandle%(id=%d+%)$", tostring(h))
+      ;((w * w):sum() + w:sum()):backward()     -- two uses, one call, after both are added: 2w + 1
+      assert.are.same({ { true, "w", { 3, 5, 7 } } }, seen)
+      ;(w * 2):sum():backward()                  -- .grad accumulates across backwards; the hook sees the total
+      assert.are.same({ 5, 7, 9 }, seen[2][3])
+      h:remove(); h:remove()
+      ;(w * 2):sum():backward()
+      assert.are.equal(2, #seen)
+      -- a tensor backward is called on directly (a leaf root) has one too
+      local r = fp8.tensor({ 4 }):requires_grad(true)
+      local calls = 0
+      local hr <close> = r:register_post_accumulate_grad_hook(function(p) calls = calls + 1; assert.are.same({ 1 }, p.grad:totable()) end)
+      r:backward()
+      assert.are.equal(1, calls)
+    end)
+
+    it("runs after the leaf's gradient hooks, in the order added; a leaf outside the graph is not called", function()
+      local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local other = fp8.tensor({ 1 }):requires_grad(true)
+      local order = {}
+      w:register_post_accumulate_grad_hook(function(p) order[#order + 1] = "post1 " .. p.grad:totable()[2] end)
+      w:register_hook(function(g) order[#order + 1] = "grad"; return g * 10 end)
+      w:register_post_accumulate_grad_hook(function() order[#order + 1] = "post2" end)
+      other:register_post_accumulate_grad_hook(function() order[#order + 1] = "other" end)
+      ;(w * 3):sum():backward()
+      assert.are.same({ "grad", "post1 30.0", "post2" }, order)
+    end)
+
+    it("steps an optimizer per parameter during the backward (torch's optimizer-in-backward), as a step after it",
+      function()
+      local nn = fp8.nn
+      local function model()
+        fp8.manual_seed(3)
+        return nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 2))
+      end
+      local x = fp8.randn(5, 6)
+      local ref = model()
+      local opt = fp8.optim.AdamW(ref:parameters(), { lr = 0.01 })
+      for _ = 1, 3 do
+        opt:zero_grad(); (ref(x) ^ 2):sum():backward(); opt:step()
+      end
+      local m = model()
+      local opts = {}
+      for _, p in ipairs(m:parameters()) do
+        opts[p] = fp8.optim.AdamW({ p }, { lr = 0.01 })
+        p:register_post_accumulate_grad_hook(function(q) opts[q]:step(); opts[q]:zero_grad() end)
+      end
+      for _ = 1, 3 do (m(x) ^ 2):sum():backward() end
+      for i, p in ipairs(m:parameters()) do
+        assert.is_nil(p.grad)
+        assert.are.same(ref:parameters()[i]:totable(), p:totable())
+      end
+    end)
+
+    it("refuses what it cannot honour, naming it", function()
+      U.fails_with("register_post_accumulate_grad_hook: only a leaf tensor has its gradient accumulated into .grad; "
+        .. "this one was made by MulBackward", function()
+        (fp8.tensor({ 1 }):requires_grad(true) * 2):register_post_accumulate_grad_hook(print)
+      end)
+      U.fails_with("register_post_accumulate_grad_hook: the tensor does not require grad",
+        function() fp8.tensor({ 1 }):register_post_accumulate_grad_hook(print) end)
+      local z = fp8.tensor({ 1 }):requires_grad(true)
+      U.fails_with("expected a function (hook), got number", function() z:register_post_accumulate_grad_hook(5) end)
+      U.fails_with("register_post_accumulate_grad_hook: takes (hook); got 1 more argument",
+        function() z:register_post_accumulate_grad_hook(print, 1) end)
+      local cases = {
+        { function() error("boom", 0) end, "backward: a tensor's post-accumulate-grad hook raised: boom" },
+        { function(p) return p.grad end, "backward: a tensor's post-accumulate-grad hook returned userdata; it returns nothing" },
+      }
+      for _, c in ipairs(cases) do
+        local y = fp8.tensor({ 1 }):requires_grad(true)
+        local h = y:register_post_accumulate_grad_hook(c[1])
+        U.fails_with(c[2], function() (y * 2):sum():backward() end)
+        h:remove()
+      end
     end)
   end)
 

@@ -201,11 +201,15 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 inside_same=false", 1, true) and out:find("rank1 after_same=true", 1, true), out)
   end)
 
-  it("a parameter's gradient hook runs before the all-reduce: the processes average the hooked gradients", function()
+  it("a parameter's gradient hook runs before the all-reduce: the processes average the hooked gradients; a "
+    .. "post-accumulate-grad hook sees its process's own gradient", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "hooks")
     assert.are.equal(0, code, out)
-    for r = 0, 1 do assert.truthy(out:find(("rank%d hooked_mean=true same=true"):format(r), 1, true), out) end
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d hooked_mean=true same=true"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d post_own=true post_same=true"):format(r), 1, true), out)
+    end
   end)
 
   it("DDP faults: no_sync-only parameters averaged, a one-rank failure raised on both without a wait, options agreed", function()
