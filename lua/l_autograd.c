@@ -490,6 +490,10 @@ void fl_lopen_autograd(lua_State *L) {
     luaL_newmetatable(L, HOOK_HANDLE_MT);
     lua_pushstring(L, "RemovableHandle");
     lua_setfield(L, -2, "__name");
+    lua_pushstring(L, "Tensor:backward");   /* help(h) and help(h.remove): the entry that documents these hooks */
+    lua_setfield(L, -2, "__help");
+    lua_pushcfunction(L, hook_handle_remove);
+    lua_setfield(L, -2, "remove");
     lua_pushcfunction(L, hook_handle_index);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, hook_handle_gc);

@@ -232,7 +232,8 @@ add_all {
 
 -- Finds the name under which a function is published in fp8 (or as a Tensor method).
 -- names_of(fn) -> every name fn has under fp8, in this order: fp8's own field, a Tensor method, a field of a module,
--- a method of a class one level further down, then two (optim.lr_scheduler.LRScheduler:step). A function shared by
+-- a method of a class one level further down, then two (optim.lr_scheduler.LRScheduler:step), then the entry a C
+-- object's metatable names for its methods (__help). A function shared by
 -- several classes (Optimizer.step, copied into SGD and AdamW) has one name per class, and the lookup takes the first
 -- whose entry names it.
 local function names_of(fn)
@@ -277,6 +278,16 @@ local function names_of(fn)
   methods_at(fp8, nil, 2)
   close_tier()
   methods_at(fp8, nil, 3)
+  close_tier()
+  -- a method of a C object's metatable that names its entry (__help: a tensor hook's handle, "Tensor:backward")
+  for _, mt in next, debug.getregistry() do
+    local entry = type(mt) == "table" and rawget(mt, "__help")
+    if type(entry) == "string" then
+      for k, v in next, mt do
+        if type(k) == "string" and k:sub(1, 2) ~= "__" and rawequal(v, fn) then out[#out + 1] = entry end
+      end
+    end
+  end
   close_tier()
   return out
 end
@@ -427,7 +438,8 @@ function M.lookup(x)
       e = find(name) or find("Tensor:" .. name)
       if e then break end
     end
-    local tn = rawget(mt, "__name")
+    local hn, tn = rawget(mt, "__help"), rawget(mt, "__name")
+    if not e and type(hn) == "string" then e = find(hn) end
     if not e and type(tn) == "string" then e = by_name[tn] or find((tn:gsub("^fp8%.", ""))) end
     if e then return e end
     mt = getmetatable(mt)

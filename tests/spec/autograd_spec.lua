@@ -401,6 +401,17 @@ describe("autograd", function()
       end
     end)
 
+    it("help() finds both methods, a handle and its remove (the entry that documents them)", function()
+      local help = require "fp8.help"
+      local t = fp8.ones(2):requires_grad(true)
+      local h, hp = t:register_hook(function() end), t:register_post_accumulate_grad_hook(function() end)
+      for _, v in ipairs { t.register_hook, t.register_post_accumulate_grad_hook, h, h.remove, hp.remove } do
+        local e = help.lookup(v)
+        assert.are.equal("Tensor:backward", e and e.name)
+      end
+      h:remove(); hp:remove()
+    end)
+
     it("refuses what it cannot honour, naming it", function()
       U.fails_with("register_post_accumulate_grad_hook: only a leaf tensor has its gradient accumulated into .grad; "
         .. "this one was made by MulBackward", function()
