@@ -315,16 +315,17 @@ static fl_status pending_add(leaf_pending **p, size_t *n, fl_tensor *leaf, const
 static bool leaf_hooked(const fl_tensor *leaf) { return leaf->hooks || leaf->post_hooks; }
 
 /* The leaf's gradient for this backward is complete: its gradient hooks, .grad += it, its post-accumulate-grad
- * hooks (only where a gradient reached it, as torch's AccumulateGrad runs only then). */
-static fl_status pending_flush(leaf_pending *p, size_t n, const fl_tensor *leaf) {
+ * hooks (only where a gradient reached it, as torch's AccumulateGrad runs only then). into (fl_autograd_grad's
+ * slot for the leaf) non-NULL: the hooked gradient is added there instead, and .grad and the post hooks left. */
+static fl_status pending_flush(leaf_pending *p, size_t n, const fl_tensor *leaf, fl_tensor **into) {
     for (size_t i = 0; i < n; i++) {
         if (p[i].leaf != leaf || !p[i].sum) continue;
         fl_tensor *g = p[i].sum;
         p[i].sum = NULL;
         fl_status st = run_grad_hooks(p[i].leaf, &g, NULL);
-        if (st == FL_OK) st = fl_accumulate_grad(p[i].leaf, g);
+        if (st == FL_OK) st = into ? accumulate(into, g) : fl_accumulate_grad(p[i].leaf, g);
         fl_tensor_release(g);
-        if (st == FL_OK) st = run_grad_hooks(p[i].leaf, NULL, NULL);
+        if (st == FL_OK && !into) st = run_grad_hooks(p[i].leaf, NULL, NULL);
         return st;
     }
     return FL_OK;
@@ -574,17 +575,22 @@ static const char *SECOND_TIME = "backward: trying to backward through the graph
 /* Post-order DFS (iterative: graphs can be thousands of nodes deep). order[] ends up with every node
  * after all nodes that consume its output... reversed: we emit a node after its inputs' nodes, so
  * walking order[] from the end visits consumers before producers. */
-static fl_status topo_order(fl_node *root, fl_node ***order_out, size_t *n_out, node_map *map) {
+static fl_status topo_order(fl_node *const *roots, int nroots, fl_node ***order_out, size_t *n_out, node_map *map) {
     size_t cap = 64, n = 0, sp = 0, scap = 64;
     fl_node **order = malloc(cap * sizeof *order);
     struct frame { fl_node *node; int next; } *stack = malloc(scap * sizeof *stack);
     fl_status st = FL_OK;
     if (!order || !stack) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
     if ((st = map_init(map, 64)) != FL_OK) goto done;
+    size_t count = 0;
+    /* Several roots: one walk after another, each skipping what an earlier one placed. A node a later root reaches
+     * first can only be consumed by nodes placed after it, so order[] stays topological. */
+    for (int r = 0; r < nroots; r++) {
+    fl_node *root = roots[r];
+    if (map_get(map, root) != -1) continue;
     /* map value -2 marks "on the stack / being visited"; >= 0 is the index in order. */
     stack[sp++] = (struct frame){ root, 0 };
-    if ((st = map_put(map, root, -2, 0)) != FL_OK) goto done;
-    size_t count = 1;
+    if ((st = map_put(map, root, -2, count++)) != FL_OK) goto done;
     while (sp > 0) {
         struct frame *f = &stack[sp - 1];
         fl_node *nd = f->node;
@@ -610,6 +616,7 @@ static fl_status topo_order(fl_node *root, fl_node ***order_out, size_t *n_out, 
         if ((st = map_put(map, nd, (int)n, count)) != FL_OK) goto done;
         order[n++] = nd;
         sp--;
+    }
     }
 done:
     free(stack);
@@ -649,8 +656,9 @@ static fl_status retain_into(fl_tensor *t, const fl_tensor *go) {
 
 /* The gradient go of node nd's output, for the tensor that asked for it (nd->owner): its hooks (an FP8 gradient a
  * consumer handed over is shown to them dequantized, and goes on as it is unless one replaces it), then
- * retain_grad's copy of what goes on. The owner is held while Lua runs (a collection may drop its last box). */
-static fl_status owner_grad(fl_node *nd, fl_tensor **go) {
+ * retain_grad's copy of what goes on (retain: a plain backward's; fl_autograd_grad fills no .grad). The owner is
+ * held while Lua runs (a collection may drop its last box). */
+static fl_status owner_grad(fl_node *nd, fl_tensor **go, bool retain) {
     fl_tensor *own = fl_tensor_retain(nd->owner);
     fl_status st = FL_OK;
     if (own->hooks) {
@@ -662,51 +670,65 @@ static fl_status owner_grad(fl_node *nd, fl_tensor **go) {
         if (st == FL_OK && (replaced || !fp8)) { fl_tensor_release(*go); *go = g; g = NULL; }
         fl_tensor_release(g);
     }
-    if (st == FL_OK && own->retains_grad) st = retain_into(own, *go);
+    if (st == FL_OK && retain && own->retains_grad) st = retain_into(own, *go);
     fl_tensor_release(own);
     return st;
 }
 
-/* A leaf's last use in this backward is done: its hooked gradient goes into .grad, then the grad-ready hook. */
-static fl_status leaf_final(leaf_pending *p, size_t n, fl_tensor *leaf, fl_grad_ready_fn hook, void *ud) {
-    fl_status st = pending_flush(p, n, leaf);
+/* fl_autograd_grad's inputs and their gradients (NULL for a plain backward, which fills .grad). */
+typedef struct { fl_tensor *const *in; int n; fl_tensor **out; } capture_set;
+
+/* Which input of the capture set t is (the first, where one is listed twice), or -1. */
+static int capture_index(const capture_set *cap, const fl_tensor *t) {
+    for (int i = 0; cap && i < cap->n; i++) if (cap->in[i] == t) return i;
+    return -1;
+}
+
+/* A leaf's last use in this backward is done: its hooked gradient goes into .grad, then the grad-ready hook (or,
+ * captured, into its slot of the capture set). */
+static fl_status leaf_final(leaf_pending *p, size_t n, fl_tensor *leaf, fl_grad_ready_fn hook, void *ud,
+                            const capture_set *cap) {
+    if (cap) {
+        int j = capture_index(cap, leaf);
+        return j >= 0 ? pending_flush(p, n, leaf, &cap->out[j]) : FL_OK;
+    }
+    fl_status st = pending_flush(p, n, leaf, NULL);
     if (st == FL_OK && hook) st = hook(leaf, ud);
     return st;
 }
 
-fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
-    FL_PROF_SCOPE("backward");
+/* The gradient seed of root: grad (root's shape, not FP8) as fp32, or ones for a one-element root. */
+static fl_status seed_of(fl_tensor **g0, const fl_tensor *root, const fl_tensor *grad, const char *fname) {
     char a[200], b[200];
+    *g0 = NULL;
     if (!root->requires_grad)
-        return FL_ERR(FL_EINVAL, "backward: tensor does not require grad and has no grad_fn "
-                      "(call :requires_grad(true) on the leaves, and compute outside no_grad)");
-    fl_tensor *g0 = NULL;
+        return FL_ERR(FL_EINVAL, "%s: tensor does not require grad and has no grad_fn "
+                      "(call :requires_grad(true) on the leaves, and compute outside no_grad)", fname);
     if (grad) {
         if (!fl_shape_equal(grad->ndim, grad->shape, root->ndim, root->shape))
-            return FL_ERR(FL_EINVAL, "backward: grad has shape %s but the tensor has shape %s",
+            return FL_ERR(FL_EINVAL, "%s: grad has shape %s but the tensor has shape %s", fname,
                           fl_shape_str(a, sizeof a, grad->ndim, grad->shape), fl_shape_str(b, sizeof b, root->ndim, root->shape));
         if (fl_format(grad->dtype)->is_fp8)
-            return FL_ERR(FL_EINVAL, "backward: grad is %s; dequantize it first", fl_format(grad->dtype)->name);
-        FL_TRY(fl_tensor_to(&g0, grad, FL_F32));
-    } else {
-        if (fl_tensor_numel(root) != 1)
-            return FL_ERR(FL_EINVAL, "backward: grad can be implicitly created only for scalar outputs; got shape %s",
-                          fl_shape_str(a, sizeof a, root->ndim, root->shape));
-        FL_TRY(fl_tensor_full(&g0, FL_F32, root->ndim, root->shape, 1.0, root->device));
+            return FL_ERR(FL_EINVAL, "%s: grad is %s; dequantize it first", fname, fl_format(grad->dtype)->name);
+        return fl_tensor_to(g0, grad, FL_F32);
     }
-    if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
-        fl_status st = run_grad_hooks(root, &g0, NULL);
-        if (st == FL_OK) st = fl_accumulate_grad(root, g0);
-        fl_tensor_release(g0);
-        if (st == FL_OK) st = run_grad_hooks(root, NULL, NULL);
-        if (st == FL_OK && ready_fn) st = ready_fn(root, ready_ud);
-        return st;
-    }
+    if (fl_tensor_numel(root) != 1)
+        return FL_ERR(FL_EINVAL, "%s: grad can be implicitly created only for scalar outputs; got shape %s", fname,
+                      fl_shape_str(a, sizeof a, root->ndim, root->shape));
+    return fl_tensor_full(g0, FL_F32, root->ndim, root->shape, 1.0, root->device);
+}
+
+/* The walk from the roots' nodes (nroots of them, each seeded: seeds[r] is taken), for fl_backward (cap NULL:
+ * leaves' .grad, hooks, the grad-ready hook) and fl_autograd_grad (cap: only the nodes on a path to an input run,
+ * the inputs' gradients go to cap->out, no .grad, post-accumulate, retain_grad or grad-ready hook). */
+static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots, bool retain_graph,
+                           const capture_set *cap) {
+    char a[200], b[200];
     fl_node **order = NULL;
     size_t n = 0;
     node_map map = { 0 };
-    fl_status st = topo_order(root->grad_fn, &order, &n, &map);
-    if (st != FL_OK) { fl_tensor_release(g0); return st; }
+    fl_status st = topo_order(roots, nroots, &order, &n, &map);
+    if (st != FL_OK) return st;
     /* A gradient hook (Lua code) may start a backward of its own: one through nodes an unfinished backward on this
      * thread is running would run (and free) them under it */
     for (size_t k = 0; k < n && st == FL_OK; k++)
@@ -715,7 +737,6 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
                         "called backward through it); call it after that backward returns", order[k]->name);
     if (st != FL_OK) {
         free(order); free(map.keys); free(map.vals);
-        fl_tensor_release(g0);
         return st;
     }
     /* Hold every node while we work: clearing one node's inputs may drop the last other reference
@@ -723,7 +744,15 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
     for (size_t k = 0; k < n; k++) { order[k]->refcount++; order[k]->busy++; }
     fl_tensor **grads = calloc(n, sizeof *grads);   /* gradient of each node's output */
     int *uses = calloc(n, sizeof *uses);
-    if (!grads || !uses) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+    /* captured: per node, the input whose gradient it makes (-1: none), whether it runs (a path to an input), and
+     * whether it ran */
+    int *capnode = cap ? malloc(n * sizeof *capnode) : NULL;
+    bool *runs = cap ? calloc(n, sizeof *runs) : NULL, *ran_k = cap ? calloc(n, sizeof *ran_k) : NULL;
+    leaf_use *luses = NULL;
+    size_t nuses = 0, next_use = 0;
+    leaf_pending *pend = NULL;
+    size_t npend = 0;
+    if (!grads || !uses || (cap && (!capnode || !runs || !ran_k))) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
     bool hooked_leaf = false;   /* a leaf with (post-accumulate-)grad hooks: its last use */
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < order[k]->ninputs; i++) {
@@ -732,15 +761,30 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
             if (c >= 0) uses[c]++;
             if (in && !in->grad_fn && leaf_hooked(in) && fl_node_input_needs_grad(order[k], i)) hooked_leaf = true;
         }
-    grads[n - 1] = g0;                           /* the root node is last in post-order */
-    g0 = NULL;
-    leaf_use *luses = NULL;
-    size_t nuses = 0, next_use = 0;
-    leaf_pending *pend = NULL;
-    size_t npend = 0;
-    fl_grad_ready_fn hook = ready_fn;
+    if (cap) {
+        for (size_t k = 0; k < n; k++) capnode[k] = -1;
+        for (int j = cap->n - 1; j >= 0; j--) {   /* the first of an input listed twice wins */
+            const fl_tensor *in = cap->in[j];
+            int c = in->grad_fn ? map_get(&map, in->grad_fn) : -1;
+            if (c >= 0) capnode[c] = j;
+        }
+        /* producers come first in order: a node runs when an input it passes a gradient to is captured, or is
+         * made by a node that runs or is captured */
+        for (size_t k = 0; k < n; k++)
+            for (int i = 0; i < order[k]->ninputs && !runs[k]; i++) {
+                const fl_tensor *in = order[k]->inputs[i];
+                if (!in || !fl_node_input_needs_grad(order[k], i)) continue;
+                int c = in->grad_fn ? map_get(&map, in->grad_fn) : -1;
+                runs[k] = in->grad_fn ? c >= 0 && (runs[c] || capnode[c] >= 0) : capture_index(cap, in) >= 0;
+            }
+    }
+    for (int r = 0; r < nroots; r++) {   /* the roots' seeds (one node may be several roots') */
+        int k = map_get(&map, roots[r]);
+        if ((st = accumulate(&grads[k], seeds[r])) != FL_OK) goto done;
+    }
+    fl_grad_ready_fn hook = cap ? NULL : ready_fn;
     void *hook_ud = ready_ud;
-    if ((hook || hooked_leaf) && (st = leaf_last_uses(order, n, &luses, &nuses)) != FL_OK) goto done;
+    if ((hook || hooked_leaf || cap) && (st = leaf_last_uses(order, n, &luses, &nuses)) != FL_OK) goto done;
     bool prev_mode = fl_set_grad_enabled(false);   /* backward builds no graph of its own */
     const node_map *prev_map = bw_map;
     const int *prev_uses = bw_uses;
@@ -754,59 +798,139 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         fl_tensor *go = grads[k];
         grads[k] = NULL;
         while (st == FL_OK && next_use < nuses && luses[next_use].k > k)
-            st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud);
+            st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud, cap);
         if (st != FL_OK) { fl_tensor_release(go); break; }
         if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
-        if (st == FL_OK && nd->owner) st = owner_grad(nd, &go);
+        if (st == FL_OK && nd->owner) st = owner_grad(nd, &go, !cap);
+        if (st == FL_OK && cap && capnode[k] >= 0) {   /* an input's gradient: an fp32 copy of what goes on */
+            fl_tensor *c = NULL;
+            st = fl_tensor_to(&c, go, FL_F32);   /* a copy (dequantized where a consumer handed over FP8) */
+            if (st == FL_OK) st = accumulate(&cap->out[capnode[k]], c);
+            fl_tensor_release(c);
+        }
+        if (st == FL_OK && cap && !runs[k]) { fl_tensor_release(go); ran = k; continue; }
         uint64_t prof = FL_PROF_BEGIN(nd->name);   /* e.g. "LinearBackward", nested under "backward" */
         if (st == FL_OK) st = check_versions(nd);
         if (st == FL_OK && !nd->backward) st = FL_ERR(FL_EINVAL, "%s", SECOND_TIME);   /* (never: busy nodes stay) */
         if (st == FL_OK) st = nd->backward(nd, go, gin);
+        if (st == FL_OK && cap) ran_k[k] = true;
         FL_PROF_END(prof);
         fl_tensor_release(go);
         for (int i = 0; i < nd->ninputs; i++) {
             fl_tensor *in = nd->inputs[i], *gi = gin[i];
             if (!gi) continue;
             if (st == FL_OK && fl_node_input_needs_grad(nd, i)) {
+                int c = in->grad_fn ? map_get(&map, in->grad_fn) : -1;
                 if (!fl_shape_equal(gi->ndim, gi->shape, in->ndim, in->shape))
                     st = FL_ERR(FL_EINVAL, "backward: %s produced a gradient of shape %s for input %d of shape %s",
                                 nd->name, fl_shape_str(a, sizeof a, gi->ndim, gi->shape), i,
                                 fl_shape_str(b, sizeof b, in->ndim, in->shape));
-                else if (in->grad_fn) st = accumulate(&grads[map_get(&map, in->grad_fn)], gi);
-                else if (leaf_hooked(in)) st = pending_add(&pend, &npend, in, gi);
+                else if (cap && (in->grad_fn ? !(runs[c] || capnode[c] >= 0) : capture_index(cap, in) < 0))
+                    ;   /* on no path to an input: dropped */
+                else if (in->grad_fn) st = accumulate(&grads[c], gi);
+                else if (cap || leaf_hooked(in)) st = pending_add(&pend, &npend, in, gi);
                 else st = fl_accumulate_grad(in, gi);
             }
             fl_tensor_release(gi);
         }
         if (st == FL_OK) ran = k;
         while (st == FL_OK && next_use < nuses && luses[next_use].k >= k)
-            st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud);
+            st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud, cap);
     }
     /* nodes that received no gradient (`continue` above) still end their leaves' uses */
-    while (st == FL_OK && next_use < nuses) st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud);
+    while (st == FL_OK && next_use < nuses) st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud, cap);
     /* a leaf whose first hook came during this backward (from another hook) had no last use listed */
-    for (size_t i = 0; st == FL_OK && i < npend; i++) st = pending_flush(pend, npend, pend[i].leaf);
-    free(luses);
-    for (size_t i = 0; i < npend; i++) fl_tensor_release(pend[i].sum);
-    free(pend);
+    for (size_t i = 0; st == FL_OK && i < npend; i++)
+        st = cap ? leaf_final(pend, npend, pend[i].leaf, NULL, NULL, cap) : pending_flush(pend, npend, pend[i].leaf, NULL);
     bw_map = prev_map;
     bw_uses = prev_uses;
     bw_id = prev_id;
     fl_set_grad_enabled(prev_mode);
     /* torch frees each node as it runs: after an error the nodes that ran are freed too, so running the backward
-     * again is refused instead of adding their gradients into the leaves a second time */
+     * again is refused instead of adding their gradients into the leaves a second time. Captured (fl_autograd_grad):
+     * only the nodes that ran, as torch's, so a later backward can still take the rest. */
     if (!retain_graph)
-        for (size_t k = st == FL_OK ? 0 : ran; k < n; k++) node_clear(order[k]);
+        for (size_t k = st == FL_OK ? 0 : ran; k < n; k++)
+            if (!cap || ran_k[k]) node_clear(order[k]);
 done:
+    free(luses);
+    for (size_t i = 0; i < npend; i++) fl_tensor_release(pend[i].sum);
+    free(pend);
     if (grads) for (size_t k = 0; k < n; k++) fl_tensor_release(grads[k]);
     free(grads);
     free(uses);
+    free(capnode);
+    free(runs);
+    free(ran_k);
     for (size_t k = 0; k < n; k++) { order[k]->busy--; fl_node_release(order[k]); }
     free(order);
     free(map.keys);
     free(map.vals);
+    return st;
+}
+
+fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
+    FL_PROF_SCOPE("backward");
+    fl_tensor *g0 = NULL;
+    FL_TRY(seed_of(&g0, root, grad, "backward"));
+    fl_status st;
+    if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
+        st = run_grad_hooks(root, &g0, NULL);
+        if (st == FL_OK) st = fl_accumulate_grad(root, g0);
+        fl_tensor_release(g0);
+        if (st == FL_OK) st = run_grad_hooks(root, NULL, NULL);
+        if (st == FL_OK && ready_fn) st = ready_fn(root, ready_ud);
+        return st;
+    }
+    st = run_graph(&root->grad_fn, &g0, 1, retain_graph, NULL);
     fl_tensor_release(g0);
+    return st;
+}
+
+fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots,
+                           fl_tensor *const *inputs, int ninputs, bool retain_graph, fl_tensor **out) {
+    FL_PROF_SCOPE("autograd_grad");
+    for (int j = 0; j < ninputs; j++) out[j] = NULL;
+    if (nroots < 1 || ninputs < 1)
+        return FL_ERR(FL_EINVAL, "grad: expected at least one output and one input, got %d and %d", nroots, ninputs);
+    for (int j = 0; j < ninputs; j++)
+        if (!inputs[j]->requires_grad)
+            return FL_ERR(FL_EINVAL, "grad: input %d does not require grad, so it has no gradient (a leaf: call "
+                          ":requires_grad(true) before computing the outputs)", j + 1);
+    fl_tensor **seeds = calloc((size_t)nroots, sizeof *seeds);
+    fl_node **nodes = calloc((size_t)nroots, sizeof *nodes);
+    const capture_set cap = { inputs, ninputs, out };
+    fl_status st = seeds && nodes ? FL_OK : FL_ERR(FL_ENOMEM, "grad: out of memory");
+    int nn = 0;
+    for (int r = 0; st == FL_OK && r < nroots; r++) {
+        st = seed_of(&seeds[nn], roots[r], grads ? grads[r] : NULL, "grad");
+        if (st != FL_OK) break;
+        if (roots[r]->grad_fn) { nodes[nn++] = roots[r]->grad_fn; continue; }
+        /* a leaf output: its own gradient is its seed, where it is an input too (its hooks are the graph's) */
+        int j = capture_index(&cap, roots[r]);
+        if (j >= 0) st = accumulate(&out[j], seeds[nn]);
+        fl_tensor_release(seeds[nn]);
+        seeds[nn] = NULL;
+    }
+    if (st == FL_OK && nn > 0) st = run_graph(nodes, seeds, nn, retain_graph, &cap);
+    for (int r = 0; seeds && r < nroots; r++) fl_tensor_release(seeds[r]);
+    free(seeds);
+    free(nodes);
+    /* an FP8 gradient (an MS-AMP weight's) as fp32, what .grad would dequantize to; an input listed twice: the
+     * gradient the first got */
+    for (int j = 0; st == FL_OK && j < ninputs; j++) {
+        if (out[j] && fl_format(out[j]->dtype)->is_fp8) {
+            fl_tensor *f = NULL;
+            st = fl_tensor_to(&f, out[j], FL_F32);
+            fl_tensor_release(out[j]);
+            out[j] = f;
+        }
+        int i = capture_index(&cap, inputs[j]);
+        if (i != j) out[j] = fl_tensor_retain(out[i]);
+    }
+    if (st != FL_OK)
+        for (int j = 0; j < ninputs; j++) { fl_tensor_release(out[j]); out[j] = NULL; }
     return st;
 }

@@ -95,6 +95,14 @@ uint64_t fl_autograd_backwards_started(void);
  * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly); on an error,
  * those of the nodes that ran. */
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);
+/* torch.autograd.grad: the gradients of roots[0..nroots) (each seeded with grads[r], or ones for a one-element root
+ * where grads or grads[r] is NULL) with respect to inputs[0..ninputs) (each must require grad), into out[j] (new
+ * references, fp32; NULL where no gradient reaches inputs[j]). No tensor's .grad changes and only the nodes on a
+ * path from a root to an input run; the hooks of the tensors on it run (an input leaf's with its summed gradient);
+ * no post-accumulate-grad, retain_grad or grad-ready hook. The graph is freed as fl_backward frees it, but only the
+ * nodes that ran. On an error every out[j] is NULL. */
+fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots,
+                           fl_tensor *const *inputs, int ninputs, bool retain_graph, fl_tensor **out);
 /* Grad-ready hook (data-parallel reducers, core/ddp.h): during fl_backward, fn(leaf, ud) is called once
  * per leaf that requires grad, as soon as no node left in this backward can add to its gradient
  * (leaf->grad is then final for this backward; it may be NULL when no gradient flowed). Thread-local;

@@ -303,6 +303,80 @@ static int m_backward(lua_State *L) {
     return 0;
 }
 
+/* The tensors of list idx (a Lua array of n tensors, checked by fp8.autograd.grad) into v[0..n). */
+static void list_tensors(lua_State *L, int idx, const char *what, fl_tensor **v, int n) {
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        v[i] = fl_ltotensor(L, -1);
+        lua_pop(L, 1);   /* the list holds it */
+        if (!v[i]) luaL_error(L, "grad: %s[%d] is not a tensor", what, i + 1);
+    }
+}
+
+/* The pointer lists of l_autograd_grad in one userdata; its __gc releases the results not yet boxed (an error while
+ * boxing them leaks none). */
+#define GRAD_LISTS_MT "fp8.autograd_grad_lists"
+typedef struct { lua_Integer nres; fl_tensor **res; } grad_lists;
+static int grad_lists_gc(lua_State *L) {
+    grad_lists *g = luaL_checkudata(L, 1, GRAD_LISTS_MT);
+    for (lua_Integer i = 0; g->res && i < g->nres; i++) { fl_tensor_release(g->res[i]); g->res[i] = NULL; }
+    return 0;
+}
+
+/* fp8.core._autograd_grad(outputs, inputs, grad_outputs|nil, retain_graph) -> {n = #inputs, grads...}: the lists
+ * made and checked by fp8.autograd.grad (lua/fp8/autograd.lua); a nil entry where no gradient reached the input. */
+static int l_autograd_grad(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    const bool has_g = !lua_isnoneornil(L, 3);
+    if (has_g) luaL_checktype(L, 3, LUA_TTABLE);
+    const bool retain = lua_toboolean(L, 4);
+    const lua_Integer no = luaL_len(L, 1), ni = luaL_len(L, 2);
+    if (no < 1 || ni < 1 || no > (1 << 20) || ni > (1 << 20))
+        return luaL_error(L, "grad: expected 1 to 2^20 outputs and inputs, got %d and %d", (int)no, (int)ni);
+    grad_lists *gl = lua_newuserdatauv(L, sizeof *gl + sizeof(fl_tensor *) * (size_t)(2 * no + 2 * ni), 0);
+    gl->nres = 0;
+    gl->res = NULL;
+    luaL_setmetatable(L, GRAD_LISTS_MT);
+    fl_tensor **outs = (fl_tensor **)(gl + 1), **gouts = outs + no, **ins = gouts + no, **res = ins + ni;
+    for (lua_Integer i = 0; i < ni; i++) res[i] = NULL;
+    gl->res = res;
+    gl->nres = ni;
+    list_tensors(L, 1, "outputs", outs, (int)no);
+    list_tensors(L, 2, "inputs", ins, (int)ni);
+    for (lua_Integer i = 0; i < no; i++) {
+        gouts[i] = NULL;
+        if (!has_g) continue;
+        lua_rawgeti(L, 3, i + 1);
+        if (!lua_isnil(L, -1) && !(gouts[i] = fl_ltotensor(L, -1)))
+            return luaL_error(L, "grad: grad_outputs[%d] is %s; expected a tensor or nil", (int)i + 1,
+                              luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    lua_State *prev = hook_L;   /* the tensors' hooks run in this state, as m_backward's */
+    hook_L = L;
+    fl_status st = fl_autograd_grad(outs, (const fl_tensor *const *)gouts, (int)no, ins, (int)ni, retain, res);
+    if (st == FL_ENOMEM) {
+        lua_gc(L, LUA_GCCOLLECT);
+        st = fl_autograd_grad(outs, (const fl_tensor *const *)gouts, (int)no, ins, (int)ni, retain, res);
+    }
+    hook_L = prev;
+    push_hook_fns(L);
+    lua_pop(L, 1);
+    fl_lcheck(L, st);
+    lua_createtable(L, (int)ni, 1);
+    for (lua_Integer i = 0; i < ni; i++) {
+        if (!res[i]) continue;
+        fl_tensor **slot = fl_lnewbox(L);   /* takes the reference */
+        *slot = res[i];
+        res[i] = NULL;
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushinteger(L, ni);
+    lua_setfield(L, -2, "n");
+    return 1;
+}
+
 /* Tensor __call: g(owner) -> g when g is owner's gradient, which makes t:grad() read like t.grad. */
 static int m_call(lua_State *L) {
     fl_tensor *g = fl_lchecktensor(L, 1);
@@ -467,7 +541,7 @@ static int l_backwards_started(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"_backwards_started", l_backwards_started},
+    {"_backwards_started", l_backwards_started}, {"_autograd_grad", l_autograd_grad},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},
     {"set_autocast_dtype", l_set_autocast_dtype}, {"_pcall_scoped", l_pcall_scoped},
@@ -486,6 +560,10 @@ void fl_lopen_autograd(lua_State *L) {
     fl_lcallback_safe(L, l_pcall_noyield);
     lua_getfield(L, lib, "Tensor");
     luaL_setfuncs(L, tensor_methods, 0);
+    lua_pop(L, 1);
+    luaL_newmetatable(L, GRAD_LISTS_MT);
+    lua_pushcfunction(L, grad_lists_gc);
+    lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
     luaL_newmetatable(L, HOOK_HANDLE_MT);
     lua_pushstring(L, "RemovableHandle");

@@ -161,6 +161,12 @@ add_all {
        .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out.\n"
        .. "p:register_post_accumulate_grad_hook(fn) -> handle: fn(p) runs after backward has added a leaf's\n"
        .. "gradient into p.grad (an optimizer per parameter can step there: optimizer-in-backward)." },
+  { section = "Tensors", name = "autograd.grad", sig = "fp8.autograd.grad(outputs, inputs [, grad_outputs] [, {retain_graph=false, allow_unused=false, materialize_grads=false}]) -> one gradient per input",
+    doc = "torch.autograd.grad: the gradients of outputs (a tensor or a list; grad_outputs seeds them, ones for a\n"
+       .. "one-element output) with respect to inputs (leaves or results), as several values\n"
+       .. "(local gx, gw = fp8.autograd.grad(loss, {x, w})). No .grad changes; only the graph between them runs.\n"
+       .. "allow_unused: nil for an input no gradient reaches (else an error); materialize_grads: zeros.\n"
+       .. "create_graph (second derivatives) is not supported." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"
        .. "(a coroutine may not yield inside fn: the mode is process-wide);\n"

@@ -150,7 +150,7 @@ do local enums = require "fp8.enums"
 local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipes", Accelerator = "fp8.accelerator",
   profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist",
   GradientAccumulationPlugin = "fp8.accumulation_plugin",
-  LocalSGD = "fp8.local_sgd" }
+  LocalSGD = "fp8.local_sgd", autograd = "fp8.autograd" }
 -- fp8.ProjectConfiguration{...} (Accelerator's project_config=): lua/fp8/checkpointing.lua
 function fp8.ProjectConfiguration(opts) return require("fp8.checkpointing").ProjectConfiguration(opts) end
 -- fp8.load_checkpoint_in_model(model, path [, {strict=}]) (Accelerate's utility): lua/fp8/model_files.lua

@@ -359,3 +359,27 @@ TEST(autograd_post_accumulate_grad_hooks) {
     fl_grad_hooks_release(lp);
     fl_tensor_release(n); fl_tensor_release(a); fl_tensor_release(b); fl_tensor_release(c); fl_tensor_release(s);
 }
+
+TEST(autograd_grad_captures_without_touching_grad) {
+    float xv[2] = { 1, 2 }, wv[2] = { 3, 4 };
+    fl_tensor *x = vec(xv, 2, true), *w = vec(wv, 2, true), *m, *u, *s1, *s2, *y;
+    REQUIRE_OK(fl_binary(&m, FL_OP_MUL, x, x));                  /* y = Σx² + Σ2w */
+    REQUIRE_OK(fl_binary_scalar(&u, FL_OP_MUL, w, 2.0, false));
+    REQUIRE_OK(fl_reduce(&s1, FL_OP_SUM, m, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_reduce(&s2, FL_OP_SUM, u, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_binary(&y, FL_OP_ADD, s1, s2));
+    fl_tensor *in[3] = { x, m, x }, *out[3] = { NULL, NULL, NULL };
+    REQUIRE_OK(fl_autograd_grad(&y, NULL, 1, in, 3, false, out));
+    CHECK(out[0] && out[1] && out[2] == out[0], "results");
+    CHECK_CLOSE(at(out[0], 1), 4, 0, 0);                         /* 2x */
+    CHECK_CLOSE(at(out[1], 1), 1, 0, 0);                         /* d/dm Σm */
+    CHECK(!x->grad && !w->grad, ".grad untouched");
+    /* u's branch did not run, so it was not freed: a backward through it still works */
+    REQUIRE_OK(fl_backward(s2, NULL, false));
+    CHECK_CLOSE(at(w->grad, 0), 2, 0, 0);
+    for (int i = 0; i < 3; i++) { fl_tensor_release(out[i]); out[i] = NULL; }
+    /* the root's node ran and was freed */
+    CHECK(fl_autograd_grad(&y, NULL, 1, in, 1, false, out) == FL_EINVAL && !out[0], "second time refused");
+    fl_tensor *tensors[] = { x, w, m, u, s1, s2, y };
+    for (size_t i = 0; i < sizeof tensors / sizeof *tensors; i++) fl_tensor_release(tensors[i]);
+}

@@ -7,7 +7,8 @@
 --   buffers_off   the same with broadcast_buffers=false: stays different
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
 --   hooks         a gradient hook on a parameter (t:register_hook) runs before the all-reduce: the average is of the
---                 hooked gradients (rank r's scaled by r + 1); a post-accumulate-grad hook sees the rank's own gradient
+--                 hooked gradients (rank r's scaled by r + 1); a post-accumulate-grad hook sees the rank's own gradient,
+--                 as fp8.autograd.grad gives it
 --   eachbatch     GradientAccumulationPlugin{sync_each_batch=true}: gradients agree across ranks after every micro-step,
 --                 and the step ends where the default (one reduction per window) ends
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
@@ -171,6 +172,12 @@ if mode == "hooks" then
   local own = (seen - locals:narrow(1, r + 1, 1)):abs():max():item() <= 1e-6
   print(("rank%d post_own=%s post_same=%s"):format(r, tostring(own), tostring(allsame(w.grad))))
   hp:remove()
+  -- fp8.autograd.grad communicates nothing (torch's neither): each rank gets its own gradient; training goes on
+  local g = fp8.autograd.grad(model(x):sum(), w):reshape { 1, -1 }
+  local gown = (g - locals:narrow(1, r + 1, 1)):abs():max():item() <= 1e-6
+  w.grad = nil
+  acc:backward(model(x):sum())
+  print(("rank%d grad_own=%s after_same=%s"):format(r, tostring(gown), tostring(allsame(w.grad))))
   return
 end
 if mode == "objects" then

@@ -436,6 +436,112 @@ describe("autograd", function()
     end)
   end)
 
+  describe("fp8.autograd.grad", function()
+    it("gives backward's gradients for leaves and results, one value per input, and changes no .grad", function()
+      local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local w = fp8.tensor({ 0.5, -1, 2 }):requires_grad(true)
+      local h = x * w
+      local y = (h * h):sum()                   -- dy/dh = 2h, dy/dx = 2h·w, dy/dw = 2h·x
+      local gx, gw, gh = fp8.autograd.grad(y, { x, w, h }, { retain_graph = true })
+      assert.are.same({ 0.5, 4, 24 }, gx:totable())
+      assert.are.same({ 1, -8, 36 }, gw:totable())
+      assert.are.same({ 1, -4, 12 }, gh:totable())
+      assert.is_nil(x.grad); assert.is_nil(w.grad); assert.is_nil(h.grad)
+      assert.are.same({ 0.5, 4, 24 }, fp8.autograd.grad(y, x):totable())   -- a lone tensor: one value
+      U.fails_with("backward: trying to backward through the graph a second time", function()
+        fp8.autograd.grad(y, x)                  -- the call before freed what it ran
+      end)
+      -- several outputs, their gradients given (nil: ones, for a one-element output); a leaf output is its own seed
+      local a, b = x * 3, (x * x):sum()
+      local g = fp8.autograd.grad({ a, b }, x, { fp8.tensor({ 1, 0, 2 }) })
+      assert.are.same({ 5, 4, 12 }, g:totable())    -- (3, 0, 6) + 2x
+      assert.are.same({ 7, 8, 9 }, fp8.autograd.grad(x, x, { fp8.tensor({ 7, 8, 9 }) }):totable())
+    end)
+
+    it("runs only the graph between the outputs and the inputs: hooks off it are not called, its nodes not freed",
+      function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local w = fp8.tensor({ 3, 4 }):requires_grad(true)
+      local u = w * 2
+      local off, on = 0, {}
+      u:register_hook(function() off = off + 1 end)
+      w:register_hook(function() off = off + 1 end)
+      x:register_hook(function(gx) on[#on + 1] = gx:totable(); return gx * 10 end)   -- once, summed, and used
+      x:register_post_accumulate_grad_hook(function() off = off + 1 end)
+      local m = x * x
+      m:retain_grad()
+      local y = (m + x):sum() + u:sum()
+      assert.are.same({ 30, 50 }, fp8.autograd.grad(y, x):totable())   -- 10 · (2x + 1)
+      assert.are.same({ { 3, 5 } }, on)
+      assert.are.equal(0, off)
+      assert.is_nil(m.grad)                      -- retain_grad fills .grad in a backward only, as torch's
+      u:sum():backward()                         -- u's node did not run, so it was not freed
+      assert.are.same({ 2, 2 }, w.grad:totable())
+    end)
+
+    it("says which input no gradient reaches, unless allow_unused (nil) or materialize_grads (zeros)", function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local z = fp8.tensor({ 5 }):requires_grad(true)
+      local y = (x * 2):sum()
+      U.fails_with("grad: inputs[2] is not on the graph of the outputs (no gradient reaches it)", function()
+        fp8.autograd.grad(y, { x, z }, { retain_graph = true })
+      end)
+      local gx, gz = fp8.autograd.grad(y, { x, z }, { allow_unused = true, retain_graph = true })
+      assert.are.same({ 2, 2 }, gx:totable())
+      assert.is_nil(gz)
+      local _, zz = fp8.autograd.grad(y, { x, z }, { materialize_grads = true })
+      assert.are.same({ 0 }, zz:totable())
+      assert.are.equal("fp32", zz:dtype())
+    end)
+
+    it("matches backward through FP8 layers (inputs and weights)", function()
+      local nn = fp8.nn
+      local function run()
+        fp8.manual_seed(11)
+        local m = fp8.convert_model(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 16)),
+          { recipe = { backend = "te" } })
+        local x = fp8.randn(8, 32):requires_grad(true)
+        local c = fp8.randn(8, 16)
+        local loss = fp8.fp8_autocast(function() return (m(x) * c):sum() end)
+        return m, x, loss
+      end
+      local m1, x1, l1 = run()
+      l1:backward()
+      local m2, x2, l2 = run()
+      local gx, gw1, gw2 = fp8.autograd.grad(l2, { x2, m2[1].weight, m2[3].weight })
+      assert.are.same(x1.grad:totable(), gx:totable())
+      assert.are.same(m1[1].weight.grad:totable(), gw1:totable())
+      assert.are.same(m1[3].weight.grad:totable(), gw2:totable())
+      assert.is_nil(m2[1].weight.grad)
+    end)
+
+    it("refuses what it cannot honour, naming it", function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local y = (x * x):sum()
+      U.fails_with("grad: create_graph=true is not supported", function() fp8.autograd.grad(y, x, { create_graph = true }) end)
+      U.fails_with("grad: is_grads_batched=true is not supported",
+        function() fp8.autograd.grad(y, x, nil, { is_grads_batched = true }) end)
+      U.fails_with("grad: unknown option 'retain_grph' (did you mean 'retain_graph'?)",
+        function() fp8.autograd.grad(y, x, { retain_grph = true }) end)
+      U.fails_with("grad: allow_unused must be a boolean, got 1", function() fp8.autograd.grad(y, x, { allow_unused = 1 }) end)
+      U.fails_with("grad: materialize_grads=true needs allow_unused",
+        function() fp8.autograd.grad(y, x, { materialize_grads = true, allow_unused = false }) end)
+      U.fails_with("grad: inputs must be a tensor or a list of tensors, got 5", function() fp8.autograd.grad(y, 5) end)
+      U.fails_with("grad: inputs[2] is nil; expected a tensor", function() fp8.autograd.grad(y, { x, nil, x }) end)
+      U.fails_with("grad: outputs is empty", function() fp8.autograd.grad({}, x) end)
+      U.fails_with("grad: input 1 does not require grad", function() fp8.autograd.grad(y, fp8.ones(2)) end)
+      U.fails_with("grad: grad can be implicitly created only for scalar outputs; got shape [2]",
+        function() fp8.autograd.grad(x * 2, x) end)
+      U.fails_with("grad: 2 grad_outputs for 1 outputs", function() fp8.autograd.grad(y, x, { fp8.ones(1), fp8.ones(1) }) end)
+      U.fails_with("grad: grad has shape [3] but the tensor has shape []",
+        function() fp8.autograd.grad(y, x, { fp8.ones(3) }) end)
+      U.fails_with("grad: takes (outputs, inputs [, grad_outputs] [, {options}]); got 1 more argument",
+        function() fp8.autograd.grad(y, x, nil, nil, 1) end)
+      -- still usable after every refusal above
+      assert.are.same({ 2, 4 }, fp8.autograd.grad(y, x):totable())
+    end)
+  end)
+
   describe("retain_grad", function()
     it("fills the .grad of a result a backward passes through, and accumulates as a leaf's", function()
       local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)

@@ -202,13 +202,14 @@ describe("data parallel over MPI (2 processes)", function()
   end)
 
   it("a parameter's gradient hook runs before the all-reduce: the processes average the hooked gradients; a "
-    .. "post-accumulate-grad hook sees its process's own gradient", function()
+    .. "post-accumulate-grad hook and fp8.autograd.grad see the process's own gradient", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "hooks")
     assert.are.equal(0, code, out)
     for r = 0, 1 do
       assert.truthy(out:find(("rank%d hooked_mean=true same=true"):format(r), 1, true), out)
       assert.truthy(out:find(("rank%d post_own=true post_same=true"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d grad_own=true after_same=true"):format(r), 1, true), out)
     end
   end)
 
