@@ -675,7 +675,8 @@ static fl_status owner_grad(fl_node *nd, fl_tensor **go, bool retain) {
     return st;
 }
 
-/* fl_autograd_grad's inputs and their gradients (NULL for a plain backward, which fills .grad). */
+/* The tensors a walk is restricted to (NULL: a plain backward, every leaf's .grad): fl_autograd_grad's inputs and
+ * their gradients (out), or (out NULL) fl_backward_inputs', whose .grad the walk fills as a backward would. */
 typedef struct { fl_tensor *const *in; int n; fl_tensor **out; } capture_set;
 
 /* Which input of the capture set t is (the first, where one is listed twice), or -1. */
@@ -688,10 +689,11 @@ static int capture_index(const capture_set *cap, const fl_tensor *t) {
  * captured, into its slot of the capture set). */
 static fl_status leaf_final(leaf_pending *p, size_t n, fl_tensor *leaf, fl_grad_ready_fn hook, void *ud,
                             const capture_set *cap) {
-    if (cap) {
+    if (cap && cap->out) {
         int j = capture_index(cap, leaf);
         return j >= 0 ? pending_flush(p, n, leaf, &cap->out[j]) : FL_OK;
     }
+    if (cap && capture_index(cap, leaf) < 0) return FL_OK;
     fl_status st = pending_flush(p, n, leaf, NULL);
     if (st == FL_OK && hook) st = hook(leaf, ud);
     return st;
@@ -720,7 +722,9 @@ static fl_status seed_of(fl_tensor **g0, const fl_tensor *root, const fl_tensor 
 
 /* The walk from the roots' nodes (nroots of them, each seeded: seeds[r] is taken), for fl_backward (cap NULL:
  * leaves' .grad, hooks, the grad-ready hook) and fl_autograd_grad (cap: only the nodes on a path to an input run,
- * the inputs' gradients go to cap->out, no .grad, post-accumulate, retain_grad or grad-ready hook). */
+ * the inputs' gradients go to cap->out, no .grad, post-accumulate, retain_grad or grad-ready hook), or with
+ * cap->out NULL fl_backward_inputs (the same walk; the inputs' .grad filled, a leaf's with its post-accumulate and
+ * grad-ready hooks). */
 static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots, bool retain_graph,
                            const capture_set *cap) {
     char a[200], b[200];
@@ -782,7 +786,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         int k = map_get(&map, roots[r]);
         if ((st = accumulate(&grads[k], seeds[r])) != FL_OK) goto done;
     }
-    fl_grad_ready_fn hook = cap ? NULL : ready_fn;
+    fl_grad_ready_fn hook = cap && cap->out ? NULL : ready_fn;
     void *hook_ud = ready_ud;
     if ((hook || hooked_leaf || cap) && (st = leaf_last_uses(order, n, &luses, &nuses)) != FL_OK) goto done;
     bool prev_mode = fl_set_grad_enabled(false);   /* backward builds no graph of its own */
@@ -807,7 +811,8 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         if (st == FL_OK && cap && capnode[k] >= 0) {   /* an input's gradient: an fp32 copy of what goes on */
             fl_tensor *c = NULL;
             st = fl_tensor_to(&c, go, FL_F32);   /* a copy (dequantized where a consumer handed over FP8) */
-            if (st == FL_OK) st = accumulate(&cap->out[capnode[k]], c);
+            if (st == FL_OK)
+                st = cap->out ? accumulate(&cap->out[capnode[k]], c) : fl_accumulate_grad(cap->in[capnode[k]], c);
             fl_tensor_release(c);
         }
         if (st == FL_OK && cap && !runs[k]) { fl_tensor_release(go); ran = k; continue; }
@@ -871,12 +876,14 @@ done:
     return st;
 }
 
-fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
+/* fl_backward, restricted to cap's tensors where cap is not NULL (fl_backward_inputs) */
+static fl_status backward_from(fl_tensor *root, const fl_tensor *grad, bool retain_graph, const capture_set *cap) {
     FL_PROF_SCOPE("backward");
     fl_tensor *g0 = NULL;
     FL_TRY(seed_of(&g0, root, grad, "backward"));
-    fl_status st;
+    fl_status st = FL_OK;
     if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
+        if (cap && capture_index(cap, root) < 0) { fl_tensor_release(g0); return FL_OK; }
         st = run_grad_hooks(root, &g0, NULL);
         if (st == FL_OK) st = fl_accumulate_grad(root, g0);
         fl_tensor_release(g0);
@@ -884,9 +891,24 @@ fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph)
         if (st == FL_OK && ready_fn) st = ready_fn(root, ready_ud);
         return st;
     }
-    st = run_graph(&root->grad_fn, &g0, 1, retain_graph, NULL);
+    st = run_graph(&root->grad_fn, &g0, 1, retain_graph, cap);
     fl_tensor_release(g0);
     return st;
+}
+
+fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
+    return backward_from(root, grad, retain_graph, NULL);
+}
+
+fl_status fl_backward_inputs(fl_tensor *root, const fl_tensor *grad, bool retain_graph, fl_tensor *const *inputs,
+                             int ninputs) {
+    if (ninputs < 1) return FL_ERR(FL_EINVAL, "backward: inputs is empty; give the tensors to fill the .grad of");
+    for (int j = 0; j < ninputs; j++)
+        if (!inputs[j]->requires_grad)
+            return FL_ERR(FL_EINVAL, "backward: inputs[%d] does not require grad, so it has no gradient (a leaf: call "
+                          ":requires_grad(true) before computing the loss)", j + 1);
+    const capture_set cap = { inputs, ninputs, NULL };
+    return backward_from(root, grad, retain_graph, &cap);
 }
 
 fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots,

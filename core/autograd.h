@@ -95,6 +95,12 @@ uint64_t fl_autograd_backwards_started(void);
  * graph's saved tensors afterwards unless retain_graph (a second backward then errors clearly); on an error,
  * those of the nodes that ran. */
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);
+/* backward's inputs= (torch's): as fl_backward, but only the nodes on a path from root to inputs[0..ninputs) run
+ * (each must require grad; ninputs ≥ 1), and only their .grad is filled: a leaf's with its hooks, post-accumulate-
+ * grad hooks and the grad-ready hook, a result's (a tensor an op made) as retain_grad would; no other tensor's
+ * .grad, retain_grad or hooks off that path. The nodes that ran are freed (unless retain_graph). */
+fl_status fl_backward_inputs(fl_tensor *root, const fl_tensor *grad, bool retain_graph, fl_tensor *const *inputs,
+                             int ninputs);
 /* torch.autograd.grad: the gradients of roots[0..nroots) (each seeded with grads[r], or ones for a one-element root
  * where grads or grads[r] is NULL) with respect to inputs[0..ninputs) (each must require grad), into out[j] (new
  * references, fp32; NULL where no gradient reaches inputs[j]). No tensor's .grad changes and only the nodes on a

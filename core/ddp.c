@@ -378,7 +378,8 @@ fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
     d->stats.wait_s = now_s() - t0;
     if (st == FL_OK && missing >= 0)
         st = FL_ERR(FL_EINVAL, "DDP: parameter '%s' received no gradient in this backward (it was not used to compute "
-                    "the loss); pass DistributedDataParallelKwargs{find_unused_parameters=true}", d->names[missing]);
+                    "the loss, or backward's inputs= left it out); pass "
+                    "DistributedDataParallelKwargs{find_unused_parameters=true}", d->names[missing]);
     else if (st == FL_OK && failed)
         st = FL_ERR(FL_EINVAL, "ddp: this process's backward failed; no gradient was averaged");
     else if (st == FL_OK && any_failed)

@@ -275,10 +275,11 @@ static int hook_handle_tostring(lua_State *L) {
     return 1;
 }
 
-/* t:backward([grad][, {retain_graph=bool}]) — grad may be omitted for a one-element t. */
+/* t:backward([grad][, {retain_graph=bool, inputs=tensor|{tensors}}]) — grad may be omitted for a one-element t;
+ * inputs: fill only their .grad (torch's), running only the graph between t and them. */
 static int m_backward(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    fl_lmaxargs(L, 3, "backward", "([gradient] [, {retain_graph=}])");
+    fl_lmaxargs(L, 3, "backward", "([gradient] [, {retain_graph=, inputs=}])");
     fl_tensor *g = NULL;
     int opts = 0;
     if (!lua_isnoneornil(L, 2)) {
@@ -289,13 +290,38 @@ static int m_backward(lua_State *L) {
         luaL_checktype(L, 3, LUA_TTABLE);
         opts = 3;
     }
-    static const char *const keys[] = { "retain_graph", NULL };
+    static const char *const keys[] = { "retain_graph", "inputs", NULL };
     if (opts) fl_lcheckopts(L, opts, "backward", keys);
     bool retain = opts && fl_lfieldbool(L, opts, "backward", "retain_graph", false);
+    /* inputs= (torch's): a tensor or a list of them, copied into a userdata the stack holds (the list's own
+     * entries hold the tensors: a plain table, read raw, so no metamethod runs) */
+    fl_tensor **ins = NULL;
+    int nin = 0;
+    if (opts && lua_getfield(L, opts, "inputs") != LUA_TNIL) {
+        const int li = lua_gettop(L);
+        fl_tensor *one = fl_ltotensor(L, li);
+        if (!one && (!lua_istable(L, li) || lua_getmetatable(L, li)))
+            return luaL_error(L, "backward: inputs must be a tensor or a list of tensors, got %s", luaL_typename(L, li));
+        const lua_Integer n = one ? 1 : (lua_Integer)lua_rawlen(L, li);
+        if (n < 1) return luaL_error(L, "backward: inputs is empty; give the tensors to fill the .grad of");
+        if (n > (1 << 20)) return luaL_error(L, "backward: inputs holds %I tensors; at most 2^20", n);
+        ins = lua_newuserdatauv(L, sizeof *ins * (size_t)n, 0);
+        for (lua_Integer i = 0; i < n; i++) {
+            if (one) { ins[0] = one; break; }
+            lua_rawgeti(L, li, i + 1);
+            ins[i] = fl_ltotensor(L, -1);
+            if (!ins[i]) return luaL_error(L, "backward: inputs[%d] is %s; expected a tensor", (int)i + 1, luaL_typename(L, -1));
+            lua_pop(L, 1);
+        }
+        nin = (int)n;
+    }
     lua_State *prev = hook_L;   /* tensor hooks run in this state (a nested backward restores the outer one's) */
     hook_L = L;
-    fl_status st = fl_backward(t, g, retain);
-    if (st == FL_ENOMEM) { lua_gc(L, LUA_GCCOLLECT); st = fl_backward(t, g, retain); }   /* FL_LCALL's retry */
+    fl_status st = ins ? fl_backward_inputs(t, g, retain, ins, nin) : fl_backward(t, g, retain);
+    if (st == FL_ENOMEM) {   /* FL_LCALL's retry */
+        lua_gc(L, LUA_GCCOLLECT);
+        st = ins ? fl_backward_inputs(t, g, retain, ins, nin) : fl_backward(t, g, retain);
+    }
     hook_L = prev;
     push_hook_fns(L);   /* the functions of hooks removed meanwhile go */
     lua_pop(L, 1);

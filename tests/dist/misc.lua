@@ -26,9 +26,34 @@
 --                 DistributedDataParallelKwargs that differ across ranks are refused at prepare
 --   unfreeze      a parameter frozen at prepare and unfrozen later: refused (its gradients would stay local); prepared
 --                 trainable with find_unused_parameters and frozen after prepare, it unfreezes with the weights equal
+--   inputs        backward's inputs=: refused naming a left-out parameter without find_unused_parameters; with it
+--                 the inputs' gradients are averaged and the other parameters get none
 --   settings      mixed precision, FP8 recipe or accumulation settings that differ across ranks (each process reads its
 --                 own environment and config file) are refused at prepare, on every rank, naming the first difference
 local mode = arg[1]
+if mode == "inputs" then
+  -- backward's inputs= under DDP: without find_unused_parameters the parameters left out are named on both ranks
+  -- (torch's reducer raises too); with it the inputs' gradients are averaged and the rest stay without one
+  local nn = fp8.nn
+  for _, fu in ipairs { false, true } do
+    local acc = fp8.Accelerator { cpu = true,
+      kwargs_handlers = { fp8.DistributedDataParallelKwargs { find_unused_parameters = fu } } }
+    local r = acc.process_index
+    fp8.manual_seed(1)
+    local model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+    model, opt = acc:prepare(model, opt)
+    fp8.manual_seed(10 + r)
+    local x = fp8.randn { 3, 4 }
+    local ok, err = pcall(acc.backward, acc, (model(x) ^ 2):mean(), { inputs = { model[3].weight, model[3].bias } })
+    local g = model[3].weight.grad
+    local same = g and acc:gather(g:reshape { 1, -1 })
+    same = same and (same:narrow(1, 1, 1) - same:narrow(1, 2, 1)):abs():max():item() == 0
+    print(("rank%d inputs find_unused=%s ok=%s same=%s first_grad=%s %s"):format(r, tostring(fu), tostring(ok),
+      tostring(same), tostring(model[1].weight.grad ~= nil), ok and "" or tostring(err):match("DDP: parameter '[^']*'")))
+  end
+  return
+end
 if mode == "unfreeze" then
   -- a parameter frozen at prepare and unfrozen later is refused; prepared trainable under find_unused_parameters and
   -- frozen after prepare, it can be unfrozen: the weights stay equal across ranks

@@ -436,6 +436,39 @@ describe("autograd", function()
     end)
   end)
 
+  describe("backward's inputs=", function()
+    it("fills only the inputs' .grad (a leaf's with its hooks, a result's too), running the graph between", function()
+      local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local w = fp8.tensor({ 0.5, -1, 2 }):requires_grad(true)
+      local h = x * w
+      local y = (h * h):sum()
+      local calls = {}
+      w:register_hook(function(g) calls[#calls + 1] = "w"; return g * 2 end)
+      w:register_post_accumulate_grad_hook(function(p) calls[#calls + 1] = "w post " .. p.grad:totable()[1] end)
+      x:register_hook(function() calls[#calls + 1] = "x" end)
+      y:backward { inputs = { w, h }, retain_graph = true }
+      assert.is_nil(x.grad)
+      assert.are.same({ 2, -16, 72 }, w.grad:totable())   -- 2 · 2h·x
+      assert.are.same({ 1, -4, 12 }, h.grad:totable())
+      assert.are.same({ "w", "w post 2.0" }, calls)
+      y:backward { inputs = x }                  -- a lone tensor
+      assert.are.same({ 0.5, 4, 24 }, x.grad:totable())
+      assert.are.same({ 2, -16, 72 }, w.grad:totable())
+    end)
+
+    it("refuses what it cannot honour, naming it", function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local y = (x * x):sum()
+      U.fails_with("backward: inputs is empty", function() y:backward { inputs = {} } end)
+      U.fails_with("backward: inputs[2] is number; expected a tensor", function() y:backward { inputs = { x, 5 } } end)
+      U.fails_with("backward: inputs must be a tensor or a list of tensors, got string",
+        function() y:backward { inputs = "x" } end)
+      U.fails_with("backward: inputs[1] does not require grad", function() y:backward { inputs = fp8.ones(2) } end)
+      y:backward { inputs = { x } }              -- still usable
+      assert.are.same({ 2, 4 }, x.grad:totable())
+    end)
+  end)
+
   describe("fp8.autograd.grad", function()
     it("gives backward's gradients for leaves and results, one value per input, and changes no .grad", function()
       local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)

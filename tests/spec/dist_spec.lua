@@ -213,6 +213,18 @@ describe("data parallel over MPI (2 processes)", function()
     end
   end)
 
+  it("backward's inputs=: averaged for the inputs under find_unused_parameters, else a left-out parameter is named",
+    function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/misc.lua", "inputs")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d inputs find_unused=false ok=false same=false first_grad=false DDP: parameter '0.bias'")
+        :format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d inputs find_unused=true ok=true same=true first_grad=false"):format(r), 1, true), out)
+    end
+  end)
+
   it("DDP faults: no_sync-only parameters averaged, a one-rank failure raised on both without a wait, options agreed", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "ddpfaults")
