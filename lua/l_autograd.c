@@ -300,6 +300,8 @@ static int m_backward(lua_State *L) {
     if (opts && lua_getfield(L, opts, "inputs") != LUA_TNIL) {
         const int li = lua_gettop(L);
         fl_tensor *one = fl_ltotensor(L, li);
+        if (!one && luaL_testudata(L, li, FL_TENSOR_MT))
+            return luaL_error(L, "backward: inputs has been released (freed or closed)");
         if (!one && (!lua_istable(L, li) || lua_getmetatable(L, li)))
             return luaL_error(L, "backward: inputs must be a tensor or a list of tensors, got %s", luaL_typename(L, li));
         const lua_Integer n = one ? 1 : (lua_Integer)lua_rawlen(L, li);
@@ -310,7 +312,10 @@ static int m_backward(lua_State *L) {
             if (one) { ins[0] = one; break; }
             lua_rawgeti(L, li, i + 1);
             ins[i] = fl_ltotensor(L, -1);
-            if (!ins[i]) return luaL_error(L, "backward: inputs[%d] is %s; expected a tensor", (int)i + 1, luaL_typename(L, -1));
+            if (!ins[i])
+                return luaL_error(L, "backward: inputs[%d] %s", (int)i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
+                                  ? "has been released (freed or closed)"
+                                  : lua_pushfstring(L, "is %s; expected a tensor", luaL_typename(L, -1)));
             lua_pop(L, 1);
         }
         nin = (int)n;
@@ -334,8 +339,10 @@ static void list_tensors(lua_State *L, int idx, const char *what, fl_tensor **v,
     for (int i = 0; i < n; i++) {
         lua_rawgeti(L, idx, i + 1);
         v[i] = fl_ltotensor(L, -1);
+        if (!v[i])
+            luaL_error(L, "grad: %s[%d] %s", what, i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
+                       ? "has been released (freed or closed)" : "is not a tensor");
         lua_pop(L, 1);   /* the list holds it */
-        if (!v[i]) luaL_error(L, "grad: %s[%d] is not a tensor", what, i + 1);
     }
 }
 
@@ -375,8 +382,9 @@ static int l_autograd_grad(lua_State *L) {
         if (!has_g) continue;
         lua_rawgeti(L, 3, i + 1);
         if (!lua_isnil(L, -1) && !(gouts[i] = fl_ltotensor(L, -1)))
-            return luaL_error(L, "grad: grad_outputs[%d] is %s; expected a tensor or nil", (int)i + 1,
-                              luaL_typename(L, -1));
+            return luaL_error(L, "grad: grad_outputs[%d] %s", (int)i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
+                              ? "has been released (freed or closed)"
+                              : lua_pushfstring(L, "is %s; expected a tensor or nil", luaL_typename(L, -1)));
         lua_pop(L, 1);
     }
     lua_State *prev = hook_L;   /* the tensors' hooks run in this state, as m_backward's */
