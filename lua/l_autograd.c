@@ -139,7 +139,8 @@ static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out)
         const fl_tensor *r = fl_ltotensor(L, -1);
         if (!r)
             st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned %s; it returns nothing, or a tensor: the "
-                        "gradient to use instead", luaL_typename(L, -1));
+                        "gradient to use instead", luaL_testudata(L, -1, FL_TENSOR_MT) ? "a released tensor"
+                                                                                        : luaL_typename(L, -1));
         else if (!fl_shape_equal(r->ndim, r->shape, grad->ndim, grad->shape))
             st = FL_ERR(FL_EINVAL, "backward: a tensor's hook returned a tensor of shape %s for a gradient of shape %s",
                         fl_shape_str(a, sizeof a, r->ndim, r->shape),
@@ -179,7 +180,9 @@ static fl_status lua_post_hook(void *ud, fl_tensor *t) {
         st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s", m ? m : luaL_typename(L, -1));
     } else if (!lua_isnil(L, -1))
         st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook returned %s; it returns nothing (it "
-                    "reads or changes t.grad, or t itself, in place)", luaL_typename(L, -1));
+                    "reads or changes t.grad, or t itself, in place)",
+                    luaL_testudata(L, -1, FL_TENSOR_MT) ? (fl_ltotensor(L, -1) ? "a tensor" : "a released tensor")
+                                                       : luaL_typename(L, -1));
     lua_settop(L, top);
     return st;
 }

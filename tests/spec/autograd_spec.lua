@@ -425,7 +425,7 @@ describe("autograd", function()
         function() z:register_post_accumulate_grad_hook(print, 1) end)
       local cases = {
         { function() error("boom", 0) end, "backward: a tensor's post-accumulate-grad hook raised: boom" },
-        { function(p) return p.grad end, "backward: a tensor's post-accumulate-grad hook returned userdata; it returns nothing" },
+        { function(p) return p.grad end, "backward: a tensor's post-accumulate-grad hook returned a tensor; it returns nothing" },
       }
       for _, c in ipairs(cases) do
         local y = fp8.tensor({ 1 }):requires_grad(true)
