@@ -1286,6 +1286,34 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     assert.is_true(max_abs(z[3].weight.grad - ref[3].weight.grad * 2) <= 1e-6 * max_abs(ref[3].weight.grad))
   end)
 
+  it("backward hooks take a forward with several results of which one requires grad (the others pass as they are)",
+    function()
+    local M = nn.Module.class("Aux")
+    function M:forward(x) return 7, x * 3, x:detach() * 2 end
+    local m = M()
+    local seen = {}
+    m:register_full_backward_pre_hook(function(_, go)
+      seen.pre = { go.n, go[1], go[2]:totable(), go[3] }
+      return { nil, go[2] * 10 }
+    end)
+    m:register_full_backward_hook(function(_, gi, go) seen.full = { gi[1]:totable(), go.n, go[2]:totable() } end)
+    local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local a, y, d = m(x)
+    assert.are.equal(7, a)
+    assert.is_false(d:requires_grad())
+    assert.are.same({ 2, 4 }, d:totable())
+    y:sum():backward()
+    assert.are.same({ 3, nil, { 1, 1 }, nil }, seen.pre)
+    assert.are.same({ { 30, 30 }, 3, { 10, 10 } }, seen.full)   -- the replaced gradient went into the module
+    assert.are.same({ 30, 30 }, x.grad:totable())
+    -- a pre-hook's table without the gradient where the result is: named
+    local m2 = M()
+    m2:register_full_backward_pre_hook(function() return { 5 } end)
+    local _, y2 = m2(x)
+    U.fails_with("Aux backward hook: pre-hook returned a table; it returns nothing or a table like grad_output (the "
+      .. "gradient at 2)", function() y2:sum():backward() end)
+  end)
+
   it("backward hooks run in registration order, prepend=true first", function()
     local lin = nn.Linear(2, 2)
     local order = {}
@@ -1305,8 +1333,8 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     local a, b = fp8.ones(2):requires_grad(true), fp8.ones(2):requires_grad(true)
     U.fails_with("Two backward hook: a module whose forward gets more than one tensor that requires grad (arguments 1 "
       .. "and 2) is not supported", two, a, b)
-    U.fails_with("Two backward hook: a module whose forward returns 2 values is not supported (one tensor)", two, a,
-      fp8.ones(2))
+    U.fails_with("Two backward hook: a module whose forward returns more than one tensor that requires grad (results 1 "
+      .. "and 2) is not supported", two, a, fp8.ones(2))
     local lin = nn.Linear(2, 2)
     lin:register_full_backward_hook(function() return 5 end)
     U.fails_with("Linear backward hook: returned 5; it returns nothing or a table like grad_input",

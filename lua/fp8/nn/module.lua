@@ -309,8 +309,8 @@ function Module:register_forward_hook(hook, opts)
 end
 
 -- m:register_full_backward_pre_hook(hook [, {prepend=false}]) -> handle. hook(m, grad_output) runs when the
--- gradient of m's output is known, before m's backward: grad_output a list of one tensor; it returns nothing or a
--- table of the gradient to use instead ({g}).
+-- gradient of m's output is known, before m's backward: grad_output one entry per result (the gradient at the one
+-- that requires grad, nil elsewhere); it returns nothing or a table like it, whose entry there is used instead.
 function Module:register_full_backward_pre_hook(hook, opts)
   return register_hook(self, "_backward_pre_hooks", "register_full_backward_pre_hook", hook, opts, { "prepend" })
 end
@@ -344,18 +344,19 @@ local function hook_failed(self, what, err)
   error(err, 0)
 end
 
--- The backward hooks of one call: torch's BackwardHook, on one differentiable input and one output. The input that
--- requires grad (at most one: each input's gradient would come at its own time, and a hook's replacement for the
--- others would come too late) goes to forward as a view of itself, whose gradient is exactly what this call sends
--- it; the output is returned as a view of itself, whose gradient is what flows into the module. Tensor hooks on
--- the two views run the module's hooks.
+-- The backward hooks of one call: torch's BackwardHook, on one differentiable input and one differentiable output.
+-- The input that requires grad (at most one: each input's gradient would come at its own time, and a hook's
+-- replacement for the others would come too late) goes to forward as a view of itself, whose gradient is exactly
+-- what this call sends it; the result that requires grad (at most one, for the same reason; other results, tensors
+-- without grad or not tensors, pass as they are) is returned as a view of itself, whose gradient is what flows into
+-- the module. Tensor hooks on the two views run the module's hooks.
 local function bw_fail(self, what) error(("%s backward hook: %s"):format(context_name(self), what), 0) end
 
 local function bw_run_full(self, bw, g_in)
   local gi = { n = bw.nargs }
   if bw.idx then gi[bw.idx] = g_in end
   for _, e in ipairs(snapshot(rawget(self, "_backward_hooks") or {})) do
-    local r = e.fn(self, gi, { n = 1, bw.grad_output })
+    local r = e.fn(self, gi, { n = bw.nres, [bw.pos] = bw.grad_output })
     if r ~= nil then
       if type(r) ~= "table" then
         bw_fail(self, ("returned %s; it returns nothing or a table like grad_input"):format(O.got(r)))
@@ -398,28 +399,38 @@ local function bw_setup_input(self, args)
 end
 
 local function bw_setup_output(self, bw, res)
-  if res.n ~= 1 or not is_tensor(res[1]) then
-    bw_fail(self, ("a module whose forward returns %s is not supported (one tensor)"):format(
-      res.n == 1 and O.got(res[1]) or res.n .. " values"))
+  local pos
+  for i = 1, res.n do
+    if is_tensor(res[i]) and res[i]:requires_grad() then
+      if pos then
+        bw_fail(self, ("a module whose forward returns more than one tensor that requires grad (results %d and %d) "
+          .. "is not supported"):format(pos, i))
+      end
+      pos = i
+    end
   end
-  local out = res[1]
-  if not out:requires_grad() then return res end
+  if not pos then return res end   -- no gradient will flow into this call: no backward hook runs (torch's neither)
+  bw.nres, bw.pos = res.n, pos
+  local out = res[pos]
   local v = out:view(out:shape())
   v:register_hook(function(g)
     for _, e in ipairs(snapshot(rawget(self, "_backward_pre_hooks") or {})) do
-      local r = e.fn(self, { n = 1, g })
+      local r = e.fn(self, { n = res.n, [pos] = g })
       if r ~= nil then
-        if type(r) ~= "table" or not is_tensor(r[1]) then
-          bw_fail(self, ("pre-hook returned %s; it returns nothing or a table of the gradient ({g})"):format(O.got(r)))
+        if type(r) ~= "table" or not is_tensor(r[pos]) then
+          bw_fail(self, ("pre-hook returned %s; it returns nothing or a table like grad_output (the gradient at %d)")
+            :format(O.got(r), pos))
         end
-        g = r[1]
+        g = r[pos]
       end
     end
     bw.grad_output = g
     if not bw.idx and #(rawget(self, "_backward_hooks") or {}) > 0 then bw_run_full(self, bw, nil) end
     return g
   end)
-  return table.pack(v)
+  local out_res = table.pack(table.unpack(res, 1, res.n))
+  out_res[pos] = v
+  return out_res
 end
 
 local function run_hooked(self, state, ...)
