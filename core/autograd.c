@@ -756,7 +756,10 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     size_t nuses = 0, next_use = 0;
     leaf_pending *pend = NULL;
     size_t npend = 0;
-    if (!grads || !uses || (cap && (!capnode || !runs || !ran_k))) { st = FL_ERR(FL_ENOMEM, "backward: out of memory"); goto done; }
+    if (!grads || !uses || (cap && (!capnode || !runs || !ran_k))) {
+        st = FL_ERR(FL_ENOMEM, "backward: out of memory");
+        goto done;
+    }
     bool hooked_leaf = false;   /* a leaf with (post-accumulate-)grad hooks: its last use */
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < order[k]->ninputs; i++) {
@@ -848,7 +851,8 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     while (st == FL_OK && next_use < nuses) st = leaf_final(pend, npend, luses[next_use++].leaf, hook, hook_ud, cap);
     /* a leaf whose first hook came during this backward (from another hook) had no last use listed */
     for (size_t i = 0; st == FL_OK && i < npend; i++)
-        st = cap ? leaf_final(pend, npend, pend[i].leaf, NULL, NULL, cap) : pending_flush(pend, npend, pend[i].leaf, NULL);
+        st = cap ? leaf_final(pend, npend, pend[i].leaf, NULL, NULL, cap)
+                 : pending_flush(pend, npend, pend[i].leaf, NULL);
     bw_map = prev_map;
     bw_uses = prev_uses;
     bw_id = prev_id;

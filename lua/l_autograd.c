@@ -177,7 +177,8 @@ static fl_status lua_post_hook(void *ud, fl_tensor *t) {
     fl_status st = FL_OK;
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
         const char *m = lua_tostring(L, -1);
-        st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s", m ? m : luaL_typename(L, -1));
+        st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s",
+                    m ? m : luaL_typename(L, -1));
     } else if (!lua_isnil(L, -1))
         st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook returned %s; it returns nothing (it "
                     "reads or changes t.grad, or t itself, in place)",
@@ -306,7 +307,8 @@ static int m_backward(lua_State *L) {
         if (!one && luaL_testudata(L, li, FL_TENSOR_MT))
             return luaL_error(L, "backward: inputs has been released (freed or closed)");
         if (!one && (!lua_istable(L, li) || lua_getmetatable(L, li)))
-            return luaL_error(L, "backward: inputs must be a tensor or a list of tensors, got %s", luaL_typename(L, li));
+            return luaL_error(L, "backward: inputs must be a tensor or a list of tensors, got %s",
+                              luaL_typename(L, li));
         const lua_Integer n = one ? 1 : (lua_Integer)lua_rawlen(L, li);
         if (n < 1) return luaL_error(L, "backward: inputs is empty; give the tensors to fill the .grad of");
         if (n > (1 << 20)) return luaL_error(L, "backward: inputs holds %I tensors; at most 2^20", n);

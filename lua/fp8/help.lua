@@ -161,7 +161,8 @@ add_all {
        .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out.\n"
        .. "p:register_post_accumulate_grad_hook(fn) -> handle: fn(p) runs after backward has added a leaf's\n"
        .. "gradient into p.grad (an optimizer per parameter can step there: optimizer-in-backward).\n"
-       .. "loss:backward{inputs = {w, h}} fills only their .grad (torch's inputs=); {retain_graph=true} keeps the graph." },
+       .. "loss:backward{inputs = {w, h}} fills only their .grad (torch's inputs=); {retain_graph=true} keeps\n"
+       .. "the graph." },
   { section = "Tensors", name = "autograd.grad", sig = "fp8.autograd.grad(outputs, inputs [, grad_outputs] [, {retain_graph=false, allow_unused=false, materialize_grads=false}]) -> one gradient per input",
     doc = "torch.autograd.grad: the gradients of outputs (a tensor or a list; grad_outputs seeds them, ones for a\n"
        .. "one-element output) with respect to inputs (leaves or results), as several values\n"

@@ -7,8 +7,8 @@
 --   buffers_off   the same with broadcast_buffers=false: stays different
 --   nosync        no_sync: gradients differ across ranks inside, agree after the next synchronising backward
 --   hooks         a gradient hook on a parameter (t:register_hook) runs before the all-reduce: the average is of the
---                 hooked gradients (rank r's scaled by r + 1); a post-accumulate-grad hook sees the rank's own gradient,
---                 as fp8.autograd.grad gives it
+--                 hooked gradients (rank r's scaled by r + 1); a post-accumulate-grad hook sees the rank's own
+--                 gradient, as fp8.autograd.grad gives it
 --   eachbatch     GradientAccumulationPlugin{sync_each_batch=true}: gradients agree across ranks after every micro-step,
 --                 and the step ends where the default (one reduction per window) ends
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
@@ -49,8 +49,9 @@ if mode == "inputs" then
     local g = model[3].weight.grad
     local same = g and acc:gather(g:reshape { 1, -1 })
     same = same and (same:narrow(1, 1, 1) - same:narrow(1, 2, 1)):abs():max():item() == 0
+    local named = ok and "" or tostring(err):match("DDP: parameter '[^']*'")
     print(("rank%d inputs find_unused=%s ok=%s same=%s first_grad=%s %s"):format(r, tostring(fu), tostring(ok),
-      tostring(same), tostring(model[1].weight.grad ~= nil), ok and "" or tostring(err):match("DDP: parameter '[^']*'")))
+      tostring(same), tostring(model[1].weight.grad ~= nil), named))
   end
   return
 end

@@ -358,7 +358,10 @@ describe("autograd", function()
       -- a tensor backward is called on directly (a leaf root) has one too
       local r = fp8.tensor({ 4 }):requires_grad(true)
       local calls = 0
-      local hr <close> = r:register_post_accumulate_grad_hook(function(p) calls = calls + 1; assert.are.same({ 1 }, p.grad:totable()) end)
+      local hr <close> = r:register_post_accumulate_grad_hook(function(p)
+        calls = calls + 1
+        assert.are.same({ 1 }, p.grad:totable())
+      end)
       r:backward()
       assert.are.equal(1, calls)
     end)
@@ -425,7 +428,8 @@ describe("autograd", function()
         function() z:register_post_accumulate_grad_hook(print, 1) end)
       local cases = {
         { function() error("boom", 0) end, "backward: a tensor's post-accumulate-grad hook raised: boom" },
-        { function(p) return p.grad end, "backward: a tensor's post-accumulate-grad hook returned a tensor; it returns nothing" },
+        { function(p) return p.grad end,
+          "backward: a tensor's post-accumulate-grad hook returned a tensor; it returns nothing" },
       }
       for _, c in ipairs(cases) do
         local y = fp8.tensor({ 1 }):requires_grad(true)
@@ -551,12 +555,14 @@ describe("autograd", function()
     it("refuses what it cannot honour, naming it", function()
       local x = fp8.tensor({ 1, 2 }):requires_grad(true)
       local y = (x * x):sum()
-      U.fails_with("grad: create_graph=true is not supported", function() fp8.autograd.grad(y, x, { create_graph = true }) end)
+      U.fails_with("grad: create_graph=true is not supported",
+        function() fp8.autograd.grad(y, x, { create_graph = true }) end)
       U.fails_with("grad: is_grads_batched=true is not supported",
         function() fp8.autograd.grad(y, x, nil, { is_grads_batched = true }) end)
       U.fails_with("grad: unknown option 'retain_grph' (did you mean 'retain_graph'?)",
         function() fp8.autograd.grad(y, x, { retain_grph = true }) end)
-      U.fails_with("grad: allow_unused must be a boolean, got 1", function() fp8.autograd.grad(y, x, { allow_unused = 1 }) end)
+      U.fails_with("grad: allow_unused must be a boolean, got 1",
+        function() fp8.autograd.grad(y, x, { allow_unused = 1 }) end)
       U.fails_with("grad: materialize_grads=true needs allow_unused",
         function() fp8.autograd.grad(y, x, { materialize_grads = true, allow_unused = false }) end)
       U.fails_with("grad: inputs must be a tensor or a list of tensors, got 5", function() fp8.autograd.grad(y, 5) end)
@@ -565,7 +571,8 @@ describe("autograd", function()
       U.fails_with("grad: input 1 does not require grad", function() fp8.autograd.grad(y, fp8.ones(2)) end)
       U.fails_with("grad: grad can be implicitly created only for scalar outputs; got shape [2]",
         function() fp8.autograd.grad(x * 2, x) end)
-      U.fails_with("grad: 2 grad_outputs for 1 outputs", function() fp8.autograd.grad(y, x, { fp8.ones(1), fp8.ones(1) }) end)
+      U.fails_with("grad: 2 grad_outputs for 1 outputs",
+        function() fp8.autograd.grad(y, x, { fp8.ones(1), fp8.ones(1) }) end)
       U.fails_with("grad: grad has shape [3] but the tensor has shape []",
         function() fp8.autograd.grad(y, x, { fp8.ones(3) }) end)
       U.fails_with("grad: takes (outputs, inputs [, grad_outputs] [, {options}]); got 1 more argument",
@@ -574,10 +581,12 @@ describe("autograd", function()
       local lg = (gone * 2):sum()
       local g1 = fp8.ones({})
       g1:free()
-      U.fails_with("grad: grad_outputs[1] has been released (freed or closed)", function() fp8.autograd.grad(lg, gone, { g1 }) end)
+      U.fails_with("grad: grad_outputs[1] has been released (freed or closed)",
+        function() fp8.autograd.grad(lg, gone, { g1 }) end)
       gone:free()
       U.fails_with("grad: inputs[1] has been released (freed or closed)", function() fp8.autograd.grad(lg, gone) end)
-      U.fails_with("backward: inputs[1] has been released (freed or closed)", function() lg:backward { inputs = { gone } } end)
+      U.fails_with("backward: inputs[1] has been released (freed or closed)",
+        function() lg:backward { inputs = { gone } } end)
       -- still usable after every refusal above
       assert.are.same({ 2, 4 }, fp8.autograd.grad(y, x):totable())
     end)

@@ -121,13 +121,15 @@ describe("hostile hooks", function()
     assert.matches("backward: a tensor's hook returned a tensor of shape %[7%] for a gradient of shape %[2, 3%]", err)
     ok, err = run("post", "yield", "in_coroutine")
     assert.is_false(ok)
-    assert.matches("backward: a tensor's post%-accumulate%-grad hook raised: attempt to yield across a C%-call boundary", err)
+    assert.matches("backward: a tensor's post%-accumulate%-grad hook raised: attempt to yield across a C%-call "
+      .. "boundary", err)
     ok, err = run("leaf", "return_released", "backward")
     assert.is_false(ok)
     assert.matches("backward: a tensor's hook returned a released tensor", err)
     ok, err = run("result", "write_leaf", "backward")   -- before the Linear reads x again
     assert.is_false(ok)
-    assert.matches("LinearBackward needs %(saved tensor 1, shape %[2, 3%]%) was written in place after the forward", err)
+    assert.matches("LinearBackward needs %(saved tensor 1, shape %[2, 3%]%) was written in place after the "
+      .. "forward", err)
     ok, err = run("result", "grad_same", "backward_inputs")
     assert.is_false(ok)
     assert.matches("being run by an unfinished backward", err)
