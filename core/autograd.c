@@ -720,13 +720,25 @@ static fl_status seed_of(fl_tensor **g0, const fl_tensor *root, const fl_tensor 
     return fl_tensor_full(g0, FL_F32, root->ndim, root->shape, 1.0, root->device);
 }
 
-/* The walk from the roots' nodes (nroots of them, each seeded: seeds[r] is taken), for fl_backward (cap NULL:
+/* The walk from the roots' nodes (nroots of them, each seeded: seeds[r] is taken; leaf roots[0..nleaf) with theirs:
+ * one some node takes is summed with what reaches it there, one no node takes is done after the walk), for
+ * fl_backward (cap NULL:
  * leaves' .grad, hooks, the grad-ready hook) and fl_autograd_grad (cap: only the nodes on a path to an input run,
  * the inputs' gradients go to cap->out, no .grad, post-accumulate, retain_grad or grad-ready hook), or with
  * cap->out NULL fl_backward_inputs (the same walk; the inputs' .grad filled, a leaf's with its post-accumulate and
  * grad-ready hooks). */
+/* A leaf that is a root and on no node's path: its gradient is its seed (*g, ours): hooks, .grad, post-accumulate
+ * hooks, the grad-ready hook. */
+static fl_status leaf_root(fl_tensor *leaf, fl_tensor **g) {
+    fl_status st = run_grad_hooks(leaf, g, NULL);
+    if (st == FL_OK) st = fl_accumulate_grad(leaf, *g);
+    if (st == FL_OK) st = run_grad_hooks(leaf, NULL, NULL);
+    if (st == FL_OK && ready_fn) st = ready_fn(leaf, ready_ud);
+    return st;
+}
+
 static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots, bool retain_graph,
-                           const capture_set *cap) {
+                           const capture_set *cap, fl_tensor *const *leaf_roots, fl_tensor **leaf_seeds, int nleaf) {
     char a[200], b[200];
     fl_node **order = NULL;
     size_t n = 0;
@@ -752,11 +764,12 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
      * whether it ran */
     int *capnode = cap ? malloc(n * sizeof *capnode) : NULL;
     bool *runs = cap ? calloc(n, sizeof *runs) : NULL, *ran_k = cap ? calloc(n, sizeof *ran_k) : NULL;
+    bool *alone = nleaf ? calloc((size_t)nleaf, sizeof *alone) : NULL;
     leaf_use *luses = NULL;
     size_t nuses = 0, next_use = 0;
     leaf_pending *pend = NULL;
     size_t npend = 0;
-    if (!grads || !uses || (cap && (!capnode || !runs || !ran_k))) {
+    if (!grads || !uses || (cap && (!capnode || !runs || !ran_k)) || (nleaf && !alone)) {
         st = FL_ERR(FL_ENOMEM, "backward: out of memory");
         goto done;
     }
@@ -768,6 +781,15 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
             if (c >= 0) uses[c]++;
             if (in && !in->grad_fn && leaf_hooked(in) && fl_node_input_needs_grad(order[k], i)) hooked_leaf = true;
         }
+    for (int i = 0; i < nleaf && st == FL_OK; i++) {   /* leaf roots: pending where a node takes them too */
+        bool used = false;
+        for (size_t k = 0; k < n && !used; k++)
+            for (int j = 0; j < order[k]->ninputs && !used; j++)
+                used = order[k]->inputs[j] == leaf_roots[i] && fl_node_input_needs_grad(order[k], j);
+        if (used) { st = pending_add(&pend, &npend, leaf_roots[i], leaf_seeds[i]); hooked_leaf = true; }
+        else alone[i] = true;
+    }
+    if (st != FL_OK) goto done;
     if (cap) {
         for (size_t k = 0; k < n; k++) capnode[k] = -1;
         for (int j = cap->n - 1; j >= 0; j--) {   /* the first of an input listed twice wins */
@@ -853,6 +875,8 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     for (size_t i = 0; st == FL_OK && i < npend; i++)
         st = cap ? leaf_final(pend, npend, pend[i].leaf, NULL, NULL, cap)
                  : pending_flush(pend, npend, pend[i].leaf, NULL);
+    for (int i = 0; st == FL_OK && i < nleaf; i++)
+        if (alone[i]) st = leaf_root(leaf_roots[i], &leaf_seeds[i]);
     bw_map = prev_map;
     bw_uses = prev_uses;
     bw_id = prev_id;
@@ -873,6 +897,7 @@ done:
     free(capnode);
     free(runs);
     free(ran_k);
+    free(alone);
     for (size_t k = 0; k < n; k++) { order[k]->busy--; fl_node_release(order[k]); }
     free(order);
     free(map.keys);
@@ -880,39 +905,57 @@ done:
     return st;
 }
 
-/* fl_backward, restricted to cap's tensors where cap is not NULL (fl_backward_inputs) */
-static fl_status backward_from(fl_tensor *root, const fl_tensor *grad, bool retain_graph, const capture_set *cap) {
+/* fl_backward_many's work, restricted to cap's tensors where cap is not NULL */
+static fl_status backward_many(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots, bool retain_graph,
+                               const capture_set *cap) {
     FL_PROF_SCOPE("backward");
-    fl_tensor *g0 = NULL;
-    FL_TRY(seed_of(&g0, root, grad, "backward"));
-    fl_status st = FL_OK;
-    if (!root->grad_fn) {                       /* a leaf: its gradient is the seed */
-        if (cap && capture_index(cap, root) < 0) { fl_tensor_release(g0); return FL_OK; }
-        st = run_grad_hooks(root, &g0, NULL);
-        if (st == FL_OK) st = fl_accumulate_grad(root, g0);
-        fl_tensor_release(g0);
-        if (st == FL_OK) st = run_grad_hooks(root, NULL, NULL);
-        if (st == FL_OK && ready_fn) st = ready_fn(root, ready_ud);
-        return st;
+    if (nroots < 1) return FL_ERR(FL_EINVAL, "backward: no tensor to start from");
+    fl_tensor **seeds = calloc((size_t)nroots, sizeof *seeds), **lseeds = calloc((size_t)nroots, sizeof *lseeds);
+    fl_tensor **leaves = calloc((size_t)nroots, sizeof *leaves);
+    fl_node **nodes = calloc((size_t)nroots, sizeof *nodes);
+    fl_status st = seeds && lseeds && leaves && nodes ? FL_OK : FL_ERR(FL_ENOMEM, "backward: out of memory");
+    int nn = 0, nl = 0;
+    for (int r = 0; st == FL_OK && r < nroots; r++) {
+        fl_tensor *g = NULL;
+        if ((st = seed_of(&g, roots[r], grads ? grads[r] : NULL, "backward")) != FL_OK) break;
+        if (roots[r]->grad_fn) { nodes[nn] = roots[r]->grad_fn; seeds[nn++] = g; continue; }
+        /* a leaf: its gradient is the seed (one listed twice: the sum); left out of inputs=: nothing */
+        int i = 0;
+        while (i < nl && leaves[i] != roots[r]) i++;
+        if (cap && capture_index(cap, roots[r]) < 0) ;
+        else if (i < nl) st = accumulate(&lseeds[i], g);
+        else { leaves[nl] = roots[r]; lseeds[nl++] = g; g = NULL; }
+        fl_tensor_release(g);
     }
-    st = run_graph(&root->grad_fn, &g0, 1, retain_graph, cap);
-    fl_tensor_release(g0);
+    if (st == FL_OK && nn > 0) st = run_graph(nodes, seeds, nn, retain_graph, cap, leaves, lseeds, nl);
+    else for (int i = 0; st == FL_OK && i < nl; i++) st = leaf_root(leaves[i], &lseeds[i]);
+    for (int r = 0; r < nroots; r++) {
+        if (seeds) fl_tensor_release(seeds[r]);
+        if (lseeds) fl_tensor_release(lseeds[r]);
+    }
+    free(seeds); free(lseeds); free(leaves); free(nodes);
     return st;
 }
 
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
-    return backward_from(root, grad, retain_graph, NULL);
+    return backward_many(&root, &grad, 1, retain_graph, NULL);
 }
 
-fl_status fl_backward_inputs(fl_tensor *root, const fl_tensor *grad, bool retain_graph, fl_tensor *const *inputs,
-                             int ninputs) {
+fl_status fl_backward_many(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots, bool retain_graph,
+                           fl_tensor *const *inputs, int ninputs) {
+    if (!inputs) return backward_many(roots, grads, nroots, retain_graph, NULL);
     if (ninputs < 1) return FL_ERR(FL_EINVAL, "backward: inputs is empty; give the tensors to fill the .grad of");
     for (int j = 0; j < ninputs; j++)
         if (!inputs[j]->requires_grad)
             return FL_ERR(FL_EINVAL, "backward: inputs[%d] does not require grad, so it has no gradient (a leaf: call "
                           ":requires_grad(true) before computing the loss)", j + 1);
     const capture_set cap = { inputs, ninputs, NULL };
-    return backward_from(root, grad, retain_graph, &cap);
+    return backward_many(roots, grads, nroots, retain_graph, &cap);
+}
+
+fl_status fl_backward_inputs(fl_tensor *root, const fl_tensor *grad, bool retain_graph, fl_tensor *const *inputs,
+                             int ninputs) {
+    return fl_backward_many(&root, &grad, 1, retain_graph, inputs, ninputs);
 }
 
 fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots,
@@ -940,7 +983,7 @@ fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grad
         fl_tensor_release(seeds[nn]);
         seeds[nn] = NULL;
     }
-    if (st == FL_OK && nn > 0) st = run_graph(nodes, seeds, nn, retain_graph, &cap);
+    if (st == FL_OK && nn > 0) st = run_graph(nodes, seeds, nn, retain_graph, &cap, NULL, NULL, 0);
     for (int r = 0; seeds && r < nroots; r++) fl_tensor_release(seeds[r]);
     free(seeds);
     free(nodes);

@@ -339,20 +339,20 @@ static int m_backward(lua_State *L) {
     return 0;
 }
 
-/* The tensors of list idx (a Lua array of n tensors, checked by fp8.autograd.grad) into v[0..n). */
-static void list_tensors(lua_State *L, int idx, const char *what, fl_tensor **v, int n) {
+/* The tensors of list idx (a Lua array of n tensors, checked by lua/fp8/autograd.lua) into v[0..n). */
+static void list_tensors(lua_State *L, const char *fname, int idx, const char *what, fl_tensor **v, int n) {
     for (int i = 0; i < n; i++) {
         lua_rawgeti(L, idx, i + 1);
         v[i] = fl_ltotensor(L, -1);
         if (!v[i])
-            luaL_error(L, "grad: %s[%d] %s", what, i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
+            luaL_error(L, "%s: %s[%d] %s", fname, what, i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
                        ? "has been released (freed or closed)" : "is not a tensor");
         lua_pop(L, 1);   /* the list holds it */
     }
 }
 
-/* The pointer lists of l_autograd_grad in one userdata; its __gc releases the results not yet boxed (an error while
- * boxing them leaks none). */
+/* The pointer lists of fp8.autograd's calls in one userdata; its __gc releases the results not yet boxed (an error
+ * while boxing them leaks none). */
 #define GRAD_LISTS_MT "fp8.autograd_grad_lists"
 typedef struct { lua_Integer nres; fl_tensor **res; } grad_lists;
 static int grad_lists_gc(lua_State *L) {
@@ -361,59 +361,96 @@ static int grad_lists_gc(lua_State *L) {
     return 0;
 }
 
-/* fp8.core._autograd_grad(outputs, inputs, grad_outputs|nil, retain_graph) -> {n = #inputs, grads...}: the lists
- * made and checked by fp8.autograd.grad (lua/fp8/autograd.lua); a nil entry where no gradient reached the input. */
-static int l_autograd_grad(lua_State *L) {
+/* The arguments of fp8.core._autograd_grad and _autograd_backward: (outputs, inputs|nil, grad_outputs|nil, retain)
+ * as lists made by lua/fp8/autograd.lua, read into a grad_lists userdata pushed on the stack: outs[no], gouts[no]
+ * (NULL entries: ones), ins[ni] (ni 0 where inputs is nil), res[ni] (NULL). */
+typedef struct { fl_tensor **outs, **gouts, **ins, **res; int no, ni; bool retain; } grad_args;
+static grad_args read_grad_args(lua_State *L, const char *fname) {
+    grad_args a;
     luaL_checktype(L, 1, LUA_TTABLE);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    const bool has_g = !lua_isnoneornil(L, 3);
+    const bool has_in = !lua_isnoneornil(L, 2), has_g = !lua_isnoneornil(L, 3);
+    if (has_in) luaL_checktype(L, 2, LUA_TTABLE);
     if (has_g) luaL_checktype(L, 3, LUA_TTABLE);
-    const bool retain = lua_toboolean(L, 4);
-    const lua_Integer no = luaL_len(L, 1), ni = luaL_len(L, 2);
-    if (no < 1 || ni < 1 || no > (1 << 20) || ni > (1 << 20))
-        return luaL_error(L, "grad: expected 1 to 2^20 outputs and inputs, got %d and %d", (int)no, (int)ni);
+    a.retain = lua_toboolean(L, 4);
+    const lua_Integer no = luaL_len(L, 1), ni = has_in ? luaL_len(L, 2) : 0;
+    if (no < 1 || no > (1 << 20) || ni < (has_in ? 1 : 0) || ni > (1 << 20))
+        luaL_error(L, "%s: expected 1 to 2^20 outputs and inputs, got %d and %d", fname, (int)no, (int)ni);
     grad_lists *gl = lua_newuserdatauv(L, sizeof *gl + sizeof(fl_tensor *) * (size_t)(2 * no + 2 * ni), 0);
     gl->nres = 0;
     gl->res = NULL;
     luaL_setmetatable(L, GRAD_LISTS_MT);
-    fl_tensor **outs = (fl_tensor **)(gl + 1), **gouts = outs + no, **ins = gouts + no, **res = ins + ni;
-    for (lua_Integer i = 0; i < ni; i++) res[i] = NULL;
-    gl->res = res;
+    a.outs = (fl_tensor **)(gl + 1);
+    a.gouts = a.outs + no;
+    a.ins = a.gouts + no;
+    a.res = a.ins + ni;
+    for (lua_Integer i = 0; i < ni; i++) a.res[i] = NULL;
+    gl->res = a.res;
     gl->nres = ni;
-    list_tensors(L, 1, "outputs", outs, (int)no);
-    list_tensors(L, 2, "inputs", ins, (int)ni);
+    a.no = (int)no;
+    a.ni = (int)ni;
+    list_tensors(L, fname, 1, "outputs", a.outs, a.no);
+    list_tensors(L, fname, 2, "inputs", a.ins, a.ni);
     for (lua_Integer i = 0; i < no; i++) {
-        gouts[i] = NULL;
+        a.gouts[i] = NULL;
         if (!has_g) continue;
         lua_rawgeti(L, 3, i + 1);
-        if (!lua_isnil(L, -1) && !(gouts[i] = fl_ltotensor(L, -1)))
-            return luaL_error(L, "grad: grad_outputs[%d] %s", (int)i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
-                              ? "has been released (freed or closed)"
-                              : lua_pushfstring(L, "is %s; expected a tensor or nil", luaL_typename(L, -1)));
+        if (!lua_isnil(L, -1) && !(a.gouts[i] = fl_ltotensor(L, -1)))
+            luaL_error(L, "%s: grad_outputs[%d] %s", fname, (int)i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
+                       ? "has been released (freed or closed)"
+                       : lua_pushfstring(L, "is %s; expected a tensor or nil", luaL_typename(L, -1)));
         lua_pop(L, 1);
     }
+    return a;
+}
+
+/* fp8.core._autograd_grad(outputs, inputs, grad_outputs|nil, retain_graph) -> {n = #inputs, grads...}: the lists
+ * made and checked by fp8.autograd.grad (lua/fp8/autograd.lua); a nil entry where no gradient reached the input. */
+static int l_autograd_grad(lua_State *L) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    grad_args a = read_grad_args(L, "grad");
+    const fl_tensor *const *g = (const fl_tensor *const *)a.gouts;
     lua_State *prev = hook_L;   /* the tensors' hooks run in this state, as m_backward's */
     hook_L = L;
-    fl_status st = fl_autograd_grad(outs, (const fl_tensor *const *)gouts, (int)no, ins, (int)ni, retain, res);
+    fl_status st = fl_autograd_grad(a.outs, g, a.no, a.ins, a.ni, a.retain, a.res);
     if (st == FL_ENOMEM) {
         lua_gc(L, LUA_GCCOLLECT);
-        st = fl_autograd_grad(outs, (const fl_tensor *const *)gouts, (int)no, ins, (int)ni, retain, res);
+        st = fl_autograd_grad(a.outs, g, a.no, a.ins, a.ni, a.retain, a.res);
     }
     hook_L = prev;
     push_hook_fns(L);
     lua_pop(L, 1);
     fl_lcheck(L, st);
-    lua_createtable(L, (int)ni, 1);
-    for (lua_Integer i = 0; i < ni; i++) {
-        if (!res[i]) continue;
+    lua_createtable(L, a.ni, 1);
+    for (int i = 0; i < a.ni; i++) {
+        if (!a.res[i]) continue;
         fl_tensor **slot = fl_lnewbox(L);   /* takes the reference */
-        *slot = res[i];
-        res[i] = NULL;
+        *slot = a.res[i];
+        a.res[i] = NULL;
         lua_rawseti(L, -2, i + 1);
     }
-    lua_pushinteger(L, ni);
+    lua_pushinteger(L, a.ni);
     lua_setfield(L, -2, "n");
     return 1;
+}
+
+/* fp8.core._autograd_backward(tensors, inputs|nil, grad_tensors|nil, retain_graph): torch.autograd.backward, the
+ * lists made and checked by fp8.autograd.backward (lua/fp8/autograd.lua). */
+static int l_autograd_backward(lua_State *L) {
+    grad_args a = read_grad_args(L, "backward");
+    const fl_tensor *const *g = (const fl_tensor *const *)a.gouts;
+    fl_tensor *const *ins = a.ni ? a.ins : NULL;
+    lua_State *prev = hook_L;
+    hook_L = L;
+    fl_status st = fl_backward_many(a.outs, g, a.no, a.retain, ins, a.ni);
+    if (st == FL_ENOMEM) {
+        lua_gc(L, LUA_GCCOLLECT);
+        st = fl_backward_many(a.outs, g, a.no, a.retain, ins, a.ni);
+    }
+    hook_L = prev;
+    push_hook_fns(L);
+    lua_pop(L, 1);
+    fl_lcheck(L, st);
+    return 0;
 }
 
 /* Tensor __call: g(owner) -> g when g is owner's gradient, which makes t:grad() read like t.grad. */
@@ -581,6 +618,7 @@ static int l_backwards_started(lua_State *L) {
 
 static const luaL_Reg funcs[] = {
     {"_backwards_started", l_backwards_started}, {"_autograd_grad", l_autograd_grad},
+    {"_autograd_backward", l_autograd_backward},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},
     {"set_autocast_dtype", l_set_autocast_dtype}, {"_pcall_scoped", l_pcall_scoped},

@@ -1,6 +1,8 @@
--- autograd.lua — fp8.autograd: torch.autograd's functional entry point.
+-- autograd.lua — fp8.autograd: torch.autograd's functional entry points.
 --   fp8.autograd.grad(outputs, inputs [, grad_outputs] [, {retain_graph=false, allow_unused=false,
 --                     materialize_grads=false}]) -> one gradient per input
+--   fp8.autograd.backward(tensors [, grad_tensors] [, {retain_graph=false, inputs=}]): one backward from several
+--                     tensors (torch.autograd.backward), filling .grad as loss:backward() does
 -- outputs and inputs are a tensor or a list of tensors; the gradients come back as several values, one per input
 -- (local gx, gw = fp8.autograd.grad(loss, { x, w })). No tensor's .grad changes, only the part of the graph between
 -- the outputs and the inputs runs (core/autograd.h, fl_autograd_grad), and with retain_graph=false the nodes that ran
@@ -14,15 +16,16 @@ local OPTIONS = { "retain_graph", "allow_unused", "materialize_grads", "create_g
 
 -- A tensor or a plain list of tensors (what) → a fresh list and its length; nil entries allowed where holes (the
 -- grad_outputs' "ones for this one").
-local function as_list(v, what, holes)
+local function as_list(v, what, holes, fname)
+  fname = fname or "grad"
   if fp8.is_tensor(v) then return { v }, 1 end
   if type(v) ~= "table" or getmetatable(v) ~= nil then
-    error(("grad: %s must be a tensor or a list of tensors, got %s"):format(what, O.got(v)), 4)
+    error(("%s: %s must be a tensor or a list of tensors, got %s"):format(fname, what, O.got(v)), 4)
   end
   local n = 0
   for k in next, v do
     if math.type(k) ~= "integer" or k < 1 then
-      error(("grad: %s must be a list of tensors; it has the key %s"):format(what, O.got(k)), 4)
+      error(("%s: %s must be a list of tensors; it has the key %s"):format(fname, what, O.got(k)), 4)
     end
     if k > n then n = k end
   end
@@ -30,19 +33,19 @@ local function as_list(v, what, holes)
   for i = 1, n do
     local t = rawget(v, i)
     if t == nil and not holes then
-      error(("grad: %s[%d] is nil; expected a tensor"):format(what, i), 4)
+      error(("%s: %s[%d] is nil; expected a tensor"):format(fname, what, i), 4)
     elseif t ~= nil and not fp8.is_tensor(t) then
-      error(("grad: %s[%d] is %s; expected a tensor"):format(what, i, O.got(t)), 4)
+      error(("%s: %s[%d] is %s; expected a tensor"):format(fname, what, i, O.got(t)), 4)
     end
     out[i] = t
   end
   return out, n
 end
 
-local function flag(opts, k)
+local function flag(opts, k, fname)
   local v = opts[k]
   if v ~= nil and type(v) ~= "boolean" then
-    error(("grad: %s must be a boolean, got %s"):format(k, O.got(v)), 3)
+    error(("%s: %s must be a boolean, got %s"):format(fname or "grad", k, O.got(v)), 3)
   end
   return v == true
 end
@@ -96,6 +99,48 @@ function M.grad(outputs, inputs, grad_outputs, opts, ...)
     end
   end
   return table.unpack(res, 1, ni)
+end
+
+local BACKWARD_OPTIONS = { "retain_graph", "inputs", "create_graph", "grad_variables" }
+
+-- fp8.autograd.backward(tensors [, grad_tensors] [, {retain_graph=false, inputs=}]): torch.autograd.backward, one
+-- backward from several tensors at once (each node runs once with the sum of what reaches it, each leaf's hooks once).
+function M.backward(tensors, grad_tensors, opts, ...)
+  O.no_more("backward", "(tensors [, grad_tensors] [, {options}])", ...)
+  if opts == nil and type(grad_tensors) == "table" and getmetatable(grad_tensors) == nil
+      and next(grad_tensors) ~= nil and math.type(next(grad_tensors)) ~= "integer" then
+    grad_tensors, opts = nil, grad_tensors   -- the options second: backward({a, b}, {retain_graph=true})
+  end
+  opts = O.check("backward", opts, BACKWARD_OPTIONS)
+  local retain = flag(opts, "retain_graph", "backward")
+  if flag(opts, "create_graph", "backward") then
+    error("backward: create_graph=true is not supported: fp8lab's backward records no graph of its own, so there "
+      .. "are no second derivatives (leave it false)", 2)
+  end
+  if opts.grad_variables ~= nil then
+    error("backward: grad_variables is torch's old name, removed in torch 2; give grad_tensors", 2)
+  end
+  local outs, no = as_list(tensors, "tensors", false, "backward")
+  if no == 0 then error("backward: tensors is empty; give at least one tensor", 2) end
+  local gouts
+  if grad_tensors ~= nil then
+    local ng
+    gouts, ng = as_list(grad_tensors, "grad_tensors", true, "backward")
+    if ng > no then
+      error(("backward: %d grad_tensors for %d tensors; give one per tensor (nil: ones, for a one-element tensor)")
+        :format(ng, no), 2)
+    end
+  end
+  local ins
+  if opts.inputs ~= nil then
+    local ni
+    ins, ni = as_list(opts.inputs, "inputs", false, "backward")
+    if ni == 0 then error("backward: inputs is empty; give the tensors to fill the .grad of", 2) end
+  end
+  local ok, err = pcall(core._autograd_backward, outs, ins, gouts, retain)
+  if not ok then
+    error(type(err) == "string" and err:gsub("^[^:\n]*autograd%.lua:%d+: ", "") or err, 2)
+  end
 end
 
 return M

@@ -168,7 +168,8 @@ add_all {
        .. "one-element output) with respect to inputs (leaves or results), as several values\n"
        .. "(local gx, gw = fp8.autograd.grad(loss, {x, w})). No .grad changes; only the graph between them runs.\n"
        .. "allow_unused: nil for an input no gradient reaches (else an error); materialize_grads: zeros.\n"
-       .. "create_graph (second derivatives) is not supported." },
+       .. "create_graph (second derivatives) is not supported. fp8.autograd.backward(tensors [, grad_tensors]\n"
+       .. "[, {retain_graph=, inputs=}]): one backward from several tensors (torch.autograd.backward)." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"
        .. "(a coroutine may not yield inside fn: the mode is process-wide);\n"

@@ -440,6 +440,60 @@ describe("autograd", function()
     end)
   end)
 
+  describe("fp8.autograd.backward", function()
+    it("is one backward from several tensors: each leaf's hook once with its whole gradient, a leaf among them too",
+      function()
+      local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local calls = 0
+      x:register_hook(function() calls = calls + 1 end)
+      local a, b = x * 2, (x * x):sum()
+      fp8.autograd.backward({ a, b }, { fp8.ones(3) })          -- b's seed: ones (one element)
+      assert.are.same({ 4, 6, 8 }, x.grad:totable())          -- 2 + 2x
+      assert.are.equal(1, calls)
+      x.grad = nil
+      local c = (x * 3):sum()
+      fp8.autograd.backward({ c, x }, { nil, fp8.tensor({ 10, 20, 30 }) })   -- x is a tensor and in c's graph
+      assert.are.same({ 13, 23, 33 }, x.grad:totable())
+      assert.are.equal(2, calls)
+      local y = fp8.tensor({ 1 }):requires_grad(true)
+      fp8.autograd.backward({ y, y }, { fp8.tensor({ 2 }), fp8.tensor({ 3 }) })   -- a leaf alone, listed twice
+      assert.are.same({ 5 }, y.grad:totable())
+      -- retain_graph and inputs= as backward's
+      local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local m = w * w
+      local l1, l2 = m:sum(), (m * 2):sum()
+      fp8.autograd.backward({ l1, l2 }, { retain_graph = true, inputs = { m } })
+      assert.is_nil(w.grad)
+      assert.are.same({ 3, 3 }, m.grad:totable())
+      fp8.autograd.backward({ l1, l2 })
+      assert.are.same({ 6, 12 }, w.grad:totable())             -- 3 · 2w
+      U.fails_with("backward: trying to backward through the graph a second time", function()
+        fp8.autograd.backward(l1)
+      end)
+    end)
+
+    it("refuses what it cannot honour, naming it", function()
+      local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local y = (x * x):sum()
+      U.fails_with("backward: tensors is empty", function() fp8.autograd.backward({}) end)
+      U.fails_with("backward: create_graph=true is not supported",
+        function() fp8.autograd.backward(y, { create_graph = true }) end)
+      U.fails_with("backward: grad_variables is torch's old name",
+        function() fp8.autograd.backward(y, { grad_variables = {} }) end)
+      U.fails_with("backward: unknown option 'retain'", function() fp8.autograd.backward(y, { retain = true }) end)
+      U.fails_with("backward: grad can be implicitly created only for scalar outputs; got shape [2]",
+        function() fp8.autograd.backward(x * 2) end)
+      U.fails_with("backward: 2 grad_tensors for 1 tensors",
+        function() fp8.autograd.backward(y, { fp8.ones({}), fp8.ones({}) }) end)
+      U.fails_with("backward: tensors[2] is 5; expected a tensor", function() fp8.autograd.backward({ y, 5 }) end)
+      U.fails_with("backward: inputs is empty", function() fp8.autograd.backward(y, { inputs = {} }) end)
+      U.fails_with("backward: takes (tensors [, grad_tensors] [, {options}]); got 1 more argument",
+        function() fp8.autograd.backward(y, nil, nil, 1) end)
+      fp8.autograd.backward(y)                                   -- still usable
+      assert.are.same({ 2, 4 }, x.grad:totable())
+    end)
+  end)
+
   describe("backward's inputs=", function()
     it("fills only the inputs' .grad (a leaf's with its hooks, a result's too), running the graph between", function()
       local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)

@@ -249,7 +249,8 @@ describe("option tables of the C bindings", function()
       fp8.tensor { 1 }.quantize, fp8.tensor { 1 }, "e4m3", { 5 })
     fails_with({ "profiler.start: unknown option 'shapes'" }, require("fp8._profiler").start, { shapes = true })
     fails_with({ "load_file: unknown option 'devise' (did you mean 'device'?) (valid: device)" }, fp8.load_file, "nowhere.safetensors", { devise = "cpu" })
-    fails_with({ "backward: unknown option 'retain' (did you mean 'retain_graph'?) (valid: retain_graph)" }, fp8.tensor { 1 }.backward, fp8.tensor { 1 }, nil, { retain = true })
+    fails_with({ "backward: unknown option 'retain' (did you mean 'retain_graph'?) (valid: retain_graph, inputs)" },
+      fp8.tensor { 1 }.backward, fp8.tensor { 1 }, nil, { retain = true })
     fails_with({ "cross_entropy: unknown option 'smoothing' (valid: ignore_index, label_smoothing, reduction)" },
       fp8.nn.functional.cross_entropy, fp8.zeros { 2, 3 }, fp8.tensor { 0, 1 }, { smoothing = 0.1 })
     local cfg = R.layer_config { backend = "te" }

@@ -1,9 +1,10 @@
 -- hook_hostility_spec.lua — every way into the autograd engine (backward, its retain_graph and inputs=,
--- fp8.autograd.grad) with a hook that misbehaves, in every place a hook can sit (a leaf's or a result's gradient hook,
--- a leaf's post-accumulate-grad hook, a module's forward and full backward hooks). Each run must end in a result or
--- in an error that is a message, never a crash, and leave the engine as it found it: grad mode on, and a fresh
--- backward afterwards giving the right gradient. The engine's walk restricted to some inputs (pruning, capture) is
--- where a hook that frees, re-registers or re-enters could break an invariant; the ASan build runs this file too.
+-- fp8.autograd.grad and fp8.autograd.backward) with a hook that misbehaves, in every place a hook can sit (a leaf's
+-- or a result's gradient hook, a leaf's post-accumulate-grad hook, a module's forward and full backward hooks).
+-- Each run must end in a result or in an error that is a message, never a crash, and leave the engine as it found
+-- it: grad mode on, and a fresh backward afterwards giving the right gradient. The engine's walk restricted to some
+-- inputs (pruning, capture) or started from several tensors is where a hook that frees, re-registers or re-enters
+-- could break an invariant; the ASan build runs this file too.
 local fp8 = require "fp8"
 local nn = fp8.nn
 
@@ -57,6 +58,9 @@ local ENTRIES = {
   backward_retain = function(ctx) ctx.tensors.y:backward { retain_graph = true }; ctx.tensors.y:backward() end,
   backward_inputs = function(ctx) ctx.tensors.y:backward { inputs = { ctx.tensors.x, ctx.tensors.h } } end,
   grad = function(ctx) fp8.autograd.grad(ctx.tensors.y, { ctx.tensors.x, ctx.tensors.h }) end,
+  backward_many = function(ctx)   -- a result and a leaf among the tensors
+    fp8.autograd.backward({ ctx.tensors.y, ctx.tensors.h, ctx.tensors.x }, { nil, fp8.ones(2, 3), fp8.ones(2, 3) })
+  end,
   in_coroutine = function(ctx)   -- a hook that yields tries to cross the C call of the backward
     local co = coroutine.wrap(function() ctx.tensors.y:backward() end)
     co()
