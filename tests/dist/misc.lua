@@ -31,18 +31,26 @@
 --   settings      mixed precision, FP8 recipe or accumulation settings that differ across ranks (each process reads its
 --                 own environment and config file) are refused at prepare, on every rank, naming the first difference
 local mode = arg[1]
+
+-- An Accelerator with find_unused_parameters = fu and a small MLP with its SGD, prepared; before(model), if given,
+-- runs before the optimizer is made. -> acc, rank, model, opt
+local function small_prepared(fu, before)
+  local nn = fp8.nn
+  local acc = fp8.Accelerator { cpu = true,
+    kwargs_handlers = { fp8.DistributedDataParallelKwargs { find_unused_parameters = fu } } }
+  fp8.manual_seed(1)
+  local model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+  if before then before(model) end
+  local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+  model, opt = acc:prepare(model, opt)
+  return acc, acc.process_index, model, opt
+end
+
 if mode == "inputs" then
   -- backward's inputs= under DDP: without find_unused_parameters the parameters left out are named on both ranks
   -- (torch's reducer raises too); with it the inputs' gradients are averaged and the rest stay without one
-  local nn = fp8.nn
   for _, fu in ipairs { false, true } do
-    local acc = fp8.Accelerator { cpu = true,
-      kwargs_handlers = { fp8.DistributedDataParallelKwargs { find_unused_parameters = fu } } }
-    local r = acc.process_index
-    fp8.manual_seed(1)
-    local model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
-    model, opt = acc:prepare(model, opt)
+    local acc, r, model = small_prepared(fu)
     fp8.manual_seed(10 + r)
     local x = fp8.randn { 3, 4 }
     local ok, err = pcall(acc.backward, acc, (model(x) ^ 2):mean(), { inputs = { model[3].weight, model[3].bias } })
@@ -58,16 +66,8 @@ end
 if mode == "unfreeze" then
   -- a parameter frozen at prepare and unfrozen later is refused; prepared trainable under find_unused_parameters and
   -- frozen after prepare, it can be unfrozen: the weights stay equal across ranks
-  local nn, F = fp8.nn, fp8.nn.functional
   for _, fu in ipairs { false, true } do
-    local acc = fp8.Accelerator { cpu = true,
-      kwargs_handlers = { fp8.DistributedDataParallelKwargs { find_unused_parameters = fu } } }
-    local r = acc.process_index
-    fp8.manual_seed(1)
-    local model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    if not fu then model[1].weight:requires_grad(false) end
-    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
-    model, opt = acc:prepare(model, opt)
+    local acc, r, model, opt = small_prepared(fu, function(m) if not fu then m[1].weight:requires_grad(false) end end)
     if fu then model[1].weight:requires_grad(false) end
     local out = {}
     for step = 1, 3 do
