@@ -762,7 +762,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     int *uses = calloc(n, sizeof *uses);
     /* captured: per node, the input whose gradient it makes (-1: none), whether it runs (a path to an input), and
      * whether it ran */
-    int *capnode = cap ? malloc(n * sizeof *capnode) : NULL;
+    int *capnode = cap ? malloc((n ? n : 1) * sizeof *capnode) : NULL;   /* (n ≥ 1: a root has a node) */
     bool *runs = cap ? calloc(n, sizeof *runs) : NULL, *ran_k = cap ? calloc(n, sizeof *ran_k) : NULL;
     bool *alone = nleaf ? calloc((size_t)nleaf, sizeof *alone) : NULL;
     leaf_use *luses = NULL;
