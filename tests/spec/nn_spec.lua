@@ -1314,6 +1314,25 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
       .. "gradient at 2)", function() y2:sum():backward() end)
   end)
 
+  it("a backward-hooked call's results are freed with the caller's last reference (no hook holds them)", function()
+    local mem = require "fp8._memory"
+    local M = nn.Module.class("Aux3")
+    function M:forward(x) return 7, x * 3 end
+    local m = M()
+    m:register_full_backward_pre_hook(function() end)
+    local x = fp8.ones(1000):requires_grad(true)
+    local function settle()   -- collect, then let the hooks' table drop the functions of freed hooks
+      collectgarbage(); collectgarbage()
+      fp8.ones(1):requires_grad(true):register_hook(print):remove()
+      collectgarbage(); collectgarbage()
+    end
+    settle()
+    local base = mem.bytes()
+    for _ = 1, 50 do local _, y = m(x); y = nil end
+    settle()
+    assert.is_true(mem.bytes() - base < 4000, ("%d bytes kept"):format(mem.bytes() - base))   -- one result: 4000
+  end)
+
   it("backward hooks run in registration order, prepend=true first", function()
     local lin = nn.Linear(2, 2)
     local order = {}

@@ -415,7 +415,7 @@ local function bw_setup_output(self, bw, res)
   local v = out:view(out:shape())
   v:register_hook(function(g)
     for _, e in ipairs(snapshot(rawget(self, "_backward_pre_hooks") or {})) do
-      local r = e.fn(self, { n = res.n, [pos] = g })
+      local r = e.fn(self, { n = bw.nres, [pos] = g })   -- (not res: this hook must not hold the view it sits on)
       if r ~= nil then
         if type(r) ~= "table" or not is_tensor(r[pos]) then
           bw_fail(self, ("pre-hook returned %s; it returns nothing or a table like grad_output (the gradient at %d)")
@@ -428,9 +428,8 @@ local function bw_setup_output(self, bw, res)
     if not bw.idx and #(rawget(self, "_backward_hooks") or {}) > 0 then bw_run_full(self, bw, nil) end
     return g
   end)
-  local out_res = table.pack(table.unpack(res, 1, res.n))
-  out_res[pos] = v
-  return out_res
+  res[pos] = v   -- (res is this call's own table: run_hooked packed it)
+  return res
 end
 
 local function run_hooked(self, state, ...)
