@@ -676,7 +676,7 @@ static fl_status owner_grad(fl_node *nd, fl_tensor **go, bool retain) {
 }
 
 /* The tensors a walk is restricted to (NULL: a plain backward, every leaf's .grad): fl_autograd_grad's inputs and
- * their gradients (out), or (out NULL) fl_backward_inputs', whose .grad the walk fills as a backward would. */
+ * their gradients (out), or (out NULL) fl_backward_many's inputs, whose .grad the walk fills as a backward would. */
 typedef struct { fl_tensor *const *in; int n; fl_tensor **out; } capture_set;
 
 /* Which input of the capture set t is (the first, where one is listed twice), or -1. */
@@ -720,13 +720,6 @@ static fl_status seed_of(fl_tensor **g0, const fl_tensor *root, const fl_tensor 
     return fl_tensor_full(g0, FL_F32, root->ndim, root->shape, 1.0, root->device);
 }
 
-/* The walk from the roots' nodes (nroots of them, each seeded: seeds[r] is taken; leaf roots[0..nleaf) with theirs:
- * one some node takes is summed with what reaches it there, one no node takes is done after the walk), for
- * fl_backward (cap NULL:
- * leaves' .grad, hooks, the grad-ready hook) and fl_autograd_grad (cap: only the nodes on a path to an input run,
- * the inputs' gradients go to cap->out, no .grad, post-accumulate, retain_grad or grad-ready hook), or with
- * cap->out NULL fl_backward_inputs (the same walk; the inputs' .grad filled, a leaf's with its post-accumulate and
- * grad-ready hooks). */
 /* A leaf that is a root and on no node's path: its gradient is its seed (*g, ours): hooks, .grad, post-accumulate
  * hooks, the grad-ready hook. */
 static fl_status leaf_root(fl_tensor *leaf, fl_tensor **g) {
@@ -737,6 +730,12 @@ static fl_status leaf_root(fl_tensor *leaf, fl_tensor **g) {
     return st;
 }
 
+/* The walk from the roots' nodes (nroots of them, each seeded: seeds[r] is taken; leaf roots[0..nleaf) with theirs:
+ * one some node takes is summed with what reaches it there, one no node takes is done after the walk), for
+ * fl_backward (cap NULL: leaves' .grad, hooks, the grad-ready hook), fl_autograd_grad (cap: only the nodes on a path
+ * to an input run, the inputs' gradients go to cap->out, no .grad, post-accumulate, retain_grad or grad-ready hook)
+ * and fl_backward_many with inputs (cap->out NULL: the same walk, the inputs' .grad filled, a leaf's with its
+ * post-accumulate and grad-ready hooks). */
 static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots, bool retain_graph,
                            const capture_set *cap, fl_tensor *const *leaf_roots, fl_tensor **leaf_seeds, int nleaf) {
     char a[200], b[200];
@@ -951,11 +950,6 @@ fl_status fl_backward_many(fl_tensor *const *roots, const fl_tensor *const *grad
                           ":requires_grad(true) before computing the loss)", j + 1);
     const capture_set cap = { inputs, ninputs, NULL };
     return backward_many(roots, grads, nroots, retain_graph, &cap);
-}
-
-fl_status fl_backward_inputs(fl_tensor *root, const fl_tensor *grad, bool retain_graph, fl_tensor *const *inputs,
-                             int ninputs) {
-    return fl_backward_many(&root, &grad, 1, retain_graph, inputs, ninputs);
 }
 
 fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots,

@@ -97,15 +97,13 @@ uint64_t fl_autograd_backwards_started(void);
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph);
 /* torch.autograd.backward: one backward from several roots (grads[r] seeds roots[r], or ones for a one-element root
  * where grads or grads[r] is NULL), each node run once with the sum of what reaches it, each leaf's hooks once with
- * its whole gradient. inputs NULL: every leaf's .grad, as fl_backward; else as fl_backward_inputs. */
+ * its whole gradient. inputs NULL: every leaf's .grad, as fl_backward. Else backward's inputs= (torch's): only the
+ * nodes on a path from a root to inputs[0..ninputs) run (each must require grad; ninputs ≥ 1), and only their .grad is
+ * filled: a leaf's with its hooks, post-accumulate-grad hooks and the grad-ready hook, a result's (a tensor an op
+ * made) as retain_grad would; no other tensor's .grad, retain_grad or hooks off that path. The nodes that ran are
+ * freed (unless retain_graph). */
 fl_status fl_backward_many(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots, bool retain_graph,
                            fl_tensor *const *inputs, int ninputs);
-/* backward's inputs= (torch's): as fl_backward, but only the nodes on a path from root to inputs[0..ninputs) run
- * (each must require grad; ninputs ≥ 1), and only their .grad is filled: a leaf's with its hooks, post-accumulate-
- * grad hooks and the grad-ready hook, a result's (a tensor an op made) as retain_grad would; no other tensor's
- * .grad, retain_grad or hooks off that path. The nodes that ran are freed (unless retain_graph). */
-fl_status fl_backward_inputs(fl_tensor *root, const fl_tensor *grad, bool retain_graph, fl_tensor *const *inputs,
-                             int ninputs);
 /* torch.autograd.grad: the gradients of roots[0..nroots) (each seeded with grads[r], or ones for a one-element root
  * where grads or grads[r] is NULL) with respect to inputs[0..ninputs) (each must require grad), into out[j] (new
  * references, fp32; NULL where no gradient reaches inputs[j]). No tensor's .grad changes and only the nodes on a

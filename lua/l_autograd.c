@@ -122,16 +122,29 @@ static void push_hook_fns(lua_State *L) {
     lua_remove(L, -2);
 }
 
-static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out) {
-    lua_State *L = hook_L;
-    char a[200], b[200];
+/* The start of a Lua hook's call (key ud): its function pushed on the backward's state *Lp; *top the height to
+ * restore. *pushed false: the hook was removed meanwhile and nothing is to be called. */
+static fl_status hook_fn_push(lua_State **Lp, void *ud, int *top, bool *pushed) {
+    lua_State *L = *Lp = hook_L;
+    *pushed = false;
     if (!L) return FL_ERR(FL_EINVAL, "backward: a tensor's hook runs only in a backward started from Lua");
-    if (!lua_checkstack(L, 4)) return FL_ERR(FL_ENOMEM, "backward: no Lua stack left for a tensor's hook");
-    const int top = lua_gettop(L);
+    if (!lua_checkstack(L, 5)) return FL_ERR(FL_ENOMEM, "backward: no Lua stack left for a tensor's hook");
+    *top = lua_gettop(L);
     push_hook_fns(L);
-    if (lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud) == LUA_TNIL) { lua_settop(L, top); return FL_OK; }
+    *pushed = lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud) != LUA_TNIL;
+    if (!*pushed) lua_settop(L, *top);
+    else lua_remove(L, -2);
+    return FL_OK;
+}
+
+static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out) {
+    lua_State *L;
+    char a[200], b[200];
+    int top;
+    bool pushed;
+    fl_status st = hook_fn_push(&L, ud, &top, &pushed);
+    if (st != FL_OK || !pushed) return st;
     fl_lpushretained(L, (fl_tensor *)grad);
-    fl_status st = FL_OK;
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
         const char *m = lua_tostring(L, -1);
         st = FL_ERR(FL_EINVAL, "backward: a tensor's hook raised: %s", m ? m : luaL_typename(L, -1));
@@ -163,18 +176,15 @@ static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out)
 /* A post-accumulate-grad hook: fn(t) with the tensor as registered where Lua still holds that box, else a new box
  * of it; it returns nothing (torch's must return None). */
 static fl_status lua_post_hook(void *ud, fl_tensor *t) {
-    lua_State *L = hook_L;
-    if (!L) return FL_ERR(FL_EINVAL, "backward: a tensor's hook runs only in a backward started from Lua");
-    if (!lua_checkstack(L, 5)) return FL_ERR(FL_ENOMEM, "backward: no Lua stack left for a tensor's hook");
-    const int top = lua_gettop(L);
-    const lua_Integer key = (lua_Integer)(uintptr_t)ud;
-    push_hook_fns(L);
-    if (lua_rawgeti(L, -1, key) == LUA_TNIL) { lua_settop(L, top); return FL_OK; }
+    lua_State *L;
+    int top;
+    bool pushed;
+    fl_status st = hook_fn_push(&L, ud, &top, &pushed);
+    if (st != FL_OK || !pushed) return st;
     push_reg_table(L, &post_boxes_key, true);
-    lua_rawgeti(L, -1, key);
+    lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud);
     lua_remove(L, -2);
     if (fl_ltotensor(L, -1) != t) { lua_pop(L, 1); fl_lpushretained(L, t); }
-    fl_status st = FL_OK;
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
         const char *m = lua_tostring(L, -1);
         st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s",
@@ -192,23 +202,38 @@ static fl_status lua_post_hook(void *ud, fl_tensor *t) {
 #define HOOK_HANDLE_MT "fp8.TensorHookHandle"
 typedef struct { fl_grad_hooks *list; uint64_t id; } hook_handle;
 
-/* t:register_hook(fn) -> handle: fn(grad) runs when a backward has t's gradient (fl_tensor_add_grad_hook); it
- * returns nothing or the gradient to use instead. handle:remove() takes it out. */
-static int m_register_hook(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    fl_lmaxargs(L, 2, "register_hook", "(hook)");
+/* t:<fname>(fn): the checks, then the handle pushed (first: an error below leaves nothing half-made) and fn kept under
+ * a new key, returned; with box, t's box too (held weakly: a post-accumulate-grad hook gets it back). */
+static uint64_t hook_register(lua_State *L, const char *fname, bool box, fl_tensor **t, hook_handle **h) {
+    *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, fname, "(hook)");
     if (!lua_isfunction(L, 2) && !luaL_getmetafield(L, 2, "__call"))
-        return luaL_argerror(L, 2, lua_pushfstring(L, "expected a function (hook), got %s", luaL_typename(L, 2)));
+        luaL_argerror(L, 2, lua_pushfstring(L, "expected a function (hook), got %s", luaL_typename(L, 2)));
     lua_settop(L, 2);
-    hook_handle *h = lua_newuserdatauv(L, sizeof *h, 0);   /* first: an error below leaves nothing half-made */
-    h->list = NULL;
-    h->id = 0;
+    *h = lua_newuserdatauv(L, sizeof **h, 0);
+    (*h)->list = NULL;
+    (*h)->id = 0;
     luaL_setmetatable(L, HOOK_HANDLE_MT);
-    push_hook_fns(L);
     const uint64_t key = ++next_hook_key;
+    push_hook_fns(L);
     lua_pushvalue(L, 2);
     lua_rawseti(L, -2, (lua_Integer)key);
     lua_pop(L, 1);
+    if (box) {
+        push_reg_table(L, &post_boxes_key, true);
+        lua_pushvalue(L, 1);
+        lua_rawseti(L, -2, (lua_Integer)key);
+        lua_pop(L, 1);
+    }
+    return key;
+}
+
+/* t:register_hook(fn) -> handle: fn(grad) runs when a backward has t's gradient (fl_tensor_add_grad_hook); it
+ * returns nothing or the gradient to use instead. handle:remove() takes it out. */
+static int m_register_hook(lua_State *L) {
+    fl_tensor *t;
+    hook_handle *h;
+    const uint64_t key = hook_register(L, "register_hook", false, &t, &h);
     fl_lcheck(L, fl_tensor_add_grad_hook(t, lua_grad_hook, (void *)(uintptr_t)key, hook_ud_free, &h->id, &h->list));
     return 1;
 }
@@ -216,24 +241,9 @@ static int m_register_hook(lua_State *L) {
 /* t:register_post_accumulate_grad_hook(fn) -> handle: fn(t) runs after a backward has added t's gradient into
  * t.grad (fl_tensor_add_post_accumulate_grad_hook); a leaf's only. handle:remove() takes it out. */
 static int m_register_post_accumulate_grad_hook(lua_State *L) {
-    static const char *const NAME = "register_post_accumulate_grad_hook";
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    fl_lmaxargs(L, 2, NAME, "(hook)");
-    if (!lua_isfunction(L, 2) && !luaL_getmetafield(L, 2, "__call"))
-        return luaL_argerror(L, 2, lua_pushfstring(L, "expected a function (hook), got %s", luaL_typename(L, 2)));
-    lua_settop(L, 2);
-    hook_handle *h = lua_newuserdatauv(L, sizeof *h, 0);
-    h->list = NULL;
-    h->id = 0;
-    luaL_setmetatable(L, HOOK_HANDLE_MT);
-    const uint64_t key = ++next_hook_key;
-    push_hook_fns(L);
-    lua_pushvalue(L, 2);
-    lua_rawseti(L, -2, (lua_Integer)key);
-    push_reg_table(L, &post_boxes_key, true);
-    lua_pushvalue(L, 1);
-    lua_rawseti(L, -2, (lua_Integer)key);
-    lua_pop(L, 2);
+    fl_tensor *t;
+    hook_handle *h;
+    const uint64_t key = hook_register(L, "register_post_accumulate_grad_hook", true, &t, &h);
     fl_lcheck(L, fl_tensor_add_post_accumulate_grad_hook(t, lua_post_hook, (void *)(uintptr_t)key, hook_ud_free,
                                                          &h->id, &h->list));
     return 1;
@@ -279,6 +289,18 @@ static int hook_handle_tostring(lua_State *L) {
     return 1;
 }
 
+/* The tensor at the top of the stack, entry i (1-based) of list `what` of function fname (popped); nil gives NULL
+ * where nil_ok; otherwise an error naming the entry: released, or not a tensor. The list holds the tensor. */
+static fl_tensor *list_entry(lua_State *L, const char *fname, const char *what, int i, bool nil_ok) {
+    fl_tensor *t = fl_ltotensor(L, -1);
+    if (!t && !(nil_ok && lua_isnil(L, -1)))
+        luaL_error(L, "%s: %s[%d] %s", fname, what, i, luaL_testudata(L, -1, FL_TENSOR_MT)
+                   ? "has been released (freed or closed)"
+                   : lua_pushfstring(L, "is %s; expected a tensor%s", luaL_typename(L, -1), nil_ok ? " or nil" : ""));
+    lua_pop(L, 1);
+    return t;
+}
+
 /* t:backward([grad][, {retain_graph=bool, inputs=tensor|{tensors}}]) — grad may be omitted for a one-element t;
  * inputs: fill only their .grad (torch's), running only the graph between t and them. */
 static int m_backward(lua_State *L) {
@@ -313,24 +335,20 @@ static int m_backward(lua_State *L) {
         if (n < 1) return luaL_error(L, "backward: inputs is empty; give the tensors to fill the .grad of");
         if (n > (1 << 20)) return luaL_error(L, "backward: inputs holds %I tensors; at most 2^20", n);
         ins = lua_newuserdatauv(L, sizeof *ins * (size_t)n, 0);
-        for (lua_Integer i = 0; i < n; i++) {
-            if (one) { ins[0] = one; break; }
+        for (lua_Integer i = 0; i < n && !one; i++) {
             lua_rawgeti(L, li, i + 1);
-            ins[i] = fl_ltotensor(L, -1);
-            if (!ins[i])
-                return luaL_error(L, "backward: inputs[%d] %s", (int)i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
-                                  ? "has been released (freed or closed)"
-                                  : lua_pushfstring(L, "is %s; expected a tensor", luaL_typename(L, -1)));
-            lua_pop(L, 1);
+            ins[i] = list_entry(L, "backward", "inputs", (int)i + 1, false);
         }
+        if (one) ins[0] = one;
         nin = (int)n;
     }
     lua_State *prev = hook_L;   /* tensor hooks run in this state (a nested backward restores the outer one's) */
     hook_L = L;
-    fl_status st = ins ? fl_backward_inputs(t, g, retain, ins, nin) : fl_backward(t, g, retain);
+    const fl_tensor *gs[1] = { g };
+    fl_status st = fl_backward_many(&t, gs, 1, retain, ins, nin);
     if (st == FL_ENOMEM) {   /* FL_LCALL's retry */
         lua_gc(L, LUA_GCCOLLECT);
-        st = ins ? fl_backward_inputs(t, g, retain, ins, nin) : fl_backward(t, g, retain);
+        st = fl_backward_many(&t, gs, 1, retain, ins, nin);
     }
     hook_L = prev;
     push_hook_fns(L);   /* the functions of hooks removed meanwhile go */
@@ -339,15 +357,13 @@ static int m_backward(lua_State *L) {
     return 0;
 }
 
-/* The tensors of list idx (a Lua array of n tensors, checked by lua/fp8/autograd.lua) into v[0..n). */
-static void list_tensors(lua_State *L, const char *fname, int idx, const char *what, fl_tensor **v, int n) {
+/* The tensors of list idx (a Lua array of n tensors, checked by lua/fp8/autograd.lua) into v[0..n); nil_ok: nil
+ * entries give NULL. */
+static void list_tensors(lua_State *L, const char *fname, int idx, const char *what, fl_tensor **v, int n,
+                         bool nil_ok) {
     for (int i = 0; i < n; i++) {
         lua_rawgeti(L, idx, i + 1);
-        v[i] = fl_ltotensor(L, -1);
-        if (!v[i])
-            luaL_error(L, "%s: %s[%d] %s", fname, what, i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
-                       ? "has been released (freed or closed)" : "is not a tensor");
-        lua_pop(L, 1);   /* the list holds it */
+        v[i] = list_entry(L, fname, what, i + 1, nil_ok);
     }
 }
 
@@ -388,18 +404,10 @@ static grad_args read_grad_args(lua_State *L, const char *fname) {
     gl->nres = ni;
     a.no = (int)no;
     a.ni = (int)ni;
-    list_tensors(L, fname, 1, "outputs", a.outs, a.no);
-    list_tensors(L, fname, 2, "inputs", a.ins, a.ni);
-    for (lua_Integer i = 0; i < no; i++) {
-        a.gouts[i] = NULL;
-        if (!has_g) continue;
-        lua_rawgeti(L, 3, i + 1);
-        if (!lua_isnil(L, -1) && !(a.gouts[i] = fl_ltotensor(L, -1)))
-            luaL_error(L, "%s: grad_outputs[%d] %s", fname, (int)i + 1, luaL_testudata(L, -1, FL_TENSOR_MT)
-                       ? "has been released (freed or closed)"
-                       : lua_pushfstring(L, "is %s; expected a tensor or nil", luaL_typename(L, -1)));
-        lua_pop(L, 1);
-    }
+    list_tensors(L, fname, 1, "outputs", a.outs, a.no, false);
+    list_tensors(L, fname, 2, "inputs", a.ins, a.ni, false);
+    for (int i = 0; i < a.no; i++) a.gouts[i] = NULL;
+    if (has_g) list_tensors(L, fname, 3, "grad_outputs", a.gouts, a.no, true);
     return a;
 }
 

@@ -42,6 +42,23 @@ local function as_list(v, what, holes, fname)
   return out, n
 end
 
+-- The options may come where the list of seeds would (grad(y, x, {retain_graph=true})): a plain table whose first key
+-- is not an integer. -> seeds, opts
+local function seeds_and_opts(seeds, opts)
+  if opts == nil and type(seeds) == "table" and getmetatable(seeds) == nil and next(seeds) ~= nil
+      and math.type(next(seeds)) ~= "integer" then
+    return nil, seeds
+  end
+  return seeds, opts
+end
+
+-- core.fn(...), its error at the caller's caller's line rather than this file's
+local function call_core(fn, ...)
+  local ok, res = pcall(fn, ...)
+  if not ok then error(type(res) == "string" and res:gsub("^[^:\n]*autograd%.lua:%d+: ", "") or res, 3) end
+  return res
+end
+
 local function flag(opts, k, fname)
   local v = opts[k]
   if v ~= nil and type(v) ~= "boolean" then
@@ -52,10 +69,7 @@ end
 
 function M.grad(outputs, inputs, grad_outputs, opts, ...)
   O.no_more("grad", "(outputs, inputs [, grad_outputs] [, {options}])", ...)
-  if opts == nil and type(grad_outputs) == "table" and getmetatable(grad_outputs) == nil
-      and next(grad_outputs) ~= nil and math.type(next(grad_outputs)) ~= "integer" then
-    grad_outputs, opts = nil, grad_outputs   -- the options second: grad(y, x, {retain_graph=true})
-  end
+  grad_outputs, opts = seeds_and_opts(grad_outputs, opts)
   opts = O.check("grad", opts, OPTIONS)
   local retain, allow_unused, materialize = flag(opts, "retain_graph"), flag(opts, "allow_unused"),
     flag(opts, "materialize_grads")
@@ -84,10 +98,7 @@ function M.grad(outputs, inputs, grad_outputs, opts, ...)
         :format(ng, no), 2)
     end
   end
-  local ok, res = pcall(core._autograd_grad, outs, ins, gouts, retain)
-  if not ok then   -- the core's message, at the caller's line rather than this file's
-    error(type(res) == "string" and res:gsub("^[^:\n]*autograd%.lua:%d+: ", "") or res, 2)
-  end
+  local res = call_core(core._autograd_grad, outs, ins, gouts, retain)
   for i = 1, ni do
     if res[i] == nil then
       if materialize then
@@ -107,10 +118,7 @@ local BACKWARD_OPTIONS = { "retain_graph", "inputs", "create_graph", "grad_varia
 -- backward from several tensors at once (each node runs once with the sum of what reaches it, each leaf's hooks once).
 function M.backward(tensors, grad_tensors, opts, ...)
   O.no_more("backward", "(tensors [, grad_tensors] [, {options}])", ...)
-  if opts == nil and type(grad_tensors) == "table" and getmetatable(grad_tensors) == nil
-      and next(grad_tensors) ~= nil and math.type(next(grad_tensors)) ~= "integer" then
-    grad_tensors, opts = nil, grad_tensors   -- the options second: backward({a, b}, {retain_graph=true})
-  end
+  grad_tensors, opts = seeds_and_opts(grad_tensors, opts)
   opts = O.check("backward", opts, BACKWARD_OPTIONS)
   local retain = flag(opts, "retain_graph", "backward")
   if flag(opts, "create_graph", "backward") then
@@ -137,10 +145,7 @@ function M.backward(tensors, grad_tensors, opts, ...)
     ins, ni = as_list(opts.inputs, "inputs", false, "backward")
     if ni == 0 then error("backward: inputs is empty; give the tensors to fill the .grad of", 2) end
   end
-  local ok, err = pcall(core._autograd_backward, outs, ins, gouts, retain)
-  if not ok then
-    error(type(err) == "string" and err:gsub("^[^:\n]*autograd%.lua:%d+: ", "") or err, 2)
-  end
+  call_core(core._autograd_backward, outs, ins, gouts, retain)
 end
 
 return M
