@@ -516,7 +516,12 @@ function AccScheduler:step(...)
   for _, o in ipairs(own and { own } or acc._optimizers) do   -- its own optimizer; all when it has none prepared
     if rawget(o, "step_was_skipped") then return self end
   end
-  for _ = 1, acc.num_processes do relay(pcall(inner.step, inner, ...)) end
+  -- a schedule with a fixed number of steps (OneCycleLR's total_steps, an error past it) is not stepped past its
+  -- end, as Accelerate's: the last optimizer step's N steps may overrun it when the batches do not divide evenly
+  for _ = 1, acc.num_processes do
+    local total = rawget(inner, "total_steps")
+    if total == nil or inner.last_epoch < total then relay(pcall(inner.step, inner, ...)) end
+  end
   return self
 end
 

@@ -12,7 +12,7 @@
 --   eachbatch     GradientAccumulationPlugin{sync_each_batch=true}: gradients agree across ranks after every micro-step,
 --                 and the step ends where the default (one reduction per window) ends
 --   sched         a prepared scheduler takes 2 steps per optimizer step (Accelerate without split_batches), one per
---                 call with step_scheduler_with_optimizer=false
+--                 call with step_scheduler_with_optimizer=false; a OneCycleLR stops at its total_steps
 --   objects       gather_object (lists of plain values, in rank order; a refusal raised on every rank), triggers,
 --                 on_process / on_last_process, local_main_process_first, pad_across_processes
 --   skip          skip_first_batches on a prepared (sharded) loader: the tail of this rank's batches of the epoch
@@ -276,7 +276,18 @@ if mode == "sched" then
   end
   local e1, s1 = run(nil)
   local e2, s2 = run(false)
-  print(("rank%d with=%d,%d without=%d,%d"):format(r, e1, s1, e2, s2))
+  -- OneCycleLR of 3 steps: the second optimizer step's 2 scheduler steps would go past it (torch raises there);
+  -- as Accelerate's, the prepared scheduler stops at total_steps
+  local a = fp8.Accelerator { cpu = true }
+  local m = nn.Linear(4, 2)
+  local o = fp8.optim.SGD(m:parameters(), { lr = 0.1, momentum = 0.9 })
+  local sc = fp8.optim.lr_scheduler.OneCycleLR(o, 0.1, 3)
+  m, o, sc = a:prepare(m, o, sc)
+  local ok = true
+  for _ = 1, 3 do
+    a:backward(m(x):sum()); o:step(); ok = ok and pcall(sc.step, sc); o:zero_grad()
+  end
+  print(("rank%d with=%d,%d without=%d,%d onecycle=%d,%s"):format(r, e1, s1, e2, s2, sc.last_epoch, tostring(ok)))
   return
 end
 if mode == "skip" then

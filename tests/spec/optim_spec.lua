@@ -561,6 +561,242 @@ describe("fp8.optim.lr_scheduler", function()
     old:step()
   end)
 
+  -- the lrs of PyTorch 2.x's schedulers and transformers' schedules, step by step (tests/data/lr_schedules_torch.lua,
+  -- scripts/gen_lr_schedules.py), against the same cases built here
+  local ref = dofile("tests/data/lr_schedules_torch.lua")
+  local function sgd(lr, momentum, groups)
+    local list = {}
+    for i = 1, groups or 1 do list[i] = { params = { fp8.zeros { 1 } } } end
+    return optim.SGD(list, { lr = lr, momentum = momentum or 0 })
+  end
+  local function adamw(lr) return optim.AdamW({ fp8.zeros { 1 } }, { lr = lr }) end
+  -- each step's lrs (and momentum or betas[1] with `mom`) against the reference rows; the optimizer is not stepped
+  -- (its lr is what the scheduler wrote)
+  local function follows(name, o, s, mom, step)
+    local rows = ref[name]
+    assert.truthy(rows, name)
+    for t, row in ipairs(rows) do
+      local got = {}
+      for i, g in ipairs(o.param_groups) do got[i] = g.lr end
+      if mom then
+        for _, g in ipairs(o.param_groups) do got[#got + 1] = g.betas and g.betas[1] or g.momentum end
+      end
+      assert.are.equal(#row, #got, name)
+      for k = 1, #row do
+        assert.is_true(close(got[k], row[k], 1e-12), ("%s step %d value %d: %.17g vs %.17g"):format(name, t - 1, k,
+          got[k], row[k]))
+      end
+      if t < #rows then (step or function() s:step() end)(t) end
+    end
+  end
+
+  it("torch's positional forms of CosineAnnealingLR, MultiStepLR and LinearLR give torch's lrs", function()
+    local o = sgd(0.1)
+    follows("cos_pos", o, sched.CosineAnnealingLR(o, 10))
+    o = sgd(0.1)
+    follows("cos_pos_eta", o, sched.CosineAnnealingLR(o, 4, 0.01))
+    o = sgd(0.1)
+    follows("multistep_pos", o, sched.MultiStepLR(o, { 2, 5, 5 }, 0.5))
+    o = sgd(0.1)
+    follows("linear_pos", o, sched.LinearLR(o, 0.5, 0.1, 3))
+    o = sgd(0.1)   -- the table forms are what they were
+    follows("multistep_pos", o, sched.MultiStepLR(o, { milestones = { 2, 5, 5 }, gamma = 0.5 }))
+  end)
+
+  it("ConstantLR, PolynomialLR and CosineAnnealingWarmRestarts give torch's lrs", function()
+    for _, c in ipairs {
+      { "constant_default", function(o) return sched.ConstantLR(o) end },
+      { "constant_pos", function(o) return sched.ConstantLR(o, 0.5, 3) end },
+      { "constant_pos", function(o) return sched.ConstantLR(o, { factor = 0.5, total_iters = 3 }) end },
+      { "poly_default", function(o) return sched.PolynomialLR(o) end },
+      { "poly_pos", function(o) return sched.PolynomialLR(o, 4, 2.0) end },
+      { "poly_pos", function(o) return sched.PolynomialLR(o, { total_iters = 4, power = 2 }) end },
+      { "wr_3", function(o) return sched.CosineAnnealingWarmRestarts(o, 3) end },
+      { "wr_2_2", function(o) return sched.CosineAnnealingWarmRestarts(o, 2, 2, 0.01) end },
+      { "wr_1_3", function(o) return sched.CosineAnnealingWarmRestarts(o, { T_0 = 1, T_mult = 3 }) end },
+    } do
+      local o = sgd(0.1)
+      follows(c[1], o, c[2](o))
+    end
+    -- torch's step(epoch + i / iters) within an epoch, then plain steps going on from the last position
+    local o = sgd(0.1)
+    local s = sched.CosineAnnealingWarmRestarts(o, 2, 2)
+    local seen = {}
+    for e = 0, 2 do
+      for i = 0, 3 do s:step(e + i / 4); seen[#seen + 1] = { o.param_groups[1].lr } end
+    end
+    s:step(); seen[#seen + 1] = { o.param_groups[1].lr }
+    s:step(); seen[#seen + 1] = { o.param_groups[1].lr }
+    assert.are.equal(#ref.wr_frac, #seen)
+    for t, row in ipairs(ref.wr_frac) do
+      assert.is_true(close(seen[t][1], row[1], 1e-12), ("wr_frac %d: %.17g vs %.17g"):format(t, seen[t][1], row[1]))
+    end
+    assert.are.equal(4, s.last_epoch)   -- torch's: floor(2.75), then one more a step
+    -- its position survives state_dict / load_state_dict (a checkpoint), and only a fractional schedule has one
+    local sd = s:state_dict()
+    assert.are.equal(4.75, sd.position)
+    local o2 = sgd(0.1)
+    local s2 = sched.CosineAnnealingWarmRestarts(o2, 2, 2)
+    s2:load_state_dict(sd)
+    assert.are.equal(o.param_groups[1].lr, o2.param_groups[1].lr)
+    s:step(); s2:step()
+    assert.are.equal(o.param_groups[1].lr, o2.param_groups[1].lr)
+    local ok, err = pcall(function()
+      local st = sched.StepLR(sgd(1), 2)
+      st:load_state_dict({ last_epoch = 2, base_lrs = { 1 }, position = 2.5 })
+    end)
+    assert.is_false(ok)
+    assert.truthy(err:find("position must be absent (this schedule steps in whole steps), got 2.5", 1, true), err)
+    ok, err = pcall(function() local st = sched.StepLR(sgd(1), 2); st:step(1.5) end)
+    assert.is_false(ok)
+    assert.truthy(err:find("epoch must be an integer >= 0, got 1.5", 1, true), err)
+  end)
+
+  it("OneCycleLR gives torch's lrs and momentum (SGD's momentum, AdamW's betas[1]) and refuses a step past the end",
+    function()
+      local o = sgd(0.1, 0.9)
+      local s = sched.OneCycleLR(o, 0.1, 10)
+      local ok, err
+      follows("onecycle_sgd", o, s, true)
+      -- torch: ValueError "Tried to step 11 times. The specified number of total steps is 10"; the groups keep step
+      -- 10's values
+      local lr = o.param_groups[1].lr
+      ok, err = pcall(s.step, s)
+      assert.is_false(ok)
+      assert.truthy(err:find("OneCycleLR: tried to step 11 times; the specified number of total steps is 10", 1, true),
+        err)
+      assert.are.equal(lr, o.param_groups[1].lr)
+      assert.are.equal(10, s.last_epoch)
+      o = adamw(0.1)
+      s = sched.OneCycleLR(o, { max_lr = 0.05, total_steps = 12, anneal_strategy = "linear", pct_start = 0.25 })
+      follows("onecycle_adam_lin", o, s, true)
+      assert.are.equal(0.999, o.param_groups[1].betas[2])   -- betas[2] untouched
+      -- step total_steps itself is allowed, past the last phase's end: the line goes on below 0 there (torch sets
+      -- the lr -0.0055553); here a negative lr is refused, as from any schedule
+      ok, err = pcall(s.step, s)
+      assert.is_false(ok)
+      assert.truthy(err:find("OneCycleLR: the schedule gave group 1 the learning rate -0.005555", 1, true), err)
+      o = sgd(0.1, 0.9, 2)
+      follows("onecycle_three", o, sched.OneCycleLR(o, { max_lr = { 0.1, 0.2 }, epochs = 2, steps_per_epoch = 5,
+        three_phase = true, div_factor = 10, final_div_factor = 100 }), true)
+      o = sgd(0.1)
+      follows("onecycle_nomom", o, sched.OneCycleLR(o, { max_lr = 0.1, total_steps = 8, cycle_momentum = false }))
+      assert.are.equal(0, o.param_groups[1].momentum)
+      for _, c in ipairs {
+        { { total_steps = 10 }, "OneCycleLR: max_lr is required" },
+        { { max_lr = 0.1 }, "OneCycleLR: give total_steps, or epochs and steps_per_epoch" },
+        { { max_lr = 0.1, total_steps = 0 }, "total_steps must be an integer >= 1, got 0" },
+        { { max_lr = { 0.1, 0.2 }, total_steps = 4 },
+          "max_lr must be a number or a list of 1 (one per parameter group)" },
+        { { max_lr = 0.1, total_steps = 4, pct_start = 1.5 }, "pct_start must be a number in [0, 1], got 1.5" },
+        { { max_lr = 0.1, total_steps = 4, anneal_strategy = "exp" }, 'anneal_strategy must be "cos" or "linear"' },
+        { { max_lr = 0.1, total_steps = 4, max_momentum = 2 }, "max_momentum must be a number in [0, 1], got 2" },
+        { { max_lr = 0.1, total_steps = 4, div_factor = 0 }, "div_factor must be a finite number > 0, got 0" },
+        { { max_lr = 0.1, total_steps = 4, three_phase = 1 }, "three_phase must be a boolean, got 1" },
+        { { max_lr = 0.1, total_steps = 4, warmup = 1 }, "unknown option 'warmup'" },
+      } do
+        ok, err = pcall(sched.OneCycleLR, sgd(1), c[1])
+        assert.is_false(ok, c[2])
+        assert.truthy(tostring(err):find(c[2], 1, true), err)
+      end
+      -- an optimizer without momentum or betas: cycle_momentum is refused by name (torch's ValueError)
+      local Plain = optim.Optimizer.class()
+      local plain = optim.Optimizer.new(Plain, "Plain", { lr = 0.1 }, { fp8.zeros { 1 } })
+      ok, err = pcall(sched.OneCycleLR, plain, 0.1, 4)
+      assert.is_false(ok)
+      assert.truthy(err:find("cycle_momentum=true needs an optimizer with momentum or betas (Plain has neither)", 1,
+        true), err)
+      assert.truthy(sched.OneCycleLR(plain, { max_lr = 0.1, total_steps = 4, cycle_momentum = false }))
+    end)
+
+  it("SequentialLR runs each scheduler from its own step 0 at its milestone, as torch's", function()
+    local o = sgd(0.1)
+    local a, b = sched.LinearLR(o, 0.1, nil, 3), sched.ExponentialLR(o, 0.9)
+    local s = sched.SequentialLR(o, { a, b }, { 3 })
+    follows("seq2", o, s)
+    o = sgd(0.1)
+    local c1, c2, c3 = sched.ConstantLR(o, 0.5, 2), sched.CosineAnnealingLR(o, 4), sched.StepLR(o, 2, 0.5)
+    s = sched.SequentialLR(o, { schedulers = { c1, c2, c3 }, milestones = { 2, 6 } })
+    follows("seq3", o, s)
+    -- a member stepping the optimizer itself is refused as any second scheduler; state_dict / load_state_dict
+    local ok, err = pcall(c2.step, c2)
+    assert.is_false(ok)
+    assert.truthy(err:find("also stepped by another scheduler (SequentialLR)", 1, true), err)
+    local o2 = sgd(0.1)
+    local d1, d2, d3 = sched.ConstantLR(o2, 0.5, 2), sched.CosineAnnealingLR(o2, 4), sched.StepLR(o2, 2, 0.5)
+    local s2 = sched.SequentialLR(o2, { d1, d2, d3 }, { 2, 6 })
+    s2:load_state_dict(s:state_dict())
+    assert.are.equal(o.param_groups[1].lr, o2.param_groups[1].lr)
+    -- refusals
+    local other = sgd(0.1)
+    for _, c in ipairs {
+      { function(q) return { sched.StepLR(q, 2) }, { 1 } end, "milestones must be a list of 0 integers" },
+      { function(q) return { sched.StepLR(q, 2), sched.StepLR(q, 3) }, { -1 } end,
+        "milestones[1] must be an integer >= 0" },
+      { function(q) return { sched.StepLR(q, 2), sched.StepLR(q, 3), sched.StepLR(q, 4) }, { 5, 2 } end,
+        "milestones[2] must be an integer >= 5, got 2" },
+      { function(q) return { sched.StepLR(q, 2), sched.StepLR(other, 3) }, { 2 } end,
+        "schedulers[2] (StepLR) belongs to another optimizer" },
+      { function(q) return { sched.StepLR(q, 2), 5 }, { 2 } end, "schedulers[2] must be a scheduler" },
+      { function() return {}, {} end, "schedulers must be a non-empty list of schedulers" },
+    } do
+      local q = sgd(0.1)
+      local list, ms = c[1](q)
+      ok, err = pcall(sched.SequentialLR, q, list, ms)
+      assert.is_false(ok, c[2])
+      assert.truthy(tostring(err):find(c[2], 1, true), err)
+    end
+  end)
+
+  it("transformers' other schedules and get_scheduler give transformers' lrs", function()
+    local function make(f) local o = sgd(0.1); return o, f(o) end
+    for _, c in ipairs {
+      { "t_const_w", function(o) return sched.get_constant_schedule_with_warmup(o, 3) end },
+      { "t_const_w", function(o) return sched.get_scheduler("constant_with_warmup", o, 3) end },
+      { "t_poly", function(o) return sched.get_polynomial_decay_schedule_with_warmup(o, 2, 8, 1e-4, 2.0) end },
+      { "t_poly", function(o)
+          return sched.get_scheduler("polynomial", o, { num_warmup_steps = 2, num_training_steps = 8,
+            scheduler_specific_kwargs = { lr_end = 1e-4, power = 2 } })
+        end },
+      { "t_poly_default", function(o) return sched.get_polynomial_decay_schedule_with_warmup(o, 1, 5) end },
+      { "t_hard", function(o) return sched.get_cosine_with_hard_restarts_schedule_with_warmup(o, 2, 10, 2) end },
+      { "t_hard", function(o) return sched.get_scheduler("cosine_with_restarts", o, 2, 10, { num_cycles = 2 }) end },
+      { "t_isqrt", function(o) return sched.get_inverse_sqrt_schedule(o, 3) end },
+      { "t_isqrt_ts",
+        function(o) return sched.get_inverse_sqrt_schedule(o, { num_warmup_steps = 0, timescale = 4 }) end },
+    } do
+      local o, s = make(c[2])
+      follows(c[1], o, s)
+    end
+    -- get_scheduler's other names are the schedules already here
+    local o, s = make(function(q) return sched.get_scheduler("constant", q) end)
+    for _ = 1, 3 do s:step() end
+    assert.are.equal(0.1, o.param_groups[1].lr)
+    o = sgd(0.1)
+    s = sched.get_scheduler("linear", o, 3, 10)
+    local o2 = sgd(0.1)
+    local s2 = sched.get_linear_schedule_with_warmup(o2, 3, 10)
+    for _ = 1, 6 do s:step(); s2:step(); assert.are.equal(o2.param_groups[1].lr, o.param_groups[1].lr) end
+    for _, c in ipairs {
+      { { "reduce_lr_on_plateau" },
+        [[get_scheduler: transformers' schedule "reduce_lr_on_plateau" is not offered here]] },
+      { { "cosinus" }, "get_scheduler: name must be one of constant, constant_with_warmup, cosine" },
+      { { "linear", 3 }, "get_scheduler: linear requires num_training_steps, please provide that argument" },
+      { { "cosine" }, "get_scheduler: cosine requires num_warmup_steps" },
+      { { "constant", nil, nil, { num_cycles = 1 } }, '"constant" takes no scheduler_specific_kwargs' },
+      { { "cosine", 1, 4, { num_warmup_steps = 2 } }, "scheduler_specific_kwargs repeats 'num_warmup_steps'" },
+      { { "cosine", 1, 4, { cycles = 2 } }, "get_cosine_schedule_with_warmup: unknown option 'cycles'" },
+    } do
+      local args = c[1]
+      local ok, err = pcall(sched.get_scheduler, args[1], sgd(0.1), args[2], args[3], args[4])
+      assert.is_false(ok, c[2])
+      assert.truthy(tostring(err):find(c[2], 1, true), err)
+    end
+    local ok, err = pcall(sched.get_polynomial_decay_schedule_with_warmup, sgd(1e-8), 1, 4)
+    assert.is_false(ok)
+    assert.truthy(err:find("lr_end (1e-07) must be smaller than the optimizer's initial lr (1e-08)", 1, true), err)
+  end)
+
   it("StepLR takes torch's positional gamma; no constructor drops an argument past those it takes", function()
     -- torch 2.x: StepLR(SGD(lr=0.1), 2, 0.5).get_last_lr() over 6 steps
     local o = opt(0.1)
@@ -576,9 +812,18 @@ describe("fp8.optim.lr_scheduler", function()
       { sched.StepLR, { { step_size = 2 }, 0.5 }, "StepLR: takes (opt, {step_size=, gamma=})" },
       { sched.ExponentialLR, { 0.5, 3 }, "ExponentialLR: takes (opt, gamma) or (opt, {gamma=}); got 1 more argument" },
       { sched.LambdaLR, { function() return 1 end, 3 }, "LambdaLR: takes (opt, lr_lambda); got 1 more argument" },
-      { sched.MultiStepLR, { { milestones = { 1 } }, 0.5 }, "MultiStepLR: takes (opt, {milestones=, gamma=})" },
-      { sched.LinearLR, { {}, 3 }, "LinearLR: takes (opt [, {start_factor=, end_factor=, total_iters=}])" },
-      { sched.CosineAnnealingLR, { { T_max = 10 }, 0.1 }, "CosineAnnealingLR: takes (opt, {T_max=, eta_min=})" },
+      { sched.MultiStepLR, { { milestones = { 1 } }, 0.5 },
+        "MultiStepLR: takes (opt, milestones [, gamma]) or (opt, {milestones=, gamma=}); got 1 more argument" },
+      { sched.MultiStepLR, { { 1 }, 0.5, 3 }, "MultiStepLR: takes (opt, milestones [, gamma])" },
+      { sched.LinearLR, { {}, 3 }, "LinearLR: takes (opt [, start_factor [, end_factor [, total_iters]]]) or (opt, " },
+      { sched.LinearLR, { 0.5, 0.1, 3, 4 }, "LinearLR: takes (opt [, start_factor [, end_factor [, total_iters]]])" },
+      { sched.CosineAnnealingLR, { { T_max = 10 }, 0.1 }, "CosineAnnealingLR: takes (opt, T_max [, eta_min]) or" },
+      { sched.CosineAnnealingLR, { 10, 0.1, -1 }, "CosineAnnealingLR: takes (opt, T_max [, eta_min])" },
+      { sched.ConstantLR, { 0.5, 3, -1 }, "ConstantLR: takes (opt [, factor [, total_iters]])" },
+      { sched.PolynomialLR, { 4, 2, -1 }, "PolynomialLR: takes (opt [, total_iters [, power]])" },
+      { sched.CosineAnnealingWarmRestarts, { 2, 2, 0, -1 }, "CosineAnnealingWarmRestarts: takes (opt, T_0 [, T_mult" },
+      { sched.get_constant_schedule, { 3 }, "get_constant_schedule: takes (opt); got 1 more argument" },
+      { sched.get_inverse_sqrt_schedule, { 3, 4, 5 }, "get_inverse_sqrt_schedule: takes (opt, num_warmup_steps [, " },
       { sched.warmup_cosine, { { total_steps = 10 }, 3 }, "warmup_cosine: takes (opt, {warmup_steps=" },
     } do
       local o2 = opt(1)

@@ -1,7 +1,9 @@
 -- lr_scheduler.lua — fp8.optim.lr_scheduler: learning-rate schedules that set each parameter group's
--- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); StepLR, MultiStepLR, ExponentialLR,
--- LinearLR, CosineAnnealingLR, warmup_cosine (linear warmup, then cosine decay to min_lr) and transformers'
--- get_linear/cosine_schedule_with_warmup are built on it. Call :step() after
+-- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); torch's StepLR, MultiStepLR, ConstantLR,
+-- LinearLR, ExponentialLR, PolynomialLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, OneCycleLR and
+-- SequentialLR, warmup_cosine (linear warmup, then cosine decay to min_lr), and transformers' schedules
+-- (get_linear/cosine/cosine_with_hard_restarts/polynomial_decay_schedule_with_warmup, get_constant_schedule(_with_
+-- warmup), get_inverse_sqrt_schedule, get_scheduler by name) are built on it. Call :step() after
 -- optimizer:step(); :get_last_lr() returns the list of current lrs.
 -- Every schedule is a closed form of (step, base lr): an lr written into a group by hand lasts until the
 -- scheduler's next step, which writes the schedule's value again (torch's chainable StepLR would scale the
@@ -45,15 +47,39 @@ local function no_more(name, takes, ...)
   if n > 0 then error(O.more_args_message(name, takes, n), 3) end
 end
 
+-- torch's positional form of a constructor's options: (opt, a, b, ...) → {names[1] = a, names[2] = b, ...} when the
+-- first is not an options table (`is_opts` says whether it is; default: a table), else the table itself with
+-- nothing after it; nil for (opt) alone. takes: the two forms, as an arity message names them.
+local function positional(name, first, rest, names, takes, is_opts)
+  local n = rest.n
+  while n > 0 and rest[n] == nil do n = n - 1 end
+  if first == nil and n == 0 then return nil end   -- (opt) alone: the defaults
+  if (is_opts or function(v) return type(v) == "table" end)(first) then
+    if n > 0 then error(O.more_args_message(name, takes, n), 3) end
+    return first
+  end
+  if n > #names - 1 then error(O.more_args_message(name, takes, n - (#names - 1)), 3) end
+  local o = { [names[1]] = first }
+  for i = 2, #names do o[names[i]] = rest[i - 1] end
+  return o
+end
+-- a list (milestones, schedulers) rather than an options table: its keys are 1..n, or it has none
+local function is_list(v) return type(v) == "table" and next(v) ~= nil and rawget(v, 1) ~= nil end
+local function is_options(v) return type(v) == "table" and not is_list(v) end
+
 local Scheduler = {}
 Scheduler.__index = Scheduler
 Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry by it
 
--- new(name, opt, lr_fn, [last_epoch]) — lr_fn(epoch, base_lr, group_index) → lr. Sets epoch 0's lr now,
--- as PyTorch's constructors do.
-local function new(name, opt, lr_fn, last_epoch)
+-- new(name, opt, lr_fn, [last_epoch [, fractional [, after_step]]]) — lr_fn(t, base_lr, group_index) → lr. Sets
+-- epoch 0's lr now, as PyTorch's constructors do. fractional: step(epoch) also takes a fraction, kept as the
+-- position t that lr_fn sees (last_epoch is its floor). after_step(self, t): run after each step has written t's
+-- lrs (OneCycleLR's momentum). fields: set on the scheduler before that first step (T_0, total_steps, ...).
+local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   check_opt(name, opt)
-  local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {} }, Scheduler)
+  local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {},
+    _fractional = fractional or nil, _after_step = after_step }, Scheduler)
+  for k, v in pairs(fields or {}) do self[k] = v end
   for i, g in ipairs(opt.param_groups) do
     g.initial_lr = g.initial_lr or g.lr
     self.base_lrs[i] = g.initial_lr
@@ -72,11 +98,12 @@ function Scheduler:get_lr()
     self.base_lrs[i] = g.initial_lr
   end
   local out = {}
+  local t = rawget(self, "_pos") or self.last_epoch
   for i, base in ipairs(self.base_lrs) do
-    local lr = self._lr_fn(self.last_epoch, base, i)
+    local lr = self._lr_fn(t, base, i)
     if type(lr) ~= "number" or not (lr >= 0 and lr < math.huge) then
-      error(("%s: the schedule gave group %d the learning rate %s at step %d (expected a finite number >= 0)"):format(
-        self.name, i, tostring(lr), self.last_epoch), 0)
+      error(("%s: the schedule gave group %d the learning rate %s at step %s (expected a finite number >= 0)"):format(
+        self.name, i, tostring(lr), tostring(t)), 0)
     end
     out[i] = lr
   end
@@ -85,12 +112,18 @@ end
 
 -- step([epoch]): advance one step (or jump to `epoch`) and write the new lrs into the groups.
 function Scheduler:step(epoch)
-  local prev = self.last_epoch
-  if epoch ~= nil then
+  local prev, prev_pos = self.last_epoch, rawget(self, "_pos")
+  if epoch ~= nil and rawget(self, "_fractional") then
+    if type(epoch) ~= "number" or not (epoch >= 0 and epoch < 2 ^ 53) then
+      error(("%s:step: epoch must be a number >= 0, got %s"):format(self.name, O.got(epoch)), 2)
+    end
+    self.last_epoch, self._pos = math.tointeger(math.floor(epoch)) or math.floor(epoch), epoch
+  elseif epoch ~= nil then
     check_int(self.name .. ":step", "epoch", epoch, 0)
     self.last_epoch = epoch
   else
     self.last_epoch = self.last_epoch + 1
+    if prev_pos ~= nil then self._pos = prev_pos + 1 end
   end
   -- Two schedulers stepping one optimizer: torch's chainable ones multiply their effects (warmup times decay), but
   -- each schedule here is a closed form of the step and base lr, so the last to step would win without a word.
@@ -99,18 +132,21 @@ function Scheduler:step(epoch)
   local opt = self.optimizer
   local other = rawget(opt, "_lr_scheduler")
   if other ~= nil and other ~= self and prev >= 0 then
-    self.last_epoch = prev
+    self.last_epoch, self._pos = prev, prev_pos
     error(("%s:step: this optimizer is also stepped by another scheduler (%s); torch would multiply the two "
-      .. "schedules, fp8lab's are closed forms and the last to step would win: use one scheduler (a LambdaLR of "
-      .. "their product, or warmup_cosine for a warmup then a decay)"):format(self.name, other.name), 2)
+      .. "schedules, fp8lab's are closed forms and the last to step would win: use one scheduler (a SequentialLR of "
+      .. "the two, one after the other; a LambdaLR of their product; or warmup_cosine for a warmup then a decay)")
+      :format(self.name, other.name), 2)
   end
   local ok, lrs = pcall(self.get_lr, self)
-  if not ok then self.last_epoch = prev; error(lrs, 2) end   -- the groups keep their lrs
+  if not ok then self.last_epoch, self._pos = prev, prev_pos; error(lrs, 2) end   -- the groups keep their lrs
   -- a group added while get_lr ran (by an lr_lambda) has no lr in lrs: it keeps its own, as torch's zip leaves it, and
   -- joins at the next step (writing nil erased it, and the optimizer's step then failed on it)
   for i, g in ipairs(opt.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
   self._last_lr = lrs
   rawset(opt, "_lr_scheduler", self)
+  local after = rawget(self, "_after_step")
+  if after then after(self, rawget(self, "_pos") or self.last_epoch) end
   return self
 end
 
@@ -119,7 +155,8 @@ function Scheduler:get_last_lr()
 end
 
 function Scheduler:state_dict()
-  return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}) }
+  return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}),
+    position = rawget(self, "_pos") }
 end
 
 function Scheduler:load_state_dict(sd)
@@ -141,12 +178,28 @@ function Scheduler:load_state_dict(sd)
       error(("%s:load_state_dict: base_lrs[%d] must be a finite number >= 0, got %s"):format(self.name, i, tostring(v)), 2)
     end
   end
+  -- a fractional scheduler's position (CosineAnnealingWarmRestarts after step(2.5)): a number whose floor is
+  -- last_epoch; any other scheduler has none
+  local pos = sd.position
+  if pos ~= nil and (not rawget(self, "_fractional") or type(pos) ~= "number" or not (pos >= 0 and pos < 2 ^ 53)
+      or math.floor(pos) ~= sd.last_epoch) then
+    error(("%s:load_state_dict: position must be %s, got %s"):format(self.name, rawget(self, "_fractional")
+      and ("absent or a number >= 0 whose floor is last_epoch (" .. tostring(sd.last_epoch) .. ")")
+      or "absent (this schedule steps in whole steps)", O.got(pos)), 2)
+  end
+  local prev_base, prev_epoch, prev_pos = self.base_lrs, self.last_epoch, rawget(self, "_pos")
   self.base_lrs = table.move(sd.base_lrs, 1, ngroups, 1, {})
-  self.last_epoch = sd.last_epoch
-  local lrs = self:get_lr()
+  self.last_epoch, self._pos = sd.last_epoch, pos
+  local ok, lrs = pcall(self.get_lr, self)
+  if not ok then   -- (OneCycleLR past its total_steps) nothing changed
+    self.base_lrs, self.last_epoch, self._pos = prev_base, prev_epoch, prev_pos
+    error(lrs, 2)
+  end
   for i, g in ipairs(self.optimizer.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
   self._last_lr = lrs
   rawset(self.optimizer, "_lr_scheduler", self)   -- the optimizer's scheduler now (step's check)
+  local after = rawget(self, "_after_step")
+  if after then after(self, pos or self.last_epoch) end
 end
 
 -- LambdaLR(opt, fn) or LambdaLR(opt, {fn1, fn2, ...} per group): lr = base_lr · fn(epoch).
@@ -193,10 +246,12 @@ function M.StepLR(opt, opts, pos_gamma, ...)
   return new("StepLR", opt, function(epoch, base) return base * gamma ^ (epoch // step_size) end)
 end
 
--- CosineAnnealingLR(opt, {T_max, eta_min=0}): closed form η_min + (base − η_min)(1 + cos(π·t/T_max))/2.
+-- CosineAnnealingLR(opt, {T_max, eta_min=0}) or torch's CosineAnnealingLR(opt, T_max [, eta_min]): closed form
+-- η_min + (base − η_min)(1 + cos(π·t/T_max))/2.
 function M.CosineAnnealingLR(opt, opts, ...)
   check_opt("CosineAnnealingLR", opt)
-  no_more("CosineAnnealingLR", "(opt, {T_max=, eta_min=})", ...)
+  opts = positional("CosineAnnealingLR", opts, table.pack(...), { "T_max", "eta_min" },
+    "(opt, T_max [, eta_min]) or (opt, {T_max=, eta_min=})") or {}
   check_keys("CosineAnnealingLR", opts, { T_max = true, eta_min = true })
   check_int("CosineAnnealingLR", "T_max", opts.T_max, 1)
   local eta_min, T = opts.eta_min or 0, opts.T_max
@@ -231,11 +286,12 @@ function M.warmup_cosine(opt, opts, ...)
 end
 M.WarmupCosine = M.warmup_cosine
 
--- MultiStepLR(opt, {milestones, gamma=0.1}): lr = base · gamma^(how many milestones ≤ epoch), a milestone listed
--- twice counting twice (torch's Counter).
+-- MultiStepLR(opt, {milestones, gamma=0.1}) or torch's MultiStepLR(opt, milestones [, gamma]): lr = base ·
+-- gamma^(how many milestones ≤ epoch), a milestone listed twice counting twice (torch's Counter).
 function M.MultiStepLR(opt, opts, ...)
   check_opt("MultiStepLR", opt)
-  no_more("MultiStepLR", "(opt, {milestones=, gamma=})", ...)
+  opts = positional("MultiStepLR", opts, table.pack(...), { "milestones", "gamma" },
+    "(opt, milestones [, gamma]) or (opt, {milestones=, gamma=})", is_options) or {}
   check_keys("MultiStepLR", opts, { milestones = true, gamma = true })
   local ms = opts.milestones
   if type(ms) ~= "table" then
@@ -272,12 +328,13 @@ function M.ExponentialLR(opt, opts, ...)
   return new("ExponentialLR", opt, function(epoch, base) return base * gamma ^ epoch end)
 end
 
--- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}): the factor goes linearly from start_factor to
--- end_factor over total_iters steps and stays there: base · (s·(1 − r) + e·r),
--- r = min(epoch, total_iters) / total_iters.
+-- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}) or torch's LinearLR(opt [, start_factor
+-- [, end_factor [, total_iters]]]): the factor goes linearly from start_factor to end_factor over total_iters steps
+-- and stays there: base · (s·(1 − r) + e·r), r = min(epoch, total_iters) / total_iters.
 function M.LinearLR(opt, opts, ...)
   check_opt("LinearLR", opt)
-  no_more("LinearLR", "(opt [, {start_factor=, end_factor=, total_iters=}])", ...)
+  opts = positional("LinearLR", opts, table.pack(...), { "start_factor", "end_factor", "total_iters" },
+    "(opt [, start_factor [, end_factor [, total_iters]]]) or (opt, {start_factor=, end_factor=, total_iters=})")
   opts = opts or {}
   check_keys("LinearLR", opts, { start_factor = true, end_factor = true, total_iters = true })
   local sf, ef, total = opts.start_factor or 1 / 3, opts.end_factor or 1, opts.total_iters or 5
@@ -294,6 +351,260 @@ function M.LinearLR(opt, opts, ...)
     local r = math.min(epoch, total) / total
     return base * (sf * (1 - r) + ef * r)
   end)
+end
+
+-- ConstantLR(opt, {factor=1/3, total_iters=5}) or torch's ConstantLR(opt [, factor [, total_iters]]): base · factor
+-- for the first total_iters steps, then base.
+function M.ConstantLR(opt, opts, ...)
+  check_opt("ConstantLR", opt)
+  opts = positional("ConstantLR", opts, table.pack(...), { "factor", "total_iters" },
+    "(opt [, factor [, total_iters]]) or (opt, {factor=, total_iters=})") or {}
+  check_keys("ConstantLR", opts, { factor = true, total_iters = true })
+  local factor, total = opts.factor or 1 / 3, opts.total_iters or 5
+  if type(factor) ~= "number" or not (factor >= 0 and factor <= 1) then
+    error(("ConstantLR: factor must be a number in [0, 1], got %s"):format(O.got(factor)), 2)
+  end
+  check_int("ConstantLR", "total_iters", total, 0)
+  return new("ConstantLR", opt, function(epoch, base) return epoch < total and base * factor or base end)
+end
+
+-- PolynomialLR(opt, {total_iters=5, power=1}) or torch's PolynomialLR(opt [, total_iters [, power]]):
+-- base · (1 − min(t, total_iters) / total_iters)^power, 0 from total_iters on.
+function M.PolynomialLR(opt, opts, ...)
+  check_opt("PolynomialLR", opt)
+  opts = positional("PolynomialLR", opts, table.pack(...), { "total_iters", "power" },
+    "(opt [, total_iters [, power]]) or (opt, {total_iters=, power=})") or {}
+  check_keys("PolynomialLR", opts, { total_iters = true, power = true })
+  local total, power = opts.total_iters or 5, opts.power or 1
+  check_int("PolynomialLR", "total_iters", total, 1)
+  check_rate("PolynomialLR", "power", power)
+  return new("PolynomialLR", opt, function(epoch, base)
+    return base * (1 - math.min(total, epoch) / total) ^ power
+  end)
+end
+
+-- CosineAnnealingWarmRestarts(opt, {T_0, T_mult=1, eta_min=0}) or torch's (opt, T_0 [, T_mult [, eta_min]]): the
+-- cosine from base to eta_min over T_i steps, then again from base, T_i = T_0 · T_mult^(restarts so far):
+-- eta_min + (base − eta_min)(1 + cos(π·T_cur/T_i))/2, T_cur the steps since the last restart. step(epoch) also
+-- takes a fraction (torch's scheduler.step(epoch + i / iters) within an epoch); a step() after it goes on from there
+-- by 1.
+-- The restarts are found in integers (torch's step(epoch) takes them from a floating-point log, which can put an
+-- epoch on a restart one cycle early; its step() counts them as here).
+function M.CosineAnnealingWarmRestarts(opt, opts, ...)
+  check_opt("CosineAnnealingWarmRestarts", opt)
+  opts = positional("CosineAnnealingWarmRestarts", opts, table.pack(...), { "T_0", "T_mult", "eta_min" },
+    "(opt, T_0 [, T_mult [, eta_min]]) or (opt, {T_0=, T_mult=, eta_min=})") or {}
+  check_keys("CosineAnnealingWarmRestarts", opts, { T_0 = true, T_mult = true, eta_min = true })
+  local T0, mult, eta_min = opts.T_0, opts.T_mult or 1, opts.eta_min or 0
+  check_int("CosineAnnealingWarmRestarts", "T_0", T0, 1)
+  check_int("CosineAnnealingWarmRestarts", "T_mult", mult, 1)
+  check_rate("CosineAnnealingWarmRestarts", "eta_min", eta_min)
+  local function cycle(t)   -- T_cur, T_i at position t
+    if mult == 1 then return math.fmod(t, T0), T0 end
+    local start, Ti = 0, T0
+    while t >= start + Ti do start, Ti = start + Ti, Ti * mult end
+    return t - start, Ti
+  end
+  return new("CosineAnnealingWarmRestarts", opt, function(t, base)
+    local cur, Ti = cycle(t)
+    return eta_min + (base - eta_min) * (1 + math.cos(math.pi * cur / Ti)) / 2
+  end, nil, true, nil, { T_0 = T0, T_mult = mult, eta_min = eta_min })
+end
+
+-- OneCycleLR(opt, {max_lr, total_steps | epochs and steps_per_epoch, pct_start=0.3, anneal_strategy="cos",
+-- cycle_momentum=true, base_momentum=0.85, max_momentum=0.95, div_factor=25, final_div_factor=1e4,
+-- three_phase=false}) or torch's positional (opt, max_lr [, total_steps [, epochs [, steps_per_epoch [, ...]]]]):
+-- torch's 1cycle policy. The lr goes from max_lr/div_factor up to max_lr over pct_start of the steps, then down to
+-- max_lr/div_factor/final_div_factor at step total_steps − 1 (three_phase: back to the start first, then down);
+-- each phase's curve is a half cosine (or a line). With cycle_momentum the momentum (SGD's momentum, Adam's
+-- betas[1]) goes the other way between max_momentum and base_momentum. max_lr, base_momentum and max_momentum may
+-- be lists, one per group. Like torch's, each group's initial_lr becomes max_lr/div_factor, and a step past
+-- total_steps is an error.
+local ONECYCLE_KEYS = { "max_lr", "total_steps", "epochs", "steps_per_epoch", "pct_start", "anneal_strategy",
+  "cycle_momentum", "base_momentum", "max_momentum", "div_factor", "final_div_factor", "three_phase" }
+function M.OneCycleLR(opt, opts, ...)
+  local N = "OneCycleLR"
+  check_opt(N, opt)
+  opts = positional(N, opts, table.pack(...), ONECYCLE_KEYS, "(opt, max_lr [, total_steps [, epochs [, "
+    .. "steps_per_epoch [, pct_start [, ...]]]]]) or (opt, {max_lr=, total_steps=, ...})", is_options) or {}
+  local valid = {}
+  for _, k in ipairs(ONECYCLE_KEYS) do valid[k] = true end
+  check_keys(N, opts, valid)
+  local total = opts.total_steps
+  if total ~= nil then
+    check_int(N, "total_steps", total, 1)
+  elseif opts.epochs ~= nil and opts.steps_per_epoch ~= nil then
+    check_int(N, "epochs", opts.epochs, 1)
+    check_int(N, "steps_per_epoch", opts.steps_per_epoch, 1)
+    total = opts.epochs * opts.steps_per_epoch
+  else
+    error("OneCycleLR: give total_steps, or epochs and steps_per_epoch", 2)
+  end
+  local pct = opts.pct_start or 0.3
+  if type(pct) ~= "number" or not (pct >= 0 and pct <= 1) then
+    error(("OneCycleLR: pct_start must be a number in [0, 1], got %s"):format(O.got(pct)), 2)
+  end
+  local anneal = opts.anneal_strategy or "cos"
+  if anneal ~= "cos" and anneal ~= "linear" then
+    error(("OneCycleLR: anneal_strategy must be \"cos\" or \"linear\", got %s"):format(O.got(anneal)), 2)
+  end
+  local div, final_div = opts.div_factor or 25, opts.final_div_factor or 1e4
+  for k, v in pairs { div_factor = div, final_div_factor = final_div } do
+    if type(v) ~= "number" or not (v > 0 and v < math.huge) then
+      error(("OneCycleLR: %s must be a finite number > 0, got %s"):format(k, O.got(v)), 2)
+    end
+  end
+  local cyc = opts.cycle_momentum
+  if cyc == nil then cyc = true end
+  if type(cyc) ~= "boolean" then
+    error(("OneCycleLR: cycle_momentum must be a boolean, got %s"):format(O.got(cyc)), 2)
+  end
+  local three = opts.three_phase or false
+  if type(three) ~= "boolean" then
+    error(("OneCycleLR: three_phase must be a boolean, got %s"):format(O.got(three)), 2)
+  end
+  local ng = #opt.param_groups
+  -- a number, or a list of one per group (torch's _format_param)
+  local function per_group(key, v, lo, hi)
+    local list = {}
+    if type(v) == "table" then
+      if rawlen(v) ~= ng then
+        error(("OneCycleLR: %s must be a number or a list of %d (one per parameter group), got a list of %d"):format(
+          key, ng, rawlen(v)), 3)
+      end
+      for i = 1, ng do list[i] = rawget(v, i) end
+    else
+      for i = 1, ng do list[i] = v end
+    end
+    for i = 1, ng do
+      local x = list[i]
+      if type(x) ~= "number" or not (x >= lo and x <= hi) then
+        error(("OneCycleLR: %s%s must be a number in [%g, %g], got %s"):format(key, type(v) == "table" and
+          ("[" .. i .. "]") or "", lo, hi, O.got(x)), 3)
+      end
+    end
+    return list
+  end
+  if opts.max_lr == nil then error("OneCycleLR: max_lr is required", 2) end
+  local max_lrs = per_group("max_lr", opts.max_lr, 0, math.huge)
+  local base_m, max_m
+  local use_betas = false
+  if cyc then
+    local d = opt.defaults or {}
+    if d.momentum == nil and d.betas == nil then
+      error(("OneCycleLR: cycle_momentum=true needs an optimizer with momentum or betas (%s has neither); "
+        .. "pass cycle_momentum=false"):format(tostring(opt.name)), 2)
+    end
+    use_betas = d.betas ~= nil
+    base_m = per_group("base_momentum", opts.base_momentum or 0.85, 0, 1)
+    max_m = per_group("max_momentum", opts.max_momentum or 0.95, 0, 1)
+  end
+  local phases
+  if three then
+    phases = { { pct * total - 1, "initial", "max", "max_m", "base_m" },
+               { 2 * pct * total - 2, "max", "initial", "base_m", "max_m" },
+               { total - 1, "initial", "min", "max_m", "max_m" } }
+  else
+    phases = { { pct * total - 1, "initial", "max", "max_m", "base_m" },
+               { total - 1, "max", "min", "base_m", "max_m" } }
+  end
+  local function curve(a, b, f)
+    if anneal == "cos" then return b + (a - b) / 2 * (math.cos(math.pi * f) + 1) end
+    return (b - a) * f + a
+  end
+  local vals = {}
+  for i = 1, ng do
+    local initial = max_lrs[i] / div
+    vals[i] = { initial = initial, max = max_lrs[i], min = initial / final_div, max_m = max_m and max_m[i],
+      base_m = base_m and base_m[i] }
+    opt.param_groups[i].initial_lr = initial
+  end
+  -- step t's lr and momentum for group i (torch's get_lr: the first phase whose end_step is not below t)
+  local function at(t, i)
+    if t > total then
+      error(("OneCycleLR: tried to step %d times; the specified number of total steps is %d"):format(t, total), 0)
+    end
+    local v = vals[i]
+    if v == nil then
+      error(("OneCycleLR: parameter group %d was added after the scheduler was made; its max_lr is unknown")
+        :format(i), 0)
+    end
+    local start = 0
+    for k, ph in ipairs(phases) do
+      if t <= ph[1] or k == #phases then
+        local f = (t - start) / (ph[1] - start)
+        return curve(v[ph[2]], v[ph[3]], f), cyc and curve(v[ph[4]], v[ph[5]], f) or nil
+      end
+      start = ph[1]
+    end
+  end
+  return new(N, opt, function(t, _, i) return (at(t, i)) end, nil, false, function(self, t)
+    if not cyc then return end
+    for i, g in ipairs(self.optimizer.param_groups) do
+      local _, m = at(t, i)
+      if use_betas then g.betas = { m, g.betas[2] } else g.momentum = m end
+    end
+  end, { total_steps = total })
+end
+
+-- SequentialLR(opt, schedulers, milestones) (or (opt, {schedulers=, milestones=})): torch's: schedulers[1] until
+-- milestones[1], then schedulers[2] from its own step 0, and so on (#milestones = #schedulers − 1, non-decreasing).
+-- Each must be a scheduler of this optimizer (made, as torch's, on it before this one); they are not stepped
+-- themselves afterwards (this one steps the optimizer, and one of them stepping it is refused as any second
+-- scheduler).
+function M.SequentialLR(opt, schedulers, milestones, ...)
+  local N = "SequentialLR"
+  check_opt(N, opt)
+  local tab = type(schedulers) == "table"
+  if tab and (rawget(schedulers, "schedulers") ~= nil or rawget(schedulers, "milestones") ~= nil) then
+    no_more(N, "(opt, schedulers, milestones) or (opt, {schedulers=, milestones=})", milestones, ...)
+    check_keys(N, schedulers, { schedulers = true, milestones = true })
+    schedulers, milestones = schedulers.schedulers, schedulers.milestones
+  else
+    no_more(N, "(opt, schedulers, milestones) or (opt, {schedulers=, milestones=})", ...)
+  end
+  if not is_list(schedulers) then
+    error(("SequentialLR: schedulers must be a non-empty list of schedulers, got %s"):format(O.got(schedulers)), 2)
+  end
+  local list = {}
+  for i = 1, rawlen(schedulers) do
+    local sc = rawget(schedulers, i)
+    if getmetatable(sc) ~= Scheduler then
+      local prepared = type(sc) == "table" and rawget(sc, "scheduler") ~= nil
+      error(("SequentialLR: schedulers[%d] must be a scheduler from fp8.optim.lr_scheduler, got %s%s"):format(i,
+        O.got(sc), prepared and " (a prepared one: pass the scheduler itself and prepare the SequentialLR)" or ""), 2)
+    end
+    if sc.optimizer ~= opt then
+      error(("SequentialLR: schedulers[%d] (%s) belongs to another optimizer; all must be of the one given"):format(i,
+        sc.name), 2)
+    end
+    list[i] = sc
+  end
+  if type(milestones) ~= "table" or rawlen(milestones) ~= #list - 1 then
+    error(("SequentialLR: milestones must be a list of %d integers (one fewer than the schedulers), got %s"):format(
+      #list - 1, type(milestones) == "table" and ("a list of " .. rawlen(milestones)) or O.got(milestones)), 2)
+  end
+  local ms = {}
+  for i = 1, #list - 1 do
+    local m = rawget(milestones, i)
+    if math.type(m) ~= "integer" or m < 0 or (i > 1 and m < ms[i - 1]) then
+      error(("SequentialLR: milestones[%d] must be an integer >= %d, got %s"):format(i, i > 1 and ms[i - 1] or 0,
+        O.got(m)), 2)
+    end
+    ms[i] = m
+  end
+  local function which(t)   -- the scheduler of step t and its own step
+    local k = 0
+    while k < #ms and ms[k + 1] <= t do k = k + 1 end
+    return list[k + 1], t - (k > 0 and ms[k] or 0)
+  end
+  return new(N, opt, function(t, base, i)
+    local sc, u = which(t)
+    return sc._lr_fn(u, sc.base_lrs[i] or base, i)
+  end, nil, false, function(_, t)
+    local sc, u = which(t)
+    if sc._after_step then sc:_after_step(u) end
+  end, { _schedulers = list, _milestones = ms })
 end
 
 -- The schedules of transformers.optimization that Accelerate's examples use, under their names:
@@ -337,6 +648,170 @@ function M.get_cosine_schedule_with_warmup(opt, a, b, c, ...)
     local progress = (step - warmup) / math.max(1, total - warmup)
     return base * math.max(0, (1 + math.cos(math.pi * cycles * 2 * progress)) / 2)
   end)
+end
+
+-- transformers' other schedules, each a LambdaLR of its lambda (their step counts from 0; the warmup is t /
+-- num_warmup_steps): get_constant_schedule(opt), get_constant_schedule_with_warmup(opt, num_warmup_steps),
+-- get_polynomial_decay_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, lr_end=1e-7 [, power=1]]),
+-- get_cosine_with_hard_restarts_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, num_cycles=1]),
+-- get_inverse_sqrt_schedule(opt, num_warmup_steps [, timescale]); the arguments after opt may also come as one
+-- table of their names. targs(name, opt, names, required, a, rest) → the options table, checked keys.
+local function targs(name, opt, names, required, first, rest, takes)
+  check_opt(name, opt, 4)
+  local o
+  if type(first) == "table" then
+    local n = rest.n
+    while n > 0 and rest[n] == nil do n = n - 1 end
+    if n > 0 then error(("%s: pass the arguments as a table or one by one, not both"):format(name), 3) end
+    o = first
+  else
+    local n = rest.n
+    while n > 0 and rest[n] == nil do n = n - 1 end
+    if n > #names - 1 then error(O.more_args_message(name, takes, n - (#names - 1)), 3) end
+    o = { [names[1]] = first }
+    for i = 2, #names do o[names[i]] = rest[i - 1] end
+  end
+  local valid = {}
+  for _, k in ipairs(names) do valid[k] = true end
+  check_keys(name, o, valid, 4)
+  for _, k in ipairs(required) do check_int(name, k, o[k], 0, 4) end
+  return o
+end
+local function warm(step, warmup) return step / math.max(1, warmup) end
+
+function M.get_constant_schedule(opt, ...)
+  O.no_more("get_constant_schedule", "(opt)", ...)
+  return new("get_constant_schedule", opt, function(_, base) return base end)
+end
+
+function M.get_constant_schedule_with_warmup(opt, a, ...)
+  local N = "get_constant_schedule_with_warmup"
+  local o = targs(N, opt, { "num_warmup_steps" }, { "num_warmup_steps" }, a, table.pack(...), "(opt, num_warmup_steps)")
+  local warmup = o.num_warmup_steps
+  return new(N, opt, function(t, base)
+    if t < warmup then return base * warm(t, warmup) end
+    return base
+  end)
+end
+
+-- lr_init is the optimizer's default lr (transformers reads optimizer.defaults["lr"]), which must exceed lr_end:
+-- after the warmup, (lr_init − lr_end)·(1 − progress)^power + lr_end, as a factor of each group's base.
+function M.get_polynomial_decay_schedule_with_warmup(opt, a, ...)
+  local N = "get_polynomial_decay_schedule_with_warmup"
+  local o = targs(N, opt, { "num_warmup_steps", "num_training_steps", "lr_end", "power" },
+    { "num_warmup_steps", "num_training_steps" }, a, table.pack(...),
+    "(opt, num_warmup_steps, num_training_steps [, lr_end [, power]])")
+  local warmup, total, lr_end, power = o.num_warmup_steps, o.num_training_steps, o.lr_end or 1e-7, o.power or 1
+  check_rate(N, "lr_end", lr_end)
+  check_rate(N, "power", power)
+  local lr_init = opt.defaults and opt.defaults.lr
+  if type(lr_init) ~= "number" or not (lr_init > lr_end) then
+    error(("%s: lr_end (%s) must be smaller than the optimizer's initial lr (%s)"):format(N, tostring(lr_end),
+      tostring(lr_init)), 2)
+  end
+  return new(N, opt, function(t, base)
+    if t < warmup then return base * warm(t, warmup) end
+    if t > total then return base * (lr_end / lr_init) end
+    local remaining = 1 - (t - warmup) / (total - warmup)
+    return base * (((lr_init - lr_end) * remaining ^ power + lr_end) / lr_init)
+  end)
+end
+
+function M.get_cosine_with_hard_restarts_schedule_with_warmup(opt, a, ...)
+  local N = "get_cosine_with_hard_restarts_schedule_with_warmup"
+  local o = targs(N, opt, { "num_warmup_steps", "num_training_steps", "num_cycles" },
+    { "num_warmup_steps", "num_training_steps" }, a, table.pack(...),
+    "(opt, num_warmup_steps, num_training_steps [, num_cycles])")
+  local warmup, total, cycles = o.num_warmup_steps, o.num_training_steps, o.num_cycles or 1
+  check_int(N, "num_cycles", cycles, 0, 2)
+  return new(N, opt, function(t, base)
+    if t < warmup then return base * warm(t, warmup) end
+    local progress = (t - warmup) / math.max(1, total - warmup)
+    if progress >= 1 then return 0 end
+    return base * math.max(0, 0.5 * (1 + math.cos(math.pi * ((cycles * progress) % 1))))
+  end)
+end
+
+-- timescale: num_warmup_steps, or 10000 when that is 0 (transformers' default)
+function M.get_inverse_sqrt_schedule(opt, a, ...)
+  local N = "get_inverse_sqrt_schedule"
+  local o = targs(N, opt, { "num_warmup_steps", "timescale" }, { "num_warmup_steps" }, a, table.pack(...),
+    "(opt, num_warmup_steps [, timescale])")
+  local warmup = o.num_warmup_steps
+  local timescale = o.timescale
+  if timescale == nil then timescale = warmup > 0 and warmup or 10000 end
+  check_int(N, "timescale", timescale, 1, 2)
+  return new(N, opt, function(t, base)
+    if t < warmup then return base * warm(t, warmup) end
+    return base / math.sqrt((t + timescale - warmup) / timescale)
+  end)
+end
+
+-- get_scheduler(name, opt [, num_warmup_steps [, num_training_steps [, scheduler_specific_kwargs]]]) (or
+-- (name, opt, {num_warmup_steps=, num_training_steps=, scheduler_specific_kwargs=})): transformers' (and
+-- Accelerate's examples') way to pick a schedule by name. scheduler_specific_kwargs goes to the schedule (num_cycles,
+-- lr_end, power, timescale). Its names that have no schedule here are refused by name.
+local BY_NAME = {
+  linear = { "get_linear_schedule_with_warmup", 2 },
+  cosine = { "get_cosine_schedule_with_warmup", 2 },
+  cosine_with_restarts = { "get_cosine_with_hard_restarts_schedule_with_warmup", 2 },
+  polynomial = { "get_polynomial_decay_schedule_with_warmup", 2 },
+  constant = { "get_constant_schedule", 0 },
+  constant_with_warmup = { "get_constant_schedule_with_warmup", 1 },
+  inverse_sqrt = { "get_inverse_sqrt_schedule", 1 },
+}
+local NOT_HERE = { reduce_lr_on_plateau = true, cosine_with_min_lr = true, cosine_warmup_with_min_lr = true,
+  warmup_stable_decay = true }
+function M.get_scheduler(name, opt, a, b, c, ...)
+  local N = "get_scheduler"
+  O.no_more(N, "(name, opt [, num_warmup_steps [, num_training_steps [, scheduler_specific_kwargs]]])", ...)
+  local names = {}
+  for k in pairs(BY_NAME) do names[#names + 1] = k end
+  table.sort(names)
+  if type(name) ~= "string" or not BY_NAME[name] then
+    if type(name) == "string" and NOT_HERE[name] then
+      error(("get_scheduler: transformers' schedule %q is not offered here (available: %s)"):format(name,
+        table.concat(names, ", ")), 2)
+    end
+    error(("get_scheduler: name must be one of %s, got %s"):format(table.concat(names, ", "), O.got(name)), 2)
+  end
+  check_opt(N, opt)
+  local o
+  if type(a) == "table" then
+    if b ~= nil or c ~= nil then error("get_scheduler: pass the steps as a table or as arguments, not both", 2) end
+    check_keys(N, a, { num_warmup_steps = true, num_training_steps = true, scheduler_specific_kwargs = true })
+    o = a
+  else
+    o = { num_warmup_steps = a, num_training_steps = b, scheduler_specific_kwargs = c }
+  end
+  local kw = o.scheduler_specific_kwargs or {}
+  if type(kw) ~= "table" then
+    error(("get_scheduler: scheduler_specific_kwargs must be a table, got %s"):format(O.got(kw)), 2)
+  end
+  local fn, needs = BY_NAME[name][1], BY_NAME[name][2]
+  if needs == 0 then
+    if next(kw) ~= nil then
+      error(("get_scheduler: %q takes no scheduler_specific_kwargs, got key '%s'"):format(name, tostring(next(kw))), 2)
+    end
+    return M[fn](opt)
+  end
+  if o.num_warmup_steps == nil then
+    error(("get_scheduler: %s requires num_warmup_steps, please provide that argument"):format(name), 2)
+  end
+  if needs == 2 and o.num_training_steps == nil then
+    error(("get_scheduler: %s requires num_training_steps, please provide that argument"):format(name), 2)
+  end
+  local args = { num_warmup_steps = o.num_warmup_steps }
+  if needs == 2 then args.num_training_steps = o.num_training_steps end
+  for k, v in pairs(kw) do
+    if args[k] ~= nil then
+      error(("get_scheduler: scheduler_specific_kwargs repeats '%s'"):format(tostring(k)), 2)
+    end
+    args[k] = v
+  end
+  local ok, sched = pcall(M[fn], opt, args)
+  if not ok then error(sched, 2) end
+  return sched
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
