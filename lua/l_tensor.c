@@ -445,6 +445,19 @@ static int m_narrow(lua_State *L) {
     FL_LCALL(L, fl_narrow(slot, t, d, start, len));
     return 1;
 }
+/* x:select(dim, index): torch's select, the view at that position of dim with dim dropped (both 1-based, negative
+ * from the end); x[i] is x:select(1, i) (a number for 1-D). */
+static int m_select(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (t->ndim == 0) return luaL_error(L, "select: cannot select from a 0-d tensor; use :item()");
+    int d = check_dim(L, 2, t->ndim, "select");
+    lua_Integer i = (lua_Integer)check_int(L, 3, "select", "index");
+    if (!lua_isnone(L, 4)) return luaL_error(L, "select: expected (dim, index), got %d arguments", lua_gettop(L) - 1);
+    int64_t k = norm_index(L, i, t, d, "select");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_select(slot, t, d, k));
+    return 1;
+}
 static int m_expand(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     int ndim; int64_t shape[FL_MAX_DIMS];
@@ -608,7 +621,10 @@ static int m_index(lua_State *L) {
         if (lua_isnil(L, -1) && (t = fl_ltotensor(L, 1)) != NULL && fl_lautograd_field(L, t, lua_tostring(L, 2))) return 1;
         return 1;
     }
-    if (lua_type(L, 2) != LUA_TNUMBER) { lua_pushnil(L); return 1; }
+    if (lua_type(L, 2) != LUA_TNUMBER)   /* x[{1, 2}] or x[true] read as nil and failed later, far from here */
+        return luaL_error(L, "x[k]: a tensor is indexed by a method name or an integer position (x[i]: the i-th row), "
+                             "got %s; one dim at a time: x:select(dim, i), x:narrow(dim, start, length)",
+                          luaL_typename(L, 2));
     fl_tensor *t = fl_lchecktensor(L, 1);
     lua_Integer i = (lua_Integer)check_int(L, 2, "x[i]", "index");
     if (t->ndim == 0) return luaL_error(L, "cannot index a 0-d tensor; use :item()");
@@ -1090,7 +1106,7 @@ static const luaL_Reg methods[] = {
     {"shape_str", m_shape_str},
     {"free", m_free_method}, {"is_released", m_is_released},
     {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},
-    {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
+    {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"select", m_select}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
     {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
     {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where}, {"_clamp", m_clamp_scalar},

@@ -179,9 +179,10 @@ add_all {
        .. "set_autocast_dtype returns the previous name." },
   { section = "Tensors", name = "is_tensor", sig = "fp8.is_tensor(x) -> boolean",
     doc = "Whether x is an fp8 tensor (of any dtype or device)." },
-  { section = "Tensors", name = "Tensor:unsqueeze", sig = "x:unsqueeze(d) / :squeeze([d]) / :flatten() / :permute(d1, ...) / :narrow(d, start, len) / :expand(shape) / :clone()",
+  { section = "Tensors", name = "Tensor:unsqueeze", sig = "x:unsqueeze(d) / :squeeze([d]) / :flatten() / :permute(d1, ...) / :narrow(d, start, len) / :select(d, i) / :expand(shape) / :clone()",
     doc = "Shape views (1-based dims, negative from the end): add or drop a size-1 dim, flatten, reorder dims,\n"
-       .. "a slice of len along d from start, broadcast size-1 dims; clone() copies (and keeps the history)." },
+       .. "a slice of len along d from start, the position i of d with d dropped (x[i] is x:select(1, i); torch's\n"
+       .. "x[:, -1] is x:select(2, -1)), broadcast size-1 dims; clone() copies (and keeps the history)." },
   { section = "Tensors", name = "Tensor:chunk", sig = "x:chunk(n [, d=1]) / x:split(size | {sizes} [, d=1])",
     doc = "Narrow views along d, returned as several values (local q, k, v = x:chunk(3, -1)): chunk in pieces of\n"
        .. "ceil(len / n) (fewer than n when they run out), split in pieces of size (the last shorter) or of the\n"
@@ -331,8 +332,8 @@ also("format", { "dtype_names", "is_nan_code" })
 also("Tensor:backward", { "Tensor:requires_grad", "Tensor:requires_grad_", "Tensor:detach", "Tensor:zero_grad",
                           "Tensor:is_leaf", "Tensor:grad_fn", "Tensor:retain_grad", "Tensor:retains_grad",
                           "Tensor:register_hook", "Tensor:register_post_accumulate_grad_hook" })
-also("Tensor:unsqueeze", { "Tensor:squeeze", "Tensor:flatten", "Tensor:permute", "Tensor:narrow", "Tensor:expand",
-                           "Tensor:clone" })
+also("Tensor:unsqueeze", { "Tensor:squeeze", "Tensor:flatten", "Tensor:permute", "Tensor:narrow", "Tensor:select",
+                           "Tensor:expand", "Tensor:clone" })
 also("Tensor:float", { "Tensor:bfloat16", "Tensor:half" })
 also("Tensor:free", { "Tensor:is_released" })
 also("Tensor:stride", { "Tensor:is_contiguous", "Tensor:shape_str", "Tensor:device", "Tensor:is_fp8", "Tensor:scale_axis" })

@@ -104,6 +104,35 @@ describe("views and indexing", function()
     x:set({1, 2}, 10)
     assert.are.equal(10, x:get{1, 2})
   end)
+  it("selects a position of any dim (torch's select; x[:, -1] is x:select(2, -1)), a view that carries gradients",
+    function()
+      assert.are.same({ 2, 5 }, x:select(2, -1):totable())
+      assert.are.same({ 3, 4, 5 }, x:select(1, 2):totable())
+      assert.are.same({ 3, 4, 5 }, x:select(-2, -1):totable())
+      assert.are.same({}, x:select(1, 1):select(1, 2):shape())   -- 1-D: a 0-d view
+      assert.are.equal(1, x:select(1, 1):select(1, 2):item())
+      local v = x:select(2, 3)
+      v[1] = 77
+      assert.are.equal(77, x:get { 1, 3 })
+      local p = fp8.ones { 2, 3 }:requires_grad_()
+      local s = (p:select(2, 2) * fp8.tensor { 3, 4 }):sum()
+      s:backward()
+      assert.are.same({ { 0, 3, 0 }, { 0, 4, 0 } }, p.grad:totable())
+      for _, c in ipairs {
+        { function() return x:select(3, 1) end, "select: dim 3 out of range for a 2-d tensor (valid: 1..2 or -2..-1)" },
+        { function() return x:select(2, 4) end, "select: index 4 out of range for dimension 2 of size 3" },
+        { function() return x:select(2, 0) end, "(indices are 1-based)" },
+        { function() return x:select(1, 1, 1) end, "select: expected (dim, index), got 3 arguments" },
+        { function() return fp8.tensor(3):select(1, 1) end, "select: cannot select from a 0-d tensor" },
+        -- an index that is neither a method name nor an integer was nil, which failed later, far from here
+        { function() return x[{ 1, 2 }] end, "x[k]: a tensor is indexed by a method name or an integer position" },
+        { function() return x[true] end, "got boolean; one dim at a time: x:select(dim, i), x:narrow(dim, start, length)" },
+      } do
+        local ok, err = pcall(c[1])
+        assert.is_false(ok, c[2])
+        assert.truthy(tostring(err):find(c[2], 1, true), err)
+      end
+    end)
   it("shares storage between a view and its base", function()
     local row = x[2]
     row[1] = 99
