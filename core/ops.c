@@ -432,6 +432,45 @@ fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, f
     return make_f32(out, ndim, shape, dt, rng_fill, &c);
 }
 
+/* The largest integer every smaller one of which dt holds exactly: 2^(mantissa bits + 1) (fp32 2^24, bf16 256,
+ * fp16 2048). */
+static int64_t exact_ints(fl_dtype dt) { return (int64_t)1 << (fl_format(dt)->mant_bits + 1); }
+
+typedef struct { fl_rng *r; int64_t lo, hi; } int_ctx;
+static void int_fill(void *vc, float *p, size_t n) {
+    int_ctx *c = vc;
+    fl_rng_integers(c->r, p, n, c->lo, c->hi);
+}
+
+fl_status fl_randint(fl_tensor **out, fl_rng *r, int64_t low, int64_t high, int ndim, const int64_t *shape,
+                     fl_dtype dt) {
+    *out = NULL;
+    FL_TRY(check_factory_dtype(dt, "randint"));
+    if (high <= low)
+        return FL_ERR(FL_EINVAL, "randint: high (%lld) must be greater than low (%lld): the values are in [low, high)",
+                      (long long)high, (long long)low);
+    const int64_t lim = exact_ints(dt);
+    if (low < -lim || high - 1 > lim)
+        return FL_ERR(FL_EINVAL,
+                      "randint: [%lld, %lld) holds integers %s cannot hold exactly (it holds every integer in "
+                      "[-%lld, %lld]%s)", (long long)low, (long long)high, fl_format(dt)->name, (long long)lim,
+                      (long long)lim, dt == FL_F32 ? "" : "; use fp32");
+    int_ctx c = { r ? r : fl_default_rng(), low, high };
+    return make_f32(out, ndim, shape, dt, int_fill, &c);
+}
+
+static void perm_fill(void *vc, float *p, size_t n) { fl_rng_permutation(vc, p, n); }
+
+fl_status fl_randperm(fl_tensor **out, fl_rng *r, int64_t n, fl_dtype dt) {
+    *out = NULL;
+    FL_TRY(check_factory_dtype(dt, "randperm"));
+    if (n < 0) return FL_ERR(FL_EINVAL, "randperm: n must be >= 0, got %lld", (long long)n);
+    if (n > exact_ints(dt))
+        return FL_ERR(FL_EINVAL, "randperm: n = %lld: %s holds the integers up to %lld exactly%s", (long long)n,
+                      fl_format(dt)->name, (long long)exact_ints(dt), dt == FL_F32 ? "" : "; use fp32");
+    return make_f32(out, 1, &n, dt, perm_fill, r ? r : fl_default_rng());
+}
+
 /* ---- quantization ------------------------------------------------------------------------- */
 
 void fl_quant_opts_default(fl_quant_opts *o) {

@@ -96,6 +96,11 @@ fl_status fl_to_device(fl_tensor **out, const fl_tensor *t, int device);
 fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_dtype dt);
 fl_status fl_rand(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* U[0,1) */
 fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt); /* N(0,1) */
+/* integers uniform in [low, high) (fl_rng_integers; |low|, |high| ≤ 2^24, and every value exact in dt) */
+fl_status fl_randint(fl_tensor **out, fl_rng *r, int64_t low, int64_t high, int ndim, const int64_t *shape,
+                     fl_dtype dt);
+/* a random permutation of 0 .. n−1 (fl_rng_permutation; n ≤ 2^24, and every value exact in dt) */
+fl_status fl_randperm(fl_tensor **out, fl_rng *r, int64_t n, fl_dtype dt);
 
 /* Quantization (docs/fp8-spec.md §1). Scale choice, in order: opts.scale if > 0; else from opts.amax
  * if > 0; else from the tensor's own amax (per tensor, or per index along `axis`):

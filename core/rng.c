@@ -47,6 +47,41 @@ void fl_rng_normal(fl_rng *r, float *dst, size_t n, float mean, float std) {
     r->counter = base + blocks;
 }
 
+/* w0·2^32 + w1, times range, keeping the high 64 bits: uniform in [0, range) up to a bias below range / 2^64 */
+static inline uint64_t below(uint32_t w0, uint32_t w1, uint64_t range) {
+    const unsigned __int128 x = (unsigned __int128)(((uint64_t)w0 << 32) | w1) * range;
+    return (uint64_t)(x >> 64);
+}
+
+void fl_rng_integers(fl_rng *r, float *dst, size_t n, int64_t lo, int64_t hi) {
+    const size_t blocks = (n + 1) / 2;
+    const uint64_t base = r->counter, range = (uint64_t)(hi - lo);
+    #pragma omp parallel for if (n > (1u << 18)) schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        uint32_t w[4];
+        fl_philox4x32(r->seed, base + b, w);
+        for (int j = 0; j < 2 && b * 2 + j < n; j++)
+            dst[b * 2 + j] = (float)(lo + (int64_t)below(w[2 * j], w[2 * j + 1], range));
+    }
+    r->counter = base + blocks;
+}
+
+void fl_rng_permutation(fl_rng *r, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = (float)i;
+    uint64_t block = r->counter;
+    uint32_t w[4];
+    int used = 2;   /* draws left in w: none yet */
+    for (size_t i = n; i-- > 1;) {
+        if (used == 2) { fl_philox4x32(r->seed, block++, w); used = 0; }
+        const size_t j = (size_t)below(w[2 * used], w[2 * used + 1], (uint64_t)i + 1);
+        used++;
+        const float t = dst[i];
+        dst[i] = dst[j];
+        dst[j] = t;
+    }
+    r->counter = block;
+}
+
 /* The core's one default generator; the binding layer keeps its own state per Lua state if it wants. */
 static fl_rng fl_default = { 0, 0 };
 fl_rng *fl_default_rng(void) { return &fl_default; }

@@ -220,6 +220,39 @@ static int l_random(lua_State *L, int normal, const char *fname) {
     to_device_in_box(L, slot, dev);
     return 1;
 }
+/* randint([low=0,] high, {shape} [, dtype | {dtype=, device=}]): torch's randint, integers uniform in [low, high) as
+ * values of the dtype (fp32 unless given); the shape as a table, since numbers before it are the bounds. */
+static int l_randint(lua_State *L) {
+    const char *usage = "(high, {shape}) or (low, high, {shape}), then [dtype | {dtype=, device=}]";
+    int nb = lua_type(L, 2) == LUA_TTABLE ? 1 : lua_type(L, 3) == LUA_TTABLE ? 2 : 0;
+    if (nb == 0)
+        return luaL_error(L, "randint: expected %s, got (%s, %s, ...)", usage, luaL_typename(L, 1),
+                          luaL_typename(L, 2));
+    int64_t low = nb == 2 ? check_int(L, 1, "randint", "low") : 0, high = check_int(L, nb, "randint", "high");
+    int ndim; int64_t shape[FL_MAX_DIMS];
+    int next = parse_shape(L, nb + 1, &ndim, shape, 0, "randint");
+    fl_lmaxargs(L, next, "randint", usage);
+    int dev;
+    fl_dtype dt = opt_dtype_at_dev(L, next, FL_F32, "randint", &dev);
+    reject_fp8_dtype(L, dt, "randint");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_randint(slot, fl_default_rng(), low, high, ndim, shape, dt));
+    to_device_in_box(L, slot, dev);
+    return 1;
+}
+
+/* randperm(n [, dtype | {dtype=, device=}]): torch's randperm, 0 .. n−1 in a random order. */
+static int l_randperm(lua_State *L) {
+    int64_t n = check_int(L, 1, "randperm", "n");
+    fl_lmaxargs(L, 2, "randperm", "(n [, dtype | {dtype=, device=}])");
+    int dev;
+    fl_dtype dt = opt_dtype_at_dev(L, 2, FL_F32, "randperm", &dev);
+    reject_fp8_dtype(L, dt, "randperm");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_randperm(slot, fl_default_rng(), n, dt));
+    to_device_in_box(L, slot, dev);
+    return 1;
+}
 static int l_rand(lua_State *L) { return l_random(L, 0, "rand"); }
 static int l_randn(lua_State *L) { return l_random(L, 1, "randn"); }
 
@@ -1131,7 +1164,8 @@ static const luaL_Reg metamethods[] = {
 
 static const luaL_Reg factories[] = {
     {"tensor", l_tensor_new}, {"zeros", l_zeros}, {"ones", l_ones}, {"empty", l_empty}, {"full", l_full},
-    {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {"is_tensor", l_is_tensor},
+    {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn},
+    {"randint", l_randint}, {"randperm", l_randperm}, {"is_tensor", l_is_tensor},
     {"_live_dtype", l_live_dtype},
     {"matmul", l_matmul}, {"cat", l_cat}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"pow", m_pow},
     {NULL, NULL},

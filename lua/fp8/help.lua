@@ -59,6 +59,11 @@ add_all {
     doc = "A tensor of zeros of the given shape (a table, or arguments: fp8.zeros(2, 3)); fp32 unless given." },
   { section = "Tensors", name = "randn", sig = "fp8.randn{d1, d2, ...} [, dtype | {dtype=, device=}] -> Tensor",
     doc = "Normal(0, 1) samples; reproducible after fp8.manual_seed(n)." },
+  { section = "Tensors", name = "randint",
+    sig = "fp8.randint([low=0,] high, {d1, d2, ...} [, dtype | {dtype=, device=}]) -> Tensor",
+    doc = "Integers uniform in [low, high) (torch's randint; fp32 values unless given, each exact in the dtype);\n"
+       .. "reproducible after fp8.manual_seed(n). The shape is a table: the numbers before it are the bounds.\n"
+       .. "fp8.randint(V, {B, T}) draws token ids; fp8.randperm(n) is 0 .. n-1 in a random order." },
   { section = "Tensors", name = "manual_seed", sig = "fp8.manual_seed(n)",
     doc = "Seeds the random generator: same seed, same script, same numbers." },
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
@@ -327,6 +332,7 @@ also("cuda", { "cuda.is_built", "cuda.is_available", "cuda.device_count", "cuda.
                "cuda.memory_allocated", "cuda.max_memory_allocated", "cuda.reset_peak_memory_stats",
                "cuda.memory_reserved", "cuda.max_memory_reserved", "cuda.empty_cache" })
 also("no_grad", { "enable_grad", "set_grad_enabled", "is_grad_enabled" })
+also("randint", { "randperm" })
 also("autocast_dtype", { "set_autocast_dtype" })
 also("format", { "dtype_names", "is_nan_code" })
 also("Tensor:backward", { "Tensor:requires_grad", "Tensor:requires_grad_", "Tensor:detach", "Tensor:zero_grad",

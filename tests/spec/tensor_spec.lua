@@ -77,6 +77,54 @@ describe("factories", function()
   end)
 end)
 
+describe("randint and randperm", function()
+  it("draw torch's integers in [low, high) and permutations, the same after the same seed", function()
+    fp8.manual_seed(7)
+    local a = fp8.randint(10, { 3, 4 })
+    local p = fp8.randperm(9)
+    fp8.manual_seed(7)
+    assert.are.same(a:totable(), fp8.randint(10, { 3, 4 }):totable())
+    assert.are.same(p:totable(), fp8.randperm(9):totable())
+    assert.are.same({ 3, 4 }, a:shape())
+    -- every value in range, each about equally often (70000 draws of 7 values: 10000 expected, 5 sigma ~ 460)
+    local counts = {}
+    for _, v in ipairs(fp8.randint(-2, 5, { 70000 }):totable()) do
+      assert.is_true(math.type(v) == "float" and v == math.floor(v) and v >= -2 and v < 5, tostring(v))
+      counts[v] = (counts[v] or 0) + 1
+    end
+    for v = -2, 4 do assert.is_true(math.abs(counts[v] - 10000) < 460, ("%d drawn %d times"):format(v, counts[v])) end
+    -- a permutation of 0 .. n-1, not the identity, and uniformly placed (the first element of 20000 draws of n = 4)
+    local sorted = fp8.randperm(1000):totable()
+    table.sort(sorted)
+    for i = 1, 1000 do assert.are.equal(i - 1, sorted[i]) end
+    local first = {}
+    for _ = 1, 2000 do
+      local v = fp8.randperm(4):totable()[1]
+      first[v] = (first[v] or 0) + 1
+    end
+    for v = 0, 3 do assert.is_true(math.abs(first[v] - 500) < 110, ("%d first %d times"):format(v, first[v])) end
+    assert.are.equal(0, fp8.randperm(0):numel())
+    assert.are.equal("bf16", fp8.randint(3, { 2 }, "bf16"):dtype())
+    for _, c in ipairs {
+      { function() return fp8.randint(3) end, "randint: expected (high, {shape}) or (low, high, {shape})" },
+      { function() return fp8.randint(3, 3, { 2 }) end, "randint: high (3) must be greater than low (3)" },
+      { function() return fp8.randint(0, 300, { 2 }, "bf16") end,
+        "randint: [0, 300) holds integers bf16 cannot hold exactly (it holds every integer in [-256, 256]; use fp32)" },
+      { function() return fp8.randint(0, 2 ^ 25, { 1 }) end, "holds integers fp32 cannot hold exactly" },
+      { function() return fp8.randint(0.5, { 1 }) end, "randint: high must be an integer, got 0.5" },
+      { function() return fp8.randint(2, { 2 }, "fp32", 5) end, "randint: takes (high, {shape}) or (low, high" },
+      { function() return fp8.randperm(-1) end, "randperm: n must be >= 0, got -1" },
+      { function() return fp8.randperm(5, "e4m3") end, "randperm: dtype e4m3 is an FP8 format" },
+      { function() return fp8.randperm(300, "bf16") end,
+        "randperm: n = 300: bf16 holds the integers up to 256 exactly" },
+    } do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok, c[2])
+      assert.truthy(tostring(err):find(c[2], 1, true), err)
+    end
+  end)
+end)
+
 describe("views and indexing", function()
   local x
   before_each(function() x = fp8.arange(6):view(2, 3) end)
