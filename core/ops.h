@@ -99,6 +99,15 @@ fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, f
 /* integers uniform in [low, high) (fl_rng_integers; |low|, |high| ≤ 2^24, and every value exact in dt) */
 fl_status fl_randint(fl_tensor **out, fl_rng *r, int64_t low, int64_t high, int ndim, const int64_t *shape,
                      fl_dtype dt);
+/* sort.c: the values along dim in order (descending or ascending; NaN counts as the largest; ties in position
+ * order) and their indices (fp32, 0-based), the first k of them (k < 0: all); the values carry gradients back to
+ * their positions. name: "sort", "topk" or "argsort", for the messages. */
+fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, int dim, bool descending, int64_t k,
+                  const char *name);
+/* n category indices (fp32, 0-based) drawn from each row of probs (1-d: one distribution, 2-d: one a row) with
+ * weights proportional to its entries (finite, >= 0, a positive sum), with or without replacement; r NULL: the
+ * default generator. */
+fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, bool replacement, fl_rng *r);
 /* a random permutation of 0 .. n−1 (fl_rng_permutation; n ≤ 2^24, and every value exact in dt) */
 fl_status fl_randperm(fl_tensor **out, fl_rng *r, int64_t n, fl_dtype dt);
 

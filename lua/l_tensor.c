@@ -933,6 +933,59 @@ static int reduce_with_index(lua_State *L, fl_redop op) {
     FL_LCALL(L, fl_reduce_index(vals, idx, op, t, dim, keepdim));
     return 2;
 }
+/* An optional boolean argument (a number would read as true: 0 is true in Lua). */
+static bool opt_bool(lua_State *L, int arg, bool dflt, const char *fname, const char *what) {
+    if (lua_isnoneornil(L, arg)) return dflt;
+    if (!lua_isboolean(L, arg)) luaL_error(L, "%s: %s must be a boolean, got %s", fname, what, luaL_typename(L, arg));
+    return lua_toboolean(L, arg);
+}
+
+/* x:sort([dim=-1 [, descending=false [, stable]]]) → values, indices (torch's sort; ties always keep their order, so
+ * stable=true is what it does anyway); x:argsort(...) → the indices alone. dims 1-based, negative from the end. */
+static int sort_like(lua_State *L, const char *fname, bool values) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 4, fname, "([dim=-1 [, descending=false [, stable]]])");
+    int d = lua_isnoneornil(L, 2) ? -1 : t->ndim == 0 ? 0 : check_dim(L, 2, t->ndim, fname);
+    if (d < 0 && t->ndim > 0) d += t->ndim;
+    const bool desc = opt_bool(L, 3, false, fname, "descending");
+    (void)opt_bool(L, 4, false, fname, "stable");
+    fl_tensor **v = fl_lnewbox(L), **i = fl_lnewbox(L);
+    FL_LCALL(L, fl_sort(v, i, t, d, desc, -1, fname));
+    if (values) return 2;
+    lua_remove(L, -2);
+    return 1;
+}
+static int m_sort(lua_State *L) { return sort_like(L, "sort", true); }
+static int m_argsort(lua_State *L) { return sort_like(L, "argsort", false); }
+
+/* x:topk(k [, dim=-1 [, largest=true [, sorted=true]]]) → values, indices: the k largest (or smallest) along dim,
+ * in order (sorted=false allows any order, and this one is sorted). */
+static int m_topk(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 5, "topk", "(k [, dim=-1 [, largest=true [, sorted=true]]])");
+    int64_t k = check_int(L, 2, "topk", "k");
+    if (k < 0) return luaL_error(L, "topk: k must be >= 0, got %I", (lua_Integer)k);
+    int d = lua_isnoneornil(L, 3) ? -1 : t->ndim == 0 ? 0 : check_dim(L, 3, t->ndim, "topk");
+    if (d < 0 && t->ndim > 0) d += t->ndim;
+    const bool largest = opt_bool(L, 4, true, "topk", "largest");
+    (void)opt_bool(L, 5, true, "topk", "sorted");
+    fl_tensor **v = fl_lnewbox(L), **i = fl_lnewbox(L);
+    FL_LCALL(L, fl_sort(v, i, t, d, largest, k, "topk"));
+    return 2;
+}
+
+/* x:multinomial(num_samples [, replacement=false]) and fp8.multinomial(probs, ...): torch's, category indices drawn
+ * from each row's weights with the default generator (reproducible after fp8.manual_seed). */
+static int m_multinomial(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "multinomial", "(num_samples [, replacement=false])");
+    int64_t n = check_int(L, 2, "multinomial", "num_samples");
+    const bool repl = opt_bool(L, 3, false, "multinomial", "replacement");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_multinomial(slot, t, n, repl, fl_default_rng()));
+    return 1;
+}
+
 static int m_max(lua_State *L) { return reduce_with_index(L, FL_OP_MAX); }
 static int m_min(lua_State *L) { return reduce_with_index(L, FL_OP_MIN); }
 /* A read FP8 tensor's counters are not known: its amax, underflow and saturated counts raise, naming why. */
@@ -1147,6 +1200,7 @@ static const luaL_Reg methods[] = {
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
+    {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial},
     {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},
     {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},
@@ -1165,7 +1219,7 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg factories[] = {
     {"tensor", l_tensor_new}, {"zeros", l_zeros}, {"ones", l_ones}, {"empty", l_empty}, {"full", l_full},
     {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn},
-    {"randint", l_randint}, {"randperm", l_randperm}, {"is_tensor", l_is_tensor},
+    {"randint", l_randint}, {"randperm", l_randperm}, {"multinomial", m_multinomial}, {"is_tensor", l_is_tensor},
     {"_live_dtype", l_live_dtype},
     {"matmul", l_matmul}, {"cat", l_cat}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"pow", m_pow},
     {NULL, NULL},

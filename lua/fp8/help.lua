@@ -131,6 +131,12 @@ add_all {
        .. "shape along a new dim. Differentiable; FP8 tensors must be dequantized first." },
   { section = "Tensors", name = "stack", sig = "fp8.stack({a, b, ...} [, dim=1])",
     doc = "Tensors of one shape along a new dim (torch.stack); see help(\"cat\")." },
+  { section = "Tensors", name = "Tensor:sort",
+    sig = "local v, i = x:sort([dim=-1 [, descending=false]]) / x:argsort(...) / x:topk(k [, dim=-1 [, largest=true]])",
+    doc = "torch's ordering along dim: the values (x's dtype, gradients flow back to their positions) and their\n"
+       .. "0-based indices (fp32); NaN counts as the largest, equal values keep their order. argsort gives the indices alone,\n"
+       .. "topk the k largest (or smallest) in order. x:multinomial(n [, replacement=false]) (or fp8.multinomial(p,\n"
+       .. "n, ...)) draws n category indices from each row's weights, reproducibly after fp8.manual_seed." },
   { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
     doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
        .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices\n"
@@ -315,6 +321,7 @@ also("Tensor:view", { "Tensor:reshape", "Tensor:transpose", "Tensor:t", "Tensor:
 also("Tensor:get", { "Tensor:set", "Tensor:item", "Tensor:totable", "Tensor:tolist" })
 also("Tensor:sum", { "Tensor:mean", "Tensor:max", "Tensor:min", "Tensor:amax", "Tensor:abs" })
 also("Tensor:argmax", { "Tensor:argmin" })
+also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial" })
 also("Tensor:scale", { "Tensor:scale_inv", "Tensor:bytes" })
 also("Tensor:matmul", { "Tensor:add", "Tensor:sub", "Tensor:mul", "Tensor:div", "Tensor:neg", "Tensor:exp",
                         "Tensor:log", "Tensor:sqrt", "Tensor:sign", "Tensor:tanh", "Tensor:sigmoid" })

@@ -125,6 +125,88 @@ describe("randint and randperm", function()
   end)
 end)
 
+describe("sort, argsort, topk and multinomial", function()
+  it("order along a dim as torch's (NaN the largest, ties in position order) and pass gradients to the positions",
+    function()
+      local x = fp8.tensor { { 3, 1, 2, 0 / 0, 2 }, { 5, -1, 7, 7, 0 } }:requires_grad_()
+      local v, i = x:sort(-1, true)
+      assert.are.same({ { 3, 0, 2, 4, 1 }, { 2, 3, 0, 4, 1 } }, i:totable())
+      local vt = v:totable()
+      assert.is_true(vt[1][1] ~= vt[1][1])   -- NaN first when descending
+      assert.are.same({ 3, 2, 2, 1 }, { vt[1][2], vt[1][3], vt[1][4], vt[1][5] })
+      assert.are.same({ 7, 7, 5, 0, -1 }, vt[2])
+      local _, ia = x:sort()
+      assert.are.same({ { 1, 2, 4, 0, 3 }, { 1, 4, 0, 2, 3 } }, ia:totable())   -- NaN last when ascending
+      assert.are.same(ia:totable(), x:argsort(2):totable())
+      assert.are.same({ { 0, 1 }, { 1, 0 } }, fp8.tensor { { 1, 2 }, { 3, 0 } }:argsort(1):totable())
+      local tv, ti = x:topk(2)
+      assert.are.same({ { 3, 0 }, { 2, 3 } }, ti:totable())
+      assert.are.same({ 2, 2 }, tv:shape())
+      -- the gradient of the values goes back to where each came from
+      ;(tv * fp8.tensor { { 10, 20 }, { 30, 40 } }):sum():backward()
+      assert.are.same({ { 20, 0, 0, 10, 0 }, { 0, 0, 30, 40, 0 } }, x.grad:totable())
+      local sv, si = fp8.tensor { 4, 1, 3 }:topk(2, 1, false)
+      assert.are.same({ 1, 3 }, sv:totable())
+      assert.are.same({ 1, 2 }, si:totable())
+      assert.are.equal("bf16", fp8.tensor({ 2, 1 }, "bf16"):sort():dtype())   -- the values keep the dtype
+      assert.are.same({ 2, 0 }, fp8.ones { 2, 3 }:topk(0):shape())
+      for _, c in ipairs {
+        { function() return x:topk(9) end, "topk: k = 9 is more than the 5 values along dim 2 of [2, 5]" },
+        { function() return x:topk(-1) end, "topk: k must be >= 0, got -1" },
+        { function() return x:sort(3) end, "sort: dim 3 out of range for a 2-d tensor" },
+        { function() return x:sort(1, 1) end, "sort: descending must be a boolean, got number" },
+        { function() return x:topk(1, 1, "yes") end, "topk: largest must be a boolean, got string" },
+        { function() return fp8.tensor { 1, 2 }:quantize("e4m3"):sort() end,
+          "sort: e4m3 tensor: call :dequantize() first" },
+        { function() return fp8.tensor(1):sort() end, "sort: a 0-d tensor has no dim to order along" },
+        { function() return x:sort(1, true, true, 4) end, "sort: takes ([dim=-1 [, descending=false [, stable]]])" },
+      } do
+        local ok, err = pcall(c[1])
+        assert.is_false(ok, c[2])
+        assert.truthy(tostring(err):find(c[2], 1, true), err)
+      end
+    end)
+
+  it("multinomial draws each row's categories in proportion, with or without replacement, reproducibly", function()
+    fp8.manual_seed(3)
+    local p = fp8.tensor { { 1, 0, 3 }, { 0, 2, 2 } }
+    local d = p:multinomial(4000, true)
+    assert.are.same({ 2, 4000 }, d:shape())
+    local rows = d:totable()
+    local c1, c2 = { [0] = 0, 0, 0 }, { [0] = 0, 0, 0 }
+    for k = 1, 4000 do c1[rows[1][k]] = c1[rows[1][k]] + 1; c2[rows[2][k]] = c2[rows[2][k]] + 1 end
+    assert.are.equal(0, c1[1])   -- a zero weight is never drawn
+    assert.are.equal(0, c2[0])
+    assert.is_true(math.abs(c1[2] - 3000) < 140, tostring(c1[2]))   -- 5 sigma of 27
+    assert.is_true(math.abs(c2[1] - 2000) < 160, tostring(c2[1]))
+    fp8.manual_seed(3)
+    assert.are.same(rows, p:multinomial(4000, true):totable())
+    -- without replacement: distinct categories, every one with weight at the end
+    for _ = 1, 20 do
+      local r = fp8.multinomial(fp8.tensor { 5, 1, 1, 1 }, 4):totable()
+      table.sort(r)
+      assert.are.same({ 0, 1, 2, 3 }, r)
+    end
+    assert.are.same({ 3 }, fp8.tensor { 0.2, 0.8 }:multinomial(3, true):shape())
+    for _, c in ipairs {
+      { function() return fp8.tensor { { 1, 0, 0 } }:multinomial(2) end,
+        "multinomial: row 1 has 1 categories of probability > 0, fewer than the 2 samples drawn without replacement" },
+      { function() return fp8.tensor { 1, 2 }:multinomial(3) end, "cannot draw 3 samples from 2 categories without" },
+      { function() return fp8.tensor { 0, 0 }:multinomial(1) end, "multinomial: row 1 sums to 0" },
+      { function() return fp8.tensor { 1, -1 }:multinomial(1) end,
+        "row 1, category 1 holds -1: probabilities must be" },
+      { function() return fp8.tensor { 1, 0 / 0 }:multinomial(1) end, "probabilities must be finite and >= 0" },
+      { function() return fp8.tensor { 1, 2 }:multinomial(0) end, "multinomial: num_samples must be >= 1, got 0" },
+      { function() return fp8.ones { 2, 2, 2 }:multinomial(1) end, "multinomial: probabilities must be 1-d or 2-d" },
+      { function() return fp8.tensor { 1, 2 }:multinomial(1, 1) end, "multinomial: replacement must be a boolean" },
+    } do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok, c[2])
+      assert.truthy(tostring(err):find(c[2], 1, true), err)
+    end
+  end)
+end)
+
 describe("views and indexing", function()
   local x
   before_each(function() x = fp8.arange(6):view(2, 3) end)

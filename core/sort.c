@@ -1,0 +1,246 @@
+/* sort.c — ordering along a dim and drawing from categorical distributions: sort, topk (values and their indices,
+ * the values carrying gradients back to where they came from) and multinomial. Computed on the host, as argmax is
+ * (ops.c fl_argreduce): the values as contiguous fp32, the results moved to the input's device. Indices are fp32
+ * values 0 .. n−1 (the index dtype of fp8lab's argmax, embedding and cross_entropy), exact below 2^24. */
+#include "ops.h"
+#include "ops_raw.h"
+#include "autograd.h"
+#include "profiler.h"
+#include "rng.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The order: ascending by value with NaN after every number (torch's: NaN is the largest), descending the reverse;
+ * equal values keep their positions' order, so the result does not depend on the sort's algorithm. */
+typedef struct { float v; int64_t i; } keyed;
+static int cmp_asc(const void *pa, const void *pb) {
+    const keyed *a = pa, *b = pb;
+    const bool na = a->v != a->v, nb = b->v != b->v;
+    if (na != nb) return na ? 1 : -1;
+    if (!na && a->v != b->v) return a->v < b->v ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+static int cmp_desc(const void *pa, const void *pb) {
+    const keyed *a = pa, *b = pb;
+    const bool na = a->v != a->v, nb = b->v != b->v;
+    if (na != nb) return na ? -1 : 1;
+    if (!na && a->v != b->v) return a->v > b->v ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* t (contiguous fp32 on the host) → out on dev in dtype dt; t is released. */
+static fl_status to_result(fl_tensor **out, fl_tensor *t, fl_dtype dt, int dev) {
+    fl_tensor *c = NULL;
+    fl_status st = dt == FL_F32 ? (c = t, FL_OK) : fl_tensor_to(&c, t, dt);
+    if (c != t) fl_tensor_release(t);
+    if (st != FL_OK) return st;
+    if (dev == FL_DEV_CPU) { *out = c; return FL_OK; }
+    st = fl_tensor_to_device(out, c, dev);
+    fl_tensor_release(c);
+    return st;
+}
+
+/* a's values as contiguous fp32 on the host (*h), with outer × size × inner around dim. */
+static fl_status host_f32(fl_tensor **h, const fl_tensor *a) {
+    fl_tensor *d = NULL, *f = NULL;
+    fl_status st = fl_tensor_to_device(&d, a, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_to(&f, d, FL_F32);
+    if (st == FL_OK) st = fl_tensor_contiguous(h, f);
+    fl_tensor_release(d);
+    fl_tensor_release(f);
+    return st;
+}
+
+/* The gradient of values = a gathered along dim at indices: g scattered back to those positions (each position
+ * is taken once, so nothing adds). iargs[0]: dim. */
+static fl_status gather_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *in = n->inputs[0];
+    const int dim = (int)n->iargs[0];
+    const int64_t size = in->shape[dim], k = n->saved[0]->shape[dim];
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < in->ndim; i++) {
+        if (i < dim) outer *= in->shape[i];
+        if (i > dim) inner *= in->shape[i];
+    }
+    fl_tensor *gh = NULL, *ih = NULL, *z = NULL;
+    fl_status st = host_f32(&gh, g);
+    if (st == FL_OK) st = host_f32(&ih, n->saved[0]);
+    if (st == FL_OK) st = fl_tensor_zeros(&z, FL_F32, in->ndim, in->shape, FL_DEV_CPU);
+    if (st == FL_OK) {
+        const float *gv = fl_tensor_data(gh), *iv = fl_tensor_data(ih);
+        float *zv = fl_tensor_data(z);
+        for (int64_t o = 0; o < outer && st == FL_OK; o++)
+            for (int64_t r = 0; r < k && st == FL_OK; r++)
+                for (int64_t j = 0; j < inner; j++) {
+                    const float x = iv[(o * k + r) * inner + j];
+                    if (!(x >= 0 && x < (float)size && x == (float)(int64_t)x)) {   /* guards the memory */
+                        st = FL_ERR(FL_EINVAL, "%s: index %g out of range 0..%lld", n->name, (double)x,
+                                    (long long)size - 1);
+                        break;
+                    }
+                    zv[(o * size + (int64_t)x) * inner + j] += gv[(o * k + r) * inner + j];
+                }
+    }
+    fl_tensor_release(gh);
+    fl_tensor_release(ih);
+    if (st == FL_OK) st = to_result(&gin[0], z, FL_F32, in->device), z = NULL;
+    fl_tensor_release(z);
+    return st;
+}
+
+fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, int dim, bool descending, int64_t k,
+                  const char *name) {
+    char sa[200];
+    *values = *indices = NULL;
+    FL_PROF_SCOPE(name); FL_PROF_SHAPES(a);
+    if (fl_format(a->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "%s: %s tensor: call :dequantize() first (FP8 tensors only hold quantized data)", name,
+                      fl_format(a->dtype)->name);
+    if (a->ndim == 0) return FL_ERR(FL_EINVAL, "%s: a 0-d tensor has no dim to order along", name);
+    if (dim < -a->ndim || dim >= a->ndim)
+        return FL_ERR(FL_EINVAL, "%s: dim %d out of range for a tensor of shape %s", name, dim,
+                      fl_shape_str(sa, sizeof sa, a->ndim, a->shape));
+    if (dim < 0) dim += a->ndim;
+    const int64_t size = a->shape[dim];
+    if (k < 0) k = size;
+    if (k > size)
+        return FL_ERR(FL_EINVAL, "%s: k = %lld is more than the %lld values along dim %d of %s", name, (long long)k,
+                      (long long)size, dim + 1, fl_shape_str(sa, sizeof sa, a->ndim, a->shape));
+    if (size > (INT64_C(1) << 24))
+        return FL_ERR(FL_EINVAL, "%s: %lld positions along dim %d: indices above 2^24 are not exact in fp32, the index "
+                      "dtype", name, (long long)size, dim + 1);
+    int64_t outer = 1, inner = 1, shape[FL_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) {
+        if (i < dim) outer *= a->shape[i];
+        if (i > dim) inner *= a->shape[i];
+        shape[i] = i == dim ? k : a->shape[i];
+    }
+    fl_tensor *h = NULL, *v = NULL, *ix = NULL;
+    keyed *row = NULL;
+    fl_status st = host_f32(&h, a);
+    if (st == FL_OK) st = fl_tensor_empty(&v, FL_F32, a->ndim, shape, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_empty(&ix, FL_F32, a->ndim, shape, FL_DEV_CPU);
+    if (st == FL_OK && !(row = malloc(sizeof *row * (size_t)(size > 0 ? size : 1))))
+        st = FL_ERR(FL_ENOMEM, "%s: out of memory for a line of %lld values", name, (long long)size);
+    if (st == FL_OK) {
+        const float *x = fl_tensor_data(h);
+        float *vv = fl_tensor_data(v), *iv = fl_tensor_data(ix);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < inner; j++) {
+                for (int64_t s = 0; s < size; s++) row[s] = (keyed){ x[(o * size + s) * inner + j], s };
+                qsort(row, (size_t)size, sizeof *row, descending ? cmp_desc : cmp_asc);
+                for (int64_t r = 0; r < k; r++) {
+                    vv[(o * k + r) * inner + j] = row[r].v;
+                    iv[(o * k + r) * inner + j] = (float)row[r].i;
+                }
+            }
+    }
+    free(row);
+    fl_tensor_release(h);
+    /* the values in a's dtype (an exact conversion back: each is one of a's), the indices fp32, on a's device */
+    if (st == FL_OK) st = to_result(values, v, a->dtype, a->device), v = NULL;
+    if (st == FL_OK) st = to_result(indices, ix, FL_F32, a->device), ix = NULL;
+    fl_tensor_release(v);
+    fl_tensor_release(ix);
+    fl_node *n = NULL;
+    if (st == FL_OK && fl_any_requires_grad(1, &a)) {
+        st = fl_autograd_record(values, &n, k == size ? "SortBackward" : "TopkBackward", gather_bwd, 1, &a);
+        if (st == FL_OK) {
+            n->iargs[0] = dim;
+            st = fl_node_save_detached(n, 0, *indices);
+            if (st == FL_OK) st = fl_node_input_stub(n, 0);   /* its shape alone is read */
+        }
+    }
+    if (st != FL_OK) {
+        fl_tensor_release(*values);
+        fl_tensor_release(*indices);
+        *values = *indices = NULL;
+    }
+    return st;
+}
+
+fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, bool replacement, fl_rng *r) {
+    char sa[200];
+    *out = NULL;
+    FL_PROF_SCOPE("multinomial"); FL_PROF_SHAPES(probs);
+    if (fl_format(probs->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "multinomial: %s tensor: call :dequantize() first", fl_format(probs->dtype)->name);
+    if (probs->ndim != 1 && probs->ndim != 2)
+        return FL_ERR(FL_EINVAL, "multinomial: probabilities must be 1-d or 2-d (a row per distribution), got %s",
+                      fl_shape_str(sa, sizeof sa, probs->ndim, probs->shape));
+    const int64_t rows = probs->ndim == 2 ? probs->shape[0] : 1, cats = probs->shape[probs->ndim - 1];
+    if (cats == 0) return FL_ERR(FL_EINVAL, "multinomial: no categories (shape %s)",
+                                 fl_shape_str(sa, sizeof sa, probs->ndim, probs->shape));
+    if (cats > (INT64_C(1) << 24))
+        return FL_ERR(FL_EINVAL, "multinomial: %lld categories: indices above 2^24 are not exact in fp32",
+                      (long long)cats);
+    if (n < 1) return FL_ERR(FL_EINVAL, "multinomial: num_samples must be >= 1, got %lld", (long long)n);
+    if (!replacement && n > cats)
+        return FL_ERR(FL_EINVAL, "multinomial: cannot draw %lld samples from %lld categories without replacement",
+                      (long long)n, (long long)cats);
+    fl_tensor *h = NULL, *res = NULL;
+    double *w = NULL;
+    fl_status st = host_f32(&h, probs);
+    const int64_t shape[2] = { rows, n };
+    if (st == FL_OK) st = fl_tensor_empty(&res, FL_F32, probs->ndim, probs->ndim == 2 ? shape : shape + 1, FL_DEV_CPU);
+    if (st == FL_OK && !(w = malloc(sizeof *w * (size_t)cats)))
+        st = FL_ERR(FL_ENOMEM, "multinomial: out of memory for %lld weights", (long long)cats);
+    if (!r) r = fl_default_rng();
+    for (int64_t b = 0; b < rows && st == FL_OK; b++) {
+        const float *p = (const float *)fl_tensor_data(h) + b * cats;
+        float *dst = (float *)fl_tensor_data(res) + b * n;
+        int64_t nonzero = 0;
+        double total = 0;
+        for (int64_t c = 0; c < cats; c++) {
+            if (!(p[c] >= 0 && p[c] < INFINITY)) {
+                st = FL_ERR(FL_EINVAL,
+                            "multinomial: row %lld, category %lld holds %g: probabilities must be finite and >= 0",
+                            (long long)b + 1, (long long)c, (double)p[c]);
+                break;
+            }
+            w[c] = p[c];
+            total += w[c];
+            nonzero += p[c] > 0;
+        }
+        if (st != FL_OK) break;
+        if (!(total > 0)) {
+            st = FL_ERR(FL_EINVAL, "multinomial: row %lld sums to 0: no category can be drawn", (long long)b + 1);
+            break;
+        }
+        if (!replacement && n > nonzero) {
+            st = FL_ERR(FL_EINVAL, "multinomial: row %lld has %lld categories of probability > 0, fewer than the %lld "
+                        "samples drawn without replacement", (long long)b + 1, (long long)nonzero, (long long)n);
+            break;
+        }
+        for (int64_t s = 0; s < n; s++) {
+            float u;
+            fl_rng_uniform(r, &u, 1, 0.0f, 1.0f);
+            /* the first category whose running sum passes u·total; a zero-probability one never (the sum does not
+             * grow there), and rounding at the end falls on the last one with weight */
+            const double target = (double)u * total;
+            double acc = 0;
+            int64_t pick = -1;
+            for (int64_t c = 0; c < cats; c++) {
+                if (w[c] <= 0) continue;
+                pick = c;
+                acc += w[c];
+                if (acc > target) break;
+            }
+            dst[s] = (float)pick;
+            if (!replacement) {   /* drawn once: the rest from what is left */
+                total -= w[pick];
+                w[pick] = 0;
+                if (!(total > 0)) {   /* what is left rounds to nothing: the remaining positive weights, from scratch */
+                    total = 0;
+                    for (int64_t c = 0; c < cats; c++) total += w[c];
+                }
+            }
+        }
+    }
+    free(w);
+    fl_tensor_release(h);
+    if (st == FL_OK) st = to_result(out, res, FL_F32, probs->device), res = NULL;
+    fl_tensor_release(res);
+    return st;
+}
