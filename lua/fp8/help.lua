@@ -380,6 +380,7 @@ also("nn.Module:register_forward_hook", { "nn.Module:register_forward_pre_hook",
                                          "nn.Module:register_full_backward_pre_hook" })
 also("nn.GELU", { "nn.ReLU" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
+also("nn.ModuleList", { "nn.ModuleDict" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })
 also("profiler.record_function", { "profiler.push", "profiler.pop" })
 also("profiler.profile", { "prof:start", "prof:step", "prof:stop", "prof:run", "prof:events", "prof:trace_path" })

@@ -1408,3 +1408,94 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     assert.are.equal(2, n)
   end)
 end)
+
+describe("ModuleList and ModuleDict (torch's containers)", function()
+  local nn = fp8.nn
+  local U = dofile("tests/spec/helpers/util.lua")
+
+  it("register their layers for the model's own forward: parameters, state_dict, printing, list and dict methods",
+    function()
+      local Net = nn.Module.class("ListDictNet")
+      function Net:__init()
+        self.layers = nn.ModuleList { nn.Linear(4, 4), nn.Linear(4, 2) }
+        self.heads = nn.ModuleDict { b = nn.Linear(2, 1), a = nn.Linear(2, 3) }
+      end
+      function Net:forward(x)
+        for _, l in ipairs(self.layers) do x = l(x) end
+        return self.heads.a(x), self.heads["b"](x)
+      end
+      local m = Net()
+      assert.are.equal(8, #m:parameters())
+      local keys = {}
+      for k in pairs(m:state_dict()) do keys[#keys + 1] = k end
+      table.sort(keys)
+      assert.are.same({ "heads.a.bias", "heads.a.weight", "heads.b.bias", "heads.b.weight", "layers.0.bias",
+        "layers.0.weight", "layers.1.bias", "layers.1.weight" }, keys)
+      local a, b = m(fp8.randn { 3, 4 })
+      assert.are.same({ 3, 3 }, a:shape())
+      assert.are.same({ 3, 1 }, b:shape())
+      -- gradients reach the layers, so an optimizer trains them
+      local before = m.layers[1].weight:clone()
+      local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+      local y = m(fp8.randn { 3, 4 })
+      y:sum():backward()
+      opt:step()
+      assert.is_true((m.layers[1].weight - before):abs():max():item() > 0)
+      -- the list: positions, # and ipairs, Sequential's methods under its own name
+      local l = m.layers
+      assert.are.equal(2, #l)
+      l:append(nn.Linear(2, 2))
+      assert.are.equal(3, #l)
+      assert.are.equal(l[3], l[-1])
+      l:insert(1, nn.ReLU())
+      assert.are.equal("ReLU", l[1]:type_name())
+      assert.are.equal("ReLU", l:pop(1):type_name())
+      local n = 0
+      for _ in ipairs(l) do n = n + 1 end
+      assert.are.equal(3, n)
+      U.fails_with("ModuleList:append: expected a Module, got number", l.append, l, 3)
+      U.fails_with("ModuleList: index 9 is out of range (3 layers)", function() l[9] = nn.ReLU() end)
+      U.fails_with("ModuleList has no forward", function() return l(fp8.randn { 1, 4 }) end)
+      U.fails_with("ModuleList: item 2 must be a Module, got 1", nn.ModuleList, { nn.ReLU(), 1 })
+      U.fails_with("ModuleList: expected a list of Modules ({m1, m2, ...}), got a Linear (wrap it: ModuleList{m})",
+        nn.ModuleList, nn.Linear(1, 1))
+      U.fails_with("ModuleList: takes at most 1 argument", nn.ModuleList, { nn.ReLU() }, { nn.ReLU() })
+      assert.are.equal(2, #nn.ModuleList(nn.Sequential(nn.ReLU(), nn.ReLU())))   -- another container's layers
+      -- the dict: names sorted from a table, in order from a list of pairs, then in the order added
+      local d = m.heads
+      assert.are.same({ "a", "b" }, d:keys())
+      assert.are.equal(2, #d)
+      d:update { c = nn.ReLU() }
+      assert.are.same({ "a", "b", "c" }, d:keys())
+      assert.are.equal(d.c, d:values()[3])
+      assert.are.equal("c", d:items()[3][1])
+      assert.are.same({ "z", "y" }, nn.ModuleDict({ { "z", nn.ReLU() }, { "y", nn.ReLU() } }):keys())
+      assert.are.equal("ReLU", d:pop("c"):type_name())
+      assert.are.same({ "a", "b" }, d:keys())
+      U.fails_with("ModuleDict:pop: no layer named \"zz\"", d.pop, d, "zz")
+      U.fails_with("ModuleDict: 'keys' is a method of ModuleDict", nn.ModuleDict, { keys = nn.ReLU() })
+      U.fails_with("ModuleDict:update: a name must be a non-empty string without '.', got \"a.b\"",
+        d.update, d, { ["a.b"] = nn.ReLU() })
+      U.fails_with("ModuleDict: 'x' must be a Module, got 3", nn.ModuleDict, { x = 3 })
+      U.fails_with("ModuleDict has no forward", function() return d(fp8.randn { 1, 2 }) end)
+      local e = nn.ModuleDict { p = nn.ReLU() }
+      e:clear()
+      assert.are.equal(0, #e)
+    end)
+
+  it("a plain Lua table of layers registers nothing, as a Python list in torch, and a notice names it once", function()
+    local out, ok = U.sh(("%q -e %q"):format(FP8LAB_BIN, [[
+      local P = fp8.nn.Module.class("PlainNet")
+      function P:__init() self.layers = { fp8.nn.Linear(2, 2) }; self.cfg = { n = 2, name = "x" } end
+      function P:forward(x) return x end
+      local p = P()
+      print("params", #p:parameters(), #p:parameters())]]))
+    assert.is_true(ok, out)
+    assert.truthy(out:find("params\t0\t0", 1, true), out)
+    local _, count = out:gsub("fp8lab: notice: PlainNet%.layers is a plain Lua table holding Modules: they are not "
+      .. "registered %(not in parameters%(%), state_dict%(%), :to%(%) or the FP8 conversion%); use "
+      .. "fp8%.nn%.ModuleList{%.%.%.} or fp8%.nn%.ModuleDict{%.%.%.}", "")
+    assert.are.equal(1, count, out)
+    assert.falsy(out:find("PlainNet.cfg", 1, true), out)
+  end)
+end)

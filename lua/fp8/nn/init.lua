@@ -14,6 +14,8 @@ local nn = {
   Dropout = require "fp8.nn.dropout",
   Embedding = require "fp8.nn.embedding",
   Sequential = require "fp8.nn.sequential",
+  ModuleList = require "fp8.nn.module_list",
+  ModuleDict = require "fp8.nn.module_dict",
   CausalSelfAttention = require "fp8.nn.attention",
   TransformerBlock = require "fp8.nn.transformer",
   GPT = require "fp8.nn.gpt",
@@ -93,6 +95,13 @@ add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   .. "LayerNorm followed by an FP8Linear (FP8Linear:forward_layernorm: LayerNorm's output cast in its pass);\n"
   .. "the same bits either way. A TransformerBlock's residual adds run in its last FP8Linears' GEMMs\n"
   .. "(FP8Linear:forward_residual(x, residual) = residual + layer(x); fp8_meta:state().residual_adds).")
+add("nn.ModuleList", "fp8.nn.ModuleList{m1, m2, ...} / fp8.nn.ModuleDict{name = m, ...}",
+  "torch's containers: layers registered as submodules (their parameters, state_dict keys \"0.weight\" or\n"
+  .. "\"name.weight\", :to() and the FP8 conversion reach them) that the model's own forward runs; calling one is\n"
+  .. "refused (no forward). A ModuleList is indexed and changed as a Sequential (l[i], #l, ipairs(l), append, extend,\n"
+  .. "insert, pop); a ModuleDict by name (d.name, d[\"name\"]; keys(), values(), items(), update(t), pop(name),\n"
+  .. "clear(), #d; a table's names are taken sorted, a list of {name, m} pairs keeps its order). A plain Lua table\n"
+  .. "of layers in a module's field registers nothing, as a Python list in torch: a notice names it.")
 add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true}",
   "A small GPT-2 (bias=false: no biases in its Linears and LayerNorms, as nanoGPT's option):\n"
   .. "model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"

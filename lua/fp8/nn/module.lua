@@ -567,12 +567,47 @@ end
 -- A Module assigned over a plain field (m.proj = false, then m.proj = nn.Linear(...)) lands in the instance table, as
 -- __newindex runs only for a key that is absent; torch's __setattr__ registers it. Here it is registered (in name
 -- order, after the others) when the module's children are next listed, which every walk of the tree does.
+-- A plain Lua table of Modules in a field (self.layers = {nn.Linear(...), ...}) registers nothing, as a Python list
+-- in torch: its layers are not the model's parameters, state_dict, :to() or FP8 conversion. A notice names it once
+-- (the first process only, under launch); fp8.nn.ModuleList / ModuleDict register them.
+local told = setmetatable({}, { __mode = "k" })
+local first_process = nil
+local function holds_modules(t)
+  local n = 0
+  for _, v in next, t do
+    if is_module(v) then return true end
+    n = n + 1
+    if n >= 8 then return false end   -- a look at the first few entries: a list of layers shows at once
+  end
+  return false
+end
+local function tell_plain_table(self, k)
+  local seen = told[self] or {}
+  told[self] = seen
+  if seen[k] then return end
+  seen[k] = true
+  if first_process == nil then
+    local r = os.getenv("OMPI_COMM_WORLD_RANK") or os.getenv("PMIX_RANK") or os.getenv("PMI_RANK")
+      or os.getenv("SLURM_PROCID") or "0"
+    first_process = r == "0"
+  end
+  if first_process then
+    io.stderr:write(("fp8lab: notice: %s.%s is a plain Lua table holding Modules: they are not registered (not in "
+      .. "parameters(), state_dict(), :to() or the FP8 conversion); use fp8.nn.ModuleList{...} or "
+      .. "fp8.nn.ModuleDict{...}\n"):format(getmetatable(self).__name or "Module", k))
+  end
+end
+
 local function adopt_plain_modules(self, mods)
   local found
   for k, v in next, self do
-    if type(v) == "table" and type(k) == "string" and k:byte(1) ~= 95 and mods.map[k] == nil and is_module(v) then
-      found = found or {}
-      found[#found + 1] = k
+    if type(v) == "table" and type(k) == "string" and k:byte(1) ~= 95 and mods.map[k] == nil then
+      if is_module(v) then
+        found = found or {}
+        found[#found + 1] = k
+      elseif getmetatable(v) == nil and holds_modules(v) then
+        tell_plain_table(self, k)
+      end
     end
   end
   if not found then return end

@@ -5,13 +5,16 @@ local O = require "fp8.opts"
 
 local Sequential = Module.class("Sequential")
 
+-- The name messages give a method: "Sequential:append", or a subclass's own ("ModuleList:append").
+local function T(self, method) return self:type_name() .. (method and ":" .. method or "") end
+
 function Sequential:__init(...)
   local layers, n = { ... }, select("#", ...)
   if n == 1 and type(layers[1]) == "table" and not Module.is_module(layers[1]) then
     layers, n = layers[1], 0
     for k in pairs(layers) do
       if math.type(k) ~= "integer" or k < 1 then
-        error(("Sequential: expected a list of modules, got key %s"):format(tostring(k)), 3)
+        error(("%s: expected a list of modules, got key %s"):format(T(self), tostring(k)), 3)
       end
       if k > n then n = k end
     end
@@ -20,7 +23,7 @@ function Sequential:__init(...)
   for i = 1, n do
     local m = layers[i]
     if not Module.is_module(m) then
-      error(("Sequential: layer %d must be a Module, got %s"):format(i, type(m)), 3)
+      error(("%s: layer %d must be a Module, got %s"):format(T(self), i, type(m)), 3)
     end
     self:add_module(tostring(i - 1), m)
   end
@@ -30,11 +33,12 @@ end
 -- the names are "0", "2": that name is a layer's already, and torch's append replaces it (the model loses a layer and
 -- runs in another order, no error). Refused here, naming the clash.
 function Sequential:append(m)
-  if not Module.is_module(m) then error(("Sequential:append: expected a Module, got %s"):format(type(m)), 2) end
+  if not Module.is_module(m) then error(("%s: expected a Module, got %s"):format(T(self, "append"), type(m)), 2) end
   local name = tostring(#self)
   if rawget(self, "_modules").map[name] ~= nil then
-    error(("Sequential:append: the new layer's name '%s' (the layer count) is a layer's already (one was removed by "
-      .. "name): appending would replace it; use s:add_module(name, m) with a free name"):format(name), 2)
+    error(("%s: the new layer's name '%s' (the layer count) is a layer's already (one was removed by "
+      .. "name): appending would replace it; use s:add_module(name, m) with a free name"):format(T(self, "append"),
+      name), 2)
   end
   self:add_module(name, m)
   return self
@@ -77,13 +81,14 @@ end
 -- layers before the bad one). s:extend(s) appends s's layers as they were before the call (torch's raises
 -- "dictionary changed size during iteration" after adding one).
 function Sequential:extend(layers)
-  local list = layers_of("Sequential:extend", layers)
+  local list = layers_of(T(self, "extend"), layers)
   local map, n = rawget(self, "_modules").map, #self
   for i = 1, #list do
     local name = tostring(n + i - 1)
     if map[name] ~= nil then
-      error(("Sequential:extend: the name '%s' for item %d (the layer count) is a layer's already (one was removed "
-        .. "by name): appending would replace it; use s:add_module(name, m) with a free name"):format(name, i), 2)
+      error(("%s: the name '%s' for item %d (the layer count) is a layer's already (one was removed "
+        .. "by name): appending would replace it; use s:add_module(name, m) with a free name"):format(T(self, "extend"),
+        name, i), 2)
     end
   end
   for i, m in ipairs(list) do self:add_module(tostring(n + i - 1), m) end
@@ -129,16 +134,16 @@ end
 -- follow the positions); where a name was given (add_module, or a removal left "0", "2") it is renumbered too
 -- (torch's insert fails there with KeyError). Out of range, or not a Module: refused.
 function Sequential:insert(index, m)
-  local k, n = index_arg("Sequential:insert", index), #self
+  local k, n = index_arg(T(self, "insert"), index), #self
   if k == 0 or k > n + 1 or k < -n then
-    error(("Sequential:insert: index %d is out of range (%d layers: 1..%d, or -%d..-1 from the end; positions "
-      .. "count from 1)"):format(k, n, n + 1, n), 2)
+    error(("%s: index %d is out of range (%d layers: 1..%d, or -%d..-1 from the end; positions "
+      .. "count from 1)"):format(T(self, "insert"), k, n, n + 1, n), 2)
   end
-  if not Module.is_module(m) then error(("Sequential:insert: expected a Module, got %s"):format(O.got(m)), 2) end
+  if not Module.is_module(m) then error(("%s: expected a Module, got %s"):format(T(self, "insert"), O.got(m)), 2) end
   if k < 0 then k = n + 1 + k end
-  local list = layers_of("Sequential:insert", self)
+  local list = layers_of(T(self, "insert"), self)
   table.insert(list, k, m)
-  renumber(self, "Sequential:insert", list)
+  renumber(self, T(self, "insert"), list)
   return self
 end
 
@@ -146,15 +151,15 @@ end
 -- "0".."n-2" in order, as torch's pop(index - 1) (its del s[i] renumbers). Out of range: refused, as torch's
 -- IndexError.
 function Sequential:pop(index)
-  local k, n = index_arg("Sequential:pop", index), #self
+  local k, n = index_arg(T(self, "pop"), index), #self
   if k == 0 or k > n or k < -n then
-    error(("Sequential:pop: index %d is out of range (%s; positions count from 1)"):format(k,
+    error(("%s: index %d is out of range (%s; positions count from 1)"):format(T(self, "pop"), k,
       n == 0 and "no layers" or ("%d layers: 1..%d, or -%d..-1 from the end"):format(n, n, n)), 2)
   end
   if k < 0 then k = n + 1 + k end
-  local list = layers_of("Sequential:pop", self)
+  local list = layers_of(T(self, "pop"), self)
   local m = table.remove(list, k)
-  renumber(self, "Sequential:pop", list)
+  renumber(self, T(self, "pop"), list)
   return m
 end
 
@@ -244,15 +249,15 @@ end
 -- s[i] = m replaces the i-th layer under its name, as torch's s[i - 1] = m; out of range or not a Module: refused
 function Sequential.__setitem(self, k, m)
   local name = name_at(self, k)
-  if name == nil then error(("Sequential: index %d is out of range (%d layers)"):format(k, #self), 2) end
+  if name == nil then error(("%s: index %d is out of range (%d layers)"):format(T(self), k, #self), 2) end
   if not Module.is_module(m) then
-    error(("Sequential: layer %d must be a Module, got %s (to remove one: s:pop(%d), which renames the rest \"0\", "
+    error(("%s: layer %d must be a Module, got %s (to remove one: s:pop(%d), which renames the rest \"0\", "
       .. "\"1\", ... as torch's del; or assign nil to its name, which keeps the others': s[\"%s\"] = nil)")
-      :format(k, type(m), k, name), 2)
+      :format(T(self), k, type(m), k, name), 2)
   end
   self:add_module(name, m)
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
-require("fp8.opts").strict_arity(Sequential, "Sequential")
+require("fp8.opts").strict_arity(Sequential, "Sequential", function(self) return self:type_name() end)
 return Sequential
