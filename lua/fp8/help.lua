@@ -378,7 +378,11 @@ also("nn.Module:register_forward_hook", { "nn.Module:register_forward_pre_hook",
                                          "nn.Module.RemovableHandle",
                                          "nn.Module:register_full_backward_hook",
                                          "nn.Module:register_full_backward_pre_hook" })
-also("nn.GELU", { "nn.ReLU" })
+also("nn.GELU", { "nn.ReLU", "nn.SiLU", "nn.Sigmoid", "nn.Tanh", "nn.Softmax", "nn.functional.silu",
+                  "nn.functional.sigmoid", "nn.functional.tanh" })
+also("nn.RMSNorm", { "nn.functional.rms_norm" })
+also("nn.Identity", { "nn.Flatten" })
+also("nn.CrossEntropyLoss", { "nn.NLLLoss", "nn.MSELoss", "nn.functional.nll_loss", "nn.functional.one_hot" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("nn.ModuleList", { "nn.ModuleDict" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })

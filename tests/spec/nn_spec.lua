@@ -1499,3 +1499,95 @@ describe("ModuleList and ModuleDict (torch's containers)", function()
     assert.falsy(out:find("PlainNet.cfg", 1, true), out)
   end)
 end)
+
+describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss modules (PyTorch 2.x's values)",
+  function()
+  local nn, F = fp8.nn, fp8.nn.functional
+  local U = dofile("tests/spec/helpers/util.lua")
+  local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
+  local X = { { 0.5, -1.25, 2.0, 0.0 }, { -3.0, 0.75, 1.5, -0.5 }, { 1e-3, -2e-3, 4.0, 8.0 } }
+  local W = { 1.0, 0.5, -2.0, 1.5 }
+  local G = { { 1.0, -1.0, 0.5, 2.0 }, { 0.25, 3.0, -0.5, 1.0 }, { -2.0, 1.0, 1.0, 0.5 } }
+  local LP = { { -0.1, -2.5, -3.0 }, { -1.2, -0.4, -2.2 }, { -2.0, -1.0, -0.6 }, { -0.7, -0.9, -2.1 } }
+  local function same(name, got, want, tol)
+    local g = type(got) == "number" and { got } or got:reshape(-1):totable()
+    local w = {}
+    local function flat(t) if type(t) == "number" then w[#w + 1] = t else for _, v in ipairs(t) do flat(v) end end end
+    flat(want)
+    assert.are.equal(#w, #g, name)
+    for i = 1, #w do
+      assert.is_true(math.abs(g[i] - w[i]) <= (tol or 2e-6) * math.max(1, math.abs(w[i])),
+        ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
+    end
+  end
+
+  it("silu, rms_norm (values and gradients) and their modules", function()
+    same("silu", F.silu(fp8.tensor(X)), ref.silu)
+    same("SiLU", nn.SiLU()(fp8.tensor(X)), ref.silu)
+    for name, eps in pairs { rms = false, rms_eps = 1e-2 } do
+      local x, w = fp8.tensor(X):requires_grad_(), fp8.tensor(W):requires_grad_()
+      local y = F.rms_norm(x, 4, w, eps or nil)
+      ;(y * fp8.tensor(G)):sum():backward()
+      same(name, y, ref[name])
+      same(name .. "_dx", x.grad, ref[name .. "_dx"])
+      same(name .. "_dw", w.grad, ref[name .. "_dw"])
+    end
+    local m = nn.RMSNorm(4)
+    m.weight = fp8.tensor(W):requires_grad_()
+    same("RMSNorm", m(fp8.tensor(X)), ref.rms)
+    same("RMSNorm eps", nn.RMSNorm({ 4 }, { eps = 1e-2 })(fp8.tensor(X)) * fp8.tensor(W), ref.rms_eps)
+    assert.are.equal(0, #nn.RMSNorm(4, { elementwise_affine = false }):parameters())
+    U.fails_with("rms_norm: normalized_shape 3 must be the input's last dimension, 4", F.rms_norm, fp8.tensor(X), 3)
+    U.fails_with("rms_norm: weight must be [4]", F.rms_norm, fp8.tensor(X), 4, fp8.ones { 3 })
+    U.fails_with("rms_norm: eps must be a finite number >= 0, got -1", F.rms_norm, fp8.tensor(X), 4, nil, -1)
+    U.fails_with("RMSNorm: normalized_shape must be a positive integer (the last dimension), got 0", nn.RMSNorm, 0)
+    U.fails_with("RMSNorm: unknown option 'bias'", nn.RMSNorm, 4, { bias = false })
+    U.fails_with("RMSNorm forward: expected input [..., 4], got [2]",
+      function() return nn.RMSNorm(4)(fp8.ones { 2 }) end)
+  end)
+
+  it("nll_loss's reductions and ignore_index, with gradients, and NLLLoss / CrossEntropyLoss / MSELoss", function()
+    for _, red in ipairs { "mean", "sum", "none" } do
+      for _, ii in ipairs { false, 1 } do
+        local lp = fp8.tensor(LP):requires_grad_()
+        local t = fp8.tensor(ii and { 2, 0, 1, 1 } or { 2, 0, -100, 1 })
+        local key = "nll_" .. red .. (ii and "_ii1" or "")
+        local loss = F.nll_loss(lp, t, { reduction = red, ignore_index = ii or nil })
+        same(key, loss, ref[key])
+        loss:sum():backward()
+        same(key .. "_grad", lp.grad, ref[key .. "_grad"])
+      end
+    end
+    same("NLLLoss", nn.NLLLoss { reduction = "sum" }(fp8.tensor(LP), fp8.tensor { 2, 0, -100, 1 }), ref.nll_sum)
+    local logits, tg = fp8.randn { 5, 3 }, fp8.tensor { 0, 2, 1, 1, 0 }
+    assert.are.equal(F.cross_entropy(logits, tg, { label_smoothing = 0.2 }):item(),
+      nn.CrossEntropyLoss { label_smoothing = 0.2 }(logits, tg):item())
+    assert.are.equal(F.mse_loss(logits, logits * 2, { reduction = "sum" }):item(),
+      nn.MSELoss { reduction = "sum" }(logits, logits * 2):item())
+    U.fails_with("nll_loss: target 3 at row 0 is out of range [0, 3)", F.nll_loss, fp8.tensor { { -1, -1, -1 } },
+      fp8.tensor { 3 })
+    U.fails_with("nll_loss: input must be [N, C]", F.nll_loss, fp8.tensor { -1 }, fp8.tensor { 0 })
+    U.fails_with("nll_loss: reduction must be \"mean\", \"sum\" or \"none\"", F.nll_loss, fp8.tensor(LP),
+      fp8.tensor { 0, 0, 0, 0 }, { reduction = "avg" })
+    U.fails_with("CrossEntropyLoss: unknown option 'weight'", nn.CrossEntropyLoss, { weight = fp8.ones { 3 } })
+    U.fails_with("MSELoss: reduction must be \"mean\", \"sum\" or \"none\", got \"avg\"", nn.MSELoss,
+      { reduction = "avg" })
+  end)
+
+  it("one_hot, Flatten, Softmax, Sigmoid, Tanh, Identity", function()
+    same("one_hot", F.one_hot(fp8.tensor { { 2, 0 }, { 1, 3 } }, 5), ref.one_hot)
+    assert.are.same({ 2, 4 }, F.one_hot(fp8.tensor { 3, 0 }):shape())
+    U.fails_with("one_hot: class ids must be whole numbers >= 0, got 1.5 at position 1", F.one_hot, fp8.tensor { 1.5 })
+    U.fails_with("one_hot: class id 3 is not below num_classes = 2", F.one_hot, fp8.tensor { 3 }, 2)
+    U.fails_with("one_hot: num_classes must be a positive integer or -1, got 0", F.one_hot, fp8.tensor { 1 }, 0)
+    assert.are.same(ref.flatten, nn.Flatten()(fp8.zeros { 2, 3, 4, 5 }):shape())
+    assert.are.same(ref.flatten_13, nn.Flatten(1, 3)(fp8.zeros { 2, 3, 4, 5 }):shape())
+    assert.are.same(ref.flatten_13, nn.Flatten { start_dim = 1, end_dim = -2 }(fp8.zeros { 2, 3, 4, 5 }):shape())
+    U.fails_with("Flatten: start_dim must be a nonzero integer", nn.Flatten, 0)
+    same("Softmax(1)", nn.Softmax(1)(fp8.tensor(X)), ref.softmax0)
+    same("Sigmoid", nn.Sigmoid()(fp8.tensor { 0, 2 }), { 0.5, 1 / (1 + math.exp(-2)) })
+    same("Tanh", nn.Tanh()(fp8.tensor { 0, 1 }), { 0, math.tanh(1) })
+    local x = fp8.ones { 2 }
+    assert.are.equal(x, nn.Identity(3, "anything")(x))   -- torch's Identity drops its constructor arguments
+  end)
+end)

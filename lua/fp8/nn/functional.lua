@@ -93,6 +93,24 @@ function F.gelu(x, approximate, ...)
   return (at_caller(pcall(core().gelu, x, approximate)))
 end
 
+-- silu(x) = x·sigmoid(x) (torch's SiLU, the Swish of SwiGLU MLPs); sigmoid and tanh as torch.nn.functional's.
+-- Built of the tensor ops, so their gradients flow.
+function F.silu(x, ...)
+  no_more("silu", "(input) (no inplace)", ...)
+  check_tensor("silu", "input", x)
+  return x * x:sigmoid()
+end
+function F.sigmoid(x, ...)
+  no_more("sigmoid", "(input)", ...)
+  check_tensor("sigmoid", "input", x)
+  return x:sigmoid()
+end
+function F.tanh(x, ...)
+  no_more("tanh", "(input)", ...)
+  check_tensor("tanh", "input", x)
+  return x:tanh()
+end
+
 local function check_dim(fname, x, dim)
   if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
   local n = math.max(x:dim(), 1)   -- a 0-d tensor's one implicit dim is 1 (or -1), as torch's 0 (or -1)
@@ -252,6 +270,117 @@ function F.layer_norm(x, w, b, eps, ...)
     end
   end
   return (at_caller(pcall(core().layer_norm, x, w, b, eps or 1e-5)))
+end
+
+-- torch's eps for rms_norm when none is given: the input dtype's machine epsilon (torch.finfo(dtype).eps)
+local MACHINE_EPS = { fp32 = 2 ^ -23, bf16 = 2 ^ -7, fp16 = 2 ^ -10 }
+
+-- rms_norm(x[..., C], normalized_shape (C or {C}), weight[C] or nil [, eps]): torch's (2.4+) RMSNorm,
+-- x / sqrt(mean(x², last dim) + eps) · weight, eps the input dtype's machine epsilon unless given. Built of the
+-- tensor ops (their gradients flow), over the last dimension only, as layer_norm here.
+function F.rms_norm(x, shape, w, eps, ...)
+  no_more("rms_norm", "(input, normalized_shape [, weight [, eps]])", ...)
+  check_tensor("rms_norm", "input", x)
+  if x:dim() == 0 then error("rms_norm: input is 0-d; it normalizes over the last dimension, so needs one", 2) end
+  if x:is_fp8() then error(("rms_norm: %s input: call :dequantize() first"):format(x:dtype()), 2) end
+  local c = x:size(-1)
+  local n, s1 = 1, shape
+  if type(shape) == "table" then n, s1 = rawlen(shape), rawget(shape, 1) end
+  if n > 1 then
+    error(("rms_norm: normalized_shape spans %d dimensions; fp8lab normalizes over the last one only (reshape the "
+      .. "input so its last dimension holds them)"):format(n), 2)
+  end
+  if s1 ~= c then
+    error(("rms_norm: normalized_shape %s must be the input's last dimension, %d (input %s)"):format(
+      type(shape) == "table" and ("{" .. tostring(s1 or "") .. "}") or O.got(shape), c, shape_str(x)), 2)
+  end
+  if w ~= nil then
+    check_tensor("rms_norm", "weight", w)
+    if w:dim() ~= 1 or w:size(1) ~= c then
+      error(("rms_norm: weight must be [%d] to match input %s, got %s"):format(c, shape_str(x), shape_str(w)), 2)
+    end
+  end
+  if eps == nil then eps = MACHINE_EPS[x:dtype()] or 2 ^ -23 end
+  if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
+    error(("rms_norm: eps must be a finite number >= 0, got %s"):format(O.got(eps)), 2)
+  end
+  local y = x * ((x * x):mean(-1, true) + eps):rsqrt()
+  if w ~= nil then y = y * w end
+  return y
+end
+
+-- one_hot(t (class ids, 0-based), num_classes=-1) → [t..., C] of 1 and 0 (fp32; torch's is int64), C the largest id
+-- + 1 when num_classes is -1. Not differentiable.
+function F.one_hot(t, num_classes, ...)
+  no_more("one_hot", "(tensor [, num_classes=-1])", ...)
+  check_tensor("one_hot", "tensor", t)
+  if t:is_fp8() then error(("one_hot: %s tensor: class ids are whole numbers, not FP8"):format(t:dtype()), 2) end
+  num_classes = num_classes or -1
+  if math.type(num_classes) ~= "integer" or (num_classes < 1 and num_classes ~= -1) then
+    error(("one_hot: num_classes must be a positive integer or -1, got %s"):format(O.got(num_classes)), 2)
+  end
+  local n = t:numel()
+  local hi = -1
+  for i, v in ipairs(n > 0 and t:reshape(-1):tolist() or {}) do
+    if not (v >= 0 and v == math.floor(v) and v < math.huge) then
+      error(("one_hot: class ids must be whole numbers >= 0, got %s at position %d"):format(O.got(v), i), 2)
+    end
+    if v > hi then hi = v end
+  end
+  if num_classes == -1 then
+    if n == 0 then error("one_hot: an empty tensor needs num_classes (there is no largest id to count from)", 2) end
+    num_classes = math.tointeger(hi) + 1
+  elseif hi >= num_classes then
+    error(("one_hot: class id %s is not below num_classes = %d"):format(O.got(math.tointeger(hi) or hi),
+      num_classes), 2)
+  end
+  return t:detach():to("fp32"):unsqueeze(-1):eq(fp8.arange(num_classes, { device = t:device() }))
+end
+
+-- nll_loss(log_probs[N, C], targets[N] (0-based class ids) [, {ignore_index=-100, reduction="mean"|"sum"|"none"}]):
+-- torch's negative log-likelihood, −log_probs[i, t_i]; the mean divides by the rows not ignored.
+function F.nll_loss(lp, targets, opts, ...)
+  no_more("nll_loss", "(input, target [, {ignore_index=, reduction=}])", ...)
+  check_tensor("nll_loss", "input", lp); check_tensor("nll_loss", "target", targets)
+  opts = check_opts("nll_loss", opts, { ignore_index = true, reduction = true })
+  local red = opts.reduction or "mean"
+  if red ~= "mean" and red ~= "sum" and red ~= "none" then
+    error(("nll_loss: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(O.got(red)), 2)
+  end
+  if lp:dim() ~= 2 then error(("nll_loss: input must be [N, C], got %s"):format(shape_str(lp)), 2) end
+  if targets:dim() ~= 1 or targets:size(1) ~= lp:size(1) then
+    error(("nll_loss: target must be [%d] (class ids) to match input %s, got %s"):format(lp:size(1), shape_str(lp),
+      shape_str(targets)), 2)
+  end
+  if targets:requires_grad() then error("nll_loss: target holds class indices and cannot require grad", 2) end
+  local ii = opts.ignore_index or -100
+  if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
+    error(("nll_loss: ignore_index must be an integer, got %s"):format(O.got(ii)), 2)
+  end
+  local N, C = lp:size(1), lp:size(2)
+  local tg = targets:tolist()
+  local hit, kept = {}, 0
+  for i = 1, N do
+    local t, r = tg[i], {}
+    for j = 1, C do r[j] = 0 end
+    if t ~= ii then
+      if not (t >= 0 and t < C and t == math.floor(t)) then
+        error(("nll_loss: target %g at row %d is out of range [0, %d)"):format(t, i - 1, C), 2)
+      end
+      r[math.tointeger(t) + 1] = 1
+      kept = kept + 1
+    end
+    hit[i] = r
+  end
+  if N == 0 then
+    local e = lp:sum(2)
+    return red == "none" and e or red == "sum" and e:sum() or e:sum() / 0
+  end
+  -- the target's entry selected, not multiplied by a one-hot row (a −inf elsewhere would make a NaN)
+  local per = -(require("fp8.tensor").where(fp8.tensor(hit):to(lp:device()), lp, 0):sum(2)) + 0
+  if red == "none" then return per end
+  if red == "sum" then return per:sum() end
+  return per:sum() / kept   -- every row ignored: 0/0, NaN, as torch's
 end
 
 -- embedding(idx (token ids as numbers, 0-based), weight[V, D]) → [idx..., D]

@@ -1,0 +1,37 @@
+-- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{label_smoothing, ignore_index,
+-- reduction}]), NLLLoss([{ignore_index, reduction}]), MSELoss([{reduction}]); loss(input, target) is the function's
+-- value with the options given at construction, checked there.
+local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
+local F = require "fp8.nn.functional"
+
+local M = {}
+
+local function loss_class(name, fn, valid)
+  local cls = Module.class(name)
+  cls["__init"] = function(self, opts)
+    if opts ~= nil and type(opts) ~= "table" then
+      error(("%s: options must be a table, got %s"):format(name, O.got(opts)), 3)
+    end
+    self.opts = O.check(name, opts, valid, 3)
+    local red = self.opts.reduction
+    if red ~= nil and red ~= "mean" and red ~= "sum" and red ~= "none" then
+      error(("%s: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(name, O.got(red)), 3)
+    end
+  end
+  cls.forward = function(self, input, target) return fn(input, target, self.opts) end
+  cls.extra_repr = function(self)
+    local keys, parts = {}, {}
+    for k in pairs(self.opts) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do parts[#parts + 1] = ("%s=%s"):format(k, tostring(self.opts[k])) end
+    return table.concat(parts, ", ")
+  end
+  return cls
+end
+
+M.CrossEntropyLoss = loss_class("CrossEntropyLoss", F.cross_entropy, { "label_smoothing", "ignore_index", "reduction" })
+M.NLLLoss = loss_class("NLLLoss", F.nll_loss, { "ignore_index", "reduction" })
+M.MSELoss = loss_class("MSELoss", F.mse_loss, { "reduction" })
+
+return M

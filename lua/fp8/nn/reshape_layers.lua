@@ -1,0 +1,36 @@
+-- reshape_layers.lua — layers that pass or reshape their input: fp8.nn.Identity(...) (torch's: returns its input,
+-- its constructor's arguments ignored as torch's are, so it stands in for any layer) and fp8.nn.Flatten([start_dim=2
+-- [, end_dim=-1]]) (torch's Flatten(start_dim=1) counted from 1: the batch dim is kept).
+local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
+
+local M = {}
+
+M.Identity = Module.class("Identity")
+function M.Identity:__init(...) end   -- torch's Identity(*args, **kwargs) takes and drops them: a stand-in layer
+function M.Identity:forward(x) return x end
+
+M.Flatten = Module.class("Flatten")
+-- Flatten([start_dim=2 [, end_dim=-1]]) (or {start_dim=, end_dim=})
+function M.Flatten:__init(start_dim, end_dim)
+  if type(start_dim) == "table" then
+    if end_dim ~= nil then error("Flatten: pass the dims as a table or as arguments, not both", 3) end
+    local o = O.check("Flatten", start_dim, { "start_dim", "end_dim" }, 3)
+    start_dim, end_dim = o.start_dim, o.end_dim
+  end
+  start_dim, end_dim = start_dim or 2, end_dim or -1
+  for k, v in pairs { start_dim = start_dim, end_dim = end_dim } do
+    if math.type(v) ~= "integer" or v == 0 then
+      error(("Flatten: %s must be a nonzero integer (1-based, negative from the end), got %s"):format(k, O.got(v)), 3)
+    end
+  end
+  self.start_dim, self.end_dim = start_dim, end_dim
+end
+function M.Flatten:forward(x)
+  if not require("fp8.core").is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  return x:flatten(self.start_dim, self.end_dim)
+end
+function M.Flatten:extra_repr() return ("start_dim=%d, end_dim=%d"):format(self.start_dim, self.end_dim) end
+
+O.strict_arity(M.Flatten, "Flatten")
+return M
