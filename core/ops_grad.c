@@ -451,8 +451,11 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
     return st;
 }
 
-/* max(dim) / min(dim): the whole gradient to the returned index (torch's MaxBackward for a dim, whose node keeps the
- * indices alone; a tie's other elements take none). Scattered on the host, as fl_argreduce made the indices there. */
+/* max(dim) / min(dim), sort, topk: the values were gathered from a at their indices (fp32, 0-based) along dim, k of
+ * them for each place of the other dims (max/min: one, the dim dropped or kept; dim -1: one over all of a, by flat
+ * index), and each value's gradient goes whole to its index (torch's MaxBackward for a dim, whose node keeps the
+ * indices alone; a tie's other elements take none; sort's and topk's indices are distinct). Scattered on the host,
+ * as the indices were made there. iargs[1]: dim, or -1. */
 static fl_status index_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *in = n->inputs[0];
     const int dim = (int)n->iargs[1];
@@ -461,6 +464,7 @@ static fl_status index_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         if (i < dim) outer *= in->shape[i];
         if (i > dim) inner *= in->shape[i];
     }
+    const int64_t places = outer * inner, k = places > 0 ? fl_tensor_numel(n->saved[0]) / places : 0;
     fl_tensor *gh = NULL, *gc = NULL, *ih = NULL, *ic = NULL, *z = NULL;
     fl_status st = fl_tensor_to_device(&gh, g, FL_DEV_CPU);
     if (st == FL_OK) st = fl_tensor_contiguous(&gc, gh);
@@ -471,16 +475,18 @@ static fl_status index_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         const float *gv = fl_tensor_data(gc), *iv = fl_tensor_data(ic);
         float *zv = fl_tensor_data(z);
         for (int64_t o = 0; o < outer && st == FL_OK; o++)
-            for (int64_t j = 0; j < inner; j++) {
-                const float k = iv[o * inner + j];
-                /* the engine refuses indices written since the forward; this guards the memory whatever else */
-                if (!(k >= 0 && k < (float)size && k == (float)(int64_t)k)) {
-                    st = FL_ERR(FL_EINVAL, "%s: index %g out of range 0..%lld", n->name, (double)k,
-                                (long long)size - 1);
-                    break;
+            for (int64_t r = 0; r < k && st == FL_OK; r++)
+                for (int64_t j = 0; j < inner; j++) {
+                    const int64_t at = (o * k + r) * inner + j;
+                    const float x = iv[at];
+                    /* the engine refuses indices written since the forward; this guards the memory whatever else */
+                    if (!(x >= 0 && x < (float)size && x == (float)(int64_t)x)) {
+                        st = FL_ERR(FL_EINVAL, "%s: index %g out of range 0..%lld", n->name, (double)x,
+                                    (long long)size - 1);
+                        break;
+                    }
+                    zv[(o * size + (int64_t)x) * inner + j] += gv[at];
                 }
-                zv[o * size * inner + (int64_t)k * inner + j] = gv[o * inner + j];
-            }
     }
     fl_tensor *all[] = { gh, gc, ih, ic };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
@@ -495,19 +501,15 @@ static fl_status index_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return FL_OK;
 }
 
-fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, const fl_tensor *a, int dim,
-                          bool keepdim) {
-    *values = *indices = NULL;
-    if (op != FL_OP_MAX && op != FL_OP_MIN) return FL_ERR(FL_EINVAL, "reduce_index: max or min, got %d", (int)op);
-    FL_TRY(fl_reduce_raw(values, op, a, dim, keepdim));
-    fl_status st = fl_argreduce(indices, a, dim, keepdim, op == FL_OP_MIN);
+fl_status fl_record_index_grad(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, int dim, const char *name,
+                               int64_t tag) {
+    fl_status st = FL_OK;
     fl_node *n = NULL;
-    if (st == FL_OK && fl_any_requires_grad(1, &a)) {
-        const bool all = dim == FL_ALL_DIMS || a->ndim == 0;
-        st = fl_autograd_record(values, &n, op == FL_OP_MAX ? "MaxBackward" : "MinBackward", index_bwd, 1, &a);
+    if (fl_any_requires_grad(1, &a)) {
+        st = fl_autograd_record(values, &n, name, index_bwd, 1, &a);
         if (st == FL_OK) {
-            n->iargs[0] = op;
-            n->iargs[1] = all ? -1 : (dim < 0 ? dim + a->ndim : dim);
+            n->iargs[0] = tag;
+            n->iargs[1] = dim;
             st = fl_node_save_detached(n, 0, *indices);
             if (st == FL_OK) st = fl_node_input_stub(n, 0);   /* its shape alone is read */
         }
@@ -518,6 +520,22 @@ fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, 
         *values = *indices = NULL;
     }
     return st;
+}
+
+fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, const fl_tensor *a, int dim,
+                          bool keepdim) {
+    *values = *indices = NULL;
+    if (op != FL_OP_MAX && op != FL_OP_MIN) return FL_ERR(FL_EINVAL, "reduce_index: max or min, got %d", (int)op);
+    FL_TRY(fl_reduce_raw(values, op, a, dim, keepdim));
+    fl_status st = fl_argreduce(indices, a, dim, keepdim, op == FL_OP_MIN);
+    if (st != FL_OK) {
+        fl_tensor_release(*values);
+        *values = NULL;
+        return st;
+    }
+    const bool all = dim == FL_ALL_DIMS || a->ndim == 0;
+    return fl_record_index_grad(values, indices, a, all ? -1 : (dim < 0 ? dim + a->ndim : dim),
+                                op == FL_OP_MAX ? "MaxBackward" : "MinBackward", op);
 }
 
 /* ---- matmul ------------------------------------------------------------------------------- */

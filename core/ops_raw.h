@@ -12,5 +12,10 @@ fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int di
  * the promotion of the inputs) and output dtype odt (FL_DTYPE_COUNT: cdt). Transposed views of
  * either operand are read in place. */
 fl_status fl_matmul_raw(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, fl_dtype cdt, fl_dtype odt);
+/* values gathered from a at indices along dim (-1: over all of a, by flat index; k a place, 0-based fp32): when a
+ * requires grad, the node that sends each value's gradient to its index (name, e.g. "MaxBackward"; tag in its
+ * iargs[0]). On failure releases both and sets them NULL. */
+fl_status fl_record_index_grad(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, int dim, const char *name,
+                               int64_t tag);
 
 #endif

@@ -4,7 +4,6 @@
  * values 0 .. n−1 (the index dtype of fp8lab's argmax, embedding and cross_entropy), exact below 2^24. */
 #include "ops.h"
 #include "ops_raw.h"
-#include "autograd.h"
 #include "profiler.h"
 #include "rng.h"
 #include <math.h>
@@ -49,43 +48,6 @@ static fl_status host_f32(fl_tensor **h, const fl_tensor *a) {
     if (st == FL_OK) st = fl_tensor_contiguous(h, f);
     fl_tensor_release(d);
     fl_tensor_release(f);
-    return st;
-}
-
-/* The gradient of values = a gathered along dim at indices: g scattered back to those positions (each position
- * is taken once, so nothing adds). iargs[0]: dim. */
-static fl_status gather_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
-    const fl_tensor *in = n->inputs[0];
-    const int dim = (int)n->iargs[0];
-    const int64_t size = in->shape[dim], k = n->saved[0]->shape[dim];
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < in->ndim; i++) {
-        if (i < dim) outer *= in->shape[i];
-        if (i > dim) inner *= in->shape[i];
-    }
-    fl_tensor *gh = NULL, *ih = NULL, *z = NULL;
-    fl_status st = host_f32(&gh, g);
-    if (st == FL_OK) st = host_f32(&ih, n->saved[0]);
-    if (st == FL_OK) st = fl_tensor_zeros(&z, FL_F32, in->ndim, in->shape, FL_DEV_CPU);
-    if (st == FL_OK) {
-        const float *gv = fl_tensor_data(gh), *iv = fl_tensor_data(ih);
-        float *zv = fl_tensor_data(z);
-        for (int64_t o = 0; o < outer && st == FL_OK; o++)
-            for (int64_t r = 0; r < k && st == FL_OK; r++)
-                for (int64_t j = 0; j < inner; j++) {
-                    const float x = iv[(o * k + r) * inner + j];
-                    if (!(x >= 0 && x < (float)size && x == (float)(int64_t)x)) {   /* guards the memory */
-                        st = FL_ERR(FL_EINVAL, "%s: index %g out of range 0..%lld", n->name, (double)x,
-                                    (long long)size - 1);
-                        break;
-                    }
-                    zv[(o * size + (int64_t)x) * inner + j] += gv[(o * k + r) * inner + j];
-                }
-    }
-    fl_tensor_release(gh);
-    fl_tensor_release(ih);
-    if (st == FL_OK) st = to_result(&gin[0], z, FL_F32, in->device), z = NULL;
-    fl_tensor_release(z);
     return st;
 }
 
@@ -143,21 +105,13 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
     if (st == FL_OK) st = to_result(indices, ix, FL_F32, a->device), ix = NULL;
     fl_tensor_release(v);
     fl_tensor_release(ix);
-    fl_node *n = NULL;
-    if (st == FL_OK && fl_any_requires_grad(1, &a)) {
-        st = fl_autograd_record(values, &n, k == size ? "SortBackward" : "TopkBackward", gather_bwd, 1, &a);
-        if (st == FL_OK) {
-            n->iargs[0] = dim;
-            st = fl_node_save_detached(n, 0, *indices);
-            if (st == FL_OK) st = fl_node_input_stub(n, 0);   /* its shape alone is read */
-        }
-    }
     if (st != FL_OK) {
         fl_tensor_release(*values);
         fl_tensor_release(*indices);
         *values = *indices = NULL;
+        return st;
     }
-    return st;
+    return fl_record_index_grad(values, indices, a, dim, k == size ? "SortBackward" : "TopkBackward", 0);
 }
 
 fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, bool replacement, fl_rng *r) {
