@@ -108,6 +108,8 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
  * weights proportional to its entries (finite, >= 0, a positive sum), with or without replacement; r NULL: the
  * default generator. */
 fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, bool replacement, fl_rng *r);
+/* scan.c: the running sums of a along dim (torch's cumsum; in double, rounded once to a's dtype), differentiable */
+fl_status fl_cumsum(fl_tensor **out, const fl_tensor *a, int dim);
 /* a random permutation of 0 .. n−1 (fl_rng_permutation; n ≤ 2^24, and every value exact in dt) */
 fl_status fl_randperm(fl_tensor **out, fl_rng *r, int64_t n, fl_dtype dt);
 

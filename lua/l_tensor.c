@@ -986,6 +986,17 @@ static int m_multinomial(lua_State *L) {
     return 1;
 }
 
+/* x:cumsum(dim): torch's running sums along dim (1-based, negative from the end; a 0-d tensor takes 1 or -1) */
+static int m_cumsum(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, "cumsum", "(dim)");
+    if (lua_isnoneornil(L, 2)) return luaL_error(L, "cumsum: dim is required (torch's cumsum(dim)), got none");
+    int d = check_reduce_dim(L, 2, t->ndim, "cumsum");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_cumsum(slot, t, t->ndim == 0 ? 0 : d));
+    return 1;
+}
+
 static int m_max(lua_State *L) { return reduce_with_index(L, FL_OP_MAX); }
 static int m_min(lua_State *L) { return reduce_with_index(L, FL_OP_MIN); }
 /* A read FP8 tensor's counters are not known: its amax, underflow and saturated counts raise, naming why. */
@@ -1200,7 +1211,7 @@ static const luaL_Reg methods[] = {
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
-    {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial},
+    {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum},
     {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},
     {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},

@@ -136,7 +136,9 @@ add_all {
     doc = "torch's ordering along dim: the values (x's dtype, gradients flow back to their positions) and their\n"
        .. "0-based indices (fp32); NaN counts as the largest, equal values keep their order. argsort gives the indices alone,\n"
        .. "topk the k largest (or smallest) in order. x:multinomial(n [, replacement=false]) (or fp8.multinomial(p,\n"
-       .. "n, ...)) draws n category indices from each row's weights, reproducibly after fp8.manual_seed." },
+       .. "n, ...)) draws n category indices from each row's weights, reproducibly after fp8.manual_seed.\n"
+       .. "x:tril([diagonal=0]) / x:triu([diagonal=0]): the lower / upper triangle of the last two dims (torch's\n"
+       .. "causal mask: fp8.ones{T, T}:tril()); x:cumsum(dim): running sums (in double, rounded once), gradients flow." },
   { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
     doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
        .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices\n"
@@ -321,7 +323,8 @@ also("Tensor:view", { "Tensor:reshape", "Tensor:transpose", "Tensor:t", "Tensor:
 also("Tensor:get", { "Tensor:set", "Tensor:item", "Tensor:totable", "Tensor:tolist" })
 also("Tensor:sum", { "Tensor:mean", "Tensor:max", "Tensor:min", "Tensor:amax", "Tensor:abs" })
 also("Tensor:argmax", { "Tensor:argmin" })
-also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial" })
+also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial", "Tensor:tril",
+                      "Tensor:triu", "Tensor:cumsum" })
 also("Tensor:scale", { "Tensor:scale_inv", "Tensor:bytes" })
 also("Tensor:matmul", { "Tensor:add", "Tensor:sub", "Tensor:mul", "Tensor:div", "Tensor:neg", "Tensor:exp",
                         "Tensor:log", "Tensor:sqrt", "Tensor:sign", "Tensor:tanh", "Tensor:sigmoid" })

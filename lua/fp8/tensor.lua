@@ -253,6 +253,32 @@ function Tensor.masked_fill(t, mask, value, ...)
   return r
 end
 
+-- t:tril([diagonal=0]) / t:triu([diagonal=0]): torch's, the lower (upper) triangle of the last two dims (of each
+-- matrix of a batch), the rest zeros; diagonal shifts the edge (0: the main diagonal kept, 1: one above too, -1:
+-- one below dropped). A selection (fp8.where), so the gradient flows where the triangle was kept.
+local function triangle(name, t, k, lower, ...)
+  local dt = check_self(name, t, 4)
+  no_more(name, "([diagonal=0])", ...)
+  k = k or 0
+  if math.type(k) ~= "integer" then
+    error(("%s: diagonal must be an integer, got %s"):format(name, require("fp8.opts").got(k)), 3)
+  end
+  if t:dim() < 2 then
+    error(("%s: expects a matrix (or a batch of them), got a %d-d tensor"):format(name, t:dim()), 3)
+  end
+  if not SELECTABLE[dt] then error(("%s: %s tensor: dequantize it first"):format(name, dt), 3) end
+  local R, C = t:size(-2), t:size(-1)
+  local dev = { device = t:device() }
+  -- column − row for each place: kept where ≤ k (lower) or ≥ k (upper)
+  local off = core.arange(C, dev):view(1, C) - core.arange(R, dev):view(R, 1)
+  local keep = lower and off:le(k) or off:ge(k)
+  local r = M.where(keep, t, 0)
+  if r:dtype() ~= dt then r = r:to(dt) end
+  return r
+end
+function Tensor.tril(t, k, ...) return (triangle("tril", t, k, true, ...)) end
+function Tensor.triu(t, k, ...) return (triangle("triu", t, k, false, ...)) end
+
 -- t:clamp([min [, max]]) (also clamp{min=, max=}): torch's, as maximum(t, min) then minimum(., max), so
 -- min > max gives max everywhere; min/max are numbers or tensors (broadcast). The gradient passes where t is
 -- within the bounds, bounds included (PyTorch 1.x's rule; docs/lua-api.md says where 2.15 differs; tensor bounds

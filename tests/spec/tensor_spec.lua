@@ -204,6 +204,43 @@ describe("sort, argsort, topk and multinomial", function()
   end)
 end)
 
+describe("tril, triu and cumsum", function()
+  it("keep a triangle of the last two dims and sum along a dim as torch's, with gradients", function()
+    local x = fp8.arange(1, 10):view(3, 3):requires_grad_()
+    assert.are.same({ { 1, 0, 0 }, { 4, 5, 0 }, { 7, 8, 9 } }, x:tril():totable())
+    assert.are.same({ { 0, 2, 3 }, { 0, 0, 6 }, { 0, 0, 0 } }, x:triu(1):totable())
+    assert.are.same({ { 0, 0, 0 }, { 4, 0, 0 }, { 7, 8, 0 } }, x:tril(-1):totable())
+    assert.are.same({ { 1, 2, 3 }, { 4, 5, 6 }, { 7, 8, 9 } }, x:tril(2):totable())
+    assert.are.same({ 2, 3, 4 }, fp8.ones { 2, 3, 4 }:triu():shape())   -- a batch of matrices
+    assert.are.same({ { 1, 1, 0, 0 }, { 1, 1, 1, 0 }, { 1, 1, 1, 1 } }, fp8.ones { 3, 4 }:tril(1):totable())
+    x:tril():sum():backward()
+    assert.are.same({ { 1, 0, 0 }, { 1, 1, 0 }, { 1, 1, 1 } }, x.grad:totable())
+    assert.are.equal("bf16", fp8.ones({ 2, 2 }, "bf16"):triu():dtype())
+    -- cumsum: torch.tensor([[1., 2, 3], [4, 5, 6]]).cumsum(1) and .cumsum(0); the gradient of Σ w·cumsum is the
+    -- running sum of w from the other end
+    local y = fp8.tensor { { 1, 2, 3 }, { 4, 5, 6 } }:requires_grad_()
+    assert.are.same({ { 1, 3, 6 }, { 4, 9, 15 } }, y:cumsum(2):totable())
+    assert.are.same({ { 1, 2, 3 }, { 5, 7, 9 } }, y:cumsum(-2):totable())
+    ;(y:cumsum(2) * fp8.tensor { { 1, 10, 100 }, { 1, 1, 1 } }):sum():backward()
+    assert.are.same({ { 111, 110, 100 }, { 3, 2, 1 } }, y.grad:totable())
+    assert.are.equal(5, fp8.tensor(5):cumsum(1):item())
+    assert.are.same({ 1, 3 }, fp8.tensor({ 1, 2 }, "bf16"):cumsum(1):totable())
+    -- the top-p step: the sorted probabilities' running sum
+    local probs = fp8.tensor { 0.2, 0.5, 0.3 }
+    local sp = probs:sort(-1, true)
+    assert.is_true(math.abs(sp:cumsum(1):totable()[2] - 0.8) < 1e-7)
+    refuses {
+      { function() return fp8.ones { 3 }:tril() end, "tril: expects a matrix (or a batch of them), got a 1-d tensor" },
+      { function() return fp8.ones { 3, 3 }:triu(0.5) end, "triu: diagonal must be an integer, got 0.5" },
+      { function() return fp8.ones { 2, 2 }:quantize("e4m3"):tril() end, "tril: e4m3 tensor: dequantize it first" },
+      { function() return fp8.ones { 2, 2 }:tril(0, 1) end, "tril: takes ([diagonal=0]); got 1 more argument" },
+      { function() return fp8.ones { 2 }:cumsum() end, "cumsum: dim is required (torch's cumsum(dim)), got none" },
+      { function() return fp8.ones { 2, 2 }:cumsum(3) end, "cumsum: dim 3 out of range for a 2-d tensor" },
+      { function() return fp8.ones { 2 }:quantize("e4m3"):cumsum(1) end, "cumsum: e4m3 tensor: call :dequantize()" },
+    }
+  end)
+end)
+
 describe("views and indexing", function()
   local x
   before_each(function() x = fp8.arange(6):view(2, 3) end)
