@@ -586,10 +586,9 @@ local function tell_plain_table(self, k)
   told[self] = seen
   if seen[k] then return end
   seen[k] = true
-  if first_process == nil then
-    local r = os.getenv("OMPI_COMM_WORLD_RANK") or os.getenv("PMIX_RANK") or os.getenv("PMI_RANK")
-      or os.getenv("SLURM_PROCID") or "0"
-    first_process = r == "0"
+  if first_process == nil then   -- the launcher's rank, as the distributed module reads it (0 without one)
+    local ok, d = pcall(require, "fp8._dist")
+    first_process = not (ok and type(d) == "table" and d.info().rank ~= 0)
   end
   if first_process then
     io.stderr:write(("fp8lab: notice: %s.%s is a plain Lua table holding Modules: they are not registered (not in "
