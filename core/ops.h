@@ -108,6 +108,9 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
  * weights proportional to its entries (finite, >= 0, a positive sum), with or without replacement; r NULL: the
  * default generator. */
 fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, bool replacement, fl_rng *r);
+/* gather.c: out = a's values along dim at index's positions (0-based, whole numbers; index has a's shape but for
+ * dim), torch's gather; differentiable in a */
+fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index);
 /* scan.c: the running sums of a along dim (torch's cumsum; in double, rounded once to a's dtype), differentiable */
 fl_status fl_cumsum(fl_tensor **out, const fl_tensor *a, int dim);
 /* a random permutation of 0 .. n−1 (fl_rng_permutation; n ≤ 2^24, and every value exact in dt) */

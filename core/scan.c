@@ -3,6 +3,7 @@
  * input's dtype (fp32 gradients), and moved to the input's device, as argmax and sort are. */
 #include "ops.h"
 #include "ops_raw.h"
+#include "host_ops.h"
 #include "autograd.h"
 #include "profiler.h"
 #include <string.h>
@@ -14,10 +15,8 @@ static fl_status scan(fl_tensor **out, const fl_tensor *a, int dim, bool reverse
         if (i < dim) outer *= a->shape[i];
         if (i > dim) inner *= a->shape[i];
     }
-    fl_tensor *d = NULL, *f = NULL, *c = NULL, *r = NULL;
-    fl_status st = fl_tensor_to_device(&d, a, FL_DEV_CPU);
-    if (st == FL_OK) st = fl_tensor_to(&f, d, FL_F32);
-    if (st == FL_OK) st = fl_tensor_contiguous(&c, f);
+    fl_tensor *c = NULL, *r = NULL;
+    fl_status st = fl_host_f32(&c, a);
     if (st == FL_OK) st = fl_tensor_empty(&r, FL_F32, a->ndim, a->shape, FL_DEV_CPU);
     if (st == FL_OK) {
         const float *x = fl_tensor_data(c);
@@ -32,24 +31,9 @@ static fl_status scan(fl_tensor **out, const fl_tensor *a, int dim, bool reverse
                 }
             }
     }
-    fl_tensor_release(d);
-    fl_tensor_release(f);
     fl_tensor_release(c);
-    if (st == FL_OK && dt != FL_F32) {
-        fl_tensor *t = NULL;
-        st = fl_tensor_to(&t, r, dt);
-        fl_tensor_release(r);
-        r = t;
-    }
-    if (st == FL_OK && a->device != FL_DEV_CPU) {
-        fl_tensor *t = NULL;
-        st = fl_tensor_to_device(&t, r, a->device);
-        fl_tensor_release(r);
-        r = t;
-    }
     if (st != FL_OK) { fl_tensor_release(r); return st; }
-    *out = r;
-    return FL_OK;
+    return fl_host_result(out, r, dt, a->device);
 }
 
 static fl_status cumsum_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {

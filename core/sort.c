@@ -4,6 +4,7 @@
  * values 0 .. n−1 (the index dtype of fp8lab's argmax, embedding and cross_entropy), exact below 2^24. */
 #include "ops.h"
 #include "ops_raw.h"
+#include "host_ops.h"
 #include "profiler.h"
 #include "rng.h"
 #include <math.h>
@@ -26,29 +27,6 @@ static int cmp_desc(const void *pa, const void *pb) {
     if (na != nb) return na ? -1 : 1;
     if (!na && a->v != b->v) return a->v > b->v ? -1 : 1;
     return a->i < b->i ? -1 : a->i > b->i;
-}
-
-/* t (contiguous fp32 on the host) → out on dev in dtype dt; t is released. */
-static fl_status to_result(fl_tensor **out, fl_tensor *t, fl_dtype dt, int dev) {
-    fl_tensor *c = NULL;
-    fl_status st = dt == FL_F32 ? (c = t, FL_OK) : fl_tensor_to(&c, t, dt);
-    if (c != t) fl_tensor_release(t);
-    if (st != FL_OK) return st;
-    if (dev == FL_DEV_CPU) { *out = c; return FL_OK; }
-    st = fl_tensor_to_device(out, c, dev);
-    fl_tensor_release(c);
-    return st;
-}
-
-/* a's values as contiguous fp32 on the host (*h), with outer × size × inner around dim. */
-static fl_status host_f32(fl_tensor **h, const fl_tensor *a) {
-    fl_tensor *d = NULL, *f = NULL;
-    fl_status st = fl_tensor_to_device(&d, a, FL_DEV_CPU);
-    if (st == FL_OK) st = fl_tensor_to(&f, d, FL_F32);
-    if (st == FL_OK) st = fl_tensor_contiguous(h, f);
-    fl_tensor_release(d);
-    fl_tensor_release(f);
-    return st;
 }
 
 fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, int dim, bool descending, int64_t k,
@@ -80,7 +58,7 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
     }
     fl_tensor *h = NULL, *v = NULL, *ix = NULL;
     keyed *row = NULL;
-    fl_status st = host_f32(&h, a);
+    fl_status st = fl_host_f32(&h, a);
     if (st == FL_OK) st = fl_tensor_empty(&v, FL_F32, a->ndim, shape, FL_DEV_CPU);
     if (st == FL_OK) st = fl_tensor_empty(&ix, FL_F32, a->ndim, shape, FL_DEV_CPU);
     if (st == FL_OK && !(row = malloc(sizeof *row * (size_t)(size > 0 ? size : 1))))
@@ -101,8 +79,8 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
     free(row);
     fl_tensor_release(h);
     /* the values in a's dtype (an exact conversion back: each is one of a's), the indices fp32, on a's device */
-    if (st == FL_OK) st = to_result(values, v, a->dtype, a->device), v = NULL;
-    if (st == FL_OK) st = to_result(indices, ix, FL_F32, a->device), ix = NULL;
+    if (st == FL_OK) st = fl_host_result(values, v, a->dtype, a->device), v = NULL;
+    if (st == FL_OK) st = fl_host_result(indices, ix, FL_F32, a->device), ix = NULL;
     fl_tensor_release(v);
     fl_tensor_release(ix);
     if (st != FL_OK) {
@@ -135,7 +113,7 @@ fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, boo
                       (long long)n, (long long)cats);
     fl_tensor *h = NULL, *res = NULL;
     double *w = NULL;
-    fl_status st = host_f32(&h, probs);
+    fl_status st = fl_host_f32(&h, probs);
     const int64_t shape[2] = { rows, n };
     if (st == FL_OK) st = fl_tensor_empty(&res, FL_F32, probs->ndim, probs->ndim == 2 ? shape : shape + 1, FL_DEV_CPU);
     if (st == FL_OK && !(w = malloc(sizeof *w * (size_t)cats)))
@@ -194,7 +172,7 @@ fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, boo
     }
     free(w);
     fl_tensor_release(h);
-    if (st == FL_OK) st = to_result(out, res, FL_F32, probs->device), res = NULL;
+    if (st == FL_OK) st = fl_host_result(out, res, FL_F32, probs->device), res = NULL;
     fl_tensor_release(res);
     return st;
 }

@@ -986,6 +986,17 @@ static int m_multinomial(lua_State *L) {
     return 1;
 }
 
+/* x:gather(dim, index) (also fp8.gather(x, dim, index)): torch's; index of x's shape but for dim (0-based positions) */
+static int m_gather(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "gather", "(dim, index)");
+    int d = t->ndim == 0 ? 0 : check_dim(L, 2, t->ndim, "gather");
+    fl_tensor *idx = fl_lchecktensor(L, 3);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_gather(slot, t, d, idx));
+    return 1;
+}
+
 /* x:cumsum(dim): torch's running sums along dim (1-based, negative from the end; a 0-d tensor takes 1 or -1) */
 static int m_cumsum(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -1212,6 +1223,7 @@ static const luaL_Reg methods[] = {
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
     {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum},
+    {"gather", m_gather},
     {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},
     {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},
@@ -1230,7 +1242,8 @@ static const luaL_Reg metamethods[] = {
 static const luaL_Reg factories[] = {
     {"tensor", l_tensor_new}, {"zeros", l_zeros}, {"ones", l_ones}, {"empty", l_empty}, {"full", l_full},
     {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn},
-    {"randint", l_randint}, {"randperm", l_randperm}, {"multinomial", m_multinomial}, {"is_tensor", l_is_tensor},
+    {"randint", l_randint}, {"randperm", l_randperm}, {"multinomial", m_multinomial}, {"gather", m_gather},
+    {"is_tensor", l_is_tensor},
     {"_live_dtype", l_live_dtype},
     {"matmul", l_matmul}, {"cat", l_cat}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"pow", m_pow},
     {NULL, NULL},

@@ -138,7 +138,10 @@ add_all {
        .. "topk the k largest (or smallest) in order. x:multinomial(n [, replacement=false]) (or fp8.multinomial(p,\n"
        .. "n, ...)) draws n category indices from each row's weights, reproducibly after fp8.manual_seed.\n"
        .. "x:tril([diagonal=0]) / x:triu([diagonal=0]): the lower / upper triangle of the last two dims (torch's\n"
-       .. "causal mask: fp8.ones{T, T}:tril()); x:cumsum(dim): running sums (in double, rounded once), gradients flow." },
+       .. "causal mask: fp8.ones{T, T}:tril()); x:cumsum(dim): running sums (in double, rounded once), gradients\n"
+       .. "flow. "
+       .. "x:gather(dim, index) (fp8.gather(x, dim, index)): x's values along dim at the index's 0-based\n"
+       .. "positions." },
   { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
     doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
        .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices\n"
@@ -324,7 +327,7 @@ also("Tensor:get", { "Tensor:set", "Tensor:item", "Tensor:totable", "Tensor:toli
 also("Tensor:sum", { "Tensor:mean", "Tensor:max", "Tensor:min", "Tensor:amax", "Tensor:abs" })
 also("Tensor:argmax", { "Tensor:argmin" })
 also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial", "Tensor:tril",
-                      "Tensor:triu", "Tensor:cumsum" })
+                      "Tensor:triu", "Tensor:cumsum", "Tensor:gather", "gather" })
 also("Tensor:scale", { "Tensor:scale_inv", "Tensor:bytes" })
 also("Tensor:matmul", { "Tensor:add", "Tensor:sub", "Tensor:mul", "Tensor:div", "Tensor:neg", "Tensor:exp",
                         "Tensor:log", "Tensor:sqrt", "Tensor:sign", "Tensor:tanh", "Tensor:sigmoid" })
@@ -382,10 +385,13 @@ also("nn.Module:register_forward_hook", { "nn.Module:register_forward_pre_hook",
                                          "nn.Module:register_full_backward_hook",
                                          "nn.Module:register_full_backward_pre_hook" })
 also("nn.GELU", { "nn.ReLU", "nn.SiLU", "nn.Sigmoid", "nn.Tanh", "nn.Softmax", "nn.functional.silu",
-                  "nn.functional.sigmoid", "nn.functional.tanh" })
+                  "nn.functional.sigmoid", "nn.functional.tanh", "nn.LeakyReLU", "nn.ELU", "nn.Softplus",
+                  "nn.functional.leaky_relu", "nn.functional.elu", "nn.functional.softplus" })
 also("nn.RMSNorm", { "nn.functional.rms_norm" })
 also("nn.Identity", { "nn.Flatten" })
-also("nn.CrossEntropyLoss", { "nn.NLLLoss", "nn.MSELoss", "nn.functional.nll_loss", "nn.functional.one_hot" })
+also("nn.CrossEntropyLoss", { "nn.NLLLoss", "nn.MSELoss", "nn.functional.nll_loss", "nn.functional.one_hot",
+                              "nn.L1Loss", "nn.BCEWithLogitsLoss", "nn.functional.l1_loss",
+                              "nn.functional.binary_cross_entropy_with_logits" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("nn.ModuleList", { "nn.ModuleDict" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })

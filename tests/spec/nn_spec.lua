@@ -1574,6 +1574,50 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { reduction = "avg" })
   end)
 
+  it("leaky_relu, elu, softplus, l1_loss, binary_cross_entropy_with_logits and their modules (values, gradients)",
+    function()
+      local Y = { { 0.0, 1.0, 0.5, 1.0 }, { 1.0, 0.0, 0.25, 0.0 }, { 1.0, 1.0, 0.0, 0.0 } }
+      for key, c in pairs {
+        leaky = { function(x) return F.leaky_relu(x, 0.2) end, function(x) return nn.LeakyReLU(0.2)(x) end },
+        elu = { function(x) return F.elu(x, 1.5) end, function(x) return nn.ELU { alpha = 1.5 }(x) end },
+        softplus = { function(x) return F.softplus(x, 2.0, 3.0) end, function(x) return nn.Softplus(2, 3)(x) end },
+      } do
+        for _, fn in ipairs(c) do
+          local x = fp8.tensor(X):requires_grad_()
+          local y = fn(x)
+          ;(y * fp8.tensor(G)):sum():backward()
+          same(key, y, ref[key])
+          same(key .. "_dx", x.grad, ref[key .. "_dx"])
+        end
+      end
+      for _, red in ipairs { "mean", "sum", "none" } do
+        local x = fp8.tensor(X):requires_grad_()
+        local loss = F.binary_cross_entropy_with_logits(x, fp8.tensor(Y), { reduction = red })
+        loss:sum():backward()
+        same("bce_" .. red, loss, ref["bce_" .. red])
+        same("bce_" .. red .. "_dx", x.grad, ref["bce_" .. red .. "_dx"])
+        same("l1_" .. red, F.l1_loss(fp8.tensor(X), fp8.tensor(Y), { reduction = red }), ref["l1_" .. red])
+        same("L1Loss " .. red, nn.L1Loss { reduction = red }(fp8.tensor(X), fp8.tensor(Y)), ref["l1_" .. red])
+      end
+      local x = fp8.tensor(X):requires_grad_()
+      local loss = nn.BCEWithLogitsLoss { pos_weight = fp8.tensor { 2.0, 0.5, 1.0, 3.0 } }(x, fp8.tensor(Y))
+      loss:backward()
+      same("bce_pw", loss, ref.bce_pw)
+      same("bce_pw_dx", x.grad, ref.bce_pw_dx)
+      -- no overflow far out: torch gives 0 and 100 for these
+      same("bce far", F.binary_cross_entropy_with_logits(fp8.tensor { 100, -100 }, fp8.tensor { 1, 1 },
+        { reduction = "none" }), { 0, 100 })
+      U.fails_with("leaky_relu: negative_slope must be a finite number, got", F.leaky_relu, fp8.ones { 1 }, 0 / 0)
+      U.fails_with("softplus: beta must be nonzero", F.softplus, fp8.ones { 1 }, 0)
+      U.fails_with("l1_loss: input [2] and target [3] must have the same shape", F.l1_loss, fp8.ones { 2 },
+        fp8.ones { 3 })
+      U.fails_with("binary_cross_entropy_with_logits: unknown option 'weight'", F.binary_cross_entropy_with_logits,
+        fp8.ones { 2 }, fp8.ones { 2 }, { weight = 1 })
+      U.fails_with("l1_loss: reduction must be \"mean\", \"sum\" or \"none\"", F.l1_loss, fp8.ones { 2 },
+        fp8.ones { 2 }, { reduction = "avg" })
+      U.fails_with("ELU: alpha must be a finite number", nn.ELU, "x")
+    end)
+
   it("one_hot, Flatten, Softmax, Sigmoid, Tanh, Identity", function()
     same("one_hot", F.one_hot(fp8.tensor { { 2, 0 }, { 1, 3 } }, 5), ref.one_hot)
     assert.are.same({ 2, 4 }, F.one_hot(fp8.tensor { 3, 0 }):shape())

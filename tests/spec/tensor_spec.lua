@@ -204,6 +204,33 @@ describe("sort, argsort, topk and multinomial", function()
   end)
 end)
 
+describe("gather", function()
+  it("picks values along a dim at an index's positions, as torch's, and sends their gradients back (repeats add)",
+    function()
+      local x = fp8.tensor { { 1, 2, 3 }, { 4, 5, 6 } }:requires_grad_()
+      local g = x:gather(2, fp8.tensor { { 2, 0 }, { 1, 1 } })
+      assert.are.same({ { 3, 1 }, { 5, 5 } }, g:totable())
+      g:sum():backward()
+      assert.are.same({ { 1, 0, 1 }, { 0, 2, 0 } }, x.grad:totable())
+      assert.are.same({ { 4, 2, 6 } }, fp8.gather(x:detach(), 1, fp8.tensor { { 1, 0, 1 } }):totable())
+      -- a loss's pick of the target's log-probability: logp.gather(1, t.unsqueeze(1)).squeeze(1) in torch
+      local logp = fp8.tensor { { -1, -2 }, { -3, -4 } }
+      assert.are.same({ -2, -3 }, logp:gather(2, fp8.tensor { 1, 0 }:unsqueeze(2)):squeeze(2):totable())
+      assert.are.equal("bf16", fp8.ones({ 2, 2 }, "bf16"):gather(1, fp8.zeros { 1, 2 }):dtype())
+      refuses {
+        { function() return x:gather(2, fp8.tensor { { 3, 0 }, { 0, 0 } }) end,
+          "gather: index 3 out of range 0..2 for dim 2 of size 3" },
+        { function() return x:gather(2, fp8.tensor { { 0.5, 0 }, { 0, 0 } }) end, "gather: index 0.5 out of range" },
+        { function() return x:gather(2, fp8.tensor { { 1 } }) end,
+          "gather: index [1, 1] must have input [2, 3]'s shape but for dim 2" },
+        { function() return x:gather(3, fp8.zeros { 2, 3 }) end, "gather: dim 3 out of range for a 2-d tensor" },
+        { function() return x:gather(1, fp8.zeros { 2, 3 }:quantize("e4m3")) end,
+          "gather: the index must hold whole numbers, not FP8" },
+        { function() return x:gather(1, fp8.zeros { 2, 3 }, 4) end, "gather: takes (dim, index); got 1 more argument" },
+      }
+    end)
+end)
+
 describe("tril, triu and cumsum", function()
   it("keep a triangle of the last two dims and sum along a dim as torch's, with gradients", function()
     local x = fp8.arange(1, 10):view(3, 3):requires_grad_()

@@ -23,6 +23,39 @@ end
 function M.GELU:forward(x) return F.gelu(x, self.approximate) end
 function M.GELU:extra_repr() return ("approximate='%s'"):format(self.approximate) end   -- 'none' too, as torch's
 
+-- LeakyReLU([negative_slope=0.01]), ELU([alpha=1]), Softplus([beta=1 [, threshold=20]]) (or their option tables)
+local function with_numbers(name, keys, defaults, fn)
+  local cls = Module.class(name)
+  cls["__init"] = function(self, a, b)
+    if type(a) == "table" then
+      if b ~= nil then error(("%s: pass the options as a table or as arguments, not both"):format(name), 3) end
+      local o = O.check(name, a, keys, 3)
+      a, b = o[keys[1]], o[keys[2] or ""]
+    end
+    local vals = { a, b }
+    for i, k in ipairs(keys) do
+      local v = vals[i]
+      if v == nil then v = defaults[i] end
+      if type(v) ~= "number" or v ~= v or math.abs(v) == math.huge then
+        error(("%s: %s must be a finite number, got %s"):format(name, k, O.got(v)), 3)
+      end
+      self[k] = v
+    end
+  end
+  cls.forward = function(self, x) return fn(self, x) end
+  cls.extra_repr = function(self)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = ("%s=%g"):format(k, self[k]) end
+    return table.concat(parts, ", ")
+  end
+  return cls
+end
+M.LeakyReLU = with_numbers("LeakyReLU", { "negative_slope" }, { 0.01 },
+  function(self, x) return F.leaky_relu(x, self.negative_slope) end)
+M.ELU = with_numbers("ELU", { "alpha" }, { 1.0 }, function(self, x) return F.elu(x, self.alpha) end)
+M.Softplus = with_numbers("Softplus", { "beta", "threshold" }, { 1.0, 20.0 },
+  function(self, x) return F.softplus(x, self.beta, self.threshold) end)
+
 M.SiLU = Module.class("SiLU")
 function M.SiLU:forward(x) return F.silu(x) end
 M.Sigmoid = Module.class("Sigmoid")

@@ -111,6 +111,41 @@ function F.tanh(x, ...)
   return x:tanh()
 end
 
+-- leaky_relu(x [, negative_slope=0.01]), elu(x [, alpha=1]), softplus(x [, beta=1 [, threshold=20]]): torch's, built
+-- of selections (fp8.where) so each side's gradient is its own and the side not taken passes none (elu's exp and
+-- softplus's are taken of a clamped argument, so they never overflow there). At 0 the gradients are torch's: slope,
+-- alpha, and sigmoid(0)·... as softplus's formula gives.
+local function check_number(fname, what, v, default)
+  if v == nil then return default end
+  if type(v) ~= "number" or v ~= v or math.abs(v) == math.huge then
+    error(("%s: %s must be a finite number, got %s"):format(fname, what, O.got(v)), 3)
+  end
+  return v
+end
+local function where(...) return require("fp8.tensor").where(...) end
+function F.leaky_relu(x, slope, ...)
+  no_more("leaky_relu", "(input [, negative_slope]) (no inplace)", ...)
+  check_tensor("leaky_relu", "input", x)
+  slope = check_number("leaky_relu", "negative_slope", slope, 0.01)
+  return where(x:gt(0), x, x * slope)
+end
+function F.elu(x, alpha, ...)
+  no_more("elu", "(input [, alpha]) (no inplace)", ...)
+  check_tensor("elu", "input", x)
+  alpha = check_number("elu", "alpha", alpha, 1.0)
+  return where(x:gt(0), x, (x:clamp_max(0):exp() - 1) * alpha)
+end
+function F.softplus(x, beta, threshold, ...)
+  no_more("softplus", "(input [, beta [, threshold]])", ...)
+  check_tensor("softplus", "input", x)
+  beta = check_number("softplus", "beta", beta, 1.0)
+  threshold = check_number("softplus", "threshold", threshold, 20.0)
+  if beta == 0 then error("softplus: beta must be nonzero (it divides)", 2) end
+  local bx = x * beta
+  -- above the threshold torch returns x itself (linear); below, log(1 + e^(βx)) / β, e^ of the clamped βx
+  return where(bx:gt(threshold), x, (bx:clamp_max(threshold):exp() + 1):log() / beta)
+end
+
 local function check_dim(fname, x, dim)
   if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
   local n = math.max(x:dim(), 1)   -- a 0-d tensor's one implicit dim is 1 (or -1), as torch's 0 (or -1)
@@ -235,6 +270,47 @@ function F.mse_loss(a, b, opts, ...)
   local d = a - b
   local sq = d * d
   return red == "none" and sq or sq:sum()
+end
+
+-- The reductions of the elementwise losses: "mean" (the core's mean), "sum" or "none".
+local function reduce_loss(fname, per, red)
+  if red == nil or red == "mean" then return per:mean() end
+  if red == "sum" then return per:sum() end
+  if red == "none" then return per end
+  error(("%s: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(fname, O.got(red)), 3)
+end
+
+-- l1_loss(input, target [, {reduction="mean"|"sum"|"none"}]): |input − target|, torch's.
+function F.l1_loss(a, b, opts, ...)
+  no_more("l1_loss", "(input, target [, {reduction=}])", ...)
+  check_tensor("l1_loss", "input", a); check_tensor("l1_loss", "target", b)
+  opts = check_opts("l1_loss", opts, { reduction = true })
+  if shape_str(a) ~= shape_str(b) then
+    error(("l1_loss: input %s and target %s must have the same shape"):format(shape_str(a), shape_str(b)), 2)
+  end
+  return reduce_loss("l1_loss", (a - b):abs(), opts.reduction)
+end
+
+-- binary_cross_entropy_with_logits(input, target [, {reduction=, pos_weight=}]): torch's, −(pw·y·log σ(x) +
+-- (1 − y)·log σ(−x)) with pos_weight pw (a number or a tensor broadcast along the last dim; 1 without). The two
+-- log sigmoids come from one log_softmax over (0, x), so the gradient is torch's σ(x)-based one, 0 included, and no
+-- exp overflows for large |x|.
+function F.binary_cross_entropy_with_logits(x, y, opts, ...)
+  local N = "binary_cross_entropy_with_logits"
+  no_more(N, "(input, target [, {reduction=, pos_weight=}])", ...)
+  check_tensor(N, "input", x); check_tensor(N, "target", y)
+  opts = check_opts(N, opts, { reduction = true, pos_weight = true })
+  if shape_str(x) ~= shape_str(y) then
+    error(("%s: input %s and target %s must have the same shape"):format(N, shape_str(x), shape_str(y)), 2)
+  end
+  local pw = opts.pos_weight
+  if pw ~= nil and type(pw) ~= "number" then check_tensor(N, "pos_weight", pw) end
+  local zero = fp8.zeros(x:shape(), { dtype = x:dtype(), device = x:device() })
+  -- [..., 2]: log σ(−x), log σ(x)
+  local ls = F.log_softmax(fp8.cat({ zero:unsqueeze(-1), x:unsqueeze(-1) }, -1), -1)
+  local neg, pos = ls:select(-1, 1), ls:select(-1, 2)
+  local wpos = pw == nil and y or y * pw
+  return reduce_loss(N, -(wpos * pos + (1 - y) * neg), opts.reduction)
 end
 
 -- layer_norm(x[..., C], w[C], b[C] [, eps=1e-5]) (w, b may be nil), or torch's

@@ -17,12 +17,17 @@ local nn = {
   Sigmoid = act.Sigmoid,
   Tanh = act.Tanh,
   Softmax = act.Softmax,
+  LeakyReLU = act.LeakyReLU,
+  ELU = act.ELU,
+  Softplus = act.Softplus,
   Identity = reshape.Identity,
   Flatten = reshape.Flatten,
   RMSNorm = require "fp8.nn.rms_norm",
   CrossEntropyLoss = losses.CrossEntropyLoss,
   NLLLoss = losses.NLLLoss,
   MSELoss = losses.MSELoss,
+  L1Loss = losses.L1Loss,
+  BCEWithLogitsLoss = losses.BCEWithLogitsLoss,
   Dropout = require "fp8.nn.dropout",
   Embedding = require "fp8.nn.embedding",
   Sequential = require "fp8.nn.sequential",
@@ -84,9 +89,10 @@ add("nn.Embedding", "fp8.nn.Embedding(num_embeddings, embedding_dim)",
 add("nn.Dropout", "fp8.nn.Dropout([p=0.5]) | Dropout{p=}",
   "Zeroes each element with probability p in training and scales the rest by 1/(1-p); the identity in eval mode.")
 add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=} / fp8.nn.ReLU() / SiLU() / "
-  .. "Sigmoid() / Tanh() / Softmax([dim=-1])",
+  .. "Sigmoid() / Tanh() / Softmax([dim=-1]) / LeakyReLU([negative_slope=0.01]) / ELU([alpha=1]) / "
+  .. "Softplus([beta=1 [, threshold=20]])",
   "The activations as modules (F.gelu: exact erf, or the tanh approximation; F.relu, F.silu = x·sigmoid(x),\n"
-  .. "F.sigmoid, F.tanh, F.softmax).")
+  .. "F.sigmoid, F.tanh, F.softmax, F.leaky_relu, F.elu, F.softplus: torch's, their gradients torch's at 0 too).")
 add("nn.RMSNorm", "fp8.nn.RMSNorm(n [, {eps, elementwise_affine=true}]) / F.rms_norm(x, n [, weight [, eps]])",
   "torch's RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * weight (ones at first); eps the input\n"
   .. "dtype's machine epsilon unless given (fp32 2^-23), as torch's eps=None. Not converted by the FP8 recipes.")
@@ -94,11 +100,13 @@ add("nn.Identity", "fp8.nn.Identity(...) / fp8.nn.Flatten([start_dim=2 [, end_di
   "Identity returns its input (its constructor's arguments dropped, as torch's: a stand-in layer); Flatten merges\n"
   .. "dims start_dim..end_dim (1-based: the default keeps the batch dim, as torch's Flatten(1)).")
 add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_index, reduction}]) / NLLLoss([{...}]) / "
-  .. "MSELoss([{reduction}])",
+  .. "MSELoss([{reduction}]) / L1Loss([{reduction}]) / BCEWithLogitsLoss([{reduction, pos_weight}])",
   "torch's loss modules: loss(input, target) is F.cross_entropy / F.nll_loss / F.mse_loss with the options given\n"
   .. "when it was made (checked then). F.nll_loss(log_probs[N,C], targets[N] [, {ignore_index=-100, reduction}]):\n"
   .. "-log_probs[i, t_i], the mean over the rows not ignored. F.one_hot(ids [, num_classes=-1]) -> [ids..., C] of\n"
-  .. "1 and 0 (fp32; C the largest id + 1 with -1).")
+  .. "1 and 0 (fp32; C the largest id + 1 with -1). F.l1_loss(input, target [, {reduction}]) and\n"
+  .. "F.binary_cross_entropy_with_logits(input, target [, {reduction, pos_weight}]) as torch's (the log sigmoids\n"
+  .. "from one log_softmax over (0, x): no overflow far out, torch's gradient at 0).")
 add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",
   "nanoGPT's attention: one qkv projection Linear(d, 3d), causal attention over n_head heads (F.qkv_attention),\n"
   .. "an output projection and dropout on its output; [B, T, n_embd] in and out.")
@@ -147,8 +155,8 @@ add("nn.init", "fp8.nn.init.normal(shape [, mean=0, std=1]) / uniform(shape [, a
   "New fp32 tensors, the random ones drawn from the seeded generator (fp8.manual_seed). The in-place forms\n"
   .. "normal_(t [, mean, std]), uniform_(t [, a, b]), zeros_(t), ones_(t) and copy_(t, src) write into an\n"
   .. "existing tensor (a parameter), keeping its identity, and return it.")
-add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / softmax / log_softmax / "
-  .. "cross_entropy / nll_loss / mse_loss /\n"
+add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / leaky_relu / elu / softplus / "
+  .. "softmax / log_softmax /\ncross_entropy / nll_loss / mse_loss / l1_loss / binary_cross_entropy_with_logits /\n"
   .. "layer_norm / rms_norm / one_hot / embedding / dropout / scaled_dot_product_attention(q, k, v [, {is_causal=, "
   .. "scale=}]) /\nqkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"

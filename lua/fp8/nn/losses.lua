@@ -1,5 +1,6 @@
 -- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{label_smoothing, ignore_index,
--- reduction}]), NLLLoss([{ignore_index, reduction}]), MSELoss([{reduction}]); loss(input, target) is the function's
+-- reduction}]), NLLLoss([{ignore_index, reduction}]), MSELoss([{reduction}]), L1Loss([{reduction}]),
+-- BCEWithLogitsLoss([{reduction, pos_weight}]); loss(input, target) is the function's
 -- value with the options given at construction, checked there.
 local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
@@ -33,5 +34,7 @@ end
 M.CrossEntropyLoss = loss_class("CrossEntropyLoss", F.cross_entropy, { "label_smoothing", "ignore_index", "reduction" })
 M.NLLLoss = loss_class("NLLLoss", F.nll_loss, { "ignore_index", "reduction" })
 M.MSELoss = loss_class("MSELoss", F.mse_loss, { "reduction" })
+M.L1Loss = loss_class("L1Loss", F.l1_loss, { "reduction" })
+M.BCEWithLogitsLoss = loss_class("BCEWithLogitsLoss", F.binary_cross_entropy_with_logits, { "reduction", "pos_weight" })
 
 return M

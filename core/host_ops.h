@@ -1,0 +1,31 @@
+/* host_ops.h — for the ops computed on the host (sort.c, scan.c, gather.c; as ops.c's argmax): a tensor's values as
+ * contiguous fp32 there, and a result made there moved to the input's device in the dtype it should have. Included
+ * by those files only. */
+#ifndef FL_HOST_OPS_H
+#define FL_HOST_OPS_H
+#include "tensor.h"
+
+/* a's values as contiguous fp32 on the host (*h). */
+static inline fl_status fl_host_f32(fl_tensor **h, const fl_tensor *a) {
+    fl_tensor *d = NULL, *f = NULL;
+    fl_status st = fl_tensor_to_device(&d, a, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_to(&f, d, FL_F32);
+    if (st == FL_OK) st = fl_tensor_contiguous(h, f);
+    fl_tensor_release(d);
+    fl_tensor_release(f);
+    return st;
+}
+
+/* t (contiguous fp32 on the host) → *out in dtype dt on device dev; the reference to t is taken over (released on
+ * every path). */
+static inline fl_status fl_host_result(fl_tensor **out, fl_tensor *t, fl_dtype dt, int dev) {
+    fl_tensor *c = NULL;
+    fl_status st = dt == FL_F32 ? (c = t, FL_OK) : fl_tensor_to(&c, t, dt);
+    if (c != t) fl_tensor_release(t);
+    if (st != FL_OK) return st;
+    if (dev == FL_DEV_CPU) { *out = c; return FL_OK; }
+    st = fl_tensor_to_device(out, c, dev);
+    fl_tensor_release(c);
+    return st;
+}
+#endif
