@@ -19,8 +19,8 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
         return FL_ERR(FL_EINVAL, "gather: the index must hold whole numbers, not FP8");
     if (a->ndim == 0) return FL_ERR(FL_EINVAL, "gather: a 0-d tensor has no dim to gather along");
     if (dim < -a->ndim || dim >= a->ndim)
-        return FL_ERR(FL_EINVAL, "gather: dim %d out of range for a tensor of shape %s", dim, fl_shape_str(sa, sizeof sa,
-                      a->ndim, a->shape));
+        return FL_ERR(FL_EINVAL, "gather: dim %d out of range for a tensor of shape %s", dim,
+                      fl_shape_str(sa, sizeof sa, a->ndim, a->shape));
     if (dim < 0) dim += a->ndim;
     bool fits = index->ndim == a->ndim;
     for (int i = 0; fits && i < a->ndim; i++) fits = i == dim || index->shape[i] == a->shape[i];
