@@ -4,6 +4,7 @@
 local fp8 = fp8 or require "fp8"
 local optim = fp8.optim
 local sched = optim.lr_scheduler
+local U = dofile("tests/spec/helpers/util.lua")
 
 local function close(a, b, tol) return math.abs(a - b) <= (tol or 1e-6) * math.max(1, math.abs(b)) end
 
@@ -778,8 +779,8 @@ describe("fp8.optim.lr_scheduler", function()
     local s2 = sched.get_linear_schedule_with_warmup(o2, 3, 10)
     for _ = 1, 6 do s:step(); s2:step(); assert.are.equal(o2.param_groups[1].lr, o.param_groups[1].lr) end
     for _, c in ipairs {
-      { { "reduce_lr_on_plateau" },
-        [[get_scheduler: transformers' schedule "reduce_lr_on_plateau" is not offered here]] },
+      { { "warmup_stable_decay" },
+        [[get_scheduler: transformers' schedule "warmup_stable_decay" is not offered here]] },
       { { "cosinus" }, "get_scheduler: name must be one of constant, constant_with_warmup, cosine" },
       { { "linear", 3 }, "get_scheduler: linear requires num_training_steps, please provide that argument" },
       { { "cosine" }, "get_scheduler: cosine requires num_warmup_steps" },
@@ -795,6 +796,72 @@ describe("fp8.optim.lr_scheduler", function()
     local ok, err = pcall(sched.get_polynomial_decay_schedule_with_warmup, sgd(1e-8), 1, 4)
     assert.is_false(ok)
     assert.truthy(err:find("lr_end (1e-07) must be smaller than the optimizer's initial lr (1e-08)", 1, true), err)
+  end)
+
+  it("ReduceLROnPlateau reduces on a plateau as torch's (modes, thresholds, cooldown, min_lr) and is saved", function()
+    -- torch 2.15: ReduceLROnPlateau(SGD(groups with lr 0.1 (and 0.2)), ...) stepped with these metrics, each group's
+    -- lr after each step
+    local function run(metrics, groups, kw)
+      local list = {}
+      for i = 1, groups do list[i] = { params = { fp8.zeros { 1 } }, lr = 0.1 * i } end
+      local o = optim.SGD(list, { lr = 0.1 })
+      local s = sched.ReduceLROnPlateau(o, kw)
+      local out = {}
+      for _, m in ipairs(metrics) do
+        s:step(m)
+        local r = {}
+        for i, g in ipairs(o.param_groups) do r[i] = g.lr end
+        out[#out + 1] = r
+      end
+      return out, s, o
+    end
+    local M = { 1.0, 0.9, 0.95, 0.96, 0.97, 0.98, 0.85, 0.86, 0.87, 0.88, 0.89, 0.9, 0.91 }
+    for _, c in ipairs {
+      { M, 1, { patience = 2 }, { 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.01, 0.01, 0.001, 0.001, 0.001, 0.0001 } },
+      { { 0.1, 0.2, 0.2, 0.25, 0.2, 0.2, 0.2, 0.2 }, 1,
+        { mode = "max", threshold_mode = "abs", threshold = 0.01, patience = 1, factor = 0.5 },
+        { 0.1, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.025 } },
+      { M, 2, { patience = 1, cooldown = 2, factor = 0.5, min_lr = { 0.03, 0.1 } },
+        { { 0.1, 0.2 }, { 0.1, 0.2 }, { 0.1, 0.2 }, { 0.05, 0.1 }, { 0.05, 0.1 }, { 0.05, 0.1 }, { 0.05, 0.1 },
+          { 0.05, 0.1 }, { 0.03, 0.1 }, { 0.03, 0.1 }, { 0.03, 0.1 }, { 0.03, 0.1 }, { 0.03, 0.1 } } },
+    } do
+      local got = run(c[1], c[2], c[3])
+      for t, want in ipairs(c[4]) do
+        if type(want) == "number" then want = { want } end
+        for i = 1, #want do
+          assert.is_true(close(got[t][i], want[i], 1e-12), ("step %d group %d: %.17g vs %.17g"):format(t, i,
+            got[t][i], want[i]))
+        end
+      end
+    end
+    -- a one-element tensor as the metric; get_last_lr; state_dict / load_state_dict carry the counters
+    local _, s, o = run({ 1.0, 1.0 }, 1, { patience = 3 })
+    s:step(fp8.tensor(2.0))
+    assert.are.equal(2, s.num_bad_epochs)
+    assert.are.same({ 0.1 }, s:get_last_lr())
+    local o2 = optim.SGD({ fp8.zeros { 1 } }, { lr = 0.1 })
+    local s2 = sched.ReduceLROnPlateau(o2, { patience = 3 })
+    s2:load_state_dict(s:state_dict())
+    for _ = 1, 2 do s:step(5); s2:step(5) end   -- 4 steps without improvement: past patience, both reduce
+    assert.are.equal(o.param_groups[1].lr, o2.param_groups[1].lr)
+    assert.is_true(close(0.01, o2.param_groups[1].lr, 1e-12))
+    -- get_scheduler's name for it, with its options in scheduler_specific_kwargs
+    local s3 = sched.get_scheduler("reduce_lr_on_plateau", optim.SGD({ fp8.zeros { 1 } }, { lr = 1 }),
+      { scheduler_specific_kwargs = { patience = 0 } })
+    assert.are.equal(0, s3.patience)
+    U.fails_with("ReduceLROnPlateau: factor must be a number in [0, 1)", sched.ReduceLROnPlateau, opt(1),
+      { factor = 1 })
+    U.fails_with("ReduceLROnPlateau: mode must be \"min\" or \"max\"", sched.ReduceLROnPlateau, opt(1), { mode = "up" })
+    U.fails_with("ReduceLROnPlateau: unknown option 'verbose'", sched.ReduceLROnPlateau, opt(1), { verbose = true })
+    U.fails_with("ReduceLROnPlateau:step: expected the metric (a number, e.g. the validation loss), got nil", s.step, s)
+    U.fails_with("ReduceLROnPlateau:step: metric must be a number or a one-element tensor", s.step, s, fp8.ones { 2 })
+    local o4 = opt(0.1)
+    local step = sched.StepLR(o4, 2)
+    local p4 = sched.ReduceLROnPlateau(o4)
+    step:step()
+    U.fails_with("ReduceLROnPlateau:step: this optimizer is also stepped by another scheduler (StepLR)", p4.step, p4, 1)
+    U.fails_with("SequentialLR: schedulers[1] is a ReduceLROnPlateau, which steps on a metric", sched.SequentialLR,
+      o4, { p4, step }, { 1 })
   end)
 
   it("StepLR takes torch's positional gamma; no constructor drops an argument past those it takes", function()

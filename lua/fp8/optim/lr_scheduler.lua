@@ -68,6 +68,7 @@ local function is_list(v) return type(v) == "table" and next(v) ~= nil and rawge
 local function is_options(v) return type(v) == "table" and not is_list(v) end
 
 local Scheduler = {}
+local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
 Scheduler.__index = Scheduler
 Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry by it
 
@@ -569,6 +570,10 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
   local list = {}
   for i = 1, rawlen(schedulers) do
     local sc = rawget(schedulers, i)
+    if getmetatable(sc) == Plateau then
+      error(("SequentialLR: schedulers[%d] is a ReduceLROnPlateau, which steps on a metric; SequentialLR steps "
+        .. "without one (torch's refuses it too)"):format(i), 2)
+    end
     if getmetatable(sc) ~= Scheduler then
       local prepared = type(sc) == "table" and rawget(sc, "scheduler") ~= nil
       error(("SequentialLR: schedulers[%d] must be a scheduler from fp8.optim.lr_scheduler, got %s%s"):format(i,
@@ -650,6 +655,148 @@ function M.get_cosine_schedule_with_warmup(opt, a, b, c, ...)
   end)
 end
 
+-- ReduceLROnPlateau(opt [, {mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel", cooldown=0,
+-- min_lr=0, eps=1e-8}]): torch's. Not a closed form: sched:step(metric) (a number, or a one-element tensor) counts
+-- the steps since the metric last improved (by threshold, relative or absolute) and, past patience of them, multiplies
+-- each group's current lr by factor (not below min_lr, a number or one per group; a change smaller than eps is not
+-- made), then waits cooldown steps before counting again. As the closed forms, it refuses to step an optimizer that
+-- another scheduler stepped last. state_dict() / load_state_dict(sd) keep its counters and best value.
+Plateau.__index = Plateau
+Plateau.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry
+local PLATEAU_KEYS = { "mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps" }
+function M.ReduceLROnPlateau(opt, opts, ...)
+  local N = "ReduceLROnPlateau"
+  check_opt(N, opt)
+  opts = positional(N, opts, table.pack(...), PLATEAU_KEYS, "(opt [, mode [, factor [, patience [, ...]]]]) or "
+    .. "(opt, {mode=, factor=, patience=, threshold=, threshold_mode=, cooldown=, min_lr=, eps=})") or {}
+  local valid = {}
+  for _, k in ipairs(PLATEAU_KEYS) do valid[k] = true end
+  check_keys(N, opts, valid)
+  local mode, tmode = opts.mode or "min", opts.threshold_mode or "rel"
+  if mode ~= "min" and mode ~= "max" then
+    error(("ReduceLROnPlateau: mode must be \"min\" or \"max\", got %s"):format(O.got(mode)), 2)
+  end
+  if tmode ~= "rel" and tmode ~= "abs" then
+    error(("ReduceLROnPlateau: threshold_mode must be \"rel\" or \"abs\", got %s"):format(O.got(tmode)), 2)
+  end
+  local factor = opts.factor or 0.1
+  if type(factor) ~= "number" or not (factor >= 0 and factor < 1) then
+    error(("ReduceLROnPlateau: factor must be a number in [0, 1) (torch's \"Factor should be < 1.0\"), got %s")
+      :format(O.got(factor)), 2)
+  end
+  local patience, cooldown = opts.patience or 10, opts.cooldown or 0
+  check_int(N, "patience", patience, 0)
+  check_int(N, "cooldown", cooldown, 0)
+  local threshold, eps = opts.threshold or 1e-4, opts.eps or 1e-8
+  check_rate(N, "threshold", threshold)
+  check_rate(N, "eps", eps)
+  local ng, min_lrs = #opt.param_groups, {}
+  local ml = opts.min_lr or 0
+  if type(ml) == "table" then
+    if rawlen(ml) ~= ng then
+      error(("ReduceLROnPlateau: min_lr must be a number or a list of %d (one per parameter group), got a list of %d")
+        :format(ng, rawlen(ml)), 2)
+    end
+    for i = 1, ng do min_lrs[i] = rawget(ml, i) end
+  else
+    for i = 1, ng do min_lrs[i] = ml end
+  end
+  for i = 1, ng do check_rate(N, ("min_lr[%d]"):format(i), min_lrs[i]) end
+  local self = setmetatable({ name = N, optimizer = opt, mode = mode, threshold_mode = tmode, factor = factor,
+    patience = patience, cooldown = cooldown, threshold = threshold, eps = eps, min_lrs = min_lrs, last_epoch = 0,
+    best = mode == "min" and math.huge or -math.huge, num_bad_epochs = 0, cooldown_counter = 0, base_lrs = {} },
+    Plateau)
+  for i, g in ipairs(opt.param_groups) do
+    g.initial_lr = g.initial_lr or g.lr
+    self.base_lrs[i] = g.initial_lr
+  end
+  -- what the Accelerator and save_state recognise a scheduler by (the closed forms' lr function): the groups' lrs
+  self._lr_fn = function(_, _, i) return opt.param_groups[i].lr end
+  self._last_lr = {}
+  for i, g in ipairs(opt.param_groups) do self._last_lr[i] = g.lr end
+  return self
+end
+
+function Plateau:is_better(a)
+  local best, th = self.best, self.threshold
+  if self.mode == "min" then
+    return self.threshold_mode == "rel" and a < best * (1 - th) or self.threshold_mode == "abs" and a < best - th
+  end
+  return self.threshold_mode == "rel" and a > best * (th + 1) or self.threshold_mode == "abs" and a > best + th
+end
+
+-- step(metric): torch's ReduceLROnPlateau.step(metrics)
+function Plateau:step(metric)
+  if require("fp8.core").is_tensor(metric) then
+    if metric:numel() ~= 1 then
+      error(("ReduceLROnPlateau:step: metric must be a number or a one-element tensor, got a tensor of %d elements")
+        :format(metric:numel()), 2)
+    end
+    metric = metric:item()
+  end
+  if type(metric) ~= "number" then
+    error(("ReduceLROnPlateau:step: expected the metric (a number, e.g. the validation loss), got %s"):format(
+      O.got(metric)), 2)
+  end
+  local opt = self.optimizer
+  local other = rawget(opt, "_lr_scheduler")
+  if other ~= nil and other ~= self then
+    error(("ReduceLROnPlateau:step: this optimizer is also stepped by another scheduler (%s); the last to step would "
+      .. "win: use one"):format(other.name), 2)
+  end
+  self.last_epoch = self.last_epoch + 1
+  if self:is_better(metric) then   -- a NaN metric is never better (torch's comparisons)
+    self.best, self.num_bad_epochs = metric, 0
+  else
+    self.num_bad_epochs = self.num_bad_epochs + 1
+  end
+  if self.cooldown_counter > 0 then
+    self.cooldown_counter = self.cooldown_counter - 1
+    self.num_bad_epochs = 0
+  end
+  if self.num_bad_epochs > self.patience then
+    for i, g in ipairs(opt.param_groups) do
+      local old = g.lr
+      local new = math.max(old * self.factor, self.min_lrs[i] or 0)
+      if old - new > self.eps then g.lr = new end
+    end
+    self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+  end
+  self._last_lr = {}
+  for i, g in ipairs(opt.param_groups) do self._last_lr[i] = g.lr end
+  rawset(opt, "_lr_scheduler", self)
+  return self
+end
+
+function Plateau:get_last_lr() return table.move(self._last_lr, 1, #self._last_lr, 1, {}) end
+
+local PLATEAU_STATE = { "last_epoch", "best", "num_bad_epochs", "cooldown_counter" }
+-- best is left out while it is still infinite (JSON has no infinity); loading restores the mode's start
+function Plateau:state_dict()
+  local sd = { base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}) }
+  for _, k in ipairs(PLATEAU_STATE) do sd[k] = self[k] end
+  if math.abs(sd.best) == math.huge then sd.best = nil end
+  return sd
+end
+
+function Plateau:load_state_dict(sd)
+  if type(sd) ~= "table" then
+    error(("ReduceLROnPlateau:load_state_dict: expected a table from state_dict(), got %s"):format(type(sd)), 2)
+  end
+  for _, k in ipairs { "last_epoch", "num_bad_epochs", "cooldown_counter" } do
+    if math.type(sd[k]) ~= "integer" or sd[k] < 0 then
+      error(("ReduceLROnPlateau:load_state_dict: %s must be an integer >= 0, got %s"):format(k, O.got(sd[k])), 2)
+    end
+  end
+  if sd.best ~= nil and (type(sd.best) ~= "number" or sd.best ~= sd.best) then
+    error(("ReduceLROnPlateau:load_state_dict: best must be a number, got %s"):format(O.got(sd.best)), 2)
+  end
+  self.last_epoch, self.num_bad_epochs, self.cooldown_counter = sd.last_epoch, sd.num_bad_epochs, sd.cooldown_counter
+  self.best = sd.best or (self.mode == "min" and math.huge or -math.huge)
+  rawset(self.optimizer, "_lr_scheduler", self)
+end
+
+O.strict_arity(Plateau, "ReduceLROnPlateau")
 -- transformers' other schedules, each a LambdaLR of its lambda (their step counts from 0; the warmup is t /
 -- num_warmup_steps): get_constant_schedule(opt), get_constant_schedule_with_warmup(opt, num_warmup_steps),
 -- get_polynomial_decay_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, lr_end=1e-7 [, power=1]]),
@@ -760,14 +907,20 @@ local BY_NAME = {
   constant_with_warmup = { "get_constant_schedule_with_warmup", 1 },
   inverse_sqrt = { "get_inverse_sqrt_schedule", 1 },
 }
-local NOT_HERE = { reduce_lr_on_plateau = true, cosine_with_min_lr = true, cosine_warmup_with_min_lr = true,
-  warmup_stable_decay = true }
+local NOT_HERE = { cosine_with_min_lr = true, cosine_warmup_with_min_lr = true, warmup_stable_decay = true }
 function M.get_scheduler(name, opt, a, b, c, ...)
   local N = "get_scheduler"
   O.no_more(N, "(name, opt [, num_warmup_steps [, num_training_steps [, scheduler_specific_kwargs]]])", ...)
-  local names = {}
+  local names = { "reduce_lr_on_plateau" }
   for k in pairs(BY_NAME) do names[#names + 1] = k end
   table.sort(names)
+  if name == "reduce_lr_on_plateau" then   -- transformers: ReduceLROnPlateau(opt, **scheduler_specific_kwargs)
+    check_opt(N, opt)
+    local kw = (type(a) == "table" and a.scheduler_specific_kwargs) or (type(a) ~= "table" and c) or nil
+    local ok, sched = pcall(M.ReduceLROnPlateau, opt, kw)
+    if not ok then error(sched, 2) end
+    return sched
+  end
   if type(name) ~= "string" or not BY_NAME[name] then
     if type(name) == "string" and NOT_HERE[name] then
       error(("get_scheduler: transformers' schedule %q is not offered here (available: %s)"):format(name,
