@@ -2,7 +2,8 @@
 """gen_nn_parity.py — writes tests/data/nn_parity_torch.lua: what PyTorch 2.x's F.silu, F.rms_norm (values and the
 input's and weight's gradients of their sum weighted by a fixed tensor), F.leaky_relu, F.elu, F.softplus (values and
 gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, ignore_index / pos_weight, and the
-input's gradient), F.l1_loss, F.one_hot, nn.Flatten and nn.Softmax give on fixed inputs, for
+input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten and
+nn.Softmax give on fixed inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
 import sys
@@ -69,6 +70,12 @@ for red in ("mean", "sum", "none"):
     out["bce_" + red] = rows(loss)
     out["bce_" + red + "_dx"] = rows(xr.grad)
     out["l1_" + red] = rows(F.l1_loss(torch.tensor(X), torch.tensor(Y), reduction=red))
+for key, kw in (("norm2", {}), ("norm1_dim1", {"p": 1.0, "dim": 0}), ("norm3", {"p": 3.0})):
+    xr = torch.tensor(X, requires_grad=True)
+    y = F.normalize(xr, **kw)
+    (y * torch.tensor(G)).sum().backward()
+    out[key] = rows(y)
+    out[key + "_dx"] = rows(xr.grad)
 xr = torch.tensor(X, requires_grad=True)
 loss = F.binary_cross_entropy_with_logits(xr, torch.tensor(Y), pos_weight=torch.tensor([2.0, 0.5, 1.0, 3.0]))
 loss.backward()

@@ -141,7 +141,7 @@ add_all {
        .. "causal mask: fp8.ones{T, T}:tril()); x:cumsum(dim): running sums (in double, rounded once), gradients\n"
        .. "flow. "
        .. "x:gather(dim, index) (fp8.gather(x, dim, index)): x's values along dim at the index's 0-based\n"
-       .. "positions." },
+       .. "positions; x:index_select(dim, index) takes a 1-d index's positions of dim, in order." },
   { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
     doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
        .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices\n"
@@ -327,7 +327,8 @@ also("Tensor:get", { "Tensor:set", "Tensor:item", "Tensor:totable", "Tensor:toli
 also("Tensor:sum", { "Tensor:mean", "Tensor:max", "Tensor:min", "Tensor:amax", "Tensor:abs" })
 also("Tensor:argmax", { "Tensor:argmin" })
 also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial", "Tensor:tril",
-                      "Tensor:triu", "Tensor:cumsum", "Tensor:gather", "gather" })
+                      "Tensor:triu", "Tensor:cumsum", "Tensor:gather", "gather", "Tensor:index_select",
+                      "index_select" })
 also("Tensor:scale", { "Tensor:scale_inv", "Tensor:bytes" })
 also("Tensor:matmul", { "Tensor:add", "Tensor:sub", "Tensor:mul", "Tensor:div", "Tensor:neg", "Tensor:exp",
                         "Tensor:log", "Tensor:sqrt", "Tensor:sign", "Tensor:tanh", "Tensor:sigmoid" })
@@ -391,7 +392,8 @@ also("nn.RMSNorm", { "nn.functional.rms_norm" })
 also("nn.Identity", { "nn.Flatten" })
 also("nn.CrossEntropyLoss", { "nn.NLLLoss", "nn.MSELoss", "nn.functional.nll_loss", "nn.functional.one_hot",
                               "nn.L1Loss", "nn.BCEWithLogitsLoss", "nn.functional.l1_loss",
-                              "nn.functional.binary_cross_entropy_with_logits" })
+                              "nn.functional.binary_cross_entropy_with_logits", "nn.functional.normalize",
+                              "nn.functional.pad" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("nn.ModuleList", { "nn.ModuleDict" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })

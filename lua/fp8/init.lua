@@ -10,6 +10,7 @@ end
 fp8.stack = tensor_lua.stack   -- fp8.cat's companion (lua/fp8/tensor.lua)
 fp8.set_printoptions = tensor_lua.set_printoptions
 fp8.where = tensor_lua.where
+fp8.index_select = tensor_lua.index_select
 for _, k in ipairs { "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like", "linspace",
                      "eye" } do
   fp8[k] = tensor_lua[k]

@@ -276,6 +276,35 @@ local function triangle(name, t, k, lower, ...)
   if r:dtype() ~= dt then r = r:to(dt) end
   return r
 end
+-- t:index_select(dim, index) (also fp8.index_select(t, dim, index)): torch's, the positions (a 1-d index, 0-based)
+-- of dim in that order, the other dims whole; gather's with the index spread over the other dims, so the gradient
+-- goes back to each position taken (a repeat adds).
+function Tensor.index_select(t, dim, index, ...)
+  local dt = check_self("index_select", t)
+  no_more("index_select", "(dim, index)", ...)
+  if not core.is_tensor(index) then
+    error(("index_select: expected an index tensor, got %s"):format(type(index)), 2)
+  end
+  check_live("index_select", "the index", index)
+  if index:dim() ~= 1 then
+    error(("index_select: the index must be 1-d, got %s"):format(shape_str(index:shape())), 2)
+  end
+  if t:dim() == 0 then error("index_select: a 0-d tensor has no dim to select along", 2) end
+  if math.type(dim) ~= "integer" or dim == 0 or math.abs(dim) > t:dim() then
+    error(("index_select: dim must be in 1..%d or -%d..-1, got %s"):format(t:dim(), t:dim(),
+      require("fp8.opts").got(dim)), 2)
+  end
+  if dim < 0 then dim = t:dim() + 1 + dim end
+  if not SELECTABLE[dt] then error(("index_select: %s tensor: dequantize it first"):format(dt), 2) end
+  local view, full = {}, t:shape()
+  for i = 1, t:dim() do view[i] = i == dim and index:size(1) or 1 end
+  full[dim] = index:size(1)
+  local ok, r = pcall(t.gather, t, dim, index:view(view):expand(full))
+  if not ok then error((tostring(r):gsub("^gather: ", "index_select: ")), 2) end
+  return r
+end
+M.index_select = Tensor.index_select
+
 function Tensor.tril(t, k, ...) return (triangle("tril", t, k, true, ...)) end
 function Tensor.triu(t, k, ...) return (triangle("triu", t, k, false, ...)) end
 

@@ -1618,6 +1618,38 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       U.fails_with("ELU: alpha must be a finite number", nn.ELU, "x")
     end)
 
+  it("normalize (values, gradients) and pad (constant, cropping, gradients)", function()
+    for key, o in pairs { norm2 = {}, norm1_dim1 = { p = 1, dim = 1 }, norm3 = { p = 3 } } do
+      local x = fp8.tensor(X):requires_grad_()
+      local y = F.normalize(x, o)
+      ;(y * fp8.tensor(G)):sum():backward()
+      same(key, y, ref[key], 1e-5)
+      same(key .. "_dx", x.grad, ref[key .. "_dx"], 1e-5)
+    end
+    local z = fp8.arange(6):view(2, 3):requires_grad_()
+    local p = F.pad(z, { 1, 2, 0, 1 }, { value = -1 })
+    assert.are.same({ { -1, 0, 1, 2, -1, -1 }, { -1, 3, 4, 5, -1, -1 }, { -1, -1, -1, -1, -1, -1 } }, p:totable())
+    p:sum():backward()
+    assert.are.same({ { 1, 1, 1 }, { 1, 1, 1 } }, z.grad:totable())
+    assert.are.same({ 1, 2 }, F.pad(fp8.arange(5), { -1, -2 }):totable())   -- torch's negative pads crop
+    U.fails_with("pad: mode \"reflect\" (a string) is not offered (only \"constant\")", F.pad, z, { 1, 1 },
+      { mode = "reflect" })
+    U.fails_with("pad: pad must be a list of an even number of integers", F.pad, z, { 1 })
+    U.fails_with("pad: 3 pairs pad 3 dims, but the input [2, 3] has 2", F.pad, z, { 1, 1, 1, 1, 1, 1 })
+    U.fails_with("pad: cropping 2 and 2 from dim 1 of size 3 leaves nothing", F.pad, fp8.ones { 3 }, { -2, -2 })
+    U.fails_with("normalize: p must be a finite number >= 1, got 0.5", F.normalize, z, { p = 0.5 })
+    -- index_select: the rows of an index, in order (a repeat's gradients add)
+    local x = fp8.arange(12):view(3, 4):requires_grad_()
+    local y = x:index_select(1, fp8.tensor { 2, 0, 2 })
+    assert.are.same({ { 8, 9, 10, 11 }, { 0, 1, 2, 3 }, { 8, 9, 10, 11 } }, y:totable())
+    y:sum():backward()
+    assert.are.same({ { 1, 1, 1, 1 }, { 0, 0, 0, 0 }, { 2, 2, 2, 2 } }, x.grad:totable())
+    assert.are.same({ 3, 0 }, fp8.index_select(fp8.arange(4), 1, fp8.tensor { 3, 0 }):totable())
+    U.fails_with("index_select: index 5 out of range 0..2 for dim 1 of size 3", x.index_select, x, 1,
+      fp8.tensor { 5 })
+    U.fails_with("index_select: the index must be 1-d", x.index_select, x, 1, fp8.zeros { 1, 1 })
+  end)
+
   it("one_hot, Flatten, Softmax, Sigmoid, Tanh, Identity", function()
     same("one_hot", F.one_hot(fp8.tensor { { 2, 0 }, { 1, 3 } }, 5), ref.one_hot)
     assert.are.same({ 2, 4 }, F.one_hot(fp8.tensor { 3, 0 }):shape())

@@ -385,6 +385,75 @@ function F.rms_norm(x, shape, w, eps, ...)
   return y
 end
 
+-- normalize(x [, {p=2, dim=-1, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1). The norm
+-- is taken of the sum clamped to eps^p first, so its gradient stays finite at a zero vector (torch's there too).
+function F.normalize(x, opts, ...)
+  no_more("normalize", "(input [, {p=, dim=, eps=}])", ...)
+  check_tensor("normalize", "input", x)
+  opts = check_opts("normalize", opts, { p = true, dim = true, eps = true })
+  local p, dim, eps = opts.p or 2, opts.dim or -1, opts.eps or 1e-12
+  if type(p) ~= "number" or not (p >= 1 and p < math.huge) then
+    error(("normalize: p must be a finite number >= 1, got %s"):format(O.got(p)), 2)
+  end
+  if type(eps) ~= "number" or not (eps > 0 and eps < math.huge) then
+    error(("normalize: eps must be a finite number > 0, got %s"):format(O.got(eps)), 2)
+  end
+  check_dim("normalize", x, dim)
+  if x:dim() == 0 then error("normalize: input is 0-d; it normalizes along a dimension, so needs one", 2) end
+  local s = p == 2 and (x * x):sum(dim, true) or x:abs():pow(p):sum(dim, true)
+  local n = s:clamp_min(eps ^ p)
+  n = p == 2 and n:sqrt() or n:pow(1 / p)
+  return x / n
+end
+
+-- pad(x, pad [, {mode="constant", value=0}]): torch's constant padding of the last dims: pad = {left, right} for
+-- the last dim, then {top, bottom} for the one before, ...; a negative amount crops. Built of cat and narrow, so
+-- gradients flow to the input's elements. Other modes (reflect, replicate, circular) are refused by name.
+function F.pad(x, pad, opts, ...)
+  no_more("pad", "(input, pad [, {mode=, value=}])", ...)
+  check_tensor("pad", "input", x)
+  opts = check_opts("pad", opts, { mode = true, value = true })
+  local mode, value = opts.mode or "constant", opts.value or 0
+  if mode ~= "constant" then
+    error(("pad: mode %s is not offered (only \"constant\")"):format(O.got(mode)), 2)
+  end
+  if type(value) ~= "number" then error(("pad: value must be a number, got %s"):format(O.got(value)), 2) end
+  if type(pad) ~= "table" or rawlen(pad) % 2 ~= 0 or rawlen(pad) == 0 then
+    error(("pad: pad must be a list of an even number of integers {left, right, ...}, got %s"):format(O.got(pad)), 2)
+  end
+  local n = rawlen(pad) // 2
+  if n > x:dim() then
+    error(("pad: %d pairs pad %d dims, but the input %s has %d"):format(n, n, shape_str(x), x:dim()), 2)
+  end
+  local y = x
+  for i = 1, n do
+    local lo, hi = rawget(pad, 2 * i - 1), rawget(pad, 2 * i)
+    for _, v in ipairs { lo, hi } do
+      if math.type(v) ~= "integer" then error(("pad: amounts must be integers, got %s"):format(O.got(v)), 2) end
+    end
+    local d = y:dim() - i + 1   -- 1-based: the last dim first
+    local size = y:size(d)
+    if size + lo + hi < 0 then
+      error(("pad: cropping %d and %d from dim %d of size %d leaves nothing"):format(-lo, -hi, d, size), 2)
+    end
+    if lo < 0 then y = y:narrow(d, 1 - lo, size + lo); size = size + lo; lo = 0 end
+    if hi < 0 then y = y:narrow(d, 1, size + hi); hi = 0 end
+    if lo > 0 or hi > 0 then
+      local parts = {}
+      local function block(k)
+        local shp = y:shape()
+        shp[d] = k
+        return fp8.full(shp, value, { dtype = y:dtype(), device = y:device() })
+      end
+      if lo > 0 then parts[#parts + 1] = block(lo) end
+      parts[#parts + 1] = y
+      if hi > 0 then parts[#parts + 1] = block(hi) end
+      y = fp8.cat(parts, d)
+    end
+  end
+  return y
+end
+
 -- one_hot(t (class ids, 0-based), num_classes=-1) → [t..., C] of 1 and 0 (fp32; torch's is int64), C the largest id
 -- + 1 when num_classes is -1. Not differentiable.
 function F.one_hot(t, num_classes, ...)

@@ -106,7 +106,9 @@ add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_in
   .. "-log_probs[i, t_i], the mean over the rows not ignored. F.one_hot(ids [, num_classes=-1]) -> [ids..., C] of\n"
   .. "1 and 0 (fp32; C the largest id + 1 with -1). F.l1_loss(input, target [, {reduction}]) and\n"
   .. "F.binary_cross_entropy_with_logits(input, target [, {reduction, pos_weight}]) as torch's (the log sigmoids\n"
-  .. "from one log_softmax over (0, x): no overflow far out, torch's gradient at 0).")
+  .. "from one log_softmax over (0, x): no overflow far out, torch's gradient at 0). F.normalize(x [, {p=2, dim=-1,\n"
+  .. "eps=1e-12}]) = x / max(|x|_p, eps); F.pad(x, {left, right, ...} [, {mode=\"constant\", value=0}]) pads (or,\n"
+  .. "negative, crops) the last dims.")
 add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",
   "nanoGPT's attention: one qkv projection Linear(d, 3d), causal attention over n_head heads (F.qkv_attention),\n"
   .. "an output projection and dropout on its output; [B, T, n_embd] in and out.")
@@ -156,7 +158,8 @@ add("nn.init", "fp8.nn.init.normal(shape [, mean=0, std=1]) / uniform(shape [, a
   .. "normal_(t [, mean, std]), uniform_(t [, a, b]), zeros_(t), ones_(t) and copy_(t, src) write into an\n"
   .. "existing tensor (a parameter), keeping its identity, and return it.")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / leaky_relu / elu / softplus / "
-  .. "softmax / log_softmax /\ncross_entropy / nll_loss / mse_loss / l1_loss / binary_cross_entropy_with_logits /\n"
+  .. "softmax / log_softmax /\ncross_entropy / nll_loss / mse_loss / l1_loss / binary_cross_entropy_with_logits / "
+  .. "normalize / pad /\n"
   .. "layer_norm / rms_norm / one_hot / embedding / dropout / scaled_dot_product_attention(q, k, v [, {is_causal=, "
   .. "scale=}]) /\nqkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
