@@ -575,8 +575,7 @@ local function is_loader(v)
 end
 
 local function is_scheduler(v)
-  return type(v) == "table" and getmetatable(v) ~= AccScheduler and type(v._lr_fn) == "function"
-    and type(v.base_lrs) == "table" and type(v.optimizer) == "table"
+  return getmetatable(v) ~= AccScheduler and require("fp8.optim.lr_scheduler").is_scheduler(v)
 end
 
 local function is_optimizer(v)

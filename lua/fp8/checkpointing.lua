@@ -560,9 +560,7 @@ end
 
 -- ---- Accelerator methods -----------------------------------------------------------------------
 
-local function is_scheduler(v)
-  return type(v) == "table" and type(v._lr_fn) == "function" and type(v.optimizer) == "table" and v.last_epoch ~= nil
-end
+local function is_scheduler(v) return require("fp8.optim.lr_scheduler").is_scheduler(v) end
 
 local function is_loader(v) return require("fp8.data").is_loader(v) end
 

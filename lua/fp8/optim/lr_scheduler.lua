@@ -70,6 +70,9 @@ local function is_options(v) return type(v) == "table" and not is_list(v) end
 local Scheduler = {}
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
 Scheduler.__index = Scheduler
+-- Both classes say they are schedulers (read through an Accelerator's wrapper too): M.is_scheduler.
+Scheduler._is_lr_scheduler = true
+Plateau._is_lr_scheduler = true
 Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry by it
 
 -- new(name, opt, lr_fn, [last_epoch [, fractional [, after_step]]]) — lr_fn(t, base_lr, group_index) → lr. Sets
@@ -710,8 +713,6 @@ function M.ReduceLROnPlateau(opt, opts, ...)
     g.initial_lr = g.initial_lr or g.lr
     self.base_lrs[i] = g.initial_lr
   end
-  -- what the Accelerator and save_state recognise a scheduler by (the closed forms' lr function): the groups' lrs
-  self._lr_fn = function(_, _, i) return opt.param_groups[i].lr end
   self._last_lr = {}
   for i, g in ipairs(opt.param_groups) do self._last_lr[i] = g.lr end
   return self
@@ -965,6 +966,12 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   local ok, sched = pcall(M[fn], opt, args)
   if not ok then error(sched, 2) end
   return sched
+end
+
+-- Whether v is a scheduler of this module (one of either class, or a prepared one, whose fields are its scheduler's):
+-- what acc:prepare wraps and save_state saves.
+function M.is_scheduler(v)
+  return type(v) == "table" and v._is_lr_scheduler == true and type(v.optimizer) == "table"
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
