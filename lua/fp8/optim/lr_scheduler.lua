@@ -14,7 +14,7 @@ local O = require "fp8.opts"
 local M = {}
 
 -- These checks raise at their caller's caller (level 3: a constructor's line in the user's code); one more
--- function between (warmup_args) passes level 4.
+-- function between (targs) passes level 4.
 local function check_opt(name, opt, level)
   if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
     error(("%s: expected an optimizer from fp8.optim, got %s"):format(name, type(opt)), level or 3)
@@ -49,16 +49,18 @@ end
 
 -- torch's positional form of a constructor's options: (opt, a, b, ...) → {names[1] = a, names[2] = b, ...} when the
 -- first is not an options table (`is_opts` says whether it is; default: a table), else the table itself with
--- nothing after it; nil for (opt) alone. takes: the two forms, as an arity message names them.
-local function positional(name, first, rest, names, takes, is_opts)
+-- nothing after it; nil for (opt) alone. takes: the two forms, as an arity message names them. level: where errors
+-- point (3: the constructor's caller, when it calls this itself).
+local function positional(name, first, rest, names, takes, is_opts, level)
+  level = level or 3
   local n = rest.n
   while n > 0 and rest[n] == nil do n = n - 1 end
   if first == nil and n == 0 then return nil end   -- (opt) alone: the defaults
   if (is_opts or function(v) return type(v) == "table" end)(first) then
-    if n > 0 then error(O.more_args_message(name, takes, n), 3) end
+    if n > 0 then error(O.more_args_message(name, takes, n), level) end
     return first
   end
-  if n > #names - 1 then error(O.more_args_message(name, takes, n - (#names - 1)), 3) end
+  if n > #names - 1 then error(O.more_args_message(name, takes, n - (#names - 1)), level) end
   local o = { [names[1]] = first }
   for i = 2, #names do o[names[i]] = rest[i - 1] end
   return o
@@ -620,39 +622,46 @@ end
 -- get_cosine_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, num_cycles=0.5]) (or one table of
 -- those keys after opt). Warmup is step / warmup (0 at step 0, unlike warmup_cosine's first step); then linear decay
 -- to 0 at num_training_steps, or max(0, (1 + cos(2π · num_cycles · progress)) / 2).
-local function warmup_args(name, opt, a, b, c, with_cycles)
-  check_opt(name, opt, 4)
-  local o
-  if type(a) == "table" then
-    o = a
-    if b ~= nil then error(("%s: pass the steps as a table or as arguments, not both"):format(name), 3) end
-  else
-    o = { num_warmup_steps = a, num_training_steps = b, num_cycles = c }   -- (no_more refused a c it takes not)
-  end
-  check_keys(name, o, { num_warmup_steps = true, num_training_steps = true, num_cycles = with_cycles or nil }, 4)
-  check_int(name, "num_warmup_steps", o.num_warmup_steps, 0, 4)
-  check_int(name, "num_training_steps", o.num_training_steps, 0, 4)
-  local cycles = o.num_cycles or 0.5
-  if type(cycles) ~= "number" or not (cycles >= 0 and cycles < math.huge) then
-    error(("%s: num_cycles must be a finite number >= 0, got %s"):format(name, tostring(cycles)), 3)
-  end
-  return o.num_warmup_steps, o.num_training_steps, cycles
-end
 
-function M.get_linear_schedule_with_warmup(opt, a, b, ...)
-  O.no_more("get_linear_schedule_with_warmup", "(opt, num_warmup_steps, num_training_steps)", ...)
-  local warmup, total = warmup_args("get_linear_schedule_with_warmup", opt, a, b, nil, false)
-  return new("get_linear_schedule_with_warmup", opt, function(step, base)
-    if step < warmup then return base * step / math.max(1, warmup) end
+-- The arguments after opt of transformers' schedules: positional, in the order of names, or one table of those names
+-- (not both); ints: the names that must be integers >= 0. Errors point at the constructor's caller.
+local function targs(name, opt, names, ints, first, rest, takes)
+  check_opt(name, opt, 4)
+  if type(first) == "table" then
+    local n = rest.n
+    while n > 0 and rest[n] == nil do n = n - 1 end
+    if n > 0 then error(("%s: pass the steps as a table or as arguments, not both"):format(name), 3) end
+  end
+  local o = positional(name, first, rest, names, takes, nil, 4) or {}
+  local valid = {}
+  for _, k in ipairs(names) do valid[k] = true end
+  check_keys(name, o, valid, 4)
+  for _, k in ipairs(ints) do check_int(name, k, o[k], 0, 4) end
+  return o
+end
+local function warm(step, warmup) return step / math.max(1, warmup) end
+local WARMUP_TOTAL = { "num_warmup_steps", "num_training_steps" }
+
+function M.get_linear_schedule_with_warmup(opt, a, ...)
+  local N = "get_linear_schedule_with_warmup"
+  local o = targs(N, opt, WARMUP_TOTAL, WARMUP_TOTAL, a, table.pack(...), "(opt, num_warmup_steps, num_training_steps)")
+  local warmup, total = o.num_warmup_steps, o.num_training_steps
+  return new(N, opt, function(step, base)
+    if step < warmup then return base * warm(step, warmup) end
     return base * math.max(0, (total - step) / math.max(1, total - warmup))
   end)
 end
 
-function M.get_cosine_schedule_with_warmup(opt, a, b, c, ...)
-  O.no_more("get_cosine_schedule_with_warmup", "(opt, num_warmup_steps, num_training_steps [, num_cycles])", ...)
-  local warmup, total, cycles = warmup_args("get_cosine_schedule_with_warmup", opt, a, b, c, true)
-  return new("get_cosine_schedule_with_warmup", opt, function(step, base)
-    if step < warmup then return base * step / math.max(1, warmup) end
+function M.get_cosine_schedule_with_warmup(opt, a, ...)
+  local N = "get_cosine_schedule_with_warmup"
+  local o = targs(N, opt, { "num_warmup_steps", "num_training_steps", "num_cycles" }, WARMUP_TOTAL, a, table.pack(...),
+    "(opt, num_warmup_steps, num_training_steps [, num_cycles])")
+  local warmup, total, cycles = o.num_warmup_steps, o.num_training_steps, o.num_cycles or 0.5
+  if type(cycles) ~= "number" or not (cycles >= 0 and cycles < math.huge) then
+    error(("%s: num_cycles must be a finite number >= 0, got %s"):format(N, tostring(cycles)), 2)
+  end
+  return new(N, opt, function(step, base)
+    if step < warmup then return base * warm(step, warmup) end
     local progress = (step - warmup) / math.max(1, total - warmup)
     return base * math.max(0, (1 + math.cos(math.pi * cycles * 2 * progress)) / 2)
   end)
@@ -798,35 +807,12 @@ function Plateau:load_state_dict(sd)
 end
 
 O.strict_arity(Plateau, "ReduceLROnPlateau")
--- transformers' other schedules, each a LambdaLR of its lambda (their step counts from 0; the warmup is t /
--- num_warmup_steps): get_constant_schedule(opt), get_constant_schedule_with_warmup(opt, num_warmup_steps),
+-- transformers' other schedules (their step counts from 0; the warmup is t / num_warmup_steps):
+-- get_constant_schedule(opt), get_constant_schedule_with_warmup(opt, num_warmup_steps),
 -- get_polynomial_decay_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, lr_end=1e-7 [, power=1]]),
 -- get_cosine_with_hard_restarts_schedule_with_warmup(opt, num_warmup_steps, num_training_steps [, num_cycles=1]),
 -- get_inverse_sqrt_schedule(opt, num_warmup_steps [, timescale]); the arguments after opt may also come as one
--- table of their names. targs(name, opt, names, required, a, rest) → the options table, checked keys.
-local function targs(name, opt, names, required, first, rest, takes)
-  check_opt(name, opt, 4)
-  local o
-  if type(first) == "table" then
-    local n = rest.n
-    while n > 0 and rest[n] == nil do n = n - 1 end
-    if n > 0 then error(("%s: pass the arguments as a table or one by one, not both"):format(name), 3) end
-    o = first
-  else
-    local n = rest.n
-    while n > 0 and rest[n] == nil do n = n - 1 end
-    if n > #names - 1 then error(O.more_args_message(name, takes, n - (#names - 1)), 3) end
-    o = { [names[1]] = first }
-    for i = 2, #names do o[names[i]] = rest[i - 1] end
-  end
-  local valid = {}
-  for _, k in ipairs(names) do valid[k] = true end
-  check_keys(name, o, valid, 4)
-  for _, k in ipairs(required) do check_int(name, k, o[k], 0, 4) end
-  return o
-end
-local function warm(step, warmup) return step / math.max(1, warmup) end
-
+-- table of their names (targs, above).
 function M.get_constant_schedule(opt, ...)
   O.no_more("get_constant_schedule", "(opt)", ...)
   return new("get_constant_schedule", opt, function(_, base) return base end)
