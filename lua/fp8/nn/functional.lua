@@ -254,14 +254,19 @@ function F.cross_entropy(logits, targets, opts, ...)
   return red == "none" and per or per:sum()
 end
 
+-- An elementwise loss's input and target: one shape (checked after both are known to be tensors).
+local function same_shape(fname, a, b)
+  if shape_str(a) ~= shape_str(b) then
+    error(("%s: input %s and target %s must have the same shape"):format(fname, shape_str(a), shape_str(b)), 3)
+  end
+end
+
 -- mse_loss(input, target [, {reduction="mean"|"sum"|"none"}]) (torch's reductions)
 function F.mse_loss(a, b, opts, ...)
   no_more("mse_loss", "(input, target [, {reduction=}])", ...)
   check_tensor("mse_loss", "input", a); check_tensor("mse_loss", "target", b)
   opts = check_opts("mse_loss", opts, { reduction = true })
-  if shape_str(a) ~= shape_str(b) then
-    error(("mse_loss: input %s and target %s must have the same shape"):format(shape_str(a), shape_str(b)), 2)
-  end
+  same_shape("mse_loss", a, b)
   local red = opts.reduction or "mean"
   if red == "mean" then return (at_caller(pcall(core().mse_loss, a, b))) end
   if red ~= "sum" and red ~= "none" then
@@ -285,9 +290,7 @@ function F.l1_loss(a, b, opts, ...)
   no_more("l1_loss", "(input, target [, {reduction=}])", ...)
   check_tensor("l1_loss", "input", a); check_tensor("l1_loss", "target", b)
   opts = check_opts("l1_loss", opts, { reduction = true })
-  if shape_str(a) ~= shape_str(b) then
-    error(("l1_loss: input %s and target %s must have the same shape"):format(shape_str(a), shape_str(b)), 2)
-  end
+  same_shape("l1_loss", a, b)
   return reduce_loss("l1_loss", (a - b):abs(), opts.reduction)
 end
 
@@ -300,9 +303,7 @@ function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   no_more(N, "(input, target [, {reduction=, pos_weight=}])", ...)
   check_tensor(N, "input", x); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { reduction = true, pos_weight = true })
-  if shape_str(x) ~= shape_str(y) then
-    error(("%s: input %s and target %s must have the same shape"):format(N, shape_str(x), shape_str(y)), 2)
-  end
+  same_shape(N, x, y)
   local pw = opts.pos_weight
   if pw ~= nil and type(pw) ~= "number" then check_tensor(N, "pos_weight", pw) end
   local zero = fp8.zeros(x:shape(), { dtype = x:dtype(), device = x:device() })
