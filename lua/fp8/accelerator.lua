@@ -575,7 +575,7 @@ local function is_loader(v)
 end
 
 local function is_scheduler(v)
-  return getmetatable(v) ~= AccScheduler and require("fp8.optim.lr_scheduler").is_scheduler(v)
+  return getmetatable(v) ~= AccScheduler and require("fp8.optim.lr_scheduler")._is_scheduler(v)
 end
 
 local function is_optimizer(v)

@@ -560,7 +560,7 @@ end
 
 -- ---- Accelerator methods -----------------------------------------------------------------------
 
-local function is_scheduler(v) return require("fp8.optim.lr_scheduler").is_scheduler(v) end
+local function is_scheduler(v) return require("fp8.optim.lr_scheduler")._is_scheduler(v) end
 
 local function is_loader(v) return require("fp8.data").is_loader(v) end
 

@@ -72,7 +72,7 @@ local function is_options(v) return type(v) == "table" and not is_list(v) end
 local Scheduler = {}
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
 Scheduler.__index = Scheduler
--- Both classes say they are schedulers (read through an Accelerator's wrapper too): M.is_scheduler.
+-- Both classes say they are schedulers (read through an Accelerator's wrapper too): M._is_scheduler.
 Scheduler._is_lr_scheduler = true
 Plateau._is_lr_scheduler = true
 Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry by it
@@ -955,8 +955,8 @@ function M.get_scheduler(name, opt, a, b, c, ...)
 end
 
 -- Whether v is a scheduler of this module (one of either class, or a prepared one, whose fields are its scheduler's):
--- what acc:prepare wraps and save_state saves.
-function M.is_scheduler(v)
+-- what acc:prepare wraps and save_state saves (internal: their one test).
+function M._is_scheduler(v)
   return type(v) == "table" and v._is_lr_scheduler == true and type(v.optimizer) == "table"
 end
 
