@@ -21,11 +21,16 @@ typedef enum {
     FL_OP_EQ, FL_OP_NE, FL_OP_LT, FL_OP_LE, FL_OP_GT, FL_OP_GE, FL_BINOP_COUNT
 } fl_binop;
 static inline bool fl_binop_is_comparison(fl_binop op) { return op >= FL_OP_EQ && op <= FL_OP_GE; }
-/* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. tanh and sigmoid (1 / (1 + e^-x)) are computed
- * in double and rounded once. */
+/* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. tanh, sigmoid (1 / (1 + e^-x)), sin, cos, erf,
+ * log1p and expm1 are computed in double and rounded once. floor, ceil, round (half to even, torch's) and trunc
+ * are exact; their gradient is 0. */
 typedef enum {
-    FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_OP_TANH, FL_OP_SIGMOID, FL_UNOP_COUNT
+    FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_OP_TANH, FL_OP_SIGMOID,
+    FL_OP_SIN, FL_OP_COS, FL_OP_FLOOR, FL_OP_CEIL, FL_OP_ROUND, FL_OP_TRUNC, FL_OP_ERF, FL_OP_LOG1P, FL_OP_EXPM1,
+    FL_UNOP_COUNT
 } fl_unop;
+/* floor, ceil, round, trunc: piecewise constant (a zero gradient, as torch's) */
+static inline bool fl_unop_is_rounding(fl_unop op) { return op >= FL_OP_FLOOR && op <= FL_OP_TRUNC; }
 typedef enum { FL_OP_SUM = 0, FL_OP_MEAN, FL_OP_MAX, FL_OP_MIN, FL_OP_AMAX, FL_REDOP_COUNT } fl_redop;
 extern const char *const fl_binop_names[];    /* FL_BINOP_COUNT names (ops.c checks the count) */
 extern const char *const fl_unop_names[];     /* FL_UNOP_COUNT */

@@ -346,12 +346,50 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         fl_tensor_release(u);
         return st;
     }
+    case FL_OP_SIN:       /* g·cos x */
+    case FL_OP_COS:       /* -g·sin x */
+    case FL_OP_ERF:       /* g·(2/√π)·e^(-x²) */
+    case FL_OP_LOG1P: {   /* g / (1 + x) */
+        fl_tensor *t = NULL, *u = NULL;
+        fl_status st;
+        if (op == FL_OP_SIN) st = fl_unary_raw(&t, FL_OP_COS, x);
+        else if (op == FL_OP_COS) {
+            st = fl_unary_raw(&u, FL_OP_SIN, x);
+            if (st == FL_OK) st = fl_unary_raw(&t, FL_OP_NEG, u);
+        } else if (op == FL_OP_ERF) {
+            st = fl_binary_raw(&u, FL_OP_MUL, x, x);
+            if (st == FL_OK) st = fl_binary_scalar_raw(&t, FL_OP_MUL, u, -1.0, false);
+            if (st == FL_OK) { fl_tensor_release(u); u = t; t = NULL; st = fl_unary_raw(&t, FL_OP_EXP, u); }
+            if (st == FL_OK) { fl_tensor_release(u); u = t; t = NULL;
+                               st = fl_binary_scalar_raw(&t, FL_OP_MUL, u, 1.1283791670955126, false); }   /* 2/√π */
+        } else {
+            st = fl_binary_scalar_raw(&t, FL_OP_ADD, x, 1.0, false);
+            if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_DIV, g, t);
+            fl_tensor_release(t);
+            return st;
+        }
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, t);
+        fl_tensor_release(t);
+        fl_tensor_release(u);
+        return st;
+    }
+    case FL_OP_EXPM1: {   /* g·(y + 1), from the output */
+        fl_tensor *t = NULL;
+        fl_status st = fl_binary_scalar_raw(&t, FL_OP_ADD, x, 1.0, false);
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, t);
+        fl_tensor_release(t);
+        return st;
+    }
+    case FL_OP_FLOOR: case FL_OP_CEIL: case FL_OP_ROUND: case FL_OP_TRUNC:   /* piecewise constant */
+        return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
     default: return FL_ERR(FL_EINVAL, "autograd: unknown unary op %d", (int)op);
     }
 }
 
-static const char *const unary_names[FL_UNOP_COUNT] = { "AbsBackward", "NegBackward", "ExpBackward", "LogBackward",
-                                                         "SqrtBackward", "SignBackward", "TanhBackward", "SigmoidBackward" };
+static const char *const unary_names[FL_UNOP_COUNT] = {
+    "AbsBackward", "NegBackward", "ExpBackward", "LogBackward", "SqrtBackward", "SignBackward", "TanhBackward",
+    "SigmoidBackward", "SinBackward", "CosBackward", "FloorBackward", "CeilBackward", "RoundBackward", "TruncBackward",
+    "ErfBackward", "Log1PBackward", "Expm1Backward" };
 
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     FL_TRY(fl_unary_raw(out, op, a));
@@ -359,10 +397,11 @@ fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     fl_node *n;
     FL_TRY(fl_autograd_record(out, &n, unary_names[op], unary_bwd, 1, &a));
     n->iargs[0] = op;
-    if (op == FL_OP_ABS || op == FL_OP_LOG) {
+    if (op == FL_OP_ABS || op == FL_OP_LOG || op == FL_OP_SIN || op == FL_OP_COS || op == FL_OP_ERF ||
+        op == FL_OP_LOG1P) {
         fl_node_save(n, 0, a);
     } else {
-        if (op == FL_OP_EXP || op == FL_OP_SQRT || op == FL_OP_TANH || op == FL_OP_SIGMOID)
+        if (op == FL_OP_EXP || op == FL_OP_SQRT || op == FL_OP_TANH || op == FL_OP_SIGMOID || op == FL_OP_EXPM1)
             FL_TRY(fl_node_save_detached(n, 0, *out));
         FL_TRY(fl_node_input_stub(n, 0));   /* the output or nothing is read: the input's storage may go */
     }

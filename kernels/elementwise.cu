@@ -130,6 +130,15 @@ FL_HD float ew_unop(int op, float x) {
     case FL_OP_SIGN: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
     case FL_OP_TANH: return (float)tanh((double)x);
     case FL_OP_SIGMOID: return (float)(1.0 / (1.0 + exp(-(double)x)));
+    case FL_OP_SIN: return (float)sin((double)x);
+    case FL_OP_COS: return (float)cos((double)x);
+    case FL_OP_FLOOR: return floorf(x);
+    case FL_OP_CEIL: return ceilf(x);
+    case FL_OP_ROUND: return rintf(x);   /* half to even */
+    case FL_OP_TRUNC: return truncf(x);
+    case FL_OP_ERF: return (float)erf((double)x);
+    case FL_OP_LOG1P: return (float)log1p((double)x);
+    case FL_OP_EXPM1: return (float)expm1((double)x);
     default: return fl_fsqrt(x);
     }
 }

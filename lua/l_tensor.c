@@ -616,6 +616,61 @@ static void check_element_write(lua_State *L, const fl_tensor *t, const char *fn
                    "fp8.no_grad too, or write to a copy (:clone())", fname);
 }
 
+/* t:_write_(src, fname): t's values replaced in place by src's (a tensor that broadcasts to t's shape, or a number),
+ * as torch's in-place methods write (copy_, fill_, zero_, add_, ...; lua/fp8/tensor_inplace.lua computes the new
+ * values). Refused where an element write is (check_element_write), for an FP8 t, and for a t whose elements share
+ * memory (an expand), as torch refuses a write to one. Returns t. */
+static int m_write_(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    const char *fname = luaL_checkstring(L, 3);
+    fl_lmaxargs(L, 3, fname, "(src)");
+    check_element_write(L, t, fname);
+    if (fl_format(t->dtype)->is_fp8)
+        return luaL_error(L, "%s: the tensor is FP8 (%s): its bytes are made by quantize (dequantize, write, quantize "
+                          "again)", fname, fl_format(t->dtype)->name);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1)
+            return luaL_error(L, "%s: more than one element of the tensor refers to one memory location (an expanded "
+                              "view); write to a copy (:clone() or :contiguous())", fname);
+    fl_tensor *src = NULL, *e = NULL;
+    fl_status st;
+    if (lua_type(L, 2) == LUA_TNUMBER) {
+        double v = lua_tonumber(L, 2);
+        if (isfinite(v) && fabs(v) > fl_format(t->dtype)->max)   /* torch's: not written as inf */
+            return luaL_error(L, "%s: value %f overflows %s (largest finite %f; give ±math.huge for an infinite "
+                              "value)", fname, v, fl_format(t->dtype)->name, fl_format(t->dtype)->max);
+        st = fl_tensor_full(&src, t->dtype, 0, NULL, v, t->device);
+    } else {
+        fl_tensor *s = fl_ltotensor(L, 2);
+        if (!s) return luaL_error(L, "%s: expected a tensor or a number to write, got %s", fname, luaL_typename(L, 2));
+        fl_lchecktensor(L, 2);   /* a released one is named */
+        int64_t ns = fl_tensor_numel(s);
+        bool fits = s->ndim <= t->ndim;
+        for (int d = 0; fits && d < s->ndim; d++) {
+            int64_t a = s->shape[s->ndim - 1 - d], b = t->shape[t->ndim - 1 - d];
+            fits = a == b || a == 1;
+        }
+        if (!fits) {
+            lua_pushfstring(L, "%s: a source of shape ", fname);
+            fl_lpushshape(L, s->ndim, s->shape);
+            lua_pushstring(L, " does not broadcast to the tensor's shape ");
+            fl_lpushshape(L, t->ndim, t->shape);
+            lua_concat(L, 4);
+            return lua_error(L);
+        }
+        /* a source that shares t's memory (x:copy_(x:t())) is read whole before t is written */
+        if (s->storage == t->storage && ns) st = fl_tensor_to(&src, s, s->dtype);
+        else { src = s; fl_tensor_retain(s); st = FL_OK; }
+    }
+    if (st == FL_OK) st = fl_tensor_expand(&e, src, t->ndim, t->shape);
+    if (st == FL_OK) st = fl_tensor_copy_(t, e);
+    fl_tensor_release(e);
+    fl_tensor_release(src);
+    FL_LCALL(L, st);
+    lua_settop(L, 1);
+    return 1;
+}
+
 static int m_set(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_lmaxargs(L, 3, "set", "({i, j, ...}, value)");
@@ -832,6 +887,15 @@ static int m_sqrt(lua_State *L) { return unary(L, FL_OP_SQRT); }
 static int m_sign(lua_State *L) { return unary(L, FL_OP_SIGN); }
 static int m_tanh(lua_State *L) { return unary(L, FL_OP_TANH); }
 static int m_sigmoid(lua_State *L) { return unary(L, FL_OP_SIGMOID); }
+static int m_sin(lua_State *L) { return unary(L, FL_OP_SIN); }
+static int m_cos(lua_State *L) { return unary(L, FL_OP_COS); }
+static int m_floor(lua_State *L) { return unary(L, FL_OP_FLOOR); }
+static int m_ceil(lua_State *L) { return unary(L, FL_OP_CEIL); }
+static int m_round(lua_State *L) { return unary(L, FL_OP_ROUND); }
+static int m_trunc(lua_State *L) { return unary(L, FL_OP_TRUNC); }
+static int m_erf(lua_State *L) { return unary(L, FL_OP_ERF); }
+static int m_log1p(lua_State *L) { return unary(L, FL_OP_LOG1P); }
+static int m_expm1(lua_State *L) { return unary(L, FL_OP_EXPM1); }
 
 /* The arguments of a reduction method: (tensor [, dim [, keepdim]]); dim FL_ALL_DIMS when absent. */
 static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim, const char *fname) {
@@ -1215,12 +1279,14 @@ static const luaL_Reg methods[] = {
     {"free", m_free_method}, {"is_released", m_is_released},
     {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},
     {"contiguous", m_contiguous}, {"narrow", m_narrow}, {"select", m_select}, {"expand", m_expand}, {"clone", m_clone}, {"to", m_to}, {"cuda", m_cuda}, {"cpu", m_cpu}, {"move_", m_move_},
-    {"get", m_get}, {"set", m_set}, {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
+    {"get", m_get}, {"set", m_set}, {"_write_", m_write_},
+    {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
     {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where}, {"_clamp", m_clamp_scalar},
     {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt}, {"ge", m_ge},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
-    {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
+    {"tanh", m_tanh}, {"sigmoid", m_sigmoid}, {"sin", m_sin}, {"cos", m_cos}, {"floor", m_floor}, {"ceil", m_ceil},
+    {"round", m_round}, {"trunc", m_trunc}, {"erf", m_erf}, {"log1p", m_log1p}, {"expm1", m_expm1},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
     {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum},
     {"gather", m_gather},

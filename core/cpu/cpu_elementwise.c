@@ -76,7 +76,17 @@ static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
     case FL_OP_SIGN: for (int64_t i = 0; i < n; i++) d[i] = a[i] > 0 ? 1.0f : a[i] < 0 ? -1.0f : a[i]; break;
     case FL_OP_TANH: for (int64_t i = 0; i < n; i++) d[i] = tanh1(a[i]); break;
     case FL_OP_SIGMOID: for (int64_t i = 0; i < n; i++) d[i] = sigmoid1(a[i]); break;
-    default:        for (int64_t i = 0; i < n; i++) d[i] = sqrtf(a[i]); break;
+    case FL_OP_SIN: for (int64_t i = 0; i < n; i++) d[i] = (float)sin((double)a[i]); break;
+    case FL_OP_COS: for (int64_t i = 0; i < n; i++) d[i] = (float)cos((double)a[i]); break;
+    case FL_OP_FLOOR: for (int64_t i = 0; i < n; i++) d[i] = floorf(a[i]); break;
+    case FL_OP_CEIL: for (int64_t i = 0; i < n; i++) d[i] = ceilf(a[i]); break;
+    case FL_OP_ROUND: for (int64_t i = 0; i < n; i++) d[i] = rintf(a[i]); break;   /* the default mode: half to even */
+    case FL_OP_TRUNC: for (int64_t i = 0; i < n; i++) d[i] = truncf(a[i]); break;
+    case FL_OP_ERF: for (int64_t i = 0; i < n; i++) d[i] = (float)erf((double)a[i]); break;
+    case FL_OP_LOG1P: for (int64_t i = 0; i < n; i++) d[i] = (float)log1p((double)a[i]); break;
+    case FL_OP_EXPM1: for (int64_t i = 0; i < n; i++) d[i] = (float)expm1((double)a[i]); break;
+    case FL_OP_SQRT: for (int64_t i = 0; i < n; i++) d[i] = sqrtf(a[i]); break;
+    default: break;   /* fl_unary_raw checks the op */
     }
 }
 #undef CMP

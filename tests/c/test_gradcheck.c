@@ -172,6 +172,10 @@ static void f64_bscalar(const double *const *in, double *o) {
 static fl_status f32_bscalar(fl_tensor **o, fl_tensor **in) { return fl_binary_scalar(o, (fl_binop)(cur->iarg / 2), in[0], 1.7, cur->iarg % 2); }
 
 static void init_pos(int i, double *v, int64_t n) { for (int64_t j = 0; j < n; j++) v[j] = 0.3 + 2 * urand(); }
+/* floor/ceil/round/trunc: values k + [0.1, 0.4), k in -3..2, away from the steps at integers and halves */
+static void init_steps(int i, double *v, int64_t n) {
+    for (int64_t j = 0; j < n; j++) v[j] = floor(6 * urand()) - 3 + 0.1 + 0.3 * urand();
+}
 static void f64_unary(const double *const *in, double *o) {
     for (int64_t j = 0, m = numel_of(cur->ndim[0], cur->shape[0]); j < m; j++) {
         double x = in[0][j];
@@ -183,6 +187,15 @@ static void f64_unary(const double *const *in, double *o) {
         case FL_OP_SIGN: o[j] = x > 0 ? 1 : x < 0 ? -1 : 0; break;
         case FL_OP_TANH: o[j] = tanh(x); break;
         case FL_OP_SIGMOID: o[j] = 1.0 / (1.0 + exp(-x)); break;
+        case FL_OP_SIN: o[j] = sin(x); break;
+        case FL_OP_COS: o[j] = cos(x); break;
+        case FL_OP_FLOOR: o[j] = floor(x); break;
+        case FL_OP_CEIL: o[j] = ceil(x); break;
+        case FL_OP_ROUND: o[j] = nearbyint(x); break;
+        case FL_OP_TRUNC: o[j] = trunc(x); break;
+        case FL_OP_ERF: o[j] = erf(x); break;
+        case FL_OP_LOG1P: o[j] = log1p(x); break;
+        case FL_OP_EXPM1: o[j] = expm1(x); break;
         default: o[j] = sqrt(x); break;
         }
     }
@@ -447,7 +460,8 @@ TEST(gradcheck_comparisons_and_pow_edges) {
 TEST(gradcheck_unary) {
     for (int op = 0; op < FL_UNOP_COUNT; op++) {
         gc_case c = { fl_unop_names[op], 1, { 2 }, { { 3, 5 } }, { true },
-                      op == FL_OP_LOG || op == FL_OP_SQRT ? init_pos : NULL, f32_unary, f64_unary, op };
+                      op == FL_OP_LOG || op == FL_OP_SQRT || op == FL_OP_LOG1P ? init_pos
+                      : fl_unop_is_rounding((fl_unop)op) ? init_steps : NULL, f32_unary, f64_unary, op };
         gradcheck(fl__failed, &c);
     }
 }
