@@ -487,6 +487,13 @@ int fl_lautograd_field(lua_State *L, fl_tensor *t, const char *key) {
         if (t->grad) fl_lpushretained(L, t->grad); else lua_pushnil(L);
         return 1;
     }
+    /* t.data (torch's): t without history, sharing its storage (t:detach()); an in-place write through it is not
+     * refused for t's sake, but still counts as a change of the storage for a backward that saved t */
+    if (strcmp(key, "data") == 0) {
+        fl_tensor **slot = fl_lnewbox(L);
+        FL_LCALL(L, fl_tensor_detach(slot, t));
+        return 1;
+    }
     return 0;
 }
 

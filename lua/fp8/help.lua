@@ -142,6 +142,46 @@ add_all {
        .. "flow. "
        .. "x:gather(dim, index) (fp8.gather(x, dim, index)): x's values along dim at the index's 0-based\n"
        .. "positions; x:index_select(dim, index) takes a 1-d index's positions of dim, in order." },
+  { section = "Tensors", name = "Tensor:sin",
+    sig = "x:sin() / :cos() / :erf() / :log1p() / :expm1() / :floor() / :ceil() / :round() / :trunc() -> Tensor",
+    doc = "torch's elementwise functions, computed in double and rounded once (floor, ceil, round and trunc are\n"
+       .. "exact; round takes halves to even, as torch's). Differentiable; the rounding ones pass a zero gradient." },
+  { section = "Tensors", name = "Tensor:isnan",
+    sig = "x:isnan() / :isinf() / :isfinite() / :logical_not() / :logical_and(y) / :logical_or(y) / "
+       .. ":logical_xor(y) / :all([dim [, keepdim]]) / :any(...)",
+    doc = "torch's predicates: 1 where true, 0 where false, in x's dtype (there is no bool dtype); a value is true\n"
+       .. "where nonzero, NaN included; no gradient. all/any over nothing are 1/0. loss:isnan():any():item() == 1\n"
+       .. "spots a NaN loss." },
+  { section = "Tensors", name = "Tensor:logsumexp",
+    sig = "x:logsumexp(dim [, keepdim]) / x:norm([p=2 [, dim [, keepdim]]])",
+    doc = "log Σ exp(x) along dim, shifted by the largest value (torch's); the vector norm for p = 2 (\"fro\"),\n"
+       .. "1 or math.huge (max |x|), its gradient 0 where the norm is 0. Both differentiable; bf16/fp16 in fp32,\n"
+       .. "rounded once." },
+  { section = "Tensors", name = "Tensor:mm",
+    sig = "x:mm(y) (2-d) / x:bmm(y) (3-d) / x:outer(y) (1-d) / x:lerp(end, weight)",
+    doc = "matmul with torch's shape checks; the outer product x_i·y_j; x + weight·(end - x) (weight a number or a\n"
+       .. "tensor; torch's formula for |weight| ≥ 0.5, with two roundings where torch fuses one). Differentiable." },
+  { section = "Tensors", name = "Tensor:softmax", sig = "x:softmax(dim) / x:log_softmax(dim)",
+    doc = "fp8.nn.functional.softmax / log_softmax as methods (torch's x.softmax(dim))." },
+  { section = "Tensors", name = "Tensor:add_",
+    sig = "x:add_(y [, alpha]) / :sub_ / :mul_(y) / :div_(y) / :clamp_(min, max) / :copy_(src) / :fill_(v) / "
+       .. ":zero_() / :masked_fill_(mask, v) / :lerp_(end, w) / :uniform_(a, b) / :normal_(m, s)",
+    doc = "torch's in-place writes: x's own values replaced (y and src broadcast to x's shape), x returned.\n"
+       .. "A tensor that requires grad or is part of a graph is written only under fp8.no_grad (an optimizer's or\n"
+       .. "an EMA's update), and a backward that saved x before the write refuses to run. FP8 tensors and\n"
+       .. "expanded views are refused; a number past the dtype's range (fill_(1e9) in fp16) too.\n"
+       .. "x.data is x:detach() (torch's field): p.data:add_(...) writes through it under grad mode too." },
+  { section = "Tensors", name = "Tensor:new_zeros",
+    sig = "x:new_zeros(shape [, dtype | {dtype=, device=}]) / new_ones / new_empty / new_full(shape, v) / "
+       .. "new_tensor(data)",
+    doc = "A new tensor with x's dtype and device unless given (nothing else of x); shape a list {2, 3} or sizes.\n"
+       .. "x:expand_as(y) / view_as(y) / reshape_as(y) take y's shape; x:type_as(y) y's dtype and device." },
+  { section = "Tensors", name = "exp",
+    sig = "fp8.exp(x) / fp8.sum(x, dim) / fp8.max(a, b) / ... -> torch's function forms",
+    doc = "fp8.<op>(x, ...) is x:<op>(...) for the tensor methods torch also spells as functions (abs ... trunc,\n"
+       .. "sum, mean, std, var, argmax, logsumexp, norm, cumsum, tril, chunk, split, clamp, topk, sort, add ... ge,\n"
+       .. "mm, bmm, outer, softmax, ...: require(\"fp8.torch_forms\").FORMS lists them). fp8.max(a, b) and\n"
+       .. "fp8.min(a, b) of two tensors are fp8.maximum / fp8.minimum; with one, x:max(...) / x:min(...)." },
   { section = "Tensors", name = "Tensor:argmax", sig = "x:argmax([dim [, keepdim]]) / :argmin;  local v, i = x:max(dim)",
     doc = "0-based indices (fp32, like class labels) of the largest / smallest element along dim (first of a tie,\n"
        .. "NaN wins), or the flat index without dim. max(dim) / min(dim) return the values and these indices\n"
@@ -326,6 +366,17 @@ also("Tensor:view", { "Tensor:reshape", "Tensor:transpose", "Tensor:t", "Tensor:
 also("Tensor:get", { "Tensor:set", "Tensor:item", "Tensor:totable", "Tensor:tolist" })
 also("Tensor:sum", { "Tensor:mean", "Tensor:max", "Tensor:min", "Tensor:amax", "Tensor:abs" })
 also("Tensor:argmax", { "Tensor:argmin" })
+also("Tensor:sin", { "Tensor:cos", "Tensor:erf", "Tensor:log1p", "Tensor:expm1", "Tensor:floor", "Tensor:ceil",
+                     "Tensor:round", "Tensor:trunc" })
+also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", "Tensor:logical_and",
+                       "Tensor:logical_or", "Tensor:logical_xor", "Tensor:all", "Tensor:any" })
+also("Tensor:logsumexp", { "Tensor:norm" })
+also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
+also("Tensor:softmax", { "Tensor:log_softmax" })
+also("Tensor:add_", { "Tensor:sub_", "Tensor:mul_", "Tensor:div_", "Tensor:clamp_", "Tensor:copy_", "Tensor:fill_",
+                      "Tensor:zero_", "Tensor:masked_fill_", "Tensor:lerp_", "Tensor:uniform_", "Tensor:normal_" })
+also("Tensor:new_zeros", { "Tensor:new_ones", "Tensor:new_empty", "Tensor:new_full", "Tensor:new_tensor",
+                           "Tensor:expand_as", "Tensor:view_as", "Tensor:reshape_as", "Tensor:type_as" })
 also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial", "Tensor:tril",
                       "Tensor:triu", "Tensor:cumsum", "Tensor:gather", "gather", "Tensor:index_select",
                       "index_select" })

@@ -2,6 +2,8 @@
 -- (formats table, encode options, explain, tensor printing). The host sets the global `fp8`.
 local core = require "fp8.core"
 local tensor_lua = require "fp8.tensor"   -- installs printing (__tostring) and Lua methods on fp8.Tensor
+require "fp8.tensor_inplace"                -- more methods: copy_, fill_, add_, ...
+require "fp8.tensor_logic"                  -- isnan, isinf, logical_and, all, any, ...
 
 local fp8 = {}
 for k, v in pairs(core) do
@@ -11,6 +13,7 @@ fp8.stack = tensor_lua.stack   -- fp8.cat's companion (lua/fp8/tensor.lua)
 fp8.set_printoptions = tensor_lua.set_printoptions
 fp8.where = tensor_lua.where
 fp8.index_select = tensor_lua.index_select
+require("fp8.torch_forms")._install(fp8)   -- fp8.exp(x), fp8.sum(x, d), x:softmax(d), ...: torch's other spellings
 for _, k in ipairs { "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like", "linspace",
                      "eye" } do
   fp8[k] = tensor_lua[k]

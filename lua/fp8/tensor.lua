@@ -550,6 +550,86 @@ function M.full_like(t, v, o, ...)
   return r
 end
 
+-- t:new_zeros(shape [, dtype | {dtype=, device=}]) / new_ones / new_empty, t:new_full(shape, v [, ...]) and
+-- t:new_tensor(data [, ...]): torch's, a new tensor with t's dtype and device unless given, and nothing else of t
+-- (not its values, not requires_grad). shape: a list {2, 3}, or the sizes themselves, new_zeros(2, 3 [, opts]).
+local function new_shape(who, args)
+  local a = args[1]
+  if type(a) == "table" and not core.is_tensor(a) then return a, 2 end
+  local shape, i = {}, 1
+  while math.type(args[i]) == "integer" do shape[i] = args[i]; i = i + 1 end
+  if i == 1 then
+    error(("%s: expected a shape (a list {2, 3} or sizes 2, 3), got %s"):format(who, require("fp8.opts").got(a)), 3)
+  end
+  return shape, i
+end
+
+-- (new_of is tail-called by the methods, so level 2 of its errors is the user's line)
+local function new_of(who, name, t, rest, takes_value)
+  check_self(who, t, 3)
+  local args = table.pack(table.unpack(rest, 1, rest.n))
+  local shape, i = new_shape(who, args)
+  local v
+  if takes_value then
+    v = args[i]
+    if type(v) ~= "number" then
+      error(("%s: expected a number as the value after the shape, got %s"):format(who, require("fp8.opts").got(v)), 2)
+    end
+    i = i + 1
+  end
+  if args.n > i then
+    error(("%s: takes (shape%s [, dtype | {dtype=, device=}]); got %d arguments after the tensor"):format(who,
+      takes_value and ", value" or "", args.n), 2)
+  end
+  local opts = like_opts(who, t, args[i])
+  local ok, r
+  if takes_value then ok, r = pcall(core.full, shape, v, opts) else ok, r = pcall(core[name], shape, opts) end
+  if not ok then reraise(who, r) end
+  return r
+end
+
+for _, name in ipairs { "zeros", "ones", "empty" } do
+  Tensor["new_" .. name] = function(t, ...) return new_of("new_" .. name, name, t, table.pack(...)) end
+end
+function Tensor.new_full(t, ...) return new_of("new_full", "full", t, table.pack(...), true) end
+
+function Tensor.new_tensor(t, data, o, ...)
+  check_self("new_tensor", t)
+  no_more("new_tensor", "(data [, dtype | {dtype=, device=}])", ...)
+  local opts = like_opts("new_tensor", t, o)
+  local ok, r = pcall(core.tensor, data, opts.dtype)
+  if not ok then reraise("new_tensor", r) end
+  if r:device() ~= opts.device then r = r:to(opts.device) end
+  return r
+end
+
+-- t:expand_as(y), t:view_as(y), t:reshape_as(y): expand / view / reshape to y's shape; t:type_as(y): t in y's dtype
+-- and on y's device (the tensor itself when both already match)
+local function other_tensor(who, y)
+  if not core.is_tensor(y) then error(("%s: expected a tensor as other, got %s"):format(who, type(y)), 3) end
+  check_live(who, "other", y, 4)
+end
+for _, name in ipairs { "expand", "view", "reshape" } do
+  local who = name .. "_as"
+  Tensor[who] = function(t, y, ...)
+    check_self(who, t); no_more(who, "(other)", ...); other_tensor(who, y)
+    local ok, r = pcall(t[name], t, y:shape())
+    if not ok then reraise(who, r) end
+    return r
+  end
+end
+function Tensor.type_as(t, y, ...)
+  check_self("type_as", t); no_more("type_as", "(other)", ...); other_tensor("type_as", y)
+  local ok, r = pcall(function()
+    local x = t
+    if x:dtype() ~= y:dtype() then x = x:to(y:dtype()) end
+    if x:device() ~= y:device() then x = x:to(y:device()) end
+    return x
+  end)
+  if not ok then reraise("type_as", r) end
+  return r
+end
+
 -- fp8.linspace(start, stop, steps [, dtype | {dtype=, device=}]): steps values from start to stop, both included
 -- (torch.linspace), computed in double (start + i·step for the first half, stop − (steps − 1 − i)·step for the
 -- second, so both ends are exact) and rounded once to the dtype.
@@ -769,6 +849,21 @@ end
 function Tensor.reciprocal(t, ...)
   check_not_fp8("reciprocal", check_self("reciprocal", t)); no_more("reciprocal", "no arguments", ...)
   return 1 / t
+end
+
+-- the argument checks, shared with the other files of the Tensor class (tensor_inplace.lua, tensor_logic.lua, ...)
+M._check_self, M._check_live, M._check_not_fp8, M._norm_dim = check_self, check_live, check_not_fp8, norm_dim
+
+-- M._at_caller(f): f as a public function whose errors are raised at its caller's line. Inside, errors may be
+-- raised at any level: a position in one of fp8lab's files (or none) is dropped and the caller's put instead.
+function M._at_caller(f)
+  return function(...)
+    local r = table.pack(pcall(f, ...))
+    if r[1] then return table.unpack(r, 2, r.n) end
+    local e = r[2]
+    if type(e) == "string" then e = e:gsub("^[^:\n]*%.lua:%d+: ", "") end
+    error(e, 2)
+  end
 end
 
 return M

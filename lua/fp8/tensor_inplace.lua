@@ -1,0 +1,150 @@
+-- tensor_inplace.lua — torch's in-place tensor methods: copy_, fill_, zero_, add_, sub_, mul_, div_, clamp_,
+-- masked_fill_, lerp_, uniform_, normal_. Each computes the new values out of place from detached operands and
+-- has the tensor's C half write them into it (t:_write_, lua/l_tensor.c), which refuses what autograd here could
+-- not record — a write to a tensor that requires grad or is part of a graph while grad mode is on (write under
+-- fp8.no_grad, as an optimizer or an EMA of weights does) — and what torch refuses: a source that does not
+-- broadcast to the tensor, an expanded view; FP8 tensors are written by quantize. The write counts as a change
+-- for autograd (a backward that saved the tensor refuses to run). Each returns the tensor.
+local core = require "fp8.core"
+local T = require "fp8.tensor"
+local opts = require "fp8.opts"
+local Tensor = core.Tensor
+local no_more, got = opts.no_more, opts.got
+local check_self, check_live = T._check_self, T._check_live
+local at_caller = T._at_caller   -- every method below raises its errors at the user's line
+
+-- v's values into t as method `name` (v a tensor or a number), the error at the user's line
+local function write(name, t, v)
+  local ok, err = pcall(t._write_, t, v, name)
+  if not ok then error((tostring(err):gsub("^[^:\n]*%.lua:%d+: ", "")), 3) end
+  return t
+end
+
+-- an operand: a live tensor (detached, so no graph is built for values that are written in place) or a number
+local function operand(name, what, v)
+  if core.is_tensor(v) then
+    check_live(name, what, v, 4)
+    return v:detach()
+  end
+  if type(v) ~= "number" then error(("%s: %s must be a tensor or a number, got %s"):format(name, what, got(v)), 4) end
+  return v
+end
+
+-- the new values, computed by f, with a core error renamed to the method
+local function compute(name, f, ...)
+  local r = table.pack(pcall(f, ...))
+  if r[1] then return r[2] end
+  local msg = tostring(r[2]):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^[%w_]+: ", "")
+  error(("%s: %s"):format(name, msg), 3)
+end
+
+Tensor.copy_ = at_caller(function(t, src, ...)
+  check_self("copy_", t); no_more("copy_", "(src)", ...)
+  if not core.is_tensor(src) then error(("copy_: expected a source tensor, got %s"):format(got(src)), 2) end
+  check_live("copy_", "the source", src)
+  return write("copy_", t, src:detach())
+end)
+
+-- fill_(value): value a number or a one-element 0-d tensor (torch's)
+Tensor.fill_ = at_caller(function(t, v, ...)
+  check_self("fill_", t); no_more("fill_", "(value)", ...)
+  if core.is_tensor(v) then
+    check_live("fill_", "value", v)
+    if v:dim() ~= 0 then
+      error(("fill_: value must be a number or a 0-d tensor, got a tensor of shape %s"):format(v:shape_str()), 2)
+    end
+    v = v:detach():float():item()
+  elseif type(v) ~= "number" then
+    error(("fill_: value must be a number or a 0-d tensor, got %s"):format(got(v)), 2)
+  end
+  return write("fill_", t, v)
+end)
+
+Tensor.zero_ = at_caller(function(t, ...)
+  check_self("zero_", t); no_more("zero_", "no arguments", ...)
+  return write("zero_", t, 0)
+end)
+
+-- alpha: torch's keyword, here a number or {alpha=}
+local function alpha_of(name, a)
+  if type(a) == "table" and not core.is_tensor(a) then a = opts.check(name, a, { "alpha" }, 4).alpha end
+  if a ~= nil and type(a) ~= "number" then error(("%s: alpha must be a number, got %s"):format(name, got(a)), 4) end
+  return a
+end
+
+Tensor.add_ = at_caller(function(t, y, alpha, ...)
+  check_self("add_", t); no_more("add_", "(other [, alpha])", ...)
+  y = operand("add_", "other", y); alpha = alpha_of("add_", alpha)
+  return write("add_", t, compute("add_", function() return t:detach() + (alpha and y * alpha or y) end))
+end)
+
+Tensor.sub_ = at_caller(function(t, y, alpha, ...)
+  check_self("sub_", t); no_more("sub_", "(other [, alpha])", ...)
+  y = operand("sub_", "other", y); alpha = alpha_of("sub_", alpha)
+  return write("sub_", t, compute("sub_", function() return t:detach() - (alpha and y * alpha or y) end))
+end)
+
+Tensor.mul_ = at_caller(function(t, y, ...)
+  check_self("mul_", t); no_more("mul_", "(other)", ...)
+  y = operand("mul_", "other", y)
+  return write("mul_", t, compute("mul_", function() return t:detach() * y end))
+end)
+
+Tensor.div_ = at_caller(function(t, y, ...)
+  check_self("div_", t); no_more("div_", "(other)", ...)
+  y = operand("div_", "other", y)
+  return write("div_", t, compute("div_", function() return t:detach() / y end))
+end)
+
+-- clamp_(min, max) / clamp_{min=, max=}: clamp's bounds (numbers or tensors)
+Tensor.clamp_ = at_caller(function(t, lo, hi, ...)
+  check_self("clamp_", t); no_more("clamp_", "(min, max) or ({min=, max=})", ...)
+  return write("clamp_", t, compute("clamp_", function() return t:detach():clamp(lo, hi) end))
+end)
+
+Tensor.masked_fill_ = at_caller(function(t, mask, value, ...)
+  check_self("masked_fill_", t); no_more("masked_fill_", "(mask, value)", ...)
+  return write("masked_fill_", t, compute("masked_fill_", function() return t:detach():masked_fill(mask, value) end))
+end)
+
+-- lerp(end, weight): t + weight·(end - t), torch's formula: for |weight| < 0.5 start + w·(end - start), else
+-- end - (end - start)·(1 - w), so weight 1 gives end exactly. weight a number or a tensor (broadcast).
+local function lerp(name, t, e, w)
+  if not core.is_tensor(e) then error(("%s: expected end to be a tensor, got %s"):format(name, got(e)), 4) end
+  check_live(name, "end", e, 4)
+  if core.is_tensor(w) then check_live(name, "weight", w, 4)
+  elseif type(w) ~= "number" then error(("%s: weight must be a number or a tensor, got %s"):format(name, got(w)), 4) end
+  return compute(name, function()
+    local d = e - t
+    if type(w) == "number" then
+      if math.abs(w) < 0.5 then return t + d * w end
+      return e - d * (1 - w)
+    end
+    return T.where(w:abs():lt(0.5), t + d * w, e - d * (1 - w))
+  end)
+end
+
+Tensor.lerp = at_caller(function(t, e, w, ...)
+  check_self("lerp", t); no_more("lerp", "(end, weight)", ...)
+  return lerp("lerp", t, e, w)
+end)
+
+Tensor.lerp_ = at_caller(function(t, e, w, ...)
+  check_self("lerp_", t); no_more("lerp_", "(end, weight)", ...)
+  if core.is_tensor(e) then check_live("lerp_", "end", e); e = e:detach() end
+  if core.is_tensor(w) then check_live("lerp_", "weight", w); w = w:detach() end
+  return write("lerp_", t, lerp("lerp_", t:detach(), e, w))
+end)
+
+-- uniform_(a=0, b=1), normal_(mean=0, std=1): fresh draws from fp8's generator (fp8.nn.init's), written in place
+Tensor.uniform_ = at_caller(function(t, a, b, ...)
+  check_self("uniform_", t); no_more("uniform_", "([a=0 [, b=1]])", ...)
+  return write("uniform_", t, compute("uniform_", require("fp8.nn.init_fns").uniform, t:shape(), a, b))
+end)
+
+Tensor.normal_ = at_caller(function(t, mean, std, ...)
+  check_self("normal_", t); no_more("normal_", "([mean=0 [, std=1]])", ...)
+  return write("normal_", t, compute("normal_", require("fp8.nn.init_fns").normal, t:shape(), mean, std))
+end)
+
+return {}

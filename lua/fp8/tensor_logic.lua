@@ -1,0 +1,104 @@
+-- tensor_logic.lua — torch's predicates and logical ops on tensors: isnan, isinf, isfinite, logical_not,
+-- logical_and, logical_or, logical_xor, all, any. There is no bool dtype: like the comparisons (eq, lt, ...) they
+-- give 1 where true and 0 where false in the input's dtype (fp32 for mixed inputs), and carry no gradient. A
+-- value is true where it is nonzero, NaN included (torch's truthiness).
+local core = require "fp8.core"
+local T = require "fp8.tensor"
+local opts = require "fp8.opts"
+local Tensor = core.Tensor
+local no_more, got = opts.no_more, opts.got
+local check_self, check_live, check_not_fp8, norm_dim = T._check_self, T._check_live, T._check_not_fp8, T._norm_dim
+local at_caller = T._at_caller   -- every method below raises its errors at the user's line
+
+-- self checked (live, not FP8) and detached: these results take no gradient, so no graph is built under them
+local function input(name, t)
+  check_not_fp8(name, check_self(name, t, 4), 4)
+  return t:detach()
+end
+
+Tensor.isnan = at_caller(function(t, ...)
+  no_more("isnan", "no arguments", ...)
+  local x = input("isnan", t)
+  return x:ne(x)
+end)
+
+Tensor.isinf = at_caller(function(t, ...)
+  no_more("isinf", "no arguments", ...)
+  return input("isinf", t):abs():eq(math.huge)
+end)
+
+Tensor.isfinite = at_caller(function(t, ...)
+  no_more("isfinite", "no arguments", ...)
+  return input("isfinite", t):abs():lt(math.huge)   -- NaN < inf is false
+end)
+
+Tensor.logical_not = at_caller(function(t, ...)
+  no_more("logical_not", "no arguments", ...)
+  return input("logical_not", t):eq(0)
+end)
+
+local function other(name, o)
+  if core.is_tensor(o) then
+    check_live(name, "other", o, 4)
+    check_not_fp8(name, o:dtype(), 4)
+    return o:detach()
+  end
+  error(("%s: expected a tensor as other, got %s"):format(name, got(o)), 4)
+end
+
+local function shapes(name, f)
+  local ok, r = pcall(f)
+  if ok then return r end
+  error(("%s: %s"):format(name, tostring(r):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^[%w_]+: ", "")), 3)
+end
+
+Tensor.logical_and = at_caller(function(t, o, ...)
+  no_more("logical_and", "(other)", ...)
+  local a, b = input("logical_and", t), other("logical_and", o)
+  return shapes("logical_and", function() return a:ne(0) * b:ne(0) end)
+end)
+
+Tensor.logical_or = at_caller(function(t, o, ...)
+  no_more("logical_or", "(other)", ...)
+  local a, b = input("logical_or", t), other("logical_or", o)
+  return shapes("logical_or", function() return a:ne(0):maximum(b:ne(0)) end)
+end)
+
+Tensor.logical_xor = at_caller(function(t, o, ...)
+  no_more("logical_xor", "(other)", ...)
+  local a, b = input("logical_xor", t), other("logical_xor", o)
+  return shapes("logical_xor", function() return a:ne(0):ne(b:ne(0)) end)
+end)
+
+-- all([dim [, keepdim]]) / any(...): whether every (some) element is nonzero, over everything or along dim;
+-- an empty reduction is true for all and false for any, as torch's
+local function all_any(name, t, dim, keepdim, is_all)
+  local x = input(name, t)
+  if dim ~= nil then dim = norm_dim(name, dim, math.max(x:dim(), 1), 4) end
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    error(("%s: keepdim must be a boolean, got %s"):format(name, got(keepdim)), 3)
+  end
+  local nz = x:ne(0)
+  if x:numel() == 0 or (dim ~= nil and x:dim() > 0 and x:size(dim) == 0) then
+    local shape = x:shape()
+    if dim == nil then shape = {}
+    elseif keepdim then shape[dim] = 1
+    else table.remove(shape, dim) end
+    return core.full(shape, is_all and 1 or 0, { dtype = x:dtype(), device = x:device() })
+  end
+  if dim == nil then return is_all and nz:min() or nz:max() end
+  local r = is_all and nz:min(dim, keepdim) or nz:max(dim, keepdim)
+  return r
+end
+
+Tensor.all = at_caller(function(t, dim, keepdim, ...)
+  no_more("all", "([dim [, keepdim]])", ...)
+  return (all_any("all", t, dim, keepdim, true))
+end)
+
+Tensor.any = at_caller(function(t, dim, keepdim, ...)
+  no_more("any", "([dim [, keepdim]])", ...)
+  return (all_any("any", t, dim, keepdim, false))
+end)
+
+return {}

@@ -1,0 +1,173 @@
+-- torch_forms.lua — torch's other spellings of tensor operations: the function forms (torch.exp(x) is
+-- fp8.exp(x), torch.sum(x, 1) is fp8.sum(x, 1), torch.max(a, b) of two tensors is fp8.maximum) and method forms
+-- of functions (x.softmax(dim) is x:softmax(dim)); and the few ops that are easiest said in terms of others:
+-- logsumexp, norm, mm, bmm, outer. Each is the method it names, with the same checks and gradients; errors
+-- carry the user's line.
+local core = require "fp8.core"
+local T = require "fp8.tensor"
+local opts = require "fp8.opts"
+local Tensor = core.Tensor
+local no_more, got = opts.no_more, opts.got
+local check_self, check_live, check_not_fp8, norm_dim = T._check_self, T._check_live, T._check_not_fp8, T._norm_dim
+local at_caller = T._at_caller   -- every function below raises its errors at the user's line
+
+local M = {}
+
+-- ---- method forms of the nn.functional ops, and ops made of other ops ------------------------------------------
+
+Tensor.softmax = at_caller(function(t, dim, ...)
+  check_self("softmax", t); no_more("softmax", "(dim)", ...)
+  return require("fp8.nn.functional").softmax(t, dim)
+end)
+
+Tensor.log_softmax = at_caller(function(t, dim, ...)
+  check_self("log_softmax", t); no_more("log_softmax", "(dim)", ...)
+  return require("fp8.nn.functional").log_softmax(t, dim)
+end)
+
+local function check_keepdim(who, keepdim)
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    error(("%s: keepdim must be a boolean, got %s"):format(who, got(keepdim)), 4)
+  end
+end
+
+-- logsumexp(dim [, keepdim]): log Σ exp(x) along dim, shifted by the largest value first as torch's (an infinite
+-- largest value shifts by 0); the gradient is softmax(x)·g. bf16/fp16 inputs are computed in fp32 and rounded once.
+Tensor.logsumexp = at_caller(function(t, dim, keepdim, ...)
+  local dt = check_self("logsumexp", t); no_more("logsumexp", "(dim [, keepdim])", ...)
+  check_not_fp8("logsumexp", dt)
+  if dim == nil then error("logsumexp: dim is required (torch's: the dim to reduce), got nil", 2) end
+  dim = norm_dim("logsumexp", dim, math.max(t:dim(), 1))
+  check_keepdim("logsumexp", keepdim)
+  local x = (dt == "bf16" or dt == "fp16") and t:float() or t
+  local r
+  if t:dim() > 0 and t:size(dim) == 0 then   -- the sum of nothing: log 0
+    local shape = t:shape(); shape[dim] = 1
+    r = core.full(shape, -math.huge, { dtype = x:dtype(), device = x:device() })
+  else
+    local m = x:detach():max(dim, true)
+    m = T.where(m:abs():eq(math.huge), 0, m)
+    r = (x - m):exp():sum(dim, true):log() + m
+  end
+  if not keepdim and t:dim() > 0 then r = r:squeeze(dim) end
+  if x ~= t then r = r:to(dt) end
+  return r
+end)
+
+-- norm([p=2 [, dim [, keepdim]]]): torch's vector norms over everything or along dim: p = 2 (or "fro"), 1 or
+-- math.huge (max |x|). The 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's). bf16/fp16 inputs are computed
+-- in fp32 and rounded once.
+local NORMS = "2 (or \"fro\"), 1 or math.huge"
+Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
+  local dt = check_self("norm", t); no_more("norm", "([p [, dim [, keepdim]]])", ...)
+  check_not_fp8("norm", dt)
+  if p == nil or p == "fro" then p = 2 end
+  if p ~= 1 and p ~= 2 and p ~= math.huge then
+    error(("norm: p must be %s, got %s"):format(NORMS, got(p)), 2)
+  end
+  if dim ~= nil then dim = norm_dim("norm", dim, math.max(t:dim(), 1)) end
+  check_keepdim("norm", keepdim)
+  local x = (dt == "bf16" or dt == "fp16") and t:float() or t
+  local r
+  if p == 1 then r = x:abs():sum(dim, keepdim)
+  elseif p == math.huge then r = x:amax(dim, keepdim)
+  else
+    local s = (x * x):sum(dim, keepdim)
+    local z = s:eq(0)             -- no history: sqrt(s + 1) - 1 is 0 there with a zero gradient; elsewhere s's root
+    r = (s + z):sqrt() - z
+  end
+  if x ~= t then r = r:to(dt) end
+  return r
+end)
+
+-- mm(y): two 2-d tensors; bmm(y): two 3-d tensors with the same batch; outer(y): two 1-d tensors (x_i·y_j)
+local function two(who, t, y, nd)
+  check_self(who, t, 4)
+  if not core.is_tensor(y) then
+    error(("%s: expected a tensor as the second operand, got %s"):format(who, got(y)), 4)
+  end
+  check_live(who, "the second operand", y, 5)
+  if t:dim() ~= nd or y:dim() ~= nd then
+    error(("%s: expected two %d-d tensors, got shapes %s and %s"):format(who, nd, t:shape_str(), y:shape_str()), 4)
+  end
+end
+
+Tensor.mm = at_caller(function(t, y, ...)
+  no_more("mm", "(other)", ...); two("mm", t, y, 2)
+  return t:matmul(y)
+end)
+
+Tensor.bmm = at_caller(function(t, y, ...)
+  no_more("bmm", "(other)", ...); two("bmm", t, y, 3)
+  if t:size(1) ~= y:size(1) then
+    error(("bmm: the batch sizes differ: %s and %s"):format(t:shape_str(), y:shape_str()), 2)
+  end
+  return t:matmul(y)
+end)
+
+Tensor.outer = at_caller(function(t, y, ...)
+  no_more("outer", "(other)", ...); two("outer", t, y, 1)
+  return t:unsqueeze(2) * y:unsqueeze(1)
+end)
+
+-- ---- function forms: fp8.<name>(x, ...) is x:<name>(...) ------------------------------------------------------
+
+M.FORMS = {
+  "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sign", "tanh", "sigmoid", "sin", "cos", "floor", "ceil", "round",
+  "trunc", "erf", "log1p", "expm1", "square", "reciprocal", "isnan", "isinf", "isfinite", "logical_not",
+  "logical_and", "logical_or", "logical_xor", "all", "any", "sum", "mean", "var", "std", "argmax", "argmin",
+  "logsumexp", "norm", "cumsum", "tril", "triu", "chunk", "split", "clone", "flatten", "squeeze", "unsqueeze",
+  "transpose", "permute", "reshape", "narrow", "select", "masked_fill", "clamp", "clamp_min", "clamp_max", "topk",
+  "sort", "argsort", "numel", "lerp", "t", "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "mm",
+  "bmm", "outer", "softmax", "log_softmax",
+}
+
+-- x, checked as argument 1 of fp8.<name>; a core method's "bad argument #n to '?'" (the method is called by a
+-- computed name here, which Lua cannot name) named
+local function first(name, x)
+  if not core.is_tensor(x) then error(("%s: expected a tensor as argument 1, got %s"):format(name, got(x))) end
+  check_live(name, "argument 1", x)
+end
+local function named(name, ok, ...)
+  if ok then return ... end
+  local e = ...
+  if type(e) == "string" then
+    e = e:gsub("^[^:\n]*%.lua:%d+: ", "")
+    local n, detail = e:match("^bad argument #(%d+) to '[^']*' %((.*)%)$")
+    if n then e = ("%s: bad argument #%s (%s)"):format(name, n, detail) end
+  end
+  error(e, 0)
+end
+
+local function form(name)
+  return at_caller(function(x, ...)
+    first(name, x)
+    return named(name, pcall(x[name], x, ...))
+  end)
+end
+
+-- torch.max(x) / torch.max(x, dim [, keepdim]) are x:max(...); torch.max(a, b) of two tensors is fp8.maximum(a, b)
+local function extreme(name, pair)
+  return at_caller(function(x, ...)
+    first(name, x)
+    if core.is_tensor((...)) then
+      no_more(name, "(input, other) for two tensors", select(2, ...))
+      return named(name, pcall(x[pair], x, (...)))
+    end
+    return named(name, pcall(x[name], x, ...))
+  end)
+end
+
+-- _install(fp8): the function forms into the public table (fp8/init.lua's; a name it already has is a bug here:
+-- it would be shadowed or shadow)
+function M._install(fp8)
+  assert(type(fp8) == "table", "torch_forms: _install takes the fp8 table")
+  for _, name in ipairs(M.FORMS) do
+    assert(fp8[name] == nil, "torch_forms: fp8." .. name .. " exists already")
+    assert(Tensor[name], "torch_forms: no method " .. name)
+    fp8[name] = form(name)
+  end
+  fp8.max, fp8.min = extreme("max", "maximum"), extreme("min", "minimum")
+end
+
+return M
