@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""gen_torch_forms.py — writes tests/data/torch_forms_torch.lua: what PyTorch 2.x gives on fixed inputs for the
+tensor ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor,
+ceil, round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed
+tensor), isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row
+included), lerp (number and tensor weights; gradients) and the in-place methods' results, for
+tests/spec/torch_forms_spec.lua to compare fp8's against. Run from the repository root with a PyTorch 2.x:
+    /opt/torch2/bin/python3 scripts/gen_torch_forms.py"""
+import math
+
+import torch
+
+X = [[0.5, -1.25, 2.5, 0.0], [-3.5, 0.75, 1.5, -0.5], [1e-3, -2e-3, 4.0, 8.25]]
+G = [[1.0, -1.0, 0.5, 2.0], [0.25, 3.0, -0.5, 1.0], [-2.0, 1.0, 1.0, 0.5]]
+Z = [[0.0, 0.0, 0.0, 0.0], [3.0, -4.0, 0.0, 12.0], [-1.0, 2.0, -2.0, 2.0]]   # a zero row, ties for the max
+S = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 2.0, -1e-40]
+P = [0.0, 1.0, 0.0, -2.0, float("nan"), 0.0, 3.0]
+
+
+def rows(t):
+    t = t.detach().double()
+    if t.dim() == 0:
+        return lua_num(t.item())
+    if t.dim() == 1:
+        return "{" + ", ".join(lua_num(v) for v in t.tolist()) + "}"
+    return "{\n    " + ",\n    ".join(rows(r) for r in t) + "}"   # a row a line
+
+
+def lua_num(v):
+    if v != v:
+        return "0/0"
+    if v == math.inf:
+        return "math.huge"
+    if v == -math.inf:
+        return "-math.huge"
+    if v == 0 and math.copysign(1, v) < 0:
+        return "-0.0"
+    return "%.17g" % v
+
+
+out = {}
+for name in ("sin", "cos", "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1"):
+    x = torch.tensor(X, requires_grad=True)
+    xi = x if name != "log1p" else x.abs()   # log1p of the magnitudes: all in its domain
+    y = getattr(torch, name)(xi)
+    (y * torch.tensor(G)).sum().backward()
+    out[name] = rows(y)
+    out[name + "_dx"] = rows(x.grad)
+    xb = torch.tensor(X).bfloat16()
+    out[name + "_bf16"] = rows(getattr(torch, name)(xb if name != "log1p" else xb.abs()).float())
+out["round_halves"] = rows(torch.round(torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5])))
+s = torch.tensor(S)
+for name in ("isnan", "isinf", "isfinite", "logical_not"):
+    out[name] = rows(getattr(torch, name)(s).float())
+p = torch.tensor(P)
+for name in ("logical_and", "logical_or", "logical_xor"):
+    out[name] = rows(getattr(torch, name)(s, p).float())
+z = torch.tensor(Z)
+out["all"], out["any"] = rows(z.all().float()), rows(z.any().float())
+out["all_d2"], out["any_d1"] = rows(z.all(1).float()), rows(z.any(0, keepdim=True).float())
+out["all_nan"] = rows(torch.tensor([float("nan"), 1.0]).all().float())
+for key, dim, keep in (("lse_d2", 1, False), ("lse_d1k", 0, True)):
+    x = torch.tensor(X, requires_grad=True)
+    y = torch.logsumexp(x, dim, keepdim=keep)
+    (y * torch.tensor(G).sum(dim, keepdim=keep)).sum().backward()
+    out[key] = rows(y)
+    out[key + "_dx"] = rows(x.grad)
+out["lse_inf"] = rows(torch.logsumexp(torch.tensor([[float("-inf"), float("-inf")], [float("inf"), 1.0]]), 1))
+out["lse_big"] = rows(torch.logsumexp(torch.tensor([1000.0, 1000.0]), 0))
+for key, kw in (("norm2", {}), ("norm1", {"p": 1}), ("norminf", {"p": math.inf}), ("norm2_d2", {"dim": 1}),
+                ("norm1_d1k", {"p": 1, "dim": 0, "keepdim": True}), ("norminf_d2", {"p": math.inf, "dim": 1})):
+    x = torch.tensor(Z, requires_grad=True)
+    y = x.norm(**kw)
+    gw = torch.tensor(G)
+    if "dim" in kw:
+        gw = gw.sum(kw["dim"], keepdim=kw.get("keepdim", False))
+    else:
+        gw = torch.tensor(1.5)
+    (y * gw).sum().backward()
+    out[key] = rows(y)
+    out[key + "_dx"] = rows(x.grad)
+out["norm_bf16"] = rows(torch.tensor(X).bfloat16().norm().float())
+for key, w in (("lerp_s", 0.25), ("lerp_s9", 0.75), ("lerp_t", None)):
+    a = torch.tensor(X, requires_grad=True)
+    e = torch.tensor(G, requires_grad=True)
+    wt = torch.tensor([[0.1, 0.6, 1.0, -0.5]], requires_grad=True) if w is None else w
+    y = torch.lerp(a, e, wt)
+    (y * torch.tensor(Z)).sum().backward()
+    out[key] = rows(y)
+    out[key + "_da"], out[key + "_de"] = rows(a.grad), rows(e.grad)
+    if w is None:
+        out[key + "_dw"] = rows(wt.grad)
+t = torch.tensor(X)
+t.add_(torch.tensor(G), alpha=0.5).mul_(torch.tensor([2.0, -1.0, 0.5, 3.0])).sub_(1.25).div_(3.0).clamp_(-2.0, 1.5)
+out["inplace_chain"] = rows(t)
+t = torch.tensor(X).bfloat16()
+t.add_(torch.tensor(G), alpha=0.3)
+out["inplace_bf16"] = rows(t.float())
+t = torch.tensor(X)
+t.masked_fill_(torch.tensor(G) > 0.75, -7.0).lerp_(torch.tensor(Z), 0.5)
+out["inplace_mask_lerp"] = rows(t)
+a, b = torch.tensor([1.5, -2.0, 0.25]), torch.tensor([4.0, 0.5])
+out["outer"] = rows(torch.outer(a, b))
+out["bmm"] = rows(torch.bmm(torch.tensor(X).reshape(3, 1, 4), torch.tensor(G).reshape(3, 4, 1)).reshape(3))
+
+with open("tests/data/torch_forms_torch.lua", "w") as f:
+    f.write("-- generated by scripts/gen_torch_forms.py with PyTorch %s; do not edit\nreturn {\n"
+            % torch.__version__.split("+")[0])
+    for k in sorted(out):
+        f.write("  %s = %s,\n" % (k, out[k]))
+    f.write("}\n")

@@ -1,0 +1,341 @@
+-- torch_forms_spec.lua — torch's further tensor ops and spellings: the unary ops sin, cos, floor, ceil, round,
+-- trunc, erf, log1p, expm1; isnan/isinf/isfinite, the logical ops, all/any (lua/fp8/tensor_logic.lua); logsumexp,
+-- norm, mm, bmm, outer, the softmax methods and the fp8.<op>(x, ...) function forms (lua/fp8/torch_forms.lua); the
+-- in-place methods (lua/fp8/tensor_inplace.lua); new_zeros & co. and expand_as & co. (lua/fp8/tensor.lua). Values
+-- against PyTorch 2.x's (tests/data/torch_forms_torch.lua, scripts/gen_torch_forms.py).
+local U = dofile("tests/spec/helpers/util.lua")
+local ref = dofile("tests/data/torch_forms_torch.lua")
+
+local X = { { 0.5, -1.25, 2.5, 0.0 }, { -3.5, 0.75, 1.5, -0.5 }, { 1e-3, -2e-3, 4.0, 8.25 } }
+local G = { { 1.0, -1.0, 0.5, 2.0 }, { 0.25, 3.0, -0.5, 1.0 }, { -2.0, 1.0, 1.0, 0.5 } }
+local Z = { { 0.0, 0.0, 0.0, 0.0 }, { 3.0, -4.0, 0.0, 12.0 }, { -1.0, 2.0, -2.0, 2.0 } }
+local S = { 0 / 0, math.huge, -math.huge, 0.0, -0.0, 2.0, -1e-40 }
+local P = { 0.0, 1.0, 0.0, -2.0, 0 / 0, 0.0, 3.0 }
+
+local function flat(t, acc)
+  acc = acc or {}
+  if type(t) == "number" then acc[#acc + 1] = t else for _, v in ipairs(t) do flat(v, acc) end end
+  return acc
+end
+
+-- got (a tensor or number) against want (nested lists), relative tolerance tol; NaN matches NaN, and with
+-- signs = true a zero's sign must match too
+local function same(name, got, want, tol, signs)
+  local g = type(got) == "number" and { got } or got:float():reshape(-1):totable()
+  local w = flat(want)
+  assert.are.equal(#w, #g, name .. ": element count")
+  for i = 1, #w do
+    local a, b = g[i], w[i]
+    if b ~= b then
+      assert.is_true(a ~= a, ("%s[%d]: %s vs NaN"):format(name, i, tostring(a)))
+    elseif math.abs(b) == math.huge then
+      assert.are.equal(b, a, ("%s[%d]"):format(name, i))
+    else
+      assert.is_true(math.abs(a - b) <= (tol or 2.5e-7) * math.max(1e-30, math.abs(b)) or a == b,
+        ("%s[%d]: %.9g vs %.9g"):format(name, i, a, b))
+      if signs and b == 0 then
+        assert.are.equal(1 / b, 1 / a, ("%s[%d]: the sign of zero"):format(name, i))
+      end
+    end
+  end
+end
+
+describe("the unary ops sin, cos, floor, ceil, round, trunc, erf, log1p, expm1 (PyTorch 2.x's values)", function()
+  for _, name in ipairs { "sin", "cos", "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1" } do
+    it(name .. ": values in fp32 and bf16, and the gradient", function()
+      local x = fp8.tensor(X):requires_grad_()
+      local xi = name == "log1p" and x:abs() or x
+      local y = xi[name](xi)
+      same(name, y, ref[name], nil, true)
+      ;(y * fp8.tensor(G)):sum():backward()
+      same(name .. " dx", x.grad, ref[name .. "_dx"], 1e-6)
+      assert.are.equal(name:sub(1, 1):upper(), y:grad_fn():sub(1, 1))   -- SinBackward, FloorBackward, ...
+      local xb = fp8.tensor(X):to("bf16")
+      if name == "log1p" then xb = xb:abs() end
+      local yb = xb[name](xb)
+      assert.are.equal("bf16", yb:dtype())
+      same(name .. " bf16", yb, ref[name .. "_bf16"], 2 ^ -8, true)   -- one rounding from double or two: 1 ulp
+      -- the function form is the method
+      local xa = fp8.tensor(X):abs()
+      same("fp8." .. name, fp8[name](xa), xa[name](xa):totable(), 0)
+    end)
+  end
+
+  it("round: halves to even, as torch (and -0.5 to -0)", function()
+    same("round halves", fp8.tensor { -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5 }:round(), ref.round_halves, 0, true)
+  end)
+
+  it("take no arguments, refuse FP8 tensors, and keep NaN and inf", function()
+    U.fails_with("sin: takes no arguments", function() fp8.ones { 2 }:sin(1) end)
+    U.fails_with("dequantize", function() fp8.ones { 2 }:quantize("e4m3"):cos() end)
+    local y = fp8.tensor { 0 / 0, math.huge, -math.huge }
+    local fl = y:floor():totable()
+    assert.is_true(fl[1] ~= fl[1]); assert.are.equal(math.huge, fl[2]); assert.are.equal(-math.huge, fl[3])
+    assert.are.equal(-1, fp8.tensor { -math.huge }:expm1():item())
+    assert.are.equal(-math.huge, fp8.tensor { -1 }:log1p():item())
+  end)
+end)
+
+describe("isnan, isinf, isfinite, logical ops, all, any", function()
+  it("match torch's (1 for true, 0 for false; NaN is true in the logical ops)", function()
+    local s, p = fp8.tensor(S), fp8.tensor(P)
+    for _, name in ipairs { "isnan", "isinf", "isfinite", "logical_not" } do
+      same(name, s[name](s), ref[name], 0)
+      same("fp8." .. name, fp8[name](s), ref[name], 0)
+    end
+    for _, name in ipairs { "logical_and", "logical_or", "logical_xor" } do
+      same(name, s[name](s, p), ref[name], 0)
+    end
+    local z = fp8.tensor(Z)
+    same("all", z:all(), ref.all, 0); same("any", z:any(), ref.any, 0)
+    same("all(2)", z:all(2), ref.all_d2, 0)
+    local a1 = z:any(1, true)
+    assert.are.same({ 1, 4 }, a1:shape())
+    same("any(1, true)", a1, ref.any_d1, 0)
+    same("all with NaN", fp8.tensor { 0 / 0, 1 }:all(), ref.all_nan, 0)
+  end)
+
+  it("an empty reduction is true for all and false for any; the dtype is the input's; no gradient", function()
+    assert.are.equal(1, fp8.zeros { 0 }:all():item())
+    assert.are.equal(0, fp8.zeros { 0 }:any():item())
+    local e = fp8.zeros { 2, 0 }
+    assert.are.same({ 1, 1 }, e:all(2):totable())
+    assert.are.same({ 1, 0 }, e:any(1, true):shape())
+    assert.are.equal("bf16", fp8.ones({ 2 }, "bf16"):isnan():dtype())
+    local w = fp8.ones { 3 }:requires_grad_()
+    assert.is_false(w:isfinite():requires_grad())
+    assert.is_false(w:all():requires_grad())
+  end)
+
+  it("refuse what they cannot take, by name", function()
+    U.fails_with("logical_and: expected a tensor as other, got 3", function() fp8.ones { 2 }:logical_and(3) end)
+    U.fails_with("all: dim must be an integer", function() fp8.ones { 2 }:all(5) end)
+    U.fails_with("any: keepdim must be a boolean", function() fp8.ones { 2 }:any(1, 1) end)
+    U.fails_with("isnan: e4m3 tensor", function() fp8.ones { 2 }:quantize("e4m3"):isnan() end)
+    U.fails_with("logical_or:", function() fp8.ones { 2 }:logical_or(fp8.ones { 3 }) end)
+    U.fails_with("isinf: takes no arguments", function() fp8.ones { 2 }:isinf(1) end)
+  end)
+end)
+
+describe("logsumexp, norm, mm, bmm, outer, softmax as methods (PyTorch 2.x's values)", function()
+  it("logsumexp: values and gradients along a dim, keepdim, infinities, large values", function()
+    for key, a in pairs { lse_d2 = { 2, false }, lse_d1k = { 1, true } } do
+      local x = fp8.tensor(X):requires_grad_()
+      local y = x:logsumexp(a[1], a[2])
+      same(key, y, ref[key])
+      ;(y * fp8.tensor(G):sum(a[1], a[2])):sum():backward()
+      same(key .. " dx", x.grad, ref[key .. "_dx"], 1e-6)
+    end
+    same("lse inf", fp8.tensor { { -math.huge, -math.huge }, { math.huge, 1 } }:logsumexp(2), ref.lse_inf)
+    same("lse big", fp8.tensor { 1000, 1000 }:logsumexp(1), ref.lse_big)
+    same("fp8.logsumexp", fp8.logsumexp(fp8.tensor(X), 2), ref.lse_d2)
+    assert.are.same({ -math.huge, -math.huge }, fp8.zeros { 2, 0 }:logsumexp(2):totable())
+    U.fails_with("logsumexp: dim is required", function() fp8.ones { 2 }:logsumexp() end)
+  end)
+
+  it("norm: p 2, 1 and inf, over everything or a dim; the gradient 0 at a zero norm, split among ties", function()
+    local cases = {
+      norm2 = {}, norm1 = { 1 }, norminf = { math.huge }, norm2_d2 = { 2, 2 }, norm1_d1k = { 1, 1, true },
+      norminf_d2 = { math.huge, 2 },
+    }
+    for key, a in pairs(cases) do
+      local x = fp8.tensor(Z):requires_grad_()
+      local y = x:norm(a[1], a[2], a[3])
+      same(key, y, ref[key])
+      local gw = a[2] and fp8.tensor(G):sum(a[2], a[3] or false) or fp8.tensor(1.5)
+      ;(y * gw):sum():backward()
+      same(key .. " dx", x.grad, ref[key .. "_dx"], 1e-6)
+    end
+    same("norm bf16", fp8.tensor(X):to("bf16"):norm(), ref.norm_bf16, 2 ^ -8)
+    same("norm 'fro'", fp8.tensor(Z):norm("fro"), ref.norm2)
+    U.fails_with('norm: p must be 2 (or "fro"), 1 or math.huge, got 3', function() fp8.ones { 2 }:norm(3) end)
+  end)
+
+  it("mm, bmm, outer and the softmax methods", function()
+    same("outer", fp8.tensor { 1.5, -2, 0.25 }:outer(fp8.tensor { 4, 0.5 }), ref.outer, 0)
+    same("fp8.outer", fp8.outer(fp8.tensor { 1.5, -2, 0.25 }, fp8.tensor { 4, 0.5 }), ref.outer, 0)
+    same("bmm", fp8.bmm(fp8.tensor(X):reshape { 3, 1, 4 }, fp8.tensor(G):reshape { 3, 4, 1 }), ref.bmm)
+    local a, b = fp8.randn { 3, 4 }, fp8.randn { 4, 2 }
+    same("mm", a:mm(b), a:matmul(b):totable(), 0)
+    U.fails_with("mm: expected two 2-d tensors, got shapes [2] and [2]",
+      function() fp8.ones { 2 }:mm(fp8.ones { 2 }) end)
+    U.fails_with("bmm: the batch sizes differ", function() fp8.ones { 2, 1, 1 }:bmm(fp8.ones { 3, 1, 1 }) end)
+    U.fails_with("outer: expected a tensor as the second operand, got nil", function() fp8.ones { 2 }:outer() end)
+    local x = fp8.tensor(X)
+    same("softmax", x:softmax(2), fp8.nn.F.softmax(x, 2):totable(), 0)
+    same("log_softmax", x:log_softmax(-1), fp8.nn.F.log_softmax(x, -1):totable(), 0)
+    same("fp8.softmax", fp8.softmax(x, 1), fp8.nn.F.softmax(x, 1):totable(), 0)
+  end)
+end)
+
+describe("fp8.<op>(x, ...): torch's function forms", function()
+  it("each is the method of the same name; max and min of two tensors are maximum and minimum", function()
+    local forms = require("fp8.torch_forms").FORMS
+    assert.is_true(#forms >= 70)
+    for _, name in ipairs(forms) do assert.are.equal("function", type(fp8[name]), name) end
+    local x = fp8.tensor(X)
+    same("fp8.sum", fp8.sum(x, 2), x:sum(2):totable(), 0)
+    same("fp8.mean", fp8.mean(x), x:mean():totable(), 0)
+    same("fp8.clamp", fp8.clamp(x, -1, 1), x:clamp(-1, 1):totable(), 0)
+    local parts = { fp8.chunk(x, 2, 2) }
+    assert.are.equal(2, #parts)
+    local v, i = fp8.max(x, 2)
+    same("fp8.max(x, 2)", v, x:max(2):totable(), 0)
+    same("fp8.max(x, 2) indices", i, { 2, 2, 3 }, 0)
+    same("fp8.max(a, b)", fp8.max(x, fp8.tensor(G)), x:maximum(fp8.tensor(G)):totable(), 0)
+    same("fp8.min(a, b)", fp8.min(x, fp8.tensor(G)), x:minimum(fp8.tensor(G)):totable(), 0)
+    same("fp8.min(x)", fp8.min(x), -3.5, 0)
+    local w = fp8.tensor(X):requires_grad_()
+    fp8.exp(w):sum():backward()
+    same("grad through fp8.exp", w.grad, fp8.tensor(X):exp():totable(), 0)
+  end)
+
+  it("errors name the function and the user's line", function()
+    local err = U.fails_with("exp: expected a tensor as argument 1, got 3", function() fp8.exp(3) end)
+    assert.truthy(err:find("torch_forms_spec.lua:%d+: exp:"), err)
+    err = U.fails_with("sum: dim 5 out of range", function() fp8.sum(fp8.ones { 2 }, 5) end)
+    assert.truthy(err:find("torch_forms_spec.lua:%d+: sum:"), err)
+    U.fails_with("max: takes (input, other) for two tensors; got 1 more argument",
+      function() fp8.max(fp8.ones { 2 }, fp8.ones { 2 }, 3) end)
+    U.fails_with("min: expected a tensor as argument 1, got nil", function() fp8.min() end)
+  end)
+end)
+
+describe("in-place methods: copy_, fill_, zero_, add_, sub_, mul_, div_, clamp_, masked_fill_, lerp_", function()
+  it("compute torch's values (a chain, bf16 rounding, masked_fill_ then lerp_) and return the tensor", function()
+    local t = fp8.tensor(X)
+    local r = t:add_(fp8.tensor(G), 0.5):mul_(fp8.tensor { 2.0, -1.0, 0.5, 3.0 }):sub_(1.25):div_(3.0):clamp_(-2.0, 1.5)
+    assert.are.equal(t, r)
+    same("chain", t, ref.inplace_chain, 2.5e-7)
+    local b = fp8.tensor(X):to("bf16")
+    b:add_(fp8.tensor(G), { alpha = 0.3 })
+    assert.are.equal("bf16", b:dtype())
+    same("bf16 add_", b, ref.inplace_bf16, 2 ^ -8)
+    local m = fp8.tensor(X)
+    m:masked_fill_(fp8.tensor(G):gt(0.75), -7.0):lerp_(fp8.tensor(Z), 0.5)
+    same("masked_fill_ lerp_", m, ref.inplace_mask_lerp, 2.5e-7)
+    local z = fp8.ones { 2, 3 }
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, z:zero_():totable())
+    assert.are.same({ { 2.5, 2.5, 2.5 }, { 2.5, 2.5, 2.5 } }, z:fill_(fp8.tensor(2.5)):totable())
+    assert.are.same({ { 1, 2, 3 }, { 1, 2, 3 } }, z:copy_(fp8.tensor { 1, 2, 3 }):totable())   -- broadcast
+    local h = fp8.zeros({ 2 }, "fp16"):copy_(fp8.tensor { 1 / 3, 70000 })
+    assert.are.equal("fp16", h:dtype()); assert.are.equal(math.huge, h:totable()[2])   -- a copy rounds, as torch's
+  end)
+
+  it("write into views, and read a source that overlaps the destination whole first", function()
+    local x = fp8.zeros { 3, 4 }
+    x:narrow(2, 2, 2):fill_(5)
+    assert.are.same({ 0, 5, 5, 0 }, x:totable()[1])
+    x:select(1, 3):add_(1)
+    assert.are.same({ 1, 6, 6, 1 }, x:totable()[3])
+    local sq = fp8.tensor { { 1, 2 }, { 3, 4 } }
+    sq:copy_(sq:t())
+    assert.are.same({ { 1, 3 }, { 2, 4 } }, sq:totable())
+  end)
+
+  it("refuse a write autograd could not record, an expanded view, an FP8 tensor, overflow and bad operands", function()
+    local w = fp8.randn { 3 }:requires_grad_()
+    U.fails_with("add_: the tensor requires grad", function() w:add_(1) end)
+    U.fails_with("zero_: the tensor is part of an autograd graph", function() (w * 2):zero_() end)
+    local before = w:clone():detach():totable()
+    fp8.no_grad(function() w:mul_(2) end)   -- an optimizer's write
+    for i = 1, 3 do assert.are.equal(before[i] * 2, w:totable()[i]) end
+    assert.is_true(w:requires_grad()); assert.is_true(w:is_leaf())
+    U.fails_with("fill_: more than one element of the tensor refers to one memory location",
+      function() fp8.ones { 3 }:expand(2, 3):fill_(1) end)
+    U.fails_with("fill_: the tensor is FP8 (e4m3)", function() fp8.ones { 2 }:quantize("e4m3"):fill_(1) end)
+    U.fails_with("fill_: value 1000000000.0 overflows fp16", function() fp8.ones({ 2 }, "fp16"):fill_(1e9) end)
+    U.fails_with("copy_: a source of shape [4] does not broadcast to the tensor's shape [2, 3]",
+      function() fp8.zeros { 2, 3 }:copy_(fp8.ones { 4 }) end)
+    U.fails_with("copy_: expected a source tensor, got 1", function() fp8.zeros { 2 }:copy_(1) end)
+    U.fails_with('add_: other must be a tensor or a number, got "a"', function() fp8.zeros { 2 }:add_("a") end)
+    U.fails_with("add_: alpha must be a number", function() fp8.zeros { 2 }:add_(1, "x") end)
+    U.fails_with("fill_: value must be a number or a 0-d tensor, got a tensor of shape [2]",
+      function() fp8.zeros { 2 }:fill_(fp8.ones { 2 }) end)
+    U.fails_with("mul_:", function() fp8.zeros { 2 }:mul_(fp8.ones { 3 }) end)
+    U.fails_with("uniform_: the range [a, b) needs a <= b", function() fp8.zeros { 2 }:uniform_(2, 1) end)
+    U.fails_with("lerp_: expected end to be a tensor, got 1", function() fp8.zeros { 2 }:lerp_(1, 0.5) end)
+    local err = U.fails_with("zero_: takes no arguments", function() fp8.zeros { 2 }:zero_(1) end)
+    assert.truthy(err:find("torch_forms_spec.lua:%d+: zero_:"), err)
+  end)
+
+  it("count as a change for autograd: a backward that saved the tensor refuses to run", function()
+    local w = fp8.randn { 3 }:requires_grad_()
+    local x = fp8.randn { 3 }
+    local y = (w * x):sum()
+    x:mul_(2)
+    U.fails_with("MulBackward", function() y:backward() end)
+  end)
+
+  it("x.data is x without history on its storage: writes through it reach x, under grad mode too", function()
+    local w = fp8.ones { 2 }:requires_grad_()
+    local d = w.data
+    assert.is_false(d:requires_grad())
+    d:add_(1)
+    assert.are.same({ 2, 2 }, w:totable())
+    assert.is_true(w:requires_grad())
+    U.fails_with("cannot set field 'data'", function() w.data = fp8.ones { 2 } end)
+    local x = fp8.randn { 3 }:requires_grad_()
+    local y = (x * x):sum()
+    x.data:mul_(2)
+    U.fails_with("MulBackward", function() y:backward() end)
+  end)
+
+  it("uniform_ and normal_ draw from fp8's generator: the same seed, the same values", function()
+    fp8.manual_seed(7)
+    local a = fp8.zeros { 1000 }:uniform_(-2, 3)
+    fp8.manual_seed(7)
+    local b = fp8.zeros { 1000 }:uniform_(-2, 3)
+    assert.are.same(a:totable(), b:totable())
+    assert.is_true(a:min():item() >= -2 and a:max():item() < 3)
+    local n = fp8.zeros { 20000 }:normal_(1, 2)
+    assert.is_true(math.abs(n:mean():item() - 1) < 0.1 and math.abs(n:std():item() - 2) < 0.1)
+  end)
+end)
+
+describe("lerp (PyTorch 2.x's values and gradients)", function()
+  it("number and tensor weights", function()
+    for key, w in pairs { lerp_s = 0.25, lerp_s9 = 0.75, lerp_t = false } do
+      local a, e = fp8.tensor(X):requires_grad_(), fp8.tensor(G):requires_grad_()
+      local wt = w or fp8.tensor { { 0.1, 0.6, 1.0, -0.5 } }:requires_grad_()
+      local y = a:lerp(e, wt)
+      same(key, y, ref[key], 2.5e-7)   -- torch fuses the multiply-add (one rounding), here two
+      ;(y * fp8.tensor(Z)):sum():backward()
+      same(key .. " da", a.grad, ref[key .. "_da"], 1e-6)
+      same(key .. " de", e.grad, ref[key .. "_de"], 1e-6)
+      if not w then same(key .. " dw", wt.grad, ref[key .. "_dw"], 1e-6) end
+    end
+    same("fp8.lerp", fp8.lerp(fp8.tensor(X), fp8.tensor(G), 0.25), ref.lerp_s, 2.5e-7)
+  end)
+end)
+
+describe("new_zeros & co., expand_as & co.", function()
+  it("take the tensor's dtype and device unless given, and nothing else", function()
+    local b = fp8.ones({ 2 }, "bf16"):requires_grad_()
+    local z = b:new_zeros(2, 3)
+    assert.are.same({ 2, 3 }, z:shape()); assert.are.equal("bf16", z:dtype()); assert.is_false(z:requires_grad())
+    assert.are.equal("fp32", b:new_ones({ 4 }, "fp32"):dtype())
+    assert.are.same({ { 7, 7 } }, b:new_full({ 1, 2 }, 7):totable())
+    assert.are.same({ 3 }, b:new_empty { 3 }:shape())
+    local t = b:new_tensor { { 1, 2 } }
+    assert.are.equal("bf16", t:dtype()); assert.are.same({ { 1, 2 } }, t:totable())
+    assert.are.equal("fp32", fp8.ones { 1 }:quantize("e4m3"):new_zeros({ 2 }, { dtype = "fp32" }):dtype())
+    U.fails_with("new_zeros: the tensor is e4m3, an FP8 format: give a dtype",
+      function() fp8.ones { 1 }:quantize("e4m3"):new_zeros(2) end)
+    U.fails_with("new_zeros: expected a shape", function() b:new_zeros("x") end)
+    U.fails_with("new_full: expected a number as the value after the shape", function() b:new_full({ 2 }) end)
+    U.fails_with("new_ones: takes (shape [, dtype | {dtype=, device=}])", function() b:new_ones({ 2 }, "fp32", 1) end)
+  end)
+
+  it("expand_as, view_as, reshape_as, type_as", function()
+    local y = fp8.zeros({ 2, 3 }, "bf16")
+    assert.are.same({ 2, 3 }, fp8.ones { 3 }:expand_as(y):shape())
+    assert.are.same({ 2, 3 }, fp8.ones { 6 }:view_as(y):shape())
+    assert.are.same({ 2, 3 }, fp8.ones { 3, 2 }:t():reshape_as(y):shape())
+    assert.are.equal("bf16", fp8.ones { 2 }:type_as(y):dtype())
+    local s = fp8.ones { 2 }
+    assert.are.equal(s, s:type_as(fp8.zeros { 1 }))   -- already so: the tensor itself
+    U.fails_with("view_as:", function() fp8.ones { 5 }:view_as(y) end)
+    U.fails_with("type_as: expected a tensor as other, got number", function() s:type_as(1) end)
+  end)
+end)
