@@ -161,6 +161,11 @@ add_all {
     sig = "x:mm(y) (2-d) / x:bmm(y) (3-d) / x:outer(y) (1-d) / x:lerp(end, weight)",
     doc = "matmul with torch's shape checks; the outer product x_i·y_j; x + weight·(end - x) (weight a number or a\n"
        .. "tensor; torch's formula for |weight| ≥ 0.5, with two roundings where torch fuses one). Differentiable." },
+  { section = "Tensors", name = "Tensor:unbind",
+    sig = "x:unbind([dim=1]) / x:flip(dims) / x:roll(shifts [, dims]) / x:tile(reps...) / x:repeat_interleave(r [, dim])",
+    doc = "torch's rearrangements: the slices along dim as several values (local q, k, v = qkv:unbind(3)); dims\n"
+       .. "reversed; elements shifted round; the tensor repeated (torch's x.repeat: repeat is a Lua keyword); each\n"
+       .. "element repeated r times in place (grouped-query attention's k:repeat_interleave(n, 2)). Differentiable." },
   { section = "Tensors", name = "Tensor:softmax", sig = "x:softmax(dim) / x:log_softmax(dim)",
     doc = "fp8.nn.functional.softmax / log_softmax as methods (torch's x.softmax(dim))." },
   { section = "Tensors", name = "Tensor:add_",
@@ -373,6 +378,7 @@ also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", 
 also("Tensor:logsumexp", { "Tensor:norm" })
 also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
 also("Tensor:softmax", { "Tensor:log_softmax" })
+also("Tensor:unbind", { "Tensor:flip", "Tensor:roll", "Tensor:tile", "Tensor:repeat_interleave" })
 also("Tensor:add_", { "Tensor:sub_", "Tensor:mul_", "Tensor:div_", "Tensor:clamp_", "Tensor:copy_", "Tensor:fill_",
                       "Tensor:zero_", "Tensor:masked_fill_", "Tensor:lerp_", "Tensor:uniform_", "Tensor:normal_" })
 also("Tensor:new_zeros", { "Tensor:new_ones", "Tensor:new_empty", "Tensor:new_full", "Tensor:new_tensor",

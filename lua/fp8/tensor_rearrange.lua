@@ -1,0 +1,126 @@
+-- tensor_rearrange.lua — torch's ops that lay a tensor's elements out anew: unbind, flip, roll, tile (torch's
+-- x.repeat(...), a Lua keyword here) and repeat_interleave. Each is made of differentiable views and copies
+-- (select, index_select, narrow + cat, expand + reshape), so gradients flow back to every element taken (a repeated
+-- element gets the sum of its copies' gradients).
+local core = require "fp8.core"
+local T = require "fp8.tensor"
+local opts = require "fp8.opts"
+local Tensor = core.Tensor
+local no_more, got = opts.no_more, opts.got
+local check_self, check_not_fp8, norm_dim = T._check_self, T._check_not_fp8, T._norm_dim
+local at_caller = T._at_caller   -- every method below raises its errors at the user's line
+
+local function self_of(name, t)
+  check_not_fp8(name, check_self(name, t))
+  if t:dim() == 0 then error(("%s: a 0-d tensor has no dim to work along"):format(name)) end
+end
+
+-- dims: one dim or a list of distinct dims, each normalised to 1..nd
+local function dims_of(name, d, nd)
+  local list = type(d) == "table" and not core.is_tensor(d) and d or { d }
+  if #list == 0 then error(("%s: expected a dim or a list of dims, got %s"):format(name, got(d))) end
+  local seen, out = {}, {}
+  for i, v in ipairs(list) do
+    out[i] = norm_dim(name, v, nd)
+    if seen[out[i]] then error(("%s: dim %d appears twice in {%s}"):format(name, out[i], table.concat(list, ", "))) end
+    seen[out[i]] = true
+  end
+  return out
+end
+
+-- unbind([dim=1]): the slices along dim, as several values (torch's tuple): local q, k, v = qkv:unbind(3)
+Tensor.unbind = at_caller(function(t, dim, ...)
+  no_more("unbind", "([dim=1])", ...)
+  check_self("unbind", t)
+  if t:dim() == 0 then error("unbind: a 0-d tensor has no dim to unbind") end
+  dim = norm_dim("unbind", dim or 1, t:dim())
+  local out = {}
+  for i = 1, t:size(dim) do out[i] = t:select(dim, i) end
+  return table.unpack(out, 1, t:size(dim))
+end)
+
+-- flip(dims): the order of each listed dim reversed (a copy, as torch's)
+Tensor.flip = at_caller(function(t, dims, ...)
+  no_more("flip", "(dims)", ...)
+  self_of("flip", t)
+  local r = t
+  for _, d in ipairs(dims_of("flip", dims, t:dim())) do
+    local n = t:size(d)
+    if n > 1 then r = r:index_select(d, core.arange(n - 1, -1, -1)) end
+  end
+  if r == t then r = t:clone() end
+  return r
+end)
+
+-- roll(shifts [, dims]): elements shifted along each dim by its shift, those past the end coming round to the start;
+-- without dims over the flattened tensor, then its shape again (torch's)
+Tensor.roll = at_caller(function(t, shifts, dims, ...)
+  no_more("roll", "(shifts [, dims])", ...)
+  self_of("roll", t)
+  local sl = type(shifts) == "table" and shifts or { shifts }
+  for _, s in ipairs(sl) do
+    if math.type(s) ~= "integer" then error(("roll: shifts must be integers, got %s"):format(got(shifts))) end
+  end
+  if dims == nil then
+    if #sl ~= 1 then error(("roll: without dims, one shift (got %d)"):format(#sl)) end
+    return t:reshape(-1):roll(sl[1], 1):view(t:shape())
+  end
+  local dl = dims_of("roll", dims, t:dim())
+  if #dl ~= #sl then error(("roll: %d shifts for %d dims"):format(#sl, #dl)) end
+  local r = t
+  for i, d in ipairs(dl) do
+    local n = t:size(d)
+    local s = n > 0 and sl[i] % n or 0
+    if s ~= 0 then r = core.cat({ r:narrow(d, n - s + 1, s), r:narrow(d, 1, n - s) }, d) end
+  end
+  if r == t then r = t:clone() end
+  return r
+end)
+
+-- tile(reps...) / tile{reps}: torch's x.repeat(reps) (and torch.tile): the tensor repeated reps[i] times along dim
+-- i; more reps than dims add leading dims of size 1 first (fewer: tile leaves the leading dims as they are)
+Tensor.tile = at_caller(function(t, ...)
+  check_not_fp8("tile", check_self("tile", t))
+  local reps = type((...)) == "table" and (...) or { ... }
+  if type((...)) == "table" then no_more("tile", "({reps}) or (reps...)", select(2, ...)) end
+  if #reps == 0 then error("tile: expected the repeats (integers >= 0), got none") end
+  for _, r in ipairs(reps) do
+    if math.type(r) ~= "integer" or r < 0 then
+      error(("tile: repeats must be integers >= 0, got %s"):format(got(r)))
+    end
+  end
+  local shape = t:shape()
+  while #reps < #shape do table.insert(reps, 1, 1) end
+  while #shape < #reps do table.insert(shape, 1, 1) end
+  local x = t:reshape(shape)
+  local vshape, eshape, out = {}, {}, {}
+  for i = 1, #shape do
+    vshape[2 * i - 1], vshape[2 * i] = 1, shape[i]
+    eshape[2 * i - 1], eshape[2 * i] = reps[i], shape[i]
+    out[i] = reps[i] * shape[i]
+  end
+  return x:reshape(vshape):expand(eshape):reshape(out)
+end)
+
+-- repeat_interleave(repeats [, dim]): each element repeated `repeats` times in place along dim (an integer; without
+-- dim over the flattened tensor), as torch's; repeats given per element (a tensor) are not offered
+Tensor.repeat_interleave = at_caller(function(t, repeats, dim, ...)
+  no_more("repeat_interleave", "(repeats [, dim])", ...)
+  check_not_fp8("repeat_interleave", check_self("repeat_interleave", t))
+  if math.type(repeats) ~= "integer" or repeats < 0 then
+    error(("repeat_interleave: repeats must be an integer >= 0 (repeats per element, a tensor, are not offered), "
+      .. "got %s"):format(got(repeats)))
+  end
+  if dim == nil then return t:reshape(-1):repeat_interleave(repeats, 1) end
+  if t:dim() == 0 then t = t:reshape(1) end
+  dim = norm_dim("repeat_interleave", dim, t:dim())
+  local shape = t:shape()
+  local v, e, out = {}, {}, {}
+  for i = 1, #shape do
+    v[#v + 1], e[#e + 1], out[i] = shape[i], shape[i], shape[i]
+    if i == dim then v[#v + 1], e[#e + 1], out[i] = 1, repeats, shape[i] * repeats end
+  end
+  return t:reshape(v):expand(e):reshape(out)
+end)
+
+return {}
