@@ -162,7 +162,8 @@ add_all {
     doc = "matmul with torch's shape checks; the outer product x_i·y_j; x + weight·(end - x) (weight a number or a\n"
        .. "tensor; torch's formula for |weight| ≥ 0.5, with two roundings where torch fuses one). Differentiable." },
   { section = "Tensors", name = "Tensor:unbind",
-    sig = "x:unbind([dim=1]) / x:flip(dims) / x:roll(shifts [, dims]) / x:tile(reps...) / x:repeat_interleave(r [, dim])",
+    sig = "x:unbind([dim=1]) / x:flip(dims) / x:roll(shifts [, dims]) / x:tile(reps...) / "
+       .. "x:repeat_interleave(r [, dim])",
     doc = "torch's rearrangements: the slices along dim as several values (local q, k, v = qkv:unbind(3)); dims\n"
        .. "reversed; elements shifted round; the tensor repeated (torch's x.repeat: repeat is a Lua keyword); each\n"
        .. "element repeated r times in place (grouped-query attention's k:repeat_interleave(n, 2)). Differentiable." },
