@@ -438,7 +438,7 @@ also("acc:on_main_process", { "acc:on_local_main_process", "acc:on_last_process"
 also("acc:check_trigger", { "acc:set_trigger" })
 also("acc:is_main_process", { "acc:is_local_main_process", "acc:is_last_process" })
 also("nn.functional", { "nn.cross_entropy", "nn.mse_loss" })
-also("nn.Module", { "nn.Parameter" })
+also("nn.Module", { "nn.Parameter", "nn.isinstance" })
 also("nn.Module:register_forward_hook", { "nn.Module:register_forward_pre_hook", "RemovableHandle",
                                          "nn.Module.RemovableHandle",
                                          "nn.Module:register_full_backward_hook",

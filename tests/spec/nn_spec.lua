@@ -1667,3 +1667,29 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     assert.are.equal(x, nn.Identity(3, "anything")(x))   -- torch's Identity drops its constructor arguments
   end)
 end)
+
+describe("fp8.nn.isinstance", function()
+  local nn = fp8.nn
+  local U = dofile("tests/spec/helpers/util.lua")
+  it("is Python's isinstance for modules: the class or an ancestor, a list of classes, false for the rest", function()
+    local A = nn.Module.class("IsA")
+    local B = nn.Module.class("IsB", A)
+    local b = B()
+    assert.is_true(nn.isinstance(b, A)); assert.is_true(nn.isinstance(b, B))
+    assert.is_true(nn.isinstance(b, nn.Module))
+    assert.is_false(nn.isinstance(A(), B)); assert.is_false(nn.isinstance(b, nn.Linear))
+    assert.is_true(nn.isinstance(nn.Linear(2, 2), { A, nn.Linear }))
+    assert.is_true(nn.isinstance(fp8.convert_model(nn.Sequential(nn.Linear(16, 16)))[1], nn.Linear))   -- FP8Linear
+    assert.is_false(nn.isinstance(3, A)); assert.is_false(nn.isinstance({}, A))
+    assert.is_false(nn.isinstance(fp8.ones { 1 }, A))
+    local seen = 0
+    nn.Sequential(nn.Linear(2, 2), nn.GELU(), nn.Linear(2, 2)):apply(function(m)
+      if nn.isinstance(m, nn.Linear) then nn.init.zeros_(m.weight); seen = seen + 1 end
+    end)
+    assert.are.equal(2, seen)
+    U.fails_with("isinstance: arg 2 must be a Module class", function() nn.isinstance(b, 3) end)
+    U.fails_with("isinstance: arg 2 must be a Module class", function() nn.isinstance(b, { A, "x" }) end)
+    U.fails_with("isinstance: expected a Module class or a list of them, got an empty table",
+      function() nn.isinstance(b, {}) end)
+  end)
+end)

@@ -52,6 +52,28 @@ function nn.Parameter(t)
   return t
 end
 
+-- isinstance(obj, cls | {cls, ...}): Python's isinstance for modules: whether obj is a Module whose class is cls or
+-- inherits from it (fp8.nn.FP8Linear from Linear); anything that is not a Module is an instance of none.
+function nn.isinstance(obj, cls, ...)
+  require("fp8.opts").no_more("isinstance", "(obj, class or {classes})", ...)
+  local list = type(cls) == "table" and not rawget(cls, "__is_module_class") and cls ~= Module and cls or { cls }
+  if #list == 0 then error("isinstance: expected a Module class or a list of them, got an empty table", 2) end
+  for _, c in ipairs(list) do
+    if type(c) ~= "table" or not (rawget(c, "__is_module_class") or c == Module) then
+      error(("isinstance: arg 2 must be a Module class (fp8.nn.Linear, ...) or a list of them, got %s"):format(
+        require("fp8.opts").got(c)), 2)
+    end
+  end
+  if type(obj) ~= "table" then return false end
+  local mt = getmetatable(obj)
+  while type(mt) == "table" and (rawget(mt, "__is_module_class") or mt == Module) do
+    for _, c in ipairs(list) do if mt == c then return true end end
+    if mt == Module then break end
+    mt = rawget(mt, "super")
+  end
+  return false
+end
+
 function nn.cross_entropy(...) return F.cross_entropy(...) end
 function nn.mse_loss(...) return F.mse_loss(...) end
 
@@ -64,7 +86,10 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "requires_grad_([flag]) (freezes with false),\n"
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device(); float() is m itself\n"
   .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype);\n"
-  .. "register_forward_pre_hook(hook) / register_forward_hook(hook) call hooks around forward (see their own help).")
+  .. "register_forward_pre_hook(hook) / register_forward_hook(hook) call hooks around forward (see their own help).\n"
+  .. "fp8.nn.isinstance(m, cls | {cls, ...}): Python's isinstance for modules (subclasses count), as in\n"
+  .. "model:apply(function(m) if fp8.nn.isinstance(m, fp8.nn.Linear) then\n"
+  .. "  fp8.nn.init.normal_(m.weight, 0, 0.02) end end).")
 add("nn.Module:register_forward_hook",
   "m:register_forward_hook(hook [, {prepend=false, always_call=false}]) / "
   .. "m:register_forward_pre_hook(hook [, {prepend=false}]) -> handle",
