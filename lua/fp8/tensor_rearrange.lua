@@ -15,14 +15,27 @@ local function self_of(name, t)
   if t:dim() == 0 then error(("%s: a 0-d tensor has no dim to work along"):format(name)) end
 end
 
+-- v as a list: a plain table's entries 1..n read raw (a proxy's __len or __index cannot make it endless), at most
+-- max of them, or a lone value as a list of one
+local function list_of(name, what, v, max)
+  if type(v) ~= "table" or core.is_tensor(v) then return { v } end
+  local n = rawlen(v)
+  if n > max then error(("%s: %s has %d entries, more than %d"):format(name, what, n, max)) end
+  local out = {}
+  for i = 1, n do out[i] = rawget(v, i) end
+  return out
+end
+
 -- dims: one dim or a list of distinct dims, each normalised to 1..nd
 local function dims_of(name, d, nd)
-  local list = type(d) == "table" and not core.is_tensor(d) and d or { d }
+  local list = list_of(name, "the list of dims", d, nd)
   if #list == 0 then error(("%s: expected a dim or a list of dims, got %s"):format(name, got(d))) end
   local seen, out = {}, {}
   for i, v in ipairs(list) do
     out[i] = norm_dim(name, v, nd)
-    if seen[out[i]] then error(("%s: dim %d appears twice in {%s}"):format(name, out[i], table.concat(list, ", "))) end
+    if seen[out[i]] then
+      error(("%s: dim %d appears twice in {%s}"):format(name, out[i], table.concat(list, ", ")))
+    end
     seen[out[i]] = true
   end
   return out
@@ -57,7 +70,7 @@ end)
 Tensor.roll = at_caller(function(t, shifts, dims, ...)
   no_more("roll", "(shifts [, dims])", ...)
   self_of("roll", t)
-  local sl = type(shifts) == "table" and shifts or { shifts }
+  local sl = list_of("roll", "the list of shifts", shifts, t:dim())
   for _, s in ipairs(sl) do
     if math.type(s) ~= "integer" then error(("roll: shifts must be integers, got %s"):format(got(shifts))) end
   end
@@ -78,11 +91,18 @@ Tensor.roll = at_caller(function(t, shifts, dims, ...)
 end)
 
 -- tile(reps...) / tile{reps}: torch's x.repeat(reps) (and torch.tile): the tensor repeated reps[i] times along dim
--- i; more reps than dims add leading dims of size 1 first (fewer: tile leaves the leading dims as they are)
+-- i (copies joined by cat, dim by dim); more reps than dims add leading dims of size 1 first (fewer: tile leaves the
+-- leading dims as they are)
+local MAX_DIMS = 8   -- core/tensor.h's FL_MAX_DIMS
 Tensor.tile = at_caller(function(t, ...)
   check_not_fp8("tile", check_self("tile", t))
-  local reps = type((...)) == "table" and (...) or { ... }
-  if type((...)) == "table" then no_more("tile", "({reps}) or (reps...)", select(2, ...)) end
+  local reps
+  if type((...)) == "table" then
+    no_more("tile", "({reps}) or (reps...)", select(2, ...))
+    reps = list_of("tile", "the list of repeats", (...), MAX_DIMS)
+  else
+    reps = list_of("tile", "the repeats", table.pack(...), MAX_DIMS)
+  end
   if #reps == 0 then error("tile: expected the repeats (integers >= 0), got none") end
   for _, r in ipairs(reps) do
     if math.type(r) ~= "integer" or r < 0 then
@@ -93,13 +113,16 @@ Tensor.tile = at_caller(function(t, ...)
   while #reps < #shape do table.insert(reps, 1, 1) end
   while #shape < #reps do table.insert(shape, 1, 1) end
   local x = t:reshape(shape)
-  local vshape, eshape, out = {}, {}, {}
-  for i = 1, #shape do
-    vshape[2 * i - 1], vshape[2 * i] = 1, shape[i]
-    eshape[2 * i - 1], eshape[2 * i] = reps[i], shape[i]
-    out[i] = reps[i] * shape[i]
+  for d, r in ipairs(reps) do
+    if r == 0 then x = x:narrow(d, 1, 0)
+    elseif r > 1 then
+      local copies = {}
+      for i = 1, r do copies[i] = x end
+      x = core.cat(copies, d)
+    end
   end
-  return x:reshape(vshape):expand(eshape):reshape(out)
+  if x == t then x = t:clone() end
+  return x
 end)
 
 -- repeat_interleave(repeats [, dim]): each element repeated `repeats` times in place along dim (an integer; without
@@ -114,13 +137,12 @@ Tensor.repeat_interleave = at_caller(function(t, repeats, dim, ...)
   if dim == nil then return t:reshape(-1):repeat_interleave(repeats, 1) end
   if t:dim() == 0 then t = t:reshape(1) end
   dim = norm_dim("repeat_interleave", dim, t:dim())
-  local shape = t:shape()
-  local v, e, out = {}, {}, {}
-  for i = 1, #shape do
-    v[#v + 1], e[#e + 1], out[i] = shape[i], shape[i], shape[i]
-    if i == dim then v[#v + 1], e[#e + 1], out[i] = 1, repeats, shape[i] * repeats end
+  local n = t:size(dim)
+  if n * repeats > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24
+    error(("repeat_interleave: %d × %d positions along dim %d, more than 2^24"):format(n, repeats, dim))
   end
-  return t:reshape(v):expand(e):reshape(out)
+  -- position i of the result takes element floor(i / repeats): index_select's gather adds the copies' gradients
+  return t:index_select(dim, (core.arange(n * repeats) / repeats):floor())
 end)
 
 return {}

@@ -56,7 +56,11 @@ end
 -- inherits from it (fp8.nn.FP8Linear from Linear); anything that is not a Module is an instance of none.
 function nn.isinstance(obj, cls, ...)
   require("fp8.opts").no_more("isinstance", "(obj, class or {classes})", ...)
-  local list = type(cls) == "table" and not rawget(cls, "__is_module_class") and cls ~= Module and cls or { cls }
+  local list = { cls }
+  if type(cls) == "table" and not rawget(cls, "__is_module_class") and cls ~= Module then
+    list = {}   -- read raw: a proxy's __len or __index cannot make it endless
+    for i = 1, rawlen(cls) do list[i] = rawget(cls, i) end
+  end
   if #list == 0 then error("isinstance: expected a Module class or a list of them, got an empty table", 2) end
   for _, c in ipairs(list) do
     if type(c) ~= "table" or not (rawget(c, "__is_module_class") or c == Module) then
