@@ -1,7 +1,7 @@
 -- tensor_rearrange.lua — torch's ops that lay a tensor's elements out anew: unbind, flip, roll, tile (torch's
 -- x.repeat(...), a Lua keyword here) and repeat_interleave. Each is made of differentiable views and copies
--- (select, index_select, narrow + cat, expand + reshape), so gradients flow back to every element taken (a repeated
--- element gets the sum of its copies' gradients).
+-- (select, index_select, narrow, cat), so gradients flow back to every element taken (a repeated element gets the
+-- sum of its copies' gradients), and none needs more dims than the tensor has.
 local core = require "fp8.core"
 local T = require "fp8.tensor"
 local opts = require "fp8.opts"
