@@ -91,7 +91,7 @@ Tensor.roll = at_caller(function(t, shifts, dims, ...)
 end)
 
 -- tile(reps...) / tile{reps}: torch's x.repeat(reps) (and torch.tile): the tensor repeated reps[i] times along dim
--- i (copies joined by cat, dim by dim); more reps than dims add leading dims of size 1 first (fewer: tile leaves the
+-- i (positions selected dim by dim); more reps than dims add leading dims of size 1 first (fewer: tile leaves the
 -- leading dims as they are)
 local MAX_DIMS = 8   -- core/tensor.h's FL_MAX_DIMS
 Tensor.tile = at_caller(function(t, ...)
@@ -112,13 +112,21 @@ Tensor.tile = at_caller(function(t, ...)
   local shape = t:shape()
   while #reps < #shape do table.insert(reps, 1, 1) end
   while #shape < #reps do table.insert(shape, 1, 1) end
+  local bytes = core.format(t:dtype()).bits / 8   -- a float product: never overflows
+  for i = 1, #shape do bytes = bytes * reps[i] * shape[i] end
+  if bytes > core._max_bytes then
+    error(("tile: the result would take %.4g bytes, more than one tensor may hold (%d)"):format(bytes, core._max_bytes))
+  end
   local x = t:reshape(shape)
   for d, r in ipairs(reps) do
+    local n = shape[d]
     if r == 0 then x = x:narrow(d, 1, 0)
-    elseif r > 1 then
-      local copies = {}
-      for i = 1, r do copies[i] = x end
-      x = core.cat(copies, d)
+    elseif r > 1 and n > 0 then
+      if r * (n + 0.0) > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24
+        error(("tile: %d × %d positions along dim %d, more than 2^24"):format(r, n, d))
+      end
+      local pos = core.arange(r * n)
+      x = x:index_select(d, pos - (pos / n):floor() * n)   -- position i takes element i mod n
     end
   end
   if x == t then x = t:clone() end
@@ -138,7 +146,7 @@ Tensor.repeat_interleave = at_caller(function(t, repeats, dim, ...)
   if t:dim() == 0 then t = t:reshape(1) end
   dim = norm_dim("repeat_interleave", dim, t:dim())
   local n = t:size(dim)
-  if n * repeats > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24
+  if n * (repeats + 0.0) > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24 (a float product)
     error(("repeat_interleave: %d × %d positions along dim %d, more than 2^24"):format(n, repeats, dim))
   end
   -- position i of the result takes element floor(i / repeats): index_select's gather adds the copies' gradients

@@ -384,6 +384,9 @@ describe("unbind, flip, roll, tile, repeat_interleave", function()
     U.fails_with("unbind: expected a tensor as argument 1, got 3", function() fp8.unbind(3) end)
     U.fails_with("flip: e4m3 tensor", function() x:quantize("e4m3"):flip(1) end)
     U.fails_with("tile: the repeats has 9 entries, more than 8", function() x:tile(1, 1, 1, 1, 1, 1, 1, 1, 1) end)
+    U.fails_with("tile: the result would take", function() x:tile(math.maxinteger) end)
+    U.fails_with("repeat_interleave: 3 × 9223372036854775807 positions along dim 2, more than 2^24",
+      function() x:repeat_interleave(math.maxinteger, 2) end)
     U.fails_with("roll: the list of shifts has 3 entries, more than 2", function() x:roll({ 1, 1, 1 }, { 1, 2 }) end)
     -- a list whose __len and __index lie (the API sweep's proxy) is read raw: refused at once, no endless loop
     local proxy = setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
