@@ -13,12 +13,8 @@ local no_more, got = opts.no_more, opts.got
 local check_self, check_live = T._check_self, T._check_live
 local at_caller = T._at_caller   -- every method below raises its errors at the user's line
 
--- v's values into t as method `name` (v a tensor or a number), the error at the user's line
-local function write(name, t, v)
-  local ok, err = pcall(t._write_, t, v, name)
-  if not ok then error((tostring(err):gsub("^[^:\n]*%.lua:%d+: ", "")), 3) end
-  return t
-end
+-- v's values into t as method `name` (v a tensor or a number); its refusals name the method
+local function write(name, t, v) return t:_write_(v, name) end
 
 -- an operand: a live tensor (detached, so no graph is built for values that are written in place) or a number
 local function operand(name, what, v)
