@@ -2,8 +2,9 @@
 """gen_nn_parity.py — writes tests/data/nn_parity_torch.lua: what PyTorch 2.x's F.silu, F.rms_norm (values and the
 input's and weight's gradients of their sum weighted by a fixed tensor), F.leaky_relu, F.elu, F.softplus (values and
 gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, ignore_index / pos_weight, and the
-input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten and
-nn.Softmax give on fixed inputs, for
+input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
+nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
+softmin, log_softmax, glu) and F.smooth_l1_loss, F.huber_loss, F.kl_div (values and gradients) give on fixed inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
 
@@ -72,5 +73,46 @@ loss = F.binary_cross_entropy_with_logits(xr, torch.tensor(Y), pos_weight=torch.
 loss.backward()
 out["bce_pw"] = rows(loss)
 out["bce_pw_dx"] = rows(xr.grad)
+
+# the activations with kinks, at the kinks too (values and the input's gradient of the output weighted by G)
+K = [[-4.0, -3.0, -1.0, 0.0], [0.5, 3.0, 6.0, 7.0], [-3.5, 2.9, 6.5, -0.2]]
+for key, fn in (("hardtanh", lambda t: F.hardtanh(t)), ("hardtanh_m3_3", lambda t: F.hardtanh(t, -3.0, 3.0)),
+                ("relu6", F.relu6), ("hardsigmoid", F.hardsigmoid), ("hardswish", F.hardswish), ("mish", F.mish),
+                ("selu", F.selu), ("celu", lambda t: F.celu(t, 0.5)), ("logsigmoid", F.logsigmoid),
+                ("softmin", lambda t: F.softmin(t, 1)), ("log_softmax0", lambda t: F.log_softmax(t, 0))):
+    xr = torch.tensor(K, requires_grad=True)
+    y = fn(xr)
+    (y * torch.tensor(G)).sum().backward()
+    out["act_" + key] = rows(y)
+    out["act_" + key + "_dx"] = rows(xr.grad)
+xr = torch.tensor(X, requires_grad=True)
+y = F.glu(xr, 1)
+(y * torch.tensor(G)[:, :2]).sum().backward()
+out["glu"], out["glu_dx"] = rows(y), rows(xr.grad)
+# smooth L1, Huber, KL divergence: each reduction, the input's gradient
+for red in ("mean", "sum", "none"):
+    for key, fn in (("sl1", lambda a, b, r: F.smooth_l1_loss(a, b, reduction=r)),
+                    ("sl1_b05", lambda a, b, r: F.smooth_l1_loss(a, b, reduction=r, beta=0.5)),
+                    ("sl1_b0", lambda a, b, r: F.smooth_l1_loss(a, b, reduction=r, beta=0.0)),
+                    ("huber", lambda a, b, r: F.huber_loss(a, b, reduction=r)),
+                    ("huber_d2", lambda a, b, r: F.huber_loss(a, b, reduction=r, delta=2.0))):
+        xr = torch.tensor(X, requires_grad=True)
+        loss = fn(xr, torch.tensor(Y), red)
+        (loss * (torch.tensor(G) if red == "none" else 1.0)).sum().backward()
+        out["%s_%s" % (key, red)] = rows(loss)
+        out["%s_%s_dx" % (key, red)] = rows(xr.grad)
+PT = [[0.2, 0.0, 0.5, 0.3], [0.25, 0.25, 0.25, 0.25], [0.0, 0.0, 1.0, 0.0]]
+for red in ("mean", "batchmean", "sum", "none"):
+    for lt in (False, True):
+        xr = torch.tensor(X, requires_grad=True)
+        inp = F.log_softmax(xr, 1)
+        tgt = torch.tensor(PT)
+        if lt:
+            tgt = F.log_softmax(torch.tensor(G), 1)
+        loss = F.kl_div(inp, tgt, reduction=red, log_target=lt)
+        (loss * (torch.tensor(G) if red == "none" else 1.0)).sum().backward()
+        key = "kl_%s%s" % (red, "_lt" if lt else "")
+        out[key] = rows(loss)
+        out[key + "_dx"] = rows(xr.grad)
 
 write("tests/data/nn_parity_torch.lua", "scripts/gen_nn_parity.py", torch.__version__, out)

@@ -445,13 +445,19 @@ also("nn.Module:register_forward_hook", { "nn.Module:register_forward_pre_hook",
                                          "nn.Module:register_full_backward_pre_hook" })
 also("nn.GELU", { "nn.ReLU", "nn.SiLU", "nn.Sigmoid", "nn.Tanh", "nn.Softmax", "nn.functional.silu",
                   "nn.functional.sigmoid", "nn.functional.tanh", "nn.LeakyReLU", "nn.ELU", "nn.Softplus",
-                  "nn.functional.leaky_relu", "nn.functional.elu", "nn.functional.softplus" })
+                  "nn.functional.leaky_relu", "nn.functional.elu", "nn.functional.softplus", "nn.LogSoftmax",
+                  "nn.Softmin", "nn.GLU", "nn.CELU", "nn.Hardtanh", "nn.ReLU6", "nn.Hardsigmoid", "nn.Hardswish",
+                  "nn.Mish", "nn.SELU", "nn.LogSigmoid", "nn.functional.softmin", "nn.functional.glu",
+                  "nn.functional.celu", "nn.functional.hardtanh", "nn.functional.relu6", "nn.functional.hardsigmoid",
+                  "nn.functional.hardswish", "nn.functional.mish", "nn.functional.selu",
+                  "nn.functional.logsigmoid" })
 also("nn.RMSNorm", { "nn.functional.rms_norm" })
 also("nn.Identity", { "nn.Flatten" })
 also("nn.CrossEntropyLoss", { "nn.NLLLoss", "nn.MSELoss", "nn.functional.nll_loss", "nn.functional.one_hot",
                               "nn.L1Loss", "nn.BCEWithLogitsLoss", "nn.functional.l1_loss",
                               "nn.functional.binary_cross_entropy_with_logits", "nn.functional.normalize",
-                              "nn.functional.pad" })
+                              "nn.functional.pad", "nn.SmoothL1Loss", "nn.HuberLoss", "nn.KLDivLoss",
+                              "nn.functional.smooth_l1_loss", "nn.functional.huber_loss", "nn.functional.kl_div" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("nn.ModuleList", { "nn.ModuleDict" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })

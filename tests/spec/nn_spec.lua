@@ -1666,6 +1666,89 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     local x = fp8.ones { 2 }
     assert.are.equal(x, nn.Identity(3, "anything")(x))   -- torch's Identity drops its constructor arguments
   end)
+
+  it("hardtanh, relu6, hardsigmoid, hardswish, mish, selu, celu, logsigmoid, softmin, glu: values and gradients, "
+    .. "the kinks included", function()
+    local K = { { -4.0, -3.0, -1.0, 0.0 }, { 0.5, 3.0, 6.0, 7.0 }, { -3.5, 2.9, 6.5, -0.2 } }
+    local cases = {
+      hardtanh = { F.hardtanh, nn.Hardtanh() }, hardtanh_m3_3 = { function(t) return F.hardtanh(t, -3, 3) end,
+      nn.Hardtanh { min_val = -3, max_val = 3 } }, relu6 = { F.relu6, nn.ReLU6() },
+      hardsigmoid = { F.hardsigmoid, nn.Hardsigmoid() }, hardswish = { F.hardswish, nn.Hardswish() },
+      mish = { F.mish, nn.Mish() }, selu = { F.selu, nn.SELU() }, celu = { function(t) return F.celu(t, 0.5) end,
+      nn.CELU(0.5) }, logsigmoid = { F.logsigmoid, nn.LogSigmoid() },
+      softmin = { function(t) return F.softmin(t, 2) end, nn.Softmin(2) },
+      log_softmax0 = { function(t) return F.log_softmax(t, 1) end, nn.LogSoftmax(1) },
+    }
+    for key, c in pairs(cases) do
+      for i, fn in ipairs(c) do
+        local x = fp8.tensor(K):requires_grad_()
+        local y = fn(x)
+        same(key .. " " .. i, y, ref["act_" .. key])
+        ;(y * fp8.tensor(G)):sum():backward()
+        same(key .. " " .. i .. " dx", x.grad, ref["act_" .. key .. "_dx"])
+      end
+    end
+    local x = fp8.tensor(X):requires_grad_()
+    local y = nn.GLU(2)(x)
+    same("glu", y, ref.glu)
+    ;(y * fp8.tensor(G):narrow(2, 1, 2)):sum():backward()
+    same("glu dx", x.grad, ref.glu_dx)
+    U.fails_with("glu: dim 1 must have an even size, got shape [3, 4]", F.glu, fp8.tensor(X), 1)
+    U.fails_with("hardtanh: min_val 2 is above max_val 1", F.hardtanh, fp8.tensor(X), 2)
+    U.fails_with("celu: alpha must be nonzero", F.celu, fp8.tensor(X), 0)
+    U.fails_with("Hardtanh: max_val must be a finite number", nn.Hardtanh, -1, "x")
+    U.fails_with("LogSoftmax: dim must be a nonzero integer", nn.LogSoftmax, 0)
+    local nan = F.hardsigmoid(fp8.tensor { 0 / 0 }):item()
+    assert.is_true(nan ~= nan)   -- NaN stays NaN, as torch's
+  end)
+
+  it("smooth_l1_loss, huber_loss, kl_div and their modules: each reduction, beta/delta/log_target, gradients",
+    function()
+    local Y = { { 0.0, 1.0, 0.5, 1.0 }, { 1.0, 0.0, 0.25, 0.0 }, { 1.0, 1.0, 0.0, 0.0 } }
+    local PT = { { 0.2, 0.0, 0.5, 0.3 }, { 0.25, 0.25, 0.25, 0.25 }, { 0.0, 0.0, 1.0, 0.0 } }
+    local losses = {
+      sl1 = { F.smooth_l1_loss, {}, nn.SmoothL1Loss }, sl1_b05 = { F.smooth_l1_loss, { beta = 0.5 }, nn.SmoothL1Loss },
+      sl1_b0 = { F.smooth_l1_loss, { beta = 0 }, nn.SmoothL1Loss }, huber = { F.huber_loss, {}, nn.HuberLoss },
+      huber_d2 = { F.huber_loss, { delta = 2 }, nn.HuberLoss },
+    }
+    for _, red in ipairs { "mean", "sum", "none" } do
+      for key, c in pairs(losses) do
+        local o = { reduction = red }
+        for k, v in pairs(c[2]) do o[k] = v end
+        for i, fn in ipairs { function(a, b) return c[1](a, b, o) end, c[3](o) } do
+          local x = fp8.tensor(X):requires_grad_()
+          local l = fn(x, fp8.tensor(Y))
+          same(("%s_%s %d"):format(key, red, i), l, ref[key .. "_" .. red])
+          ;(red == "none" and l * fp8.tensor(G) or l):sum():backward()
+          same(("%s_%s %d dx"):format(key, red, i), x.grad, ref[key .. "_" .. red .. "_dx"])
+        end
+      end
+      for _, lt in ipairs { false, true } do
+        for _, r in ipairs(red == "sum" and { "sum", "batchmean" } or { red }) do
+          local x = fp8.tensor(X):requires_grad_()
+          local t = lt and F.log_softmax(fp8.tensor(G), 2) or fp8.tensor(PT)
+          local l = nn.KLDivLoss { reduction = r, log_target = lt }(F.log_softmax(x, 2), t)
+          local key = "kl_" .. r .. (lt and "_lt" or "")
+          same(key, l, ref[key])
+          ;(r == "none" and l * fp8.tensor(G) or l):sum():backward()
+          same(key .. " dx", x.grad, ref[key .. "_dx"])
+        end
+      end
+    end
+    U.fails_with('kl_div: reduction must be "mean", "batchmean", "sum" or "none", got "x"',
+      F.kl_div, fp8.tensor(X), fp8.tensor(X), { reduction = "x" })
+    U.fails_with('KLDivLoss: reduction must be "mean", "batchmean", "sum" or "none"', nn.KLDivLoss, { reduction = 1 })
+    U.fails_with('SmoothL1Loss: reduction must be "mean", "sum" or "none"',
+      nn.SmoothL1Loss, { reduction = "batchmean" })
+    U.fails_with("smooth_l1_loss: beta must be a finite number >= 0, got -1",
+      F.smooth_l1_loss, fp8.tensor(X), fp8.tensor(X), { beta = -1 })
+    U.fails_with("huber_loss: delta must be positive, got 0", F.huber_loss, fp8.tensor(X), fp8.tensor(X), { delta = 0 })
+    U.fails_with("kl_div: log_target must be a boolean", F.kl_div, fp8.tensor(X), fp8.tensor(X), { log_target = 1 })
+    U.fails_with("kl_div: input [3, 4] and target [4] must have the same shape",
+      F.kl_div, fp8.tensor(X), fp8.ones { 4 })
+    local nan = F.kl_div(fp8.tensor { 0 }, fp8.tensor { -1 }, { reduction = "sum" }):item()
+    assert.is_true(nan ~= nan)   -- a negative target: NaN, as torch's xlogy
+  end)
 end)
 
 describe("fp8.nn.isinstance", function()

@@ -1,6 +1,8 @@
 -- activations.lua — parameter-free activation modules: fp8.nn.ReLU(), fp8.nn.GELU([approximate]), fp8.nn.SiLU(),
 -- fp8.nn.Sigmoid(), fp8.nn.Tanh(), fp8.nn.Softmax([dim=-1]) (torch's; torch's Softmax() without dim picks one by
--- the input's rank and warns, so here it is the last dim, as its modern default).
+-- the input's rank and warns, so here it is the last dim, as its modern default), LogSoftmax and Softmin alike,
+-- GLU([dim=-1]), LeakyReLU, ELU, CELU, Softplus, Hardtanh (their numbers), ReLU6, Hardsigmoid, Hardswish, Mish,
+-- SELU, LogSigmoid.
 local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
@@ -55,6 +57,16 @@ M.LeakyReLU = with_numbers("LeakyReLU", { "negative_slope" }, { 0.01 },
 M.ELU = with_numbers("ELU", { "alpha" }, { 1.0 }, function(self, x) return F.elu(x, self.alpha) end)
 M.Softplus = with_numbers("Softplus", { "beta", "threshold" }, { 1.0, 20.0 },
   function(self, x) return F.softplus(x, self.beta, self.threshold) end)
+M.CELU = with_numbers("CELU", { "alpha" }, { 1.0 }, function(self, x) return F.celu(x, self.alpha) end)
+M.Hardtanh = with_numbers("Hardtanh", { "min_val", "max_val" }, { -1.0, 1.0 },
+  function(self, x) return F.hardtanh(x, self.min_val, self.max_val) end)
+
+-- the ones without settings: ReLU6(), Hardsigmoid(), Hardswish(), Mish(), SELU(), LogSigmoid()
+for name, fn in pairs { ReLU6 = "relu6", Hardsigmoid = "hardsigmoid", Hardswish = "hardswish", Mish = "mish",
+                        SELU = "selu", LogSigmoid = "logsigmoid" } do
+  M[name] = Module.class(name)
+  M[name].forward = function(self, x) return F[fn](x) end
+end
 
 M.SiLU = Module.class("SiLU")
 function M.SiLU:forward(x) return F.silu(x) end
@@ -63,17 +75,24 @@ function M.Sigmoid:forward(x) return F.sigmoid(x) end
 M.Tanh = Module.class("Tanh")
 function M.Tanh:forward(x) return F.tanh(x) end
 
-M.Softmax = Module.class("Softmax")
--- Softmax([dim=-1]) (or {dim=})
-function M.Softmax:__init(dim)
-  if type(dim) == "table" then dim = O.check("Softmax", dim, { "dim" }, 3).dim end
-  dim = dim or -1
-  if math.type(dim) ~= "integer" or dim == 0 then
-    error(("Softmax: dim must be a nonzero integer (1-based, negative from the end), got %s"):format(O.got(dim)), 3)
+-- Softmax([dim=-1]) (or {dim=}), and with it LogSoftmax, Softmin and GLU (its halves along dim)
+local function along_dim(name, fn)
+  local cls = Module.class(name)
+  cls["__init"] = function(self, dim)
+    if type(dim) == "table" then dim = O.check(name, dim, { "dim" }, 3).dim end
+    dim = dim or -1
+    if math.type(dim) ~= "integer" or dim == 0 then
+      error(("%s: dim must be a nonzero integer (1-based, negative from the end), got %s"):format(name, O.got(dim)), 3)
+    end
+    self.dim = dim
   end
-  self.dim = dim
+  cls.forward = function(self, x) return F[fn](x, self.dim) end
+  cls.extra_repr = function(self) return ("dim=%d"):format(self.dim) end
+  return cls
 end
-function M.Softmax:forward(x) return F.softmax(x, self.dim) end
-function M.Softmax:extra_repr() return ("dim=%d"):format(self.dim) end
+M.Softmax = along_dim("Softmax", "softmax")
+M.LogSoftmax = along_dim("LogSoftmax", "log_softmax")
+M.Softmin = along_dim("Softmin", "softmin")
+M.GLU = along_dim("GLU", "glu")
 
 return M

@@ -146,6 +146,60 @@ function F.softplus(x, beta, threshold, ...)
   return where(bx:gt(threshold), x, (bx:clamp_max(threshold):exp() + 1):log() / beta)
 end
 
+-- hardtanh(x [, min=-1 [, max=1]]), relu6(x) (hardtanh over [0, 6], torch's), hardsigmoid(x), hardswish(x),
+-- mish(x), selu(x), celu(x [, alpha=1]), logsigmoid(x): torch's, built of selections so that the gradient at a
+-- kink is torch's: the middle pieces of hardtanh, hardsigmoid and hardswish pass it only strictly inside their
+-- bounds (hardswish's gradient is 0 at -3 and 1 at 3). mish is x·tanh(softplus(x)) (softplus's threshold keeps
+-- large x finite, and its gradient), logsigmoid -softplus(-x).
+local function kinked(x, lo, hi, inside)   -- inside(x) strictly between lo and hi, x:clamp(lo, hi) elsewhere
+  return where(x:gt(lo):logical_and(x:lt(hi)), inside(x), x:detach():clamp(lo, hi))
+end
+function F.hardtanh(x, lo, hi, ...)
+  no_more("hardtanh", "(input [, min_val [, max_val]]) (no inplace)", ...)
+  check_tensor("hardtanh", "input", x)
+  lo, hi = check_number("hardtanh", "min_val", lo, -1.0), check_number("hardtanh", "max_val", hi, 1.0)
+  if lo > hi then error(("hardtanh: min_val %s is above max_val %s"):format(O.got(lo), O.got(hi)), 2) end
+  return kinked(x, lo, hi, function(v) return v end)
+end
+function F.relu6(x, ...)
+  no_more("relu6", "(input) (no inplace)", ...)
+  check_tensor("relu6", "input", x)
+  return kinked(x, 0, 6, function(v) return v end)
+end
+function F.hardsigmoid(x, ...)
+  no_more("hardsigmoid", "(input) (no inplace)", ...)
+  check_tensor("hardsigmoid", "input", x)
+  return where(x:gt(-3):logical_and(x:lt(3)), x / 6 + 0.5, x:detach():clamp(-3, 3) / 6 + 0.5)
+end
+function F.hardswish(x, ...)
+  no_more("hardswish", "(input) (no inplace)", ...)
+  check_tensor("hardswish", "input", x)
+  return where(x:le(-3), 0, where(x:lt(3), x * (x + 3) / 6, x))
+end
+function F.mish(x, ...)
+  no_more("mish", "(input) (no inplace)", ...)
+  check_tensor("mish", "input", x)
+  return x * F.softplus(x):tanh()
+end
+local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+function F.selu(x, ...)
+  no_more("selu", "(input) (no inplace)", ...)
+  check_tensor("selu", "input", x)
+  return F.elu(x, SELU_ALPHA) * SELU_SCALE
+end
+function F.celu(x, alpha, ...)
+  no_more("celu", "(input [, alpha]) (no inplace)", ...)
+  check_tensor("celu", "input", x)
+  alpha = check_number("celu", "alpha", alpha, 1.0)
+  if alpha == 0 then error("celu: alpha must be nonzero (it divides)", 2) end
+  return where(x:gt(0), x, ((x:clamp_max(0) / alpha):exp() - 1) * alpha)
+end
+function F.logsigmoid(x, ...)
+  no_more("logsigmoid", "(input)", ...)
+  check_tensor("logsigmoid", "input", x)
+  return -F.softplus(-x)
+end
+
 local function check_dim(fname, x, dim)
   if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
   local n = math.max(x:dim(), 1)   -- a 0-d tensor's one implicit dim is 1 (or -1), as torch's 0 (or -1)
@@ -292,6 +346,79 @@ function F.l1_loss(a, b, opts, ...)
   opts = check_opts("l1_loss", opts, { reduction = true })
   same_shape("l1_loss", a, b)
   return reduce_loss("l1_loss", (a - b):abs(), opts.reduction)
+end
+
+-- smooth_l1_loss(input, target [, {reduction=, beta=1}]): 0.5·d²/beta where |d| < beta, |d| − 0.5·beta elsewhere
+-- (beta 0: the L1 loss); huber_loss(input, target [, {reduction=, delta=1}]): 0.5·d² where |d| < delta,
+-- delta·(|d| − 0.5·delta) elsewhere (torch's). Differentiable; the two pieces meet with one slope.
+local function piecewise_loss(fname, a, b, opts, key)
+  check_tensor(fname, "input", a); check_tensor(fname, "target", b)
+  opts = check_opts(fname, opts, { reduction = true, [key] = true })
+  same_shape(fname, a, b)
+  local k = opts[key]
+  if k == nil then k = 1.0 end
+  if type(k) ~= "number" or k ~= k or k < 0 or k == math.huge then
+    error(("%s: %s must be a finite number >= 0, got %s"):format(fname, key, O.got(k)), 2)   -- (tail-called)
+  end
+  if key == "delta" and k == 0 then error("huber_loss: delta must be positive, got 0", 2) end
+  local d = a - b
+  local ad = d:abs()
+  if k == 0 then return reduce_loss(fname, ad, opts.reduction) end
+  local per
+  if key == "beta" then per = where(ad:lt(k), d * d * (0.5 / k), ad - 0.5 * k)
+  else per = where(ad:lt(k), d * d * 0.5, (ad - 0.5 * k) * k) end
+  return reduce_loss(fname, per, opts.reduction)
+end
+function F.smooth_l1_loss(a, b, opts, ...)
+  no_more("smooth_l1_loss", "(input, target [, {reduction=, beta=}])", ...)
+  return piecewise_loss("smooth_l1_loss", a, b, opts, "beta")
+end
+function F.huber_loss(a, b, opts, ...)
+  no_more("huber_loss", "(input, target [, {reduction=, delta=}])", ...)
+  return piecewise_loss("huber_loss", a, b, opts, "delta")
+end
+
+-- kl_div(input, target [, {reduction="mean", log_target=false}]): torch's, input log-probabilities; pointwise
+-- target·(log target − input) (0 where target is 0, NaN where it is negative, as torch's xlogy), or with log_target
+-- e^target·(target − input). reduction "batchmean" divides the sum by the batch size (input's first dim): the KL
+-- divergence; "mean" (torch's default) by the element count.
+function F.kl_div(x, t, opts, ...)
+  no_more("kl_div", "(input, target [, {reduction=, log_target=}])", ...)
+  check_tensor("kl_div", "input", x); check_tensor("kl_div", "target", t)
+  opts = check_opts("kl_div", opts, { reduction = true, log_target = true })
+  same_shape("kl_div", x, t)
+  if opts.log_target ~= nil and type(opts.log_target) ~= "boolean" then
+    error(("kl_div: log_target must be a boolean, got %s"):format(O.got(opts.log_target)), 2)
+  end
+  local per
+  if opts.log_target then per = t:exp() * (t - x)
+  else per = where(t:eq(0), 0, t * t:log()) - t * x end
+  local red = opts.reduction
+  if red == "batchmean" then
+    return x:dim() == 0 and per:sum() or per:sum() / x:size(1)
+  end
+  if red ~= nil and red ~= "mean" and red ~= "sum" and red ~= "none" then
+    error(("kl_div: reduction must be \"mean\", \"batchmean\", \"sum\" or \"none\", got %s"):format(O.got(red)), 2)
+  end
+  return reduce_loss("kl_div", per, red)
+end
+
+-- glu(x [, dim=-1]): the halves a, b of dim (its size even), a·sigmoid(b); softmin(x [, dim]): softmax(−x)
+function F.glu(x, dim, ...)
+  no_more("glu", "(input [, dim])", ...)
+  check_tensor("glu", "input", x)
+  dim = dim or -1
+  check_dim("glu", x, dim)
+  if x:dim() == 0 or x:size(dim) % 2 ~= 0 then
+    error(("glu: dim %d must have an even size, got shape %s"):format(dim, x:shape_str()), 2)
+  end
+  local a, b = x:chunk(2, dim)
+  return a * b:sigmoid()
+end
+function F.softmin(x, dim, ...)
+  no_more("softmin", "(input [, dim]) (no dtype)", ...)
+  check_tensor("softmin", "input", x)
+  return F.softmax(-x, dim)
 end
 
 -- binary_cross_entropy_with_logits(input, target [, {reduction=, pos_weight=}]): torch's, −(pw·y·log σ(x) +

@@ -20,6 +20,17 @@ local nn = {
   LeakyReLU = act.LeakyReLU,
   ELU = act.ELU,
   Softplus = act.Softplus,
+  LogSoftmax = act.LogSoftmax,
+  Softmin = act.Softmin,
+  GLU = act.GLU,
+  CELU = act.CELU,
+  Hardtanh = act.Hardtanh,
+  ReLU6 = act.ReLU6,
+  Hardsigmoid = act.Hardsigmoid,
+  Hardswish = act.Hardswish,
+  Mish = act.Mish,
+  SELU = act.SELU,
+  LogSigmoid = act.LogSigmoid,
   Identity = reshape.Identity,
   Flatten = reshape.Flatten,
   RMSNorm = require "fp8.nn.rms_norm",
@@ -28,6 +39,9 @@ local nn = {
   MSELoss = losses.MSELoss,
   L1Loss = losses.L1Loss,
   BCEWithLogitsLoss = losses.BCEWithLogitsLoss,
+  SmoothL1Loss = losses.SmoothL1Loss,
+  HuberLoss = losses.HuberLoss,
+  KLDivLoss = losses.KLDivLoss,
   Dropout = require "fp8.nn.dropout",
   Embedding = require "fp8.nn.embedding",
   Sequential = require "fp8.nn.sequential",
@@ -118,10 +132,13 @@ add("nn.Embedding", "fp8.nn.Embedding(num_embeddings, embedding_dim)",
 add("nn.Dropout", "fp8.nn.Dropout([p=0.5]) | Dropout{p=}",
   "Zeroes each element with probability p in training and scales the rest by 1/(1-p); the identity in eval mode.")
 add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=} / fp8.nn.ReLU() / SiLU() / "
-  .. "Sigmoid() / Tanh() / Softmax([dim=-1]) / LeakyReLU([negative_slope=0.01]) / ELU([alpha=1]) / "
-  .. "Softplus([beta=1 [, threshold=20]])",
+  .. "Sigmoid() / Tanh() / Softmax([dim=-1]) / LogSoftmax / Softmin / GLU([dim=-1]) / "
+  .. "LeakyReLU([negative_slope=0.01]) / ELU([alpha=1]) / CELU([alpha=1]) / Softplus([beta=1 [, threshold=20]]) / "
+  .. "Hardtanh([min_val=-1 [, max_val=1]]) / ReLU6() / Hardsigmoid() / Hardswish() / Mish() / SELU() / LogSigmoid()",
   "The activations as modules (F.gelu: exact erf, or the tanh approximation; F.relu, F.silu = x·sigmoid(x),\n"
-  .. "F.sigmoid, F.tanh, F.softmax, F.leaky_relu, F.elu, F.softplus: torch's, their gradients torch's at 0 too).")
+  .. "F.sigmoid, F.tanh, F.softmax, F.log_softmax, F.softmin, F.glu, F.leaky_relu, F.elu, F.celu, F.softplus,\n"
+  .. "F.hardtanh, F.relu6, F.hardsigmoid, F.hardswish, F.mish, F.selu, F.logsigmoid: torch's, their gradients\n"
+  .. "torch's at 0 and at the kinks too).")
 add("nn.RMSNorm", "fp8.nn.RMSNorm(n [, {eps, elementwise_affine=true}]) / F.rms_norm(x, n [, weight [, eps]])",
   "torch's RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * weight (ones at first); eps the input\n"
   .. "dtype's machine epsilon unless given (fp32 2^-23), as torch's eps=None. Not converted by the FP8 recipes.")
@@ -129,9 +146,11 @@ add("nn.Identity", "fp8.nn.Identity(...) / fp8.nn.Flatten([start_dim=2 [, end_di
   "Identity returns its input (its constructor's arguments dropped, as torch's: a stand-in layer); Flatten merges\n"
   .. "dims start_dim..end_dim (1-based: the default keeps the batch dim, as torch's Flatten(1)).")
 add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_index, reduction}]) / NLLLoss([{...}]) / "
-  .. "MSELoss([{reduction}]) / L1Loss([{reduction}]) / BCEWithLogitsLoss([{reduction, pos_weight}])",
-  "torch's loss modules: loss(input, target) is F.cross_entropy / F.nll_loss / F.mse_loss with the options given\n"
-  .. "when it was made (checked then). F.nll_loss(log_probs[N,C], targets[N] [, {ignore_index=-100, reduction}]):\n"
+  .. "MSELoss([{reduction}]) / L1Loss([{reduction}]) / BCEWithLogitsLoss([{reduction, pos_weight}]) / "
+  .. "SmoothL1Loss([{reduction, beta}]) / HuberLoss([{reduction, delta}]) / KLDivLoss([{reduction, log_target}])",
+  "torch's loss modules: loss(input, target) is F.cross_entropy / F.nll_loss / F.mse_loss / F.smooth_l1_loss /\n"
+  .. "F.huber_loss / F.kl_div (input log-probabilities; reduction \"batchmean\" is the KL divergence) with the\n"
+  .. "options given when it was made (checked then). F.nll_loss(log_probs[N,C], targets[N] [, {ignore_index=-100, reduction}]):\n"
   .. "-log_probs[i, t_i], the mean over the rows not ignored. F.one_hot(ids [, num_classes=-1]) -> [ids..., C] of\n"
   .. "1 and 0 (fp32; C the largest id + 1 with -1). F.l1_loss(input, target [, {reduction}]) and\n"
   .. "F.binary_cross_entropy_with_logits(input, target [, {reduction, pos_weight}]) as torch's (the log sigmoids\n"

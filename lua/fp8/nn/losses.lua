@@ -1,6 +1,7 @@
 -- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{label_smoothing, ignore_index,
 -- reduction}]), NLLLoss([{ignore_index, reduction}]), MSELoss([{reduction}]), L1Loss([{reduction}]),
--- BCEWithLogitsLoss([{reduction, pos_weight}]); loss(input, target) is the function's
+-- BCEWithLogitsLoss([{reduction, pos_weight}]), SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]),
+-- KLDivLoss([{reduction, log_target}]); loss(input, target) is the function's
 -- value with the options given at construction, checked there.
 local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
@@ -8,16 +9,19 @@ local F = require "fp8.nn.functional"
 
 local M = {}
 
-local function loss_class(name, fn, valid)
+local REDUCTIONS = { mean = true, sum = true, none = true }
+local function loss_class(name, fn, valid, reductions)
   local cls = Module.class(name)
+  reductions = reductions or REDUCTIONS
   cls["__init"] = function(self, opts)
     if opts ~= nil and type(opts) ~= "table" then
       error(("%s: options must be a table, got %s"):format(name, O.got(opts)), 3)
     end
     self.opts = O.check(name, opts, valid, 3)
     local red = self.opts.reduction
-    if red ~= nil and red ~= "mean" and red ~= "sum" and red ~= "none" then
-      error(("%s: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(name, O.got(red)), 3)
+    if red ~= nil and not reductions[red] then
+      error(("%s: reduction must be %s, got %s"):format(name, reductions == REDUCTIONS and '"mean", "sum" or "none"'
+        or '"mean", "batchmean", "sum" or "none"', O.got(red)), 3)
     end
   end
   cls.forward = function(self, input, target) return fn(input, target, self.opts) end
@@ -36,5 +40,9 @@ M.NLLLoss = loss_class("NLLLoss", F.nll_loss, { "ignore_index", "reduction" })
 M.MSELoss = loss_class("MSELoss", F.mse_loss, { "reduction" })
 M.L1Loss = loss_class("L1Loss", F.l1_loss, { "reduction" })
 M.BCEWithLogitsLoss = loss_class("BCEWithLogitsLoss", F.binary_cross_entropy_with_logits, { "reduction", "pos_weight" })
+M.SmoothL1Loss = loss_class("SmoothL1Loss", F.smooth_l1_loss, { "reduction", "beta" })
+M.HuberLoss = loss_class("HuberLoss", F.huber_loss, { "reduction", "delta" })
+M.KLDivLoss = loss_class("KLDivLoss", F.kl_div, { "reduction", "log_target" },
+  { mean = true, batchmean = true, sum = true, none = true })
 
 return M
