@@ -4,9 +4,13 @@ input's and weight's gradients of their sum weighted by a fixed tensor), F.leaky
 gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, ignore_index / pos_weight, and the
 input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
-softmin, log_softmax, glu) and F.smooth_l1_loss, F.huber_loss, F.kl_div (values and gradients) give on fixed inputs, for
+softmin, log_softmax, glu), F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scaled_dot_product_attention with an
+additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients) give on fixed
+inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -114,5 +118,22 @@ for red in ("mean", "batchmean", "sum", "none"):
         key = "kl_%s%s" % (red, "_lt" if lt else "")
         out[key] = rows(loss)
         out[key + "_dx"] = rows(xr.grad)
+
+# scaled_dot_product_attention's written-out cases: an additive mask, a causal mask with fewer queries than keys
+# (top-left), grouped k/v heads; values and the gradients of q, k and v (inputs from a fixed formula)
+def qkv_inputs(b, h, t, d, off):
+    n = b * h * t * d
+    return torch.tensor([math.sin(0.37 * i + off) for i in range(n)]).reshape(b, h, t, d).requires_grad_()
+
+
+MASK = [[0.0, -1.5, float("-inf"), 0.5], [0.0, 0.0, -2.0, float("-inf")], [1.0, 0.0, 0.0, 0.0]]
+for key, shapes, kw in (("sdpa_mask", ((1, 2, 3, 4), (1, 2, 4, 4), (1, 2, 4, 4)), {"attn_mask": torch.tensor(MASK)}),
+                        ("sdpa_causal_tq2", ((1, 2, 2, 4), (1, 2, 4, 4), (1, 2, 4, 4)), {"is_causal": True}),
+                        ("sdpa_gqa", ((2, 4, 3, 4), (2, 2, 3, 4), (2, 2, 3, 4)), {"enable_gqa": True, "scale": 0.3})):
+    q, k, v = (qkv_inputs(*sh, off) for sh, off in zip(shapes, (0.0, 1.0, 2.0)))
+    y = F.scaled_dot_product_attention(q, k, v, **kw)
+    (y * torch.cos(torch.arange(y.numel(), dtype=torch.float32)).reshape(y.shape)).sum().backward()
+    out[key] = rows(y.reshape(-1, 4))   # a row of D a line
+    out[key + "_dq"], out[key + "_dk"], out[key + "_dv"] = (rows(t.grad.reshape(-1, 4)) for t in (q, k, v))
 
 write("tests/data/nn_parity_torch.lua", "scripts/gen_nn_parity.py", torch.__version__, out)

@@ -1749,6 +1749,55 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     local nan = F.kl_div(fp8.tensor { 0 }, fp8.tensor { -1 }, { reduction = "sum" }):item()
     assert.is_true(nan ~= nan)   -- a negative target: NaN, as torch's xlogy
   end)
+
+  it("scaled_dot_product_attention: an additive attn_mask, causal over more keys than queries, grouped k/v heads "
+    .. "(values and the gradients of q, k, v), dropout_p", function()
+    local function inputs(shape, off)
+      local v = {}
+      for i = 0, shape[1] * shape[2] * shape[3] * shape[4] - 1 do v[#v + 1] = math.sin(0.37 * i + off) end
+      return fp8.tensor(v):view(shape):requires_grad_()
+    end
+    local MASK = { { 0.0, -1.5, -math.huge, 0.5 }, { 0.0, 0.0, -2.0, -math.huge }, { 1.0, 0.0, 0.0, 0.0 } }
+    local cases = {
+      sdpa_mask = { { { 1, 2, 3, 4 }, { 1, 2, 4, 4 }, { 1, 2, 4, 4 } }, { attn_mask = fp8.tensor(MASK) } },
+      sdpa_causal_tq2 = { { { 1, 2, 2, 4 }, { 1, 2, 4, 4 }, { 1, 2, 4, 4 } }, { is_causal = true } },
+      sdpa_gqa = { { { 2, 4, 3, 4 }, { 2, 2, 3, 4 }, { 2, 2, 3, 4 } }, { enable_gqa = true, scale = 0.3 } },
+    }
+    for key, c in pairs(cases) do
+      local q, k, v = inputs(c[1][1], 0), inputs(c[1][2], 1), inputs(c[1][3], 2)
+      local y = F.scaled_dot_product_attention(q, k, v, c[2])
+      same(key, y, ref[key])
+      local w = {}
+      for i = 0, y:numel() - 1 do w[#w + 1] = math.cos(i) end
+      ;(y * fp8.tensor(w):view(y:shape())):sum():backward()
+      same(key .. " dq", q.grad, ref[key .. "_dq"]); same(key .. " dk", k.grad, ref[key .. "_dk"])
+      same(key .. " dv", v.grad, ref[key .. "_dv"])
+    end
+    -- the same attention by the fused kernel and written out: is_causal against its additive mask, dropout_p = 0
+    local q, k, v = fp8.randn { 2, 2, 5, 8 }, fp8.randn { 2, 2, 5, 8 }, fp8.randn { 2, 2, 5, 8 }
+    local fused = F.scaled_dot_product_attention(q, k, v, { is_causal = true, dropout_p = 0 })
+    local causal = fp8.where(fp8.ones { 5, 5 }:tril(), 0, -math.huge)
+    local out = F.scaled_dot_product_attention(q, k, v, { attn_mask = causal })
+    same("fused vs written out", out, fused:totable(), 1e-5)
+    -- dropout_p: everything dropped at 1; at 0.5 a share of the probabilities is zeroed and the rest doubled
+    assert.are.equal(0, F.scaled_dot_product_attention(q, k, v, { dropout_p = 1 }):abs():max():item())
+    fp8.manual_seed(3)
+    local a = F.scaled_dot_product_attention(q, k, v, { dropout_p = 0.5 })
+    fp8.manual_seed(3)
+    same("dropout reproducible", F.scaled_dot_product_attention(q, k, v, { dropout_p = 0.5 }), a:totable(), 0)
+    assert.is_true((a - F.scaled_dot_product_attention(q, k, v)):abs():max():item() > 1e-3)
+    local S = "scaled_dot_product_attention: "
+    U.fails_with(S .. "attn_mask holds only 0s and 1s", F.scaled_dot_product_attention, q, k, v,
+      { attn_mask = fp8.ones { 5, 5 }:tril() })
+    U.fails_with(S .. "give either is_causal=true or an attn_mask, not both", F.scaled_dot_product_attention, q, k, v,
+      { is_causal = true, attn_mask = fp8.zeros { 5, 5 } })
+    U.fails_with(S .. "dropout_p must be a probability in [0, 1], got 2", F.scaled_dot_product_attention, q, k, v,
+      { dropout_p = 2 })
+    U.fails_with(S .. "expected k [B, H, Tk, D]", F.scaled_dot_product_attention, q, k:narrow(2, 1, 1), v)
+    U.fails_with("(Hk dividing H: enable_gqa)", F.scaled_dot_product_attention, fp8.randn { 1, 3, 2, 4 },
+      fp8.randn { 1, 2, 2, 4 }, fp8.randn { 1, 2, 2, 4 }, { enable_gqa = true })
+    U.fails_with(S .. "unknown option 'need_weights'", F.scaled_dot_product_attention, q, k, v, { need_weights = true })
+  end)
 end)
 
 describe("fp8.nn.isinstance", function()

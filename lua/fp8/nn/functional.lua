@@ -678,17 +678,78 @@ function F.dropout(x, p, training, ...)
 end
 
 -- scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=true}])
-function F.scaled_dot_product_attention(q, k, v, opts, ...)
-  no_more("scaled_dot_product_attention", "(q, k, v [, {is_causal=, scale=}])", ...)
-  check_tensor("scaled_dot_product_attention", "q", q)
-  check_tensor("scaled_dot_product_attention", "k", k)
-  check_tensor("scaled_dot_product_attention", "v", v)
-  opts = check_opts("scaled_dot_product_attention", opts, { is_causal = true, scale = true })
-  if q:dim() ~= 4 or shape_str(q) ~= shape_str(k) or shape_str(q) ~= shape_str(v) then
-    error(("scaled_dot_product_attention: q, k, v must all be [B, H, T, D], got %s, %s, %s"):format(
-      shape_str(q), shape_str(k), shape_str(v)), 2)
+-- The attention written out — scores q·kᵀ·scale, the causal mask or attn_mask, softmax, dropout, the product with v —
+-- for what the fused kernels do not take: an attn_mask, dropout_p > 0, k and v of another length than q (torch's
+-- causal mask is then the top-left one: query i sees keys 1..i), fewer k/v heads (enable_gqa). Differentiable
+-- through its ops; it materialises the [B, H, Tq, Tk] probabilities, as torch's math path does.
+local function sdpa_written_out(q, k, v, o)
+  local scale = o.scale or 1 / math.sqrt(q:size(4))
+  if k:size(2) ~= q:size(2) then   -- enable_gqa: each k/v head serves q:size(2) / k:size(2) query heads, in order
+    local rep = q:size(2) // k:size(2)
+    k, v = k:repeat_interleave(rep, 2), v:repeat_interleave(rep, 2)
   end
-  return (at_caller(pcall(core().scaled_dot_product_attention, q, k, v, opts)))
+  local s = q:matmul(k:transpose(3, 4)) * scale
+  local tq, tk = q:size(3), k:size(3)
+  if o.is_causal then
+    s = s:masked_fill(fp8.ones({ tq, tk }, { device = q:device() }):tril():eq(0), -math.huge)
+  elseif o.attn_mask then
+    s = s + o.attn_mask
+  end
+  local p = F.softmax(s, -1)
+  if (o.dropout_p or 0) > 0 then p = F.dropout(p, o.dropout_p, true) end
+  return p:matmul(v)
+end
+
+function F.scaled_dot_product_attention(q, k, v, opts, ...)
+  local N = "scaled_dot_product_attention"
+  no_more(N, "(q, k, v [, {is_causal=, scale=, attn_mask=, dropout_p=, enable_gqa=}])", ...)
+  check_tensor(N, "q", q)
+  check_tensor(N, "k", k)
+  check_tensor(N, "v", v)
+  opts = check_opts(N, opts, { is_causal = true, scale = true, attn_mask = true, dropout_p = true, enable_gqa = true })
+  local dp, mask, gqa = opts.dropout_p or 0, opts.attn_mask, opts.enable_gqa
+  if type(dp) ~= "number" or not (dp >= 0 and dp <= 1) then
+    error(("%s: dropout_p must be a probability in [0, 1], got %s"):format(N, O.got(dp)), 2)
+  end
+  if gqa ~= nil and type(gqa) ~= "boolean" then
+    error(("%s: enable_gqa must be a boolean, got %s"):format(N, O.got(gqa)), 2)
+  end
+  if opts.is_causal ~= nil and type(opts.is_causal) ~= "boolean" then
+    error(("%s: is_causal must be a boolean, got %s"):format(N, O.got(opts.is_causal)), 2)
+  end
+  if q:dim() ~= 4 or k:dim() ~= 4 or v:dim() ~= 4 then
+    error(("%s: q, k, v must be [B, H, T, D], got %s, %s, %s"):format(N, shape_str(q), shape_str(k), shape_str(v)), 2)
+  end
+  local B, H, D = q:size(1), q:size(2), q:size(4)
+  local Hk = gqa and k:size(2) or H
+  if k:size(1) ~= B or v:size(1) ~= B or k:size(2) ~= Hk or v:size(2) ~= Hk or k:size(4) ~= D
+     or v:size(3) ~= k:size(3) or Hk < 1 or H % Hk ~= 0 then
+    error(("%s: expected k [B, %s, Tk, D] and v [B, %s, Tk, Dv] for q [B, H, Tq, D] = %s%s, got %s and %s"):format(N,
+      gqa and "Hk" or "H", gqa and "Hk" or "H", shape_str(q), gqa and " (Hk dividing H: enable_gqa)" or "",
+      shape_str(k), shape_str(v)), 2)
+  end
+  if mask ~= nil then
+    check_tensor(N, "attn_mask", mask)
+    if opts.is_causal then
+      error(("%s: give either is_causal=true or an attn_mask, not both (torch refuses both too)"):format(N), 2)
+    end
+    -- torch tells a keep/drop mask (bool) from an additive one (float) by its dtype; there is no bool dtype here,
+    -- so a mask of 0s and 1s, which as an additive mask would barely change anything, is refused rather than read
+    local m = mask:detach()
+    if m:numel() > 0 and m:eq(0):logical_or(m:eq(1)):all():item() == 1 and m:eq(1):any():item() == 1 then
+      error(("%s: attn_mask holds only 0s and 1s: torch reads a bool mask as where attention may go and a float "
+        .. "one as added to the scores; here a mask is added, so give it as 0 where attention may go and -math.huge "
+        .. "where it may not: fp8.where(keep, 0, -math.huge)"):format(N), 2)
+    end
+  end
+  if mask == nil and dp == 0 and not gqa and shape_str(q) == shape_str(k) and shape_str(q) == shape_str(v) then
+    return (at_caller(pcall(core().scaled_dot_product_attention, q, k, v,
+      { is_causal = opts.is_causal, scale = opts.scale })))
+  end
+  if opts.scale ~= nil and (type(opts.scale) ~= "number" or opts.scale ~= opts.scale) then
+    error(("%s: scale must be a number, got %s"):format(N, O.got(opts.scale)), 2)
+  end
+  return (at_caller(pcall(sdpa_written_out, q, k, v, opts)))
 end
 
 -- qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=, scale=}]) → [B, T, C]: the attention of the packed

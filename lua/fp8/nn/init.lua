@@ -209,9 +209,12 @@ add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / le
   .. "softmax / log_softmax /\ncross_entropy / nll_loss / mse_loss / l1_loss / binary_cross_entropy_with_logits / "
   .. "normalize / pad /\n"
   .. "layer_norm / rms_norm / one_hot / embedding / dropout / scaled_dot_product_attention(q, k, v [, {is_causal=, "
-  .. "scale=}]) /\nqkv_attention",
+  .. "scale=,\nattn_mask=, dropout_p=, enable_gqa=}]) / qkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
   .. "[, {label_smoothing, ignore_index (ids only), reduction=\"mean\"|\"sum\"|\"none\"}]).\n"
+  .. "scaled_dot_product_attention's attn_mask is added to the scores (0 where attention may go, -math.huge where\n"
+  .. "not: there is no bool dtype, so a mask of 0s and 1s is refused); with a mask, dropout_p > 0, k/v of another\n"
+  .. "length or fewer k/v heads (enable_gqa) the attention is written out (its probabilities materialised).\n"
   .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=, scale=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
   .. "heads split and merged inside the op (what CausalSelfAttention uses).")
 
