@@ -402,3 +402,62 @@ describe("unbind, flip, roll, tile, repeat_interleave", function()
     assert.are.same({ 1, 1, 1, 1, 1, 1, 1, 6 }, e:repeat_interleave(3, 8):shape())
   end)
 end)
+
+describe("a Llama-style model written with torch's vocabulary", function()
+  it("trains under the te recipe: RoPE (outer, cos, sin, chunk, cat), grouped-query attention (unbind, "
+    .. "repeat_interleave, SDPA), SwiGLU, RMSNorm, _init_weights through apply and isinstance, an EMA by lerp_", function()
+    local nn, F = fp8.nn, fp8.nn.functional
+    fp8.manual_seed(0)
+    local V, T, C, H = 32, 16, 32, 4
+    local D = C // H
+    local freqs = fp8.outer(fp8.arange(T), 1 / fp8.pow(10000, fp8.arange(0, D, 2) / D))
+    local COS, SIN = freqs:cos():view(1, 1, T, D // 2), freqs:sin():view(1, 1, T, D // 2)
+    local function rope(x)
+      local a, b = x:chunk(2, -1)
+      return fp8.cat({ a * COS - b * SIN, a * SIN + b * COS }, -1)
+    end
+    local Block = nn.Module.class("LlamaSpecBlock")
+    function Block:__init()
+      self.n1, self.n2 = nn.RMSNorm(C), nn.RMSNorm(C)
+      self.wq, self.wkv, self.wo = nn.Linear(C, C, false), nn.Linear(C, C, false), nn.Linear(C, C, false)
+      self.w1, self.w3, self.w2 = nn.Linear(C, 2 * C, false), nn.Linear(C, 2 * C, false), nn.Linear(2 * C, C, false)
+    end
+    function Block:forward(x)
+      local B = x:size(1)
+      local h = self.n1(x)
+      local q = self.wq(h):view(B, T, H, D):transpose(2, 3)
+      local k, v = self.wkv(h):view(B, T, 2, H // 2, D):unbind(3)
+      k, v = k:transpose(2, 3), v:transpose(2, 3)
+      local y = F.scaled_dot_product_attention(rope(q), rope(k), v, { is_causal = true, enable_gqa = true })
+      x = x + self.wo(y:transpose(2, 3):contiguous():view(B, T, C))
+      h = self.n2(x)
+      return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+    end
+    local Model = nn.Module.class("LlamaSpec")
+    function Model:__init()
+      self.emb, self.block, self.norm, self.head = nn.Embedding(V, C), Block(), nn.RMSNorm(C), nn.Linear(C, V, false)
+    end
+    function Model:forward(idx) return self.head(self.norm(self.block(self.emb(idx)))) end
+    local model = Model()
+    model:apply(function(m) if nn.isinstance(m, nn.Linear) then nn.init.normal_(m.weight, 0, 0.05) end end)
+    local acc = fp8.Accelerator { mixed_precision = "fp8",
+                                  kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "te" } } }
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+    model, opt = acc:prepare(model, opt)
+    local ema = {}
+    for i, p in ipairs(model:parameters()) do ema[i] = p:detach():clone() end
+    local first, last
+    for step = 1, 40 do
+      local x = fp8.randint(V, { 8, T })
+      local loss = F.cross_entropy(model(x):view(-1, V), x:view(-1))   -- learn to copy the input token
+      assert.are.equal(0, loss:isnan():any():item())
+      acc:backward(loss)
+      opt:step(); opt:zero_grad()
+      fp8.no_grad(function() for i, p in ipairs(model:parameters()) do ema[i]:lerp_(p, 0.1) end end)
+      first = first or loss:item(); last = loss:item()
+    end
+    assert.is_true(last < 0.2 * first, ("loss %.3f -> %.3f"):format(first, last))   -- 3.41 -> 0.007 here
+    assert.are.equal("FP8Linear", model.block.wq:type_name())
+    assert.is_true((ema[1] - model:parameters()[1]):norm():item() > 0)   -- the EMA lags the weights
+  end)
+end)
