@@ -405,7 +405,8 @@ end)
 
 describe("a Llama-style model written with torch's vocabulary", function()
   it("trains under the te recipe: RoPE (outer, cos, sin, chunk, cat), grouped-query attention (unbind, "
-    .. "repeat_interleave, SDPA), SwiGLU, RMSNorm, _init_weights through apply and isinstance, an EMA by lerp_", function()
+    .. "repeat_interleave, SDPA), SwiGLU, RMSNorm, _init_weights through apply and isinstance, an EMA by lerp_",
+    function()
     local nn, F = fp8.nn, fp8.nn.functional
     fp8.manual_seed(0)
     local V, T, C, H = 32, 16, 32, 4
