@@ -711,7 +711,8 @@ static int m_index(lua_State *L) {
     }
     if (lua_type(L, 2) != LUA_TNUMBER)   /* x[{1, 2}] or x[true] read as nil and failed later, far from here */
         return luaL_error(L, "x[k]: a tensor is indexed by a method name or an integer position (x[i]: the i-th row), "
-                             "got %s; one dim at a time: x:select(dim, i), x:narrow(dim, start, length)",
+                             "got %s; one dim at a time: x:select(dim, i), x:narrow(dim, start, length); by a mask: "
+                             "x:masked_select(mask)",
                           luaL_typename(L, 2));
     fl_tensor *t = fl_lchecktensor(L, 1);
     lua_Integer i = (lua_Integer)check_int(L, 2, "x[i]", "index");

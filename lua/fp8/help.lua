@@ -151,7 +151,8 @@ add_all {
        .. ":logical_xor(y) / :all([dim [, keepdim]]) / :any(...)",
     doc = "torch's predicates: 1 where true, 0 where false, in x's dtype (there is no bool dtype); a value is true\n"
        .. "where nonzero, NaN included; no gradient. all/any over nothing are 1/0. loss:isnan():any():item() == 1\n"
-       .. "spots a NaN loss." },
+       .. "spots a NaN loss. x:masked_select(mask) is torch's x[mask] (1-d, differentiable); x:nonzero() (argwhere)\n"
+       .. "the 0-based indices of the nonzero elements, [n, dim]." },
   { section = "Tensors", name = "Tensor:logsumexp",
     sig = "x:logsumexp(dim [, keepdim]) / x:norm([p=2 [, dim [, keepdim]]])",
     doc = "log Σ exp(x) along dim, shifted by the largest value (torch's); the vector norm for p = 2 (\"fro\"),\n"
@@ -375,7 +376,8 @@ also("Tensor:argmax", { "Tensor:argmin" })
 also("Tensor:sin", { "Tensor:cos", "Tensor:erf", "Tensor:log1p", "Tensor:expm1", "Tensor:floor", "Tensor:ceil",
                      "Tensor:round", "Tensor:trunc" })
 also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", "Tensor:logical_and",
-                       "Tensor:logical_or", "Tensor:logical_xor", "Tensor:all", "Tensor:any" })
+                       "Tensor:logical_or", "Tensor:logical_xor", "Tensor:all", "Tensor:any", "Tensor:masked_select",
+                       "Tensor:nonzero", "Tensor:argwhere" })
 also("Tensor:logsumexp", { "Tensor:norm" })
 also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
 also("Tensor:softmax", { "Tensor:log_softmax" })

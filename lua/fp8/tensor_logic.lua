@@ -37,13 +37,14 @@ Tensor.logical_not = at_caller(function(t, ...)
   return input("logical_not", t):eq(0)
 end)
 
-local function other(name, o)
+local function other(name, o, what)
+  what = what or "other"
   if core.is_tensor(o) then
-    check_live(name, "other", o, 4)
+    check_live(name, what, o, 4)
     check_not_fp8(name, o:dtype(), 4)
     return o:detach()
   end
-  error(("%s: expected a tensor as other, got %s"):format(name, got(o)), 4)
+  error(("%s: expected a tensor as %s, got %s"):format(name, what, got(o)), 4)
 end
 
 local function shapes(name, f)
@@ -100,5 +101,52 @@ Tensor.any = at_caller(function(t, dim, keepdim, ...)
   no_more("any", "([dim [, keepdim]])", ...)
   return (all_any("any", t, dim, keepdim, false))
 end)
+
+-- the flat positions (0-based) where m, broadcast to shape, is nonzero (NaN counts), read on the host
+local function positions(m)
+  local pos, vals = {}, m:reshape(-1):totable()
+  for i = 1, #vals do if vals[i] ~= 0 then pos[#pos + 1] = i - 1 end end
+  return pos
+end
+
+-- masked_select(mask): torch's x[mask] — x's elements where mask (broadcast to x's shape) is nonzero, as a 1-d
+-- tensor in row-major order; the gradient goes back to those elements (index_select's gather)
+Tensor.masked_select = at_caller(function(t, mask, ...)
+  no_more("masked_select", "(mask)", ...)
+  check_not_fp8("masked_select", check_self("masked_select", t))
+  local m = other("masked_select", mask, "the mask")
+  local n = t:numel()
+  if n > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24
+    error(("masked_select: %d elements, more than 2^24"):format(n))
+  end
+  local ok, e = pcall(function() return m:expand(t:shape()) end)
+  if not ok then
+    error(("masked_select: a mask of shape %s does not broadcast to the tensor's %s"):format(m:shape_str(),
+      t:shape_str()))
+  end
+  local pos = positions(e)
+  return t:reshape(-1):index_select(1, core.tensor(#pos > 0 and pos or {}, "fp32"):reshape(#pos))
+end)
+
+-- nonzero() / argwhere(): torch's, the 0-based indices of the nonzero elements (NaN counts), one row each, [n, dim]
+-- in row-major order, as fp32 (as argmax's); a 0-d tensor gives [n, 0]
+local function nonzero(name, t, ...)
+  no_more(name, "no arguments", ...)
+  local x = input(name, t)
+  local shape, nd = x:shape(), x:dim()
+  if x:numel() > 2 ^ 24 then error(("%s: %d elements, more than 2^24"):format(name, x:numel())) end
+  local pos, rows = positions(x), {}
+  for r, p in ipairs(pos) do
+    local row = {}
+    for d = nd, 1, -1 do row[d] = p % shape[d]; p = p // shape[d] end
+    rows[r] = row
+  end
+  if #rows == 0 or nd == 0 then return core.zeros({ #rows, nd }, { device = x:device() }) end
+  local r = core.tensor(rows, "fp32")
+  if x:device() ~= r:device() then r = r:to(x:device()) end
+  return r
+end
+Tensor.nonzero = at_caller(function(t, ...) return nonzero("nonzero", t, ...) end)
+Tensor.argwhere = at_caller(function(t, ...) return nonzero("argwhere", t, ...) end)
 
 return {}

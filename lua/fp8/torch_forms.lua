@@ -119,7 +119,8 @@ M.FORMS = {
   "logsumexp", "norm", "cumsum", "tril", "triu", "chunk", "split", "clone", "flatten", "squeeze", "unsqueeze",
   "transpose", "permute", "reshape", "narrow", "select", "masked_fill", "clamp", "clamp_min", "clamp_max", "topk",
   "sort", "argsort", "numel", "lerp", "t", "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "mm",
-  "bmm", "outer", "softmax", "log_softmax", "unbind", "flip", "roll", "tile", "repeat_interleave",
+  "bmm", "outer", "softmax", "log_softmax", "unbind", "flip", "roll", "tile", "repeat_interleave", "masked_select",
+  "nonzero", "argwhere",
 }
 
 -- x, checked as argument 1 of fp8.<name>; a core method's "bad argument #n to '?'" (the method is called by a
