@@ -331,12 +331,15 @@ function F.mse_loss(a, b, opts, ...)
   return red == "none" and sq or sq:sum()
 end
 
--- The reductions of the elementwise losses: "mean" (the core's mean), "sum" or "none".
-local function reduce_loss(fname, per, red)
+-- The reductions of the elementwise losses: "mean" (the core's mean), "sum" or "none"; with batch (kl_div's: the
+-- input's first size) also "batchmean", the sum divided by it.
+local function reduce_loss(fname, per, red, batch)
   if red == nil or red == "mean" then return per:mean() end
   if red == "sum" then return per:sum() end
   if red == "none" then return per end
-  error(("%s: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(fname, O.got(red)), 3)
+  if batch and red == "batchmean" then return per:sum() / batch end
+  error(("%s: reduction must be %s, got %s"):format(fname, batch and '"mean", "batchmean", "sum" or "none"'
+    or '"mean", "sum" or "none"', O.got(red)), 3)
 end
 
 -- l1_loss(input, target [, {reduction="mean"|"sum"|"none"}]): |input − target|, torch's.
@@ -393,14 +396,7 @@ function F.kl_div(x, t, opts, ...)
   local per
   if opts.log_target then per = t:exp() * (t - x)
   else per = where(t:eq(0), 0, t * t:log()) - t * x end
-  local red = opts.reduction
-  if red == "batchmean" then
-    return x:dim() == 0 and per:sum() or per:sum() / x:size(1)
-  end
-  if red ~= nil and red ~= "mean" and red ~= "sum" and red ~= "none" then
-    error(("kl_div: reduction must be \"mean\", \"batchmean\", \"sum\" or \"none\", got %s"):format(O.got(red)), 2)
-  end
-  return reduce_loss("kl_div", per, red)
+  return reduce_loss("kl_div", per, opts.reduction, x:dim() == 0 and 1 or x:size(1))
 end
 
 -- glu(x [, dim=-1]): the halves a, b of dim (its size even), a·sigmoid(b); softmin(x [, dim]): softmax(−x)
