@@ -546,21 +546,9 @@ function Accelerator:_prepare_optimizer(opt)
         .. "fp8.optim.AdamW%s"):format(level, tostring(opt.name), default and (" (msamp is the FP8 backend by "
           .. "default: te or ao take any optimizer, e.g. kwargs_handlers={fp8.TERecipeKwargs{}})") or ""), 4)
     end
-    if opt.name == "Adam" then
-      -- (fp8.optim has no Adam: a script's own class of that name.) Adam's weight decay is L2 (added to the
-      -- gradient), AdamW's decoupled: MSAMPAdamW takes its place only where they are the same step, without decay.
-      for i, g in ipairs(opt.param_groups) do
-        local wd = g.weight_decay
-        if wd ~= nil and wd ~= 0 then
-          error(("Accelerator: MS-AMP %s replaces the optimizer by MSAMPAdamW, whose weight decay is AdamW's "
-            .. "(decoupled); an Adam's weight_decay (parameter group %d: %s) is L2 on the gradient, another "
-            .. "step: use fp8.optim.AdamW, or weight_decay=0"):format(level, i, tostring(wd)), 4)
-        end
-      end
-    end
     if opt.name ~= "MSAMPAdamW" then
       opt = require("fp8.optim.msamp_adamw").from_adamw(opt, { fp8_weights = self._fp8_weights,
-        moments = level == "O1" and "fp32" or "fp8" })
+        moments = level == "O1" and "fp32" or "fp8", level = level })
     end
   end
   local w = setmetatable({ optimizer = opt, accelerator = self, step_was_skipped = false }, AccOptimizer)

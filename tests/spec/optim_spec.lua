@@ -235,6 +235,72 @@ describe("fp8.optim arguments", function()
     assert.truthy(tostring(err):find("parameter group 1 has amsgrad=true", 1, true), err)
   end)
 
+  it("Adam is torch 2.x's: L2 weight decay on the gradient, amsgrad, maximize, decoupled_weight_decay", function()
+    -- torch 2.15: Adam(lr=0.1, weight_decay=0.1, betas=(0.9, 0.5), ...), four steps from {1, -2, 0.5}
+    local G = { { 2.0, -1.0, 0.1 }, { 0.5, 0.3, 0.0 }, { 0.1, 0.05, -3.0 }, { 0.01, 0.02, 0.0 } }
+    local cases = {
+      { {}, { 0.586808979511261, -1.656816005706787, 0.3940065801143646 },
+        { 0.2250499576330185, -0.10598896443843842, -0.2496536374092102 } },
+      { { amsgrad = true }, { 0.7249075174331665, -1.771471619606018, 0.4044266641139984 },
+        { 0.22597239911556244, -0.10677003860473633, -0.24919180572032928 } },
+      { { maximize = true }, { 1.3768123388290405, -2.087353229522705, 0.48522379994392395 },
+        { -0.15643875300884247, -0.029668349772691727, 0.28186100721359253 } },
+      { { weight_decay = 0 }, { 0.597987174987793, -1.7623896598815918, 0.4147490859031677 },
+        { 0.19629999995231628, -0.04209999740123749, -0.26271000504493713 } },
+      -- decoupled: AdamW's step (the AdamW amsgrad spec's torch values above)
+      { { decoupled_weight_decay = true }, { 0.5645144581794739, -1.6879923343658447, 0.3991749882698059 } },
+    }
+    for _, c in ipairs(cases) do
+      local o = { lr = 0.1, weight_decay = 0.1, betas = { 0.9, 0.5 } }
+      for k, v in pairs(c[1]) do o[k] = v end
+      local q = fp8.tensor { 1, -2, 0.5 }:requires_grad(true)
+      local opt = optim.Adam({ q }, o)
+      for i = 1, 4 do q.grad = fp8.tensor(G[i]); opt:step() end
+      local label = next(c[1]) or "L2"
+      for j = 1, 3 do
+        assert.is_true(math.abs(q:tolist()[j] - c[2][j]) < 1e-6, label .. " p " .. j .. ": " .. q:tolist()[j])
+        if c[3] then
+          local m = opt.state[q].exp_avg:tolist()[j]
+          assert.is_true(math.abs(m - c[3][j]) < 1e-6, label .. " m " .. j .. ": " .. m)
+        end
+      end
+      assert.is_false(q.grad:requires_grad())   -- the decay's sum recorded no graph
+    end
+    -- torch's defaults (weight_decay 0, where AdamW's is 1e-2)
+    local d = optim.Adam({ fp8.zeros { 2 } }).param_groups[1]
+    assert.are.same({ 1e-3, 0.9, 0.999, 1e-8, 0, false, false, false },
+      { d.lr, d.betas[1], d.betas[2], d.eps, d.weight_decay, d.amsgrad, d.maximize, d.decoupled_weight_decay })
+    U.fails_with({ "Adam: decoupled_weight_decay must be a boolean, got string" },
+      function() optim.Adam({ fp8.zeros { 2 } }, { decoupled_weight_decay = "yes" }) end)
+    U.fails_with({ "Adam", "unknown option 'momentum'" }, function() optim.Adam({ fp8.zeros { 2 } }, { momentum = 0.9 }) end)
+    -- state_dict: a copy continues as the original does (amsgrad's maximum and the L2 decay included)
+    local a = fp8.tensor { 1, -2, 0.5 }:requires_grad(true)
+    local oa = optim.Adam({ a }, { lr = 0.1, weight_decay = 0.1, amsgrad = true })
+    for i = 1, 2 do a.grad = fp8.tensor(G[i]); oa:step() end
+    local b = fp8.tensor(a:tolist()):requires_grad(true)
+    local ob = optim.Adam({ b }, { lr = 0.5 })
+    ob:load_state_dict(oa:state_dict())
+    for i = 3, 4 do a.grad = fp8.tensor(G[i]); b.grad = fp8.tensor(G[i]); oa:step(); ob:step() end
+    assert.are.same(a:tolist(), b:tolist())
+  end)
+
+  it("MS-AMP takes an Adam where its step is AdamW's (no decay, or decoupled), and refuses its L2 decay", function()
+    local function prep(o)
+      local m = fp8.nn.Linear(32, 32)
+      local acc = fp8.Accelerator { mixed_precision = "fp8",
+        kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O3" } } }
+      local _, popt = acc:prepare(m, optim.Adam(m:parameters(), o))
+      return popt.optimizer
+    end
+    assert.are.equal("MSAMPAdamW", prep({}).name)
+    local o = prep({ weight_decay = 0.01, decoupled_weight_decay = true })
+    assert.are.equal("MSAMPAdamW", o.name)
+    assert.are.equal(0.01, o.param_groups[1].weight_decay)
+    U.fails_with({ "MS-AMP O3 replaces the optimizer by MSAMPAdamW", "parameter group 1: 0.01",
+        "decoupled_weight_decay=true or weight_decay=0" },
+      function() prep({ weight_decay = 0.01 }) end)
+  end)
+
   it("rejects bad options with clear messages", function()
     local cases = {
       { function() optim.SGD({ p() }, { lr = 0.1, nesterov = true }) end, "nesterov momentum requires momentum > 0" },

@@ -149,7 +149,7 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
     local err = U.fails_with({ "MS-AMP O2 needs an Adam or AdamW optimizer", "msamp is the FP8 backend by default" },
       function() new_acc { mixed_precision = "fp8" }:prepare(m5, optim.SGD(m5:parameters(), { lr = 0.1 })) end)
     assert.is_nil(err:match("^[^:]+:%d+: [^:]+:%d+: "), err)
-    -- a script's own Adam (fp8.optim has none): MSAMPAdamW replaces it only without weight decay, where Adam's L2
+    -- a script's own class named Adam (as fp8.optim.Adam): MSAMPAdamW replaces it only without weight decay, where Adam's L2
     -- decay and AdamW's decoupled one are the same step
     local Adam = optim.Optimizer.class()
     function Adam.new(params, o)

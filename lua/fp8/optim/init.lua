@@ -1,8 +1,9 @@
--- fp8.optim — optimizers (SGD, AdamW) whose updates run in fused C kernels, and learning-rate
+-- fp8.optim — optimizers (SGD, Adam, AdamW) whose updates run in fused C kernels, and learning-rate
 -- schedules (fp8.optim.lr_scheduler). Loaded on first use of fp8.optim.
 local optim = {
   Optimizer = require "fp8.optim.optimizer",
   SGD = require "fp8.optim.sgd",
+  Adam = require "fp8.optim.adam",
   AdamW = require "fp8.optim.adamw",
   lr_scheduler = require "fp8.optim.lr_scheduler",
 }
@@ -20,7 +21,14 @@ add("optim.AdamW", "fp8.optim.AdamW(params [, {lr=1e-3, betas={0.9,0.999}, eps=1
   "AdamW as torch.optim.AdamW (decoupled weight decay, bias correction; amsgrad: the running maximum of the\n"
   .. "second moment in the denominator). Also AdamW{params=..., lr=...}.\n"
   .. "opt:state_dict() / opt:load_state_dict(sd) save and restore steps and moments.")
-add("optim.Optimizer", "fp8.optim.Optimizer: the base class of SGD and AdamW",
+add("optim.Adam", "fp8.optim.Adam(params [, {lr=1e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=0,\n"
+  .. "  amsgrad=false, maximize=false, decoupled_weight_decay=false}])",
+  "Adam as torch.optim.Adam: weight_decay is L2, weight_decay·p added to the gradient before the moments (after\n"
+  .. "maximize's negation); decoupled_weight_decay=true makes it AdamW's step. State: step, exp_avg, exp_avg_sq\n"
+  .. "(and amsgrad's max_exp_avg_sq), as AdamW's; opt:state_dict() / opt:load_state_dict(sd). Under MS-AMP (mixed_precision=\"fp8\",\n"
+  .. "msamp backend) an Adam is replaced by MS-AMP's AdamW where that is the same step: weight_decay=0, or\n"
+  .. "decoupled; an L2 weight_decay is refused there.")
+add("optim.Optimizer", "fp8.optim.Optimizer: the base class of SGD, Adam and AdamW",
   "Methods every optimizer has: step([closure]), zero_grad([set_to_none=true]), add_param_group{params=, ...},\n"
   .. "state_dict() / load_state_dict(sd); fields param_groups, defaults, state. A new optimizer:\n"
   .. "local My = fp8.optim.Optimizer.class(); function My.new(params, opts) return fp8.optim.Optimizer.new(My,\n"

@@ -28,17 +28,27 @@ function MSAMPAdamW:_check_group(g)
 end
 MSAMPAdamW._param_dtypes = { fp32 = true, fp16 = true }   -- fp8._optim.msamp_adamw_step: fp32 or fp16 weights
 
--- from_adamw(opt, {fp8_weights = {[param] = e4m3 tensor}, moments = "fp8"|"fp32"}) → a MSAMPAdamW
--- over the same groups. moments="fp32" is MS-AMP O1: fp32 m and v, fp16 weights, FP8 gradients.
+-- from_adamw(opt, {fp8_weights = {[param] = e4m3 tensor}, moments = "fp8"|"fp32", level = "O2"}) → a MSAMPAdamW
+-- over the same groups (level: the MS-AMP level its messages name). moments="fp32" is MS-AMP O1: fp32 m and v,
+-- fp16 weights, FP8 gradients.
 function MSAMPAdamW.from_adamw(opt, extra)
   if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
     error(("from_adamw: expected an AdamW optimizer, got %s"):format(type(opt)), 2)
   end
   if extra ~= nil and type(extra) ~= "table" then
-    error(("from_adamw: options must be a table {fp8_weights=, moments=}, got %s"):format(type(extra)), 2)
+    error(("from_adamw: options must be a table {fp8_weights=, moments=, level=}, got %s"):format(type(extra)), 2)
   end
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
+    -- an Adam (fp8.optim.Adam, or a script's own class of that name): its weight decay is L2 (added to the gradient),
+    -- this step's decoupled, so it takes the Adam's place only where they are the same step: without decay, or with
+    -- torch 2.x's decoupled_weight_decay=true
+    local wd = g.weight_decay
+    if opt.name == "Adam" and wd ~= nil and wd ~= 0 and g.decoupled_weight_decay ~= true then
+      error(("MS-AMP %s replaces the optimizer by MSAMPAdamW, whose weight decay is AdamW's (decoupled); an Adam's "
+        .. "weight_decay (parameter group %d: %s) is L2 on the gradient, another step: use fp8.optim.AdamW, "
+        .. "decoupled_weight_decay=true or weight_decay=0"):format(extra and extra.level or "O2", i, tostring(wd)), 0)
+    end
     for _, k in ipairs { "maximize", "amsgrad" } do
       if g[k] == true then
         error(("MSAMPAdamW: parameter group %d has %s=true, which MS-AMP's AdamW does not support (the msamp "
@@ -46,7 +56,9 @@ function MSAMPAdamW.from_adamw(opt, extra)
       end
     end
     local c = {}
-    for k, v in pairs(g) do if k ~= "initial_lr" then c[k] = v end end   -- a scheduler's mark, not an option
+    -- initial_lr: a scheduler's mark, not an option; decoupled_weight_decay: an Adam's, whose true is this step's
+    -- decay (the Accelerator refuses an Adam's L2 decay before it gets here)
+    for k, v in pairs(g) do if k ~= "initial_lr" and k ~= "decoupled_weight_decay" then c[k] = v end end
     groups[i] = c
   end
   local o = MSAMPAdamW.new(groups, {})
