@@ -3,7 +3,8 @@
 tensor ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor,
 ceil, round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed
 tensor), isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row
-included), lerp (number and tensor weights; gradients) and the in-place methods' results, for
+included), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient) and the
+in-place methods' results, for
 tests/spec/torch_forms_spec.lua to compare fp8's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_torch_forms.py"""
 import math
@@ -82,5 +83,27 @@ out["inplace_mask_lerp"] = rows(t)
 a, b = torch.tensor([1.5, -2.0, 0.25]), torch.tensor([4.0, 0.5])
 out["outer"] = rows(torch.outer(a, b))
 out["bmm"] = rows(torch.bmm(torch.tensor(X).reshape(3, 1, 4), torch.tensor(G).reshape(3, 4, 1)).reshape(3))
+
+# einsum: each case's operands and the output's weight made by fill() (torch_forms_spec.lua makes the same)
+EINSUM = [("ij,jk->ik", [(2, 3), (3, 4)]), ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]), ("ii", [(3, 3)]),
+          ("ii->i", [(3, 3)]), ("...ij,...jk", [(2, 1, 2, 3), (3, 3, 2)]), ("bA,AC", [(2, 3), (3, 4)]),
+          ("ij,ij->ij", [(3, 1), (1, 4)]), ("i,i->", [(3,), (1,)]), ("ijk->kj", [(2, 3, 4)]),
+          ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 2)]), ("iij->j", [(2, 2, 3)]), ("ij,kl", [(2, 2), (2, 3)]),
+          ("a...->...a", [(2, 3, 4)]), ("b i d, b j d -> b i j", [(2, 3, 4), (1, 2, 4)])]
+
+
+def fill(shape, seed):
+    n = math.prod(shape)
+    return torch.tensor([((i * 37 + seed * 11) % 23 - 11) / 8 for i in range(n)]).reshape(shape)
+
+
+for k, (eq, shapes) in enumerate(EINSUM, 1):
+    ops = [fill(sh, j).requires_grad_() for j, sh in enumerate(shapes, 1)]
+    y = torch.einsum(eq, *ops)
+    (y * fill(tuple(y.shape), 0)).sum().backward()
+    out["einsum%d" % k] = rows(y)
+    out["einsum%d_shape" % k] = "{" + ", ".join(str(d) for d in y.shape) + "}"
+    for j, o in enumerate(ops, 1):
+        out["einsum%d_d%d" % (k, j)] = rows(o.grad)
 
 write("tests/data/torch_forms_torch.lua", "scripts/gen_torch_forms.py", torch.__version__, out)

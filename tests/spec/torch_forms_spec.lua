@@ -422,6 +422,80 @@ describe("unbind, flip, roll, tile, repeat_interleave", function()
   end)
 end)
 
+describe("fp8.einsum (PyTorch 2.x's values and gradients)", function()
+  -- the cases of scripts/gen_torch_forms.py, in its order, and its fill()
+  local CASES = { { "ij,jk->ik", { { 2, 3 }, { 3, 4 } } }, { "bhqd,bhkd->bhqk", { { 2, 2, 3, 4 }, { 2, 2, 5, 4 } } },
+    { "ii", { { 3, 3 } } }, { "ii->i", { { 3, 3 } } }, { "...ij,...jk", { { 2, 1, 2, 3 }, { 3, 3, 2 } } },
+    { "bA,AC", { { 2, 3 }, { 3, 4 } } }, { "ij,ij->ij", { { 3, 1 }, { 1, 4 } } }, { "i,i->", { { 3 }, { 1 } } },
+    { "ijk->kj", { { 2, 3, 4 } } }, { "ab,bc,cd->ad", { { 2, 3 }, { 3, 4 }, { 4, 2 } } }, { "iij->j", { { 2, 2, 3 } } },
+    { "ij,kl", { { 2, 2 }, { 2, 3 } } }, { "a...->...a", { { 2, 3, 4 } } },
+    { "b i d, b j d -> b i j", { { 2, 3, 4 }, { 1, 2, 4 } } } }
+  local function fill(shape, seed)
+    local n = 1
+    for _, d in ipairs(shape) do n = n * d end
+    local v = {}
+    for i = 0, n - 1 do v[i + 1] = ((i * 37 + seed * 11) % 23 - 11) / 8 end
+    return fp8.tensor(v):reshape(shape)
+  end
+
+  it("matches torch's on every case: the output (its shape and values) and each operand's gradient", function()
+    for k, c in ipairs(CASES) do
+      local ops = {}
+      for j, sh in ipairs(c[2]) do ops[j] = fill(sh, j):requires_grad(true) end
+      local y = fp8.einsum(c[1], table.unpack(ops))
+      assert.are.same(ref["einsum" .. k .. "_shape"], y:shape(), c[1])
+      same(c[1], y, ref["einsum" .. k], 1e-6)
+      local w = fill(y:shape(), 0)
+      if y:dim() == 0 then w = w:reshape {} end
+      (y * w):sum():backward()
+      for j, o in ipairs(ops) do same(c[1] .. " d" .. j, o.grad, ref["einsum" .. k .. "_d" .. j], 1e-6) end
+    end
+  end)
+
+  it("takes the operands as a list too, and is a view for one operand in its own order (as torch's)", function()
+    local a, b = fill({ 2, 3 }, 1), fill({ 3, 4 }, 2)
+    assert.are.same(fp8.einsum("ij,jk", a, b):tolist(), fp8.einsum("ij,jk", { a, b }):tolist())
+    assert.are.same(a:matmul(b):tolist(), fp8.einsum("ij,jk", a, b):tolist())
+    local v = fp8.einsum("ij->ji", a)
+    v:fill_(0)
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, a:tolist())
+  end)
+
+  it("refuses what it cannot take, naming the equation's fault", function()
+    local m = fp8.ones { 2, 3 }
+    for _, c in ipairs {
+      { { "i,i", fp8.ones { 3 }, fp8.ones { 4 } }, "einsum: subscript i has size 4 in operand 2, which does not "
+        .. "broadcast with the size 3 seen before" },
+      { { "ij->ii", m }, "einsum: output subscript i appears more than once in 'ij->ii'" },
+      { { "ij->k", m }, "einsum: output subscript k is not among the operands' subscripts in 'ij->k'" },
+      { { "ij,jk->ik", m }, "einsum: the equation 'ij,jk->ik' has subscripts for 2 operands, got 1 tensor" },
+      { { "i", m }, "einsum: operand 1 has 2 dims ([2, 3]) but 1 subscript in 'i' and no ellipsis" },
+      { { "ijk...", m }, "einsum: operand 1 has 2 dims ([2, 3]) but 3 subscripts in 'ijk...'" },
+      { { "a1", m }, "einsum: invalid subscript \"1\" at index 2 of the equation 'a1' (subscripts are a-z and A-Z)" },
+      { { "a..b", fp8.ones { 2 } }, "einsum: invalid subscript '.' at index 2 of the equation 'a..b' (an ellipsis is '...')" },
+      { { "......", m }, "einsum: operand 1's subscripts has more than one ellipsis in '......'" },
+      { { "ij->i->j", m }, "einsum: more than one '->' in 'ij->i->j'" },
+      { { "ii", m }, "einsum: subscript i repeats in operand 1 with sizes 2 and 3 (a diagonal needs one size)" },
+      { { "ij", m:quantize("e4m3") }, "einsum: e4m3 tensor: call :dequantize() first" },
+      { { "ij", 5 }, "einsum: operand 1 must be a tensor, got 5" },
+      { { 3 }, "einsum: expected an equation string first" },
+    } do
+      U.fails_with({ c[2] }, function() return fp8.einsum(table.unpack(c[1])) end)
+    end
+    local o = fp8.ones { 2 }
+    U.fails_with({ "einsum: a product of the operands up to operand 9 would have 9 dims (abcdefghi), more than a "
+      .. "tensor's 8" }, function() return fp8.einsum("a,b,c,d,e,f,g,h,i->abcdefghi", o, o, o, o, o, o, o, o, o) end)
+    assert.are.same({ 2, 2, 2, 2, 2, 2, 2, 2 }, fp8.einsum("a,b,c,d,e,f,g,h", o, o, o, o, o, o, o, o):shape())
+    -- an op's own error inside (out of memory in the product) is named einsum's, at the caller's line
+    local ok, err = pcall(fp8.einsum, "i,j->ij", fp8.ones { 100000 }, fp8.ones { 100000 })
+    assert.is_false(ok)
+    assert.are.equal("einsum: out of memory allocating 40000000000 bytes on cpu", err)
+    local x = fp8.ones { 2 }
+    x:free()
+    U.fails_with({ "einsum: operand 1 has been released" }, function() return fp8.einsum("i", x) end)
+  end)
+end)
+
 describe("a Llama-style model written with torch's vocabulary", function()
   it("trains under the te recipe: RoPE (outer, cos, sin, chunk, cat), grouped-query attention (unbind, "
     .. "repeat_interleave, SDPA), SwiGLU, RMSNorm, _init_weights through apply and isinstance, an EMA by lerp_",
