@@ -1830,3 +1830,83 @@ describe("fp8.nn.isinstance", function()
       function() nn.isinstance(b, {}) end)
   end)
 end)
+
+describe("fp8.nn.init: torch's Xavier, Kaiming, truncated normal, constant and eye initialisers", function()
+  local nn, I = fp8.nn, fp8.nn.init
+  local function close(a, b, rel, what) assert.is_true(math.abs(a - b) <= rel * math.abs(b), ("%s: %.6g vs %.6g"):format(what, a, b)) end
+
+  it("calculate_gain: torch 2.15's values", function()
+    for _, c in ipairs { { "linear", nil, 1 }, { "conv2d", nil, 1 }, { "sigmoid", nil, 1 }, { "tanh", nil, 1.6666666666666667 },
+      { "relu", nil, 1.4142135623730951 }, { "leaky_relu", nil, 1.4141428569978354 },
+      { "leaky_relu", 0.2, 1.3867504905630728 }, { "selu", nil, 0.75 } } do
+      close(I.calculate_gain(c[1], c[2]), c[3], 1e-15, c[1])
+    end
+  end)
+
+  it("draw within torch's bounds and with its spreads; keep the tensor and its autograd flags", function()
+    fp8.manual_seed(7)
+    local w = nn.Linear(512, 256).weight   -- fan_in 512, fan_out 256
+    local same = I.xavier_uniform_(w)
+    assert.are.equal(w, same)
+    assert.is_true(w:requires_grad())
+    local b = math.sqrt(6 / 768)
+    assert.is_true(w:abs():max():item() <= b)
+    close(w:abs():max():item(), b, 1e-3, "xavier_uniform_ bound")
+    close(w:std():item(), b / math.sqrt(3), 0.02, "xavier_uniform_ std")
+    I.xavier_normal_(w, 2)
+    close(w:std():item(), 2 * math.sqrt(2 / 768), 0.02, "xavier_normal_ std")
+    I.kaiming_uniform_(w, math.sqrt(5))   -- nn.Linear's own: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    close(w:abs():max():item(), 1 / math.sqrt(512), 1e-3, "kaiming_uniform_ a=sqrt(5) bound")
+    I.kaiming_normal_(w, { mode = "fan_out", nonlinearity = "relu" })
+    close(w:std():item(), math.sqrt(2) / math.sqrt(256), 0.02, "kaiming_normal_ fan_out relu std")
+    I.kaiming_normal_(w, 0, "fan_in", "linear")
+    close(w:std():item(), 1 / math.sqrt(512), 0.02, "kaiming_normal_ linear std")
+    -- [out, in, k, k]: the fans take the receptive field (torch's: 120 and 90 for [3, 4, 5, 6])
+    local c = fp8.zeros { 3, 4, 5, 6 }
+    I.xavier_uniform_(c)
+    close(c:abs():max():item(), math.sqrt(6 / 210), 0.05, "receptive field")
+    I.constant_(w, 0.25)
+    assert.are.equal(0.25, w:min():item())
+    assert.are.equal(0.25, w:max():item())
+    assert.are.same({ { 1, 0, 0 }, { 0, 1, 0 } }, I.eye_(fp8.zeros { 2, 3 }):tolist())
+    assert.are.same({ 0, 4 }, I.kaiming_uniform_(fp8.zeros { 0, 4 }):shape())   -- no elements: nothing to draw
+  end)
+
+  it("trunc_normal_: the truncated normal's moments, inside [a, b] (a and b in the tensor's units)", function()
+    fp8.manual_seed(3)
+    local w = fp8.zeros { 256, 512 }
+    I.trunc_normal_(w, 0, 0.02)   -- [-2, 2] is 100 stds out: a plain N(0, 0.02²)
+    close(w:std():item(), 0.02, 0.02, "std 0.02")
+    I.trunc_normal_(w, { a = -1, b = 1 })   -- N(0, 1) cut at ±1: std sqrt(1 - 2φ(1)/(Φ(1) - Φ(-1))) = 0.53956
+    close(w:std():item(), 0.53956, 0.01, "cut at 1")
+    assert.is_true(w:min():item() >= -1 and w:max():item() <= 1)
+    I.trunc_normal_(w, 0, 1, 3, 4)   -- a tail: mean (φ(3) − φ(4)) / (Φ(4) − Φ(3)) = 3.2606
+    close(w:mean():item(), 3.2606, 0.005, "tail [3, 4]")
+    assert.is_true(w:min():item() >= 3 and w:max():item() <= 4)
+    I.trunc_normal_(w, 1.5, 0)
+    assert.are.equal(1.5, w:max():item())
+  end)
+
+  it("refuse what torch refuses, by name, at the caller's line", function()
+    local w = fp8.zeros { 4, 4 }
+    for _, c in ipairs {
+      { function() I.xavier_uniform_(fp8.zeros { 3 }) end, "xavier_uniform_: fan in and fan out need a tensor of 2 or more dims, got [3]" },
+      { function() I.calculate_gain("foo") end, 'calculate_gain: unsupported nonlinearity "foo"' },
+      { function() I.calculate_gain("leaky_relu", "x") end, 'calculate_gain: the negative slope must be a number, got "x"' },
+      { function() I.kaiming_uniform_(w, 0, "fan_avg") end, 'kaiming_uniform_: mode must be "fan_in" or "fan_out", got "fan_avg"' },
+      { function() I.kaiming_normal_(w, { a = 1, mod = "x" }) end, "kaiming_normal_: unknown option 'mod' (did you mean 'mode'?)" },
+      { function() I.kaiming_normal_(w, {}, "fan_in") end, "kaiming_normal_: give a, mode and nonlinearity either in order or in one table" },
+      { function() I.eye_(fp8.zeros { 2, 2, 2 }) end, "eye_: only 2-d tensors are supported, got [2, 2, 2]" },
+      { function() I.trunc_normal_(w, 0, 1, 2, 1) end, "trunc_normal_: the range [a, b] needs a < b, got a=2, b=1" },
+      { function() I.trunc_normal_(w, 0, -1) end, "trunc_normal_: std must be a finite number >= 0, got -1" },
+      { function() I.constant_(w) end, "constant_: val must be a finite number, got nil" },
+      { function() I.xavier_uniform_(w, 1, 2) end, "xavier_uniform_: takes (tensor [, gain]); got 1 more argument" },
+      { function() I.xavier_normal_(3) end, "xavier_normal_: expected a tensor, got number" },
+    } do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(err:find(c[2], 1, true), err)
+      assert.truthy(err:find("^[^:]*nn_spec%.lua:%d+: "), err)   -- the caller's line
+    end
+  end)
+end)

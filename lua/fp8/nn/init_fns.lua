@@ -96,4 +96,170 @@ end
 function M.zeros_(t) check_tensor("zeros_", t); return (copy_("zeros_", t, fp8.zeros(t:shape()))) end
 function M.ones_(t) check_tensor("ones_", t); return (copy_("ones_", t, fp8.ones(t:shape()))) end
 
+-- constant_(t, val): every element val; eye_(t): a 2-d t as the identity (ones on the main diagonal), torch's.
+function M.constant_(t, val, ...)
+  require("fp8.opts").no_more("constant_", "(tensor, val)", ...)
+  check_tensor("constant_", t); check_num("constant_", "val", val)
+  if val == nil then error("constant_: val must be a finite number, got nil", 2) end
+  return (copy_("constant_", t, fp8.full(t:shape(), val)))
+end
+function M.eye_(t, ...)
+  require("fp8.opts").no_more("eye_", "(tensor)", ...)
+  check_tensor("eye_", t)
+  if t:dim() ~= 2 then error(("eye_: only 2-d tensors are supported, got %s"):format(t:shape_str()), 2) end
+  return (copy_("eye_", t, require("fp8.tensor").eye(t:size(1), t:size(2))))
+end
+
+-- calculate_gain(nonlinearity [, param]): torch's recommended gains: 1 for linear, the convolutions and sigmoid,
+-- 5/3 for tanh, √2 for relu, √(2 / (1 + slope²)) for leaky_relu (param: the negative slope, 0.01 by default), 3/4
+-- for selu.
+local GAIN = { linear = 1, conv1d = 1, conv2d = 1, conv3d = 1, conv_transpose1d = 1, conv_transpose2d = 1,
+               conv_transpose3d = 1, sigmoid = 1, tanh = 5 / 3, relu = math.sqrt(2), selu = 3 / 4 }
+local NONLINEARITIES = "linear, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, "
+  .. "sigmoid, tanh, relu, leaky_relu, selu"
+local function gain_of(fname, nonlinearity, param, level)
+  local got = require("fp8.opts").got
+  if nonlinearity == "leaky_relu" then
+    local slope = param
+    if slope == nil then slope = 0.01 end
+    if type(slope) ~= "number" or slope ~= slope then
+      error(("%s: the negative slope must be a number, got %s"):format(fname, got(param)), level)
+    end
+    return math.sqrt(2 / (1 + slope * slope))
+  end
+  local g = type(nonlinearity) == "string" and GAIN[nonlinearity]
+  if not g then
+    error(("%s: unsupported nonlinearity %s (valid: %s)"):format(fname, got(nonlinearity), NONLINEARITIES), level)
+  end
+  return g
+end
+function M.calculate_gain(nonlinearity, param, ...)
+  require("fp8.opts").no_more("calculate_gain", "(nonlinearity [, param])", ...)
+  local g = gain_of("calculate_gain", nonlinearity, param, 3)
+  return g
+end
+
+-- fan_in, fan_out of a weight [out, in, k...]: in·Πk and out·Πk (torch's _calculate_fan_in_and_fan_out)
+local function fans(fname, t)
+  if t:dim() < 2 then
+    error(("%s: fan in and fan out need a tensor of 2 or more dims, got %s"):format(fname, t:shape_str()), 4)
+  end
+  local rf = 1
+  for d = 3, t:dim() do rf = rf * t:size(d) end
+  return t:size(2) * rf, t:size(1) * rf
+end
+
+local function check_gain(fname, gain)
+  check_num(fname, "gain", gain)
+  return gain or 1
+end
+
+-- xavier_uniform_(t [, gain=1]): U(−b, b), b = gain·√(6 / (fan_in + fan_out)); xavier_normal_(t [, gain=1]):
+-- N(0, (gain·√(2 / (fan_in + fan_out)))²). Glorot and Bengio's, as torch's.
+function M.xavier_uniform_(t, gain, ...)
+  require("fp8.opts").no_more("xavier_uniform_", "(tensor [, gain])", ...)
+  check_tensor("xavier_uniform_", t); gain = check_gain("xavier_uniform_", gain)
+  local fi, fo = fans("xavier_uniform_", t)
+  if t:numel() == 0 then return t end
+  local b = gain * math.sqrt(6 / (fi + fo))
+  return (copy_("xavier_uniform_", t, M.uniform(t:shape(), -b, b)))
+end
+function M.xavier_normal_(t, gain, ...)
+  require("fp8.opts").no_more("xavier_normal_", "(tensor [, gain])", ...)
+  check_tensor("xavier_normal_", t); gain = check_gain("xavier_normal_", gain)
+  local fi, fo = fans("xavier_normal_", t)
+  if t:numel() == 0 then return t end
+  return (copy_("xavier_normal_", t, M.normal(t:shape(), 0, gain * math.sqrt(2 / (fi + fo)))))
+end
+
+-- kaiming_uniform_(t [, a=0 [, mode="fan_in" [, nonlinearity="leaky_relu"]]]) (or one table of those names after
+-- t): U(−b, b), b = √3 · gain / √fan; kaiming_normal_: N(0, (gain / √fan)²); gain = calculate_gain(nonlinearity, a),
+-- fan the weight's fan_in or fan_out. He et al.'s, as torch's (nn.Linear's own init is kaiming_uniform_ with a=√5).
+local function kaiming(fname, t, a, mode, nonlinearity, ...)
+  require("fp8.opts").no_more(fname, "(tensor [, a [, mode [, nonlinearity]]])", ...)
+  check_tensor(fname, t)
+  if type(a) == "table" then
+    local o = require("fp8.opts").check(fname, a, { "a", "mode", "nonlinearity" }, 4)
+    if mode ~= nil or nonlinearity ~= nil then
+      error(("%s: give a, mode and nonlinearity either in order or in one table"):format(fname), 4)
+    end
+    a, mode, nonlinearity = o.a, o.mode, o.nonlinearity
+  end
+  check_num(fname, "a", a)
+  mode, nonlinearity = mode or "fan_in", nonlinearity or "leaky_relu"
+  if mode ~= "fan_in" and mode ~= "fan_out" then
+    error(("%s: mode must be \"fan_in\" or \"fan_out\", got %s"):format(fname, require("fp8.opts").got(mode)), 4)
+  end
+  local gain = gain_of(fname, nonlinearity, a or 0, 4)
+  local fi, fo = fans(fname, t)
+  if t:numel() == 0 then return nil end
+  return gain / math.sqrt(mode == "fan_in" and fi or fo)
+end
+function M.kaiming_uniform_(t, ...)
+  local std = kaiming("kaiming_uniform_", t, ...)
+  if std == nil then return t end
+  local b = math.sqrt(3) * std
+  return (copy_("kaiming_uniform_", t, M.uniform(t:shape(), -b, b)))
+end
+function M.kaiming_normal_(t, ...)
+  local std = kaiming("kaiming_normal_", t, ...)
+  if std == nil then return t end
+  return (copy_("kaiming_normal_", t, M.normal(t:shape(), 0, std)))
+end
+
+-- erfinv of a tensor in (−1, 1), Giles' single-precision approximation ("Approximating the erfinv function",
+-- GPU Computing Gems, 2011): two polynomials in w = −log(1 − x²), relative error under 4e-7
+local function erfinv(x)
+  local w = -((1 - x) * (1 + x)):log()
+  local wc, wt = w - 2.5, w:clamp(5, math.huge):sqrt() - 3
+  local pc, pt = 2.81022636e-08, -0.000200214257
+  for _, c in ipairs { 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                       -0.00417768164, 0.246640727, 1.50140941 } do
+    pc = wc * pc + c
+  end
+  for _, c in ipairs { 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                       0.00943887047, 1.00167406, 2.83297682 } do
+    pt = wt * pt + c
+  end
+  return require("fp8.tensor").where(w:lt(5), pc, pt) * x
+end
+
+-- trunc_normal_(t [, mean=0 [, std=1 [, a=-2 [, b=2]]]]) (or one table of those names): N(mean, std²) cut to
+-- [a, b] (a and b in the tensor's units, not in stds: torch's), drawn as torch draws it: uniform between the normal
+-- CDF's values at a and b, through the inverse CDF, then clamped to [a, b].
+function M.trunc_normal_(t, mean, std, a, b, ...)
+  require("fp8.opts").no_more("trunc_normal_", "(tensor [, mean [, std [, a [, b]]]])", ...)
+  check_tensor("trunc_normal_", t)
+  if type(mean) == "table" then
+    if std ~= nil or a ~= nil or b ~= nil then
+      error("trunc_normal_: give mean, std, a and b either in order or in one table", 2)
+    end
+    local o = require("fp8.opts").check("trunc_normal_", mean, { "mean", "std", "a", "b" }, 2)
+    mean, std, a, b = o.mean, o.std, o.a, o.b
+  end
+  check_num("trunc_normal_", "mean", mean); check_num("trunc_normal_", "std", std, 0)
+  check_num("trunc_normal_", "a", a); check_num("trunc_normal_", "b", b)
+  mean, std, a, b = mean or 0, std or 1, a or -2, b or 2
+  if not (a < b) then
+    error(("trunc_normal_: the range [a, b] needs a < b, got a=%g, b=%g"):format(a, b), 2)
+  end
+  if t:numel() == 0 then return t end
+  if std == 0 then return (copy_("trunc_normal_", t, fp8.full(t:shape(), math.min(math.max(mean, a), b)))) end
+  local function cdf(x) return (1 + fp8.tensor({ x / math.sqrt(2) }):erf():item()) / 2 end
+  local lo, hi = cdf((a - mean) / std), cdf((b - mean) / std)
+  local u = M.uniform(t:shape(), 2 * lo - 1, 2 * hi - 1)
+  -- the ends (±1 where the cut is far in the tails) would be ±inf through erfinv; the clamp below puts them at a, b
+  u = u:clamp(-1 + 2 ^ -24, 1 - 2 ^ -24)
+  local v = (erfinv(u) * (std * math.sqrt(2)) + mean):clamp(a, b)
+  return (copy_("trunc_normal_", t, v))
+end
+
+-- the initialisers above that are torch's further ones raise their errors at the caller's line, whichever helper
+-- here found the fault
+local at_caller = require("fp8.tensor")._at_caller
+for _, k in ipairs { "constant_", "eye_", "calculate_gain", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                     "kaiming_normal_", "trunc_normal_" } do
+  M[k] = at_caller(M[k])
+end
+
 return M
