@@ -5,8 +5,9 @@ gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, i
 input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scaled_dot_product_attention with an
-additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients) give on fixed
-inputs, for
+additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
+nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient) give
+on fixed inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
 
@@ -135,5 +136,49 @@ for key, shapes, kw in (("sdpa_mask", ((1, 2, 3, 4), (1, 2, 4, 4), (1, 2, 4, 4))
     (y * torch.cos(torch.arange(y.numel(), dtype=torch.float32)).reshape(y.shape)).sum().backward()
     out[key] = rows(y.reshape(-1, 4))   # a row of D a line
     out[key + "_dq"], out[key + "_dk"], out[key + "_dv"] = (rows(t.grad.reshape(-1, 4)) for t in (q, k, v))
+
+# nn.MultiheadAttention: parameters and inputs made by fill() (nn_spec.lua makes the same), each case's output and
+# weights, and the gradients of both weighted by fill()s, for the inputs and every parameter (torch's names)
+def fill(shape, seed, scale):
+    n = math.prod(shape)
+    return torch.tensor([((i * 37 + seed * 11) % 23 - 11) / 8 * scale for i in range(n)]).reshape(shape)
+
+
+MHA = [  # name, constructor kwargs, query/key/value shapes (None: the query itself), forward kwargs
+    ("self", dict(embed_dim=8, num_heads=2), (5, 3, 8), None, None, {}),
+    ("cross", dict(embed_dim=8, num_heads=4, batch_first=True), (3, 5, 8), (3, 4, 8), (3, 4, 8),
+     dict(attn_mask="causal", key_padding_mask="pad", average_attn_weights=False)),
+    ("kvdim", dict(embed_dim=8, num_heads=2, kdim=6, vdim=4, bias=False), (5, 2, 8), (3, 2, 6), (3, 2, 4),
+     dict(need_weights=False)),
+    ("unbatched", dict(embed_dim=8, num_heads=2), (5, 8), (4, 8), (4, 8), dict(key_padding_mask="pad")),
+]
+for name, ctor, qs, ks, vs, fkw in MHA:
+    m = torch.nn.MultiheadAttention(**ctor)
+    with torch.no_grad():
+        for j, (pname, prm) in enumerate(sorted(m.named_parameters()), 1):
+            prm.copy_(fill(tuple(prm.shape), j, 0.25))
+    q = fill(qs, 11, 1.0).requires_grad_()
+    k = q if ks is None else fill(ks, 12, 1.0).requires_grad_()
+    v = q if vs is None else fill(vs, 13, 1.0).requires_grad_()
+    kw = dict(fkw)
+    L, S = (qs[1] if ctor.get("batch_first") else qs[0]), (ks or qs)[1 if ctor.get("batch_first") else 0]
+    if kw.get("attn_mask") == "causal":
+        kw["attn_mask"] = torch.full((L, S), -math.inf).triu(1)
+    if kw.get("key_padding_mask") == "pad":   # the last key of each sequence ignored
+        kpm = torch.zeros(S)
+        kpm[-1] = -math.inf
+        kw["key_padding_mask"] = kpm if len(qs) == 2 else kpm.expand((ks or qs)[0 if ctor.get("batch_first") else 1], S)
+    y, w = m(q, k, v, **kw)
+    loss = (y * fill(tuple(y.shape), 21, 1.0)).sum()
+    if w is not None:
+        loss = loss + (w * fill(tuple(w.shape), 22, 1.0)).sum()
+        out["mha_%s_w" % name] = rows(w.reshape(-1, w.shape[-1]))
+    loss.backward()
+    out["mha_%s" % name] = rows(y.reshape(-1, y.shape[-1]))
+    for t, tn in ((q, "q"), (k, "k"), (v, "v")):
+        if t.grad is not None and (tn == "q" or t is not q):
+            out["mha_%s_d%s" % (name, tn)] = rows(t.grad.reshape(-1, t.shape[-1]))
+    for pname, prm in m.named_parameters():
+        out["mha_%s_d_%s" % (name, pname.replace(".", "_"))] = rows(prm.grad.reshape(-1, prm.shape[-1]))
 
 write("tests/data/nn_parity_torch.lua", "scripts/gen_nn_parity.py", torch.__version__, out)

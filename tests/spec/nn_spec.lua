@@ -1910,3 +1910,141 @@ describe("fp8.nn.init: torch's Xavier, Kaiming, truncated normal, constant and e
     end
   end)
 end)
+
+describe("nn.MultiheadAttention (PyTorch 2.x's values and gradients)", function()
+  local nn = fp8.nn
+  local U = dofile("tests/spec/helpers/util.lua")
+  local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
+  local function fill(shape, seed, scale)
+    local n = 1
+    for _, d in ipairs(shape) do n = n * d end
+    local v = {}
+    for i = 0, n - 1 do v[i + 1] = ((i * 37 + seed * 11) % 23 - 11) / 8 * scale end
+    return fp8.tensor(v):reshape(shape)
+  end
+  local function same(name, got, want, tol)
+    assert.is_not_nil(want, name .. ": no reference")
+    local g, w = got:reshape(-1):totable(), {}
+    local function flat(t) if type(t) == "number" then w[#w + 1] = t else for _, v in ipairs(t) do flat(v) end end end
+    flat(want)
+    assert.are.equal(#w, #g, name)
+    for i = 1, #w do
+      assert.is_true(math.abs(g[i] - w[i]) <= (tol or 2e-6) * math.max(1, math.abs(w[i])),
+        ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
+    end
+  end
+  -- the cases of scripts/gen_nn_parity.py
+  local CASES = {
+    { "self", { 8, 2 }, { 5, 3, 8 }, nil, nil, {} },
+    { "cross", { 8, 4, { batch_first = true } }, { 3, 5, 8 }, { 3, 4, 8 }, { 3, 4, 8 },
+      { attn_mask = "causal", key_padding_mask = "pad", average_attn_weights = false } },
+    { "kvdim", { 8, 2, { kdim = 6, vdim = 4, bias = false } }, { 5, 2, 8 }, { 3, 2, 6 }, { 3, 2, 4 },
+      { need_weights = false } },
+    { "unbatched", { 8, 2 }, { 5, 8 }, { 4, 8 }, { 4, 8 }, { key_padding_mask = "pad" } },
+  }
+
+  it("matches torch's outputs, weights and the gradients of inputs and parameters (named as torch's)", function()
+    for _, c in ipairs(CASES) do
+      local name, bf = c[1], c[2][3] and c[2][3].batch_first
+      local m = nn.MultiheadAttention(table.unpack(c[2]))
+      local named = m:named_parameters()
+      table.sort(named, function(a, b) return a[1] < b[1] end)
+      for j, np in ipairs(named) do nn.init.copy_(np[2], fill(np[2]:shape(), j, 0.25)) end
+      local q = fill(c[3], 11, 1.0):requires_grad(true)
+      local k = c[4] and fill(c[4], 12, 1.0):requires_grad(true) or q
+      local v = c[5] and fill(c[5], 13, 1.0):requires_grad(true) or q
+      local kw = {}
+      for key, val in pairs(c[6]) do kw[key] = val end
+      local L = bf and c[3][2] or c[3][1]
+      local S = bf and (c[4] or c[3])[2] or (c[4] or c[3])[1]
+      if kw.attn_mask == "causal" then kw.attn_mask = fp8.full({ L, S }, -math.huge):triu(1) end
+      if kw.key_padding_mask == "pad" then
+        local row = {}
+        for s = 1, S do row[s] = s == S and -math.huge or 0 end
+        local kpm = fp8.tensor(row)
+        if #c[3] == 3 then
+          local Nb = bf and (c[4] or c[3])[1] or (c[4] or c[3])[2]
+          kpm = kpm:reshape { 1, S }:expand { Nb, S }
+        end
+        kw.key_padding_mask = kpm
+      end
+      local y, w = m(q, k, v, kw)
+      local loss = (y * fill(y:shape(), 21, 1.0)):sum()
+      if kw.need_weights == false then
+        assert.is_nil(w)
+        assert.is_nil(ref["mha_" .. name .. "_w"])
+      else
+        loss = loss + (w * fill(w:shape(), 22, 1.0)):sum()
+        same(name .. " weights", w, ref["mha_" .. name .. "_w"])
+      end
+      loss:backward()
+      same(name .. " output", y, ref["mha_" .. name])
+      same(name .. " dq", q.grad, ref["mha_" .. name .. "_dq"], 1e-5)
+      if k ~= q then same(name .. " dk", k.grad, ref["mha_" .. name .. "_dk"], 1e-5) end
+      if v ~= q then same(name .. " dv", v.grad, ref["mha_" .. name .. "_dv"], 1e-5) end
+      for _, np in ipairs(named) do
+        same(name .. " d" .. np[1], np[2].grad, ref["mha_" .. name .. "_d_" .. np[1]:gsub("%.", "_")], 1e-5)
+      end
+    end
+  end)
+
+  it("is torch's in its parameters, its need_weights=false fast path, dropout, and FP8 conversion", function()
+    fp8.manual_seed(1)
+    local m = nn.MultiheadAttention(16, 4)
+    local keys = m:state_dict_keys()
+    table.sort(keys)
+    assert.are.same({ "in_proj_bias", "in_proj_weight", "out_proj.bias", "out_proj.weight" }, keys)
+    assert.are.equal(0, m.in_proj_bias:abs():max():item())
+    assert.are.equal(0, m.out_proj.bias:abs():max():item())
+    assert.is_true(m.in_proj_weight:abs():max():item() <= math.sqrt(6 / (16 + 48)))   -- xavier_uniform_
+    local x = fp8.randn { 7, 2, 16 }
+    local y1, w = m(x, x, x)
+    local y2, none = m(x, x, x, { need_weights = false })
+    assert.is_nil(none)
+    assert.is_true((y1 - y2):abs():max():item() < 1e-5)
+    assert.are.same({ 2, 7, 7 }, w:shape())
+    assert.is_true((w:sum(-1) - 1):abs():max():item() < 1e-5)
+    -- dropout: on in training, off in eval
+    local d = nn.MultiheadAttention(16, 4, 0.5)
+    local a = d(x, x, x, { need_weights = false })
+    local b = d(x, x, x, { need_weights = false })
+    assert.is_true((a - b):abs():max():item() > 0)
+    d:eval()
+    assert.are.same(d(x, x, x):tolist(), d(x, x, x):tolist())
+    -- under an FP8 Accelerator the output projection is an FP8Linear
+    local model = nn.Sequential(nn.Linear(16, 16))
+    model.attn = m
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    model = acc:prepare(model)
+    assert.are.equal("FP8Linear", model.attn.out_proj:type_name())
+    local y = model.attn(x, x, x)
+    assert.are.same({ 7, 2, 16 }, y:shape())
+  end)
+
+  it("refuses what it does not take, by name", function()
+    local m = nn.MultiheadAttention(8, 2)
+    local x = fp8.randn { 5, 3, 8 }
+    for _, c in ipairs {
+      { function() nn.MultiheadAttention(8, 3) end, "num_heads must be a positive integer dividing embed_dim=8, got 3" },
+      { function() nn.MultiheadAttention(8, 2, { add_bias_kv = true }) end, "add_bias_kv=true is not supported" },
+      { function() nn.MultiheadAttention(8, 2, { add_zero_attn = true }) end, "add_zero_attn=true is not supported" },
+      { function() nn.MultiheadAttention(8, 2, { device = "cpu" }) end, "unknown option 'device'" },
+      { function() nn.MultiheadAttention(8, 2, { dropout = 2 }) end, "dropout must be a probability in [0, 1], got 2" },
+      { function() nn.MultiheadAttention(8, 2, { kdim = 0 }) end, "kdim must be a positive integer, got 0" },
+      { function() m(x, x, x, { foo = 1 }) end, "unknown option 'foo'" },
+      { function() m(x, x, x, { is_causal = true }) end, "is_causal=true needs attn_mask" },
+      { function() m(x, x, x, { attn_mask = fp8.ones { 5, 5 }:triu(1) }) end, "attn_mask holds only 0s and 1s" },
+      { function() m(x, x, x, { key_padding_mask = fp8.ones { 3, 5 } }) end,
+        "key_padding_mask holds only 0s and 1s" },
+      { function() m(x, x, x, { attn_mask = fp8.zeros { 4, 5 } }) end, "attn_mask must be [L, S] = [5, 5]" },
+      { function() m(x, x, x, { key_padding_mask = fp8.zeros { 5, 3 } }) end, "key_padding_mask must be [N, S] = [3, 5]" },
+      { function() m(x, x, fp8.randn { 4, 3, 8 }) end, "key and value must be [S, N, ...]" },
+      { function() m(x, x, fp8.randn { 5, 3, 6 }) end, "expected query [..., 8], key [..., 8] and value [..., 8]" },
+      { function() m(fp8.randn { 8 }, x, x) end, "query must be [L, N, E]" },
+      { function() m(x, x, 3) end, "expected tensors (query, key, value), got 3 for value" },
+      { function() m(x, x, x, fp8.zeros { 3, 5 }) end, "options must be a table" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+  end)
+end)

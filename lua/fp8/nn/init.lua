@@ -20,6 +20,7 @@ local nn = {
   ModuleList = require "fp8.nn.module_list",
   ModuleDict = require "fp8.nn.module_dict",
   CausalSelfAttention = require "fp8.nn.attention",
+  MultiheadAttention = require "fp8.nn.multihead_attention",
   TransformerBlock = require "fp8.nn.transformer",
   GPT = require "fp8.nn.gpt",
   FP8Linear = require "fp8.nn.fp8_linear",        -- the FP8 layers (fp8.convert_model swaps them in)
@@ -134,6 +135,13 @@ add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_in
 add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",
   "nanoGPT's attention: one qkv projection Linear(d, 3d), causal attention over n_head heads (F.qkv_attention),\n"
   .. "an output projection and dropout on its output; [B, T, n_embd] in and out.")
+add("nn.MultiheadAttention", "fp8.nn.MultiheadAttention(embed_dim, num_heads [, {dropout=0, bias=true, kdim=, vdim=,\n"
+  .. "  batch_first=false}])",
+  "torch.nn.MultiheadAttention, its parameters under torch's names (in_proj_weight, in_proj_bias, out_proj).\n"
+  .. "local out, w = mha(q, k, v [, {key_padding_mask=, need_weights=true, attn_mask=, average_attn_weights=true,\n"
+  .. "is_causal=false}]): q [L, N, E] ([N, L, E] with batch_first), k and v [S, N, kdim/vdim]; w [N, L, S] averaged\n"
+  .. "over the heads (nil with need_weights=false). Masks are added to the scores (-math.huge where attention may\n"
+  .. "not go; one of only 0s and 1s is refused: there is no bool dtype). out_proj runs as FP8 once converted.")
 add("nn.TransformerBlock", "fp8.nn.TransformerBlock{n_embd, n_head, dropout=0, bias=true}",
   "A pre-LayerNorm block: x + attn(ln1(x)), then x + mlp(ln2(x)), mlp = Linear(d, 4d) -> GELU(tanh) -> Linear(4d, d)\n"
   .. "-> Dropout (the GPT's blocks).")
