@@ -6,8 +6,9 @@ input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gra
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
-nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient) give
-on fixed inputs, for
+nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
+nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks) and nn.TransformerEncoder give on fixed inputs,
+for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
 
@@ -180,5 +181,41 @@ for name, ctor, qs, ks, vs, fkw in MHA:
             out["mha_%s_d%s" % (name, tn)] = rows(t.grad.reshape(-1, t.shape[-1]))
     for pname, prm in m.named_parameters():
         out["mha_%s_d_%s" % (name, pname.replace(".", "_"))] = rows(prm.grad.reshape(-1, prm.shape[-1]))
+
+# nn.TransformerEncoderLayer / TransformerEncoder: the layer's parameters by fill() in the order of their sorted names
+# (the encoder deep-copies the filled layer), the input by fill(); outputs and the gradients of the output weighted by
+# fill(), for the input and each listed parameter
+TEL = [  # name, layer kwargs, input shape, causal src_mask, pad the last key, encoder layers (0: the layer alone)
+    ("post", dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0), (5, 3, 8), True, True, 0),
+    ("pre_gelu", dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, activation="gelu", batch_first=True,
+                      norm_first=True, layer_norm_eps=1e-3), (3, 5, 8), False, True, 0),
+    ("enc", dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0), (5, 3, 8), True, False, 2),
+]
+for name, kw, xs, causal, pad, nl in TEL:
+    layer = torch.nn.TransformerEncoderLayer(**kw)
+    with torch.no_grad():
+        for j, (pname, prm) in enumerate(sorted(layer.named_parameters()), 1):
+            prm.copy_(fill(tuple(prm.shape), j, 0.25))
+    m = layer
+    if nl:
+        m = torch.nn.TransformerEncoder(layer, nl, norm=torch.nn.LayerNorm(8), enable_nested_tensor=False)
+    m.train()
+    x = fill(xs, 11, 1.0).requires_grad_()
+    S = xs[1] if kw.get("batch_first") else xs[0]
+    Nb = xs[0] if kw.get("batch_first") else xs[1]
+    fkw = {}
+    if causal:
+        fkw["mask" if nl else "src_mask"] = torch.full((S, S), -math.inf).triu(1)
+    if pad:
+        kpm = torch.zeros(Nb, S)
+        kpm[:, -1] = -math.inf
+        fkw["src_key_padding_mask"] = kpm
+    y = m(x, **fkw)
+    (y * fill(tuple(y.shape), 21, 1.0)).sum().backward()
+    out["tel_%s" % name] = rows(y.reshape(-1, 8))
+    out["tel_%s_dx" % name] = rows(x.grad.reshape(-1, 8))
+    for pname, prm in m.named_parameters():
+        if pname.endswith("linear1.weight") or pname.endswith("in_proj_weight") or pname.endswith("norm2.weight"):
+            out["tel_%s_d_%s" % (name, pname.replace(".", "_"))] = rows(prm.grad.reshape(-1, prm.shape[-1]))
 
 write("tests/data/nn_parity_torch.lua", "scripts/gen_nn_parity.py", torch.__version__, out)

@@ -2048,3 +2048,108 @@ describe("nn.MultiheadAttention (PyTorch 2.x's values and gradients)", function(
     end
   end)
 end)
+
+describe("nn.TransformerEncoderLayer and nn.TransformerEncoder (PyTorch 2.x's values and gradients)", function()
+  local nn = fp8.nn
+  local U = dofile("tests/spec/helpers/util.lua")
+  local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
+  local function fill(shape, seed, scale)
+    local n = 1
+    for _, d in ipairs(shape) do n = n * d end
+    local v = {}
+    for i = 0, n - 1 do v[i + 1] = ((i * 37 + seed * 11) % 23 - 11) / 8 * scale end
+    return fp8.tensor(v):reshape(shape)
+  end
+  local function same(name, got, want, tol)
+    assert.is_not_nil(want, name .. ": no reference")
+    local g, w = got:reshape(-1):totable(), {}
+    local function flat(t) if type(t) == "number" then w[#w + 1] = t else for _, v in ipairs(t) do flat(v) end end end
+    flat(want)
+    assert.are.equal(#w, #g, name)
+    for i = 1, #w do
+      assert.is_true(math.abs(g[i] - w[i]) <= (tol or 1e-5) * math.max(1, math.abs(w[i])),
+        ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
+    end
+  end
+  local CASES = {   -- scripts/gen_nn_parity.py's
+    { "post", { dim_feedforward = 16, dropout = 0 }, { 5, 3, 8 }, true, true, 0 },
+    { "pre_gelu", { dim_feedforward = 16, dropout = 0, activation = "gelu", batch_first = true, norm_first = true,
+      layer_norm_eps = 1e-3 }, { 3, 5, 8 }, false, true, 0 },
+    { "enc", { dim_feedforward = 16, dropout = 0 }, { 5, 3, 8 }, true, false, 2 },
+  }
+
+  it("matches torch's outputs and gradients, post- and pre-norm, with masks, stacked with a final norm", function()
+    for _, c in ipairs(CASES) do
+      local name, kw = c[1], c[2]
+      local layer = nn.TransformerEncoderLayer(8, 2, kw)
+      local named = layer:named_parameters()
+      table.sort(named, function(a, b) return a[1] < b[1] end)
+      for j, np in ipairs(named) do nn.init.copy_(np[2], fill(np[2]:shape(), j, 0.25)) end
+      local m = layer
+      if c[6] > 0 then m = nn.TransformerEncoder(layer, c[6], { norm = nn.LayerNorm(8) }) end
+      local x = fill(c[3], 11, 1.0):requires_grad(true)
+      local S = kw.batch_first and c[3][2] or c[3][1]
+      local Nb = kw.batch_first and c[3][1] or c[3][2]
+      local fkw = {}
+      if c[4] then fkw[c[6] > 0 and "mask" or "src_mask"] = fp8.full({ S, S }, -math.huge):triu(1) end
+      if c[5] then
+        local row = {}
+        for s = 1, S do row[s] = s == S and -math.huge or 0 end
+        fkw.src_key_padding_mask = fp8.tensor(row):reshape { 1, S }:expand { Nb, S }
+      end
+      local y = m(x, fkw)
+      local loss = (y * fill(y:shape(), 21, 1.0)):sum()
+      loss:backward()
+      same(name, y, ref["tel_" .. name])
+      same(name .. " dx", x.grad, ref["tel_" .. name .. "_dx"])
+      local checked = 0
+      for _, np in ipairs(m:named_parameters()) do
+        local key = "tel_" .. name .. "_d_" .. np[1]:gsub("%.", "_")
+        if ref[key] then same(name .. " d" .. np[1], np[2].grad, ref[key]); checked = checked + 1 end
+      end
+      assert.are.equal(c[6] > 0 and 6 or 3, checked)
+    end
+  end)
+
+  it("copies the layer (its weights, not the object), trains under FP8, and refuses what it does not take", function()
+    fp8.manual_seed(2)
+    local layer = nn.TransformerEncoderLayer(16, 4, { dim_feedforward = 32, batch_first = true })
+    local enc = nn.TransformerEncoder(layer, 3)
+    assert.are.equal(3, #enc.layers)
+    assert.are_not.equal(layer, enc.layers[1])
+    assert.are_not.equal(enc.layers[1].linear1.weight, enc.layers[2].linear1.weight)
+    assert.are.same(layer.linear1.weight:tolist(), enc.layers[3].linear1.weight:tolist())
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    local head = nn.Linear(16, 16)   -- (dims of 16: FP8 too)
+    local model = nn.Sequential(enc, head)
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-2 })
+    model, opt = acc:prepare(model, opt)
+    assert.are.equal("FP8Linear", model[1].layers[1].linear1:type_name())
+    local x = fp8.randn { 4, 6, 16 }
+    local t = fp8.tensor { 0, 1, 2, 3 }
+    local first, last
+    for step = 1, 30 do
+      local logits = model(x):mean(2)
+      local loss = fp8.nn.functional.cross_entropy(logits, t)
+      if step == 1 then first = loss:item() end
+      last = loss:item()
+      acc:backward(loss); opt:step(); opt:zero_grad()
+    end
+    assert.is_true(last < first * 0.5, ("loss %g -> %g"):format(first, last))
+    for _, c in ipairs {
+      { function() nn.TransformerEncoderLayer(8, 3) end, "nhead must be a positive integer dividing d_model=8, got 3" },
+      { function() nn.TransformerEncoderLayer(8, 2, { activation = "tanh" }) end,
+        'activation must be "relu", "gelu" or a function, got "tanh"' },
+      { function() nn.TransformerEncoderLayer(8, 2, { device = "cpu" }) end, "unknown option 'device'" },
+      { function() nn.TransformerEncoder(nn.Linear(8, 8), 2) end, "encoder_layer must be a TransformerEncoderLayer" },
+      { function() nn.TransformerEncoder(layer, 0) end, "num_layers must be an integer in 1..4096, got 0" },
+      { function() nn.TransformerEncoder(layer, 2, { enable_nested_tensor = true }) end,
+        "enable_nested_tensor=true is not supported" },
+      { function() nn.TransformerEncoder(layer, 2, { mask_check = false }) end, "mask_check is not supported" },
+      { function() layer(fp8.randn { 2, 3, 16 }, { mask = fp8.zeros { 3, 3 } }) end, "unknown option 'mask'" },
+      { function() enc(fp8.randn { 2, 3, 16 }, { src_mask = fp8.zeros { 3, 3 } }) end, "unknown option 'src_mask'" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+  end)
+end)

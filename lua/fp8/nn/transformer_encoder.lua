@@ -1,0 +1,211 @@
+-- transformer_encoder.lua — torch's fp8.nn.TransformerEncoderLayer(d_model, nhead [, {dim_feedforward=2048,
+-- dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true}]) and
+-- fp8.nn.TransformerEncoder(encoder_layer, num_layers [, {norm=, enable_nested_tensor=false}]).
+-- The layer is torch's: self-attention (a MultiheadAttention, self_attn) and a feed-forward block (linear1 →
+-- activation → dropout → linear2), each followed by its dropout (dropout1, dropout2) and added to its input, with
+-- LayerNorms norm1 and norm2 after each sum (post-norm, torch's default) or before each block (norm_first). Its
+-- submodules carry torch's names, so a state_dict moves between the two. The encoder stacks num_layers copies of the
+-- layer it is given, each starting from that layer's weights (torch deep-copies it), then the optional norm.
+local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
+local Linear = require "fp8.nn.linear"
+local LayerNorm = require "fp8.nn.layernorm"
+local Dropout = require "fp8.nn.dropout"
+local F = require "fp8.nn.functional"
+local MHA = require "fp8.nn.multihead_attention"
+local ModuleList = require "fp8.nn.module_list"
+
+local M = {}
+
+local Layer = Module.class("TransformerEncoderLayer")
+M.TransformerEncoderLayer = Layer
+
+local LN = "TransformerEncoderLayer"
+local LAYER_OPTS = { "d_model", "nhead", "dim_feedforward", "dropout", "activation", "layer_norm_eps", "batch_first",
+                     "norm_first", "bias" }
+local ACTIVATIONS = { relu = F.relu, gelu = F.gelu }
+
+function Layer:__init(d_model, nhead, opts)
+  local level = 3
+  if type(d_model) == "table" then
+    if nhead ~= nil or opts ~= nil then
+      error(("%s: give (d_model, nhead [, {options}]) or one table {d_model=, nhead=, ...}"):format(LN), level)
+    end
+    opts = O.check(LN, d_model, LAYER_OPTS, level)
+    d_model, nhead = opts.d_model, opts.nhead
+  elseif opts ~= nil then
+    if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(LN, O.got(opts)), level) end
+    O.check(LN, opts, { table.unpack(LAYER_OPTS, 3) }, level)
+  end
+  opts = opts or {}
+  if math.type(d_model) ~= "integer" or d_model <= 0 then
+    error(("%s: d_model must be a positive integer, got %s"):format(LN, O.got(d_model)), level)
+  end
+  if math.type(nhead) ~= "integer" or nhead <= 0 or d_model % nhead ~= 0 then
+    error(("%s: nhead must be a positive integer dividing d_model=%d, got %s"):format(LN, d_model, O.got(nhead)), level)
+  end
+  local ff = opts.dim_feedforward or 2048
+  if math.type(ff) ~= "integer" or ff <= 0 then
+    error(("%s: dim_feedforward must be a positive integer, got %s"):format(LN, O.got(ff)), level)
+  end
+  local p = opts.dropout
+  if p == nil then p = 0.1 end
+  Dropout._check_p(LN, "dropout", p, level + 1)
+  for _, k in ipairs { "batch_first", "norm_first", "bias" } do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("%s: %s must be a boolean, got %s"):format(LN, k, O.got(opts[k])), level)
+    end
+  end
+  local act = opts.activation or "relu"
+  if type(act) == "string" then
+    if not ACTIVATIONS[act] then
+      error(("%s: activation must be \"relu\", \"gelu\" or a function, got %s"):format(LN, O.got(act)), level)
+    end
+  elseif type(act) ~= "function" and not Module.is_module(act) then
+    error(("%s: activation must be \"relu\", \"gelu\" or a function, got %s"):format(LN, O.got(act)), level)
+  end
+  local eps = opts.layer_norm_eps or 1e-5
+  if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
+    error(("%s: layer_norm_eps must be a finite number >= 0, got %s"):format(LN, O.got(eps)), level)
+  end
+  local bias = opts.bias ~= false
+  Module._check_size(LN, level, "dim_feedforward * d_model", ff, d_model)
+  self._cfg = { d_model = d_model, nhead = nhead, dim_feedforward = ff, dropout = p, activation = act,
+                layer_norm_eps = eps, batch_first = opts.batch_first or false, norm_first = opts.norm_first or false,
+                bias = bias }
+  self.self_attn = MHA(d_model, nhead, { dropout = p, bias = bias, batch_first = opts.batch_first or false })
+  self.linear1 = Linear(d_model, ff, bias)
+  self.dropout = Dropout(p)
+  self.linear2 = Linear(ff, d_model, bias)
+  self.norm_first = opts.norm_first or false
+  self.norm1 = LayerNorm(d_model, { eps = eps, bias = bias })
+  self.norm2 = LayerNorm(d_model, { eps = eps, bias = bias })
+  self.dropout1 = Dropout(p)
+  self.dropout2 = Dropout(p)
+  self.activation = act
+end
+
+local FORWARD_OPTS = { "src_mask", "src_key_padding_mask", "is_causal" }
+
+local function forward_opts(opts, names)
+  if opts ~= nil and (type(opts) ~= "table" or require("fp8.core").is_tensor(opts)) then
+    error(("options must be a table {%s=, %s=, %s=}, got %s"):format(names[1], names[2], names[3], O.got(opts)), 0)
+  end
+  opts = opts or {}
+  local valid = {}
+  for _, k in ipairs(names) do valid[k] = true end
+  for k in pairs(opts) do
+    if not valid[k] then error(O.unknown_text(k, names), 0) end
+  end
+  if opts.is_causal ~= nil and type(opts.is_causal) ~= "boolean" then
+    error(("is_causal must be a boolean, got %s"):format(O.got(opts.is_causal)), 0)
+  end
+  return opts
+end
+
+function Layer:_act(x)
+  local a = self.activation
+  if type(a) == "string" then return ACTIVATIONS[a](x) end
+  return a(x)
+end
+
+-- layer(src [, {src_mask=, src_key_padding_mask=, is_causal=false}]): src [S, N, E] ([N, S, E] with batch_first,
+-- [S, E] unbatched); the masks are MultiheadAttention's attn_mask and key_padding_mask (added to the scores)
+function Layer:forward(src, opts, ...)
+  if select("#", ...) > 0 then error("takes (src [, {src_mask=, src_key_padding_mask=, is_causal=}])", 0) end
+  if not require("fp8.core").is_tensor(src) then error(("expected a tensor src, got %s"):format(O.got(src)), 0) end
+  opts = forward_opts(opts, FORWARD_OPTS)
+  local attn_opts = { attn_mask = opts.src_mask, key_padding_mask = opts.src_key_padding_mask, need_weights = false,
+                      is_causal = opts.is_causal }
+  local function sa(x) return self.dropout1((self.self_attn(x, x, x, attn_opts))) end
+  local function ff(x) return self.dropout2(self.linear2(self.dropout(self:_act(self.linear1(x))))) end
+  local x = src
+  if self.norm_first then
+    x = x + sa(self.norm1(x))
+    return x + ff(self.norm2(x))
+  end
+  x = self.norm1(x + sa(x))
+  return self.norm2(x + ff(x))
+end
+
+function Layer:extra_repr()
+  local c = self._cfg
+  return ("d_model=%d, nhead=%d, dim_feedforward=%d, dropout=%g, activation=%s%s%s"):format(c.d_model, c.nhead,
+    c.dim_feedforward, c.dropout, type(c.activation) == "string" and c.activation or "(function)",
+    c.batch_first and ", batch_first=true" or "", c.norm_first and ", norm_first=true" or "")
+end
+
+-- a new layer of the same configuration with this one's parameters and buffers (torch's copy.deepcopy of it)
+function Layer:_clone()
+  local c = self._cfg
+  local copy = Layer(c)
+  copy:load_state_dict(self:state_dict())
+  copy:train(self.training)
+  return copy
+end
+
+-- whether m is an instance of the class named name or of a subclass of it
+local function is_a(m, name)
+  if not Module.is_module(m) then return false end
+  local c = getmetatable(m)
+  while type(c) == "table" do
+    if rawget(c, "__name") == name then return true end
+    c = rawget(c, "super")
+  end
+  return false
+end
+
+local Encoder = Module.class("TransformerEncoder")
+M.TransformerEncoder = Encoder
+local EN = "TransformerEncoder"
+
+function Encoder:__init(layer, num_layers, opts)
+  local level = 3
+  if not is_a(layer, "TransformerEncoderLayer") then
+    error(("%s: encoder_layer must be a TransformerEncoderLayer, got %s"):format(EN, O.got(layer)), level)
+  end
+  if math.type(num_layers) ~= "integer" or num_layers < 1 or num_layers > 4096 then
+    error(("%s: num_layers must be an integer in 1..4096, got %s"):format(EN, O.got(num_layers)), level)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("%s: options must be a table, got %s"):format(EN, O.got(opts)), level)
+  end
+  opts = O.check(EN, opts, { "norm", "enable_nested_tensor", "mask_check" }, level)
+  if opts.norm ~= nil and not Module.is_module(opts.norm) then
+    error(("%s: norm must be a module (a LayerNorm), got %s"):format(EN, O.got(opts.norm)), level)
+  end
+  if opts.enable_nested_tensor then
+    error(("%s: enable_nested_tensor=true is not supported (torch's inference fast path, which also returns 0 at "
+      .. "padded positions); give false"):format(EN), level)
+  end
+  if opts.mask_check ~= nil then
+    error(("%s: mask_check is not supported (it checks masks for the nested-tensor fast path, which is not "
+      .. "offered)"):format(EN), level)
+  end
+  local layers = {}
+  for i = 1, num_layers do layers[i] = layer:_clone() end
+  self.layers = ModuleList(layers)
+  self.num_layers = num_layers
+  if opts.norm ~= nil then self.norm = opts.norm end
+end
+
+local ENCODER_OPTS = { "mask", "src_key_padding_mask", "is_causal" }
+
+-- encoder(src [, {mask=, src_key_padding_mask=, is_causal=}]): every layer in turn, then the norm
+function Encoder:forward(src, opts, ...)
+  if select("#", ...) > 0 then error("takes (src [, {mask=, src_key_padding_mask=, is_causal=}])", 0) end
+  if not require("fp8.core").is_tensor(src) then error(("expected a tensor src, got %s"):format(O.got(src)), 0) end
+  opts = forward_opts(opts, ENCODER_OPTS)
+  local lo = { src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask, is_causal = opts.is_causal }
+  local x = src
+  for i = 1, self.num_layers do x = self.layers[i](x, lo) end
+  if self.norm ~= nil then x = self.norm(x) end
+  return x
+end
+
+function Encoder:extra_repr() return ("num_layers=%d"):format(self.num_layers) end
+
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(Layer, LN)
+O.strict_arity(Encoder, EN)
+return M
