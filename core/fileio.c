@@ -132,6 +132,46 @@ fl_status fl_fsync_dir(const char *dir) {
     return FL_OK;
 }
 
+fl_status fl_append(const char *path, const void *data, size_t len, bool durable) {
+    if (!path || !*path) return FL_ERR(FL_EINVAL, "cannot append: the path is empty");
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    bool created = false;
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+        created = fd >= 0;
+    }
+    if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open to append: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return FL_ERR(FL_EIO, "%s: not a regular file", path);
+    }
+    const char *p = (const char *)data;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, p + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            int e = errno;
+            close(fd);
+            return FL_ERR(FL_EIO, "%s: write failed: %s", path, strerror(e));
+        }
+        done += (size_t)w;
+    }
+    if (durable && fsync(fd) != 0 && errno != EINVAL) {
+        int e = errno;
+        close(fd);
+        return FL_ERR(FL_EIO, "%s: fsync failed: %s", path, strerror(e));
+    }
+    if (close(fd) != 0 && errno != EINTR) return FL_ERR(FL_EIO, "%s: close failed: %s", path, strerror(errno));
+    if (created) {
+        char dir[4096];
+        dir_of(path, dir, sizeof dir);
+        return fl_fsync_dir(dir);
+    }
+    return FL_OK;
+}
+
 static void remove_stale_links(const char *path);
 
 static _Atomic bool use_tmpfile = true;

@@ -38,6 +38,11 @@ fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx);
  * path, fsync the directory (fl_write_atomic without copying the bytes). tmp must be a regular file in path's
  * directory; on failure it is left where it was, for the caller to remove. */
 fl_status fl_fsync_rename(const char *tmp, const char *path);
+/* An append-only log (a TensorBoard event file), which a reader may follow while it grows: all of data written at
+ * path's end (the file created 0644 if missing, and its directory fsynced then), then fsync'ed when `durable`.
+ * Earlier bytes are never rewritten, so a crash loses at most what this call was writing. A path that is not a
+ * regular file (a directory, a FIFO) is refused. */
+fl_status fl_append(const char *path, const void *data, size_t len, bool durable);
 /* fsync a directory (after renaming into it); file systems that cannot (EINVAL) are not an error. */
 fl_status fl_fsync_dir(const char *dir);
 /* mkdir -p: dir and the directories above it (mode 0777 & ~umask); an existing directory is fine, anything else

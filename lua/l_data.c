@@ -116,6 +116,15 @@ static int l_clock(lua_State *L) {
     return 1;
 }
 
+/* wall_time() -> seconds since the epoch (CLOCK_REALTIME, sub-second: Python's time.time()), the wall_time of
+ * TensorBoard's events (lua/fp8/tensorboard.lua). */
+static int l_wall_time(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
 /* isatty([fd=1]) -> whether fd is a terminal (progress bars redraw one line only there). */
 static int l_isatty(lua_State *L) {
     lua_Integer fd = luaL_optinteger(L, 1, 1);
@@ -126,6 +135,7 @@ static int l_isatty(lua_State *L) {
 static const luaL_Reg data_funcs[] = {
     {"clock", l_clock},
     {"isatty", l_isatty},
+    {"wall_time", l_wall_time},
     {"load_images", l_load_images},
     {"load_labels", l_load_labels},
     {"gather", l_gather},

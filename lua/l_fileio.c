@@ -1,7 +1,8 @@
 /* l_fileio.c — module "fp8._fileio": the Lua face of core/fileio.c, for the Lua library's readers and
  * writers: read_regular(path, what, max_bytes) -> string (regular files only, size-capped) and
  * write_atomic(path, data) (unnamed temporary file, fsync, rename, fsync the directory) and
- * fsync_rename(tmp, path) (a file another program wrote, made durable under its final name). */
+ * fsync_rename(tmp, path) (a file another program wrote, made durable under its final name) and append(path, data
+ * [, durable]) (an append-only log: TensorBoard's event files). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,18 @@ static int l_fsync_rename(lua_State *L) {
     return 1;
 }
 
+/* append(path, data [, durable=false]): fl_append, an append-only log's next bytes */
+static int l_append(lua_State *L) {
+    const char *path = fl_lcheckpath(L, 1, "append");
+    size_t len;
+    const char *data = luaL_checklstring(L, 2, &len);
+    bool durable = lua_toboolean(L, 3);
+    fl_lcheck(L, fl_append(path, data, len, durable));
+    return 0;
+}
+
 static const luaL_Reg fileio_funcs[] = {
+    {"append", l_append},
     {"fsync_rename", l_fsync_rename},
     {"read_regular", l_read_regular},
     {"write_atomic", l_write_atomic},

@@ -17,6 +17,7 @@ local fp8_stats = require "fp8.stats"
 local Module = require "fp8.nn.module"
 local amp = require "fp8.amp"
 local fp8_layer = require "fp8._fp8_layer"
+local trackers = require "fp8.trackers"
 local checkpointing = require "fp8.checkpointing"   -- save_state/load_state/save_model (installed below)
 local dataloader_config = require "fp8.dataloader_config"   -- fp8.DataLoaderConfiguration (dataloader_config=)
 local dist = require "fp8.distributed"   -- processes, utilities, loader sharding (docs/distributed.md)
@@ -43,14 +44,13 @@ local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers =
                 gradient_accumulation_steps = true, env = true, config = true, even_batches = true,
                 step_scheduler_with_optimizer = true, device_placement = true, gradient_accumulation_plugin = true,
                 project_config = true, project_dir = true,   -- these two: lua/fp8/checkpointing.lua
+                log_with = true,                              -- lua/fp8/trackers.lua
                 dataloader_config = true }                    -- lua/fp8/dataloader_config.lua
 
 -- Accelerate's options and methods that fp8lab does not have, refused by name with the reason (an
 -- Accelerate script gets why, rather than "unknown option" or "attempt to call a nil value").
 local ENGINES = "fp8lab trains with data parallelism only (DDP over MPI: fp8lab launch --num_processes N); "
   .. "it has no DeepSpeed, FSDP, tensor-, pipeline- or Megatron-LM parallelism"
-local TRACKERS = "fp8lab has no experiment trackers; the training scripts write CSV logs (--csv) and "
-  .. "acc:log_fp8_stats{every=, path=} writes the FP8 state"
 local NOT_HERE = {
   split_batches = "loaders are sharded by whole batches (Accelerate's split_batches=false): each process takes "
     .. "batches of batch_size samples",
@@ -58,11 +58,9 @@ local NOT_HERE = {
   megatron_lm_plugin = ENGINES, parallelism_config = ENGINES,
   rng_types = "fp8lab has one generator (fp8.manual_seed, fp8.set_seed), which save_state saves; loaders "
     .. "shuffle by their seed and epoch",
-  log_with = TRACKERS,
   dynamo_backend = "fp8lab has no torch.compile (dynamo)", dynamo_plugin = "fp8lab has no torch.compile (dynamo)",
 }
 local NOT_PROVIDED = {
-  init_trackers = TRACKERS, log = TRACKERS, get_tracker = TRACKERS,
   join_uneven_inputs = "not provided: a prepared loader gives every process the same number of batches "
     .. "(even_batches=true, the default)",
   trigger_sync_in_backward = "acc:no_sync(model, fn) keeps only fn's backwards local, and the next "
@@ -182,11 +180,15 @@ local function new(opts)
   self.step_scheduler_with_optimizer = opts.step_scheduler_with_optimizer ~= false
   dist.setup(self)                        -- process_index, num_processes, local_process_index, sync_gradients
   self._ddp_opts = ddp.options(settings.ddp)
-  self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3)
-  -- Accelerate's read-only properties, as fields: logging_dir (Accelerate's ProjectConfiguration sets it to project_dir
-  -- when made; fp8lab refuses another), the loader settings, and what a single-model, data-parallel run answers.
+  self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3,
+    opts.log_with ~= nil)
+  -- Accelerate's read-only properties, as fields: logging_dir (the ProjectConfiguration's, which is its project_dir
+  -- unless given), the loader settings, and what a single-model, data-parallel run answers.
   -- project_dir is not one: it reads project_configuration when read (PROPERTIES), as Accelerate's property does
-  self.logging_dir = self.project_configuration.project_dir
+  self.logging_dir = self.project_configuration.logging_dir or self.project_configuration.project_dir
+  -- the experiment trackers (lua/fp8/trackers.lua): log_with checked now, as Accelerate's; init_trackers starts them
+  self.log_with = trackers._resolve(opts.log_with, self.logging_dir, 3)
+  self.trackers = {}
   for _, k in ipairs { "split_batches", "dispatch_batches", "use_seedable_sampler", "non_blocking",
     "use_stateful_dataloader" } do self[k] = self.dataloader_config[k] end
   self.should_save_model = self.local_process_index == 0
@@ -1029,12 +1031,15 @@ dist.install(Accelerator)
 -- no_sync(model, fn, ...): fn runs without gradient synchronisation (a backward inside communicates nothing;
 -- acc.sync_gradients is left as it is, as Accelerate leaves it).
 function Accelerator:no_sync(model, fn, ...) return ddp.no_sync(self, model, fn, ...) end
--- Accelerate's end_training: it finishes the trackers (fp8lab makes none: log_with is refused) and destroys the
--- process group. Here the group (MPI) ends when the process exits; the call is a no-op, so that scripts that end
--- with it (Accelerate's examples do, with or without trackers) run to the end.
+-- Accelerate's end_training: it finishes the trackers (closing TensorBoard's event files) and destroys the process
+-- group. Here the group (MPI) ends when the process exits, so that scripts that end with it (Accelerate's examples
+-- do, with or without trackers) run to the end.
 function Accelerator:end_training(...)
   O.no_more("end_training", "no arguments", ...)
+  self:_finish_trackers()
 end
+-- init_trackers, log, get_tracker: lua/fp8/trackers.lua
+trackers._install(Accelerator)
 
 -- state() → printable summary of precision, backend, recipe and per-layer FP8 state.
 function Accelerator:state()

@@ -20,29 +20,33 @@ local STATE_FILE = "fp8lab_state.json"
 
 -- ---- ProjectConfiguration --------------------------------------------------------------------
 
-local PC_FIELDS = { "automatic_checkpoint_naming", "iteration", "project_dir", "total_limit" }
+local PC_FIELDS = { "automatic_checkpoint_naming", "iteration", "logging_dir", "project_dir", "total_limit" }
 local ProjectConfiguration = {}
 ProjectConfiguration.__index = ProjectConfiguration
 ProjectConfiguration.__name = "ProjectConfiguration"
 
--- fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=nil, iteration=0}
+-- fp8.ProjectConfiguration{project_dir=, logging_dir=, automatic_checkpoint_naming=false, total_limit=nil, iteration=0}
+-- (logging_dir: the trackers' directory, project_dir's unless given, as Accelerate's)
 function M.ProjectConfiguration(opts, ...)
-  require("fp8.opts").no_more("ProjectConfiguration", "({project_dir=, automatic_checkpoint_naming=, total_limit=, iteration=})", ...)
+  require("fp8.opts").no_more("ProjectConfiguration",
+    "({project_dir=, logging_dir=, automatic_checkpoint_naming=, total_limit=, iteration=})", ...)
   opts = opts or {}
   if type(opts) ~= "table" then error(("ProjectConfiguration: expected an options table, got %s"):format(type(opts)), 2) end
-  local named = {}   -- logging_dir and save_on_each_node: accepted when off, refused when set
+  local named = {}   -- save_on_each_node: accepted when off, refused when set
   for k, v in pairs(opts) do
-    if k == "logging_dir" or k == "save_on_each_node" then
-      if v ~= false then error(("ProjectConfiguration: %s is not supported in fp8lab (no trackers; one node)"):format(k), 2) end
+    if k == "save_on_each_node" then
+      if v ~= false then error(("ProjectConfiguration: %s is not supported in fp8lab (one node)"):format(k), 2) end
     else
       named[k] = v
     end
   end
   O.check("ProjectConfiguration", named, PC_FIELDS, 2)
   local pc = setmetatable({ project_dir = opts.project_dir, automatic_checkpoint_naming = opts.automatic_checkpoint_naming == true,
-    total_limit = opts.total_limit, iteration = opts.iteration or 0 }, ProjectConfiguration)
-  if pc.project_dir ~= nil and (type(pc.project_dir) ~= "string" or pc.project_dir == "") then
-    error(("ProjectConfiguration: project_dir must be a directory name, got %s"):format(tostring(pc.project_dir)), 2)
+    total_limit = opts.total_limit, iteration = opts.iteration or 0, logging_dir = opts.logging_dir }, ProjectConfiguration)
+  for _, k in ipairs { "project_dir", "logging_dir" } do
+    if pc[k] ~= nil and (type(pc[k]) ~= "string" or pc[k] == "") then
+      error(("ProjectConfiguration: %s must be a directory name, got %s"):format(k, tostring(pc[k])), 2)
+    end
   end
   if opts.automatic_checkpoint_naming ~= nil and type(opts.automatic_checkpoint_naming) ~= "boolean" then
     error("ProjectConfiguration: automatic_checkpoint_naming must be a boolean", 2)
@@ -57,12 +61,14 @@ function M.ProjectConfiguration(opts, ...)
 end
 
 function ProjectConfiguration:__tostring()
-  return ("ProjectConfiguration(project_dir=%s, automatic_checkpoint_naming=%s, total_limit=%s, iteration=%d)"):format(
-    tostring(self.project_dir), tostring(self.automatic_checkpoint_naming), tostring(self.total_limit), self.iteration)
+  return ("ProjectConfiguration(project_dir=%s, logging_dir=%s, automatic_checkpoint_naming=%s, total_limit=%s, "
+    .. "iteration=%d)"):format(tostring(self.project_dir), tostring(self.logging_dir or self.project_dir),
+    tostring(self.automatic_checkpoint_naming), tostring(self.total_limit), self.iteration)
 end
 
--- The accelerator's configuration from its options project_config= and project_dir= (Accelerate's).
-function M.project_config_from(pc, dir, level)
+-- The accelerator's configuration from its options project_config= and project_dir= (Accelerate's); trackers: whether
+-- log_with is given (its trackers write under the logging directory, project_dir's by default).
+function M.project_config_from(pc, dir, level, trackers)
   if pc ~= nil and not O.is_a(pc, "ProjectConfiguration") then
     error(("Accelerator: project_config must be an fp8.ProjectConfiguration{...}, got %s"):format(type(pc)), level + 1)
   end
@@ -72,19 +78,23 @@ function M.project_config_from(pc, dir, level)
     -- Accelerate's `if project_dir is not None and self.project_dir is None`: the configuration's own project_dir wins
     if pc.project_dir == nil then pc.project_dir = dir end
   end
-  -- Without automatic naming these would change nothing (as in Accelerate, where project_dir otherwise only feeds the
-  -- trackers' logging_dir, and fp8lab has no trackers): refused rather than kept for nothing
+  -- Without automatic naming and without trackers these would change nothing (in Accelerate project_dir otherwise
+  -- only feeds the trackers' logging_dir): refused rather than kept for nothing
+  local set = {}
   if not pc.automatic_checkpoint_naming then
-    local set = {}
-    if pc.project_dir ~= nil then set[#set + 1] = "project_dir" end
+    if pc.project_dir ~= nil and not trackers then set[#set + 1] = "project_dir" end
     if pc.total_limit ~= nil then set[#set + 1] = "total_limit" end
     if pc.iteration ~= 0 then set[#set + 1] = "iteration" end
-    if #set > 0 then
-      error(("Accelerator: %s %s effect only with automatic_checkpoint_naming=true (checkpoints numbered under "
-        .. "project_dir/checkpoints; fp8lab has no trackers to take a logging dir): set it in "
-        .. "fp8.ProjectConfiguration{...}, or leave %s out"):format(table.concat(set, ", "), #set > 1 and "take" or "takes",
-        #set > 1 and "them" or "it"), level + 1)
-    end
+  end
+  if #set > 0 then
+    error(("Accelerator: %s %s effect only with automatic_checkpoint_naming=true (checkpoints numbered under "
+      .. "project_dir/checkpoints)%s: set it in fp8.ProjectConfiguration{...}, or leave %s out"):format(
+      table.concat(set, ", "), #set > 1 and "take" or "takes", set[1] == "project_dir" and " or with log_with= "
+      .. "(its trackers write under project_dir)" or "", #set > 1 and "them" or "it"), level + 1)
+  end
+  if pc.logging_dir ~= nil and not trackers then
+    error("Accelerator: logging_dir takes effect only with log_with= (the trackers write under it): leave it out, "
+      .. "or give log_with=\"tensorboard\"", level + 1)
   end
   return pc
 end

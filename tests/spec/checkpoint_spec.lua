@@ -672,7 +672,11 @@ describe("acc:save_state / load_state", function()
 
   it("ProjectConfiguration and Accelerator options are checked", function()
     U.fails_with("ProjectConfiguration: total_limit must be an integer >= 1, got 0", function() fp8.ProjectConfiguration { total_limit = 0 } end)
-    assert.has_error(function() fp8.ProjectConfiguration { logging_dir = "x" } end, "ProjectConfiguration: logging_dir is not supported in fp8lab (no trackers; one node)")
+    assert.has_error(function() fp8.ProjectConfiguration { save_on_each_node = true } end, "ProjectConfiguration: save_on_each_node is not supported in fp8lab (one node)")
+    U.fails_with("ProjectConfiguration: logging_dir must be a directory name, got 3", function() fp8.ProjectConfiguration { logging_dir = 3 } end)
+    -- logging_dir feeds the trackers only: without log_with it is refused
+    U.fails_with("Accelerator: logging_dir takes effect only with log_with=", function()
+      return fp8.Accelerator { config = false, env = {}, project_config = fp8.ProjectConfiguration { logging_dir = "/tmp/l" } } end)
     U.fails_with("ProjectConfiguration: unknown option 'projectdir' (did you mean 'project_dir'?)", function() fp8.ProjectConfiguration { projectdir = "x" } end)
     U.fails_with("Accelerator: project_config must be an fp8.ProjectConfiguration{...}, got table", function() fp8.Accelerator { project_config = {} } end)
     local acc = fp8.Accelerator { project_dir = "/tmp/somewhere", config = false, env = {},

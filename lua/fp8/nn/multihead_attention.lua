@@ -100,7 +100,8 @@ for _, k in ipairs(FORWARD_OPTS) do FORWARD_SET[k] = true end
 
 function MHA:forward(query, key, value, opts, ...)
   if select("#", ...) > 0 then error("takes (query, key, value [, {options}])", 0) end
-  for i, t in ipairs { query, key, value } do
+  for i = 1, 3 do   -- (not ipairs: it stops at a nil)
+    local t = select(i, query, key, value)
     if not fp8.is_tensor(t) then
       error(("expected tensors (query, key, value), got %s for %s"):format(O.got(t), ({ "query", "key", "value" })[i]), 0)
     end
