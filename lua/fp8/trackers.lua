@@ -271,4 +271,25 @@ function M._install(Accelerator)
   end
 end
 
+local okh, help = pcall(require, "fp8.help")
+if okh and help.add then
+  local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
+  add("acc:init_trackers", "fp8.Accelerator{log_with=\"tensorboard\", project_dir=DIR} ; acc:init_trackers(project_name\n"
+    .. "  [, config [, init_kwargs]])",
+    "Accelerate's experiment trackers. log_with: \"tensorboard\", \"all\", a tracker object of your own ({name=,\n"
+    .. "log=function(self, values, step, kw) ...}, optional store_init_configuration, finish, tracker), or a list.\n"
+    .. "init_trackers starts them on the main process: TensorBoard writes DIR/project_name (config: its hparams and\n"
+    .. "hparams.yml; init_kwargs {tensorboard = {filename_suffix=}}). acc:log(values [, step [, log_kwargs]]): numbers\n"
+    .. "as scalars, strings as text, {name = number} tables as grouped scalars; acc:get_tracker(name [, unwrap]);\n"
+    .. "acc:end_training() finishes them. tensorboard --logdir DIR shows the runs.")
+  help.ALIASES["acc:log"] = "acc:init_trackers"
+  help.ALIASES["acc:get_tracker"] = "acc:init_trackers"
+  help.add { section = "Training", name = "SummaryWriter",
+    sig = "fp8.SummaryWriter([log_dir [, {filename_suffix=, comment=}]]) -> w",
+    doc = "torch.utils.tensorboard's writer of TensorBoard event files (the records torch writes):\n"
+      .. "w:add_scalar(tag, value [, step [, walltime]]), w:add_scalars(main_tag, {tag = value} [, step]),\n"
+      .. "w:add_text(tag, text [, step]), w:add_hparams(hparams, metrics [, {run_name=, global_step=}]),\n"
+      .. "w:flush(), w:close() (also a <close> variable), w:get_logdir(). Each add is appended to the file at once." }
+end
+
 return M
