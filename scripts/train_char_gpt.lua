@@ -39,6 +39,8 @@ local OPTIONS = {
     .. "time (the final loss uses all of them)", 1 },
   { "csv", "str", "build/char_gpt.csv", "the reports as CSV, rewritten at each one; under fp8 also fp8.stats of "
     .. "every layer into <csv>-fp8stats.csv ('' = no CSV)" },
+  { "tensorboard", "str", nil, "also log the reports (and the sample) for TensorBoard under this directory, through "
+    .. "the Accelerator's tracker (run char_gpt; tensorboard --logdir DIR shows it)" },
   { "sample-len", "int", 200, "characters to generate at the end", 0 },
   { "temperature", "num", 0.8, "sampling temperature (0 = greedy)", 0 },
   { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)", 0 },
@@ -116,7 +118,17 @@ local accel = fp8.Accelerator{mixed_precision = mixed, kwargs_handlers = handler
   gradient_accumulation_plugin = opts["gradient-accumulation-steps"]
     and fp8.GradientAccumulationPlugin{num_steps = opts["gradient-accumulation-steps"]} or nil,
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
-                                            total_limit = 3}}
+                                            total_limit = 3, logging_dir = opts.tensorboard},
+  log_with = opts.tensorboard and "tensorboard" or nil}
+if opts.tensorboard then
+  local config = {}   -- the run's settings, as its hparams
+  for _, k in ipairs { "steps", "block-size", "layers", "heads", "d-model", "batch-size", "lr", "seed" } do
+    config[k] = opts[k]
+  end
+  config.mixed_precision = accel.mixed_precision
+  if accel.mixed_precision == "fp8" then config.fp8_backend = accel.fp8_backend end
+  accel:init_trackers("char_gpt", config)
+end
 -- --steps counts each process's optimizer steps; a prepared scheduler takes num_processes steps per optimizer
 -- step (Accelerate's rule, as its examples scale their schedules), so the schedule is num_processes times as long
 local warm, N = math.max(1, opts.steps // 20), accel.num_processes
@@ -212,9 +224,11 @@ local function report(step, train, val, lr, tok_s, elapsed)
   print(("step %d/%d  train_loss=%.4f  val_loss=%.4f  lr=%.2e  tokens/s=%.0f  (%.1fs)"):format(step, opts.steps,
     train, val, lr, tok_s, elapsed))
   local row = { ("%d,%.6f,%.6f,%.6g,%.1f,%.2f"):format(step, train, val, lr, tok_s, elapsed) }
+  local logged = { train_loss = train, val_loss = val, lr = lr, tokens_per_s = tok_s }
   for _, r in ipairs(ROLES) do
     local x = h and h[r]
     if x then
+      logged["fp8/" .. r .. "_underflow"], logged["fp8/" .. r .. "_saturated"] = x.uf, x.sat
       local function at(v, layer) return v > 0 and (" in " .. layer) or "" end
       -- no scale when every layer scales per row (ao rowwise: fp8.stats gives them as NaN): "per row", blank cells
       local scaled = x.smin <= x.smax
@@ -227,6 +241,7 @@ local function report(step, train, val, lr, tok_s, elapsed)
       row[#row + 1] = ",,,"
     end
   end
+  accel:log(logged, step)   -- (no tracker without --tensorboard: nothing)
   if opts.csv ~= "" and accel:is_main_process() then
     local kept = {}
     for _, l in ipairs(csv_rows) do
@@ -281,11 +296,16 @@ if opts["sample-len"] > 0 then
   local start = train_ds.stoi["\n"] or 0
   model:eval()
   local out = model:generate(fp8.tensor{{start}}, opts["sample-len"], {temperature = opts.temperature, seed = opts.seed})
+  local text = train_ds:decode(out[1])
   print("---- sample (temperature " .. opts.temperature .. ") ----")
-  print(train_ds:decode(out[1]))
+  print(text)
   print("----")
+  accel:log({ sample = text }, accel.step)
 end
 if opts.csv ~= "" and accel:is_main_process() then
   print("reports: " .. opts.csv .. (stats_csv and (", fp8.stats of every layer: " .. stats_csv) or ""))
 end
-print(("final val_loss=%.4f time=%.1fs (%d validation windows)"):format(val_loss(val_final), data.clock() - t0, #val_all))
+local final = val_loss(val_final)
+accel:log({ final_val_loss = final }, accel.step)
+accel:end_training()   -- closes the TensorBoard files
+print(("final val_loss=%.4f time=%.1fs (%d validation windows)"):format(final, data.clock() - t0, #val_all))

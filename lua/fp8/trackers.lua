@@ -53,7 +53,8 @@ local function yaml_scalar(v)
   if v ~= v then return ".nan" end
   if v == math.huge then return ".inf" end
   if v == -math.huge then return "-.inf" end
-  return ("%.17g"):format(v)
+  local short = ("%.15g"):format(v)   -- the shortest of the two that reads back as v
+  return tonumber(short) == v and short or ("%.17g"):format(v)
 end
 
 -- store_init_configuration(values): the hparams (TensorBoard's HPARAMS tab) in a run of their own under the tracker's

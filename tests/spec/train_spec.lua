@@ -134,6 +134,34 @@ describe("scripts/train_char_gpt.lua", function()
     assert.matches("^final val_loss=[%d%.]+ time=", last_line(out))
   end)
 
+  it("--tensorboard logs the reports, the FP8 health, the settings and the sample through the Accelerator's tracker",
+    function()
+    local path = tmpdir .. "/text3.txt"
+    local f = assert(io.open(path, "w"))
+    f:write(("the quick brown fox jumps over the lazy dog.\n"):rep(40))
+    f:close()
+    local tb = tmpdir .. "/tb"
+    local out, ok = run("scripts/train_char_gpt.lua", { "--text", path, "--steps", "4", "--block-size", "16",
+      "--layers", "1", "--d-model", "16", "--heads", "2", "--batch-size", "4", "--eval-every", "2", "--sample-len", "8",
+      "--recipe", "te-hybrid", "--csv", "", "--tensorboard", tb })
+    assert.is_true(ok, out)
+    local files = {}
+    for n in io.popen("find " .. tb .. " -type f | sort"):lines() do files[#files + 1] = n:sub(#tb + 2) end
+    assert.are.equal(3, #files)
+    assert.matches("^char_gpt/[%d.]+/events%.out%.tfevents%.", files[1])   -- the settings' run: hparams
+    assert.matches("^char_gpt/[%d.]+/hparams%.yml$", files[2])
+    assert.matches("^char_gpt/events%.out%.tfevents%.", files[3])
+    local yml = read(tb .. "/" .. files[2])
+    assert.matches('\nmixed_precision: "fp8"\n', yml)
+    assert.matches("\nsteps: 4\n", yml)
+    -- the run's tags, as the event file holds them (each a length-prefixed string after the tag field's key, 0x0a)
+    local events = read(tb .. "/" .. files[3])
+    for _, tag in ipairs { "train_loss", "val_loss", "lr", "tokens_per_s", "fp8/input_underflow", "fp8/grad_saturated",
+                           "sample/text_summary", "final_val_loss" } do
+      assert.truthy(events:find("\n" .. string.char(#tag) .. tag, 1, true), tag)
+    end
+  end)
+
   it("rejects unknown options", function()
     local out, ok = run("scripts/train_char_gpt.lua", { "--stepz", "4" })
     assert.is_false(ok)
