@@ -42,7 +42,8 @@ function M.ProjectConfiguration(opts, ...)
   end
   O.check("ProjectConfiguration", named, PC_FIELDS, 2)
   local pc = setmetatable({ project_dir = opts.project_dir, automatic_checkpoint_naming = opts.automatic_checkpoint_naming == true,
-    total_limit = opts.total_limit, iteration = opts.iteration or 0, logging_dir = opts.logging_dir }, ProjectConfiguration)
+    total_limit = opts.total_limit, iteration = opts.iteration or 0, logging_dir = opts.logging_dir },
+    ProjectConfiguration)
   for _, k in ipairs { "project_dir", "logging_dir" } do
     if pc[k] ~= nil and (type(pc[k]) ~= "string" or pc[k] == "") then
       error(("ProjectConfiguration: %s must be a directory name, got %s"):format(k, tostring(pc[k])), 2)

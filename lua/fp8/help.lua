@@ -79,7 +79,8 @@ add_all {
   { section = "Tensors", name = "where", sig = "fp8.where(cond, a, b) -> Tensor;  x:masked_fill(mask, value)",
     doc = "a where cond is nonzero, b elsewhere (tensors or numbers, broadcast): a selection, so an inf or NaN\n"
        .. "in the branch not taken stays out. masked_fill puts value where mask is nonzero (attention masks)." },
-  { section = "Tensors", name = "einsum", sig = "fp8.einsum(equation, a, b, ...) / fp8.einsum(equation, {a, b, ...}) -> Tensor",
+  { section = "Tensors", name = "einsum",
+    sig = "fp8.einsum(equation, a, b, ...) / fp8.einsum(equation, {a, b, ...}) -> Tensor",
     doc = "torch.einsum: \"ij,jk->ik\" (a matmul), \"bhqd,bhkd->bhqk\" (attention scores), \"ii\" (the trace),\n"
        .. "\"...ij,...jk\" (\"...\" broadcast from the right). Subscripts a-z and A-Z, spaces ignored; without \"->\"\n"
        .. "the output is \"...\" and the subscripts seen once, A-Z before a-z; a \"...\" left out of an explicit\n"

@@ -269,7 +269,8 @@ function Writer:add_hparams(hparams, metrics, opts, ...)
   end)
   opts = O.check("SummaryWriter:add_hparams", opts, { "run_name", "global_step" }, 2)
   if opts.run_name ~= nil and (type(opts.run_name) ~= "string" or opts.run_name == "" or opts.run_name:find("/")) then
-    error(("SummaryWriter:add_hparams: run_name must be a directory name (no /), got %s"):format(O.got(opts.run_name)), 2)
+    error(("SummaryWriter:add_hparams: run_name must be a directory name (no /), got %s"):format(
+      O.got(opts.run_name)), 2)
   end
   local run = self.log_dir .. "/" .. (opts.run_name or ("%.6f"):format(now()))
   local path = open_file(run, self._suffix)

@@ -1,6 +1,7 @@
 -- trackers.lua — Accelerate's experiment trackers on the Accelerator: log_with=, acc:init_trackers, acc:log,
--- acc:get_tracker, and the trackers' finish in acc:end_training. The one built-in tracker is TensorBoard's (Accelerate's
--- TensorBoardTracker, writing with fp8.SummaryWriter, lua/fp8/tensorboard.lua); a tracker object of the script's own
+-- acc:get_tracker, and the trackers' finish in acc:end_training. The one built-in tracker is TensorBoard's
+-- (Accelerate's TensorBoardTracker, writing with fp8.SummaryWriter, lua/fp8/tensorboard.lua); a tracker object of the
+-- script's own
 -- (Accelerate's GeneralTracker protocol: a name and a log method) is taken too. The others Accelerate knows (wandb,
 -- comet_ml, ...) are services or Python packages fp8lab does not have, and are refused by name.
 local O = require "fp8.opts"
@@ -76,7 +77,9 @@ function TensorBoardTracker:store_init_configuration(values)
   for k in pairs(values) do keys[#keys + 1] = k end
   table.sort(keys)
   local lines = {}
-  for _, k in ipairs(keys) do lines[#lines + 1] = (yaml_key(k) or yaml_scalar(k)) .. ": " .. yaml_scalar(values[k]) .. "\n" end
+  for _, k in ipairs(keys) do
+    lines[#lines + 1] = (yaml_key(k) or yaml_scalar(k)) .. ": " .. yaml_scalar(values[k]) .. "\n"
+  end
   require("fp8._fileio").write_atomic(run .. "/hparams.yml", table.concat(lines))
   return run
 end
@@ -186,7 +189,9 @@ function M._install(Accelerator)
     end
     if config ~= nil then
       for k, v in pairs(config) do
-        if type(k) ~= "string" then error(("init_trackers: config's keys must be strings, got %s"):format(O.got(k)), 2) end
+        if type(k) ~= "string" then
+          error(("init_trackers: config's keys must be strings, got %s"):format(O.got(k)), 2)
+        end
         if type(v) ~= "number" and type(v) ~= "string" and type(v) ~= "boolean" then
           error(("init_trackers: config[%q] must be a number, a string or a boolean, got %s"):format(k, O.got(v)), 2)
         end
@@ -274,14 +279,16 @@ end
 
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
-  local function add(name, sig, doc) help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc } end
-  add("acc:init_trackers", "fp8.Accelerator{log_with=\"tensorboard\", project_dir=DIR} ; acc:init_trackers(project_name\n"
-    .. "  [, config [, init_kwargs]])",
+  local function add(name, sig, doc)
+    help.add { section = "Accelerator & recipes", name = name, sig = sig, doc = doc }
+  end
+  add("acc:init_trackers", "fp8.Accelerator{log_with=\"tensorboard\", project_dir=DIR} ;\n"
+    .. "  acc:init_trackers(project_name [, config [, init_kwargs]])",
     "Accelerate's experiment trackers. log_with: \"tensorboard\", \"all\", a tracker object of your own ({name=,\n"
     .. "log=function(self, values, step, kw) ...}, optional store_init_configuration, finish, tracker), or a list.\n"
     .. "init_trackers starts them on the main process: TensorBoard writes DIR/project_name (config: its hparams and\n"
-    .. "hparams.yml; init_kwargs {tensorboard = {filename_suffix=}}). acc:log(values [, step [, log_kwargs]]): numbers\n"
-    .. "as scalars, strings as text, {name = number} tables as grouped scalars; acc:get_tracker(name [, unwrap]);\n"
+    .. "hparams.yml; init_kwargs {tensorboard = {filename_suffix=}}). acc:log(values [, step [, log_kwargs]]):\n"
+    .. "numbers as scalars, strings as text, {name = number} tables as grouped scalars; acc:get_tracker(name [, unwrap]);\n"
     .. "acc:end_training() finishes them. tensorboard --logdir DIR shows the runs.")
   help.ALIASES["acc:log"] = "acc:init_trackers"
   help.ALIASES["acc:get_tracker"] = "acc:init_trackers"

@@ -144,8 +144,8 @@ add("nn.MultiheadAttention", "fp8.nn.MultiheadAttention(embed_dim, num_heads [, 
   .. "is_causal=false}]): q [L, N, E] ([N, L, E] with batch_first), k and v [S, N, kdim/vdim]; w [N, L, S] averaged\n"
   .. "over the heads (nil with need_weights=false). Masks are added to the scores (-math.huge where attention may\n"
   .. "not go; one of only 0s and 1s is refused: there is no bool dtype). out_proj runs as FP8 once converted.")
-add("nn.TransformerEncoderLayer", "fp8.nn.TransformerEncoderLayer(d_model, nhead [, {dim_feedforward=2048, dropout=0.1,\n"
-  .. "  activation=\"relu\", layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true}])",
+add("nn.TransformerEncoderLayer", "fp8.nn.TransformerEncoderLayer(d_model, nhead [, {dim_feedforward=2048,\n"
+  .. "  dropout=0.1, activation=\"relu\", layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true}])",
   "torch's encoder layer: self_attn (a MultiheadAttention), linear1 -> activation -> dropout -> linear2, dropout1/2,\n"
   .. "norm1/2 after each residual sum (or before each block with norm_first); torch's submodule names.\n"
   .. "layer(src [, {src_mask=, src_key_padding_mask=, is_causal=}]). Also fp8.nn.TransformerEncoder(layer, num_layers\n"

@@ -103,7 +103,8 @@ function MHA:forward(query, key, value, opts, ...)
   for i = 1, 3 do   -- (not ipairs: it stops at a nil)
     local t = select(i, query, key, value)
     if not fp8.is_tensor(t) then
-      error(("expected tensors (query, key, value), got %s for %s"):format(O.got(t), ({ "query", "key", "value" })[i]), 0)
+      error(("expected tensors (query, key, value), got %s for %s"):format(O.got(t),
+        ({ "query", "key", "value" })[i]), 0)
     end
   end
   if opts ~= nil and (type(opts) ~= "table" or fp8.is_tensor(opts)) then
@@ -123,8 +124,8 @@ function MHA:forward(query, key, value, opts, ...)
   local E, H, D = self.embed_dim, self.num_heads, self.head_dim
   local batched = query:dim() == 3
   if query:dim() ~= 2 and query:dim() ~= 3 then
-    error(("query must be [L, N, E]%s or [L, E] (unbatched), got %s"):format(self.batch_first and " ([N, L, E]: batch_first)"
-      or "", query:shape_str()), 0)
+    error(("query must be [L, N, E]%s or [L, E] (unbatched), got %s"):format(
+      self.batch_first and " ([N, L, E]: batch_first)" or "", query:shape_str()), 0)
   end
   if key:dim() ~= query:dim() or value:dim() ~= query:dim() then
     error(("query, key and value must have the same number of dims (batched or not), got %s, %s and %s")

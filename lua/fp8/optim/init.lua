@@ -25,7 +25,8 @@ add("optim.Adam", "fp8.optim.Adam(params [, {lr=1e-3, betas={0.9,0.999}, eps=1e-
   .. "  amsgrad=false, maximize=false, decoupled_weight_decay=false}])",
   "Adam as torch.optim.Adam: weight_decay is L2, weight_decay·p added to the gradient before the moments (after\n"
   .. "maximize's negation); decoupled_weight_decay=true makes it AdamW's step. State: step, exp_avg, exp_avg_sq\n"
-  .. "(and amsgrad's max_exp_avg_sq), as AdamW's; opt:state_dict() / opt:load_state_dict(sd). Under MS-AMP (mixed_precision=\"fp8\",\n"
+  .. "(and amsgrad's max_exp_avg_sq), as AdamW's; opt:state_dict() / opt:load_state_dict(sd).\n"
+  .. "Under MS-AMP (mixed_precision=\"fp8\",\n"
   .. "msamp backend) an Adam is replaced by MS-AMP's AdamW where that is the same step: weight_decay=0, or\n"
   .. "decoupled; an L2 weight_decay is refused there.")
 add("optim.Optimizer", "fp8.optim.Optimizer: the base class of SGD, Adam and AdamW",
