@@ -1915,24 +1915,8 @@ describe("nn.MultiheadAttention (PyTorch 2.x's values and gradients)", function(
   local nn = fp8.nn
   local U = dofile("tests/spec/helpers/util.lua")
   local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
-  local function fill(shape, seed, scale)
-    local n = 1
-    for _, d in ipairs(shape) do n = n * d end
-    local v = {}
-    for i = 0, n - 1 do v[i + 1] = ((i * 37 + seed * 11) % 23 - 11) / 8 * scale end
-    return fp8.tensor(v):reshape(shape)
-  end
-  local function same(name, got, want, tol)
-    assert.is_not_nil(want, name .. ": no reference")
-    local g, w = got:reshape(-1):totable(), {}
-    local function flat(t) if type(t) == "number" then w[#w + 1] = t else for _, v in ipairs(t) do flat(v) end end end
-    flat(want)
-    assert.are.equal(#w, #g, name)
-    for i = 1, #w do
-      assert.is_true(math.abs(g[i] - w[i]) <= (tol or 2e-6) * math.max(1, math.abs(w[i])),
-        ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
-    end
-  end
+  local fill = U.fill
+  local function same(name, got, want, tol) U.same_values(name, got, want, tol or 2e-6) end
   -- the cases of scripts/gen_nn_parity.py
   local CASES = {
     { "self", { 8, 2 }, { 5, 3, 8 }, nil, nil, {} },
@@ -2053,24 +2037,8 @@ describe("nn.TransformerEncoderLayer and nn.TransformerEncoder (PyTorch 2.x's va
   local nn = fp8.nn
   local U = dofile("tests/spec/helpers/util.lua")
   local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
-  local function fill(shape, seed, scale)
-    local n = 1
-    for _, d in ipairs(shape) do n = n * d end
-    local v = {}
-    for i = 0, n - 1 do v[i + 1] = ((i * 37 + seed * 11) % 23 - 11) / 8 * scale end
-    return fp8.tensor(v):reshape(shape)
-  end
-  local function same(name, got, want, tol)
-    assert.is_not_nil(want, name .. ": no reference")
-    local g, w = got:reshape(-1):totable(), {}
-    local function flat(t) if type(t) == "number" then w[#w + 1] = t else for _, v in ipairs(t) do flat(v) end end end
-    flat(want)
-    assert.are.equal(#w, #g, name)
-    for i = 1, #w do
-      assert.is_true(math.abs(g[i] - w[i]) <= (tol or 1e-5) * math.max(1, math.abs(w[i])),
-        ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
-    end
-  end
+  local fill = U.fill
+  local function same(name, got, want, tol) U.same_values(name, got, want, tol or 1e-5) end
   local CASES = {   -- scripts/gen_nn_parity.py's
     { "post", { dim_feedforward = 16, dropout = 0 }, { 5, 3, 8 }, true, true, 0 },
     { "pre_gelu", { dim_feedforward = 16, dropout = 0, activation = "gelu", batch_first = true, norm_first = true,

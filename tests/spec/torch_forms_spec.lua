@@ -430,13 +430,7 @@ describe("fp8.einsum (PyTorch 2.x's values and gradients)", function()
     { "ijk->kj", { { 2, 3, 4 } } }, { "ab,bc,cd->ad", { { 2, 3 }, { 3, 4 }, { 4, 2 } } }, { "iij->j", { { 2, 2, 3 } } },
     { "ij,kl", { { 2, 2 }, { 2, 3 } } }, { "a...->...a", { { 2, 3, 4 } } },
     { "b i d, b j d -> b i j", { { 2, 3, 4 }, { 1, 2, 4 } } } }
-  local function fill(shape, seed)
-    local n = 1
-    for _, d in ipairs(shape) do n = n * d end
-    local v = {}
-    for i = 0, n - 1 do v[i + 1] = ((i * 37 + seed * 11) % 23 - 11) / 8 end
-    return fp8.tensor(v):reshape(shape)
-  end
+  local fill = U.fill
 
   it("matches torch's on every case: the output (its shape and values) and each operand's gradient", function()
     for k, c in ipairs(CASES) do

@@ -69,4 +69,27 @@ function U.fails_with(needles, f, ...)
   return err
 end
 
+-- The fixture generators' deterministic tensor (scripts/gen_torch_forms.py's and gen_nn_parity.py's fill()): element
+-- i (0-based, row-major) is ((37·i + 11·seed) mod 23 − 11) / 8 · scale.
+function U.fill(shape, seed, scale)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  local v = {}
+  for i = 0, n - 1 do v[i + 1] = ((i * 37 + seed * 11) % 23 - 11) / 8 * (scale or 1) end
+  return fp8.tensor(v):reshape(shape)
+end
+
+-- A tensor against a reference's nested lists, element by element, within tol relative (absolute below 1).
+function U.same_values(name, got, want, tol)
+  assert.is_not_nil(want, name .. ": no reference")
+  local g, w = got:reshape(-1):totable(), {}
+  local function flat(t) if type(t) == "number" then w[#w + 1] = t else for _, v in ipairs(t) do flat(v) end end end
+  flat(want)
+  assert.are.equal(#w, #g, name)
+  for i = 1, #w do
+    assert.is_true(math.abs(g[i] - w[i]) <= tol * math.max(1, math.abs(w[i])),
+      ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
+  end
+end
+
 return U
