@@ -1036,6 +1036,9 @@ function Accelerator:no_sync(model, fn, ...) return ddp.no_sync(self, model, fn,
 -- do, with or without trackers) run to the end.
 function Accelerator:end_training(...)
   O.no_more("end_training", "no arguments", ...)
+  if getmetatable(self) ~= Accelerator then
+    error(("end_training: called without its accelerator (got %s): write acc:end_training()"):format(O.got(self)), 2)
+  end
   self:_finish_trackers()
 end
 -- init_trackers, log, get_tracker: lua/fp8/trackers.lua

@@ -23,7 +23,8 @@ local INIT_KWARGS = { "filename_suffix" }   -- SummaryWriter's options a tracker
 -- TensorBoardTracker(run_name, logging_dir [, {filename_suffix=}]): a writer for logging_dir/run_name, as Accelerate's
 function TensorBoardTracker.new(run_name, logging_dir, kw, ...)
   O.no_more("TensorBoardTracker.new", "(run_name, logging_dir [, {filename_suffix=}])", ...)
-  for i, v in ipairs { run_name, logging_dir } do
+  for i = 1, 2 do   -- (not ipairs: it stops at a nil)
+    local v = select(i, run_name, logging_dir)
     if type(v) ~= "string" or v == "" then
       error(("TensorBoardTracker: %s must be a non-empty string, got %s"):format(i == 1 and "run_name" or "logging_dir",
         O.got(v)), 2)

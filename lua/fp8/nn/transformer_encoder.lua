@@ -129,7 +129,8 @@ function Layer:forward(src, opts, ...)
 end
 
 function Layer:extra_repr()
-  local c = self._cfg
+  local c = rawget(self, "_cfg") or {}
+  if type(c.d_model) ~= "number" then return "" end   -- (not a layer this class made)
   return ("d_model=%d, nhead=%d, dim_feedforward=%d, dropout=%g, activation=%s%s%s"):format(c.d_model, c.nhead,
     c.dim_feedforward, c.dropout, type(c.activation) == "string" and c.activation or "(function)",
     c.batch_first and ", batch_first=true" or "", c.norm_first and ", norm_first=true" or "")
@@ -203,7 +204,10 @@ function Encoder:forward(src, opts, ...)
   return x
 end
 
-function Encoder:extra_repr() return ("num_layers=%d"):format(self.num_layers) end
+function Encoder:extra_repr()
+  local n = rawget(self, "num_layers")
+  return math.type(n) == "integer" and ("num_layers=%d"):format(n) or ""
+end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(Layer, LN)
