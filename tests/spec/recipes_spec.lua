@@ -172,7 +172,8 @@ describe("fp8.Accelerator settings", function()
     assert.has_error(function() fp8.Accelerator { mixed_precission = "fp8" } end,
       "Accelerator: unknown option 'mixed_precission' (did you mean 'mixed_precision'?) (valid: config, cpu, "
       .. "dataloader_config, device_placement, env, even_batches, gradient_accumulation_plugin, "
-      .. "gradient_accumulation_steps, kwarg_handlers, kwargs_handlers, mixed_precision, project_config, project_dir, "
+      .. "gradient_accumulation_steps, kwarg_handlers, kwargs_handlers, log_with, mixed_precision, project_config, "
+      .. "project_dir, "
       .. "step_scheduler_with_optimizer)")
     local ok, err = pcall(fp8.Accelerator, { mixed_precision = "bf16", kwargs_handlers = { fp8.TERecipeKwargs {} },
                                              config = false, env = {} })
