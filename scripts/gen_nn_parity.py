@@ -7,8 +7,9 @@ nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish;
 softmin, log_softmax, glu), F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
-nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks) and nn.TransformerEncoder give on fixed inputs,
-for
+nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,
+F.binary_cross_entropy (each reduction, a weight, probabilities 0 and 1) and F.cosine_similarity (dims, broadcast, a
+zero vector) give on fixed inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
 
@@ -217,5 +218,29 @@ for name, kw, xs, causal, pad, nl in TEL:
     for pname, prm in m.named_parameters():
         if pname.endswith("linear1.weight") or pname.endswith("in_proj_weight") or pname.endswith("norm2.weight"):
             out["tel_%s_d_%s" % (name, pname.replace(".", "_"))] = rows(prm.grad.reshape(-1, prm.shape[-1]))
+
+# F.binary_cross_entropy (probabilities at 0, 1 and in between, a per-element weight, each reduction; the input's
+# and the target's gradients, torch's own formulas at the ends where the logs clamp at -100) and F.cosine_similarity (along dims 1
+# and 0, broadcast, a zero vector; both inputs' gradients)
+BX = [[0.0, 1e-12, 0.3, 0.5], [1.0, 0.999, 0.7, 0.05]]
+BY = [[1.0, 1.0, 0.2, 0.5], [0.0, 1.0, 0.7, 0.0]]
+BW = [[1.0, 2.0, 0.5, 1.0], [3.0, 1.0, 1.0, 0.25]]
+for red in ("mean", "sum", "none"):
+    for wk in (None, "w"):
+        xb = torch.tensor(BX, requires_grad=True)
+        yb = torch.tensor(BY, requires_grad=True)
+        loss = F.binary_cross_entropy(xb, yb, weight=torch.tensor(BW) if wk else None, reduction=red)
+        key = "bcep_%s%s" % (red, "_w" if wk else "")
+        out[key] = rows(loss)
+        (loss * (torch.tensor(G[:2]) if red == "none" else 1.0)).sum().backward()
+        out[key + "_dx"], out[key + "_dy"] = rows(xb.grad), rows(yb.grad)
+for key, a_, b_, dim in (("cos_d2", X, G, 1), ("cos_d1", X, G, 0), ("cos_zero", [[0.0, 0.0, 0.0, 0.0], X[1]], G[:2], 1),
+                         ("cos_bcast", [X[0]], G, 1)):
+    a = torch.tensor(a_, requires_grad=True)
+    b = torch.tensor(b_, requires_grad=True)
+    y = F.cosine_similarity(a, b, dim=dim)
+    (y * torch.arange(1.0, y.numel() + 1).reshape(y.shape)).sum().backward()
+    out[key] = rows(y)
+    out[key + "_da"], out[key + "_db"] = rows(a.grad), rows(b.grad)
 
 write("tests/data/nn_parity_torch.lua", "scripts/gen_nn_parity.py", torch.__version__, out)

@@ -466,6 +466,8 @@ also("nn.CrossEntropyLoss", { "nn.NLLLoss", "nn.MSELoss", "nn.functional.nll_los
                               "nn.functional.binary_cross_entropy_with_logits", "nn.functional.normalize",
                               "nn.functional.pad", "nn.SmoothL1Loss", "nn.HuberLoss", "nn.KLDivLoss",
                               "nn.functional.smooth_l1_loss", "nn.functional.huber_loss", "nn.functional.kl_div" })
+also("nn.BCELoss", { "nn.functional.binary_cross_entropy" })
+also("nn.CosineSimilarity", { "nn.functional.cosine_similarity" })
 also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("nn.ModuleList", { "nn.ModuleDict" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })

@@ -2121,3 +2121,104 @@ describe("nn.TransformerEncoderLayer and nn.TransformerEncoder (PyTorch 2.x's va
     end
   end)
 end)
+
+describe("F.binary_cross_entropy / nn.BCELoss and F.cosine_similarity / nn.CosineSimilarity (PyTorch 2.x's values)",
+  function()
+  local nn, F = fp8.nn, fp8.nn.functional
+  local U = dofile("tests/spec/helpers/util.lua")
+  local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
+  local X = { { 0.5, -1.25, 2.0, 0.0 }, { -3.0, 0.75, 1.5, -0.5 }, { 1e-3, -2e-3, 4.0, 8.0 } }
+  local G = { { 1.0, -1.0, 0.5, 2.0 }, { 0.25, 3.0, -0.5, 1.0 }, { -2.0, 1.0, 1.0, 0.5 } }
+  local BX = { { 0.0, 1e-12, 0.3, 0.5 }, { 1.0, 0.999, 0.7, 0.05 } }
+  local BY = { { 1.0, 1.0, 0.2, 0.5 }, { 0.0, 1.0, 0.7, 0.0 } }
+  local BW = { { 1.0, 2.0, 0.5, 1.0 }, { 3.0, 1.0, 1.0, 0.25 } }
+  -- torch's ±inf (the target's gradient where x is 0 or 1) is ±3.4e38 here, divided by the count under "mean": an
+  -- infinite reference wants a value of its sign past 1e30; the rest are compared as U.same_values does
+  local function same(name, got, want, tol)
+    local g, w = got:reshape(-1):totable(), {}
+    local function flat(t) if type(t) == "number" then w[#w + 1] = t else for _, v in ipairs(t) do flat(v) end end end
+    flat(want)
+    assert.are.equal(#w, #g, name)
+    for i = 1, #w do
+      if math.abs(w[i]) == math.huge then
+        assert.is_true(g[i] * w[i] > 0 and math.abs(g[i]) > 1e30, ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
+      else
+        assert.is_true(math.abs(g[i] - w[i]) <= (tol or 2e-6) * math.max(1, math.abs(w[i])),
+          ("%s[%d]: %.9g vs %.9g"):format(name, i, g[i], w[i]))
+      end
+    end
+  end
+
+  it("binary_cross_entropy: each reduction, a weight, probabilities 0 and 1 (the logs clamped at -100), and torch's "
+    .. "gradients of input and target", function()
+    for _, red in ipairs { "mean", "sum", "none" } do
+      for _, wk in ipairs { false, true } do
+        local key = "bcep_" .. red .. (wk and "_w" or "")
+        local x = fp8.tensor(BX):requires_grad(true)
+        local y = fp8.tensor(BY):requires_grad(true)
+        local loss = F.binary_cross_entropy(x, y, { weight = wk and fp8.tensor(BW) or nil, reduction = red })
+        same(key, loss, ref[key])
+        local s = red == "none" and (loss * fp8.tensor { G[1], G[2] }):sum() or loss
+        s:backward()
+        same(key .. " dx", x.grad, ref[key .. "_dx"])
+        same(key .. " dy", y.grad, ref[key .. "_dy"])
+      end
+    end
+    -- a weight of 0 where x is 0 or 1: finite (0) loss and gradients there, as torch's value (its target gradient
+    -- is NaN there: 0·inf)
+    local xz = fp8.tensor { 0.0, 1.0, 0.5 }:requires_grad(true)
+    local yz = fp8.tensor { 1.0, 0.0, 0.5 }:requires_grad(true)
+    local lz = F.binary_cross_entropy(xz, yz, { weight = fp8.tensor { 0.0, 0.0, 1.0 }, reduction = "sum" })
+    assert.is_true(math.abs(lz:item() - math.log(2)) < 1e-6)
+    lz:backward()
+    assert.are.same({ 0, 0 }, { xz.grad:tolist()[1], yz.grad:tolist()[1] })
+    -- the module takes the options when made
+    local m = nn.BCELoss { reduction = "sum", weight = fp8.tensor(BW) }
+    same("BCELoss", m(fp8.tensor(BX), fp8.tensor(BY)), ref.bcep_sum_w)
+    for _, c in ipairs {
+      { function() F.binary_cross_entropy(fp8.tensor { 1.5 }, fp8.tensor { 1 }) end,
+        "binary_cross_entropy: all elements of input should be between 0 and 1" },
+      { function() F.binary_cross_entropy(fp8.tensor { 0 / 0 }, fp8.tensor { 1 }) end,
+        "binary_cross_entropy: all elements of input should be between 0 and 1" },
+      { function() F.binary_cross_entropy(fp8.tensor { 0.5 }, fp8.tensor { 1.5 }) end,
+        "binary_cross_entropy: all elements of target should be between 0 and 1" },
+      { function() F.binary_cross_entropy(fp8.tensor { 0.5, 0.5 }, fp8.tensor { 1 }) end,
+        "binary_cross_entropy: input [2] and target [1] must have the same shape" },
+      { function() F.binary_cross_entropy(fp8.tensor { 0.5 }, fp8.tensor { 1 }, { pos_weight = 2 }) end,
+        "binary_cross_entropy: unknown option 'pos_weight'" },
+      { function() nn.BCELoss { reduction = "avg" } end, 'BCELoss: reduction must be "mean", "sum" or "none", got "avg"' },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+  end)
+
+  it("cosine_similarity: along a dim, broadcast, a zero vector (eps), both gradients", function()
+    for _, c in ipairs { { "cos_d2", X, G, 2 }, { "cos_d1", X, G, 1 },
+                         { "cos_zero", { { 0, 0, 0, 0 }, X[2] }, { G[1], G[2] }, 2 }, { "cos_bcast", { X[1] }, G, 2 } } do
+      local a = fp8.tensor(c[2]):requires_grad(true)
+      local b = fp8.tensor(c[3]):requires_grad(true)
+      local y = F.cosine_similarity(a, b, c[4])
+      local wts = {}
+      for i = 1, y:numel() do wts[i] = i end
+      local loss = (y * fp8.tensor(wts):reshape(y:shape())):sum()
+      loss:backward()
+      same(c[1], y, ref[c[1]], 1e-6)
+      same(c[1] .. " da", a.grad, ref[c[1] .. "_da"], 1e-5)
+      same(c[1] .. " db", b.grad, ref[c[1] .. "_db"], 1e-5)
+    end
+    -- the default dim is torch's dim=1, the second; the module takes dim and eps
+    assert.are.same(F.cosine_similarity(fp8.tensor(X), fp8.tensor(G)):tolist(),
+      nn.CosineSimilarity { dim = 2 }(fp8.tensor(X), fp8.tensor(G)):tolist())
+    for _, c in ipairs {
+      { function() F.cosine_similarity(fp8.ones { 2, 3 }, fp8.ones { 2, 4 }) end,
+        "cosine_similarity: x1 [2, 3] and x2 [2, 4] do not broadcast" },
+      { function() F.cosine_similarity(fp8.ones { 2, 3 }, fp8.ones { 2, 3 }, 3) end,
+        "cosine_similarity: dim 3 out of range for a 2-d tensor" },
+      { function() F.cosine_similarity(fp8.ones { 2 }, fp8.ones { 2 }, 1, -1) end,
+        "cosine_similarity: eps must be a finite number >= 0, got -1" },
+      { function() nn.CosineSimilarity { dim = 1, epz = 1 } end, "CosineSimilarity: unknown option 'epz'" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+  end)
+end)

@@ -437,6 +437,79 @@ function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   return reduce_loss(N, -(wpos * pos + (1 - y) * neg), opts.reduction)
 end
 
+-- binary_cross_entropy(input, target [, {weight=, reduction=}]): torch's, −w·(y·log x + (1 − y)·log(1 − x)) with each
+-- log clamped at −100 (so a probability of exactly 0 or 1 gives 100, not inf), input and target probabilities in
+-- [0, 1] (anything else, NaN too, refused as torch refuses it), weight a tensor broadcast to the input. The gradient
+-- is torch's own formula, w·(x − y) / max(x·(1 − x), 1e-12), not the clamped logs' derivative (0 where they clamp),
+-- and the target's is torch's too, −w·logit(x) (±3.4e38 where x is 0 or 1, torch's ±inf): the value is computed
+-- without a graph and the gradients attached by x − x.detach() and y − y.detach() (0 in the forward).
+function F.binary_cross_entropy(x, y, opts, ...)
+  local N = "binary_cross_entropy"
+  no_more(N, "(input, target [, {weight=, reduction=}])", ...)
+  check_tensor(N, "input", x); check_tensor(N, "target", y)
+  opts = check_opts(N, opts, { weight = true, reduction = true })
+  same_shape(N, x, y)
+  local w = opts.weight
+  if w ~= nil then check_tensor(N, "weight", w) end
+  for _, c in ipairs { { x, "input" }, { y, "target" } } do
+    local d = c[1]:detach()
+    if d:numel() > 0 and (d:ge(0):logical_and(d:le(1))):all():item() ~= 1 then
+      error(("%s: all elements of %s should be between 0 and 1"):format(N, c[2]), 2)
+    end
+  end
+  local xd, yd = x:detach(), y:detach()
+  local per, gx, gy
+  local wd = w ~= nil and w:detach() or nil
+  fp8.no_grad(function()
+    local lx, l1x = xd:log(), (1 - xd):log()
+    per = -(yd * lx:clamp_min(-100) + (1 - yd) * l1x:clamp_min(-100))
+    gx = (xd - yd) / (xd * (1 - xd)):clamp_min(1e-12)
+    -- (clamped to the largest float, before and after a weight: ±inf where x is 0 or 1, as torch's, would make the
+    -- forward's 0·gy NaN, and so would a weight of 0 times inf)
+    local MAX = 3.4028234663852886e38
+    gy = (l1x - lx):clamp(-MAX, MAX)
+    if wd ~= nil then per, gx, gy = per * wd, gx * wd, (gy * wd):clamp(-MAX, MAX) end
+  end)
+  -- per's value, gx and gy as each element's gradient with respect to x and y (the weight takes none, as torch's)
+  local loss = per + (x - xd) * gx
+  if y:requires_grad() then loss = loss + (y - yd) * gy end
+  return reduce_loss(N, loss, opts.reduction)
+end
+
+-- cosine_similarity(x1, x2 [, dim=2 [, eps=1e-8]]) (or {dim=, eps=}): torch's, Σ (x1/‖x1‖)·(x2/‖x2‖) along dim,
+-- the two broadcast first, each norm clamped at eps where it divides (as torch's, whose clamp takes no part in the
+-- gradient: a zero vector's gradient is finite). dim counts from 1 (torch's default dim=1 is the second).
+function F.cosine_similarity(a, b, dim, eps, ...)
+  local N = "cosine_similarity"
+  no_more(N, "(x1, x2 [, dim [, eps]])", ...)
+  check_tensor(N, "x1", a); check_tensor(N, "x2", b)
+  if type(dim) == "table" then
+    if eps ~= nil then error(("%s: give dim and eps either in order or in one table"):format(N), 2) end
+    local o = check_opts(N, dim, { dim = true, eps = true })
+    dim, eps = o.dim, o.eps
+  end
+  dim, eps = dim or 2, eps or 1e-8
+  if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
+    error(("%s: eps must be a finite number >= 0, got %s"):format(N, O.got(eps)), 2)
+  end
+  local x1, x2 = a, b
+  if shape_str(a) ~= shape_str(b) then
+    local okb, r = pcall(function() return a + b end)
+    if not okb then
+      error(("%s: x1 %s and x2 %s do not broadcast"):format(N, shape_str(a), shape_str(b)), 2)
+    end
+    local full = r:shape()
+    x1, x2 = a:expand(full), b:expand(full)
+  end
+  check_dim(N, x1, dim)
+  if x1:dim() == 0 then error(("%s: the inputs are 0-d; it reduces along a dimension, so needs one"):format(N), 2) end
+  local function unit(x)
+    local n = x:norm(2, dim, true)
+    return x / (n + (n:detach():clamp_min(eps) - n:detach()))   -- the clamp's value, the norm's gradient
+  end
+  return (unit(x1) * unit(x2)):sum(dim)
+end
+
 -- layer_norm(x[..., C], w[C], b[C] [, eps=1e-5]) (w, b may be nil), or torch's
 -- layer_norm(x, normalized_shape, w, b [, eps]) with normalized_shape C or {C}: the last dimension, the only one
 -- normalized over

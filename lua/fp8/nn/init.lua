@@ -21,6 +21,7 @@ local nn = {
   ModuleDict = require "fp8.nn.module_dict",
   CausalSelfAttention = require "fp8.nn.attention",
   MultiheadAttention = require "fp8.nn.multihead_attention",
+  CosineSimilarity = require("fp8.nn.distance").CosineSimilarity,
   TransformerEncoderLayer = require("fp8.nn.transformer_encoder").TransformerEncoderLayer,
   TransformerEncoder = require("fp8.nn.transformer_encoder").TransformerEncoder,
   TransformerBlock = require "fp8.nn.transformer",
@@ -137,6 +138,14 @@ add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_in
 add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",
   "nanoGPT's attention: one qkv projection Linear(d, 3d), causal attention over n_head heads (F.qkv_attention),\n"
   .. "an output projection and dropout on its output; [B, T, n_embd] in and out.")
+add("nn.CosineSimilarity",
+  "fp8.nn.CosineSimilarity([dim=2 [, eps=1e-8]]) / F.cosine_similarity(x1, x2 [, dim [, eps]])",
+  "torch's: the cosine of x1 and x2 (broadcast) along dim, each norm clamped at eps where it divides (a zero\n"
+  .. "vector's gradient stays finite). dim counts from 1: the default 2 is torch's dim=1.")
+add("nn.BCELoss",
+  "fp8.nn.BCELoss([{weight=, reduction=}]) / F.binary_cross_entropy(input, target [, {weight=, reduction=}])",
+  "torch's binary cross-entropy of probabilities in [0, 1] (others refused): each log clamped at -100, so 0 and 1\n"
+  .. "give 100, not inf; the gradients are torch's formulas. For logits, BCEWithLogitsLoss.")
 add("nn.MultiheadAttention", "fp8.nn.MultiheadAttention(embed_dim, num_heads [, {dropout=0, bias=true, kdim=, vdim=,\n"
   .. "  batch_first=false}])",
   "torch.nn.MultiheadAttention, its parameters under torch's names (in_proj_weight, in_proj_bias, out_proj).\n"

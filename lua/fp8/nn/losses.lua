@@ -1,7 +1,7 @@
 -- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{label_smoothing, ignore_index,
 -- reduction}]), NLLLoss([{ignore_index, reduction}]), MSELoss([{reduction}]), L1Loss([{reduction}]),
--- BCEWithLogitsLoss([{reduction, pos_weight}]), SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]),
--- KLDivLoss([{reduction, log_target}]); loss(input, target) is the function's
+-- BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{reduction, pos_weight}]), SmoothL1Loss([{reduction, beta}]),
+-- HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]); loss(input, target) is the function's
 -- value with the options given at construction, checked there.
 local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
@@ -39,6 +39,7 @@ M.CrossEntropyLoss = loss_class("CrossEntropyLoss", F.cross_entropy, { "label_sm
 M.NLLLoss = loss_class("NLLLoss", F.nll_loss, { "ignore_index", "reduction" })
 M.MSELoss = loss_class("MSELoss", F.mse_loss, { "reduction" })
 M.L1Loss = loss_class("L1Loss", F.l1_loss, { "reduction" })
+M.BCELoss = loss_class("BCELoss", F.binary_cross_entropy, { "weight", "reduction" })
 M.BCEWithLogitsLoss = loss_class("BCEWithLogitsLoss", F.binary_cross_entropy_with_logits, { "reduction", "pos_weight" })
 M.SmoothL1Loss = loss_class("SmoothL1Loss", F.smooth_l1_loss, { "reduction", "beta" })
 M.HuberLoss = loss_class("HuberLoss", F.huber_loss, { "reduction", "delta" })

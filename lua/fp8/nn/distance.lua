@@ -1,0 +1,32 @@
+-- distance.lua — torch's fp8.nn.CosineSimilarity([dim=2 [, eps=1e-8]]) (or {dim=, eps=}): the module of
+-- F.cosine_similarity, its options checked when made; m(x1, x2) is F.cosine_similarity(x1, x2, dim, eps).
+local Module = require "fp8.nn.module"
+local O = require "fp8.opts"
+local F = require "fp8.nn.functional"
+
+local CosineSimilarity = Module.class("CosineSimilarity")
+
+function CosineSimilarity:__init(dim, eps)
+  if type(dim) == "table" then
+    if eps ~= nil then error("CosineSimilarity: give dim and eps either in order or in one table", 3) end
+    local o = O.check("CosineSimilarity", dim, { "dim", "eps" }, 3)
+    dim, eps = o.dim, o.eps
+  end
+  dim, eps = dim or 2, eps or 1e-8
+  if math.type(dim) ~= "integer" or dim == 0 then
+    error(("CosineSimilarity: dim must be a nonzero integer (1-based, negative from the end), got %s"):format(
+      O.got(dim)), 3)
+  end
+  if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
+    error(("CosineSimilarity: eps must be a finite number >= 0, got %s"):format(O.got(eps)), 3)
+  end
+  self.dim, self.eps = dim, eps
+end
+
+function CosineSimilarity:forward(x1, x2) return F.cosine_similarity(x1, x2, self.dim, self.eps) end
+
+function CosineSimilarity:extra_repr() return ("dim=%d, eps=%g"):format(self.dim, self.eps) end
+
+-- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
+O.strict_arity(CosineSimilarity, "CosineSimilarity")
+return { CosineSimilarity = CosineSimilarity }
