@@ -2222,3 +2222,93 @@ describe("F.binary_cross_entropy / nn.BCELoss and F.cosine_similarity / nn.Cosin
     end
   end)
 end)
+
+describe("nn.ParameterList and nn.ParameterDict (torch's parameter containers)", function()
+  local nn = fp8.nn
+  local U = dofile("tests/spec/helpers/util.lua")
+
+  it("register each tensor as a parameter under torch's names, and train with the model", function()
+    fp8.manual_seed(4)
+    local M = nn.Module.class("PerHead")
+    function M:__init()
+      self.scales = nn.ParameterList { fp8.ones { 4 }, fp8.ones { 4 } }
+      self.bias = nn.ParameterDict { b = fp8.zeros { 4 } }
+    end
+    function M:forward(x)
+      for _, s in ipairs(self.scales) do x = x * s end
+      return x + self.bias.b
+    end
+    local m = M()
+    local keys = m:state_dict_keys()
+    table.sort(keys)
+    assert.are.same({ "bias.b", "scales.0", "scales.1" }, keys)
+    assert.are.equal(3, #m:parameters())
+    assert.is_true(m.scales[1]:requires_grad())
+    local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+    local x, want = fp8.tensor { { 1, 2, 3, 4 } }, fp8.tensor { { 2, 2, 2, 2 } }
+    local first
+    for i = 1, 20 do
+      local loss = fp8.nn.functional.mse_loss(m(x), want)
+      if i == 1 then first = loss:item() end
+      opt:zero_grad(); loss:backward(); opt:step()
+    end
+    assert.is_true(fp8.nn.functional.mse_loss(m(x), want):item() < first / 10)
+    -- a state_dict round trip into a fresh model
+    local m2 = M()
+    m2:load_state_dict(m:state_dict())
+    assert.are.same(m(x):tolist(), m2(x):tolist())
+  end)
+
+  it("ParameterList: positions, append, extend, replace, #, ipairs; refusals by name", function()
+    local l = nn.ParameterList()
+    assert.are.equal(0, #l)
+    assert.are.equal(l, l:append(fp8.zeros { 3 }))
+    l:extend { fp8.ones { 2 }, fp8.ones { 1 } }
+    l:extend(nn.ParameterList { fp8.ones { 5 } })
+    assert.are.equal(4, #l)
+    assert.are.same({ 2 }, l[2]:shape())
+    assert.are.same({ 5 }, l[-1]:shape())
+    assert.is_nil(l[9])
+    l[1] = fp8.full({ 3 }, 7)
+    assert.are.same({ 7, 7, 7 }, l[1]:tolist())
+    local n = 0
+    for i, p in ipairs(l) do n = n + 1; assert.are.equal(l[i], p) end
+    assert.are.equal(4, n)
+    assert.truthy(tostring(l):find("(3): Parameter containing: [fp32 of size 5]", 1, true))
+    local made = fp8.ones { 2 }:requires_grad(true) * 2
+    for _, c in ipairs {
+      { function() nn.ParameterList { 1 } end, "ParameterList: item 1 must be a tensor, got 1" },
+      { function() nn.ParameterList { a = fp8.ones { 1 } } end, "ParameterList: expected a list of tensors {t1, t2, ...}, got a table with the key \"a\"" },
+      { function() l:append(made) end, "ParameterList:append: the value was made by MulBackward" },
+      { function() l[9] = fp8.ones { 1 } end, "ParameterList: index 9 is out of range (4 parameters; append adds one)" },
+      { function() l:extend(nn.Linear(1, 1)) end, "ParameterList:extend: expected a list of tensors, got a Linear" },
+      { function() l() end, "ParameterList has no forward" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+  end)
+
+  it("ParameterDict: names sorted or in the pairs' order, update, pop, clear; refusals by name", function()
+    local d = nn.ParameterDict { { "z", fp8.ones { 1 } }, { "a", fp8.ones { 2 } } }
+    assert.are.same({ "z", "a" }, d:keys())
+    d:update { m = fp8.zeros { 3 }, b = fp8.zeros { 4 } }
+    assert.are.same({ "z", "a", "b", "m" }, d:keys())
+    assert.are.equal(4, #d)
+    assert.are.same({ 3 }, d.m:shape())
+    assert.are.same({ 2 }, d["a"]:shape())
+    assert.are.equal(d.z, d:items()[1][2])
+    assert.are.same({ 1 }, d:pop("z"):shape())
+    assert.are.same({ "a", "b", "m" }, d:keys())
+    for _, c in ipairs {
+      { function() d:pop("nope") end, 'ParameterDict:pop: no parameter named "nope"' },
+      { function() d:update { keys = fp8.ones { 1 } } end, "ParameterDict:update: 'keys' is a method of ParameterDict" },
+      { function() d:update { ["a.b"] = fp8.ones { 1 } } end, "a name must be a non-empty string without '.'" },
+      { function() d:update { x = 3 } end, "ParameterDict:update: 'x' must be a tensor, got 3" },
+      { function() nn.ParameterDict(5) end, "ParameterDict: expected a table of tensors by name, got 5" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+    d:clear()
+    assert.are.equal(0, #d)
+  end)
+end)

@@ -19,6 +19,8 @@ local nn = {
   Sequential = require "fp8.nn.sequential",
   ModuleList = require "fp8.nn.module_list",
   ModuleDict = require "fp8.nn.module_dict",
+  ParameterList = require("fp8.nn.parameter_containers").ParameterList,
+  ParameterDict = require("fp8.nn.parameter_containers").ParameterDict,
   CausalSelfAttention = require "fp8.nn.attention",
   MultiheadAttention = require "fp8.nn.multihead_attention",
   CosineSimilarity = require("fp8.nn.distance").CosineSimilarity,
@@ -138,6 +140,11 @@ add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_in
 add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",
   "nanoGPT's attention: one qkv projection Linear(d, 3d), causal attention over n_head heads (F.qkv_attention),\n"
   .. "an output projection and dropout on its output; [B, T, n_embd] in and out.")
+add("nn.ParameterList", "fp8.nn.ParameterList([{t1, t2, ...}]) / fp8.nn.ParameterDict([{name = t, ...}])",
+  "torch's parameter containers: each tensor registered as a parameter (a leaf, set to require grad), keys \"0\",\n"
+  .. "\"1\", ... or the names. List: l[i] (1-based, negative from the end), l[i] = t, #l, ipairs(l), append(t),\n"
+  .. "extend(list). Dict: d.name / d[\"name\"], keys(), values(), items(), update(t), pop(name), clear(), #d.")
+help.ALIASES["nn.ParameterDict"] = "nn.ParameterList"
 add("nn.CosineSimilarity",
   "fp8.nn.CosineSimilarity([dim=2 [, eps=1e-8]]) / F.cosine_similarity(x1, x2 [, dim [, eps]])",
   "torch's: the cosine of x1 and x2 (broadcast) along dim, each norm clamped at eps where it divides (a zero\n"
