@@ -39,8 +39,8 @@ local OPTIONS = {
     .. "time (the final loss uses all of them)", 1 },
   { "csv", "str", "build/char_gpt.csv", "the reports as CSV, rewritten at each one; under fp8 also fp8.stats of "
     .. "every layer into <csv>-fp8stats.csv ('' = no CSV)" },
-  { "tensorboard", "str", nil, "also log the reports (and the sample) for TensorBoard under this directory, through "
-    .. "the Accelerator's tracker (run char_gpt; tensorboard --logdir DIR shows it)" },
+  { "tensorboard", "str", nil, "also log the reports, each FP8 layer's scales and amaxes, and the sample for "
+    .. "TensorBoard under this directory, through the Accelerator's tracker (run char_gpt; tensorboard --logdir DIR)" },
   { "sample-len", "int", 200, "characters to generate at the end", 0 },
   { "temperature", "num", 0.8, "sampling temperature (0 = greedy)", 0 },
   { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)", 0 },
@@ -218,7 +218,12 @@ if opts.csv ~= "" and accel:is_main_process() then
     end
   end
 end
-if stats_csv then accel:log_fp8_stats{every = opts["eval-every"], path = stats_csv} end
+-- fp8.stats of every layer: to the CSV beside --csv, and with --tensorboard to its tracker too (each layer's scale,
+-- amax, underflow and saturation over the run)
+local stats_to_tb = opts.tensorboard ~= nil and #accel._fp8_layers > 0
+if stats_csv or stats_to_tb then
+  accel:log_fp8_stats{every = opts["eval-every"], path = stats_csv, trackers = stats_to_tb or nil}
+end
 local function report(step, train, val, lr, tok_s, elapsed)
   local h = health()
   print(("step %d/%d  train_loss=%.4f  val_loss=%.4f  lr=%.2e  tokens/s=%.0f  (%.1fs)"):format(step, opts.steps,

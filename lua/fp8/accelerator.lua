@@ -1074,16 +1074,32 @@ function Accelerator:state()
     { __tostring = function() return s end })
 end
 
--- log_fp8_stats{every=N, path=…} appends one CSV row per FP8 layer and role every N optimizer steps.
+-- log_fp8_stats{every=N, path=…, trackers=false} appends one CSV row per FP8 layer and role every N optimizer steps
+-- to path, and with trackers=true logs the same to the experiment trackers (acc:log): fp8/<layer>/<role>/scale,
+-- amax, underflow and saturated, so TensorBoard draws each layer's scale and amax over the run.
 function Accelerator:log_fp8_stats(opts)
-  if type(opts) ~= "table" then error(("log_fp8_stats: expected {every=N, path=...}, got %s"):format(type(opts)), 2) end
-  O.check("log_fp8_stats", opts, { "every", "path" }, 2)
-  local every, path = opts.every or 1, opts.path
+  if type(opts) ~= "table" then
+    error(("log_fp8_stats: expected {every=N, path=..., trackers=}, got %s"):format(type(opts)), 2)
+  end
+  O.check("log_fp8_stats", opts, { "every", "path", "trackers" }, 2)
+  local every, path, to_trackers = opts.every or 1, opts.path, opts.trackers
   if math.type(every) ~= "integer" or every < 1 then
     error(("log_fp8_stats: every must be an integer >= 1, got %s"):format(O.got(every)), 2)
   end
-  if type(path) ~= "string" or path == "" then error(("log_fp8_stats: path must be a file name, got %s"):format(tostring(path)), 2) end
-  if self.process_index == 0 then   -- the main process writes the CSV
+  if to_trackers ~= nil and type(to_trackers) ~= "boolean" then
+    error(("log_fp8_stats: trackers must be a boolean, got %s"):format(O.got(to_trackers)), 2)
+  end
+  if to_trackers and #self.log_with == 0 then
+    error("log_fp8_stats: trackers=true needs the accelerator's trackers: fp8.Accelerator{log_with=\"tensorboard\", "
+      .. "project_dir=...} and acc:init_trackers(...)", 2)
+  end
+  if path == nil and not to_trackers then
+    error("log_fp8_stats: give path= (a CSV file) or trackers=true (the experiment trackers), or both", 2)
+  end
+  if path ~= nil and (type(path) ~= "string" or path == "") then
+    error(("log_fp8_stats: path must be a file name, got %s"):format(tostring(path)), 2)
+  end
+  if path ~= nil and self.process_index == 0 then   -- the main process writes the CSV
     local f, err = io.open(path, "a")
     if not f then error(("log_fp8_stats: cannot open %s: %s"):format(path, err), 2) end
     local ok, werr = true, nil
@@ -1095,22 +1111,27 @@ function Accelerator:log_fp8_stats(opts)
       error(("log_fp8_stats: cannot write the header to %s: %s"):format(path, tostring(werr or cerr)), 2)
     end
   end
-  self._stats_log = { every = every, path = path }
+  self._stats_log = { every = every, path = path, trackers = to_trackers == true }
 end
 
 -- The step's rows, appended in one write; a file that cannot take them is an error naming it (the rows would be
 -- lost without a word: a full disk, a file made read-only since log_fp8_stats opened it).
 function Accelerator:_write_stats(log)
-  if self.process_index ~= 0 then return end   -- the main process writes the CSV
-  local rows = {}
+  if self.process_index ~= 0 then return end   -- the main process writes the CSV and logs
+  local rows, values = {}, {}
   for _, model in ipairs(self._models) do
     for _, r in ipairs(fp8_stats.stats(model, { quiet = true })) do
       -- no one scale (ao rowwise's per-row scales, the all-reduce row): an empty cell, not "nan"
       local scale = r.scale == r.scale and ("%.9g"):format(r.scale) or ""
       rows[#rows + 1] = ("%d,%s,%s,%s,%s,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, r.layer, r.role, r.format, scale,
         r.amax, r.amax_history, r.underflow, r.saturated)
+      local tag = "fp8/" .. r.layer .. "/" .. r.role .. "/"
+      if r.scale == r.scale then values[tag .. "scale"] = r.scale end
+      values[tag .. "amax"], values[tag .. "underflow"], values[tag .. "saturated"] = r.amax, r.underflow, r.saturated
     end
   end
+  if log.trackers then self:log(values, self.step) end
+  if log.path == nil then return end
   local function failed(err)
     error(("log_fp8_stats: cannot append step %d's rows to %s: %s"):format(self.step, log.path, tostring(err)), 0)
   end
@@ -1135,7 +1156,7 @@ if okh and help.add then
     .. "wrapped, schedulers too; returns its arguments in order), backward(loss [, {retain_graph=}]),\n"
     .. "accumulate(model, fn), autocast(fn) or autocast() (a handle to close), autocast_dtype() (the dtype it runs\n"
     .. "the non-FP8 ops in), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
-    .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=},\n"
+    .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=, trackers=},\n"
     .. "skip_first_batches(loader, n), free_memory(...) / clear(...), get_state_dict(m), save(tensors, path);\n"
     .. "field optimizer_step_was_skipped. unwrap_model(m, false) takes the mixed-precision forward off. FP8 autocast is off in eval\n"
     .. "unless use_autocast_during_eval. With fp8 and no handler: msamp O2. Other options: cpu=true (also the use_cpu\n"

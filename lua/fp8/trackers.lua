@@ -290,7 +290,8 @@ if okh and help.add then
     .. "init_trackers starts them on the main process: TensorBoard writes DIR/project_name (config: its hparams and\n"
     .. "hparams.yml; init_kwargs {tensorboard = {filename_suffix=}}). acc:log(values [, step [, log_kwargs]]):\n"
     .. "numbers as scalars, strings as text, {name = number} tables as grouped scalars; acc:get_tracker(name [, unwrap]);\n"
-    .. "acc:end_training() finishes them. tensorboard --logdir DIR shows the runs.")
+    .. "acc:end_training() finishes them. tensorboard --logdir DIR shows the runs. acc:log_fp8_stats{every=N,\n"
+    .. "trackers=true} logs each FP8 layer's scale, amax, underflow and saturation to them.")
   help.ALIASES["acc:log"] = "acc:init_trackers"
   help.ALIASES["acc:get_tracker"] = "acc:init_trackers"
   help.add { section = "Training", name = "SummaryWriter",

@@ -245,3 +245,43 @@ describe("the Accelerator's trackers (Accelerate's log_with, init_trackers, log,
     os.execute("rm -rf " .. U.q(d))
   end)
 end)
+
+describe("acc:log_fp8_stats{trackers=true}", function()
+  it("logs each FP8 layer's scale, amax, underflow and saturation to the trackers; refuses it without trackers", function()
+    local d = U.tmpdir()
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} },
+      log_with = "tensorboard", project_dir = d, config = false, env = {} }
+    local model = fp8.nn.Sequential(fp8.nn.Linear(16, 16), fp8.nn.GELU(), fp8.nn.Linear(16, 16))
+    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.01 })
+    model, opt = acc:prepare(model, opt)
+    acc:init_trackers("fp8")
+    acc:log_fp8_stats { every = 2, trackers = true }
+    for _ = 1, 4 do
+      local loss = model(fp8.randn { 8, 16 }):pow(2):mean()
+      acc:backward(loss); opt:step(); opt:zero_grad()
+    end
+    acc:end_training()
+    local rec = records(only_file(d .. "/fp8"))
+    local seen = {}
+    for k = 2, #rec do
+      local v = field(field(rec[k], 5), 1)
+      seen[field(v, 1) .. "@" .. field(rec[k], 2)] = string.unpack("<f", field(v, 2))
+    end
+    for _, step in ipairs { 2, 4 } do
+      for _, t in ipairs { "fp8/0/input/scale", "fp8/0/weight/amax", "fp8/2/grad/underflow", "fp8/2/input/saturated" } do
+        assert.is_not_nil(seen[t .. "@" .. step], t .. " at step " .. step)
+      end
+    end
+    assert.is_nil(seen["fp8/0/input/scale@1"])
+    assert.is_true(seen["fp8/0/weight/amax@2"] > 0)
+    local plain = fp8.Accelerator { config = false, env = {} }
+    for _, c in ipairs {
+      { function() plain:log_fp8_stats { trackers = true } end, "log_fp8_stats: trackers=true needs the accelerator's trackers" },
+      { function() plain:log_fp8_stats { every = 2 } end, "log_fp8_stats: give path= (a CSV file) or trackers=true" },
+      { function() plain:log_fp8_stats { trackers = 1 } end, "log_fp8_stats: trackers must be a boolean, got 1" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+    os.execute("rm -rf " .. U.q(d))
+  end)
+end)

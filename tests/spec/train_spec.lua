@@ -157,7 +157,8 @@ describe("scripts/train_char_gpt.lua", function()
     -- the run's tags, as the event file holds them (each a length-prefixed string after the tag field's key, 0x0a)
     local events = read(tb .. "/" .. files[3])
     for _, tag in ipairs { "train_loss", "val_loss", "lr", "tokens_per_s", "fp8/input_underflow", "fp8/grad_saturated",
-                           "sample/text_summary", "final_val_loss" } do
+                           "sample/text_summary", "final_val_loss", "fp8/blocks.0.mlp.0/weight/scale",
+                           "fp8/blocks.0.attn.qkv/grad/amax" } do
       assert.truthy(events:find("\n" .. string.char(#tag) .. tag, 1, true), tag)
     end
   end)
