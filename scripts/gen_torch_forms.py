@@ -3,8 +3,9 @@
 tensor ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor,
 ceil, round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed
 tensor), isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row
-included), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient) and the
-in-place methods' results, for
+included), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient), dot, addmm, baddbmm,
+diagonal, diag, trace, addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, count_nonzero, movedim and
+unflatten (values and gradients) and the in-place methods' results, for
 tests/spec/torch_forms_spec.lua to compare fp8's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_torch_forms.py"""
 import math
@@ -105,5 +106,70 @@ for k, (eq, shapes) in enumerate(EINSUM, 1):
     out["einsum%d_shape" % k] = "{" + ", ".join(str(d) for d in y.shape) + "}"
     for j, o in enumerate(ops, 1):
         out["einsum%d_d%d" % (k, j)] = rows(o.grad)
+
+# the linear-algebra and further pointwise methods (tensor_linalg.lua, tensor_pointwise.lua, tensor_rearrange.lua):
+# each case's value and its tensor arguments' gradients (the output weighted by fill(shape, 0)); args are fill()ed
+# tensors (seeds 1, 2, 3) or the fixed tensors named in the case
+SPECIAL = {
+    "nan": [[float("nan"), float("inf"), float("-inf"), 0.5], [-2.0, 0.0, 3.0, float("-inf")]],
+    "lae_b": [[1.0, float("inf"), float("-inf"), 0.5], [-2.0, 0.0, float("-inf"), float("inf")]],
+    "xz": [[0.0, 0.0, 1.5, -2.0], [3.0, 0.0, 0.25, 1.0]],
+    "yz": [[0.0, 2.0, 3.0, 0.5], [float("nan"), 1.0, 4.0, 2.0]],
+    "prob": [[0.0, 0.01, 0.5, 0.75], [0.999, 1.0, 0.2, 0.3]],
+}
+
+
+def arg(spec, j):
+    if isinstance(spec, str):
+        return torch.tensor(SPECIAL[spec])
+    return fill(spec, j)
+
+
+METHODS = [  # key, method, tensor arg shapes (or SPECIAL names), other arguments
+    ("dot", "dot", [(5,), (5,)], []),
+    ("addmm", "addmm", [(2, 4), (2, 3), (3, 4)], [{"beta": 0.5, "alpha": 2.0}]),
+    ("addmm_b0", "addmm", [(4,), (2, 3), (3, 4)], [{"beta": 0.0}]),
+    ("baddbmm", "baddbmm", [(2, 3, 4), (2, 3, 5), (2, 5, 4)], [{"beta": 1.5, "alpha": -1.0}]),
+    ("diagonal", "diagonal", [(3, 4)], []),
+    ("diagonal_o1", "diagonal", [(3, 4)], [1]),
+    ("diagonal_om2", "diagonal", [(4, 3)], [-2]),
+    ("diagonal_3d", "diagonal", [(2, 3, 4)], [1, 0, 2]),
+    ("diag_v", "diag", [(3,)], []),
+    ("diag_vk", "diag", [(3,)], [-2]),
+    ("diag_m", "diag", [(3, 4)], [1]),
+    ("trace", "trace", [(3, 4)], []),
+    ("addcmul", "addcmul", [(2, 4), (2, 4), (1, 4)], [{"value": 0.5}]),
+    ("addcdiv", "addcdiv", [(2, 4), (2, 4), "yz"], [{"value": -2.0}]),
+    ("nan_to_num", "nan_to_num", ["nan"], []),
+    ("nan_to_num_v", "nan_to_num", ["nan"], [{"nan": 1.0, "posinf": 9.0, "neginf": -9.0}]),
+    ("logaddexp", "logaddexp", [(2, 4), (2, 4)], []),
+    ("logaddexp_inf", "logaddexp", ["nan", "lae_b"], []),
+    ("logaddexp_tie", "logaddexp", [(2, 4), (2, 4)], ["tie"]),
+    ("xlogy", "xlogy", ["xz", "yz"], []),
+    ("logit", "logit", ["prob"], []),
+    ("logit_eps", "logit", ["prob"], [0.05]),
+    ("isclose", "isclose", ["nan", "nan"], [{"equal_nan": True}]),
+    ("isclose_tol", "isclose", [(2, 4), (2, 4)], [{"rtol": 0.5, "atol": 0.1}]),
+    ("count_nonzero", "count_nonzero", ["xz"], [1]),
+    ("movedim", "movedim", [(2, 3, 4)], [[0, 1], [2, 0]]),
+    ("unflatten", "unflatten", [(2, 12)], [1, (3, -1, 2)]),
+]
+for key, name, shapes, extra in METHODS:
+    ts = [arg(sh, j).requires_grad_() for j, sh in enumerate(shapes, 1)]
+    if extra == ["tie"]:
+        extra = []
+        with torch.no_grad():
+            ts[1].copy_(ts[0])
+    kw = {}
+    if extra and isinstance(extra[-1], dict):
+        kw = extra[-1]
+        extra = extra[:-1]
+    y = getattr(ts[0], name)(*ts[1:], *extra, **kw)
+    out["m_" + key] = rows(y.float())
+    if y.requires_grad:
+        (y * fill(tuple(y.shape), 0)).sum().backward()
+        for j, t in enumerate(ts, 1):
+            if t.grad is not None:
+                out["m_%s_d%d" % (key, j)] = rows(t.grad)
 
 write("tests/data/torch_forms_torch.lua", "scripts/gen_torch_forms.py", torch.__version__, out)

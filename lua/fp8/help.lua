@@ -168,12 +168,27 @@ add_all {
     sig = "x:mm(y) (2-d) / x:bmm(y) (3-d) / x:outer(y) (1-d) / x:lerp(end, weight)",
     doc = "matmul with torch's shape checks; the outer product x_i·y_j; x + weight·(end - x) (weight a number or a\n"
        .. "tensor; torch's formula for |weight| ≥ 0.5, with two roundings where torch fuses one). Differentiable." },
+  { section = "Tensors", name = "Tensor:dot",
+    sig = "x:dot(y) / x:addmm(m1, m2 [, {beta=, alpha=}]) / x:baddbmm(b1, b2 [, ...]) / x:diagonal([offset, d1, d2])"
+       .. " /\nx:diag([k]) / x:trace()",
+    doc = "torch's: the 1-d inner product; beta·x + alpha·(m1 @ m2) (beta 0 leaves x out); the same per batch; a\n"
+       .. "diagonal of dims d1, d2 as the last dim (a copy); a 1-d tensor on a diagonal of a square matrix, or a\n"
+       .. "matrix's diagonal; the main diagonal's sum. Differentiable." },
+  { section = "Tensors", name = "Tensor:addcmul",
+    sig = "x:addcmul(t1, t2 [, value]) / x:addcdiv(t1, t2 [, value]) / x:nan_to_num([nan, posinf, neginf]) /\n"
+       .. "x:logaddexp(y) / x:xlogy(y) / x:logit([eps]) / x:isclose(y [, {rtol=, atol=, equal_nan=}]) /\n"
+       .. "x:allclose(y [, ...]) / x:count_nonzero([dim]) / x:clip(min, max) / x:relu()",
+    doc = "torch's: x + value·t1·t2 (·t1/t2); NaN and ±inf replaced (the dtype's extremes by default); log(e^x + e^y)\n"
+       .. "without overflow; x·log y (0 where x is 0); log(x/(1-x)) (x clamped to [eps, 1-eps] first); 1/0 where\n"
+       .. "close, or one boolean; nonzero elements counted; clamp and F.relu as methods. Differentiable where torch's\n"
+       .. "are, with its gradients at 0, the infinities and ties." },
   { section = "Tensors", name = "Tensor:unbind",
     sig = "x:unbind([dim=1]) / x:flip(dims) / x:roll(shifts [, dims]) / x:tile(reps...) / "
-       .. "x:repeat_interleave(r [, dim])",
+       .. "x:repeat_interleave(r [, dim]) /\nx:movedim(src, dst) / x:swapaxes(a, b) / x:unflatten(dim, sizes)",
     doc = "torch's rearrangements: the slices along dim as several values (local q, k, v = qkv:unbind(3)); dims\n"
        .. "reversed; elements shifted round; the tensor repeated (torch's x.repeat: repeat is a Lua keyword); each\n"
-       .. "element repeated r times in place (grouped-query attention's k:repeat_interleave(n, 2)). Differentiable." },
+       .. "element repeated r times in place (grouped-query attention's k:repeat_interleave(n, 2)); dims moved (alias\n"
+       .. "moveaxis); transpose's aliases (swapdims); one dim split into sizes (one -1 inferred). Differentiable." },
   { section = "Tensors", name = "Tensor:softmax", sig = "x:softmax(dim) / x:log_softmax(dim)",
     doc = "fp8.nn.functional.softmax / log_softmax as methods (torch's x.softmax(dim))." },
   { section = "Tensors", name = "Tensor:add_",
@@ -387,7 +402,11 @@ also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", 
 also("Tensor:logsumexp", { "Tensor:norm" })
 also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
 also("Tensor:softmax", { "Tensor:log_softmax" })
-also("Tensor:unbind", { "Tensor:flip", "Tensor:roll", "Tensor:tile", "Tensor:repeat_interleave" })
+also("Tensor:unbind", { "Tensor:flip", "Tensor:roll", "Tensor:tile", "Tensor:repeat_interleave", "Tensor:movedim",
+                        "Tensor:moveaxis", "Tensor:swapaxes", "Tensor:swapdims", "Tensor:unflatten" })
+also("Tensor:dot", { "Tensor:addmm", "Tensor:baddbmm", "Tensor:diagonal", "Tensor:diag", "Tensor:trace" })
+also("Tensor:addcmul", { "Tensor:addcdiv", "Tensor:nan_to_num", "Tensor:logaddexp", "Tensor:xlogy", "Tensor:logit",
+                         "Tensor:isclose", "Tensor:allclose", "Tensor:count_nonzero", "Tensor:clip", "Tensor:relu" })
 also("Tensor:add_", { "Tensor:sub_", "Tensor:mul_", "Tensor:div_", "Tensor:clamp_", "Tensor:copy_", "Tensor:fill_",
                       "Tensor:zero_", "Tensor:masked_fill_", "Tensor:lerp_", "Tensor:uniform_", "Tensor:normal_" })
 also("Tensor:new_zeros", { "Tensor:new_ones", "Tensor:new_empty", "Tensor:new_full", "Tensor:new_tensor",

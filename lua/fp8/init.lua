@@ -4,7 +4,9 @@ local core = require "fp8.core"
 local tensor_lua = require "fp8.tensor"   -- installs printing (__tostring) and Lua methods on fp8.Tensor
 require "fp8.tensor_inplace"                -- more methods: copy_, fill_, add_, ...
 require "fp8.tensor_logic"                  -- isnan, isinf, logical_and, all, any, ...
-require "fp8.tensor_rearrange"              -- unbind, flip, roll, tile, repeat_interleave
+require "fp8.tensor_rearrange"              -- unbind, flip, roll, tile, repeat_interleave, movedim, unflatten
+require "fp8.tensor_linalg"                 -- dot, addmm, baddbmm, diagonal, diag, trace
+require "fp8.tensor_pointwise"              -- addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, ...
 
 local fp8 = {}
 for k, v in pairs(core) do

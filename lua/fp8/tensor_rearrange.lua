@@ -153,4 +153,80 @@ Tensor.repeat_interleave = at_caller(function(t, repeats, dim, ...)
   return t:index_select(dim, (core.arange(n * repeats) / repeats):floor())
 end)
 
+-- movedim(source, destination) (alias moveaxis): the dims in source (a dim or a list) moved to the positions in
+-- destination, the others keeping their order (torch's); a view
+local function movedim(name)
+  return at_caller(function(t, src, dst, ...)
+    no_more(name, "(source, destination)", ...)
+    check_self(name, t)
+    local nd = t:dim()
+    local s, d = dims_of(name, src, math.max(nd, 1)), dims_of(name, dst, math.max(nd, 1))
+    if #s ~= #d then
+      error(("%s: source and destination must list as many dims, got %d and %d"):format(name, #s, #d))
+    end
+    local perm, taken, used = {}, {}, {}
+    for i = 1, #s do perm[d[i]] = s[i]; taken[s[i]] = true; used[d[i]] = true end
+    local rest = {}
+    for k = 1, nd do if not taken[k] then rest[#rest + 1] = k end end
+    local j = 1
+    for k = 1, nd do
+      if not used[k] then perm[k] = rest[j]; j = j + 1 end
+    end
+    if nd < 2 then return t:view(t:shape()) end
+    return t:permute(perm)
+  end)
+end
+Tensor.movedim, Tensor.moveaxis = movedim("movedim"), movedim("moveaxis")
+
+-- swapaxes(dim0, dim1) (alias swapdims): transpose's torch aliases
+local function swap(name)
+  return at_caller(function(t, a, b, ...)
+    no_more(name, "(dim0, dim1)", ...)
+    check_self(name, t)
+    local nd = math.max(t:dim(), 1)
+    a, b = norm_dim(name, a, nd), norm_dim(name, b, nd)
+    if t:dim() < 2 then return t:view(t:shape()) end
+    return t:transpose(a, b)
+  end)
+end
+Tensor.swapaxes, Tensor.swapdims = swap("swapaxes"), swap("swapdims")
+
+-- unflatten(dim, sizes): dim split into sizes (a list whose product is the dim's size; one -1 is inferred), torch's
+Tensor.unflatten = at_caller(function(t, dim, sizes, ...)
+  no_more("unflatten", "(dim, sizes)", ...)
+  check_self("unflatten", t)
+  if t:dim() == 0 then error("unflatten: a 0-d tensor has no dim to unflatten") end
+  dim = norm_dim("unflatten", dim, t:dim())
+  if type(sizes) ~= "table" or core.is_tensor(sizes) or rawlen(sizes) == 0 then
+    error(("unflatten: sizes must be a non-empty list of sizes, got %s"):format(got(sizes)))
+  end
+  local list = list_of("unflatten", "sizes", sizes, 8)
+  local n, known, infer = t:size(dim), 1, nil
+  for i, v in ipairs(list) do
+    if math.type(v) ~= "integer" or (v < 0 and v ~= -1) then
+      error(("unflatten: sizes must be integers >= 0 or one -1, got %s at %d"):format(got(v), i))
+    end
+    if v == -1 then
+      if infer then error("unflatten: only one size can be -1") end
+      infer = i
+    else
+      known = known * v
+    end
+  end
+  if infer then
+    if known == 0 or n % known ~= 0 then
+      error(("unflatten: dim %d of size %d cannot take the sizes {%s}"):format(dim, n, table.concat(list, ", ")))
+    end
+    list[infer] = n // known
+  elseif known ~= n then
+    error(("unflatten: the sizes {%s} multiply to %d, not dim %d's size %d"):format(table.concat(list, ", "), known, dim,
+      n))
+  end
+  local shape = {}
+  for k = 1, t:dim() do
+    if k == dim then for _, v in ipairs(list) do shape[#shape + 1] = v end else shape[#shape + 1] = t:size(k) end
+  end
+  return t:reshape(shape)
+end)
+
 return {}

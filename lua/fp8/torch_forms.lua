@@ -120,7 +120,9 @@ M.FORMS = {
   "transpose", "permute", "reshape", "narrow", "select", "masked_fill", "clamp", "clamp_min", "clamp_max", "topk",
   "sort", "argsort", "numel", "lerp", "t", "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "mm",
   "bmm", "outer", "softmax", "log_softmax", "unbind", "flip", "roll", "tile", "repeat_interleave", "masked_select",
-  "nonzero", "argwhere",
+  "nonzero", "argwhere", "dot", "addmm", "baddbmm", "diagonal", "diag", "trace", "addcmul", "addcdiv", "clip",
+  "relu", "nan_to_num", "logaddexp", "xlogy", "logit", "isclose", "allclose", "count_nonzero", "movedim", "moveaxis",
+  "swapaxes", "swapdims", "unflatten",
 }
 
 -- x, checked as argument 1 of fp8.<name>; a core method's "bad argument #n to '?'" (the method is called by a
