@@ -220,8 +220,8 @@ for name, kw, xs, causal, pad, nl in TEL:
             out["tel_%s_d_%s" % (name, pname.replace(".", "_"))] = rows(prm.grad.reshape(-1, prm.shape[-1]))
 
 # F.binary_cross_entropy (probabilities at 0, 1 and in between, a per-element weight, each reduction; the input's
-# and the target's gradients, torch's own formulas at the ends where the logs clamp at -100) and F.cosine_similarity (along dims 1
-# and 0, broadcast, a zero vector; both inputs' gradients)
+# and the target's gradients, torch's own formulas at the ends, where the logs clamp at -100) and
+# F.cosine_similarity (along dims 1 and 0, broadcast, a zero vector; both inputs' gradients)
 BX = [[0.0, 1e-12, 0.3, 0.5], [1.0, 0.999, 0.7, 0.05]]
 BY = [[1.0, 1.0, 0.2, 0.5], [0.0, 1.0, 0.7, 0.0]]
 BW = [[1.0, 2.0, 0.5, 1.0], [3.0, 1.0, 1.0, 0.25]]

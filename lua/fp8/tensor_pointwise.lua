@@ -139,7 +139,9 @@ local function close_opts(name, o)
   o = opts.check(name, o, { "rtol", "atol", "equal_nan" }, 4)
   local rtol, atol = o.rtol or 1e-5, o.atol or 1e-8
   for k, v in pairs { rtol = rtol, atol = atol } do
-    if type(v) ~= "number" or not (v >= 0) then error(("%s: %s must be a number >= 0, got %s"):format(name, k, got(v))) end
+    if type(v) ~= "number" or not (v >= 0) then
+      error(("%s: %s must be a number >= 0, got %s"):format(name, k, got(v)))
+    end
   end
   if o.equal_nan ~= nil and type(o.equal_nan) ~= "boolean" then
     error(("%s: equal_nan must be a boolean, got %s"):format(name, got(o.equal_nan)))

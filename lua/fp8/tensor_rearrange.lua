@@ -219,8 +219,8 @@ Tensor.unflatten = at_caller(function(t, dim, sizes, ...)
     end
     list[infer] = n // known
   elseif known ~= n then
-    error(("unflatten: the sizes {%s} multiply to %d, not dim %d's size %d"):format(table.concat(list, ", "), known, dim,
-      n))
+    error(("unflatten: the sizes {%s} multiply to %d, not dim %d's size %d"):format(table.concat(list, ", "), known,
+      dim, n))
   end
   local shape = {}
   for k = 1, t:dim() do

@@ -289,9 +289,9 @@ if okh and help.add then
     .. "log=function(self, values, step, kw) ...}, optional store_init_configuration, finish, tracker), or a list.\n"
     .. "init_trackers starts them on the main process: TensorBoard writes DIR/project_name (config: its hparams and\n"
     .. "hparams.yml; init_kwargs {tensorboard = {filename_suffix=}}). acc:log(values [, step [, log_kwargs]]):\n"
-    .. "numbers as scalars, strings as text, {name = number} tables as grouped scalars; acc:get_tracker(name [, unwrap]);\n"
-    .. "acc:end_training() finishes them. tensorboard --logdir DIR shows the runs. acc:log_fp8_stats{every=N,\n"
-    .. "trackers=true} logs each FP8 layer's scale, amax, underflow and saturation to them.")
+    .. "numbers as scalars, strings as text, {name = number} tables as grouped scalars;\n"
+    .. "acc:get_tracker(name [, unwrap]); acc:end_training() finishes them. tensorboard --logdir DIR shows the\n"
+    .. "runs. acc:log_fp8_stats{every=N, trackers=true} logs each FP8 layer's scale, amax, underflow and saturation.")
   help.ALIASES["acc:log"] = "acc:init_trackers"
   help.ALIASES["acc:get_tracker"] = "acc:init_trackers"
   help.add { section = "Training", name = "SummaryWriter",

@@ -39,12 +39,12 @@ describe("fp8lab command line", function()
     os.remove(p)
   end)
   it("a torch method a tensor lacks: the error points at the op fp8lab has, in scripts and at the prompt", function()
-    local p = script("local x = fp8.randn{2, 3}\nlocal y = x:relu()\n")
+    local p = script("local x = fp8.randn{2, 3}\nlocal y = x:gelu()\n")
     local _, err, code = run(q(p))
     os.remove(p)
     assert.are.equal(1, code)
-    assert.truthy(err:find(":2: attempt to call a nil value (method 'relu')\n  (if that is a tensor: fp8lab's tensors "
-      .. "have no :relu(); the op is fp8.nn.functional.relu(x, ...); help(\"tensors\") lists what they have)\n"
+    assert.truthy(err:find(":2: attempt to call a nil value (method 'gelu')\n  (if that is a tensor: fp8lab's tensors "
+      .. "have no :gelu(); the op is fp8.nn.functional.gelu(x, ...); help(\"tensors\") lists what they have)\n"
       .. "traceback (your code", 1, true), err)
     _, err = run("-i", "x = fp8.randn{2}\nx:frobnicate()\n")
     assert.truthy(err:find("(method 'frobnicate')\n  (if that is a tensor: fp8lab's tensors have no :frobnicate(); "
