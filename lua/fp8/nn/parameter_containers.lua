@@ -111,11 +111,13 @@ function ParameterList:forward()
     .. "... end), as torch's", 0)
 end
 
-function ParameterList:extra_repr()
+-- a line per parameter, as torch prints them: "(0): Parameter containing: [fp32 of size 3x4]"
+local function params_repr(self)
   local p, lines = params(self), {}
   for i, name in ipairs(p.names) do lines[i] = ("(%s): %s"):format(name, describe(p.map[name])) end
   return table.concat(lines, "\n")
 end
+ParameterList.extra_repr = params_repr
 
 -- ---- ParameterDict -----------------------------------------------------------------------------------------------
 local ParameterDict = Module.class("ParameterDict")
@@ -217,11 +219,7 @@ function ParameterDict:forward()
     .. "d[\"name\"]), as torch's", 0)
 end
 
-function ParameterDict:extra_repr()
-  local p, lines = params(self), {}
-  for i, name in ipairs(p.names) do lines[i] = ("(%s): %s"):format(name, describe(p.map[name])) end
-  return table.concat(lines, "\n")
-end
+ParameterDict.extra_repr = params_repr
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(ParameterList, "ParameterList")
