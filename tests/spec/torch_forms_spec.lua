@@ -480,10 +480,13 @@ describe("fp8.einsum (PyTorch 2.x's values and gradients)", function()
     U.fails_with({ "einsum: a product of the operands up to operand 9 would have 9 dims (abcdefghi), more than a "
       .. "tensor's 8" }, function() return fp8.einsum("a,b,c,d,e,f,g,h,i->abcdefghi", o, o, o, o, o, o, o, o, o) end)
     assert.are.same({ 2, 2, 2, 2, 2, 2, 2, 2 }, fp8.einsum("a,b,c,d,e,f,g,h", o, o, o, o, o, o, o, o):shape())
-    -- an op's own error inside (out of memory in the product) is named einsum's, at the caller's line
-    local ok, err = pcall(fp8.einsum, "i,j->ij", fp8.ones { 100000 }, fp8.ones { 100000 })
-    assert.is_false(ok)
-    assert.are.equal("einsum: out of memory allocating 40000000000 bytes on cpu", err)
+    -- an op's own error inside (out of memory in the product) is named einsum's, at the caller's line (not under
+    -- ASan, whose allocator aborts on such a request: make sanitize sets no allocator_may_return_null)
+    if os.getenv("ASAN_OPTIONS") == nil then
+      local ok, err = pcall(fp8.einsum, "i,j->ij", fp8.ones { 100000 }, fp8.ones { 100000 })
+      assert.is_false(ok)
+      assert.are.equal("einsum: out of memory allocating 40000000000 bytes on cpu", err)
+    end
     local x = fp8.ones { 2 }
     x:free()
     U.fails_with({ "einsum: operand 1 has been released" }, function() return fp8.einsum("i", x) end)
