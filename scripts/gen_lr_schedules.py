@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""gen_lr_schedules.py — writes tests/data/lr_schedules_torch.lua: the learning rates (and, for OneCycleLR, the
-momentum or betas[1]) that PyTorch 2.x's schedulers give step by step, and those of transformers' schedules
+"""gen_lr_schedules.py — writes tests/data/lr_schedules_torch.lua: the learning rates (and, for OneCycleLR and
+CyclicLR, the momentum or betas[1]) that PyTorch 2.x's schedulers give step by step, and those of transformers' schedules
 (their lambdas, through LambdaLR), for the cases tests/spec/optim_spec.lua builds with fp8.optim.lr_scheduler.
 Run from the repository root with a PyTorch 2.x (transformers is not needed):
     python3 -m venv /opt/torch2 && /opt/torch2/bin/pip install torch
@@ -57,6 +57,13 @@ fmt("onecycle_sgd", run(lambda o: S.OneCycleLR(o, 0.1, total_steps=10), 11, opt_
 fmt("onecycle_adam_lin", run(lambda o: S.OneCycleLR(o, 0.05, total_steps=12, anneal_strategy="linear", pct_start=0.25), 12, opt_adam()))
 fmt("onecycle_three", run(lambda o: S.OneCycleLR(o, [0.1, 0.2], epochs=2, steps_per_epoch=5, three_phase=True, div_factor=10.0, final_div_factor=100.0), 11, opt_sgd(momentum=0.9, groups=2)))
 fmt("onecycle_nomom", run(lambda o: S.OneCycleLR(o, 0.1, total_steps=8, cycle_momentum=False), 9, opt_sgd()))
+fmt("cyclic_tri", run(lambda o: S.CyclicLR(o, 0.01, 0.1, step_size_up=3), 14, opt_sgd(momentum=0.9)))
+fmt("cyclic_tri2", run(lambda o: S.CyclicLR(o, 0.01, 0.1, step_size_up=2, step_size_down=3, mode="triangular2",
+                                             cycle_momentum=False), 16))
+fmt("cyclic_exp", run(lambda o: S.CyclicLR(o, [0.01, 0.02], [0.1, 0.3], step_size_up=2, mode="exp_range", gamma=0.9,
+                                            base_momentum=0.7, max_momentum=0.95), 12, opt_adam(groups=2)))
+fmt("cyclic_fn", run(lambda o: S.CyclicLR(o, 0.01, 0.1, step_size_up=2, scale_fn=lambda x: 1.0 / (1.0 + x),
+                                           scale_mode="iterations", cycle_momentum=False), 10))
 def seq(o):
     a = S.LinearLR(o, 0.1, total_iters=3); b = S.ExponentialLR(o, 0.9)
     return S.SequentialLR(o, [a, b], milestones=[3])

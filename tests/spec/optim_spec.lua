@@ -719,6 +719,49 @@ describe("fp8.optim.lr_scheduler", function()
     assert.truthy(err:find("epoch must be an integer >= 0, got 1.5", 1, true), err)
   end)
 
+  it("CyclicLR gives torch's lrs and momentum: triangular, triangular2, exp_range, a scale_fn; refuses by name",
+    function()
+      local o = sgd(0.5, 0.9)
+      follows("cyclic_tri", o, sched.CyclicLR(o, 0.01, 0.1, 3), true)
+      o = sgd(0.5)
+      follows("cyclic_tri2", o, sched.CyclicLR(o, { base_lr = 0.01, max_lr = 0.1, step_size_up = 2, step_size_down = 3,
+        mode = "triangular2", cycle_momentum = false }))
+      o = optim.AdamW({ { params = { fp8.zeros { 1 } } }, { params = { fp8.zeros { 1 } } } }, { lr = 0.5 })
+      follows("cyclic_exp", o, sched.CyclicLR(o, { base_lr = { 0.01, 0.02 }, max_lr = { 0.1, 0.3 }, step_size_up = 2,
+        mode = "exp_range", gamma = 0.9, base_momentum = 0.7, max_momentum = 0.95 }), true)
+      o = sgd(0.5)
+      follows("cyclic_fn", o, sched.CyclicLR(o, { base_lr = 0.01, max_lr = 0.1, step_size_up = 2,
+        scale_fn = function(x) return 1 / (1 + x) end, scale_mode = "iterations", cycle_momentum = false }))
+      for _, c in ipairs {
+        { { max_lr = 0.1 }, "CyclicLR: base_lr is required" },
+        { { base_lr = 0.1, max_lr = 0.2, mode = "sine" }, 'mode must be "triangular", "triangular2" or "exp_range"' },
+        { { base_lr = 0.1, max_lr = 0.2, scale_mode = "iterations" }, "scale_mode goes with scale_fn" },
+        { { base_lr = 0.1, max_lr = 0.2, step_size_up = -1 }, "step_size_up must be a finite number >= 0, got -1" },
+        { { base_lr = 0.1, max_lr = 0.2, step_size_up = 0 }, "step_size_up + step_size_down must be > 0" },
+        { { base_lr = { 0.1, 0.2 }, max_lr = 0.2 }, "base_lr must be a number or a list of 1 (one per parameter group)" },
+        { { base_lr = 0.1, max_lr = 0.2, scale_fn = function() return "x" end },
+          'CyclicLR: scale_fn must return a number, got "x"' },
+        { { base_lr = 0.1, max_lr = 0.2, step_sise_up = 3 }, "unknown option 'step_sise_up'" },
+      } do
+        local ok, err = pcall(sched.CyclicLR, sgd(0.1, 0.9), c[1])
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find(c[2], 1, true), err)
+      end
+      -- an optimizer with neither momentum nor betas (SGD has momentum, 0 by default, which torch cycles too)
+      local Plain = optim.Optimizer.class()
+      function Plain.new(params) return optim.Optimizer.new(Plain, "Plain", { lr = 0.1 }, params, {}) end
+      local ok, err = pcall(sched.CyclicLR, Plain.new({ fp8.zeros { 1 } }), 0.01, 0.1)
+      assert.is_false(ok)
+      assert.truthy(err:find("cycle_momentum=true needs an optimizer with momentum or betas", 1, true), err)
+      -- a checkpoint round trip: the copy continues as the original
+      local a, b = sgd(0.5, 0.9), sgd(0.5, 0.9)
+      local sa, sb = sched.CyclicLR(a, 0.01, 0.1, 3), sched.CyclicLR(b, 0.01, 0.1, 3)
+      for _ = 1, 4 do sa:step() end
+      sb:load_state_dict(sa:state_dict())
+      sa:step(); sb:step()
+      assert.are.same({ a.param_groups[1].lr, a.param_groups[1].momentum }, { b.param_groups[1].lr, b.param_groups[1].momentum })
+    end)
+
   it("OneCycleLR gives torch's lrs and momentum (SGD's momentum, AdamW's betas[1]) and refuses a step past the end",
     function()
       local o = sgd(0.1, 0.9)

@@ -1,6 +1,6 @@
 -- lr_scheduler.lua — fp8.optim.lr_scheduler: learning-rate schedules that set each parameter group's
 -- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); torch's StepLR, MultiStepLR, ConstantLR,
--- LinearLR, ExponentialLR, PolynomialLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, OneCycleLR and
+-- LinearLR, ExponentialLR, PolynomialLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, OneCycleLR, CyclicLR and
 -- SequentialLR, warmup_cosine (linear warmup, then cosine decay to min_lr), and transformers' schedules
 -- (get_linear/cosine/cosine_with_hard_restarts/polynomial_decay_schedule_with_warmup, get_constant_schedule(_with_
 -- warmup), get_inverse_sqrt_schedule, get_scheduler by name) are built on it. Call :step() after
@@ -426,6 +426,28 @@ end
 -- betas[1]) goes the other way between max_momentum and base_momentum. max_lr, base_momentum and max_momentum may
 -- be lists, one per group. Like torch's, each group's initial_lr becomes max_lr/div_factor, and a step past
 -- total_steps is an error.
+-- a number, or a list of one per parameter group (torch's _format_param), each in [lo, hi]; errors at `level`
+local function per_group_values(name, opt, key, v, lo, hi, level)
+  local ng, list = #opt.param_groups, {}
+  if type(v) == "table" then
+    if rawlen(v) ~= ng then
+      error(("%s: %s must be a number or a list of %d (one per parameter group), got a list of %d"):format(
+        name, key, ng, rawlen(v)), level)
+    end
+    for i = 1, ng do list[i] = rawget(v, i) end
+  else
+    for i = 1, ng do list[i] = v end
+  end
+  for i = 1, ng do
+    local x = list[i]
+    if type(x) ~= "number" or not (x >= lo and x <= hi) then
+      error(("%s: %s%s must be a number in [%g, %g], got %s"):format(name, key, type(v) == "table" and
+        ("[" .. i .. "]") or "", lo, hi, O.got(x)), level)
+    end
+  end
+  return list
+end
+
 local ONECYCLE_KEYS = { "max_lr", "total_steps", "epochs", "steps_per_epoch", "pct_start", "anneal_strategy",
   "cycle_momentum", "base_momentum", "max_momentum", "div_factor", "final_div_factor", "three_phase" }
 function M.OneCycleLR(opt, opts, ...)
@@ -470,27 +492,7 @@ function M.OneCycleLR(opt, opts, ...)
     error(("OneCycleLR: three_phase must be a boolean, got %s"):format(O.got(three)), 2)
   end
   local ng = #opt.param_groups
-  -- a number, or a list of one per group (torch's _format_param)
-  local function per_group(key, v, lo, hi)
-    local list = {}
-    if type(v) == "table" then
-      if rawlen(v) ~= ng then
-        error(("OneCycleLR: %s must be a number or a list of %d (one per parameter group), got a list of %d"):format(
-          key, ng, rawlen(v)), 3)
-      end
-      for i = 1, ng do list[i] = rawget(v, i) end
-    else
-      for i = 1, ng do list[i] = v end
-    end
-    for i = 1, ng do
-      local x = list[i]
-      if type(x) ~= "number" or not (x >= lo and x <= hi) then
-        error(("OneCycleLR: %s%s must be a number in [%g, %g], got %s"):format(key, type(v) == "table" and
-          ("[" .. i .. "]") or "", lo, hi, O.got(x)), 3)
-      end
-    end
-    return list
-  end
+  local function per_group(key, v, lo, hi) return per_group_values(N, opt, key, v, lo, hi, 4) end
   if opts.max_lr == nil then error("OneCycleLR: max_lr is required", 2) end
   local max_lrs = per_group("max_lr", opts.max_lr, 0, math.huge)
   local base_m, max_m
@@ -551,6 +553,110 @@ function M.OneCycleLR(opt, opts, ...)
       if use_betas then g.betas = { m, g.betas[2] } else g.momentum = m end
     end
   end, { total_steps = total })
+end
+
+-- CyclicLR(opt, {base_lr, max_lr, step_size_up=2000, step_size_down=step_size_up, mode="triangular", gamma=1,
+-- scale_fn=, scale_mode="cycle", cycle_momentum=true, base_momentum=0.8, max_momentum=0.9}) or torch's positional
+-- (opt, base_lr, max_lr [, step_size_up [, ...]]): torch's cyclical learning rate. Each cycle the lr climbs from
+-- base_lr to max_lr over step_size_up steps and back over step_size_down; mode "triangular" keeps the height,
+-- "triangular2" halves it every cycle, "exp_range" scales it by gamma^step; scale_fn(x) (a function of the cycle, or
+-- of the step with scale_mode="iterations") replaces the mode. With cycle_momentum the momentum (SGD's momentum,
+-- Adam's betas[1]) goes the other way between max_momentum and base_momentum. base_lr, max_lr and the momenta may be
+-- lists, one per group; the groups' lr start at base_lr, as torch's.
+local CYCLIC_KEYS = { "base_lr", "max_lr", "step_size_up", "step_size_down", "mode", "gamma", "scale_fn",
+  "scale_mode", "cycle_momentum", "base_momentum", "max_momentum" }
+function M.CyclicLR(opt, opts, ...)
+  local N = "CyclicLR"
+  check_opt(N, opt)
+  opts = positional(N, opts, table.pack(...), CYCLIC_KEYS, "(opt, base_lr, max_lr [, step_size_up [, "
+    .. "step_size_down [, mode [, ...]]]]) or (opt, {base_lr=, max_lr=, ...})", is_options) or {}
+  local valid = {}
+  for _, k in ipairs(CYCLIC_KEYS) do valid[k] = true end
+  check_keys(N, opts, valid)
+  for _, k in ipairs { "base_lr", "max_lr" } do
+    if opts[k] == nil then error(("CyclicLR: %s is required"):format(k), 2) end
+  end
+  local base_lrs = per_group_values(N, opt, "base_lr", opts.base_lr, 0, math.huge, 3)
+  local max_lrs = per_group_values(N, opt, "max_lr", opts.max_lr, 0, math.huge, 3)
+  local up = opts.step_size_up or 2000
+  local down = opts.step_size_down or up
+  for k, v in pairs { step_size_up = up, step_size_down = down } do
+    if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+      error(("CyclicLR: %s must be a finite number >= 0, got %s"):format(k, O.got(v)), 2)
+    end
+  end
+  local total = up + down
+  if total <= 0 then error("CyclicLR: step_size_up + step_size_down must be > 0", 2) end
+  local ratio = up / total
+  local mode, gamma, scale_fn = opts.mode or "triangular", opts.gamma or 1.0, opts.scale_fn
+  if type(gamma) ~= "number" or gamma ~= gamma then
+    error(("CyclicLR: gamma must be a number, got %s"):format(O.got(gamma)), 2)
+  end
+  local scale_mode
+  if scale_fn ~= nil then
+    if type(scale_fn) ~= "function" then
+      error(("CyclicLR: scale_fn must be a function of one number, got %s"):format(O.got(scale_fn)), 2)
+    end
+    scale_mode = opts.scale_mode or "cycle"
+    if scale_mode ~= "cycle" and scale_mode ~= "iterations" then
+      error(("CyclicLR: scale_mode must be \"cycle\" or \"iterations\", got %s"):format(O.got(scale_mode)), 2)
+    end
+  else
+    if mode == "triangular" then scale_fn, scale_mode = function() return 1.0 end, "cycle"
+    elseif mode == "triangular2" then scale_fn, scale_mode = function(x) return 1 / 2.0 ^ (x - 1) end, "cycle"
+    elseif mode == "exp_range" then scale_fn, scale_mode = function(x) return gamma ^ x end, "iterations"
+    else
+      error(("CyclicLR: mode must be \"triangular\", \"triangular2\" or \"exp_range\" (or give scale_fn), got %s")
+        :format(O.got(mode)), 2)
+    end
+    if opts.scale_mode ~= nil then
+      error("CyclicLR: scale_mode goes with scale_fn (each mode has its own: torch overrides it)", 2)
+    end
+  end
+  local cyc = opts.cycle_momentum
+  if cyc == nil then cyc = true end
+  if type(cyc) ~= "boolean" then error(("CyclicLR: cycle_momentum must be a boolean, got %s"):format(O.got(cyc)), 2) end
+  local base_m, max_m, use_betas
+  if cyc then
+    local d = opt.defaults or {}
+    if d.momentum == nil and d.betas == nil then
+      error(("CyclicLR: cycle_momentum=true needs an optimizer with momentum or betas (%s has neither); pass "
+        .. "cycle_momentum=false"):format(tostring(opt.name)), 2)
+    end
+    use_betas = d.betas ~= nil
+    base_m = per_group_values(N, opt, "base_momentum", opts.base_momentum or 0.8, 0, 1, 3)
+    max_m = per_group_values(N, opt, "max_momentum", opts.max_momentum or 0.9, 0, 1, 3)
+  end
+  -- the scale of step t: the cycle's position and the mode's factor (a scale_fn's error or bad value is named)
+  local function at(t)
+    local cycle = math.floor(1 + t / total)
+    local x = 1.0 + t / total - cycle
+    local f = x <= ratio and x / ratio or (x - 1) / (ratio - 1)
+    local ok, sc = pcall(scale_fn, scale_mode == "cycle" and cycle or t)
+    if not ok then error(("CyclicLR: scale_fn raised: %s"):format(tostring(sc)), 0) end
+    if type(sc) ~= "number" then
+      error(("CyclicLR: scale_fn must return a number, got %s"):format(O.got(sc)), 0)
+    end
+    return f, sc
+  end
+  -- the groups start at base_lr (torch writes it before its first step)
+  for i, g in ipairs(opt.param_groups) do g.lr, g.initial_lr = base_lrs[i], base_lrs[i] end
+  return new(N, opt, function(t, _, i)
+    if base_lrs[i] == nil then
+      error(("CyclicLR: parameter group %d was added after the scheduler was made; its base_lr is unknown"):format(i), 0)
+    end
+    local f, sc = at(t)
+    return base_lrs[i] + (max_lrs[i] - base_lrs[i]) * f * sc
+  end, nil, false, function(self, t)
+    if not cyc then return end
+    local f, sc = at(t)
+    for i, g in ipairs(self.optimizer.param_groups) do
+      if base_m[i] ~= nil then
+        local m = max_m[i] - (max_m[i] - base_m[i]) * f * sc
+        if use_betas then g.betas = { m, g.betas[2] } else g.momentum = m end
+      end
+    end
+  end)
 end
 
 -- SequentialLR(opt, schedulers, milestones) (or (opt, {schedulers=, milestones=})): torch's: schedulers[1] until
