@@ -787,8 +787,8 @@ if okh and help.add then
   add("acc:wait_for_everyone", "acc:wait_for_everyone()", "A barrier across the processes.")
   add("acc:no_sync", "acc:no_sync(model, fn, ...)", "fn runs without gradient synchronisation (no communication).")
   add("acc:end_training", "acc:end_training()",
-    "Accelerate's last call: it finishes the trackers (fp8lab has none) and ends the process group, which here ends\n"
-    .. "when the process exits: a no-op, so that scripts ending with it run to the end.")
+    "Accelerate's last call: it finishes the trackers (closing TensorBoard's files); the process group, which\n"
+    .. "Accelerate's ends there, ends here when the process exits, so that scripts ending with it run to the end.")
   add("DistributedType", "fp8.DistributedType.NO | MULTI_CPU | MULTI_GPU | ...",
     "Accelerate's enum: acc.distributed_type is one of these strings; a name that is no member raises.")
   add("DDPCommunicationHookType", "fp8.DDPCommunicationHookType.FP16 | DDPCommunicationHookType(\"fp16\")",
