@@ -60,10 +60,11 @@ local function parse(eq)
   end
   local terms, pos = {}, 1
   for term in (lhs .. ","):gmatch("([^,]*),") do
-    terms[#terms + 1] = parse_term(eq, term, pos, ("operand %d's subscripts"):format(#terms + 1))
+    -- (positions in messages count in the equation without its spaces, which is what they show)
+    terms[#terms + 1] = parse_term(s, term, pos, ("operand %d's subscripts"):format(#terms + 1))
     pos = pos + #term + 1
   end
-  local out = rhs and parse_term(eq, rhs, #lhs + 3, "the output") or nil
+  local out = rhs and parse_term(s, rhs, #lhs + 3, "the output") or nil
   return terms, out
 end
 
