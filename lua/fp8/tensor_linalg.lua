@@ -35,8 +35,8 @@ local function coefs(name, o)
   local beta, alpha = o.beta, o.alpha
   if beta == nil then beta = 1 end
   if alpha == nil then alpha = 1 end
-  for k, v in pairs { beta = beta, alpha = alpha } do
-    if type(v) ~= "number" then error(("%s: %s must be a number, got %s"):format(name, k, got(v))) end
+  for _, kv in ipairs { { "beta", beta }, { "alpha", alpha } } do   -- (in order: one message for two faults)
+    if type(kv[2]) ~= "number" then error(("%s: %s must be a number, got %s"):format(name, kv[1], got(kv[2]))) end
   end
   return beta, alpha
 end

@@ -76,8 +76,8 @@ Tensor.nan_to_num = at_caller(function(t, nan, posinf, neginf, ...)
     local o = opts.check("nan_to_num", nan, { "nan", "posinf", "neginf" }, 3)
     nan, posinf, neginf = o.nan, o.posinf, o.neginf
   end
-  for k, v in pairs { nan = nan or 0, posinf = posinf or 0, neginf = neginf or 0 } do
-    if type(v) ~= "number" then error(("nan_to_num: %s must be a number, got %s"):format(k, got(v))) end
+  for _, kv in ipairs { { "nan", nan or 0 }, { "posinf", posinf or 0 }, { "neginf", neginf or 0 } } do   -- (in order)
+    if type(kv[2]) ~= "number" then error(("nan_to_num: %s must be a number, got %s"):format(kv[1], got(kv[2]))) end
   end
   local big = FINITE_MAX[dt]
   nan, posinf, neginf = nan or 0, posinf or big, neginf or -big
@@ -138,9 +138,9 @@ end)
 local function close_opts(name, o)
   o = opts.check(name, o, { "rtol", "atol", "equal_nan" }, 4)
   local rtol, atol = o.rtol or 1e-5, o.atol or 1e-8
-  for k, v in pairs { rtol = rtol, atol = atol } do
-    if type(v) ~= "number" or not (v >= 0) then
-      error(("%s: %s must be a number >= 0, got %s"):format(name, k, got(v)))
+  for _, kv in ipairs { { "rtol", rtol }, { "atol", atol } } do   -- (in order: one message for two faults)
+    if type(kv[2]) ~= "number" or not (kv[2] >= 0) then
+      error(("%s: %s must be a number >= 0, got %s"):format(name, kv[1], got(kv[2])))
     end
   end
   if o.equal_nan ~= nil and type(o.equal_nan) ~= "boolean" then

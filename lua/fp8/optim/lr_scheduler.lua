@@ -580,9 +580,10 @@ function M.CyclicLR(opt, opts, ...)
   local max_lrs = per_group_values(N, opt, "max_lr", opts.max_lr, 0, math.huge, 3)
   local up = opts.step_size_up or 2000
   local down = opts.step_size_down or up
-  for k, v in pairs { step_size_up = up, step_size_down = down } do
+  for _, kv in ipairs { { "step_size_up", up }, { "step_size_down", down } } do   -- in this order: down is up's by default
+    local v = kv[2]
     if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
-      error(("CyclicLR: %s must be a finite number >= 0, got %s"):format(k, O.got(v)), 2)
+      error(("CyclicLR: %s must be a finite number >= 0, got %s"):format(kv[1], O.got(v)), 2)
     end
   end
   local total = up + down
