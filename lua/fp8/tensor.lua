@@ -851,8 +851,24 @@ function Tensor.reciprocal(t, ...)
   return 1 / t
 end
 
+-- An arithmetic method's self (live, not FP8), and a tensor argument of one (live, not FP8; with numbers, a number
+-- too), for the methods of tensor_linalg.lua and tensor_pointwise.lua, which run under M._at_caller (it puts the
+-- caller's line on what these raise).
+local function check_arith_self(who, t) check_not_fp8(who, check_self(who, t)) end
+local function check_operand(who, what, v, numbers)
+  if numbers and type(v) == "number" then return v end
+  if not core.is_tensor(v) then
+    error(("%s: %s must be a tensor%s, got %s"):format(who, what, numbers and " or a number" or "",
+      require("fp8.opts").got(v)))
+  end
+  check_live(who, what, v)
+  check_not_fp8(who, v:dtype())
+  return v
+end
+
 -- the argument checks, shared with the other files of the Tensor class (tensor_inplace.lua, tensor_logic.lua, ...)
 M._check_self, M._check_live, M._check_not_fp8, M._norm_dim = check_self, check_live, check_not_fp8, norm_dim
+M._check_arith_self, M._check_operand = check_arith_self, check_operand
 
 -- M._at_caller(f): f as a public function whose errors are raised at its caller's line. Inside, errors may be
 -- raised at any level: a position in one of fp8lab's files (or none) is dropped and the caller's put instead.

@@ -6,17 +6,10 @@ local T = require "fp8.tensor"
 local opts = require "fp8.opts"
 local Tensor = core.Tensor
 local no_more, got = opts.no_more, opts.got
-local check_self, check_live, check_not_fp8, norm_dim = T._check_self, T._check_live, T._check_not_fp8, T._norm_dim
+local norm_dim = T._norm_dim
 local at_caller = T._at_caller   -- every method below raises its errors at the user's line
 
-local function self_of(name, t) check_not_fp8(name, check_self(name, t)) end
-
-local function operand(name, what, v)
-  if not core.is_tensor(v) then error(("%s: %s must be a tensor, got %s"):format(name, what, got(v))) end
-  check_live(name, what, v)
-  check_not_fp8(name, v:dtype())
-  return v
-end
+local self_of, operand = T._check_arith_self, T._check_operand
 
 -- dot(other): the inner product of two 1-d tensors of one size (torch's)
 Tensor.dot = at_caller(function(t, y, ...)

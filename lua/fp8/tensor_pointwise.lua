@@ -7,22 +7,11 @@ local T = require "fp8.tensor"
 local opts = require "fp8.opts"
 local Tensor = core.Tensor
 local no_more, got = opts.no_more, opts.got
-local check_self, check_live, check_not_fp8 = T._check_self, T._check_live, T._check_not_fp8
+local check_self, check_not_fp8 = T._check_self, T._check_not_fp8
 local at_caller = T._at_caller   -- every method below raises its errors at the user's line
 local where = T.where
 
-local function self_of(name, t) check_not_fp8(name, check_self(name, t)) end
-
--- a tensor argument (live, not FP8) or, where numbers are allowed, a number
-local function operand(name, what, v, numbers)
-  if numbers and type(v) == "number" then return v end
-  if not core.is_tensor(v) then
-    error(("%s: %s must be a tensor%s, got %s"):format(name, what, numbers and " or a number" or "", got(v)))
-  end
-  check_live(name, what, v)
-  check_not_fp8(name, v:dtype())
-  return v
-end
+local self_of, operand = T._check_arith_self, T._check_operand
 
 local function value_of(name, v)
   if type(v) == "table" and not core.is_tensor(v) then v = opts.check(name, v, { "value" }, 4).value end

@@ -167,6 +167,14 @@ function M._resolve(log_with, logging_dir, level)
   return out
 end
 
+-- the names of an accelerator's log_with (a built-in's name, or a tracker object's): the keys of init_kwargs and
+-- log_kwargs
+local function tracker_names(acc)
+  local names = {}
+  for _, t in ipairs(acc.log_with) do names[#names + 1] = type(t) == "string" and t or t.name end
+  return names
+end
+
 -- A tracker whose methods do nothing: what get_tracker gives on a process that keeps no trackers (Accelerate's
 -- GeneralTracker(_blank=True)), so code written for the main process runs on the others too.
 local Blank = { name = "blank", requires_logging_directory = false, main_process_only = true }
@@ -198,9 +206,7 @@ function M._install(Accelerator)
         end
       end
     end
-    local names = {}
-    for _, t in ipairs(self.log_with) do names[#names + 1] = type(t) == "string" and t or t.name end
-    init_kwargs = O.check("init_trackers", init_kwargs, names, 2)
+    init_kwargs = O.check("init_trackers", init_kwargs, tracker_names(self), 2)
     if #self.trackers > 0 then
       error("init_trackers: the trackers are running already (end_training() finishes them)", 2)
     end
@@ -235,9 +241,7 @@ function M._install(Accelerator)
     if step ~= nil and math.type(step) ~= "integer" then
       error(("log: step must be an integer, got %s"):format(O.got(step)), 2)
     end
-    local names = {}
-    for _, t in ipairs(self.log_with) do names[#names + 1] = type(t) == "string" and t or t.name end
-    log_kwargs = O.check("log", log_kwargs, names, 2)
+    log_kwargs = O.check("log", log_kwargs, tracker_names(self), 2)
     if self.process_index ~= 0 then return end
     for _, tracker in ipairs(self.trackers) do
       local ok, err = pcall(tracker.log, tracker, values, step, log_kwargs[tracker.name])

@@ -448,6 +448,28 @@ local function per_group_values(name, opt, key, v, lo, hi, level)
   return list
 end
 
+-- OneCycleLR's and CyclicLR's momentum: with cycle_momentum (default true), the optimizer's momentum (SGD's) or
+-- betas[1] (Adam's) is cycled between base_momentum and max_momentum (defaults: the scheduler's). Returns cyc,
+-- base_m, max_m (per group) and whether betas; errors at the constructor's caller.
+local function cycled_momentum(name, opt, opts, base_default, max_default)
+  local cyc = opts.cycle_momentum
+  if cyc == nil then cyc = true end
+  if type(cyc) ~= "boolean" then
+    error(("%s: cycle_momentum must be a boolean, got %s"):format(name, O.got(cyc)), 3)
+  end
+  if not cyc then return false end
+  local d = opt.defaults or {}
+  if d.momentum == nil and d.betas == nil then
+    error(("%s: cycle_momentum=true needs an optimizer with momentum or betas (%s has neither); pass "
+      .. "cycle_momentum=false"):format(name, tostring(opt.name)), 3)
+  end
+  return true, per_group_values(name, opt, "base_momentum", opts.base_momentum or base_default, 0, 1, 4),
+    per_group_values(name, opt, "max_momentum", opts.max_momentum or max_default, 0, 1, 4), d.betas ~= nil
+end
+local function set_momentum(g, m, use_betas)
+  if use_betas then g.betas = { m, g.betas[2] } else g.momentum = m end
+end
+
 local ONECYCLE_KEYS = { "max_lr", "total_steps", "epochs", "steps_per_epoch", "pct_start", "anneal_strategy",
   "cycle_momentum", "base_momentum", "max_momentum", "div_factor", "final_div_factor", "three_phase" }
 function M.OneCycleLR(opt, opts, ...)
@@ -482,31 +504,14 @@ function M.OneCycleLR(opt, opts, ...)
       error(("OneCycleLR: %s must be a finite number > 0, got %s"):format(k, O.got(v)), 2)
     end
   end
-  local cyc = opts.cycle_momentum
-  if cyc == nil then cyc = true end
-  if type(cyc) ~= "boolean" then
-    error(("OneCycleLR: cycle_momentum must be a boolean, got %s"):format(O.got(cyc)), 2)
-  end
   local three = opts.three_phase or false
   if type(three) ~= "boolean" then
     error(("OneCycleLR: three_phase must be a boolean, got %s"):format(O.got(three)), 2)
   end
   local ng = #opt.param_groups
-  local function per_group(key, v, lo, hi) return per_group_values(N, opt, key, v, lo, hi, 4) end
   if opts.max_lr == nil then error("OneCycleLR: max_lr is required", 2) end
-  local max_lrs = per_group("max_lr", opts.max_lr, 0, math.huge)
-  local base_m, max_m
-  local use_betas = false
-  if cyc then
-    local d = opt.defaults or {}
-    if d.momentum == nil and d.betas == nil then
-      error(("OneCycleLR: cycle_momentum=true needs an optimizer with momentum or betas (%s has neither); "
-        .. "pass cycle_momentum=false"):format(tostring(opt.name)), 2)
-    end
-    use_betas = d.betas ~= nil
-    base_m = per_group("base_momentum", opts.base_momentum or 0.85, 0, 1)
-    max_m = per_group("max_momentum", opts.max_momentum or 0.95, 0, 1)
-  end
+  local max_lrs = per_group_values(N, opt, "max_lr", opts.max_lr, 0, math.huge, 3)
+  local cyc, base_m, max_m, use_betas = cycled_momentum(N, opt, opts, 0.85, 0.95)
   local phases
   if three then
     phases = { { pct * total - 1, "initial", "max", "max_m", "base_m" },
@@ -550,7 +555,7 @@ function M.OneCycleLR(opt, opts, ...)
     if not cyc then return end
     for i, g in ipairs(self.optimizer.param_groups) do
       local _, m = at(t, i)
-      if use_betas then g.betas = { m, g.betas[2] } else g.momentum = m end
+      set_momentum(g, m, use_betas)
     end
   end, { total_steps = total })
 end
@@ -614,20 +619,7 @@ function M.CyclicLR(opt, opts, ...)
       error("CyclicLR: scale_mode goes with scale_fn (each mode has its own: torch overrides it)", 2)
     end
   end
-  local cyc = opts.cycle_momentum
-  if cyc == nil then cyc = true end
-  if type(cyc) ~= "boolean" then error(("CyclicLR: cycle_momentum must be a boolean, got %s"):format(O.got(cyc)), 2) end
-  local base_m, max_m, use_betas
-  if cyc then
-    local d = opt.defaults or {}
-    if d.momentum == nil and d.betas == nil then
-      error(("CyclicLR: cycle_momentum=true needs an optimizer with momentum or betas (%s has neither); pass "
-        .. "cycle_momentum=false"):format(tostring(opt.name)), 2)
-    end
-    use_betas = d.betas ~= nil
-    base_m = per_group_values(N, opt, "base_momentum", opts.base_momentum or 0.8, 0, 1, 3)
-    max_m = per_group_values(N, opt, "max_momentum", opts.max_momentum or 0.9, 0, 1, 3)
-  end
+  local cyc, base_m, max_m, use_betas = cycled_momentum(N, opt, opts, 0.8, 0.9)
   -- the scale of step t: the cycle's position and the mode's factor (a scale_fn's error or bad value is named)
   local function at(t)
     local cycle = math.floor(1 + t / total)
@@ -653,8 +645,7 @@ function M.CyclicLR(opt, opts, ...)
     local f, sc = at(t)
     for i, g in ipairs(self.optimizer.param_groups) do
       if base_m[i] ~= nil then
-        local m = max_m[i] - (max_m[i] - base_m[i]) * f * sc
-        if use_betas then g.betas = { m, g.betas[2] } else g.momentum = m end
+        set_momentum(g, max_m[i] - (max_m[i] - base_m[i]) * f * sc, use_betas)
       end
     end
   end)
