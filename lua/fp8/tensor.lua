@@ -870,6 +870,21 @@ end
 M._check_self, M._check_live, M._check_not_fp8, M._norm_dim = check_self, check_live, check_not_fp8, norm_dim
 M._check_arith_self, M._check_operand = check_arith_self, check_operand
 
+-- M._broadcast_shape(a, b): the shape two shapes (lists of sizes) broadcast to, torch's rule (aligned from the last
+-- dim; each pair equal, or one of them 1), or nil when they do not: what an elementwise op's result would have,
+-- without computing one
+function M._broadcast_shape(a, b)
+  local na, nb = #a, #b
+  local n = math.max(na, nb)
+  local out = {}
+  for k = 1, n do
+    local x, y = a[na - n + k] or 1, b[nb - n + k] or 1
+    if x ~= y and x ~= 1 and y ~= 1 then return nil end
+    out[k] = x == 1 and y or x
+  end
+  return out
+end
+
 -- M._at_caller(f): f as a public function whose errors are raised at its caller's line. Inside, errors may be
 -- raised at any level: a position in one of fp8lab's files (or none) is dropped and the caller's put instead.
 function M._at_caller(f)

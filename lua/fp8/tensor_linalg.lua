@@ -37,11 +37,11 @@ end
 -- beta·input + alpha·product, torch's: beta 0 leaves input out (its NaN and inf too), alpha 1 and beta 1 add as they
 -- are; input broadcast to the product's shape
 local function combine(name, t, prod, beta, alpha)
-  local okb, r = pcall(function() return prod + t end)
-  if not okb then
-    error(("%s: input %s does not broadcast to the product's shape %s"):format(name, t:shape_str(), prod:shape_str()))
-  end
-  if r:dim() ~= prod:dim() or r:shape_str() ~= prod:shape_str() then
+  -- x must broadcast to the product's shape itself (torch's in-place-style check): the broadcast of the two is it
+  local shape = T._broadcast_shape(t:shape(), prod:shape())
+  local ok = shape ~= nil and #shape == prod:dim()
+  for k = 1, ok and #shape or 0 do ok = ok and shape[k] == prod:size(k) end
+  if not ok then
     error(("%s: input %s does not broadcast to the product's shape %s"):format(name, t:shape_str(), prod:shape_str()))
   end
   if alpha ~= 1 then prod = prod * alpha end

@@ -494,11 +494,10 @@ function F.cosine_similarity(a, b, dim, eps, ...)
   end
   local x1, x2 = a, b
   if shape_str(a) ~= shape_str(b) then
-    local okb, r = pcall(function() return a + b end)
-    if not okb then
+    local full = require("fp8.tensor")._broadcast_shape(a:shape(), b:shape())
+    if full == nil then
       error(("%s: x1 %s and x2 %s do not broadcast"):format(N, shape_str(a), shape_str(b)), 2)
     end
-    local full = r:shape()
     x1, x2 = a:expand(full), b:expand(full)
   end
   check_dim(N, x1, dim)
