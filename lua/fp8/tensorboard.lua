@@ -109,11 +109,7 @@ local function hparams_summaries(names, values, metrics)
 end
 
 -- ---- the writer ----------------------------------------------------------------------------------------------------
-local function now()
-  local ok, clock = pcall(require, "fp8._data")
-  if ok and clock.wall_time then return clock.wall_time() end
-  return os.time() + 0.0
-end
+local now = require("fp8._data").wall_time   -- seconds since the epoch, sub-second (Python's time.time())
 
 local function hostname()
   local f = io.open("/proc/sys/kernel/hostname", "r")
