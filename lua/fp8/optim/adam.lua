@@ -4,10 +4,8 @@
 -- makes it AdamW's step. The rest of the step (bias correction,
 -- amsgrad, maximize) and the state (step, exp_avg, exp_avg_sq, amsgrad's max_exp_avg_sq) are AdamW's, run by the
 -- same fused C kernel with its decoupled decay at zero.
-local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Optimizer = require "fp8.optim.optimizer"
 local AdamW = require "fp8.optim.adamw"
-local C = require "fp8._optim"
 
 local Adam = Optimizer.class()
 
@@ -28,16 +26,12 @@ Adam._state_schema = AdamW._state_schema
 Adam._new_state = AdamW._new_state
 
 function Adam:_update(p, grad, st, g)
-  st.step = st.step + 1
   if g.maximize then grad = -grad end   -- torch: negated first, then the decay is added
   -- torch: grad.add(param, alpha=weight_decay), one fused multiply-add (the kernel's grad + wd·p rounds twice:
   -- the two can differ in the last bit of the gradient, far under the step's own rounding)
   local decoupled = g.decoupled_weight_decay
   if g.weight_decay ~= 0 and not decoupled then grad = grad + p:detach() * g.weight_decay end
-  if g.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = fp8.zeros(p:shape(), { device = p:device() }) end
-  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps,
-    decoupled and g.weight_decay or 0, st.step,
-    g.amsgrad and st.max_exp_avg_sq or nil)
+  AdamW._step(p, grad, st, g, decoupled and g.weight_decay or 0)
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -48,12 +48,18 @@ function AdamW:_new_state(p, g)
     max_exp_avg_sq = g.amsgrad and fp8.zeros(p:shape(), on) or nil }
 end
 
-function AdamW:_update(p, grad, st, g)
+-- The fused step on a gradient already negated for maximize (and, for Adam, with its L2 decay added), with the
+-- decoupled weight decay wd (AdamW's; Adam's 0 or, with decoupled_weight_decay, its own): AdamW's and Adam's.
+function AdamW._step(p, grad, st, g, wd)
   st.step = st.step + 1
-  if g.maximize then grad = -grad end   -- torch: the gradient negated before everything else
   if g.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = fp8.zeros(p:shape(), { device = p:device() }) end
-  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step,
+  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, wd, st.step,
     g.amsgrad and st.max_exp_avg_sq or nil)
+end
+
+function AdamW:_update(p, grad, st, g)
+  if g.maximize then grad = -grad end   -- torch: the gradient negated before everything else
+  AdamW._step(p, grad, st, g, g.weight_decay)
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
