@@ -2087,6 +2087,10 @@ describe("nn.TransformerEncoderLayer and nn.TransformerEncoder (PyTorch 2.x's va
     assert.are_not.equal(layer, enc.layers[1])
     assert.are_not.equal(enc.layers[1].linear1.weight, enc.layers[2].linear1.weight)
     assert.are.same(layer.linear1.weight:tolist(), enc.layers[3].linear1.weight:tolist())
+    -- bias=false: no bias in the projections, the feed-forward block or the norms (torch's)
+    local nb = nn.TransformerEncoderLayer(16, 4, { dim_feedforward = 32, bias = false })
+    for _, np in ipairs(nb:named_parameters()) do assert.falsy(np[1]:find("bias"), np[1]) end
+    assert.are.equal(6, #nb:parameters())   -- in_proj, out_proj, linear1, linear2 weights; norm1, norm2 weights
     local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
     local head = nn.Linear(16, 16)   -- (dims of 16: FP8 too)
     local model = nn.Sequential(enc, head)
@@ -2206,6 +2210,10 @@ describe("F.binary_cross_entropy / nn.BCELoss and F.cosine_similarity / nn.Cosin
       same(c[1] .. " da", a.grad, ref[c[1] .. "_da"], 1e-5)
       same(c[1] .. " db", b.grad, ref[c[1] .. "_db"], 1e-5)
     end
+    -- eps: the clamp of a small norm (|x2| = 1e-3 under eps 0.1 divides by 0.1: the cosine 0.01, not 1)
+    local small = F.cosine_similarity(fp8.tensor { { 1, 0 } }, fp8.tensor { { 1e-3, 0 } }, 2, 0.1):item()
+    assert.is_true(math.abs(small - 0.01) < 1e-6, small)
+    assert.is_true(math.abs(F.cosine_similarity(fp8.tensor { { 1, 0 } }, fp8.tensor { { 1e-3, 0 } }):item() - 1) < 1e-6)
     -- the default dim is torch's dim=1, the second; the module takes dim and eps
     assert.are.same(F.cosine_similarity(fp8.tensor(X), fp8.tensor(G)):tolist(),
       nn.CosineSimilarity { dim = 2 }(fp8.tensor(X), fp8.tensor(G)):tolist())

@@ -147,6 +147,37 @@ describe("fp8.SummaryWriter", function()
   end)
 end)
 
+describe("fp8.SummaryWriter's and the tracker's options", function()
+  it("filename_suffix names the files, comment the default directory, log_dir= the directory, walltime the time", function()
+    local d = U.tmpdir()
+    local w = fp8.SummaryWriter { log_dir = d .. "/a", filename_suffix = ".run1" }
+    w:add_scalars("m", { x = 1 }, 1)
+    w:close()
+    assert.matches("^" .. d:gsub("%p", "%%%0") .. "/a/events%.out%.tfevents%.%d+%.[^/]+%.%d+%.%d+%.run1$", only_file(d .. "/a"))
+    assert.matches("%.run1$", only_file(d .. "/a/m_x"))
+    -- comment: appended to the default runs/<date>_<host> (made in the current directory: run from d)
+    local cwd = io.popen("pwd"):read("l")
+    local bin = FP8LAB_BIN or "build/fp8lab"   -- (the binary running the specs: the sanitizer's under make sanitize)
+    if bin:sub(1, 1) ~= "/" then bin = cwd .. "/" .. bin end
+    local ok = os.execute("cd " .. U.q(d) .. " && " .. U.q(bin) .. " -e " ..
+      U.q('local w = fp8.SummaryWriter{comment = "_lr0.1"}; io.write(w:get_logdir()); w:close()') .. " > out.txt")
+    assert.is_true(ok == true or ok == 0)
+    local dir = U.must_read(d .. "/out.txt")
+    assert.matches("^runs/%a%a%a%d%d_%d%d%-%d%d%-%d%d_.+_lr0%.1$", dir)
+    only_file(d .. "/" .. dir)
+    -- the tracker: init_kwargs' filename_suffix and log_kwargs' walltime reach the writer
+    local acc = fp8.Accelerator { log_with = "tensorboard", project_dir = d .. "/p", config = false, env = {} }
+    acc:init_trackers("r", nil, { tensorboard = { filename_suffix = ".mine" } })
+    acc:log({ loss = 2 }, 3, { tensorboard = { walltime = 1700000000.5 } })
+    acc:end_training()
+    local f = only_file(d .. "/p/r")
+    assert.matches("%.mine$", f)
+    local rec = records(f)
+    assert.are.equal(1700000000.5, string.unpack("<d", field(rec[2], 1)))
+    os.execute("rm -rf " .. U.q(d))
+  end)
+end)
+
 describe("the Accelerator's trackers (Accelerate's log_with, init_trackers, log, get_tracker)", function()
   local function new_acc(o)
     o.config, o.env = false, {}
