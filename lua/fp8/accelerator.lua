@@ -52,8 +52,8 @@ local VALID = { mixed_precision = true, kwargs_handlers = true, kwarg_handlers =
 local ENGINES = "fp8lab trains with data parallelism only (DDP over MPI: fp8lab launch --num_processes N); "
   .. "it has no DeepSpeed, FSDP, tensor-, pipeline- or Megatron-LM parallelism"
 local NOT_HERE = {
-  split_batches = "loaders are sharded by whole batches (Accelerate's split_batches=false): each process takes "
-    .. "batches of batch_size samples",
+  split_batches = "Accelerate 1.x takes it in its DataLoaderConfiguration only (its Accelerator argument is "
+    .. "ignored); pass dataloader_config=fp8.DataLoaderConfiguration{split_batches=true}",
   deepspeed_plugin = ENGINES, deepspeed_plugins = ENGINES, fsdp_plugin = ENGINES, torch_tp_plugin = ENGINES,
   megatron_lm_plugin = ENGINES, parallelism_config = ENGINES,
   rng_types = "fp8lab has one generator (fp8.manual_seed, fp8.set_seed), which save_state saves; loaders "
@@ -503,9 +503,10 @@ end
 -- A prepared scheduler steps only on sync steps, and not when the optimizer step was skipped
 -- (fp16 overflow), as Accelerate's AcceleratedScheduler; everything else goes to the scheduler. Under
 -- several processes it takes num_processes steps per optimizer step, as Accelerate's does without
--- split_batches (the only sharding here): each process's loader holds 1/N of the batches, so a schedule
--- written in one process's steps keeps its length in samples. step_scheduler_with_optimizer=false: every
--- call is one step of the scheduler, whatever the optimizer did.
+-- split_batches: each process's loader holds 1/N of the batches, so a schedule written in one process's
+-- steps keeps its length in samples. With split_batches=true every process walks every batch (a slice of
+-- it), so it takes one. step_scheduler_with_optimizer=false: every call is one step of the scheduler,
+-- whatever the optimizer did.
 local AccScheduler = delegating_class("scheduler")
 AccScheduler.__tostring = function(t) return "AcceleratedScheduler(" .. tostring(rawget(t, "scheduler").name) .. ")" end
 
@@ -520,7 +521,7 @@ function AccScheduler:step(...)
   end
   -- a schedule with a fixed number of steps (OneCycleLR's total_steps, an error past it) is not stepped past its
   -- end, as Accelerate's: the last optimizer step's N steps may overrun it when the batches do not divide evenly
-  for _ = 1, acc.num_processes do
+  for _ = 1, acc.split_batches and 1 or acc.num_processes do
     local total = rawget(inner, "total_steps")
     if total == nil or inner.last_epoch < total then relay(pcall(inner.step, inner, ...)) end
   end
@@ -605,6 +606,13 @@ local function msamp_tie(model)
   end
 end
 
+-- a pcall's result, or its error raised at prepare's caller (a message that already names the caller's line keeps it,
+-- once)
+local function at_caller(ok, res)
+  if not ok then error(res, (type(res) == "string" and res:match("^[^\n:]+:%d+: ")) and 0 or 3) end
+  return res
+end
+
 -- prepare(...) → its arguments in order: models converted and wrapped, optimizers wrapped, data
 -- loaders and anything else passed through. Models are handled before optimizers whatever the order.
 function Accelerator:prepare(...)
@@ -666,15 +674,12 @@ function Accelerator:prepare(...)
       args[i] = self:_prepare_model(args[i])
       if self.num_processes > 1 then ddp.attach(self, args[i]) end
     elseif is_loader(args[i]) or getmetatable(args[i]) == data.SkipDataLoader then
-      args[i] = self:prepare_data_loader(args[i])
+      args[i] = at_caller(pcall(self.prepare_data_loader, self, args[i]))
     end
   end
   for i = 1, args.n do
     if is_optimizer(args[i]) then
-      local ok, res = pcall(self._prepare_optimizer, self, args[i])
-      -- a message that already names the caller's line keeps it, once
-      if not ok then error(res, (type(res) == "string" and res:match("^[^\n:]+:%d+: ")) and 0 or 2) end
-      args[i] = res
+      args[i] = at_caller(pcall(self._prepare_optimizer, self, args[i]))
     end
   end
   for i = 1, args.n do
@@ -719,7 +724,12 @@ function Accelerator:prepare_data_loader(d, ...)
       dist._require_same(self, { ("items=%d batch_size=%d shuffle=%s seed=%d drop_last=%s"):format(d.n, d.batch_size,
         tostring(d.shuffle), d.seed, tostring(d.drop_last)) },
         "prepare: the data loader differs across processes (each shards the same order)")
-      d = dist.shard(self, d, self.even_batches)
+      if self.split_batches and d.batch_size % self.num_processes ~= 0 then
+        error(("prepare: with split_batches=true the batch size (%d) must be a round multiple of the number of "
+          .. "processes (%d): each process takes batch_size / %d samples of every batch"):format(d.batch_size,
+          self.num_processes, self.num_processes), 2)
+      end
+      d = dist.shard(self, d, self.even_batches, self.split_batches)
     end
     self:_remember(d)   -- its position goes into save_state
   end
@@ -1050,9 +1060,10 @@ function Accelerator:state()
     self._device, self.process_index, self.num_processes) }
   local gs = self.gradient_state
   lines[#lines + 1] = kwargs.describe(self.settings, {
-    { "options", ("even_batches=%s%s, step_scheduler_with_optimizer=%s, device_placement=%s"):format(
+    { "options", ("even_batches=%s%s%s, step_scheduler_with_optimizer=%s, device_placement=%s"):format(
       tostring(self.even_batches), self.dataloader_config.data_seed and (", data_seed=%d"):format(
-      self.dataloader_config.data_seed) or "", tostring(self.step_scheduler_with_optimizer),
+      self.dataloader_config.data_seed) or "", self.split_batches and ", split_batches=true" or "",
+      tostring(self.step_scheduler_with_optimizer),
       tostring(self.device_placement)) },
     { "accumulation", ("sync_with_dataloader=%s, sync_each_batch=%s%s"):format(tostring(gs.sync_with_dataloader),
       tostring(gs.sync_each_batch == true), self.gradient_accumulation_plugin and " (GradientAccumulationPlugin)" or "") },

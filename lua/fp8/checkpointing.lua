@@ -523,9 +523,15 @@ local function optimizer_from_file(path)
   return { state = state, param_groups = C.json_decode(meta.param_groups, path) }, step_count
 end
 
+local function is_split(l)
+  return package.loaded["fp8.distributed"] ~= nil and require("fp8.distributed").is_split(l)
+end
+
 local function loader_state(l)
+  -- split_batches: a position counts the loader's own batches (each process took a slice of each), the same under
+  -- any process count; recorded only then, so that other checkpoints keep their fields
   return { epoch = l.epoch, batches_served = l.batches_served or 0, batches = #l, seed = l.seed, shuffle = l.shuffle,
-           batch_size = l.batch_size, n = l.n }
+           batch_size = l.batch_size, n = l.n, split_batches = is_split(l) or nil }
 end
 
 local function restore_loader(l, s, i, main)
@@ -545,12 +551,21 @@ local function restore_loader(l, s, i, main)
         tostring(s.seed), l.seed), 0)
   end
   -- a position counts this process's batches of the saved sharding: under another process count (load_state with
-  -- strict=false) it means other samples, so the loader starts its saved epoch from the beginning (said once)
-  local other = s.batches ~= #l
+  -- strict=false) or the other split_batches it means other samples, so the loader starts its saved epoch from the
+  -- beginning (said once)
+  if s.split_batches ~= nil and s.split_batches ~= true then
+    error(("load_state: data loader %d: the checkpoint's split_batches is %s, not true"):format(i,
+      tostring(s.split_batches)), 0)
+  end
+  local split_now = is_split(l)
+  local other = s.batches ~= #l or (s.split_batches == true) ~= split_now
   if other and main then   -- said by the main process only: every process restarts alike
-    io.stderr:write(("fp8lab: notice: load_state: data loader %d was saved with %d batches per process, it has %d now "
-      .. "(another process count): it restarts epoch %d from its first batch\n"):format(i, s.batches, #l,
-      math.max(s.epoch, 1)))
+    local why = (s.split_batches == true) ~= split_now
+      and ("saved %s split_batches, prepared %s it now"):format(s.split_batches and "with" or "without",
+        split_now and "with" or "without")
+      or ("saved with %d batches per process, it has %d now (another process count)"):format(s.batches, #l)
+    io.stderr:write(("fp8lab: notice: load_state: data loader %d was %s: it restarts epoch %d from its first batch\n")
+      :format(i, why, math.max(s.epoch, 1)))
   end
   return function()
     l._it = nil

@@ -403,7 +403,12 @@ end
 
 local DataLoader = {}
 DataLoader.__name = "DataLoader"
-DataLoader.__index = DataLoader
+-- total_batch_size: Accelerate's prepared loader's (the samples a step takes across the processes): here, in one
+-- process, the batch size; a loader sharded across processes answers its own (lua/fp8/distributed.lua)
+function DataLoader.__index(t, k)
+  if k == "total_batch_size" then return rawget(t, "batch_size") end
+  return DataLoader[k]
+end
 M.DataLoader = DataLoader
 
 local function dataset_len(ds)
@@ -763,7 +768,8 @@ if ok and help.add then
   help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
        .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"
-       .. "loader:to(\"cuda\") hands out batches on the GPU (Accelerator:prepare does this)." }
+       .. "loader:to(\"cuda\") hands out batches on the GPU (Accelerator:prepare does this). loader.total_batch_size:\n"
+       .. "the samples one step takes across the processes (Accelerate's prepared loader's; batch_size in one process)." }
   help.add { section = sec, name = "skip_first_batches", sig = "fp8.skip_first_batches(loader, num_batches)  or  acc:skip_first_batches(loader, num_batches)",
     doc = "Accelerate's skip_first_batches: a loader whose every loop leaves out the first num_batches batches of its epoch\n"
        .. "(0 to #loader); #skipper = #loader - num_batches. It reads the loader it wraps (a DataLoader or a prepared one), so\n"

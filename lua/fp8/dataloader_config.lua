@@ -1,6 +1,6 @@
 -- dataloader_config.lua — fp8.DataLoaderConfiguration{...}, Accelerate's dataloader_config= (docs/distributed.md,
--- "Data loaders"). even_batches and data_seed change what prepared loaders hand out; the other fields are taken at
--- the values that describe fp8lab's loaders and refused, with the reason, at the others.
+-- "Data loaders"). split_batches, even_batches and data_seed change what prepared loaders hand out; the other fields
+-- are taken at the values that describe fp8lab's loaders and refused, with the reason, at the others.
 local O = require "fp8.opts"
 
 local M = {}
@@ -10,8 +10,6 @@ local FIELDS = { "split_batches", "dispatch_batches", "even_batches", "use_seeda
 
 -- field = {the value refused, why}
 local REFUSED = {
-  split_batches = { true, "loaders are sharded by whole batches (Accelerate's split_batches=false): each process "
-    .. "takes batches of batch_size samples" },
   dispatch_batches = { true, "every process reads its own share of a prepared loader (dispatch_batches=false); the "
     .. "main process does not read and send the batches" },
   use_seedable_sampler = { false, "fp8lab's loaders always shuffle by their seed and epoch, the seedable sampler's "
@@ -52,7 +50,7 @@ function M.new(opts, ...)
     error("DataLoaderConfiguration: data_seed seeds the seedable sampler: pass use_seedable_sampler=true with it (in "
       .. "Accelerate it has no effect without)", 2)
   end
-  return setmetatable({ split_batches = false, dispatch_batches = false, even_batches = opts.even_batches ~= false,
+  return setmetatable({ split_batches = opts.split_batches == true, dispatch_batches = false, even_batches = opts.even_batches ~= false,
     use_seedable_sampler = true, data_seed = opts.data_seed, non_blocking = false, use_stateful_dataloader = true },
     DataLoaderConfiguration)
 end
@@ -84,9 +82,11 @@ local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   help.add { section = "Accelerator & recipes", name = "DataLoaderConfiguration",
     sig = "fp8.DataLoaderConfiguration{even_batches=true, use_seedable_sampler=, data_seed=, ...}",
-    doc = "Accelerate's data loader settings, passed as fp8.Accelerator{dataloader_config=...}. even_batches=false:\n"
+    doc = "Accelerate's data loader settings, passed as fp8.Accelerator{dataloader_config=...}. split_batches=true:\n"
+      .. "under N processes each takes batch_size / N samples of every batch (batch_size is the step's total; it\n"
+      .. "must divide by N), and a prepared scheduler steps once per optimizer step, not N times. even_batches=false:\n"
       .. "the last round of batches is not completed with repeats; use_seedable_sampler=true, data_seed=N: every\n"
-      .. "prepared shuffling loader shuffles by N and the epoch. split_batches, dispatch_batches, non_blocking and\n"
+      .. "prepared shuffling loader shuffles by N and the epoch. dispatch_batches, non_blocking and\n"
       .. "use_stateful_dataloader are taken at fp8lab's own ways and refused, with the reason, at the others." }
 end
 

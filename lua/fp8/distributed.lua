@@ -2,7 +2,7 @@
 -- (InitProcessGroupKwargs), Accelerate's process utilities (print, wait_for_everyone, gather,
 -- gather_for_metrics, gather_object, reduce, broadcast, broadcast_object_list, split_between_processes,
 -- main_process_first and the on_* and trigger helpers) and the DataLoader sharding of Accelerate's
--- BatchSamplerShard (split_batches=false). A single process makes no MPI call.
+-- BatchSamplerShard (by whole batches, or split_batches=true). A single process makes no MPI call.
 local D = require "fp8._dist"
 local core = require "fp8.core"
 
@@ -660,6 +660,34 @@ function M.shard_batches(batches, bs, N, r, drop_last, even_batches)
   return out
 end
 
+-- Accelerate's BatchSamplerShard._iter_with_split (DataLoaderConfiguration{split_batches=true}), over the batches of
+-- one epoch: every process walks every batch of bs samples and takes its slice of bs / N, process r the samples
+-- r * bs / N + 1 .. (r + 1) * bs / N (bs divisible by N, checked at prepare). A short last batch is completed with
+-- the epoch's first batch (repeated while too short) under even_batches, or sliced as it is without them (a process
+-- whose slice is empty then gets a batch less); drop_last=true drops it.
+function M.split_batches(batches, bs, N, r, drop_last, even_batches)
+  local out, per = {}, bs // N
+  local function slice(b)
+    local s = {}
+    for j = per * r + 1, math.min(per * (r + 1), #b) do s[#s + 1] = b[j] end
+    return s
+  end
+  for _, b in ipairs(batches) do
+    if #b == bs then out[#out + 1] = slice(b) end
+  end
+  local initial, last = batches[1], batches[#batches]
+  if not drop_last and initial ~= nil and #last < bs then
+    if not even_batches then
+      if #last > per * r then out[#out + 1] = slice(last) end
+    else
+      local fill = table.move(initial, 1, #initial, 1, {})
+      while #fill < bs do table.move(fill, 1, #fill, #fill + 1, fill) end
+      out[#out + 1] = slice(table.move(fill, 1, bs - #last, #last + 1, table.move(last, 1, #last, 1, {})))
+    end
+  end
+  return out
+end
+
 -- A prepared loader: same fields and methods as its DataLoader, batches for this rank only.
 local Sharded = {}
 Sharded.__name = "DataLoaderShard"
@@ -678,35 +706,44 @@ local function epoch_batches(ld)
   return batches
 end
 
+-- this process's batches of the loader's next epoch (its epoch as it is: the caller advances it)
+local function my_batches(self, ld)
+  local cut = rawget(self, "_split") and M.split_batches or M.shard_batches
+  return cut(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
+    rawget(self, "_even"))
+end
+
 function Sharded.__index(t, k)
   local v = rawget(Sharded, k)
   if v ~= nil then return v end
-  return rawget(t, "_loader")[k]
+  local ld = rawget(t, "_loader")
+  -- Accelerate's DataLoaderShard.total_batch_size: the samples one step takes across the processes
+  if k == "total_batch_size" then return rawget(t, "_split") and ld.batch_size or ld.batch_size * rawget(t, "_N") end
+  return ld[k]
 end
 Sharded.__newindex = function(t, k, v) rawget(t, "_loader")[k] = v end
 
 function Sharded:__len()
   local ld = rawget(self, "_loader")
   local saved = ld.epoch
-  local n = #M.shard_batches(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
-    rawget(self, "_even"))
+  local n = #my_batches(self, ld)
   ld.epoch = saved
   return n
 end
 
 function Sharded:__tostring()
   local ld = rawget(self, "_loader")
-  return ("DataLoaderShard(process %d of %d, %d batches of %s)"):format(rawget(self, "_r"), rawget(self, "_N"), #self,
-    tostring(ld))
+  return ("DataLoaderShard(process %d of %d, %d batches of %s%s)"):format(rawget(self, "_r"), rawget(self, "_N"), #self,
+    tostring(ld), rawget(self, "_split") and (", split_batches: %d samples each"):format(ld.batch_size //
+    rawget(self, "_N")) or "")
 end
 
 function Sharded:iter()
   local ld, acc = rawget(self, "_loader"), rawget(self, "_acc")
   ld:_check_len()
   ld.epoch = ld.epoch + 1
-  local mine = M.shard_batches(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
-    rawget(self, "_even"))
-  local total = ld.batch_size * rawget(self, "_N")
+  local mine = my_batches(self, ld)
+  local total = self.total_batch_size
   -- the real samples of the last round (Accelerate's remainder, even_batches or not): gather_for_metrics cuts the
   -- repeats even_batches added, or the padding pad_across_processes gave a short last batch without them
   local remainder = not ld.drop_last and ld.n % total or 0
@@ -735,12 +772,15 @@ function Sharded:to(dev, level) rawget(self, "_loader"):to(dev, level); return s
 
 function M.is_sharded(v) return getmetatable(v) == Sharded end
 
--- shard(acc, loader [, even_batches]) -> the loader as this rank sees it.
-function M.shard(acc, loader, even_batches)
+-- shard(acc, loader [, even_batches [, split_batches]]) -> the loader as this rank sees it.
+function M.shard(acc, loader, even_batches, split)
   if even_batches == nil then even_batches = true end
   return setmetatable({ _loader = loader, _acc = acc, _N = acc.num_processes, _r = acc.process_index,
-    _even = even_batches }, Sharded)
+    _even = even_batches, _split = split == true }, Sharded)
 end
+
+-- whether a prepared loader hands out slices of its batches (split_batches=true)
+function M.is_split(v) return getmetatable(v) == Sharded and rawget(v, "_split") == true end
 
 -- ---- help -------------------------------------------------------------------------------------
 
@@ -750,7 +790,7 @@ if okh and help.add then
   add("data parallel", "fp8lab launch --num_processes N script.lua   |   mpirun -np N fp8lab script.lua",
     "N processes, one model each, gradients averaged over MPI in acc:backward (docs/distributed.md).\n"
     .. "prepare() checks the models agree, broadcasts rank 0's weights, shards loaders (BatchSamplerShard,\n"
-    .. "even_batches), and reduces gradients in buckets (DistributedDataParallelKwargs bucket_cap_mb,\n"
+    .. "even_batches, split_batches), and reduces gradients in buckets (DistributedDataParallelKwargs bucket_cap_mb,\n"
     .. "find_unused_parameters, broadcast_buffers, comm_hook \"no\"|\"fp16\"|\"bf16\"). te: amaxes MAX-reduced per step;\n"
     .. "msamp: FP8 gradient all-reduce. InitProcessGroupKwargs{backend=\"mpi\", timeout=} arms a watchdog.\n"
     .. "No NCCL in this build: backend=\"nccl\" is refused.")

@@ -1,12 +1,15 @@
 -- train_equiv.lua — one small seeded training run through fp8.Accelerator, used by
 -- tests/spec/dist_spec.lua with 1 process (batch 2B) and 2 processes (batch B each):
---   fp8lab tests/dist/train_equiv.lua MODEL BATCH STEPS BUCKET_MB OUT [PRECISION] [ACCUM] [HOOK] [OPT]
+--   fp8lab tests/dist/train_equiv.lua MODEL BATCH STEPS BUCKET_MB OUT [PRECISION] [ACCUM] [HOOK] [OPT] [SPLIT]
 -- MODEL mlp|gpt; PRECISION no|te|ao|msamp (fp8 recipes); ACCUM gradient accumulation micro-steps per
--- optimizer step (through acc:no_sync); HOOK ddp comm_hook; OPT sgd|adamw. Rank 0 writes OUT: one "loss <step> <mean
+-- optimizer step (through acc:no_sync); HOOK ddp comm_hook; OPT sgd|adamw; SPLIT "split": the loader's batches
+-- are split across the processes (DataLoaderConfiguration{split_batches=true}, BATCH is then the total).
+-- Rank 0 writes OUT: one "loss <step> <mean
 -- loss over all processes, %.9g>" line per optimizer step, then "param <name> <values...>" lines, and for
 -- te "scale ..." lines; every rank writes OUT.rank<r> with its scales (te) to compare across ranks.
 local model_kind, B, steps, bucket, out = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), arg[5]
 local precision, accum, hook, optname = arg[6] or "no", tonumber(arg[7] or "1"), arg[8] or "no", arg[9] or "sgd"
+local split = arg[10] == "split"
 local nn, optim, data = fp8.nn, fp8.optim, fp8.data
 
 local handlers = { fp8.DistributedDataParallelKwargs { bucket_cap_mb = bucket, comm_hook = hook } }
@@ -19,7 +22,8 @@ elseif backend == "msamp" then
 elseif precision ~= "no" then
   handlers[#handlers + 1] = fp8.FP8RecipeKwargs { backend = precision }
 end
-local acc = fp8.Accelerator { mixed_precision = precision == "no" and "no" or "fp8", kwargs_handlers = handlers, cpu = true }
+local acc = fp8.Accelerator { mixed_precision = precision == "no" and "no" or "fp8", kwargs_handlers = handlers,
+  cpu = true, dataloader_config = fp8.DataLoaderConfiguration { split_batches = split } }
 
 -- rank-dependent seed on purpose: prepare() must broadcast rank 0's weights
 fp8.manual_seed(100 + acc.process_index)

@@ -250,6 +250,43 @@ describe("fp8.data.DataLoader", function()
   end)
 end)
 
+describe("prepared loaders' shards against Accelerate's BatchSamplerShard", function()
+  -- tests/data/batch_shards_accelerate.lua: what Accelerate 1.15 hands each process of a BatchSampler over range(n)
+  -- (scripts/gen_batch_shards.py), by whole batches and with split_batches, every drop_last and even_batches
+  it("by whole batches and with split_batches: the same indices on every process, in order", function()
+    local dist = require "fp8.distributed"
+    local cases = dofile("tests/data/batch_shards_accelerate.lua")
+    local counted, split_cases, len_differs = 0, 0, 0
+    for _, c in ipairs(cases) do
+      local n, bs, N, drop_last, even, split = c[1], c[2], c[3], c[4], c[5], c[6]
+      local batches = {}
+      for b = 1, drop_last and n // bs or (n + bs - 1) // bs do
+        local idx = {}
+        for k = (b - 1) * bs + 1, math.min(b * bs, n) do idx[#idx + 1] = k end
+        batches[b] = idx
+      end
+      for r = 0, N - 1 do
+        local cut = split and dist.split_batches or dist.shard_batches
+        local mine = cut(batches, bs, N, r, drop_last, even)
+        assert.are.same(c.shards[r + 1], mine, ("n=%d batch_size=%d processes=%d rank %d drop_last=%s "
+          .. "even_batches=%s split_batches=%s"):format(n, bs, N, r, tostring(drop_last), tostring(even), tostring(split)))
+        counted = counted + 1
+        -- Accelerate's len() with split_batches is the loader's batch count on every process, even where a process's
+        -- slice of a short last batch is empty (even_batches=false) and it gets one batch less; #loader here counts
+        -- the batches handed out
+        if c.len[r + 1] ~= #mine then
+          len_differs = len_differs + 1
+          assert.is_true(split and not even and not drop_last and n % bs ~= 0 and n % bs <= (bs // N) * r,
+            ("n=%d bs=%d N=%d r=%d"):format(n, bs, N, r))
+        end
+      end
+      if split then split_cases = split_cases + 1 end
+    end
+    assert.is_true(split_cases >= 200 and #cases - split_cases >= 400, #cases .. " cases")
+    assert.is_true(counted > 1000 and len_differs > 0, counted .. " shards, " .. len_differs .. " lengths differ")
+  end)
+end)
+
 describe("fp8.data.TextDataset", function()
   local path = tmpdir .. "/text.txt"
   local text = "the cat sat on the mat.\n"

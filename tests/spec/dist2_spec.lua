@@ -88,4 +88,32 @@ describe("fp8._dist collectives (2 processes)", function()
       for _, w in ipairs(want) do assert.truthy(out:find(("rank%d %s"):format(r, w), 1, true), out) end
     end
   end)
+
+  it("split_batches=true: each process a slice of every batch, one scheduler step a step, resumed mid-epoch", function()
+    if not can then pending(why) return end
+    local dir = U.tmpdir() .. "/split_ckpt"
+    local out, code = mpirun("tests/dist/split.lua", q(dir))
+    assert.are.equal(0, code, out)
+    local all = "gathered=1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0,9.0,10.0"
+    -- (raised at the script's own line)
+    local odd = "prepare: with split_batches=true the batch size (3) must be a round multiple of the number of "
+      .. "processes (2): each process takes batch_size / 2 samples of every batch"
+    for r, want in pairs {
+      -- the short last batch [9, 10] completed from the first batch [1, 2, 3, 4] under even_batches; gather cuts it;
+      -- the scheduler stepped 3 times for 3 optimizer steps (without split_batches 4 for 2: 2 a step, as Accelerate)
+      [0] = { "split=true even=true len=3 total=4 mine=1.0,2.0|5.0,6.0|9.0,10.0 " .. all .. " sched=3\n",
+        "split=true even=false len=3 total=4 mine=1.0,2.0|5.0,6.0|9.0,10.0 gathered= sched=0\n",
+        "split=false even=true len=2 total=8 mine=1.0,2.0,3.0,4.0|9.0,10.0,1.0,2.0 " .. all .. " sched=4\n" },
+      [1] = { "split=true even=true len=3 total=4 mine=3.0,4.0|7.0,8.0|1.0,2.0 " .. all .. " sched=3\n",
+        "split=true even=false len=2 total=4 mine=3.0,4.0|7.0,8.0 gathered= sched=0\n",
+        "split=false even=true len=2 total=8 mine=5.0,6.0,7.0,8.0|3.0,4.0,5.0,6.0 " .. all .. " sched=4\n" } } do
+      for _, w in ipairs(want) do assert.truthy(out:find(("rank%d %s"):format(r, w), 1, true), out) end
+      assert.are.equal(odd, out:match(("rank%d odd: tests/dist/split%%.lua:%%d+: ([^\n]+)"):format(r)), out)
+      -- the batches a checkpoint taken after the first resumes with are the ones the first run went on with
+      local resumed, rest = out:match(("rank%d resumed=(%%S+) rest=(%%S+)"):format(r))
+      assert.truthy(resumed, out)
+      assert.are.equal(rest, resumed)
+      assert.are.equal(2, select(2, resumed:gsub(",", ",")), "two batches of two samples: " .. resumed)
+    end
+  end)
 end)

@@ -183,6 +183,17 @@ describe("data parallel over MPI (2 processes)", function()
     end)
   end
 
+  it("split_batches: 2 ranks taking halves of batches of 2B match 1 rank x 2B (losses, weights)", function()
+    if not can then pending(why) return end
+    local out, code = single(EQ, ("mlp 16 12 25 %s"):format(q(tmp .. ".1")))
+    assert.are.equal(0, code, out)
+    local o2, c2 = mpirun(EQ, ("mlp 16 12 25 %s no 1 no sgd split"):format(q(tmp .. ".2")))
+    assert.are.equal(0, c2, o2)
+    local worst, where = compare(tmp .. ".1", tmp .. ".2", ATOL, RTOL)
+    assert.is_true(worst <= 1, ("%.3g x the bound at %s"):format(worst, where))
+    assert.are.equal(12, field(tmp .. ".2", "steps"), "12 optimizer steps of 16 samples, 8 on each rank")
+  end)
+
   it("gradient accumulation through no_sync matches the 1-rank run, one reduction per optimizer step", function()
     if not can then pending(why) return end
     local out, code = single(EQ, ("mlp 16 6 25 %s no 2"):format(q(tmp .. ".1")))

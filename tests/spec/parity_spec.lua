@@ -1116,6 +1116,10 @@ describe("what Accelerate has and fp8lab does not", function()
                         megatron_lm_plugin = {}, rng_types = { "generator" }, dynamo_backend = "inductor" } do
       U.fails_with({ ("Accelerator: %s is not supported: "):format(k) }, new_acc, { [k] = v })
     end
+    -- Accelerate 1.x ignores its Accelerator's split_batches= (a leftover argument): here it points to where it works
+    U.fails_with("Accelerator: split_batches is not supported: Accelerate 1.x takes it in its DataLoaderConfiguration "
+      .. "only (its Accelerator argument is ignored); pass dataloader_config=fp8.DataLoaderConfiguration{split_batches="
+      .. "true}", new_acc, { split_batches = false })
     -- the trackers fp8lab does not have (tensorboard it has: trackers_spec.lua)
     U.fails_with('Accelerator: log_with="wandb" is not available in fp8lab', new_acc, { log_with = "wandb" })
   end)
@@ -1136,8 +1140,14 @@ describe("what Accelerate has and fp8lab does not", function()
     assert.are.equal(7, acc.dataloader_config.data_seed)
     assert.is_false(new_acc { dataloader_config = fp8.DataLoaderConfiguration { even_batches = false } }.even_batches)
     assert.is_true(new_acc {}.dataloader_config.even_batches)
+    -- split_batches (what it does under several processes: dist2_spec.lua, dist_spec.lua); one process: its loader
+    local sa = new_acc { dataloader_config = fp8.DataLoaderConfiguration { split_batches = true } }
+    assert.is_true(sa.split_batches)
+    assert.matches("even_batches=true, split_batches=true, step_scheduler", tostring(sa:state()), 1, true)
+    assert.are.equal(first(new_acc {}, 5), first(sa, 5))
+    assert.is_false(new_acc {}.split_batches)
     for _, c in ipairs {
-      { { split_batches = true }, "split_batches=true is not supported: loaders are sharded by whole batches" },
+      { { split_batches = 1 }, "split_batches must be a boolean, got number" },
       { { dispatch_batches = true }, "dispatch_batches=true is not supported: every process reads its own share" },
       { { use_seedable_sampler = false }, "use_seedable_sampler=false is not supported: fp8lab's loaders always" },
       { { non_blocking = true }, "non_blocking=true is not supported: batches are copied to the device synchronously" },
