@@ -8,6 +8,7 @@ softmin, log_softmax, glu), F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scale
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
 nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,
+nn.TransformerDecoderLayer, nn.TransformerDecoder and nn.Transformer (masks of target and memory),
 F.binary_cross_entropy (each reduction, a weight, probabilities 0 and 1) and F.cosine_similarity (dims, broadcast, a
 zero vector) give on fixed inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
@@ -218,6 +219,58 @@ for name, kw, xs, causal, pad, nl in TEL:
     for pname, prm in m.named_parameters():
         if pname.endswith("linear1.weight") or pname.endswith("in_proj_weight") or pname.endswith("norm2.weight"):
             out["tel_%s_d_%s" % (name, pname.replace(".", "_"))] = rows(prm.grad.reshape(-1, prm.shape[-1]))
+
+# nn.TransformerDecoderLayer / TransformerDecoder / nn.Transformer: parameters by fill() in the order of their sorted
+# names (after the stacks deep-copied the filled layer; nn.Transformer filled whole, after its own Xavier draw), the
+# inputs by fill(); outputs and the gradients of the output weighted by fill(), for the inputs and listed parameters
+TDL = [  # name, layer kwargs, tgt shape, memory shape, causal tgt_mask, pad the last memory key, pad the last tgt key,
+         # decoder layers (0: the layer alone; -1: nn.Transformer with one encoder and two decoder layers, src = memory)
+    ("post", dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0), (4, 3, 8), (5, 3, 8), True, True, False, 0),
+    ("pre_gelu", dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, activation="gelu", batch_first=True,
+                      norm_first=True, layer_norm_eps=1e-3), (3, 4, 8), (3, 5, 8), True, False, True, 0),
+    ("dec", dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0), (4, 3, 8), (5, 3, 8), True, True, False, 2),
+    ("full", dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0), (4, 3, 8), (5, 3, 8), True, True, True, -1),
+]
+for name, kw, ts, ms, causal, mpad, tpad, nl in TDL:
+    if nl >= 0:
+        layer = torch.nn.TransformerDecoderLayer(**kw)
+        with torch.no_grad():
+            for j, (pname, prm) in enumerate(sorted(layer.named_parameters()), 1):
+                prm.copy_(fill(tuple(prm.shape), j, 0.25))
+        m = layer if nl == 0 else torch.nn.TransformerDecoder(layer, nl, norm=torch.nn.LayerNorm(8))
+    else:
+        m = torch.nn.Transformer(num_encoder_layers=1, num_decoder_layers=2, **kw)
+        with torch.no_grad():
+            for j, (pname, prm) in enumerate(sorted(m.named_parameters()), 1):
+                prm.copy_(fill(tuple(prm.shape), j, 0.25))
+    m.train()
+    bf = kw.get("batch_first")
+    tgt = fill(ts, 11, 1.0).requires_grad_()
+    mem = fill(ms, 12, 1.0).requires_grad_()
+    T, S = (ts[1], ms[1]) if bf else (ts[0], ms[0])
+    Nb = ts[0] if bf else ts[1]
+    fkw = {}
+    if causal:
+        fkw["tgt_mask"] = torch.full((T, T), -math.inf).triu(1)
+    if mpad:
+        kpm = torch.zeros(Nb, S)
+        kpm[:, -1] = -math.inf
+        fkw["memory_key_padding_mask"] = kpm
+        if nl < 0:
+            fkw["src_key_padding_mask"] = kpm
+    if tpad:
+        kpm = torch.zeros(Nb, T)
+        kpm[:, -1] = -math.inf
+        fkw["tgt_key_padding_mask"] = kpm
+    y = m(mem, tgt, **fkw) if nl < 0 else m(tgt, mem, **fkw)
+    (y * fill(tuple(y.shape), 21, 1.0)).sum().backward()
+    out["tdl_%s" % name] = rows(y.reshape(-1, 8))
+    out["tdl_%s_dtgt" % name] = rows(tgt.grad.reshape(-1, 8))
+    out["tdl_%s_dmem" % name] = rows(mem.grad.reshape(-1, 8))
+    for pname, prm in m.named_parameters():
+        if pname.endswith("linear1.weight") or pname.endswith("multihead_attn.in_proj_weight") \
+                or pname.endswith("norm3.weight") or pname.endswith("encoder.norm.weight"):
+            out["tdl_%s_d_%s" % (name, pname.replace(".", "_"))] = rows(prm.grad.reshape(-1, prm.shape[-1]))
 
 # F.binary_cross_entropy (probabilities at 0, 1 and in between, a per-element weight, each reduction; the input's
 # and the target's gradients, torch's own formulas at the ends, where the logs clamp at -100) and

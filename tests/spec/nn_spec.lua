@@ -2126,6 +2126,155 @@ describe("nn.TransformerEncoderLayer and nn.TransformerEncoder (PyTorch 2.x's va
   end)
 end)
 
+describe("nn.TransformerDecoderLayer, nn.TransformerDecoder and nn.Transformer (PyTorch 2.x's values and gradients)",
+  function()
+  local nn = fp8.nn
+  local U = dofile("tests/spec/helpers/util.lua")
+  local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
+  local fill = U.fill
+  local function same(name, got, want, tol) U.same_values(name, got, want, tol or 1e-5) end
+  local CASES = {   -- scripts/gen_nn_parity.py's TDL
+    { "post", { dim_feedforward = 16, dropout = 0 }, { 4, 3, 8 }, { 5, 3, 8 }, true, true, false, 0 },
+    { "pre_gelu", { dim_feedforward = 16, dropout = 0, activation = "gelu", batch_first = true, norm_first = true,
+      layer_norm_eps = 1e-3 }, { 3, 4, 8 }, { 3, 5, 8 }, true, false, true, 0 },
+    { "dec", { dim_feedforward = 16, dropout = 0 }, { 4, 3, 8 }, { 5, 3, 8 }, true, true, false, 2 },
+    { "full", { dim_feedforward = 16, dropout = 0 }, { 4, 3, 8 }, { 5, 3, 8 }, true, true, true, -1 },
+  }
+  local function fill_sorted(m)
+    local named = m:named_parameters()
+    table.sort(named, function(a, b) return a[1] < b[1] end)
+    for j, np in ipairs(named) do nn.init.copy_(np[2], fill(np[2]:shape(), j, 0.25)) end
+  end
+  local function pad_last(Nb, len)
+    local row = {}
+    for s = 1, len do row[s] = s == len and -math.huge or 0 end
+    return fp8.tensor(row):reshape { 1, len }:expand { Nb, len }
+  end
+
+  it("match torch's outputs and gradients: post- and pre-norm, masks, a stack with a norm, the whole model", function()
+    for _, c in ipairs(CASES) do
+      local name, kw, nl = c[1], c[2], c[8]
+      local m
+      if nl >= 0 then
+        local layer = nn.TransformerDecoderLayer(8, 2, kw)
+        fill_sorted(layer)
+        m = nl == 0 and layer or nn.TransformerDecoder(layer, nl, { norm = nn.LayerNorm(8) })
+      else
+        local o = { d_model = 8, nhead = 2, num_encoder_layers = 1, num_decoder_layers = 2 }
+        for k, v in pairs(kw) do o[k] = v end
+        m = nn.Transformer(o)
+        fill_sorted(m)
+      end
+      local tgt = fill(c[3], 11, 1.0):requires_grad(true)
+      local mem = fill(c[4], 12, 1.0):requires_grad(true)
+      local bf = kw.batch_first
+      local T, S, Nb = bf and c[3][2] or c[3][1], bf and c[4][2] or c[4][1], bf and c[3][1] or c[3][2]
+      local fkw = {}
+      if c[5] then fkw.tgt_mask = nn.Transformer.generate_square_subsequent_mask(T) end
+      if c[6] then
+        fkw.memory_key_padding_mask = pad_last(Nb, S)
+        if nl < 0 then fkw.src_key_padding_mask = pad_last(Nb, S) end
+      end
+      if c[7] then fkw.tgt_key_padding_mask = pad_last(Nb, T) end
+      local y
+      if nl < 0 then y = m(mem, tgt, fkw) else y = m(tgt, mem, fkw) end
+      assert.are.same(c[3], y:shape())
+      local loss = (y * fill(y:shape(), 21, 1.0)):sum()
+      loss:backward()
+      same(name, y, ref["tdl_" .. name])
+      same(name .. " dtgt", tgt.grad, ref["tdl_" .. name .. "_dtgt"])
+      same(name .. " dmem", mem.grad, ref["tdl_" .. name .. "_dmem"])
+      local checked = 0
+      for _, np in ipairs(m:named_parameters()) do
+        local key = "tdl_" .. name .. "_d_" .. np[1]:gsub("%.", "_")
+        if ref[key] then same(name .. " d" .. np[1], np[2].grad, ref[key]); checked = checked + 1 end
+      end
+      assert.are.equal(({ [0] = 3, [2] = 6, [-1] = 8 })[nl], checked, name)
+    end
+  end)
+
+  it("names its parameters as torch's, copies layers, draws Xavier weights, trains under FP8, refuses bad input",
+    function()
+    fp8.manual_seed(3)
+    local m = nn.Transformer { d_model = 16, nhead = 4, num_encoder_layers = 2, num_decoder_layers = 3,
+      dim_feedforward = 32, dropout = 0, batch_first = true }
+    assert.are.equal(2, #m.encoder.layers)
+    assert.are.equal(3, #m.decoder.layers)
+    local names = {}
+    for _, np in ipairs(m:named_parameters()) do names[np[1]] = np[2] end
+    for _, k in ipairs { "encoder.layers.1.self_attn.in_proj_weight", "encoder.norm.weight", "decoder.norm.bias",
+      "decoder.layers.2.multihead_attn.out_proj.weight", "decoder.layers.0.norm3.bias" } do
+      assert.truthy(names[k], k)
+    end
+    -- torch's count: 2 encoder layers of 2,224 (in_proj 816, out_proj 272, linear1 544, linear2 528, two norms 64),
+    -- 3 decoder layers of 3,344 (two attentions, three norms) and the two final norms of 32
+    local count = 0
+    for _, p in ipairs(m:parameters()) do count = count + p:numel() end
+    assert.are.equal(2 * 2224 + 3 * 3344 + 64, count)
+    -- Xavier-uniform redrawn over every matrix: within its bound sqrt(6 / (fan_in + fan_out)), copies differ
+    local w = names["decoder.layers.0.linear1.weight"]
+    assert.is_true(w:abs():max():item() <= math.sqrt(6 / (16 + 32)) + 1e-7)
+    assert.are_not.same(w:tolist(), names["decoder.layers.1.linear1.weight"]:tolist())
+    assert.are.same({ 0, -math.huge, -math.huge }, nn.Transformer.generate_square_subsequent_mask(3):tolist()[1])
+    -- a copy-task under te: tgt = src shifted, the loss falls
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    local head = nn.Linear(16, 16)
+    local model = nn.ModuleList { m, head }
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+    model, opt = acc:prepare(model, opt)
+    assert.are.equal("FP8Linear", m.decoder.layers[1].linear1:type_name())
+    local src = fp8.randn { 4, 6, 16 }
+    local tgt = fp8.randn { 4, 5, 16 }
+    local target = fp8.tensor { 0, 1, 2, 3 }
+    local mask = nn.Transformer.generate_square_subsequent_mask(5)
+    local first, last
+    for step = 1, 30 do
+      local logits = head(m(src, tgt, { tgt_mask = mask, tgt_is_causal = true })):mean(2)
+      local loss = fp8.nn.functional.cross_entropy(logits, target)
+      if step == 1 then first = loss:item() end
+      last = loss:item()
+      acc:backward(loss); opt:step(); opt:zero_grad()
+    end
+    assert.is_true(last < first * 0.5, ("loss %g -> %g"):format(first, last))
+    -- custom_encoder / custom_decoder take the stacks' places; the layer options reach every layer
+    local ce = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16, dropout = 0 }), 1)
+    local cm = nn.Transformer { d_model = 8, nhead = 2, dim_feedforward = 16, dropout = 0, custom_encoder = ce }
+    assert.is_true(rawequal(ce, cm.encoder))
+    assert.are.equal(6, #cm.decoder.layers)
+    local s8, t8 = fp8.randn { 5, 2, 8 }, fp8.randn { 3, 2, 8 }
+    U.same_values("custom_encoder", cm(s8, t8), cm.decoder(t8, ce(s8)):tolist(), 0)
+    local nb = nn.Transformer { d_model = 8, nhead = 2, num_encoder_layers = 1, num_decoder_layers = 1,
+      dim_feedforward = 16, bias = false, norm_first = true, layer_norm_eps = 1e-3 }
+    for _, np in ipairs(nb:named_parameters()) do assert.falsy(np[1]:find("bias"), np[1]) end
+    assert.is_true(nb.decoder.layers[1].norm_first and nb.encoder.layers[1].norm_first)
+    assert.are.equal(1e-3, nb.decoder.layers[1].norm3.eps)
+    local layer = nn.TransformerDecoderLayer(8, 2)
+    local x, mem = fp8.randn { 3, 2, 8 }, fp8.randn { 4, 2, 8 }
+    for _, c in ipairs {
+      { function() nn.TransformerDecoderLayer(8, 3) end, "nhead must be a positive integer dividing d_model=8, got 3" },
+      { function() nn.TransformerDecoder(nn.TransformerEncoderLayer(8, 2), 2) end,
+        "decoder_layer must be a TransformerDecoderLayer" },
+      { function() nn.TransformerDecoder(layer, 2, { norm = 3 }) end, "norm must be a module" },
+      { function() nn.Transformer { d_model = 8, nhead = 2, num_decoder_layers = 0 } end,
+        "num_decoder_layers must be an integer in 1..4096, got 0" },
+      { function() nn.Transformer { d_model = 8, nhead = 2, custom_encoder = "enc" } end,
+        "custom_encoder must be a module" },
+      { function() nn.Transformer { d_model = 8, nhead = 2, device = "cpu" } end, "unknown option 'device'" },
+      { function() nn.Transformer(8, 2, { activation = "tanh" }) end, 'activation must be "relu", "gelu" or a function' },
+      { function() layer(x) end, "expected a tensor memory, got nil" },
+      { function() layer(x, mem, { tgt_is_causal = 1 }) end, "tgt_is_causal must be a boolean, got 1" },
+      { function() layer(x, mem, { src_mask = x }) end, "unknown option 'src_mask'" },
+      { function() layer(x, mem, { tgt_is_causal = true }) end, "is_causal=true needs attn_mask" },
+      { function() m(fp8.randn { 4, 6, 16 }, fp8.randn { 3, 5, 16 }) end, "the batch number of src and tgt must be equal" },
+      { function() m(fp8.randn { 4, 6, 16 }, fp8.randn { 4, 5, 8 }) end,
+        "the feature number of src and tgt must be equal to d_model=16" },
+      { function() nn.Transformer.generate_square_subsequent_mask(0) end, "sz must be an integer in 1..65536, got 0" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+  end)
+end)
+
 describe("F.binary_cross_entropy / nn.BCELoss and F.cosine_similarity / nn.CosineSimilarity (PyTorch 2.x's values)",
   function()
   local nn, F = fp8.nn, fp8.nn.functional

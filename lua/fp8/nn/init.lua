@@ -26,6 +26,9 @@ local nn = {
   CosineSimilarity = require("fp8.nn.distance").CosineSimilarity,
   TransformerEncoderLayer = require("fp8.nn.transformer_encoder").TransformerEncoderLayer,
   TransformerEncoder = require("fp8.nn.transformer_encoder").TransformerEncoder,
+  TransformerDecoderLayer = require("fp8.nn.transformer_decoder").TransformerDecoderLayer,
+  TransformerDecoder = require("fp8.nn.transformer_decoder").TransformerDecoder,
+  Transformer = require "fp8.nn.encoder_decoder",
   TransformerBlock = require "fp8.nn.transformer",
   GPT = require "fp8.nn.gpt",
   FP8Linear = require "fp8.nn.fp8_linear",        -- the FP8 layers (fp8.convert_model swaps them in)
@@ -168,6 +171,24 @@ add("nn.TransformerEncoderLayer", "fp8.nn.TransformerEncoderLayer(d_model, nhead
   .. "[, {norm=}]): num_layers copies of layer (each from its weights, as torch's deep copy), then norm;\n"
   .. "encoder(src [, {mask=, src_key_padding_mask=, is_causal=}]).")
 help.ALIASES["nn.TransformerEncoder"] = "nn.TransformerEncoderLayer"
+add("nn.TransformerDecoderLayer", "fp8.nn.TransformerDecoderLayer(d_model, nhead [, {the encoder layer's options}])",
+  "torch's decoder layer: self_attn over the target, multihead_attn from it to the memory (the encoder's output),\n"
+  .. "linear1 -> activation -> dropout -> linear2; dropout1/2/3, norm1/2/3 after each residual sum (or before each\n"
+  .. "block with norm_first); torch's submodule names. layer(tgt, memory [, {tgt_mask=, memory_mask=,\n"
+  .. "tgt_key_padding_mask=, memory_key_padding_mask=, tgt_is_causal=, memory_is_causal=}]). Also\n"
+  .. "fp8.nn.TransformerDecoder(layer, num_layers [, {norm=}]): num_layers copies of layer, then norm; decoder(tgt,\n"
+  .. "memory [, {the same options}]).")
+help.ALIASES["nn.TransformerDecoder"] = "nn.TransformerDecoderLayer"
+add("nn.Transformer", "fp8.nn.Transformer([d_model=512, nhead=8 [, {num_encoder_layers=6, num_decoder_layers=6,\n"
+  .. "  dim_feedforward=2048, dropout=0.1, activation=\"relu\", custom_encoder=, custom_decoder=, layer_norm_eps=1e-5,\n"
+  .. "  batch_first=false, norm_first=false, bias=true}]]) or one table of them",
+  "torch.nn.Transformer: encoder (TransformerEncoder + LayerNorm) and decoder (TransformerDecoder + LayerNorm), every\n"
+  .. "parameter of more than one dim then Xavier-uniform (torch's _reset_parameters). model(src, tgt [, {src_mask=,\n"
+  .. "tgt_mask=, memory_mask=, src_key_padding_mask=, tgt_key_padding_mask=, memory_key_padding_mask=,\n"
+  .. "src_is_causal=, tgt_is_causal=, memory_is_causal=}]) -> [T, N, E]. fp8.nn.Transformer.generate_square_subsequent_mask(sz):\n"
+  .. "[sz, sz] of 0 on and below the diagonal, -inf above it. No nested-tensor inference path (torch's returns 0 at\n"
+  .. "padded positions there).")
+help.ALIASES["nn.Transformer.generate_square_subsequent_mask"] = "nn.Transformer"
 add("nn.TransformerBlock", "fp8.nn.TransformerBlock{n_embd, n_head, dropout=0, bias=true}",
   "A pre-LayerNorm block: x + attn(ln1(x)), then x + mlp(ln2(x)), mlp = Linear(d, 4d) -> GELU(tanh) -> Linear(4d, d)\n"
   .. "-> Dropout (the GPT's blocks).")

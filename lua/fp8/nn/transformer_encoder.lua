@@ -25,8 +25,10 @@ local LAYER_OPTS = { "d_model", "nhead", "dim_feedforward", "dropout", "activati
                      "norm_first", "bias" }
 local ACTIVATIONS = { relu = F.relu, gelu = F.gelu }
 
-function Layer:__init(d_model, nhead, opts)
-  local level = 3
+-- _layer_config(name, d_model, nhead, opts, level) -> the checked configuration of an encoder or decoder layer (they
+-- take the same options): {d_model=, nhead=, dim_feedforward=, dropout=, activation=, layer_norm_eps=, batch_first=,
+-- norm_first=, bias=}, torch's defaults filled in; level: the caller's caller, where the errors point
+function M._layer_config(LN, d_model, nhead, opts, level)
   if type(d_model) == "table" then
     if nhead ~= nil or opts ~= nil then
       error(("%s: give (d_model, nhead [, {options}]) or one table {d_model=, nhead=, ...}"):format(LN), level)
@@ -68,28 +70,35 @@ function Layer:__init(d_model, nhead, opts)
   if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
     error(("%s: layer_norm_eps must be a finite number >= 0, got %s"):format(LN, O.got(eps)), level)
   end
-  local bias = opts.bias ~= false
   Module._check_size(LN, level, "dim_feedforward * d_model", ff, d_model)
-  self._cfg = { d_model = d_model, nhead = nhead, dim_feedforward = ff, dropout = p, activation = act,
-                layer_norm_eps = eps, batch_first = opts.batch_first or false, norm_first = opts.norm_first or false,
-                bias = bias }
-  self.self_attn = MHA(d_model, nhead, { dropout = p, bias = bias, batch_first = opts.batch_first or false })
+  return { d_model = d_model, nhead = nhead, dim_feedforward = ff, dropout = p, activation = act,
+           layer_norm_eps = eps, batch_first = opts.batch_first or false, norm_first = opts.norm_first or false,
+           bias = opts.bias ~= false }
+end
+
+function Layer:__init(d_model, nhead, opts)
+  local c = M._layer_config(LN, d_model, nhead, opts, 4)
+  self._cfg = c
+  local d_model, nhead, ff, p, bias, eps = c.d_model, c.nhead, c.dim_feedforward, c.dropout, c.bias, c.layer_norm_eps
+  self.self_attn = MHA(d_model, nhead, { dropout = p, bias = bias, batch_first = c.batch_first })
   self.linear1 = Linear(d_model, ff, bias)
   self.dropout = Dropout(p)
   self.linear2 = Linear(ff, d_model, bias)
-  self.norm_first = opts.norm_first or false
+  self.norm_first = c.norm_first
   self.norm1 = LayerNorm(d_model, { eps = eps, bias = bias })
   self.norm2 = LayerNorm(d_model, { eps = eps, bias = bias })
   self.dropout1 = Dropout(p)
   self.dropout2 = Dropout(p)
-  self.activation = act
+  self.activation = c.activation
 end
 
 local FORWARD_OPTS = { "src_mask", "src_key_padding_mask", "is_causal" }
 
-local function forward_opts(opts, names)
+-- _forward_opts(opts, names) -> a forward's options checked: a table (nil: none) of the given names, each
+-- *is_causal a boolean, in the order given
+function M._forward_opts(opts, names)
   if opts ~= nil and (type(opts) ~= "table" or require("fp8.core").is_tensor(opts)) then
-    error(("options must be a table {%s=, %s=, %s=}, got %s"):format(names[1], names[2], names[3], O.got(opts)), 0)
+    error(("options must be a table {%s=}, got %s"):format(table.concat(names, "=, "), O.got(opts)), 0)
   end
   opts = opts or {}
   local valid = {}
@@ -97,17 +106,22 @@ local function forward_opts(opts, names)
   for k in pairs(opts) do
     if not valid[k] then error(O.unknown_text(k, names), 0) end
   end
-  if opts.is_causal ~= nil and type(opts.is_causal) ~= "boolean" then
-    error(("is_causal must be a boolean, got %s"):format(O.got(opts.is_causal)), 0)
+  for _, k in ipairs(names) do
+    if k:find("is_causal$") and opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("%s must be a boolean, got %s"):format(k, O.got(opts[k])), 0)
+    end
   end
   return opts
 end
+local forward_opts = M._forward_opts
 
-function Layer:_act(x)
+-- the layer's activation applied (a name, a function or a module); the decoder layer's too
+function M._act(self, x)
   local a = self.activation
   if type(a) == "string" then return ACTIVATIONS[a](x) end
   return a(x)
 end
+Layer._act = M._act
 
 -- layer(src [, {src_mask=, src_key_padding_mask=, is_causal=false}]): src [S, N, E] ([N, S, E] with batch_first,
 -- [S, E] unbatched); the masks are MultiheadAttention's attn_mask and key_padding_mask (added to the scores)
@@ -136,6 +150,8 @@ function Layer:extra_repr()
     c.batch_first and ", batch_first=true" or "", c.norm_first and ", norm_first=true" or "")
 end
 
+M._layer_repr = Layer.extra_repr   -- (the decoder layer's too)
+
 -- a new layer of the same configuration with this one's parameters and buffers (torch's copy.deepcopy of it)
 function Layer:_clone()
   local c = self._cfg
@@ -146,7 +162,7 @@ function Layer:_clone()
 end
 
 -- whether m is an instance of the class named name or of a subclass of it
-local function is_a(m, name)
+function M._is_a(m, name)
   if not Module.is_module(m) then return false end
   local c = getmetatable(m)
   while type(c) == "table" do
@@ -162,7 +178,7 @@ local EN = "TransformerEncoder"
 
 function Encoder:__init(layer, num_layers, opts)
   local level = 3
-  if not is_a(layer, "TransformerEncoderLayer") then
+  if not M._is_a(layer, "TransformerEncoderLayer") then
     error(("%s: encoder_layer must be a TransformerEncoderLayer, got %s"):format(EN, O.got(layer)), level)
   end
   if math.type(num_layers) ~= "integer" or num_layers < 1 or num_layers > 4096 then
@@ -208,6 +224,7 @@ function Encoder:extra_repr()
   local n = rawget(self, "num_layers")
   return math.type(n) == "integer" and ("num_layers=%d"):format(n) or ""
 end
+M._stack_repr = Encoder.extra_repr   -- (the decoder's too)
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(Layer, LN)
