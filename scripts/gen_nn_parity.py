@@ -154,6 +154,12 @@ MHA = [  # name, constructor kwargs, query/key/value shapes (None: the query its
     ("kvdim", dict(embed_dim=8, num_heads=2, kdim=6, vdim=4, bias=False), (5, 2, 8), (3, 2, 6), (3, 2, 4),
      dict(need_weights=False)),
     ("unbatched", dict(embed_dim=8, num_heads=2), (5, 8), (4, 8), (4, 8), dict(key_padding_mask="pad")),
+    ("biaskv_zero", dict(embed_dim=8, num_heads=2, add_bias_kv=True, add_zero_attn=True), (5, 3, 8), (4, 3, 8),
+     (4, 3, 8), dict(attn_mask="causal", key_padding_mask="pad")),
+    ("zero_self", dict(embed_dim=8, num_heads=4, add_zero_attn=True, batch_first=True), (3, 5, 8), None, None,
+     dict(attn_mask="causal", need_weights=False)),
+    ("biaskv_unbatched", dict(embed_dim=8, num_heads=2, add_bias_kv=True, bias=False), (5, 8), (4, 8), (4, 8),
+     dict(key_padding_mask="pad", average_attn_weights=False)),
 ]
 for name, ctor, qs, ks, vs, fkw in MHA:
     m = torch.nn.MultiheadAttention(**ctor)

@@ -1925,6 +1925,12 @@ describe("nn.MultiheadAttention (PyTorch 2.x's values and gradients)", function(
     { "kvdim", { 8, 2, { kdim = 6, vdim = 4, bias = false } }, { 5, 2, 8 }, { 3, 2, 6 }, { 3, 2, 4 },
       { need_weights = false } },
     { "unbatched", { 8, 2 }, { 5, 8 }, { 4, 8 }, { 4, 8 }, { key_padding_mask = "pad" } },
+    { "biaskv_zero", { 8, 2, { add_bias_kv = true, add_zero_attn = true } }, { 5, 3, 8 }, { 4, 3, 8 }, { 4, 3, 8 },
+      { attn_mask = "causal", key_padding_mask = "pad" } },
+    { "zero_self", { 8, 4, { add_zero_attn = true, batch_first = true } }, { 3, 5, 8 }, nil, nil,
+      { attn_mask = "causal", need_weights = false } },
+    { "biaskv_unbatched", { 8, 2, { add_bias_kv = true, bias = false } }, { 5, 8 }, { 4, 8 }, { 4, 8 },
+      { key_padding_mask = "pad", average_attn_weights = false } },
   }
 
   it("matches torch's outputs, weights and the gradients of inputs and parameters (named as torch's)", function()
@@ -2010,8 +2016,9 @@ describe("nn.MultiheadAttention (PyTorch 2.x's values and gradients)", function(
     local x = fp8.randn { 5, 3, 8 }
     for _, c in ipairs {
       { function() nn.MultiheadAttention(8, 3) end, "num_heads must be a positive integer dividing embed_dim=8, got 3" },
-      { function() nn.MultiheadAttention(8, 2, { add_bias_kv = true }) end, "add_bias_kv=true is not supported" },
-      { function() nn.MultiheadAttention(8, 2, { add_zero_attn = true }) end, "add_zero_attn=true is not supported" },
+      { function() nn.MultiheadAttention(8, 2, { add_bias_kv = 1 }) end, "add_bias_kv must be a boolean, got 1" },
+      { function() nn.MultiheadAttention(8, 2, { add_zero_attn = "yes" }) end,
+        'add_zero_attn must be a boolean, got "yes"' },
       { function() nn.MultiheadAttention(8, 2, { device = "cpu" }) end, "unknown option 'device'" },
       { function() nn.MultiheadAttention(8, 2, { dropout = 2 }) end, "dropout must be a probability in [0, 1], got 2" },
       { function() nn.MultiheadAttention(8, 2, { kdim = 0 }) end, "kdim must be a positive integer, got 0" },

@@ -156,13 +156,14 @@ add("nn.BCELoss",
   "fp8.nn.BCELoss([{weight=, reduction=}]) / F.binary_cross_entropy(input, target [, {weight=, reduction=}])",
   "torch's binary cross-entropy of probabilities in [0, 1] (others refused): each log clamped at -100, so 0 and 1\n"
   .. "give 100, not inf; the gradients are torch's formulas. For logits, BCEWithLogitsLoss.")
-add("nn.MultiheadAttention", "fp8.nn.MultiheadAttention(embed_dim, num_heads [, {dropout=0, bias=true, kdim=, vdim=,\n"
-  .. "  batch_first=false}])",
+add("nn.MultiheadAttention", "fp8.nn.MultiheadAttention(embed_dim, num_heads [, {dropout=0, bias=true,\n"
+  .. "  add_bias_kv=false, add_zero_attn=false, kdim=, vdim=, batch_first=false}])",
   "torch.nn.MultiheadAttention, its parameters under torch's names (in_proj_weight, in_proj_bias, out_proj).\n"
   .. "local out, w = mha(q, k, v [, {key_padding_mask=, need_weights=true, attn_mask=, average_attn_weights=true,\n"
   .. "is_causal=false}]): q [L, N, E] ([N, L, E] with batch_first), k and v [S, N, kdim/vdim]; w [N, L, S] averaged\n"
   .. "over the heads (nil with need_weights=false). Masks are added to the scores (-math.huge where attention may\n"
-  .. "not go; one of only 0s and 1s is refused: there is no bool dtype). out_proj runs as FP8 once converted.")
+  .. "not go; one of only 0s and 1s is refused: there is no bool dtype). out_proj runs as FP8 once converted.\n"
+  .. "add_bias_kv: learned bias_k/bias_v appended to the keys and values; add_zero_attn: a zero key and value.")
 add("nn.TransformerEncoderLayer", "fp8.nn.TransformerEncoderLayer(d_model, nhead [, {dim_feedforward=2048,\n"
   .. "  dropout=0.1, activation=\"relu\", layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true}])",
   "torch's encoder layer: self_attn (a MultiheadAttention), linear1 -> activation -> dropout -> linear2, dropout1/2,\n"

@@ -1,8 +1,10 @@
--- multihead_attention.lua — fp8.nn.MultiheadAttention(embed_dim, num_heads [, {dropout=0, bias=true, kdim=, vdim=,
--- batch_first=false}]): torch.nn.MultiheadAttention. The parameters are torch's, under torch's names, so a state_dict
--- moves between the two: in_proj_weight [3E, E] (or q_proj_weight, k_proj_weight, v_proj_weight where kdim or vdim
--- differ from E), in_proj_bias [3E], and out_proj, a Linear(E, E). Initialised as torch's: Xavier-uniform projection
--- weights, zero biases, out_proj's weight as a Linear's.
+-- multihead_attention.lua — fp8.nn.MultiheadAttention(embed_dim, num_heads [, {dropout=0, bias=true,
+-- add_bias_kv=false, add_zero_attn=false, kdim=, vdim=, batch_first=false}]): torch.nn.MultiheadAttention. The
+-- parameters are torch's, under torch's names, so a state_dict moves between the two: in_proj_weight [3E, E] (or
+-- q_proj_weight, k_proj_weight, v_proj_weight where kdim or vdim differ from E), in_proj_bias [3E], bias_k and bias_v
+-- [1, 1, E] (add_bias_kv) and out_proj, a Linear(E, E). Initialised as torch's: Xavier-uniform projection weights,
+-- zero biases, Xavier-normal bias_k and bias_v, out_proj's weight as a Linear's. The weights returned cover the
+-- S keys and the appended ones (S + 1 or S + 2).
 -- mha(query, key, value [, {key_padding_mask=, need_weights=true, attn_mask=, average_attn_weights=true,
 -- is_causal=false}]) → output, weights: query [L, N, E] ([N, L, E] with batch_first; [L, E] unbatched), key and value
 -- [S, N, kdim / vdim]; weights [N, L, S] (averaged over the heads) or [N, H, L, S], nil with need_weights=false.
@@ -52,12 +54,6 @@ function MHA:__init(embed_dim, num_heads, opts)
       error(("%s: %s must be a boolean, got %s"):format(N, k, O.got(opts[k])), level)
     end
   end
-  for _, k in ipairs { "add_bias_kv", "add_zero_attn" } do
-    if opts[k] then
-      error(("%s: %s=true is not supported (the learned bias or zero key and value appended to the sequence)")
-        :format(N, k), level)
-    end
-  end
   local kdim, vdim = opts.kdim or E, opts.vdim or E
   for _, k in ipairs { "kdim", "vdim" } do
     local v = k == "kdim" and kdim or vdim
@@ -78,8 +74,24 @@ function MHA:__init(embed_dim, num_heads, opts)
     self:register_parameter("v_proj_weight", init.xavier_uniform_(fp8.zeros { E, vdim }))
   end
   if opts.bias ~= false then self:register_parameter("in_proj_bias", fp8.zeros { 3 * E }) end
+  -- add_bias_kv: a learned key and value [1, 1, E] appended to every sequence's projected keys and values (torch's
+  -- bias_k and bias_v, drawn Xavier-normal, whatever bias says)
+  if opts.add_bias_kv then
+    self:register_parameter("bias_k", init.xavier_normal_(fp8.zeros { 1, 1, E }))
+    self:register_parameter("bias_v", init.xavier_normal_(fp8.zeros { 1, 1, E }))
+  end
+  -- add_zero_attn: a key and value of zeros appended to every head's (after the bias)
+  self.add_zero_attn = opts.add_zero_attn or false
   self.out_proj = Linear(E, E, opts.bias ~= false)
   if self.out_proj.bias ~= nil then init.zeros_(self.out_proj.bias) end
+end
+
+-- mask (nil, or [..., S]) with n zeros appended along its last dim: the appended keys are attended to, as torch pads
+local function pad_keys(mask, n)
+  if mask == nil or n == 0 then return mask end
+  local shape = mask:shape()
+  shape[#shape] = n
+  return fp8.cat({ mask, fp8.zeros(shape):to(mask:device()) }, #shape)
 end
 
 -- torch refuses a mask's dtype it cannot read; here every mask is added, so one of only 0s and 1s (a bool mask
@@ -193,9 +205,22 @@ function MHA:forward(query, key, value, opts, ...)
     qp, kp, vp = F.linear(q, self.q_proj_weight, bq), F.linear(k, self.k_proj_weight, bk),
       F.linear(v, self.v_proj_weight, bv)
   end
+  local extra = 0   -- keys appended to S: the bias, then the zero key
+  local bk = self.bias_k
+  if bk ~= nil then
+    kp = fp8.cat({ kp, bk:expand { 1, B, E } }, 1)
+    vp = fp8.cat({ vp, self.bias_v:expand { 1, B, E } }, 1)
+    extra = 1
+  end
   -- [L, N, E] → [N, H, L, D]
   local function heads(t, len) return t:reshape { len, B, H, D }:permute { 2, 3, 1, 4 } end
-  qp, kp, vp = heads(qp, L), heads(kp, S), heads(vp, S)
+  qp, kp, vp = heads(qp, L), heads(kp, S + extra), heads(vp, S + extra)
+  if self.add_zero_attn then
+    local z = fp8.zeros({ B, H, 1, D }):to(kp:device())
+    kp, vp = fp8.cat({ kp, z }, 3), fp8.cat({ vp, z }, 3)
+    extra = extra + 1
+  end
+  mask = pad_keys(mask, extra)
   local p = self.training and self.dropout or 0
   local out, weights
   if need_weights then
@@ -228,6 +253,8 @@ function MHA:extra_repr()
   if self.dropout ~= 0 then parts[#parts + 1] = ("dropout=%g"):format(self.dropout) end
   if not self._qkv_same_embed_dim then parts[#parts + 1] = ("kdim=%d, vdim=%d"):format(self.kdim, self.vdim) end
   if self.batch_first then parts[#parts + 1] = "batch_first=true" end
+  if rawget(self, "_parameters") and self.bias_k ~= nil then parts[#parts + 1] = "add_bias_kv=true" end
+  if self.add_zero_attn then parts[#parts + 1] = "add_zero_attn=true" end
   return table.concat(parts, ", ")
 end
 
