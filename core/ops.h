@@ -116,6 +116,11 @@ fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, boo
 /* gather.c: out = a's values along dim at index's positions (0-based, whole numbers; index has a's shape but for
  * dim), torch's gather; differentiable in a */
 fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index);
+/* scatter.c: out = a with src's values written (add false: torch's scatter, the last of repeated positions stays) or
+ * added (torch's scatter_add) along dim at index's positions (0-based, whole numbers; index and src of one shape, a's
+ * but for dim); differentiable in a and src */
+fl_status fl_scatter(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index, const fl_tensor *src,
+                     bool add);
 /* scan.c: the running sums of a along dim (torch's cumsum; in double, rounded once to a's dtype), differentiable */
 fl_status fl_cumsum(fl_tensor **out, const fl_tensor *a, int dim);
 /* a random permutation of 0 .. n−1 (fl_rng_permutation; n ≤ 2^24, and every value exact in dt) */

@@ -1062,6 +1062,34 @@ static int m_gather(lua_State *L) {
     return 1;
 }
 
+/* x:scatter(dim, index, src | value) and x:scatter_add(dim, index, src) (also fp8.scatter(x, ...)): torch's, out of
+ * place; index and src of one shape, x's but for dim; a number value is written at every position of index */
+static int scatter(lua_State *L, bool add) {
+    const char *fn = add ? "scatter_add" : "scatter";
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    if (!lua_isnoneornil(L, 5) && lua_type(L, 5) == LUA_TSTRING)
+        return luaL_error(L, "%s: reduce= is not supported (torch deprecates it; scatter_add adds)", fn);
+    fl_lmaxargs(L, 4, fn, add ? "(dim, index, src)" : "(dim, index, src or value)");
+    if (t->ndim == 0) return luaL_error(L, "%s: a 0-d tensor has no dim to scatter along", fn);
+    int d = check_dim(L, 2, t->ndim, fn);
+    fl_tensor *idx = fl_lchecktensor(L, 3);
+    fl_tensor *src = NULL, *made = NULL;
+    if (!add && lua_type(L, 4) == LUA_TNUMBER) {
+        fl_tensor **hold = fl_lnewbox(L);   /* the filled src, released with its box */
+        FL_LCALL(L, fl_tensor_full(hold, t->dtype, idx->ndim, idx->shape, lua_tonumber(L, 4), t->device));
+        made = *hold;
+    } else if (lua_type(L, 4) != LUA_TUSERDATA) {   /* (a released tensor: fl_lchecktensor says so) */
+        return luaL_error(L, "%s: expected a src tensor%s, got %s", fn, add ? "" : " or a number value",
+                          luaL_typename(L, 4));
+    }
+    src = made ? made : fl_lchecktensor(L, 4);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_scatter(slot, t, d, idx, src, add));
+    return 1;
+}
+static int m_scatter(lua_State *L) { return scatter(L, false); }
+static int m_scatter_add(lua_State *L) { return scatter(L, true); }
+
 /* x:cumsum(dim): torch's running sums along dim (1-based, negative from the end; a 0-d tensor takes 1 or -1) */
 static int m_cumsum(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
@@ -1290,7 +1318,7 @@ static const luaL_Reg methods[] = {
     {"round", m_round}, {"trunc", m_trunc}, {"erf", m_erf}, {"log1p", m_log1p}, {"expm1", m_expm1},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
     {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum},
-    {"gather", m_gather},
+    {"gather", m_gather}, {"scatter", m_scatter}, {"scatter_add", m_scatter_add},
     {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},
     {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},
@@ -1310,6 +1338,7 @@ static const luaL_Reg factories[] = {
     {"tensor", l_tensor_new}, {"zeros", l_zeros}, {"ones", l_ones}, {"empty", l_empty}, {"full", l_full},
     {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn},
     {"randint", l_randint}, {"randperm", l_randperm}, {"multinomial", m_multinomial}, {"gather", m_gather},
+    {"scatter", m_scatter}, {"scatter_add", m_scatter_add},
     {"is_tensor", l_is_tensor},
     {"_live_dtype", l_live_dtype},
     {"matmul", l_matmul}, {"cat", l_cat}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"pow", m_pow},

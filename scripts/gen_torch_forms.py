@@ -172,4 +172,26 @@ for key, name, shapes, extra in METHODS:
             if t.grad is not None:
                 out["m_%s_d%d" % (key, j)] = rows(t.grad)
 
+# scatter, scatter_add, index_add, index_copy, index_fill: values and the gradients of the tensor and of src / source
+# (weighted by fill()); the index as written (0-based, repeated positions where the result is defined)
+SCATTER = [  # key, method, tensor shape, dim, index, src shape (or a number value), keyword arguments
+    ("scatter_add_d0", "scatter_add", (3, 4), 0, [[0, 1, 2, 0], [2, 0, 0, 1], [0, 0, 1, 2]], (3, 4), {}),
+    ("scatter_add_d1", "scatter_add", (2, 5), 1, [[4, 0, 4], [1, 1, 3]], (2, 3), {}),
+    ("scatter_d0", "scatter", (3, 4), 0, [[2, 0, 1, 2], [0, 2, 0, 1]], (2, 4), {}),
+    ("scatter_value", "scatter", (2, 4), 1, [[3, 0], [1, 2]], 2.5, {}),
+    ("index_add_d0", "index_add", (4, 3), 0, [0, 2, 0], (3, 3), {"alpha": -1.5}),
+    ("index_add_3d", "index_add", (2, 4, 3), 1, [3, 1], (2, 2, 3), {}),
+    ("index_copy", "index_copy", (4, 3), 0, [3, 0], (2, 3), {}),
+    ("index_fill", "index_fill", (2, 4), 1, [1, 3], -2.0, {}),
+]
+for key, name, shape, dim, index, src, kw in SCATTER:
+    t = fill(shape, 1).requires_grad_()
+    s = src if isinstance(src, float) else fill(src, 2).requires_grad_()
+    y = getattr(t, name)(dim, torch.tensor(index), s, **kw)
+    out["s_" + key] = rows(y)
+    (y * fill(tuple(y.shape), 0)).sum().backward()
+    out["s_%s_d1" % key] = rows(t.grad)
+    if not isinstance(src, float):
+        out["s_%s_d2" % key] = rows(s.grad)
+
 write("tests/data/torch_forms_torch.lua", "scripts/gen_torch_forms.py", torch.__version__, out)

@@ -148,6 +148,14 @@ add_all {
        .. "flow. "
        .. "x:gather(dim, index) (fp8.gather(x, dim, index)): x's values along dim at the index's 0-based\n"
        .. "positions; x:index_select(dim, index) takes a 1-d index's positions of dim, in order." },
+  { section = "Tensors", name = "Tensor:scatter",
+    sig = "x:scatter(dim, index, src | value) / :scatter_add(dim, index, src) / :index_add(dim, index, source [, "
+       .. "{alpha=1}]) / :index_copy(dim, index, source) / :index_fill(dim, index, value) -> Tensor",
+    doc = "torch's, gather's inverse: x with src's values written (scatter: the last of repeated positions stays) or\n"
+       .. "added (scatter_add) along dim at the index's 0-based positions; index and src of one shape, x's but for dim.\n"
+       .. "index_add/index_copy/index_fill take a 1-d index of positions of dim and whole slices (source: x's shape with\n"
+       .. "dim the index's length). Gradients reach x and src as torch's. In place under fp8.no_grad: scatter_,\n"
+       .. "scatter_add_, index_add_, index_copy_, index_fill_; function forms fp8.scatter(x, ...), fp8.index_add(x, ...)." },
   { section = "Tensors", name = "Tensor:sin",
     sig = "x:sin() / :cos() / :erf() / :log1p() / :expm1() / :floor() / :ceil() / :round() / :trunc() -> Tensor",
     doc = "torch's elementwise functions, computed in double and rounded once (floor, ceil, round and trunc are\n"
@@ -414,6 +422,9 @@ also("Tensor:new_zeros", { "Tensor:new_ones", "Tensor:new_empty", "Tensor:new_fu
 also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial", "Tensor:tril",
                       "Tensor:triu", "Tensor:cumsum", "Tensor:gather", "gather", "Tensor:index_select",
                       "index_select" })
+also("Tensor:scatter", { "Tensor:scatter_add", "Tensor:index_add", "Tensor:index_copy", "Tensor:index_fill",
+                         "Tensor:scatter_", "Tensor:scatter_add_", "Tensor:index_add_", "Tensor:index_copy_",
+                         "Tensor:index_fill_", "scatter", "scatter_add", "index_add", "index_copy", "index_fill" })
 also("Tensor:scale", { "Tensor:scale_inv", "Tensor:bytes" })
 also("Tensor:matmul", { "Tensor:add", "Tensor:sub", "Tensor:mul", "Tensor:div", "Tensor:neg", "Tensor:exp",
                         "Tensor:log", "Tensor:sqrt", "Tensor:sign", "Tensor:tanh", "Tensor:sigmoid" })

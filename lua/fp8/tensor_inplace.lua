@@ -1,5 +1,5 @@
 -- tensor_inplace.lua — torch's in-place tensor methods: copy_, fill_, zero_, add_, sub_, mul_, div_, clamp_,
--- masked_fill_, lerp_, uniform_, normal_. Each computes the new values out of place from detached operands and
+-- masked_fill_, lerp_, scatter_, scatter_add_, index_add_, index_copy_, index_fill_, uniform_, normal_. Each computes the new values out of place from detached operands and
 -- has the tensor's C half write them into it (t:_write_, lua/l_tensor.c), which refuses what autograd here could
 -- not record — a write to a tensor that requires grad or is part of a graph while grad mode is on (write under
 -- fp8.no_grad, as an optimizer or an EMA of weights does) — and what torch refuses: a source that does not
@@ -131,6 +131,27 @@ Tensor.lerp_ = at_caller(function(t, e, w, ...)
   if core.is_tensor(w) then check_live("lerp_", "weight", w); w = w:detach() end
   return write("lerp_", t, lerp("lerp_", t:detach(), e, w))
 end)
+
+-- scatter_, scatter_add_, index_add_, index_copy_, index_fill_: the out-of-place method's values (core/scatter.c,
+-- lua/fp8/tensor_scatter.lua) written in place; the tensors read are detached
+local function detached(v) return core.is_tensor(v) and v:detach() or v end
+for _, name in ipairs { "scatter", "scatter_add", "index_add", "index_copy", "index_fill" } do
+  local m = name .. "_"
+  local add = name == "index_add"
+  local takes = add and "(dim, index, source [, {alpha=}])" or name:find("fill") and "(dim, index, value)"
+    or "(dim, index, src)"
+  Tensor[m] = at_caller(function(t, dim, index, src, ...)
+    check_self(m, t)
+    local alpha = add and (...) or nil
+    if add then no_more(m, takes, select(2, ...)) else no_more(m, takes, ...) end
+    for _, v in ipairs { index, src } do if core.is_tensor(v) then check_live(m, "an argument", v) end end
+    local d = t:detach()
+    return write(m, t, compute(m, function()
+      if add then return d:index_add(dim, detached(index), detached(src), alpha) end
+      return d[name](d, dim, detached(index), detached(src))
+    end))
+  end)
+end
 
 -- uniform_(a=0, b=1), normal_(mean=0, std=1): fresh draws from fp8's generator (fp8.nn.init's), written in place
 Tensor.uniform_ = at_caller(function(t, a, b, ...)

@@ -667,3 +667,80 @@ describe("a Llama-style model written with torch's vocabulary", function()
     assert.is_true((ema[1] - model:parameters()[1]):norm():item() > 0)   -- the EMA lags the weights
   end)
 end)
+
+describe("scatter, scatter_add, index_add, index_copy, index_fill and their in-place forms (PyTorch 2.x's values)",
+  function()
+  -- scripts/gen_torch_forms.py's SCATTER, with the dims counted from 1 (the index positions stay 0-based, as torch's)
+  local CASES = {
+    { "scatter_add_d0", "scatter_add", { 3, 4 }, 1, { { 0, 1, 2, 0 }, { 2, 0, 0, 1 }, { 0, 0, 1, 2 } }, { 3, 4 } },
+    { "scatter_add_d1", "scatter_add", { 2, 5 }, 2, { { 4, 0, 4 }, { 1, 1, 3 } }, { 2, 3 } },
+    { "scatter_d0", "scatter", { 3, 4 }, 1, { { 2, 0, 1, 2 }, { 0, 2, 0, 1 } }, { 2, 4 } },
+    { "scatter_value", "scatter", { 2, 4 }, 2, { { 3, 0 }, { 1, 2 } }, 2.5 },
+    { "index_add_d0", "index_add", { 4, 3 }, 1, { 0, 2, 0 }, { 3, 3 }, { alpha = -1.5 } },
+    { "index_add_3d", "index_add", { 2, 4, 3 }, 2, { 3, 1 }, { 2, 2, 3 } },
+    { "index_copy", "index_copy", { 4, 3 }, 1, { 3, 0 }, { 2, 3 } },
+    { "index_fill", "index_fill", { 2, 4 }, 2, { 1, 3 }, -2.0 },
+  }
+
+  it("match torch's values and the gradients of the tensor and the source (repeated positions included)", function()
+    for _, c in ipairs(CASES) do
+      local key, name = c[1], c[2]
+      local t = U.fill(c[3], 1):requires_grad(true)
+      local s = type(c[6]) == "number" and c[6] or U.fill(c[6], 2):requires_grad(true)
+      local args = { c[4], fp8.tensor(c[5]), s, c[7] }   -- (the options only where given)
+      local y = t[name](t, table.unpack(args, 1, c[7] and 4 or 3))
+      same(key, y, ref["s_" .. key], 1e-6)
+      -- the function form gives the same
+      same(key .. " fp8." .. name, fp8[name](t, table.unpack(args, 1, c[7] and 4 or 3)), ref["s_" .. key], 1e-6)
+      local loss = (y * U.fill(y:shape(), 0)):sum()
+      loss:backward()
+      same(key .. " d1", t.grad, ref["s_" .. key .. "_d1"], 1e-6)
+      if type(s) ~= "number" then same(key .. " d2", s.grad, ref["s_" .. key .. "_d2"], 1e-6) end
+      -- in place, under no_grad: the same values written into a copy
+      local w = U.fill(c[3], 1)
+      args[3] = type(s) == "number" and s or s:detach()
+      fp8.no_grad(function() w[name .. "_"](w, table.unpack(args, 1, c[7] and 4 or 3)) end)
+      same(key .. " in place", w, ref["s_" .. key], 1e-6)
+    end
+    -- scatter of repeated positions: the last write stays (torch's CPU loop), and each src value gets the gradient
+    local x = fp8.zeros({ 3 }):requires_grad(true)
+    local src = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+    local y = x:scatter(1, fp8.tensor { 1, 1, 0 }, src)
+    assert.are.same({ 3, 2, 0 }, y:tolist())
+    y:sum():backward()
+    assert.are.same({ 0, 0, 1 }, x.grad:tolist())
+    assert.are.same({ 1, 1, 1 }, src.grad:tolist())
+  end)
+
+  it("refuse what they cannot take, by name, and write nothing then", function()
+    local t = U.fill({ 3, 4 }, 1)
+    local before = t:tolist()
+    for _, c in ipairs {
+      { function() t:scatter(1, fp8.tensor { { 3, 0, 0, 0 } }, fp8.ones { 1, 4 }) end,
+        "scatter: index 3 out of range 0..2 for dim 1 of size 3" },
+      { function() t:scatter_add(1, fp8.tensor { { 0, 0 } }, fp8.ones { 1, 2 }) end,
+        "scatter_add: index [1, 2] and src [1, 2] must have one shape, the tensor [3, 4]'s but for dim 1" },
+      { function() t:scatter(1, fp8.tensor { { 0, 0, 0, 0 } }, fp8.ones { 2, 4 }) end, "must have one shape" },
+      { function() t:scatter(1, fp8.tensor { { 0.5, 0, 0, 0 } }, fp8.ones { 1, 4 }) end, "scatter: index 0.5 out of range" },
+      { function() t:scatter(1, fp8.tensor { { 0, 0, 0, 0 } }, fp8.ones({ 1, 4 }):to("bf16")) end,
+        "scatter: src's dtype bf16 differs from the tensor's fp32" },
+      { function() t:scatter(1, fp8.tensor { { 0, 0, 0, 0 } }, "x") end,
+        "scatter: expected a src tensor or a number value, got string" },
+      { function() t:scatter(1, fp8.tensor { { 0, 0, 0, 0 } }, fp8.ones { 1, 4 }, "add") end, "reduce= is not supported" },
+      { function() t:scatter(3, fp8.tensor { { 0, 0, 0, 0 } }, 1) end, "scatter: dim 3 out of range" },
+      { function() t:index_add(1, fp8.tensor { { 0 } }, fp8.ones { 1, 4 }) end, "index_add: the index must be 1-d" },
+      { function() t:index_add(1, fp8.tensor { 0 }, fp8.ones { 2, 4 }) end,
+        "index_add: source must be [1, 4] (the tensor's shape with dim 1's size the index's 1), got [2, 4]" },
+      { function() t:index_add(1, fp8.tensor { 0 }, fp8.ones { 1, 4 }, { beta = 1 }) end, "unknown option 'beta'" },
+      { function() t:index_copy(2, fp8.tensor { 7 }, fp8.ones { 3, 1 }) end, "index_copy: index 7 out of range 0..3" },
+      { function() t:index_fill(1, fp8.tensor { 0 }, "v") end, "index_fill: value must be a number or a 0-d tensor" },
+      { function() t:scatter_(1, fp8.tensor { { 5, 0, 0, 0 } }, 1) end, "scatter_: index 5 out of range" },
+      { function() t:index_add_(1, fp8.tensor { 0 }, fp8.ones { 1, 4 }, 1, 2) end, "index_add_: takes (dim, index, " },
+      { function() fp8.ones({ 2 }):requires_grad(true):index_fill_(1, fp8.tensor { 0 }, 1) end,
+        "index_fill_: the tensor requires grad" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+    assert.are.same(before, t:tolist())
+  end)
+end)
