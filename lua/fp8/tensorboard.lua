@@ -1,6 +1,6 @@
 -- tensorboard.lua — fp8.SummaryWriter(log_dir [, {filename_suffix=, comment=}]): torch.utils.tensorboard's writer of
 -- TensorBoard event files, for the Accelerator's "tensorboard" tracker (lua/fp8/trackers.lua) and for scripts.
--- add_scalar, add_scalars, add_text and add_hparams write the records torch's writer writes (docs/lua-api.md,
+-- add_scalar, add_scalars, add_text, add_histogram(_raw) and add_hparams write the records torch's writer writes (docs/lua-api.md,
 -- "Experiment trackers"): a file events.out.tfevents.<time>.<host>.<pid>.<n><suffix> of TFRecords (length, masked
 -- CRC-32C of the length, an Event protocol buffer, its masked CRC-32C) that starts with the file_version event.
 -- Every add is appended to the file at once (fp8._fileio.append: earlier bytes are never rewritten, so a reader may
@@ -207,6 +207,48 @@ function Writer:add_text(tag, text, step, walltime, ...)
   self:_append(self._path, event(walltime, step, 5, text_summary(tag, text)))
 end
 
+-- Summary.Value{tag=1, histo=5} of HistogramProto{min=1, max=2, num=3, sum=4, sum_squares=5 (doubles; proto3 leaves
+-- +0.0 out), bucket_limit=6, bucket=7 (packed doubles)}
+local function histogram_summary(tag, h)
+  local parts = {}
+  for i, k in ipairs { "min", "max", "num", "sum", "sum_squares" } do
+    local v = h[k] * 1.0   -- (a float, -0.0 kept: + 0.0 would make it +0.0)
+    if not is_default_float(v) then parts[#parts + 1] = double_field(i, v) end
+  end
+  for f = 6, 7 do
+    local list, packed = f == 6 and h.limits or h.counts, {}
+    for i, v in ipairs(list) do packed[i] = string.pack("<d", v) end
+    parts[#parts + 1] = bytes_field(f, table.concat(packed))
+  end
+  return bytes_field(1, bytes_field(1, tag) .. bytes_field(5, table.concat(parts)))
+end
+
+-- a tensor's (an FP8 one's real values, dequantized) or a plain list's numbers, as a list of floats
+local function values_of(fname, v)
+  local core = require "fp8.core"
+  if core.is_tensor(v) then
+    local ok, t = pcall(function()
+      local d = v:detach()
+      if d:is_fp8() then d = d:dequantize() end
+      return d:to("fp32"):reshape({ -1 }):totable()
+    end)
+    if not ok then error(("SummaryWriter:%s: values: %s"):format(fname, tostring(t):gsub("^[^\n:]*%.lua:%d+: ", "")), 3) end
+    return t
+  end
+  if type(v) ~= "table" or getmetatable(v) ~= nil then
+    error(("SummaryWriter:%s: values must be a tensor or a list of numbers, got %s"):format(fname, O.got(v)), 3)
+  end
+  local out = {}
+  for i = 1, rawlen(v) do
+    local x = rawget(v, i)
+    if type(x) ~= "number" then
+      error(("SummaryWriter:%s: values[%d] must be a number, got %s"):format(fname, i, O.got(x)), 3)
+    end
+    out[i] = x * 1.0
+  end
+  return out
+end
+
 -- sorted string keys of a plain table, each checked by check(k, v)
 local function sorted_keys(fname, what, t, check)
   if type(t) ~= "table" or require("fp8.core").is_tensor(t) then
@@ -245,6 +287,63 @@ function Writer:add_scalars(main_tag, values, step, walltime, ...)
     end
     self:_append(path, event(walltime, step, 5, scalar_summary(main_tag, nums[k])))
   end
+end
+
+-- w:add_histogram(tag, values [, global_step [, bins="tensorflow" [, walltime [, max_bins]]]]): torch's, the
+-- histogram of a tensor's values (lua/fp8/tensorboard_histogram.lua): bins "tensorflow" (the default exponential
+-- buckets), a count of equal bins over [min, max], or a list of increasing edges; max_bins merges bins down
+function Writer:add_histogram(tag, values, step, bins, walltime, max_bins, ...)
+  check_live(self, "add_histogram")
+  O.no_more("SummaryWriter:add_histogram", "(tag, values [, global_step [, bins [, walltime [, max_bins]]]])", ...)
+  check_tag("add_histogram", "tag", tag)
+  local list = values_of("add_histogram", values)
+  if bins == nil then bins = "tensorflow" end
+  if math.type(bins) == "integer" then
+    if bins < 1 or bins > 1 << 20 then
+      error(("SummaryWriter:add_histogram: bins must be at least 1 (and at most 2^20), got %d"):format(bins), 2)
+    end
+  elseif type(bins) == "table" and getmetatable(bins) == nil then
+    local n = rawlen(bins)
+    for i = 1, n do
+      local e = rawget(bins, i)
+      if type(e) ~= "number" or e ~= e or (i > 1 and not (e > rawget(bins, i - 1))) then
+        error(("SummaryWriter:add_histogram: bins must be increasing numbers, got %s at %d"):format(O.got(e), i), 2)
+      end
+    end
+    if n < 2 then error(("SummaryWriter:add_histogram: bins must hold at least 2 edges, got %d"):format(n), 2) end
+    bins = table.move(bins, 1, n, 1, {})
+  elseif bins ~= "tensorflow" then
+    error(("SummaryWriter:add_histogram: bins must be \"tensorflow\", a count or a list of edges, got %s (numpy's "
+      .. "other estimators are not offered)"):format(O.got(bins)), 2)
+  end
+  if max_bins ~= nil and (math.type(max_bins) ~= "integer" or max_bins < 1) then
+    error(("SummaryWriter:add_histogram: max_bins must be an integer >= 1, got %s"):format(O.got(max_bins)), 2)
+  end
+  step, walltime = check_step("add_histogram", step, walltime)
+  local ok, h = pcall(require("fp8.tensorboard_histogram").make, list, bins, max_bins)
+  if not ok then error("SummaryWriter:add_histogram: " .. tostring(h), 2) end
+  self:_append(self._path, event(walltime, step, 5, histogram_summary(tag, h)))
+end
+
+-- w:add_histogram_raw(tag, min, max, num, sum, sum_squares, bucket_limits, bucket_counts [, global_step [, walltime]]):
+-- torch's: a histogram made elsewhere (each bucket by its right limit)
+function Writer:add_histogram_raw(tag, mn, mx, num, sum, sq, limits, counts, step, walltime, ...)
+  check_live(self, "add_histogram_raw")
+  O.no_more("SummaryWriter:add_histogram_raw", "(tag, min, max, num, sum, sum_squares, bucket_limits, bucket_counts "
+    .. "[, global_step [, walltime]])", ...)
+  check_tag("add_histogram_raw", "tag", tag)
+  local h = {}
+  for _, f in ipairs { { "min", mn }, { "max", mx }, { "num", num }, { "sum", sum }, { "sum_squares", sq } } do
+    h[f[1]] = check_number("add_histogram_raw", f[1], f[2])
+  end
+  h.limits = values_of("add_histogram_raw", limits)
+  h.counts = values_of("add_histogram_raw", counts)
+  if #h.limits ~= #h.counts then
+    error(("SummaryWriter:add_histogram_raw: bucket_limits has %d entries, bucket_counts %d: they must be as many"
+      .. " (torch's)"):format(#h.limits, #h.counts), 2)
+  end
+  step, walltime = check_step("add_histogram_raw", step, walltime)
+  self:_append(self._path, event(walltime, step, 5, histogram_summary(tag, h)))
 end
 
 -- w:add_hparams(hparam_dict, metric_dict [, {run_name=, global_step=}]): the hparams plugin's experiment, session

@@ -303,7 +303,10 @@ if okh and help.add then
     doc = "torch.utils.tensorboard's writer of TensorBoard event files (the records torch writes):\n"
       .. "w:add_scalar(tag, value [, step [, walltime]]), w:add_scalars(main_tag, {tag = value} [, step]),\n"
       .. "w:add_text(tag, text [, step]), w:add_hparams(hparams, metrics [, {run_name=, global_step=}]),\n"
-      .. "w:flush(), w:close() (also a <close> variable), w:get_logdir(). Each add is appended to the file at once." }
+      .. "w:add_histogram(tag, values [, step [, bins=\"tensorflow\" | count | edges [, walltime [, max_bins]]]])\n"
+      .. "(a tensor's values, an FP8 one's dequantized), w:add_histogram_raw(tag, min, max, num, sum, sum_squares,\n"
+      .. "limits, counts [, step]), w:flush(), w:close() (also a <close> variable), w:get_logdir(). Each add is\n"
+      .. "appended to the file at once." }
 end
 
 return M

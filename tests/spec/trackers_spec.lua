@@ -78,6 +78,13 @@ describe("fp8.SummaryWriter", function()
     w:add_scalar("neg_step", 7.0, -3, T)
     w:add_text("sample", "héllo\nworld", 5, T + 10)
     w:add_scalars("lr", { a = 0.1, b = 0.25 }, 3, T + 20)
+    w:add_histogram("h/default", fp8.tensor { -1.5, -0.25, 0.0, 0.0, 0.125, 0.5, 0.5, 2.0, 3.75, 1e-13 }, 1, nil, T + 30)
+    w:add_histogram("h/count", fp8.arange(10), 2, 4, T + 31)
+    w:add_histogram("h/edges", fp8.tensor { -1.0, 0.0, 0.5, 1.0, 3.0, 8.0, 9.0 }, 3, { 0, 1, 2, 4, 8 }, T + 32)
+    w:add_histogram("h/max_bins", fp8.tensor { 1e-6, 1e-3, -1.0, 1.0, 1e3, 0.0 }, 4, "tensorflow", T + 33, 50)
+    w:add_histogram("h/single", { 2.5 }, 5, nil, T + 34)   -- (a plain list of numbers too)
+    w:add_histogram("h/neg", fp8.tensor { -3.0, -0.0, -2.0 }, 6, 3, T + 35)
+    w:add_histogram_raw("h/raw", 0, 3, 4, 6, 14, { 1, 2, 3 }, { 1, 1, 2 }, 7, T + 36)
     assert.are.equal(d .. "/run/hp", w:add_hparams({ fp8 = true, layers = 4, lr = 0.001, opt = "adamw" },
       { ["hparam/loss"] = 1.5 }, { run_name = "hp" }))
     w:close()
@@ -129,6 +136,16 @@ describe("fp8.SummaryWriter", function()
         { function() w:add_scalars("m", { 1, 2 }) end, "SummaryWriter:add_scalars: the values's keys must be non-empty strings" },
         { function() w:add_hparams({ a = {} }, {}) end, 'SummaryWriter:add_hparams: hparam_dict["a"] must be a number, a string or a boolean' },
         { function() w:add_hparams({}, {}, { run_name = "a/b" }) end, "SummaryWriter:add_hparams: run_name must be a directory name" },
+        { function() w:add_histogram("h", {}) end, "SummaryWriter:add_histogram: the values have no element" },
+        { function() w:add_histogram("h", { 1, "2" }) end, 'SummaryWriter:add_histogram: values[2] must be a number, got "2"' },
+        { function() w:add_histogram("h", "x") end, "SummaryWriter:add_histogram: values must be a tensor or a list" },
+        { function() w:add_histogram("h", { 1 }, 1, "auto") end, 'bins must be "tensorflow", a count or a list of edges, got "auto"' },
+        { function() w:add_histogram("h", { 1 }, 1, { 0, 2, 1 }) end, "SummaryWriter:add_histogram: bins must be increasing numbers, got 1 at 3" },
+        { function() w:add_histogram("h", { 1 }, 1, 0) end, "SummaryWriter:add_histogram: bins must be at least 1" },
+        { function() w:add_histogram("h", { 5 }, 1, { 0, 1 }) end, "SummaryWriter:add_histogram: no value falls inside the bins" },
+        { function() w:add_histogram("h", { 1, math.huge }, 1, 4) end, "bins=4 spans the values' range, which is not finite" },
+        { function() w:add_histogram("h", { 1 }, 1, nil, nil, 0) end, "SummaryWriter:add_histogram: max_bins must be an integer >= 1" },
+        { function() w:add_histogram_raw("h", 0, 1, 1, 1, 1, { 1, 2 }, { 1 }) end, "bucket_limits has 2 entries, bucket_counts 1" },
         { function() fp8.SummaryWriter(d .. "/b", { max_queue = 1 }) end, "SummaryWriter: unknown option 'max_queue'" },
         { function() fp8.SummaryWriter(d .. "/b", { comment = "x" }) end, "SummaryWriter: comment is appended to the default log_dir only" },
         { function() fp8.SummaryWriter(d .. "/b", { filename_suffix = "a/b" }) end, "SummaryWriter: filename_suffix must not hold a /" },
