@@ -272,19 +272,28 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
     return FL_OK;
 }
 
-/* clamp between two numbers: maximum(x, lo) then minimum(., hi) in one node that keeps x alone (torch's ClampBackward
- * keeps the input; the two nodes kept x and maximum's result). The backward makes maximum's result again from x (the
- * same bits) and applies the two nodes' rules in their order, so the gradient is theirs bit for bit. */
+/* clamp between two numbers (a bound at -inf / +inf is none: clamp_min, clamp_max): maximum(x, lo) then minimum(.,
+ * hi) in one node that keeps x alone, as torch's ClampBackward keeps the input. Its gradient is torch's (2.15 on):
+ * the minimum-norm subgradient, the output's gradient where lo < x < hi strictly, none at a bound (as relu's at 0)
+ * and none for a NaN x; a missing bound masks nothing (clamp_max lets -inf through). */
 static fl_status clamp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->saved[0];
     double lo = n->dargs[0], hi = n->dargs[1];
-    fl_tensor *r = NULL, *m = NULL, *g2 = NULL;
-    fl_status st = fl_binary_scalar_raw(&r, FL_OP_MAXIMUM, x, lo, false);
-    if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_LE, r, hi, false);
-    if (st == FL_OK) st = masked_grad(&g2, m, g);
-    if (st == FL_OK) { fl_tensor_release(m); m = NULL; st = fl_binary_scalar_raw(&m, FL_OP_GE, x, lo, false); }
-    if (st == FL_OK) st = masked_grad(&gin[0], m, g2);
-    fl_tensor_release(r);
+    fl_tensor *m = NULL, *g2 = NULL;
+    fl_status st = FL_OK;
+    if (hi < INFINITY) {
+        st = fl_binary_scalar_raw(&m, FL_OP_LT, x, hi, false);
+        if (st == FL_OK) st = masked_grad(&g2, m, g);
+        fl_tensor_release(m);
+        m = NULL;
+    }
+    const fl_tensor *cur = g2 ? g2 : g;
+    if (st == FL_OK && lo > -INFINITY) {
+        st = fl_binary_scalar_raw(&m, FL_OP_GT, x, lo, false);
+        if (st == FL_OK) st = masked_grad(&gin[0], m, cur);
+    } else if (st == FL_OK) {
+        gin[0] = fl_tensor_retain((fl_tensor *)cur);
+    }
     fl_tensor_release(m);
     fl_tensor_release(g2);
     return st;

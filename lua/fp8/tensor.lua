@@ -326,15 +326,16 @@ function Tensor.clamp(t, lo, hi, ...)
     end
   end
   if lo == nil and hi == nil then error("clamp: at least one of min and max must be given", 2) end
-  -- numbers: maximum/minimum against a scalar already follow torch's gradient rule; tensors: a selection, so
-  -- that t keeps the whole gradient where it equals a bound (maximum's tie rule would halve it there)
-  -- a NaN in a tensor bound is taken too (NaN in, NaN out, as torch's): selected where bound ~= bound
+  -- torch's gradients (2.15 on, the minimum-norm subgradient): number bounds pass t's gradient strictly inside
+  -- them only (none at a bound, as relu's at 0), in one node that keeps t alone (the core's clamp; a missing bound
+  -- is ±inf there, and masks nothing); a tensor bound is maximum's or minimum's, which split a tie's gradient
+  -- between t and the bound and take a NaN from either (NaN in, NaN out, as torch's)
   local ok, r = pcall(function()
     local r = t
-    -- two numbers: one node that keeps t alone, as torch's (maximum's and minimum's kept t and maximum's result)
-    if type(lo) == "number" and type(hi) == "number" then return t:_clamp(lo, hi) end
-    if lo ~= nil then r = core.is_tensor(lo) and M.where(r:lt(lo) + lo:ne(lo), lo, r) or r:maximum(lo) end
-    if hi ~= nil then r = core.is_tensor(hi) and M.where(r:gt(hi) + hi:ne(hi), hi, r) or r:minimum(hi) end
+    local nlo, nhi = type(lo) == "number" and lo or nil, type(hi) == "number" and hi or nil
+    if nlo ~= nil or nhi ~= nil then r = t:_clamp(nlo or -math.huge, nhi or math.huge) end
+    if core.is_tensor(lo) then r = r:maximum(lo) end
+    if core.is_tensor(hi) then r = r:minimum(hi) end
     return r
   end)
   -- a failure (a bound's shape, a device, an FP8 operand) is the caller's, by clamp's name: it was "lt: shapes ..."

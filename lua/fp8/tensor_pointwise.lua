@@ -115,7 +115,8 @@ Tensor.logit = at_caller(function(t, eps, ...)
     if type(eps) ~= "number" or not (eps >= 0 and eps <= 0.5) then
       error(("logit: eps must be a number in [0, 0.5], got %s"):format(got(eps)))
     end
-    x = t:clamp(eps, 1 - eps)
+    -- torch's own backward passes the gradient on the bounds too (clamp's passes none there)
+    x = T.where(t:ge(eps):logical_and(t:le(1 - eps)), t, t:detach():clamp(eps, 1 - eps))
   end
   -- log x − log(1 − x): torch's value within rounding, and its gradient 1/(x·(1 − x)) at 0 and 1 too (the quotient's
   -- chain rule would make 0·inf NaN there)
