@@ -87,9 +87,10 @@ fl_status fl_scatter(fl_tensor **out, const fl_tensor *a, int dim, const fl_tens
         fits = index->shape[i] == src->shape[i] && (i == dim || index->shape[i] == a->shape[i]);
     if (!fits)
         return FL_ERR(FL_EINVAL, "%s: index %s and src %s must have one shape, the tensor %s's but for dim %d (torch's "
-                      "smaller sizes elsewhere are not offered)", fn, fl_shape_str(si, sizeof si, index->ndim, index->shape),
-                      fl_shape_str(ss, sizeof ss, src->ndim, src->shape), fl_shape_str(sa, sizeof sa, a->ndim, a->shape),
-                      dim + 1);
+                      "smaller sizes elsewhere are not offered)", fn,
+                      fl_shape_str(si, sizeof si, index->ndim, index->shape),
+                      fl_shape_str(ss, sizeof ss, src->ndim, src->shape),
+                      fl_shape_str(sa, sizeof sa, a->ndim, a->shape), dim + 1);
     int64_t outer, size, inner;
     extent(a, dim, &outer, &size, &inner);
     const int64_t k = index->shape[dim];

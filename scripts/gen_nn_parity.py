@@ -302,4 +302,59 @@ for key, a_, b_, dim in (("cos_d2", X, G, 1), ("cos_d1", X, G, 0), ("cos_zero", 
     out[key] = rows(y)
     out[key + "_da"], out[key + "_db"] = rows(a.grad), rows(b.grad)
 
+# more activations (values and the input's gradient of the output weighted by G; PReLU's weight's too), the
+# pairwise and embedding losses and the likelihood losses (values, each reduction, every input's gradient)
+X2 = [[0.25, -0.5, 1.5, 2.0], [1.0, 0.75, -1.5, 0.5], [0.0, -2.0, 3.0, 1.0]]
+Y3 = [1.0, -1.0, 1.0]
+for key, fn in (("softsign", F.softsign), ("tanhshrink", F.tanhshrink),
+                ("threshold", lambda t: F.threshold(t, 0.5, -7.0))):
+    xr = torch.tensor(X, requires_grad=True)
+    y = fn(xr)
+    (y * torch.tensor(G)).sum().backward()
+    out["act_" + key], out["act_" + key + "_dx"] = rows(y), rows(xr.grad)
+for key, w in (("prelu1", [0.25]), ("prelu4", [0.1, -0.5, 2.0, 0.0])):
+    xr = torch.tensor(X, requires_grad=True)
+    wr = torch.tensor(w, requires_grad=True)
+    y = F.prelu(xr, wr)
+    (y * torch.tensor(G)).sum().backward()
+    out["act_" + key], out["act_" + key + "_dx"], out["act_" + key + "_dw"] = rows(y), rows(xr.grad), rows(wr.grad)
+PAIR = [  # key, function, inputs (names of the tensors above, or a target list), keyword arguments
+    ("pdist", F.pairwise_distance, ("X", "X2"), {}),
+    ("pdist_p1k", F.pairwise_distance, ("X", "X2"), {"p": 1.0, "keepdim": True, "eps": 0.0}),
+    ("pdist_inf", F.pairwise_distance, ("X", "X2"), {"p": math.inf}),
+    ("pdist_same", F.pairwise_distance, ("X", "X"), {}),
+    ("margin_rank", F.margin_ranking_loss, ("x0", "x1", "Y3"), {"margin": 0.5}),
+    ("margin_rank_sum", F.margin_ranking_loss, ("x0", "x1", "Y3"), {"reduction": "sum"}),
+    ("triplet", F.triplet_margin_loss, ("X", "X2", "G"), {}),
+    ("triplet_swap", F.triplet_margin_loss, ("X", "X2", "G"), {"margin": 2.0, "p": 1.0, "swap": True,
+                                                               "reduction": "none"}),
+    ("cos_emb", F.cosine_embedding_loss, ("X", "X2", "Y3"), {"margin": 0.1, "reduction": "none"}),
+    ("cos_emb_mean", F.cosine_embedding_loss, ("X", "G", "Y3"), {}),
+    ("hinge", F.hinge_embedding_loss, ("X", "SIGNS"), {"margin": 1.5}),
+    ("hinge_none", F.hinge_embedding_loss, ("X", "SIGNS"), {"reduction": "none"}),
+    ("soft_margin", F.soft_margin_loss, ("X", "SIGNS"), {}),
+    ("soft_margin_sum", F.soft_margin_loss, ("X", "SIGNS"), {"reduction": "sum"}),
+    ("gauss", F.gaussian_nll_loss, ("X", "X2", "VAR"), {}),
+    ("gauss_full", F.gaussian_nll_loss, ("X", "X2", "VAR1"), {"full": True, "eps": 0.5, "reduction": "sum"}),
+    ("poisson", F.poisson_nll_loss, ("X", "COUNTS"), {}),
+    ("poisson_rate", F.poisson_nll_loss, ("RATES", "COUNTS"), {"log_input": False, "full": True,
+                                                               "reduction": "none"}),
+]
+NAMED = {
+    "X": X, "X2": X2, "G": G, "x0": [0.5, -1.0, 2.0], "x1": [1.0, -1.5, 2.0], "Y3": Y3,
+    "SIGNS": [[1.0, -1.0, 1.0, -1.0], [-1.0, -1.0, 1.0, 1.0], [1.0, 1.0, -1.0, -1.0]],
+    "VAR": [[0.5, 1e-9, 2.0, 1.0], [1.0, 0.25, 3.0, 0.5], [2.0, 1.0, 0.1, 4.0]],
+    "VAR1": [[0.25], [1.0], [0.75]],
+    "COUNTS": [[0.0, 1.0, 3.0, 2.0], [5.0, 0.0, 1.0, 1.0], [2.0, 4.0, 0.0, 7.0]],
+    "RATES": [[0.5, 1.25, 2.0, 0.0], [3.0, 0.75, 1.5, 0.5], [1e-3, 2e-3, 4.0, 8.0]],
+}
+for key, fn, names, kw in PAIR:
+    ts = [torch.tensor(NAMED[n], requires_grad=n not in ("Y3", "SIGNS", "COUNTS")) for n in names]
+    y = fn(*ts, **kw)
+    out["pl_" + key] = rows(y)
+    (y * torch.arange(1.0, y.numel() + 1).reshape(y.shape)).sum().backward()
+    for j, t in enumerate(ts, 1):
+        if t.grad is not None:
+            out["pl_%s_d%d" % (key, j)] = rows(t.grad)
+
 write("tests/data/nn_parity_torch.lua", "scripts/gen_nn_parity.py", torch.__version__, out)

@@ -2,8 +2,9 @@
 """gen_tensorboard_fixture.py — writes tests/data/tensorboard/: event files that PyTorch 2.x's
 torch.utils.tensorboard.SummaryWriter writes for fixed calls (add_scalar, add_text, add_scalars, add_histogram,
 add_histogram_raw with fixed walltimes, add_hparams), for tests/spec/trackers_spec.lua to compare
-fp8.SummaryWriter's records with, byte for byte (but the wall_time of the file_version event and of add_hparams' events, which torch takes from the clock). Run from the
-repository root with a PyTorch 2.x and the tensorboard package:
+fp8.SummaryWriter's records with, byte for byte (but the wall_time of the file_version event and of
+add_hparams' events, which torch takes from the clock). Run from the repository root with a PyTorch 2.x and the
+tensorboard package:
     /opt/torch2/bin/python3 scripts/gen_tensorboard_fixture.py"""
 import glob
 import os

@@ -768,8 +768,9 @@ if ok and help.add then
   help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
        .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"
-       .. "loader:to(\"cuda\") hands out batches on the GPU (Accelerator:prepare does this). loader.total_batch_size:\n"
-       .. "the samples one step takes across the processes (Accelerate's prepared loader's; batch_size in one process)." }
+       .. "loader:to(\"cuda\") hands out batches on the GPU (Accelerator:prepare does this).\n"
+       .. "loader.total_batch_size: the samples one step takes across the processes (Accelerate's prepared\n"
+       .. "loader's; batch_size in one process)." }
   help.add { section = sec, name = "skip_first_batches", sig = "fp8.skip_first_batches(loader, num_batches)  or  acc:skip_first_batches(loader, num_batches)",
     doc = "Accelerate's skip_first_batches: a loader whose every loop leaves out the first num_batches batches of its epoch\n"
        .. "(0 to #loader); #skipper = #loader - num_batches. It reads the loader it wraps (a DataLoader or a prepared one), so\n"

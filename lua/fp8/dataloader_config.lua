@@ -50,7 +50,8 @@ function M.new(opts, ...)
     error("DataLoaderConfiguration: data_seed seeds the seedable sampler: pass use_seedable_sampler=true with it (in "
       .. "Accelerate it has no effect without)", 2)
   end
-  return setmetatable({ split_batches = opts.split_batches == true, dispatch_batches = false, even_batches = opts.even_batches ~= false,
+  return setmetatable({ split_batches = opts.split_batches == true, dispatch_batches = false,
+    even_batches = opts.even_batches ~= false,
     use_seedable_sampler = true, data_seed = opts.data_seed, non_blocking = false, use_stateful_dataloader = true },
     DataLoaderConfiguration)
 end

@@ -151,11 +151,12 @@ add_all {
   { section = "Tensors", name = "Tensor:scatter",
     sig = "x:scatter(dim, index, src | value) / :scatter_add(dim, index, src) / :index_add(dim, index, source [, "
        .. "{alpha=1}]) / :index_copy(dim, index, source) / :index_fill(dim, index, value) -> Tensor",
-    doc = "torch's, gather's inverse: x with src's values written (scatter: the last of repeated positions stays) or\n"
-       .. "added (scatter_add) along dim at the index's 0-based positions; index and src of one shape, x's but for dim.\n"
-       .. "index_add/index_copy/index_fill take a 1-d index of positions of dim and whole slices (source: x's shape with\n"
-       .. "dim the index's length). Gradients reach x and src as torch's. In place under fp8.no_grad: scatter_,\n"
-       .. "scatter_add_, index_add_, index_copy_, index_fill_; function forms fp8.scatter(x, ...), fp8.index_add(x, ...)." },
+    doc = "torch's, gather's inverse: x with src's values written (scatter: the last of repeated positions stays)\n"
+       .. "or added (scatter_add) along dim at the index's 0-based positions; index and src of one shape, x's but\n"
+       .. "for dim. index_add/index_copy/index_fill take a 1-d index of positions of dim and whole slices (source:\n"
+       .. "x's shape with dim the index's length). Gradients reach x and src as torch's. In place under\n"
+       .. "fp8.no_grad: scatter_, scatter_add_, index_add_, index_copy_, index_fill_; function forms\n"
+       .. "fp8.scatter(x, ...), fp8.index_add(x, ...)." },
   { section = "Tensors", name = "Tensor:sin",
     sig = "x:sin() / :cos() / :erf() / :log1p() / :expm1() / :floor() / :ceil() / :round() / :trunc() -> Tensor",
     doc = "torch's elementwise functions, computed in double and rounded once (floor, ceil, round and trunc are\n"
@@ -490,7 +491,15 @@ also("nn.GELU", { "nn.ReLU", "nn.SiLU", "nn.Sigmoid", "nn.Tanh", "nn.Softmax", "
                   "nn.functional.hardswish", "nn.functional.mish", "nn.functional.selu",
                   "nn.functional.logsigmoid" })
 also("nn.RMSNorm", { "nn.functional.rms_norm" })
-also("nn.Identity", { "nn.Flatten" })
+also("nn.Identity", { "nn.Flatten", "nn.Unflatten" })
+also("nn.PReLU", { "nn.Softsign", "nn.Tanhshrink", "nn.Threshold", "nn.functional.prelu", "nn.functional.softsign",
+                   "nn.functional.tanhshrink", "nn.functional.threshold" })
+also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
+                               "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",
+                               "nn.functional.margin_ranking_loss", "nn.functional.cosine_embedding_loss",
+                               "nn.functional.hinge_embedding_loss", "nn.functional.soft_margin_loss",
+                               "nn.functional.pairwise_distance" })
+also("nn.GaussianNLLLoss", { "nn.PoissonNLLLoss", "nn.functional.gaussian_nll_loss", "nn.functional.poisson_nll_loss" })
 also("nn.CrossEntropyLoss", { "nn.NLLLoss", "nn.MSELoss", "nn.functional.nll_loss", "nn.functional.one_hot",
                               "nn.L1Loss", "nn.BCEWithLogitsLoss", "nn.functional.l1_loss",
                               "nn.functional.binary_cross_entropy_with_logits", "nn.functional.normalize",

@@ -1,10 +1,11 @@
 -- tensor_inplace.lua — torch's in-place tensor methods: copy_, fill_, zero_, add_, sub_, mul_, div_, clamp_,
--- masked_fill_, lerp_, scatter_, scatter_add_, index_add_, index_copy_, index_fill_, uniform_, normal_. Each computes the new values out of place from detached operands and
--- has the tensor's C half write them into it (t:_write_, lua/l_tensor.c), which refuses what autograd here could
--- not record — a write to a tensor that requires grad or is part of a graph while grad mode is on (write under
--- fp8.no_grad, as an optimizer or an EMA of weights does) — and what torch refuses: a source that does not
--- broadcast to the tensor, an expanded view; FP8 tensors are written by quantize. The write counts as a change
--- for autograd (a backward that saved the tensor refuses to run). Each returns the tensor.
+-- masked_fill_, lerp_, scatter_, scatter_add_, index_add_, index_copy_, index_fill_, uniform_, normal_. Each computes
+-- the new values out of place from detached operands and has the tensor's C half write them into it (t:_write_,
+-- lua/l_tensor.c), which refuses what autograd here could not record — a write to a tensor that requires grad or is
+-- part of a graph while grad mode is on (write under fp8.no_grad, as an optimizer or an EMA of weights does) — and
+-- what torch refuses: a source that does not broadcast to the tensor, an expanded view; FP8 tensors are written by
+-- quantize. The write counts as a change for autograd (a backward that saved the tensor refuses to run). Each returns
+-- the tensor.
 local core = require "fp8.core"
 local T = require "fp8.tensor"
 local opts = require "fp8.opts"

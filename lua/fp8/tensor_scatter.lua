@@ -53,7 +53,9 @@ Tensor.index_add = at_caller(function(t, dim, index, source, alpha, ...)
   no_more("index_add", "(dim, index, source [, {alpha=}])", ...)
   local d, idx, full = spread("index_add", t, dim, index)
   check_source("index_add", t, d, source, full)
-  if type(alpha) == "table" and not core.is_tensor(alpha) then alpha = opts.check("index_add", alpha, { "alpha" }, 3).alpha end
+  if type(alpha) == "table" and not core.is_tensor(alpha) then
+    alpha = opts.check("index_add", alpha, { "alpha" }, 3).alpha
+  end
   if alpha ~= nil and (type(alpha) ~= "number" or alpha ~= alpha) then
     error(("index_add: alpha must be a number, got %s"):format(got(alpha)))
   end

@@ -1,10 +1,11 @@
 -- tensorboard.lua — fp8.SummaryWriter(log_dir [, {filename_suffix=, comment=}]): torch.utils.tensorboard's writer of
 -- TensorBoard event files, for the Accelerator's "tensorboard" tracker (lua/fp8/trackers.lua) and for scripts.
--- add_scalar, add_scalars, add_text, add_histogram(_raw) and add_hparams write the records torch's writer writes (docs/lua-api.md,
--- "Experiment trackers"): a file events.out.tfevents.<time>.<host>.<pid>.<n><suffix> of TFRecords (length, masked
--- CRC-32C of the length, an Event protocol buffer, its masked CRC-32C) that starts with the file_version event.
--- Every add is appended to the file at once (fp8._fileio.append: earlier bytes are never rewritten, so a reader may
--- follow the file while it grows, and a crash loses at most the record being written); close() fsyncs.
+-- add_scalar, add_scalars, add_text, add_histogram(_raw) and add_hparams write the records torch's writer writes
+-- (docs/lua-api.md, "Experiment trackers"): a file events.out.tfevents.<time>.<host>.<pid>.<n><suffix> of TFRecords
+-- (length, masked CRC-32C of the length, an Event protocol buffer, its masked CRC-32C) that starts with the
+-- file_version event. Every add is appended to the file at once (fp8._fileio.append: earlier bytes are never
+-- rewritten, so a reader may follow the file while it grows, and a crash loses at most the record being written);
+-- close() fsyncs.
 local O = require "fp8.opts"
 local fileio = require "fp8._fileio"
 
@@ -232,7 +233,9 @@ local function values_of(fname, v)
       if d:is_fp8() then d = d:dequantize() end
       return d:to("fp32"):reshape({ -1 }):totable()
     end)
-    if not ok then error(("SummaryWriter:%s: values: %s"):format(fname, tostring(t):gsub("^[^\n:]*%.lua:%d+: ", "")), 3) end
+    if not ok then
+      error(("SummaryWriter:%s: values: %s"):format(fname, (tostring(t):gsub("^[^\n:]*%.lua:%d+: ", ""))), 3)
+    end
     return t
   end
   if type(v) ~= "table" or getmetatable(v) ~= nil then

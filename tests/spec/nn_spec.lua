@@ -2282,6 +2282,132 @@ describe("nn.TransformerDecoderLayer, nn.TransformerDecoder and nn.Transformer (
   end)
 end)
 
+describe("softsign, tanhshrink, threshold, prelu, pairwise distance, the embedding and likelihood losses "
+  .. "(PyTorch 2.x's values and gradients)", function()
+  local nn, F = fp8.nn, fp8.nn.functional
+  local U = dofile("tests/spec/helpers/util.lua")
+  local ref = dofile("tests/data/nn_parity_torch.lua")   -- scripts/gen_nn_parity.py
+  local function same(name, got, want) U.same_values(name, got, want, 2e-6) end
+  local X = { { 0.5, -1.25, 2.0, 0.0 }, { -3.0, 0.75, 1.5, -0.5 }, { 1e-3, -2e-3, 4.0, 8.0 } }
+  local G = { { 1.0, -1.0, 0.5, 2.0 }, { 0.25, 3.0, -0.5, 1.0 }, { -2.0, 1.0, 1.0, 0.5 } }
+  local NAMED = {
+    X = X, G = G, X2 = { { 0.25, -0.5, 1.5, 2.0 }, { 1.0, 0.75, -1.5, 0.5 }, { 0.0, -2.0, 3.0, 1.0 } },
+    x0 = { 0.5, -1.0, 2.0 }, x1 = { 1.0, -1.5, 2.0 }, Y3 = { 1.0, -1.0, 1.0 },
+    SIGNS = { { 1.0, -1.0, 1.0, -1.0 }, { -1.0, -1.0, 1.0, 1.0 }, { 1.0, 1.0, -1.0, -1.0 } },
+    VAR = { { 0.5, 1e-9, 2.0, 1.0 }, { 1.0, 0.25, 3.0, 0.5 }, { 2.0, 1.0, 0.1, 4.0 } },
+    VAR1 = { { 0.25 }, { 1.0 }, { 0.75 } },
+    COUNTS = { { 0.0, 1.0, 3.0, 2.0 }, { 5.0, 0.0, 1.0, 1.0 }, { 2.0, 4.0, 0.0, 7.0 } },
+    RATES = { { 0.5, 1.25, 2.0, 0.0 }, { 3.0, 0.75, 1.5, 0.5 }, { 1e-3, 2e-3, 4.0, 8.0 } },
+  }
+  local PAIR = {   -- scripts/gen_nn_parity.py's PAIR; the option tables take what torch's keywords give
+    { "pdist", F.pairwise_distance, { "X", "X2" }, {} },
+    { "pdist_p1k", F.pairwise_distance, { "X", "X2" }, { p = 1.0, keepdim = true, eps = 0.0 } },
+    { "pdist_inf", F.pairwise_distance, { "X", "X2" }, { p = math.huge } },
+    { "pdist_same", F.pairwise_distance, { "X", "X" }, {} },
+    { "margin_rank", F.margin_ranking_loss, { "x0", "x1", "Y3" }, { margin = 0.5 } },
+    { "margin_rank_sum", F.margin_ranking_loss, { "x0", "x1", "Y3" }, { reduction = "sum" } },
+    { "triplet", F.triplet_margin_loss, { "X", "X2", "G" }, {} },
+    { "triplet_swap", F.triplet_margin_loss, { "X", "X2", "G" }, { margin = 2.0, p = 1.0, swap = true,
+      reduction = "none" } },
+    { "cos_emb", F.cosine_embedding_loss, { "X", "X2", "Y3" }, { margin = 0.1, reduction = "none" } },
+    { "cos_emb_mean", F.cosine_embedding_loss, { "X", "G", "Y3" }, {} },
+    { "hinge", F.hinge_embedding_loss, { "X", "SIGNS" }, { margin = 1.5 } },
+    { "hinge_none", F.hinge_embedding_loss, { "X", "SIGNS" }, { reduction = "none" } },
+    { "soft_margin", F.soft_margin_loss, { "X", "SIGNS" }, {} },
+    { "soft_margin_sum", F.soft_margin_loss, { "X", "SIGNS" }, { reduction = "sum" } },
+    { "gauss", F.gaussian_nll_loss, { "X", "X2", "VAR" }, {} },
+    { "gauss_full", F.gaussian_nll_loss, { "X", "X2", "VAR1" }, { full = true, eps = 0.5, reduction = "sum" } },
+    { "poisson", F.poisson_nll_loss, { "X", "COUNTS" }, {} },
+    { "poisson_rate", F.poisson_nll_loss, { "RATES", "COUNTS" }, { log_input = false, full = true,
+      reduction = "none" } },
+  }
+
+  it("the activations match torch's values and gradients (PReLU's weight's too)", function()
+    for _, c in ipairs { { "softsign", F.softsign }, { "tanhshrink", F.tanhshrink },
+                         { "threshold", function(t) return F.threshold(t, 0.5, -7.0) end } } do
+      local x = fp8.tensor(X):requires_grad(true)
+      local y = c[2](x)
+      local loss = (y * fp8.tensor(G)):sum()
+      loss:backward()
+      same(c[1], y, ref["act_" .. c[1]])
+      same(c[1] .. " dx", x.grad, ref["act_" .. c[1] .. "_dx"])
+    end
+    for _, c in ipairs { { "prelu1", { 0.25 } }, { "prelu4", { 0.1, -0.5, 2.0, 0.0 } } } do
+      local x = fp8.tensor(X):requires_grad(true)
+      local w = fp8.tensor(c[2]):requires_grad(true)
+      local y = F.prelu(x, w)
+      local loss = (y * fp8.tensor(G)):sum()
+      loss:backward()
+      same(c[1], y, ref["act_" .. c[1]])
+      same(c[1] .. " dx", x.grad, ref["act_" .. c[1] .. "_dx"])
+      same(c[1] .. " dw", w.grad, ref["act_" .. c[1] .. "_dw"])
+    end
+    -- the modules: PReLU's learned slope (torch's 0.25 to start), one per channel
+    local m = nn.PReLU(4, 0.1)
+    U.same_values("PReLU weight", m.weight, { 0.1, 0.1, 0.1, 0.1 }, 1e-7)
+    U.same_values("PReLU", m(fp8.tensor(X)), F.prelu(fp8.tensor(X), fp8.full({ 4 }, 0.1)):tolist(), 0)
+    assert.are.equal(1, #nn.PReLU():parameters())
+    U.same_values("Softsign", nn.Softsign()(fp8.tensor(X)), ref.act_softsign, 2e-6)
+    U.same_values("Threshold", nn.Threshold(0.5, -7.0)(fp8.tensor(X)), ref.act_threshold, 0)
+    assert.are.same({ 2, 3, 2, 5 }, nn.Unflatten(2, { 3, -1 })(fp8.zeros { 2, 6, 5 }):shape())
+  end)
+
+  it("the distance and the losses match torch's values and every input's gradient", function()
+    for _, c in ipairs(PAIR) do
+      local ts = {}
+      for j, n in ipairs(c[3]) do
+        ts[j] = fp8.tensor(NAMED[n])
+        if n ~= "Y3" and n ~= "SIGNS" and n ~= "COUNTS" then ts[j]:requires_grad(true) end
+      end
+      ts[#ts + 1] = c[4]
+      local y = c[2](table.unpack(ts))
+      same(c[1], y, ref["pl_" .. c[1]])
+      local w = fp8.arange(y:numel()):reshape(y:shape()) + 1
+      local loss = (y * w):sum()
+      loss:backward()
+      for j = 1, #c[3] do
+        local want = ref[("pl_%s_d%d"):format(c[1], j)]
+        if want then same(("%s d%d"):format(c[1], j), ts[j].grad, want) end
+      end
+    end
+  end)
+
+  it("the modules take the functions' options, and bad input is refused by name", function()
+    local a, b = fp8.tensor(X), fp8.tensor(NAMED.X2)
+    U.same_values("PairwiseDistance", nn.PairwiseDistance { p = 1.0, keepdim = true, eps = 0.0 }(a, b),
+      ref.pl_pdist_p1k, 2e-6)
+    U.same_values("TripletMarginLoss", nn.TripletMarginLoss { margin = 2.0, p = 1.0, swap = true,
+      reduction = "none" }(a, b, fp8.tensor(G)), ref.pl_triplet_swap, 2e-6)
+    U.same_values("GaussianNLLLoss", nn.GaussianNLLLoss { full = true, eps = 0.5, reduction = "sum" }(a, b,
+      fp8.tensor(NAMED.VAR1)), ref.pl_gauss_full, 2e-6)
+    U.same_values("PoissonNLLLoss", nn.PoissonNLLLoss()(a, fp8.tensor(NAMED.COUNTS)), ref.pl_poisson, 2e-6)
+    U.same_values("CosineEmbeddingLoss", nn.CosineEmbeddingLoss { margin = 0.1, reduction = "none" }(a, b,
+      fp8.tensor(NAMED.Y3)), ref.pl_cos_emb, 2e-6)
+    for _, c in ipairs {
+      { function() F.threshold(a, 0.5) end, "threshold: takes (input, threshold, value): both numbers are needed" },
+      { function() nn.Threshold(0.5) end, "Threshold: value must be a finite number, got nil" },
+      { function() F.prelu(a, fp8.ones { 3 }) end, "prelu: weight has 3 elements, the input [3, 4] has 4 channels" },
+      { function() nn.PReLU(0) end, "PReLU: num_parameters must be an integer in 1..2^24, got 0" },
+      { function() nn.Unflatten(2, 3) end, "Unflatten: unflattened_size must be a list of sizes, got 3" },
+      { function() nn.Unflatten(2, { 4, -1 })(fp8.zeros { 2, 6 }) end, "unflatten: dim 2 of size 6 cannot take" },
+      { function() F.pairwise_distance(a, b, -1) end, "pairwise_distance: p must be a number >= 0, got -1" },
+      { function() F.margin_ranking_loss(a, b, fp8.ones { 3 }) end, "must have the same number of dims" },
+      { function() F.triplet_margin_loss(a, b, b, { margin = 0 }) end, "triplet_margin_loss: margin must be positive" },
+      { function() F.triplet_margin_loss(a, b, b, { swap = 1 }) end, "triplet_margin_loss: swap must be a boolean" },
+      { function() F.cosine_embedding_loss(a, b, fp8.ones { 3, 1 }) end, "the target must be 0-d or 1-d" },
+      { function() F.cosine_embedding_loss(a, b, fp8.ones {}) end, "a 0-d target takes 1-d inputs" },
+      { function() F.hinge_embedding_loss(a, b, { reduction = "avg" }) end, 'reduction must be "mean", "sum" or "none"' },
+      { function() F.gaussian_nll_loss(a, b, -1.0) end, "gaussian_nll_loss: var has negative entry/entries" },
+      { function() F.gaussian_nll_loss(a, b, fp8.ones { 3, 2 }) end, "gaussian_nll_loss: var is of incorrect size [3, 2]" },
+      { function() F.gaussian_nll_loss(a, b, fp8.ones { 3, 4 }, { full = "yes" }) end, "full must be a boolean" },
+      { function() F.poisson_nll_loss(a, b, { eps = -1 }) end, "poisson_nll_loss: eps must be a finite number >= 0" },
+      { function() nn.SoftMarginLoss { margin = 1 } end, "unknown option 'margin'" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+  end)
+end)
+
 describe("F.binary_cross_entropy / nn.BCELoss and F.cosine_similarity / nn.CosineSimilarity (PyTorch 2.x's values)",
   function()
   local nn, F = fp8.nn, fp8.nn.functional

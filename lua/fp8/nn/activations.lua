@@ -1,8 +1,8 @@
 -- activations.lua — parameter-free activation modules: fp8.nn.ReLU(), fp8.nn.GELU([approximate]), fp8.nn.SiLU(),
 -- fp8.nn.Sigmoid(), fp8.nn.Tanh(), fp8.nn.Softmax([dim=-1]) (torch's; torch's Softmax() without dim picks one by
 -- the input's rank and warns, so here it is the last dim, as its modern default), LogSoftmax and Softmin alike,
--- GLU([dim=-1]), LeakyReLU, ELU, CELU, Softplus, Hardtanh (their numbers), ReLU6, Hardsigmoid, Hardswish, Mish,
--- SELU, LogSigmoid.
+-- GLU([dim=-1]), LeakyReLU, ELU, CELU, Softplus, Hardtanh, Threshold (their numbers), ReLU6, Hardsigmoid,
+-- Hardswish, Mish, SELU, LogSigmoid, Softsign, Tanhshrink; and PReLU, whose slope is a parameter.
 local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
@@ -60,10 +60,37 @@ M.Softplus = with_numbers("Softplus", { "beta", "threshold" }, { 1.0, 20.0 },
 M.CELU = with_numbers("CELU", { "alpha" }, { 1.0 }, function(self, x) return F.celu(x, self.alpha) end)
 M.Hardtanh = with_numbers("Hardtanh", { "min_val", "max_val" }, { -1.0, 1.0 },
   function(self, x) return F.hardtanh(x, self.min_val, self.max_val) end)
+M.Threshold = with_numbers("Threshold", { "threshold", "value" }, {},   -- (both required, as torch's)
+  function(self, x) return F.threshold(x, self.threshold, self.value) end)
+
+-- PReLU([num_parameters=1 [, init=0.25]]) (or {num_parameters=, init=}): F.prelu with a learned weight, one
+-- element or one per channel (the input's dim 2), torch's
+M.PReLU = Module.class("PReLU")
+function M.PReLU:__init(n, init)
+  if type(n) == "table" then
+    if init ~= nil then error("PReLU: pass the options as a table or as arguments, not both", 3) end
+    local o = O.check("PReLU", n, { "num_parameters", "init" }, 3)
+    n, init = o.num_parameters, o.init
+  end
+  n, init = n or 1, init or 0.25
+  if math.type(n) ~= "integer" or n < 1 or n > 1 << 24 then
+    error(("PReLU: num_parameters must be an integer in 1..2^24, got %s"):format(O.got(n)), 3)
+  end
+  if type(init) ~= "number" or init ~= init or math.abs(init) == math.huge then
+    error(("PReLU: init must be a finite number, got %s"):format(O.got(init)), 3)
+  end
+  self.num_parameters = n
+  self:register_parameter("weight", require("fp8.core").full({ n }, init))
+end
+function M.PReLU:forward(x) return F.prelu(x, self.weight) end
+function M.PReLU:extra_repr()
+  local n = rawget(self, "num_parameters")
+  return math.type(n) == "integer" and ("num_parameters=%d"):format(n) or ""
+end
 
 -- the ones without settings: ReLU6(), Hardsigmoid(), Hardswish(), Mish(), SELU(), LogSigmoid()
 for name, fn in pairs { ReLU6 = "relu6", Hardsigmoid = "hardsigmoid", Hardswish = "hardswish", Mish = "mish",
-                        SELU = "selu", LogSigmoid = "logsigmoid" } do
+                        SELU = "selu", LogSigmoid = "logsigmoid", Softsign = "softsign", Tanhshrink = "tanhshrink" } do
   M[name] = Module.class(name)
   M[name].forward = function(self, x) return F[fn](x) end
 end

@@ -133,7 +133,9 @@ function F.elu(x, alpha, ...)
   no_more("elu", "(input [, alpha]) (no inplace)", ...)
   check_tensor("elu", "input", x)
   alpha = check_number("elu", "alpha", alpha, 1.0)
-  return where(x:gt(0), x, (x:clamp_max(0):exp() - 1) * alpha)
+  -- (the exp's argument bounded for the branch not taken; at 1, not 0, so that x = 0 keeps its gradient: clamp's
+  -- passes none at a bound)
+  return where(x:gt(0), x, (x:clamp_max(1):exp() - 1) * alpha)
 end
 function F.softplus(x, beta, threshold, ...)
   no_more("softplus", "(input [, beta [, threshold]])", ...)
@@ -143,7 +145,7 @@ function F.softplus(x, beta, threshold, ...)
   if beta == 0 then error("softplus: beta must be nonzero (it divides)", 2) end
   local bx = x * beta
   -- above the threshold torch returns x itself (linear); below, log(1 + e^(βx)) / β, e^ of the clamped βx
-  return where(bx:gt(threshold), x, (bx:clamp_max(threshold):exp() + 1):log() / beta)
+  return where(bx:gt(threshold), x, (bx:clamp_max(threshold + 1):exp() + 1):log() / beta)
 end
 
 -- hardtanh(x [, min=-1 [, max=1]]), relu6(x) (hardtanh over [0, 6], torch's), hardsigmoid(x), hardswish(x),
@@ -192,12 +194,56 @@ function F.celu(x, alpha, ...)
   check_tensor("celu", "input", x)
   alpha = check_number("celu", "alpha", alpha, 1.0)
   if alpha == 0 then error("celu: alpha must be nonzero (it divides)", 2) end
-  return where(x:gt(0), x, ((x:clamp_max(0) / alpha):exp() - 1) * alpha)
+  return where(x:gt(0), x, ((x:clamp_max(math.abs(alpha)) / alpha):exp() - 1) * alpha)
 end
 function F.logsigmoid(x, ...)
   no_more("logsigmoid", "(input)", ...)
   check_tensor("logsigmoid", "input", x)
   return -F.softplus(-x)
+end
+
+-- softsign(x) = x / (1 + |x|), tanhshrink(x) = x − tanh(x), threshold(x, threshold, value): x where x > threshold,
+-- value elsewhere (no gradient there), prelu(x, weight): x where x > 0, weight·x elsewhere, weight of one element or
+-- one per channel (dim 2, torch's dim 1; a 1-d x's only dim); torch's, made of differentiable ops
+function F.softsign(x, ...)
+  no_more("softsign", "(input)", ...)
+  check_tensor("softsign", "input", x)
+  return x / (x:abs() + 1)
+end
+function F.tanhshrink(x, ...)
+  no_more("tanhshrink", "(input)", ...)
+  check_tensor("tanhshrink", "input", x)
+  return x - x:tanh()
+end
+function F.threshold(x, threshold, value, ...)
+  no_more("threshold", "(input, threshold, value) (no inplace)", ...)
+  check_tensor("threshold", "input", x)
+  if threshold == nil or value == nil then
+    error("threshold: takes (input, threshold, value): both numbers are needed", 2)
+  end
+  threshold, value = check_number("threshold", "threshold", threshold), check_number("threshold", "value", value)
+  return where(x:gt(threshold), x, value)
+end
+function F.prelu(x, w, ...)
+  no_more("prelu", "(input, weight)", ...)
+  check_tensor("prelu", "input", x); check_tensor("prelu", "weight", w)
+  if w:dim() > 1 then error(("prelu: weight must be 1-d (or 0-d), got %s"):format(shape_str(w)), 2) end
+  local n = w:numel()
+  if n ~= 1 then
+    local c = x:dim() >= 2 and x:size(2) or x:dim() == 1 and x:size(1) or nil
+    if c ~= n then
+      error(("prelu: weight has %d elements, the input %s has %s channels (dim %d): give 1 or %s"):format(n,
+        shape_str(x), c and tostring(c) or "no", x:dim() >= 2 and 2 or 1, c and tostring(c) or "1"), 2)
+    end
+    if x:dim() >= 2 then   -- one per channel, broadcast over the rest
+      local view = {}
+      for i = 1, x:dim() do view[i] = i == 2 and n or 1 end
+      w = w:reshape(view)
+    end
+  else
+    w = w:reshape({})
+  end
+  return where(x:gt(0), x, x * w)
 end
 
 local function check_dim(fname, x, dim)
@@ -836,6 +882,10 @@ function F.qkv_attention(qkv, n_head, opts, ...)
   end
   return (at_caller(pcall(core().qkv_attention, qkv, n_head, opts)))
 end
+
+-- the checks other files' functionals share (lua/fp8/nn/pair_losses.lua)
+F._util = { check_tensor = check_tensor, check_opts = check_opts, check_number = check_number,
+            reduce_loss = reduce_loss, same_shape = same_shape, shape_str = shape_str, where = where }
 
 -- Anything else the C table offers is reachable too (F.xyz → C.xyz).
 return setmetatable(F, {

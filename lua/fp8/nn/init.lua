@@ -13,6 +13,7 @@ local nn = {
   LayerNorm = require "fp8.nn.layernorm",
   Identity = reshape.Identity,
   Flatten = reshape.Flatten,
+  Unflatten = reshape.Unflatten,
   RMSNorm = require "fp8.nn.rms_norm",
   Dropout = require "fp8.nn.dropout",
   Embedding = require "fp8.nn.embedding",
@@ -24,6 +25,7 @@ local nn = {
   CausalSelfAttention = require "fp8.nn.attention",
   MultiheadAttention = require "fp8.nn.multihead_attention",
   CosineSimilarity = require("fp8.nn.distance").CosineSimilarity,
+  PairwiseDistance = require("fp8.nn.distance").PairwiseDistance,
   TransformerEncoderLayer = require("fp8.nn.transformer_encoder").TransformerEncoderLayer,
   TransformerEncoder = require("fp8.nn.transformer_encoder").TransformerEncoder,
   TransformerDecoderLayer = require("fp8.nn.transformer_decoder").TransformerDecoderLayer,
@@ -125,9 +127,27 @@ add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=
 add("nn.RMSNorm", "fp8.nn.RMSNorm(n [, {eps, elementwise_affine=true}]) / F.rms_norm(x, n [, weight [, eps]])",
   "torch's RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * weight (ones at first); eps the input\n"
   .. "dtype's machine epsilon unless given (fp32 2^-23), as torch's eps=None. Not converted by the FP8 recipes.")
-add("nn.Identity", "fp8.nn.Identity(...) / fp8.nn.Flatten([start_dim=2 [, end_dim=-1]])",
+add("nn.Identity", "fp8.nn.Identity(...) / fp8.nn.Flatten([start_dim=2 [, end_dim=-1]]) / fp8.nn.Unflatten(dim, sizes)",
   "Identity returns its input (its constructor's arguments dropped, as torch's: a stand-in layer); Flatten merges\n"
-  .. "dims start_dim..end_dim (1-based: the default keeps the batch dim, as torch's Flatten(1)).")
+  .. "dims start_dim..end_dim (1-based: the default keeps the batch dim, as torch's Flatten(1)); Unflatten splits dim\n"
+  .. "into the sizes given (one may be -1).")
+add("nn.PReLU",
+  "fp8.nn.PReLU([num_parameters=1 [, init=0.25]]) / Softsign() / Tanhshrink() / Threshold(threshold, value)",
+  "torch's: PReLU is x where x > 0, weight·x elsewhere, the weight learned (one, or one per channel: dim 2);\n"
+  .. "F.prelu(x, weight), F.softsign (x / (1 + |x|)), F.tanhshrink (x - tanh x), F.threshold(x, threshold, value)\n"
+  .. "(x where x > threshold, value elsewhere); values and gradients checked against torch's.")
+add("nn.TripletMarginLoss", "fp8.nn.TripletMarginLoss([{margin=1, p=2, eps=1e-6, swap=false, reduction}]) / "
+  .. "MarginRankingLoss / CosineEmbeddingLoss / HingeEmbeddingLoss / SoftMarginLoss / PairwiseDistance([p=2 [, eps [, "
+  .. "keepdim]]])",
+  "torch's losses over embeddings and signed targets: loss(anchor, positive, negative) is max(0, margin + d(a, p) -\n"
+  .. "d(a, n)), d F.pairwise_distance (||x1 - x2 + eps||_p along the last dim); F.margin_ranking_loss(x1, x2, y),\n"
+  .. "F.cosine_embedding_loss(x1, x2, y), F.hinge_embedding_loss(x, y), F.soft_margin_loss(x, y) (y of +1/-1);\n"
+  .. "values and every gradient checked against torch's.")
+add("nn.GaussianNLLLoss", "fp8.nn.GaussianNLLLoss([{full=false, eps=1e-6, reduction}]) / "
+  .. "PoissonNLLLoss([{log_input=true, full=false, eps=1e-8, reduction}])",
+  "torch's likelihood losses: loss(input, target, var) is 0.5·(log v + (input - target)^2 / v), v = var clamped at\n"
+  .. "eps (its gradient kept), var of input's shape, one dim fewer, one dim of 1, or a number; F.poisson_nll_loss(\n"
+  .. "input, target) is exp(input) - target·input (or input - target·log(input + eps)), full adding Stirling's term.")
 add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_index, reduction}]) / NLLLoss([{...}]) / "
   .. "MSELoss([{reduction}]) / L1Loss([{reduction}]) / BCEWithLogitsLoss([{reduction, pos_weight}]) / "
   .. "SmoothL1Loss([{reduction, beta}]) / HuberLoss([{reduction, delta}]) / KLDivLoss([{reduction, log_target}])",
@@ -181,14 +201,14 @@ add("nn.TransformerDecoderLayer", "fp8.nn.TransformerDecoderLayer(d_model, nhead
   .. "memory [, {the same options}]).")
 help.ALIASES["nn.TransformerDecoder"] = "nn.TransformerDecoderLayer"
 add("nn.Transformer", "fp8.nn.Transformer([d_model=512, nhead=8 [, {num_encoder_layers=6, num_decoder_layers=6,\n"
-  .. "  dim_feedforward=2048, dropout=0.1, activation=\"relu\", custom_encoder=, custom_decoder=, layer_norm_eps=1e-5,\n"
-  .. "  batch_first=false, norm_first=false, bias=true}]]) or one table of them",
+  .. "  dim_feedforward=2048, dropout=0.1, activation=\"relu\", custom_encoder=, custom_decoder=,\n"
+  .. "  layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true}]]) or one table of them",
   "torch.nn.Transformer: encoder (TransformerEncoder + LayerNorm) and decoder (TransformerDecoder + LayerNorm), every\n"
   .. "parameter of more than one dim then Xavier-uniform (torch's _reset_parameters). model(src, tgt [, {src_mask=,\n"
   .. "tgt_mask=, memory_mask=, src_key_padding_mask=, tgt_key_padding_mask=, memory_key_padding_mask=,\n"
-  .. "src_is_causal=, tgt_is_causal=, memory_is_causal=}]) -> [T, N, E]. fp8.nn.Transformer.generate_square_subsequent_mask(sz):\n"
-  .. "[sz, sz] of 0 on and below the diagonal, -inf above it. No nested-tensor inference path (torch's returns 0 at\n"
-  .. "padded positions there).")
+  .. "src_is_causal=, tgt_is_causal=, memory_is_causal=}]) -> [T, N, E].\n"
+  .. "fp8.nn.Transformer.generate_square_subsequent_mask(sz): [sz, sz] of 0 on and below the diagonal, -inf\n"
+  .. "above it. No nested-tensor inference path (torch's returns 0 at padded positions there).")
 help.ALIASES["nn.Transformer.generate_square_subsequent_mask"] = "nn.Transformer"
 add("nn.TransformerBlock", "fp8.nn.TransformerBlock{n_embd, n_head, dropout=0, bias=true}",
   "A pre-LayerNorm block: x + attn(ln1(x)), then x + mlp(ln2(x)), mlp = Linear(d, 4d) -> GELU(tanh) -> Linear(4d, d)\n"

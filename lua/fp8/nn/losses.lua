@@ -1,16 +1,20 @@
 -- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{label_smoothing, ignore_index,
 -- reduction}]), NLLLoss([{ignore_index, reduction}]), MSELoss([{reduction}]), L1Loss([{reduction}]),
 -- BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{reduction, pos_weight}]), SmoothL1Loss([{reduction, beta}]),
--- HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]); loss(input, target) is the function's
--- value with the options given at construction, checked there.
+-- HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]), MarginRankingLoss, TripletMarginLoss,
+-- CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss ([{their options}]);
+-- loss(input, target) (three inputs where the function takes three) is the function's value with the options given
+-- at construction, checked there.
 local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
+require "fp8.nn.embedding_losses"    -- F.margin_ranking_loss, F.triplet_margin_loss, ...
+require "fp8.nn.likelihood_losses"   -- F.gaussian_nll_loss, F.poisson_nll_loss
 
 local M = {}
 
 local REDUCTIONS = { mean = true, sum = true, none = true }
-local function loss_class(name, fn, valid, reductions)
+local function loss_class(name, fn, valid, reductions, nargs)
   local cls = Module.class(name)
   reductions = reductions or REDUCTIONS
   cls["__init"] = function(self, opts)
@@ -24,7 +28,11 @@ local function loss_class(name, fn, valid, reductions)
         or '"mean", "batchmean", "sum" or "none"', O.got(red)), 3)
     end
   end
-  cls.forward = function(self, input, target) return fn(input, target, self.opts) end
+  if nargs == 3 then   -- (input1, input2, target), (anchor, positive, negative), (input, target, var)
+    cls.forward = function(self, a, b, c) return fn(a, b, c, self.opts) end
+  else
+    cls.forward = function(self, input, target) return fn(input, target, self.opts) end
+  end
   cls.extra_repr = function(self)
     local keys, parts = {}, {}
     for k in pairs(self.opts) do keys[#keys + 1] = k end
@@ -45,5 +53,13 @@ M.SmoothL1Loss = loss_class("SmoothL1Loss", F.smooth_l1_loss, { "reduction", "be
 M.HuberLoss = loss_class("HuberLoss", F.huber_loss, { "reduction", "delta" })
 M.KLDivLoss = loss_class("KLDivLoss", F.kl_div, { "reduction", "log_target" },
   { mean = true, batchmean = true, sum = true, none = true })
+M.MarginRankingLoss = loss_class("MarginRankingLoss", F.margin_ranking_loss, { "margin", "reduction" }, nil, 3)
+M.TripletMarginLoss = loss_class("TripletMarginLoss", F.triplet_margin_loss,
+  { "margin", "p", "eps", "swap", "reduction" }, nil, 3)
+M.CosineEmbeddingLoss = loss_class("CosineEmbeddingLoss", F.cosine_embedding_loss, { "margin", "reduction" }, nil, 3)
+M.HingeEmbeddingLoss = loss_class("HingeEmbeddingLoss", F.hinge_embedding_loss, { "margin", "reduction" })
+M.SoftMarginLoss = loss_class("SoftMarginLoss", F.soft_margin_loss, { "reduction" })
+M.GaussianNLLLoss = loss_class("GaussianNLLLoss", F.gaussian_nll_loss, { "full", "eps", "reduction" }, nil, 3)
+M.PoissonNLLLoss = loss_class("PoissonNLLLoss", F.poisson_nll_loss, { "log_input", "full", "eps", "reduction" })
 
 return M

@@ -1,0 +1,125 @@
+-- embedding_losses.lua — torch's losses over pairs and triplets of embeddings and over signed targets, in
+-- fp8.nn.functional: margin_ranking_loss, triplet_margin_loss, cosine_embedding_loss, hinge_embedding_loss,
+-- soft_margin_loss (their modules: lua/fp8/nn/losses.lua). Each is made of differentiable tensor ops with torch's
+-- formulas, so every input that requires grad gets torch's gradient; targets are +1/-1 (as torch's, not checked
+-- beyond being tensors: other values count as torch's formulas count them).
+local O = require "fp8.opts"
+local F = require "fp8.nn.functional"
+local U = F._util
+local check_tensor, check_opts, reduce_loss, where = U.check_tensor, U.check_opts, U.reduce_loss, U.where
+local no_more = O.no_more
+
+-- a number option (default when nil), finite
+local function number(fname, opts, key, default)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "number" or v ~= v or math.abs(v) == math.huge then
+    error(("%s: %s must be a finite number, got %s"):format(fname, key, O.got(v)), 3)
+  end
+  return v
+end
+
+-- margin_ranking_loss(x1, x2, y [, {margin=0, reduction="mean"}]): max(0, −y·(x1 − x2) + margin)
+function F.margin_ranking_loss(x1, x2, y, opts, ...)
+  local N = "margin_ranking_loss"
+  no_more(N, "(input1, input2, target [, {margin=, reduction=}])", ...)
+  check_tensor(N, "input1", x1); check_tensor(N, "input2", x2); check_tensor(N, "target", y)
+  opts = check_opts(N, opts, { margin = true, reduction = true })
+  local margin = number(N, opts, "margin", 0.0)
+  if x1:dim() ~= x2:dim() or x1:dim() ~= y:dim() then
+    error(("%s: input1 %s, input2 %s and target %s must have the same number of dims"):format(N, x1:shape_str(),
+      x2:shape_str(), y:shape_str()), 2)
+  end
+  return reduce_loss(N, (-y * (x1 - x2) + margin):clamp_min(0), opts.reduction)
+end
+
+-- pairwise_distance(x1, x2 [, p=2 [, eps=1e-6 [, keepdim=false]]]) (or {p=, eps=, keepdim=}): ‖x1 − x2 + eps‖_p
+-- along the last dim, torch's (the eps inside the norm, so equal vectors have a finite gradient)
+function F.pairwise_distance(x1, x2, p, eps, keepdim, ...)
+  local N = "pairwise_distance"
+  no_more(N, "(x1, x2 [, p [, eps [, keepdim]]])", ...)
+  check_tensor(N, "x1", x1); check_tensor(N, "x2", x2)
+  if type(p) == "table" then
+    if eps ~= nil or keepdim ~= nil then error(("%s: give p, eps and keepdim in order or in one table"):format(N), 2) end
+    local o = check_opts(N, p, { p = true, eps = true, keepdim = true })
+    p, eps, keepdim = o.p, o.eps, o.keepdim
+  end
+  p, eps = p or 2.0, eps or 1e-6
+  if type(p) ~= "number" or not (p >= 0) then error(("%s: p must be a number >= 0, got %s"):format(N, O.got(p)), 2) end
+  if type(eps) ~= "number" or eps ~= eps or math.abs(eps) == math.huge then
+    error(("%s: eps must be a finite number, got %s"):format(N, O.got(eps)), 2)
+  end
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    error(("%s: keepdim must be a boolean, got %s"):format(N, O.got(keepdim)), 2)
+  end
+  local d = x1 - x2 + eps
+  if d:dim() == 0 then error(("%s: the inputs are 0-d; it reduces along the last dim, so needs one"):format(N), 2) end
+  return d:norm(p, -1, keepdim or false)
+end
+
+-- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):
+-- max(0, margin + d(a, p) − d(a, n)), d the pairwise distance; swap: d(a, n) is min(d(a, n), d(p, n))
+function F.triplet_margin_loss(a, pos, neg, opts, ...)
+  local N = "triplet_margin_loss"
+  no_more(N, "(anchor, positive, negative [, {margin=, p=, eps=, swap=, reduction=}])", ...)
+  check_tensor(N, "anchor", a); check_tensor(N, "positive", pos); check_tensor(N, "negative", neg)
+  opts = check_opts(N, opts, { margin = true, p = true, eps = true, swap = true, reduction = true })
+  local margin = number(N, opts, "margin", 1.0)
+  if margin <= 0 then error(("%s: margin must be positive, got %s"):format(N, O.got(margin)), 2) end
+  if opts.swap ~= nil and type(opts.swap) ~= "boolean" then
+    error(("%s: swap must be a boolean, got %s"):format(N, O.got(opts.swap)), 2)
+  end
+  if a:dim() ~= pos:dim() or a:dim() ~= neg:dim() then
+    error(("%s: anchor %s, positive %s and negative %s must have the same number of dims"):format(N,
+      a:shape_str(), pos:shape_str(), neg:shape_str()), 2)
+  end
+  local p, eps = opts.p or 2.0, opts.eps or 1e-6
+  local dp = F.pairwise_distance(a, pos, p, eps)
+  local dn = F.pairwise_distance(a, neg, p, eps)
+  if opts.swap then dn = dn:minimum(F.pairwise_distance(pos, neg, p, eps)) end
+  return reduce_loss(N, (dp - dn + margin):clamp_min(0), opts.reduction)
+end
+
+-- cosine_embedding_loss(x1, x2, y [, {margin=0, reduction=}]): 1 − cos(x1, x2) where y = 1, max(0, cos − margin)
+-- where y = −1, cos along the last dim with torch's 1e-12 added to each squared norm
+function F.cosine_embedding_loss(x1, x2, y, opts, ...)
+  local N = "cosine_embedding_loss"
+  no_more(N, "(input1, input2, target [, {margin=, reduction=}])", ...)
+  check_tensor(N, "input1", x1); check_tensor(N, "input2", x2); check_tensor(N, "target", y)
+  opts = check_opts(N, opts, { margin = true, reduction = true })
+  local margin = number(N, opts, "margin", 0.0)
+  if y:dim() > 1 then error(("%s: the target must be 0-d or 1-d (one per pair), got %s"):format(N, y:shape_str()), 2) end
+  if x1:dim() ~= y:dim() + 1 or x2:dim() ~= y:dim() + 1 then
+    error(("%s: a %d-d target takes %d-d inputs, got %s and %s"):format(N, y:dim(), y:dim() + 1, x1:shape_str(),
+      x2:shape_str()), 2)
+  end
+  local EPS = 1e-12
+  local prod = (x1 * x2):sum(-1)
+  local m1, m2 = (x1 * x1):sum(-1) + EPS, (x2 * x2):sum(-1) + EPS
+  local cos = prod / (m1 * m2):sqrt()
+  local per = where(y:eq(1), 1 - cos, 0) + where(y:eq(-1), (cos - margin):clamp_min(0), 0)
+  return reduce_loss(N, per, opts.reduction)
+end
+
+-- hinge_embedding_loss(x, y [, {margin=1, reduction=}]): x where y = 1, max(0, margin − x) where y = −1 (torch's:
+-- y ≠ −1 takes x, y ≠ 1 the margin term)
+function F.hinge_embedding_loss(x, y, opts, ...)
+  local N = "hinge_embedding_loss"
+  no_more(N, "(input, target [, {margin=, reduction=}])", ...)
+  check_tensor(N, "input", x); check_tensor(N, "target", y)
+  opts = check_opts(N, opts, { margin = true, reduction = true })
+  local margin = number(N, opts, "margin", 1.0)
+  local per = where(y:ne(1), (margin - x):clamp_min(0), 0) + where(y:ne(-1), x, 0)
+  return reduce_loss(N, per, opts.reduction)
+end
+
+-- soft_margin_loss(x, y [, {reduction=}]): log(1 + exp(−y·x)), torch's formula
+function F.soft_margin_loss(x, y, opts, ...)
+  local N = "soft_margin_loss"
+  no_more(N, "(input, target [, {reduction=}])", ...)
+  check_tensor(N, "input", x); check_tensor(N, "target", y)
+  opts = check_opts(N, opts, { reduction = true })
+  return reduce_loss(N, (-x * y):exp():log1p(), opts.reduction)
+end
+
+return F
