@@ -95,6 +95,8 @@ static void node_clear(fl_node *n) {
     n->ctx = NULL;
     n->ninputs = 0;
     n->backward = NULL;
+    fl_grad_hooks_release(n->orphan_hooks);
+    n->orphan_hooks = NULL;
 }
 
 /* Releasing a node releases its inputs, which release their nodes, ... A long chain would recurse
@@ -275,8 +277,8 @@ fl_status fl_tensor_add_post_accumulate_grad_hook(fl_tensor *t, fl_post_grad_hoo
 /* *g ← t's gradient hooks applied to it in turn (each may replace it); g NULL: t's post-accumulate-grad hooks, each
  * called with t. A hook removed by an earlier one in this call is not called: each is looked up again by id before
  * it runs. *g stays ours to release. */
-static fl_status run_grad_hooks(fl_tensor *t, fl_tensor **g, bool *replaced) {
-    fl_grad_hooks *h = fl_grad_hooks_retain(g ? t->hooks : t->post_hooks);
+static fl_status run_hook_list(fl_grad_hooks *list, fl_tensor *t, fl_tensor **g, bool *replaced) {
+    fl_grad_hooks *h = fl_grad_hooks_retain(list);
     if (!h) return FL_OK;
     size_t n = h->n;
     uint64_t *ids = malloc((n ? n : 1) * sizeof *ids);
@@ -295,6 +297,9 @@ static fl_status run_grad_hooks(fl_tensor *t, fl_tensor **g, bool *replaced) {
     free(ids);
     fl_grad_hooks_release(h);
     return st;
+}
+static fl_status run_grad_hooks(fl_tensor *t, fl_tensor **g, bool *replaced) {
+    return run_hook_list(g ? t->hooks : t->post_hooks, t, g, replaced);
 }
 
 /* A hooked leaf's gradients in this backward, summed over its uses until the last, then hooked and added to .grad */
@@ -658,18 +663,23 @@ static fl_status retain_into(fl_tensor *t, const fl_tensor *go) {
  * consumer handed over is shown to them dequantized, and goes on as it is unless one replaces it), then
  * retain_grad's copy of what goes on (retain: a plain backward's; fl_autograd_grad fills no .grad). The owner is
  * held while Lua runs (a collection may drop its last box). */
+/* *go through a list of gradient hooks (an FP8 gradient shown to them dequantized, going on as it is unless one
+ * replaces it) */
+static fl_status hooked_grad(fl_grad_hooks *list, fl_tensor *t, fl_tensor **go) {
+    fl_tensor *g = NULL;
+    bool fp8 = fl_format((*go)->dtype)->is_fp8, replaced = false;
+    fl_status st = FL_OK;
+    if (fp8) st = fl_tensor_to(&g, *go, FL_F32);
+    else g = fl_tensor_retain(*go);
+    if (st == FL_OK) st = run_hook_list(list, t, &g, &replaced);
+    if (st == FL_OK && (replaced || !fp8)) { fl_tensor_release(*go); *go = g; g = NULL; }
+    fl_tensor_release(g);
+    return st;
+}
 static fl_status owner_grad(fl_node *nd, fl_tensor **go, bool retain) {
     fl_tensor *own = fl_tensor_retain(nd->owner);
     fl_status st = FL_OK;
-    if (own->hooks) {
-        fl_tensor *g = NULL;
-        bool fp8 = fl_format((*go)->dtype)->is_fp8, replaced = false;
-        if (fp8) st = fl_tensor_to(&g, *go, FL_F32);
-        else g = fl_tensor_retain(*go);
-        if (st == FL_OK) st = run_grad_hooks(own, &g, &replaced);
-        if (st == FL_OK && (replaced || !fp8)) { fl_tensor_release(*go); *go = g; g = NULL; }
-        fl_tensor_release(g);
-    }
+    if (own->hooks) st = hooked_grad(own->hooks, own, go);
     if (st == FL_OK && retain && own->retains_grad) st = retain_into(own, *go);
     fl_tensor_release(own);
     return st;
@@ -831,6 +841,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
+        if (st == FL_OK && nd->orphan_hooks) st = hooked_grad(nd->orphan_hooks, NULL, &go);   /* first: older */
         if (st == FL_OK && nd->owner) st = owner_grad(nd, &go, !cap);
         if (st == FL_OK && cap && capnode[k] >= 0) {   /* an input's gradient: an fp32 copy of what goes on */
             fl_tensor *c = NULL;

@@ -45,6 +45,9 @@ struct fl_node {
     /* not owned: the tensor this node made that asked for its gradient (t:retain_grad(), gradient hooks); the
      * tensor holds the node and clears this when it is freed (fl_tensor_release), so it never dangles. NULL: none */
     struct fl_tensor *owner;
+    /* the gradient hooks of an owner that was freed before the backward (a Lua box collected): they stay with the
+     * node and still run, as torch's hooks live on the grad_fn; owned (released with the node's inputs) */
+    struct fl_grad_hooks *orphan_hooks;
     int busy;                                 /* backwards running through this node now (fl_backward) */
 };
 

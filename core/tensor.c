@@ -144,8 +144,15 @@ void fl_tensor_release(fl_tensor *t) {
     fl_stats_future_release(t->qfuture);
     fl_tensor_release(t->scale_inv);
     fl_tensor_release(t->grad);
-    /* the node outlives the tensor (the tensor holds it): its weak link to the tensor goes first */
-    if (t->grad_fn && t->grad_fn->owner == t) t->grad_fn->owner = NULL;
+    /* the node outlives the tensor (the tensor holds it): its weak link to the tensor goes first; the tensor's
+     * gradient hooks stay with the node and run in its backward all the same (torch's live on the grad_fn) */
+    if (t->grad_fn && t->grad_fn->owner == t) {
+        if (t->hooks && t->hooks->n > 0) {
+            fl_grad_hooks_release(t->grad_fn->orphan_hooks);
+            t->grad_fn->orphan_hooks = fl_grad_hooks_retain(t->hooks);
+        }
+        t->grad_fn->owner = NULL;
+    }
     fl_grad_hooks_release(t->hooks);
     fl_grad_hooks_release(t->post_hooks);
     fl_node_release(t->grad_fn);

@@ -228,6 +228,30 @@ describe("autograd", function()
       assert.are.same({ 2, 2, 2 }, x.grad:totable())
     end)
 
+    it("a result's hook runs though the result itself is gone (collected before the backward), as torch's", function()
+      -- torch keeps a result's hooks on its grad_fn; before 2026-12-02 they went with the tensor's Lua box, and a hook
+      -- on an intermediate nothing held any more was silently skipped (activation checkpointing relies on it)
+      local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+      local calls = 0
+      local function make()
+        local z = x * 2
+        z:register_hook(function(g) calls = calls + 1; return g * 10 end)
+        local h = z:register_hook(function() calls = calls + 100 end)
+        h:remove()   -- a removed hook stays removed
+        return (z * 3):sum()
+      end
+      local loss = make()
+      collectgarbage(); collectgarbage()
+      loss:backward()
+      assert.are.equal(1, calls)
+      assert.are.same({ 60, 60, 60 }, x.grad:totable())   -- 2 · (10 · 3)
+      -- fp8.autograd.grad runs it too
+      local y = make()
+      collectgarbage(); collectgarbage()
+      assert.are.same({ 60, 60, 60 }, fp8.autograd.grad(y, x):totable())
+      assert.are.equal(2, calls)
+    end)
+
     it("a result's hook changes the gradient that flows on, and what retain_grad keeps; hooks run in order", function()
       local a = fp8.tensor({ 1, 2 }):requires_grad(true)
       local m = a * 3
