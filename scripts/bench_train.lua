@@ -27,6 +27,8 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "seq", "int", 128, "GPT: sequence length", 1 },
   { "batch", "int", 16, "GPT: sequences per step", 1 },
   { "vocab", "int", 96, "GPT: vocabulary size", 2 },
+  { "gradient-checkpointing", "flag", false, "GPT: each block through fp8.utils.checkpoint (recomputed in the "
+    .. "backward: less activation memory, a second forward)" },
   { "peak-tflops", "num", 989.4, "dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989.4)", 0 },
   { "cpu", "flag", false, "stay on the CPU even when there is a GPU" },
   { "profile", "int", 0, "then run this many more steps under fp8.profiler (device time too on a GPU) and print "
@@ -34,6 +36,9 @@ local opts = require("fp8.args").parse(arg or {}, {
 }, { usage = "usage: fp8lab scripts/bench_train.lua [options]", about = "Times training steps. Options:",
      default_text = false })
 -- Every option is used or refused: an FP8 sub-option belongs to one backend, and only under --mixed-precision fp8.
+if opts["gradient-checkpointing"] and opts.model ~= "gpt" then
+  fail("--gradient-checkpointing is a GPT option: give --model gpt")
+end
 local function one_of(name, v, list)
   for _, x in ipairs(list) do if v == x then return end end
   fail(("--%s must be one of %s; got '%s'"):format(name, table.concat(list, ", "), v))
@@ -135,7 +140,8 @@ end
 local function bench_gpt()
   fp8.manual_seed(0)
   local B, T, V = opts.batch, opts.seq, opts.vocab
-  local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = opts.layers, n_head = opts.heads, n_embd = opts["d-model"] }
+  local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = opts.layers, n_head = opts.heads, n_embd = opts["d-model"],
+    gradient_checkpointing = opts["gradient-checkpointing"] }
   gpt_params = model:num_parameters() - T * opts["d-model"]   -- position embeddings do no matmul
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })
   local acc = accelerator()

@@ -34,6 +34,7 @@ local function fp8_autocast_off(fn, ...)
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
 end
+M._fp8_autocast_off = fp8_autocast_off   -- (activation checkpointing replays a forward that ran with it off)
 
 -- contextual_fp8_autocast(forward_fn, recipe, use_during_eval) → a forward(self, ...) that runs
 -- with FP8 autocast when self.training, or always when use_during_eval, and with it off otherwise even inside

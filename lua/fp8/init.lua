@@ -18,6 +18,7 @@ fp8.set_printoptions = tensor_lua.set_printoptions
 fp8.where = tensor_lua.where
 fp8.index_select = tensor_lua.index_select
 fp8.einsum = require("fp8.einsum").einsum
+fp8.utils = { checkpoint = require "fp8.activation_checkpoint" }   -- torch.utils.checkpoint's
 fp8.SummaryWriter = require("fp8.tensorboard").SummaryWriter   -- torch.utils.tensorboard's (lua/fp8/tensorboard.lua)
 require("fp8.torch_forms")._install(fp8)   -- fp8.exp(x), fp8.sum(x, d), x:softmax(d), ...: torch's other spellings
 for _, k in ipairs { "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "full_like", "linspace",

@@ -1,4 +1,5 @@
--- gpt.lua — fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true}: a small GPT-2
+-- gpt.lua — fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true,
+-- gradient_checkpointing=false}: a small GPT-2
 -- (nanoGPT): token + position embeddings, n_layer pre-LN TransformerBlocks, a final LayerNorm and an
 -- LM head tied to the token embedding; bias=false drops the biases of every Linear and LayerNorm (as nanoGPT's).
 -- Initialised as nanoGPT: N(0, 0.02), biases 0, and the
@@ -19,7 +20,7 @@ local GPT = Module.class("GPT")
 
 local REQUIRED = { "vocab_size", "block_size", "n_layer", "n_head", "n_embd" }
 local VALID = { vocab_size = true, block_size = true, n_layer = true, n_head = true, n_embd = true, dropout = true,
-                bias = true }
+                bias = true, gradient_checkpointing = true }
 
 function GPT:__init(cfg)
   if type(cfg) ~= "table" then
@@ -36,6 +37,9 @@ function GPT:__init(cfg)
     error(("GPT: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
   end
   if cfg.dropout ~= nil then Dropout._check_p("GPT", "dropout", cfg.dropout, 4) end
+  if cfg.gradient_checkpointing ~= nil and type(cfg.gradient_checkpointing) ~= "boolean" then
+    error(("GPT: gradient_checkpointing must be a boolean, got %s"):format(O.got(cfg.gradient_checkpointing)), 3)
+  end
   if cfg.n_embd % cfg.n_head ~= 0 then
     error(("GPT: n_embd (%d) must be divisible by n_head (%d)"):format(cfg.n_embd, cfg.n_head), 3)
   end
@@ -52,7 +56,23 @@ function GPT:__init(cfg)
   end
   self.blocks = Sequential(blocks)
   self.ln_f = LayerNorm(c.n_embd, { bias = c.bias ~= false })
+  self.is_gradient_checkpointing = c.gradient_checkpointing == true
   self:_init_weights()
+end
+
+-- transformers' gradient_checkpointing_enable() / _disable(): in training, each block runs through
+-- fp8.utils.checkpoint (lua/fp8/activation_checkpoint.lua): its activations are not kept, it runs again in the
+-- backward. The same losses and gradients; the memory of n_layer blocks' activations for a second forward of each.
+function GPT:gradient_checkpointing_enable(...)
+  O.no_more("GPT:gradient_checkpointing_enable", "no arguments (transformers' gradient_checkpointing_kwargs are "
+    .. "torch's checkpoint options, not offered)", ...)
+  self.is_gradient_checkpointing = true
+  self.config.gradient_checkpointing = true
+end
+function GPT:gradient_checkpointing_disable(...)
+  O.no_more("GPT:gradient_checkpointing_disable", "no arguments", ...)
+  self.is_gradient_checkpointing = false
+  self.config.gradient_checkpointing = false
 end
 
 function GPT:_init_weights()
@@ -89,7 +109,12 @@ function GPT:forward(idx, targets)
   end
   local pos = fp8.arange(T, { device = idx:device() })   -- positions 0..T-1, where the ids are
   local x = self.drop(self.wte(idx) + self.wpe(pos))  -- [B, T, d] + [T, d]
-  x = self.blocks(x)
+  if rawget(self, "is_gradient_checkpointing") and self.training and fp8.is_grad_enabled() then
+    local checkpoint = require("fp8.activation_checkpoint").checkpoint
+    for i = 1, #self.blocks do x = checkpoint(self.blocks[i], x) end
+  else
+    x = self.blocks(x)
+  end
   x = self.ln_f(x)
   local logits = F.linear(x, self.wte.weight)         -- tied head: [B, T, vocab]
   if targets == nil then return logits end
