@@ -22,6 +22,8 @@ local OPTIONS = {
   { "heads", "int", 4, "attention heads", 1 },
   { "d-model", "int", 64, "embedding width", 1 },
   { "batch-size", "int", 16, "sequences per step", 1 },
+  { "gradient-checkpointing", "flag", false, "recompute each block in the backward (fp8.utils.checkpoint): less "
+    .. "activation memory, a second forward; the same losses" },
   { "lr", "num", 3e-3, "peak AdamW learning rate (warmup, then cosine decay)", 0 },
   { "seed", "int", 1337, "seed of weights, batches and sampling", 1 },
   { "text", "str", nil, "text file, or directory of text files, to train on (default: every text file of "
@@ -98,7 +100,8 @@ local val_loader = data.DataLoader{val_ds:blocks(opts["eval-windows"]), batch_si
 local val_final = data.DataLoader{val_all, batch_size = opts["batch-size"]}
 
 local model = nn.GPT{vocab_size = train_ds.vocab_size, block_size = T, n_layer = opts.layers,
-                     n_head = opts.heads, n_embd = opts["d-model"]}
+                     n_head = opts.heads, n_embd = opts["d-model"],
+                     gradient_checkpointing = opts["gradient-checkpointing"]}
 -- weight decay on every parameter, biases and LayerNorms too (nanoGPT decays only the 2-D ones): the setting of
 -- docs/recipes.md's measured tables
 local opt = optim.AdamW(model:parameters(), {lr = opts.lr, weight_decay = 0.1, betas = {0.9, 0.95}})

@@ -194,7 +194,11 @@ if okh and help.add then
       .. "once, there. Parameters get their .grad as in any backward. checkpoint_sequential cuts a Sequential (or a\n"
       .. "list) into `segments` runs and checkpoints all but the last. nn.GPT{..., gradient_checkpointing=true}\n"
       .. "checkpoints each block (transformers' gradient_checkpointing_enable)." }
-  help.ALIASES["utils.checkpoint.checkpoint_sequential"] = "utils.checkpoint.checkpoint"
+  -- (help(fp8.utils.checkpoint.checkpoint) finds a function three tables down as "utils.checkpoint:checkpoint")
+  for _, k in ipairs { "utils.checkpoint.checkpoint_sequential", "utils.checkpoint:checkpoint",
+                       "utils.checkpoint:checkpoint_sequential", "utils.checkpoint", "utils" } do
+    help.ALIASES[k] = "utils.checkpoint.checkpoint"
+  end
 end
 
 return M
