@@ -303,6 +303,11 @@ static fl_tensor *list_entry(lua_State *L, const char *fname, const char *what, 
 
 /* t:backward([grad][, {retain_graph=bool, inputs=tensor|{tensors}}]) — grad may be omitted for a one-element t;
  * inputs: fill only their .grad (torch's), running only the graph between t and them. */
+/* How many walks restricted to some inputs (fp8.autograd.grad, a backward's inputs=) run now on this thread:
+ * activation checkpointing (lua/fp8/activation_checkpoint.lua) refuses to run its recomputation's backward, which
+ * fills the parameters' .grad as a plain one, inside one (fp8.core._restricted_walks) */
+static _Thread_local int restricted_walks;
+
 static int m_backward(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_lmaxargs(L, 3, "backward", "([gradient] [, {retain_graph=, inputs=}])");
@@ -345,11 +350,13 @@ static int m_backward(lua_State *L) {
     lua_State *prev = hook_L;   /* tensor hooks run in this state (a nested backward restores the outer one's) */
     hook_L = L;
     const fl_tensor *gs[1] = { g };
+    if (ins) restricted_walks++;
     fl_status st = fl_backward_many(&t, gs, 1, retain, ins, nin);
     if (st == FL_ENOMEM) {   /* FL_LCALL's retry */
         lua_gc(L, LUA_GCCOLLECT);
         st = fl_backward_many(&t, gs, 1, retain, ins, nin);
     }
+    if (ins) restricted_walks--;
     hook_L = prev;
     push_hook_fns(L);   /* the functions of hooks removed meanwhile go */
     lua_pop(L, 1);
@@ -419,11 +426,13 @@ static int l_autograd_grad(lua_State *L) {
     const fl_tensor *const *g = (const fl_tensor *const *)a.gouts;
     lua_State *prev = hook_L;   /* the tensors' hooks run in this state, as m_backward's */
     hook_L = L;
+    restricted_walks++;
     fl_status st = fl_autograd_grad(a.outs, g, a.no, a.ins, a.ni, a.retain, a.res);
     if (st == FL_ENOMEM) {
         lua_gc(L, LUA_GCCOLLECT);
         st = fl_autograd_grad(a.outs, g, a.no, a.ins, a.ni, a.retain, a.res);
     }
+    restricted_walks--;
     hook_L = prev;
     push_hook_fns(L);
     lua_pop(L, 1);
@@ -449,11 +458,13 @@ static int l_autograd_backward(lua_State *L) {
     fl_tensor *const *ins = a.ni ? a.ins : NULL;
     lua_State *prev = hook_L;
     hook_L = L;
+    if (ins) restricted_walks++;
     fl_status st = fl_backward_many(a.outs, g, a.no, a.retain, ins, a.ni);
     if (st == FL_ENOMEM) {
         lua_gc(L, LUA_GCCOLLECT);
         st = fl_backward_many(a.outs, g, a.no, a.retain, ins, a.ni);
     }
+    if (ins) restricted_walks--;
     hook_L = prev;
     push_hook_fns(L);
     lua_pop(L, 1);
@@ -631,8 +642,14 @@ static int l_backwards_started(lua_State *L) {
     return 1;
 }
 
+/* fp8.core._restricted_walks() -> how many walks restricted to some inputs run now (restricted_walks) */
+static int l_restricted_walks(lua_State *L) {
+    lua_pushinteger(L, restricted_walks);
+    return 1;
+}
+
 static const luaL_Reg funcs[] = {
-    {"_backwards_started", l_backwards_started}, {"_autograd_grad", l_autograd_grad},
+    {"_restricted_walks", l_restricted_walks}, {"_backwards_started", l_backwards_started}, {"_autograd_grad", l_autograd_grad},
     {"_autograd_backward", l_autograd_backward},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},

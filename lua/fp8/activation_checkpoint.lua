@@ -92,7 +92,7 @@ function M.checkpoint(fn, ...)
   -- the recomputation and its backward, once, when the link's gradient comes: every output's has come by then
   s:register_hook(function()
     if done then error("checkpoint: this call's backward has run already (no retain_graph through a checkpoint)", 0) end
-    if require("fp8.autograd")._restricted > 0 then
+    if core._restricted_walks() > 0 then
       error("checkpoint: not with fp8.autograd.grad or backward's inputs= (its recomputation's backward fills the "
         .. "parameters' .grad, as torch's reentrant checkpoint, which refuses them too): use loss:backward()", 0)
     end

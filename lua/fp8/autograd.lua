@@ -52,28 +52,9 @@ local function seeds_and_opts(seeds, opts)
   return seeds, opts
 end
 
--- How many walks restricted to some inputs (grad, backward's inputs=) are running: a checkpointed call's
--- recomputation (lua/fp8/activation_checkpoint.lua) fills the parameters' .grad as a plain backward, which these
--- promise not to, so it refuses to run inside one (as torch's reentrant checkpoint does)
-M._restricted = 0
-
--- t:backward(..., {inputs=}) is such a walk too: counted around the core's method (a plain one goes straight to it)
-local raw_backward = core.Tensor.backward
-core.Tensor.backward = function(t, a, b, ...)
-  local o = (type(a) == "table" and not core.is_tensor(a)) and a or b
-  if type(o) ~= "table" or core.is_tensor(o) or rawget(o, "inputs") == nil then return raw_backward(t, a, b, ...) end
-  M._restricted = M._restricted + 1
-  local r = table.pack(pcall(raw_backward, t, a, b, ...))
-  M._restricted = M._restricted - 1
-  if not r[1] then error(r[2], 0) end
-  return table.unpack(r, 2, r.n)
-end
-
--- core.fn(...), its error at the caller's caller's line rather than this file's; restricted: a walk that counts
-local function call_core(fn, restricted, ...)
-  if restricted then M._restricted = M._restricted + 1 end
+-- core.fn(...), its error at the caller's caller's line rather than this file's
+local function call_core(fn, ...)
   local ok, res = pcall(fn, ...)
-  if restricted then M._restricted = M._restricted - 1 end
   if not ok then error(type(res) == "string" and res:gsub("^[^:\n]*autograd%.lua:%d+: ", "") or res, 3) end
   return res
 end
@@ -117,7 +98,7 @@ function M.grad(outputs, inputs, grad_outputs, opts, ...)
         :format(ng, no), 2)
     end
   end
-  local res = call_core(core._autograd_grad, true, outs, ins, gouts, retain)
+  local res = call_core(core._autograd_grad, outs, ins, gouts, retain)
   for i = 1, ni do
     if res[i] == nil then
       if materialize then
@@ -164,7 +145,7 @@ function M.backward(tensors, grad_tensors, opts, ...)
     ins, ni = as_list(opts.inputs, "inputs", false, "backward")
     if ni == 0 then error("backward: inputs is empty; give the tensors to fill the .grad of", 2) end
   end
-  call_core(core._autograd_backward, ins ~= nil, outs, ins, gouts, retain)
+  call_core(core._autograd_backward, outs, ins, gouts, retain)
 end
 
 return M
