@@ -14,7 +14,6 @@ local Linear = require "fp8.nn.linear"
 local LayerNorm = require "fp8.nn.layernorm"
 local Dropout = require "fp8.nn.dropout"
 local MHA = require "fp8.nn.multihead_attention"
-local ModuleList = require "fp8.nn.module_list"
 local TE = require "fp8.nn.transformer_encoder"
 
 local M = {}
@@ -43,10 +42,16 @@ end
 local FORWARD_OPTS = { "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask", "tgt_is_causal",
                        "memory_is_causal" }
 
-local function check_tensors(a, b)
+-- a forward's arguments (the layer's and the stack's): two tensors, its options checked, nothing more
+local function check_call(tgt, memory, opts, extra)
+  if extra > 0 then
+    error("takes (tgt, memory [, {tgt_mask=, memory_mask=, tgt_key_padding_mask=, memory_key_padding_mask=, "
+      .. "tgt_is_causal=, memory_is_causal=}])", 0)
+  end
   local is_tensor = require("fp8.core").is_tensor
-  if not is_tensor(a) then error(("expected a tensor tgt, got %s"):format(O.got(a)), 0) end
-  if not is_tensor(b) then error(("expected a tensor memory, got %s"):format(O.got(b)), 0) end
+  if not is_tensor(tgt) then error(("expected a tensor tgt, got %s"):format(O.got(tgt)), 0) end
+  if not is_tensor(memory) then error(("expected a tensor memory, got %s"):format(O.got(memory)), 0) end
+  return TE._forward_opts(opts, FORWARD_OPTS)
 end
 
 -- layer(tgt, memory [, {tgt_mask=, memory_mask=, tgt_key_padding_mask=, memory_key_padding_mask=,
@@ -54,12 +59,7 @@ end
 -- batch_first; [T, E] and [S, E] unbatched); the masks are MultiheadAttention's attn_mask and key_padding_mask of
 -- the self-attention (tgt_*) and of the attention to the memory (memory_*)
 function Layer:forward(tgt, memory, opts, ...)
-  if select("#", ...) > 0 then
-    error("takes (tgt, memory [, {tgt_mask=, memory_mask=, tgt_key_padding_mask=, memory_key_padding_mask=, "
-      .. "tgt_is_causal=, memory_is_causal=}])", 0)
-  end
-  check_tensors(tgt, memory)
-  opts = TE._forward_opts(opts, FORWARD_OPTS)
+  opts = check_call(tgt, memory, opts, select("#", ...))
   local sa_opts = { attn_mask = opts.tgt_mask, key_padding_mask = opts.tgt_key_padding_mask, need_weights = false,
                     is_causal = opts.tgt_is_causal }
   local ca_opts = { attn_mask = opts.memory_mask, key_padding_mask = opts.memory_key_padding_mask,
@@ -80,48 +80,20 @@ end
 
 Layer.extra_repr = TE._layer_repr
 
--- a new layer of the same configuration with this one's parameters and buffers (torch's copy.deepcopy of it)
-function Layer:_clone()
-  local copy = Layer(self._cfg)
-  copy:load_state_dict(self:state_dict())
-  copy:train(self.training)
-  return copy
-end
+Layer._clone = TE._clone   -- (torch's copy.deepcopy of it)
 
 local Decoder = Module.class("TransformerDecoder")
 M.TransformerDecoder = Decoder
 local DN = "TransformerDecoder"
 
 function Decoder:__init(layer, num_layers, opts)
-  local level = 3
-  if not TE._is_a(layer, "TransformerDecoderLayer") then
-    error(("%s: decoder_layer must be a TransformerDecoderLayer, got %s"):format(DN, O.got(layer)), level)
-  end
-  if math.type(num_layers) ~= "integer" or num_layers < 1 or num_layers > 4096 then
-    error(("%s: num_layers must be an integer in 1..4096, got %s"):format(DN, O.got(num_layers)), level)
-  end
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("%s: options must be a table, got %s"):format(DN, O.got(opts)), level)
-  end
-  opts = O.check(DN, opts, { "norm" }, level)
-  if opts.norm ~= nil and not Module.is_module(opts.norm) then
-    error(("%s: norm must be a module (a LayerNorm), got %s"):format(DN, O.got(opts.norm)), level)
-  end
-  local layers = {}
-  for i = 1, num_layers do layers[i] = layer:_clone() end
-  self.layers = ModuleList(layers)
-  self.num_layers = num_layers
-  if opts.norm ~= nil then self.norm = opts.norm end
+  opts = TE._stack_options(DN, "TransformerDecoderLayer", layer, num_layers, opts, { "norm" }, 4)
+  TE._fill_stack(self, layer, num_layers, opts.norm)
 end
 
 -- decoder(tgt, memory [, {the layer's options}]): every layer in turn, then the norm
 function Decoder:forward(tgt, memory, opts, ...)
-  if select("#", ...) > 0 then
-    error("takes (tgt, memory [, {tgt_mask=, memory_mask=, tgt_key_padding_mask=, memory_key_padding_mask=, "
-      .. "tgt_is_causal=, memory_is_causal=}])", 0)
-  end
-  check_tensors(tgt, memory)
-  opts = TE._forward_opts(opts, FORWARD_OPTS)
+  opts = check_call(tgt, memory, opts, select("#", ...))
   local x = tgt
   for i = 1, self.num_layers do x = self.layers[i](x, memory, opts) end
   if self.norm ~= nil then x = self.norm(x) end

@@ -152,14 +152,15 @@ end
 
 M._layer_repr = Layer.extra_repr   -- (the decoder layer's too)
 
--- a new layer of the same configuration with this one's parameters and buffers (torch's copy.deepcopy of it)
-function Layer:_clone()
-  local c = self._cfg
-  local copy = Layer(c)
+-- a new layer of the same class and configuration with this one's parameters and buffers (torch's copy.deepcopy of
+-- it); the decoder layer's too
+function M._clone(self)
+  local copy = getmetatable(self)(self._cfg)
   copy:load_state_dict(self:state_dict())
   copy:train(self.training)
   return copy
 end
+Layer._clone = M._clone
 
 -- whether m is an instance of the class named name or of a subclass of it
 function M._is_a(m, name)
@@ -176,21 +177,39 @@ local Encoder = Module.class("TransformerEncoder")
 M.TransformerEncoder = Encoder
 local EN = "TransformerEncoder"
 
-function Encoder:__init(layer, num_layers, opts)
-  local level = 3
-  if not M._is_a(layer, "TransformerEncoderLayer") then
-    error(("%s: encoder_layer must be a TransformerEncoderLayer, got %s"):format(EN, O.got(layer)), level)
+-- _stack_options(name, layer_class, layer, num_layers, opts, keys, level) -> the options checked: what an encoder
+-- or decoder stack takes (a layer of layer_class, a count, {norm=, ...keys}); level: the constructor's caller
+function M._stack_options(name, layer_class, layer, num_layers, opts, keys, level)
+  if not M._is_a(layer, layer_class) then
+    error(("%s: %s must be a %s, got %s"):format(name, layer_class == "TransformerEncoderLayer" and "encoder_layer"
+      or "decoder_layer", layer_class, O.got(layer)), level)
   end
   if math.type(num_layers) ~= "integer" or num_layers < 1 or num_layers > 4096 then
-    error(("%s: num_layers must be an integer in 1..4096, got %s"):format(EN, O.got(num_layers)), level)
+    error(("%s: num_layers must be an integer in 1..4096, got %s"):format(name, O.got(num_layers)), level)
   end
   if opts ~= nil and type(opts) ~= "table" then
-    error(("%s: options must be a table, got %s"):format(EN, O.got(opts)), level)
+    error(("%s: options must be a table, got %s"):format(name, O.got(opts)), level)
   end
-  opts = O.check(EN, opts, { "norm", "enable_nested_tensor", "mask_check" }, level)
+  opts = O.check(name, opts, keys, level)
   if opts.norm ~= nil and not Module.is_module(opts.norm) then
-    error(("%s: norm must be a module (a LayerNorm), got %s"):format(EN, O.got(opts.norm)), level)
+    error(("%s: norm must be a module (a LayerNorm), got %s"):format(name, O.got(opts.norm)), level)
   end
+  return opts
+end
+
+-- _fill_stack(self, layer, num_layers, norm): num_layers copies of layer (each from its weights), then the norm
+function M._fill_stack(self, layer, num_layers, norm)
+  local layers = {}
+  for i = 1, num_layers do layers[i] = layer:_clone() end
+  self.layers = ModuleList(layers)
+  self.num_layers = num_layers
+  if norm ~= nil then self.norm = norm end
+end
+
+function Encoder:__init(layer, num_layers, opts)
+  local level = 3
+  opts = M._stack_options(EN, "TransformerEncoderLayer", layer, num_layers, opts,
+    { "norm", "enable_nested_tensor", "mask_check" }, level + 1)
   if opts.enable_nested_tensor then
     error(("%s: enable_nested_tensor=true is not supported (torch's inference fast path, which also returns 0 at "
       .. "padded positions); give false"):format(EN), level)
@@ -199,11 +218,7 @@ function Encoder:__init(layer, num_layers, opts)
     error(("%s: mask_check is not supported (it checks masks for the nested-tensor fast path, which is not "
       .. "offered)"):format(EN), level)
   end
-  local layers = {}
-  for i = 1, num_layers do layers[i] = layer:_clone() end
-  self.layers = ModuleList(layers)
-  self.num_layers = num_layers
-  if opts.norm ~= nil then self.norm = opts.norm end
+  M._fill_stack(self, layer, num_layers, opts.norm)
 end
 
 local ENCODER_OPTS = { "mask", "src_key_padding_mask", "is_causal" }
