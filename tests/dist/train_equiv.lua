@@ -1,15 +1,17 @@
 -- train_equiv.lua — one small seeded training run through fp8.Accelerator, used by
 -- tests/spec/dist_spec.lua with 1 process (batch 2B) and 2 processes (batch B each):
---   fp8lab tests/dist/train_equiv.lua MODEL BATCH STEPS BUCKET_MB OUT [PRECISION] [ACCUM] [HOOK] [OPT] [SPLIT]
+--   fp8lab tests/dist/train_equiv.lua MODEL BATCH STEPS BUCKET_MB OUT [PRECISION] [ACCUM] [HOOK] [OPT] [SPLIT] [CKPT]
 -- MODEL mlp|gpt; PRECISION no|te|ao|msamp (fp8 recipes); ACCUM gradient accumulation micro-steps per
 -- optimizer step (through acc:no_sync); HOOK ddp comm_hook; OPT sgd|adamw; SPLIT "split": the loader's batches
--- are split across the processes (DataLoaderConfiguration{split_batches=true}, BATCH is then the total).
+-- are split across the processes (DataLoaderConfiguration{split_batches=true}, BATCH is then the total); CKPT
+-- "ckpt": the GPT's blocks are recomputed in the backward (gradient_checkpointing).
 -- Rank 0 writes OUT: one "loss <step> <mean
 -- loss over all processes, %.9g>" line per optimizer step, then "param <name> <values...>" lines, and for
 -- te "scale ..." lines; every rank writes OUT.rank<r> with its scales (te) to compare across ranks.
 local model_kind, B, steps, bucket, out = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), arg[5]
 local precision, accum, hook, optname = arg[6] or "no", tonumber(arg[7] or "1"), arg[8] or "no", arg[9] or "sgd"
 local split = arg[10] == "split"
+local ckpt = arg[11] == "ckpt"   -- the GPT's blocks through fp8.utils.checkpoint
 local nn, optim, data = fp8.nn, fp8.optim, fp8.data
 
 local handlers = { fp8.DistributedDataParallelKwargs { bucket_cap_mb = bucket, comm_hook = hook } }
@@ -34,7 +36,7 @@ if model_kind == "mlp" then
   items = {}
   for i = 1, 96 do items[i] = { fp8.randn { 32 }, i % 10 } end
 else
-  model = nn.GPT { vocab_size = 16, block_size = 16, n_layer = 2, n_head = 2, n_embd = 32 }
+  model = nn.GPT { vocab_size = 16, block_size = 16, n_layer = 2, n_head = 2, n_embd = 32, gradient_checkpointing = ckpt }
   fp8.manual_seed(7)
   items = {}
   for i = 1, 64 do
