@@ -155,7 +155,7 @@ M._layer_repr = Layer.extra_repr   -- (the decoder layer's too)
 -- a new layer of the same class and configuration with this one's parameters and buffers (torch's copy.deepcopy of
 -- it); the decoder layer's too
 function M._clone(self)
-  local copy = getmetatable(self)(self._cfg)
+  local copy = require("fp8.nn.init_fns")._without_draws(getmetatable(self), self._cfg)
   copy:load_state_dict(self:state_dict())
   copy:train(self.training)
   return copy
