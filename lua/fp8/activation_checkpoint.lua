@@ -81,7 +81,8 @@ function M.checkpoint(fn, ...)
     local o = outs[j]
     if core.is_tensor(o) and (o:dtype() == "fp32" or o:dtype() == "bf16" or o:dtype() == "fp16") then
       n_out = n_out + 1
-      local y = o + s:to(o:dtype()):to(o:device())
+      -- (detached: a result that is an argument itself, returned as it is, would pass its gradient twice)
+      local y = o:detach() + s:to(o:dtype()):to(o:device())
       y:register_hook(function(g) got[j] = g end)
       result_args[j] = y
     end

@@ -47,7 +47,33 @@ end
 -- make(values, bins, max_bins) -> {min=, max=, num=, sum=, sum_squares=, limits={...}, counts={...}}: values a list
 -- of numbers (at least one); bins "tensorflow", a count, or a list of increasing edges; max_bins nil or a count. An
 -- error names what is wrong (the caller prefixes its own name).
+-- a plain list's numbers, read raw (a proxy's __len or __index cannot make it endless), or an error naming what
+local function numbers(what, t)
+  if type(t) ~= "table" or getmetatable(t) ~= nil then
+    error(("%s must be a plain list of numbers, got %s"):format(what, type(t)), 0)
+  end
+  local out = {}
+  for i = 1, rawlen(t) do
+    local v = rawget(t, i)
+    if type(v) ~= "number" then error(("%s[%d] must be a number, got %s"):format(what, i, type(v)), 0) end
+    out[i] = v
+  end
+  return out
+end
+
 function M.make(values, bins, max_bins)
+  values = numbers("values", values)
+  if type(bins) == "table" then bins = numbers("bins", bins) end
+  if bins ~= "tensorflow" and math.type(bins) ~= "integer" and type(bins) ~= "table" then
+    error(("bins must be \"tensorflow\", a count or a list of edges, got %s"):format(type(bins)), 0)
+  end
+  if math.type(bins) == "integer" and (bins < 1 or bins > 1 << 20) then
+    error(("bins must be a count in 1..2^20, got %d"):format(bins), 0)
+  end
+  if type(bins) == "table" and #bins < 2 then error("bins must hold at least 2 edges", 0) end
+  if max_bins ~= nil and (math.type(max_bins) ~= "integer" or max_bins < 1) then
+    error(("max_bins must be an integer >= 1, got %s"):format(tostring(max_bins)), 0)
+  end
   local n = #values
   if n == 0 then error("the values have no element", 0) end
   local mn, mx, sum, sq = values[1], values[1], 0.0, 0.0

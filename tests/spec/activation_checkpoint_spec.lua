@@ -67,6 +67,11 @@ describe("fp8.utils.checkpoint", function()
     assert.are.same(y1:tolist(), y2:tolist())
     ;(y2 * y2):sum():backward()
     assert.are.same(g1, { a.grad:tolist(), w.grad:tolist() })   -- w: closed over, its .grad filled all the same
+    -- a result that is the argument itself: its gradient once, through the recomputation
+    local xa = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local same, twice = CKP.checkpoint(function(v) return v, v * 2 end, xa)
+    ;(same:sum() + twice:sum()):backward()
+    assert.are.same({ 3, 3 }, xa.grad:tolist())
     -- no argument takes a gradient (the first layer's input): the parameters still get theirs
     local lin = nn.Linear(4, 2)
     CKP.checkpoint(lin, fp8.ones { 3, 4 }):sum():backward()

@@ -97,6 +97,10 @@ local FORWARD_OPTS = { "src_mask", "src_key_padding_mask", "is_causal" }
 -- _forward_opts(opts, names) -> a forward's options checked: a table (nil: none) of the given names, each
 -- *is_causal a boolean, in the order given
 function M._forward_opts(opts, names)
+  if type(names) ~= "table" or getmetatable(names) ~= nil then
+    error(("_forward_opts: names must be a plain list of option names, got %s"):format(O.got(names)), 2)
+  end
+  names = table.move(names, 1, rawlen(names), 1, {})   -- (read raw: a proxy's __len or __index cannot make it endless)
   if opts ~= nil and (type(opts) ~= "table" or require("fp8.core").is_tensor(opts)) then
     error(("options must be a table {%s=}, got %s"):format(table.concat(names, "=, "), O.got(opts)), 0)
   end
