@@ -649,7 +649,8 @@ static int l_restricted_walks(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"_restricted_walks", l_restricted_walks}, {"_backwards_started", l_backwards_started}, {"_autograd_grad", l_autograd_grad},
+    {"_restricted_walks", l_restricted_walks}, {"_backwards_started", l_backwards_started},
+    {"_autograd_grad", l_autograd_grad},
     {"_autograd_backward", l_autograd_backward},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},
     {"set_grad_enabled", l_set_grad_enabled}, {"autocast_dtype", l_autocast_dtype},

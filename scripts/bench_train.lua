@@ -140,8 +140,8 @@ end
 local function bench_gpt()
   fp8.manual_seed(0)
   local B, T, V = opts.batch, opts.seq, opts.vocab
-  local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = opts.layers, n_head = opts.heads, n_embd = opts["d-model"],
-    gradient_checkpointing = opts["gradient-checkpointing"] }
+  local model = nn.GPT{ vocab_size = V, block_size = T, n_layer = opts.layers, n_head = opts.heads,
+    n_embd = opts["d-model"], gradient_checkpointing = opts["gradient-checkpointing"] }
   gpt_params = model:num_parameters() - T * opts["d-model"]   -- position embeddings do no matmul
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })
   local acc = accelerator()

@@ -40,7 +40,9 @@ function F.pairwise_distance(x1, x2, p, eps, keepdim, ...)
   no_more(N, "(x1, x2 [, p [, eps [, keepdim]]])", ...)
   check_tensor(N, "x1", x1); check_tensor(N, "x2", x2)
   if type(p) == "table" then
-    if eps ~= nil or keepdim ~= nil then error(("%s: give p, eps and keepdim in order or in one table"):format(N), 2) end
+    if eps ~= nil or keepdim ~= nil then
+      error(("%s: give p, eps and keepdim in order or in one table"):format(N), 2)
+    end
     local o = check_opts(N, p, { p = true, eps = true, keepdim = true })
     p, eps, keepdim = o.p, o.eps, o.keepdim
   end
@@ -88,7 +90,9 @@ function F.cosine_embedding_loss(x1, x2, y, opts, ...)
   check_tensor(N, "input1", x1); check_tensor(N, "input2", x2); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { margin = true, reduction = true })
   local margin = number(N, opts, "margin", 0.0)
-  if y:dim() > 1 then error(("%s: the target must be 0-d or 1-d (one per pair), got %s"):format(N, y:shape_str()), 2) end
+  if y:dim() > 1 then
+    error(("%s: the target must be 0-d or 1-d (one per pair), got %s"):format(N, y:shape_str()), 2)
+  end
   if x1:dim() ~= y:dim() + 1 or x2:dim() ~= y:dim() + 1 then
     error(("%s: a %d-d target takes %d-d inputs, got %s and %s"):format(N, y:dim(), y:dim() + 1, x1:shape_str(),
       x2:shape_str()), 2)

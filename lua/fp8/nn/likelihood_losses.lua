@@ -10,7 +10,9 @@ local no_more = O.no_more
 
 local function flag(fname, opts, key)
   local v = opts[key]
-  if v ~= nil and type(v) ~= "boolean" then error(("%s: %s must be a boolean, got %s"):format(fname, key, O.got(v)), 3) end
+  if v ~= nil and type(v) ~= "boolean" then
+    error(("%s: %s must be a boolean, got %s"):format(fname, key, O.got(v)), 3)
+  end
   return v
 end
 local function eps_of(fname, opts, default)
