@@ -299,28 +299,12 @@ function Writer:add_histogram(tag, values, step, bins, walltime, max_bins, ...)
   check_live(self, "add_histogram")
   O.no_more("SummaryWriter:add_histogram", "(tag, values [, global_step [, bins [, walltime [, max_bins]]]])", ...)
   check_tag("add_histogram", "tag", tag)
-  local list = values_of("add_histogram", values)
-  if bins == nil then bins = "tensorflow" end
-  if math.type(bins) == "integer" then
-    if bins < 1 or bins > 1 << 20 then
-      error(("SummaryWriter:add_histogram: bins must be at least 1 (and at most 2^20), got %d"):format(bins), 2)
-    end
-  elseif type(bins) == "table" and getmetatable(bins) == nil then
-    local n = rawlen(bins)
-    for i = 1, n do
-      local e = rawget(bins, i)
-      if type(e) ~= "number" or e ~= e or (i > 1 and not (e > rawget(bins, i - 1))) then
-        error(("SummaryWriter:add_histogram: bins must be increasing numbers, got %s at %d"):format(O.got(e), i), 2)
-      end
-    end
-    if n < 2 then error(("SummaryWriter:add_histogram: bins must hold at least 2 edges, got %d"):format(n), 2) end
-    bins = table.move(bins, 1, n, 1, {})
-  elseif bins ~= "tensorflow" then
-    error(("SummaryWriter:add_histogram: bins must be \"tensorflow\", a count or a list of edges, got %s (numpy's "
-      .. "other estimators are not offered)"):format(O.got(bins)), 2)
-  end
-  if max_bins ~= nil and (math.type(max_bins) ~= "integer" or max_bins < 1) then
-    error(("SummaryWriter:add_histogram: max_bins must be an integer >= 1, got %s"):format(O.got(max_bins)), 2)
+  -- a tensor's values here; a list, the bins and max_bins are checked where the histogram is made
+  local list = values
+  if require("fp8.core").is_tensor(values) then
+    list = values_of("add_histogram", values)
+  elseif type(values) ~= "table" then
+    error(("SummaryWriter:add_histogram: values must be a tensor or a list of numbers, got %s"):format(O.got(values)), 2)
   end
   step, walltime = check_step("add_histogram", step, walltime)
   local ok, h = pcall(require("fp8.tensorboard_histogram").make, list, bins, max_bins)

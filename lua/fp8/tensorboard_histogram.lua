@@ -3,6 +3,8 @@
 -- bins (TensorFlow's default exponential buckets, n equal bins over [min, max], or given edges), optionally merged
 -- down to max_bins, then cut to the bins from the first to the last that holds a value, with one empty bin on the
 -- left so that TensorBoard, which reads each bucket's right limit only, sees where the first one starts.
+local O = require "fp8.opts"
+
 local M = {}
 
 -- TensorFlow's default buckets, as torch's SummaryWriter makes them: ±1e-12·1.1^k below 1e20, and 0
@@ -47,32 +49,47 @@ end
 -- make(values, bins, max_bins) -> {min=, max=, num=, sum=, sum_squares=, limits={...}, counts={...}}: values a list
 -- of numbers (at least one); bins "tensorflow", a count, or a list of increasing edges; max_bins nil or a count. An
 -- error names what is wrong (the caller prefixes its own name).
--- a plain list's numbers, read raw (a proxy's __len or __index cannot make it endless), or an error naming what
+-- t, checked to be a plain list of numbers (no metatable: a proxy's __len or __index cannot make it endless), or
+-- an error naming what
 local function numbers(what, t)
   if type(t) ~= "table" or getmetatable(t) ~= nil then
-    error(("%s must be a plain list of numbers, got %s"):format(what, type(t)), 0)
+    error(("%s must be a plain list of numbers, got %s"):format(what, O.got(t)), 0)
   end
-  local out = {}
   for i = 1, rawlen(t) do
     local v = rawget(t, i)
-    if type(v) ~= "number" then error(("%s[%d] must be a number, got %s"):format(what, i, type(v)), 0) end
-    out[i] = v
+    if type(v) ~= "number" then error(("%s[%d] must be a number, got %s"):format(what, i, O.got(v)), 0) end
   end
-  return out
+  return t
+end
+
+-- bins checked: nil is "tensorflow"; a count in 1..2^20; a list of at least 2 increasing numbers (copied)
+local function bins_of(bins)
+  if bins == nil or bins == "tensorflow" then return "tensorflow" end
+  if math.type(bins) == "integer" then
+    if bins < 1 or bins > 1 << 20 then error(("bins must be at least 1 (and at most 2^20), got %d"):format(bins), 0) end
+    return bins
+  end
+  if type(bins) ~= "table" or getmetatable(bins) ~= nil then
+    error(("bins must be \"tensorflow\", a count or a list of edges, got %s (numpy's other estimators are not "
+      .. "offered)"):format(O.got(bins)), 0)
+  end
+  local edges = {}
+  for i = 1, rawlen(bins) do
+    local e = rawget(bins, i)
+    if type(e) ~= "number" or e ~= e or (i > 1 and not (e > edges[i - 1])) then
+      error(("bins must be increasing numbers, got %s at %d"):format(O.got(e), i), 0)
+    end
+    edges[i] = e
+  end
+  if #edges < 2 then error(("bins must hold at least 2 edges, got %d"):format(#edges), 0) end
+  return edges
 end
 
 function M.make(values, bins, max_bins)
   values = numbers("values", values)
-  if type(bins) == "table" then bins = numbers("bins", bins) end
-  if bins ~= "tensorflow" and math.type(bins) ~= "integer" and type(bins) ~= "table" then
-    error(("bins must be \"tensorflow\", a count or a list of edges, got %s"):format(type(bins)), 0)
-  end
-  if math.type(bins) == "integer" and (bins < 1 or bins > 1 << 20) then
-    error(("bins must be a count in 1..2^20, got %d"):format(bins), 0)
-  end
-  if type(bins) == "table" and #bins < 2 then error("bins must hold at least 2 edges", 0) end
+  bins = bins_of(bins)
   if max_bins ~= nil and (math.type(max_bins) ~= "integer" or max_bins < 1) then
-    error(("max_bins must be an integer >= 1, got %s"):format(tostring(max_bins)), 0)
+    error(("max_bins must be an integer >= 1, got %s"):format(O.got(max_bins)), 0)
   end
   local n = #values
   if n == 0 then error("the values have no element", 0) end

@@ -97,6 +97,23 @@ describe("fp8.utils.checkpoint", function()
       -- 0.15 MB, te 0.74 MB -> 0.25 MB)
       assert.is_true(kept2 < kept1 / 2, ("%s: %d bytes kept with checkpoints, %d without"):format(c[1], kept2, kept1))
     end
+    -- train_char_gpt.lua --gradient-checkpointing reports the same losses (on a tiny text, te-hybrid)
+    local dir = U.tmpdir()
+    local f = assert(io.open(dir .. "/t.txt", "w"))
+    f:write(("a tiny text for a tiny gpt, checkpointed or not.\n"):rep(30))
+    f:close()
+    local function report(flag)
+      local p = assert(io.popen(("timeout 120 %s scripts/train_char_gpt.lua --text %s/t.txt --layers 2 --d-model 16 "
+        .. "--heads 2 --block-size 16 --batch-size 4 --sample-len 0 --eval-every 1 --steps 3 --recipe te-hybrid "
+        .. "--csv '' %s 2>&1"):format(FP8LAB_BIN or "build/fp8lab", dir, flag)))
+      local out = p:read("a")
+      p:close()
+      local t = {}
+      for l in out:gmatch("(step %d/3  train_loss=%S+  val_loss=%S+)") do t[#t + 1] = l end
+      assert.are.equal(3, #t, out)
+      return t
+    end
+    assert.are.same(report(""), report("--gradient-checkpointing"))
     local g = fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 4 }
     assert.is_false(g.is_gradient_checkpointing)
     g:gradient_checkpointing_enable()

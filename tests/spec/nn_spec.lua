@@ -2381,6 +2381,12 @@ describe("softsign, tanhshrink, threshold, prelu, pairwise distance, the embeddi
     U.same_values("GaussianNLLLoss", nn.GaussianNLLLoss { full = true, eps = 0.5, reduction = "sum" }(a, b,
       fp8.tensor(NAMED.VAR1)), ref.pl_gauss_full, 2e-6)
     U.same_values("PoissonNLLLoss", nn.PoissonNLLLoss()(a, fp8.tensor(NAMED.COUNTS)), ref.pl_poisson, 2e-6)
+    -- eps takes effect where torch's formulas read it: inside the triplet's distances, and in log(input + eps)
+    local r, c = fp8.tensor(NAMED.RATES), fp8.tensor(NAMED.COUNTS)
+    assert.is_true(math.abs(F.poisson_nll_loss(r, c, { log_input = false, eps = 0.5 }):item()
+      - F.poisson_nll_loss(r, c, { log_input = false }):item()) > 0.1)
+    local g3 = fp8.tensor(G)
+    assert.are_not.equal(F.triplet_margin_loss(a, b, g3, { eps = 1.0 }):item(), F.triplet_margin_loss(a, b, g3):item())
     U.same_values("CosineEmbeddingLoss", nn.CosineEmbeddingLoss { margin = 0.1, reduction = "none" }(a, b,
       fp8.tensor(NAMED.Y3)), ref.pl_cos_emb, 2e-6)
     for _, c in ipairs {

@@ -106,6 +106,7 @@ describe("bench scripts' options", function()
     refused("scripts/bench_train.lua --fp8-recipe rowwise --mixed-precision no",
       "--fp8-recipe needs --mixed-precision fp8 (got no)")
     refused("scripts/bench_train.lua --fp8-backend xx", "--fp8-backend must be one of te, ao, msamp; got 'xx'")
+    refused("scripts/bench_train.lua --gradient-checkpointing", "--gradient-checkpointing is a GPT option: give --model gpt")
     refused("scripts/bench_step_ab.lua --precisions ''", "--precisions: no precision given")
     refused("scripts/bench_elementwise.lua abc", "ROUNDS must be an integer >= 1, got 'abc'")
     refused("scripts/bench_elementwise.lua 1 2", "one argument at most, got 2")
@@ -127,6 +128,14 @@ describe("bench scripts' options", function()
     out, ok = sh("timeout 120 " .. q(bin) .. " scripts/bench_train.lua --model mlp --steps 1 --warmup 0 --profile 1")
     assert.is_true(ok, out)
     assert.matches("^profile steps=1 device=cpu\n.*\nmatmul .*\nmodel=mlp ms_per_step=[%d.]+ steps=1 ", out)
+    -- --gradient-checkpointing: far less activation memory kept after the forward
+    local function act(flag)
+      local o, good = sh("timeout 120 " .. q(bin) .. " scripts/bench_train.lua --model gpt --steps 1 --warmup 0 "
+        .. "--layers 2 --d-model 64 --seq 64 --batch 4 " .. flag)
+      assert.is_true(good, o)
+      return tonumber(o:match("act_mib=([%d.]+)"))
+    end
+    assert.is_true(act("--gradient-checkpointing") < act("") / 2)
     -- the sub-option of the backend given is used
     out, ok = sh("timeout 120 " .. q(bin) .. " scripts/bench_train.lua --model mlp --steps 1 --warmup 0 "
       .. "--mixed-precision fp8 --fp8-backend ao --fp8-recipe rowwise")

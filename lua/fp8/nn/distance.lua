@@ -41,17 +41,7 @@ function PairwiseDistance:__init(p, eps, keepdim)
     local o = O.check("PairwiseDistance", p, { "p", "eps", "keepdim" }, 3)
     p, eps, keepdim = o.p, o.eps, o.keepdim
   end
-  p, eps = p or 2.0, eps or 1e-6
-  if type(p) ~= "number" or not (p >= 0) then
-    error(("PairwiseDistance: p must be a number >= 0, got %s"):format(O.got(p)), 3)
-  end
-  if type(eps) ~= "number" or eps ~= eps or math.abs(eps) == math.huge then
-    error(("PairwiseDistance: eps must be a finite number, got %s"):format(O.got(eps)), 3)
-  end
-  if keepdim ~= nil and type(keepdim) ~= "boolean" then
-    error(("PairwiseDistance: keepdim must be a boolean, got %s"):format(O.got(keepdim)), 3)
-  end
-  self.norm, self.eps, self.keepdim = p, eps, keepdim or false
+  self.norm, self.eps, self.keepdim = F._pairwise_options("PairwiseDistance", p, eps, keepdim, 4)
 end
 
 function PairwiseDistance:forward(x1, x2) return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim) end

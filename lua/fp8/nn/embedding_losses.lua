@@ -7,17 +7,8 @@ local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
 local U = F._util
 local check_tensor, check_opts, reduce_loss, where = U.check_tensor, U.check_opts, U.reduce_loss, U.where
+local check_number = U.check_number
 local no_more = O.no_more
-
--- a number option (default when nil), finite
-local function number(fname, opts, key, default)
-  local v = opts[key]
-  if v == nil then return default end
-  if type(v) ~= "number" or v ~= v or math.abs(v) == math.huge then
-    error(("%s: %s must be a finite number, got %s"):format(fname, key, O.got(v)), 3)
-  end
-  return v
-end
 
 -- margin_ranking_loss(x1, x2, y [, {margin=0, reduction="mean"}]): max(0, −y·(x1 − x2) + margin)
 function F.margin_ranking_loss(x1, x2, y, opts, ...)
@@ -25,12 +16,27 @@ function F.margin_ranking_loss(x1, x2, y, opts, ...)
   no_more(N, "(input1, input2, target [, {margin=, reduction=}])", ...)
   check_tensor(N, "input1", x1); check_tensor(N, "input2", x2); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { margin = true, reduction = true })
-  local margin = number(N, opts, "margin", 0.0)
+  local margin = check_number(N, "margin", opts.margin, 0.0)
   if x1:dim() ~= x2:dim() or x1:dim() ~= y:dim() then
     error(("%s: input1 %s, input2 %s and target %s must have the same number of dims"):format(N, x1:shape_str(),
       x2:shape_str(), y:shape_str()), 2)
   end
   return reduce_loss(N, (-y * (x1 - x2) + margin):clamp_min(0), opts.reduction)
+end
+
+-- p, eps and keepdim checked and defaulted (F.pairwise_distance's and nn.PairwiseDistance's); level: where errors go
+function F._pairwise_options(name, p, eps, keepdim, level)
+  p, eps = p or 2.0, eps or 1e-6
+  if type(p) ~= "number" or not (p >= 0) then
+    error(("%s: p must be a number >= 0, got %s"):format(name, O.got(p)), level)
+  end
+  if type(eps) ~= "number" or eps ~= eps or math.abs(eps) == math.huge then
+    error(("%s: eps must be a finite number, got %s"):format(name, O.got(eps)), level)
+  end
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    error(("%s: keepdim must be a boolean, got %s"):format(name, O.got(keepdim)), level)
+  end
+  return p, eps, keepdim or false
 end
 
 -- pairwise_distance(x1, x2 [, p=2 [, eps=1e-6 [, keepdim=false]]]) (or {p=, eps=, keepdim=}): ‖x1 − x2 + eps‖_p
@@ -46,17 +52,10 @@ function F.pairwise_distance(x1, x2, p, eps, keepdim, ...)
     local o = check_opts(N, p, { p = true, eps = true, keepdim = true })
     p, eps, keepdim = o.p, o.eps, o.keepdim
   end
-  p, eps = p or 2.0, eps or 1e-6
-  if type(p) ~= "number" or not (p >= 0) then error(("%s: p must be a number >= 0, got %s"):format(N, O.got(p)), 2) end
-  if type(eps) ~= "number" or eps ~= eps or math.abs(eps) == math.huge then
-    error(("%s: eps must be a finite number, got %s"):format(N, O.got(eps)), 2)
-  end
-  if keepdim ~= nil and type(keepdim) ~= "boolean" then
-    error(("%s: keepdim must be a boolean, got %s"):format(N, O.got(keepdim)), 2)
-  end
+  p, eps, keepdim = F._pairwise_options(N, p, eps, keepdim, 3)
   local d = x1 - x2 + eps
   if d:dim() == 0 then error(("%s: the inputs are 0-d; it reduces along the last dim, so needs one"):format(N), 2) end
-  return d:norm(p, -1, keepdim or false)
+  return d:norm(p, -1, keepdim)
 end
 
 -- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):
@@ -66,7 +65,7 @@ function F.triplet_margin_loss(a, pos, neg, opts, ...)
   no_more(N, "(anchor, positive, negative [, {margin=, p=, eps=, swap=, reduction=}])", ...)
   check_tensor(N, "anchor", a); check_tensor(N, "positive", pos); check_tensor(N, "negative", neg)
   opts = check_opts(N, opts, { margin = true, p = true, eps = true, swap = true, reduction = true })
-  local margin = number(N, opts, "margin", 1.0)
+  local margin = check_number(N, "margin", opts.margin, 1.0)
   if margin <= 0 then error(("%s: margin must be positive, got %s"):format(N, O.got(margin)), 2) end
   if opts.swap ~= nil and type(opts.swap) ~= "boolean" then
     error(("%s: swap must be a boolean, got %s"):format(N, O.got(opts.swap)), 2)
@@ -89,7 +88,7 @@ function F.cosine_embedding_loss(x1, x2, y, opts, ...)
   no_more(N, "(input1, input2, target [, {margin=, reduction=}])", ...)
   check_tensor(N, "input1", x1); check_tensor(N, "input2", x2); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { margin = true, reduction = true })
-  local margin = number(N, opts, "margin", 0.0)
+  local margin = check_number(N, "margin", opts.margin, 0.0)
   if y:dim() > 1 then
     error(("%s: the target must be 0-d or 1-d (one per pair), got %s"):format(N, y:shape_str()), 2)
   end
@@ -112,7 +111,7 @@ function F.hinge_embedding_loss(x, y, opts, ...)
   no_more(N, "(input, target [, {margin=, reduction=}])", ...)
   check_tensor(N, "input", x); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { margin = true, reduction = true })
-  local margin = number(N, opts, "margin", 1.0)
+  local margin = check_number(N, "margin", opts.margin, 1.0)
   local per = where(y:ne(1), (margin - x):clamp_min(0), 0) + where(y:ne(-1), x, 0)
   return reduce_loss(N, per, opts.reduction)
 end

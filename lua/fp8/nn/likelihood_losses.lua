@@ -23,14 +23,6 @@ local function eps_of(fname, opts, default)
   end
   return v
 end
-local function reduction_of(fname, opts)
-  local r = opts.reduction
-  if r ~= nil and r ~= "mean" and r ~= "sum" and r ~= "none" then
-    error(("%s: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(fname, O.got(r)), 3)
-  end
-  return r
-end
-
 -- gaussian_nll_loss(input, target, var [, {full=false, eps=1e-6, reduction="mean"}]): 0.5·(log v + (input −
 -- target)² / v) (+ 0.5·log 2π with full), v = var clamped at eps (the clamp passes var's gradient through, as
 -- torch's, which clamps a copy without grad). var: input's shape, or one fewer dim (the last unsqueezed), or one dim
@@ -40,7 +32,7 @@ function F.gaussian_nll_loss(x, t, var, opts, ...)
   no_more(N, "(input, target, var [, {full=, eps=, reduction=}])", ...)
   check_tensor(N, "input", x); check_tensor(N, "target", t)
   opts = check_opts(N, opts, { full = true, eps = true, reduction = true })
-  local full, eps, red = flag(N, opts, "full"), eps_of(N, opts, 1e-6), reduction_of(N, opts)
+  local full, eps, red = flag(N, opts, "full"), eps_of(N, opts, 1e-6), opts.reduction
   if type(var) == "number" then
     if not (var >= 0) then error(("%s: var has negative entry/entries (got %s)"):format(N, O.got(var)), 2) end
     var = core.full(x:shape(), var):to(x:dtype()):to(x:device())
@@ -82,7 +74,7 @@ function F.poisson_nll_loss(x, t, opts, ...)
   check_tensor(N, "input", x); check_tensor(N, "target", t)
   opts = check_opts(N, opts, { log_input = true, full = true, eps = true, reduction = true })
   local log_input, full = flag(N, opts, "log_input"), flag(N, opts, "full")
-  local eps, red = eps_of(N, opts, 1e-8), reduction_of(N, opts)
+  local eps, red = eps_of(N, opts, 1e-8), opts.reduction
   local loss
   if log_input ~= false then loss = x:exp() - t * x else loss = x - t * (x + eps):log() end
   if full then
