@@ -147,6 +147,25 @@ fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl
     return FL_OK;
 }
 
+/* The link's backward: s takes a zero of its shape; the walk's order is what the link carries, not a value. */
+static fl_status link_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    (void)g;
+    if (!fl_node_input_needs_grad(n, 0)) return FL_OK;
+    const fl_tensor *s = n->inputs[0];
+    return fl_tensor_zeros(&gin[0], FL_F32, s->ndim, s->shape, s->device);
+}
+
+fl_status fl_autograd_link(fl_tensor **out, const fl_tensor *t, const fl_tensor *s) {
+    *out = NULL;
+    FL_TRY(fl_tensor_detach(out, t));
+    if (!fl_grad_enabled() || !s->requires_grad) return FL_OK;
+    fl_node *n;
+    FL_TRY(fl_autograd_record(out, &n, "LinkBackward", link_bwd, 1, &s));
+    fl_status st = fl_node_input_stub(n, 0);   /* its backward reads s's shape alone: s's data is not kept */
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
 fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t) {
     fl_tensor *d;
     FL_TRY(fl_tensor_detach(&d, t));

@@ -78,6 +78,12 @@ void fl_autograd_attach(fl_tensor *out, fl_node *node);
  * caller to save what backward needs. On failure *out is released and set to NULL. */
 fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
                              const fl_tensor *const *ins);
+/* t's data under a new header (no copy) whose history leads to s alone, whose gradient from it is zeros of s's shape:
+ * a tensor that stands for t in the graph and makes the backward reach s after it (fp8.autograd.Function's results,
+ * which must come back with the forward's bits, and the scalar that ties its arguments: lua/fp8/autograd_function.lua).
+ * The link keeps s's shape, not its data (unless s is a leaf). Without grad mode, or where s does not require grad,
+ * t detached. */
+fl_status fl_autograd_link(fl_tensor **out, const fl_tensor *t, const fl_tensor *s);
 /* Save t in slot through a history-free header (fl_tensor_detach): for an op's own output, which
  * owns the node, so saving the output itself would make a reference cycle. */
 fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t);

@@ -498,6 +498,13 @@ int fl_lautograd_field(lua_State *L, fl_tensor *t, const char *key) {
         if (t->grad) fl_lpushretained(L, t->grad); else lua_pushnil(L);
         return 1;
     }
+    /* t._version (torch's): how many in-place writes t's storage has had (views share it); a saved tensor's
+     * version checked at its use tells whether it changed since it was saved (fp8.autograd.Function does) */
+    if (strcmp(key, "_version") == 0) {
+        if (!t->storage) return luaL_error(L, "t._version: the tensor has been released (freed or closed)");
+        lua_pushinteger(L, (lua_Integer)t->storage->version);
+        return 1;
+    }
     /* t.data (torch's): t without history, sharing its storage (t:detach()); an in-place write through it is not
      * refused for t's sake, but still counts as a change of the storage for a backward that saved t */
     if (strcmp(key, "data") == 0) {
@@ -642,6 +649,39 @@ static int l_backwards_started(lua_State *L) {
     return 1;
 }
 
+/* fp8.core._name_grad_fn(t, name): t's grad_fn prints as name from now on (fp8.autograd.Function's results:
+ * "SquareBackward", as torch names a custom Function's node). The name is kept in a registry table, so the pointer
+ * the node holds stays valid while the state lives; one copy per distinct name. */
+static const char node_names_key = 0;
+static int l_name_grad_fn(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    size_t len;
+    const char *name = luaL_checklstring(L, 2, &len);
+    fl_lmaxargs(L, 2, "_name_grad_fn", "(tensor, name)");
+    if (len == 0 || len > 200 || strlen(name) != len) return luaL_error(L, "_name_grad_fn: a name of 1-200 characters");
+    if (!t->grad_fn) return luaL_error(L, "_name_grad_fn: the tensor has no grad_fn");
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &node_names_key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &node_names_key);
+    }
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 2);
+    lua_rawset(L, -3);   /* names[name] = name: the string stays alive, and with it its bytes */
+    t->grad_fn->name = lua_tostring(L, 2);
+    return 0;
+}
+
+/* fp8.core._link(t, s) -> t's data, its history leading to s (fl_autograd_link) */
+static int l_link(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1), *s = fl_lchecktensor(L, 2);
+    fl_lmaxargs(L, 2, "_link", "(tensor, link)");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_autograd_link(slot, t, s));
+    return 1;
+}
+
 /* fp8.core._restricted_walks() -> how many walks restricted to some inputs run now (restricted_walks) */
 static int l_restricted_walks(lua_State *L) {
     lua_pushinteger(L, restricted_walks);
@@ -650,6 +690,7 @@ static int l_restricted_walks(lua_State *L) {
 
 static const luaL_Reg funcs[] = {
     {"_restricted_walks", l_restricted_walks}, {"_backwards_started", l_backwards_started},
+    {"_name_grad_fn", l_name_grad_fn}, {"_link", l_link},
     {"_autograd_grad", l_autograd_grad},
     {"_autograd_backward", l_autograd_backward},
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad}, {"is_grad_enabled", l_is_grad_enabled},

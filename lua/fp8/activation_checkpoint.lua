@@ -4,8 +4,9 @@
 -- a Sequential (or a list of modules or functions), the last one excepted.
 --
 -- How (torch's use_reentrant=True way): the forward runs fn under fp8.no_grad, so no graph and no activation is
--- kept, and returns its outputs tied by a link of zero weight to the tensor arguments (and, where none requires grad,
--- to a stand-in leaf), so that the backward reaches the link. Gradient hooks on the outputs collect their gradients;
+-- kept, and returns its outputs tied to the tensor arguments (and, where none requires grad, to a stand-in leaf) by
+-- the link fp8.autograd.Function is built on (lua/fp8/autograd_function.lua: the outputs keep their bits), so that
+-- the backward reaches it. Gradient hooks on the outputs collect their gradients;
 -- the hook on the link, which runs after all of them, runs fn again with gradients on, with the random generator,
 -- the autocast dtype and the FP8 autocast as they were in the forward (dropout draws the same masks), runs a backward
 -- of it from the collected gradients, which fills the .grad of the parameters fn used as any backward does, and
@@ -21,6 +22,7 @@ local CK = require "fp8._checkpoint"
 local M = {}
 
 local function autocast() return require("fp8.fp8_autocast") end
+local function link() return require("fp8.autograd_function") end
 
 local function callable(v)
   if type(v) == "function" then return true end
@@ -59,39 +61,16 @@ function M.checkpoint(fn, ...)
   local st = { autocast = core.autocast_dtype(), fp8 = autocast().enabled() }
   st.seed, st.counter = CK.rng_state()
   local outs = table.pack(core.no_grad(function(...) return fn(...) end, ...))
-  -- the tensor arguments that take a gradient, each seen through a view the link hangs on (its gradient hook hands
-  -- the recomputed gradient over)
-  local links, grad_args = {}, {}
+  local grad_args, done = {}, false
+  -- the outputs' shapes, not the outputs: the link returns new tensors, and the backward must not keep these alive
+  local shapes = {}
+  for j = 1, outs.n do shapes[j] = core.is_tensor(outs[j]) and outs[j]:shape_str() or O.got(outs[j]) end
   for i = 1, args.n do
-    local a = args[i]
-    if core.is_tensor(a) and a:requires_grad() then
-      grad_args[#grad_args + 1] = i
-      links[#links + 1] = a:view(a:shape())
-    end
+    if core.is_tensor(args[i]) and args[i]:requires_grad() then grad_args[#grad_args + 1] = i end
   end
-  if #links == 0 then links[1] = core.zeros({}):requires_grad(true) end   -- a stand-in, so the backward gets here
-  local s
-  for _, z in ipairs(links) do
-    local part = z:sum() * 0
-    s = s and s + part or part
-  end
-  local n_out, got, done, results = 0, {}, false, nil
-  local result_args = table.pack(table.unpack(outs, 1, outs.n))
-  for j = 1, outs.n do
-    local o = outs[j]
-    if core.is_tensor(o) and (o:dtype() == "fp32" or o:dtype() == "bf16" or o:dtype() == "fp16") then
-      n_out = n_out + 1
-      -- (detached: a result that is an argument itself, returned as it is, would pass its gradient twice)
-      local y = o:detach() + s:to(o:dtype()):to(o:device())
-      y:register_hook(function(g) got[j] = g end)
-      result_args[j] = y
-    end
-  end
-  if n_out == 0 then
-    error("checkpoint: the function returned no float tensor, so nothing would carry a gradient back to it", 2)
-  end
-  -- the recomputation and its backward, once, when the link's gradient comes: every output's has come by then
-  s:register_hook(function()
+  -- the recomputation and its backward, once, when every output's gradient has come (the link's hook); each
+  -- argument's gradient from it goes back through the link (lua/fp8/autograd_function.lua)
+  local function recompute(got)
     if done then error("checkpoint: this call's backward has run already (no retain_graph through a checkpoint)", 0) end
     if core._restricted_walks() > 0 then
       error("checkpoint: not with fp8.autograd.grad or backward's inputs= (its recomputation's backward fills the "
@@ -99,6 +78,7 @@ function M.checkpoint(fn, ...)
     end
     done = true
     local here_seed, here_counter = CK.rng_state()
+    local results
     local ok, err = pcall(core.enable_grad, function()
       local again = {}
       for i = 1, args.n do again[i] = args[i] end
@@ -113,10 +93,10 @@ function M.checkpoint(fn, ...)
         local g = got[j]
         if g ~= nil then
           local y = r[j]
-          if not core.is_tensor(y) or y:dim() ~= outs[j]:dim() or y:shape_str() ~= outs[j]:shape_str() then
+          if not core.is_tensor(y) or y:shape_str() ~= shapes[j] then
             error(("checkpoint: the recomputation's result %d is %s where the forward's was %s: the function must "
               .. "compute the same shapes again"):format(j, core.is_tensor(y) and y:shape_str() or O.got(y),
-              outs[j]:shape_str()), 0)
+              shapes[j]), 0)
           end
           if y:requires_grad() then
             from[#from + 1] = y
@@ -130,16 +110,11 @@ function M.checkpoint(fn, ...)
     end)
     CK.set_rng_state(here_seed, here_counter)
     if not ok then error(err, 0) end
-  end)
-  -- each argument's gradient from the recomputation (zeros where it took none), in place of the link's zero
-  for k, z in ipairs(links) do
-    if grad_args[k] ~= nil then
-      z:register_hook(function(g)
-        local r = results and results[k]
-        if r == nil then return g * 0 end
-        return r:to("fp32")
-      end)
-    end
+    return results
+  end
+  local result_args, _, n_linked = link()._link(args, outs, function() return true end, recompute, true)
+  if n_linked == 0 then
+    error("checkpoint: the function returned no float tensor, so nothing would carry a gradient back to it", 2)
   end
   return table.unpack(result_args, 1, result_args.n)
 end

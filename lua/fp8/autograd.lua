@@ -148,4 +148,8 @@ function M.backward(tensors, grad_tensors, opts, ...)
   call_core(core._autograd_backward, outs, ins, gouts, retain)
 end
 
+-- fp8.autograd.Function{forward=, backward= [, setup_context=] [, name=]}: torch.autograd.Function
+-- (lua/fp8/autograd_function.lua)
+M.Function = require("fp8.autograd_function").Function
+
 return M

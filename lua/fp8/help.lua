@@ -263,6 +263,18 @@ add_all {
        .. "allow_unused: nil for an input no gradient reaches (else an error); materialize_grads: zeros.\n"
        .. "create_graph (second derivatives) is not supported. fp8.autograd.backward(tensors [, grad_tensors]\n"
        .. "[, {retain_graph=, inputs=}]): one backward from several tensors (torch.autograd.backward)." },
+  { section = "Tensors", name = "autograd.Function", sig = "fp8.autograd.Function{forward=function(ctx, ...), backward=function(ctx, ...) [, setup_context=] [, name=]} -> F; F.apply(...) or F(...)",
+    doc = "torch.autograd.Function: an op whose backward you write. forward(ctx, ...) runs without gradients and\n"
+       .. "returns tensors (and other values); backward(ctx, ...) gets one gradient per result (its dtype; zeros\n"
+       .. "where none came) and returns one per forward argument (nil, or a tensor of its shape or one broadcast\n"
+       .. "to it). ctx:save_for_backward(...) / ctx.saved_tensors (refused if written in place since: t._version),\n"
+       .. "ctx.needs_input_grad, ctx:mark_non_differentiable(...), ctx:set_materialize_grads(false) (nil in place\n"
+       .. "of zeros); other values as ctx fields. setup_context(ctx, inputs, output) with forward(...) is torch 2's\n"
+       .. "form. Results keep the forward's bits and print their grad_fn as <name>Backward. An argument backward\n"
+       .. "gives nil gets zeros (torch: none). e.g. a straight-through FP8 cast:\n"
+       .. "  STE = fp8.autograd.Function{forward = function(ctx, x) return x:quantize('e4m3'):dequantize() end,\n"
+       .. "                              backward = function(ctx, g) return g end}\n"
+       .. "Refused by name: ctx:mark_dirty (in-place), jvp, vmap." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"
        .. "(a coroutine may not yield inside fn: the mode is process-wide);\n"

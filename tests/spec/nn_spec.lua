@@ -1344,16 +1344,47 @@ describe("Module forward hooks (torch's register_forward_pre_hook / register_for
     assert.are.same({ "pre b", "pre a", "full b", "full a" }, order)
   end)
 
-  it("backward hooks: refused where they cannot be honoured, silent without grad, and no fused path", function()
+  it("backward hooks see every argument's and result's gradient at once (torch 2.15's values)", function()
     local M = nn.Module.class("Two")
     function M:forward(a, b) return a * b, a + b end
     local two = M()
-    two:register_full_backward_hook(function() end)
-    local a, b = fp8.ones(2):requires_grad(true), fp8.ones(2):requires_grad(true)
-    U.fails_with("Two backward hook: a module whose forward gets more than one tensor that requires grad (arguments 1 "
-      .. "and 2) is not supported", two, a, b)
-    U.fails_with("Two backward hook: a module whose forward returns more than one tensor that requires grad (results 1 "
-      .. "and 2) is not supported", two, a, fp8.ones(2))
+    local log = {}
+    local function list(t, n)
+      local r = {}
+      for i = 1, n do r[i] = t[i] and t[i]:totable() or "nil" end
+      return r
+    end
+    two:register_full_backward_pre_hook(function(_, go) log[#log + 1] = { "pre", list(go, 2) } end)
+    two:register_full_backward_hook(function(_, gi, go)
+      log[#log + 1] = { "full", list(gi, 2), list(go, 2) }
+      return { gi[1] * 10, nil }
+    end)
+    local a, b = fp8.tensor({ 1, 2 }):requires_grad(true), fp8.tensor({ 3, 4 }):requires_grad(true)
+    local p, q = two(a, b)
+    assert.are.equal("BackwardHookFunctionBackward", p:grad_fn())
+    local loss = (p * 2 + q):sum()
+    loss:backward()
+    -- torch: [('pre', [[2, 2], [1, 1]]), ('full', [[7, 9], [3, 5]], [[2, 2], [1, 1]])], a.grad [70, 90], b.grad None
+    assert.are.same({ { "pre", { { 2, 2 }, { 1, 1 } } }, { "full", { { 7, 9 }, { 3, 5 } }, { { 2, 2 }, { 1, 1 } } } },
+      log)
+    assert.are.same({ 70, 90 }, a.grad:totable())
+    assert.are.same({ 0, 0 }, b.grad:totable())   -- (torch leaves it None: here the link hands it zeros)
+    -- one result used: the other's gradient is nil (torch: None), both arguments' come
+    log, a.grad, b.grad = {}, nil, nil
+    local p2 = two(a, b)
+    p2:sum():backward()
+    assert.are.same({ { "pre", { { 1, 1 }, "nil" } }, { "full", { { 3, 4 }, { 1, 2 } }, { { 1, 1 }, "nil" } } }, log)
+    assert.are.same({ 30, 40 }, a.grad:totable())
+    -- a pre-hook must give a tensor wherever a gradient came
+    local t2 = M()
+    t2:register_full_backward_pre_hook(function(_, go) return { go[1] } end)
+    local p3, q3 = t2(a, b)
+    local l3 = (p3 + q3):sum()
+    U.fails_with("Two backward hook: pre-hook returned a table; it returns nothing or a table like grad_output (the "
+      .. "gradient at 2)", function() l3:backward() end)
+  end)
+
+  it("backward hooks: refused where they cannot be honoured, silent without grad, and no fused path", function()
     local lin = nn.Linear(2, 2)
     lin:register_full_backward_hook(function() return 5 end)
     U.fails_with("Linear backward hook: returned 5; it returns nothing or a table like grad_input",

@@ -344,91 +344,118 @@ local function hook_failed(self, what, err)
   error(err, 0)
 end
 
--- The backward hooks of one call: torch's BackwardHook, on one differentiable input and one differentiable output.
--- The input that requires grad (at most one: each input's gradient would come at its own time, and a hook's
--- replacement for the others would come too late) goes to forward as a view of itself, whose gradient is exactly
--- what this call sends it; the result that requires grad (at most one, for the same reason; other results, tensors
--- without grad or not tensors, pass as they are) is returned as a view of itself, whose gradient is what flows into
--- the module. Tensor hooks on the two views run the module's hooks.
+-- The backward hooks of one call: torch's BackwardHook. The forward's arguments that require grad go to forward
+-- through one identity fp8.autograd.Function (BackwardHookFunction, as torch's), whose backward gets all their
+-- gradients at once: the full backward hooks run there, with grad_input one entry per forward argument (nil where it
+-- takes no gradient or none came) and the grad_output the results' hooks kept, and what they return is what the
+-- arguments get. The results that require grad come back through another one, whose backward gets all their
+-- gradients at once: the pre-hooks run there, and may replace them (other results, tensors without grad or not
+-- tensors, pass as they are). Without an argument that requires grad, the full hooks run there too, with grad_input
+-- all nil.
 local function bw_fail(self, what) error(("%s backward hook: %s"):format(context_name(self), what), 0) end
 
-local function bw_run_full(self, bw, g_in)
-  local gi = { n = bw.nargs }
-  if bw.idx then gi[bw.idx] = g_in end
-  for _, e in ipairs(snapshot(rawget(self, "_backward_hooks") or {})) do
-    local r = e.fn(self, gi, { n = bw.nres, [bw.pos] = bw.grad_output })
-    if r ~= nil then
-      if type(r) ~= "table" then
-        bw_fail(self, ("returned %s; it returns nothing or a table like grad_input"):format(O.got(r)))
-      end
-      gi = { n = bw.nargs }
-      if bw.idx then
-        local g = r[bw.idx]
-        if g ~= nil and not is_tensor(g) then
-          bw_fail(self, ("returned %s as grad_input[%d]; it is a tensor (the gradient to use) or nil"):format(
-            O.got(g), bw.idx))
-        end
-        gi[bw.idx] = g
-      end
+-- a hook's replacement table r for the gradients at positions pos of cur: tensors, or nil (none: the argument gets
+-- no gradient from this call, as torch's None). A pre-hook's table has a tensor wherever a gradient came (strict).
+local function replacement(self, r, pos, cur, what, like, strict)
+  local missing = {}
+  if type(r) == "table" and strict then
+    for _, j in ipairs(pos) do
+      if cur[j] ~= nil and not is_tensor(r[j]) then missing[#missing + 1] = j end
     end
   end
-  return bw.idx and gi[bw.idx] or nil
+  if type(r) ~= "table" or #missing > 0 then
+    bw_fail(self, ("%sreturned %s; it returns nothing or a table like %s%s"):format(what,
+      type(r) == "table" and "a table" or O.got(r), like,
+      #missing > 0 and (" (the gradient%s at %s)"):format(#missing > 1 and "s" or "", table.concat(missing, ", "))
+      or ""))
+  end
+  local out = { n = cur.n }
+  for _, j in ipairs(pos) do
+    local g = r[j]
+    if g ~= nil and not is_tensor(g) then
+      bw_fail(self, ("%sreturned %s as %s[%d]; it is a tensor (the gradient to use) or nil"):format(what, O.got(g),
+        like, j))
+    end
+    out[j] = g
+  end
+  return out
+end
+
+local function bw_run_full(self, bw, gi)
+  for _, e in ipairs(snapshot(rawget(self, "_backward_hooks") or {})) do
+    local r = e.fn(self, gi, bw.grad_output or { n = bw.nres or 0 })
+    if r ~= nil then gi = replacement(self, r, bw.idx, gi, "", "grad_input") end
+  end
+  return gi
+end
+
+local hook_fns
+local function hook_functions()
+  if hook_fns then return hook_fns end
+  local Function = require("fp8.autograd_function").Function
+  local function identity(ctx, bw, ...)
+    ctx.bw = bw
+    ctx:set_materialize_grads(false)
+    return ...
+  end
+  hook_fns = {
+    input = Function { name = "BackwardHookFunction", forward = identity, backward = function(ctx, ...)
+      local bw = ctx.bw
+      local gi = { n = bw.nargs }
+      for k, i in ipairs(bw.idx) do gi[i] = select(k, ...) end
+      gi = bw_run_full(bw.module, bw, gi)
+      local out = {}
+      for k, i in ipairs(bw.idx) do out[k] = gi[i] end
+      return nil, table.unpack(out, 1, #bw.idx)
+    end },
+    output = Function { name = "BackwardHookFunction", forward = identity, backward = function(ctx, ...)
+      local bw = ctx.bw
+      local self = bw.module
+      local go = { n = bw.nres }
+      for k, j in ipairs(bw.pos) do go[j] = select(k, ...) end
+      for _, e in ipairs(snapshot(rawget(self, "_backward_pre_hooks") or {})) do
+        local r = e.fn(self, go)
+        if r ~= nil then go = replacement(self, r, bw.pos, go, "pre-hook ", "grad_output", true) end
+      end
+      bw.grad_output = go
+      if #bw.idx == 0 and #(rawget(self, "_backward_hooks") or {}) > 0 then bw_run_full(self, bw, { n = bw.nargs }) end
+      local out = {}
+      for k, j in ipairs(bw.pos) do out[k] = go[j] end
+      return nil, table.unpack(out, 1, #bw.pos)
+    end },
+  }
+  return hook_fns
 end
 
 local function bw_setup_input(self, args)
-  local bw = { nargs = args.n }
+  local bw = { module = self, nargs = args.n, idx = {} }
+  local ins = {}
   for i = 1, args.n do
     local a = args[i]
     if is_tensor(a) and a:requires_grad() then
-      if bw.idx then
-        bw_fail(self, ("a module whose forward gets more than one tensor that requires grad (arguments %d and %d) "
-          .. "is not supported"):format(bw.idx, i))
-      end
-      bw.idx = i
+      bw.idx[#bw.idx + 1] = i
+      ins[#ins + 1] = a
     end
   end
-  if bw.idx then
-    local v = args[bw.idx]:view(args[bw.idx]:shape())
-    v:register_hook(function(g)
-      local r = bw_run_full(self, bw, g)
-      if r ~= nil and r ~= g then return r end
-    end)
-    args[bw.idx] = v
+  if #ins > 0 then
+    local outs = table.pack(hook_functions().input.apply(bw, table.unpack(ins)))
+    for k, i in ipairs(bw.idx) do args[i] = outs[k] end
   end
   return bw
 end
 
 local function bw_setup_output(self, bw, res)
-  local pos
+  local pos, outs = {}, {}
   for i = 1, res.n do
     if is_tensor(res[i]) and res[i]:requires_grad() then
-      if pos then
-        bw_fail(self, ("a module whose forward returns more than one tensor that requires grad (results %d and %d) "
-          .. "is not supported"):format(pos, i))
-      end
-      pos = i
+      pos[#pos + 1] = i
+      outs[#outs + 1] = res[i]
     end
   end
-  if not pos then return res end   -- no gradient will flow into this call: no backward hook runs (torch's neither)
+  if #pos == 0 then return res end   -- no gradient will flow into this call: no backward hook runs (torch's neither)
   bw.nres, bw.pos = res.n, pos
-  local out = res[pos]
-  local v = out:view(out:shape())
-  v:register_hook(function(g)
-    for _, e in ipairs(snapshot(rawget(self, "_backward_pre_hooks") or {})) do
-      local r = e.fn(self, { n = bw.nres, [pos] = g })   -- (not res: this hook must not hold the view it sits on)
-      if r ~= nil then
-        if type(r) ~= "table" or not is_tensor(r[pos]) then
-          bw_fail(self, ("pre-hook returned %s; it returns nothing or a table like grad_output (the gradient at %d)")
-            :format(O.got(r), pos))
-        end
-        g = r[pos]
-      end
-    end
-    bw.grad_output = g
-    if not bw.idx and #(rawget(self, "_backward_hooks") or {}) > 0 then bw_run_full(self, bw, nil) end
-    return g
-  end)
-  res[pos] = v   -- (res is this call's own table: run_hooked packed it)
+  local linked = table.pack(hook_functions().output.apply(bw, table.unpack(outs)))
+  for k, j in ipairs(pos) do res[j] = linked[k] end   -- (res is this call's own table: run_hooked packed it)
   return res
 end
 
