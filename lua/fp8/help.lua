@@ -271,9 +271,9 @@ add_all {
        .. "ctx.needs_input_grad, ctx:mark_non_differentiable(...), ctx:set_materialize_grads(false) (nil in place\n"
        .. "of zeros); other values as ctx fields. setup_context(ctx, inputs, output) with forward(...) is torch 2's\n"
        .. "form. Results keep the forward's bits and print their grad_fn as <name>Backward. An argument backward\n"
-       .. "gives nil gets zeros (torch: none). e.g. a straight-through FP8 cast:\n"
-       .. "  STE = fp8.autograd.Function{forward = function(ctx, x) return x:quantize('e4m3'):dequantize() end,\n"
-       .. "                              backward = function(ctx, g) return g end}\n"
+       .. "gives nil gets zeros (torch: none). e.g. the gradient cast to E5M2 without a scale:\n"
+       .. "  G = fp8.autograd.Function{forward = function(ctx, x) return x:clone() end, backward =\n"
+       .. "        function(ctx, g) return g:quantize('e5m2', {scale = 1}):dequantize() end}\n"
        .. "Refused by name: ctx:mark_dirty (in-place), jvp, vmap." },
   { section = "Tensors", name = "no_grad", sig = "fp8.no_grad(fn, ...) / fp8.enable_grad(fn, ...) / fp8.set_grad_enabled(b) / fp8.is_grad_enabled()",
     doc = "Run fn(...) without recording history (evaluation) or with it (inside a no_grad), returning fn's results\n"

@@ -130,6 +130,16 @@ describe("fp8.autograd.Function", function()
     assert.are.same({ 1, 2, 3 }, x.grad:totable())
   end)
 
+  it("docs/concepts.md's example: the gradient cast to E5M2 without a scale loses what is under 2^-16", function()
+    local GradE5M2 = F { name = "GradE5M2",
+      forward = function(_, x) return x:clone() end,
+      backward = function(_, g) return g:quantize("e5m2", { scale = 1 }):dequantize() end }
+    local x = fp8.tensor({ 1, 2, 3 }):requires_grad(true)
+    local loss = (GradE5M2(x) * fp8.tensor({ 1e-6, 3e-5, 1e-3 })):sum()
+    loss:backward()
+    assert.are.same({ 0, 2 ^ -15, 2 ^ -10 }, x.grad:totable())
+  end)
+
   it("runs again under retain_graph, not at all without gradients, and keeps no argument it did not save", function()
     local x = fp8.tensor({ 1, 2 }):requires_grad(true)
     local l = Square(x):sum()
