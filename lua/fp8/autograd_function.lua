@@ -248,7 +248,7 @@ local function check_grad(self, ctx, arg, i, g, meta)
     error(("%s: backward returned gradient %d on %s; argument %d is on %s"):format(self._label, i, g:device(), i,
       meta.device), 0)
   end
-  g = g:to("fp32")
+  g = g:to("fp32"):detach()   -- (a gradient made with gradients on comes in without its history)
   if g:shape_str() ~= meta.shape_str then
     local r = sum_to(g, meta.shape)
     if r == nil then

@@ -193,6 +193,41 @@ describe("fp8.autograd.Function", function()
       function(ctx, g) ctx:save_for_backward(g); return g end)
   end)
 
+  it("survives a hostile backward: an error, a freed gradient, a yield; runs inside a checkpoint and a backward", function()
+    local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local function fails(needle, backward)
+      local G = F { forward = function(_, a) return a * 1 end, backward = backward }
+      local loss = G(x):sum()
+      U.fails_with(needle, function() loss:backward() end)
+    end
+    fails("boom", function() error("boom") end)
+    fails("backward's gradient 1 has been released", function(_, g) g:free(); return g end)
+    local G = F { forward = function(_, a) return a * 1 end, backward = function(_, g) coroutine.yield(1); return g end }
+    local co = coroutine.wrap(function() local l = G(x):sum(); l:backward() end)
+    U.fails_with("a coroutine yielded inside it", co)
+    -- a gradient computed with history comes in without it
+    x.grad = nil
+    local H = F { forward = function(_, a) return a * 1 end,
+      backward = function(_, g) return fp8.enable_grad(function() return g * x end) end }
+    H(x):sum():backward()
+    assert.are.same({ 1, 2 }, x.grad:totable())
+    assert.is_false(x.grad:requires_grad())
+    -- inside fp8.utils.checkpoint: the recomputation's backward runs the Function's
+    x.grad = nil
+    local y = fp8.utils.checkpoint.checkpoint(function(a) return Square(a) * 3 end, x)
+    y:sum():backward()
+    assert.are.same({ 6, 12 }, x.grad:totable())
+    -- a backward inside the Function's backward
+    x.grad = nil
+    local N = F { forward = function(_, a) return a * 1 end, backward = function(_, g)
+      local w = fp8.ones(2):requires_grad(true)
+      fp8.enable_grad(function() local l = (w * 3):sum(); l:backward() end)
+      return g * w.grad
+    end }
+    N(x):sum():backward()
+    assert.are.same({ 3, 3 }, x.grad:totable())
+  end)
+
   it("refuses what it cannot do, by name", function()
     local x = fp8.ones(2):requires_grad(true)
     U.fails_with("fp8.autograd.Function: backward must be a function, got nil", F, { forward = print })
