@@ -72,6 +72,20 @@ def seq3(o):
     a = S.ConstantLR(o, 0.5, 2); b = S.CosineAnnealingLR(o, 4); c = S.StepLR(o, 2, 0.5)
     return S.SequentialLR(o, [a, b, c], milestones=[2, 6])
 fmt("seq3", run(seq3, 12))
+fmt("mult", run(lambda o: S.MultiplicativeLR(o, lambda k: 0.95), 8))
+fmt("mult_groups", run(lambda o: S.MultiplicativeLR(o, [lambda k: 0.9, lambda k: 1.0 - 0.05 * k]), 8, opt_sgd(groups=2)))
+def chain_ce(o):
+    a = S.ConstantLR(o, 0.5, 3); b = S.ExponentialLR(o, 0.9)
+    return S.ChainedScheduler([a, b])
+fmt("chain_const_exp", run(chain_ce, 8))
+def chain_ls(o):
+    a = S.LinearLR(o, 0.2, 1.0, 4); b = S.StepLR(o, 3, 0.5); c = S.MultiplicativeLR(o, lambda k: 0.98)
+    return S.ChainedScheduler([a, b, c], optimizer=o)
+fmt("chain_lin_step_mult", run(chain_ls, 10, opt_sgd(groups=2)))
+def chain_mp(o):
+    a = S.MultiStepLR(o, [2, 4], 0.5); b = S.PolynomialLR(o, 6, 2.0)
+    return S.ChainedScheduler([a, b])
+fmt("chain_multistep_poly", run(chain_mp, 9))
 # transformers lambdas (their formulas), through LambdaLR
 def warm(s, w): return s / max(1, w)
 def const_w(w):

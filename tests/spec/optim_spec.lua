@@ -819,6 +819,49 @@ describe("fp8.optim.lr_scheduler", function()
       assert.truthy(sched.OneCycleLR(plain, { max_lr = 0.1, total_steps = 4, cycle_momentum = false }))
     end)
 
+  it("MultiplicativeLR and ChainedScheduler give torch's lrs; ChainedScheduler refuses what torch's chain orders",
+    function()
+    local o = sgd(0.1)
+    follows("mult", o, sched.MultiplicativeLR(o, function() return 0.95 end))
+    o = sgd(0.1, 0, 2)
+    local calls = 0
+    follows("mult_groups", o, sched.MultiplicativeLR(o, { function() calls = calls + 1; return 0.9 end,
+      function(k) return 1 - 0.05 * k end }))
+    assert.are.equal(7, calls)   -- once a step, as torch's
+    o = sgd(0.1)
+    local a, b = sched.ConstantLR(o, 0.5, 3), sched.ExponentialLR(o, 0.9)
+    local ch = sched.ChainedScheduler({ a, b })
+    follows("chain_const_exp", o, ch)
+    o = sgd(0.1, 0, 2)
+    local l1, s1, m1 = sched.LinearLR(o, 0.2, 1.0, 4), sched.StepLR(o, 3, 0.5),
+      sched.MultiplicativeLR(o, function() return 0.98 end)
+    follows("chain_lin_step_mult", o, sched.ChainedScheduler { schedulers = { l1, s1, m1 }, optimizer = o })
+    o = sgd(0.1)
+    local ms, p = sched.MultiStepLR(o, { 2, 4 }, 0.5), sched.PolynomialLR(o, 6, 2.0)
+    local c3 = sched.ChainedScheduler({ ms, p }, o)
+    follows("chain_multistep_poly", o, c3)
+    -- a member stepping the optimizer itself is refused; the state comes back through load_state_dict
+    U.fails_with("also stepped by another scheduler (ChainedScheduler)", ms.step, ms)
+    local o2 = sgd(0.1)
+    local c4 = sched.ChainedScheduler({ sched.MultiStepLR(o2, { 2, 4 }, 0.5), sched.PolynomialLR(o2, 6, 2.0) })
+    c4:load_state_dict(c3:state_dict())
+    assert.are.equal(o.param_groups[1].lr, o2.param_groups[1].lr)
+    -- refusals
+    local q = sgd(0.1)
+    U.fails_with("schedulers[2] is a CosineAnnealingLR, which sets the lr from the base", sched.ChainedScheduler,
+      { sched.StepLR(q, 2), sched.CosineAnnealingLR(q, 4) })
+    U.fails_with("schedulers[1] is a LambdaLR", sched.ChainedScheduler, { sched.LambdaLR(q, function() return 1 end) })
+    U.fails_with("schedulers[2] (StepLR) belongs to another optimizer", sched.ChainedScheduler,
+      { sched.StepLR(q, 2), sched.StepLR(sgd(0.1), 2) })
+    U.fails_with("optimizer is not the optimizer of the schedulers", sched.ChainedScheduler, { sched.StepLR(q, 2) },
+      sgd(0.1))
+    U.fails_with("schedulers must be a non-empty list of schedulers", sched.ChainedScheduler, {})
+    U.fails_with("MultiplicativeLR: lr_lambda must be a function or a list of 1 functions, got 5",
+      sched.MultiplicativeLR, q, 5)
+    local bad = sched.MultiplicativeLR(sgd(0.1), function() return "x" end)
+    U.fails_with('MultiplicativeLR: lr_lambda returned "x" (a string) at step 1 (expected a number)', bad.step, bad)
+  end)
+
   it("SequentialLR runs each scheduler from its own step 0 at its milestone, as torch's", function()
     local o = sgd(0.1)
     local a, b = sched.LinearLR(o, 0.1, nil, 3), sched.ExponentialLR(o, 0.9)

@@ -46,6 +46,8 @@ add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_ste
   .. "cycle_momentum=, ...}) (the momentum too), CyclicLR(opt, {base_lr=, max_lr=, step_size_up=2000,\n"
   .. "step_size_down=, mode=\"triangular\"|\"triangular2\"|\"exp_range\", gamma=, scale_fn=, scale_mode=,\n"
   .. "cycle_momentum=, base_momentum=, max_momentum=}) (the momentum too), SequentialLR(opt, schedulers, milestones),\n"
+  .. "ChainedScheduler(schedulers [, opt]) (the factors of ConstantLR, LinearLR, ExponentialLR, StepLR, MultiStepLR,\n"
+  .. "PolynomialLR, MultiplicativeLR multiplied, as torch's chain), MultiplicativeLR(opt, fn) (lr · fn(t) each step),\n"
   .. "ReduceLROnPlateau(opt [, {mode=, factor=, patience=, threshold=, threshold_mode=, cooldown=, min_lr=, eps=}])\n"
   .. "(sched:step(metric): the lr times factor after patience steps without improvement) (each of these also\n"
   .. "with one table of its option names after opt), LambdaLR(opt, fn); and transformers'\n"

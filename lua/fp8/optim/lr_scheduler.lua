@@ -1,13 +1,15 @@
 -- lr_scheduler.lua — fp8.optim.lr_scheduler: learning-rate schedules that set each parameter group's
 -- lr from its initial lr. LambdaLR is the base (lr = base_lr · f(epoch)); torch's StepLR, MultiStepLR, ConstantLR,
--- LinearLR, ExponentialLR, PolynomialLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, OneCycleLR, CyclicLR and
--- SequentialLR, warmup_cosine (linear warmup, then cosine decay to min_lr), and transformers' schedules
+-- LinearLR, ExponentialLR, PolynomialLR, MultiplicativeLR, CosineAnnealingLR, CosineAnnealingWarmRestarts,
+-- OneCycleLR, CyclicLR, SequentialLR and ChainedScheduler, warmup_cosine (linear warmup, then cosine decay to
+-- min_lr), and transformers' schedules
 -- (get_linear/cosine/cosine_with_hard_restarts/polynomial_decay_schedule_with_warmup, get_constant_schedule(_with_
 -- warmup), get_inverse_sqrt_schedule, get_scheduler by name) are built on it. Call :step() after
 -- optimizer:step(); :get_last_lr() returns the list of current lrs.
 -- Every schedule is a closed form of (step, base lr): an lr written into a group by hand lasts until the
 -- scheduler's next step, which writes the schedule's value again (torch's chainable StepLR would scale the
--- hand-set lr instead), and two schedulers stepping one optimizer are refused (torch multiplies them). A group
+-- hand-set lr instead), and two schedulers stepping one optimizer are refused (torch multiplies them; a
+-- ChainedScheduler of them does, for the schedules that multiply the lr step by step). A group
 -- added to the optimizer after the scheduler was made joins the schedule with its own lr (or initial_lr) as its
 -- base, at the schedule's current step.
 local O = require "fp8.opts"
@@ -76,6 +78,9 @@ Scheduler.__index = Scheduler
 Scheduler._is_lr_scheduler = true
 Plateau._is_lr_scheduler = true
 Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry by it
+-- The fields of a schedule that is the base times a factor of the step alone (lr_fn(t, base) = base · f(t)), whose
+-- factors ChainedScheduler multiplies as torch's chain of recursive steps does.
+local CHAIN = { _chainable = true }
 
 -- new(name, opt, lr_fn, [last_epoch [, fractional [, after_step]]]) — lr_fn(t, base_lr, group_index) → lr. Sets
 -- epoch 0's lr now, as PyTorch's constructors do. fractional: step(epoch) also takes a fraction, kept as the
@@ -140,8 +145,9 @@ function Scheduler:step(epoch)
   if other ~= nil and other ~= self and prev >= 0 then
     self.last_epoch, self._pos = prev, prev_pos
     error(("%s:step: this optimizer is also stepped by another scheduler (%s); torch would multiply the two "
-      .. "schedules, fp8lab's are closed forms and the last to step would win: use one scheduler (a SequentialLR of "
-      .. "the two, one after the other; a LambdaLR of their product; or warmup_cosine for a warmup then a decay)")
+      .. "schedules, fp8lab's are closed forms and the last to step would win: use one scheduler (a ChainedScheduler "
+      .. "of the two, their product; a SequentialLR of the two, one after the other; a LambdaLR of their product; or "
+      .. "warmup_cosine for a warmup then a decay)")
       :format(self.name, other.name), 2)
   end
   local ok, lrs = pcall(self.get_lr, self)
@@ -234,6 +240,43 @@ function M.LambdaLR(opt, lr_lambda, ...)
   end)
 end
 
+-- MultiplicativeLR(opt, fn) or MultiplicativeLR(opt, {fn1, fn2, ...} per group): torch's, lr_t = lr_(t-1) · fn(t)
+-- from step 1 on, so lr = base · fn(1) · ... · fn(t). Each group's products are kept as they are first computed (fn
+-- runs once a step, as torch's; a jump back, load_state_dict's, reads them again).
+function M.MultiplicativeLR(opt, lr_lambda, ...)
+  check_opt("MultiplicativeLR", opt)
+  no_more("MultiplicativeLR", "(opt, lr_lambda)", ...)
+  if type(lr_lambda) ~= "function" and (type(lr_lambda) ~= "table" or rawlen(lr_lambda) ~= #opt.param_groups) then
+    error(("MultiplicativeLR: lr_lambda must be a function or a list of %d functions, got %s"):format(
+      #opt.param_groups, O.got(lr_lambda)), 2)
+  end
+  if type(lr_lambda) == "table" then
+    for i = 1, rawlen(lr_lambda) do
+      if type(rawget(lr_lambda, i)) ~= "function" then
+        error(("MultiplicativeLR: lr_lambda[%d] must be a function, got %s"):format(i, O.got(rawget(lr_lambda, i))), 2)
+      end
+    end
+  end
+  local products = {}   -- products[i][t] = fn(1) · ... · fn(t) of group i; [0] = 1
+  return new("MultiplicativeLR", opt, function(t, base, i)
+    local fn = type(lr_lambda) == "function" and lr_lambda or rawget(lr_lambda, i)
+    if fn == nil then
+      error(("MultiplicativeLR: the optimizer has %d parameter groups, lr_lambda %d functions (a group was added "
+        .. "after the scheduler was made)"):format(#opt.param_groups, rawlen(lr_lambda)), 0)
+    end
+    local p = products[i]
+    if p == nil then p = { [0] = 1, n = 0 }; products[i] = p end
+    for k = p.n + 1, t do
+      local f = fn(k)
+      if type(f) ~= "number" then
+        error(("MultiplicativeLR: lr_lambda returned %s at step %d (expected a number)"):format(O.got(f), k), 0)
+      end
+      p[k], p.n = p[k - 1] * f, k
+    end
+    return base * p[t]
+  end, nil, false, nil, CHAIN)
+end
+
 -- StepLR(opt, {step_size, gamma=0.1}) or torch's positional StepLR(opt, step_size [, gamma]):
 -- lr = base · gamma^floor(epoch / step_size).
 function M.StepLR(opt, opts, pos_gamma, ...)
@@ -249,7 +292,8 @@ function M.StepLR(opt, opts, pos_gamma, ...)
   local gamma = opts.gamma or 0.1
   check_rate("StepLR", "gamma", gamma)
   local step_size = opts.step_size
-  return new("StepLR", opt, function(epoch, base) return base * gamma ^ (epoch // step_size) end)
+  return new("StepLR", opt, function(epoch, base) return base * gamma ^ (epoch // step_size) end, nil, false, nil,
+    CHAIN)
 end
 
 -- CosineAnnealingLR(opt, {T_max, eta_min=0}) or torch's CosineAnnealingLR(opt, T_max [, eta_min]): closed form
@@ -319,7 +363,7 @@ function M.MultiStepLR(opt, opts, ...)
     local k = 0
     for _, m in ipairs(list) do if m <= epoch then k = k + 1 end end
     return base * gamma ^ k
-  end)
+  end, nil, false, nil, CHAIN)
 end
 
 -- ExponentialLR(opt, {gamma}) (or ExponentialLR(opt, gamma)): lr = base · gamma^epoch.
@@ -331,7 +375,7 @@ function M.ExponentialLR(opt, opts, ...)
   if opts.gamma == nil then error("ExponentialLR: gamma is required", 2) end
   check_rate("ExponentialLR", "gamma", opts.gamma)
   local gamma = opts.gamma
-  return new("ExponentialLR", opt, function(epoch, base) return base * gamma ^ epoch end)
+  return new("ExponentialLR", opt, function(epoch, base) return base * gamma ^ epoch end, nil, false, nil, CHAIN)
 end
 
 -- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}) or torch's LinearLR(opt [, start_factor
@@ -356,7 +400,7 @@ function M.LinearLR(opt, opts, ...)
   return new("LinearLR", opt, function(epoch, base)
     local r = math.min(epoch, total) / total
     return base * (sf * (1 - r) + ef * r)
-  end)
+  end, nil, false, nil, CHAIN)
 end
 
 -- ConstantLR(opt, {factor=1/3, total_iters=5}) or torch's ConstantLR(opt [, factor [, total_iters]]): base · factor
@@ -371,7 +415,8 @@ function M.ConstantLR(opt, opts, ...)
     error(("ConstantLR: factor must be a number in [0, 1], got %s"):format(O.got(factor)), 2)
   end
   check_int("ConstantLR", "total_iters", total, 0)
-  return new("ConstantLR", opt, function(epoch, base) return epoch < total and base * factor or base end)
+  return new("ConstantLR", opt, function(epoch, base) return epoch < total and base * factor or base end, nil, false,
+    nil, CHAIN)
 end
 
 -- PolynomialLR(opt, {total_iters=5, power=1}) or torch's PolynomialLR(opt [, total_iters [, power]]):
@@ -386,7 +431,7 @@ function M.PolynomialLR(opt, opts, ...)
   check_rate("PolynomialLR", "power", power)
   return new("PolynomialLR", opt, function(epoch, base)
     return base * (1 - math.min(total, epoch) / total) ^ power
-  end)
+  end, nil, false, nil, CHAIN)
 end
 
 -- CosineAnnealingWarmRestarts(opt, {T_0, T_mult=1, eta_min=0}) or torch's (opt, T_0 [, T_mult [, eta_min]]): the
@@ -713,6 +758,59 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
     local sc, u = which(t)
     if sc._after_step then sc:_after_step(u) end
   end, { _schedulers = list, _milestones = ms })
+end
+
+-- ChainedScheduler(schedulers [, opt]) (or ({schedulers=, optimizer=})): torch's, every scheduler's effect at once.
+-- torch steps each one on the lr the one before it left, so the factors of schedules that multiply the lr step by step
+-- multiply: lr = base · f1(t) · f2(t) · ..., f the schedule's lr for a base of 1. Taken: those schedules (ConstantLR,
+-- LinearLR, ExponentialLR, StepLR, MultiStepLR, PolynomialLR, MultiplicativeLR). Refused by name: the ones that set
+-- the lr from the base (LambdaLR, the cosines, OneCycleLR, CyclicLR, SequentialLR, a ChainedScheduler,
+-- ReduceLROnPlateau), whose result in torch's chain depends on their place in it. The schedulers are made on one
+-- optimizer first, and are not stepped themselves afterwards.
+function M.ChainedScheduler(schedulers, optimizer, ...)
+  local N = "ChainedScheduler"
+  local takes = "(schedulers [, optimizer]) or ({schedulers=, optimizer=})"
+  if type(schedulers) == "table" and (rawget(schedulers, "schedulers") ~= nil or rawget(schedulers, "optimizer") ~= nil)
+  then
+    no_more(N, takes, optimizer, ...)
+    check_keys(N, schedulers, { schedulers = true, optimizer = true })
+    schedulers, optimizer = schedulers.schedulers, schedulers.optimizer
+  else
+    no_more(N, takes, ...)
+  end
+  if not is_list(schedulers) then
+    error(("ChainedScheduler: schedulers must be a non-empty list of schedulers, got %s"):format(O.got(schedulers)), 2)
+  end
+  local list = {}
+  for i = 1, rawlen(schedulers) do
+    local sc = rawget(schedulers, i)
+    if getmetatable(sc) ~= Scheduler and getmetatable(sc) ~= Plateau then
+      local prepared = type(sc) == "table" and rawget(sc, "scheduler") ~= nil
+      error(("ChainedScheduler: schedulers[%d] must be a scheduler from fp8.optim.lr_scheduler, got %s%s"):format(i,
+        O.got(sc), prepared and " (a prepared one: pass the scheduler itself and prepare the ChainedScheduler)" or ""),
+        2)
+    end
+    if not rawget(sc, "_chainable") then
+      error(("ChainedScheduler: schedulers[%d] is a %s, which sets the lr from the base rather than multiplying it "
+        .. "step by step, so in torch's chain its effect depends on its place; chained here: ConstantLR, LinearLR, "
+        .. "ExponentialLR, StepLR, MultiStepLR, PolynomialLR, MultiplicativeLR (a SequentialLR runs schedules one "
+        .. "after the other; a LambdaLR of a product multiplies any)"):format(i, sc.name), 2)
+    end
+    if i > 1 and sc.optimizer ~= list[1].optimizer then
+      error(("ChainedScheduler: schedulers[%d] (%s) belongs to another optimizer than schedulers[1]; all must be of "
+        .. "one (torch's refuses it too)"):format(i, sc.name), 2)
+    end
+    list[i] = sc
+  end
+  local opt = list[1].optimizer
+  if optimizer ~= nil and optimizer ~= opt then
+    error("ChainedScheduler: optimizer is not the optimizer of the schedulers (torch's refuses it too)", 2)
+  end
+  return new(N, opt, function(t, base, i)
+    local f = 1
+    for _, sc in ipairs(list) do f = f * sc._lr_fn(t, 1, i) end
+    return base * f
+  end, nil, false, nil, { _schedulers = list })
 end
 
 -- The schedules of transformers.optimization that Accelerate's examples use, under their names:
