@@ -4,7 +4,7 @@ input's and weight's gradients of their sum weighted by a fixed tensor), F.leaky
 gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, ignore_index / pos_weight, and the
 input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
-softmin, log_softmax, glu), F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scaled_dot_product_attention with an
+softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish), F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
 nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,
@@ -93,6 +93,16 @@ for key, fn in (("hardtanh", lambda t: F.hardtanh(t)), ("hardtanh_m3_3", lambda 
     (y * torch.tensor(G)).sum().backward()
     out["act_" + key] = rows(y)
     out["act_" + key + "_dx"] = rows(xr.grad)
+# the exponential activations in their tails, where exp(x) - 1 and log(1 + exp(x)) lose everything (expm1 and
+# log1p do not): values and the input's gradient of the output weighted by G
+TAIL = [[-1e-5, -1e-3, -0.3, -20.0], [-30.0, -87.0, -90.0, -100.0], [20.0, 30.0, 1e-6, -5.0]]
+for key, fn in (("elu", F.elu), ("celu", lambda t: F.celu(t, 0.5)), ("selu", F.selu), ("softplus", F.softplus),
+                ("softplus_b2", lambda t: F.softplus(t, 2.0, 3.0)), ("logsigmoid", F.logsigmoid), ("mish", F.mish)):
+    xr = torch.tensor(TAIL, requires_grad=True)
+    y = fn(xr)
+    (y * torch.tensor(G)).sum().backward()
+    out["tail_" + key] = rows(y)
+    out["tail_" + key + "_dx"] = rows(xr.grad)
 xr = torch.tensor(X, requires_grad=True)
 y = F.glu(xr, 1)
 (y * torch.tensor(G)[:, :2]).sum().backward()

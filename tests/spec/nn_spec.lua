@@ -2353,6 +2353,28 @@ describe("softsign, tanhshrink, threshold, prelu, pairwise distance, the embeddi
       reduction = "none" } },
   }
 
+  it("the exponential activations keep their tails' digits, as torch's expm1 and log1p do", function()
+    -- (exp(x) - 1 and log(1 + exp(x)) gave softplus(-20) = 0 for torch's 2.06e-9, elu(-1e-5) 0.14% off)
+    for _, c in ipairs { { "elu", F.elu }, { "celu", function(t) return F.celu(t, 0.5) end }, { "selu", F.selu },
+                         { "softplus", F.softplus }, { "softplus_b2", function(t) return F.softplus(t, 2.0, 3.0) end },
+                         { "logsigmoid", F.logsigmoid }, { "mish", F.mish } } do
+      local x = fp8.tensor({ { -1e-5, -1e-3, -0.3, -20.0 }, { -30.0, -87.0, -90.0, -100.0 }, { 20.0, 30.0, 1e-6, -5.0 } })
+        :requires_grad(true)   -- (TAIL of scripts/gen_nn_parity.py)
+      local y = c[2](x)
+      local loss = (y * fp8.tensor(G)):sum()
+      loss:backward()
+      for _, pair in ipairs { { y, ref["tail_" .. c[1]], "" }, { x.grad, ref["tail_" .. c[1] .. "_dx"], " dx" } } do
+        local g, w = pair[1]:reshape(-1):totable(), {}
+        for _, row in ipairs(pair[2]) do for _, v in ipairs(row) do w[#w + 1] = v end end
+        for i = 1, #w do
+          -- (below 1e-37, fp32's subnormals: torch's mish takes sigmoid(-90) as 1/(1 + inf) = 0 there)
+          assert.is_true(math.abs(g[i] - w[i]) <= 2e-6 * math.abs(w[i]) + 1e-37,
+            ("%s%s[%d]: %.9g vs torch's %.9g"):format(c[1], pair[3], i, g[i], w[i]))
+        end
+      end
+    end
+  end)
+
   it("the activations match torch's values and gradients (PReLU's weight's too)", function()
     for _, c in ipairs { { "softsign", F.softsign }, { "tanhshrink", F.tanhshrink },
                          { "threshold", function(t) return F.threshold(t, 0.5, -7.0) end } } do

@@ -113,7 +113,8 @@ end
 
 -- leaky_relu(x [, negative_slope=0.01]), elu(x [, alpha=1]), softplus(x [, beta=1 [, threshold=20]]): torch's, built
 -- of selections (fp8.where) so each side's gradient is its own and the side not taken passes none (elu's exp and
--- softplus's are taken of a clamped argument, so they never overflow there). At 0 the gradients are torch's: slope,
+-- softplus's are taken of a clamped argument, so they never overflow there; expm1 and log1p, as torch's, so that
+-- the tails keep their digits). At 0 the gradients are torch's: slope,
 -- alpha, and sigmoid(0)·... as softplus's formula gives.
 local function check_number(fname, what, v, default)
   if v == nil then return default end
@@ -123,6 +124,12 @@ local function check_number(fname, what, v, default)
   return v
 end
 local function where(...) return require("fp8.tensor").where(...) end
+-- expm1(u) whose gradient is e^u of u, as torch's ELU takes it (expm1's own, e^u = y + 1 from its output, is 0 where y
+-- rounds to -1: elu's at -20 was 0 for torch's 2.1e-9). The second term is 0 (its sign kept: -0.0 - 0 = -0.0).
+local function expm1_exp(u)
+  local e = u:exp()
+  return u:expm1():detach() - (e:detach() - e)
+end
 function F.leaky_relu(x, slope, ...)
   no_more("leaky_relu", "(input [, negative_slope]) (no inplace)", ...)
   check_tensor("leaky_relu", "input", x)
@@ -135,7 +142,7 @@ function F.elu(x, alpha, ...)
   alpha = check_number("elu", "alpha", alpha, 1.0)
   -- (the exp's argument bounded for the branch not taken; at 1, not 0, so that x = 0 keeps its gradient: clamp's
   -- passes none at a bound)
-  return where(x:gt(0), x, (x:clamp_max(1):exp() - 1) * alpha)
+  return where(x:gt(0), x, expm1_exp(x:clamp_max(1)) * alpha)
 end
 function F.softplus(x, beta, threshold, ...)
   no_more("softplus", "(input [, beta [, threshold]])", ...)
@@ -144,8 +151,9 @@ function F.softplus(x, beta, threshold, ...)
   threshold = check_number("softplus", "threshold", threshold, 20.0)
   if beta == 0 then error("softplus: beta must be nonzero (it divides)", 2) end
   local bx = x * beta
-  -- above the threshold torch returns x itself (linear); below, log(1 + e^(βx)) / β, e^ of the clamped βx
-  return where(bx:gt(threshold), x, (bx:clamp_max(threshold + 1):exp() + 1):log() / beta)
+  -- above the threshold torch returns x itself (linear); below, log1p(e^(βx)) / β, e^ of the clamped βx (log of
+  -- 1 + e^(βx) rounded 1 + e^-17 to 1: softplus(-17) was 0, logsigmoid(17) and mish(-17) too)
+  return where(bx:gt(threshold), x, bx:clamp_max(threshold + 1):exp():log1p() / beta)
 end
 
 -- hardtanh(x [, min=-1 [, max=1]]), relu6(x) (hardtanh over [0, 6], torch's), hardsigmoid(x), hardswish(x),
@@ -194,7 +202,7 @@ function F.celu(x, alpha, ...)
   check_tensor("celu", "input", x)
   alpha = check_number("celu", "alpha", alpha, 1.0)
   if alpha == 0 then error("celu: alpha must be nonzero (it divides)", 2) end
-  return where(x:gt(0), x, ((x:clamp_max(math.abs(alpha)) / alpha):exp() - 1) * alpha)
+  return where(x:gt(0), x, expm1_exp(x:clamp_max(math.abs(alpha)) / alpha) * alpha)
 end
 function F.logsigmoid(x, ...)
   no_more("logsigmoid", "(input)", ...)
