@@ -338,17 +338,16 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         return st;
     }
     case FL_OP_SIGN: return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);   /* flat almost everywhere */
-    case FL_OP_TANH:      /* g·(1 - y²), from the output */
+    case FL_OP_TANH:      /* g·(1 - y²), from the output, as torch's tanh_backward rounds it */
     case FL_OP_SIGMOID: { /* g·y·(1 - y) */
         fl_tensor *t = NULL, *u = NULL;
-        fl_status st = fl_binary_scalar_raw(&t, FL_OP_SUB, x, 1.0, true);   /* 1 - y */
-        if (st == FL_OK && op == FL_OP_TANH) {                             /* (1 - y)(1 + y) = 1 - y² */
-            st = fl_binary_scalar_raw(&u, FL_OP_ADD, x, 1.0, false);
-            if (st == FL_OK) { fl_tensor *v = t; st = fl_binary_raw(&t, FL_OP_MUL, v, u); fl_tensor_release(v); }
-        } else if (st == FL_OK) {
-            fl_tensor *v = t;
-            st = fl_binary_raw(&t, FL_OP_MUL, v, x);
-            fl_tensor_release(v);
+        fl_status st;
+        if (op == FL_OP_TANH) {   /* (1 - y)(1 + y) was a rounding apart: tanhshrink's gradient at 1e-6 6e-8, not 1e-12 */
+            st = fl_binary_raw(&u, FL_OP_MUL, x, x);
+            if (st == FL_OK) st = fl_binary_scalar_raw(&t, FL_OP_SUB, u, 1.0, true);   /* 1 - y² */
+        } else {
+            st = fl_binary_scalar_raw(&u, FL_OP_SUB, x, 1.0, true);                      /* 1 - y */
+            if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, u, x);
         }
         if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, t);
         fl_tensor_release(t);

@@ -2375,6 +2375,23 @@ describe("softsign, tanhshrink, threshold, prelu, pairwise distance, the embeddi
     end
   end)
 
+  it("tanh's gradient is 1 - y² as torch rounds it, and a NaN takes elu's positive side, as torch's", function()
+    -- torch 2.15: tanhshrink's gradient at ±1e-6 is 0 (tanh² = 1e-12 gone in 1 - (1 - y²)); (1 - y)(1 + y) gave 6e-8
+    local x = fp8.tensor({ 1e-6, -1e-6 }):requires_grad(true)
+    local l = F.tanhshrink(x):sum()
+    l:backward()
+    assert.are.same({ 0, 0 }, x.grad:totable())
+    -- elu, celu, selu at NaN: torch's backward takes x <= 0 as the exponential side, so a NaN passes the gradient
+    for _, c in ipairs { { F.elu, 1 }, { function(t) return F.celu(t, 0.5) end, 1 }, { F.selu, 1.0507009873554805 } } do
+      local n = fp8.tensor({ 0 / 0, -1 }):requires_grad(true)
+      local y = c[1](n)
+      assert.is_true(y:totable()[1] ~= y:totable()[1])
+      local ly = y:sum()
+      ly:backward()
+      assert.is_true(math.abs(n.grad:totable()[1] - c[2]) < 1e-6, tostring(n.grad:totable()[1]))
+    end
+  end)
+
   it("the activations match torch's values and gradients (PReLU's weight's too)", function()
     for _, c in ipairs { { "softsign", F.softsign }, { "tanhshrink", F.tanhshrink },
                          { "threshold", function(t) return F.threshold(t, 0.5, -7.0) end } } do

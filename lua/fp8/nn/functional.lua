@@ -142,7 +142,7 @@ function F.elu(x, alpha, ...)
   alpha = check_number("elu", "alpha", alpha, 1.0)
   -- (the exp's argument bounded for the branch not taken; at 1, not 0, so that x = 0 keeps its gradient: clamp's
   -- passes none at a bound)
-  return where(x:gt(0), x, expm1_exp(x:clamp_max(1)) * alpha)
+  return where(x:le(0), expm1_exp(x:clamp_max(1)) * alpha, x)   -- (NaN takes x's side, its gradient 1: torch's)
 end
 function F.softplus(x, beta, threshold, ...)
   no_more("softplus", "(input [, beta [, threshold]])", ...)
@@ -202,7 +202,7 @@ function F.celu(x, alpha, ...)
   check_tensor("celu", "input", x)
   alpha = check_number("celu", "alpha", alpha, 1.0)
   if alpha == 0 then error("celu: alpha must be nonzero (it divides)", 2) end
-  return where(x:gt(0), x, expm1_exp(x:clamp_max(math.abs(alpha)) / alpha) * alpha)
+  return where(x:le(0), expm1_exp(x:clamp_max(math.abs(alpha)) / alpha) * alpha, x)
 end
 function F.logsigmoid(x, ...)
   no_more("logsigmoid", "(input)", ...)
