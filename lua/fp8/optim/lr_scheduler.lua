@@ -696,6 +696,32 @@ function M.CyclicLR(opt, opts, ...)
   end)
 end
 
+-- The schedulers a SequentialLR or a ChainedScheduler (N) runs: a non-empty list of schedulers of one optimizer (opt,
+-- or the first one's); member(i, sc) refuses the kinds N does not take (raising at level 4: N's caller). Errors
+-- point at N's caller.
+local function scheduler_list(N, schedulers, opt, member)
+  if not is_list(schedulers) then
+    error(("%s: schedulers must be a non-empty list of schedulers, got %s"):format(N, O.got(schedulers)), 3)
+  end
+  local list = {}
+  for i = 1, rawlen(schedulers) do
+    local sc = rawget(schedulers, i)
+    if getmetatable(sc) ~= Scheduler and getmetatable(sc) ~= Plateau then
+      local prepared = type(sc) == "table" and rawget(sc, "scheduler") ~= nil
+      error(("%s: schedulers[%d] must be a scheduler from fp8.optim.lr_scheduler, got %s%s"):format(N, i, O.got(sc),
+        prepared and (" (a prepared one: pass the scheduler itself and prepare the %s)"):format(N) or ""), 3)
+    end
+    member(i, sc)
+    opt = opt or sc.optimizer
+    if sc.optimizer ~= opt then
+      error(("%s: schedulers[%d] (%s) belongs to another optimizer; all must be of one (the one given), as torch's")
+        :format(N, i, sc.name), 3)
+    end
+    list[i] = sc
+  end
+  return list
+end
+
 -- SequentialLR(opt, schedulers, milestones) (or (opt, {schedulers=, milestones=})): torch's: schedulers[1] until
 -- milestones[1], then schedulers[2] from its own step 0, and so on (#milestones = #schedulers − 1, non-decreasing).
 -- Each must be a scheduler of this optimizer (made, as torch's, on it before this one); they are not stepped
@@ -712,27 +738,12 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
   else
     no_more(N, "(opt, schedulers, milestones) or (opt, {schedulers=, milestones=})", ...)
   end
-  if not is_list(schedulers) then
-    error(("SequentialLR: schedulers must be a non-empty list of schedulers, got %s"):format(O.got(schedulers)), 2)
-  end
-  local list = {}
-  for i = 1, rawlen(schedulers) do
-    local sc = rawget(schedulers, i)
+  local list = scheduler_list(N, schedulers, opt, function(i, sc)
     if getmetatable(sc) == Plateau then
       error(("SequentialLR: schedulers[%d] is a ReduceLROnPlateau, which steps on a metric; SequentialLR steps "
-        .. "without one (torch's refuses it too)"):format(i), 2)
+        .. "without one (torch's refuses it too)"):format(i), 4)
     end
-    if getmetatable(sc) ~= Scheduler then
-      local prepared = type(sc) == "table" and rawget(sc, "scheduler") ~= nil
-      error(("SequentialLR: schedulers[%d] must be a scheduler from fp8.optim.lr_scheduler, got %s%s"):format(i,
-        O.got(sc), prepared and " (a prepared one: pass the scheduler itself and prepare the SequentialLR)" or ""), 2)
-    end
-    if sc.optimizer ~= opt then
-      error(("SequentialLR: schedulers[%d] (%s) belongs to another optimizer; all must be of the one given"):format(i,
-        sc.name), 2)
-    end
-    list[i] = sc
-  end
+  end)
   if type(milestones) ~= "table" or rawlen(milestones) ~= #list - 1 then
     error(("SequentialLR: milestones must be a list of %d integers (one fewer than the schedulers), got %s"):format(
       #list - 1, type(milestones) == "table" and ("a list of " .. rawlen(milestones)) or O.got(milestones)), 2)
@@ -778,34 +789,16 @@ function M.ChainedScheduler(schedulers, optimizer, ...)
   else
     no_more(N, takes, ...)
   end
-  if not is_list(schedulers) then
-    error(("ChainedScheduler: schedulers must be a non-empty list of schedulers, got %s"):format(O.got(schedulers)), 2)
-  end
-  local list = {}
-  for i = 1, rawlen(schedulers) do
-    local sc = rawget(schedulers, i)
-    if getmetatable(sc) ~= Scheduler and getmetatable(sc) ~= Plateau then
-      local prepared = type(sc) == "table" and rawget(sc, "scheduler") ~= nil
-      error(("ChainedScheduler: schedulers[%d] must be a scheduler from fp8.optim.lr_scheduler, got %s%s"):format(i,
-        O.got(sc), prepared and " (a prepared one: pass the scheduler itself and prepare the ChainedScheduler)" or ""),
-        2)
-    end
+  if optimizer ~= nil then check_opt(N, optimizer) end
+  local list = scheduler_list(N, schedulers, optimizer, function(i, sc)
     if not rawget(sc, "_chainable") then
       error(("ChainedScheduler: schedulers[%d] is a %s, which sets the lr from the base rather than multiplying it "
         .. "step by step, so in torch's chain its effect depends on its place; chained here: ConstantLR, LinearLR, "
         .. "ExponentialLR, StepLR, MultiStepLR, PolynomialLR, MultiplicativeLR (a SequentialLR runs schedules one "
-        .. "after the other; a LambdaLR of a product multiplies any)"):format(i, sc.name), 2)
+        .. "after the other; a LambdaLR of a product multiplies any)"):format(i, sc.name), 4)
     end
-    if i > 1 and sc.optimizer ~= list[1].optimizer then
-      error(("ChainedScheduler: schedulers[%d] (%s) belongs to another optimizer than schedulers[1]; all must be of "
-        .. "one (torch's refuses it too)"):format(i, sc.name), 2)
-    end
-    list[i] = sc
-  end
+  end)
   local opt = list[1].optimizer
-  if optimizer ~= nil and optimizer ~= opt then
-    error("ChainedScheduler: optimizer is not the optimizer of the schedulers (torch's refuses it too)", 2)
-  end
   return new(N, opt, function(t, base, i)
     local f = 1
     for _, sc in ipairs(list) do f = f * sc._lr_fn(t, 1, i) end
