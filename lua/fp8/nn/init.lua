@@ -105,9 +105,9 @@ add("nn.Module:register_forward_hook",
   .. "FP8Linear's cast) are not taken for it. To look at an activation and its gradient:\n"
   .. "  blk.ln1:register_forward_hook(function(_, _, out) act = out:retain_grad() end)  -- act.grad after backward\n"
   .. "Backward: m:register_full_backward_pre_hook(hook): hook(m, grad_output) before m's backward (returns nothing or\n"
-  .. "a table like grad_output, {g}); m:register_full_backward_hook(hook): hook(m, grad_input, grad_output) once m's\n"
-  .. "input gradient is known (returns nothing or a table like grad_input); for a forward with at most one input and\n"
-  .. "one result that require grad.")
+  .. "a table like grad_output, {g}); m:register_full_backward_hook(hook): hook(m, grad_input, grad_output) once all\n"
+  .. "of m's input gradients are known (returns nothing or a table like grad_input), one entry per argument and per\n"
+  .. "result, as torch's.")
 add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
 add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true, bias=true}])",
