@@ -342,7 +342,8 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     case FL_OP_SIGMOID: { /* g·y·(1 - y) */
         fl_tensor *t = NULL, *u = NULL;
         fl_status st;
-        if (op == FL_OP_TANH) {   /* (1 - y)(1 + y) was a rounding apart: tanhshrink's gradient at 1e-6 6e-8, not 1e-12 */
+        /* tanh: 1 - y², torch's rounding ((1 - y)(1 + y) made tanhshrink's gradient at 1e-6 6e-8, not 1e-12) */
+        if (op == FL_OP_TANH) {
             st = fl_binary_raw(&u, FL_OP_MUL, x, x);
             if (st == FL_OK) st = fl_binary_scalar_raw(&t, FL_OP_SUB, u, 1.0, true);   /* 1 - y² */
         } else {

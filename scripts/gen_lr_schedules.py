@@ -73,7 +73,8 @@ def seq3(o):
     return S.SequentialLR(o, [a, b, c], milestones=[2, 6])
 fmt("seq3", run(seq3, 12))
 fmt("mult", run(lambda o: S.MultiplicativeLR(o, lambda k: 0.95), 8))
-fmt("mult_groups", run(lambda o: S.MultiplicativeLR(o, [lambda k: 0.9, lambda k: 1.0 - 0.05 * k]), 8, opt_sgd(groups=2)))
+fmt("mult_groups", run(lambda o: S.MultiplicativeLR(o, [lambda k: 0.9, lambda k: 1.0 - 0.05 * k]), 8,
+                       opt_sgd(groups=2)))
 def chain_ce(o):
     a = S.ConstantLR(o, 0.5, 3); b = S.ExponentialLR(o, 0.9)
     return S.ChainedScheduler([a, b])

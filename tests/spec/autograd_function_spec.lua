@@ -193,7 +193,8 @@ describe("fp8.autograd.Function", function()
       function(ctx, g) ctx:save_for_backward(g); return g end)
   end)
 
-  it("survives a hostile backward: an error, a freed gradient, a yield; runs inside a checkpoint and a backward", function()
+  it("survives a hostile backward: an error, a freed gradient, a yield; runs inside a checkpoint and a backward",
+    function()
     local x = fp8.tensor({ 1, 2 }):requires_grad(true)
     local function fails(needle, backward)
       local G = F { forward = function(_, a) return a * 1 end, backward = backward }
@@ -202,7 +203,8 @@ describe("fp8.autograd.Function", function()
     end
     fails("boom", function() error("boom") end)
     fails("backward's gradient 1 has been released", function(_, g) g:free(); return g end)
-    local G = F { forward = function(_, a) return a * 1 end, backward = function(_, g) coroutine.yield(1); return g end }
+    local G = F { forward = function(_, a) return a * 1 end,
+      backward = function(_, g) coroutine.yield(1); return g end }
     local co = coroutine.wrap(function() local l = G(x):sum(); l:backward() end)
     U.fails_with("a coroutine yielded inside it", co)
     -- a gradient computed with history comes in without it

@@ -2358,8 +2358,9 @@ describe("softsign, tanhshrink, threshold, prelu, pairwise distance, the embeddi
     for _, c in ipairs { { "elu", F.elu }, { "celu", function(t) return F.celu(t, 0.5) end }, { "selu", F.selu },
                          { "softplus", F.softplus }, { "softplus_b2", function(t) return F.softplus(t, 2.0, 3.0) end },
                          { "logsigmoid", F.logsigmoid }, { "mish", F.mish } } do
+      -- (TAIL of scripts/gen_nn_parity.py)
       local x = fp8.tensor({ { -1e-5, -1e-3, -0.3, -20.0 }, { -30.0, -87.0, -90.0, -100.0 }, { 20.0, 30.0, 1e-6, -5.0 } })
-        :requires_grad(true)   -- (TAIL of scripts/gen_nn_parity.py)
+      x:requires_grad(true)
       local y = c[2](x)
       local loss = (y * fp8.tensor(G)):sum()
       loss:backward()
