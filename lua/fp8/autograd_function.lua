@@ -53,7 +53,7 @@ function M._link(args, outs, wanted, on_backward, stand_in)
     if not stand_in then return outs, grad_args end
     links[1] = core.zeros({}):requires_grad(true)
   end
-  -- s: -0.0 (x + -0.0 is x, for every x), tied to each link without reading it or keeping its data
+  -- s: a scalar tied to each link (core._link keeps the link's shape, not its data, and never reads it)
   local s
   for _, z in ipairs(links) do
     local part = core._link(core.tensor(-0.0), z)
@@ -66,7 +66,8 @@ function M._link(args, outs, wanted, on_backward, stand_in)
     local o = outs[j]
     if is_float_tensor(o) and wanted(j) then
       n_linked = n_linked + 1
-      -- (detached: a result that is an argument itself, returned as it is, would pass its gradient twice)
+      -- (a new header on o's data: a result that is an argument itself, returned as it is, would otherwise pass
+      -- its gradient twice)
       local t = core._link(o, s)
       t:register_hook(function(g) got[j] = g end)
       res[j] = t:view(t:shape())
