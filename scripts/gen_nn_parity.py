@@ -10,7 +10,8 @@ additive mask, a causal mask over more keys than queries and grouped k/v heads (
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
 nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,
 nn.TransformerDecoderLayer, nn.TransformerDecoder and nn.Transformer (masks of target and memory),
-F.binary_cross_entropy (each reduction, a weight, probabilities 0 and 1) and F.cosine_similarity (dims, broadcast, a
+F.cross_entropy and F.nll_loss with class weights (each reduction; label smoothing, ignore_index, class
+probabilities), F.binary_cross_entropy (each reduction, a weight, probabilities 0 and 1) and F.cosine_similarity (dims, broadcast, a
 zero vector) give on fixed inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
@@ -94,6 +95,30 @@ for key, fn in (("hardtanh", lambda t: F.hardtanh(t)), ("hardtanh_m3_3", lambda 
     (y * torch.tensor(G)).sum().backward()
     out["act_" + key] = rows(y)
     out["act_" + key + "_dx"] = rows(xr.grad)
+# class weights: F.cross_entropy (class ids with and without label smoothing and ignore_index, class probabilities)
+# and F.nll_loss, each reduction; the loss and the input's gradient of its sum
+CW = [1.0, 2.5, 0.5]
+CE_T = [2, 0, 1, 1]
+for red in ("mean", "sum", "none"):
+    for key, kw in (("", {}), ("_ls", {"label_smoothing": 0.2}), ("_ii", {"ignore_index": 1}),
+                    ("_ls_ii", {"label_smoothing": 0.3, "ignore_index": 0})):
+        xr = torch.tensor(LP, requires_grad=True)
+        loss = F.cross_entropy(xr, torch.tensor(CE_T), weight=torch.tensor(CW), reduction=red, **kw)
+        loss.sum().backward()
+        out["cew_%s%s" % (red, key)] = rows(loss)
+        out["cew_%s%s_dx" % (red, key)] = rows(xr.grad)
+    xr = torch.tensor(LP, requires_grad=True)
+    probs = torch.tensor([[0.2, 0.5, 0.3], [1.0, 0.0, 0.0], [0.1, 0.1, 0.8], [0.0, 0.6, 0.4]])
+    loss = F.cross_entropy(xr, probs, weight=torch.tensor(CW), reduction=red, label_smoothing=0.1)
+    loss.sum().backward()
+    out["cew_prob_%s" % red] = rows(loss)
+    out["cew_prob_%s_dx" % red] = rows(xr.grad)
+    for key, kw in (("", {}), ("_ii", {"ignore_index": 1})):
+        xr = torch.tensor(LP, requires_grad=True)
+        loss = F.nll_loss(xr, torch.tensor(CE_T), weight=torch.tensor(CW), reduction=red, **kw)
+        loss.sum().backward()
+        out["nllw_%s%s" % (red, key)] = rows(loss)
+        out["nllw_%s%s_dx" % (red, key)] = rows(xr.grad)
 # the exponential activations in their tails, where exp(x) - 1 and log(1 + exp(x)) lose everything (expm1 and
 # log1p do not): values and the input's gradient of the output weighted by G
 TAIL = [[-1e-5, -1e-3, -0.3, -20.0], [-30.0, -87.0, -90.0, -100.0], [20.0, 30.0, 1e-6, -5.0]]

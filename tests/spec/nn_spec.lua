@@ -1577,6 +1577,44 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       function() return nn.RMSNorm(4)(fp8.ones { 2 }) end)
   end)
 
+  it("cross_entropy's and nll_loss's class weights: torch's values and gradients, each reduction", function()
+    local CW, CE_T = fp8.tensor { 1.0, 2.5, 0.5 }, fp8.tensor { 2, 0, 1, 1 }
+    for _, red in ipairs { "mean", "sum", "none" } do
+      for key, o in pairs { [""] = {}, _ls = { label_smoothing = 0.2 }, _ii = { ignore_index = 1 },
+                            _ls_ii = { label_smoothing = 0.3, ignore_index = 0 } } do
+        local x = fp8.tensor(LP):requires_grad(true)
+        o.weight, o.reduction = CW, red
+        local loss = F.cross_entropy(x, CE_T, o)
+        local name = ("cew_%s%s"):format(red, key)
+        same(name, loss, ref[name])
+        loss:sum():backward()
+        same(name .. "_dx", x.grad, ref[name .. "_dx"])
+      end
+      local x = fp8.tensor(LP):requires_grad(true)
+      local probs = fp8.tensor { { 0.2, 0.5, 0.3 }, { 1, 0, 0 }, { 0.1, 0.1, 0.8 }, { 0, 0.6, 0.4 } }
+      local loss = F.cross_entropy(x, probs, { weight = CW, reduction = red, label_smoothing = 0.1 })
+      same("cew_prob_" .. red, loss, ref["cew_prob_" .. red])
+      loss:sum():backward()
+      same("cew_prob_" .. red .. "_dx", x.grad, ref["cew_prob_" .. red .. "_dx"])
+      for key, o in pairs { [""] = {}, _ii = { ignore_index = 1 } } do
+        local xn = fp8.tensor(LP):requires_grad(true)
+        o.weight, o.reduction = CW, red
+        local ln = F.nll_loss(xn, CE_T, o)
+        local name = ("nllw_%s%s"):format(red, key)
+        same(name, ln, ref[name])
+        ln:sum():backward()
+        same(name .. "_dx", xn.grad, ref[name .. "_dx"])
+      end
+    end
+    -- the modules take it; a weight of the wrong size or kind is named
+    same("CrossEntropyLoss weight", nn.CrossEntropyLoss { weight = CW }(fp8.tensor(LP), CE_T), ref.cew_mean)
+    same("NLLLoss weight", nn.NLLLoss { weight = CW, reduction = "sum" }(fp8.tensor(LP), CE_T), ref.nllw_sum)
+    U.fails_with("cross_entropy: weight must be a float tensor of 3 class weights (one per class), got fp32 [2]",
+      F.cross_entropy, fp8.tensor(LP), CE_T, { weight = fp8.ones { 2 } })
+    U.fails_with("nll_loss: weight must be a float tensor of 3 class weights (one per class), got a table",
+      F.nll_loss, fp8.tensor(LP), CE_T, { weight = { 1, 2, 3 } })
+  end)
+
   it("nll_loss's reductions and ignore_index, with gradients, and NLLLoss / CrossEntropyLoss / MSELoss", function()
     for _, red in ipairs { "mean", "sum", "none" } do
       for _, ii in ipairs { false, 1 } do
@@ -1600,7 +1638,8 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("nll_loss: input must be [N, C]", F.nll_loss, fp8.tensor { -1 }, fp8.tensor { 0 })
     U.fails_with("nll_loss: reduction must be \"mean\", \"sum\" or \"none\"", F.nll_loss, fp8.tensor(LP),
       fp8.tensor { 0, 0, 0, 0 }, { reduction = "avg" })
-    U.fails_with("CrossEntropyLoss: unknown option 'weight'", nn.CrossEntropyLoss, { weight = fp8.ones { 3 } })
+    U.fails_with("CrossEntropyLoss: unknown option 'weights' (did you mean 'weight'?)", nn.CrossEntropyLoss,
+      { weights = fp8.ones { 3 } })
     U.fails_with("MSELoss: reduction must be \"mean\", \"sum\" or \"none\", got \"avg\"", nn.MSELoss,
       { reduction = "avg" })
   end)

@@ -280,39 +280,60 @@ end
 -- (ε the label smoothing), 0 where the target is ignore_index: torch's per-row loss. The target's term is selected
 -- (fp8.where), not multiplied by a one-hot row: a −inf logit elsewhere in the row (a masked class) would make
 -- −inf · 0 a NaN. (The mean, the common case, is the core's fused op.)
-local function ce_rows(logits, targets, ls, ii)
+-- torch's weight= of cross_entropy and nll_loss: nil, or a 1-D float tensor of C class weights (not differentiated,
+-- as torch's); returns it as fp32 on dev and its values as a list
+local function class_weights(fname, w, C, dev)
+  if w == nil then return nil end
+  if not fp8.is_tensor(w) or w:dim() ~= 1 or w:size(1) ~= C or not (w:dtype() == "fp32" or w:dtype() == "bf16"
+      or w:dtype() == "fp16") then
+    error(("%s: weight must be a float tensor of %d class weights (one per class), got %s"):format(fname, C,
+      fp8.is_tensor(w) and (w:dtype() .. " " .. shape_str(w)) or O.got(w)), 3)
+  end
+  local wd = w:detach():to("fp32"):to(dev)
+  return wd, wd:to("cpu"):tolist()
+end
+
+-- The per-row losses of class-id targets: -w[t]·log_softmax(x)[t], mixed with the smoothing term
+-- -Σ_c w[c]·log_softmax(x)[c] / C by label_smoothing, 0 on ignored rows; and the sum of the rows' w[t] (the mean's
+-- divisor, torch's: the kept rows' count without weights). wv: the class weights' values, or nil.
+local function ce_rows(logits, targets, ls, ii, w, wv)
   local N, C = logits:size(1), logits:size(2)
   -- no rows: an empty loss of the graph (fp8.tensor({}) below would be [0], not [0, C])
-  if N == 0 then return F.log_softmax(logits, -1):sum(2) end
+  if N == 0 then return F.log_softmax(logits, -1):sum(2), 0 end
   local tg = targets:tolist()
-  local hit, keep = {}, {}
+  local hit, keep, hw, total = {}, {}, {}, 0
   for i = 1, N do
-    local t, r = tg[i], {}
-    for j = 1, C do r[j] = 0 end
+    local t, r, rw = tg[i], {}, {}
+    for j = 1, C do r[j], rw[j] = 0, 0 end
     if t ~= ii then
       if not (t >= 0 and t < C and t == math.floor(t)) then
         error(("cross_entropy: target %s at row %d is out of range [0, %d)"):format(tostring(t), i - 1, C), 3)
       end
-      r[math.tointeger(t) + 1] = 1
+      local k = math.tointeger(t) + 1
+      r[k], rw[k] = 1, wv and wv[k] or 1
+      total = total + rw[k]
     end
-    hit[i], keep[i] = r, t ~= ii and 1 or 0
+    hit[i], keep[i], hw[i] = r, t ~= ii and 1 or 0, rw
   end
   local dev = logits:device()
   local lp = F.log_softmax(logits, -1)
   local where = require("fp8.tensor").where
-  local per = where(fp8.tensor(hit):to(dev), lp, 0):sum(2) * (ls - 1)
+  local sel = where(fp8.tensor(hit):to(dev), lp, 0)
+  local per = (w and (sel * fp8.tensor(hw):to(dev)) or sel):sum(2) * (ls - 1)
   if ls > 0 then
-    per = per - where(fp8.tensor(keep):to(dev), lp:sum(2), 0) * (ls / C)
+    per = per - where(fp8.tensor(keep):to(dev), (w and lp * w or lp):sum(2), 0) * (ls / C)
   end
-  return per + 0   -- an ignored row's −0 becomes +0, as torch prints it
+  return per + 0, total   -- an ignored row's −0 becomes +0, as torch prints it
 end
 
 -- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) or [N, C] (class probabilities)
--- [, {label_smoothing, ignore_index, reduction="mean"|"sum"|"none"}])
+-- [, {weight, label_smoothing, ignore_index, reduction="mean"|"sum"|"none"}]); weight: C class weights, torch's (the
+-- mean of class ids divides by the kept rows' weights; of probabilities, by N)
 function F.cross_entropy(logits, targets, opts, ...)
-  no_more("cross_entropy", "(logits, targets [, {label_smoothing=, ignore_index=, reduction=}])", ...)
+  no_more("cross_entropy", "(logits, targets [, {weight=, label_smoothing=, ignore_index=, reduction=}])", ...)
   check_tensor("cross_entropy", "logits", logits); check_tensor("cross_entropy", "targets", targets)
-  opts = check_opts("cross_entropy", opts, { label_smoothing = true, ignore_index = true, reduction = true })
+  opts = check_opts("cross_entropy", opts, { weight = true, label_smoothing = true, ignore_index = true,
+    reduction = true })
   local red = opts.reduction or "mean"
   if red ~= "mean" and red ~= "sum" and red ~= "none" then
     error(("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(
@@ -327,6 +348,7 @@ function F.cross_entropy(logits, targets, opts, ...)
       :format(logits:size(1), shape_str(logits), shape_str(logits), shape_str(targets)), 2)
   end
   if logits:size(2) == 0 then error(("cross_entropy: logits %s have no classes"):format(shape_str(logits)), 2) end
+  local w, wv = class_weights("cross_entropy", opts.weight, logits:size(2), logits:device())
   local ls = opts.label_smoothing or 0
   if type(ls) ~= "number" or not (ls >= 0 and ls <= 1) then   -- `not (...)` also refuses NaN
     error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(O.got(ls)), 2)
@@ -339,11 +361,12 @@ function F.cross_entropy(logits, targets, opts, ...)
     end
     local t = targets:to("fp32")
     if ls > 0 then t = t * (1 - ls) + ls / logits:size(2) end
+    if w then t = t * w end
     local per = -((F.log_softmax(logits:to("fp32"), -1) * t):sum(2))
     if red == "none" then return per end
     return red == "sum" and per:sum() or per:sum() / logits:size(1)
   end
-  if red == "mean" then
+  if red == "mean" and not w then
     local o = opts
     if o.reduction ~= nil then   -- the core's option table takes no reduction: a copy without it
       o = {}
@@ -358,7 +381,8 @@ function F.cross_entropy(logits, targets, opts, ...)
   if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
     error(("cross_entropy: ignore_index must be an integer, got %s"):format(O.got(ii)), 2)
   end
-  local per = ce_rows(logits, targets, ls, ii)
+  local per, total = ce_rows(logits, targets, ls, ii, w, wv)
+  if red == "mean" then return per:sum() / total end   -- (all rows ignored: 0 / 0, NaN, as torch's)
   return red == "none" and per or per:sum()
 end
 
@@ -732,12 +756,13 @@ function F.one_hot(t, num_classes, ...)
   return t:detach():to("fp32"):unsqueeze(-1):eq(fp8.arange(num_classes, { device = t:device() }))
 end
 
--- nll_loss(log_probs[N, C], targets[N] (0-based class ids) [, {ignore_index=-100, reduction="mean"|"sum"|"none"}]):
--- torch's negative log-likelihood, −log_probs[i, t_i]; the mean divides by the rows not ignored.
+-- nll_loss(log_probs[N, C], targets[N] (0-based class ids) [, {weight=, ignore_index=-100, reduction="mean"|"sum"|
+-- "none"}]): torch's negative log-likelihood, −w[t_i]·log_probs[i, t_i] (w: C class weights, 1 without); the mean
+-- divides by the weights of the rows not ignored (their count without weights).
 function F.nll_loss(lp, targets, opts, ...)
-  no_more("nll_loss", "(input, target [, {ignore_index=, reduction=}])", ...)
+  no_more("nll_loss", "(input, target [, {weight=, ignore_index=, reduction=}])", ...)
   check_tensor("nll_loss", "input", lp); check_tensor("nll_loss", "target", targets)
-  opts = check_opts("nll_loss", opts, { ignore_index = true, reduction = true })
+  opts = check_opts("nll_loss", opts, { weight = true, ignore_index = true, reduction = true })
   local red = opts.reduction or "mean"
   if red ~= "mean" and red ~= "sum" and red ~= "none" then
     error(("nll_loss: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(O.got(red)), 2)
@@ -753,29 +778,33 @@ function F.nll_loss(lp, targets, opts, ...)
     error(("nll_loss: ignore_index must be an integer, got %s"):format(O.got(ii)), 2)
   end
   local N, C = lp:size(1), lp:size(2)
+  local w, wv = class_weights("nll_loss", opts.weight, C, lp:device())
   local tg = targets:tolist()
-  local hit, kept = {}, 0
+  local hit, hw, kept = {}, {}, 0
   for i = 1, N do
-    local t, r = tg[i], {}
-    for j = 1, C do r[j] = 0 end
+    local t, r, rw = tg[i], {}, {}
+    for j = 1, C do r[j], rw[j] = 0, 0 end
     if t ~= ii then
       if not (t >= 0 and t < C and t == math.floor(t)) then
         error(("nll_loss: target %g at row %d is out of range [0, %d)"):format(t, i - 1, C), 2)
       end
-      r[math.tointeger(t) + 1] = 1
-      kept = kept + 1
+      local k = math.tointeger(t) + 1
+      r[k], rw[k] = 1, wv and wv[k] or 1
+      kept = kept + rw[k]
     end
-    hit[i] = r
+    hit[i], hw[i] = r, rw
   end
   if N == 0 then
     local e = lp:sum(2)
     return red == "none" and e or red == "sum" and e:sum() or e:sum() / 0
   end
   -- the target's entry selected, not multiplied by a one-hot row (a −inf elsewhere would make a NaN)
-  local per = -(require("fp8.tensor").where(fp8.tensor(hit):to(lp:device()), lp, 0):sum(2)) + 0
+  local sel = require("fp8.tensor").where(fp8.tensor(hit):to(lp:device()), lp, 0)
+  if w then sel = sel * fp8.tensor(hw):to(lp:device()) end
+  local per = -(sel:sum(2)) + 0
   if red == "none" then return per end
   if red == "sum" then return per:sum() end
-  return per:sum() / kept   -- every row ignored: 0/0, NaN, as torch's
+  return per:sum() / kept   -- every row ignored (or their weights 0): 0/0, NaN, as torch's
 end
 
 -- embedding(idx (token ids as numbers, 0-based), weight[V, D]) → [idx..., D]

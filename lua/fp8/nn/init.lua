@@ -148,7 +148,8 @@ add("nn.GaussianNLLLoss", "fp8.nn.GaussianNLLLoss([{full=false, eps=1e-6, reduct
   "torch's likelihood losses: loss(input, target, var) is 0.5·(log v + (input - target)^2 / v), v = var clamped at\n"
   .. "eps (its gradient kept), var of input's shape, one dim fewer, one dim of 1, or a number; F.poisson_nll_loss(\n"
   .. "input, target) is exp(input) - target·input (or input - target·log(input + eps)), full adding Stirling's term.")
-add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{label_smoothing, ignore_index, reduction}]) / NLLLoss([{...}]) / "
+add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{weight, label_smoothing, ignore_index, reduction}]) / "
+  .. "NLLLoss([{weight, ignore_index, reduction}]) / "
   .. "MSELoss([{reduction}]) / L1Loss([{reduction}]) / BCEWithLogitsLoss([{reduction, pos_weight}]) / "
   .. "SmoothL1Loss([{reduction, beta}]) / HuberLoss([{reduction, delta}]) / KLDivLoss([{reduction, log_target}])",
   "torch's loss modules: loss(input, target) is F.cross_entropy / F.nll_loss / F.mse_loss / F.smooth_l1_loss /\n"
@@ -264,7 +265,8 @@ add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / le
   .. "layer_norm / rms_norm / one_hot / embedding / dropout / scaled_dot_product_attention(q, k, v [, {is_causal=, "
   .. "scale=,\nattn_mask=, dropout_p=, enable_gqa=}]) / qkv_attention",
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
-  .. "[, {label_smoothing, ignore_index (ids only), reduction=\"mean\"|\"sum\"|\"none\"}]).\n"
+  .. "[, {weight (C class weights), label_smoothing, ignore_index (ids only), reduction=\"mean\"|\"sum\"|\"none\"}])\n"
+  .. "(with weight, the mean of ids divides by the kept rows' weights, as torch's); nll_loss takes weight too.\n"
   .. "scaled_dot_product_attention's attn_mask is added to the scores (0 where attention may go, -math.huge where\n"
   .. "not: there is no bool dtype, so a mask of 0s and 1s is refused); with a mask, dropout_p > 0, k/v of another\n"
   .. "length or fewer k/v heads (enable_gqa) the attention is written out (its probabilities materialised).\n"

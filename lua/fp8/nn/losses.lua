@@ -1,7 +1,7 @@
--- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{label_smoothing, ignore_index,
--- reduction}]), NLLLoss([{ignore_index, reduction}]), MSELoss([{reduction}]), L1Loss([{reduction}]),
--- BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{reduction, pos_weight}]), SmoothL1Loss([{reduction, beta}]),
--- HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]), MarginRankingLoss, TripletMarginLoss,
+-- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{weight, label_smoothing,
+-- ignore_index, reduction}]), NLLLoss([{weight, ignore_index, reduction}]), MSELoss([{reduction}]),
+-- L1Loss([{reduction}]), BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{reduction, pos_weight}]),
+-- SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]), MarginRankingLoss, TripletMarginLoss,
 -- CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss ([{their options}]);
 -- loss(input, target) (three inputs where the function takes three) is the function's value with the options given
 -- at construction, checked there.
@@ -43,8 +43,9 @@ local function loss_class(name, fn, valid, reductions, nargs)
   return cls
 end
 
-M.CrossEntropyLoss = loss_class("CrossEntropyLoss", F.cross_entropy, { "label_smoothing", "ignore_index", "reduction" })
-M.NLLLoss = loss_class("NLLLoss", F.nll_loss, { "ignore_index", "reduction" })
+M.CrossEntropyLoss = loss_class("CrossEntropyLoss", F.cross_entropy, { "weight", "label_smoothing", "ignore_index",
+  "reduction" })
+M.NLLLoss = loss_class("NLLLoss", F.nll_loss, { "weight", "ignore_index", "reduction" })
 M.MSELoss = loss_class("MSELoss", F.mse_loss, { "reduction" })
 M.L1Loss = loss_class("L1Loss", F.l1_loss, { "reduction" })
 M.BCELoss = loss_class("BCELoss", F.binary_cross_entropy, { "weight", "reduction" })
