@@ -11,8 +11,8 @@ nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; ou
 nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,
 nn.TransformerDecoderLayer, nn.TransformerDecoder and nn.Transformer (masks of target and memory),
 F.cross_entropy and F.nll_loss with class weights (each reduction; label smoothing, ignore_index, class
-probabilities), F.binary_cross_entropy (each reduction, a weight, probabilities 0 and 1) and F.cosine_similarity (dims, broadcast, a
-zero vector) give on fixed inputs, for
+probabilities), F.binary_cross_entropy (each reduction, a weight, probabilities 0 and 1) and F.cosine_similarity
+(dims, broadcast, a zero vector) give on fixed inputs, for
 tests/spec/nn_spec.lua to compare fp8.nn's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_nn_parity.py"""
 

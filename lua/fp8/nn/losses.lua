@@ -1,8 +1,8 @@
 -- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{weight, label_smoothing,
 -- ignore_index, reduction}]), NLLLoss([{weight, ignore_index, reduction}]), MSELoss([{reduction}]),
 -- L1Loss([{reduction}]), BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{reduction, pos_weight}]),
--- SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]), MarginRankingLoss, TripletMarginLoss,
--- CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss ([{their options}]);
+-- SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]),
+-- MarginRankingLoss, TripletMarginLoss, CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss ([{their options}]);
 -- loss(input, target) (three inputs where the function takes three) is the function's value with the options given
 -- at construction, checked there.
 local Module = require "fp8.nn.module"
