@@ -83,6 +83,15 @@ loss = F.binary_cross_entropy_with_logits(xr, torch.tensor(Y), pos_weight=torch.
 loss.backward()
 out["bce_pw"] = rows(loss)
 out["bce_pw_dx"] = rows(xr.grad)
+# a weight (broadcast over the rows), with and without pos_weight, each reduction
+for red in ("mean", "sum", "none"):
+    for key, pw in (("", None), ("_pw", torch.tensor([2.0, 0.5, 1.0, 3.0]))):
+        xr = torch.tensor(X, requires_grad=True)
+        loss = F.binary_cross_entropy_with_logits(xr, torch.tensor(Y), weight=torch.tensor([0.5, 2.0, 1.0, 0.0]),
+                                                  pos_weight=pw, reduction=red)
+        loss.sum().backward()
+        out["bce_w_%s%s" % (red, key)] = rows(loss)
+        out["bce_w_%s%s_dx" % (red, key)] = rows(xr.grad)
 
 # the activations with kinks, at the kinks too (values and the input's gradient of the output weighted by G)
 K = [[-4.0, -3.0, -1.0, 0.0], [0.5, 3.0, 6.0, 7.0], [-3.5, 2.9, 6.5, -0.2]]

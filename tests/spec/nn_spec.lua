@@ -1674,6 +1674,20 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       loss:backward()
       same("bce_pw", loss, ref.bce_pw)
       same("bce_pw_dx", x.grad, ref.bce_pw_dx)
+      -- a weight broadcast over the rows (a 0 among it), with and without pos_weight (torch 2.15's)
+      for _, red in ipairs { "mean", "sum", "none" } do
+        for key, pw in pairs { [""] = false, _pw = fp8.tensor { 2.0, 0.5, 1.0, 3.0 } } do
+          local xw = fp8.tensor(X):requires_grad_()
+          local o = { weight = fp8.tensor { 0.5, 2.0, 1.0, 0.0 }, pos_weight = pw or nil, reduction = red }
+          local lw = F.binary_cross_entropy_with_logits(xw, fp8.tensor(Y), o)
+          local name = ("bce_w_%s%s"):format(red, key)
+          same(name, lw, ref[name])
+          lw:sum():backward()
+          same(name .. "_dx", xw.grad, ref[name .. "_dx"])
+        end
+      end
+      same("BCEWithLogitsLoss weight", nn.BCEWithLogitsLoss { weight = fp8.tensor { 0.5, 2.0, 1.0, 0.0 },
+        reduction = "sum" }(fp8.tensor(X), fp8.tensor(Y)), ref.bce_w_sum)
       -- no overflow far out: torch gives 0 and 100 for these
       same("bce far", F.binary_cross_entropy_with_logits(fp8.tensor { 100, -100 }, fp8.tensor { 1, 1 },
         { reduction = "none" }), { 0, 100 })
@@ -1681,8 +1695,10 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       U.fails_with("softplus: beta must be nonzero", F.softplus, fp8.ones { 1 }, 0)
       U.fails_with("l1_loss: input [2] and target [3] must have the same shape", F.l1_loss, fp8.ones { 2 },
         fp8.ones { 3 })
-      U.fails_with("binary_cross_entropy_with_logits: unknown option 'weight'", F.binary_cross_entropy_with_logits,
+      U.fails_with("binary_cross_entropy_with_logits: weight must be a tensor", F.binary_cross_entropy_with_logits,
         fp8.ones { 2 }, fp8.ones { 2 }, { weight = 1 })
+      U.fails_with("binary_cross_entropy_with_logits: weight [3] must broadcast to the input [2]",
+        F.binary_cross_entropy_with_logits, fp8.ones { 2 }, fp8.ones { 2 }, { weight = fp8.ones { 3 } })
       U.fails_with("l1_loss: reduction must be \"mean\", \"sum\" or \"none\"", F.l1_loss, fp8.ones { 2 },
         fp8.ones { 2 }, { reduction = "avg" })
       U.fails_with("ELU: alpha must be a finite number", nn.ELU, "x")

@@ -495,24 +495,34 @@ function F.softmin(x, dim, ...)
   return F.softmax(-x, dim)
 end
 
--- binary_cross_entropy_with_logits(input, target [, {reduction=, pos_weight=}]): torch's, −(pw·y·log σ(x) +
--- (1 − y)·log σ(−x)) with pos_weight pw (a number or a tensor broadcast along the last dim; 1 without). The two
+-- binary_cross_entropy_with_logits(input, target [, {weight=, reduction=, pos_weight=}]): torch's, −w·(pw·y·log σ(x)
+-- + (1 − y)·log σ(−x)) with pos_weight pw (a number or a tensor broadcast along the last dim; 1 without) and weight w
+-- (a tensor broadcast to the input, 1 without; no gradient). The two
 -- log sigmoids come from one log_softmax over (0, x), so the gradient is torch's σ(x)-based one, 0 included, and no
 -- exp overflows for large |x|.
 function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   local N = "binary_cross_entropy_with_logits"
-  no_more(N, "(input, target [, {reduction=, pos_weight=}])", ...)
+  no_more(N, "(input, target [, {weight=, reduction=, pos_weight=}])", ...)
   check_tensor(N, "input", x); check_tensor(N, "target", y)
-  opts = check_opts(N, opts, { reduction = true, pos_weight = true })
+  opts = check_opts(N, opts, { weight = true, reduction = true, pos_weight = true })
   same_shape(N, x, y)
   local pw = opts.pos_weight
   if pw ~= nil and type(pw) ~= "number" then check_tensor(N, "pos_weight", pw) end
+  local w = opts.weight
+  if w ~= nil then
+    check_tensor(N, "weight", w)
+    if not pcall(function() return assert(shape_str(x * w:detach()) == shape_str(x)) end) then
+      error(("%s: weight %s must broadcast to the input %s"):format(N, shape_str(w), shape_str(x)), 2)
+    end
+    w = w:detach()   -- (a rescaling of each element's loss; it takes no gradient, as torch's)
+  end
   local zero = fp8.zeros(x:shape(), { dtype = x:dtype(), device = x:device() })
   -- [..., 2]: log σ(−x), log σ(x)
   local ls = F.log_softmax(fp8.cat({ zero:unsqueeze(-1), x:unsqueeze(-1) }, -1), -1)
   local neg, pos = ls:select(-1, 1), ls:select(-1, 2)
   local wpos = pw == nil and y or y * pw
-  return reduce_loss(N, -(wpos * pos + (1 - y) * neg), opts.reduction)
+  local per = -(wpos * pos + (1 - y) * neg)
+  return reduce_loss(N, w and per * w or per, opts.reduction)
 end
 
 -- binary_cross_entropy(input, target [, {weight=, reduction=}]): torch's, −w·(y·log x + (1 − y)·log(1 − x)) with each

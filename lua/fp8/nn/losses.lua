@@ -1,6 +1,6 @@
 -- losses.lua — torch's loss modules over fp8.nn.functional: CrossEntropyLoss([{weight, label_smoothing,
 -- ignore_index, reduction}]), NLLLoss([{weight, ignore_index, reduction}]), MSELoss([{reduction}]),
--- L1Loss([{reduction}]), BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{reduction, pos_weight}]),
+-- L1Loss([{reduction}]), BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{weight, reduction, pos_weight}]),
 -- SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]),
 -- MarginRankingLoss, TripletMarginLoss, CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss ([{their options}]);
 -- loss(input, target) (three inputs where the function takes three) is the function's value with the options given
@@ -49,7 +49,8 @@ M.NLLLoss = loss_class("NLLLoss", F.nll_loss, { "weight", "ignore_index", "reduc
 M.MSELoss = loss_class("MSELoss", F.mse_loss, { "reduction" })
 M.L1Loss = loss_class("L1Loss", F.l1_loss, { "reduction" })
 M.BCELoss = loss_class("BCELoss", F.binary_cross_entropy, { "weight", "reduction" })
-M.BCEWithLogitsLoss = loss_class("BCEWithLogitsLoss", F.binary_cross_entropy_with_logits, { "reduction", "pos_weight" })
+M.BCEWithLogitsLoss = loss_class("BCEWithLogitsLoss", F.binary_cross_entropy_with_logits, { "weight", "reduction",
+  "pos_weight" })
 M.SmoothL1Loss = loss_class("SmoothL1Loss", F.smooth_l1_loss, { "reduction", "beta" })
 M.HuberLoss = loss_class("HuberLoss", F.huber_loss, { "reduction", "delta" })
 M.KLDivLoss = loss_class("KLDivLoss", F.kl_div, { "reduction", "log_target" },
