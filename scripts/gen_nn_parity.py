@@ -104,6 +104,17 @@ for key, fn in (("hardtanh", lambda t: F.hardtanh(t)), ("hardtanh_m3_3", lambda 
     (y * torch.tensor(G)).sum().backward()
     out["act_" + key] = rows(y)
     out["act_" + key + "_dx"] = rows(xr.grad)
+# F.embedding with padding_idx (1, and -1 for the last row): the output and the weight's gradient of the output
+# weighted by EG (the padding row takes none)
+EW = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.5], [-2.0, 1.0, 0.0], [3.0, -0.75, 1.25]]
+EIDS = [[0, 1, 2], [1, 3, 1]]
+EG = [[[1.0, -1.0, 0.5], [2.0, 0.25, 3.0], [-0.5, 1.0, 1.0]], [[0.5, 2.0, -1.0], [1.0, 1.0, 1.0], [-2.0, 0.5, 0.25]]]
+for key, pad in (("emb_pad1", 1), ("emb_pad_last", -1)):
+    w = torch.tensor(EW, requires_grad=True)
+    y = F.embedding(torch.tensor(EIDS), w, padding_idx=pad)
+    (y * torch.tensor(EG)).sum().backward()
+    out[key] = rows(y)
+    out[key + "_dw"] = rows(w.grad)
 # class weights: F.cross_entropy (class ids with and without label smoothing and ignore_index, class probabilities)
 # and F.nll_loss, each reduction; the loss and the input's gradient of its sum
 CW = [1.0, 2.5, 0.5]

@@ -717,7 +717,8 @@ end)
 describe("fp8.nn refuses what it would otherwise drop (torch's options it does not offer, extra arguments)", function()
   local F = nn.F
   local cases = {
-    { function() return F.embedding(fp8.tensor { 0, 1, 0 }, fp8.randn(2, 2), 0) end, "embedding: takes (indices, weight) (no padding_idx, max_norm); got 1 more argument" },
+    { function() return F.embedding(fp8.tensor { 0, 1, 0 }, fp8.randn(2, 2), 0, 2.0) end,
+      "embedding: takes (indices, weight [, padding_idx]) (no max_norm); got 1 more argument" },
     { function() return F.relu(fp8.ones(2), true) end, "relu: takes (input) (no inplace)" },
     { function() return F.softmax(fp8.ones(2), 1, "bf16") end, "softmax: takes (input [, dim]) (no dtype)" },
     { function() return F.linear(fp8.ones(1, 2), fp8.ones(3, 2), nil, 5) end, "linear: takes (input, weight [, bias])" },
@@ -730,8 +731,9 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     { function() return nn.Sequential(nn.Linear(2, 3), nil, nn.Linear(3, 4)) end, "Sequential: layer 2 must be a Module, got nil" },
     { function() return nn.Dropout { 0.1 } end, "Dropout: give p as Dropout(0.1) or Dropout{p=0.1}" },
     { function() return nn.Dropout { p = 0.1, inplace = true } end, "Dropout: unknown option 'inplace'" },
-    { function() return nn.Embedding { num_embeddings = 5, embedding_dim = 2, padding_idx = 0 } end, "Embedding: unknown option 'padding_idx'" },
-    { function() return nn.Embedding(5, 2, { padding_idx = 0 }) end, "Embedding: takes at most 2 arguments, got 3" },
+    { function() return nn.Embedding { num_embeddings = 5, embedding_dim = 2, max_norm = 1 } end,
+      "Embedding: unknown option 'max_norm'" },
+    { function() return nn.Embedding(5, 2, 0, { max_norm = 1 }) end, "Embedding: takes at most 3 arguments, got 4" },
     { function() local m = nn.Sequential(nn.Linear(2, 2)); return m:named_modules("x", {}, {}) end,
       "Sequential:named_modules: takes (prefix); got 2 more arguments" },
     { function() return nn.Linear(2, 2):named_modules(3) end, "named_modules: expected ([prefix string]), got number" },
@@ -1575,6 +1577,50 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("RMSNorm: unknown option 'bias'", nn.RMSNorm, 4, { bias = false })
     U.fails_with("RMSNorm forward: expected input [..., 4], got [2]",
       function() return nn.RMSNorm(4)(fp8.ones { 2 }) end)
+  end)
+
+  it("Embedding's padding_idx and from_pretrained: the padding row takes no gradient (torch 2.15's values)", function()
+    local EW = { { 0.5, -1.0, 2.0 }, { 1.5, 0.25, -0.5 }, { -2.0, 1.0, 0.0 }, { 3.0, -0.75, 1.25 } }
+    local EIDS = fp8.tensor { { 0, 1, 2 }, { 1, 3, 1 } }
+    local EG = fp8.tensor { { { 1.0, -1.0, 0.5 }, { 2.0, 0.25, 3.0 }, { -0.5, 1.0, 1.0 } },
+                            { { 0.5, 2.0, -1.0 }, { 1.0, 1.0, 1.0 }, { -2.0, 0.5, 0.25 } } }
+    for key, pad in pairs { emb_pad1 = 1, emb_pad_last = -1 } do
+      local w = fp8.tensor(EW):requires_grad(true)
+      local y = F.embedding(EIDS, w, pad)
+      same(key, y, ref[key])
+      local l = (y * EG):sum()
+      l:backward()
+      same(key .. "_dw", w.grad, ref[key .. "_dw"])
+    end
+    -- the module zeros the padding row at construction (a negative index counts from the end) and passes it on
+    fp8.manual_seed(3)
+    local e = nn.Embedding(4, 3, -1)
+    assert.are.equal(3, e.padding_idx)
+    assert.are.same({ 0, 0, 0 }, e.weight:select(1, 4):totable())
+    assert.are.equal("Embedding(4, 3, padding_idx=3)", tostring(e):match("Embedding%b()"))
+    local ye = e(EIDS)
+    local le = (ye * EG):sum()
+    le:backward()
+    assert.are.same({ 0, 0, 0 }, e.weight.grad:select(1, 4):totable())
+    assert.are.equal(3, nn.Embedding { num_embeddings = 4, embedding_dim = 3, padding_idx = 3 }.padding_idx)
+    -- from_pretrained: a copy, frozen unless freeze=false, its padding row as given
+    local src = fp8.tensor(EW)
+    local p = nn.Embedding.from_pretrained(src)
+    assert.is_false(p.weight:requires_grad())
+    assert.are.same(EW, p.weight:totable())
+    local p2 = nn.Embedding.from_pretrained(src, { freeze = false, padding_idx = 1 })
+    assert.is_true(p2.weight:requires_grad())
+    assert.are.same(EW[2], p2.weight:select(1, 2):totable())
+    local l2 = (p2(EIDS) * EG):sum()
+    l2:backward()
+    same("from_pretrained dw", p2.weight.grad, ref.emb_pad1_dw)
+    U.fails_with("Embedding: padding_idx must be an integer in [-4, 4) (a negative one counts from the end), got 4",
+      nn.Embedding, 4, 3, 4)
+    U.fails_with("embedding: padding_idx must be an integer in [-4, 4)", F.embedding, EIDS, fp8.tensor(EW), 0.5)
+    U.fails_with("Embedding.from_pretrained: unknown option 'freez' (did you mean 'freeze'?)",
+      nn.Embedding.from_pretrained, src, { freez = true })
+    U.fails_with("Embedding.from_pretrained: embeddings must be a 2-D tensor", nn.Embedding.from_pretrained,
+      fp8.ones { 3 })
   end)
 
   it("cross_entropy's and nll_loss's class weights: torch's values and gradients, each reduction", function()

@@ -817,12 +817,27 @@ function F.nll_loss(lp, targets, opts, ...)
   return per:sum() / kept   -- every row ignored (or their weights 0): 0/0, NaN, as torch's
 end
 
--- embedding(idx (token ids as numbers, 0-based), weight[V, D]) → [idx..., D]
-function F.embedding(idx, weight, ...)
-  no_more("embedding", "(indices, weight) (no padding_idx, max_norm)", ...)
+-- torch's padding_idx for num rows: nil, or an integer in [-num, num), a negative one counted from the end;
+-- returned as the 0-based row. fname's caller's caller is blamed (level: as error's, from here).
+function F._padding_idx(fname, p, num, level)
+  if p == nil then return nil end
+  if math.type(p) ~= "integer" or p < -num or p >= num then
+    error(("%s: padding_idx must be an integer in [%d, %d) (a negative one counts from the end), got %s"):format(
+      fname, -num, num, O.got(p)), level + 1)
+  end
+  return p < 0 and p + num or p
+end
+
+-- embedding(idx (token ids as numbers, 0-based), weight[V, D] [, padding_idx]) → [idx..., D]; torch's padding_idx:
+-- the rows looked up at that id pass no gradient to it (the output there is still the weight's row)
+function F.embedding(idx, weight, padding_idx, ...)
+  no_more("embedding", "(indices, weight [, padding_idx]) (no max_norm)", ...)
   check_tensor("embedding", "indices", idx); check_tensor("embedding", "weight", weight)
   if weight:dim() ~= 2 then error(("embedding: weight must be [num_embeddings, dim], got %s"):format(shape_str(weight)), 2) end
-  return (at_caller(pcall(core().embedding, idx, weight)))
+  local pad = F._padding_idx("embedding", padding_idx, weight:size(1), 2)
+  local out = at_caller(pcall(core().embedding, idx, weight))
+  if pad == nil or not out:requires_grad() then return out end
+  return require("fp8.tensor").where(idx:eq(pad):unsqueeze(-1):to(out:device()), out:detach(), out)
 end
 
 function F.dropout(x, p, training, ...)
