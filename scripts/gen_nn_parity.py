@@ -98,7 +98,9 @@ K = [[-4.0, -3.0, -1.0, 0.0], [0.5, 3.0, 6.0, 7.0], [-3.5, 2.9, 6.5, -0.2]]
 for key, fn in (("hardtanh", lambda t: F.hardtanh(t)), ("hardtanh_m3_3", lambda t: F.hardtanh(t, -3.0, 3.0)),
                 ("relu6", F.relu6), ("hardsigmoid", F.hardsigmoid), ("hardswish", F.hardswish), ("mish", F.mish),
                 ("selu", F.selu), ("celu", lambda t: F.celu(t, 0.5)), ("logsigmoid", F.logsigmoid),
-                ("softmin", lambda t: F.softmin(t, 1)), ("log_softmax0", lambda t: F.log_softmax(t, 0))):
+                ("softmin", lambda t: F.softmin(t, 1)), ("log_softmax0", lambda t: F.log_softmax(t, 0)),
+                ("hardshrink", F.hardshrink), ("hardshrink3", lambda t: F.hardshrink(t, 3.0)),
+                ("softshrink", F.softshrink), ("softshrink3", lambda t: F.softshrink(t, 3.0))):
     xr = torch.tensor(K, requires_grad=True)
     y = fn(xr)
     (y * torch.tensor(G)).sum().backward()

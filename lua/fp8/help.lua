@@ -505,7 +505,10 @@ also("nn.GELU", { "nn.ReLU", "nn.SiLU", "nn.Sigmoid", "nn.Tanh", "nn.Softmax", "
 also("nn.RMSNorm", { "nn.functional.rms_norm" })
 also("nn.Identity", { "nn.Flatten", "nn.Unflatten" })
 also("nn.PReLU", { "nn.Softsign", "nn.Tanhshrink", "nn.Threshold", "nn.functional.prelu", "nn.functional.softsign",
-                   "nn.functional.tanhshrink", "nn.functional.threshold" })
+                   "nn.functional.tanhshrink", "nn.functional.threshold", "nn.Hardshrink", "nn.Softshrink",
+                   "nn.functional.hardshrink", "nn.functional.softshrink" })
+also("nn.utils.get_total_norm", { "nn.utils.clip_grads_with_norm_" })
+also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",
                                "nn.functional.margin_ranking_loss", "nn.functional.cosine_embedding_loss",

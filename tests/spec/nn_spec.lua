@@ -601,6 +601,53 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.is_true(math.abs(a.grad:totable()[1][1] - 3 * coef) < 1e-7)
   end)
 
+  it("get_total_norm and clip_grads_with_norm_ are clip_grad_norm_'s halves; parameters_to_vector and back", function()
+    local a, b = fp8.zeros { 2, 2 }:requires_grad(true), fp8.zeros { 3 }:requires_grad(true)
+    local loss = (a * fp8.tensor { { 3, 0 }, { 0, 4 } }):sum() + (b * fp8.tensor { 12, 0, 0 }):sum()
+    loss:backward()
+    local NU = nn.utils
+    assert.is_true(math.abs(NU.get_total_norm({ a.grad, b.grad }) - 13) < 1e-9)
+    assert.is_true(math.abs(NU.get_total_norm(b.grad, "inf") - 12) < 1e-9)
+    assert.are.equal(19, NU.get_total_norm({ a.grad, b.grad }, 1))
+    NU.clip_grads_with_norm_({ a, b }, 6.5, 13)
+    local coef = 6.5 / (13 + 1e-6)
+    assert.is_true(math.abs(b.grad:totable()[1] - 12 * coef) < 1e-6)
+    NU.clip_grads_with_norm_({ a, b }, 100, fp8.tensor(6.5))   -- a one-element tensor as torch's total_norm is: kept
+    assert.is_true(math.abs(b.grad:totable()[1] - 12 * coef) < 1e-6)
+    U.fails_with("get_total_norm: the total norm of order 2 of the gradients is non-finite",
+      NU.get_total_norm, { fp8.tensor { math.huge } }, 2, true)
+    U.fails_with("clip_grads_with_norm_: total_norm must be a number", NU.clip_grads_with_norm_, { a }, 1, "x")
+    -- parameters_to_vector: every parameter flattened in order, differentiable; vector_to_parameters: back, in place
+    local m = nn.Linear(3, 2)
+    local v = NU.parameters_to_vector(m)
+    assert.are.same({ 8 }, v:shape())
+    assert.are.equal("CatBackward", v:grad_fn())
+    local want = {}
+    for _, p in ipairs(m:parameters()) do for _, x in ipairs(p:reshape(-1):totable()) do want[#want + 1] = x end end
+    assert.are.same(want, v:totable())
+    NU.vector_to_parameters(fp8.tensor { 1, 2, 3, 4, 5, 6, 7, 8 }, m:parameters())
+    assert.are.same({ { 1, 2, 3 }, { 4, 5, 6 } }, m.weight:totable())
+    assert.are.same({ 7, 8 }, m.bias:totable())
+    assert.is_true(m.weight:is_leaf())
+    U.fails_with("vector_to_parameters: vec has 3 elements, the parameters 8", NU.vector_to_parameters,
+      fp8.ones { 3 }, m)
+  end)
+
+  it("get_submodule, get_parameter and get_buffer find what the named_ lists name, and name what is missing",
+    function()
+    local g = nn.GPT { vocab_size = 8, block_size = 4, n_layer = 2, n_head = 2, n_embd = 8 }
+    for _, nm in ipairs(g:named_parameters()) do assert.are.equal(nm[2], g:get_parameter(nm[1])) end
+    for _, nm in ipairs(g:named_modules()) do assert.are.equal(nm[2], g:get_submodule(nm[1])) end
+    local l = nn.Linear(2, 2)
+    l:register_buffer("scale", fp8.ones { 1 })
+    assert.are.equal(l.scale, nn.Sequential(l):get_buffer("0.scale"))
+    U.fails_with("get_submodule: TransformerBlock has no submodule 'nope' (at 'blocks.1')", g.get_submodule, g,
+      "blocks.1.nope.x")
+    U.fails_with("get_parameter: CausalSelfAttention has no parameter 'w'", g.get_parameter, g, "blocks.1.attn.w")
+    U.fails_with("get_buffer: target is empty; name the buffer", g.get_buffer, g, "")
+    U.fails_with("get_submodule: target must be a dotted name (a string), got 5", g.get_submodule, g, 5)
+  end)
+
   it("clip_grad_norm_ takes any p-norm, as torch's (values from torch 1.13 and 2.15)", function()
     for _, c in ipairs { { 1, 10.5 }, { 2, 5.5 }, { 3, 4.6435220236879 }, { 0.5, 46.968692760438 },
                          { math.huge, 4 }, { "inf", 4 } } do
@@ -1799,8 +1846,8 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     assert.are.equal(x, nn.Identity(3, "anything")(x))   -- torch's Identity drops its constructor arguments
   end)
 
-  it("hardtanh, relu6, hardsigmoid, hardswish, mish, selu, celu, logsigmoid, softmin, glu: values and gradients, "
-    .. "the kinks included", function()
+  it("hardtanh, relu6, hardsigmoid, hardswish, mish, selu, celu, logsigmoid, softmin, glu, hardshrink, softshrink: "
+    .. "values and gradients, the kinks included", function()
     local K = { { -4.0, -3.0, -1.0, 0.0 }, { 0.5, 3.0, 6.0, 7.0 }, { -3.5, 2.9, 6.5, -0.2 } }
     local cases = {
       hardtanh = { F.hardtanh, nn.Hardtanh() }, hardtanh_m3_3 = { function(t) return F.hardtanh(t, -3, 3) end,
@@ -1810,6 +1857,9 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       nn.CELU(0.5) }, logsigmoid = { F.logsigmoid, nn.LogSigmoid() },
       softmin = { function(t) return F.softmin(t, 2) end, nn.Softmin(2) },
       log_softmax0 = { function(t) return F.log_softmax(t, 1) end, nn.LogSoftmax(1) },
+      hardshrink = { F.hardshrink, nn.Hardshrink() }, softshrink = { F.softshrink, nn.Softshrink() },
+      hardshrink3 = { function(t) return F.hardshrink(t, 3) end, nn.Hardshrink(3) },
+      softshrink3 = { function(t) return F.softshrink(t, 3) end, nn.Softshrink { lambd = 3 } },
     }
     for key, c in pairs(cases) do
       for i, fn in ipairs(c) do
@@ -1828,6 +1878,7 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("glu: dim 1 must have an even size, got shape [3, 4]", F.glu, fp8.tensor(X), 1)
     U.fails_with("hardtanh: min_val 2 is above max_val 1", F.hardtanh, fp8.tensor(X), 2)
     U.fails_with("celu: alpha must be nonzero", F.celu, fp8.tensor(X), 0)
+    U.fails_with("softshrink: lambd must be >= 0, got -1", F.softshrink, fp8.tensor(X), -1)
     U.fails_with("Hardtanh: max_val must be a finite number", nn.Hardtanh, -1, "x")
     U.fails_with("LogSoftmax: dim must be a nonzero integer", nn.LogSoftmax, 0)
     local nan = F.hardsigmoid(fp8.tensor { 0 / 0 }):item()

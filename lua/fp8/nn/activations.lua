@@ -2,7 +2,8 @@
 -- fp8.nn.Sigmoid(), fp8.nn.Tanh(), fp8.nn.Softmax([dim=-1]) (torch's; torch's Softmax() without dim picks one by
 -- the input's rank and warns, so here it is the last dim, as its modern default), LogSoftmax and Softmin alike,
 -- GLU([dim=-1]), LeakyReLU, ELU, CELU, Softplus, Hardtanh, Threshold (their numbers), ReLU6, Hardsigmoid,
--- Hardswish, Mish, SELU, LogSigmoid, Softsign, Tanhshrink; and PReLU, whose slope is a parameter.
+-- Hardswish, Mish, SELU, LogSigmoid, Softsign, Tanhshrink, Hardshrink, Softshrink; and PReLU, whose slope is a
+-- parameter.
 local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
@@ -62,6 +63,10 @@ M.Hardtanh = with_numbers("Hardtanh", { "min_val", "max_val" }, { -1.0, 1.0 },
   function(self, x) return F.hardtanh(x, self.min_val, self.max_val) end)
 M.Threshold = with_numbers("Threshold", { "threshold", "value" }, {},   -- (both required, as torch's)
   function(self, x) return F.threshold(x, self.threshold, self.value) end)
+M.Hardshrink = with_numbers("Hardshrink", { "lambd" }, { 0.5 },
+  function(self, x) return F.hardshrink(x, self.lambd) end)
+M.Softshrink = with_numbers("Softshrink", { "lambd" }, { 0.5 },
+  function(self, x) return F.softshrink(x, self.lambd) end)
 
 -- PReLU([num_parameters=1 [, init=0.25]]) (or {num_parameters=, init=}): F.prelu with a learned weight, one
 -- element or one per channel (the input's dim 2), torch's

@@ -223,6 +223,22 @@ function F.tanhshrink(x, ...)
   check_tensor("tanhshrink", "input", x)
   return x - x:tanh()
 end
+-- hardshrink(x [, lambd=0.5]): x where |x| > lambd, 0 elsewhere; softshrink(x [, lambd=0.5]): x ∓ lambd beyond ±lambd,
+-- 0 within. torch's: |x| = lambd counts as within (value and gradient 0 there); lambd >= 0 (softshrink's, torch's
+-- check; hardshrink takes any number, as torch's)
+function F.hardshrink(x, lambd, ...)
+  no_more("hardshrink", "(input [, lambd])", ...)
+  check_tensor("hardshrink", "input", x)
+  lambd = check_number("hardshrink", "lambd", lambd, 0.5)
+  return where(x:ge(-lambd):logical_and(x:le(lambd)), 0, x)
+end
+function F.softshrink(x, lambd, ...)
+  no_more("softshrink", "(input [, lambd])", ...)
+  check_tensor("softshrink", "input", x)
+  lambd = check_number("softshrink", "lambd", lambd, 0.5)
+  if lambd < 0 then error(("softshrink: lambd must be >= 0, got %g"):format(lambd), 2) end
+  return where(x:gt(lambd), x - lambd, where(x:lt(-lambd), x + lambd, 0))
+end
 function F.threshold(x, threshold, value, ...)
   no_more("threshold", "(input, threshold, value) (no inplace)", ...)
   check_tensor("threshold", "input", x)

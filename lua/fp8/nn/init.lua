@@ -85,6 +85,7 @@ local function add(name, sig, doc) help.add { section = "Training", name = name,
 add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   "Base class of layers. m(x) runs m:forward(x). Assigning a Module or a tensor that requires grad\n"
   .. "to self.x registers it. Methods: parameters(), named_parameters() (dotted names in order),\n"
+  .. "get_submodule(name) / get_parameter(name) / get_buffer(name) (by those dotted names),\n"
   .. "train()/eval(), state_dict()/load_state_dict(sd [, strict]), apply(fn), num_parameters(), zero_grad([set_to_none]),\n"
   .. "requires_grad_([flag]) (freezes with false),\n"
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device(); float() is m itself\n"
@@ -135,10 +136,12 @@ add("nn.Identity", "fp8.nn.Identity(...) / fp8.nn.Flatten([start_dim=2 [, end_di
   .. "dims start_dim..end_dim (1-based: the default keeps the batch dim, as torch's Flatten(1)); Unflatten splits dim\n"
   .. "into the sizes given (one may be -1).")
 add("nn.PReLU",
-  "fp8.nn.PReLU([num_parameters=1 [, init=0.25]]) / Softsign() / Tanhshrink() / Threshold(threshold, value)",
+  "fp8.nn.PReLU([num_parameters=1 [, init=0.25]]) / Softsign() / Tanhshrink() / Threshold(threshold, value) / "
+  .. "Hardshrink([lambd=0.5]) / Softshrink([lambd=0.5])",
   "torch's: PReLU is x where x > 0, weight·x elsewhere, the weight learned (one, or one per channel: dim 2);\n"
   .. "F.prelu(x, weight), F.softsign (x / (1 + |x|)), F.tanhshrink (x - tanh x), F.threshold(x, threshold, value)\n"
-  .. "(x where x > threshold, value elsewhere); values and gradients checked against torch's.")
+  .. "(x where x > threshold, value elsewhere), F.hardshrink(x [, lambd]) (x where |x| > lambd, else 0),\n"
+  .. "F.softshrink(x [, lambd]) (x ∓ lambd beyond ±lambd, else 0); values and gradients checked against torch's.")
 add("nn.TripletMarginLoss", "fp8.nn.TripletMarginLoss([{margin=1, p=2, eps=1e-6, swap=false, reduction}]) / "
   .. "MarginRankingLoss / CosineEmbeddingLoss / HingeEmbeddingLoss / SoftMarginLoss / PairwiseDistance([p=2 [, eps [, "
   .. "keepdim]]])",
@@ -251,6 +254,14 @@ add("nn.utils.clip_grad_norm_",
   .. "  [, error_if_nonfinite=false]]) -> norm",
   "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
   .. "error_if_nonfinite a NaN or inf norm raises instead); returns the norm before clipping.")
+add("nn.utils.get_total_norm", "fp8.nn.utils.get_total_norm(tensors [, norm_type=2 [, error_if_nonfinite=false]]) -> "
+  .. "norm / clip_grads_with_norm_(params, max_norm, total_norm)",
+  "torch 2.6's two halves of clip_grad_norm_: the norm of the tensors (the gradients) taken together, as a number;\n"
+  .. "then every gradient of params scaled by min(1, max_norm / (total_norm + 1e-6)) in place.")
+add("nn.utils.parameters_to_vector", "fp8.nn.utils.parameters_to_vector(params) -> vec / "
+  .. "vector_to_parameters(vec, params)",
+  "torch's: every parameter flattened into one 1-D tensor, in order (differentiable); and back: vec's slices\n"
+  .. "copied into the parameters in place (no gradient recorded).")
 add("nn.utils.clip_grad_value_", "fp8.nn.utils.clip_grad_value_(params, clip_value)",
   "Clamps every gradient element to [-clip_value, clip_value] in place, as torch's (MS-AMP's FP8 gradients are\n"
   .. "refused before any is touched: clip_grad_norm_ scales them).")

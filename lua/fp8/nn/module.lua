@@ -712,6 +712,47 @@ function Module:named_buffers() return named_tensors(self, "_buffers") end
 -- the buffers state_dict saves and load_state_dict loads (persistent ones), as named_buffers names them
 function Module:_named_persistent_buffers() return named_tensors(self, "_buffers", true) end
 
+-- get_submodule(target) / get_parameter(target) / get_buffer(target): torch's lookups by the dotted name
+-- named_modules / named_parameters / named_buffers give ("" is the module itself); a missing part is named.
+local function walk(self, fname, parts, upto)
+  local m, path = self, {}
+  for i = 1, upto do
+    local name = parts[i]
+    local sub = rawget(m, "_modules").map[name]
+    if sub == nil then
+      error(("%s: %s has no submodule '%s'%s"):format(fname, m:type_name(), name,
+        #path > 0 and (" (at '%s')"):format(table.concat(path, ".")) or ""), 3)
+    end
+    path[#path + 1] = name
+    m = sub
+  end
+  return m
+end
+local function split_target(fname, target)
+  if type(target) ~= "string" then
+    error(("%s: target must be a dotted name (a string), got %s"):format(fname, O.got(target)), 3)
+  end
+  local parts = {}
+  if target ~= "" then for name in (target .. "."):gmatch("([^.]*)%.") do parts[#parts + 1] = name end end
+  return parts
+end
+function Module:get_submodule(target)
+  local parts = split_target("get_submodule", target)
+  return walk(self, "get_submodule", parts, #parts)
+end
+for _, kind in ipairs { { "get_parameter", "_parameters", "parameter" }, { "get_buffer", "_buffers", "buffer" } } do
+  Module[kind[1]] = function(self, target)
+    local parts = split_target(kind[1], target)
+    if #parts == 0 then error(("%s: target is empty; name the %s"):format(kind[1], kind[3]), 2) end
+    local m = walk(self, kind[1], parts, #parts - 1)
+    local t = rawget(m, kind[2]).map[parts[#parts]]
+    if t == nil then
+      error(("%s: %s has no %s '%s'"):format(kind[1], m:type_name(), kind[3], parts[#parts]), 2)
+    end
+    return t
+  end
+end
+
 function Module:parameters()
   local out = {}
   for i, np in ipairs(self:named_parameters()) do out[i] = np[2] end

@@ -1,5 +1,6 @@
 -- utils.lua — fp8.nn.utils: clip_grad_norm_(params, max_norm [, norm_type=2]), the norm accumulated
--- in float64 over all gradients.
+-- in float64 over all gradients, and its halves get_total_norm / clip_grads_with_norm_; clip_grad_value_;
+-- parameters_to_vector / vector_to_parameters.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 
 local M = {}
@@ -27,60 +28,161 @@ local function param_list(params, fname)
 end
 M._param_list = param_list
 
+-- norm_type as clip_grad_norm_ and get_total_norm take it: a number > 0, math.huge or "inf"; 2 when nil
+local function check_norm_type(fname, norm_type)
+  norm_type = norm_type or 2
+  if norm_type == "inf" then norm_type = math.huge end
+  if type(norm_type) ~= "number" or not (norm_type > 0) then   -- `not (...)` also refuses NaN
+    error(("%s: norm_type must be a number > 0 or math.huge (\"inf\"), got %s"):format(fname, tostring(norm_type)), 3)
+  end
+  return norm_type
+end
+
+local function check_nonfinite_flag(fname, v)
+  if v ~= nil and type(v) ~= "boolean" then
+    error(("%s: error_if_nonfinite must be a boolean, got %s"):format(fname, type(v)), 3)
+  end
+end
+
+-- The norm of order p of the tensors taken together (torch's norm of the per-tensor p-norms), accumulated in float64;
+-- error_if_nonfinite raises (in fname's name) on a NaN or infinite one.
+local function total_norm(fname, tensors, p, error_if_nonfinite)
+  local total
+  if p == 2 then
+    total = math.sqrt(require("fp8._optim").sumsq(tensors))   -- each Σg², added in order; one device wait for all
+  elseif p == math.huge then
+    total = 0.0
+    for _, g in ipairs(tensors) do
+      local m = (g:is_fp8() and g:dequantize() or g):abs():max():item()   -- MS-AMP's E4M3 weight gradients
+      if m > total or m ~= m then total = m end
+    end
+  else   -- (Σ over the tensors of Σ|g|^p)^(1/p)
+    local sum = 0.0
+    for _, g in ipairs(tensors) do
+      local a = (g:is_fp8() and g:dequantize() or g):abs()
+      sum = sum + (p == 1 and a or a:pow(p)):sum():item()
+    end
+    total = sum ^ (1 / p)
+  end
+  if error_if_nonfinite and (total ~= total or total == math.huge) then
+    error(("%s: the total norm of order %s of the gradients is non-finite (%s), so it cannot be clipped; "
+      .. "error_if_nonfinite=false scales them by it anyway"):format(fname, p == math.huge and "inf"
+      or ("%g"):format(p), tostring(total)), 3)
+  end
+  return total
+end
+
+-- The gradients of params (those that have one).
+local function grads_of(list)
+  local grads = {}
+  for _, p in ipairs(list) do
+    local g = p.grad
+    if g ~= nil then grads[#grads + 1] = g end
+  end
+  return grads
+end
+
+-- Every gradient scaled in place by min(1, max_norm / (total + 1e-6)), torch's (a NaN total makes them NaN).
+local function scale_by_norm(grads, max_norm, total)
+  local coef = max_norm / (total + 1e-6)
+  if not (coef >= 1) then   -- < 1, or NaN (torch's clamp(coef, max=1) keeps a NaN)
+    local C = require "fp8._optim"
+    for _, g in ipairs(grads) do C.scale_(g, coef) end
+  end
+end
+
+local function check_max_norm(fname, max_norm)
+  if type(max_norm) ~= "number" or not (max_norm >= 0) then   -- `not (...)` also refuses NaN
+    error(("%s: max_norm must be a number >= 0, got %s"):format(fname, require("fp8.opts").got(max_norm)), 3)
+  end
+end
+
 -- clip_grad_norm_(params, max_norm [, norm_type=2 (any p > 0, or math.huge) [, error_if_nonfinite=false]]) → total
 -- norm (before clipping). As torch's: every gradient is scaled in place by min(1, max_norm / (norm + 1e-6)) — so a norm
 -- at max_norm is scaled by a hair below 1, and a NaN norm makes every gradient NaN — unless
 -- error_if_nonfinite, which raises on a NaN or infinite norm and leaves the gradients alone.
 function M.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, ...)
   if select("#", ...) > 0 then
-    error("clip_grad_norm_: takes (params, max_norm [, norm_type [, error_if_nonfinite]]); torch's foreach= is not supported", 2)
+    error("clip_grad_norm_: takes (params, max_norm [, norm_type [, error_if_nonfinite]]); torch's foreach= is not "
+      .. "supported", 2)
   end
-  if error_if_nonfinite ~= nil and type(error_if_nonfinite) ~= "boolean" then
-    error(("clip_grad_norm_: error_if_nonfinite must be a boolean, got %s"):format(type(error_if_nonfinite)), 2)
-  end
+  check_nonfinite_flag("clip_grad_norm_", error_if_nonfinite)
   local list = param_list(params, "clip_grad_norm_")
-  if type(max_norm) ~= "number" or not (max_norm >= 0) then   -- `not (...)` also refuses NaN
-    error(("clip_grad_norm_: max_norm must be a number >= 0, got %s"):format(require("fp8.opts").got(max_norm)), 2)
+  check_max_norm("clip_grad_norm_", max_norm)
+  norm_type = check_norm_type("clip_grad_norm_", norm_type)
+  local grads = grads_of(list)
+  local total = total_norm("clip_grad_norm_", grads, norm_type, error_if_nonfinite)
+  scale_by_norm(grads, max_norm, total)
+  return total
+end
+
+-- get_total_norm(tensors [, norm_type=2 [, error_if_nonfinite=false]]) → the norm of the tensors taken together (a
+-- number), torch 2.6's half of clip_grad_norm_: tensors a tensor or a list of them (the gradients, usually)
+function M.get_total_norm(tensors, norm_type, error_if_nonfinite, ...)
+  if select("#", ...) > 0 then
+    error("get_total_norm: takes (tensors [, norm_type [, error_if_nonfinite]]); torch's foreach= is not supported", 2)
   end
-  norm_type = norm_type or 2
-  if norm_type == "inf" then norm_type = math.huge end
-  if type(norm_type) ~= "number" or not (norm_type > 0) then   -- `not (...)` also refuses NaN
-    error(("clip_grad_norm_: norm_type must be a number > 0 or math.huge (\"inf\"), got %s"):format(
-      tostring(norm_type)), 2)
+  check_nonfinite_flag("get_total_norm", error_if_nonfinite)
+  local list = fp8.is_tensor(tensors) and { tensors } or tensors
+  if type(list) ~= "table" then
+    error(("get_total_norm: expected a tensor or a list of tensors, got %s"):format(require("fp8.opts").got(tensors)),
+      2)
+  end
+  for i = 1, #list do
+    if not fp8.is_tensor(list[i]) then
+      error(("get_total_norm: entry %d must be a tensor, got %s"):format(i, require("fp8.opts").got(list[i])), 2)
+    end
+  end
+  return total_norm("get_total_norm", list, check_norm_type("get_total_norm", norm_type), error_if_nonfinite)
+end
+
+-- clip_grads_with_norm_(params, max_norm, total_norm): torch 2.6's other half: the gradients scaled in place by
+-- min(1, max_norm / (total_norm + 1e-6))
+function M.clip_grads_with_norm_(params, max_norm, total, ...)
+  if select("#", ...) > 0 then
+    error("clip_grads_with_norm_: takes (params, max_norm, total_norm); torch's foreach= is not supported", 2)
+  end
+  local list = param_list(params, "clip_grads_with_norm_")
+  check_max_norm("clip_grads_with_norm_", max_norm)
+  if fp8.is_tensor(total) and total:numel() == 1 then total = total:item() end
+  if type(total) ~= "number" then
+    error(("clip_grads_with_norm_: total_norm must be a number (get_total_norm's), got %s"):format(
+      require("fp8.opts").got(total)), 2)
+  end
+  scale_by_norm(grads_of(list), max_norm, total)
+end
+
+-- parameters_to_vector(params) → one 1-D tensor of every parameter flattened, in order (differentiable, torch's);
+-- vector_to_parameters(vec, params): vec's slices copied into the parameters, in order (no gradient recorded)
+function M.parameters_to_vector(params, ...)
+  if select("#", ...) > 0 then error("parameters_to_vector: takes (parameters)", 2) end
+  local list = param_list(params, "parameters_to_vector")
+  if #list == 0 then error("parameters_to_vector: there are no parameters", 2) end
+  local flat = {}
+  for i, p in ipairs(list) do flat[i] = p:reshape(-1) end
+  return fp8.cat(flat, 1)
+end
+function M.vector_to_parameters(vec, params, ...)
+  if select("#", ...) > 0 then error("vector_to_parameters: takes (vec, parameters)", 2) end
+  if not fp8.is_tensor(vec) or vec:dim() ~= 1 then
+    error(("vector_to_parameters: vec must be a 1-D tensor, got %s"):format(fp8.is_tensor(vec) and vec:shape_str()
+      or require("fp8.opts").got(vec)), 2)
+  end
+  local list = param_list(params, "vector_to_parameters")
+  local n = 0
+  for _, p in ipairs(list) do n = n + p:numel() end
+  if n ~= vec:numel() then
+    error(("vector_to_parameters: vec has %d elements, the parameters %d"):format(vec:numel(), n), 2)
   end
   local C = require "fp8._optim"
-  local grads = {}
-  for _, p in ipairs(list) do
-    local g = p.grad
-    if g ~= nil then grads[#grads + 1] = g end
-  end
-  local total
-  if norm_type == 2 then
-    total = math.sqrt(C.sumsq(grads))   -- every gradient's Σg², added in order; one device wait for all
-  elseif norm_type == math.huge then
-    total = 0.0
-    for _, g in ipairs(grads) do
-      local m = (g:is_fp8() and g:dequantize() or g):abs():max():item()   -- MS-AMP's E4M3 weight gradients
-      if m > total or m ~= m then total = m end
+  fp8.no_grad(function()
+    local at = 1
+    for _, p in ipairs(list) do
+      local k = p:numel()
+      if k > 0 then C.copy_(p, vec:narrow(1, at, k):reshape(p:shape()):to(p:dtype())) end
+      at = at + k
     end
-  else   -- (Σ over the gradients of Σ|g|^p)^(1/p): torch's norm of the per-gradient p-norms
-    local sum = 0.0
-    for _, g in ipairs(grads) do
-      local a = (g:is_fp8() and g:dequantize() or g):abs()
-      sum = sum + (norm_type == 1 and a or a:pow(norm_type)):sum():item()
-    end
-    total = sum ^ (1 / norm_type)
-  end
-  if error_if_nonfinite and (total ~= total or total == math.huge) then
-    error(("clip_grad_norm_: the total norm of order %s of the gradients is non-finite (%s), so it cannot be "
-      .. "clipped; error_if_nonfinite=false scales them by it anyway"):format(norm_type == math.huge and "inf"
-      or ("%g"):format(norm_type), tostring(total)), 2)
-  end
-  local coef = max_norm / (total + 1e-6)
-  if not (coef >= 1) then   -- < 1, or NaN (torch's clamp(coef, max=1) keeps a NaN)
-    for _, g in ipairs(grads) do C.scale_(g, coef) end
-  end
-  return total
+  end)
 end
 
 -- clip_grad_value_(params, clip_value): every gradient element clamped to [-clip_value, clip_value] in place, as
