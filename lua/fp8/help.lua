@@ -508,6 +508,7 @@ also("nn.PReLU", { "nn.Softsign", "nn.Tanhshrink", "nn.Threshold", "nn.functiona
                    "nn.functional.tanhshrink", "nn.functional.threshold", "nn.Hardshrink", "nn.Softshrink",
                    "nn.functional.hardshrink", "nn.functional.softshrink" })
 also("nn.utils.get_total_norm", { "nn.utils.clip_grads_with_norm_" })
+also("optim.RMSprop", { "optim.Adagrad" })
 also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",

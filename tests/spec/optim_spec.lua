@@ -235,6 +235,58 @@ describe("fp8.optim arguments", function()
     assert.truthy(tostring(err):find("parameter group 1 has amsgrad=true", 1, true), err)
   end)
 
+  it("RMSprop and Adagrad are torch 2.15's, every option (four steps from {1, -2, 0.5})", function()
+    -- torch 2.15: p = [1, -2, 0.5]; step i with p.grad = i·[0.5, 0.25, -1]; the parameters after each step
+    local ref = {
+      rms = { { 2.38418579e-07, -2.99999952, 1.5 }, { -0.89532274, -3.89532232, 2.39532304 },
+              { -1.69882715, -4.69882679, 3.19882751 }, { -2.43156195, -5.43156147, 3.93156219 } },
+      rms_all = { { 0.833334267, -2.16665554, 0.66666609 }, { 0.545811236, -2.46722722, 0.957382262 },
+                  { 0.17032586, -2.86262727, 1.33817112 }, { -0.269673526, -3.32476139, 1.78458941 } },
+      rms_max = { { 1.49999988, -1.50000024, 4.02331359e-08 }, { 2.1976614, -0.802338898, -0.69766134 },
+                  { 2.94824433, -0.0517560504, -1.44824433 }, { 3.68990302, 0.689902723, -2.18990326 } },
+      ada = { { 0.899999976, -2.0999999, 0.600000024 }, { 0.810557246, -2.18944263, 0.689442754 },
+              { 0.730378866, -2.2696209, 0.769621134 }, { 0.657349169, -2.34265065, 0.842650831 } },
+      ada_all = { { 0.858285725, -2.05282688, 0.674369574 }, { 0.712431014, -2.15706348, 0.832414269 },
+                  { 0.585228324, -2.27033448, 0.964812279 }, { 0.475980103, -2.37559938, 1.07677519 } },
+      ada_max = { { 1.10000002, -1.89999998, 0.400000006 }, { 1.18944275, -1.81055725, 0.310557276 },
+                  { 1.26962113, -1.73037887, 0.230378896 }, { 1.34265077, -1.65734923, 0.157349229 } },
+    }
+    for _, c in ipairs {
+      { "rms", optim.RMSprop, { lr = 0.1 } },
+      { "rms_all", optim.RMSprop, { lr = 0.05, alpha = 0.9, eps = 1e-6, weight_decay = 0.1, momentum = 0.8,
+        centered = true } },
+      { "rms_max", optim.RMSprop, { lr = 0.05, momentum = 0.5, maximize = true } },
+      { "ada", optim.Adagrad, { lr = 0.1 } },
+      { "ada_all", optim.Adagrad, { lr = 0.2, lr_decay = 0.1, weight_decay = 0.05, initial_accumulator_value = 0.3,
+        eps = 1e-6 } },
+      { "ada_max", optim.Adagrad, { lr = 0.1, maximize = true } },
+    } do
+      local p = fp8.tensor({ 1, -2, 0.5 }):requires_grad(true)
+      local o = c[2]({ p }, c[3])
+      for i = 1, 4 do
+        p.grad = fp8.tensor({ 0.5, 0.25, -1 }) * i
+        o:step()
+        local got = p:totable()
+        for k = 1, 3 do
+          local want = ref[c[1]][i][k]
+          assert.is_true(math.abs(got[k] - want) <= 2e-6 * math.max(1, math.abs(want)),
+            ("%s step %d [%d]: %.9g vs torch's %.9g"):format(c[1], i, k, got[k], want))
+        end
+      end
+      -- the state round-trips through state_dict into a fresh optimizer, which goes on as this one does
+      local q = fp8.tensor(p:totable()):requires_grad(true)
+      local o2 = c[2]({ q }, c[3])
+      o2:load_state_dict(o:state_dict())
+      p.grad, q.grad = fp8.tensor { 1, 1, 1 }, fp8.tensor { 1, 1, 1 }
+      o:step(); o2:step()
+      assert.are.same(p:totable(), q:totable())
+    end
+    U.fails_with("RMSprop: alpha must be a number >= 0, got -1", optim.RMSprop, { fp8.ones { 1 } }, { alpha = -1 })
+    U.fails_with("RMSprop: centered must be a boolean", optim.RMSprop, { fp8.ones { 1 } }, { centered = 1 })
+    U.fails_with("Adagrad: unknown option 'lr_dcay' (did you mean 'lr_decay'?)", optim.Adagrad, { fp8.ones { 1 } },
+      { lr_dcay = 1 })
+  end)
+
   it("Adam is torch 2.x's: L2 weight decay on the gradient, amsgrad, maximize, decoupled_weight_decay", function()
     -- torch 2.15: Adam(lr=0.1, weight_decay=0.1, betas=(0.9, 0.5), ...), four steps from {1, -2, 0.5}
     local G = { { 2.0, -1.0, 0.1 }, { 0.5, 0.3, 0.0 }, { 0.1, 0.05, -3.0 }, { 0.01, 0.02, 0.0 } }

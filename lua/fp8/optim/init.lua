@@ -1,10 +1,13 @@
--- fp8.optim — optimizers (SGD, Adam, AdamW) whose updates run in fused C kernels, and learning-rate
+-- fp8.optim — optimizers (SGD, Adam, AdamW) whose updates run in fused C kernels, RMSprop and Adagrad (torch's
+-- operations in torch's order), and learning-rate
 -- schedules (fp8.optim.lr_scheduler). Loaded on first use of fp8.optim.
 local optim = {
   Optimizer = require "fp8.optim.optimizer",
   SGD = require "fp8.optim.sgd",
   Adam = require "fp8.optim.adam",
   AdamW = require "fp8.optim.adamw",
+  RMSprop = require "fp8.optim.rmsprop",
+  Adagrad = require "fp8.optim.adagrad",
   lr_scheduler = require "fp8.optim.lr_scheduler",
 }
 
@@ -29,7 +32,13 @@ add("optim.Adam", "fp8.optim.Adam(params [, {lr=1e-3, betas={0.9,0.999}, eps=1e-
   .. "Under MS-AMP (mixed_precision=\"fp8\",\n"
   .. "msamp backend) an Adam is replaced by MS-AMP's AdamW where that is the same step: weight_decay=0, or\n"
   .. "decoupled; an L2 weight_decay is refused there.")
-add("optim.Optimizer", "fp8.optim.Optimizer: the base class of SGD, Adam and AdamW",
+add("optim.RMSprop", "fp8.optim.RMSprop(params [, {lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,\n"
+  .. "  centered=false, maximize=false}]) / Adagrad(params [, {lr=1e-2, lr_decay=0, weight_decay=0,\n"
+  .. "  initial_accumulator_value=0, eps=1e-10, maximize=false}])",
+  "torch.optim.RMSprop and torch.optim.Adagrad, their operations in torch's order on fp32 tensors (no fused\n"
+  .. "kernel). State: step and square_avg (RMSprop; momentum_buffer, grad_avg with momentum, centered) or sum\n"
+  .. "(Adagrad); opt:state_dict() / opt:load_state_dict(sd). MS-AMP takes only Adam and AdamW.")
+add("optim.Optimizer", "fp8.optim.Optimizer: the base class of SGD, Adam, AdamW, RMSprop and Adagrad",
   "Methods every optimizer has: step([closure]), zero_grad([set_to_none=true]), add_param_group{params=, ...},\n"
   .. "state_dict() / load_state_dict(sd); fields param_groups, defaults, state. A new optimizer:\n"
   .. "local My = fp8.optim.Optimizer.class(); function My.new(params, opts) return fp8.optim.Optimizer.new(My,\n"
