@@ -117,6 +117,39 @@ for key, pad in (("emb_pad1", 1), ("emb_pad_last", -1)):
     (y * torch.tensor(EG)).sum().backward()
     out[key] = rows(y)
     out[key + "_dw"] = rows(w.grad)
+# convolutions and pooling: inputs written into the file too (CX [2, 4, 6, 7], CW [6, 4, 3, 3], CB [6], CX1 [2, 4, 9]),
+# each case's output and the gradients of its output weighted by sin-made weights of its shape
+def wave(shape, a, b):
+    n = 1
+    for d in shape: n *= d
+    return torch.sin(torch.arange(n, dtype=torch.float32) * a + b).reshape(shape)
+CX, CWT = wave((2, 4, 6, 7), 0.37, 0.1), wave((6, 4, 3, 3), 0.53, 0.3)
+CB, CX1 = wave((6,), 1.1, 0.2), wave((2, 4, 9), 0.29, 0.4)
+out["conv_x"], out["conv_w"], out["conv_b"], out["conv_x1"] = rows(CX), rows(CWT), rows(CB), rows(CX1)
+def conv_case(key, fn, *ts):
+    ts = [t.clone().requires_grad_(True) for t in ts]
+    y = fn(*ts)
+    (y * wave(tuple(y.shape), 0.71, 0.5)).sum().backward()
+    out[key] = rows(y)
+    for j, t in enumerate(ts, 1):
+        out["%s_d%d" % (key, j)] = rows(t.grad)
+conv_case("c2_s2p1", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), CX, CWT, CB)
+conv_case("c2_d2", lambda x, w: F.conv2d(x, w, dilation=2, padding=(2, 1)), CX, CWT)
+conv_case("c2_g2_same", lambda x, w: F.conv2d(x, w, groups=2, padding="same"), CX, CWT[:, :2, :2, :])
+conv_case("c2_s21", lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1)), CX, CWT, CB)
+conv_case("c1", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2), CX1, CWT[:, :, 0, :], CB)
+conv_case("c1_same_g2", lambda x, w: F.conv1d(x, w, padding="same", groups=2), CX1, CWT[:, :2, 0, :2])
+conv_case("mp2", lambda x: F.max_pool2d(x, 2), CX)
+conv_case("mp3s2p1", lambda x: F.max_pool2d(x, 3, stride=2, padding=1), CX)
+conv_case("mp_d2", lambda x: F.max_pool2d(x, 2, stride=1, dilation=2), CX)
+conv_case("ap3s2p1", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), CX)
+conv_case("ap_nopad", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False), CX)
+conv_case("ap_div", lambda x: F.avg_pool2d(x, (2, 3), divisor_override=4), CX)
+conv_case("mp1", lambda x: F.max_pool1d(x, 3, stride=2, padding=1), CX1)
+conv_case("ap1", lambda x: F.avg_pool1d(x, 2), CX1)
+conv_case("unfold", lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), CX)
+conv_case("fold", lambda c: F.fold(c, (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+          F.unfold(CX, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)))
 # class weights: F.cross_entropy (class ids with and without label smoothing and ignore_index, class probabilities)
 # and F.nll_loss, each reduction; the loss and the input's gradient of its sum
 CW = [1.0, 2.5, 0.5]

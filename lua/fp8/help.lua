@@ -509,6 +509,10 @@ also("nn.PReLU", { "nn.Softsign", "nn.Tanhshrink", "nn.Threshold", "nn.functiona
                    "nn.functional.hardshrink", "nn.functional.softshrink" })
 also("nn.utils.get_total_norm", { "nn.utils.clip_grads_with_norm_" })
 also("optim.RMSprop", { "optim.Adagrad" })
+also("nn.Conv2d", { "nn.Conv1d", "nn.MaxPool2d", "nn.AvgPool2d", "nn.MaxPool1d", "nn.AvgPool1d", "nn.Unfold",
+                    "nn.Fold", "nn.functional.conv2d", "nn.functional.conv1d", "nn.functional.max_pool2d",
+                    "nn.functional.avg_pool2d", "nn.functional.max_pool1d", "nn.functional.avg_pool1d",
+                    "nn.functional.unfold", "nn.functional.fold" })
 also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",

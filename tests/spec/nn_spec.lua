@@ -1670,6 +1670,76 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       fp8.ones { 3 })
   end)
 
+  it("conv1d/conv2d, max/avg pooling, unfold and fold give torch 2.15's values and gradients", function()
+    local CX, CW, CB, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_w), fp8.tensor(ref.conv_b),
+      fp8.tensor(ref.conv_x1)
+    local function wave(shape)   -- sin(i·0.71 + 0.5) over the shape, in fp32 as the generator made it
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
+    end
+    local cases = {
+      { "c2_s2p1", function(x, w, b) return F.conv2d(x, w, b, { stride = 2, padding = 1 }) end, CX, CW, CB },
+      { "c2_d2", function(x, w) return F.conv2d(x, w, { dilation = 2, padding = { 2, 1 } }) end, CX, CW },
+      { "c2_g2_same", function(x, w) return F.conv2d(x, w, { groups = 2, padding = "same" }) end, CX,
+        CW:narrow(2, 1, 2):narrow(3, 1, 2):contiguous() },
+      { "c2_s21", function(x, w, b) return F.conv2d(x, w, b, { stride = { 2, 1 } }) end, CX, CW, CB },
+      { "c1", function(x, w, b) return F.conv1d(x, w, b, { stride = 2, padding = 1, dilation = 2 }) end, CX1,
+        CW:select(3, 1):contiguous(), CB },
+      { "c1_same_g2", function(x, w) return F.conv1d(x, w, { padding = "same", groups = 2 }) end, CX1,
+        CW:select(3, 1):narrow(2, 1, 2):narrow(3, 1, 2):contiguous() },
+      { "mp2", function(x) return F.max_pool2d(x, 2) end, CX },
+      { "mp3s2p1", function(x) return F.max_pool2d(x, 3, { stride = 2, padding = 1 }) end, CX },
+      { "mp_d2", function(x) return F.max_pool2d(x, 2, { stride = 1, dilation = 2 }) end, CX },
+      { "ap3s2p1", function(x) return F.avg_pool2d(x, 3, { stride = 2, padding = 1 }) end, CX },
+      { "ap_nopad", function(x) return F.avg_pool2d(x, 3, { stride = 2, padding = 1, count_include_pad = false }) end,
+        CX },
+      { "ap_div", function(x) return F.avg_pool2d(x, { 2, 3 }, { divisor_override = 4 }) end, CX },
+      { "mp1", function(x) return F.max_pool1d(x, 3, { stride = 2, padding = 1 }) end, CX1 },
+      { "ap1", function(x) return F.avg_pool1d(x, 2) end, CX1 },
+      { "unfold", function(x) return F.unfold(x, { 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } }) end,
+        CX },
+      { "fold", function(c)
+          return F.fold(c, { 6, 7 }, { 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } })
+        end, F.unfold(CX, { 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } }) },
+    }
+    for _, c in ipairs(cases) do
+      local ins = {}
+      for i = 3, #c do ins[#ins + 1] = c[i]:detach():clone():requires_grad(true) end
+      local y = c[2](table.unpack(ins))
+      same(c[1], y, ref[c[1]], 1e-5)
+      local l = (y * wave(y:shape())):sum()
+      l:backward()
+      for j, t in ipairs(ins) do same(("%s d%d"):format(c[1], j), t.grad, ref[("%s_d%d"):format(c[1], j)], 1e-5) end
+    end
+    -- the modules: torch's shapes of parameters and outputs, unbatched inputs, and the refusals
+    fp8.manual_seed(1)
+    local conv = nn.Conv2d(4, 6, 3, { stride = 2, padding = 1 })
+    assert.are.same({ 6, 4, 3, 3 }, conv.weight:shape())
+    assert.is_true(conv.weight:abs():max():item() <= 1 / math.sqrt(36))
+    fp8.no_grad(function() nn.init.copy_(conv.weight, CW); nn.init.copy_(conv.bias, CB) end)
+    same("Conv2d", conv(CX), ref.c2_s2p1, 1e-5)
+    same("Conv2d unbatched", conv(CX:select(1, 1)), conv(CX):select(1, 1):totable(), 1e-6)
+    assert.are.same({ 2, 6, 4 }, nn.Conv1d(4, 6, 3, { stride = 2, padding = 1, dilation = 2 })(CX1):shape())
+    assert.are.equal(1, #nn.Conv1d { in_channels = 4, out_channels = 2, kernel_size = 2, bias = false }:parameters())
+    same("MaxPool2d", nn.MaxPool2d(3, { stride = 2, padding = 1 })(CX), ref.mp3s2p1, 1e-6)
+    same("AvgPool2d", nn.AvgPool2d { kernel_size = 3, stride = 2, padding = 1 }(CX), ref.ap3s2p1, 1e-6)
+    same("MaxPool1d", nn.MaxPool1d(3, { stride = 2, padding = 1 })(CX1), ref.mp1, 1e-6)
+    same("AvgPool1d", nn.AvgPool1d(2)(CX1), ref.ap1, 1e-6)
+    same("Unfold", nn.Unfold({ 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } })(CX), ref.unfold, 1e-6)
+    U.fails_with("Conv2d: padding_mode=\"reflect\" (a string) is not supported (only \"zeros\")", nn.Conv2d, 4, 6, 3,
+      { padding_mode = "reflect" })
+    U.fails_with("Conv2d: groups must be a positive integer dividing in_channels (4) and out_channels (6), got 4",
+      nn.Conv2d, 4, 6, 3, { groups = 4 })
+    U.fails_with("conv2d: padding=\"same\" needs stride 1", F.conv2d, CX, CW, { padding = "same", stride = 2 })
+    U.fails_with("max_pool2d: ceil_mode=true is not supported", F.max_pool2d, CX, 2, { ceil_mode = true })
+    U.fails_with("max_pool2d: padding 2×2 must be at most half the kernel 3×3", F.max_pool2d, CX, 3, { padding = 2 })
+    U.fails_with("conv2d: the input [2, 4, 6, 7], padded by 0×0, is smaller than the kernel 9×9", F.conv2d, CX,
+      fp8.zeros { 1, 4, 9, 9 })
+    U.fails_with("conv2d: expected a 4-D (batched) or 3-D (unbatched) input, got [4, 6]", F.conv2d, fp8.zeros { 4, 6 },
+      CW)
+  end)
+
   it("cross_entropy's and nll_loss's class weights: torch's values and gradients, each reduction", function()
     local CW, CE_T = fp8.tensor { 1.0, 2.5, 0.5 }, fp8.tensor { 2, 0, 1, 1 }
     for _, red in ipairs { "mean", "sum", "none" } do

@@ -42,6 +42,8 @@ local nn = {
 }
 for name, cls in pairs(act) do nn[name] = cls end      -- ReLU, GELU, SiLU, ..., Softmax, GLU, Mish, ...
 for name, cls in pairs(losses) do nn[name] = cls end   -- CrossEntropyLoss, ..., KLDivLoss
+-- Conv1d, Conv2d, MaxPool1d/2d, AvgPool1d/2d, Unfold, Fold (and F.conv2d, F.unfold, ...: lua/fp8/nn/conv.lua)
+for name, cls in pairs(require "fp8.nn.conv") do nn[name] = cls end
 
 -- Parameter(t): marks a tensor as a trainable leaf (requires_grad) and returns it.
 function nn.Parameter(t)
@@ -254,6 +256,16 @@ add("nn.utils.clip_grad_norm_",
   .. "  [, error_if_nonfinite=false]]) -> norm",
   "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
   .. "error_if_nonfinite a NaN or inf norm raises instead); returns the norm before clipping.")
+add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, "
+  .. "groups=1, bias=true}]) / Conv1d(...) / MaxPool2d(kernel_size [, {stride, padding, dilation}]) / "
+  .. "AvgPool2d(kernel_size [, {stride, padding, count_include_pad, divisor_override}]) / MaxPool1d / AvgPool1d / "
+  .. "Unfold(kernel_size [, {...}]) / Fold(output_size, kernel_size [, {...}])",
+  "torch's convolutions and pooling, built of differentiable ops: F.unfold (im2col) then one batched GEMM per\n"
+  .. "group (bf16 under autocast, as torch's); F.conv2d(x, w [, b] [, opts]), F.conv1d, F.max_pool2d,\n"
+  .. "F.avg_pool2d, F.max_pool1d, F.avg_pool1d, F.unfold, F.fold. padding: an integer, a pair, \"valid\" or\n"
+  .. "\"same\"; weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch's default. FP8 recipes convert Linear layers\n"
+  .. "only (as TransformerEngine and torchao): convolutions stay in high precision. Not supported: padding_mode\n"
+  .. "other than \"zeros\", ceil_mode, return_indices, transposed convolutions.")
 add("nn.utils.get_total_norm", "fp8.nn.utils.get_total_norm(tensors [, norm_type=2 [, error_if_nonfinite=false]]) -> "
   .. "norm / clip_grads_with_norm_(params, max_norm, total_norm)",
   "torch 2.6's two halves of clip_grad_norm_: the norm of the tensors (the gradients) taken together, as a number;\n"

@@ -1,0 +1,465 @@
+-- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops (no kernel of
+-- their own): F.unfold / F.fold (im2col and its adjoint, by gather and scatter_add over the padded input's flat
+-- positions), F.conv1d / F.conv2d (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's),
+-- F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each window), and their modules Conv1d,
+-- Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8 recipes convert Linear layers only (as
+-- TransformerEngine and torchao): a convolution runs in high precision under every recipe.
+-- Not offered (refused by name): padding_mode other than "zeros", ceil_mode, return_indices, transposed convolutions.
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local O = require "fp8.opts"
+local Module = require "fp8.nn.module"
+local F = require "fp8.nn.functional"
+local init = require "fp8.nn.init_fns"
+
+local M = {}
+
+local function shape_str(t) return t:shape_str() end
+
+-- Errors here are raised without a position; a public function's come out at its caller's line (none where the
+-- caller is fp8lab's own code: a layer's forward names itself), as functional.lua's at_caller does.
+local function strip(err) return type(err) == "string" and (err:gsub("^[^:\n]*conv%.lua:%d+: ", "")) or err end
+local function rethrow(ok, ...)
+  if ok then return ... end
+  local err = strip((...))
+  if type(err) ~= "string" then error(err, 0) end
+  local src = (debug.getinfo(3, "S") or {}).source or ""
+  error(err, src ~= "=[C]" and require("fp8.errfmt").is_own_source(src) and 0 or 3)
+end
+local function public(impl) return function(...) return (rethrow(pcall(impl, ...))) end end
+
+-- a size argument (kernel_size, stride, padding, dilation) as a pair {h, w} of integers >= lo: an integer is both
+local function pair(fname, what, v, lo)
+  if math.type(v) == "integer" then v = { v, v } end
+  if type(v) ~= "table" or rawlen(v) ~= 2 or math.type(rawget(v, 1)) ~= "integer"
+      or math.type(rawget(v, 2)) ~= "integer"
+      or rawget(v, 1) < lo or rawget(v, 2) < lo then
+    error(("%s: %s must be an integer >= %d or a pair of them, got %s"):format(fname, what, lo, O.got(v)), 0)
+  end
+  return { rawget(v, 1), rawget(v, 2) }
+end
+
+-- The flat positions (0-based, into the padded [Hp, Wp] plane) unfold reads, window position by window position:
+-- index[k·L + l] for kernel offset k = i·kw + j and output position l = oh·OW + ow; cached per geometry.
+local index_cache = setmetatable({}, { __mode = "v" })
+local function positions(hp, wp, k, s, d)
+  local oh = (hp - d[1] * (k[1] - 1) - 1) // s[1] + 1
+  local ow = (wp - d[2] * (k[2] - 1) - 1) // s[2] + 1
+  if oh < 1 or ow < 1 then return nil, oh, ow end
+  local key = table.concat({ hp, wp, k[1], k[2], s[1], s[2], d[1], d[2] }, ",")
+  local t = index_cache[key]
+  if t == nil then
+    local list, n = {}, 0
+    for i = 0, k[1] - 1 do
+      for j = 0, k[2] - 1 do
+        for y = 0, oh - 1 do
+          local row = (y * s[1] + i * d[1]) * wp + j * d[2]
+          for x = 0, ow - 1 do
+            n = n + 1
+            list[n] = row + x * s[2]
+          end
+        end
+      end
+    end
+    t = fp8.tensor(list)
+    index_cache[key] = t
+  end
+  return t, oh, ow
+end
+
+-- The padded 4-D input's windows: [N, C, K·L] gathered (K = kh·kw, L = OH·OW), with OH and OW. value pads.
+local function windows(fname, x, k, s, p, d, value)
+  local N, C = x:size(1), x:size(2)
+  local xp = (p[1] > 0 or p[2] > 0) and F.pad(x, { p[2], p[2], p[1], p[1] }, { value = value }) or x
+  local hp, wp = xp:size(3), xp:size(4)
+  local idx, oh, ow = positions(hp, wp, k, s, d)
+  if idx == nil then
+    error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output would "
+      .. "be %d×%d"):format(fname, shape_str(x), p[1], p[2], k[1], k[2], d[1], d[2], oh, ow), 0)
+  end
+  local KL = idx:numel()
+  local flat = xp:reshape({ N, C, hp * wp })
+  return flat:gather(3, idx:to(x:device()):reshape({ 1, 1, KL }):expand({ N, C, KL })), oh, ow
+end
+
+-- x: [N, C, H, W] or unbatched [C, H, W] (then returned without the batch dim: squeeze(out))
+local function batched(fname, x, dims)
+  if not fp8.is_tensor(x) then error(("%s: expected a tensor input, got %s"):format(fname, O.got(x)), 0) end
+  if x:dim() == dims then return x, false end
+  if x:dim() == dims - 1 then return x:unsqueeze(1), true end
+  error(("%s: expected a %d-D (batched) or %d-D (unbatched) input, got %s"):format(fname, dims, dims - 1,
+    shape_str(x)), 0)
+end
+
+local function opts_of(fname, opts, valid, refused)
+  if refused then
+    for k, why in pairs(refused) do
+      if type(opts) == "table" and rawget(opts, k) ~= nil and rawget(opts, k) ~= why[1] then
+        error(("%s: %s=%s is not supported (%s)"):format(fname, k, tostring(rawget(opts, k)), why[2]), 0)
+      end
+    end
+  end
+  return O.check(fname, opts, valid)
+end
+
+-- unfold(input[N, C, H, W], kernel_size [, {dilation=1, padding=0, stride=1}]) → [N, C·kh·kw, L]: torch's im2col
+local function impl_unfold(x, kernel_size, opts, ...)
+  O.no_more("unfold", "(input, kernel_size [, {dilation=, padding=, stride=}])", ...)
+  local xb, unb = batched("unfold", x, 4)
+  opts = opts_of("unfold", opts, { "dilation", "padding", "stride" })
+  local k = pair("unfold", "kernel_size", kernel_size, 1)
+  local cols = windows("unfold", xb, k, pair("unfold", "stride", opts.stride or 1, 1),
+    pair("unfold", "padding", opts.padding or 0, 0), pair("unfold", "dilation", opts.dilation or 1, 1), 0)
+  local N, C = xb:size(1), xb:size(2)
+  local out = cols:reshape({ N, C * k[1] * k[2], cols:size(3) // (k[1] * k[2]) })
+  return unb and out:squeeze(1) or out
+end
+
+-- fold(input[N, C·kh·kw, L], output_size, kernel_size [, {dilation=1, padding=0, stride=1}]) → [N, C, H, W]: torch's
+-- col2im, unfold's adjoint: each column's values added into the positions unfold read them from
+local function impl_fold(x, output_size, kernel_size, opts, ...)
+  O.no_more("fold", "(input, output_size, kernel_size [, {dilation=, padding=, stride=}])", ...)
+  local xb, unb = batched("fold", x, 3)
+  opts = opts_of("fold", opts, { "dilation", "padding", "stride" })
+  local size = pair("fold", "output_size", output_size, 1)
+  local k = pair("fold", "kernel_size", kernel_size, 1)
+  local s, p = pair("fold", "stride", opts.stride or 1, 1), pair("fold", "padding", opts.padding or 0, 0)
+  local d = pair("fold", "dilation", opts.dilation or 1, 1)
+  local hp, wp = size[1] + 2 * p[1], size[2] + 2 * p[2]
+  local idx, oh, ow = positions(hp, wp, k, s, d)
+  local K, N = k[1] * k[2], xb:size(1)
+  if idx == nil or xb:size(2) % K ~= 0 or xb:size(3) ~= oh * ow then
+    error(("fold: input %s does not hold blocks of %d×%d over a %d×%d output (padding %d×%d, stride %d×%d, dilation "
+      .. "%d×%d: [N, C·%d, %d] expected)"):format(shape_str(xb), k[1], k[2], size[1], size[2], p[1], p[2], s[1], s[2],
+      d[1], d[2], K, idx and oh * ow or 0), 0)
+  end
+  local C = xb:size(2) // K
+  local KL = idx:numel()
+  local src = xb:reshape({ N, C, KL })
+  local planes = fp8.zeros({ N, C, hp * wp }, { device = xb:device() })
+  local out = planes:scatter_add(3, idx:to(xb:device()):reshape({ 1, 1, KL }):expand({ N, C, KL }), src)
+  out = out:reshape({ N, C, hp, wp })
+  if p[1] > 0 or p[2] > 0 then out = F.pad(out, { -p[2], -p[2], -p[1], -p[1] }) end
+  return unb and out:squeeze(1) or out
+end
+
+-- padding as conv2d takes it: an integer, a pair, "valid" (0) or "same" (stride 1: the output the input's size; an
+-- odd total split with the extra on the right and bottom, as torch's) → {top, bottom, left, right}
+local function conv_padding(fname, padding, k, s, d)
+  if padding == "valid" then return { 0, 0, 0, 0 } end
+  if padding == "same" then
+    if s[1] ~= 1 or s[2] ~= 1 then
+      error(("%s: padding=\"same\" needs stride 1 (torch's too), got stride %d×%d"):format(fname, s[1], s[2]), 0)
+    end
+    local th, tw = d[1] * (k[1] - 1), d[2] * (k[2] - 1)
+    return { th // 2, th - th // 2, tw // 2, tw - tw // 2 }
+  end
+  if type(padding) == "string" then
+    error(("%s: padding must be an integer, a pair, \"valid\" or \"same\", got \"%s\""):format(fname, padding), 0)
+  end
+  local p = pair(fname, "padding", padding, 0)
+  return { p[1], p[1], p[2], p[2] }
+end
+
+local function conv2d(fname, x, w, b, opts)
+  local xb, unb = batched(fname, x, 4)
+  if not fp8.is_tensor(w) or w:dim() ~= 4 then
+    error(("%s: weight must be [out_channels, in_channels / groups, kh, kw], got %s"):format(fname,
+      fp8.is_tensor(w) and shape_str(w) or O.got(w)), 0)
+  end
+  local g = opts.groups or 1
+  if math.type(g) ~= "integer" or g < 1 then error(("%s: groups must be an integer >= 1, got %s"):format(fname,
+    O.got(g)), 0) end
+  local N, C, OC = xb:size(1), xb:size(2), w:size(1)
+  if C % g ~= 0 or OC % g ~= 0 or w:size(2) * g ~= C then
+    error(("%s: input %s and weight %s do not agree with groups=%d (in_channels %d = weight's %d × groups, "
+      .. "out_channels divisible by groups)"):format(fname, shape_str(xb), shape_str(w), g, C, w:size(2), g), 0)
+  end
+  if b ~= nil and (not fp8.is_tensor(b) or b:dim() ~= 1 or b:size(1) ~= OC) then
+    error(("%s: bias must be [%d] (one per output channel), got %s"):format(fname, OC,
+      fp8.is_tensor(b) and shape_str(b) or O.got(b)), 0)
+  end
+  local k = { w:size(3), w:size(4) }
+  local s = pair(fname, "stride", opts.stride or 1, 1)
+  local d = pair(fname, "dilation", opts.dilation or 1, 1)
+  local pd = conv_padding(fname, opts.padding or 0, k, s, d)
+  if pd[1] ~= pd[2] or pd[3] ~= pd[4] then   -- "same" with an even kernel: pad first, unevenly
+    xb = F.pad(xb, { pd[3], pd[4], pd[1], pd[2] })
+    pd = { 0, 0, 0, 0 }
+  end
+  local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0)
+  local K, L = k[1] * k[2], cols:size(3) // (k[1] * k[2])
+  local out
+  if g == 1 then
+    out = w:reshape({ OC, C * K }):matmul(cols:reshape({ N, C * K, L }))                    -- [N, OC, L]
+  else
+    local cg = C // g
+    out = w:reshape({ g, OC // g, cg * K }):matmul(cols:reshape({ N, g, cg * K, L }))       -- [N, g, OC/g, L]
+  end
+  out = out:reshape({ N, OC, oh, ow })
+  if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+  return unb and out:squeeze(1) or out
+end
+
+-- conv2d(input[N, C, H, W], weight[OC, C/groups, kh, kw] [, bias[OC]] [, {stride=1, padding=0, dilation=1,
+-- groups=1}]): torch's (padding also "valid" or "same")
+local function impl_conv2d(x, w, b, opts, ...)
+  O.no_more("conv2d", "(input, weight [, bias] [, {stride=, padding=, dilation=, groups=}])", ...)
+  if type(b) == "table" and not fp8.is_tensor(b) and opts == nil then b, opts = nil, b end
+  return conv2d("conv2d", x, w, b, opts_of("conv2d", opts, { "stride", "padding", "dilation", "groups" }))
+end
+
+-- conv1d(input[N, C, L], weight[OC, C/groups, k] [, bias] [, {stride=1, padding=0, dilation=1, groups=1}]): conv2d
+-- over a plane of height 1
+local function one_d(fname, v, lo, default)
+  if v == nil then return default end
+  if type(v) == "string" then return v end
+  if type(v) == "table" then
+    if rawlen(v) ~= 1 then
+      error(("%s: expected an integer or a one-element list, got %s"):format(fname, O.got(v)), 0)
+    end
+    v = rawget(v, 1)
+  end
+  if math.type(v) ~= "integer" or v < lo then
+    error(("%s: expected an integer >= %d, got %s"):format(fname, lo, O.got(v)), 0)
+  end
+  return v
+end
+local function impl_conv1d(x, w, b, opts, ...)
+  O.no_more("conv1d", "(input, weight [, bias] [, {stride=, padding=, dilation=, groups=}])", ...)
+  if type(b) == "table" and not fp8.is_tensor(b) and opts == nil then b, opts = nil, b end
+  opts = opts_of("conv1d", opts, { "stride", "padding", "dilation", "groups" })
+  local xb, unb = batched("conv1d", x, 3)
+  if not fp8.is_tensor(w) or w:dim() ~= 3 then
+    error(("conv1d: weight must be [out_channels, in_channels / groups, k], got %s"):format(
+      fp8.is_tensor(w) and shape_str(w) or O.got(w)), 0)
+  end
+  local p = one_d("conv1d: padding", opts.padding, 0, 0)
+  local o2 = { stride = { 1, one_d("conv1d: stride", opts.stride, 1, 1) }, groups = opts.groups,
+    dilation = { 1, one_d("conv1d: dilation", opts.dilation, 1, 1) },
+    padding = type(p) == "string" and p or { 0, p } }
+  local out = conv2d("conv1d", xb:unsqueeze(3), w:unsqueeze(3), b, o2):squeeze(3)
+  return unb and out:squeeze(1) or out
+end
+
+-- max_pool2d / avg_pool2d(input, kernel_size [, {stride=kernel_size, padding=0, dilation=1 (max only),
+-- count_include_pad=true, divisor_override= (avg only)}]): torch's; the max's gradient goes to one maximum of each
+-- window, as torch's. padding at most half the kernel, as torch's.
+local POOL_REFUSED = { ceil_mode = { false, "the output rounds down here" },
+  return_indices = { false, "no indices are returned: take them from unfold and max" } }
+local function pool2d(fname, x, kernel_size, opts, is_max)
+  local xb, unb = batched(fname, x, 4)
+  local k = pair(fname, "kernel_size", kernel_size, 1)
+  local s = pair(fname, "stride", opts.stride or k, 1)
+  local p = pair(fname, "padding", opts.padding or 0, 0)
+  local d = pair(fname, "dilation", is_max and opts.dilation or 1, 1)
+  if 2 * p[1] > k[1] or 2 * p[2] > k[2] then
+    error(("%s: padding %d×%d must be at most half the kernel %d×%d (torch's rule)"):format(fname, p[1], p[2], k[1],
+      k[2]), 0)
+  end
+  local N, C = xb:size(1), xb:size(2)
+  local cols, oh, ow = windows(fname, xb, k, s, p, d, is_max and -math.huge or 0)
+  local K = k[1] * k[2]
+  local win = cols:reshape({ N, C, K, oh * ow })
+  local out
+  if is_max then
+    out = (win:max(3))
+  else
+    local div = opts.divisor_override
+    if div ~= nil then
+      if math.type(div) ~= "integer" or div < 1 then
+        error(("%s: divisor_override must be an integer >= 1, got %s"):format(fname, O.got(div)), 0)
+      end
+      out = win:sum(3) / div
+    elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0) then
+      local ones = fp8.ones({ 1, 1, xb:size(3), xb:size(4) }, { device = xb:device() })
+      local counts = windows(fname, ones, k, s, p, d, 0):reshape({ 1, 1, K, oh * ow }):sum(3)
+      out = win:sum(3) / counts
+    else
+      out = win:sum(3) / K
+    end
+  end
+  out = out:reshape({ N, C, oh, ow })
+  return unb and out:squeeze(1) or out
+end
+local function impl_max_pool2d(x, kernel_size, opts, ...)
+  O.no_more("max_pool2d", "(input, kernel_size [, {stride=, padding=, dilation=}])", ...)
+  return pool2d("max_pool2d", x, kernel_size, opts_of("max_pool2d", opts, { "stride", "padding", "dilation",
+    "ceil_mode", "return_indices" }, POOL_REFUSED), true)
+end
+local function impl_avg_pool2d(x, kernel_size, opts, ...)
+  O.no_more("avg_pool2d", "(input, kernel_size [, {stride=, padding=, count_include_pad=, divisor_override=}])", ...)
+  return pool2d("avg_pool2d", x, kernel_size, opts_of("avg_pool2d", opts, { "stride", "padding", "ceil_mode",
+    "count_include_pad", "divisor_override" }, POOL_REFUSED), false)
+end
+local function pool1d(fname, x, kernel_size, opts, is_max)
+  local xb, unb = batched(fname, x, 3)
+  local o2 = {}
+  for key, v in pairs(opts) do o2[key] = v end
+  local k = one_d(fname .. ": kernel_size", kernel_size, 1)
+  o2.stride = { 1, one_d(fname .. ": stride", opts.stride, 1, k) }
+  o2.padding = { 0, one_d(fname .. ": padding", opts.padding, 0, 0) }
+  if is_max then o2.dilation = { 1, one_d(fname .. ": dilation", opts.dilation, 1, 1) } end
+  local out = pool2d(fname, xb:unsqueeze(3), { 1, k }, o2, is_max):squeeze(3)
+  return unb and out:squeeze(1) or out
+end
+local function impl_max_pool1d(x, kernel_size, opts, ...)
+  O.no_more("max_pool1d", "(input, kernel_size [, {stride=, padding=, dilation=}])", ...)
+  return pool1d("max_pool1d", x, kernel_size, opts_of("max_pool1d", opts, { "stride", "padding", "dilation",
+    "ceil_mode", "return_indices" }, POOL_REFUSED), true)
+end
+local function impl_avg_pool1d(x, kernel_size, opts, ...)
+  O.no_more("avg_pool1d", "(input, kernel_size [, {stride=, padding=, count_include_pad=}])", ...)
+  return pool1d("avg_pool1d", x, kernel_size, opts_of("avg_pool1d", opts, { "stride", "padding", "ceil_mode",
+    "count_include_pad" }, POOL_REFUSED), false)
+end
+
+for name, impl in pairs { unfold = impl_unfold, fold = impl_fold, conv2d = impl_conv2d, conv1d = impl_conv1d,
+  max_pool2d = impl_max_pool2d, avg_pool2d = impl_avg_pool2d, max_pool1d = impl_max_pool1d,
+  avg_pool1d = impl_avg_pool1d } do
+  F[name] = public(impl)
+end
+
+-- ---- the modules ------------------------------------------------------------------------------
+
+-- Conv1d / Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, groups=1, bias=true,
+-- padding_mode="zeros"}]) (or one table with those names): torch's, weight and bias U(-1/√fan_in, 1/√fan_in)
+-- (kaiming_uniform with a = √5, torch's default), fan_in = in_channels / groups · kh · kw
+local CONV_KEYS = { "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
+  "padding_mode" }
+local function conv_class(name, dims)
+  local cls = Module.class(name)
+  local function setup(self, cin, cout, ksize, opts)
+    if type(cin) == "table" then
+      if cout ~= nil then error(("%s: pass the options as one table or after the sizes, not both"):format(name), 0) end
+      local o = O.check(name, cin, CONV_KEYS)
+      cin, cout, ksize, opts = o.in_channels, o.out_channels, o.kernel_size, o
+    else
+      local valid = {}
+      for i = 4, #CONV_KEYS do valid[#valid + 1] = CONV_KEYS[i] end
+      opts = O.check(name, opts, valid)
+    end
+    for _, c in ipairs { { "in_channels", cin }, { "out_channels", cout } } do
+      if math.type(c[2]) ~= "integer" or c[2] < 1 then
+        error(("%s: %s must be a positive integer, got %s"):format(name, c[1], O.got(c[2])), 0)
+      end
+    end
+    local k = dims == 2 and pair(name, "kernel_size", ksize, 1) or { 1, one_d(name .. ": kernel_size", ksize, 1) }
+    local g = opts.groups or 1
+    if math.type(g) ~= "integer" or g < 1 or cin % g ~= 0 or cout % g ~= 0 then
+      error(("%s: groups must be a positive integer dividing in_channels (%d) and out_channels (%d), got %s"):format(
+        name, cin, cout, O.got(g)), 0)
+    end
+    if opts.padding_mode ~= nil and opts.padding_mode ~= "zeros" then
+      error(("%s: padding_mode=%s is not supported (only \"zeros\")"):format(name, O.got(opts.padding_mode)), 0)
+    end
+    if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
+      error(("%s: bias must be a boolean, got %s"):format(name, O.got(opts.bias)), 0)
+    end
+    Module._check_size(name, 3, "out_channels * in_channels / groups * kernel", cout, cin // g, k[1] * k[2])
+    self.in_channels, self.out_channels, self.groups = cin, cout, g
+    self.kernel_size = dims == 2 and k or { k[2] }
+    self.stride, self.padding, self.dilation = opts.stride or 1, opts.padding or 0, opts.dilation or 1
+    local bound = 1 / math.sqrt(cin // g * k[1] * k[2])
+    local shape = dims == 2 and { cout, cin // g, k[1], k[2] } or { cout, cin // g, k[2] }
+    self:register_parameter("weight", init.uniform(shape, -bound, bound))
+    if opts.bias ~= false then self:register_parameter("bias", init.uniform({ cout }, -bound, bound)) end
+    -- the geometry checked now, not at the first forward
+    local fn = dims == 2 and F.conv2d or F.conv1d
+    local ok, err = pcall(function()
+      return dims == 2 and pair(name, "stride", self.stride, 1) and pair(name, "dilation", self.dilation, 1)
+        and conv_padding(name, self.padding, k, pair(name, "stride", self.stride, 1),
+          pair(name, "dilation", self.dilation, 1))
+        or (one_d(name .. ": stride", self.stride, 1) and one_d(name .. ": dilation", self.dilation, 1)
+          and one_d(name .. ": padding", self.padding, 0))
+    end)
+    if not ok then error(err, 0) end
+    self._fn = fn
+  end
+  cls["__init"] = function(self, cin, cout, ksize, opts)
+    local ok, err = pcall(setup, self, cin, cout, ksize, opts)
+    if not ok then error(strip(err), 3) end
+  end
+  cls.forward = function(self, x)
+    return rawget(self, "_fn")(x, self.weight, self.bias, { stride = self.stride, padding = self.padding,
+      dilation = self.dilation, groups = self.groups })
+  end
+  cls.extra_repr = function(self)
+    local function s(v) return type(v) == "table" and ("(%s)"):format(table.concat(v, ", ")) or tostring(v) end
+    return ("%d, %d, kernel_size=%s, stride=%s, padding=%s%s%s"):format(self.in_channels, self.out_channels,
+      s(self.kernel_size), s(self.stride), s(self.padding), self.groups ~= 1 and (", groups=%d"):format(self.groups)
+      or "", self.bias == nil and ", bias=false" or "")
+  end
+  return cls
+end
+M.Conv1d = conv_class("Conv1d", 1)
+M.Conv2d = conv_class("Conv2d", 2)
+
+-- MaxPool1d/2d, AvgPool1d/2d(kernel_size [, {stride=kernel_size, padding=0, ...}]) (or one table with kernel_size)
+local function pool_class(name, fn, valid)
+  local cls = Module.class(name)
+  local function setup(self, ksize, opts)
+    if type(ksize) == "table" and rawget(ksize, "kernel_size") ~= nil then
+      if opts ~= nil then
+        error(("%s: pass the options as one table or after kernel_size, not both"):format(name), 0)
+      end
+      opts = ksize
+      ksize = opts.kernel_size
+    end
+    local keys = { "kernel_size" }
+    for _, k in ipairs(valid) do keys[#keys + 1] = k end
+    self.opts = O.check(name, opts, keys)
+    self.kernel_size = ksize
+    local probe = fp8.zeros(name:find("1d") and { 1, 1, 64 } or { 1, 1, 64, 64 })
+    local okp, err = pcall(fn, probe, ksize, self:_call_opts())   -- the options checked now
+    if not okp and not tostring(err):find("smaller than the kernel", 1, true) then error(err, 0) end
+  end
+  cls["__init"] = function(self, ksize, opts)
+    local ok, err = pcall(setup, self, ksize, opts)
+    if not ok then error(strip(err), 3) end
+  end
+  cls._call_opts = function(self)
+    local o = {}
+    for k, v in pairs(self.opts) do if k ~= "kernel_size" then o[k] = v end end
+    return o
+  end
+  cls.forward = function(self, x) return fn(x, self.kernel_size, self:_call_opts()) end
+  cls.extra_repr = function(self)
+    local function s(v) return type(v) == "table" and ("(%s)"):format(table.concat(v, ", ")) or tostring(v) end
+    local parts = { "kernel_size=" .. s(self.kernel_size) }
+    local keys = {}
+    for k in pairs(self.opts) do if k ~= "kernel_size" then keys[#keys + 1] = k end end
+    table.sort(keys)
+    for _, k in ipairs(keys) do parts[#parts + 1] = ("%s=%s"):format(k, s(self.opts[k])) end
+    return table.concat(parts, ", ")
+  end
+  return cls
+end
+M.MaxPool2d = pool_class("MaxPool2d", F.max_pool2d, { "stride", "padding", "dilation", "ceil_mode", "return_indices" })
+M.AvgPool2d = pool_class("AvgPool2d", F.avg_pool2d, { "stride", "padding", "ceil_mode", "count_include_pad",
+  "divisor_override" })
+M.MaxPool1d = pool_class("MaxPool1d", F.max_pool1d, { "stride", "padding", "dilation", "ceil_mode", "return_indices" })
+M.AvgPool1d = pool_class("AvgPool1d", F.avg_pool1d, { "stride", "padding", "ceil_mode", "count_include_pad" })
+
+-- Unfold(kernel_size [, {dilation, padding, stride}]) and Fold(output_size, kernel_size [, {...}]): torch's modules
+M.Unfold = Module.class("Unfold")
+function M.Unfold:__init(ksize, opts)
+  local ok, err = pcall(function()
+    self.kernel_size, self.opts = ksize, O.check("Unfold", opts, { "dilation", "padding", "stride" })
+    pair("Unfold", "kernel_size", ksize, 1)
+  end)
+  if not ok then error(strip(err), 3) end
+end
+function M.Unfold:forward(x) return F.unfold(x, self.kernel_size, self.opts) end
+M.Fold = Module.class("Fold")
+function M.Fold:__init(size, ksize, opts)
+  local ok, err = pcall(function()
+    self.output_size, self.kernel_size = size, ksize
+    self.opts = O.check("Fold", opts, { "dilation", "padding", "stride" })
+    pair("Fold", "output_size", size, 1)
+    pair("Fold", "kernel_size", ksize, 1)
+  end)
+  if not ok then error(strip(err), 3) end
+end
+function M.Fold:forward(x) return F.fold(x, self.output_size, self.kernel_size, self.opts) end
+
+return M
