@@ -150,6 +150,37 @@ conv_case("ap1", lambda x: F.avg_pool1d(x, 2), CX1)
 conv_case("unfold", lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), CX)
 conv_case("fold", lambda c: F.fold(c, (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
           F.unfold(CX, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)))
+# batch and group norm: BatchNorm2d over two training steps (the outputs, the input's, weight's and bias's gradients,
+# the running statistics after), then its eval output; BatchNorm1d on [N, C] and [N, C, L] with momentum None;
+# track_running_stats=False; GroupNorm (values and gradients)
+torch.manual_seed(0)
+bn = torch.nn.BatchNorm2d(4)
+with torch.no_grad():
+    bn.weight.copy_(torch.tensor([1.0, 0.5, 2.0, -1.0])); bn.bias.copy_(torch.tensor([0.0, 0.1, -0.2, 0.3]))
+for step, xin in enumerate((CX, CX * 2 + 0.5), 1):
+    xr = xin.clone().requires_grad_(True)
+    y = bn(xr)
+    (y * wave(tuple(y.shape), 0.71, 0.5)).sum().backward()
+    out["bn2_y%d" % step], out["bn2_dx%d" % step] = rows(y), rows(xr.grad)
+out["bn2_dw"], out["bn2_db"] = rows(bn.weight.grad), rows(bn.bias.grad)
+out["bn2_rm"], out["bn2_rv"] = rows(bn.running_mean), rows(bn.running_var)
+bn.eval()
+out["bn2_eval"] = rows(bn(CX))
+bn1 = torch.nn.BatchNorm1d(4, momentum=None)
+out["bn1_y"] = rows(bn1(CX1))
+out["bn1_y2"] = rows(bn1(CX1[:, :, 0] * 3))
+out["bn1_rm"], out["bn1_rv"] = rows(bn1.running_mean), rows(bn1.running_var)
+bnf = torch.nn.BatchNorm2d(4, track_running_stats=False, affine=False)
+bnf.eval()
+out["bn_nots"] = rows(bnf(CX))
+for key, groups in (("gn2", 2), ("gn4", 4)):
+    gn = torch.nn.GroupNorm(groups, 4)
+    with torch.no_grad():
+        gn.weight.copy_(torch.tensor([1.0, 0.5, 2.0, -1.0])); gn.bias.copy_(torch.tensor([0.0, 0.1, -0.2, 0.3]))
+    xr = CX.clone().requires_grad_(True)
+    y = gn(xr)
+    (y * wave(tuple(y.shape), 0.71, 0.5)).sum().backward()
+    out[key], out[key + "_dx"], out[key + "_dw"] = rows(y), rows(xr.grad), rows(gn.weight.grad)
 # class weights: F.cross_entropy (class ids with and without label smoothing and ignore_index, class probabilities)
 # and F.nll_loss, each reduction; the loss and the input's gradient of its sum
 CW = [1.0, 2.5, 0.5]

@@ -1740,6 +1740,70 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       CW)
   end)
 
+  it("BatchNorm1d/2d and GroupNorm give torch 2.15's values, gradients and running statistics", function()
+    local CX, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_x1)
+    local function wave(shape)
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
+    end
+    local bn = nn.BatchNorm2d(4)
+    fp8.no_grad(function()
+      nn.init.copy_(bn.weight, fp8.tensor { 1.0, 0.5, 2.0, -1.0 })
+      nn.init.copy_(bn.bias, fp8.tensor { 0.0, 0.1, -0.2, 0.3 })
+    end)
+    for step, xin in ipairs { CX, CX * 2 + 0.5 } do
+      local x = xin:detach():clone():requires_grad(true)
+      local y = bn(x)
+      same("bn2 y" .. step, y, ref["bn2_y" .. step], 1e-5)
+      local l = (y * wave(y:shape())):sum()
+      l:backward()
+      same("bn2 dx" .. step, x.grad, ref["bn2_dx" .. step], 1e-5)
+    end
+    same("bn2 dw", bn.weight.grad, ref.bn2_dw, 1e-5)
+    same("bn2 db", bn.bias.grad, ref.bn2_db, 1e-5)
+    same("bn2 running_mean", bn.running_mean, ref.bn2_rm, 1e-5)
+    same("bn2 running_var", bn.running_var, ref.bn2_rv, 1e-5)
+    assert.are.equal(2, bn.num_batches_tracked:item())
+    bn:eval()
+    same("bn2 eval", bn(CX), ref.bn2_eval, 1e-5)
+    -- momentum=false is torch's None: the cumulative average; [N, C] and [N, C, L] inputs
+    local bn1 = nn.BatchNorm1d(4, { momentum = false })
+    same("bn1 y", bn1(CX1), ref.bn1_y, 1e-5)
+    same("bn1 y2", bn1(CX1:select(3, 1) * 3), ref.bn1_y2, 1e-5)
+    same("bn1 running_mean", bn1.running_mean, ref.bn1_rm, 1e-5)
+    same("bn1 running_var", bn1.running_var, ref.bn1_rv, 1e-5)
+    local free = nn.BatchNorm2d(4, { track_running_stats = false, affine = false })
+    free:eval()
+    same("no running stats", free(CX), ref.bn_nots, 1e-5)
+    assert.are.equal(0, #free:parameters())
+    assert.are.same({ "running_mean", "running_var", "num_batches_tracked" },
+      (function() local r = {} for _, nb in ipairs(nn.BatchNorm2d(2):named_buffers()) do r[#r + 1] = nb[1] end
+        return r end)())
+    for key, groups in pairs { gn2 = 2, gn4 = 4 } do
+      local gn = nn.GroupNorm(groups, 4)
+      fp8.no_grad(function()
+        nn.init.copy_(gn.weight, fp8.tensor { 1.0, 0.5, 2.0, -1.0 })
+        nn.init.copy_(gn.bias, fp8.tensor { 0.0, 0.1, -0.2, 0.3 })
+      end)
+      local x = CX:detach():clone():requires_grad(true)
+      local y = gn(x)
+      same(key, y, ref[key], 1e-5)
+      local l = (y * wave(y:shape())):sum()
+      l:backward()
+      same(key .. " dx", x.grad, ref[key .. "_dx"], 1e-5)
+      same(key .. " dw", gn.weight.grad, ref[key .. "_dw"], 1e-5)
+    end
+    U.fails_with("batch_norm: expected more than 1 value per channel when training", function()
+      return nn.BatchNorm1d(3)(fp8.ones { 1, 3 })
+    end)
+    U.fails_with("GroupNorm: num_groups must be a positive integer dividing num_channels (4), got 3", nn.GroupNorm, 3,
+      4)
+    U.fails_with("batch_norm: running_mean and running_var are needed outside training", F.batch_norm, CX)
+    U.fails_with("BatchNorm2d: unknown option 'momentun' (did you mean 'momentum'?)", nn.BatchNorm2d, 4,
+      { momentun = 0.1 })
+  end)
+
   it("cross_entropy's and nll_loss's class weights: torch's values and gradients, each reduction", function()
     local CW, CE_T = fp8.tensor { 1.0, 2.5, 0.5 }, fp8.tensor { 2, 0, 1, 1 }
     for _, red in ipairs { "mean", "sum", "none" } do

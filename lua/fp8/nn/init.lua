@@ -44,6 +44,8 @@ for name, cls in pairs(act) do nn[name] = cls end      -- ReLU, GELU, SiLU, ...,
 for name, cls in pairs(losses) do nn[name] = cls end   -- CrossEntropyLoss, ..., KLDivLoss
 -- Conv1d, Conv2d, MaxPool1d/2d, AvgPool1d/2d, Unfold, Fold (and F.conv2d, F.unfold, ...: lua/fp8/nn/conv.lua)
 for name, cls in pairs(require "fp8.nn.conv") do nn[name] = cls end
+-- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
+for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
 -- Parameter(t): marks a tensor as a trainable leaf (requires_grad) and returns it.
 function nn.Parameter(t)
@@ -266,6 +268,13 @@ add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {strid
   .. "\"same\"; weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch's default. FP8 recipes convert Linear layers\n"
   .. "only (as TransformerEngine and torchao): convolutions stay in high precision. Not supported: padding_mode\n"
   .. "other than \"zeros\", ceil_mode, return_indices, transposed convolutions.")
+add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
+  .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
+  "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"
+  .. "training, updating running_mean / running_var (momentum=false: torch's None, a cumulative average), and by the\n"
+  .. "running ones in eval; GroupNorm over each sample's channel groups. F.batch_norm(x, running_mean, running_var\n"
+  .. "[, weight [, bias [, training [, momentum [, eps]]]]]) and F.group_norm(x, num_groups [, weight [, bias\n"
+  .. "[, eps]]]) too. num_batches_tracked is a 0-d fp32 buffer (torch's is int64).")
 add("nn.utils.get_total_norm", "fp8.nn.utils.get_total_norm(tensors [, norm_type=2 [, error_if_nonfinite=false]]) -> "
   .. "norm / clip_grads_with_norm_(params, max_norm, total_norm)",
   "torch 2.6's two halves of clip_grad_norm_: the norm of the tensors (the gradients) taken together, as a number;\n"

@@ -1,0 +1,229 @@
+-- batch_norm.lua — torch's BatchNorm1d / BatchNorm2d and GroupNorm, and F.batch_norm / F.group_norm, built of
+-- differentiable ops. BatchNorm normalizes each channel (dim 2) over the batch and the positions: in training by the
+-- batch's mean and biased variance, updating running_mean and running_var (the unbiased variance) by momentum (nil:
+-- a cumulative average over num_batches_tracked), in eval by the running statistics; track_running_stats=false keeps
+-- none and always uses the batch's. GroupNorm normalizes each sample's channel groups. num_batches_tracked is a 0-d
+-- fp32 buffer here (torch's is int64: there is no integer dtype).
+local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local O = require "fp8.opts"
+local Module = require "fp8.nn.module"
+local F = require "fp8.nn.functional"
+
+local M = {}
+
+local function shape_str(t) return t:shape_str() end
+
+local function strip(err) return type(err) == "string" and (err:gsub("^[^:\n]*batch_norm%.lua:%d+: ", "")) or err end
+local function rethrow(ok, ...)
+  if ok then return ... end
+  local err = strip((...))
+  if type(err) ~= "string" then error(err, 0) end
+  local src = (debug.getinfo(3, "S") or {}).source or ""
+  error(err, src ~= "=[C]" and require("fp8.errfmt").is_own_source(src) and 0 or 3)
+end
+
+local function number(fname, what, v, default, lo)
+  if v == nil then return default end
+  if type(v) ~= "number" or not (v >= lo and v < math.huge) then
+    error(("%s: %s must be a finite number >= %g, got %s"):format(fname, what, lo, O.got(v)), 0)
+  end
+  return v
+end
+
+-- x[N, C, ...] as [N, C, P] (P: the positions, 1 for [N, C])
+local function per_channel(x) return x:reshape({ x:size(1), x:size(2), x:numel() // (x:size(1) * x:size(2)) }) end
+
+-- an optional per-channel tensor of C elements (weight, bias, running statistics)
+local function channel_vec(fname, what, t, C)
+  if t == nil then return nil end
+  if not fp8.is_tensor(t) or t:dim() ~= 1 or t:size(1) ~= C then
+    error(("%s: %s must be [%d] (one per channel), got %s"):format(fname, what, C,
+      fp8.is_tensor(t) and shape_str(t) or O.got(t)), 0)
+  end
+  return t
+end
+
+local function impl_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, ...)
+  O.no_more("batch_norm", "(input, running_mean, running_var [, weight [, bias [, training [, momentum [, eps]]]]])",
+    ...)
+  if not fp8.is_tensor(x) or x:dim() < 2 then
+    error(("batch_norm: expected an input [N, C, ...], got %s"):format(fp8.is_tensor(x) and shape_str(x)
+      or O.got(x)), 0)
+  end
+  local C = x:size(2)
+  channel_vec("batch_norm", "running_mean", running_mean, C)
+  channel_vec("batch_norm", "running_var", running_var, C)
+  channel_vec("batch_norm", "weight", weight, C)
+  channel_vec("batch_norm", "bias", bias, C)
+  if training ~= nil and type(training) ~= "boolean" then
+    error(("batch_norm: training must be a boolean, got %s"):format(O.got(training)), 0)
+  end
+  eps = number("batch_norm", "eps", eps, 1e-5, 0)
+  if momentum ~= nil and momentum ~= false then momentum = number("batch_norm", "momentum", momentum, 0.1, 0) end
+  local bshape = { 1, C }
+  for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
+  if not training and (running_mean == nil or running_var == nil) then
+    error("batch_norm: running_mean and running_var are needed outside training (torch's too)", 0)
+  end
+  local mean, var
+  if training then
+    local v = per_channel(x)
+    local n = v:size(1) * v:size(3)
+    if training and n <= 1 then
+      error(("batch_norm: expected more than 1 value per channel when training, got input %s"):format(shape_str(x)),
+        0)
+    end
+    mean = v:mean(3):mean(1)                                     -- [C]
+    local centered = v - mean:reshape({ 1, C, 1 })
+    var = (centered * centered):mean(3):mean(1)                  -- biased, [C]
+    if training and running_mean ~= nil and running_var ~= nil then
+      local m = momentum == nil and 0.1 or momentum
+      fp8.no_grad(function()
+        local unbiased = var:detach() * (n / (n - 1))
+        local C_ = require "fp8._optim"
+        C_.copy_(running_mean, running_mean * (1 - m) + mean:detach() * m)
+        C_.copy_(running_var, running_var * (1 - m) + unbiased * m)
+      end)
+    end
+  else
+    mean, var = running_mean, running_var
+  end
+  local y = (x - mean:reshape(bshape)) / (var:reshape(bshape) + eps):sqrt()
+  if weight ~= nil then y = y * weight:reshape(bshape) end
+  if bias ~= nil then y = y + bias:reshape(bshape) end
+  return y
+end
+-- batch_norm(input, running_mean, running_var [, weight [, bias [, training=false [, momentum=0.1 [, eps=1e-5]]]]]):
+-- torch's order of arguments; running statistics updated in place when training (nil ones: none kept)
+function F.batch_norm(...) return (rethrow(pcall(impl_batch_norm, ...))) end
+
+local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
+  O.no_more("group_norm", "(input, num_groups [, weight [, bias [, eps]]])", ...)
+  if not fp8.is_tensor(x) or x:dim() < 2 then
+    error(("group_norm: expected an input [N, C, ...], got %s"):format(fp8.is_tensor(x) and shape_str(x)
+      or O.got(x)), 0)
+  end
+  local N, C = x:size(1), x:size(2)
+  if math.type(num_groups) ~= "integer" or num_groups < 1 or C % num_groups ~= 0 then
+    error(("group_norm: num_groups must be a positive integer dividing the channels (%d), got %s"):format(C,
+      O.got(num_groups)), 0)
+  end
+  channel_vec("group_norm", "weight", weight, C)
+  channel_vec("group_norm", "bias", bias, C)
+  eps = number("group_norm", "eps", eps, 1e-5, 0)
+  local g = x:reshape({ N, num_groups, x:numel() // (N * num_groups) })
+  local mean = g:mean(3, true)
+  local centered = g - mean
+  local var = (centered * centered):mean(3, true)
+  local y = (centered / (var + eps):sqrt()):reshape(x:shape())
+  local bshape = { 1, C }
+  for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
+  if weight ~= nil then y = y * weight:reshape(bshape) end
+  if bias ~= nil then y = y + bias:reshape(bshape) end
+  return y
+end
+-- group_norm(input[N, C, ...], num_groups [, weight [, bias [, eps=1e-5]]]): torch's
+function F.group_norm(...) return (rethrow(pcall(impl_group_norm, ...))) end
+
+-- BatchNorm1d / BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
+-- (momentum=false: torch's None, the cumulative average)
+local BN_KEYS = { "eps", "momentum", "affine", "track_running_stats" }
+local function bn_class(name, dims)
+  local cls = Module.class(name)
+  local function setup(self, n, opts)
+    if type(n) == "table" then
+      if opts ~= nil then
+        error(("%s: pass the options as one table or after num_features, not both"):format(name), 0)
+      end
+      local o = O.check(name, n, { "num_features", "eps", "momentum", "affine", "track_running_stats" })
+      n, opts = o.num_features, o
+    else
+      opts = O.check(name, opts, BN_KEYS)
+    end
+    if math.type(n) ~= "integer" or n < 1 then
+      error(("%s: num_features must be a positive integer, got %s"):format(name, O.got(n)), 0)
+    end
+    for _, k in ipairs { "affine", "track_running_stats" } do
+      if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+        error(("%s: %s must be a boolean, got %s"):format(name, k, O.got(opts[k])), 0)
+      end
+    end
+    Module._check_size(name, 3, "num_features", n)
+    self.num_features = n
+    self.eps = number(name, "eps", opts.eps, 1e-5, 0)
+    if opts.momentum == false then self.momentum = false   -- (an `and false or` would never give false)
+    else self.momentum = number(name, "momentum", opts.momentum, 0.1, 0) end
+    self.affine = opts.affine ~= false
+    self.track_running_stats = opts.track_running_stats ~= false
+    if self.affine then
+      self:register_parameter("weight", fp8.ones { n })
+      self:register_parameter("bias", fp8.zeros { n })
+    end
+    if self.track_running_stats then
+      self:register_buffer("running_mean", fp8.zeros { n })
+      self:register_buffer("running_var", fp8.ones { n })
+      self:register_buffer("num_batches_tracked", fp8.zeros {})
+    end
+  end
+  cls["__init"] = function(self, n, opts)
+    local ok, err = pcall(setup, self, n, opts)
+    if not ok then error(strip(err), 3) end
+  end
+  cls.forward = function(self, x)
+    local ok_dims = fp8.is_tensor(x) and (dims == 1 and (x:dim() == 2 or x:dim() == 3) or x:dim() == dims + 2)
+    if not ok_dims or x:size(2) ~= self.num_features then
+      error(("expected input %s with %d channels, got %s"):format(dims == 1 and "[N, C] or [N, C, L]"
+        or "[N, C, H, W]", self.num_features, fp8.is_tensor(x) and shape_str(x) or O.got(x)), 0)
+    end
+    local m = self.momentum
+    if self.training and self.track_running_stats then
+      fp8.no_grad(function()
+        require("fp8._optim").copy_(self.num_batches_tracked, self.num_batches_tracked + 1)
+      end)
+      if m == false then m = 1 / self.num_batches_tracked:item() end
+    end
+    local use_batch = self.training or not self.track_running_stats
+    return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch,
+      m == false and 0.1 or m, self.eps)
+  end
+  cls.extra_repr = function(self)
+    return ("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s"):format(self.num_features, self.eps,
+      self.momentum == false and "None" or ("%g"):format(self.momentum), tostring(self.affine),
+      tostring(self.track_running_stats))
+  end
+  return cls
+end
+M.BatchNorm1d = bn_class("BatchNorm1d", 1)
+M.BatchNorm2d = bn_class("BatchNorm2d", 2)
+
+-- GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])
+M.GroupNorm = Module.class("GroupNorm")
+function M.GroupNorm:__init(groups, channels, opts)
+  local ok, err = pcall(function()
+    opts = O.check("GroupNorm", opts, { "eps", "affine" })
+    if math.type(channels) ~= "integer" or channels < 1 then
+      error(("GroupNorm: num_channels must be a positive integer, got %s"):format(O.got(channels)), 0)
+    end
+    if math.type(groups) ~= "integer" or groups < 1 or channels % groups ~= 0 then
+      error(("GroupNorm: num_groups must be a positive integer dividing num_channels (%d), got %s"):format(channels,
+        O.got(groups)), 0)
+    end
+    if opts.affine ~= nil and type(opts.affine) ~= "boolean" then
+      error(("GroupNorm: affine must be a boolean, got %s"):format(O.got(opts.affine)), 0)
+    end
+    self.num_groups, self.num_channels = groups, channels
+    self.eps = number("GroupNorm", "eps", opts.eps, 1e-5, 0)
+    self.affine = opts.affine ~= false
+    if self.affine then
+      self:register_parameter("weight", fp8.ones { channels })
+      self:register_parameter("bias", fp8.zeros { channels })
+    end
+  end)
+  if not ok then error(strip(err), 3) end
+end
+function M.GroupNorm:forward(x) return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps) end
+function M.GroupNorm:extra_repr()
+  return ("%d, %d, eps=%g, affine=%s"):format(self.num_groups, self.num_channels, self.eps, tostring(self.affine))
+end
+
+return M
