@@ -112,4 +112,21 @@ function M.unplaced(err)
   return (M.value_text(err):gsub("^[^:\n]*:%d+: ", "", 1))
 end
 
+-- public_of(file) -> public, strip for a library file (its name, "conv.lua") whose errors are raised without a
+-- position: public(impl) is impl as a public function whose errors come out at its caller's line (none where the
+-- caller is fp8lab's own code: a layer's forward names itself), as functional.lua's at_caller places them; strip(err)
+-- takes the file's own "conv.lua:12: " off a message (what a constructor passes on at its own level).
+function M.public_of(file)
+  local pattern = "^[^:\n]*" .. file:gsub("%.", "%%.") .. ":%d+: "
+  local function strip(err) return type(err) == "string" and (err:gsub(pattern, "")) or err end
+  local function rethrow(ok, ...)
+    if ok then return ... end
+    local err = strip((...))
+    if type(err) ~= "string" then error(err, 0) end
+    local src = (debug.getinfo(3, "S") or {}).source or ""
+    error(err, src ~= "=[C]" and M.is_own_source(src) and 0 or 3)
+  end
+  return function(impl) return function(...) return (rethrow(pcall(impl, ...))) end end, strip
+end
+
 return M

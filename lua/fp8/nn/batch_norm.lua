@@ -13,14 +13,8 @@ local M = {}
 
 local function shape_str(t) return t:shape_str() end
 
-local function strip(err) return type(err) == "string" and (err:gsub("^[^:\n]*batch_norm%.lua:%d+: ", "")) or err end
-local function rethrow(ok, ...)
-  if ok then return ... end
-  local err = strip((...))
-  if type(err) ~= "string" then error(err, 0) end
-  local src = (debug.getinfo(3, "S") or {}).source or ""
-  error(err, src ~= "=[C]" and require("fp8.errfmt").is_own_source(src) and 0 or 3)
-end
+-- Errors here are raised without a position; a public function's come out at its caller's line (fp8.errfmt)
+local public, strip = require("fp8.errfmt").public_of("batch_norm.lua")
 
 local function number(fname, what, v, default, lo)
   if v == nil then return default end
@@ -95,7 +89,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
 end
 -- batch_norm(input, running_mean, running_var [, weight [, bias [, training=false [, momentum=0.1 [, eps=1e-5]]]]]):
 -- torch's order of arguments; running statistics updated in place when training (nil ones: none kept)
-function F.batch_norm(...) return (rethrow(pcall(impl_batch_norm, ...))) end
+F.batch_norm = public(impl_batch_norm)
 
 local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
   O.no_more("group_norm", "(input, num_groups [, weight [, bias [, eps]]])", ...)
@@ -123,7 +117,7 @@ local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
   return y
 end
 -- group_norm(input[N, C, ...], num_groups [, weight [, bias [, eps=1e-5]]]): torch's
-function F.group_norm(...) return (rethrow(pcall(impl_group_norm, ...))) end
+F.group_norm = public(impl_group_norm)
 
 -- BatchNorm1d / BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
 -- (momentum=false: torch's None, the cumulative average)

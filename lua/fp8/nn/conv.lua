@@ -15,17 +15,8 @@ local M = {}
 
 local function shape_str(t) return t:shape_str() end
 
--- Errors here are raised without a position; a public function's come out at its caller's line (none where the
--- caller is fp8lab's own code: a layer's forward names itself), as functional.lua's at_caller does.
-local function strip(err) return type(err) == "string" and (err:gsub("^[^:\n]*conv%.lua:%d+: ", "")) or err end
-local function rethrow(ok, ...)
-  if ok then return ... end
-  local err = strip((...))
-  if type(err) ~= "string" then error(err, 0) end
-  local src = (debug.getinfo(3, "S") or {}).source or ""
-  error(err, src ~= "=[C]" and require("fp8.errfmt").is_own_source(src) and 0 or 3)
-end
-local function public(impl) return function(...) return (rethrow(pcall(impl, ...))) end end
+-- Errors here are raised without a position; a public function's come out at its caller's line (fp8.errfmt)
+local public, strip = require("fp8.errfmt").public_of("conv.lua")
 
 -- a size argument (kernel_size, stride, padding, dilation) as a pair {h, w} of integers >= lo: an integer is both
 local function pair(fname, what, v, lo)
