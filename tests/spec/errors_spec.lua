@@ -251,7 +251,8 @@ describe("option tables of the C bindings", function()
     fails_with({ "load_file: unknown option 'devise' (did you mean 'device'?) (valid: device)" }, fp8.load_file, "nowhere.safetensors", { devise = "cpu" })
     fails_with({ "backward: unknown option 'retain' (did you mean 'retain_graph'?) (valid: retain_graph, inputs)" },
       fp8.tensor { 1 }.backward, fp8.tensor { 1 }, nil, { retain = true })
-    fails_with({ "cross_entropy: unknown option 'smoothing' (valid: ignore_index, label_smoothing, reduction, weight)" },
+    fails_with({ "cross_entropy: unknown option 'smoothing' (valid: ignore_index, label_smoothing, reduction, "
+      .. "weight)" },
       fp8.nn.functional.cross_entropy, fp8.zeros { 2, 3 }, fp8.tensor { 0, 1 }, { smoothing = 0.1 })
     local cfg = R.layer_config { backend = "te" }
     cfg.fast_acum = false

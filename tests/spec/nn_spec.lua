@@ -2645,7 +2645,8 @@ describe("softsign, tanhshrink, threshold, prelu, pairwise distance, the embeddi
                          { "softplus", F.softplus }, { "softplus_b2", function(t) return F.softplus(t, 2.0, 3.0) end },
                          { "logsigmoid", F.logsigmoid }, { "mish", F.mish } } do
       -- (TAIL of scripts/gen_nn_parity.py)
-      local x = fp8.tensor({ { -1e-5, -1e-3, -0.3, -20.0 }, { -30.0, -87.0, -90.0, -100.0 }, { 20.0, 30.0, 1e-6, -5.0 } })
+      local x = fp8.tensor({ { -1e-5, -1e-3, -0.3, -20.0 }, { -30.0, -87.0, -90.0, -100.0 },
+        { 20.0, 30.0, 1e-6, -5.0 } })
       x:requires_grad(true)
       local y = c[2](x)
       local loss = (y * fp8.tensor(G)):sum()

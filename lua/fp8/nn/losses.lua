@@ -2,7 +2,8 @@
 -- ignore_index, reduction}]), NLLLoss([{weight, ignore_index, reduction}]), MSELoss([{reduction}]),
 -- L1Loss([{reduction}]), BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{weight, reduction, pos_weight}]),
 -- SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]),
--- MarginRankingLoss, TripletMarginLoss, CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss, PoissonNLLLoss ([{their options}]);
+-- MarginRankingLoss, TripletMarginLoss, CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss,
+-- PoissonNLLLoss ([{their options}]);
 -- loss(input, target) (three inputs where the function takes three) is the function's value with the options given
 -- at construction, checked there.
 local Module = require "fp8.nn.module"
