@@ -1733,6 +1733,7 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       nn.Conv2d, 4, 6, 3, { groups = 4 })
     U.fails_with("conv2d: padding=\"same\" needs stride 1", F.conv2d, CX, CW, { padding = "same", stride = 2 })
     U.fails_with("max_pool2d: ceil_mode=true is not supported", F.max_pool2d, CX, 2, { ceil_mode = true })
+    U.fails_with("AvgPool2d: count_include_pad must be a boolean, got 1", nn.AvgPool2d, 2, { count_include_pad = 1 })
     U.fails_with("max_pool2d: padding 2×2 must be at most half the kernel 3×3", F.max_pool2d, CX, 3, { padding = 2 })
     U.fails_with("conv2d: the input [2, 4, 6, 7], padded by 0×0, is smaller than the kernel 9×9", F.conv2d, CX,
       fp8.zeros { 1, 4, 9, 9 })

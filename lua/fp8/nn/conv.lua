@@ -237,16 +237,43 @@ end
 -- window, as torch's. padding at most half the kernel, as torch's.
 local POOL_REFUSED = { ceil_mode = { false, "the output rounds down here" },
   return_indices = { false, "no indices are returned: take them from unfold and max" } }
-local function pool2d(fname, x, kernel_size, opts, is_max)
-  local xb, unb = batched(fname, x, 4)
-  local k = pair(fname, "kernel_size", kernel_size, 1)
-  local s = pair(fname, "stride", opts.stride or k, 1)
-  local p = pair(fname, "padding", opts.padding or 0, 0)
-  local d = pair(fname, "dilation", is_max and opts.dilation or 1, 1)
+-- A pooling's geometry as pairs {h, w} (a 1-d pooling's on a plane of height 1), its options checked: kernel, stride
+-- (the kernel's by default), padding (at most half the kernel, torch's rule), dilation (max only), and the average's
+-- count_include_pad and divisor_override. Pooling functions and modules both check through it.
+local function pool_geometry(fname, dims, kernel_size, opts, is_max)
+  local k, s, p, d
+  if dims == 2 then
+    k = pair(fname, "kernel_size", kernel_size, 1)
+    s = pair(fname, "stride", opts.stride or k, 1)
+    p = pair(fname, "padding", opts.padding or 0, 0)
+    d = pair(fname, "dilation", is_max and opts.dilation or 1, 1)
+  else
+    local k1 = one_d(fname .. ": kernel_size", kernel_size, 1)
+    k = { 1, k1 }
+    s = { 1, one_d(fname .. ": stride", opts.stride, 1, k1) }
+    p = { 0, one_d(fname .. ": padding", opts.padding, 0, 0) }
+    d = { 1, is_max and one_d(fname .. ": dilation", opts.dilation, 1, 1) or 1 }
+  end
   if 2 * p[1] > k[1] or 2 * p[2] > k[2] then
     error(("%s: padding %d×%d must be at most half the kernel %d×%d (torch's rule)"):format(fname, p[1], p[2], k[1],
       k[2]), 0)
   end
+  if opts.count_include_pad ~= nil and type(opts.count_include_pad) ~= "boolean" then
+    error(("%s: count_include_pad must be a boolean, got %s"):format(fname, O.got(opts.count_include_pad)), 0)
+  end
+  local div = opts.divisor_override
+  if div ~= nil and (math.type(div) ~= "integer" or div < 1) then
+    error(("%s: divisor_override must be an integer >= 1, got %s"):format(fname, O.got(div)), 0)
+  end
+  return k, s, p, d
+end
+
+-- pool(fname, dims, x, kernel_size, opts, is_max): the max or the mean of each window of x ([N, C, H, W] or
+-- [N, C, L], or either without the batch dim)
+local function pool(fname, dims, x, kernel_size, opts, is_max)
+  local xb, unb = batched(fname, x, dims + 2)
+  local k, s, p, d = pool_geometry(fname, dims, kernel_size, opts, is_max)
+  if dims == 1 then xb = xb:unsqueeze(3) end
   local N, C = xb:size(1), xb:size(2)
   local cols, oh, ow = windows(fname, xb, k, s, p, d, is_max and -math.huge or 0)
   local K = k[1] * k[2]
@@ -254,54 +281,37 @@ local function pool2d(fname, x, kernel_size, opts, is_max)
   local out
   if is_max then
     out = (win:max(3))
+  elseif opts.divisor_override ~= nil then
+    out = win:sum(3) / opts.divisor_override
+  elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0) then
+    local ones = fp8.ones({ 1, 1, xb:size(3), xb:size(4) }, { device = xb:device() })
+    local counts = windows(fname, ones, k, s, p, d, 0):reshape({ 1, 1, K, oh * ow }):sum(3)
+    out = win:sum(3) / counts
   else
-    local div = opts.divisor_override
-    if div ~= nil then
-      if math.type(div) ~= "integer" or div < 1 then
-        error(("%s: divisor_override must be an integer >= 1, got %s"):format(fname, O.got(div)), 0)
-      end
-      out = win:sum(3) / div
-    elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0) then
-      local ones = fp8.ones({ 1, 1, xb:size(3), xb:size(4) }, { device = xb:device() })
-      local counts = windows(fname, ones, k, s, p, d, 0):reshape({ 1, 1, K, oh * ow }):sum(3)
-      out = win:sum(3) / counts
-    else
-      out = win:sum(3) / K
-    end
+    out = win:sum(3) / K
   end
-  out = out:reshape({ N, C, oh, ow })
+  out = dims == 2 and out:reshape({ N, C, oh, ow }) or out:reshape({ N, C, ow })
   return unb and out:squeeze(1) or out
 end
+
+local MAX_KEYS = { "stride", "padding", "dilation", "ceil_mode", "return_indices" }
+local AVG2_KEYS = { "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" }
+local AVG1_KEYS = { "stride", "padding", "ceil_mode", "count_include_pad" }
 local function impl_max_pool2d(x, kernel_size, opts, ...)
   O.no_more("max_pool2d", "(input, kernel_size [, {stride=, padding=, dilation=}])", ...)
-  return pool2d("max_pool2d", x, kernel_size, opts_of("max_pool2d", opts, { "stride", "padding", "dilation",
-    "ceil_mode", "return_indices" }, POOL_REFUSED), true)
+  return pool("max_pool2d", 2, x, kernel_size, opts_of("max_pool2d", opts, MAX_KEYS, POOL_REFUSED), true)
 end
 local function impl_avg_pool2d(x, kernel_size, opts, ...)
   O.no_more("avg_pool2d", "(input, kernel_size [, {stride=, padding=, count_include_pad=, divisor_override=}])", ...)
-  return pool2d("avg_pool2d", x, kernel_size, opts_of("avg_pool2d", opts, { "stride", "padding", "ceil_mode",
-    "count_include_pad", "divisor_override" }, POOL_REFUSED), false)
-end
-local function pool1d(fname, x, kernel_size, opts, is_max)
-  local xb, unb = batched(fname, x, 3)
-  local o2 = {}
-  for key, v in pairs(opts) do o2[key] = v end
-  local k = one_d(fname .. ": kernel_size", kernel_size, 1)
-  o2.stride = { 1, one_d(fname .. ": stride", opts.stride, 1, k) }
-  o2.padding = { 0, one_d(fname .. ": padding", opts.padding, 0, 0) }
-  if is_max then o2.dilation = { 1, one_d(fname .. ": dilation", opts.dilation, 1, 1) } end
-  local out = pool2d(fname, xb:unsqueeze(3), { 1, k }, o2, is_max):squeeze(3)
-  return unb and out:squeeze(1) or out
+  return pool("avg_pool2d", 2, x, kernel_size, opts_of("avg_pool2d", opts, AVG2_KEYS, POOL_REFUSED), false)
 end
 local function impl_max_pool1d(x, kernel_size, opts, ...)
   O.no_more("max_pool1d", "(input, kernel_size [, {stride=, padding=, dilation=}])", ...)
-  return pool1d("max_pool1d", x, kernel_size, opts_of("max_pool1d", opts, { "stride", "padding", "dilation",
-    "ceil_mode", "return_indices" }, POOL_REFUSED), true)
+  return pool("max_pool1d", 1, x, kernel_size, opts_of("max_pool1d", opts, MAX_KEYS, POOL_REFUSED), true)
 end
 local function impl_avg_pool1d(x, kernel_size, opts, ...)
   O.no_more("avg_pool1d", "(input, kernel_size [, {stride=, padding=, count_include_pad=}])", ...)
-  return pool1d("avg_pool1d", x, kernel_size, opts_of("avg_pool1d", opts, { "stride", "padding", "ceil_mode",
-    "count_include_pad" }, POOL_REFUSED), false)
+  return pool("avg_pool1d", 1, x, kernel_size, opts_of("avg_pool1d", opts, AVG1_KEYS, POOL_REFUSED), false)
 end
 
 for name, impl in pairs { unfold = impl_unfold, fold = impl_fold, conv2d = impl_conv2d, conv1d = impl_conv1d,
@@ -355,24 +365,23 @@ local function conv_class(name, dims)
     self:register_parameter("weight", init.uniform(shape, -bound, bound))
     if opts.bias ~= false then self:register_parameter("bias", init.uniform({ cout }, -bound, bound)) end
     -- the geometry checked now, not at the first forward
-    local fn = dims == 2 and F.conv2d or F.conv1d
-    local ok, err = pcall(function()
-      return dims == 2 and pair(name, "stride", self.stride, 1) and pair(name, "dilation", self.dilation, 1)
-        and conv_padding(name, self.padding, k, pair(name, "stride", self.stride, 1),
-          pair(name, "dilation", self.dilation, 1))
-        or (one_d(name .. ": stride", self.stride, 1) and one_d(name .. ": dilation", self.dilation, 1)
-          and one_d(name .. ": padding", self.padding, 0))
-    end)
-    if not ok then error(err, 0) end
-    self._fn = fn
+    if dims == 2 then
+      conv_padding(name, self.padding, k, pair(name, "stride", self.stride, 1),
+        pair(name, "dilation", self.dilation, 1))
+    else
+      local pd = one_d(name .. ": padding", self.padding, 0)
+      conv_padding(name, type(pd) == "string" and pd or { 0, pd }, k, { 1, one_d(name .. ": stride", self.stride, 1) },
+        { 1, one_d(name .. ": dilation", self.dilation, 1) })
+    end
   end
   cls["__init"] = function(self, cin, cout, ksize, opts)
     local ok, err = pcall(setup, self, cin, cout, ksize, opts)
     if not ok then error(strip(err), 3) end
   end
+  local fn = dims == 2 and F.conv2d or F.conv1d
   cls.forward = function(self, x)
-    return rawget(self, "_fn")(x, self.weight, self.bias, { stride = self.stride, padding = self.padding,
-      dilation = self.dilation, groups = self.groups })
+    return fn(x, self.weight, self.bias, { stride = self.stride, padding = self.padding, dilation = self.dilation,
+      groups = self.groups })
   end
   cls.extra_repr = function(self)
     local function s(v) return type(v) == "table" and ("(%s)"):format(table.concat(v, ", ")) or tostring(v) end
@@ -386,7 +395,7 @@ M.Conv1d = conv_class("Conv1d", 1)
 M.Conv2d = conv_class("Conv2d", 2)
 
 -- MaxPool1d/2d, AvgPool1d/2d(kernel_size [, {stride=kernel_size, padding=0, ...}]) (or one table with kernel_size)
-local function pool_class(name, fn, valid)
+local function pool_class(name, fn, valid, dims, is_max)
   local cls = Module.class(name)
   local function setup(self, ksize, opts)
     if type(ksize) == "table" and rawget(ksize, "kernel_size") ~= nil then
@@ -398,11 +407,9 @@ local function pool_class(name, fn, valid)
     end
     local keys = { "kernel_size" }
     for _, k in ipairs(valid) do keys[#keys + 1] = k end
-    self.opts = O.check(name, opts, keys)
+    self.opts = opts_of(name, opts, keys, POOL_REFUSED)
     self.kernel_size = ksize
-    local probe = fp8.zeros(name:find("1d") and { 1, 1, 64 } or { 1, 1, 64, 64 })
-    local okp, err = pcall(fn, probe, ksize, self:_call_opts())   -- the options checked now
-    if not okp and not tostring(err):find("smaller than the kernel", 1, true) then error(err, 0) end
+    pool_geometry(name, dims, ksize, self.opts, is_max)   -- the options checked now, as the function checks them
   end
   cls["__init"] = function(self, ksize, opts)
     local ok, err = pcall(setup, self, ksize, opts)
@@ -425,11 +432,10 @@ local function pool_class(name, fn, valid)
   end
   return cls
 end
-M.MaxPool2d = pool_class("MaxPool2d", F.max_pool2d, { "stride", "padding", "dilation", "ceil_mode", "return_indices" })
-M.AvgPool2d = pool_class("AvgPool2d", F.avg_pool2d, { "stride", "padding", "ceil_mode", "count_include_pad",
-  "divisor_override" })
-M.MaxPool1d = pool_class("MaxPool1d", F.max_pool1d, { "stride", "padding", "dilation", "ceil_mode", "return_indices" })
-M.AvgPool1d = pool_class("AvgPool1d", F.avg_pool1d, { "stride", "padding", "ceil_mode", "count_include_pad" })
+M.MaxPool2d = pool_class("MaxPool2d", F.max_pool2d, MAX_KEYS, 2, true)
+M.AvgPool2d = pool_class("AvgPool2d", F.avg_pool2d, AVG2_KEYS, 2, false)
+M.MaxPool1d = pool_class("MaxPool1d", F.max_pool1d, MAX_KEYS, 1, true)
+M.AvgPool1d = pool_class("AvgPool1d", F.avg_pool1d, AVG1_KEYS, 1, false)
 
 -- Unfold(kernel_size [, {dilation, padding, stride}]) and Fold(output_size, kernel_size [, {...}]): torch's modules
 M.Unfold = Module.class("Unfold")

@@ -309,6 +309,30 @@ local function class_weights(fname, w, C, dev)
   return wd, wd:to("cpu"):tolist()
 end
 
+-- The rows of class-id targets[N] over C classes: hit, each row's one-hot list (all 0 where the row is ignore_index);
+-- keep, 1 or 0 per row (ignored); hw, with class weights wv only, each row's target weight in its place; and the kept
+-- rows' total weight (their count without weights). bad(t, i) raises for a target out of range (each caller's words).
+local function target_rows(targets, C, ii, wv, bad)
+  local tg = targets:tolist()
+  local hit, keep, hw, total = {}, {}, wv and {} or nil, 0
+  for i = 1, #tg do
+    local t, r = tg[i], {}
+    for j = 1, C do r[j] = 0 end
+    local rw = hw and {}
+    if rw then for j = 1, C do rw[j] = 0 end end
+    if t ~= ii then
+      if not (t >= 0 and t < C and t == math.floor(t)) then bad(t, i) end
+      local k = math.tointeger(t) + 1
+      r[k] = 1
+      if rw then rw[k] = wv[k] end
+      total = total + (wv and wv[k] or 1)
+    end
+    hit[i], keep[i] = r, t ~= ii and 1 or 0
+    if hw then hw[i] = rw end
+  end
+  return hit, keep, hw, total
+end
+
 -- The per-row losses of class-id targets: -w[t]·log_softmax(x)[t], mixed with the smoothing term
 -- -Σ_c w[c]·log_softmax(x)[c] / C by label_smoothing, 0 on ignored rows; and the sum of the rows' w[t] (the mean's
 -- divisor, torch's: the kept rows' count without weights). wv: the class weights' values, or nil.
@@ -316,21 +340,10 @@ local function ce_rows(logits, targets, ls, ii, w, wv)
   local N, C = logits:size(1), logits:size(2)
   -- no rows: an empty loss of the graph (fp8.tensor({}) below would be [0], not [0, C])
   if N == 0 then return F.log_softmax(logits, -1):sum(2), 0 end
-  local tg = targets:tolist()
-  local hit, keep, hw, total = {}, {}, {}, 0
-  for i = 1, N do
-    local t, r, rw = tg[i], {}, {}
-    for j = 1, C do r[j], rw[j] = 0, 0 end
-    if t ~= ii then
-      if not (t >= 0 and t < C and t == math.floor(t)) then
-        error(("cross_entropy: target %s at row %d is out of range [0, %d)"):format(tostring(t), i - 1, C), 3)
-      end
-      local k = math.tointeger(t) + 1
-      r[k], rw[k] = 1, wv and wv[k] or 1
-      total = total + rw[k]
-    end
-    hit[i], keep[i], hw[i] = r, t ~= ii and 1 or 0, rw
-  end
+  local hit, keep, hw, total = target_rows(targets, C, ii, wv, function(t, i)
+    -- (level 5: this function, target_rows, ce_rows, cross_entropy, its caller)
+    error(("cross_entropy: target %s at row %d is out of range [0, %d)"):format(tostring(t), i - 1, C), 5)
+  end)
   local dev = logits:device()
   local lp = F.log_softmax(logits, -1)
   local where = require("fp8.tensor").where
@@ -805,21 +818,9 @@ function F.nll_loss(lp, targets, opts, ...)
   end
   local N, C = lp:size(1), lp:size(2)
   local w, wv = class_weights("nll_loss", opts.weight, C, lp:device())
-  local tg = targets:tolist()
-  local hit, hw, kept = {}, {}, 0
-  for i = 1, N do
-    local t, r, rw = tg[i], {}, {}
-    for j = 1, C do r[j], rw[j] = 0, 0 end
-    if t ~= ii then
-      if not (t >= 0 and t < C and t == math.floor(t)) then
-        error(("nll_loss: target %g at row %d is out of range [0, %d)"):format(t, i - 1, C), 2)
-      end
-      local k = math.tointeger(t) + 1
-      r[k], rw[k] = 1, wv and wv[k] or 1
-      kept = kept + rw[k]
-    end
-    hit[i], hw[i] = r, rw
-  end
+  local hit, _, hw, kept = target_rows(targets, C, ii, wv, function(t, i)
+    error(("nll_loss: target %g at row %d is out of range [0, %d)"):format(t, i - 1, C), 4)
+  end)
   if N == 0 then
     local e = lp:sum(2)
     return red == "none" and e or red == "sum" and e:sum() or e:sum() / 0
