@@ -53,7 +53,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
     error(("batch_norm: training must be a boolean, got %s"):format(O.got(training)), 0)
   end
   eps = number("batch_norm", "eps", eps, 1e-5, 0)
-  if momentum ~= nil and momentum ~= false then momentum = number("batch_norm", "momentum", momentum, 0.1, 0) end
+  momentum = number("batch_norm", "momentum", momentum, 0.1, 0)
   local bshape = { 1, C }
   for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
   if not training and (running_mean == nil or running_var == nil) then
@@ -71,7 +71,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
     local centered = v - mean:reshape({ 1, C, 1 })
     var = (centered * centered):mean(3):mean(1)                  -- biased, [C]
     if training and running_mean ~= nil and running_var ~= nil then
-      local m = momentum == nil and 0.1 or momentum
+      local m = momentum
       fp8.no_grad(function()
         local unbiased = var:detach() * (n / (n - 1))
         local C_ = require "fp8._optim"
@@ -169,16 +169,15 @@ local function bn_class(name, dims)
       error(("expected input %s with %d channels, got %s"):format(dims == 1 and "[N, C] or [N, C, L]"
         or "[N, C, H, W]", self.num_features, fp8.is_tensor(x) and shape_str(x) or O.got(x)), 0)
     end
-    local m = self.momentum
+    local m = self.momentum or nil   -- (false, torch's None: the cumulative average below; nil: unused outside training)
     if self.training and self.track_running_stats then
       fp8.no_grad(function()
         require("fp8._optim").copy_(self.num_batches_tracked, self.num_batches_tracked + 1)
       end)
-      if m == false then m = 1 / self.num_batches_tracked:item() end
+      m = m or 1 / self.num_batches_tracked:item()
     end
     local use_batch = self.training or not self.track_running_stats
-    return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch,
-      m == false and 0.1 or m, self.eps)
+    return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch, m, self.eps)
   end
   cls.extra_repr = function(self)
     return ("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s"):format(self.num_features, self.eps,

@@ -241,8 +241,8 @@ function M.LambdaLR(opt, lr_lambda, ...)
 end
 
 -- MultiplicativeLR(opt, fn) or MultiplicativeLR(opt, {fn1, fn2, ...} per group): torch's, lr_t = lr_(t-1) · fn(t)
--- from step 1 on, so lr = base · fn(1) · ... · fn(t). Each group's products are kept as they are first computed (fn
--- runs once a step, as torch's; a jump back, load_state_dict's, reads them again).
+-- from step 1 on, so lr = base · fn(1) · ... · fn(t). Each group keeps its latest product and the step it is of, so
+-- fn runs once a step, as torch's; a jump back (load_state_dict's) multiplies again from step 1.
 function M.MultiplicativeLR(opt, lr_lambda, ...)
   check_opt("MultiplicativeLR", opt)
   no_more("MultiplicativeLR", "(opt, lr_lambda)", ...)
@@ -257,7 +257,7 @@ function M.MultiplicativeLR(opt, lr_lambda, ...)
       end
     end
   end
-  local products = {}   -- products[i][t] = fn(1) · ... · fn(t) of group i; [0] = 1
+  local products = {}   -- products[i] = {t = t, v = fn(1) · ... · fn(t)} of group i
   return new("MultiplicativeLR", opt, function(t, base, i)
     local fn = type(lr_lambda) == "function" and lr_lambda or rawget(lr_lambda, i)
     if fn == nil then
@@ -265,15 +265,15 @@ function M.MultiplicativeLR(opt, lr_lambda, ...)
         .. "after the scheduler was made)"):format(#opt.param_groups, rawlen(lr_lambda)), 0)
     end
     local p = products[i]
-    if p == nil then p = { [0] = 1, n = 0 }; products[i] = p end
-    for k = p.n + 1, t do
+    if p == nil or p.t > t then p = { t = 0, v = 1 }; products[i] = p end
+    for k = p.t + 1, t do
       local f = fn(k)
       if type(f) ~= "number" then
         error(("MultiplicativeLR: lr_lambda returned %s at step %d (expected a number)"):format(O.got(f), k), 0)
       end
-      p[k], p.n = p[k - 1] * f, k
+      p.t, p.v = k, p.v * f
     end
-    return base * p[t]
+    return base * p.v
   end, nil, false, nil, CHAIN)
 end
 
