@@ -31,7 +31,6 @@ local M = {}
 
 local FLOAT = { fp32 = true, bf16 = true, fp16 = true }
 local function is_float_tensor(v) return core.is_tensor(v) and FLOAT[v:dtype()] == true end
-M._is_float_tensor = is_float_tensor
 
 -- link(args, outs, wanted, on_backward, stand_in) -> the results, the linked ones replaced; internal (checkpoint).
 -- args, outs: packed lists (the call's arguments, the forward's results); wanted(j): whether result j (a float

@@ -1801,6 +1801,8 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("GroupNorm: num_groups must be a positive integer dividing num_channels (4), got 3", nn.GroupNorm, 3,
       4)
     U.fails_with("batch_norm: running_mean and running_var are needed outside training", F.batch_norm, CX)
+    U.fails_with("batch_norm: momentum must be a finite number >= 0, got false", F.batch_norm, CX, fp8.zeros { 4 },
+      fp8.ones { 4 }, nil, nil, true, false)
     U.fails_with("BatchNorm2d: unknown option 'momentun' (did you mean 'momentum'?)", nn.BatchNorm2d, 4,
       { momentun = 0.1 })
   end)
