@@ -169,7 +169,8 @@ local function bn_class(name, dims)
       error(("expected input %s with %d channels, got %s"):format(dims == 1 and "[N, C] or [N, C, L]"
         or "[N, C, H, W]", self.num_features, fp8.is_tensor(x) and shape_str(x) or O.got(x)), 0)
     end
-    local m = self.momentum or nil   -- (false, torch's None: the cumulative average below; nil: unused outside training)
+    -- (momentum false, torch's None: the cumulative average below; nil outside training, where it is unused)
+    local m = self.momentum or nil
     if self.training and self.track_running_stats then
       fp8.no_grad(function()
         require("fp8._optim").copy_(self.num_batches_tracked, self.num_batches_tracked + 1)
