@@ -162,7 +162,7 @@ local function contract(a, la, b, lb, keep, at_operand)
   for d, l in ipairs(la) do bshape_a[d] = a:size(d); sizes[l] = a:size(d) end
   for d, l in ipairs(lb) do
     bshape_b[d] = b:size(d)
-    if (sizes[l] or 1) < b:size(d) then sizes[l] = b:size(d) end
+    if sizes[l] == nil or sizes[l] < b:size(d) then sizes[l] = b:size(d) end
   end
   local expand_a, expand_b = false, false
   for _, l in ipairs(batch) do

@@ -429,7 +429,9 @@ describe("fp8.einsum (PyTorch 2.x's values and gradients)", function()
     { "bA,AC", { { 2, 3 }, { 3, 4 } } }, { "ij,ij->ij", { { 3, 1 }, { 1, 4 } } }, { "i,i->", { { 3 }, { 1 } } },
     { "ijk->kj", { { 2, 3, 4 } } }, { "ab,bc,cd->ad", { { 2, 3 }, { 3, 4 }, { 4, 2 } } }, { "iij->j", { { 2, 2, 3 } } },
     { "ij,kl", { { 2, 2 }, { 2, 3 } } }, { "a...->...a", { { 2, 3, 4 } } },
-    { "b i d, b j d -> b i j", { { 2, 3, 4 }, { 1, 2, 4 } } } }
+    { "b i d, b j d -> b i j", { { 2, 3, 4 }, { 1, 2, 4 } } },
+    -- a size-1 subscript on the second operand only (each took a nil size, 2026-12-02)
+    { "ij,jk->ik", { { 1, 2 }, { 2, 1 } } }, { "bij,bjk->bik", { { 2, 1, 2 }, { 2, 2, 1 } } }, { "ij,j->i", { { 3, 1 }, { 1 } } } }
   local fill = U.fill
 
   it("matches torch's on every case: the output (its shape and values) and each operand's gradient", function()
