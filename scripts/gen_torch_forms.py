@@ -151,6 +151,7 @@ METHODS = [  # key, method, tensor arg shapes (or SPECIAL names), other argument
     ("logit_eps", "logit", ["prob"], [0.05]),
     ("isclose", "isclose", ["nan", "nan"], [{"equal_nan": True}]),
     ("isclose_tol", "isclose", [(2, 4), (2, 4)], [{"rtol": 0.5, "atol": 0.1}]),
+    ("isclose_inf", "isclose", ["nan", "lae_b"], []),
     ("count_nonzero", "count_nonzero", ["xz"], [1]),
     ("movedim", "movedim", [(2, 3, 4)], [[0, 1], [2, 0]]),
     ("unflatten", "unflatten", [(2, 12)], [1, (3, -1, 2)]),

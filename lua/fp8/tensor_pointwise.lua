@@ -144,7 +144,9 @@ local function isclose(name, t, y, o)
   local rtol, atol, equal_nan = close_opts(name, o)
   local x, yy = t:detach(), type(y) == "number" and y or y:detach()
   local yabs = type(yy) == "number" and math.abs(yy) or yy:abs()
-  local close = (x - yy):abs():le(yabs * rtol + atol)
+  -- (torch's: a finite difference within the tolerance; an infinite one, as against an infinity, is never close)
+  local diff = (x - yy):abs()
+  local close = diff:le(yabs * rtol + atol):logical_and(diff:isfinite())
   -- exact equality (infinities of one sign), and NaN with NaN when asked
   close = close:logical_or(x:eq(yy))
   if equal_nan then
