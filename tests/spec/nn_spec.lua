@@ -2683,6 +2683,43 @@ describe("softsign, tanhshrink, threshold, prelu, pairwise distance, the embeddi
     end
   end)
 
+  it("NaN and the infinities take torch's branches in the piecewise activations and losses (torch 2.15's values)", function()
+    -- x = {0.5, -1.5, v, 2, -0.25}, the gradient of the sum; only element 3 (v) is checked. Before 2026-12-02:
+    -- threshold and softshrink turned NaN into their constant, hardtanh and relu6 stopped its gradient, the untaken
+    -- pieces of hardswish, smooth_l1 and huber made 0·inf = NaN gradients at ±inf, softplus's clamp stopped NaN's.
+    local nan, inf = 0 / 0, math.huge
+    local Z = fp8.zeros { 5 }
+    local none = { reduction = "none" }
+    for _, c in ipairs {
+      { "threshold", function(t) return F.threshold(t, 0, 5) end, nan, nan, 1 },
+      { "softshrink", F.softshrink, nan, nan, 1 },
+      { "hardtanh", F.hardtanh, nan, nan, 1 },
+      { "relu6", F.relu6, nan, nan, 1 },
+      { "hardswish", F.hardswish, nan, nan, 1 },
+      { "hardswish", F.hardswish, inf, inf, 1 },
+      { "hardswish", F.hardswish, -inf, 0, 0 },   -- (torch's value there is NaN: -inf·0)
+      { "softplus", F.softplus, nan, nan, nan },
+      { "logsigmoid", F.logsigmoid, nan, nan, nan },
+      { "smooth_l1_loss", function(t) return F.smooth_l1_loss(t, Z, none) end, inf, inf, 1 },
+      { "smooth_l1_loss", function(t) return F.smooth_l1_loss(t, Z, none) end, -inf, inf, -1 },
+      { "huber_loss", function(t) return F.huber_loss(t, Z, none) end, inf, inf, 1 },
+      { "huber_loss", function(t) return F.huber_loss(t, Z, none) end, -inf, inf, -1 },
+    } do
+      local x = fp8.tensor({ 0.5, -1.5, c[3], 2, -0.25 }):requires_grad(true)
+      local y = c[2](x)
+      y:sum():backward()
+      local got, dx = y:totable()[3], x.grad:totable()[3]
+      local tag = ("%s(%s)"):format(c[1], tostring(c[3]))
+      for _, p in ipairs { { got, c[4], "" }, { dx, c[5], " dx" } } do
+        if p[2] ~= p[2] then assert.is_true(p[1] ~= p[1], tag .. p[3] .. ": " .. tostring(p[1]) .. " vs NaN")
+        else assert.are.equal(p[2], p[1], tag .. p[3]) end
+      end
+    end
+    -- softshrink within ±lambd is x·0, as torch's: -0.0 for a negative x
+    local sz = F.softshrink(fp8.tensor { -0.25, 0.25 }):totable()
+    assert.are.same({ -1, 1 }, { 1 / sz[1] > 0 and 1 or -1, 1 / sz[2] > 0 and 1 or -1 })
+  end)
+
   it("the activations match torch's values and gradients (PReLU's weight's too)", function()
     for _, c in ipairs { { "softsign", F.softsign }, { "tanhshrink", F.tanhshrink },
                          { "threshold", function(t) return F.threshold(t, 0.5, -7.0) end } } do

@@ -153,16 +153,20 @@ function F.softplus(x, beta, threshold, ...)
   local bx = x * beta
   -- above the threshold torch returns x itself (linear); below, log1p(e^(βx)) / β, e^ of the clamped βx (log of
   -- 1 + e^(βx) rounded 1 + e^-17 to 1: softplus(-17) was 0, logsigmoid(17) and mish(-17) too)
-  return where(bx:gt(threshold), x, bx:clamp_max(threshold + 1):exp():log1p() / beta)
+  -- (the exponential's argument is 0 where the linear piece is taken, not clamped: a NaN keeps its NaN gradient, as
+  -- torch's)
+  local linear = bx:gt(threshold)
+  return where(linear, x, where(linear, 0, bx):exp():log1p() / beta)
 end
 
 -- hardtanh(x [, min=-1 [, max=1]]), relu6(x) (hardtanh over [0, 6], torch's), hardsigmoid(x), hardswish(x),
 -- mish(x), selu(x), celu(x [, alpha=1]), logsigmoid(x): torch's, built of selections so that the gradient at a
 -- kink is torch's: the middle pieces of hardtanh, hardsigmoid and hardswish pass it only strictly inside their
--- bounds (hardswish's gradient is 0 at -3 and 1 at 3). mish is x·tanh(softplus(x)) (softplus's threshold keeps
+-- bounds (hardswish's gradient is 0 at -3 and 1 at 3), and a NaN passes it as torch's (hardtanh's and hardswish's
+-- tests are for the outer pieces; the middle of hardswish takes 0 outside (-3, 3), so ±inf get 0 and 1). mish is x·tanh(softplus(x)) (softplus's threshold keeps
 -- large x finite, and its gradient), logsigmoid -softplus(-x).
-local function kinked(x, lo, hi, inside)   -- inside(x) strictly between lo and hi, x:clamp(lo, hi) elsewhere
-  return where(x:gt(lo):logical_and(x:lt(hi)), inside(x), x:detach():clamp(lo, hi))
+local function kinked(x, lo, hi, inside)   -- x:clamp(lo, hi) at and beyond lo and hi, inside(x) elsewhere (NaN too)
+  return where(x:le(lo):logical_or(x:ge(hi)), x:detach():clamp(lo, hi), inside(x))
 end
 function F.hardtanh(x, lo, hi, ...)
   no_more("hardtanh", "(input [, min_val [, max_val]]) (no inplace)", ...)
@@ -184,7 +188,8 @@ end
 function F.hardswish(x, ...)
   no_more("hardswish", "(input) (no inplace)", ...)
   check_tensor("hardswish", "input", x)
-  return where(x:le(-3), 0, where(x:lt(3), x * (x + 3) / 6, x))
+  local mid = where(x:gt(-3):logical_and(x:lt(3)), x, 0)
+  return where(x:le(-3), 0, where(x:lt(3), mid * (mid + 3) / 6, x))
 end
 function F.mish(x, ...)
   no_more("mish", "(input) (no inplace)", ...)
@@ -210,8 +215,8 @@ function F.logsigmoid(x, ...)
   return -F.softplus(-x)
 end
 
--- softsign(x) = x / (1 + |x|), tanhshrink(x) = x − tanh(x), threshold(x, threshold, value): x where x > threshold,
--- value elsewhere (no gradient there), prelu(x, weight): x where x > 0, weight·x elsewhere, weight of one element or
+-- softsign(x) = x / (1 + |x|), tanhshrink(x) = x − tanh(x), threshold(x, threshold, value): value where x <= threshold
+-- (no gradient there), x elsewhere (NaN included), prelu(x, weight): x where x > 0, weight·x elsewhere, weight of one element or
 -- one per channel (dim 2, torch's dim 1; a 1-d x's only dim); torch's, made of differentiable ops
 function F.softsign(x, ...)
   no_more("softsign", "(input)", ...)
@@ -237,7 +242,8 @@ function F.softshrink(x, lambd, ...)
   check_tensor("softshrink", "input", x)
   lambd = check_number("softshrink", "lambd", lambd, 0.5)
   if lambd < 0 then error(("softshrink: lambd must be >= 0, got %g"):format(lambd), 2) end
-  return where(x:gt(lambd), x - lambd, where(x:lt(-lambd), x + lambd, 0))
+  -- (torch's: x·0 within, so -0.0 for a negative x; a NaN is outside, NaN with its gradient)
+  return where(x:ge(-lambd):logical_and(x:le(lambd)), x:detach() * 0, where(x:gt(lambd), x - lambd, x + lambd))
 end
 function F.threshold(x, threshold, value, ...)
   no_more("threshold", "(input, threshold, value) (no inplace)", ...)
@@ -246,7 +252,7 @@ function F.threshold(x, threshold, value, ...)
     error("threshold: takes (input, threshold, value): both numbers are needed", 2)
   end
   threshold, value = check_number("threshold", "threshold", threshold), check_number("threshold", "value", value)
-  return where(x:gt(threshold), x, value)
+  return where(x:le(threshold), value, x)   -- (torch's test: NaN is not <= threshold, so it stays NaN)
 end
 function F.prelu(x, w, ...)
   no_more("prelu", "(input, weight)", ...)
@@ -475,8 +481,11 @@ local function piecewise_loss(fname, a, b, opts, key)
   local ad = d:abs()
   if k == 0 then return reduce_loss(fname, ad, opts.reduction) end
   local per
-  if key == "beta" then per = where(ad:lt(k), d * d * (0.5 / k), ad - 0.5 * k)
-  else per = where(ad:lt(k), d * d * 0.5, (ad - 0.5 * k) * k) end
+  -- (the square takes 0 where the linear piece is taken: at ±inf its gradient is torch's ±1, not 0·inf)
+  local quad = ad:lt(k)
+  local dq = where(quad, d, 0)
+  if key == "beta" then per = where(quad, dq * dq * (0.5 / k), ad - 0.5 * k)
+  else per = where(quad, dq * dq * 0.5, (ad - 0.5 * k) * k) end
   return reduce_loss(fname, per, opts.reduction)
 end
 function F.smooth_l1_loss(a, b, opts, ...)

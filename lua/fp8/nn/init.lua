@@ -144,8 +144,9 @@ add("nn.PReLU",
   .. "Hardshrink([lambd=0.5]) / Softshrink([lambd=0.5])",
   "torch's: PReLU is x where x > 0, weight·x elsewhere, the weight learned (one, or one per channel: dim 2);\n"
   .. "F.prelu(x, weight), F.softsign (x / (1 + |x|)), F.tanhshrink (x - tanh x), F.threshold(x, threshold, value)\n"
-  .. "(x where x > threshold, value elsewhere), F.hardshrink(x [, lambd]) (x where |x| > lambd, else 0),\n"
-  .. "F.softshrink(x [, lambd]) (x ∓ lambd beyond ±lambd, else 0); values and gradients checked against torch's.")
+  .. "(value where x <= threshold, x elsewhere: NaN stays NaN), F.hardshrink(x [, lambd]) (0 where |x| <= lambd,\n"
+  .. "else x), F.softshrink(x [, lambd]) (x ∓ lambd beyond ±lambd, else 0); values and gradients checked against\n"
+  .. "torch's, at NaN and the infinities too.")
 add("nn.TripletMarginLoss", "fp8.nn.TripletMarginLoss([{margin=1, p=2, eps=1e-6, swap=false, reduction}]) / "
   .. "MarginRankingLoss / CosineEmbeddingLoss / HingeEmbeddingLoss / SoftMarginLoss / PairwiseDistance([p=2 [, eps [, "
   .. "keepdim]]])",
