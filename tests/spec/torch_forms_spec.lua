@@ -422,6 +422,52 @@ describe("unbind, flip, roll, tile, repeat_interleave", function()
   end)
 end)
 
+describe("F.scaled_dot_product_attention on torch's other ranks", function()
+  local F, fill = fp8.nn.functional, U.fill
+  local function near(name, got, want)
+    local g = got:reshape(-1):totable()
+    for i, w in ipairs(want) do
+      assert.is_true(math.abs(g[i] - w) <= 1e-5 * math.abs(w) + 1e-6, ("%s[%d]: %.8g vs torch's %.8g"):format(name, i,
+        g[i], w))
+    end
+  end
+
+  it("takes [B, T, D] as one head and [..., H, T, D] with a broadcast mask (torch 2.15's values, its first few)", function()
+    -- (refused as not [B, H, T, D] before 2026-12-02; the numbers: torch 2.15 on gen_torch_forms.py's fill())
+    local q, k, v = fill({ 2, 3, 4 }, 1):requires_grad(true), fill({ 2, 3, 4 }, 2), fill({ 2, 3, 5 }, 3):requires_grad(true)
+    local y = F.scaled_dot_product_attention(q, k, v, { is_causal = true })
+    assert.are.same({ 2, 3, 5 }, y:shape())
+    ;(y * fill(y:shape(), 0)):sum():backward()
+    near("3-d y", y, { -0.125, -1.25, 0.5, -0.625, 1.125, -0.11413228511810303 })
+    near("3-d dq", q.grad, { 0, 0, 0, 0 })
+    near("3-d dv", v.grad, { -2.892789363861084, 1.0406771898269653, -1.4879798889160156, 2.4454867839813232 })
+    local q5, k5, v5 = fill({ 1, 2, 2, 3, 4 }, 1), fill({ 1, 2, 2, 3, 4 }, 2):requires_grad(true), fill({ 1, 2, 2, 3, 4 }, 3)
+    local m = fp8.tensor { { 0, -1, -math.huge }, { 0, 0, -2 }, { -0.5, 0, 0 } }
+    local y5 = F.scaled_dot_product_attention(q5, k5, v5, { attn_mask = m })
+    assert.are.same({ 1, 2, 2, 3, 4 }, y5:shape())
+    ;(y5 * fill(y5:shape(), 0)):sum():backward()
+    near("5-d y", y5, { 0.7132603526115417, -0.41173967719078064, -0.5897384881973267, 0.21326033771038055,
+                        -0.06032124534249306, -0.9237930774688721 })
+    near("5-d dk", k5.grad, { 0.3467949330806732, -0.06982114166021347, -0.35250547528266907, 0.39315474033355713 })
+    -- a mask with leading dims folds with q's
+    local m5 = fp8.where(fill({ 1, 2, 1, 3, 3 }, 4):gt(0), 0, -1)
+    local a = F.scaled_dot_product_attention(q5, k5, v5, { attn_mask = m5 })
+    local b = F.scaled_dot_product_attention(q5:reshape { 2, 2, 3, 4 }, k5:reshape { 2, 2, 3, 4 }, v5:reshape { 2, 2, 3, 4 },
+      { attn_mask = m5:expand { 1, 2, 2, 3, 3 }:reshape { 2, 2, 3, 3 } })
+    assert.are.same(b:reshape { 1, 2, 2, 3, 4 }:tolist(), a:tolist())
+  end)
+
+  it("refuses ranks below 3, leading dims that differ, and a mask that does not broadcast", function()
+    U.fails_with("q, k, v must be [B, H, T, D] (or [B, T, D], or [..., H, T, D]: torch's leading dims), got [2, 3]",
+      function() F.scaled_dot_product_attention(fp8.ones { 2, 3 }, fp8.ones { 2, 3 }, fp8.ones { 2, 3 }) end)
+    local x = fp8.ones { 2, 2, 3, 4, 4 }
+    U.fails_with("q, k, v must share their leading dims", function()
+      F.scaled_dot_product_attention(x, fp8.ones { 3, 2, 3, 4, 4 }, x) end)
+    U.fails_with("attn_mask [3, 1, 1, 4, 4] does not broadcast to the scores of q [2, 2, 3, 4, 4]", function()
+      F.scaled_dot_product_attention(x, x, x, { attn_mask = fp8.zeros { 3, 1, 1, 4, 4 } }) end)
+  end)
+end)
+
 describe("fp8.einsum (PyTorch 2.x's values and gradients)", function()
   -- the cases of scripts/gen_torch_forms.py, in its order, and its fill()
   local CASES = { { "ij,jk->ik", { { 2, 3 }, { 3, 4 } } }, { "bhqd,bhkd->bhqk", { { 2, 2, 3, 4 }, { 2, 2, 5, 4 } } },

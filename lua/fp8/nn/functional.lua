@@ -919,8 +919,52 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if opts.is_causal ~= nil and type(opts.is_causal) ~= "boolean" then
     error(("%s: is_causal must be a boolean, got %s"):format(N, O.got(opts.is_causal)), 2)
   end
-  if q:dim() ~= 4 or k:dim() ~= 4 or v:dim() ~= 4 then
-    error(("%s: q, k, v must be [B, H, T, D], got %s, %s, %s"):format(N, shape_str(q), shape_str(k), shape_str(v)), 2)
+  local r = q:dim()
+  if r < 3 or k:dim() ~= r or v:dim() ~= r then
+    error(("%s: q, k, v must be [B, H, T, D] (or [B, T, D], or [..., H, T, D]: torch's leading dims), got %s, %s, %s")
+      :format(N, shape_str(q), shape_str(k), shape_str(v)), 2)
+  end
+  if r ~= 4 then
+    -- torch's other ranks: [B, T, D] as one head, [..., H, T, D] with the leading dims as one batch
+    local lead, keep = {}, r == 3 and 1 or r - 2
+    for d = 1, keep - 1 do lead[d] = q:size(d) end
+    local function to4(t)
+      if r == 3 then return t:unsqueeze(2) end
+      for d = 1, keep - 1 do
+        if t:size(d) ~= lead[d] then
+          error(("%s: q, k, v must share their leading dims, got %s, %s, %s"):format(N, shape_str(q), shape_str(k),
+            shape_str(v)), 3)   -- (at F's caller: to4 is called from F)
+        end
+      end
+      return t:reshape { -1, t:size(r - 2), t:size(r - 1), t:size(r) }
+    end
+    local o = {}
+    for key, val in pairs(opts) do o[key] = val end
+    if mask ~= nil then
+      check_tensor(N, "attn_mask", mask)
+      if r == 3 then
+        if mask:dim() == 3 then o.attn_mask = mask:unsqueeze(2) end
+      elseif mask:dim() > 3 then   -- its leading dims broadcast against q's, then fold as q's do
+        local full = {}
+        for d = 1, keep - 1 do full[d] = lead[d] end
+        local mr = mask:dim()
+        for d = keep, r do full[d] = mr - (r - d) >= 1 and mask:size(mr - (r - d)) or 1 end
+        full[r] = mask:size(mr)
+        local ok, m4 = pcall(function() return mask:expand(full):reshape { -1, full[r - 2], full[r - 1], full[r] } end)
+        if not ok then
+          error(("%s: attn_mask %s does not broadcast to the scores of q %s"):format(N, shape_str(mask),
+            shape_str(q)), 2)
+        end
+        o.attn_mask = m4
+      end
+    end
+    local q4, k4, v4 = to4(q), to4(k), to4(v)
+    local out = at_caller(pcall(F.scaled_dot_product_attention, q4, k4, v4, o))
+    if r == 3 then return out:squeeze(2) end
+    local shape = {}
+    for d = 1, keep - 1 do shape[d] = lead[d] end
+    for d = keep, r do shape[d] = out:size(4 - (r - d)) end
+    return out:reshape(shape)
   end
   local B, H, D = q:size(1), q:size(2), q:size(4)
   local Hk = gqa and k:size(2) or H
