@@ -293,8 +293,8 @@ add_all {
        .. "ceil(len / n) (fewer than n when they run out), split in pieces of size (the last shorter) or of the\n"
        .. "sizes listed, which must add up to the length. As torch's." },
   { section = "Tensors", name = "Tensor:var", sig = "x:var([d] [, {correction=1, keepdim=false}]) / x:std(...)",
-    doc = "Variance and standard deviation over everything or dim d, with Bessel's correction unless\n"
-       .. "correction=0 (torch's). Differentiable. Also x:square(), x:rsqrt(), x:reciprocal()." },
+    doc = "Variance and standard deviation over everything, dim d or a list of dims ({1, 3}), with Bessel's\n"
+       .. "correction unless correction=0 (torch's). Differentiable. Also x:square(), x:rsqrt(), x:reciprocal()." },
   { section = "Tensors", name = "linspace", sig = "fp8.linspace(start, end, steps [, dtype | {dtype=, device=}])",
     doc = "steps values from start to end, both included (torch.linspace), rounded once to the dtype:\n"
        .. "fp8.linspace(0, 448, 9):quantize(\"e4m3\") shows where the E4M3 grid puts them. fp8.eye(n [, m]) is\n"

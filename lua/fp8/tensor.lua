@@ -682,10 +682,27 @@ function M.eye(n, m, o, ...)
 end
 
 -- t:var([dim] [, {correction=1, keepdim=false}]) and t:std(...): torch's (Bessel's correction by default;
--- correction=0 is the population's), over everything or one dim; differentiable (made of mean, sub, mul, sum).
+-- correction=0 is the population's), over everything, one dim or a list of dims; differentiable (made of mean, sub,
+-- mul, sum).
 local function var_of(who, t, dim, o)
   check_not_fp8(who, check_self(who, t, 4), 4)   -- var_of runs under var or std: the user's call is one level up
-  if type(dim) == "table" and o == nil and getmetatable(dim) == nil then dim, o = nil, dim end
+  -- a list of dims, as torch's tuple ({1, 3}); any other table without a metatable is the options
+  local dims = nil
+  if type(dim) == "table" and getmetatable(dim) == nil and rawget(dim, 1) ~= nil then
+    local nd, seen = math.max(t:dim(), 1), {}
+    dims = {}
+    for i = 1, #dim do
+      local d = norm_dim(who, rawget(dim, i), nd, 4)
+      if seen[d] then error(("%s: dim %d appears twice in the list of dims"):format(who, d), 3) end
+      seen[d] = true
+      dims[#dims + 1] = d
+    end
+    table.sort(dims)
+    dim = #dims == 1 and dims[1] or dims
+    if #dims == 1 then dims = nil end
+  elseif type(dim) == "table" and o == nil and getmetatable(dim) == nil then
+    dim, o = nil, dim
+  end
   o = require("fp8.opts").check(who, o or {}, { correction = true, keepdim = true }, 3)
   local corr, keep = o.correction or 1, o.keepdim or false
   if type(corr) ~= "number" or corr < 0 or corr ~= corr or corr == math.huge then
@@ -695,6 +712,9 @@ local function var_of(who, t, dim, o)
   local n
   if dim == nil then
     n = t:numel()
+  elseif dims then
+    n = 1
+    for _, d in ipairs(dims) do n = n * t:size(d) end
   else
     dim = norm_dim(who, dim, math.max(t:dim(), 1), 4)
     n = t:dim() == 0 and 1 or t:size(dim)
@@ -726,7 +746,13 @@ local function var_of(who, t, dim, o)
   -- gradient to 0 (torch's is finite there).
   local vd = v:detach()
   if vd:amax():item() <= 2.0 ^ 100 and vd:min():item() >= 2.0 ^ -100 then return v, odt end
-  local a = dim == nil and t:detach():amax() or t:detach():amax(dim, true)
+  local a = dim == nil and t:detach():amax() or nil
+  if dims then
+    a = t:detach()
+    for _, d in ipairs(dims) do a = a:amax(d, true) end
+  elseif dim ~= nil then
+    a = t:detach():amax(dim, true)
+  end
   local up, down, need = {}, {}, false
   for i, x in ipairs(a:reshape({ -1 }):tolist()) do
     local e = 0   -- 2^±126 and their products with a row stay normal fp32

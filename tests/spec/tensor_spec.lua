@@ -1061,6 +1061,20 @@ describe("torch's tensor conveniences: *_like, linspace, eye, var/std, chunk/spl
     assert.are.same({ 0.5, 1, 1.5, 2.5 }, x:std(1, { correction = 0 }):totable())
     assert.are.equal("[2, 1]", x:var(2, { keepdim = true }):shape_str())
     assert.are.equal("[1, 1]", x:var { keepdim = true }:shape_str())
+    -- a list of dims, as torch's tuple (before 2026-12-02 the list was read as the options: "unknown option '1'")
+    assert.is_near(6.696428571, x:var({ 1, 2 }):item(), 1e-5)
+    assert.is_near(2.420614591, x:std({ 2, 1 }, { correction = 0 }):item(), 1e-6)
+    assert.are.equal("[1, 1]", x:var({ -1, 1 }, { keepdim = true }):shape_str())
+    local y3 = fp8.tensor { { { 1, 2 }, { 3, 5 } }, { { 0, 1 }, { 7, 8 } } }:var({ 1, 3 }):totable()
+    assert.is_near(2 / 3, y3[1], 1e-6); assert.is_near(4.916666508, y3[2], 1e-5)   -- torch: [0.6667, 4.9167]
+    local xl = fp8.tensor { { 1, 2, 3, 4 }, { 2, 4, 6, 9 } }:requires_grad(true)
+    xl:std({ 1, 2 }):backward()   -- torch: the same gradient as the flat std's
+    local gl = xl.grad:reshape { -1 }:totable()
+    for i, want in ipairs { -0.158715084, -0.103509836, -0.048304588, 0.006900656, -0.103509836, 0.006900656,
+                           0.117311142, 0.282926887 } do
+      assert.is_near(want, gl[i], 1e-6)
+    end
+    U.fails_with("var: dim 2 appears twice in the list of dims", x.var, x, { 2, -1 })
     local w = fp8.tensor { 1, 2, 4 }:requires_grad(true)
     w:std():backward()   -- torch: [-0.4364, -0.1091, 0.5455]
     local g = w.grad:totable()
