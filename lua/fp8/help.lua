@@ -172,7 +172,7 @@ add_all {
     sig = "x:logsumexp(dim [, keepdim]) / x:norm([p=2 [, dim [, keepdim]]])",
     doc = "log Σ exp(x) along dim, shifted by the largest value (torch's); the vector norm for p = 2 (\"fro\"),\n"
        .. "1 or math.huge (max |x|), its gradient 0 where the norm is 0. Both differentiable; bf16/fp16 in fp32,\n"
-       .. "rounded once." },
+       .. "rounded once. dim may be a list of dims ({1, 3}), as torch's tuple." },
   { section = "Tensors", name = "Tensor:mm",
     sig = "x:mm(y) (2-d) / x:bmm(y) (3-d) / x:outer(y) (1-d) / x:lerp(end, weight)",
     doc = "matmul with torch's shape checks; the outer product x_i·y_j; x + weight·(end - x) (weight a number or a\n"

@@ -31,30 +31,53 @@ local function check_keepdim(who, keepdim)
   end
 end
 
--- logsumexp(dim [, keepdim]): log Σ exp(x) along dim, shifted by the largest value first as torch's (an infinite
--- largest value shifts by 0); the gradient is softmax(x)·g. bf16/fp16 inputs are computed in fp32 and rounded once.
+-- dim: one dim, or a list of them (torch's tuple: sorted, each once); returns an integer or a list of two or more
+local function dims_of(who, dim, nd)
+  if type(dim) ~= "table" or getmetatable(dim) ~= nil then return norm_dim(who, dim, nd, 4) end
+  if rawget(dim, 1) == nil then error(("%s: the list of dims is empty"):format(who), 3) end
+  local out, seen = {}, {}
+  for i = 1, #dim do
+    local d = norm_dim(who, rawget(dim, i), nd, 4)
+    if seen[d] then error(("%s: dim %d appears twice in the list of dims"):format(who, d), 3) end
+    seen[d] = true
+    out[#out + 1] = d
+  end
+  table.sort(out)
+  return #out == 1 and out[1] or out
+end
+local function each_dim(dim) return type(dim) == "table" and dim or { dim } end
+
+-- logsumexp(dim [, keepdim]): log Σ exp(x) along dim (or a list of dims), shifted by the largest value first as
+-- torch's (an infinite largest value shifts by 0); the gradient is softmax(x)·g. bf16/fp16 inputs are computed in
+-- fp32 and rounded once.
 Tensor.logsumexp = at_caller(function(t, dim, keepdim, ...)
   local dt = check_self("logsumexp", t); no_more("logsumexp", "(dim [, keepdim])", ...)
   check_not_fp8("logsumexp", dt)
   if dim == nil then error("logsumexp: dim is required (torch's: the dim to reduce), got nil", 2) end
-  dim = norm_dim("logsumexp", dim, math.max(t:dim(), 1))
+  dim = dims_of("logsumexp", dim, math.max(t:dim(), 1))
   check_keepdim("logsumexp", keepdim)
   local x = (dt == "bf16" or dt == "fp16") and t:float() or t
-  local r
-  if t:dim() > 0 and t:size(dim) == 0 then   -- the sum of nothing: log 0
-    local shape = t:shape(); shape[dim] = 1
+  local r, empty = nil, false
+  for _, d in ipairs(each_dim(dim)) do empty = empty or (t:dim() > 0 and t:size(d) == 0) end
+  if empty then   -- the sum of nothing: log 0
+    local shape = t:shape()
+    for _, d in ipairs(each_dim(dim)) do shape[d] = 1 end
     r = core.full(shape, -math.huge, { dtype = x:dtype(), device = x:device() })
   else
-    local m = x:detach():max(dim, true)
+    local m = x:detach()
+    for _, d in ipairs(each_dim(dim)) do m = m:max(d, true) end
     m = T.where(m:abs():eq(math.huge), 0, m)
     r = (x - m):exp():sum(dim, true):log() + m
   end
-  if not keepdim and t:dim() > 0 then r = r:squeeze(dim) end
+  if not keepdim and t:dim() > 0 then
+    local ds = each_dim(dim)
+    for i = #ds, 1, -1 do r = r:squeeze(ds[i]) end
+  end
   if x ~= t then r = r:to(dt) end
   return r
 end)
 
--- norm([p=2 [, dim [, keepdim]]]): torch's vector norms over everything or along dim: p = 2 (or "fro"), 1 or
+-- norm([p=2 [, dim [, keepdim]]]): torch's vector norms over everything or along dim (or a list of dims): p = 2 (or "fro"), 1 or
 -- math.huge (max |x|). The 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's). bf16/fp16 inputs are computed
 -- in fp32 and rounded once.
 local NORMS = "2 (or \"fro\"), 1 or math.huge"
@@ -65,7 +88,7 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   if p ~= 1 and p ~= 2 and p ~= math.huge then
     error(("norm: p must be %s, got %s"):format(NORMS, got(p)), 2)
   end
-  if dim ~= nil then dim = norm_dim("norm", dim, math.max(t:dim(), 1)) end
+  if dim ~= nil then dim = dims_of("norm", dim, math.max(t:dim(), 1)) end
   check_keepdim("norm", keepdim)
   local x = (dt == "bf16" or dt == "fp16") and t:float() or t
   local r

@@ -150,6 +150,20 @@ describe("logsumexp, norm, mm, bmm, outer, softmax as methods (PyTorch 2.x's val
     same("fp8.logsumexp", fp8.logsumexp(fp8.tensor(X), 2), ref.lse_d2)
     assert.are.same({ -math.huge, -math.huge }, fp8.zeros { 2, 0 }:logsumexp(2):totable())
     U.fails_with("logsumexp: dim is required", function() fp8.ones { 2 }:logsumexp() end)
+    -- a list of dims, torch's tuple (refused as "dim must be an integer ... got table: 0x..." before 2026-12-02);
+    -- torch 2.15: x.logsumexp((0, 2)) and its gradient, x.norm(2, (0, 2)), x.norm(inf, (1, 2))
+    local x3 = fp8.tensor { { { 1, 2 }, { 3, 5 } }, { { 0, 1 }, { 7, 8 } } }:requires_grad(true)
+    local l3 = x3:logsumexp({ 1, 3 })
+    same("lse dims", l3, { 2.626523494720459, 8.353754043579102 }, 1e-6)
+    l3:sum():backward()
+    same("lse dims dx", x3.grad:reshape { -1 }, { 0.1966119110584259, 0.5344465970993042, 0.004730359651148319,
+      0.03495289385318756, 0.07232947647571564, 0.1966119110584259, 0.25826889276504517, 0.7020476460456848 }, 1e-6)
+    assert.are.same({ 1, 2, 1 }, x3:logsumexp({ 3, 1 }, true):shape())
+    same("norm dims", x3:norm(2, { 1, 3 }), { 2.4494898319244385, 12.12435531616211 }, 1e-6)
+    same("norm inf dims", x3:norm(math.huge, { -1, 2 }), { 5, 8 }, 0)
+    assert.are.same({ -math.huge }, { fp8.zeros { 0, 3 }:logsumexp({ 1, 2 }):item() })
+    U.fails_with("logsumexp: the list of dims is empty", function() x3:logsumexp({}) end)
+    U.fails_with("norm: dim 1 appears twice in the list of dims", function() x3:norm(2, { 1, -3 }) end)
   end)
 
   it("norm: p 2, 1 and inf, over everything or a dim; the gradient 0 at a zero norm, split among ties", function()
