@@ -166,7 +166,8 @@ Tensor.tolist = Tensor.totable
 -- level: that of the user's call as error() counts it from here (3: the method calling norm_dim was theirs).
 local function norm_dim(who, d, nd, level)
   if math.type(d) ~= "integer" or d == 0 or d > nd or d < -nd then
-    error(("%s: dim must be an integer in 1..%d or -%d..-1, got %s"):format(who, nd, nd, tostring(d)), level or 3)
+    error(("%s: dim must be an integer in 1..%d or -%d..-1, got %s"):format(who, nd, nd, require("fp8.opts").got(d)),
+      level or 3)
   end
   return d < 0 and nd + d + 1 or d
 end
