@@ -361,9 +361,36 @@ local function ce_rows(logits, targets, ls, ii, w, wv)
   return per + 0, total   -- an ignored row's −0 becomes +0, as torch prints it
 end
 
+-- torch's other input shapes of cross_entropy and nll_loss, as rows: x [C] (one unbatched sample; target a 0-d class
+-- id, or [C] probabilities where probs is allowed) and x [N, C, d1, ..., dk] (target [N, d1, ..., dk], or probabilities
+-- of x's shape): the classes moved last and the rest flattened into rows; returns the rows, the targets as rows and
+-- the shape a reduction "none" result takes back (nil: x is already [N, C]). what: x's name in the messages.
+local function class_rows(fname, what, x, t, probs)
+  local nd = x:dim()
+  if nd == 2 then return nil end
+  if nd == 0 then error(("%s: %s must be [N, C], [C] or [N, C, d1, ...], got a 0-d tensor"):format(fname, what), 4) end
+  local C = x:size(nd == 1 and 1 or 2)
+  if nd == 1 then
+    if t:dim() == 0 then return x:unsqueeze(1), t:reshape { 1 }, {} end
+    if probs and shape_str(t) == shape_str(x) then return x:unsqueeze(1), t:unsqueeze(1), {} end
+    error(("%s: an unbatched %s %s takes a 0-d class id%s as its target, got %s"):format(fname, what, shape_str(x),
+      probs and (" or " .. shape_str(x) .. " class probabilities") or "", shape_str(t)), 4)
+  end
+  local rest = { x:size(1) }
+  for d = 3, nd do rest[#rest + 1] = x:size(d) end
+  local rows = x:movedim(2, -1):reshape { -1, C }
+  if probs and shape_str(t) == shape_str(x) then return rows, t:movedim(2, -1):reshape { -1, C }, rest end
+  if shape_str(t) ~= "[" .. table.concat(rest, ", ") .. "]" then
+    error(("%s: %s %s takes a target [%s] (class ids)%s, got %s"):format(fname, what, shape_str(x),
+      table.concat(rest, ", "), probs and (" or " .. shape_str(x) .. " (class probabilities)") or "", shape_str(t)), 4)
+  end
+  return rows, t:reshape { -1 }, rest
+end
+
 -- cross_entropy(logits[N, C], targets[N] (0-based class ids as numbers) or [N, C] (class probabilities)
 -- [, {weight, label_smoothing, ignore_index, reduction="mean"|"sum"|"none"}]); weight: C class weights, torch's (the
--- mean of class ids divides by the kept rows' weights; of probabilities, by N)
+-- mean of class ids divides by the kept rows' weights; of probabilities, by N). Also torch's [C] and
+-- [N, C, d1, ..., dk] (class_rows).
 function F.cross_entropy(logits, targets, opts, ...)
   no_more("cross_entropy", "(logits, targets [, {weight=, label_smoothing=, ignore_index=, reduction=}])", ...)
   check_tensor("cross_entropy", "logits", logits); check_tensor("cross_entropy", "targets", targets)
@@ -374,8 +401,10 @@ function F.cross_entropy(logits, targets, opts, ...)
     error(("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(
       type(red) == "string" and ('"' .. red .. '"') or type(red)), 2)
   end
-  if logits:dim() ~= 2 then
-    error(("cross_entropy: logits must be [N, C], got %s (reshape [B, T, C] to [B*T, C])"):format(shape_str(logits)), 2)
+  local rows, trows, back = class_rows("cross_entropy", "logits", logits, targets, true)
+  if rows then
+    local r = at_caller(pcall(F.cross_entropy, rows, trows, opts))
+    return red == "none" and r:reshape(back) or r
   end
   local probs = targets:dim() == 2 and shape_str(targets) == shape_str(logits)
   if not probs and (targets:dim() ~= 1 or targets:size(1) ~= logits:size(1)) then
@@ -635,9 +664,45 @@ function F.cosine_similarity(a, b, dim, eps, ...)
   return (unit(x1) * unit(x2)):sum(dim)
 end
 
+-- torch's normalized_shape of layer_norm and rms_norm: a number or a list of the input's last dims. Returns how many
+-- trailing dims it spans (1 when it is the last alone) and their element count; fname's caller is blamed.
+local function normalized_dims(fname, x, shape)
+  local list = type(shape) == "table" and shape or { shape }
+  local n = rawlen(list)
+  if n == 0 or n > x:dim() then
+    error(("%s: normalized_shape must name 1..%d of the input's last dims, got %s (input %s)"):format(fname, x:dim(),
+      type(shape) == "table" and ("a list of " .. n) or O.got(shape), shape_str(x)), 3)
+  end
+  local count = 1
+  for i = 1, n do
+    local want = x:size(x:dim() - n + i)
+    if rawget(list, i) ~= want then
+      if n == 1 then
+        error(("%s: normalized_shape %s must be the input's last dimension, %d (input %s)"):format(fname,
+          type(shape) == "table" and ("{" .. O.got(rawget(list, 1)) .. "}") or O.got(shape), want, shape_str(x)), 3)
+      end
+      local shown = {}
+      for j = 1, n do shown[j] = O.got(rawget(list, j)) end
+      error(("%s: normalized_shape {%s} must be the input's last %d dims (input %s)"):format(fname,
+        table.concat(shown, ", "), n, shape_str(x)), 3)
+    end
+    count = count * want
+  end
+  return n, count
+end
+
+-- x with its last n dims flattened into one (n = 1: x itself)
+local function flat_last(x, n, count)
+  if n == 1 then return x end
+  local shape = {}
+  for d = 1, x:dim() - n do shape[d] = x:size(d) end
+  shape[#shape + 1] = count
+  return x:reshape(shape)
+end
+
 -- layer_norm(x[..., C], w[C], b[C] [, eps=1e-5]) (w, b may be nil), or torch's
--- layer_norm(x, normalized_shape, w, b [, eps]) with normalized_shape C or {C}: the last dimension, the only one
--- normalized over
+-- layer_norm(x, normalized_shape, w, b [, eps]) with normalized_shape C, {C} or several last dims {H, W} (w and b of
+-- that shape): the input's last dims, normalized over as one
 function F.layer_norm(x, w, b, eps, ...)
   local shape
   if type(w) == "number" or type(w) == "table" then   -- torch's normalized_shape (a tensor is a userdata)
@@ -648,24 +713,21 @@ function F.layer_norm(x, w, b, eps, ...)
   end
   check_tensor("layer_norm", "input", x)
   if x:dim() == 0 then error("layer_norm: input is 0-d; it normalizes over the last dimension, so needs one", 2) end
-  local c = x:size(-1)
-  if shape ~= nil then
-    local n, s1 = 1, shape
-    if type(shape) == "table" then n, s1 = rawlen(shape), rawget(shape, 1) end
-    if n > 1 then
-      error(("layer_norm: normalized_shape spans %d dimensions; fp8lab normalizes over the last one only (reshape "
-        .. "the input so its last dimension holds them)"):format(n), 2)
-    end
-    if s1 ~= c then
-      error(("layer_norm: normalized_shape %s must be the input's last dimension, %d (input %s)"):format(
-        type(shape) == "table" and ("{" .. tostring(s1 or "") .. "}") or tostring(shape), c, shape_str(x)), 2)
-    end
-  end
+  local c, nd = x:size(-1), 1
+  if shape ~= nil then nd, c = normalized_dims("layer_norm", x, shape) end
+  local want = {}
+  for d = x:dim() - nd + 1, x:dim() do want[#want + 1] = x:size(d) end
+  local wshape = "[" .. table.concat(want, ", ") .. "]"
   for what, t in pairs { weight = w, bias = b } do
     check_tensor("layer_norm", what, t)
-    if t:dim() ~= 1 or t:size(1) ~= c then
-      error(("layer_norm: %s must be [%d] to match input %s, got %s"):format(what, c, shape_str(x), shape_str(t)), 2)
+    if shape_str(t) ~= wshape then
+      error(("layer_norm: %s must be %s to match input %s, got %s"):format(what, wshape, shape_str(x), shape_str(t)), 2)
     end
+  end
+  if nd > 1 then   -- several last dims: normalized as one, and shaped back
+    local y = at_caller(pcall(core().layer_norm, flat_last(x, nd, c), w and w:reshape { c }, b and b:reshape { c },
+      eps or 1e-5))
+    return y:reshape(x:shape())
   end
   return (at_caller(pcall(core().layer_norm, x, w, b, eps or 1e-5)))
 end
@@ -673,36 +735,36 @@ end
 -- torch's eps for rms_norm when none is given: the input dtype's machine epsilon (torch.finfo(dtype).eps)
 local MACHINE_EPS = { fp32 = 2 ^ -23, bf16 = 2 ^ -7, fp16 = 2 ^ -10 }
 
--- rms_norm(x[..., C], normalized_shape (C or {C}), weight[C] or nil [, eps]): torch's (2.4+) RMSNorm,
--- x / sqrt(mean(x², last dim) + eps) · weight, eps the input dtype's machine epsilon unless given. Built of the
--- tensor ops (their gradients flow), over the last dimension only, as layer_norm here.
+-- rms_norm(x[..., C], normalized_shape (C, {C} or several last dims), weight (of that shape) or nil [, eps]): torch's
+-- (2.4+) RMSNorm, x / sqrt(mean(x², those dims) + eps) · weight, eps the input dtype's machine epsilon unless given.
+-- Built of the tensor ops (their gradients flow).
 function F.rms_norm(x, shape, w, eps, ...)
   no_more("rms_norm", "(input, normalized_shape [, weight [, eps]])", ...)
   check_tensor("rms_norm", "input", x)
   if x:dim() == 0 then error("rms_norm: input is 0-d; it normalizes over the last dimension, so needs one", 2) end
   if x:is_fp8() then error(("rms_norm: %s input: call :dequantize() first"):format(x:dtype()), 2) end
-  local c = x:size(-1)
-  local n, s1 = 1, shape
-  if type(shape) == "table" then n, s1 = rawlen(shape), rawget(shape, 1) end
-  if n > 1 then
-    error(("rms_norm: normalized_shape spans %d dimensions; fp8lab normalizes over the last one only (reshape the "
-      .. "input so its last dimension holds them)"):format(n), 2)
-  end
-  if s1 ~= c then
-    error(("rms_norm: normalized_shape %s must be the input's last dimension, %d (input %s)"):format(
-      type(shape) == "table" and ("{" .. tostring(s1 or "") .. "}") or O.got(shape), c, shape_str(x)), 2)
-  end
+  local nd = normalized_dims("rms_norm", x, shape)
+  local want = {}
+  for d = x:dim() - nd + 1, x:dim() do want[#want + 1] = x:size(d) end
   if w ~= nil then
     check_tensor("rms_norm", "weight", w)
-    if w:dim() ~= 1 or w:size(1) ~= c then
-      error(("rms_norm: weight must be [%d] to match input %s, got %s"):format(c, shape_str(x), shape_str(w)), 2)
+    local wshape = "[" .. table.concat(want, ", ") .. "]"
+    if shape_str(w) ~= wshape then
+      error(("rms_norm: weight must be %s to match input %s, got %s"):format(wshape, shape_str(x), shape_str(w)), 2)
     end
   end
   if eps == nil then eps = MACHINE_EPS[x:dtype()] or 2 ^ -23 end
   if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
     error(("rms_norm: eps must be a finite number >= 0, got %s"):format(O.got(eps)), 2)
   end
-  local y = x * ((x * x):mean(-1, true) + eps):rsqrt()
+  local ms = x * x
+  if nd == 1 then ms = ms:mean(-1, true)
+  else
+    local dims = {}
+    for d = x:dim() - nd + 1, x:dim() do dims[#dims + 1] = d end
+    ms = ms:mean(dims, true)
+  end
+  local y = x * (ms + eps):rsqrt()
   if w ~= nil then y = y * w end
   return y
 end
@@ -815,7 +877,11 @@ function F.nll_loss(lp, targets, opts, ...)
   if red ~= "mean" and red ~= "sum" and red ~= "none" then
     error(("nll_loss: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(O.got(red)), 2)
   end
-  if lp:dim() ~= 2 then error(("nll_loss: input must be [N, C], got %s"):format(shape_str(lp)), 2) end
+  local rows, trows, back = class_rows("nll_loss", "input", lp, targets, false)
+  if rows then
+    local r = at_caller(pcall(F.nll_loss, rows, trows, opts))
+    return red == "none" and r:reshape(back) or r
+  end
   if targets:dim() ~= 1 or targets:size(1) ~= lp:size(1) then
     error(("nll_loss: target must be [%d] (class ids) to match input %s, got %s"):format(lp:size(1), shape_str(lp),
       shape_str(targets)), 2)

@@ -133,7 +133,8 @@ add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=
   .. "F.hardtanh, F.relu6, F.hardsigmoid, F.hardswish, F.mish, F.selu, F.logsigmoid: torch's, their gradients\n"
   .. "torch's at 0 and at the kinks too).")
 add("nn.RMSNorm", "fp8.nn.RMSNorm(n [, {eps, elementwise_affine=true}]) / F.rms_norm(x, n [, weight [, eps]])",
-  "torch's RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * weight (ones at first); eps the input\n"
+  "torch's RMSNorm over the last dimension (F.rms_norm: or the last dims normalized_shape names, {H, W}):\n"
+  .. "x / sqrt(mean(x^2) + eps) * weight (ones at first); eps the input\n"
   .. "dtype's machine epsilon unless given (fp32 2^-23), as torch's eps=None. Not converted by the FP8 recipes.")
 add("nn.Identity", "fp8.nn.Identity(...) / fp8.nn.Flatten([start_dim=2 [, end_dim=-1]]) / fp8.nn.Unflatten(dim, sizes)",
   "Identity returns its input (its constructor's arguments dropped, as torch's: a stand-in layer); Flatten merges\n"
@@ -303,6 +304,7 @@ add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / le
   "Differentiable ops; cross_entropy(logits[N,C], targets[N] (0-based ids) or [N,C] (class probabilities)\n"
   .. "[, {weight (C class weights), label_smoothing, ignore_index (ids only), reduction=\"mean\"|\"sum\"|\"none\"}])\n"
   .. "(with weight, the mean of ids divides by the kept rows' weights, as torch's); nll_loss takes weight too.\n"
+  .. "Both take torch's other shapes: logits [N,C,d1,...] with targets [N,d1,...], and one sample [C] with a 0-d id.\n"
   .. "scaled_dot_product_attention takes q, k, v [B, H, T, D], or as torch's [B, T, D] (one head) and [..., H, T, D];\n"
   .. "its attn_mask is added to the scores (0 where attention may go, -math.huge where\n"
   .. "not: there is no bool dtype, so a mask of 0s and 1s is refused); with a mask, dropout_p > 0, k/v of another\n"
