@@ -12,7 +12,8 @@
 const char *const fl_binop_names[] = { "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
                                        "eq", "ne", "lt", "le", "gt", "ge" };
 const char *const fl_unop_names[] = { "abs", "neg", "exp", "log", "sqrt", "sign", "tanh", "sigmoid", "sin", "cos",
-                                      "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1" };
+                                      "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1", "tan", "asin",
+                                      "acos", "atan", "sinh", "cosh", "log2", "log10", "exp2" };
 const char *const fl_redop_names[] = { "sum", "mean", "max", "min", "amax" };
 _Static_assert(sizeof fl_binop_names / sizeof *fl_binop_names == FL_BINOP_COUNT, "binop without a name");
 _Static_assert(sizeof fl_unop_names / sizeof *fl_unop_names == FL_UNOP_COUNT, "unop without a name");

@@ -22,11 +22,12 @@ typedef enum {
 } fl_binop;
 static inline bool fl_binop_is_comparison(fl_binop op) { return op >= FL_OP_EQ && op <= FL_OP_GE; }
 /* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. tanh, sigmoid (1 / (1 + e^-x)), sin, cos, erf,
- * log1p and expm1 are computed in double and rounded once. floor, ceil, round (half to even, torch's) and trunc
- * are exact; their gradient is 0. */
+ * log1p, expm1, tan, asin, acos, atan, sinh, cosh, log2, log10 and exp2 are computed in double and rounded once.
+ * floor, ceil, round (half to even, torch's) and trunc are exact; their gradient is 0. */
 typedef enum {
     FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_OP_TANH, FL_OP_SIGMOID,
     FL_OP_SIN, FL_OP_COS, FL_OP_FLOOR, FL_OP_CEIL, FL_OP_ROUND, FL_OP_TRUNC, FL_OP_ERF, FL_OP_LOG1P, FL_OP_EXPM1,
+    FL_OP_TAN, FL_OP_ASIN, FL_OP_ACOS, FL_OP_ATAN, FL_OP_SINH, FL_OP_COSH, FL_OP_LOG2, FL_OP_LOG10, FL_OP_EXP2,
     FL_UNOP_COUNT
 } fl_unop;
 /* floor, ceil, round, trunc: piecewise constant (a zero gradient, as torch's) */

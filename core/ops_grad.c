@@ -389,6 +389,56 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         fl_tensor_release(t);
         return st;
     }
+    case FL_OP_TAN:       /* g·(1 + y²), from the output (torch's) */
+    case FL_OP_EXP2: {    /* g·y·ln 2, from the output */
+        fl_tensor *t = NULL, *u = NULL;
+        fl_status st;
+        if (op == FL_OP_TAN) {
+            st = fl_binary_raw(&u, FL_OP_MUL, x, x);
+            if (st == FL_OK) st = fl_binary_scalar_raw(&t, FL_OP_ADD, u, 1.0, false);
+        } else {
+            st = fl_binary_scalar_raw(&t, FL_OP_MUL, x, 0.6931471805599453, false);
+        }
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, t);
+        fl_tensor_release(t);
+        fl_tensor_release(u);
+        return st;
+    }
+    case FL_OP_ASIN:      /* g / √(1 - x²) */
+    case FL_OP_ACOS:      /* -g / √(1 - x²) */
+    case FL_OP_ATAN:      /* g / (1 + x²) */
+    case FL_OP_LOG2:      /* g / (x·ln 2) */
+    case FL_OP_LOG10: {   /* g / (x·ln 10) */
+        fl_tensor *t = NULL, *u = NULL;
+        fl_status st;
+        if (op == FL_OP_LOG2 || op == FL_OP_LOG10)
+            st = fl_binary_scalar_raw(&t, FL_OP_MUL, x, op == FL_OP_LOG2 ? 0.6931471805599453 : 2.302585092994046,
+                                      false);
+        else {
+            st = fl_binary_raw(&u, FL_OP_MUL, x, x);
+            if (st == FL_OK && op == FL_OP_ATAN) st = fl_binary_scalar_raw(&t, FL_OP_ADD, u, 1.0, false);
+            else if (st == FL_OK) {
+                st = fl_binary_scalar_raw(&t, FL_OP_SUB, u, 1.0, true);   /* 1 - x² */
+                if (st == FL_OK) { fl_tensor_release(u); u = t; t = NULL; st = fl_unary_raw(&t, FL_OP_SQRT, u); }
+                if (st == FL_OK && op == FL_OP_ACOS) {
+                    fl_tensor_release(u); u = t; t = NULL;
+                    st = fl_unary_raw(&t, FL_OP_NEG, u);
+                }
+            }
+        }
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_DIV, g, t);
+        fl_tensor_release(t);
+        fl_tensor_release(u);
+        return st;
+    }
+    case FL_OP_SINH:      /* g·cosh x */
+    case FL_OP_COSH: {    /* g·sinh x */
+        fl_tensor *t = NULL;
+        fl_status st = fl_unary_raw(&t, op == FL_OP_SINH ? FL_OP_COSH : FL_OP_SINH, x);
+        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, t);
+        fl_tensor_release(t);
+        return st;
+    }
     case FL_OP_FLOOR: case FL_OP_CEIL: case FL_OP_ROUND: case FL_OP_TRUNC:   /* piecewise constant */
         return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
     default: return FL_ERR(FL_EINVAL, "autograd: unknown unary op %d", (int)op);
@@ -398,7 +448,8 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 static const char *const unary_names[FL_UNOP_COUNT] = {
     "AbsBackward", "NegBackward", "ExpBackward", "LogBackward", "SqrtBackward", "SignBackward", "TanhBackward",
     "SigmoidBackward", "SinBackward", "CosBackward", "FloorBackward", "CeilBackward", "RoundBackward", "TruncBackward",
-    "ErfBackward", "Log1PBackward", "Expm1Backward" };
+    "ErfBackward", "Log1PBackward", "Expm1Backward", "TanBackward", "AsinBackward", "AcosBackward", "AtanBackward",
+    "SinhBackward", "CoshBackward", "Log2Backward", "Log10Backward", "Exp2Backward" };
 
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     FL_TRY(fl_unary_raw(out, op, a));
@@ -407,10 +458,11 @@ fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a) {
     FL_TRY(fl_autograd_record(out, &n, unary_names[op], unary_bwd, 1, &a));
     n->iargs[0] = op;
     if (op == FL_OP_ABS || op == FL_OP_LOG || op == FL_OP_SIN || op == FL_OP_COS || op == FL_OP_ERF ||
-        op == FL_OP_LOG1P) {
+        op == FL_OP_LOG1P || (op >= FL_OP_ASIN && op <= FL_OP_LOG10)) {
         fl_node_save(n, 0, a);
     } else {
-        if (op == FL_OP_EXP || op == FL_OP_SQRT || op == FL_OP_TANH || op == FL_OP_SIGMOID || op == FL_OP_EXPM1)
+        if (op == FL_OP_EXP || op == FL_OP_SQRT || op == FL_OP_TANH || op == FL_OP_SIGMOID || op == FL_OP_EXPM1 ||
+            op == FL_OP_TAN || op == FL_OP_EXP2)
             FL_TRY(fl_node_save_detached(n, 0, *out));
         FL_TRY(fl_node_input_stub(n, 0));   /* the output or nothing is read: the input's storage may go */
     }

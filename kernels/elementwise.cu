@@ -139,6 +139,15 @@ FL_HD float ew_unop(int op, float x) {
     case FL_OP_ERF: return (float)erf((double)x);
     case FL_OP_LOG1P: return (float)log1p((double)x);
     case FL_OP_EXPM1: return (float)expm1((double)x);
+    case FL_OP_TAN: return (float)tan((double)x);
+    case FL_OP_ASIN: return (float)asin((double)x);
+    case FL_OP_ACOS: return (float)acos((double)x);
+    case FL_OP_ATAN: return (float)atan((double)x);
+    case FL_OP_SINH: return (float)sinh((double)x);
+    case FL_OP_COSH: return (float)cosh((double)x);
+    case FL_OP_LOG2: return (float)log2((double)x);
+    case FL_OP_LOG10: return (float)log10((double)x);
+    case FL_OP_EXP2: return (float)exp2((double)x);
     default: return fl_fsqrt(x);
     }
 }

@@ -897,6 +897,15 @@ static int m_trunc(lua_State *L) { return unary(L, FL_OP_TRUNC); }
 static int m_erf(lua_State *L) { return unary(L, FL_OP_ERF); }
 static int m_log1p(lua_State *L) { return unary(L, FL_OP_LOG1P); }
 static int m_expm1(lua_State *L) { return unary(L, FL_OP_EXPM1); }
+static int m_tan(lua_State *L) { return unary(L, FL_OP_TAN); }
+static int m_asin(lua_State *L) { return unary(L, FL_OP_ASIN); }
+static int m_acos(lua_State *L) { return unary(L, FL_OP_ACOS); }
+static int m_atan(lua_State *L) { return unary(L, FL_OP_ATAN); }
+static int m_sinh(lua_State *L) { return unary(L, FL_OP_SINH); }
+static int m_cosh(lua_State *L) { return unary(L, FL_OP_COSH); }
+static int m_log2(lua_State *L) { return unary(L, FL_OP_LOG2); }
+static int m_log10(lua_State *L) { return unary(L, FL_OP_LOG10); }
+static int m_exp2(lua_State *L) { return unary(L, FL_OP_EXP2); }
 
 /* The arguments of a reduction method: (tensor [, dim [, keepdim]]); dim FL_ALL_DIMS when absent. */
 static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim, const char *fname) {
@@ -1316,6 +1325,8 @@ static const luaL_Reg methods[] = {
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid}, {"sin", m_sin}, {"cos", m_cos}, {"floor", m_floor}, {"ceil", m_ceil},
     {"round", m_round}, {"trunc", m_trunc}, {"erf", m_erf}, {"log1p", m_log1p}, {"expm1", m_expm1},
+    {"tan", m_tan}, {"asin", m_asin}, {"acos", m_acos}, {"atan", m_atan}, {"sinh", m_sinh}, {"cosh", m_cosh},
+    {"log2", m_log2}, {"log10", m_log10}, {"exp2", m_exp2},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
     {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum},
     {"gather", m_gather}, {"scatter", m_scatter}, {"scatter_add", m_scatter_add},

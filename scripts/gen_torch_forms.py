@@ -21,15 +21,20 @@ P = [0.0, 1.0, 0.0, -2.0, float("nan"), 0.0, 3.0]
 
 
 out = {}
-for name in ("sin", "cos", "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1"):
+# each op on X mapped into its domain (torch_forms_spec.lua's DOMAIN): log1p of the magnitudes, log2 and log10 of the
+# magnitudes + 0.5, asin and acos of X / 10
+DOMAIN = {"log1p": lambda x: x.abs(), "log2": lambda x: x.abs() + 0.5, "log10": lambda x: x.abs() + 0.5,
+          "asin": lambda x: x / 10, "acos": lambda x: x / 10}
+for name in ("sin", "cos", "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1", "tan", "asin", "acos", "atan",
+             "sinh", "cosh", "log2", "log10", "exp2"):
     x = torch.tensor(X, requires_grad=True)
-    xi = x if name != "log1p" else x.abs()   # log1p of the magnitudes: all in its domain
-    y = getattr(torch, name)(xi)
+    dom = DOMAIN.get(name, lambda t: t)
+    y = getattr(torch, name)(dom(x))
     (y * torch.tensor(G)).sum().backward()
     out[name] = rows(y)
     out[name + "_dx"] = rows(x.grad)
     xb = torch.tensor(X).bfloat16()
-    out[name + "_bf16"] = rows(getattr(torch, name)(xb if name != "log1p" else xb.abs()).float())
+    out[name + "_bf16"] = rows(getattr(torch, name)(dom(xb)).float())
 out["round_halves"] = rows(torch.round(torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5])))
 s = torch.tensor(S)
 for name in ("isnan", "isinf", "isfinite", "logical_not"):

@@ -85,6 +85,15 @@ static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
     case FL_OP_ERF: for (int64_t i = 0; i < n; i++) d[i] = (float)erf((double)a[i]); break;
     case FL_OP_LOG1P: for (int64_t i = 0; i < n; i++) d[i] = (float)log1p((double)a[i]); break;
     case FL_OP_EXPM1: for (int64_t i = 0; i < n; i++) d[i] = (float)expm1((double)a[i]); break;
+    case FL_OP_TAN: for (int64_t i = 0; i < n; i++) d[i] = (float)tan((double)a[i]); break;
+    case FL_OP_ASIN: for (int64_t i = 0; i < n; i++) d[i] = (float)asin((double)a[i]); break;
+    case FL_OP_ACOS: for (int64_t i = 0; i < n; i++) d[i] = (float)acos((double)a[i]); break;
+    case FL_OP_ATAN: for (int64_t i = 0; i < n; i++) d[i] = (float)atan((double)a[i]); break;
+    case FL_OP_SINH: for (int64_t i = 0; i < n; i++) d[i] = (float)sinh((double)a[i]); break;
+    case FL_OP_COSH: for (int64_t i = 0; i < n; i++) d[i] = (float)cosh((double)a[i]); break;
+    case FL_OP_LOG2: for (int64_t i = 0; i < n; i++) d[i] = (float)log2((double)a[i]); break;
+    case FL_OP_LOG10: for (int64_t i = 0; i < n; i++) d[i] = (float)log10((double)a[i]); break;
+    case FL_OP_EXP2: for (int64_t i = 0; i < n; i++) d[i] = (float)exp2((double)a[i]); break;
     case FL_OP_SQRT: for (int64_t i = 0; i < n; i++) d[i] = sqrtf(a[i]); break;
     default: break;   /* fl_unary_raw checks the op */
     }

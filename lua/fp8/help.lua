@@ -158,9 +158,11 @@ add_all {
        .. "fp8.no_grad: scatter_, scatter_add_, index_add_, index_copy_, index_fill_; function forms\n"
        .. "fp8.scatter(x, ...), fp8.index_add(x, ...)." },
   { section = "Tensors", name = "Tensor:sin",
-    sig = "x:sin() / :cos() / :erf() / :log1p() / :expm1() / :floor() / :ceil() / :round() / :trunc() -> Tensor",
+    sig = "x:sin() / :cos() / :tan() / :asin() / :acos() / :atan() / :sinh() / :cosh() / :erf() / :log1p() / "
+       .. ":expm1() / :log2() / :log10() / :exp2() / :floor() / :ceil() / :round() / :trunc() -> Tensor",
     doc = "torch's elementwise functions, computed in double and rounded once (floor, ceil, round and trunc are\n"
-       .. "exact; round takes halves to even, as torch's). Differentiable; the rounding ones pass a zero gradient." },
+       .. "exact; round takes halves to even, as torch's). Differentiable, with torch's gradients (asin's and acos's\n"
+       .. "1/√(1 - x²) inf at ±1); the rounding ones pass a zero gradient. Also fp8.sin(x), fp8.tan(x), ..." },
   { section = "Tensors", name = "Tensor:isnan",
     sig = "x:isnan() / :isinf() / :isfinite() / :logical_not() / :logical_and(y) / :logical_or(y) / "
        .. ":logical_xor(y) / :all([dim [, keepdim]]) / :any(...)",
@@ -416,7 +418,8 @@ also("Tensor:get", { "Tensor:set", "Tensor:item", "Tensor:totable", "Tensor:toli
 also("Tensor:sum", { "Tensor:mean", "Tensor:max", "Tensor:min", "Tensor:amax", "Tensor:abs" })
 also("Tensor:argmax", { "Tensor:argmin" })
 also("Tensor:sin", { "Tensor:cos", "Tensor:erf", "Tensor:log1p", "Tensor:expm1", "Tensor:floor", "Tensor:ceil",
-                     "Tensor:round", "Tensor:trunc" })
+                     "Tensor:round", "Tensor:trunc", "Tensor:tan", "Tensor:asin", "Tensor:acos", "Tensor:atan",
+                     "Tensor:sinh", "Tensor:cosh", "Tensor:log2", "Tensor:log10", "Tensor:exp2" })
 also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", "Tensor:logical_and",
                        "Tensor:logical_or", "Tensor:logical_xor", "Tensor:all", "Tensor:any", "Tensor:masked_select",
                        "Tensor:nonzero", "Tensor:argwhere" })

@@ -136,7 +136,8 @@ end)
 -- ---- function forms: fp8.<name>(x, ...) is x:<name>(...) ------------------------------------------------------
 
 M.FORMS = {
-  "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sign", "tanh", "sigmoid", "sin", "cos", "floor", "ceil", "round",
+  "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sign", "tanh", "sigmoid", "sin", "cos", "tan", "asin", "acos", "atan",
+  "sinh", "cosh", "log2", "log10", "exp2", "floor", "ceil", "round",
   "trunc", "erf", "log1p", "expm1", "square", "reciprocal", "isnan", "isinf", "isfinite", "logical_not",
   "logical_and", "logical_or", "logical_xor", "all", "any", "sum", "mean", "var", "std", "argmax", "argmin",
   "logsumexp", "norm", "cumsum", "tril", "triu", "chunk", "split", "clone", "flatten", "squeeze", "unsqueeze",

@@ -176,6 +176,8 @@ static void init_pos(int i, double *v, int64_t n) { for (int64_t j = 0; j < n; j
 static void init_steps(int i, double *v, int64_t n) {
     for (int64_t j = 0; j < n; j++) v[j] = floor(6 * urand()) - 3 + 0.1 + 0.3 * urand();
 }
+/* tan, asin, acos: (-0.8, 0.8), inside their domains and away from tan's poles */
+static void init_unit(int i, double *v, int64_t n) { for (int64_t j = 0; j < n; j++) v[j] = 1.6 * urand() - 0.8; }
 static void f64_unary(const double *const *in, double *o) {
     for (int64_t j = 0, m = numel_of(cur->ndim[0], cur->shape[0]); j < m; j++) {
         double x = in[0][j];
@@ -196,6 +198,15 @@ static void f64_unary(const double *const *in, double *o) {
         case FL_OP_ERF: o[j] = erf(x); break;
         case FL_OP_LOG1P: o[j] = log1p(x); break;
         case FL_OP_EXPM1: o[j] = expm1(x); break;
+        case FL_OP_TAN: o[j] = tan(x); break;
+        case FL_OP_ASIN: o[j] = asin(x); break;
+        case FL_OP_ACOS: o[j] = acos(x); break;
+        case FL_OP_ATAN: o[j] = atan(x); break;
+        case FL_OP_SINH: o[j] = sinh(x); break;
+        case FL_OP_COSH: o[j] = cosh(x); break;
+        case FL_OP_LOG2: o[j] = log2(x); break;
+        case FL_OP_LOG10: o[j] = log10(x); break;
+        case FL_OP_EXP2: o[j] = exp2(x); break;
         default: o[j] = sqrt(x); break;
         }
     }
@@ -460,7 +471,9 @@ TEST(gradcheck_comparisons_and_pow_edges) {
 TEST(gradcheck_unary) {
     for (int op = 0; op < FL_UNOP_COUNT; op++) {
         gc_case c = { fl_unop_names[op], 1, { 2 }, { { 3, 5 } }, { true },
-                      op == FL_OP_LOG || op == FL_OP_SQRT || op == FL_OP_LOG1P ? init_pos
+                      op == FL_OP_LOG || op == FL_OP_SQRT || op == FL_OP_LOG1P || op == FL_OP_LOG2 || op == FL_OP_LOG10
+                          ? init_pos
+                      : op == FL_OP_TAN || op == FL_OP_ASIN || op == FL_OP_ACOS ? init_unit
                       : fl_unop_is_rounding((fl_unop)op) ? init_steps : NULL, f32_unary, f64_unary, op };
         gradcheck(fl__failed, &c);
     }
