@@ -77,9 +77,9 @@ Tensor.logsumexp = at_caller(function(t, dim, keepdim, ...)
   return r
 end)
 
--- norm([p=2 [, dim [, keepdim]]]): torch's vector norms over everything or along dim (or a list of dims): p = 2 (or "fro"), 1 or
--- math.huge (max |x|). The 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's). bf16/fp16 inputs are computed
--- in fp32 and rounded once.
+-- norm([p=2 [, dim [, keepdim]]]): torch's vector norms over everything or along dim (or a list of dims): p = 2
+-- (or "fro"), 1 or math.huge (max |x|). The 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's). bf16/fp16
+-- inputs are computed in fp32 and rounded once.
 local NORMS = "2 (or \"fro\"), 1 or math.huge"
 Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   local dt = check_self("norm", t); no_more("norm", "([p [, dim [, keepdim]]])", ...)

@@ -163,8 +163,8 @@ end
 -- mish(x), selu(x), celu(x [, alpha=1]), logsigmoid(x): torch's, built of selections so that the gradient at a
 -- kink is torch's: the middle pieces of hardtanh, hardsigmoid and hardswish pass it only strictly inside their
 -- bounds (hardswish's gradient is 0 at -3 and 1 at 3), and a NaN passes it as torch's (hardtanh's and hardswish's
--- tests are for the outer pieces; the middle of hardswish takes 0 outside (-3, 3), so ±inf get 0 and 1). mish is x·tanh(softplus(x)) (softplus's threshold keeps
--- large x finite, and its gradient), logsigmoid -softplus(-x).
+-- tests are for the outer pieces; the middle of hardswish takes 0 outside (-3, 3), so ±inf get 0 and 1). mish is
+-- x·tanh(softplus(x)) (softplus's threshold keeps large x finite, and its gradient), logsigmoid -softplus(-x).
 local function kinked(x, lo, hi, inside)   -- x:clamp(lo, hi) at and beyond lo and hi, inside(x) elsewhere (NaN too)
   return where(x:le(lo):logical_or(x:ge(hi)), x:detach():clamp(lo, hi), inside(x))
 end
@@ -215,9 +215,10 @@ function F.logsigmoid(x, ...)
   return -F.softplus(-x)
 end
 
--- softsign(x) = x / (1 + |x|), tanhshrink(x) = x − tanh(x), threshold(x, threshold, value): value where x <= threshold
--- (no gradient there), x elsewhere (NaN included), prelu(x, weight): x where x > 0, weight·x elsewhere, weight of one element or
--- one per channel (dim 2, torch's dim 1; a 1-d x's only dim); torch's, made of differentiable ops
+-- softsign(x) = x / (1 + |x|), tanhshrink(x) = x − tanh(x), threshold(x, threshold, value): value where
+-- x <= threshold (no gradient there), x elsewhere (NaN included), prelu(x, weight): x where x > 0, weight·x
+-- elsewhere, weight of one element or one per channel (dim 2, torch's dim 1; a 1-d x's only dim); torch's, made of
+-- differentiable ops
 function F.softsign(x, ...)
   no_more("softsign", "(input)", ...)
   check_tensor("softsign", "input", x)
