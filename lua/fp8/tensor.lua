@@ -172,6 +172,23 @@ local function norm_dim(who, d, nd, level)
   return d < 0 and nd + d + 1 or d
 end
 
+-- dim: one dim, or a list of them (torch's tuple: sorted, each once), of a tensor of nd dims; returns an integer or a
+-- list of two or more. level: error's, from here (3: the caller's caller, as norm_dim's).
+local function dims_of(who, dim, nd, level)
+  level = level or 3
+  if type(dim) ~= "table" or getmetatable(dim) ~= nil then return norm_dim(who, dim, nd, level + 1) end
+  if rawget(dim, 1) == nil then error(("%s: the list of dims is empty"):format(who), level) end
+  local out, seen = {}, {}
+  for i = 1, #dim do
+    local d = norm_dim(who, rawget(dim, i), nd, level + 1)
+    if seen[d] then error(("%s: dim %d appears twice in the list of dims"):format(who, d), level) end
+    seen[d] = true
+    out[#out + 1] = d
+  end
+  table.sort(out)
+  return #out == 1 and out[1] or out
+end
+
 -- self must be a live tensor: a released one failed in the first core method the Lua method called, naming that
 -- method ("calling 'to' on bad self") at this file's line. One C call, as is_tensor alone was; returns t's dtype.
 local live_dtype = core._live_dtype
@@ -690,17 +707,8 @@ local function var_of(who, t, dim, o)
   -- a list of dims, as torch's tuple ({1, 3}); any other table without a metatable is the options
   local dims = nil
   if type(dim) == "table" and getmetatable(dim) == nil and rawget(dim, 1) ~= nil then
-    local nd, seen = math.max(t:dim(), 1), {}
-    dims = {}
-    for i = 1, #dim do
-      local d = norm_dim(who, rawget(dim, i), nd, 4)
-      if seen[d] then error(("%s: dim %d appears twice in the list of dims"):format(who, d), 3) end
-      seen[d] = true
-      dims[#dims + 1] = d
-    end
-    table.sort(dims)
-    dim = #dims == 1 and dims[1] or dims
-    if #dims == 1 then dims = nil end
+    dim = dims_of(who, dim, math.max(t:dim(), 1), 4)
+    if type(dim) == "table" then dims = dim end
   elseif type(dim) == "table" and o == nil and getmetatable(dim) == nil then
     dim, o = nil, dim
   end
@@ -896,6 +904,7 @@ end
 
 -- the argument checks, shared with the other files of the Tensor class (tensor_inplace.lua, tensor_logic.lua, ...)
 M._check_self, M._check_live, M._check_not_fp8, M._norm_dim = check_self, check_live, check_not_fp8, norm_dim
+M._dims_of = dims_of
 M._check_arith_self, M._check_operand = check_arith_self, check_operand
 
 -- M._broadcast_shape(a, b): the shape two shapes (lists of sizes) broadcast to, torch's rule (aligned from the last

@@ -8,7 +8,7 @@ local T = require "fp8.tensor"
 local opts = require "fp8.opts"
 local Tensor = core.Tensor
 local no_more, got = opts.no_more, opts.got
-local check_self, check_live, check_not_fp8, norm_dim = T._check_self, T._check_live, T._check_not_fp8, T._norm_dim
+local check_self, check_live, check_not_fp8, dims_of = T._check_self, T._check_live, T._check_not_fp8, T._dims_of
 local at_caller = T._at_caller   -- every function below raises its errors at the user's line
 
 local M = {}
@@ -31,20 +31,6 @@ local function check_keepdim(who, keepdim)
   end
 end
 
--- dim: one dim, or a list of them (torch's tuple: sorted, each once); returns an integer or a list of two or more
-local function dims_of(who, dim, nd)
-  if type(dim) ~= "table" or getmetatable(dim) ~= nil then return norm_dim(who, dim, nd, 4) end
-  if rawget(dim, 1) == nil then error(("%s: the list of dims is empty"):format(who), 3) end
-  local out, seen = {}, {}
-  for i = 1, #dim do
-    local d = norm_dim(who, rawget(dim, i), nd, 4)
-    if seen[d] then error(("%s: dim %d appears twice in the list of dims"):format(who, d), 3) end
-    seen[d] = true
-    out[#out + 1] = d
-  end
-  table.sort(out)
-  return #out == 1 and out[1] or out
-end
 local function each_dim(dim) return type(dim) == "table" and dim or { dim } end
 
 -- logsumexp(dim [, keepdim]): log Σ exp(x) along dim (or a list of dims), shifted by the largest value first as
