@@ -617,7 +617,7 @@ typedef struct {
     int depth;                                   /* the levels below the root in `key` / `idx` */
     const char *key[JSON_MAX_DEPTH + 2];         /* an object's key at that level, or NULL for an array index */
     lua_Integer idx[JSON_MAX_DEPTH + 2];
-    char err[400];                               /* set when to_json fails */
+    char err[408];                               /* set when to_json fails: "key '<199>': <199>" fits */
 } json_ctx;
 
 /* The failure, prefixed with the key path ("key 'a.b.3': ...") when there is one; to_json then returns NULL. */

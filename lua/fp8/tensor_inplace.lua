@@ -136,15 +136,24 @@ end)
 -- scatter_, scatter_add_, index_add_, index_copy_, index_fill_: the out-of-place method's values (core/scatter.c,
 -- lua/fp8/tensor_scatter.lua) written in place; the tensors read are detached
 local function detached(v) return core.is_tensor(v) and v:detach() or v end
+-- what each takes as its third argument, in the out-of-place forms' words
+local SRC_WANTED = { scatter = "expected a src tensor or a number value", scatter_add = "expected a src tensor",
+  index_add = "expected a source tensor", index_copy = "expected a source tensor",
+  index_fill = "value must be a number or a 0-d tensor" }
 for _, name in ipairs { "scatter", "scatter_add", "index_add", "index_copy", "index_fill" } do
   local m = name .. "_"
   local add = name == "index_add"
+  local valued = name == "scatter" or name == "index_fill"   -- src may be a number (torch's value)
   local takes = add and "(dim, index, source [, {alpha=}])" or name:find("fill") and "(dim, index, value)"
     or "(dim, index, src)"
   Tensor[m] = at_caller(function(t, dim, index, src, ...)
     check_self(m, t)
     local alpha = add and (...) or nil
     if add then no_more(m, takes, select(2, ...)) else no_more(m, takes, ...) end
+    if not core.is_tensor(index) then error(("%s: expected an index tensor, got %s"):format(m, got(index)), 2) end
+    if not core.is_tensor(src) and not (valued and type(src) == "number") then
+      error(("%s: %s, got %s"):format(m, SRC_WANTED[name], got(src)), 2)
+    end
     for _, v in ipairs { index, src } do if core.is_tensor(v) then check_live(m, "an argument", v) end end
     local d = t:detach()
     return write(m, t, compute(m, function()

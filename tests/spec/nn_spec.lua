@@ -1814,6 +1814,14 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       fp8.zeros { 1, 4, 9, 9 })
     U.fails_with("conv2d: expected a 4-D (batched) or 3-D (unbatched) input, got [4, 6]", F.conv2d, fp8.zeros { 4, 6 },
       CW)
+    -- 1-d sizes: a missing kernel and a string where only conv1d's padding takes one are named, not compared
+    U.fails_with("AvgPool1d: kernel_size: expected an integer >= 1, got nil", nn.AvgPool1d)
+    U.fails_with("MaxPool1d: kernel_size: expected an integer >= 1, got nil", nn.MaxPool1d, nil)
+    U.fails_with("Conv1d: kernel_size: expected an integer >= 1, got nil", nn.Conv1d, 4, 2)
+    U.fails_with("avg_pool1d: kernel_size: expected an integer >= 1, got \"same\"", F.avg_pool1d, CX1, "same")
+    U.fails_with("max_pool1d: stride: expected an integer >= 1, got \"x\"", F.max_pool1d, CX1, 2, { stride = "x" })
+    U.fails_with("conv1d: stride: expected an integer >= 1, got \"x\"", F.conv1d, CX1, fp8.zeros { 2, 4, 2 }, nil,
+      { stride = "x" })
   end)
 
   it("BatchNorm1d/2d and GroupNorm give torch 2.15's values, gradients and running statistics", function()

@@ -201,9 +201,11 @@ end
 
 -- conv1d(input[N, C, L], weight[OC, C/groups, k] [, bias] [, {stride=1, padding=0, dilation=1, groups=1}]): conv2d
 -- over a plane of height 1
-local function one_d(fname, v, lo, default)
-  if v == nil then return default end
-  if type(v) == "string" then return v end
+-- one_d(fname, v, lo, default [, strings]): a 1-d size: an integer >= lo or a one-element list of one; nil takes
+-- default (required when default is nil); a string ("same", "valid") passes through where strings is true (padding).
+local function one_d(fname, v, lo, default, strings)
+  if v == nil and default ~= nil then return default end
+  if strings and type(v) == "string" then return v end
   if type(v) == "table" then
     if rawlen(v) ~= 1 then
       error(("%s: expected an integer or a one-element list, got %s"):format(fname, O.got(v)), 0)
@@ -224,7 +226,7 @@ local function impl_conv1d(x, w, b, opts, ...)
     error(("conv1d: weight must be [out_channels, in_channels / groups, k], got %s"):format(
       fp8.is_tensor(w) and shape_str(w) or O.got(w)), 0)
   end
-  local p = one_d("conv1d: padding", opts.padding, 0, 0)
+  local p = one_d("conv1d: padding", opts.padding, 0, 0, true)
   local o2 = { stride = { 1, one_d("conv1d: stride", opts.stride, 1, 1) }, groups = opts.groups,
     dilation = { 1, one_d("conv1d: dilation", opts.dilation, 1, 1) },
     padding = type(p) == "string" and p or { 0, p } }
@@ -369,7 +371,7 @@ local function conv_class(name, dims)
       conv_padding(name, self.padding, k, pair(name, "stride", self.stride, 1),
         pair(name, "dilation", self.dilation, 1))
     else
-      local pd = one_d(name .. ": padding", self.padding, 0)
+      local pd = one_d(name .. ": padding", self.padding, 0, 0, true)
       conv_padding(name, type(pd) == "string" and pd or { 0, pd }, k, { 1, one_d(name .. ": stride", self.stride, 1) },
         { 1, one_d(name .. ": dilation", self.dilation, 1) })
     end
