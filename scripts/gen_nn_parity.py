@@ -5,7 +5,8 @@ gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, i
 input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
-F.smooth_l1_loss, F.huber_loss, F.kl_div and F.scaled_dot_product_attention with an
+F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, Conv1d/Conv2d with
+padding_mode, F.kl_div and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
 nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,
@@ -150,6 +151,24 @@ conv_case("ap1", lambda x: F.avg_pool1d(x, 2), CX1)
 conv_case("unfold", lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), CX)
 conv_case("fold", lambda c: F.fold(c, (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
           F.unfold(CX, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)))
+# F.pad's reflect, replicate and circular modes (batched and unbatched, 1-, 2- and 3-dim pads, crops), and the
+# convolution modules' padding_mode (torch's modules, their weights set to the fixture's)
+conv_case("pad_reflect1", lambda x: F.pad(x, (3, 2), mode="reflect"), CX1)
+conv_case("pad_replicate2", lambda x: F.pad(x, (2, 1, 0, 3), mode="replicate"), CX)
+conv_case("pad_circular2", lambda x: F.pad(x, (-1, 3, 2, 2), mode="circular"), CX)
+conv_case("pad_reflect_unb", lambda x: F.pad(x, (1, 2, 3, -1), mode="reflect"), CX[0])
+conv_case("pad_circular3", lambda x: F.pad(x, (1, 1, 2, 0, 1, 1), mode="circular"), CX.reshape(1, 2, 4, 6, 7))
+def conv_module(cls, cin, cout, k, w, b, **kw):
+    m = cls(cin, cout, k, **kw)
+    with torch.no_grad():
+        m.weight.copy_(w)
+        m.bias.copy_(b)
+    return lambda x: m(x)
+conv_case("c2_reflect", conv_module(torch.nn.Conv2d, 4, 6, 3, CWT, CB, padding=(2, 1), padding_mode="reflect"), CX)
+conv_case("c2_circular_s2", conv_module(torch.nn.Conv2d, 4, 6, 3, CWT, CB, padding=1, stride=2,
+                                        padding_mode="circular"), CX)
+conv_case("c1_replicate_same", conv_module(torch.nn.Conv1d, 4, 6, 2, CWT[:, :, 0, :2], CB, padding="same",
+                                           dilation=3, padding_mode="replicate"), CX1)
 # batch and group norm: BatchNorm2d over two training steps (the outputs, the input's, weight's and bias's gradients,
 # the running statistics after), then its eval output; BatchNorm1d on [N, C] and [N, C, L] with momentum None;
 # track_running_stats=False; GroupNorm (values and gradients)

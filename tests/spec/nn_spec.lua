@@ -1753,6 +1753,10 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       for _, d in ipairs(shape) do n = n * d end
       return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
     end
+    local function with_weights(m, w, b)   -- a convolution module holding the fixture's weight and bias
+      fp8.no_grad(function() nn.init.copy_(m.weight, w); nn.init.copy_(m.bias, b) end)
+      return function(x) return m(x) end
+    end
     local cases = {
       { "c2_s2p1", function(x, w, b) return F.conv2d(x, w, b, { stride = 2, padding = 1 }) end, CX, CW, CB },
       { "c2_d2", function(x, w) return F.conv2d(x, w, { dilation = 2, padding = { 2, 1 } }) end, CX, CW },
@@ -1777,6 +1781,17 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "fold", function(c)
           return F.fold(c, { 6, 7 }, { 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } })
         end, F.unfold(CX, { 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } }) },
+      { "pad_reflect1", function(x) return F.pad(x, { 3, 2 }, { mode = "reflect" }) end, CX1 },
+      { "pad_replicate2", function(x) return F.pad(x, { 2, 1, 0, 3 }, { mode = "replicate" }) end, CX },
+      { "pad_circular2", function(x) return F.pad(x, { -1, 3, 2, 2 }, { mode = "circular" }) end, CX },
+      { "pad_reflect_unb", function(x) return F.pad(x, { 1, 2, 3, -1 }, { mode = "reflect" }) end, CX:select(1, 1) },
+      { "pad_circular3", function(x) return F.pad(x, { 1, 1, 2, 0, 1, 1 }, { mode = "circular" }) end,
+        CX:reshape { 1, 2, 4, 6, 7 } },
+      { "c2_reflect", with_weights(nn.Conv2d(4, 6, 3, { padding = { 2, 1 }, padding_mode = "reflect" }), CW, CB), CX },
+      { "c2_circular_s2", with_weights(nn.Conv2d(4, 6, 3, { padding = 1, stride = 2, padding_mode = "circular" }), CW,
+        CB), CX },
+      { "c1_replicate_same", with_weights(nn.Conv1d(4, 6, 2, { padding = "same", dilation = 3,
+        padding_mode = "replicate" }), CW:select(3, 1):narrow(3, 1, 2):contiguous(), CB), CX1 },
     }
     for _, c in ipairs(cases) do
       local ins = {}
@@ -1802,8 +1817,6 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     same("MaxPool1d", nn.MaxPool1d(3, { stride = 2, padding = 1 })(CX1), ref.mp1, 1e-6)
     same("AvgPool1d", nn.AvgPool1d(2)(CX1), ref.ap1, 1e-6)
     same("Unfold", nn.Unfold({ 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } })(CX), ref.unfold, 1e-6)
-    U.fails_with("Conv2d: padding_mode=\"reflect\" (a string) is not supported (only \"zeros\")", nn.Conv2d, 4, 6, 3,
-      { padding_mode = "reflect" })
     U.fails_with("Conv2d: groups must be a positive integer dividing in_channels (4) and out_channels (6), got 4",
       nn.Conv2d, 4, 6, 3, { groups = 4 })
     U.fails_with("conv2d: padding=\"same\" needs stride 1", F.conv2d, CX, CW, { padding = "same", stride = 2 })
@@ -2032,11 +2045,30 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     p:sum():backward()
     assert.are.same({ { 1, 1, 1 }, { 1, 1, 1 } }, z.grad:totable())
     assert.are.same({ 1, 2 }, F.pad(fp8.arange(5), { -1, -2 }):totable())   -- torch's negative pads crop
-    U.fails_with("pad: mode \"reflect\" (a string) is not offered (only \"constant\")", F.pad, z, { 1, 1 },
-      { mode = "reflect" })
+    U.fails_with("pad: mode must be one of \"constant\", \"reflect\", \"replicate\", \"circular\", got \"edge\"",
+      F.pad, z, { 1, 1 }, { mode = "edge" })
+    -- the other modes: torch's limits (reflect's amounts under the size, circular's at most it, no value, the last
+    -- 1-3 dims of an unbatched or batched input), and circular's crop to nothing
+    U.fails_with("pad: mode \"reflect\" needs each amount less than the dim's size: {3, 0} for dim 2 of [2, 3]",
+      F.pad, z, { 3, 0 }, { mode = "reflect" })
+    U.fails_with("pad: mode \"circular\" wraps around once at most: {0, 4} for dim 2 of [2, 3] exceeds the size 3",
+      F.pad, z, { 0, 4 }, { mode = "circular" })
+    U.fails_with("pad: mode \"replicate\" takes no value", F.pad, z, { 1, 1 }, { mode = "replicate", value = 2 })
+    U.fails_with("pad: mode \"replicate\" pads the last 1, 2 or 3 dims of an unbatched or batched input (2 amounts "
+      .. "take a 2-D or 3-D input), got 2 amounts for [6]", F.pad, fp8.arange(6), { 1, 1 }, { mode = "replicate" })
+    U.fails_with("pad: padding dim 2 of size 3 by {-2, -1} leaves nothing", F.pad, z, { -2, -1 }, { mode = "reflect" })
+    assert.are.same({ 2, 0 }, F.pad(z, { -2, -1 }, { mode = "circular" }):shape())
+    U.fails_with("pad: e4m3 tensor: dequantize it first", F.pad, z:quantize("e4m3"), { 1, 1 })
+    assert.are.same({ { 2, 1, 0, 1, 2, 1 } }, F.pad(fp8.arange(3):view(1, 3), { 2, 1 }, { mode = "reflect" }):totable())
+    U.fails_with("Conv2d: padding_mode must be one of \"zeros\", \"reflect\", \"replicate\", \"circular\", got "
+      .. "\"same\"", nn.Conv2d, 1, 1, 3, { padding_mode = "same" })
+    U.fails_with("Conv2d forward: pad: mode \"reflect\" needs each amount less than the dim's size: {3, 3}",
+      nn.Conv2d(1, 1, 3, { padding = 3, padding_mode = "reflect" }), fp8.ones { 1, 1, 3, 3 })
+    assert.are.equal("Conv1d(1, 1, kernel_size=(3), stride=1, padding=1, padding_mode=circular)",
+      tostring(nn.Conv1d(1, 1, 3, { padding = 1, padding_mode = "circular" })))
     U.fails_with("pad: pad must be a list of an even number of integers", F.pad, z, { 1 })
     U.fails_with("pad: 3 pairs pad 3 dims, but the input [2, 3] has 2", F.pad, z, { 1, 1, 1, 1, 1, 1 })
-    U.fails_with("pad: cropping 2 and 2 from dim 1 of size 3 leaves nothing", F.pad, fp8.ones { 3 }, { -2, -2 })
+    U.fails_with("pad: padding dim 1 of size 3 by {-2, -2} leaves nothing", F.pad, fp8.ones { 3 }, { -2, -2 })
     U.fails_with("normalize: p must be a finite number >= 1, got 0.5", F.normalize, z, { p = 0.5 })
     -- index_select: the rows of an index, in order (a repeat's gradients add)
     local x = fp8.arange(12):view(3, 4):requires_grad_()

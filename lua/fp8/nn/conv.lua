@@ -4,7 +4,7 @@
 -- F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each window), and their modules Conv1d,
 -- Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8 recipes convert Linear layers only (as
 -- TransformerEngine and torchao): a convolution runs in high precision under every recipe.
--- Not offered (refused by name): padding_mode other than "zeros", ceil_mode, return_indices, transposed convolutions.
+-- Not offered (refused by name): ceil_mode, return_indices, transposed convolutions.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local O = require "fp8.opts"
 local Module = require "fp8.nn.module"
@@ -325,8 +325,9 @@ end
 -- ---- the modules ------------------------------------------------------------------------------
 
 -- Conv1d / Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, groups=1, bias=true,
--- padding_mode="zeros"}]) (or one table with those names): torch's, weight and bias U(-1/√fan_in, 1/√fan_in)
+-- padding_mode="zeros" | "reflect" | "replicate" | "circular"}]) (or one table with those names): torch's, weight and bias U(-1/√fan_in, 1/√fan_in)
 -- (kaiming_uniform with a = √5, torch's default), fan_in = in_channels / groups · kh · kw
+local PADDING_MODES = { zeros = true, reflect = true, replicate = true, circular = true }
 local CONV_KEYS = { "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
   "padding_mode" }
 local function conv_class(name, dims)
@@ -352,9 +353,12 @@ local function conv_class(name, dims)
       error(("%s: groups must be a positive integer dividing in_channels (%d) and out_channels (%d), got %s"):format(
         name, cin, cout, O.got(g)), 0)
     end
-    if opts.padding_mode ~= nil and opts.padding_mode ~= "zeros" then
-      error(("%s: padding_mode=%s is not supported (only \"zeros\")"):format(name, O.got(opts.padding_mode)), 0)
+    local pm = opts.padding_mode or "zeros"
+    if not PADDING_MODES[pm] then
+      error(("%s: padding_mode must be one of \"zeros\", \"reflect\", \"replicate\", \"circular\", got %s"):format(
+        name, O.got(pm)), 0)
     end
+    self.padding_mode = pm
     if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
       error(("%s: bias must be a boolean, got %s"):format(name, O.got(opts.bias)), 0)
     end
@@ -382,14 +386,35 @@ local function conv_class(name, dims)
   end
   local fn = dims == 2 and F.conv2d or F.conv1d
   cls.forward = function(self, x)
-    return fn(x, self.weight, self.bias, { stride = self.stride, padding = self.padding, dilation = self.dilation,
+    local padding = self.padding
+    if self.padding_mode ~= "zeros" then
+      -- torch's: the input padded in that mode ({left, right[, top, bottom]}, "same" split as the zeros' is), then
+      -- convolved without padding
+      local k, pd = self.kernel_size
+      if dims == 2 then
+        pd = conv_padding(name, padding, k, pair(name, "stride", self.stride, 1), pair(name, "dilation", self.dilation, 1))
+      else
+        local p1 = one_d(name .. ": padding", padding, 0, 0, true)
+        pd = conv_padding(name, type(p1) == "string" and p1 or { 0, p1 }, { 1, k[1] },
+          { 1, one_d(name .. ": stride", self.stride, 1) }, { 1, one_d(name .. ": dilation", self.dilation, 1) })
+      end
+      if pd[1] + pd[2] + pd[3] + pd[4] > 0 then
+        local ok, r = pcall(F.pad, x, dims == 2 and { pd[3], pd[4], pd[1], pd[2] } or { pd[3], pd[4] },
+          { mode = self.padding_mode })
+        if not ok then error(strip(r), 0) end
+        x = r
+      end
+      padding = 0
+    end
+    return fn(x, self.weight, self.bias, { stride = self.stride, padding = padding, dilation = self.dilation,
       groups = self.groups })
   end
   cls.extra_repr = function(self)
     local function s(v) return type(v) == "table" and ("(%s)"):format(table.concat(v, ", ")) or tostring(v) end
-    return ("%d, %d, kernel_size=%s, stride=%s, padding=%s%s%s"):format(self.in_channels, self.out_channels,
+    return ("%d, %d, kernel_size=%s, stride=%s, padding=%s%s%s%s"):format(self.in_channels, self.out_channels,
       s(self.kernel_size), s(self.stride), s(self.padding), self.groups ~= 1 and (", groups=%d"):format(self.groups)
-      or "", self.bias == nil and ", bias=false" or "")
+      or "", self.bias == nil and ", bias=false" or "",
+      self.padding_mode ~= "zeros" and (", padding_mode=%s"):format(self.padding_mode) or "")
   end
   return cls
 end

@@ -791,24 +791,60 @@ function F.normalize(x, opts, ...)
   return x / n
 end
 
--- pad(x, pad [, {mode="constant", value=0}]): torch's constant padding of the last dims: pad = {left, right} for
--- the last dim, then {top, bottom} for the one before, ...; a negative amount crops. Built of cat and narrow, so
--- gradients flow to the input's elements. Other modes (reflect, replicate, circular) are refused by name.
+-- pad(x, pad [, {mode="constant", value=0}]): torch's padding of the last dims: pad = {left, right} for the last
+-- dim, then {top, bottom} for the one before, ...; a negative amount crops. mode "constant" fills with value (any
+-- number of dims); "reflect" mirrors about the edge element (each amount less than the dim's size), "replicate"
+-- repeats the edge element, "circular" wraps around (crops first, then each amount at most the size left). The three take no value,
+-- pad the last 1, 2 or 3 dims of a batched or unbatched input (2 amounts: a 2-D or 3-D input, 4: 3-D or 4-D, 6: 4-D
+-- or 5-D), as torch's. Built of cat, narrow and index_select, so gradients flow to the input's elements (a
+-- reflected or repeated element gets the sum of its copies' gradients).
+local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
+
+-- the 0-based source position of each output position of a dim of size n padded by lo and hi in mode
+local function pad_index(mode, n, lo, hi, dev)
+  local idx = {}
+  for o = 0, n + lo + hi - 1 do
+    local i = o - lo
+    if mode == "reflect" then
+      if i < 0 then i = -i elseif i >= n then i = 2 * (n - 1) - i end
+    elseif mode == "replicate" then
+      i = i < 0 and 0 or i >= n and n - 1 or i
+    else   -- circular
+      i = i % n
+    end
+    idx[#idx + 1] = i
+  end
+  local t = fp8.tensor(idx)
+  return dev == "cpu" and t or t:to(dev)
+end
+
 function F.pad(x, pad, opts, ...)
   no_more("pad", "(input, pad [, {mode=, value=}])", ...)
   check_tensor("pad", "input", x)
+  if x:is_fp8() then error(("pad: %s tensor: dequantize it first (its bytes share a scale)"):format(x:dtype()), 2) end
   opts = check_opts("pad", opts, { mode = true, value = true })
-  local mode, value = opts.mode or "constant", opts.value or 0
-  if mode ~= "constant" then
-    error(("pad: mode %s is not offered (only \"constant\")"):format(O.got(mode)), 2)
+  local mode = opts.mode or "constant"
+  if not PAD_MODES[mode] then
+    error(("pad: mode must be one of \"constant\", \"reflect\", \"replicate\", \"circular\", got %s"):format(
+      O.got(mode)), 2)
   end
+  local value = opts.value or 0
   if type(value) ~= "number" then error(("pad: value must be a number, got %s"):format(O.got(value)), 2) end
+  if mode ~= "constant" and value ~= 0 then
+    error(("pad: mode \"%s\" takes no value (it pads with the input's own elements), got value=%s"):format(mode,
+      O.got(value)), 2)
+  end
   if type(pad) ~= "table" or rawlen(pad) % 2 ~= 0 or rawlen(pad) == 0 then
     error(("pad: pad must be a list of an even number of integers {left, right, ...}, got %s"):format(O.got(pad)), 2)
   end
   local n = rawlen(pad) // 2
   if n > x:dim() then
     error(("pad: %d pairs pad %d dims, but the input %s has %d"):format(n, n, shape_str(x), x:dim()), 2)
+  end
+  if mode ~= "constant" and (n > 3 or (x:dim() ~= n + 1 and x:dim() ~= n + 2)) then
+    error(("pad: mode \"%s\" pads the last 1, 2 or 3 dims of an unbatched or batched input (%d amounts take a %s "
+      .. "input), got %d amounts for %s"):format(mode, 2 * n, n <= 3 and ("%d-D or %d-D"):format(n + 1, n + 2)
+      or "1-, 2- or 3-dim pad and a matching", 2 * n, shape_str(x)), 2)
   end
   local y = x
   for i = 1, n do
@@ -818,22 +854,41 @@ function F.pad(x, pad, opts, ...)
     end
     local d = y:dim() - i + 1   -- 1-based: the last dim first
     local size = y:size(d)
-    if size + lo + hi < 0 then
-      error(("pad: cropping %d and %d from dim %d of size %d leaves nothing"):format(-lo, -hi, d, size), 2)
+    if size + lo + hi < 0 or (size + lo + hi == 0 and (mode == "reflect" or mode == "replicate")) then
+      error(("pad: padding dim %d of size %d by {%d, %d} leaves nothing"):format(d, size, lo, hi), 2)
     end
-    if lo < 0 then y = y:narrow(d, 1 - lo, size + lo); size = size + lo; lo = 0 end
-    if hi < 0 then y = y:narrow(d, 1, size + hi); hi = 0 end
-    if lo > 0 or hi > 0 then
-      local parts = {}
-      local function block(k)
-        local shp = y:shape()
-        shp[d] = k
-        return fp8.full(shp, value, { dtype = y:dtype(), device = y:device() })
+    if mode == "reflect" and (lo >= size or hi >= size) then
+      error(("pad: mode \"reflect\" needs each amount less than the dim's size: {%d, %d} for dim %d of %s"):format(lo,
+        hi, d, shape_str(x)), 2)
+    end
+    if mode == "circular" then
+      -- torch's: the crops first, then the wrap around what is left (its size bounds the amounts)
+      if lo < 0 then y = y:narrow(d, 1 - lo, size + lo); size = size + lo; lo = 0 end
+      if hi < 0 then y = y:narrow(d, 1, size + hi); size = size + hi; hi = 0 end
+      if lo > size or hi > size then
+        error(("pad: mode \"circular\" wraps around once at most: {%s} for dim %d of %s exceeds the size %d%s"):format(
+          table.concat({ rawget(pad, 2 * i - 1), rawget(pad, 2 * i) }, ", "), d, shape_str(x), size,
+          size < x:size(d) and " left after the crop" or ""), 2)
       end
-      if lo > 0 then parts[#parts + 1] = block(lo) end
-      parts[#parts + 1] = y
-      if hi > 0 then parts[#parts + 1] = block(hi) end
-      y = fp8.cat(parts, d)
+    end
+    if mode ~= "constant" then
+      if size + lo + hi == 0 then y = y:narrow(d, 1, 0)   -- circular's crop to nothing, as torch's
+      elseif lo ~= 0 or hi ~= 0 then y = y:index_select(d, pad_index(mode, size, lo, hi, y:device())) end
+    else
+      if lo < 0 then y = y:narrow(d, 1 - lo, size + lo); size = size + lo; lo = 0 end
+      if hi < 0 then y = y:narrow(d, 1, size + hi); hi = 0 end
+      if lo > 0 or hi > 0 then
+        local parts = {}
+        local function block(k)
+          local shp = y:shape()
+          shp[d] = k
+          return fp8.full(shp, value, { dtype = y:dtype(), device = y:device() })
+        end
+        if lo > 0 then parts[#parts + 1] = block(lo) end
+        parts[#parts + 1] = y
+        if hi > 0 then parts[#parts + 1] = block(hi) end
+        y = fp8.cat(parts, d)
+      end
     end
   end
   return y

@@ -172,7 +172,8 @@ add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{weight, label_smoothing, i
   .. "F.binary_cross_entropy_with_logits(input, target [, {reduction, pos_weight}]) as torch's (the log sigmoids\n"
   .. "from one log_softmax over (0, x): no overflow far out, torch's gradient at 0). F.normalize(x [, {p=2, dim=-1,\n"
   .. "eps=1e-12}]) = x / max(|x|_p, eps); F.pad(x, {left, right, ...} [, {mode=\"constant\", value=0}]) pads (or,\n"
-  .. "negative, crops) the last dims.")
+  .. "negative, crops) the last dims; mode \"reflect\" (mirror about the edge), \"replicate\" (repeat the edge) or\n"
+  .. "\"circular\" (wrap around) pad the last 1-3 dims of an unbatched or batched input, as torch's.")
 add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",
   "nanoGPT's attention: one qkv projection Linear(d, 3d), causal attention over n_head heads (F.qkv_attention),\n"
   .. "an output projection and dropout on its output; [B, T, n_embd] in and out.")
@@ -261,15 +262,16 @@ add("nn.utils.clip_grad_norm_",
   "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
   .. "error_if_nonfinite a NaN or inf norm raises instead); returns the norm before clipping.")
 add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, "
-  .. "groups=1, bias=true}]) / Conv1d(...) / MaxPool2d(kernel_size [, {stride, padding, dilation}]) / "
+  .. "groups=1, bias=true, padding_mode=\"zeros\"}]) / Conv1d(...) / MaxPool2d(kernel_size [, {stride, padding, dilation}]) / "
   .. "AvgPool2d(kernel_size [, {stride, padding, count_include_pad, divisor_override}]) / MaxPool1d / AvgPool1d / "
   .. "Unfold(kernel_size [, {...}]) / Fold(output_size, kernel_size [, {...}])",
   "torch's convolutions and pooling, built of differentiable ops: F.unfold (im2col) then one batched GEMM per\n"
   .. "group (bf16 under autocast, as torch's); F.conv2d(x, w [, b] [, opts]), F.conv1d, F.max_pool2d,\n"
   .. "F.avg_pool2d, F.max_pool1d, F.avg_pool1d, F.unfold, F.fold. padding: an integer, a pair, \"valid\" or\n"
   .. "\"same\"; weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch's default. FP8 recipes convert Linear layers\n"
-  .. "only (as TransformerEngine and torchao): convolutions stay in high precision. Not supported: padding_mode\n"
-  .. "other than \"zeros\", ceil_mode, return_indices, transposed convolutions.")
+  .. "only (as TransformerEngine and torchao): convolutions stay in high precision. padding_mode \"reflect\",\n"
+  .. "\"replicate\" or \"circular\" pads the input by F.pad in that mode first, as torch's. Not supported:\n"
+  .. "ceil_mode, return_indices, transposed convolutions.")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"
