@@ -5,7 +5,7 @@ gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, i
 input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
-F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, Conv1d/Conv2d with
+F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode, Conv1d/Conv2d with
 padding_mode, F.kl_div and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -148,6 +148,16 @@ conv_case("ap_nopad", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_in
 conv_case("ap_div", lambda x: F.avg_pool2d(x, (2, 3), divisor_override=4), CX)
 conv_case("mp1", lambda x: F.max_pool1d(x, 3, stride=2, padding=1), CX1)
 conv_case("ap1", lambda x: F.avg_pool1d(x, 2), CX1)
+# ceil_mode: the output rounded up (the last window past the padding; W 7 with padding 1 drops the window that would
+# start past the input), for max and average (the divisor with and without the padding, and overridden)
+conv_case("mp_ceil", lambda x: F.max_pool2d(x, 2, stride=2, padding=1, ceil_mode=True), CX)
+conv_case("mp_ceil_d2", lambda x: F.max_pool2d(x, 3, stride=(2, 3), dilation=(1, 2), ceil_mode=True), CX)
+conv_case("ap_ceil", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True), CX)
+conv_case("ap_ceil_nopad", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True,
+                                                  count_include_pad=False), CX)
+conv_case("ap_ceil_div", lambda x: F.avg_pool2d(x, (2, 3), stride=(3, 2), ceil_mode=True, divisor_override=5), CX)
+conv_case("mp1_ceil", lambda x: F.max_pool1d(x, 2, stride=2, ceil_mode=True), CX1)
+conv_case("ap1_ceil", lambda x: F.avg_pool1d(x, 4, stride=3, padding=2, ceil_mode=True), CX1)
 conv_case("unfold", lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), CX)
 conv_case("fold", lambda c: F.fold(c, (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
           F.unfold(CX, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)))

@@ -1776,6 +1776,19 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "ap_div", function(x) return F.avg_pool2d(x, { 2, 3 }, { divisor_override = 4 }) end, CX },
       { "mp1", function(x) return F.max_pool1d(x, 3, { stride = 2, padding = 1 }) end, CX1 },
       { "ap1", function(x) return F.avg_pool1d(x, 2) end, CX1 },
+      { "mp_ceil", function(x) return F.max_pool2d(x, 2, { stride = 2, padding = 1, ceil_mode = true }) end, CX },
+      { "mp_ceil_d2", function(x)
+          return F.max_pool2d(x, 3, { stride = { 2, 3 }, dilation = { 1, 2 }, ceil_mode = true })
+        end, CX },
+      { "ap_ceil", function(x) return F.avg_pool2d(x, 3, { stride = 2, padding = 1, ceil_mode = true }) end, CX },
+      { "ap_ceil_nopad", function(x)
+          return F.avg_pool2d(x, 3, { stride = 2, padding = 1, ceil_mode = true, count_include_pad = false })
+        end, CX },
+      { "ap_ceil_div", function(x)
+          return F.avg_pool2d(x, { 2, 3 }, { stride = { 3, 2 }, ceil_mode = true, divisor_override = 5 })
+        end, CX },
+      { "mp1_ceil", function(x) return F.max_pool1d(x, 2, { stride = 2, ceil_mode = true }) end, CX1 },
+      { "ap1_ceil", function(x) return F.avg_pool1d(x, 4, { stride = 3, padding = 2, ceil_mode = true }) end, CX1 },
       { "unfold", function(x) return F.unfold(x, { 2, 3 }, { dilation = { 1, 2 }, padding = 1, stride = { 2, 1 } }) end,
         CX },
       { "fold", function(c)
@@ -1820,7 +1833,13 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("Conv2d: groups must be a positive integer dividing in_channels (4) and out_channels (6), got 4",
       nn.Conv2d, 4, 6, 3, { groups = 4 })
     U.fails_with("conv2d: padding=\"same\" needs stride 1", F.conv2d, CX, CW, { padding = "same", stride = 2 })
-    U.fails_with("max_pool2d: ceil_mode=true is not supported", F.max_pool2d, CX, 2, { ceil_mode = true })
+    U.fails_with("max_pool2d: ceil_mode must be a boolean, got 1", F.max_pool2d, CX, 2, { ceil_mode = 1 })
+    U.fails_with("MaxPool1d: return_indices=true is not supported", nn.MaxPool1d, 2, { return_indices = true })
+    -- ceil_mode's modules, and torch's one window over an input shorter than the kernel
+    same("MaxPool2d ceil", nn.MaxPool2d(2, { stride = 2, padding = 1, ceil_mode = true })(CX), ref.mp_ceil, 1e-6)
+    assert.are.same({ { { 1 } } }, F.max_pool1d(fp8.ones { 1, 1, 1 }, 2, { ceil_mode = true }):totable())
+    assert.are.same({ { { 0, 1.5, 3.5 } } }, F.avg_pool1d(fp8.arange(5):view(1, 1, 5), 2, { stride = 2, padding = 1,
+      ceil_mode = true }):totable())
     U.fails_with("AvgPool2d: count_include_pad must be a boolean, got 1", nn.AvgPool2d, 2, { count_include_pad = 1 })
     U.fails_with("max_pool2d: padding 2×2 must be at most half the kernel 3×3", F.max_pool2d, CX, 3, { padding = 2 })
     U.fails_with("conv2d: the input [2, 4, 6, 7], padded by 0×0, is smaller than the kernel 9×9", F.conv2d, CX,

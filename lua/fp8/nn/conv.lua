@@ -4,7 +4,7 @@
 -- F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each window), and their modules Conv1d,
 -- Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8 recipes convert Linear layers only (as
 -- TransformerEngine and torchao): a convolution runs in high precision under every recipe.
--- Not offered (refused by name): ceil_mode, return_indices, transposed convolutions.
+-- Not offered (refused by name): return_indices, transposed convolutions.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local O = require "fp8.opts"
 local Module = require "fp8.nn.module"
@@ -58,9 +58,11 @@ local function positions(hp, wp, k, s, d)
 end
 
 -- The padded 4-D input's windows: [N, C, K·L] gathered (K = kh·kw, L = OH·OW), with OH and OW. value pads.
-local function windows(fname, x, k, s, p, d, value)
+local function windows(fname, x, k, s, p, d, value, extra)
   local N, C = x:size(1), x:size(2)
-  local xp = (p[1] > 0 or p[2] > 0) and F.pad(x, { p[2], p[2], p[1], p[1] }, { value = value }) or x
+  local eh, ew = extra and extra[1] or 0, extra and extra[2] or 0   -- ceil_mode's rows and columns past the padding
+  local xp = (p[1] > 0 or p[2] > 0 or eh > 0 or ew > 0)
+    and F.pad(x, { p[2], p[2] + ew, p[1], p[1] + eh }, { value = value }) or x
   local hp, wp = xp:size(3), xp:size(4)
   local idx, oh, ow = positions(hp, wp, k, s, d)
   if idx == nil then
@@ -235,10 +237,22 @@ local function impl_conv1d(x, w, b, opts, ...)
 end
 
 -- max_pool2d / avg_pool2d(input, kernel_size [, {stride=kernel_size, padding=0, dilation=1 (max only),
--- count_include_pad=true, divisor_override= (avg only)}]): torch's; the max's gradient goes to one maximum of each
--- window, as torch's. padding at most half the kernel, as torch's.
-local POOL_REFUSED = { ceil_mode = { false, "the output rounds down here" },
-  return_indices = { false, "no indices are returned: take them from unfold and max" } }
+-- ceil_mode=false, count_include_pad=true, divisor_override= (avg only)}]): torch's; the max's gradient goes to one
+-- maximum of each window, as torch's. padding at most half the kernel, as torch's. ceil_mode rounds the output size
+-- up: the last windows may reach past the padding, and what lies there counts for nothing (not in the average's
+-- divisor either).
+local POOL_REFUSED = { return_indices = { false, "no indices are returned: take them from unfold and max" } }
+
+-- ceil_mode's extra: how far past the padded input (n + 2p) the last window reaches when the output size rounds up,
+-- torch's rule: ceil((n + 2p - span) / s) + 1 windows, less the last when it would start past the input and its
+-- left padding (n + p)
+local function ceil_extra(n, k, s, p, d)
+  local span = d * (k - 1) + 1
+  local out = (n + 2 * p - span + s - 1) // s + 1
+  if out > 1 and (out - 1) * s >= n + p then out = out - 1 end
+  local e = (out - 1) * s + span - (n + 2 * p)
+  return e > 0 and e or 0
+end
 -- A pooling's geometry as pairs {h, w} (a 1-d pooling's on a plane of height 1), its options checked: kernel, stride
 -- (the kernel's by default), padding (at most half the kernel, torch's rule), dilation (max only), and the average's
 -- count_include_pad and divisor_override. Pooling functions and modules both check through it.
@@ -267,6 +281,9 @@ local function pool_geometry(fname, dims, kernel_size, opts, is_max)
   if div ~= nil and (math.type(div) ~= "integer" or div < 1) then
     error(("%s: divisor_override must be an integer >= 1, got %s"):format(fname, O.got(div)), 0)
   end
+  if opts.ceil_mode ~= nil and type(opts.ceil_mode) ~= "boolean" then
+    error(("%s: ceil_mode must be a boolean, got %s"):format(fname, O.got(opts.ceil_mode)), 0)
+  end
   return k, s, p, d
 end
 
@@ -276,19 +293,28 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
   local xb, unb = batched(fname, x, dims + 2)
   local k, s, p, d = pool_geometry(fname, dims, kernel_size, opts, is_max)
   if dims == 1 then xb = xb:unsqueeze(3) end
-  local N, C = xb:size(1), xb:size(2)
-  local cols, oh, ow = windows(fname, xb, k, s, p, d, is_max and -math.huge or 0)
+  local N, C, H, W = xb:size(1), xb:size(2), xb:size(3), xb:size(4)
+  local extra = opts.ceil_mode and { ceil_extra(H, k[1], s[1], p[1], d[1]), ceil_extra(W, k[2], s[2], p[2], d[2]) }
+  if extra and extra[1] == 0 and extra[2] == 0 then extra = nil end
+  local cols, oh, ow = windows(fname, xb, k, s, p, d, is_max and -math.huge or 0, extra)
   local K = k[1] * k[2]
   local win = cols:reshape({ N, C, K, oh * ow })
   local out
+  -- how many of each window's positions the average counts: torch's, the padding's (count_include_pad) but never
+  -- those past it that ceil_mode's last windows reach
+  local function counts(of_input)
+    local ones = fp8.ones({ 1, 1, of_input and H or H + 2 * p[1], of_input and W or W + 2 * p[2] },
+      { device = xb:device() })
+    return windows(fname, ones, k, s, of_input and p or { 0, 0 }, d, 0, extra):reshape({ 1, 1, K, oh * ow }):sum(3)
+  end
   if is_max then
     out = (win:max(3))
   elseif opts.divisor_override ~= nil then
     out = win:sum(3) / opts.divisor_override
-  elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0) then
-    local ones = fp8.ones({ 1, 1, xb:size(3), xb:size(4) }, { device = xb:device() })
-    local counts = windows(fname, ones, k, s, p, d, 0):reshape({ 1, 1, K, oh * ow }):sum(3)
-    out = win:sum(3) / counts
+  elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0 or extra) then
+    out = win:sum(3) / counts(true)
+  elseif extra then
+    out = win:sum(3) / counts(false)
   else
     out = win:sum(3) / K
   end
@@ -300,19 +326,20 @@ local MAX_KEYS = { "stride", "padding", "dilation", "ceil_mode", "return_indices
 local AVG2_KEYS = { "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" }
 local AVG1_KEYS = { "stride", "padding", "ceil_mode", "count_include_pad" }
 local function impl_max_pool2d(x, kernel_size, opts, ...)
-  O.no_more("max_pool2d", "(input, kernel_size [, {stride=, padding=, dilation=}])", ...)
+  O.no_more("max_pool2d", "(input, kernel_size [, {stride=, padding=, dilation=, ceil_mode=}])", ...)
   return pool("max_pool2d", 2, x, kernel_size, opts_of("max_pool2d", opts, MAX_KEYS, POOL_REFUSED), true)
 end
 local function impl_avg_pool2d(x, kernel_size, opts, ...)
-  O.no_more("avg_pool2d", "(input, kernel_size [, {stride=, padding=, count_include_pad=, divisor_override=}])", ...)
+  O.no_more("avg_pool2d", "(input, kernel_size [, {stride=, padding=, ceil_mode=, count_include_pad=, "
+    .. "divisor_override=}])", ...)
   return pool("avg_pool2d", 2, x, kernel_size, opts_of("avg_pool2d", opts, AVG2_KEYS, POOL_REFUSED), false)
 end
 local function impl_max_pool1d(x, kernel_size, opts, ...)
-  O.no_more("max_pool1d", "(input, kernel_size [, {stride=, padding=, dilation=}])", ...)
+  O.no_more("max_pool1d", "(input, kernel_size [, {stride=, padding=, dilation=, ceil_mode=}])", ...)
   return pool("max_pool1d", 1, x, kernel_size, opts_of("max_pool1d", opts, MAX_KEYS, POOL_REFUSED), true)
 end
 local function impl_avg_pool1d(x, kernel_size, opts, ...)
-  O.no_more("avg_pool1d", "(input, kernel_size [, {stride=, padding=, count_include_pad=}])", ...)
+  O.no_more("avg_pool1d", "(input, kernel_size [, {stride=, padding=, ceil_mode=, count_include_pad=}])", ...)
   return pool("avg_pool1d", 1, x, kernel_size, opts_of("avg_pool1d", opts, AVG1_KEYS, POOL_REFUSED), false)
 end
 

@@ -262,16 +262,18 @@ add("nn.utils.clip_grad_norm_",
   "Scales all gradients by min(1, max_norm / (norm + 1e-6)), as torch's (a NaN norm makes them NaN; with\n"
   .. "error_if_nonfinite a NaN or inf norm raises instead); returns the norm before clipping.")
 add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, "
-  .. "groups=1, bias=true, padding_mode=\"zeros\"}]) / Conv1d(...) / MaxPool2d(kernel_size [, {stride, padding, dilation}]) / "
-  .. "AvgPool2d(kernel_size [, {stride, padding, count_include_pad, divisor_override}]) / MaxPool1d / AvgPool1d / "
+  .. "groups=1, bias=true, padding_mode=\"zeros\"}]) / Conv1d(...) / MaxPool2d(kernel_size [, {stride, padding, "
+  .. "dilation, ceil_mode}]) / AvgPool2d(kernel_size [, {stride, padding, ceil_mode, count_include_pad, "
+  .. "divisor_override}]) / MaxPool1d / AvgPool1d / "
   .. "Unfold(kernel_size [, {...}]) / Fold(output_size, kernel_size [, {...}])",
   "torch's convolutions and pooling, built of differentiable ops: F.unfold (im2col) then one batched GEMM per\n"
   .. "group (bf16 under autocast, as torch's); F.conv2d(x, w [, b] [, opts]), F.conv1d, F.max_pool2d,\n"
   .. "F.avg_pool2d, F.max_pool1d, F.avg_pool1d, F.unfold, F.fold. padding: an integer, a pair, \"valid\" or\n"
   .. "\"same\"; weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch's default. FP8 recipes convert Linear layers\n"
   .. "only (as TransformerEngine and torchao): convolutions stay in high precision. padding_mode \"reflect\",\n"
-  .. "\"replicate\" or \"circular\" pads the input by F.pad in that mode first, as torch's. Not supported:\n"
-  .. "ceil_mode, return_indices, transposed convolutions.")
+  .. "\"replicate\" or \"circular\" pads the input by F.pad in that mode first, as torch's. ceil_mode=true rounds\n"
+  .. "a pooling's output size up, as torch's (what its last windows reach past the padding counts for nothing).\n"
+  .. "Not supported: return_indices, transposed convolutions.")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"
