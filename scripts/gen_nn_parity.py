@@ -5,7 +5,7 @@ gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, i
 input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
-F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode, Conv1d/Conv2d with
+F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode, F.conv_transpose1d/2d and ConvTranspose2d's output_size, Conv1d/Conv2d with
 padding_mode, F.kl_div and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -148,6 +148,18 @@ conv_case("ap_nopad", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_in
 conv_case("ap_div", lambda x: F.avg_pool2d(x, (2, 3), divisor_override=4), CX)
 conv_case("mp1", lambda x: F.max_pool1d(x, 3, stride=2, padding=1), CX1)
 conv_case("ap1", lambda x: F.avg_pool1d(x, 2), CX1)
+# transposed convolutions: stride, padding and output_padding; groups with dilation; 1-d; a module's output_size
+CWTT = CWT.transpose(0, 1).contiguous()   # [4, 6, 3, 3]: [in_channels, out_channels / groups, kh, kw]
+conv_case("ct2", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1), CX, CWTT, CB)
+conv_case("ct2_g2_d2", lambda x, w: F.conv_transpose2d(x, w, stride=(1, 2), padding=(2, 0), groups=2,
+                                                       dilation=(2, 1)), CX, CWTT[:, :3, :2, :].contiguous())
+conv_case("ct1", lambda x, w, b: F.conv_transpose1d(x, w, b, stride=3, padding=2, output_padding=1, dilation=2),
+          CX1, CWTT[:, :, 0, :].contiguous(), CB)
+ct_mod = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1)
+with torch.no_grad():
+    ct_mod.weight.copy_(CWTT)
+    ct_mod.bias.copy_(CB)
+conv_case("ct2_size", lambda x: ct_mod(x, output_size=(12, 14)), CX)
 # ceil_mode: the output rounded up (the last window past the padding; W 7 with padding 1 drops the window that would
 # start past the input), for max and average (the divisor with and without the padding, and overridden)
 conv_case("mp_ceil", lambda x: F.max_pool2d(x, 2, stride=2, padding=1, ceil_mode=True), CX)

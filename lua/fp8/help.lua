@@ -517,6 +517,8 @@ also("nn.Conv2d", { "nn.Conv1d", "nn.MaxPool2d", "nn.AvgPool2d", "nn.MaxPool1d",
                     "nn.Fold", "nn.functional.conv2d", "nn.functional.conv1d", "nn.functional.max_pool2d",
                     "nn.functional.avg_pool2d", "nn.functional.max_pool1d", "nn.functional.avg_pool1d",
                     "nn.functional.unfold", "nn.functional.fold" })
+also("nn.ConvTranspose2d", { "nn.ConvTranspose1d", "nn.functional.conv_transpose2d",
+                             "nn.functional.conv_transpose1d" })
 also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",

@@ -1753,6 +1753,7 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       for _, d in ipairs(shape) do n = n * d end
       return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
     end
+    local CWT = CW:transpose(1, 2):contiguous()   -- [4, 6, 3, 3]: a transposed convolution's weight
     local function with_weights(m, w, b)   -- a convolution module holding the fixture's weight and bias
       fp8.no_grad(function() nn.init.copy_(m.weight, w); nn.init.copy_(m.bias, b) end)
       return function(x) return m(x) end
@@ -1776,6 +1777,19 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "ap_div", function(x) return F.avg_pool2d(x, { 2, 3 }, { divisor_override = 4 }) end, CX },
       { "mp1", function(x) return F.max_pool1d(x, 3, { stride = 2, padding = 1 }) end, CX1 },
       { "ap1", function(x) return F.avg_pool1d(x, 2) end, CX1 },
+      { "ct2", function(x, w, b) return F.conv_transpose2d(x, w, b, { stride = 2, padding = 1, output_padding = 1 }) end,
+        CX, CWT, CB },
+      { "ct2_g2_d2", function(x, w)
+          return F.conv_transpose2d(x, w, { stride = { 1, 2 }, padding = { 2, 0 }, groups = 2, dilation = { 2, 1 } })
+        end, CX, CWT:narrow(2, 1, 3):narrow(3, 1, 2):contiguous() },
+      { "ct1", function(x, w, b)
+          return F.conv_transpose1d(x, w, b, { stride = 3, padding = 2, output_padding = 1, dilation = 2 })
+        end, CX1, CWT:select(3, 1):contiguous(), CB },
+      { "ct2_size", function(x)
+          local m = nn.ConvTranspose2d(4, 6, 3, { stride = 2, padding = 1 })
+          fp8.no_grad(function() nn.init.copy_(m.weight, CWT); nn.init.copy_(m.bias, CB) end)
+          return m(x, { 12, 14 })
+        end, CX },
       { "mp_ceil", function(x) return F.max_pool2d(x, 2, { stride = 2, padding = 1, ceil_mode = true }) end, CX },
       { "mp_ceil_d2", function(x)
           return F.max_pool2d(x, 3, { stride = { 2, 3 }, dilation = { 1, 2 }, ceil_mode = true })
@@ -1833,6 +1847,29 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("Conv2d: groups must be a positive integer dividing in_channels (4) and out_channels (6), got 4",
       nn.Conv2d, 4, 6, 3, { groups = 4 })
     U.fails_with("conv2d: padding=\"same\" needs stride 1", F.conv2d, CX, CW, { padding = "same", stride = 2 })
+    -- the transposed convolutions: torch's weight shape and init bound, output_size, and the refusals
+    local ct = nn.ConvTranspose2d(4, 6, 3, { stride = 2, padding = 1, output_padding = 1, groups = 2 })
+    assert.are.same({ 4, 3, 3, 3 }, ct.weight:shape())
+    assert.is_true(ct.weight:abs():max():item() <= 1 / math.sqrt(27))
+    assert.are.equal("ConvTranspose2d(4, 6, kernel_size=(3, 3), stride=2, padding=1, output_padding=1, groups=2)",
+      tostring(ct))
+    assert.are.same({ 6, 12, 14 }, ct(CX:select(1, 1)):shape())
+    assert.are.same({ 2, 6, 11, 13 }, ct(CX, { 2, 6, 11, 13 }):shape())
+    U.fails_with("ConvTranspose2d forward: output_size: requested 15, but valid sizes range from 13 to 14 (for an input "
+      .. "of [2, 4, 6, 7])", ct, CX, { 12, 15 })
+    U.fails_with("ConvTranspose2d forward: output_size must have 2 or 4 elements", ct, CX, { 12 })
+    U.fails_with("ConvTranspose2d: padding_mode must be \"zeros\"", nn.ConvTranspose2d, 4, 6, 3,
+      { padding_mode = "circular" })
+    U.fails_with("ConvTranspose1d: output_padding must be smaller than the stride or the dilation", nn.ConvTranspose1d,
+      4, 6, 3, { output_padding = 2, stride = 2 })
+    U.fails_with("conv_transpose2d: output_padding 1×1 must be smaller than the stride 1×1 or the dilation 1×1",
+      F.conv_transpose2d, CX, CWT, { output_padding = 1 })
+    U.fails_with("conv_transpose1d: weight must be [in_channels, out_channels / groups, k], got [4, 6, 3, 3]",
+      F.conv_transpose1d, CX1, CWT)
+    U.fails_with("conv_transpose2d: input [2, 4, 6, 7] and weight [6, 4, 3, 3] do not agree with groups=1",
+      F.conv_transpose2d, CX, CW)
+    U.fails_with("conv_transpose2d: the input [2, 4, 6, 7] with padding 5×5 gives an output of -2×-1",
+      F.conv_transpose2d, CX, CWT, { padding = 5 })
     U.fails_with("max_pool2d: ceil_mode must be a boolean, got 1", F.max_pool2d, CX, 2, { ceil_mode = 1 })
     U.fails_with("MaxPool1d: return_indices=true is not supported", nn.MaxPool1d, 2, { return_indices = true })
     -- ceil_mode's modules, and torch's one window over an input shorter than the kernel

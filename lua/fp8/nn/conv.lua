@@ -4,12 +4,15 @@
 -- F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each window), and their modules Conv1d,
 -- Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8 recipes convert Linear layers only (as
 -- TransformerEngine and torchao): a convolution runs in high precision under every recipe.
--- Not offered (refused by name): return_indices, transposed convolutions.
+-- Not offered (refused by name): return_indices. Transposed convolutions: lua/fp8/nn/conv_transpose.lua.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local O = require "fp8.opts"
 local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
 local init = require "fp8.nn.init_fns"
+
+local G = require "fp8.nn.conv_geometry"
+local pair, one_d, positions, batched, opts_of = G.pair, G.one_d, G.positions, G.batched, G.opts_of
 
 local M = {}
 
@@ -17,45 +20,6 @@ local function shape_str(t) return t:shape_str() end
 
 -- Errors here are raised without a position; a public function's come out at its caller's line (fp8.errfmt)
 local public, strip = require("fp8.errfmt").public_of("conv.lua")
-
--- a size argument (kernel_size, stride, padding, dilation) as a pair {h, w} of integers >= lo: an integer is both
-local function pair(fname, what, v, lo)
-  if math.type(v) == "integer" then v = { v, v } end
-  if type(v) ~= "table" or rawlen(v) ~= 2 or math.type(rawget(v, 1)) ~= "integer"
-      or math.type(rawget(v, 2)) ~= "integer"
-      or rawget(v, 1) < lo or rawget(v, 2) < lo then
-    error(("%s: %s must be an integer >= %d or a pair of them, got %s"):format(fname, what, lo, O.got(v)), 0)
-  end
-  return { rawget(v, 1), rawget(v, 2) }
-end
-
--- The flat positions (0-based, into the padded [Hp, Wp] plane) unfold reads, window position by window position:
--- index[k·L + l] for kernel offset k = i·kw + j and output position l = oh·OW + ow; cached per geometry.
-local index_cache = setmetatable({}, { __mode = "v" })
-local function positions(hp, wp, k, s, d)
-  local oh = (hp - d[1] * (k[1] - 1) - 1) // s[1] + 1
-  local ow = (wp - d[2] * (k[2] - 1) - 1) // s[2] + 1
-  if oh < 1 or ow < 1 then return nil, oh, ow end
-  local key = table.concat({ hp, wp, k[1], k[2], s[1], s[2], d[1], d[2] }, ",")
-  local t = index_cache[key]
-  if t == nil then
-    local list, n = {}, 0
-    for i = 0, k[1] - 1 do
-      for j = 0, k[2] - 1 do
-        for y = 0, oh - 1 do
-          local row = (y * s[1] + i * d[1]) * wp + j * d[2]
-          for x = 0, ow - 1 do
-            n = n + 1
-            list[n] = row + x * s[2]
-          end
-        end
-      end
-    end
-    t = fp8.tensor(list)
-    index_cache[key] = t
-  end
-  return t, oh, ow
-end
 
 -- The padded 4-D input's windows: [N, C, K·L] gathered (K = kh·kw, L = OH·OW), with OH and OW. value pads.
 local function windows(fname, x, k, s, p, d, value, extra)
@@ -72,26 +36,6 @@ local function windows(fname, x, k, s, p, d, value, extra)
   local KL = idx:numel()
   local flat = xp:reshape({ N, C, hp * wp })
   return flat:gather(3, idx:to(x:device()):reshape({ 1, 1, KL }):expand({ N, C, KL })), oh, ow
-end
-
--- x: [N, C, H, W] or unbatched [C, H, W] (then returned without the batch dim: squeeze(out))
-local function batched(fname, x, dims)
-  if not fp8.is_tensor(x) then error(("%s: expected a tensor input, got %s"):format(fname, O.got(x)), 0) end
-  if x:dim() == dims then return x, false end
-  if x:dim() == dims - 1 then return x:unsqueeze(1), true end
-  error(("%s: expected a %d-D (batched) or %d-D (unbatched) input, got %s"):format(fname, dims, dims - 1,
-    shape_str(x)), 0)
-end
-
-local function opts_of(fname, opts, valid, refused)
-  if refused then
-    for k, why in pairs(refused) do
-      if type(opts) == "table" and rawget(opts, k) ~= nil and rawget(opts, k) ~= why[1] then
-        error(("%s: %s=%s is not supported (%s)"):format(fname, k, tostring(rawget(opts, k)), why[2]), 0)
-      end
-    end
-  end
-  return O.check(fname, opts, valid)
 end
 
 -- unfold(input[N, C, H, W], kernel_size [, {dilation=1, padding=0, stride=1}]) → [N, C·kh·kw, L]: torch's im2col
@@ -125,12 +69,7 @@ local function impl_fold(x, output_size, kernel_size, opts, ...)
       .. "%d×%d: [N, C·%d, %d] expected)"):format(shape_str(xb), k[1], k[2], size[1], size[2], p[1], p[2], s[1], s[2],
       d[1], d[2], K, idx and oh * ow or 0), 0)
   end
-  local C = xb:size(2) // K
-  local KL = idx:numel()
-  local src = xb:reshape({ N, C, KL })
-  local planes = fp8.zeros({ N, C, hp * wp }, { device = xb:device() })
-  local out = planes:scatter_add(3, idx:to(xb:device()):reshape({ 1, 1, KL }):expand({ N, C, KL }), src)
-  out = out:reshape({ N, C, hp, wp })
+  local out = G.col2im(xb:reshape({ N, xb:size(2) // K, idx:numel() }), hp, wp, idx)
   if p[1] > 0 or p[2] > 0 then out = F.pad(out, { -p[2], -p[2], -p[1], -p[1] }) end
   return unb and out:squeeze(1) or out
 end
@@ -203,22 +142,6 @@ end
 
 -- conv1d(input[N, C, L], weight[OC, C/groups, k] [, bias] [, {stride=1, padding=0, dilation=1, groups=1}]): conv2d
 -- over a plane of height 1
--- one_d(fname, v, lo, default [, strings]): a 1-d size: an integer >= lo or a one-element list of one; nil takes
--- default (required when default is nil); a string ("same", "valid") passes through where strings is true (padding).
-local function one_d(fname, v, lo, default, strings)
-  if v == nil and default ~= nil then return default end
-  if strings and type(v) == "string" then return v end
-  if type(v) == "table" then
-    if rawlen(v) ~= 1 then
-      error(("%s: expected an integer or a one-element list, got %s"):format(fname, O.got(v)), 0)
-    end
-    v = rawget(v, 1)
-  end
-  if math.type(v) ~= "integer" or v < lo then
-    error(("%s: expected an integer >= %d, got %s"):format(fname, lo, O.got(v)), 0)
-  end
-  return v
-end
 local function impl_conv1d(x, w, b, opts, ...)
   O.no_more("conv1d", "(input, weight [, bias] [, {stride=, padding=, dilation=, groups=}])", ...)
   if type(b) == "table" and not fp8.is_tensor(b) and opts == nil then b, opts = nil, b end

@@ -44,6 +44,8 @@ for name, cls in pairs(act) do nn[name] = cls end      -- ReLU, GELU, SiLU, ...,
 for name, cls in pairs(losses) do nn[name] = cls end   -- CrossEntropyLoss, ..., KLDivLoss
 -- Conv1d, Conv2d, MaxPool1d/2d, AvgPool1d/2d, Unfold, Fold (and F.conv2d, F.unfold, ...: lua/fp8/nn/conv.lua)
 for name, cls in pairs(require "fp8.nn.conv") do nn[name] = cls end
+-- ConvTranspose1d, ConvTranspose2d (and F.conv_transpose1d/2d: lua/fp8/nn/conv_transpose.lua)
+for name, cls in pairs(require "fp8.nn.conv_transpose") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -273,7 +275,17 @@ add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {strid
   .. "only (as TransformerEngine and torchao): convolutions stay in high precision. padding_mode \"reflect\",\n"
   .. "\"replicate\" or \"circular\" pads the input by F.pad in that mode first, as torch's. ceil_mode=true rounds\n"
   .. "a pooling's output size up, as torch's (what its last windows reach past the padding counts for nothing).\n"
-  .. "Not supported: return_indices, transposed convolutions.")
+  .. "Not supported: return_indices. Transposed convolutions: help(\"nn.ConvTranspose2d\").")
+add("nn.ConvTranspose2d", "fp8.nn.ConvTranspose2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, "
+  .. "output_padding=0, groups=1, bias=true, dilation=1}]) / ConvTranspose1d(...); m(x [, output_size])",
+  "torch's transposed convolutions, the adjoint of Conv2d/Conv1d in its input (upsampling): one batched GEMM per\n"
+  .. "group spreads each input position over a kernel of output positions, F.fold's col2im adds them up, then\n"
+  .. "padding is cropped and output_padding added on the bottom and right: an output of (H-1)*stride -\n"
+  .. "2*padding + dilation*(k-1) + output_padding + 1. weight [in_channels, out_channels / groups, kh, kw],\n"
+  .. "U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with torch's fan_in of it (out_channels / groups * kh * kw). output_size\n"
+  .. "(the spatial sizes or the whole shape) picks the output_padding that gives it, as torch's. Functions:\n"
+  .. "F.conv_transpose2d(x, w [, b] [, opts]), F.conv_transpose1d. padding_mode other than \"zeros\" is refused,\n"
+  .. "as torch's. High precision under every FP8 recipe (recipes convert Linear layers only).")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"

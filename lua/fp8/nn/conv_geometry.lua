@@ -1,0 +1,97 @@
+-- conv_geometry.lua — what the convolutions, their transposes and the poolings share about sizes and windows: a size
+-- argument as a pair, a 1-d one, the flat positions unfold reads (cached per geometry), a batched view of an input,
+-- and an options table checked against the valid names and the refused values. Errors are raised without a position
+-- (level 0); the public functions that call these add the caller's (fp8.errfmt).
+local fp8 = require "fp8.core"
+local O = require "fp8.opts"
+
+local G = {}
+
+-- a size argument (kernel_size, stride, padding, dilation) as a pair {h, w} of integers >= lo: an integer is both
+function G.pair(fname, what, v, lo)
+  if math.type(v) == "integer" then v = { v, v } end
+  if type(v) ~= "table" or rawlen(v) ~= 2 or math.type(rawget(v, 1)) ~= "integer"
+      or math.type(rawget(v, 2)) ~= "integer"
+      or rawget(v, 1) < lo or rawget(v, 2) < lo then
+    error(("%s: %s must be an integer >= %d or a pair of them, got %s"):format(fname, what, lo, O.got(v)), 0)
+  end
+  return { rawget(v, 1), rawget(v, 2) }
+end
+
+-- The flat positions (0-based, into the padded [Hp, Wp] plane) unfold reads, window position by window position:
+-- index[k·L + l] for kernel offset k = i·kw + j and output position l = oh·OW + ow; cached per geometry.
+local index_cache = setmetatable({}, { __mode = "v" })
+function G.positions(hp, wp, k, s, d)
+  local oh = (hp - d[1] * (k[1] - 1) - 1) // s[1] + 1
+  local ow = (wp - d[2] * (k[2] - 1) - 1) // s[2] + 1
+  if oh < 1 or ow < 1 then return nil, oh, ow end
+  local key = table.concat({ hp, wp, k[1], k[2], s[1], s[2], d[1], d[2] }, ",")
+  local t = index_cache[key]
+  if t == nil then
+    local list, n = {}, 0
+    for i = 0, k[1] - 1 do
+      for j = 0, k[2] - 1 do
+        for y = 0, oh - 1 do
+          local row = (y * s[1] + i * d[1]) * wp + j * d[2]
+          for x = 0, ow - 1 do
+            n = n + 1
+            list[n] = row + x * s[2]
+          end
+        end
+      end
+    end
+    t = fp8.tensor(list)
+    index_cache[key] = t
+  end
+  return t, oh, ow
+end
+
+-- x: [N, C, H, W] or unbatched [C, H, W] (then returned without the batch dim: squeeze(out))
+function G.batched(fname, x, dims)
+  if not fp8.is_tensor(x) then error(("%s: expected a tensor input, got %s"):format(fname, O.got(x)), 0) end
+  if x:dim() == dims then return x, false end
+  if x:dim() == dims - 1 then return x:unsqueeze(1), true end
+  error(("%s: expected a %d-D (batched) or %d-D (unbatched) input, got %s"):format(fname, dims, dims - 1,
+    x:shape_str()), 0)
+end
+
+-- opts_of(fname, opts, valid [, refused]): opts checked against the valid names; refused maps a name to {the one
+-- value allowed, why others are not}
+function G.opts_of(fname, opts, valid, refused)
+  if refused then
+    for k, why in pairs(refused) do
+      if type(opts) == "table" and rawget(opts, k) ~= nil and rawget(opts, k) ~= why[1] then
+        error(("%s: %s=%s is not supported (%s)"):format(fname, k, tostring(rawget(opts, k)), why[2]), 0)
+      end
+    end
+  end
+  return O.check(fname, opts, valid)
+end
+
+-- one_d(fname, v, lo, default [, strings]): a 1-d size: an integer >= lo or a one-element list of one; nil takes
+-- default (required when default is nil); a string ("same", "valid") passes through where strings is true (padding).
+function G.one_d(fname, v, lo, default, strings)
+  if v == nil and default ~= nil then return default end
+  if strings and type(v) == "string" then return v end
+  if type(v) == "table" then
+    if rawlen(v) ~= 1 then
+      error(("%s: expected an integer or a one-element list, got %s"):format(fname, O.got(v)), 0)
+    end
+    v = rawget(v, 1)
+  end
+  if math.type(v) ~= "integer" or v < lo then
+    error(("%s: expected an integer >= %d, got %s"):format(fname, lo, O.got(v)), 0)
+  end
+  return v
+end
+
+-- col2im: the windows' values [N, C, K·L] (in unfold's order, idx their flat positions) added into a zeroed
+-- [N, C, hp, wp] plane of their dtype; unfold's adjoint, differentiable (scatter_add)
+function G.col2im(cols, hp, wp, idx)
+  local N, C, KL = cols:size(1), cols:size(2), idx:numel()
+  local planes = fp8.zeros({ N, C, hp * wp }, { dtype = cols:dtype(), device = cols:device() })
+  local out = planes:scatter_add(3, idx:to(cols:device()):reshape({ 1, 1, KL }):expand({ N, C, KL }), cols)
+  return out:reshape({ N, C, hp, wp })
+end
+
+return G
