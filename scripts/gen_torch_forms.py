@@ -3,7 +3,7 @@
 tensor ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor,
 ceil, round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed
 tensor), isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row
-included), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient), dot, addmm,
+included), prod and cumprod (values and gradients, zeros included), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient), dot, addmm,
 baddbmm, diagonal, diag, trace, addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, count_nonzero, movedim and
 unflatten (values and gradients) and the in-place methods' results, for
 tests/spec/torch_forms_spec.lua to compare fp8's against. Run from the repository root with a PyTorch 2.x:
@@ -67,6 +67,26 @@ for key, kw in (("norm2", {}), ("norm1", {"p": 1}), ("norminf", {"p": math.inf})
     out[key] = rows(y)
     out[key + "_dx"] = rows(x.grad)
 out["norm_bf16"] = rows(torch.tensor(X).bfloat16().norm().float())
+# prod and cumprod: values and gradients (weighted by G's reduction / G), zeros in a row (Z's first row, and its
+# second with one 0), all elements, bf16
+for key, dim, keep in (("prod_all", None, False), ("prod_d2", 1, False), ("prod_d1k", 0, True)):
+    for src, tag in ((X, ""), (Z, "_z")):
+        x = torch.tensor(src, requires_grad=True)
+        y = x.prod() if dim is None else x.prod(dim, keepdim=keep)
+        gw = torch.tensor(1.5) if dim is None else torch.tensor(G).sum(dim, keepdim=keep)
+        (y * gw).sum().backward()
+        out[key + tag] = rows(y)
+        out[key + tag + "_dx"] = rows(x.grad)
+for key, dim in (("cumprod_d2", 1), ("cumprod_d1", 0)):
+    for src, tag in ((X, ""), (Z, "_z")):
+        x = torch.tensor(src, requires_grad=True)
+        y = x.cumprod(dim)
+        (y * torch.tensor(G)).sum().backward()
+        out[key + tag] = rows(y)
+        out[key + tag + "_dx"] = rows(x.grad)
+out["prod_bf16"] = rows(torch.tensor(X).bfloat16().prod(1).float())
+out["cumprod_bf16"] = rows(torch.tensor(X).bfloat16().cumprod(1).float())
+out["cumprod_long"] = rows(torch.linspace(0.9, 1.1, 37).cumprod(0))
 for key, w in (("lerp_s", 0.25), ("lerp_s9", 0.75), ("lerp_t", None)):
     a = torch.tensor(X, requires_grad=True)
     e = torch.tensor(G, requires_grad=True)

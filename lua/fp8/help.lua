@@ -175,6 +175,12 @@ add_all {
     doc = "log Σ exp(x) along dim, shifted by the largest value (torch's); the vector norm for p = 2 (\"fro\"),\n"
        .. "1 or math.huge (max |x|), its gradient 0 where the norm is 0. Both differentiable; bf16/fp16 in fp32,\n"
        .. "rounded once. dim may be a list of dims ({1, 3}), as torch's tuple." },
+  { section = "Tensors", name = "Tensor:prod",
+    sig = "x:prod([dim [, keepdim]]) / x:cumprod(dim)",
+    doc = "torch's product of all elements (0-d) or along one dim, and its running products along dim. Built of\n"
+       .. "multiplications of halves (a tree; a scan), so both are differentiable and exact in their gradients where\n"
+       .. "elements are 0; the rounding order differs from torch's running product by a few ulps. The product of\n"
+       .. "nothing is 1. bf16/fp16 in fp32, rounded once. Function forms fp8.prod(x, ...), fp8.cumprod(x, dim)." },
   { section = "Tensors", name = "Tensor:mm",
     sig = "x:mm(y) (2-d) / x:bmm(y) (3-d) / x:outer(y) (1-d) / x:lerp(end, weight)",
     doc = "matmul with torch's shape checks; the outer product x_i·y_j; x + weight·(end - x) (weight a number or a\n"
@@ -424,6 +430,7 @@ also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", 
                        "Tensor:logical_or", "Tensor:logical_xor", "Tensor:all", "Tensor:any", "Tensor:masked_select",
                        "Tensor:nonzero", "Tensor:argwhere" })
 also("Tensor:logsumexp", { "Tensor:norm" })
+also("Tensor:prod", { "Tensor:cumprod", "prod", "cumprod" })
 also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
 also("Tensor:softmax", { "Tensor:log_softmax" })
 also("Tensor:unbind", { "Tensor:flip", "Tensor:roll", "Tensor:tile", "Tensor:repeat_interleave", "Tensor:movedim",

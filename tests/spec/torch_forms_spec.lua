@@ -143,6 +143,42 @@ describe("isnan, isinf, isfinite, logical ops, all, any", function()
 end)
 
 describe("logsumexp, norm, mm, bmm, outer, softmax as methods (PyTorch 2.x's values)", function()
+  it("prod and cumprod: values and gradients (zeros among the elements too), bf16, the function forms", function()
+    local Zt = { { 0, 0, 0, 0 }, { 3, -4, 0, 12 }, { -1, 2, -2, 2 } }
+    for _, src in ipairs { { X, "" }, { Zt, "_z" } } do
+      for key, a in pairs { prod_all = {}, prod_d2 = { 2, false }, prod_d1k = { 1, true } } do
+        local x = fp8.tensor(src[1]):requires_grad_()
+        local y = a[1] and x:prod(a[1], a[2]) or x:prod()
+        same(key .. src[2], y, ref[key .. src[2]], 1e-6)
+        ;(y * (a[1] and fp8.tensor(G):sum(a[1], a[2]) or 1.5)):sum():backward()
+        same(key .. src[2] .. " dx", x.grad, ref[key .. src[2] .. "_dx"], 1e-6)
+      end
+      for key, d in pairs { cumprod_d2 = 2, cumprod_d1 = 1 } do
+        local x = fp8.tensor(src[1]):requires_grad_()
+        local y = x:cumprod(d)
+        same(key .. src[2], y, ref[key .. src[2]], 1e-6)
+        ;(y * fp8.tensor(G)):sum():backward()
+        same(key .. src[2] .. " dx", x.grad, ref[key .. src[2] .. "_dx"], 1e-6)
+      end
+    end
+    same("prod bf16", fp8.tensor(X):to("bf16"):prod(2), ref.prod_bf16)
+    assert.are.equal("bf16", fp8.tensor(X):to("bf16"):cumprod(2):dtype())
+    same("cumprod bf16", fp8.tensor(X):to("bf16"):cumprod(2), ref.cumprod_bf16, 1e-2)
+    same("cumprod 37", fp8.linspace(0.9, 1.1, 37):cumprod(1), ref.cumprod_long, 1e-6)
+    same("fp8.prod", fp8.prod(fp8.tensor(X), 2), ref.prod_d2, 1e-6)
+    same("fp8.cumprod", fp8.cumprod(fp8.tensor(X), -1), ref.cumprod_d2, 1e-6)
+    -- the product of nothing is 1; a 0-d tensor is its own product
+    assert.are.same({ 1, 1, 1 }, fp8.zeros { 0, 3 }:prod(1):totable())
+    assert.are.equal(1, fp8.zeros { 0 }:prod():item())
+    assert.are.equal(3, fp8.tensor(3):prod(1):item())
+    U.fails_with("prod: dim must be one integer (torch's prod takes one dim), got a table", function()
+      fp8.ones { 2, 2 }:prod { 1, 2 } end)
+    U.fails_with("prod: keepdim needs a dim", function() fp8.ones { 2 }:prod(nil, true) end)
+    U.fails_with("cumprod: dim is required", function() fp8.ones { 2 }:cumprod() end)
+    U.fails_with("cumprod: dim must be an integer in 1..2 or -2..-1, got 3", function() fp8.ones { 2, 2 }:cumprod(3) end)
+    U.fails_with("prod: e4m3 tensor", function() fp8.ones { 2 }:quantize("e4m3"):prod() end)
+  end)
+
   it("logsumexp: values and gradients along a dim, keepdim, infinities, large values", function()
     for key, a in pairs { lse_d2 = { 2, false }, lse_d1k = { 1, true } } do
       local x = fp8.tensor(X):requires_grad_()
