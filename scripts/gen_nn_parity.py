@@ -5,8 +5,8 @@ gradients), F.nll_loss and F.binary_cross_entropy_with_logits (each reduction, i
 input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gradients), F.one_hot, nn.Flatten,
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
-F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode, F.conv_transpose1d/2d and ConvTranspose2d's output_size, Conv1d/Conv2d with
-padding_mode, F.kl_div and F.scaled_dot_product_attention with an
+F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
+F.conv_transpose1d/2d and ConvTranspose2d's output_size, Conv1d/Conv2d with padding_mode, F.kl_div and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
 nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,

@@ -3,9 +3,9 @@
 tensor ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor,
 ceil, round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed
 tensor), isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row
-included), prod and cumprod (values and gradients, zeros included), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient), dot, addmm,
-baddbmm, diagonal, diag, trace, addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, count_nonzero, movedim and
-unflatten (values and gradients) and the in-place methods' results, for
+included), prod and cumprod (values and gradients, zeros included), lerp (number and tensor weights; gradients),
+einsum (values and every operand's gradient), dot, addmm, baddbmm, diagonal, diag, trace, addcmul, addcdiv,
+nan_to_num, logaddexp, xlogy, logit, isclose, count_nonzero, movedim and unflatten (values and gradients) and the in-place methods' results, for
 tests/spec/torch_forms_spec.lua to compare fp8's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_torch_forms.py"""
 import math

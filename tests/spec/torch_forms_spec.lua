@@ -175,7 +175,8 @@ describe("logsumexp, norm, mm, bmm, outer, softmax as methods (PyTorch 2.x's val
       fp8.ones { 2, 2 }:prod { 1, 2 } end)
     U.fails_with("prod: keepdim needs a dim", function() fp8.ones { 2 }:prod(nil, true) end)
     U.fails_with("cumprod: dim is required", function() fp8.ones { 2 }:cumprod() end)
-    U.fails_with("cumprod: dim must be an integer in 1..2 or -2..-1, got 3", function() fp8.ones { 2, 2 }:cumprod(3) end)
+    U.fails_with("cumprod: dim must be an integer in 1..2 or -2..-1, got 3", function()
+      fp8.ones { 2, 2 }:cumprod(3) end)
     U.fails_with("prod: e4m3 tensor", function() fp8.ones { 2 }:quantize("e4m3"):prod() end)
   end)
 
@@ -848,7 +849,8 @@ describe("scatter, scatter_add, index_add, index_copy, index_fill and their in-p
       { function() t:scatter_(1, nil, 1) end, "scatter_: expected an index tensor, got nil" },
       { function() t:scatter_(1, fp8.tensor { { 0, 0, 0, 0 } }, true) end,
         "scatter_: expected a src tensor or a number value, got true" },
-      { function() t:scatter_add_(1, fp8.tensor { { 0, 0, 0, 0 } }, 3) end, "scatter_add_: expected a src tensor, got 3" },
+      { function() t:scatter_add_(1, fp8.tensor { { 0, 0, 0, 0 } }, 3) end,
+        "scatter_add_: expected a src tensor, got 3" },
       { function() t:index_copy_(1, 5, t) end, "index_copy_: expected an index tensor, got 5" },
       { function() t:index_add_(1, fp8.tensor { 0 }, "x") end, "index_add_: expected a source tensor, got \"x\"" },
       { function() t:index_fill_(1, fp8.tensor { 0 }, {}) end,

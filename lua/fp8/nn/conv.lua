@@ -275,8 +275,9 @@ end
 -- ---- the modules ------------------------------------------------------------------------------
 
 -- Conv1d / Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, groups=1, bias=true,
--- padding_mode="zeros" | "reflect" | "replicate" | "circular"}]) (or one table with those names): torch's, weight and bias U(-1/√fan_in, 1/√fan_in)
--- (kaiming_uniform with a = √5, torch's default), fan_in = in_channels / groups · kh · kw
+-- padding_mode="zeros" | "reflect" | "replicate" | "circular"}]) (or one table with those names): torch's, weight
+-- and bias U(-1/√fan_in, 1/√fan_in) (kaiming_uniform with a = √5, torch's default), fan_in = in_channels / groups ·
+-- kh · kw
 local PADDING_MODES = { zeros = true, reflect = true, replicate = true, circular = true }
 local CONV_KEYS = { "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
   "padding_mode" }
@@ -342,7 +343,8 @@ local function conv_class(name, dims)
       -- convolved without padding
       local k, pd = self.kernel_size
       if dims == 2 then
-        pd = conv_padding(name, padding, k, pair(name, "stride", self.stride, 1), pair(name, "dilation", self.dilation, 1))
+        pd = conv_padding(name, padding, k, pair(name, "stride", self.stride, 1),
+          pair(name, "dilation", self.dilation, 1))
       else
         local p1 = one_d(name .. ": padding", padding, 0, 0, true)
         pd = conv_padding(name, type(p1) == "string" and p1 or { 0, p1 }, { 1, k[1] },

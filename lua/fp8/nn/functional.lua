@@ -794,9 +794,9 @@ end
 -- pad(x, pad [, {mode="constant", value=0}]): torch's padding of the last dims: pad = {left, right} for the last
 -- dim, then {top, bottom} for the one before, ...; a negative amount crops. mode "constant" fills with value (any
 -- number of dims); "reflect" mirrors about the edge element (each amount less than the dim's size), "replicate"
--- repeats the edge element, "circular" wraps around (crops first, then each amount at most the size left). The three take no value,
--- pad the last 1, 2 or 3 dims of a batched or unbatched input (2 amounts: a 2-D or 3-D input, 4: 3-D or 4-D, 6: 4-D
--- or 5-D), as torch's. Built of cat, narrow and index_select, so gradients flow to the input's elements (a
+-- repeats the edge element, "circular" wraps around (crops first, then each amount at most the size left). The
+-- three take no value and pad the last 1, 2 or 3 dims of a batched or unbatched input (2 amounts: a 2-D or 3-D
+-- input, 4: 3-D or 4-D, 6: 4-D or 5-D), as torch's. Built of cat, narrow and index_select, so gradients flow to the input's elements (a
 -- reflected or repeated element gets the sum of its copies' gradients).
 local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
 
