@@ -526,6 +526,10 @@ also("nn.Conv2d", { "nn.Conv1d", "nn.MaxPool2d", "nn.AvgPool2d", "nn.MaxPool1d",
                     "nn.functional.unfold", "nn.functional.fold" })
 also("nn.ConvTranspose2d", { "nn.ConvTranspose1d", "nn.functional.conv_transpose2d",
                              "nn.functional.conv_transpose1d" })
+also("nn.ZeroPad2d", { "nn.ZeroPad1d", "nn.ZeroPad3d", "nn.ConstantPad1d", "nn.ConstantPad2d", "nn.ConstantPad3d",
+                       "nn.ReflectionPad1d", "nn.ReflectionPad2d", "nn.ReflectionPad3d", "nn.ReplicationPad1d",
+                       "nn.ReplicationPad2d", "nn.ReplicationPad3d", "nn.CircularPad1d", "nn.CircularPad2d",
+                       "nn.CircularPad3d" })
 also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",

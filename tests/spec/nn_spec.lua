@@ -2088,6 +2088,37 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       U.fails_with("ELU: alpha must be a finite number", nn.ELU, "x")
     end)
 
+  it("the padding layers (ZeroPad, ConstantPad, ReflectionPad, ReplicationPad, CircularPad 1d/2d/3d) are F.pad's "
+    .. "modes, as torch's", function()
+    local x = fp8.arange(12):reshape { 1, 3, 4 }
+    -- torch 2.15: nn.ReflectionPad2d(1)(torch.arange(12.).reshape(1, 3, 4)).flatten()[:16]
+    assert.are.same({ 5, 4, 5, 6, 7, 6, 1, 0, 1, 2, 3, 2, 5, 4, 5, 6 },
+      nn.ReflectionPad2d(1)(x):reshape(-1):narrow(1, 1, 16):totable())
+    for _, c in ipairs {
+      { nn.ZeroPad2d { 1, 1, 2, 0 }, { 1, 1, 2, 0 }, {}, "ZeroPad2d((1, 1, 2, 0))" },
+      { nn.ZeroPad1d(2), { 2, 2 }, {}, "ZeroPad1d((2, 2))" },
+      { nn.ConstantPad1d(2, 3.5), { 2, 2 }, { value = 3.5 }, "ConstantPad1d(padding=(2, 2), value=3.5)" },
+      { nn.ConstantPad3d({ 1, 0, 0, 1, 1, 1 }, -1), { 1, 0, 0, 1, 1, 1 }, { value = -1 },
+        "ConstantPad3d(padding=(1, 0, 0, 1, 1, 1), value=-1)" },
+      { nn.ReflectionPad1d { 2, 1 }, { 2, 1 }, { mode = "reflect" }, "ReflectionPad1d((2, 1))" },
+      { nn.ReplicationPad2d(1), { 1, 1, 1, 1 }, { mode = "replicate" }, "ReplicationPad2d((1, 1, 1, 1))" },
+      { nn.CircularPad1d { -1, 2 }, { -1, 2 }, { mode = "circular" }, "CircularPad1d((-1, 2))" },
+      { nn.CircularPad2d { 1, 0, 2, 1 }, { 1, 0, 2, 1 }, { mode = "circular" }, "CircularPad2d((1, 0, 2, 1))" },
+    } do
+      assert.are.same(F.pad(x, c[2], c[3]):totable(), c[1](x):totable())
+      assert.are.equal(c[4], tostring(c[1]))
+    end
+    local xr = x:detach():clone():requires_grad(true)
+    nn.ReplicationPad1d(2)(xr):sum():backward()   -- each edge element counted three times
+    assert.are.same({ 3, 1, 1, 3 }, xr.grad:select(2, 1):reshape(-1):totable())
+    U.fails_with("ReflectionPad2d: padding must be an integer or a list of 4 integers, got a table", nn.ReflectionPad2d,
+      { 1, 2 })
+    U.fails_with("ConstantPad2d: value must be a number, got nil", nn.ConstantPad2d, 1)
+    U.fails_with("ZeroPad2d: takes (padding) only (it pads with zeros), got a second argument 2", nn.ZeroPad2d, 1, 2)
+    U.fails_with("ReflectionPad1d forward: pad: mode \"reflect\" needs each amount less than the dim's size",
+      nn.ReflectionPad1d(5), x)
+  end)
+
   it("normalize (values, gradients) and pad (constant, cropping, gradients)", function()
     for key, o in pairs { norm2 = {}, norm1_dim1 = { p = 1, dim = 1 }, norm3 = { p = 3 } } do
       local x = fp8.tensor(X):requires_grad_()

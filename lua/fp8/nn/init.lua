@@ -46,6 +46,8 @@ for name, cls in pairs(losses) do nn[name] = cls end   -- CrossEntropyLoss, ...,
 for name, cls in pairs(require "fp8.nn.conv") do nn[name] = cls end
 -- ConvTranspose1d, ConvTranspose2d (and F.conv_transpose1d/2d: lua/fp8/nn/conv_transpose.lua)
 for name, cls in pairs(require "fp8.nn.conv_transpose") do nn[name] = cls end
+-- ZeroPad, ConstantPad, ReflectionPad, ReplicationPad, CircularPad 1d/2d/3d (F.pad's modes: lua/fp8/nn/padding.lua)
+for name, cls in pairs(require "fp8.nn.padding") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -286,6 +288,11 @@ add("nn.ConvTranspose2d", "fp8.nn.ConvTranspose2d(in_channels, out_channels, ker
   .. "(the spatial sizes or the whole shape) picks the output_padding that gives it, as torch's. Functions:\n"
   .. "F.conv_transpose2d(x, w [, b] [, opts]), F.conv_transpose1d. padding_mode other than \"zeros\" is refused,\n"
   .. "as torch's. High precision under every FP8 recipe (recipes convert Linear layers only).")
+add("nn.ZeroPad2d", "fp8.nn.ZeroPad2d(padding) / ConstantPad2d(padding, value) / ReflectionPad2d(padding) / "
+  .. "ReplicationPad2d(padding) / CircularPad2d(padding), and their 1d and 3d forms",
+  "torch's padding layers: F.pad in the mode each names over the last 1, 2 or 3 dims. padding an integer (every\n"
+  .. "side) or a list {left, right [, top, bottom [, front, back]]}; negative amounts crop. Reflection, replication\n"
+  .. "and circular padding take torch's limits (see F.pad: help(\"nn.functional\")).")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"
