@@ -6,7 +6,8 @@ input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gra
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
 F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
-F.conv_transpose1d/2d and ConvTranspose2d's output_size, Conv1d/Conv2d with padding_mode, F.kl_div and F.scaled_dot_product_attention with an
+F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, Conv1d/Conv2d with padding_mode, F.kl_div
+and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
 nn.TransformerEncoderLayer (post- and pre-norm, relu and gelu, masks), nn.TransformerEncoder,
@@ -160,6 +161,16 @@ with torch.no_grad():
     ct_mod.weight.copy_(CWTT)
     ct_mod.bias.copy_(CB)
 conv_case("ct2_size", lambda x: ct_mod(x, output_size=(12, 14)), CX)
+# adaptive pooling: overlapping windows (6 -> 4, 7 -> 3), a mean of everything, windows that divide, more outputs
+# than inputs (9 -> 12), None keeping a dim
+conv_case("aap2", lambda x: F.adaptive_avg_pool2d(x, (4, 3)), CX)
+conv_case("aap2_1", lambda x: F.adaptive_avg_pool2d(x, 1), CX)
+conv_case("aap2_none", lambda x: F.adaptive_avg_pool2d(x, (None, 5)), CX)
+conv_case("amp2", lambda x: F.adaptive_max_pool2d(x, (4, 5)), CX)
+conv_case("amp2_div", lambda x: F.adaptive_max_pool2d(x, (3, 7)), CX)
+conv_case("aap1", lambda x: F.adaptive_avg_pool1d(x, 4), CX1)
+conv_case("aap1_up", lambda x: F.adaptive_avg_pool1d(x, 12), CX1)
+conv_case("amp1", lambda x: F.adaptive_max_pool1d(x, 5), CX1)
 # ceil_mode: the output rounded up (the last window past the padding; W 7 with padding 1 drops the window that would
 # start past the input), for max and average (the divisor with and without the padding, and overridden)
 conv_case("mp_ceil", lambda x: F.max_pool2d(x, 2, stride=2, padding=1, ceil_mode=True), CX)

@@ -530,6 +530,9 @@ also("nn.ZeroPad2d", { "nn.ZeroPad1d", "nn.ZeroPad3d", "nn.ConstantPad1d", "nn.C
                        "nn.ReflectionPad1d", "nn.ReflectionPad2d", "nn.ReflectionPad3d", "nn.ReplicationPad1d",
                        "nn.ReplicationPad2d", "nn.ReplicationPad3d", "nn.CircularPad1d", "nn.CircularPad2d",
                        "nn.CircularPad3d" })
+also("nn.AdaptiveAvgPool2d", { "nn.AdaptiveMaxPool2d", "nn.AdaptiveAvgPool1d", "nn.AdaptiveMaxPool1d",
+                               "nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_max_pool2d",
+                               "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_max_pool1d" })
 also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",

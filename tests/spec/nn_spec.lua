@@ -1791,6 +1791,14 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
           fp8.no_grad(function() nn.init.copy_(m.weight, CWT); nn.init.copy_(m.bias, CB) end)
           return m(x, { 12, 14 })
         end, CX },
+      { "aap2", function(x) return F.adaptive_avg_pool2d(x, { 4, 3 }) end, CX },
+      { "aap2_1", function(x) return F.adaptive_avg_pool2d(x, 1) end, CX },
+      { "aap2_none", function(x) return F.adaptive_avg_pool2d(x, { nil, 5 }) end, CX },
+      { "amp2", function(x) return F.adaptive_max_pool2d(x, { 4, 5 }) end, CX },
+      { "amp2_div", function(x) return F.adaptive_max_pool2d(x, { 3, 7 }) end, CX },
+      { "aap1", function(x) return F.adaptive_avg_pool1d(x, 4) end, CX1 },
+      { "aap1_up", function(x) return F.adaptive_avg_pool1d(x, 12) end, CX1 },
+      { "amp1", function(x) return F.adaptive_max_pool1d(x, 5) end, CX1 },
       { "mp_ceil", function(x) return F.max_pool2d(x, 2, { stride = 2, padding = 1, ceil_mode = true }) end, CX },
       { "mp_ceil_d2", function(x)
           return F.max_pool2d(x, 3, { stride = { 2, 3 }, dilation = { 1, 2 }, ceil_mode = true })
@@ -1875,6 +1883,23 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("MaxPool1d: return_indices=true is not supported", nn.MaxPool1d, 2, { return_indices = true })
     -- ceil_mode's modules, and torch's one window over an input shorter than the kernel
     same("MaxPool2d ceil", nn.MaxPool2d(2, { stride = 2, padding = 1, ceil_mode = true })(CX), ref.mp_ceil, 1e-6)
+    -- the adaptive pooling modules: torch's reprs, the functions' values, and the refusals
+    same("AdaptiveMaxPool1d", nn.AdaptiveMaxPool1d(5)(CX1), ref.amp1, 1e-6)
+    same("AdaptiveAvgPool2d", nn.AdaptiveAvgPool2d { output_size = { 4, 3 } }(CX), ref.aap2, 1e-6)
+    same("AdaptiveAvgPool2d unbatched", nn.AdaptiveAvgPool2d({ nil, 5 })(CX:select(1, 2)),
+      F.adaptive_avg_pool2d(CX, { nil, 5 }):select(1, 2):totable(), 1e-6)
+    assert.are.equal("AdaptiveAvgPool2d(output_size=(None, 5))", tostring(nn.AdaptiveAvgPool2d({ nil, 5 })))
+    assert.are.equal("AdaptiveMaxPool1d(output_size=5)", tostring(nn.AdaptiveMaxPool1d(5)))
+    assert.are.equal("bf16", F.adaptive_avg_pool1d(CX1:to("bf16"), 4):dtype())
+    U.fails_with("AdaptiveMaxPool2d: return_indices=true is not supported", nn.AdaptiveMaxPool2d, 2,
+      { return_indices = true })
+    U.fails_with("adaptive_avg_pool2d: output_size must hold integers >= 1, got 0", F.adaptive_avg_pool2d, CX, { 0, 1 })
+    U.fails_with("AdaptiveAvgPool1d: output_size must be an integer or a list of 1 (nil keeps the input's size), got "
+      .. "\"x\"", nn.AdaptiveAvgPool1d, "x")
+    U.fails_with("adaptive_max_pool1d: expected a 3-D (batched) or 2-D (unbatched) input, got [2, 4, 6, 7]",
+      F.adaptive_max_pool1d, CX, 2)
+    U.fails_with("adaptive_avg_pool2d: takes (input, output_size), got a third argument", F.adaptive_avg_pool2d, CX, 1,
+      {})
     assert.are.same({ { { 1 } } }, F.max_pool1d(fp8.ones { 1, 1, 1 }, 2, { ceil_mode = true }):totable())
     assert.are.same({ { { 0, 1.5, 3.5 } } }, F.avg_pool1d(fp8.arange(5):view(1, 1, 5), 2, { stride = 2, padding = 1,
       ceil_mode = true }):totable())

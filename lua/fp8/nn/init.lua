@@ -48,6 +48,8 @@ for name, cls in pairs(require "fp8.nn.conv") do nn[name] = cls end
 for name, cls in pairs(require "fp8.nn.conv_transpose") do nn[name] = cls end
 -- ZeroPad, ConstantPad, ReflectionPad, ReplicationPad, CircularPad 1d/2d/3d (F.pad's modes: lua/fp8/nn/padding.lua)
 for name, cls in pairs(require "fp8.nn.padding") do nn[name] = cls end
+-- AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d (and F.adaptive_*: lua/fp8/nn/adaptive_pool.lua)
+for name, cls in pairs(require "fp8.nn.adaptive_pool") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -293,6 +295,12 @@ add("nn.ZeroPad2d", "fp8.nn.ZeroPad2d(padding) / ConstantPad2d(padding, value) /
   "torch's padding layers: F.pad in the mode each names over the last 1, 2 or 3 dims. padding an integer (every\n"
   .. "side) or a list {left, right [, top, bottom [, front, back]]}; negative amounts crop. Reflection, replication\n"
   .. "and circular padding take torch's limits (see F.pad: help(\"nn.functional\")).")
+add("nn.AdaptiveAvgPool2d", "fp8.nn.AdaptiveAvgPool2d(output_size) / AdaptiveMaxPool2d(output_size) / "
+  .. "AdaptiveAvgPool1d / AdaptiveMaxPool1d; F.adaptive_avg_pool2d(x, output_size), F.adaptive_max_pool2d, ...1d",
+  "torch's adaptive pooling: output position i of a dim of n pooled to m is the mean (max) of input positions\n"
+  .. "floor(i*n/m) .. ceil((i+1)*n/m) - 1, torch's overlapping windows. output_size an integer or a list, nil\n"
+  .. "keeping the input's size ({nil, 5}); AdaptiveAvgPool2d(1) is a global average pool. Differentiable\n"
+  .. "(gathers and reductions); bf16/fp16 pooled in fp32, rounded once. return_indices is refused.")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"
