@@ -6,7 +6,8 @@ input's gradient), F.l1_loss, F.normalize (p 2, 1 along dim 0, 3; values and gra
 nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish; mish, selu, celu, logsigmoid,
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
 F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
-F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, Conv1d/Conv2d with padding_mode, F.kl_div
+F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.interpolate and
+pixel_shuffle, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -171,6 +172,24 @@ conv_case("amp2_div", lambda x: F.adaptive_max_pool2d(x, (3, 7)), CX)
 conv_case("aap1", lambda x: F.adaptive_avg_pool1d(x, 4), CX1)
 conv_case("aap1_up", lambda x: F.adaptive_avg_pool1d(x, 12), CX1)
 conv_case("amp1", lambda x: F.adaptive_max_pool1d(x, 5), CX1)
+# interpolate: nearest by size and by scale factors (the scale used as given, and recomputed), doubling,
+# nearest-exact, (bi/tri)linear with and without align_corners, area; pixel_shuffle and pixel_unshuffle
+CX5 = CX.reshape(1, 2, 4, 6, 7)
+conv_case("ip_nearest_sz", lambda x: F.interpolate(x, size=(9, 5)), CX)
+conv_case("ip_nearest_sf", lambda x: F.interpolate(x, scale_factor=(1.7, 0.6)), CX)
+conv_case("ip_nearest_rc", lambda x: F.interpolate(x, scale_factor=(1.7, 0.6), recompute_scale_factor=True), CX)
+conv_case("ip_nearest2x", lambda x: F.interpolate(x, scale_factor=2), CX)
+conv_case("ip_nexact", lambda x: F.interpolate(x, size=(4, 10), mode="nearest-exact"), CX)
+conv_case("ip_bilinear", lambda x: F.interpolate(x, size=(9, 5), mode="bilinear"), CX)
+conv_case("ip_bilinear_ac", lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True), CX)
+conv_case("ip_bilinear_sf", lambda x: F.interpolate(x, scale_factor=(0.75, 2.5), mode="bilinear"), CX)
+conv_case("ip_linear", lambda x: F.interpolate(x, size=14, mode="linear"), CX1)
+conv_case("ip_linear_ac", lambda x: F.interpolate(x, size=5, mode="linear", align_corners=True), CX1)
+conv_case("ip_nearest1d", lambda x: F.interpolate(x, scale_factor=2.3), CX1)
+conv_case("ip_trilinear", lambda x: F.interpolate(x, size=(3, 8, 5), mode="trilinear"), CX5)
+conv_case("ip_area", lambda x: F.interpolate(x, size=(4, 3), mode="area"), CX)
+conv_case("pixel_shuffle", lambda x: F.pixel_shuffle(x, 2), CX)
+conv_case("pixel_unshuffle", lambda x: F.pixel_unshuffle(x, 3), CX[:, :, :, :6].contiguous())
 # ceil_mode: the output rounded up (the last window past the padding; W 7 with padding 1 drops the window that would
 # start past the input), for max and average (the divisor with and without the padding, and overridden)
 conv_case("mp_ceil", lambda x: F.max_pool2d(x, 2, stride=2, padding=1, ceil_mode=True), CX)

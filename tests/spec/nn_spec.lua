@@ -1799,6 +1799,29 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "aap1", function(x) return F.adaptive_avg_pool1d(x, 4) end, CX1 },
       { "aap1_up", function(x) return F.adaptive_avg_pool1d(x, 12) end, CX1 },
       { "amp1", function(x) return F.adaptive_max_pool1d(x, 5) end, CX1 },
+      { "ip_nearest_sz", function(x) return F.interpolate(x, { size = { 9, 5 } }) end, CX },
+      { "ip_nearest_sf", function(x) return F.interpolate(x, { scale_factor = { 1.7, 0.6 } }) end, CX },
+      { "ip_nearest_rc", function(x)
+          return F.interpolate(x, { scale_factor = { 1.7, 0.6 }, recompute_scale_factor = true })
+        end, CX },
+      { "ip_nearest2x", function(x) return F.interpolate(x, { scale_factor = 2 }) end, CX },
+      { "ip_nexact", function(x) return F.interpolate(x, { 4, 10 }, { mode = "nearest-exact" }) end, CX },
+      { "ip_bilinear", function(x) return F.interpolate(x, { size = { 9, 5 }, mode = "bilinear" }) end, CX },
+      { "ip_bilinear_ac", function(x)
+          return F.interpolate(x, { scale_factor = 1.5, mode = "bilinear", align_corners = true })
+        end, CX },
+      { "ip_bilinear_sf", function(x)
+          return F.interpolate(x, { scale_factor = { 0.75, 2.5 }, mode = "bilinear" })
+        end, CX },
+      { "ip_linear", function(x) return F.interpolate(x, 14, { mode = "linear" }) end, CX1 },
+      { "ip_linear_ac", function(x) return F.interpolate(x, { size = 5, mode = "linear", align_corners = true }) end,
+        CX1 },
+      { "ip_nearest1d", function(x) return F.interpolate(x, { scale_factor = 2.3 }) end, CX1 },
+      { "ip_trilinear", function(x) return F.interpolate(x, { size = { 3, 8, 5 }, mode = "trilinear" }) end,
+        CX:reshape { 1, 2, 4, 6, 7 } },
+      { "ip_area", function(x) return F.interpolate(x, { size = { 4, 3 }, mode = "area" }) end, CX },
+      { "pixel_shuffle", function(x) return F.pixel_shuffle(x, 2) end, CX },
+      { "pixel_unshuffle", function(x) return F.pixel_unshuffle(x, 3) end, CX:narrow(4, 1, 6):contiguous() },
       { "mp_ceil", function(x) return F.max_pool2d(x, 2, { stride = 2, padding = 1, ceil_mode = true }) end, CX },
       { "mp_ceil_d2", function(x)
           return F.max_pool2d(x, 3, { stride = { 2, 3 }, dilation = { 1, 2 }, ceil_mode = true })
@@ -1883,6 +1906,40 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("MaxPool1d: return_indices=true is not supported", nn.MaxPool1d, 2, { return_indices = true })
     -- ceil_mode's modules, and torch's one window over an input shorter than the kernel
     same("MaxPool2d ceil", nn.MaxPool2d(2, { stride = 2, padding = 1, ceil_mode = true })(CX), ref.mp_ceil, 1e-6)
+    -- the resampling modules: interpolate's values, torch's reprs, and the refusals
+    same("Upsample", nn.Upsample { size = { 9, 5 }, mode = "bilinear" }(CX), ref.ip_bilinear, 1e-5)
+    same("UpsamplingBilinear2d", nn.UpsamplingBilinear2d { scale_factor = 1.5 }(CX), ref.ip_bilinear_ac, 1e-5)
+    same("UpsamplingNearest2d", nn.UpsamplingNearest2d { size = { 9, 5 } }(CX), ref.ip_nearest_sz, 1e-6)
+    same("PixelShuffle", nn.PixelShuffle(2)(CX), ref.pixel_shuffle, 0)
+    same("PixelUnshuffle unbatched", nn.PixelUnshuffle(3)(CX:select(1, 1):narrow(3, 1, 6)),
+      F.pixel_unshuffle(CX:narrow(4, 1, 6), 3):select(1, 1):totable(), 0)
+    assert.are.equal("Upsample(scale_factor=2.0, mode=bilinear)",
+      tostring(nn.Upsample { scale_factor = 2, mode = "bilinear" }))
+    assert.are.equal("UpsamplingNearest2d(size=(4, 5), mode=nearest)",
+      tostring(nn.UpsamplingNearest2d { size = { 4, 5 } }))
+    assert.are.equal("PixelShuffle(upscale_factor=2)", tostring(nn.PixelShuffle(2)))
+    assert.are.equal("bf16", F.interpolate(CX:to("bf16"), { scale_factor = 2, mode = "bilinear" }):dtype())
+    U.fails_with("interpolate: mode \"bicubic\" is not supported", F.interpolate, CX, { size = 3, mode = "bicubic" })
+    U.fails_with("interpolate: antialias=true is not supported", F.interpolate, CX,
+      { size = 3, mode = "bilinear", antialias = true })
+    U.fails_with("interpolate: mode \"linear\" takes a 3-D input, got [2, 4, 6, 7] (4-D)", F.interpolate, CX,
+      { size = 3, mode = "linear" })
+    U.fails_with("interpolate: align_corners applies to the linear modes", F.interpolate, CX,
+      { size = 3, align_corners = false })
+    U.fails_with("interpolate: give one of size and scale_factor, got both", F.interpolate, CX,
+      { size = 3, scale_factor = 2 })
+    U.fails_with("interpolate: size must be a number or a list of 2 (one per spatial dim), got a table",
+      F.interpolate, CX, { size = { 1, 2, 3 } })
+    U.fails_with("interpolate: scale_factor 0.1 makes dim 3 of [2, 4, 6, 7] empty", F.interpolate, CX,
+      { scale_factor = 0.1 })
+    U.fails_with("Upsample: mode must be one of", nn.Upsample, { scale_factor = 2, mode = "cubic" })
+    U.fails_with("Upsample: takes an options table", nn.Upsample, 2)
+    U.fails_with("UpsamplingBilinear2d: unknown option 'mode'", nn.UpsamplingBilinear2d,
+      { scale_factor = 2, mode = "nearest" })
+    U.fails_with("pixel_shuffle: the channels 4 of [2, 4, 6, 7] are not divisible by upscale_factor² = 9",
+      F.pixel_shuffle, CX, 3)
+    U.fails_with("pixel_unshuffle: the height 6 and width 7 of [2, 4, 6, 7] must be divisible by downscale_factor 2",
+      F.pixel_unshuffle, CX, 2)
     -- the adaptive pooling modules: torch's reprs, the functions' values, and the refusals
     same("AdaptiveMaxPool1d", nn.AdaptiveMaxPool1d(5)(CX1), ref.amp1, 1e-6)
     same("AdaptiveAvgPool2d", nn.AdaptiveAvgPool2d { output_size = { 4, 3 } }(CX), ref.aap2, 1e-6)

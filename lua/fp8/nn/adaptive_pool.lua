@@ -15,52 +15,6 @@ local G = require "fp8.nn.conv_geometry"
 local M = {}
 local public, strip = require("fp8.errfmt").public_of("adaptive_pool.lua")
 
--- x pooled along dim d (1-based) to m positions: the mean or the max of each window
-local function pool_dim(x, d, m, is_max)
-  local n = x:size(d)
-  if n == m then return x end
-  local shape = x:shape()
-  local function split(len)   -- x's shape with dim d split into [m, len]
-    local s = {}
-    for i = 1, d - 1 do s[#s + 1] = shape[i] end
-    s[#s + 1] = m
-    s[#s + 1] = len
-    for i = d + 1, #shape do s[#s + 1] = shape[i] end
-    return s
-  end
-  local function reduce(w, counts)
-    if is_max then return (w:max(d + 1)) end
-    local total = w:sum(d + 1)
-    return counts == nil and total / w:size(d + 1) or total / counts
-  end
-  if n % m == 0 then return reduce(x:reshape(split(n // m))) end
-  local starts, ends, L = {}, {}, 0
-  for i = 0, m - 1 do
-    starts[i + 1], ends[i + 1] = (i * n) // m, ((i + 1) * n + m - 1) // m
-    L = math.max(L, ends[i + 1] - starts[i + 1])
-  end
-  local idx, mask, counts = {}, {}, {}
-  for i = 1, m do
-    for t = 0, L - 1 do
-      local inside = starts[i] + t < ends[i]
-      idx[#idx + 1] = inside and starts[i] + t or ends[i] - 1
-      mask[#mask + 1] = inside and 1 or 0
-    end
-    counts[i] = ends[i] - starts[i]
-  end
-  local dev = x:device()
-  local function on_dev(t) return dev == "cpu" and t or t:to(dev) end
-  local w = x:index_select(d, on_dev(fp8.tensor(idx))):reshape(split(L))
-  if is_max then return reduce(w) end
-  local tail = {}   -- the mask and the counts broadcast over the dims after d
-  for _ = d + 1, #shape do tail[#tail + 1] = 1 end
-  local mshape, cshape = { m, L }, { m }
-  for _, v in ipairs(tail) do mshape[#mshape + 1] = v; cshape[#cshape + 1] = v end
-  local mk = on_dev(fp8.tensor(mask)):reshape(mshape)
-  local ct = on_dev(fp8.tensor(counts)):reshape(cshape)
-  return reduce(w * mk, ct)
-end
-
 -- output_size as sizes for the last dims dims of xb: an integer (every dim), or a list with nil for "the input's"
 local function sizes(fname, dims, output_size, xb)
   local out = {}
@@ -100,7 +54,7 @@ local function adaptive(fname, dims, x, output_size, is_max)
   end
   local dt = xb:dtype()
   local y = (dt == "bf16" or dt == "fp16") and xb:float() or xb   -- computed in fp32, rounded once
-  for i = dims, 1, -1 do y = pool_dim(y, 2 + i, size[i], is_max) end
+  for i = dims, 1, -1 do y = G.adaptive_dim(y, 2 + i, size[i], is_max) end
   if y:dtype() ~= dt then y = y:to(dt) end
   return unb and y:squeeze(1) or y
 end

@@ -1,6 +1,7 @@
 -- conv_geometry.lua — what the convolutions, their transposes and the poolings share about sizes and windows: a size
 -- argument as a pair, a 1-d one, the flat positions unfold reads (cached per geometry), a batched view of an input,
--- and an options table checked against the valid names and the refused values. Errors are raised without a position
+-- an options table checked against the valid names and the refused values, col2im, and the adaptive windows along
+-- one dim (adaptive pooling, interpolate's "area"). Errors are raised without a position
 -- (level 0); the public functions that call these add the caller's (fp8.errfmt).
 local fp8 = require "fp8.core"
 local O = require "fp8.opts"
@@ -92,6 +93,54 @@ function G.col2im(cols, hp, wp, idx)
   local planes = fp8.zeros({ N, C, hp * wp }, { dtype = cols:dtype(), device = cols:device() })
   local out = planes:scatter_add(3, idx:to(cols:device()):reshape({ 1, 1, KL }):expand({ N, C, KL }), cols)
   return out:reshape({ N, C, hp, wp })
+end
+
+-- adaptive_dim(x, d, m, is_max): x pooled along dim d (1-based) to m positions, the mean or the max of each of
+-- torch's adaptive windows floor(i·n/m) .. ceil((i+1)·n/m) - 1 (a reshape where m divides n, else one gather of the
+-- windows padded to the longest by repeating their last position, which the max and the masked mean ignore)
+function G.adaptive_dim(x, d, m, is_max)
+  local n = x:size(d)
+  if n == m then return x end
+  local shape = x:shape()
+  local function split(len)   -- x's shape with dim d split into [m, len]
+    local s = {}
+    for i = 1, d - 1 do s[#s + 1] = shape[i] end
+    s[#s + 1] = m
+    s[#s + 1] = len
+    for i = d + 1, #shape do s[#s + 1] = shape[i] end
+    return s
+  end
+  local function reduce(w, counts)
+    if is_max then return (w:max(d + 1)) end
+    local total = w:sum(d + 1)
+    return counts == nil and total / w:size(d + 1) or total / counts
+  end
+  if n % m == 0 then return reduce(x:reshape(split(n // m))) end
+  local starts, ends, L = {}, {}, 0
+  for i = 0, m - 1 do
+    starts[i + 1], ends[i + 1] = (i * n) // m, ((i + 1) * n + m - 1) // m
+    L = math.max(L, ends[i + 1] - starts[i + 1])
+  end
+  local idx, mask, counts = {}, {}, {}
+  for i = 1, m do
+    for t = 0, L - 1 do
+      local inside = starts[i] + t < ends[i]
+      idx[#idx + 1] = inside and starts[i] + t or ends[i] - 1
+      mask[#mask + 1] = inside and 1 or 0
+    end
+    counts[i] = ends[i] - starts[i]
+  end
+  local dev = x:device()
+  local function on_dev(t) return dev == "cpu" and t or t:to(dev) end
+  local w = x:index_select(d, on_dev(fp8.tensor(idx))):reshape(split(L))
+  if is_max then return reduce(w) end
+  local tail = {}   -- the mask and the counts broadcast over the dims after d
+  for _ = d + 1, #shape do tail[#tail + 1] = 1 end
+  local mshape, cshape = { m, L }, { m }
+  for _, v in ipairs(tail) do mshape[#mshape + 1] = v; cshape[#cshape + 1] = v end
+  local mk = on_dev(fp8.tensor(mask)):reshape(mshape)
+  local ct = on_dev(fp8.tensor(counts)):reshape(cshape)
+  return reduce(w * mk, ct)
 end
 
 return G

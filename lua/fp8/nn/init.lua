@@ -50,6 +50,9 @@ for name, cls in pairs(require "fp8.nn.conv_transpose") do nn[name] = cls end
 for name, cls in pairs(require "fp8.nn.padding") do nn[name] = cls end
 -- AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d (and F.adaptive_*: lua/fp8/nn/adaptive_pool.lua)
 for name, cls in pairs(require "fp8.nn.adaptive_pool") do nn[name] = cls end
+-- Upsample, UpsamplingNearest2d, UpsamplingBilinear2d, PixelShuffle, PixelUnshuffle (and F.interpolate,
+-- F.pixel_shuffle, F.pixel_unshuffle: lua/fp8/nn/upsample.lua)
+for name, cls in pairs(require "fp8.nn.upsample") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -301,6 +304,19 @@ add("nn.AdaptiveAvgPool2d", "fp8.nn.AdaptiveAvgPool2d(output_size) / AdaptiveMax
   .. "floor(i*n/m) .. ceil((i+1)*n/m) - 1, torch's overlapping windows. output_size an integer or a list, nil\n"
   .. "keeping the input's size ({nil, 5}); AdaptiveAvgPool2d(1) is a global average pool. Differentiable\n"
   .. "(gathers and reductions); bf16/fp16 pooled in fp32, rounded once. return_indices is refused.")
+add("nn.Upsample", "fp8.nn.Upsample{size= | scale_factor=, mode=\"nearest\", align_corners=, "
+  .. "recompute_scale_factor=} / UpsamplingNearest2d{...} / UpsamplingBilinear2d{...}; F.interpolate(x, {...}) or "
+  .. "F.interpolate(x, size [, {mode=, align_corners=}])",
+  "torch's resampling of the last 1-3 dims of [N, C, ...]: mode \"nearest\", \"nearest-exact\", \"linear\" (3-D),\n"
+  .. "\"bilinear\" (4-D), \"trilinear\" (5-D) or \"area\" (adaptive average pooling). Source positions follow\n"
+  .. "torch's kernels in fp32: scale = 1/scale_factor when given (unless recompute_scale_factor=true), else in/out;\n"
+  .. "linear: (dst + 0.5)*scale - 0.5, or dst*(in-1)/(out-1) with align_corners=true (UpsamplingBilinear2d's).\n"
+  .. "Separable gathers and weighted sums, so differentiable; bf16/fp16 in fp32, rounded once. bicubic and\n"
+  .. "antialias are refused.")
+add("nn.PixelShuffle", "fp8.nn.PixelShuffle(upscale_factor) / PixelUnshuffle(downscale_factor); "
+  .. "F.pixel_shuffle(x, r), F.pixel_unshuffle(x, r)",
+  "torch's sub-pixel reshapes: [..., C*r^2, H, W] <-> [..., C, H*r, W*r] (a reshape and a permute; the\n"
+  .. "upsampling of ESPCN and of many decoders).")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"
