@@ -7,7 +7,7 @@ nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish;
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
 F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
 F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.interpolate and
-pixel_shuffle, Conv1d/Conv2d with padding_mode, F.kl_div
+pixel_shuffle, RNN/LSTM/GRU and their cells, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -221,6 +221,43 @@ conv_case("c2_circular_s2", conv_module(torch.nn.Conv2d, 4, 6, 3, CWT, CB, paddi
                                         padding_mode="circular"), CX)
 conv_case("c1_replicate_same", conv_module(torch.nn.Conv1d, 4, 6, 2, CWT[:, :, 0, :2], CB, padding="same",
                                            dilation=3, padding_mode="replicate"), CX1)
+# recurrent layers and cells: every parameter set from a sin wave (its index in named_parameters order), the
+# outputs and final states, and the gradients of a sin-weighted sum of them with respect to the input, the initial
+# state and every parameter
+def rnn_case(key, module, x, state=None, cell=False):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for i, (_, prm) in enumerate(module.named_parameters()):
+            prm.copy_(wave(tuple(prm.shape), 0.37 + 0.01 * i, 0.1 * i) * 0.5)
+    x = x.clone().requires_grad_(True)
+    if state is not None:
+        state = tuple(t.clone().requires_grad_(True) for t in state) if isinstance(state, tuple) \
+            else state.clone().requires_grad_(True)
+    res = module(x, state) if state is not None else module(x)
+    if cell:
+        outs = list(res) if isinstance(res, tuple) else [res]
+    else:
+        y, st = res
+        outs = [y] + (list(st) if isinstance(st, tuple) else [st])
+    loss = sum((o * wave(tuple(o.shape), 0.71 + 0.05 * j, 0.5)).sum() for j, o in enumerate(outs))
+    loss.backward()
+    for j, o in enumerate(outs):
+        out["%s_y%d" % (key, j)] = rows(o)
+    out[key + "_dx"] = rows(x.grad)
+    if state is not None:
+        for j, t in enumerate(state if isinstance(state, tuple) else (state,)):
+            out["%s_ds%d" % (key, j)] = rows(t.grad)
+    for name, prm in module.named_parameters():
+        out["%s_d_%s" % (key, name)] = rows(prm.grad)
+rnn_case("lstm", torch.nn.LSTM(5, 8, num_layers=2, bidirectional=True, batch_first=True, proj_size=3),
+         wave((4, 7, 5), 0.29, 0.4), (wave((4, 4, 3), 0.53, 0.2), wave((4, 4, 8), 0.61, 0.7)))
+rnn_case("gru", torch.nn.GRU(5, 6, num_layers=2), wave((7, 2, 5), 0.31, 0.1))
+rnn_case("rnn_relu", torch.nn.RNN(5, 6, nonlinearity="relu", bias=False, bidirectional=True),
+         wave((7, 5), 0.23, 0.3), wave((2, 6), 0.41, 0.2))
+rnn_case("lstmcell", torch.nn.LSTMCell(5, 6), wave((2, 5), 0.29, 0.4),
+         (wave((2, 6), 0.53, 0.2), wave((2, 6), 0.61, 0.7)), cell=True)
+rnn_case("grucell", torch.nn.GRUCell(5, 6), wave((2, 5), 0.29, 0.4), wave((2, 6), 0.53, 0.2), cell=True)
+rnn_case("rnncell", torch.nn.RNNCell(5, 6), wave((5,), 0.29, 0.4), cell=True)
 # batch and group norm: BatchNorm2d over two training steps (the outputs, the input's, weight's and bias's gradients,
 # the running statistics after), then its eval output; BatchNorm1d on [N, C] and [N, C, L] with momentum None;
 # track_running_stats=False; GroupNorm (values and gradients)

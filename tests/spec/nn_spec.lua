@@ -1976,6 +1976,94 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { stride = "x" })
   end)
 
+  it("RNN, LSTM, GRU and their cells give torch 2.15's outputs, states and every gradient", function()
+    local function wave(shape, a, b)   -- sin(i·a + b) over the shape, as the generator made it
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return (fp8.arange(n) * a + b):sin():reshape(shape)
+    end
+    local function case(key, m, x, state, cell)
+      for i, np in ipairs(m:named_parameters()) do
+        local w = wave(np[2]:shape(), 0.37 + 0.01 * (i - 1), 0.1 * (i - 1)) * 0.5
+        fp8.no_grad(function() nn.init.copy_(np[2], w) end)
+      end
+      x = x:detach():clone():requires_grad(true)
+      local st = state
+      if type(state) == "table" then st = { state[1]:clone():requires_grad(true), state[2]:clone():requires_grad(true) }
+      elseif state then st = state:clone():requires_grad(true) end
+      local outs
+      if cell then outs = { m(x, st) }
+      else
+        local y, s = m(x, st)
+        outs = { y }
+        if type(s) == "table" then outs[2], outs[3] = s[1], s[2] else outs[2] = s end
+      end
+      local loss = 0
+      for j, o in ipairs(outs) do
+        same(("%s y%d"):format(key, j - 1), o, ref[("%s_y%d"):format(key, j - 1)], 2e-5)
+        loss = loss + (o * wave(o:shape(), 0.71 + 0.05 * (j - 1), 0.5)):sum()
+      end
+      loss:backward()
+      same(key .. " dx", x.grad, ref[key .. "_dx"], 2e-5)
+      if st then
+        for j, t in ipairs(type(st) == "table" and st or { st }) do
+          same(("%s ds%d"):format(key, j - 1), t.grad, ref[("%s_ds%d"):format(key, j - 1)], 2e-5)
+        end
+      end
+      for _, np in ipairs(m:named_parameters()) do
+        same(key .. " d_" .. np[1], np[2].grad, ref[("%s_d_%s"):format(key, np[1])], 2e-5)
+      end
+    end
+    case("lstm", nn.LSTM(5, 8, { num_layers = 2, bidirectional = true, batch_first = true, proj_size = 3 }),
+      wave({ 4, 7, 5 }, 0.29, 0.4), { wave({ 4, 4, 3 }, 0.53, 0.2), wave({ 4, 4, 8 }, 0.61, 0.7) })
+    case("gru", nn.GRU(5, 6, { num_layers = 2 }), wave({ 7, 2, 5 }, 0.31, 0.1))
+    case("rnn_relu", nn.RNN(5, 6, { nonlinearity = "relu", bias = false, bidirectional = true }),
+      wave({ 7, 5 }, 0.23, 0.3), wave({ 2, 6 }, 0.41, 0.2))
+    case("lstmcell", nn.LSTMCell(5, 6), wave({ 2, 5 }, 0.29, 0.4), { wave({ 2, 6 }, 0.53, 0.2),
+      wave({ 2, 6 }, 0.61, 0.7) }, true)
+    case("grucell", nn.GRUCell(5, 6), wave({ 2, 5 }, 0.29, 0.4), wave({ 2, 6 }, 0.53, 0.2), true)
+    case("rnncell", nn.RNNCell(5, 6), wave({ 5 }, 0.29, 0.4), nil, true)
+    -- torch's parameter names and shapes (so state dicts load both ways), reprs, and the refusals
+    local names = {}
+    for _, np in ipairs(nn.GRU(3, 4, { bidirectional = true }):named_parameters()) do
+      names[#names + 1] = np[1] .. "=" .. np[2]:shape_str()
+    end
+    assert.are.same({ "weight_ih_l0=[12, 3]", "weight_hh_l0=[12, 4]", "bias_ih_l0=[12]", "bias_hh_l0=[12]",
+      "weight_ih_l0_reverse=[12, 3]", "weight_hh_l0_reverse=[12, 4]", "bias_ih_l0_reverse=[12]",
+      "bias_hh_l0_reverse=[12]" }, names)
+    assert.are.equal("LSTM(5, 8, proj_size=3, num_layers=2, batch_first=True, bidirectional=True)",
+      tostring(nn.LSTM(5, 8, { num_layers = 2, bidirectional = true, batch_first = true, proj_size = 3 })))
+    assert.are.equal("RNNCell(5, 6, bias=False, nonlinearity=relu)", tostring(nn.RNNCell(5, 6, false, "relu")))
+    local lstm = nn.LSTM(3, 4)
+    assert.is_true(lstm.weight_ih_l0:abs():max():item() <= 0.5)   -- U(-1/√4, 1/√4)
+    local y, st = lstm(fp8.zeros { 5, 2, 3 })
+    local y2 = lstm(fp8.zeros { 5, 2, 3 }, st)   -- the state fed back, torch's (h, c) tuple as a list
+    assert.are.same({ 5, 2, 4 }, y2:shape())
+    assert.are.equal(lstm, lstm:flatten_parameters())
+    U.fails_with("LSTM: proj_size 8 must be smaller than hidden_size 8", nn.LSTM, 5, 8, { proj_size = 8 })
+    U.fails_with("RNN: nonlinearity must be \"tanh\" or \"relu\", got \"gelu\"", nn.RNN, 5, 8,
+      { nonlinearity = "gelu" })
+    U.fails_with("GRU: unknown option 'proj_size'", nn.GRU, 5, 8, { proj_size = 2 })
+    U.fails_with("GRU: dropout must be a probability in [0, 1], got 2", nn.GRU, 5, 8, { dropout = 2 })
+    U.fails_with("LSTM forward: expected input [T, N, 3] or unbatched [T, 3], got [5, 2, 4]", lstm,
+      fp8.zeros { 5, 2, 4 })
+    U.fails_with("LSTM forward: hx must be a list {h_0, c_0} of two tensors, got", lstm, fp8.zeros { 5, 2, 3 },
+      fp8.zeros { 1, 2, 4 })
+    U.fails_with("LSTM forward: c_0 must be [1, 2, 4] (num_layers · directions, batch, hidden), got [1, 3, 4]", lstm,
+      fp8.zeros { 5, 2, 3 }, { fp8.zeros { 1, 2, 4 }, fp8.zeros { 1, 3, 4 } })
+    U.fails_with("GRUCell forward: hx must be [2, 6] for an input [2, 5], got [6]", nn.GRUCell(5, 6),
+      fp8.zeros { 2, 5 }, fp8.zeros { 6 })
+    U.fails_with("LSTMCell: takes (input_size, hidden_size [, bias]), got a fourth argument", nn.LSTMCell, 5, 6, true,
+      "relu")
+    -- dropout between layers acts in training only
+    local drop = nn.GRU(3, 4, { num_layers = 2, dropout = 0.5 })
+    drop:eval()
+    local a, b = drop(fp8.ones { 5, 2, 3 }), drop(fp8.ones { 5, 2, 3 })
+    assert.are.same(a:totable(), b:totable())
+    drop:train()
+    assert.are_not.same(drop(fp8.ones { 5, 2, 3 }):totable(), drop(fp8.ones { 5, 2, 3 }):totable())
+  end)
+
   it("BatchNorm1d/2d and GroupNorm give torch 2.15's values, gradients and running statistics", function()
     local CX, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_x1)
     local function wave(shape)

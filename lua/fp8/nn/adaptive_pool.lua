@@ -39,6 +39,7 @@ local function sizes(fname, dims, output_size, xb)
     if math.type(out[i]) ~= "integer" or out[i] < 1 then
       error(("%s: output_size must hold integers >= 1, got %s"):format(fname, O.got(out[i])), 0)
     end
+    G.check_positions(fname, "the output dim " .. i, out[i])
   end
   return out
 end

@@ -56,6 +56,17 @@ function G.batched(fname, x, dims)
     x:shape_str()), 0)
 end
 
+-- The index lists of pad's modes, adaptive pooling and interpolate are built here, a Lua number per position of the
+-- output dim: a dim of more than 2^24 positions is refused (torch would take minutes' worth of a Lua loop here, and
+-- such a dim is a size given by mistake).
+G.MAX_POSITIONS = 1 << 24
+function G.check_positions(fname, what, m)
+  if m > G.MAX_POSITIONS then
+    error(("%s: %s would have %.0f positions, more than the %d a resampled or padded dim may have"):format(fname,
+      what, m, G.MAX_POSITIONS), 0)
+  end
+end
+
 -- opts_of(fname, opts, valid [, refused]): opts checked against the valid names; refused maps a name to {the one
 -- value allowed, why others are not}
 function G.opts_of(fname, opts, valid, refused)

@@ -872,6 +872,8 @@ function F.pad(x, pad, opts, ...)
       end
     end
     if mode ~= "constant" then
+      local ok, err = pcall(require("fp8.nn.conv_geometry").check_positions, "pad", "dim " .. d, size + lo + hi)
+      if not ok then error(err, 2) end
       if size + lo + hi == 0 then y = y:narrow(d, 1, 0)   -- circular's crop to nothing, as torch's
       elseif lo ~= 0 or hi ~= 0 then y = y:index_select(d, pad_index(mode, size, lo, hi, y:device())) end
     else

@@ -53,6 +53,8 @@ for name, cls in pairs(require "fp8.nn.adaptive_pool") do nn[name] = cls end
 -- Upsample, UpsamplingNearest2d, UpsamplingBilinear2d, PixelShuffle, PixelUnshuffle (and F.interpolate,
 -- F.pixel_shuffle, F.pixel_unshuffle: lua/fp8/nn/upsample.lua)
 for name, cls in pairs(require "fp8.nn.upsample") do nn[name] = cls end
+-- RNN, LSTM, GRU and RNNCell, LSTMCell, GRUCell (lua/fp8/nn/rnn.lua)
+for name, cls in pairs(require "fp8.nn.rnn") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -317,6 +319,16 @@ add("nn.PixelShuffle", "fp8.nn.PixelShuffle(upscale_factor) / PixelUnshuffle(dow
   .. "F.pixel_shuffle(x, r), F.pixel_unshuffle(x, r)",
   "torch's sub-pixel reshapes: [..., C*r^2, H, W] <-> [..., C, H*r, W*r] (a reshape and a permute; the\n"
   .. "upsampling of ESPCN and of many decoders).")
+add("nn.LSTM", "fp8.nn.LSTM(input_size, hidden_size [, {num_layers=1, bias=true, batch_first=false, dropout=0, "
+  .. "bidirectional=false, proj_size=0}]) / GRU(...) / RNN(... nonlinearity=\"tanh\"); out, state = m(x [, state])",
+  "torch's recurrent layers: input [T, N, input_size] ([N, T, ...] with batch_first) or unbatched [T, input_size];\n"
+  .. "output [T, N, directions*H_out], state [num_layers*directions, N, H_out] (zeros when not given). LSTM's state\n"
+  .. "is the list {h, c}, torch's tuple, so out, state = lstm(x, state) carries it on. Gates as torch's CPU cells\n"
+  .. "(LSTM i, f, g, o; GRU r, z, n with h' = (h - n)*z + n); parameters weight_ih_l0, weight_hh_l0, bias_ih_l0,\n"
+  .. "bias_hh_l0 (weight_hr_l0 with proj_size, _reverse for the backward direction), U(-1/sqrt(H), 1/sqrt(H)), so\n"
+  .. "state dicts load both ways. dropout between layers in training only. flatten_parameters() is a no-op.\n"
+  .. "Cells: RNNCell(input_size, hidden_size [, bias [, nonlinearity]]), GRUCell, LSTMCell; cell(x [, h]) -> h'\n"
+  .. "(LSTMCell: cell(x [, {h, c}]) -> h', c'). High precision under every FP8 recipe.")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"

@@ -153,7 +153,9 @@ local function interpolate(fname, x, o)
     end)
     sizes = {}
     for i = 1, k do
-      sizes[i] = floor_int(x:size(2 + i) * factors[i])
+      sizes[i] = math.floor(x:size(2 + i) * factors[i])
+      G.check_positions(fname, "output dim " .. (2 + i), sizes[i])
+      sizes[i] = math.tointeger(sizes[i])
       if sizes[i] < 1 then
         error(("%s: scale_factor %s makes dim %d of %s empty"):format(fname, O.got(factors[i]), 2 + i,
           x:shape_str()), 0)
@@ -163,6 +165,7 @@ local function interpolate(fname, x, o)
   end
   for i = 1, k do
     if x:size(2 + i) == 0 then error(("%s: the input %s has an empty dim %d"):format(fname, x:shape_str(), 2 + i), 0) end
+    G.check_positions(fname, "output dim " .. (2 + i), sizes[i])
   end
   local dt = x:dtype()
   local y = (dt == "bf16" or dt == "fp16") and x:float() or x   -- in fp32, rounded once
