@@ -7,7 +7,7 @@ nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish;
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
 F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
 F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.interpolate and
-pixel_shuffle, RNN/LSTM/GRU and their cells, Conv1d/Conv2d with padding_mode, F.kl_div
+pixel_shuffle, RNN/LSTM/GRU and their cells, InstanceNorm, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -221,6 +221,22 @@ conv_case("c2_circular_s2", conv_module(torch.nn.Conv2d, 4, 6, 3, CWT, CB, paddi
                                         padding_mode="circular"), CX)
 conv_case("c1_replicate_same", conv_module(torch.nn.Conv1d, 4, 6, 2, CWT[:, :, 0, :2], CB, padding="same",
                                            dilation=3, padding_mode="replicate"), CX1)
+# instance norm: affine with running statistics over two training steps (outputs, every gradient, the statistics
+# after), then eval; without affine and statistics on an unbatched 2-d input; InstanceNorm1d
+inorm = torch.nn.InstanceNorm2d(4, affine=True, track_running_stats=True)
+with torch.no_grad():
+    inorm.weight.copy_(torch.tensor([1.0, 0.5, 2.0, -1.0])); inorm.bias.copy_(torch.tensor([0.0, 0.1, -0.2, 0.3]))
+for stepi, xin in enumerate((CX, CX * 2 + 0.5), 1):
+    xi = xin.clone().requires_grad_(True)
+    y = inorm(xi)
+    (y * wave(tuple(y.shape), 0.71, 0.5)).sum().backward()
+    out["in2_y%d" % stepi], out["in2_dx%d" % stepi] = rows(y), rows(xi.grad)
+out["in2_dw"], out["in2_db"] = rows(inorm.weight.grad), rows(inorm.bias.grad)
+out["in2_rm"], out["in2_rv"] = rows(inorm.running_mean), rows(inorm.running_var)
+inorm.eval()
+out["in2_eval"] = rows(inorm(CX))
+conv_case("in2_plain", lambda x: torch.nn.InstanceNorm2d(4)(x), CX[0])
+conv_case("in1", lambda x: torch.nn.InstanceNorm1d(4, affine=True)(x), CX1)
 # recurrent layers and cells: every parameter set from a sin wave (its index in named_parameters order), the
 # outputs and final states, and the gradients of a sin-weighted sum of them with respect to the input, the initial
 # state and every parameter

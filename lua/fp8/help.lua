@@ -536,6 +536,7 @@ also("nn.AdaptiveAvgPool2d", { "nn.AdaptiveMaxPool2d", "nn.AdaptiveAvgPool1d", "
 also("nn.Upsample", { "nn.UpsamplingNearest2d", "nn.UpsamplingBilinear2d", "nn.functional.interpolate" })
 also("nn.PixelShuffle", { "nn.PixelUnshuffle", "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle" })
 also("nn.LSTM", { "nn.GRU", "nn.RNN", "nn.LSTMCell", "nn.GRUCell", "nn.RNNCell" })
+also("nn.InstanceNorm2d", { "nn.InstanceNorm1d", "nn.InstanceNorm3d", "nn.functional.instance_norm" })
 also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",

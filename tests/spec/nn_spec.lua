@@ -1976,6 +1976,53 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { stride = "x" })
   end)
 
+  it("InstanceNorm1d/2d and F.instance_norm give torch 2.15's values, gradients and running statistics", function()
+    local CX, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_x1)
+    local function wave(shape)
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
+    end
+    local m = nn.InstanceNorm2d(4, { affine = true, track_running_stats = true })
+    fp8.no_grad(function()
+      nn.init.copy_(m.weight, fp8.tensor { 1.0, 0.5, 2.0, -1.0 })
+      nn.init.copy_(m.bias, fp8.tensor { 0.0, 0.1, -0.2, 0.3 })
+    end)
+    for stepi, xin in ipairs { CX, CX * 2 + 0.5 } do
+      local x = xin:detach():clone():requires_grad(true)
+      local y = m(x)
+      same("in2 y" .. stepi, y, ref["in2_y" .. stepi], 1e-5)
+      ;(y * wave(y:shape())):sum():backward()
+      same("in2 dx" .. stepi, x.grad, ref["in2_dx" .. stepi], 1e-5)
+    end
+    same("in2 dw", m.weight.grad, ref.in2_dw, 1e-5)
+    same("in2 db", m.bias.grad, ref.in2_db, 1e-5)
+    same("in2 running_mean", m.running_mean, ref.in2_rm, 1e-5)
+    same("in2 running_var", m.running_var, ref.in2_rv, 1e-5)
+    assert.are.equal(0, m.num_batches_tracked:item())   -- torch's InstanceNorm never counts
+    m:eval()
+    same("in2 eval", m(CX), ref.in2_eval, 1e-5)
+    for key, c in pairs { in2_plain = { nn.InstanceNorm2d(4), CX:select(1, 1) },
+      in1 = { nn.InstanceNorm1d(4, { affine = true }), CX1 } } do
+      local x = c[2]:detach():clone():requires_grad(true)
+      local y = c[1](x)
+      same(key, y, ref[key], 1e-5)
+      ;(y * wave(y:shape())):sum():backward()
+      same(key .. " dx", x.grad, ref[key .. "_d1"], 1e-5)
+    end
+    assert.are.equal("InstanceNorm2d(4, eps=1e-05, momentum=0.1, affine=false, track_running_stats=false)",
+      tostring(nn.InstanceNorm2d(4)))
+    assert.are.same({}, nn.InstanceNorm1d(4):parameters())
+    same("F.instance_norm", F.instance_norm(CX), nn.InstanceNorm2d(4)(CX):totable(), 0)
+    U.fails_with("InstanceNorm2d forward: expected input's size at dim 2 to match num_features (3), got 4",
+      nn.InstanceNorm2d(3, { affine = true }), CX)
+    U.fails_with("InstanceNorm1d forward: expected input [N, C, L] or unbatched [C, L], got [2, 4, 6, 7]",
+      nn.InstanceNorm1d(4), CX)
+    U.fails_with("instance_norm: expected more than 1 position per channel", F.instance_norm, fp8.ones { 2, 3, 1 })
+    U.fails_with("instance_norm: use_input_stats=false needs running_mean and running_var", F.instance_norm, CX, nil,
+      nil, nil, nil, false)
+  end)
+
   it("RNN, LSTM, GRU and their cells give torch 2.15's outputs, states and every gradient", function()
     local function wave(shape, a, b)   -- sin(i·a + b) over the shape, as the generator made it
       local n = 1

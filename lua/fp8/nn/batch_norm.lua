@@ -1,9 +1,10 @@
--- batch_norm.lua — torch's BatchNorm1d / BatchNorm2d and GroupNorm, and F.batch_norm / F.group_norm, built of
--- differentiable ops. BatchNorm normalizes each channel (dim 2) over the batch and the positions: in training by the
--- batch's mean and biased variance, updating running_mean and running_var (the unbiased variance) by momentum (nil:
--- a cumulative average over num_batches_tracked), in eval by the running statistics; track_running_stats=false keeps
--- none and always uses the batch's. GroupNorm normalizes each sample's channel groups. num_batches_tracked is a 0-d
--- fp32 buffer here (torch's is int64: there is no integer dtype).
+-- batch_norm.lua — torch's BatchNorm1d / BatchNorm2d, InstanceNorm1d/2d/3d and GroupNorm, and F.batch_norm /
+-- F.instance_norm / F.group_norm, built of differentiable ops. BatchNorm normalizes each channel (dim 2) over the
+-- batch and the positions: in training by the batch's mean and biased variance, updating running_mean and running_var
+-- (the unbiased variance) by momentum (nil: a cumulative average over num_batches_tracked), in eval by the running
+-- statistics; track_running_stats=false keeps none and always uses the batch's. InstanceNorm normalizes each sample's
+-- channel over its positions (running statistics, when tracked, the batch's average); GroupNorm each sample's
+-- channel groups. num_batches_tracked is a 0-d fp32 buffer here (torch's is int64: there is no integer dtype).
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local O = require "fp8.opts"
 local Module = require "fp8.nn.module"
@@ -119,6 +120,58 @@ end
 -- group_norm(input[N, C, ...], num_groups [, weight [, bias [, eps=1e-5]]]): torch's
 F.group_norm = public(impl_group_norm)
 
+local function impl_instance_norm(x, running_mean, running_var, weight, bias, use_input_stats, momentum, eps, ...)
+  O.no_more("instance_norm", "(input [, running_mean [, running_var [, weight [, bias [, use_input_stats [, "
+    .. "momentum [, eps]]]]]]])", ...)
+  if not fp8.is_tensor(x) or x:dim() < 3 then
+    error(("instance_norm: expected an input [N, C, ...] with positions, got %s"):format(fp8.is_tensor(x)
+      and shape_str(x) or O.got(x)), 0)
+  end
+  local N, C = x:size(1), x:size(2)
+  channel_vec("instance_norm", "running_mean", running_mean, C)
+  channel_vec("instance_norm", "running_var", running_var, C)
+  channel_vec("instance_norm", "weight", weight, C)
+  channel_vec("instance_norm", "bias", bias, C)
+  if use_input_stats == nil then use_input_stats = true end
+  if type(use_input_stats) ~= "boolean" then
+    error(("instance_norm: use_input_stats must be a boolean, got %s"):format(O.got(use_input_stats)), 0)
+  end
+  eps = number("instance_norm", "eps", eps, 1e-5, 0)
+  momentum = number("instance_norm", "momentum", momentum, 0.1, 0)
+  if not use_input_stats then   -- the running statistics, as batch_norm's eval
+    if running_mean == nil or running_var == nil then
+      error("instance_norm: use_input_stats=false needs running_mean and running_var", 0)
+    end
+    return F.batch_norm(x, running_mean, running_var, weight, bias, false, momentum, eps)
+  end
+  local v = per_channel(x)
+  local P = v:size(3)
+  if P <= 1 then
+    error(("instance_norm: expected more than 1 position per channel, got input %s"):format(shape_str(x)), 0)
+  end
+  local mean = v:mean(3, true)                                    -- [N, C, 1]: each sample's channel
+  local centered = v - mean
+  local var = (centered * centered):mean(3, true)                 -- biased
+  local y = (centered / (var + eps):sqrt()):reshape(x:shape())
+  local bshape = { 1, C }
+  for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
+  if weight ~= nil then y = y * weight:reshape(bshape) end
+  if bias ~= nil then y = y + bias:reshape(bshape) end
+  if running_mean ~= nil and running_var ~= nil then   -- torch's: the batch's instances averaged, unbiased variance
+    local m = momentum
+    fp8.no_grad(function()
+      local C_ = require "fp8._optim"
+      C_.copy_(running_mean, running_mean * (1 - m) + mean:detach():reshape({ N, C }):mean(1) * m)
+      C_.copy_(running_var, running_var * (1 - m) + (var:detach() * (P / (P - 1))):reshape({ N, C }):mean(1) * m)
+    end)
+  end
+  return y
+end
+-- instance_norm(input[N, C, ...] [, running_mean [, running_var [, weight [, bias [, use_input_stats=true [,
+-- momentum=0.1 [, eps=1e-5]]]]]]]): torch's; each sample's channel normalized over its positions, running statistics
+-- (when given) updated in place with the batch's average
+F.instance_norm = public(impl_instance_norm)
+
 -- BatchNorm1d / BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
 -- (momentum=false: torch's None, the cumulative average)
 local BN_KEYS = { "eps", "momentum", "affine", "track_running_stats" }
@@ -189,6 +242,78 @@ local function bn_class(name, dims)
 end
 M.BatchNorm1d = bn_class("BatchNorm1d", 1)
 M.BatchNorm2d = bn_class("BatchNorm2d", 2)
+
+-- InstanceNorm1d/2d/3d(num_features [, {eps=1e-5, momentum=0.1, affine=false, track_running_stats=false}]): torch's
+-- (momentum=false: torch's None, which updates nothing); input [N, C, ...] or unbatched [C, ...]. num_batches_tracked
+-- is kept as torch keeps it, never counted.
+local function in_class(name, dims)
+  local cls = Module.class(name)
+  local function setup(self, n, opts)
+    if type(n) == "table" then
+      if opts ~= nil then
+        error(("%s: pass the options as one table or after num_features, not both"):format(name), 0)
+      end
+      local o = O.check(name, n, { "num_features", "eps", "momentum", "affine", "track_running_stats" })
+      n, opts = o.num_features, o
+    else
+      opts = O.check(name, opts, BN_KEYS)
+    end
+    if math.type(n) ~= "integer" or n < 1 then
+      error(("%s: num_features must be a positive integer, got %s"):format(name, O.got(n)), 0)
+    end
+    for _, k in ipairs { "affine", "track_running_stats" } do
+      if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+        error(("%s: %s must be a boolean, got %s"):format(name, k, O.got(opts[k])), 0)
+      end
+    end
+    Module._check_size(name, 3, "num_features", n)
+    self.num_features = n
+    self.eps = number(name, "eps", opts.eps, 1e-5, 0)
+    if opts.momentum == false then self.momentum = false
+    else self.momentum = number(name, "momentum", opts.momentum, 0.1, 0) end
+    self.affine = opts.affine == true
+    self.track_running_stats = opts.track_running_stats == true
+    if self.affine then
+      self:register_parameter("weight", fp8.ones { n })
+      self:register_parameter("bias", fp8.zeros { n })
+    end
+    if self.track_running_stats then
+      self:register_buffer("running_mean", fp8.zeros { n })
+      self:register_buffer("running_var", fp8.ones { n })
+      self:register_buffer("num_batches_tracked", fp8.zeros {})
+    end
+  end
+  cls["__init"] = function(self, n, opts)
+    local ok, err = pcall(setup, self, n, opts)
+    if not ok then error(strip(err), 3) end
+  end
+  cls.forward = function(self, x)
+    if not fp8.is_tensor(x) or (x:dim() ~= dims + 1 and x:dim() ~= dims + 2) then
+      error(("expected input [N, C, %s] or unbatched [C, %s], got %s"):format(dims == 1 and "L" or dims == 2
+        and "H, W" or "D, H, W", dims == 1 and "L" or dims == 2 and "H, W" or "D, H, W",
+        fp8.is_tensor(x) and shape_str(x) or O.got(x)), 0)
+    end
+    local unb = x:dim() == dims + 1
+    if unb then x = x:unsqueeze(1) end
+    if x:size(2) ~= self.num_features and (self.affine or self.track_running_stats) then
+      error(("expected input's size at dim %d to match num_features (%d), got %d"):format(unb and 1 or 2,
+        self.num_features, x:size(2)), 0)
+    end
+    local use_input = self.training or not self.track_running_stats
+    local y = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_input,
+      self.momentum == false and 0 or self.momentum, self.eps)
+    return unb and y:squeeze(1) or y
+  end
+  cls.extra_repr = function(self)
+    return ("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s"):format(self.num_features, self.eps,
+      self.momentum == false and "None" or ("%g"):format(self.momentum), tostring(self.affine),
+      tostring(self.track_running_stats))
+  end
+  return cls
+end
+M.InstanceNorm1d = in_class("InstanceNorm1d", 1)
+M.InstanceNorm2d = in_class("InstanceNorm2d", 2)
+M.InstanceNorm3d = in_class("InstanceNorm3d", 3)
 
 -- GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])
 M.GroupNorm = Module.class("GroupNorm")

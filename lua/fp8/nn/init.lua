@@ -329,6 +329,12 @@ add("nn.LSTM", "fp8.nn.LSTM(input_size, hidden_size [, {num_layers=1, bias=true,
   .. "state dicts load both ways. dropout between layers in training only. flatten_parameters() is a no-op.\n"
   .. "Cells: RNNCell(input_size, hidden_size [, bias [, nonlinearity]]), GRUCell, LSTMCell; cell(x [, h]) -> h'\n"
   .. "(LSTMCell: cell(x [, {h, c}]) -> h', c'). High precision under every FP8 recipe.")
+add("nn.InstanceNorm2d", "fp8.nn.InstanceNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=false, "
+  .. "track_running_stats=false}]) / InstanceNorm1d / InstanceNorm3d; F.instance_norm(x [, running_mean, running_var, "
+  .. "weight, bias, use_input_stats=true, momentum, eps])",
+  "torch's instance normalization: each sample's channel normalized over its positions (style transfer, GANs).\n"
+  .. "With track_running_stats the batch's average statistics update running_mean/var in training and normalize in\n"
+  .. "eval; momentum=false is torch's None (no update). Unbatched inputs [C, ...] too. Differentiable.")
 add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, "
   .. "track_running_stats=true}]) / BatchNorm1d(...) / GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true}])",
   "torch's: BatchNorm normalizes each channel over the batch (and the positions) by the batch's statistics in\n"
