@@ -1976,6 +1976,37 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { stride = "x" })
   end)
 
+  it("Dropout1d/2d/3d zero whole channels with probability p and scale the rest, as torch's", function()
+    fp8.manual_seed(7)
+    for _, c in ipairs { { F.dropout1d, { 20, 200, 3 }, { 3 } }, { F.dropout2d, { 10, 400, 2, 3 }, { 3, 4 } },
+      { F.dropout3d, { 4000, 2, 1, 2 }, { 2, 3, 4 } } } do   -- the last: unbatched [C, D, H, W]
+      local x = fp8.ones(c[2])
+      local y = c[1](x, 0.3)
+      local positions = x:numel() // y:sum(c[3]):numel()
+      local zeros, n = 0, 0
+      for _, v in ipairs(y:sum(c[3]):reshape(-1):tolist()) do   -- each channel all zero or all 1/(1-p)
+        n = n + 1
+        if v == 0 then zeros = zeros + 1
+        else assert.is_true(math.abs(v - positions / 0.7) < 1e-4 * positions, tostring(v)) end
+      end
+      assert.is_true(math.abs(zeros / n - 0.3) < 0.03, ("%d of %d channels dropped"):format(zeros, n))
+    end
+    local x = fp8.ones({ 2, 3, 4 }):requires_grad(true)
+    local y = F.dropout1d(x, 0.5)
+    y:sum():backward()
+    assert.are.same(y:totable(), x.grad:totable())   -- the gradient is the mask, scaled
+    assert.are.same(fp8.ones { 2, 3 }:totable(), F.dropout1d(fp8.ones { 2, 3 }, 0.9, false):totable())
+    assert.are.same(fp8.zeros { 2, 3 }:totable(), F.dropout1d(fp8.ones { 2, 3 }, 1):totable())
+    local d = nn.Dropout2d(0.4)
+    assert.are.equal("Dropout2d(p=0.4)", tostring(d))
+    d:eval()
+    assert.are.same(fp8.ones { 2, 3, 4, 5 }:totable(), d(fp8.ones { 2, 3, 4, 5 }):totable())
+    U.fails_with("dropout3d: expected an input [N, C, D, H, W] or [C, D, H, W], got [2, 3]", F.dropout3d,
+      fp8.ones { 2, 3 })
+    U.fails_with("Dropout2d: p must be a probability in [0, 1], got 2", nn.Dropout2d, 2)
+    U.fails_with("dropout1d: training must be a boolean, got 1", F.dropout1d, fp8.ones { 2, 3 }, 0.5, 1)
+  end)
+
   it("InstanceNorm1d/2d and F.instance_norm give torch 2.15's values, gradients and running statistics", function()
     local CX, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_x1)
     local function wave(shape)

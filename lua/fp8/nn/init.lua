@@ -55,6 +55,8 @@ for name, cls in pairs(require "fp8.nn.adaptive_pool") do nn[name] = cls end
 for name, cls in pairs(require "fp8.nn.upsample") do nn[name] = cls end
 -- RNN, LSTM, GRU and RNNCell, LSTMCell, GRUCell (lua/fp8/nn/rnn.lua)
 for name, cls in pairs(require "fp8.nn.rnn") do nn[name] = cls end
+-- Dropout1d, Dropout2d, Dropout3d (and F.dropout1d/2d/3d: lua/fp8/nn/channel_dropout.lua)
+for name, cls in pairs(require "fp8.nn.channel_dropout") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -329,6 +331,11 @@ add("nn.LSTM", "fp8.nn.LSTM(input_size, hidden_size [, {num_layers=1, bias=true,
   .. "state dicts load both ways. dropout between layers in training only. flatten_parameters() is a no-op.\n"
   .. "Cells: RNNCell(input_size, hidden_size [, bias [, nonlinearity]]), GRUCell, LSTMCell; cell(x [, h]) -> h'\n"
   .. "(LSTMCell: cell(x [, {h, c}]) -> h', c'). High precision under every FP8 recipe.")
+add("nn.Dropout2d", "fp8.nn.Dropout2d([p=0.5]) / Dropout1d / Dropout3d; F.dropout2d(x [, p [, training]]), "
+  .. "F.dropout1d, F.dropout3d",
+  "torch's channel-wise dropout: in training each sample's channel is zeroed whole with probability p and the rest\n"
+  .. "scaled by 1/(1-p); the identity in eval. 1d: [N, C, L] or [C, L]; 2d: [N, C, H, W] (a 3-D input is taken\n"
+  .. "as [N, C, L], torch 2.x's reading); 3d: [N, C, D, H, W] or [C, D, H, W]. Drawn from fp8.manual_seed's generator.")
 add("nn.InstanceNorm2d", "fp8.nn.InstanceNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=false, "
   .. "track_running_stats=false}]) / InstanceNorm1d / InstanceNorm3d; F.instance_norm(x [, running_mean, running_var, "
   .. "weight, bias, use_input_stats=true, momentum, eps])",
