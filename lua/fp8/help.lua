@@ -540,6 +540,7 @@ also("nn.Dropout2d", { "nn.Dropout1d", "nn.Dropout3d", "nn.functional.dropout1d"
                        "nn.functional.dropout3d" })
 also("nn.InstanceNorm2d", { "nn.InstanceNorm1d", "nn.InstanceNorm3d", "nn.functional.instance_norm" })
 also("nn.utils.parameters_to_vector", { "nn.utils.vector_to_parameters" })
+also("nn.utils.rnn.pad_sequence", { "nn.utils.rnn.unpad_sequence" })
 also("nn.TripletMarginLoss", { "nn.MarginRankingLoss", "nn.CosineEmbeddingLoss", "nn.HingeEmbeddingLoss",
                                "nn.SoftMarginLoss", "nn.PairwiseDistance", "nn.functional.triplet_margin_loss",
                                "nn.functional.margin_ranking_loss", "nn.functional.cosine_embedding_loss",

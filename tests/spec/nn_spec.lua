@@ -1976,6 +1976,30 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { stride = "x" })
   end)
 
+  it("utils.rnn.pad_sequence and unpad_sequence batch sequences of different lengths, as torch's", function()
+    local R = nn.utils.rnn
+    local a = fp8.arange(3):reshape({ 3, 1 }):requires_grad(true)
+    local b, c = fp8.arange(5):reshape { 5, 1 }, fp8.arange(1):reshape { 1, 1 }
+    local p = R.pad_sequence { a, b, c }
+    -- torch 2.15: pad_sequence([a, b, c]) and (batch_first=True, padding_value=-1, padding_side="left")
+    assert.are.same({ { 0, 0, 0 }, { 1, 1, 0 }, { 2, 2, 0 }, { 0, 3, 0 }, { 0, 4, 0 } }, p:reshape({ 5, 3 }):totable())
+    assert.are.same({ { -1, -1, 0, 1, 2 }, { 0, 1, 2, 3, 4 }, { -1, -1, -1, -1, 0 } }, R.pad_sequence({ a, b, c },
+      { batch_first = true, padding_value = -1, padding_side = "left" }):reshape({ 3, 5 }):totable())
+    local u = R.unpad_sequence(p, fp8.tensor { 3, 5, 1 })
+    assert.are.same({ a:totable(), b:totable(), c:totable() }, { u[1]:totable(), u[2]:totable(), u[3]:totable() })
+    p:sum():backward()
+    assert.are.same({ { 1 }, { 1 }, { 1 } }, a.grad:totable())
+    -- an LSTM over the padded batch, then each sequence's own steps back
+    local out = nn.LSTM(1, 2)(R.pad_sequence { b, c })
+    assert.are.same({ 5, 2, 2 }, out:shape())
+    U.fails_with("pad_sequence: sequence 2 is fp32 [2, 2], sequence 1 fp32 [3, 1]: all must share the dims after the "
+      .. "first and the dtype", R.pad_sequence, { a, fp8.ones { 2, 2 } })
+    U.fails_with("pad_sequence: padding_side must be \"right\" or \"left\", got \"up\"", R.pad_sequence, { a },
+      { padding_side = "up" })
+    U.fails_with("unpad_sequence: length 2 must be an integer in 0..5, got 6", R.unpad_sequence, p, { 3, 6, 1 })
+    U.fails_with("unpad_sequence: lengths must be a list (or a 1-d tensor) of 3 lengths", R.unpad_sequence, p, { 3 })
+  end)
+
   it("Dropout1d/2d/3d zero whole channels with probability p and scale the rest, as torch's", function()
     fp8.manual_seed(7)
     for _, c in ipairs { { F.dropout1d, { 20, 200, 3 }, { 3 } }, { F.dropout2d, { 10, 400, 2, 3 }, { 3, 4 } },

@@ -357,6 +357,11 @@ add("nn.utils.parameters_to_vector", "fp8.nn.utils.parameters_to_vector(params) 
   .. "vector_to_parameters(vec, params)",
   "torch's: every parameter flattened into one 1-D tensor, in order (differentiable); and back: vec's slices\n"
   .. "copied into the parameters in place (no gradient recorded).")
+add("nn.utils.rnn.pad_sequence", "fp8.nn.utils.rnn.pad_sequence(sequences [, {batch_first=false, padding_value=0, "
+  .. "padding_side=\"right\"}]) / unpad_sequence(padded, lengths [, {batch_first=false}])",
+  "torch's: sequences [L_i, ...] of one dtype and trailing shape stacked into [max L, B, ...] ([B, max L, ...]\n"
+  .. "with batch_first), padded with padding_value on the right (or the left); unpad_sequence gives the list back\n"
+  .. "from the lengths. Differentiable. Packed sequences are not offered: the recurrent layers run on padded batches.")
 add("nn.utils.clip_grad_value_", "fp8.nn.utils.clip_grad_value_(params, clip_value)",
   "Clamps every gradient element to [-clip_value, clip_value] in place, as torch's (MS-AMP's FP8 gradients are\n"
   .. "refused before any is touched: clip_grad_norm_ scales them).")

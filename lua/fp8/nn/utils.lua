@@ -211,4 +211,7 @@ function M.clip_grad_value_(params, clip_value, ...)
   end)
 end
 
+-- rnn: pad_sequence and unpad_sequence (lua/fp8/nn/rnn_utils.lua)
+M.rnn = require "fp8.nn.rnn_utils"
+
 return M
