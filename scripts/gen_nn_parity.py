@@ -7,7 +7,8 @@ nn.Softmax, the activations with kinks (hardtanh, relu6, hardsigmoid, hardswish;
 softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu, softplus, logsigmoid, mish),
 F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
 F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.interpolate and
-pixel_shuffle, RNN/LSTM/GRU and their cells, InstanceNorm, Conv1d/Conv2d with padding_mode, F.kl_div
+pixel_shuffle, RNN/LSTM/GRU and their cells, InstanceNorm, the
+multi-class margin losses, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -221,6 +222,25 @@ conv_case("c2_circular_s2", conv_module(torch.nn.Conv2d, 4, 6, 3, CWT, CB, paddi
                                         padding_mode="circular"), CX)
 conv_case("c1_replicate_same", conv_module(torch.nn.Conv1d, 4, 6, 2, CWT[:, :, 0, :2], CB, padding="same",
                                            dilation=3, padding_mode="replicate"), CX1)
+# multi-class margin losses: values (each reduction) and the input's gradient of the value weighted by 1..n
+MX = [[0.1, 0.2, 0.4, 0.8], [0.5, -0.3, 0.2, 0.1], [-1.0, 2.0, 0.3, 0.3]]
+MT = [3, 0, 2]
+MLT = [[3, 0, -1, 1], [1, 1, -1, 0], [2, 1, 0, 3]]
+MLS = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+MW = [0.5, 1.0, 2.0, 1.5]
+for key, fn, tgt, kw in (
+        ("mm", F.multi_margin_loss, torch.tensor(MT), {}),
+        ("mm_p2w", F.multi_margin_loss, torch.tensor(MT), {"p": 2, "margin": 0.7, "weight": torch.tensor(MW)}),
+        ("mlm", F.multilabel_margin_loss, torch.tensor(MLT), {}),
+        ("mls", F.multilabel_soft_margin_loss, torch.tensor(MLS), {}),
+        ("mls_w", F.multilabel_soft_margin_loss, torch.tensor(MLS), {"weight": torch.tensor(MW)})):
+    for red in ("mean", "sum", "none"):
+        x = torch.tensor(MX, requires_grad=True)
+        y = fn(x, tgt, reduction=red, **kw)
+        (y * torch.arange(1.0, y.numel() + 1).reshape(y.shape)).sum().backward()
+        out["%s_%s" % (key, red)] = rows(y)
+        out["%s_%s_dx" % (key, red)] = rows(x.grad)
+out["mm_unbatched"] = rows(F.multi_margin_loss(torch.tensor(MX[0]), torch.tensor(3)))
 # instance norm: affine with running statistics over two training steps (outputs, every gradient, the statistics
 # after), then eval; without affine and statistics on an unbatched 2-d input; InstanceNorm1d
 inorm = torch.nn.InstanceNorm2d(4, affine=True, track_running_stats=True)

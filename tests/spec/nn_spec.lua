@@ -1976,6 +1976,46 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { stride = "x" })
   end)
 
+  it("multi_margin_loss, multilabel_margin_loss, multilabel_soft_margin_loss and their modules: torch 2.15's values "
+    .. "and gradients", function()
+    local MX = { { 0.1, 0.2, 0.4, 0.8 }, { 0.5, -0.3, 0.2, 0.1 }, { -1.0, 2.0, 0.3, 0.3 } }
+    local MT, MW = fp8.tensor { 3, 0, 2 }, fp8.tensor { 0.5, 1.0, 2.0, 1.5 }
+    local MLT = fp8.tensor { { 3, 0, -1, 1 }, { 1, 1, -1, 0 }, { 2, 1, 0, 3 } }
+    local MLS = fp8.tensor { { 1, 0, 0, 1 }, { 0, 1, 1, 0 }, { 1, 1, 0, 0 } }
+    for _, c in ipairs { { "mm", F.multi_margin_loss, MT, {} },
+      { "mm_p2w", F.multi_margin_loss, MT, { p = 2, margin = 0.7, weight = MW } },
+      { "mlm", F.multilabel_margin_loss, MLT, {} }, { "mls", F.multilabel_soft_margin_loss, MLS, {} },
+      { "mls_w", F.multilabel_soft_margin_loss, MLS, { weight = MW } } } do
+      for _, red in ipairs { "mean", "sum", "none" } do
+        local o = { reduction = red }
+        for k, v in pairs(c[4]) do o[k] = v end
+        local x = fp8.tensor(MX):requires_grad_()
+        local y = c[2](x, c[3], o)
+        local key = c[1] .. "_" .. red
+        same(key, y, ref[key], 1e-6)
+        ;(y * (fp8.arange(y:numel()) + 1):reshape(y:shape())):sum():backward()
+        same(key .. " dx", x.grad, ref[key .. "_dx"], 1e-6)
+      end
+    end
+    same("mm unbatched", F.multi_margin_loss(fp8.tensor(MX[1]), fp8.tensor(3)), ref.mm_unbatched, 1e-6)
+    same("MultiMarginLoss", nn.MultiMarginLoss { p = 2, margin = 0.7, weight = MW }(fp8.tensor(MX), MT),
+      ref.mm_p2w_mean, 1e-6)
+    same("MultiLabelMarginLoss", nn.MultiLabelMarginLoss()(fp8.tensor(MX), MLT), ref.mlm_mean, 1e-6)
+    same("MultiLabelSoftMarginLoss", nn.MultiLabelSoftMarginLoss { reduction = "sum" }(fp8.tensor(MX), MLS),
+      ref.mls_sum, 1e-6)
+    U.fails_with("multi_margin_loss: target 4 is not a class index in 0..3", F.multi_margin_loss, fp8.tensor(MX),
+      fp8.tensor { 3, 4, 0 })
+    U.fails_with("multi_margin_loss: p must be 1 or 2 (torch's), got 3", F.multi_margin_loss, fp8.tensor(MX), MT,
+      { p = 3 })
+    U.fails_with("multi_margin_loss: target must be [3] (one class per sample), got [2]", F.multi_margin_loss,
+      fp8.tensor(MX), fp8.tensor { 1, 2 })
+    U.fails_with("multilabel_margin_loss: target 0.5 is not a class index in 0..3", F.multilabel_margin_loss,
+      fp8.tensor(MX), fp8.tensor { { 0.5, -1, 0, 0 }, { 0, -1, 0, 0 }, { 0, -1, 0, 0 } })
+    U.fails_with("multilabel_soft_margin_loss: weight must be [4] (one per class), got [3]",
+      F.multilabel_soft_margin_loss, fp8.tensor(MX), MLS, { weight = fp8.ones { 3 } })
+    U.fails_with("MultiMarginLoss: unknown option 'reduce'", nn.MultiMarginLoss, { reduce = true })
+  end)
+
   it("utils.rnn.pad_sequence and unpad_sequence batch sequences of different lengths, as torch's", function()
     local R = nn.utils.rnn
     local a = fp8.arange(3):reshape({ 3, 1 }):requires_grad(true)

@@ -331,6 +331,13 @@ add("nn.LSTM", "fp8.nn.LSTM(input_size, hidden_size [, {num_layers=1, bias=true,
   .. "state dicts load both ways. dropout between layers in training only. flatten_parameters() is a no-op.\n"
   .. "Cells: RNNCell(input_size, hidden_size [, bias [, nonlinearity]]), GRUCell, LSTMCell; cell(x [, h]) -> h'\n"
   .. "(LSTMCell: cell(x [, {h, c}]) -> h', c'). High precision under every FP8 recipe.")
+add("nn.MultiMarginLoss", "fp8.nn.MultiMarginLoss([{p=1, margin=1, weight=, reduction=}]) / "
+  .. "MultiLabelMarginLoss([{reduction=}]) / MultiLabelSoftMarginLoss([{weight=, reduction=}])",
+  "torch's multi-class losses, inputs [N, C] or [C]: multi_margin_loss(x, y) = sum over i != y of\n"
+  .. "w[y]*max(0, margin - x[y] + x[i])^p / C (y the 0-based class); multilabel_margin_loss(x, y) the hinge\n"
+  .. "max(0, 1 - (x[j] - x[i])) of each target class j (y lists them, ended by -1) against each other class, / C;\n"
+  .. "multilabel_soft_margin_loss(x, y) the logistic loss of each class (y of 0/1), weighted, averaged over C.\n"
+  .. "Functions F.multi_margin_loss, F.multilabel_margin_loss, F.multilabel_soft_margin_loss. Differentiable.")
 add("nn.Dropout2d", "fp8.nn.Dropout2d([p=0.5]) / Dropout1d / Dropout3d; F.dropout2d(x [, p [, training]]), "
   .. "F.dropout1d, F.dropout3d",
   "torch's channel-wise dropout: in training each sample's channel is zeroed whole with probability p and the rest\n"

@@ -3,7 +3,7 @@
 -- L1Loss([{reduction}]), BCELoss([{weight, reduction}]), BCEWithLogitsLoss([{weight, reduction, pos_weight}]),
 -- SmoothL1Loss([{reduction, beta}]), HuberLoss([{reduction, delta}]), KLDivLoss([{reduction, log_target}]),
 -- MarginRankingLoss, TripletMarginLoss, CosineEmbeddingLoss, HingeEmbeddingLoss, SoftMarginLoss, GaussianNLLLoss,
--- PoissonNLLLoss ([{their options}]);
+-- PoissonNLLLoss, MultiMarginLoss, MultiLabelMarginLoss, MultiLabelSoftMarginLoss ([{their options}]);
 -- loss(input, target) (three inputs where the function takes three) is the function's value with the options given
 -- at construction, checked there.
 local Module = require "fp8.nn.module"
@@ -11,6 +11,7 @@ local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
 require "fp8.nn.embedding_losses"    -- F.margin_ranking_loss, F.triplet_margin_loss, ...
 require "fp8.nn.likelihood_losses"   -- F.gaussian_nll_loss, F.poisson_nll_loss
+require "fp8.nn.multiclass_losses"   -- F.multi_margin_loss, F.multilabel_margin_loss, F.multilabel_soft_margin_loss
 
 local M = {}
 
@@ -64,5 +65,9 @@ M.HingeEmbeddingLoss = loss_class("HingeEmbeddingLoss", F.hinge_embedding_loss, 
 M.SoftMarginLoss = loss_class("SoftMarginLoss", F.soft_margin_loss, { "reduction" })
 M.GaussianNLLLoss = loss_class("GaussianNLLLoss", F.gaussian_nll_loss, { "full", "eps", "reduction" }, nil, 3)
 M.PoissonNLLLoss = loss_class("PoissonNLLLoss", F.poisson_nll_loss, { "log_input", "full", "eps", "reduction" })
+M.MultiMarginLoss = loss_class("MultiMarginLoss", F.multi_margin_loss, { "p", "margin", "weight", "reduction" })
+M.MultiLabelMarginLoss = loss_class("MultiLabelMarginLoss", F.multilabel_margin_loss, { "reduction" })
+M.MultiLabelSoftMarginLoss = loss_class("MultiLabelSoftMarginLoss", F.multilabel_soft_margin_loss,
+  { "weight", "reduction" })
 
 return M
