@@ -536,6 +536,7 @@ also("nn.AdaptiveAvgPool2d", { "nn.AdaptiveMaxPool2d", "nn.AdaptiveAvgPool1d", "
 also("nn.Upsample", { "nn.UpsamplingNearest2d", "nn.UpsamplingBilinear2d", "nn.functional.interpolate" })
 also("nn.PixelShuffle", { "nn.PixelUnshuffle", "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle" })
 also("nn.LSTM", { "nn.GRU", "nn.RNN", "nn.LSTMCell", "nn.GRUCell", "nn.RNNCell" })
+also("nn.Bilinear", { "nn.functional.bilinear" })
 also("nn.MultiMarginLoss", { "nn.MultiLabelMarginLoss", "nn.MultiLabelSoftMarginLoss",
                              "nn.functional.multi_margin_loss", "nn.functional.multilabel_margin_loss",
                              "nn.functional.multilabel_soft_margin_loss" })

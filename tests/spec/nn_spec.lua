@@ -1754,6 +1754,11 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
     end
     local CWT = CW:transpose(1, 2):contiguous()   -- [4, 6, 3, 3]: a transposed convolution's weight
+    local function wave2(shape, a, b)   -- sin(i·a + b) over the shape, as the generator's wave
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return (fp8.arange(n) * a + b):sin():reshape(shape)
+    end
     local function with_weights(m, w, b)   -- a convolution module holding the fixture's weight and bias
       fp8.no_grad(function() nn.init.copy_(m.weight, w); nn.init.copy_(m.bias, b) end)
       return function(x) return m(x) end
@@ -1822,6 +1827,8 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "ip_area", function(x) return F.interpolate(x, { size = { 4, 3 }, mode = "area" }) end, CX },
       { "pixel_shuffle", function(x) return F.pixel_shuffle(x, 2) end, CX },
       { "pixel_unshuffle", function(x) return F.pixel_unshuffle(x, 3) end, CX:narrow(4, 1, 6):contiguous() },
+      { "bilinear", function(a, b, w, bias) return F.bilinear(a, b, w, bias) end, wave2({ 2, 3, 4 }, 0.29, 0.4),
+        wave2({ 2, 3, 5 }, 0.31, 0.1), wave2({ 6, 4, 5 }, 0.53, 0.3), wave2({ 6 }, 1.1, 0.2) },
       { "mp_ceil", function(x) return F.max_pool2d(x, 2, { stride = 2, padding = 1, ceil_mode = true }) end, CX },
       { "mp_ceil_d2", function(x)
           return F.max_pool2d(x, 3, { stride = { 2, 3 }, dilation = { 1, 2 }, ceil_mode = true })
@@ -1879,6 +1886,20 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("Conv2d: groups must be a positive integer dividing in_channels (4) and out_channels (6), got 4",
       nn.Conv2d, 4, 6, 3, { groups = 4 })
     U.fails_with("conv2d: padding=\"same\" needs stride 1", F.conv2d, CX, CW, { padding = "same", stride = 2 })
+    -- Bilinear: torch's shapes, init bound and repr; the function's value through the module
+    local bl = nn.Bilinear(4, 5, 6)
+    assert.are.same({ 6, 4, 5 }, bl.weight:shape())
+    assert.is_true(bl.weight:abs():max():item() <= 0.5 and bl.bias:abs():max():item() <= 0.5)
+    fp8.no_grad(function()
+      nn.init.copy_(bl.weight, wave2({ 6, 4, 5 }, 0.53, 0.3)); nn.init.copy_(bl.bias, wave2({ 6 }, 1.1, 0.2))
+    end)
+    same("Bilinear", bl(wave2({ 2, 3, 4 }, 0.29, 0.4), wave2({ 2, 3, 5 }, 0.31, 0.1)), ref.bilinear, 1e-5)
+    assert.are.equal("Bilinear(in1_features=4, in2_features=5, out_features=6, bias=true)", tostring(bl))
+    U.fails_with("bilinear: input1 [2, 4] and input2 [3, 5] must have the same leading dims", F.bilinear,
+      fp8.ones { 2, 4 }, fp8.ones { 3, 5 }, bl.weight)
+    U.fails_with("bilinear: input1 must be [..., 4] and input2 [..., 5] with the same leading dims, got [2, 5] and "
+      .. "[2, 5]", F.bilinear, fp8.ones { 2, 5 }, fp8.ones { 2, 5 }, bl.weight)
+    U.fails_with("Bilinear: out_features must be a positive integer, got 0", nn.Bilinear, 4, 5, 0)
     -- the transposed convolutions: torch's weight shape and init bound, output_size, and the refusals
     local ct = nn.ConvTranspose2d(4, 6, 3, { stride = 2, padding = 1, output_padding = 1, groups = 2 })
     assert.are.same({ 4, 3, 3, 3 }, ct.weight:shape())

@@ -57,6 +57,8 @@ for name, cls in pairs(require "fp8.nn.upsample") do nn[name] = cls end
 for name, cls in pairs(require "fp8.nn.rnn") do nn[name] = cls end
 -- Dropout1d, Dropout2d, Dropout3d (and F.dropout1d/2d/3d: lua/fp8/nn/channel_dropout.lua)
 for name, cls in pairs(require "fp8.nn.channel_dropout") do nn[name] = cls end
+-- Bilinear (and F.bilinear: lua/fp8/nn/bilinear.lua)
+for name, cls in pairs(require "fp8.nn.bilinear") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -331,6 +333,10 @@ add("nn.LSTM", "fp8.nn.LSTM(input_size, hidden_size [, {num_layers=1, bias=true,
   .. "state dicts load both ways. dropout between layers in training only. flatten_parameters() is a no-op.\n"
   .. "Cells: RNNCell(input_size, hidden_size [, bias [, nonlinearity]]), GRUCell, LSTMCell; cell(x [, h]) -> h'\n"
   .. "(LSTMCell: cell(x [, {h, c}]) -> h', c'). High precision under every FP8 recipe.")
+add("nn.Bilinear", "fp8.nn.Bilinear(in1_features, in2_features, out_features [, {bias=true}]); "
+  .. "F.bilinear(x1, x2, weight [, bias])",
+  "torch's bilinear layer: y_o = x1^T W_o x2 + b_o over the last dims ([..., in1] and [..., in2] -> [..., out]);\n"
+  .. "weight [out, in1, in2] and bias U(-1/sqrt(in1), 1/sqrt(in1)), torch's init. Differentiable in all four.")
 add("nn.MultiMarginLoss", "fp8.nn.MultiMarginLoss([{p=1, margin=1, weight=, reduction=}]) / "
   .. "MultiLabelMarginLoss([{reduction=}]) / MultiLabelSoftMarginLoss([{weight=, reduction=}])",
   "torch's multi-class losses, inputs [N, C] or [C]: multi_margin_loss(x, y) = sum over i != y of\n"
