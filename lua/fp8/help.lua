@@ -519,6 +519,7 @@ also("nn.PReLU", { "nn.Softsign", "nn.Tanhshrink", "nn.Threshold", "nn.functiona
                    "nn.functional.hardshrink", "nn.functional.softshrink" })
 also("nn.utils.get_total_norm", { "nn.utils.clip_grads_with_norm_" })
 also("optim.RMSprop", { "optim.Adagrad" })
+also("optim.NAdam", { "optim.RAdam", "optim.Adamax", "optim.Adadelta" })
 also("nn.BatchNorm2d", { "nn.BatchNorm1d", "nn.GroupNorm", "nn.functional.batch_norm", "nn.functional.group_norm" })
 also("nn.Conv2d", { "nn.Conv1d", "nn.MaxPool2d", "nn.AvgPool2d", "nn.MaxPool1d", "nn.AvgPool1d", "nn.Unfold",
                     "nn.Fold", "nn.functional.conv2d", "nn.functional.conv1d", "nn.functional.max_pool2d",

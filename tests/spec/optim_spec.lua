@@ -287,6 +287,164 @@ describe("fp8.optim arguments", function()
       { lr_dcay = 1 })
   end)
 
+  it("Adadelta, Adamax, NAdam and RAdam are torch 2.15's, every option (eight steps, the gradient's sign flipping)",
+    function()
+    -- torch 2.15 (foreach=False): p = [1, -2, 0.5]; step i with p.grad = ±i·[0.5, 0.25, -1] (negative every third);
+    -- the parameters after each step
+    local ref = {
+      adadelta = {
+        { 0.998418868, -2.00158095, 0.501581132 },
+        { 0.996398568, -2.00360107, 0.503601432 },
+        { 0.99883312, -2.00116658, 0.501166821 },
+        { 0.995995522, -2.004004, 0.504004419 },
+        { 0.992762506, -2.00723696, 0.507237494 },
+        { 0.996385276, -2.00361443, 0.503614724 },
+        { 0.99237752, -2.007622, 0.50762254 },
+        { 0.98798871, -2.01201057, 0.512011409 },
+      },
+      adadelta_all = {
+        { 1.01459074, -1.98540604, 0.485396266 },
+        { 1.03393412, -1.96723533, 0.466414392 },
+        { 1.00966477, -1.9840796, 0.489148468 },
+        { 1.03648913, -1.95937645, 0.462416261 },
+        { 1.06705737, -1.93182564, 0.432194054 },
+        { 1.03189075, -1.95835721, 0.465552688 },
+        { 1.06916964, -1.9250226, 0.428681791 },
+        { 1.10973644, -1.88908744, 0.388679981 },
+      },
+      adamax = {
+        { 0.899999976, -2.0999999, 0.600000024 },
+        { 0.823684216, -2.17631578, 0.676315784 },
+        { 0.828481257, -2.1715188, 0.671518743 },
+        { 0.801954627, -2.19804549, 0.698045373 },
+        { 0.761496007, -2.23850417, 0.738503993 },
+        { 0.756318092, -2.24368215, 0.743681908 },
+        { 0.733562589, -2.26643753, 0.766437411 },
+        { 0.699589312, -2.30041075, 0.800410688 },
+      },
+      adamax_all = {
+        { 1.04983389, -1.95007682, 0.450045407 },
+        { 1.09262276, -1.90324104, 0.40553233 },
+        { 1.0621953, -1.90619135, 0.432547331 },
+        { 1.08885276, -1.87126684, 0.402949244 },
+        { 1.13015163, -1.82734311, 0.360769093 },
+        { 1.10388815, -1.84350991, 0.384961456 },
+        { 1.13113785, -1.81111562, 0.356035024 },
+        { 1.17323363, -1.76741266, 0.313429117 },
+      },
+      nadam = {
+        { 0.89435482, -2.10564518, 0.60564518 },
+        { 0.79806006, -2.20193982, 0.70193994 },
+        { 0.882896304, -2.11710358, 0.617103696 },
+        { 0.793091059, -2.2069087, 0.706908941 },
+        { 0.697375953, -2.30262375, 0.802624047 },
+        { 0.781009018, -2.2189908, 0.718990982 },
+        { 0.686365545, -2.3136344, 0.813634455 },
+        { 0.585446954, -2.41455293, 0.914553046 },
+      },
+      nadam_all = {
+        { 0.945242226, -2.0546577, 0.554761112 },
+        { 0.894057393, -2.10983419, 0.606852174 },
+        { 0.935191035, -2.05457711, 0.561280787 },
+        { 0.885872364, -2.0926106, 0.608620107 },
+        { 0.833216667, -2.13961554, 0.660420597 },
+        { 0.874314845, -2.08768964, 0.616547048 },
+        { 0.824003696, -2.13086963, 0.665465176 },
+        { 0.770118058, -2.18023396, 0.718532741 },
+      },
+      nadam_dec = {
+        { 1.04782259, -1.93717742, 0.444677413 },
+        { 1.09073079, -1.87934422, 0.39430666 },
+        { 1.04285896, -1.91236567, 0.434753239 },
+        { 1.08254719, -1.85790133, 0.387676865 },
+        { 1.12499201, -1.80075431, 0.337880939 },
+        { 1.07755053, -1.83356702, 0.378008068 },
+        { 1.11948442, -1.77707744, 0.328796297 },
+        { 1.16434622, -1.71773279, 0.276693016 },
+      },
+      radam = {
+        { 0.949999988, -2.0250001, 0.600000024 },
+        { 0.873684168, -2.06315804, 0.752631605 },
+        { 0.88087976, -2.0595603, 0.73824048 },
+        { 0.82782656, -2.08608699, 0.844346881 },
+        { 0.72668004, -2.13666034, 1.04663992 },
+        { 0.726474166, -2.13686609, 1.04684579 },
+        { 0.725309014, -2.13803124, 1.04801095 },
+        { 0.723226011, -2.14011431, 1.05009401 },
+      },
+      radam_all = {
+        { 0.970000029, -2.00250006, 0.547500014 },
+        { 0.923433363, -2.01332498, 0.62817502 },
+        { 0.943694949, -1.99078333, 0.57524097 },
+        { 0.897300541, -2.00162172, 0.65567112 },
+        { 0.808019876, -2.03395867, 0.821929097 },
+        { 0.838226497, -2.00660968, 0.749270201 },
+        { 0.76290983, -2.03208137, 0.88771683 },
+        { 0.623092294, -2.0898633, 1.15522504 },
+      },
+      radam_dec = {
+        { 1.01999998, -1.97749996, 0.44749999 },
+        { 1.0565666, -1.94677913, 0.361929148 },
+        { 1.02628374, -1.94954526, 0.410119504 },
+        { 1.062819, -1.91896415, 0.324735552 },
+        { 1.14218235, -1.86703062, 0.153757021 },
+        { 1.10194755, -1.87495732, 0.222035855 },
+        { 1.16750085, -1.83005106, 0.0787996799 },
+        { 1.29744768, -1.7530086, -0.193162948 },
+      },
+    }
+    for _, c in ipairs {
+      { "adadelta", optim.Adadelta, { lr = 0.5 } },
+      { "adadelta_all", optim.Adadelta, { lr = 0.8, rho = 0.7, eps = 1e-4, weight_decay = 0.1, maximize = true } },
+      { "adamax", optim.Adamax, { lr = 0.1 } },
+      { "adamax_all", optim.Adamax, { lr = 0.05, betas = { 0.3, 0.6 }, eps = 1e-3, weight_decay = 0.2,
+        maximize = true } },
+      { "nadam", optim.NAdam, { lr = 0.1 } },
+      { "nadam_all", optim.NAdam, { lr = 0.05, betas = { 0.8, 0.9 }, eps = 1e-4, weight_decay = 0.1,
+        momentum_decay = 0.01 } },
+      { "nadam_dec", optim.NAdam, { lr = 0.05, weight_decay = 0.1, decoupled_weight_decay = true, maximize = true } },
+      { "radam", optim.RAdam, { lr = 0.1 } },
+      { "radam_all", optim.RAdam, { lr = 0.05, betas = { 0.5, 0.6 }, eps = 1e-4, weight_decay = 0.1 } },
+      { "radam_dec", optim.RAdam, { lr = 0.05, betas = { 0.5, 0.6 }, weight_decay = 0.1, decoupled_weight_decay = true,
+        maximize = true } },
+    } do
+      local p = fp8.tensor({ 1, -2, 0.5 }):requires_grad(true)
+      local o = c[2]({ p }, c[3])
+      for i = 1, 8 do
+        p.grad = fp8.tensor({ 0.5, 0.25, -1 }) * (i * (i % 3 == 0 and -1 or 1))
+        o:step()
+        local got = p:totable()
+        for k = 1, 3 do
+          local want = ref[c[1]][i][k]
+          assert.is_true(math.abs(got[k] - want) <= 4e-6 * math.max(1, math.abs(want)),
+            ("%s step %d [%d]: %.9g vs torch's %.9g"):format(c[1], i, k, got[k], want))
+        end
+      end
+      -- the state round-trips through state_dict into a fresh optimizer, which goes on as this one does
+      local q = fp8.tensor(p:totable()):requires_grad(true)
+      local o2 = c[2]({ q }, c[3])
+      o2:load_state_dict(o:state_dict())
+      p.grad, q.grad = fp8.tensor { 1, 1, 1 }, fp8.tensor { 1, 1, 1 }
+      o:step(); o2:step()
+      assert.are.same(p:totable(), q:totable())
+    end
+    U.fails_with("Adadelta: rho must be a number in [0, 1], got 2", optim.Adadelta, { fp8.ones { 1 } }, { rho = 2 })
+    U.fails_with("Adamax: betas[2] must be in [0, 1), got 1", optim.Adamax, { fp8.ones { 1 } }, { betas = { 0.9, 1 } })
+    U.fails_with("NAdam: unknown option 'amsgrad'", optim.NAdam, { fp8.ones { 1 } }, { amsgrad = true })
+    U.fails_with("NAdam: momentum_decay must be a number >= 0, got -1", optim.NAdam, { fp8.ones { 1 } },
+      { momentum_decay = -1 })
+    U.fails_with("RAdam: decoupled_weight_decay must be a boolean", optim.RAdam, { fp8.ones { 1 } },
+      { decoupled_weight_decay = 1 })
+    -- a NAdam state whose mu_product is not a number is refused by name
+    local p = fp8.tensor({ 1 }):requires_grad(true)
+    local o = optim.NAdam({ p })
+    p.grad = fp8.ones { 1 }
+    o:step()
+    local sd = o:state_dict()
+    sd.state[1].mu_product = "x"
+    U.fails_with("state 'mu_product' of parameter 1 must be a finite number, got x", o.load_state_dict, o, sd)
+  end)
+
   it("Adam is torch 2.x's: L2 weight decay on the gradient, amsgrad, maximize, decoupled_weight_decay", function()
     -- torch 2.15: Adam(lr=0.1, weight_decay=0.1, betas=(0.9, 0.5), ...), four steps from {1, -2, 0.5}
     local G = { { 2.0, -1.0, 0.1 }, { 0.5, 0.3, 0.0 }, { 0.1, 0.05, -3.0 }, { 0.01, 0.02, 0.0 } }

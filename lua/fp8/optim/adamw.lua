@@ -16,7 +16,9 @@ AdamW.DEFAULTS = DEFAULTS
 AdamW._param_dtypes = { fp32 = true }   -- fp8._optim.adamw_step updates fp32 parameters
 function AdamW.new(params, opts) return Optimizer.new(AdamW, "AdamW", DEFAULTS, params, opts) end
 
-function AdamW:_check_group(g)
+-- lr, eps, weight_decay (numbers >= 0), betas (a pair in [0, 1)) and maximize: what every Adam-like optimizer
+-- (Adam, AdamW, Adamax, NAdam, RAdam) checks alike, its messages naming it
+function AdamW._check_adam_like(self, g)
   self:_check_number(g, "lr", 0)
   self:_check_number(g, "eps", 0)
   self:_check_number(g, "weight_decay", 0)
@@ -29,8 +31,15 @@ function AdamW:_check_group(g)
       error(("%s: betas[%d] must be in [0, 1), got %g"):format(self.name, i, b[i]), 0)
     end
   end
-  for _, k in ipairs { "amsgrad", "maximize" } do
-    if type(g[k]) ~= "boolean" then error(("%s: %s must be a boolean, got %s"):format(self.name, k, type(g[k])), 0) end
+  if type(g.maximize) ~= "boolean" then
+    error(("%s: maximize must be a boolean, got %s"):format(self.name, type(g.maximize)), 0)
+  end
+end
+
+function AdamW:_check_group(g)
+  AdamW._check_adam_like(self, g)
+  if type(g.amsgrad) ~= "boolean" then
+    error(("%s: amsgrad must be a boolean, got %s"):format(self.name, type(g.amsgrad)), 0)
   end
 end
 

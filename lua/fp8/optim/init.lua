@@ -1,5 +1,5 @@
--- fp8.optim — optimizers (SGD, Adam, AdamW) whose updates run in fused C kernels, RMSprop and Adagrad (torch's
--- operations in torch's order), and learning-rate
+-- fp8.optim — optimizers (SGD, Adam, AdamW) whose updates run in fused C kernels, RMSprop, Adagrad, Adadelta,
+-- Adamax, NAdam and RAdam (torch's operations in torch's order), and learning-rate
 -- schedules (fp8.optim.lr_scheduler). Loaded on first use of fp8.optim.
 local optim = {
   Optimizer = require "fp8.optim.optimizer",
@@ -8,6 +8,10 @@ local optim = {
   AdamW = require "fp8.optim.adamw",
   RMSprop = require "fp8.optim.rmsprop",
   Adagrad = require "fp8.optim.adagrad",
+  Adadelta = require "fp8.optim.adadelta",
+  Adamax = require "fp8.optim.adamax",
+  NAdam = require "fp8.optim.nadam",
+  RAdam = require "fp8.optim.radam",
   lr_scheduler = require "fp8.optim.lr_scheduler",
 }
 
@@ -38,6 +42,14 @@ add("optim.RMSprop", "fp8.optim.RMSprop(params [, {lr=1e-2, alpha=0.99, eps=1e-8
   "torch.optim.RMSprop and torch.optim.Adagrad, their operations in torch's order on fp32 tensors (no fused\n"
   .. "kernel). State: step and square_avg (RMSprop; momentum_buffer, grad_avg with momentum, centered) or sum\n"
   .. "(Adagrad); opt:state_dict() / opt:load_state_dict(sd). MS-AMP takes only Adam and AdamW.")
+add("optim.NAdam", "fp8.optim.NAdam(params [, {lr=2e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=0,\n"
+  .. "  momentum_decay=4e-3, decoupled_weight_decay=false, maximize=false}]) / RAdam(params [, {lr=1e-3, betas,\n"
+  .. "  eps, weight_decay, decoupled_weight_decay, maximize}]) / Adamax(params [, {lr=2e-3, betas, eps, weight_decay,\n"
+  .. "  maximize}]) / Adadelta(params [, {lr=1, rho=0.9, eps=1e-6, weight_decay=0, maximize=false}])",
+  "torch.optim's NAdam (Nesterov momentum with its schedule), RAdam (the rectified adaptive step, SGD with momentum\n"
+  .. "while the rectification is undefined), Adamax (the infinity norm) and Adadelta, their operations in torch's\n"
+  .. "order on fp32 tensors (no fused kernel); torch's state names (NAdam: step, mu_product, exp_avg, exp_avg_sq;\n"
+  .. "Adamax: exp_avg, exp_inf; Adadelta: square_avg, acc_delta); opt:state_dict() / opt:load_state_dict(sd).")
 add("optim.Optimizer", "fp8.optim.Optimizer: the base class of SGD, Adam, AdamW, RMSprop and Adagrad",
   "Methods every optimizer has: step([closure]), zero_grad([set_to_none=true]), add_param_group{params=, ...},\n"
   .. "state_dict() / load_state_dict(sd); fields param_groups, defaults, state. A new optimizer:\n"

@@ -238,7 +238,8 @@ end
 -- The state one parameter has after a step: {key = {dtype=, shape=}} for tensors ("param" as shape: the
 -- parameter's; optional = true: may be absent; per_tensor = true: an FP8 one has one scale, not one per row;
 -- positive = true: every value finite and > 0, as a scale is), and
--- "count" for the step counter. Subclasses override; load_state_dict checks against it.
+-- "count" for the step counter, "number" for a finite scalar (NAdam's mu_product). Subclasses override;
+-- load_state_dict checks against it.
 function Optimizer:_state_schema(p) return nil end
 
 local function shape_str(sh) return "[" .. table.concat(sh, ", ") .. "]" end
@@ -269,6 +270,10 @@ function Optimizer:_check_param_state(st, p, idx)
     elseif want == "count" then
       if math.type(v) ~= "integer" or v < 0 then
         return ("state '%s' of parameter %d must be an integer >= 0, got %s"):format(k, idx, tostring(v))
+      end
+    elseif want == "number" then
+      if type(v) ~= "number" or v ~= v or math.abs(v) == math.huge then
+        return ("state '%s' of parameter %d must be a finite number, got %s"):format(k, idx, tostring(v))
       end
     else
       local shape = want.shape == "param" and p:shape() or want.shape
