@@ -15,10 +15,13 @@
  * product, so an inf or NaN in the other branch stays out; -0 is the identity of addition, so
  * where(m, x) + where(!m, y) is exactly torch's where(m, x, y) (fl_where). eq..ge: comparisons, 1 where true and
  * 0 where false in the result's dtype (there is no bool dtype); NaN compares unequal to everything, itself
- * included. Comparisons carry no history. */
+ * included. Comparisons carry no history. atan2(y, x): the angle of (x, y) in (-pi, pi], in double and rounded once.
+ * fmod: C's fmod, exact, the sign of the dividend (torch.fmod); remainder: fmod moved by the divisor where the signs
+ * differ, so the sign of the divisor (torch.remainder, Python's %). */
 typedef enum {
     FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_OP_MAXIMUM, FL_OP_MINIMUM, FL_OP_POW, FL_OP_WHERE,
-    FL_OP_EQ, FL_OP_NE, FL_OP_LT, FL_OP_LE, FL_OP_GT, FL_OP_GE, FL_BINOP_COUNT
+    FL_OP_EQ, FL_OP_NE, FL_OP_LT, FL_OP_LE, FL_OP_GT, FL_OP_GE, FL_OP_ATAN2, FL_OP_FMOD, FL_OP_REMAINDER,
+    FL_BINOP_COUNT
 } fl_binop;
 static inline bool fl_binop_is_comparison(fl_binop op) { return op >= FL_OP_EQ && op <= FL_OP_GE; }
 /* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. tanh, sigmoid (1 / (1 + e^-x)), sin, cos, erf,

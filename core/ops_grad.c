@@ -49,6 +49,34 @@ static fl_status select_grad(fl_tensor **out, const fl_tensor *g, const fl_tenso
     return st;
 }
 
+/* atan2(y, x)'s gradients, torch's: g·x/(x² + y²) for y, -g·y/(x² + y²) for x (want: the one for y when for_y) */
+static fl_status atan2_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *y, const fl_tensor *x, bool for_y) {
+    fl_tensor *yy = NULL, *xx = NULL, *s = NULL, *q = NULL;
+    fl_status st = fl_binary_raw(&yy, FL_OP_MUL, y, y);
+    if (st == FL_OK) st = fl_binary_raw(&xx, FL_OP_MUL, x, x);
+    if (st == FL_OK) st = fl_binary_raw(&s, FL_OP_ADD, yy, xx);
+    if (st == FL_OK) st = fl_binary_raw(&q, FL_OP_MUL, g, for_y ? x : y);
+    if (st == FL_OK) { fl_tensor_release(yy); yy = NULL; st = fl_binary_raw(&yy, FL_OP_DIV, q, s); }
+    if (st == FL_OK) st = for_y ? (*out = fl_tensor_retain(yy), FL_OK) : fl_unary_raw(out, FL_OP_NEG, yy);
+    fl_tensor *all[] = { yy, xx, s, q };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
+    return st;
+}
+
+/* fmod's and remainder's gradient for the divisor, torch's: -g·trunc(a/b) (fmod) or -g·floor(a/b) (remainder) */
+static fl_status divisor_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *a, const fl_tensor *b,
+                              fl_binop op) {
+    fl_tensor *q = NULL, *r = NULL, *p = NULL;
+    fl_status st = fl_binary_raw(&q, FL_OP_DIV, a, b);
+    if (st == FL_OK) st = fl_unary_raw(&r, op == FL_OP_FMOD ? FL_OP_TRUNC : FL_OP_FLOOR, q);
+    if (st == FL_OK) st = fl_binary_raw(&p, FL_OP_MUL, g, r);
+    if (st == FL_OK) st = fl_unary_raw(out, FL_OP_NEG, p);
+    fl_tensor_release(q);
+    fl_tensor_release(r);
+    fl_tensor_release(p);
+    return st;
+}
+
 static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_binop op = (fl_binop)n->iargs[0];
     const fl_tensor *a = n->saved[0], *b = n->saved[1];
@@ -96,6 +124,12 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
             if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_raw(&u, FL_OP_MUL, v, b); }
             if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, u);
             break;
+        case FL_OP_ATAN2: st = atan2_grad(&t, g, a, b, i == 0); break;
+        case FL_OP_FMOD:
+        case FL_OP_REMAINDER:   /* the dividend's is g; the divisor's -g·trunc (floor) of the quotient */
+            if (i == 0) t = fl_tensor_retain((fl_tensor *)g);
+            else st = divisor_grad(&t, g, a, b, op);
+            break;
         default: break;
         }
         fl_tensor_release(u);
@@ -109,7 +143,8 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 /* Comparisons have no gradient: their results carry no history. */
 static const char *const binary_names[FL_BINOP_COUNT] = {
     "AddBackward", "SubBackward", "MulBackward", "DivBackward", "MaximumBackward", "MinimumBackward", "PowBackward",
-    "WhereBackward" };
+    "WhereBackward", [FL_OP_ATAN2] = "Atan2Backward", [FL_OP_FMOD] = "FmodBackward",
+    [FL_OP_REMAINDER] = "RemainderBackward" };
 
 fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
     const fl_tensor *ins[2] = { a, b };
@@ -124,7 +159,7 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     FL_TRY(fl_autograd_record(out, &n, binary_names[op], binary_bwd, 2, ins));
     n->iargs[0] = op;
     if (op == FL_OP_MUL || op == FL_OP_DIV || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || op == FL_OP_POW ||
-        op == FL_OP_WHERE) {
+        op == FL_OP_WHERE || op == FL_OP_ATAN2 || op == FL_OP_FMOD || op == FL_OP_REMAINDER) {
         fl_node_save(n, 0, a);
         if (op != FL_OP_WHERE) fl_node_save(n, 1, b);   /* where's values: only their shape */
         /* a product's operand is read for the other's gradient only, a quotient's dividend for the divisor's, where's
@@ -251,6 +286,23 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
         fl_tensor_release(t);
         return st;
     }
+    case FL_OP_ATAN2: {   /* atan2(s, x) (first) or atan2(x, s), with the number as a 0-d operand */
+        fl_tensor *c = NULL;
+        fl_status st = fl_tensor_full(&c, FL_F32, 0, NULL, s, n->saved[0]->device);
+        if (st == FL_OK) st = first ? atan2_grad(&gin[0], g, c, n->saved[0], false)
+                                    : atan2_grad(&gin[0], g, n->saved[0], c, true);
+        fl_tensor_release(c);
+        return st;
+    }
+    case FL_OP_FMOD:
+    case FL_OP_REMAINDER: {
+        if (!first) { gin[0] = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
+        fl_tensor *c = NULL;
+        fl_status st = fl_tensor_full(&c, FL_F32, 0, NULL, s, n->saved[0]->device);
+        if (st == FL_OK) st = divisor_grad(&gin[0], g, c, n->saved[0], op);
+        fl_tensor_release(c);
+        return st;
+    }
     default: return FL_ERR(FL_EINVAL, "autograd: unknown binary op %d", (int)op);
     }
 }
@@ -263,7 +315,9 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
     n->iargs[0] = op;
     n->iargs[1] = scalar_first;
     n->dargs[0] = s;
-    if ((op == FL_OP_DIV && scalar_first) || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM || (op == FL_OP_POW && !scalar_first))
+    if ((op == FL_OP_DIV && scalar_first) || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM ||
+        (op == FL_OP_POW && !scalar_first) || op == FL_OP_ATAN2 ||
+        ((op == FL_OP_FMOD || op == FL_OP_REMAINDER) && scalar_first))
         fl_node_save(n, 0, a);
     else {
         if (op == FL_OP_POW) FL_TRY(fl_node_save_detached(n, 0, *out));

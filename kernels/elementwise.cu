@@ -96,6 +96,10 @@ FL_HD float ew_minimum(float x, float y) {
 }
 FL_HD float ew_pow(float x, float y) { return (float)pow((double)x, (double)y); }
 FL_HD float ew_cmp(bool c) { return c ? 1.0f : 0.0f; }
+FL_HD float ew_remainder(float x, float y) {   /* torch's: fmod moved by y where the signs differ */
+    float m = fmodf(x, y);
+    return m != 0.0f && ((y < 0.0f) != (m < 0.0f)) ? m + y : m;
+}
 
 FL_HD float ew_binop(int op, float x, float y) {
     switch (op) {
@@ -112,6 +116,9 @@ FL_HD float ew_binop(int op, float x, float y) {
     case FL_OP_LT: return ew_cmp(x < y);
     case FL_OP_LE: return ew_cmp(x <= y);
     case FL_OP_GT: return ew_cmp(x > y);
+    case FL_OP_ATAN2: return (float)atan2((double)x, (double)y);
+    case FL_OP_FMOD: return fmodf(x, y);
+    case FL_OP_REMAINDER: return ew_remainder(x, y);
     default: return ew_cmp(x >= y);   /* FL_OP_GE */
     }
 }

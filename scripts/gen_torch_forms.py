@@ -3,9 +3,10 @@
 tensor ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor,
 ceil, round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed
 tensor), isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row
-included), prod and cumprod (values and gradients, zeros included), lerp (number and tensor weights; gradients),
-einsum (values and every operand's gradient), dot, addmm, baddbmm, diagonal, diag, trace, addcmul, addcdiv,
-nan_to_num, logaddexp, xlogy, logit, isclose, count_nonzero, movedim and unflatten (values and gradients) and the in-place methods' results, for
+included), prod and cumprod (values and gradients, zeros included), atan2, fmod and remainder (edge values,
+gradients), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient), dot, addmm,
+baddbmm, diagonal, diag, trace, addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, count_nonzero,
+movedim and unflatten (values and gradients) and the in-place methods' results, for
 tests/spec/torch_forms_spec.lua to compare fp8's against. Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_torch_forms.py"""
 import math
@@ -84,6 +85,24 @@ for key, dim in (("cumprod_d2", 1), ("cumprod_d1", 0)):
         (y * torch.tensor(G)).sum().backward()
         out[key + tag] = rows(y)
         out[key + tag + "_dx"] = rows(x.grad)
+# atan2, fmod, remainder: every quadrant and sign, zeros, infinities and NaN (values), a number on either side, and
+# the gradients of both operands (weighted by G) away from the steps
+SA = [1.0, -1.0, -1.0, 1.0, 0.0, -0.0, 5.5, -5.5, 7.25, -7.25, float("inf"), 3.0, float("nan"), 2.0]
+SB = [1.0, 1.0, -1.0, -1.0, 1.0, -1.0, 2.0, 2.0, -2.5, -2.5, 2.0, float("inf"), 1.0, 0.0]
+for name in ("atan2", "fmod", "remainder"):
+    out[name + "_edge"] = rows(getattr(torch, name)(torch.tensor(SA), torch.tensor(SB)))
+    out[name + "_s2"] = rows(getattr(torch, name)(torch.tensor(SA), torch.tensor(1.5)))
+    a = torch.tensor(X, requires_grad=True) * 3
+    a.retain_grad()
+    b = torch.tensor([[1.25, -0.75, 2.5, 0.5]], requires_grad=True)
+    y = getattr(torch, name)(a, b)
+    (y * torch.tensor(G)).sum().backward()
+    out[name + "_y"] = rows(y)
+    out[name + "_da"] = rows(a.grad)
+    out[name + "_db"] = rows(b.grad)
+    out[name + "_bf16"] = rows(getattr(torch, name)(torch.tensor(X).bfloat16() * 3,
+                                                    torch.tensor([[1.25, -0.75, 2.5, 0.5]]).bfloat16()).float())
+out["remainder_s1"] = rows(torch.remainder(5.0, torch.tensor([2.0, -2.0, 3.5, -0.75])))
 out["prod_bf16"] = rows(torch.tensor(X).bfloat16().prod(1).float())
 out["cumprod_bf16"] = rows(torch.tensor(X).bfloat16().cumprod(1).float())
 out["cumprod_long"] = rows(torch.linspace(0.9, 1.1, 37).cumprod(0))

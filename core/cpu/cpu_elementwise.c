@@ -15,6 +15,11 @@ static inline float minimum1(float x, float y) {
     return x < y || (x == y && signbit(x)) ? x : y;
 }
 static inline float pow1(float x, float y) { return (float)pow((double)x, (double)y); }
+static inline float atan21(float y, float x) { return (float)atan2((double)y, (double)x); }
+static inline float remainder1(float x, float y) {   /* torch's: fmod moved by y where the signs differ */
+    float m = fmodf(x, y);
+    return m != 0.0f && ((y < 0.0f) != (m < 0.0f)) ? m + y : m;
+}
 static inline float tanh1(float x) { return (float)tanh((double)x); }
 static inline float sigmoid1(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
 
@@ -40,6 +45,9 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
     case FL_OP_LT: EW_LOOP(CMP(a[i] < b[i])); break;
     case FL_OP_LE: EW_LOOP(CMP(a[i] <= b[i])); break;
     case FL_OP_GT: EW_LOOP(CMP(a[i] > b[i])); break;
+    case FL_OP_ATAN2: for (int64_t i = 0; i < n; i++) d[i] = atan21(a[i], b[i]); break;
+    case FL_OP_FMOD: for (int64_t i = 0; i < n; i++) d[i] = fmodf(a[i], b[i]); break;
+    case FL_OP_REMAINDER: for (int64_t i = 0; i < n; i++) d[i] = remainder1(a[i], b[i]); break;
     default: EW_LOOP(CMP(a[i] >= b[i])); break;   /* FL_OP_GE */
     }
 }
@@ -63,6 +71,18 @@ static inline void scalar_run(fl_binop op, const float *a, float s, bool first, 
     case FL_OP_LT: if (first) EW_LOOP(CMP(s < a[i])); else EW_LOOP(CMP(a[i] < s)); break;
     case FL_OP_LE: if (first) EW_LOOP(CMP(s <= a[i])); else EW_LOOP(CMP(a[i] <= s)); break;
     case FL_OP_GT: if (first) EW_LOOP(CMP(s > a[i])); else EW_LOOP(CMP(a[i] > s)); break;
+    case FL_OP_ATAN2:
+        if (first) for (int64_t i = 0; i < n; i++) d[i] = atan21(s, a[i]);
+        else for (int64_t i = 0; i < n; i++) d[i] = atan21(a[i], s);
+        break;
+    case FL_OP_FMOD:
+        if (first) for (int64_t i = 0; i < n; i++) d[i] = fmodf(s, a[i]);
+        else for (int64_t i = 0; i < n; i++) d[i] = fmodf(a[i], s);
+        break;
+    case FL_OP_REMAINDER:
+        if (first) for (int64_t i = 0; i < n; i++) d[i] = remainder1(s, a[i]);
+        else for (int64_t i = 0; i < n; i++) d[i] = remainder1(a[i], s);
+        break;
     default: if (first) EW_LOOP(CMP(s >= a[i])); else EW_LOOP(CMP(a[i] >= s)); break;   /* FL_OP_GE */
     }
 }

@@ -70,6 +70,12 @@ add_all {
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / ^ and :abs(),\n"
        .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape();\n"
        .. "the operators as methods: :add(y), :sub(y), :mul(y), :div(y), :pow(y), and fp8.pow(a, b) (a number for a or b)." },
+  { section = "Tensors", name = "Tensor:atan2", sig = "y:atan2(x) / a:fmod(b) / a:remainder(b) / a % b",
+    doc = "torch's: the angle of (x, y) in (-pi, pi] (in double, rounded once); C's fmod, exact, with the dividend's\n"
+       .. "sign; remainder (and Lua's %, as Python's and torch's %) with the divisor's sign. Broadcast, a number\n"
+       .. "for either operand; differentiable (atan2: x/(x²+y²) and -y/(x²+y²); fmod and remainder: 1 for the\n"
+       .. "dividend, -trunc(a/b) and -floor(a/b) for the divisor). Function forms fp8.atan2, fp8.fmod,\n"
+       .. "fp8.remainder." },
   { section = "Tensors", name = "set_printoptions", sig = "fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=}",
     doc = "How tensors print (torch's names): decimals, the element count past which a print is summarised,\n"
        .. "the elements kept at each end, the columns a row wraps at. Returns the previous options." },
@@ -486,6 +492,7 @@ also("kwargs.describe", { "kwargs.repr", "kwargs.nearest", "kwargs.is_handler" }
 also("progress", { "progress.new" })
 also("keys", { "REPL keys" })
 also("Tensor:matmul", { "pow", "Tensor:pow" })
+also("Tensor:atan2", { "Tensor:fmod", "Tensor:remainder", "atan2", "fmod", "remainder" })
 
 also("Accelerator", { "acc:prepare", "acc:prepare_model", "acc:prepare_optimizer", "acc:prepare_scheduler",
                       "acc:prepare_data_loader", "acc:backward", "acc:autocast", "acc:autocast_dtype", "acc:clip_grad_norm_",

@@ -199,7 +199,7 @@ M.FORMS = {
   "bmm", "outer", "softmax", "log_softmax", "unbind", "flip", "roll", "tile", "repeat_interleave", "masked_select",
   "nonzero", "argwhere", "dot", "addmm", "baddbmm", "diagonal", "diag", "trace", "addcmul", "addcdiv", "clip",
   "relu", "nan_to_num", "logaddexp", "xlogy", "logit", "isclose", "allclose", "count_nonzero", "movedim", "moveaxis",
-  "swapaxes", "swapdims", "unflatten", "index_add", "index_copy", "index_fill",
+  "swapaxes", "swapdims", "unflatten", "index_add", "index_copy", "index_fill", "atan2", "fmod", "remainder",
 }
 
 -- x, checked as argument 1 of fp8.<name>; a core method's "bad argument #n to '?'" (the method is called by a

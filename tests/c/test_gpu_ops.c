@@ -417,13 +417,13 @@ static void ew_case(const impl *im, int *fl__failed, int *fails, ew_kind kind, i
         ++*fails;
     } else {
         /* exp and log: double-precision results rounded once vs glibc's expf/logf (≤ 0.82 ulp): 1 ulp; pow, tanh,
-         * sigmoid, sin, cos, erf, log1p and expm1: double on both sides, but CUDA's double functions are not glibc's
-         * (≤ 2 ulp of a double), which can move the one rounding to fp32: 1 ulp */
+         * sigmoid, sin, cos, erf, log1p, expm1, atan2: double on both sides, but CUDA's double functions are not
+         * glibc's (≤ 2 ulp of a double), which can move the one rounding to fp32: 1 ulp */
         bool dbl = op == FL_OP_EXP || op == FL_OP_LOG || op == FL_OP_TANH || op == FL_OP_SIGMOID || op == FL_OP_SIN ||
                    op == FL_OP_COS || op == FL_OP_ERF || op == FL_OP_LOG1P || op == FL_OP_EXPM1 ||
                    (op >= FL_OP_TAN && op <= FL_OP_EXP2);
         int ulps = (kind == EW_UNARY && dbl) ||
-                   (kind != EW_UNARY && op == FL_OP_POW) ? 1 : 0;
+                   (kind != EW_UNARY && (op == FL_OP_POW || op == FL_OP_ATAN2)) ? 1 : 0;
         int64_t first_bad = 0;
         uint32_t cc[2];
         int64_t bad = compare_twin(&T[0], ulps, NAN_ANY, &first_bad, cc);

@@ -134,6 +134,9 @@ static double f64_op(int op, double a, double b) {
     case FL_OP_MAXIMUM: return a > b ? a : b;
     case FL_OP_MINIMUM: return a < b ? a : b;
     case FL_OP_WHERE: return a != 0 ? b : -0.0;
+    case FL_OP_ATAN2: return atan2(a, b);
+    case FL_OP_FMOD: return fmod(a, b);
+    case FL_OP_REMAINDER: { double m = fmod(a, b); return m != 0 && ((b < 0) != (m < 0)) ? m + b : m; }
     default: return pow(a, b);   /* FL_OP_POW */
     }
 }
@@ -172,6 +175,15 @@ static void f64_bscalar(const double *const *in, double *o) {
 static fl_status f32_bscalar(fl_tensor **o, fl_tensor **in) { return fl_binary_scalar(o, (fl_binop)(cur->iarg / 2), in[0], 1.7, cur->iarg % 2); }
 
 static void init_pos(int i, double *v, int64_t n) { for (int64_t j = 0; j < n; j++) v[j] = 0.3 + 2 * urand(); }
+/* fmod/remainder: quotients away from the integers, where the two jump: dividends ±[3.3, 3.7] over divisors ±[2, 3]
+ * (|a/b| in (1.1, 1.85)); against the scalar 1.7, operands ±[2, 3] (x/1.7 in (1.17, 1.77), 1.7/x in (0.56, 0.85)) */
+static void init_mod(int i, double *v, int64_t n) {
+    for (int64_t j = 0; j < n; j++) v[j] = (urand() < 0.5 ? -1 : 1) * (i == 0 ? 3.3 + 0.4 * urand() : 2 + urand());
+}
+static void init_mod_scalar(int i, double *v, int64_t n) {
+    (void)i;
+    for (int64_t j = 0; j < n; j++) v[j] = (urand() < 0.5 ? -1 : 1) * (2 + urand());
+}
 /* floor/ceil/round/trunc: values k + [0.1, 0.4), k in -3..2, away from the steps at integers and halves */
 static void init_steps(int i, double *v, int64_t n) {
     for (int64_t j = 0; j < n; j++) v[j] = floor(6 * urand()) - 3 + 0.1 + 0.3 * urand();
@@ -424,7 +436,8 @@ TEST(gradcheck_binary_broadcast) {
         /* pow: the base's gradient only (a tensor exponent's is refused: gradcheck_pow_exponent_refused) */
         /* where: the values' gradient (the mask takes none) */
         gc_case c = { fl_binop_names[op], 2, { 3, 2 }, { { 2, 1, 4 }, { 3, 4 } }, { op != FL_OP_WHERE, op != FL_OP_POW },
-                      op == FL_OP_DIV ? init_div : op == FL_OP_POW ? init_pow : NULL, f32_binary, f64_binary, op };
+                      op == FL_OP_DIV ? init_div : op == FL_OP_POW ? init_pow
+                      : op == FL_OP_FMOD || op == FL_OP_REMAINDER ? init_mod : NULL, f32_binary, f64_binary, op };
         gradcheck(fl__failed, &c);
     }
     for (int k = 0; k < 2 * FL_BINOP_COUNT; k++) {
@@ -432,7 +445,9 @@ TEST(gradcheck_binary_broadcast) {
         if (fl_binop_is_comparison((fl_binop)op)) continue;
         /* s / x and x ^ s need x > 0 */
         bool pos = (op == FL_OP_DIV && first) || (op == FL_OP_POW && !first);
-        gc_case c = { "binary scalar", 1, { 2 }, { { 3, 4 } }, { true }, pos ? init_pos : NULL, f32_bscalar, f64_bscalar, k };
+        bool mod = op == FL_OP_FMOD || op == FL_OP_REMAINDER;
+        gc_case c = { "binary scalar", 1, { 2 }, { { 3, 4 } }, { true }, pos ? init_pos : mod ? init_mod_scalar : NULL,
+                      f32_bscalar, f64_bscalar, k };
         gradcheck(fl__failed, &c);
     }
 }

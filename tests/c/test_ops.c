@@ -42,6 +42,9 @@ static double ref_binop(int op, double x, double y) {
     case FL_OP_MINIMUM: return x < y ? x : y;
     case FL_OP_POW: return pow(x, y);
     case FL_OP_WHERE: return x != 0 ? y : -0.0;
+    case FL_OP_ATAN2: return (float)atan2(x, y);
+    case FL_OP_FMOD: return fmod(x, y);
+    case FL_OP_REMAINDER: { double m = fmod(x, y); return m != 0 && ((y < 0) != (m < 0)) ? m + y : m; }
     case FL_OP_EQ: return x == y;
     case FL_OP_NE: return x != y;
     case FL_OP_LT: return x < y;

@@ -40,6 +40,37 @@ local function same(name, got, want, tol, signs)
   end
 end
 
+describe("atan2, fmod, remainder and % (PyTorch 2.x's values)", function()
+  local SA = { 1, -1, -1, 1, 0, -0.0, 5.5, -5.5, 7.25, -7.25, math.huge, 3, 0 / 0, 2 }
+  local SB = { 1, 1, -1, -1, 1, -1, 2, 2, -2.5, -2.5, 2, math.huge, 1, 0 }
+  local B = { { 1.25, -0.75, 2.5, 0.5 } }
+  for _, name in ipairs { "atan2", "fmod", "remainder" } do
+    it(name .. ": signs, zeros, infinities and NaN; a number operand; gradients of both operands; bf16", function()
+      same(name .. " edge", fp8.tensor(SA)[name](fp8.tensor(SA), fp8.tensor(SB)), ref[name .. "_edge"], nil, true)
+      same(name .. " scalar", fp8.tensor(SA)[name](fp8.tensor(SA), 1.5), ref[name .. "_s2"], nil, true)
+      local a = (fp8.tensor(X) * 3):detach():requires_grad_()
+      local b = fp8.tensor(B):requires_grad_()
+      local y = fp8[name](a, b)   -- the function form
+      same(name, y, ref[name .. "_y"], nil, true)
+      ;(y * fp8.tensor(G)):sum():backward()
+      same(name .. " da", a.grad, ref[name .. "_da"], 1e-6)
+      same(name .. " db", b.grad, ref[name .. "_db"], 1e-6)
+      local name_bw = ({ atan2 = "Atan2Backward", fmod = "FmodBackward", remainder = "RemainderBackward" })[name]
+      assert.are.equal(name_bw, y:grad_fn())
+      local xb = fp8.tensor(X):to("bf16") * 3   -- rounded to bf16 twice, as torch's bf16 tensor times 3
+      same(name .. " bf16", xb[name](xb, fp8.tensor(B):to("bf16")), ref[name .. "_bf16"], nil, true)
+    end)
+  end
+  it("% is remainder, a number on either side (torch's and Python's %)", function()
+    same("x % 1.5", fp8.tensor(SA) % 1.5, ref.remainder_s2, nil, true)
+    same("5 % x", 5 % fp8.tensor { 2, -2, 3.5, -0.75 }, ref.remainder_s1, nil, true)
+    U.fails_with("remainder: expected a tensor or a number as operand 2, got string", function()
+      return fp8.ones { 2 } % "x" end)
+    U.fails_with("atan2: shapes [2] and [3] cannot be broadcast together", function()
+      return fp8.ones { 2 }:atan2(fp8.ones { 3 }) end)
+  end)
+end)
+
 describe("the unary ops sin, cos, floor, ceil, round, trunc, erf, log1p, expm1, tan, asin, acos, atan, sinh, cosh, "
   .. "log2, log10, exp2 (PyTorch 2.x's values)", function()
   -- X mapped into each op's domain, as scripts/gen_torch_forms.py's DOMAIN
