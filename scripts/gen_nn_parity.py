@@ -8,7 +8,7 @@ softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu
 F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
 F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.interpolate and
 pixel_shuffle, RNN/LSTM/GRU and their cells, InstanceNorm, the
-multi-class margin losses, F.bilinear, Conv1d/Conv2d with padding_mode, F.kl_div
+multi-class margin losses, F.bilinear, Embedding's max_norm, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -225,6 +225,15 @@ conv_case("c1_replicate_same", conv_module(torch.nn.Conv1d, 4, 6, 2, CWT[:, :, 0
 # bilinear: values and the gradients of both inputs, the weight and the bias (a batch of [2, 3] positions)
 conv_case("bilinear", lambda a, b, w, bias: F.bilinear(a, b, w, bias), wave((2, 3, 4), 0.29, 0.4),
           wave((2, 3, 5), 0.31, 0.1), wave((6, 4, 5), 0.53, 0.3), wave((6,), 1.1, 0.2))
+# embedding with max_norm: the rows looked up renormalized in place (norm 2 and norm 1), the output, the weight
+# after and its gradient
+for key, kw in (("emb_maxnorm", dict(max_norm=1.0)), ("emb_maxnorm1", dict(max_norm=2.5, norm_type=1.0))):
+    emb = torch.nn.Embedding(5, 3, **kw)
+    with torch.no_grad():
+        emb.weight.copy_(wave((5, 3), 0.7, 0.3) * 4)
+    y = emb(torch.tensor([[1, 3], [1, 0]]))
+    (y * wave(tuple(y.shape), 0.71, 0.5)).sum().backward()
+    out[key], out[key + "_w"], out[key + "_dw"] = rows(y), rows(emb.weight), rows(emb.weight.grad)
 # multi-class margin losses: values (each reduction) and the input's gradient of the value weighted by 1..n
 MX = [[0.1, 0.2, 0.4, 0.8], [0.5, -0.3, 0.2, 0.1], [-1.0, 2.0, 0.3, 0.3]]
 MT = [3, 0, 2]

@@ -840,7 +840,8 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
   local F = nn.F
   local cases = {
     { function() return F.embedding(fp8.tensor { 0, 1, 0 }, fp8.randn(2, 2), 0, 2.0) end,
-      "embedding: takes (indices, weight [, padding_idx]) (no max_norm); got 1 more argument" },
+      "embedding: takes (indices, weight [, padding_idx | {padding_idx=, max_norm=, norm_type=}]); got 1 more "
+        .. "argument" },
     { function() return F.relu(fp8.ones(2), true) end, "relu: takes (input) (no inplace)" },
     { function() return F.softmax(fp8.ones(2), 1, "bf16") end, "softmax: takes (input [, dim]) (no dtype)" },
     { function() return F.linear(fp8.ones(1, 2), fp8.ones(3, 2), nil, 5) end, "linear: takes (input, weight [, bias])" },
@@ -853,8 +854,8 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     { function() return nn.Sequential(nn.Linear(2, 3), nil, nn.Linear(3, 4)) end, "Sequential: layer 2 must be a Module, got nil" },
     { function() return nn.Dropout { 0.1 } end, "Dropout: give p as Dropout(0.1) or Dropout{p=0.1}" },
     { function() return nn.Dropout { p = 0.1, inplace = true } end, "Dropout: unknown option 'inplace'" },
-    { function() return nn.Embedding { num_embeddings = 5, embedding_dim = 2, max_norm = 1 } end,
-      "Embedding: unknown option 'max_norm'" },
+    { function() return nn.Embedding { num_embeddings = 5, embedding_dim = 2, sparse = true } end,
+      "Embedding: sparse=true is not supported" },
     { function() return nn.Embedding(5, 2, 0, { max_norm = 1 }) end, "Embedding: takes at most 3 arguments, got 4" },
     { function() local m = nn.Sequential(nn.Linear(2, 2)); return m:named_modules("x", {}, {}) end,
       "Sequential:named_modules: takes (prefix); got 2 more arguments" },
@@ -1743,6 +1744,31 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       nn.Embedding.from_pretrained, src, { freez = true })
     U.fails_with("Embedding.from_pretrained: embeddings must be a 2-D tensor", nn.Embedding.from_pretrained,
       fp8.ones { 3 })
+    -- max_norm: the rows looked up renormalized in place, as torch's (the norm's 2 and 1); the options table
+    local function wave(shape, a, b)
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return (fp8.arange(n) * a + b):sin():reshape(shape)
+    end
+    for key, o in pairs { emb_maxnorm = { max_norm = 1.0 }, emb_maxnorm1 = { max_norm = 2.5, norm_type = 1.0 } } do
+      local m = nn.Embedding(5, 3, o)
+      fp8.no_grad(function() nn.init.copy_(m.weight, wave({ 5, 3 }, 0.7, 0.3) * 4) end)
+      local y = m(fp8.tensor { { 1, 3 }, { 1, 0 } })
+      ;(y * wave(y:shape(), 0.71, 0.5)):sum():backward()
+      same(key, y, ref[key], 1e-5)
+      same(key .. " weight after", m.weight, ref[key .. "_w"], 1e-5)
+      same(key .. " dw", m.weight.grad, ref[key .. "_dw"], 1e-5)
+    end
+    assert.are.equal("Embedding(5, 3, max_norm=2.5, norm_type=1.0)",
+      tostring(nn.Embedding(5, 3, { max_norm = 2.5, norm_type = 1.0 })))
+    U.fails_with("Embedding: sparse=true is not supported (there are no sparse gradients here)", nn.Embedding, 5, 3,
+      { sparse = true })
+    U.fails_with("embedding: scale_grad_by_freq=true is not supported", F.embedding, EIDS, fp8.tensor(EW),
+      { scale_grad_by_freq = true })
+    U.fails_with("embedding: index 7 is out of range for 4 embeddings", F.embedding, fp8.tensor { 7 }, fp8.tensor(EW),
+      { max_norm = 1 })
+    U.fails_with("Embedding: unknown option 'max_nrom' (did you mean 'max_norm'?)", nn.Embedding, 5, 3,
+      { max_nrom = 1 })
   end)
 
   it("conv1d/conv2d, max/avg pooling, unfold and fold give torch 2.15's values and gradients", function()

@@ -980,11 +980,56 @@ end
 
 -- embedding(idx (token ids as numbers, 0-based), weight[V, D] [, padding_idx]) → [idx..., D]; torch's padding_idx:
 -- the rows looked up at that id pass no gradient to it (the output there is still the weight's row)
+-- The rows of weight that idx looks up whose norm_type-norm passes max_norm scaled in place to max_norm / (norm +
+-- 1e-7) of themselves, torch's embedding_renorm_ (under no_grad: the write is not part of the graph)
+local function renorm_rows(weight, idx, max_norm, norm_type)
+  local V, ids, seen = weight:size(1), {}, {}
+  for _, v in ipairs(idx:numel() > 0 and idx:reshape({ -1 }):tolist() or {}) do
+    if not (v == math.floor(v) and v >= 0 and v < V) then
+      error(("embedding: index %s is out of range for %d embeddings (0-based ids 0..%d)"):format(
+        O.got(math.tointeger(v) or v), V, V - 1), 3)
+    end
+    if not seen[v] then seen[v] = true; ids[#ids + 1] = v end
+  end
+  if #ids == 0 then return end
+  fp8.no_grad(function()
+    local at = fp8.tensor(ids)
+    if weight:device() ~= "cpu" then at = at:to(weight:device()) end
+    local rows = weight:index_select(1, at)
+    local a = rows:float():abs()
+    local norms = norm_type == math.huge and a:amax(2, true) or (a ^ norm_type):sum(2, true) ^ (1 / norm_type)
+    local scale = where(norms:gt(max_norm), max_norm / (norms + 1e-7), 1)
+    weight:index_copy_(1, at, (rows:float() * scale):to(weight:dtype()))
+  end)
+end
+
+-- embedding(indices, weight [, padding_idx | {padding_idx=, max_norm=, norm_type=2}]): torch's lookup; max_norm
+-- renormalizes the looked-up rows of weight in place first (torch's); scale_grad_by_freq and sparse are refused.
 function F.embedding(idx, weight, padding_idx, ...)
-  no_more("embedding", "(indices, weight [, padding_idx]) (no max_norm)", ...)
+  no_more("embedding", "(indices, weight [, padding_idx | {padding_idx=, max_norm=, norm_type=}])", ...)
   check_tensor("embedding", "indices", idx); check_tensor("embedding", "weight", weight)
   if weight:dim() ~= 2 then error(("embedding: weight must be [num_embeddings, dim], got %s"):format(shape_str(weight)), 2) end
+  local max_norm, norm_type
+  if type(padding_idx) == "table" then
+    local o = padding_idx
+    for _, k in ipairs { "scale_grad_by_freq", "sparse" } do
+      if type(o) == "table" and rawget(o, k) ~= nil and rawget(o, k) ~= false then
+        error(("embedding: %s=%s is not supported (%s)"):format(k, O.got(rawget(o, k)), k == "sparse"
+          and "there are no sparse gradients here" or "gradients are not scaled by frequency here"), 2)
+      end
+    end
+    o = check_opts("embedding", o, { padding_idx = true, max_norm = true, norm_type = true, scale_grad_by_freq = true,
+      sparse = true })
+    padding_idx, max_norm, norm_type = o.padding_idx, o.max_norm, o.norm_type or 2
+    if max_norm ~= nil and (type(max_norm) ~= "number" or not (max_norm >= 0 and max_norm < math.huge)) then
+      error(("embedding: max_norm must be a finite number >= 0, got %s"):format(O.got(max_norm)), 2)
+    end
+    if type(norm_type) ~= "number" or not (norm_type > 0) then
+      error(("embedding: norm_type must be a number > 0 (math.huge for the max), got %s"):format(O.got(norm_type)), 2)
+    end
+  end
   local pad = F._padding_idx("embedding", padding_idx, weight:size(1), 2)
+  if max_norm ~= nil then renorm_rows(weight, idx, max_norm, norm_type) end
   local out = at_caller(pcall(core().embedding, idx, weight))
   if pad == nil or not out:requires_grad() then return out end
   return require("fp8.tensor").where(idx:eq(pad):unsqueeze(-1):to(out:device()), out:detach(), out)

@@ -132,11 +132,13 @@ add("nn.Linear", "fp8.nn.Linear(in_features, out_features [, bias=true])",
   "y = x·Wᵀ + b for x [..., in_features]; W, b ~ U(-1/√in, 1/√in) as in PyTorch.")
 add("nn.LayerNorm", "fp8.nn.LayerNorm(n [, {eps=1e-5, elementwise_affine=true, bias=true}])",
   "Normalises the last dimension; weight ones, bias zeros.")
-add("nn.Embedding", "fp8.nn.Embedding(num_embeddings, embedding_dim [, padding_idx]) / "
-  .. "Embedding.from_pretrained(embeddings [, {freeze=true, padding_idx=}])",
+add("nn.Embedding", "fp8.nn.Embedding(num_embeddings, embedding_dim [, padding_idx | {padding_idx=, max_norm=, "
+  .. "norm_type=2}]) / Embedding.from_pretrained(embeddings [, {freeze=true, padding_idx=, max_norm=, norm_type=}])",
   "A lookup table, weight ~ N(0, 1) as in PyTorch: m(ids) takes 0-based token ids (a tensor) -> [..., embedding_dim].\n"
   .. "padding_idx (negative: from the end): that row starts at zeros and takes no gradient (torch's; also\n"
-  .. "F.embedding(ids, weight, padding_idx)). from_pretrained copies the table, frozen unless freeze=false.")
+  .. "F.embedding(ids, weight, padding_idx | {...})). max_norm: the rows a forward looks up whose norm passes it\n"
+  .. "are scaled to it in place first, as torch's. from_pretrained copies the table, frozen unless freeze=false.\n"
+  .. "scale_grad_by_freq and sparse are refused.")
 add("nn.Dropout", "fp8.nn.Dropout([p=0.5]) | Dropout{p=}",
   "Zeroes each element with probability p in training and scales the rest by 1/(1-p); the identity in eval mode.")
 add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=} / fp8.nn.ReLU() / SiLU() / "
