@@ -8,7 +8,8 @@ softmin, log_softmax, glu), the exponential ones in their tails (elu, celu, selu
 F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular modes, pooling with ceil_mode,
 F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.interpolate and
 pixel_shuffle, RNN/LSTM/GRU and their cells, InstanceNorm, the
-multi-class margin losses, F.bilinear, Embedding's max_norm, Conv1d/Conv2d with padding_mode, F.kl_div
+multi-class margin losses, F.bilinear, Embedding's max_norm, local_response_norm,
+Softmax2d, channel_shuffle, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -234,6 +235,11 @@ for key, kw in (("emb_maxnorm", dict(max_norm=1.0)), ("emb_maxnorm1", dict(max_n
     y = emb(torch.tensor([[1, 3], [1, 0]]))
     (y * wave(tuple(y.shape), 0.71, 0.5)).sum().backward()
     out[key], out[key + "_w"], out[key + "_dw"] = rows(y), rows(emb.weight), rows(emb.weight.grad)
+# local response norm (sizes 3 and 4, 3-D and 4-D inputs), Softmax2d, channel_shuffle: values and gradients
+conv_case("lrn3", lambda x: F.local_response_norm(x, 3), CX)
+conv_case("lrn4_1d", lambda x: F.local_response_norm(x, 4, alpha=0.1, beta=0.5, k=2.0), CX1)
+conv_case("softmax2d", lambda x: torch.nn.Softmax2d()(x), CX)
+conv_case("channel_shuffle", lambda x: F.channel_shuffle(x, 2), CX)
 # multi-class margin losses: values (each reduction) and the input's gradient of the value weighted by 1..n
 MX = [[0.1, 0.2, 0.4, 0.8], [0.5, -0.3, 0.2, 0.1], [-1.0, 2.0, 0.3, 0.3]]
 MT = [3, 0, 2]

@@ -1855,6 +1855,10 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "pixel_unshuffle", function(x) return F.pixel_unshuffle(x, 3) end, CX:narrow(4, 1, 6):contiguous() },
       { "bilinear", function(a, b, w, bias) return F.bilinear(a, b, w, bias) end, wave2({ 2, 3, 4 }, 0.29, 0.4),
         wave2({ 2, 3, 5 }, 0.31, 0.1), wave2({ 6, 4, 5 }, 0.53, 0.3), wave2({ 6 }, 1.1, 0.2) },
+      { "lrn3", function(x) return F.local_response_norm(x, 3) end, CX },
+      { "lrn4_1d", function(x) return nn.LocalResponseNorm(4, { alpha = 0.1, beta = 0.5, k = 2.0 })(x) end, CX1 },
+      { "softmax2d", function(x) return nn.Softmax2d()(x) end, CX },
+      { "channel_shuffle", function(x) return nn.ChannelShuffle(2)(x) end, CX },
       { "mp_ceil", function(x) return F.max_pool2d(x, 2, { stride = 2, padding = 1, ceil_mode = true }) end, CX },
       { "mp_ceil_d2", function(x)
           return F.max_pool2d(x, 3, { stride = { 2, 3 }, dilation = { 1, 2 }, ceil_mode = true })
@@ -2085,6 +2089,47 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { padding_side = "up" })
     U.fails_with("unpad_sequence: length 2 must be an integer in 0..5, got 6", R.unpad_sequence, p, { 3, 6, 1 })
     U.fails_with("unpad_sequence: lengths must be a list (or a 1-d tensor) of 3 lengths", R.unpad_sequence, p, { 3 })
+  end)
+
+  it("gumbel_softmax draws soft samples over dim, and with hard=true one-hots whose gradient is the soft one's",
+    function()
+    fp8.manual_seed(11)
+    local logits = fp8.tensor({ { 2.0, 0.5, -1.0, 0.0 }, { -3.0, 3.0, 0.1, 0.2 } }):requires_grad(true)
+    local y = F.gumbel_softmax(logits, { tau = 0.5 })
+    for _, s in ipairs(y:sum(2):totable()) do assert.is_true(math.abs(s - 1) < 1e-6) end
+    assert.is_true(y:min():item() >= 0)
+    -- hard: exactly one 1 per row, at the soft sample's largest; gradients flow as through the soft sample
+    fp8.manual_seed(12)
+    local h = F.gumbel_softmax(logits, { hard = true })
+    fp8.manual_seed(12)
+    local soft = F.gumbel_softmax(logits:detach())
+    local rows, srows = h:totable(), soft:totable()
+    for r = 1, 2 do
+      local ones, best = 0, 1
+      for c = 1, 4 do
+        if rows[r][c] == 1 then ones = ones + 1 else assert.are.equal(0, rows[r][c]) end
+        if srows[r][c] > srows[r][best] then best = c end
+      end
+      assert.are.equal(1, ones)
+      assert.are.equal(1, rows[r][best])
+    end
+    ;(h * fp8.tensor { { 1, 2, 3, 4 }, { 4, 3, 2, 1 } }):sum():backward()
+    assert.is_true(logits.grad:abs():sum():item() > 0)
+    -- over many draws the argmax follows softmax(logits): the first row's class 1 ~ 0.69 of the time
+    fp8.manual_seed(13)
+    local big = fp8.tensor({ 2.0, 0.5, -1.0, 0.0 }):reshape({ 1, 4 }):expand({ 4000, 4 }):contiguous()
+    local picks = F.gumbel_softmax(big, { hard = true }):sum(1):totable()
+    local p1 = math.exp(2) / (math.exp(2) + math.exp(0.5) + math.exp(-1) + 1)
+    assert.is_true(math.abs(picks[1] / 4000 - p1) < 0.03, tostring(picks[1] / 4000))
+    U.fails_with("gumbel_softmax: tau must be a finite number > 0, got 0", F.gumbel_softmax, logits, { tau = 0 })
+    U.fails_with("gumbel_softmax: unknown option 'eps'", F.gumbel_softmax, logits, { eps = 1e-10 })
+    U.fails_with("local_response_norm: size must be an integer >= 1, got 0", F.local_response_norm,
+      fp8.ones { 1, 2, 3 }, 0)
+    U.fails_with("channel_shuffle: groups must be a positive integer dividing the channels (3), got 2",
+      F.channel_shuffle, fp8.ones { 1, 3, 2 }, 2)
+    U.fails_with("Softmax2d forward: expected an input [N, C, H, W] or [C, H, W], got [2, 3]", nn.Softmax2d(),
+      fp8.ones { 2, 3 })
+    assert.are.equal("LocalResponseNorm(3, alpha=0.0001, beta=0.75, k=1.0)", tostring(nn.LocalResponseNorm(3)))
   end)
 
   it("Dropout1d/2d/3d zero whole channels with probability p and scale the rest, as torch's", function()

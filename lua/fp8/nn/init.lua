@@ -59,6 +59,9 @@ for name, cls in pairs(require "fp8.nn.rnn") do nn[name] = cls end
 for name, cls in pairs(require "fp8.nn.channel_dropout") do nn[name] = cls end
 -- Bilinear (and F.bilinear: lua/fp8/nn/bilinear.lua)
 for name, cls in pairs(require "fp8.nn.bilinear") do nn[name] = cls end
+-- LocalResponseNorm, Softmax2d, ChannelShuffle (and F.local_response_norm, F.channel_shuffle, F.gumbel_softmax:
+-- lua/fp8/nn/channel_ops.lua)
+for name, cls in pairs(require "fp8.nn.channel_ops") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -335,6 +338,13 @@ add("nn.LSTM", "fp8.nn.LSTM(input_size, hidden_size [, {num_layers=1, bias=true,
   .. "state dicts load both ways. dropout between layers in training only. flatten_parameters() is a no-op.\n"
   .. "Cells: RNNCell(input_size, hidden_size [, bias [, nonlinearity]]), GRUCell, LSTMCell; cell(x [, h]) -> h'\n"
   .. "(LSTMCell: cell(x [, {h, c}]) -> h', c'). High precision under every FP8 recipe.")
+add("nn.LocalResponseNorm", "fp8.nn.LocalResponseNorm(size [, {alpha=1e-4, beta=0.75, k=1}]) / Softmax2d() / "
+  .. "ChannelShuffle(groups); F.local_response_norm(x, size [, {...}]), F.channel_shuffle(x, groups), "
+  .. "F.gumbel_softmax(logits [, {tau=1, hard=false, dim=-1}])",
+  "torch's: local response normalization across the channels of [N, C, ...] (x / (k + alpha*mean of the squares\n"
+  .. "over size channels)^beta, zero-padded); a softmax over the channels at each position; ShuffleNet's channel\n"
+  .. "shuffle; Gumbel-softmax samples (fp8's generator), with hard=true one-hots whose gradient is the soft\n"
+  .. "sample's (straight-through). Differentiable.")
 add("nn.Bilinear", "fp8.nn.Bilinear(in1_features, in2_features, out_features [, {bias=true}]); "
   .. "F.bilinear(x1, x2, weight [, bias])",
   "torch's bilinear layer: y_o = x1^T W_o x2 + b_o over the last dims ([..., in1] and [..., in2] -> [..., out]);\n"
