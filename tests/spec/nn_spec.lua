@@ -2800,6 +2800,44 @@ describe("fp8.nn.init: torch's Xavier, Kaiming, truncated normal, constant and e
     assert.are.same({ 0, 4 }, I.kaiming_uniform_(fp8.zeros { 0, 4 }):shape())   -- no elements: nothing to draw
   end)
 
+  it("orthogonal_, dirac_ and sparse_ are torch's initialisers", function()
+    local I = nn.init
+    -- orthogonal_: QᵀQ = gain²·I (QQᵀ for a wide one), and Q is the QR factor of the normal draws with R's diagonal
+    -- positive (torch's signs): the same draws, redone, give Qᵀ·A upper triangular with a positive diagonal
+    for _, sh in ipairs { { 6, 4 }, { 4, 6 }, { 8, 2, 3 } } do
+      fp8.manual_seed(21)
+      local w = I.orthogonal_(fp8.zeros(sh), 1.5)
+      local m = w:reshape({ sh[1], -1 })
+      local rows, cols = m:size(1), m:size(2)
+      local g = rows >= cols and m:t():matmul(m) or m:matmul(m:t())
+      assert.is_true((g - fp8.eye(g:size(1)) * 2.25):abs():max():item() < 1e-5)
+      fp8.manual_seed(21)
+      local A = I.normal({ rows, cols }, 0, 1)
+      if rows < cols then A, m = A:t(), m:t() end
+      local R = (m / 1.5):t():matmul(A):totable()
+      for i = 1, #R do
+        assert.is_true(R[i][i] > 0, ("R[%d][%d] = %g"):format(i, i, R[i][i]))
+        for j = 1, i - 1 do assert.is_true(math.abs(R[i][j]) < 1e-5, ("R[%d][%d] = %g"):format(i, j, R[i][j])) end
+      end
+    end
+    -- dirac_: torch 2.15's dirac_(zeros(4, 2, 3), groups=2) and dirac_(zeros(3, 3, 3, 3))'s nonzero positions
+    assert.are.same({ { 0, 1, 0, 0, 0, 0 }, { 0, 0, 0, 0, 1, 0 }, { 0, 1, 0, 0, 0, 0 }, { 0, 0, 0, 0, 1, 0 } },
+      I.dirac_(fp8.zeros { 4, 2, 3 }, 2):reshape({ 4, 6 }):totable())
+    assert.are.same({ { 0, 0, 1, 1 }, { 1, 1, 1, 1 }, { 2, 2, 1, 1 } },
+      I.dirac_(fp8.ones { 3, 3, 3, 3 }):nonzero():totable())
+    -- sparse_: ceil(sparsity·rows) zeros in every column, the rest N(0, std²)
+    local s = I.sparse_(fp8.zeros { 40, 30 }, 0.25, 0.5)
+    for _, z in ipairs(s:eq(0):sum(1):totable()) do assert.are.equal(10, z) end
+    local nz = s:masked_select(s:ne(0))
+    assert.is_true(math.abs(nz:std():item() - 0.5) < 0.06)
+    U.fails_with("orthogonal_: only tensors with 2 or more dimensions are supported, got [3]", I.orthogonal_,
+      fp8.zeros { 3 })
+    U.fails_with("dirac_: only 3, 4 or 5-dimensional tensors are supported, got [2, 2]", I.dirac_, fp8.zeros { 2, 2 })
+    U.fails_with("dirac_: groups must be a positive integer dividing dim 1 (4), got 3", I.dirac_, fp8.zeros { 4, 2, 3 },
+      3)
+    U.fails_with("sparse_: sparsity must be a number in [0, 1], got 2", I.sparse_, fp8.zeros { 2, 2 }, 2)
+  end)
+
   it("trunc_normal_: the truncated normal's moments, inside [a, b] (a and b in the tensor's units)", function()
     fp8.manual_seed(3)
     local w = fp8.zeros { 256, 512 }

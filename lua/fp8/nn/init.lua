@@ -396,7 +396,8 @@ add("nn.init", "fp8.nn.init.normal(shape [, mean=0, std=1]) / uniform(shape [, a
   .. "normal_(t [, mean, std]), uniform_(t [, a, b]), zeros_(t), ones_(t) and copy_(t, src) write into an\n"
   .. "existing tensor (a parameter), keeping its identity, and return it. Also torch's constant_(t, val),\n"
   .. "eye_(t), xavier_uniform_(t [, gain]), xavier_normal_(t [, gain]), kaiming_uniform_(t [, a, mode, nonlinearity])\n"
-  .. "and kaiming_normal_ (mode \"fan_in\"|\"fan_out\"), trunc_normal_(t [, mean=0, std=1, a=-2, b=2]) and\n"
+  .. "and kaiming_normal_ (mode \"fan_in\"|\"fan_out\"), trunc_normal_(t [, mean=0, std=1, a=-2, b=2]),\n"
+  .. "orthogonal_(t [, gain=1]), dirac_(t [, groups=1]), sparse_(t, sparsity [, std=0.01]) and\n"
   .. "calculate_gain(nonlinearity [, param]).")
 add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / leaky_relu / elu / softplus / "
   .. "softmax / log_softmax /\ncross_entropy / nll_loss / mse_loss / l1_loss / binary_cross_entropy_with_logits / "

@@ -267,11 +267,100 @@ function M.trunc_normal_(t, mean, std, a, b, ...)
   return (copy_("trunc_normal_", t, v))
 end
 
+-- orthogonal_(t [, gain=1]): torch's (Saxe et al.): t viewed as [rows, numel / rows] filled with the orthonormal
+-- factor Q of a standard normal matrix's QR decomposition (of its transpose when rows < columns), the signs made
+-- those of torch's (R's diagonal positive), times gain. Q by Gram-Schmidt with reorthogonalization (each column's
+-- projections taken off twice), two matrix-vector products per step, in fp32 under any autocast.
+function M.orthogonal_(t, gain, ...)
+  require("fp8.opts").no_more("orthogonal_", "(tensor [, gain=1])", ...)
+  check_tensor("orthogonal_", t)
+  gain = check_gain("orthogonal_", gain)
+  if t:dim() < 2 then
+    error(("orthogonal_: only tensors with 2 or more dimensions are supported, got %s"):format(t:shape_str()), 2)
+  end
+  if t:numel() == 0 then return t end
+  local rows = t:size(1)
+  local cols = t:numel() // rows
+  local A = M.normal({ rows, cols }, 0, 1)
+  local wide = rows < cols
+  if wide then A = A:t():contiguous() end
+  local m, n = A:size(1), A:size(2)   -- m >= n: n orthonormal columns of length m
+  local At = A:t():contiguous()       -- its columns as rows
+  local Q = fp8.zeros({ n, m })       -- Q's columns as rows (Q transposed), filled one row a step
+  -- in fp32 whatever autocast is on (its bf16 GEMM inputs would cost the orthogonality its digits)
+  require("fp8.amp").autocast("no", fp8.no_grad, function()
+    for j = 1, n do
+      local v = At:select(1, j)
+      if j > 1 then
+        local done = Q:narrow(1, 1, j - 1)   -- [j-1, m], contiguous rows
+        for _ = 1, 2 do v = v - done:matmul(v):reshape({ 1, j - 1 }):matmul(done):reshape({ m }) end
+      end
+      Q:narrow(1, j, 1):copy_((v / v:norm():item()):reshape({ 1, m }))
+    end
+  end)
+  local out = wide and Q or Q:t()     -- [rows, cols]
+  return (copy_("orthogonal_", t, (out * gain):reshape(t:shape())))
+end
+
+-- dirac_(t [, groups=1]): a 3-, 4- or 5-d convolution weight [out, in, k...] that passes its input through: 1 at
+-- the kernel's centre where the out channel (within its group) equals the in channel, 0 elsewhere; torch's
+function M.dirac_(t, groups, ...)
+  require("fp8.opts").no_more("dirac_", "(tensor [, groups=1])", ...)
+  check_tensor("dirac_", t)
+  local nd = t:dim()
+  if nd < 3 or nd > 5 then
+    error(("dirac_: only 3, 4 or 5-dimensional tensors are supported, got %s"):format(t:shape_str()), 2)
+  end
+  groups = groups or 1
+  if math.type(groups) ~= "integer" or groups < 1 or t:size(1) % groups ~= 0 then
+    error(("dirac_: groups must be a positive integer dividing dim 1 (%d), got %s"):format(t:size(1),
+      require("fp8.opts").got(groups)), 2)
+  end
+  local shape = t:shape()
+  local per = shape[1] // groups
+  local strides, s = {}, 1
+  for i = nd, 1, -1 do strides[i] = s; s = s * shape[i] end
+  local centre = 0
+  for i = 3, nd do centre = centre + (shape[i] // 2) * strides[i] end
+  local at = {}
+  for g = 0, groups - 1 do
+    for d = 0, math.min(per, shape[2]) - 1 do at[#at + 1] = (g * per + d) * strides[1] + d * strides[2] + centre end
+  end
+  local flat = fp8.zeros({ t:numel() })
+  if #at > 0 then flat = flat:index_fill(1, fp8.tensor(at), 1) end
+  return (copy_("dirac_", t, flat:reshape(shape)))
+end
+
+-- sparse_(t, sparsity [, std=0.01]): a 2-d t from N(0, std²) with ceil(sparsity·rows) elements of each column
+-- zeroed, at rows drawn without replacement (Martens'), torch's
+function M.sparse_(t, sparsity, std, ...)
+  require("fp8.opts").no_more("sparse_", "(tensor, sparsity [, std=0.01])", ...)
+  check_tensor("sparse_", t)
+  if t:dim() ~= 2 then error(("sparse_: only 2-d tensors are supported, got %s"):format(t:shape_str()), 2) end
+  if type(sparsity) ~= "number" or not (sparsity >= 0 and sparsity <= 1) then
+    error(("sparse_: sparsity must be a number in [0, 1], got %s"):format(require("fp8.opts").got(sparsity)), 2)
+  end
+  check_num("sparse_", "std", std, 0)
+  local rows, cols = t:size(1), t:size(2)
+  local v = M.normal({ rows, cols }, 0, std or 0.01)
+  local nz = math.ceil(sparsity * rows)
+  if nz > 0 and cols > 0 then
+    local keep = {}
+    for i = 1, rows * cols do keep[i] = 1 end
+    for c = 0, cols - 1 do
+      local perm = fp8.randperm(rows):tolist()
+      for k = 1, nz do keep[math.tointeger(perm[k]) * cols + c + 1] = 0 end
+    end
+    v = v * fp8.tensor(keep):reshape({ rows, cols })
+  end
+  return (copy_("sparse_", t, v))
+end
+
 -- the initialisers above that are torch's further ones raise their errors at the caller's line, whichever helper
 -- here found the fault
 local at_caller = require("fp8.tensor")._at_caller
 for _, k in ipairs { "constant_", "eye_", "calculate_gain", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-                     "kaiming_normal_", "trunc_normal_" } do
+                     "kaiming_normal_", "trunc_normal_", "orthogonal_", "dirac_", "sparse_" } do
   M[k] = at_caller(M[k])
 end
 
