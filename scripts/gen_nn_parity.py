@@ -9,7 +9,8 @@ F.smooth_l1_loss, F.huber_loss, F.pad in its reflect, replicate and circular mod
 F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.interpolate and
 pixel_shuffle, RNN/LSTM/GRU and their cells, InstanceNorm, the
 multi-class margin losses, F.bilinear, Embedding's max_norm, local_response_norm,
-Softmax2d, channel_shuffle, Conv1d/Conv2d with padding_mode, F.kl_div
+Softmax2d, channel_shuffle, max pooling's
+indices and max_unpool, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -240,6 +241,19 @@ conv_case("lrn3", lambda x: F.local_response_norm(x, 3), CX)
 conv_case("lrn4_1d", lambda x: F.local_response_norm(x, 4, alpha=0.1, beta=0.5, k=2.0), CX1)
 conv_case("softmax2d", lambda x: torch.nn.Softmax2d()(x), CX)
 conv_case("channel_shuffle", lambda x: F.channel_shuffle(x, 2), CX)
+# max pooling's indices (padding, dilation, ceil_mode, 1-d) and max_unpool back from them (values and gradients)
+def indices_case(key, pool, unpool, x):
+    y, idx = pool(x)
+    out[key + "_idx"] = rows(idx.float())
+    if unpool is not None:
+        conv_case(key, lambda v: unpool(v, idx), y.detach())
+indices_case("mpi2", lambda x: F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True),
+             lambda v, i: F.max_unpool2d(v, i, 3, stride=2, padding=1, output_size=(6, 7)), CX)
+indices_case("mpi2_d", lambda x: F.max_pool2d(x, 2, stride=(1, 2), dilation=(2, 1), ceil_mode=True,
+                                             return_indices=True),
+             None, CX)
+indices_case("mpi1", lambda x: F.max_pool1d(x, 2, stride=2, return_indices=True),
+             lambda v, i: F.max_unpool1d(v, i, 2, output_size=(9,)), CX1)
 # multi-class margin losses: values (each reduction) and the input's gradient of the value weighted by 1..n
 MX = [[0.1, 0.2, 0.4, 0.8], [0.5, -0.3, 0.2, 0.1], [-1.0, 2.0, 0.3, 0.3]]
 MT = [3, 0, 2]

@@ -126,7 +126,13 @@ function M.public_of(file)
     local src = (debug.getinfo(3, "S") or {}).source or ""
     error(err, src ~= "=[C]" and M.is_own_source(src) and 0 or 3)
   end
-  return function(impl) return function(...) return (rethrow(pcall(impl, ...))) end end, strip
+  -- every result kept (max_pool2d's indices), rethrow never a tail call (its level counts the wrapper's frame)
+  return function(impl)
+    return function(...)
+      local r = table.pack(rethrow(pcall(impl, ...)))
+      return table.unpack(r, 1, r.n)
+    end
+  end, strip
 end
 
 return M

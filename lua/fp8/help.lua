@@ -528,7 +528,8 @@ also("nn.utils.get_total_norm", { "nn.utils.clip_grads_with_norm_" })
 also("optim.RMSprop", { "optim.Adagrad" })
 also("optim.NAdam", { "optim.RAdam", "optim.Adamax", "optim.Adadelta" })
 also("nn.BatchNorm2d", { "nn.BatchNorm1d", "nn.GroupNorm", "nn.functional.batch_norm", "nn.functional.group_norm" })
-also("nn.Conv2d", { "nn.Conv1d", "nn.MaxPool2d", "nn.AvgPool2d", "nn.MaxPool1d", "nn.AvgPool1d", "nn.Unfold",
+also("nn.Conv2d", { "nn.MaxUnpool1d", "nn.MaxUnpool2d", "nn.functional.max_unpool1d", "nn.functional.max_unpool2d",
+                    "nn.Conv1d", "nn.MaxPool2d", "nn.AvgPool2d", "nn.MaxPool1d", "nn.AvgPool1d", "nn.Unfold",
                     "nn.Fold", "nn.functional.conv2d", "nn.functional.conv1d", "nn.functional.max_pool2d",
                     "nn.functional.avg_pool2d", "nn.functional.max_pool1d", "nn.functional.avg_pool1d",
                     "nn.functional.unfold", "nn.functional.fold" })

@@ -1954,7 +1954,6 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("conv_transpose2d: the input [2, 4, 6, 7] with padding 5×5 gives an output of -2×-1",
       F.conv_transpose2d, CX, CWT, { padding = 5 })
     U.fails_with("max_pool2d: ceil_mode must be a boolean, got 1", F.max_pool2d, CX, 2, { ceil_mode = 1 })
-    U.fails_with("MaxPool1d: return_indices=true is not supported", nn.MaxPool1d, 2, { return_indices = true })
     -- ceil_mode's modules, and torch's one window over an input shorter than the kernel
     same("MaxPool2d ceil", nn.MaxPool2d(2, { stride = 2, padding = 1, ceil_mode = true })(CX), ref.mp_ceil, 1e-6)
     -- the resampling modules: interpolate's values, torch's reprs, and the refusals
@@ -1991,6 +1990,31 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       F.pixel_shuffle, CX, 3)
     U.fails_with("pixel_unshuffle: the height 6 and width 7 of [2, 4, 6, 7] must be divisible by downscale_factor 2",
       F.pixel_unshuffle, CX, 2)
+    -- max pooling's indices (torch's flat positions in the unpadded input) and max_unpool back from them
+    local v2, i2 = F.max_pool2d(CX, 3, { stride = 2, padding = 1, return_indices = true })
+    same("mpi2 idx", i2, ref.mpi2_idx, 0)
+    same("mpi2 values", v2, ref.mp3s2p1, 1e-6)
+    local _, id = nn.MaxPool2d(2, { stride = { 1, 2 }, dilation = { 2, 1 }, ceil_mode = true,
+      return_indices = true })(CX)
+    same("mpi2_d idx", id, ref.mpi2_d_idx, 0)
+    local v1, i1 = F.max_pool1d(CX1, 2, { stride = 2, return_indices = true })
+    same("mpi1 idx", i1, ref.mpi1_idx, 0)
+    for _, c in ipairs { { "mpi2", v2, function(v) return F.max_unpool2d(v, i2, 3, { stride = 2, padding = 1,
+      output_size = { 6, 7 } }) end }, { "mpi1", v1, function(v) return nn.MaxUnpool1d(2)(v, i1, { 9 }) end } } do
+      local v = c[2]:detach():clone():requires_grad(true)
+      local y = c[3](v)
+      same(c[1] .. " unpool", y, ref[c[1]], 1e-6)
+      ;(y * wave(y:shape())):sum():backward()
+      same(c[1] .. " unpool grad", v.grad, ref[c[1] .. "_d1"], 1e-6)
+    end
+    assert.are.same({ 2, 4, 6 }, F.max_unpool1d(v1:narrow(3, 1, 3), i1:narrow(3, 1, 3), 2):shape())
+    U.fails_with("max_unpool2d: output_size 9 for dim 1 must be between 4 and 6", F.max_unpool2d, v2, i2, 3,
+      { stride = 2, padding = 1, output_size = { 9, 7 } })
+    U.fails_with("max_unpool1d: indices must be whole numbers in 0..7 (the output's 8 positions), got 8",
+      F.max_unpool1d, v1, i1 + 1, 2)
+    U.fails_with("max_unpool2d: indices [2, 4, 3, 4] must have the input's shape [2, 4, 2, 2]", F.max_unpool2d,
+      v2:narrow(3, 1, 2):narrow(4, 1, 2), i2, 3)
+    U.fails_with("max_pool2d: return_indices must be a boolean, got 1", F.max_pool2d, CX, 2, { return_indices = 1 })
     -- the adaptive pooling modules: torch's reprs, the functions' values, and the refusals
     same("AdaptiveMaxPool1d", nn.AdaptiveMaxPool1d(5)(CX1), ref.amp1, 1e-6)
     same("AdaptiveAvgPool2d", nn.AdaptiveAvgPool2d { output_size = { 4, 3 } }(CX), ref.aap2, 1e-6)

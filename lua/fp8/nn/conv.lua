@@ -4,7 +4,9 @@
 -- F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each window), and their modules Conv1d,
 -- Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8 recipes convert Linear layers only (as
 -- TransformerEngine and torchao): a convolution runs in high precision under every recipe.
--- Not offered (refused by name): return_indices. Transposed convolutions: lua/fp8/nn/conv_transpose.lua.
+-- The max pools' return_indices gives the flat 0-based input position of each maximum (fp32, exact to 2^24; torch's
+-- are int64), which F.max_unpool1d/2d (lua/fp8/nn/unpool.lua) takes. Transposed convolutions:
+-- lua/fp8/nn/conv_transpose.lua.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local O = require "fp8.opts"
 local Module = require "fp8.nn.module"
@@ -164,7 +166,6 @@ end
 -- maximum of each window, as torch's. padding at most half the kernel, as torch's. ceil_mode rounds the output size
 -- up: the last windows may reach past the padding, and what lies there counts for nothing (not in the average's
 -- divisor either).
-local POOL_REFUSED = { return_indices = { false, "no indices are returned: take them from unfold and max" } }
 
 -- ceil_mode's extra: how far past the padded input (n + 2p) the last window reaches when the output size rounds up,
 -- torch's rule: ceil((n + 2p - span) / s) + 1 windows, less the last when it would start past the input and its
@@ -204,6 +205,9 @@ local function pool_geometry(fname, dims, kernel_size, opts, is_max)
   if div ~= nil and (math.type(div) ~= "integer" or div < 1) then
     error(("%s: divisor_override must be an integer >= 1, got %s"):format(fname, O.got(div)), 0)
   end
+  if opts.return_indices ~= nil and type(opts.return_indices) ~= "boolean" then
+    error(("%s: return_indices must be a boolean, got %s"):format(fname, O.got(opts.return_indices)), 0)
+  end
   if opts.ceil_mode ~= nil and type(opts.ceil_mode) ~= "boolean" then
     error(("%s: ceil_mode must be a boolean, got %s"):format(fname, O.got(opts.ceil_mode)), 0)
   end
@@ -230,8 +234,21 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
       { device = xb:device() })
     return windows(fname, ones, k, s, of_input and p or { 0, 0 }, d, 0, extra):reshape({ 1, 1, K, oh * ow }):sum(3)
   end
+  local where_max
   if is_max then
-    out = (win:max(3))
+    local at
+    out, at = win:max(3)
+    if opts.return_indices then
+      -- each window offset's flat input position (h·W + w), from the padded positions the windows read
+      local hp, wp = H + 2 * p[1] + (extra and extra[1] or 0), W + 2 * p[2] + (extra and extra[2] or 0)
+      local flat = {}
+      for i, pos in ipairs(positions(hp, wp, k, s, d):tolist()) do
+        pos = math.tointeger(pos)
+        flat[i] = (pos // wp - p[1]) * W + pos % wp - p[2]
+      end
+      local map = fp8.tensor(flat):to(xb:device()):reshape({ 1, 1, K, oh * ow }):expand({ N, C, K, oh * ow })
+      where_max = map:gather(3, at:reshape({ N, C, 1, oh * ow }))
+    end
   elseif opts.divisor_override ~= nil then
     out = win:sum(3) / opts.divisor_override
   elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0 or extra) then
@@ -241,29 +258,33 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
   else
     out = win:sum(3) / K
   end
-  out = dims == 2 and out:reshape({ N, C, oh, ow }) or out:reshape({ N, C, ow })
-  return unb and out:squeeze(1) or out
+  local function shaped(t)
+    t = dims == 2 and t:reshape({ N, C, oh, ow }) or t:reshape({ N, C, ow })
+    return unb and t:squeeze(1) or t
+  end
+  if where_max then return shaped(out), shaped(where_max) end
+  return shaped(out)
 end
 
 local MAX_KEYS = { "stride", "padding", "dilation", "ceil_mode", "return_indices" }
 local AVG2_KEYS = { "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" }
 local AVG1_KEYS = { "stride", "padding", "ceil_mode", "count_include_pad" }
 local function impl_max_pool2d(x, kernel_size, opts, ...)
-  O.no_more("max_pool2d", "(input, kernel_size [, {stride=, padding=, dilation=, ceil_mode=}])", ...)
-  return pool("max_pool2d", 2, x, kernel_size, opts_of("max_pool2d", opts, MAX_KEYS, POOL_REFUSED), true)
+  O.no_more("max_pool2d", "(input, kernel_size [, {stride=, padding=, dilation=, ceil_mode=, return_indices=}])", ...)
+  return pool("max_pool2d", 2, x, kernel_size, opts_of("max_pool2d", opts, MAX_KEYS), true)
 end
 local function impl_avg_pool2d(x, kernel_size, opts, ...)
   O.no_more("avg_pool2d", "(input, kernel_size [, {stride=, padding=, ceil_mode=, count_include_pad=, "
     .. "divisor_override=}])", ...)
-  return pool("avg_pool2d", 2, x, kernel_size, opts_of("avg_pool2d", opts, AVG2_KEYS, POOL_REFUSED), false)
+  return pool("avg_pool2d", 2, x, kernel_size, opts_of("avg_pool2d", opts, AVG2_KEYS), false)
 end
 local function impl_max_pool1d(x, kernel_size, opts, ...)
-  O.no_more("max_pool1d", "(input, kernel_size [, {stride=, padding=, dilation=, ceil_mode=}])", ...)
-  return pool("max_pool1d", 1, x, kernel_size, opts_of("max_pool1d", opts, MAX_KEYS, POOL_REFUSED), true)
+  O.no_more("max_pool1d", "(input, kernel_size [, {stride=, padding=, dilation=, ceil_mode=, return_indices=}])", ...)
+  return pool("max_pool1d", 1, x, kernel_size, opts_of("max_pool1d", opts, MAX_KEYS), true)
 end
 local function impl_avg_pool1d(x, kernel_size, opts, ...)
   O.no_more("avg_pool1d", "(input, kernel_size [, {stride=, padding=, ceil_mode=, count_include_pad=}])", ...)
-  return pool("avg_pool1d", 1, x, kernel_size, opts_of("avg_pool1d", opts, AVG1_KEYS, POOL_REFUSED), false)
+  return pool("avg_pool1d", 1, x, kernel_size, opts_of("avg_pool1d", opts, AVG1_KEYS), false)
 end
 
 for name, impl in pairs { unfold = impl_unfold, fold = impl_fold, conv2d = impl_conv2d, conv1d = impl_conv1d,
@@ -386,7 +407,7 @@ local function pool_class(name, fn, valid, dims, is_max)
     end
     local keys = { "kernel_size" }
     for _, k in ipairs(valid) do keys[#keys + 1] = k end
-    self.opts = opts_of(name, opts, keys, POOL_REFUSED)
+    self.opts = opts_of(name, opts, keys)
     self.kernel_size = ksize
     pool_geometry(name, dims, ksize, self.opts, is_max)   -- the options checked now, as the function checks them
   end

@@ -62,6 +62,8 @@ for name, cls in pairs(require "fp8.nn.bilinear") do nn[name] = cls end
 -- LocalResponseNorm, Softmax2d, ChannelShuffle (and F.local_response_norm, F.channel_shuffle, F.gumbel_softmax:
 -- lua/fp8/nn/channel_ops.lua)
 for name, cls in pairs(require "fp8.nn.channel_ops") do nn[name] = cls end
+-- MaxUnpool1d, MaxUnpool2d (and F.max_unpool1d/2d: lua/fp8/nn/unpool.lua)
+for name, cls in pairs(require "fp8.nn.unpool") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -293,7 +295,9 @@ add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {strid
   .. "only (as TransformerEngine and torchao): convolutions stay in high precision. padding_mode \"reflect\",\n"
   .. "\"replicate\" or \"circular\" pads the input by F.pad in that mode first, as torch's. ceil_mode=true rounds\n"
   .. "a pooling's output size up, as torch's (what its last windows reach past the padding counts for nothing).\n"
-  .. "Not supported: return_indices. Transposed convolutions: help(\"nn.ConvTranspose2d\").")
+  .. "MaxPool's return_indices=true also returns each maximum's flat input position (fp32; torch's int64), which\n"
+  .. "MaxUnpool1d/2d(kernel_size [, {stride, padding}]) and F.max_unpool1d/2d(x, indices, kernel_size [, {stride,\n"
+  .. "padding, output_size}]) take back. Transposed convolutions: help(\"nn.ConvTranspose2d\").")
 add("nn.ConvTranspose2d", "fp8.nn.ConvTranspose2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, "
   .. "output_padding=0, groups=1, bias=true, dilation=1}]) / ConvTranspose1d(...); m(x [, output_size])",
   "torch's transposed convolutions, the adjoint of Conv2d/Conv1d in its input (upsampling): one batched GEMM per\n"
