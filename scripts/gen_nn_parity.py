@@ -10,7 +10,7 @@ F.conv_transpose1d/2d and ConvTranspose2d's output_size, adaptive pooling, F.int
 pixel_shuffle, RNN/LSTM/GRU and their cells, InstanceNorm, the
 multi-class margin losses, F.bilinear, Embedding's max_norm, local_response_norm,
 Softmax2d, channel_shuffle, max pooling's
-indices and max_unpool, Conv1d/Conv2d with padding_mode, F.kl_div
+indices and max_unpool, embedding_bag, Conv1d/Conv2d with padding_mode, F.kl_div
 and F.scaled_dot_product_attention with an
 additive mask, a causal mask over more keys than queries and grouped k/v heads (values and gradients), and
 nn.MultiheadAttention (self and cross attention, masks, kdim/vdim, unbatched; outputs, weights and every gradient),
@@ -254,6 +254,24 @@ indices_case("mpi2_d", lambda x: F.max_pool2d(x, 2, stride=(1, 2), dilation=(2, 
              None, CX)
 indices_case("mpi1", lambda x: F.max_pool1d(x, 2, stride=2, return_indices=True),
              lambda v, i: F.max_unpool1d(v, i, 2, output_size=(9,)), CX1)
+# embedding_bag: each mode over offsets (an empty bag, include_last_offset), a 2-D input, per_sample_weights,
+# padding_idx (left out of the mean's count); the output and the weight's (and per-sample weights') gradients
+EBW = wave((6, 3), 0.43, 0.2) * 2
+EBI = torch.tensor([1, 2, 4, 5, 4, 3, 2, 0])
+EBO = torch.tensor([0, 3, 3, 5])
+for key, kw in (("eb_mean", dict(offsets=EBO)), ("eb_sum_psw", dict(offsets=EBO, mode="sum", psw=True)),
+                ("eb_max", dict(offsets=EBO, mode="max")),
+                ("eb_last", dict(offsets=torch.tensor([0, 2, 8]), mode="sum", include_last_offset=True)),
+                ("eb_pad", dict(offsets=EBO, padding_idx=4)), ("eb_2d", dict(mode="max", two_d=True))):
+    w = EBW.clone().requires_grad_(True)
+    psw = torch.linspace(0.5, 2.0, 8).requires_grad_(True) if kw.pop("psw", False) else None
+    inp = EBI.reshape(2, 4) if kw.pop("two_d", False) else EBI
+    y = F.embedding_bag(inp, w, per_sample_weights=psw, **kw)
+    (y * wave(tuple(y.shape), 0.71, 0.5)).sum().backward()
+    out[key], out[key + "_dw"] = rows(y), rows(w.grad)
+    if psw is not None:
+        out[key + "_dpsw"] = rows(psw.grad)
+out["eb_weight"] = rows(EBW)
 # multi-class margin losses: values (each reduction) and the input's gradient of the value weighted by 1..n
 MX = [[0.1, 0.2, 0.4, 0.8], [0.5, -0.3, 0.2, 0.1], [-1.0, 2.0, 0.3, 0.3]]
 MT = [3, 0, 2]

@@ -546,6 +546,7 @@ also("nn.Upsample", { "nn.UpsamplingNearest2d", "nn.UpsamplingBilinear2d", "nn.f
 also("nn.PixelShuffle", { "nn.PixelUnshuffle", "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle" })
 also("nn.LSTM", { "nn.GRU", "nn.RNN", "nn.LSTMCell", "nn.GRUCell", "nn.RNNCell" })
 also("nn.Bilinear", { "nn.functional.bilinear" })
+also("nn.EmbeddingBag", { "nn.functional.embedding_bag" })
 also("nn.LocalResponseNorm", { "nn.Softmax2d", "nn.ChannelShuffle", "nn.functional.local_response_norm",
                                "nn.functional.channel_shuffle", "nn.functional.gumbel_softmax" })
 also("nn.MultiMarginLoss", { "nn.MultiLabelMarginLoss", "nn.MultiLabelSoftMarginLoss",

@@ -1744,6 +1744,41 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       nn.Embedding.from_pretrained, src, { freez = true })
     U.fails_with("Embedding.from_pretrained: embeddings must be a 2-D tensor", nn.Embedding.from_pretrained,
       fp8.ones { 3 })
+    -- embedding_bag and EmbeddingBag: each mode, an empty bag, include_last_offset, per_sample_weights, padding_idx,
+    -- a 2-D input (torch 2.15's outputs and gradients)
+    local EBI, EBO = fp8.tensor { 1, 2, 4, 5, 4, 3, 2, 0 }, fp8.tensor { 0, 3, 3, 5 }
+    local function wv(shape, a, b)
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return (fp8.arange(n) * a + b):sin():reshape(shape)
+    end
+    for _, c in ipairs { { "eb_mean", EBI, EBO, {} }, { "eb_sum_psw", EBI, EBO, { mode = "sum" }, true },
+      { "eb_max", EBI, EBO, { mode = "max" } },
+      { "eb_last", EBI, fp8.tensor { 0, 2, 8 }, { mode = "sum", include_last_offset = true } },
+      { "eb_pad", EBI, EBO, { padding_idx = 4 } }, { "eb_2d", EBI:reshape { 2, 4 }, nil, { mode = "max" } } } do
+      local w = fp8.tensor(ref.eb_weight):requires_grad(true)
+      local psw = c[5] and fp8.linspace(0.5, 2.0, 8):requires_grad(true) or nil
+      local o = { per_sample_weights = psw }
+      for k, v in pairs(c[4]) do o[k] = v end
+      local y = c[3] and F.embedding_bag(c[2], w, c[3], o) or F.embedding_bag(c[2], w, o)
+      ;(y * wv(y:shape(), 0.71, 0.5)):sum():backward()
+      same(c[1], y, ref[c[1]], 1e-5)
+      same(c[1] .. " dw", w.grad, ref[c[1] .. "_dw"], 1e-5)
+      if psw then same(c[1] .. " dpsw", psw.grad, ref[c[1] .. "_dpsw"], 1e-5) end
+    end
+    local bag = nn.EmbeddingBag(6, 3, { mode = "sum" })
+    fp8.no_grad(function() nn.init.copy_(bag.weight, fp8.tensor(ref.eb_weight)) end)
+    same("EmbeddingBag", bag(EBI, EBO, fp8.linspace(0.5, 2.0, 8)), ref.eb_sum_psw, 1e-5)
+    assert.are.equal("EmbeddingBag(6, 3, mode='sum')", tostring(bag))
+    U.fails_with("embedding_bag: per_sample_weights are only supported for mode \"sum\" (torch's), got mode \"mean\"",
+      F.embedding_bag, EBI, fp8.ones { 6, 3 }, EBO, { per_sample_weights = fp8.ones { 8 } })
+    U.fails_with("embedding_bag: a 1-D input needs offsets", F.embedding_bag, EBI, fp8.ones { 6, 3 })
+    U.fails_with("embedding_bag: offsets must be nil for a 2-D input", F.embedding_bag, EBI:reshape { 2, 4 },
+      fp8.ones { 6, 3 }, EBO)
+    U.fails_with("embedding_bag: index 6 at 1 is out of range for 6 embeddings", F.embedding_bag, fp8.tensor { 6 },
+      fp8.ones { 6, 3 }, fp8.tensor { 0 })
+    U.fails_with("EmbeddingBag: mode must be \"sum\", \"mean\" or \"max\", got \"min\"", nn.EmbeddingBag, 6, 3,
+      { mode = "min" })
     -- max_norm: the rows looked up renormalized in place, as torch's (the norm's 2 and 1); the options table
     local function wave(shape, a, b)
       local n = 1

@@ -64,6 +64,8 @@ for name, cls in pairs(require "fp8.nn.bilinear") do nn[name] = cls end
 for name, cls in pairs(require "fp8.nn.channel_ops") do nn[name] = cls end
 -- MaxUnpool1d, MaxUnpool2d (and F.max_unpool1d/2d: lua/fp8/nn/unpool.lua)
 for name, cls in pairs(require "fp8.nn.unpool") do nn[name] = cls end
+-- EmbeddingBag (and F.embedding_bag: lua/fp8/nn/embedding_bag.lua)
+for name, cls in pairs(require "fp8.nn.embedding_bag") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
@@ -144,6 +146,13 @@ add("nn.Embedding", "fp8.nn.Embedding(num_embeddings, embedding_dim [, padding_i
   .. "F.embedding(ids, weight, padding_idx | {...})). max_norm: the rows a forward looks up whose norm passes it\n"
   .. "are scaled to it in place first, as torch's. from_pretrained copies the table, frozen unless freeze=false.\n"
   .. "scale_grad_by_freq and sparse are refused.")
+add("nn.EmbeddingBag", "fp8.nn.EmbeddingBag(num_embeddings, embedding_dim [, {mode=\"mean\", "
+  .. "include_last_offset=false, padding_idx=, max_norm=, norm_type=2}]); m(input [, offsets [, per_sample_weights]]); "
+  .. "F.embedding_bag(input, weight [, offsets] [, {...}])",
+  "torch's: the sum, mean or max of each bag of embeddings: the rows of a 2-D input, or the spans of a 1-D input\n"
+  .. "that offsets start (include_last_offset: the last offset ends the last bag). per_sample_weights scale the\n"
+  .. "entries (mode \"sum\" only); padding_idx entries are left out (of the mean's count too); an empty bag gives\n"
+  .. "zeros. Differentiable in the weight and the per-sample weights. scale_grad_by_freq and sparse are refused.")
 add("nn.Dropout", "fp8.nn.Dropout([p=0.5]) | Dropout{p=}",
   "Zeroes each element with probability p in training and scales the rest by 1/(1-p); the identity in eval mode.")
 add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=} / fp8.nn.ReLU() / SiLU() / "
