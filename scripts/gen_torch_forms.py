@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""gen_torch_forms.py — writes tests/data/torch_forms_torch.lua: what PyTorch 2.x gives on fixed inputs for the
-tensor ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor,
-ceil, round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed
-tensor), isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row
-included), prod and cumprod (values and gradients, zeros included), atan2, fmod and remainder (edge values,
-gradients), lerp (number and tensor weights; gradients), einsum (values and every operand's gradient), dot, addmm,
-baddbmm, diagonal, diag, trace, addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, count_nonzero,
-movedim and unflatten (values and gradients) and the in-place methods' results, for
-tests/spec/torch_forms_spec.lua to compare fp8's against. Run from the repository root with a PyTorch 2.x:
+"""gen_torch_forms.py — writes tests/data/torch_forms_torch.lua: what PyTorch 2.x gives on fixed inputs for the tensor
+ops of lua/fp8/torch_forms.lua, tensor_logic.lua and tensor_inplace.lua and the unary ops sin, cos, floor, ceil,
+round, trunc, erf, log1p, expm1 (values in fp32 and bf16, and the gradient of the output weighted by a fixed tensor),
+isnan/isinf/isfinite, the logical ops, all/any, logsumexp and norm (values and gradients, a zero row included), prod
+and cumprod (values and gradients, zeros included), atan2, fmod and remainder (edge values, gradients), the pointwise
+ops and reductions of tensor_math.lua, lerp (number and tensor weights; gradients), einsum (values and every
+operand's gradient), dot, addmm, baddbmm, diagonal, diag, trace, addcmul, addcdiv, nan_to_num, logaddexp, xlogy,
+logit, isclose, count_nonzero, movedim and unflatten (values and gradients) and the in-place methods' results, for
+tests/spec/torch_forms_spec.lua to compare fp8's against.
+Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_torch_forms.py"""
 import math
 
@@ -102,6 +103,43 @@ for name in ("atan2", "fmod", "remainder"):
     out[name + "_db"] = rows(b.grad)
     out[name + "_bf16"] = rows(getattr(torch, name)(torch.tensor(X).bfloat16() * 3,
                                                     torch.tensor([[1.25, -0.75, 2.5, 0.5]]).bfloat16()).float())
+# hypot, logaddexp2, floor_divide, copysign (values at the edges and the gradients of both operands, where torch has
+# them), frac, sinc, signbit, heaviside, rad2deg, nansum, nanmean, std_mean, var_mean, dist, renorm
+E1 = [-2.5, -0.0, 0.0, 1.5, 3e30, float("inf"), -7.0, 0.75, 5.0]
+E2 = [1.0, -1.0, 2.0, -2.0, 4e30, 1.0, 2.0, -0.25, 0.0]
+for name in ("hypot", "logaddexp2", "floor_divide", "copysign"):
+    out[name + "_edge"] = rows(getattr(torch, name)(torch.tensor(E1), torch.tensor(E2)))
+for name in ("hypot", "logaddexp2", "copysign"):
+    a = (torch.tensor(X) * 2).requires_grad_(True)
+    b = torch.tensor([[1.25, -0.75, 2.5, 0.5]], requires_grad=True)
+    y = getattr(torch, name)(a, b)
+    (y * torch.tensor(G)).sum().backward()
+    out[name + "_y"], out[name + "_da"] = rows(y), rows(a.grad)
+    out[name + "_db"] = rows(b.grad) if b.grad is not None else rows(torch.zeros(1, 4))
+for name in ("frac", "sinc", "rad2deg"):
+    x = (torch.tensor(X) * 1.5).requires_grad_(True)
+    y = getattr(torch, name)(x)
+    (y * torch.tensor(G)).sum().backward()
+    out[name + "_y"], out[name + "_dx"] = rows(y), rows(x.grad)
+z0 = torch.tensor([0.0, 1.0], requires_grad=True)
+torch.sinc(z0).sum().backward()
+out["sinc_at0_dx"] = rows(z0.grad)
+out["signbit_edge"] = rows(torch.signbit(torch.tensor(E1)).float())
+out["heaviside_edge"] = rows(torch.heaviside(torch.tensor(E1), torch.tensor([0.5])))
+NX = [[1.0, float("nan"), 3.0], [float("nan"), float("nan"), -2.0]]
+out["nansum_all"], out["nansum_d2"] = rows(torch.tensor(NX).nansum()), rows(torch.tensor(NX).nansum(1))
+out["nanmean_all"], out["nanmean_d1"] = rows(torch.tensor(NX).nanmean()), rows(torch.tensor(NX).nanmean(0))
+sm = torch.std_mean(torch.tensor(X), 1)
+vm = torch.var_mean(torch.tensor(X), 0, correction=0, keepdim=True)
+out["std_mean_s"], out["std_mean_m"], out["var_mean_v"], out["var_mean_m"] = (rows(sm[0]), rows(sm[1]), rows(vm[0]),
+                                                                              rows(vm[1]))
+out["dist_2"] = rows(torch.dist(torch.tensor(X), torch.tensor(G)))
+out["dist_1"] = rows(torch.dist(torch.tensor(X), torch.tensor(G), 1))
+x = torch.tensor(X, requires_grad=True)
+y = torch.renorm(x, 2, 0, 2.0)
+(y * torch.tensor(G)).sum().backward()
+out["renorm_y"], out["renorm_dx"] = rows(y), rows(x.grad)
+out["renorm_inf"] = rows(torch.renorm(torch.tensor(X), float("inf"), 1, 1.0))
 out["remainder_s1"] = rows(torch.remainder(5.0, torch.tensor([2.0, -2.0, 3.5, -0.75])))
 out["prod_bf16"] = rows(torch.tensor(X).bfloat16().prod(1).float())
 out["cumprod_bf16"] = rows(torch.tensor(X).bfloat16().cumprod(1).float())

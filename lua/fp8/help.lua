@@ -76,6 +76,20 @@ add_all {
        .. "for either operand; differentiable (atan2: x/(x²+y²) and -y/(x²+y²); fmod and remainder: 1 for the\n"
        .. "dividend, -trunc(a/b) and -floor(a/b) for the divisor). Function forms fp8.atan2, fp8.fmod,\n"
        .. "fp8.remainder." },
+  { section = "Tensors", name = "Tensor:hypot",
+    sig = "x:hypot(y) / :logaddexp2(y) / :floor_divide(y) / :true_divide(y) / :copysign(y) / :float_power(e) / "
+       .. ":heaviside(values) / :frac() / :sinc() / :signbit() / :sgn() / :rad2deg() / :deg2rad()",
+    doc = "torch's, with its values at the edges: hypot without overflow in the squares; log2(2^x + 2^y);\n"
+       .. "floor_divide from fmod (torch's rounding; x/0 where y is 0); copysign by the sign bit (-0 counts);\n"
+       .. "float_power in double, rounded to fp32; heaviside 0/values/1; frac x - trunc(x); sinc sin(pi x)/(pi x)\n"
+       .. "(its Taylor polynomial near 0, exact gradients there). Differentiable where torch's are; heaviside,\n"
+       .. "floor_divide and signbit are not (torch's neither). Function forms fp8.hypot(x, y), ..." },
+  { section = "Tensors", name = "Tensor:nansum",
+    sig = "x:nansum([dim [, keepdim]]) / :nanmean(...) / :std_mean([dim] [, {correction=, keepdim=}]) / "
+       .. ":var_mean(...) / :dist(y [, p=2]) / :renorm(p, dim, maxnorm)",
+    doc = "torch's: sums and means of the elements that are not NaN; the std (var) and the mean as two results;\n"
+       .. "the p-norm of x - y (p 1, 2 or math.huge); each slice along dim with a p-norm over maxnorm scaled to it\n"
+       .. "(maxnorm / (norm + 1e-7), differentiable through the norm as torch's). Function forms fp8.nansum, ..." },
   { section = "Tensors", name = "set_printoptions", sig = "fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=}",
     doc = "How tensors print (torch's names): decimals, the element count past which a print is summarised,\n"
        .. "the elements kept at each end, the columns a row wraps at. Returns the previous options." },
@@ -493,6 +507,13 @@ also("progress", { "progress.new" })
 also("keys", { "REPL keys" })
 also("Tensor:matmul", { "pow", "Tensor:pow" })
 also("Tensor:atan2", { "Tensor:fmod", "Tensor:remainder", "atan2", "fmod", "remainder" })
+also("Tensor:hypot", { "Tensor:logaddexp2", "Tensor:floor_divide", "Tensor:true_divide", "Tensor:copysign",
+                       "Tensor:float_power", "Tensor:heaviside", "Tensor:frac", "Tensor:sinc", "Tensor:signbit",
+                       "Tensor:sgn", "Tensor:rad2deg", "Tensor:deg2rad", "hypot", "logaddexp2", "floor_divide",
+                       "true_divide", "copysign", "float_power", "heaviside", "frac", "sinc", "signbit", "sgn",
+                       "rad2deg", "deg2rad" })
+also("Tensor:nansum", { "Tensor:nanmean", "Tensor:std_mean", "Tensor:var_mean", "Tensor:dist", "Tensor:renorm",
+                        "nansum", "nanmean", "std_mean", "var_mean", "dist", "renorm" })
 
 also("Accelerator", { "acc:prepare", "acc:prepare_model", "acc:prepare_optimizer", "acc:prepare_scheduler",
                       "acc:prepare_data_loader", "acc:backward", "acc:autocast", "acc:autocast_dtype", "acc:clip_grad_norm_",

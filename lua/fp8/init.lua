@@ -8,6 +8,7 @@ require "fp8.tensor_rearrange"              -- unbind, flip, roll, tile, repeat_
 require "fp8.tensor_linalg"                 -- dot, addmm, baddbmm, diagonal, diag, trace
 require "fp8.tensor_pointwise"              -- addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, ...
 require "fp8.tensor_scatter"                -- index_add, index_copy, index_fill (scatter, scatter_add: core)
+require "fp8.tensor_math"                   -- hypot, frac, copysign, floor_divide, sinc, amin, nansum, renorm, ...
 
 local fp8 = {}
 for k, v in pairs(core) do

@@ -200,6 +200,9 @@ M.FORMS = {
   "nonzero", "argwhere", "dot", "addmm", "baddbmm", "diagonal", "diag", "trace", "addcmul", "addcdiv", "clip",
   "relu", "nan_to_num", "logaddexp", "xlogy", "logit", "isclose", "allclose", "count_nonzero", "movedim", "moveaxis",
   "swapaxes", "swapdims", "unflatten", "index_add", "index_copy", "index_fill", "atan2", "fmod", "remainder",
+  "hypot", "rad2deg", "deg2rad", "frac", "sgn", "heaviside", "logaddexp2", "floor_divide", "true_divide",
+  "copysign", "signbit", "float_power", "sinc", "nansum", "nanmean", "std_mean", "var_mean", "dist",
+  "renorm",
 }
 
 -- x, checked as argument 1 of fp8.<name>; a core method's "bad argument #n to '?'" (the method is called by a

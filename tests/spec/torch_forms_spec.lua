@@ -71,6 +71,78 @@ describe("atan2, fmod, remainder and % (PyTorch 2.x's values)", function()
   end)
 end)
 
+describe("hypot, logaddexp2, floor_divide, copysign, frac, sinc, signbit, heaviside, rad2deg, nansum, nanmean, "
+  .. "std_mean, var_mean, dist, renorm (PyTorch 2.x's values and gradients)", function()
+  local E1 = { -2.5, -0.0, 0.0, 1.5, 3e30, math.huge, -7.0, 0.75, 5.0 }
+  local E2 = { 1.0, -1.0, 2.0, -2.0, 4e30, 1.0, 2.0, -0.25, 0.0 }
+  it("the binary ones at the edges, and their gradients", function()
+    for _, name in ipairs { "hypot", "logaddexp2", "floor_divide", "copysign" } do
+      same(name .. " edge", fp8[name](fp8.tensor(E1), fp8.tensor(E2)), ref[name .. "_edge"], 1e-6, true)
+    end
+    for _, name in ipairs { "hypot", "logaddexp2", "copysign" } do
+      local a = (fp8.tensor(X) * 2):detach():requires_grad_()
+      local b = fp8.tensor({ { 1.25, -0.75, 2.5, 0.5 } }):requires_grad_()
+      local y = a[name](a, b)
+      same(name, y, ref[name .. "_y"], 1e-6)
+      ;(y * fp8.tensor(G)):sum():backward()
+      same(name .. " da", a.grad, ref[name .. "_da"], 1e-6)
+      same(name .. " db", b.grad or fp8.zeros { 1, 4 }, ref[name .. "_db"], 1e-6)
+    end
+  end)
+  it("the unary ones, and their gradients (sinc's at 0 is 0)", function()
+    for _, name in ipairs { "frac", "sinc", "rad2deg" } do
+      local x = (fp8.tensor(X) * 1.5):detach():requires_grad_()
+      local y = fp8[name](x)
+      same(name, y, ref[name .. "_y"], 1e-6, true)
+      ;(y * fp8.tensor(G)):sum():backward()
+      -- sinc's near 0: torch's quotient rule loses up to 0.2% to cancellation in fp32 at x = 0.0015 and -0.003; the
+      -- Taylor polynomial here keeps the digits (checked against the series below)
+      same(name .. " dx", x.grad, ref[name .. "_dx"], name == "sinc" and 5e-3 or 1e-5)
+    end
+    for _, x0 in ipairs { 0.0015, -0.003, 0.01 } do
+      local z0 = fp8.tensor({ x0 }):requires_grad_()
+      z0:sinc():sum():backward()
+      local u = math.pi * x0   -- sinc'(x) = π·(u cos u - sin u)/u², by its series -π·u/3·(1 - u²/10 + u⁴/280)
+      local want = -math.pi * u / 3 * (1 - u * u / 10 + u ^ 4 / 280)
+      assert.is_true(math.abs(z0.grad:item() - want) <= 1e-6 * math.abs(want), ("sinc'(%g)"):format(x0))
+    end
+    local z = fp8.tensor({ 0, 1 }):requires_grad_()
+    z:sinc():sum():backward()
+    same("sinc at 0 dx", z.grad, ref.sinc_at0_dx, 1e-6)
+    same("signbit", fp8.tensor(E1):signbit(), ref.signbit_edge)
+    same("heaviside", fp8.tensor(E1):heaviside(fp8.tensor { 0.5 }), ref.heaviside_edge)
+    same("deg2rad", fp8.tensor { 180, -90 }:deg2rad(), { math.pi, -math.pi / 2 }, 1e-7)
+    same("true_divide", fp8.true_divide(fp8.tensor { 1, 3 }, 2), { 0.5, 1.5 })
+    same("float_power", fp8.tensor({ 2, 3 }):to("bf16"):float_power(2), { 4, 9 })
+    assert.are.equal("fp32", fp8.tensor({ 2 }):to("bf16"):float_power(2):dtype())
+    assert.are.same({ -1, 0, 1 }, fp8.sgn(fp8.tensor { -3, 0, 2 }):totable())
+  end)
+  it("the reductions: NaN left out, the pairs, dist, renorm (and renorm's gradient)", function()
+    local NX = fp8.tensor { { 1, 0 / 0, 3 }, { 0 / 0, 0 / 0, -2 } }
+    same("nansum", NX:nansum(), ref.nansum_all)
+    same("nansum d2", NX:nansum(2), ref.nansum_d2)
+    same("nanmean", NX:nanmean(), ref.nanmean_all)
+    same("nanmean d1", NX:nanmean(1), ref.nanmean_d1)
+    local s, m = fp8.std_mean(fp8.tensor(X), 2)
+    same("std_mean std", s, ref.std_mean_s, 1e-6)
+    same("std_mean mean", m, ref.std_mean_m, 1e-6)
+    local v, m1 = fp8.tensor(X):var_mean(1, { correction = 0, keepdim = true })
+    same("var_mean var", v, ref.var_mean_v, 1e-6)
+    same("var_mean mean", m1, ref.var_mean_m, 1e-6)
+    assert.are.same({ 1, 4 }, m1:shape())
+    same("dist 2", fp8.dist(fp8.tensor(X), fp8.tensor(G)), ref.dist_2, 1e-6)
+    same("dist 1", fp8.tensor(X):dist(fp8.tensor(G), 1), ref.dist_1, 1e-6)
+    local x = fp8.tensor(X):requires_grad_()
+    local y = x:renorm(2, 1, 2.0)
+    same("renorm", y, ref.renorm_y, 1e-6)
+    ;(y * fp8.tensor(G)):sum():backward()
+    same("renorm dx", x.grad, ref.renorm_dx, 1e-5)
+    same("renorm inf", fp8.tensor(X):renorm(math.huge, 2, 1.0), ref.renorm_inf, 1e-6)
+    U.fails_with("renorm: p must be a number > 0, got 0", function() fp8.tensor(X):renorm(0, 1, 1) end)
+    U.fails_with("hypot: other must be a tensor", function() fp8.tensor(X):hypot("x") end)
+  end)
+end)
+
 describe("the unary ops sin, cos, floor, ceil, round, trunc, erf, log1p, expm1, tan, asin, acos, atan, sinh, cosh, "
   .. "log2, log10, exp2 (PyTorch 2.x's values)", function()
   -- X mapped into each op's domain, as scripts/gen_torch_forms.py's DOMAIN

@@ -1,0 +1,219 @@
+-- tensor_math.lua — more of torch's pointwise ops and reductions, each said in terms of ops fp8 has, with torch's
+-- values at the edges and torch's gradients: hypot, rad2deg, deg2rad, frac, sgn, heaviside, logaddexp2,
+-- floor_divide, true_divide, copysign, signbit, float_power, sinc, nansum, nanmean, std_mean, var_mean, dist and
+-- renorm. Methods (x:hypot(y)) with function forms (fp8.hypot(x, y), lua/fp8/torch_forms.lua). (No amin: amax here
+-- is max |x|, the FP8 sense; min and max are torch's min and max.)
+local core = require "fp8.core"
+local T = require "fp8.tensor"
+local opts = require "fp8.opts"
+local Tensor = core.Tensor
+local no_more, got = opts.no_more, opts.got
+local self_of, operand = T._check_arith_self, T._check_operand
+local at_caller = T._at_caller
+local where = T.where
+
+local PI = math.pi
+
+-- y as a tensor beside t (a number becomes a full tensor of t's shape and dtype)
+local function tensor_of(t, y)
+  if type(y) == "number" then return core.full(t:shape(), y, { dtype = t:dtype(), device = t:device() }) end
+  return y
+end
+
+-- hypot(other): √(x² + other²) without overflow or underflow in the squares (the larger times √(1 + ratio²)); an
+-- infinity on either side gives inf, as C's hypot
+Tensor.hypot = at_caller(function(t, y, ...)
+  no_more("hypot", "(other)", ...)
+  self_of("hypot", t); operand("hypot", "other", y)
+  local a, b = t:abs(), tensor_of(t, y):abs()
+  local m, n = a:maximum(b), a:minimum(b)
+  local zero = m:eq(0)
+  local msafe = where(zero, 1, m)
+  local r = msafe * (1 + (n / msafe) ^ 2):sqrt()
+  r = where(zero, 0, r)
+  return where(a:isinf():logical_or(b:isinf()), math.huge, r)
+end)
+
+Tensor.rad2deg = at_caller(function(t, ...)
+  no_more("rad2deg", "no arguments", ...); self_of("rad2deg", t)
+  return t * (180 / PI)
+end)
+Tensor.deg2rad = at_caller(function(t, ...)
+  no_more("deg2rad", "no arguments", ...); self_of("deg2rad", t)
+  return t * (PI / 180)
+end)
+
+-- frac(): x - trunc(x), the sign of x kept (torch's); its gradient 1
+Tensor.frac = at_caller(function(t, ...)
+  no_more("frac", "no arguments", ...); self_of("frac", t)
+  return t - t:detach():trunc()
+end)
+
+-- sgn(): sign, for the real tensors here
+Tensor.sgn = at_caller(function(t, ...)
+  no_more("sgn", "no arguments", ...); self_of("sgn", t)
+  return t:sign()
+end)
+
+-- heaviside(values): 0 where x < 0, values where x == 0, 1 where x > 0 (NaN: 0, as torch's comparison gives); no
+-- gradient (torch has none)
+Tensor.heaviside = at_caller(function(t, values, ...)
+  no_more("heaviside", "(values)", ...)
+  self_of("heaviside", t)
+  operand("heaviside", "values", values)
+  local x = t:detach()
+  local v = core.is_tensor(values) and values:detach() or values
+  return where(x:eq(0), v, x:gt(0):to(x:dtype()))
+end)
+
+-- logaddexp2(other): log₂(2^x + 2^other) without overflow: max + log₂(1 + 2^-|x − other|); the same infinity on both
+-- sides gives it
+Tensor.logaddexp2 = at_caller(function(t, y, ...)
+  no_more("logaddexp2", "(other)", ...)
+  self_of("logaddexp2", t); operand("logaddexp2", "other", y)
+  local m = t:maximum(y)
+  local d = (t - y):abs()
+  local same_inf = t:eq(y):logical_and(t:isinf())
+  local r = m + (-d):exp2():log1p() / math.log(2)
+  return where(same_inf, m, r)
+end)
+
+-- floor_divide(other): ⌊x / other⌋ as torch computes it from fmod, so a quotient that rounds up to an integer in
+-- floating point does not round the floor up with it; x / 0 where other is 0; no gradient (torch has none)
+Tensor.floor_divide = at_caller(function(t, y, ...)
+  no_more("floor_divide", "(other)", ...)
+  self_of("floor_divide", t); operand("floor_divide", "other", y, true)
+  local a, b = t:detach(), tensor_of(t, core.is_tensor(y) and y:detach() or y)
+  local mod = a:fmod(b)
+  local div = (a - mod) / b
+  local off = mod:ne(0):logical_and(b:lt(0):ne(mod:lt(0)))
+  div = div - off:to(div:dtype())
+  local fl = div:floor()
+  fl = fl + (div - fl):gt(0.5):to(fl:dtype())
+  -- a zero quotient takes the sign of the true one (torch's copysign(0, a / b))
+  fl = where(fl:eq(0), (a / b):sign() * 0, fl)
+  return where(b:eq(0), a / b, fl)
+end)
+
+-- true_divide(other): div's other name
+Tensor.true_divide = at_caller(function(t, y, ...)
+  no_more("true_divide", "(other)", ...)
+  self_of("true_divide", t); operand("true_divide", "other", y, true)
+  return t / y
+end)
+
+-- signbit(): 1 where the sign bit is set (x < 0, and -0), else 0; no gradient
+local function sign_bit(x) return x:lt(0):logical_or(x:eq(0):logical_and((1 / x):lt(0))) end
+Tensor.signbit = at_caller(function(t, ...)
+  no_more("signbit", "no arguments", ...); self_of("signbit", t)
+  local x = t:detach()
+  return sign_bit(x):to(x:dtype())
+end)
+
+-- copysign(other): |x| with other's sign (its sign bit: -0 counts as negative); the gradient for x is torch's,
+-- result/x (0 where x is 0); other takes none
+Tensor.copysign = at_caller(function(t, y, ...)
+  no_more("copysign", "(other)", ...)
+  self_of("copysign", t); operand("copysign", "other", y, true)
+  local b = tensor_of(t, core.is_tensor(y) and y:detach() or y)
+  local neg = sign_bit(b)
+  local mag = t:abs()
+  return where(neg, -mag, mag)
+end)
+
+-- float_power(exponent): x^exponent in double (torch returns float64; here it is rounded once to fp32, which is
+-- what pow already computes)
+Tensor.float_power = at_caller(function(t, y, ...)
+  no_more("float_power", "(exponent)", ...)
+  self_of("float_power", t); operand("float_power", "exponent", y, true)
+  local x = t:dtype() == "fp32" and t or t:float()
+  if core.is_tensor(y) and y:dtype() ~= "fp32" then y = y:float() end
+  return x ^ y
+end)
+
+-- sinc(): sin(πx)/(πx), 1 at 0. Near 0 (|πx| < 0.06) its Taylor polynomial 1 - u²/6 + u⁴/120 (u = πx), whose
+-- gradient does not lose its digits to the cancellation the quotient's does there (and is 0 at 0, not 0/0)
+Tensor.sinc = at_caller(function(t, ...)
+  no_more("sinc", "no arguments", ...); self_of("sinc", t)
+  local small = (t:detach() * PI):abs():lt(0.06)
+  local xs = where(small, 1, t) * PI
+  local u = where(small, t, 0) * PI
+  local u2 = u * u
+  return where(small, 1 - u2 / 6 + u2 * u2 / 120, xs:sin() / xs)
+end)
+
+-- ---- reductions ----------------------------------------------------------------------------------------------------
+
+local function check_keepdim(who, keepdim)
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    error(("%s: keepdim must be a boolean, got %s"):format(who, got(keepdim)), 3)
+  end
+end
+
+-- nansum([dim [, keepdim]]) / nanmean: the sum / mean of the elements that are not NaN (nanmean of none: NaN)
+Tensor.nansum = at_caller(function(t, dim, keepdim, ...)
+  no_more("nansum", "([dim [, keepdim]])", ...)
+  self_of("nansum", t); check_keepdim("nansum", keepdim)
+  local z = where(t:isnan(), 0, t)
+  if dim == nil then return z:sum() end
+  return z:sum(dim, keepdim)
+end)
+Tensor.nanmean = at_caller(function(t, dim, keepdim, ...)
+  no_more("nanmean", "([dim [, keepdim]])", ...)
+  self_of("nanmean", t); check_keepdim("nanmean", keepdim)
+  local ok = t:isnan():logical_not():to(t:dtype() == "fp32" and "fp32" or t:dtype())
+  local z = where(t:isnan(), 0, t)
+  if dim == nil then return z:sum() / ok:sum() end
+  return z:sum(dim, keepdim) / ok:sum(dim, keepdim)
+end)
+
+-- std_mean / var_mean([dim] [, {correction=1, keepdim=false}]) -> std (var), mean: torch's pairs
+Tensor.std_mean = at_caller(function(t, dim, o, ...)
+  no_more("std_mean", "([dim] [, {correction=, keepdim=}])", ...)
+  self_of("std_mean", t)
+  local keep = type(o) == "table" and rawget(o, "keepdim") or nil
+  local m = dim == nil and t:mean() or t:mean(dim, keep)
+  return t:std(dim, o), m
+end)
+Tensor.var_mean = at_caller(function(t, dim, o, ...)
+  no_more("var_mean", "([dim] [, {correction=, keepdim=}])", ...)
+  self_of("var_mean", t)
+  local keep = type(o) == "table" and rawget(o, "keepdim") or nil
+  local m = dim == nil and t:mean() or t:mean(dim, keep)
+  return t:var(dim, o), m
+end)
+
+-- dist(other [, p=2]): ‖x − other‖_p over every element (p 1, 2 or math.huge, norm's)
+Tensor.dist = at_caller(function(t, y, p, ...)
+  no_more("dist", "(other [, p=2])", ...)
+  self_of("dist", t); operand("dist", "other", y)
+  return (t - y):norm(p or 2)
+end)
+
+-- renorm(p, dim, maxnorm): each slice along dim (the tensor at one index of dim) whose p-norm passes maxnorm
+-- scaled to maxnorm / (norm + 1e-7) of itself, torch's; differentiable through the norm, as torch's
+Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
+  no_more("renorm", "(p, dim, maxnorm)", ...)
+  self_of("renorm", t)
+  if type(p) ~= "number" or not (p > 0) then error(("renorm: p must be a number > 0, got %s"):format(got(p)), 2) end
+  if type(maxnorm) ~= "number" or not (maxnorm >= 0) then
+    error(("renorm: maxnorm must be a number >= 0, got %s"):format(got(maxnorm)), 2)
+  end
+  if t:dim() < 1 then error("renorm: the tensor needs at least one dim", 2) end
+  local d = T._norm_dim("renorm", dim, t:dim(), 2)
+  local others = {}
+  for i = 1, t:dim() do if i ~= d then others[#others + 1] = i end end
+  local a = t:abs()
+  local norm
+  if #others == 0 then norm = a
+  elseif p == math.huge then
+    norm = a
+    for _, i in ipairs(others) do norm = norm:amax(i, true) end
+  else
+    norm = (a ^ p):sum(#others == 1 and others[1] or others, true) ^ (1 / p)
+  end
+  local scale = where(norm:gt(maxnorm), maxnorm / (norm + 1e-7), 1)
+  return t * scale
+end)
+
+return {}
