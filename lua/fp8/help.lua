@@ -90,6 +90,21 @@ add_all {
     doc = "torch's: sums and means of the elements that are not NaN; the std (var) and the mean as two results;\n"
        .. "the p-norm of x - y (p 1, 2 or math.huge); each slice along dim with a p-norm over maxnorm scaled to it\n"
        .. "(maxnorm / (norm + 1e-7), differentiable through the norm as torch's). Function forms fp8.nansum, ..." },
+  { section = "Tensors", name = "Tensor:rot90",
+    sig = "x:rot90([k=1 [, dims={1, 2}]]) / :fliplr() / :flipud() / :atleast_1d() / :atleast_2d() / :atleast_3d() / "
+       .. ":broadcast_to(shape) / :diff([n [, dim [, {prepend=, append=}]]]) / :take(index) / "
+       .. ":take_along_dim(indices [, dim]) / :kron(y) / :inner(y) / :cross(y [, dim])",
+    doc = "torch's arrangements and products, differentiable: quarter turns; flips; at least n dims; a broadcast\n"
+       .. "view; the n-th forward difference; elements at flat positions (negative from the end); gather with\n"
+       .. "broadcasting; the Kronecker product; sums over the last dims; the 3-vector cross product (by default\n"
+       .. "along the first dim of size 3). Function forms fp8.rot90(x, ...), ..." },
+  { section = "Tensors", name = "hstack",
+    sig = "fp8.hstack(tensors) / vstack / dstack / column_stack / broadcast_tensors(...) / meshgrid(... [, "
+       .. "{indexing=\"ij\"}]) / cartesian_prod(...) / block_diag(...) / triu_indices(row, col [, offset]) / "
+       .. "tril_indices(...)",
+    doc = "torch's: join along the 2nd (1st for 1-d), 1st or 3rd dim after atleast_1d/2d/3d, or as columns;\n"
+       .. "expand to one shape; coordinate grids (\"xy\": numpy's order); every combination as rows; the block\n"
+       .. "diagonal matrix; the [2, n] 0-based positions of a triangle (fp32; torch's are int64)." },
   { section = "Tensors", name = "set_printoptions", sig = "fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=}",
     doc = "How tensors print (torch's names): decimals, the element count past which a print is summarised,\n"
        .. "the elements kept at each end, the columns a row wraps at. Returns the previous options." },
@@ -512,6 +527,12 @@ also("Tensor:hypot", { "Tensor:logaddexp2", "Tensor:floor_divide", "Tensor:true_
                        "Tensor:sgn", "Tensor:rad2deg", "Tensor:deg2rad", "hypot", "logaddexp2", "floor_divide",
                        "true_divide", "copysign", "float_power", "heaviside", "frac", "sinc", "signbit", "sgn",
                        "rad2deg", "deg2rad" })
+also("Tensor:rot90", { "Tensor:fliplr", "Tensor:flipud", "Tensor:atleast_1d", "Tensor:atleast_2d", "Tensor:atleast_3d",
+                       "Tensor:broadcast_to", "Tensor:diff", "Tensor:take", "Tensor:take_along_dim", "Tensor:kron",
+                       "Tensor:inner", "Tensor:cross", "rot90", "fliplr", "flipud", "atleast_1d", "atleast_2d",
+                       "atleast_3d", "broadcast_to", "diff", "take", "take_along_dim", "kron", "inner", "cross" })
+also("hstack", { "vstack", "dstack", "column_stack", "broadcast_tensors", "meshgrid", "cartesian_prod", "block_diag",
+                 "triu_indices", "tril_indices" })
 also("Tensor:nansum", { "Tensor:nanmean", "Tensor:std_mean", "Tensor:var_mean", "Tensor:dist", "Tensor:renorm",
                         "nansum", "nanmean", "std_mean", "var_mean", "dist", "renorm" })
 

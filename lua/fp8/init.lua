@@ -8,7 +8,8 @@ require "fp8.tensor_rearrange"              -- unbind, flip, roll, tile, repeat_
 require "fp8.tensor_linalg"                 -- dot, addmm, baddbmm, diagonal, diag, trace
 require "fp8.tensor_pointwise"              -- addcmul, addcdiv, nan_to_num, logaddexp, xlogy, logit, isclose, ...
 require "fp8.tensor_scatter"                -- index_add, index_copy, index_fill (scatter, scatter_add: core)
-require "fp8.tensor_math"                   -- hypot, frac, copysign, floor_divide, sinc, amin, nansum, renorm, ...
+require "fp8.tensor_math"                   -- hypot, frac, copysign, floor_divide, sinc, nansum, renorm, ...
+local shapes = require "fp8.tensor_shapes"  -- atleast_2d, rot90, diff, take, kron, cross, ...; hstack, meshgrid, ...
 
 local fp8 = {}
 for k, v in pairs(core) do
@@ -26,6 +27,7 @@ for _, k in ipairs { "zeros_like", "ones_like", "empty_like", "rand_like", "rand
                      "eye" } do
   fp8[k] = tensor_lua[k]
 end
+for k, f in pairs(shapes) do assert(fp8[k] == nil, k); fp8[k] = f end   -- hstack, vstack, meshgrid, block_diag, ...
 
 -- encode(x, fmt [, {saturate=bool}]): saturate (clamp to ±max) is the default, as training casts do;
 -- {saturate=false} is the IEEE policy (overflow → inf for e5m2, NaN for e4m3).

@@ -143,6 +143,63 @@ describe("hypot, logaddexp2, floor_divide, copysign, frac, sinc, signbit, heavis
   end)
 end)
 
+describe("rot90, meshgrid, the stacks, diff, take, take_along_dim, kron, inner, cross, the triangle indices "
+  .. "(PyTorch 2.15's values, inline)", function()
+  local x = fp8.arange(6):reshape { 2, 3 }
+  it("arrange and stack as torch's", function()
+    assert.are.same({ { 5, 4, 3 }, { 2, 1, 0 } }, x:rot90(2):totable())
+    assert.are.same({ { { 3, 0 }, { 4, 1 }, { 5, 2 } } }, x:reshape({ 1, 2, 3 }):rot90(1, { 3, 2 }):totable())
+    assert.are.same({ { 2, 5 }, { 1, 4 }, { 0, 3 } }, fp8.rot90(x):totable())
+    local X, Y = fp8.meshgrid(fp8.arange(2), fp8.arange(3), { indexing = "xy" })
+    assert.are.same({ { 0, 1 }, { 0, 1 }, { 0, 1 } }, X:totable())
+    assert.are.same({ { 0, 0 }, { 1, 1 }, { 2, 2 } }, Y:totable())
+    local I, J = fp8.meshgrid { fp8.arange(2), fp8.arange(3) }
+    assert.are.same({ 2, 3 }, I:shape())
+    assert.are.same({ { 0, 1, 2 }, { 0, 1, 2 } }, J:totable())
+    assert.are.same({ { 0, 1, 2, 0 }, { 3, 4, 5, 3 } }, fp8.hstack({ x, x:narrow(2, 1, 1) }):totable())
+    assert.are.same({ { { 0, 1 }, { 1, 1 } } }, fp8.dstack(fp8.arange(2), fp8.ones { 2 }):totable())
+    assert.are.same({ { 0, 0, 1, 2 }, { 1, 3, 4, 5 } }, fp8.column_stack({ fp8.arange(2), x }):totable())
+    assert.are.same({ 3, 3 }, fp8.vstack(fp8.ones { 3 }, x):shape())
+    assert.are.same({ 1, 4, 1 }, fp8.atleast_3d(fp8.ones { 4 }):shape())
+    assert.are.same({ 2, 5, 1 }, fp8.ones({ 2, 5 }):atleast_3d():shape())
+    assert.are.same({ 1, 1 }, fp8.tensor(3):atleast_2d():shape())
+    assert.are.same({ { 2, 1, 0 }, { 5, 4, 3 } }, x:fliplr():totable())
+    assert.are.same({ { 3, 4, 5 }, { 0, 1, 2 } }, x:flipud():totable())
+    local a, b = fp8.broadcast_tensors(fp8.ones { 2, 1 }, fp8.ones { 3 })
+    assert.are.same({ { 2, 3 }, { 2, 3 } }, { a:shape(), b:shape() })
+    assert.are.same({ 4, 3 }, fp8.arange(3):broadcast_to({ 4, 3 }):shape())
+  end)
+  it("diff, take, take_along_dim, kron, inner, cross (its gradient), block_diag, cartesian_prod, triangle indices",
+    function()
+    assert.are.same({ { 1, 0, -2, 1 }, { -2, 0, -5, 4 } }, x:diff(2, 2, { prepend = fp8.zeros { 2, 1 },
+      append = fp8.ones { 2, 2 } }):totable())
+    assert.are.same({ { 0, 5 }, { 4, 2 } }, x:take(fp8.tensor { { 0, -1 }, { 4, 2 } }):totable())
+    assert.are.same({ { 2, 0 }, { 5, 3 } }, x:take_along_dim(fp8.tensor { { 2, 0 } }, 2):totable())
+    assert.are.same({ 5, 0 }, fp8.take_along_dim(x, fp8.tensor { 5, 0 }):totable())
+    assert.are.same({ { 0, 1, 0, 2 }, { 2, 3, 4, 6 } }, fp8.kron(fp8.tensor { { 1, 2 } }, fp8.tensor { { 0, 1 },
+      { 2, 3 } }):totable())
+    assert.are.same({ { 1, 2 }, { 3, 6 } }, fp8.kron(fp8.tensor { 1, 2 }, fp8.tensor { { 1 }, { 3 } }):totable())
+    assert.are.same({ -2, -2 }, fp8.inner(x, fp8.tensor { 1, 0, -1 }):totable())
+    local a = fp8.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }):requires_grad(true)
+    local c = fp8.cross(a, fp8.tensor { { 0, 1, -1 } }, 2)
+    assert.are.same({ { -5, 1, 1 }, { -11, 4, 4 } }, c:totable())
+    c:sum():backward()
+    assert.are.same({ { 2, -1, -1 }, { 2, -1, -1 } }, a.grad:totable())
+    assert.are.same({ { 1, 2, 2 }, { 0, 0, 1 } }, fp8.tril_indices(3, 4, -1):totable())
+    assert.are.same({ { 0, 0, 1 }, { 2, 3, 3 } }, fp8.triu_indices(2, 4, 2):totable())
+    assert.are.same({ { 1, 1, 0, 0, 0 }, { 0, 0, 5, 0, 0 }, { 0, 0, 0, 0, 1 } },
+      fp8.block_diag(fp8.ones { 1, 2 }, fp8.tensor(5), fp8.arange(2)):totable())
+    assert.are.same({ { 0, 0 }, { 0, 1 }, { 0, 2 }, { 1, 0 }, { 1, 1 }, { 1, 2 } },
+      fp8.cartesian_prod(fp8.arange(2), fp8.arange(3)):totable())
+    U.fails_with("take: index 6 at 1 is out of range for 6 elements", function() x:take(fp8.tensor { 6 }) end)
+    U.fails_with("cross: dim 1 must have size 3, got 2", function() x:cross(x, 1) end)
+    U.fails_with("meshgrid: indexing must be \"ij\" or \"xy\", got \"ji\"", function()
+      fp8.meshgrid(fp8.ones { 2 }, { indexing = "ji" }) end)
+    U.fails_with("rot90: dims must differ, got 1 and 1", function() x:rot90(1, { 1, -2 }) end)
+    U.fails_with("hstack: entry 2 must be a tensor, got 3", function() fp8.hstack { x, 3 } end)
+  end)
+end)
+
 describe("the unary ops sin, cos, floor, ceil, round, trunc, erf, log1p, expm1, tan, asin, acos, atan, sinh, cosh, "
   .. "log2, log10, exp2 (PyTorch 2.x's values)", function()
   -- X mapped into each op's domain, as scripts/gen_torch_forms.py's DOMAIN
