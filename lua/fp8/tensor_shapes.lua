@@ -332,7 +332,7 @@ local function tri_indices(name, upper)
           got(a[2])), 2)
       end
     end
-    if row * col > 1 << 24 then
+    if row * 1.0 * col > 1 << 24 then   -- (in floating point: an integer product could wrap)
       error(("%s: %d × %d positions are more than the 2^24 fp32 counts exactly"):format(name, row, col), 2)
     end
     local rs, cs = {}, {}
