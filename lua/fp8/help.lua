@@ -105,6 +105,23 @@ add_all {
     doc = "torch's: join along the 2nd (1st for 1-d), 1st or 3rd dim after atleast_1d/2d/3d, or as columns;\n"
        .. "expand to one shape; coordinate grids (\"xy\": numpy's order); every combination as rows; the block\n"
        .. "diagonal matrix; the [2, n] 0-based positions of a triangle (fp32; torch's are int64)." },
+  { section = "Tensors", name = "Tensor:median",
+    sig = "x:median([dim [, keepdim]]) / :kthvalue(k [, dim [, keepdim]]) / :quantile(q [, dim [, {keepdim=, "
+       .. "interpolation=}]]) / :msort() / :logcumsumexp(dim) / :cummax(dim) / :cummin(dim) / :cov([{correction=}]) / "
+       .. ":corrcoef() / :tensordot(y [, dims]) / :bernoulli()",
+    doc = "torch's: the lower median (NaN where a NaN is) and its index; the k-th smallest; quantiles with\n"
+       .. "torch's five interpolations; a sort along dim 1; log of running sums of exp (a scan of logaddexp:\n"
+       .. "stable); running max/min with their indices (the latest of equals); covariance and correlation of the\n"
+       .. "rows; contraction over dims; 0/1 draws with x's probabilities. Indices are 0-based fp32; values that\n"
+       .. "select an element pass their gradient to it. Function forms fp8.median(x, ...), ..." },
+  { section = "Tensors", name = "cdist",
+    sig = "fp8.cdist(x1, x2 [, p=2]) / searchsorted(sorted, values [, {right=, side=}]) / bucketize(input, "
+       .. "boundaries [, {right=}]) / bincount(input [, {weights=, minlength=}]) / isin(elements, test [, "
+       .. "{invert=}]) / unique(input [, {sorted=, return_inverse=, return_counts=}]) / logspace(start, end, steps "
+       .. "[, {base=10}])",
+    doc = "torch's: pairwise p-norm distances (computed directly; a zero distance's gradient 0); insertion\n"
+       .. "positions by binary search; counts of whole numbers; membership; the distinct values ascending (with the\n"
+       .. "inverse and counts as asked; dim is refused); base^linspace. The searches and counts carry no gradient." },
   { section = "Tensors", name = "set_printoptions", sig = "fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=}",
     doc = "How tensors print (torch's names): decimals, the element count past which a print is summarised,\n"
        .. "the elements kept at each end, the columns a row wraps at. Returns the previous options." },
@@ -531,6 +548,11 @@ also("Tensor:rot90", { "Tensor:fliplr", "Tensor:flipud", "Tensor:atleast_1d", "T
                        "Tensor:broadcast_to", "Tensor:diff", "Tensor:take", "Tensor:take_along_dim", "Tensor:kron",
                        "Tensor:inner", "Tensor:cross", "rot90", "fliplr", "flipud", "atleast_1d", "atleast_2d",
                        "atleast_3d", "broadcast_to", "diff", "take", "take_along_dim", "kron", "inner", "cross" })
+also("Tensor:median", { "Tensor:kthvalue", "Tensor:quantile", "Tensor:msort", "Tensor:logcumsumexp", "Tensor:cummax",
+                        "Tensor:cummin", "Tensor:cov", "Tensor:corrcoef", "Tensor:tensordot", "Tensor:bernoulli",
+                        "median", "kthvalue", "quantile", "msort", "logcumsumexp", "cummax", "cummin", "cov",
+                        "corrcoef", "tensordot", "bernoulli" })
+also("cdist", { "searchsorted", "bucketize", "bincount", "isin", "unique", "logspace" })
 also("hstack", { "vstack", "dstack", "column_stack", "broadcast_tensors", "meshgrid", "cartesian_prod", "block_diag",
                  "triu_indices", "tril_indices" })
 also("Tensor:nansum", { "Tensor:nanmean", "Tensor:std_mean", "Tensor:var_mean", "Tensor:dist", "Tensor:renorm",

@@ -203,7 +203,8 @@ M.FORMS = {
   "hypot", "rad2deg", "deg2rad", "frac", "sgn", "heaviside", "logaddexp2", "floor_divide", "true_divide",
   "copysign", "signbit", "float_power", "sinc", "nansum", "nanmean", "std_mean", "var_mean", "dist",
   "renorm", "atleast_1d", "atleast_2d", "atleast_3d", "fliplr", "flipud", "rot90", "broadcast_to", "diff", "take",
-  "take_along_dim", "kron", "inner", "cross",
+  "take_along_dim", "kron", "inner", "cross", "msort", "median", "kthvalue", "quantile", "logcumsumexp", "cummax",
+  "cummin", "cov", "corrcoef", "tensordot", "bernoulli",
 }
 
 -- x, checked as argument 1 of fp8.<name>; a core method's "bad argument #n to '?'" (the method is called by a

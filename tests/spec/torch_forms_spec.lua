@@ -200,6 +200,77 @@ describe("rot90, meshgrid, the stacks, diff, take, take_along_dim, kron, inner, 
   end)
 end)
 
+describe("median, kthvalue, quantile, logcumsumexp, cummax, cummin, cov, corrcoef, tensordot, cdist, searchsorted, "
+  .. "bincount, unique, logspace (PyTorch 2.15's values, inline)", function()
+  local nan = 0 / 0
+  it("order statistics and scans", function()
+    local x = fp8.tensor { { 3, 1, 2, 5 }, { nan, 4, nan, 2 } }
+    local m, mi = x:median(2)
+    same("median", m, { 2, nan })
+    assert.are.same({ 2, 0 }, mi:totable())
+    local y = fp8.tensor({ { 3, 1, 2, 5, -2 }, { 0.5, 4, -1, 2, 2 } }):requires_grad(true)
+    local kv, ki = y:kthvalue(2, 2)
+    assert.are.same({ 1, 0.5 }, kv:totable())
+    assert.are.same({ 1, 0 }, ki:totable())
+    kv:sum():backward()
+    assert.are.same({ { 0, 1, 0, 0, 0 }, { 1, 0, 0, 0, 0 } }, y.grad:totable())
+    local Q = { linear = { -0.8, -0.4, 2, 2, 4, 3 }, lower = { -2, -1, 2, 2, 3, 2 }, higher = { 1, 0.5, 2, 2, 5, 4 },
+      nearest = { -2, -1, 2, 2, 5, 4 }, midpoint = { -0.5, -0.25, 2, 2, 4, 3 } }
+    for interp, want in pairs(Q) do
+      same("quantile " .. interp, y:detach():quantile(fp8.tensor { 0.1, 0.5, 0.875 }, 2, { interpolation = interp }),
+        want, 1e-6)
+    end
+    same("quantile all", fp8.quantile(y:detach(), 0.3), { 0.85 }, 1e-6)
+    local z = fp8.tensor({ -30, 2, 5, -100, 1 }):requires_grad(true)
+    local lc = z:logcumsumexp(1)
+    same("logcumsumexp", lc, { -30, 2, 5.048587, 5.048587, 5.065884 }, 1e-6)
+    lc:sum():backward()
+    same("logcumsumexp grad", z.grad, { 1, 1.141464, 2.841387, 0, 0.017148 }, 5e-5)   -- (6 decimals given)
+    local cv, ci = fp8.tensor({ 1, 3, 3, 2, 5 }):cummax(1)
+    assert.are.same({ { 1, 3, 3, 3, 5 }, { 0, 1, 2, 2, 4 } }, { cv:totable(), ci:totable() })
+    local nv, ni = fp8.cummin(fp8.tensor { 4, 3, 3, 5, 1 }, 1)
+    assert.are.same({ { 4, 3, 3, 3, 1 }, { 0, 1, 2, 2, 4 } }, { nv:totable(), ni:totable() })
+    assert.are.same({ { 2, 0 }, { 3, 1 } }, fp8.tensor({ { 3, 1 }, { 2, 0 } }):msort():totable())   -- along dim 1
+  end)
+  it("covariances, products, distances, searches, counts", function()
+    local c = fp8.tensor { { 1, 2, 4, 7 }, { 0.5, -1, 3, 2 } }
+    same("cov", c:cov(), { 7, 2.916667, 2.916667, 3.0625 }, 1e-6)
+    same("cov 0", c:cov { correction = 0 }, { 5.25, 2.1875, 2.1875, 2.296875 }, 1e-6)
+    same("corrcoef", c:corrcoef(), { 1, 0.629941, 0.629941, 1 }, 1e-5)
+    same("tensordot", fp8.tensordot(fp8.arange(24):reshape { 2, 3, 4 }, fp8.arange(12):reshape { 4, 3 },
+      { { 2, 3 }, { 2, 1 } }), { 440, 1232 })
+    local a = fp8.tensor({ { 0, 0 }, { 1, 1 }, { 2, -1 } }):requires_grad(true)
+    local b = fp8.tensor { { 1, 0 }, { 0, 0 } }
+    local d = fp8.cdist(a, b)
+    same("cdist", d, { 1, 0, 1, 1.414214, 1.414214, 2.236068 }, 1e-6)
+    d:sum():backward()
+    same("cdist grad (0 at the zero distance)", a.grad, { -1, 0, 0.707107, 1.707107, 1.601534, -1.15432 }, 1e-5)
+    same("cdist p=1", fp8.cdist(a:detach(), b, 1), { 1, 0, 1, 2, 2, 3 })
+    same("cdist p=inf", fp8.cdist(a:detach(), b, math.huge), { 1, 0, 1, 1, 1, 2 })
+    same("cdist p=3", fp8.cdist(a:detach(), b, 3), { 1, 0, 1, 1.259921, 1.259921, 2.080084 }, 1e-6)
+    assert.are.same({ { 1, 3 }, { 0, 4 } }, fp8.searchsorted(fp8.tensor { { 1, 3, 5, 7 }, { 2, 4, 6, 8 } },
+      fp8.tensor { { 3, 6 }, { 1, 9 } }):totable())
+    assert.are.same({ 2, 3, 4, 0 }, fp8.searchsorted(fp8.tensor { 1, 3, 5, 7 }, fp8.tensor { 3, 6, 9, 0 },
+      { right = true }):totable())
+    assert.are.same({ 2, 3 }, fp8.bucketize(fp8.tensor { 3, 6 }, fp8.tensor { 1, 3, 5 }, { right = true }):totable())
+    assert.are.same({ 0.5, 3, 0, 3, 0, 0 }, fp8.bincount(fp8.tensor { 0, 1, 1, 3 },
+      { weights = fp8.tensor { 0.5, 1, 2, 3 }, minlength = 6 }):totable())
+    local u, inv, cnt = fp8.unique(fp8.tensor { 3, 1, 3, 2, 1 }, { return_inverse = true, return_counts = true })
+    assert.are.same({ { 1, 2, 3 }, { 2, 0, 2, 1, 0 }, { 2, 1, 2 } }, { u:totable(), inv:totable(), cnt:totable() })
+    assert.are.same({ 0, 1, 0 }, fp8.isin(fp8.tensor { 1, 2, 3 }, fp8.tensor { 2, 5 }):totable())
+    assert.are.same({ 0.5, 1, 2, 4 }, fp8.logspace(-1, 2, 4, { base = 2 }):totable())
+    local p = fp8.bernoulli(fp8.full({ 4000 }, 0.25))
+    assert.is_true(math.abs(p:mean():item() - 0.25) < 0.03)
+    U.fails_with("kthvalue: k must be an integer in 1..5 (the size of dim 2), got 6", function() y = fp8.ones { 2, 5 }
+      return y:kthvalue(6) end)
+    U.fails_with("quantile: q must be in [0, 1], got 2", function() return fp8.ones { 3 }:quantile(2) end)
+    U.fails_with("cov: fweights is not supported", function() return c:cov { fweights = fp8.ones { 4 } } end)
+    U.fails_with("unique: dim is not supported", function() return fp8.unique(c, { dim = 1 }) end)
+    U.fails_with("bincount: input must hold whole numbers in 0..2^24, got -1 at 1", function()
+      return fp8.bincount(fp8.tensor { -1 }) end)
+  end)
+end)
+
 describe("the unary ops sin, cos, floor, ceil, round, trunc, erf, log1p, expm1, tan, asin, acos, atan, sinh, cosh, "
   .. "log2, log10, exp2 (PyTorch 2.x's values)", function()
   -- X mapped into each op's domain, as scripts/gen_torch_forms.py's DOMAIN

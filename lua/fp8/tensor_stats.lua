@@ -1,0 +1,492 @@
+-- tensor_stats.lua — more of torch's order statistics, scans, distances and counts: methods msort, median, kthvalue,
+-- quantile, logcumsumexp, cummax, cummin, cov, corrcoef, tensordot, bernoulli (function forms fp8.<name>(x, ...))
+-- and the functions fp8.cdist, fp8.searchsorted, fp8.bucketize, fp8.bincount, fp8.isin, fp8.unique, fp8.logspace.
+-- Values that select elements (median, kthvalue, cummax, ...) gather them, so their gradient goes to the element
+-- chosen, torch's; index results are 0-based fp32 (torch's are int64); the counting ones carry no gradient.
+local core = require "fp8.core"
+local T = require "fp8.tensor"
+local opts = require "fp8.opts"
+local Tensor = core.Tensor
+local no_more, got = opts.no_more, opts.got
+local check_self, check_not_fp8, norm_dim = T._check_self, T._check_not_fp8, T._norm_dim
+local at_caller = T._at_caller
+local where = T.where
+
+local M = {}
+
+local function self_of(name, t) check_not_fp8(name, check_self(name, t)) end
+local function on_dev(list, like)
+  local t = core.tensor(list)
+  return like:device() == "cpu" and t or t:to(like:device())
+end
+local function check_keepdim(name, k)
+  if k ~= nil and type(k) ~= "boolean" then error(("%s: keepdim must be a boolean, got %s"):format(name, got(k)), 3) end
+end
+
+Tensor.msort = at_caller(function(t, ...)
+  no_more("msort", "no arguments", ...); self_of("msort", t)
+  if t:dim() == 0 then return t * 1 end
+  return (t:sort(1))
+end)
+
+-- the k-th smallest (1-based) along dim, and its index: sort, then select (NaN sorts last, as torch's)
+local function kth(t, k, d, keepdim)
+  local v, i = t:sort(d)
+  local val, idx = v:narrow(d, k, 1), i:narrow(d, k, 1)
+  val = t:gather(d, idx)   -- the element itself, so the gradient goes to it
+  if not keepdim then val, idx = val:squeeze(d), idx:squeeze(d) end
+  return val, idx
+end
+
+-- median([dim [, keepdim]]): the lower median (the ((n+1)//2)-th smallest), NaN if any element is NaN (torch's);
+-- with dim also its index
+Tensor.median = at_caller(function(t, dim, keepdim, ...)
+  no_more("median", "([dim [, keepdim]])", ...)
+  self_of("median", t); check_keepdim("median", keepdim)
+  if dim == nil then
+    if t:numel() == 0 then return core.full({}, 0 / 0) end
+    local flat = t:reshape({ -1 })
+    if flat:isnan():any():item() ~= 0 then
+      local at = flat:isnan():nonzero():select(2, 1):narrow(1, 1, 1)
+      return flat:index_select(1, at):reshape({})
+    end
+    return (kth(flat, (flat:numel() + 1) // 2, 1, false))
+  end
+  local d = norm_dim("median", dim, math.max(t:dim(), 1), 2)
+  if t:dim() == 0 then return t * 1, core.zeros({}) end
+  local v, i = kth(t, (t:size(d) + 1) // 2, d, true)
+  -- a slice holding a NaN: NaN, at its first NaN (torch's)
+  local nan = t:detach():isnan()
+  local has = nan:any(d, true)
+  if has:any():item() ~= 0 then
+    local first = nan:to("fp32"):argmax(d, true)
+    i = where(has, first, i)
+    v = t:gather(d, i)
+  end
+  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end)
+
+-- kthvalue(k [, dim=-1 [, keepdim]]): the k-th smallest along dim and its index
+Tensor.kthvalue = at_caller(function(t, k, dim, keepdim, ...)
+  no_more("kthvalue", "(k [, dim=-1 [, keepdim]])", ...)
+  self_of("kthvalue", t); check_keepdim("kthvalue", keepdim)
+  if t:dim() == 0 then t = t:reshape({ 1 }) end
+  local d = norm_dim("kthvalue", dim or -1, t:dim(), 2)
+  local n = t:size(d)
+  if math.type(k) ~= "integer" or k < 1 or k > n then
+    error(("kthvalue: k must be an integer in 1..%d (the size of dim %d), got %s"):format(n, d, got(k)), 2)
+  end
+  return kth(t, k, d, keepdim)
+end)
+
+-- quantile(q [, dim [, {keepdim=false, interpolation="linear"}]]): torch's, q a number or a 1-d tensor in [0, 1]
+-- (its values a new first dim); between the sorted values at floor and ceil of q·(n-1) by interpolation "linear",
+-- "lower", "higher", "nearest" (halves to even) or "midpoint"; NaN where the data holds a NaN
+local INTERP = { linear = true, lower = true, higher = true, nearest = true, midpoint = true }
+Tensor.quantile = at_caller(function(t, q, dim, o, ...)
+  no_more("quantile", "(q [, dim [, {keepdim=, interpolation=}]])", ...)
+  self_of("quantile", t)
+  o = opts.check("quantile", o, { "keepdim", "interpolation" }, 2)
+  check_keepdim("quantile", o.keepdim)
+  local interp = o.interpolation or "linear"
+  if not INTERP[interp] then
+    error(("quantile: interpolation must be \"linear\", \"lower\", \"higher\", \"nearest\" or \"midpoint\", got %s")
+      :format(got(interp)), 2)
+  end
+  local qs, scalar_q
+  if type(q) == "number" then qs, scalar_q = { q }, true
+  elseif core.is_tensor(q) and q:dim() <= 1 then qs = q:numel() > 0 and q:reshape({ -1 }):tolist() or {}
+  else error(("quantile: q must be a number or a 0-d or 1-d tensor, got %s"):format(got(q)), 2) end
+  for _, v in ipairs(qs) do
+    if not (v >= 0 and v <= 1) then error(("quantile: q must be in [0, 1], got %s"):format(got(v)), 2) end
+  end
+  local x, d = t, nil
+  if dim == nil then x, d = t:reshape({ -1 }), 1
+  else d = norm_dim("quantile", dim, math.max(t:dim(), 1), 2); if t:dim() == 0 then x = t:reshape({ 1 }) end end
+  local n = x:size(d)
+  if n == 0 then error("quantile: the input is empty along the dim", 2) end
+  local sorted = x:sort(d)
+  local has_nan = x:isnan():any(d, true)
+  local outs = {}
+  for i, qv in ipairs(qs) do
+    local pos = qv * (n - 1)
+    local lo, hi = math.floor(pos), math.ceil(pos)
+    local a, b = sorted:narrow(d, lo + 1, 1), sorted:narrow(d, hi + 1, 1)
+    local r
+    if interp == "lower" then r = a
+    elseif interp == "higher" then r = b
+    elseif interp == "nearest" then
+      local rnd = pos - lo == 0.5 and (lo % 2 == 0 and lo or hi) or math.floor(pos + 0.5)
+      r = sorted:narrow(d, rnd + 1, 1)
+    elseif interp == "midpoint" then r = a + (b - a) * 0.5
+    else r = a:lerp(b, pos - lo) end
+    r = where(has_nan, 0 / 0, r)
+    if not o.keepdim then r = r:squeeze(d) end
+    if dim == nil and o.keepdim then   -- every dim kept, as size 1
+      local s = {}
+      for j = 1, t:dim() do s[j] = 1 end
+      r = r:reshape(s)
+    end
+    outs[i] = r
+  end
+  if scalar_q then return outs[1] end
+  if #outs == 0 then error("quantile: q is empty", 2) end
+  return T.stack(outs, 1)
+end)
+
+-- the Hillis-Steele scan of f along dim d (f associative: logaddexp), differentiable
+local function scan(x, d, f)
+  local n, k = x:size(d), 1
+  while k < n do
+    x = core.cat({ x:narrow(d, 1, k), f(x:narrow(d, k + 1, n - k), x:narrow(d, 1, n - k)) }, d)
+    k = k * 2
+  end
+  return x
+end
+
+-- logcumsumexp(dim): log of the running sums of exp, each step a logaddexp (no overflow, no underflow to -inf of a
+-- prefix far below the maximum), differentiable
+Tensor.logcumsumexp = at_caller(function(t, dim, ...)
+  no_more("logcumsumexp", "(dim)", ...)
+  self_of("logcumsumexp", t)
+  if dim == nil then error("logcumsumexp: dim is required, got none", 2) end
+  local d = norm_dim("logcumsumexp", dim, math.max(t:dim(), 1), 2)
+  if t:dim() == 0 then return t * 1 end
+  local x = (t:dtype() == "bf16" or t:dtype() == "fp16") and t:float() or t
+  local r = scan(x, d, function(a, b) return a:logaddexp(b) end)
+  return r:dtype() == t:dtype() and r or r:to(t:dtype())
+end)
+
+-- cummax / cummin(dim): the running maximum (minimum) and the index it was taken from, the latest among equals and a
+-- NaN once one is met (torch's); the values gathered from those indices (their gradient goes there)
+local function cum_extreme(name, better)
+  return at_caller(function(t, dim, ...)
+    no_more(name, "(dim)", ...)
+    self_of(name, t)
+    if dim == nil then error(("%s: dim is required, got none"):format(name), 2) end
+    local d = norm_dim(name, dim, math.max(t:dim(), 1), 2)
+    if t:dim() == 0 then return t * 1, core.zeros({}) end
+    local moved = t:detach():movedim(d, -1):contiguous()
+    local n = moved:size(-1)
+    local rows = moved:numel() // math.max(n, 1)
+    local vals = moved:numel() > 0 and moved:reshape({ -1 }):tolist() or {}
+    local idx = {}
+    for r = 0, rows - 1 do
+      local best, at = nil, 0
+      for j = 1, n do
+        local v = vals[r * n + j]
+        if best == nil or (best == best and (v ~= v or better(v, best))) then best, at = v, j - 1 end
+        idx[r * n + j] = at
+      end
+    end
+    local ind = #idx > 0 and on_dev(idx, t):reshape(moved:shape()):movedim(-1, d) or core.zeros(t:shape())
+    return t:gather(d, ind:contiguous()), ind:contiguous()
+  end)
+end
+Tensor.cummax = cum_extreme("cummax", function(v, best) return v >= best end)
+Tensor.cummin = cum_extreme("cummin", function(v, best) return v <= best end)
+
+-- cov([{correction=1}]) of the rows (variables) over the columns (observations), and corrcoef(): torch's, without
+-- the frequency and analytic weights (refused)
+Tensor.cov = at_caller(function(t, o, ...)
+  no_more("cov", "([{correction=1}])", ...)
+  self_of("cov", t)
+  for _, k in ipairs { "fweights", "aweights" } do
+    if type(o) == "table" and rawget(o, k) ~= nil then
+      error(("cov: %s is not supported (unweighted observations only)"):format(k), 2)
+    end
+  end
+  o = opts.check("cov", o, { "correction", "fweights", "aweights" }, 2)
+  local c = o.correction or 1
+  if math.type(c) ~= "integer" or c < 0 then error(("cov: correction must be an integer >= 0, got %s"):format(got(c)), 2) end
+  if t:dim() > 2 then error(("cov: expected a 1-d or 2-d input, got %s"):format(t:shape_str()), 2) end
+  local x = t:dim() < 2 and t:reshape({ 1, -1 }) or t
+  local N = x:size(2)
+  local centred = x - x:mean(2, true)
+  local r = centred:matmul(centred:t()) / math.max(N - c, 0)
+  if t:dim() < 2 then return r:reshape({}) end
+  return r
+end)
+Tensor.corrcoef = at_caller(function(t, ...)
+  no_more("corrcoef", "no arguments", ...)
+  self_of("corrcoef", t)
+  local c = t:cov()
+  if c:dim() == 0 then return c / c end
+  local s = c:diagonal():sqrt()
+  return (c / s:reshape({ -1, 1 }) / s:reshape({ 1, -1 })):clamp(-1, 1)
+end)
+
+-- tensordot(other [, dims=2]): contract x's last dims with other's first (dims a count), or the dims listed
+-- ({{x's}, {other's}}, 1-based)
+Tensor.tensordot = at_caller(function(t, y, dims, ...)
+  no_more("tensordot", "(other [, dims=2 | {{x dims}, {other dims}}])", ...)
+  self_of("tensordot", t)
+  if not core.is_tensor(y) then error(("tensordot: other must be a tensor, got %s"):format(got(y)), 2) end
+  dims = dims or 2
+  local da, db = {}, {}
+  if math.type(dims) == "integer" then
+    if dims < 0 or dims > t:dim() or dims > y:dim() then
+      error(("tensordot: dims %d is more than the tensors' dims (%d and %d)"):format(dims, t:dim(), y:dim()), 2)
+    end
+    for i = 1, dims do da[i], db[i] = t:dim() - dims + i, i end
+  elseif type(dims) == "table" and type(dims[1]) == "table" and type(dims[2]) == "table" and #dims[1] == #dims[2] then
+    for i = 1, #dims[1] do
+      da[i], db[i] = norm_dim("tensordot", dims[1][i], t:dim(), 2), norm_dim("tensordot", dims[2][i], y:dim(), 2)
+    end
+  else
+    error(("tensordot: dims must be a count or a pair of equal-length lists of dims, got %s"):format(got(dims)), 2)
+  end
+  local inA, inB, K = {}, {}, 1
+  for i = 1, #da do
+    if t:size(da[i]) ~= y:size(db[i]) then
+      error(("tensordot: dim %d of %s and dim %d of %s differ"):format(da[i], t:shape_str(), db[i], y:shape_str()), 2)
+    end
+    inA[da[i]], inB[db[i]], K = true, true, K * t:size(da[i])
+  end
+  local pa, pb, out = {}, {}, {}
+  for i = 1, t:dim() do if not inA[i] then pa[#pa + 1] = i; out[#out + 1] = t:size(i) end end
+  for _, i in ipairs(da) do pa[#pa + 1] = i end
+  for _, i in ipairs(db) do pb[#pb + 1] = i end
+  for i = 1, y:dim() do if not inB[i] then pb[#pb + 1] = i; out[#out + 1] = y:size(i) end end
+  local a = (#pa > 0 and t:permute(pa) or t):reshape({ -1, K })
+  local b = (#pb > 0 and y:permute(pb) or y):reshape({ K, -1 })
+  return a:matmul(b):reshape(out)
+end)
+
+-- bernoulli(): 1 with each element's probability (x in [0, 1]), else 0, from fp8's generator; no gradient
+Tensor.bernoulli = at_caller(function(t, ...)
+  no_more("bernoulli", "no arguments", ...)
+  self_of("bernoulli", t)
+  local p = t:detach()
+  local lo, hi = p:numel() > 0 and p:min():item() or 0, p:numel() > 0 and p:max():item() or 0
+  if not (lo >= 0 and hi <= 1) then
+    error(("bernoulli: the probabilities must be in [0, 1], got %s"):format(got(lo < 0 and lo or hi)), 2)
+  end
+  return core.rand(p:shape(), { device = p:device() }):lt(p):to(p:dtype())
+end)
+
+-- ---- functions -------------------------------------------------------------------------------------------------
+
+-- cdist(x1 [.., P, M], x2 [.., R, M] [, p=2]): the p-norm distance of every row pair, [.., P, R]; computed directly
+-- (torch's matrix-product shortcut for large p=2 inputs trades digits for speed); a zero distance's gradient is 0
+M.cdist = at_caller(function(a, b, p, ...)
+  no_more("cdist", "(x1, x2 [, p=2])", ...)
+  for i, v in ipairs { a, b } do
+    if not core.is_tensor(v) or v:dim() < 2 then
+      error(("cdist: x%d must be a tensor of 2 or more dims [..., rows, features], got %s"):format(i,
+        core.is_tensor(v) and v:shape_str() or got(v)), 2)
+    end
+  end
+  p = p or 2
+  if type(p) ~= "number" or not (p >= 0) then error(("cdist: p must be a number >= 0, got %s"):format(got(p)), 2) end
+  if a:size(-1) ~= b:size(-1) then
+    error(("cdist: x1 %s and x2 %s must have the same number of features"):format(a:shape_str(), b:shape_str()), 2)
+  end
+  local diff = a:unsqueeze(-2) - b:unsqueeze(-3)   -- [.., P, R, M]
+  local ad = diff:abs()
+  if p == math.huge then return ad:amax(-1) end
+  if p == 0 then return ad:ne(0):to(ad:dtype()):sum(-1) end
+  if p == 1 then return ad:sum(-1) end
+  local s = p == 2 and (diff * diff):sum(-1) or (ad ^ p):sum(-1)
+  local zero = s:detach():eq(0)
+  return where(zero, 0, where(zero, 1, s) ^ (1 / p))
+end)
+
+-- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each value the 0-based position in its row of
+-- the sorted sequence (1-d, or one row per leading index of values) where it would be inserted, before equal
+-- elements (after them with right=true or side="right"); bucketize(input, boundaries [, {right=false}]): the same
+-- over 1-d boundaries
+local function search(name, seq, vals, right)
+  local n = seq:size(-1)
+  local rows = seq:dim() == 1 and 1 or seq:numel() // math.max(n, 1)
+  local s = seq:numel() > 0 and seq:reshape({ -1 }):tolist() or {}
+  local vshape = vals:shape()
+  local per = seq:dim() == 1 and vals:numel() or vals:numel() // math.max(rows, 1)
+  local v = vals:numel() > 0 and vals:reshape({ -1 }):tolist() or {}
+  local out = {}
+  for i, x in ipairs(v) do
+    local r = seq:dim() == 1 and 0 or (i - 1) // math.max(per, 1)
+    local lo, hi = 0, n   -- the first position whose element is > x (right) or >= x (left); NaN sorts last
+    while lo < hi do
+      local mid = (lo + hi) // 2
+      local e = s[r * n + mid + 1]
+      local before = right and (e <= x) or (not right and e < x)
+      if x ~= x then before = e == e end
+      if before then lo = mid + 1 else hi = mid end
+    end
+    out[i] = lo
+  end
+  if #out == 0 then return core.zeros(vshape) end
+  return on_dev(out, vals):reshape(vshape)
+end
+local function side_of(name, o)
+  o = opts.check(name, o, { "right", "side" }, 3)
+  if o.right ~= nil and type(o.right) ~= "boolean" then
+    error(("%s: right must be a boolean, got %s"):format(name, got(o.right)), 3)
+  end
+  if o.side ~= nil and o.side ~= "left" and o.side ~= "right" then
+    error(("%s: side must be \"left\" or \"right\", got %s"):format(name, got(o.side)), 3)
+  end
+  if o.side == "left" and o.right then error(("%s: side=\"left\" and right=true disagree"):format(name), 3) end
+  return o.right == true or o.side == "right"
+end
+M.searchsorted = at_caller(function(seq, vals, o, ...)
+  no_more("searchsorted", "(sorted_sequence, values [, {right=, side=}])", ...)
+  if not core.is_tensor(seq) or seq:dim() < 1 then
+    error(("searchsorted: sorted_sequence must be a tensor of 1 or more dims, got %s"):format(got(seq)), 2)
+  end
+  if type(vals) == "number" then vals = core.tensor({ vals }):reshape({}) end
+  if not core.is_tensor(vals) then error(("searchsorted: values must be a tensor or a number, got %s"):format(got(vals)),
+    2) end
+  if seq:dim() > 1 then
+    local ok = vals:dim() == seq:dim()
+    for i = 1, seq:dim() - 1 do ok = ok and vals:size(i) == seq:size(i) end
+    if not ok then
+      error(("searchsorted: values %s must share the leading dims of the sorted sequence %s"):format(vals:shape_str(),
+        seq:shape_str()), 2)
+    end
+  end
+  return search("searchsorted", seq, vals, side_of("searchsorted", o))
+end)
+M.bucketize = at_caller(function(input, boundaries, o, ...)
+  no_more("bucketize", "(input, boundaries [, {right=}])", ...)
+  if type(input) == "number" then input = core.tensor({ input }):reshape({}) end
+  if not core.is_tensor(input) then error(("bucketize: input must be a tensor or a number, got %s"):format(got(input)),
+    2) end
+  if not core.is_tensor(boundaries) or boundaries:dim() ~= 1 then
+    error(("bucketize: boundaries must be a 1-d tensor, got %s"):format(got(boundaries)), 2)
+  end
+  o = opts.check("bucketize", o, { "right" }, 2)
+  if o.right ~= nil and type(o.right) ~= "boolean" then
+    error(("bucketize: right must be a boolean, got %s"):format(got(o.right)), 2)
+  end
+  return search("bucketize", boundaries, input, o.right == true)
+end)
+
+-- bincount(input [, {weights=, minlength=0}]): how often each whole number 0..max occurs in the 1-d input (or the
+-- sum of the weights at its positions), at least minlength entries
+M.bincount = at_caller(function(input, o, ...)
+  no_more("bincount", "(input [, {weights=, minlength=0}])", ...)
+  if not core.is_tensor(input) or input:dim() ~= 1 then
+    error(("bincount: input must be a 1-d tensor of whole numbers >= 0, got %s"):format(got(input)), 2)
+  end
+  o = opts.check("bincount", o, { "weights", "minlength" }, 2)
+  local minlength = o.minlength or 0
+  if math.type(minlength) ~= "integer" or minlength < 0 then
+    error(("bincount: minlength must be an integer >= 0, got %s"):format(got(minlength)), 2)
+  end
+  local w = o.weights
+  if w ~= nil and (not core.is_tensor(w) or w:dim() ~= 1 or w:numel() ~= input:numel()) then
+    error(("bincount: weights must be a 1-d tensor of the input's %d elements, got %s"):format(input:numel(), got(w)), 2)
+  end
+  local xs = input:numel() > 0 and input:tolist() or {}
+  local ws = w and (w:numel() > 0 and w:tolist() or {}) or nil
+  local hi = -1
+  for i, v in ipairs(xs) do
+    if not (v == math.floor(v) and v >= 0 and v < 1 << 24) then
+      error(("bincount: input must hold whole numbers in 0..2^24, got %s at %d"):format(got(math.tointeger(v) or v), i),
+        2)
+    end
+    if v > hi then hi = v end
+  end
+  local n = math.max(math.tointeger(hi) + 1, minlength)
+  local counts = {}
+  for i = 1, n do counts[i] = 0 end
+  for i, v in ipairs(xs) do counts[v + 1] = counts[v + 1] + (ws and ws[i] or 1) end
+  if n == 0 then return core.zeros({ 0 }) end
+  return on_dev(counts, input)
+end)
+
+-- isin(elements, test_elements [, {invert=false}]): 1 where an element equals one of test_elements (a tensor or a
+-- number), else 0; NaN is in nothing
+M.isin = at_caller(function(elements, test, o, ...)
+  no_more("isin", "(elements, test_elements [, {invert=}])", ...)
+  if type(elements) == "number" then elements = core.tensor({ elements }):reshape({}) end
+  if not core.is_tensor(elements) then error(("isin: elements must be a tensor or a number, got %s"):format(got(elements)),
+    2) end
+  if type(test) == "number" then test = core.tensor({ test }) end
+  if not core.is_tensor(test) then error(("isin: test_elements must be a tensor or a number, got %s"):format(got(test)),
+    2) end
+  o = opts.check("isin", o, { "invert" }, 2)
+  if o.invert ~= nil and type(o.invert) ~= "boolean" then
+    error(("isin: invert must be a boolean, got %s"):format(got(o.invert)), 2)
+  end
+  local set = {}
+  for _, v in ipairs(test:numel() > 0 and test:reshape({ -1 }):tolist() or {}) do
+    if v == v then set[v == 0 and 0 or v] = true end
+  end
+  local out = {}
+  for i, v in ipairs(elements:numel() > 0 and elements:reshape({ -1 }):tolist() or {}) do
+    local hit = v == v and set[v == 0 and 0 or v] == true
+    if o.invert then hit = not hit end
+    out[i] = hit and 1 or 0
+  end
+  if #out == 0 then return core.zeros(elements:shape()) end
+  return on_dev(out, elements):reshape(elements:shape())
+end)
+
+-- unique(input [, {sorted=true, return_inverse=false, return_counts=false}]): the distinct values, ascending (NaNs
+-- each their own, last), and as asked the inverse (each element's position among them, in the input's shape) and the
+-- counts; no gradient
+M.unique = at_caller(function(input, o, ...)
+  no_more("unique", "(input [, {sorted=, return_inverse=, return_counts=}])", ...)
+  if not core.is_tensor(input) then error(("unique: input must be a tensor, got %s"):format(got(input)), 2) end
+  if type(o) == "table" and rawget(o, "dim") ~= nil then
+    error("unique: dim is not supported (the distinct elements of the whole tensor only)", 2)
+  end
+  o = opts.check("unique", o, { "sorted", "return_inverse", "return_counts", "dim" }, 2)
+  for _, k in ipairs { "sorted", "return_inverse", "return_counts" } do
+    if o[k] ~= nil and type(o[k]) ~= "boolean" then
+      error(("unique: %s must be a boolean, got %s"):format(k, got(o[k])), 2)
+    end
+  end
+  local xs = input:numel() > 0 and input:reshape({ -1 }):tolist() or {}
+  local distinct, seen = {}, {}
+  for _, v in ipairs(xs) do
+    local key = v == 0 and 0 or v
+    if v ~= v then distinct[#distinct + 1] = v
+    elseif not seen[key] then seen[key] = true; distinct[#distinct + 1] = v end
+  end
+  table.sort(distinct, function(a, b) if a ~= a then return false elseif b ~= b then return true end return a < b end)
+  local pos, count = {}, {}
+  for i, v in ipairs(distinct) do if v == v then pos[v == 0 and 0 or v] = i - 1 end; count[i] = 0 end
+  local inverse, nan_at = {}, 0
+  local nan_base = 0
+  for _, v in ipairs(distinct) do if v == v then nan_base = nan_base + 1 end end
+  for i, v in ipairs(xs) do
+    local p
+    if v ~= v then p = nan_base + nan_at; nan_at = nan_at + 1 else p = pos[v == 0 and 0 or v] end
+    inverse[i] = p
+    count[p + 1] = count[p + 1] + 1
+  end
+  local vals = #distinct > 0 and on_dev(distinct, input):to(input:dtype()) or core.zeros({ 0 })
+  local res = { vals }
+  if o.return_inverse then
+    res[#res + 1] = #inverse > 0 and on_dev(inverse, input):reshape(input:shape()) or core.zeros(input:shape())
+  end
+  if o.return_counts then res[#res + 1] = #count > 0 and on_dev(count, input) or core.zeros({ 0 }) end
+  return table.unpack(res)
+end)
+
+-- logspace(start, end, steps [, {base=10}]): base^linspace(start, end, steps), in double and rounded once
+M.logspace = at_caller(function(a, b, steps, o, ...)
+  no_more("logspace", "(start, end, steps [, {base=10}])", ...)
+  o = opts.check("logspace", o, { "base" }, 2)
+  local base = o.base or 10
+  for _, v in ipairs { { "start", a }, { "end", b }, { "base", base } } do
+    if type(v[2]) ~= "number" then error(("logspace: %s must be a number, got %s"):format(v[1], got(v[2])), 2) end
+  end
+  if math.type(steps) ~= "integer" or steps < 0 or steps > 1 << 24 then
+    error(("logspace: steps must be an integer in 0..2^24, got %s"):format(got(steps)), 2)
+  end
+  local out = {}
+  for i = 0, steps - 1 do
+    local e = steps == 1 and a or a + (b - a) * i / (steps - 1)
+    out[i + 1] = base ^ e
+  end
+  if steps == 0 then return core.zeros({ 0 }) end
+  return core.tensor(out)
+end)
+
+return M
