@@ -57,6 +57,30 @@ local function adamw_ref(o)
   return p
 end
 
+
+-- opt_class({p}, opts) stepped `steps` times from p = {1, -2, 0.5} with p.grad = grad(i), the parameters after each
+-- step against torch's (want[i], relative tol); then its state round-trips through state_dict into a fresh
+-- optimizer, which goes on as this one does
+local function steps_like_torch(label, opt_class, o, want, steps, grad, tol)
+  local p = fp8.tensor({ 1, -2, 0.5 }):requires_grad(true)
+  local opt = opt_class({ p }, o)
+  for i = 1, steps do
+    p.grad = grad(i)
+    opt:step()
+    local got = p:totable()
+    for k = 1, 3 do
+      assert.is_true(math.abs(got[k] - want[i][k]) <= tol * math.max(1, math.abs(want[i][k])),
+        ("%s step %d [%d]: %.9g vs torch's %.9g"):format(label, i, k, got[k], want[i][k]))
+    end
+  end
+  local q = fp8.tensor(p:totable()):requires_grad(true)
+  local o2 = opt_class({ q }, o)
+  o2:load_state_dict(opt:state_dict())
+  p.grad, q.grad = fp8.tensor { 1, 1, 1 }, fp8.tensor { 1, 1, 1 }
+  opt:step(); o2:step()
+  assert.are.same(p:totable(), q:totable())
+end
+
 describe("fp8.optim steps (need autograd bindings)", function()
   if not has_autograd() then
     pending("autograd bindings not in this build")
@@ -261,25 +285,7 @@ describe("fp8.optim arguments", function()
         eps = 1e-6 } },
       { "ada_max", optim.Adagrad, { lr = 0.1, maximize = true } },
     } do
-      local p = fp8.tensor({ 1, -2, 0.5 }):requires_grad(true)
-      local o = c[2]({ p }, c[3])
-      for i = 1, 4 do
-        p.grad = fp8.tensor({ 0.5, 0.25, -1 }) * i
-        o:step()
-        local got = p:totable()
-        for k = 1, 3 do
-          local want = ref[c[1]][i][k]
-          assert.is_true(math.abs(got[k] - want) <= 2e-6 * math.max(1, math.abs(want)),
-            ("%s step %d [%d]: %.9g vs torch's %.9g"):format(c[1], i, k, got[k], want))
-        end
-      end
-      -- the state round-trips through state_dict into a fresh optimizer, which goes on as this one does
-      local q = fp8.tensor(p:totable()):requires_grad(true)
-      local o2 = c[2]({ q }, c[3])
-      o2:load_state_dict(o:state_dict())
-      p.grad, q.grad = fp8.tensor { 1, 1, 1 }, fp8.tensor { 1, 1, 1 }
-      o:step(); o2:step()
-      assert.are.same(p:totable(), q:totable())
+      steps_like_torch(c[1], c[2], c[3], ref[c[1]], 4, function(i) return fp8.tensor({ 0.5, 0.25, -1 }) * i end, 2e-6)
     end
     U.fails_with("RMSprop: alpha must be a number >= 0, got -1", optim.RMSprop, { fp8.ones { 1 } }, { alpha = -1 })
     U.fails_with("RMSprop: centered must be a boolean", optim.RMSprop, { fp8.ones { 1 } }, { centered = 1 })
@@ -408,25 +414,8 @@ describe("fp8.optim arguments", function()
       { "radam_dec", optim.RAdam, { lr = 0.05, betas = { 0.5, 0.6 }, weight_decay = 0.1, decoupled_weight_decay = true,
         maximize = true } },
     } do
-      local p = fp8.tensor({ 1, -2, 0.5 }):requires_grad(true)
-      local o = c[2]({ p }, c[3])
-      for i = 1, 8 do
-        p.grad = fp8.tensor({ 0.5, 0.25, -1 }) * (i * (i % 3 == 0 and -1 or 1))
-        o:step()
-        local got = p:totable()
-        for k = 1, 3 do
-          local want = ref[c[1]][i][k]
-          assert.is_true(math.abs(got[k] - want) <= 4e-6 * math.max(1, math.abs(want)),
-            ("%s step %d [%d]: %.9g vs torch's %.9g"):format(c[1], i, k, got[k], want))
-        end
-      end
-      -- the state round-trips through state_dict into a fresh optimizer, which goes on as this one does
-      local q = fp8.tensor(p:totable()):requires_grad(true)
-      local o2 = c[2]({ q }, c[3])
-      o2:load_state_dict(o:state_dict())
-      p.grad, q.grad = fp8.tensor { 1, 1, 1 }, fp8.tensor { 1, 1, 1 }
-      o:step(); o2:step()
-      assert.are.same(p:totable(), q:totable())
+      steps_like_torch(c[1], c[2], c[3], ref[c[1]], 8,
+        function(i) return fp8.tensor({ 0.5, 0.25, -1 }) * (i * (i % 3 == 0 and -1 or 1)) end, 4e-6)
     end
     U.fails_with("Adadelta: rho must be a number in [0, 1], got 2", optim.Adadelta, { fp8.ones { 1 } }, { rho = 2 })
     U.fails_with("Adamax: betas[2] must be in [0, 1), got 1", optim.Adamax, { fp8.ones { 1 } }, { betas = { 0.9, 1 } })

@@ -175,43 +175,49 @@ F.instance_norm = public(impl_instance_norm)
 -- BatchNorm1d / BatchNorm2d(num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
 -- (momentum=false: torch's None, the cumulative average)
 local BN_KEYS = { "eps", "momentum", "affine", "track_running_stats" }
-local function bn_class(name, dims)
-  local cls = Module.class(name)
-  local function setup(self, n, opts)
-    if type(n) == "table" then
-      if opts ~= nil then
-        error(("%s: pass the options as one table or after num_features, not both"):format(name), 0)
-      end
-      local o = O.check(name, n, { "num_features", "eps", "momentum", "affine", "track_running_stats" })
-      n, opts = o.num_features, o
-    else
-      opts = O.check(name, opts, BN_KEYS)
+-- the setup BatchNorm and InstanceNorm share: num_features and the options (given after it or in one table with it),
+-- checked; the affine parameters and the running statistics registered. default_on: affine's and
+-- track_running_stats's default (true for BatchNorm, false for InstanceNorm, torch's)
+local function norm_setup(self, name, n, opts, default_on)
+  if type(n) == "table" then
+    if opts ~= nil then
+      error(("%s: pass the options as one table or after num_features, not both"):format(name), 0)
     end
-    if math.type(n) ~= "integer" or n < 1 then
-      error(("%s: num_features must be a positive integer, got %s"):format(name, O.got(n)), 0)
-    end
-    for _, k in ipairs { "affine", "track_running_stats" } do
-      if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
-        error(("%s: %s must be a boolean, got %s"):format(name, k, O.got(opts[k])), 0)
-      end
-    end
-    Module._check_size(name, 3, "num_features", n)
-    self.num_features = n
-    self.eps = number(name, "eps", opts.eps, 1e-5, 0)
-    if opts.momentum == false then self.momentum = false   -- (an `and false or` would never give false)
-    else self.momentum = number(name, "momentum", opts.momentum, 0.1, 0) end
-    self.affine = opts.affine ~= false
-    self.track_running_stats = opts.track_running_stats ~= false
-    if self.affine then
-      self:register_parameter("weight", fp8.ones { n })
-      self:register_parameter("bias", fp8.zeros { n })
-    end
-    if self.track_running_stats then
-      self:register_buffer("running_mean", fp8.zeros { n })
-      self:register_buffer("running_var", fp8.ones { n })
-      self:register_buffer("num_batches_tracked", fp8.zeros {})
+    local o = O.check(name, n, { "num_features", "eps", "momentum", "affine", "track_running_stats" })
+    n, opts = o.num_features, o
+  else
+    opts = O.check(name, opts, BN_KEYS)
+  end
+  if math.type(n) ~= "integer" or n < 1 then
+    error(("%s: num_features must be a positive integer, got %s"):format(name, O.got(n)), 0)
+  end
+  for _, k in ipairs { "affine", "track_running_stats" } do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("%s: %s must be a boolean, got %s"):format(name, k, O.got(opts[k])), 0)
     end
   end
+  Module._check_size(name, 4, "num_features", n)
+  self.num_features = n
+  self.eps = number(name, "eps", opts.eps, 1e-5, 0)
+  if opts.momentum == false then self.momentum = false   -- (an `and false or` would never give false)
+  else self.momentum = number(name, "momentum", opts.momentum, 0.1, 0) end
+  local function flag(v) if v == nil then return default_on end return v end
+  self.affine = flag(opts.affine)
+  self.track_running_stats = flag(opts.track_running_stats)
+  if self.affine then
+    self:register_parameter("weight", fp8.ones { n })
+    self:register_parameter("bias", fp8.zeros { n })
+  end
+  if self.track_running_stats then
+    self:register_buffer("running_mean", fp8.zeros { n })
+    self:register_buffer("running_var", fp8.ones { n })
+    self:register_buffer("num_batches_tracked", fp8.zeros {})
+  end
+end
+
+local function bn_class(name, dims)
+  local cls = Module.class(name)
+  local function setup(self, n, opts) norm_setup(self, name, n, opts, true) end
   cls["__init"] = function(self, n, opts)
     local ok, err = pcall(setup, self, n, opts)
     if not ok then error(strip(err), 3) end
@@ -248,41 +254,7 @@ M.BatchNorm2d = bn_class("BatchNorm2d", 2)
 -- is kept as torch keeps it, never counted.
 local function in_class(name, dims)
   local cls = Module.class(name)
-  local function setup(self, n, opts)
-    if type(n) == "table" then
-      if opts ~= nil then
-        error(("%s: pass the options as one table or after num_features, not both"):format(name), 0)
-      end
-      local o = O.check(name, n, { "num_features", "eps", "momentum", "affine", "track_running_stats" })
-      n, opts = o.num_features, o
-    else
-      opts = O.check(name, opts, BN_KEYS)
-    end
-    if math.type(n) ~= "integer" or n < 1 then
-      error(("%s: num_features must be a positive integer, got %s"):format(name, O.got(n)), 0)
-    end
-    for _, k in ipairs { "affine", "track_running_stats" } do
-      if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
-        error(("%s: %s must be a boolean, got %s"):format(name, k, O.got(opts[k])), 0)
-      end
-    end
-    Module._check_size(name, 3, "num_features", n)
-    self.num_features = n
-    self.eps = number(name, "eps", opts.eps, 1e-5, 0)
-    if opts.momentum == false then self.momentum = false
-    else self.momentum = number(name, "momentum", opts.momentum, 0.1, 0) end
-    self.affine = opts.affine == true
-    self.track_running_stats = opts.track_running_stats == true
-    if self.affine then
-      self:register_parameter("weight", fp8.ones { n })
-      self:register_parameter("bias", fp8.zeros { n })
-    end
-    if self.track_running_stats then
-      self:register_buffer("running_mean", fp8.zeros { n })
-      self:register_buffer("running_var", fp8.ones { n })
-      self:register_buffer("num_batches_tracked", fp8.zeros {})
-    end
-  end
+  local function setup(self, n, opts) norm_setup(self, name, n, opts, false) end
   cls["__init"] = function(self, n, opts)
     local ok, err = pcall(setup, self, n, opts)
     if not ok then error(strip(err), 3) end

@@ -305,35 +305,14 @@ local CONV_KEYS = { "in_channels", "out_channels", "kernel_size", "stride", "pad
 local function conv_class(name, dims)
   local cls = Module.class(name)
   local function setup(self, cin, cout, ksize, opts)
-    if type(cin) == "table" then
-      if cout ~= nil then error(("%s: pass the options as one table or after the sizes, not both"):format(name), 0) end
-      local o = O.check(name, cin, CONV_KEYS)
-      cin, cout, ksize, opts = o.in_channels, o.out_channels, o.kernel_size, o
-    else
-      local valid = {}
-      for i = 4, #CONV_KEYS do valid[#valid + 1] = CONV_KEYS[i] end
-      opts = O.check(name, opts, valid)
-    end
-    for _, c in ipairs { { "in_channels", cin }, { "out_channels", cout } } do
-      if math.type(c[2]) ~= "integer" or c[2] < 1 then
-        error(("%s: %s must be a positive integer, got %s"):format(name, c[1], O.got(c[2])), 0)
-      end
-    end
-    local k = dims == 2 and pair(name, "kernel_size", ksize, 1) or { 1, one_d(name .. ": kernel_size", ksize, 1) }
-    local g = opts.groups or 1
-    if math.type(g) ~= "integer" or g < 1 or cin % g ~= 0 or cout % g ~= 0 then
-      error(("%s: groups must be a positive integer dividing in_channels (%d) and out_channels (%d), got %s"):format(
-        name, cin, cout, O.got(g)), 0)
-    end
+    local k, g
+    cin, cout, k, g, opts = G.conv_args(name, dims, CONV_KEYS, cin, cout, ksize, opts)
     local pm = opts.padding_mode or "zeros"
     if not PADDING_MODES[pm] then
       error(("%s: padding_mode must be one of \"zeros\", \"reflect\", \"replicate\", \"circular\", got %s"):format(
         name, O.got(pm)), 0)
     end
     self.padding_mode = pm
-    if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
-      error(("%s: bias must be a boolean, got %s"):format(name, O.got(opts.bias)), 0)
-    end
     Module._check_size(name, 3, "out_channels * in_channels / groups * kernel", cout, cin // g, k[1] * k[2])
     self.in_channels, self.out_channels, self.groups = cin, cout, g
     self.kernel_size = dims == 2 and k or { k[2] }

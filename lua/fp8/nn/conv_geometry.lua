@@ -97,6 +97,36 @@ function G.one_d(fname, v, lo, default, strings)
   return v
 end
 
+-- conv_args(name, dims, keys, cin, cout, ksize, opts): a convolution module's arguments (its transpose's too), given
+-- as (in, out, kernel [, opts]) or one table of keys: in and out channels positive, the kernel a size (a pair for 2-d,
+-- {1, k} for 1-d), groups dividing both, bias a boolean; returns cin, cout, k, groups, opts
+function G.conv_args(name, dims, keys, cin, cout, ksize, opts)
+  if type(cin) == "table" then
+    if cout ~= nil then error(("%s: pass the options as one table or after the sizes, not both"):format(name), 0) end
+    local o = O.check(name, cin, keys)
+    cin, cout, ksize, opts = o.in_channels, o.out_channels, o.kernel_size, o
+  else
+    local valid = {}
+    for i = 4, #keys do valid[#valid + 1] = keys[i] end
+    opts = O.check(name, opts, valid)
+  end
+  for _, c in ipairs { { "in_channels", cin }, { "out_channels", cout } } do
+    if math.type(c[2]) ~= "integer" or c[2] < 1 then
+      error(("%s: %s must be a positive integer, got %s"):format(name, c[1], O.got(c[2])), 0)
+    end
+  end
+  local k = dims == 2 and G.pair(name, "kernel_size", ksize, 1) or { 1, G.one_d(name .. ": kernel_size", ksize, 1) }
+  local g = opts.groups or 1
+  if math.type(g) ~= "integer" or g < 1 or cin % g ~= 0 or cout % g ~= 0 then
+    error(("%s: groups must be a positive integer dividing in_channels (%d) and out_channels (%d), got %s"):format(
+      name, cin, cout, O.got(g)), 0)
+  end
+  if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
+    error(("%s: bias must be a boolean, got %s"):format(name, O.got(opts.bias)), 0)
+  end
+  return cin, cout, k, g, opts
+end
+
 -- col2im: the windows' values [N, C, K·L] (in unfold's order, idx their flat positions) added into a zeroed
 -- [N, C, hp, wp] plane of their dtype; unfold's adjoint, differentiable (scatter_add)
 function G.col2im(cols, hp, wp, idx)

@@ -127,32 +127,11 @@ local KEYS = { "in_channels", "out_channels", "kernel_size", "stride", "padding"
 local function transpose_class(name, dims)
   local cls = Module.class(name)
   local function setup(self, cin, cout, ksize, opts)
-    if type(cin) == "table" then
-      if cout ~= nil then error(("%s: pass the options as one table or after the sizes, not both"):format(name), 0) end
-      local o = O.check(name, cin, KEYS)
-      cin, cout, ksize, opts = o.in_channels, o.out_channels, o.kernel_size, o
-    else
-      local valid = {}
-      for i = 4, #KEYS do valid[#valid + 1] = KEYS[i] end
-      opts = O.check(name, opts, valid)
-    end
-    for _, c in ipairs { { "in_channels", cin }, { "out_channels", cout } } do
-      if math.type(c[2]) ~= "integer" or c[2] < 1 then
-        error(("%s: %s must be a positive integer, got %s"):format(name, c[1], O.got(c[2])), 0)
-      end
-    end
-    local k = dims == 2 and pair(name, "kernel_size", ksize, 1) or { 1, one_d(name .. ": kernel_size", ksize, 1) }
-    local g = opts.groups or 1
-    if math.type(g) ~= "integer" or g < 1 or cin % g ~= 0 or cout % g ~= 0 then
-      error(("%s: groups must be a positive integer dividing in_channels (%d) and out_channels (%d), got %s"):format(
-        name, cin, cout, O.got(g)), 0)
-    end
+    local k, g
+    cin, cout, k, g, opts = G.conv_args(name, dims, KEYS, cin, cout, ksize, opts)
     if opts.padding_mode ~= nil and opts.padding_mode ~= "zeros" then
       error(("%s: padding_mode must be \"zeros\" (torch's transposed convolutions take no other), got %s"):format(
         name, O.got(opts.padding_mode)), 0)
-    end
-    if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
-      error(("%s: bias must be a boolean, got %s"):format(name, O.got(opts.bias)), 0)
     end
     local s, p, op, d = geometry(name, dims, opts)
     for i = 1, 2 do

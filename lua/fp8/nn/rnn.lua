@@ -51,6 +51,17 @@ local function activation(name, nonlinearity)
   error(("%s: nonlinearity must be \"tanh\" or \"relu\", got %s"):format(name, O.got(nonlinearity)), 0)
 end
 
+-- a cell's parameters under torch's names (sfx: "" for a cell, "_l0", "_l1_reverse", ... for a layer): weight_ih
+-- [rows, inputs], weight_hh [rows, hidden] and, with bias, bias_ih and bias_hh [rows], all U(-k, k)
+local function register_cell(self, sfx, rows, inputs, hidden, bias, k)
+  self:register_parameter("weight_ih" .. sfx, init.uniform({ rows, inputs }, -k, k))
+  self:register_parameter("weight_hh" .. sfx, init.uniform({ rows, hidden }, -k, k))
+  if bias then
+    self:register_parameter("bias_ih" .. sfx, init.uniform({ rows }, -k, k))
+    self:register_parameter("bias_hh" .. sfx, init.uniform({ rows }, -k, k))
+  end
+end
+
 local function check_input(name, x)
   if not fp8.is_tensor(x) then error(("expected a tensor input, got %s"):format(O.got(x)), 0) end
   if x:is_fp8() then error(("%s: %s tensor: dequantize it first"):format(name, x:dtype()), 0) end
@@ -89,13 +100,7 @@ local function cell_class(name, kind)
       Module._check_size(name, 3, "gates * hidden_size * (input_size + hidden_size)", G * hidden_size,
         input_size + hidden_size)
       self.input_size, self.hidden_size, self.nonlinearity = input_size, hidden_size, kind == "RNN" and nl or nil
-      local k = 1 / math.sqrt(hidden_size)
-      self:register_parameter("weight_ih", init.uniform({ G * hidden_size, input_size }, -k, k))
-      self:register_parameter("weight_hh", init.uniform({ G * hidden_size, hidden_size }, -k, k))
-      if bias then
-        self:register_parameter("bias_ih", init.uniform({ G * hidden_size }, -k, k))
-        self:register_parameter("bias_hh", init.uniform({ G * hidden_size }, -k, k))
-      end
+      register_cell(self, "", G * hidden_size, input_size, hidden_size, bias, 1 / math.sqrt(hidden_size))
     end, ...)
     if not ok then error(strip(err), 3) end
   end
@@ -201,12 +206,7 @@ local function layer_class(name, kind)
         Module._check_size(name, 3, "gates * hidden_size * (layer input + hidden_size)", G * hidden_size, inp + Hout)
         for dir = 0, D - 1 do
           local sfx = ("_l%d%s"):format(layer, dir == 1 and "_reverse" or "")
-          self:register_parameter("weight_ih" .. sfx, init.uniform({ G * hidden_size, inp }, -k, k))
-          self:register_parameter("weight_hh" .. sfx, init.uniform({ G * hidden_size, Hout }, -k, k))
-          if bias then
-            self:register_parameter("bias_ih" .. sfx, init.uniform({ G * hidden_size }, -k, k))
-            self:register_parameter("bias_hh" .. sfx, init.uniform({ G * hidden_size }, -k, k))
-          end
+          register_cell(self, sfx, G * hidden_size, inp, Hout, bias, k)
           if P > 0 then self:register_parameter("weight_hr" .. sfx, init.uniform({ P, hidden_size }, -k, k)) end
         end
       end
