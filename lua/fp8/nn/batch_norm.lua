@@ -215,6 +215,13 @@ local function norm_setup(self, name, n, opts, default_on)
   end
 end
 
+-- torch's repr of BatchNorm and InstanceNorm
+local function norm_repr(self)
+  return ("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s"):format(self.num_features, self.eps,
+    self.momentum == false and "None" or ("%g"):format(self.momentum), tostring(self.affine),
+    tostring(self.track_running_stats))
+end
+
 local function bn_class(name, dims)
   local cls = Module.class(name)
   local function setup(self, n, opts) norm_setup(self, name, n, opts, true) end
@@ -239,11 +246,7 @@ local function bn_class(name, dims)
     local use_batch = self.training or not self.track_running_stats
     return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch, m, self.eps)
   end
-  cls.extra_repr = function(self)
-    return ("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s"):format(self.num_features, self.eps,
-      self.momentum == false and "None" or ("%g"):format(self.momentum), tostring(self.affine),
-      tostring(self.track_running_stats))
-  end
+  cls.extra_repr = norm_repr
   return cls
 end
 M.BatchNorm1d = bn_class("BatchNorm1d", 1)
@@ -276,11 +279,7 @@ local function in_class(name, dims)
       self.momentum == false and 0 or self.momentum, self.eps)
     return unb and y:squeeze(1) or y
   end
-  cls.extra_repr = function(self)
-    return ("%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s"):format(self.num_features, self.eps,
-      self.momentum == false and "None" or ("%g"):format(self.momentum), tostring(self.affine),
-      tostring(self.track_running_stats))
-  end
+  cls.extra_repr = norm_repr
   return cls
 end
 M.InstanceNorm1d = in_class("InstanceNorm1d", 1)
