@@ -121,7 +121,8 @@ add_all {
        .. "[, {base=10}])",
     doc = "torch's: pairwise p-norm distances (computed directly; a zero distance's gradient 0); insertion\n"
        .. "positions by binary search; counts of whole numbers; membership; the distinct values ascending (with the\n"
-       .. "inverse and counts as asked; dim is refused); base^linspace. The searches and counts carry no gradient." },
+       .. "inverse and counts as asked; sorted=false keeps the order of first appearance; dim is refused);\n"
+       .. "base^linspace. The searches and counts carry no gradient." },
   { section = "Tensors", name = "set_printoptions", sig = "fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=}",
     doc = "How tensors print (torch's names): decimals, the element count past which a print is summarised,\n"
        .. "the elements kept at each end, the columns a row wraps at. Returns the previous options." },

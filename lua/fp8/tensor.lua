@@ -907,6 +907,19 @@ M._check_self, M._check_live, M._check_not_fp8, M._norm_dim = check_self, check_
 M._dims_of = dims_of
 M._check_arith_self, M._check_operand = check_arith_self, check_operand
 
+-- keepdim, when given, must be a boolean (who's message, raised at level)
+function M._check_keepdim(who, keepdim, level)
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    error(("%s: keepdim must be a boolean, got %s"):format(who, require("fp8.opts").got(keepdim)), level)
+  end
+end
+
+-- a Lua list of numbers as an fp32 tensor on device (index lists, masks, counts built on the host)
+function M._list_on(list, device)
+  local t = core.tensor(list)
+  return device == "cpu" and t or t:to(device)
+end
+
 -- M._broadcast_shape(a, b): the shape two shapes (lists of sizes) broadcast to, torch's rule (aligned from the last
 -- dim; each pair equal, or one of them 1), or nil when they do not: what an elementwise op's result would have,
 -- without computing one

@@ -144,11 +144,7 @@ end)
 
 -- ---- reductions ----------------------------------------------------------------------------------------------------
 
-local function check_keepdim(who, keepdim)
-  if keepdim ~= nil and type(keepdim) ~= "boolean" then
-    error(("%s: keepdim must be a boolean, got %s"):format(who, got(keepdim)), 3)
-  end
-end
+local function check_keepdim(who, keepdim) T._check_keepdim(who, keepdim, 4) end
 
 -- nansum([dim [, keepdim]]) / nanmean: the sum / mean of the elements that are not NaN (nanmean of none: NaN)
 Tensor.nansum = at_caller(function(t, dim, keepdim, ...)

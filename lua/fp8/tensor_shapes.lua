@@ -83,7 +83,9 @@ end)
 Tensor.broadcast_to = at_caller(function(t, shape, ...)
   no_more("broadcast_to", "(shape)", ...)
   self_of("broadcast_to", t)
-  if type(shape) ~= "table" then error(("broadcast_to: shape must be a list of sizes, got %s"):format(got(shape)), 2) end
+  if type(shape) ~= "table" then
+    error(("broadcast_to: shape must be a list of sizes, got %s"):format(got(shape)), 2)
+  end
   return t:expand(shape)
 end)
 
@@ -129,9 +131,7 @@ Tensor.take = at_caller(function(t, index, ...)
     flat[i] = v < 0 and v + n or v
   end
   if #flat == 0 then return core.zeros(index:shape(), { dtype = t:dtype(), device = t:device() }) end
-  local at = core.tensor(flat)
-  if t:device() ~= "cpu" then at = at:to(t:device()) end
-  return t:reshape({ -1 }):index_select(1, at):reshape(index:shape())
+  return t:reshape({ -1 }):index_select(1, T._list_on(flat, t:device())):reshape(index:shape())
 end)
 
 -- take_along_dim(indices [, dim]): gather along dim with indices and x broadcast against each other elsewhere
@@ -301,7 +301,9 @@ M.block_diag = at_caller(function(...)
   local ts = tensors_of("block_diag", ...)
   local R, C = 0, 0
   for i, t in ipairs(ts) do
-    if t:dim() > 2 then error(("block_diag: entry %d must have 2 or fewer dims, got %s"):format(i, t:shape_str()), 2) end
+    if t:dim() > 2 then
+      error(("block_diag: entry %d must have 2 or fewer dims, got %s"):format(i, t:shape_str()), 2)
+    end
     ts[i] = t:atleast_2d()
     R, C = R + ts[i]:size(1), C + ts[i]:size(2)
   end

@@ -15,13 +15,8 @@ local where = T.where
 local M = {}
 
 local function self_of(name, t) check_not_fp8(name, check_self(name, t)) end
-local function on_dev(list, like)
-  local t = core.tensor(list)
-  return like:device() == "cpu" and t or t:to(like:device())
-end
-local function check_keepdim(name, k)
-  if k ~= nil and type(k) ~= "boolean" then error(("%s: keepdim must be a boolean, got %s"):format(name, got(k)), 3) end
-end
+local function on_dev(list, like) return T._list_on(list, like:device()) end
+local function check_keepdim(name, k) T._check_keepdim(name, k, 4) end
 
 Tensor.msort = at_caller(function(t, ...)
   no_more("msort", "no arguments", ...); self_of("msort", t)
@@ -199,7 +194,9 @@ Tensor.cov = at_caller(function(t, o, ...)
   end
   o = opts.check("cov", o, { "correction", "fweights", "aweights" }, 2)
   local c = o.correction or 1
-  if math.type(c) ~= "integer" or c < 0 then error(("cov: correction must be an integer >= 0, got %s"):format(got(c)), 2) end
+  if math.type(c) ~= "integer" or c < 0 then
+    error(("cov: correction must be an integer >= 0, got %s"):format(got(c)), 2)
+  end
   if t:dim() > 2 then error(("cov: expected a 1-d or 2-d input, got %s"):format(t:shape_str()), 2) end
   local x = t:dim() < 2 and t:reshape({ 1, -1 }) or t
   local N = x:size(2)
@@ -337,8 +334,10 @@ M.searchsorted = at_caller(function(seq, vals, o, ...)
     error(("searchsorted: sorted_sequence must be a tensor of 1 or more dims, got %s"):format(got(seq)), 2)
   end
   if type(vals) == "number" then vals = core.tensor({ vals }):reshape({}) end
-  if not core.is_tensor(vals) then error(("searchsorted: values must be a tensor or a number, got %s"):format(got(vals)),
-    2) end
+  if not core.is_tensor(vals) then
+    error(("searchsorted: values must be a tensor or a number, got %s"):format(
+      got(vals)), 2)
+  end
   if seq:dim() > 1 then
     local ok = vals:dim() == seq:dim()
     for i = 1, seq:dim() - 1 do ok = ok and vals:size(i) == seq:size(i) end
@@ -378,7 +377,8 @@ M.bincount = at_caller(function(input, o, ...)
   end
   local w = o.weights
   if w ~= nil and (not core.is_tensor(w) or w:dim() ~= 1 or w:numel() ~= input:numel()) then
-    error(("bincount: weights must be a 1-d tensor of the input's %d elements, got %s"):format(input:numel(), got(w)), 2)
+    error(("bincount: weights must be a 1-d tensor of the input's %d elements, got %s"):format(input:numel(),
+      got(w)), 2)
   end
   local xs = input:numel() > 0 and input:tolist() or {}
   local ws = w and (w:numel() > 0 and w:tolist() or {}) or nil
@@ -403,8 +403,10 @@ end)
 M.isin = at_caller(function(elements, test, o, ...)
   no_more("isin", "(elements, test_elements [, {invert=}])", ...)
   if type(elements) == "number" then elements = core.tensor({ elements }):reshape({}) end
-  if not core.is_tensor(elements) then error(("isin: elements must be a tensor or a number, got %s"):format(got(elements)),
-    2) end
+  if not core.is_tensor(elements) then
+    error(("isin: elements must be a tensor or a number, got %s"):format(
+      got(elements)), 2)
+  end
   if type(test) == "number" then test = core.tensor({ test }) end
   if not core.is_tensor(test) then error(("isin: test_elements must be a tensor or a number, got %s"):format(got(test)),
     2) end
@@ -427,8 +429,8 @@ M.isin = at_caller(function(elements, test, o, ...)
 end)
 
 -- unique(input [, {sorted=true, return_inverse=false, return_counts=false}]): the distinct values, ascending (NaNs
--- each their own, last), and as asked the inverse (each element's position among them, in the input's shape) and the
--- counts; no gradient
+-- each their own, last), or with sorted=false in the order they first appear (torch leaves that order unspecified);
+-- and as asked the inverse (each element's position among them, in the input's shape) and the counts; no gradient
 M.unique = at_caller(function(input, o, ...)
   no_more("unique", "(input [, {sorted=, return_inverse=, return_counts=}])", ...)
   if not core.is_tensor(input) then error(("unique: input must be a tensor, got %s"):format(got(input)), 2) end
@@ -448,15 +450,18 @@ M.unique = at_caller(function(input, o, ...)
     if v ~= v then distinct[#distinct + 1] = v
     elseif not seen[key] then seen[key] = true; distinct[#distinct + 1] = v end
   end
-  table.sort(distinct, function(a, b) if a ~= a then return false elseif b ~= b then return true end return a < b end)
-  local pos, count = {}, {}
-  for i, v in ipairs(distinct) do if v == v then pos[v == 0 and 0 or v] = i - 1 end; count[i] = 0 end
+  if o.sorted ~= false then
+    table.sort(distinct, function(a, b) if a ~= a then return false elseif b ~= b then return true end return a < b end)
+  end
+  local pos, count, nans = {}, {}, {}
+  for i, v in ipairs(distinct) do
+    if v == v then pos[v == 0 and 0 or v] = i - 1 else nans[#nans + 1] = i - 1 end
+    count[i] = 0
+  end
   local inverse, nan_at = {}, 0
-  local nan_base = 0
-  for _, v in ipairs(distinct) do if v == v then nan_base = nan_base + 1 end end
   for i, v in ipairs(xs) do
     local p
-    if v ~= v then p = nan_base + nan_at; nan_at = nan_at + 1 else p = pos[v == 0 and 0 or v] end
+    if v ~= v then nan_at = nan_at + 1; p = nans[nan_at] else p = pos[v == 0 and 0 or v] end
     inverse[i] = p
     count[p + 1] = count[p + 1] + 1
   end

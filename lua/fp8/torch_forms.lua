@@ -26,11 +26,7 @@ Tensor.log_softmax = at_caller(function(t, dim, ...)
   return require("fp8.nn.functional").log_softmax(t, dim)
 end)
 
-local function check_keepdim(who, keepdim)
-  if keepdim ~= nil and type(keepdim) ~= "boolean" then
-    error(("%s: keepdim must be a boolean, got %s"):format(who, got(keepdim)), 4)
-  end
-end
+local function check_keepdim(who, keepdim) T._check_keepdim(who, keepdim, 5) end
 
 local function each_dim(dim) return type(dim) == "table" and dim or { dim } end
 

@@ -1665,6 +1665,12 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
   local W = { 1.0, 0.5, -2.0, 1.5 }
   local G = { { 1.0, -1.0, 0.5, 2.0 }, { 0.25, 3.0, -0.5, 1.0 }, { -2.0, 1.0, 1.0, 0.5 } }
   local LP = { { -0.1, -2.5, -3.0 }, { -1.2, -0.4, -2.2 }, { -2.0, -1.0, -0.6 }, { -0.7, -0.9, -2.1 } }
+  -- sin(i·a + b) over the shape (a 0.71, b 0.5 unless given), in fp32 as scripts/gen_nn_parity.py's wave makes it
+  local function wave(shape, a, b)
+    local n = 1
+    for _, d in ipairs(shape) do n = n * d end
+    return (fp8.arange(n) * (a or 0.71) + (b or 0.5)):sin():reshape(shape)
+  end
   local function same(name, got, want, tol)
     local g = type(got) == "number" and { got } or got:reshape(-1):totable()
     local w = {}
@@ -1747,11 +1753,6 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     -- embedding_bag and EmbeddingBag: each mode, an empty bag, include_last_offset, per_sample_weights, padding_idx,
     -- a 2-D input (torch 2.15's outputs and gradients)
     local EBI, EBO = fp8.tensor { 1, 2, 4, 5, 4, 3, 2, 0 }, fp8.tensor { 0, 3, 3, 5 }
-    local function wv(shape, a, b)
-      local n = 1
-      for _, d in ipairs(shape) do n = n * d end
-      return (fp8.arange(n) * a + b):sin():reshape(shape)
-    end
     for _, c in ipairs { { "eb_mean", EBI, EBO, {} }, { "eb_sum_psw", EBI, EBO, { mode = "sum" }, true },
       { "eb_max", EBI, EBO, { mode = "max" } },
       { "eb_last", EBI, fp8.tensor { 0, 2, 8 }, { mode = "sum", include_last_offset = true } },
@@ -1761,7 +1762,7 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       local o = { per_sample_weights = psw }
       for k, v in pairs(c[4]) do o[k] = v end
       local y = c[3] and F.embedding_bag(c[2], w, c[3], o) or F.embedding_bag(c[2], w, o)
-      ;(y * wv(y:shape(), 0.71, 0.5)):sum():backward()
+      ;(y * wave(y:shape(), 0.71, 0.5)):sum():backward()
       same(c[1], y, ref[c[1]], 1e-5)
       same(c[1] .. " dw", w.grad, ref[c[1] .. "_dw"], 1e-5)
       if psw then same(c[1] .. " dpsw", psw.grad, ref[c[1] .. "_dpsw"], 1e-5) end
@@ -1780,11 +1781,6 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     U.fails_with("EmbeddingBag: mode must be \"sum\", \"mean\" or \"max\", got \"min\"", nn.EmbeddingBag, 6, 3,
       { mode = "min" })
     -- max_norm: the rows looked up renormalized in place, as torch's (the norm's 2 and 1); the options table
-    local function wave(shape, a, b)
-      local n = 1
-      for _, d in ipairs(shape) do n = n * d end
-      return (fp8.arange(n) * a + b):sin():reshape(shape)
-    end
     for key, o in pairs { emb_maxnorm = { max_norm = 1.0 }, emb_maxnorm1 = { max_norm = 2.5, norm_type = 1.0 } } do
       local m = nn.Embedding(5, 3, o)
       fp8.no_grad(function() nn.init.copy_(m.weight, wave({ 5, 3 }, 0.7, 0.3) * 4) end)
@@ -1809,17 +1805,7 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
   it("conv1d/conv2d, max/avg pooling, unfold and fold give torch 2.15's values and gradients", function()
     local CX, CW, CB, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_w), fp8.tensor(ref.conv_b),
       fp8.tensor(ref.conv_x1)
-    local function wave(shape)   -- sin(i·0.71 + 0.5) over the shape, in fp32 as the generator made it
-      local n = 1
-      for _, d in ipairs(shape) do n = n * d end
-      return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
-    end
     local CWT = CW:transpose(1, 2):contiguous()   -- [4, 6, 3, 3]: a transposed convolution's weight
-    local function wave2(shape, a, b)   -- sin(i·a + b) over the shape, as the generator's wave
-      local n = 1
-      for _, d in ipairs(shape) do n = n * d end
-      return (fp8.arange(n) * a + b):sin():reshape(shape)
-    end
     local function with_weights(m, w, b)   -- a convolution module holding the fixture's weight and bias
       fp8.no_grad(function() nn.init.copy_(m.weight, w); nn.init.copy_(m.bias, b) end)
       return function(x) return m(x) end
@@ -1888,8 +1874,8 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "ip_area", function(x) return F.interpolate(x, { size = { 4, 3 }, mode = "area" }) end, CX },
       { "pixel_shuffle", function(x) return F.pixel_shuffle(x, 2) end, CX },
       { "pixel_unshuffle", function(x) return F.pixel_unshuffle(x, 3) end, CX:narrow(4, 1, 6):contiguous() },
-      { "bilinear", function(a, b, w, bias) return F.bilinear(a, b, w, bias) end, wave2({ 2, 3, 4 }, 0.29, 0.4),
-        wave2({ 2, 3, 5 }, 0.31, 0.1), wave2({ 6, 4, 5 }, 0.53, 0.3), wave2({ 6 }, 1.1, 0.2) },
+      { "bilinear", function(a, b, w, bias) return F.bilinear(a, b, w, bias) end, wave({ 2, 3, 4 }, 0.29, 0.4),
+        wave({ 2, 3, 5 }, 0.31, 0.1), wave({ 6, 4, 5 }, 0.53, 0.3), wave({ 6 }, 1.1, 0.2) },
       { "lrn3", function(x) return F.local_response_norm(x, 3) end, CX },
       { "lrn4_1d", function(x) return nn.LocalResponseNorm(4, { alpha = 0.1, beta = 0.5, k = 2.0 })(x) end, CX1 },
       { "softmax2d", function(x) return nn.Softmax2d()(x) end, CX },
@@ -1956,9 +1942,9 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     assert.are.same({ 6, 4, 5 }, bl.weight:shape())
     assert.is_true(bl.weight:abs():max():item() <= 0.5 and bl.bias:abs():max():item() <= 0.5)
     fp8.no_grad(function()
-      nn.init.copy_(bl.weight, wave2({ 6, 4, 5 }, 0.53, 0.3)); nn.init.copy_(bl.bias, wave2({ 6 }, 1.1, 0.2))
+      nn.init.copy_(bl.weight, wave({ 6, 4, 5 }, 0.53, 0.3)); nn.init.copy_(bl.bias, wave({ 6 }, 1.1, 0.2))
     end)
-    same("Bilinear", bl(wave2({ 2, 3, 4 }, 0.29, 0.4), wave2({ 2, 3, 5 }, 0.31, 0.1)), ref.bilinear, 1e-5)
+    same("Bilinear", bl(wave({ 2, 3, 4 }, 0.29, 0.4), wave({ 2, 3, 5 }, 0.31, 0.1)), ref.bilinear, 1e-5)
     assert.are.equal("Bilinear(in1_features=4, in2_features=5, out_features=6, bias=true)", tostring(bl))
     U.fails_with("bilinear: input1 [2, 4] and input2 [3, 5] must have the same leading dims", F.bilinear,
       fp8.ones { 2, 4 }, fp8.ones { 3, 5 }, bl.weight)
@@ -2180,6 +2166,9 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     local picks = F.gumbel_softmax(big, { hard = true }):sum(1):totable()
     local p1 = math.exp(2) / (math.exp(2) + math.exp(0.5) + math.exp(-1) + 1)
     assert.is_true(math.abs(picks[1] / 4000 - p1) < 0.03, tostring(picks[1] / 4000))
+    -- dim: the samples sum to 1 along it
+    local yd = F.gumbel_softmax(logits, { dim = 1 })
+    for _, s in ipairs(yd:sum(1):totable()) do assert.is_true(math.abs(s - 1) < 1e-6) end
     U.fails_with("gumbel_softmax: tau must be a finite number > 0, got 0", F.gumbel_softmax, logits, { tau = 0 })
     U.fails_with("gumbel_softmax: unknown option 'eps'", F.gumbel_softmax, logits, { eps = 1e-10 })
     U.fails_with("local_response_norm: size must be an integer >= 1, got 0", F.local_response_norm,
@@ -2224,11 +2213,6 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
 
   it("InstanceNorm1d/2d and F.instance_norm give torch 2.15's values, gradients and running statistics", function()
     local CX, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_x1)
-    local function wave(shape)
-      local n = 1
-      for _, d in ipairs(shape) do n = n * d end
-      return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
-    end
     local m = nn.InstanceNorm2d(4, { affine = true, track_running_stats = true })
     fp8.no_grad(function()
       nn.init.copy_(m.weight, fp8.tensor { 1.0, 0.5, 2.0, -1.0 })
@@ -2256,6 +2240,11 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       ;(y * wave(y:shape())):sum():backward()
       same(key .. " dx", x.grad, ref[key .. "_d1"], 1e-5)
     end
+    -- momentum=false is torch's None: the running statistics stay as they were
+    local frozen = nn.InstanceNorm2d(4, { track_running_stats = true, momentum = false })
+    frozen(CX)
+    assert.are.same({ 0, 0, 0, 0 }, frozen.running_mean:totable())
+    assert.are.same({ 1, 1, 1, 1 }, frozen.running_var:totable())
     assert.are.equal("InstanceNorm2d(4, eps=1e-05, momentum=0.1, affine=false, track_running_stats=false)",
       tostring(nn.InstanceNorm2d(4)))
     assert.are.same({}, nn.InstanceNorm1d(4):parameters())
@@ -2270,11 +2259,6 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
   end)
 
   it("RNN, LSTM, GRU and their cells give torch 2.15's outputs, states and every gradient", function()
-    local function wave(shape, a, b)   -- sin(i·a + b) over the shape, as the generator made it
-      local n = 1
-      for _, d in ipairs(shape) do n = n * d end
-      return (fp8.arange(n) * a + b):sin():reshape(shape)
-    end
     local function case(key, m, x, state, cell)
       for i, np in ipairs(m:named_parameters()) do
         local w = wave(np[2]:shape(), 0.37 + 0.01 * (i - 1), 0.1 * (i - 1)) * 0.5
@@ -2359,11 +2343,6 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
 
   it("BatchNorm1d/2d and GroupNorm give torch 2.15's values, gradients and running statistics", function()
     local CX, CX1 = fp8.tensor(ref.conv_x), fp8.tensor(ref.conv_x1)
-    local function wave(shape)
-      local n = 1
-      for _, d in ipairs(shape) do n = n * d end
-      return (fp8.arange(n) * 0.71 + 0.5):sin():reshape(shape)
-    end
     local bn = nn.BatchNorm2d(4)
     fp8.no_grad(function()
       nn.init.copy_(bn.weight, fp8.tensor { 1.0, 0.5, 2.0, -1.0 })

@@ -221,6 +221,10 @@ describe("median, kthvalue, quantile, logcumsumexp, cummax, cummin, cov, corrcoe
         want, 1e-6)
     end
     same("quantile all", fp8.quantile(y:detach(), 0.3), { 0.85 }, 1e-6)
+    assert.are.same({ 2, 1 }, y:detach():quantile(0.5, 2, { keepdim = true }):shape())
+    assert.are.same({ 1, 1 }, y:detach():quantile(0.5, nil, { keepdim = true }):shape())
+    assert.are.same({ 2, 1 }, y:detach():kthvalue(2, 2, true):shape())
+    assert.are.same({ 2, 1 }, x:median(2, true):shape())
     local z = fp8.tensor({ -30, 2, 5, -100, 1 }):requires_grad(true)
     local lc = z:logcumsumexp(1)
     same("logcumsumexp", lc, { -30, 2, 5.048587, 5.048587, 5.065884 }, 1e-6)
@@ -258,6 +262,17 @@ describe("median, kthvalue, quantile, logcumsumexp, cummax, cummin, cov, corrcoe
     local u, inv, cnt = fp8.unique(fp8.tensor { 3, 1, 3, 2, 1 }, { return_inverse = true, return_counts = true })
     assert.are.same({ { 1, 2, 3 }, { 2, 0, 2, 1, 0 }, { 2, 1, 2 } }, { u:totable(), inv:totable(), cnt:totable() })
     assert.are.same({ 0, 1, 0 }, fp8.isin(fp8.tensor { 1, 2, 3 }, fp8.tensor { 2, 5 }):totable())
+    assert.are.same({ 1, 0, 1 }, fp8.isin(fp8.tensor { 1, 2, 3 }, 2, { invert = true }):totable())
+    -- sorted=false: the order of first appearance (NaNs each their own), the inverse and counts to match
+    local us, ui, uc = fp8.unique(fp8.tensor { 3, nan, 1, 3, 2, 1 }, { sorted = false, return_inverse = true,
+      return_counts = true })
+    same("unique unsorted", us, { 3, nan, 1, 2 })
+    assert.are.same({ { 0, 1, 2, 0, 3, 2 }, { 2, 1, 2, 1 } }, { ui:totable(), uc:totable() })
+    -- side="right" is right=true; side="left" with right=true disagree
+    assert.are.same({ 2, 3, 4, 0 }, fp8.searchsorted(fp8.tensor { 1, 3, 5, 7 }, fp8.tensor { 3, 6, 9, 0 },
+      { side = "right" }):totable())
+    U.fails_with("searchsorted: side=\"left\" and right=true disagree", function()
+      return fp8.searchsorted(fp8.tensor { 1 }, 1, { side = "left", right = true }) end)
     assert.are.same({ 0.5, 1, 2, 4 }, fp8.logspace(-1, 2, 4, { base = 2 }):totable())
     local p = fp8.bernoulli(fp8.full({ 4000 }, 0.25))
     assert.is_true(math.abs(p:mean():item() - 0.25) < 0.03)

@@ -83,7 +83,9 @@ local function class(name, fn, dims, is_max)
     local ok, err = pcall(function(...)
       O.no_more(name, is_max and "(output_size [, {return_indices=false}])" or "(output_size)", ...)
       if type(output_size) == "table" and rawget(output_size, "output_size") ~= nil then
-        if opts ~= nil then error(("%s: pass the options as one table or after output_size, not both"):format(name), 0) end
+        if opts ~= nil then
+          error(("%s: pass the options as one table or after output_size, not both"):format(name), 0)
+        end
         opts = output_size
         output_size = opts.output_size
         opts = G.opts_of(name, opts, is_max and { "output_size", "return_indices" } or { "output_size" }, REFUSED)

@@ -60,10 +60,10 @@ end
 -- output dim: a dim of more than 2^24 positions is refused (torch would take minutes' worth of a Lua loop here, and
 -- such a dim is a size given by mistake).
 G.MAX_POSITIONS = 1 << 24
-function G.check_positions(fname, what, m)
+function G.check_positions(fname, what, m, level)
   if m > G.MAX_POSITIONS then
     error(("%s: %s would have %.0f positions, more than the %d a resampled or padded dim may have"):format(fname,
-      what, m, G.MAX_POSITIONS), 0)
+      what, m, G.MAX_POSITIONS), level or 0)
   end
 end
 
@@ -172,15 +172,15 @@ function G.adaptive_dim(x, d, m, is_max)
     counts[i] = ends[i] - starts[i]
   end
   local dev = x:device()
-  local function on_dev(t) return dev == "cpu" and t or t:to(dev) end
-  local w = x:index_select(d, on_dev(fp8.tensor(idx))):reshape(split(L))
+  local function on_dev(list) return require("fp8.tensor")._list_on(list, dev) end
+  local w = x:index_select(d, on_dev(idx)):reshape(split(L))
   if is_max then return reduce(w) end
   local tail = {}   -- the mask and the counts broadcast over the dims after d
   for _ = d + 1, #shape do tail[#tail + 1] = 1 end
   local mshape, cshape = { m, L }, { m }
   for _, v in ipairs(tail) do mshape[#mshape + 1] = v; cshape[#cshape + 1] = v end
-  local mk = on_dev(fp8.tensor(mask)):reshape(mshape)
-  local ct = on_dev(fp8.tensor(counts)):reshape(cshape)
+  local mk = on_dev(mask):reshape(mshape)
+  local ct = on_dev(counts):reshape(cshape)
   return reduce(w * mk, ct)
 end
 

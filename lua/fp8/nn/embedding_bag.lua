@@ -111,7 +111,7 @@ local function embedding_bag(fname, input, weight, offsets, o)
     kept[b], counts[b], Lmax = k, #k, math.max(Lmax, #k)
   end
   local B, dev = #bags, weight:device()
-  local function on_dev(list) local t = fp8.tensor(list); return dev == "cpu" and t or t:to(dev) end
+  local function on_dev(list) return require("fp8.tensor")._list_on(list, dev) end
   if B == 0 then return fp8.zeros({ 0, D }, { dtype = weight:dtype(), device = dev }) end
   local emb_opts = o.max_norm ~= nil and { max_norm = o.max_norm, norm_type = o.norm_type } or nil
   if mode == "max" then

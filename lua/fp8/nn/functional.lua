@@ -796,8 +796,8 @@ end
 -- number of dims); "reflect" mirrors about the edge element (each amount less than the dim's size), "replicate"
 -- repeats the edge element, "circular" wraps around (crops first, then each amount at most the size left). The
 -- three take no value and pad the last 1, 2 or 3 dims of a batched or unbatched input (2 amounts: a 2-D or 3-D
--- input, 4: 3-D or 4-D, 6: 4-D or 5-D), as torch's. Built of cat, narrow and index_select, so gradients flow to the input's elements (a
--- reflected or repeated element gets the sum of its copies' gradients).
+-- input, 4: 3-D or 4-D, 6: 4-D or 5-D), as torch's. Built of cat, narrow and index_select, so gradients flow to the
+-- input's elements (a reflected or repeated element gets the sum of its copies' gradients).
 local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
 
 -- the 0-based source position of each output position of a dim of size n padded by lo and hi in mode
@@ -814,8 +814,7 @@ local function pad_index(mode, n, lo, hi, dev)
     end
     idx[#idx + 1] = i
   end
-  local t = fp8.tensor(idx)
-  return dev == "cpu" and t or t:to(dev)
+  return require("fp8.tensor")._list_on(idx, dev)
 end
 
 function F.pad(x, pad, opts, ...)
@@ -841,10 +840,12 @@ function F.pad(x, pad, opts, ...)
   if n > x:dim() then
     error(("pad: %d pairs pad %d dims, but the input %s has %d"):format(n, n, shape_str(x), x:dim()), 2)
   end
-  if mode ~= "constant" and (n > 3 or (x:dim() ~= n + 1 and x:dim() ~= n + 2)) then
-    error(("pad: mode \"%s\" pads the last 1, 2 or 3 dims of an unbatched or batched input (%d amounts take a %s "
-      .. "input), got %d amounts for %s"):format(mode, 2 * n, n <= 3 and ("%d-D or %d-D"):format(n + 1, n + 2)
-      or "1-, 2- or 3-dim pad and a matching", 2 * n, shape_str(x)), 2)
+  if mode ~= "constant" and n > 3 then
+    error(("pad: mode \"%s\" pads the last 1, 2 or 3 dims, got %d amounts"):format(mode, 2 * n), 2)
+  end
+  if mode ~= "constant" and x:dim() ~= n + 1 and x:dim() ~= n + 2 then
+    error(("pad: mode \"%s\" pads the last 1, 2 or 3 dims of an unbatched or batched input (%d amounts take a "
+      .. "%d-D or %d-D input), got %d amounts for %s"):format(mode, 2 * n, n + 1, n + 2, 2 * n, shape_str(x)), 2)
   end
   local y = x
   for i = 1, n do
@@ -861,10 +862,12 @@ function F.pad(x, pad, opts, ...)
       error(("pad: mode \"reflect\" needs each amount less than the dim's size: {%d, %d} for dim %d of %s"):format(lo,
         hi, d, shape_str(x)), 2)
     end
-    if mode == "circular" then
-      -- torch's: the crops first, then the wrap around what is left (its size bounds the amounts)
+    if mode == "constant" or mode == "circular" then
+      -- torch's: the crops first (circular then wraps around what is left, its size bounding the amounts)
       if lo < 0 then y = y:narrow(d, 1 - lo, size + lo); size = size + lo; lo = 0 end
       if hi < 0 then y = y:narrow(d, 1, size + hi); size = size + hi; hi = 0 end
+    end
+    if mode == "circular" then
       if lo > size or hi > size then
         error(("pad: mode \"circular\" wraps around once at most: {%s} for dim %d of %s exceeds the size %d%s"):format(
           table.concat({ rawget(pad, 2 * i - 1), rawget(pad, 2 * i) }, ", "), d, shape_str(x), size,
@@ -872,25 +875,20 @@ function F.pad(x, pad, opts, ...)
       end
     end
     if mode ~= "constant" then
-      local ok, err = pcall(require("fp8.nn.conv_geometry").check_positions, "pad", "dim " .. d, size + lo + hi)
-      if not ok then error(err, 2) end
+      require("fp8.nn.conv_geometry").check_positions("pad", "dim " .. d, size + lo + hi, 3)
       if size + lo + hi == 0 then y = y:narrow(d, 1, 0)   -- circular's crop to nothing, as torch's
       elseif lo ~= 0 or hi ~= 0 then y = y:index_select(d, pad_index(mode, size, lo, hi, y:device())) end
-    else
-      if lo < 0 then y = y:narrow(d, 1 - lo, size + lo); size = size + lo; lo = 0 end
-      if hi < 0 then y = y:narrow(d, 1, size + hi); hi = 0 end
-      if lo > 0 or hi > 0 then
-        local parts = {}
-        local function block(k)
-          local shp = y:shape()
-          shp[d] = k
-          return fp8.full(shp, value, { dtype = y:dtype(), device = y:device() })
-        end
-        if lo > 0 then parts[#parts + 1] = block(lo) end
-        parts[#parts + 1] = y
-        if hi > 0 then parts[#parts + 1] = block(hi) end
-        y = fp8.cat(parts, d)
+    elseif lo > 0 or hi > 0 then
+      local parts = {}
+      local function block(k)
+        local shp = y:shape()
+        shp[d] = k
+        return fp8.full(shp, value, { dtype = y:dtype(), device = y:device() })
       end
+      if lo > 0 then parts[#parts + 1] = block(lo) end
+      parts[#parts + 1] = y
+      if hi > 0 then parts[#parts + 1] = block(hi) end
+      y = fp8.cat(parts, d)
     end
   end
   return y

@@ -80,11 +80,7 @@ function F.multilabel_margin_loss(x, t, opts, ...)
   opts = check_opts(N, opts, { reduction = true })
   local rows, unb = rows_of(N, x)
   local n, C = rows:size(1), rows:size(2)
-  local same = t:dim() == x:dim()
-  for d = 1, t:dim() do same = same and t:size(d) == x:size(d) end
-  if not same then
-    error(("%s: target must have the input's shape %s, got %s"):format(N, x:shape_str(), t:shape_str()), 2)
-  end
+  U.same_shape(N, x, t)
   local counts, istarget = {}, {}
   local list = t:reshape({ -1 }):tolist()
   for r = 0, n - 1 do
@@ -124,11 +120,7 @@ function F.multilabel_soft_margin_loss(x, t, opts, ...)
   if x:dim() < 1 then error(("%s: expected an input [N, C] or [C], got %s"):format(N, x:shape_str()), 2) end
   local C = x:size(x:dim())
   local w = class_weight(N, opts.weight, C)
-  local same = t:dim() == x:dim()
-  for d = 1, t:dim() do same = same and t:size(d) == x:size(d) end
-  if not same then
-    error(("%s: target must have the input's shape %s, got %s"):format(N, x:shape_str(), t:shape_str()), 2)
-  end
+  U.same_shape(N, x, t)
   local loss = -(t * F.logsigmoid(x) + (1 - t) * F.logsigmoid(-x))
   if w ~= nil then loss = loss * w end
   return reduce_loss(N, loss:sum(x:dim()) / C, opts.reduction)

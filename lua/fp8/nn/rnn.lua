@@ -273,7 +273,9 @@ local function layer_class(name, kind)
         hn[idx], cn[idx] = h, c
       end
       layer_in = D == 2 and fp8.cat(outs, 3) or outs[1]
-      if layer < L - 1 and self.dropout > 0 and self.training then layer_in = F.dropout(layer_in, self.dropout, true) end
+      if layer < L - 1 and self.dropout > 0 and self.training then
+        layer_in = F.dropout(layer_in, self.dropout, true)
+      end
     end
     local out = layer_in
     local h_n, c_n = stack(hn, 1), kind == "LSTM" and stack(cn, 1) or nil

@@ -25,7 +25,9 @@ end
 
 local function unpool(fname, dims, x, indices, kernel_size, opts)
   local xb, unb = G.batched(fname, x, dims + 2)
-  if not fp8.is_tensor(indices) then error(("%s: indices must be a tensor, got %s"):format(fname, O.got(indices)), 0) end
+  if not fp8.is_tensor(indices) then
+    error(("%s: indices must be a tensor, got %s"):format(fname, O.got(indices)), 0)
+  end
   local same = indices:dim() == x:dim()
   for d = 1, x:dim() do same = same and indices:size(d) == x:size(d) end
   if not same then

@@ -22,10 +22,7 @@ local public, strip = require("fp8.errfmt").public_of("upsample.lua")
 local function f32(x) return (string.unpack("f", string.pack("f", x))) end   -- x rounded to fp32, as torch's float
 local function floor_int(x) return math.tointeger(math.floor(x)) end
 
-local function on_dev(list, dev)
-  local t = fp8.tensor(list)
-  return dev == "cpu" and t or t:to(dev)
-end
+local on_dev = require("fp8.tensor")._list_on   -- (list, device)
 
 -- the scale torch's kernels use (compute_scales_value, in float): 1/scale_factor when given, else in/out
 local function scale_of(n, m, sf)
@@ -164,7 +161,9 @@ local function interpolate(fname, x, o)
     if not recompute then scales = factors end
   end
   for i = 1, k do
-    if x:size(2 + i) == 0 then error(("%s: the input %s has an empty dim %d"):format(fname, x:shape_str(), 2 + i), 0) end
+    if x:size(2 + i) == 0 then
+      error(("%s: the input %s has an empty dim %d"):format(fname, x:shape_str(), 2 + i), 0)
+    end
     G.check_positions(fname, "output dim " .. (2 + i), sizes[i])
   end
   local dt = x:dtype()

@@ -18,7 +18,8 @@ function Adamax:_check_group(g)
 end
 
 function Adamax:_state_schema(p)
-  return { step = "count", exp_avg = { dtype = "fp32", shape = "param" }, exp_inf = { dtype = "fp32", shape = "param" } }
+  return { step = "count", exp_avg = { dtype = "fp32", shape = "param" },
+    exp_inf = { dtype = "fp32", shape = "param" } }
 end
 
 function Adamax:_new_state(p, g)
