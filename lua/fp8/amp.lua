@@ -80,11 +80,7 @@ local function new_iteration(self)
   return self
 end
 
-local function f32(x) return (string.unpack("f", string.pack("f", x))) end
-local F32_MAX = f32(3.4028234663852886e38)
-local function fits_f32(v) return v > 0 and f32(v) > 0 and f32(v) <= F32_MAX end
--- a scale whose reciprocal (what unscaling multiplies the gradients by) is finite in fp32: from about 2.9e-39
-local function inverts_f32(v) return f32(1 / f32(v)) <= F32_MAX end
+local f32, scale_ok, F32_MAX = O.f32, O.fp32_scale_ok, O.F32_MAX
 
 local DEFAULTS = { init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true }
 local KEYS = { "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled" }
@@ -100,7 +96,7 @@ setmetatable(GradScaler, { __call = function(_, opts)
       error(("GradScaler: %s must be %s, got %s"):format(k, what, tostring(o[k])), 3)
     end
   end
-  num("init_scale", function(v) return fits_f32(v) and inverts_f32(v) end,
+  num("init_scale", scale_ok,
     "a number > 0 that fits fp32 (at most 3.4028235e38; the scale is fp32, as torch's), its reciprocal too")
   num("growth_factor", function(v) return v > 1 and v <= F32_MAX end, "a number > 1 (at most fp32's max)")
   num("backoff_factor", function(v) return v > 0 and v < 1 end, "a number in (0, 1)")
@@ -214,7 +210,7 @@ end
 -- update([new_scale]): back off after an overflow, grow after growth_interval clean steps.
 function GradScaler:update(new_scale)
   if new_scale ~= nil and self.enabled then
-    if type(new_scale) ~= "number" or not (fits_f32(new_scale) and inverts_f32(new_scale)) then
+    if type(new_scale) ~= "number" or not scale_ok(new_scale) then
       error(("GradScaler:update: new_scale must be a number > 0 that fits fp32, its reciprocal too, got %s"):format(
         tostring(new_scale)), 2)
     end
@@ -240,7 +236,7 @@ function GradScaler:update(new_scale)
       -- in a row from 65536): torch's goes on to 0, where the next clean step unscales by inf and writes NaN into
       -- every weight, and where load_state_dict refuses the state save_state wrote
       local backed = f32(self._scale * self.backoff_factor)
-      if backed > 0 and inverts_f32(backed) then self._scale = backed end
+      if scale_ok(backed) then self._scale = backed end
       self._growth_tracker = 0
     else
       self._growth_tracker = self._growth_tracker + 1
@@ -263,7 +259,7 @@ end
 
 -- load_state_dict(sd): every field is checked before any is set (a failed load changes nothing).
 local SCALER_STATE = {
-  scale = { function(v) return type(v) == "number" and fits_f32(v) and inverts_f32(v) end,
+  scale = { function(v) return type(v) == "number" and scale_ok(v) end,
             "a number > 0 that fits fp32, its reciprocal too" },
   growth_factor = { function(v) return type(v) == "number" and v > 1 and v <= F32_MAX end, "a number > 1 (at most fp32's max)" },
   backoff_factor = { function(v) return type(v) == "number" and v > 0 and v < 1 end, "a number in (0, 1)" },

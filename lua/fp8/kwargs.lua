@@ -438,10 +438,7 @@ define("GradScalerKwargs", {
   { name = "init_scale", default = 65536.0,
     -- the scale is fp32 (torch's: "value cannot be converted to type float without overflow")
     -- and so does its reciprocal, which unscaling multiplies by (from about 2.9e-39)
-    kind = Kind.num("a number > 0 that fits fp32 (at most 3.4028235e38), its reciprocal too", function(v)
-      local function f32(x) return (string.unpack("f", string.pack("f", x))) end
-      return v > 0 and v <= 3.4028234663852886e38 and f32(v) > 0 and f32(1 / f32(v)) <= 3.4028234663852886e38
-    end) },
+    kind = Kind.num("a number > 0 that fits fp32 (at most 3.4028235e38), its reciprocal too", O.fp32_scale_ok) },
   { name = "growth_factor", default = 2.0,
     kind = Kind.num("a number > 1 (at most fp32's max)", function(v) return v > 1 and v <= 3.4028234663852886e38 end) },
   { name = "backoff_factor", default = 0.5, kind = Kind.num("a number in (0, 1)", function(v) return v > 0 and v < 1 end) },

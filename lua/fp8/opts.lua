@@ -181,4 +181,14 @@ function M.check(fname, opts, valid, level)
   return opts
 end
 
+-- x rounded to fp32 (what a C float holds: torch's float arguments, the loss scale), and whether v can be an fp32
+-- loss scale: > 0 and at most fp32's max (torch: "value cannot be converted to type float without overflow"), not 0
+-- once rounded, and its reciprocal, which unscaling multiplies the gradients by, finite in fp32 (from about 2.9e-39).
+-- fp8.amp.GradScaler and GradScalerKwargs share it, so settings.grad_scaler can be handed to the scaler.
+M.F32_MAX = 3.4028234663852886e38
+function M.f32(x) return (string.unpack("f", string.pack("f", x))) end
+function M.fp32_scale_ok(v)
+  return v > 0 and v <= M.F32_MAX and M.f32(v) > 0 and M.f32(1 / M.f32(v)) <= M.F32_MAX
+end
+
 return M

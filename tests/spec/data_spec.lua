@@ -664,6 +664,16 @@ describe("fp8.amp", function()
     assert.is_false(ok); assert.matches("fits fp32", err, 1, true)
     ok, err = pcall(fp8.GradScalerKwargs, { init_scale = 1e39 })
     assert.is_false(ok); assert.matches("fits fp32", err, 1, true)
+    -- the scaler and its kwargs take and refuse the same scales (one check, fp8.opts.fp32_scale_ok), so every
+    -- settings.grad_scaler the kwargs made can be handed to the scaler: fp32's max and the next double above it,
+    -- the smallest fp32 scale whose fp32 reciprocal is finite and the fp32 below it, the smallest denormal, inf, nan
+    local max, tiny = 3.4028234663852886e38, 2^-128 + 2^-149
+    for _, v in ipairs({ max, max * (1 + 2^-52), tiny, 2^-128, 2^-149, math.huge, 0 / 0, 1 }) do
+      local ok_k = pcall(fp8.GradScalerKwargs, { init_scale = v })
+      local ok_s = pcall(fp8.amp.GradScaler, { init_scale = v })
+      assert.are.equal(ok_k, ok_s, ("init_scale = %.17g"):format(v))
+      assert.are.equal(v == max or v == tiny or v == 1, ok_s, ("init_scale = %.17g"):format(v))
+    end
   end)
 
   it("loads JSON integers as floats and refuses an empty state or an update with nothing stepped", function()

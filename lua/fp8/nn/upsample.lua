@@ -19,7 +19,7 @@ local G = require "fp8.nn.conv_geometry"
 local M = {}
 local public, strip = require("fp8.errfmt").public_of("upsample.lua")
 
-local function f32(x) return (string.unpack("f", string.pack("f", x))) end   -- x rounded to fp32, as torch's float
+local f32 = O.f32   -- x rounded to fp32, as torch's float
 local function floor_int(x) return math.tointeger(math.floor(x)) end
 
 local on_dev = require("fp8.tensor")._list_on   -- (list, device)

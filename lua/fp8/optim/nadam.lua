@@ -13,7 +13,7 @@ local NAdam = Optimizer.class()
 local DEFAULTS = { lr = 2e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, momentum_decay = 4e-3,
                    decoupled_weight_decay = false, maximize = false }
 
-local function f32(x) return (string.unpack("f", string.pack("f", x))) end
+local f32 = require("fp8.opts").f32
 
 NAdam._param_dtypes = { fp32 = true }
 function NAdam.new(params, opts) return Optimizer.new(NAdam, "NAdam", DEFAULTS, params, opts) end
