@@ -440,7 +440,7 @@ define("GradScalerKwargs", {
     -- and so does its reciprocal, which unscaling multiplies by (from about 2.9e-39)
     kind = Kind.num("a number > 0 that fits fp32 (at most 3.4028235e38), its reciprocal too", O.fp32_scale_ok) },
   { name = "growth_factor", default = 2.0,
-    kind = Kind.num("a number > 1 (at most fp32's max)", function(v) return v > 1 and v <= 3.4028234663852886e38 end) },
+    kind = Kind.num("a number > 1 (at most fp32's max)", function(v) return v > 1 and v <= O.F32_MAX end) },
   { name = "backoff_factor", default = 0.5, kind = Kind.num("a number in (0, 1)", function(v) return v > 0 and v < 1 end) },
   { name = "growth_interval", default = 2000, kind = Kind.int(1) },
   { name = "enabled", default = true, kind = Kind.bool },
