@@ -49,7 +49,7 @@ Tensor.relu = at_caller(function(t, ...)
   return require("fp8.nn.functional").relu(t)
 end)
 
-local FINITE_MAX = { fp32 = 3.4028234663852886e38, bf16 = 3.3895313892515355e38, fp16 = 65504 }
+local FINITE_MAX = { fp32 = opts.F32_MAX, bf16 = 3.3895313892515355e38, fp16 = 65504 }
 
 -- nan_to_num([nan=0 [, posinf [, neginf]]]) (or {nan=, posinf=, neginf=}): NaN, +inf and -inf replaced (the
 -- infinities by the dtype's largest and smallest finite values unless given); the gradient passes where x is finite

@@ -622,7 +622,7 @@ function F.binary_cross_entropy(x, y, opts, ...)
     gx = (xd - yd) / (xd * (1 - xd)):clamp_min(1e-12)
     -- (clamped to the largest float, before and after a weight: ±inf where x is 0 or 1, as torch's, would make the
     -- forward's 0·gy NaN, and so would a weight of 0 times inf)
-    local MAX = 3.4028234663852886e38
+    local MAX = O.F32_MAX
     gy = (l1x - lx):clamp(-MAX, MAX)
     if wd ~= nil then per, gx, gy = per * wd, gx * wd, (gy * wd):clamp(-MAX, MAX) end
   end)
