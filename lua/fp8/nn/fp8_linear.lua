@@ -5,7 +5,7 @@
 local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local core = require "fp8.core"
 local C = require "fp8._fp8_layer"
-local F32_MAX = require("fp8.opts").F32_MAX
+local fp32_scale_ok = require("fp8.opts").fp32_scale_ok
 local Module = require "fp8.nn.module"
 local Linear = require "fp8.nn.linear"
 local F = require "fp8.nn.functional"
@@ -136,8 +136,9 @@ function FP8Linear:_check_load_state(sd, prefix, strict)
         .. 'or recipe; strict=false keeps its most recent entries that fit)'):format(prefix, r, #s.history,
         #mine[r].history)
     end
-    -- (and its reciprocal, the scale_inv that decodes, finite in fp32: a scale of 1e-45 made every decode inf or NaN)
-    if not (s.scale > 0 and s.scale < math.huge and 1 / s.scale <= F32_MAX) then
+    -- (and its reciprocal, the scale_inv that decodes, finite in fp32 as the core rounds it: a scale of 1e-45 made every
+    -- decode inf or NaN)
+    if not fp32_scale_ok(s.scale) then
       return ('for "%sfp8_state": the %s scale is %s (must be finite and > 0, its reciprocal finite in fp32)'):format(
         prefix, r, tostring(s.scale))
     end
