@@ -654,7 +654,8 @@ end
 -- second, so both ends are exact) and rounded once to the dtype.
 function M.linspace(a, b, steps, o, ...)
   no_more("linspace", "(start, end, steps [, dtype | {dtype=, device=}])", ...)
-  for i, v in ipairs { a, b } do
+  for i = 1, 2 do   -- (not ipairs{a, b}: it stops at a nil start or end)
+    local v = select(i, a, b)
     if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
       error(("linspace: %s must be a finite number, got %s"):format(i == 1 and "start" or "end", tostring(v)), 2)
     end

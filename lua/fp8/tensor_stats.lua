@@ -269,7 +269,8 @@ end)
 -- (torch's matrix-product shortcut for large p=2 inputs trades digits for speed); a zero distance's gradient is 0
 M.cdist = at_caller(function(a, b, p, ...)
   no_more("cdist", "(x1, x2 [, p=2])", ...)
-  for i, v in ipairs { a, b } do
+  for i = 1, 2 do   -- (not ipairs{a, b}: it stops at a nil a or b)
+    local v = select(i, a, b)
     if not core.is_tensor(v) or v:dim() < 2 then
       error(("cdist: x%d must be a tensor of 2 or more dims [..., rows, features], got %s"):format(i,
         core.is_tensor(v) and v:shape_str() or got(v)), 2)

@@ -2575,6 +2575,7 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
     p:sum():backward()
     assert.are.same({ { 1, 1, 1 }, { 1, 1, 1 } }, z.grad:totable())
     assert.are.same({ 1, 2 }, F.pad(fp8.arange(5), { -1, -2 }):totable())   -- torch's negative pads crop
+    U.fails_with("pad: amounts must be integers, got nil", F.pad, z, { nil, 1 })   -- a hole, not an arithmetic error
     U.fails_with("pad: mode must be one of \"constant\", \"reflect\", \"replicate\", \"circular\", got \"edge\"",
       F.pad, z, { 1, 1 }, { mode = "edge" })
     -- the other modes: torch's limits (reflect's amounts under the size, circular's at most it, no value, the last

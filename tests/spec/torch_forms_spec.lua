@@ -252,6 +252,9 @@ describe("median, kthvalue, quantile, logcumsumexp, cummax, cummin, cov, corrcoe
     same("cdist p=1", fp8.cdist(a:detach(), b, 1), { 1, 0, 1, 2, 2, 3 })
     same("cdist p=inf", fp8.cdist(a:detach(), b, math.huge), { 1, 0, 1, 1, 1, 2 })
     same("cdist p=3", fp8.cdist(a:detach(), b, 3), { 1, 0, 1, 1.259921, 1.259921, 2.080084 }, 1e-6)
+    -- a missing operand is named, the first as the second ("attempt to index a nil value" before)
+    U.fails_with("cdist: x1 must be a tensor of 2 or more dims [..., rows, features], got nil", fp8.cdist, nil, b)
+    U.fails_with("cdist: x2 must be a tensor of 2 or more dims [..., rows, features], got nil", fp8.cdist, b)
     assert.are.same({ { 1, 3 }, { 0, 4 } }, fp8.searchsorted(fp8.tensor { { 1, 3, 5, 7 }, { 2, 4, 6, 8 } },
       fp8.tensor { { 3, 6 }, { 1, 9 } }):totable())
     assert.are.same({ 2, 3, 4, 0 }, fp8.searchsorted(fp8.tensor { 1, 3, 5, 7 }, fp8.tensor { 3, 6, 9, 0 },

@@ -850,7 +850,8 @@ function F.pad(x, pad, opts, ...)
   local y = x
   for i = 1, n do
     local lo, hi = rawget(pad, 2 * i - 1), rawget(pad, 2 * i)
-    for _, v in ipairs { lo, hi } do
+    for j = 1, 2 do   -- (not ipairs{lo, hi}: it stops at a nil lo, a hole in the list)
+      local v = select(j, lo, hi)
       if math.type(v) ~= "integer" then error(("pad: amounts must be integers, got %s"):format(O.got(v)), 2) end
     end
     local d = y:dim() - i + 1   -- 1-based: the last dim first
