@@ -393,6 +393,9 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.has_error(function() g:evaluate(fp8.data.DataLoader { { { x1[1] }, { x1[2] } }, batch_size = 2 }) end,
       "GPT:evaluate: the loader gave a batch without targets: it must give (x, y), token ids and their next tokens")
     assert.is_false(g.training)                       -- the mode is restored after the error too
+    -- a module is callable but no loader: its forward complained of the loop's arguments ("Linear forward: takes (x)")
+    U.fails_with("GPT:evaluate: expected a data loader (what `for x, y in loader do` loops over), got a module (Linear)",
+      function() g:evaluate(fp8.nn.Linear(3, 2)) end)
   end)
 
   it("GPT:generate and GPT:evaluate give each submodule back its own mode, a frozen one's eval mode too", function()

@@ -284,6 +284,8 @@ describe("median, kthvalue, quantile, logcumsumexp, cummax, cummin, cov, corrcoe
     U.fails_with("quantile: q must be in [0, 1], got 2", function() return fp8.ones { 3 }:quantile(2) end)
     U.fails_with("cov: fweights is not supported", function() return c:cov { fweights = fp8.ones { 4 } } end)
     U.fails_with("unique: dim is not supported", function() return fp8.unique(c, { dim = 1 }) end)
+    -- an FP8 input is refused by unique's own name (before: to("e4m3")'s advice, from inside unique)
+    U.fails_with("unique: e4m3 tensor: call :dequantize() first", fp8.unique, c:quantize("e4m3"))
     U.fails_with("bincount: input must hold whole numbers in 0..2^24, got -1 at 1", function()
       return fp8.bincount(fp8.tensor { -1 }) end)
   end)

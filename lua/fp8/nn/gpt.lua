@@ -251,9 +251,12 @@ end
 -- mode (no dropout; FP8 layers as the recipe evaluates) without recording a graph; every module's mode is restored.
 function GPT:evaluate(loader)
   local mt = getmetatable(loader)
-  if type(loader) ~= "function" and not (type(mt) == "table" and rawget(mt, "__call") ~= nil and not fp8.is_tensor(loader)) then
+  -- a module is callable too, but not an iterator (its forward then complained of the loop's two arguments)
+  if type(loader) ~= "function" and not (type(mt) == "table" and rawget(mt, "__call") ~= nil and not fp8.is_tensor(loader)
+      and not Module.is_module(loader)) then
     error(("GPT:evaluate: expected a data loader (what `for x, y in loader do` loops over), got %s"):format(
-      fp8.is_tensor(loader) and "a tensor" or type(loader)), 2)
+      fp8.is_tensor(loader) and "a tensor" or Module.is_module(loader) and "a module (" .. loader:type_name() .. ")"
+      or type(loader)), 2)
   end
   local restore = save_modes(self)
   self:eval()
