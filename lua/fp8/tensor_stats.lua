@@ -435,7 +435,7 @@ end)
 M.unique = at_caller(function(input, o, ...)
   no_more("unique", "(input [, {sorted=, return_inverse=, return_counts=}])", ...)
   if not core.is_tensor(input) then error(("unique: input must be a tensor, got %s"):format(got(input)), 2) end
-  check_not_fp8("unique", check_self("unique", input))   -- (its result's to(dtype) named to(), not unique, before)
+  self_of("unique", input)   -- live, not FP8 (its result's to(dtype) named to(), not unique, before)
   if type(o) == "table" and rawget(o, "dim") ~= nil then
     error("unique: dim is not supported (the distinct elements of the whole tensor only)", 2)
   end

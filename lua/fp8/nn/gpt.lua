@@ -250,13 +250,12 @@ end
 -- evaluate(loader) -> the mean loss over every (x, y) batch of loader, weighted by batch size, in eval
 -- mode (no dropout; FP8 layers as the recipe evaluates) without recording a graph; every module's mode is restored.
 function GPT:evaluate(loader)
+  -- tensors and modules are callable too, but not iterators (a module's forward complained of the loop's arguments)
   local mt = getmetatable(loader)
-  -- a module is callable too, but not an iterator (its forward then complained of the loop's two arguments)
-  if type(loader) ~= "function" and not (type(mt) == "table" and rawget(mt, "__call") ~= nil and not fp8.is_tensor(loader)
-      and not Module.is_module(loader)) then
-    error(("GPT:evaluate: expected a data loader (what `for x, y in loader do` loops over), got %s"):format(
-      fp8.is_tensor(loader) and "a tensor" or Module.is_module(loader) and "a module (" .. loader:type_name() .. ")"
-      or type(loader)), 2)
+  local bad = fp8.is_tensor(loader) and "a tensor" or Module.is_module(loader) and "a module (" .. loader:type_name() .. ")"
+    or type(loader) ~= "function" and not (type(mt) == "table" and rawget(mt, "__call") ~= nil) and type(loader)
+  if bad then
+    error(("GPT:evaluate: expected a data loader (what `for x, y in loader do` loops over), got %s"):format(bad), 2)
   end
   local restore = save_modes(self)
   self:eval()
