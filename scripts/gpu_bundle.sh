@@ -2,10 +2,12 @@
 # gpu_bundle.sh BUILD OUTDIR [--data] — a CUDA build made here, packed to run on a GPU machine that has the NVIDIA
 # driver and CUDA libraries but not this build's Debian packages (a rented or lent GPU machine with a different
 # distribution). OUTDIR gets:
-#   bundle.tgz   BUILD's fp8lab and test_core (and bench_gpu when built), the shared libraries they link that are
+#   bundle.txz   BUILD's fp8lab and test_core (and bench_gpu when built; debug sections stripped from the packed
+#                copies), the shared libraries they link that are
 #                not glibc's, the C++ runtime's, CUDA's or NCCL's, and the Lua modules the specs run on (busted and
 #                what it loads, C modules included; symbolic links resolved); with --data also Debian's
-#                Fashion-MNIST (the demo's dataset, ~30 MB)
+#                Fashion-MNIST (the demo's dataset, ~30 MB). xz, not gzip: the device tool carries 64 MiB with the
+#                working tree, and with --data a gzip bundle came to 63 MB (2026-12-04), the xz one to 51 MB
 #   run.sh       on the GPU machine, from the repository's root: `OUTDIR/run.sh COMMAND...` unpacks the bundle
 #                once (binaries into BUILD, the rest into OUTDIR/root), then runs COMMAND with the libraries and
 #                Lua modules found there, NCCL from the system or from PyTorch's wheel (nvidia.nccl), e.g.
@@ -42,14 +44,18 @@ if [ "$DATA" = 1 ]; then
   [ -d "$src" ] || { echo "gpu_bundle.sh: --data: no $src (apt-get install dataset-fashion-mnist)" >&2; exit 1; }
   mkdir -p "$stage/root/fashion-mnist" && cp -L "$src"/*.gz "$stage/root/fashion-mnist/"
 fi
-mkdir -p "$stage/bin" && cp "${bins[@]}" "$stage/bin/"
-tar czf "$OUTD/bundle.tgz" -C "$stage" bin root
+mkdir -p "$stage/bin"
+for b in "${bins[@]}"; do strip --strip-debug -o "$stage/bin/$(basename "$b")" "$b"; done
+rm -f "$OUTD/bundle.tgz"
+XZ_OPT=${XZ_OPT:--T0} tar cJf "$OUTD/bundle.txz" -C "$stage" bin root
 cat > "$OUTD/run.sh" <<EOF
 #!/usr/bin/env bash
 # run.sh COMMAND... — made by scripts/gpu_bundle.sh; run from the repository's root on the GPU machine.
 set -euo pipefail
 here=\$(cd "\$(dirname "\$0")" && pwd)
-[ -d "\$here/root" ] || tar xzf "\$here/bundle.tgz" -C "\$here"
+# (Python's lzma where the machine has no xz)
+[ -d "\$here/root" ] || tar xJf "\$here/bundle.txz" -C "\$here" 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "\$here/bundle.txz" "\$here"
 mkdir -p "$B"
 for f in "\$here"/bin/*; do   # the packed binaries into $B unless already there (a copy, then a rename: never a busy file)
   t="$B/\$(basename "\$f")"
@@ -67,4 +73,4 @@ fi
 exec "\$@"
 EOF
 chmod +x "$OUTD/run.sh"
-echo "gpu_bundle.sh: $OUTD/bundle.tgz ($(du -h "$OUTD/bundle.tgz" | cut -f1)), $OUTD/run.sh; on the GPU machine, from the repository's root: $OUTD/run.sh COMMAND..."
+echo "gpu_bundle.sh: $OUTD/bundle.txz ($(du -h "$OUTD/bundle.txz" | cut -f1)), $OUTD/run.sh; on the GPU machine, from the repository's root: $OUTD/run.sh COMMAND..."
