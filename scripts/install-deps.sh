@@ -10,7 +10,7 @@
 set -euo pipefail
 PKGS=(build-essential pkg-config lua5.4 liblua5.4-dev libdnnl-dev libyaml-dev zlib1g-dev
       libcjson-dev libreadline-dev lua-busted dataset-fashion-mnist fortunes
-      openmpi-bin libopenmpi-dev gnuplot-nox)
+      openmpi-bin libopenmpi-dev gnuplot-nox xz-utils)
 PIP=()
 for group in "$@"; do
   case "$group" in

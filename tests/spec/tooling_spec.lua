@@ -233,9 +233,16 @@ describe("gpu_bundle.sh", function()
       q(src))))
     local out, ok = sh(("cd %s && bash %s build %s --data"):format(q(src), q(script), q(tmpdir .. "/gb")))
     assert.is_true(ok, out)
-    out, ok = sh(("tar tzf %s"):format(q(tmpdir .. "/gb/bundle.tgz")))
+    out, ok = sh(("tar tJf %s"):format(q(tmpdir .. "/gb/bundle.txz")))
     assert.is_true(ok, out)
     assert.truthy(out:find("root/fashion-mnist/train-images-idx3-ubyte.gz", 1, true), out)
+    -- the packed binaries keep their symbols but not their debug sections (the bundle must fit the device tool's
+    -- 64 MiB with the working tree)
+    out, ok = sh(("mkdir -p %s && tar xJf %s -C %s bin/fp8lab && readelf -S %s/bin/fp8lab"):format(q(tmpdir .. "/gbx"),
+      q(tmpdir .. "/gb/bundle.txz"), q(tmpdir .. "/gbx"), q(tmpdir .. "/gbx")))
+    assert.is_true(ok, out)
+    assert.falsy(out:find(".debug_info", 1, true), out)
+    assert.truthy(out:find(".symtab", 1, true), out)
     local lua = "print(package.searchpath('busted.runner', package.path)); print(package.searchpath('lfs', package.cpath))"
     out, ok = sh(("cd %s && %s/gb/run.sh build/fp8lab -e %s && %s/gb/run.sh ldd build/fp8lab"):format(q(dst), q(tmpdir),
       q(lua), q(tmpdir)))
