@@ -7,7 +7,7 @@
 #                not glibc's, the C++ runtime's, CUDA's or NCCL's, and the Lua modules the specs run on (busted and
 #                what it loads, C modules included; symbolic links resolved); with --data also Debian's
 #                Fashion-MNIST (the demo's dataset, ~30 MB). xz, not gzip: the device tool carries 64 MiB with the
-#                working tree, and with --data a gzip bundle came to 63 MB (2026-12-04), the xz one to 51 MB
+#                working tree, and with --data a gzip bundle came to 63 MB (2026-12-04), this one to 48 MB
 #   run.sh       on the GPU machine, from the repository's root: `OUTDIR/run.sh COMMAND...` unpacks the bundle
 #                once (binaries into BUILD, the rest into OUTDIR/root), then runs COMMAND with the libraries and
 #                Lua modules found there, NCCL from the system or from PyTorch's wheel (nvidia.nccl), e.g.
