@@ -4,6 +4,7 @@
 --   local opts = require("fp8.args").parse(arg, OPTIONS, {usage = "usage: ...", about = "..."})
 -- OPTIONS is a list of {name, type, default, help [, min]}; a nil default shows as `default_text` (false: not
 -- at all, the help text says it).
+local O = require "fp8.opts"
 local M = {}
 
 -- A usage error: the message alone, without a traceback (the host's message handler shows an error object by its
@@ -136,6 +137,10 @@ end
 -- it loaded, and a save under a name taken is refused (Accelerate's rule), which --save-every met only at the
 -- end of the training.
 function M.after_resume(acc)
+  -- by the class's name, as LocalSGD checks it (a reloaded module makes a second Accelerator class)
+  if not O.is_a(acc, "Accelerator") then
+    error(("after_resume: expected the script's fp8.Accelerator, got %s"):format(O.got(acc)), 2)
+  end
   local pc = acc.project_configuration
   if not (pc and pc.automatic_checkpoint_naming and pc.project_dir) then return end
   local newest

@@ -122,6 +122,20 @@ describe("the training scripts' --save-every and --resume", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("fp8.args.after_resume names what is not an Accelerator, and leaves a run without a project_dir alone", function()
+    local A = require "fp8.args"
+    for _, v in ipairs { false, 3, "acc", fp8.nn.Linear(2, 2) } do
+      local ok, err = pcall(A.after_resume, v)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("after_resume: expected the script's fp8.Accelerator, got ", 1, true), err)
+    end
+    local ok, err = pcall(A.after_resume)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("got nil", 1, true), err)
+    local acc = fp8.Accelerator {}
+    assert.is_nil(A.after_resume(acc))
+  end)
+
   it("train_fashion_mnist.lua saves every N optimizer steps under accumulation, and a resumed run's CSV holds the whole history", function()
     local dir = os.tmpname()
     os.remove(dir)
