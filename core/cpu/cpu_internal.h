@@ -13,7 +13,15 @@
  * (GELU, softmax) get a second, AVX-512 copy of their inner span function, compiled with this
  * attribute and picked at run time by fl_cpu_avx512() (16 lanes instead of 8: ~2x on those loops).
  * Inline helpers the span calls are inlined into both copies. */
-#define FL_CPU_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,prefer-vector-width=512")))
+/* FL_CPU_TARGET512(isa): code for those ISA extensions that may use 512-bit vectors; GCC says so in the target
+ * string, clang (the fuzz targets' compiler, `make fuzz`) by its own attribute and ignores a target string that
+ * holds GCC's prefer-vector-width (then every intrinsic of the function fails to compile). */
+#ifdef __clang__
+#define FL_CPU_TARGET512(isa) __attribute__((target(isa), min_vector_width(512)))
+#else
+#define FL_CPU_TARGET512(isa) __attribute__((target(isa ",prefer-vector-width=512")))
+#endif
+#define FL_CPU_AVX512 FL_CPU_TARGET512("avx512f,avx512vl,avx512dq,avx512bw")
 extern _Atomic bool fl_cpu_avx512_allowed;   /* cpu_nn_act.c; tests clear it to run the AVX2 copies */
 static inline bool fl_cpu_avx512(void) {
     return fl_cpu_avx512_allowed && fl_cpu_isa_allows(FL_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&

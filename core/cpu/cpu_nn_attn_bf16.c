@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATTN16 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,prefer-vector-width=512")))
+#define ATTN16 FL_CPU_TARGET512("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
 #define ATTN16_INLINE static inline __attribute__((always_inline)) ATTN16
 
 /* Packed operands are arrays of 32-bit words, each a pair of bf16 values consecutive along the product's
