@@ -82,7 +82,8 @@ local function new(opts)
   end
   local ok, settings = pcall(kwargs.resolve, { mixed_precision = opts.mixed_precision,
     kwargs_handlers = opts.kwargs_handlers, kwarg_handlers = opts.kwarg_handlers, env = opts.env, config = opts.config })
-  if not ok then error(settings, 3) end
+  -- the resolver's errors name the function the user called
+  if not ok then error((tostring(settings):gsub("^resolve: ", "Accelerator: ", 1)), 3) end
   -- Accelerate's GradientAccumulationPlugin: instead of gradient_accumulation_steps, never with it; its num_steps
   -- is an argument (it beats the launch flag, the variable and the config file, as in Accelerate)
   local plugin = opts.gradient_accumulation_plugin

@@ -332,6 +332,24 @@ describe("option tables of the Lua functions", function()
   end)
 end)
 
+-- The settings the Accelerator resolves (fp8.kwargs.resolve) are refused in the Accelerator's name, at the caller's line.
+describe("the Accelerator's settings errors", function()
+  it("name the Accelerator, not the resolver", function()
+    local cases = {
+      { { mixed_precision = "fp9" }, 'Accelerator: mixed_precision: expected one of no, fp16, bf16, fp8, got "fp9"' },
+      { { kwargs_handlers = fp8.TERecipeKwargs() }, "Accelerator: kwargs_handlers: expected a list of handlers, got a "
+        .. "single TERecipeKwargs" },
+      { { kwargs_handlers = { 5 } }, "Accelerator: kwargs_handlers[1]: expected a kwargs handler" },
+    }
+    for _, c in ipairs(cases) do
+      c[1].config, c[1].env = false, {}
+      local ok, err = pcall(function() local a = fp8.Accelerator(c[1]); return a end)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("errors_spec.lua:%d+: " .. c[2]:gsub("%p", "%%%0")), err)
+    end
+  end)
+end)
+
 -- A call with more arguments than the function takes would drop the rest silently (house rule: honoured or
 -- refused): every kind of public function refuses them, naming what it takes.
 describe("extra arguments are refused, naming what the function takes", function()
