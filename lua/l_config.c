@@ -74,6 +74,7 @@ static int l_parse(lua_State *L) {
     size_t len;
     const char *text = luaL_checklstring(L, 1, &len);
     const char *name = luaL_optstring(L, 2, "(string)");
+    fl_lmaxargs(L, 2, "config.parse", "(text [, name])");
     fl_config *c = newbox(L);
     fl_lcheck(L, fl_config_load_buffer(c, text, len, name));
     push_config(L, c, NULL);
@@ -109,6 +110,13 @@ static void set_field(lua_State *L, fl_config *c, int fp8_block) {
     if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "write: keys must be strings, got %s", luaL_typename(L, -2));
     const char *name = lua_tostring(L, -2);
     fl_setting_id k = check_key(L, name, fp8_block, "write");
+    if (fl_settings_has(&c->s, k)) {   /* a key and its other name (amax_history_len, amax_history_length) */
+        const fl_setting *r = fl_setting_info(k);
+        const char *other = strcmp(name, r->name) == 0 && r->alias ? r->alias : r->name;
+        const int first = strcmp(name, other) < 0;   /* in sorted order: the table's order is not fixed */
+        luaL_error(L, "write: %s'%s' and '%s' name the same option; give one", fp8_block ? "fp8_config: " : "",
+                   first ? name : other, first ? other : name);
+    }
     const char *shown = lua_pushfstring(L, "write: %s%s", fp8_block ? "fp8_config." : "", name);
     fl_settings_put(&c->s, k, fl_lchecksetting(L, -2, (int)k, shown, 1));
     lua_pop(L, 1);
@@ -124,7 +132,8 @@ static void table_to_config(lua_State *L, int idx, fl_config *c) {
         if (strcmp(key, "path") == 0 || strcmp(key, "notices") == 0) {
             /* what load() adds beside the settings */
         } else if (strcmp(key, "fp8_config") == 0) {
-            luaL_checktype(L, -1, LUA_TTABLE);
+            if (!lua_istable(L, -1))
+                luaL_error(L, "write: fp8_config: expected a table of FP8 settings, got %s", luaL_typename(L, -1));
             int blk = lua_gettop(L);
             lua_pushnil(L);
             while (lua_next(L, blk)) {
@@ -143,6 +152,7 @@ static void table_to_config(lua_State *L, int idx, fl_config *c) {
 static int l_write(lua_State *L) {
     const char *path = fl_lcheckpath(L, 1, "config.write");
     luaL_checktype(L, 2, LUA_TTABLE);
+    fl_lmaxargs(L, 2, "config.write", "(path, settings)");
     fl_config *c = newbox(L);
     table_to_config(L, 2, c);
     fl_lcheck(L, fl_config_write(c, path));

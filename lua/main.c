@@ -449,12 +449,25 @@ static int histsize = 1000;
 #ifdef FL_HAVE_READLINE
 static const char *history_path(void) {
     static char buf[1024];
-    const char *h = getenv("FP8LAB_HISTORY");
-    if (h && *h) return h;
-    const char *home = getenv("HOME");
-    if (!home) return NULL;
-    snprintf(buf, sizeof buf, "%s/.fp8lab_history", home);
-    return buf;
+    static int refused = 0;   /* a named pipe or a socket there: said once, then no history file */
+    if (refused) return NULL;
+    const char *h = getenv("FP8LAB_HISTORY"), *p = h && *h ? h : NULL;
+    if (!p) {
+        const char *home = getenv("HOME");
+        if (!home) return NULL;
+        snprintf(buf, sizeof buf, "%s/.fp8lab_history", home);
+        p = buf;
+    }
+    /* opening a named pipe blocks until a writer comes: the prompt would never show (a device such as /dev/null
+     * reads as empty and is kept) */
+    struct stat sb;
+    if (stat(p, &sb) == 0 && (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode))) {
+        refused = 1;
+        fprintf(stderr, "%s: notice: REPL history not saved to %s%s: %s, not a regular file\n", FL_PROGNAME, p,
+                p == h ? " (FP8LAB_HISTORY)" : "", S_ISFIFO(sb.st_mode) ? "a named pipe" : "a socket");
+        return NULL;
+    }
+    return p;
 }
 
 /* Readline's input function. Readline's own signal handling is off (rl_catch_signals = 0), so

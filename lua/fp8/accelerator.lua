@@ -75,10 +75,12 @@ local function new(opts)
     if NOT_HERE[k] then error(("Accelerator: %s is not supported: %s"):format(k, NOT_HERE[k]), 3) end
   end
   O.check("Accelerator", opts, VALID, 3)
-  if opts.gradient_accumulation_steps ~= nil then   -- checked as the flag, variable and config key are
-    local ok, err = pcall(require("fp8.settings").check, "gradient_accumulation_steps", opts.gradient_accumulation_steps,
+  local gas_arg = opts.gradient_accumulation_steps
+  if gas_arg ~= nil then   -- checked as the flag, variable and config key are; 2.0 is kept as the integer 2
+    local ok, v = pcall(require("fp8.settings").check, "gradient_accumulation_steps", gas_arg,
       "Accelerator: gradient_accumulation_steps")
-    if not ok then error(err, 3) end
+    if not ok then error(v, 3) end
+    gas_arg = v
   end
   local ok, settings = pcall(kwargs.resolve, { mixed_precision = opts.mixed_precision,
     kwargs_handlers = opts.kwargs_handlers, kwarg_handlers = opts.kwarg_handlers, env = opts.env, config = opts.config })
@@ -94,7 +96,7 @@ local function new(opts)
     end
     -- Accelerate refuses both only when the steps are not 1, its default (a script passing its own default along
     -- with a plugin runs there)
-    if opts.gradient_accumulation_steps ~= nil and opts.gradient_accumulation_steps ~= 1 then
+    if gas_arg ~= nil and gas_arg ~= 1 then
       error("Accelerator: pass gradient_accumulation_steps or gradient_accumulation_plugin, not both (the plugin's "
         .. "num_steps is the number of steps)", 3)
     end
@@ -105,8 +107,7 @@ local function new(opts)
   local sources = {   -- {value, source, what the notice calls it}, in order of precedence; absent ones are false
     plugin ~= nil and { plugin.num_steps, "argument", "the GradientAccumulationPlugin's num_steps" },
     from == "env" and { given, "env", "launch --gradient_accumulation_steps / FP8LAB_GRADIENT_ACCUMULATION_STEPS" },
-    opts.gradient_accumulation_steps ~= nil and { opts.gradient_accumulation_steps, "argument",
-      "the Accelerator's gradient_accumulation_steps" },
+    gas_arg ~= nil and { gas_arg, "argument", "the Accelerator's gradient_accumulation_steps" },
     from == "config" and { given, "config", "the config file's gradient_accumulation_steps" },
   }
   local win

@@ -14,7 +14,8 @@ Plugin.__index = Plugin
 
 local KEYS = { "num_steps", "adjust_scheduler", "sync_with_dataloader", "sync_each_batch" }
 
-setmetatable(Plugin, { __call = function(_, opts)
+setmetatable(Plugin, { __call = function(_, opts, ...)
+  O.no_more("GradientAccumulationPlugin", "one options table {num_steps=, ...}", ...)
   if type(opts) ~= "table" then
     error(("GradientAccumulationPlugin: expected an options table {num_steps=...}, got %s"):format(type(opts)), 2)
   end

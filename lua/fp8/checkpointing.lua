@@ -76,8 +76,14 @@ function M.project_config_from(pc, dir, level, trackers)
   pc = pc or M.ProjectConfiguration {}
   if dir ~= nil then
     if type(dir) ~= "string" or dir == "" then error("Accelerator: project_dir must be a directory name", level + 1) end
-    -- Accelerate's `if project_dir is not None and self.project_dir is None`: the configuration's own project_dir wins
-    if pc.project_dir == nil then pc.project_dir = dir end
+    -- Accelerate's `if project_dir is not None and self.project_dir is None`: it names the configuration's directory
+    -- (set in the configuration, as Accelerate's set_directories does); where the configuration names another, Accelerate
+    -- drops the argument unseen: refused here
+    if pc.project_dir == nil then pc.project_dir = dir
+    elseif pc.project_dir ~= dir then
+      error(("Accelerator: project_dir %q differs from project_config's project_dir %q: give one of them"):format(dir,
+        pc.project_dir), level + 1)
+    end
   end
   -- Without automatic naming and without trackers these would change nothing (in Accelerate project_dir otherwise
   -- only feeds the trackers' logging_dir): refused rather than kept for nothing
@@ -105,6 +111,8 @@ end
 local join = model_files.join
 
 local function read_all(path)
+  -- a named pipe or a device in a checkpoint's place would block or never end: not opened
+  if C.exists(path) and not C.is_file(path) then return nil, "not a regular file" end
   local f, err = io.open(path, "rb")
   if not f then return nil, err end
   local s = f:read("a")
@@ -189,12 +197,7 @@ local function own_name(name)
   return false
 end
 
-local function exists(path)
-  if C.is_dir(path) or C.is_link(path) then return true end
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
+local function exists(path) return C.exists(path) or C.is_link(path) end   -- stat, never open: a named pipe blocks
 
 local function marked(dir) return exists(join(dir, PARTIAL)) end
 -- An empty file, created in one step (a kill leaves it there or not, never half), so no temporary name of its own.
@@ -1028,8 +1031,7 @@ function M.install(Accelerator)
         apply[#apply + 1] = function() s:load_state_dict(sd) end
       end
       local scaler_file = join(dir, "scaler.json")
-      local has_scaler = io.open(scaler_file, "rb")
-      if has_scaler then has_scaler:close() end
+      local has_scaler = C.exists(scaler_file)
       if self.scaler and not has_scaler and not strict then
         -- saved without fp16 (its settings differ, so only strict=false reaches here): the scaler keeps its own
         if self.process_index == 0 then

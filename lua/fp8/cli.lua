@@ -107,8 +107,8 @@ local function config_path(flag_path)
   local env = os.getenv("FP8LAB_CONFIG_FILE")
   if env and env ~= "" then return env, "FP8LAB_CONFIG_FILE" end
   local p = cfg.default_path()
-  local f = io.open(p, "r")
-  if f then f:close(); return p, "default location" end
+  -- whatever is there (not opened: a named pipe would block; the loader says what is wrong with it)
+  if require("fp8._checkpoint").exists(p) then return p, "default location" end
   return nil
 end
 
@@ -118,7 +118,9 @@ end
 
 -- ---- fp8lab env ------------------------------------------------------------------------------
 
+-- The text of a regular file (nil for anything else: a named pipe would block, a device never end).
 local function read_file(path, limit)
+  if not require("fp8._checkpoint").is_file(path) then return nil end
   local f = io.open(path, "rb")
   if not f then return nil end
   local s = f:read(limit or "a")
@@ -276,6 +278,7 @@ local function env_cmd(host, ...)
     for line in (text:gsub("\n$", "") .. "\n"):gmatch("([^\n]*)\n") do
       shown = shown + 1
       if shown > 200 then print("  ... (cut after 200 lines)"); break end
+      if #line > 300 then line = line:sub(1, 300) .. " ... (line cut after 300 bytes)" end
       print("  " .. line:gsub("[%c\128-\255]", function(c)
         return c == "\t" and c or ("\\x%02X"):format(c:byte())
       end))
@@ -311,9 +314,9 @@ local function launch_help(backend)
   line("--multi_gpu", "refused: data-parallel training across GPUs is not part of fp8lab yet")
   line("--main_process_port N", "refused: mpirun wires the processes and picks its own ports")
   line("--num_machines 1, --machine_rank 0, ...", "Accelerate's launcher settings: taken at values that change nothing "
-    .. "(--gpu_ids all, --dynamo_backend no, --main_training_function, --rdzv_backend, --main_process_ip, "
-    .. "--same_network), "
-    .. "refused otherwise as the config file's keys; --module, --no_python, --tee, --log_dir, --quiet refused")
+    .. "(--gpu_ids all, --dynamo_backend no, --main_training_function, --rdzv_backend, --same_network), "
+    .. "refused otherwise as the config file's keys; --main_process_ip, --debug, --downcast_bf16, "
+    .. "--enable_cpu_affinity, --module, --no_python, --tee, --log_dir, --quiet refused")
   line("-h, --help", "this text; after --fp8_backend B only B's flags")
   for _, b in ipairs(BY_NAME.backend.choices) do
     if not backend or backend == b then
@@ -378,15 +381,20 @@ local LAUNCH_EXTRA = { config_file = true, num_cpu_threads_per_process = true,
 -- Accelerate's launch flags of settings the config file also has (core/config.c's Accelerate keys): taken at a
 -- value that changes nothing here (--num_machines 1), with a notice; refused otherwise, with the file's reason.
 local ACCEL_FLAGS = { num_machines = true, machine_rank = true, gpu_ids = true, dynamo_backend = true,
-                      main_training_function = true, rdzv_backend = true, main_process_ip = true,
-                      same_network = false, downcast_bf16 = false, enable_cpu_affinity = false, debug = false }
--- and those that change how the script runs, which fp8lab's launcher does not do: {takes a value, why refused}
+                      main_training_function = true, rdzv_backend = true, same_network = false }
+-- and those that change how the script runs, which fp8lab's launcher does not do: {takes a value, why refused}.
+-- Among them the flags whose config keys are taken only at a value no flag can give: --debug alone means true (the
+-- file's debug: false is taken), --main_process_ip's file value is null
 local OWN_OUTPUT = "each process writes to the launcher's stdout and stderr (redirect them)"
 local ACCEL_REFUSED = {
   module = { false, "fp8lab runs Lua scripts: give the script's path" },
   no_python = { false, "fp8lab runs its own Lua interpreter" },
   tee = { true, OWN_OUTPUT }, log_dir = { true, OWN_OUTPUT },
-  quiet = { false, "the launcher prints only the processes' own output and its one-line reports" } }
+  quiet = { false, "the launcher prints only the processes' own output and its one-line reports" },
+  main_process_ip = { true, "mpirun starts and connects the processes; there is no rendezvous address" },
+  debug = { false, "Accelerate's debug checks of collectives are not part of fp8lab" },
+  downcast_bf16 = { false, "downcasting to bf16 is a TPU feature; fp8lab has none" },
+  enable_cpu_affinity = { false, "fp8lab does not pin threads (OMP_PROC_BIND and OMP_PLACES do)" } }
 for k, v in pairs(ACCEL_FLAGS) do LAUNCH_EXTRA[k] = v end
 for k, r in pairs(ACCEL_REFUSED) do LAUNCH_EXTRA[k] = r[1] end
 

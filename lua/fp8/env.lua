@@ -1,6 +1,6 @@
 -- env.lua — the FP8LAB_* environment: every name fp8lab reads, and the set variables it does not read (a
 -- misspelled FP8LAB_MIXED_PRECISON would otherwise be ignored without a word). `fp8lab env` lists them all;
--- `fp8lab launch` and the Accelerator name each unknown one that is a near miss of a known name.
+-- the Accelerator names (in a notice) each unknown one that is a near miss of a known name.
 local sys = require "fp8.sys"
 local M = {}
 
@@ -16,7 +16,7 @@ M.OTHER = {
   FP8LAB_GNUPLOT = "the gnuplot command for plots",
   FP8LAB_HISTORY = "the prompt's history file",
   FP8LAB_HISTSIZE = "the lines of prompt history kept, 0..1000000 (default 1000)",
-  FP8LAB_PROGRESS = "progress bars: plain, off or the default",
+  FP8LAB_PROGRESS = "progress bars: plain (lines, even on a terminal), or unset (the terminal decides)",
   FP8LAB_VERBOSE = "1: full tracebacks",
   FP8LAB_CPU_ISA = "the most of the CPU's instruction sets the kernels use: avx2, avx512, avx512_bf16 or amx (all)",
   FP8LAB_SCHEMA_SELFTEST = "test only: the settings table's self-test row",

@@ -674,9 +674,14 @@ local function read_config(cfg, notices)
     local keys = {}
     for k in pairs(fc) do keys[#keys + 1] = k end
     table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    local seen = {}   -- name -> the key that gave it: an alias beside its name is refused, as in a file
     for _, k in ipairs(keys) do
       local name = CONFIG_ALIASES[k] or k
       local f = type(name) == "string" and F[name]
+      if f and seen[name] then
+        fail("%s: fp8_config: '%s' and '%s' name the same option; give one", where, seen[name], k)
+      end
+      seen[name] = k
       if f and f.file == "fp8_config" then   -- the fields a config file can carry (not config/module_filter_func)
         vals[name] = coerce(name, fc[k], ("%s: fp8_config.%s"):format(where, tostring(k)))
       else   -- fp8.config.load refuses these in a file; a table given as config= is refused the same way
@@ -742,6 +747,12 @@ local function resolve(opts)
   local hkey = opts.kwarg_handlers ~= nil and "kwarg_handlers" or "kwargs_handlers"
   local handlers, fp8h = check_handlers(opts[hkey] or {}, hkey)
   if opts.env ~= nil and type(opts.env) ~= "table" then fail("resolve: env: expected a table, got %s", got(opts.env)) end
+  for k, v in pairs(opts.env or {}) do   -- it stands in for the process environment: names and values are text
+    if type(k) ~= "string" then fail("resolve: env: expected variable names as keys, got %s", got(k)) end
+    if type(v) ~= "string" then
+      fail("resolve: env: %s: expected a string (env= stands in for the process environment), got %s", k, got(v))
+    end
+  end
 
   local notices = {}
   local envv, env_raw = read_env(opts.env)

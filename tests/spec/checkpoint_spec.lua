@@ -690,14 +690,20 @@ describe("acc:save_state / load_state", function()
         project_config = fp8.ProjectConfiguration { project_dir = "/tmp/x", total_limit = 2 } } end)
   end)
 
-  it("project_dir= names the directory only where project_config has none, as Accelerate's", function()
+  it("project_dir= names the directory where project_config has none, and is refused where it names another", function()
     local pc = fp8.ProjectConfiguration { project_dir = "/tmp/a", automatic_checkpoint_naming = true }
-    local acc = fp8.Accelerator { config = false, env = {}, project_config = pc, project_dir = "/tmp/b" }
+    -- Accelerate drops the argument unseen here; fp8lab refuses it
+    U.fails_with('Accelerator: project_dir "/tmp/b" differs from project_config\'s project_dir "/tmp/a": give one of them',
+      function() return fp8.Accelerator { config = false, env = {}, project_config = pc, project_dir = "/tmp/b" } end)
+    local acc = fp8.Accelerator { config = false, env = {}, project_config = pc, project_dir = "/tmp/a" }
     assert.are.equal("/tmp/a", acc.project_dir)
-    assert.are.equal("/tmp/a", pc.project_dir)
     local pc2 = fp8.ProjectConfiguration { automatic_checkpoint_naming = true }
     local acc2 = fp8.Accelerator { config = false, env = {}, project_config = pc2, project_dir = "/tmp/b" }
     assert.are.equal("/tmp/b", acc2.project_dir)
+    assert.are.equal("/tmp/b", pc2.project_dir)   -- set in the configuration, as Accelerate's set_directories does
+    -- so a second Accelerator sharing pc2 with another directory is refused, not sent to /tmp/b
+    U.fails_with('Accelerator: project_dir "/tmp/c" differs from project_config\'s project_dir "/tmp/b"', function()
+      return fp8.Accelerator { config = false, env = {}, project_config = pc2, project_dir = "/tmp/c" } end)
   end)
 
   it("refuses another recipe naming the setting, unless strict=false; a failed load changes nothing", function()

@@ -646,6 +646,31 @@ describe("fp8lab env", function()
     assert.truthy(out:find("  mixed_precison: fp8", 1, true), out)
   end)
 
+  it("refuses a named pipe or a device as the config file without opening it (env and launch blocked on a pipe)",
+    function()
+    local d = tmpdir()
+    assert.is_true(os.execute("mkdir -p " .. q(d .. "/fp8lab") .. " && mkfifo " .. q(d .. "/pipe.yaml") .. " "
+      .. q(d .. "/fp8lab/default_config.yaml")))
+    -- timeout: the old code waited for a writer for ever
+    local out, _, code = run("env --config_file " .. q(d .. "/pipe.yaml"), nil, "timeout 60 ")
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("pipe.yaml: is a named pipe, not a regular file", 1, true), out)
+    out, _, code = run("env", nil, "timeout 60 env XDG_CACHE_HOME=" .. q(d) .. " ")   -- the default location
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("default_config.yaml (default location)", 1, true), out)
+    assert.truthy(out:find("is a named pipe", 1, true), out)
+    local _, err
+    _, err, code = run("launch " .. q(ENV_SCRIPT), nil, "timeout 60 env XDG_CACHE_HOME=" .. q(d) .. " ")
+    assert.are.equal(1, code, err)
+    assert.truthy(err:find("default_config.yaml: is a named pipe", 1, true), err)
+    os.execute("rm -rf " .. q(d))
+    -- a device is refused and its bytes not shown (/dev/zero's 64 KiB were printed as one line of escapes)
+    out, _, code = run("env --config_file /dev/zero", nil, "timeout 60 ")
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("is a device, not a regular file", 1, true), out)
+    assert.is_nil(out:find("\\x00"), out:sub(1, 300))
+  end)
+
   it("lists the GPUs nvidia-smi reports, with FP8 from compute capability 8.9", function()
     local d = tmpdir()
     local f = assert(io.open(d .. "/nvidia-smi", "w"))

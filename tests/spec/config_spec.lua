@@ -261,11 +261,20 @@ describe("fp8.config.write", function()
       { { margin = 1 }, "write: key 'margin' belongs inside fp8_config" },
       { { fp8_config = { override_linear_precision = { true } } }, "expected three booleans" },
       { { num_processes = 1.5 }, "num_processes: expected an integer" },
+      -- an option under both its names (one was written unseen), and a block that is not a table (the message
+      -- was luaL's "bad argument #-1")
+      { { fp8_config = { optimization_level = "O1", opt_level = "O3" } },
+        "write: fp8_config: 'opt_level' and 'optimization_level' name the same option; give one" },
+      { { fp8_config = 1 }, "write: fp8_config: expected a table of FP8 settings, got number" },
     } do
       local ok, err = pcall(config.write, p, case[1])
       assert.is_false(ok)
       assert.truthy(tostring(err):find(case[2], 1, true), err)
     end
+    assert.are.equal("mixed_precision: bf16\n", slurp(p))
+    -- arguments past the last are refused, as everywhere else (they were dropped)
+    U.fails_with("config.write: takes (path, settings); got 1 more argument", config.write, p, {}, 3)
+    U.fails_with("config.parse: takes (text [, name]); got 1 more argument", config.parse, "a: 1", "n", 3)
     assert.are.equal("mixed_precision: bf16\n", slurp(p))
     os.remove(p)
   end)

@@ -348,6 +348,13 @@ describe("the Accelerator's settings errors", function()
       assert.truthy(tostring(err):find("errors_spec.lua:%d+: " .. c[2]:gsub("%p", "%%%0")), err)
     end
   end)
+  it("keep gradient_accumulation_steps as the integer checked (2.0 was kept a float, then refused by backward)", function()
+    local acc = fp8.Accelerator { gradient_accumulation_steps = 2.0, config = false, env = {} }
+    assert.are.equal("integer", math.type(acc.gradient_accumulation_steps))
+    assert.are.equal(2, acc.gradient_accumulation_steps)
+    U.fails_with("GradientAccumulationPlugin: takes one options table {num_steps=, ...}; got 1 more argument",
+      fp8.GradientAccumulationPlugin, { num_steps = 2 }, 3)
+  end)
 end)
 
 -- A call with more arguments than the function takes would drop the rest silently (house rule: honoured or

@@ -390,6 +390,13 @@ describe("resolve", function()
     fails_with({ "FP8LAB_FP8_OPT_LEVEL", "O1, O2, O3" }, resolve, { env = { FP8LAB_FP8_OPT_LEVEL = "O9" } })
     fails_with({ "FP8LAB_GRADIENT_ACCUMULATION_STEPS", "integer >= 1", "0" }, resolve,
       { env = { FP8LAB_GRADIENT_ACCUMULATION_STEPS = "0" } })
+    -- env= stands in for the process environment: text only (a number was read as its text, a table as
+    -- "table: 0x...", and a key that is not a name was skipped without a word)
+    fails_with({ "resolve: env: FP8LAB_FP8_MARGIN: expected a string", "got table" }, resolve,
+      { env = { FP8LAB_FP8_MARGIN = {} } })
+    fails_with({ "resolve: env: FP8LAB_FP8_MARGIN: expected a string", "got number 3" }, resolve,
+      { env = { FP8LAB_FP8_MARGIN = 3 } })
+    fails_with({ "resolve: env: expected variable names as keys, got number 1" }, resolve, { env = { "x" } })
   end)
   it("bad config values name the file and the key; unknown keys are errors, as in a file", function()
     fails_with({ "config file a.yaml", "fp8_config.margin", "integer in 0..64", "-1" }, resolve,
@@ -416,6 +423,12 @@ describe("resolve", function()
       { config = { path = "a.yaml", notices = "x" } })   -- both were dropped without a word
     fails_with({ "config: unknown key 'module_filter_func' in fp8_config" }, resolve,
       { config = { fp8_config = { backend = "ao", module_filter_func = function() return true end } } })
+    -- an option under both its names, refused as a file's duplicate key is (one of the two was kept unseen)
+    fails_with({ "config file a.yaml: fp8_config: 'amax_history_len' and 'amax_history_length' name the same option" },
+      resolve, { config = { path = "a.yaml", mixed_precision = "fp8",
+        fp8_config = { backend = "te", amax_history_length = 16, amax_history_len = 8 } } })
+    fails_with({ "fp8_config: 'opt_level' and 'optimization_level' name the same option; give one" }, resolve,
+      { config = { mixed_precision = "fp8", fp8_config = { optimization_level = "O1", opt_level = "O3" } } })
   end)
   it("unused env/config fields: silent when default, a notice otherwise", function()
     local s = resolve{ mixed_precision = "fp8", env = { FP8LAB_FP8_MARGIN = "0", FP8LAB_FP8_PAD_INNER_DIM = "true" } }

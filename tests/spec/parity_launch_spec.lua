@@ -164,7 +164,9 @@ print("device=" .. acc:device() .. " source=" .. tostring(acc.settings.sources.u
     for _, c in ipairs {
       { { "--num_machines", "2" }, "--num_machines \"2\" is not supported: fp8lab's launcher runs on one machine" },
       { { "--dynamo_backend", "inductor" }, "torch.compile backends are not part of fp8lab" },
-      { { "--debug" }, "Accelerate's debug checks of collectives are not part of fp8lab" },
+      { { "--debug" }, "--debug is not supported: Accelerate's debug checks of collectives are not part of fp8lab" },
+      { { "--enable_cpu_affinity" }, "--enable_cpu_affinity is not supported: fp8lab does not pin threads" },
+      { { "--main_process_ip", "127.0.0.1" }, "--main_process_ip is not supported: mpirun starts and connects" },
       { { "-m" }, "-m is not supported: fp8lab runs Lua scripts" },
       { { "--tee", "3" }, "--tee is not supported" },
     } do

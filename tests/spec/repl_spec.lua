@@ -444,6 +444,12 @@ print("exit", os.waitstatus_to_exitcode(st))
     os.execute("mkdir " .. q(dir))
     assert.are.equal("exit 0\nnotices 1\n", drive("history", dir))
     os.execute("rmdir " .. q(dir))
+    -- a named pipe is said once and not opened: opening it blocked before the first prompt
+    local fifo = os.tmpname()
+    os.remove(fifo)
+    assert.is_true(os.execute("mkfifo " .. q(fifo)))
+    assert.are.equal("exit 0\nnotices 1\n", drive("history", fifo))
+    os.remove(fifo)
   end)
 
   hist_it("keeps a statement typed on several lines as one entry, in the file too (a new session recalls it whole)",
