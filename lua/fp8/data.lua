@@ -455,6 +455,10 @@ setmetatable(DataLoader, { __call = function(_, opts)
     seed = opt_int(fname, opts, "seed", 0, -math.maxinteger, 2),
     epoch = 0,          -- epochs started so far; the next one is epoch + 1
   }, DataLoader)
+  if opts.seed ~= nil and not self.shuffle then   -- it orders the shuffle only: not kept for nothing
+    error(("%s: seed orders the shuffle, and takes effect only with shuffle=true (got seed=%s)"):format(fname,
+      tostring(opts.seed)), 2)
+  end
   set_device(self, opts.device or "cpu", 3)
   if self.drop_last and n < self.batch_size then
     error(("%s: drop_last with batch_size %d leaves no batch from %d items"):format(fname, self.batch_size, n), 2)

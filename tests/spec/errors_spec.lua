@@ -742,3 +742,25 @@ describe("a block's constructor checks its whole config in its own name first", 
     assert.are.equal(2, fp8.nn.TransformerBlock { n_embd = 8, n_head = 2, dropout = 0.1 }.attn.n_head)
   end)
 end)
+
+describe("arguments torch drops unseen", function()
+  it("are refused: an activation's inplace, a loader's seed without shuffle, one-layer RNN dropout", function()
+    U.fails_with("LeakyReLU: takes at most 1 argument ([negative_slope]; no inplace), got 2", fp8.nn.LeakyReLU, 0.1, true)
+    U.fails_with("ELU: takes at most 1 argument ([alpha]; no inplace), got 2", fp8.nn.ELU, 1.0, true)
+    U.fails_with("Hardshrink: takes at most 1 argument", fp8.nn.Hardshrink, 0.5, {})
+    assert.are.equal(0.25, fp8.nn.CELU(0.25).alpha)   -- one argument still runs
+    local ds = { { 1 }, { 2 }, { 3 } }
+    U.fails_with("DataLoader: seed orders the shuffle, and takes effect only with shuffle=true (got seed=1)",
+      fp8.data.DataLoader, { ds, batch_size = 2, seed = 1 })
+    assert.are.equal(7, fp8.data.DataLoader { ds, batch_size = 2, shuffle = true, seed = 7 }.seed)
+    for _, name in ipairs { "RNN", "LSTM", "GRU" } do
+      U.fails_with(name .. ": dropout acts between layers, so it needs num_layers > 1 (got dropout=0.5 with one layer)",
+        fp8.nn[name], 4, 8, { dropout = 0.5 })
+      assert.are.equal(0.5, fp8.nn[name](4, 8, { num_layers = 2, dropout = 0.5 }).dropout)
+    end
+    local lin = fp8.nn.Linear(2, 3)
+    assert.are.equal(9, lin:num_parameters(true))
+    U.fails_with('num_parameters: only_trainable must be a boolean, got "false"', lin.num_parameters, lin, "false")
+    U.fails_with("num_parameters: takes ([only_trainable]); got 1 more argument", lin.num_parameters, lin, true, 1)
+  end)
+end)

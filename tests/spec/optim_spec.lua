@@ -941,6 +941,15 @@ describe("fp8.optim.lr_scheduler", function()
         { { base_lr = 0.1, max_lr = 0.2, scale_fn = function() return "x" end },
           'CyclicLR: scale_fn must return a number, got "x"' },
         { { base_lr = 0.1, max_lr = 0.2, step_sise_up = 3 }, "unknown option 'step_sise_up'" },
+        -- what torch drops unseen is refused (its defaults, which its positional order makes a call pass, are taken)
+        { { base_lr = 0.1, max_lr = 0.2, scale_fn = function() return 1 end, mode = "exp_range" },
+          'CyclicLR: mode is not used with scale_fn (the function gives the scale), got "exp_range"' },
+        { { base_lr = 0.1, max_lr = 0.2, scale_fn = function() return 1 end, gamma = 0.5 },
+          "CyclicLR: gamma is not used with scale_fn" },
+        { { base_lr = 0.1, max_lr = 0.2, gamma = 0.5 },
+          'CyclicLR: gamma takes effect only with mode="exp_range", got 0.5 with mode="triangular"' },
+        { { base_lr = 0.1, max_lr = 0.2, cycle_momentum = false, max_momentum = 0.95 },
+          "CyclicLR: max_momentum takes effect only with cycle_momentum=true, got 0.95" },
       } do
         local ok, err = pcall(sched.CyclicLR, sgd(0.1, 0.9), c[1])
         assert.is_false(ok)
@@ -980,11 +989,15 @@ describe("fp8.optim.lr_scheduler", function()
       s = sched.OneCycleLR(o, { max_lr = 0.05, total_steps = 12, anneal_strategy = "linear", pct_start = 0.25 })
       follows("onecycle_adam_lin", o, s, true)
       assert.are.equal(0.999, o.param_groups[1].betas[2])   -- betas[2] untouched
-      -- step total_steps itself is allowed, past the last phase's end: the line goes on below 0 there (torch sets
-      -- the lr -0.0055553); here a negative lr is refused, as from any schedule
+      -- step total_steps itself is allowed, past the last phase's end (a loop's last sched:step(), whose lr no step
+      -- uses): torch's line goes on below 0 there (it sets the lr -0.0055553), which failed that last call here; the
+      -- final lr is held
+      s:step()
+      assert.are.equal(12, s.last_epoch)
+      assert.is_true(math.abs(o.param_groups[1].lr - 0.05 / 25 / 1e4) < 1e-15, tostring(o.param_groups[1].lr))
       ok, err = pcall(s.step, s)
       assert.is_false(ok)
-      assert.truthy(err:find("OneCycleLR: the schedule gave group 1 the learning rate -0.005555", 1, true), err)
+      assert.truthy(err:find("OneCycleLR: tried to step 13 times", 1, true), err)
       o = sgd(0.1, 0.9, 2)
       follows("onecycle_three", o, sched.OneCycleLR(o, { max_lr = { 0.1, 0.2 }, epochs = 2, steps_per_epoch = 5,
         three_phase = true, div_factor = 10, final_div_factor = 100 }), true)
@@ -1003,6 +1016,11 @@ describe("fp8.optim.lr_scheduler", function()
         { { max_lr = 0.1, total_steps = 4, div_factor = 0 }, "div_factor must be a finite number > 0, got 0" },
         { { max_lr = 0.1, total_steps = 4, three_phase = 1 }, "three_phase must be a boolean, got 1" },
         { { max_lr = 0.1, total_steps = 4, warmup = 1 }, "unknown option 'warmup'" },
+        -- what torch drops unseen is refused
+        { { max_lr = 0.1, total_steps = 4, epochs = 2 },
+          "OneCycleLR: give total_steps, or epochs and steps_per_epoch, not both" },
+        { { max_lr = 0.1, total_steps = 4, cycle_momentum = false, base_momentum = "x" },
+          'OneCycleLR: base_momentum takes effect only with cycle_momentum=true, got "x"' },
       } do
         ok, err = pcall(sched.OneCycleLR, sgd(1), c[1])
         assert.is_false(ok, c[2])
@@ -1124,6 +1142,12 @@ describe("fp8.optim.lr_scheduler", function()
     local o, s = make(function(q) return sched.get_scheduler("constant", q) end)
     for _ = 1, 3 do s:step() end
     assert.are.equal(0.1, o.param_groups[1].lr)
+    -- the generic call of transformers' scripts (both counts, whatever the name) runs where the counts change nothing
+    o, s = make(function(q) return sched.get_scheduler("constant", q, 0, 1000) end)
+    for _ = 1, 3 do s:step() end
+    assert.are.equal(0.1, o.param_groups[1].lr)
+    assert.are.equal(0.5, sched.get_scheduler("reduce_lr_on_plateau", sgd(0.1), { num_warmup_steps = 0,
+      num_training_steps = 100, scheduler_specific_kwargs = { factor = 0.5 } }).factor)
     o = sgd(0.1)
     s = sched.get_scheduler("linear", o, 3, 10)
     local o2 = sgd(0.1)
@@ -1138,6 +1162,12 @@ describe("fp8.optim.lr_scheduler", function()
       { { "constant", nil, nil, { num_cycles = 1 } }, '"constant" takes no scheduler_specific_kwargs' },
       { { "cosine", 1, 4, { num_warmup_steps = 2 } }, "scheduler_specific_kwargs repeats 'num_warmup_steps'" },
       { { "cosine", 1, 4, { cycles = 2 } }, "get_cosine_schedule_with_warmup: unknown option 'cycles'" },
+      -- step counts a schedule does not use: a warmup is refused (transformers drops it unseen); num_training_steps
+      -- is checked
+      { { "constant", 100, 1000 }, 'get_scheduler: "constant" has no warmup, got num_warmup_steps=100' },
+      { { "reduce_lr_on_plateau", 5, 100, { factor = 0.5 } }, '"reduce_lr_on_plateau" has no warmup' },
+      { { "constant_with_warmup", 10, "abc" }, "get_scheduler: num_training_steps must be an integer >= 0, got abc" },
+      { { "reduce_lr_on_plateau", { bogus = 1 } }, "get_scheduler: unknown option 'bogus'" },
     } do
       local args = c[1]
       local ok, err = pcall(sched.get_scheduler, args[1], sgd(0.1), args[2], args[3], args[4])

@@ -35,6 +35,9 @@ local function with_numbers(name, keys, defaults, fn)
       local o = O.check(name, a, keys, 3)
       a, b = o[keys[1]], o[keys[2] or ""]
     end
+    if #keys == 1 and b ~= nil then   -- torch's LeakyReLU, ELU and CELU take inplace second: not dropped
+      error(("%s: takes at most 1 argument ([%s]; no inplace), got 2"):format(name, keys[1]), 3)
+    end
     local vals = { a, b }
     for i, k in ipairs(keys) do
       local v = vals[i]

@@ -766,7 +766,11 @@ function Module:buffers()
 end
 
 -- num_parameters([only_trainable]) → total element count (shared parameters counted once).
-function Module:num_parameters(only_trainable)
+function Module:num_parameters(only_trainable, ...)
+  O.no_more("num_parameters", "([only_trainable])", ...)
+  if only_trainable ~= nil and type(only_trainable) ~= "boolean" then
+    error(("num_parameters: only_trainable must be a boolean, got %s"):format(O.got(only_trainable)), 2)
+  end
   local n = 0
   for _, p in ipairs(self:parameters()) do
     if not only_trainable or not p.requires_grad or p:requires_grad() then n = n + p:numel() end

@@ -186,6 +186,10 @@ local function layer_class(name, kind)
       if type(p) ~= "number" or not (p >= 0 and p <= 1) then
         error(("%s: dropout must be a probability in [0, 1], got %s"):format(name, O.got(p)), 0)
       end
+      if p > 0 and L == 1 then   -- torch warns and drops it; here it is refused
+        error(("%s: dropout acts between layers, so it needs num_layers > 1 (got dropout=%s with one layer)")
+          :format(name, tostring(p)), 0)
+      end
       local P = opts.proj_size or 0
       if math.type(P) ~= "integer" or P < 0 then
         error(("%s: proj_size must be an integer >= 0, got %s"):format(name, O.got(P)), 0)

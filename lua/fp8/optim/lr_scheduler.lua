@@ -502,7 +502,15 @@ local function cycled_momentum(name, opt, opts, base_default, max_default)
   if type(cyc) ~= "boolean" then
     error(("%s: cycle_momentum must be a boolean, got %s"):format(name, O.got(cyc)), 3)
   end
-  if not cyc then return false end
+  if not cyc then
+    -- torch drops them unseen; their defaults (which torch's positional order makes a call pass) are taken
+    for _, kd in ipairs { { "base_momentum", base_default }, { "max_momentum", max_default } } do
+      if opts[kd[1]] ~= nil and opts[kd[1]] ~= kd[2] then
+        error(("%s: %s takes effect only with cycle_momentum=true, got %s"):format(name, kd[1], O.got(opts[kd[1]])), 3)
+      end
+    end
+    return false
+  end
   local d = opt.defaults or {}
   if d.momentum == nil and d.betas == nil then
     error(("%s: cycle_momentum=true needs an optimizer with momentum or betas (%s has neither); pass "
@@ -528,6 +536,9 @@ function M.OneCycleLR(opt, opts, ...)
   local total = opts.total_steps
   if total ~= nil then
     check_int(N, "total_steps", total, 1)
+    if opts.epochs ~= nil or opts.steps_per_epoch ~= nil then   -- torch drops them unseen
+      error("OneCycleLR: give total_steps, or epochs and steps_per_epoch, not both", 2)
+    end
   elseif opts.epochs ~= nil and opts.steps_per_epoch ~= nil then
     check_int(N, "epochs", opts.epochs, 1)
     check_int(N, "steps_per_epoch", opts.steps_per_epoch, 1)
@@ -568,7 +579,10 @@ function M.OneCycleLR(opt, opts, ...)
   end
   local function curve(a, b, f)
     if anneal == "cos" then return b + (a - b) / 2 * (math.cos(math.pi * f) + 1) end
-    return (b - a) * f + a
+    -- at step total_steps (after a loop's last step: an lr no step uses) the last phase's f passes 1; torch's
+    -- linear strategy then goes past the final lr, below zero where the phase falls steeply, which the scheduler
+    -- refuses: it holds the final lr
+    return (b - a) * math.min(f, 1) + a
   end
   local vals = {}
   for i = 1, ng do
@@ -648,6 +662,12 @@ function M.CyclicLR(opt, opts, ...)
     if type(scale_fn) ~= "function" then
       error(("CyclicLR: scale_fn must be a function of one number, got %s"):format(O.got(scale_fn)), 2)
     end
+    -- torch drops mode and gamma when scale_fn is given; their defaults (which torch's positional order makes a
+    -- call pass before scale_fn) are taken
+    if mode ~= "triangular" or gamma ~= 1.0 then
+      error(("CyclicLR: %s is not used with scale_fn (the function gives the scale), got %s"):format(
+        mode ~= "triangular" and "mode" or "gamma", O.got(mode ~= "triangular" and mode or gamma)), 2)
+    end
     scale_mode = opts.scale_mode or "cycle"
     if scale_mode ~= "cycle" and scale_mode ~= "iterations" then
       error(("CyclicLR: scale_mode must be \"cycle\" or \"iterations\", got %s"):format(O.got(scale_mode)), 2)
@@ -662,6 +682,9 @@ function M.CyclicLR(opt, opts, ...)
     end
     if opts.scale_mode ~= nil then
       error("CyclicLR: scale_mode goes with scale_fn (each mode has its own: torch overrides it)", 2)
+    end
+    if mode ~= "exp_range" and gamma ~= 1.0 then   -- torch drops it unseen
+      error(("CyclicLR: gamma takes effect only with mode=\"exp_range\", got %s with mode=%q"):format(O.got(gamma), mode), 2)
     end
   end
   local cyc, base_m, max_m, use_betas = cycled_momentum(N, opt, opts, 0.8, 0.9)
@@ -1090,14 +1113,8 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   local names = { "reduce_lr_on_plateau" }
   for k in pairs(BY_NAME) do names[#names + 1] = k end
   table.sort(names)
-  if name == "reduce_lr_on_plateau" then   -- transformers: ReduceLROnPlateau(opt, **scheduler_specific_kwargs)
-    check_opt(N, opt)
-    local kw = (type(a) == "table" and a.scheduler_specific_kwargs) or (type(a) ~= "table" and c) or nil
-    local ok, sched = pcall(M.ReduceLROnPlateau, opt, kw)
-    if not ok then error(sched, 2) end
-    return sched
-  end
-  if type(name) ~= "string" or not BY_NAME[name] then
+  local plateau = name == "reduce_lr_on_plateau"
+  if not plateau and (type(name) ~= "string" or not BY_NAME[name]) then
     if type(name) == "string" and NOT_HERE[name] then
       error(("get_scheduler: transformers' schedule %q is not offered here (available: %s)"):format(name,
         table.concat(names, ", ")), 2)
@@ -1117,7 +1134,22 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   if type(kw) ~= "table" then
     error(("get_scheduler: scheduler_specific_kwargs must be a table, got %s"):format(O.got(kw)), 2)
   end
-  local fn, needs = BY_NAME[name][1], BY_NAME[name][2]
+  -- The step counts a schedule does not use. transformers drops them unseen; here a warmup the schedule would not
+  -- make is refused, and num_training_steps, which the generic call (transformers' and Accelerate's example scripts)
+  -- passes to every schedule, is checked and taken where the schedule has no end, as it changes nothing there.
+  local needs = plateau and 0 or BY_NAME[name][2]
+  if o.num_warmup_steps ~= nil then check_int(N, "num_warmup_steps", o.num_warmup_steps, 0, 2) end
+  if o.num_training_steps ~= nil then check_int(N, "num_training_steps", o.num_training_steps, 0, 2) end
+  if needs == 0 and o.num_warmup_steps ~= nil and o.num_warmup_steps > 0 then
+    error(("get_scheduler: %q has no warmup, got num_warmup_steps=%d (constant_with_warmup warms up; leave it out "
+      .. "or 0)"):format(name, o.num_warmup_steps), 2)
+  end
+  if plateau then   -- transformers: ReduceLROnPlateau(opt, **scheduler_specific_kwargs)
+    local ok, sched = pcall(M.ReduceLROnPlateau, opt, o.scheduler_specific_kwargs)
+    if not ok then error(sched, 2) end
+    return sched
+  end
+  local fn = BY_NAME[name][1]
   if needs == 0 then
     if next(kw) ~= nil then
       error(("get_scheduler: %q takes no scheduler_specific_kwargs, got key '%s'"):format(name, tostring(next(kw))), 2)
