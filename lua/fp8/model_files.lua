@@ -2,7 +2,8 @@
 -- load_checkpoint_in_model reads them (docs/checkpoints.md):
 --   model.safetensors                                  the weights fit max_shard_size (or make one shard)
 --   model-0000k-of-0000n.safetensors + model.safetensors.index.json    past it, split as huggingface_hub splits
--- Each file is written atomically (fp8.save_file, fp8._checkpoint's write_atomic); the index goes last.
+-- Each file is written atomically (fp8.save_file, fp8._checkpoint's write_atomic); the shards are written under
+-- staged names and renamed into place once all are written; the index goes last.
 local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
 local O = require "fp8.opts"
 local core = require "fp8.core"
@@ -12,6 +13,7 @@ local M = {}
 M.SINGLE = "model.safetensors"
 M.INDEX = "model.safetensors.index.json"
 local SHARD_PATTERN = "^model%-%d%d%d%d%d%-of%-%d%d%d%d%d%.safetensors$"
+local STAGED = ".staged-"   -- a new shard's name until every shard of the save is written (M.write)
 
 -- join(dir, name) → the path of name in dir (one "/" between them); checkpointing.lua's too
 local function join(a, b) return a:sub(-1) == "/" and a .. b or a .. "/" .. b end
@@ -67,25 +69,42 @@ function M.write(dir, tensors, names, max, metadata)
     core.save_file(tensors, written, metadata)
     keep[M.SINGLE] = true
   else
-    local weight_map = {}
-    for k, shard in ipairs(shards) do
-      local file = ("model-%05d-of-%05d.safetensors"):format(k, #shards)
-      local part = {}
-      for _, n in ipairs(shard) do
-        part[n] = tensors[n]
-        weight_map[n] = file
-        if tensors[n]:is_fp8() then weight_map[n .. "_scale_inv"] = file end   -- the file's own key for its scale
+    -- Every shard is written under a staged name first, and the shards take their names only when all are written:
+    -- a save that fails part way (a full disk) leaves the earlier save's shards as they were, where renaming each
+    -- new shard over its namesake as it was written left a mix of new and old shards that the old index loaded.
+    local weight_map, staged = {}, {}
+    local ok, err = pcall(function()
+      for k, shard in ipairs(shards) do
+        local file = ("model-%05d-of-%05d.safetensors"):format(k, #shards)
+        local part = {}
+        for _, n in ipairs(shard) do
+          part[n] = tensors[n]
+          weight_map[n] = file
+          if tensors[n]:is_fp8() then weight_map[n .. "_scale_inv"] = file end   -- the file's own key for its scale
+        end
+        staged[#staged + 1] = { STAGED .. file, file }
+        core.save_file(part, join(dir, STAGED .. file), metadata)
+        keep[file] = true
       end
-      core.save_file(part, join(dir, file), metadata)
-      keep[file] = true
+    end)
+    if not ok then
+      for _, sf in ipairs(staged) do os.remove(join(dir, sf[1])) end
+      error(err, 0)
     end
+    for _, sf in ipairs(staged) do
+      local okr, rerr = os.rename(join(dir, sf[1]), join(dir, sf[2]))
+      if not okr then error(("cannot move the new shard into place: %s"):format(rerr), 0) end
+    end
+    C.fsync_dir(dir)
     written = join(dir, M.INDEX)
     C.write_atomic(written, C.json_encode({ metadata = { total_size = total }, weight_map = weight_map }) .. "\n")
     keep[M.INDEX] = true
   end
   local removed = false
   for _, name in ipairs(C.listdir(dir) or {}) do
+    -- (a staged shard is one a save that was killed part way left)
     local ours = name == M.SINGLE or name == M.INDEX or name:match(SHARD_PATTERN)
+      or name:sub(1, #STAGED) == STAGED and name:sub(#STAGED + 1):match(SHARD_PATTERN)
     if ours and not keep[name] and not C.is_dir(join(dir, name)) then
       local ok, err = os.remove(join(dir, name))
       -- gone since the listing (another save into dir removed it): what the removal was for; the save stands

@@ -24,6 +24,39 @@ end
 local function index_of(dir) return C.json_decode(U.must_read(dir .. "/model.safetensors.index.json"), "index") end
 
 describe("acc:save_model past max_shard_size", function()
+  it("a save that fails part way leaves the earlier shards as they were (none renamed over them)", function()
+    local d = U.tmpdir()
+    local script = d .. "/save.lua"
+    -- Linears of 40 KB, 40 KB and 1 MB: three shards at 60000 bytes; v fills every weight
+    U.write(script, [[
+local nn, v = fp8.nn, tonumber(arg[1])
+local m = nn.Sequential(nn.Linear(100, 100, false), nn.Linear(100, 100, false), nn.Linear(512, 512, false))
+for _, p in ipairs(m:parameters()) do p.data:fill_(v) end
+fp8.Accelerator { config = false, env = {} }:save_model(m, arg[2], { max_shard_size = 60000 })
+]])
+    local dir = d .. "/m"
+    local function save(v, limit)   -- limit: a file size limit (KiB) that the 1 MB shard passes, as a full disk
+      return os.execute(("%s(trap '' XFSZ; %s %s %s %d %s) 2>%s"):format(limit and ("ulimit -f " .. limit .. "; ") or "",
+        "", U.q(FP8LAB_BIN), U.q(script), v, U.q(dir), U.q(d .. "/err")))
+    end
+    assert.is_truthy(save(1))
+    assert.is_falsy(save(2, 200))
+    assert.truthy(U.must_read(d .. "/err"):find("File too large", 1, true), U.must_read(d .. "/err"))
+    local m = nn.Sequential(nn.Linear(100, 100, false), nn.Linear(100, 100, false), nn.Linear(512, 512, false))
+    fp8.load_checkpoint_in_model(m, dir, { strict = true })
+    for _, np in ipairs(m:named_parameters()) do   -- the old save's, every one (the first shard was the new one's)
+      assert.are.equal(1, np[2]:min():item(), np[1]); assert.are.equal(1, np[2]:max():item(), np[1])
+    end
+    local names = C.listdir(dir)
+    table.sort(names)
+    assert.are.same({ "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+      "model-00003-of-00003.safetensors", "model.safetensors.index.json" }, names)
+    assert.is_truthy(save(3))
+    fp8.load_checkpoint_in_model(m, dir, { strict = true })
+    assert.are.equal(3, m[3].weight:min():item())
+    os.execute("rm -rf " .. U.q(d))
+  end)
+
   it("splits as huggingface_hub does: state dict order, a tensor past the limit alone where it is met", function()
     local d = U.tmpdir()
     local acc, m = accelerator(), model()
