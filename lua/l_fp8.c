@@ -33,7 +33,8 @@ static int l_encode(lua_State *L) {
 static int l_decode(lua_State *L) {
     fl_lmaxargs(L, 2, "decode", "(byte, format)");
     int isint = 0;
-    lua_Integer b = lua_tointegerx(L, 1, &isint);
+    /* a number only: lua_tointegerx would also read the string "1" (encode refuses strings too) */
+    lua_Integer b = lua_type(L, 1) == LUA_TNUMBER ? lua_tointegerx(L, 1, &isint) : 0;
     if (!isint) {
         if (lua_type(L, 1) == LUA_TNUMBER)
             return luaL_argerror(L, 1, lua_pushfstring(L, "expected an integer byte 0..255, got %s",

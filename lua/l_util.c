@@ -222,6 +222,25 @@ fl_tensor *fl_lchecktensor(lua_State *L, int arg) {
     return *slot;
 }
 
+static const char *value_str(lua_State *L, int arg);
+
+/* Every key of the table at arg (absolute) is an integer in 1..n: a list, whose other keys nothing would read.
+ * what: the table's name in the message (NULL: "expected a plain list"). */
+static void check_list_keys(lua_State *L, int arg, lua_Integer n, const char *fname, const char *what) {
+    lua_pushnil(L);
+    while (lua_next(L, arg)) {
+        lua_pop(L, 1);
+        int isint = 0;
+        lua_Integer k = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || k < 1 || k > n) {
+            const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_pushfstring(L, "'%s'", lua_tostring(L, -1))
+                                                            : value_str(L, -1);
+            if (!what) luaL_error(L, "%s: expected a plain list (keys 1..%I), got the key %s", fname, n, key);
+            luaL_error(L, "%s: %s must be a list (keys 1..%I), got the key %s", fname, what, n, key);
+        }
+    }
+}
+
 lua_Integer fl_lcheckrawlist(lua_State *L, int arg, const char *fname) {
     arg = lua_absindex(L, arg);
     luaL_checktype(L, arg, LUA_TTABLE);
@@ -230,7 +249,9 @@ lua_Integer fl_lcheckrawlist(lua_State *L, int arg, const char *fname) {
         if (luaL_getmetafield(L, arg, ev) != LUA_TNIL)
             luaL_error(L, "%s: expected a plain list, got a table whose metatable has %s", fname, ev);
     }
-    return (lua_Integer)lua_rawlen(L, arg);
+    const lua_Integer n = (lua_Integer)lua_rawlen(L, arg);
+    check_list_keys(L, arg, n, fname, NULL);   /* a key past 1..n would be read by nothing ({a, b, dim=2}) */
+    return n;
 }
 
 void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, const char *mt, const char *what) {
@@ -461,6 +482,13 @@ lua_Integer fl_lchecklen(lua_State *L, int arg, const char *fname, const char *w
         luaL_error(L, "%s: %s has length %s (expected an integer 0..%I; does its __len lie?)", fname, what,
                    luaL_tolstring(L, -1, NULL), max);
     lua_pop(L, 1);
+    /* a list: a key past 1..n would be read by nothing ({2, 3, dtype="bf16"}, {2, keepdim=true}); a table whose
+     * __len gives its length keeps its entries as it likes */
+    if (luaL_getmetafield(L, arg, "__len") != LUA_TNIL) {
+        lua_pop(L, 1);
+        return n;
+    }
+    check_list_keys(L, arg, n, fname, what);
     return n;
 }
 

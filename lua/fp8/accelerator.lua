@@ -231,21 +231,12 @@ end
 -- ---- model conversion -------------------------------------------------------------------------
 
 -- One notice per layer and reason, per process, for a Linear that stays in high precision.
-local function keep_hp(tag, name, m, why)
-  local key = ("%s:%s:%d:%d"):format(tag, name, m.in_features, m.out_features)
-  if not convert._shape_warned[key] then
-    convert._shape_warned[key] = true
-    io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: %s\n"):format(
-      name == "" and "the model" or name, m.in_features, m.out_features, why))
-  end
-  return false
-end
+local keep_hp = convert._keep_hp
 
 -- ao's filter. Accelerate's default (filter_linear_layers) keeps the first and last Linear, and every Linear whose
 -- dims are not multiples of 16, in high precision, whatever pad_inner_dim says. A module_filter_func decides
 -- alone, except that a layer it takes whose dims are not multiples of 16 runs in FP8 only with pad_inner_dim
--- (torchao zero-pads K and N for the GPU GEMM; padding changes no product, so the CPU runs it unpadded with the
--- same numbers); without, torchao's GEMM could not run it, and it stays in high precision with a notice.
+-- (convert._ao_takes, which convert_model applies too).
 local function ao_filter(self, model)
   local r = self.fp8_recipe
   local lins = convert.linears(model)
@@ -257,12 +248,7 @@ local function ao_filter(self, model)
       .. "the default filter keeps every Linear whose dims are not multiples of 16 in high precision already\n")
   end
   return function(m, name)
-    if user ~= nil then
-      if not user(m, name) then return false end   -- truthiness, as torchao tests it (Lua's: nil and false say no)
-      if convert.shape_ok(m) or r.pad_inner_dim == true then return true end
-      return keep_hp("ao-pad", name, m, "module_filter_func took it, but its dims are not multiples of 16 and "
-        .. "pad_inner_dim=false")
-    end
+    if user ~= nil then return convert._ao_takes(r, m, name) end
     if m == first or m == last then
       return keep_hp("ao", name, m, "torchao's default filter keeps the first and last Linear in high precision")
     end
@@ -319,7 +305,8 @@ function Accelerator:_prepare_model(model)
     model = convert.ln_to_fp8(model)
     self._models[#self._models] = model
   end
-  local _, converted = convert.convert_model(model, { recipe = r, filter = filter, convert_ln = r.backend == "te" })
+  local _, converted = convert.convert_model(model, { recipe = r, filter = filter, convert_ln = r.backend == "te",
+    _recipe_filtered = true })
   self.converted = converted
   local tied = {}   -- msamp: a weight several FP8 layers share gets one fp16 copy (one E4M3 copy at O3): still tied
   for _, nm in ipairs(convert.fp8_layers(model)) do
@@ -447,8 +434,16 @@ function AccOptimizer:step(...)
   check_live(self, "optimizer:step", "optimizer")
   local acc, inner = rawget(self, "accelerator"), rawget(self, "optimizer")
   -- inside an accumulation window (acc:accumulate, not a sync step) the step is skipped: the
-  -- gradients keep accumulating, and the FP8 scales are not updated (Accelerate's AcceleratedOptimizer)
-  if not acc.sync_gradients then return nil end
+  -- gradients keep accumulating, and the FP8 scales are not updated (Accelerate's AcceleratedOptimizer); its
+  -- arguments are checked as the optimizer checks them, so a bad call does not wait for the window's end
+  if not acc.sync_gradients then
+    O.no_more("optimizer:step", "([closure])", select(2, ...))
+    local closure = ...
+    if closure ~= nil and type(closure) ~= "function" then
+      error(("optimizer:step: closure must be a function, got %s"):format(O.got(closure)), 2)
+    end
+    return nil
+  end
   -- MS-AMP's layers converted back after prepare: this optimizer holds their fp16 weights, the model new fp32 ones,
   -- so the step would train nothing the model uses
   if acc.fp8_backend == "msamp" then
@@ -498,7 +493,14 @@ end
 
 -- zero_grad only on sync steps: between them the gradients are being accumulated.
 function AccOptimizer:zero_grad(...)
-  if not rawget(self, "accelerator").sync_gradients then return end
+  if not rawget(self, "accelerator").sync_gradients then   -- checked as the optimizer checks them
+    O.no_more("optimizer:zero_grad", "([set_to_none])", select(2, ...))
+    local set_to_none = ...
+    if set_to_none ~= nil and type(set_to_none) ~= "boolean" then
+      error(("optimizer:zero_grad: set_to_none must be a boolean, got %s"):format(O.got(set_to_none)), 2)
+    end
+    return
+  end
   return rawget(self, "optimizer"):zero_grad(...)
 end
 

@@ -173,10 +173,11 @@ local function shard_limit(v)
     local num, unit = v:match("^%s*(.-)%s*(%a%a)%s*$")
     -- (a decimal number, as Python's float() reads it: Lua's tonumber would also take hex, "0x10KB")
     local mult, x = unit and SIZE_UNITS[unit:upper()], not (num or ""):find("[xX]") and tonumber(num) or nil
-    if mult and x and x >= 0 and x < math.huge then return math.floor(x * mult) end
+    -- (at least a byte, as the integer form: "0KB" would put every tensor in a shard of its own)
+    if mult and x and x < math.huge and math.floor(x * mult) >= 1 then return math.floor(x * mult) end
   end
   error(("save_model: max_shard_size must be a number of bytes (an integer >= 1) or a size such as \"10GB\" "
-    .. "(units TB, GB, MB, KB), got %s"):format(O.got(v)), 3)
+    .. "(units TB, GB, MB, KB) of at least a byte, got %s"):format(O.got(v)), 3)
 end
 
 -- ---- what a checkpoint owns -----------------------------------------------------------------

@@ -6,6 +6,7 @@ local Linear = require "fp8.nn.linear"
 local LayerNorm = require "fp8.nn.layernorm"
 local FP8Linear = require "fp8.nn.fp8_linear"
 local FP8LayerNorm = require "fp8.nn.fp8_layernorm"
+local O = require "fp8.opts"
 
 local M = {}
 
@@ -118,6 +119,29 @@ end
 
 M._shape_warned = {}   -- layers already reported as staying in high precision (one notice each per process)
 
+-- A Linear that stays in high precision: said once per process (tag: whose rule keeps it). Returns false, the
+-- filter's answer.
+function M._keep_hp(tag, name, m, why)
+  local key = ("%s:%s:%d:%d"):format(tag, name, m.in_features, m.out_features)
+  if not M._shape_warned[key] then
+    M._shape_warned[key] = true
+    io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: %s\n"):format(
+      name == "" and "the model" or name, m.in_features, m.out_features, why))
+  end
+  return false
+end
+
+-- What an ao recipe (a resolved one, or a recipe table) says of a Linear: its module_filter_func decides (by Lua's
+-- truth, as torchao tests it), and a Linear it takes whose dims are not multiples of 16 runs in FP8 only with
+-- pad_inner_dim (torchao zero-pads K and N for the GPU GEMM; padding changes no product, so the CPU runs it
+-- unpadded with the same numbers); without, torchao's GEMM could not run it: it stays in high precision, with a notice.
+function M._ao_takes(r, m, name)
+  if r.module_filter_func ~= nil and not r.module_filter_func(m, name) then return false end
+  if M.shape_ok(m) or r.pad_inner_dim ~= false then return true end
+  return M._keep_hp("ao-pad", name, m, (r.module_filter_func and "module_filter_func took it, but " or "")
+    .. "its dims are not multiples of 16 and pad_inner_dim=false")
+end
+
 -- convert_model(model, {to_fp8=true, convert_linear=true, convert_ln=true, recipe=…, filter=fn})
 -- swaps Linear/LayerNorm children for their FP8 versions in place (same tensors) and returns the
 -- model and the list of converted names. to_fp8=false restores plain modules. `filter(module,
@@ -127,7 +151,7 @@ function M.convert_model(model, opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("convert_model: options must be a table, got %s"):format(type(opts)), 2) end
   local valid = { to_fp8 = true, convert_linear = true, convert_ln = true, recipe = true, filter = true,
-                  _of_mp = true }
+                  _of_mp = true, _recipe_filtered = true }   -- (_recipe_filtered: prepare's filter applies the recipe's)
   -- Accelerate's spelling (accelerate.utils.convert_model): to_transformer_engine, _convert_linear, _convert_ln
   local ALIAS = { to_transformer_engine = "to_fp8", _convert_linear = "convert_linear", _convert_ln = "convert_ln" }
   local given = opts
@@ -146,6 +170,11 @@ function M.convert_model(model, opts)
     end
     opts[canon] = v
   end
+  for _, k in ipairs { "to_fp8", "convert_linear", "convert_ln" } do   -- (any other value was taken as true)
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("convert_model: %s must be a boolean, got %s"):format(k, O.got(opts[k])), 2)
+    end
+  end
   local to_fp8 = opts.to_fp8 ~= false
   local do_lin, do_ln = opts.convert_linear ~= false, opts.convert_ln ~= false
   if not to_fp8 and (opts.recipe ~= nil or opts.filter ~= nil) then   -- the way back takes every FP8 layer as it is
@@ -157,6 +186,12 @@ function M.convert_model(model, opts)
   if opts.filter ~= nil and type(opts.filter) ~= "function" then
     error(("convert_model: filter must be a function(module, name) -> boolean, got %s"):format(type(opts.filter)), 2)
   end
+  -- an ao recipe's module_filter_func and pad_inner_dim choose its layers here too (they were read by nothing); a
+  -- filter= beside a module_filter_func would leave one of the two to decide
+  local ao = to_fp8 and recipe.backend == "ao" and not opts._recipe_filtered
+  if ao and opts.filter ~= nil and recipe.module_filter_func ~= nil then
+    error("convert_model: give filter= or the ao recipe's module_filter_func, not both (each chooses the layers)", 2)
+  end
   local converted = {}
   -- a module under several names (the same Linear called twice) becomes one FP8 module in all its places, as the
   -- model had one module there: its weight, its recipe state (the max of both calls' amaxes) and its state_dict keys
@@ -166,7 +201,8 @@ function M.convert_model(model, opts)
     local cn = class_name(child)
     local repl
     if to_fp8 then
-      if do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full)) then
+      if do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full))
+          and (not ao or M._ao_takes(recipe, child, full)) then
         repl = linear_to_fp8(child, recipe)
       elseif do_ln and cn == "LayerNorm" then
         repl = ln_to_fp8(child)

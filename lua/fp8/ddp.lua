@@ -179,6 +179,22 @@ end
 -- inside still steps (with this process's gradients).
 function M.no_sync(acc, model, fn, ...)
   if type(fn) ~= "function" then error(("no_sync: expected (model, function), got a %s"):format(type(fn)), 3) end
+  -- the model says whose synchronisation stops: one this accelerator prepared (Accelerate's no_sync of anything
+  -- else, even a module it never wrapped, is a null context there: that model's gradients are still averaged)
+  local prepared = false
+  for _, m in ipairs(acc._models or {}) do prepared = prepared or m == model end
+  if not prepared then
+    error(("no_sync: model must be a model this accelerator prepared (acc:prepare(model)), got %s"):format(
+      type(model) == "table" and getmetatable(model) and getmetatable(model).__name or type(model)), 3)
+  end
+  -- one reducer averages every prepared model's gradients together, so the block keeps all of them local, where
+  -- Accelerate's no_sync(model) keeps only that model's
+  local n = #(acc._ddp_models or {})
+  if n > 1 then
+    error(("no_sync: not supported with %d models under DDP: fp8lab averages their gradients together, so it would "
+      .. "keep the other models' gradients local too, where Accelerate's no_sync(model) keeps only this one's; "
+      .. "acc:accumulate(model1, model2, ...) skips the averaging of every model's micro-steps"):format(n), 3)
+  end
   local prev_in = rawget(acc, "_in_no_sync")
   rawset(acc, "_in_no_sync", true)
   local res = table.pack(core._pcall_scoped("no_sync", fn, ...))

@@ -5,6 +5,7 @@
 -- BatchSamplerShard (by whole batches, or split_batches=true). A single process makes no MPI call.
 local D = require "fp8._dist"
 local core = require "fp8.core"
+local O = require "fp8.opts"
 
 local M = {}
 
@@ -378,6 +379,9 @@ end
 function U:split_between_processes(list, apply_padding)
   if type(list) ~= "table" then
     error(("split_between_processes: expected a list, got %s"):format(type(list)), 2)
+  end
+  if apply_padding ~= nil and type(apply_padding) ~= "boolean" then   -- (any other value was taken as true)
+    error(("split_between_processes: apply_padding must be a boolean, got %s"):format(O.got(apply_padding)), 2)
   end
   local keys = {}
   for k in next, list do

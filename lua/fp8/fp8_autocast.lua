@@ -36,19 +36,88 @@ local function fp8_autocast_off(fn, ...)
 end
 M._fp8_autocast_off = fp8_autocast_off   -- (activation checkpointing replays a forward that ran with it off)
 
+local function same(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+-- The recipe given to the autowrap → {use_during_eval, fields = what it says of the scaling (backend and fields)}.
+-- Here an FP8 layer keeps the recipe it was made with (Accelerate's te.fp8_autocast(fp8_recipe=) sets the scaling
+-- of what it wraps), so what the recipe says of the scaling is checked against the model's layers (check_layers):
+-- a handler's fields as given (to_kwargs), a recipe table's all, a table without a backend only
+-- use_autocast_during_eval.
+local function recipe_says(who, recipe, level)
+  if recipe == nil then return { fields = {} } end
+  if type(recipe) ~= "table" then   -- (Accelerate's fails on it too: it reads the recipe's fields)
+    error(("%s: recipe must be a recipe kwargs handler or a recipe table, got %s"):format(who, type(recipe)), level + 1)
+  end
+  local kwargs = require "fp8.kwargs"
+  local fields, eval = {}, nil
+  if kwargs.is_handler(recipe) then
+    local r = require("fp8.nn.fp8_linear")._as_recipe(recipe, level + 1, who)
+    fields.backend = r.backend
+    for k in pairs(recipe:to_kwargs()) do if r[k] ~= nil then fields[k] = r[k] end end
+    eval = r.use_autocast_during_eval
+  elseif recipe.backend == nil then
+    for k in pairs(recipe) do
+      if k ~= "use_autocast_during_eval" then
+        error(("%s: a recipe table without a backend takes only use_autocast_during_eval, got the key %s (a recipe "
+          .. "table with a backend field, as acc.fp8_recipe, or a recipe kwargs handler says more)"):format(who,
+          tostring(k)), level + 1)
+      end
+    end
+    eval = recipe.use_autocast_during_eval
+  else
+    local r = require("fp8.nn.fp8_linear")._as_recipe(recipe, level + 1, who)
+    for k, v in pairs(r) do fields[k] = v end
+    eval = r.use_autocast_during_eval
+  end
+  fields.use_autocast_during_eval, fields.module_filter_func = nil, nil   -- the wrapper's, and the conversion's
+  if eval ~= nil and type(eval) ~= "boolean" then
+    error(("%s: use_autocast_during_eval must be a boolean, got %s"):format(who, require("fp8.opts").got(eval)),
+      level + 1)
+  end
+  return { use_during_eval = eval, fields = fields }
+end
+
+-- Every FP8 layer of model against what the recipe says of the scaling: a difference would be read by nothing.
+local function check_layers(who, says, model, level)
+  if next(says.fields) == nil then return end
+  for _, nm in ipairs(model:named_modules()) do
+    local lr = rawget(nm[2], "_recipe")
+    local fields = lr and require("fp8.kwargs").RECIPE_FIELDS[lr.backend] or {}
+    for k, v in pairs(lr and says.fields or {}) do
+      local have = lr[k]   -- a recipe table may leave a field out: its default
+      if have == nil and k ~= "backend" and fields[k] then have = fields[k].default end
+      if not same(have, v) then
+        error(("%s: the recipe says %s=%s, but the FP8 layer '%s' was made with %s=%s: a layer keeps the recipe it "
+          .. "was made with (fp8.convert_model{recipe=...}, acc:prepare), which this wrapper cannot change"):format(who,
+          k, tostring(type(v) == "table" and table.concat(v, ",") or v), nm[1], k,
+          tostring(type(have) == "table" and table.concat(have, ",") or have)), level + 1)
+      end
+    end
+  end
+end
+
 -- contextual_fp8_autocast(forward_fn, recipe, use_during_eval) → a forward(self, ...) that runs
 -- with FP8 autocast when self.training, or always when use_during_eval, and with it off otherwise even inside
 -- an enclosing FP8 autocast (Accelerate's wrapper: te.fp8_autocast(enabled=...) decides for what it wraps).
-function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval)
-  if type(forward_fn) ~= "function" then
-    error(("contextual_fp8_autocast: expected the forward function, got %s"):format(type(forward_fn)), 2)
+-- The recipe's scaling fields are checked against the FP8 layers of the first self it runs on (check_layers).
+function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval, ...)
+  local who = "contextual_fp8_autocast"
+  require("fp8.opts").no_more(who, "(forward_fn, recipe, use_during_eval)", ...)
+  if type(forward_fn) ~= "function" then error(("%s: expected the forward function, got %s"):format(who,
+    type(forward_fn)), 2) end
+  local says = recipe_says(who, recipe, 2)
+  if use_during_eval ~= nil and type(use_during_eval) ~= "boolean" then   -- ("no" was taken as true)
+    error(("%s: use_during_eval must be a boolean, got %s"):format(who, require("fp8.opts").got(use_during_eval)), 2)
   end
-  if recipe ~= nil and type(recipe) ~= "table" then   -- (Accelerate's fails on it too: it reads the recipe's fields)
-    error(("contextual_fp8_autocast: recipe must be a recipe kwargs handler or a recipe table, got %s"):format(
-      type(recipe)), 2)
-  end
-  if use_during_eval == nil and type(recipe) == "table" then use_during_eval = recipe.use_autocast_during_eval end
+  if use_during_eval == nil then use_during_eval = says.use_during_eval == true end
+  local checked = setmetatable({}, { __mode = "k" })
   return function(self, ...)
+    if Module.is_module(self) and not checked[self] then check_layers(who, says, self, 2); checked[self] = true end
     local on = use_during_eval or (type(self) == "table" and self.training ~= false)
     if not on then return fp8_autocast_off(forward_fn, self, ...) end
     return M.fp8_autocast(forward_fn, self, ...)
@@ -56,17 +125,15 @@ function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval)
 end
 
 -- apply_fp8_autowrap(model, handler_or_recipe): model.forward runs under contextual FP8 autocast.
-function M.apply_fp8_autowrap(model, recipe)
+function M.apply_fp8_autowrap(model, recipe, ...)
+  require("fp8.opts").no_more("apply_fp8_autowrap", "(model, recipe)", ...)
   if not Module.is_module(model) then error(("apply_fp8_autowrap: expected a Module, got %s"):format(type(model)), 2) end
-  if recipe ~= nil and type(recipe) ~= "table" then
-    error(("apply_fp8_autowrap: recipe must be a recipe kwargs handler or a recipe table, got %s"):format(type(recipe)),
-      2)
-  end
-  recipe = recipe or {}
+  local says = recipe_says("apply_fp8_autowrap", recipe, 2)
+  check_layers("apply_fp8_autowrap", says, model, 2)
   if rawget(model, "_fp8_unwrapped_forward") then return model end
   local fwd = model.forward
   rawset(model, "_fp8_unwrapped_forward", fwd)
-  rawset(model, "forward", M.contextual_fp8_autocast(fwd, recipe, recipe.use_autocast_during_eval == true))
+  rawset(model, "forward", M.contextual_fp8_autocast(fwd, recipe, says.use_during_eval == true))
   return model
 end
 

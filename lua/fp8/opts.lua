@@ -63,6 +63,18 @@ function M.no_more(fname, takes, ...)
   if n > 0 then error(M.more_args_message(fname, takes, n), 3) end
 end
 
+-- check_list(fname, what, t [, level]): t is a list (keys 1..n, n its raw length): a key past them would be read by
+-- nothing ({2, 1, keepdim=true}, {a, b, dim=2}). Errors at level (default 3: the caller's caller).
+function M.check_list(fname, what, t, level)
+  local n = rawlen(t)
+  for k in next, t do
+    if math.type(k) ~= "integer" or k < 1 or k > n then
+      error(("%s: %s must be a list (keys 1..%d), got the key %s"):format(fname, what, n,
+        type(k) == "string" and ("'" .. k .. "'") or tostring(k)), level or 3)
+    end
+  end
+end
+
 -- What a Lua function written with a fixed parameter list takes: its parameter count (self included) and the
 -- text "(a, b)" naming them (self left out; "no arguments" when none); nil for a C function or one with `...`.
 -- Cached per function.

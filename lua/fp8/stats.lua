@@ -52,6 +52,9 @@ end
 function M.stats(model, opts, ...)
   O.no_more("fp8.stats", "(model or state dict [, {quiet=}])", ...)
   O.check("fp8.stats", opts, { "quiet" }, 2)
+  if type(opts) == "table" and opts.quiet ~= nil and type(opts.quiet) ~= "boolean" then
+    error(("fp8.stats: quiet must be a boolean, got %s"):format(O.got(opts.quiet)), 2)
+  end
   if type(model) == "table" and not Module.is_module(model) then return saved_stats(model, opts) end
   if not Module.is_module(model) then error(("fp8.stats: expected a Module or a state dict, got %s"):format(type(model)), 2) end
   local rows = {}

@@ -177,6 +177,7 @@ end
 local function dims_of(who, dim, nd, level)
   level = level or 3
   if type(dim) ~= "table" or getmetatable(dim) ~= nil then return norm_dim(who, dim, nd, level + 1) end
+  require("fp8.opts").check_list(who, "the dims", dim, level + 1)   -- {2, keepdim=true}'s keepdim was read by nothing
   if rawget(dim, 1) == nil then error(("%s: the list of dims is empty"):format(who), level) end
   local out, seen = {}, {}
   for i = 1, #dim do
@@ -434,6 +435,7 @@ end
 function Tensor.permute(t, ...)
   check_self("permute", t)
   local dims = select("#", ...) == 1 and type((...)) == "table" and (...) or { ... }
+  require("fp8.opts").check_list("permute", "the dims", dims)
   local nd = t:dim()
   if #dims ~= nd then
     error(("permute: expected %d dims for a %d-d tensor, got %d"):format(nd, nd, #dims), 2)
@@ -701,6 +703,7 @@ function M.eye(n, m, o, ...)
 end
 
 -- t:var([dim] [, {correction=1, keepdim=false}]) and t:std(...): torch's (Bessel's correction by default;
+-- its older (dim, unbiased [, keepdim]) too;
 -- correction=0 is the population's), over everything, one dim or a list of dims; differentiable (made of mean, sub,
 -- mul, sum).
 local function var_of(who, t, dim, o)
@@ -793,14 +796,34 @@ local function scaled(x, back) if back == nil then return x end return x * back 
 
 local function rounded(r, dt) if r:dtype() ~= dt then return r:to(dt) end return r end
 
+-- torch's older forms, (unbiased) and (dim, unbiased [, keepdim]): unbiased false is correction 0 (it was taken as
+-- no options: the unbiased result). → dim, the options. Errors at the caller of var or std.
+local VAR_TAKES = "([dim] [, {correction=, keepdim=}]) or ([dim,] unbiased [, keepdim])"
+local function var_args(who, dim, o, ...)
+  local unbiased, keep, extra = nil, nil, 0
+  if type(dim) == "boolean" then
+    unbiased, keep, extra, dim = dim, o, select("#", ...), nil
+  elseif type(o) == "boolean" then
+    unbiased, keep, extra = o, ..., math.max(select("#", ...) - 1, 0)
+  else
+    extra = select("#", ...)
+  end
+  if extra > 0 then error(require("fp8.opts").more_args_message(who, VAR_TAKES, extra), 3) end
+  if unbiased == nil then return dim, o end
+  if keep ~= nil and type(keep) ~= "boolean" then
+    error(("%s: keepdim must be a boolean, got %s"):format(who, require("fp8.opts").got(keep)), 3)
+  end
+  return dim, { correction = unbiased and 1 or 0, keepdim = keep }
+end
+
 function Tensor.var(t, dim, o, ...)
-  no_more("var", "([dim] [, {correction=, keepdim=}])", ...)
+  dim, o = var_args("var", dim, o, ...)
   local v, odt, back = var_of("var", t, dim, o)
   return rounded(scaled(scaled(v, back), back), odt)
 end
 
 function Tensor.std(t, dim, o, ...)
-  no_more("std", "([dim] [, {correction=, keepdim=}])", ...)
+  dim, o = var_args("std", dim, o, ...)
   local v, odt, back = var_of("std", t, dim, o)
   if not v:requires_grad() then return rounded(scaled(v:sqrt(), back), odt) end
   -- torch's gradient is 0 where the std is 0 (a constant row): sqrt's derivative there is inf, and inf·0 made it

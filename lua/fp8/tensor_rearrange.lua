@@ -19,6 +19,7 @@ end
 -- max of them, or a lone value as a list of one
 local function list_of(name, what, v, max)
   if type(v) ~= "table" or core.is_tensor(v) then return { v } end
+  require("fp8.opts").check_list(name, what, v, 2)   -- (at_caller places it at the caller)
   local n = rawlen(v)
   if n > max then error(("%s: %s has %d entries, more than %d"):format(name, what, n, max)) end
   local out = {}
@@ -101,7 +102,7 @@ Tensor.tile = at_caller(function(t, ...)
     no_more("tile", "({reps}) or (reps...)", select(2, ...))
     reps = list_of("tile", "the list of repeats", (...), MAX_DIMS)
   else
-    reps = list_of("tile", "the repeats", table.pack(...), MAX_DIMS)
+    reps = list_of("tile", "the repeats", { ... }, MAX_DIMS)
   end
   if #reps == 0 then error("tile: expected the repeats (integers >= 0), got none") end
   for _, r in ipairs(reps) do

@@ -18,6 +18,7 @@ local function self_of(name, t) check_not_fp8(name, check_self(name, t)) end
 -- a list of tensors (a plain table, or the arguments themselves), each live and not FP8
 local function tensors_of(name, ...)
   local list = select("#", ...) == 1 and type((...)) == "table" and not core.is_tensor((...)) and (...) or { ... }
+  require("fp8.opts").check_list(name, "the list of tensors", list, 4)
   local out = {}
   for i = 1, rawlen(list) do
     local t = rawget(list, i)

@@ -176,6 +176,12 @@ if mode == "nosync" then
   print(("rank%d inside_same=%s"):format(r, tostring(allsame(w.grad))))
   acc:backward(model(x):sum())
   print(("rank%d after_same=%s"):format(r, tostring(allsame(w.grad))))
+  -- a second model under DDP: one reducer averages both, so no_sync(model) would keep the other's gradients local
+  -- too (Accelerate's keeps only model's): refused
+  acc:prepare(nn.Linear(2, 2))
+  local ok, err = pcall(acc.no_sync, acc, model, function() end)
+  print(("rank%d two_models=%s"):format(r, not ok and tostring(err):find("not supported with 2 models under DDP", 1,
+    true) and "refused" or tostring(err)))
   return
 end
 if mode == "hooks" then

@@ -226,6 +226,7 @@ describe("data parallel over MPI (2 processes)", function()
     local out, code = mpirun("tests/dist/misc.lua", "nosync")
     assert.are.equal(0, code, out)
     assert.truthy(out:find("rank0 inside_same=false", 1, true) and out:find("rank1 after_same=true", 1, true), out)
+    assert.truthy(out:find("rank0 two_models=refused", 1, true) and out:find("rank1 two_models=refused", 1, true), out)
   end)
 
   it("a parameter's gradient hook runs before the all-reduce: the processes average the hooked gradients; a "

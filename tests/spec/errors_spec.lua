@@ -764,3 +764,101 @@ describe("arguments torch drops unseen", function()
     U.fails_with("num_parameters: takes ([only_trainable]); got 1 more argument", lin.num_parameters, lin, true, 1)
   end)
 end)
+
+describe("settings and arguments read by nothing (the audit of 2026-12-04)", function()
+  local nn = fp8.nn
+  local function mlp() return nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 24), nn.ReLU(), nn.Linear(24, 32)) end
+  local function fp8_names(m)
+    local out = {}
+    for _, nm in ipairs(require("fp8.convert").fp8_layers(m)) do out[#out + 1] = nm[1] end
+    return table.concat(out, ",")
+  end
+
+  it("convert_model applies an ao recipe's module_filter_func and pad_inner_dim (they were never called)", function()
+    local calls = 0
+    local h = fp8.AORecipeKwargs { module_filter_func = function(_, name) calls = calls + 1; return name ~= "0" end }
+    local m = fp8.convert_model(mlp(), { recipe = h })
+    assert.are.equal("2,4", fp8_names(m))
+    assert.are.equal(3, calls)
+    -- pad_inner_dim=false: a Linear whose dims are not multiples of 16 stays in high precision, as prepare keeps it
+    assert.are.equal("0", fp8_names(fp8.convert_model(mlp(), { recipe = fp8.AORecipeKwargs { pad_inner_dim = false } })))
+    U.fails_with("convert_model: give filter= or the ao recipe's module_filter_func, not both", fp8.convert_model,
+      mlp(), { recipe = h, filter = function() return true end })
+    U.fails_with("FP8Linear: 24 -> 24: the ao recipe runs dims that are not multiples of 16 only with pad_inner_dim=true",
+      nn.FP8Linear, 24, 24, fp8.AORecipeKwargs { pad_inner_dim = false })
+    U.fails_with('convert_model: to_fp8 must be a boolean, got "no"', fp8.convert_model, mlp(), { to_fp8 = "no" })
+    U.fails_with("convert_model: convert_linear must be a boolean, got 0", fp8.convert_model, mlp(), { convert_linear = 0 })
+  end)
+
+  it("a recipe table holds its backend's fields only (a typo, or another backend's field, was read by nothing)", function()
+    U.fails_with("FP8Linear: the te recipe has no field 'margn' (its fields: backend, fp8_format, margin", nn.FP8Linear,
+      16, 16, { backend = "te", margn = 3 })
+    U.fails_with("FP8Linear: the ao recipe has no field 'margin' (it is the te recipe's)", nn.FP8Linear, 16, 16,
+      { backend = "ao", margin = 3 })
+    -- msamp's margin is 0 (docs/fp8-spec.md); a table's margin changed its scales, where MSAMPRecipeKwargs refuses it
+    U.fails_with("FP8Linear: the msamp recipe has no field 'margin' (it is the te recipe's)", nn.FP8Linear, 16, 16,
+      { backend = "msamp", margin = 3 })
+    U.fails_with("FP8Linear: recipe.backend must be one of te, ao, msamp, got \"tee\"", nn.FP8Linear, 16, 16,
+      { backend = "tee" })
+    assert.are.equal(2, nn.FP8Linear(16, 16, { backend = "te", margin = 2 })._recipe.margin)
+  end)
+
+  it("the autowrap's recipe: use_autocast_during_eval a boolean, and no scaling field the layers do not run", function()
+    local m = fp8.convert_model(mlp(), { recipe = fp8.TERecipeKwargs {} })
+    U.fails_with('apply_fp8_autowrap: use_autocast_during_eval must be a boolean, got "yes"', fp8.apply_fp8_autowrap,
+      m, { use_autocast_during_eval = "yes" })
+    U.fails_with("apply_fp8_autowrap: the recipe says margin=3, but the FP8 layer '0' was made with margin=0",
+      fp8.apply_fp8_autowrap, m, fp8.TERecipeKwargs { margin = 3 })
+    U.fails_with("apply_fp8_autowrap: the recipe says backend=ao, but the FP8 layer '0' was made with backend=te",
+      fp8.apply_fp8_autowrap, m, fp8.AORecipeKwargs {})
+    U.fails_with("apply_fp8_autowrap: a recipe table without a backend takes only use_autocast_during_eval, got the key "
+      .. "bogus", fp8.apply_fp8_autowrap, m, { bogus = 1 })
+    U.fails_with('contextual_fp8_autocast: use_during_eval must be a boolean, got "no"', fp8.contextual_fp8_autocast,
+      function() end, nil, "no")
+    -- what the layers run is taken
+    assert.are.equal(m, fp8.apply_fp8_autowrap(m, fp8.TERecipeKwargs { margin = 0, use_autocast_during_eval = true }))
+  end)
+
+  it("small checks: stats' quiet, decode's byte, split_between_processes' apply_padding, max_shard_size", function()
+    U.fails_with('fp8.stats: quiet must be a boolean, got "false"', fp8.stats, mlp(), { quiet = "false" })
+    U.fails_with("expected an integer byte 0..255, got string", fp8.decode, "1", "e4m3")
+    local acc = fp8.Accelerator { config = false, env = {} }
+    U.fails_with('split_between_processes: apply_padding must be a boolean, got "yes"', acc.split_between_processes,
+      acc, { 1, 2 }, "yes")
+    local d = U.tmpdir()
+    U.fails_with("max_shard_size must be a number of bytes (an integer >= 1) or a size such as \"10GB\" (units TB, GB, "
+      .. "MB, KB) of at least a byte, got \"0KB\"", acc.save_model, acc, mlp(), d, { max_shard_size = "0KB" })
+    os.execute("rm -rf " .. U.q(d))
+  end)
+
+  it("std/var take torch's (dim, unbiased [, keepdim]); a list holds only its entries", function()
+    local x = fp8.tensor { { 3, 1, 2 }, { 1, 5, 1 } }
+    -- torch 2.15: x.std(1, False) = [0.8165, 1.8856], x.var(1, False) = [0.6667, 3.5556] (false gave the unbiased ones)
+    assert.is_true((x:std(2, false) - fp8.tensor { 0.81650, 1.88562 }):abs():max():item() < 1e-4)
+    assert.is_true((x:var(2, false) - fp8.tensor { 0.66667, 3.55556 }):abs():max():item() < 1e-4)
+    assert.are.same({ 2, 1 }, x:var(2, false, true):shape())
+    assert.is_true(math.abs(x:std(false):item() - 1.46249) < 1e-4)
+    assert.are.same(x:std(2):tolist(), x:std(2, true):tolist())
+    for _, c in ipairs {
+      { function() return fp8.zeros({ 2, 3, dtype = "bf16" }) end, "zeros: shape must be a list (keys 1..2), got the key 'dtype'" },
+      { function() return x:sum({ 2, keepdim = true }) end, "sum: dims must be a list (keys 1..1), got the key 'keepdim'" },
+      { function() return x:var({ 2, correction = 0 }) end, "var: the dims must be a list (keys 1..1), got the key 'correction'" },
+      { function() return fp8.cat({ x, x, dim = 2 }) end, "cat: expected a plain list (keys 1..2), got the key 'dim'" },
+      { function() return x:permute({ 2, 1, x = 1 }) end, "permute: the dims must be a list (keys 1..2), got the key 'x'" },
+      { function() return fp8.tensor({ 1, 2, x = 3 }) end, "tensor: nested table must be a list (keys 1..2), got the key 'x'" },
+    } do
+      U.fails_with(c[2], c[1])
+    end
+  end)
+
+  it("a prepared optimizer checks its arguments on accumulation steps too (they waited for the window's end)", function()
+    local acc = fp8.Accelerator { gradient_accumulation_steps = 2, config = false, env = {} }
+    local m, o = acc:prepare(nn.Linear(2, 2), fp8.optim.SGD(nn.Linear(2, 2):parameters(), { lr = 0.1 }))
+    acc:accumulate(m, function()
+      assert.is_false(acc.sync_gradients)
+      U.fails_with('optimizer:step: closure must be a function, got "bogus"', o.step, o, "bogus")
+      U.fails_with("optimizer:zero_grad: set_to_none must be a boolean, got a table", o.zero_grad, o, { foo = 1 })
+      o:step(); o:zero_grad()
+    end)
+  end)
+end)

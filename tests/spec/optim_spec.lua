@@ -1226,6 +1226,19 @@ describe("fp8.optim.lr_scheduler", function()
     for _ = 1, 2 do s:step(5); s2:step(5) end   -- 4 steps without improvement: past patience, both reduce
     assert.are.equal(o.param_groups[1].lr, o2.param_groups[1].lr)
     assert.is_true(close(0.01, o2.param_groups[1].lr, 1e-12))
+    -- get_last_lr after a load is the saved one (it stayed the new scheduler's: 0.1 where 0.01 was saved)
+    local o5 = optim.SGD({ fp8.zeros { 1 } }, { lr = 0.1 })
+    local s5 = sched.ReduceLROnPlateau(o5, { patience = 3 })
+    o5:load_state_dict(o:state_dict()); s5:load_state_dict(s:state_dict())
+    assert.are.same(s:get_last_lr(), s5:get_last_lr())
+    local old = s:state_dict()
+    old._last_lr = nil   -- a state from before it was kept: the restored groups' lr
+    s5 = sched.ReduceLROnPlateau(o5, { patience = 3 })
+    s5:load_state_dict(old)
+    assert.are.same({ o5.param_groups[1].lr }, s5:get_last_lr())
+    old._last_lr = { "x" }
+    U.fails_with("ReduceLROnPlateau:load_state_dict: _last_lr must be a list of 1 numbers >= 0", s5.load_state_dict,
+      s5, old)
     -- get_scheduler's name for it, with its options in scheduler_specific_kwargs
     local s3 = sched.get_scheduler("reduce_lr_on_plateau", optim.SGD({ fp8.zeros { 1 } }, { lr = 1 }),
       { scheduler_specific_kwargs = { patience = 0 } })

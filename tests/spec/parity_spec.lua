@@ -1008,6 +1008,11 @@ describe("fp16 with two optimizers", function()
     end)
     assert.is_true((m.weight - w):abs():max():item() > 0)
     assert.are.equal(1, acc.step)
+    -- the model says whose synchronisation stops: one this accelerator prepared (anything was taken)
+    for _, bad in ipairs { { nil, "got nil" }, { 5, "got number" }, { nn.Linear(4, 2), "got Linear" } } do
+      U.fails_with("no_sync: model must be a model this accelerator prepared (acc:prepare(model)), " .. bad[2],
+        acc.no_sync, acc, bad[1], function() end)
+    end
   end)
 
   it("a coroutine may not yield inside autocast, fp8_autocast or no_sync (their setting would stay on while it waits)",

@@ -6,6 +6,7 @@ local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its
 local core = require "fp8.core"
 local C = require "fp8._fp8_layer"
 local fp32_scale_ok = require("fp8.opts").fp32_scale_ok
+local O = require "fp8.opts"
 local Module = require "fp8.nn.module"
 local Linear = require "fp8.nn.linear"
 local F = require "fp8.nn.functional"
@@ -52,6 +53,23 @@ function FP8Linear._as_recipe(r, level, who)
       who, handler and ("a " .. handler .. " handler") or type(r) == "table" and "a table without a backend field"
       or type(r)), level + 1)
   end
+  -- a recipe table holds its backend's fields (as acc.fp8_recipe): anything else would be read by nothing (a
+  -- misspelt margn, te's margin in an ao recipe), or by a backend whose recipe has no such field (msamp's margin)
+  local fields = kwargs.RECIPE_FIELDS[r.backend]
+  if not fields then
+    error(("%s: recipe.backend must be one of te, ao, msamp, got %s"):format(who, O.got(r.backend)), level + 1)
+  end
+  for k in pairs(r) do
+    if k ~= "backend" and not (type(k) == "string" and fields[k]) then
+      local names = {}
+      for i, f in ipairs(fields) do names[i] = f.name end
+      local other
+      for b, fs in pairs(kwargs.RECIPE_FIELDS) do if b ~= r.backend and type(k) == "string" and fs[k] then other = b end end
+      error(("%s: the %s recipe has no field %s%s (its fields: backend, %s)"):format(who, r.backend,
+        type(k) == "string" and ("'" .. k .. "'") or tostring(k), other and (" (it is the " .. other .. " recipe's)")
+        or "", table.concat(names, ", ")), level + 1)
+    end
+  end
   return r
 end
 function FP8Linear.as_recipe(r, level)
@@ -68,6 +86,11 @@ function FP8Linear:__init(in_features, out_features, bias, recipe)
   in_features, out_features, bias = Linear._args("FP8Linear", 3, in_features, out_features, bias)
   Linear.__init(self, in_features, out_features, bias)
   recipe = FP8Linear._as_recipe(recipe, 3, "FP8Linear")
+  if recipe.backend == "ao" and recipe.pad_inner_dim == false and (in_features % 16 ~= 0 or out_features % 16 ~= 0) then
+    -- torchao's GEMM runs such a layer only zero-padded (convert_model and prepare keep it in high precision)
+    error(("FP8Linear: %d -> %d: the ao recipe runs dims that are not multiples of 16 only with pad_inner_dim=true")
+      :format(in_features, out_features), 3)
+  end
   rawset(self, "_recipe", recipe)
   rawset(self, "fp8_meta", C.layer_new(C.layer_config(recipe)))
   self:register_buffer("fp8_state", state.pack(self.fp8_meta:state()))

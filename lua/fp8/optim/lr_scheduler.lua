@@ -998,6 +998,7 @@ function Plateau:state_dict()
   local sd = { base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}) }
   for _, k in ipairs(PLATEAU_STATE) do sd[k] = self[k] end
   if math.abs(sd.best) == math.huge then sd.best = nil end
+  sd._last_lr = self:get_last_lr()   -- torch's key: get_last_lr() after a load is the saved one
   return sd
 end
 
@@ -1015,6 +1016,19 @@ function Plateau:load_state_dict(sd)
   end
   self.last_epoch, self.num_bad_epochs, self.cooldown_counter = sd.last_epoch, sd.num_bad_epochs, sd.cooldown_counter
   self.best = sd.best or (self.mode == "min" and math.huge or -math.huge)
+  local last = sd._last_lr
+  if last ~= nil then
+    local ok = type(last) == "table" and #last == #self.optimizer.param_groups
+    for i = 1, ok and #last or 0 do ok = ok and type(last[i]) == "number" and last[i] >= 0 end
+    if not ok then
+      error(("ReduceLROnPlateau:load_state_dict: _last_lr must be a list of %d numbers >= 0 (one per parameter "
+        .. "group), got %s"):format(#self.optimizer.param_groups, O.got(last)), 2)
+    end
+    self._last_lr = table.move(last, 1, #last, 1, {})
+  else   -- a state from before it was kept: the groups' lr, as the optimizer's own state restores them
+    self._last_lr = {}
+    for i, g in ipairs(self.optimizer.param_groups) do self._last_lr[i] = g.lr end
+  end
   rawset(self.optimizer, "_lr_scheduler", self)
 end
 
