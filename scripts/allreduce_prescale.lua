@@ -12,6 +12,7 @@ if arg[1] == "-h" or arg[1] == "--help" then
     .. "1/sqrt(N).")
   os.exit(0)
 end
+if #arg > 2 then fail(("takes [N] [seed]; got %d arguments"):format(#arg)) end
 local N, seed = math.tointeger(tonumber(arg[1] or "2")), math.tointeger(tonumber(arg[2] or "1"))
 if not N or N < 2 or N > 64 then fail("N must be an integer in 2..64, got " .. tostring(arg[1])) end
 if not seed then fail("seed must be an integer, got " .. tostring(arg[2])) end

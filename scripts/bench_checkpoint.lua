@@ -4,8 +4,15 @@
 -- counts the atomic write with its fsyncs; cp is timed with and without `sync` of the copy. Prints
 -- one markdown table (the best of three interleaved rounds). Run by scripts/bench_checkpoint.sh (make bench).
 local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
-local params = math.tointeger(tonumber(arg[1])) or fail("usage: bench_checkpoint.lua PARAMS DIR")
-local dir = arg[2] or fail("usage: bench_checkpoint.lua PARAMS DIR")
+local USAGE = "usage: fp8lab scripts/bench_checkpoint.lua PARAMS DIR (PARAMS >= 1 parameters; DIR an existing directory)"
+if arg[1] == "-h" or arg[1] == "--help" then print(USAGE); os.exit(0) end
+if #arg ~= 2 then fail(("%s; got %d argument%s"):format(USAGE, #arg, #arg == 1 and "" or "s")) end
+local params = math.tointeger(tonumber(arg[1]))
+if not params or params < 1 then fail(("PARAMS must be an integer >= 1, got %q (%s)"):format(arg[1], USAGE)) end
+local dir = arg[2]
+if dir == "" or not require("fp8._checkpoint").is_dir(dir) then
+  fail(("DIR must be an existing directory, got %q (%s)"):format(dir, USAGE))
+end
 local clock = require("fp8._data").clock
 local CHUNK = 16 * 1024 * 1024
 local t, n, k = {}, 0, 0

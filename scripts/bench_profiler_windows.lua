@@ -8,6 +8,7 @@ local fail = require("fp8.args").fail   -- a usage error: the message, no traceb
 local profiler = require "fp8.profiler"
 local now = require("fp8._profiler").now
 
+if arg and #arg > 1 then fail(("bench_profiler_windows: takes [N]; got %d arguments"):format(#arg)) end
 local n = math.tointeger(tonumber(arg and arg[1] or "8000"))
 if not n or n < 4 then fail("bench_profiler_windows: expected a step count >= 4, got " .. tostring(arg[1])) end
 local dir = os.tmpname()

@@ -1,6 +1,6 @@
 -- bench_train.lua — times one training step (forward, backward, AdamW) of the Fashion-MNIST MLP
 -- (784-512-256-10, batch 256) and of a small GPT (4 layers, d=256, 4 heads, T=128, batch 16,
--- vocab 96) through fp8.Accelerator: --mixed-precision no|bf16|fp8, and under fp8 the recipe
+-- vocab 96) through fp8.Accelerator: --mixed-precision no|bf16|fp16|fp8, and under fp8 the recipe
 -- (--fp8-backend te|ao|msamp with --fp8-format, --fp8-recipe, --fp8-opt-level). Prints one line per model:
 --   model=mlp ms_per_step=… steps=… peak_rss_mib=… act_mib=…
 -- (the GPT's line on the CPU ends with best_step_ms=…: the fastest single step, steadier than the mean on a
@@ -16,20 +16,20 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "model", "str", "all", "mlp | gpt | all" },
   { "steps", "int", 20, "timed steps", 1 },
   { "warmup", "int", 3, "untimed steps first", 0 },
-  { "mixed-precision", "str", "no", "no | bf16 | fp8" },
-  { "fp8-backend", "str", "te", "te | ao | msamp" },
+  { "mixed-precision", "str", "no", "no | bf16 | fp16 | fp8" },
+  { "fp8-backend", "str", nil, "te | ao | msamp (default te; with --mixed-precision fp8)" },
   { "fp8-format", "str", nil, "te: HYBRID | E4M3 (default HYBRID)" },
   { "fp8-recipe", "str", nil, "ao: tensorwise | rowwise | rowwise_with_gw_hp (default tensorwise)" },
   { "fp8-opt-level", "str", nil, "msamp: O1 | O2 | O3 (default O2)" },
-  { "layers", "int", 4, "GPT: transformer blocks", 1 },
-  { "d-model", "int", 256, "GPT: embedding width", 1 },
-  { "heads", "int", 4, "GPT: attention heads", 1 },
-  { "seq", "int", 128, "GPT: sequence length", 1 },
-  { "batch", "int", 16, "GPT: sequences per step", 1 },
-  { "vocab", "int", 96, "GPT: vocabulary size", 2 },
+  { "layers", "int", nil, "GPT: transformer blocks (default 4)", 1 },
+  { "d-model", "int", nil, "GPT: embedding width (default 256)", 1 },
+  { "heads", "int", nil, "GPT: attention heads (default 4)", 1 },
+  { "seq", "int", nil, "GPT: sequence length (default 128)", 1 },
+  { "batch", "int", nil, "GPT: sequences per step (default 16)", 1 },
+  { "vocab", "int", nil, "GPT: vocabulary size (default 96)", 2 },
   { "gradient-checkpointing", "flag", false, "GPT: each block through fp8.utils.checkpoint (recomputed in the "
     .. "backward: less activation memory, a second forward)" },
-  { "peak-tflops", "num", 989.4, "dense bf16 peak of the GPU for MFU (H100/H200 SXM: 989.4)", 0 },
+  { "peak-tflops", "num", nil, "dense bf16 peak of the GPU for MFU (default 989.4: H100/H200 SXM); on a GPU only", 0 },
   { "cpu", "flag", false, "stay on the CPU even when there is a GPU" },
   { "profile", "int", 0, "then run this many more steps under fp8.profiler (device time too on a GPU) and print "
     .. "where the time went, before the result line", 0 },
@@ -39,13 +39,31 @@ local opts = require("fp8.args").parse(arg or {}, {
 if opts["gradient-checkpointing"] and opts.model ~= "gpt" then
   fail("--gradient-checkpointing is a GPT option: give --model gpt")
 end
+
 local function one_of(name, v, list)
   for _, x in ipairs(list) do if v == x then return end end
   fail(("--%s must be one of %s; got '%s'"):format(name, table.concat(list, ", "), v))
 end
 one_of("model", opts.model, { "mlp", "gpt", "all" })
-one_of("mixed-precision", opts["mixed-precision"], { "no", "bf16", "fp8" })
-one_of("fp8-backend", opts["fp8-backend"], { "te", "ao", "msamp" })
+one_of("mixed-precision", opts["mixed-precision"], { "no", "bf16", "fp16", "fp8" })
+if opts["fp8-backend"] ~= nil then one_of("fp8-backend", opts["fp8-backend"], { "te", "ao", "msamp" }) end
+local GPT_DEFAULTS = { layers = 4, ["d-model"] = 256, heads = 4, seq = 128, batch = 16, vocab = 96 }
+for _, k in ipairs { "layers", "d-model", "heads", "seq", "batch", "vocab" } do
+  if opts[k] ~= nil and opts.model == "mlp" then fail(("--%s is a GPT option: give --model gpt or all"):format(k)) end
+  if opts[k] == nil then opts[k] = GPT_DEFAULTS[k] end
+end
+if opts["fp8-backend"] ~= nil and opts["mixed-precision"] ~= "fp8" then
+  fail(("--fp8-backend needs --mixed-precision fp8 (got %s)"):format(opts["mixed-precision"]))
+end
+opts["fp8-backend"] = opts["fp8-backend"] or "te"
+if opts["peak-tflops"] ~= nil then   -- MFU is measured against a GPU's peak, on a GPU only
+  if opts["peak-tflops"] <= 0 then fail(("--peak-tflops must be > 0, got %g"):format(opts["peak-tflops"])) end
+  if opts.cpu or not fp8.cuda.is_available() or opts.model == "mlp" then
+    fail("--peak-tflops is the GPU's peak for the GPT's MFU: it takes effect only on a GPU with --model gpt or all "
+      .. "(not with --cpu)")
+  end
+end
+opts["peak-tflops"] = opts["peak-tflops"] or 989.4
 for name, owner in pairs { ["fp8-format"] = "te", ["fp8-recipe"] = "ao", ["fp8-opt-level"] = "msamp" } do
   if opts[name] ~= nil then
     if opts["mixed-precision"] ~= "fp8" then

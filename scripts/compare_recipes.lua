@@ -76,6 +76,7 @@ if opts.model == "gpt" and opts["d-model"] % opts.heads ~= 0 then
 end
 opts["batch-size"] = opts["batch-size"] or (opts.model == "gpt" and 16 or 256)
 opts.lr = opts.lr or (opts.model == "gpt" and 3e-3 or 1e-3)
+if not (opts.lr > 0) then fail(("--lr must be > 0, got %g (no run would learn)"):format(opts.lr)) end   -- as the training scripts
 opts.out = opts.out or (opts.model == "gpt" and "build/compare_recipes_gpt.csv" or "build/compare_recipes.csv")
 require("fp8.args").out_dir(opts.out)   -- made now: files go there during training
 
@@ -93,6 +94,12 @@ if opts.only then
   end
   if #chosen == 0 then fail(("--only: expected a comma-separated list of recipes (valid: %s), got '%s'"):format(
     table.concat(names, ", "), opts.only)) end
+end
+
+if opts["fp8-stats"] then   -- (it logs the FP8 layers of fp8 recipes: with none chosen it would log nothing)
+  local any = false
+  for _, r in ipairs(chosen) do any = any or r[2] == "fp8" end
+  if not any then fail("--fp8-stats logs the FP8 layers of the fp8 recipes, and --only chose none") end
 end
 
 if opts.model == "gpt" then

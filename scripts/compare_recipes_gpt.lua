@@ -45,8 +45,7 @@ return function(opts, recipes)
   -- tokens/s leaves out the first steps, which create the GEMM primitives and caches
   local warm = opts.steps > 4 and 2 or 0
   local base_out = stem(opts.out)
-  local dir = opts.out:match("^(.*)/[^/]*$")
-  if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
+  require("fp8.args").out_dir(opts.out)   -- checked now, not after every recipe has trained
 
   local function val_loss(model, loader) return model:evaluate(loader) end
 

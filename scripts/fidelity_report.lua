@@ -20,7 +20,12 @@ local opts = require("fp8.args").parse(arg or {}, {
 local ORDER = { "fp32", "te-hybrid", "te-e4m3", "ao-tensorwise", "ao-rowwise", "ao-rowwise_gw_hp", "msamp-O1", "msamp-O2",
                 "msamp-O3" }
 local SECTION = "## Fidelity on the char GPT"
-local dir = opts.dir:gsub("/+$", "")
+local dir = opts.dir:gsub("(.)/+$", "%1")   -- ("/" stays "/")
+if opts.doc ~= "" then   -- checked now, not after the tables and plots are made
+  if cp.exists(opts.doc) and not cp.is_file(opts.doc) then fail(("--doc %s: not a file"):format(opts.doc)) end
+  local ddir = opts.doc:match("^(.*)/[^/]*$") or "."
+  if not cp.is_dir(ddir) then fail(("--doc %s: its directory %s does not exist"):format(opts.doc, ddir)) end
+end
 local names, err = cp.listdir(dir)
 if not names then fail("--dir: " .. tostring(err)) end
 

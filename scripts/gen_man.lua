@@ -3,7 +3,14 @@
 -- roff: `##` headings become sections, code blocks no-fill text, tables tagged paragraphs, lists
 -- bullets; inline code and bold become bold, links their text. `make install` installs the result.
 local files = { ... }
-if #files == 0 then io.stderr:write("usage: fp8lab scripts/gen_man.lua docs/FILE.md ... > fp8lab.1\n"); os.exit(2) end
+local USAGE = "usage: fp8lab scripts/gen_man.lua docs/FILE.md ... > fp8lab.1"
+if files[1] == "-h" or files[1] == "--help" then print(USAGE); os.exit(0) end
+if #files == 0 then io.stderr:write(USAGE, "\n"); os.exit(2) end
+for _, path in ipairs(files) do   -- a directory opens, and reads as nothing
+  if not require("fp8._checkpoint").is_file(path) then
+    io.stderr:write(("gen_man.lua: %s is not a readable file (%s)\n"):format(path, USAGE)); os.exit(2)
+  end
+end
 
 local out = {}
 local function emit(s) out[#out + 1] = s end

@@ -59,6 +59,8 @@ local function parse_args(argv)
     fail(("--d-model (%d) must be divisible by --heads (%d)"):format(opts["d-model"], opts.heads))
   end
   if not (opts.lr > 0) then fail("--lr must be > 0") end
+  -- made now: a file in its place failed at the first save, after training had run
+  if opts["save-every"] > 0 then require("fp8.args").out_folder(opts["checkpoint-dir"], "--checkpoint-dir") end
   local mp = opts["mixed-precision"]
   if mp ~= nil and mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
     fail(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp))
@@ -196,13 +198,9 @@ local csv_header = "step,train_loss,val_loss,lr,tokens_per_s,elapsed_s"
 for _, r in ipairs(ROLES) do
   csv_header = csv_header .. (",%s_underflow_max,%s_saturated_max,%s_scale_min,%s_scale_max"):format(r, r, r, r)
 end
-local function csv_dir(p)
-  local dir = p:match("^(.*)/[^/]*$")
-  if dir and dir ~= "" then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
-end
 local stats_csv
 if opts.csv ~= "" and accel:is_main_process() then
-  csv_dir(opts.csv)
+  require("fp8.args").out_dir(opts.csv, "--csv")   -- checked now, not at the first report
   if #accel._fp8_layers > 0 then
     stats_csv = opts.csv:gsub("%.csv$", "") .. "-fp8stats.csv"
     -- the log appends: a fresh run starts it afresh; a resumed one keeps the rows up to its checkpoint's step

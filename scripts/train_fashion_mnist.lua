@@ -51,6 +51,8 @@ local function parse_args(argv)
   if opts["weight-decay"] < 0 then fail(("--weight-decay must be >= 0, got %g"):format(opts["weight-decay"])) end
   if opts.limit < 0 then fail(("--limit must be >= 0, got %d"):format(opts.limit)) end
   if opts["save-every"] < 0 then fail(("--save-every must be >= 0, got %d"):format(opts["save-every"])) end
+  -- made now: a file in its place failed at the first save, after training had run
+  if opts["save-every"] > 0 then require("fp8.args").out_folder(opts["checkpoint-dir"], "--checkpoint-dir") end
   local mp = opts["mixed-precision"]
   if mp ~= nil and mp ~= "no" and mp ~= "bf16" and mp ~= "fp16" and mp ~= "fp8" then
     fail(("--mixed-precision must be one of no, bf16, fp16, fp8; got '%s'"):format(mp))

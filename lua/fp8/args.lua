@@ -123,13 +123,29 @@ end
 
 -- out_dir(path): the directory of a script's --out, made right after the options are read (files go there
 -- during training, such as the FP8 stats log; a --out that cannot be made fails now, not after the training).
-function M.out_dir(p)
-  if type(p) ~= "string" then M.fail(("--out must be a path, got %s"):format(type(p))) end
+-- out_dir(path [, flag="--out"]): an output file's path checked before the run, not at its first write: not empty,
+-- not a directory (nor anything but a regular file), its directory made now.
+function M.out_dir(p, flag)
+  flag = flag or "--out"
+  if type(p) ~= "string" or p == "" then M.fail(("%s must be a file path, got %q"):format(flag, tostring(p))) end
+  local C = require "fp8._checkpoint"
+  if C.exists(p) and not C.is_file(p) then
+    M.fail(("%s %s: %s, not a file"):format(flag, p, C.is_dir(p) and "is a directory" or "is there"))
+  end
   local dir = p:match("^(.*)/[^/]*$")
   if dir and dir ~= "" then
-    local ok, err = require("fp8._checkpoint").mkdir_p(dir)
-    if not ok then M.fail(("--out %s: cannot create the directory %s (%s)"):format(p, dir, err)) end
+    local ok, err = C.mkdir_p(dir)
+    if not ok then M.fail(("%s %s: cannot create the directory %s (%s)"):format(flag, p, dir, err)) end
   end
+end
+
+-- out_folder(path [, flag="--out"]): an output directory, made now (a file there, or an empty path, refused before
+-- the run rather than at its first write).
+function M.out_folder(p, flag)
+  flag = flag or "--out"
+  if type(p) ~= "string" or p == "" then M.fail(("%s must be a directory path, got %q"):format(flag, tostring(p))) end
+  local ok, err = require("fp8._checkpoint").mkdir_p(p)
+  if not ok then M.fail(("%s %s: cannot create the directory (%s)"):format(flag, p, err)) end
 end
 
 -- after_resume(acc): a script's run resumed (--resume) from a checkpoint older than the newest in its project_dir

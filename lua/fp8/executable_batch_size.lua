@@ -49,13 +49,13 @@ function M.find_executable_batch_size(fn, opts, ...)
         .. "passed for you), got %d more argument%s: leave the batch size out of the call"):format(nparams,
         nparams == 1 and "" or "s", select("#", ...), select("#", ...) == 1 and "" or "s"), 2)
     end
-    fp8.release_memory()
+    require("fp8").release_memory()   -- (not the global fp8: a script may rebind it)
     while true do
       if batch_size == 0 then error("find_executable_batch_size: no executable batch size found, reached zero", 2) end
       local res = table.pack(pcall(fn, batch_size, ...))
       if res[1] then return table.unpack(res, 2, res.n) end
       if not M.is_out_of_memory(res[2]) then error(res[2], 0) end
-      fp8.release_memory()
+      require("fp8").release_memory()
       local nb = reduce()
       if math.type(nb) ~= "integer" or nb < 0 or nb >= batch_size then
         error(("find_executable_batch_size: reduce_batch_size_fn must return an integer in 0..%d (smaller than "

@@ -141,9 +141,13 @@ end
 Kind.func = { expect = "a function", types = { ["function"] = true }, callable = true,
   check = function(v) return true, v end }
 
--- A directory name: "" would put files at the root ("" .. "/profile_0.json").
-Kind.dir = { expect = "a directory name (a non-empty string)", types = { string = true },
-  check = function(v) return v ~= "", v ~= "" and v or nil end }
+-- A directory name: "" would put files at the root ("" .. "/profile_0.json"); a NUL byte would cut it short (refused
+-- here, not at the end of the profiled run).
+Kind.dir = { expect = "a directory name (a non-empty string without NUL bytes)", types = { string = true },
+  check = function(v)
+    local ok = v ~= "" and not v:find("\0", 1, true)
+    return ok, ok and v or nil
+  end }
 
 -- Checks v against field f: true, normalized | false, "origin: expected X, got Y" (without "origin: "
 -- when origin is nil). A setting's field goes to the settings table, whose message names the origin.

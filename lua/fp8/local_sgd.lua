@@ -44,7 +44,8 @@ local function new(opts, ...)
       .. "optimizer's step re-casts, so averaged weights would not reach it; use opt_level O1 or O2", 3)
   end
   -- Accelerate takes any local_sgd_steps and fails at the first step (a modulo by None or 0): checked here
-  if enabled and (math.type(k) ~= "integer" or k < 1) then
+  -- (checked when given with enabled=false too: the switch scripts flip, which must not hide a bad value)
+  if (enabled or k ~= nil) and (math.type(k) ~= "integer" or k < 1) then
     error(("LocalSGD: local_sgd_steps must be an integer >= 1 (or enabled=false), got %s"):format(O.got(k)), 3)
   end
   local self = setmetatable({ num_steps = 0, enabled = enabled and acc.distributed_type ~= "NO" }, LocalSGD)

@@ -70,6 +70,17 @@ local function run(script, png)
   return nil, why
 end
 
+-- A string that goes into the gnuplot script: text without control characters (a newline would end the command
+-- and gnuplot would run the next line as one of its own: `!cmd` or `system()` run a shell command).
+local function check_text(name, key, v, level)
+  if v == nil then return end
+  if type(v) ~= "string" then error(("%s: %s must be a string, got %s"):format(name, key, O.got(v)), level + 1) end
+  if v:find("%c") then
+    error(("%s: %s must not hold control characters (a newline would end the gnuplot command), got %q"):format(name,
+      key, v), level + 1)
+  end
+end
+
 local function check_opts(name, o, required, valid)
   if type(o) ~= "table" then error(("%s: expected an options table, got %s"):format(name, type(o)), 3) end
   O.check(name, o, valid, 3)
@@ -78,6 +89,11 @@ local function check_opts(name, o, required, valid)
       error(("%s: %s must be a file name, got %s"):format(name, k, tostring(o[k])), 3)
     end
   end
+  for _, k in ipairs(valid) do
+    if k ~= "series" and k ~= "y2range" and k ~= "logy" then check_text(name, k, o[k], 3) end
+  end
+  local C = require "fp8._checkpoint"   -- the CSV is read: a named pipe would block, a device never end
+  if C.exists(o.csv) and not C.is_file(o.csv) then error(("%s: %s is not a regular file"):format(name, o.csv), 3) end
 end
 
 -- The range of CSV column `col` (1-based, header skipped) and whether every value in it is an integer.
@@ -112,9 +128,38 @@ function M.lines(o)
   if type(o.series) ~= "table" or #o.series == 0 then
     error("plot.lines: series must be a non-empty list of {x=, y=, title=}", 2)
   end
+  local y2 = false
   for i, sr in ipairs(o.series) do
-    if type(sr) ~= "table" then error(("plot.lines: series[%d] must be a table {x=, y=, title=}, got %s"):format(i, type(sr)), 2) end
-    O.check(("plot.lines: series[%d]"):format(i), sr, { "x", "y", "title", "style", "axis" }, 2)
+    local who = ("plot.lines: series[%d]"):format(i)
+    if type(sr) ~= "table" then error(("%s must be a table {x=, y=, title=}, got %s"):format(who, type(sr)), 2) end
+    O.check(who, sr, { "x", "y", "title", "style", "axis" }, 2)
+    for _, k in ipairs { "x", "y" } do
+      local v = sr[k]
+      if (v ~= nil or k == "y") and (math.type(v) ~= "integer" or v < 1) then
+        error(("%s: %s must be a CSV column (an integer >= 1)%s, got %s"):format(who, k, k == "x" and ", 1 by default"
+          or "", O.got(v)), 2)
+      end
+    end
+    for k, choices in pairs { style = { lines = true, points = true }, axis = { x1y1 = true, x1y2 = true } } do
+      if sr[k] ~= nil and not choices[sr[k]] then
+        error(("%s: %s must be %s, got %s"):format(who, k, k == "style" and '"lines" or "points"' or
+          '"x1y1" or "x1y2"', O.got(sr[k])), 2)
+      end
+    end
+    check_text(who, "title", sr.title, 2)
+    y2 = y2 or sr.axis == "x1y2"
+  end
+  if o.logy ~= nil and type(o.logy) ~= "boolean" then
+    error(("plot.lines: logy must be a boolean, got %s"):format(O.got(o.logy)), 2)
+  end
+  local r = o.y2range
+  if r ~= nil and not (type(r) == "table" and type(r[1]) == "number" and type(r[2]) == "number" and r[1] < r[2]
+      and r[1] > -math.huge and r[2] < math.huge) then
+    error(("plot.lines: y2range must be {lo, hi}, two finite numbers with lo < hi, got %s"):format(O.got(r)), 2)
+  end
+  if not y2 and (o.y2range ~= nil or o.y2label ~= nil) then   -- (they were dropped: no series on the right axis)
+    error(("plot.lines: %s takes effect only with a series on the right axis (axis=\"x1y2\")"):format(
+      o.y2range ~= nil and "y2range" or "y2label"), 2)
   end
   if not M.available() then return missing(o.csv) end
   local s = { "set datafile separator ','", "set datafile missing ''", "set grid", "set key outside right top",
@@ -124,14 +169,12 @@ function M.lines(o)
   -- a short run over integer steps: one tic per step (gnuplot's own choice puts tics at 1.5, 2.5, ...)
   local lo, hi, integral = integer_range(o.csv, o.series[1].x or 1)
   if integral and hi > lo and hi - lo <= 12 then s[#s + 1] = "set xtics 1" end
-  local y2 = false
   local plots = {}
   for i, sr in ipairs(o.series) do
     -- gnuplot cycles 8 colours: from the 9th series on, dashes tell the lines apart
     local style = sr.style == "points" and "linespoints pt 7 ps 1.2" or ("lines lw 2 dt %d"):format((i - 1) // 8 + 1)
     plots[#plots + 1] = ("%s using %d:%d every ::1 with %s axes %s title %s"):format(gq(o.csv), sr.x or 1, sr.y, style,
       sr.axis or "x1y1", gq(sr.title or ("column " .. sr.y)))
-    if sr.axis == "x1y2" then y2 = true end
   end
   if y2 then
     s[#s + 1] = "set y2tics"; s[#s + 1] = "set ytics nomirror"; s[#s + 1] = "set format y2 '%g'"

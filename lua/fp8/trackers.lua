@@ -94,6 +94,22 @@ function TensorBoardTracker:log(values, step, kw)
   local keys = {}
   for k in pairs(values) do keys[#keys + 1] = k end
   table.sort(keys)
+  -- every value checked before any is written: a bad one part way left the ones before it in the event file, and
+  -- the call retried after the fix wrote them twice
+  local is_tensor = require("fp8.core").is_tensor
+  for _, k in ipairs(keys) do
+    local v, ok = values[k], nil
+    if type(v) == "string" or type(v) == "number" or type(v) == "boolean" then ok = true
+    elseif is_tensor(v) then ok = v:numel() == 1
+    elseif type(v) == "table" then
+      ok = true
+      for kk, x in pairs(v) do ok = ok and type(kk) == "string" and (type(x) == "number" or type(x) == "boolean") end
+    end
+    if not ok then
+      error(("TensorBoardTracker:log: values[%q] must be a number, a boolean, a one-element tensor, a string or a "
+        .. "table {name = number}, got %s (nothing was written)"):format(tostring(k), O.got(v)), 3)
+    end
+  end
   for _, k in ipairs(keys) do
     local v = values[k]
     if type(v) == "string" then
@@ -207,6 +223,12 @@ function M._install(Accelerator)
       end
     end
     init_kwargs = O.check("init_trackers", init_kwargs, tracker_names(self), 2)
+    for _, t in ipairs(self.log_with) do   -- a tracker object is the script's, made already: nothing would read it
+      if type(t) ~= "string" and init_kwargs[t.name] ~= nil then
+        error(("init_trackers: init_kwargs[%q]: %q is a tracker object of the script's own, made already; init_kwargs "
+          .. "reach the built-in trackers only (tensorboard)"):format(t.name, t.name), 2)
+      end
+    end
     if #self.trackers > 0 then
       error("init_trackers: the trackers are running already (end_training() finishes them)", 2)
     end

@@ -6,7 +6,7 @@
 local fp8 = fp8 or require "fp8"
 local C = dofile(((arg and arg[0] or "scripts/lessons/x"):match("^(.*)/[^/]*$") or ".") .. "/common.lua")
 local opts = C.parse(arg, "01_why_scale", "Lesson 1: why FP8 needs a scale.",
-  { size = { "steps", 150, 30, "training steps", 1 }, gpt = true })
+  { size = { "steps", 150, 30, "training steps", 1 }, gpt = true, quick_more = true })   -- (--quick drops two runs)
 
 local model, next_batch, _, path = C.gpt(opts)
 print(("Lesson 1 — why scale at all. Tiny char GPT (%d parameters) on %s."):format(model:num_parameters(), path))

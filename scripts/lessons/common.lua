@@ -23,7 +23,8 @@ end
 
 -- parse(argv, name, about, cfg) -> opts. cfg.size = {option, default, quick, help, min}: the lesson's size option
 -- (--steps, or lesson 4's --rows), which --quick shortens; cfg.gpt: the lesson trains the GPT, so it takes --text;
--- cfg.extra: the lesson's own options. Every lesson takes --quick, --seed and --out.
+-- cfg.extra: the lesson's own options; cfg.quick_more: --quick does more than set the size (so it may be given with
+-- it). Every lesson takes --quick, --seed and --out.
 function C.parse(argv, name, about, cfg)
   local size = cfg.size
   local OPTIONS = {
@@ -37,8 +38,14 @@ function C.parse(argv, name, about, cfg)
   local opts = require("fp8.args").parse(argv or {}, OPTIONS, {
     usage = ("usage: fp8lab scripts/lessons/%s.lua [options]"):format(name), about = about .. " Options:",
     default_text = false })
+  -- --quick sets the size; given beside it, the size wins and --quick would change nothing (where the lesson's
+  -- --quick does no more: lesson 1's also drops runs, cfg.quick_more)
+  if opts.quick and opts[size[1]] ~= nil and not cfg.quick_more then
+    require("fp8.args").fail(("--quick sets --%s to %d: give --quick or --%s, not both"):format(size[1], size[3],
+      size[1]))
+  end
   opts[size[1]] = opts[size[1]] or (opts.quick and size[3] or size[2])
-  os.execute("mkdir -p '" .. opts.out:gsub("'", "'\\''") .. "'")
+  require("fp8.args").out_folder(opts.out)   -- made now ("" wrote into /, a file there failed after the lesson)
   return opts
 end
 

@@ -862,3 +862,46 @@ describe("settings and arguments read by nothing (the audit of 2026-12-04)", fun
     end)
   end)
 end)
+
+describe("the third audit of 2026-12-04", function()
+  it("rms_norm's default eps is fp32's for bf16 inputs too, as torch computes in fp32", function()
+    local x = ((fp8.arange(0, 16):float() * 0.7):sin() * 0.1):reshape({ 2, 8 }):to("bf16")
+    -- torch 2.15: F.rms_norm(x, [8]) of this bf16 x, row 1 (bf16): 0, 0.9023, 1.3828, 1.2109 (eps 2^-7 gave 0.5664 ...)
+    local y = fp8.nn.functional.rms_norm(x, 8):float():tolist()[1]
+    for i, want in ipairs { 0, 0.9023, 1.3828, 1.2109 } do
+      assert.is_true(math.abs(y[i] - want) <= 0.008, ("%d: %g"):format(i, y[i]))
+    end
+    assert.are.same(y, fp8.nn.RMSNorm(8)(x):float():tolist()[1])
+  end)
+
+  it("a size argument's error shows what was given; one past 2^31 - 1 is refused (the windows wrapped)", function()
+    local x, w = fp8.randn { 1, 1, 3, 7 }, fp8.ones { 1, 1, 2, 1 }
+    U.fails_with("conv2d: stride must be an integer in 1..2^31-1 or a pair of them, got 0", fp8.nn.functional.conv2d,
+      x, w, nil, { stride = 0 })
+    U.fails_with("Conv2d: kernel_size must be an integer in 1..2^31-1 or a pair of them, got 0", fp8.nn.Conv2d, 1, 1, 0)
+    U.fails_with("conv2d: dilation must be an integer in 1..2^31-1", fp8.nn.functional.conv2d, x, w, nil,
+      { dilation = { 0x6DB6DB6DB6DB6DB7, 1 } })
+  end)
+
+  it("small ones: the batch size finder without the global fp8, LocalSGD's steps, a NUL in output_trace_dir, "
+    .. "a named pipe among the dataset's files", function()
+    local f8 = fp8
+    local ok, res = pcall(function()
+      fp8 = nil   -- a script may rebind the global
+      return f8.find_executable_batch_size(function(bs) return bs end, { starting_batch_size = 4 })()
+    end)
+    fp8 = f8
+    assert.is_true(ok, tostring(res))
+    assert.are.equal(4, res)
+    local acc = fp8.Accelerator { config = false, env = {} }
+    local m = acc:prepare(fp8.nn.Linear(2, 2))
+    U.fails_with('LocalSGD: local_sgd_steps must be an integer >= 1 (or enabled=false), got "junk"', fp8.LocalSGD,
+      { accelerator = acc, model = m, local_sgd_steps = "junk", enabled = false })
+    U.fails_with("output_trace_dir", fp8.ProfileKwargs, { output_trace_dir = "/tmp/a\0b" })
+    local d = U.tmpdir()
+    assert.is_true(os.execute("mkfifo " .. U.q(d .. "/train-images-idx3-ubyte.gz") .. " && echo x > "
+      .. U.q(d .. "/train-labels-idx1-ubyte.gz")))
+    U.fails_with("train-images-idx3-ubyte.gz: is a named pipe, not a regular file", fp8.data.FashionMNIST, { root = d })
+    os.execute("rm -rf " .. U.q(d))
+  end)
+end)

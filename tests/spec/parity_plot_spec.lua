@@ -143,5 +143,33 @@ describe("training metrics and plots", function()
     assert.has_error(function() plot.lines(5) end)
     assert.has_error(function() plot.lines { csv = "a.csv", png = "a.png", series = {} } end)
     assert.has_error(function() plot.fp8_history { csv = tmpdir .. "/m.csv", png = tmpdir .. "/x.png" } end)
+    local csv, png = tmpdir .. "/chk.csv", tmpdir .. "/chk.png"
+    U.write(csv, "step,loss\n1,2\n2,1\n")
+    -- text went into the gnuplot script as it was: a newline ended the command, and gnuplot ran the next line
+    -- (`!cmd`, `system()`: a shell command)
+    for _, c in ipairs {
+      { { series = { { y = 2, axis = "x1y1 title 'a'\nsystem('touch " .. tmpdir .. "/pwned')" } } },
+        'series[1]: axis must be "x1y1" or "x1y2"' },
+      { { title = "x\n!touch " .. tmpdir .. "/pwned", series = { { y = 2 } } }, "title must not hold control characters" },
+      { { series = { { y = 2, title = "a\nb" } } }, "series[1]: title must not hold control characters" },
+      -- options that were taken and dropped, or fell through to Lua's own errors
+      { { series = { { y = 2, style = "bogus" } } }, 'series[1]: style must be "lines" or "points"' },
+      { { logy = "no", series = { { y = 2 } } }, 'logy must be a boolean, got "no"' },
+      { { y2range = { 0, 1 }, series = { { y = 2 } } }, "y2range takes effect only with a series on the right axis" },
+      { { y2range = { 0 / 0, 1 }, series = { { y = 2, axis = "x1y2" } } }, "y2range must be {lo, hi}" },
+      { { series = { { x = 1 } } }, "series[1]: y must be a CSV column (an integer >= 1), got nil" },
+      { { series = { { y = 2.5 } } }, "series[1]: y must be a CSV column (an integer >= 1), got 2.5" },
+    } do
+      c[1].csv, c[1].png = csv, png
+      U.fails_with("plot.lines: " .. c[2], plot.lines, c[1])
+    end
+    assert.is_nil(U.read(tmpdir .. "/pwned"))
+    -- a named pipe as the CSV: refused, not waited on for ever
+    local fifo = tmpdir .. "/pipe.csv"
+    assert.is_true(os.execute("mkfifo " .. U.q(fifo)))
+    U.fails_with("plot.fp8_history: " .. fifo .. " is not a regular file", plot.fp8_history, { csv = fifo, png = png })
+    U.fails_with("plot.lines: " .. fifo .. " is not a regular file", plot.lines, { csv = fifo, png = png,
+      series = { { y = 2 } } })
+    os.remove(fifo)
   end)
 end)

@@ -112,6 +112,17 @@ describe("bench scripts' options", function()
     refused("scripts/bench_elementwise.lua 1 2", "one argument at most, got 2")
     refused("scripts/bench_dist.lua 0", "STEPS must be an integer >= 1, got '0'")
     refused("scripts/bench_dist.lua 2 bogus", "PRECISION must be no, te, ao or msamp, got 'bogus'")
+    -- options that were taken and changed nothing (2026-12-04): GPT sizes with the MLP, a backend without fp8, the
+    -- GPU's peak on the CPU
+    refused("scripts/bench_train.lua --model mlp --layers 3", "--layers is a GPT option: give --model gpt or all")
+    refused("scripts/bench_train.lua --model mlp --fp8-backend ao", "--fp8-backend needs --mixed-precision fp8 (got no)")
+    refused("scripts/bench_train.lua --model gpt --cpu --peak-tflops 5", "--peak-tflops is the GPU's peak")
+    refused("scripts/bench_checkpoint.lua 0 /tmp", 'PARAMS must be an integer >= 1, got "0"')
+    refused("scripts/bench_checkpoint.lua 10 ''", 'DIR must be an existing directory, got ""')
+    refused("scripts/bench_checkpoint.lua 10 /tmp extra", "got 3 arguments")
+    refused("scripts/allreduce_prescale.lua 2 1 x", "takes [N] [seed]; got 3 arguments")
+    refused("scripts/bench_profiler_windows.lua 8 x", "takes [N]; got 2 arguments")
+    refused("scripts/gen_man.lua /tmp", "/tmp is not a readable file")
     for _, s in ipairs { "bench_elementwise", "bench_dist" } do
       local out, ok = sh(q(bin) .. " scripts/" .. s .. ".lua --help")
       assert.is_true(ok, out)
@@ -275,3 +286,35 @@ describe("analyze.sh and install-deps.sh", function()
 end)
 
 teardown(function() os.execute("rm -rf " .. q(tmpdir)) end)
+
+describe("the training scripts' output paths", function()
+  -- a path that cannot be written is a usage error before the run, not a failure at its first write (after
+  -- training: compare_recipes' every recipe, a lesson's whole run)
+  local function refused(args, needle)
+    local out, ok = sh("timeout 60 " .. q(bin) .. " " .. args)
+    assert.is_false(ok, args .. ": " .. out)
+    assert.truthy(out:find(needle, 1, true), args .. ": " .. out)
+    assert.is_nil(out:find("step 1/", 1, true), args .. ": trained before refusing\n" .. out)
+  end
+  it("are checked before anything trains", function()
+    local d = os.tmpname()
+    os.remove(d)
+    assert.is_true(os.execute("mkdir " .. q(d) .. " && touch " .. q(d .. "/afile")))
+    refused("scripts/train_char_gpt.lua --steps 2 --csv " .. q(d), "--csv " .. d .. ": is a directory, not a file")
+    refused("scripts/train_char_gpt.lua --steps 2 --csv " .. q(d .. "/afile/x.csv"), "cannot create the directory")
+    refused("scripts/train_char_gpt.lua --steps 2 --csv " .. q(d .. "/c.csv") .. " --save-every 1 --checkpoint-dir "
+      .. q(d .. "/afile"), "--checkpoint-dir " .. d .. "/afile: cannot create the directory")
+    refused("scripts/train_fashion_mnist.lua --save-every 1 --checkpoint-dir " .. q(d .. "/afile"),
+      "--checkpoint-dir " .. d .. "/afile: cannot create the directory")
+    refused("scripts/compare_recipes.lua --epochs 1 --limit 120 --only fp32 --out " .. q(d), "is a directory, not a file")
+    refused("scripts/compare_recipes.lua --model gpt --only fp32 --out " .. q(d), "is a directory, not a file")
+    refused("scripts/compare_recipes.lua --lr 0", "--lr must be > 0, got 0")
+    refused("scripts/compare_recipes.lua --model gpt --only fp32,bf16 --fp8-stats", "--only chose none")
+    refused("scripts/lessons/04_tensorwise_vs_rowwise.lua --quick --out ''", '--out must be a directory path, got ""')
+    refused("scripts/lessons/04_tensorwise_vs_rowwise.lua --quick --out " .. q(d .. "/afile"),
+      "cannot create the directory")
+    refused("scripts/lessons/02_why_hybrid.lua --quick --steps 1", "--quick sets --steps to 10: give --quick or --steps")
+    refused("scripts/fidelity_report.lua --doc " .. q(d), "--doc " .. d .. ": not a file")
+    os.execute("rm -rf " .. q(d))
+  end)
+end)

@@ -287,9 +287,21 @@ describe("the Accelerator's trackers (Accelerate's log_with, init_trackers, log,
     end
     acc:init_trackers("p")
     U.fails_with({ "init_trackers: the trackers are running already" }, function() acc:init_trackers("p") end)
-    U.fails_with({ 'log: SummaryWriter:add_scalar: value must be a number (or a one-element tensor), got a function' },
-      function() acc:log({ f = print }, 1) end)
+    -- every value is checked before any is written: "a" was written before "f" failed, and twice after a retry
+    U.fails_with({ 'log: TensorBoardTracker:log: values["f"] must be a number, a boolean, a one-element tensor, a '
+      .. "string or a table {name = number}, got a function (nothing was written)" },
+      function() acc:log({ a = 1, f = print }, 1) end)
+    acc:log({ a = 2 }, 2)
     acc:end_training()
+    local rec = records(only_file(d .. "/logs/p"))
+    local tags = {}
+    for k = 2, #rec do tags[#tags + 1] = field(field(field(rec[k], 5), 1), 1) .. "@" .. field(rec[k], 2) end
+    assert.are.same({ "a@2" }, tags)
+    -- init_kwargs for a tracker object of the script's own: nothing would read it
+    local mine = { name = "mine", log = function() end }
+    local acc2 = new_acc { log_with = { mine }, project_dir = d }
+    U.fails_with({ 'init_trackers: init_kwargs["mine"]: "mine" is a tracker object of the script\'s own, made already' },
+      function() acc2:init_trackers("r", nil, { mine = { project = "x" } }) end)
     os.execute("rm -rf " .. U.q(d))
   end)
 end)

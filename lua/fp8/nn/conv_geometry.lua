@@ -9,12 +9,16 @@ local O = require "fp8.opts"
 local G = {}
 
 -- a size argument (kernel_size, stride, padding, dilation) as a pair {h, w} of integers >= lo: an integer is both
+-- (at most 2^31 - 1: past it the output size and the window positions would wrap in 64 bits, and a huge dilation
+-- gave a result of meaningless windows)
+local MAX = 2 ^ 31 - 1
 function G.pair(fname, what, v, lo)
+  local given = v   -- (the message shows what the caller gave, not the pair made of it)
   if math.type(v) == "integer" then v = { v, v } end
   if type(v) ~= "table" or rawlen(v) ~= 2 or math.type(rawget(v, 1)) ~= "integer"
       or math.type(rawget(v, 2)) ~= "integer"
-      or rawget(v, 1) < lo or rawget(v, 2) < lo then
-    error(("%s: %s must be an integer >= %d or a pair of them, got %s"):format(fname, what, lo, O.got(v)), 0)
+      or rawget(v, 1) < lo or rawget(v, 2) < lo or rawget(v, 1) > MAX or rawget(v, 2) > MAX then
+    error(("%s: %s must be an integer in %d..2^31-1 or a pair of them, got %s"):format(fname, what, lo, O.got(given)), 0)
   end
   return { rawget(v, 1), rawget(v, 2) }
 end

@@ -733,11 +733,13 @@ function F.layer_norm(x, w, b, eps, ...)
   return (at_caller(pcall(core().layer_norm, x, w, b, eps or 1e-5)))
 end
 
--- torch's eps for rms_norm when none is given: the input dtype's machine epsilon (torch.finfo(dtype).eps)
-local MACHINE_EPS = { fp32 = 2 ^ -23, bf16 = 2 ^ -7, fp16 = 2 ^ -10 }
+-- torch's eps for rms_norm when none is given: the machine epsilon of the type it computes in (at::opmath_type),
+-- fp32's for bf16 and fp16 inputs too (2⁻²³; their own, 2⁻⁷ and 2⁻¹⁰, as the docs' torch.finfo(x.dtype).eps reads,
+-- moved small rows' results by up to 40%: torch 2.15's F.rms_norm of a bf16 x gives what eps=2⁻²³ gives)
+local MACHINE_EPS = { fp32 = 2 ^ -23, bf16 = 2 ^ -23, fp16 = 2 ^ -23 }
 
 -- rms_norm(x[..., C], normalized_shape (C, {C} or several last dims), weight (of that shape) or nil [, eps]): torch's
--- (2.4+) RMSNorm, x / sqrt(mean(x², those dims) + eps) · weight, eps the input dtype's machine epsilon unless given.
+-- (2.4+) RMSNorm, x / sqrt(mean(x², those dims) + eps) · weight, eps fp32's machine epsilon unless given.
 -- Built of the tensor ops (their gradients flow).
 function F.rms_norm(x, shape, w, eps, ...)
   no_more("rms_norm", "(input, normalized_shape [, weight [, eps]])", ...)

@@ -165,8 +165,9 @@ add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=
   .. "torch's at 0 and at the kinks too).")
 add("nn.RMSNorm", "fp8.nn.RMSNorm(n [, {eps, elementwise_affine=true}]) / F.rms_norm(x, n [, weight [, eps]])",
   "torch's RMSNorm over the last dimension (F.rms_norm: or the last dims normalized_shape names, {H, W}):\n"
-  .. "x / sqrt(mean(x^2) + eps) * weight (ones at first); eps the input\n"
-  .. "dtype's machine epsilon unless given (fp32 2^-23), as torch's eps=None. Not converted by the FP8 recipes.")
+  .. "x / sqrt(mean(x^2) + eps) * weight (ones at first); eps fp32's machine epsilon (2^-23, for\n"
+  .. "bf16/fp16 inputs too: torch computes in fp32) unless given, as torch's eps=None. Not converted by the\n"
+  .. "FP8 recipes.")
 add("nn.Identity", "fp8.nn.Identity(...) / fp8.nn.Flatten([start_dim=2 [, end_dim=-1]]) / fp8.nn.Unflatten(dim, sizes)",
   "Identity returns its input (its constructor's arguments dropped, as torch's: a stand-in layer); Flatten merges\n"
   .. "dims start_dim..end_dim (1-based: the default keeps the batch dim, as torch's Flatten(1)); Unflatten splits dim\n"

@@ -1,6 +1,6 @@
 -- rms_norm.lua — fp8.nn.RMSNorm(normalized_shape [, {eps, elementwise_affine=true}]): torch's (2.4+) RMSNorm over
--- the last dimension, x / sqrt(mean(x²) + eps) · weight; weight starts at ones; eps the input dtype's machine epsilon
--- unless given, as torch's (F.rms_norm).
+-- the last dimension, x / sqrt(mean(x²) + eps) · weight; weight starts at ones; eps fp32's machine epsilon
+-- (2⁻²³, for bf16 and fp16 inputs too) unless given, as torch's (F.rms_norm).
 local O = require "fp8.opts"
 local fp8 = require "fp8.core"
 local Module = require "fp8.nn.module"
@@ -28,7 +28,7 @@ function RMSNorm:__init(n, opts)
     error(("RMSNorm: eps must be a finite number >= 0, got %s"):format(O.got(opts.eps)), 3)
   end
   self.normalized_shape = n
-  self.eps = opts.eps   -- nil: the input's machine epsilon, as torch's eps=None
+  self.eps = opts.eps   -- nil: fp32's machine epsilon, as torch's eps=None
   self.elementwise_affine = opts.elementwise_affine ~= false
   if self.elementwise_affine then self:register_parameter("weight", fp8.ones { n }) end
 end
