@@ -406,31 +406,40 @@ fl_status fl_arange(fl_tensor **out, double start, double end, double step, fl_d
     if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
         return FL_ERR(FL_EINVAL, "arange: start, end and step must be finite and step nonzero, got %g, %g, %g", start, end, step);
     double cnt = ceil((end - start) / step);
-    if (cnt < 0) cnt = 0;
+    if (cnt < 0)   /* torch's refusal: an empty result would hide the swapped bounds or the step's sign */
+        return FL_ERR(FL_EINVAL, "arange: upper bound and lower bound inconsistent with step sign (start %g, end %g, "
+                      "step %g)", start, end, step);
     if (cnt > 1e15) return FL_ERR(FL_EINVAL, "arange: %g elements is too many", cnt);
     int64_t n = (int64_t)cnt;
     arange_ctx c = { start, step };
     return make_f32(out, 1, &n, dt, arange_fill, &c);
 }
 
-typedef struct { fl_rng *r; bool normal; } rng_ctx;
+/* digits (uniform only; 0: fp32): the draws of a bf16 or fp16 tensor on the grid of 2^-digits (8 and 11, the
+ * dtype's significand), as torch draws at the dtype's precision: rounded from fp32's 24 bits, the values just
+ * under 1 became 1.0 (2080 of a million in bf16), outside U[0, 1). */
+typedef struct { fl_rng *r; bool normal; int digits; } rng_ctx;
 static void rng_fill(void *vc, float *p, size_t n) {
     rng_ctx *c = vc;
     if (c->normal) fl_rng_normal(c->r, p, n, 0.0f, 1.0f);
     else fl_rng_uniform(c->r, p, n, 0.0f, 1.0f);
+    if (!c->normal && c->digits > 0) {
+        const float up = ldexpf(1.0f, c->digits), down = ldexpf(1.0f, -c->digits);
+        for (size_t i = 0; i < n; i++) p[i] = floorf(p[i] * up) * down;
+    }
 }
 
 fl_status fl_rand(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt) {
     *out = NULL;
     FL_TRY(check_factory_dtype(dt, "rand"));
-    rng_ctx c = { r ? r : fl_default_rng(), false };
+    rng_ctx c = { r ? r : fl_default_rng(), false, dt == FL_F32 ? 0 : fl_format(dt)->mant_bits + 1 };
     return make_f32(out, ndim, shape, dt, rng_fill, &c);
 }
 
 fl_status fl_randn(fl_tensor **out, fl_rng *r, int ndim, const int64_t *shape, fl_dtype dt) {
     *out = NULL;
     FL_TRY(check_factory_dtype(dt, "randn"));
-    rng_ctx c = { r ? r : fl_default_rng(), true };
+    rng_ctx c = { r ? r : fl_default_rng(), true, 0 };
     return make_f32(out, ndim, shape, dt, rng_fill, &c);
 }
 

@@ -320,6 +320,9 @@ static int m_backward(lua_State *L) {
     if (!opts && !lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         opts = 3;
+    } else if (opts == 2 && !lua_isnone(L, 3)) {   /* the options came second: a third argument was dropped */
+        luaL_error(L, "backward: takes ([gradient] [, {retain_graph=, inputs=}]): the options table came second, so "
+                      "nothing follows it; got %s", luaL_typename(L, 3));
     }
     static const char *const keys[] = { "retain_graph", "inputs", NULL };
     if (opts) fl_lcheckopts(L, opts, "backward", keys);

@@ -104,6 +104,9 @@ static int parse_shape(lua_State *L, int first, int *ndim, int64_t *shape, int a
         *ndim = (int)n;
         return first + 1;
     }
+    if (lua_type(L, first) != LUA_TNUMBER)   /* a nil (a misspelt variable) was taken as a 0-d shape; {} is one */
+        luaL_error(L, "%s: expected a shape (a list {d1, d2, ...}, {} for 0-d, or sizes), got %s", fname,
+                   luaL_typename(L, first));
     int n = 0, i = first;
     while (lua_type(L, i) == LUA_TNUMBER) {
         if (n == FL_MAX_DIMS) luaL_error(L, "%s: at most %d dimensions", fname, FL_MAX_DIMS);
@@ -305,7 +308,7 @@ static void fill_nested(lua_State *L, int depth, int ndim, const int64_t *shape,
 }
 
 static int l_tensor_new(lua_State *L) {
-    fl_tensor *src = fl_ltotensor(L, 1);
+    fl_tensor *src = lua_isuserdata(L, 1) ? fl_lchecktensor(L, 1) : NULL;   /* (a released one: said so) */
     fl_lmaxargs(L, 2, "tensor", "(data [, dtype | {dtype=}])");
     fl_dtype dt = opt_dtype_at(L, 2, src ? src->dtype : FL_F32, "tensor");
     if (src) {  /* copy of an existing tensor */
@@ -1087,6 +1090,10 @@ static int scatter(lua_State *L, bool add) {
     fl_tensor *idx = fl_lchecktensor(L, 3);
     fl_tensor *src = NULL, *made = NULL;
     if (!add && lua_type(L, 4) == LUA_TNUMBER) {
+        const double v = lua_tonumber(L, 4);
+        if (isfinite(v) && fabs(v) > fl_format(t->dtype)->max)   /* torch's: not written as inf (fill_'s rule) */
+            return luaL_error(L, "%s: value %f overflows %s (largest finite %f; give ±math.huge for an infinite "
+                              "value)", fn, v, fl_format(t->dtype)->name, fl_format(t->dtype)->max);
         fl_tensor **hold = fl_lnewbox(L);   /* the filled src, released with its box */
         FL_LCALL(L, fl_tensor_full(hold, t->dtype, idx->ndim, idx->shape, lua_tonumber(L, 4), t->device));
         made = *hold;

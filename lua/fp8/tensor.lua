@@ -218,6 +218,20 @@ end
 local function dtype_of(v) return core.is_tensor(v) and v:dtype() or nil end
 local SELECTABLE = { fp32 = true, bf16 = true, fp16 = true }
 
+-- torch's rule for a number written into (or compared as a bound of) a tensor of dtype dt: a finite one past the
+-- dtype's range is refused ("value cannot be converted to type ... without overflow"), not made inf. Errors at level.
+local function check_in_range(who, what, dt, v, level, kind)
+  if type(v) == "number" and SELECTABLE[dt] and v == v and math.abs(v) ~= math.huge and
+     math.abs(v) > core.format(dt).max then
+    local function num(x)   -- as the C side's messages print a number (lua_pushfstring's %f: -1000000000.0)
+      local t = ("%.14g"):format(x)
+      return t:find("[.eEn]") and t or t .. ".0"
+    end
+    error(("%s: %s %s overflows %s (largest finite %s; give ±math.huge for an infinite %s)"):format(who, what,
+      num(v), dt, num(core.format(dt).max), kind or what), level + 1)
+  end
+end
+
 -- fp8.where(cond, a, b): torch.where: a where cond is nonzero (true), b elsewhere; a and b tensors or numbers,
 -- everything broadcast. A selection, never a product: an inf or NaN in the branch not taken stays out, and each
 -- value is the one chosen, bit for bit. Differentiable in a and b (each takes the gradient where it was chosen);
@@ -259,13 +273,10 @@ function Tensor.masked_fill(t, mask, value, ...)
     error(("masked_fill: value must be a number or a 0-d tensor, got %s"):format(core.is_tensor(value) and
       ("a tensor of shape " .. shape_str(value:shape())) or type(value)), 2)
   end
-  -- torch's: a finite value past t's dtype's range is refused (-1e9 in fp16 scores), not written as inf
-  local dt = t:dtype()
-  if type(value) == "number" and SELECTABLE[dt] and math.abs(value) ~= math.huge and
-     math.abs(value) > core.format(dt).max then
-    error(("masked_fill: value %s overflows %s (largest finite %s; give ±math.huge for an infinite fill)"):format(
-      tostring(value), dt, tostring(core.format(dt).max)), 2)
-  end
+  -- torch's: a finite value past t's dtype's range is refused (-1e9 in fp16 scores), not written as inf; a 0-d
+  -- tensor's value too (torch converts its item)
+  check_in_range("masked_fill", "value", t:dtype(), core.is_tensor(value) and value:detach():float():item() or value, 2,
+    "fill")
   local ok, r = pcall(M.where, mask, value, t)
   if not ok then error((tostring(r):gsub("^where: ", "masked_fill: ")), 2) end
   if r:dtype() ~= t:dtype() then r = r:to(t:dtype()) end
@@ -345,6 +356,8 @@ function Tensor.clamp(t, lo, hi, ...)
     end
   end
   if lo == nil and hi == nil then error("clamp: at least one of min and max must be given", 2) end
+  check_in_range("clamp", "min", t:dtype(), lo, 2, "bound")   -- (a bound past fp16's range clamped everything to inf)
+  check_in_range("clamp", "max", t:dtype(), hi, 2, "bound")
   -- torch's gradients (2.15 on, the minimum-norm subgradient): number bounds pass t's gradient strictly inside
   -- them only (none at a bound, as relu's at 0), in one node that keeps t alone (the core's clamp; a missing bound
   -- is ±inf there, and masks nothing); a tensor bound is maximum's or minimum's, which split a tie's gradient
@@ -364,12 +377,17 @@ function Tensor.clamp(t, lo, hi, ...)
 end
 function Tensor.clamp_min(t, v, ...)
   check_self("clamp_min", t)
-  if select("#", ...) > 0 then error("clamp_min: expected (min)", 2) end
+  -- (a table went on to clamp as its {min=, max=} options: clamp_min{max=2} clamped the maximum)
+  if select("#", ...) > 0 or type(v) == "table" and not core.is_tensor(v) then
+    error(("clamp_min: expected (min), a number or a tensor, got %s"):format(require("fp8.opts").got(v)), 2)
+  end
   return Tensor.clamp(t, v, nil)
 end
 function Tensor.clamp_max(t, v, ...)
   check_self("clamp_max", t)
-  if select("#", ...) > 0 then error("clamp_max: expected (max)", 2) end
+  if select("#", ...) > 0 or type(v) == "table" and not core.is_tensor(v) then
+    error(("clamp_max: expected (max), a number or a tensor, got %s"):format(require("fp8.opts").got(v)), 2)
+  end
   return Tensor.clamp(t, nil, v)
 end
 
@@ -395,7 +413,12 @@ function Tensor.squeeze(t, dim, ...)
   no_more("squeeze", "([dim])", ...)
   local s, out = t:shape(), {}
   if dim ~= nil then
-    if #s == 0 then return t end
+    if #s == 0 then   -- a 0-d tensor: dim 1 or -1, as torch's (any value was taken)
+      if dim ~= 1 and dim ~= -1 then
+        error(("squeeze: dim must be 1 or -1 for a 0-d tensor, got %s"):format(require("fp8.opts").got(dim)), 2)
+      end
+      return t
+    end
     local d = norm_dim("squeeze", dim, #s)
     if s[d] ~= 1 then return t end
     table.remove(s, d)

@@ -166,7 +166,7 @@ end
 -- uniform_(a=0, b=1), normal_(mean=0, std=1): fresh draws from fp8's generator (fp8.nn.init's), written in place
 Tensor.uniform_ = at_caller(function(t, a, b, ...)
   check_self("uniform_", t); no_more("uniform_", "([a=0 [, b=1]])", ...)
-  return write("uniform_", t, compute("uniform_", require("fp8.nn.init_fns").uniform, t:shape(), a, b))
+  return write("uniform_", t, compute("uniform_", require("fp8.nn.init_fns").uniform, t:shape(), a, b, t:dtype()))
 end)
 
 Tensor.normal_ = at_caller(function(t, mean, std, ...)

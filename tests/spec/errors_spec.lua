@@ -905,3 +905,49 @@ describe("the third audit of 2026-12-04", function()
     os.execute("rm -rf " .. U.q(d))
   end)
 end)
+
+describe("the fourth audit of 2026-12-04", function()
+  it("autograd and factories: backward's dropped third argument, arange's sign, rand below 1 in bf16/fp16, a nil shape",
+    function()
+    local x = fp8.tensor { 1, 2, 3 }:requires_grad(true)
+    local w = fp8.tensor { 4, 5, 6 }:requires_grad(true)
+    local y = (x * w):sum()
+    -- {inputs={x}} third was dropped: w.grad filled too
+    U.fails_with("backward: takes ([gradient] [, {retain_graph=, inputs=}]): the options table came second",
+      y.backward, y, { retain_graph = true }, { inputs = { x } })
+    U.fails_with("arange: upper bound and lower bound inconsistent with step sign", fp8.arange, 0, 1, -1)
+    U.fails_with("arange: upper bound and lower bound inconsistent with step sign", fp8.arange, -3)
+    assert.are.same({ 0 }, fp8.arange(0, 0):shape())
+    fp8.manual_seed(0)
+    -- torch draws at the dtype's precision: bf16's largest is 1 - 2^-8 (rounded from fp32, 2080 in a million were 1)
+    for dt, top in pairs { bf16 = 1 - 2 ^ -8, fp16 = 1 - 2 ^ -11 } do
+      local r = fp8.rand({ 200000 }, dt):float()
+      assert.are.equal(top, r:max():item(), dt)
+      assert.are.equal(top, fp8.zeros({ 200000 }, dt):uniform_():float():max():item(), dt)
+    end
+    local shape   -- a misspelt variable was a 0-d shape
+    U.fails_with("zeros: expected a shape (a list {d1, d2, ...}, {} for 0-d, or sizes), got nil", fp8.zeros, shape)
+    assert.are.equal(0, fp8.zeros({}):dim())
+    local t = fp8.ones { 2 }
+    t:free()
+    U.fails_with("tensor has been released", fp8.tensor, t)
+  end)
+
+  it("values past the dtype's range are refused wherever they are written (they became inf); clamp_min, squeeze",
+    function()
+    local z = fp8.zeros(3, "fp16")
+    U.fails_with("index_fill: value 1000000000.0 overflows fp16", z.index_fill, z, 1, fp8.tensor { 0 }, 1e9)
+    U.fails_with("scatter: value 1000000000.0 overflows fp16", z.scatter, z, 1, fp8.tensor { 0 }, 1e9)
+    U.fails_with("clamp: min 1000000000.0 overflows fp16", z.clamp, z, 1e9)
+    U.fails_with("clamp_: max 70000.0 overflows fp16", z.clamp_, z, nil, 70000)
+    U.fails_with("masked_fill: value 1000000000.0 overflows fp16", z.masked_fill, z, fp8.tensor { 1, 0, 0 },
+      fp8.tensor(1e9))
+    assert.are.same({ 0, 0, 0 }, z:clamp(-math.huge, 3):totable())
+    local x = fp8.tensor { 1, 5, 9 }
+    U.fails_with("clamp_min: expected (min), a number or a tensor, got a table", x.clamp_min, x, { max = 2 })
+    U.fails_with("clamp_max: expected (max), a number or a tensor, got a table", x.clamp_max, x, { min = 6 })
+    local s = fp8.tensor(3)
+    U.fails_with("squeeze: dim must be 1 or -1 for a 0-d tensor, got 100", s.squeeze, s, 100)
+    assert.are.equal(3, s:squeeze(-1):item())
+  end)
+end)

@@ -718,7 +718,7 @@ describe("profiler API", function()
     fails_with("active: expected an integer >= 1", prof.profile, { schedule_option = { wait = 1, warmup = 0, active = 0 } })
     fails_with({ "unknown key 'wiat'", "did you mean 'wait'" }, prof.profile, { schedule_option = { wiat = 1, warmup = 0, active = 1 } })
     fails_with("on_trace_ready: expected a function", prof.profile, { on_trace_ready = "print" })
-    fails_with("output_trace_dir: expected a directory name (a non-empty string), got number 3", prof.profile,
+    fails_with("output_trace_dir: expected a directory name (a non-empty string without NUL bytes), got number 3", prof.profile,
       { output_trace_dir = 3 })
     -- "" would write the trace at the root of the file system (/profile_0.json)
     fails_with('fp8.profiler.profile: output_trace_dir: expected a directory name (a non-empty string), got ""',

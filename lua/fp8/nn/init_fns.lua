@@ -59,12 +59,15 @@ function M._without_draws(fn, ...)
   return table.unpack(r, 2, r.n)
 end
 
-function M.uniform(shape, a, b)
+-- dt: the dtype the draws are for (bf16, fp16: drawn on its grid, as fp8.rand draws them, so that U[0, 1) stays
+-- below 1 once written; the result is fp32 either way)
+function M.uniform(shape, a, b, dt)
   check_range("uniform", a, b)
   check_shape("uniform", shape)
   if M._skip_draws > 0 then return fp8.zeros(shape) end
   a, b = a or 0, b or 1
-  local t = core("uniform", fp8.rand, shape)
+  local t = core("uniform", fp8.rand, shape, (dt == "bf16" or dt == "fp16") and dt or "fp32")
+  if t:dtype() ~= "fp32" then t = t:float() end
   if a == 0 and b == 1 then return t end
   return t * (b - a) + a
 end
@@ -104,7 +107,7 @@ function M.normal_(t, mean, std)
 end
 function M.uniform_(t, a, b)
   check_tensor("uniform_", t); check_range("uniform_", a, b)
-  return (copy_("uniform_", t, M.uniform(t:shape(), a or 0, b or 1)))
+  return (copy_("uniform_", t, M.uniform(t:shape(), a or 0, b or 1, t:dtype())))
 end
 function M.zeros_(t) check_tensor("zeros_", t); return (copy_("zeros_", t, fp8.zeros(t:shape()))) end
 function M.ones_(t) check_tensor("ones_", t); return (copy_("ones_", t, fp8.ones(t:shape()))) end
