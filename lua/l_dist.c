@@ -57,6 +57,8 @@ static int l_info(lua_State *L) {
     lua_pushboolean(L, fl_dist_initialized()); lua_setfield(L, -2, "initialized");
     lua_pushinteger(L, fl_dist_initialized() ? fl_dist_size() : fl_dist_env_size()); lua_setfield(L, -2, "world_size");
     lua_pushinteger(L, fl_dist_initialized() ? fl_dist_rank() : fl_dist_env_rank()); lua_setfield(L, -2, "rank");
+    lua_pushinteger(L, fl_dist_initialized() ? fl_dist_local_rank() : fl_dist_env_local_rank());
+    lua_setfield(L, -2, "local_rank");
     lua_pushnumber(L, fl_dist_timeout()); lua_setfield(L, -2, "timeout");
     return 1;
 }

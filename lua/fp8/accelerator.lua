@@ -1168,9 +1168,10 @@ if okh and help.add then
   add("Accelerator", "fp8.Accelerator{mixed_precision=\"no\"|\"fp16\"|\"bf16\"|\"fp8\", kwargs_handlers={...}}",
     "Hugging Face Accelerate's Accelerator for Lua. Fields: mixed_precision, fp8_backend (te|ao|msamp|nil),\n"
     .. "fp8_recipe (every effective field). Methods: prepare(...) (models converted for the recipe, optimizers\n"
-    .. "wrapped, schedulers too; returns its arguments in order), backward(loss [, {retain_graph=}]),\n"
-    .. "accumulate(model, fn), autocast(fn) or autocast() (a handle to close), autocast_dtype() (the dtype it runs\n"
-    .. "the non-FP8 ops in), clip_grad_norm_(params, max), clip_grad_value_(params, v),\n"
+    .. "wrapped, schedulers too; returns its arguments in order), backward(loss [, {retain_graph=, inputs=}]),\n"
+    .. "accumulate(model, fn), autocast([AutocastKwargs{...},] fn, ...) or autocast([handler]) (a handle to close),\n"
+    .. "autocast_dtype() (the dtype it runs the non-FP8 ops in), clip_grad_norm_(params, max [, norm_type]),\n"
+    .. "clip_grad_value_(params, v),\n"
     .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=, trackers=},\n"
     .. "skip_first_batches(loader, n), free_memory(...) / clear(...), get_state_dict(m), save(tensors, path);\n"
     .. "field optimizer_step_was_skipped. unwrap_model(m, false) takes the mixed-precision forward off. FP8 autocast is off in eval\n"

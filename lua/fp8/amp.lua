@@ -38,7 +38,8 @@ function M.dtype_for(mode, ...)
 end
 
 -- set_mixed_precision(mode) switches autocast for the rest of the program; returns the previous dtype.
-function M.set_mixed_precision(mode)
+function M.set_mixed_precision(mode, ...)
+  O.no_more("set_mixed_precision", "(mode)", ...)
   local dt = dtype_for(mode, 2, "set_mixed_precision")
   local fp8 = fp8mod()
   local prev = fp8.autocast_dtype()
@@ -77,6 +78,7 @@ M.GradScaler = GradScaler
 local function new_iteration(self)
   self.found_inf = false
   self._unscaled, self._stepped = setmetatable({}, { __mode = "k" }), setmetatable({}, { __mode = "k" })
+  self._no_grads = setmetatable({}, { __mode = "k" })   -- the optimizers unscaled without a single gradient
   return self
 end
 
@@ -85,7 +87,8 @@ local f32, scale_ok, F32_MAX = O.f32, O.fp32_scale_ok, O.F32_MAX
 local DEFAULTS = { init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000, enabled = true }
 local KEYS = { "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled" }
 
-setmetatable(GradScaler, { __call = function(_, opts)
+setmetatable(GradScaler, { __call = function(_, opts, ...)
+  O.no_more("GradScaler", "([options])", ...)
   opts = opts or {}
   if type(opts) ~= "table" then error(("GradScaler: expected an options table, got %s"):format(type(opts)), 2) end
   O.check("GradScaler", opts, KEYS, 2)
@@ -175,6 +178,7 @@ function GradScaler:unscale_(optimizer)
   -- one call for all of them: on a device, one wait for every inf/NaN check rather than one per gradient
   local found = C.unscale_(grads, inv)
   self._unscaled[optimizer] = found
+  if #grads == 0 then self._no_grads[optimizer] = true end
   self.found_inf = self.found_inf or found
 end
 
@@ -197,6 +201,13 @@ function GradScaler:step(optimizer, ...)
   self.steps = self.steps + 1
   if not self.enabled then optimizer:step(...); return true end
   if self._unscaled[optimizer] == nil then self:unscale_(optimizer) end
+  -- torch's assertion: with no gradient there is no inf check, and the step counted as a clean one grew the scale
+  if self._no_grads[optimizer] then
+    -- (forgotten, so that a step after a backward unscales afresh: torch's stays stuck until a new iteration)
+    self._unscaled[optimizer], self._no_grads[optimizer] = nil, nil
+    error("GradScaler:step: no inf checks were recorded for this optimizer: none of its parameters has a gradient "
+      .. "(call backward on the scaled loss first; torch: 'No inf checks were recorded for this optimizer.')", 2)
+  end
   if self._unscaled[optimizer] then   -- this optimizer's gradients had inf/NaN
     self.skipped_steps = self.skipped_steps + 1
     self._stepped[optimizer] = true
@@ -225,7 +236,9 @@ function GradScaler:update(new_scale)
   else
     -- torch asserts this: an update with no step or unscale_ since the last one has no inf check to act on
     -- (it would count a step nobody took as a clean one and grow the scale)
-    if next(self._unscaled) == nil then
+    local checked = false   -- (an optimizer unscaled without a gradient recorded no inf check: torch's rule too)
+    for o in pairs(self._unscaled) do checked = checked or not self._no_grads[o] end
+    if not checked then
       error("GradScaler:update: no optimizer was stepped or unscaled since the last update() "
         .. "(call scaler:step(optimizer) first; torch: 'No inf checks were recorded prior to update.')", 2)
     end

@@ -1236,7 +1236,8 @@ if okh and help.add then
     "Accelerate's: loads a weights file, a sharded checkpoint's index, or a folder holding model.safetensors or\n"
     .. "one *.index.json into model (load_state_dict; strict=false by default, as Accelerate). Returns\n"
     .. "{missing_keys=, unexpected_keys=}. An index that does not describe its files is refused.")
-  add("ProjectConfiguration", "fp8.ProjectConfiguration{project_dir=, automatic_checkpoint_naming=false, total_limit=, iteration=0}",
+  add("ProjectConfiguration", "fp8.ProjectConfiguration{project_dir=, logging_dir=, automatic_checkpoint_naming=false, "
+    .. "total_limit=, iteration=0}",
     "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}.")
   add("acc:register_for_checkpointing", "acc:register_for_checkpointing(obj, ...)",
     "Objects with state_dict()/load_state_dict() saved as custom_checkpoint_<i>.json: plain Lua values, and fp8\n"

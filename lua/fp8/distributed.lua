@@ -97,7 +97,8 @@ end
 
 local U = {}
 
-function U:print(...) if self.process_index == 0 then print(...) end end
+-- Accelerate's print: once per machine (is_local_main_process; one machine: the main process)
+function U:print(...) if self.local_process_index == 0 then print(...) end end
 
 function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end end
 

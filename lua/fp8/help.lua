@@ -53,7 +53,7 @@ add_all {
        .. "the rounding error; tells when x overflows or underflows. {quiet=true} returns the facts without printing;\n"
        .. "{saturate=false} explains the IEEE overflow policy." },
   { section = "Tensors", name = "tensor",
-    sig = "fp8.tensor(table | {{...}, ...} [, dtype | {dtype=, device=}]) -> Tensor",
+    sig = "fp8.tensor(table | {{...}, ...} [, dtype | {dtype=}]) -> Tensor (on the CPU: :to(\"cuda\") moves it)",
     doc = "A tensor (fp32 unless given) from a (nested) Lua table of numbers." },
   { section = "Tensors", name = "zeros", sig = "fp8.zeros{d1, d2, ...} [, dtype | {dtype=, device=}] -> Tensor",
     doc = "A tensor of zeros of the given shape (a table, or arguments: fp8.zeros(2, 3)); fp32 unless given." },

@@ -72,9 +72,10 @@ local function new(iterable, opts)
   if env ~= nil and env ~= "" and env ~= "plain" then   -- checked on every rank, with tty= given or not
     error(("progress: FP8LAB_PROGRESS: expected \"plain\" (or unset), got '%s'"):format(env), 2)
   end
-  -- several processes: only the main one draws (docs/distributed.md); the others count silently
+  -- several processes: only each machine's main one draws (Accelerate's tqdm(main_process_only=True), its local main
+  -- process; docs/distributed.md); the others count silently
   local okd, D = pcall(require, "fp8._dist")
-  local silent = okd and D.info().rank ~= 0
+  local silent = okd and D.info().local_rank ~= 0
   if silent then self.out = { write = function() end, flush = function() end } end
   if silent then
     self.tty = false

@@ -221,6 +221,25 @@ describe("data parallel over MPI (2 processes)", function()
     assert.are.equal(6, field(tmp .. ".2", "steps"), "6 optimizer steps, 6 reductions (12 backwards)")
   end)
 
+  it("acc:print prints once per machine, as Accelerate's (each machine's local main process)", function()
+    if not can then pending(why) return end
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write('local acc = fp8.Accelerator { cpu = true }\nacc:wait_for_everyone()\n'
+      .. 'acc:print("printed by rank " .. acc.process_index)\nacc:wait_for_everyone()\n')
+    f:close()
+    -- two machines of one process each, as a launcher on two hosts announces them (local rank 0 on both)
+    local out, code = run(("%smpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 sh -c %s"):format(mpi_env, root,
+      q("OMPI_COMM_WORLD_LOCAL_RANK=0 exec " .. q(bin) .. " " .. q(script))))
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("printed by rank 0", 1, true) and out:find("printed by rank 1", 1, true), out)
+    -- one machine: the main process only
+    out, code = mpirun(script)
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("printed by rank 0", 1, true) and not out:find("printed by rank 1", 1, true), out)
+    os.remove(script)
+  end)
+
   it("no_sync: no communication inside, gradients agree after the next synchronising backward", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "nosync")

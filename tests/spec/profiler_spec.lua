@@ -721,9 +721,9 @@ describe("profiler API", function()
     fails_with("output_trace_dir: expected a directory name (a non-empty string without NUL bytes), got number 3", prof.profile,
       { output_trace_dir = 3 })
     -- "" would write the trace at the root of the file system (/profile_0.json)
-    fails_with('fp8.profiler.profile: output_trace_dir: expected a directory name (a non-empty string), got ""',
+    fails_with('fp8.profiler.profile: output_trace_dir: expected a directory name (a non-empty string without NUL bytes), got ""',
       prof.profile, { output_trace_dir = "" })
-    fails_with('ProfileKwargs: output_trace_dir: expected a directory name (a non-empty string), got ""',
+    fails_with('ProfileKwargs: output_trace_dir: expected a directory name (a non-empty string without NUL bytes), got ""',
       fp8.ProfileKwargs, { output_trace_dir = "" })
     fails_with("expected an options table", prof.profile, 42)
     fails_with("got a TERecipeKwargs", prof.profile, fp8.TERecipeKwargs{})
