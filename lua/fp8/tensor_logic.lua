@@ -82,12 +82,21 @@ local function all_any(name, t, dim, keepdim, is_all)
   local nz = x:ne(0)
   if x:numel() == 0 or (dim ~= nil and x:dim() > 0 and x:size(dim) == 0) then
     local shape = x:shape()
-    if dim == nil then shape = {}
+    if dim == nil then
+      if keepdim then for k = 1, #shape do shape[k] = 1 end else shape = {} end
     elseif keepdim then shape[dim] = 1
     else table.remove(shape, dim) end
     return core.full(shape, is_all and 1 or 0, { dtype = x:dtype(), device = x:device() })
   end
-  if dim == nil then return is_all and nz:min() or nz:max() end
+  if dim == nil then   -- keepdim: every dim kept, of size 1, as sum's (it was dropped)
+    local r = is_all and nz:min() or nz:max()
+    if keepdim and x:dim() > 0 then
+      local ones = {}
+      for k = 1, x:dim() do ones[k] = 1 end
+      r = r:reshape(ones)
+    end
+    return r
+  end
   local r = is_all and nz:min(dim, keepdim) or nz:max(dim, keepdim)
   return r
 end

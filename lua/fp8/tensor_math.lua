@@ -151,7 +151,7 @@ Tensor.nansum = at_caller(function(t, dim, keepdim, ...)
   no_more("nansum", "([dim [, keepdim]])", ...)
   self_of("nansum", t); check_keepdim("nansum", keepdim)
   local z = where(t:isnan(), 0, t)
-  if dim == nil then return z:sum() end
+  if dim == nil then return z:sum(nil, keepdim) end   -- (keepdim: every dim kept, of size 1, as sum's)
   return z:sum(dim, keepdim)
 end)
 Tensor.nanmean = at_caller(function(t, dim, keepdim, ...)
@@ -159,7 +159,7 @@ Tensor.nanmean = at_caller(function(t, dim, keepdim, ...)
   self_of("nanmean", t); check_keepdim("nanmean", keepdim)
   local ok = t:isnan():logical_not():to(t:dtype() == "fp32" and "fp32" or t:dtype())
   local z = where(t:isnan(), 0, t)
-  if dim == nil then return z:sum() / ok:sum() end
+  if dim == nil then return z:sum(nil, keepdim) / ok:sum(nil, keepdim) end
   return z:sum(dim, keepdim) / ok:sum(dim, keepdim)
 end)
 

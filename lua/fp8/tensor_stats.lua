@@ -38,6 +38,9 @@ end
 Tensor.median = at_caller(function(t, dim, keepdim, ...)
   no_more("median", "([dim [, keepdim]])", ...)
   self_of("median", t); check_keepdim("median", keepdim)
+  if dim == nil and keepdim ~= nil then   -- torch's: keepdim goes with a dim (it was taken and dropped)
+    error("median: keepdim goes with a dim: give (dim, keepdim)", 2)
+  end
   if dim == nil then
     if t:numel() == 0 then return core.full({}, 0 / 0) end
     local flat = t:reshape({ -1 })
@@ -91,7 +94,8 @@ Tensor.quantile = at_caller(function(t, q, dim, o, ...)
   end
   local qs, scalar_q
   if type(q) == "number" then qs, scalar_q = { q }, true
-  elseif core.is_tensor(q) and q:dim() <= 1 then qs = q:numel() > 0 and q:reshape({ -1 }):tolist() or {}
+  elseif core.is_tensor(q) and q:dim() == 0 then qs, scalar_q = { q:item() }, true   -- a 0-d q: a 0-d-shaped result
+  elseif core.is_tensor(q) and q:dim() == 1 then qs = q:numel() > 0 and q:reshape({ -1 }):tolist() or {}
   else error(("quantile: q must be a number or a 0-d or 1-d tensor, got %s"):format(got(q)), 2) end
   for _, v in ipairs(qs) do
     if not (v >= 0 and v <= 1) then error(("quantile: q must be in [0, 1], got %s"):format(got(v)), 2) end
@@ -171,7 +175,8 @@ local function cum_extreme(name, better)
       local best, at = nil, 0
       for j = 1, n do
         local v = vals[r * n + j]
-        if best == nil or (best == best and (v ~= v or better(v, best))) then best, at = v, j - 1 end
+        -- a NaN takes the place, and each later NaN moves the index to it (torch's: [1, nan, 2, nan] -> 0, 1, 1, 3)
+        if best == nil or v ~= v or (best == best and better(v, best)) then best, at = v, j - 1 end
         idx[r * n + j] = at
       end
     end
@@ -228,8 +233,15 @@ Tensor.tensordot = at_caller(function(t, y, dims, ...)
     end
     for i = 1, dims do da[i], db[i] = t:dim() - dims + i, i end
   elseif type(dims) == "table" and type(dims[1]) == "table" and type(dims[2]) == "table" and #dims[1] == #dims[2] then
+    opts.check_list("tensordot", "dims", dims, 2)   -- (a third entry was dropped)
+    if #dims ~= 2 then error(("tensordot: dims must be a pair of lists, got %d entries"):format(#dims), 2) end
+    local seen_a, seen_b = {}, {}
     for i = 1, #dims[1] do
       da[i], db[i] = norm_dim("tensordot", dims[1][i], t:dim(), 2), norm_dim("tensordot", dims[2][i], y:dim(), 2)
+      if seen_a[da[i]] or seen_b[db[i]] then   -- torch's message (it was permute's, about 3 dims)
+        error(("tensordot: dim %d appears twice in the list of dims"):format(seen_a[da[i]] and da[i] or db[i]), 2)
+      end
+      seen_a[da[i]], seen_b[db[i]] = true, true
     end
   else
     error(("tensordot: dims must be a count or a pair of equal-length lists of dims, got %s"):format(got(dims)), 2)
@@ -467,7 +479,8 @@ M.unique = at_caller(function(input, o, ...)
     inverse[i] = p
     count[p + 1] = count[p + 1] + 1
   end
-  local vals = #distinct > 0 and on_dev(distinct, input):to(input:dtype()) or core.zeros({ 0 })
+  local vals = #distinct > 0 and on_dev(distinct, input):to(input:dtype())
+    or core.zeros({ 0 }, { dtype = input:dtype(), device = input:device() })   -- (an empty one kept fp32)
   local res = { vals }
   if o.return_inverse then
     res[#res + 1] = #inverse > 0 and on_dev(inverse, input):reshape(input:shape()) or core.zeros(input:shape())

@@ -968,3 +968,62 @@ describe("the fifth audit of 2026-12-04", function()
     U.fails_with("GradScaler: takes ([options]); got 1 more argument", fp8.amp.GradScaler, {}, 1)
   end)
 end)
+
+describe("the sixth audit of 2026-12-04 (against torch 2.15)", function()
+  local F = fp8.nn.functional
+  it("normalize: a zero row is 0, not NaN; the default dim is torch's dim=1", function()
+    assert.are.same({ { 0, 0, 0 } }, F.normalize(fp8.zeros({ 1, 3 }), { p = 4 }):totable())
+    assert.are.same({ { 0, 0, 0 } }, F.normalize(fp8.zeros({ 1, 3 }), { eps = 1e-30 }):totable())
+    assert.is_true(math.abs(F.normalize(fp8.tensor({ { 1e-13, 0, 0 } }), { p = 4 }):totable()[1][1] - 0.1) < 1e-6)
+    local x = fp8.zeros({ 1, 3 }):requires_grad(true)
+    F.normalize(x, { p = 4 }):sum():backward()
+    for _, g in ipairs(x.grad:totable()[1]) do assert.is_true(math.abs(g / 1e12 - 1) < 1e-6, g) end   -- torch's 1/eps
+    -- torch: F.normalize(arange(8).reshape(1, 2, 2, 2)) along dim 1 (ours 2): 0, .1961, .3162, .3939, 1, .9806, ...
+    local y = F.normalize(fp8.arange(8):to("fp32"):reshape({ 1, 2, 2, 2 })):reshape({ -1 }):totable()
+    for i, want in ipairs { 0, 0.1961, 0.3162, 0.3939, 1, 0.9806, 0.9487, 0.9191 } do
+      assert.is_true(math.abs(y[i] - want) < 1e-4, i)
+    end
+  end)
+
+  it("attention: a fully masked row is 0 with finite gradients; the margin losses take infinite logits", function()
+    local m = fp8.tensor({ { 0, -math.huge, 0 }, { -math.huge, -math.huge, -math.huge } })
+    local q, k, v = fp8.randn { 1, 1, 2, 3 }:requires_grad(true), fp8.randn { 1, 1, 3, 3 }:requires_grad(true),
+      fp8.randn { 1, 1, 3, 3 }:requires_grad(true)
+    local o = F.scaled_dot_product_attention(q, k, v, { attn_mask = m })
+    assert.are.same({ 0, 0, 0 }, o:select(3, 2):reshape({ -1 }):totable())
+    o:sum():backward()
+    for _, g in ipairs { q.grad, k.grad, v.grad } do assert.are.equal(0, g:isnan():sum():item()) end
+    -- torch: 0.6667, inf, 0.6667 (they were NaN: inf times a 0 mask)
+    assert.is_true(math.abs(F.multi_margin_loss(fp8.tensor({ { 0, -math.huge, 1 } }), fp8.tensor({ 0 })):item() - 2 / 3) < 1e-6)
+    assert.are.equal(math.huge, F.multi_margin_loss(fp8.tensor({ { 0, math.huge, 1 } }), fp8.tensor({ 0 })):item())
+    assert.is_true(math.abs(F.multilabel_margin_loss(fp8.tensor({ { 0, -math.huge, 1 } }),
+      fp8.tensor({ { 0, -1, -1 } })):item() - 2 / 3) < 1e-6)
+  end)
+
+  it("pairwise_distance takes any p >= 0, as torch's (p = 3 or 0.5 failed inside norm)", function()
+    local a, b = fp8.tensor { { 1, 2, 3, 4 }, { 0, 0, 0, 1 } }, fp8.tensor { { 0, 0, 0, 0 }, { 0, 1, 1, 1 } }
+    -- torch 2.15's values
+    for p, want in pairs { [0] = { 4, 4 }, [0.5] = { 37.7766, 4.0080 }, [3] = { 4.6416, 1.2599 } } do
+      local got = F.pairwise_distance(a, b, p):totable()
+      for i = 1, 2 do assert.is_true(math.abs(got[i] - want[i]) < 1e-3, p .. " " .. i) end
+    end
+    assert.is_true(math.abs(F.triplet_margin_loss(a, b, b, { p = 3 }):item() - 1) < 1e-5)
+  end)
+
+  it("reductions: cummax's index moves to each NaN, keepdim without a dim, median's keepdim, quantile's 0-d q, "
+    .. "unique's dtype, tensordot's dims", function()
+    local n = 0 / 0
+    local _, i = fp8.tensor({ 1, n, 2, n, 0 }):cummax(1)
+    assert.are.same({ 0, 1, 1, 3, 3 }, i:totable())   -- torch's
+    local x = fp8.tensor({ { 1, 2 }, { 3, n } })
+    for _, r in ipairs { x:all(nil, true), x:any(nil, true), x:nansum(nil, true), x:nanmean(nil, true) } do
+      assert.are.same({ 1, 1 }, r:shape())
+    end
+    U.fails_with("median: keepdim goes with a dim", x.median, x, nil, true)
+    assert.are.same({}, fp8.tensor({ 1, 2, 3 }):quantile(fp8.tensor(0.5)):shape())
+    assert.are.equal("bf16", fp8.unique(fp8.zeros({ 0 }, "bf16")):dtype())
+    local o = fp8.ones { 2, 2 }
+    U.fails_with("tensordot: dims must be a pair of lists, got 3 entries", o.tensordot, o, o, { { 1 }, { 1 }, 5 })
+    U.fails_with("tensordot: dim 1 appears twice in the list of dims", o.tensordot, o, o, { { 1, 1 }, { 1, 2 } })
+  end)
+end)

@@ -108,15 +108,17 @@ describe("the seed documents' loop, in Lua", function()
     assert.equal(3, #p_off); assert.equal(3, #p_on)
   end)
 
-  it("prints on the main process only", function()
+  it("prints on each machine's main process only (Accelerate's: once per server)", function()
     local acc = fp8.Accelerator { config = false, env = {} }
     local got = {}
     local real_print = G.print
     G.print = function(...) got[#got + 1] = table.concat({ ... }, " ") end
     acc:print("main")
-    acc.process_index = 1
+    acc.process_index, acc.local_process_index = 1, 1   -- rank 1 of one machine
     acc:print("other")
+    acc.process_index, acc.local_process_index = 1, 0   -- the main process of a second machine
+    acc:print("second machine")
     G.print = real_print
-    assert.same({ "main" }, got)
+    assert.same({ "main", "second machine" }, got)
   end)
 end)

@@ -772,13 +772,15 @@ function F.rms_norm(x, shape, w, eps, ...)
   return y
 end
 
--- normalize(x [, {p=2, dim=-1, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1). The norm
--- is taken of the sum clamped to eps^p first, so its gradient stays finite at a zero vector (torch's there too).
+-- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1; dim 2 is
+-- torch's default dim=1, the channels of [N, C, ...]). The norm of a zero row is 0 by a select, so its gradient stays
+-- finite (torch's: 1/eps); clamping the sum at eps^p instead (as before 2026-12-04) underflowed fp32 for p >= 4 or a
+-- small eps, and gave 0/0.
 function F.normalize(x, opts, ...)
   no_more("normalize", "(input [, {p=, dim=, eps=}])", ...)
   check_tensor("normalize", "input", x)
   opts = check_opts("normalize", opts, { p = true, dim = true, eps = true })
-  local p, dim, eps = opts.p or 2, opts.dim or -1, opts.eps or 1e-12
+  local p, dim, eps = opts.p or 2, opts.dim or 2, opts.eps or 1e-12
   if type(p) ~= "number" or not (p >= 1 and p < math.huge) then
     error(("normalize: p must be a finite number >= 1, got %s"):format(O.got(p)), 2)
   end
@@ -788,9 +790,10 @@ function F.normalize(x, opts, ...)
   check_dim("normalize", x, dim)
   if x:dim() == 0 then error("normalize: input is 0-d; it normalizes along a dimension, so needs one", 2) end
   local s = p == 2 and (x * x):sum(dim, true) or x:abs():pow(p):sum(dim, true)
-  local n = s:clamp_min(eps ^ p)
-  n = p == 2 and n:sqrt() or n:pow(1 / p)
-  return x / n
+  local pos = s:gt(0)
+  local safe = where(pos, s, 1)   -- (the root's gradient is taken where the sum is positive only)
+  local n = where(pos, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
+  return x / n:clamp_min(eps)
 end
 
 -- pad(x, pad [, {mode="constant", value=0}]): torch's padding of the last dims: pad = {left, right} for the last
@@ -1066,6 +1069,16 @@ local function sdpa_written_out(q, k, v, o)
     s = s:masked_fill(fp8.ones({ tq, tk }, { device = q:device() }):tril():eq(0), -math.huge)
   elseif o.attn_mask then
     s = s + o.attn_mask
+  end
+  -- a row whose every key is masked (a padded query): torch's math path gives it 0 attention and 0 gradients, where
+  -- the softmax of all -inf is NaN, which also spread into k's and v's gradients. Its scores are made 0 for the
+  -- softmax and its probabilities 0 after it (the selects pass no gradient to the masked scores)
+  if o.is_causal or o.attn_mask then
+    local dead = s:max(-1, true):eq(-math.huge)
+    local p = F.softmax(where(dead, 0, s), -1)
+    p = where(dead, 0, p)
+    if (o.dropout_p or 0) > 0 then p = F.dropout(p, o.dropout_p, true) end
+    return p:matmul(v)
   end
   local p = F.softmax(s, -1)
   if (o.dropout_p or 0) > 0 then p = F.dropout(p, o.dropout_p, true) end

@@ -10,6 +10,8 @@ local F = require "fp8.nn.functional"
 local U = F._util
 local check_tensor, check_opts, reduce_loss = U.check_tensor, U.check_opts, U.reduce_loss
 local no_more = O.no_more
+-- (selects, not products with 0/1 masks: a masked ±inf logit times 0 was NaN, and the loss NaN where torch's is finite)
+local function where(...) return require("fp8.tensor").where(...) end
 
 -- input as [N, C] (an unbatched [C] as [1, C]); whether it was unbatched
 local function rows_of(fname, x)
@@ -62,8 +64,8 @@ function F.multi_margin_loss(x, t, opts, ...)
   end
   local onehot = fp8.tensor(hit):reshape({ n, C }):to(rows:device())
   if rows:dtype() ~= "fp32" then onehot = onehot:to(rows:dtype()) end
-  local xy = (rows * onehot):sum(2, true)                                  -- x[y], [n, 1]
-  local z = ((rows - xy) + margin):clamp_min(0) * (1 - onehot)             -- the other classes' hinges
+  local xy = rows:gather(2, fp8.tensor(ids):reshape({ n, 1 }):to(rows:device()))   -- x[y], [n, 1]
+  local z = where(onehot:gt(0), 0, ((rows - xy) + margin):clamp_min(0))  -- the other classes' hinges
   if p == 2 then z = z * z end
   if w ~= nil then z = z * (onehot * w:reshape({ 1, C })):sum(2, true) end   -- w[y]
   local per = z:sum(2) / C
@@ -105,7 +107,8 @@ function F.multilabel_margin_loss(x, t, opts, ...)
   local cnt, ist = tensor(counts), tensor(istarget)
   -- pairs [n, j, i]: the hinge of target j against class i, counted cnt[j] times where i is not a target
   local h = (rows:reshape({ n, 1, C }) - rows:reshape({ n, C, 1 }) + 1):clamp_min(0)
-  local per = (h * cnt:reshape({ n, C, 1 }) * (1 - ist):reshape({ n, 1, C })):sum({ 2, 3 }) / C
+  local wgt = cnt:reshape({ n, C, 1 }) * (1 - ist):reshape({ n, 1, C })
+  local per = (where(wgt:gt(0), h, 0) * wgt):sum({ 2, 3 }) / C
   if unb then per = per:reshape({}) end
   return reduce_loss(N, per, opts.reduction)
 end
