@@ -1027,3 +1027,19 @@ describe("the sixth audit of 2026-12-04 (against torch 2.15)", function()
     U.fails_with("tensordot: dim 1 appears twice in the list of dims", o.tensordot, o, o, { { 1, 1 }, { 1, 2 } })
   end)
 end)
+
+describe("attention's scale and mask, one rule on both paths", function()
+  it("refuses a scale that is not positive and finite, and a mask of more dims than q", function()
+    local F = fp8.nn.functional
+    local q = fp8.randn { 1, 1, 2, 3 }
+    local m = fp8.zeros { 2, 2 }
+    for _, sc in ipairs { 0, -0.5, math.huge } do
+      U.fails_with("scaled_dot_product_attention: scale must be a positive finite number", F.scaled_dot_product_attention,
+        q, q, q, { scale = sc })
+      U.fails_with("scaled_dot_product_attention: scale must be a positive finite number", F.scaled_dot_product_attention,
+        q, q, q, { scale = sc, attn_mask = m })   -- (the written-out path took them: inf gave NaN)
+    end
+    U.fails_with("scaled_dot_product_attention: attn_mask [1, 1, 1, 2, 2] has more dims than q [1, 1, 2, 3]",
+      F.scaled_dot_product_attention, q, q, q, { attn_mask = fp8.zeros { 1, 1, 1, 2, 2 } })
+  end)
+end)

@@ -1175,8 +1175,12 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
     return (at_caller(pcall(core().scaled_dot_product_attention, q, k, v,
       { is_causal = opts.is_causal, scale = opts.scale })))
   end
-  if opts.scale ~= nil and (type(opts.scale) ~= "number" or opts.scale ~= opts.scale) then
-    error(("%s: scale must be a number, got %s"):format(N, O.got(opts.scale)), 2)
+  -- the fused kernels' rule on both paths (the written-out one took 0, a negative scale and inf, which gave NaN)
+  if opts.scale ~= nil and (type(opts.scale) ~= "number" or not (opts.scale > 0 and opts.scale < math.huge)) then
+    error(("%s: scale must be a positive finite number, got %s"):format(N, O.got(opts.scale)), 2)
+  end
+  if mask ~= nil and mask:dim() > q:dim() then   -- (it broadcast the output to the mask's extra dims)
+    error(("%s: attn_mask %s has more dims than q %s"):format(N, mask:shape_str(), q:shape_str()), 2)
   end
   return (at_caller(pcall(sdpa_written_out, q, k, v, opts)))
 end
