@@ -92,10 +92,15 @@ local function check_layers(who, says, model, level)
       local have = lr[k]   -- a recipe table may leave a field out: its default
       if have == nil and k ~= "backend" and fields[k] then have = fields[k].default end
       if not same(have, v) then
+        local function shown(x)   -- (a list of booleans, override_linear_precision's, as {false,false,true})
+          if type(x) ~= "table" then return tostring(x) end
+          local parts = {}
+          for i, e in ipairs(x) do parts[i] = tostring(e) end
+          return "{" .. table.concat(parts, ",") .. "}"
+        end
         error(("%s: the recipe says %s=%s, but the FP8 layer '%s' was made with %s=%s: a layer keeps the recipe it "
           .. "was made with (fp8.convert_model{recipe=...}, acc:prepare), which this wrapper cannot change"):format(who,
-          k, tostring(type(v) == "table" and table.concat(v, ",") or v), nm[1], k,
-          tostring(type(have) == "table" and table.concat(have, ",") or have)), level + 1)
+          k, shown(v), nm[1], k, shown(have)), level + 1)
       end
     end
   end

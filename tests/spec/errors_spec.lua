@@ -811,6 +811,9 @@ describe("settings and arguments read by nothing (the audit of 2026-12-04)", fun
       fp8.apply_fp8_autowrap, m, fp8.TERecipeKwargs { margin = 3 })
     U.fails_with("apply_fp8_autowrap: the recipe says backend=ao, but the FP8 layer '0' was made with backend=te",
       fp8.apply_fp8_autowrap, m, fp8.AORecipeKwargs {})
+    U.fails_with("the recipe says override_linear_precision={false,false,true}, but the FP8 layer '0' was made with "
+      .. "override_linear_precision={false,false,false}", fp8.apply_fp8_autowrap, m,
+      fp8.TERecipeKwargs { override_linear_precision = { false, false, true } })
     U.fails_with("apply_fp8_autowrap: a recipe table without a backend takes only use_autocast_during_eval, got the key "
       .. "bogus", fp8.apply_fp8_autowrap, m, { bogus = 1 })
     U.fails_with('contextual_fp8_autocast: use_during_eval must be a boolean, got "no"', fp8.contextual_fp8_autocast,
