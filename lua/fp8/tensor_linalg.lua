@@ -129,6 +129,9 @@ Tensor.diag = at_caller(function(t, k, ...)
   if t:dim() == 2 then return t:diagonal(k) end
   if t:dim() ~= 1 then error(("diag: expected a 1-d or 2-d tensor, got %s"):format(t:shape_str())) end
   local n = t:size(1)
+  if k > (1 << 24) or k < -(1 << 24) then   -- (math.abs(mininteger) wraps: the size went negative)
+    error(("diag: diagonal %d puts the result past 2^24 elements"):format(k))
+  end
   local size = n + math.abs(k)
   if size * size > (1 << 24) then error(("diag: a %d x %d result is more than 2^24 elements"):format(size, size)) end
   -- each position p of the flattened result: on the diagonal when col − row = k, where it takes v[min(row, col)]

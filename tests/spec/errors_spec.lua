@@ -1046,3 +1046,13 @@ describe("attention's scale and mask, one rule on both paths", function()
       F.scaled_dot_product_attention, q, q, q, { attn_mask = fp8.zeros { 1, 1, 1, 2, 2 } })
   end)
 end)
+
+describe("two messages that named the wrong thing", function()
+  it("diag of a huge diagonal, and cosine_embedding_loss's target of another length", function()
+    local v = fp8.tensor { 1 }
+    U.fails_with("diag: diagonal -9223372036854775808 puts the result past 2^24 elements", v.diag, v, math.mininteger)
+    U.fails_with("diag: diagonal 9223372036854775807 puts the result past 2^24 elements", v.diag, v, math.maxinteger)
+    U.fails_with("cosine_embedding_loss: the target [2] must hold one value per pair of [3, 4] and [3, 4]",
+      fp8.nn.functional.cosine_embedding_loss, fp8.randn { 3, 4 }, fp8.randn { 3, 4 }, fp8.ones { 2 })
+  end)
+end)

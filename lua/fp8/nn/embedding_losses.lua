@@ -108,6 +108,10 @@ function F.cosine_embedding_loss(x1, x2, y, opts, ...)
     error(("%s: a %d-d target takes %d-d inputs, got %s and %s"):format(N, y:dim(), y:dim() + 1, x1:shape_str(),
       x2:shape_str()), 2)
   end
+  if y:dim() == 1 and (y:size(1) ~= x1:size(1) or y:size(1) ~= x2:size(1)) then   -- (it failed inside where)
+    error(("%s: the target %s must hold one value per pair of %s and %s"):format(N, y:shape_str(), x1:shape_str(),
+      x2:shape_str()), 2)
+  end
   local EPS = 1e-12
   local prod = (x1 * x2):sum(-1)
   local m1, m2 = (x1 * x1):sum(-1) + EPS, (x2 * x2):sum(-1) + EPS
