@@ -173,6 +173,14 @@ static int l_zeros(lua_State *L) { return l_factory(L, FILL_ZEROS, "zeros"); }
 static int l_ones(lua_State *L) { return l_factory(L, FILL_ONES, "ones"); }
 static int l_empty(lua_State *L) { return l_factory(L, FILL_NONE, "empty"); }
 
+/* torch's rule for a number written into a tensor of dtype dt: a finite one past the dtype's range is refused, not
+ * written as inf. kind: what the hint calls an infinite one ("fill", "value"). */
+static void check_in_range(lua_State *L, const char *fname, double v, fl_dtype dt, const char *kind) {
+    if (isfinite(v) && fabs(v) > fl_format(dt)->max)
+        luaL_error(L, "%s: value %f overflows %s (largest finite %f; give ±math.huge for an infinite %s)", fname, v,
+                   fl_format(dt)->name, fl_format(dt)->max, kind);
+}
+
 static int l_full(lua_State *L) {
     int ndim; int64_t shape[FL_MAX_DIMS];
     if (lua_type(L, 1) != LUA_TTABLE)
@@ -183,10 +191,7 @@ static int l_full(lua_State *L) {
     int dev;
     fl_dtype dt = opt_dtype_at_dev(L, 3, FL_F32, "full", &dev);
     reject_fp8_dtype(L, dt, "full");
-    /* torch's: a finite value past the dtype's range is refused, not filled in as inf */
-    if (isfinite(v) && fabs(v) > fl_format(dt)->max)
-        return luaL_error(L, "full: value %f overflows %s (largest finite %f; give ±math.huge for an infinite fill)", v,
-                          fl_format(dt)->name, fl_format(dt)->max);
+    check_in_range(L, "full", v, dt, "fill");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_full(slot, dt, ndim, shape, v, dev));
     return 1;
@@ -639,9 +644,7 @@ static int m_write_(lua_State *L) {
     fl_status st;
     if (lua_type(L, 2) == LUA_TNUMBER) {
         double v = lua_tonumber(L, 2);
-        if (isfinite(v) && fabs(v) > fl_format(t->dtype)->max)   /* torch's: not written as inf */
-            return luaL_error(L, "%s: value %f overflows %s (largest finite %f; give ±math.huge for an infinite "
-                              "value)", fname, v, fl_format(t->dtype)->name, fl_format(t->dtype)->max);
+        check_in_range(L, fname, v, t->dtype, "value");
         st = fl_tensor_full(&src, t->dtype, 0, NULL, v, t->device);
     } else {
         fl_tensor *s = fl_ltotensor(L, 2);
@@ -1090,10 +1093,7 @@ static int scatter(lua_State *L, bool add) {
     fl_tensor *idx = fl_lchecktensor(L, 3);
     fl_tensor *src = NULL, *made = NULL;
     if (!add && lua_type(L, 4) == LUA_TNUMBER) {
-        const double v = lua_tonumber(L, 4);
-        if (isfinite(v) && fabs(v) > fl_format(t->dtype)->max)   /* torch's: not written as inf (fill_'s rule) */
-            return luaL_error(L, "%s: value %f overflows %s (largest finite %f; give ±math.huge for an infinite "
-                              "value)", fn, v, fl_format(t->dtype)->name, fl_format(t->dtype)->max);
+        check_in_range(L, fn, lua_tonumber(L, 4), t->dtype, "value");
         fl_tensor **hold = fl_lnewbox(L);   /* the filled src, released with its box */
         FL_LCALL(L, fl_tensor_full(hold, t->dtype, idx->ndim, idx->shape, lua_tonumber(L, 4), t->device));
         made = *hold;

@@ -36,13 +36,6 @@ local function fp8_autocast_off(fn, ...)
 end
 M._fp8_autocast_off = fp8_autocast_off   -- (activation checkpointing replays a forward that ran with it off)
 
-local function same(a, b)
-  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
-  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
-  for k in pairs(b) do if a[k] == nil then return false end end
-  return true
-end
-
 -- The recipe given to the autowrap → {use_during_eval, fields = what it says of the scaling (backend and fields)}.
 -- Here an FP8 layer keeps the recipe it was made with (Accelerate's te.fp8_autocast(fp8_recipe=) sets the scaling
 -- of what it wraps), so what the recipe says of the scaling is checked against the model's layers (check_layers):
@@ -91,7 +84,7 @@ local function check_layers(who, says, model, level)
     for k, v in pairs(lr and says.fields or {}) do
       local have = lr[k]   -- a recipe table may leave a field out: its default
       if have == nil and k ~= "backend" and fields[k] then have = fields[k].default end
-      if not same(have, v) then
+      if not require("fp8.kwargs")._deep_equal(have, v) then
         local function shown(x)   -- (a list of booleans, override_linear_precision's, as {false,false,true})
           if type(x) ~= "table" then return tostring(x) end
           local parts = {}
@@ -109,7 +102,19 @@ end
 -- contextual_fp8_autocast(forward_fn, recipe, use_during_eval) → a forward(self, ...) that runs
 -- with FP8 autocast when self.training, or always when use_during_eval, and with it off otherwise even inside
 -- an enclosing FP8 autocast (Accelerate's wrapper: te.fp8_autocast(enabled=...) decides for what it wraps).
--- The recipe's scaling fields are checked against the FP8 layers of the first self it runs on (check_layers).
+-- The forward wrapper: the recipe's scaling fields (says) are checked against the FP8 layers of each self it first
+-- runs on (check_layers), those of `checked_model` excepted (apply_fp8_autowrap checked them already).
+local function wrapper(who, forward_fn, says, use_during_eval, checked_model)
+  local checked = setmetatable({}, { __mode = "k" })
+  if checked_model then checked[checked_model] = true end
+  return function(self, ...)
+    if Module.is_module(self) and not checked[self] then check_layers(who, says, self, 2); checked[self] = true end
+    local on = use_during_eval or (type(self) == "table" and self.training ~= false)
+    if not on then return fp8_autocast_off(forward_fn, self, ...) end
+    return M.fp8_autocast(forward_fn, self, ...)
+  end
+end
+
 function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval, ...)
   local who = "contextual_fp8_autocast"
   require("fp8.opts").no_more(who, "(forward_fn, recipe, use_during_eval)", ...)
@@ -120,13 +125,7 @@ function M.contextual_fp8_autocast(forward_fn, recipe, use_during_eval, ...)
     error(("%s: use_during_eval must be a boolean, got %s"):format(who, require("fp8.opts").got(use_during_eval)), 2)
   end
   if use_during_eval == nil then use_during_eval = says.use_during_eval == true end
-  local checked = setmetatable({}, { __mode = "k" })
-  return function(self, ...)
-    if Module.is_module(self) and not checked[self] then check_layers(who, says, self, 2); checked[self] = true end
-    local on = use_during_eval or (type(self) == "table" and self.training ~= false)
-    if not on then return fp8_autocast_off(forward_fn, self, ...) end
-    return M.fp8_autocast(forward_fn, self, ...)
-  end
+  return wrapper(who, forward_fn, says, use_during_eval)
 end
 
 -- apply_fp8_autowrap(model, handler_or_recipe): model.forward runs under contextual FP8 autocast.
@@ -138,7 +137,7 @@ function M.apply_fp8_autowrap(model, recipe, ...)
   if rawget(model, "_fp8_unwrapped_forward") then return model end
   local fwd = model.forward
   rawset(model, "_fp8_unwrapped_forward", fwd)
-  rawset(model, "forward", M.contextual_fp8_autocast(fwd, recipe, says.use_during_eval == true))
+  rawset(model, "forward", wrapper("apply_fp8_autowrap", fwd, says, says.use_during_eval == true, model))
   return model
 end
 

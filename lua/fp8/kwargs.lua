@@ -78,6 +78,7 @@ local function deep_equal(a, b)
   for k in pairs(b) do if a[k] == nil then return false end end
   return true
 end
+M._deep_equal = deep_equal   -- (fp8_autocast compares a recipe's fields with a layer's)
 
 -- Copies plain tables (lists, option tables); objects with a metatable (handlers, callables) are shared.
 local function copy(v)

@@ -60,14 +60,11 @@ end
 
 -- ‖d‖_p along the last dim for any p >= 0 (torch's: norm takes 1, 2 and inf only here, and pairwise_distance's
 -- p = 3 or 0.5 failed inside it): 0 counts the nonzero entries (no gradient), inf is the largest |d|, others
--- (Σ|d|^p)^(1/p), its root taken where the sum is positive only (a zero row's gradient stays finite)
+-- (Σ|d|^p)^(1/p) (F._root: a zero row's gradient stays finite)
 function F._p_norm(d, p, keepdim)
   if p == 1 or p == 2 or p == math.huge then return d:norm(p, -1, keepdim) end
-  local where = require("fp8.tensor").where
   if p == 0 then return d:detach():ne(0):to(d:dtype()):sum(-1, keepdim) end
-  local s = d:abs():pow(p):sum(-1, keepdim)
-  local pos = s:gt(0)
-  return where(pos, where(pos, s, 1):pow(1 / p), 0)
+  return F._root(d:abs():pow(p):sum(-1, keepdim), p)
 end
 
 -- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):

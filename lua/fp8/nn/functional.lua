@@ -790,10 +790,15 @@ function F.normalize(x, opts, ...)
   check_dim("normalize", x, dim)
   if x:dim() == 0 then error("normalize: input is 0-d; it normalizes along a dimension, so needs one", 2) end
   local s = p == 2 and (x * x):sum(dim, true) or x:abs():pow(p):sum(dim, true)
+  return x / F._root(s, p):clamp_min(eps)
+end
+
+-- s^(1/p) of sums s >= 0, the root taken where s > 0 only: a zero sum's root is 0, with a finite gradient (the
+-- root's derivative at 0 is infinite). normalize's and pairwise_distance's norms.
+function F._root(s, p)
   local pos = s:gt(0)
-  local safe = where(pos, s, 1)   -- (the root's gradient is taken where the sum is positive only)
-  local n = where(pos, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
-  return x / n:clamp_min(eps)
+  local safe = where(pos, s, 1)
+  return where(pos, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
 end
 
 -- pad(x, pad [, {mode="constant", value=0}]): torch's padding of the last dims: pad = {left, right} for the last
