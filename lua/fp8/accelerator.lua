@@ -15,6 +15,7 @@ local convert = require "fp8.convert"
 local fp8_autocast = require "fp8.fp8_autocast"
 local fp8_stats = require "fp8.stats"
 local Module = require "fp8.nn.module"
+local FP8Linear = require "fp8.nn.fp8_linear"   -- (MS-AMP O3: its E4M3 weights, marked as cast from their masters)
 local amp = require "fp8.amp"
 local fp8_layer = require "fp8._fp8_layer"
 local trackers = require "fp8.trackers"
@@ -297,13 +298,23 @@ function Accelerator:_prepare_model(model)
         .. "the first and last Linear of a model in high precision (pass AORecipeKwargs{module_filter_func=...} "
         .. "to convert it)\n"):format(model.in_features, model.out_features))
     end
+    local more = not keep and convert._carries_more(model)
+    if more then
+      keep = not convert._keep_hp("carries", "", model, ("it carries %s, which its FP8 replacement would not keep")
+        :format(more))
+    end
     if not keep then
-      model = convert.linear_to_fp8(model, r)
+      model = convert._prepared_linear_to_fp8(model, r)
       if self._models[#self._models] then self._models[#self._models] = model end
     end
   elseif root_cn == "LayerNorm" and r.backend == "te" then
-    model = convert.ln_to_fp8(model)
-    self._models[#self._models] = model
+    local more = convert._carries_more(model)
+    if more then
+      convert._keep_hp("carries", "", model, ("it carries %s, which its FP8 replacement would not keep"):format(more))
+    else
+      model = convert.ln_to_fp8(model)
+      self._models[#self._models] = model
+    end
   end
   local _, converted = convert.convert_model(model, { recipe = r, filter = filter, convert_ln = r.backend == "te",
     _recipe_filtered = true })
@@ -322,8 +333,10 @@ function Accelerator:_prepare_model(model)
         self._param_map[old] = w16
         fp8_layer.set_grad_dtype(w16, "e4m3")
         if r.opt_level == "O3" then
-          self._fp8_weights[w16] = w16:detach():to("fp32"):quantize("e4m3",
+          local q = w16:detach():to("fp32"):quantize("e4m3",
             { scale = fp8_layer.scale_for(w16:abs():max():item(), "e4m3", 0, true) })
+          self._fp8_weights[w16] = q
+          FP8Linear._mark_cast(q, w16)
         end
       end
       layer.weight = w16
@@ -720,7 +733,7 @@ function Accelerator:prepare_data_loader(d, ...)
     -- DataLoaderConfiguration{use_seedable_sampler=true, data_seed=N}: a shuffling loader's order comes from N and
     -- the epoch (Accelerate's SeedableRandomSampler: data_seed + epoch), whatever seed it was made with
     local data_seed = self.dataloader_config.data_seed
-    if data_seed ~= nil and d.shuffle then d.seed = data_seed end
+    if data_seed ~= nil and d.shuffle then d:_set_seed(data_seed) end
     rawset(d, "_gradient_state", self.gradient_state)
     if self.num_processes > 1 then
       -- every process shards the same order: a seed (or length, batch size) that differs per process would repeat

@@ -32,12 +32,48 @@ M.is_fp8_linear = function(m) return Module.is_module(m) and class_name(m) == "F
 
 -- The new layer's own initial weights are dropped at once: the random generator is put back as it was, so converting
 -- (acc:prepare) draws nothing and a script's later draws are those of a run without FP8.
-local function linear_to_fp8(lin, recipe)
+-- (The recipe's whole-model fields were checked by the caller: FP8Linear._model_field.)
+local function without_draws(f, ...)
   local CK = require "fp8._checkpoint"
   local seed, counter = CK.rng_state()
-  local ok, n = pcall(FP8Linear, lin.in_features, lin.out_features, lin.bias ~= nil, recipe)
+  local ok, n = pcall(f, ...)
   CK.set_rng_state(seed, counter)
   if not ok then error(n, 0) end
+  return n
+end
+
+-- What a plain Linear or LayerNorm carries besides its weight and bias would be lost by the replacement, which is a
+-- new module of another class: a forward of its own (set on the instance), other parameters, buffers, submodules or
+-- fields (a hook's state, a user's tag). The first such thing, described, or nil.
+local OWN = {   -- what each class's __init (and the FP8 machinery) puts in a module: its entries and fields
+  Linear = { entries = { weight = true, bias = true }, fields = { in_features = true, out_features = true } },
+  LayerNorm = { entries = { weight = true, bias = true },
+                fields = { normalized_shape = true, eps = true, elementwise_affine = true } },
+  FP8Linear = { entries = { weight = true, bias = true, fp8_state = true, weight_fp8 = true },
+                fields = { in_features = true, out_features = true, fp8_meta = true, weight_fp8 = true,
+                           fp8_disabled = true } },
+}
+OWN.FP8LayerNorm = OWN.LayerNorm
+local function carries_more(m)
+  if rawget(m, "forward") ~= nil then return "a forward of its own" end
+  local own = OWN[class_name(m)]
+  for _, store in ipairs { "_parameters", "_buffers", "_modules" } do
+    for _, k in ipairs(rawget(m, store).names) do
+      if not own.entries[k] then
+        return ("its %s '%s'"):format(store == "_modules" and "submodule" or store:sub(2, -2), tostring(k))
+      end
+    end
+  end
+  for k in pairs(m) do
+    if type(k) ~= "string" or not (own.fields[k] or k:byte(1) == 95 or k == "training") then
+      return ("its field '%s'"):format(tostring(k))
+    end
+  end
+end
+M._carries_more = carries_more
+
+local function linear_to_fp8(lin, recipe)
+  local n = without_draws(FP8Linear._made_for_model, lin.in_features, lin.out_features, lin.bias ~= nil, recipe)
   n.weight = lin.weight                       -- the same tensors: the conversion copies nothing
   if lin.bias ~= nil then n.bias = lin.bias end
   n.training = lin.training
@@ -47,7 +83,8 @@ end
 
 -- A LayerNorm of class cls (LayerNorm or FP8LayerNorm) over the same tensors as ln.
 local function ln_as(cls, ln)
-  local n = cls(ln.normalized_shape, { eps = ln.eps, elementwise_affine = ln.elementwise_affine, bias = ln.bias ~= nil })
+  local n = without_draws(cls, ln.normalized_shape, { eps = ln.eps, elementwise_affine = ln.elementwise_affine,
+    bias = ln.bias ~= nil })
   if ln.elementwise_affine then
     n.weight = ln.weight
     if ln.bias ~= nil then n.bias = ln.bias end
@@ -68,7 +105,7 @@ local function hp_weight(t)
 end
 
 local function fp8_to_linear(m)
-  local n = Linear(m.in_features, m.out_features, m.bias ~= nil)
+  local n = without_draws(Linear, m.in_features, m.out_features, m.bias ~= nil)
   n.weight = hp_weight(m.weight)
   if m.bias ~= nil then n.bias = hp_weight(m.bias) end
   n.training = m.training
@@ -77,8 +114,16 @@ local function fp8_to_linear(m)
 end
 
 function M.linear_to_fp8(lin, recipe)
-  return linear_to_fp8(need("linear_to_fp8", "a Linear", lin, { "Linear" }), recipe)
+  need("linear_to_fp8", "a Linear", lin, { "Linear" })
+  recipe = FP8Linear._as_recipe(recipe, 2, "linear_to_fp8")
+  local field, why = FP8Linear._model_field(recipe)
+  if field then error(("linear_to_fp8: the recipe's %s is refused here: %s"):format(field, why), 2) end
+  local more = carries_more(lin)
+  if more then error(("linear_to_fp8: this Linear carries %s, which an FP8Linear would not keep"):format(more), 2) end
+  return linear_to_fp8(lin, recipe)
 end
+-- acc:prepare's conversion of a model that is itself a Linear (its recipe and the Linear checked there)
+M._prepared_linear_to_fp8 = linear_to_fp8
 function M.ln_to_fp8(ln) return ln_to_fp8(need("ln_to_fp8", "a LayerNorm", ln, { "LayerNorm" })) end
 
 -- to_plain(m): m itself when it is not an FP8 layer, else the plain Linear/LayerNorm over the same tensors.
@@ -92,7 +137,7 @@ end
 -- Visits the modules below mod depth first, in registration order: fn(parent, key, child, full_name)
 -- returns a module to put in the child's place (which is not descended into), or nil to descend.
 local function visit(mod, fn, prefix)
-  for _, nc in ipairs(mod:named_children()) do
+  for _, nc in ipairs(mod:_all_children()) do
     local name, child = nc[1], nc[2]
     local full = (prefix or "") == "" and name or prefix .. "." .. name
     local repl = fn(mod, name, child, full)
@@ -122,11 +167,12 @@ M._shape_warned = {}   -- layers already reported as staying in high precision (
 -- A Linear that stays in high precision: said once per process (tag: whose rule keeps it). Returns false, the
 -- filter's answer.
 function M._keep_hp(tag, name, m, why)
-  local key = ("%s:%s:%d:%d"):format(tag, name, m.in_features, m.out_features)
+  local dims = m.in_features and ("%d -> %d"):format(m.in_features, m.out_features) or tostring(m.normalized_shape)
+  local key = ("%s:%s:%s:%s"):format(tag, name, dims, why)
   if not M._shape_warned[key] then
     M._shape_warned[key] = true
-    io.stderr:write(("fp8lab: notice: %s [%d -> %d] stays in high precision: %s\n"):format(
-      name == "" and "the model" or name, m.in_features, m.out_features, why))
+    io.stderr:write(("fp8lab: notice: %s [%s] stays in high precision: %s\n"):format(
+      name == "" and "the model" or name, dims, why))
   end
   return false
 end
@@ -183,6 +229,12 @@ function M.convert_model(model, opts)
   end
   local recipe = opts.recipe or { backend = "te" }
   if to_fp8 then recipe = FP8Linear._as_recipe(recipe, 2, "convert_model") end
+  if to_fp8 and not opts._recipe_filtered then   -- (prepare sets the whole-model fields up itself)
+    local field, why = FP8Linear._model_field(recipe, true)
+    if field then error(("convert_model: the recipe's %s is refused here: %s"):format(field, why), 2) end
+  end
+  -- te's rule for GEMM shapes, as acc:prepare applies it (the same recipe gave another model through convert_model)
+  local te_shapes = to_fp8 and recipe.backend == "te" and not opts._recipe_filtered
   if opts.filter ~= nil and type(opts.filter) ~= "function" then
     error(("convert_model: filter must be a function(module, name) -> boolean, got %s"):format(type(opts.filter)), 2)
   end
@@ -192,6 +244,17 @@ function M.convert_model(model, opts)
   if ao and opts.filter ~= nil and recipe.module_filter_func ~= nil then
     error("convert_model: give filter= or the ao recipe's module_filter_func, not both (each chooses the layers)", 2)
   end
+  if not to_fp8 then   -- checked before anything changes: the model is converted back whole or not at all
+    for _, nm in ipairs(model:named_modules()) do
+      local cn = class_name(nm[2])
+      local more = nm[1] ~= "" and ((do_lin and cn == "FP8Linear") or (do_ln and cn == "FP8LayerNorm"))
+        and carries_more(nm[2])
+      if more then
+        error(("convert_model: %s (%s) carries %s, which a plain %s would not keep; remove it first"):format(nm[1], cn,
+          more, cn:sub(4)), 2)
+      end
+    end
+  end
   local converted = {}
   -- a module under several names (the same Linear called twice) becomes one FP8 module in all its places, as the
   -- model had one module there: its weight, its recipe state (the max of both calls' amaxes) and its state_dict keys
@@ -200,9 +263,16 @@ function M.convert_model(model, opts)
     if done[child] ~= nil then return done[child] or nil end
     local cn = class_name(child)
     local repl
+    local more = ((do_lin and (cn == "Linear" or cn == "FP8Linear")) or (do_ln and (cn == "LayerNorm"
+      or cn == "FP8LayerNorm"))) and carries_more(child)
     if to_fp8 then
-      if do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full))
-          and (not ao or M._ao_takes(recipe, child, full)) then
+      if more and (cn == "Linear" or cn == "LayerNorm") then
+        -- the FP8 module, a new one of another class, would drop it (and a forward of its own is not an FP8 GEMM)
+        M._keep_hp("carries", full, child, ("it carries %s, which its FP8 replacement would not keep"):format(more))
+      elseif do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full))
+          and (not ao or M._ao_takes(recipe, child, full))
+          and (not te_shapes or M.shape_ok(child) or M._keep_hp("te", full, child,
+            "FP8 GEMMs need dims divisible by 16 (the GPU rule)")) then
         repl = linear_to_fp8(child, recipe)
       elseif do_ln and cn == "LayerNorm" then
         repl = ln_to_fp8(child)

@@ -75,8 +75,14 @@ local function dataset_class(name)
   local cls = {}
   cls.__name = name
   cls.__len = function(self) return self.n end
+  -- ds[i] out of 1..#ds is nil, as a Lua sequence's (ipairs(ds) stops there; ds:get(i) raises)
   cls.__index = function(self, k)
-    if type(k) == "number" then return { cls.get(self, k) } end
+    if type(k) == "number" then
+      local i = math.tointeger(k)
+      if i == nil then error(("%s: index must be an integer, got %s"):format(name, tostring(k)), 2) end
+      if i < 1 or i > self.n then return nil end
+      return { cls.get(self, i) }
+    end
     return cls[k]
   end
   cls.__tostring = function(self) return self:_describe() end
@@ -123,6 +129,10 @@ local function load_fashion(opts, level)
   elseif type(norm) == "table" and type(norm[1] or norm.mean) == "number" and type(norm[2] or norm.std) == "number" then
     mean, std = norm[1] or norm.mean, norm[2] or norm.std
     if std <= 0 then error(("%s: normalize std must be > 0, got %g"):format(fname, std), level + 1) end
+  elseif type(norm) == "table" then   -- the form is right: say which number is missing
+    local what = type(norm[1] or norm.mean) ~= "number" and "mean" or "std"
+    error(("%s: normalize {mean, std}: %s must be a number, got %s"):format(fname, what,
+      O.got((what == "mean") and (norm[1] or norm.mean) or (norm[2] or norm.std))), level + 1)
   else
     error(("%s: normalize must be a boolean or {mean, std}, got %s"):format(fname, type(norm)), level + 1)
   end
@@ -161,7 +171,8 @@ local function load_fashion(opts, level)
 end
 
 -- FashionMNIST{root=, train=true, normalize=false|true|{mean, std}, limit=N}
-setmetatable(FashionMNIST, { __call = function(_, opts)
+setmetatable(FashionMNIST, { __call = function(_, opts, ...)
+  O.no_more("FashionMNIST", "({root=, train=, normalize=, limit=})", ...)
   local ds = load_fashion(opts or {}, 2)   -- not a tail call: level 2 is this function's caller
   return ds
 end })
@@ -287,7 +298,8 @@ local function load_text(opts, level)
                       TextDataset)
 end
 
-setmetatable(TextDataset, { __call = function(_, opts)
+setmetatable(TextDataset, { __call = function(_, opts, ...)
+  O.no_more("TextDataset", "({path= | text= | dir=, block_size=, ...})", ...)
   local ds = load_text(opts or {}, 2)   -- not a tail call: level 2 is this function's caller
   return ds
 end })
@@ -366,7 +378,14 @@ local function set_device(self, device, level)
   if device ~= "cpu" and device ~= "cuda" then
     error(("DataLoader:to: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)), level)
   end
-  self.device = device
+  if device == "cuda" then   -- here, as a module's :to refuses it, not at the first batch
+    local okc, cuda = pcall(require, "fp8.cuda")
+    if not (okc and cuda.is_available()) then
+      error("DataLoader: device cuda is not available here (fp8.cuda.is_available() is false)", level)
+    end
+  end
+  local f = rawget(self, "_fixed")
+  if f then f.device = device else self.device = device end
   return self
 end
 
@@ -402,10 +421,27 @@ local DataLoader = {}
 DataLoader.__name = "DataLoader"
 -- total_batch_size: Accelerate's prepared loader's (the samples a step takes across the processes): here, in one
 -- process, the batch size; a loader sharded across processes answers its own (lua/fp8/distributed.lua)
+-- The settings a loader is made with (and its dataset, its length, its device) are read-only fields: a write was
+-- taken without the constructor's checks (batch_size = 0 divided by zero, 2.5 failed inside a format; shuffle =
+-- true skipped the seed's check; under launch, one process's write cut other shards than the others'). torch
+-- refuses them too ("batch_size attribute should not be set after DataLoader is initialized").
+local FIXED = { dataset = true, n = true, batch_size = true, shuffle = true, drop_last = true, seed = true,
+                device = true }
 function DataLoader.__index(t, k)
-  if k == "total_batch_size" then return rawget(t, "batch_size") end
+  local f = rawget(t, "_fixed")
+  if k == "total_batch_size" then return f.batch_size end
+  if FIXED[k] then return f[k] end
   return DataLoader[k]
 end
+function DataLoader.__newindex(t, k, v)
+  if FIXED[k] then
+    error(("DataLoader: %s should not be set after the DataLoader is made (make a new one%s)"):format(tostring(k),
+      k == "device" and ", or call loader:to(device)" or ""), 2)
+  end
+  rawset(t, k, v)
+end
+-- Accelerate's data_seed (prepare): the seed of a shuffling loader
+function DataLoader:_set_seed(seed) rawget(self, "_fixed").seed = seed end
 M.DataLoader = DataLoader
 
 local function dataset_len(ds)
@@ -432,8 +468,16 @@ function DataLoader:_check_len()
 end
 
 -- DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device="cpu"}
-setmetatable(DataLoader, { __call = function(_, opts)
+setmetatable(DataLoader, { __call = function(_, opts, ...)
   local fname = "DataLoader"
+  -- torch's DataLoader(ds, batch_size=...) written as DataLoader(ds, {...}) or DataLoader(items): the options are one
+  -- table that holds the dataset (its options were dropped, or the items read as options)
+  local takes = "DataLoader takes one options table holding the dataset: DataLoader{ds, batch_size=..., ...}"
+  if type(opts) == "table" and (getmetatable(opts) ~= nil or (type(opts[1]) == "table" and opts[2] ~= nil)) then
+    error(("%s, got %s"):format(takes, getmetatable(opts) ~= nil and "a dataset" or "a list of items"), 2)
+  end
+  if select("#", ...) > 0 then error(("%s; got %d more argument%s"):format(takes, select("#", ...),
+    select("#", ...) == 1 and "" or "s"), 2) end
   check_keys(fname, opts, { "dataset", "batch_size", "shuffle", "drop_last", "seed", "device" }, 2, true)
   if opts.dataset ~= nil and opts[1] ~= nil then   -- one of the two would be dropped
     error(fname .. ": the dataset is given twice (first and as dataset=): give it once", 2)
@@ -445,11 +489,11 @@ setmetatable(DataLoader, { __call = function(_, opts)
   local n = dataset_len(ds)
   if not n or n < 1 then error(fname .. ": dataset is empty (or has no length)", 2) end
   local self = setmetatable({
-    dataset = ds, n = n,
-    batch_size = opt_int(fname, opts, "batch_size", 1, 1, 2),
-    shuffle = opt_type(fname, opts, "shuffle", "boolean", false, 2),
-    drop_last = opt_type(fname, opts, "drop_last", "boolean", false, 2),
-    seed = opt_int(fname, opts, "seed", 0, -math.maxinteger, 2),
+    _fixed = { dataset = ds, n = n,
+      batch_size = opt_int(fname, opts, "batch_size", 1, 1, 2),
+      shuffle = opt_type(fname, opts, "shuffle", "boolean", false, 2),
+      drop_last = opt_type(fname, opts, "drop_last", "boolean", false, 2),
+      seed = opt_int(fname, opts, "seed", 0, -math.maxinteger, 2) },
     epoch = 0,          -- epochs started so far; the next one is epoch + 1
   }, DataLoader)
   if opts.seed ~= nil and not self.shuffle then   -- it orders the shuffle only: not kept for nothing

@@ -711,11 +711,29 @@ local function epoch_batches(ld)
   return batches
 end
 
--- this process's batches of the loader's next epoch (its epoch as it is: the caller advances it)
-local function my_batches(self, ld)
+-- this process's batches of the loader's next epoch (its epoch as it is: the caller advances it); process r's
+-- when r is given
+local function my_batches(self, ld, batches, r)
   local cut = rawget(self, "_split") and M.split_batches or M.shard_batches
-  return cut(epoch_batches(ld), ld.batch_size, rawget(self, "_N"), rawget(self, "_r"), ld.drop_last,
+  return cut(batches or epoch_batches(ld), ld.batch_size, rawget(self, "_N"), r or rawget(self, "_r"), ld.drop_last,
     rawget(self, "_even"))
+end
+
+-- even_batches=false: a process whose shard of the epoch is empty would skip every collective the others make in
+-- their loop (backward's gradient reduction, gather_for_metrics) and they would wait for it until the watchdog's
+-- timeout; every process sees every shard's length, so all of them refuse it at once
+local function check_no_empty_shard(self, ld, mine)
+  if rawget(self, "_even") then return end
+  local batches, N, empty = epoch_batches(ld), rawget(self, "_N"), nil
+  local any = #mine > 0
+  for r = 0, N - 1 do
+    if #my_batches(self, ld, batches, r) == 0 then empty = empty or r else any = true end
+  end
+  if empty and any then
+    error(("DataLoaderShard: with even_batches=false process %d of %d gets no batch of this epoch (%d items, batch "
+      .. "size %d): it would miss the collectives the others make in the loop and they would wait for it; use "
+      .. "even_batches=true, a smaller batch size or fewer processes"):format(empty, N, ld.n, ld.batch_size), 0)
+  end
 end
 
 function Sharded.__index(t, k)
@@ -748,6 +766,7 @@ function Sharded:iter()
   ld:_check_len()
   ld.epoch = ld.epoch + 1
   local mine = my_batches(self, ld)
+  check_no_empty_shard(self, ld, mine)
   local total = self.total_batch_size
   -- the real samples of the last round (Accelerate's remainder, even_batches or not): gather_for_metrics cuts the
   -- repeats even_batches added, or the padding pad_across_processes gave a short last batch without them

@@ -861,7 +861,8 @@ function M.text(x)
   return ("no help for %s (help() lists the sections)"):format(what)
 end
 
-function M.help(x)
+function M.help(x, ...)
+  require("fp8.opts").no_more("help", "([fn | \"name\"])", ...)
   print(M.text(x))
 end
 

@@ -7,9 +7,13 @@ M.max_depth = 4
 M.max_items = 40
 M.width = 78
 
+-- %q's form, with a newline as \n and a tab as \t: %q writes a tab as \9, and the 9 after an escaped backslash
+-- ("C:\\9x", a backslash and a 9) is not one (an odd run of backslashes before the 9 ends with the tab's)
 local function quote(s)
   local q = string.format("%q", s)
-  return (q:gsub("\\\n", "\\n"):gsub("\\9", "\\t"))
+  return (q:gsub("\\\n", "\\n"):gsub("(\\+)9", function(run)
+    if #run % 2 == 1 then return run:sub(1, -2) .. "\\t" end
+  end))
 end
 
 local function is_ident(k)

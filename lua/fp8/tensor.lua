@@ -16,19 +16,30 @@ local function shape_str(shape)
   return "[" .. table.concat(shape, ", ") .. "]"
 end
 
--- One number formatter for the whole tensor, chosen like PyTorch: fixed point unless the
--- magnitudes are very large, very small, or span more than 3 decades.
+-- One number formatter for the whole tensor, chosen like PyTorch's _Formatter: whole numbers as "1." (scientific
+-- past 1e8); else fixed point unless the magnitudes are very large (> 1e8), very small (< 1e-4), or span more than
+-- 3 decades (max / min > 1000).
 local function make_formatter(values)
-  local maxa, mina = 0, math.huge
+  local maxa, mina, whole = 0, math.huge, true
   for _, v in ipairs(values) do
     local a = math.abs(v)
-    if a == a and a ~= math.huge and a ~= 0 then
-      if a > maxa then maxa = a end
-      if a < mina then mina = a end
+    if a == a and a ~= math.huge then
+      if a ~= 0 then
+        if a > maxa then maxa = a end
+        if a < mina then mina = a end
+      end
+      if whole and v ~= math.floor(v) then whole = false end
     end
   end
   local p = M.precision
-  local sci = maxa > 0 and (maxa >= 1e8 or mina < 1e-4 or maxa / mina > 1e3 and maxa >= 1e4)   -- torch's bounds
+  local function special(v)
+    if v ~= v then return "nan" end
+    if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+  end
+  local sci = maxa > 0 and (maxa > 1e8 or maxa / mina > 1e3 or (mina < 1e-4 and not whole))   -- torch's bounds
+  if whole and not sci then
+    return function(v) return special(v) or (("%.0f"):format(v) .. ".") end
+  end
   local decimals = p
   -- A scalar or a small tensor shows p significant digits of its smallest value, not p decimals
   -- (a max error of 0.000123 reads 0.0001230, not 0.0001); up to M.small_max_decimals, then e-notation.
@@ -37,11 +48,7 @@ local function make_formatter(values)
     if decimals > M.small_max_decimals then sci = true; decimals = p end
   end
   local pat = sci and ("%." .. p .. "e") or ("%." .. decimals .. "f")
-  return function(v)
-    if v ~= v then return "nan" end
-    if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
-    return pat:format(v)
-  end
+  return function(v) return special(v) or pat:format(v) end
 end
 
 local ELL = "..."
@@ -67,7 +74,8 @@ local function render(strs, kept, shape, summarised, indent)
     local n = kept[d]
     local cut = summarised and shape[d] > 2 * M.edgeitems
     for i = 1, n do
-      if cut and i == M.edgeitems + 1 then parts[#parts + 1] = ELL end
+      -- (torch's: " ..." among the elements of a row, "..." for the rows left out)
+      if cut and i == M.edgeitems + 1 then parts[#parts + 1] = d == nd and " " .. ELL or ELL end
       if d == nd then
         parts[#parts + 1] = strs[pos]; pos = pos + 1
       else
@@ -100,7 +108,8 @@ local function body(t)
   local strs, w = {}, 0
   for i, v in ipairs(values) do
     strs[i] = f(v)
-    if #strs[i] > w then w = #strs[i] end
+    -- the column width of the finite values, as torch's (nan and inf are not padded to it, nor it to them)
+    if #strs[i] > w and v == v and v ~= math.huge and v ~= -math.huge then w = #strs[i] end
   end
   for i, s in ipairs(strs) do strs[i] = (" "):rep(w - #s) .. s end
   return render(strs, kept, shape, summarised, (" "):rep(#"tensor("))
@@ -149,6 +158,11 @@ function mt.__tostring(t)
     parts[#parts + 1] = "shape=" .. shape_str(t:shape())
     parts[#parts + 1] = "device=" .. t:device()
   end
+  -- in the autograd graph: a leaf that takes a gradient, or the op that made it (torch's requires_grad=True,
+  -- grad_fn=<MulBackward0>)
+  local fn = t:grad_fn()
+  if fn then parts[#parts + 1] = ("grad_fn=<%s>"):format(fn)
+  elseif t:requires_grad() then parts[#parts + 1] = "requires_grad=true" end
   return "tensor(" .. table.concat(parts, ", ") .. ")"
 end
 

@@ -26,7 +26,7 @@ describe("a module under two names", function()
       model, opt = acc:prepare(model, opt)
       assert.are.equal("FP8Linear", getmetatable(model[1]).__name)
       assert.are.equal(model[1], model[3])
-      keys[#keys + 1] = "0.fp8_state"
+      if backend ~= "ao" then keys[#keys + 1] = "0.fp8_state" end   -- (ao: a Linear's keys, as torchao's)
       assert.are.same(sorted(keys), sorted(model:state_dict_keys()))
       acc:backward(model(fp8.randn { 4, 32 }):sum()); opt:step(); opt:zero_grad()
       assert.are.equal(model[1].weight, model[3].weight)   -- msamp: one fp16 weight, stepped once

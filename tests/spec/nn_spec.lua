@@ -1009,7 +1009,7 @@ describe("Module and Sequential as torch's (torch 2.15's answers in the comments
   -- names and types of the layers in order, "0:Linear 1:GELU ..."
   local function layout(s)
     local t = {}
-    for _, nc in ipairs(s:named_children()) do t[#t + 1] = nc[1] .. ":" .. nc[2]:type_name() end
+    for _, nc in ipairs(s:_all_children()) do t[#t + 1] = nc[1] .. ":" .. nc[2]:type_name() end   -- (every name)
     return table.concat(t, " ")
   end
 

@@ -70,7 +70,43 @@ function FP8Linear._as_recipe(r, level, who)
         or "", table.concat(names, ", ")), level + 1)
     end
   end
+  -- (layer_config skips a field of function type, and convert_model calls it: a number failed there as a raw call)
+  if r.module_filter_func ~= nil and type(r.module_filter_func) ~= "function" then
+    error(("%s: module_filter_func must be a function(module, name) -> boolean, got %s"):format(who,
+      O.got(r.module_filter_func)), level + 1)
+  end
   return r
+end
+
+-- The recipe fields that act on a whole model or its optimizer, which acc:prepare sets up and a layer alone cannot:
+-- MS-AMP's opt_level (fp16 weights, E4M3 weight gradients and the FP8 optimizer state, at O3 E4M3 weights: made with
+-- the optimizer), te's use_autocast_during_eval (prepare wraps the model's forward), ao's module_filter_func (which
+-- layers of a model convert; not FP8Linear's: a layer made as FP8Linear is one). Taken and then ignored by a layer
+-- made outside prepare, so refused there: the field's name and why, or nil. whole_model: the caller converts a
+-- model (module_filter_func is then its own to apply).
+function FP8Linear._model_field(r, whole_model)
+  if r.backend == "msamp" and r.opt_level ~= nil then
+    return "opt_level", ("MS-AMP's opt_level (%s) makes fp16 weights, E4M3 weight gradients and FP8 optimizer state "
+      .. "with the optimizer: acc:prepare(model, optimizer) sets it up; for MS-AMP's scaling alone give the recipe "
+      .. "table {backend=\"msamp\"}"):format(tostring(r.opt_level))
+  end
+  if r.backend == "te" and r.use_autocast_during_eval then
+    return "use_autocast_during_eval", "it is acc:prepare's (it wraps the model's forward); outside prepare the "
+      .. "layers run in FP8 wherever the model is called under fp8.fp8_autocast, in training and in eval alike"
+  end
+  if r.backend == "ao" and r.module_filter_func ~= nil and not whole_model then
+    return "module_filter_func", "it chooses which Linears of a model convert (fp8.convert_model, acc:prepare); a "
+      .. "layer made as FP8Linear is FP8 already"
+  end
+end
+
+local prepared = false   -- FP8Linear made by a conversion whose caller checked _model_field (_made_for_model)
+function FP8Linear._made_for_model(...)
+  prepared = true
+  local ok, n = pcall(FP8Linear, ...)
+  prepared = false
+  if not ok then error(n, 0) end
+  return n
 end
 function FP8Linear.as_recipe(r, level)
   level = math.type(level) == "integer" and level >= 1 and level or 1
@@ -86,6 +122,9 @@ function FP8Linear:__init(in_features, out_features, bias, recipe)
   in_features, out_features, bias = Linear._args("FP8Linear", 3, in_features, out_features, bias)
   Linear.__init(self, in_features, out_features, bias)
   recipe = FP8Linear._as_recipe(recipe, 3, "FP8Linear")
+  local field, why
+  if not prepared then field, why = FP8Linear._model_field(recipe) end
+  if field then error(("FP8Linear: the recipe's %s is refused here: %s"):format(field, why), 3) end
   if recipe.backend == "ao" and recipe.pad_inner_dim == false and (in_features % 16 ~= 0 or out_features % 16 ~= 0) then
     -- torchao's GEMM runs such a layer only zero-padded (convert_model and prepare keep it in high precision)
     error(("FP8Linear: %d -> %d: the ao recipe runs dims that are not multiples of 16 only with pad_inner_dim=true")
@@ -93,8 +132,13 @@ function FP8Linear:__init(in_features, out_features, bias, recipe)
   end
   rawset(self, "_recipe", recipe)
   rawset(self, "fp8_meta", C.layer_new(C.layer_config(recipe)))
-  self:register_buffer("fp8_state", state.pack(self.fp8_meta:state()))
+  -- an ao layer's state is not saved (torchao's Float8Linear has the keys of a Linear, so checkpoints move between
+  -- converted and plain models both ways): its scales come from each cast's own amax, and a loaded one was replaced
+  -- by the next cast. A file that has it (saved before 2026-12-05) still loads: _also_loads.
+  self:register_buffer("fp8_state", state.pack(self.fp8_meta:state()), recipe.backend ~= "ao")
 end
+-- Non-persistent buffers a state_dict may still carry, taken when it does (not an unexpected key).
+FP8Linear._also_loads = { fp8_state = true }
 
 -- Module:to moves parameters and buffers; MS-AMP O3's FP8 weight is neither, so it moves here.
 function FP8Linear:_move_extra(device)
@@ -129,11 +173,9 @@ function FP8Linear:_after_load_state_dict(sd, prefix, strict)
   self.fp8_state = state.pack(self.fp8_meta:state())
   local q = rawget(self, "weight_fp8")
   if q and sd and sd[prefix .. "weight"] ~= nil and sd[prefix .. "weight_fp8"] == nil then
-    core.no_grad(function()
-      local w = self.weight:detach():to("fp32")
-      local fresh = w:quantize("e4m3", { scale = C.scale_for(w:abs():max():item(), "e4m3", 0, true) })
-      require("fp8._checkpoint").copy_exact_(q, fresh)
-    end)
+    FP8Linear._cast_weight_fp8(q, self.weight)
+  elseif q then
+    FP8Linear._mark_cast(q, self.weight)   -- sd's E4M3 weight is the one saved with its master: kept as it is
   end
   return fitted
 end
@@ -181,6 +223,29 @@ function FP8Linear:_check_load_state(sd, prefix, strict)
   return nil
 end
 
+-- MS-AMP O3's E4M3 weight (weight_fp8), which the forward reads in place of the fp16 master: the master and its
+-- version counter when it was last cast (weak keys: one record per E4M3 copy, which tied layers share). A write to
+-- the master since (an nn.init, a copy_, a load, a broadcast) re-casts it before the next forward, as the optimizer
+-- step does: the forward ran on the old weight's bytes until the next step.
+local cast_from = setmetatable({}, { __mode = "k" })
+function FP8Linear._cast_weight_fp8(q, w)
+  core.no_grad(function()
+    local w32 = w:detach():to("fp32")
+    local fresh = w32:quantize("e4m3", { scale = C.scale_for(w32:abs():max():item(), "e4m3", 0, true) })
+    require("fp8._checkpoint").copy_exact_(q, fresh)
+  end)
+  cast_from[q] = { w, w._version }
+end
+-- q holds w's values as of now (the optimizer step re-cast it, prepare made it)
+function FP8Linear._mark_cast(q, w) cast_from[q] = { w, w._version } end
+local function weight_fp8(self)
+  local q = rawget(self, "weight_fp8")
+  if q == nil then return nil end
+  local w, from = self.weight, cast_from[q]
+  if not from or from[1] ~= w or from[2] ~= w._version then FP8Linear._cast_weight_fp8(q, w) end
+  return q
+end
+
 local function check_input(self, x)
   if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
   if x:dim() < 1 or x:size(-1) ~= self.in_features then
@@ -194,7 +259,7 @@ local function records(self) return self.training ~= false and core.is_grad_enab
 function FP8Linear:forward(x)
   check_input(self, x)
   if runs_fp8(self) then
-    return C.linear(x, self.weight, self.bias, self.fp8_meta, records(self), rawget(self, "weight_fp8"))
+    return C.linear(x, self.weight, self.bias, self.fp8_meta, records(self), weight_fp8(self))
   end
   return F.linear(x, self.weight, self.bias)
 end
@@ -215,7 +280,7 @@ function FP8Linear:forward_gelu(x, residual)
   if not runs_fp8(self) then return nil end
   check_input(self, x)
   check_residual(residual)
-  return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, records(self), rawget(self, "weight_fp8"), residual)
+  return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, records(self), weight_fp8(self), residual)
 end
 
 -- residual + forward(x), for a container that adds this layer's output to its input (TransformerBlock's
@@ -227,7 +292,7 @@ function FP8Linear:forward_residual(x, residual)
   if not runs_fp8(self) then return nil end
   check_input(self, x)
   check_residual(residual, true)
-  return C.linear(x, self.weight, self.bias, self.fp8_meta, records(self), rawget(self, "weight_fp8"), residual)
+  return C.linear(x, self.weight, self.bias, self.fp8_meta, records(self), weight_fp8(self), residual)
 end
 
 -- forward(ln(x)) for the LayerNorm module ln right before this layer (in a Sequential, a TransformerBlock): the same
@@ -248,7 +313,7 @@ function FP8Linear:forward_layernorm(x, ln)
     if not core.is_tensor(t) or t:device() ~= x:device() then return nil end
   end
   return C.linear_layernorm(x, ln.weight, ln.bias, ln.eps, self.weight, self.bias, self.fp8_meta, records(self),
-    rawget(self, "weight_fp8"))
+    weight_fp8(self))
 end
 
 -- The field that names each backend's variant in extra_repr; a recipe without it has the table's default.
@@ -259,6 +324,8 @@ for _, row in ipairs(require("fp8.settings").list()) do DEFAULT[row.name] = row.
 function FP8Linear:extra_repr()
   local r = self.recipe
   local field = VARIANT[r.backend] or "opt_level"
+  -- (an msamp recipe table without opt_level: MS-AMP's scaling alone, no level's weights)
+  if field == "opt_level" and r.opt_level == nil then return Linear.extra_repr(self) .. ", fp8=" .. r.backend end
   return Linear.extra_repr(self) .. ", fp8=" .. r.backend .. " " .. tostring(r[field] or DEFAULT[field])
 end
 

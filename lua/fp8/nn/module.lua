@@ -33,7 +33,7 @@ local function make_index(cls)
       v = rawget(self, "_buffers").map[k]; if v ~= nil then return v end
       v = rawget(self, "_modules").map[k]; if v ~= nil then return v end
     end
-    if math.type(k) == "integer" and cls.__getitem then return cls.__getitem(self, k) end   -- a container's s[i]
+    if cls.__getitem and type(k) == "number" then return cls.__getitem(self, Module._position(k, 2)) end   -- s[i]
     return cls[k]
   end
 end
@@ -60,12 +60,14 @@ function Module.generation() return GEN[1] end
 
 -- Assignment: a Module becomes a submodule, a tensor that requires grad a parameter; assigning to an
 -- already registered name replaces it in place (keeping its position); anything else is a plain field.
+local new_name   -- (below: a name newly registered by assignment is checked as register_* and add_module check it)
 local function newindex(self, k, v)
-  local setitem = math.type(k) == "integer" and getmetatable(self).__setitem   -- a container's s[i] = m
-  if setitem then return setitem(self, k, v) end
+  local setitem = type(k) == "number" and getmetatable(self).__setitem   -- a container's s[i] = m
+  if setitem then return setitem(self, Module._position(k, 2), v) end
   local params, bufs, mods = rawget(self, "_parameters"), rawget(self, "_buffers"), rawget(self, "_modules")
   if params and type(k) == "string" then
     if is_module(v) then
+      if mods.map[k] == nil then new_name(self, k, "submodule") end
       store_set(params, k, nil); store_set(bufs, k, nil)
       rawset(v, "_name", k)
       return store_set(mods, k, v)
@@ -89,6 +91,7 @@ local function newindex(self, k, v)
       if v ~= nil then error(("cannot assign %s to submodule '%s' (expected a Module or nil)"):format(type(v), k), 2) end
       return store_set(mods, k, nil)
     elseif is_tensor(v) and v.requires_grad and v:requires_grad() and v:is_leaf() then
+      new_name(self, k, "parameter")
       return store_set(params, k, v)
     end
   end
@@ -504,6 +507,27 @@ end
 
 -- ---- registration ---------------------------------------------------------------------------
 
+-- A container's position k (s[k], s[k] = m) as an integer: 2.0 (what s[#s / 2] gives) is 2; any other number
+-- was looked up as a key that is never there (nil) or stored as a field the container never reads.
+function Module._position(k, level)
+  local i = math.tointeger(k)
+  if i == nil then error(("index must be an integer, got %s"):format(O.got(k)), level + 1) end
+  return i
+end
+
+-- A name that assignment (m.name = module or parameter) registers: as register_* and add_module take it, not empty,
+-- without '.', and not the name of a method or class field (d["keys"] = m hid ModuleDict's keys method; torch's
+-- add_module refuses it: "attribute 'keys' already exists").
+new_name = function(self, k, what)
+  if k == "" or k:find(".", 1, true) then
+    error(("cannot register a %s under the name %q: a name is non-empty and without '.'"):format(what, k), 3)
+  end
+  if getmetatable(self)[k] ~= nil then
+    error(("cannot register a %s under the name '%s': it is already an attribute of %s (a method or class field)")
+      :format(what, k, self:type_name()), 3)
+  end
+end
+
 local function check_name(self, name, what)
   if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
     error(("register_%s: name must be a non-empty string without '.', got %s"):format(what, tostring(name)), 3)
@@ -578,16 +602,20 @@ function Module:register_buffer(name, t, persistent)
   return t
 end
 
-function Module:add_module(name, m)
+-- add_module(name, m), and register_module: torch's other name for it.
+local function add_module(self, fname, name, m)
   if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
-    error(("add_module: name must be a non-empty string without '.', got %s"):format(tostring(name)), 2)
+    error(("%s: name must be a non-empty string without '.', got %s"):format(fname, tostring(name)), 2)
   end
-  if m ~= nil and not is_module(m) then error(("add_module('%s'): expected a Module, got %s"):format(name, type(m)), 2) end
-  if m ~= nil then check_free(self, "add_module", name, "submodule") end
+  if m ~= nil and not is_module(m) then error(("%s('%s'): expected a Module, got %s"):format(fname, name, type(m)), 2) end
+  if m ~= nil then check_free(self, fname, name, "submodule") end
   if m then rawset(m, "_name", name) end
   store_set(rawget(self, "_modules"), name, m)
   return m
 end
+-- (tail calls: the errors' levels reach the caller)
+function Module:add_module(name, m) return add_module(self, "add_module", name, m) end
+function Module:register_module(name, m) return add_module(self, "register_module", name, m) end
 
 -- ---- traversal ------------------------------------------------------------------------------
 
@@ -646,20 +674,27 @@ local function adopt_plain_modules(self, mods)
   end
 end
 
-function Module:named_children()
+-- Every {name, child} in registration order, a module registered under two names under both (model conversion
+-- replaces each, load_state_dict takes each name, the printed tree shows each, as torch's).
+function Module:_all_children()
   local mods, out = rawget(self, "_modules"), {}
   adopt_plain_modules(self, mods)
   for _, n in ipairs(mods.names) do out[#out + 1] = { n, mods.map[n] } end
   return out
 end
 
--- children() → each direct submodule once (a module registered under two names is one child, as torch's);
--- named_children() keeps every name (model conversion replaces each).
-function Module:children()
+-- named_children() and children() → each direct submodule once, under its first name (a module registered under
+-- two names is one child, as torch's).
+function Module:named_children()
   local out, seen = {}, {}
-  for _, nc in ipairs(self:named_children()) do
-    if not seen[nc[2]] then seen[nc[2]] = true; out[#out + 1] = nc[2] end
+  for _, nc in ipairs(self:_all_children()) do
+    if not seen[nc[2]] then seen[nc[2]] = true; out[#out + 1] = nc end
   end
+  return out
+end
+function Module:children()
+  local out = {}
+  for i, nc in ipairs(self:named_children()) do out[i] = nc[2] end
   return out
 end
 
@@ -935,6 +970,9 @@ local function fp8_hint(missing, unexpected)
 end
 function Module:load_state_dict(sd, strict)
   if type(sd) ~= "table" then error(("load_state_dict: expected a table {name → tensor}, got %s"):format(type(sd)), 2) end
+  if is_module(sd) then   -- (its fields were read as keys: strict=false loaded its weight through the lookup)
+    error(("load_state_dict: expected a state_dict, got a module (%s): pass its state_dict()"):format(sd:type_name()), 2)
+  end
   if type(strict) == "table" then strict = O.check("load_state_dict", strict, { "strict" }, 2).strict end
   if strict == nil then strict = true end
   if type(strict) ~= "boolean" then error(("load_state_dict: strict must be a boolean, got %s"):format(type(strict)), 2) end
@@ -945,6 +983,7 @@ function Module:load_state_dict(sd, strict)
   end
   -- A shared tensor's other names (torch's state_dict lists it under each): loaded when given, never missing.
   local aliases = {}
+  local also = {}   -- non-persistent buffers a module still takes from an older file (FP8Linear._also_loads)
   local function walk(m, prefix, onpath)
     if onpath[m] then return end
     onpath[m] = true
@@ -953,9 +992,10 @@ function Module:load_state_dict(sd, strict)
       local skip = storename == "_buffers" and non_persistent(m) or {}
       for _, n in ipairs(st.names) do
         if targets[prefix .. n] == nil and not skip[n] then aliases[#aliases + 1] = { prefix .. n, st.map[n] } end
+        if skip[n] and (m._also_loads or {})[n] then also[prefix .. n] = true end
       end
     end
-    for _, nc in ipairs(m:named_children()) do walk(nc[2], prefix .. nc[1] .. ".", onpath) end
+    for _, nc in ipairs(m:_all_children()) do walk(nc[2], prefix .. nc[1] .. ".", onpath) end
     onpath[m] = nil
   end
   walk(self, "", {})
@@ -974,7 +1014,7 @@ function Module:load_state_dict(sd, strict)
     end
   end
   for k in pairs(sd) do
-    if targets[k] == nil and alias_of[k] == nil then unexpected[#unexpected + 1] = tostring(k) end
+    if targets[k] == nil and alias_of[k] == nil and not also[k] then unexpected[#unexpected + 1] = tostring(k) end
     if alias_of[k] ~= nil and is_tensor(sd[k]) and shape_str(sd[k]) ~= shape_str(alias_of[k])
       and not tostring(k):match("fp8_state$") then
       problems[#problems + 1] = ('size mismatch for "%s": copying a tensor of shape %s from the state_dict, the shape '
@@ -1056,12 +1096,13 @@ function Module:_repr()
   if extra ~= "" then
     for l in (extra .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = l end
   end
-  for _, nc in ipairs(self:named_children()) do
+  local children = self:_all_children()
+  for _, nc in ipairs(children) do
     lines[#lines + 1] = "(" .. nc[1] .. "): " .. indent(nc[2]:_repr(), 2)
   end
   local head = self:type_name() .. "("
   if #lines == 0 then return head .. ")" end
-  if #lines == 1 and #self:named_children() == 0 then return head .. lines[1] .. ")" end
+  if #lines == 1 and #children == 0 then return head .. lines[1] .. ")" end
   return head .. "\n  " .. table.concat(lines, "\n  ") .. "\n)"
 end
 

@@ -13,6 +13,7 @@ local memory = require "fp8._memory"
 local MSAMPAdamW = Optimizer.class()
 
 local AdamW = require "fp8.optim.adamw"
+local FP8Linear = require "fp8.nn.fp8_linear"   -- (O3: the E4M3 weight the step re-casts is marked fresh)
 
 -- Same options and checks as AdamW (the messages name MSAMPAdamW).
 function MSAMPAdamW.new(params, opts) return Optimizer.new(MSAMPAdamW, "MSAMPAdamW", AdamW.DEFAULTS, params, opts) end
@@ -96,8 +97,10 @@ end
 -- opt:step() is Optimizer.step's loop; O3 re-casts the E4M3 weight copy in the same C step.
 function MSAMPAdamW:_update(p, grad, st, g)
   st.step = st.step + 1
-  C.msamp_adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, st.exp_avg_sq_scale_inv, (self._fp8_weights or {})[p],
+  local q = (self._fp8_weights or {})[p]
+  C.msamp_adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, st.exp_avg_sq_scale_inv, q,
     g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, st.step)
+  if q then FP8Linear._mark_cast(q, p) end   -- (re-cast in the step: the forward need not cast it again)
 end
 
 -- Bytes of optimizer state (moments and their scales), for the memory report.
