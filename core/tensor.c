@@ -98,10 +98,11 @@ fl_status fl_shape_numel(const char *what, int ndim, const int64_t *shape, int64
 }
 
 bool fl_tensor_is_contiguous(const fl_tensor *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return true;    /* no elements: any strides (torch's answer too) */
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] == 1) continue;       /* the stride of a size-1 dim never matters */
-        if (t->shape[i] == 0) return true;
         if (t->stride[i] != expect) return false;
         expect *= t->shape[i];
     }

@@ -100,6 +100,7 @@ static int l_copy_(lua_State *L) {
         return luaL_error(L, "copy_: shapes differ: destination %s, source %s",
                           fl_shape_str(a, sizeof a, dst->ndim, dst->shape), fl_shape_str(b, sizeof b, src->ndim, src->shape));
     }
+    fl_lcheck_distinct(L, dst, "copy_");   /* (the optimizers' steps and nn.init write through it) */
     FL_LCALL(L, fl_tensor_copy_(dst, src));
     lua_settop(L, 1);
     return 1;

@@ -457,7 +457,12 @@ static int m_transpose(lua_State *L) {
 static int m_t(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);   /* a released tensor is named first */
     fl_lmaxargs(L, 1, "t", "no arguments");
-    if (t->ndim < 2) { lua_settop(L, 1); return 1; }   /* torch's: a 0-D or 1-D tensor as it is */
+    if (t->ndim < 2) {   /* torch's: a 0-D or 1-D tensor as it is, in a new view (not t itself: freeing or closing the
+                          * result, or its requires_grad_, left t released or changed) */
+        fl_tensor **slot = fl_lnewbox(L);
+        FL_LCALL(L, fl_expand(slot, t, t->ndim, t->shape));
+        return 1;
+    }
     if (t->ndim != 2) {
         lua_pushfstring(L, "t() expects a tensor of at most 2 dims, got %d-D shape ", t->ndim);
         fl_lpushshape(L, t->ndim, t->shape);
@@ -636,10 +641,7 @@ static int m_write_(lua_State *L) {
     if (fl_format(t->dtype)->is_fp8)
         return luaL_error(L, "%s: the tensor is FP8 (%s): its bytes are made by quantize (dequantize, write, quantize "
                           "again)", fname, fl_format(t->dtype)->name);
-    for (int d = 0; d < t->ndim; d++)
-        if (t->stride[d] == 0 && t->shape[d] > 1)
-            return luaL_error(L, "%s: more than one element of the tensor refers to one memory location (an expanded "
-                              "view); write to a copy (:clone() or :contiguous())", fname);
+    fl_lcheck_distinct(L, t, fname);
     fl_tensor *src = NULL, *e = NULL;
     fl_status st;
     if (lua_type(L, 2) == LUA_TNUMBER) {

@@ -402,6 +402,13 @@ fl_dtype fl_lcheckdtype(lua_State *L, int arg) {
     return dt;
 }
 
+void fl_lcheck_distinct(lua_State *L, const fl_tensor *t, const char *fname) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1)
+            luaL_error(L, "%s: more than one element of the tensor refers to one memory location (an expanded "
+                       "view); write to a copy (:clone() or :contiguous())", fname);
+}
+
 fl_dtype fl_lcheckfp8(lua_State *L, int arg) {
     if (lua_type(L, arg) != LUA_TSTRING)
         luaL_argerror(L, arg, lua_pushfstring(L, "expected an FP8 format name (e4m3, e5m2), got %s",

@@ -89,6 +89,10 @@ void fl_lpushretained(lua_State *L, fl_tensor *t);
 
 /* A dtype name at `arg` (any name fl_dtype_from_name knows); error lists the valid ones. */
 fl_dtype fl_lcheckdtype(lua_State *L, int arg);
+/* Raises "<fname>: more than one element of the tensor refers to one memory location ..." for t with a stride of 0
+ * on a dim of more than one element (an expand): a write to it would write one memory location several times, as
+ * torch refuses it. */
+void fl_lcheck_distinct(lua_State *L, const fl_tensor *t, const char *fname);
 /* Same, for a name already read; `what` names the argument in the message. */
 fl_dtype fl_ldtype_from(lua_State *L, const char *name, const char *what);
 /* An FP8 format ("e4m3" | "e5m2", aliases accepted). */

@@ -317,7 +317,9 @@ function M.einsum(eq, ...)
   local ident = true
   for k = 1, #perm do if perm[k] ~= k then ident = false end end
   if not ident then cur = cur:permute(perm) end
-  return cur   -- (one operand in its own order is that operand, as torch's gives a view of it)
+  -- (one operand in its own order: a view of it, as torch's, not the operand itself)
+  for _, x in ipairs(ops) do if rawequal(cur, x) then return require("fp8.tensor")._alias(cur) end end
+  return cur
 end
 
 -- errors at the caller's line, each named einsum's (an op inside, out of memory in a product, names none)

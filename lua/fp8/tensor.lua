@@ -422,6 +422,11 @@ function Tensor.unsqueeze(t, dim, ...)
 end
 
 -- t:squeeze([dim]): without dim, every dim of size 1 goes; with dim, that one if its size is 1 (else t as it is).
+-- A new view of all of t (torch's view ops return one even when nothing moves): the result is another tensor, so
+-- freeing it, closing it or changing its requires_grad leaves t as it is.
+local function alias(t) return t:expand(t:shape()) end
+M._alias = alias
+
 function Tensor.squeeze(t, dim, ...)
   check_self("squeeze", t)
   no_more("squeeze", "([dim])", ...)
@@ -431,15 +436,15 @@ function Tensor.squeeze(t, dim, ...)
       if dim ~= 1 and dim ~= -1 then
         error(("squeeze: dim must be 1 or -1 for a 0-d tensor, got %s"):format(require("fp8.opts").got(dim)), 2)
       end
-      return t
+      return alias(t)
     end
     local d = norm_dim("squeeze", dim, #s)
-    if s[d] ~= 1 then return t end
+    if s[d] ~= 1 then return alias(t) end
     table.remove(s, d)
     return t:reshape(s)
   end
   for _, n in ipairs(s) do if n ~= 1 then out[#out + 1] = n end end
-  if #out == #s then return t end
+  if #out == #s then return alias(t) end
   return t:reshape(out)
 end
 
@@ -460,8 +465,8 @@ function Tensor.flatten(t, first, last, ...)
   for d = first, last do n = n * s[d] end
   out[#out + 1] = n
   for d = last + 1, #s do out[#out + 1] = s[d] end
-  if t:is_contiguous() then return t:reshape(out) end   -- a view: nothing to fail
-  -- a copy (too large, out of memory): reshape's refusal, by flatten's name at the caller's line
+  -- reshape's refusal (a copy too large, out of memory; an FP8 tensor's scaled dim merged with another), by
+  -- flatten's name at the caller's line
   local ok, r = pcall(t.reshape, t, out)
   if not ok then error((tostring(r):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^reshape: ", "flatten: ")), 2) end
   return r
@@ -494,7 +499,7 @@ function Tensor.permute(t, ...)
       at[i], at[j] = at[j], at[i]
     end
   end
-  return r
+  return rawequal(r, t) and alias(t) or r
 end
 
 -- fp8.set_printoptions{precision=, threshold=, edgeitems=, linewidth=} (torch's names and meanings):

@@ -119,10 +119,12 @@ Tensor.tile = at_caller(function(t, ...)
     error(("tile: the result would take %.4g bytes, more than one tensor may hold (%d)"):format(bytes, core._max_bytes))
   end
   local x = t:reshape(shape)
+  local copied = false   -- (x is a view of t until an index_select or narrow: tile copies, as torch's)
   for d, r in ipairs(reps) do
     local n = shape[d]
-    if r == 0 then x = x:narrow(d, 1, 0)
+    if r == 0 then x = x:narrow(d, 1, 0); copied = true
     elseif r > 1 and n > 0 then
+      copied = true
       if r * (n + 0.0) > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24
         error(("tile: %d × %d positions along dim %d, more than 2^24"):format(r, n, d))
       end
@@ -130,7 +132,7 @@ Tensor.tile = at_caller(function(t, ...)
       x = x:index_select(d, pos - (pos / n):floor() * n)   -- position i takes element i mod n
     end
   end
-  if x == t then x = t:clone() end
+  if not copied then x = x:clone() end
   return x
 end)
 

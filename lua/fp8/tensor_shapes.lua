@@ -110,6 +110,7 @@ Tensor.diff = at_caller(function(t, n, dim, o, ...)
   parts[#parts + 1] = t
   if o.append then parts[#parts + 1] = o.append end
   local x = #parts > 1 and core.cat(parts, d) or t
+  if rawequal(x, t) and n == 0 then return t:clone() end   -- (n = 0: torch's diff gives a copy, not t itself)
   for _ = 1, n do
     local len = x:size(d)
     if len == 0 then break end

@@ -296,3 +296,36 @@ describe("the teaching tools", function()
     fails_with("dequantize: target dtype must be fp32, bf16 or fp16, got e5m2", q.dequantize, q, "e5m2")
   end)
 end)
+
+describe("views, expands and FP8 element writes", function()
+  it("optimizers and nn.init refuse an expanded tensor, whose elements share memory", function()
+    local p = fp8.arange(3):unsqueeze(2):expand(3, 2):requires_grad_()
+    for _, name in ipairs { "RMSprop", "Adagrad", "NAdam", "RAdam", "Adamax", "Adadelta" } do
+      fails_with(name .. ": group 1 params[1] is an expanded view", fp8.optim[name], { p }, { lr = 0.5 })
+    end
+    local e = fp8.zeros { 4 }:unsqueeze(2):expand(4, 3)
+    for _, init in ipairs { "normal_", "uniform_", "xavier_uniform_", "kaiming_normal_", "orthogonal_" } do
+      fails_with(init .. ": more than one element of the tensor refers to one memory location", nn.init[init], e)
+    end
+  end)
+
+  it("view ops give a new view even when nothing moves; tile and diff(0) copy", function()
+    local x = fp8.arange(6):view(2, 3)
+    local y = x:squeeze()
+    y:free()
+    assert.are.equal(15, x:sum():item())   -- (x was released with it)
+    for _, v in ipairs { x:permute(1, 2), x:movedim(1, 1), fp8.einsum("ij", x), x:squeeze(1), fp8.arange(3):t() } do
+      assert.is_false(rawequal(v, x))
+    end
+    local w = fp8.arange(6):requires_grad_()
+    fails_with("only leaf tensors can change requires_grad", function() w:t():requires_grad_(false) end)
+    assert.is_true(w:requires_grad())
+    local t = fp8.arange(12):view(3, 4)
+    t:tile(1, 1):fill_(-1)
+    fp8.diff(t, 0):fill_(-1)
+    assert.are.equal(66, t:sum():item())
+    assert.is_true(fp8.zeros { 3, 4 }:narrow(2, 1, 0):t():is_contiguous())   -- empty: contiguous, as torch's
+    local qa = fp8.randn { 2, 3 }:quantize("e4m3", { axis = 1 })
+    fails_with("flatten: e4m3 tensor [2, 3] is scaled per index along dim 1", function() return qa:flatten() end)
+  end)
+end)

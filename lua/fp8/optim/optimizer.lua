@@ -111,6 +111,16 @@ function Optimizer:_add_group(g, i)
         .. "x:detach():requires_grad(true) makes one)"):format(self.name,
         i and ("group " .. i .. " params") or "params", j, p:grad_fn()), 0)
     end
+    -- an expand: its update would write one memory location several times (six steps did, whichever value came
+    -- last; SGD's and Adam's fused steps refused it at the first step; torch refuses it)
+    local sh, sd = p:shape(), p:stride()
+    for d = 1, #sh do
+      if sd[d] == 0 and sh[d] > 1 then
+        error(("%s: %s[%d] is an expanded view (more than one of its elements refers to one memory location, dim %d): "
+          .. "an update would write them all; optimize a copy (:clone())"):format(self.name,
+          i and ("group " .. i .. " params") or "params", j, d), 0)
+      end
+    end
     if seen[p] then
       error(("%s: %s[%d] is already in the optimizer (a parameter may appear once: in one group, once)"):format(
         self.name, i and ("group " .. i .. " params") or "params", j), 0)
