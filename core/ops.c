@@ -107,8 +107,11 @@ fl_status fl_binary_scalar_raw(fl_tensor **out, fl_binop op, const fl_tensor *a,
     if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "unknown binary op %d", (int)op);
     /* A comparison takes the scalar in the tensor's dtype, as torch casts a Python number for one
      * (bf16 x == 0.1 is true where x holds bf16(0.1)); arithmetic keeps it in fp32. */
-    if (fl_binop_is_comparison(op) && a->dtype == FL_BF16) s = fl_bf16_to_f32(fl_f32_to_bf16((float)s));
-    else if (fl_binop_is_comparison(op) && a->dtype == FL_F16) s = fl_f16_to_f32(fl_f32_to_f16((float)s));
+    /* (and fmod's and remainder's divisor: torch rounds it to the dtype too, and 2.59375 fmod 1.3 in bf16 is 0 there,
+     * 2.59375 being 2 × bf16's 1.3, 1.296875; the divisor unrounded gave 1.296875) */
+    bool rounds = fl_binop_is_comparison(op) || op == FL_OP_FMOD || op == FL_OP_REMAINDER;
+    if (rounds && a->dtype == FL_BF16) s = fl_bf16_to_f32(fl_f32_to_bf16((float)s));
+    else if (rounds && a->dtype == FL_F16) s = fl_f16_to_f32(fl_f32_to_f16((float)s));
     const char *name = fl_binop_names[op];
     FL_PROF_SCOPE(name); FL_PROF_SHAPES(a, NULL);
     FL_TRY(refuse_fp8(a, name));

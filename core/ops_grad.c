@@ -50,15 +50,21 @@ static fl_status select_grad(fl_tensor **out, const fl_tensor *g, const fl_tenso
 }
 
 /* atan2(y, x)'s gradients, torch's: g·x/(x² + y²) for y, -g·y/(x² + y²) for x (want: the one for y when for_y) */
+/* g·x/(y²+x²) for y, -g·y/(y²+x²) for x; 0 (-0 for x) where y² + x² is 0, as torch's (0/0 there was NaN: at (0, 0), or
+ * where both squares underflow) */
 static fl_status atan2_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *y, const fl_tensor *x, bool for_y) {
-    fl_tensor *yy = NULL, *xx = NULL, *s = NULL, *q = NULL;
+    fl_tensor *yy = NULL, *xx = NULL, *s = NULL, *q = NULL, *z = NULL, *s1 = NULL, *keep = NULL, *r = NULL;
     fl_status st = fl_binary_raw(&yy, FL_OP_MUL, y, y);
     if (st == FL_OK) st = fl_binary_raw(&xx, FL_OP_MUL, x, x);
     if (st == FL_OK) st = fl_binary_raw(&s, FL_OP_ADD, yy, xx);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&z, FL_OP_EQ, s, 0.0, false);        /* 1 where the sum is 0 */
+    if (st == FL_OK) st = fl_binary_raw(&s1, FL_OP_ADD, s, z);                       /* ... there divided by 1 */
+    if (st == FL_OK) st = fl_binary_scalar_raw(&keep, FL_OP_SUB, z, 1.0, true);      /* 1 - z */
     if (st == FL_OK) st = fl_binary_raw(&q, FL_OP_MUL, g, for_y ? x : y);
-    if (st == FL_OK) { fl_tensor_release(yy); yy = NULL; st = fl_binary_raw(&yy, FL_OP_DIV, q, s); }
-    if (st == FL_OK) st = for_y ? (*out = fl_tensor_retain(yy), FL_OK) : fl_unary_raw(out, FL_OP_NEG, yy);
-    fl_tensor *all[] = { yy, xx, s, q };
+    if (st == FL_OK) { fl_tensor_release(yy); yy = NULL; st = fl_binary_raw(&yy, FL_OP_DIV, q, s1); }
+    if (st == FL_OK) st = fl_binary_raw(&r, FL_OP_MUL, yy, keep);
+    if (st == FL_OK) st = for_y ? (*out = fl_tensor_retain(r), FL_OK) : fl_unary_raw(out, FL_OP_NEG, r);
+    fl_tensor *all[] = { yy, xx, s, q, z, s1, keep, r };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
     return st;
 }

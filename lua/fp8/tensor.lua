@@ -427,6 +427,25 @@ end
 local function alias(t) return t:expand(t:shape()) end
 M._alias = alias
 
+-- f(...) computed in fp32 where its tensor arguments are all bf16 or all fp16, the result rounded once to that dtype:
+-- torch's CPU kernels compute these ops in fp32, and in the low dtype an intermediate overflowed or cancelled (fp16
+-- softplus(12) was inf, a bf16 lerp whose terms cancel was 0, sinc's π·x was rounded before the sine). With an fp32
+-- operand, or bf16 beside fp16, the ops compute in fp32 already.
+function M._low_in_fp32(f, ...)
+  local args, low = table.pack(...), nil
+  for i = 1, args.n do
+    local a = args[i]
+    if core.is_tensor(a) then
+      local dt = a:dtype()
+      if (dt ~= "bf16" and dt ~= "fp16") or (low and low ~= dt) then return f(...) end
+      low = dt
+    end
+  end
+  if not low then return f(...) end
+  for i = 1, args.n do if core.is_tensor(args[i]) then args[i] = args[i]:to("fp32") end end
+  return f(table.unpack(args, 1, args.n)):to(low)
+end
+
 function Tensor.squeeze(t, dim, ...)
   check_self("squeeze", t)
   no_more("squeeze", "([dim])", ...)

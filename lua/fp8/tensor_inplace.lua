@@ -112,12 +112,14 @@ local function lerp(name, t, e, w)
   if core.is_tensor(w) then check_live(name, "weight", w, 4)
   elseif type(w) ~= "number" then error(("%s: weight must be a number or a tensor, got %s"):format(name, got(w)), 4) end
   return compute(name, function()
-    local d = e - t
-    if type(w) == "number" then
-      if math.abs(w) < 0.5 then return t + d * w end
-      return e - d * (1 - w)
-    end
-    return T.where(w:abs():lt(0.5), t + d * w, e - d * (1 - w))
+    return T._low_in_fp32(function(s, f, wt)
+      local d = f - s
+      if type(wt) == "number" then
+        if math.abs(wt) < 0.5 then return s + d * wt end
+        return f - d * (1 - wt)
+      end
+      return T.where(wt:abs():lt(0.5), s + d * wt, f - d * (1 - wt))
+    end, t, e, w)
   end)
 end
 

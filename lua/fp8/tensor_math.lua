@@ -14,6 +14,23 @@ local where = T.where
 
 local PI = math.pi
 
+-- |x|^p, with a zero gradient where x is 0 (for p < 1 the power's derivative there is infinite, and times abs's 0 it
+-- was NaN: cdist and pairwise_distance of points sharing a coordinate)
+function T._abs_pow(x, p)
+  local a = x:abs()
+  if p >= 1 then return a ^ p end
+  local pos = a:gt(0)
+  return where(pos, where(pos, a, 1) ^ p, 0)
+end
+
+-- s^(1/p) of sums s >= 0, the root taken where s > 0 only: a zero sum's root is 0, with a finite gradient (the
+-- root's derivative at 0 is infinite: renorm's all-zero slice had NaN gradients). The p-norms' last step.
+function T._root(s, p)
+  local pos = s:gt(0)
+  local safe = where(pos, s, 1)
+  return where(pos, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
+end
+
 -- y as a tensor beside t (a number becomes a full tensor of t's shape and dtype)
 local function tensor_of(t, y)
   if type(y) == "number" then return core.full(t:shape(), y, { dtype = t:dtype(), device = t:device() }) end
@@ -71,11 +88,13 @@ end)
 Tensor.logaddexp2 = at_caller(function(t, y, ...)
   no_more("logaddexp2", "(other)", ...)
   self_of("logaddexp2", t); operand("logaddexp2", "other", y)
-  local m = t:maximum(y)
-  local d = (t - y):abs()
-  local same_inf = t:eq(y):logical_and(t:isinf())
-  local r = m + (-d):exp2():log1p() / math.log(2)
-  return where(same_inf, m, r)
+  return T._low_in_fp32(function(a, b)
+    local m = a:maximum(b)
+    local d = (a - b):abs()
+    local same_inf = a:eq(b):logical_and(a:isinf())
+    local r = m + (-d):exp2():log1p() / math.log(2)
+    return where(same_inf, m, r)
+  end, t, y)
 end)
 
 -- floor_divide(other): ⌊x / other⌋ as torch computes it from fmod, so a quotient that rounds up to an integer in
@@ -94,6 +113,18 @@ Tensor.floor_divide = at_caller(function(t, y, ...)
   fl = where(fl:eq(0), (a / b):sign() * 0, fl)
   return where(b:eq(0), a / b, fl)
 end)
+
+-- x // y: floor_divide, as torch's // on tensors (Lua's generic "attempt to perform arithmetic" before); a number
+-- on the left is refused as floor_divide's function form refuses it
+core._metatable.__idiv = function(a, b)
+  if not core.is_tensor(a) then
+    error(("//: the left operand must be a tensor, got %s (fp8.full_like(x, n):floor_divide(x) divides a number by "
+      .. "x)"):format(got(a)), 2)
+  end
+  local ok, r = pcall(Tensor.floor_divide, a, b)
+  if not ok then error((tostring(r):gsub("^[^\n:]+:%d+: ", "")), 2) end
+  return r
+end
 
 -- true_divide(other): div's other name
 Tensor.true_divide = at_caller(function(t, y, ...)
@@ -118,6 +149,8 @@ Tensor.copysign = at_caller(function(t, y, ...)
   local b = tensor_of(t, core.is_tensor(y) and y:detach() or y)
   local neg = sign_bit(b)
   local mag = t:abs()
+  -- the promoted dtype, as + and * give it (it kept self's: a bf16 x with an fp32 other stayed bf16)
+  if core.is_tensor(y) and y:dtype() ~= t:dtype() then mag = mag:to("fp32") end
   return where(neg, -mag, mag)
 end)
 
@@ -135,11 +168,13 @@ end)
 -- gradient does not lose its digits to the cancellation the quotient's does there (and is 0 at 0, not 0/0)
 Tensor.sinc = at_caller(function(t, ...)
   no_more("sinc", "no arguments", ...); self_of("sinc", t)
-  local small = (t:detach() * PI):abs():lt(0.06)
-  local xs = where(small, 1, t) * PI
-  local u = where(small, t, 0) * PI
-  local u2 = u * u
-  return where(small, 1 - u2 / 6 + u2 * u2 / 120, xs:sin() / xs)
+  return T._low_in_fp32(function(x)
+    local small = (x:detach() * PI):abs():lt(0.06)
+    local xs = where(small, 1, x) * PI
+    local u = where(small, x, 0) * PI
+    local u2 = u * u
+    return where(small, 1 - u2 / 6 + u2 * u2 / 120, xs:sin() / xs)
+  end, t)
 end)
 
 -- ---- reductions ----------------------------------------------------------------------------------------------------
@@ -183,7 +218,12 @@ end)
 Tensor.dist = at_caller(function(t, y, p, ...)
   no_more("dist", "(other [, p=2])", ...)
   self_of("dist", t); operand("dist", "other", y)
-  return (t - y):norm(p or 2)
+  p = p or 2
+  if type(p) ~= "number" or not (p >= 0) then error(("dist: p must be a number >= 0, got %s"):format(got(p)), 2) end
+  local d = t - y
+  if p == 1 or p == 2 or p == math.huge then return d:norm(p) end
+  if p == 0 then return d:ne(0):to(d:dtype()):sum() end   -- torch's: the count of differing elements
+  return T._root(T._abs_pow(d, p):sum(), p)   -- torch's dist takes any p
 end)
 
 -- renorm(p, dim, maxnorm): each slice along dim (the tensor at one index of dim) whose p-norm passes maxnorm
@@ -206,7 +246,7 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
     norm = a
     for _, i in ipairs(others) do norm = norm:amax(i, true) end
   else
-    norm = (a ^ p):sum(#others == 1 and others[1] or others, true) ^ (1 / p)
+    norm = T._root(T._abs_pow(a, p):sum(#others == 1 and others[1] or others, true), p)
   end
   local scale = where(norm:gt(maxnorm), maxnorm / (norm + 1e-7), 1)
   return t * scale

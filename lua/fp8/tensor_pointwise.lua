@@ -26,16 +26,20 @@ Tensor.addcmul = at_caller(function(t, a, b, v, ...)
   self_of("addcmul", t)
   operand("addcmul", "tensor1", a); operand("addcmul", "tensor2", b)
   v = value_of("addcmul", v)
-  local p = a * b
-  return t + (v == 1 and p or p * v)
+  return T._low_in_fp32(function(x, a1, b1)
+    local p = a1 * b1
+    return x + (v == 1 and p or p * v)
+  end, t, a, b)
 end)
 Tensor.addcdiv = at_caller(function(t, a, b, v, ...)
   no_more("addcdiv", "(tensor1, tensor2 [, value])", ...)
   self_of("addcdiv", t)
   operand("addcdiv", "tensor1", a); operand("addcdiv", "tensor2", b)
   v = value_of("addcdiv", v)
-  local q = a / b
-  return t + (v == 1 and q or q * v)
+  return T._low_in_fp32(function(x, a1, b1)
+    local q = a1 / b1
+    return x + (v == 1 and q or q * v)
+  end, t, a, b)
 end)
 
 -- clip: torch's alias of clamp; relu(): F.relu as a method
@@ -81,12 +85,14 @@ Tensor.logaddexp = at_caller(function(t, y, ...)
   no_more("logaddexp", "(other)", ...)
   self_of("logaddexp", t)
   operand("logaddexp", "other", y)
-  local m = t:maximum(y)
-  local d = (t - y):abs()
-  -- where both are the same infinity, d is NaN: the sum is that infinity (m)
-  local same_inf = t:eq(y):logical_and(t:isinf())
-  local r = m + (-d):exp():log1p()
-  return where(same_inf, m, r)
+  return T._low_in_fp32(function(a, b)
+    local m = a:maximum(b)
+    local d = (a - b):abs()
+    -- where both are the same infinity, d is NaN: the sum is that infinity (m)
+    local same_inf = a:eq(b):logical_and(a:isinf())
+    local r = m + (-d):exp():log1p()
+    return where(same_inf, m, r)
+  end, t, y)
 end)
 
 -- xlogy(other): x·log(other), 0 where x is 0 (unless other is NaN), torch's; other a tensor or a number. The gradient
@@ -100,7 +106,9 @@ Tensor.xlogy = at_caller(function(t, y, ...)
   local zero_x = t:eq(0)
   -- where x is 0 and other <= 0 the log would be -inf or NaN and 0·it NaN: log(1) = 0 instead, the value torch gives
   local ysafe = T.where(zero_x:logical_and(y:le(0)), 1, y)
-  local prod = t * ysafe:log()
+  -- (the log in fp32 when x is: an fp32 x beside a bf16 other took it in bf16)
+  if t:dtype() == "fp32" and ysafe:dtype() ~= "fp32" then ysafe = ysafe:to("fp32") end
+  local prod = T._low_in_fp32(function(a, b) return a * b:log() end, t, ysafe)
   -- 0·log(inf) is NaN: torch's value there is 0 too
   return T.where(zero_x:logical_and(y:eq(math.huge)), 0, prod)
 end)

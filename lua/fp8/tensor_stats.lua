@@ -44,11 +44,16 @@ Tensor.median = at_caller(function(t, dim, keepdim, ...)
   if dim == nil then
     if t:numel() == 0 then return core.full({}, 0 / 0) end
     local flat = t:reshape({ -1 })
-    if flat:isnan():any():item() ~= 0 then
-      local at = flat:isnan():nonzero():select(2, 1):narrow(1, 1, 1)
-      return flat:index_select(1, at):reshape({})
-    end
-    return (kth(flat, (flat:numel() + 1) // 2, 1, false))
+    -- the value: the lower middle one, or NaN when there is one; its gradient spread evenly over the elements equal
+    -- to it (all the NaNs for a NaN), as torch's median() without a dim (median(dim) gives it to the one index)
+    local nan = flat:detach():isnan()
+    local v = nan:any():item() ~= 0 and core.full({}, 0 / 0, { dtype = t:dtype(), device = t:device() })
+      or kth(flat, (flat:numel() + 1) // 2, 1, false):detach()
+    local mask = v:isnan():item() ~= 0 and nan or flat:detach():eq(v)
+    local n = mask:sum():item()
+    -- v itself, plus the masked elements' differences from it (exactly 0: a where, not a product, so an inf elsewhere
+    -- makes no NaN), spread by 1/n
+    return v + where(mask, flat - v, core.zeros({}, { dtype = t:dtype(), device = t:device() })):sum() / n
   end
   local d = norm_dim("median", dim, math.max(t:dim(), 1), 2)
   if t:dim() == 0 then return t * 1, core.zeros({}) end
@@ -298,9 +303,7 @@ M.cdist = at_caller(function(a, b, p, ...)
   if p == math.huge then return ad:amax(-1) end
   if p == 0 then return ad:ne(0):to(ad:dtype()):sum(-1) end
   if p == 1 then return ad:sum(-1) end
-  local s = p == 2 and (diff * diff):sum(-1) or (ad ^ p):sum(-1)
-  local zero = s:detach():eq(0)
-  return where(zero, 0, where(zero, 1, s) ^ (1 / p))
+  return T._root(p == 2 and (diff * diff):sum(-1) or T._abs_pow(ad, p):sum(-1), p)
 end)
 
 -- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each value the 0-based position in its row of

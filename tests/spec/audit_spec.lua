@@ -329,3 +329,69 @@ describe("views, expands and FP8 element writes", function()
     fails_with("flatten: e4m3 tensor [2, 3] is scaled per index along dim 1", function() return qa:flatten() end)
   end)
 end)
+
+describe("low-precision pointwise ops as torch computes them", function()
+  local F = fp8.nn.functional
+  local function vals(t) return t:float():totable() end
+  it("compute bf16/fp16 in fp32 and round once (softplus, logsigmoid, silu, sinc, lerp, logaddexp, hardsigmoid)", function()
+    assert.are.same({ 11, 12, 20 }, vals(F.softplus(fp8.tensor({ 11, 12, 20 }, "fp16"))))   -- (inf, inf before)
+    assert.are.same({ -11, -12, -20 }, vals(F.logsigmoid(fp8.tensor({ -11, -12, -20 }, "fp16"))))
+    assert.are.equal("fp16", F.softplus(fp8.tensor({ 1 }, "fp16")):dtype())
+    for _, v in ipairs(vals(fp8.tensor({ 1, 2, 3, -10 }, "bf16"):sinc())) do assert.is_true(math.abs(v) < 1e-7, v) end
+    -- terms that cancel: torch's -0.0046997 (it was 0)
+    local l = fp8.tensor({ -1.6875 }, "bf16"):lerp(fp8.tensor({ 3.921875 }, "bf16"), 0.3)
+    assert.are.equal(-0.00469970703125, l:float():item())
+    assert.are.equal(0.01361083984375, fp8.tensor({ -0.6953125 }, "bf16"):logaddexp(fp8.tensor({ -0.6640625 }, "bf16"))
+      :float():item())
+    assert.are.equal(0.002609252929688, tonumber(("%.15f"):format(F.hardsigmoid(fp8.tensor({ -2.984375 }, "bf16"))
+      :float():item())))
+    local s = vals(F.silu(fp8.tensor({ -17, -20 }, "fp16")))
+    assert.is_true(math.abs(s[1] + 7.15e-7) < 1e-9 and s[2] < 0, s[1])   -- (subnormals: -1.013e-6 and -0 before)
+  end)
+
+  it("pow keeps a number exponent in double; fmod rounds a number divisor to the dtype; copysign promotes; //", function()
+    local p = (fp8.tensor({ 1e20 }) ^ 1.3):item()
+    assert.is_true(math.abs(p / 1.0000000e26 - 1) < 1e-7, p)   -- (9.99997812e25 with the exponent in fp32)
+    assert.are.equal(0, fp8.tensor({ 2.59375 }, "bf16"):fmod(1.3):float():item())
+    assert.are.equal(0, (fp8.tensor({ 2.59375 }, "bf16") % 1.3):float():item())
+    assert.are.equal("fp32", fp8.tensor({ 1.5 }, "bf16"):copysign(fp8.tensor({ -1 })):dtype())
+    assert.are.same({ 0, 1, -1 }, (fp8.tensor { 1, 2, -1 } // 2):totable())
+    fails_with("//: the left operand must be a tensor, got 2", function() return 2 // fp8.tensor { 1 } end)
+    local x = fp8.tensor({ 1.5, 3 }):xlogy(fp8.tensor({ 1.5, 3 }, "bf16"))
+    assert.is_true(math.abs(x:totable()[1] - 0.6081976) < 1e-6)   -- (the log in bf16: 0.609375)
+  end)
+end)
+
+describe("gradients at the edges, as torch's", function()
+  local function leaf(l) return fp8.tensor(l):requires_grad_() end
+  it("median() spreads its gradient over ties (and NaNs); atan2 at (0, 0) is 0", function()
+    local m = leaf { 1, 2, 2, 2, 3, 4 }
+    fp8.median(m):backward()
+    for i, v in ipairs { 0, 1 / 3, 1 / 3, 1 / 3, 0, 0 } do assert.is_true(math.abs(m.grad:totable()[i] - v) < 1e-6) end
+    local n = leaf { 1, 0 / 0, 2, 0 / 0 }
+    fp8.median(n):backward()
+    assert.are.same({ 0, 0.5, 0, 0.5 }, n.grad:totable())
+    local big = leaf { math.huge, 2, -math.huge, 0.1, 0.3 }
+    local v = fp8.median(big)
+    v:backward()
+    assert.is_true(math.abs(v:item() - 0.3) < 1e-7)
+    assert.are.same({ 0, 0, 0, 0, 1 }, big.grad:totable())
+    local y, x = leaf { 0 }, leaf { 0 }
+    y:atan2(x):sum():backward()
+    assert.are.same({ 0 }, y.grad:totable())
+    assert.are.same({ 0 }, x.grad:totable())
+  end)
+
+  it("renorm of a zero slice, cdist with p < 1 at a shared coordinate: finite gradients; dist takes any p", function()
+    local r = leaf { { 0, 0 }, { 3, 4 } }
+    fp8.renorm(r, 2, 1, 1):sum():backward()
+    assert.are.same({ 1, 1 }, r.grad:totable()[1])
+    local a = leaf { { 1, 2 }, { 3, 4 } }
+    fp8.cdist(a, fp8.tensor { { 1, 5 }, { 0, 0 } }, 0.5):sum():backward()
+    assert.is_true(math.abs(a.grad:totable()[1][1] - 2.4142) < 1e-3)   -- (NaN before)
+    local d = fp8.dist(fp8.tensor { 1, 2 }, fp8.tensor { 0, 0 }, 3)
+    assert.is_true(math.abs(d:item() - 2.0801) < 1e-4)
+    assert.are.equal(2, fp8.dist(fp8.tensor { 1, 2 }, fp8.tensor { 0, 0 }, 0):item())
+    fails_with("dist: p must be a number >= 0, got -1", fp8.dist, fp8.tensor { 1 }, fp8.tensor { 0 }, -1)
+  end)
+end)

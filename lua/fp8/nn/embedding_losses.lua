@@ -64,7 +64,7 @@ end
 function F._p_norm(d, p, keepdim)
   if p == 1 or p == 2 or p == math.huge then return d:norm(p, -1, keepdim) end
   if p == 0 then return d:detach():ne(0):to(d:dtype()):sum(-1, keepdim) end
-  return F._root(d:abs():pow(p):sum(-1, keepdim), p)
+  return F._root(require("fp8.tensor")._abs_pow(d, p):sum(-1, keepdim), p)   -- (p < 1: equal coordinates too)
 end
 
 -- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):

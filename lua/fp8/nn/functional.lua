@@ -38,6 +38,7 @@ end
 -- A call with more arguments than the function takes (torch's inplace=, padding_idx=, a dtype) would drop them
 -- silently: refused, naming what the function takes.
 local no_more = O.no_more
+local function low_in_fp32(...) return require("fp8.tensor")._low_in_fp32(...) end   -- (fp8.tensor's, at call time)
 
 local function check_opts(fname, opts, valid)
   local o = O.check(fname, opts, valid, 3)   -- not a tail call: level 3 counts this frame
@@ -98,7 +99,7 @@ end
 function F.silu(x, ...)
   no_more("silu", "(input) (no inplace)", ...)
   check_tensor("silu", "input", x)
-  return x * x:sigmoid()
+  return low_in_fp32(function(v) return v * v:sigmoid() end, x)
 end
 function F.sigmoid(x, ...)
   no_more("sigmoid", "(input)", ...)
@@ -144,12 +145,16 @@ function F.elu(x, alpha, ...)
   -- passes none at a bound)
   return where(x:le(0), expm1_exp(x:clamp_max(1)) * alpha, x)   -- (NaN takes x's side, its gradient 1: torch's)
 end
+local softplus
 function F.softplus(x, beta, threshold, ...)
   no_more("softplus", "(input [, beta [, threshold]])", ...)
   check_tensor("softplus", "input", x)
   beta = check_number("softplus", "beta", beta, 1.0)
   threshold = check_number("softplus", "threshold", threshold, 20.0)
   if beta == 0 then error("softplus: beta must be nonzero (it divides)", 2) end
+  return low_in_fp32(function(v) return softplus(v, beta, threshold) end, x)
+end
+softplus = function(x, beta, threshold)
   local bx = x * beta
   -- above the threshold torch returns x itself (linear); below, log1p(e^(βx)) / β, e^ of the clamped βx (log of
   -- 1 + e^(βx) rounded 1 + e^-17 to 1: softplus(-17) was 0, logsigmoid(17) and mish(-17) too)
@@ -183,7 +188,10 @@ end
 function F.hardsigmoid(x, ...)
   no_more("hardsigmoid", "(input) (no inplace)", ...)
   check_tensor("hardsigmoid", "input", x)
-  return where(x:gt(-3):logical_and(x:lt(3)), x / 6 + 0.5, x:detach():clamp(-3, 3) / 6 + 0.5)
+  -- torch's (x + 3) / 6: x / 6 + 0.5 cancelled near -3
+  return low_in_fp32(function(v)
+    return where(v:gt(-3):logical_and(v:lt(3)), (v + 3) / 6, (v:detach():clamp(-3, 3) + 3) / 6)
+  end, x)
 end
 function F.hardswish(x, ...)
   no_more("hardswish", "(input) (no inplace)", ...)
@@ -194,7 +202,7 @@ end
 function F.mish(x, ...)
   no_more("mish", "(input) (no inplace)", ...)
   check_tensor("mish", "input", x)
-  return x * F.softplus(x):tanh()
+  return low_in_fp32(function(v) return v * F.softplus(v):tanh() end, x)
 end
 local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 function F.selu(x, ...)
@@ -793,13 +801,9 @@ function F.normalize(x, opts, ...)
   return x / F._root(s, p):clamp_min(eps)
 end
 
--- s^(1/p) of sums s >= 0, the root taken where s > 0 only: a zero sum's root is 0, with a finite gradient (the
--- root's derivative at 0 is infinite). normalize's and pairwise_distance's norms.
-function F._root(s, p)
-  local pos = s:gt(0)
-  local safe = where(pos, s, 1)
-  return where(pos, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
-end
+-- s^(1/p) of sums s >= 0, a zero sum's root 0 with a finite gradient (fp8.tensor's): normalize's and
+-- pairwise_distance's norms
+F._root = require("fp8.tensor")._root
 
 -- pad(x, pad [, {mode="constant", value=0}]): torch's padding of the last dims: pad = {left, right} for the last
 -- dim, then {top, bottom} for the one before, ...; a negative amount crops. mode "constant" fills with value (any
