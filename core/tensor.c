@@ -546,18 +546,23 @@ void fl_tensor_adopt_scale(fl_tensor *dst, fl_tensor *scale_inv, const fl_tensor
     dst->qfuture = fl_stats_future_retain(src->qfuture);
 }
 
-/* A packed copy of t in its own dtype; an FP8 one shares t's scale inverse and keeps its axis and counters. */
+/* A packed copy of t in its own dtype; an FP8 one with a copy of t's scale inverse (its own: a scale shared with t
+ * made a clone follow t's later in-place scaling, clip_grad_norm_ of an E4M3 gradient clipped its clone too), and
+ * t's axis and counters. */
 static fl_status packed_copy(fl_tensor **out, const fl_tensor *t) {
     *out = NULL;
     const fl_device *dev;
     FL_TRY(device_of(t, &dev));
     fl_tensor *c;
     FL_TRY(fl_tensor_empty(&c, t->dtype, t->ndim, t->shape, t->device));
-    /* Same dtype, so FP8 bytes are copied as they are and the scale travels with them. */
+    /* Same dtype, so FP8 bytes are copied as they are. */
     fl_status st = dev->copy(c, t);
     if (st != FL_OK) { fl_tensor_release(c); return st; }
     if (t->scale_inv) {
-        fl_tensor_adopt_scale(c, fl_tensor_retain(t->scale_inv), t);
+        fl_tensor *si = NULL;
+        st = packed_copy(&si, t->scale_inv);
+        if (st != FL_OK) { fl_tensor_release(c); return st; }
+        fl_tensor_adopt_scale(c, si, t);
     }
     *out = c;
     return FL_OK;

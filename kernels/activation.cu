@@ -113,7 +113,7 @@ FL_HD void dropout_block(const float *x, float *y, uint8_t *mask, int64_t n, int
     const int64_t i0 = b * 4;
     if (d.mode != 2) {
         for (int64_t j = 0; j < 4 && i0 + j < n; j++) {
-            y[i0 + j] = d.mode == 0 ? x[i0 + j] : 0.0f;
+            y[i0 + j] = d.mode == 0 ? x[i0 + j] : fl_fmul(x[i0 + j], 0.0f);   /* x·0, as the CPU's */
             mask[i0 + j] = d.mode == 0 ? 1 : 0;
         }
         return;
@@ -123,7 +123,7 @@ FL_HD void dropout_block(const float *x, float *y, uint8_t *mask, int64_t n, int
     for (int64_t j = 0; j < 4 && i0 + j < n; j++) {
         uint8_t keep = (w[j] >> 8) >= d.thr;
         mask[i0 + j] = keep;
-        y[i0 + j] = keep ? fl_fmul(x[i0 + j], d.scale) : 0.0f;
+        y[i0 + j] = fl_fmul(x[i0 + j], keep ? d.scale : 0.0f);
     }
 }
 

@@ -123,9 +123,11 @@ FL_HD float ew_binop(int op, float x, float y) {
     }
 }
 
-/* s op x when first, else x op s: the binary op with its operands in that order. */
-FL_HD float ew_scalar(int op, float x, float s, bool first) {
-    return first ? ew_binop(op, s, x) : ew_binop(op, x, s);
+/* s op x when first, else x op s: the binary op with its operands in that order; the scalar as the double it was
+ * given for pow (a double power rounded once, as the CPU computes it), in fp32 for the others. */
+FL_HD float ew_scalar(int op, float x, double s, bool first) {
+    if (op == FL_OP_POW) return first ? (float)pow(s, (double)x) : (float)pow((double)x, s);
+    return first ? ew_binop(op, (float)s, x) : ew_binop(op, x, (float)s);
 }
 
 FL_HD float ew_unop(int op, float x) {
@@ -161,7 +163,7 @@ FL_HD float ew_unop(int op, float x) {
 
 struct EwOp {
     int kind, op;
-    float s;        /* K_SCALAR: the scalar, rounded to fp32 as the CPU does */
+    double s;       /* K_SCALAR: the scalar (rounded to fp32 where the CPU rounds it: ew_scalar) */
     int first;      /* K_SCALAR: s op a */
     int es;         /* K_COPY_BYTES: element size */
 };
@@ -477,7 +479,7 @@ fl_status binary_scalar_impl(fl_binop op, fl_tensor *dst, const fl_tensor *a, do
     EwPlan p;
     const fl_tensor *ts[2] = { dst, a };
     ew_plan(&p, 2, ts);
-    EwOp o = { K_SCALAR, (int)op, (float)s, first ? 1 : 0, 0 };
+    EwOp o = { K_SCALAR, (int)op, s, first ? 1 : 0, 0 };
     return ew_run(p, o, host);
 }
 

@@ -118,6 +118,9 @@ extern "C" fl_status fl_cuda_dev_embedding_fwd(const float *idx, int64_t n, cons
         float f;
         FL_CUDA_CHECK(cudaMemcpyAsync(&f, idx + h, sizeof f, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
         FL_CUDA_CHECK(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+        if (f >= 0.0f && (double)f < (double)vocab && f != floorf(f))   /* the CPU's message */
+            return FL_ERR(FL_EINVAL, "embedding: index %g at position %lld is not a whole number (token ids are "
+                          "integers)", (double)f, (long long)h);
         return FL_ERR(FL_EINVAL, "embedding: index %g at position %lld is out of range [0, %lld) (vocab size %lld)",
                       (double)f, (long long)h, (long long)vocab, (long long)vocab);
     }

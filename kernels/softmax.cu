@@ -234,6 +234,9 @@ fl_status check_shape(const char *fn, int64_t rows, int64_t cols) {
 
 /* The CPU's message for the first bad target row (on_device: its value read back from the GPU first). */
 fl_status bad_target(double value, int64_t row, int64_t cols) {
+    if (value >= 0.0 && value < (double)cols && value != floor(value))   /* the CPU's message */
+        return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is not a whole number (class indices are "
+                      "integers)", value, (long long)row);
     return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is out of range [0, %lld)", value, (long long)row,
                   (long long)cols);
 }

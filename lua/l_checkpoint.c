@@ -85,7 +85,9 @@ static int l_save_file(lua_State *L) {
         if (lua_type(L, -2) != LUA_TSTRING)
             return luaL_error(L, "save_file: tensor names must be strings, got a %s key", luaL_typename(L, -2));
         if (!fl_ltotensor(L, -1))
-            return luaL_error(L, "save_file: \"%s\" must be a tensor, got %s", lua_tostring(L, -2), luaL_typename(L, -1));
+            return luaL_error(L, luaL_testudata(L, -1, FL_TENSOR_MT) ? "save_file: \"%s\" has been released (freed or closed)"
+                                                                      : "save_file: \"%s\" must be a tensor, got %s",
+                              lua_tostring(L, -2), luaL_typename(L, -1));
         header_string(L, -2, "tensor name");
         n++;
         lua_pop(L, 1);

@@ -712,9 +712,13 @@ static int m_index(lua_State *L) {
     if (lua_type(L, 2) == LUA_TSTRING) {
         lua_pushvalue(L, 2);
         lua_rawget(L, lua_upvalueindex(1));
-        /* Not a method: fields such as t.grad (l_autograd.c). */
-        fl_tensor *t;
-        if (lua_isnil(L, -1) && (t = fl_ltotensor(L, 1)) != NULL && fl_lautograd_field(L, t, lua_tostring(L, 2))) return 1;
+        /* Not a method: fields such as t.grad (l_autograd.c). A released tensor's raise, as its methods do (its
+         * .grad read as nil, and an optimizer or clip_grad_norm_ skipped a freed parameter without a word). */
+        if (lua_isnil(L, -1)) {
+            fl_tensor *t = fl_ltotensor(L, 1);
+            if (!t && luaL_testudata(L, 1, FL_TENSOR_MT)) fl_lchecktensor(L, 1);   /* raises "... released ..." */
+            if (t && fl_lautograd_field(L, t, lua_tostring(L, 2))) return 1;
+        }
         return 1;
     }
     if (lua_type(L, 2) != LUA_TNUMBER)   /* x[{1, 2}] or x[true] read as nil and failed later, far from here */

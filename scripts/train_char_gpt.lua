@@ -59,6 +59,10 @@ local function parse_args(argv)
     fail(("--d-model (%d) must be divisible by --heads (%d)"):format(opts["d-model"], opts.heads))
   end
   if not (opts.lr > 0) then fail("--lr must be > 0") end
+  -- (generate's limit: 1 + n tokens at most 2^24; it failed after the whole training run)
+  if opts["sample-len"] > (1 << 24) - 1 then
+    fail(("--sample-len must be at most %d (the sample's token limit), got %d"):format((1 << 24) - 1, opts["sample-len"]))
+  end
   -- made now: a file in its place failed at the first save, after training had run
   if opts["save-every"] > 0 then require("fp8.args").out_folder(opts["checkpoint-dir"], "--checkpoint-dir") end
   local mp = opts["mixed-precision"]
@@ -280,11 +284,13 @@ local ok, err = pcall(function()
       return l
     end)
     micro = micro + 1
-    if not accel.sync_gradients then t_train = t_train + data.clock() - tm; goto continue end
-    step = step + 1
+    -- every micro-batch's loss goes into train_loss (the mean over the tokens the report's tokens/s counts; it was
+    -- the last micro-batch's of each step under accumulation)
     local l = loss:item()      -- waits for the step: its time counts
     t_train = t_train + data.clock() - tm
     run_sum, run_n = run_sum + l, run_n + 1
+    if not accel.sync_gradients then goto continue end
+    step = step + 1
     bar:set_postfix{loss = l}
     if step % opts["eval-every"] == 0 or step == opts.steps then
       report(step, run_sum / run_n, val_loss(val_loader), sched:get_last_lr()[1], micro * tokens_per_micro / t_train,
@@ -292,6 +298,9 @@ local ok, err = pcall(function()
       run_sum, run_n, t_train, micro = 0, 0, 0, 0
     end
     if opts["save-every"] > 0 and step % opts["save-every"] == 0 then accel:save_state() end
+    -- --steps optimizer steps: an epoch's end closes a shorter accumulation window (Accelerate's sync_with_dataloader),
+    -- one step more than the micro-batches counted for (step 9/8, past the schedule's end)
+    if step >= opts.steps then bar:close(); break end
     ::continue::
   end
 end)

@@ -243,9 +243,11 @@ void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, floa
         for (int64_t i = 0; i < n; i++) { y[i] = x[i]; mask[i] = 1; }
         return;
     }
-    if (p >= 1.0f) {     /* everything dropped; 1/(1-p) would be inf, PyTorch returns zeros */
+    /* A dropped element is x·0, as torch's x·mask/(1−p): 0 with x's sign, NaN for a NaN or an infinity (a literal 0 hid
+     * a diverged activation from a NaN check) */
+    if (p >= 1.0f) {     /* everything dropped; 1/(1-p) would be inf, PyTorch returns x·0 */
         #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) { y[i] = 0.0f; mask[i] = 0; }
+        for (int64_t i = 0; i < n; i++) { y[i] = x[i] * 0.0f; mask[i] = 0; }
         return;
     }
     const uint32_t thr = (uint32_t)((double)p * 16777216.0);
@@ -260,7 +262,7 @@ void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, floa
             for (int64_t j = 0; j < 4 && i0 + j < n; j++) {
                 uint8_t keep = (w[j][l] >> 8) >= thr;
                 mask[i0 + j] = keep;
-                y[i0 + j] = keep ? x[i0 + j] * scale : 0.0f;
+                y[i0 + j] = x[i0 + j] * (keep ? scale : 0.0f);
             }
         }
     }

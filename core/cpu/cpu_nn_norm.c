@@ -311,7 +311,10 @@ fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean
 fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y) {
     for (int64_t i = 0; i < n; i++) {
         double t = idx[i];
-        if (!(t >= 0.0 && t < (double)vocab) || t != floor(t))
+        if (t >= 0.0 && t < (double)vocab && t != floor(t))   /* (1.5 was said to be out of range) */
+            return FL_ERR(FL_EINVAL, "embedding: index %g at position %lld is not a whole number (token ids are "
+                          "integers)", t, (long long)i);
+        if (!(t >= 0.0 && t < (double)vocab))
             return FL_ERR(FL_EINVAL, "embedding: index %g at position %lld is out of range [0, %lld) (vocab size %lld)",
                           t, (long long)i, (long long)vocab, (long long)vocab);
     }

@@ -92,7 +92,10 @@ static fl_status ce_check_targets(const float *target, int64_t rows, int64_t col
     for (int64_t r = 0; r < rows; r++) {
         double t = target[r];
         if (t == (double)ignore_index) continue;
-        if (!(t >= 0.0 && t < (double)cols) || t != floor(t))
+        if (t >= 0.0 && t < (double)cols && t != floor(t))
+            return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is not a whole number (class indices are "
+                          "integers)", t, (long long)r);
+        if (!(t >= 0.0 && t < (double)cols))
             return FL_ERR(FL_EINVAL, "cross_entropy: target %g at row %lld is out of range [0, %lld)",
                           t, (long long)r, (long long)cols);
         c++;

@@ -47,6 +47,22 @@ local function check_range(fname, a, b)
   end
 end
 
+-- The largest value of dtype dt (mantissa bits: fp32 23, bf16 7, fp16 10) below b, in the normal range.
+local MANT = { fp32 = 23, bf16 = 7, fp16 = 10 }
+local MAXV = { fp32 = 3.4028234663852886e38, bf16 = 3.3895313892515355e38, fp16 = 65504 }
+local function below(b, dt)
+  local r = fp8.tensor({ b }, { dtype = dt }):item()   -- b on dt's grid, rounded to nearest
+  if r < b then return r end
+  local m, e = MANT[dt], 0
+  local x = math.abs(r)
+  if x == 0 then return -2.0 ^ -149 end
+  while 2.0 ^ (e + 1) <= x do e = e + 1 end
+  while 2.0 ^ e > x do e = e - 1 end
+  -- one step down: within r's binade, or into the binade below when r > 0 is a power of two
+  local step = (r > 0 and x == 2.0 ^ e) and 2.0 ^ (e - m - 1) or 2.0 ^ (e - m)
+  return r - step
+end
+
 -- uniform(shape, a, b) → U[a, b)
 -- _without_draws(fn, ...) -> fn's results, with uniform and normal (every initialiser's draws) giving zeros: for
 -- modules built only to be overwritten (a layer copied from another one, torch's deepcopy, which draws nothing)
@@ -61,15 +77,32 @@ end
 
 -- dt: the dtype the draws are for (bf16, fp16: drawn on its grid, as fp8.rand draws them, so that U[0, 1) stays
 -- below 1 once written; the result is fp32 either way)
-function M.uniform(shape, a, b, dt)
+function M.uniform(shape, a, b, dt, ...)
+  require("fp8.opts").no_more("uniform", "(shape, a, b [, dtype])", ...)   -- (torch's generator= was taken)
   check_range("uniform", a, b)
   check_shape("uniform", shape)
-  if M._skip_draws > 0 then return fp8.zeros(shape) end
+  dt = (dt == "bf16" or dt == "fp16") and dt or "fp32"
   a, b = a or 0, b or 1
-  local t = core("uniform", fp8.rand, shape, (dt == "bf16" or dt == "fp16") and dt or "fp32")
+  -- the bounds and their span in the dtype's range (torch's "to is out of bounds"; they drew inf)
+  for _, bound in ipairs { { "a", a }, { "b", b } } do
+    if math.abs(bound[2]) > MAXV[dt] then
+      error(("uniform: %s = %s is past %s's largest value %s"):format(bound[1], tostring(bound[2]), dt,
+        tostring(MAXV[dt])), 3)
+    end
+  end
+  if b - a > MAXV.fp32 then error(("uniform: b - a = %s is past fp32's largest value"):format(tostring(b - a)), 3) end
+  if M._skip_draws > 0 then return fp8.zeros(shape) end
+  local t = core("uniform", fp8.rand, shape, dt)
   if t:dtype() ~= "fp32" then t = t:float() end
   if a == 0 and b == 1 then return t end
-  return t * (b - a) + a
+  t = t * (b - a) + a
+  -- [a, b) in dt: a draw that rounds up to b (or past it) takes dt's value below b, as torch never gives b (in
+  -- bf16 (100, 101) a quarter of the draws were 101)
+  if dt ~= "fp32" then t = t:to(dt) end
+  if t:numel() > 0 and t:ge(b):any():item() ~= 0 then
+    t = require("fp8.tensor").where(t:ge(b), math.max(a, below(b, dt)), t)
+  end
+  return dt ~= "fp32" and t:float() or t
 end
 
 -- normal(shape, mean, std) → N(mean, std²)
@@ -80,7 +113,8 @@ local function check_num(fname, what, v, min)
   end
 end
 
-function M.normal(shape, mean, std)
+function M.normal(shape, mean, std, ...)
+  require("fp8.opts").no_more("normal", "(shape [, mean [, std]])", ...)
   check_num("normal", "mean", mean); check_num("normal", "std", std, 0)
   check_shape("normal", shape)
   if M._skip_draws > 0 then return fp8.zeros(shape) end
@@ -90,27 +124,34 @@ function M.normal(shape, mean, std)
   return t
 end
 
-function M.ones(shape) check_shape("ones", shape); return (core("ones", fp8.ones, shape)) end
-function M.zeros(shape) check_shape("zeros", shape); return (core("zeros", fp8.zeros, shape)) end
+local no_more = require("fp8.opts").no_more
+function M.ones(shape, ...) no_more("ones", "(shape)", ...); check_shape("ones", shape); return (core("ones", fp8.ones, shape)) end
+function M.zeros(shape, ...) no_more("zeros", "(shape)", ...); check_shape("zeros", shape); return (core("zeros", fp8.zeros, shape)) end
 
 -- Replace the values of an existing tensor (a parameter) in place, keeping its identity.
 local function copy_(fname, dst, src) return (core(fname, require("fp8._optim").copy_, dst, src)) end
-function M.copy_(dst, src) return (copy_("copy_", dst, src)) end
+function M.copy_(dst, src, ...) no_more("copy_", "(dst, src)", ...); return (copy_("copy_", dst, src)) end
 local function check_tensor(fname, t)
   if not fp8.is_tensor(t) then error(("%s: expected a tensor, got %s"):format(fname, type(t)), 3) end
   if t:is_released() then error(("%s: the tensor has been released (freed or closed)"):format(fname), 3) end
 end
-function M.normal_(t, mean, std)
+function M.normal_(t, mean, std, ...)
+  no_more("normal_", "(tensor [, mean=0 [, std=1]])", ...)   -- (torch's generator= was taken and not used)
   check_num("normal_", "mean", mean); check_num("normal_", "std", std, 0)
   check_tensor("normal_", t)
   return (copy_("normal_", t, M.normal(t:shape(), mean or 0, std or 1)))
 end
-function M.uniform_(t, a, b)
+function M.uniform_(t, a, b, ...)
+  no_more("uniform_", "(tensor [, a=0 [, b=1]])", ...)
   check_tensor("uniform_", t); check_range("uniform_", a, b)
   return (copy_("uniform_", t, M.uniform(t:shape(), a or 0, b or 1, t:dtype())))
 end
-function M.zeros_(t) check_tensor("zeros_", t); return (copy_("zeros_", t, fp8.zeros(t:shape()))) end
-function M.ones_(t) check_tensor("ones_", t); return (copy_("ones_", t, fp8.ones(t:shape()))) end
+function M.zeros_(t, ...)
+  no_more("zeros_", "(tensor)", ...); check_tensor("zeros_", t); return (copy_("zeros_", t, fp8.zeros(t:shape())))
+end
+function M.ones_(t, ...)
+  no_more("ones_", "(tensor)", ...); check_tensor("ones_", t); return (copy_("ones_", t, fp8.ones(t:shape())))
+end
 
 -- constant_(t, val): every element val; eye_(t): a 2-d t as the identity (ones on the main diagonal), torch's.
 function M.constant_(t, val, ...)
@@ -166,7 +207,10 @@ local function fans(fname, t)
 end
 
 local function check_gain(fname, gain)
-  check_num(fname, "gain", gain)
+  -- (a negative one failed inside uniform/normal, naming neither)
+  if gain ~= nil and (type(gain) ~= "number" or not (gain >= 0) or gain == math.huge) then
+    error(("%s: gain must be a finite number >= 0, got %s"):format(fname, tostring(gain)), 3)
+  end
   return gain or 1
 end
 
