@@ -1,6 +1,7 @@
 -- train_char_gpt.lua — a character-level GPT (fp8.nn.GPT) trained on a text (default: every text file of
 -- Debian's `fortunes` package, 2.6 MB) under any precision and FP8 recipe through the Accelerator. Every
--- --eval-every steps it prints train and validation loss, tokens/s and, under fp8, the health of each
+-- --eval-every steps it prints train loss (the mean over the micro-batches since the last report) and validation
+-- loss, tokens/s and, under fp8, the health of each
 -- tensor role (largest underflow and saturated fractions over the FP8 layers, range of the scales); it
 -- writes these to a CSV (and fp8.stats of every layer to another), and samples text at the end.
 -- Run: build/fp8lab scripts/train_char_gpt.lua [--steps N] [--recipe te-hybrid] [--text FILE|DIR] ... (--help)

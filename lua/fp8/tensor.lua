@@ -380,8 +380,18 @@ function Tensor.clamp(t, lo, hi, ...)
     local r = t
     local nlo, nhi = type(lo) == "number" and lo or nil, type(hi) == "number" and hi or nil
     if nlo ~= nil or nhi ~= nil then r = t:_clamp(nlo or -math.huge, nhi or math.huge) end
+    local chained = r
     if core.is_tensor(lo) then r = r:maximum(lo) end
     if core.is_tensor(hi) then r = r:minimum(hi) end
+    -- where min == max, torch gives the whole gradient to one of them: min below, x at the tie, max above (the chain
+    -- split x == min == max among all three, and x < min between min and max)
+    if core.is_tensor(lo) and core.is_tensor(hi) then
+      local same = lo:detach():eq(hi:detach())
+      if same:any():item() ~= 0 then
+        local x = chained
+        r = M.where(same, M.where(x:detach():lt(lo:detach()), lo, M.where(x:detach():gt(hi:detach()), hi, x)), r)
+      end
+    end
     return r
   end)
   -- a failure (a bound's shape, a device, an FP8 operand) is the caller's, by clamp's name: it was "lt: shapes ..."

@@ -486,3 +486,22 @@ describe("train_char_gpt.lua under gradient accumulation", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("clamp with two tensor bounds", function()
+  it("gives a tie's gradient as torch 2.15's: split where min < max, whole where min == max", function()
+    local function T(l) return fp8.tensor(l):requires_grad_() end
+    -- torch 2.15: per (min, max), the gradients of x, min and max for x = -1, 0, 0.5, 1, 2
+    local want = {
+      { 0, 1, { 0, 0.5, 1, 0.5, 0 }, { 1, 0.5, 0, 0, 0 }, { 0, 0, 0, 0.5, 1 } },
+      { 1, 1, { 0, 0, 0, 1, 0 }, { 1, 1, 1, 0, 0 }, { 0, 0, 0, 0, 1 } },
+      { 1, 0, { 0, 0, 0, 0, 0 }, { 0, 0, 0, 0, 0 }, { 1, 1, 1, 1, 1 } },
+    }
+    for _, w in ipairs(want) do
+      local x, lo, hi = T { -1, 0, 0.5, 1, 2 }, T { w[1], w[1], w[1], w[1], w[1] }, T { w[2], w[2], w[2], w[2], w[2] }
+      x:clamp(lo, hi):sum():backward()
+      assert.are.same(w[3], x.grad:totable())
+      assert.are.same(w[4], lo.grad:totable())
+      assert.are.same(w[5], hi.grad:totable())
+    end
+  end)
+end)
