@@ -282,10 +282,7 @@ function Accelerator:_prepare_model(model)
   if r.backend == "ao" then
     filter = ao_filter(self, model)
   elseif r.backend == "te" then
-    filter = function(m, name)
-      if convert.shape_ok(m) then return true end
-      return keep_hp("te", name, m, "FP8 GEMMs need dims divisible by 16 (the GPU rule)")
-    end
+    filter = convert._te_takes
   end
   -- the model itself may be a Linear (or a LayerNorm): convert_model swaps children, so the root is
   -- converted here, or a notice says why it stays in high precision
@@ -298,20 +295,13 @@ function Accelerator:_prepare_model(model)
         .. "the first and last Linear of a model in high precision (pass AORecipeKwargs{module_filter_func=...} "
         .. "to convert it)\n"):format(model.in_features, model.out_features))
     end
-    local more = not keep and convert._carries_more(model)
-    if more then
-      keep = not convert._keep_hp("carries", "", model, ("it carries %s, which its FP8 replacement would not keep")
-        :format(more))
-    end
+    keep = keep or convert._keeps_what_it_carries(model, "")
     if not keep then
       model = convert._prepared_linear_to_fp8(model, r)
       if self._models[#self._models] then self._models[#self._models] = model end
     end
   elseif root_cn == "LayerNorm" and r.backend == "te" then
-    local more = convert._carries_more(model)
-    if more then
-      convert._keep_hp("carries", "", model, ("it carries %s, which its FP8 replacement would not keep"):format(more))
-    else
+    if not convert._keeps_what_it_carries(model, "") then
       model = convert.ln_to_fp8(model)
       self._models[#self._models] = model
     end

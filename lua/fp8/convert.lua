@@ -70,7 +70,6 @@ local function carries_more(m)
     end
   end
 end
-M._carries_more = carries_more
 
 local function linear_to_fp8(lin, recipe)
   local n = without_draws(FP8Linear._made_for_model, lin.in_features, lin.out_features, lin.bias ~= nil, recipe)
@@ -177,6 +176,21 @@ function M._keep_hp(tag, name, m, why)
   return false
 end
 
+-- te's rule for a Linear (prepare's filter, convert_model's): its dims multiples of 16, else high precision with a
+-- notice. Returns whether it converts.
+function M._te_takes(m, name)
+  return M.shape_ok(m) or M._keep_hp("te", name, m, "FP8 GEMMs need dims divisible by 16 (the GPU rule)")
+end
+
+-- A Linear or LayerNorm that carries more than its FP8 replacement keeps (carries_more) stays in high precision,
+-- with a notice: true when it does.
+function M._keeps_what_it_carries(m, name)
+  local more = carries_more(m)
+  if not more then return false end
+  M._keep_hp("carries", name, m, ("it carries %s, which its FP8 replacement would not keep"):format(more))
+  return true
+end
+
 -- What an ao recipe (a resolved one, or a recipe table) says of a Linear: its module_filter_func decides (by Lua's
 -- truth, as torchao tests it), and a Linear it takes whose dims are not multiples of 16 runs in FP8 only with
 -- pad_inner_dim (torchao zero-pads K and N for the GPU GEMM; padding changes no product, so the CPU runs it
@@ -263,16 +277,14 @@ function M.convert_model(model, opts)
     if done[child] ~= nil then return done[child] or nil end
     local cn = class_name(child)
     local repl
-    local more = ((do_lin and (cn == "Linear" or cn == "FP8Linear")) or (do_ln and (cn == "LayerNorm"
-      or cn == "FP8LayerNorm"))) and carries_more(child)
     if to_fp8 then
-      if more and (cn == "Linear" or cn == "LayerNorm") then
-        -- the FP8 module, a new one of another class, would drop it (and a forward of its own is not an FP8 GEMM)
-        M._keep_hp("carries", full, child, ("it carries %s, which its FP8 replacement would not keep"):format(more))
+      -- (the FP8 module, a new one of another class, would drop what the child carries besides weight and bias)
+      local plain = (do_lin and cn == "Linear") or (do_ln and cn == "LayerNorm")
+      if plain and M._keeps_what_it_carries(child, full) then
+        repl = nil   -- it stays, in high precision
       elseif do_lin and cn == "Linear" and (not opts.filter or opts.filter(child, full))
           and (not ao or M._ao_takes(recipe, child, full))
-          and (not te_shapes or M.shape_ok(child) or M._keep_hp("te", full, child,
-            "FP8 GEMMs need dims divisible by 16 (the GPU rule)")) then
+          and (not te_shapes or M._te_takes(child, full)) then
         repl = linear_to_fp8(child, recipe)
       elseif do_ln and cn == "LayerNorm" then
         repl = ln_to_fp8(child)
