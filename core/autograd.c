@@ -20,6 +20,16 @@ bool fl_set_grad_enabled(bool on) { bool prev = !grad_off; grad_off = !on; retur
 fl_dtype fl_autocast_dtype(void) { return autocast_dt; }
 fl_dtype fl_set_autocast_dtype(fl_dtype dt) { fl_dtype prev = autocast_dt; autocast_dt = dt; return prev; }
 
+static bool autocast_float(fl_dtype d) { return d == FL_F32 || d == FL_BF16 || d == FL_F16; }
+
+bool fl_autocast_gemm(fl_dtype a, fl_dtype b, fl_dtype *cdt, fl_dtype *odt) {
+    fl_dtype ac = autocast_dt;
+    if ((ac != FL_BF16 && ac != FL_F16) || !autocast_float(a) || !autocast_float(b)) return false;
+    *cdt = ac;
+    *odt = a == ac && b == ac ? ac : FL_F32;
+    return true;
+}
+
 bool fl_any_requires_grad(int n, const fl_tensor *const *ts) {
     if (grad_off) return false;
     for (int i = 0; i < n; i++) if (ts[i] && ts[i]->requires_grad) return true;

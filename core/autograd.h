@@ -175,5 +175,10 @@ fl_status fl_sum_to_shape(fl_tensor **out, const fl_tensor *g, int ndim, const i
  * dtype, fp32 accumulation and fp32 outputs; master weights stay fp32. Thread-local. */
 fl_dtype fl_autocast_dtype(void);
 fl_dtype fl_set_autocast_dtype(fl_dtype dt);  /* returns the previous one; error-free, validates in the binding */
+/* A GEMM's (linear, matmul) dtypes under autocast, for operands of dtypes a and b: true, with *cdt the autocast
+ * dtype every floating operand is rounded to (fp32, bf16 or fp16 alike, as torch's autocast casts them all), and
+ * *odt fp32 — or the autocast dtype when both operands already are it; false when autocast is off or an operand
+ * is not one of those three (FP8: its own path). */
+bool fl_autocast_gemm(fl_dtype a, fl_dtype b, fl_dtype *cdt, fl_dtype *odt);
 
 #endif

@@ -95,9 +95,8 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
     if (x->device != w->device || (b && b->device != w->device))
         return FL_ERR(FL_EINVAL, "linear: input, weight and bias must be on one device (%s, %s%s%s)",
                       fl_device_name(x->device), fl_device_name(w->device), b ? ", " : "", b ? fl_device_name(b->device) : "");
-    fl_dtype ac = fl_autocast_dtype(), cdt, odt;
-    if (x->dtype == FL_F32 && w->dtype == FL_F32 && (ac == FL_BF16 || ac == FL_F16)) { cdt = ac; odt = FL_F32; }
-    else { cdt = x->dtype == w->dtype ? x->dtype : FL_F32; odt = cdt; }
+    fl_dtype cdt, odt;
+    if (!fl_autocast_gemm(x->dtype, w->dtype, &cdt, &odt)) { cdt = x->dtype == w->dtype ? x->dtype : FL_F32; odt = cdt; }
 
     /* the rows counted, not -1: with no input features (x empty) -1 is ambiguous */
     int64_t x2s[2] = { 1, w->shape[1] };

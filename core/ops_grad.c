@@ -700,10 +700,9 @@ fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, 
 
 /* ---- matmul ------------------------------------------------------------------------------- */
 
-/* The GEMM compute dtype: autocast rounds fp32 operands to bf16/fp16 (fp32 result). */
+/* The GEMM compute dtype: autocast rounds the operands to bf16/fp16 (fl_autocast_gemm); else the promotion. */
 static void matmul_dtypes(const fl_tensor *a, const fl_tensor *b, fl_dtype *cdt, fl_dtype *odt) {
-    fl_dtype ac = fl_autocast_dtype();
-    if (a->dtype == FL_F32 && b->dtype == FL_F32 && (ac == FL_BF16 || ac == FL_F16)) { *cdt = ac; *odt = FL_F32; return; }
+    if (fl_autocast_gemm(a->dtype, b->dtype, cdt, odt)) return;
     *cdt = FL_DTYPE_COUNT;   /* the promotion */
     *odt = FL_DTYPE_COUNT;
 }

@@ -89,7 +89,7 @@ SgdScalars sgd_scalars(double lr, double momentum, double dampening, double weig
 /* Element i in fl_sgd_kernel_f32's order, each operation rounded on its own. buf is only touched with
  * momentum (it may be NULL without). */
 FL_HD void sgd_elem(float *p, const float *g, float *buf, size_t i, const SgdScalars &s) {
-    const float d = fl_fadd(g[i], fl_fmul(s.weight_decay, p[i]));
+    const float d = s.weight_decay != 0.0f ? fl_fadd(g[i], fl_fmul(s.weight_decay, p[i])) : g[i];
     if (!s.has_momentum) {
         p[i] = fl_fsub(p[i], fl_fmul(s.lr, d));
         return;

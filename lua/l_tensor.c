@@ -1222,7 +1222,13 @@ static int m_quantize(lua_State *L) {
                                      "scale; give scale / 2^margin as the scale, or amax= with margin=");
         }
         lua_pop(L, 1);
-        if (lua_getfield(L, 3, "axis") != LUA_TNIL) o.axis = check_dim(L, lua_gettop(L), t->ndim, "quantize");
+        if (lua_getfield(L, 3, "axis") != LUA_TNIL) {
+            o.axis = check_dim(L, lua_gettop(L), t->ndim, "quantize");
+            /* scale= / amax= are one number: every slice would get it, the same cast as without axis= */
+            if (o.scale > 0 || o.amax > 0)
+                return luaL_error(L, "quantize: axis= gives each slice the scale of its own amax; %s= is one for the "
+                                     "whole tensor (give one or the other)", o.scale > 0 ? "scale" : "amax");
+        }
         lua_pop(L, 1);
         if (lua_getfield(L, 3, "saturate") != LUA_TNIL) {
             if (!lua_isboolean(L, -1)) return luaL_error(L, "quantize: saturate must be a boolean, got %s", luaL_typename(L, -1));
@@ -1265,7 +1271,8 @@ static int push_scale(lua_State *L, int inverse) {
         double si = 0;
         int64_t z = 0;
         FL_LCALL(L, fl_tensor_get(t->scale_inv, &z, &si));
-        /* the scale in fp32, as the cast multiplied by (448/amax in fp32); the reciprocal of the largest scale,
+        /* the scale in fp32 as 1/scale_inv: the cast's own multiplier (448/amax in fp32), or one ulp off it where
+         * the reciprocal of its reciprocal does not come back (docs/lua-api.md); the reciprocal of the largest scale,
          * FLT_MAX, is an inexact subnormal whose own reciprocal overflows: FLT_MAX again, as the scale rule caps it */
         float s = 1.0f / (float)si;
         lua_pushnumber(L, inverse ? si : (double)(s > FLT_MAX ? FLT_MAX : s));

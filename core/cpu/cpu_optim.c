@@ -17,13 +17,14 @@ void fl_sgd_kernel_f32(float *restrict p, const float *restrict g, float *restri
     const float lr = (float)lr_, momentum = (float)momentum_, weight_decay = (float)weight_decay_;
     if (momentum_ == 0.0) {
         #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + weight_decay * p[i]);
+        for (int64_t i = 0; i < n; i++) p[i] -= lr * (weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i]);
         return;
     }
     const float keep = (float)(1.0 - dampening);
     #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        float d = g[i] + weight_decay * p[i];
+        /* no decay term without decay (torch's): 0·inf would make an infinite weight NaN */
+        float d = weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i];
         /* PyTorch clones d into a fresh buffer on the first step (no dampening then). */
         float b = first_step ? d : momentum * buf[i] + keep * d;
         buf[i] = b;

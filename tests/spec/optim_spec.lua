@@ -287,7 +287,7 @@ describe("fp8.optim arguments", function()
     } do
       steps_like_torch(c[1], c[2], c[3], ref[c[1]], 4, function(i) return fp8.tensor({ 0.5, 0.25, -1 }) * i end, 2e-6)
     end
-    U.fails_with("RMSprop: alpha must be a number >= 0, got -1", optim.RMSprop, { fp8.ones { 1 } }, { alpha = -1 })
+    U.fails_with("RMSprop: alpha must be a finite number >= 0, got -1", optim.RMSprop, { fp8.ones { 1 } }, { alpha = -1 })
     U.fails_with("RMSprop: centered must be a boolean", optim.RMSprop, { fp8.ones { 1 } }, { centered = 1 })
     U.fails_with("Adagrad: unknown option 'lr_dcay' (did you mean 'lr_decay'?)", optim.Adagrad, { fp8.ones { 1 } },
       { lr_dcay = 1 })
@@ -420,7 +420,7 @@ describe("fp8.optim arguments", function()
     U.fails_with("Adadelta: rho must be a number in [0, 1], got 2", optim.Adadelta, { fp8.ones { 1 } }, { rho = 2 })
     U.fails_with("Adamax: betas[2] must be in [0, 1), got 1", optim.Adamax, { fp8.ones { 1 } }, { betas = { 0.9, 1 } })
     U.fails_with("NAdam: unknown option 'amsgrad'", optim.NAdam, { fp8.ones { 1 } }, { amsgrad = true })
-    U.fails_with("NAdam: momentum_decay must be a number >= 0, got -1", optim.NAdam, { fp8.ones { 1 } },
+    U.fails_with("NAdam: momentum_decay must be a finite number >= 0, got -1", optim.NAdam, { fp8.ones { 1 } },
       { momentum_decay = -1 })
     U.fails_with("RAdam: decoupled_weight_decay must be a boolean", optim.RAdam, { fp8.ones { 1 } },
       { decoupled_weight_decay = 1 })
@@ -505,7 +505,7 @@ describe("fp8.optim arguments", function()
       { function() optim.SGD({ p() }, { lr = 0.1, nesterov = true }) end, "nesterov momentum requires momentum > 0" },
       { function() optim.SGD({ p() }, { lr = 0.1, momentum = 0.9, dampening = 0.1, nesterov = true }) end,
         "dampening = 0" },
-      { function() optim.SGD({ p() }, { lr = -1 }) end, "lr must be a number >= 0" },
+      { function() optim.SGD({ p() }, { lr = -1 }) end, "lr must be a finite number >= 0" },
       { function() optim.AdamW({ p() }, { betas = { 0.9, 1.0 } }) end, "betas[2] must be in [0, 1)" },
       { function() optim.AdamW({ p() }, { lr = 0.1, momentum = 0.9 }) end, "unknown option 'momentum'" },
       { function() optim.AdamW({ 1, 2 }) end, "must be a tensor" },

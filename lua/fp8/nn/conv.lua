@@ -238,9 +238,23 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
   if is_max then
     local at
     out, at = win:max(3)
+    local hp, wp = H + 2 * p[1] + (extra and extra[1] or 0), W + 2 * p[2] + (extra and extra[2] or 0)
+    local padded = p[1] > 0 or p[2] > 0 or extra
+    -- a window whose input values are all -inf: max took its first -inf, maybe a padding slot; torch's kernel
+    -- starts at the window's first position inside the input and moves only on a greater value (or NaN), so the
+    -- index, and the gradient, go there
+    if padded and out:eq(-math.huge):any():item() then
+      local L, first = oh * ow, {}
+      for i, pos in ipairs(positions(hp, wp, k, s, d):tolist()) do
+        local w, r, c = (i - 1) % L + 1, math.tointeger(pos) // wp - p[1], math.tointeger(pos) % wp - p[2]
+        if first[w] == nil and r >= 0 and r < H and c >= 0 and c < W then first[w] = (i - 1) // L end
+      end
+      local fv = fp8.tensor(first, { dtype = at:dtype() }):to(xb:device()):reshape({ 1, 1, L }):expand({ N, C, L })
+      at = require("fp8.tensor").where(out:eq(-math.huge), fv, at)
+      out = win:gather(3, at:reshape({ N, C, 1, L })):reshape({ N, C, L })
+    end
     if opts.return_indices then
       -- each window offset's flat input position (h·W + w), from the padded positions the windows read
-      local hp, wp = H + 2 * p[1] + (extra and extra[1] or 0), W + 2 * p[2] + (extra and extra[2] or 0)
       local flat = {}
       for i, pos in ipairs(positions(hp, wp, k, s, d):tolist()) do
         pos = math.tointeger(pos)

@@ -30,16 +30,18 @@ local function scale_of(n, m, sf)
   return f32(n / m)
 end
 
--- x resampled along dim d (1-based) from n to m positions
-local function nearest_dim(x, d, m, sf, exact)
+-- x resampled along dim d (1-based) from n to m positions, of k spatial dims: torch's 2-D nearest kernel copies a
+-- dim whose size stays and halves the index where it doubles (nearest_idx); its 1-D and 3-D kernels do not
+local function nearest_dim(x, d, m, sf, exact, k)
   local n = x:size(d)
   local idx = {}
-  if not exact and m == n then return x end
+  local shortcuts = not exact and k == 2
+  if shortcuts and m == n then return x end
   local scale = scale_of(n, m, sf)
   for dst = 0, m - 1 do
     local src
     if exact then src = floor_int(f32((dst + 0.5) * scale))
-    elseif m == 2 * n then src = dst // 2
+    elseif shortcuts and m == 2 * n then src = dst // 2
     else src = floor_int(f32(dst * scale)) end
     idx[dst + 1] = math.min(src, n - 1)
   end
@@ -48,6 +50,7 @@ end
 
 local function linear_dim(x, d, m, sf, align)
   local n = x:size(d)
+  if m == n then return x end   -- torch's compute_source_index_and_lambda copies a dim whose size stays
   local scale
   if align then scale = m > 1 and f32((n - 1) / (m - 1)) or 0
   else scale = scale_of(n, m, sf) end
@@ -90,7 +93,8 @@ local function per_dim(fname, what, v, k, check)
   return list
 end
 
-local function interpolate(fname, x, o)
+-- (options_only: check o for an input of x's rank and stop, as a module's constructor does)
+local function interpolate(fname, x, o, options_only)
   if not fp8.is_tensor(x) then error(("%s: expected a tensor input, got %s"):format(fname, O.got(x)), 0) end
   if x:is_fp8() then error(("%s: %s tensor: dequantize it first"):format(fname, x:dtype()), 0) end
   local mode = o.mode or "nearest"
@@ -148,6 +152,7 @@ local function interpolate(fname, x, o)
         error(("%s: scale_factor must hold finite numbers > 0, got %s"):format(fname, O.got(v)), 0)
       end
     end)
+    if options_only then return end
     sizes = {}
     for i = 1, k do
       sizes[i] = math.floor(x:size(2 + i) * factors[i])
@@ -172,7 +177,7 @@ local function interpolate(fname, x, o)
     local d, m, sf = 2 + i, sizes[i], scales and scales[i]
     if mode == "area" then y = G.adaptive_dim(y, d, m, false)
     elseif LINEAR[mode] then y = linear_dim(y, d, m, sf, align == true)
-    else y = nearest_dim(y, d, m, sf, mode == "nearest-exact") end
+    else y = nearest_dim(y, d, m, sf, mode == "nearest-exact", k) end
   end
   if y:dtype() ~= dt then y = y:to(dt) end
   if y == x then y = x * 1 end   -- a new tensor, as torch's
@@ -292,7 +297,7 @@ local function upsample_class(name, fixed)
       if type(rank) ~= "number" or rank < 1 or rank > 3 then rank = 2 end
       local stand_in = { 1, 1 }
       for _ = 1, rank do stand_in[#stand_in + 1] = 1 end
-      interpolate(name, fp8.zeros(stand_in), o)
+      interpolate(name, fp8.zeros(stand_in), o, true)
       self.size, self.scale_factor, self.mode = o.size, o.scale_factor, o.mode or "nearest"
       self.align_corners, self.recompute_scale_factor = o.align_corners, o.recompute_scale_factor
     end, ...)

@@ -24,7 +24,13 @@ function AdamW._check_adam_like(self, g)
   self:_check_number(g, "weight_decay", 0)
   local b = g.betas
   if type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number" or #b ~= 2 then
-    error(("%s: betas must be a pair {beta1, beta2}, got %s"):format(self.name, tostring(b)), 0)
+    local got = type(b)
+    if type(b) == "table" then
+      local kinds = {}
+      for i = 1, #b do kinds[i] = fp8.is_tensor(b[i]) and "tensor" or type(b[i]) end
+      got = ("a table of %d (%s)"):format(#b, table.concat(kinds, ", "))
+    end
+    error(("%s: betas must be a pair of numbers {beta1, beta2}, got %s"):format(self.name, got), 0)
   end
   for i = 1, 2 do
     if not (b[i] >= 0 and b[i] < 1) then
@@ -60,10 +66,12 @@ end
 -- The fused step on a gradient already negated for maximize (and, for Adam, with its L2 decay added), with the
 -- decoupled weight decay wd (AdamW's; Adam's 0 or, with decoupled_weight_decay, its own): AdamW's and Adam's.
 function AdamW._step(p, grad, st, g, wd)
-  st.step = st.step + 1
-  if g.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = fp8.zeros(p:shape(), { device = p:device() }) end
-  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, wd, st.step,
-    g.amsgrad and st.max_exp_avg_sq or nil)
+  local mx = st.max_exp_avg_sq
+  if g.amsgrad and mx == nil then mx = fp8.zeros(p:shape(), { device = p:device() }) end
+  C.adamw_step(p, grad, st.exp_avg, st.exp_avg_sq, g.lr, g.betas[1], g.betas[2], g.eps, wd, st.step + 1,
+    g.amsgrad and mx or nil)
+  st.step = st.step + 1   -- counted once the step ran (a refused value in a group changes no state)
+  if g.amsgrad then st.max_exp_avg_sq = mx end
 end
 
 function AdamW:_update(p, grad, st, g)

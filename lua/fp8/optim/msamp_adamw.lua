@@ -67,12 +67,37 @@ function MSAMPAdamW.from_adamw(opt, extra)
   -- Accelerator:prepare still sets the learning rate this optimizer reads
   for i, g in ipairs(opt.param_groups) do
     for k, v in pairs(o.param_groups[i]) do if g[k] == nil then g[k] = v end end
+    g.decoupled_weight_decay = nil   -- an Adam's option, not this one's (its state_dict would not load here)
     o.param_groups[i] = g
   end
   o._fp8_weights = (extra and extra.fp8_weights) or {}
   o._fp32_moments = extra and extra.moments == "fp32" or false
   o._step_count = opt._step_count or 0
   return o
+end
+
+-- load_state_dict(sd): Optimizer's; a group saved by an Adam (its decoupled_weight_decay) loads where that Adam's step
+-- is this one's, as from_adamw takes it: decoupled decay, or none.
+function MSAMPAdamW:load_state_dict(sd)
+  if type(sd) == "table" and type(sd.param_groups) == "table" then
+    local groups
+    for i, g in ipairs(sd.param_groups) do
+      if type(g) == "table" and g.decoupled_weight_decay ~= nil then
+        local wd = g.weight_decay
+        if g.decoupled_weight_decay ~= true and type(wd) == "number" and wd ~= 0 then
+          error(("%s:load_state_dict: group %d is an Adam's with L2 weight decay %s (decoupled_weight_decay=%s), "
+            .. "another step than this optimizer's decoupled decay"):format(self.name, i, tostring(wd),
+            tostring(g.decoupled_weight_decay)), 2)
+        end
+        groups = groups or table.move(sd.param_groups, 1, #sd.param_groups, 1, {})
+        local c = {}
+        for k, v in pairs(g) do if k ~= "decoupled_weight_decay" then c[k] = v end end
+        groups[i] = c
+      end
+    end
+    if groups then sd = { state = sd.state, param_groups = groups } end
+  end
+  return Optimizer.load_state_dict(self, sd)   -- a tail call: its errors are blamed on the caller, as Optimizer's
 end
 
 -- O1: fp32 moments; O2/O3: E4M3 first moment, fp16 second; a [1] scale inverse for the second either way.

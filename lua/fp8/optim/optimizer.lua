@@ -159,10 +159,12 @@ function Optimizer:_check_group(group) end
 Optimizer._param_dtypes = nil
 
 -- Validation helpers for subclasses.
+-- A finite number (the fused steps refuse inf at the first step, after the others had turned the weights to inf/NaN).
 function Optimizer:_check_number(group, key, lo, lo_open)
   local v = group[key]
-  if type(v) ~= "number" or v ~= v or v < lo or (lo_open and v == lo) then
-    error(("%s: %s must be a number %s %g, got %s"):format(self.name, key, lo_open and ">" or ">=", lo, tostring(v)), 0)
+  if type(v) ~= "number" or v ~= v or v < lo or (lo_open and v == lo) or v == math.huge then
+    error(("%s: %s must be a finite number %s %g, got %s"):format(self.name, key, lo_open and ">" or ">=", lo,
+      require("fp8.opts").got(v)), 0)
   end
 end
 
@@ -187,6 +189,14 @@ function Optimizer:step(closure)
       error(res, 0)   -- the closure's own error, as it raised it
     end
     loss = res
+  end
+  -- the groups' options as the constructor checks them: a value written into a group since (g.lr = math.huge) is
+  -- refused here, before any parameter or state moved
+  for gi, g in ipairs(self.param_groups) do
+    local ok, err = pcall(self._check_group, self, g)
+    if not ok then
+      error(("%s:step: parameter group %d: %s"):format(self.name, gi, tostring(err):gsub("^" .. self.name .. ": ", "")), 2)
+    end
   end
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do

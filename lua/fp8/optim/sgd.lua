@@ -38,10 +38,10 @@ function SGD:_update(p, grad, st, g)
   local fresh, buf = false, nil
   if g.momentum ~= 0 then
     fresh = st.momentum_buffer == nil
-    if fresh then st.momentum_buffer = fp8.zeros(p:shape(), { device = p:device() }) end
-    buf = st.momentum_buffer
+    buf = fresh and fp8.zeros(p:shape(), { device = p:device() }) or st.momentum_buffer
   end
   C.sgd_step(p, grad, buf, g.lr, g.momentum, g.dampening, g.weight_decay, g.nesterov, fresh)
+  if fresh then st.momentum_buffer = buf end   -- kept once the step ran (a refused value changes no state)
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

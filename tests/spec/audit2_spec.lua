@@ -1,0 +1,130 @@
+-- Gaps found by the second round of hand audits (docs/robustness.md, "Audited by hand, third round"): autocast's
+-- GEMMs on low-precision operands, the optimizers' checks and MS-AMP's resume from an Adam, the FP8 scale a cast
+-- reports, pooling, interpolation.
+local fp8 = fp8 or require "fp8"
+local nn = fp8.nn
+local U = dofile("tests/spec/helpers/util.lua")
+local fails_with = U.fails_with
+
+describe("autocast's GEMMs", function()
+  it("round every floating operand to the autocast dtype, as torch's (not only fp32 ones)", function()
+    local x = fp8.tensor { { 1 + 2 ^ -12, 1 } }
+    local w16 = fp8.tensor { { 1, 1 } }:half()
+    -- fp32 input, fp16 weight (MS-AMP's master weights in eval): bf16 operands, fp32 result
+    local y = fp8.amp.autocast("bf16", function() return nn.F.linear(x, w16) end)
+    assert.are.equal("fp32", y:dtype())
+    assert.are.equal(2.0, y:item())
+    local m = fp8.amp.autocast("bf16", function() return fp8.tensor { { 1 } }:bfloat16():mm(fp8.tensor { { 1 + 2 ^ -12 } }) end)
+    assert.are.equal(1.0, m:item())
+    -- fp16 operands under bf16 autocast: rounded to bf16 (1 + 2^-9 is 1 there)
+    local h = fp8.amp.autocast("bf16", function()
+      return fp8.tensor { { 1 + 2 ^ -9 } }:half():mm(fp8.tensor { { 1 } }:half())
+    end)
+    assert.are.equal(1.0, h:item())
+    -- both already the autocast dtype: that dtype, as before
+    local b = fp8.amp.autocast("bf16", function() return fp8.ones { 2, 2 }:bfloat16():mm(fp8.ones { 2, 2 }:bfloat16()) end)
+    assert.are.equal("bf16", b:dtype())
+    -- outside autocast: the promotion, exact values
+    assert.are.equal(1 + 2 ^ -12, fp8.tensor { { 1 } }:bfloat16():mm(fp8.tensor { { 1 + 2 ^ -12 } }):item())
+  end)
+
+  it("give the weights of an MS-AMP model in eval the autocast's rounding, as te's and ao's", function()
+    local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O2" } } }
+    fp8.manual_seed(3)
+    local model = nn.Sequential(nn.Linear(32, 32))
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-3 })
+    model, opt = acc:prepare(model, opt)
+    model:eval()
+    local x = fp8.randn { 4, 32 }
+    local y = fp8.no_grad(function() return model(x) end)
+    local l = model[1]
+    local ref = fp8.amp.autocast("bf16", function() return nn.F.linear(x, l.weight:float(), l.bias) end)
+    assert.are.equal(0, (y - ref):abs():max():item())
+  end)
+end)
+
+describe("optimizers", function()
+  it("resume MS-AMP's AdamW made from an Adam (its decoupled_weight_decay no longer breaks the load)", function()
+    local dir = os.tmpname(); os.remove(dir)
+    local acc = fp8.Accelerator { mixed_precision = "fp8" }
+    local m = nn.Linear(16, 16)
+    local o = fp8.optim.Adam(m:parameters(), { lr = 1e-3, decoupled_weight_decay = true, weight_decay = 0.1 })
+    m, o = acc:prepare(m, o)
+    acc:backward(m(fp8.randn { 4, 16 }):pow(2):mean()); o:step(); o:zero_grad()
+    acc:save_state(dir)
+    acc:load_state(dir)
+    o:load_state_dict(o:state_dict())
+    -- an Adam's group with L2 decay is another step: refused by name
+    local sd = o:state_dict()
+    sd.param_groups[1].decoupled_weight_decay = false
+    fails_with("MSAMPAdamW:load_state_dict: group 1 is an Adam's with L2 weight decay 0.1", o.load_state_dict, o, sd)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  it("refuse infinite options at construction, and a bad value written into a group before any state moves", function()
+    local p = fp8.tensor { 1, 2 }:requires_grad(true)
+    fails_with("SGD: lr must be a finite number >= 0, got inf", fp8.optim.SGD, { p }, { lr = math.huge })
+    fails_with("Adam: eps must be a finite number >= 0, got inf", fp8.optim.Adam, { p }, { eps = math.huge })
+    fails_with('SGD: lr must be a finite number >= 0, got "0.1" (a string)', fp8.optim.SGD, { p }, { lr = "0.1" })
+    fails_with("Adam: betas must be a pair of numbers {beta1, beta2}, got a table of 1 (number)", fp8.optim.Adam, { p },
+      { betas = { 0.9 } })
+    local o = fp8.optim.SGD({ p }, { lr = 0.1, momentum = 0.9, dampening = 0.5 })
+    o.param_groups[1].lr = math.huge
+    p.grad = fp8.tensor { 0.5, -0.5 }
+    fails_with("SGD:step: parameter group 1: lr must be a finite number >= 0, got inf", o.step, o)
+    assert.is_nil(o.state[p])
+    o.param_groups[1].lr = 0.1
+    o:step()
+    -- torch's first momentum step (the buffer starts as the gradient): 1 - 0.1 * 0.5
+    assert.are.equal(fp8.tensor { 0.95 }:item(), p:tolist()[1])
+    local q = fp8.tensor { 1, 2 }:requires_grad(true)
+    local a = fp8.optim.Adam({ q }, { lr = 0.1 })
+    a.param_groups[1].betas = { 1, 0.9 }
+    q.grad = fp8.tensor { 0.5, -0.5 }
+    fails_with("Adam:step: parameter group 1: betas[1] must be in [0, 1), got 1", a.step, a)
+    assert.is_nil(a.state[q])
+  end)
+end)
+
+describe("FP8 casts", function()
+  it("refuse axis= with scale= or amax=, which made the per-tensor cast with a per-slice layout", function()
+    local x = fp8.tensor { { 1, 2 }, { 100, 200 } }
+    fails_with("quantize: axis= gives each slice the scale of its own amax; amax= is one for the whole tensor",
+      x.quantize, x, "e4m3", { axis = 1, amax = 3 })
+    fails_with("quantize: axis= gives each slice the scale of its own amax; scale= is one",
+      x.quantize, x, "e4m3", { axis = 1, scale = 2 })
+    fails_with("axis= gives each slice", fp8.hist, x, "e4m3", { axis = 1, scale = 2, quiet = true })
+  end)
+end)
+
+describe("interpolation and pooling, as torch 2.15", function()
+  local F = nn.F
+  local function vals(t) return t:flatten():tolist() end
+  it("Upsample takes a scale_factor below 1", function()
+    assert.are.same({ 1, 2, 4, 4 }, nn.Upsample { scale_factor = 0.5 }(fp8.randn { 1, 2, 9, 8 }):shape())
+    assert.are.same({ 1, 2, 4, 4 }, nn.Upsample { scale_factor = 0.5, mode = "bilinear" }(fp8.randn { 1, 2, 9, 8 }):shape())
+    fails_with("Upsample: scale_factor must hold finite numbers > 0, got -1", nn.Upsample, { scale_factor = -1 })
+  end)
+  it("copies a dim whose size stays in the linear modes, and halves only in 2-D nearest", function()
+    assert.are.same({ 0, 1, 2 }, vals(F.interpolate(fp8.arange(3):reshape(1, 1, 3), { scale_factor = 1.3, mode = "linear" })))
+    assert.are.same({ 0, 1, 2, 3, 4, 5 },
+      vals(F.interpolate(fp8.arange(6):reshape(1, 1, 3, 2), { scale_factor = { 1.3, 1.2 }, mode = "bilinear" })))
+    assert.are.same({ 0, 0, 1 }, vals(F.interpolate(fp8.arange(3):reshape(1, 1, 3), { scale_factor = 1.3 })))
+    assert.are.same({ 0, 0, 0, 1 }, vals(F.interpolate(fp8.arange(2):reshape(1, 1, 2), { scale_factor = 2.4 })))
+    assert.are.same({ 0, 0, 0, 1 }, vals(F.interpolate(fp8.arange(2):reshape(1, 1, 2, 1, 1), { scale_factor = { 2.4, 1, 1 } })))
+    assert.are.same({ 0, 1, 2 }, vals(F.interpolate(fp8.arange(3):reshape(1, 1, 3, 1), { scale_factor = { 1.3, 1 } })))
+    assert.are.same({ 0, 0, 1, 1 }, vals(F.interpolate(fp8.arange(2):reshape(1, 1, 2, 1), { scale_factor = { 2.4, 1 } })))
+  end)
+  it("max pools give an all -inf window the first position inside the input, and its gradient", function()
+    local ninf = -math.huge
+    local x = fp8.tensor { { { { ninf, ninf }, { ninf, 5 } } } }:requires_grad(true)
+    local y, i = nn.MaxPool2d(2, { stride = 1, padding = 1, return_indices = true })(x)
+    assert.are.same({ 0, 0, 1, 0, 3, 3, 2, 3, 3 }, vals(i))
+    y:backward(fp8.ones(y:size()))
+    assert.are.same({ 3, 1, 1, 4 }, vals(x.grad))
+    local x1 = fp8.tensor { { { ninf, ninf, ninf } } }
+    local y1, i1 = nn.MaxPool1d(3, { stride = 1, padding = 1, return_indices = true })(x1)
+    assert.are.same({ 0, 0, 1 }, vals(i1))
+    assert.are.same({ ninf, ninf, 0 }, vals(F.max_unpool1d(y1, i1, 3, { stride = 1, padding = 1 })))
+  end)
+end)
