@@ -91,6 +91,17 @@ function M.write(dir, tensors, names, max, metadata)
       for _, sf in ipairs(staged) do os.remove(join(dir, sf[1])) end
       error(err, 0)
     end
+    -- The earlier save's index goes first: a save killed between two renames would leave new and old shards under
+    -- the names that index lists, a mix it loaded without a word; with no index the folder is refused instead
+    local old_index = join(dir, M.INDEX)
+    if C.is_file(old_index) then
+      local okr, rerr = os.remove(old_index)
+      if not okr and C.is_file(old_index) then
+        for _, sf in ipairs(staged) do os.remove(join(dir, sf[1])) end
+        error(("cannot remove the earlier save's %s: %s"):format(M.INDEX, rerr), 0)
+      end
+      C.fsync_dir(dir)
+    end
     for _, sf in ipairs(staged) do
       local okr, rerr = os.rename(join(dir, sf[1]), join(dir, sf[2]))
       if not okr then error(("cannot move the new shard into place: %s"):format(rerr), 0) end
@@ -137,7 +148,13 @@ local function checkpoint_files(path)
       if name:match("%.index%.json$") then found[#found + 1] = name end
     end
     if #found == 0 then
-      fail("%s is not a folder holding a %s file or a sharded checkpoint's .index.json", path, M.SINGLE)
+      local staged
+      for _, name in ipairs(C.listdir(path) or {}) do
+        if name:sub(1, #STAGED) == STAGED then staged = name; break end
+      end
+      fail("%s is not a folder holding a %s file or a sharded checkpoint's .index.json%s", path, M.SINGLE,
+        staged and (" (it holds %s: a save_model into it was interrupted before its index was written; save "
+          .. "again)"):format(staged) or "")
     elseif #found > 1 then
       fail("%s holds more than one .index.json (%s): delete the ones that do not belong", path,
         table.concat(found, ", "))

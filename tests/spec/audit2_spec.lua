@@ -128,3 +128,35 @@ describe("interpolation and pooling, as torch 2.15", function()
     assert.are.same({ ninf, ninf, 0 }, vals(F.max_unpool1d(y1, i1, 3, { stride = 1, padding = 1 })))
   end)
 end)
+
+describe("save_model's shards", function()
+  it("cannot be loaded as a mix of two saves when a save stops between two renames", function()
+    local dir = os.tmpname(); os.remove(dir)
+    local function model(v)
+      local m = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64))
+      fp8.no_grad(function() for _, p in ipairs(m:parameters()) do p:fill_(v) end end)
+      return m
+    end
+    local acc = fp8.Accelerator { cpu = true, config = false, env = {} }
+    acc:save_model(model(1), dir, { max_shard_size = 20000 })
+    -- the second save dies after its first shard took its name (as a kill there would leave it)
+    local rename, n = os.rename, 0
+    os.rename = function(a, b)
+      if a:find(".staged-", 1, true) then
+        n = n + 1
+        if n == 2 then error("killed") end
+      end
+      return rename(a, b)
+    end
+    local ok = pcall(acc.save_model, acc, model(2), dir, { max_shard_size = 20000 })
+    os.rename = rename
+    assert.is_false(ok)
+    fails_with({ "is not a folder holding a model.safetensors file or a sharded checkpoint's .index.json",
+      "a save_model into it was interrupted" }, fp8.load_checkpoint_in_model, model(0), dir)
+    acc:save_model(model(3), dir, { max_shard_size = 20000 })
+    local m = model(0)
+    fp8.load_checkpoint_in_model(m, dir)
+    for _, p in ipairs(m:parameters()) do assert.are.equal(3, p:min():item()) end
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
