@@ -72,6 +72,38 @@ def seq3(o):
     a = S.ConstantLR(o, 0.5, 2); b = S.CosineAnnealingLR(o, 4); c = S.StepLR(o, 2, 0.5)
     return S.SequentialLR(o, [a, b, c], milestones=[2, 6])
 fmt("seq3", run(seq3, 12))
+# SequentialLR as torch's runs its members: a MultiplicativeLR past a milestone goes on from the lr before it
+# (times fn(0)); the first scheduler scales the groups' initial_lr as the constructors left it (a OneCycleLR's)
+def seq_mult(o):
+    return S.SequentialLR(o, [S.ExponentialLR(o, 0.8), S.MultiplicativeLR(o, lambda k: 0.95)], milestones=[3])
+fmt("seq_mult", run(seq_mult, 8))
+def opt_two_lrs():
+    ps = [torch.nn.Parameter(torch.zeros(1)) for _ in range(2)]
+    return SGD([{"params": [ps[0]]}, {"params": [ps[1]], "lr": 0.3}], lr=0.1)
+def seq_mult_groups(o):
+    a = S.StepLR(o, 2, 0.5); b = S.MultiplicativeLR(o, [lambda k: 0.9, lambda k: 1.0 - 0.05 * k])
+    return S.SequentialLR(o, [a, b], milestones=[3])
+fmt("seq_mult_groups", run(seq_mult_groups, 10, opt_two_lrs()))
+fmt("seq_mult_ms0", run(lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.5),
+    S.MultiplicativeLR(o, lambda k: 0.9 + 0.01 * k)], milestones=[0]), 6))
+fmt("seq_mult_dup", run(lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.8), S.StepLR(o, 1, 0.1),
+    S.MultiplicativeLR(o, lambda k: 0.9 + 0.01 * k)], milestones=[3, 3]), 8))
+fmt("seq_mult_mult", run(lambda o: S.SequentialLR(o, [S.MultiplicativeLR(o, lambda k: 0.9),
+    S.MultiplicativeLR(o, lambda k: 0.5 + 0.1 * k)], milestones=[2]), 7))
+fmt("seq_const_onecycle", run(lambda o: S.SequentialLR(o, [S.ConstantLR(o, 0.5, 3), S.OneCycleLR(o, 0.5, total_steps=45)],
+    milestones=[5]), 12, opt_sgd(momentum=0.9)))
+fmt("seq_lin_onecycle_lambda", run(lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.5, 1.0, 2),
+    S.OneCycleLR(o, 0.5, total_steps=20), S.LambdaLR(o, lambda k: 0.9 ** k)], milestones=[3, 6]), 10,
+    opt_sgd(momentum=0.9)))
+fmt("seq_cos_onecycle", run(lambda o: S.SequentialLR(o, [S.CosineAnnealingLR(o, 3, 0.001),
+    S.OneCycleLR(o, 0.5, total_steps=20)], milestones=[9]), 12, opt_sgd(momentum=0.9)))
+fmt("seq_exp_cyclic", run(lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.9),
+    S.CyclicLR(o, 0.01, 0.1, step_size_up=2)], milestones=[3]), 9, opt_sgd(momentum=0.9)))
+fmt("constant_zero", run(lambda o: S.ConstantLR(o, 0.4, 0), 5))
+fmt("seq_const0_first", run(lambda o: S.SequentialLR(o, [S.ConstantLR(o, 0.4, 0), S.ExponentialLR(o, 0.9)],
+    milestones=[3]), 6))
+fmt("seq_const0_after", run(lambda o: S.SequentialLR(o, [S.ExponentialLR(o, 0.9), S.ConstantLR(o, 0.4, 0)],
+    milestones=[2]), 6))
 fmt("mult", run(lambda o: S.MultiplicativeLR(o, lambda k: 0.95), 8))
 fmt("mult_groups", run(lambda o: S.MultiplicativeLR(o, [lambda k: 0.9, lambda k: 1.0 - 0.05 * k]), 8,
                        opt_sgd(groups=2)))

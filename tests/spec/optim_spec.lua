@@ -1120,6 +1120,100 @@ describe("fp8.optim.lr_scheduler", function()
     end
   end)
 
+  it("SequentialLR runs a MultiplicativeLR past a milestone on from the lr before it, as torch's", function()
+    local o = sgd(0.1)
+    follows("seq_mult", o, sched.SequentialLR(o, { sched.ExponentialLR(o, 0.8),
+      sched.MultiplicativeLR(o, function() return 0.95 end) }, { 3 }))
+    o = sgd(0.1)
+    follows("seq_mult_ms0", o, sched.SequentialLR(o, { sched.ExponentialLR(o, 0.5),
+      sched.MultiplicativeLR(o, function(k) return 0.9 + 0.01 * k end) }, { 0 }))
+    o = sgd(0.1)
+    follows("seq_mult_dup", o, sched.SequentialLR(o, { sched.ExponentialLR(o, 0.8), sched.StepLR(o, 1, 0.1),
+      sched.MultiplicativeLR(o, function(k) return 0.9 + 0.01 * k end) }, { 3, 3 }))
+    o = sgd(0.1)
+    follows("seq_mult_mult", o, sched.SequentialLR(o, { sched.MultiplicativeLR(o, function() return 0.9 end),
+      sched.MultiplicativeLR(o, function(k) return 0.5 + 0.1 * k end) }, { 2 }))
+    -- two groups of their own lrs, one function each; fn runs once a step (fn(0) once, at the milestone); a state
+    -- taken mid-run goes on in a scheduler built the same way
+    local calls = 0
+    local function two()
+      local q = optim.SGD({ { params = { fp8.zeros { 1 } } }, { params = { fp8.zeros { 1 } }, lr = 0.3 } }, { lr = 0.1 })
+      return q, sched.SequentialLR(q, { sched.StepLR(q, 2, 0.5), sched.MultiplicativeLR(q, {
+        function() calls = calls + 1; return 0.9 end, function(k) return 1 - 0.05 * k end }) }, { 3 })
+    end
+    local q, s = two()
+    local rows = ref.seq_mult_groups
+    local function check(o2, t)
+      for i = 1, 2 do
+        assert.is_true(close(o2.param_groups[i].lr, rows[t + 1][i], 1e-12), ("seq_mult_groups step %d group %d: "
+          .. "%.17g vs %.17g"):format(t, i, o2.param_groups[i].lr, rows[t + 1][i]))
+      end
+    end
+    for t = 0, 5 do check(q, t); if t < 5 then s:step() end end
+    assert.are.equal(3, calls)   -- fn(0), fn(1), fn(2)
+    local q2, s2 = two()
+    s2:load_state_dict(s:state_dict())
+    for t = 5, #rows - 1 do check(q2, t); check(q, t); if t < #rows - 1 then s:step(); s2:step() end end
+  end)
+
+  it("SequentialLR starts its first scheduler on the initial_lr the constructors left, as torch's", function()
+    -- OneCycleLR's constructor makes every group's initial_lr max_lr/div_factor; the ConstantLR before it scales that
+    local o = sgd(0.1, 0.9)
+    follows("seq_const_onecycle", o, sched.SequentialLR(o, { sched.ConstantLR(o, 0.5, 3), sched.OneCycleLR(o, 0.5, 45) },
+      { 5 }))
+    o = sgd(0.1, 0.9)
+    follows("seq_lin_onecycle_lambda", o, sched.SequentialLR(o, { sched.LinearLR(o, 0.5, 1.0, 2),
+      sched.OneCycleLR(o, 0.5, 20), sched.LambdaLR(o, function(k) return 0.9 ^ k end) }, { 3, 6 }))
+    -- a CosineAnnealingLR first descends from that lr, and rises on its own base
+    o = sgd(0.1, 0.9)
+    follows("seq_cos_onecycle", o, sched.SequentialLR(o, { sched.CosineAnnealingLR(o, 3, 0.001),
+      sched.OneCycleLR(o, 0.5, 20) }, { 9 }))
+    -- CyclicLR leaves an initial_lr already there (torch's setdefault)
+    o = sgd(0.1, 0.9)
+    follows("seq_exp_cyclic", o, sched.SequentialLR(o, { sched.ExponentialLR(o, 0.9),
+      sched.CyclicLR(o, 0.01, 0.1, 2) }, { 3 }))
+    assert.are.equal(0.1, o.param_groups[1].initial_lr)
+  end)
+
+  it("ConstantLR with total_iters = 0 keeps the factor, as torch's step(); not past a SequentialLR milestone", function()
+    local o = sgd(0.1)
+    follows("constant_zero", o, sched.ConstantLR(o, 0.4, 0))
+    o = sgd(0.1)
+    follows("seq_const0_first", o, sched.SequentialLR(o, { sched.ConstantLR(o, 0.4, 0), sched.ExponentialLR(o, 0.9) },
+      { 3 }))
+    o = sgd(0.1)
+    follows("seq_const0_after", o, sched.SequentialLR(o, { sched.ExponentialLR(o, 0.9), sched.ConstantLR(o, 0.4, 0) },
+      { 2 }))
+  end)
+
+  it("step(epoch) is refused where torch's takes none or means another lr; a SequentialLR of composites refused",
+    function()
+    local o = sgd(0.1)
+    local s = sched.SequentialLR(o, { sched.StepLR(o, 2), sched.ExponentialLR(o, 0.9) }, { 2 })
+    U.fails_with("SequentialLR:step: takes no epoch, got 5: torch 2.15's SequentialLR.step() takes none", s.step, s, 5)
+    assert.are.equal(0, s.last_epoch)
+    o = sgd(0.1)
+    local c = sched.ChainedScheduler({ sched.StepLR(o, 2), sched.ExponentialLR(o, 0.9) })
+    U.fails_with("ChainedScheduler:step: takes no epoch, got 5: torch 2.15's ChainedScheduler.step() takes none", c.step,
+      c, 5)
+    o = sgd(0.1)
+    local m = sched.MultiplicativeLR(o, function() return 0.9 end)
+    m:step()
+    U.fails_with("MultiplicativeLR:step: takes no epoch, got 5: torch's step(epoch), deprecated, multiplies the current "
+      .. "lr by lr_lambda(epoch) once", m.step, m, 5)
+    assert.is_true(close(0.09, o.param_groups[1].lr, 1e-15))
+    assert.are.equal(1, m.last_epoch)
+    -- torch's SequentialLR fails entering a ChainedScheduler or SequentialLR at a milestone, and steps one run first
+    -- out of turn
+    o = sgd(0.1)
+    U.fails_with("SequentialLR: schedulers[2] is a ChainedScheduler; torch's SequentialLR fails entering one at a "
+      .. "milestone", sched.SequentialLR, o, { sched.StepLR(o, 2), sched.ChainedScheduler({ sched.StepLR(o, 3) }) }, { 2 })
+    o = sgd(0.1)
+    local inner = sched.SequentialLR(o, { sched.StepLR(o, 2), sched.ExponentialLR(o, 0.9) }, { 2 })
+    U.fails_with("SequentialLR: schedulers[1] is a SequentialLR", sched.SequentialLR, o, { inner, sched.StepLR(o, 2) },
+      { 3 })
+  end)
+
   it("transformers' other schedules and get_scheduler give transformers' lrs", function()
     local function make(f) local o = sgd(0.1); return o, f(o) end
     for _, c in ipairs {

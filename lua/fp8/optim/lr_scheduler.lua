@@ -79,13 +79,21 @@ Scheduler._is_lr_scheduler = true
 Plateau._is_lr_scheduler = true
 Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry by it
 -- The fields of a schedule that is the base times a factor of the step alone (lr_fn(t, base) = base · f(t)), whose
--- factors ChainedScheduler multiplies as torch's chain of recursive steps does.
+-- factors ChainedScheduler multiplies as torch's chain of recursive steps does (and which SequentialLR applies to the
+-- groups' initial_lr when it runs the schedule from step 0, as torch's recursive steps do).
 local CHAIN = { _chainable = true }
 
 -- new(name, opt, lr_fn, [last_epoch [, fractional [, after_step]]]) — lr_fn(t, base_lr, group_index) → lr. Sets
 -- epoch 0's lr now, as PyTorch's constructors do. fractional: step(epoch) also takes a fraction, kept as the
 -- position t that lr_fn sees (last_epoch is its floor). after_step(self, t): run after each step has written t's
--- lrs (OneCycleLR's momentum). fields: set on the scheduler before that first step (T_0, total_steps, ...).
+-- lrs (OneCycleLR's momentum). fields: set on the scheduler before that first step (T_0, total_steps, ...; base_lrs:
+-- its own, CyclicLR's base_lr, where torch's are not the groups' initial_lr). A group without an initial_lr gets
+-- its lr as one (torch's setdefault: the first scheduler's base stays).
+-- How torch's SequentialLR runs a scheduler, read there: fields _seq_first(sc, u, base0, i) (its lr at its step u
+-- when it runs from step 0, started on the groups' initial_lr base0) and _seq_enter(sc, u, base, i, prev) (from a
+-- milestone on; base its own, prev() the lr before the milestone); without them, a chainable schedule (_chainable:
+-- torch's steps multiply the group's lr) scales base0, and any schedule runs from its own base after a milestone.
+-- _no_epoch: why step(epoch) is refused.
 local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   check_opt(name, opt)
   local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {},
@@ -93,7 +101,7 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   for k, v in pairs(fields or {}) do self[k] = v end
   for i, g in ipairs(opt.param_groups) do
     g.initial_lr = g.initial_lr or g.lr
-    self.base_lrs[i] = g.initial_lr
+    if self.base_lrs[i] == nil then self.base_lrs[i] = g.initial_lr end
   end
   self.last_epoch = (last_epoch or -1)
   local ok, err = pcall(self.step, self)
@@ -124,6 +132,10 @@ end
 -- step([epoch]): advance one step (or jump to `epoch`) and write the new lrs into the groups.
 function Scheduler:step(epoch)
   local prev, prev_pos = self.last_epoch, rawget(self, "_pos")
+  local no_epoch = rawget(self, "_no_epoch")   -- why this scheduler's step takes no epoch
+  if epoch ~= nil and no_epoch then
+    error(("%s:step: takes no epoch, got %s: %s"):format(self.name, O.got(epoch), no_epoch), 2)
+  end
   if epoch ~= nil and rawget(self, "_fractional") then
     if type(epoch) ~= "number" or not (epoch >= 0 and epoch < 2 ^ 53) then
       error(("%s:step: epoch must be a number >= 0, got %s"):format(self.name, O.got(epoch)), 2)
@@ -242,7 +254,10 @@ end
 
 -- MultiplicativeLR(opt, fn) or MultiplicativeLR(opt, {fn1, fn2, ...} per group): torch's, lr_t = lr_(t-1) · fn(t)
 -- from step 1 on, so lr = base · fn(1) · ... · fn(t). Each group keeps its latest product and the step it is of, so
--- fn runs once a step, as torch's; a jump back (load_state_dict's) multiplies again from step 1.
+-- fn runs once a step, as torch's; a jump back (load_state_dict's) multiplies again from step 1. step(epoch) is
+-- refused: torch's (deprecated) multiplies the current lr by fn(epoch) once, which is no step of this product.
+-- In a SequentialLR past a milestone it goes on from the lr before the milestone times fn(0) (torch's _update_lr(0):
+-- MultiplicativeLR has no closed form).
 function M.MultiplicativeLR(opt, lr_lambda, ...)
   check_opt("MultiplicativeLR", opt)
   no_more("MultiplicativeLR", "(opt, lr_lambda)", ...)
@@ -257,24 +272,37 @@ function M.MultiplicativeLR(opt, lr_lambda, ...)
       end
     end
   end
-  local products = {}   -- products[i] = {t = t, v = fn(1) · ... · fn(t)} of group i
-  return new("MultiplicativeLR", opt, function(t, base, i)
+  local function fn_of(i)
     local fn = type(lr_lambda) == "function" and lr_lambda or rawget(lr_lambda, i)
     if fn == nil then
       error(("MultiplicativeLR: the optimizer has %d parameter groups, lr_lambda %d functions (a group was added "
         .. "after the scheduler was made)"):format(#opt.param_groups, rawlen(lr_lambda)), 0)
     end
+    return fn
+  end
+  local function call(fn, k)
+    local f = fn(k)
+    if type(f) ~= "number" then
+      error(("MultiplicativeLR: lr_lambda returned %s at step %d (expected a number)"):format(O.got(f), k), 0)
+    end
+    return f
+  end
+  local products = {}   -- products[i] = {t = t, v = fn(1) · ... · fn(t)} of group i
+  local lr_fn = function(t, base, i)
+    local fn = fn_of(i)
     local p = products[i]
     if p == nil or p.t > t then p = { t = 0, v = 1 }; products[i] = p end
-    for k = p.t + 1, t do
-      local f = fn(k)
-      if type(f) ~= "number" then
-        error(("MultiplicativeLR: lr_lambda returned %s at step %d (expected a number)"):format(O.got(f), k), 0)
-      end
-      p.t, p.v = k, p.v * f
-    end
+    for k = p.t + 1, t do p.t, p.v = k, p.v * call(fn, k) end
     return base * p.v
-  end, nil, false, nil, CHAIN)
+  end
+  local at0 = {}   -- fn(0) of group i, once (SequentialLR's milestone)
+  return new("MultiplicativeLR", opt, lr_fn, nil, false, nil, { _chainable = true,
+    _no_epoch = "torch's step(epoch), deprecated, multiplies the current lr by lr_lambda(epoch) once, which is no "
+      .. "step of this schedule (base · fn(1) · ... · fn(t)); call step()",
+    _seq_enter = function(_, u, _, i, prev)
+      if at0[i] == nil then at0[i] = call(fn_of(i), 0) end
+      return prev() * at0[i] * lr_fn(u, 1, i)
+    end })
 end
 
 -- StepLR(opt, {step_size, gamma=0.1}) or torch's positional StepLR(opt, step_size [, gamma]):
@@ -297,7 +325,9 @@ function M.StepLR(opt, opts, pos_gamma, ...)
 end
 
 -- CosineAnnealingLR(opt, {T_max, eta_min=0}) or torch's CosineAnnealingLR(opt, T_max [, eta_min]): closed form
--- η_min + (base − η_min)(1 + cos(π·t/T_max))/2.
+-- η_min + (base − η_min)(1 + cos(π·t/T_max))/2. torch's steps are recursive on the group's lr: run first in a
+-- SequentialLR, which starts it on the groups' initial_lr (a later OneCycleLR's), it descends from that lr to η_min
+-- at T_max, and rises from there on its own base (torch adds a term of the base at step T_max + 1).
 function M.CosineAnnealingLR(opt, opts, ...)
   check_opt("CosineAnnealingLR", opt)
   opts = positional("CosineAnnealingLR", opts, table.pack(...), { "T_max", "eta_min" },
@@ -306,9 +336,11 @@ function M.CosineAnnealingLR(opt, opts, ...)
   check_int("CosineAnnealingLR", "T_max", opts.T_max, 1)
   local eta_min, T = opts.eta_min or 0, opts.T_max
   check_rate("CosineAnnealingLR", "eta_min", eta_min)
-  return new("CosineAnnealingLR", opt, function(epoch, base)
+  local function lr_fn(epoch, base)
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * epoch / T)) / 2
-  end)
+  end
+  return new("CosineAnnealingLR", opt, lr_fn, nil, false, nil, {
+    _seq_first = function(sc, u, base0, i) return lr_fn(u, u <= T and base0 or sc.base_lrs[i] or base0) end })
 end
 
 -- warmup_cosine(opt, {warmup_steps=0, total_steps, min_lr=0}):
@@ -404,7 +436,9 @@ function M.LinearLR(opt, opts, ...)
 end
 
 -- ConstantLR(opt, {factor=1/3, total_iters=5}) or torch's ConstantLR(opt [, factor [, total_iters]]): base · factor
--- for the first total_iters steps, then base.
+-- for the first total_iters steps, then base. total_iters = 0: base · factor at every step, torch's step() (its
+-- get_lr scales by factor at step 0 and undoes it only at a later step equal to total_iters); entered at a
+-- SequentialLR's milestone it is base throughout, as torch's closed form there.
 function M.ConstantLR(opt, opts, ...)
   check_opt("ConstantLR", opt)
   opts = positional("ConstantLR", opts, table.pack(...), { "factor", "total_iters" },
@@ -415,8 +449,10 @@ function M.ConstantLR(opt, opts, ...)
     error(("ConstantLR: factor must be a number in [0, 1], got %s"):format(O.got(factor)), 2)
   end
   check_int("ConstantLR", "total_iters", total, 0)
-  return new("ConstantLR", opt, function(epoch, base) return epoch < total and base * factor or base end, nil, false,
-    nil, CHAIN)
+  return new("ConstantLR", opt, function(epoch, base)
+    return (epoch < total or total == 0) and base * factor or base
+  end, nil, false, nil, { _chainable = true,
+    _seq_enter = total == 0 and function(_, _, base) return base end or nil })
 end
 
 -- PolynomialLR(opt, {total_iters=5, power=1}) or torch's PolynomialLR(opt [, total_iters [, power]]):
@@ -700,23 +736,24 @@ function M.CyclicLR(opt, opts, ...)
     end
     return f, sc
   end
-  -- the groups start at base_lr (torch writes it before its first step)
-  for i, g in ipairs(opt.param_groups) do g.lr, g.initial_lr = base_lrs[i], base_lrs[i] end
+  -- the groups start at base_lr (torch writes it before its first step); an initial_lr already there stays (torch's
+  -- setdefault: a SequentialLR starts its first scheduler on it), as do the scheduler's base_lrs, base_lr
+  for i, g in ipairs(opt.param_groups) do g.lr = base_lrs[i] end
   return new(N, opt, function(t, _, i)
     if base_lrs[i] == nil then
       error(("CyclicLR: parameter group %d was added after the scheduler was made; its base_lr is unknown"):format(i), 0)
     end
     local f, sc = at(t)
     return base_lrs[i] + (max_lrs[i] - base_lrs[i]) * f * sc
-  end, nil, false, function(self, t)
+  end, nil, false, function(sched, t)
     if not cyc then return end
     local f, sc = at(t)
-    for i, g in ipairs(self.optimizer.param_groups) do
+    for i, g in ipairs(sched.optimizer.param_groups) do
       if base_m[i] ~= nil then
         set_momentum(g, max_m[i] - (max_m[i] - base_m[i]) * f * sc, use_betas)
       end
     end
-  end)
+  end, { base_lrs = table.move(base_lrs, 1, #base_lrs, 1, {}) })
 end
 
 -- The schedulers a SequentialLR or a ChainedScheduler (N) runs: a non-empty list of schedulers of one optimizer (opt,
@@ -749,7 +786,9 @@ end
 -- milestones[1], then schedulers[2] from its own step 0, and so on (#milestones = #schedulers − 1, non-decreasing).
 -- Each must be a scheduler of this optimizer (made, as torch's, on it before this one); they are not stepped
 -- themselves afterwards (this one steps the optimizer, and one of them stepping it is refused as any second
--- scheduler).
+-- scheduler). As torch's: the scheduler of step 0 runs on the groups' initial_lr as the constructors left it (a
+-- OneCycleLR's max_lr/div_factor), a chainable one scaling it; one entered at a milestone runs from its own base
+-- (torch's closed form at its step 0), a MultiplicativeLR from the lr before the milestone (see new's _seq_*).
 function M.SequentialLR(opt, schedulers, milestones, ...)
   local N = "SequentialLR"
   check_opt(N, opt)
@@ -766,6 +805,11 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
       error(("SequentialLR: schedulers[%d] is a ReduceLROnPlateau, which steps on a metric; SequentialLR steps "
         .. "without one (torch's refuses it too)"):format(i), 4)
     end
+    if rawget(sc, "_schedulers") ~= nil then
+      error(("SequentialLR: schedulers[%d] is a %s; torch's SequentialLR fails entering one at a milestone (it has no "
+        .. "get_lr) and, run from step 0, steps its members out of turn: give its schedulers to this SequentialLR, "
+        .. "or a LambdaLR of their product"):format(i, sc.name), 4)
+    end
   end)
   if type(milestones) ~= "table" or rawlen(milestones) ~= #list - 1 then
     error(("SequentialLR: milestones must be a list of %d integers (one fewer than the schedulers), got %s"):format(
@@ -780,18 +824,35 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
     end
     ms[i] = m
   end
-  local function which(t)   -- the scheduler of step t and its own step
+  local function which(t)   -- the scheduler of step t, its own step, and how many milestones are <= t
     local k = 0
     while k < #ms and ms[k + 1] <= t do k = k + 1 end
-    return list[k + 1], t - (k > 0 and ms[k] or 0)
+    return list[k + 1], t - (k > 0 and ms[k] or 0), k
   end
-  return new(N, opt, function(t, base, i)
-    local sc, u = which(t)
-    return sc._lr_fn(u, sc.base_lrs[i] or base, i)
-  end, nil, false, function(_, t)
+  local _, _, k0 = which(0)   -- the scheduler torch's constructor starts at step 0 (any before it never runs)
+  local before = {}   -- before[k][i] = {base, lr}: group i's lr at step milestones[k] − 1, for a MultiplicativeLR
+  local function lr_at(t, base, i)
+    local sc, u, k = which(t)
+    if k == k0 then
+      local first = rawget(sc, "_seq_first")
+      if first then return first(sc, u, base, i) end
+      if rawget(sc, "_chainable") then return base * sc._lr_fn(u, 1, i) end
+      return sc._lr_fn(u, sc.base_lrs[i] or base, i)
+    end
+    local own = sc.base_lrs[i] or base
+    local enter = rawget(sc, "_seq_enter")
+    if not enter then return sc._lr_fn(u, own, i) end
+    return enter(sc, u, own, i, function()
+      before[k] = before[k] or {}
+      local c = before[k][i]
+      if c == nil or c[1] ~= base then c = { base, lr_at(ms[k] - 1, base, i) }; before[k][i] = c end
+      return c[2]
+    end)
+  end
+  return new(N, opt, lr_at, nil, false, function(_, t)
     local sc, u = which(t)
     if sc._after_step then sc:_after_step(u) end
-  end, { _schedulers = list, _milestones = ms })
+  end, { _schedulers = list, _milestones = ms, _no_epoch = "torch 2.15's SequentialLR.step() takes none" })
 end
 
 -- ChainedScheduler(schedulers [, opt]) (or ({schedulers=, optimizer=})): torch's, every scheduler's effect at once.
@@ -826,7 +887,7 @@ function M.ChainedScheduler(schedulers, optimizer, ...)
     local f = 1
     for _, sc in ipairs(list) do f = f * sc._lr_fn(t, 1, i) end
     return base * f
-  end, nil, false, nil, { _schedulers = list })
+  end, nil, false, nil, { _schedulers = list, _no_epoch = "torch 2.15's ChainedScheduler.step() takes none" })
 end
 
 -- The schedules of transformers.optimization that Accelerate's examples use, under their names:
