@@ -56,6 +56,7 @@ fmt("wr_frac", rows)
 fmt("onecycle_sgd", run(lambda o: S.OneCycleLR(o, 0.1, total_steps=10), 11, opt_sgd(momentum=0.9)))
 fmt("onecycle_adam_lin", run(lambda o: S.OneCycleLR(o, 0.05, total_steps=12, anneal_strategy="linear", pct_start=0.25), 12, opt_adam()))
 fmt("onecycle_three", run(lambda o: S.OneCycleLR(o, [0.1, 0.2], epochs=2, steps_per_epoch=5, three_phase=True, div_factor=10.0, final_div_factor=100.0), 11, opt_sgd(momentum=0.9, groups=2)))
+fmt("onecycle_pct0", run(lambda o: S.OneCycleLR(o, 1.0, total_steps=10, pct_start=0.0), 11, opt_sgd(momentum=0.9)))
 fmt("onecycle_nomom", run(lambda o: S.OneCycleLR(o, 0.1, total_steps=8, cycle_momentum=False), 9, opt_sgd()))
 fmt("cyclic_tri", run(lambda o: S.CyclicLR(o, 0.01, 0.1, step_size_up=3), 14, opt_sgd(momentum=0.9)))
 fmt("cyclic_tri2", run(lambda o: S.CyclicLR(o, 0.01, 0.1, step_size_up=2, step_size_down=3, mode="triangular2",

@@ -1003,6 +1003,9 @@ describe("fp8.optim.lr_scheduler", function()
       o = sgd(0.1, 0.9, 2)
       follows("onecycle_three", o, sched.OneCycleLR(o, { max_lr = { 0.1, 0.2 }, epochs = 2, steps_per_epoch = 5,
         three_phase = true, div_factor = 10, final_div_factor = 100 }), true)
+      -- pct_start = 0: the first phase ends before step 0 and is never reached; torch's runs it (the lr starts falling)
+      o = sgd(0.1, 0.9)
+      follows("onecycle_pct0", o, sched.OneCycleLR(o, { max_lr = 1, total_steps = 10, pct_start = 0 }), true)
       o = sgd(0.1)
       follows("onecycle_nomom", o, sched.OneCycleLR(o, { max_lr = 0.1, total_steps = 8, cycle_momentum = false }))
       assert.are.equal(0, o.param_groups[1].momentum)
@@ -1023,6 +1026,17 @@ describe("fp8.optim.lr_scheduler", function()
           "OneCycleLR: give total_steps, or epochs and steps_per_epoch, not both" },
         { { max_lr = 0.1, total_steps = 4, cycle_momentum = false, base_momentum = "x" },
           'OneCycleLR: base_momentum takes effect only with cycle_momentum=true, got "x"' },
+        -- a phase a step reaches that ends where it starts (torch's ZeroDivisionError, at step 0 or total_steps)
+        { { max_lr = 1, total_steps = 10, pct_start = 0.1 }, "OneCycleLR: pct_start=0.1 and total_steps=10 leave "
+          .. "phase 1 of 2 no steps: it ends at step pct_start · total_steps − 1 = 0, where it starts (step 0), and "
+          .. "torch's divides by zero there; pct_start · total_steps must not be 1" },
+        { { max_lr = 1, total_steps = 4, pct_start = 0.25, three_phase = true }, "leave phase 1 of 3 no steps" },
+        { { max_lr = 1, total_steps = 10, pct_start = 1 }, "phase 2 of 2 no steps: it ends at step total_steps − 1 = "
+          .. "9, where it starts (pct_start · total_steps − 1), and torch's divides by zero there; pct_start must be "
+          .. "below 1" },
+        { { max_lr = 1, total_steps = 10, pct_start = 0.55, three_phase = true }, "phase 3 of 3 no steps: it ends at "
+          .. "step total_steps − 1 = 9, where it starts (2 · pct_start · total_steps − 2), and torch's divides by zero "
+          .. "there; 2 · pct_start · total_steps − 2 must be below total_steps − 1" },
       } do
         ok, err = pcall(sched.OneCycleLR, sgd(1), c[1])
         assert.is_false(ok, c[2])

@@ -613,6 +613,23 @@ function M.OneCycleLR(opt, opts, ...)
     phases = { { pct * total - 1, "initial", "max", "max_m", "base_m" },
                { total - 1, "max", "min", "base_m", "max_m" } }
   end
+  -- A phase some step in [0, total_steps] reaches must not end where it starts: torch's divides by zero there (at
+  -- its construction, or at step total_steps). Only the first phase (when pct_start · total_steps = 1) and the last
+  -- (pct_start = 1; three_phase: 2 · pct_start · total_steps − 2 = total_steps − 1) can: a middle one that ends
+  -- where it starts is never reached, nor is a first that ends before step 0 (pct_start = 0: the lr starts falling).
+  local ends = three and { "pct_start · total_steps − 1", "2 · pct_start · total_steps − 2", "total_steps − 1" }
+    or { "pct_start · total_steps − 1", "total_steps − 1" }
+  for k = 1, #phases, #phases - 1 do
+    local start = k == 1 and 0 or phases[k - 1][1]
+    local e = phases[k][1]
+    if e == start then
+      error(("OneCycleLR: pct_start=%s and total_steps=%d leave phase %d of %d no steps: it ends at step %s = %g, "
+        .. "where it starts (%s), and torch's divides by zero there; %s"):format(tostring(pct), total, k, #phases,
+        ends[k], e, k == 1 and "step 0" or ends[k - 1],
+        k == 1 and "pct_start · total_steps must not be 1" or three and
+          "2 · pct_start · total_steps − 2 must be below total_steps − 1" or "pct_start must be below 1"), 2)
+    end
+  end
   local function curve(a, b, f)
     if anneal == "cos" then return b + (a - b) / 2 * (math.cos(math.pi * f) + 1) end
     -- at step total_steps (after a loop's last step: an lr no step uses) the last phase's f passes 1; torch's
