@@ -270,7 +270,10 @@ function GradScaler:state_dict()
            growth_interval = self.growth_interval, _growth_tracker = self._growth_tracker }
 end
 
--- load_state_dict(sd): every field is checked before any is set (a failed load changes nothing).
+-- load_state_dict(sd): every field is checked before any is set (a failed load changes nothing). An enabled scaler
+-- takes whole states only, every key of state_dict's (torch's raises KeyError for a missing one); a disabled one
+-- takes any of them (torch's ignores the state).
+local SCALER_KEYS = { "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" }
 local SCALER_STATE = {
   scale = { function(v) return type(v) == "number" and scale_ok(v) end,
             "a number > 0 that fits fp32, its reciprocal too" },
@@ -287,11 +290,17 @@ function GradScaler:load_state_dict(sd)
   for k, v in pairs(sd) do
     local rule = SCALER_STATE[k]
     if not rule then
-      error(("GradScaler:load_state_dict: unknown key '%s' (valid: _growth_tracker, backoff_factor, growth_factor, "
-        .. "growth_interval, scale)"):format(tostring(k)), 2)
+      error(("GradScaler:load_state_dict: unknown key '%s' (valid: %s)"):format(tostring(k),
+        table.concat(SCALER_KEYS, ", ")), 2)
     end
     if not rule[1](v) then
       error(("GradScaler:load_state_dict: %s must be %s, got %s"):format(k, rule[2], tostring(v)), 2)
+    end
+  end
+  for _, k in ipairs(self.enabled and SCALER_KEYS or {}) do
+    if sd[k] == nil then
+      error(("GradScaler:load_state_dict: the state has no '%s' (a state from state_dict() holds %s; torch's "
+        .. "raises KeyError)"):format(k, table.concat(SCALER_KEYS, ", ")), 2)
     end
   end
   -- JSON reads 65536 back as an integer: numbers that are floats in the scaler stay floats

@@ -2,6 +2,7 @@
 -- object as it was (model with FP8 recipe state, optimizers, GradScaler, schedulers): everything
 -- is checked before anything is copied.
 local nn, F = fp8.nn, fp8.nn.functional
+local U = dofile("tests/spec/helpers/util.lua")
 
 local function mlp() return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 16)) end
 
@@ -247,8 +248,29 @@ describe("a failed load changes nothing", function()
       assert.same(65536.0, s:get_scale())
       assert.same(2.0, s.growth_factor)
     end
-    s:load_state_dict { scale = 1024, _growth_tracker = 3 }
+    s:load_state_dict { scale = 1024, growth_factor = 2, backoff_factor = 0.5, growth_interval = 2000,
+      _growth_tracker = 3 }
     assert.same(1024, s:get_scale())
+  end)
+
+  it("GradScaler: an enabled scaler takes whole states only (torch's KeyError), naming the missing key", function()
+    local s = fp8.amp.GradScaler {}
+    local full = s:state_dict()
+    for _, k in ipairs { "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" } do
+      local sd = {}
+      for kk, v in pairs(full) do sd[kk] = v end
+      sd[k] = nil
+      U.fails_with(("GradScaler:load_state_dict: the state has no '%s' (a state from state_dict() holds scale, "
+        .. "growth_factor, backoff_factor, growth_interval, _growth_tracker; torch's raises KeyError)"):format(k),
+        s.load_state_dict, s, sd)
+    end
+    U.fails_with("GradScaler:load_state_dict: the state has no 'growth_factor'", s.load_state_dict, s, { scale = 128 })
+    assert.same(65536.0, s:get_scale())
+    U.fails_with("GradScaler:load_state_dict: unknown key 'nope' (valid: scale, growth_factor, backoff_factor, "
+      .. "growth_interval, _growth_tracker)", s.load_state_dict, s, { scale = 128, nope = 1 })
+    -- a disabled scaler (whose state_dict is empty) takes a part, as before
+    local d = fp8.amp.GradScaler { enabled = false }
+    d:load_state_dict { scale = 128 }
   end)
 
   it("scheduler: bad base_lrs are refused before the lrs change", function()
