@@ -377,6 +377,18 @@ describe("arithmetic", function()
     assert_table_close({math.exp(-1), math.exp(4), math.exp(0.25)}, v:exp():totable(), 1e-6)
     assert_table_close({0, math.log(4)}, fp8.tensor{1, 4}:log():totable(), 1e-6)
   end)
+  it("adds a number to an fp16 tensor without rounding it to fp16 first, as docs/lua-api.md's example says", function()
+    -- fp16(-1.368) is -1401·2^-10; + 1.3641 (not rounded) is -0.0040640625, whose fp16 (spacing 2^-18 there) is
+    -- -1065·2^-18 = -0.0040626...; torch rounds 1.3641 to 1397·2^-10 first: -4·2^-10 = -0.00390625. The docs said
+    -- -0.004032 here (the API sweep of seed 86)
+    local got = (fp8.tensor({ -1.368 }, "fp16") + 1.3641):float():item()
+    assert.are.equal(-1065 * 2 ^ -18, got)
+    local f = assert(io.open("docs/lua-api.md"))
+    local doc = f:read("a"); f:close()
+    local here, there = doc:match("fp16 %-1%.368 %+ 1%.3641 is (%-[%d.]+)%s+here, (%-[%d.]+) in torch")
+    assert.are.equal(("%.6f"):format(got), here)
+    assert.are.equal(("%.6f"):format(-4 * 2 ^ -10), there)
+  end)
 end)
 
 describe("comparisons, maximum/minimum, pow, clamp, tanh and sigmoid", function()
