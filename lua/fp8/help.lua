@@ -138,7 +138,7 @@ add_all {
        .. "\"...ij,...jk\" (\"...\" broadcast from the right). Subscripts a-z and A-Z, spaces ignored; without \"->\"\n"
        .. "the output is \"...\" and the subscripts seen once, A-Z before a-z; a \"...\" left out of an explicit\n"
        .. "output is summed. Differentiable: views, sums and bmm, operands contracted left to right." },
-  { section = "Tensors", name = "Tensor:clamp", sig = "x:clamp(min, max) / x:maximum(y) / x:minimum(y) -> Tensor",
+  { section = "Tensors", name = "Tensor:clamp", sig = "x:clamp(min, max) / :clamp_min(min) / :clamp_max(max) / x:maximum(y) / x:minimum(y) -> Tensor",
     doc = "Bounds by numbers or tensors; NaN stays NaN. The gradient passes where x is within the bounds\n"
        .. "(clamp) or goes to the larger / smaller operand (half each on a tie)." },
   { section = "Quantization", name = "Tensor:quantize",
@@ -294,7 +294,8 @@ add_all {
        .. "file has no cast's counters: qstats().unknown is true, and these (and q:amax()) raise." },
   { section = "REPL", name = "help", sig = "help([fn | \"name\"])",
     doc = "help() lists the sections; help(\"tensors\") one section; help(fp8.encode) or help(\"encode\") one entry;\n"
-       .. "help(fp8.optim) or help(\"optim\") a module's entries; an unknown name suggests the nearest ones.\n"
+       .. "help(fp8.optim) or help(\"optim\") a module's entries, each with the names of the module it covers; an\n"
+       .. "unknown name suggests the nearest ones.\n"
        .. "Modules add entries with require(\"fp8.help\").add{name=, sig=, doc=}." },
   { section = "REPL", name = "keys", sig = "REPL keys",
     doc = "Tab completes globals, fields after '.' and methods after ':'. Up/Down walk the history\n"
@@ -518,6 +519,7 @@ also("cuda", { "cuda.is_built", "cuda.is_available", "cuda.device_count", "cuda.
                "cuda.memory_allocated", "cuda.max_memory_allocated", "cuda.reset_peak_memory_stats",
                "cuda.memory_reserved", "cuda.max_memory_reserved", "cuda.empty_cache" })
 also("no_grad", { "enable_grad", "set_grad_enabled", "is_grad_enabled" })
+also("autograd.grad", { "autograd.backward" })
 also("randint", { "randperm" })
 also("autocast_dtype", { "set_autocast_dtype" })
 also("format", { "dtype_names", "is_nan_code" })
@@ -647,6 +649,12 @@ local function find(name)
   local e = by_name[name] or (M.ALIASES[name] and by_name[M.ALIASES[name]])
   local m = not e and name:match("^Accelerator[%.:]([%w_]+)$")
   if m then return find("acc:" .. m) end
+  if not e and name:find(":", 1, true) then
+    -- a function of a module two levels down (fp8.nn.functional.conv2d, fp8.nn.utils.clip_grad_norm_), which
+    -- names_of spells as a method ("nn.functional:conv2d", "nn.F:conv2d"): its entry or alias by the dotted name
+    local dotted = name:gsub(":", ".", 1):gsub("^nn%.F%.", "nn.functional.")
+    e = by_name[dotted] or (M.ALIASES[dotted] and by_name[M.ALIASES[dotted]])
+  end
   if not e then
     local parent, member = name:match("^(.+)[%.:]([%a_][%w_]*)$")
     local pe = parent and find(parent)
@@ -655,25 +663,28 @@ local function find(name)
   return e
 end
 
--- module_names(t) -> every name of a module table under fp8 (two levels deep), sorted: {"nn.F", "nn.functional"}.
+-- module_names(t) -> every name of a module table under fp8 (three levels deep, through plain tables), sorted:
+-- {"nn.F", "nn.functional"}, {"nn.utils.rnn"}.
 local function module_names(t)
   local root, out = rawget(_G, "fp8"), {}
   if type(root) ~= "table" then return out end
-  for k, v in pairs(root) do
-    if v == t and type(k) == "string" then out[#out + 1] = k end
-  end
-  for k, v in pairs(root) do
-    if type(k) == "string" and type(v) == "table" and getmetatable(v) == nil then
-      for k2, v2 in pairs(v) do
-        if v2 == t and type(k2) == "string" then out[#out + 1] = k .. "." .. k2 end
+  local function walk(tbl, prefix, depth)
+    for k, v in pairs(tbl) do
+      if type(k) == "string" then
+        local name = prefix and prefix .. "." .. k or k
+        if rawequal(v, t) then out[#out + 1] = name end
+        if depth < 3 and type(v) == "table" and getmetatable(v) == nil and not rawequal(v, root) then
+          walk(v, name, depth + 1)
+        end
       end
     end
   end
+  walk(root, nil, 1)
   table.sort(out)
   return out
 end
 
--- module_name(t) -> "optim", "nn.functional", ...: the name of a module table under fp8 (two levels deep), or nil;
+-- module_name(t) -> "optim", "nn.functional", ...: the name of a module table under fp8 (three levels deep), or nil;
 -- of several names (fp8.nn.F is fp8.nn.functional) one that has an entry.
 function M.module_name(t)
   local names = module_names(t)
@@ -687,7 +698,8 @@ local function module_by_name(s)
   if type(root) ~= "table" then return nil end
   if s == "fp8" then return root end
   local path = s:gsub("^fp8%.", "")
-  if not (path:match("^[%a_][%w_]*$") or path:match("^[%a_][%w_]*%.[%a_][%w_]*$")) then return nil end
+  if not (path:match("^[%a_][%w_]*$") or path:match("^[%a_][%w_]*%.[%a_][%w_]*$")
+          or path:match("^[%a_][%w_]*%.[%a_][%w_]*%.[%a_][%w_]*$")) then return nil end
   local v = root
   for part in path:gmatch("[^%.]+") do   -- fp8's own __index loads a lazy module (fp8.nn); nothing else runs
     local ok, r = pcall(function() return type(v) == "table" and v[part] or nil end)
@@ -833,12 +845,44 @@ function M.text(x)
   local mod = modt and M.module_name(modt)
   if mod and by_name[mod] then return entry_text(by_name[mod]) end
   if mod then
-    local names = {}
-    for _, en in ipairs(M.entries) do
-      if en.name:sub(1, #mod + 1) == mod .. "." then names[#names + 1] = en.name end
+    -- each entry under mod's name with the names of mod it covers (optim.NAdam: RAdam, Adamax, Adadelta), wrapped
+    -- at 80 columns; a name of mod whose entry lies elsewhere, with that entry
+    local prefix, lines, covered, listed = mod .. ".", {}, {}, {}
+    for alias, target in pairs(M.ALIASES) do
+      if alias:sub(1, #prefix) == prefix then
+        covered[target] = covered[target] or {}
+        table.insert(covered[target], alias)
+      end
     end
-    if #names > 0 then
-      return ("fp8.%s, a module: help(\"name\") for one of its entries:\n  %s"):format(mod, table.concat(names, "\n  "))
+    for _, list in pairs(covered) do table.sort(list) end
+    local function add_line(name, also)
+      local line = "  " .. name
+      if also then
+        local words = {}
+        for i, a in ipairs(also) do words[i] = a .. (i < #also and "," or ")") end
+        words[1] = "(also " .. words[1]
+        for _, w in ipairs(words) do
+          if #line + 1 + #w > 80 then lines[#lines + 1] = line; line = "      " .. w else line = line .. " " .. w end
+        end
+      end
+      lines[#lines + 1] = line
+    end
+    for _, en in ipairs(M.entries) do
+      if en.name:sub(1, #prefix) == prefix then
+        add_line(en.name, covered[en.name])
+        listed[en.name] = true
+      end
+    end
+    local elsewhere = {}
+    for target, list in pairs(covered) do
+      if not listed[target] and by_name[target] then
+        for _, a in ipairs(list) do elsewhere[#elsewhere + 1] = ("%s (in %s)"):format(a, target) end
+      end
+    end
+    table.sort(elsewhere)
+    for _, l in ipairs(elsewhere) do add_line(l) end
+    if #lines > 0 then
+      return ("fp8.%s, a module: help(\"name\") for one of its entries:\n%s"):format(mod, table.concat(lines, "\n"))
     end
   end
   local tensor = rawget(_G, "fp8") and type(fp8.is_tensor) == "function" and fp8.is_tensor(x)

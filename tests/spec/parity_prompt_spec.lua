@@ -127,6 +127,63 @@ describe("the prompt", function()
     assert.are.same({}, missing)
   end)
 
+  it("help(fn) of every function of fp8 and its modules shows an entry that names it (no 'no help for function')",
+     function()
+    -- the check above also takes the name: help(F.conv2d) itself said "no help for function" for 62 functions of
+    -- fp8.nn.functional (reached as "nn.functional:conv2d", a method's name, where the entries list
+    -- "nn.functional.conv2d") and every function of fp8.nn.utils (the API sweep of seed 86)
+    help.lookup("x")
+    local _ = fp8.nn, fp8.optim, fp8.recipes, fp8.profiler
+    local bad = {}
+    local function check(label, t)
+      for k, v in pairs(t) do
+        if type(k) == "string" and not k:match("^_") and type(v) == "function" then
+          local text = help.text(v)
+          local e = help.lookup(v)
+          -- the entry found names the function (its sig or doc), so it is the entry that documents it
+          if text:match("^no help") or not (e and ((e.sig or "") .. "\n" .. (e.doc or "")):find("%f[%w_]" .. k .. "%f[^%w_]")) then
+            bad[#bad + 1] = label .. "." .. k .. " -> " .. (e and e.name or text:match("^[^\n]*"))
+          end
+        end
+      end
+    end
+    check("fp8", fp8)
+    for _, m in ipairs { "nn", "nn.functional", "nn.F", "nn.utils", "nn.init", "optim", "optim.lr_scheduler", "recipes",
+                         "profiler", "autograd", "amp", "data", "cuda" } do
+      local t = fp8
+      for part in m:gmatch("[^.]+") do t = t[part] end
+      check("fp8." .. m, t)
+    end
+    table.sort(bad)
+    assert.are.same({}, bad)
+  end)
+
+  it("help(module) lists every name of the module an entry covers (help('optim') left out Adagrad, RAdam, ...)",
+     function()
+    for _, m in ipairs { "optim", "nn", "nn.utils", "nn.utils.rnn" } do
+      local t = fp8
+      for part in m:gmatch("[^.]+") do t = t[part] end
+      local text, missing = help.text(t), {}
+      assert.are.equal(text, help.text(m))
+      for k, v in pairs(t) do
+        -- (fp8.nn.F is fp8.nn.functional, listed under that name)
+        if type(k) == "string" and not k:match("^_") and type(v) ~= "number" and type(v) ~= "string"
+          and not (m == "nn" and k == "F") then
+          local name = m .. "." .. k
+          if not text:find("%f[%w_.]" .. name:gsub("%.", "%%.") .. "%f[^%w_]") then missing[#missing + 1] = name end
+          -- and each name listed has help
+          assert.falsy(help.text(name):match("^no help"), name)
+        end
+      end
+      table.sort(missing)
+      assert.are.same({}, missing, m)
+    end
+    local t = help.text("optim")
+    assert.truthy(t:find("  optim.NAdam (also optim.Adadelta, optim.Adamax, optim.RAdam)\n", 1, true), t)
+    assert.truthy(t:find("  optim.RMSprop (also optim.Adagrad)\n", 1, true), t)
+    for line in (help.text("nn") .. "\n"):gmatch("(.-)\n") do assert.is_true(#line <= 80, line) end
+  end)
+
   it("help() has an entry for fp8.optim.Optimizer, its methods (an optimizer's too) and every Accelerator method",
      function()
     -- the base class and opt.step, opt.zero_grad, ... (where pairs found Optimizer's copy first) said "no help for"

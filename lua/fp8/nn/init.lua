@@ -117,6 +117,7 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device(); float() is m itself\n"
   .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype);\n"
   .. "register_forward_pre_hook(hook) / register_forward_hook(hook) call hooks around forward (see their own help).\n"
+  .. "fp8.nn.Parameter(t) marks a tensor as a trainable leaf (requires grad) and returns it.\n"
   .. "fp8.nn.isinstance(m, cls | {cls, ...}): Python's isinstance for modules (subclasses count), as in\n"
   .. "model:apply(function(m) if fp8.nn.isinstance(m, fp8.nn.Linear) then\n"
   .. "  fp8.nn.init.normal_(m.weight, 0, 0.02) end end).")
@@ -183,15 +184,17 @@ add("nn.PReLU",
 add("nn.TripletMarginLoss", "fp8.nn.TripletMarginLoss([{margin=1, p=2, eps=1e-6, swap=false, reduction}]) / "
   .. "MarginRankingLoss / CosineEmbeddingLoss / HingeEmbeddingLoss / SoftMarginLoss / PairwiseDistance([p=2 [, eps [, "
   .. "keepdim]]])",
-  "torch's losses over embeddings and signed targets: loss(anchor, positive, negative) is max(0, margin + d(a, p) -\n"
-  .. "d(a, n)), d F.pairwise_distance (||x1 - x2 + eps||_p along the last dim); F.margin_ranking_loss(x1, x2, y),\n"
-  .. "F.cosine_embedding_loss(x1, x2, y), F.hinge_embedding_loss(x, y), F.soft_margin_loss(x, y) (y of +1/-1);\n"
+  "torch's losses over embeddings and signed targets: loss(anchor, positive, negative) (F.triplet_margin_loss(\n"
+  .. "anchor, positive, negative [, opts])) is max(0, margin + d(a, p) - d(a, n)), d F.pairwise_distance (||x1 -\n"
+  .. "x2 + eps||_p along the last dim); F.margin_ranking_loss(x1, x2, y), F.cosine_embedding_loss(x1, x2, y),\n"
+  .. "F.hinge_embedding_loss(x, y), F.soft_margin_loss(x, y) (y of +1/-1);\n"
   .. "values and every gradient checked against torch's.")
 add("nn.GaussianNLLLoss", "fp8.nn.GaussianNLLLoss([{full=false, eps=1e-6, reduction}]) / "
   .. "PoissonNLLLoss([{log_input=true, full=false, eps=1e-8, reduction}])",
-  "torch's likelihood losses: loss(input, target, var) is 0.5·(log v + (input - target)^2 / v), v = var clamped at\n"
-  .. "eps (its gradient kept), var of input's shape, one dim fewer, one dim of 1, or a number; F.poisson_nll_loss(\n"
-  .. "input, target) is exp(input) - target·input (or input - target·log(input + eps)), full adding Stirling's term.")
+  "torch's likelihood losses: loss(input, target, var) (F.gaussian_nll_loss(input, target, var [, opts])) is\n"
+  .. "0.5·(log v + (input - target)^2 / v), v = var clamped at eps (its gradient kept), var of input's shape, one dim\n"
+  .. "fewer, one dim of 1, or a number; F.poisson_nll_loss(input, target [, opts]) is exp(input) - target·input (or\n"
+  .. "input - target·log(input + eps)), full adding Stirling's term.")
 add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{weight, label_smoothing, ignore_index, reduction}]) / "
   .. "NLLLoss([{weight, ignore_index, reduction}]) / "
   .. "MSELoss([{reduction}]) / L1Loss([{reduction}]) / BCEWithLogitsLoss([{reduction, pos_weight}]) / "
@@ -306,8 +309,8 @@ add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {strid
   .. "\"replicate\" or \"circular\" pads the input by F.pad in that mode first, as torch's. ceil_mode=true rounds\n"
   .. "a pooling's output size up, as torch's (what its last windows reach past the padding counts for nothing).\n"
   .. "MaxPool's return_indices=true also returns each maximum's flat input position (fp32; torch's int64), which\n"
-  .. "MaxUnpool1d/2d(kernel_size [, {stride, padding}]) and F.max_unpool1d/2d(x, indices, kernel_size [, {stride,\n"
-  .. "padding, output_size}]) take back. Transposed convolutions: help(\"nn.ConvTranspose2d\").")
+  .. "MaxUnpool1d/2d(kernel_size [, {stride, padding}]) and F.max_unpool1d / F.max_unpool2d(x, indices, kernel_size\n"
+  .. "[, {stride, padding, output_size}]) take back. Transposed convolutions: help(\"nn.ConvTranspose2d\").")
 add("nn.ConvTranspose2d", "fp8.nn.ConvTranspose2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, "
   .. "output_padding=0, groups=1, bias=true, dilation=1}]) / ConvTranspose1d(...); m(x [, output_size])",
   "torch's transposed convolutions, the adjoint of Conv2d/Conv1d in its input (upsampling): one batched GEMM per\n"
@@ -324,7 +327,8 @@ add("nn.ZeroPad2d", "fp8.nn.ZeroPad2d(padding) / ConstantPad2d(padding, value) /
   .. "side) or a list {left, right [, top, bottom [, front, back]]}; negative amounts crop. Reflection, replication\n"
   .. "and circular padding take torch's limits (see F.pad: help(\"nn.functional\")).")
 add("nn.AdaptiveAvgPool2d", "fp8.nn.AdaptiveAvgPool2d(output_size) / AdaptiveMaxPool2d(output_size) / "
-  .. "AdaptiveAvgPool1d / AdaptiveMaxPool1d; F.adaptive_avg_pool2d(x, output_size), F.adaptive_max_pool2d, ...1d",
+  .. "AdaptiveAvgPool1d / AdaptiveMaxPool1d; F.adaptive_avg_pool2d(x, output_size), F.adaptive_max_pool2d, "
+  .. "F.adaptive_avg_pool1d, F.adaptive_max_pool1d",
   "torch's adaptive pooling: output position i of a dim of n pooled to m is the mean (max) of input positions\n"
   .. "floor(i*n/m) .. ceil((i+1)*n/m) - 1, torch's overlapping windows. output_size an integer or a list, nil\n"
   .. "keeping the input's size ({nil, 5}); AdaptiveAvgPool2d(1) is a global average pool. Differentiable\n"
