@@ -45,7 +45,7 @@ local OPTIONS = {
   { "tensorboard", "str", nil, "also log the reports, each FP8 layer's scales and amaxes, and the sample for "
     .. "TensorBoard under this directory, through the Accelerator's tracker (run char_gpt; tensorboard --logdir DIR)" },
   { "sample-len", "int", 200, "characters to generate at the end", 0 },
-  { "temperature", "num", 0.8, "sampling temperature (0 = greedy)", 0 },
+  { "temperature", "num", nil, "sampling temperature (0 = greedy; default 0.8)", 0 },
   { "save-every", "int", 0, "save a checkpoint every N steps into --checkpoint-dir/checkpoints (0 = never)", 0 },
   { "checkpoint-dir", "str", "build/checkpoints/char_gpt", "where --save-every writes (the last 3 are kept)" },
   { "resume", "str", nil, "resume from a checkpoint directory, or 'latest' (the newest in --checkpoint-dir; default: start afresh)" },
@@ -64,6 +64,12 @@ local function parse_args(argv)
   if opts["sample-len"] > (1 << 24) - 1 then
     fail(("--sample-len must be at most %d (the sample's token limit), got %d"):format((1 << 24) - 1, opts["sample-len"]))
   end
+  -- (the sampling options are nil unless given, so that one given without a sample is refused, not ignored)
+  if opts["sample-len"] == 0 and opts.temperature ~= nil then
+    fail("--temperature sets the sample's temperature, and --sample-len 0 draws no sample: give --temperature with "
+      .. "--sample-len N > 0, or leave it out")
+  end
+  opts.temperature = opts.temperature or 0.8
   -- made now: a file in its place failed at the first save, after training had run
   if opts["save-every"] > 0 then require("fp8.args").out_folder(opts["checkpoint-dir"], "--checkpoint-dir") end
   local mp = opts["mixed-precision"]

@@ -287,15 +287,17 @@ end)
 
 teardown(function() os.execute("rm -rf " .. q(tmpdir)) end)
 
+-- refused(args, needle): a training script run with args fails with a message holding needle before it trains
+local function refused(args, needle)
+  local out, ok = sh("timeout 60 " .. q(bin) .. " " .. args)
+  assert.is_false(ok, args .. ": " .. out)
+  assert.truthy(out:find(needle, 1, true), args .. ": " .. out)
+  assert.is_nil(out:find("step 1/", 1, true), args .. ": trained before refusing\n" .. out)
+end
+
 describe("the training scripts' output paths", function()
   -- a path that cannot be written is a usage error before the run, not a failure at its first write (after
   -- training: compare_recipes' every recipe, a lesson's whole run)
-  local function refused(args, needle)
-    local out, ok = sh("timeout 60 " .. q(bin) .. " " .. args)
-    assert.is_false(ok, args .. ": " .. out)
-    assert.truthy(out:find(needle, 1, true), args .. ": " .. out)
-    assert.is_nil(out:find("step 1/", 1, true), args .. ": trained before refusing\n" .. out)
-  end
   it("are checked before anything trains", function()
     local d = os.tmpname()
     os.remove(d)
@@ -316,5 +318,24 @@ describe("the training scripts' output paths", function()
     refused("scripts/lessons/02_why_hybrid.lua --quick --steps 1", "--quick sets --steps to 10: give --quick or --steps")
     refused("scripts/fidelity_report.lua --doc " .. q(d), "--doc " .. d .. ": not a file")
     os.execute("rm -rf " .. q(d))
+  end)
+end)
+
+describe("train_char_gpt.lua's options", function()
+  it("refuse a sampling option without a sample (--temperature with --sample-len 0 was taken and ignored)", function()
+    refused("scripts/train_char_gpt.lua --steps 1 --sample-len 0 --temperature 0.5",
+      "--temperature sets the sample's temperature, and --sample-len 0 draws no sample")
+    refused("scripts/train_char_gpt.lua --steps 1 --temperature=0.8 --sample-len=0", "--sample-len 0 draws no sample")
+    -- the other checks of the options, before the run too
+    refused("scripts/train_char_gpt.lua --d-model 30 --heads 4", "--d-model (30) must be divisible by --heads (4)")
+    refused("scripts/train_char_gpt.lua --sample-len 17000000", "--sample-len must be at most 16777215")
+    refused("scripts/train_char_gpt.lua --temperature -1", "option --temperature expects a finite number >= 0, got '-1'")
+    refused("scripts/train_char_gpt.lua --recipe te-hybrid --fp8-backend te", "--recipe names the precision and the recipe")
+    -- --temperature with a sample, and --sample-len 0 alone, pass the checks: the run goes on to read the text
+    for _, args in ipairs { "--sample-len 0", "--sample-len 3 --temperature 0" } do
+      local out, ok = sh(q(bin) .. " scripts/train_char_gpt.lua --text /nonexistent/t.txt " .. args)
+      assert.is_false(ok, out)
+      assert.truthy(out:find("TextDataset: /nonexistent/t.txt: cannot open", 1, true), args .. ": " .. out)
+    end
   end)
 end)
