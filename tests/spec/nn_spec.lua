@@ -542,7 +542,7 @@ describe("fp8.nn forward passes (need autograd bindings)", function()
     assert.is_near(2.2776, nn.functional.cross_entropy(masked, fp8.tensor { 2, 0 }, { reduction = "sum" }):item(), 1e-4)
     local rows = nn.functional.cross_entropy(masked, fp8.tensor { 2, 0 }, { reduction = "none" }):totable()
     assert.is_near(0.3133, rows[1], 1e-4); assert.is_near(1.9644, rows[2], 1e-4)
-    U.fails_with("cross_entropy: target 5.0 at row 2 is out of range [0, 3)", nn.functional.cross_entropy, x,
+    U.fails_with("cross_entropy: target 5 at row 2 is out of range [0, 3)", nn.functional.cross_entropy, x,
       fp8.tensor { 0, 1, 5, 0 }, { reduction = "none" })
     -- no rows: torch's 0 (sum) and [0] (none), with a graph; was "where: shapes [0] and [0, 5] cannot be broadcast"
     local none = fp8.zeros(0, 5):requires_grad(true)
@@ -850,7 +850,7 @@ describe("fp8.nn refuses what it would otherwise drop (torch's options it does n
     { function() return F.linear(fp8.ones(1, 2), fp8.ones(3, 2), nil, 5) end, "linear: takes (input, weight [, bias])" },
     { function() return F.gelu(fp8.ones(2), { approx = "tanh" }) end, "gelu: unknown option 'approx' (did you mean 'approximate'?)" },
     { function() return F.dropout(fp8.ones(2), 0.5, "yes") end, "dropout: training must be a boolean, got string" },
-    { function() return F.mse_loss(fp8.ones(2), fp8.ones(2), { reduction = "avg" }) end, 'mse_loss: reduction must be "mean", "sum" or "none", got avg' },
+    { function() return F.mse_loss(fp8.ones(2), fp8.ones(2), { reduction = "avg" }) end, 'mse_loss: reduction must be "mean", "sum" or "none", got "avg"' },
     { function() return F.cross_entropy(fp8.zeros(3, 0), fp8.zeros(3)) end, "cross_entropy: logits [3, 0] have no classes" },
     { function() return F.softmax(fp8.tensor(1.0), 2) end, "softmax: dim 2 out of range for a 0-d tensor" },
     { function() return nn.Sequential({ nn.Linear(2, 3), nil, nn.Linear(3, 4) }) end, "Sequential: layer 2 must be a Module, got nil" },
@@ -3692,5 +3692,188 @@ describe("nn.ParameterList and nn.ParameterDict (torch's parameter containers)",
     end
     d:clear()
     assert.are.equal(0, #d)
+  end)
+end)
+
+describe("the losses' options, weights, targets and dtypes as torch 2.15 takes them", function()
+  local F = fp8.nn.functional
+  local X2 = fp8.tensor { { 0.3, -1.2, 2.0 }, { 1.1, 0.2, -0.7 } }
+
+  it("cross_entropy's class probabilities take a negative ignore_index (torch's default -100) and a weight's grad",
+    function()
+      local P = fp8.tensor { { 0.2, 0.3, 0.5 }, { 1, 0, 0 } }
+      -- torch 2.15: 0.9769682 with ignore_index -100 or -1, the same as without (it was refused, the default too)
+      for _, ii in ipairs { -100, -1 } do
+        assert.is_near(0.9769682, F.cross_entropy(X2, P, { ignore_index = ii }):item(), 1e-6)
+        assert.is_near(0.9769682, nn.CrossEntropyLoss { ignore_index = ii }(X2, P):item(), 1e-6)
+      end
+      -- one >= 0 would name a class: refused, as torch's "ignore_index is not supported for floating point target"
+      U.fails_with({ "cross_entropy: ignore_index applies to class-id targets, not to class probabilities, got 0",
+        "not supported for floating point target" }, F.cross_entropy, X2, P, { ignore_index = 0 })
+      -- the weight is a factor of this form's loss: torch differentiates it (loss and weight.grad torch 2.15's)
+      for red, want in pairs { mean = { 1.3701417446136475, { 0.4139019846916199, 0.5384579300880432,
+        0.08627495169639587 } }, sum = { 2.740283489227295, { 0.8278039693832397, 1.0769158601760864,
+        0.17254990339279175 } } } do
+        local w = fp8.tensor({ 0.5, 2.0, 1.0 }):requires_grad(true)
+        local l = F.cross_entropy(X2, P, { weight = w, reduction = red, label_smoothing = 0.1 })
+        l:backward()
+        assert.is_near(want[1], l:item(), 1e-6)
+        U.same_values("weight.grad " .. red, w.grad, want[2], 1e-5)
+      end
+    end)
+
+  it("reduction=false and ignore_index=false are refused, not taken as the defaults", function()
+    local T = fp8.tensor { 0, 1 }
+    for _, c in ipairs {
+      { function() return F.cross_entropy(X2, T, { reduction = false }) end, "cross_entropy: reduction must be" },
+      { function() return F.nll_loss(X2, T, { reduction = false }) end, "nll_loss: reduction must be" },
+      { function() return F.mse_loss(X2, X2, { reduction = false }) end, "mse_loss: reduction must be" },
+      { function() return F.cross_entropy(X2, T, { ignore_index = false }) end,
+        "cross_entropy: ignore_index must be an integer, got false" },
+      { function() return F.cross_entropy(X2, T, { ignore_index = false, reduction = "sum" }) end,
+        "cross_entropy: ignore_index must be an integer, got false" },
+      { function() return F.nll_loss(X2, T, { ignore_index = false }) end,
+        "nll_loss: ignore_index must be an integer, got false" },
+      { function() return F.cross_entropy(X2, T, { ignore_index = math.huge, reduction = "none" }) end,
+        "cross_entropy: ignore_index must be an integer, got inf" },
+      -- the modules refuse it when made, as they refuse a bad reduction
+      { function() return nn.CrossEntropyLoss { ignore_index = false } end,
+        "CrossEntropyLoss: ignore_index must be an integer, got false" },
+      { function() return nn.NLLLoss { ignore_index = 1.5 } end, "NLLLoss: ignore_index must be an integer, got 1.5" },
+      -- the other options defaulted with `or` (false took the default)
+      { function() return F.cross_entropy(X2, T, { label_smoothing = false, reduction = "sum" }) end,
+        "cross_entropy: label_smoothing must be a number in [0, 1], got false" },
+      { function() return F.multi_margin_loss(X2, T, { p = false }) end,
+        "multi_margin_loss: p must be 1 or 2 (torch's), got false" },
+      { function() return F.triplet_margin_loss(X2, X2, X2, { p = false }) end,
+        "triplet_margin_loss: p must be a number >= 0, got false" },
+      { function() return F.triplet_margin_loss(X2, X2, X2, { eps = false }) end,
+        "triplet_margin_loss: eps must be a finite number, got false" },
+      { function() return F.pairwise_distance(X2, X2, false) end, "pairwise_distance: p must be a number >= 0, got false" },
+    } do
+      U.fails_with({ c[2] }, c[1])
+    end
+    assert.is_near(F.cross_entropy(X2, T):item(), F.cross_entropy(X2, T, { ignore_index = 5.0 }):item(), 0)
+  end)
+
+  it("a weight, pos_weight or soft_margin_loss's target broadcasts to the input's shape, or is refused by name",
+    function()
+      local x, y = fp8.tensor { 0.5, 0.2, 0.3 }, fp8.tensor { 0, 1, 0 }
+      for _, c in ipairs {
+        -- larger than the input: torch's "output with shape [3] doesn't match the broadcast shape [2, 3]" (the loss
+        -- grew to [2, 3], its mean over 6 elements)
+        { function() return F.binary_cross_entropy(x, y, { weight = fp8.tensor { { 1, 1, 1 }, { 0, 0, 0 } } }) end,
+          "binary_cross_entropy: weight [2, 3] must broadcast to the input [3]" },
+        { function() return F.binary_cross_entropy_with_logits(x, y, { pos_weight = fp8.ones { 2, 3 } }) end,
+          "binary_cross_entropy_with_logits: pos_weight [2, 3] must broadcast to the input [3]" },
+        { function() return F.binary_cross_entropy_with_logits(x, y, { weight = fp8.ones { 1, 3 } }) end,
+          "binary_cross_entropy_with_logits: weight [1, 3] must broadcast to the input [3]" },
+        { function()
+            return F.soft_margin_loss(x, fp8.tensor { { 1, 1, 1 }, { -1, -1, -1 } }, { reduction = "none" })
+          end, "soft_margin_loss: target [2, 3] must broadcast to the input [3]" },
+        -- not broadcasting at all: named (it was "lua/fp8/nn/functional.lua:635: mul: shapes ...")
+        { function() return F.binary_cross_entropy(x, y, { weight = fp8.ones { 2 } }) end,
+          "binary_cross_entropy: weight [2] must broadcast to the input [3]" },
+        { function() return F.binary_cross_entropy_with_logits(x, y, { pos_weight = fp8.ones { 2 } }) end,
+          "binary_cross_entropy_with_logits: pos_weight [2] must broadcast to the input [3]" },
+        { function() return F.soft_margin_loss(x, fp8.ones { 2 }) end,
+          "soft_margin_loss: target [2] must broadcast to the input [3]" },
+      } do
+        local err = U.fails_with({ c[2] }, c[1])
+        assert.is_nil(err:find("lua/fp8/", 1, true), err)
+      end
+      -- smaller ones broadcast, as torch's (torch 2.15's values)
+      local x2 = fp8.tensor { { 0.5, 0.2, 0.3 }, { 0.5, 0.2, 0.3 } }
+      U.same_values("bce weight [3]", F.binary_cross_entropy(x2, fp8.tensor { { 0, 1, 0 }, { 0, 1, 0 } },
+        { weight = fp8.tensor { 1, 2, 3 }, reduction = "none" }), { { 0.6931, 3.2189, 1.0700 },
+        { 0.6931, 3.2189, 1.0700 } }, 1e-4)
+      U.same_values("soft_margin target [3]", F.soft_margin_loss(x2, fp8.tensor { 1, 1, -1 }, { reduction = "none" }),
+        { { 0.4741, 0.5981, 0.8544 }, { 0.4741, 0.5981, 0.8544 } }, 1e-4)
+      U.same_values("soft_margin 0-d target", F.soft_margin_loss(x, fp8.tensor(1), { reduction = "none" }),
+        { 0.4741, 0.5981, 0.5544 }, 1e-4)
+    end)
+
+  it("a weight torch takes no gradient for is refused when it requires grad (grad mode on), as torch 2.15's", function()
+    local rg = function(t) return t:clone():requires_grad(true) end
+    local P, Y = fp8.tensor { 0.5, 0.2, 0.3 }, fp8.tensor { 0, 1, 0 }
+    local cases = {
+      { "cross_entropy", "weight", function() return F.cross_entropy(X2, fp8.tensor { 0, 1 },
+        { weight = rg(fp8.ones { 3 }) }) end },
+      { "cross_entropy", "weight", function() return F.cross_entropy(X2, fp8.tensor { 0, 1 },
+        { weight = rg(fp8.ones { 3 }), reduction = "none" }) end },
+      { "nll_loss", "weight", function()
+        return F.nll_loss(X2, fp8.tensor { 0, 1 }, { weight = rg(fp8.ones { 3 }) }) end },
+      { "binary_cross_entropy", "weight", function() return F.binary_cross_entropy(P, Y, { weight = rg(P) }) end },
+      { "binary_cross_entropy_with_logits", "weight", function()
+        return F.binary_cross_entropy_with_logits(P, Y, { weight = rg(P) }) end },
+      { "binary_cross_entropy_with_logits", "pos_weight", function()
+        return F.binary_cross_entropy_with_logits(P, Y, { pos_weight = rg(fp8.ones { 3 }) }) end },
+      { "multi_margin_loss", "weight", function()
+        return F.multi_margin_loss(X2, fp8.tensor { 0, 1 }, { weight = rg(fp8.ones { 3 }) }) end },
+      { "soft_margin_loss", "target", function() return F.soft_margin_loss(P, rg(fp8.tensor { 1, -1, 1 })) end },
+    }
+    for _, c in ipairs(cases) do
+      -- torch: "The function '...' is not differentiable with respect to argument 'weight'"
+      U.fails_with(("%s: %s requires grad, but the loss is not differentiable with respect to it"):format(c[1], c[2]),
+        c[3])
+      -- under no_grad there is no graph to drop it from: taken, as torch's
+      assert.is_true(fp8.is_tensor(fp8.no_grad(c[3])), c[1])
+    end
+    -- the others torch differentiates: multilabel_soft_margin_loss's weight, the targets of the elementwise losses
+    local w = rg(fp8.ones { 3 })
+    F.multilabel_soft_margin_loss(X2, fp8.tensor { { 0, 1, 1 }, { 1, 0, 0 } }, { weight = w }):backward()
+    assert.is_not_nil(w.grad)
+    local t = rg(Y)
+    F.binary_cross_entropy(P, t):backward()
+    assert.is_not_nil(t.grad)
+  end)
+
+  it("multilabel_margin_loss checks every target entry, those after the first -1 too (torch's 'out of range')",
+    function()
+      local x = fp8.tensor { { 0.3, -1.2, 2.0, 0.5 }, { 1.1, 0.2, -0.7, 0 }, { -0.4, 0.9, 0.1, 1.5 } }
+      U.fails_with("multilabel_margin_loss: target 9 is not a class index in 0..3 or -1", F.multilabel_margin_loss, x,
+        fp8.tensor { { 1, -1, 9, 0 }, { 0, 0, 0, 0 }, { -1, 2, 1, 0 } }, { reduction = "none" })
+      U.fails_with("multilabel_margin_loss: target -2 is not a class index in 0..3 or -1", F.multilabel_margin_loss,
+        x[1], fp8.tensor { 1, -1, -2, 0 })
+      -- -1 after the first is taken, as torch's (2.35 for the first row)
+      U.same_values("mlm", F.multilabel_margin_loss(x[1], fp8.tensor { 1, -1, -1, 3 }, { reduction = "none" }),
+        { 2.35 }, 1e-6)
+    end)
+
+  it("shape, p and class-id problems are named by the loss, in the same words under every reduction", function()
+    for _, c in ipairs {
+      -- (they named an inner op and its position: "lua/fp8/nn/embedding_losses.lua:24: sub: shapes ...")
+      { function() return F.margin_ranking_loss(fp8.tensor { 1, 2, 3 }, fp8.tensor { 1, 2 }, fp8.tensor { 1, -1, 1 })
+        end, "margin_ranking_loss: input1 [3], input2 [2] and target [3] do not broadcast" },
+      { function() return F.triplet_margin_loss(fp8.ones { 2, 3 }, fp8.ones { 2, 4 }, fp8.ones { 2, 3 }) end,
+        "triplet_margin_loss: anchor [2, 3], positive [2, 4] and negative [2, 3] do not broadcast" },
+      { function() return F.triplet_margin_loss(fp8.ones { 1, 3 }, fp8.ones { 2, 3 }, fp8.ones { 5, 3 }) end,
+        "triplet_margin_loss: anchor [1, 3], positive [2, 3] and negative [5, 3] do not broadcast" },
+      { function() return F.triplet_margin_loss(fp8.ones { 2, 3 }, fp8.ones { 2, 3 }, fp8.ones { 2, 3 }, { p = -1 })
+        end, "triplet_margin_loss: p must be a number >= 0, got -1" },
+      { function() return nn.TripletMarginLoss { p = "2" }(fp8.ones { 2, 3 }, fp8.ones { 2, 3 }, fp8.ones { 2, 3 })
+        end, "triplet_margin_loss: p must be a number >= 0" },
+    } do
+      local err = U.fails_with({ c[2] }, c[1])
+      assert.is_nil(err:find("lua/fp8/", 1, true), err)
+    end
+    -- broadcasting as torch's: anchor [2, 3] against a positive [1, 3] (torch 2.15: [1, 1] with ones everywhere)
+    U.same_values("triplet bcast", F.triplet_margin_loss(fp8.ones { 2, 3 }, fp8.ones { 1, 3 }, fp8.ones { 2, 3 },
+      { reduction = "none" }), { 1, 1 }, 0)
+    U.same_values("margin_ranking bcast", F.margin_ranking_loss(fp8.tensor { 1, 2, 3 }, fp8.tensor { 1 },
+      fp8.tensor { 1, -1, 1 }, { reduction = "none" }), { 0, 1, 0 }, 0)
+    -- 0-d inputs: a distance of one coordinate, as torch's (it refused them in pairwise_distance's words)
+    assert.are.equal(0, F.triplet_margin_loss(fp8.tensor(1), fp8.tensor(2), fp8.tensor(3)):item())
+    -- a fractional class id: "not a whole number" under each reduction (sum and none said "out of range")
+    for _, red in ipairs { "mean", "sum", "none" } do
+      U.fails_with("cross_entropy: target 1.5 at row 0 is not a whole number (class indices are integers)",
+        F.cross_entropy, X2, fp8.tensor { 1.5, 0 }, { reduction = red })
+      U.fails_with("cross_entropy: target 1.5 at row 0 is not a whole number (class indices are integers)",
+        F.cross_entropy, X2, fp8.tensor { 1.5, 0 }, { reduction = red, weight = fp8.ones { 3 } })
+      U.fails_with("nll_loss: target 1.5 at row 0 is not a whole number (class indices are integers)",
+        F.nll_loss, X2, fp8.tensor { 1.5, 0 }, { reduction = red })
+      U.fails_with("cross_entropy: target 3 at row 1 is out of range [0, 3)", F.cross_entropy, X2, fp8.tensor { 0, 3 },
+        { reduction = red })
+    end
   end)
 end)

@@ -10,6 +10,21 @@ local check_tensor, check_opts, reduce_loss, where = U.check_tensor, U.check_opt
 local check_number = U.check_number
 local no_more = O.no_more
 
+-- The tensors' shapes broadcast together (what: their names), as torch's broadcasts them; else an error naming
+-- each (it failed inside an op, "embedding_losses.lua:24: sub: shapes ..."). level: as error's.
+local function broadcast_together(fname, what, tensors, level)
+  local full = tensors[1]:shape()
+  for i = 2, #tensors do
+    full = full and require("fp8.tensor")._broadcast_shape(full, tensors[i]:shape())
+  end
+  if full == nil then
+    local shown = {}
+    for i = 1, #tensors do shown[i] = what[i] .. " " .. tensors[i]:shape_str() end
+    error(("%s: %s and %s do not broadcast"):format(fname, table.concat(shown, ", ", 1, #shown - 1),
+      shown[#shown]), level + 1)
+  end
+end
+
 -- margin_ranking_loss(x1, x2, y [, {margin=0, reduction="mean"}]): max(0, −y·(x1 − x2) + margin)
 function F.margin_ranking_loss(x1, x2, y, opts, ...)
   local N = "margin_ranking_loss"
@@ -21,12 +36,14 @@ function F.margin_ranking_loss(x1, x2, y, opts, ...)
     error(("%s: input1 %s, input2 %s and target %s must have the same number of dims"):format(N, x1:shape_str(),
       x2:shape_str(), y:shape_str()), 2)
   end
+  broadcast_together(N, { "input1", "input2", "target" }, { x1, x2, y }, 2)
   return reduce_loss(N, (-y * (x1 - x2) + margin):clamp_min(0), opts.reduction)
 end
 
 -- p, eps and keepdim checked and defaulted (F.pairwise_distance's and nn.PairwiseDistance's); level: where errors go
 function F._pairwise_options(name, p, eps, keepdim, level)
-  p, eps = p or 2.0, eps or 1e-6
+  if p == nil then p = 2.0 end   -- (defaults only when not given: false is refused below)
+  if eps == nil then eps = 1e-6 end
   if type(p) ~= "number" or not (p >= 0) then
     error(("%s: p must be a number >= 0, got %s"):format(name, O.got(p)), level)
   end
@@ -68,7 +85,9 @@ function F._p_norm(d, p, keepdim)
 end
 
 -- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):
--- max(0, margin + d(a, p) − d(a, n)), d the pairwise distance; swap: d(a, n) is min(d(a, n), d(p, n))
+-- max(0, margin + d(a, p) − d(a, n)), d the pairwise distance; swap: d(a, n) is min(d(a, n), d(p, n)). p >= 0, as
+-- pairwise_distance's (torch's takes a negative p too); the three broadcast together; 0-d inputs are distances of
+-- one coordinate, as torch's
 function F.triplet_margin_loss(a, pos, neg, opts, ...)
   local N = "triplet_margin_loss"
   no_more(N, "(anchor, positive, negative [, {margin=, p=, eps=, swap=, reduction=}])", ...)
@@ -83,7 +102,9 @@ function F.triplet_margin_loss(a, pos, neg, opts, ...)
     error(("%s: anchor %s, positive %s and negative %s must have the same number of dims"):format(N,
       a:shape_str(), pos:shape_str(), neg:shape_str()), 2)
   end
-  local p, eps = opts.p or 2.0, opts.eps or 1e-6
+  broadcast_together(N, { "anchor", "positive", "negative" }, { a, pos, neg }, 2)
+  local p, eps = F._pairwise_options(N, opts.p, opts.eps, nil, 3)
+  if a:dim() == 0 then a, pos, neg = a:reshape { 1 }, pos:reshape { 1 }, neg:reshape { 1 } end
   local dp = F.pairwise_distance(a, pos, p, eps)
   local dn = F.pairwise_distance(a, neg, p, eps)
   if opts.swap then dn = dn:minimum(F.pairwise_distance(pos, neg, p, eps)) end
@@ -129,12 +150,15 @@ function F.hinge_embedding_loss(x, y, opts, ...)
   return reduce_loss(N, per, opts.reduction)
 end
 
--- soft_margin_loss(x, y [, {reduction=}]): log(1 + exp(−y·x)), torch's formula
+-- soft_margin_loss(x, y [, {reduction=}]): log(1 + exp(−y·x)), torch's formula; the target broadcast to the input's
+-- shape, and not differentiated (one that requires grad is refused, as torch's)
 function F.soft_margin_loss(x, y, opts, ...)
   local N = "soft_margin_loss"
   no_more(N, "(input, target [, {reduction=}])", ...)
   check_tensor(N, "input", x); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { reduction = true })
+  U.broadcasts_to(N, "target", y, x, 2)
+  U.refuse_grad(N, "target", y, 2)
   return reduce_loss(N, (-x * y):exp():log1p(), opts.reduction)
 end
 

@@ -311,23 +311,56 @@ end
 -- (ε the label smoothing), 0 where the target is ignore_index: torch's per-row loss. The target's term is selected
 -- (fp8.where), not multiplied by a one-hot row: a −inf logit elsewhere in the row (a masked class) would make
 -- −inf · 0 a NaN. (The mean, the common case, is the core's fused op.)
--- torch's weight= of cross_entropy and nll_loss: nil, or a 1-D float tensor of C class weights (not differentiated,
--- as torch's); returns it as fp32 on dev and its values as a list
-local function class_weights(fname, w, C, dev)
+-- torch's reduction of a loss: "mean" when not given, "sum" or "none" (with batch, kl_div's, "batchmean" too);
+-- anything else, false included, is refused (as the loss modules refuse it when made). level: as error's.
+local function reduction_of(fname, red, batch, level)
+  if red == nil then return "mean" end
+  if red == "mean" or red == "sum" or red == "none" or (batch and red == "batchmean") then return red end
+  error(("%s: reduction must be %s, got %s"):format(fname, batch and '"mean", "batchmean", "sum" or "none"'
+    or '"mean", "sum" or "none"', O.got(red)), level + 1)
+end
+
+-- A weight (or target) that torch's loss takes no gradient for: refused where gradients are on and it requires grad,
+-- as torch 2.15 refuses it ("the function 'nll_loss_forward' is not differentiable with respect to argument
+-- 'weight'"); its gradient was dropped (its .grad stayed nil) or, where made of tensor ops, taken. level: as error's.
+local function refuse_grad(fname, what, v, level)
+  if fp8.is_tensor(v) and v:requires_grad() and fp8.is_grad_enabled() then
+    error(("%s: %s requires grad, but the loss is not differentiable with respect to it (torch refuses it too): "
+      .. "pass %s:detach()"):format(fname, what, what), level + 1)
+  end
+end
+
+-- torch's weight= of cross_entropy and nll_loss: nil, or a 1-D float tensor of C class weights; returns it as fp32 on
+-- dev and its values as a list. Not differentiated, as torch's (one that requires grad is refused), except with
+-- class probabilities (probs), where torch's weight is a factor of the loss like any other, and so is it here.
+local function class_weights(fname, w, C, dev, probs)
   if w == nil then return nil end
   if not fp8.is_tensor(w) or w:dim() ~= 1 or w:size(1) ~= C or not (w:dtype() == "fp32" or w:dtype() == "bf16"
       or w:dtype() == "fp16") then
     error(("%s: weight must be a float tensor of %d class weights (one per class), got %s"):format(fname, C,
       fp8.is_tensor(w) and (w:dtype() .. " " .. shape_str(w)) or O.got(w)), 3)
   end
+  if probs then return w:to("fp32"):to(dev) end
+  refuse_grad(fname, "weight", w, 3)
   local wd = w:detach():to("fp32"):to(dev)
   return wd, wd:to("cpu"):tolist()
 end
 
+-- torch's ignore_index of class-id targets: -100 when not given, else an integer (a whole float too); anything else,
+-- false included, is refused. level: as error's.
+local function ignore_index_of(fname, ii, level)
+  if ii == nil then return -100 end
+  if type(ii) ~= "number" or math.tointeger(ii) == nil then
+    error(("%s: ignore_index must be an integer, got %s"):format(fname, O.got(ii)), level + 1)
+  end
+  return ii
+end
+
 -- The rows of class-id targets[N] over C classes: hit, each row's one-hot list (all 0 where the row is ignore_index);
 -- keep, 1 or 0 per row (ignored); hw, with class weights wv only, each row's target weight in its place; and the kept
--- rows' total weight (their count without weights). bad(t, i) raises for a target out of range (each caller's words).
-local function target_rows(targets, C, ii, wv, bad)
+-- rows' total weight (their count without weights). A target out of range or fractional is refused in the words of
+-- the core's cross_entropy (its mean), blaming level (as error's, from target_rows's caller).
+local function target_rows(fname, targets, C, ii, wv, level)
   local tg = targets:tolist()
   local hit, keep, hw, total = {}, {}, wv and {} or nil, 0
   for i = 1, #tg do
@@ -336,7 +369,12 @@ local function target_rows(targets, C, ii, wv, bad)
     local rw = hw and {}
     if rw then for j = 1, C do rw[j] = 0 end end
     if t ~= ii then
-      if not (t >= 0 and t < C and t == math.floor(t)) then bad(t, i) end
+      if not (t >= 0 and t < C) then
+        error(("%s: target %g at row %d is out of range [0, %d)"):format(fname, t, i - 1, C), level + 1)
+      elseif t ~= math.floor(t) then
+        error(("%s: target %g at row %d is not a whole number (class indices are integers)"):format(fname, t,
+          i - 1), level + 1)
+      end
       local k = math.tointeger(t) + 1
       r[k] = 1
       if rw then rw[k] = wv[k] end
@@ -355,10 +393,7 @@ local function ce_rows(logits, targets, ls, ii, w, wv)
   local N, C = logits:size(1), logits:size(2)
   -- no rows: an empty loss of the graph (fp8.tensor({}) below would be [0], not [0, C])
   if N == 0 then return F.log_softmax(logits, -1):sum(2), 0 end
-  local hit, keep, hw, total = target_rows(targets, C, ii, wv, function(t, i)
-    -- (level 5: this function, target_rows, ce_rows, cross_entropy, its caller)
-    error(("cross_entropy: target %s at row %d is out of range [0, %d)"):format(tostring(t), i - 1, C), 5)
-  end)
+  local hit, keep, hw, total = target_rows("cross_entropy", targets, C, ii, wv, 3)   -- (3: cross_entropy's caller)
   local dev = logits:device()
   local lp = F.log_softmax(logits, -1)
   local where = require("fp8.tensor").where
@@ -405,11 +440,8 @@ function F.cross_entropy(logits, targets, opts, ...)
   check_tensor("cross_entropy", "logits", logits); check_tensor("cross_entropy", "targets", targets)
   opts = check_opts("cross_entropy", opts, { weight = true, label_smoothing = true, ignore_index = true,
     reduction = true })
-  local red = opts.reduction or "mean"
-  if red ~= "mean" and red ~= "sum" and red ~= "none" then
-    error(("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(
-      type(red) == "string" and ('"' .. red .. '"') or type(red)), 2)
-  end
+  local red = reduction_of("cross_entropy", opts.reduction, nil, 2)
+  local ii = ignore_index_of("cross_entropy", opts.ignore_index, 2)
   local rows, trows, back = class_rows("cross_entropy", "logits", logits, targets, true)
   if rows then
     local r = at_caller(pcall(F.cross_entropy, rows, trows, opts))
@@ -421,16 +453,21 @@ function F.cross_entropy(logits, targets, opts, ...)
       :format(logits:size(1), shape_str(logits), shape_str(logits), shape_str(targets)), 2)
   end
   if logits:size(2) == 0 then error(("cross_entropy: logits %s have no classes"):format(shape_str(logits)), 2) end
-  local w, wv = class_weights("cross_entropy", opts.weight, logits:size(2), logits:device())
-  local ls = opts.label_smoothing or 0
+  local w, wv = class_weights("cross_entropy", opts.weight, logits:size(2), logits:device(), probs)
+  local ls = opts.label_smoothing
+  if ls == nil then ls = 0 end   -- (false is refused below, not taken as 0)
   if type(ls) ~= "number" or not (ls >= 0 and ls <= 1) then   -- `not (...)` also refuses NaN
     error(("cross_entropy: label_smoothing must be a number in [0, 1], got %s"):format(O.got(ls)), 2)
   end
   if probs then
     -- class probabilities (torch's second form): −Σ_j t'[i, j]·log_softmax(x)[i, j], t' = (1 − ε)·t + ε/C; the mean
-    -- divides by N. Differentiable in the targets too. torch applies no ignore_index to this form: refused here.
-    if opts.ignore_index ~= nil then
-      error("cross_entropy: ignore_index applies to class-id targets, not to class probabilities", 2)
+    -- divides by N. Differentiable in the targets and the weight too, as torch's. torch applies no ignore_index to
+    -- this form and refuses one >= 0 (a class it would skip); a negative one, the default -100 among them, matches no
+    -- class: taken, as torch takes it.
+    if ii >= 0 then
+      error(("cross_entropy: ignore_index applies to class-id targets, not to class probabilities, got %d (torch's: "
+        .. "ignore_index is not supported for floating point target; a negative one, as the default -100, is taken)")
+        :format(ii), 2)
     end
     local t = targets:to("fp32")
     if ls > 0 then t = t * (1 - ls) + ls / logits:size(2) end
@@ -450,10 +487,6 @@ function F.cross_entropy(logits, targets, opts, ...)
   if targets:requires_grad() then   -- as the mean's core op refuses it (torch's class ids are integers)
     error("cross_entropy: target holds class indices and cannot require grad", 2)
   end
-  local ii = opts.ignore_index or -100
-  if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
-    error(("cross_entropy: ignore_index must be an integer, got %s"):format(O.got(ii)), 2)
-  end
   local per, total = ce_rows(logits, targets, ls, ii, w, wv)
   if red == "mean" then return per:sum() / total end   -- (all rows ignored: 0 / 0, NaN, as torch's)
   return red == "none" and per or per:sum()
@@ -466,17 +499,27 @@ local function same_shape(fname, a, b)
   end
 end
 
+-- A tensor a loss broadcasts against its input (a weight, pos_weight, soft_margin_loss's target): its shape must
+-- broadcast to the input's own, as torch's, whose result keeps the input's shape (a larger one grew the loss to the
+-- broadcast shape; one that does not broadcast failed inside an op). level: as error's.
+local function broadcasts_to(fname, what, v, x, level)
+  local xs = x:shape()
+  local full = require("fp8.tensor")._broadcast_shape(v:shape(), xs)
+  local ok = full ~= nil and #full == #xs
+  for i = 1, ok and #xs or 0 do ok = ok and full[i] == xs[i] end
+  if not ok then
+    error(("%s: %s %s must broadcast to the input %s"):format(fname, what, shape_str(v), shape_str(x)), level + 1)
+  end
+end
+
 -- mse_loss(input, target [, {reduction="mean"|"sum"|"none"}]) (torch's reductions)
 function F.mse_loss(a, b, opts, ...)
   no_more("mse_loss", "(input, target [, {reduction=}])", ...)
   check_tensor("mse_loss", "input", a); check_tensor("mse_loss", "target", b)
   opts = check_opts("mse_loss", opts, { reduction = true })
   same_shape("mse_loss", a, b)
-  local red = opts.reduction or "mean"
+  local red = reduction_of("mse_loss", opts.reduction, nil, 2)
   if red == "mean" then return (at_caller(pcall(core().mse_loss, a, b))) end
-  if red ~= "sum" and red ~= "none" then
-    error(("mse_loss: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(tostring(red)), 2)
-  end
   local d = a - b
   local sq = d * d
   return red == "none" and sq or sq:sum()
@@ -485,12 +528,11 @@ end
 -- The reductions of the elementwise losses: "mean" (the core's mean), "sum" or "none"; with batch (kl_div's: the
 -- input's first size) also "batchmean", the sum divided by it.
 local function reduce_loss(fname, per, red, batch)
-  if red == nil or red == "mean" then return per:mean() end
+  red = reduction_of(fname, red, batch, 3)
+  if red == "mean" then return per:mean() end
   if red == "sum" then return per:sum() end
   if red == "none" then return per end
-  if batch and red == "batchmean" then return per:sum() / batch end
-  error(("%s: reduction must be %s, got %s"):format(fname, batch and '"mean", "batchmean", "sum" or "none"'
-    or '"mean", "sum" or "none"', O.got(red)), 3)
+  return per:sum() / batch   -- batchmean
 end
 
 -- l1_loss(input, target [, {reduction="mean"|"sum"|"none"}]): |input − target|, torch's.
@@ -572,8 +614,9 @@ function F.softmin(x, dim, ...)
 end
 
 -- binary_cross_entropy_with_logits(input, target [, {weight=, reduction=, pos_weight=}]): torch's, −w·(pw·y·log σ(x)
--- + (1 − y)·log σ(−x)) with pos_weight pw (a number or a tensor broadcast along the last dim; 1 without) and weight w
--- (a tensor broadcast to the input, 1 without; no gradient). The two
+-- + (1 − y)·log σ(−x)) with pos_weight pw (a number or a tensor broadcast to the input, 1 without) and weight w (a
+-- tensor broadcast to the input, 1 without); neither is differentiated, and one that requires grad is refused, as
+-- torch's. The two
 -- log sigmoids come from one log_softmax over (0, x), so the gradient is torch's σ(x)-based one, 0 included, and no
 -- exp overflows for large |x|.
 function F.binary_cross_entropy_with_logits(x, y, opts, ...)
@@ -583,15 +626,11 @@ function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   opts = check_opts(N, opts, { weight = true, reduction = true, pos_weight = true })
   same_shape(N, x, y)
   local pw = opts.pos_weight
-  if pw ~= nil and type(pw) ~= "number" then check_tensor(N, "pos_weight", pw) end
-  local w = opts.weight
-  if w ~= nil then
-    check_tensor(N, "weight", w)
-    if not pcall(function() return assert(shape_str(x * w:detach()) == shape_str(x)) end) then
-      error(("%s: weight %s must broadcast to the input %s"):format(N, shape_str(w), shape_str(x)), 2)
-    end
-    w = w:detach()   -- (a rescaling of each element's loss; it takes no gradient, as torch's)
+  if pw ~= nil and type(pw) ~= "number" then
+    check_tensor(N, "pos_weight", pw); broadcasts_to(N, "pos_weight", pw, x, 2); refuse_grad(N, "pos_weight", pw, 2)
   end
+  local w = opts.weight
+  if w ~= nil then check_tensor(N, "weight", w); broadcasts_to(N, "weight", w, x, 2); refuse_grad(N, "weight", w, 2) end
   local zero = fp8.zeros(x:shape(), { dtype = x:dtype(), device = x:device() })
   -- [..., 2]: log σ(−x), log σ(x)
   local ls = F.log_softmax(fp8.cat({ zero:unsqueeze(-1), x:unsqueeze(-1) }, -1), -1)
@@ -603,24 +642,30 @@ end
 
 -- binary_cross_entropy(input, target [, {weight=, reduction=}]): torch's, −w·(y·log x + (1 − y)·log(1 − x)) with each
 -- log clamped at −100 (so a probability of exactly 0 or 1 gives 100, not inf), input and target probabilities in
--- [0, 1] (anything else, NaN too, refused as torch refuses it), weight a tensor broadcast to the input. The gradient
--- is torch's own formula, w·(x − y) / max(x·(1 − x), 1e-12), not the clamped logs' derivative (0 where they clamp),
--- and the target's is torch's too, −w·logit(x) (±3.4e38 where x is 0 or 1, torch's ±inf): the value is computed
--- without a graph and the gradients attached by x − x.detach() and y − y.detach() (0 in the forward).
+-- [0, 1] (anything else, NaN too, refused as torch refuses it), weight a tensor broadcast to the input (not
+-- differentiated: one that requires grad is refused, as torch's). The gradient is torch's own formula,
+-- w·(x − y) / max(x·(1 − x), 1e-12), not the clamped logs' derivative (0 where they clamp), and the target's is
+-- torch's too, −w·logit(x) (±3.4e38 where x is 0 or 1, torch's ±inf): the value is computed without a graph and the
+-- gradients attached by x − x.detach() and y − y.detach() (0 in the forward).
+local bce
 function F.binary_cross_entropy(x, y, opts, ...)
   local N = "binary_cross_entropy"
   no_more(N, "(input, target [, {weight=, reduction=}])", ...)
   check_tensor(N, "input", x); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { weight = true, reduction = true })
   same_shape(N, x, y)
+  local red = reduction_of(N, opts.reduction, nil, 2)
   local w = opts.weight
-  if w ~= nil then check_tensor(N, "weight", w) end
+  if w ~= nil then check_tensor(N, "weight", w); broadcasts_to(N, "weight", w, x, 2); refuse_grad(N, "weight", w, 2) end
   for _, c in ipairs { { x, "input" }, { y, "target" } } do
     local d = c[1]:detach()
     if d:numel() > 0 and (d:ge(0):logical_and(d:le(1))):all():item() ~= 1 then
       error(("%s: all elements of %s should be between 0 and 1"):format(N, c[2]), 2)
     end
   end
+  return bce(x, y, w, red)
+end
+bce = function(x, y, w, red)
   local xd, yd = x:detach(), y:detach()
   local per, gx, gy
   local wd = w ~= nil and w:detach() or nil
@@ -637,7 +682,7 @@ function F.binary_cross_entropy(x, y, opts, ...)
   -- per's value, gx and gy as each element's gradient with respect to x and y (the weight takes none, as torch's)
   local loss = per + (x - xd) * gx
   if y:requires_grad() then loss = loss + (y - yd) * gy end
-  return reduce_loss(N, loss, opts.reduction)
+  return reduce_loss("binary_cross_entropy", loss, red)
 end
 
 -- cosine_similarity(x1, x2 [, dim=2 [, eps=1e-8]]) (or {dim=, eps=}): torch's, Σ (x1/‖x1‖)·(x2/‖x2‖) along dim,
@@ -944,10 +989,8 @@ function F.nll_loss(lp, targets, opts, ...)
   no_more("nll_loss", "(input, target [, {weight=, ignore_index=, reduction=}])", ...)
   check_tensor("nll_loss", "input", lp); check_tensor("nll_loss", "target", targets)
   opts = check_opts("nll_loss", opts, { weight = true, ignore_index = true, reduction = true })
-  local red = opts.reduction or "mean"
-  if red ~= "mean" and red ~= "sum" and red ~= "none" then
-    error(("nll_loss: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(O.got(red)), 2)
-  end
+  local red = reduction_of("nll_loss", opts.reduction, nil, 2)
+  local ii = ignore_index_of("nll_loss", opts.ignore_index, 2)
   local rows, trows, back = class_rows("nll_loss", "input", lp, targets, false)
   if rows then
     local r = at_caller(pcall(F.nll_loss, rows, trows, opts))
@@ -958,15 +1001,9 @@ function F.nll_loss(lp, targets, opts, ...)
       shape_str(targets)), 2)
   end
   if targets:requires_grad() then error("nll_loss: target holds class indices and cannot require grad", 2) end
-  local ii = opts.ignore_index or -100
-  if math.type(ii) ~= "integer" and not (type(ii) == "number" and ii == math.floor(ii)) then
-    error(("nll_loss: ignore_index must be an integer, got %s"):format(O.got(ii)), 2)
-  end
   local N, C = lp:size(1), lp:size(2)
   local w, wv = class_weights("nll_loss", opts.weight, C, lp:device())
-  local hit, _, hw, kept = target_rows(targets, C, ii, wv, function(t, i)
-    error(("nll_loss: target %g at row %d is out of range [0, %d)"):format(t, i - 1, C), 4)
-  end)
+  local hit, _, hw, kept = target_rows("nll_loss", targets, C, ii, wv, 2)
   if N == 0 then
     local e = lp:sum(2)
     return red == "none" and e or red == "sum" and e:sum() or e:sum() / 0
@@ -1211,9 +1248,11 @@ function F.qkv_attention(qkv, n_head, opts, ...)
   return (at_caller(pcall(core().qkv_attention, qkv, n_head, opts)))
 end
 
--- the checks other files' functionals share (lua/fp8/nn/pair_losses.lua)
+-- the checks other files' functionals share (lua/fp8/nn/embedding_losses.lua, likelihood_losses.lua,
+-- multiclass_losses.lua; the loss modules of losses.lua)
 F._util = { check_tensor = check_tensor, check_opts = check_opts, check_number = check_number,
-            reduce_loss = reduce_loss, same_shape = same_shape, shape_str = shape_str, where = where }
+            reduce_loss = reduce_loss, same_shape = same_shape, shape_str = shape_str, where = where,
+            ignore_index_of = ignore_index_of, refuse_grad = refuse_grad, broadcasts_to = broadcasts_to }
 
 -- Anything else the C table offers is reachable too (F.xyz → C.xyz).
 return setmetatable(F, {

@@ -29,6 +29,7 @@ local function loss_class(name, fn, valid, reductions, nargs)
       error(("%s: reduction must be %s, got %s"):format(name, reductions == REDUCTIONS and '"mean", "sum" or "none"'
         or '"mean", "batchmean", "sum" or "none"', O.got(red)), 3)
     end
+    if self.opts.ignore_index ~= nil then F._util.ignore_index_of(name, self.opts.ignore_index, 3) end
   end
   if nargs == 3 then   -- (input1, input2, target), (anchor, positive, negative), (input, target, var)
     cls.forward = function(self, a, b, c) return fn(a, b, c, self.opts) end

@@ -22,12 +22,15 @@ local function rows_of(fname, x)
   return x, false
 end
 
-local function class_weight(fname, w, C)
+-- weight: [C], one per class. no_grad: torch's loss is not differentiable in it (multi_margin_loss's kernel), so one
+-- that requires grad is refused, as torch's; multilabel_soft_margin_loss's, made of tensor ops, takes a gradient.
+local function class_weight(fname, w, C, no_grad)
   if w == nil then return nil end
   if not fp8.is_tensor(w) or w:dim() ~= 1 or w:size(1) ~= C then
     error(("%s: weight must be [%d] (one per class), got %s"):format(fname, C, fp8.is_tensor(w) and w:shape_str()
       or O.got(w)), 3)
   end
+  if no_grad then U.refuse_grad(fname, "weight", w, 3) end
   return w
 end
 
@@ -46,12 +49,13 @@ function F.multi_margin_loss(x, t, opts, ...)
   no_more(N, "(input, target [, {p=, margin=, weight=, reduction=}])", ...)
   check_tensor(N, "input", x); check_tensor(N, "target", t)
   opts = check_opts(N, opts, { p = true, margin = true, weight = true, reduction = true })
-  local p = opts.p or 1
+  local p = opts.p
+  if p == nil then p = 1 end   -- (false is refused below, not taken as 1)
   if p ~= 1 and p ~= 2 then error(("%s: p must be 1 or 2 (torch's), got %s"):format(N, O.got(p)), 2) end
   local margin = U.check_number(N, "margin", opts.margin, 1.0)
   local rows, unb = rows_of(N, x)
   local n, C = rows:size(1), rows:size(2)
-  local w = class_weight(N, opts.weight, C)
+  local w = class_weight(N, opts.weight, C, true)
   if t:numel() ~= n or t:dim() > 1 or (t:dim() == 0) ~= unb then
     error(("%s: target must be %s (one class per sample), got %s"):format(N, unb and "0-d" or ("[%d]"):format(n),
       t:shape_str()), 2)
@@ -73,8 +77,9 @@ function F.multi_margin_loss(x, t, opts, ...)
   return reduce_loss(N, per, opts.reduction)
 end
 
--- multilabel_margin_loss(input [N, C] or [C], target (same shape: each row's target classes, ended by the first -1)
--- [, {reduction="mean"}]): Σ_{j target} Σ_{i not target} max(0, 1 - (x[j] - x[i])) / C per sample
+-- multilabel_margin_loss(input [N, C] or [C], target (same shape: each row's target classes, ended by the first -1;
+-- every entry, those after it too, -1 or a class index, as torch's checks them) [, {reduction="mean"}]):
+-- Σ_{j target} Σ_{i not target} max(0, 1 - (x[j] - x[i])) / C per sample
 function F.multilabel_margin_loss(x, t, opts, ...)
   local N = "multilabel_margin_loss"
   no_more(N, "(input, target [, {reduction=}])", ...)
@@ -85,13 +90,18 @@ function F.multilabel_margin_loss(x, t, opts, ...)
   U.same_shape(N, x, t)
   local counts, istarget = {}, {}
   local list = t:reshape({ -1 }):tolist()
+  for _, v in ipairs(list) do
+    if v ~= -1 and not (v == math.floor(v) and v >= 0 and v < C) then
+      error(("%s: target %s is not a class index in 0..%d or -1"):format(N, O.got(math.tointeger(v) or v), C - 1), 2)
+    end
+  end
   for r = 0, n - 1 do
     local cnt = {}
     for c = 1, C do cnt[c] = 0 end
     for c = 1, C do
       local v = list[r * C + c]
       if v == -1 then break end
-      local y = class_index(N, "target", v, C)
+      local y = math.tointeger(v)
       cnt[y + 1] = cnt[y + 1] + 1   -- a class listed twice counts twice, as torch's loop counts it
     end
     for c = 1, C do
