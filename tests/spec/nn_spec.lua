@@ -3876,4 +3876,71 @@ describe("the losses' options, weights, targets and dtypes as torch 2.15 takes t
         { reduction = red })
     end
   end)
+
+  it("under bf16 autocast the losses on torch's CPU fp32 list compute in fp32 and return fp32 (torch 2.15's values)",
+    function()
+      local b = "bf16"
+      local X = fp8.tensor { { 0.5, -1.25, 2.0, 0.25 }, { 1.5, 0.125, -0.75, 0.0 }, { -0.5, 1.0, 0.375, 2.5 } }
+      local T = fp8.tensor { { 0.25, 0.5, 1.0, 0.0 }, { 1.0, 0.0, 0.5, 0.75 }, { 0.0, 0.25, 0.125, 1.0 } }
+      local P = fp8.tensor { { 0.25, 0.5, 0.625, 0.125 }, { 0.875, 0.25, 0.5, 0.75 }, { 0.375, 0.25, 0.125, 1.0 } }
+      local S = fp8.tensor { { 1, -1, 1, -1 }, { -1, -1, 1, 1 }, { 1, 1, -1, -1 } }
+      local Y3 = fp8.tensor { 1, -1, 1 }
+      local C3 = fp8.tensor { 3, 0, 2 }
+      local function lo(t) return t:to(b) end
+      -- name, the call (on bf16 tensors), torch's value under torch.autocast("cpu", dtype=torch.bfloat16) and its
+      -- dtype; torch's value outside autocast (nil: torch has no bf16 CPU kernel) and fp8lab's dtype there
+      local cases = {
+        { "l1_loss", function() return F.l1_loss(lo(X), lo(T)) end, 0.739583313, "fp32", 0.73828125, b },
+        { "mse_loss", function() return F.mse_loss(lo(X), lo(T), { reduction = "sum" }) end, 9.703125, "fp32",
+          9.6875, b },
+        { "huber_loss", function() return F.huber_loss(lo(X), lo(T), { delta = 0.5 }) end, 0.258463532, "fp32",
+          0.2578125, b },
+        { "smooth_l1_loss", function() return F.smooth_l1_loss(lo(X), lo(T), { beta = 0.5 }) end, 0.516927063, "fp32",
+          0.515625, b },
+        { "kl_div", function() return F.kl_div(lo(X), lo(T), { reduction = "batchmean" }) end, -2.42795396, "fp32",
+          -2.421875, b },
+        { "poisson_nll_loss", function() return F.poisson_nll_loss(lo(X), lo(T)) end, 2.4363277, "fp32", 2.4375, b },
+        { "binary_cross_entropy", function() return F.binary_cross_entropy(lo(P), lo(T)) end, 0.412068486, "fp32",
+          0.412109375, b },
+        { "binary_cross_entropy_with_logits", function() return F.binary_cross_entropy_with_logits(lo(X), lo(T),
+          { pos_weight = lo(fp8.tensor { 2, 1, 0.5, 1 }) }) end, 0.624994695, "fp32", 0.625, "fp32" },
+        { "cosine_embedding_loss", function() return F.cosine_embedding_loss(lo(X), lo(T), lo(Y3)) end, 0.327410996,
+          "fp32", 0.328125, b },
+        { "hinge_embedding_loss", function() return F.hinge_embedding_loss(lo(X), lo(S)) end, 0.5625, "fp32", 0.5625,
+          b },
+        { "margin_ranking_loss", function() return F.margin_ranking_loss(lo(X[1]), lo(T[1]), lo(S[1]),
+          { margin = 0.5 }) end, 0.25, "fp32", 0.25, b },
+        { "soft_margin_loss", function() return F.soft_margin_loss(lo(X), lo(S)) end, 0.894354641, "fp32", 0.89453125,
+          b },
+        { "triplet_margin_loss", function() return F.triplet_margin_loss(lo(X), lo(T), lo(P)) end, 0.872730911, "fp32",
+          0.87109375, b },
+        { "multilabel_margin_loss", function() return F.multilabel_margin_loss(lo(X), fp8.tensor { { 3, 0, -1, 1 },
+          { 1, -1, 0, 0 }, { 2, 1, 0, 3 } }) end, 0.71875, "fp32", nil, b },
+        { "multi_margin_loss", function() return F.multi_margin_loss(lo(X), C3,
+          { weight = lo(fp8.tensor { 0.5, 1, 2, 1.5 }) }) end, 1.3125, "fp32", nil, b },
+        { "nll_loss", function() return F.nll_loss(lo(X), C3) end, -0.708333313, "fp32", -0.70703125, b },
+        { "cross_entropy", function() return F.cross_entropy(lo(X), C3, { reduction = "sum" }) end, 5.02592134, "fp32",
+          5, "fp32" },
+        -- torch's Python losses, of ops its autocast leaves alone: the input's dtype
+        { "gaussian_nll_loss", function() return F.gaussian_nll_loss(lo(X), lo(T), lo(P)) end, 0.283203125, b,
+          0.283203125, b },
+        { "multilabel_soft_margin_loss", function() return F.multilabel_soft_margin_loss(lo(X), lo(T)) end, 0.62890625,
+          b, 0.62890625, b },
+      }
+      for _, c in ipairs(cases) do
+        local r = fp8.amp.autocast(b, c[2])
+        assert.are.equal(c[4], r:dtype(), c[1] .. " under autocast")
+        assert.is_near(c[3], r:item(), c[4] == "fp32" and 2e-6 * math.max(1, math.abs(c[3])) or 1e-2, c[1])
+        -- outside autocast: the input's dtype, as torch's (cross_entropy's and the logits' BCE stay fp32)
+        local o = c[2]()
+        assert.are.equal(c[6], o:dtype(), c[1] .. " outside autocast")
+        if c[5] then assert.is_near(c[5], o:item(), 1e-2 * math.max(1, math.abs(c[5])), c[1] .. " outside") end
+      end
+      -- fp16 autocast too, and the gradient reaches the bf16 leaf
+      local x = lo(X):requires_grad(true)
+      local l = fp8.amp.autocast("fp16", function() return F.smooth_l1_loss(x, lo(T), { beta = 0.5 }) end)
+      assert.are.equal("fp32", l:dtype())
+      l:backward()
+      assert.is_not_nil(x.grad)
+    end)
 end)

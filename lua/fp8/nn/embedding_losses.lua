@@ -2,12 +2,13 @@
 -- fp8.nn.functional: margin_ranking_loss, triplet_margin_loss, cosine_embedding_loss, hinge_embedding_loss,
 -- soft_margin_loss (their modules: lua/fp8/nn/losses.lua). Each is made of differentiable tensor ops with torch's
 -- formulas, so every input that requires grad gets torch's gradient; targets are +1/-1 (as torch's, not checked
--- beyond being tensors: other values count as torch's formulas count them).
+-- beyond being tensors: other values count as torch's formulas count them). Under autocast each computes in fp32 and
+-- returns fp32, as torch's CPU autocast runs them (F._util.autocast_fp32).
 local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
 local U = F._util
 local check_tensor, check_opts, reduce_loss, where = U.check_tensor, U.check_opts, U.reduce_loss, U.where
-local check_number = U.check_number
+local check_number, autocast_fp32 = U.check_number, U.autocast_fp32
 local no_more = O.no_more
 
 -- The tensors' shapes broadcast together (what: their names), as torch's broadcasts them; else an error naming
@@ -37,6 +38,7 @@ function F.margin_ranking_loss(x1, x2, y, opts, ...)
       x2:shape_str(), y:shape_str()), 2)
   end
   broadcast_together(N, { "input1", "input2", "target" }, { x1, x2, y }, 2)
+  x1, x2, y = autocast_fp32(x1, x2, y)
   return reduce_loss(N, (-y * (x1 - x2) + margin):clamp_min(0), opts.reduction)
 end
 
@@ -105,6 +107,7 @@ function F.triplet_margin_loss(a, pos, neg, opts, ...)
   broadcast_together(N, { "anchor", "positive", "negative" }, { a, pos, neg }, 2)
   local p, eps = F._pairwise_options(N, opts.p, opts.eps, nil, 3)
   if a:dim() == 0 then a, pos, neg = a:reshape { 1 }, pos:reshape { 1 }, neg:reshape { 1 } end
+  a, pos, neg = autocast_fp32(a, pos, neg)
   local dp = F.pairwise_distance(a, pos, p, eps)
   local dn = F.pairwise_distance(a, neg, p, eps)
   if opts.swap then dn = dn:minimum(F.pairwise_distance(pos, neg, p, eps)) end
@@ -130,6 +133,7 @@ function F.cosine_embedding_loss(x1, x2, y, opts, ...)
     error(("%s: the target %s must hold one value per pair of %s and %s"):format(N, y:shape_str(), x1:shape_str(),
       x2:shape_str()), 2)
   end
+  x1, x2, y = autocast_fp32(x1, x2, y)
   local EPS = 1e-12
   local prod = (x1 * x2):sum(-1)
   local m1, m2 = (x1 * x1):sum(-1) + EPS, (x2 * x2):sum(-1) + EPS
@@ -146,6 +150,7 @@ function F.hinge_embedding_loss(x, y, opts, ...)
   check_tensor(N, "input", x); check_tensor(N, "target", y)
   opts = check_opts(N, opts, { margin = true, reduction = true })
   local margin = check_number(N, "margin", opts.margin, 1.0)
+  x, y = autocast_fp32(x, y)
   local per = where(y:ne(1), (margin - x):clamp_min(0), 0) + where(y:ne(-1), x, 0)
   return reduce_loss(N, per, opts.reduction)
 end
@@ -159,6 +164,7 @@ function F.soft_margin_loss(x, y, opts, ...)
   opts = check_opts(N, opts, { reduction = true })
   U.broadcasts_to(N, "target", y, x, 2)
   U.refuse_grad(N, "target", y, 2)
+  x, y = autocast_fp32(x, y)
   return reduce_loss(N, (-x * y):exp():log1p(), opts.reduction)
 end
 

@@ -40,6 +40,20 @@ end
 local no_more = O.no_more
 local function low_in_fp32(...) return require("fp8.tensor")._low_in_fp32(...) end   -- (fp8.tensor's, at call time)
 
+-- Its arguments, the bf16 and fp16 tensors among them cast to fp32 (a differentiable cast) where the autocast dtype is
+-- not fp32: torch's CPU autocast puts its losses on the fp32 list, so under autocast they compute in fp32 and return
+-- fp32 (torch 2.15, bf16 and fp16 alike: all of them but gaussian_nll_loss and multilabel_soft_margin_loss, written
+-- in Python of ops it leaves alone). Outside autocast each keeps its inputs' dtype, as torch's.
+local function autocast_fp32(...)
+  if fp8.autocast_dtype() == "fp32" then return ... end
+  local a = table.pack(...)
+  for i = 1, a.n do
+    local v = a[i]
+    if fp8.is_tensor(v) and (v:dtype() == "bf16" or v:dtype() == "fp16") then a[i] = v:to("fp32") end
+  end
+  return table.unpack(a, 1, a.n)
+end
+
 local function check_opts(fname, opts, valid)
   local o = O.check(fname, opts, valid, 3)   -- not a tail call: level 3 counts this frame
   return o
@@ -519,6 +533,7 @@ function F.mse_loss(a, b, opts, ...)
   opts = check_opts("mse_loss", opts, { reduction = true })
   same_shape("mse_loss", a, b)
   local red = reduction_of("mse_loss", opts.reduction, nil, 2)
+  a, b = autocast_fp32(a, b)
   if red == "mean" then return (at_caller(pcall(core().mse_loss, a, b))) end
   local d = a - b
   local sq = d * d
@@ -541,6 +556,7 @@ function F.l1_loss(a, b, opts, ...)
   check_tensor("l1_loss", "input", a); check_tensor("l1_loss", "target", b)
   opts = check_opts("l1_loss", opts, { reduction = true })
   same_shape("l1_loss", a, b)
+  a, b = autocast_fp32(a, b)
   return reduce_loss("l1_loss", (a - b):abs(), opts.reduction)
 end
 
@@ -557,6 +573,7 @@ local function piecewise_loss(fname, a, b, opts, key)
     error(("%s: %s must be a finite number >= 0, got %s"):format(fname, key, O.got(k)), 2)   -- (tail-called)
   end
   if key == "delta" and k == 0 then error("huber_loss: delta must be positive, got 0", 2) end
+  a, b = autocast_fp32(a, b)
   local d = a - b
   local ad = d:abs()
   if k == 0 then return reduce_loss(fname, ad, opts.reduction) end
@@ -589,6 +606,7 @@ function F.kl_div(x, t, opts, ...)
   if opts.log_target ~= nil and type(opts.log_target) ~= "boolean" then
     error(("kl_div: log_target must be a boolean, got %s"):format(O.got(opts.log_target)), 2)
   end
+  x, t = autocast_fp32(x, t)
   local per
   if opts.log_target then per = t:exp() * (t - x)
   else per = where(t:eq(0), 0, t * t:log()) - t * x end
@@ -631,6 +649,7 @@ function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   end
   local w = opts.weight
   if w ~= nil then check_tensor(N, "weight", w); broadcasts_to(N, "weight", w, x, 2); refuse_grad(N, "weight", w, 2) end
+  x, y, pw, w = autocast_fp32(x, y, pw, w)
   local zero = fp8.zeros(x:shape(), { dtype = x:dtype(), device = x:device() })
   -- [..., 2]: log σ(−x), log σ(x)
   local ls = F.log_softmax(fp8.cat({ zero:unsqueeze(-1), x:unsqueeze(-1) }, -1), -1)
@@ -643,10 +662,11 @@ end
 -- binary_cross_entropy(input, target [, {weight=, reduction=}]): torch's, −w·(y·log x + (1 − y)·log(1 − x)) with each
 -- log clamped at −100 (so a probability of exactly 0 or 1 gives 100, not inf), input and target probabilities in
 -- [0, 1] (anything else, NaN too, refused as torch refuses it), weight a tensor broadcast to the input (not
--- differentiated: one that requires grad is refused, as torch's). The gradient is torch's own formula,
--- w·(x − y) / max(x·(1 − x), 1e-12), not the clamped logs' derivative (0 where they clamp), and the target's is
--- torch's too, −w·logit(x) (±3.4e38 where x is 0 or 1, torch's ±inf): the value is computed without a graph and the
--- gradients attached by x − x.detach() and y − y.detach() (0 in the forward).
+-- differentiated: one that requires grad is refused, as torch's). Computed in fp32 (a bf16 or fp16 loss rounded
+-- once). The gradient is torch's own formula, w·(x − y) / max(x·(1 − x), 1e-12), not the clamped logs' derivative
+-- (0 where they clamp), and the target's is torch's too, −w·logit(x) (±3.4e38 where x is 0 or 1, torch's ±inf): the
+-- value is computed without a graph and the gradients attached by x − x.detach() and y − y.detach() (0 in the
+-- forward).
 local bce
 function F.binary_cross_entropy(x, y, opts, ...)
   local N = "binary_cross_entropy"
@@ -663,12 +683,13 @@ function F.binary_cross_entropy(x, y, opts, ...)
       error(("%s: all elements of %s should be between 0 and 1"):format(N, c[2]), 2)
     end
   end
-  return bce(x, y, w, red)
+  return low_in_fp32(bce, autocast_fp32(x, y, w, red))
 end
 bce = function(x, y, w, red)
-  local xd, yd = x:detach(), y:detach()
+  -- (in fp32 whatever the dtypes: a bf16 gy clamped to fp32's largest float was refused, "clamp: min ... out of range")
+  local xd, yd = x:detach():to("fp32"), y:detach():to("fp32")
   local per, gx, gy
-  local wd = w ~= nil and w:detach() or nil
+  local wd = w ~= nil and w:detach():to("fp32") or nil
   fp8.no_grad(function()
     local lx, l1x = xd:log(), (1 - xd):log()
     per = -(yd * lx:clamp_min(-100) + (1 - yd) * l1x:clamp_min(-100))
@@ -1001,6 +1022,7 @@ function F.nll_loss(lp, targets, opts, ...)
       shape_str(targets)), 2)
   end
   if targets:requires_grad() then error("nll_loss: target holds class indices and cannot require grad", 2) end
+  lp = autocast_fp32(lp)
   local N, C = lp:size(1), lp:size(2)
   local w, wv = class_weights("nll_loss", opts.weight, C, lp:device())
   local hit, _, hw, kept = target_rows("nll_loss", targets, C, ii, wv, 2)
@@ -1252,7 +1274,8 @@ end
 -- multiclass_losses.lua; the loss modules of losses.lua)
 F._util = { check_tensor = check_tensor, check_opts = check_opts, check_number = check_number,
             reduce_loss = reduce_loss, same_shape = same_shape, shape_str = shape_str, where = where,
-            ignore_index_of = ignore_index_of, refuse_grad = refuse_grad, broadcasts_to = broadcasts_to }
+            ignore_index_of = ignore_index_of, refuse_grad = refuse_grad, broadcasts_to = broadcasts_to,
+            autocast_fp32 = autocast_fp32 }
 
 -- Anything else the C table offers is reachable too (F.xyz → C.xyz).
 return setmetatable(F, {

@@ -75,6 +75,7 @@ function F.poisson_nll_loss(x, t, opts, ...)
   opts = check_opts(N, opts, { log_input = true, full = true, eps = true, reduction = true })
   local log_input, full = flag(N, opts, "log_input"), flag(N, opts, "full")
   local eps, red = eps_of(N, opts, 1e-8), opts.reduction
+  x, t = U.autocast_fp32(x, t)   -- (torch's CPU autocast runs it in fp32; gaussian_nll_loss, Python, it leaves alone)
   local loss
   if log_input ~= false then loss = x:exp() - t * x else loss = x - t * (x + eps):log() end
   if full then

@@ -3,7 +3,9 @@
 -- class) and multilabel_soft_margin_loss (a per-class logistic loss, averaged over the classes); their modules are
 -- in lua/fp8/nn/losses.lua. Inputs [N, C] or unbatched [C]; class indices are 0-based whole numbers in fp32 tensors
 -- (torch's are int64), read on the host to build masks, and each loss is then made of differentiable tensor ops
--- with torch's CPU kernels' formulas (a weight multiplies a hinge after its power, as torch's kernel does).
+-- with torch's CPU kernels' formulas (a weight multiplies a hinge after its power, as torch's kernel does). Under
+-- autocast multi_margin_loss and multilabel_margin_loss compute in fp32 and return fp32, as torch's CPU autocast runs
+-- them; multilabel_soft_margin_loss, Python in torch of ops autocast leaves alone, keeps the input's dtype.
 local fp8 = require "fp8.core"
 local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
@@ -66,6 +68,7 @@ function F.multi_margin_loss(x, t, opts, ...)
     ids[i] = y
     for c = 0, C - 1 do hit[#hit + 1] = c == y and 1 or 0 end
   end
+  rows, w = U.autocast_fp32(rows, w)
   local onehot = fp8.tensor(hit):reshape({ n, C }):to(rows:device())
   if rows:dtype() ~= "fp32" then onehot = onehot:to(rows:dtype()) end
   local xy = rows:gather(2, fp8.tensor(ids):reshape({ n, 1 }):to(rows:device()))   -- x[y], [n, 1]
@@ -109,6 +112,7 @@ function F.multilabel_margin_loss(x, t, opts, ...)
       istarget[#istarget + 1] = cnt[c] > 0 and 1 or 0
     end
   end
+  rows = U.autocast_fp32(rows)
   local dev, dt = rows:device(), rows:dtype()
   local function tensor(l)
     local r = fp8.tensor(l):reshape({ n, C }):to(dev)
