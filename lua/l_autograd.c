@@ -137,6 +137,41 @@ static fl_status hook_fn_push(lua_State **Lp, void *ud, int *top, bool *pushed) 
     return FL_OK;
 }
 
+/* The error a Lua hook raised in the backward now unwinding, kept in the registry under hook_err_key: the backward's
+ * entry (backward_check) raises it as it was, a table as itself and a message whole (torch re-raises the hook's own
+ * exception), where the core's copy of the message is cut at its 1 KiB buffer. Each backward starts with none. */
+static const char hook_err_key = 0;
+
+/* Keeps the error value on top of the stack (popped): a message behind `prefix`, any other value as it is. */
+static void hook_err_keep(lua_State *L, const char *prefix) {
+    if (lua_type(L, -1) == LUA_TSTRING) {
+        lua_pushstring(L, prefix);
+        lua_insert(L, -2);
+        lua_concat(L, 2);
+    }
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &hook_err_key);
+}
+
+static void hook_err_clear(lua_State *L) {
+    lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &hook_err_key);
+}
+
+/* fl_lcheck for a backward's status: a hook's kept error raised in place of the core's message of it. */
+static void backward_check(lua_State *L, fl_status st) {
+    if (st != FL_OK) {
+        if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_err_key) != LUA_TNIL && st != FL_EINTR) {
+            hook_err_clear(L);
+            fl_clear_error();
+            if (lua_type(L, -1) == LUA_TSTRING) luaL_error(L, "%s", lua_tostring(L, -1));
+            lua_error(L);
+        }
+        lua_pop(L, 1);
+        hook_err_clear(L);
+    }
+    fl_lcheck(L, st);
+}
+
 static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out) {
     lua_State *L;
     char a[200], b[200];
@@ -148,6 +183,7 @@ static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out)
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
         const char *m = lua_tostring(L, -1);
         st = FL_ERR(FL_EINVAL, "backward: a tensor's hook raised: %s", m ? m : luaL_typename(L, -1));
+        hook_err_keep(L, "backward: a tensor's hook raised: ");
     } else if (!lua_isnil(L, -1)) {
         const fl_tensor *r = fl_ltotensor(L, -1);
         if (!r)
@@ -189,6 +225,7 @@ static fl_status lua_post_hook(void *ud, fl_tensor *t) {
         const char *m = lua_tostring(L, -1);
         st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s",
                     m ? m : luaL_typename(L, -1));
+        hook_err_keep(L, "backward: a tensor's post-accumulate-grad hook raised: ");
     } else if (!lua_isnil(L, -1))
         st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook returned %s; it returns nothing (it "
                     "reads or changes t.grad, or t itself, in place)",
@@ -352,6 +389,7 @@ static int m_backward(lua_State *L) {
     }
     lua_State *prev = hook_L;   /* tensor hooks run in this state (a nested backward restores the outer one's) */
     hook_L = L;
+    hook_err_clear(L);
     const fl_tensor *gs[1] = { g };
     if (ins) restricted_walks++;
     fl_status st = fl_backward_many(&t, gs, 1, retain, ins, nin);
@@ -363,7 +401,7 @@ static int m_backward(lua_State *L) {
     hook_L = prev;
     push_hook_fns(L);   /* the functions of hooks removed meanwhile go */
     lua_pop(L, 1);
-    fl_lcheck(L, st);
+    backward_check(L, st);
     return 0;
 }
 
@@ -429,6 +467,7 @@ static int l_autograd_grad(lua_State *L) {
     const fl_tensor *const *g = (const fl_tensor *const *)a.gouts;
     lua_State *prev = hook_L;   /* the tensors' hooks run in this state, as m_backward's */
     hook_L = L;
+    hook_err_clear(L);
     restricted_walks++;
     fl_status st = fl_autograd_grad(a.outs, g, a.no, a.ins, a.ni, a.retain, a.res);
     if (st == FL_ENOMEM) {
@@ -439,7 +478,7 @@ static int l_autograd_grad(lua_State *L) {
     hook_L = prev;
     push_hook_fns(L);
     lua_pop(L, 1);
-    fl_lcheck(L, st);
+    backward_check(L, st);
     lua_createtable(L, a.ni, 1);
     for (int i = 0; i < a.ni; i++) {
         if (!a.res[i]) continue;
@@ -461,6 +500,7 @@ static int l_autograd_backward(lua_State *L) {
     fl_tensor *const *ins = a.ni ? a.ins : NULL;
     lua_State *prev = hook_L;
     hook_L = L;
+    hook_err_clear(L);
     if (ins) restricted_walks++;
     fl_status st = fl_backward_many(a.outs, g, a.no, a.retain, ins, a.ni);
     if (st == FL_ENOMEM) {
@@ -471,7 +511,7 @@ static int l_autograd_backward(lua_State *L) {
     hook_L = prev;
     push_hook_fns(L);
     lua_pop(L, 1);
-    fl_lcheck(L, st);
+    backward_check(L, st);
     return 0;
 }
 
@@ -494,6 +534,31 @@ static int m_eq(lua_State *L) {
     lua_pushboolean(L, a && a == b);
     return 1;
 }
+
+/* __lt / __le: a one-element tensor compares with a number or another as its value (torch's `if loss < 1:`, whose
+ * bool() of one element is its truth); any other tensor has no single truth value: named, with the elementwise
+ * methods (Lua's own error said only "attempt to compare fp8.Tensor with number"). */
+static double cmp_operand(lua_State *L, int i, const char *op) {
+    if (lua_type(L, i) == LUA_TNUMBER) return lua_tonumber(L, i);
+    fl_tensor *t = fl_ltotensor(L, i);
+    if (!t) {
+        if (luaL_testudata(L, i, FL_TENSOR_MT)) luaL_error(L, "%s: the tensor has been released (freed or closed)", op);
+        luaL_error(L, "%s: cannot compare a tensor with %s", op, luaL_typename(L, i));
+    }
+    if (fl_tensor_numel(t) != 1) {
+        char sh[200];
+        luaL_error(L, "%s: a tensor of shape %s has no single truth value (compare elementwise with :lt, :le, :gt, "
+                      ":ge, or read one element's value with :item())", op,
+                   fl_shape_str(sh, sizeof sh, t->ndim, t->shape));
+    }
+    if (fl_format(t->dtype)->is_fp8) luaL_error(L, "%s: the tensor is %s; dequantize it first", op, fl_format(t->dtype)->name);
+    int64_t idx[FL_MAX_DIMS] = {0};
+    double v = 0;
+    fl_lcheck(L, fl_tensor_get(t, idx, &v));
+    return v;
+}
+static int m_lt(lua_State *L) { lua_pushboolean(L, cmp_operand(L, 1, "<") < cmp_operand(L, 2, "<")); return 1; }
+static int m_le(lua_State *L) { lua_pushboolean(L, cmp_operand(L, 1, "<=") <= cmp_operand(L, 2, "<=")); return 1; }
 
 /* __index hook for string keys l_tensor.c does not find among the methods: "grad". */
 int fl_lautograd_field(lua_State *L, fl_tensor *t, const char *key) {
@@ -740,5 +805,9 @@ void fl_lopen_autograd(lua_State *L) {
     lua_setfield(L, -2, "__call");
     lua_pushcfunction(L, m_eq);
     lua_setfield(L, -2, "__eq");
+    lua_pushcfunction(L, m_lt);
+    lua_setfield(L, -2, "__lt");
+    lua_pushcfunction(L, m_le);
+    lua_setfield(L, -2, "__le");
     lua_pop(L, 1);
 }

@@ -147,8 +147,12 @@ static int64_t norm_index(lua_State *L, lua_Integer i, const fl_tensor *t, int d
     int64_t n = t->shape[d];
     if (i >= 1 && i <= n) return i - 1;
     if (i < 0 && i >= -n) return n + i;
+    /* x[#x + 1]: what ipairs(x) reads last (it stops at a nil, which a tensor never gives: the loop ran, then this) */
+    const bool past = d == 0 && i == n + 1 && strcmp(fname, "x[i]") == 0;
     luaL_error(L, "%s: index %I out of range for dimension %d of size %I%s", fname, i, d + 1, (lua_Integer)n,
-               i == 0 ? " (indices are 1-based)" : "");
+               i == 0 ? " (indices are 1-based)"
+                      : past ? " (ipairs(x) reads until an index fails: iterate with for i = 1, #x, or over x:unbind())"
+                             : "");
     return 0;
 }
 

@@ -406,6 +406,7 @@ local function splitmix(state)
   return z ~ (z >> 31)
 end
 
+local MAX_SHUFFLE = 1 << 28   -- the items a shuffled loader orders (permutation's list: 4 GiB)
 local function permutation(n, seed, epoch)
   local state = { seed * 1000003 + epoch * 0x632BE59BD9B4E019 }
   local p = {}
@@ -499,6 +500,12 @@ setmetatable(DataLoader, { __call = function(_, opts, ...)
   if opts.seed ~= nil and not self.shuffle then   -- it orders the shuffle only: not kept for nothing
     error(("%s: seed orders the shuffle, and takes effect only with shuffle=true (got seed=%s)"):format(fname,
       tostring(opts.seed)), 2)
+  end
+  -- the shuffled order is a list of every index, made each epoch (16 bytes an entry): past 2^28 items (4 GiB) it
+  -- would take the machine's memory until the system killed the process
+  if self.shuffle and n > MAX_SHUFFLE then
+    error(("%s: shuffle=true orders all %s items in memory, 16 bytes each; at most %d (2^28) here: shuffle a "
+      .. "smaller dataset, or shuffle within the dataset and load it unshuffled"):format(fname, O.got(n), MAX_SHUFFLE), 2)
   end
   set_device(self, opts.device or "cpu", 3)
   if self.drop_last and n < self.batch_size then

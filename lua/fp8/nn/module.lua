@@ -186,7 +186,7 @@ function Module._check_arity(name, init, given)
   end
 end
 
-function Module:forward()
+function Module:forward(...)   -- (any arguments: the missing forward is what to say, not their count)
   error(("%s has no forward() (subclasses define it)"):format(self:type_name()), 2)
 end
 
@@ -386,7 +386,8 @@ end
 
 local function bw_run_full(self, bw, gi)
   for _, e in ipairs(snapshot(rawget(self, "_backward_hooks") or {})) do
-    local r = e.fn(self, gi, bw.grad_output or { n = bw.nres or 0 })
+    local ok, r = pcall(e.fn, self, gi, bw.grad_output or { n = bw.nres or 0 })
+    if not ok then hook_failed(self, "backward hook", r) end   -- named as the forward hooks' errors are
     if r ~= nil then gi = replacement(self, r, bw.idx, gi, "", "grad_input") end
   end
   return gi
@@ -417,7 +418,8 @@ local function hook_functions()
       local go = { n = bw.nres }
       for k, j in ipairs(bw.pos) do go[j] = select(k, ...) end
       for _, e in ipairs(snapshot(rawget(self, "_backward_pre_hooks") or {})) do
-        local r = e.fn(self, go)
+        local ok, r = pcall(e.fn, self, go)
+        if not ok then hook_failed(self, "backward pre-hook", r) end
         if r ~= nil then go = replacement(self, r, bw.pos, go, "pre-hook ", "grad_output", true) end
       end
       bw.grad_output = go
@@ -1093,6 +1095,10 @@ end
 function Module:_repr()
   local lines = {}
   local extra = self:extra_repr()
+  if type(extra) ~= "string" then
+    error(("%s:extra_repr() returned %s; it returns a string (\"\" for nothing)"):format(self:type_name(),
+      require("fp8.opts").got(extra)), 0)
+  end
   if extra ~= "" then
     for l in (extra .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = l end
   end
