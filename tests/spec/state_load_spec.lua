@@ -153,7 +153,7 @@ describe("a failed load changes nothing", function()
 
   for _, bad in ipairs {
     { "step = \"x\"", function(sd) sd.state[1].step = "x" end, "step' of parameter 1 must be an integer" },
-    { "lr = NaN", function(sd) sd.param_groups[1].lr = 0 / 0 end, "lr must be a number" },
+    { "lr = NaN", function(sd) sd.param_groups[1].lr = 0 / 0 end, "lr must be a finite number" },
     { "betas = {2, 3}", function(sd) sd.param_groups[1].betas = { 2, 3 } end, "betas%[1%] must be in" },
     { "an unknown group option", function(sd) sd.param_groups[1].momentum = 0.9 end, "does not have" },
     { "a state tensor of another size", function(sd) sd.state[1].exp_avg = fp8.zeros { 3 } end, "shape" },
