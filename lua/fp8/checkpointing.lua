@@ -1150,6 +1150,9 @@ function M.install(Accelerator)
     if type(tensors) ~= "table" then
       error(("save: expected a table of tensors {name = tensor} (fp8.save_file's), got %s"):format(type(tensors)), 2)
     end
+    if require("fp8.nn.module").is_module(tensors) then
+      error("save: got a Module; pass its tensors (acc:get_state_dict(model)), or save it with acc:save_model", 2)
+    end
     if type(path) ~= "string" or path == "" then error(("save: expected a file name, got %s"):format(tostring(path)), 2) end
     if self.process_index ~= nil and self.process_index ~= 0 then return end
     local ok, err = pcall(core.save_file, tensors, path, metadata)

@@ -100,7 +100,10 @@ local U = {}
 -- Accelerate's print: once per machine (is_local_main_process; one machine: the main process)
 function U:print(...) if self.local_process_index == 0 then print(...) end end
 
-function U:wait_for_everyone() if self.num_processes > 1 then D.barrier() end end
+-- (M._announce first: every process is in wait_for_everyone, not in another utility's collective)
+function U:wait_for_everyone()
+  if self.num_processes > 1 then M._announce(self, "wait_for_everyone"); D.barrier() end
+end
 
 -- describe(fname, t, shapes): the leaves of t in sorted-key order as "path:dtype[shape]" lines (without the shapes
 -- when `shapes` is false), raising, with the reason, what no collective can take: a leaf that is not a tensor, a key
@@ -117,6 +120,15 @@ local function describe(fname, t, shapes)
       if x:is_fp8() then
         error(("%s: an FP8 tensor's bytes mean something only with its own scale, which differs across processes; "
           .. "dequantize it first"):format(fname), 0)
+      end
+      if fname == "broadcast" then   -- written in place: an expanded view's elements share memory (torch refuses)
+        local st, sh = x:stride(), x:shape()
+        for d = 1, #sh do
+          if st[d] == 0 and sh[d] > 1 then
+            error(("broadcast: the tensor%s is an expanded view (its elements share memory) and is written in place; "
+              .. "pass a tensor of its own (:contiguous())"):format(path ~= "" and (" at " .. path:sub(2)) or ""), 0)
+          end
+        end
       end
       out[#out + 1] = (path ~= "" and (path:sub(2) .. " ") or "") .. (shapes
         and (x:dtype() .. "[" .. table.concat(x:shape(), ", ") .. "]") or (x:dim() .. "-d"))
@@ -224,6 +236,19 @@ local function agree(self, fname, t, shapes, from)
   if msg then error(msg, 3) end
 end
 
+-- _announce(acc, fname): the first collective of a utility whose own first one is another kind than agree's (an
+-- all_gather, an all_reduce, a barrier): every process is in fname, else one error on every process naming both
+-- calls (a process in gather_for_metrics and one in gather paired their collectives and waited out the timeout)
+function M._announce(self, fname)
+  if self.num_processes == 1 then return end
+  local diff = M._rank0_difference(self.process_index, { "call " .. fname })
+  local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
+  local msg = r and ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective "
+    .. "utilities in the same order"):format(fname, r, theirs, ours) or nil
+  msg = M._first_error(self.num_processes, self.process_index, msg)
+  if msg then error(msg, 3) end
+end
+
 -- gather(t): every rank's t concatenated along dim 1 in rank order (0-d tensors: one entry per rank);
 -- tables of tensors are gathered leaf by leaf. Shapes must agree across ranks.
 -- gather's collective, once agree has checked t in the name of the utility called (gather, gather_for_metrics): its
@@ -266,6 +291,7 @@ function U:gather_for_metrics(t, use_gather_object)
   local st = require("fp8.data")._active(self.gradient_state)   -- the loop being served, as Accelerate's active loader
   local cut = self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 and st.remainder or nil
   local as_objects = use_gather_object or not all_tensors(t)
+  M._announce(self, "gather_for_metrics")
   if self.num_processes > 1 then   -- every process takes the same path (else each would wait in another collective)
     -- and is at the same batch: with even_batches=false a process may end its loop a batch before another, where
     -- Accelerate cuts a round of real samples to the remainder, and the process with a batch left waits for ever in
@@ -378,11 +404,32 @@ end
 -- A table of lists by name ({input_ids = {...}, labels = {...}}, Accelerate's dict) is split list by list, the
 -- same share of each: the lists must have one length.
 function U:split_between_processes(list, apply_padding)
-  if type(list) ~= "table" then
-    error(("split_between_processes: expected a list, got %s"):format(type(list)), 2)
+  local is_t = core.is_tensor(list)
+  if is_t and list:dim() == 0 then
+    error("split_between_processes: a 0-d tensor has no rows to split (a tensor is split along dim 1)", 2)
+  end
+  if type(list) ~= "table" and not is_t then
+    error(("split_between_processes: expected a list, a tensor or a table of them by name, got %s"):format(
+      O.got(list)), 2)
   end
   if apply_padding ~= nil and type(apply_padding) ~= "boolean" then   -- (any other value was taken as true)
     error(("split_between_processes: apply_padding must be a boolean, got %s"):format(O.got(apply_padding)), 2)
+  end
+  -- this process's share of n items: first, count, and whether padding adds the last item
+  local function share(n)
+    local N, r = self.num_processes, self.process_index
+    local base, extra = n // N, n % N
+    local first = r * base + math.min(r, extra) + 1
+    local count = base + (r < extra and 1 or 0)
+    return first, count, apply_padding and extra > 0 and count == base
+  end
+  -- a tensor: its rows, as a list's items (Accelerate's tensor split along dim 0); padding repeats the last row
+  if is_t then
+    local n = list:size(1)
+    local first, count, pad = share(n)
+    local out = count > 0 and list:narrow(1, first, count) or list:narrow(1, n + 1, 0)
+    if pad then out = core.cat({ out, list:narrow(1, n, 1) }, 1) end
+    return out
   end
   local keys = {}
   for k in next, list do
@@ -400,27 +447,27 @@ function U:split_between_processes(list, apply_padding)
     local len
     for _, k in ipairs(keys) do
       local v = list[k]
-      if type(v) ~= "table" then
-        error(("split_between_processes: %q must be a list (each value of the table is split), got %s"):format(k,
-          type(v)), 2)
+      local vt = core.is_tensor(v)
+      if type(v) ~= "table" and not vt or vt and v:dim() == 0 then
+        error(("split_between_processes: %q must be a list or a tensor of at least 1 dim (each value of the table "
+          .. "is split), got %s"):format(k, vt and "a 0-d tensor" or O.got(v)), 2)
       end
-      if len and rawlen(v) ~= len then
-        error(("split_between_processes: the lists must have one length: %q has %d, %q %d"):format(keys[1], len, k,
-          rawlen(v)), 2)
+      local vlen = vt and v:size(1) or rawlen(v)
+      if len and vlen ~= len then
+        error(("split_between_processes: the values must have one length: %q has %d, %q %d"):format(keys[1], len, k,
+          vlen), 2)
       end
-      len = rawlen(v)
+      len = vlen
     end
     local out = {}
     for _, k in ipairs(keys) do out[k] = self:split_between_processes(list[k], apply_padding) end
     return out
   end
-  local n, N, r = rawlen(list), self.num_processes, self.process_index   -- rawlen: a lying __len cannot make it loop
-  local base, extra = n // N, n % N
-  local first = r * base + math.min(r, extra) + 1
-  local count = base + (r < extra and 1 or 0)
+  local n = rawlen(list)   -- rawlen: a lying __len cannot make it loop
+  local first, count, pad = share(n)
   local out = {}
   for i = first, first + count - 1 do out[#out + 1] = list[i] end
-  if apply_padding and extra > 0 and count == base then out[#out + 1] = list[n] end
+  if pad then out[#out + 1] = list[n] end
   return out
 end
 
@@ -446,8 +493,8 @@ function U:is_last_process() return self.process_index == self.num_processes - 1
 
 -- on_main_process(fn), on_local_main_process(fn), on_last_process(fn), on_process(fn, i): Accelerate's
 -- decorators; a function that calls fn (returning its results) on that process and does nothing elsewhere.
-local function on(acc, fname, fn, pick)
-  if type(fn) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(fn)), 3) end
+local function on(acc, fname, fn, pick)   -- (every caller tail-calls it: level 2 is the user's call)
+  if type(fn) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(fn)), 2) end
   return function(...) if pick(acc) then return fn(...) end end
 end
 function U:on_main_process(fn) return on(self, "on_main_process", fn, function(a) return a.process_index == 0 end) end
@@ -473,6 +520,7 @@ end
 function U:set_trigger() rawset(self, "_trigger", true) end
 function U:check_trigger()
   local t = core.tensor({ rawget(self, "_trigger") and 1 or 0 })
+  M._announce(self, "check_trigger")
   if self.num_processes > 1 then D.all_reduce(t, "sum") end
   if t:item() >= 1 then rawset(self, "_trigger", nil); return true end
   return false
@@ -538,8 +586,10 @@ function U:gather_object(obj)
       "a table with a metatable" or type(obj)), 2)
   end
   local why = not_a_list(obj)
-  if self.num_processes == 1 then
+  if self.num_processes == 1 then   -- refused as with several processes (a script tried on one met it on two)
     if why then error("gather_object: expected a list, got " .. why, 2) end
+    local ok, err = pcall(serialize, obj, "gather_object", {}, { "return " })
+    if not ok then error(err, 2) end
     return obj
   end
   agree(self, "gather_object", {}, false)   -- every process in gather_object (not in gather, say)
@@ -594,8 +644,10 @@ function U:broadcast_object_list(list, from_process)
   from_process = from_process == nil and 0 or from_process
   agree(self, "broadcast_object_list", {}, false, from_process)
   local why = self.process_index == from_process and not_a_list(list) or nil
-  if self.num_processes == 1 then
+  if self.num_processes == 1 then   -- refused as with several processes
     if why then error("broadcast_object_list: expected a list, got " .. why, 2) end
+    local ok, err = pcall(serialize, list, "broadcast_object_list", {}, { "return " })
+    if not ok then error(err, 2) end
     return list
   end
   local mine = ""

@@ -232,6 +232,8 @@ function M._install(Accelerator)
     if #self.trackers > 0 then
       error("init_trackers: the trackers are running already (end_training() finishes them)", 2)
     end
+    rawset(self, "_trackers_finished", nil)
+    rawset(self, "_trackers_started", true)   -- (on every process: end_training then finishes them on all)
     if self.process_index ~= 0 then return end   -- Accelerate's @on_main_process
     for _, t in ipairs(self.log_with) do
       local tracker = t
@@ -264,6 +266,10 @@ function M._install(Accelerator)
       error(("log: step must be an integer, got %s"):format(O.got(step)), 2)
     end
     log_kwargs = O.check("log", log_kwargs, tracker_names(self), 2)
+    if rawget(self, "_trackers_finished") then   -- (on every process: the values would be dropped on the main one)
+      error("log: end_training() finished the trackers, so these values would go nowhere; init_trackers starts "
+        .. "them again", 2)
+    end
     if self.process_index ~= 0 then return end
     for _, tracker in ipairs(self.trackers) do
       local ok, err = pcall(tracker.log, tracker, values, step, log_kwargs[tracker.name])
@@ -298,6 +304,8 @@ function M._install(Accelerator)
   function Accelerator:_finish_trackers()
     local list = self.trackers
     self.trackers = {}
+    if rawget(self, "_trackers_started") then rawset(self, "_trackers_finished", true) end
+    rawset(self, "_trackers_started", nil)
     for _, t in ipairs(list) do
       if t.finish then t:finish() end
     end

@@ -35,7 +35,7 @@ local d = acc:split_between_processes { input_ids = { 1, 2, 3, 4, 5 }, labels = 
 eq(table.concat(d.input_ids, ",") .. "|" .. table.concat(d.labels, ","), r == 0 and "1,2,3|6,7,8" or "4,5|9,10",
   "split dict")
 local okd, errd = pcall(acc.split_between_processes, acc, { a = { 1, 2 }, b = { 1 } })
-eq(not okd and tostring(errd):match("the lists must have one length") ~= nil, true, "split dict lengths")
+eq(not okd and tostring(errd):match("the values must have one length") ~= nil, true, "split dict lengths")
 acc:print("ok split")
 
 -- main_process_first: the main process finishes before the other starts

@@ -49,6 +49,9 @@ describe("fp8._dist collectives (2 processes)", function()
         "gather_reduce=reduce: rank 1 calls reduce where rank 0 calls gather" .. same,
         "gather_object=gather_object: rank 1 calls gather_object where rank 0 calls gather" .. same,
         "pad_gather=gather: rank 1 calls gather where rank 0 calls pad_across_processes" .. same,
+        "metrics_gather=gather: rank 1 calls gather where rank 0 calls gather_for_metrics" .. same,
+        "trigger_gather=gather: rank 1 calls gather where rank 0 calls check_trigger" .. same,
+        "wait_gather=gather: rank 1 calls gather where rank 0 calls wait_for_everyone" .. same,
         "after=0.0,1.0\n",   -- and in step for the next collective
       } do
         assert.truthy(out:find(("rank%d %s"):format(r, want), 1, true), out)
