@@ -274,3 +274,36 @@ describe("the Accelerator's utilities (one process)", function()
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)
+
+describe("nn.functional's options given as false", function()
+  it("are refused, as torch's TypeError, not taken as the default", function()
+    local F, x = nn.functional, fp8.randn { 2, 4, 6 }
+    local q = fp8.randn { 1, 2, 3, 4 }
+    fails_with('gelu: approximate must be "none" or "tanh", got false', F.gelu, x, false)
+    fails_with("softmax: dim must be an integer, got false", F.softmax, x, false)
+    fails_with("glu: dim must be an integer, got false", F.glu, x, false)
+    fails_with("normalize: eps must be a finite number > 0, got false", F.normalize, x, { eps = false })
+    fails_with('pad: mode must be one of "constant"', F.pad, x, { 1, 1 }, { mode = false })
+    fails_with("one_hot: num_classes must be a positive integer or -1, got false", F.one_hot, fp8.tensor { 0, 2 }, false)
+    fails_with("cosine_similarity: eps must be a finite number >= 0, got false", F.cosine_similarity, x, x, 2, false)
+    fails_with("layer_norm: eps must be a finite number >= 0, got false", F.layer_norm, x, nil, nil, false)
+    fails_with("embedding: norm_type must be a number > 0", F.embedding, fp8.tensor { 0, 1 }, fp8.randn { 3, 2 },
+      { max_norm = 1, norm_type = false })
+    fails_with("scaled_dot_product_attention: dropout_p must be a probability in [0, 1], got false",
+      F.scaled_dot_product_attention, q, q, q, { dropout_p = false })
+    fails_with("PReLU: init must be a finite number, got false", nn.PReLU, 1, false)   -- (torch's weight starts at 0)
+    fails_with("Flatten: start_dim must be a nonzero integer", nn.Flatten, false)
+    fails_with("softmax: dim must be an integer, got a table", F.softmax, x, { dim = 1 })
+  end)
+
+  it("refuse a 1-d attention mask, and keep a p = 0 distance on the graph", function()
+    local F, q = nn.functional, fp8.randn { 1, 2, 3, 4 }
+    fails_with("scaled_dot_product_attention: attn_mask must have at least 2 dims [..., Tq, Tk], got [3]",
+      F.scaled_dot_product_attention, q, q, q, { attn_mask = fp8.randn { 3 } })
+    local a = fp8.tensor { { 1, math.huge, 0 } }:requires_grad(true)
+    local d = F.pairwise_distance(a, fp8.zeros { 1, 3 }, 0)
+    assert.are.equal(3, d:item())
+    d:sum():backward()
+    assert.are.same({ { 0, 0, 0 } }, a.grad:tolist())
+  end)
+end)

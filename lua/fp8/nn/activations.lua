@@ -17,7 +17,7 @@ M.GELU = Module.class("GELU")
 -- GELU() exact (erf), GELU("tanh") or GELU{approximate="tanh"} the tanh approximation.
 function M.GELU:__init(approximate)
   if type(approximate) == "table" then approximate = O.check("GELU", approximate, { "approximate" }, 3).approximate end
-  approximate = approximate or "none"
+  if approximate == nil then approximate = "none" end
   if approximate ~= "none" and approximate ~= "tanh" then
     error(("GELU: approximate must be \"none\" or \"tanh\", got %s"):format(tostring(approximate)), 3)
   end
@@ -80,7 +80,8 @@ function M.PReLU:__init(n, init)
     local o = O.check("PReLU", n, { "num_parameters", "init" }, 3)
     n, init = o.num_parameters, o.init
   end
-  n, init = n or 1, init or 0.25
+  if n == nil then n = 1 end
+  if init == nil then init = 0.25 end
   if math.type(n) ~= "integer" or n < 1 or n > 1 << 24 then
     error(("PReLU: num_parameters must be an integer in 1..2^24, got %s"):format(O.got(n)), 3)
   end
@@ -115,7 +116,7 @@ local function along_dim(name, fn)
   local cls = Module.class(name)
   cls["__init"] = function(self, dim)
     if type(dim) == "table" then dim = O.check(name, dim, { "dim" }, 3).dim end
-    dim = dim or -1
+    if dim == nil then dim = -1 end
     if math.type(dim) ~= "integer" or dim == 0 then
       error(("%s: dim must be a nonzero integer (1-based, negative from the end), got %s"):format(name, O.got(dim)), 3)
     end

@@ -80,7 +80,8 @@ local function impl_gumbel_softmax(logits, opts, ...)
     error(("gumbel_softmax: hard must be a boolean, got %s"):format(O.got(hard)), 0)
   end
   local nd = logits:dim()
-  local dim = opts.dim or -1
+  local dim = opts.dim
+  if dim == nil then dim = -1 end
   if math.type(dim) ~= "integer" or dim == 0 or dim > nd or dim < -nd then
     error(("gumbel_softmax: dim must be an integer in 1..%d or -%d..-1, got %s"):format(nd, nd, O.got(dim)), 0)
   end

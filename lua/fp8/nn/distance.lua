@@ -14,7 +14,8 @@ function CosineSimilarity:__init(dim, eps)
     local o = O.check("CosineSimilarity", dim, { "dim", "eps" }, 3)
     dim, eps = o.dim, o.eps
   end
-  dim, eps = dim or 2, eps or 1e-8
+  if dim == nil then dim = 2 end
+  if eps == nil then eps = 1e-8 end
   if math.type(dim) ~= "integer" or dim == 0 then
     error(("CosineSimilarity: dim must be a nonzero integer (1-based, negative from the end), got %s"):format(
       O.got(dim)), 3)

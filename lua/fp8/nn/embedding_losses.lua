@@ -82,7 +82,12 @@ end
 -- (Σ|d|^p)^(1/p) (F._root: a zero row's gradient stays finite)
 function F._p_norm(d, p, keepdim)
   if p == 1 or p == 2 or p == math.huge then return d:norm(p, -1, keepdim) end
-  if p == 0 then return d:detach():ne(0):to(d:dtype()):sum(-1, keepdim) end
+  if p == 0 then   -- the count, on the graph with a zero gradient (torch's has a grad_fn; backward gives zeros)
+    local count = d:detach():ne(0):to(d:dtype()):sum(-1, keepdim)
+    if not d:requires_grad() then return count end
+    local W = require("fp8.tensor")   -- where, not d·0: an inf coordinate would make the count NaN
+    return W.where(W.ones_like(count), count, d:sum(-1, keepdim))
+  end
   return F._root(require("fp8.tensor")._abs_pow(d, p):sum(-1, keepdim), p)   -- (p < 1: equal coordinates too)
 end
 

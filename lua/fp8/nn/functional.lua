@@ -101,7 +101,7 @@ function F.gelu(x, approximate, ...)
   no_more("gelu", "(input [, approximate])", ...)
   check_tensor("gelu", "input", x)
   if type(approximate) == "table" then approximate = check_opts("gelu", approximate, { approximate = true }).approximate end
-  approximate = approximate or "none"
+  if approximate == nil then approximate = "none" end   -- (false is refused below, as torch's)
   if approximate ~= "none" and approximate ~= "tanh" then
     error(("gelu: approximate must be \"none\" or \"tanh\", got %s"):format(tostring(approximate)), 2)
   end
@@ -300,7 +300,7 @@ function F.prelu(x, w, ...)
 end
 
 local function check_dim(fname, x, dim)
-  if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, tostring(dim)), 3) end
+  if math.type(dim) ~= "integer" then error(("%s: dim must be an integer, got %s"):format(fname, O.got(dim)), 3) end
   local n = math.max(x:dim(), 1)   -- a 0-d tensor's one implicit dim is 1 (or -1), as torch's 0 (or -1)
   if dim == 0 or dim > n or dim < -n then
     error(("%s: dim %d out of range for a %d-d tensor (valid: 1..%d or -%d..-1)"):format(fname, dim, x:dim(), n, n), 3)
@@ -309,14 +309,14 @@ end
 
 function F.softmax(x, dim, ...)
   no_more("softmax", "(input [, dim]) (no dtype)", ...)
-  check_tensor("softmax", "input", x); dim = dim or -1; check_dim("softmax", x, dim)
+  check_tensor("softmax", "input", x); if dim == nil then dim = -1 end; check_dim("softmax", x, dim)
   if x:dim() == 0 then return (at_caller(pcall(core().softmax, x:reshape{1}, 1))):reshape{} end
   return (at_caller(pcall(core().softmax, x, dim)))
 end
 
 function F.log_softmax(x, dim, ...)
   no_more("log_softmax", "(input [, dim]) (no dtype)", ...)
-  check_tensor("log_softmax", "input", x); dim = dim or -1; check_dim("log_softmax", x, dim)
+  check_tensor("log_softmax", "input", x); if dim == nil then dim = -1 end; check_dim("log_softmax", x, dim)
   if x:dim() == 0 then return (at_caller(pcall(core().log_softmax, x:reshape{1}, 1))):reshape{} end
   return (at_caller(pcall(core().log_softmax, x, dim)))
 end
@@ -617,7 +617,7 @@ end
 function F.glu(x, dim, ...)
   no_more("glu", "(input [, dim])", ...)
   check_tensor("glu", "input", x)
-  dim = dim or -1
+  if dim == nil then dim = -1 end
   check_dim("glu", x, dim)
   if x:dim() == 0 or x:size(dim) % 2 ~= 0 then
     error(("glu: dim %d must have an even size, got shape %s"):format(dim, x:shape_str()), 2)
@@ -718,7 +718,8 @@ function F.cosine_similarity(a, b, dim, eps, ...)
     local o = check_opts(N, dim, { dim = true, eps = true })
     dim, eps = o.dim, o.eps
   end
-  dim, eps = dim or 2, eps or 1e-8
+  if dim == nil then dim = 2 end
+  if eps == nil then eps = 1e-8 end
   if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
     error(("%s: eps must be a finite number >= 0, got %s"):format(N, O.got(eps)), 2)
   end
@@ -787,6 +788,9 @@ function F.layer_norm(x, w, b, eps, ...)
     no_more("layer_norm", "(input, weight, bias [, eps])", ...)
   end
   check_tensor("layer_norm", "input", x)
+  if eps ~= nil and (type(eps) ~= "number" or not (eps >= 0) or eps == math.huge) then   -- (named here, not by the core)
+    error(("layer_norm: eps must be a finite number >= 0, got %s"):format(O.got(eps)), 2)
+  end
   if x:dim() == 0 then error("layer_norm: input is 0-d; it normalizes over the last dimension, so needs one", 2) end
   local c, nd = x:size(-1), 1
   if shape ~= nil then nd, c = normalized_dims("layer_norm", x, shape) end
@@ -801,10 +805,10 @@ function F.layer_norm(x, w, b, eps, ...)
   end
   if nd > 1 then   -- several last dims: normalized as one, and shaped back
     local y = at_caller(pcall(core().layer_norm, flat_last(x, nd, c), w and w:reshape { c }, b and b:reshape { c },
-      eps or 1e-5))
+      eps == nil and 1e-5 or eps))
     return y:reshape(x:shape())
   end
-  return (at_caller(pcall(core().layer_norm, x, w, b, eps or 1e-5)))
+  return (at_caller(pcall(core().layer_norm, x, w, b, eps == nil and 1e-5 or eps)))
 end
 
 -- torch's eps for rms_norm when none is given: the machine epsilon of the type it computes in (at::opmath_type),
@@ -854,7 +858,10 @@ function F.normalize(x, opts, ...)
   no_more("normalize", "(input [, {p=, dim=, eps=}])", ...)
   check_tensor("normalize", "input", x)
   opts = check_opts("normalize", opts, { p = true, dim = true, eps = true })
-  local p, dim, eps = opts.p or 2, opts.dim or 2, opts.eps or 1e-12
+  local p, dim, eps = opts.p, opts.dim, opts.eps
+  if p == nil then p = 2 end
+  if dim == nil then dim = 2 end
+  if eps == nil then eps = 1e-12 end
   if type(p) ~= "number" or not (p >= 1 and p < math.huge) then
     error(("normalize: p must be a finite number >= 1, got %s"):format(O.got(p)), 2)
   end
@@ -902,12 +909,14 @@ function F.pad(x, pad, opts, ...)
   check_tensor("pad", "input", x)
   if x:is_fp8() then error(("pad: %s tensor: dequantize it first (its bytes share a scale)"):format(x:dtype()), 2) end
   opts = check_opts("pad", opts, { mode = true, value = true })
-  local mode = opts.mode or "constant"
+  local mode = opts.mode
+  if mode == nil then mode = "constant" end
   if not PAD_MODES[mode] then
     error(("pad: mode must be one of \"constant\", \"reflect\", \"replicate\", \"circular\", got %s"):format(
       O.got(mode)), 2)
   end
-  local value = opts.value or 0
+  local value = opts.value
+  if value == nil then value = 0 end
   if type(value) ~= "number" then error(("pad: value must be a number, got %s"):format(O.got(value)), 2) end
   if mode ~= "constant" and value ~= 0 then
     error(("pad: mode \"%s\" takes no value (it pads with the input's own elements), got value=%s"):format(mode,
@@ -981,7 +990,7 @@ function F.one_hot(t, num_classes, ...)
   no_more("one_hot", "(tensor [, num_classes=-1])", ...)
   check_tensor("one_hot", "tensor", t)
   if t:is_fp8() then error(("one_hot: %s tensor: class ids are whole numbers, not FP8"):format(t:dtype()), 2) end
-  num_classes = num_classes or -1
+  if num_classes == nil then num_classes = -1 end
   if math.type(num_classes) ~= "integer" or (num_classes < 1 and num_classes ~= -1) then
     error(("one_hot: num_classes must be a positive integer or -1, got %s"):format(O.got(num_classes)), 2)
   end
@@ -1092,7 +1101,8 @@ function F.embedding(idx, weight, padding_idx, ...)
     end
     o = check_opts("embedding", o, { padding_idx = true, max_norm = true, norm_type = true, scale_grad_by_freq = true,
       sparse = true })
-    padding_idx, max_norm, norm_type = o.padding_idx, o.max_norm, o.norm_type or 2
+    padding_idx, max_norm, norm_type = o.padding_idx, o.max_norm, o.norm_type
+    if norm_type == nil then norm_type = 2 end
     if max_norm ~= nil and (type(max_norm) ~= "number" or not (max_norm >= 0 and max_norm < math.huge)) then
       error(("embedding: max_norm must be a finite number >= 0, got %s"):format(O.got(max_norm)), 2)
     end
@@ -1160,7 +1170,8 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   check_tensor(N, "k", k)
   check_tensor(N, "v", v)
   opts = check_opts(N, opts, { is_causal = true, scale = true, attn_mask = true, dropout_p = true, enable_gqa = true })
-  local dp, mask, gqa = opts.dropout_p or 0, opts.attn_mask, opts.enable_gqa
+  local dp, mask, gqa = opts.dropout_p, opts.attn_mask, opts.enable_gqa
+  if dp == nil then dp = 0 end
   if type(dp) ~= "number" or not (dp >= 0 and dp <= 1) then
     error(("%s: dropout_p must be a probability in [0, 1], got %s"):format(N, O.got(dp)), 2)
   end
@@ -1169,6 +1180,12 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   end
   if opts.is_causal ~= nil and type(opts.is_causal) ~= "boolean" then
     error(("%s: is_causal must be a boolean, got %s"):format(N, O.got(opts.is_causal)), 2)
+  end
+  if mask ~= nil then
+    check_tensor(N, "attn_mask", mask)
+    if mask:dim() < 2 then   -- (a 1-d mask broadcast over the key positions alone; torch refuses it)
+      error(("%s: attn_mask must have at least 2 dims [..., Tq, Tk], got %s"):format(N, shape_str(mask)), 2)
+    end
   end
   local r = q:dim()
   if r < 3 or k:dim() ~= r or v:dim() ~= r then

@@ -19,7 +19,8 @@ function M.Flatten:__init(start_dim, end_dim)
     local o = O.check("Flatten", start_dim, { "start_dim", "end_dim" }, 3)
     start_dim, end_dim = o.start_dim, o.end_dim
   end
-  start_dim, end_dim = start_dim or 2, end_dim or -1
+  if start_dim == nil then start_dim = 2 end
+  if end_dim == nil then end_dim = -1 end
   for k, v in pairs { start_dim = start_dim, end_dim = end_dim } do
     if math.type(v) ~= "integer" or v == 0 then
       error(("Flatten: %s must be a nonzero integer (1-based, negative from the end), got %s"):format(k, O.got(v)), 3)
