@@ -871,7 +871,8 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
         if (st == FL_OK && nd->orphan_hooks) st = hooked_grad(nd->orphan_hooks, NULL, &go);   /* first: older */
-        if (st == FL_OK && nd->owner) st = owner_grad(nd, &go, !cap);
+        /* retain_grad fills .grad in every walk, fl_autograd_grad's and an inputs= backward's too (torch 2.15's) */
+        if (st == FL_OK && nd->owner) st = owner_grad(nd, &go, true);
         if (st == FL_OK && cap && capnode[k] >= 0) {   /* an input's gradient: an fp32 copy of what goes on */
             fl_tensor *c = NULL;
             st = fl_tensor_to(&c, go, FL_F32);   /* a copy (dequantized where a consumer handed over FP8) */

@@ -94,7 +94,7 @@ end
 
 local Ctx = {}
 Ctx.__name = "FunctionCtx"
-local CTX_FIELDS = { saved_tensors = true }
+local CTX_FIELDS = { saved_tensors = true, needs_input_grad = true }
 
 local function ctx_name(ctx) return rawget(ctx, "_fname") end
 
@@ -188,9 +188,17 @@ end
 
 Ctx.__index = function(ctx, k)
   if k == "saved_tensors" then return saved_tensors(ctx) end
+  if k == "needs_input_grad" then   -- a copy: the engine reads its own (a write to it changed what was linked)
+    local n = rawget(ctx, "_needs")
+    return n and table.move(n, 1, n.n, 1, { n = n.n }) or nil
+  end
   return rawget(Ctx, k)
 end
 Ctx.__newindex = function(ctx, k, v)
+  if k == "needs_input_grad" then
+    error(("%s: ctx.needs_input_grad is read-only (which arguments take a gradient is the call's)"):format(
+      ctx_name(ctx)), 2)
+  end
   if CTX_FIELDS[k] or rawget(Ctx, k) ~= nil then
     error(("%s: ctx.%s is the ctx's own (save tensors with ctx:save_for_backward)"):format(ctx_name(ctx),
       tostring(k)), 2)
@@ -233,10 +241,10 @@ local function check_grad(self, ctx, arg, i, g, meta)
     error(("%s: backward returned %s as gradient %d, but forward's argument %d was %s, not a tensor: return nil "
       .. "there"):format(self._label, O.got(g), i, i, arg), 0)
   end
-  if not ctx.needs_input_grad[i] or meta == nil then return nil end   -- torch drops it: no gradient goes there
-  if not core.is_tensor(g) then
+  if not core.is_tensor(g) then   -- (also where no gradient goes: torch's "expected Variable or None")
     error(("%s: backward returned %s as gradient %d; expected a tensor (or nil)"):format(self._label, O.got(g), i), 0)
   end
+  if not rawget(ctx, "_needs")[i] or meta == nil then return nil end   -- torch drops it: no gradient goes there
   if g:is_released() then
     error(("%s: backward's gradient %d has been released (freed or closed)"):format(self._label, i), 0)
   end
@@ -285,7 +293,10 @@ local function run_backward(self, ctx, call, got)
   local out = {}
   for k, i in ipairs(call.linked) do out[k] = check_grad(self, ctx, call.args[i], i, r[i], call.metas[k]) end
   for i = 1, call.nargs do
-    if call.args[i] ~= true and r[i] ~= nil then check_grad(self, ctx, call.args[i], i, r[i], nil) end
+    if call.args[i] ~= true and r[i] ~= nil then check_grad(self, ctx, call.args[i], i, r[i], nil)
+    elseif r[i] ~= nil and not core.is_tensor(r[i]) then   -- a tensor argument that takes none: still a tensor or nil
+      error(("%s: backward returned %s as gradient %d; expected a tensor (or nil)"):format(self._label, O.got(r[i]), i), 0)
+    end
   end
   return out
 end
@@ -302,13 +313,21 @@ local function apply(self, ...)
     end
   end
   local grad_on = core.is_grad_enabled()
+  for i = 1, args.n do
+    local a = args[i]
+    if grad_on and core.is_tensor(a) and a:is_fp8() and a:requires_grad() then
+      error(("%s: argument %d is an %s tensor that requires grad; a Function's gradients are fp32, bf16 or fp16, so "
+        .. "its gradient would be lost: pass it dequantized (the dequantize carries the gradient)"):format(
+        self._label, i, a:dtype()), 2)
+    end
+  end
   local needs = { n = args.n }
   for i = 1, args.n do
     local a = args[i]
     needs[i] = grad_on and core.is_tensor(a) and FLOAT[a:dtype()] == true and a:requires_grad()
   end
   local ctx = setmetatable({}, Ctx)
-  rawset(ctx, "needs_input_grad", needs)
+  rawset(ctx, "_needs", needs)
   rawset(ctx, "_fname", self._label)
   rawset(ctx, "_phase", "forward")
   rawset(ctx, "_materialize", true)
@@ -324,7 +343,20 @@ local function apply(self, ...)
   rawset(ctx, "_phase", "done")
   local any = false
   for i = 1, args.n do any = any or needs[i] end
-  if not any then return table.unpack(outs, 1, outs.n) end
+  -- a result that is an argument itself and takes no gradient from this call: a new view of it without history
+  -- (torch's _view_as_self_with_no_grad), or a gradient would reach the argument through it
+  local function unlinked(list)
+    for j = 1, list.n do
+      local o = list[j]
+      if core.is_tensor(o) and not o:is_released() then
+        for i = 1, args.n do
+          if rawequal(o, args[i]) then list[j] = o:detach(); break end
+        end
+      end
+    end
+    return list
+  end
+  if not any then return table.unpack(unlinked(outs), 1, outs.n) end
   local call = { nargs = args.n, args = {}, metas = {}, nouts = outs.n, outs = {} }
   for i = 1, args.n do
     local a = args[i]
@@ -338,13 +370,22 @@ local function apply(self, ...)
     call.outs[j] = core.is_tensor(o) and { dtype = o:dtype(), shape = o:shape(), device = o:device() } or false
   end
   local nondiff = rawget(ctx, "_nondiff")
+  for j = 1, outs.n do
+    local o = outs[j]
+    if core.is_tensor(o) and o:is_fp8() and not nondiff[o] then
+      error(("%s: result %d is an %s tensor; its gradient cannot pass through the Function (gradients are fp32, bf16 "
+        .. "or fp16): return it dequantized, or mark it with ctx:mark_non_differentiable"):format(self._label, j,
+        o:dtype()), 2)
+    end
+  end
   local res, linked = M._link(args, outs, function(j) return not nondiff[outs[j]] end,
     function(got) return run_backward(self, ctx, call, got) end, false)
   call.linked = linked
   for j = 1, res.n do
     if res[j] ~= outs[j] then core._name_grad_fn(res[j], self._node_name) end
   end
-  return table.unpack(res, 1, res.n)
+  if res == outs then res = table.pack(table.unpack(outs, 1, outs.n)) end   -- (nothing linked: _link's own list)
+  return table.unpack(unlinked(res), 1, res.n)
 end
 
 function M.Function(def, ...)

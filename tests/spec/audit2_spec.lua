@@ -307,3 +307,52 @@ describe("nn.functional's options given as false", function()
     assert.are.same({ { 0, 0, 0 } }, a.grad:tolist())
   end)
 end)
+
+describe("fp8.autograd.Function and the restricted walks, as torch 2.15", function()
+  it("refuses FP8 arguments that require grad and FP8 results, whose gradients were cut off without a word", function()
+    local x = fp8.tensor { 1, 2, 3 }:requires_grad(true)
+    local DQ = fp8.autograd.Function { name = "DQ", forward = function(_, q) return q:dequantize() end,
+      backward = function(_, g) return g end }
+    fails_with("'DQ': argument 1 is an e4m3 tensor that requires grad", DQ.apply, x:quantize("e4m3"))
+    local STE = fp8.autograd.Function { name = "STE", forward = function(_, a) return a:quantize("e4m3") end,
+      backward = function(_, g) return g end }
+    fails_with("'STE': result 1 is an e4m3 tensor", STE.apply, x)
+  end)
+  it("gives a result that is an unlinked argument as a view without history", function()
+    local x = fp8.tensor { 1, 2, 3 }:requires_grad(true)
+    local I = fp8.autograd.Function { forward = function(_, a, b) return a, b * 2 end,
+      backward = function(_, g, h) return g, h * 2 end }
+    local r = fp8.no_grad(function() return (I.apply(x, x)) end)
+    assert.is_false(rawequal(r, x))
+    assert.is_false(r:requires_grad())
+    local M = fp8.autograd.Function { forward = function(ctx, a) ctx:mark_non_differentiable(a); return a * 2, a end,
+      backward = function(_, g) return g * 2 end }
+    local o, m = M.apply(x)
+    ;(o + m):sum():backward()
+    assert.are.same({ 2, 2, 2 }, x.grad:tolist())
+  end)
+  it("keeps needs_input_grad its own and refuses a non-tensor gradient for any tensor argument", function()
+    local x = fp8.tensor { 1, 2, 3 }:requires_grad(true)
+    local N = fp8.autograd.Function { forward = function(ctx, a) ctx.needs_input_grad[1] = false; return a * 5 end,
+      backward = function(_, g) return g * 5 end }
+    N.apply(x):sum():backward()
+    assert.are.same({ 5, 5, 5 }, x.grad:tolist())
+    local W = fp8.autograd.Function { forward = function(ctx, a) ctx.needs_input_grad = 1; return a end,
+      backward = function(_, g) return g end }
+    fails_with("ctx.needs_input_grad is read-only", W.apply, x)
+    local B = fp8.autograd.Function { forward = function(_, a, z) return a * z end, backward = function(_, g) return g, 5 end }
+    fails_with("backward returned 5 as gradient 2; expected a tensor (or nil)", function()
+      B.apply(x, fp8.ones { 3 }):sum():backward()
+    end)
+  end)
+  it("fills a retain_grad result's .grad in autograd.grad and an inputs= backward", function()
+    local x, w = fp8.tensor { 1, 2, 3 }:requires_grad(true), fp8.tensor { 2, 2, 2 }:requires_grad(true)
+    local h = x * w
+    h:retain_grad()
+    local y = (h * h):sum()
+    fp8.autograd.grad(y, w, { retain_graph = true })
+    assert.are.same({ 4, 8, 12 }, h.grad:tolist())
+    y:backward { inputs = { w }, retain_graph = true }
+    assert.are.same({ 8, 16, 24 }, h.grad:tolist())
+  end)
+end)
