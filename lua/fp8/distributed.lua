@@ -205,6 +205,14 @@ end
 -- otherwise pair their collectives wrongly (a hang until the timeout, or garbage).
 -- from: the process that broadcast and broadcast_object_list send from, which every process must name alike (nil
 -- for the others); a process index out of range is this process's refusal, raised on every process.
+-- The error of a process in another utility than rank 0's, from _rank0_difference's first line ("call <name>"), or
+-- nil when the calls are the same (agree's and M._announce's)
+local function call_mismatch(fname, diff)
+  local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
+  return r and ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities "
+    .. "in the same order"):format(fname, r, theirs, ours) or nil
+end
+
 local function agree(self, fname, t, shapes, from)
   local ok, mine = pcall(describe, fname, t, shapes)
   local msg = not ok and tostring(mine) or nil
@@ -220,12 +228,11 @@ local function agree(self, fname, t, shapes, from)
   if from ~= nil then lines[2] = "from_process=" .. tostring(from) end
   if ok then table.move(mine, 1, #mine, #lines + 1, lines) end
   local diff = M._rank0_difference(self.process_index, lines)
-  local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
+  local call_msg = call_mismatch(fname, diff)
   local r2, from_r, from_0 = (diff or ""):match("^rank (%d+) has from_process=(%S+) where rank 0 has "
     .. "from_process=(%S+)$")
-  if r then
-    msg = ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities in "
-      .. "the same order"):format(fname, r, theirs, ours)
+  if call_msg then
+    msg = call_msg
   elseif r2 and not msg then
     msg = ("%s: rank %s sends from process %s where rank 0 sends from %s: every process must name the same one")
       :format(fname, r2, from_r, from_0)
@@ -241,10 +248,7 @@ end
 -- calls (a process in gather_for_metrics and one in gather paired their collectives and waited out the timeout)
 function M._announce(self, fname)
   if self.num_processes == 1 then return end
-  local diff = M._rank0_difference(self.process_index, { "call " .. fname })
-  local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
-  local msg = r and ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective "
-    .. "utilities in the same order"):format(fname, r, theirs, ours) or nil
+  local msg = call_mismatch(fname, M._rank0_difference(self.process_index, { "call " .. fname }))
   msg = M._first_error(self.num_processes, self.process_index, msg)
   if msg then error(msg, 3) end
 end

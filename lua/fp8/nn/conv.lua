@@ -240,12 +240,17 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
     out, at = win:max(3)
     local hp, wp = H + 2 * p[1] + (extra and extra[1] or 0), W + 2 * p[2] + (extra and extra[2] or 0)
     local padded = p[1] > 0 or p[2] > 0 or extra
+    local pos_list   -- the windows' padded positions, [K, L] in order (read once, by either use below)
+    local function positions_list()
+      pos_list = pos_list or positions(hp, wp, k, s, d):tolist()
+      return pos_list
+    end
     -- a window whose input values are all -inf: max took its first -inf, maybe a padding slot; torch's kernel
     -- starts at the window's first position inside the input and moves only on a greater value (or NaN), so the
     -- index, and the gradient, go there
     if padded and out:eq(-math.huge):any():item() then
       local L, first = oh * ow, {}
-      for i, pos in ipairs(positions(hp, wp, k, s, d):tolist()) do
+      for i, pos in ipairs(positions_list()) do
         local w, r, c = (i - 1) % L + 1, math.tointeger(pos) // wp - p[1], math.tointeger(pos) % wp - p[2]
         if first[w] == nil and r >= 0 and r < H and c >= 0 and c < W then first[w] = (i - 1) // L end
       end
@@ -256,7 +261,7 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
     if opts.return_indices then
       -- each window offset's flat input position (h·W + w), from the padded positions the windows read
       local flat = {}
-      for i, pos in ipairs(positions(hp, wp, k, s, d):tolist()) do
+      for i, pos in ipairs(positions_list()) do
         pos = math.tointeger(pos)
         flat[i] = (pos // wp - p[1]) * W + pos % wp - p[2]
       end

@@ -1292,7 +1292,7 @@ end
 F._util = { check_tensor = check_tensor, check_opts = check_opts, check_number = check_number,
             reduce_loss = reduce_loss, same_shape = same_shape, shape_str = shape_str, where = where,
             ignore_index_of = ignore_index_of, refuse_grad = refuse_grad, broadcasts_to = broadcasts_to,
-            autocast_fp32 = autocast_fp32 }
+            autocast_fp32 = autocast_fp32, reduction_of = reduction_of }
 
 -- Anything else the C table offers is reachable too (F.xyz → C.xyz).
 return setmetatable(F, {

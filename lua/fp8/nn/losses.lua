@@ -24,11 +24,8 @@ local function loss_class(name, fn, valid, reductions, nargs)
       error(("%s: options must be a table, got %s"):format(name, O.got(opts)), 3)
     end
     self.opts = O.check(name, opts, valid, 3)
-    local red = self.opts.reduction
-    if red ~= nil and not reductions[red] then
-      error(("%s: reduction must be %s, got %s"):format(name, reductions == REDUCTIONS and '"mean", "sum" or "none"'
-        or '"mean", "batchmean", "sum" or "none"', O.got(red)), 3)
-    end
+    -- the functions' own check (F._util.reduction_of), made when the module is made
+    if self.opts.reduction ~= nil then F._util.reduction_of(name, self.opts.reduction, reductions ~= REDUCTIONS, 3) end
     if self.opts.ignore_index ~= nil then F._util.ignore_index_of(name, self.opts.ignore_index, 3) end
   end
   if nargs == 3 then   -- (input1, input2, target), (anchor, positive, negative), (input, target, var)
