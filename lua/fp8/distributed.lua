@@ -405,8 +405,9 @@ end
 -- split_between_processes(list [, apply_padding]) -> this rank's contiguous share (the first
 -- #list % N ranks get one more); apply_padding adds the list's last item to the shorter shares so every share has
 -- one length (Accelerate 1.15's inputs[-1]: process 1 of 3 given {a, b, c, d} gets {c, d}).
--- A table of lists by name ({input_ids = {...}, labels = {...}}, Accelerate's dict) is split list by list, the
--- same share of each: the lists must have one length.
+-- A tensor is split along dim 1, its rows as a list's items (Accelerate's tensors). A table of lists or tensors by
+-- name ({input_ids = {...}, labels = {...}}, Accelerate's dict) is split value by value, the same share of each: the
+-- values must have one length.
 function U:split_between_processes(list, apply_padding)
   local is_t = core.is_tensor(list)
   if is_t and list:dim() == 0 then
