@@ -69,10 +69,25 @@ static fl_status mm_init(void) {
     return FL_OK;
 }
 
+/* oneDNN 2.6's AMX bf16 matmul (brg:avx512_core_amx_bf16) dies of SIGILL on a tile instruction for K = 63 with two
+ * threads, every M and N tried (1-34 and 1-200 rows and columns; one thread, or the kernels capped below AMX, run
+ * it; upstream oneDNN issue 1661 on 2.7). A 2026-12-05 sweep of K = 1-140 and of 31 + 32j up to 1023 found no other
+ * K. So bf16 GEMMs with K under 64 and not a multiple of 32 — small GEMMs, where the tiles buy little — are
+ * declined here where oneDNN runs AMX, and the callers take their fp32 path (every bf16 value is exact in fp32, and
+ * both accumulate in fp32). docs/robustness.md, "Audited by hand, fourth round". */
+static bool amx_k_tail(const mm_key *key) {
+    return (key->da == dnnl_bf16 || key->db == dnnl_bf16) && key->k < 64 && key->k % 32 != 0 && fl_cpu_amx();
+}
+
 /* Find or create the primitive. Sets *unimpl instead of failing when oneDNN has no
- * implementation for this combination, so the caller can fall back. */
+ * implementation for this combination (or amx_k_tail declines it), so the caller can fall back. */
 static fl_status mm_get(mm_entry **out, const mm_key *key, bool *unimpl) {
     *unimpl = false;
+    if (amx_k_tail(key)) {
+        *unimpl = true;
+        *out = NULL;
+        return FL_OK;
+    }
     mm_entry *lru = &mm.e[0];
     for (int i = 0; i < MM_CACHE; i++) {
         mm_entry *e = &mm.e[i];
@@ -281,10 +296,38 @@ static fl_status matmul_locked(fl_tensor *dst, const fl_tensor *a, const fl_tens
 
 static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                           int64_t sa, bool ta, const void *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc,
+                          int64_t sc);
+
+/* The elements a strided operand spans: rows of ld apart, batch entries sa apart (0: one shared entry). */
+static size_t span_of(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t s) {
+    return (size_t)((batch - 1) * s + (rows - 1) * ld + cols);
+}
+
+/* A bf16 GEMM amx_k_tail declines: fp32 copies of both operands' spans, same layout, through the fp32 GEMM. */
+static fl_status gemm_bf16_widened(int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                                   int64_t sa, bool ta, const void *b, int64_t ldb, int64_t sb, bool tb, float *c,
+                                   int64_t ldc, int64_t sc) {
+    const size_t na = span_of(batch, ta ? k : m, ta ? m : k, lda, sa), nb = span_of(batch, tb ? n : k, tb ? k : n, ldb, sb);
+    float *fa = malloc(na * sizeof(float)), *fb = malloc(nb * sizeof(float));
+    fl_status st = FL_OK;
+    if (!fa || !fb) st = FL_ERR(FL_ENOMEM, "gemm: out of memory widening bf16 operands (%zu and %zu values)", na, nb);
+    if (st == FL_OK) {
+        fl_bf16_to_f32_n(a, fa, na);
+        fl_bf16_to_f32_n(b, fb, nb);
+        st = gemm_raw(FL_F32, batch, m, n, k, fa, lda, sa, ta, fb, ldb, sb, tb, c, ldc, sc);
+    }
+    free(fa);
+    free(fb);
+    return st;
+}
+
+static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                          int64_t sa, bool ta, const void *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc,
                           int64_t sc) {
     if (batch <= 0 || m <= 0 || n <= 0 || k <= 0)
         return FL_ERR(FL_EINVAL, "gemm: empty shape %lld x [%lld, %lld, %lld]", (long long)batch, (long long)m, (long long)n, (long long)k);
     mm_key key = { batch, batch, m, n, k, lda, ldb, ldc, sa, sb, sc, dnnl_dt(in), dnnl_dt(in), dnnl_f32, ta, tb, 0 };
+    if (in == FL_BF16 && amx_k_tail(&key)) return gemm_bf16_widened(batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
     bool ran = false;
     FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
     if (!ran) return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]",

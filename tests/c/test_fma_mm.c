@@ -249,3 +249,60 @@ TEST(fma_mm_nonfinite_switch_and_device_entry) {
         free(vx); free(vw);
     }
 }
+
+/* bf16 GEMMs with K = 63 on two threads: oneDNN 2.6's AMX kernel died of SIGILL there (the whole process; every M
+ * and N tried), so where oneDNN runs AMX cpu_matmul.c declines small K tails to its fp32 path (amx_k_tail). Both
+ * entries — the device's matmul (a transposed B, a batch) and the raw strided GEMM attention uses — against a float64
+ * reference, with K around the tail. On other CPUs the same calls take oneDNN's own kernels and must agree too. */
+TEST(bf16_gemm_small_k_tails_two_threads) {
+    const int64_t ks[] = { 63, 31, 33, 62, 64, 65 };
+    fl_rng r;
+    fl_rng_seed(&r, 63);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(2);
+    for (size_t t = 0; t < 3 * sizeof ks / sizeof ks[0]; t++) {
+        /* one [M, K] · [K, N] (B row-major, then column-major), then a batch of 2 with B broadcast */
+        const int form = (int)(t % 3);
+        const int64_t B = form == 2 ? 2 : 1, M = 17, N = 48, K = ks[t / 3];
+        float *va = malloc(sizeof(float) * (size_t)(B * M * K)), *vb = malloc(sizeof(float) * (size_t)(K * N));
+        REQUIRE(va && vb, "out of memory");
+        rand_values(va, (size_t)(B * M * K), FL_BF16, &r);
+        rand_values(vb, (size_t)(K * N), FL_BF16, &r);
+        fl_tensor *a = operand(va, B, M, K, FL_BF16, false), *b1 = operand(vb, 1, K, N, FL_BF16, form > 0), *b = NULL;
+        int64_t bs[3] = { B, K, N };
+        REQUIRE(a && b1 && fl_tensor_expand(&b, b1, 3, bs) == FL_OK, "K=%lld: operands", (long long)K);
+        int64_t ds[3] = { B, M, N };
+        fl_tensor *d = NULL;
+        REQUIRE(fl_tensor_empty(&d, FL_F32, 3, ds, FL_DEV_CPU) == FL_OK, "alloc");
+        CHECK_OK(fl_cpu_dev_matmul(d, a, b));
+        /* the raw GEMM: A as bf16 rows of lda = K + 3 (a view into a wider buffer), B column-major, one batch */
+        const int64_t lda = K + 3;
+        uint16_t *ha = calloc((size_t)(M * lda), 2), *hb = malloc((size_t)(K * N) * 2);
+        float *c = malloc(sizeof(float) * (size_t)(M * N));
+        REQUIRE(ha && hb && c, "out of memory");
+        for (int64_t i = 0; i < M; i++) fl_f32_to_bf16_n(va + i * K, ha + i * lda, (size_t)K);
+        for (int64_t j = 0; j < N; j++)
+            for (int64_t k = 0; k < K; k++) fl_f32_to_bf16_n(vb + k * N + j, hb + j * K + k, 1);
+        CHECK_OK(fl_cpu_gemm_bf16(1, M, N, K, ha, lda, M * lda, false, hb, K, K * N, true, c, N, M * N));
+        const float *gd = fl_tensor_data(d);
+        int bad = 0;
+        for (int64_t q = 0; q < B; q++)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double S = 0, A = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        const double p = (double)va[(q * M + i) * K + k] * vb[k * N + j];
+                        S += p;
+                        A += fabs(p);
+                    }
+                    const double tol = (K + 2) * ldexp(1.0, -23) * A;
+                    if (fabs(gd[(q * M + i) * N + j] - S) > tol) bad++;
+                    if (q == 0 && fabs(c[i * N + j] - S) > tol) bad++;
+                }
+        CHECK(bad == 0, "K=%lld, form %d: %d elements off the float64 reference by more than fp32 accumulation's bound",
+              (long long)K, form, bad);
+        fl_tensor_release(a); fl_tensor_release(b1); fl_tensor_release(b); fl_tensor_release(d);
+        free(va); free(vb); free(ha); free(hb); free(c);
+    }
+    omp_set_num_threads(before);
+}
