@@ -108,8 +108,17 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
     fl_status st = fl_tensor_reshape(&x2, x, 2, x2s);
     if (st == FL_OK) st = x2->dtype == cdt ? (xc = fl_tensor_retain(x2), FL_OK) : fl_tensor_to(&xc, x2, cdt);
     if (st == FL_OK) st = w->dtype == cdt ? (wc = fl_tensor_retain((fl_tensor *)w), FL_OK) : fl_tensor_to(&wc, w, cdt);
-    if (st == FL_OK) st = gemm_fprop(&y2, xc, wc, cdt, odt);
+    /* A bf16/fp16 result with a bias of its dtype: the GEMM's fp32 sums take the bias before the one rounding
+     * (torch's addmm; rounding the product first and then the sum was up to 2 ulps off, 2026-12-05) */
+    bool round_after = b && (odt == FL_BF16 || odt == FL_F16) && b->dtype == odt;
+    if (st == FL_OK) st = gemm_fprop(&y2, xc, wc, cdt, round_after ? FL_F32 : odt);
     if (st == FL_OK && b) st = add_bias(&y2, b);
+    if (st == FL_OK && round_after) {
+        fl_tensor *r = NULL;
+        st = fl_tensor_to(&r, y2, odt);
+        fl_tensor_release(y2);
+        y2 = r;
+    }
     if (st == FL_OK) st = fl_tensor_view(out, y2, x->ndim, ys);
     if (st == FL_OK && fl_any_requires_grad(3, ts)) {
         fl_node *n = NULL;

@@ -440,20 +440,30 @@ M._alias = alias
 -- f(...) computed in fp32 where its tensor arguments are all bf16 or all fp16, the result rounded once to that dtype:
 -- torch's CPU kernels compute these ops in fp32, and in the low dtype an intermediate overflowed or cancelled (fp16
 -- softplus(12) was inf, a bf16 lerp whose terms cancel was 0, sinc's π·x was rounded before the sine). With an fp32
--- operand, or bf16 beside fp16, the ops compute in fp32 already.
+-- operand, or bf16 beside fp16, the result is fp32 (the promotion) and the low operands are widened first: run op by
+-- op in their own dtype, addcmul's bf16 product was rounded to bf16 before its fp32 sum (65,536 fp32 ulps off).
+-- Other dtypes (FP8, integers) leave f as it is.
+local WIDE = { bf16 = "low", fp16 = "low", fp32 = "fp32" }
 function M._low_in_fp32(f, ...)
-  local args, low = table.pack(...), nil
+  local args, low, mixed = table.pack(...), nil, false
   for i = 1, args.n do
     local a = args[i]
     if core.is_tensor(a) then
       local dt = a:dtype()
-      if (dt ~= "bf16" and dt ~= "fp16") or (low and low ~= dt) then return f(...) end
-      low = dt
+      local kind = WIDE[dt]
+      if not kind then return f(...) end
+      if kind == "fp32" or (low and low ~= dt) then mixed = true end
+      if kind == "low" then low = low or dt end
     end
   end
   if not low then return f(...) end
-  for i = 1, args.n do if core.is_tensor(args[i]) then args[i] = args[i]:to("fp32") end end
-  return f(table.unpack(args, 1, args.n)):to(low)
+  for i = 1, args.n do
+    local a = args[i]
+    if core.is_tensor(a) and a:dtype() ~= "fp32" then args[i] = a:to("fp32") end
+  end
+  local r = f(table.unpack(args, 1, args.n))
+  if mixed then return r end
+  return r:to(low)
 end
 
 function Tensor.squeeze(t, dim, ...)

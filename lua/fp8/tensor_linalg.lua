@@ -35,7 +35,8 @@ local function coefs(name, o)
 end
 
 -- beta·input + alpha·product, torch's: beta 0 leaves input out (its NaN and inf too), alpha 1 and beta 1 add as they
--- are; input broadcast to the product's shape
+-- are; input broadcast to the product's shape. addmm and baddbmm run it through T._low_in_fp32: bf16/fp16 operands in
+-- fp32, the result rounded once (the product rounded before the sum was up to 16 bf16 ulps off)
 local function combine(name, t, prod, beta, alpha)
   -- x must broadcast to the product's shape itself (torch's in-place-style check): the broadcast of the two is it
   local shape = T._broadcast_shape(t:shape(), prod:shape())
@@ -58,7 +59,7 @@ Tensor.addmm = at_caller(function(t, m1, m2, o, ...)
   if m1:dim() ~= 2 or m2:dim() ~= 2 or m1:size(2) ~= m2:size(1) then
     error(("addmm: expected mat1 [n, k] and mat2 [k, m], got %s and %s"):format(m1:shape_str(), m2:shape_str()))
   end
-  return combine("addmm", t, m1:matmul(m2), beta, alpha)
+  return T._low_in_fp32(function(x, a, b) return combine("addmm", x, a:matmul(b), beta, alpha) end, t, m1, m2)
 end)
 
 -- baddbmm(batch1, batch2 [, {beta=1, alpha=1}]): beta·x + alpha·(batch1 @ batch2), [b, n, k] @ [b, k, m]
@@ -71,7 +72,7 @@ Tensor.baddbmm = at_caller(function(t, b1, b2, o, ...)
     error(("baddbmm: expected batch1 [b, n, k] and batch2 [b, k, m], got %s and %s"):format(b1:shape_str(),
       b2:shape_str()))
   end
-  return combine("baddbmm", t, b1:matmul(b2), beta, alpha)
+  return T._low_in_fp32(function(x, a, b) return combine("baddbmm", x, a:matmul(b), beta, alpha) end, t, b1, b2)
 end)
 
 -- diagonal([offset=0 [, dim1=1 [, dim2=2]]]) (or {offset=, dim1=, dim2=}): the elements x[..i.., ..i+offset..] of

@@ -28,6 +28,18 @@ end
 -- x[N, C, ...] as [N, C, P] (P: the positions, 1 for [N, C])
 local function per_channel(x) return x:reshape({ x:size(1), x:size(2), x:numel() // (x:size(1) * x:size(2)) }) end
 
+-- bf16/fp16 operands are widened to fp32 and the result rounded once to a bf16/fp16 input's dtype: torch's CPU norms
+-- compute in fp32 (a bf16 input beside fp32 weights gives bf16). Built of ops in the input's dtype, every step
+-- rounded (10-16 bf16 ulps off), and fp32 weights gave fp32 values of bf16 precision.
+local function low_of(x)
+  local dt = x:dtype()
+  if dt == "bf16" or dt == "fp16" then return dt end
+end
+local function wide(t)
+  if t ~= nil and low_of(t) then return t:to("fp32") end
+  return t
+end
+
 -- an optional per-channel tensor of C elements (weight, bias, running statistics)
 local function channel_vec(fname, what, t, C)
   if t == nil then return nil end
@@ -60,6 +72,8 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
   if not training and (running_mean == nil or running_var == nil) then
     error("batch_norm: running_mean and running_var are needed outside training (torch's too)", 0)
   end
+  local low = low_of(x)
+  x, weight, bias = wide(x), wide(weight), wide(bias)
   local mean, var
   if training then
     local v = per_channel(x)
@@ -81,12 +95,12 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
       end)
     end
   else
-    mean, var = running_mean, running_var
+    mean, var = wide(running_mean), wide(running_var)
   end
   local y = (x - mean:reshape(bshape)) / (var:reshape(bshape) + eps):sqrt()
   if weight ~= nil then y = y * weight:reshape(bshape) end
   if bias ~= nil then y = y + bias:reshape(bshape) end
-  return y
+  return low and y:to(low) or y
 end
 -- batch_norm(input, running_mean, running_var [, weight [, bias [, training=false [, momentum=0.1 [, eps=1e-5]]]]]):
 -- torch's order of arguments; running statistics updated in place when training (nil ones: none kept)
@@ -106,6 +120,8 @@ local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
   channel_vec("group_norm", "weight", weight, C)
   channel_vec("group_norm", "bias", bias, C)
   eps = number("group_norm", "eps", eps, 1e-5, 0)
+  local low = low_of(x)
+  x, weight, bias = wide(x), wide(weight), wide(bias)
   local g = x:reshape({ N, num_groups, x:numel() // (N * num_groups) })
   local mean = g:mean(3, true)
   local centered = g - mean
@@ -115,7 +131,7 @@ local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
   for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
   if weight ~= nil then y = y * weight:reshape(bshape) end
   if bias ~= nil then y = y + bias:reshape(bshape) end
-  return y
+  return low and y:to(low) or y
 end
 -- group_norm(input[N, C, ...], num_groups [, weight [, bias [, eps=1e-5]]]): torch's
 F.group_norm = public(impl_group_norm)
@@ -144,6 +160,8 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
     end
     return F.batch_norm(x, running_mean, running_var, weight, bias, false, momentum, eps)
   end
+  local low = low_of(x)
+  x, weight, bias = wide(x), wide(weight), wide(bias)
   local v = per_channel(x)
   local P = v:size(3)
   if P <= 1 then
@@ -165,7 +183,7 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
       C_.copy_(running_var, running_var * (1 - m) + (var:detach() * (P / (P - 1))):reshape({ N, C }):mean(1) * m)
     end)
   end
-  return y
+  return low and y:to(low) or y
 end
 -- instance_norm(input[N, C, ...] [, running_mean [, running_var [, weight [, bias [, use_input_stats=true [,
 -- momentum=0.1 [, eps=1e-5]]]]]]]): torch's; each sample's channel normalized over its positions, running statistics

@@ -116,21 +116,27 @@ local function conv2d(fname, x, w, b, opts)
   local s = pair(fname, "stride", opts.stride or 1, 1)
   local d = pair(fname, "dilation", opts.dilation or 1, 1)
   local pd = conv_padding(fname, opts.padding or 0, k, s, d)
-  if pd[1] ~= pd[2] or pd[3] ~= pd[4] then   -- "same" with an even kernel: pad first, unevenly
-    xb = F.pad(xb, { pd[3], pd[4], pd[1], pd[2] })
-    pd = { 0, 0, 0, 0 }
+  local function compute(xb, w, b)
+    if pd[1] ~= pd[2] or pd[3] ~= pd[4] then   -- "same" with an even kernel: pad first, unevenly
+      xb = F.pad(xb, { pd[3], pd[4], pd[1], pd[2] })
+      pd = { 0, 0, 0, 0 }
+    end
+    local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0)
+    local K, L = k[1] * k[2], cols:size(3) // (k[1] * k[2])
+    local out
+    if g == 1 then
+      out = w:reshape({ OC, C * K }):matmul(cols:reshape({ N, C * K, L }))                    -- [N, OC, L]
+    else
+      local cg = C // g
+      out = w:reshape({ g, OC // g, cg * K }):matmul(cols:reshape({ N, g, cg * K, L }))       -- [N, g, OC/g, L]
+    end
+    out = out:reshape({ N, OC, oh, ow })
+    if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+    return out
   end
-  local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0)
-  local K, L = k[1] * k[2], cols:size(3) // (k[1] * k[2])
-  local out
-  if g == 1 then
-    out = w:reshape({ OC, C * K }):matmul(cols:reshape({ N, C * K, L }))                    -- [N, OC, L]
-  else
-    local cg = C // g
-    out = w:reshape({ g, OC // g, cg * K }):matmul(cols:reshape({ N, g, cg * K, L }))       -- [N, g, OC/g, L]
-  end
-  out = out:reshape({ N, OC, oh, ow })
-  if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+  -- With a bias, bf16/fp16 operands compute in fp32 and the sum is rounded once (torch's; the product rounded to
+  -- bf16 and then the sum was up to 7 bf16 ulps off, 32 in fp16); without one the GEMM rounds once already
+  local out = b ~= nil and require("fp8.tensor")._low_in_fp32(compute, xb, w, b) or compute(xb, w, b)
   return unb and out:squeeze(1) or out
 end
 

@@ -50,23 +50,27 @@ local function transpose2d(fname, xb, w, b, s, p, op, d, g)
     error(("%s: the input %s with padding %d×%d gives an output of %d×%d"):format(fname, xb:shape_str(), p[1], p[2],
       oh, ow), 0)
   end
-  local K = k[1] * k[2]
-  local cols
-  if g == 1 then   -- [N, OC·K, H·W]: each input position times every kernel offset of every output channel
-    cols = w:reshape({ C, OC * K }):transpose(1, 2):matmul(xb:reshape({ N, C, H * W }))
-  else
-    local cg, og = C // g, OC // g
-    cols = w:reshape({ g, cg, og * K }):transpose(2, 3):matmul(xb:reshape({ N, g, cg, H * W }))   -- [N, g, og·K, HW]
-  end
-  -- unfold's order is [N, OC, K·L] with the kernel offset outer: [N, OC, K, L] flattened
-  cols = cols:reshape({ N, OC, K * H * W })
-  local idx = positions(hf, wf, k, s, d)
-  local out = G.col2im(cols, hf, wf, idx)
-  if p[1] > 0 or p[2] > 0 or op[1] > 0 or op[2] > 0 then   -- crop the padding; output_padding adds zeros
-    out = F.pad(out, { -p[2], op[2] - p[2], -p[1], op[1] - p[1] })
-  end
-  if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
-  return out
+  -- bf16/fp16 operands compute in fp32 and the result is rounded once (torch's): in bf16 the overlapping windows'
+  -- sums (col2im's scatter_add) and the bias rounded at every step, up to 136 ulps off
+  return require("fp8.tensor")._low_in_fp32(function(xb, w, b)
+    local K = k[1] * k[2]
+    local cols
+    if g == 1 then   -- [N, OC·K, H·W]: each input position times every kernel offset of every output channel
+      cols = w:reshape({ C, OC * K }):transpose(1, 2):matmul(xb:reshape({ N, C, H * W }))
+    else
+      local cg, og = C // g, OC // g
+      cols = w:reshape({ g, cg, og * K }):transpose(2, 3):matmul(xb:reshape({ N, g, cg, H * W }))   -- [N, g, og·K, HW]
+    end
+    -- unfold's order is [N, OC, K·L] with the kernel offset outer: [N, OC, K, L] flattened
+    cols = cols:reshape({ N, OC, K * H * W })
+    local idx = positions(hf, wf, k, s, d)
+    local out = G.col2im(cols, hf, wf, idx)
+    if p[1] > 0 or p[2] > 0 or op[1] > 0 or op[2] > 0 then   -- crop the padding; output_padding adds zeros
+      out = F.pad(out, { -p[2], op[2] - p[2], -p[1], op[1] - p[1] })
+    end
+    if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+    return out
+  end, xb, w, b)
 end
 
 -- the options of a 2-d or 1-d transposed convolution, as pairs (a 1-d one's on a plane of height 1)

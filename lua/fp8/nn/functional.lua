@@ -838,6 +838,11 @@ function F.rms_norm(x, shape, w, eps, ...)
   if type(eps) ~= "number" or not (eps >= 0 and eps < math.huge) then
     error(("rms_norm: eps must be a finite number >= 0, got %s"):format(O.got(eps)), 2)
   end
+  -- bf16/fp16: in fp32, the result rounded once to the input's dtype (torch's; a bf16 x beside an fp32 weight gives
+  -- bf16), not op by op in the input's dtype
+  local low = (x:dtype() == "bf16" or x:dtype() == "fp16") and x:dtype() or nil
+  if low then x = x:to("fp32") end
+  if w ~= nil and (w:dtype() == "bf16" or w:dtype() == "fp16") then w = w:to("fp32") end
   local ms = x * x
   if nd == 1 then ms = ms:mean(-1, true)
   else
@@ -847,7 +852,7 @@ function F.rms_norm(x, shape, w, eps, ...)
   end
   local y = x * (ms + eps):rsqrt()
   if w ~= nil then y = y * w end
-  return y
+  return low and y:to(low) or y
 end
 
 -- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1; dim 2 is

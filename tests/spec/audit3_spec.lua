@@ -1,0 +1,69 @@
+-- Gaps found by the fourth round of hand audits (docs/robustness.md, "Audited by hand, fourth round"): bf16/fp16
+-- operands rounded at every step where torch computes in fp32 and rounds once (mixed-dtype pointwise ops, the norms,
+-- convolutions, linear, addmm), and the norms' result dtype.
+local fp8 = fp8 or require "fp8"
+local F = fp8.nn.functional
+
+local function bf(t) return fp8.tensor(t):to("bf16") end
+local function f32(v) return (string.unpack("f", string.pack("f", v))) end   -- v rounded to fp32
+
+describe("mixed-dtype pointwise ops", function()
+  it("widen the low operands before computing, so an fp32 result is not of bf16 precision", function()
+    local a = bf { 1.0078125 }
+    local r = fp8.tensor { 0.0 }:addcmul(a, a)
+    assert.are.equal("fp32", r:dtype())
+    assert.are.equal(1.0078125 ^ 2, r:item())                       -- exact in fp32; was 1.015625 (bf16's)
+    assert.are.equal(f32(1.0078125 / 7), fp8.tensor { 0.0 }:addcdiv(a, bf { 7 }):item())
+    local x = fp8.tensor { 1 }:to("fp16"):xlogy(bf { 3 })          -- fp16 beside bf16: fp32, as torch's
+    assert.are.equal("fp32", x:dtype())
+    assert.are.equal(f32(math.log(3)), x:item())
+    -- all one low dtype: computed in fp32, rounded once to it (as before)
+    assert.are.equal("bf16", bf { 1 }:addcmul(a, a):dtype())
+  end)
+end)
+
+describe("the norms of a bf16/fp16 input", function()
+  it("compute in fp32 and round once to the input's dtype, fp32 weights or not (torch's)", function()
+    local x = bf { { { 1.5, -0.75, 2.25, 0.125 } } }
+    local g = F.group_norm(x, 1, fp8.ones { 1 }, fp8.zeros { 1 })
+    assert.are.equal("bf16", g:dtype())
+    assert.are.equal(1.2578125, g[1][1][3])                 -- torch's; op by op in bf16 gave 1.265625
+    assert.are.equal("bf16", F.group_norm(x, 1):dtype())
+    local y = fp8.randn { 2, 4, 5 }:to("bf16")
+    assert.are.equal("bf16", F.batch_norm(y, fp8.zeros { 4 }, fp8.ones { 4 }, fp8.ones { 4 }, fp8.zeros { 4 }, false):dtype())
+    assert.are.equal("bf16", F.instance_norm(y, nil, nil, fp8.ones { 4 }, fp8.zeros { 4 }):dtype())
+    assert.are.equal("bf16", F.rms_norm(y, { 5 }, fp8.ones { 5 }):dtype())
+    assert.are.equal("fp16", F.group_norm(y:to("fp16"), 2, fp8.ones { 4 }, fp8.zeros { 4 }):dtype())
+    -- the value: the fp32 computation rounded once
+    local ref = F.group_norm(y:to("fp32"), 2, fp8.ones { 4 }, fp8.zeros { 4 }):to("bf16")
+    assert.are.equal(1, F.group_norm(y, 2, fp8.ones { 4 }, fp8.zeros { 4 }):eq(ref):all():item())
+    local rref = F.rms_norm(y:to("fp32"), { 5 }, fp8.ones { 5 }):to("bf16")
+    assert.are.equal(1, F.rms_norm(y, { 5 }, fp8.ones { 5 }):eq(rref):all():item())
+    -- training batch_norm updates bf16 running statistics in their dtype
+    local rm, rv = fp8.zeros { 4 }:to("bf16"), fp8.ones { 4 }:to("bf16")
+    assert.are.equal("bf16", F.batch_norm(y, rm, rv, nil, nil, true):dtype())
+    assert.are.equal("bf16", rm:dtype())
+    assert.are.equal(1, rm:ne(0):any():item())
+  end)
+end)
+
+describe("bf16 GEMMs with a bias", function()
+  it("add the bias to the fp32 sums and round once (conv, linear, addmm, conv_transpose)", function()
+    local x, w, b = bf { { { 1.015625, 1.015625 } } }, bf { { { 1.0078125, 1.0078125 } } }, bf { -2 }
+    -- exact: 2·1.015625·1.0078125 − 2 = 0.047119140625; the product rounded first gave 0.046875
+    local c = F.conv1d(x, w, b)
+    assert.are.equal("bf16", c:dtype())
+    assert.are.equal(0.047119140625, c:item())
+    local l = F.linear(bf { { 1.015625, 1.015625 } }, bf { { 1.0078125, 1.0078125 } }, b)
+    assert.are.equal("bf16", l:dtype())
+    assert.are.equal(0.047119140625, l:item())
+    local m = bf { { -2 } }:addmm(bf { { 1.015625, 1.015625 } }, bf { { 1.0078125 }, { 1.0078125 } })
+    assert.are.equal(0.047119140625, m:item())
+    fp8.manual_seed(5)
+    local tx, tw, tb = fp8.randn { 1, 4, 9 }:to("bf16"), fp8.randn { 4, 3, 5 }:to("bf16"), fp8.randn { 3 }:to("bf16")
+    local ct = F.conv_transpose1d(tx, tw, tb, { stride = 2 })
+    local ref = F.conv_transpose1d(tx:to("fp32"), tw:to("fp32"), tb:to("fp32"), { stride = 2 }):to("bf16")
+    assert.are.equal("bf16", ct:dtype())
+    assert.are.equal(1, ct:eq(ref):all():item())
+  end)
+end)
