@@ -582,6 +582,18 @@ local function parent()
     table.sort(pick, function(a, b) return a[1] < b[1] end)
     calls = pick
   end
+  -- The children run under `ulimit -v` unless SAN: a sanitizer build cannot start there (ASan reserves terabytes of
+  -- address space for its shadow), and every call would come back as a finding. Refuse at once, naming the fix.
+  if not SAN then
+    local p = io.popen("ulimit -v 6000000; " .. sh(EXE) .. " -e 'print(1)' 2>&1")
+    local out = p and p:read("a") or ""
+    if p then p:close() end
+    if out:find("Sanitizer", 1, true) then
+      io.stderr:write(("api_sweep: %s is a sanitizer build, which cannot start under the children's ulimit -v; "
+        .. "set FP8LAB_SWEEP_SAN=1 (or ASAN_OPTIONS) to run it without the limit\n"):format(EXE))
+      os.exit(2)
+    end
+  end
   io.stderr:write(("api_sweep: %d entries (%d kinds of object), %d calls%s, batches of %d, %d jobs\n")
     :format(#entries, #insts, #calls, opt.quick and (" sampled of " .. total .. " (seed " .. opt.seed .. ")") or "",
             opt.batch, opt.jobs))
