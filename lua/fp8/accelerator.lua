@@ -807,7 +807,9 @@ function Accelerator:accumulate(...)
     self.sync_gradients = gs.step % self.gradient_accumulation_steps == 0
   end
   if fn then return fn(table.unpack(args, k + 1, args.n)) end
-  return setmetatable({}, { __close = function() end, __name = "accumulate" })
+  -- the state is set already: closing (`<close>` or `:close()`, as autocast's handle) only ends the block
+  local function close() end
+  return setmetatable({ close = close }, { __close = close, __name = "accumulate" })
 end
 
 -- backward(loss): loss scaling under fp16; gradient accumulation divides by the step count.
@@ -918,12 +920,15 @@ function Accelerator:autocast(fn, ...)
     local fp8 = require "fp8"
     local prev = fp8.autocast_dtype()
     fp8.set_autocast_dtype(amp.dtype_for(mode))
+    -- a handle to close: `local _ <close> = acc:autocast()`, or `h:close()` where the block is not one Lua scope
+    -- (opened in one function, closed in another); a second close does nothing
     local closed = false
-    return setmetatable({}, { __name = "autocast", __close = function()
+    local function close()
       if closed then return end
       closed = true
       fp8.set_autocast_dtype(prev)
-    end })
+    end
+    return setmetatable({ close = close }, { __name = "autocast", __close = close })
   end
   if type(fn) ~= "function" then error(("autocast: expected a function or nothing, got %s"):format(type(fn)), 2) end
   return amp.autocast(mode, fn, table.unpack(args, 1, args.n))

@@ -45,13 +45,51 @@ end
 
 -- checkpoint(fn, ...) -> fn's results: fn a function or a module; its tensor results come back tied to the
 -- recomputation, the others as they are
+-- torch's keyword options, as a last argument {use_reentrant=, preserve_rng_state=, determinism_check=, debug=,
+-- context_fn=}: those that name what this checkpoint does are taken (use_reentrant=true, preserve_rng_state=true,
+-- determinism_check="default", debug=false), the others refused by name. A last table holding none of these names
+-- is one of fn's arguments, as before; one holding them is not passed on (it used to reach fn).
+local TORCH_OPTS = { use_reentrant = true, preserve_rng_state = true, determinism_check = true, debug = true,
+                     context_fn = true }
+local function torch_opts(fname, args)
+  local o = args.n > 0 and args[args.n] or nil
+  if type(o) ~= "table" or getmetatable(o) ~= nil then return end
+  local any = false
+  for k in pairs(o) do if TORCH_OPTS[k] then any = true end end
+  if not any then return end
+  for k in pairs(o) do
+    if not TORCH_OPTS[k] then
+      error(("%s: unknown option '%s' beside torch's checkpoint options (use_reentrant, preserve_rng_state, "
+        .. "determinism_check, debug, context_fn)"):format(fname, tostring(k)), 3)
+    end
+  end
+  local function want(k, ok, what)
+    if o[k] ~= nil and not ok(o[k]) then
+      error(("%s: %s=%s is not supported: %s"):format(fname, k, O.got(o[k]), what), 4)
+    end
+  end
+  want("use_reentrant", function(v) return v == true end,
+    "the recomputation runs torch's use_reentrant=True way (the only one offered; true or nothing)")
+  want("preserve_rng_state", function(v) return v == true end,
+    "the generator is always put back as the forward found it, so dropout draws the same masks (true or nothing)")
+  want("determinism_check", function(v) return v == "default" end,
+    "the recomputed outputs' shapes are always checked (\"default\" or nothing)")
+  want("debug", function(v) return v == false end, "there is no debug trace of the recomputation (false or nothing)")
+  if o.context_fn ~= nil then
+    error(("%s: context_fn is not supported: the forward and the recomputation run in no context but the "
+      .. "autocast and FP8 autocast of the call"):format(fname), 3)
+  end
+  args.n = args.n - 1
+end
+
 function M.checkpoint(fn, ...)
   if not callable(fn) then
     error(("checkpoint: expected a function or a module to run, got %s"):format(O.got(fn)), 2)
   end
   local args = table.pack(...)
+  torch_opts("checkpoint", args)
   -- without gradients there is nothing to recompute: torch's checkpoint runs the function as it is
-  if not core.is_grad_enabled() then return fn(...) end
+  if not core.is_grad_enabled() then return fn(table.unpack(args, 1, args.n)) end
   for i = 1, args.n do
     local a = args[i]
     if core.is_tensor(a) and a:is_released() then
@@ -60,7 +98,7 @@ function M.checkpoint(fn, ...)
   end
   local st = { autocast = core.autocast_dtype(), fp8 = autocast().enabled() }
   st.seed, st.counter = CK.rng_state()
-  local outs = table.pack(core.no_grad(function(...) return fn(...) end, ...))
+  local outs = table.pack(core.no_grad(function(...) return fn(...) end, table.unpack(args, 1, args.n)))
   local grad_args, done = {}, false
   -- the outputs' shapes, not the outputs: the link returns new tensors, and the backward must not keep these alive
   local shapes = {}
@@ -123,7 +161,10 @@ end
 -- functions, cut into `segments` runs of about equal length; each run but the last goes through checkpoint, as
 -- torch's
 function M.checkpoint_sequential(functions, segments, input, ...)
-  O.no_more("checkpoint_sequential", "(functions, segments, input)", ...)
+  local rest = table.pack(...)
+  torch_opts("checkpoint_sequential", rest)   -- torch's use_reentrant= ..., as checkpoint's
+  O.no_more("checkpoint_sequential", "(functions, segments, input [, {use_reentrant=true, ...}])",
+    table.unpack(rest, 1, rest.n))
   local list = {}
   if type(functions) == "table" and rawget(functions, "_modules") ~= nil and functions.children then
     for _, m in ipairs(functions:children()) do list[#list + 1] = m end

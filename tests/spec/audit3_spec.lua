@@ -67,3 +67,47 @@ describe("bf16 GEMMs with a bias", function()
     assert.are.equal(1, ct:eq(ref):all():item())
   end)
 end)
+
+describe("context handles and checkpoint's torch options", function()
+  it("close an autocast or accumulate handle with :close(), once", function()
+    local acc = fp8.Accelerator { mixed_precision = "bf16", config = false }
+    local before = fp8.autocast_dtype()
+    local h = acc:autocast()
+    assert.are.equal("bf16", fp8.autocast_dtype())
+    h:close()
+    assert.are.equal(before, fp8.autocast_dtype())
+    h:close()                                                   -- a second close does nothing
+    assert.are.equal(before, fp8.autocast_dtype())
+    acc:accumulate():close()
+  end)
+
+  it("take the options that name what checkpoint does, refuse the others, never pass them to fn", function()
+    local ck = fp8.utils.checkpoint
+    local x = fp8.randn { 3 }:requires_grad_()
+    local y = ck.checkpoint(function(a, ...)
+      assert.are.equal(0, select("#", ...))
+      return a * 2
+    end, x, { use_reentrant = true, preserve_rng_state = true, determinism_check = "default", debug = false })
+    y:sum():backward()
+    assert.are.equal(2, x.grad[1])
+    local id = function(a) return a end
+    for _, o in ipairs { { use_reentrant = false }, { preserve_rng_state = false }, { determinism_check = "none" },
+                         { debug = true } } do
+      local k = next(o)
+      local ok, err = pcall(ck.checkpoint, id, x, o)
+      assert.is_false(ok)
+      assert.truthy(err:find(k .. "=", 1, true) and err:find("not supported", 1, true), err)
+    end
+    local ok, err = pcall(ck.checkpoint, id, x, { context_fn = id })
+    assert.is_false(ok); assert.truthy(err:find("context_fn is not supported", 1, true), err)
+    ok, err = pcall(ck.checkpoint, id, x, { use_reentrant = true, foo = 1 })
+    assert.is_false(ok); assert.truthy(err:find("unknown option 'foo'", 1, true), err)
+    -- a table without those names is fn's argument, as before
+    assert.are.equal(6, ck.checkpoint(function(a, t) return a * t.k end, fp8.ones { 2 }, { k = 3 }):sum():item())
+    local seq = fp8.nn.Sequential(fp8.nn.Linear(3, 3), fp8.nn.Linear(3, 3))
+    assert.are.equal("[2, 3]", ck.checkpoint_sequential(seq, 2, fp8.randn { 2, 3 }:requires_grad_(),
+      { use_reentrant = true }):shape_str())
+    ok, err = pcall(ck.checkpoint_sequential, seq, 2, fp8.randn { 2, 3 }, { use_reentrant = false })
+    assert.is_false(ok); assert.truthy(err:find("use_reentrant=false", 1, true), err)
+  end)
+end)
