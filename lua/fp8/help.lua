@@ -407,23 +407,102 @@ add_all {
        .. "names (for messages), and whether v is a kwargs handler." },
 }
 
+-- Classes whose objects help() answers for (objects made by a function, whose class no module publishes: a
+-- profiler, a SummaryWriter, a safe_open handle, a progress bar). M.class{class = tbl | registry = "fp8.SafeOpen",
+-- prefix = "SafeOpen", entry = "safe_open", names = {"progress.Bar"}}: each method of the class (or of its __index
+-- table) is named prefix:method, and is found in the entry of that name, or else in `entry` where that names it;
+-- help(obj) shows `entry`; the names (its public spellings) lead to prefix's names too.
+M.CLASSES = {}
+local class_by_prefix, class_by_name = {}, {}
+function M.class(c)
+  assert(type(c) == "table" and type(c.prefix) == "string" and type(c.entry) == "string"
+         and (type(c.class) == "table" or type(c.registry) == "string"),
+         "help.class expects {class= | registry=, prefix=, entry= [, names=]}")
+  for i, old in ipairs(M.CLASSES) do
+    if old.prefix == c.prefix then table.remove(M.CLASSES, i); break end
+  end
+  M.CLASSES[#M.CLASSES + 1] = c
+  class_by_prefix[c.prefix] = c
+  for _, n in ipairs(c.names or {}) do class_by_name[n] = c end
+  return c
+end
+-- The tables a registered class's methods are in: the class and its __index table.
+local function class_tables(c)
+  local t = c.class or debug.getregistry()[c.registry]
+  if type(t) ~= "table" then return {} end
+  local idx = rawget(t, "__index")
+  if type(idx) == "table" and not rawequal(idx, t) then return { t, idx } end
+  return { t }
+end
+-- The registered class of an object's metatable (the class table itself, or a C class by its registry name).
+local function class_of_mt(mt)
+  for _, c in ipairs(M.CLASSES) do
+    if rawequal(c.class, mt) or (c.registry and rawequal(debug.getregistry()[c.registry], mt)) then return c end
+  end
+end
+
+-- The Accelerator's prepare family and its fields (lua/fp8/accelerator.lua's own entry names neither by name).
+add_all {
+  { section = "Accelerator & recipes", name = "acc:prepare",
+    sig = "acc:prepare(...) -> its arguments, prepared / acc:prepare_model(m) / prepare_optimizer(opt) / "
+       .. "prepare_scheduler(s) / prepare_data_loader(loader)",
+    doc = "prepare(...) takes models, optimizers, schedulers and data loaders in any order and returns them in that\n"
+       .. "order: models moved to the accelerator's device and converted for the FP8 recipe, optimizers wrapped\n"
+       .. "(stepping only when acc.sync_gradients, fp16 through the GradScaler), schedulers stepped with them, loaders\n"
+       .. "handing out batches on the device (sharded across processes). An object already prepared comes back as\n"
+       .. "it is. prepare_model, prepare_optimizer, prepare_scheduler and prepare_data_loader prepare one object of\n"
+       .. "that kind (another kind is refused); Accelerate's device_placement=, evaluation_mode= and\n"
+       .. "slice_fn_for_dispatch= arguments are refused (the accelerator's device_placement decides)." },
+  { section = "Accelerator & recipes", name = "acc.fields",
+    sig = "acc.step / acc.gradient_state / acc.even_batches / acc.process_group / ... (an Accelerator's fields)",
+    doc = "Read them; prepare, accumulate and save_state keep them. mixed_precision; fp8_backend (te|ao|msamp|nil);\n"
+       .. "fp8_recipe (every effective field); settings (kwargs.resolve's result: every value and its source);\n"
+       .. "step (optimizer steps taken: training steps); gradient_state {step (accumulate calls since a prepared\n"
+       .. "loader last ended, Accelerate's step), sync_gradients, num_steps, end_of_dataloader, sync_with_dataloader,\n"
+       .. "sync_each_batch}; gradient_accumulation_steps; gradient_accumulation_plugin; optimizer_step_was_skipped\n"
+       .. "(fp16: the GradScaler skipped the last step); scaler (fp16's fp8.amp.GradScaler);\n"
+       .. "dataloader_config and its even_batches, split_batches, dispatch_batches, use_seedable_sampler,\n"
+       .. "non_blocking, use_stateful_dataloader; device_placement; step_scheduler_with_optimizer; process_group\n"
+       .. "{backend=\"mpi\"|\"nccl\", timeout=seconds} (the group in use: InitProcessGroupKwargs' or the default,\n"
+       .. "1800 s for mpi); distributed_type; use_distributed, multi_device, should_save_model; is_fsdp2 and\n"
+       .. "is_composable_parallelism_enabled (false); project_configuration, project_dir, save_iteration,\n"
+       .. "logging_dir; log_with, trackers. num_processes, process_index, local_process_index: help(\"acc.num_processes\")." },
+  -- the methods every kwargs handler has (lua/fp8/kwargs.lua registers them as the class KwargsHandler)
+  { section = "Accelerator & recipes", name = "KwargsHandler:to_kwargs",
+    sig = "h:to_kwargs() / h:to_table() / h:is_set(name) / h.handler_type / h.<field>",
+    doc = "The methods of every kwargs handler (fp8.TERecipeKwargs{...}, fp8.ProfileKwargs{...}, ...): to_kwargs() the\n"
+       .. "fields whose value differs from the default, as a fresh table (Accelerate's to_kwargs); to_table() every\n"
+       .. "field with its value, defaults included; is_set(name) whether the constructor was given that key (or its\n"
+       .. "alias); handler_type the class name; h.field reads one value (a copy). Handlers are read-only." },
+}
+local ACC_FIELDS = { "mixed_precision", "fp8_backend", "fp8_recipe", "settings", "step", "gradient_state",
+  "gradient_accumulation_steps", "gradient_accumulation_plugin", "optimizer_step_was_skipped", "scaler",
+  "dataloader_config", "even_batches", "split_batches", "dispatch_batches", "use_seedable_sampler", "non_blocking",
+  "use_stateful_dataloader", "device_placement", "step_scheduler_with_optimizer", "process_group", "distributed_type",
+  "use_distributed", "multi_device", "should_save_model", "is_fsdp2", "is_composable_parallelism_enabled",
+  "project_configuration", "project_dir", "save_iteration", "logging_dir", "log_with", "trackers" }
+M.ACC_FIELDS = ACC_FIELDS
+
 -- Finds the name under which a function is published in fp8 (or as a Tensor method).
 -- names_of(fn) -> every name fn has under fp8, in this order: fp8's own field, a Tensor method, a field of a module,
 -- a method of a class one level further down, then two (optim.lr_scheduler.LRScheduler:step), then the entry a C
 -- object's metatable names for its methods (__help). A function shared by
 -- several classes (Optimizer.step, copied into SGD and AdamW) has one name per class, and the lookup takes the first
 -- whose entry names it.
+-- The second result gives each name's tier (1, 2, ...): names of one tier are equally likely to be the one the user
+-- wrote (fp8.config.keys and fp8.settings.list, one function), so M.text shows every entry they reach.
 local function names_of(fn)
-  local out, tier = {}, 0
+  local out, tier, tiers, ntier = {}, 0, {}, 0
   local function close_tier()   -- pairs' order varies from run to run: sorted within a tier, the entry found does not
     local part = {}
     for i = tier + 1, #out do part[#part + 1] = out[i] end
     table.sort(part)
-    for i, n in ipairs(part) do out[tier + i] = n end
+    ntier = ntier + 1
+    for i, n in ipairs(part) do out[tier + i] = n; tiers[tier + i] = ntier end
     tier = #out
   end
   local fp8 = rawget(_G, "fp8")
-  if type(fp8) ~= "table" then return out end
+  if type(fp8) ~= "table" then return out, tiers end
   for k, v in pairs(fp8) do if rawequal(v, fn) then out[#out + 1] = k end end
   close_tier()
   -- tensor methods live in the __index of the named metatable "fp8.Tensor" (docs/architecture.md, "Conventions")
@@ -435,6 +514,16 @@ local function names_of(fn)
   for k, v in pairs(fp8) do
     if type(v) == "table" then
       for k2, v2 in pairs(v) do if rawequal(v2, fn) then out[#out + 1] = k .. "." .. k2 end end
+    end
+  end
+  close_tier()
+  -- a method of a class that registered its help (M.class: the profiler's prof:start, a safe_open handle's
+  -- SafeOpen:keys), found before the module walk's spelling of the same method (profiler.Profiler:start)
+  for _, c in ipairs(M.CLASSES) do
+    for _, t in ipairs(class_tables(c)) do
+      for k, v in next, t do
+        if type(k) == "string" and k:sub(1, 2) ~= "__" and rawequal(v, fn) then out[#out + 1] = c.prefix .. ":" .. k end
+      end
     end
   end
   close_tier()
@@ -466,7 +555,7 @@ local function names_of(fn)
     end
   end
   close_tier()
-  return out
+  return out, tiers
 end
 
 -- A name documented inside another entry (its sig lists it): help("size") shows Tensor:shape's entry.
@@ -561,11 +650,16 @@ also("hstack", { "vstack", "dstack", "column_stack", "broadcast_tensors", "meshg
 also("Tensor:nansum", { "Tensor:nanmean", "Tensor:std_mean", "Tensor:var_mean", "Tensor:dist", "Tensor:renorm",
                         "nansum", "nanmean", "std_mean", "var_mean", "dist", "renorm" })
 
-also("Accelerator", { "acc:prepare", "acc:prepare_model", "acc:prepare_optimizer", "acc:prepare_scheduler",
-                      "acc:prepare_data_loader", "acc:backward", "acc:autocast", "acc:autocast_dtype", "acc:clip_grad_norm_",
+also("acc:prepare", { "acc:prepare_model", "acc:prepare_optimizer", "acc:prepare_scheduler", "acc:prepare_data_loader" })
+also("Accelerator", { "acc", "acc:backward", "acc:autocast", "acc:autocast_dtype", "acc:clip_grad_norm_",
                       "acc:unwrap_model", "acc:print", "acc:device", "acc:state", "acc:log_fp8_stats",
                       "acc:skip_first_batches", "acc:get_state_dict", "acc:save" })
 also("acc:free_memory", { "acc:clear" })
+for _, f in ipairs(ACC_FIELDS) do M.ALIASES["acc:" .. f] = "acc.fields"; M.ALIASES["acc." .. f] = "acc.fields" end
+also("acc.num_processes", { "acc:num_processes", "acc:process_index", "acc:local_process_index", "acc:sync_gradients",
+                            "acc.process_index", "acc.local_process_index", "acc.sync_gradients" })
+also("KwargsHandler:to_kwargs", { "to_kwargs", "to_table", "is_set", "KwargsHandler:to_table", "KwargsHandler:is_set",
+                                  "KwargsHandler" })
 also("acc:register_save_state_pre_hook", { "acc:register_load_state_pre_hook" })
 also("acc:main_process_first", { "acc:local_main_process_first" })
 also("acc:on_main_process", { "acc:on_local_main_process", "acc:on_last_process", "acc:on_process",
@@ -641,7 +735,6 @@ also("nn.FP8Linear", { "nn.FP8LayerNorm" })
 also("nn.ModuleList", { "nn.ModuleDict" })
 also("optim.lr_scheduler", { "optim.lr_scheduler.LRScheduler" })
 also("profiler.record_function", { "profiler.push", "profiler.pop" })
-also("profiler.profile", { "prof:start", "prof:step", "prof:stop", "prof:run", "prof:events", "prof:trace_path" })
 
 -- name itself, a name documented inside another entry, a method of the Accelerator class (acc:name), or a
 -- method or field that the entry of what holds it names ("amp.GradScaler:step": GradScaler's entry says step)
@@ -649,6 +742,13 @@ local function find(name)
   local e = by_name[name] or (M.ALIASES[name] and by_name[M.ALIASES[name]])
   local m = not e and name:match("^Accelerator[%.:]([%w_]+)$")
   if m then return find("acc:" .. m) end
+  if not e and class_by_name[name] then e = by_name[class_by_name[name].entry] end   -- profiler.Profiler
+  if not e then
+    -- a registered class by one of its public names (profiler.Profiler:start, progress.Bar.update): its prefix's name
+    local cname, member = name:match("^(.+)[%.:]([%a_][%w_]*)$")
+    local c = cname and class_by_name[cname]
+    if c then return find(c.prefix .. ":" .. member) end
+  end
   if not e and name:find(":", 1, true) then
     -- a function of a module two levels down (fp8.nn.functional.conv2d, fp8.nn.utils.clip_grad_norm_), which
     -- names_of spells as a method ("nn.functional:conv2d", "nn.F:conv2d"): its entry or alias by the dotted name
@@ -658,6 +758,8 @@ local function find(name)
   if not e then
     local parent, member = name:match("^(.+)[%.:]([%a_][%w_]*)$")
     local pe = parent and find(parent)
+    local c = parent and not pe and class_by_prefix[parent]   -- SafeOpen:keys: the entry of the class, safe_open
+    if c then pe = by_name[c.entry] end
     if pe and ((pe.sig or "") .. "\n" .. (pe.doc or "")):find("%f[%w_]" .. member .. "%f[^%w_]") then e = pe end
   end
   return e
@@ -709,15 +811,28 @@ local function module_by_name(s)
   return type(v) == "table" and v or nil
 end
 
+-- lookup(x) -> the entry for x (nil: none); for a function, a second result: the other entries that name it as
+-- equally likely names do ({ {name=, entry=}, ... }, the first one's included), when there are several.
 function M.lookup(x)
   load_lazy()
   if type(x) == "string" then
     local name = x:gsub("^fp8%.", ""):gsub("%(%)$", "")
     return find(name) or find("Tensor:" .. name:gsub("^[%w_]+[:%.]", ""))
   end
-  for _, name in ipairs(names_of(x)) do
+  local names, tiers = names_of(x)
+  for i, name in ipairs(names) do
     local e = find(name) or find("Tensor:" .. name)
-    if e then return e end
+    if e then
+      -- the other names of the same tier whose own entry (not a parent's that mentions them) is another one
+      local all, seen = { { name = name, entry = e } }, { [e] = true }
+      for j = i + 1, #names do
+        if tiers[j] ~= tiers[i] then break end
+        local n = names[j]
+        local ej = by_name[n] or (M.ALIASES[n] and by_name[M.ALIASES[n]])
+        if ej and not seen[ej] then seen[ej] = true; all[#all + 1] = { name = n, entry = ej } end
+      end
+      return e, #all > 1 and all or nil
+    end
   end
   if x == M.help then return by_name.help end
   -- an object (a model, an optimizer, an Accelerator, a kwargs handler, a profiler, a DataLoader): the entry of its
@@ -731,6 +846,8 @@ function M.lookup(x)
       if e then break end
     end
     local hn, tn = rawget(mt, "__help"), rawget(mt, "__name")
+    local c = not e and class_of_mt(mt)
+    if c then e = by_name[c.entry] or find(c.entry) end
     if not e and type(hn) == "string" then e = find(hn) end
     if not e and type(tn) == "string" then e = by_name[tn] or find((tn:gsub("^fp8%.", ""))) end
     if e then return e end
@@ -826,7 +943,17 @@ function M.text(x)
     end
     return table.concat(out, "\n")
   end
-  local e = M.lookup(x)
+  local e, several = M.lookup(x)
+  if several then
+    -- one function under names of one rank (fp8.config.keys is fp8.settings.list): each name's entry
+    local names, parts = {}, {}
+    for i, a in ipairs(several) do
+      names[i] = a.name:find(":", 1, true) and a.name or "fp8." .. a.name   -- prof:start, Tensor:exp as they are
+      parts[i] = entry_text(a.entry)
+    end
+    return ("%s are the same function; %s:\n\n%s"):format(table.concat(names, " and "),
+      #several == 2 and "both entries" or "their entries", table.concat(parts, "\n\n"))
+  end
   local sec
   if type(x) == "string" then
     for _, s in ipairs(section_list()) do
