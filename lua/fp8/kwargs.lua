@@ -1082,6 +1082,18 @@ if okh and type(help) == "table" and help.add then
        .. "defaults to msamp (O2). fp8.kwargs.describe(settings) prints where each value came from." }
   help.add { section = section, name = "kwargs.RECIPE_FIELDS", sig = "fp8.kwargs.RECIPE_FIELDS[backend]",
     doc = "Per backend (te, msamp, ao): the ordered recipe fields {name, default, doc, expect, choices, env}." }
+  help.add { section = section, name = "kwargs.BACKENDS",
+    sig = "fp8.kwargs.BACKENDS / ENV / HANDLER_NAMES / RECIPE_HANDLER (tables to read, not to change)",
+    doc = "BACKENDS: the FP8 backends' names, the default first ({" .. table.concat(M.BACKENDS, ", ") .. "}).\n"
+       .. "ENV: the environment variables resolve() reads, each {name=, field=} (field nil for FP8LAB_CONFIG_FILE and\n"
+       .. "FP8LAB_LAUNCH_FLAGS). HANDLER_NAMES: the handler classes' names in definition order (fp8.<name> is each).\n"
+       .. "RECIPE_HANDLER: backend -> the name of its recipe handler (te = \"TERecipeKwargs\", ...)." }
+  for _, n in ipairs(CLASS_NAMES) do help.ALIASES["kwargs." .. n] = n end   -- fp8.kwargs.TERecipeKwargs is fp8's
+  for _, n in ipairs { "kwargs.ENV", "kwargs.HANDLER_NAMES", "kwargs.RECIPE_HANDLER" } do
+    help.ALIASES[n] = "kwargs.BACKENDS"
+  end
+  -- every handler's methods (h:to_kwargs(), ...): the entry KwargsHandler:to_kwargs (lua/fp8/help.lua)
+  if help.class then help.class { class = methods, prefix = "KwargsHandler", entry = "KwargsHandler:to_kwargs" } end
 end
 
 return M

@@ -667,16 +667,44 @@ if okh and help.add then
     .. "At the end of each active window its trace goes to <output_trace_dir>/profile_<R>.json (the first window;\n"
     .. "Accelerate's name) or profile_<R>_window<N>.json (window N >= 2) and on_trace_ready(prof) runs; events()\n"
     .. "and key_averages() hold that window only, as in torch; prof:trace_path([N]) names window N's file.\n"
-    .. "Your own ranges: fp8.profiler.record_function(name, fn, ...).")
+    .. "Your own ranges: fp8.profiler.record_function(name, fn, ...). prof's class is fp8.profiler.Profiler; its\n"
+    .. "methods and fields: help(\"prof:start\"), help(\"prof:events\").")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"
     .. "average, FLOP/s (with_flops), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"
     .. "tostring() prints the table; sort_by is cpu_time_total, self_cpu_time_total, cpu_time,\n"
     .. "device_time_total, self_device_time_total, device_time, count, flops, cpu_memory_usage,\n"
     .. "self_cpu_memory_usage or name.")
+  add("prof:start", "prof:start() -> prof / prof:step() / prof:stop() -> prof / prof:run(fn, ...) -> prof",
+    "start() begins recording (refused while another profiler runs: fp8.profiler.current; or twice). step(), once per\n"
+    .. "training step, moves the schedule on: wait, warmup and active steps; each active window that ends writes its\n"
+    .. "trace and calls on_trace_ready (under acc:profile every prepared optimizer's step is one: calling prof:step()\n"
+    .. "as well is refused). stop() ends recording: an active window in progress ends there (its trace and\n"
+    .. "on_trace_ready), a warmup's events are dropped. run(fn, ...) calls\n"
+    .. "fn(prof, ...) between start() and stop() (stopped on an error too). A <close> variable stops it at its end.")
+  add("prof:events", "prof:events() -> list / prof:trace_path([n]) -> path / fields prof.step_num, windows, rank, "
+    .. "options, device, dropped",
+    "events(): the last finished window's events, each {name, kind (\"op\"|\"range\"|\"module\"), ts, dur (µs from\n"
+    .. "start), ts_ns, dur_ns, tid, parent (its position), depth, step, module, shapes, flops, bytes} and, with device\n"
+    .. "time, device_ts, device_dur (µs), device_ts_ns, device_dur_ns. trace_path([n]): the file window n's trace\n"
+    .. "goes to (default the last window finished, else the first): <output_trace_dir>/profile_<rank>.json for\n"
+    .. "window 1, profile_<rank>_window<n>.json after; nil without output_trace_dir. Fields (read them): step_num\n"
+    .. "(step() calls since start), windows (active windows finished), rank (profile's {rank=} or the launcher's),\n"
+    .. "options (the ProfileKwargs' values), device (whether device time is recorded: activities \"cuda\" with a\n"
+    .. "GPU in use), dropped and max_events (events past the recorder's cap in the last window).")
   add("prof:export_chrome_trace", "prof:export_chrome_trace(path)",
     "Writes the recorded events as Chrome trace JSON (complete events, µs) atomically; open it in\n"
     .. "chrome://tracing or https://ui.perfetto.dev. Args per event: shapes, flops, bytes, module, step.")
+  for _, n in ipairs { "prof:step", "prof:stop", "prof:run" } do help.ALIASES[n] = "prof:start" end
+  for _, n in ipairs { "prof:trace_path", "prof:step_num", "prof:windows", "prof:rank", "prof:options", "prof:device",
+                       "prof:dropped", "prof:max_events" } do help.ALIASES[n] = "prof:events" end
+  help.ALIASES["KeyAverages:table"] = "prof:key_averages"
+  -- a profiler's methods and key_averages()'s rows: help(prof.start), help(prof:key_averages().table), help(prof)
+  if help.class then
+    help.class { class = Profiler, prefix = "prof", entry = "profiler.profile", names = { "profiler.Profiler" } }
+    help.class { class = Averages, prefix = "KeyAverages", entry = "prof:key_averages",
+                 names = { "profiler.KeyAverages" } }
+  end
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -425,5 +425,11 @@ end
 
 function M.is_writer(w) return getmetatable(w) == Writer end
 
+-- help(w.add_scalar), help(w): the SummaryWriter entry (lua/fp8/trackers.lua) names each method
+local okh, help = pcall(require, "fp8.help")
+if okh and type(help) == "table" and help.class then
+  help.class { class = Writer, prefix = "SummaryWriter", entry = "SummaryWriter" }
+end
+
 -- every public method refuses arguments past its parameters
 return M

@@ -267,6 +267,39 @@ add("nn.FP8Linear", "fp8.nn.FP8Linear(in_features, out_features [, bias=true], r
   "The FP8 layers fp8.convert_model and acc:prepare swap in: FP8Linear runs its three GEMMs (fprop, dgrad, wgrad)\n"
   .. "in FP8 under FP8 autocast with the recipe's per-role scaling (its state: m.fp8_meta:state(), the buffer\n"
   .. "fp8_state); FP8LayerNorm is LayerNorm's class for TransformerEngine's, the same normalisation in high precision.")
+add("nn.FP8Linear:forward_gelu", "layer:forward_gelu(x [, residual]) / layer:forward_residual(x, residual) / "
+  .. "layer:forward_layernorm(x, ln)",
+  "The fused forms Sequential and TransformerBlock call: layer(GELU(x)) with GELU's tanh form (+ residual if given);\n"
+  .. "residual + layer(x); layer(ln(x)) for the LayerNorm module ln. The same results, gradients and recipe state as\n"
+  .. "the two ops in turn, with the input's FP8 cast made in GELU's or LayerNorm's pass (or the residual added as the\n"
+  .. "GEMM stores its result) where the core can. Each returns nil when the layer would not run in FP8 now (outside\n"
+  .. "FP8 autocast; forward_layernorm also when x, ln and the layer do not fit together): the caller runs the two.")
+add("nn.FP8Linear:fp8_update", "layer:fp8_update() / fp8.nn.FP8Linear.as_recipe(r) -> recipe table",
+  "fp8_update(): the delayed-scaling update of the layer's three roles after an optimizer step (layer.fp8_meta:update();\n"
+  .. "a no-op for current scaling; a prepared optimizer does it). as_recipe(r): the recipe table a layer is built\n"
+  .. "from, for a recipe kwargs handler (TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs, FP8RecipeKwargs,\n"
+  .. "resolved as the Accelerator resolves it) or a recipe table {backend=\"te\"|\"ao\"|\"msamp\", ...} (checked: a\n"
+  .. "field its backend lacks is refused); anything else raises.")
+help.ALIASES["nn.FP8Linear:forward_residual"] = "nn.FP8Linear:forward_gelu"
+help.ALIASES["nn.FP8Linear:forward_layernorm"] = "nn.FP8Linear:forward_gelu"
+help.ALIASES["nn.FP8Linear.as_recipe"] = "nn.FP8Linear:fp8_update"
+add("FP8Meta", "layer.fp8_meta:state() -> t / :load_state(t) / :update() / :drop_cache()",
+  "An FP8Linear's recipe state (the C object fp8.FP8Meta). state(): per role (input, weight, grad) {format, rule,\n"
+  .. "pow2, margin, algo, interval, scale, scale_inv, amax (the last cast's), amax_history_value,\n"
+  .. "amax_history_max, numel, underflow, saturated, nan, updates, warmup, warm, in_time, history}, and hp,\n"
+  .. "granularity, fast_accum and the counters forwards, backwards, weight_casts, cache_hits, fused_input_casts,\n"
+  .. "dy_handovers, residual_adds. load_state(t): scales, histories and update counts from such a table (the\n"
+  .. "history lengths must match: checkpoints use it). update(): the delayed-scaling update (layer:fp8_update()).\n"
+  .. "drop_cache(): forgets the cached FP8 cast of the weight, so the next forward casts it afresh.")
+help.ALIASES["nn.FP8Linear.fp8_meta"] = "FP8Meta"
+if help.class then help.class { registry = "fp8.FP8Meta", prefix = "FP8Meta", entry = "FP8Meta" } end
+add("nn.GPT:gradient_checkpointing_enable", "gpt:gradient_checkpointing_enable() / gpt:gradient_checkpointing_disable()",
+  "transformers' names: in training each block then runs through fp8.utils.checkpoint (its activations are not\n"
+  .. "kept; it runs again in the backward): the same losses and gradients for a second forward of each block.\n"
+  .. "gpt.is_gradient_checkpointing says which; nn.GPT{..., gradient_checkpointing=true} starts enabled. No arguments\n"
+  .. "(transformers' gradient_checkpointing_kwargs are refused).")
+help.ALIASES["nn.GPT:gradient_checkpointing_disable"] = "nn.GPT:gradient_checkpointing_enable"
+help.ALIASES["nn.GPT:is_gradient_checkpointing"] = "nn.GPT:gradient_checkpointing_enable"
 add("nn.Sequential", "fp8.nn.Sequential(m1, m2, ...) | Sequential{m1, m2, ...}",
   "Runs layers in order; they are named \"0\", \"1\", ...; errors say which layer failed. #s counts them, s[i] is\n"
   .. "the i-th (1-based, negative from the end). s:append(m) (add), s:extend(list or Sequential),\n"
@@ -285,8 +318,10 @@ add("nn.ModuleList", "fp8.nn.ModuleList{m1, m2, ...} / fp8.nn.ModuleDict{name = 
   .. "insert, pop); a ModuleDict by name (d.name, d[\"name\"]; keys(), values(), items(), update(t), pop(name),\n"
   .. "clear(), #d; a table's names are taken sorted, a list of {name, m} pairs keeps its order). A plain Lua table\n"
   .. "of layers in a module's field registers nothing, as a Python list in torch: a notice names it.")
-add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true}",
-  "A small GPT-2 (bias=false: no biases in its Linears and LayerNorms, as nanoGPT's option):\n"
+add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropout=0, bias=true,\n"
+  .. "  gradient_checkpointing=false}",
+  "A small GPT-2 (bias=false: no biases in its Linears and LayerNorms, as nanoGPT's option; gradient_checkpointing:\n"
+  .. "help(\"nn.GPT:gradient_checkpointing_enable\")):\n"
   .. "model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
   .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based; seed, an\n"
   .. "integer: a generator of its own, reproducible, leaving fp8's untouched; without it Lua's math.random draws);\n"
