@@ -131,10 +131,11 @@ function Bar:line()
     local frac = math.max(0, math.min(1, self.n / self.total))
     if self.tty then
       local fill = math.floor(frac * self.width + 0.5)
-      parts[#parts + 1] = ("%3d%%|%s%s|"):format(math.floor(frac * 100), ("#"):rep(fill), (" "):rep(self.width - fill))
+      parts[#parts + 1] = ("%3.0f%%|%s%s|"):format(frac * 100, ("#"):rep(fill), (" "):rep(self.width - fill))
       parts[#parts + 1] = ("%s/%d"):format(count(self.n), self.total)
     else
-      parts[#parts + 1] = ("%s/%d (%d%%)"):format(count(self.n), self.total, math.floor(frac * 100))
+      -- tqdm's {percentage:3.0f}: rounded to the nearest (2/3 is 67%, not 66%), as printf rounds
+      parts[#parts + 1] = ("%s/%d (%.0f%%)"):format(count(self.n), self.total, frac * 100)
     end
   else
     parts[#parts + 1] = count(self.n)
@@ -222,11 +223,23 @@ function Bar:__tostring() return self:line() end
 local ok, help = pcall(require, "fp8.help")
 if ok and help.add then
   help.add { section = "Training", name = "progress", sig = "fp8.progress(n | loader | list | iterator\n"
-    .. "  [, {desc=, total=, every=, tty=, out=, width=24, min_interval=0.1}])",
+    .. "  [, {desc=, total=, every=, tty=, out=, width=24, min_interval=0.1}]) -> bar  (also fp8.progress.new(...))",
     doc = "local bar = fp8.progress(loader, {desc=\"epoch 1\"})\n"
        .. "for x, y in bar do ...; bar:set_postfix{loss=l} end\n"
-       .. "Shows count/total, elapsed<ETA, it/s and the postfix values; one redrawn line on a terminal,\n"
-       .. "plain lines every `every` steps otherwise (FP8LAB_PROGRESS=plain forces plain lines)." }
+       .. "Shows count/total (percent rounded to the nearest, as tqdm), elapsed<ETA, it/s and the postfix values;\n"
+       .. "one redrawn line on a terminal, plain lines every `every` steps otherwise (FP8LAB_PROGRESS=plain forces\n"
+       .. "plain lines). fp8.progress.new is the same function as calling fp8.progress; the bar's methods:\n"
+       .. "help(\"progress.Bar\")." }
+  help.add { section = "Training", name = "progress.Bar",
+    sig = "bar:update([k=1]) / bar:set_postfix{name=value} | (name, value) / bar:close() / bar:iter() / "
+       .. "bar:elapsed() / bar:line() / fields bar.n, bar.total",
+    doc = "The bar fp8.progress returns (class fp8.progress.Bar). update([k=1]) adds k to the count and redraws (a\n"
+       .. "manual loop); set_postfix shows values after the timing (numbers as %.4f, or %.3e below 1e-3 and from 1e5;\n"
+       .. "first-seen order); close() prints the last line (once); iter() an explicit iterator that counts each item\n"
+       .. "when the next is asked for and closes the bar at the end (`for x in bar do` calls it); elapsed() the wall\n"
+       .. "seconds since the first step; line() (and tostring(bar)) the text of the line; n the count, total the\n"
+       .. "total (nil for an iterator without total=)." }
+  if help.class then help.class { class = Bar, prefix = "progress.Bar", entry = "progress.Bar", names = { "ProgressBar" } } end
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
