@@ -332,7 +332,15 @@ if ok and help.add then
     doc = "Dynamic loss scaling for fp16: scaler:scale(loss):backward(); scaler:step(opt) (skipped when a grad has\n"
        .. "inf/NaN); scaler:update() (backoff on overflow, growth after growth_interval clean steps); :get_scale().\n"
        .. "scaler:unscale_(opt) unscales its gradients early (to clip them); :is_unscaled(opt), :is_enabled();\n"
-       .. ":state_dict() / :load_state_dict(sd) save and restore the scale and its counters, as torch's." }
+       .. ":state_dict() / :load_state_dict(sd) save and restore the scale and its counters, as torch's.\n"
+       .. "Fields to read: found_inf (whether a gradient unscaled since the last update() held an inf or NaN;\n"
+       .. "update() clears it), steps and skipped_steps (step() calls, and those skipped), growth_factor,\n"
+       .. "backoff_factor, growth_interval." }
+  help.add { section = "Training", name = "amp.MODES", sig = "fp8.amp.MODES / fp8.amp.MODE_NAMES",
+    doc = "MODES maps each mixed-precision mode to the autocast dtype it computes in: no = \"fp32\" (and fp32, its\n"
+       .. "synonym), bf16, fp16 (what fp8.amp.dtype_for reads, case-insensitively); MODE_NAMES is the text \""
+       .. M.MODE_NAMES .. "\"\nthat messages list. Tables to read, not to change." }
+  help.ALIASES["amp.MODE_NAMES"] = "amp.MODES"
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -807,7 +807,12 @@ if ok and help.add then
   help.add { section = sec, name = "data.FashionMNIST", sig = "fp8.data.FashionMNIST{root=, train=true, normalize=false, limit=}",
     doc = "Fashion-MNIST from the IDX .gz files of Debian's dataset-fashion-mnist package\n"
        .. "(/usr/share/datasets/fashion-mnist). ds.images [N,784] fp32 in [0,1] (or (x-mean)/std with\n"
-       .. "normalize=true or {mean, std}), ds.labels [N] (0..9), ds.classes, #ds, ds:get(i) -> x, y, ds[i] -> {x, y}." }
+       .. "normalize=true or {mean, std}), ds.labels [N] (0..9), ds.classes, #ds, ds:get(i) -> x, y, ds[i] -> {x, y}.\n"
+       .. "fp8.data.FASHION_MNIST_ROOT is the default root; FASHION_MNIST_MEAN (0.2860) and FASHION_MNIST_STD (0.3530),\n"
+       .. "the training pixels' mean and std, are what normalize=true uses." }
+  for _, n in ipairs { "data.FASHION_MNIST_ROOT", "data.FASHION_MNIST_MEAN", "data.FASHION_MNIST_STD" } do
+    help.ALIASES[n] = "data.FashionMNIST"
+  end
   help.add { section = sec, name = "data.TextDataset",
     sig = "fp8.data.TextDataset{path=|text=, block_size=, split='all'|'train'|'val', val_fraction=0.1}",
     doc = "Character-level text: vocabulary = the file's distinct bytes, sorted. ds:get(i) -> x[T], y[T] (y shifted by one),\n"
@@ -816,19 +821,32 @@ if ok and help.add then
        .. "or a directory (fp8.data.FORTUNES_DIR): its text files as one corpus, each split train/val on its own.\n"
        .. "split='train' is the first 1 - val_fraction of the text, 'val' the rest (val_fraction with split='all':\n"
        .. "refused).\n"
-       .. "ds:blocks([max]) -> the non-overlapping windows (at most max, evenly spaced): a fixed evaluation set." }
+       .. "ds:blocks([max]) -> the non-overlapping windows (at most max, evenly spaced): a fixed evaluation set.\n"
+       .. "Fields: tokens (the split's ids, a 1-d tensor), vocab (the vocabulary as one string), vocab_size,\n"
+       .. "stoi (character -> id) and itos (id -> character), ids 0-based; block_size; n (#ds, the windows);\n"
+       .. "path, split, files (a directory's files read)." }
+  for _, n in ipairs { "data.TEXT_MAX_BYTES", "data.FORTUNES_DIR" } do help.ALIASES[n] = "data.TextDataset" end
   help.add { section = sec, name = "data.DataLoader", sig = "fp8.data.DataLoader{dataset, batch_size=1, shuffle=false, drop_last=false, seed=0, device=\"cpu\"}",
     doc = "for x, y in loader do ... end  — one epoch per loop; shuffling depends only on seed and epoch number.\n"
        .. "#loader is the number of batches; loader:set_epoch(e) picks the epoch; loader:iter() gives an explicit iterator;\n"
        .. "loader:to(\"cuda\") hands out batches on the GPU (Accelerator:prepare does this).\n"
        .. "loader.total_batch_size: the samples one step takes across the processes (Accelerate's prepared\n"
        .. "loader's; batch_size in one process)." }
-  help.add { section = sec, name = "skip_first_batches", sig = "fp8.skip_first_batches(loader, num_batches)  or  acc:skip_first_batches(loader, num_batches)",
+  help.add { section = sec, name = "skip_first_batches", sig = "fp8.skip_first_batches(loader [, num_batches=0]) (also "
+      .. "fp8.data.skip_first_batches)  or  acc:skip_first_batches(loader [, num_batches=0]) -> a SkipDataLoader",
     doc = "Accelerate's skip_first_batches: a loader whose every loop leaves out the first num_batches batches of its epoch\n"
        .. "(0 to #loader); #skipper = #loader - num_batches. It reads the loader it wraps (a DataLoader or a prepared one), so\n"
        .. "the shuffled order, the epoch count and the position save_state records are that loader's. acc:load_state already\n"
        .. "restores a loader saved mid-epoch (its next loop finishes that epoch), so Accelerate's resume recipe needs no skip;\n"
-       .. "with one, the loop resumes after num_batches (a notice says so where that differs from the restored position)." }
+       .. "with one, the loop resumes after num_batches (a notice says so where that differs from the restored position).\n"
+       .. "The result is of class fp8.data.SkipDataLoader: loops and iter() as a loader's, #, set_epoch(e) and to(device)\n"
+       .. "passed to the loader it wraps (skipper.loader; skipper.skip_batches the count), acc:prepare takes it." }
+  help.ALIASES["data.skip_first_batches"] = "skip_first_batches"
+  help.ALIASES["data.SkipDataLoader"] = "skip_first_batches"
+  if help.class then
+    help.class { class = SkipDataLoader, prefix = "SkipDataLoader", entry = "skip_first_batches",
+                 names = { "data.SkipDataLoader" } }
+  end
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

@@ -888,8 +888,10 @@ if okh and help.add then
   add("acc:split_between_processes", "acc:split_between_processes(list [, apply_padding]) -> list",
     "This process's contiguous share of list (the first #list % N processes get one more); apply_padding adds the "
     .. "list's last item to the shorter shares, as Accelerate 1.15.")
-  add("acc:main_process_first", "acc:main_process_first(fn, ...) -> fn's results",
-    "The main process runs fn first; the others run it after the main one finished.")
+  add("acc:main_process_first", "acc:main_process_first(fn, ...) / acc:local_main_process_first(fn, ...) -> fn's results",
+    "main_process_first: the main process (process_index 0) runs fn first; the others run it after the main one\n"
+    .. "finished (e.g. a download or a preprocessing cache). local_main_process_first: the same with each machine's\n"
+    .. "first process (local_process_index 0) running first. Accelerate's context managers, as functions.")
   add("acc:pad_across_processes", "acc:pad_across_processes(t [, dim=1, pad_index=0, pad_first=false]) -> tensor",
     "t padded with pad_index along dim to the largest size any process has there (then gather can follow).")
   add("acc:gather_object", "acc:gather_object(list) -> list",

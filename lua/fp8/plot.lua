@@ -256,12 +256,13 @@ end
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   help.add { section = "Training", name = "plot.lines",
-    sig = "fp8.plot.lines{csv=, png=, title=, xlabel=, ylabel=, y2label=, y2range={lo, hi}, logy=,\n"
-       .. "  series={{x=1, y=3, title=, style=, axis=}}}",
-    doc = "PNG line plot of CSV columns through gnuplot (gnuplot-nox). Without gnuplot: one notice, no PNG,\n"
+    sig = "fp8.plot.lines{csv=, png=, series={{y= [, x=1, title=, style=, axis=]}, ...} [, title=, xlabel=,\n"
+       .. "  ylabel=, y2label=, y2range={lo, hi}, logy=false]} -> png | nil, reason",
+    doc = "PNG line plot of CSV columns through gnuplot (gnuplot-nox). csv, png and series (a non-empty list; each\n"
+       .. "series' y a 1-based CSV column) are required. Without gnuplot: one notice, no PNG, nil and the reason,\n"
        .. "the CSV stays. fp8.plot.fp8_history{csv=, png=, layer=} plots the scale/amax history of an FP8\n"
-       .. "layer from acc:log_fp8_stats' CSV. FP8LAB_GNUPLOT names another gnuplot (fp8.plot.command() says\n"
-       .. "which); fp8.plot.available() says whether it runs." }
+       .. "layer from acc:log_fp8_stats' CSV. fp8.plot.command() is the gnuplot run ($FP8LAB_GNUPLOT, else\n"
+       .. "\"gnuplot\"); fp8.plot.available() whether it runs (checked once per process)." }
   for _, n in ipairs { "plot.fp8_history", "plot.command", "plot.available" } do help.ALIASES[n] = "plot.lines" end
 end
 
