@@ -32,10 +32,30 @@ local function check_shape(fname, shape)
   end
 end
 
+-- torch's keyword arguments written as a Lua options table (normal_(t, {generator=g}), uniform_(t, {a=0}), where
+-- the parameter is a number): not offered, and said so by name, where "mean must be a finite number, got table"
+-- left the reader guessing. The initialisers that take a table (kaiming_*, trunc_normal_) check its keys themselves.
+local PARAMS = { normal = "mean and std", normal_ = "mean and std", uniform = "a and b", uniform_ = "a and b",
+                 constant_ = "val", xavier_uniform_ = "gain", xavier_normal_ = "gain", orthogonal_ = "gain",
+                 dirac_ = "groups", sparse_ = "sparsity and std" }
+local DRAWS = { normal = true, normal_ = true, uniform = true, uniform_ = true, xavier_uniform_ = true,
+                xavier_normal_ = true, orthogonal_ = true, sparse_ = true }
+local function no_options(fname, v, level)
+  if type(v) ~= "table" or fp8.is_tensor(v) then return end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  local what = PARAMS[fname] or "the arguments"
+  error(("%s: options are not offered (got a table {%s}): give %s as %s%s"):format(fname,
+    table.concat(keys, ", "), what, what:find(" and ") and "numbers in order" or "a number", DRAWS[fname] and "; torch's generator= is not offered "
+    .. "either: the draws come from the generator fp8.manual_seed seeds" or ""), level + 1)
+end
+
 -- The bounds of uniform and uniform_: finite, a <= b (torch's uniform_ refuses from > to: the draws would land in
 -- (b, a] instead).
 local function check_range(fname, a, b)
   local got = require("fp8.opts").got
+  no_options(fname, a, 3); no_options(fname, b, 3)
   if a ~= nil and (type(a) ~= "number" or a ~= a or math.abs(a) == math.huge) then
     error(("%s: a must be a finite number, got %s"):format(fname, got(a)), 3)
   end
@@ -108,6 +128,7 @@ end
 -- normal(shape, mean, std) → N(mean, std²)
 local function check_num(fname, what, v, min)
   if v == nil then return end
+  no_options(fname, v, 3)
   if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or (min and v < min) then
     error(("%s: %s must be a finite number%s, got %s"):format(fname, what, min and (" >= " .. min) or "", tostring(v)), 3)
   end
@@ -207,6 +228,7 @@ local function fans(fname, t)
 end
 
 local function check_gain(fname, gain)
+  no_options(fname, gain, 3)
   -- (a negative one failed inside uniform/normal, naming neither)
   if gain ~= nil and (type(gain) ~= "number" or not (gain >= 0) or gain == math.huge) then
     error(("%s: gain must be a finite number >= 0, got %s"):format(fname, tostring(gain)), 3)
@@ -239,6 +261,9 @@ local function kaiming(fname, t, a, mode, nonlinearity, ...)
   require("fp8.opts").no_more(fname, "(tensor [, a [, mode [, nonlinearity]]])", ...)
   check_tensor(fname, t)
   if type(a) == "table" then
+    if a.generator ~= nil then   -- (torch's keyword; "unknown option" did not say it is not offered)
+      error(("%s: generator= is not offered: the draws come from the generator fp8.manual_seed seeds"):format(fname), 4)
+    end
     local o = require("fp8.opts").check(fname, a, { "a", "mode", "nonlinearity" }, 4)
     if mode ~= nil or nonlinearity ~= nil then
       error(("%s: give a, mode and nonlinearity either in order or in one table"):format(fname), 4)
@@ -293,6 +318,9 @@ function M.trunc_normal_(t, mean, std, a, b, ...)
   if type(mean) == "table" then
     if std ~= nil or a ~= nil or b ~= nil then
       error("trunc_normal_: give mean, std, a and b either in order or in one table", 2)
+    end
+    if mean.generator ~= nil then
+      error("trunc_normal_: generator= is not offered: the draws come from the generator fp8.manual_seed seeds", 2)
     end
     local o = require("fp8.opts").check("trunc_normal_", mean, { "mean", "std", "a", "b" }, 2)
     mean, std, a, b = o.mean, o.std, o.a, o.b
@@ -358,6 +386,7 @@ function M.dirac_(t, groups, ...)
   if nd < 3 or nd > 5 then
     error(("dirac_: only 3, 4 or 5-dimensional tensors are supported, got %s"):format(t:shape_str()), 2)
   end
+  no_options("dirac_", groups, 2)
   groups = groups or 1
   if math.type(groups) ~= "integer" or groups < 1 or t:size(1) % groups ~= 0 then
     error(("dirac_: groups must be a positive integer dividing dim 1 (%d), got %s"):format(t:size(1),
@@ -384,6 +413,7 @@ function M.sparse_(t, sparsity, std, ...)
   require("fp8.opts").no_more("sparse_", "(tensor, sparsity [, std=0.01])", ...)
   check_tensor("sparse_", t)
   if t:dim() ~= 2 then error(("sparse_: only 2-d tensors are supported, got %s"):format(t:shape_str()), 2) end
+  no_options("sparse_", sparsity, 2)
   if type(sparsity) ~= "number" or not (sparsity >= 0 and sparsity <= 1) then
     error(("sparse_: sparsity must be a number in [0, 1], got %s"):format(require("fp8.opts").got(sparsity)), 2)
   end
