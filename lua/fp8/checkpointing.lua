@@ -87,17 +87,27 @@ function M.project_config_from(pc, dir, level, trackers)
   end
   -- Without automatic naming and without trackers these would change nothing (in Accelerate project_dir otherwise
   -- only feeds the trackers' logging_dir): refused rather than kept for nothing
-  local set = {}
+  -- Each key's own condition: project_dir also feeds log_with's trackers; total_limit and iteration only number
+  -- checkpoints (one message for all once said "take effect ... or with log_with=" of total_limit too)
+  local set, why = {}, {}
   if not pc.automatic_checkpoint_naming then
-    if pc.project_dir ~= nil and not trackers then set[#set + 1] = "project_dir" end
-    if pc.total_limit ~= nil then set[#set + 1] = "total_limit" end
-    if pc.iteration ~= 0 then set[#set + 1] = "iteration" end
+    if pc.project_dir ~= nil and not trackers then
+      set[#set + 1] = "project_dir"
+      why[#why + 1] = "project_dir takes effect only with automatic_checkpoint_naming=true or with log_with= (its "
+        .. "trackers write under project_dir)"
+    end
+    for _, k in ipairs { "total_limit", "iteration" } do
+      if (k == "total_limit" and pc.total_limit ~= nil) or (k == "iteration" and pc.iteration ~= 0) then
+        set[#set + 1] = k
+        why[#why + 1] = k .. " takes effect only with automatic_checkpoint_naming=true"
+      end
+    end
   end
   if #set > 0 then
-    error(("Accelerator: %s %s effect only with automatic_checkpoint_naming=true (checkpoints numbered under "
-      .. "project_dir/checkpoints)%s: set it in fp8.ProjectConfiguration{...}, or leave %s out"):format(
-      table.concat(set, ", "), #set > 1 and "take" or "takes", set[1] == "project_dir" and " or with log_with= "
-      .. "(its trackers write under project_dir)" or "", #set > 1 and "them" or "it"), level + 1)
+    error(("Accelerator: %s (automatic naming numbers checkpoints under project_dir/checkpoints): set "
+      .. "automatic_checkpoint_naming=true in fp8.ProjectConfiguration{...}%s, or leave %s out"):format(
+      table.concat(why, "; "), set[1] == "project_dir" and #set == 1 and " or give log_with=" or "",
+      #set > 1 and table.concat(set, ", ") or "it"), level + 1)
   end
   if pc.logging_dir ~= nil and not trackers then
     error("Accelerator: logging_dir takes effect only with log_with= (the trackers write under it): leave it out, "
@@ -1220,8 +1230,12 @@ if okh and help.add then
     "Reads and validates a safetensors file; FP8 tensors come back with their scales. I64/I32/U8/BOOL load\n"
     .. "as fp32 when every value is exact there, else an error names the tensor.")
   add("safe_open", "fp8.safe_open(path [, {device=\"cpu\"|\"cuda\"}]) -> f",
-    "Lazy reader: f:keys(), f:metadata(), f:get_tensor(name [, {device=}]) reads only that tensor (device:\n"
-    .. "the one safe_open was given, by default); f:close().")
+    "Lazy reader: f:keys() the tensor names, sorted (an FP8 tensor's _scale_inv companion folded into it),\n"
+    .. "f:metadata() the file's {key = \"value\"} metadata, f:get_tensor(name [, {device=}]) reads only that tensor\n"
+    .. "(device: the one safe_open was given, by default); f:close() (also a <close> variable's end; later calls\n"
+    .. "are refused).")
+  -- help(f.keys), help(f): this entry (the handle's C class, lua/l_checkpoint.c's fp8.SafeOpen)
+  if help.class then help.class { registry = "fp8.SafeOpen", prefix = "SafeOpen", entry = "safe_open" } end
   add("acc:save_state", "acc:save_state([dir]) -> dir",
     "Model(s), optimizer(s) (FP8 moments in their dtypes), schedulers, GradScaler, RNG, data loader positions,\n"
     .. "step and settings into dir (written as dir.tmp, renamed when complete). With\n"
