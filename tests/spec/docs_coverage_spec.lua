@@ -63,3 +63,62 @@ describe("docs/lua-api.md", function()
     assert.are.same({}, missing)
   end)
 end)
+
+-- help() finds every public name of fp8.profiler, fp8.progress, fp8.data, fp8.amp, fp8.kwargs and fp8.plot, in an
+-- entry that names it (an audit found fp8.amp.MODES, fp8.data.SkipDataLoader, fp8.profiler.Profiler, ... in no entry,
+-- and the page naming none of them), and every method of the classes whose objects help() answers for (help.class:
+-- a profiler, a SummaryWriter, a progress bar, a safe_open handle, ...) in an entry that names the method.
+describe("help()", function()
+  local H = require "fp8.help"
+  local f = assert(io.open("docs/lua-api.md"))
+  local page = f:read("a")
+  f:close()
+  local function names(text, word) return text:find("%f[%w_]" .. word .. "%f[^%w_]") ~= nil end
+  local function entry_names(e, word) return e ~= nil and names((e.sig or "") .. "\n" .. (e.doc or ""), word) end
+
+  it("and docs/lua-api.md name every public name of fp8.profiler, progress, data, amp, kwargs, plot", function()
+    local _ = fp8.profiler, fp8.plot
+    local missing, counted = {}, 0
+    for _, ns in ipairs { "profiler", "progress", "data", "amp", "kwargs", "plot" } do
+      for k in pairs(fp8[ns]) do
+        if type(k) == "string" and not k:match("^_") then
+          counted = counted + 1
+          local full = ns .. "." .. k
+          if not entry_names(H.lookup(full), k) then missing[#missing + 1] = full .. " (help)" end
+          if not names(page, k) then missing[#missing + 1] = full .. " (docs/lua-api.md)" end
+        end
+      end
+    end
+    assert.is_true(counted > 40, "walked only " .. counted .. " names")
+    table.sort(missing)
+    assert.are.same({}, missing)
+  end)
+
+  it("finds each method of the classes it answers objects of in an entry that names it", function()
+    -- one object of each, so that the C classes' metatables exist and the Lua classes are loaded
+    local _ = fp8.profiler.profile {}, fp8.SummaryWriter, fp8.nn.FP8Linear(16, 16, { backend = "te" })
+    local p = os.tmpname()
+    fp8.save_file({ a = fp8.ones { 1 } }, p)
+    local h = fp8.safe_open(p)
+    local missing, counted = {}, 0
+    for _, c in ipairs(H.CLASSES) do
+      local t = c.class or debug.getregistry()[c.registry]
+      assert.is_table(t, c.prefix)
+      local idx = rawget(t, "__index")
+      for _, tbl in ipairs { t, type(idx) == "table" and idx or {} } do
+        for k, v in pairs(tbl) do
+          if type(k) == "string" and type(v) == "function" and not k:match("^_") then
+            counted = counted + 1
+            local e = H.lookup(v)
+            if not entry_names(e, k) then missing[#missing + 1] = c.prefix .. ":" .. k end
+          end
+        end
+      end
+    end
+    h:close()
+    os.remove(p)
+    assert.is_true(counted > 30, "walked only " .. counted .. " methods")
+    table.sort(missing)
+    assert.are.same({}, missing)
+  end)
+end)
