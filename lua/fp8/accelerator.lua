@@ -1177,7 +1177,8 @@ if okh and help.add then
     "Hugging Face Accelerate's Accelerator for Lua. Fields: mixed_precision, fp8_backend (te|ao|msamp|nil),\n"
     .. "fp8_recipe (every effective field). Methods: prepare(...) (models converted for the recipe, optimizers\n"
     .. "wrapped, schedulers too; returns its arguments in order), backward(loss [, {retain_graph=, inputs=}]),\n"
-    .. "accumulate(model, fn), autocast([AutocastKwargs{...},] fn, ...) or autocast([handler]) (a handle to close),\n"
+    .. "accumulate(model, fn), autocast([AutocastKwargs{...},] fn, ...) or autocast([handler]) (a handle to close:\n"
+    .. "<close> or h:close()),\n"
     .. "autocast_dtype() (the dtype it runs the non-FP8 ops in), clip_grad_norm_(params, max [, norm_type]),\n"
     .. "clip_grad_value_(params, v),\n"
     .. "unwrap_model(m), print(...), is_main_process(), device(), state(), log_fp8_stats{every=N, path=, trackers=},\n"
@@ -1190,7 +1191,8 @@ if okh and help.add then
     .. "with the optimizer, num_processes times per step as in Accelerate; false: once per call), device_placement\n"
     .. "(false: prepare moves nothing), "
     .. "project_config / project_dir (save_state), env and config (the\n"
-    .. "environment and config table to resolve settings from instead of the real ones; config=false: no file).")
+    .. "environment and config table to resolve settings from instead of the real ones; config=false: no file).\n"
+    .. "More: help(\"acc:prepare\") (prepare_model and its kin), help(\"acc.fields\") (every field).")
   pcall(require, "fp8.profiler")   -- its help entries (fp8.profiler.profile, prof:key_averages, ...)
   add("acc:accumulate",
     "acc:accumulate([model, ...,] function() ... end)  or  local _ <close> = acc:accumulate([model, ...])",

@@ -44,6 +44,7 @@ describe("help(obj.method) of the objects functions make", function()
       assert_names(w[k], k, "w." .. k)
     end
     w:close()
+    os.execute("rm -rf '" .. tmp .. "_tb'")   -- (tmp: os.tmpname's, no quote in it)
     local bar = fp8.progress(3, { tty = false, out = { write = function() end, flush = function() end } })
     for _, k in ipairs { "close", "elapsed", "iter", "line", "set_postfix", "update" } do
       assert_names(bar[k], k, "bar." .. k)
