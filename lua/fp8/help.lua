@@ -118,7 +118,7 @@ add_all {
     sig = "fp8.cdist(x1, x2 [, p=2]) / searchsorted(sorted, values [, {right=, side=}]) / bucketize(input, "
        .. "boundaries [, {right=}]) / bincount(input [, {weights=, minlength=}]) / isin(elements, test [, "
        .. "{invert=}]) / unique(input [, {sorted=, return_inverse=, return_counts=}]) / logspace(start, end, steps "
-       .. "[, {base=10}])",
+       .. "[, {base=10, dtype=, device=}])",
     doc = "torch's: pairwise p-norm distances (computed directly; a zero distance's gradient 0); insertion\n"
        .. "positions by binary search; counts of whole numbers; membership; the distinct values ascending (with the\n"
        .. "inverse and counts as asked; sorted=false keeps the order of first appearance; dim is refused);\n"

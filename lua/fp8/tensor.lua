@@ -444,6 +444,20 @@ M._alias = alias
 -- op in their own dtype, addcmul's bf16 product was rounded to bf16 before its fp32 sum (65,536 fp32 ulps off).
 -- Other dtypes (FP8, integers) leave f as it is.
 local WIDE = { bf16 = "low", fp16 = "low", fp32 = "fp32" }
+
+-- Its arguments, the bf16 and fp16 tensors among them widened to fp32 (a differentiable cast) where the autocast
+-- dtype is bf16 or fp16: the ops on torch 2.15's CPU autocast fp32 list compute in fp32 and return fp32 there (the
+-- losses, prod, trace, quantile/nanquantile, cdist, local_response_norm, reflect/replicate pad). Outside autocast
+-- each keeps its inputs' dtype, as torch's.
+function M._autocast_fp32(...)
+  if core.autocast_dtype() == "fp32" then return ... end
+  local a = table.pack(...)
+  for i = 1, a.n do
+    local v = a[i]
+    if core.is_tensor(v) and (v:dtype() == "bf16" or v:dtype() == "fp16") then a[i] = v:to("fp32") end
+  end
+  return table.unpack(a, 1, a.n)
+end
 function M._low_in_fp32(f, ...)
   local args, low, mixed = table.pack(...), nil, false
   for i = 1, args.n do

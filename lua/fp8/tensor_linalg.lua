@@ -117,7 +117,7 @@ Tensor.trace = at_caller(function(t, ...)
   no_more("trace", "()", ...)
   self_of("trace", t)
   if t:dim() ~= 2 then error(("trace: expected a 2-d tensor, got %s"):format(t:shape_str())) end
-  return t:diagonal():sum()
+  return T._autocast_fp32(t):diagonal():sum()   -- (fp32 under autocast, as torch's CPU autocast)
 end)
 
 -- diag([diagonal=0]): a 1-d tensor's values on the given diagonal of a square matrix (zeros elsewhere), or a 2-d

@@ -90,6 +90,7 @@ local INTERP = { linear = true, lower = true, higher = true, nearest = true, mid
 Tensor.quantile = at_caller(function(t, q, dim, o, ...)
   no_more("quantile", "(q [, dim [, {keepdim=, interpolation=}]])", ...)
   self_of("quantile", t)
+  t = T._autocast_fp32(t)   -- fp32 under autocast, as torch's CPU autocast
   o = opts.check("quantile", o, { "keepdim", "interpolation" }, 2)
   check_keepdim("quantile", o.keepdim)
   local interp = o.interpolation or "linear"
@@ -298,6 +299,7 @@ M.cdist = at_caller(function(a, b, p, ...)
   if a:size(-1) ~= b:size(-1) then
     error(("cdist: x1 %s and x2 %s must have the same number of features"):format(a:shape_str(), b:shape_str()), 2)
   end
+  a, b = T._autocast_fp32(a, b)   -- fp32 under autocast, as torch's CPU autocast
   local diff = a:unsqueeze(-2) - b:unsqueeze(-3)   -- [.., P, R, M]
   local ad = diff:abs()
   if p == math.huge then return ad:amax(-1) end
@@ -492,10 +494,13 @@ M.unique = at_caller(function(input, o, ...)
   return table.unpack(res)
 end)
 
--- logspace(start, end, steps [, {base=10}]): base^linspace(start, end, steps), in double and rounded once
+-- logspace(start, end, steps [, {base=10, dtype=, device=}]): base^linspace(start, end, steps), in double and rounded
+-- once to the dtype (torch's dtype= and device=, checked as the other factories check them: {dtype=} was refused)
 M.logspace = at_caller(function(a, b, steps, o, ...)
-  no_more("logspace", "(start, end, steps [, {base=10}])", ...)
-  o = opts.check("logspace", o, { "base" }, 2)
+  no_more("logspace", "(start, end, steps [, {base=, dtype=, device=}])", ...)
+  o = opts.check("logspace", o, { "base", "dtype", "device" }, 2)
+  local ok, z = pcall(core.empty, { 0 }, { dtype = o.dtype, device = o.device })
+  if not ok then error("logspace: " .. tostring(z):gsub("^empty: ", ""):gsub("^logspace: ", ""), 2) end
   local base = o.base or 10
   for _, v in ipairs { { "start", a }, { "end", b }, { "base", base } } do
     if type(v[2]) ~= "number" then error(("logspace: %s must be a number, got %s"):format(v[1], got(v[2])), 2) end
@@ -508,8 +513,10 @@ M.logspace = at_caller(function(a, b, steps, o, ...)
     local e = steps == 1 and a or a + (b - a) * i / (steps - 1)
     out[i + 1] = base ^ e
   end
-  if steps == 0 then return core.zeros({ 0 }) end
-  return core.tensor(out)
+  if steps == 0 then return z end
+  local r = core.tensor(out, z:dtype())
+  if z:device() ~= "cpu" then r = r:to(z:device()) end
+  return r
 end)
 
 return M

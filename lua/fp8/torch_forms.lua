@@ -142,6 +142,8 @@ end
 Tensor.prod = at_caller(function(t, dim, keepdim, ...)
   local dt = check_self("prod", t); no_more("prod", "([dim [, keepdim]])", ...)
   check_not_fp8("prod", dt)
+  t = T._autocast_fp32(t)   -- fp32 under autocast, as torch's CPU autocast
+  dt = t:dtype()
   check_keepdim("prod", keepdim)
   local x = fp32_of(dt, t)
   local r

@@ -111,3 +111,46 @@ describe("context handles and checkpoint's torch options", function()
     assert.is_false(ok); assert.truthy(err:find("use_reentrant=false", 1, true), err)
   end)
 end)
+
+describe("torch's CPU autocast fp32 list and bf16 weights", function()
+  it("prod, trace, quantile, cdist, local_response_norm and reflect/replicate pad give fp32 under autocast", function()
+    local a, b = fp8.randn { 3, 4 }:to("bf16"), fp8.randn { 5, 4 }:to("bf16")
+    local x = fp8.randn { 1, 4, 5, 5 }:to("bf16")
+    local got = fp8.amp.autocast("bf16", function()
+      return { fp8.cdist(a, b):dtype(), a:quantile(0.3):dtype(), F.local_response_norm(x, 2):dtype(),
+               a:prod():dtype(), a:narrow(2, 1, 3):trace():dtype(), F.pad(x, { 1, 1, 1, 1 }, { mode = "reflect" }):dtype(),
+               F.pad(x, { 1, 1, 1, 1 }, { mode = "replicate" }):dtype(),
+               F.pad(x, { 1, 1, 1, 1 }, { mode = "circular" }):dtype(), F.pad(x, { 1, 1 }):dtype() }
+    end)
+    assert.are.same({ "fp32", "fp32", "fp32", "fp32", "fp32", "fp32", "fp32", "bf16", "bf16" }, got)
+    -- outside autocast: the input's dtype
+    assert.are.equal("bf16", a:prod():dtype())
+    assert.are.equal("bf16", fp8.cdist(a, b):dtype())
+  end)
+
+  it("embedding_bag of a bf16 weight in every mode, and nll_loss with bf16 class weights, keep bf16", function()
+    local w = fp8.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }):to("bf16")
+    local i, o = fp8.tensor { 0, 1, 2 }, fp8.tensor { 0, 1 }
+    local want = { mean = { 4, 5 }, sum = { 8, 10 }, max = { 5, 6 } }
+    for mode, row in pairs(want) do
+      local r = F.embedding_bag(i, w, o, { mode = mode })            -- "mean" and "sum" failed in index_add
+      assert.are.equal("bf16", r:dtype())
+      assert.are.same(row, r[2]:to("fp32"):tolist())
+    end
+    local s = F.embedding_bag(i, w, o, { mode = "sum", per_sample_weights = fp8.tensor({ 1, 2, 3 }):to("bf16") })
+    assert.are.same({ 21, 26 }, s[2]:to("fp32"):tolist())
+    local lp = fp8.randn { 2, 3 }:log_softmax(2):to("bf16")
+    for _, red in ipairs { "mean", "sum", "none" } do
+      local l = F.nll_loss(lp, fp8.tensor { 2, 0 }, { weight = fp8.tensor({ 1, 2, 3 }):to("bf16"), reduction = red })
+      assert.are.equal("bf16", l:dtype())
+    end
+  end)
+
+  it("logspace takes dtype= and device= as the other factories", function()
+    local t = fp8.logspace(0, 1, 5, { dtype = "bf16" })
+    assert.are.equal("bf16", t:dtype())
+    assert.are.equal(1.78125, t[2])                                 -- torch's bf16 value
+    local ok, err = pcall(fp8.logspace, 0, 1, 5, { dtype = "int8" })
+    assert.is_false(ok); assert.truthy(err:find("logspace: unknown dtype 'int8'", 1, true), err)
+  end)
+end)

@@ -33,6 +33,7 @@ local function impl_lrn(x, size, opts, ...)
   local alpha = number("local_response_norm", "alpha", opts.alpha, 1e-4, finite, "a finite number")
   local beta = number("local_response_norm", "beta", opts.beta, 0.75, finite, "a finite number")
   local k = number("local_response_norm", "k", opts.k, 1.0, finite, "a finite number")
+  x = F._util.autocast_fp32(x)   -- fp32 under autocast, as torch's CPU autocast (its avg_pool3d)
   local shape = x:shape()
   local N, C = shape[1], shape[2]
   local P = x:numel() // math.max(1, N * C)

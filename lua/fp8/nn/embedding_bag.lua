@@ -111,6 +111,10 @@ local function embedding_bag(fname, input, weight, offsets, o)
     kept[b], counts[b], Lmax = k, #k, math.max(Lmax, #k)
   end
   local B, dev = #bags, weight:device()
+  -- a bf16/fp16 weight: the bags summed in fp32 (what F.embedding gives such a weight) and the result rounded once to
+  -- the weight's dtype, as torch's (index_add refused the fp32 rows into a bf16 result: "mean" and "sum" failed)
+  local low = (weight:dtype() == "bf16" or weight:dtype() == "fp16") and weight:dtype() or nil
+  local function in_dtype(t) return low and t:dtype() ~= low and t:to(low) or t end
   local function on_dev(list) return require("fp8.tensor")._list_on(list, dev) end
   if B == 0 then return fp8.zeros({ 0, D }, { dtype = weight:dtype(), device = dev }) end
   local emb_opts = o.max_norm ~= nil and { max_norm = o.max_norm, norm_type = o.norm_type } or nil
@@ -124,23 +128,22 @@ local function embedding_bag(fname, input, weight, offsets, o)
     end
     local e = F.embedding(on_dev(at), weight, emb_opts):reshape({ B, Lmax, D })
     local out = (e:max(2))
-    return out * on_dev(empty):reshape({ B, 1 })
+    return in_dtype(out * on_dev(empty):reshape({ B, 1 }))
   end
   local tok, bag_of, pos = {}, {}, {}
   for b = 1, B do
     for _, j in ipairs(kept[b]) do tok[#tok + 1] = ids[j]; bag_of[#bag_of + 1] = b - 1; pos[#pos + 1] = j - 1 end
   end
-  local out = fp8.zeros({ B, D }, { dtype = weight:dtype(), device = dev })
-  if #tok == 0 then return out end
+  if #tok == 0 then return fp8.zeros({ B, D }, { dtype = weight:dtype(), device = dev }) end
   local e = F.embedding(on_dev(tok), weight, emb_opts)   -- [kept entries, D]
   if psw ~= nil then e = e * psw:reshape({ -1 }):index_select(1, on_dev(pos)):reshape({ #pos, 1 }) end
-  out = out:index_add(1, on_dev(bag_of), e)
+  local out = fp8.zeros({ B, D }, { dtype = e:dtype(), device = dev }):index_add(1, on_dev(bag_of), e)
   if mode == "mean" then
     local c = {}
     for b = 1, B do c[b] = math.max(counts[b], 1) end
     out = out / on_dev(c):reshape({ B, 1 })
   end
-  return out
+  return in_dtype(out)
 end
 
 local KEYS = { "mode", "per_sample_weights", "include_last_offset", "padding_idx", "max_norm", "norm_type",

@@ -44,15 +44,7 @@ local function low_in_fp32(...) return require("fp8.tensor")._low_in_fp32(...) e
 -- not fp32: torch's CPU autocast puts its losses on the fp32 list, so under autocast they compute in fp32 and return
 -- fp32 (torch 2.15, bf16 and fp16 alike: all of them but gaussian_nll_loss and multilabel_soft_margin_loss, written
 -- in Python of ops it leaves alone). Outside autocast each keeps its inputs' dtype, as torch's.
-local function autocast_fp32(...)
-  if fp8.autocast_dtype() == "fp32" then return ... end
-  local a = table.pack(...)
-  for i = 1, a.n do
-    local v = a[i]
-    if fp8.is_tensor(v) and (v:dtype() == "bf16" or v:dtype() == "fp16") then a[i] = v:to("fp32") end
-  end
-  return table.unpack(a, 1, a.n)
-end
+local function autocast_fp32(...) return require("fp8.tensor")._autocast_fp32(...) end   -- (at call time)
 
 local function check_opts(fname, opts, valid)
   local o = O.check(fname, opts, valid, 3)   -- not a tail call: level 3 counts this frame
@@ -927,6 +919,8 @@ function F.pad(x, pad, opts, ...)
     error(("pad: mode \"%s\" takes no value (it pads with the input's own elements), got value=%s"):format(mode,
       O.got(value)), 2)
   end
+  -- fp32 under autocast, as torch's CPU autocast (its reflection_pad/replication_pad are on the fp32 list)
+  if mode == "reflect" or mode == "replicate" then x = autocast_fp32(x) end
   if type(pad) ~= "table" or rawlen(pad) % 2 ~= 0 or rawlen(pad) == 0 then
     error(("pad: pad must be a list of an even number of integers {left, right, ...}, got %s"):format(O.got(pad)), 2)
   end
@@ -1046,11 +1040,15 @@ function F.nll_loss(lp, targets, opts, ...)
   end
   -- the target's entry selected, not multiplied by a one-hot row (a −inf elsewhere would make a NaN)
   local sel = require("fp8.tensor").where(fp8.tensor(hit):to(lp:device()), lp, 0)
+  -- the class weights are fp32 numbers: a bf16/fp16 input's weighted loss in fp32, rounded once to its dtype (torch
+  -- keeps the input's dtype, as without weights)
+  local low = w and (lp:dtype() == "bf16" or lp:dtype() == "fp16") and lp:dtype() or nil
+  local function out(r) return low and r:to(low) or r end
   if w then sel = sel * fp8.tensor(hw):to(lp:device()) end
   local per = -(sel:sum(2)) + 0
-  if red == "none" then return per end
-  if red == "sum" then return per:sum() end
-  return per:sum() / kept   -- every row ignored (or their weights 0): 0/0, NaN, as torch's
+  if red == "none" then return out(per) end
+  if red == "sum" then return out(per:sum()) end
+  return out(per:sum() / kept)   -- every row ignored (or their weights 0): 0/0, NaN, as torch's
 end
 
 -- torch's padding_idx for num rows: nil, or an integer in [-num, num), a negative one counted from the end;
