@@ -111,8 +111,8 @@ local function embedding_bag(fname, input, weight, offsets, o)
     kept[b], counts[b], Lmax = k, #k, math.max(Lmax, #k)
   end
   local B, dev = #bags, weight:device()
-  -- a bf16/fp16 weight: the bags summed in fp32 (what F.embedding gives such a weight) and the result rounded once to
-  -- the weight's dtype, as torch's (index_add refused the fp32 rows into a bf16 result: "mean" and "sum" failed)
+  -- a bf16/fp16 weight: the bags summed in fp32 and the result rounded once to the weight's dtype, as torch's
+  -- (index_add refused F.embedding's fp32 rows into a bf16 result: "mean" and "sum" failed)
   local low = (weight:dtype() == "bf16" or weight:dtype() == "fp16") and weight:dtype() or nil
   local function in_dtype(t) return low and t:dtype() ~= low and t:to(low) or t end
   local function on_dev(list) return require("fp8.tensor")._list_on(list, dev) end
@@ -136,6 +136,7 @@ local function embedding_bag(fname, input, weight, offsets, o)
   end
   if #tok == 0 then return fp8.zeros({ B, D }, { dtype = weight:dtype(), device = dev }) end
   local e = F.embedding(on_dev(tok), weight, emb_opts)   -- [kept entries, D]
+  if low then e = e:to("fp32") end
   if psw ~= nil then e = e * psw:reshape({ -1 }):index_select(1, on_dev(pos)):reshape({ #pos, 1 }) end
   local out = fp8.zeros({ B, D }, { dtype = e:dtype(), device = dev }):index_add(1, on_dev(bag_of), e)
   if mode == "mean" then

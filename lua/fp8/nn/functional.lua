@@ -1116,6 +1116,10 @@ function F.embedding(idx, weight, padding_idx, ...)
   local pad = F._padding_idx("embedding", padding_idx, weight:size(1), 2)
   if max_norm ~= nil then renorm_rows(weight, idx, max_norm, norm_type) end
   local out = at_caller(pcall(core().embedding, idx, weight))
+  -- a bf16/fp16 weight's rows in its dtype, as torch's (the kernel gives fp32; the values are the rows, exact)
+  if (weight:dtype() == "bf16" or weight:dtype() == "fp16") and out:dtype() ~= weight:dtype() then
+    out = out:to(weight:dtype())
+  end
   if pad == nil or not out:requires_grad() then return out end
   return require("fp8.tensor").where(idx:eq(pad):unsqueeze(-1):to(out:device()), out:detach(), out)
 end
@@ -1130,7 +1134,10 @@ function F.dropout(x, p, training, ...)
   if training == nil then training = true end
   if type(training) ~= "boolean" then error(("dropout: training must be a boolean, got %s"):format(type(training)), 2) end
   if not training or p == 0 then return x end
-  return (at_caller(pcall(core().dropout, x, p, training)))
+  local r = at_caller(pcall(core().dropout, x, p, training))
+  -- a bf16/fp16 input keeps its dtype, as torch's (the kernel gives fp32; x·mask/(1-p) rounded once)
+  if (x:dtype() == "bf16" or x:dtype() == "fp16") and r:dtype() ~= x:dtype() then r = r:to(x:dtype()) end
+  return r
 end
 
 -- scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=true}])
@@ -1259,8 +1266,13 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
         .. "where it may not: fp8.where(keep, 0, -math.huge)"):format(N), 2)
     end
   end
+  -- q, k and v of one bf16/fp16 dtype outside autocast: the result rounded once to it, as torch's (the kernels give
+  -- fp32); under autocast it stays as the autocast's attention gives it
+  local low = fp8.autocast_dtype() == "fp32" and (q:dtype() == "bf16" or q:dtype() == "fp16")
+    and k:dtype() == q:dtype() and v:dtype() == q:dtype() and q:dtype() or nil
+  local function in_dtype(r) return low and r:dtype() ~= low and r:to(low) or r end
   if mask == nil and dp == 0 and not gqa and shape_str(q) == shape_str(k) and shape_str(q) == shape_str(v) then
-    return (at_caller(pcall(core().scaled_dot_product_attention, q, k, v,
+    return in_dtype(at_caller(pcall(core().scaled_dot_product_attention, q, k, v,
       { is_causal = opts.is_causal, scale = opts.scale })))
   end
   -- the fused kernels' rule on both paths (the written-out one took 0, a negative scale and inf, which gave NaN)
@@ -1270,7 +1282,7 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if mask ~= nil and mask:dim() > q:dim() then   -- (it broadcast the output to the mask's extra dims)
     error(("%s: attn_mask %s has more dims than q %s"):format(N, mask:shape_str(), q:shape_str()), 2)
   end
-  return (at_caller(pcall(sdpa_written_out, q, k, v, opts)))
+  return in_dtype(at_caller(pcall(sdpa_written_out, q, k, v, opts)))
 end
 
 -- qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=, scale=}]) → [B, T, C]: the attention of the packed
