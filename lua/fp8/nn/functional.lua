@@ -1040,9 +1040,11 @@ function F.nll_loss(lp, targets, opts, ...)
   end
   -- the target's entry selected, not multiplied by a one-hot row (a −inf elsewhere would make a NaN)
   local sel = require("fp8.tensor").where(fp8.tensor(hit):to(lp:device()), lp, 0)
-  -- the class weights are fp32 numbers: a bf16/fp16 input's weighted loss in fp32, rounded once to its dtype (torch
-  -- keeps the input's dtype, as without weights)
-  local low = w and (lp:dtype() == "bf16" or lp:dtype() == "fp16") and lp:dtype() or nil
+  -- the class weights are fp32 numbers: a bf16/fp16 input's weighted loss in fp32, rounded once to its dtype when the
+  -- weight has that dtype too (torch keeps it, as without weights); a weight of another dtype, which torch refuses,
+  -- gives fp32 (the promotion, as the other losses' weights)
+  local low = w and (lp:dtype() == "bf16" or lp:dtype() == "fp16") and opts.weight:dtype() == lp:dtype()
+    and lp:dtype() or nil
   local function out(r) return low and r:to(low) or r end
   if w then sel = sel * fp8.tensor(hw):to(lp:device()) end
   local per = -(sel:sum(2)) + 0
