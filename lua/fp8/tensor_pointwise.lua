@@ -42,7 +42,8 @@ Tensor.addcdiv = at_caller(function(t, a, b, v, ...)
   end, t, a, b)
 end)
 
--- clip: torch's alias of clamp; relu(): F.relu as a method
+-- clip: torch's alias of clamp; relu(): F.relu as a method, keeping a bf16/fp16 input's dtype in and out of autocast
+-- as torch's and the other elementwise methods (F.relu's kernel gives fp32; max(x, 0) is exact in the input's dtype)
 Tensor.clip = at_caller(function(t, ...)
   check_self("clip", t)
   return t:clamp(...)
@@ -50,7 +51,9 @@ end)
 Tensor.relu = at_caller(function(t, ...)
   no_more("relu", "()", ...)
   self_of("relu", t)
-  return require("fp8.nn.functional").relu(t)
+  local r = require("fp8.nn.functional").relu(t)
+  if (t:dtype() == "bf16" or t:dtype() == "fp16") and r:dtype() ~= t:dtype() then r = r:to(t:dtype()) end
+  return r
 end)
 
 local FINITE_MAX = { fp32 = opts.F32_MAX, bf16 = 3.3895313892515355e38, fp16 = 65504 }

@@ -20,3 +20,31 @@ describe("nll_loss with a weight of another dtype", function()
     assert.are.equal(1.875, F.nll_loss(lp:to("bf16"), t, { weight = fp8.tensor { 1, 2, 3 } }):item())
   end)
 end)
+
+describe("softmin, gumbel_softmax and x:relu() of a bf16/fp16 input", function()
+  it("keep its dtype in and out of autocast, computed in fp32 and rounded once, as torch's", function()
+    local x = fp8.tensor { { 0.3, -1.2, 2.5 }, { 1.1, 0.7, -0.4 } }
+    for _, dt in ipairs { "bf16", "fp16" } do
+      local v = x:to(dt)
+      local got = { F.softmin(v, 2):dtype(), fp8.nn.Softmin(2)(v):dtype(), F.gumbel_softmax(v):dtype(),
+                    F.gumbel_softmax(v, { hard = true }):dtype(), v:relu():dtype() }
+      assert.are.same({ dt, dt, dt, dt, dt }, got)                -- all fp32 before
+      local ac = fp8.amp.autocast("bf16", function()
+        return { F.softmin(v, 2):dtype(), F.gumbel_softmax(v):dtype(), v:relu():dtype() }
+      end)
+      assert.are.same({ dt, dt, dt }, ac)
+      -- the fp32 values rounded once (torch's bf16 softmin: 0.1787, 0.8008, 0.0198 / 0.1436, 0.2139, 0.6445)
+      local ref = F.softmin(v:to("fp32"), 2):to(dt)
+      assert.are.equal(1, F.softmin(v, 2):eq(ref):all():item())
+      assert.are.equal(1, v:relu():eq(v:to("fp32"):clamp_min(0):to(dt)):all():item())
+    end
+    assert.are.equal(0.80078125, F.softmin(x:to("bf16"), 2)[1][2])
+    -- the gradient still flows through the rounding
+    local g = x:to("bf16"):requires_grad_()
+    g:relu():sum():backward()
+    assert.are.same({ { 1, 0, 1 }, { 1, 1, 0 } }, g.grad:to("fp32"):tolist())
+    -- an fp32 input, and F.relu/F.softmax themselves, as before
+    assert.are.equal("fp32", F.softmin(x, 2):dtype())
+    assert.are.equal("fp32", F.relu(x:to("bf16")):dtype())
+  end)
+end)

@@ -93,6 +93,8 @@ local function impl_gumbel_softmax(logits, opts, ...)
   local g = -e:log()
   if logits:dtype() ~= "fp32" then g = g:to(logits:dtype()) end
   local y = F.softmax((logits + g) / tau, dim)
+  -- bf16/fp16 logits keep their dtype, in and out of autocast, as torch's (softmax's kernel gives fp32: rounded once)
+  if logits:dtype() ~= "fp32" and y:dtype() ~= logits:dtype() then y = y:to(logits:dtype()) end
   if not hard then return y end
   local _, idx = y:detach():max(dim, true)
   local onehot = fp8.zeros(y:shape(), { dtype = y:dtype(), device = y:device() }):scatter(dim, idx,

@@ -620,7 +620,10 @@ end
 function F.softmin(x, dim, ...)
   no_more("softmin", "(input [, dim]) (no dtype)", ...)
   check_tensor("softmin", "input", x)
-  return F.softmax(-x, dim)
+  local r = F.softmax(-x, dim)
+  -- a bf16/fp16 input keeps its dtype, in and out of autocast, as torch's (softmax's kernel gives fp32: rounded once)
+  if (x:dtype() == "bf16" or x:dtype() == "fp16") and r:dtype() ~= x:dtype() then r = r:to(x:dtype()) end
+  return r
 end
 
 -- binary_cross_entropy_with_logits(input, target [, {weight=, reduction=, pos_weight=}]): torch's, −w·(pw·y·log σ(x)
