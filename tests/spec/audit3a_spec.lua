@@ -48,3 +48,28 @@ describe("softmin, gumbel_softmax and x:relu() of a bf16/fp16 input", function()
     assert.are.equal("fp32", F.relu(x:to("bf16")):dtype())
   end)
 end)
+
+describe("embedding_bag of a bf16/fp16 weight in the other forms", function()
+  it("keeps the weight's dtype: 2-d input, fp16, per_sample_weights, autocast, the module's Parameter", function()
+    local w = bf { { 1, 2 }, { 3, 4 }, { 5, 6 } }
+    local i, o = fp8.tensor { 0, 1, 2 }, fp8.tensor { 0, 1 }
+    local function check(r, dt, want)
+      assert.are.equal(dt, r:dtype())
+      assert.are.same(want, r:to("fp32"):tolist())
+    end
+    check(F.embedding_bag(fp8.tensor { { 0, 1 }, { 1, 2 } }, w), "bf16", { { 2, 3 }, { 4, 5 } })   -- failed in index_add
+    check(F.embedding_bag(i, w:to("fp16"), o), "fp16", { { 1, 2 }, { 4, 5 } })
+    check(F.embedding_bag(i, w, o, { mode = "sum", per_sample_weights = fp8.tensor { 1, 2, 3 } }), "bf16",
+      { { 1, 2 }, { 21, 26 } })
+    for _, mode in ipairs { "mean", "sum", "max" } do
+      local r = fp8.amp.autocast("bf16", function() return F.embedding_bag(i, w, o, { mode = mode }) end)
+      assert.are.equal("bf16", r:dtype())                    -- as torch's CPU autocast (not on its fp32 list)
+    end
+    local m = fp8.nn.EmbeddingBag(3, 2)
+    m.weight = fp8.nn.Parameter(w:clone())
+    check(m(i, o), "bf16", { { 1, 2 }, { 4, 5 } })
+    -- the bag's sum in fp32, rounded once: 1.0078125 + 1.0078125 + 1.0078125 = 3.0234375 → 3.03125 (bf16, to even)
+    local u = bf { { 1.0078125 } }
+    assert.are.equal(3.03125, F.embedding_bag(fp8.tensor { 0, 0, 0 }, u, fp8.tensor { 0 }, { mode = "sum" })[1][1])
+  end)
+end)
