@@ -73,3 +73,19 @@ describe("embedding_bag of a bf16/fp16 weight in the other forms", function()
     assert.are.equal(3.03125, F.embedding_bag(fp8.tensor { 0, 0, 0 }, u, fp8.tensor { 0 }, { mode = "sum" })[1][1])
   end)
 end)
+
+describe("torch's CPU autocast fp32 list through the other doors", function()
+  it("the modules, fp8.* functions, dims, fp16 inputs and the Accelerator's autocast give fp32", function()
+    local x = fp8.randn { 1, 2, 4, 4 }:to("bf16")
+    local a = fp8.randn { 3, 3 }:to("fp16")
+    local acc = fp8.Accelerator { mixed_precision = "bf16", config = false }
+    local h = acc:autocast()
+    local got = { fp8.nn.ReflectionPad2d(1)(x):dtype(), fp8.nn.ReplicationPad1d(1)(x[1]):dtype(),
+                  fp8.nn.LocalResponseNorm(2)(x):dtype(), fp8.trace(a):dtype(), fp8.prod(a):dtype(),
+                  a:prod(2):dtype(), a:quantile(0.5, 1):dtype(), fp8.cdist(a, a):dtype(),
+                  fp8.nn.ConstantPad1d(1, 0)(x[1]):dtype() }
+    h:close()
+    assert.are.same({ "fp32", "fp32", "fp32", "fp32", "fp32", "fp32", "fp32", "fp32", "bf16" }, got)
+    assert.are.equal("fp16", a:prod(2):dtype())                     -- outside autocast: the input's dtype
+  end)
+end)
