@@ -204,13 +204,16 @@ end
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   help.add { section = "Training", name = "utils.checkpoint.checkpoint",
-    sig = "fp8.utils.checkpoint.checkpoint(fn, ...) / checkpoint_sequential(functions, segments, input)",
+    sig = "fp8.utils.checkpoint.checkpoint(fn, ... [, {use_reentrant=true, ...}]) / checkpoint_sequential(functions, "
+      .. "segments, input [, {...}])",
     doc = "torch.utils.checkpoint: fn (a function or a module) runs without keeping its activations, and again in the\n"
       .. "backward to get its gradients: memory for a second forward. The recomputation sees the random generator\n"
       .. "(dropout's masks), the autocast dtype and the FP8 autocast of the forward; FP8 layers record their amaxes\n"
       .. "once, there. Parameters get their .grad as in any backward. checkpoint_sequential cuts a Sequential (or a\n"
       .. "list) into `segments` runs and checkpoints all but the last. nn.GPT{..., gradient_checkpointing=true}\n"
-      .. "checkpoints each block (transformers' gradient_checkpointing_enable)." }
+      .. "checkpoints each block (transformers' gradient_checkpointing_enable). torch's options as a last table:\n"
+      .. "use_reentrant=true, preserve_rng_state=true, determinism_check=\"default\", debug=false are what it does;\n"
+      .. "use_reentrant=false, context_fn and the other values are refused by name." }
   -- (help(fp8.utils.checkpoint.checkpoint) finds a function three tables down as "utils.checkpoint:checkpoint")
   for _, k in ipairs { "utils.checkpoint.checkpoint_sequential", "utils.checkpoint:checkpoint",
                        "utils.checkpoint:checkpoint_sequential", "utils.checkpoint", "utils" } do
