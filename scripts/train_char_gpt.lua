@@ -300,7 +300,11 @@ local ok, err = pcall(function()
     step = step + 1
     bar:set_postfix{loss = l}
     if step % opts["eval-every"] == 0 or step == opts.steps then
-      report(step, run_sum / run_n, val_loss(val_loader), sched:get_last_lr()[1], micro * tokens_per_micro / t_train,
+      -- the mean over every process's micro-batches (each process's mean, averaged: the same counts on each);
+      -- it was process 0's alone
+      local train_loss = run_sum / run_n
+      if accel.num_processes > 1 then train_loss = accel:reduce(fp8.tensor { train_loss }, "mean"):item() end
+      report(step, train_loss, val_loss(val_loader), sched:get_last_lr()[1], micro * tokens_per_micro / t_train,
         data.clock() - t0)
       run_sum, run_n, t_train, micro = 0, 0, 0, 0
     end

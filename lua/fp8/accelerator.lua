@@ -737,6 +737,10 @@ function Accelerator:prepare_data_loader(d, ...)
           self.num_processes, self.num_processes), 2)
       end
       d = dist.shard(self, d, self.even_batches, self.split_batches)
+    elseif self.split_batches then
+      -- one process splits each batch into one slice: the loader as it is, marked so that a checkpoint records
+      -- split_batches and its position resumes in place under another process count (dist.is_split)
+      rawset(d, "_split_batches", true)
     end
     self:_remember(d)   -- its position goes into save_state
   end

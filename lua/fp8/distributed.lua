@@ -861,7 +861,11 @@ function M.shard(acc, loader, even_batches, split)
 end
 
 -- whether a prepared loader hands out slices of its batches (split_batches=true)
-function M.is_split(v) return getmetatable(v) == Sharded and rawget(v, "_split") == true end
+-- a loader prepared with split_batches: sharded over several processes, or marked by a one-process prepare
+function M.is_split(v)
+  if getmetatable(v) == Sharded then return rawget(v, "_split") == true end
+  return type(v) == "table" and rawget(v, "_split_batches") == true
+end
 
 -- ---- help -------------------------------------------------------------------------------------
 

@@ -172,3 +172,41 @@ describe("bf16 through embedding, dropout and attention", function()
     assert.are.equal("fp32", fp8.amp.autocast("bf16", function() return F.scaled_dot_product_attention(q, q, q):dtype() end))
   end)
 end)
+
+describe("a split_batches loader in one process", function()
+  it("records split_batches in its checkpoint, so the position resumes in place under another process count", function()
+    local U = dofile("tests/spec/helpers/util.lua")
+    local dir = U.tmpdir()
+    local script = dir .. "/s.lua"
+    U.write(script, [[
+local mode, dir = arg[1], arg[2]
+local acc = fp8.Accelerator{ cpu = true, config = false,
+  dataloader_config = fp8.DataLoaderConfiguration{ split_batches = true } }
+fp8.manual_seed(7)
+local items = {}
+for i = 1, 32 do items[i] = { fp8.randn{4}, i % 3 } end
+local model = fp8.nn.Linear(4, 3)
+local loader = fp8.data.DataLoader{ items, batch_size = 4, shuffle = true, seed = 3 }
+local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+model, opt, loader = acc:prepare(model, opt, loader)
+if mode == "load" then acc:load_state(dir, { strict = false }) end
+local n = 0
+for x, y in loader do
+  n = n + 1
+  if mode == "save" and n == 3 then acc:save_state(dir); break end
+end
+print("batches", n)
+]])
+    local exe = arg and arg[-1] or "build/fp8lab"
+    local out, ok = U.sh(U.q(exe) .. " " .. U.q(script) .. " save " .. U.q(dir .. "/c"))
+    assert.is_true(ok, out)
+    local f = assert(io.open(dir .. "/c/fp8lab_state.json")); local json = f:read("a"); f:close()
+    assert.truthy(json:find('"split_batches":%s*true'), json)      -- (one process recorded nothing before)
+    -- a checkpoint of a split loader, as two processes write it, resumes in place here (5 of 8 batches left)
+    out, ok = U.sh(U.q(exe) .. " " .. U.q(script) .. " load " .. U.q(dir .. "/c"))
+    assert.is_true(ok, out)
+    assert.truthy(out:find("batches\t5", 1, true), out)
+    assert.is_nil(out:find("restarts epoch", 1, true), out)
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+end)
