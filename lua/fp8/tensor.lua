@@ -445,6 +445,17 @@ M._alias = alias
 -- Other dtypes (FP8, integers) leave f as it is.
 local WIDE = { bf16 = "low", fp16 = "low", fp32 = "fp32" }
 
+-- t's dtype where it is bf16 or fp16, else nil; and r rounded to such a dtype (nil: r as it is). The ops whose
+-- kernels compute in fp32 give a bf16/fp16 input its dtype back through them, rounding once.
+function M._low_dtype(t)
+  local dt = t:dtype()
+  if dt == "bf16" or dt == "fp16" then return dt end
+end
+function M._round_to(r, dt)
+  if dt and r:dtype() ~= dt then return r:to(dt) end
+  return r
+end
+
 -- Its arguments, the bf16 and fp16 tensors among them widened to fp32 (a differentiable cast) where the autocast
 -- dtype is bf16 or fp16: the ops on torch 2.15's CPU autocast fp32 list compute in fp32 and return fp32 there (the
 -- losses, prod, trace, quantile/nanquantile, cdist, local_response_norm, reflect/replicate pad). Outside autocast

@@ -52,8 +52,7 @@ Tensor.relu = at_caller(function(t, ...)
   no_more("relu", "()", ...)
   self_of("relu", t)
   local r = require("fp8.nn.functional").relu(t)
-  if (t:dtype() == "bf16" or t:dtype() == "fp16") and r:dtype() ~= t:dtype() then r = r:to(t:dtype()) end
-  return r
+  return T._round_to(r, T._low_dtype(t))
 end)
 
 local FINITE_MAX = { fp32 = opts.F32_MAX, bf16 = 3.3895313892515355e38, fp16 = 65504 }

@@ -31,10 +31,7 @@ local function per_channel(x) return x:reshape({ x:size(1), x:size(2), x:numel()
 -- bf16/fp16 operands are widened to fp32 and the result rounded once to a bf16/fp16 input's dtype: torch's CPU norms
 -- compute in fp32 (a bf16 input beside fp32 weights gives bf16). Built of ops in the input's dtype, every step
 -- rounded (10-16 bf16 ulps off), and fp32 weights gave fp32 values of bf16 precision.
-local function low_of(x)
-  local dt = x:dtype()
-  if dt == "bf16" or dt == "fp16" then return dt end
-end
+local function low_of(x) return require("fp8.tensor")._low_dtype(x) end
 local function wide(t)
   if t ~= nil and low_of(t) then return t:to("fp32") end
   return t

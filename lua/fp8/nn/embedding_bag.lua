@@ -113,8 +113,9 @@ local function embedding_bag(fname, input, weight, offsets, o)
   local B, dev = #bags, weight:device()
   -- a bf16/fp16 weight: the bags summed in fp32 and the result rounded once to the weight's dtype, as torch's
   -- (index_add refused F.embedding's fp32 rows into a bf16 result: "mean" and "sum" failed)
-  local low = (weight:dtype() == "bf16" or weight:dtype() == "fp16") and weight:dtype() or nil
-  local function in_dtype(t) return low and t:dtype() ~= low and t:to(low) or t end
+  local T = require "fp8.tensor"
+  local low = T._low_dtype(weight)
+  local function in_dtype(t) return T._round_to(t, low) end
   local function on_dev(list) return require("fp8.tensor")._list_on(list, dev) end
   if B == 0 then return fp8.zeros({ 0, D }, { dtype = weight:dtype(), device = dev }) end
   local emb_opts = o.max_norm ~= nil and { max_norm = o.max_norm, norm_type = o.norm_type } or nil

@@ -622,8 +622,7 @@ function F.softmin(x, dim, ...)
   check_tensor("softmin", "input", x)
   local r = F.softmax(-x, dim)
   -- a bf16/fp16 input keeps its dtype, in and out of autocast, as torch's (softmax's kernel gives fp32: rounded once)
-  if (x:dtype() == "bf16" or x:dtype() == "fp16") and r:dtype() ~= x:dtype() then r = r:to(x:dtype()) end
-  return r
+  return require("fp8.tensor")._round_to(r, require("fp8.tensor")._low_dtype(x))
 end
 
 -- binary_cross_entropy_with_logits(input, target [, {weight=, reduction=, pos_weight=}]): torch's, −w·(pw·y·log σ(x)
@@ -835,9 +834,10 @@ function F.rms_norm(x, shape, w, eps, ...)
   end
   -- bf16/fp16: in fp32, the result rounded once to the input's dtype (torch's; a bf16 x beside an fp32 weight gives
   -- bf16), not op by op in the input's dtype
-  local low = (x:dtype() == "bf16" or x:dtype() == "fp16") and x:dtype() or nil
+  local T = require "fp8.tensor"
+  local low = T._low_dtype(x)
   if low then x = x:to("fp32") end
-  if w ~= nil and (w:dtype() == "bf16" or w:dtype() == "fp16") then w = w:to("fp32") end
+  if w ~= nil and T._low_dtype(w) then w = w:to("fp32") end
   local ms = x * x
   if nd == 1 then ms = ms:mean(-1, true)
   else
@@ -847,7 +847,7 @@ function F.rms_norm(x, shape, w, eps, ...)
   end
   local y = x * (ms + eps):rsqrt()
   if w ~= nil then y = y * w end
-  return low and y:to(low) or y
+  return T._round_to(y, low)
 end
 
 -- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1; dim 2 is
@@ -1046,9 +1046,9 @@ function F.nll_loss(lp, targets, opts, ...)
   -- the class weights are fp32 numbers: a bf16/fp16 input's weighted loss in fp32, rounded once to its dtype when the
   -- weight has that dtype too (torch keeps it, as without weights); a weight of another dtype, which torch refuses,
   -- gives fp32 (the promotion, as the other losses' weights)
-  local low = w and (lp:dtype() == "bf16" or lp:dtype() == "fp16") and opts.weight:dtype() == lp:dtype()
-    and lp:dtype() or nil
-  local function out(r) return low and r:to(low) or r end
+  local T = require "fp8.tensor"
+  local low = w and T._low_dtype(lp) and opts.weight:dtype() == lp:dtype() and lp:dtype() or nil
+  local function out(r) return T._round_to(r, low) end
   if w then sel = sel * fp8.tensor(hw):to(lp:device()) end
   local per = -(sel:sum(2)) + 0
   if red == "none" then return out(per) end
@@ -1122,9 +1122,7 @@ function F.embedding(idx, weight, padding_idx, ...)
   if max_norm ~= nil then renorm_rows(weight, idx, max_norm, norm_type) end
   local out = at_caller(pcall(core().embedding, idx, weight))
   -- a bf16/fp16 weight's rows in its dtype, as torch's (the kernel gives fp32; the values are the rows, exact)
-  if (weight:dtype() == "bf16" or weight:dtype() == "fp16") and out:dtype() ~= weight:dtype() then
-    out = out:to(weight:dtype())
-  end
+  out = require("fp8.tensor")._round_to(out, require("fp8.tensor")._low_dtype(weight))
   if pad == nil or not out:requires_grad() then return out end
   return require("fp8.tensor").where(idx:eq(pad):unsqueeze(-1):to(out:device()), out:detach(), out)
 end
@@ -1141,8 +1139,7 @@ function F.dropout(x, p, training, ...)
   if not training or p == 0 then return x end
   local r = at_caller(pcall(core().dropout, x, p, training))
   -- a bf16/fp16 input keeps its dtype, as torch's (the kernel gives fp32; x·mask/(1-p) rounded once)
-  if (x:dtype() == "bf16" or x:dtype() == "fp16") and r:dtype() ~= x:dtype() then r = r:to(x:dtype()) end
-  return r
+  return require("fp8.tensor")._round_to(r, require("fp8.tensor")._low_dtype(x))
 end
 
 -- scaled_dot_product_attention(q, k, v [B, H, T, D] [, {is_causal=true}])
@@ -1273,9 +1270,10 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   end
   -- q, k and v of one bf16/fp16 dtype outside autocast: the result rounded once to it, as torch's (the kernels give
   -- fp32); under autocast it stays as the autocast's attention gives it
-  local low = fp8.autocast_dtype() == "fp32" and (q:dtype() == "bf16" or q:dtype() == "fp16")
-    and k:dtype() == q:dtype() and v:dtype() == q:dtype() and q:dtype() or nil
-  local function in_dtype(r) return low and r:dtype() ~= low and r:to(low) or r end
+  local T = require "fp8.tensor"
+  local low = fp8.autocast_dtype() == "fp32" and k:dtype() == q:dtype() and v:dtype() == q:dtype()
+    and T._low_dtype(q) or nil
+  local function in_dtype(r) return T._round_to(r, low) end
   if mask == nil and dp == 0 and not gqa and shape_str(q) == shape_str(k) and shape_str(q) == shape_str(v) then
     return in_dtype(at_caller(pcall(core().scaled_dot_product_attention, q, k, v,
       { is_causal = opts.is_causal, scale = opts.scale })))
