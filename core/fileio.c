@@ -146,6 +146,9 @@ fl_status fl_append(const char *path, const void *data, size_t len, bool durable
         close(fd);
         return FL_ERR(FL_EIO, "%s: not a regular file", path);
     }
+    /* A write that fails part-way (a full disk, a file-size limit) is taken back: the file is cut to the size it
+     * had, so that it never holds a torn record after which a reader (TensorBoard's, a CSV's) loses every later one. */
+    const off_t start = st.st_size;
     const char *p = (const char *)data;
     size_t done = 0;
     while (done < len) {
@@ -153,8 +156,10 @@ fl_status fl_append(const char *path, const void *data, size_t len, bool durable
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
             int e = errno;
+            bool cut = done == 0 || ftruncate(fd, start) == 0;
             close(fd);
-            return FL_ERR(FL_EIO, "%s: write failed: %s", path, strerror(e));
+            return FL_ERR(FL_EIO, "%s: write failed: %s%s", path, strerror(e),
+                          cut ? "" : " (and the part written could not be taken back: the file ends in a torn write)");
         }
         done += (size_t)w;
     }

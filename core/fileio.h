@@ -40,8 +40,9 @@ fl_status fl_write_atomic_fn(const char *path, fl_write_fn fill, void *ctx);
 fl_status fl_fsync_rename(const char *tmp, const char *path);
 /* An append-only log (a TensorBoard event file), which a reader may follow while it grows: all of data written at
  * path's end (the file created 0644 if missing, and its directory fsynced then), then fsync'ed when `durable`.
- * Earlier bytes are never rewritten, so a crash loses at most what this call was writing. A path that is not a
- * regular file (a directory, a FIFO) is refused. */
+ * Earlier bytes are never rewritten, so a crash loses at most what this call was writing; a write that fails
+ * part-way (a full disk, a file-size limit) is cut back to the size the file had. A path that is not a regular file
+ * (a directory, a FIFO) is refused. */
 fl_status fl_append(const char *path, const void *data, size_t len, bool durable);
 /* fsync a directory (after renaming into it); file systems that cannot (EINVAL) are not an error. */
 fl_status fl_fsync_dir(const char *dir);

@@ -884,6 +884,10 @@ int main(int argc, char **argv) {
     if (!bad) bad = set_cpu_isa();
     if (bad) return bad;
     use_signal_stack();
+    /* A write past a file-size limit (ulimit -f, a site's quota) raises SIGXFSZ, whose default kills the process in
+     * the middle of a save: ignored, the write fails with EFBIG instead and the writer reports it (the atomic
+     * writers leave the old file, appends are cut back, core/fileio.c). */
+    signal(SIGXFSZ, SIG_IGN);
     lua_State *L = luaL_newstate();
     if (L == NULL) { l_message(progname, "cannot create state: not enough memory"); return 1; }
     globalL = L;

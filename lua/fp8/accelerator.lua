@@ -1101,6 +1101,24 @@ function Accelerator:state()
     { __tostring = function() return s end })
 end
 
+-- Appends data to the CSV at path; true, or false and the reason. A regular file (or a new one) takes it through
+-- fp8._fileio.append, which cuts a write that fails part-way (a full disk, a file-size limit) back to the file's old
+-- size: a torn row would have run into the next step's first one. A device (/dev/null, /dev/full) is written as is.
+local function append_log(path, data)
+  local C = require("fp8._checkpoint")
+  if C.is_file(path) or not C.exists(path) then
+    local ok, err = pcall(require("fp8._fileio").append, path, data)
+    return ok, not ok and tostring(err):gsub("^" .. path:gsub("%p", "%%%0") .. ": ", "") or nil
+  end
+  local f, err = io.open(path, "a")
+  if not f then return false, err end
+  local ok, werr = f:write(data)
+  local cok, cerr = f:close()   -- a buffered write's failure shows here
+  if not ok then return false, werr end
+  if not cok then return false, cerr end
+  return true
+end
+
 -- log_fp8_stats{every=N, path=…, trackers=false} appends one CSV row per FP8 layer and role every N optimizer steps
 -- to path, and with trackers=true logs the same to the experiment trackers (acc:log): fp8/<layer>/<role>/scale,
 -- amax, underflow and saturated, so TensorBoard draws each layer's scale and amax over the run.
@@ -1129,14 +1147,11 @@ function Accelerator:log_fp8_stats(opts)
   if path ~= nil and self.process_index == 0 then   -- the main process writes the CSV
     local f, err = io.open(path, "a")
     if not f then error(("log_fp8_stats: cannot open %s: %s"):format(path, err), 2) end
+    local empty = f:seek("end") == 0
+    f:close()
     local ok, werr = true, nil
-    if f:seek("end") == 0 then
-      ok, werr = f:write("step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n")
-    end
-    local cok, cerr = f:close()   -- a buffered write's failure (a full disk) shows here
-    if not (ok and cok) then
-      error(("log_fp8_stats: cannot write the header to %s: %s"):format(path, tostring(werr or cerr)), 2)
-    end
+    if empty then ok, werr = append_log(path, "step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n") end
+    if not ok then error(("log_fp8_stats: cannot write the header to %s: %s"):format(path, tostring(werr)), 2) end
   end
   self._stats_log = { every = every, path = path, trackers = to_trackers == true }
 end
@@ -1162,12 +1177,8 @@ function Accelerator:_write_stats(log)
   local function failed(err)
     error(("log_fp8_stats: cannot append step %d's rows to %s: %s"):format(self.step, log.path, tostring(err)), 0)
   end
-  local f, err = io.open(log.path, "a")
-  if not f then failed(err) end
-  local ok, werr = f:write(table.concat(rows))
-  local cok, cerr = f:close()   -- a buffered write's failure shows here
-  if not ok then failed(werr) end
-  if not cok then failed(cerr) end
+  local ok, err = append_log(log.path, table.concat(rows))
+  if not ok then failed(err) end
 end
 
 function Accelerator:__tostring() return tostring(self:state()) end

@@ -1,0 +1,102 @@
+-- Writes that fail part-way (a full disk, a file-size limit): found by hand on 2026-12-05 (stop 88), filling a small
+-- tmpfs and running under `ulimit -f`. Under a file-size limit a write past it raised SIGXFSZ, whose default killed
+-- fp8lab in the middle of a save (exit 153, a stale "<dir>.tmp" left behind): fp8lab ignores the signal, so the write
+-- fails with EFBIG and the writer says so. An append that failed part-way (TensorBoard's event files,
+-- log_fp8_stats's CSV) left a torn record or row in the file, after which TensorBoard read none of the later events
+-- and the next CSV row ran into the torn one: the append is cut back to the file's old size.
+-- Each case runs a child fp8lab under `ulimit -f` (POSIX sh: 512- or 1024-byte blocks, either way far below the
+-- 260 KiB file written) and without `trap '' XFSZ`, as a user's shell runs it.
+local U = dofile("tests/spec/helpers/util.lua")
+local BIN = FP8LAB_BIN or "build/fp8lab"
+
+local function run_limited(blocks, script, ...)
+  local args = {}
+  for i, a in ipairs { ... } do args[i] = U.q(a) end
+  return U.sh(("ulimit -f %d; %s %s %s"):format(blocks, U.q(BIN), U.q(script), table.concat(args, " ")))
+end
+
+describe("a file-size limit", function()
+  it("save_state past it is an error naming the file, the checkpoint saved before stays whole, no .tmp is left",
+    function()
+      local d = U.tmpdir()
+      U.write(d .. "/save.lua", [[
+local dir, v = arg[1], tonumber(arg[2])
+local acc = fp8.Accelerator { config = false, env = {} }
+local m = fp8.nn.Linear(256, 256)
+local o = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+m, o = acc:prepare(m, o)
+m.weight.data:fill_(v)
+acc:save_state(dir)
+print("saved " .. v)
+]])
+      local ck = d .. "/ck"
+      local out, ok = U.sh(("%s %s %s 1"):format(U.q(BIN), U.q(d .. "/save.lua"), U.q(ck)))
+      assert.is_true(ok, out)
+      out, ok = run_limited(200, d .. "/save.lua", ck, 2)
+      assert.is_false(ok, out)
+      -- (the old code: "File size limit exceeded", exit 153, before any message of its own)
+      assert.truthy(out:find("save_state: " .. ck .. ".tmp/model.safetensors: write failed: File too large", 1, true),
+        out)
+      assert.is_nil(out:find("limit exceeded", 1, true), out)
+      assert.is_false(require("fp8._checkpoint").exists(ck .. ".tmp"))
+      local acc = fp8.Accelerator { config = false, env = {} }
+      local m = fp8.nn.Linear(256, 256)
+      local o = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+      m, o = acc:prepare(m, o)
+      acc:load_state(ck)
+      assert.are.equal(1, m.weight:min():item())
+      assert.are.equal(1, m.weight:max():item())
+      os.execute("rm -rf " .. U.q(d))
+    end)
+
+  it("a SummaryWriter's event that does not fit is cut back: the file ends at its last whole record", function()
+    local d = U.tmpdir()
+    U.write(d .. "/tb.lua", [[
+local w = fp8.SummaryWriter(arg[1])
+local path = w._path
+local function size() local f = assert(io.open(path, "rb")); local n = f:seek("end"); f:close(); return n end
+for i = 1, 100000 do
+  local before = size()
+  local ok, err = pcall(w.add_text, w, "t", string.rep("x", 300), i)
+  if not ok then print(("failed at %d: %s; size %d before, %d after"):format(i, err, before, size())); break end
+end
+]])
+    local out = run_limited(64, d .. "/tb.lua", d .. "/tb")
+    local i, before, after = out:match("failed at (%d+): .-write failed: File too large; size (%d+) before, (%d+) after")
+    assert.truthy(i, out)
+    assert.is_true(tonumber(i) > 1, out)
+    assert.are.equal(before, after, out)   -- the old code: the file at the limit, a torn record at its end
+    os.execute("rm -rf " .. U.q(d))
+  end)
+
+  it("log_fp8_stats's rows that do not fit are cut back: the CSV holds whole rows", function()
+    local d = U.tmpdir()
+    U.write(d .. "/stats.lua", [[
+local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} }, config = false,
+                             env = {} }
+local m = fp8.nn.Sequential(fp8.nn.Linear(32, 32), fp8.nn.Linear(32, 32))
+local o = fp8.optim.SGD(m:parameters(), { lr = 1e-3 })
+m, o = acc:prepare(m, o)
+acc:log_fp8_stats { every = 1, path = arg[1] }
+for i = 1, 100000 do
+  local ok, err = pcall(function()
+    acc:backward(m(fp8.randn { 16, 32 }):pow(2):mean()); o:step(); o:zero_grad()
+  end)
+  if not ok then print("failed at " .. i .. ": " .. tostring(err)); break end
+end
+]])
+    local csv = d .. "/stats.csv"
+    local out = run_limited(64, d .. "/stats.lua", csv)
+    assert.truthy(out:find("log_fp8_stats: cannot append step %d+'s rows to " .. csv:gsub("%p", "%%%0")
+      .. ": write failed: File too large"), out)
+    local text = U.must_read(csv)
+    assert.are.equal("\n", text:sub(-1))   -- the old code: a torn row at the end
+    local rows = 0
+    for line in text:gmatch("[^\n]+") do
+      rows = rows + 1
+      if rows > 1 then assert.truthy(line:match("^%d+,[^,]+,%a+,%w+,[^,]*,[^,]+,[^,]+,[^,]+,[^,]+$"), line) end
+    end
+    assert.are.equal(0, (rows - 1) % 6)   -- the header, then 2 layers × 3 roles a step, whole
+    os.execute("rm -rf " .. U.q(d))
+  end)
+end)
