@@ -34,6 +34,30 @@ local function missing(csv)
   return nil, "gnuplot not available"
 end
 
+-- Writes text to path whole; true, or nil and the reason (a full disk or a file-size limit shows in the write or the
+-- close: a data file cut short would have been plotted as if whole).
+local function write_whole(path, text)
+  local f, err = io.open(path, "w")
+  if not f then return nil, ("cannot write %s: %s"):format(path, err) end
+  local ok, werr = f:write(text)
+  local cok, cerr = f:close()
+  if not (ok and cok) then
+    os.remove(path)
+    return nil, ("cannot write %s: %s"):format(path, tostring(werr or cerr))
+  end
+  return true
+end
+
+-- Says that png was not plotted and why (a caller that prints "plot: <png>" on success would otherwise say
+-- nothing, and a PNG of an earlier run at that path would pass for this one's); returns nil and the reason.
+local function not_plotted(png, why)
+  local old = io.open(png, "rb")
+  if old then old:close() end
+  io.stderr:write(("fp8lab: notice: %s not plotted: %s%s\n"):format(png, why,
+    old and "; the PNG there is an earlier run's" or ""))
+  return nil, why
+end
+
 -- Runs a gnuplot script that writes `png`; returns png, or nil and the reason.
 local function run(script, png)
   local tmp = png .. ".tmp"
@@ -41,10 +65,8 @@ local function run(script, png)
   -- the script goes through a file, not a pipe: a gnuplot that exits before reading it would otherwise end this
   -- process with SIGPIPE (silently) when the script is written
   local sfile = png .. ".gp"
-  local sf = io.open(sfile, "w")
-  if not sf then return nil, "cannot write the gnuplot script " .. sfile end
-  sf:write(script)
-  sf:close()
+  local sok, serr = write_whole(sfile, script)
+  if not sok then return not_plotted(png, "the gnuplot script: " .. serr) end
   local ok = os.execute(q(M.command()) .. " " .. q(sfile) .. " 2>&1")
   os.remove(sfile)
   local f = io.open(tmp, "rb")
@@ -61,13 +83,7 @@ local function run(script, png)
     why = tostring(werr)
   end
   os.remove(tmp)
-  -- said, not only returned: a caller that prints "plot: <png>" on success would otherwise say nothing, and a
-  -- PNG of an earlier run at that path would pass for this one's
-  local old = io.open(png, "rb")
-  if old then old:close() end
-  io.stderr:write(("fp8lab: notice: %s not plotted: %s%s\n"):format(png, why,
-    old and "; the PNG there is an earlier run's" or ""))
-  return nil, why
+  return not_plotted(png, why)
 end
 
 -- A string that goes into the gnuplot script: text without control characters (a newline would end the command
@@ -214,7 +230,7 @@ function M.fp8_history(o)
   if #steps == 0 then error(("plot.fp8_history: no rows for layer %s in %s"):format(tostring(layer), o.csv), 2) end
   if not M.available() then return missing(o.csv) end
   local dat = o.png .. ".dat"
-  local d = assert(io.open(dat, "w"))
+  local lines = {}
   local roles = { "input", "weight", "grad" }
   local scaled = false   -- a role with one scale per cast (ao rowwise logs none: its scales are per row)
   for _, st in ipairs(steps) do
@@ -224,9 +240,10 @@ function M.fp8_history(o)
       scaled = scaled or v[1] ~= ""
       for k = 1, 3 do cols[#cols + 1] = v[k] ~= "" and v[k] or "NaN" end   -- an empty cell: no point, not a shift
     end
-    d:write(table.concat(cols, " "), "\n")
+    lines[#lines + 1] = table.concat(cols, " ") .. "\n"
   end
-  d:close()
+  local dok, derr = write_whole(dat, table.concat(lines))
+  if not dok then return not_plotted(o.png, "its data: " .. derr) end
   local title = scaled and ("FP8 layer '%s': scale and amax per tensor role over training"):format(layer)
     or ("FP8 layer '%s': amax per tensor role over training (scales per row, not logged)"):format(layer)
   local s = { ("set multiplot layout %d,1 title "):format(scaled and 2 or 1) .. gq(title),

@@ -99,4 +99,31 @@ end
     assert.are.equal(0, (rows - 1) % 6)   -- the header, then 2 layers × 3 roles a step, whole
     os.execute("rm -rf " .. U.q(d))
   end)
+
+  it("plot.fp8_history whose data file does not fit plots nothing and says why (it plotted the part written)",
+    function()
+      if not require("fp8.plot").available() then
+        pending("gnuplot is not installed (scripts/install-deps.sh installs gnuplot-nox)")
+        return
+      end
+      local d = U.tmpdir()
+      local rows = { "step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac" }
+      for step = 1, 10000 do
+        for _, role in ipairs { "input", "weight", "grad" } do
+          rows[#rows + 1] = ("%d,fc,%s,e4m3,%.9g,%.9g,%.9g,0,0"):format(step, role, 448 / step, step * 1.5, step * 2.5)
+        end
+      end
+      U.write(d .. "/stats.csv", table.concat(rows, "\n") .. "\n")   -- ~1.5 MB; the data file ~1 MB
+      U.write(d .. "/plot.lua", [[
+local png, why = fp8.plot.fp8_history { csv = arg[1], png = arg[2] }
+print(("returned %s, %s"):format(tostring(png), tostring(why)))
+]])
+      local out, ok = run_limited(200, d .. "/plot.lua", d .. "/stats.csv", d .. "/h.png")
+      assert.is_true(ok, out)
+      assert.truthy(out:find("returned nil, its data: cannot write " .. d .. "/h.png.dat: File too large", 1, true), out)
+      assert.truthy(out:find("notice: " .. d .. "/h.png not plotted: its data", 1, true), out)
+      assert.is_nil(U.read(d .. "/h.png"))
+      assert.is_nil(U.read(d .. "/h.png.dat"))
+      os.execute("rm -rf " .. U.q(d))
+    end)
 end)
