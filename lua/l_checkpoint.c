@@ -10,7 +10,9 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,6 +544,56 @@ static int l_exchange(lua_State *L) {
     return 2;
 }
 
+/* lock_dir(path, wait) → a lock, or nil + "busy" (held by another open of it and wait false), or nil + message: an
+ * exclusive flock on the directory, held until the lock's release(), its <close> or its collection. save_state
+ * holds one on a checkpoint's parent from its first check to its last rename, so that two processes saving into one
+ * directory take turns (they removed each other's working directory, and each one's later saves were refused). A
+ * file system without flock gives a lock that holds nothing: saves there are as they were. */
+#define DIR_LOCK_MT "fp8.DirLock"
+static int dirlock_release(lua_State *L) {
+    int *fd = luaL_checkudata(L, 1, DIR_LOCK_MT);
+    if (*fd >= 0) close(*fd);   /* closing the last descriptor of the open file drops its flock */
+    *fd = -1;
+    return 0;
+}
+static int l_lock_dir(lua_State *L) {
+    const char *path = fl_lcheckpath(L, 1, "lock_dir");
+    const bool wait = lua_toboolean(L, 2);
+    int *ud = lua_newuserdatauv(L, sizeof *ud, 0);
+    *ud = -1;
+    luaL_setmetatable(L, DIR_LOCK_MT);
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: cannot open the directory to lock it: %s", path, strerror(errno));
+        return 2;
+    }
+    *ud = fd;
+    int r;
+    while ((r = flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB))) != 0 && errno == EINTR) {}
+    if (r != 0 && errno == EWOULDBLOCK) {
+        close(fd);
+        *ud = -1;
+        lua_pushnil(L);
+        lua_pushliteral(L, "busy");
+        return 2;
+    }
+    return 1;   /* locked, or flock unsupported there (ENOLCK, EOPNOTSUPP): a lock that holds nothing */
+}
+
+/* dir_id(path) → "device:inode" of the directory (the same for every spelling of its path), or nil + message. */
+static int l_dir_id(lua_State *L) {
+    const char *path = fl_lcheckpath(L, 1, "dir_id");
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_pushfstring(L, "%I:%I", (lua_Integer)sb.st_dev, (lua_Integer)sb.st_ino);
+    return 1;
+}
+
 static int l_clone(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_tensor **slot = fl_lnewbox(L);
@@ -857,7 +909,7 @@ static const luaL_Reg so_methods[] = {
 };
 
 static const luaL_Reg ckpt_funcs[] = {
-    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"mkdir_p", l_mkdir_p}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_file", l_is_file}, {"exists", l_exists}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
+    {"write_atomic", l_write_atomic}, {"mkdir", l_mkdir}, {"mkdir_p", l_mkdir_p}, {"listdir", l_listdir}, {"is_dir", l_is_dir}, {"is_file", l_is_file}, {"exists", l_exists}, {"is_link", l_is_link}, {"exchange", l_exchange}, {"lock_dir", l_lock_dir}, {"dir_id", l_dir_id}, {"fsync_dir", l_fsync_dir}, {"clone", l_clone}, {"copy_exact_", l_copy_exact_}, {"rng_state", l_rng_state},
     {"copy_mode", l_copy_mode},
     {"set_rng_state", l_set_rng_state}, {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {NULL, NULL},
 };
@@ -870,6 +922,14 @@ int luaopen_fp8_checkpoint_c(lua_State *L) {
         lua_pushcfunction(L, so_close); lua_setfield(L, -2, "__gc");
         lua_pushcfunction(L, so_close_method); lua_setfield(L, -2, "__close");
         lua_pushcfunction(L, so_tostring); lua_setfield(L, -2, "__tostring");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, DIR_LOCK_MT)) {
+        lua_pushcfunction(L, dirlock_release); lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, dirlock_release); lua_setfield(L, -2, "__close");
+        lua_newtable(L);
+        lua_pushcfunction(L, dirlock_release); lua_setfield(L, -2, "release");
+        lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
     luaL_newlib(L, ckpt_funcs);

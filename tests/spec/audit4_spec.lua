@@ -127,3 +127,47 @@ print(("returned %s, %s"):format(tostring(png), tostring(why)))
       os.execute("rm -rf " .. U.q(d))
     end)
 end)
+
+-- Two processes saving into one directory (two runs given one project_dir, a job requeued while the old one still
+-- ran): each removed the other's working directory (<dir>.tmp) as a leftover, failed, and what one left there
+-- refused every later save of both ("exists and is not the leftover of an fp8lab save"). The main process now holds
+-- a lock on the checkpoint's parent for the save (C.lock_dir): the saves take turns.
+describe("two processes saving into one directory", function()
+  it("take turns: every save succeeds, the last one holds the name whole, nothing is left behind", function()
+    local d = U.tmpdir()
+    U.write(d .. "/save.lua", [[
+local dir, v = arg[1], tonumber(arg[2])
+local acc = fp8.Accelerator { config = false, env = {} }
+local m = fp8.nn.Linear(128, 128)
+local o = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+m, o = acc:prepare(m, o)
+m.weight.data:fill_(v)
+acc:register_for_checkpointing({ state_dict = function() return { v = v } end, load_state_dict = function() end })
+local failed = 0
+for _ = 1, 25 do
+  local ok, err = pcall(acc.save_state, acc, dir)
+  if not ok then failed = failed + 1; io.stderr:write(tostring(err), "\n") end
+end
+print(("process %d: %d failed"):format(v, failed))
+]])
+    local ck = d .. "/ck"
+    local cmd = ("%s %s %s"):format(U.q(BIN), U.q(d .. "/save.lua"), U.q(ck))
+    local out = U.sh(("(%s 1 & %s 2 & wait)"):format(cmd, cmd))
+    assert.truthy(out:find("process 1: 0 failed", 1, true), out)
+    assert.truthy(out:find("process 2: 0 failed", 1, true), out)
+    local names = require("fp8._checkpoint").listdir(d)
+    table.sort(names)
+    assert.same({ "ck", "save.lua" }, names)
+    local acc = fp8.Accelerator { config = false, env = {} }
+    local m = fp8.nn.Linear(128, 128)
+    local o = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+    m, o = acc:prepare(m, o)
+    local got
+    acc:register_for_checkpointing({ state_dict = function() return {} end,
+                                     load_state_dict = function(_, s) got = s.v end })
+    acc:load_state(ck)
+    assert.are.equal(got, m.weight:min():item())   -- the weights and the object of one save, one process's
+    assert.are.equal(got, m.weight:max():item())
+    os.execute("rm -rf " .. U.q(d))
+  end)
+end)
