@@ -15,7 +15,7 @@ local error_text = require("fp8.errfmt").value_text
 local model_files = require "fp8.model_files"
 
 local M = {}
-M._locked = {}   -- directories whose save lock this process holds: id → saves inside it (save_state)
+M._locked = {}   -- directories whose lock this process holds: id → saves inside it (take_turn)
 M.VERSION = 1
 local STATE_FILE = "fp8lab_state.json"
 
@@ -730,6 +730,34 @@ function M.install(Accelerator)
     return C.mkdir_p(parent)
   end
 
+  -- A turn at writing into directory d (an existing one) for `who`: a value to close when done. The main process's
+  -- saves hold an exclusive flock on d (C.lock_dir) so that two processes writing there take turns, waiting with
+  -- a notice said once. A save inside a save in this process (a hook's, another accelerator's) is inside its turn
+  -- already: the lock is counted per directory (M._locked), not taken twice, which would wait for itself.
+  local function take_turn(who, d)
+    local id, iderr = C.dir_id(d)
+    if not id then error(who .. ": " .. iderr, 0) end
+    if M._locked[id] then
+      M._locked[id] = M._locked[id] + 1
+      return setmetatable({}, { __close = function() M._locked[id] = M._locked[id] - 1 end })
+    end
+    local lock, why = C.lock_dir(d, false)
+    if not lock and why == "busy" then
+      if not M._said_waiting then   -- once a process: two runs that share a directory would say it every save
+        M._said_waiting = true
+        io.stderr:write(("fp8lab: notice: %s: another process is writing into %s; waiting for it to finish (said "
+          .. "once)\n"):format(who, d))
+      end
+      lock, why = C.lock_dir(d, true)
+    end
+    if not lock then error(who .. ": " .. why, 0) end
+    M._locked[id] = 1
+    return setmetatable({}, { __close = function()
+      M._locked[id] = M._locked[id] - 1
+      if M._locked[id] == 0 then M._locked[id] = nil; lock:release() end
+    end })
+  end
+
   -- save_state([dir]) → the directory written.
   function Accelerator:save_state(dir, opts)
     local _ <close> = enter(self, "save_state")
@@ -781,39 +809,16 @@ function M.install(Accelerator)
       if not main then return true end
       return pcall(fn)
     end
-    -- The main process holds a lock on dir's parent (C.lock_dir) from here to its last rename and pruning: two
+    -- The main process holds a lock on dir's parent (take_turn) from here to its last rename and pruning: two
     -- processes saving into one directory (two runs given one project_dir) take turns. Without it each removed the
     -- other's working directory as a leftover, and what was left in its place refused every later save.
-    -- A save inside another one in this process (a hook's, another accelerator's) is inside its turn already: the
-    -- lock is this process's, counted per directory (M._locked), not taken twice (that would wait for itself).
     local okl, held = true, nil
     if main then
       okl, held = pcall(function()
         local ok, err = make_parents(dir)
         if not ok then error("save_state: " .. err, 0) end
         local parent = dir:match("^(.*)/[^/]*$") or "."
-        if parent == "" then parent = "/" end
-        local id, iderr = C.dir_id(parent)
-        if not id then error("save_state: " .. iderr, 0) end
-        if M._locked[id] then
-          M._locked[id] = M._locked[id] + 1
-          return setmetatable({}, { __close = function() M._locked[id] = M._locked[id] - 1 end })
-        end
-        local lock, why = C.lock_dir(parent, false)
-        if not lock and why == "busy" then
-          if not M._said_waiting then   -- once a process: two runs that share a directory would say it every save
-            M._said_waiting = true
-            io.stderr:write(("fp8lab: notice: save_state: another process is saving into %s; waiting for it to "
-              .. "finish (said once)\n"):format(parent))
-          end
-          lock, why = C.lock_dir(parent, true)
-        end
-        if not lock then error("save_state: " .. why, 0) end
-        M._locked[id] = 1
-        return setmetatable({}, { __close = function()
-          M._locked[id] = M._locked[id] - 1
-          if M._locked[id] == 0 then M._locked[id] = nil; lock:release() end
-        end })
+        return take_turn("save_state", parent == "" and "/" or parent)
       end)
     end
     local _lock <close> = okl and held or nil   -- (before settle: an error on another process raises there)
@@ -1236,6 +1241,11 @@ function M.install(Accelerator)
     local ok, err = make_parents((dir:gsub("/+$", "")))
     if ok then ok, err = C.mkdir(dir) end
     if not ok then error("save_model: " .. err, 2) end
+    -- two processes writing one folder's shards take turns (they failed half their saves moving shards the other
+    -- had moved), as save_state's do
+    local tok, turn = pcall(take_turn, "save_model", dir)
+    if not tok then error(turn, 2) end
+    local _turn <close> = turn
     -- model.safetensors, or Accelerate's shards and index past max_shard_size (lua/fp8/model_files.lua)
     local names = {}
     local listed = {}
