@@ -545,40 +545,68 @@ static int l_exchange(lua_State *L) {
 }
 
 /* lock_dir(path, wait) → a lock, or nil + "busy" (held by another open of it and wait false), or nil + message: an
- * exclusive flock on the directory, held until the lock's release(), its <close> or its collection. save_state
+ * exclusive flock on the directory, held until the lock's release(), its <close> or its collection (one of a
+ * directory this process holds already is refused: it would wait for itself). save_state
  * holds one on a checkpoint's parent from its first check to its last rename, so that two processes saving into one
  * directory take turns (they removed each other's working directory, and each one's later saves were refused). A
  * file system without flock gives a lock that holds nothing: saves there are as they were. */
 #define DIR_LOCK_MT "fp8.DirLock"
+/* The directories this process holds locks on: a second lock_dir of one of them would wait for itself (flock
+ * conflicts between two opens in one process), so it is refused instead. */
+typedef struct { int fd; dev_t dev; ino_t ino; } dir_lock;
+#define DIR_LOCKS_MAX 64
+static dir_lock *held_locks[DIR_LOCKS_MAX];
 static int dirlock_release(lua_State *L) {
-    int *fd = luaL_checkudata(L, 1, DIR_LOCK_MT);
-    if (*fd >= 0) close(*fd);   /* closing the last descriptor of the open file drops its flock */
-    *fd = -1;
+    dir_lock *k = luaL_checkudata(L, 1, DIR_LOCK_MT);
+    if (k->fd < 0) return 0;
+    for (int i = 0; i < DIR_LOCKS_MAX; i++) if (held_locks[i] == k) held_locks[i] = NULL;
+    close(k->fd);   /* closing the last descriptor of the open file drops its flock */
+    k->fd = -1;
     return 0;
 }
 static int l_lock_dir(lua_State *L) {
     const char *path = fl_lcheckpath(L, 1, "lock_dir");
     const bool wait = lua_toboolean(L, 2);
-    int *ud = lua_newuserdatauv(L, sizeof *ud, 0);
-    *ud = -1;
+    dir_lock *k = lua_newuserdatauv(L, sizeof *k, 0);
+    k->fd = -1;
     luaL_setmetatable(L, DIR_LOCK_MT);
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
         lua_pushnil(L);
-        lua_pushfstring(L, "%s: cannot open the directory to lock it: %s", path, strerror(errno));
+        lua_pushfstring(L, "%s: cannot open the directory to lock it: %s", path, strerror(e));
         return 2;
     }
-    *ud = fd;
+    int slot = -1;
+    for (int i = 0; i < DIR_LOCKS_MAX; i++) {
+        if (held_locks[i] && held_locks[i]->dev == sb.st_dev && held_locks[i]->ino == sb.st_ino) {
+            close(fd);
+            lua_pushnil(L);
+            lua_pushfstring(L, "%s: this process holds its lock already (release that one first)", path);
+            return 2;
+        }
+        if (!held_locks[i] && slot < 0) slot = i;
+    }
+    if (slot < 0) {
+        close(fd);
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: cannot lock it: this process holds %d directory locks already", path, DIR_LOCKS_MAX);
+        return 2;
+    }
     int r;
     while ((r = flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB))) != 0 && errno == EINTR) {}
     if (r != 0 && errno == EWOULDBLOCK) {
         close(fd);
-        *ud = -1;
         lua_pushnil(L);
         lua_pushliteral(L, "busy");
         return 2;
     }
-    return 1;   /* locked, or flock unsupported there (ENOLCK, EOPNOTSUPP): a lock that holds nothing */
+    /* locked, or flock unsupported there (ENOLCK, EOPNOTSUPP): a lock that holds nothing */
+    k->fd = fd; k->dev = sb.st_dev; k->ino = sb.st_ino;
+    held_locks[slot] = k;
+    return 1;
 }
 
 /* dir_id(path) → "device:inode" of the directory (the same for every spelling of its path), or nil + message. */

@@ -198,4 +198,20 @@ print(("process %d: %d failed"):format(v, failed))
     end
     os.execute("rm -rf " .. U.q(d))
   end)
+
+  it("fp8._checkpoint.lock_dir refuses a directory this process holds (it would wait for itself), any spelling",
+    function()
+      local C = require "fp8._checkpoint"
+      local d = U.tmpdir()
+      local a = assert(C.lock_dir(d, true))
+      local b, why = C.lock_dir(d .. "/./", true)
+      assert.is_nil(b)
+      assert.truthy(why:find("this process holds its lock already", 1, true), why)
+      a:release()
+      a:release()   -- twice is nothing
+      local c = assert(C.lock_dir(d, false))
+      c:release()
+      assert.are.equal(C.dir_id(d), C.dir_id(d .. "/."))
+      os.execute("rm -rf " .. U.q(d))
+    end)
 end)
