@@ -4,6 +4,7 @@
  * helpers of `fp8lab launch` are fp8.sys (l_sys.c), here also as fp8.config.sys. */
 #include <stdlib.h>
 #include <string.h>
+#include <pwd.h>
 #include <unistd.h>
 #include "l_util.h"
 #include "config.h"
@@ -160,6 +161,15 @@ static int l_write(lua_State *L) {
     return 1;
 }
 
+/* The home directory: $HOME, else the user's entry in the password database (as Python's expanduser, which
+ * Accelerate's default config path goes through: a cron job or a service often runs without HOME), else NULL. */
+static const char *home_dir(void) {
+    const char *home = getenv("HOME");
+    if (home && *home) return home;
+    const struct passwd *pw = getpwuid(getuid());
+    return pw && pw->pw_dir && *pw->pw_dir ? pw->pw_dir : NULL;
+}
+
 /* default_path() -> $XDG_CACHE_HOME (if absolute) or ~/.cache, + /fp8lab/default_config.yaml */
 static int l_default_path(lua_State *L) {
     const char *x = getenv("XDG_CACHE_HOME");
@@ -167,8 +177,9 @@ static int l_default_path(lua_State *L) {
         lua_pushfstring(L, "%s/fp8lab/default_config.yaml", x);
         return 1;
     }
-    const char *home = getenv("HOME");
-    if (!home || !*home) return luaL_error(L, "cannot find the config directory: set HOME or XDG_CACHE_HOME");
+    const char *home = home_dir();
+    if (!home) return luaL_error(L, "cannot find the config directory: HOME is not set and this user has no home "
+                                    "directory in the password database; set HOME or XDG_CACHE_HOME");
     lua_pushfstring(L, "%s/.cache/fp8lab/default_config.yaml", home);
     return 1;
 }
@@ -182,6 +193,8 @@ static int l_load_default(lua_State *L) {
         return l_load(L);
     }
     lua_settop(L, 0);
+    const char *x = getenv("XDG_CACHE_HOME");
+    if (!(x && x[0] == '/') && !home_dir()) { lua_pushnil(L); return 1; }   /* no home: no default file either */
     l_default_path(L);
     if (access(lua_tostring(L, 1), F_OK) != 0) { lua_pushnil(L); return 1; }
     return l_load(L);

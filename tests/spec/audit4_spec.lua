@@ -215,3 +215,21 @@ print(("process %d: %d failed"):format(v, failed))
       os.execute("rm -rf " .. U.q(d))
     end)
 end)
+
+-- A cron job or a service often runs without HOME: fp8.Accelerator{} failed there ("cannot find the config
+-- directory: set HOME or XDG_CACHE_HOME", with an internal source location), where Accelerate's default config path
+-- goes through Python's expanduser, which falls back to the password database.
+describe("without HOME", function()
+  it("the Accelerator is made; the default config path is the password database's home", function()
+    local home = U.sh("getent passwd \"$(id -u)\" | cut -d: -f6"):gsub("%s+$", "")
+    local out, ok = U.sh(("env -u HOME -u XDG_CACHE_HOME -u FP8LAB_CONFIG_FILE %s -e %s"):format(U.q(BIN),
+      U.q('print(fp8.Accelerator{}.mixed_precision, require("fp8.config").default_path())')))
+    assert.is_true(ok, out)
+    if home ~= "" then
+      assert.are.equal("no\t" .. home .. "/.cache/fp8lab/default_config.yaml\n", out)
+    else
+      assert.truthy(out:match("^no\t"), out)
+    end
+  end)
+end)
+
