@@ -30,6 +30,7 @@ local Accelerator = {}
 -- Accelerate's read-only properties that follow other state, computed when read.
 local PROPERTIES = {
   project_dir = function(self) return self.project_configuration.project_dir end,
+  logging_dir = function(self) return self.project_configuration.logging_dir end,
   save_iteration = function(self) return self.project_configuration.iteration end,
   use_distributed = function(self) return (self.num_processes or 1) > 1 end,
 }
@@ -185,10 +186,9 @@ local function new(opts)
   self._ddp_opts = ddp.options(settings.ddp)
   self.project_configuration = checkpointing.project_config_from(opts.project_config, opts.project_dir, 3,
     opts.log_with ~= nil)
-  -- Accelerate's read-only properties, as fields: logging_dir (the ProjectConfiguration's, which is its project_dir
-  -- unless given), the loader settings, and what a single-model, data-parallel run answers.
-  -- project_dir is not one: it reads project_configuration when read (PROPERTIES), as Accelerate's property does
-  self.logging_dir = self.project_configuration.logging_dir or self.project_configuration.project_dir
+  -- Accelerate's read-only properties, as fields: the loader settings, and what a single-model, data-parallel run
+  -- answers. project_dir and logging_dir are not: they read project_configuration when read (PROPERTIES), as
+  -- Accelerate's properties do (logging_dir is project_dir's unless given: ProjectConfiguration's)
   -- the experiment trackers (lua/fp8/trackers.lua): log_with checked now, as Accelerate's; init_trackers starts them
   self.log_with = trackers._resolve(opts.log_with, self.logging_dir, 3)
   self.trackers = {}

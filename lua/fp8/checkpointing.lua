@@ -23,8 +23,26 @@ local STATE_FILE = "fp8lab_state.json"
 
 local PC_FIELDS = { "automatic_checkpoint_naming", "iteration", "logging_dir", "project_dir", "total_limit" }
 local ProjectConfiguration = {}
-ProjectConfiguration.__index = ProjectConfiguration
+-- logging_dir reads as project_dir's when not given (Accelerate's __post_init__ sets it so); rawget tells them apart
+ProjectConfiguration.__index = function(self, k)
+  if k == "logging_dir" then return rawget(self, "project_dir") end
+  return ProjectConfiguration[k]
+end
 ProjectConfiguration.__name = "ProjectConfiguration"
+
+-- pc:set_directories(project_dir): Accelerate's; sets project_dir and logging_dir to it
+function ProjectConfiguration:set_directories(project_dir, ...)
+  if getmetatable(self) ~= ProjectConfiguration then
+    error("ProjectConfiguration:set_directories: call it with a colon, on an fp8.ProjectConfiguration", 2)
+  end
+  require("fp8.opts").no_more("ProjectConfiguration:set_directories", "(project_dir)", ...)
+  if type(project_dir) ~= "string" or project_dir == "" then
+    error(("ProjectConfiguration:set_directories: project_dir must be a directory name, got %s"):format(
+      O.got(project_dir)), 2)
+  end
+  rawset(self, "project_dir", project_dir)
+  rawset(self, "logging_dir", project_dir)
+end
 
 -- fp8.ProjectConfiguration{project_dir=, logging_dir=, automatic_checkpoint_naming=false, total_limit=nil, iteration=0}
 -- (logging_dir: the trackers' directory, project_dir's unless given, as Accelerate's)
@@ -64,7 +82,7 @@ end
 
 function ProjectConfiguration:__tostring()
   return ("ProjectConfiguration(project_dir=%s, logging_dir=%s, automatic_checkpoint_naming=%s, total_limit=%s, "
-    .. "iteration=%d)"):format(tostring(self.project_dir), tostring(self.logging_dir or self.project_dir),
+    .. "iteration=%d)"):format(tostring(self.project_dir), tostring(self.logging_dir),
     tostring(self.automatic_checkpoint_naming), tostring(self.total_limit), self.iteration)
 end
 
@@ -110,7 +128,7 @@ function M.project_config_from(pc, dir, level, trackers)
       table.concat(why, "; "), set[1] == "project_dir" and #set == 1 and " or give log_with=" or "",
       #set > 1 and table.concat(set, ", ") or "it"), level + 1)
   end
-  if pc.logging_dir ~= nil and not trackers then
+  if rawget(pc, "logging_dir") ~= nil and not trackers then
     error("Accelerator: logging_dir takes effect only with log_with= (the trackers write under it): leave it out, "
       .. "or give log_with=\"tensorboard\"", level + 1)
   end
@@ -1303,7 +1321,9 @@ if okh and help.add then
     .. "{missing_keys=, unexpected_keys=}. An index that does not describe its files is refused.")
   add("ProjectConfiguration", "fp8.ProjectConfiguration{project_dir=, logging_dir=, automatic_checkpoint_naming=false, "
     .. "total_limit=, iteration=0}",
-    "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}.")
+    "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}. logging_dir reads as\n"
+    .. "project_dir's unless given; pc:set_directories(dir) sets both (Accelerate's).")
+  if help.class then help.class { class = ProjectConfiguration, prefix = "ProjectConfiguration", entry = "ProjectConfiguration" } end
   add("acc:register_for_checkpointing", "acc:register_for_checkpointing(obj, ...)",
     "Objects with state_dict()/load_state_dict() saved as custom_checkpoint_<i>.json: plain Lua values, and fp8\n"
     .. "tensors (any depth) in custom_checkpoint_<i>.safetensors beside it; a function or other userdata is refused.")

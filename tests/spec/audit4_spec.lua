@@ -233,3 +233,27 @@ describe("without HOME", function()
   end)
 end)
 
+
+-- Accelerate's ProjectConfiguration sets logging_dir to project_dir when not given (__post_init__), and has
+-- set_directories(project_dir); acc.logging_dir is a property over it. Here pc.logging_dir was nil (its tostring
+-- showed project_dir's), set_directories was missing, and acc.logging_dir a copy made once.
+describe("ProjectConfiguration's logging_dir", function()
+  it("reads as project_dir's unless given; set_directories sets both; acc.logging_dir follows", function()
+    local pc = fp8.ProjectConfiguration { project_dir = "/tmp/fp8lab-a" }
+    assert.are.equal("/tmp/fp8lab-a", pc.logging_dir)
+    assert.are.equal("/tmp/fp8lab-b", fp8.ProjectConfiguration { project_dir = "/tmp/fp8lab-a",
+      logging_dir = "/tmp/fp8lab-b" }.logging_dir)
+    assert.is_nil(fp8.ProjectConfiguration {}.logging_dir)
+    -- given without log_with it is refused (it would change nothing); project_dir's own reading is not "given"
+    U.fails_with("logging_dir takes effect only with log_with=", fp8.Accelerator,
+      { project_config = fp8.ProjectConfiguration { project_dir = "/tmp/fp8lab-a", logging_dir = "/tmp/fp8lab-b",
+                                                    automatic_checkpoint_naming = true } })
+    local acc = fp8.Accelerator { project_config = fp8.ProjectConfiguration { project_dir = "/tmp/fp8lab-a",
+                                                                             automatic_checkpoint_naming = true } }
+    assert.are.equal("/tmp/fp8lab-a", acc.logging_dir)
+    acc.project_configuration:set_directories("/tmp/fp8lab-c")
+    assert.are.equal("/tmp/fp8lab-c", acc.project_dir)
+    assert.are.equal("/tmp/fp8lab-c", acc.logging_dir)
+    U.fails_with("set_directories: project_dir must be a directory name, got 3", pc.set_directories, pc, 3)
+  end)
+end)
