@@ -9,6 +9,16 @@
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = FP8LAB_BIN or "build/fp8lab"
 
+-- The head of a child script that saves: arg[1] the directory, arg[2] the value of a Linear(n, n)'s weight.
+local SAVER_HEAD = [[
+local dir, v = arg[1], tonumber(arg[2])
+local acc = fp8.Accelerator { config = false, env = {} }
+local m = fp8.nn.Linear(%d, %d)
+local o = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
+m, o = acc:prepare(m, o)
+m.weight.data:fill_(v)
+]]
+
 local function run_limited(blocks, script, ...)
   local args = {}
   for i, a in ipairs { ... } do args[i] = U.q(a) end
@@ -19,13 +29,7 @@ describe("a file-size limit", function()
   it("save_state past it is an error naming the file, the checkpoint saved before stays whole, no .tmp is left",
     function()
       local d = U.tmpdir()
-      U.write(d .. "/save.lua", [[
-local dir, v = arg[1], tonumber(arg[2])
-local acc = fp8.Accelerator { config = false, env = {} }
-local m = fp8.nn.Linear(256, 256)
-local o = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
-m, o = acc:prepare(m, o)
-m.weight.data:fill_(v)
+      U.write(d .. "/save.lua", SAVER_HEAD:format(256, 256) .. [[
 acc:save_state(dir)
 print("saved " .. v)
 ]])
@@ -135,13 +139,7 @@ end)
 describe("two processes saving into one directory", function()
   it("take turns: every save succeeds, the last one holds the name whole, nothing is left behind", function()
     local d = U.tmpdir()
-    U.write(d .. "/save.lua", [[
-local dir, v = arg[1], tonumber(arg[2])
-local acc = fp8.Accelerator { config = false, env = {} }
-local m = fp8.nn.Linear(128, 128)
-local o = fp8.optim.AdamW(m:parameters(), { lr = 1e-3 })
-m, o = acc:prepare(m, o)
-m.weight.data:fill_(v)
+    U.write(d .. "/save.lua", SAVER_HEAD:format(128, 128) .. [[
 acc:register_for_checkpointing({ state_dict = function() return { v = v } end, load_state_dict = function() end })
 local failed = 0
 for _ = 1, 25 do
