@@ -1150,7 +1150,9 @@ function Accelerator:log_fp8_stats(opts)
     local empty = f:seek("end") == 0
     f:close()
     local ok, werr = true, nil
-    if empty then ok, werr = append_log(path, "step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n") end
+    if empty then
+      ok, werr = append_log(path, "step,layer,role,format,scale,amax,amax_history,underflow_frac,saturated_frac\n")
+    end
     if not ok then error(("log_fp8_stats: cannot write the header to %s: %s"):format(path, tostring(werr)), 2) end
   end
   self._stats_log = { every = every, path = path, trackers = to_trackers == true }

@@ -1323,7 +1323,9 @@ if okh and help.add then
     .. "total_limit=, iteration=0}",
     "Accelerate's project configuration, passed as fp8.Accelerator{project_config=...}. logging_dir reads as\n"
     .. "project_dir's unless given; pc:set_directories(dir) sets both (Accelerate's).")
-  if help.class then help.class { class = ProjectConfiguration, prefix = "ProjectConfiguration", entry = "ProjectConfiguration" } end
+  if help.class then
+    help.class { class = ProjectConfiguration, prefix = "ProjectConfiguration", entry = "ProjectConfiguration" }
+  end
   add("acc:register_for_checkpointing", "acc:register_for_checkpointing(obj, ...)",
     "Objects with state_dict()/load_state_dict() saved as custom_checkpoint_<i>.json: plain Lua values, and fp8\n"
     .. "tensors (any depth) in custom_checkpoint_<i>.safetensors beside it; a function or other userdata is refused.")
