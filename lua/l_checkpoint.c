@@ -544,7 +544,8 @@ static int l_exchange(lua_State *L) {
     return 2;
 }
 
-/* lock_dir(path, wait) → a lock, or nil + "busy" (held by another open of it and wait false), or nil + message: an
+/* lock_dir(path, wait) → a lock, or nil + "busy" (held by another open of it and wait false), nil + "interrupted" (a
+ * signal came during the wait), or nil + message: an
  * exclusive flock on the directory, held until the lock's release(), its <close> or its collection (one of a
  * directory this process holds already is refused: it would wait for itself). save_state
  * holds one on a checkpoint's parent from its first check to its last rename, so that two processes saving into one
@@ -595,12 +596,14 @@ static int l_lock_dir(lua_State *L) {
         lua_pushfstring(L, "%s: cannot lock it: this process holds %d directory locks already", path, DIR_LOCKS_MAX);
         return 2;
     }
-    int r;
-    while ((r = flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB))) != 0 && errno == EINTR) {}
-    if (r != 0 && errno == EWOULDBLOCK) {
+    /* a signal during the wait (Ctrl-C: its handler sets the hook that raises "interrupted!" at the next Lua
+     * instruction) returns "interrupted" to the caller, which calls again or lets the hook raise; retried here, the
+     * first Ctrl-C was swallowed and the wait went on */
+    if (flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
+        const bool busy = errno == EWOULDBLOCK;
         close(fd);
         lua_pushnil(L);
-        lua_pushliteral(L, "busy");
+        lua_pushstring(L, busy ? "busy" : "interrupted");
         return 2;
     }
     /* locked, or flock unsupported there (ENOLCK, EOPNOTSUPP): a lock that holds nothing */

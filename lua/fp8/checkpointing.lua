@@ -766,7 +766,8 @@ function M.install(Accelerator)
         io.stderr:write(("fp8lab: notice: %s: another process is writing into %s; waiting for it to finish (said "
           .. "once)\n"):format(who, d))
       end
-      lock, why = C.lock_dir(d, true)
+      -- (a signal ends the wait with "interrupted": Ctrl-C's hook raises here, any other signal waits again)
+      repeat lock, why = C.lock_dir(d, true) until lock or why ~= "interrupted"
     end
     if not lock then error(who .. ": " .. why, 0) end
     M._locked[id] = 1

@@ -197,6 +197,45 @@ print(("process %d: %d failed"):format(v, failed))
     os.execute("rm -rf " .. U.q(d))
   end)
 
+  it("a Ctrl-C while a save waits for its turn ends the wait at once (it was swallowed until the other finished)",
+    function()
+      local d = U.tmpdir()
+      U.write(d .. "/hold.lua", [[
+local C = require("fp8._checkpoint")
+local lock = assert(C.lock_dir(arg[1], true))
+local f = assert(io.open(arg[1] .. "/held", "w")); f:close()
+for _ = 1, 600 do   -- until the spec lets go (at most a minute)
+  if C.exists(arg[1] .. "/release") then break end
+  os.execute("sleep 0.1")
+end
+]])
+      U.write(d .. "/wait.lua", [[
+local acc = fp8.Accelerator { config = false, env = {} }
+local m = acc:prepare(fp8.nn.Linear(8, 8))
+acc:save_state(arg[1])
+print("saved")
+]])
+      -- each step waits for the one before it by a file, not a time: the sanitizer build starts in seconds
+      local script = ([[
+%s %s %s & h=$!
+while [ ! -e %s/held ]; do sleep 0.1; done
+%s %s %s/ck 2>%s/err & w=$!
+while ! grep -q "waiting for it to finish" %s/err 2>/dev/null; do sleep 0.1; done
+kill -INT $w
+wait $w; echo "waiter rc=$?"
+if kill -0 $h 2>/dev/null; then echo "the holder still holds"; fi
+touch %s/release; wait $h
+cat %s/err
+]]):format(U.q(BIN), U.q(d .. "/hold.lua"), U.q(d), U.q(d), U.q(BIN), U.q(d .. "/wait.lua"), U.q(d), U.q(d),
+        U.q(d), U.q(d), U.q(d))
+      local out = U.sh(script)
+      assert.truthy(out:find("waiter rc=1", 1, true), out)
+      assert.truthy(out:find("the holder still holds", 1, true), out)
+      assert.truthy(out:find("save_state: interrupted!", 1, true), out)
+      assert.is_nil(out:find("saved", 1, true), out)
+      os.execute("rm -rf " .. U.q(d))
+    end)
+
   it("fp8._checkpoint.lock_dir refuses a directory this process holds (it would wait for itself), any spelling",
     function()
       local C = require "fp8._checkpoint"
