@@ -127,7 +127,8 @@ FL_HD void dropout_block(const float *x, float *y, uint8_t *mask, int64_t n, int
     }
 }
 
-FL_HD float dropout_bwd_elem(uint8_t m, float dy, float scale) { return m ? fl_fmul(dy, scale) : 0.0f; }
+/* dy·0 where dropped (a NaN or inf gradient stays NaN, a negative one gives -0), as torch's dy·mask·scale */
+FL_HD float dropout_bwd_elem(uint8_t m, float dy, float scale) { return fl_fmul(dy, m ? scale : 0.0f); }
 
 /* ---- kernels ------------------------------------------------------------------------------------- */
 

@@ -433,6 +433,7 @@ TEST(gpu_nn_dropout_device_code_matches_cpu_on_host) {
         int64_t n = ns[a];
         float *x = fnormal(n, 0, 1), *dy = fnormal(n, 0, 1), *y0 = fbuf(n), *y1 = fbuf(n);
         uint8_t *m0 = calloc((size_t)n + 1, 1), *m1 = calloc((size_t)n + 1, 1);
+        for (int64_t i = 0; i < n && i < 3; i++) dy[i] = i == 0 ? NAN : i == 1 ? -INFINITY : INFINITY;   /* dy·0 */
         for (size_t b = 0; b < sizeof ps / sizeof ps[0]; b++)
             for (size_t c = 0; c < sizeof offs / sizeof offs[0]; c++) {
                 uint64_t seed = 1000 + b * 7 + c;

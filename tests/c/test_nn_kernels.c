@@ -671,6 +671,16 @@ TEST(nn_dropout) {
     ok = 1;
     for (int64_t i = 0; i < n; i++) ok &= dx[i] == (mask[i] ? dy[i] * 2.0f : 0.0f);
     CHECK(ok, "backward applies the forward mask and scale");
+    {   /* a dropped element's gradient is dy·0, as torch's dy·mask·scale: NaN from a NaN or inf, -0 from a negative */
+        const uint8_t m4[4] = { 0, 0, 0, 1 };
+        const float g4[4] = { NAN, -INFINITY, -3.0f, NAN };
+        float d4[4];
+        fl_cpu_dropout_bwd(m4, g4, d4, 4, 0.5f);
+        CHECK(isnan(d4[0]) && isnan(d4[1]) && isnan(d4[3]), "a NaN or inf gradient stays NaN where dropped");
+        CHECK(d4[2] == 0.0f && signbit(d4[2]), "a negative gradient gives -0 where dropped, got %g", d4[2]);
+        fl_cpu_dropout_bwd(m4, g4, d4, 4, 1.0f);   /* p = 1: every element dropped, dy·0 */
+        CHECK(isnan(d4[1]) && signbit(d4[2]) && d4[2] == 0.0f, "p = 1: dy·0");
+    }
     fl_cpu_dropout_fwd(x, y, mask, n, 0.1f, 7, 0);
     kept = 0;
     for (int64_t i = 0; i < n; i++) kept += mask[i];
