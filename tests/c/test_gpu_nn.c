@@ -433,7 +433,10 @@ TEST(gpu_nn_dropout_device_code_matches_cpu_on_host) {
         int64_t n = ns[a];
         float *x = fnormal(n, 0, 1), *dy = fnormal(n, 0, 1), *y0 = fbuf(n), *y1 = fbuf(n);
         uint8_t *m0 = calloc((size_t)n + 1, 1), *m1 = calloc((size_t)n + 1, 1);
-        for (int64_t i = 0; i < n && i < 3; i++) dy[i] = i == 0 ? NAN : i == 1 ? -INFINITY : INFINITY;   /* dy·0 */
+        for (int64_t i = 0; i < n && i < 3; i++) {   /* x·0 and dy·0 */
+            x[i] = i == 2 ? NAN : i == 0 ? -INFINITY : INFINITY;
+            dy[i] = i == 0 ? NAN : i == 1 ? -INFINITY : INFINITY;
+        }
         for (size_t b = 0; b < sizeof ps / sizeof ps[0]; b++)
             for (size_t c = 0; c < sizeof offs / sizeof offs[0]; c++) {
                 uint64_t seed = 1000 + b * 7 + c;
@@ -705,6 +708,10 @@ TEST(gpu_dropout_matches_cpu) {
         const int64_t n = ns[a];
         float *x = fnormal(n, 0, 1), *dy = fnormal(n, 0, 1), *y0 = fbuf(n), *y1 = fbuf(n);
         uint8_t *m0 = calloc((size_t)n + 1, 1), *m1 = calloc((size_t)n + 1, 1);
+        /* x·0 and dy·0 where dropped (p = 1, and p = 0.5 by the mask): NaN stays NaN and ±inf gives NaN, not 0;
+         * twelve of them, so that p = 0.5 both keeps and drops each kind */
+        static const float sp[] = { NAN, -INFINITY, INFINITY };
+        for (int64_t i = 0; i < n && i < 12; i++) { x[i] = sp[i % 3]; dy[i] = sp[(i + 1) % 3]; }
         pool pl = { d, { 0 }, 0 };
         float *dxx = dput(&pl, x, FB(n)), *ddy = dput(&pl, dy, FB(n)), *dout = dalloc(&pl, FB(n));
         uint8_t *dm = dalloc(&pl, (size_t)n);

@@ -71,6 +71,29 @@ static const sgd_cfg SGD_CFGS[] = {
 };
 #define NSGD (sizeof SGD_CFGS / sizeof SGD_CFGS[0])
 
+/* Without weight decay d is g itself, not g + 0·p: an infinite p stays infinite (0·inf made it NaN) and
+ * g = -0 stays -0 (g + 0·p gave +0 for p ≥ +0, which the momentum buffer keeps). So the wd = 0
+ * configurations get ±inf, NaN and ±0 among p and g, at elements 0, 3, 6, ... (those below n). */
+static void sgd_specials(float *p, float *g, int64_t n, const sgd_cfg *c) {
+    static const float sp[][2] = {   /* p, g */
+        { INFINITY, 0.01f }, { -INFINITY, -0.02f }, { NAN, 0.01f }, { -0.0f, -0.0f }, { 0.1f, -0.0f },
+        { 0.1f, INFINITY }, { -0.1f, -INFINITY }, { 0.2f, NAN }, { INFINITY, -INFINITY }, { -INFINITY, NAN },
+        { -0.0f, 0.0f }, { 0.0f, -0.0f }, { INFINITY, -0.0f },
+    };
+    if (c->wd != 0.0) return;
+    for (size_t k = 0; k < sizeof sp / sizeof sp[0] && (int64_t)(3 * k) < n; k++) {
+        p[3 * k] = sp[k][0];
+        g[3 * k] = sp[k][1];
+    }
+}
+
+/* n floats bit for bit, NaN equal to NaN (GPU arithmetic returns a canonical NaN) */
+static bool same_floats(const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!same_float(a[i], b[i])) return false;
+    return true;
+}
+
 TEST(gpu_sgd_device_code_matches_cpu_on_host) {
     const int64_t n = 10007;
     for (size_t ci = 0; ci < NSGD; ci++) {
@@ -78,14 +101,15 @@ TEST(gpu_sgd_device_code_matches_cpu_on_host) {
         float *p0 = rnormal((size_t)n, 10 + ci, 0.1f), *g = rnormal((size_t)n, 20 + ci, 0.01f),
               *b0 = rnormal((size_t)n, 30 + ci, 0.01f);
         float *p1 = malloc(n * 4), *b1 = malloc(n * 4);
+        sgd_specials(p0, g, n, &c);
         memcpy(p1, p0, n * 4); memcpy(b1, b0, n * 4);
         const bool mom = c.momentum != 0.0;
         for (int step = 1; step <= 3; step++) {
             bool first = c.first && step == 1;
             fl_sgd_kernel_f32(p0, g, mom ? b0 : NULL, n, 0.05, c.momentum, c.dampening, c.wd, c.nesterov, first);
             REQUIRE_OK(fl_cuda_sgd_host(p1, g, mom ? b1 : NULL, n, 0.05, c.momentum, c.dampening, c.wd, c.nesterov, first));
-            CHECK(memcmp(p0, p1, n * 4) == 0, "cfg %zu step %d: parameters differ", ci, step);
-            CHECK(!mom || memcmp(b0, b1, n * 4) == 0, "cfg %zu step %d: momentum buffers differ", ci, step);
+            CHECK(same_floats(p0, p1, n), "cfg %zu step %d: parameters differ", ci, step);
+            CHECK(!mom || same_floats(b0, b1, n), "cfg %zu step %d: momentum buffers differ", ci, step);
         }
         free(p0); free(g); free(b0); free(p1); free(b1);
     }
@@ -355,6 +379,7 @@ TEST(gpu_sgd_entry_matches_cpu) {
             const bool mom = c.momentum != 0.0;
             float *p = rnormal((size_t)n, 40 + ci, 0.1f), *g = rnormal((size_t)n, 50 + ci, 0.01f),
                   *b = rnormal((size_t)n, 60 + ci, 0.01f), *got = malloc(n * 4);
+            sgd_specials(p, g, n, &c);
             float *dp = dput(&pl, p, n * 4), *dg = dput(&pl, g, n * 4), *db = dput(&pl, b, n * 4);
             REQUIRE(dp && dg && db, "alloc: %s", fl_last_error());
             for (int step = 1; step <= 3; step++) {
@@ -364,10 +389,10 @@ TEST(gpu_sgd_entry_matches_cpu) {
                                            first));
             }
             REQUIRE_OK(d->to_host(got, dp, n * 4));
-            CHECK(memcmp(got, p, n * 4) == 0, "n %lld cfg %zu: parameters differ after 3 steps", (long long)n, ci);
+            CHECK(same_floats(got, p, n), "n %lld cfg %zu: parameters differ after 3 steps", (long long)n, ci);
             if (mom) {
                 REQUIRE_OK(d->to_host(got, db, n * 4));
-                CHECK(memcmp(got, b, n * 4) == 0, "n %lld cfg %zu: momentum buffers differ", (long long)n, ci);
+                CHECK(same_floats(got, b, n), "n %lld cfg %zu: momentum buffers differ", (long long)n, ci);
             }
             pool_free(&pl);
             free(p); free(g); free(b); free(got);
@@ -384,6 +409,9 @@ TEST(gpu_adamw_entry_matches_cpu) {
         for (int k = 0; k < 5; k++) {
             h[k] = rnormal((size_t)n, 70 + k, k >= 3 ? 1e-3f : 0.1f);
             if (k >= 3) for (int64_t i = 0; i < n; i++) h[k][i] *= h[k][i];
+            /* amsgrad's NaN rule (the maximum is NaN if either is): a NaN vmax stays, a NaN g makes v and vmax NaN */
+            if (ams && k == 4) h[k][5] = NAN;
+            if (ams && k == 1) h[k][9] = NAN;
             dv[k] = dput(&pl, h[k], n * 4);
             REQUIRE(dv[k], "alloc");
         }
@@ -394,7 +422,7 @@ TEST(gpu_adamw_entry_matches_cpu) {
         }
         for (int k = 0; k < 5; k++) {
             REQUIRE_OK(d->to_host(got, dv[k], n * 4));
-            CHECK(memcmp(got, h[k], n * 4) == 0, "amsgrad %d: array %d differs after 3 steps", ams, k);
+            CHECK(same_floats(got, h[k], n), "amsgrad %d: array %d differs after 3 steps", ams, k);
             free(h[k]);
         }
         free(got);
