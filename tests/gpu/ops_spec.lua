@@ -187,6 +187,32 @@ describe("the cuda device against the CPU device", function()
     end
   end)
 
+  it("the further unary ops, atan2, fmod and remainder, with their gradients", function()
+    -- double functions on both sides, CUDA's within 2 ulp of a double of glibc's: one fp32 rounding apart; the
+    -- gradients are device ops on such values (a few roundings more)
+    for _, op in ipairs { "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "erf", "log1p", "expm1",
+                          "log2", "log10", "exp2" } do
+      local x = leaf { 1000 }
+      if op == "log1p" or op == "log2" or op == "log10" then x = x:abs() + 0.01 end
+      if op == "asin" or op == "acos" then x = x:tanh() * 0.99 end
+      x = x:detach()
+      x:requires_grad(true)
+      check(op, function(t) return t[op](t) end, { x }, 0, 3e-7, 0, 1e-6)
+    end
+    -- atan2's gradients are exact fp32 arithmetic on both sides, summed over the broadcast dims; a number
+    -- operand becomes a 0-d device tensor in the backward
+    check("atan2", function(y, x) return y:atan2(x) end, { leaf { 4, 1, 6 }, leaf { 3, 1 } }, 0, 3e-7, 1e-6, 1e-6)
+    check("atan2 scalar", function(y) return y:atan2(0.7) end, { leaf { 300 } }, 0, 3e-7, 0, 1e-6)
+    check("scalar atan2", function(x) return fp8.Tensor.atan2(-0.4, x) end, { leaf { 300 } }, 0, 3e-7, 0, 1e-6)
+    -- fmod and remainder are exact; the divisor's gradient -g·trunc (floor) of the quotient is exact
+    -- elementwise and summed over the broadcast dims
+    for _, op in ipairs { "fmod", "remainder" } do
+      check(op, function(a, b) return a[op](a, b) end, { leaf({ 4, 1, 6 }, 3), leaf { 3, 1 } }, 0, 0, 1e-6, 1e-6)
+      check(op .. " scalar", function(a) return a[op](a, 0.75) end, { leaf({ 300 }, 3) }, 0, 0)
+      check("scalar " .. op, function(b) return fp8.Tensor[op](1.5, b) end, { leaf { 300 } }, 0, 0)
+    end
+  end)
+
   it("reductions over everything and along each dim", function()
     local x = leaf { 17, 33, 9 }
     for _, op in ipairs { "sum", "mean" } do
@@ -329,10 +355,21 @@ describe("the cuda device against the CPU device", function()
     end
   end)
 
-  it("linear with bias, fp32 and under bf16 autocast", function()
+  it("linear with bias, fp32, bf16 and under bf16 autocast", function()
     check("linear", F.linear, { leaf { 33, 64 }, leaf { 48, 64 }, leaf { 48 } }, 1e-5, GEMM_TOL)
+    -- bf16 x, w and b (core/linear.c: the GEMM to fp32, the bf16 bias added in fp32, one rounding to bf16): the
+    -- fp32 sums differ by the GEMM bound (atol), the rounding by one bf16 ulp (2^-7 relative at most); the
+    -- gradients are fp32 GEMMs of bf16 operands and a sum of dY, as for fp32
+    local function bf16_leaf(shape)
+      local t = fp8.randn(shape):to("bf16")
+      t:requires_grad(true)
+      return t
+    end
+    check("linear bf16", F.linear, { bf16_leaf { 33, 64 }, bf16_leaf { 48, 64 }, bf16_leaf { 48 } }, 1e-3, 8e-3,
+      1e-5, GEMM_TOL)
     fp8.set_autocast_dtype("bf16")
-    local ok, err = pcall(check, "linear bf16", F.linear, { leaf { 32, 64 }, leaf { 48, 64 }, leaf { 48 } }, 1e-4, 1e-3)
+    local ok, err = pcall(check, "linear autocast bf16", F.linear, { leaf { 32, 64 }, leaf { 48, 64 }, leaf { 48 } },
+      1e-4, 1e-3)
     fp8.set_autocast_dtype("fp32")
     assert(ok, err)
   end)
