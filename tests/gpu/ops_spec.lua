@@ -359,14 +359,13 @@ describe("the cuda device against the CPU device", function()
     check("linear", F.linear, { leaf { 33, 64 }, leaf { 48, 64 }, leaf { 48 } }, 1e-5, GEMM_TOL)
     -- bf16 x, w and b (core/linear.c: the GEMM to fp32, the bf16 bias added in fp32, one rounding to bf16): the
     -- fp32 sums differ by the GEMM bound (atol), the rounding by one bf16 ulp (2^-7 relative at most); the
-    -- gradients are fp32 GEMMs of bf16 operands and a sum of dY, as for fp32
+    -- gradients are fp32 GEMMs and a sum of dY rounded to the leaves' bf16, so one bf16 ulp apart as the output
     local function bf16_leaf(shape)
       local t = fp8.randn(shape):to("bf16")
       t:requires_grad(true)
       return t
     end
-    check("linear bf16", F.linear, { bf16_leaf { 33, 64 }, bf16_leaf { 48, 64 }, bf16_leaf { 48 } }, 1e-3, 8e-3,
-      1e-5, GEMM_TOL)
+    check("linear bf16", F.linear, { bf16_leaf { 33, 64 }, bf16_leaf { 48, 64 }, bf16_leaf { 48 } }, 1e-3, 8e-3)
     fp8.set_autocast_dtype("bf16")
     local ok, err = pcall(check, "linear autocast bf16", F.linear, { leaf { 32, 64 }, leaf { 48, 64 }, leaf { 48 } },
       1e-4, 1e-3)
