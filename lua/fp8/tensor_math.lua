@@ -15,20 +15,23 @@ local where = T.where
 local PI = math.pi
 
 -- |x|^p, with a zero gradient where x is 0 (for p < 1 the power's derivative there is infinite, and times abs's 0 it
--- was NaN: cdist and pairwise_distance of points sharing a coordinate)
+-- was NaN: cdist and pairwise_distance of points sharing a coordinate). The select is on x ≠ 0, so a NaN stays NaN
+-- (on x > 0 until 2026-12-05, |NaN|^p was 0).
 function T._abs_pow(x, p)
   local a = x:abs()
   if p >= 1 then return a ^ p end
-  local pos = a:gt(0)
-  return where(pos, where(pos, a, 1) ^ p, 0)
+  local nz = a:ne(0)
+  return where(nz, where(nz, a, 1) ^ p, 0)
 end
 
--- s^(1/p) of sums s >= 0, the root taken where s > 0 only: a zero sum's root is 0, with a finite gradient (the
--- root's derivative at 0 is infinite: renorm's all-zero slice had NaN gradients). The p-norms' last step.
+-- s^(1/p) of sums s >= 0, the root taken where s ≠ 0 only: a zero sum's root is 0, with a finite gradient (the
+-- root's derivative at 0 is infinite: renorm's all-zero slice had NaN gradients). The p-norms' last step. A NaN sum's
+-- root is NaN (the select was s > 0 until 2026-12-05: the distance of a point with a NaN coordinate came out 0 and
+-- normalize divided by eps, as torch's never do).
 function T._root(s, p)
-  local pos = s:gt(0)
-  local safe = where(pos, s, 1)
-  return where(pos, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
+  local nz = s:ne(0)
+  local safe = where(nz, s, 1)
+  return where(nz, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
 end
 
 -- y as a tensor beside t (a number becomes a full tensor of t's shape and dtype)
