@@ -279,8 +279,23 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
     case FL_OP_POW: {
         fl_tensor *t = NULL;
         fl_status st;
-        /* a zero scalar: 0^x is constant where defined (0, or inf), x^0 = 1 everywhere: 0, also at x = 0 (torch's rule) */
-        if ((float)s == 0.0f) return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
+        /* x^0 = 1 everywhere: 0, also at x = 0 (torch's rule) */
+        if (!first && (float)s == 0.0f) return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
+        if (first && (float)s == 0.0f) {
+            /* 0^x: torch's g·(0^x·ln 0) but 0 where x >= 0 (0^x is 0 or 1 there: the saved output <= 1), so -inf·g
+             * where x < 0 and NaN where x is NaN (0 everywhere until 2026-12-05) */
+            fl_tensor *keep = NULL, *m = NULL, *u = NULL;
+            st = fl_binary_scalar_raw(&keep, FL_OP_LE, n->saved[0], 1.0, false);
+            if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_SUB, keep, 1.0, true);   /* 1 − keep */
+            if (st == FL_OK) st = fl_binary_scalar_raw(&u, FL_OP_MUL, n->saved[0], -INFINITY, false);
+            if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, u);
+            if (st == FL_OK) st = masked_grad(&gin[0], m, t);
+            fl_tensor_release(keep);
+            fl_tensor_release(m);
+            fl_tensor_release(u);
+            fl_tensor_release(t);
+            return st;
+        }
         if (first) {   /* d(s^x)/dx = s^x·ln s, from the saved output */
             st = fl_binary_raw(&t, FL_OP_MUL, g, n->saved[0]);
             if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, log((double)(float)s), false);

@@ -381,6 +381,14 @@ function Tensor.clamp(t, lo, hi, ...)
     local nlo, nhi = type(lo) == "number" and lo or nil, type(hi) == "number" and hi or nil
     if nlo ~= nil or nhi ~= nil then r = t:_clamp(nlo or -math.huge, nhi or math.huge) end
     local chained = r
+    if core.is_tensor(lo) and core.is_tensor(hi) and (lo:requires_grad() or hi:requires_grad()) then
+      -- with both bounds tensors, torch's gives a NaN's gradient (in t, min or max) to t alone; the chain of maximum
+      -- and minimum gave it to all three (3·g in all, until 2026-12-05), so there the bounds enter detached
+      local nan = r:detach():isnan():logical_or(lo:detach():isnan()):logical_or(hi:detach():isnan())
+      if nan:any():item() ~= 0 then
+        lo, hi = M.where(nan, lo:detach(), lo), M.where(nan, hi:detach(), hi)
+      end
+    end
     if core.is_tensor(lo) then r = r:maximum(lo) end
     if core.is_tensor(hi) then r = r:minimum(hi) end
     -- where min == max, torch gives the whole gradient to one of them: min below, x at the tie, max above (the chain

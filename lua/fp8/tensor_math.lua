@@ -144,8 +144,8 @@ Tensor.signbit = at_caller(function(t, ...)
   return sign_bit(x):to(x:dtype())
 end)
 
--- copysign(other): |x| with other's sign (its sign bit: -0 counts as negative); the gradient for x is torch's,
--- result/x (0 where x is 0); other takes none
+-- copysign(other): |x| with other's sign (its sign bit: -0 counts as negative); the gradient for x is torch's
+-- result/x, as ±sign(x) (0 where x is 0, ±1 at an infinite x, where torch's inf/inf is NaN); other takes none
 Tensor.copysign = at_caller(function(t, y, ...)
   no_more("copysign", "(other)", ...)
   self_of("copysign", t); operand("copysign", "other", y, true)

@@ -8,6 +8,9 @@
 -- |x| > 0) sent a NaN to the "zero" side: the distance of a point with a NaN coordinate was 0 (cdist,
 -- pairwise_distance, dist with p other than 1, 2 and inf) and normalize divided the row by eps (1e12 where torch's
 -- gives NaN). Both select on ≠ 0 now (lua/fp8/tensor_math.lua).
+-- A helper then ran 522 cases (losses, functional ops, reductions, modules, optimizers) with NaN and infinite inputs
+-- against torch 2.15; the cases below are what it found where fp8lab hid a NaN or an infinity torch's keeps, or gave
+-- a wrong gradient (the values expected are torch 2.15's).
 
 describe("dropout's backward", function()
   local F = fp8.nn.functional
@@ -68,5 +71,81 @@ describe("the p-norms of a row with a NaN", function()
     local a = fp8.tensor({ { 0, 0, 0 }, { 1, 0, 0 } }):requires_grad_()
     fp8.cdist(a, fp8.zeros(1, 3), 0.5):sum():backward()
     assert.are.same({ { 0, 0, 0 }, { 1, 0, 0 } }, a.grad:totable())
+  end)
+end)
+
+describe("NaN and infinities as torch 2.15 takes them", function()
+  local F = fp8.nn.functional
+  local NAN, INF = 0 / 0, math.huge
+  local function same(a, b)   -- NaN with NaN, ±0 alike
+    if a ~= a or b ~= b then return a ~= a and b ~= b end
+    return a == b or math.abs(a - b) <= 1e-6 * math.abs(b)
+  end
+  local function like(want, t, what)
+    local got = t:reshape(-1):totable()
+    assert.are.equal(#want, #got, what)
+    for i = 1, #want do assert.is_true(same(got[i], want[i]), ("%s [%d]: %s, torch's %s"):format(what, i, got[i], want[i])) end
+  end
+
+  it("0^x's gradient is -inf where x < 0 and NaN where x is NaN (it was 0 everywhere)", function()
+    local x = fp8.tensor({ 2, 0, -1, NAN, INF, -INF }):requires_grad_()
+    fp8.pow(0, x):backward(fp8.ones(6))
+    like({ 0, 0, -INF, NAN, 0, -INF }, x.grad, "d 0^x / dx")
+  end)
+
+  it("prelu: a NaN weight leaves the positive inputs' gradients alone, an infinite input the weight's", function()
+    local x = fp8.tensor({ { 1, -2, INF, NAN }, { -1, 2, -INF, 0 } }):requires_grad_()
+    local w = fp8.tensor({ NAN }):requires_grad_()
+    F.prelu(x, w):backward(fp8.ones(2, 4))
+    like({ 1, NAN, 1, NAN, NAN, 1, NAN, NAN }, x.grad, "x.grad, NaN weight")
+    x = fp8.tensor({ { 1, -2, INF, 3 }, { -1, 2, 5, 0 } }):requires_grad_()
+    w = fp8.tensor({ 0.25 }):requires_grad_()
+    F.prelu(x, w):backward(fp8.ones(2, 4))
+    like({ -3 }, w.grad, "w.grad, an infinite input")
+  end)
+
+  it("clamp with two tensor bounds gives a NaN's gradient to the input alone (it gave it to all three)", function()
+    local x = fp8.tensor({ 0.5, 2, NAN, -3, 0.5, NAN }):requires_grad_()
+    local lo = fp8.tensor({ NAN, 0, 0, 0, 1, NAN }):requires_grad_()
+    local hi = fp8.tensor({ 1, NAN, 1, 1, 0.7, NAN }):requires_grad_()
+    local y = x:clamp(lo, hi)
+    like({ NAN, NAN, NAN, 0, 0.7, NAN }, y, "clamp")
+    y:backward(fp8.ones(6))
+    like({ 1, 1, 1, 0, 0, 1 }, x.grad, "x.grad")
+    like({ 0, 0, 0, 1, 0, 0 }, lo.grad, "min.grad")
+    like({ 0, 0, 0, 0, 1, 0 }, hi.grad, "max.grad")
+  end)
+
+  it("poisson_nll_loss{full=true}: a NaN target takes Stirling's term, so its gradient is NaN", function()
+    local x, t = fp8.tensor({ 0.5, 1, 2 }):requires_grad_(), fp8.tensor({ NAN, 3, 0.5 }):requires_grad_()
+    F.poisson_nll_loss(x, t, { full = true, reduction = "none" }):backward(fp8.ones(3))
+    local g = t.grad:totable()
+    assert.is_true(g[1] ~= g[1], "a NaN target's gradient")
+    assert.is_near(0.2653, g[2], 1e-4)
+    assert.are.equal(-2, g[3])
+  end)
+
+  it("binary_cross_entropy_with_logits at infinite logits: torch's finite gradients (they were NaN at +inf)", function()
+    for _, pw in ipairs { false, true } do
+      local x = fp8.tensor({ INF, INF, INF }):requires_grad_()
+      local y = fp8.tensor({ 0, 0.3, 1 }):requires_grad_()
+      local l = F.binary_cross_entropy_with_logits(x, y, { reduction = "none", pos_weight = pw and fp8.tensor { 2 } or nil })
+      like({ INF, INF, NAN }, l, "loss at +inf")
+      l:backward(fp8.ones(3))
+      like({ 1, 0.7, 0 }, x.grad, "x.grad at +inf")
+      like({ -INF, -INF, -INF }, y.grad, "y.grad at +inf")
+      x = fp8.tensor({ -INF, -INF, -INF }):requires_grad_()
+      F.binary_cross_entropy_with_logits(x, fp8.tensor { 0, 0.3, 1 },
+        { reduction = "none", pos_weight = pw and fp8.tensor { 2 } or nil }):backward(fp8.ones(3))
+      like(pw and { 0, -0.6, -2 } or { 0, -0.3, -1 }, x.grad, "x.grad at -inf")
+    end
+  end)
+
+  it("normalize takes p = math.huge, torch's largest |x| (it was refused)", function()
+    local x = fp8.tensor({ { 1, -3, 3, 0 }, { 0, 0, 0, 0 } }):requires_grad_()
+    local y = F.normalize(x, { p = math.huge, dim = 2 })
+    like({ 1 / 3, -1, 1, 0, 0, 0, 0, 0 }, y, "normalize p=inf")
+    y:backward(fp8.tensor { { 1, 2, 3, 4 }, { 1, 2, 3, 4 } })
+    like({ 1 / 3, 0.8888889, 0.7777778, 4 / 3, 1e12, 2e12, 3e12, 4e12 }, x.grad, "its gradient")
   end)
 end)

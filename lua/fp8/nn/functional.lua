@@ -288,7 +288,11 @@ function F.prelu(x, w, ...)
   else
     w = w:reshape({})
   end
-  return where(x:gt(0), x, x * w)
+  -- w multiplies x only where x <= 0 (or NaN), as torch's kernel: on where(pos, x, x·w) the positive elements' zero
+  -- gradient through x·w came back as 0·w and 0·x, so a NaN weight made every input gradient NaN and an infinite
+  -- input the weight's (until 2026-12-05)
+  local pos = x:gt(0)
+  return where(pos, x, where(pos, 0, x) * w)
 end
 
 local function check_dim(fname, x, dim)
@@ -629,8 +633,9 @@ end
 -- + (1 − y)·log σ(−x)) with pos_weight pw (a number or a tensor broadcast to the input, 1 without) and weight w (a
 -- tensor broadcast to the input, 1 without); neither is differentiated, and one that requires grad is refused, as
 -- torch's. The two
--- log sigmoids come from one log_softmax over (0, x), so the gradient is torch's σ(x)-based one, 0 included, and no
--- exp overflows for large |x|.
+-- log sigmoids are logsigmoid's, so the gradient is torch's σ(x)-based one, 0 included, no exp overflows for large
+-- |x|, and an infinite logit has torch's finite gradient (one log_softmax over (0, x), until 2026-12-05, gave NaN
+-- losses and gradients at x = +inf: inf − inf).
 function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   local N = "binary_cross_entropy_with_logits"
   no_more(N, "(input, target [, {weight=, reduction=, pos_weight=}])", ...)
@@ -644,10 +649,9 @@ function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   local w = opts.weight
   if w ~= nil then check_tensor(N, "weight", w); broadcasts_to(N, "weight", w, x, 2); refuse_grad(N, "weight", w, 2) end
   x, y, pw, w = autocast_fp32(x, y, pw, w)
-  local zero = fp8.zeros(x:shape(), { dtype = x:dtype(), device = x:device() })
-  -- [..., 2]: log σ(−x), log σ(x)
-  local ls = F.log_softmax(fp8.cat({ zero:unsqueeze(-1), x:unsqueeze(-1) }, -1), -1)
-  local neg, pos = ls:select(-1, 1), ls:select(-1, 2)
+  -- log σ(−x), log σ(x), in fp32 for a bf16 or fp16 input too (the loss is fp32, as it was from log_softmax's kernel)
+  local xf = x:dtype() == "fp32" and x or x:to("fp32")
+  local neg, pos = F.logsigmoid(-xf), F.logsigmoid(xf)
   local wpos = pw == nil and y or y * pw
   local per = -(wpos * pos + (1 - y) * neg)
   return reduce_loss(N, w and per * w or per, opts.reduction)
@@ -850,8 +854,8 @@ function F.rms_norm(x, shape, w, eps, ...)
   return T._round_to(y, low)
 end
 
--- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1; dim 2 is
--- torch's default dim=1, the channels of [N, C, ...]). The norm of a zero row is 0 by a select, so its gradient stays
+-- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1 or math.huge,
+-- the largest |x|; dim 2 is torch's default dim=1, the channels of [N, C, ...]). The norm of a zero row is 0 by a select, so its gradient stays
 -- finite (torch's: 1/eps); clamping the sum at eps^p instead (as before 2026-12-04) underflowed fp32 for p >= 4 or a
 -- small eps, and gave 0/0.
 function F.normalize(x, opts, ...)
@@ -862,14 +866,15 @@ function F.normalize(x, opts, ...)
   if p == nil then p = 2 end
   if dim == nil then dim = 2 end
   if eps == nil then eps = 1e-12 end
-  if type(p) ~= "number" or not (p >= 1 and p < math.huge) then
-    error(("normalize: p must be a finite number >= 1, got %s"):format(O.got(p)), 2)
+  if type(p) ~= "number" or not (p >= 1) then
+    error(("normalize: p must be a number >= 1 or math.huge, got %s"):format(O.got(p)), 2)
   end
   if type(eps) ~= "number" or not (eps > 0 and eps < math.huge) then
     error(("normalize: eps must be a finite number > 0, got %s"):format(O.got(eps)), 2)
   end
   check_dim("normalize", x, dim)
   if x:dim() == 0 then error("normalize: input is 0-d; it normalizes along a dimension, so needs one", 2) end
+  if p == math.huge then return x / x:abs():amax(dim, true):clamp_min(eps) end   -- torch's p=inf: the largest |x|
   local s = p == 2 and (x * x):sum(dim, true) or x:abs():pow(p):sum(dim, true)
   return x / F._root(s, p):clamp_min(eps)
 end

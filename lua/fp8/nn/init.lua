@@ -205,8 +205,8 @@ add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{weight, label_smoothing, i
   .. "-log_probs[i, t_i], the mean over the rows not ignored. F.one_hot(ids [, num_classes=-1]) -> [ids..., C] of\n"
   .. "1 and 0 (fp32; C the largest id + 1 with -1). F.l1_loss(input, target [, {reduction}]) and\n"
   .. "F.binary_cross_entropy_with_logits(input, target [, {reduction, pos_weight}]) as torch's (the log sigmoids\n"
-  .. "from one log_softmax over (0, x): no overflow far out, torch's gradient at 0). F.normalize(x [, {p=2, dim=2,\n"
-  .. "eps=1e-12}]) = x / max(|x|_p, eps); F.pad(x, {left, right, ...} [, {mode=\"constant\", value=0}]) pads (or,\n"
+  .. "are logsigmoid's: no overflow far out, torch's gradient at 0 and at infinite logits). F.normalize(x [, {p=2,\n"
+  .. "dim=2, eps=1e-12}]) = x / max(|x|_p, eps) (p >= 1 or math.huge); F.pad(x, {left, right, ...} [, {mode=\"constant\", value=0}]) pads (or,\n"
   .. "negative, crops) the last dims; mode \"reflect\" (mirror about the edge), \"replicate\" (repeat the edge) or\n"
   .. "\"circular\" (wrap around) pad the last 1-3 dims of an unbatched or batched input, as torch's.")
 add("nn.CausalSelfAttention", "fp8.nn.CausalSelfAttention{n_embd, n_head, dropout=0, bias=true}",

@@ -79,10 +79,12 @@ function F.poisson_nll_loss(x, t, opts, ...)
   local loss
   if log_input ~= false then loss = x:exp() - t * x else loss = x - t * (x + eps):log() end
   if full then
-    -- (taken where target > 1 only; elsewhere, log of 0 and below is never selected)
-    local safe = where(t:gt(1), t, 2)
+    -- (taken where target > 1 only, torch's masked_fill(target <= 1, 0): log of 0 and below is never selected, a
+    -- NaN target takes the term and stays NaN, in its gradient too)
+    local big = t:le(1):logical_not()
+    local safe = where(big, t, 2)
     local stirling = safe * safe:log() - safe + (safe * (2 * math.pi)):log() * 0.5
-    loss = loss + where(t:gt(1), stirling, 0)
+    loss = loss + where(big, stirling, 0)
   end
   return reduce_loss(N, loss, red)
 end
