@@ -282,14 +282,14 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
         /* x^0 = 1 everywhere: 0, also at x = 0 (torch's rule) */
         if (!first && (float)s == 0.0f) return fl_tensor_zeros(&gin[0], FL_F32, g->ndim, g->shape, g->device);
         if (first && (float)s == 0.0f) {
-            /* 0^x: torch's g·(0^x·ln 0) but 0 where x >= 0 (0^x is 0 or 1 there: the saved output <= 1), so -inf·g
-             * where x < 0 and NaN where x is NaN (0 everywhere until 2026-12-05) */
+            /* 0^x: torch's g·(0^x·ln 0, but 0 where x >= 0): 0^x is 0 or 1 there (the saved output <= 1), so -inf·g
+             * where x < 0, NaN where x is NaN, and g·0 elsewhere (NaN for a NaN g); 0 everywhere until 2026-12-05 */
             fl_tensor *keep = NULL, *m = NULL, *u = NULL;
             st = fl_binary_scalar_raw(&keep, FL_OP_LE, n->saved[0], 1.0, false);
             if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_SUB, keep, 1.0, true);   /* 1 − keep */
             if (st == FL_OK) st = fl_binary_scalar_raw(&u, FL_OP_MUL, n->saved[0], -INFINITY, false);
-            if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, u);
-            if (st == FL_OK) st = masked_grad(&gin[0], m, t);
+            if (st == FL_OK) st = masked_grad(&t, m, u);   /* the derivative */
+            if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, t);
             fl_tensor_release(keep);
             fl_tensor_release(m);
             fl_tensor_release(u);

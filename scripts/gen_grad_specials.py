@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""gen_grad_specials.py — writes tests/data/grad_specials_torch.lua: PyTorch 2.x's values and gradients of 63
-pointwise ops (the unary math ops, the activations, pow with a number exponent, clamp, atan2, fmod, remainder,
+"""gen_grad_specials.py — writes tests/data/grad_specials_torch.lua: PyTorch 2.x's values and gradients of 64
+pointwise ops (the unary math ops, the activations, pow with a number exponent or base, clamp, atan2, fmod, remainder,
 maximum/minimum with 0, x·log x, dropout with p = 1) at 16 special points (NaN, ±inf, ±0, ±subnormal, ±3e38, 1e-30
 and a few ordinary values), each gradient for three upstream gradients: 1, NaN and -0. tests/spec/grad_specials_spec.lua
 compares fp8lab's with them; what differs on purpose is listed there with the reason.
@@ -24,6 +24,7 @@ OPS = {
     "sign": torch.sign, "reciprocal": torch.reciprocal, "square": torch.square,
     "pow2": lambda t: t.pow(2), "pow05": lambda t: t.pow(0.5), "pow3": lambda t: t.pow(3),
     "powm1": lambda t: t.pow(-1), "pow0": lambda t: t.pow(0), "exp_scalar": lambda t: torch.pow(2, t),
+    "zero_pow": lambda t: torch.pow(0, t),
     "clamp": lambda t: t.clamp(-1, 1), "relu": F.relu, "gelu": F.gelu,
     "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu, "softplus": F.softplus, "elu": F.elu,
     "leaky_relu": lambda t: F.leaky_relu(t, 0.01), "hardtanh": F.hardtanh, "mish": F.mish,
