@@ -5,6 +5,7 @@
  * operands in place, which also applies per-tensor scales and the bias in its epilogue; per-row/per-column
  * scales take one pass after it. */
 #include "cpu_internal.h"
+#include <float.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -125,10 +126,31 @@ static fl_status decoded(fl_tensor **out, const fl_tensor *q, fl_tensor **cache)
     return st;
 }
 
+/* The smallest and largest of n dequantization scales (FLT_MAX, 0 where none is finite and > 0). */
+static void scale_range(const float *s, int64_t n, float *lo, float *hi) {
+    *lo = FLT_MAX;
+    *hi = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        if (s[i] > 0.0f && s[i] <= FLT_MAX) { *lo = s[i] < *lo ? s[i] : *lo; *hi = s[i] > *hi ? s[i] : *hi; }
+}
+
+/* Whether some product sa·sb of a's and b's dequantization scales leaves fp32's normal range: a scale rule's
+ * extremes (te's margin 16 after an amax of 1e37 gives an input scale_inv of 8.5e37) times a weight's. The product
+ * overflowed to inf and a row the cast had flushed to zeros came out 0·inf = NaN, for good (2026-12-05); such a
+ * GEMM applies the two scales in double instead (gemm_then_scale), the fast paths keep sum·(sa·sb) otherwise. */
+static bool scale_product_out_of_range(const fl_tensor *a, const fl_tensor *b) {
+    float alo, ahi, blo, bhi;
+    scale_range(fl_tensor_data(a->scale_inv), a->scale_axis >= 0 ? fl_tensor_numel(a->scale_inv) : 1, &alo, &ahi);
+    scale_range(fl_tensor_data(b->scale_inv), b->scale_axis >= 0 ? fl_tensor_numel(b->scale_inv) : 1, &blo, &bhi);
+    if (ahi == 0.0f || bhi == 0.0f) return false;
+    return (double)ahi * bhi > FLT_MAX || (double)alo * blo < FLT_MIN;
+}
+
 /* The GEMM into dst, then one pass over dst applying the scales (per tensor, per row of a, per column of
- * b) and the bias: the path for per-row/per-column scales and for shapes oneDNN cannot fuse. */
+ * b) and the bias: the path for per-row/per-column scales and for shapes oneDNN cannot fuse; with wide, the scales
+ * are applied in double (their fp32 product would leave the normal range). */
 static fl_status gemm_then_scale(fl_tensor *dst, const fl_tensor *ad, const fl_tensor *bd, const fl_tensor *a,
-                                 const fl_tensor *b, const float *pb) {
+                                 const fl_tensor *b, const float *pb, bool wide) {
     const int64_t m = dst->shape[0], n = dst->shape[1], K = ad->shape[1];
     const int64_t s3a[3] = { 1, m, K }, s3b[3] = { 1, K, n }, s3d[3] = { 1, m, n };
     fl_tensor *a3 = NULL, *b3 = NULL, *d3 = NULL;
@@ -147,7 +169,12 @@ static fl_status gemm_then_scale(fl_tensor *dst, const fl_tensor *ad, const fl_t
     for (int64_t i = 0; i < m; i++) {
         float *out = py + i * n;
         const float ra = sa[sa_vec ? i : 0];
-        if (sb_vec) {
+        if (wide) {
+            for (int64_t j = 0; j < n; j++) {
+                out[j] = (float)((double)out[j] * ra * sb[sb_vec ? j : 0]);
+                if (pb) out[j] += pb[j];
+            }
+        } else if (sb_vec) {
             if (pb) { for (int64_t j = 0; j < n; j++) out[j] = out[j] * (ra * sb[j]) + pb[j]; }
             else    { for (int64_t j = 0; j < n; j++) out[j] = out[j] * (ra * sb[j]); }
         } else {
@@ -168,13 +195,14 @@ static fl_status fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b
     if (bias) st = bias->dtype == FL_F32 && fl_tensor_is_contiguous(bias) ? (b32 = fl_tensor_retain((fl_tensor *)bias), FL_OK)
                                                                          : fl_tensor_to(&b32, bias, FL_F32);
     const float *pb = b32 ? fl_tensor_data(b32) : NULL;
-    const bool per_tensor = a->scale_axis < 0 && b->scale_axis < 0;
+    const bool wide = scale_product_out_of_range(a, b);
+    const bool per_tensor = a->scale_axis < 0 && b->scale_axis < 0 && !wide;
     const float r = per_tensor ? ((const float *)fl_tensor_data(a->scale_inv))[0] * ((const float *)fl_tensor_data(b->scale_inv))[0] : 0.0f;
     /* Our own GEMM decodes while it packs and applies per-tensor or per-row/per-column scales as it stores
      * (cpu_fp8_mm.c), where it reads the layout and measured faster; the caches stay unused then. */
     const float *pr = res ? fl_tensor_data(res) : NULL;
     bool done = false;
-    if (st == FL_OK && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, pb, pr, &done);
+    if (st == FL_OK && !wide && fl_cpu_fp8_mm_faster(a, b)) st = fl_cpu_fp8_mm(dst, a, b, pb, pr, &done);
     if (st != FL_OK || done) { fl_tensor_release(b32); return st; }
     st = decoded(&ad, a, a_cache);
     if (st == FL_OK) st = decoded(&bd, b, b_cache);
@@ -183,7 +211,7 @@ static fl_status fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b
      * scales would do the same but select a non-JIT kernel in oneDNN 2.6: ~1.6x slower, measured.) */
     bool fused = false;
     if (st == FL_OK && per_tensor) st = fl_cpu_matmul_scaled(dst, ad, bd, r, pb, &fused);
-    if (st == FL_OK && !fused) st = gemm_then_scale(dst, ad, bd, a, b, pb);
+    if (st == FL_OK && !fused) st = gemm_then_scale(dst, ad, bd, a, b, pb, wide);
     if (st == FL_OK && pr) {
         float *py = fl_tensor_data(dst);
         const int64_t n = fl_tensor_numel(dst);

@@ -149,3 +149,32 @@ describe("NaN and infinities as torch 2.15 takes them", function()
     like({ 1 / 3, 0.8888889, 0.7777778, 4 / 3, 1e12, 2e12, 3e12, 4e12 }, x.grad, "its gradient")
   end)
 end)
+
+-- Found by a helper that put one NaN or infinity into each recipe's training for one step (stop 89): under te with
+-- a large margin, one input spike of 1e37 set the input's scale to 2^-126 (scale_inv 8.5e37, the scale rule's floor);
+-- the next FP8 GEMM's sa·sb overflowed fp32, the clean batch that the cast had flushed to zeros came out 0·inf = NaN,
+-- and the run stayed NaN. Such a GEMM now applies the two scales in double (core/cpu/cpu_fp8_gemm.c).
+describe("an FP8 GEMM whose two scales' product leaves fp32's range", function()
+  it("recovers from one input spike under te with margin 16 (the run stayed NaN)", function()
+    local nn, F = fp8.nn, fp8.nn.functional
+    fp8.manual_seed(1)
+    local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    local X = fp8.randn { 32, 32 }
+    local Y = X:matmul(fp8.randn { 32, 16 }):argmax(2)
+    local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+    local acc = fp8.Accelerator { mixed_precision = "fp8", cpu = true, config = false, env = {},
+      kwargs_handlers = { fp8.TERecipeKwargs { margin = 16 } } }
+    model, opt = acc:prepare(model, opt)
+    local losses = {}
+    for step = 1, 8 do
+      local x = X:clone()
+      if step == 5 then x:set({ 3, 5 }, 1e37) end
+      local loss = F.cross_entropy(model(x), Y)
+      acc:backward(loss); opt:step(); opt:zero_grad()
+      losses[step] = loss:item()
+      if step == 5 then assert.is_true(model[1].fp8_meta:state().input.scale_inv > 1e37, "the spike's scale_inv") end
+    end
+    for step = 6, 8 do assert.is_true(losses[step] == losses[step] and losses[step] < 5, "step " .. step .. ": " .. losses[step]) end
+    assert.is_true(losses[8] < losses[1])
+  end)
+end)
