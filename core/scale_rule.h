@@ -13,7 +13,8 @@
  *   current scaling (torchao, MS-AMP's fresh scales): the rule of max(amax, FL_AMAX_FLOOR) with
  *           fallback 1 — a NaN amax counts as the floor too, an all-zero tensor scales by
  *           fmt_max/1e-12 (finite, harmless: zeros stay zeros), and an infinite amax scales by 1 (torchao's
- *           formula would give 0 and a NaN cast; docs/fp8-spec.md §3 says why not). */
+ *           formula would give 0 and a NaN cast; docs/fp8-spec.md §3 says why not). That is the cast's own
+ *           scale; the scale an MS-AMP role records keeps the previous one there (core/scaling.c, §4). */
 #ifndef FL_SCALE_RULE_H
 #define FL_SCALE_RULE_H
 

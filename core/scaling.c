@@ -88,7 +88,11 @@ static void apply_cast(fl_scaling *s, const fl_cast_stats *st, int64_t n, bool i
      * all-zero tensor: amax 0) */
     s->last_nan = st->nan;
     if (st->nan) s->last_amax = NAN;
-    if (take_scale) {
+    /* MS-AMP's compute_scaling_factor keeps the previous scale where the amax is 0 or not finite (a NaN anywhere makes
+     * torch's amax NaN), docs/fp8-spec.md §4; until 2026-12-05 an all-zero or NaN weight's scale jumped to the
+     * floor's 2^48 (the cast itself is the same either way: zeros stay zeros, NaN stays NaN). torchao's rule floors. */
+    const bool keep = s->pow2 && (st->nan || !(st->amax > 0.0f) || !isfinite(st->amax));
+    if (take_scale && !keep) {
         s->scale = fl_scale_current(st->amax, s->fmt, s->margin, s->pow2);
         s->scale_inv = 1.0f / s->scale;
     }

@@ -178,3 +178,21 @@ describe("an FP8 GEMM whose two scales' product leaves fp32's range", function()
     assert.is_true(losses[8] < losses[1])
   end)
 end)
+
+-- The same helper: MS-AMP's weights (and its warm-up casts) take a fresh scale each cast, and an all-zero or NaN
+-- weight's scale jumped to the floor's 2^48 where MS-AMP's compute_scaling_factor keeps the previous one
+-- (docs/fp8-spec.md §4 says so; the cast's bytes are the same either way): the scale kept now (core/scaling.c).
+describe("MS-AMP's fresh scales", function()
+  it("keep the previous scale for an all-zero weight (a zero-initialised layer), as MS-AMP's (it read 2^48)", function()
+    local nn, F = fp8.nn, fp8.nn.functional
+    fp8.manual_seed(1)
+    local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    model[3].weight.data:zero_()
+    local acc = fp8.Accelerator { mixed_precision = "fp8", cpu = true, config = false, env = {},
+      kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O2" } } }
+    model = acc:prepare(model, fp8.optim.AdamW(model:parameters(), { lr = 1e-3 }))
+    model(fp8.randn(8, 32))
+    assert.are.equal(1, model[3].fp8_meta:state().weight.scale)
+    assert.are.equal(2048, model[1].fp8_meta:state().weight.scale)
+  end)
+end)
