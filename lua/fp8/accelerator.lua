@@ -829,7 +829,9 @@ function Accelerator:backward(loss, opts)
     if next(self.scaler._unscaled) ~= nil then
       error("backward: gradients were unscaled (clip_grad_norm_, clip_grad_value_ or unscale_gradients) and no optimizer "
         .. "step followed: this backward would add loss-scaled gradients to unscaled ones. Under gradient accumulation, "
-        .. "clip only when acc.sync_gradients is true (torch raises at the second unscale_ too)", 2)
+        .. "clip only when acc.sync_gradients is true; to skip a step by hand, call opt:zero_grad() and then "
+        .. "acc.scaler:update(), as torch's scaler.update() (or call opt:step() anyway: the GradScaler skips it where a "
+        .. "gradient is inf or NaN). torch raises at the second unscale_ too", 2)
     end
   end
   -- plain loss:backward(opts) unless gradients are averaged across processes

@@ -196,3 +196,28 @@ describe("MS-AMP's fresh scales", function()
     assert.are.equal(2048, model[1].fp8_meta:state().weight.scale)
   end)
 end)
+
+-- The same helper: under fp16, a script that clips (which unscales) and then skips opt:step() by hand had every later
+-- backward refused, and the message's hint spoke of gradient accumulation only; it names the way out now.
+describe("a step skipped by hand under fp16", function()
+  it("is refused at the next backward with the way out named, and acc.scaler:update() is that way", function()
+    local F = fp8.nn.functional
+    local model = fp8.nn.Linear(8, 4)
+    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+    local acc = fp8.Accelerator { mixed_precision = "fp16", cpu = true, config = false, env = {} }
+    model, opt = acc:prepare(model, opt)
+    local function backward()
+      acc:backward(F.mse_loss(model(fp8.randn(4, 8)), fp8.zeros(4, 4)))
+      acc:clip_grad_norm_(model:parameters(), 1.0)
+    end
+    backward()
+    opt:zero_grad()   -- the step skipped
+    local ok, err = pcall(backward)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("call opt:zero_grad() and then acc.scaler:update()", 1, true), tostring(err))
+    opt:zero_grad()
+    acc.scaler:update()
+    backward()
+    opt:step()
+  end)
+end)
