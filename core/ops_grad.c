@@ -83,6 +83,24 @@ static fl_status divisor_grad(fl_tensor **out, const fl_tensor *g, const fl_tens
     return st;
 }
 
+/* a^b's gradient for the exponent, torch's: g·(a^b·ln a), but g·0 where a = 0 and b >= 0 (0^b is 0 or 1 there, and
+ * ln 0 = -inf would make it NaN); a negative base gives NaN (ln a), as torch's */
+static fl_status pow_exponent_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *a, const fl_tensor *b) {
+    fl_tensor *r = NULL, *la = NULL, *p = NULL, *za = NULL, *nb = NULL, *c = NULL, *m = NULL, *d = NULL;
+    fl_status st = fl_binary_raw(&r, FL_OP_POW, a, b);
+    if (st == FL_OK) st = fl_unary_raw(&la, FL_OP_LOG, a);
+    if (st == FL_OK) st = fl_binary_raw(&p, FL_OP_MUL, r, la);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&za, FL_OP_EQ, a, 0.0, false);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&nb, FL_OP_GE, b, 0.0, false);
+    if (st == FL_OK) st = fl_binary_raw(&c, FL_OP_MUL, za, nb);                   /* 1 where a = 0 and b >= 0 */
+    if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_SUB, c, 1.0, true);      /* 1 − c */
+    if (st == FL_OK) st = masked_grad(&d, m, p);
+    if (st == FL_OK) st = fl_binary_raw(out, FL_OP_MUL, g, d);
+    fl_tensor *all[] = { r, la, p, za, nb, c, m, d };
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) fl_tensor_release(all[k]);
+    return st;
+}
+
 static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_binop op = (fl_binop)n->iargs[0];
     const fl_tensor *a = n->saved[0], *b = n->saved[1];
@@ -122,7 +140,8 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
             }
             break;
         case FL_OP_POW:   /* d(a^b)/da = b·a^(b-1), 0 where b = 0 (torch's rule: 0·a^-1 would be NaN at a = 0, so
-                           * the exponent there is b - 1 + 1 = 0); the exponent's gradient is refused when recorded */
+                           * the exponent there is b - 1 + 1 = 0); d(a^b)/db = a^b·ln a, 0 where a = 0 and b >= 0 */
+            if (i == 1) { st = pow_exponent_grad(&t, g, a, b); break; }
             st = fl_binary_scalar_raw(&u, FL_OP_EQ, b, 0.0, false);
             if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_ADD, b, u);
             if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_scalar_raw(&u, FL_OP_SUB, v, 1.0, false); }
@@ -156,9 +175,6 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     const fl_tensor *ins[2] = { a, b };
     bool record = !fl_binop_is_comparison(op) && fl_any_requires_grad(2, ins);
     *out = NULL;
-    if (record && op == FL_OP_POW && fl_any_requires_grad(1, &b))
-        return FL_ERR(FL_EINVAL, "pow: the gradient with respect to a tensor exponent is not supported (detach the "
-                                 "exponent, or use exp(b * log(a)))");
     FL_TRY(fl_binary_raw(out, op, a, b));
     if (!record) return FL_OK;
     fl_node *n;

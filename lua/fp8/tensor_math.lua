@@ -242,16 +242,21 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
   local d = T._norm_dim("renorm", dim, t:dim(), 2)
   local others = {}
   for i = 1, t:dim() do if i ~= d then others[#others + 1] = i end end
-  local a = t:abs()
-  local norm
-  if #others == 0 then norm = a
-  elseif p == math.huge then
-    norm = a
-    for _, i in ipairs(others) do norm = norm:amax(i, true) end
-  else
-    norm = T._root(T._abs_pow(a, p):sum(#others == 1 and others[1] or others, true), p)
+  local function norm_of(x)
+    local a = x:abs()
+    if #others == 0 then return a end
+    if p == math.huge then
+      for _, i in ipairs(others) do a = a:amax(i, true) end
+      return a
+    end
+    return T._root(T._abs_pow(a, p):sum(#others == 1 and others[1] or others, true), p)
   end
-  local scale = where(norm:gt(maxnorm), maxnorm / (norm + 1e-7), 1)
+  -- the norm takes a gradient only in the slices it scales (torch's): the others enter it detached, so a slice whose
+  -- norm is NaN or inf and stays unscaled passes g through (0 times the norm's NaN local derivatives made its whole
+  -- gradient NaN until 2026-12-05)
+  local big = norm_of(t:detach()):gt(maxnorm)
+  local norm = norm_of(where(big, t, t:detach()))
+  local scale = where(big, maxnorm / (norm + 1e-7), 1)
   return t * scale
 end)
 

@@ -141,6 +141,17 @@ describe("NaN and infinities as torch 2.15 takes them", function()
     end
   end)
 
+  it("renorm passes the gradient of a slice it leaves unscaled, a NaN slice too (it was NaN throughout)", function()
+    for _, p in ipairs { 2, 1, math.huge } do
+      local x = fp8.tensor({ { NAN, 0.5, 1, 0.25 }, { 3, 4, 0, 1 }, { 0.1, 0.2, 0.3, 0.1 } }):requires_grad_()
+      x:renorm(p, 1, 1.0):backward(fp8.tensor { { 1.25, 0.25, 0.5, 0.75 }, { 1, 2, 3, 4 }, { 0.5, 0.5, 0.5, 0.5 } })
+      local g = x.grad:totable()
+      like({ 1.25, 0.25, 0.5, 0.75 }, fp8.tensor(g[1]), "p " .. p .. ": the NaN slice")
+      like({ 0.5, 0.5, 0.5, 0.5 }, fp8.tensor(g[3]), "p " .. p .. ": a slice under maxnorm")
+      for _, v in ipairs(g[2]) do assert.is_true(v == v and v ~= INF and v ~= -INF, "the scaled slice") end
+    end
+  end)
+
   it("normalize takes p = math.huge, torch's largest |x| (it was refused)", function()
     local x = fp8.tensor({ { 1, -3, 3, 0 }, { 0, 0, 0, 0 } }):requires_grad_()
     local y = F.normalize(x, { p = math.huge, dim = 2 })
