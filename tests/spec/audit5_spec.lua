@@ -1,8 +1,8 @@
 -- Found on 2026-12-05 (stop 89) by a read of the CUDA code changed since its last GPU run against the CPU code and
--- torch: dropout's forward drops as x·0 (a NaN or an infinity stays NaN, a negative gives -0, as torch's x·mask/(1−p)),
--- but its backward wrote a literal 0 where it dropped, where torch's gradient is dy·mask·scale: a NaN or infinite
--- gradient at a dropped element vanished instead of reaching the leaf, and a negative one gave +0. Both devices
--- now compute dy·(mask ? scale : 0) (core/cpu/cpu_nn_act.c, kernels/activation.cu).
+-- torch: dropout's forward drops as x·0 (a NaN or an infinity stays NaN, a negative gives -0, as torch's
+-- x·mask/(1−p)), but its backward wrote a literal 0 where it dropped, where torch's gradient is dy·mask·scale: a
+-- NaN or infinite gradient at a dropped element vanished instead of reaching the leaf, and a negative one gave +0.
+-- Both devices now compute dy·(mask ? scale : 0) (core/cpu/cpu_nn_act.c, kernels/activation.cu).
 -- Then, comparing more composite ops with torch at NaN and infinite inputs: the p-norms' last step (the root of a sum
 -- of |x|^p, taken where the sum is > 0 so that a zero row keeps a finite gradient) and |x|^p for p < 1 (likewise on
 -- |x| > 0) sent a NaN to the "zero" side: the distance of a point with a NaN coordinate was 0 (cdist,
@@ -84,7 +84,9 @@ describe("NaN and infinities as torch 2.15 takes them", function()
   local function like(want, t, what)
     local got = t:reshape(-1):totable()
     assert.are.equal(#want, #got, what)
-    for i = 1, #want do assert.is_true(same(got[i], want[i]), ("%s [%d]: %s, torch's %s"):format(what, i, got[i], want[i])) end
+    for i = 1, #want do
+      assert.is_true(same(got[i], want[i]), ("%s [%d]: %s, torch's %s"):format(what, i, got[i], want[i]))
+    end
   end
 
   it("0^x's gradient is -inf where x < 0 and NaN where x is NaN (it was 0 everywhere)", function()
@@ -129,7 +131,8 @@ describe("NaN and infinities as torch 2.15 takes them", function()
     for _, pw in ipairs { false, true } do
       local x = fp8.tensor({ INF, INF, INF }):requires_grad_()
       local y = fp8.tensor({ 0, 0.3, 1 }):requires_grad_()
-      local l = F.binary_cross_entropy_with_logits(x, y, { reduction = "none", pos_weight = pw and fp8.tensor { 2 } or nil })
+      local l = F.binary_cross_entropy_with_logits(x, y,
+        { reduction = "none", pos_weight = pw and fp8.tensor { 2 } or nil })
       like({ INF, INF, NAN }, l, "loss at +inf")
       l:backward(fp8.ones(3))
       like({ 1, 0.7, 0 }, x.grad, "x.grad at +inf")
@@ -165,17 +168,24 @@ end)
 -- a large margin, one input spike of 1e37 set the input's scale to 2^-126 (scale_inv 8.5e37, the scale rule's floor);
 -- the next FP8 GEMM's sa·sb overflowed fp32, the clean batch that the cast had flushed to zeros came out 0·inf = NaN,
 -- and the run stayed NaN. Such a GEMM now applies the two scales in double (core/cpu/cpu_fp8_gemm.c).
+-- A 32 → 64 → 16 MLP (seed 1) and its AdamW, prepared under mixed_precision "fp8" with this recipe handler;
+-- init(model) runs before prepare.
+local function fp8_mlp(handler, init)
+  fp8.manual_seed(1)
+  local model = fp8.nn.Sequential(fp8.nn.Linear(32, 64), fp8.nn.ReLU(), fp8.nn.Linear(64, 16))
+  if init then init(model) end
+  local acc = fp8.Accelerator { mixed_precision = "fp8", cpu = true, config = false, env = {},
+    kwargs_handlers = { handler } }
+  local model_p, opt = acc:prepare(model, fp8.optim.AdamW(model:parameters(), { lr = 3e-3 }))
+  return model_p, opt, acc
+end
+
 describe("an FP8 GEMM whose two scales' product leaves fp32's range", function()
   it("recovers from one input spike under te with margin 16 (the run stayed NaN)", function()
-    local nn, F = fp8.nn, fp8.nn.functional
-    fp8.manual_seed(1)
-    local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    local F = fp8.nn.functional
+    local model, opt, acc = fp8_mlp(fp8.TERecipeKwargs { margin = 16 })
     local X = fp8.randn { 32, 32 }
     local Y = X:matmul(fp8.randn { 32, 16 }):argmax(2)
-    local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
-    local acc = fp8.Accelerator { mixed_precision = "fp8", cpu = true, config = false, env = {},
-      kwargs_handlers = { fp8.TERecipeKwargs { margin = 16 } } }
-    model, opt = acc:prepare(model, opt)
     local losses = {}
     for step = 1, 8 do
       local x = X:clone()
@@ -185,7 +195,9 @@ describe("an FP8 GEMM whose two scales' product leaves fp32's range", function()
       losses[step] = loss:item()
       if step == 5 then assert.is_true(model[1].fp8_meta:state().input.scale_inv > 1e37, "the spike's scale_inv") end
     end
-    for step = 6, 8 do assert.is_true(losses[step] == losses[step] and losses[step] < 5, "step " .. step .. ": " .. losses[step]) end
+    for step = 6, 8 do
+      assert.is_true(losses[step] == losses[step] and losses[step] < 5, "step " .. step .. ": " .. losses[step])
+    end
     assert.is_true(losses[8] < losses[1])
   end)
 end)
@@ -195,13 +207,7 @@ end)
 -- (docs/fp8-spec.md §4 says so; the cast's bytes are the same either way): the scale kept now (core/scaling.c).
 describe("MS-AMP's fresh scales", function()
   it("keep the previous scale for an all-zero weight (a zero-initialised layer), as MS-AMP's (it read 2^48)", function()
-    local nn, F = fp8.nn, fp8.nn.functional
-    fp8.manual_seed(1)
-    local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
-    model[3].weight.data:zero_()
-    local acc = fp8.Accelerator { mixed_precision = "fp8", cpu = true, config = false, env = {},
-      kwargs_handlers = { fp8.MSAMPRecipeKwargs { opt_level = "O2" } } }
-    model = acc:prepare(model, fp8.optim.AdamW(model:parameters(), { lr = 1e-3 }))
+    local model = fp8_mlp(fp8.MSAMPRecipeKwargs { opt_level = "O2" }, function(m) m[3].weight.data:zero_() end)
     model(fp8.randn(8, 32))
     assert.are.equal(1, model[3].fp8_meta:state().weight.scale)
     assert.are.equal(2048, model[1].fp8_meta:state().weight.scale)
