@@ -172,6 +172,13 @@ static fl_status mpi_st(int rc, const char *what) {
     char s[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, s, &len);
+    int cls = 0;
+    MPI_Error_class(rc, &cls);
+    /* a message longer than the receive buffer: the collectives of two processes paired wrongly (one in another
+     * collective, or the same one with another count), a script's error, not the network's */
+    if (cls == MPI_ERR_TRUNCATE)
+        return FL_ERR(FL_EDEVICE, "dist: %s failed on rank %d: %s (the processes' collectives did not pair: every "
+                                  "process must make the same collective calls in the same order)", what, g_rank, s);
     return FL_ERR(FL_EDEVICE, "dist: %s failed on rank %d: %s", what, g_rank, s);
 }
 #endif

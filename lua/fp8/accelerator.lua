@@ -817,6 +817,20 @@ function Accelerator:accumulate(...)
 end
 
 -- backward(loss): loss scaling under fp16; gradient accumulation divides by the step count.
+-- A collective that did not pair (core/dist.c says so) under te or msamp: say which step holds a collective. Their
+-- opt:step() all-reduces the amaxes, so a process that skips a step the others take (on its own loss, say) meets
+-- them in another collective.
+function Accelerator:_collective_hint(msg)
+  if type(msg) ~= "string" or not msg:find("collectives did not pair", 1, true) or #self._fp8_layers == 0 then
+    return msg
+  end
+  local backend = self.fp8_backend
+  if backend ~= "te" and backend ~= "msamp" then return msg end
+  return msg .. ". Under " .. backend .. " every opt:step() all-reduces the FP8 amaxes, so every process must call it "
+    .. "for every step: skip a step on all processes alike (on the norm acc:clip_grad_norm_ returns, which they share), "
+    .. "not on one process's own loss"
+end
+
 function Accelerator:backward(loss, opts)
   if not core.is_tensor(loss) then error(("backward: expected the loss tensor, got %s"):format(type(loss)), 2) end
   local n = self.gradient_accumulation_steps
@@ -835,7 +849,8 @@ function Accelerator:backward(loss, opts)
     end
   end
   -- plain loss:backward(opts) unless gradients are averaged across processes
-  relay(pcall(ddp.backward, self, loss, opts))
+  local ok, err = pcall(ddp.backward, self, loss, opts)
+  if not ok then relay(false, self:_collective_hint(err)) end
 end
 
 -- The FP8 layers the prepared models hold now, which each step updates: a layer fp8.convert_model made after prepare
@@ -884,7 +899,8 @@ function Accelerator:_after_step()
   if self.num_processes > 1 and #self._fp8_layers > 0 then   -- TE's reduce_amax: one MAX all-reduce for all layers
     local metas = {}
     for i, nm in ipairs(self._fp8_layers) do metas[i] = nm[2].fp8_meta end
-    fp8_layer.reduce_amax(metas)
+    local ok, err = pcall(fp8_layer.reduce_amax, metas)
+    if not ok then error(self:_collective_hint(err), 0) end
   end
   for _, nm in ipairs(self._fp8_layers) do
     local meta = nm[2].fp8_meta
