@@ -287,6 +287,16 @@ describe("data parallel over MPI (2 processes)", function()
     assert.truthy(out:find("rank0 caught=true DDP: another process's backward failed", 1, true), out)
   end)
 
+  it("te: a process that skips opt:step() alone ends the job with an error naming the step's amax all-reduce", function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/step_skip.lua", nil, 60)
+    assert.are_not.equal(0, code, out)
+    assert.are_not.equal(124, code, "a hang: " .. out)
+    assert.truthy(out:find("the processes' collectives did not pair", 1, true), out)
+    assert.truthy(out:find("Under te every opt:step() all-reduces the FP8 amaxes", 1, true), out)
+    assert.falsy(out:find("finished", 1, true), out)
+  end)
+
   it("a parameter frozen at prepare and unfrozen later is refused rather than trained with local gradients", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "unfreeze")
