@@ -271,5 +271,5 @@ void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, floa
 void fl_cpu_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
     const float scale = p > 0.0f && p < 1.0f ? 1.0f / (1.0f - p) : (p >= 1.0f ? 0.0f : 1.0f);
     #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (mask[i] ? scale : 0.0f);   /* dy·0 where dropped, as torch's dy·mask */
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (mask[i] ? scale : 0.0f);   /* dy·0 where dropped: torch's */
 }

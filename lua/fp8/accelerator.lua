@@ -816,7 +816,6 @@ function Accelerator:accumulate(...)
   return setmetatable({ close = close }, { __close = close, __name = "accumulate" })
 end
 
--- backward(loss): loss scaling under fp16; gradient accumulation divides by the step count.
 -- A collective that did not pair (core/dist.c says so) under te or msamp: say which step holds a collective. Their
 -- opt:step() all-reduces the amaxes, so a process that skips a step the others take (on its own loss, say) meets
 -- them in another collective.
@@ -826,11 +825,12 @@ function Accelerator:_collective_hint(msg)
   end
   local backend = self.fp8_backend
   if backend ~= "te" and backend ~= "msamp" then return msg end
-  return msg .. ". Under " .. backend .. " every opt:step() all-reduces the FP8 amaxes, so every process must call it "
-    .. "for every step: skip a step on all processes alike (on the norm acc:clip_grad_norm_ returns, which they share), "
-    .. "not on one process's own loss"
+  return msg .. ". Under " .. backend .. " every opt:step() all-reduces the FP8 amaxes, so every process must call "
+    .. "it for every step: skip a step on all processes alike (on the norm acc:clip_grad_norm_ returns, which they "
+    .. "share), not on one process's own loss"
 end
 
+-- backward(loss): loss scaling under fp16; gradient accumulation divides by the step count.
 function Accelerator:backward(loss, opts)
   if not core.is_tensor(loss) then error(("backward: expected the loss tensor, got %s"):format(type(loss)), 2) end
   local n = self.gradient_accumulation_steps
@@ -844,8 +844,8 @@ function Accelerator:backward(loss, opts)
       error("backward: gradients were unscaled (clip_grad_norm_, clip_grad_value_ or unscale_gradients) and no optimizer "
         .. "step followed: this backward would add loss-scaled gradients to unscaled ones. Under gradient accumulation, "
         .. "clip only when acc.sync_gradients is true; to skip a step by hand, call opt:zero_grad() and then "
-        .. "acc.scaler:update(), as torch's scaler.update() (or call opt:step() anyway: the GradScaler skips it where a "
-        .. "gradient is inf or NaN). torch raises at the second unscale_ too", 2)
+        .. "acc.scaler:update(), as torch's scaler.update() (or call opt:step() anyway: the GradScaler skips it "
+        .. "where a gradient is inf or NaN). torch raises at the second unscale_ too", 2)
     end
   end
   -- plain loss:backward(opts) unless gradients are averaged across processes

@@ -632,10 +632,9 @@ end
 -- binary_cross_entropy_with_logits(input, target [, {weight=, reduction=, pos_weight=}]): torch's, −w·(pw·y·log σ(x)
 -- + (1 − y)·log σ(−x)) with pos_weight pw (a number or a tensor broadcast to the input, 1 without) and weight w (a
 -- tensor broadcast to the input, 1 without); neither is differentiated, and one that requires grad is refused, as
--- torch's. The two
--- log sigmoids are logsigmoid's, so the gradient is torch's σ(x)-based one, 0 included, no exp overflows for large
--- |x|, and an infinite logit has torch's finite gradient (one log_softmax over (0, x), until 2026-12-05, gave NaN
--- losses and gradients at x = +inf: inf − inf).
+-- torch's. The two log sigmoids are logsigmoid's, so the gradient is torch's σ(x)-based one, 0 included, no exp
+-- overflows for large |x|, and an infinite logit has torch's finite gradient (one log_softmax over (0, x), until
+-- 2026-12-05, gave NaN losses and gradients at x = +inf: inf − inf).
 function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   local N = "binary_cross_entropy_with_logits"
   no_more(N, "(input, target [, {weight=, reduction=, pos_weight=}])", ...)
@@ -649,7 +648,7 @@ function F.binary_cross_entropy_with_logits(x, y, opts, ...)
   local w = opts.weight
   if w ~= nil then check_tensor(N, "weight", w); broadcasts_to(N, "weight", w, x, 2); refuse_grad(N, "weight", w, 2) end
   x, y, pw, w = autocast_fp32(x, y, pw, w)
-  -- log σ(−x), log σ(x), in fp32 for a bf16 or fp16 input too (the loss is fp32, as it was from log_softmax's kernel)
+  -- log σ(−x), log σ(x), in fp32 for a bf16 or fp16 input too (the loss is fp32, as log_softmax's kernel gave it)
   local xf = x:dtype() == "fp32" and x or x:to("fp32")
   local neg, pos = F.logsigmoid(-xf), F.logsigmoid(xf)
   local wpos = pw == nil and y or y * pw
@@ -855,9 +854,9 @@ function F.rms_norm(x, shape, w, eps, ...)
 end
 
 -- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1 or math.huge,
--- the largest |x|; dim 2 is torch's default dim=1, the channels of [N, C, ...]). The norm of a zero row is 0 by a select, so its gradient stays
--- finite (torch's: 1/eps); clamping the sum at eps^p instead (as before 2026-12-04) underflowed fp32 for p >= 4 or a
--- small eps, and gave 0/0.
+-- the largest |x|; dim 2 is torch's default dim=1, the channels of [N, C, ...]). The norm of a zero row is 0 by a
+-- select, so its gradient stays finite (torch's: 1/eps); clamping the sum at eps^p instead (as before 2026-12-04)
+-- underflowed fp32 for p >= 4 or a small eps, and gave 0/0.
 function F.normalize(x, opts, ...)
   no_more("normalize", "(input [, {p=, dim=, eps=}])", ...)
   check_tensor("normalize", "input", x)
