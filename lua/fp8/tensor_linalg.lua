@@ -107,7 +107,7 @@ Tensor.diagonal = at_caller(function(t, offset, d1, d2, ...)
   local flat = x:reshape(shape)
   if len == 0 then
     shape[#shape] = 0
-    return core.zeros(shape, { dtype = t:dtype(), device = t:device() })
+    return T._full_in_graph(x, shape, 0, { dtype = t:dtype(), device = t:device() })
   end
   return flat:index_select(#shape, core.tensor(pos):to(t:device()))
 end)

@@ -34,6 +34,19 @@ function T._root(s, p)
   return where(nz, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
 end
 
+-- A tensor of `shape` filled with v (x's dtype and device unless opts says), which stays in x's graph when x requires
+-- grad: its gradient reaches x as zeros, as torch's does, where a constant made x's .grad stay nil and a backward of
+-- it alone fail (an empty reduction's result: prod, logsumexp or median of nothing, an empty diagonal or take, a bag
+-- of no ids; until 2026-12-05). The zero is a sum over nothing taken from x, so it is 0 whatever x holds.
+function T._full_in_graph(x, shape, v, opts)
+  opts = opts or { dtype = x:dtype(), device = x:device() }
+  local r = core.full(shape, v, opts)
+  if not x:requires_grad() then return r end
+  local flat = x:reshape({ -1 })
+  local zero = (flat:numel() == 0 and flat or flat:narrow(1, 1, 0)):sum()
+  return r + zero:to(r:dtype())
+end
+
 -- y as a tensor beside t (a number becomes a full tensor of t's shape and dtype)
 local function tensor_of(t, y)
   if type(y) == "number" then return core.full(t:shape(), y, { dtype = t:dtype(), device = t:device() }) end

@@ -132,7 +132,7 @@ Tensor.take = at_caller(function(t, index, ...)
     end
     flat[i] = v < 0 and v + n or v
   end
-  if #flat == 0 then return core.zeros(index:shape(), { dtype = t:dtype(), device = t:device() }) end
+  if #flat == 0 then return T._full_in_graph(t, index:shape(), 0) end
   return t:reshape({ -1 }):index_select(1, T._list_on(flat, t:device())):reshape(index:shape())
 end)
 

@@ -42,7 +42,7 @@ Tensor.median = at_caller(function(t, dim, keepdim, ...)
     error("median: keepdim goes with a dim: give (dim, keepdim)", 2)
   end
   if dim == nil then
-    if t:numel() == 0 then return core.full({}, 0 / 0) end
+    if t:numel() == 0 then return T._full_in_graph(t, {}, 0 / 0) end
     local flat = t:reshape({ -1 })
     -- the value: the lower middle one, or NaN when there is one; its gradient spread evenly over the elements equal
     -- to it (all the NaNs for a NaN), as torch's median() without a dim (median(dim) gives it to the one index)

@@ -45,7 +45,7 @@ Tensor.logsumexp = at_caller(function(t, dim, keepdim, ...)
   if empty then   -- the sum of nothing: log 0
     local shape = t:shape()
     for _, d in ipairs(each_dim(dim)) do shape[d] = 1 end
-    r = core.full(shape, -math.huge, { dtype = x:dtype(), device = x:device() })
+    r = T._full_in_graph(x, shape, -math.huge)
   else
     local m = x:detach()
     for _, d in ipairs(each_dim(dim)) do m = m:max(d, true) end
@@ -128,7 +128,7 @@ local function product_along(x, d)   -- x's product along d, kept as a dim of si
   if n == 0 then
     local shape = x:shape()
     shape[d] = 1
-    return core.full(shape, 1, { dtype = x:dtype(), device = x:device() })
+    return T._full_in_graph(x, shape, 1)
   end
   while n > 1 do
     local h = n // 2

@@ -37,6 +37,18 @@ local function wide(t)
   return t
 end
 
+-- A batch of 0 samples (torch's): an empty output of x's shape, with weight and bias still in the graph (their
+-- gradients zeros) and the running statistics as they were (x:numel() // (N·C) divided by zero, a raw Lua error,
+-- until 2026-12-05)
+local function empty_batch(x, weight, bias, low)
+  local bshape = { 1, x:size(2) }
+  for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
+  local y = x * 1
+  if weight ~= nil then y = y * weight:reshape(bshape) end
+  if bias ~= nil then y = y + bias:reshape(bshape) end
+  return low and y:to(low) or y
+end
+
 -- an optional per-channel tensor of C elements (weight, bias, running statistics)
 local function channel_vec(fname, what, t, C)
   if t == nil then return nil end
@@ -72,6 +84,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
   local mean, var
+  if training and x:size(1) == 0 then return empty_batch(x, weight, bias, low) end
   if training then
     local v = per_channel(x)
     local n = v:size(1) * v:size(3)
@@ -119,6 +132,7 @@ local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
   eps = number("group_norm", "eps", eps, 1e-5, 0)
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
+  if N == 0 then return empty_batch(x, weight, bias, low) end
   local g = x:reshape({ N, num_groups, x:numel() // (N * num_groups) })
   local mean = g:mean(3, true)
   local centered = g - mean
@@ -159,6 +173,7 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
   end
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
+  if N == 0 then return empty_batch(x, weight, bias, low) end
   local v = per_channel(x)
   local P = v:size(3)
   if P <= 1 then

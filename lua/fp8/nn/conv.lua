@@ -113,6 +113,9 @@ local function conv2d(fname, x, w, b, opts)
       fp8.is_tensor(b) and shape_str(b) or O.got(b)), 0)
   end
   local k = { w:size(3), w:size(4) }
+  if k[1] < 1 or k[2] < 1 then   -- (a raw 'attempt to divide by zero' until 2026-12-05; torch's refuses it too)
+    error(("%s: the weight %s has a kernel of size 0"):format(fname, shape_str(w)), 0)
+  end
   local s = pair(fname, "stride", opts.stride or 1, 1)
   local d = pair(fname, "dilation", opts.dilation or 1, 1)
   local pd = conv_padding(fname, opts.padding or 0, k, s, d)

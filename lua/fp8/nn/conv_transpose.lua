@@ -33,6 +33,14 @@ local function transpose2d(fname, xb, w, b, s, p, op, d, g)
       .. "divisible by groups)"):format(fname, xb:shape_str(), w:shape_str(), g, C), 0)
   end
   local OC, k = w:size(2) * g, { w:size(3), w:size(4) }
+  -- (an empty plane reached a raw error in the column positions until 2026-12-05; torch's refuses it too)
+  if H < 1 or W < 1 then
+    error(("%s: the input %s has no positions (only a batch or channels of 0 are taken)"):format(fname,
+      xb:shape_str()), 0)
+  end
+  if k[1] < 1 or k[2] < 1 then
+    error(("%s: the weight %s has a kernel of size 0"):format(fname, w:shape_str()), 0)
+  end
   if b ~= nil and (not fp8.is_tensor(b) or b:dim() ~= 1 or b:size(1) ~= OC) then
     error(("%s: bias must be [%d] (one per output channel), got %s"):format(fname, OC,
       fp8.is_tensor(b) and b:shape_str() or O.got(b)), 0)

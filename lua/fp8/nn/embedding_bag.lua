@@ -120,7 +120,7 @@ local function embedding_bag(fname, input, weight, offsets, o)
   if B == 0 then return fp8.zeros({ 0, D }, { dtype = weight:dtype(), device = dev }) end
   local emb_opts = o.max_norm ~= nil and { max_norm = o.max_norm, norm_type = o.norm_type } or nil
   if mode == "max" then
-    if Lmax == 0 then return fp8.zeros({ B, D }, { dtype = weight:dtype(), device = dev }) end
+    if Lmax == 0 then return T._full_in_graph(weight, { B, D }, 0) end   -- (zeros, in the weight's graph)
     local at, empty = {}, {}
     for b = 1, B do
       local k = kept[b]
@@ -135,7 +135,7 @@ local function embedding_bag(fname, input, weight, offsets, o)
   for b = 1, B do
     for _, j in ipairs(kept[b]) do tok[#tok + 1] = ids[j]; bag_of[#bag_of + 1] = b - 1; pos[#pos + 1] = j - 1 end
   end
-  if #tok == 0 then return fp8.zeros({ B, D }, { dtype = weight:dtype(), device = dev }) end
+  if #tok == 0 then return T._full_in_graph(weight, { B, D }, 0) end
   local e = F.embedding(on_dev(tok), weight, emb_opts)   -- [kept entries, D]
   if low then e = e:to("fp32") end
   if psw ~= nil then e = e * psw:reshape({ -1 }):index_select(1, on_dev(pos)):reshape({ #pos, 1 }) end
