@@ -193,10 +193,11 @@ Tensor.inner = at_caller(function(t, y, ...)
   if y:size(-1) ~= n then
     error(("inner: the last dims must agree, got %s and %s"):format(t:shape_str(), y:shape_str()), 2)
   end
-  local out = {}
-  for i = 1, t:dim() - 1 do out[#out + 1] = t:size(i) end
-  for i = 1, y:dim() - 1 do out[#out + 1] = y:size(i) end
-  return t:reshape({ -1, n }):matmul(y:reshape({ -1, n }):t()):reshape(out)
+  local out, M, N = {}, 1, 1
+  for i = 1, t:dim() - 1 do out[#out + 1] = t:size(i); M = M * t:size(i) end
+  for i = 1, y:dim() - 1 do out[#out + 1] = y:size(i); N = N * y:size(i) end
+  -- the sizes given, not -1 (ambiguous where the last dims are 0: torch's zeros)
+  return t:reshape({ M, n }):matmul(y:reshape({ N, n }):t()):reshape(out)
 end)
 
 -- cross(other [, dim]): the 3-vector cross product along dim (by default the first dim of size 3, torch.cross's),

@@ -259,13 +259,14 @@ Tensor.tensordot = at_caller(function(t, y, dims, ...)
     end
     inA[da[i]], inB[db[i]], K = true, true, K * t:size(da[i])
   end
-  local pa, pb, out = {}, {}, {}
-  for i = 1, t:dim() do if not inA[i] then pa[#pa + 1] = i; out[#out + 1] = t:size(i) end end
+  local pa, pb, out, M, N = {}, {}, {}, 1, 1
+  for i = 1, t:dim() do if not inA[i] then pa[#pa + 1] = i; out[#out + 1] = t:size(i); M = M * t:size(i) end end
   for _, i in ipairs(da) do pa[#pa + 1] = i end
   for _, i in ipairs(db) do pb[#pb + 1] = i end
-  for i = 1, y:dim() do if not inB[i] then pb[#pb + 1] = i; out[#out + 1] = y:size(i) end end
-  local a = (#pa > 0 and t:permute(pa) or t):reshape({ -1, K })
-  local b = (#pb > 0 and y:permute(pb) or y):reshape({ K, -1 })
+  for i = 1, y:dim() do if not inB[i] then pb[#pb + 1] = i; out[#out + 1] = y:size(i); N = N * y:size(i) end end
+  -- the sizes given, not -1: a contracted size of 0 (torch's zeros) made -1 ambiguous (until 2026-12-05)
+  local a = (#pa > 0 and t:permute(pa) or t):reshape({ M, K })
+  local b = (#pb > 0 and y:permute(pb) or y):reshape({ K, N })
   return a:matmul(b):reshape(out)
 end)
 

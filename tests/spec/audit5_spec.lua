@@ -289,6 +289,11 @@ describe("zero-size tensors", function()
     assert.are.same({ 0, 4, 2, 2 }, bn(fp8.zeros(0, 4, 2, 2)):shape())
   end)
 
+  it("tensordot and inner over a contracted size of 0 give torch's zeros (a reshape error before)", function()
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, fp8.tensordot(fp8.ones(2, 0), fp8.ones(0, 3), 1):totable())
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, fp8.ones(2, 0):inner(fp8.ones(3, 0)):totable())
+  end)
+
   it("a conv kernel of size 0 and a transposed conv of an empty plane are refused by name", function()
     local U = dofile("tests/spec/helpers/util.lua")
     U.fails_with("conv1d: the weight [2, 3, 1, 0] has a kernel of size 0", F.conv1d, fp8.zeros(1, 3, 5),
