@@ -267,8 +267,9 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
   -- the norm takes a gradient only in the slices it scales (torch's): the others enter it detached, so a slice whose
   -- norm is NaN or inf and stays unscaled passes g through (0 times the norm's NaN local derivatives made its whole
   -- gradient NaN until 2026-12-05)
-  local big = norm_of(t:detach()):gt(maxnorm)
-  local norm = norm_of(where(big, t, t:detach()))
+  local plain = norm_of(t:detach())
+  local big = plain:gt(maxnorm)
+  local norm = t:requires_grad() and norm_of(where(big, t, t:detach())) or plain   -- the second pass for the graph only
   local scale = where(big, maxnorm / (norm + 1e-7), 1)
   return t * scale
 end)
