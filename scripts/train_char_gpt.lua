@@ -135,7 +135,9 @@ local accel = fp8.Accelerator{mixed_precision = mixed, kwargs_handlers = handler
     and fp8.GradientAccumulationPlugin{num_steps = opts["gradient-accumulation-steps"]} or nil,
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
                                             total_limit = 3, logging_dir = opts.tensorboard},
-  log_with = opts.tensorboard and "tensorboard" or nil}
+  log_with = opts.tensorboard and "tensorboard" or nil,
+  -- --resume finishes an interrupted epoch from its next batch: load_state restores each loader's position
+  dataloader_config = fp8.DataLoaderConfiguration{use_stateful_dataloader = true}}
 if opts.tensorboard then
   local config = {}   -- the run's settings, as its hparams
   for _, k in ipairs { "steps", "block-size", "layers", "heads", "d-model", "batch-size", "lr", "seed" } do

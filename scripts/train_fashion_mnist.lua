@@ -114,7 +114,9 @@ local accel = fp8.Accelerator{mixed_precision = opts["mixed-precision"], kwargs_
   gradient_accumulation_plugin = opts["gradient-accumulation-steps"]
     and fp8.GradientAccumulationPlugin{num_steps = opts["gradient-accumulation-steps"]} or nil,
   project_config = fp8.ProjectConfiguration{project_dir = opts["checkpoint-dir"], automatic_checkpoint_naming = true,
-                                            total_limit = 3}}
+                                            total_limit = 3},
+  -- --resume finishes an interrupted epoch from its next batch: load_state restores each loader's position
+  dataloader_config = fp8.DataLoaderConfiguration{use_stateful_dataloader = true}}
 local mp = accel.mixed_precision
 -- Reports come from the main process only (acc:print), as in an Accelerate script under several processes.
 local print = function(...) accel:print(...) end

@@ -567,7 +567,10 @@ local function loader_state(l)
            batch_size = l.batch_size, n = l.n, split_batches = is_split(l) or nil }
 end
 
-local function restore_loader(l, s, i, main)
+-- stateful (the accelerator's use_stateful_dataloader): the next loop finishes an interrupted epoch from its next
+-- batch; otherwise (Accelerate's default) it runs that epoch again from its first batch, in the same shuffled order,
+-- and the script skips the batches it had done (acc:skip_first_batches, or its own count), as Accelerate's examples do
+local function restore_loader(l, s, i, main, stateful)
   if type(s) ~= "table" then error(("load_state: data loader %d: the checkpoint has no position for it"):format(i), 0) end
   for _, k in ipairs { "batches_served", "batches", "epoch" } do
     if math.type(s[k]) ~= "integer" or s[k] < 0 then
@@ -592,7 +595,7 @@ local function restore_loader(l, s, i, main)
   end
   local split_now = is_split(l)
   local other = s.batches ~= #l or (s.split_batches == true) ~= split_now
-  if other and main then   -- said by the main process only: every process restarts alike
+  if other and main and stateful then   -- said by the main process only: every process restarts alike
     local why = (s.split_batches == true) ~= split_now
       and ("saved %s split_batches, prepared %s it now"):format(s.split_batches and "with" or "without",
         split_now and "with" or "without")
@@ -604,16 +607,19 @@ local function restore_loader(l, s, i, main)
     l._it = nil
     if rawget(l, "_it") ~= nil then rawset(l, "_it", nil) end   -- a DataLoaderShard keeps its own iterator
     if rawget(l, "_by_batch") ~= nil then rawset(l, "_by_batch", nil) end   -- and each loop's (data.lua, loop_call)
-    if other then
+    if other and stateful then
       l.epoch, l._resume_at, l.batches_served = math.max(s.epoch - 1, 0), nil, 0
       return
     end
     if s.batches_served > 0 and s.batches_served < s.batches then
-      l.epoch, l._resume_at = s.epoch - 1, s.batches_served   -- the next loop finishes that epoch
+      if stateful then
+        l.epoch, l._resume_at, l.batches_served = s.epoch - 1, s.batches_served, s.batches_served   -- finishes it
+      else
+        l.epoch, l._resume_at, l.batches_served = s.epoch - 1, nil, 0   -- runs it again from its first batch
+      end
     else
-      l.epoch, l._resume_at = s.epoch, nil
+      l.epoch, l._resume_at, l.batches_served = s.epoch, nil, s.batches_served
     end
-    l.batches_served = s.batches_served
   end
 end
 
@@ -1148,7 +1154,8 @@ function M.install(Accelerator)
         apply[#apply + 1] = function() custom_call("load_state", obj, i, "load_state_dict", sd) end
       end
       local loaders = {}
-      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i, rank == 0) end
+      for i, l in ipairs(self._dataloaders or {}) do loaders[i] = restore_loader(l, st.dataloaders[i], i, rank == 0,
+        self.use_stateful_dataloader == true) end
       local rs
       if rank < saved_n then
         local rs_path = join(dir, ("random_states_%d.json"):format(rank))
@@ -1311,7 +1318,9 @@ if okh and help.add then
   add("acc:load_state", "acc:load_state([dir] [, {strict=true}])",
     "Restores everything save_state wrote (the latest checkpoint_<i> when dir is omitted with automatic naming).\n"
     .. "A different recipe or model is refused naming the first difference unless strict=false; a failed load\n"
-    .. "changes nothing. Mid-epoch: the next loop over a data loader finishes the interrupted epoch.")
+    .. "changes nothing. Mid-epoch, a data loader's next loop runs the interrupted epoch again from its first batch\n"
+    .. "(same order; skip the done batches: acc:skip_first_batches(loader, acc.step % #loader)), or, under\n"
+    .. "DataLoaderConfiguration{use_stateful_dataloader=true}, finishes it from the next batch.")
   add("acc:save_model", "acc:save_model(model, dir [, {fp8=\"dequantize\"|\"raw\", max_shard_size=}]) -> path",
     "Weights only (no FP8 recipe state, no O3 weight_fp8 copy) as dir/model.safetensors; FP8 tensors as fp32\n"
     .. "values or raw bytes + scale. Past max_shard_size (\"10GB\", bytes): model-0000k-of-0000n.safetensors and\n"

@@ -836,9 +836,10 @@ if ok and help.add then
       .. "fp8.data.skip_first_batches)  or  acc:skip_first_batches(loader [, num_batches=0]) -> a SkipDataLoader",
     doc = "Accelerate's skip_first_batches: a loader whose every loop leaves out the first num_batches batches of its epoch\n"
        .. "(0 to #loader); #skipper = #loader - num_batches. It reads the loader it wraps (a DataLoader or a prepared one), so\n"
-       .. "the shuffled order, the epoch count and the position save_state records are that loader's. acc:load_state already\n"
-       .. "restores a loader saved mid-epoch (its next loop finishes that epoch), so Accelerate's resume recipe needs no skip;\n"
-       .. "with one, the loop resumes after num_batches (a notice says so where that differs from the restored position).\n"
+       .. "the shuffled order, the epoch count and the position save_state records are that loader's. After acc:load_state of\n"
+       .. "a loader saved mid-epoch its next loop runs that epoch again, and the skip of the done batches resumes it in\n"
+       .. "place (Accelerate's recipe); under use_stateful_dataloader=true load_state restores the position itself and a\n"
+       .. "skip resumes after num_batches (a notice says so where that differs from the restored position).\n"
        .. "The result is of class fp8.data.SkipDataLoader: loops and iter() as a loader's, #, set_epoch(e) and to(device)\n"
        .. "passed to the loader it wraps (skipper.loader; skipper.skip_batches the count), acc:prepare takes it." }
   help.ALIASES["data.skip_first_batches"] = "skip_first_batches"

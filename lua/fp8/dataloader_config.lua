@@ -1,6 +1,8 @@
 -- dataloader_config.lua — fp8.DataLoaderConfiguration{...}, Accelerate's dataloader_config= (docs/distributed.md,
--- "Data loaders"). split_batches, even_batches and data_seed change what prepared loaders hand out; the other fields
--- are taken at the values that describe fp8lab's loaders and refused, with the reason, at the others.
+-- "Data loaders"). split_batches, even_batches and data_seed change what prepared loaders hand out, and
+-- use_stateful_dataloader whether load_state puts a loader back at its saved position in the epoch (true) or at the
+-- start of that epoch (false, Accelerate's default, whose resume recipes skip the done batches themselves); the
+-- other fields are taken at the values that describe fp8lab's loaders and refused, with the reason, at the others.
 local O = require "fp8.opts"
 
 local M = {}
@@ -15,16 +17,13 @@ local REFUSED = {
   use_seedable_sampler = { false, "fp8lab's loaders always shuffle by their seed and epoch, the seedable sampler's "
     .. "way (pass true, or leave it out)" },
   non_blocking = { true, "batches are copied to the device synchronously (fp8lab has no pinned host memory)" },
-  use_stateful_dataloader = { false, "save_state always records each prepared loader's position, the stateful "
-    .. "loader's way (pass true, or leave it out); Accelerate's resume recipe (load_state, then skip_first_batches) "
-    .. "gives the same batches here (docs/checkpoints.md)" },
 }
 
 local DataLoaderConfiguration = { __name = "DataLoaderConfiguration" }
 DataLoaderConfiguration.__index = DataLoaderConfiguration
 
 -- fp8.DataLoaderConfiguration{even_batches=true, use_seedable_sampler=, data_seed=, split_batches=false,
--- dispatch_batches=false, non_blocking=false, use_stateful_dataloader=}
+-- dispatch_batches=false, non_blocking=false, use_stateful_dataloader=false}
 function M.new(opts, ...)
   O.no_more("DataLoaderConfiguration", "({even_batches=, data_seed=, ...})", ...)
   opts = opts or {}
@@ -52,7 +51,8 @@ function M.new(opts, ...)
   end
   return setmetatable({ split_batches = opts.split_batches == true, dispatch_batches = false,
     even_batches = opts.even_batches ~= false,
-    use_seedable_sampler = true, data_seed = opts.data_seed, non_blocking = false, use_stateful_dataloader = true },
+    use_seedable_sampler = true, data_seed = opts.data_seed, non_blocking = false,
+    use_stateful_dataloader = opts.use_stateful_dataloader == true },
     DataLoaderConfiguration)
 end
 
@@ -87,8 +87,11 @@ if okh and help.add then
       .. "under N processes each takes batch_size / N samples of every batch (batch_size is the step's total; it\n"
       .. "must divide by N), and a prepared scheduler steps once per optimizer step, not N times. even_batches=false:\n"
       .. "the last round of batches is not completed with repeats; use_seedable_sampler=true, data_seed=N: every\n"
-      .. "prepared shuffling loader shuffles by N and the epoch. dispatch_batches, non_blocking and\n"
-      .. "use_stateful_dataloader are taken at fp8lab's own ways and refused, with the reason, at the others." }
+      .. "prepared shuffling loader shuffles by N and the epoch. use_stateful_dataloader=true: acc:load_state\n"
+      .. "puts each prepared loader back at its saved batch, so the next loop finishes the interrupted epoch;\n"
+      .. "false (the default, Accelerate's): at the start of that epoch, in the same shuffled order, for the\n"
+      .. "resume recipes that skip the done batches themselves (acc:skip_first_batches, or a loop's own count).\n"
+      .. "dispatch_batches and non_blocking are taken at fp8lab's own ways and refused, with the reason, at the others." }
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)

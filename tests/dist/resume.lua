@@ -4,7 +4,8 @@
 -- "loss <step> <value>" lines and its final weights to OUT.<rank>; the spec compares the two runs.
 local mode, out, dir = arg[1], arg[2], arg[3]
 local nn, F = fp8.nn, fp8.nn.functional
-local acc = fp8.Accelerator { cpu = true, mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "te" } } }
+local acc = fp8.Accelerator { cpu = true, mixed_precision = "fp8", kwargs_handlers = { fp8.FP8RecipeKwargs { backend = "te" } },
+  dataloader_config = fp8.DataLoaderConfiguration { use_stateful_dataloader = true } }   -- resumes in the epoch
 fp8.manual_seed(7 + acc.process_index)   -- different seeds per rank: prepare broadcasts rank 0's weights
 local items = {}
 fp8.manual_seed(1234)                    -- the data is the same on every rank

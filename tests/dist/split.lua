@@ -51,7 +51,8 @@ for _, y in l do
   first[#first + 1] = table.concat(y:totable(), ",")
 end
 table.remove(first, 1)
-local b = fp8.Accelerator { cpu = true, dataloader_config = fp8.DataLoaderConfiguration { split_batches = true } }
+local b = fp8.Accelerator { cpu = true, dataloader_config = fp8.DataLoaderConfiguration { split_batches = true,
+  use_stateful_dataloader = true } }
 local l2 = b:prepare(fp8.data.DataLoader { items, batch_size = 4, shuffle = true, seed = 5 })
 b:load_state(dir)
 local again = {}

@@ -181,7 +181,7 @@ describe("a split_batches loader in one process", function()
     U.write(script, [[
 local mode, dir = arg[1], arg[2]
 local acc = fp8.Accelerator{ cpu = true, config = false,
-  dataloader_config = fp8.DataLoaderConfiguration{ split_batches = true } }
+  dataloader_config = fp8.DataLoaderConfiguration{ split_batches = true, use_stateful_dataloader = true } }
 fp8.manual_seed(7)
 local items = {}
 for i = 1, 32 do items[i] = { fp8.randn{4}, i % 3 } end

@@ -608,7 +608,7 @@ describe("skip_first_batches", function()
   it("a checkpoint saved while a skipper runs records the wrapped loader's absolute position", function()
     local dir = U.tmpdir()
     local function setup()
-      local acc = new_acc {}
+      local acc = new_acc { dataloader_config = fp8.DataLoaderConfiguration { use_stateful_dataloader = true } }
       local m, ld = acc:prepare(nn.Linear(1, 1), fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 9 })
       return acc, ld
     end
@@ -622,6 +622,37 @@ describe("skip_first_batches", function()
     local acc2, ld2 = setup()
     acc2:load_state(dir .. "/c")
     assert.are.same(tail(want, 4), epoch(ld2))   -- the next loop finishes epoch 1 from batch 4
+    os.execute("rm -rf " .. sh_quote(dir))
+  end)
+
+  it("use_stateful_dataloader: load_state puts a loader at its saved batch (true) or its epoch's first (false, the default)", function()
+    local dir = U.tmpdir()
+    local function setup(stateful)
+      local acc = new_acc { dataloader_config = stateful ~= nil
+        and fp8.DataLoaderConfiguration { use_stateful_dataloader = stateful } or nil }
+      local m, ld = acc:prepare(nn.Linear(1, 1), fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 9 })
+      return acc, ld
+    end
+    local plain = fp8.data.DataLoader { items, batch_size = 2, shuffle = true, seed = 9 }
+    local e1, e2, e3 = epoch(plain), epoch(plain), epoch(plain)
+    local acc, ld = setup(nil)
+    assert.is_false(acc.use_stateful_dataloader)
+    for _ in ld do end   -- epoch 1
+    local n = 0
+    for _ in ld do n = n + 1; if n == 2 then acc:save_state(dir .. "/c"); break end end   -- after batch 2 of epoch 2
+    for _, stateful in ipairs { false, true } do
+      local acc2, ld2 = setup(stateful)
+      assert.are.equal(stateful, acc2.use_stateful_dataloader)
+      acc2:load_state(dir .. "/c")
+      -- stateful: epoch 2 from batch 3; otherwise epoch 2 again, whole, in its own shuffled order (not epoch 1's)
+      assert.are.same(stateful and tail(e2, 3) or e2, epoch(ld2))
+      -- Accelerate's recipe, skip_first_batches of the done batches, resumes in place either way
+      local acc3, ld3 = setup(stateful)
+      acc3:load_state(dir .. "/c")
+      assert.are.same(tail(e2, 3), epoch(acc3:skip_first_batches(ld3, 2)))
+      assert.are.same(e3, epoch(ld3))   -- then epoch 3
+    end
+    assert.are_not.same(e1, e2)
     os.execute("rm -rf " .. sh_quote(dir))
   end)
 
@@ -800,7 +831,7 @@ describe("more of Accelerate's Accelerator", function()
     local acc = new_acc {}
     assert.is_nil(acc.project_dir); assert.is_nil(acc.logging_dir)
     assert.is_false(acc.split_batches); assert.is_false(acc.dispatch_batches); assert.is_false(acc.non_blocking)
-    assert.is_true(acc.use_seedable_sampler); assert.is_true(acc.use_stateful_dataloader)
+    assert.is_true(acc.use_seedable_sampler); assert.is_false(acc.use_stateful_dataloader)   -- Accelerate's default
     assert.is_true(acc.should_save_model); assert.is_false(acc.multi_device)
     assert.is_false(acc.is_fsdp2); assert.is_false(acc.is_composable_parallelism_enabled)
     local pc = fp8.ProjectConfiguration { project_dir = "runs/x", automatic_checkpoint_naming = true }
@@ -1157,7 +1188,7 @@ describe("what Accelerate has and fp8lab does not", function()
       { { dispatch_batches = true }, "dispatch_batches=true is not supported: every process reads its own share" },
       { { use_seedable_sampler = false }, "use_seedable_sampler=false is not supported: fp8lab's loaders always" },
       { { non_blocking = true }, "non_blocking=true is not supported: batches are copied to the device synchronously" },
-      { { use_stateful_dataloader = false }, "use_stateful_dataloader=false is not supported: save_state always" },
+      { { use_stateful_dataloader = 1 }, "use_stateful_dataloader must be a boolean, got number" },
       { { data_seed = 3 }, "data_seed seeds the seedable sampler: pass use_seedable_sampler=true with it" },
       { { even_batches = "no" }, "even_batches must be a boolean, got string" },
       { { dispatch_batche = false }, "unknown option 'dispatch_batche' (did you mean 'dispatch_batches'?)" },

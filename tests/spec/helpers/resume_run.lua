@@ -1,9 +1,13 @@
 -- resume_run.lua — one training run for resume_spec.lua, in its own process:
 --   fp8lab resume_run.lua CONFIG MODEL STEPS MODE DIR
 -- MODE "straight": STEPS steps; "first": stop after STEPS steps with acc:save_state(DIR/ckpt);
--- "resume": acc:load_state(DIR/ckpt), then steps up to STEPS; "resume_skip": the same, the first epoch through
--- acc:skip_first_batches(loader, acc.step % #loader) as Accelerate's resume recipe does; "resume_skip_other": one
--- batch more skipped than the checkpoint's position. Prints one line per step,
+-- "resume": acc:load_state(DIR/ckpt) under use_stateful_dataloader=true (the loader finishes its interrupted epoch),
+-- then steps up to STEPS; under Accelerate's default use_stateful_dataloader=false (the interrupted epoch runs again
+-- from its first batch), Accelerate's two resume recipes: "resume_skip", the first epoch through
+-- acc:skip_first_batches(loader, acc.step % #loader) (complete_nlp_example.py's), and "resume_manual", the loop
+-- passing over that many batches itself (by_feature/checkpointing.py's); "resume_skip_stateful": the skip under
+-- use_stateful_dataloader=true; "resume_skip_other": there, one batch more skipped than the checkpoint's position;
+-- "resume_naive": the default with no skip. Prints one line per step,
 -- "step N LOSS" (LOSS in %a, exact), and ends with save_state(DIR/final_<MODE>) holding the final
 -- weights, recipe state and optimizer state.
 local config, model_kind, total, mode, dir = arg[1], arg[2], math.tointeger(tonumber(arg[3])), arg[4], arg[5]
@@ -41,26 +45,34 @@ end
 local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
 local sched = fp8.optim.lr_scheduler.LambdaLR(opt, function(e) return 1 / (1 + 0.1 * e) end)
 -- FP8LAB_TEST_DEVICE=cuda (tests/gpu/resume_spec.lua) trains on the GPU; the CPU otherwise
+local stateful = mode == "resume" or mode == "resume_skip_stateful" or mode == "resume_skip_other"
 local acc = fp8.Accelerator { mixed_precision = c[1], kwargs_handlers = c[2] and { c[2]() } or nil, config = false, env = {},
-                              cpu = os.getenv("FP8LAB_TEST_DEVICE") ~= "cuda" }
+                              cpu = os.getenv("FP8LAB_TEST_DEVICE") ~= "cuda",
+                              dataloader_config = fp8.DataLoaderConfiguration { use_stateful_dataloader = stateful } }
 model, opt, loader, sched = acc:prepare(model, opt, loader, sched)
 
-local first_loader = loader
+local first_loader, pass_over = loader, 0
 if mode:match("^resume") then acc:load_state(dir .. "/ckpt") end
 if mode:match("^resume_skip") then
   first_loader = acc:skip_first_batches(loader, acc.step % #loader + (mode == "resume_skip_other" and 1 or 0))
+elseif mode == "resume_manual" then
+  pass_over = acc.step % #loader
 end
 local step = acc.step
 while step < total do
+  local b = 0
   for x, y in first_loader do
+    b = b + 1
+    if b <= pass_over then goto continue end
     model:train()
     local loss = forward(x, y)
     acc:backward(loss); opt:step(); sched:step(); opt:zero_grad()
     step = step + 1
     print(("step %d %a"):format(step, loss:item()))
     if step == total then break end
+    ::continue::
   end
-  first_loader = loader
+  first_loader, pass_over = loader, 0
 end
 if mode == "first" then acc:save_state(dir .. "/ckpt") end
 acc:save_state(dir .. "/final_" .. mode)
