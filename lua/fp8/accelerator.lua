@@ -411,6 +411,19 @@ end
 local AccOptimizer = delegating_class("optimizer")
 AccOptimizer.__tostring = function(t) return "AcceleratedOptimizer(" .. tostring(rawget(t, "optimizer")) .. ")" end
 
+-- opt:train() / opt:eval(): Accelerate's AcceleratedOptimizer passes them to an optimizer that has them (a
+-- schedule-free one swaps its weights) and does nothing for one that has not, so a loop written for either runs
+for _, mode in ipairs { "train", "eval" } do
+  AccOptimizer[mode] = function(self, ...)
+    if select("#", ...) > 0 then
+      error(("%s: takes no arguments (opt:%s())"):format(mode, mode), 2)
+    end
+    local inner = rawget(self, "optimizer")
+    local f = type(inner) == "table" and inner[mode]
+    if type(f) == "function" then return f(inner) end
+  end
+end
+
 -- After acc:free_memory() the accelerator no longer tracks what it prepared before: stepping such an
 -- optimizer would skip the FP8 scale updates and (several processes) the gradient averaging, so it is refused.
 local function check_live(w, fname, noun)
@@ -625,6 +638,13 @@ end
 function Accelerator:prepare(...)
   local args = table.pack(...)
   if args.n == 0 then error("prepare: expected models, optimizers or data loaders", 2) end
+  -- Accelerate's prepare(*args, device_placement=[...]) as a trailing options table: other objects pass through
+  -- prepare as they are, so this one would come back unread
+  local last = args[args.n]
+  if type(last) == "table" and getmetatable(last) == nil and rawget(last, "device_placement") ~= nil then
+    error("prepare: device_placement= per object is not supported: the accelerator's device_placement places every "
+      .. "object alike (fp8.Accelerator{device_placement=false} leaves them all where they are)", 2)
+  end
   if self.mixed_precision == "fp8" and self.fp8_backend == "msamp" then
     -- MS-AMP swaps each FP8 layer's weight for an fp16 one and its optimizer's moments for FP8 ones: the two are
     -- converted together, once (an optimizer prepared apart, or a model prepared again, would update tensors the

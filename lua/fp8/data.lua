@@ -376,7 +376,8 @@ end
 -- The device batches come out on; a bad one is blamed `level` levels up.
 local function set_device(self, device, level)
   if device ~= "cpu" and device ~= "cuda" then
-    error(("DataLoader:to: device must be \"cpu\" or \"cuda\", got %s"):format(tostring(device)), level)
+    error(("DataLoader:to: device must be \"cpu\" or \"cuda\", got %s"):format(type(device) == "function"
+      and "a function (the Accelerator's device is a method: loader:to(acc:device()))" or tostring(device)), level)
   end
   if device == "cuda" then   -- here, as a module's :to refuses it, not at the first batch
     local okc, cuda = pcall(require, "fp8.cuda")
@@ -645,7 +646,8 @@ function DataLoader:iter()
   self._resume_at = nil
   self.batches_served = b     -- of the current epoch
   local gs = rawget(self, "_gradient_state")   -- set by Accelerator:prepare (end of an accumulation window)
-  local st = gs and M._active_begin(gs, self)
+  -- Accelerate's remainder: the samples of a short last batch, which gather_for_metrics cuts its result to there
+  local st = gs and M._active_begin(gs, self, not self.drop_last and n % bs or 0)
   return function()
     b = b + 1
     -- true while the last batch is out; once the loop ends the loader is dropped, as Accelerate's gradient state

@@ -293,7 +293,9 @@ function U:gather_for_metrics(t, use_gather_object)
     error(("gather_for_metrics: use_gather_object must be a boolean, got %s"):format(type(use_gather_object)), 2)
   end
   local st = require("fp8.data")._active(self.gradient_state)   -- the loop being served, as Accelerate's active loader
-  local cut = self.num_processes > 1 and st and st.end_of_dataloader and st.remainder > 0 and st.remainder or nil
+  -- in one process too, as Accelerate's: a value with more rows than the last batch's samples (a loss repeated to
+  -- the batch size) is cut to them
+  local cut = st and st.end_of_dataloader and st.remainder > 0 and st.remainder or nil
   local as_objects = use_gather_object or not all_tensors(t)
   M._announce(self, "gather_for_metrics")
   if self.num_processes > 1 then   -- every process takes the same path (else each would wait in another collective)

@@ -182,10 +182,68 @@ local LAZY_RECIPES = { convert_model = "convert_model", has_fp8_layers = "has_fp
   has_transformer_engine_layers = "has_fp8_layers", contextual_fp8_autocast = "contextual_fp8_autocast",
   apply_fp8_autowrap = "apply_fp8_autowrap", stats = "stats", fp8_autocast = "fp8_autocast",
   has_ao_layers = "has_ao_layers" }
+-- Accelerate's names (from `accelerate` and `accelerate.utils`) that fp8lab has not got: reading one is an error
+-- that says why and what to use, not a nil that fails later as "attempt to call a nil value". Other unknown names
+-- stay nil (a script may test `if fp8.x then`).
+local NO_FSDP = "fp8lab's parallelism is data parallel (DDP: fp8.Accelerator under several processes, "
+  .. "docs/distributed.md); it shards no parameters, so "
+local ACC_METHOD = "Accelerate's utility is a method of the Accelerator here: acc:"
+local NOT_HERE = {
+  FullyShardedDataParallelPlugin = NO_FSDP .. "FSDP is not supported",
+  FullStateDictConfig = NO_FSDP .. "FSDP is not supported",
+  DeepSpeedPlugin = NO_FSDP .. "DeepSpeed is not supported",
+  DummyOptim = NO_FSDP .. "DeepSpeed is not supported (pass fp8.optim's optimizers to acc:prepare)",
+  DummyScheduler = NO_FSDP .. "DeepSpeed is not supported (pass fp8.optim.lr_scheduler's schedulers to acc:prepare)",
+  MegatronLMPlugin = NO_FSDP .. "Megatron-LM is not supported",
+  TorchTensorParallelPlugin = NO_FSDP .. "tensor parallelism is not supported",
+  ParallelismConfig = NO_FSDP .. "tensor, context and pipeline parallelism are not supported",
+  AxoNNPlugin = NO_FSDP .. "AxoNN is not supported",
+  TorchDynamoPlugin = "there is no compiler to configure (torch.compile's dynamo is PyTorch's); fp8lab runs its own "
+    .. "kernels",
+  DynamoBackend = "there is no compiler to configure (torch.compile's dynamo is PyTorch's)",
+  BnbQuantizationConfig = "bitsandbytes quantization is not supported; fp8lab's quantization is its FP8 recipes "
+    .. "(help(\"recipes\"))",
+  init_empty_weights = "big-model loading (meta-device weights, dispatch across devices) is not supported; build "
+    .. "the model and fp8.load_checkpoint_in_model(model, dir)",
+  load_checkpoint_and_dispatch = "big-model loading (dispatch across devices) is not supported; use "
+    .. "fp8.load_checkpoint_in_model(model, dir)",
+  infer_auto_device_map = "big-model dispatch across devices is not supported",
+  dispatch_model = "big-model dispatch across devices is not supported",
+  notebook_launcher = "there are no notebooks to launch from; start processes with `fp8lab launch --num_processes N "
+    .. "script.lua` or mpirun (docs/cli.md)",
+  PartialState = "the process state is the Accelerator's: acc.process_index, acc.num_processes, "
+    .. "acc.local_process_index, acc:is_main_process(), acc:device() (fp8.Accelerator{...})",
+  AcceleratorState = "the state is the Accelerator's: acc:state(), acc.mixed_precision, acc.distributed_type, ... "
+    .. "(fp8.Accelerator{...})",
+  GradientState = "the gradient state is the Accelerator's: acc.gradient_state (sync_gradients, "
+    .. "end_of_dataloader, ...) and acc.sync_gradients",
+  get_logger = "there is no logging module; acc:print(...) prints on the main process only (Accelerate's "
+    .. "main_process_only logging)",
+  LoggerType = "trackers are named by string: fp8.Accelerator{log_with=\"tensorboard\"} (or \"all\")",
+  GeneralTracker = "a tracker of your own is a table with a name field and a log(values, step) method, passed as "
+    .. "log_with= (Accelerate's GeneralTracker protocol; docs/lua-api.md)",
+  TensorBoardTracker = "the TensorBoard tracker is log_with=\"tensorboard\"; acc:get_tracker(\"tensorboard\") "
+    .. "returns it",
+  extract_model_from_parallel = ACC_METHOD .. "unwrap_model(model)",
+  gather_object = ACC_METHOD .. "gather_object(obj) (fp8.gather is torch's gather along a dim)",
+  broadcast = ACC_METHOD .. "broadcast(t [, from_process])",
+  broadcast_object_list = ACC_METHOD .. "broadcast_object_list(list [, from_process])",
+  reduce = ACC_METHOD .. "reduce(t [, \"sum\"|\"mean\"])",
+  pad_across_processes = ACC_METHOD .. "pad_across_processes(t [, dim, pad_index, pad_first])",
+  wait_for_everyone = ACC_METHOD .. "wait_for_everyone()",
+  send_to_device = "tensors move with t:to(acc:device()); batches of a prepared loader arrive on the Accelerator's "
+    .. "device",
+  synchronize_rng_states = "acc:prepare starts every process's generator from the main process's state; "
+    .. "fp8.set_seed(seed) seeds it",
+  clear_device_cache = ACC_METHOD .. "free_memory() (fp8.cuda.empty_cache() on a GPU)",
+  is_cuda_available = "fp8.cuda.is_available() says whether a GPU is usable",
+  PrecisionType = "mixed_precision is a string: fp8.Accelerator{mixed_precision=\"no\"|\"fp16\"|\"bf16\"|\"fp8\"}",
+}
 setmetatable(fp8, { __index = function(t, k)
   local v
   if LAZY_MODULES[k] then v = require(LAZY_MODULES[k])
-  elseif LAZY_RECIPES[k] then v = require("fp8.recipes")[LAZY_RECIPES[k]] end
+  elseif LAZY_RECIPES[k] then v = require("fp8.recipes")[LAZY_RECIPES[k]]
+  elseif NOT_HERE[k] then error(("fp8.%s: not in fp8lab: %s"):format(k, NOT_HERE[k]), 2) end
   if v ~= nil then rawset(t, k, v) end
   return v
 end })

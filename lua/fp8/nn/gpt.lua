@@ -150,7 +150,7 @@ end
 
 -- generate(idx[B, T], max_new_tokens [, {temperature=1, top_k=nil, seed=nil}]) → idx[B, T + new]
 -- Samples one token at a time from the last position's distribution (temperature 0: greedy), in
--- eval mode; with `seed` the draws come from a private generator, so they are reproducible.
+-- eval mode; with `seed` the draws come from a private generator (fp8's is left alone), else from fp8's generator.
 function GPT:generate(idx, max_new_tokens, opts)
   if not fp8.is_tensor(idx) or idx:dim() ~= 2 then
     error(("generate: idx must be token ids [B, T], got %s"):format(fp8.is_tensor(idx) and Module._shape_str(idx) or type(idx)), 2)
@@ -184,7 +184,9 @@ function GPT:generate(idx, max_new_tokens, opts)
     error(("generate: seed must be an integer, got %s"):format(O.got(opts.seed)), 2)
   end
   if idx:size(1) == 0 then return fp8.zeros({ 0, idx:size(2) + max_new_tokens }, { device = self:device() }) end
-  local rand = seed and splitmix(seed) or math.random
+  -- without a seed, fp8's generator (fp8.manual_seed / set_seed), as torch's multinomial draws from torch's: Lua's
+  -- math.random, seeded from the clock, gave another sample every run whatever the script seeded
+  local rand = seed and splitmix(seed) or function() return fp8.rand({ 1 }):item() end
   local V, bs = self.config.vocab_size, self.config.block_size
   local rows = idx:totable()
   local B = #rows

@@ -325,7 +325,8 @@ add("nn.GPT", "fp8.nn.GPT{vocab_size, block_size, n_layer, n_head, n_embd, dropo
   .. "help(\"nn.GPT:gradient_checkpointing_enable\")):\n"
   .. "model(idx[B,T] [, targets]) → logits[B,T,V] (, loss);\n"
   .. "model:generate(idx, n, {temperature=1, top_k, seed}) samples n more tokens (ids are 0-based; seed, an\n"
-  .. "integer: a generator of its own, reproducible, leaving fp8's untouched; without it Lua's math.random draws);\n"
+  .. "integer: a generator of its own, reproducible, leaving fp8's untouched; without it fp8's generator draws,\n"
+  .. "which fp8.manual_seed / fp8.set_seed seed);\n"
   .. "model:evaluate(loader) → mean loss over the loader's (x, y) batches, in eval mode, without a graph.")
 add("nn.utils.clip_grad_norm_",
   "fp8.nn.utils.clip_grad_norm_(params, max_norm [, norm_type=2 (p > 0, or math.huge)\n"

@@ -829,7 +829,9 @@ function Module:to(device)
       :format(device), 2)
   end
   if device ~= "cpu" and device ~= "cuda" then
-    error(("to: device must be \"cpu\" or \"cuda\", got %s"):format(type(device) == "string" and ("'" .. device .. "'") or type(device)), 2)
+    error(("to: device must be \"cpu\" or \"cuda\", got %s%s"):format(
+      type(device) == "string" and ("'" .. device .. "'") or type(device),
+      type(device) == "function" and " (the Accelerator's device is a method: m:to(acc:device()))" or ""), 2)
   end
   for _, list in ipairs { self:parameters(), self:buffers() } do
     for _, t in ipairs(list) do t:move_(device) end

@@ -1,0 +1,106 @@
+-- Found on 2026-12-05/06 (stop 90) by porting Hugging Face Accelerate's own example scripts (examples/*.py and
+-- examples/by_feature/*.py) to fp8lab, by auditing reproducibility (bits across runs, threads, resumes, ranks), and by
+-- running ops on tensors past 2^24 and 2^31 elements. Resuming with by_feature/checkpointing.py's recipe (its own
+-- count of done batches) is in resume_spec.lua; the cases here are the rest.
+local U = dofile("tests/spec/helpers/util.lua")
+
+local function new_acc(t)
+  t = t or {}
+  t.cpu, t.config, t.env = true, false, {}
+  return fp8.Accelerator(t)
+end
+
+describe("Accelerate's names", function()
+  it("gather_for_metrics cuts to the last batch's samples in one process too, as Accelerate's remainder", function()
+    -- gradient_accumulation_for_autoregressive_models.py gathers loss.repeat(batch_size): 70 samples in batches of
+    -- 32 gave 96 losses in one process (70 under two), so its perplexity weighted the last batch 32/6 times
+    local acc = new_acc {}
+    local items = {}
+    for i = 1, 70 do items[i] = { fp8.tensor { i }, i } end
+    local dl = acc:prepare(fp8.data.DataLoader { items, batch_size = 32 })
+    local rows, repeated, objects = 0, 0, 0
+    for _, y in dl do
+      rows = rows + acc:gather_for_metrics(y):numel()
+      repeated = repeated + acc:gather_for_metrics(fp8.ones { 32 }):numel()
+      local s = {}
+      for j = 1, y:numel() do s[j] = "s" .. j end
+      objects = objects + #acc:gather_for_metrics(s, true)
+    end
+    assert.are.equal(70, rows)
+    assert.are.equal(70, repeated)
+    assert.are.equal(70, objects)
+    -- drop_last: no short batch, nothing to cut
+    local dl2 = acc:prepare(fp8.data.DataLoader { items, batch_size = 32, drop_last = true })
+    local n = 0
+    for _ in dl2 do n = n + acc:gather_for_metrics(fp8.ones { 32 }):numel() end
+    assert.are.equal(64, n)
+  end)
+
+  it("a prepared optimizer's train() and eval() pass to an optimizer that has them and do nothing otherwise", function()
+    -- schedule_free.py calls optimizer.train() / optimizer.eval(): 'attempt to call a nil value (method 'train')'
+    local acc = new_acc {}
+    local m = fp8.nn.Linear(2, 2)
+    local _, o = acc:prepare(m, fp8.optim.AdamW(m:parameters(), { lr = 1e-3 }))
+    assert.are.equal(0, select("#", o:train()))
+    assert.are.equal(0, select("#", o:eval()))
+    local calls = {}
+    o.optimizer.train = function(self) calls[#calls + 1] = self end
+    o:train()
+    assert.are.equal(o.optimizer, calls[1])
+    U.fails_with("train: takes no arguments", o.train, o, true)
+  end)
+
+  it("names Accelerate has and fp8lab has not say so and what to use, where they were nil", function()
+    for name, needle in pairs {
+      FullyShardedDataParallelPlugin = "FSDP is not supported", DeepSpeedPlugin = "DeepSpeed is not supported",
+      PartialState = "acc.process_index", GradientState = "acc.gradient_state", get_logger = "acc:print",
+      notebook_launcher = "fp8lab launch", gather_object = "acc:gather_object", wait_for_everyone = "acc:wait_for_everyone",
+      LoggerType = "log_with=\"tensorboard\"", extract_model_from_parallel = "acc:unwrap_model",
+      init_empty_weights = "fp8.load_checkpoint_in_model",
+    } do
+      U.fails_with({ "fp8." .. name .. ": not in fp8lab: ", needle }, function() return fp8[name] end)
+    end
+    assert.is_nil(fp8.no_such_name_here)   -- other unknown names stay nil: `if fp8.x then` works
+    assert.is_function(fp8.gather)         -- torch's gather along a dim, as before
+  end)
+
+  it("prepare refuses Accelerate's device_placement= list instead of handing the options back unread", function()
+    local acc = new_acc {}
+    local m = fp8.nn.Linear(2, 2)
+    U.fails_with("prepare: device_placement= per object is not supported", acc.prepare, acc, m,
+      { device_placement = { false } })
+    -- other plain values still pass through prepare as they are, as Accelerate's
+    local t = { 1, 2 }
+    local _, back = acc:prepare(fp8.nn.Linear(2, 2), t)
+    assert.are.equal(t, back)
+  end)
+
+  it("m:to(acc.device) and loader:to(acc.device) say that the device is a method", function()
+    local acc = new_acc {}
+    U.fails_with("the Accelerator's device is a method: m:to(acc:device())", function() fp8.nn.Linear(2, 2):to(acc.device) end)
+    U.fails_with("loader:to(acc:device())", function()
+      fp8.data.DataLoader { { 1, 2 }, batch_size = 1 }:to(acc.device)
+    end)
+  end)
+end)
+
+describe("GPT:generate without a seed", function()
+  it("draws from fp8's generator, so fp8.manual_seed / set_seed make it reproducible (torch's multinomial's way)", function()
+    -- it drew from Lua's math.random, seeded from the clock: another sample every run whatever the script seeded
+    fp8.manual_seed(3)
+    local m = fp8.nn.GPT { vocab_size = 10, block_size = 8, n_layer = 1, n_head = 1, n_embd = 16 }
+    local function sample(seed)
+      fp8.set_seed(seed)
+      return table.concat(m:generate(fp8.tensor { { 1 } }, 24):view(-1):totable(), " ")
+    end
+    local a = sample(7)
+    assert.are.equal(a, sample(7))
+    assert.are_not.equal(a, sample(8))
+    -- with a seed: its own generator, fp8's left alone (as before)
+    fp8.manual_seed(5)
+    local before = fp8.rand { 4 }:totable()
+    fp8.manual_seed(5)
+    m:generate(fp8.tensor { { 1 } }, 5, { seed = 1 })
+    assert.are.same(before, fp8.rand { 4 }:totable())
+  end)
+end)
