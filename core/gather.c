@@ -46,8 +46,9 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
                 for (int64_t j = 0; j < inner; j++) {
                     const int64_t at = (o * k + r) * inner + j;
                     const float p = iv[at];
-                    if (!(p >= 0 && p < (float)size && p == (float)(int64_t)p)) {
-                        st = FL_ERR(FL_EINVAL, "gather: index %g out of range 0..%lld for dim %d of size %lld",
+                    /* (in double: size rounded to fp32 refused 2^24 for a dim of 2^24 + 1) */
+                    if (!(p >= 0 && (double)p < (double)size && p == (float)(int64_t)p)) {
+                        st = FL_ERR(FL_EINVAL, "gather: index %.9g out of range 0..%lld for dim %d of size %lld",
                                     (double)p, (long long)size - 1, dim + 1, (long long)size);
                         break;
                     }

@@ -671,8 +671,8 @@ static fl_status index_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
                     const int64_t at = (o * k + r) * inner + j;
                     const float x = iv[at];
                     /* the engine refuses indices written since the forward; this guards the memory whatever else */
-                    if (!(x >= 0 && x < (float)size && x == (float)(int64_t)x)) {
-                        st = FL_ERR(FL_EINVAL, "%s: index %g out of range 0..%lld", n->name, (double)x,
+                    if (!(x >= 0 && (double)x < (double)size && x == (float)(int64_t)x)) {
+                        st = FL_ERR(FL_EINVAL, "%s: index %.9g out of range 0..%lld", n->name, (double)x,
                                     (long long)size - 1);
                         break;
                     }

@@ -203,4 +203,15 @@ function M.fp32_scale_ok(v)
   return v > 0 and v <= M.F32_MAX and M.f32(v) > 0 and M.f32(1 / M.f32(v)) <= M.F32_MAX
 end
 
+-- Positions (0-based indices) are fp32 tensors, the index dtype, whose whole numbers are exact up to 2^24: an op
+-- that builds positions up to `largest` refuses past that, as argmax and sort do, where it read or wrote a rounded
+-- neighbour without a word. what: what the positions count ("positions along dim 2").
+M.MAX_POSITION = 1 << 24
+function M.exact_positions(fname, largest, what, level)
+  if largest > M.MAX_POSITION then
+    error(("%s: %s would reach %.0f: indices above 2^24 are not exact in fp32, the index dtype"):format(fname, what,
+      largest), level or 0)
+  end
+end
+
 return M

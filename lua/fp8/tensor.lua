@@ -312,6 +312,7 @@ local function triangle(name, t, k, lower, ...)
   end
   if not SELECTABLE[dt] then error(("%s: %s tensor: dequantize it first"):format(name, dt), 3) end
   local R, C = t:size(-2), t:size(-1)
+  require("fp8.opts").exact_positions(name, math.max(R, C) - 1, ("the row and column indices of %d×%d"):format(R, C), 4)
   local dev = { device = t:device() }
   -- column − row for each place: kept where ≤ k (lower) or ≥ k (upper)
   local off = core.arange(C, dev):view(1, C) - core.arange(R, dev):view(R, 1)

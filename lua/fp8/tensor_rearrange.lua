@@ -60,6 +60,7 @@ Tensor.flip = at_caller(function(t, dims, ...)
   local r = t
   for _, d in ipairs(dims_of("flip", dims, t:dim())) do
     local n = t:size(d)
+    opts.exact_positions("flip", n - 1, ("the indices along dim %d"):format(d), 2)
     if n > 1 then r = r:index_select(d, core.arange(n - 1, -1, -1)) end
   end
   if r == t then r = t:clone() end

@@ -131,6 +131,10 @@ Tensor.take = at_caller(function(t, index, ...)
       error(("take: index %s at %d is out of range for %d elements"):format(got(math.tointeger(v) or v), i, n), 2)
     end
     flat[i] = v < 0 and v + n or v
+    if flat[i] > opts.MAX_POSITION then   -- (a negative index counted from the end: the index itself is exact)
+      error(("take: index %d asks for position %.0f: positions above 2^24 are not exact in fp32, the index dtype")
+        :format(i, flat[i]), 2)
+    end
   end
   if #flat == 0 then return T._full_in_graph(t, index:shape(), 0) end
   return t:reshape({ -1 }):index_select(1, T._list_on(flat, t:device())):reshape(index:shape())

@@ -172,6 +172,7 @@ local function cum_extreme(name, better)
     if dim == nil then error(("%s: dim is required, got none"):format(name), 2) end
     local d = norm_dim(name, dim, math.max(t:dim(), 1), 2)
     if t:dim() == 0 then return t * 1, core.zeros({}) end
+    opts.exact_positions(name, t:size(d) - 1, ("the indices along dim %d"):format(d), 2)
     local moved = t:detach():movedim(d, -1):contiguous()
     local n = moved:size(-1)
     local rows = moved:numel() // math.max(n, 1)
@@ -315,6 +316,7 @@ end)
 -- over 1-d boundaries
 local function search(name, seq, vals, right)
   local n = seq:size(-1)
+  opts.exact_positions(name, n, ("the insertion positions in a sequence of %d"):format(n), 3)
   local rows = seq:dim() == 1 and 1 or seq:numel() // math.max(n, 1)
   local s = seq:numel() > 0 and seq:reshape({ -1 }):tolist() or {}
   local vshape = vals:shape()
@@ -484,6 +486,14 @@ M.unique = at_caller(function(input, o, ...)
     if v ~= v then nan_at = nan_at + 1; p = nans[nan_at] else p = pos[v == 0 and 0 or v] end
     inverse[i] = p
     count[p + 1] = count[p + 1] + 1
+  end
+  if o.return_inverse then
+    opts.exact_positions("unique", #distinct - 1, ("the inverse indices of %d distinct values"):format(#distinct), 2)
+  end
+  if o.return_counts then
+    local most = 0
+    for _, c in ipairs(count) do if c > most then most = c end end
+    opts.exact_positions("unique", most, "the counts", 2)
   end
   local vals = #distinct > 0 and on_dev(distinct, input):to(input:dtype())
     or core.zeros({ 0 }, { dtype = input:dtype(), device = input:device() })   -- (an empty one kept fp32)

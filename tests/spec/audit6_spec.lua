@@ -104,3 +104,43 @@ describe("GPT:generate without a seed", function()
     assert.are.same(before, fp8.rand { 4 }:totable())
   end)
 end)
+
+describe("positions past 2^24 (fp32, the index dtype, holds whole numbers exactly up to 2^24)", function()
+  -- a helper ran ops on tensors past 2^24 and 2^31 elements: everything past 2^31 came out exact; ops that build
+  -- their positions as fp32 tensors read or wrote a rounded neighbour past 2^24 without a word (a 4098×4097 image's
+  -- pixel at an odd flat position read as its neighbour: conv2d, pools, unfold gave 0 for 7), or refused a valid
+  -- index (gather at 2^24 in a dim of 2^24 + 1: the size was rounded to fp32 for the check)
+  local F = fp8.nn.functional
+  local N = (1 << 24) + 3
+  local x = fp8.zeros { N }
+  local refused = "indices above 2^24 are not exact in fp32, the index dtype"
+  it("is refused, naming the op, where positions would pass 2^24", function()
+    U.fails_with({ "flip: the indices along dim 1 would reach 16777218: ", refused }, function() return x:flip { 1 } end)
+    U.fails_with({ "cummax: ", refused }, function() return x:cummax(1) end)
+    U.fails_with({ "cummin: ", refused }, function() return x:cummin(1) end)
+    U.fails_with({ "tril: the row and column indices of 1×16777219", refused }, function() return x:view(1, N):tril() end)
+    U.fails_with({ "one_hot: the class ids of 16777219 classes", refused }, F.one_hot, fp8.tensor { 1 }, N)
+    U.fails_with({ "searchsorted: ", refused }, fp8.searchsorted, x, fp8.tensor { 1 })
+    U.fails_with("take: index 1 asks for position 16777218: positions above 2^24", function() return x:take(fp8.tensor { -1 }) end)
+    for name, f in pairs {
+      conv1d = function() return F.conv1d(x:view(1, 1, N), fp8.ones { 1, 1, 1 }) end,
+      max_pool1d = function() return F.max_pool1d(x:view(1, 1, N), 1) end,
+      avg_pool1d = function() return F.avg_pool1d(x:view(1, 1, N), 1) end,
+      unfold = function() return F.unfold(x:view(1, 1, 1, N), 1) end,
+      conv2d = function() return F.conv2d(fp8.zeros { 1, 1, 4098, 4097 }, fp8.ones { 1, 1, 1, 1 }) end,
+    } do
+      U.fails_with({ name .. ": the positions in the padded ", refused }, f)
+    end
+  end)
+  it("works up to 2^24, and gather / index_select / scatter take index 2^24 in a dim of 2^24 + 1", function()
+    local y = fp8.arange((1 << 24) + 1)
+    assert.are.equal(16777216, y:gather(1, fp8.tensor { 16777216 }):item())
+    assert.are.equal(16777216, y:index_select(1, fp8.tensor { 16777216 }):item())
+    local z = fp8.zeros { (1 << 24) + 1 }
+    z:scatter_(1, fp8.tensor { 16777216 }, fp8.tensor { 5 })
+    assert.are.equal(5, z:sum():item())
+    U.fails_with("gather: index 16777218 out of range 0..16777216", function() return y:gather(1, fp8.tensor { 16777218 }) end)
+    assert.are.equal(16777216, fp8.arange(1 << 24):flip({ 1 }):numel())
+    assert.are.equal(0, x:take(fp8.tensor { 16777216 }):item())
+  end)
+end)

@@ -30,7 +30,7 @@ local function windows(fname, x, k, s, p, d, value, extra)
   local xp = (p[1] > 0 or p[2] > 0 or eh > 0 or ew > 0)
     and F.pad(x, { p[2], p[2] + ew, p[1], p[1] + eh }, { value = value }) or x
   local hp, wp = xp:size(3), xp:size(4)
-  local idx, oh, ow = positions(hp, wp, k, s, d)
+  local idx, oh, ow = positions(hp, wp, k, s, d, fname)
   if idx == nil then
     error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output would "
       .. "be %d×%d"):format(fname, shape_str(x), p[1], p[2], k[1], k[2], d[1], d[2], oh, ow), 0)
@@ -64,7 +64,7 @@ local function impl_fold(x, output_size, kernel_size, opts, ...)
   local s, p = pair("fold", "stride", opts.stride or 1, 1), pair("fold", "padding", opts.padding or 0, 0)
   local d = pair("fold", "dilation", opts.dilation or 1, 1)
   local hp, wp = size[1] + 2 * p[1], size[2] + 2 * p[2]
-  local idx, oh, ow = positions(hp, wp, k, s, d)
+  local idx, oh, ow = positions(hp, wp, k, s, d, "fold")
   local K, N = k[1] * k[2], xb:size(1)
   if idx == nil or xb:size(2) % K ~= 0 or xb:size(3) ~= oh * ow then
     error(("fold: input %s does not hold blocks of %d×%d over a %d×%d output (padding %d×%d, stride %d×%d, dilation "
@@ -251,7 +251,7 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
     local padded = p[1] > 0 or p[2] > 0 or extra
     local pos_list   -- the windows' padded positions, [K, L] in order (read once, by either use below)
     local function positions_list()
-      pos_list = pos_list or positions(hp, wp, k, s, d):tolist()
+      pos_list = pos_list or positions(hp, wp, k, s, d, fname):tolist()
       return pos_list
     end
     -- a window whose input values are all -inf: max took its first -inf, maybe a padding slot; torch's kernel

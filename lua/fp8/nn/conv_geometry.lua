@@ -24,9 +24,12 @@ function G.pair(fname, what, v, lo)
 end
 
 -- The flat positions (0-based, into the padded [Hp, Wp] plane) unfold reads, window position by window position:
--- index[k·L + l] for kernel offset k = i·kw + j and output position l = oh·OW + ow; cached per geometry.
+-- index[k·L + l] for kernel offset k = i·kw + j and output position l = oh·OW + ow; cached per geometry. A plane
+-- of more than 2^24 + 1 positions is refused, naming fname: its positions are fp32 (a pixel past 2^24 was read from
+-- a neighbour).
 local index_cache = setmetatable({}, { __mode = "v" })
-function G.positions(hp, wp, k, s, d)
+function G.positions(hp, wp, k, s, d, fname)
+  O.exact_positions(fname, hp * wp - 1, ("the positions in the padded %d×%d plane"):format(hp, wp))
   local oh = (hp - d[1] * (k[1] - 1) - 1) // s[1] + 1
   local ow = (wp - d[2] * (k[2] - 1) - 1) // s[2] + 1
   if oh < 1 or ow < 1 then return nil, oh, ow end

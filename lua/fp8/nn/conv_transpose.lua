@@ -71,7 +71,7 @@ local function transpose2d(fname, xb, w, b, s, p, op, d, g)
     end
     -- unfold's order is [N, OC, K·L] with the kernel offset outer: [N, OC, K, L] flattened
     cols = cols:reshape({ N, OC, K * H * W })
-    local idx = positions(hf, wf, k, s, d)
+    local idx = positions(hf, wf, k, s, d, fname)
     local out = G.col2im(cols, hf, wf, idx)
     if p[1] > 0 or p[2] > 0 or op[1] > 0 or op[2] > 0 then   -- crop the padding; output_padding adds zeros
       out = F.pad(out, { -p[2], op[2] - p[2], -p[1], op[1] - p[1] })

@@ -1015,6 +1015,7 @@ function F.one_hot(t, num_classes, ...)
     error(("one_hot: class id %s is not below num_classes = %d"):format(O.got(math.tointeger(hi) or hi),
       num_classes), 2)
   end
+  O.exact_positions("one_hot", num_classes - 1, ("the class ids of %d classes"):format(num_classes), 3)
   return t:detach():to("fp32"):unsqueeze(-1):eq(fp8.arange(num_classes, { device = t:device() }))
 end
 
