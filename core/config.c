@@ -38,8 +38,9 @@ static const struct {
     const char *why;        /* why other values are refused */
 } ACCEL[] = {
     {"compute_environment", ACC_WORDS, {"LOCAL_MACHINE"}, "fp8lab runs on this machine; SageMaker is not supported"},
-    {"distributed_type", ACC_WORDS, {"NO", "MULTI_CPU", "MULTI_GPU"},
-     "fp8lab runs num_processes processes over MPI; DeepSpeed, FSDP, Megatron-LM and XLA are not part of it"},
+    {"distributed_type", ACC_WORDS, {"NO", "MULTI_CPU"},
+     "fp8lab runs num_processes processes over MPI on the CPU; data-parallel training across GPUs is not part of it "
+     "yet (as launch --multi_gpu says), nor are DeepSpeed, FSDP, Megatron-LM and XLA"},
     {"debug", ACC_FALSE, {NULL}, "Accelerate's debug checks of collectives are not part of fp8lab"},
     {"machine_rank", ACC_WORDS, {"0"}, "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
     {"num_machines", ACC_WORDS, {"1"}, "fp8lab's launcher runs on one machine (on several, srun or mpirun start the processes)"},
@@ -130,6 +131,7 @@ typedef struct {
     size_t len;
     yaml_parser_t p;
     size_t nodes;
+    const struct ynode *dist_no;   /* distributed_type: NO, checked against num_processes once all is read */
 } loader;
 
 static void free_node(ynode *nd) {
@@ -477,7 +479,7 @@ static fl_status duplicate(const loader *ld, const ynode *kn, const char *first_
                   first_line);
 }
 
-static fl_status apply_map(const loader *ld, const ynode *map, bool fp8_block, fl_config *c, bool *ignored) {
+static fl_status apply_map(loader *ld, const ynode *map, bool fp8_block, fl_config *c, bool *ignored) {
     seen_t seen;
     memset(&seen, 0, sizeof seen);
     for (size_t i = 0; i + 1 < map->n; i += 2) {
@@ -507,6 +509,9 @@ static fl_status apply_map(const loader *ld, const ynode *map, bool fp8_block, f
             seen.accel_line[a] = kn->line;
             if (!accel_value_ok((size_t)a, vn)) return accel_refused(ld, (size_t)a, vn);
             ignored[a] = true;
+            if (eq(ACCEL[a].name, strlen(ACCEL[a].name), "distributed_type") && vn->kind == N_SCALAR &&
+                vn->len == 2 && (vn->text[0] == 'N' || vn->text[0] == 'n') && (vn->text[1] == 'O' || vn->text[1] == 'o'))
+                ld->dist_no = vn;
         } else {
             return unknown_key(ld, kn, fp8_block);
         }
@@ -551,6 +556,12 @@ fl_status fl_config_load_buffer(fl_config *c, const char *buf, size_t len, const
         else
             st = apply_map(&ld, root, false, &tmp, ignored);
     }
+    /* Accelerate's launcher starts one process for distributed_type NO, whatever num_processes says */
+    if (st == FL_OK && ld.dist_no && fl_settings_has(&tmp.s, FL_SET_NUM_PROCESSES) &&
+        fl_settings_get(&tmp.s, FL_SET_NUM_PROCESSES) > 1)
+        st = ERR_AT(&ld, ld.dist_no, "distributed_type: NO runs one process (Accelerate's launcher ignores num_processes "
+                    "then), but num_processes is %d: write MULTI_CPU for %d processes, or num_processes: 1",
+                    fl_settings_get(&tmp.s, FL_SET_NUM_PROCESSES), fl_settings_get(&tmp.s, FL_SET_NUM_PROCESSES));
     if (st == FL_OK) st = ignored_notice(&ld, &tmp, ignored);
     free_node(root);
     yaml_parser_delete(&ld.p);

@@ -33,6 +33,7 @@ local PROPERTIES = {
   logging_dir = function(self) return self.project_configuration.logging_dir end,
   save_iteration = function(self) return self.project_configuration.iteration end,
   use_distributed = function(self) return (self.num_processes or 1) > 1 end,
+  fp8_enabled = function(self) return self.mixed_precision == "fp8" end,
 }
 Accelerator.__index = function(self, k)
   local v = Accelerator[k]
@@ -68,6 +69,8 @@ local NOT_PROVIDED = {
   trigger_sync_in_backward = "acc:no_sync(model, fn) keeps only fn's backwards local, and the next "
     .. "synchronising backward averages everything accumulated, the gradients of fn's backwards included",
   prepare_pippy = ENGINES, deepspeed_autotp_size = ENGINES, lomo_backward = "fp8lab has no LOMO optimizer",
+  maybe_context_parallel = ENGINES .. " (no context parallelism: the block is the whole computation)",
+  verify_device_map = "a model is on one device (model:to(acc:device())); there are no device maps",
 }
 
 local function new(opts)
@@ -155,9 +158,19 @@ local function new(opts)
   }, Accelerator)
   -- GradientState's sync_gradients and num_steps, as Accelerate's: the Accelerator's own, read through
   local acc_self = self
-  setmetatable(self.gradient_state, { __index = function(_, k)
+  -- and the active loop's (in_dataloader, active_dataloader, remainder: -1 outside a loop) and the plugin's
+  setmetatable(self.gradient_state, { __index = function(gs, k)
     if k == "sync_gradients" then return acc_self.sync_gradients end
     if k == "num_steps" then return acc_self.gradient_accumulation_steps end
+    if k == "in_dataloader" then return data._active(gs) ~= nil end
+    if k == "active_dataloader" then local st = data._active(gs); return st and st.owner or nil end
+    if k == "remainder" then local st = data._active(gs); return st and st.remainder or -1 end
+    if k == "adjust_scheduler" then return true end   -- false is refused (fp8.GradientAccumulationPlugin)
+    if k == "plugin_kwargs" then
+      local p = acc_self.gradient_accumulation_plugin
+      return { num_steps = acc_self.gradient_accumulation_steps, sync_with_dataloader = not p or p.sync_with_dataloader,
+        sync_each_batch = p ~= nil and p.sync_each_batch, adjust_scheduler = true }
+    end
   end })
   -- Accelerate's rule: the GPU when there is one, unless cpu=true or the use_cpu setting (launch --cpu,
   -- FP8LAB_USE_CPU, the config file's use_cpu: true), read and checked by fp8.kwargs.resolve as every setting is.
@@ -1267,8 +1280,9 @@ if okh and help.add then
   add("acc:clip_grad_value_", "acc:clip_grad_value_(model_or_params, v)",
     "Clamps every gradient element to [-v, v] (after unscaling under fp16). See also acc:clip_grad_norm_.")
   add("set_seed", "fp8.set_seed(seed [, device_specific [, deterministic]])",
-    "Accelerate's set_seed: seeds fp8's RNG (device_specific adds the process index). deterministic: fp8lab's kernels "
-    .. "always are (the same seed gives the same bits), so true is taken and false changes nothing.")
+    "Accelerate's set_seed: seeds fp8's RNG and Lua's math.random (device_specific adds the process index). "
+    .. "deterministic: fp8lab's kernels always are (the same seed gives the same bits), so true is taken and false "
+    .. "changes nothing.")
   add("acc:profile", "acc:profile(function(prof) ... end [, fp8.ProfileKwargs{...}]) -> prof",
     "Runs the function under fp8.profiler configured from the ProfileKwargs in kwargs_handlers (or the\n"
     .. "handler given, or defaults); every opt:step() through the accelerator is one profiler step (do not\n"

@@ -1,7 +1,7 @@
 -- accumulation_plugin.lua — fp8.GradientAccumulationPlugin{...}, Accelerate's GradientAccumulationPlugin: how
 -- gradient accumulation runs, given to fp8.Accelerator{gradient_accumulation_plugin=...} instead of
 -- gradient_accumulation_steps (docs/lua-api.md, "Gradient accumulation"):
---   num_steps             micro-steps per optimizer step (required, an integer >= 1)
+--   num_steps             micro-steps per optimizer step (an integer >= 1; 1 when left out, as Accelerate's None)
 --   sync_with_dataloader  true: a prepared loader's last batch ends the window (the default)
 --   sync_each_batch       true: under several processes the gradients are averaged after every micro-step
 --                         (less memory held in flight in Accelerate; the same sums), not only at the window's end
@@ -21,6 +21,7 @@ setmetatable(Plugin, { __call = function(_, opts, ...)
   end
   O.check("GradientAccumulationPlugin", opts, KEYS, 2)
   local n = opts.num_steps
+  if n == nil then n = 1 end   -- Accelerate's default None: its GradientState reads 1
   if math.type(n) ~= "integer" or n < 1 then
     error(("GradientAccumulationPlugin: num_steps must be an integer >= 1, got %s"):format(O.got(n)), 2)
   end
@@ -52,7 +53,7 @@ function Plugin.is_plugin(v) return require("fp8.opts").is_a(v, "GradientAccumul
 local okh, help = pcall(require, "fp8.help")
 if okh and help.add then
   help.add { section = "Accelerator & recipes", name = "GradientAccumulationPlugin",
-    sig = "fp8.GradientAccumulationPlugin{num_steps=, sync_with_dataloader=true, sync_each_batch=false, adjust_scheduler=true}",
+    sig = "fp8.GradientAccumulationPlugin{num_steps=1, sync_with_dataloader=true, sync_each_batch=false, adjust_scheduler=true}",
     doc = "Accelerate's plugin, for fp8.Accelerator{gradient_accumulation_plugin=...} (instead of gradient_accumulation_steps).\n"
        .. "sync_with_dataloader=false: the loader's last batch does not end the window. sync_each_batch=true: under several\n"
        .. "processes gradients are averaged after every micro-step. adjust_scheduler=false is refused (in Accelerate it only\n"

@@ -657,6 +657,12 @@ local function config_cmd(host, ...)
   while i <= #argv do
     local a = argv[i]
     if a == "-h" or a == "--help" then print(config_help()); return 0 end
+    -- Accelerate's subcommands: `accelerate config default` is --default here; `update` has nothing to do
+    if a == "default" and i == 1 then argv[i] = "--default"; a = argv[i] end
+    if a == "update" and i == 1 then
+      fail(2, "'update' is not needed: fp8lab reads every config file it wrote as it is (Accelerate's `config update` "
+        .. "adds the keys of newer versions); `fp8lab config --check` says what a file sets")
+    end
     if a:sub(1, 2) ~= "--" then fail(2, ("unexpected argument '%s' (fp8lab config -h)"):format(a)) end
     local k, v
     i, k, v = parse_flag(argv, i, { config_file = true, default = false, check = false }, "config")
@@ -707,6 +713,11 @@ end
 local function test_cmd(host, ...)
   local extra = { ... }
   for _, a in ipairs(extra) do
+    if a == "--config_file" or a:match("^%-%-config_file=") then   -- Accelerate's `accelerate test --config_file F`
+      fail(2, "fp8lab test runs the test suite of the source tree; Accelerate's `accelerate test --config_file F` "
+        .. "(a check of that configuration) is `fp8lab config --check --config_file F`, and a short run under it "
+        .. "`fp8lab launch --config_file F script.lua`")
+    end
     if a == "-h" or a == "--help" then
       print("usage: fp8lab test [busted options, e.g. --filter=recipes or a spec file]\n"
         .. "Runs the C core tests (when test_core was built beside this binary) and the busted specs of the\n"

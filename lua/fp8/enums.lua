@@ -1,4 +1,5 @@
--- enums.lua — Accelerate's string enums (accelerate.utils.DistributedType, DDPCommunicationHookType) as Lua tables:
+-- enums.lua — Accelerate's string enums (accelerate.utils.DistributedType, DDPCommunicationHookType, FP8BackendType) as
+-- Lua tables:
 -- a member is its value, a string, so `acc.distributed_type == fp8.DistributedType.MULTI_GPU` reads as in Python and
 -- a handler takes the member or the plain string. A name that is no member raises, as Python's AttributeError does (a
 -- misspelt member would otherwise be nil and every comparison with it false); calling the enum with a value checks it
@@ -41,5 +42,9 @@ M.DistributedType = enum("DistributedType", {
 M.DDPCommunicationHookType = enum("DDPCommunicationHookType", {
   { "NO", "no" }, { "FP16", "fp16" }, { "BF16", "bf16" }, { "POWER_SGD", "power_sgd" },
   { "BATCHED_POWER_SGD", "batched_power_sgd" } })
+
+-- What acc.fp8_backend holds under mixed_precision="fp8" (nil otherwise): fp8lab's lower-case names, so that
+-- `acc.fp8_backend == fp8.FP8BackendType.TE` reads as in Accelerate
+M.FP8BackendType = enum("FP8BackendType", { { "TE", "te" }, { "MSAMP", "msamp" }, { "AO", "ao" } })
 
 return M

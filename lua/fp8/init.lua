@@ -121,7 +121,8 @@ function fp8.formats(quiet, ...)
   return list
 end
 
--- set_seed(seed [, device_specific [, deterministic]]): Accelerate's name; device_specific adds the process index.
+-- set_seed(seed [, device_specific [, deterministic]]): Accelerate's name: fp8's generator and Lua's math.random;
+-- device_specific adds the process index.
 -- deterministic (Accelerate's torch.use_deterministic_algorithms(True)) is what fp8lab's kernels always are: no
 -- floating-point atomics and fixed summation orders on the CPU and the GPU, so a run repeated with the same seed
 -- gives the same bits (docs/lua-api.md, "Reproducibility"); true is taken for that, false changes nothing.
@@ -141,6 +142,9 @@ function fp8.set_seed(seed, device_specific, deterministic, ...)
     seed = seed + require("fp8._dist").info().rank
   end
   fp8.manual_seed(seed)
+  -- and Lua's own generator, as Accelerate's set_seed seeds Python's random beside torch's (fp8.manual_seed, torch's
+  -- name, seeds fp8's alone)
+  math.randomseed(seed)
 end
 
 -- release_memory(...): Accelerate's utility. Lua frees what nothing refers to, so the objects are handed
@@ -159,9 +163,18 @@ fp8.data = require "fp8.data"; fp8.skip_first_batches = fp8.data.skip_first_batc
 fp8.progress = require "fp8.progress"; fp8.amp = require "fp8.amp"  -- data helper
 fp8.kwargs = require "fp8.kwargs"  -- kwargs helper: the handlers (fp8.FP8RecipeKwargs, ...) and fp8.kwargs.resolve
 for _, name in ipairs(fp8.kwargs.HANDLER_NAMES) do fp8[name] = fp8.kwargs[name] end
--- Accelerate's enums DistributedType and DDPCommunicationHookType: lua/fp8/enums.lua
+-- Accelerate's enums DistributedType, DDPCommunicationHookType and FP8BackendType: lua/fp8/enums.lua
 do local enums = require "fp8.enums"
-  fp8.DistributedType, fp8.DDPCommunicationHookType = enums.DistributedType, enums.DDPCommunicationHookType end
+  fp8.DistributedType, fp8.DDPCommunicationHookType = enums.DistributedType, enums.DDPCommunicationHookType
+  fp8.FP8BackendType = enums.FP8BackendType end
+-- Accelerate's is_*_available for the FP8 backends: fp8lab implements all three recipes itself, so each is there
+function fp8.is_transformer_engine_available() return true end
+function fp8.is_msamp_available() return true end
+function fp8.is_torchao_available() return true end
+function fp8.is_cuda_available()
+  local ok, cuda = pcall(require, "fp8.cuda")
+  return ok and cuda.is_available() == true
+end
 -- Loaded on first use: the training modules, and the FP8 recipe API (fp8.Accelerator, convert_model, ...).
 local LAZY_MODULES = { nn = "fp8.nn", optim = "fp8.optim", recipes = "fp8.recipes", Accelerator = "fp8.accelerator",
   profiler = "fp8.profiler", plot = "fp8.plot", hist = "fp8.hist",
@@ -236,7 +249,16 @@ local NOT_HERE = {
   synchronize_rng_states = "acc:prepare starts every process's generator from the main process's state; "
     .. "fp8.set_seed(seed) seeds it",
   clear_device_cache = ACC_METHOD .. "free_memory() (fp8.cuda.empty_cache() on a GPU)",
-  is_cuda_available = "fp8.cuda.is_available() says whether a GPU is usable",
+  write_basic_config = "the config file is written by `fp8lab config --default` (or `fp8lab config` asking; docs/config.md)",
+  convert_outputs_to_fp32 = "a prepared model's forward already returns fp32 outputs under autocast (acc:prepare)",
+  patch_environment = "environment variables are the process's: set them before starting fp8lab (FP8LAB_*, "
+    .. "docs/config.md), or pass the settings to fp8.Accelerator{...}",
+  debug_launcher = "start processes with `fp8lab launch --num_processes N script.lua` (docs/cli.md)",
+  KwargsHandler = "kwargs handlers are made by their own names (fp8.TERecipeKwargs{...}, fp8.ProfileKwargs{...}, ...; "
+    .. "help(\"KwargsHandler:to_kwargs\"))",
+  RNGType = "fp8lab has one generator (fp8.manual_seed, fp8.set_seed), which save_state saves; there are no rng_types",
+  ComputeEnvironment = "fp8lab runs on this machine's processes (fp8lab launch, mpirun, srun); there is no cloud "
+    .. "compute environment to choose",
   PrecisionType = "mixed_precision is a string: fp8.Accelerator{mixed_precision=\"no\"|\"fp16\"|\"bf16\"|\"fp8\"}",
 }
 setmetatable(fp8, { __index = function(t, k)

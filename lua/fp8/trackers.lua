@@ -278,7 +278,8 @@ function M._install(Accelerator)
   end
 
   -- acc:get_tracker(name [, unwrap=false]): the tracker of that name (unwrap: what it writes with, TensorBoard's
-  -- SummaryWriter); on a process that keeps none, a tracker that does nothing, as Accelerate's
+  -- SummaryWriter); while none runs (on a process that keeps none, before init_trackers, after end_training), a
+  -- tracker that does nothing, as Accelerate's; a name other than the running ones' is an error
   function Accelerator:get_tracker(name, unwrap, ...)
     O.no_more("get_tracker", "(name [, unwrap])", ...)
     if type(name) ~= "string" then error(("get_tracker: name must be a string, got %s"):format(O.got(name)), 2) end
@@ -291,13 +292,11 @@ function M._install(Accelerator)
         return t
       end
     end
-    if self.process_index ~= 0 then return setmetatable({}, Blank) end
-    error(("get_tracker: %q is not a tracker this accelerator runs (running: %s; init_trackers starts those of "
-      .. "log_with)"):format(name, #self.trackers == 0 and "none" or (function()
-        local n = {}
-        for _, t in ipairs(self.trackers) do n[#n + 1] = t.name end
-        return table.concat(n, ", ")
-      end)()), 2)
+    if self.process_index ~= 0 or #self.trackers == 0 then return setmetatable({}, Blank) end
+    local n = {}
+    for _, t in ipairs(self.trackers) do n[#n + 1] = t.name end
+    error(("get_tracker: %q is not a tracker this accelerator runs (running: %s)"):format(name, table.concat(n, ", ")),
+      2)
   end
 
   -- the trackers' finish (end_training): each once; the list is then empty, so init_trackers may start them again

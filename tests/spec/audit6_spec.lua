@@ -144,3 +144,63 @@ describe("positions past 2^24 (fp32, the index dtype, holds whole numbers exactl
     assert.are.equal(0, x:take(fp8.tensor { 16777216 }):item())
   end)
 end)
+
+describe("Accelerate's documentation, its snippets ported", function()
+  it("set_seed seeds Lua's math.random too, as Accelerate's seeds Python's random (manual_seed: fp8's alone)", function()
+    fp8.set_seed(42)
+    local a = { math.random(1 << 30), math.random(1 << 30) }
+    fp8.set_seed(42)
+    assert.are.same(a, { math.random(1 << 30), math.random(1 << 30) })
+    fp8.set_seed(43)
+    assert.are_not.same(a, { math.random(1 << 30), math.random(1 << 30) })
+  end)
+
+  it("gradient_state has in_dataloader, active_dataloader, remainder and the plugin's settings; fp8_enabled", function()
+    local acc = new_acc { mixed_precision = "fp8" }
+    local gs = acc.gradient_state
+    assert.is_false(gs.in_dataloader); assert.is_nil(gs.active_dataloader); assert.are.equal(-1, gs.remainder)
+    assert.are.same({ num_steps = 1, sync_with_dataloader = true, sync_each_batch = false, adjust_scheduler = true },
+      gs.plugin_kwargs)
+    assert.is_true(gs.adjust_scheduler)
+    local items = {}
+    for i = 1, 10 do items[i] = { fp8.tensor { i }, i } end
+    local dl = acc:prepare(fp8.data.DataLoader { items, batch_size = 4 })
+    local seen = {}
+    for _ in dl do seen[#seen + 1] = { gs.in_dataloader, gs.remainder, gs.active_dataloader ~= nil } end
+    assert.are.same({ { true, 2, true }, { true, 2, true }, { true, 2, true } }, seen)
+    assert.is_false(gs.in_dataloader)
+    assert.is_true(acc.fp8_enabled)
+    assert.is_false(new_acc {}.fp8_enabled)
+    assert.are.equal(fp8.FP8BackendType.MSAMP, acc.fp8_backend)
+    U.fails_with("FP8BackendType has no member NO", function() return fp8.FP8BackendType.NO end)
+    assert.is_true(fp8.is_transformer_engine_available() and fp8.is_msamp_available() and fp8.is_torchao_available())
+    assert.is_boolean(fp8.is_cuda_available())
+  end)
+
+  it("names that were still nil say why, an Accelerator's too", function()
+    for name, needle in pairs { write_basic_config = "fp8lab config --default", RNGType = "one generator",
+      debug_launcher = "fp8lab launch", KwargsHandler = "fp8.TERecipeKwargs{...}", patch_environment = "FP8LAB_*",
+      convert_outputs_to_fp32 = "fp32 outputs", ComputeEnvironment = "this machine's processes" } do
+      U.fails_with({ "fp8." .. name .. ": not in fp8lab: ", needle }, function() return fp8[name] end)
+    end
+    local acc = new_acc {}
+    U.fails_with("Accelerator:verify_device_map is not supported: a model is on one device",
+      function() acc:verify_device_map({}) end)
+    U.fails_with("Accelerator:maybe_context_parallel is not supported", function() acc:maybe_context_parallel() end)
+  end)
+
+  it("fp8lab config default is --default; update and test --config_file say what to run instead", function()
+    local exe = arg and arg[-1] or "build/fp8lab"
+    local dir = U.tmpdir()
+    local out, ok = U.sh(U.q(exe) .. " config default --config_file " .. U.q(dir .. "/c.yaml"))
+    assert.is_true(ok, out)
+    assert.truthy(U.must_read(dir .. "/c.yaml"):find("num_processes: 1", 1, true))
+    out, ok = U.sh(U.q(exe) .. " config update")
+    assert.is_false(ok)
+    assert.truthy(out:find("'update' is not needed", 1, true), out)
+    out, ok = U.sh(U.q(exe) .. " test --config_file " .. U.q(dir .. "/c.yaml"))
+    assert.is_false(ok)
+    assert.truthy(out:find("is `fp8lab config --check --config_file F`", 1, true), out)
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+end)

@@ -172,7 +172,9 @@ describe("gradient accumulation (acc:accumulate, acc.sync_gradients)", function(
       gradient_accumulation_plugin = fp8.GradientAccumulationPlugin { num_steps = 3 } }.gradient_accumulation_steps)
     U.fails_with("gradient_accumulation_plugin must be an fp8.GradientAccumulationPlugin{...}, got table", new_acc,
       { gradient_accumulation_plugin = { num_steps = 2 } })
-    U.fails_with("GradientAccumulationPlugin: num_steps must be an integer >= 1, got nil", fp8.GradientAccumulationPlugin, {})
+    U.fails_with("GradientAccumulationPlugin: num_steps must be an integer >= 1, got 0", fp8.GradientAccumulationPlugin, { num_steps = 0 })
+    -- Accelerate's num_steps=None, as gradient_accumulation.md's GradientAccumulationPlugin(sync_with_dataloader=False)
+    assert.are.equal(1, fp8.GradientAccumulationPlugin { sync_with_dataloader = false }.num_steps)
     U.fails_with("GradientAccumulationPlugin: sync_each_batch must be a boolean, got string",
       fp8.GradientAccumulationPlugin, { num_steps = 1, sync_each_batch = "yes" })
     U.fails_with("unknown option 'num_step'", fp8.GradientAccumulationPlugin, { num_step = 1 })
