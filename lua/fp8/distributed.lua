@@ -922,6 +922,16 @@ if okh and help.add then
     "Accelerate's enum: acc.distributed_type is one of these strings; a name that is no member raises.")
   add("DDPCommunicationHookType", "fp8.DDPCommunicationHookType.FP16 | DDPCommunicationHookType(\"fp16\")",
     "Accelerate's enum of DistributedDataParallelKwargs' comm_hook/comm_wrapper values (the strings themselves).")
+  add("FP8BackendType", "fp8.FP8BackendType.TE | MSAMP | AO",
+    "Accelerate's enum of acc.fp8_backend, holding fp8lab's values (\"te\", \"msamp\", \"ao\"), so that\n"
+    .. "acc.fp8_backend == fp8.FP8BackendType.TE reads as in Accelerate; a name that is no member raises.")
+  add("is_transformer_engine_available", "fp8.is_transformer_engine_available() | is_msamp_available() | "
+    .. "is_torchao_available() | is_cuda_available()",
+    "Accelerate's utilities: the three FP8 backends are fp8lab's own recipes, so the first three are true;\n"
+    .. "is_cuda_available() is fp8.cuda.is_available() (a usable GPU and a CUDA build).")
+  for _, n in ipairs { "is_msamp_available", "is_torchao_available", "is_cuda_available" } do
+    help.ALIASES[n] = "is_transformer_engine_available"
+  end
 end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
