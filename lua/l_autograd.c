@@ -142,14 +142,24 @@ static fl_status hook_fn_push(lua_State **Lp, void *ud, int *top, bool *pushed) 
  * exception), where the core's copy of the message is cut at its 1 KiB buffer. Each backward starts with none. */
 static const char hook_err_key = 0;
 
-/* Keeps the error value on top of the stack (popped): a message behind `prefix`, any other value as it is. */
+/* Keeps the error value on top of the stack (popped): a message behind `prefix`, any other value as it is (in a
+ * one-slot table, so that a nil or a number comes back as itself: lua_tostring turned a number into a message, and a
+ * nil kept looked like none kept). */
 static void hook_err_keep(lua_State *L, const char *prefix) {
     if (lua_type(L, -1) == LUA_TSTRING) {
         lua_pushstring(L, prefix);
         lua_insert(L, -2);
         lua_concat(L, 2);
     }
+    lua_createtable(L, 1, 0);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &hook_err_key);
+}
+
+/* The text of the error value on top of the stack for the core's message, without converting a number in place. */
+static const char *hook_err_text(lua_State *L) {
+    return lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
 }
 
 static void hook_err_clear(lua_State *L) {
@@ -163,6 +173,7 @@ static void backward_check(lua_State *L, fl_status st) {
         if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_err_key) != LUA_TNIL && st != FL_EINTR) {
             hook_err_clear(L);
             fl_clear_error();
+            lua_rawgeti(L, -1, 1);   /* the value kept */
             if (lua_type(L, -1) == LUA_TSTRING) luaL_error(L, "%s", lua_tostring(L, -1));
             lua_error(L);
         }
@@ -181,8 +192,7 @@ static fl_status lua_grad_hook(void *ud, const fl_tensor *grad, fl_tensor **out)
     if (st != FL_OK || !pushed) return st;
     fl_lpushretained(L, (fl_tensor *)grad);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        const char *m = lua_tostring(L, -1);
-        st = FL_ERR(FL_EINVAL, "backward: a tensor's hook raised: %s", m ? m : luaL_typename(L, -1));
+        st = FL_ERR(FL_EINVAL, "backward: a tensor's hook raised: %s", hook_err_text(L));
         hook_err_keep(L, "backward: a tensor's hook raised: ");
     } else if (!lua_isnil(L, -1)) {
         const fl_tensor *r = fl_ltotensor(L, -1);
@@ -222,9 +232,7 @@ static fl_status lua_post_hook(void *ud, fl_tensor *t) {
     lua_remove(L, -2);
     if (fl_ltotensor(L, -1) != t) { lua_pop(L, 1); fl_lpushretained(L, t); }
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        const char *m = lua_tostring(L, -1);
-        st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s",
-                    m ? m : luaL_typename(L, -1));
+        st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook raised: %s", hook_err_text(L));
         hook_err_keep(L, "backward: a tensor's post-accumulate-grad hook raised: ");
     } else if (!lua_isnil(L, -1))
         st = FL_ERR(FL_EINVAL, "backward: a tensor's post-accumulate-grad hook returned %s; it returns nothing (it "

@@ -1084,7 +1084,10 @@ function Accelerator:profile(fn, handler)
   if not sok then error(serr, type(serr) == "string" and 2 or 0) end
   self._profiler = { profiler = prof, push = profiler.push, pop = profiler.pop }
   rawset(prof, "_acc", self._profiler)   -- who steps it: the optimizers or the user (Profiler:step)
-  local rok, err = pcall(prof._run_started, prof, fn)
+  -- yields refused: a coroutine suspended (or abandoned) in fn left this accelerator profiling for good, every
+  -- later profile refused ("already profiling") and the optimizers stepping a profiler no one reads
+  local rok, err = require("fp8.core")._pcall_noyield("profile", "the accelerator profiles until fn returns; an "
+    .. "abandoned coroutine would leave it profiling for good", prof._run_started, prof, fn)
   self._profiler = nil
   rawset(prof, "_acc", nil)
   if not rok then error(err, 0) end

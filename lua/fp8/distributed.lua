@@ -483,7 +483,10 @@ end
 local function first(acc, fname, is_first, fn, ...)
   if type(fn) ~= "function" then error(("%s: expected a function, got %s"):format(fname, type(fn)), 3) end
   if not is_first then acc:wait_for_everyone() end
-  local res = table.pack(pcall(fn, ...))
+  -- yields refused: a coroutine suspended in fn let this process's barrier pair with a later one of the script
+  -- (another process ran fn first, and a process then waited for ever)
+  local res = table.pack(require("fp8.core")._pcall_noyield(fname, "the other processes wait at a barrier until fn "
+    .. "returns; a suspended coroutine would pair that barrier with a later one", fn, ...))
   if is_first then acc:wait_for_everyone() end
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)

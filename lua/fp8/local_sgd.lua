@@ -7,6 +7,7 @@
 local O = require "fp8.opts"
 local D = require "fp8._dist"
 local init = require "fp8.nn.init_fns"
+local M = {}
 local LocalSGD = {}
 LocalSGD.__index = LocalSGD
 LocalSGD.__name = "LocalSGD"
@@ -51,10 +52,25 @@ local function new(opts, ...)
   local self = setmetatable({ num_steps = 0, enabled = enabled and acc.distributed_type ~= "NO" }, LocalSGD)
   if self.enabled then
     self.accelerator, self.model, self.local_sgd_steps = acc, model, k
-    self._prev_no_sync = rawget(acc, "_in_no_sync")
-    rawset(acc, "_in_no_sync", true)   -- model.no_sync() entered: backwards communicate nothing until close
+    -- model.no_sync() entered: backwards communicate nothing while this LocalSGD is open. The accelerator keeps
+    -- its open ones weakly: closing removes this one in any order (a saved-and-restored flag stayed on when two
+    -- closed out of order), and one never closed (its coroutine abandoned, an error before an explicit close) ends
+    -- its no_sync when collected, as Python's generator finalisation runs __exit__ (it stayed on for good: the
+    -- processes' weights parted without a word)
+    M.open_set(acc)[self] = true
   end
   return self
+end
+
+-- The accelerator's open LocalSGDs (weak keys); ddp.backward reads it
+function M.open_set(acc)
+  local s = rawget(acc, "_local_sgds")
+  if not s then s = setmetatable({}, { __mode = "k" }); rawset(acc, "_local_sgds", s) end
+  return s
+end
+function M.any_open(acc)
+  local s = rawget(acc, "_local_sgds")
+  return s ~= nil and next(s) ~= nil
 end
 
 -- the processes' parameters replaced by their mean, in place (optimizers keep holding them). The fp32 ones of a
@@ -134,7 +150,7 @@ function LocalSGD:close(err)
   local acc = self.accelerator
   local ok, e = true, nil
   if err == nil then ok, e = pcall(self._sync_and_avg_model_params, self) end
-  rawset(acc, "_in_no_sync", self._prev_no_sync)
+  M.open_set(acc)[self] = nil
   if not ok then error(e, 0) end
 end
 LocalSGD.__close = function(self, err) self:close(err) end
@@ -153,4 +169,5 @@ if okh and help.add then
 end
 
 -- fp8.LocalSGD{...} is the constructor (its class is fp8.LocalSGD.LocalSGD, for getmetatable checks)
-return setmetatable({ LocalSGD = LocalSGD }, { __call = function(_, ...) return new(...) end })
+M.LocalSGD = LocalSGD
+return setmetatable(M, { __call = function(_, ...) return new(...) end })

@@ -117,10 +117,16 @@ local function embedding_bag(fname, input, weight, offsets, o)
   local low = T._low_dtype(weight)
   local function in_dtype(t) return T._round_to(t, low) end
   local function on_dev(list) return require("fp8.tensor")._list_on(list, dev) end
-  if B == 0 then return fp8.zeros({ 0, D }, { dtype = weight:dtype(), device = dev }) end
+  -- zeros of that shape in the graphs of the weight and of per_sample_weights (their gradients: zeros, as torch's)
+  local function nothing(shape)
+    local r = T._full_in_graph(weight, shape, 0)
+    if psw ~= nil and psw:requires_grad() then r = r + T._full_in_graph(psw, shape, 0):to(r:dtype()) end
+    return r
+  end
+  if B == 0 then return nothing({ 0, D }) end
   local emb_opts = o.max_norm ~= nil and { max_norm = o.max_norm, norm_type = o.norm_type } or nil
   if mode == "max" then
-    if Lmax == 0 then return T._full_in_graph(weight, { B, D }, 0) end   -- (zeros, in the weight's graph)
+    if Lmax == 0 then return nothing({ B, D }) end
     local at, empty = {}, {}
     for b = 1, B do
       local k = kept[b]
@@ -135,7 +141,7 @@ local function embedding_bag(fname, input, weight, offsets, o)
   for b = 1, B do
     for _, j in ipairs(kept[b]) do tok[#tok + 1] = ids[j]; bag_of[#bag_of + 1] = b - 1; pos[#pos + 1] = j - 1 end
   end
-  if #tok == 0 then return T._full_in_graph(weight, { B, D }, 0) end
+  if #tok == 0 then return nothing({ B, D }) end
   local e = F.embedding(on_dev(tok), weight, emb_opts)   -- [kept entries, D]
   if low then e = e:to("fp32") end
   if psw ~= nil then e = e * psw:reshape({ -1 }):index_select(1, on_dev(pos)):reshape({ #pos, 1 }) end
