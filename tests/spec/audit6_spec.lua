@@ -204,3 +204,61 @@ describe("Accelerate's documentation, its snippets ported", function()
     os.execute("rm -rf " .. U.q(dir))
   end)
 end)
+
+describe("modes under errors and coroutines", function()
+  it("acc:profile and acc:main_process_first refuse a yield inside fn, and leave nothing on", function()
+    -- a coroutine abandoned inside acc:profile left the accelerator profiling for good (every later profile refused);
+    -- one suspended inside main_process_first paired its barrier with a later one (a hang under 2 processes)
+    local acc = new_acc {}
+    for _, case in ipairs {
+      { "profile", function(f) return acc:profile(f) end },
+      { "main_process_first", function(f) return acc:main_process_first(f) end },
+    } do
+      local co = coroutine.create(function() case[2](function() coroutine.yield(1) end) end)
+      local ok, err = coroutine.resume(co)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(case[1] .. ": a coroutine yielded inside it", 1, true), err)
+    end
+    assert.is_nil(rawget(acc, "_profiler"))
+    assert.has_no.errors(function() acc:profile(function() end) end)
+  end)
+
+  it("a hook's error object comes back as itself through backward, nil and numbers too", function()
+    -- a number came back as the string "backward: a tensor's hook raised: 42", nil as "... raised: nil"
+    for _, e in ipairs { 42, false, "text" } do
+      local x = fp8.ones { 2 }:requires_grad_()
+      local y = x * 2
+      y:register_hook(function() error(e, 0) end)
+      local ok, got = pcall(function() y:sum():backward() end)
+      assert.is_false(ok)
+      if type(e) == "string" then assert.truthy(got:find("text", 1, true)) else assert.are.equal(e, got) end
+    end
+    local x = fp8.ones { 2 }:requires_grad_()
+    local y = x * 2
+    y:register_hook(function() error(nil, 0) end)
+    local ok, got = pcall(function() y:sum():backward() end)
+    assert.is_false(ok)
+    assert.is_nil(got)
+  end)
+
+  it("embedding_bag gives per_sample_weights a zero gradient when no entry is kept, as torch's", function()
+    local F = fp8.nn.functional
+    local w = fp8.randn { 4, 2 }:requires_grad_()
+    local psw = fp8.randn { 3 }:requires_grad_()
+    F.embedding_bag(fp8.tensor { 1, 1, 1 }, w, fp8.tensor { 0, 2 }, { mode = "sum", per_sample_weights = psw,
+      padding_idx = 1 }):sum():backward()
+    assert.are.same({ 0, 0, 0 }, psw.grad:totable())
+    local psw0 = fp8.zeros { 0 }:requires_grad_()
+    F.embedding_bag(fp8.zeros { 0 }, w, fp8.tensor { 0, 0 }, { mode = "sum", per_sample_weights = psw0 }):sum():backward()
+    assert.are.same({ 0 }, psw0.grad:shape())
+  end)
+
+  it("an FP8Linear's refusal of an FP8 input carries no position in fp8lab's files", function()
+    local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    local m = acc:prepare(fp8.nn.Sequential(fp8.nn.Linear(16, 16)))
+    local ok, err = pcall(function() return m(fp8.ones { 2, 16 }:quantize("e4m3")) end)
+    assert.is_false(ok)
+    assert.truthy(err:find("fp8 linear: input is e4m3", 1, true), err)
+    assert.is_nil(err:find("fp8_linear.lua", 1, true), err)
+  end)
+end)
