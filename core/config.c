@@ -532,7 +532,10 @@ static fl_status ignored_notice(const loader *ld, fl_config *c, const bool *igno
     size_t o = (size_t)snprintf(buf, sizeof buf, "%s: ignoring settings that only matter to Accelerate (at values that change nothing here):", ld->name);
     int count = 0;
     for (size_t i = 0; i < N_ACCEL; i++)
-        if (ignored[i] && o < sizeof buf)
+        /* (compute_environment: LOCAL_MACHINE and distributed_type, checked against num_processes, are what
+         * `fp8lab config` writes itself for Accelerate's loader: not news) */
+        if (ignored[i] && o < sizeof buf && strcmp(ACCEL[i].name, "compute_environment") != 0 &&
+            strcmp(ACCEL[i].name, "distributed_type") != 0)
             o += (size_t)snprintf(buf + o, sizeof buf - o, "%s %s", count++ ? "," : "", ACCEL[i].name);
     return count ? add_notice(c, buf) : FL_OK;
 }
@@ -648,6 +651,10 @@ static fl_status config_write_to(const fl_config *c, const char *path) {
         return FL_ERR(FL_EIO, "%s: %s", path, strerror(errno));
     }
     fprintf(f, "# fp8lab config (docs/config.md lists every key)\n");
+    /* the two keys Accelerate's loader requires (ClusterConfig: "A `distributed_type` must be specified"), at the
+     * values that describe what fp8lab runs, so that `accelerate launch --config_file` reads this file too */
+    int np = fl_settings_has(&c->s, FL_SET_NUM_PROCESSES) ? fl_settings_get(&c->s, FL_SET_NUM_PROCESSES) : 1;
+    fprintf(f, "compute_environment: LOCAL_MACHINE\ndistributed_type: %s\n", np > 1 ? "MULTI_CPU" : "'NO'");
     for (int pass = 0; pass < 2; pass++) {   /* top-level keys, then the fp8_config: block */
         bool block = false;
         for (int k = 0; k < FL_SET_COUNT; k++) {

@@ -1221,7 +1221,9 @@ function Accelerator:_write_stats(log)
     for _, r in ipairs(fp8_stats.stats(model, { quiet = true })) do
       -- no one scale (ao rowwise's per-row scales, the all-reduce row): an empty cell, not "nan"
       local scale = r.scale == r.scale and ("%.9g"):format(r.scale) or ""
-      rows[#rows + 1] = ("%d,%s,%s,%s,%s,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, r.layer, r.role, r.format, scale,
+      -- a layer name holding a comma, a quote or a line break is quoted (RFC 4180), else its row had a field more
+      local layer = r.layer:find('[,"\r\n]') and ('"' .. r.layer:gsub('"', '""') .. '"') or r.layer
+      rows[#rows + 1] = ("%d,%s,%s,%s,%s,%.9g,%.9g,%.6g,%.6g\n"):format(self.step, layer, r.role, r.format, scale,
         r.amax, r.amax_history, r.underflow, r.saturated)
       local tag = "fp8/" .. r.layer .. "/" .. r.role .. "/"
       if r.scale == r.scale then values[tag .. "scale"] = r.scale end

@@ -145,7 +145,7 @@ function M.backward(acc, loss, opts)
   local r = acc._ddp_reducer
   -- GradientAccumulationPlugin{sync_each_batch=true}: the micro-steps of a window communicate too (not inside no_sync)
   local in_no_sync = rawget(acc, "_in_no_sync") or
-    (rawget(acc, "_local_sgds") ~= nil and require("fp8.local_sgd").any_open(acc))   -- an open fp8.LocalSGD
+    (rawget(acc, "_local_sgds") ~= nil and require("fp8.local_sgd")._any_open(acc))   -- an open fp8.LocalSGD
   local each = acc.gradient_state.sync_each_batch
   if not r or in_no_sync or (acc.sync_gradients == false and not each) then return loss:backward(opts) end
   -- The reducer holds the parameters that were trainable at prepare. One unfrozen since (gradual unfreezing) would

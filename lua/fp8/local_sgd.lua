@@ -57,18 +57,18 @@ local function new(opts, ...)
     -- closed out of order), and one never closed (its coroutine abandoned, an error before an explicit close) ends
     -- its no_sync when collected, as Python's generator finalisation runs __exit__ (it stayed on for good: the
     -- processes' weights parted without a word)
-    M.open_set(acc)[self] = true
+    M._open_set(acc)[self] = true
   end
   return self
 end
 
 -- The accelerator's open LocalSGDs (weak keys); ddp.backward reads it
-function M.open_set(acc)
+function M._open_set(acc)
   local s = rawget(acc, "_local_sgds")
   if not s then s = setmetatable({}, { __mode = "k" }); rawset(acc, "_local_sgds", s) end
   return s
 end
-function M.any_open(acc)
+function M._any_open(acc)
   local s = rawget(acc, "_local_sgds")
   return s ~= nil and next(s) ~= nil
 end
@@ -150,7 +150,7 @@ function LocalSGD:close(err)
   local acc = self.accelerator
   local ok, e = true, nil
   if err == nil then ok, e = pcall(self._sync_and_avg_model_params, self) end
-  M.open_set(acc)[self] = nil
+  M._open_set(acc)[self] = nil
   if not ok then error(e, 0) end
 end
 LocalSGD.__close = function(self, err) self:close(err) end

@@ -216,8 +216,12 @@ function M.fp8_history(o)
   local layer = o.layer
   local rows, steps, seen = {}, {}, {}
   for line in f:lines() do
-    local step, lname, role, _, scale, amax, hist = line:match("^(%d+),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)")
-    if step then
+    local step, lname, rest = line:match('^(%d+),"(.-)",(.*)$')   -- a quoted layer name (it holds a comma or a quote)
+    if step and not lname:gsub('""', ""):find('"', 1, true) then lname = lname:gsub('""', '"')
+    else step, lname, rest = line:match("^(%d+),([^,]*),(.*)$") end
+    local role, scale, amax, hist
+    if rest then role, _, scale, amax, hist = rest:match("^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)") end
+    if step and role then
       layer = layer or lname
       if lname == layer then
         step = tonumber(step)

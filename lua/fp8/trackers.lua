@@ -56,7 +56,11 @@ local function yaml_scalar(v)
   if v == math.huge then return ".inf" end
   if v == -math.huge then return "-.inf" end
   local short = ("%.15g"):format(v)   -- the shortest of the two that reads back as v
-  return tonumber(short) == v and short or ("%.17g"):format(v)
+  local s = tonumber(short) == v and short or ("%.17g"):format(v)
+  -- a YAML 1.1 float has a '.' (PyYAML, which Accelerate writes hparams.yml with, read 1e-05 as a string and 2 or
+  -- -0 as integers): 1.0e-05, 2.0, -0.0
+  if not s:find(".", 1, true) then s = s:find("e", 1, true) and s:gsub("e", ".0e", 1) or s .. ".0" end
+  return s
 end
 
 -- store_init_configuration(values): the hparams (TensorBoard's HPARAMS tab) in a run of their own under the tracker's

@@ -76,7 +76,7 @@ describe("fp8.LocalSGD", function()
       assert.equal(2, l.num_steps)
     end
     assert.equal(0, (model.weight - before):abs():max():item())
-    assert.is_false(require("fp8.local_sgd").any_open(acc))
+    assert.is_false(require("fp8.local_sgd")._any_open(acc))
   end)
 
   it("refuses what it cannot use, naming it", function()

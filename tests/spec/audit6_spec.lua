@@ -262,3 +262,50 @@ describe("modes under errors and coroutines", function()
     assert.is_nil(err:find("fp8_linear.lua", 1, true), err)
   end)
 end)
+
+describe("what fp8lab writes, read by the real consumers", function()
+  it("hparams.yml floats carry a '.', so PyYAML reads them as floats (1e-05 was a string, 2.0 an integer)", function()
+    local dir = U.tmpdir()
+    local acc = new_acc { log_with = "tensorboard", project_dir = dir }
+    acc:init_trackers("p", { lr = 1e-5, big = 1e20, two = 2.0, negz = -0.0, small = 0.0003, n = 3 })
+    acc:end_training()
+    local found
+    for f in io.popen("find " .. U.q(dir) .. " -name hparams.yml"):lines() do found = f end
+    local y = U.must_read(found)
+    for _, want in ipairs { "lr: 1.0e-05", "big: 1.0e+20", "two: 2.0", "negz: -0.0", "small: 0.0003", '"n": 3\n' } do
+      assert.truthy(y:find(want, 1, true), want .. " in\n" .. y)
+    end
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+
+  it("log_fp8_stats quotes a layer name holding a comma, and fp8.plot reads it back", function()
+    local dir = U.tmpdir()
+    local nn, F = fp8.nn, fp8.nn.functional
+    local m = nn.Sequential(nn.Linear(16, 16))
+    m:add_module("head,1", nn.Linear(16, 16))
+    local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+    local acc = new_acc { mixed_precision = "fp8", kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    m, opt = acc:prepare(m, opt)
+    acc:log_fp8_stats { every = 1, path = dir .. "/s.csv" }
+    acc:backward(F.cross_entropy(m(fp8.randn { 4, 16 }), fp8.tensor { 1, 2, 3, 4 })); opt:step(); opt:zero_grad()
+    local text = U.must_read(dir .. "/s.csv")
+    assert.truthy(text:find('\n1,"head,1",input,', 1, true), text)
+    for line in text:gmatch("[^\n]+") do
+      assert.are.equal(8, select(2, line:gsub('"[^"]*"', ""):gsub(",", ",")), line)   -- 9 fields
+    end
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+
+  it("fp8lab config writes compute_environment and distributed_type, which Accelerate's loader requires", function()
+    local exe = arg and arg[-1] or "build/fp8lab"
+    local dir = U.tmpdir()
+    local out, ok = U.sh(U.q(exe) .. " config --default --num_processes 2 --config_file " .. U.q(dir .. "/c.yaml"))
+    assert.is_true(ok, out)
+    local y = U.must_read(dir .. "/c.yaml")
+    assert.truthy(y:find("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\n", 1, true), y)
+    out, ok = U.sh(U.q(exe) .. " config --check --config_file " .. U.q(dir .. "/c.yaml"))
+    assert.is_true(ok, out)
+    assert.is_nil(out:find("ignoring settings", 1, true), out)   -- its own keys are not news
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+end)
