@@ -29,6 +29,33 @@ static int cmp_desc(const void *pa, const void *pb) {
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
+typedef int (*keyed_cmp)(const void *, const void *);
+static inline void kswap(keyed *a, keyed *b) { keyed t = *a; *a = *b; *b = t; }
+
+/* Moves the k first of row[0 .. n) in cmp's order into row[0 .. k), in any order (topk: the whole line was sorted
+ * to keep k of it, 1e6 values for k = 100): quickselect with a median-of-three pivot. cmp is a total order (equal
+ * values by position), so the k are the ones a full sort puts first. Past 2·log2(n) + 8 rounds (an input that
+ * defeats the pivot) the range left is sorted instead, which bounds the time at a sort's. */
+static void select_first(keyed *row, int64_t n, int64_t k, keyed_cmp cmp) {
+    int64_t lo = 0, hi = n - 1;   /* the boundary k − 1 lies in [lo, hi] */
+    int budget = 8;
+    for (int64_t m = n; m > 1; m >>= 1) budget += 2;
+    while (hi > lo) {
+        if (budget-- == 0) { qsort(row + lo, (size_t)(hi - lo + 1), sizeof *row, cmp); return; }
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (cmp(&row[mid], &row[lo]) < 0) kswap(&row[mid], &row[lo]);
+        if (cmp(&row[hi], &row[lo]) < 0) kswap(&row[hi], &row[lo]);
+        if (cmp(&row[mid], &row[hi]) < 0) kswap(&row[mid], &row[hi]);   /* row[hi]: the median of the three */
+        const keyed p = row[hi];
+        int64_t s = lo;
+        for (int64_t i = lo; i < hi; i++)
+            if (cmp(&row[i], &p) < 0) kswap(&row[i], &row[s++]);
+        kswap(&row[s], &row[hi]);
+        if (s == k - 1) return;
+        if (s < k - 1) lo = s + 1; else hi = s - 1;
+    }
+}
+
 fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, int dim, bool descending, int64_t k,
                   const char *name) {
     char sa[200];
@@ -69,7 +96,9 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
         for (int64_t o = 0; o < outer; o++)
             for (int64_t j = 0; j < inner; j++) {
                 for (int64_t s = 0; s < size; s++) row[s] = (keyed){ x[(o * size + s) * inner + j], s };
-                qsort(row, (size_t)size, sizeof *row, descending ? cmp_desc : cmp_asc);
+                const keyed_cmp cmp = descending ? cmp_desc : cmp_asc;
+                if (k < size && k > 0) select_first(row, size, k, cmp);   /* topk: the k first, then their order */
+                if (k > 0) qsort(row, (size_t)k, sizeof *row, cmp);
                 for (int64_t r = 0; r < k; r++) {
                     vv[(o * k + r) * inner + j] = row[r].v;
                     iv[(o * k + r) * inner + j] = (float)row[r].i;
