@@ -21,6 +21,28 @@ local strip = select(2, require("fp8.errfmt").public_of("rnn.lua"))
 
 local GATES = { RNN = 1, LSTM = 4, GRU = 3 }
 
+-- gi[T, ...] as its T steps, one node for all: the backward stacks the steps' gradients once. gi:select(1, t) at each
+-- step made T nodes whose backwards each gave a zero tensor of gi's whole size with one step filled, which the engine
+-- added up: quadratic in T (an LSTM of 64 steps spent half its backward there)
+local Steps
+local function steps_of(gi)
+  if not gi:requires_grad() or not fp8.is_grad_enabled() then
+    local out = {}
+    for t = 1, gi:size(1) do out[t] = gi:select(1, t) end
+    return out
+  end
+  Steps = Steps or require("fp8.autograd").Function {
+    name = "RNNSteps",
+    forward = function(_, x)
+      local out = {}
+      for t = 1, x:size(1) do out[t] = x:select(1, t) end
+      return table.unpack(out)
+    end,
+    backward = function(_, ...) return stack({ ... }, 1) end,
+  }
+  return table.pack(Steps.apply(gi))
+end
+
 local function positive(name, what, v)
   if math.type(v) ~= "integer" or v < 1 then
     error(("%s: %s must be a positive integer, got %s"):format(name, what, O.got(v)), 0)
@@ -267,10 +289,10 @@ local function layer_class(name, kind)
         local gi = F.linear(layer_in, self["weight_ih" .. sfx], self["bias_ih" .. sfx])   -- [T, N, G·H], all steps
         local w_hh, b_hh, w_hr = self["weight_hh" .. sfx], self["bias_hh" .. sfx], self["weight_hr" .. sfx]
         local h, c = h0:select(1, idx), c0 and c0:select(1, idx)
-        local steps = {}
+        local steps, gis = {}, steps_of(gi)
         for s = 1, T do
           local t = dir == 0 and s or T - s + 1
-          h, c = step(kind, act, gi:select(1, t), h, c, w_hh, b_hh, w_hr)
+          h, c = step(kind, act, gis[t], h, c, w_hh, b_hh, w_hr)
           steps[t] = h
         end
         outs[dir + 1] = stack(steps, 1)
