@@ -53,19 +53,18 @@ local function new(opts, ...)
   if self.enabled then
     self.accelerator, self.model, self.local_sgd_steps = acc, model, k
     -- model.no_sync() entered: backwards communicate nothing while this LocalSGD is open. The accelerator keeps
-    -- its open ones weakly: closing removes this one in any order (a saved-and-restored flag stayed on when two
-    -- closed out of order), and one never closed (its coroutine abandoned, an error before an explicit close) ends
-    -- its no_sync when collected, as Python's generator finalisation runs __exit__ (it stayed on for good: the
-    -- processes' weights parted without a word)
+    -- its open ones: closing removes this one in any order (a saved-and-restored flag stayed on when two closed out
+    -- of order). One never closed stays open (not weakly kept: each process collects at its own time, so one would
+    -- average while another did not, and the job hung)
     M._open_set(acc)[self] = true
   end
   return self
 end
 
--- The accelerator's open LocalSGDs (weak keys); ddp.backward reads it
+-- The accelerator's open LocalSGDs; ddp.backward reads it
 function M._open_set(acc)
   local s = rawget(acc, "_local_sgds")
-  if not s then s = setmetatable({}, { __mode = "k" }); rawset(acc, "_local_sgds", s) end
+  if not s then s = {}; rawset(acc, "_local_sgds", s) end
   return s
 end
 function M._any_open(acc)

@@ -106,7 +106,7 @@ describe("fp8.LocalSGD", function()
     assert.equal(0, code, out)
     for r = 0, 1 do
       local want = "rank%d type=MULTI_CPU 1:apart 2:mean 3:apart 4:mean closed:same ddp:same odd:refused order:same "
-        .. "abandoned:same"
+        .. "closed_co:same"
       assert.truthy(out:find(want:format(r), 1, true), out)
     end
   end)
