@@ -4,6 +4,11 @@
 -- count of done batches) is in resume_spec.lua; the cases here are the rest.
 local U = dofile("tests/spec/helpers/util.lua")
 
+-- fp8lab's command line in a child process: its output and whether it succeeded
+local function cli(args)
+  return U.sh(U.q(arg and arg[-1] or "build/fp8lab") .. " " .. args)
+end
+
 local function new_acc(t)
   t = t or {}
   t.cpu, t.config, t.env = true, false, {}
@@ -190,15 +195,14 @@ describe("Accelerate's documentation, its snippets ported", function()
   end)
 
   it("fp8lab config default is --default; update and test --config_file say what to run instead", function()
-    local exe = arg and arg[-1] or "build/fp8lab"
     local dir = U.tmpdir()
-    local out, ok = U.sh(U.q(exe) .. " config default --config_file " .. U.q(dir .. "/c.yaml"))
+    local out, ok = cli("config default --config_file " .. U.q(dir .. "/c.yaml"))
     assert.is_true(ok, out)
     assert.truthy(U.must_read(dir .. "/c.yaml"):find("num_processes: 1", 1, true))
-    out, ok = U.sh(U.q(exe) .. " config update")
+    out, ok = cli("config update")
     assert.is_false(ok)
     assert.truthy(out:find("'update' is not needed", 1, true), out)
-    out, ok = U.sh(U.q(exe) .. " test --config_file " .. U.q(dir .. "/c.yaml"))
+    out, ok = cli("test --config_file " .. U.q(dir .. "/c.yaml"))
     assert.is_false(ok)
     assert.truthy(out:find("is `fp8lab config --check --config_file F`", 1, true), out)
     os.execute("rm -rf " .. U.q(dir))
@@ -297,13 +301,12 @@ describe("what fp8lab writes, read by the real consumers", function()
   end)
 
   it("fp8lab config writes compute_environment and distributed_type, which Accelerate's loader requires", function()
-    local exe = arg and arg[-1] or "build/fp8lab"
     local dir = U.tmpdir()
-    local out, ok = U.sh(U.q(exe) .. " config --default --num_processes 2 --config_file " .. U.q(dir .. "/c.yaml"))
+    local out, ok = cli("config --default --num_processes 2 --config_file " .. U.q(dir .. "/c.yaml"))
     assert.is_true(ok, out)
     local y = U.must_read(dir .. "/c.yaml")
     assert.truthy(y:find("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\n", 1, true), y)
-    out, ok = U.sh(U.q(exe) .. " config --check --config_file " .. U.q(dir .. "/c.yaml"))
+    out, ok = cli("config --check --config_file " .. U.q(dir .. "/c.yaml"))
     assert.is_true(ok, out)
     assert.is_nil(out:find("ignoring settings", 1, true), out)   -- its own keys are not news
     os.execute("rm -rf " .. U.q(dir))
@@ -341,12 +344,7 @@ describe("a transposed copy into a contiguous tensor", function()
   it("moves the same bits in blocks as element by element (fp32, bf16, fp16, E4M3 bytes; 2-d and 4-d; offsets)", function()
     -- t():contiguous() read the source one element a cache line apart ([4096, 1024]: 35 → 14 ms, one thread)
     fp8.manual_seed(2)
-    local function flat(v)
-      local out = {}
-      local function walk(x) if type(x) == "table" then for _, y in ipairs(x) do walk(y) end else out[#out + 1] = x end end
-      walk(v:totable())
-      return out
-    end
+    local flat = U.flat
     for _, dt in ipairs { "fp32", "bf16", "fp16" } do
       local y = fp8.randn { 3, 9, 10, 33 }:to(dt)
       for _, v in ipairs { fp8.randn { 37, 45 }:to(dt):t(), y:permute { 1, 3, 4, 2 }, y:transpose(2, 4),

@@ -5,12 +5,7 @@ local fp8 = fp8 or require "fp8"
 local nn = fp8.nn
 local U = dofile("tests/spec/helpers/util.lua")
 
-local function flat(t)
-  local out = {}
-  local function walk(x) if type(x) == "table" then for _, v in ipairs(x) do walk(v) end else out[#out + 1] = x end end
-  walk(t:totable())
-  return out
-end
+local flat = U.flat
 
 local function stats(t)
   local v = flat(t)

@@ -24,20 +24,17 @@ local GATES = { RNN = 1, LSTM = 4, GRU = 3 }
 -- gi[T, ...] as its T steps, one node for all: the backward stacks the steps' gradients once. gi:select(1, t) at each
 -- step made T nodes whose backwards each gave a zero tensor of gi's whole size with one step filled, which the engine
 -- added up: quadratic in T (an LSTM of 64 steps spent half its backward there)
+local function selects(x)
+  local out = {}
+  for t = 1, x:size(1) do out[t] = x:select(1, t) end
+  return out
+end
 local Steps
 local function steps_of(gi)
-  if not gi:requires_grad() or not fp8.is_grad_enabled() then
-    local out = {}
-    for t = 1, gi:size(1) do out[t] = gi:select(1, t) end
-    return out
-  end
+  if not gi:requires_grad() or not fp8.is_grad_enabled() then return selects(gi) end
   Steps = Steps or require("fp8.autograd").Function {
     name = "RNNSteps",
-    forward = function(_, x)
-      local out = {}
-      for t = 1, x:size(1) do out[t] = x:select(1, t) end
-      return table.unpack(out)
-    end,
+    forward = function(_, x) return table.unpack(selects(x)) end,
     backward = function(_, ...) return stack({ ... }, 1) end,
   }
   return table.pack(Steps.apply(gi))

@@ -71,6 +71,14 @@ end
 
 -- The fixture generators' deterministic tensor (scripts/gen_torch_forms.py's and gen_nn_parity.py's fill()): element
 -- i (0-based, row-major) is ((37·i + 11·seed) mod 23 − 11) / 8 · scale.
+-- t's elements in order, as one flat Lua list (any number of dims)
+function U.flat(t)
+  local out = {}
+  local function walk(x) if type(x) == "table" then for _, v in ipairs(x) do walk(v) end else out[#out + 1] = x end end
+  walk(t:totable())
+  return out
+end
+
 function U.fill(shape, seed, scale)
   local n = 1
   for _, d in ipairs(shape) do n = n * d end
