@@ -201,6 +201,35 @@ function M.lines(o)
   return run(table.concat(s, "\n") .. "\n", o.png)
 end
 
+-- The fields of one CSV line as RFC 4180 writes them (acc:log_fp8_stats quotes a layer name that holds a comma or
+-- a quote, doubling its quotes): a quoted field runs to the quote that is not doubled, whatever it holds.
+local function csv_fields(line)
+  local cells, i, n = {}, 1, #line
+  while i <= n + 1 do
+    if line:sub(i, i) == '"' then
+      local parts, j = {}, i + 1
+      while true do
+        local k = line:find('"', j, true)
+        if not k then parts[#parts + 1] = line:sub(j); i = n + 2; break end   -- unclosed: the rest of the line
+        parts[#parts + 1] = line:sub(j, k - 1)
+        if line:sub(k + 1, k + 1) == '"' then parts[#parts + 1] = '"'; j = k + 2
+        else i = k + 1; break end
+      end
+      cells[#cells + 1] = table.concat(parts)
+      if line:sub(i, i) == "," then i = i + 1 elseif i <= n then i = n + 2 end   -- junk after the quote: row dropped
+      if i == n + 1 and line:sub(n, n) == "," then cells[#cells + 1] = ""; break end
+    else
+      local k = line:find(",", i, true)
+      cells[#cells + 1] = line:sub(i, (k or n + 1) - 1)
+      if not k then break end
+      i = k + 1
+      if i == n + 1 then cells[#cells + 1] = ""; break end
+    end
+  end
+  return cells
+end
+M._csv_fields = csv_fields   -- (for the tests)
+
 -- fp8_history{csv= (from acc:log_fp8_stats), png=, layer=nil (the first in the file)} -> png | nil, reason.
 -- Two panels over the optimizer steps: the scale of each tensor role (input, weight, grad: the output gradient), and
 -- its amax (of the last cast and over the history window), log scale.
@@ -216,12 +245,10 @@ function M.fp8_history(o)
   local layer = o.layer
   local rows, steps, seen = {}, {}, {}
   for line in f:lines() do
-    local step, lname, rest = line:match('^(%d+),"(.-)",(.*)$')   -- a quoted layer name (it holds a comma or a quote)
-    if step and not lname:gsub('""', ""):find('"', 1, true) then lname = lname:gsub('""', '"')
-    else step, lname, rest = line:match("^(%d+),([^,]*),(.*)$") end
-    local role, scale, amax, hist
-    if rest then role, _, scale, amax, hist = rest:match("^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)") end
-    if step and role then
+    local cells = csv_fields(line)
+    local step, lname, role, scale, amax, hist = cells[1], cells[2], cells[3], cells[5], cells[6], cells[7]
+    step = step and step:match("^%d+$")
+    if step and hist then
       layer = layer or lname
       if lname == layer then
         step = tonumber(step)

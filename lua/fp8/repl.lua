@@ -177,7 +177,7 @@ local function collect(obj, out, want_methods, prefix)
 end
 
 -- index_tables(v) -> the tables behind v's metatable __index: the table itself, or, when
--- __index is a function (fp8.Tensor's resolves methods and x[i]), the tables among its upvalues.
+-- __index is a function (fp8.Tensor's resolves methods and x[i]), the tables among its upvalues but NOT_HERE.
 function M.index_tables(v)
   return M.metatable_index_tables(getmetatable(v))
 end
@@ -191,7 +191,9 @@ function M.metatable_index_tables(mt)
     for i = 1, 16 do
       local name, up = debug.getupvalue(idx, i)
       if name == nil then break end
-      if type(up) == "table" and up ~= _G then out[#out + 1] = up end
+      -- (a table named NOT_HERE holds the names an __index refuses with a reason: fp8's and the Accelerator's
+      -- Accelerate names fp8lab has not got; offering them would complete to an error)
+      if type(up) == "table" and up ~= _G and name ~= "NOT_HERE" then out[#out + 1] = up end
     end
   end
   return out
