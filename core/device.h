@@ -10,7 +10,10 @@
 #include "ops.h"
 
 /* Activation kinds of the act_fwd/act_bwd kernels. */
-typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_COUNT } fl_act;
+/* SIGMOID and TANH: the unary ops' forward, and a backward from the output y, as the unary ops' autograd rounds it
+ * (dx = dy·((1 − y)·y), dy·(1 − y·y); core/ops_grad.c calls it for fp32 tensors instead of three elementwise ops). */
+typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SILU = 3, FL_ACT_SIGMOID = 4,
+               FL_ACT_TANH = 5, FL_ACT_COUNT } fl_act;
 
 /* The op entries of a device, each listed once as X(name, (parameters)); every one returns fl_status.
  * fl_device's fields are made from these lists, and each device declares its functions from them

@@ -77,13 +77,13 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
 
 /* ---- activations -------------------------------------------------------------------------- */
 
-/* saved[0]: GELU's input as it came (a bf16 one in bf16: its fp32 copy is made again here, the same bits, where the
+/* saved[0]: GELU's and SiLU's input as it came (a bf16 one in bf16: its fp32 copy is made again here, the same bits, where the
  * node kept it beside the input it holds anyway); ReLU's output, as torch's (its backward passes the gradient where
  * !(v <= 0), which is the same test on the output as on the input: relu keeps positives and NaN, and makes every
  * other value 0), so the input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
 static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_tensor *x;
-    FL_TRY(f32c(&x, n->saved[0], "gelu backward", "input"));
+    FL_TRY(f32c(&x, n->saved[0], n->iargs[0] == FL_ACT_SILU ? "silu backward" : "gelu backward", "input"));
     fl_status st = new_like(&gin[0], x, false);
     if (st == FL_OK) st = DEV(x)->act_bwd((fl_act)n->iargs[0], F(x), F(g), F(gin[0]), fl_tensor_numel(x));
     fl_tensor_release(x);
@@ -101,7 +101,8 @@ static fl_status activation(fl_tensor **out, const fl_tensor *x, fl_act kind, co
     if (st == FL_OK) st = drop_on_error(dev->act_fwd(kind, F(xc), F(*out), fl_tensor_numel(xc)), out);
     if (st == FL_OK) {
         fl_node *n;
-        st = maybe_record(out, &n, kind == FL_ACT_RELU ? "ReluBackward" : "GeluBackward", act_bwd, 1, &x);
+        st = maybe_record(out, &n, kind == FL_ACT_RELU ? "ReluBackward" : kind == FL_ACT_SILU ? "SiluBackward"
+                                   : "GeluBackward", act_bwd, 1, &x);
         if (st == FL_OK && n) {
             n->iargs[0] = kind;
             if (kind == FL_ACT_RELU) {   /* the input's values are not read: the node keeps only its shape */
@@ -123,6 +124,7 @@ fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx) {
     if (approx != 0 && approx != 1) return FL_ERR(FL_EINVAL, "gelu: approximate must be 0 (none) or 1 (tanh), got %d", approx);
     return activation(out, x, approx ? FL_ACT_GELU_TANH : FL_ACT_GELU, "gelu");
 }
+fl_status fl_silu(fl_tensor **out, const fl_tensor *x) { return activation(out, x, FL_ACT_SILU, "silu"); }
 
 /* ---- softmax ------------------------------------------------------------------------------ */
 

@@ -17,6 +17,8 @@ fl_status fl_linear_check(const char *who, const fl_tensor *x, const fl_tensor *
 fl_status fl_relu(fl_tensor **out, const fl_tensor *x);
 /* approx: 0 exact (erf), 1 tanh */
 fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx);
+/* x·sigmoid(x), one node (its backward from the input) */
+fl_status fl_silu(fl_tensor **out, const fl_tensor *x);
 /* Over the last dim. */
 fl_status fl_softmax(fl_tensor **out, const fl_tensor *x);
 fl_status fl_log_softmax(fl_tensor **out, const fl_tensor *x);

@@ -433,6 +433,18 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     case FL_OP_SIGMOID: { /* g·y·(1 - y) */
         fl_tensor *t = NULL, *u = NULL;
         fl_status st;
+        /* fp32 and contiguous (the usual case): the device's one pass, each operation rounded as the three ops
+         * below round it (the same bits; a tensor of the input's size written once instead of three times) */
+        const fl_device *dev = fl_device_get(x->device);
+        if (x->dtype == FL_F32 && g->dtype == FL_F32 && x->device == g->device && dev && dev->act_bwd &&
+            fl_shape_equal(x->ndim, x->shape, g->ndim, g->shape) && fl_tensor_is_contiguous(x) &&
+            fl_tensor_is_contiguous(g)) {
+            FL_TRY(fl_tensor_empty(&gin[0], FL_F32, x->ndim, x->shape, x->device));
+            st = dev->act_bwd(op == FL_OP_TANH ? FL_ACT_TANH : FL_ACT_SIGMOID, fl_tensor_data(x), fl_tensor_data(g),
+                              fl_tensor_data(gin[0]), fl_tensor_numel(x));
+            if (st != FL_OK) { fl_tensor_release(gin[0]); gin[0] = NULL; }
+            return st;
+        }
         /* tanh: 1 - y², torch's rounding ((1 - y)(1 + y) made tanhshrink's gradient at 1e-6 6e-8, not 1e-12) */
         if (op == FL_OP_TANH) {
             st = fl_binary_raw(&u, FL_OP_MUL, x, x);

@@ -1,8 +1,10 @@
-/* activation.cu — ReLU and GELU (erf and tanh forms) forward and backward, inverted dropout with the
+/* activation.cu — ReLU, SiLU and GELU (erf and tanh forms) forward and backward, inverted dropout with the
  * CPU's Philox mask, and the linear layer's bias add, as the "cuda" device entries (core/device.h);
  * core/cpu/cpu_nn_act.c is the reference, mirrored operation by operation.
  * Maths: relu y = max(x, 0), dx = dy·[x > 0] (subgradient 0 at 0; a NaN x passes dy).
- * GELU erf: y = 0.5x(1 + erf(x/√2)), dx = dy(Φ(x) + x·φ(x)).
+ * GELU erf: y = x·Φ(x), dx = dy(Φ(x) + x·φ(x)), Φ and φ as cpu_vmath.h computes them. SiLU: y = x·σ(x),
+ * dx = dy·σ(x)(1 + x(1 − σ(x))). Sigmoid and tanh (the unary ops' backward from the output y): dy·((1 − y)·y),
+ * dy·(1 − y·y).
  * GELU tanh through one exponential: u = √(2/π)(x + 0.044715x³), e = e^(−2|u|),
  * y = x·σ(2u) with σ(2u) = 1/(1+e) (u ≥ 0) or e/(1+e) (u < 0), dx = dy(σ + 2x·e/(1+e)²·√(2/π)(1 + 3·0.044715x²)),
  * with the CPU's exponential for a ≤ 0 and its fused multiply-adds (cpu_nn_act.c) ported bit for bit. Dropout: element i keeps iff
@@ -12,8 +14,8 @@
  * (per Philox block of 4 elements for dropout); bias add on a 2-D grid of columns × rows.
  * Tolerance: every operation is separately rounded (the _rn intrinsics: no FMA contraction) or fused where
  * the CPU calls fmaf (fl_ffma), so all results
- * are bit-exact with the CPU except GELU's erf form, whose erff is CUDA's (≤ 2 ulp from glibc's):
- * |gpu − cpu| ≤ 1e-6·(1 + |x|) (tests/c/test_gpu_nn.c). The element functions are __host__ __device__;
+ * are bit-exact with the CPU (tests/c/test_gpu_nn.c; before 2026-12-06 GELU's erf form called CUDA's erff, within
+ * 2 ulp of glibc's). The element functions are __host__ __device__;
  * the fl_cuda_nn_*_host functions at the end run them on the host for tests without a GPU. */
 #include "cuda_common.cuh"
 #include "philox.h"
@@ -24,7 +26,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-constexpr float kRsqrt2 = 0.70710678118654752f;     /* 1/√2, as GELU_RSQRT2 in cpu_nn_act.c */
 constexpr float kRsqrt2Pi = 0.39894228040143268f;   /* 1/√(2π) */
 constexpr float kGeluK = 0.79788456080286536f;      /* √(2/π) */
 constexpr float kGeluC = 0.044715f;
@@ -34,16 +35,23 @@ FL_HD float relu_fwd(float x) { return !(x <= 0.0f) ? x : 0.0f; }   /* a NaN sta
 /* x: ReLU's output (core/nn.c saves it) or its input, the same test on either; a NaN passes dy, as torch's */
 FL_HD float relu_bwd(float x, float dy) { return !(x <= 0.0f) ? dy : 0.0f; }
 
-/* 0.5f·v·(1 + erff(v/√2)) */
+/* v·Φ(v) (cuda_common.cuh's port of cpu_vmath.h's Φ) */
 FL_HD float gelu_fwd(float v) {
-    return fl_fmul(fl_fmul(0.5f, v), fl_fadd(1.0f, erff(fl_fmul(v, kRsqrt2))));
+    float g;
+    return fl_fmul(v, fl_cu_vm_normal_cdf(v, &g));
 }
-/* dy·(cdf + v·pdf), cdf = 0.5(1 + erf(v/√2)), pdf = e^(−v²/2)/√(2π) */
+/* dy·fma(v, g/√(2π), Φ), g = e^(−v²/2) */
 FL_HD float gelu_bwd(float v, float dy) {
-    float cdf = fl_fmul(0.5f, fl_fadd(1.0f, erff(fl_fmul(v, kRsqrt2))));
-    float pdf = fl_fmul(kRsqrt2Pi, fl_cu_expf(fl_fmul(fl_fmul(-0.5f, v), v)));
-    return fl_fmul(dy, fl_fadd(cdf, fl_fmul(v, pdf)));
+    float g;
+    const float cdf = fl_cu_vm_normal_cdf(v, &g);
+    return fl_fmul(dy, fl_ffma(v, fl_fmul(kRsqrt2Pi, g), cdf));
 }
+/* SiLU v·σ(v) and dy·σ(v)(1 + v(1 − σ(v))) */
+FL_HD float silu_fwd(float v) { return fl_cu_vm_silu(v); }
+FL_HD float silu_bwd(float v, float dy) { return fl_fmul(dy, fl_cu_vm_silu_grad(v)); }
+/* sigmoid and tanh, and their backward from the output y: dy·((1 − y)·y), dy·(1 − y·y) */
+FL_HD float sigmoid_bwd(float y, float dy) { return fl_fmul(dy, fl_fmul(fl_fsub(1.0f, y), y)); }
+FL_HD float tanh_bwd(float y, float dy) { return fl_fmul(dy, fl_fsub(1.0f, fl_fmul(y, y))); }
 
 /* e^a for a ≤ 0 as cpu_nn_act.c's gelu_exp_neg: flushed to 0 below −87, fused multiply-adds where it
  * calls fmaf, one exponent field for 2^k. */
@@ -82,10 +90,13 @@ FL_HD float gelu_tanh_bwd(float v, float dy) {
 }
 
 FL_HD float act_fwd_elem(int kind, float x) {
-    return kind == FL_ACT_RELU ? relu_fwd(x) : kind == FL_ACT_GELU ? gelu_fwd(x) : gelu_tanh_fwd(x);
+    return kind == FL_ACT_RELU ? relu_fwd(x) : kind == FL_ACT_GELU ? gelu_fwd(x) : kind == FL_ACT_SILU ? silu_fwd(x)
+           : kind == FL_ACT_SIGMOID ? fl_cu_vm_sigmoid(x) : kind == FL_ACT_TANH ? fl_cu_vm_tanh(x) : gelu_tanh_fwd(x);
 }
 FL_HD float act_bwd_elem(int kind, float x, float dy) {
-    return kind == FL_ACT_RELU ? relu_bwd(x, dy) : kind == FL_ACT_GELU ? gelu_bwd(x, dy) : gelu_tanh_bwd(x, dy);
+    return kind == FL_ACT_RELU ? relu_bwd(x, dy) : kind == FL_ACT_GELU ? gelu_bwd(x, dy)
+           : kind == FL_ACT_SILU ? silu_bwd(x, dy) : kind == FL_ACT_SIGMOID ? sigmoid_bwd(x, dy)
+           : kind == FL_ACT_TANH ? tanh_bwd(x, dy) : gelu_tanh_bwd(x, dy);
 }
 
 /* What fl_cpu_dropout_fwd/_bwd derive from p on the host: mode 0 identity (p ≤ 0 or NaN), 1 all
@@ -197,6 +208,9 @@ extern "C" fl_status fl_cuda_dev_act_fwd(fl_act kind, const float *x, float *y, 
     unsigned g = grid_1d(n);
     if (kind == FL_ACT_RELU) act_fwd_kernel<FL_ACT_RELU><<<g, kThreads, 0, st>>>(x, y, n);
     else if (kind == FL_ACT_GELU) act_fwd_kernel<FL_ACT_GELU><<<g, kThreads, 0, st>>>(x, y, n);
+    else if (kind == FL_ACT_SILU) act_fwd_kernel<FL_ACT_SILU><<<g, kThreads, 0, st>>>(x, y, n);
+    else if (kind == FL_ACT_SIGMOID) act_fwd_kernel<FL_ACT_SIGMOID><<<g, kThreads, 0, st>>>(x, y, n);
+    else if (kind == FL_ACT_TANH) act_fwd_kernel<FL_ACT_TANH><<<g, kThreads, 0, st>>>(x, y, n);
     else act_fwd_kernel<FL_ACT_GELU_TANH><<<g, kThreads, 0, st>>>(x, y, n);
     FL_CUDA_CHECK(cudaGetLastError(), "act_fwd_kernel launch");
     return FL_OK;
@@ -211,6 +225,9 @@ extern "C" fl_status fl_cuda_dev_act_bwd(fl_act kind, const float *x, const floa
     unsigned g = grid_1d(n);
     if (kind == FL_ACT_RELU) act_bwd_kernel<FL_ACT_RELU><<<g, kThreads, 0, st>>>(x, dy, dx, n);
     else if (kind == FL_ACT_GELU) act_bwd_kernel<FL_ACT_GELU><<<g, kThreads, 0, st>>>(x, dy, dx, n);
+    else if (kind == FL_ACT_SILU) act_bwd_kernel<FL_ACT_SILU><<<g, kThreads, 0, st>>>(x, dy, dx, n);
+    else if (kind == FL_ACT_SIGMOID) act_bwd_kernel<FL_ACT_SIGMOID><<<g, kThreads, 0, st>>>(x, dy, dx, n);
+    else if (kind == FL_ACT_TANH) act_bwd_kernel<FL_ACT_TANH><<<g, kThreads, 0, st>>>(x, dy, dx, n);
     else act_bwd_kernel<FL_ACT_GELU_TANH><<<g, kThreads, 0, st>>>(x, dy, dx, n);
     FL_CUDA_CHECK(cudaGetLastError(), "act_bwd_kernel launch");
     return FL_OK;

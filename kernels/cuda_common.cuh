@@ -106,6 +106,92 @@ FL_HD float fl_cu_expf(float x) {
     return x != x ? x : y;
 }
 
+/* core/cpu/cpu_vmath.h's functions, operation by operation (its fmaf calls fl_ffma, every other operation
+ * separately rounded), so the sigmoid, tanh, SiLU and exact GELU give the CPU's bits (tests/c/test_gpu_nn.c and
+ * test_gpu_ops.c compare them on the host; read the CPU file for the maths and the coefficients' origin). */
+FL_HD float fl_cu_vm_em1_reduced(float a, float *k, int32_t *ki) {
+    const float kk = fl_ffma(a, 1.44269504088896341f, 12582912.0f);
+    *k = fl_fsub(kk, 12582912.0f);
+    *ki = (int32_t)*k;
+    float r = fl_ffma(*k, -0.693359375f, a);
+    r = fl_ffma(*k, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fl_ffma(p, r, 1.3981999507e-3f);
+    p = fl_ffma(p, r, 8.3334519073e-3f);
+    p = fl_ffma(p, r, 4.1665795894e-2f);
+    p = fl_ffma(p, r, 1.6666665459e-1f);
+    p = fl_ffma(p, r, 5.0000001201e-1f);
+    return fl_ffma(p, fl_fmul(r, r), r);
+}
+FL_HD float fl_cu_vm_pow2i(int32_t ki) { return fl_u2f((uint32_t)(ki + 127) << 23); }
+FL_HD float fl_cu_vm_exp_neg(float a) {
+    const float ac = a >= -104.0f ? a : -104.0f;
+    float k;
+    int32_t ki;
+    const float y = fl_fadd(fl_cu_vm_em1_reduced(ac, &k, &ki), 1.0f);
+    const int32_t k1 = ki >> 1, k2 = ki - k1;
+    return a >= -104.0f ? fl_fmul(fl_fmul(y, fl_cu_vm_pow2i(k1)), fl_cu_vm_pow2i(k2)) : 0.0f;
+}
+FL_HD float fl_cu_vm_sigmoid(float x) {
+    const float e = fl_cu_vm_exp_neg(-fabsf(x));
+    const float y = fl_fdiv(x < 0.0f ? e : 1.0f, fl_fadd(1.0f, e));
+    return x != x ? x : y;
+}
+FL_HD float fl_cu_vm_tanh(float x) {
+    const float a = fabsf(x), a2 = fl_fmul(a, a);
+    float p = -6.454039830714464e-3f;
+    p = fl_ffma(p, a2, 2.122265100479126e-2f);
+    p = fl_ffma(p, a2, -5.389462783932686e-2f);
+    p = fl_ffma(p, a2, 1.333303451538086e-1f);
+    p = fl_ffma(p, a2, -3.333333134651184e-1f);
+    const float near_ = fl_ffma(fl_fmul(a, a2), p, a);
+    const float e = fl_cu_vm_exp_neg(fl_fmul(-2.0f, a));
+    const float far_ = fl_fsub(1.0f, fl_fdiv(fl_fadd(e, e), fl_fadd(1.0f, e)));
+    const float t = a < 0.5493f ? near_ : far_;
+    return x != x ? x : copysignf(t, x);
+}
+FL_HD float fl_cu_vm_silu(float x) {
+    const float e = fl_cu_vm_exp_neg(-fabsf(x));
+    const float y = fl_fdiv(x < 0.0f ? fl_fmul(x, e) : x, fl_fadd(1.0f, e));
+    return x != x ? x : y;
+}
+FL_HD float fl_cu_vm_silu_grad(float x) {
+    const float e = fl_cu_vm_exp_neg(-fabsf(x));
+    const float r = fl_fdiv(1.0f, fl_fadd(1.0f, e));
+    const float sig = x < 0.0f ? fl_fmul(e, r) : r, one_minus = x < 0.0f ? r : fl_fmul(e, r);
+    const float d = fl_fmul(sig, fl_ffma(x, one_minus, 1.0f));
+    return x != x ? x : d;
+}
+FL_HD float fl_cu_vm_normal_cdf(float v, float *gauss) {
+    const float a = fabsf(v), z = fl_fmul(a, 0.70710678118654752f);
+    const float ac = a < 20.0f ? a : 20.0f;
+    const float hi = fl_fmul(ac, ac), lo = fl_ffma(ac, ac, -hi);
+    const float g = fl_fmul(fl_cu_vm_exp_neg(fl_fmul(-0.5f, hi)), fl_ffma(-0.5f, lo, 1.0f));
+    const float z2 = fl_fmul(z, z);
+    float p = 4.718052036650738e-3f;
+    p = fl_ffma(p, z2, -2.675721342306259e-2f);
+    p = fl_ffma(p, z2, 1.128282323440478e-1f);
+    p = fl_ffma(p, z2, -3.761260859242733e-1f);
+    p = fl_ffma(p, z2, 1.128379165568777f);
+    const float erf_z = fl_fmul(z, p);
+    const float t = fl_fdiv(1.0f, fl_ffma(0.5f, z, 1.0f));
+    float r = -7.368668125673768e-2f;
+    r = fl_ffma(r, t, 3.481846544011542e-1f);
+    r = fl_ffma(r, t, -6.054186665711102e-1f);
+    r = fl_ffma(r, t, 4.007090827197877e-1f);
+    r = fl_ffma(r, t, -1.045433370200122e-1f);
+    r = fl_ffma(r, t, 2.339821784922968e-1f);
+    r = fl_ffma(r, t, 2.351928839033002e-1f);
+    r = fl_ffma(r, t, 2.835839711995525e-1f);
+    r = fl_ffma(r, t, 2.819854878313426e-1f);
+    r = fl_ffma(r, t, 3.499567743910657e-6f);
+    const float half_erfc = fl_fmul(fl_fmul(0.5f, g), r);
+    const float near_ = v < 0.0f ? fl_ffma(-0.5f, erf_z, 0.5f) : fl_ffma(0.5f, erf_z, 0.5f);
+    const float far_ = v < 0.0f ? half_erfc : fl_fsub(1.0f, half_erfc);
+    *gauss = g;
+    return z < 0.5f ? near_ : far_;
+}
+
 namespace {
 
 template <int SRC> struct SrcT;            /* element type and its decode to fp32 */

@@ -137,8 +137,8 @@ FL_HD float ew_unop(int op, float x) {
     case FL_OP_EXP: return (float)exp((double)x);
     case FL_OP_LOG: return (float)log((double)x);
     case FL_OP_SIGN: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
-    case FL_OP_TANH: return (float)tanh((double)x);
-    case FL_OP_SIGMOID: return (float)(1.0 / (1.0 + exp(-(double)x)));
+    case FL_OP_TANH: return fl_cu_vm_tanh(x);         /* cpu_vmath.h's, bit for bit */
+    case FL_OP_SIGMOID: return fl_cu_vm_sigmoid(x);
     case FL_OP_SIN: return (float)sin((double)x);
     case FL_OP_COS: return (float)cos((double)x);
     case FL_OP_FLOOR: return floorf(x);

@@ -33,6 +33,14 @@ static int l_relu(lua_State *L) {
     return 1;
 }
 
+static int l_silu(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    no_extra(L, 2, "silu");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_silu(slot, x));
+    return 1;
+}
+
 /* gelu(x [, "none"|"tanh"]) */
 static int l_gelu(lua_State *L) {
     static const char *const names[] = { "none", "tanh", NULL };
@@ -194,7 +202,7 @@ static int l_sdpa_qkv(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"linear", l_linear}, {"relu", l_relu}, {"gelu", l_gelu}, {"softmax", l_softmax},
+    {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"scaled_dot_product_attention", l_sdpa},

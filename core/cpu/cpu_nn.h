@@ -21,6 +21,12 @@ void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx);
 void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx);
 void fl_cpu_gelu_tanh_fwd_serial(const float *x, float *y, int64_t n);                    /* no OpenMP region */
 void fl_cpu_gelu_tanh_bwd_serial(const float *x, const float *dy, float *dx, int64_t n);   /* no OpenMP region */
+/* SiLU: y = x·σ(x); dx = dy·σ(x)(1 + x(1 − σ(x))) */
+void fl_cpu_silu_fwd(const float *x, float *y, int64_t n);
+void fl_cpu_silu_bwd(const float *x, const float *dy, float *dx, int64_t n);
+/* sigmoid or tanh (cpu_vmath.h), and their backward from the output y: dx = dy·((1 − y)·y) or dy·(1 − y·y) */
+void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n);
+void fl_cpu_sigmoid_tanh_bwd(bool tanh_, const float *y, const float *dy, float *dx, int64_t n);
 /* Bounds of what those two compute, so a pass that wants only the largest |value| can skip elements that cannot
  * reach it (current scaling's first passes, cpu_quant.c). Checked over every float (docs/performance.md, "The ninth
  * session") and over a strided sweep of all floats by test_nn_kernels.

@@ -2,6 +2,7 @@
  * forward and backward. Elementwise, so threads split the index range and results are thread-independent. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
+#include "cpu_vmath.h"
 #include "philox.h"
 
 void fl_cpu_relu_fwd(const float *x, float *y, int64_t n) {
@@ -16,7 +17,6 @@ void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
     for (int64_t i = 0; i < n; i++) dx[i] = !(x[i] <= 0.0f) ? dy[i] : 0.0f;
 }
 
-#define GELU_RSQRT2   0.70710678118654752f   /* 1/√2 */
 #define GELU_RSQRT2PI 0.39894228040143268f   /* 1/√(2π) */
 #define GELU_K        0.79788456080286536f   /* √(2/π) */
 #define GELU_C        0.044715f
@@ -147,8 +147,23 @@ _Atomic bool fl_cpu_avx512_allowed = true;
 /* Elements per task of the span-based loops. */
 #define ACT_SPAN FL_CPU_ACT_SPAN
 
-/* erff is a libm call, so the exact form stays scalar; threads carry large tensors. The GELU
- * threshold is lower than for cheap ops because each element costs tens of cycles. */
+/* The exact form: v·Φ(v), and Φ(v) + v·φ(v) for the derivative (cpu_vmath.h's Φ, which keeps the left tail's
+ * relative precision that 0.5v(1 + erf(v/√2)) lost; vectorised where glibc's erff is a call per element). Threads
+ * carry large tensors; the threshold is lower than for cheap ops because each element costs tens of cycles. */
+static inline __attribute__((always_inline)) float gelu_erf1(float v) {
+    float g;
+    return v * fl_vm_normal_cdf(v, &g);
+}
+static inline __attribute__((always_inline)) float gelu_erf1_d(float v) {
+    float g;
+    const float cdf = fl_vm_normal_cdf(v, &g);
+    return fmaf(v, GELU_RSQRT2PI * g, cdf);
+}
+FL_VM_MAPS(gelu_erf1)
+FL_VM_MAPS(gelu_erf1_d)
+FL_VM_MAPS(fl_vm_silu)
+FL_VM_MAPS(fl_vm_silu_grad)
+
 void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
     if (approx) {
         const bool wide = fl_cpu_avx512();
@@ -160,10 +175,12 @@ void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
             else gelu_tanh_fwd_span(x + i0, y + i0, len);
         }
     } else {
+        const bool wide = fl_cpu_avx512();
+        const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
         #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + erff(v * GELU_RSQRT2));
+        for (int64_t c = 0; c < spans; c++) {
+            int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
+            map_gelu_erf1(x + i0, y + i0, len, wide);
         }
     }
 }
@@ -200,13 +217,58 @@ void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int 
             else gelu_tanh_bwd_span(x + i0, dy + i0, dx + i0, len);
         }
     } else {
+        const bool wide = fl_cpu_avx512();
+        const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
         #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            float cdf = 0.5f * (1.0f + erff(v * GELU_RSQRT2));
-            float pdf = GELU_RSQRT2PI * fl_nn_expf(-0.5f * v * v);
-            dx[i] = dy[i] * (cdf + v * pdf);
+        for (int64_t c = 0; c < spans; c++) {
+            int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
+            grad_gelu_erf1_d(x + i0, dy + i0, dx + i0, len, wide);
         }
+    }
+}
+
+/* SiLU x·σ(x) and its derivative (cpu_vmath.h), the same way */
+void fl_cpu_silu_fwd(const float *x, float *y, int64_t n) {
+    const bool wide = fl_cpu_avx512();
+    const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
+    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+    for (int64_t c = 0; c < spans; c++) {
+        int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
+        map_fl_vm_silu(x + i0, y + i0, len, wide);
+    }
+}
+
+void fl_cpu_silu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
+    const bool wide = fl_cpu_avx512();
+    const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
+    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+    for (int64_t c = 0; c < spans; c++) {
+        int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
+        grad_fl_vm_silu_grad(x + i0, dy + i0, dx + i0, len, wide);
+    }
+}
+
+FL_VM_MAPS(fl_vm_sigmoid)
+FL_VM_MAPS(fl_vm_tanh)
+void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n) {
+    const bool wide = fl_cpu_avx512();
+    const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
+    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
+    for (int64_t c = 0; c < spans; c++) {
+        int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
+        if (tanh_) map_fl_vm_tanh(x + i0, y + i0, len, wide);
+        else map_fl_vm_sigmoid(x + i0, y + i0, len, wide);
+    }
+}
+
+/* The unary ops' backward in one pass, each operation rounded as their three tensor ops round it */
+void fl_cpu_sigmoid_tanh_bwd(bool tanh_, const float *y, const float *dy, float *dx, int64_t n) {
+    if (tanh_) {
+        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    } else {
+        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * ((1.0f - y[i]) * y[i]);
     }
 }
 

@@ -6,11 +6,15 @@
 
 fl_status fl_cpu_dev_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
     if (kind == FL_ACT_RELU) fl_cpu_relu_fwd(x, y, n);
+    else if (kind == FL_ACT_SILU) fl_cpu_silu_fwd(x, y, n);
+    else if (kind == FL_ACT_SIGMOID || kind == FL_ACT_TANH) fl_cpu_sigmoid_tanh_fwd(kind == FL_ACT_TANH, x, y, n);
     else fl_cpu_gelu_fwd(x, y, n, kind == FL_ACT_GELU_TANH);
     return FL_OK;
 }
 fl_status fl_cpu_dev_act_bwd(fl_act kind, const float *x, const float *dy, float *dx, int64_t n) {
     if (kind == FL_ACT_RELU) fl_cpu_relu_bwd(x, dy, dx, n);
+    else if (kind == FL_ACT_SILU) fl_cpu_silu_bwd(x, dy, dx, n);
+    else if (kind == FL_ACT_SIGMOID || kind == FL_ACT_TANH) fl_cpu_sigmoid_tanh_bwd(kind == FL_ACT_TANH, x, dy, dx, n);
     else fl_cpu_gelu_bwd(x, dy, dx, n, kind == FL_ACT_GELU_TANH);
     return FL_OK;
 }

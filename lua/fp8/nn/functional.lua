@@ -100,12 +100,13 @@ function F.gelu(x, approximate, ...)
   return (at_caller(pcall(core().gelu, x, approximate)))
 end
 
--- silu(x) = x·sigmoid(x) (torch's SiLU, the Swish of SwiGLU MLPs); sigmoid and tanh as torch.nn.functional's.
--- Built of the tensor ops, so their gradients flow.
+-- silu(x) = x·sigmoid(x) (torch's SiLU, the Swish of SwiGLU MLPs): one fp32 kernel and one node (the core's silu;
+-- a bf16/fp16 input computed in fp32 and rounded once, keeping its dtype, as torch's); sigmoid and tanh as
+-- torch.nn.functional's.
 function F.silu(x, ...)
   no_more("silu", "(input) (no inplace)", ...)
   check_tensor("silu", "input", x)
-  return low_in_fp32(function(v) return v * v:sigmoid() end, x)
+  return low_in_fp32(function(v) return (at_caller(pcall(core().silu, v))) end, x)
 end
 function F.sigmoid(x, ...)
   no_more("sigmoid", "(input)", ...)
