@@ -139,15 +139,18 @@ FL_HD float fl_cu_vm_sigmoid(float x) {
 }
 FL_HD float fl_cu_vm_tanh(float x) {
     const float a = fabsf(x), a2 = fl_fmul(a, a);
-    float p = -6.454039830714464e-3f;
-    p = fl_ffma(p, a2, 2.122265100479126e-2f);
-    p = fl_ffma(p, a2, -5.389462783932686e-2f);
-    p = fl_ffma(p, a2, 1.333303451538086e-1f);
-    p = fl_ffma(p, a2, -3.333333134651184e-1f);
+    float p = 7.654416840523481e-4f;
+    p = fl_ffma(p, a2, -2.7027507312595844e-3f);
+    p = fl_ffma(p, a2, 5.204496439546347e-3f);
+    p = fl_ffma(p, a2, -9.80947632342577e-3f);
+    p = fl_ffma(p, a2, 2.214633673429489e-2f);
+    p = fl_ffma(p, a2, -5.400605499744415e-2f);
+    p = fl_ffma(p, a2, 1.333351880311966e-1f);
+    p = fl_ffma(p, a2, -3.333333432674408e-1f);
     const float near_ = fl_ffma(fl_fmul(a, a2), p, a);
     const float e = fl_cu_vm_exp_neg(fl_fmul(-2.0f, a));
     const float far_ = fl_fsub(1.0f, fl_fdiv(fl_fadd(e, e), fl_fadd(1.0f, e)));
-    const float t = a < 0.5493f ? near_ : far_;
+    const float t = a < 0.9f ? near_ : far_;
     return x != x ? x : copysignf(t, x);
 }
 FL_HD float fl_cu_vm_silu(float x) {

@@ -35,7 +35,7 @@ describe("activations in fp32 vector code", function()
     U.fails_with({ "silu: takes (input) (no inplace); got 1 more argument" }, F.silu, fp8.randn { 2 }, true)
   end)
 
-  it("tanh and sigmoid are within 2.5 ulp of the exact value, odd and bounded", function()
+  it("tanh within 1.5 ulp and sigmoid within 2.5 of the exact value; tiny and far-out inputs", function()
     -- (they were double tanh and exp rounded once: a libm call per element, 20x slower; test_core's vmath_* tests
     -- measure every float)
     fp8.manual_seed(3)
@@ -44,7 +44,7 @@ describe("activations in fp32 vector code", function()
     for i = 1, #xv do
       local v = xv[i]
       local t, s = math.tanh and math.tanh(v) or (1 - math.exp(-2 * v)) / (1 + math.exp(-2 * v)), 1 / (1 + math.exp(-v))
-      assert(rel(tv[i], t) < 2.5 * 2 ^ -23 + 1e-300, ("tanh(%.9g) = %.9g, exact %.12g"):format(v, tv[i], t))
+      assert(rel(tv[i], t) < 1.5 * 2 ^ -23, ("tanh(%.9g) = %.9g, exact %.12g"):format(v, tv[i], t))
       assert(rel(sv[i], s) < 2.5 * 2 ^ -23, ("sigmoid(%.9g) = %.9g, exact %.12g"):format(v, sv[i], s))
     end
     local t = fp8.tensor { 1e-30, -1e-30, 10, -10, 0 }:tanh():totable()
