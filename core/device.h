@@ -133,6 +133,14 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
     X(layernorm_quantize, (fl_tensor *dst, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,             \
                            fl_tensor *mean, fl_tensor *rstd, float eps, const float *scale, int margin, bool pow2, \
                            fl_overflow p))                                                                         \
+    /* GroupNorm (groups G > 0: statistics per sample and group over its C/G·P values) or BatchNorm's training   \
+     * (G == 0: per channel over N·P) of a contiguous fp32 x [N, C, P]; w, b [C] or NULL. mean, rstd: [N·G] or   \
+     * [C], saved for backward; var (NULL or as mean): the biased variance. Backward writes dx (unless NULL) and  \
+     * accumulates (+=) into dw, db when they are non-NULL. NULL entry: the Lua composite of elementwise ops. */  \
+    X(chnorm_fwd, (const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, float *var, \
+                   int64_t N, int64_t C, int64_t P, int64_t G, float eps))                                         \
+    X(chnorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,          \
+                   float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G))                   \
     /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows                 \
      * into dweight (+=), in index order (deterministic). */                                                       \
     X(embedding_fwd, (const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y))     \

@@ -1,0 +1,250 @@
+-- normops_spec.lua — the fused paths of the slow ops (2026-12-06): GroupNorm / BatchNorm / InstanceNorm through
+-- fl_channel_norm (core/cpu/cpu_nn_chnorm.c), each against the composite of elementwise ops the Lua code used before,
+-- written out here: values, gradients of the input and the affine parameters, running statistics; random shapes,
+-- eps, affine or not, bf16, non-contiguous inputs, zero sizes and bad arguments.
+local fp8 = fp8 or require "fp8"
+local nn = fp8.nn
+local F = nn.F
+
+-- a and b within tol relative (absolute below 1), element by element; the first miss named
+local function close(name, a, b, tol)
+  assert.are.same(b:shape(), a:shape(), name .. ": shape")
+  local x, y = a:to("fp32"):reshape(-1):totable(), b:to("fp32"):reshape(-1):totable()
+  for i = 1, #x do
+    local ok = math.abs(x[i] - y[i]) <= tol * math.max(1, math.abs(y[i])) or (x[i] ~= x[i] and y[i] ~= y[i])
+    assert.is_true(ok, ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i]))
+  end
+end
+
+local function bshape_of(x)
+  local s = { 1, x:size(2) }
+  for _ = 3, x:dim() do s[#s + 1] = 1 end
+  return s
+end
+local function affine(y, x, w, b)
+  if w ~= nil then y = y * w:reshape(bshape_of(x)) end
+  if b ~= nil then y = y + b:reshape(bshape_of(x)) end
+  return y
+end
+local function wide(t) if t ~= nil and t:dtype() ~= "fp32" then return t:to("fp32") end return t end
+
+-- The composites of lua/fp8/nn/batch_norm.lua before the fused kernels (8248a51), fp32 throughout
+local function ref_group_norm(x, G, w, b, eps)
+  local N = x:size(1)
+  local g = x:reshape({ N, G, x:numel() // (N * G) })
+  local mean = g:mean(3, true)
+  local centered = g - mean
+  local var = (centered * centered):mean(3, true)
+  return affine((centered / (var + eps):sqrt()):reshape(x:shape()), x, w, b)
+end
+local function ref_batch_stats(x)
+  local v = x:reshape({ x:size(1), x:size(2), x:numel() // (x:size(1) * x:size(2)) })
+  local mean = v:mean(3):mean(1)
+  local centered = v - mean:reshape({ 1, x:size(2), 1 })
+  return mean, (centered * centered):mean(3):mean(1)
+end
+local function ref_batch_norm(x, w, b, eps)
+  local mean, var = ref_batch_stats(x)
+  return affine((x - mean:reshape(bshape_of(x))) / (var:reshape(bshape_of(x)) + eps):sqrt(), x, w, b)
+end
+
+-- leaves: fresh copies of x, w, b requiring grad
+local function leaves(x, w, b)
+  local l = { x:detach():clone():requires_grad(true) }
+  l[2] = w and w:detach():clone():requires_grad(true)
+  l[3] = b and b:detach():clone():requires_grad(true)
+  return l
+end
+-- y of f on fresh leaves and the gradients of Σ y·g
+local function run(f, x, w, b, g)
+  local l = leaves(x, w, b)
+  local y = f(l[1], l[2], l[3])
+  ;(y:to("fp32") * g):sum():backward()
+  return y, l[1].grad, l[2] and l[2].grad, l[3] and l[3].grad
+end
+local function compare(name, got, want, tol)
+  close(name .. " y", got[1], want[1], tol)
+  for i, what in ipairs { "dx", "dw", "db" } do
+    if want[i + 1] ~= nil then close(name .. " " .. what, got[i + 1], want[i + 1], tol * 10) end
+  end
+end
+
+local function rand_shape(rng, C)
+  local s = { rng(1, 4), C }
+  for _ = 1, rng(0, 3) do s[#s + 1] = rng(1, 7) end
+  return s
+end
+
+describe("normops: GroupNorm / BatchNorm / InstanceNorm fused", function()
+  before_each(function() fp8.manual_seed(7) end)
+
+  it("group_norm matches the composite (random shapes, eps, affine or not)", function()
+    local r = math.random
+    math.randomseed(11)
+    for case = 1, 40 do
+      local G = r(1, 4)
+      local C = G * r(1, 4)
+      local x = fp8.randn(rand_shape(r, C)) * (r() * 4) + (r() * 6 - 3)
+      local eps = ({ 1e-5, 1e-3, 0.1, 0 })[r(1, 4)]
+      if eps == 0 and x:numel() // x:size(1) // G <= 1 then eps = 1e-5 end
+      local aff = r() < 0.7
+      local w = aff and fp8.randn { C } or nil
+      local b = aff and r() < 0.7 and fp8.randn { C } or nil
+      local g = fp8.randn(x:shape())
+      local got = table.pack(run(function(a, c, d) return F.group_norm(a, G, c, d, eps) end, x, w, b, g))
+      assert.are.equal("GroupNormBackward", got[1]:grad_fn(), "the fused kernel ran")
+      local want = table.pack(run(function(a, c, d) return ref_group_norm(a, G, c, d, eps) end, x, w, b, g))
+      compare(("case %d %s G=%d eps=%g"):format(case, x:shape_str(), G, eps), got, want, 2e-5)
+    end
+  end)
+
+  it("GroupNorm module, non-contiguous input, no grad, and instance norm as a group per channel", function()
+    local m = nn.GroupNorm(4, 8)
+    fp8.no_grad(function() m.weight:copy_(fp8.randn { 8 }); m.bias:copy_(fp8.randn { 8 }) end)
+    local base = fp8.randn { 3, 5, 8, 6 }
+    local x = base:permute(1, 3, 2, 4)   -- [3, 8, 5, 6], not contiguous
+    assert.is_false(x:is_contiguous())
+    local g = fp8.randn { 3, 8, 5, 6 }
+    local got = table.pack(run(function(a) return m(a) end, x, nil, nil, g))
+    local want = table.pack(run(function(a) return ref_group_norm(a, 4, m.weight, m.bias, m.eps) end, x, nil, nil, g))
+    compare("GroupNorm permuted", got, want, 2e-5)
+    local y = fp8.no_grad(function() return m(x) end)
+    close("GroupNorm no_grad", y, want[1], 2e-5)
+    -- instance norm: every channel its own group
+    local xi = fp8.randn { 2, 3, 4, 5 }
+    local gi = fp8.randn { 2, 3, 4, 5 }
+    local wi, bi = fp8.randn { 3 }, fp8.randn { 3 }
+    local got2 = table.pack(run(function(a, c, d) return F.instance_norm(a, nil, nil, c, d) end, xi, wi, bi, gi))
+    local want2 = table.pack(run(function(a, c, d) return ref_group_norm(a, 3, c, d, 1e-5) end, xi, wi, bi, gi))
+    compare("instance_norm", got2, want2, 2e-5)
+  end)
+
+  it("batch_norm in training matches the composite, running statistics included", function()
+    local r = math.random
+    math.randomseed(12)
+    for case = 1, 30 do
+      local C = r(1, 6)
+      local shape = rand_shape(r, C)
+      shape[1] = r(2, 5)
+      local x = fp8.randn(shape) * (r() * 3) + (r() * 4 - 2)
+      local eps = ({ 1e-5, 1e-3, 0.5 })[r(1, 3)]
+      local aff = r() < 0.7
+      local w, b = aff and fp8.randn { C } or nil, aff and fp8.randn { C } or nil
+      local g = fp8.randn(x:shape())
+      local rm, rv = fp8.randn { C }, fp8.rand { C } + 0.5
+      local rm0, rv0 = rm:clone(), rv:clone()
+      local mom = ({ 0.1, 0.3, 1 })[r(1, 3)]
+      local got = table.pack(run(function(a, c, d) return F.batch_norm(a, rm, rv, c, d, true, mom, eps) end, x, w, b, g))
+      assert.are.equal("BatchNormBackward", got[1]:grad_fn(), "the fused kernel ran")
+      local want = table.pack(run(function(a, c, d) return ref_batch_norm(a, c, d, eps) end, x, w, b, g))
+      local name = ("case %d %s eps=%g"):format(case, x:shape_str(), eps)
+      compare(name, got, want, 2e-5)
+      local mean, var = ref_batch_stats(x)
+      local n = x:numel() / C
+      close(name .. " running_mean", rm, rm0 * (1 - mom) + mean * mom, 1e-6)
+      close(name .. " running_var", rv, rv0 * (1 - mom) + var * (n / (n - 1)) * mom, 1e-5)
+    end
+  end)
+
+  it("BatchNorm1d/2d modules: momentum, cumulative average, num_batches_tracked, eval", function()
+    for _, spec in ipairs { { nn.BatchNorm1d, { 16, 5 } }, { nn.BatchNorm1d, { 6, 5, 7 } }, { nn.BatchNorm2d, { 4, 5, 3, 6 } } } do
+      for _, mom in ipairs { 0.1, false } do
+        local m = spec[1](5, { momentum = mom })
+        local rm, rv = fp8.zeros { 5 }, fp8.ones { 5 }
+        for step = 1, 3 do
+          local x = fp8.randn(spec[2]) * 2 + 1
+          local y = m(x)
+          local want = ref_batch_norm(x, m.weight, m.bias, m.eps)
+          close("BatchNorm y", y, want, 2e-5)
+          local mean, var = ref_batch_stats(x)
+          local n = x:numel() / 5
+          local f = mom or 1 / step
+          rm = rm * (1 - f) + mean * f
+          rv = rv * (1 - f) + var * (n / (n - 1)) * f
+          close("running_mean", m.running_mean, rm, 1e-6)
+          close("running_var", m.running_var, rv, 1e-5)
+          assert.are.equal(step, m.num_batches_tracked:item())
+        end
+        m:eval()
+        local x = fp8.randn(spec[2])
+        local ye = m(x)
+        local bs = bshape_of(x)
+        close("eval", ye, (x - rm:reshape(bs)) / (rv:reshape(bs) + m.eps):sqrt(), 2e-5)
+      end
+    end
+  end)
+
+  it("InstanceNorm with running statistics", function()
+    local m = nn.InstanceNorm2d(3, { affine = true, track_running_stats = true })
+    local x = fp8.randn { 4, 3, 5, 5 } * 2 + 1
+    local y = m(x)
+    close("InstanceNorm y", y, ref_group_norm(x, 3, m.weight, m.bias, m.eps), 2e-5)
+    local v = x:reshape({ 4, 3, 25 })
+    local mean = v:mean(3)
+    local c = v - mean:reshape({ 4, 3, 1 })
+    local var = (c * c):mean(3) * (25 / 24)
+    close("running_mean", m.running_mean, mean:mean(1) * 0.1, 1e-6)
+    close("running_var", m.running_var, fp8.ones { 3 } * 0.9 + var:mean(1) * 0.1, 1e-5)
+  end)
+
+  it("bf16 inputs: the result's dtype and values as the composite's, gradients in the leaves' dtypes", function()
+    for _, wdt in ipairs { "fp32", "bf16" } do
+      local x = (fp8.randn { 4, 8, 3, 3 } * 3):to("bf16")
+      local w, b = fp8.randn({ 8 }):to(wdt), fp8.randn({ 8 }):to(wdt)
+      local g = fp8.randn { 4, 8, 3, 3 }
+      for _, f in ipairs {
+        { function(a, c, d) return F.group_norm(a, 2, c, d) end,
+          function(a, c, d) return ref_group_norm(wide(a), 2, wide(c), wide(d), 1e-5):to("bf16") end },
+        { function(a, c, d) return F.batch_norm(a, nil, nil, c, d, true) end,
+          function(a, c, d) return ref_batch_norm(wide(a), wide(c), wide(d), 1e-5):to("bf16") end } } do
+        local got = table.pack(run(f[1], x, w, b, g))
+        local want = table.pack(run(f[2], x, w, b, g))
+        assert.are.equal("bf16", got[1]:dtype())
+        for i = 2, 4 do assert.are.equal(want[i]:dtype(), got[i]:dtype()) end
+        compare("bf16 " .. wdt, got, want, 1.6e-2)
+      end
+    end
+    -- under autocast as before: a bf16 result from an fp32 input stays what the composite gave
+    local m = nn.GroupNorm(2, 4)
+    local x = fp8.randn { 2, 4, 3 }
+    local y = fp8.autocast and fp8.autocast("bf16", function() return m(x) end)
+    if y then close("autocast", y, ref_group_norm(x, 2, m.weight, m.bias, 1e-5):to(y:dtype()), 1.6e-2) end
+  end)
+
+  it("zero sizes take the composite path and give what it gave", function()
+    local m = nn.GroupNorm(2, 4)
+    local e = m(fp8.randn { 0, 4, 3 })
+    assert.are.same({ 0, 4, 3 }, e:shape())
+    local z = F.group_norm(fp8.randn { 2, 4, 0 }, 2)
+    assert.are.same({ 2, 4, 0 }, z:shape())
+    local bn = nn.BatchNorm2d(3)
+    assert.are.same({ 0, 3, 2, 2 }, bn(fp8.randn { 0, 3, 2, 2 }):shape())
+    assert.are.equal(1, bn.num_batches_tracked:item())
+    assert.has_error(function() bn(fp8.randn { 1, 3, 1, 1 }) end)
+  end)
+
+  it("bad arguments of the core op raise errors naming the problem", function()
+    local C = require "fp8._nn"
+    local x = fp8.randn { 2, 4, 3 }
+    assert.has_error(function() C._channel_norm(x, 3, nil, nil, 1e-5) end)
+    assert.has_error(function() C._channel_norm(x, -1, nil, nil, 1e-5) end)
+    assert.has_error(function() C._channel_norm(x, 1.5, nil, nil, 1e-5) end)
+    assert.has_error(function() C._channel_norm(x, 2, fp8.ones { 3 }, nil, 1e-5) end)
+    assert.has_error(function() C._channel_norm(x, 2, nil, fp8.ones { 4, 1 }, 1e-5) end)
+    assert.has_error(function() C._channel_norm(x, 2, nil, nil, -1) end)
+    assert.has_error(function() C._channel_norm(x, 2, nil, nil, 0 / 0) end)
+    assert.has_error(function() C._channel_norm(x, 2, nil, nil) end)
+    assert.has_error(function() C._channel_norm(fp8.randn { 4 }, 0, nil, nil, 1e-5) end)
+    assert.has_error(function() C._channel_norm("x", 0, nil, nil, 1e-5) end)
+    assert.has_error(function() C._channel_norm(x, 2, nil, nil, 1e-5, 1) end)
+    assert.has_error(function() C._channel_norm(x:to("e4m3"), 2, nil, nil, 1e-5) end)
+    assert.has_error(function() F.group_norm(x, 3) end)
+    assert.has_error(function() F.batch_norm(x, fp8.zeros { 3 }, fp8.ones { 4 }, nil, nil, true) end)
+    -- an in-place write to the input between forward and backward is refused, as elsewhere
+    local xl = fp8.randn { 2, 4, 3 }:requires_grad(true)
+    local xx = xl * 1
+    local y = F.group_norm(xx, 2)
+    fp8.no_grad(function() xx:add_(1) end)
+    assert.has_error(function() y:sum():backward() end)
+  end)
+end)
