@@ -248,3 +248,96 @@ describe("normops: GroupNorm / BatchNorm / InstanceNorm fused", function()
     assert.has_error(function() y:sum():backward() end)
   end)
 end)
+
+describe("normops: index_select by runs", function()
+  before_each(function() fp8.manual_seed(9) end)
+
+  -- the old path: gather with the index expanded to the result's shape
+  local function ref_index_select(t, dim, index)
+    local view, full = {}, t:shape()
+    for i = 1, t:dim() do view[i] = i == dim and index:size(1) or 1 end
+    full[dim] = index:size(1)
+    return t:gather(dim, index:view(view):expand(full))
+  end
+  local function U_flat(t) return t:to("fp32"):reshape(-1):totable() end
+  local function same_bits(name, a, b)
+    assert.are.same(b:shape(), a:shape(), name .. ": shape")
+    assert.are.equal(b:dtype(), a:dtype(), name .. ": dtype")
+    local x, y = U_flat(a), U_flat(b)
+    for i = 1, #x do
+      assert.is_true(x[i] == y[i] or (x[i] ~= x[i] and y[i] ~= y[i]), ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i]))
+    end
+  end
+
+  it("matches gather's values and gradients, bit for bit (random shapes, dims, dtypes, repeats, views)", function()
+    local r = math.random
+    math.randomseed(13)
+    for case = 1, 60 do
+      local shape = {}
+      for d = 1, r(1, 4) do shape[d] = r(1, 6) end
+      local dim = r(1, #shape)
+      local dt = ({ "fp32", "bf16", "fp16" })[r(1, 3)]
+      local t = fp8.randn(shape):to(dt)
+      if r() < 0.3 and #shape >= 2 then t = t:transpose(1, 2) end   -- not contiguous
+      local ix = {}
+      for i = 1, r(0, 9) do ix[i] = r(0, t:size(dim) - 1) end
+      local index = fp8.tensor(ix)
+      if #ix == 0 then index = fp8.zeros { 0 } end
+      local name = ("case %d %s dim %d %s"):format(case, t:shape_str(), dim, dt)
+      same_bits(name, t:index_select(dim, index), ref_index_select(t, dim, index))
+      local a, b = t:detach():clone():requires_grad(true), t:detach():clone():requires_grad(true)
+      local ya, yb = a:index_select(dim, index), ref_index_select(b, dim, index)
+      assert.are.equal("IndexSelectBackward", ya:grad_fn())
+      local g = fp8.randn(ya:shape())
+      ;(ya:to("fp32") * g):sum():backward()
+      ;(yb:to("fp32") * g):sum():backward()
+      if b.grad ~= nil then same_bits(name .. " grad", a.grad, b.grad) end
+      -- negative dims, as the positive ones
+      same_bits(name .. " neg", t:index_select(dim - t:dim() - 1, index), ref_index_select(t, dim, index))
+    end
+  end)
+
+  it("large selections (threads) and fp32 positions past 2^24", function()
+    local w = fp8.randn { 3000, 7 }
+    local idx = (fp8.rand { 50000 } * 3000):floor()
+    same_bits("large", w:index_select(1, idx), ref_index_select(w, 1, idx))
+    local w2 = fp8.randn { 40, 3000 }
+    local idx2 = (fp8.rand { 5000 } * 3000):floor()
+    same_bits("large dim 2", w2:index_select(2, idx2), ref_index_select(w2, 2, idx2))
+    local a = w2:detach():requires_grad(true)
+    local b = w2:detach():requires_grad(true)
+    a:index_select(2, idx2):sum():backward()
+    ref_index_select(b, 2, idx2):sum():backward()
+    same_bits("large grad", a.grad, b.grad)
+  end)
+
+  it("errors as before", function()
+    local w = fp8.randn { 5, 3 }
+    local U = dofile("tests/spec/helpers/util.lua")
+    U.fails_with("index_select: index 5 out of range 0..4 for dim 1 of size 5", function() w:index_select(1, fp8.tensor { 5 }) end)
+    U.fails_with("index 1.5 out of range 0..2 for dim 2", function() w:index_select(2, fp8.tensor { 1.5 }) end)
+    U.fails_with("index -1 out of range", function() w:index_select(1, fp8.tensor { -1 }) end)
+    U.fails_with("out of range", function() w:index_select(1, fp8.tensor { 0 / 0 }) end)
+    U.fails_with("index_select: dim must be in 1..2", function() w:index_select(3, fp8.tensor { 1 }) end)
+    U.fails_with("the index must be 1-d", function() w:index_select(1, fp8.zeros { 2, 1 }) end)
+    U.fails_with("expected an index tensor", function() w:index_select(1, "x") end)
+    U.fails_with("dequantize it first", function() w:quantize("e4m3"):index_select(1, fp8.tensor { 1 }) end)
+    U.fails_with("not FP8", function() w:index_select(1, fp8.tensor({ 1 }):quantize("e4m3")) end)
+    U.fails_with("index 0 out of range 0..-1", function() fp8.zeros { 0, 3 }:index_select(1, fp8.tensor { 0 }) end)
+    -- the private method checks its own arguments
+    U.fails_with("index_select", function() w:_index_select(1, fp8.zeros { 2, 2 }) end)
+    U.fails_with("index_select", function() w:_index_select(9, fp8.tensor { 0 }) end)
+    U.fails_with("index_select", function() w:_index_select(1, 5) end)
+    U.fails_with("index_select", function() w:_index_select(1, fp8.tensor { 0 }, 1) end)
+    -- the node keeps its own copy of the index (as gather's did): a write after the forward changes nothing
+    local a = fp8.randn { 4, 2 }:requires_grad(true)
+    local i = fp8.tensor { 1, 3 }
+    local y = a:index_select(1, i)
+    i:fill_(9)
+    y:sum():backward()
+    assert.are.same({ { 0, 0 }, { 1, 1 }, { 0, 0 }, { 1, 1 } }, a.grad:totable())
+    -- 2^24 + 1 rows: position 2^24 is reachable, fp32 cannot hold 2^24 + 1
+    local big = fp8.zeros { 16777217, 1 }
+    assert.are.same({ 1, 1 }, big:index_select(1, fp8.tensor { 16777216 }):shape())
+  end)
+end)
