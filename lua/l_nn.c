@@ -141,6 +141,22 @@ static int l_channel_norm(lua_State *L) {
     return 3;
 }
 
+/* _embedding_bag(ids, weight, starts, mean, pad) -> [B, D]: fl_embedding_bag, EmbeddingBag's sum and mean paths
+ * (lua/fp8/nn/embedding_bag.lua) for fp32 CPU weights; pad -1: none */
+static int l_embedding_bag(lua_State *L) {
+    fl_tensor *ids = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2), *starts = fl_lchecktensor(L, 3);
+    luaL_checktype(L, 4, LUA_TBOOLEAN);
+    const bool mean = lua_toboolean(L, 4);
+    int isint = 0;
+    lua_Integer pad = lua_tointegerx(L, 5, &isint);
+    if (!isint || pad < -1)
+        return luaL_argerror(L, 5, lua_pushfstring(L, "pad must be an integer >= -1, got %s", luaL_typename(L, 5)));
+    no_extra(L, 6, "_embedding_bag");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_embedding_bag(slot, ids, w, starts, mean, (int64_t)pad));
+    return 1;
+}
+
 static int l_embedding(lua_State *L) {
     fl_tensor *idx = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
     no_extra(L, 3, "embedding");
@@ -215,7 +231,7 @@ static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"relu", l_relu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
-    {"_channel_norm", l_channel_norm},
+    {"_channel_norm", l_channel_norm}, {"_embedding_bag", l_embedding_bag},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
     {NULL, NULL},

@@ -341,3 +341,115 @@ describe("normops: index_select by runs", function()
     assert.are.same({ 1, 1 }, big:index_select(1, fp8.tensor { 16777216 }):shape())
   end)
 end)
+
+describe("normops: EmbeddingBag's segment sums", function()
+  before_each(function() fp8.manual_seed(5) end)
+  local U = dofile("tests/spec/helpers/util.lua")
+
+  local function bits(name, a, b)
+    assert.are.same(b:shape(), a:shape(), name .. ": shape")
+    local x, y = a:reshape(-1):totable(), b:reshape(-1):totable()
+    for i = 1, #x do assert.is_true(x[i] == y[i], ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i])) end
+  end
+
+  -- the composite of lua/fp8/nn/embedding_bag.lua (8248a51): embedding of the kept ids, index_add into the bags,
+  -- the mean's division by the count
+  local function ref_bag(ids, starts, weight, mean, pad)
+    local tok, bag_of, counts = {}, {}, {}
+    for b = 1, #starts - 1 do
+      counts[b] = 0
+      for j = starts[b] + 1, starts[b + 1] do
+        if ids[j] ~= pad then tok[#tok + 1] = ids[j]; bag_of[#bag_of + 1] = b - 1; counts[b] = counts[b] + 1 end
+      end
+    end
+    local B, D = #starts - 1, weight:size(2)
+    if #tok == 0 then return fp8.zeros { B, D } + weight:sum() * 0 end
+    local e = F.embedding(fp8.tensor(tok), weight)
+    local out = fp8.zeros({ B, D }):index_add(1, fp8.tensor(bag_of), e)
+    if mean then
+      for b = 1, B do counts[b] = math.max(counts[b], 1) end
+      out = out / fp8.tensor(counts):reshape({ B, 1 })
+    end
+    return out
+  end
+
+  it("sum and mean match the composite bit for bit, values and the weight's gradient", function()
+    local r = math.random
+    math.randomseed(21)
+    for case = 1, 40 do
+      local V, D = r(1, 30), r(1, 70)
+      local mode = r() < 0.5 and "sum" or "mean"
+      local pad = r() < 0.3 and r(0, V - 1) or nil
+      local ids, starts, input, offsets = {}, { 0 }, nil, nil
+      local last = r() < 0.5
+      if r() < 0.5 then   -- 2-D: each row a bag
+        local B, L = r(1, 6), r(1, 5)
+        for i = 1, B * L do ids[i] = r(0, V - 1) end
+        for b = 1, B do starts[b + 1] = b * L end
+        input = fp8.tensor(ids):reshape({ B, L })
+      else                -- 1-D with offsets, empty bags among them
+        local n = r(1, 20)
+        for i = 1, n do ids[i] = r(0, V - 1) end
+        for b = 1, r(1, 6) - 1 do starts[#starts + 1] = math.min(n, starts[#starts] + r(0, 5)) end
+        starts[#starts + 1] = n
+        input = fp8.tensor(ids)
+        local off = {}
+        for b = 1, #starts - (last and 0 or 1) do off[b] = starts[b] end
+        offsets = fp8.tensor(off)
+      end
+      local m = nn.EmbeddingBag(V, D, { mode = mode, padding_idx = pad, include_last_offset = last })
+      local name = ("case %d V=%d D=%d %s pad=%s"):format(case, V, D, mode, tostring(pad))
+      local y = m(input, offsets)
+      assert.are.equal("EmbeddingBagBackward", y:grad_fn(), name .. ": the fused path ran")
+      local w2 = m.weight:detach():clone():requires_grad(true)
+      local want = ref_bag(ids, starts, w2, mode == "mean", pad)
+      bits(name, y, want)
+      local g = fp8.randn(y:shape())
+      ;(y * g):sum():backward()
+      ;(want * g):sum():backward()
+      bits(name .. " grad", m.weight.grad, w2.grad)
+    end
+  end)
+
+  it("large bags (threads) and the functional form", function()
+    local w = fp8.randn { 500, 130 }:requires_grad(true)
+    local ids = (fp8.rand { 300, 40 } * 500):floor()
+    local w2 = w:detach():clone():requires_grad(true)
+    local y = F.embedding_bag(ids, w, { mode = "mean" })
+    local list, starts = ids:reshape({ -1 }):tolist(), {}
+    for b = 0, 300 do starts[b + 1] = b * 40 end
+    local want = ref_bag(list, starts, w2, true, nil)
+    bits("large", y, want)
+    y:sum():backward()
+    want:sum():backward()
+    bits("large grad", w.grad, w2.grad)
+  end)
+
+  it("errors and the paths it leaves to the composite", function()
+    local m = nn.EmbeddingBag(10, 3, { mode = "sum" })
+    U.fails_with("index 10 at 2 is out of range for 10 embeddings", function() m(fp8.tensor { { 1, 10 } }) end)
+    U.fails_with("out of range", function() m(fp8.tensor { { 1, -1 } }) end)
+    U.fails_with("out of range", function() m(fp8.tensor { { 1, 0.5 } }) end)
+    U.fails_with("the first offset must be 0", function() m(fp8.tensor { 1, 2 }, fp8.tensor { 1 }) end)
+    U.fails_with("offsets must be whole numbers rising", function() m(fp8.tensor { 1, 2 }, fp8.tensor { 0, 3 }) end)
+    U.fails_with("offsets must be nil for a 2-D input", function() m(fp8.tensor { { 1, 2 } }, fp8.tensor { 0 }) end)
+    U.fails_with("a 1-D input needs offsets", function() m(fp8.tensor { 1, 2 }) end)
+    -- bf16 weights, max mode and per_sample_weights keep the composite
+    local mb = nn.EmbeddingBag(10, 3, { mode = "max" })
+    assert.are_not.equal("EmbeddingBagBackward", mb(fp8.tensor { { 1, 2 } }):grad_fn())
+    local y = m(fp8.tensor { 1, 2 }, fp8.tensor { 0 }, fp8.tensor { 0.5, 2 })
+    assert.are_not.equal("EmbeddingBagBackward", y:grad_fn())
+    -- the core op checks its own arguments
+    local C = require "fp8._nn"
+    local w = fp8.randn { 4, 2 }
+    U.fails_with("starts must rise", function() C._embedding_bag(fp8.tensor { 1 }, w, fp8.tensor { 0, 2 }, false, -1) end)
+    U.fails_with("starts must rise", function() C._embedding_bag(fp8.tensor { 1 }, w, fp8.tensor { 0 / 0, 1 }, false, -1) end)
+    U.fails_with("starts must be 1-d", function() C._embedding_bag(fp8.tensor { 1 }, w, fp8.zeros { 0 }, false, -1) end)
+    U.fails_with("out of range", function() C._embedding_bag(fp8.tensor { 4 }, w, fp8.tensor { 0, 1 }, false, -1) end)
+    U.fails_with("weight must be", function() C._embedding_bag(fp8.tensor { 1 }, fp8.randn { 4 }, fp8.tensor { 0, 1 }, false, -1) end)
+    U.fails_with("fp32 CPU weights", function() C._embedding_bag(fp8.tensor { 1 }, w:to("bf16"), fp8.tensor { 0, 1 }, false, -1) end)
+    U.fails_with("pad must be", function() C._embedding_bag(fp8.tensor { 1 }, w, fp8.tensor { 0, 1 }, false, -2) end)
+    assert.has_error(function() C._embedding_bag(fp8.tensor { 1 }, w, fp8.tensor { 0, 1 }, 1, -1) end)
+    assert.has_error(function() C._embedding_bag(fp8.tensor { 1 }, w, fp8.tensor { 0, 1 }, false, -1, 1) end)
+  end)
+end)
