@@ -188,6 +188,13 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_CO
             double weight_decay, bool nesterov, bool first_step))                                                  \
     X(adamw, (float *p, const float *g, float *m, float *v, float *vmax, int64_t n, double lr, double beta1,       \
               double beta2, double eps, double weight_decay, int64_t step))                                        \
+    /* RMSprop (gavg non-NULL: centered; buf non-NULL: momentum) and Adagrad (clr: the step's decayed lr), in      \
+     * the fp32 operations of lua/fp8/optim/rmsprop.lua's and adagrad.lua's composites (core/optim.h). NULL entry:   \
+     * those composites. */                                                                                        \
+    X(rmsprop, (float *p, const float *g, float *sq, float *gavg, float *buf, int64_t n, double lr, double alpha,  \
+                double eps, double weight_decay, double momentum, bool maximize))                                  \
+    X(adagrad, (float *p, const float *g, float *sum, int64_t n, double clr, double eps, double weight_decay,       \
+                bool maximize))                                                                                    \
     X(msamp_adamw, (fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,          \
                     fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,      \
                     int64_t step))                                                                                 \

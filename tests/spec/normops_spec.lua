@@ -453,3 +453,163 @@ describe("normops: EmbeddingBag's segment sums", function()
     assert.has_error(function() C._embedding_bag(fp8.tensor { 1 }, w, fp8.tensor { 0, 1 }, false, -1, 1) end)
   end)
 end)
+
+describe("normops: fused RMSprop and Adagrad", function()
+  before_each(function() fp8.manual_seed(3) end)
+  local U = dofile("tests/spec/helpers/util.lua")
+  local C = require "fp8._optim"
+
+  local function bits(name, a, b)
+    assert.are.same(b:shape(), a:shape(), name)
+    -- one pass of tensor ops first (equal, or NaN on both sides); the elements only where that finds a difference
+    local diff = (a:ne(b) * b:eq(b)):sum():item() + (a:eq(a) * b:ne(b)):sum():item()
+    if diff == 0 then return end
+    local x, y = a:reshape(-1):totable(), b:reshape(-1):totable()
+    for i = 1, #x do
+      assert.is_true(x[i] == y[i] or (x[i] ~= x[i] and y[i] ~= y[i]), ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i]))
+    end
+  end
+
+  -- the composites of lua/fp8/optim/rmsprop.lua and adagrad.lua (8248a51), one step on plain tensors
+  local function ref_rmsprop(p, grad, st, g)
+    fp8.no_grad(function()
+      st.step = st.step + 1
+      if g.maximize then grad = -grad end
+      if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
+      C.copy_(st.square_avg, st.square_avg * g.alpha + grad * grad * (1 - g.alpha))
+      local avg
+      if g.centered then
+        st.grad_avg = st.grad_avg or fp8.zeros(p:shape())
+        C.copy_(st.grad_avg, st.grad_avg + (grad - st.grad_avg) * (1 - g.alpha))
+        avg = (st.square_avg - st.grad_avg * st.grad_avg):sqrt() + g.eps
+      else
+        avg = st.square_avg:sqrt() + g.eps
+      end
+      if g.momentum > 0 then
+        st.momentum_buffer = st.momentum_buffer or fp8.zeros(p:shape())
+        C.copy_(st.momentum_buffer, st.momentum_buffer * g.momentum + grad / avg)
+        C.copy_(p, p - st.momentum_buffer * g.lr)
+      else
+        C.copy_(p, p - grad / avg * g.lr)
+      end
+    end)
+  end
+  local function ref_adagrad(p, grad, st, g)
+    fp8.no_grad(function()
+      st.step = st.step + 1
+      if g.maximize then grad = -grad end
+      if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
+      local clr = g.lr / (1 + (st.step - 1) * g.lr_decay)
+      C.copy_(st.sum, st.sum + grad * grad)
+      C.copy_(p, p - grad / (st.sum:sqrt() + g.eps) * clr)
+    end)
+  end
+
+  local function pick(r, list) return list[r(1, #list)] end
+
+  it("RMSprop: every option, several steps, the composite's bits (parameter and state)", function()
+    local r = math.random
+    math.randomseed(31)
+    for case = 1, 48 do
+      local o = { lr = pick(r, { 1e-2, 3e-4, 0.5 }), alpha = pick(r, { 0.99, 0.9, 0.5 }), eps = pick(r, { 1e-8, 1e-3 }),
+        weight_decay = pick(r, { 0, 0.1 }), momentum = pick(r, { 0, 0.9 }), centered = r() < 0.5,
+        maximize = r() < 0.5 }
+      local n = pick(r, { 1, 7, 100, 70001 })   -- (70001: past the threads' threshold)
+      local p0 = fp8.randn { n }
+      local p = p0:clone():requires_grad(true)
+      local opt = fp8.optim.RMSprop({ p }, o)
+      local q = p0:clone()
+      local st = { step = 0, square_avg = fp8.zeros { n } }
+      local g = { lr = o.lr, alpha = o.alpha, eps = o.eps, weight_decay = o.weight_decay, momentum = o.momentum,
+        centered = o.centered, maximize = o.maximize }
+      for step = 1, 3 do
+        local grad = fp8.randn { n }
+        if step == 2 and n > 1 then grad = grad * 1e-20 end   -- tiny values: subnormal squares
+        p.grad = grad:clone()
+        opt:step()
+        ref_rmsprop(q, grad, st, g)
+        local name = ("case %d n=%d step %d"):format(case, n, step)
+        bits(name .. " p", p:detach(), q)
+        local mine = opt.state[p]
+        bits(name .. " square_avg", mine.square_avg, st.square_avg)
+        if o.centered then bits(name .. " grad_avg", mine.grad_avg, st.grad_avg) end
+        if o.momentum > 0 then bits(name .. " momentum_buffer", mine.momentum_buffer, st.momentum_buffer) end
+        assert.are.equal(step, mine.step)
+      end
+    end
+  end)
+
+  it("Adagrad: every option, several steps, the composite's bits", function()
+    local r = math.random
+    math.randomseed(32)
+    for case = 1, 32 do
+      local o = { lr = pick(r, { 1e-2, 0.3 }), lr_decay = pick(r, { 0, 0.1 }), weight_decay = pick(r, { 0, 0.05 }),
+        initial_accumulator_value = pick(r, { 0, 0.5 }), eps = pick(r, { 1e-10, 1e-2 }), maximize = r() < 0.5 }
+      local n = pick(r, { 1, 9, 70001 })
+      local p0 = fp8.randn { n }
+      local p = p0:clone():requires_grad(true)
+      local opt = fp8.optim.Adagrad({ p }, o)
+      local q = p0:clone()
+      local st = { step = 0, sum = fp8.full({ n }, o.initial_accumulator_value) }
+      for step = 1, 3 do
+        local grad = fp8.randn { n }
+        p.grad = grad:clone()
+        opt:step()
+        ref_adagrad(q, grad, st, o)
+        local name = ("case %d n=%d step %d"):format(case, n, step)
+        bits(name .. " p", p:detach(), q)
+        bits(name .. " sum", opt.state[p].sum, st.sum)
+      end
+    end
+  end)
+
+  it("NaN and infinite gradients, zero-size and non-contiguous parameters", function()
+    local p = fp8.tensor({ 1, 2, 3, 4 }):requires_grad(true)
+    local q = fp8.tensor { 1, 2, 3, 4 }
+    local opt = fp8.optim.RMSprop({ p }, { centered = true, momentum = 0.5 })
+    local st = { step = 0, square_avg = fp8.zeros { 4 } }
+    local grad = fp8.tensor { 0 / 0, math.huge, -math.huge, 0 }
+    p.grad = grad:clone()
+    opt:step()
+    ref_rmsprop(q, grad, st, { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0.5,
+      centered = true, maximize = false })
+    bits("specials", p:detach(), q)
+    local z = fp8.zeros({ 0 }):requires_grad(true)
+    for _, cls in ipairs { fp8.optim.RMSprop, fp8.optim.Adagrad } do
+      local o = cls({ z })
+      z.grad = fp8.zeros { 0 }
+      o:step()
+    end
+    -- a transposed leaf, stepped in place as the composite steps it
+    local base = fp8.randn { 3, 4 }
+    local pt = base:clone():t():requires_grad(true)
+    local qt = base:clone():t()
+    local g2 = fp8.randn { 4, 3 }
+    local oa = fp8.optim.Adagrad({ pt })
+    pt.grad = g2:clone()
+    oa:step()
+    local sa = { step = 0, sum = fp8.zeros { 4, 3 } }
+    ref_adagrad(qt, g2:contiguous(), sa, { lr = 1e-2, lr_decay = 0, weight_decay = 0, eps = 1e-10, maximize = false })
+    bits("transposed", pt:detach():contiguous(), qt:contiguous())
+  end)
+
+  it("the step functions check their arguments", function()
+    local p, g, s = fp8.zeros { 4 }, fp8.zeros { 4 }, fp8.zeros { 4 }
+    U.fails_with("rmsprop_step", function() C.rmsprop_step(p, g, fp8.zeros { 3 }, nil, nil, 1, 0.9, 1e-8, 0, 0, false) end)
+    U.fails_with("momentum_buffer is missing", function() C.rmsprop_step(p, g, s, nil, nil, 1, 0.9, 1e-8, 0, 0.5, false) end)
+    U.fails_with("grad_avg", function() C.rmsprop_step(p, g, s, fp8.zeros { 5 }, nil, 1, 0.9, 1e-8, 0, 0, false) end)
+    U.fails_with("must be fp32", function() C.rmsprop_step(p, g:to("bf16"), s, nil, nil, 1, 0.9, 1e-8, 0, 0, false) end)
+    U.fails_with("finite and >= 0", function() C.rmsprop_step(p, g, s, nil, nil, -1, 0.9, 1e-8, 0, 0, false) end)
+    U.fails_with("alpha", function() C.rmsprop_step(p, g, s, nil, nil, 1, 0 / 0, 1e-8, 0, 0, false) end)
+    assert.has_error(function() C.rmsprop_step(p, g, s, nil, nil, 1, 0.9, 1e-8, 0, 0) end)
+    assert.has_error(function() C.rmsprop_step(p, g, s, nil, nil, 1, 0.9, 1e-8, 0, 0, false, 1) end)
+    assert.has_error(function() C.rmsprop_step(p, g, s, nil, nil, "1", 0.9, 1e-8, 0, 0, false) end)
+    U.fails_with("sum has 3 elements", function() C.adagrad_step(p, g, fp8.zeros { 3 }, 1, 1e-10, 0, false) end)
+    U.fails_with("lr must be finite", function() C.adagrad_step(p, g, s, math.huge, 1e-10, 0, false) end)
+    U.fails_with("finite and >= 0", function() C.adagrad_step(p, g, s, -1, 1e-10, 0, false) end)
+    U.fails_with("must be contiguous", function() C.adagrad_step(p, g, fp8.zeros { 4, 2 }:select(2, 1), 1, 1e-10, 0, false) end)
+    assert.has_error(function() C.adagrad_step(p, g, s, 1, 1e-10, 0) end)
+    assert.has_error(function() C.adagrad_step(p, g, s, 1, 1e-10, 0, false, 1) end)
+    assert.has_error(function() C.adagrad_step(p, "g", s, 1, 1e-10, 0, false) end)
+  end)
+end)
