@@ -75,6 +75,8 @@ fl_status fl_embedding_bag(fl_tensor **out, const fl_tensor *ids, const fl_tenso
     if (starts->ndim != 1 || starts->shape[0] < 1)
         return FL_ERR(FL_EINVAL, "embedding_bag: starts must be 1-d with at least one element");
     const int64_t V = weight->shape[0], D = weight->shape[1], n = fl_tensor_numel(ids), B = starts->shape[0] - 1;
+    if (n > (int64_t)1 << 24)   /* past 2^24 an fp32 start need not be the position it stands for */
+        return FL_ERR(FL_EINVAL, "embedding_bag: %lld ids is more than fp32 starts can count exactly (2^24)", (long long)n);
     fl_tensor *ih = NULL, *sh = NULL, *wc = NULL, *v = NULL;
     fl_status st = fl_host_f32(&ih, ids);
     if (st == FL_OK) st = fl_host_f32(&sh, starts);

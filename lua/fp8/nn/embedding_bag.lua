@@ -65,6 +65,7 @@ end
 -- refuse the offsets or there is no bag (the composite path then gives its error or its empty result)
 local function starts_of(input, offsets, include_last)
   local n = input:numel()
+  if n > 1 << 24 then return nil end   -- (fp32 starts count exactly up to 2^24)
   local st = {}
   if input:dim() == 2 then
     if offsets ~= nil then return nil end
