@@ -204,11 +204,40 @@ describe("normops: GroupNorm / BatchNorm / InstanceNorm fused", function()
         compare("bf16 " .. wdt, got, want, 1.6e-2)
       end
     end
-    -- under autocast as before: a bf16 result from an fp32 input stays what the composite gave
+    -- under autocast as before: a Linear's output normalized, dtypes as the composite gave (fp32 here)
     local m = nn.GroupNorm(2, 4)
+    local lin = nn.Linear(3, 3)
     local x = fp8.randn { 2, 4, 3 }
-    local y = fp8.autocast and fp8.autocast("bf16", function() return m(x) end)
-    if y then close("autocast", y, ref_group_norm(x, 2, m.weight, m.bias, 1e-5):to(y:dtype()), 1.6e-2) end
+    for _, mode in ipairs { "bf16", "fp16" } do
+      local y, h = fp8.amp.autocast(mode, function() local h = lin(x); return m(h), h end)
+      local want = ref_group_norm(wide(h), 2, m.weight, m.bias, 1e-5)
+      assert.are.equal(h:dtype(), y:dtype())
+      close("autocast " .. mode, y, want:to(y:dtype()), 1.6e-2)
+    end
+  end)
+
+  it("gradients of the parameters alone, or of the input alone", function()
+    local x = fp8.randn { 3, 6, 4 }
+    local g = fp8.randn { 3, 6, 4 }
+    for _, G in ipairs { 3, 0 } do
+      local f = G > 0 and function(a, c, d) return F.group_norm(a, G, c, d) end
+        or function(a, c, d) return F.batch_norm(a, nil, nil, c, d, true) end
+      local r = G > 0 and function(a, c, d) return ref_group_norm(a, G, c, d, 1e-5) end
+        or function(a, c, d) return ref_batch_norm(a, c, d, 1e-5) end
+      local w, b = fp8.randn { 6 }, fp8.randn { 6 }
+      -- x without grad: dw and db only
+      local w1, b1 = w:clone():requires_grad(true), b:clone():requires_grad(true)
+      ;(f(x, w1, b1) * g):sum():backward()
+      local w2, b2 = w:clone():requires_grad(true), b:clone():requires_grad(true)
+      ;(r(x, w2, b2) * g):sum():backward()
+      close("dw alone", w1.grad, w2.grad, 2e-4)
+      close("db alone", b1.grad, b2.grad, 2e-4)
+      -- parameters without grad: dx only
+      local x1, x2 = x:clone():requires_grad(true), x:clone():requires_grad(true)
+      ;(f(x1, w, b) * g):sum():backward()
+      ;(r(x2, w, b) * g):sum():backward()
+      close("dx alone", x1.grad, x2.grad, 2e-4)
+    end
   end)
 
   it("zero sizes take the composite path and give what it gave", function()
