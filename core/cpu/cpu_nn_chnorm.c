@@ -152,38 +152,65 @@ fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, c
         return FL_OK;
     }
     /* BatchNorm: each (sample, channel) run's sums first, in memory order (a channel's N runs lie C·P apart, a
-     * stride that maps them onto the same cache sets), then combined per channel over the samples in order */
-    const int64_t M = N * P, rows = N * C;
-    double *part = malloc((size_t)(rows > 0 ? rows : 1) * 2 * sizeof(double));
+     * stride that maps them onto the same cache sets), then combined per channel over the samples in order; for
+     * [N, C] (P = 1) the runs are single values, summed as columns along the rows (the same order) */
+    const int64_t M = N * P, rows = N * C, np = P == 1 ? C : rows;
+    double *part = calloc((size_t)(np > 0 ? np : 1) * 2, sizeof(double));
     float *co = malloc((size_t)(C > 0 ? C : 1) * 3 * sizeof(float));
     if (!part || !co) {
         free(part);
         free(co);
-        return FL_ERR(FL_ENOMEM, "batch_norm backward: out of memory for %lld sums", (long long)(2 * rows));
+        return FL_ERR(FL_ENOMEM, "batch_norm backward: out of memory for %lld sums", (long long)(2 * np));
     }
-    #pragma omp parallel for if (rows > 1 && rows * P > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        double sdy = 0.0, sdyx = 0.0;
-        run_dsums(x + r * P, dy + r * P, P, mean[r % C], &sdy, &sdyx);
-        part[2 * r] = sdy;
-        part[2 * r + 1] = sdyx;
+    float *ca = co, *cb = co + C, *cc = co + 2 * C;   /* dx = ca·dy + cb·(x − mean) + cc, per channel */
+    if (P == 1) {
+        double *sdy = part, *sdyx = part + C;
+        for (int64_t n = 0; n < N; n++) {
+            const float *xr = x + n * C, *gr = dy + n * C;
+            #pragma omp simd
+            for (int64_t c = 0; c < C; c++) {
+                sdy[c] += (double)gr[c];
+                sdyx[c] += (double)gr[c] * (double)(xr[c] - mean[c]);
+            }
+        }
+    } else {
+        #pragma omp parallel for if (rows > 1 && rows * P > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            double sdy = 0.0, sdyx = 0.0;
+            run_dsums(x + r * P, dy + r * P, P, mean[r % C], &sdy, &sdyx);
+            part[2 * r] = sdy;
+            part[2 * r + 1] = sdyx;
+        }
     }
     for (int64_t c = 0; c < C; c++) {
         double sdy = 0.0, sdyx = 0.0;
-        for (int64_t n = 0; n < N; n++) { sdy += part[2 * (n * C + c)]; sdyx += part[2 * (n * C + c) + 1]; }
+        if (P == 1) {
+            sdy = part[c];
+            sdyx = part[C + c];
+        } else {
+            for (int64_t n = 0; n < N; n++) { sdy += part[2 * (n * C + c)]; sdyx += part[2 * (n * C + c) + 1]; }
+        }
         const float rs = rstd[c];
         if (dw) dw[c] += (float)(sdyx * rs);
         if (db) db[c] += (float)sdy;
         const double a = w ? (double)rs * w[c] : (double)rs;
-        co[3 * c] = (float)a;
-        co[3 * c + 1] = (float)(-a * rs * rs * sdyx / (double)M);
-        co[3 * c + 2] = (float)(-a * sdy / (double)M);
+        ca[c] = (float)a;
+        cb[c] = (float)(-a * rs * rs * sdyx / (double)M);
+        cc[c] = (float)(-a * sdy / (double)M);
     }
-    if (dx) {
+    if (dx && P == 1) {
+        #pragma omp parallel for if (N > 1 && rows > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            const float *xr = x + n * C, *gr = dy + n * C;
+            float *dr = dx + n * C;
+            #pragma omp simd
+            for (int64_t c = 0; c < C; c++) dr[c] = ca[c] * gr[c] + cb[c] * (xr[c] - mean[c]) + cc[c];
+        }
+    } else if (dx) {
         #pragma omp parallel for if (rows > 1 && rows * P > FL_NN_PAR_MIN) schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             const int64_t c = r % C;
-            run_dx(x + r * P, dy + r * P, dx + r * P, P, mean[c], co[3 * c], co[3 * c + 1], co[3 * c + 2]);
+            run_dx(x + r * P, dy + r * P, dx + r * P, P, mean[c], ca[c], cb[c], cc[c]);
         }
     }
     free(part);
