@@ -101,8 +101,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
   local mean, var
   if training and x:size(1) == 0 then return empty_batch(x, weight, bias, low) end
   if training then
-    local v = per_channel(x)
-    local n = v:size(1) * v:size(3)
+    local n = x:numel() // C   -- (not of a reshape: a non-contiguous x would be copied for nothing)
     if training and n <= 1 then
       error(("batch_norm: expected more than 1 value per channel when training, got input %s"):format(shape_str(x)),
         0)
@@ -111,6 +110,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
     if fused(x, weight, bias) then
       y, mean, var = channel_norm(x, 0, weight, bias, eps)
     else
+      local v = per_channel(x)
       mean = v:mean(3):mean(1)                                   -- [C]
       local centered = v - mean:reshape({ 1, C, 1 })
       var = (centered * centered):mean(3):mean(1)                -- biased, [C]
@@ -199,8 +199,7 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
   if N == 0 then return empty_batch(x, weight, bias, low) end
-  local v = per_channel(x)
-  local P = v:size(3)
+  local P = x:numel() // (N * C)
   if P <= 1 then
     error(("instance_norm: expected more than 1 position per channel, got input %s"):format(shape_str(x)), 0)
   end
@@ -208,6 +207,7 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
   if fused(x, weight, bias) then   -- GroupNorm with a group per channel; mean and var [N·C]
     y, mean, var = channel_norm(x, C, weight, bias, eps)
   else
+    local v = per_channel(x)
     mean = v:mean(3, true)                                        -- [N, C, 1]: each sample's channel
     local centered = v - mean
     var = (centered * centered):mean(3, true)                     -- biased
