@@ -136,6 +136,14 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(layernorm_quantize, (fl_tensor *dst, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,             \
                            fl_tensor *mean, fl_tensor *rstd, float eps, const float *scale, int margin, bool pow2, \
                            fl_overflow p))                                                                         \
+    /* GroupNorm (groups G > 0: statistics per sample and group over its C/G·P values) or BatchNorm's training   \
+     * (G == 0: per channel over N·P) of a contiguous fp32 x [N, C, P]; w, b [C] or NULL. mean, rstd: [N·G] or   \
+     * [C], saved for backward; var (NULL or as mean): the biased variance. Backward writes dx (unless NULL) and  \
+     * accumulates (+=) into dw, db when they are non-NULL. NULL entry: the Lua composite of elementwise ops. */  \
+    X(chnorm_fwd, (const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, float *var, \
+                   int64_t N, int64_t C, int64_t P, int64_t G, float eps))                                         \
+    X(chnorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,          \
+                   float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G))                   \
     /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows                 \
      * into dweight (+=), in index order (deterministic). */                                                       \
     X(embedding_fwd, (const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y))     \
@@ -183,6 +191,13 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
             double weight_decay, bool nesterov, bool first_step))                                                  \
     X(adamw, (float *p, const float *g, float *m, float *v, float *vmax, int64_t n, double lr, double beta1,       \
               double beta2, double eps, double weight_decay, int64_t step))                                        \
+    /* RMSprop (gavg non-NULL: centered; buf non-NULL: momentum) and Adagrad (clr: the step's decayed lr), in      \
+     * the fp32 operations of lua/fp8/optim/rmsprop.lua's and adagrad.lua's composites (core/optim.h). NULL entry:   \
+     * those composites. */                                                                                        \
+    X(rmsprop, (float *p, const float *g, float *sq, float *gavg, float *buf, int64_t n, double lr, double alpha,  \
+                double eps, double weight_decay, double momentum, bool maximize))                                  \
+    X(adagrad, (float *p, const float *g, float *sum, int64_t n, double clr, double eps, double weight_decay,       \
+                bool maximize))                                                                                    \
     X(msamp_adamw, (fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *v_scale_inv,          \
                     fl_tensor *p_fp8, double lr, double beta1, double beta2, double eps, double weight_decay,      \
                     int64_t step))                                                                                 \

@@ -7,6 +7,8 @@
 #include "host_ops.h"
 #include "profiler.h"
 #include <stdlib.h>
+#include <string.h>
+#include "autograd.h"
 
 fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index) {
     char sa[200], si[200];
@@ -64,5 +66,141 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; return st; }
     st = fl_record_index_grad(out, &ix, a, dim, "GatherBackward", 0);
     fl_tensor_release(ix);   /* the node saved its own copy (or there is none) */
+    return st;
+}
+
+/* ---- index_select: whole runs along one dim ------------------------------------------------------------------ */
+
+/* out[o, r, :] = a[o, index[r], :] (o over the dims before dim, the run over those after it): each selected run
+ * copied with memcpy in a's own dtype (the same bits as gather's fp32 round trip, which is exact for fp32, bf16
+ * and fp16), a read in place when it is a contiguous host tensor. Backward: index_add of the gradient's runs into
+ * zeros of a's shape, the runs added in the order of index (gather's order, so the same sums). */
+
+/* The checked 1-d index as int64 positions (*pos, k of them) from its fp32 values iv: gather's rule and message. */
+static fl_status index_positions(int64_t **pos, const float *iv, int64_t k, int64_t size, int dim) {
+    *pos = malloc((size_t)(k > 0 ? k : 1) * sizeof(int64_t));
+    if (!*pos) return FL_ERR(FL_ENOMEM, "index_select: out of memory for %lld positions", (long long)k);
+    for (int64_t r = 0; r < k; r++) {
+        const float p = iv[r];
+        if (!(p >= 0 && (double)p < (double)size && p == (float)(int64_t)p)) {
+            free(*pos);
+            *pos = NULL;
+            return FL_ERR(FL_EINVAL, "index_select: index %.9g out of range 0..%lld for dim %d of size %lld",
+                          (double)p, (long long)size - 1, dim + 1, (long long)size);
+        }
+        (*pos)[r] = (int64_t)p;
+    }
+    return FL_OK;
+}
+
+/* outer, size, inner of a around dim */
+static void around(const fl_tensor *a, int dim, int64_t *outer, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int i = 0; i < a->ndim; i++) {
+        if (i < dim) *outer *= a->shape[i];
+        if (i > dim) *inner *= a->shape[i];
+    }
+}
+
+static fl_status index_select_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *in = n->inputs[0], *ix = n->saved[0];
+    const int dim = (int)n->iargs[0];
+    const int64_t size = in->shape[dim], k = fl_tensor_numel(ix);
+    int64_t outer, inner;
+    around(in, dim, &outer, &inner);
+    fl_tensor *gh = NULL, *z = NULL;
+    int64_t *pos = NULL;
+    fl_status st = fl_host_f32(&gh, g);
+    /* (the engine refuses an index written since the forward; this guards the memory whatever else) */
+    if (st == FL_OK) st = index_positions(&pos, fl_tensor_data(ix), k, size, dim);
+    if (st == FL_OK) st = fl_tensor_zeros(&z, FL_F32, in->ndim, in->shape, FL_DEV_CPU);
+    if (st == FL_OK) {
+        const float *gv = fl_tensor_data(gh);
+        float *zv = fl_tensor_data(z);
+        /* threads take whole outer slices (distinct destinations); within one, runs in index order */
+        #pragma omp parallel for if (outer > 1 && outer * k * inner > (1 << 16)) schedule(static)
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t r = 0; r < k; r++) {
+                float *dst = zv + (o * size + pos[r]) * inner;
+                const float *src = gv + (o * k + r) * inner;
+                for (int64_t j = 0; j < inner; j++) dst[j] += src[j];
+            }
+    }
+    free(pos);
+    fl_tensor_release(gh);
+    if (st == FL_OK && in->device != FL_DEV_CPU) {
+        fl_tensor *d = NULL;
+        st = fl_tensor_to_device(&d, z, in->device);
+        fl_tensor_release(z);
+        z = d;
+    }
+    if (st != FL_OK) { fl_tensor_release(z); return st; }
+    gin[0] = z;
+    return FL_OK;
+}
+
+fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index) {
+    char si[200];
+    *out = NULL;
+    FL_PROF_SCOPE("index_select"); FL_PROF_SHAPES(a, index);
+    if (fl_format(a->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "index_select: %s tensor: dequantize it first", fl_format(a->dtype)->name);
+    if (fl_format(index->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "index_select: the index must hold whole numbers, not FP8");
+    if (a->ndim == 0) return FL_ERR(FL_EINVAL, "index_select: a 0-d tensor has no dim to select along");
+    if (dim < -a->ndim || dim >= a->ndim)
+        return FL_ERR(FL_EINVAL, "index_select: dim %d out of range for a %d-d tensor", dim, a->ndim);
+    if (dim < 0) dim += a->ndim;
+    if (index->ndim != 1)
+        return FL_ERR(FL_EINVAL, "index_select: the index must be 1-d, got %s",
+                      fl_shape_str(si, sizeof si, index->ndim, index->shape));
+    const int64_t size = a->shape[dim], k = index->shape[0];
+    int64_t outer, inner;
+    around(a, dim, &outer, &inner);
+    const size_t es = (size_t)fl_format(a->dtype)->bits / 8, run = (size_t)inner * es;
+    int64_t shape[FL_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) shape[i] = i == dim ? k : a->shape[i];
+    fl_tensor *ih = NULL, *ah = NULL, *v = NULL, *ix = NULL;
+    int64_t *pos = NULL;
+    fl_status st = fl_host_f32(&ih, index);
+    if (st == FL_OK) st = index_positions(&pos, fl_tensor_data(ih), k, size, dim);
+    if (st == FL_OK) {
+        if (a->device == FL_DEV_CPU && fl_tensor_is_contiguous(a)) ah = fl_tensor_retain((fl_tensor *)a);
+        else {
+            fl_tensor *d = NULL;
+            st = fl_tensor_to_device(&d, a, FL_DEV_CPU);
+            if (st == FL_OK) st = fl_tensor_contiguous(&ah, d);
+            fl_tensor_release(d);
+        }
+    }
+    if (st == FL_OK) st = fl_tensor_empty(&v, a->dtype, a->ndim, shape, FL_DEV_CPU);
+    if (st == FL_OK && run > 0) {
+        const char *x = fl_tensor_data(ah);
+        char *y = fl_tensor_data(v);
+        const int64_t rows = outer * k;
+        #pragma omp parallel for if (rows > 1 && (int64_t)run * rows > (1 << 18)) schedule(static)
+        for (int64_t t = 0; t < rows; t++) {
+            const int64_t o = t / (k > 0 ? k : 1), r = t - o * k;
+            memcpy(y + (size_t)t * run, x + (size_t)(o * size + pos[r]) * run, run);
+        }
+    }
+    free(pos);
+    fl_tensor_release(ah);
+    if (st == FL_OK) st = fl_host_result(out, v, a->dtype, a->device), v = NULL;
+    fl_tensor_release(v);
+    fl_node *n = NULL;
+    if (st == FL_OK && fl_any_requires_grad(1, &a)) {
+        /* the node keeps the index as fp32 on the host (what the backward reads) */
+        st = fl_host_result(&ix, ih, FL_F32, FL_DEV_CPU), ih = NULL;
+        if (st == FL_OK) st = fl_autograd_record(out, &n, "IndexSelectBackward", index_select_bwd, 1, &a);
+        if (st == FL_OK) {
+            n->iargs[0] = dim;
+            st = fl_node_save_detached(n, 0, ix);
+            if (st == FL_OK) st = fl_node_input_stub(n, 0);   /* its shape alone is read */
+        }
+    }
+    fl_tensor_release(ih);
+    fl_tensor_release(ix);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }

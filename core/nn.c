@@ -32,7 +32,7 @@ static fl_status nn_device(const fl_tensor *t, const void *(*pick)(const fl_devi
 #define NN_DEVICE(t, field, op, dev) nn_device(t, pick_##field, op, dev)
 #define PICK(field) static const void *pick_##field(const fl_device *d) { return (const void *)d->field; }
 PICK(act_fwd) PICK(softmax_fwd) PICK(cross_entropy_fwd) PICK(mse_fwd) PICK(layernorm_fwd) PICK(embedding_fwd)
-PICK(dropout_fwd) PICK(sdpa_fwd)
+PICK(dropout_fwd) PICK(sdpa_fwd) PICK(chnorm_fwd)
 
 /* Every tensor of one op on one device: the error names the op and both devices. */
 static fl_status same_device(const char *op, int n, const fl_tensor *const *ts) {
@@ -331,6 +331,92 @@ fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     fl_tensor_release(xc); fl_tensor_release(wc); fl_tensor_release(bc);
     fl_tensor_release(mean); fl_tensor_release(rstd);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+/* ---- group and batch norms ---------------------------------------------------------------- */
+
+/* x [N, C, ...] as [N, C, P]: its N, C and P. */
+static void ncp(const fl_tensor *x, int64_t *N, int64_t *C, int64_t *P) {
+    *N = x->shape[0];
+    *C = x->shape[1];
+    *P = 1;
+    for (int d = 2; d < x->ndim; d++) *P *= x->shape[d];
+}
+
+static fl_status chnorm_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
+    int64_t N, C, P;
+    ncp(x, &N, &C, &P);
+    fl_tensor *dx = NULL, *dw = NULL, *db = NULL;
+    fl_status st = FL_OK;
+    if (fl_node_input_needs_grad(n, 0)) st = new_like(&dx, x, false);
+    if (st == FL_OK && fl_node_input_needs_grad(n, 1)) st = new_vec(&dw, x, C, true);
+    if (st == FL_OK && fl_node_input_needs_grad(n, 2)) st = new_vec(&db, x, C, true);
+    if (st == FL_OK)
+        st = DEV(x)->chnorm_bwd(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(g), dx ? F(dx) : NULL, dw ? F(dw) : NULL,
+                                db ? F(db) : NULL, N, C, P, (int64_t)n->dargs[0]);
+    if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }
+    gin[0] = dx;
+    gin[1] = dw;
+    gin[2] = db;
+    return FL_OK;
+}
+
+fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var_out, const fl_tensor *x,
+                          const fl_tensor *w, const fl_tensor *b, int64_t groups, double eps) {
+    *out = NULL;
+    if (mean_out) *mean_out = NULL;
+    if (var_out) *var_out = NULL;
+    const char *op = groups > 0 ? "group_norm" : "batch_norm";
+    FL_PROF_SCOPE("channel_norm"); FL_PROF_SHAPES(x, w, b);
+    char a[200], c[200];
+    if (x->ndim < 2) return FL_ERR(FL_EINVAL, "%s: expected an input [N, C, ...], got %s", op, SHAPE(a, x));
+    int64_t N, C, P;
+    ncp(x, &N, &C, &P);
+    if (groups < 0 || (groups > 0 && C % groups != 0))
+        return FL_ERR(FL_EINVAL, "%s: groups must be 0 (batch statistics) or a positive divisor of the channels (%lld), "
+                      "got %lld", op, (long long)C, (long long)groups);
+    const fl_tensor *wb[2] = { w, b };
+    for (int i = 0; i < 2; i++)
+        if (wb[i] && (wb[i]->ndim != 1 || wb[i]->shape[0] != C))
+            return FL_ERR(FL_EINVAL, "%s: %s %s does not match input %s (expected [%lld])", op, i ? "bias" : "weight",
+                          SHAPE(a, wb[i]), SHAPE(c, x), (long long)C);
+    if (!(eps >= 0) || !isfinite(eps)) return FL_ERR(FL_EINVAL, "%s: eps must be finite and >= 0, got %g", op, eps);
+    FL_TRY(same_device(op, 3, (const fl_tensor *[]){ x, w, b }));
+    const fl_device *dev;
+    FL_TRY(NN_DEVICE(x, chnorm_fwd, op, &dev));
+    if (!dev->chnorm_bwd) return FL_ERR(FL_EUNSUPPORTED, "%s's backward is not supported on %s", op, dev->name);
+    const int64_t ns = groups > 0 ? N * groups : C;
+    fl_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL, *var = NULL;
+    fl_status st = f32c(&xc, x, op, "input");
+    if (st == FL_OK && w) st = f32c(&wc, w, op, "weight");
+    if (st == FL_OK && b) st = f32c(&bc, b, op, "bias");
+    if (st == FL_OK) st = new_vec(&mean, x, ns, false);
+    if (st == FL_OK) st = new_vec(&rstd, x, ns, false);
+    if (st == FL_OK && var_out) st = new_vec(&var, x, ns, false);
+    if (st == FL_OK) st = new_like(out, xc, false);
+    if (st == FL_OK)
+        st = dev->chnorm_fwd(F(xc), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out), F(mean), F(rstd),
+                             var ? F(var) : NULL, N, C, P, groups, (float)eps);
+    fl_node *nd = NULL;
+    const fl_tensor *ins[3] = { x, w, b };
+    if (st == FL_OK) st = maybe_record(out, &nd, groups > 0 ? "GroupNormBackward" : "BatchNormBackward", chnorm_bwd, 3, ins);
+    if (st == FL_OK && nd) {
+        nd->dargs[0] = (double)groups;
+        fl_node_save(nd, 0, xc);
+        fl_node_save(nd, 1, wc);
+        fl_node_save(nd, 2, mean);
+        fl_node_save(nd, 3, rstd);
+    }
+    fl_tensor_release(xc); fl_tensor_release(wc); fl_tensor_release(bc); fl_tensor_release(rstd);
+    if (st == FL_OK) {
+        if (mean_out) *mean_out = mean; else fl_tensor_release(mean);
+        if (var_out) *var_out = var;
+        return FL_OK;
+    }
+    fl_tensor_release(mean); fl_tensor_release(var);
+    fl_tensor_release(*out); *out = NULL;
     return st;
 }
 

@@ -37,6 +37,12 @@ fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
  * that keeps only *q (fl_fp8_linear_layernorm). FL_EUNSUPPORTED where the device has no such entry. */
 fl_status fl_layer_norm_fp8(fl_tensor **y, fl_tensor **q, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                             double eps, fl_dtype fmt, const float *scale, int margin, bool pow2);
+/* GroupNorm (groups > 0: each sample's channel groups normalised over their values) or BatchNorm with the batch's
+ * statistics (groups == 0: each channel over the samples and positions) of x [N, C, ...]: y = (x − mean)·rstd·w + b,
+ * w, b [C] or NULL; differentiable in x, w, b. *mean_out, *var_out (when not NULL): the statistics taken, [N·groups]
+ * or [C], var biased (not differentiable). FL_EUNSUPPORTED where the device has no chnorm entries. */
+fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var_out, const fl_tensor *x,
+                          const fl_tensor *w, const fl_tensor *b, int64_t groups, double eps);
 /* idx [...] integral values in [0, vocab), weight [vocab, dim] → [..., dim] */
 fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *weight);
 /* Inverted dropout. Not training or p == 0: x itself (retained). rng NULL: fl_default_rng(); its

@@ -120,6 +120,15 @@ fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, boo
 /* gather.c: out = a's values along dim at index's positions (0-based, whole numbers; index has a's shape but for
  * dim), torch's gather; differentiable in a */
 fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index);
+/* gather.c: torch's index_select, out = a's runs along dim at the 1-d index's positions (0-based, whole numbers;
+ * gather's rule and messages), in a's dtype; differentiable in a (an index_add) */
+fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index);
+/* embedding_bag.c: EmbeddingBag's sum (mean: divided by the count) of weight's rows at ids (any shape, whole numbers
+ * in [0, V)) over bags starts[b] <= j < starts[b + 1] (starts [B + 1], rising from 0 to ids' numel), entries equal to
+ * pad (-1: none) left out; weight fp32 on the CPU [V, D] (FL_EUNSUPPORTED otherwise); out [B, D], differentiable in
+ * weight */
+fl_status fl_embedding_bag(fl_tensor **out, const fl_tensor *ids, const fl_tensor *weight, const fl_tensor *starts,
+                           bool mean, int64_t pad);
 /* scatter.c: out = a with src's values written (add false: torch's scatter, the last of repeated positions stays) or
  * added (torch's scatter_add) along dim at index's positions (0-based, whole numbers; index and src of one shape, a's
  * but for dim); differentiable in a and src */

@@ -103,6 +103,49 @@ fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tenso
     return dev->adamw(F(p), F(g), F(m), F(v), F(vmax), n, lr, beta1, beta2, eps, weight_decay, step);
 }
 
+fl_status fl_rmsprop_step(fl_tensor *p, const fl_tensor *g, fl_tensor *sq, fl_tensor *gavg, fl_tensor *buf, double lr,
+                          double alpha, double eps, double weight_decay, double momentum, bool maximize) {
+    STEP_STRIDED_PARAM("rmsprop_step", fl_rmsprop_step(p, g, sq, gavg, buf, lr, alpha, eps, weight_decay, momentum,
+                                                       maximize));
+    FL_PROF_SCOPE("rmsprop_step"); FL_PROF_SHAPES(p);
+    FL_TRY(check_f32(p, "rmsprop_step", "parameter", -1));
+    int64_t n = fl_tensor_numel(p);
+    FL_TRY(check_f32(g, "rmsprop_step", "gradient", n));
+    FL_TRY(check_f32(sq, "rmsprop_step", "square_avg", n));
+    if (gavg) FL_TRY(check_f32(gavg, "rmsprop_step", "grad_avg", n));
+    if (momentum > 0.0) FL_TRY(check_f32(buf, "rmsprop_step", "momentum_buffer", n));
+    else buf = NULL;
+    const double hyper[] = { lr, alpha, eps, weight_decay, momentum };
+    for (size_t i = 0; i < sizeof hyper / sizeof *hyper; i++)
+        if (!(hyper[i] >= 0.0) || !isfinite(hyper[i]))
+            return FL_ERR(FL_EINVAL, "rmsprop_step: lr, alpha, eps, weight_decay and momentum must be finite and >= 0, "
+                          "got %g", hyper[i]);
+    const fl_device *dev;
+    FL_TRY(step_device("rmsprop_step", 5, (const fl_tensor *[]){ p, g, sq, gavg, buf }, &dev));
+    if (!dev->rmsprop) return missing_entry("rmsprop_step", dev);
+    fl_tensor_bump(p);
+    return dev->rmsprop(F(p), F(g), F(sq), F(gavg), F(buf), n, lr, alpha, eps, weight_decay, momentum, maximize);
+}
+
+fl_status fl_adagrad_step(fl_tensor *p, const fl_tensor *g, fl_tensor *sum, double clr, double eps, double weight_decay,
+                          bool maximize) {
+    STEP_STRIDED_PARAM("adagrad_step", fl_adagrad_step(p, g, sum, clr, eps, weight_decay, maximize));
+    FL_PROF_SCOPE("adagrad_step"); FL_PROF_SHAPES(p);
+    FL_TRY(check_f32(p, "adagrad_step", "parameter", -1));
+    int64_t n = fl_tensor_numel(p);
+    FL_TRY(check_f32(g, "adagrad_step", "gradient", n));
+    FL_TRY(check_f32(sum, "adagrad_step", "sum", n));
+    const double hyper[] = { clr, eps, weight_decay };
+    for (size_t i = 0; i < sizeof hyper / sizeof *hyper; i++)
+        if (!(hyper[i] >= 0.0) || !isfinite(hyper[i]))
+            return FL_ERR(FL_EINVAL, "adagrad_step: lr, eps and weight_decay must be finite and >= 0, got %g", hyper[i]);
+    const fl_device *dev;
+    FL_TRY(step_device("adagrad_step", 3, (const fl_tensor *[]){ p, g, sum }, &dev));
+    if (!dev->adagrad) return missing_entry("adagrad_step", dev);
+    fl_tensor_bump(p);
+    return dev->adagrad(F(p), F(g), F(sum), n, clr, eps, weight_decay, maximize);
+}
+
 static fl_status check_msamp(const fl_tensor *t, const char *what, int64_t n, int dtmask) {
     if (!t) return FL_ERR(FL_EINVAL, "msamp_adamw_step: %s is missing", what);
     if (!(dtmask & (1 << t->dtype)))

@@ -23,6 +23,17 @@ fl_status fl_sgd_step(fl_tensor *p, const fl_tensor *g, fl_tensor *momentum_buf,
 fl_status fl_adamw_step(fl_tensor *p, const fl_tensor *g, fl_tensor *m, fl_tensor *v, fl_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int64_t step);
 
+/* torch.optim.RMSprop, one parameter, in the fp32 operations of lua/fp8/optim/rmsprop.lua's composite (the same
+ * bits): g = maximize ? −g : g;  g += wd·p;  sq = α·sq + (1−α)·g²;  centered (gavg non-NULL): gavg += (g − gavg)·(1−α),
+ * avg = √(sq − gavg²) + eps, else avg = √sq + eps;  momentum > 0: buf = μ·buf + g/avg, p −= lr·buf; else
+ * p −= lr·g/avg. Contiguous fp32 tensors of p's element count; buf needed when momentum > 0. */
+fl_status fl_rmsprop_step(fl_tensor *p, const fl_tensor *g, fl_tensor *sq, fl_tensor *gavg, fl_tensor *buf, double lr,
+                          double alpha, double eps, double weight_decay, double momentum, bool maximize);
+/* torch.optim.Adagrad, one parameter, as lua/fp8/optim/adagrad.lua's composite: g = maximize ? −g : g;  g += wd·p;
+ * sum += g²;  p −= clr·g/(√sum + eps), clr the step's lr/(1 + (step−1)·lr_decay). */
+fl_status fl_adagrad_step(fl_tensor *p, const fl_tensor *g, fl_tensor *sum, double clr, double eps, double weight_decay,
+                          bool maximize);
+
 /* MS-AMP's low-bit AdamW (docs/fp8-spec.md §4, levels O2 and O3), one parameter of n elements:
  *   p      fp32 or fp16 parameter, updated in place (O3: the fp16 master weight);
  *   g      fp32, or FP8 with a per-tensor scale_inv (O1+ weight gradients);

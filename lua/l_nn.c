@@ -131,6 +131,40 @@ static int l_layer_norm(lua_State *L) {
     return 1;
 }
 
+/* _channel_norm(x, groups, w|nil, b|nil, eps) -> y, mean, var: fl_channel_norm (groups 0: BatchNorm's batch
+ * statistics); the Lua norms (lua/fp8/nn/batch_norm.lua) call it for the devices that have its kernels. */
+static int l_channel_norm(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    int isint = 0;
+    lua_Integer g = lua_tointegerx(L, 2, &isint);
+    if (!isint || g < 0)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "groups must be a non-negative integer, got %s", luaL_typename(L, 2)));
+    fl_tensor *w = opt_tensor(L, 3), *b = opt_tensor(L, 4);
+    if (lua_type(L, 5) != LUA_TNUMBER)
+        return luaL_argerror(L, 5, lua_pushfstring(L, "eps must be a number, got %s", luaL_typename(L, 5)));
+    double eps = lua_tonumber(L, 5);
+    no_extra(L, 6, "_channel_norm");
+    fl_tensor **y = fl_lnewbox(L), **mean = fl_lnewbox(L), **var = fl_lnewbox(L);
+    FL_LCALL(L, fl_channel_norm(y, mean, var, x, w, b, (int64_t)g, eps));
+    return 3;
+}
+
+/* _embedding_bag(ids, weight, starts, mean, pad) -> [B, D]: fl_embedding_bag, EmbeddingBag's sum and mean paths
+ * (lua/fp8/nn/embedding_bag.lua) for fp32 CPU weights; pad -1: none */
+static int l_embedding_bag(lua_State *L) {
+    fl_tensor *ids = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2), *starts = fl_lchecktensor(L, 3);
+    luaL_checktype(L, 4, LUA_TBOOLEAN);
+    const bool mean = lua_toboolean(L, 4);
+    int isint = 0;
+    lua_Integer pad = lua_tointegerx(L, 5, &isint);
+    if (!isint || pad < -1)
+        return luaL_argerror(L, 5, lua_pushfstring(L, "pad must be an integer >= -1, got %s", luaL_typename(L, 5)));
+    no_extra(L, 6, "_embedding_bag");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_embedding_bag(slot, ids, w, starts, mean, (int64_t)pad));
+    return 1;
+}
+
 static int l_embedding(lua_State *L) {
     fl_tensor *idx = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
     no_extra(L, 3, "embedding");
@@ -205,6 +239,7 @@ static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
+    {"_channel_norm", l_channel_norm}, {"_embedding_bag", l_embedding_bag},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
     {NULL, NULL},

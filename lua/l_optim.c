@@ -52,6 +52,33 @@ static int l_adamw_step(lua_State *L) {
     return 0;
 }
 
+/* rmsprop_step(p, g, square_avg, grad_avg|nil, momentum_buffer|nil, lr, alpha, eps, weight_decay, momentum, maximize) */
+static int l_rmsprop_step(lua_State *L) {
+    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2), *sq = fl_lchecktensor(L, 3);
+    fl_tensor *ga = lua_isnoneornil(L, 4) ? NULL : fl_lchecktensor(L, 4);
+    fl_tensor *buf = lua_isnoneornil(L, 5) ? NULL : fl_lchecktensor(L, 5);
+    double lr = check_num(L, 6, "rmsprop_step", "lr"), alpha = check_num(L, 7, "rmsprop_step", "alpha");
+    double eps = check_num(L, 8, "rmsprop_step", "eps"), wd = check_num(L, 9, "rmsprop_step", "weight_decay");
+    double mom = check_num(L, 10, "rmsprop_step", "momentum");
+    luaL_checktype(L, 11, LUA_TBOOLEAN);
+    const bool maximize = lua_toboolean(L, 11);
+    if (!lua_isnone(L, 12)) return luaL_error(L, "rmsprop_step: too many arguments (%d)", lua_gettop(L));
+    fl_lcheck(L, fl_rmsprop_step(p, g, sq, ga, buf, lr, alpha, eps, wd, mom, maximize));
+    return 0;
+}
+
+/* adagrad_step(p, g, sum, clr, eps, weight_decay, maximize): clr the step's decayed lr */
+static int l_adagrad_step(lua_State *L) {
+    fl_tensor *p = fl_lchecktensor(L, 1), *g = fl_lchecktensor(L, 2), *sum = fl_lchecktensor(L, 3);
+    double clr = check_num(L, 4, "adagrad_step", "lr"), eps = check_num(L, 5, "adagrad_step", "eps");
+    double wd = check_num(L, 6, "adagrad_step", "weight_decay");
+    luaL_checktype(L, 7, LUA_TBOOLEAN);
+    const bool maximize = lua_toboolean(L, 7);
+    if (!lua_isnone(L, 8)) return luaL_error(L, "adagrad_step: too many arguments (%d)", lua_gettop(L));
+    fl_lcheck(L, fl_adagrad_step(p, g, sum, clr, eps, wd, maximize));
+    return 0;
+}
+
 /* msamp_adamw_step(p, g, m, v, v_scale_inv, p_fp8|nil, lr, beta1, beta2, eps, weight_decay, step): MS-AMP's
  * low-bit AdamW (E4M3 first moment, fp16 second with its scale; O3: re-casts the E4M3 weight copy). */
 static int l_msamp_adamw_step(lua_State *L) {
@@ -107,7 +134,7 @@ static int l_copy_(lua_State *L) {
 }
 
 static const luaL_Reg optim_funcs[] = {
-    {"sgd_step", l_sgd_step},
+    {"sgd_step", l_sgd_step}, {"rmsprop_step", l_rmsprop_step}, {"adagrad_step", l_adagrad_step},
     {"adamw_step", l_adamw_step},
     {"msamp_adamw_step", l_msamp_adamw_step},
     {"sumsq", l_sumsq},

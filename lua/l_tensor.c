@@ -1090,6 +1090,17 @@ static int m_gather(lua_State *L) {
     return 1;
 }
 
+/* x:_index_select(dim, index): fl_index_select, behind Tensor.index_select's checks (lua/fp8/tensor.lua) */
+static int m_index_select(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "index_select", "(dim, index)");
+    int d = t->ndim == 0 ? 0 : check_dim(L, 2, t->ndim, "index_select");
+    fl_tensor *idx = fl_lchecktensor(L, 3);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_index_select(slot, t, d, idx));
+    return 1;
+}
+
 /* x:scatter(dim, index, src | value) and x:scatter_add(dim, index, src) (also fp8.scatter(x, ...)): torch's, out of
  * place; index and src of one shape, x's but for dim; a number value is written at every position of index */
 static int scatter(lua_State *L, bool add) {
@@ -1362,7 +1373,7 @@ static const luaL_Reg methods[] = {
     {"log2", m_log2}, {"log10", m_log10}, {"exp2", m_exp2},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
     {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum},
-    {"gather", m_gather}, {"scatter", m_scatter}, {"scatter_add", m_scatter_add},
+    {"gather", m_gather}, {"scatter", m_scatter}, {"scatter_add", m_scatter_add}, {"_index_select", m_index_select},
     {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},
     {"quantize", m_quantize}, {"dequantize", m_dequantize}, {"scale", m_scale}, {"scale_inv", m_scale_inv},

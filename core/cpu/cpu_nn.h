@@ -90,6 +90,12 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
                                     bool pow2, fl_overflow p, fl_cast_stats *st, float *used);
 fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                           float *dx, float *dw, float *db, int64_t rows, int64_t cols);
+/* GroupNorm (G > 0) or BatchNorm's training statistics (G == 0) of x [N, C, P] (cpu_nn_chnorm.c; device.h's
+ * chnorm_fwd/chnorm_bwd). */
+fl_status fl_cpu_chnorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                            float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps);
+fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                            float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G);
 /* Embedding: y[i,:] = weight[idx[i],:]; idx as floats holding integers in [0, vocab). Backward adds
  * dy rows into dweight (+=). */
 fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y);

@@ -178,3 +178,11 @@ fl_status fl_cpu_dev_bias_add(float *y, const float *b, int64_t rows, int64_t co
     }
     return FL_OK;
 }
+fl_status fl_cpu_dev_chnorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                                float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps) {
+    return fl_cpu_chnorm_fwd(x, w, b, y, mean, rstd, var, N, C, P, G, eps);
+}
+fl_status fl_cpu_dev_chnorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                                float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G) {
+    return fl_cpu_chnorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, P, G);
+}

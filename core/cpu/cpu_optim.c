@@ -84,6 +84,80 @@ fl_status fl_cpu_dev_adamw(float *p, const float *g, float *m, float *v, float *
     return FL_OK;
 }
 
+/* RMSprop and Adagrad: each line one fp32 operation of the composites they replace (lua/fp8/optim/rmsprop.lua,
+ * adagrad.lua), the scalars rounded to fp32 as the composites' tensor-scalar ops round them (1 − alpha in double
+ * first), so the same bits; the build's -std=c11 keeps a*b + c from becoming a fused multiply-add. */
+/* One loop per combination of the options (each a constant in its copy, so every copy is a plain vector loop). */
+static inline __attribute__((always_inline)) void rmsprop_run(float *restrict p, const float *restrict g,
+                                                              float *restrict sq, float *restrict gavg,
+                                                              float *restrict buf, int64_t n, float lrf, float alpha,
+                                                              float oma, float eps, float wd, float mom,
+                                                              const bool centered, const bool with_buf,
+                                                              const bool maximize, const bool decay) {
+    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = maximize ? -g[i] : g[i];
+        if (decay) gi = gi + p[i] * wd;
+        const float s = sq[i] * alpha + gi * gi * oma;
+        sq[i] = s;
+        float avg;
+        if (centered) {
+            const float a = gavg[i] + (gi - gavg[i]) * oma;
+            gavg[i] = a;
+            avg = __builtin_sqrtf(s - a * a) + eps;
+        } else {
+            avg = __builtin_sqrtf(s) + eps;
+        }
+        if (with_buf) {
+            const float b = buf[i] * mom + gi / avg;
+            buf[i] = b;
+            p[i] = p[i] - b * lrf;
+        } else {
+            p[i] = p[i] - gi / avg * lrf;
+        }
+    }
+}
+
+fl_status fl_cpu_dev_rmsprop(float *p, const float *g, float *sq, float *gavg, float *buf, int64_t n, double lr,
+                             double alpha_, double eps_, double weight_decay, double momentum, bool maximize) {
+    const float alpha = (float)alpha_, oma = (float)(1.0 - alpha_), eps = (float)eps_, wd = (float)weight_decay;
+    const float mom = (float)momentum, lrf = (float)lr;
+    const bool decay = weight_decay != 0.0;
+#define RMS(c, b, m, d) rmsprop_run(p, g, sq, gavg, buf, n, lrf, alpha, oma, eps, wd, mom, c, b, m, d)
+#define RMS_MD(c, b)                                  \
+    do {                                              \
+        if (maximize) { if (decay) RMS(c, b, true, true); else RMS(c, b, true, false); }    \
+        else { if (decay) RMS(c, b, false, true); else RMS(c, b, false, false); }           \
+    } while (0)
+    if (gavg) { if (buf) RMS_MD(true, true); else RMS_MD(true, false); }
+    else { if (buf) RMS_MD(false, true); else RMS_MD(false, false); }
+#undef RMS_MD
+#undef RMS
+    return FL_OK;
+}
+
+static inline __attribute__((always_inline)) void adagrad_run(float *restrict p, const float *restrict g,
+                                                              float *restrict sum, int64_t n, float lrf, float eps,
+                                                              float wd, const bool maximize, const bool decay) {
+    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = maximize ? -g[i] : g[i];
+        if (decay) gi = gi + p[i] * wd;
+        const float s = sum[i] + gi * gi;
+        sum[i] = s;
+        p[i] = p[i] - gi / (__builtin_sqrtf(s) + eps) * lrf;
+    }
+}
+
+fl_status fl_cpu_dev_adagrad(float *p, const float *g, float *sum, int64_t n, double clr, double eps_,
+                             double weight_decay, bool maximize) {
+    const float eps = (float)eps_, wd = (float)weight_decay, lrf = (float)clr;
+    const bool decay = weight_decay != 0.0;
+    if (maximize) { if (decay) adagrad_run(p, g, sum, n, lrf, eps, wd, true, true); else adagrad_run(p, g, sum, n, lrf, eps, wd, true, false); }
+    else { if (decay) adagrad_run(p, g, sum, n, lrf, eps, wd, false, true); else adagrad_run(p, g, sum, n, lrf, eps, wd, false, false); }
+    return FL_OK;
+}
+
 /* MS-AMP Adam works in chunks: each chunk of m, v, g (and p) is widened to fp32 scratch with the bulk
  * vectorised conversions of format.h, updated with plain SIMD fp32 arithmetic, and narrowed again. 1024
  * elements, so the four scratch buffers (16 KiB) stay in L1: 6.05-6.11 ms of msamp_adamw_step a GPT step against

@@ -341,11 +341,10 @@ function Tensor.index_select(t, dim, index, ...)
   end
   if dim < 0 then dim = t:dim() + 1 + dim end
   if not SELECTABLE[dt] then error(("index_select: %s tensor: dequantize it first"):format(dt), 2) end
-  local view, full = {}, t:shape()
-  for i = 1, t:dim() do view[i] = i == dim and index:size(1) or 1 end
-  full[dim] = index:size(1)
-  local ok, r = pcall(t.gather, t, dim, index:view(view):expand(full))
-  if not ok then error((tostring(r):gsub("^gather: ", "index_select: ")), 2) end
+  -- whole runs copied per position (core/gather.c's fl_index_select); it went through gather with the index expanded
+  -- to the result's shape
+  local ok, r = pcall(t._index_select, t, dim, index)
+  if not ok then error((tostring(r):gsub("^[^:]*:%d+: ", "")), 2) end
   return r
 end
 M.index_select = Tensor.index_select

@@ -1,6 +1,6 @@
 -- tensor_scatter.lua — torch's index_add, index_copy and index_fill: along dim, the positions a 1-d index names
 -- (0-based) take source's slices, added (times alpha), copied, or a value. Each is scatter_add or scatter (core,
--- core/scatter.c) with the index spread over the other dims, as index_select is gather's, so gradients reach the
+-- core/scatter.c) with the index spread over the other dims, as index_select was gather's, so gradients reach the
 -- tensor and the source as torch's (a position index_copy writes gives the tensor no gradient there).
 local core = require "fp8.core"
 local T = require "fp8.tensor"

@@ -1231,3 +1231,88 @@ TEST(nn_column_reduce_nan) {
     fl_tensor_release(a);
     free(x);
 }
+
+/* ---- group and batch norms (cpu_nn_chnorm.c) ------------------------------------------------ */
+
+/* x [N, C, P]: the statistics set of element (n, c): GroupNorm's (n, group) for G > 0, BatchNorm's channel for 0. */
+static int64_t chn_set(int64_t n, int64_t c, int64_t C, int64_t G) { return G > 0 ? n * G + c / (C / G) : c; }
+
+/* fl_cpu_chnorm_fwd/bwd against float64: mean, rstd, biased var and y from the sets' two-pass statistics; dx from
+ * rstd·(g − mean(g) − x̂·mean(g·x̂)) (g = dy·w), dw = Σ dy·x̂, db = Σ dy per channel (accumulated onto 0.5). */
+static void check_chnorm(int *fl__failed, int64_t N, int64_t C, int64_t P, int64_t G, bool affine, float eps) {
+    const int64_t n = N * C * P, S = G > 0 ? N * G : C;
+    float *x = frand(n, -2.0, 3.0), *dy = frand(n, -1.0, 1.0), *w = affine ? frand(C, 0.5, 1.5) : NULL;
+    float *b = affine ? frand(C, -1.0, 1.0) : NULL, *y = fzeros(n), *mean = fzeros(S), *rstd = fzeros(S);
+    float *var = fzeros(S), *dx = fzeros(n), *dw = fzeros(C), *db = fzeros(C);
+    for (int64_t c = 0; c < C; c++) dw[c] = db[c] = 0.5f;
+    double *mu = calloc((size_t)S, sizeof(double)), *v = calloc((size_t)S, sizeof(double));
+    double *cnt = calloc((size_t)S, sizeof(double)), *sg = calloc((size_t)S, sizeof(double));
+    double *sgx = calloc((size_t)S, sizeof(double));
+    REQUIRE_OK(fl_cpu_chnorm_fwd(x, w, b, y, mean, rstd, var, N, C, P, G, eps));
+    REQUIRE_OK(fl_cpu_chnorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, P, G));
+    for (int64_t i = 0; i < n; i++) { int64_t s = chn_set(i / (C * P), i / P % C, C, G); mu[s] += x[i]; cnt[s]++; }
+    for (int64_t s = 0; s < S; s++) mu[s] /= cnt[s];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = chn_set(i / (C * P), i / P % C, C, G);
+        v[s] += (x[i] - mu[s]) * (x[i] - mu[s]);
+    }
+    for (int64_t s = 0; s < S; s++) {
+        v[s] /= cnt[s];
+        CHECK_CLOSE(mean[s], mu[s], 1e-6, 1e-6);
+        CHECK_CLOSE(var[s], v[s], 1e-6, 1e-6);
+        CHECK_CLOSE(rstd[s], 1.0 / sqrt(v[s] + eps), 1e-6, 1e-6);
+    }
+    double *dwr = calloc((size_t)C, sizeof(double)), *dbr = calloc((size_t)C, sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = i / P % C, s = chn_set(i / (C * P), c, C, G);
+        const double xh = (x[i] - mu[s]) / sqrt(v[s] + eps), wc = affine ? w[c] : 1.0;
+        CHECK_CLOSE(y[i], xh * wc + (affine ? b[c] : 0.0), 1e-5, 1e-5);
+        sg[s] += dy[i] * wc;
+        sgx[s] += dy[i] * wc * xh;
+        dwr[c] += dy[i] * xh;
+        dbr[c] += dy[i];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = i / P % C, s = chn_set(i / (C * P), c, C, G);
+        const double r = 1.0 / sqrt(v[s] + eps), xh = (x[i] - mu[s]) * r, wc = affine ? w[c] : 1.0;
+        CHECK_CLOSE(dx[i], r * (dy[i] * wc - sg[s] / cnt[s] - xh * sgx[s] / cnt[s]), 1e-5, 1e-4);
+    }
+    for (int64_t c = 0; c < C; c++) {
+        CHECK_CLOSE(dw[c], 0.5 + dwr[c], 1e-4, 1e-5);
+        CHECK_CLOSE(db[c], 0.5 + dbr[c], 1e-4, 1e-5);
+    }
+    void *all[] = { x, dy, w, b, y, mean, rstd, var, dx, dw, db, mu, v, cnt, sg, sgx, dwr, dbr };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+TEST(nn_chnorm_group_and_batch_against_float64) {
+    /* GroupNorm: groups of one and of several channels, one position, one group; BatchNorm (G = 0): [N, C]
+     * (P = 1, the column path), [N, C, L], and sizes past the threading threshold */
+    const int64_t shapes[][4] = { { 2, 4, 5, 2 }, { 3, 6, 7, 6 }, { 4, 8, 1, 2 }, { 1, 3, 9, 1 }, { 8, 64, 257, 8 },
+                                  { 5, 3, 1, 0 }, { 16, 7, 1, 0 }, { 3, 4, 11, 0 }, { 8, 32, 300, 0 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int a = 0; a < 2; a++)
+            check_chnorm(fl__failed, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], a, a ? 1e-5f : 0.1f);
+}
+
+/* The same bits whatever the thread count (each set's sums one thread's, in a fixed order). */
+TEST(nn_chnorm_thread_count_independent) {
+    const int64_t N = 8, C = 16, P = 1000, n = N * C * P;
+    for (int G = 0; G <= 4; G += 4) {
+        float *x = frand(n, -1.0, 2.0), *dy = frand(n, -1.0, 1.0), *w = frand(C, 0.5, 1.5), *b = frand(C, -1, 1);
+        float *y[2], *dx[2], *dw[2], *db[2], *m[2], *r[2];
+        const int64_t S = G ? N * G : C;
+        for (int t = 0; t < 2; t++) {
+            y[t] = fzeros(n); dx[t] = fzeros(n); dw[t] = fzeros(C); db[t] = fzeros(C); m[t] = fzeros(S); r[t] = fzeros(S);
+            const int saved = omp_get_max_threads();
+            omp_set_num_threads(t ? 3 : 1);
+            CHECK_OK(fl_cpu_chnorm_fwd(x, w, b, y[t], m[t], r[t], NULL, N, C, P, G, 1e-5f));
+            CHECK_OK(fl_cpu_chnorm_bwd(x, w, m[t], r[t], dy, dx[t], dw[t], db[t], N, C, P, G));
+            omp_set_num_threads(saved);
+        }
+        CHECK(memcmp(y[0], y[1], (size_t)n * 4) == 0 && memcmp(dx[0], dx[1], (size_t)n * 4) == 0 &&
+              memcmp(dw[0], dw[1], (size_t)C * 4) == 0 && memcmp(db[0], db[1], (size_t)C * 4) == 0, "G=%d", G);
+        void *all[] = { x, dy, w, b, y[0], y[1], dx[0], dx[1], dw[0], dw[1], db[0], db[1], m[0], m[1], r[0], r[1] };
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    }
+}

@@ -37,6 +37,21 @@ local function wide(t)
   return t
 end
 
+-- The fused kernels (fl_channel_norm, core/cpu/cpu_nn_chnorm.c): x, weight and bias fp32 (after wide) on a device
+-- that has them (the CPU's); elsewhere, and for an empty x, the composite of elementwise ops below, which they match
+-- to fp32 rounding. groups > 0: GroupNorm's statistics; 0: BatchNorm's over the batch. Returns y, mean, var (biased).
+local FUSED_DEVICES = { cpu = true }
+local function fused(x, weight, bias)
+  if not FUSED_DEVICES[x:device()] or x:dtype() ~= "fp32" or x:numel() == 0 then return false end
+  for _, t in ipairs { weight or x, bias or x } do
+    if t:dtype() ~= "fp32" or t:device() ~= x:device() then return false end
+  end
+  return true
+end
+local function channel_norm(x, groups, weight, bias, eps)
+  return require("fp8._nn")._channel_norm(x, groups, weight, bias, eps)
+end
+
 -- A batch of 0 samples (torch's): an empty output of x's shape, with weight and bias still in the graph (their
 -- gradients zeros) and the running statistics as they were (x:numel() // (N·C) divided by zero, a raw Lua error,
 -- until 2026-12-05)
@@ -86,15 +101,20 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
   local mean, var
   if training and x:size(1) == 0 then return empty_batch(x, weight, bias, low) end
   if training then
-    local v = per_channel(x)
-    local n = v:size(1) * v:size(3)
+    local n = x:numel() // C   -- (not of a reshape: a non-contiguous x would be copied for nothing)
     if training and n <= 1 then
       error(("batch_norm: expected more than 1 value per channel when training, got input %s"):format(shape_str(x)),
         0)
     end
-    mean = v:mean(3):mean(1)                                     -- [C]
-    local centered = v - mean:reshape({ 1, C, 1 })
-    var = (centered * centered):mean(3):mean(1)                  -- biased, [C]
+    local y
+    if fused(x, weight, bias) then
+      y, mean, var = channel_norm(x, 0, weight, bias, eps)
+    else
+      local v = per_channel(x)
+      mean = v:mean(3):mean(1)                                   -- [C]
+      local centered = v - mean:reshape({ 1, C, 1 })
+      var = (centered * centered):mean(3):mean(1)                -- biased, [C]
+    end
     if training and running_mean ~= nil and running_var ~= nil then
       local m = momentum
       fp8.no_grad(function()
@@ -104,6 +124,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
         C_.copy_(running_var, running_var * (1 - m) + unbiased * m)
       end)
     end
+    if y ~= nil then return low and y:to(low) or y end
   else
     mean, var = wide(running_mean), wide(running_var)
   end
@@ -133,6 +154,10 @@ local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
   if N == 0 then return empty_batch(x, weight, bias, low) end
+  if fused(x, weight, bias) then
+    local y = channel_norm(x, num_groups, weight, bias, eps)
+    return low and y:to(low) or y
+  end
   local g = x:reshape({ N, num_groups, x:numel() // (N * num_groups) })
   local mean = g:mean(3, true)
   local centered = g - mean
@@ -174,19 +199,24 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
   if N == 0 then return empty_batch(x, weight, bias, low) end
-  local v = per_channel(x)
-  local P = v:size(3)
+  local P = x:numel() // (N * C)
   if P <= 1 then
     error(("instance_norm: expected more than 1 position per channel, got input %s"):format(shape_str(x)), 0)
   end
-  local mean = v:mean(3, true)                                    -- [N, C, 1]: each sample's channel
-  local centered = v - mean
-  local var = (centered * centered):mean(3, true)                 -- biased
-  local y = (centered / (var + eps):sqrt()):reshape(x:shape())
-  local bshape = { 1, C }
-  for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
-  if weight ~= nil then y = y * weight:reshape(bshape) end
-  if bias ~= nil then y = y + bias:reshape(bshape) end
+  local y, mean, var
+  if fused(x, weight, bias) then   -- GroupNorm with a group per channel; mean and var [N·C]
+    y, mean, var = channel_norm(x, C, weight, bias, eps)
+  else
+    local v = per_channel(x)
+    mean = v:mean(3, true)                                        -- [N, C, 1]: each sample's channel
+    local centered = v - mean
+    var = (centered * centered):mean(3, true)                     -- biased
+    y = (centered / (var + eps):sqrt()):reshape(x:shape())
+    local bshape = { 1, C }
+    for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
+    if weight ~= nil then y = y * weight:reshape(bshape) end
+    if bias ~= nil then y = y + bias:reshape(bshape) end
+  end
   if running_mean ~= nil and running_var ~= nil then   -- torch's: the batch's instances averaged, unbiased variance
     local m = momentum
     fp8.no_grad(function()

@@ -61,6 +61,49 @@ local function bags_of(fname, input, offsets, include_last)
   return bags
 end
 
+-- The bags' starts [B + 1] as a tensor for core's embedding_bag (fl_embedding_bag), or nil where bags_of would
+-- refuse the offsets or there is no bag (the composite path then gives its error or its empty result)
+local function starts_of(input, offsets, include_last)
+  local n = input:numel()
+  if n > 1 << 24 then return nil end   -- (fp32 starts count exactly up to 2^24)
+  local st = {}
+  if input:dim() == 2 then
+    if offsets ~= nil then return nil end
+    local L = input:size(2)
+    for b = 0, input:size(1) do st[b + 1] = b * L end
+  elseif input:dim() == 1 and fp8.is_tensor(offsets) and offsets:dim() == 1 and offsets:numel() > 0 then
+    st = offsets:tolist()
+    if include_last then
+      if st[#st] ~= n then return nil end
+    else
+      st[#st + 1] = n
+    end
+    for b = 1, #st do
+      local s = st[b]
+      if s ~= math.floor(s) or s < 0 or s > n or (b == 1 and s ~= 0) or (b > 1 and s < st[b - 1]) then return nil end
+    end
+  else
+    return nil
+  end
+  if #st < 2 then return nil end
+  return fp8.tensor(st)
+end
+
+-- sum and mean of fp32 CPU weights without per_sample_weights or max_norm: core's segment sums in one pass over the
+-- ids (the same bits as the composite below: each bag's rows added in order from zero); nil where it does not apply
+-- or refuses (a bad id: the composite then raises its own message)
+local function fused(input, weight, offsets, o, mode, pad)
+  if mode == "max" or o.per_sample_weights ~= nil or o.max_norm ~= nil or input:numel() == 0
+      or weight:device() ~= "cpu" or weight:dtype() ~= "fp32" then
+    return nil
+  end
+  local starts = starts_of(input, offsets, o.include_last_offset == true)
+  if starts == nil then return nil end
+  local ok, y = pcall(require("fp8._nn")._embedding_bag, input, weight, starts, mode == "mean", pad or -1)
+  if ok then return y end
+  return nil
+end
+
 local function embedding_bag(fname, input, weight, offsets, o)
   if not fp8.is_tensor(input) then error(("%s: input must be a tensor, got %s"):format(fname, O.got(input)), 0) end
   if not fp8.is_tensor(weight) or weight:dim() ~= 2 then
@@ -95,6 +138,8 @@ local function embedding_bag(fname, input, weight, offsets, o)
   end
   local V, D = weight:size(1), weight:size(2)
   local pad = F._padding_idx(fname, o.padding_idx, V, 0)
+  local y = fused(input, weight, offsets, o, mode, pad)
+  if y ~= nil then return y end
   local bags = bags_of(fname, input, offsets, o.include_last_offset == true)
   local ids = input:numel() > 0 and input:reshape({ -1 }):tolist() or {}
   for i, v in ipairs(ids) do

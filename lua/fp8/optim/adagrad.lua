@@ -1,6 +1,7 @@
 -- adagrad.lua — fp8.optim.Adagrad(params, {lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0,
--- eps=1e-10, maximize=false}): torch.optim.Adagrad's update, its operations in torch's order on fp32 tensors (no fused
--- kernel). State per parameter: step, sum (the squared gradients' running sum, from initial_accumulator_value).
+-- eps=1e-10, maximize=false}): torch.optim.Adagrad's update, its operations in torch's order on fp32 tensors (fused
+-- into one pass on the CPU, core/optim.c). State per parameter: step, sum (the squared gradients' running sum, from
+-- initial_accumulator_value).
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Optimizer = require "fp8.optim.optimizer"
 local C = require "fp8._optim"
@@ -29,7 +30,15 @@ function Adagrad:_new_state(p, g)
   return { step = 0, sum = fp8.full(p:shape(), g.initial_accumulator_value, { device = p:device() }) }
 end
 
+-- fp32 contiguous CPU tensors: the fused kernel (fp8._optim.adagrad_step, core/optim.c), the composite's fp32 operations in
+-- one pass (the same bits); elsewhere the composite below
 function Adagrad:_update(p, grad, st, g)
+  local function cpu32(t) return t:device() == "cpu" and t:dtype() == "fp32" and t:is_contiguous() end
+  if cpu32(p) and cpu32(grad) and cpu32(st.sum) then
+    st.step = st.step + 1
+    C.adagrad_step(p, grad, st.sum, g.lr / (1 + (st.step - 1) * g.lr_decay), g.eps, g.weight_decay, g.maximize)
+    return
+  end
   fp8.no_grad(function()
     st.step = st.step + 1
     if g.maximize then grad = -grad end

@@ -1,5 +1,6 @@
 -- rmsprop.lua — fp8.optim.RMSprop(params, {lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=false,
--- maximize=false}): torch.optim.RMSprop's update, its operations in torch's order on fp32 tensors (no fused kernel).
+-- maximize=false}): torch.optim.RMSprop's update, its operations in torch's order on fp32 tensors, fused into one pass
+-- on the CPU (core/optim.c).
 -- State per parameter: step, square_avg, momentum_buffer (momentum > 0), grad_avg (centered).
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local Optimizer = require "fp8.optim.optimizer"
@@ -30,7 +31,26 @@ function RMSprop:_new_state(p, g)
   return { step = 0, square_avg = fp8.zeros(p:shape(), { device = p:device() }) }
 end
 
+-- fp32 contiguous CPU parameters: the fused kernel (fp8._optim.rmsprop_step, core/optim.c), the same fp32 operations
+-- in one pass (the same bits); elsewhere (other devices) the composite below
+-- (every tensor fp32, contiguous, on the CPU: a state loaded otherwise keeps the composite)
+local function fused(...)
+  for i = 1, select("#", ...) do
+    local t = select(i, ...)
+    if t ~= nil and not (t:device() == "cpu" and t:dtype() == "fp32" and t:is_contiguous()) then return false end
+  end
+  return true
+end
+
 function RMSprop:_update(p, grad, st, g)
+  if fused(p, grad, st.square_avg, st.grad_avg, st.momentum_buffer) then
+    st.step = st.step + 1
+    if g.centered then st.grad_avg = st.grad_avg or fp8.zeros(p:shape(), { device = p:device() }) end
+    if g.momentum > 0 then st.momentum_buffer = st.momentum_buffer or fp8.zeros(p:shape(), { device = p:device() }) end
+    C.rmsprop_step(p, grad, st.square_avg, g.centered and st.grad_avg or nil,
+      g.momentum > 0 and st.momentum_buffer or nil, g.lr, g.alpha, g.eps, g.weight_decay, g.momentum, g.maximize)
+    return
+  end
   fp8.no_grad(function()
     st.step = st.step + 1
     if g.maximize then grad = -grad end
