@@ -193,12 +193,68 @@ static int l_sdpa_qkv(lua_State *L) {
     return 1;
 }
 
+/* The window geometry at arg: a list of 10 integers {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr} (fl_window) */
+static void check_window(lua_State *L, int arg, const char *fname, fl_window *g) {
+    if (lua_type(L, arg) != LUA_TTABLE || lua_rawlen(L, arg) != 10)
+        luaL_error(L, "%s: expected the geometry {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr} (10 integers) as argument "
+                   "%d, got %s", fname, arg, lua_type(L, arg) == LUA_TTABLE ? "a table of another length"
+                   : luaL_typename(L, arg));
+    int64_t v[10];
+    for (int i = 0; i < 10; i++) {
+        int isint = 0;
+        lua_rawgeti(L, arg, i + 1);
+        v[i] = (int64_t)lua_tointegerx(L, -1, &isint);
+        if (!isint || lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "%s: the geometry's entry %d must be an integer, got %s", fname, i + 1, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    *g = (fl_window){ v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], 0 };
+}
+
+/* im2col(x[N, C, H, W], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr} [, pad_value=0]) → [N, C, kh·kw, OH·OW]: the
+ * windows (fl_unfold); F.unfold, the convolutions and the poolings are made of it (lua/fp8/nn/conv.lua) */
+static int l_im2col(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    fl_window g;
+    check_window(L, 2, "im2col", &g);
+    if (!lua_isnoneornil(L, 3)) {
+        if (lua_type(L, 3) != LUA_TNUMBER)
+            return luaL_error(L, "im2col: pad_value must be a number, got %s", luaL_typename(L, 3));
+        g.pad_value = lua_tonumber(L, 3);
+    }
+    no_extra(L, 4, "im2col");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_unfold(slot, x, &g));
+    return 1;
+}
+
+/* col2im(cols[N, C, kh·kw, OH·OW], h, w, {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}) → [N, C, h, w]: the windows added
+ * back (fl_fold) */
+static int l_col2im(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    int64_t hw[2];
+    for (int i = 0; i < 2; i++) {
+        int isint = 0;
+        hw[i] = (int64_t)lua_tointegerx(L, 2 + i, &isint);
+        if (!isint || lua_type(L, 2 + i) != LUA_TNUMBER || hw[i] < 0)
+            return luaL_error(L, "col2im: %s must be an integer >= 0, got %s", i ? "w" : "h",
+                              luaL_tolstring(L, 2 + i, NULL));
+    }
+    fl_window g;
+    check_window(L, 4, "col2im", &g);
+    no_extra(L, 5, "col2im");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_fold(slot, x, hw[0], hw[1], &g));
+    return 1;
+}
+
 static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"relu", l_relu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
+    {"im2col", l_im2col}, {"col2im", l_col2im},
     {NULL, NULL},
 };
 
