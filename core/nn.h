@@ -73,5 +73,9 @@ fl_status fl_unfold(fl_tensor **out, const fl_tensor *x, const fl_window *g);
  * reads it from, in fp32 (order k, then l) and rounded once to cols' dtype. Differentiable: the gradient is unfold's
  * (padding 0). */
 fl_status fl_fold(fl_tensor **out, const fl_tensor *cols, int64_t h, int64_t w, const fl_window *g);
+/* conv_depthwise.c: torch's conv2d with groups = C: x [N, C, H, W], w [C·m, 1, kh, kw] of x's dtype (not FP8), g's
+ * kernel w's, its padding 0 → [N, C·m, OH, OW], each output the fp32 sum of its kernel's products (in the order of the
+ * kernel offsets, fused multiply-adds) rounded once to x's dtype. Differentiable in x and w (fp32 gradients). */
+fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_window *g);
 
 #endif

@@ -248,13 +248,25 @@ static int l_col2im(lua_State *L) {
     return 1;
 }
 
+/* conv_depthwise(x[N, C, H, W], w[C·m, 1, kh, kw], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}) → [N, C·m, OH, OW]:
+ * conv2d with groups = C computed directly (fl_conv_depthwise); F.conv2d takes it for such a convolution */
+static int l_conv_depthwise(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
+    fl_window g;
+    check_window(L, 3, "conv_depthwise", &g);
+    no_extra(L, 4, "conv_depthwise");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_conv_depthwise(slot, x, w, &g));
+    return 1;
+}
+
 static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"relu", l_relu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
-    {"im2col", l_im2col}, {"col2im", l_col2im},
+    {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise},
     {NULL, NULL},
 };
 

@@ -214,6 +214,7 @@ describe("the convolutions, poolings and transposed convolutions on the native w
     for case = 1, 24 do
       local g = ({ 1, 1, 2, 3 })[case % 4 + 1]
       local C, OC = g * math.random(1, 2), g * math.random(1, 2)
+      if g > 1 then C = 2 * g end   -- (groups = in_channels is the depthwise path: its own test below)
       local k = { math.random(1, 3), math.random(1, 3) }
       local s = { math.random(1, 2), math.random(1, 2) }
       local d = { math.random(1, 2), math.random(1, 2) }
@@ -242,6 +243,69 @@ describe("the convolutions, poolings and transposed convolutions on the native w
       return ref_conv2d(xx:unsqueeze(1):unsqueeze(3), ww:unsqueeze(3), bb, { 1, 2 }, { 1, 2 }, { 0, 0, 1, 1 }, 1)
         :squeeze(3):squeeze(1)
     end, { x1, w1, b1 }, 4)
+  end)
+
+  it("depthwise conv2d (groups = in_channels, computed directly) gives the GEMM per group's bits, but for the "
+    .. "weight's gradient (to fp32 rounding)", function()
+    local function close(what, got, want, tol)
+      assert.are.same(want:shape(), got:shape(), what)
+      local a, b = U.flat(got:to("f32")), U.flat(want:to("f32"))
+      for i = 1, #a do
+        assert.is_true(math.abs(a[i] - b[i]) <= tol * math.max(1, math.abs(b[i])),
+          ("%s[%d]: %.9g vs %.9g"):format(what, i, a[i], b[i]))
+      end
+    end
+    math.randomseed(23)
+    for case = 1, 16 do
+      local C, m = math.random(2, 4), math.random(1, 2)
+      local k = { math.random(1, 3), math.random(1, 4) }
+      local s = { math.random(1, 2), math.random(1, 3) }
+      local d = { math.random(1, 2), math.random(1, 2) }
+      local p = { math.random(0, 2), math.random(0, 2) }
+      local N, H, W = math.random(0, 3), math.random(6, 9), math.random(6, 9)
+      fp8.manual_seed(case)
+      local x, w, b = fp8.randn { N, C, H, W }, fp8.randn { C * m, 1, k[1], k[2] }, fp8.randn { C * m }
+      if case % 2 == 0 then x = fp8.randn({ N, C, W, H }):transpose(3, 4) end   -- non-contiguous
+      local what = ("case %d: depthwise C%d m%d k%s s%s d%s p%s"):format(case, C, m, table.concat(k, "x"),
+        table.concat(s, "x"), table.concat(d, "x"), table.concat(p, "x"))
+      local opts = { stride = s, dilation = d, padding = p, groups = C }
+      local y1, g1 = with_grads(function(xx, ww, bb) return F.conv2d(xx, ww, bb, opts) end, { x, w, b }, case)
+      local y2, g2 = with_grads(function(xx, ww, bb)
+        return ref_conv2d(xx, ww, bb, s, d, { p[1], p[1], p[2], p[2] }, C)
+      end, { x, w, b }, case)
+      -- the forward and the input's gradient in the per-group path's order (fused multiply-adds over the kernel, the
+      -- windows' sums unfused in kernel order): its bits; the weight's gradient sums over the batch and the windows in
+      -- another order than the GEMM's
+      same_bits(what, y1, y2)
+      same_bits(what .. " input's gradient", g1[1], g2[1])
+      close(what .. " weight's gradient", g1[2], g2[2], 1e-4)
+      same_bits(what .. " bias's gradient", g1[3], g2[3])
+    end
+    -- bf16, unbatched conv1d, "same" with an even kernel
+    fp8.manual_seed(2)
+    local x, w = fp8.randn({ 3, 6, 7 }):to("bf16"), fp8.randn({ 6, 1, 2, 2 }):to("bf16")
+    local y = F.conv2d(x, w, { padding = "same", groups = 3 })
+    assert.are.equal("bf16", y:dtype())
+    close("bf16 same", y, ref_conv2d(x:unsqueeze(1):to("f32"), w:to("f32"), nil, { 1, 1 }, { 1, 1 },
+      { 0, 1, 0, 1 }, 3):squeeze(1), 1 / 128)
+    local x1, w1 = fp8.randn { 4, 10 }, fp8.randn { 4, 1, 3 }
+    close("conv1d depthwise", F.conv1d(x1, w1, { groups = 4, stride = 2, padding = 1 }),
+      ref_conv2d(x1:unsqueeze(1):unsqueeze(3), w1:unsqueeze(3), nil, { 1, 2 }, { 1, 1 }, { 0, 0, 1, 1 }, 4)
+        :squeeze(3):squeeze(1), 1e-5)
+    -- the op's own refusals
+    local geo = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }
+    U.fails_with("conv_depthwise: expected an input [N, C, H, W] with C >= 1 and a weight [C·m, 1, 3, 3], got "
+      .. "[1, 2, 4, 4] and [3, 1, 3, 3]", NN.conv_depthwise, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 3, 1, 3, 3 }, geo)
+    U.fails_with("conv_depthwise: the input's dtype bf16 differs from the weight's fp32", NN.conv_depthwise,
+      fp8.zeros({ 1, 2, 4, 4 }):to("bf16"), fp8.zeros { 2, 1, 3, 3 }, geo)
+    U.fails_with("conv_depthwise: padding must be in 0..2^31-1, got -1", NN.conv_depthwise, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 1, 3, 3 }, { 3, 3, 1, 1, 1, 1, 1, -1, 1, 1 })
+    U.fails_with("conv_depthwise: the 1×1 plane padded to 1×1 is smaller than the kernel's span 3×3",
+      NN.conv_depthwise, fp8.zeros { 1, 2, 1, 1 }, fp8.zeros { 2, 1, 3, 3 }, { 3, 3, 1, 1, 1, 1, 0, 0, 0, 0 })
+    U.fails_with("conv_depthwise: e4m3 tensor", NN.conv_depthwise, fp8.zeros({ 1, 2, 4, 4 }):quantize("e4m3"),
+      fp8.zeros { 2, 1, 3, 3 }, geo)
+    U.fails_with("conv_depthwise: too many arguments", NN.conv_depthwise, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 1, 3, 3 }, geo, 1)
   end)
 
   it("bf16 convolutions give the old composition's bits", function()

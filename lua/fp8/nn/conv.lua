@@ -14,6 +14,7 @@ local init = require "fp8.nn.init_fns"
 
 local G = require "fp8.nn.conv_geometry"
 local pair, one_d, batched, opts_of = G.pair, G.one_d, G.batched, G.opts_of
+local NN = fp8._nn
 
 local M = {}
 
@@ -115,6 +116,18 @@ local function conv2d(fname, x, w, b, opts)
   local d = pair(fname, "dilation", opts.dilation or 1, 1)
   local pd = conv_padding(fname, opts.padding or 0, k, s, d)
   local function compute(xb, w, b)
+    -- depthwise (groups = in_channels, one dtype, outside autocast): computed directly over the planes
+    -- (core/conv_depthwise.c), not as a GEMM per group of one channel
+    if g == C and g > 1 and xb:dtype() == w:dtype() and fp8.autocast_dtype() == "fp32" then
+      local oh, ow = G.counts(xb:size(3), xb:size(4), k, s, d, pd)
+      if oh < 1 or ow < 1 then
+        error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output "
+          .. "would be %d×%d"):format(fname, shape_str(xb), pd[1], pd[3], k[1], k[2], d[1], d[2], oh, ow), 0)
+      end
+      local out = NN.conv_depthwise(xb, w, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] })
+      if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+      return out
+    end
     -- ("same" with an even kernel pads unevenly: the extra row and column on the bottom and right)
     local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0, { pd[2] - pd[1], pd[4] - pd[3] })
     local K, L = k[1] * k[2], cols:size(4)
