@@ -338,8 +338,9 @@ add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {strid
   .. "dilation, ceil_mode}]) / AvgPool2d(kernel_size [, {stride, padding, ceil_mode, count_include_pad, "
   .. "divisor_override}]) / MaxPool1d / AvgPool1d / "
   .. "Unfold(kernel_size [, {...}]) / Fold(output_size, kernel_size [, {...}])",
-  "torch's convolutions and pooling, built of differentiable ops: F.unfold (im2col) then one batched GEMM per\n"
-  .. "group (bf16 under autocast, as torch's); F.conv2d(x, w [, b] [, opts]), F.conv1d, F.max_pool2d,\n"
+  "torch's convolutions and pooling, built of differentiable ops: F.unfold (the core's im2col, no index tensor)\n"
+  .. "then one batched GEMM per group (bf16 under autocast, as torch's); a depthwise conv (groups = in_channels)\n"
+  .. "computed directly over the planes; F.conv2d(x, w [, b] [, opts]), F.conv1d, F.max_pool2d,\n"
   .. "F.avg_pool2d, F.max_pool1d, F.avg_pool1d, F.unfold, F.fold. padding: an integer, a pair, \"valid\" or\n"
   .. "\"same\"; weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch's default. FP8 recipes convert Linear layers\n"
   .. "only (as TransformerEngine and torchao): convolutions stay in high precision. padding_mode \"reflect\",\n"
