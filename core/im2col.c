@@ -145,7 +145,11 @@ static fl_status fold_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin);
 static fl_status record(fl_tensor **out, const fl_tensor *x, const fl_window *g, int64_t h, int64_t w, bool unfold) {
     if (!fl_any_requires_grad(1, &x)) return FL_OK;
     win_ctx *c = malloc(sizeof *c);
-    if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "%s: out of memory", unfold ? "unfold" : "fold"); }
+    if (!c) {
+        fl_tensor_release(*out);
+        *out = NULL;
+        return FL_ERR(FL_ENOMEM, "%s: out of memory", unfold ? "unfold" : "fold");
+    }
     c->g = *g, c->h = h, c->w = w;
     fl_node *nd = NULL;
     fl_status st = fl_autograd_record(out, &nd, unfold ? "Im2ColBackward" : "Col2ImBackward",

@@ -1,8 +1,10 @@
--- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops (no kernel of
--- their own): F.unfold / F.fold (the core's im2col and col2im, core/im2col.c), F.conv1d / F.conv2d (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's),
--- F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each window), and their modules Conv1d,
--- Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8 recipes convert Linear layers only (as
--- TransformerEngine and torchao): a convolution runs in high precision under every recipe.
+-- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops: F.unfold /
+-- F.fold (the core's im2col and col2im, core/im2col.c, from the geometry: no index tensor), F.conv1d / F.conv2d
+-- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; a depthwise one directly over the
+-- planes, core/conv_depthwise.c), F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each
+-- window), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
+-- recipes convert Linear layers only (as TransformerEngine and torchao): a convolution runs in high precision under
+-- every recipe.
 -- The max pools' return_indices gives the flat 0-based input position of each maximum (fp32, exact to 2^24; torch's
 -- are int64), which F.max_unpool1d/2d (lua/fp8/nn/unpool.lua) takes. Transposed convolutions:
 -- lua/fp8/nn/conv_transpose.lua.

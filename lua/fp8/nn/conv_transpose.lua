@@ -3,7 +3,8 @@
 -- decoders, U-Nets and GANs use). Built of differentiable ops, as the convolutions are: one batched GEMM per group
 -- (autocast runs it in bf16, as torch's) spreads each input position over a kernel's worth of output positions, and
 -- col2im (the core's fold, core/im2col.c) adds them into the output plane, the padding cropped and output_padding's
--- rows and columns on the bottom and right left at 0. Runs in high precision under every FP8 recipe (recipes convert Linear layers only).
+-- rows and columns on the bottom and right left at 0. Runs in high precision under every FP8 recipe (recipes convert
+-- Linear layers only).
 -- padding_mode other than "zeros" is refused, as torch's.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local O = require "fp8.opts"
