@@ -835,6 +835,28 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     return st;
 }
 
+fl_status fl_matmul_wide(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
+    *out = NULL;
+    if (a->dtype != b->dtype || (a->dtype != FL_BF16 && a->dtype != FL_F16))
+        return FL_ERR(FL_EINVAL, "matmul_wide: expected two bf16 or two fp16 operands, got %s and %s",
+                      fl_format(a->dtype)->name, fl_format(b->dtype)->name);
+    FL_TRY(fl_matmul_raw(out, a, b, a->dtype, FL_F32));
+    const fl_tensor *ins[2] = { a, b };
+    if (!fl_any_requires_grad(2, ins)) return FL_OK;
+    fl_node *n = NULL;
+    fl_status st = fl_autograd_record(out, &n, "MatmulBackward", matmul_bwd, 2, ins);
+    if (st == FL_OK) {
+        fl_node_save(n, 0, a);
+        fl_node_save(n, 1, b);
+        n->saved_for[0] = 2;
+        n->saved_for[1] = 1;
+        n->iargs[0] = FL_DTYPE_COUNT;   /* the backward's GEMMs promote: fp32, the operands widened exactly */
+        for (int j = 0; j < 2 && st == FL_OK; j++) st = fl_node_drop_unread(n, j, j);
+    }
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
 /* ---- views and copies --------------------------------------------------------------------- */
 
 static fl_status reshape_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {

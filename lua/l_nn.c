@@ -260,6 +260,16 @@ static int l_conv_depthwise(lua_State *L) {
     return 1;
 }
 
+/* matmul_wide(a, b): a·b of two bf16 (or two fp16) tensors, the GEMM in their dtype and the result fp32
+ * (fl_matmul_wide): what a bf16 convolution adds its bias to before rounding once */
+static int l_matmul_wide(lua_State *L) {
+    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    no_extra(L, 3, "matmul_wide");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_matmul_wide(slot, a, b));
+    return 1;
+}
+
 static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"relu", l_relu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
@@ -267,6 +277,7 @@ static const luaL_Reg funcs[] = {
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
     {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise},
+    {"matmul_wide", l_matmul_wide},
     {NULL, NULL},
 };
 

@@ -117,7 +117,10 @@ local function conv2d(fname, x, w, b, opts)
   local s = pair(fname, "stride", opts.stride or 1, 1)
   local d = pair(fname, "dilation", opts.dilation or 1, 1)
   local pd = conv_padding(fname, opts.padding or 0, k, s, d)
-  local function compute(xb, w, b)
+  -- wide: bf16 operands and bias outside autocast: the GEMM in bf16 with an fp32 result (fl_matmul_wide), the bias
+  -- added in fp32 and the sum rounded once, as the fp32 compute of the widened operands did (the same products,
+  -- summed in the GEMM's order; its backward in fp32, as that compute's)
+  local function compute(xb, w, b, wide)
     -- depthwise (groups = in_channels, one dtype, outside autocast): computed directly over the planes
     -- (core/conv_depthwise.c), not as a GEMM per group of one channel
     if g == C and g > 1 and xb:dtype() == w:dtype() and fp8.autocast_dtype() == "fp32" then
@@ -134,19 +137,27 @@ local function conv2d(fname, x, w, b, opts)
     local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0, { pd[2] - pd[1], pd[4] - pd[3] })
     local K, L = k[1] * k[2], cols:size(4)
     local out
+    local function mm(a, c) if wide then return NN.matmul_wide(a, c) end return a:matmul(c) end
     if g == 1 then
-      out = w:reshape({ OC, C * K }):matmul(cols:reshape({ N, C * K, L }))                    -- [N, OC, L]
+      out = mm(w:reshape({ OC, C * K }), cols:reshape({ N, C * K, L }))                       -- [N, OC, L]
     else
       local cg = C // g
-      out = w:reshape({ g, OC // g, cg * K }):matmul(cols:reshape({ N, g, cg * K, L }))       -- [N, g, OC/g, L]
+      out = mm(w:reshape({ g, OC // g, cg * K }), cols:reshape({ N, g, cg * K, L }))          -- [N, g, OC/g, L]
     end
     out = out:reshape({ N, OC, oh, ow })
+    if wide then return (out + b:to("fp32"):reshape({ 1, OC, 1, 1 })):to(xb:dtype()) end
     if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
     return out
   end
   -- With a bias, bf16/fp16 operands compute in fp32 and the sum is rounded once (torch's; the product rounded to
   -- bf16 and then the sum was up to 7 bf16 ulps off, 32 in fp16); without one the GEMM rounds once already
-  local out = b ~= nil and require("fp8.tensor")._low_in_fp32(compute, xb, w, b) or compute(xb, w, b)
+  local out
+  if b ~= nil and xb:dtype() == "bf16" and w:dtype() == "bf16" and b:dtype() == "bf16" and not (g == C and g > 1)
+      and fp8.autocast_dtype() == "fp32" then
+    out = compute(xb, w, b, true)
+  else
+    out = b ~= nil and require("fp8.tensor")._low_in_fp32(compute, xb, w, b) or compute(xb, w, b)
+  end
   return unb and out:squeeze(1) or out
 end
 
