@@ -27,13 +27,19 @@ static void inside(int64_t off, int64_t s, int64_t w, int64_t ow, int64_t *lo, i
     *lo = a, *hi = b;
 }
 
+/* t's values as contiguous fp32 on the host, read only: t itself (retained) where it already is that */
+static fl_status host_f32_read(fl_tensor **h, const fl_tensor *t) {
+    if (t->dtype == FL_F32 && t->device == FL_DEV_CPU) return fl_tensor_contiguous(h, t);
+    return fl_host_f32(h, t);
+}
+
 typedef struct { fl_window g; int64_t oh, ow; } dw_ctx;
 
 /* out [N, OC, oh, ow] = the depthwise convolution of x [N, C, h, w] with k [OC, kh·kw] (fp32, contiguous) */
 static void dw_forward(const float *x, const float *k, float *y, int64_t N, int64_t C, int64_t OC, int64_t h,
                        int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
-    #pragma omp parallel for schedule(static) if (N * OC * K * oh * ow > 32768)
+    #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
     for (int64_t p = 0; p < N * OC; p++) {
         const int64_t n = p / OC, o = p % OC;
         const float *src = x + (n * C + o / m) * h * w, *wk = k + o * K;
@@ -65,7 +71,7 @@ static void dw_forward(const float *x, const float *k, float *y, int64_t N, int6
 static void dw_grad_input(const float *gy, const float *k, float *dx, int64_t N, int64_t C, int64_t OC, int64_t h,
                           int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
-    #pragma omp parallel for schedule(static) if (N * OC * K * oh * ow > 32768)
+    #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
     for (int64_t p = 0; p < N * C; p++) {
         const int64_t n = p / C, c = p % C;
         float *dst = dx + p * h * w;
@@ -106,7 +112,7 @@ static fl_status dw_grad_weight(const float *gy, const float *x, float *dk, int6
                                 int64_t h, int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
     int bad = 0;
-    #pragma omp parallel for schedule(static) if (N * OC * K * oh * ow > 32768)
+    #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
     for (int64_t o = 0; o < OC; o++) {
         float *acc = malloc((size_t)(ow > 0 ? ow : 1) * sizeof(float));
         if (!acc) {
@@ -192,8 +198,8 @@ fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor
     FL_TRY(fl_shape_numel("conv_depthwise", 4, shape, &numel));
     FL_PROF_FLOPS(2.0 * (double)numel * (double)(g->kh * g->kw));
     fl_tensor *hx = NULL, *hw = NULL, *y = NULL;
-    fl_status st = fl_host_f32(&hx, x);
-    if (st == FL_OK) st = fl_host_f32(&hw, wt);
+    fl_status st = host_f32_read(&hx, x);
+    if (st == FL_OK) st = host_f32_read(&hw, wt);
     if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK && numel > 0)
         dw_forward(fl_tensor_data(hx), fl_tensor_data(hw), fl_tensor_data(y), N, C, OC, x->shape[2], x->shape[3], g,
@@ -223,9 +229,9 @@ static fl_status dw_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     const int64_t N = x->shape[0], C = x->shape[1], OC = wt->shape[0], h = x->shape[2], w = x->shape[3];
     const bool need_x = fl_node_input_needs_grad(n, 0), need_w = fl_node_input_needs_grad(n, 1);
     fl_tensor *hg = NULL, *hx = NULL, *hw = NULL, *dx = NULL, *dk = NULL;
-    fl_status st = fl_host_f32(&hg, gy);
-    if (st == FL_OK && need_w) st = fl_host_f32(&hx, x);
-    if (st == FL_OK && need_x) st = fl_host_f32(&hw, wt);
+    fl_status st = host_f32_read(&hg, gy);
+    if (st == FL_OK && need_w) st = host_f32_read(&hx, x);
+    if (st == FL_OK && need_x) st = host_f32_read(&hw, wt);
     if (st == FL_OK && need_x) st = fl_tensor_empty(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
     if (st == FL_OK && need_w) st = fl_tensor_empty(&dk, FL_F32, 4, wt->shape, FL_DEV_CPU);
     if (st == FL_OK && dx && fl_tensor_numel(dx) > 0)

@@ -77,5 +77,10 @@ fl_status fl_fold(fl_tensor **out, const fl_tensor *cols, int64_t h, int64_t w, 
  * kernel w's, its padding 0 → [N, C·m, OH, OW], each output the fp32 sum of its kernel's products (in the order of the
  * kernel offsets, fused multiply-adds) rounded once to x's dtype. Differentiable in x and w (fp32 gradients). */
 fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_window *g);
+/* max_pool.c: torch's max pooling of x [N, C, H, W] (not FP8) over g's windows (the padding never taken): *values
+ * [N, C, OH, OW] in x's dtype, differentiable (the gradient to each window's maximum), and *indices, each maximum's
+ * flat 0-based input position as fp32 (no history). A NaN is taken first; a window of -inf alone takes its first
+ * input position. */
+fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *x, const fl_window *g);
 
 #endif

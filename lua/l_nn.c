@@ -260,6 +260,18 @@ static int l_conv_depthwise(lua_State *L) {
     return 1;
 }
 
+/* max_pool(x[N, C, H, W], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}) → values, indices [N, C, OH, OW]: each
+ * window's maximum and its flat input position (fl_max_pool); F.max_pool1d/2d are made of it */
+static int l_max_pool(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    fl_window g;
+    check_window(L, 2, "max_pool", &g);
+    no_extra(L, 3, "max_pool");
+    fl_tensor **v = fl_lnewbox(L), **i = fl_lnewbox(L);
+    FL_LCALL(L, fl_max_pool(v, i, x, &g));
+    return 2;
+}
+
 /* matmul_wide(a, b): a·b of two bf16 (or two fp16) tensors, the GEMM in their dtype and the result fp32
  * (fl_matmul_wide): what a bf16 convolution adds its bias to before rounding once */
 static int l_matmul_wide(lua_State *L) {
@@ -277,7 +289,7 @@ static const luaL_Reg funcs[] = {
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
     {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise},
-    {"matmul_wide", l_matmul_wide},
+    {"matmul_wide", l_matmul_wide}, {"max_pool", l_max_pool},
     {NULL, NULL},
 };
 

@@ -423,6 +423,38 @@ describe("the convolutions, poolings and transposed convolutions on the native w
     end
   end)
 
+  it("max pools take a NaN first (its index and gradient), and a window of -inf alone its first input position",
+     function()
+    local nan = 0 / 0
+    local x = fp8.tensor({ 1, nan, 7, nan, 2, 9 }):reshape({ 1, 1, 6 }):requires_grad_(true)
+    local y, at = F.max_pool1d(x, 3, { return_indices = true })
+    local v = U.flat(y)
+    assert.is_true(v[1] ~= v[1] and v[2] ~= v[2])
+    assert.are.same({ 1, 3 }, U.flat(at))   -- the first NaN of each window
+    y:sum():backward()
+    local gx = U.flat(x.grad)
+    assert.are.same({ 0, 1, 0, 1, 0, 0 }, gx)
+    local inf = -math.huge
+    local z = fp8.tensor({ inf, inf, inf, inf, 3, inf }):reshape({ 1, 1, 6 }):requires_grad_(true)
+    local yz, az = F.max_pool1d(z, 3, { stride = 2, padding = 1, return_indices = true })
+    assert.are.same({ inf, inf, 3 }, U.flat(yz))
+    assert.are.same({ 0, 1, 4 }, U.flat(az))   -- the first input position, not the padding
+    yz:sum():backward()
+    assert.are.same({ 1, 1, 0, 0, 1, 0 }, U.flat(z.grad))
+    -- the op's refusals
+    local geo = { 2, 2, 1, 1, 1, 1, 0, 0, 0, 0 }
+    U.fails_with("max_pool: expected a 4-D input [N, C, H, W], got [2, 2]", NN.max_pool, fp8.zeros { 2, 2 }, geo)
+    U.fails_with("max_pool: padding must be in 0..2^31-1, got -1", NN.max_pool, fp8.zeros { 1, 1, 2, 2 },
+      { 2, 2, 1, 1, 1, 1, 0, -1, 0, 0 })
+    U.fails_with("max_pool: the 1×1 plane padded to 1×1 is smaller than the kernel's span 2×2", NN.max_pool,
+      fp8.zeros { 1, 1, 1, 1 }, geo)
+    U.fails_with("max_pool: e4m3 tensor", NN.max_pool, fp8.zeros({ 1, 1, 2, 2 }):quantize("e4m3"), geo)
+    U.fails_with("max_pool: too many arguments", NN.max_pool, fp8.zeros { 1, 1, 2, 2 }, geo, 1)
+    local e, ei = NN.max_pool(fp8.zeros { 0, 3, 2, 2 }, geo)
+    assert.are.same({ 0, 3, 1, 1 }, e:shape())
+    assert.are.same({ 0, 3, 1, 1 }, ei:shape())
+  end)
+
   it("max pool indices past the exactness of fp32 are refused, and the indices of a known case are pinned",
      function()
     local x = fp8.tensor({ { 1, 5, 2, 0 }, { 3, 4, 9, 8 }, { 7, 6, 0, 1 } }):reshape({ 1, 1, 3, 4 })

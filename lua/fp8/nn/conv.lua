@@ -1,8 +1,8 @@
 -- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops: F.unfold /
 -- F.fold (the core's im2col and col2im, core/im2col.c, from the geometry: no index tensor), F.conv1d / F.conv2d
 -- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; a depthwise one directly over the
--- planes, core/conv_depthwise.c), F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each
--- window), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
+-- planes, core/conv_depthwise.c), F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and
+-- F.avg_pool1d/2d (unfold, then a mean over each window), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
 -- recipes convert Linear layers only (as TransformerEngine and torchao): a convolution runs in high precision under
 -- every recipe.
 -- The max pools' return_indices gives the flat 0-based input position of each maximum (fp32, exact to 2^24; torch's
@@ -250,9 +250,32 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
   local N, C, H, W = xb:size(1), xb:size(2), xb:size(3), xb:size(4)
   local extra = opts.ceil_mode and { ceil_extra(H, k[1], s[1], p[1], d[1]), ceil_extra(W, k[2], s[2], p[2], d[2]) }
   if extra and extra[1] == 0 and extra[2] == 0 then extra = nil end
-  local win, oh, ow = windows(fname, xb, k, s, p, d, is_max and -math.huge or 0, extra)
-  local K, L = k[1] * k[2], oh * ow
+  local eh, ew = extra and extra[1] or 0, extra and extra[2] or 0
   local out
+  if is_max then
+    -- each window's maximum and its flat input position, computed directly (core/max_pool.c: argmax's rule over the
+    -- window padded with -inf, a window of -inf alone taking its first input position, as torch's kernel)
+    local pads = { p[1], p[1] + eh, p[2], p[2] + ew }
+    local oh, ow = G.counts(H, W, k, s, d, pads)
+    if oh < 1 or ow < 1 then
+      error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output would "
+        .. "be %d×%d"):format(fname, shape_str(xb), p[1], p[2], k[1], k[2], d[1], d[2], oh, ow), 0)
+    end
+    if opts.return_indices then   -- positions are fp32 (the index dtype): exact to 2^24
+      local hp, wp = H + pads[1] + pads[2], W + pads[3] + pads[4]
+      O.exact_positions(fname, hp * wp - 1, ("the positions in the padded %d×%d plane"):format(hp, wp))
+    end
+    local at
+    out, at = NN.max_pool(xb, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
+    local function shaped(t)
+      if dims == 1 then t = t:squeeze(3) end
+      return unb and t:squeeze(1) or t
+    end
+    if opts.return_indices then return shaped(out), shaped(at) end
+    return shaped(out)
+  end
+  local win, oh, ow = windows(fname, xb, k, s, p, d, 0, extra)
+  local K = k[1] * k[2]
   -- how many of each window's positions the average counts: torch's, the padding's (count_include_pad) but never
   -- those past it that ceil_mode's last windows reach
   local function counts(of_input)
@@ -260,49 +283,7 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
       { device = xb:device() })
     return (windows(fname, ones, k, s, of_input and p or { 0, 0 }, d, 0, extra)):sum(3)
   end
-  local where_max
-  if is_max then
-    local at
-    out, at = win:max(3)
-    local padded = p[1] > 0 or p[2] > 0 or extra
-    -- the windows' rows and columns: window l = oy·OW + ox, kernel offset k = i·kw + j reads input row
-    -- oy·sh + i·dh - ph and column ox·sw + j·dw - pw
-    -- a window whose input values are all -inf: max took its first -inf, maybe a padding slot; torch's kernel
-    -- starts at the window's first position inside the input and moves only on a greater value (or NaN), so the
-    -- index, and the gradient, go there
-    if padded and out:eq(-math.huge):any():item() then
-      local function first_inside(o, st, kk, dd, pp, n)   -- the first kernel offset of window o inside 0..n-1
-        for i = 0, kk - 1 do
-          local r = o * st + i * dd - pp
-          if r >= 0 and r < n then return i end
-        end
-      end
-      local fi, fj = {}, {}
-      for oy = 0, oh - 1 do fi[oy] = first_inside(oy, s[1], k[1], d[1], p[1], H) end
-      for ox = 0, ow - 1 do fj[ox] = first_inside(ox, s[2], k[2], d[2], p[2], W) end
-      local first = {}
-      for l = 0, L - 1 do first[l + 1] = fi[l // ow] * k[2] + fj[l % ow] end
-      local fv = fp8.tensor(first, { dtype = at:dtype() }):to(xb:device()):reshape({ 1, 1, L }):expand({ N, C, L })
-      at = require("fp8.tensor").where(out:eq(-math.huge), fv, at)
-      out = win:gather(3, at:reshape({ N, C, 1, L })):reshape({ N, C, L })
-    end
-    if opts.return_indices then
-      -- each maximum's flat input position (h·W + w): its window's base (oy·sh - ph)·W + ox·sw - pw plus its kernel
-      -- offset's i·dh·W + j·dw, whole numbers in fp32 (the index dtype): the padded plane's positions must be exact
-      local hp, wp = H + 2 * p[1] + (extra and extra[1] or 0), W + 2 * p[2] + (extra and extra[2] or 0)
-      O.exact_positions(fname, hp * wp - 1, ("the positions in the padded %d×%d plane"):format(hp, wp))
-      local off, base = {}, {}
-      for i = 0, k[1] - 1 do
-        for j = 0, k[2] - 1 do off[#off + 1] = i * d[1] * W + j * d[2] end
-      end
-      for oy = 0, oh - 1 do
-        for ox = 0, ow - 1 do base[#base + 1] = (oy * s[1] - p[1]) * W + ox * s[2] - p[2] end
-      end
-      local dev = xb:device()
-      local offs = fp8.tensor(off):to(dev):index_select(1, at:reshape({ N * C * L }))
-      where_max = offs:reshape({ N, C, L }) + fp8.tensor(base):to(dev):reshape({ 1, 1, L })
-    end
-  elseif opts.divisor_override ~= nil then
+  if opts.divisor_override ~= nil then
     out = win:sum(3) / opts.divisor_override
   elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0 or extra) then
     out = win:sum(3) / counts(true)
@@ -311,12 +292,8 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
   else
     out = win:sum(3) / K
   end
-  local function shaped(t)
-    t = dims == 2 and t:reshape({ N, C, oh, ow }) or t:reshape({ N, C, ow })
-    return unb and t:squeeze(1) or t
-  end
-  if where_max then return shaped(out), shaped(where_max) end
-  return shaped(out)
+  out = dims == 2 and out:reshape({ N, C, oh, ow }) or out:reshape({ N, C, ow })
+  return unb and out:squeeze(1) or out
 end
 
 local MAX_KEYS = { "stride", "padding", "dilation", "ceil_mode", "return_indices" }
