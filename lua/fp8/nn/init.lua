@@ -340,9 +340,10 @@ add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {strid
   .. "Unfold(kernel_size [, {...}]) / Fold(output_size, kernel_size [, {...}])",
   "torch's convolutions and pooling, built of differentiable ops: F.unfold (the core's im2col, no index tensor)\n"
   .. "then one batched GEMM per group (bf16 under autocast, as torch's); a depthwise conv (groups = in_channels)\n"
-  .. "computed directly over the planes; F.conv2d(x, w [, b] [, opts]), F.conv1d, F.max_pool2d,\n"
-  .. "F.avg_pool2d, F.max_pool1d, F.avg_pool1d, F.unfold, F.fold. padding: an integer, a pair, \"valid\" or\n"
-  .. "\"same\"; weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch's default. FP8 recipes convert Linear layers\n"
+  .. "and the max pools' maxima computed directly over the planes; F.conv2d(x, w [, b] [, opts]), F.conv1d,\n"
+  .. "F.max_pool2d, F.avg_pool2d, F.max_pool1d, F.avg_pool1d, F.unfold, F.fold. padding: an integer, a pair,\n"
+  .. "\"valid\" or \"same\"; weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch's default. FP8 recipes convert\n"
+  .. "Linear layers "
   .. "only (as TransformerEngine and torchao): convolutions stay in high precision. padding_mode \"reflect\",\n"
   .. "\"replicate\" or \"circular\" pads the input by F.pad in that mode first, as torch's. ceil_mode=true rounds\n"
   .. "a pooling's output size up, as torch's (what its last windows reach past the padding counts for nothing).\n"
