@@ -843,16 +843,27 @@ fl_status fl_matmul_wide(fl_tensor **out, const fl_tensor *a, const fl_tensor *b
     FL_TRY(fl_matmul_raw(out, a, b, a->dtype, FL_F32));
     const fl_tensor *ins[2] = { a, b };
     if (!fl_any_requires_grad(2, ins)) return FL_OK;
+    /* the node keeps the operands widened to fp32 (exactly), in their own layout: the backward's transposes are then
+     * views an fp32 GEMM reads in place, as it did when the caller widened them (a widening of a transposed view
+     * made a transposed copy, 2× slower for a conv's columns) */
+    fl_tensor *wa = NULL, *wb = NULL;
     fl_node *n = NULL;
-    fl_status st = fl_autograd_record(out, &n, "MatmulBackward", matmul_bwd, 2, ins);
+    fl_status st = fl_tensor_to(&wa, a, FL_F32);
+    if (st == FL_OK) st = fl_tensor_to(&wb, b, FL_F32);
+    if (st == FL_OK) st = fl_autograd_record(out, &n, "MatmulBackward", matmul_bwd, 2, ins);
+    else { fl_tensor_release(*out); *out = NULL; }
     if (st == FL_OK) {
-        fl_node_save(n, 0, a);
-        fl_node_save(n, 1, b);
+        fl_node_save(n, 0, wa);
+        fl_node_save(n, 1, wb);
         n->saved_for[0] = 2;
         n->saved_for[1] = 1;
-        n->iargs[0] = FL_DTYPE_COUNT;   /* the backward's GEMMs promote: fp32, the operands widened exactly */
+        n->iargs[0] = FL_DTYPE_COUNT;   /* the backward's GEMMs promote: fp32 */
+        st = fl_node_input_stub(n, 0);  /* read through the widened copies */
+        if (st == FL_OK) st = fl_node_input_stub(n, 1);
         for (int j = 0; j < 2 && st == FL_OK; j++) st = fl_node_drop_unread(n, j, j);
     }
+    fl_tensor_release(wa);
+    fl_tensor_release(wb);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
