@@ -309,7 +309,8 @@ describe("the convolutions, poolings and transposed convolutions on the native w
   end)
 
   it("bf16 convolutions: without a bias the old composition's bits; with one, the bf16 GEMM's fp32 sum plus the "
-    .. "bias rounded once (within one bf16 ulp of the fp32 GEMM's; the gradients those of the fp32 compute)", function()
+    .. "bias rounded once (the fp32 GEMM's but for its summation order; the gradients those of the fp32 compute)",
+     function()
     fp8.manual_seed(11)
     local x, w, b = fp8.randn({ 2, 4, 7, 6 }):to("bf16"), fp8.randn({ 6, 2, 3, 3 }):to("bf16"), fp8.randn({ 6 })
       :to("bf16")
@@ -329,9 +330,12 @@ describe("the convolutions, poolings and transposed convolutions on the native w
       local y1, g1 = with_grads(new, { x, w, b }, 12)
       local y2, g2 = with_grads(old, { x, w, b }, 12)
       assert.are.equal("bf16", y1:dtype())
+      -- one bf16 ulp of the result, or the fp32 sums' order (1e-4 here: terms of about 0.1, a few hundred of them)
+      -- where the sum cancels to near 0
       local a, c = U.flat(y1:to("fp32")), U.flat(y2:to("fp32"))
       for i = 1, #a do
-        assert.is_true(math.abs(a[i] - c[i]) <= math.abs(c[i]) * 2 ^ -8, ("y[%d]: %.9g vs %.9g"):format(i, a[i], c[i]))
+        assert.is_true(math.abs(a[i] - c[i]) <= math.abs(c[i]) * 2 ^ -7 + 1e-4,
+          ("y[%d]: %.9g vs %.9g"):format(i, a[i], c[i]))
       end
       for i = 1, 3 do
         assert.are.equal("fp32", g1[i]:dtype())
