@@ -66,4 +66,29 @@ extern double fl_sdpa_fused_min_bytes;
  * set it to force either form. */
 extern double fl_sdpa_cpu_fused_min_bytes;
 
+/* im2col.c: the windows of [N, C, H, W] planes (torch's unfold / fold). Kernel, stride and dilation per dim
+ * (>= 1), padding per side: top and left >= 0; bottom and right may be negative (fewer windows: fold's crop).
+ * OH = (H + pt + pb - dh·(kh - 1) - 1) / sh + 1 windows down, OW likewise across, each >= 1. */
+typedef struct {
+    int64_t kh, kw, sh, sw, dh, dw;
+    int64_t pt, pb, pl, pr;
+    double pad_value;   /* unfold's value at padded positions (0; -inf for max pooling) */
+} fl_window;
+/* x [N, C, H, W] (any dtype but FP8) → [N, C, kh·kw, OH·OW]: each window's values, kernel offset outer (torch's
+ * unfold as [N, C, K, L]), copied bit for bit. Differentiable: the gradient is fold's. */
+fl_status fl_unfold(fl_tensor **out, const fl_tensor *x, const fl_window *g);
+/* cols [N, C, kh·kw, OH·OW] (the windows of an h×w plane) → [N, C, h, w]: each value added into the position unfold
+ * reads it from, in fp32 (order k, then l) and rounded once to cols' dtype. Differentiable: the gradient is unfold's
+ * (padding 0). */
+fl_status fl_fold(fl_tensor **out, const fl_tensor *cols, int64_t h, int64_t w, const fl_window *g);
+/* conv_depthwise.c: torch's conv2d with groups = C: x [N, C, H, W], w [C·m, 1, kh, kw] of x's dtype (not FP8), g's
+ * kernel w's, its padding 0 → [N, C·m, OH, OW], each output the fp32 sum of its kernel's products (in the order of the
+ * kernel offsets, fused multiply-adds) rounded once to x's dtype. Differentiable in x and w (fp32 gradients). */
+fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_window *g);
+/* max_pool.c: torch's max pooling of x [N, C, H, W] (not FP8) over g's windows (the padding never taken): *values
+ * [N, C, OH, OW] in x's dtype, differentiable (the gradient to each window's maximum), and *indices, each maximum's
+ * flat 0-based input position as fp32 (no history). A NaN is taken first; a window of -inf alone takes its first
+ * input position. */
+fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *x, const fl_window *g);
+
 #endif

@@ -74,6 +74,10 @@ fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, 
  * broadcast batch dims. fp32 accumulation. fp32 inputs → fp32 GEMM; bf16/fp16 inputs →
  * bf16/fp16 GEMM with fp32 accumulation (oneDNN on the CPU). */
 fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
+/* a and b both bf16 or both fp16: the GEMM in that dtype (fp32 accumulation) and the result fp32, not rounded (what a
+ * bias is added to before one rounding: the convolutions'); the backward's GEMMs in fp32 (the operands widened
+ * exactly), as fl_matmul's of the widened operands. */
+fl_status fl_matmul_wide(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
 /* fl_binary, fl_binary_scalar, fl_unary, fl_reduce, fl_matmul record autograd nodes (core/autograd.h); comparisons
  * carry no history. fl_reduce's max/min/amax split the gradient among a tie (torch's max() and amax).
  * maximum/minimum send the gradient to the operand that wins (torch's rule: half to each on a tie, all to both beside

@@ -847,6 +847,39 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     return st;
 }
 
+fl_status fl_matmul_wide(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
+    *out = NULL;
+    if (a->dtype != b->dtype || (a->dtype != FL_BF16 && a->dtype != FL_F16))
+        return FL_ERR(FL_EINVAL, "matmul_wide: expected two bf16 or two fp16 operands, got %s and %s",
+                      fl_format(a->dtype)->name, fl_format(b->dtype)->name);
+    FL_TRY(fl_matmul_raw(out, a, b, a->dtype, FL_F32));
+    const fl_tensor *ins[2] = { a, b };
+    if (!fl_any_requires_grad(2, ins)) return FL_OK;
+    /* the node keeps the operands widened to fp32 (exactly), in their own layout: the backward's transposes are then
+     * views an fp32 GEMM reads in place, as it did when the caller widened them (a widening of a transposed view
+     * made a transposed copy, 2× slower for a conv's columns) */
+    fl_tensor *wa = NULL, *wb = NULL;
+    fl_node *n = NULL;
+    fl_status st = fl_tensor_to(&wa, a, FL_F32);
+    if (st == FL_OK) st = fl_tensor_to(&wb, b, FL_F32);
+    if (st == FL_OK) st = fl_autograd_record(out, &n, "MatmulBackward", matmul_bwd, 2, ins);
+    else { fl_tensor_release(*out); *out = NULL; }
+    if (st == FL_OK) {
+        fl_node_save(n, 0, wa);
+        fl_node_save(n, 1, wb);
+        n->saved_for[0] = 2;
+        n->saved_for[1] = 1;
+        n->iargs[0] = FL_DTYPE_COUNT;   /* the backward's GEMMs promote: fp32 */
+        st = fl_node_input_stub(n, 0);  /* read through the widened copies */
+        if (st == FL_OK) st = fl_node_input_stub(n, 1);
+        for (int j = 0; j < 2 && st == FL_OK; j++) st = fl_node_drop_unread(n, j, j);
+    }
+    fl_tensor_release(wa);
+    fl_tensor_release(wb);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
 /* ---- views and copies --------------------------------------------------------------------- */
 
 static fl_status reshape_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {

@@ -235,6 +235,95 @@ static int l_sdpa_qkv(lua_State *L) {
     return 1;
 }
 
+/* The window geometry at arg: a list of 10 integers {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr} (fl_window) */
+static void check_window(lua_State *L, int arg, const char *fname, fl_window *g) {
+    if (lua_type(L, arg) != LUA_TTABLE || lua_rawlen(L, arg) != 10)
+        luaL_error(L, "%s: expected the geometry {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr} (10 integers) as argument "
+                   "%d, got %s", fname, arg, lua_type(L, arg) == LUA_TTABLE ? "a table of another length"
+                   : luaL_typename(L, arg));
+    int64_t v[10];
+    for (int i = 0; i < 10; i++) {
+        int isint = 0;
+        lua_rawgeti(L, arg, i + 1);
+        v[i] = (int64_t)lua_tointegerx(L, -1, &isint);
+        if (!isint || lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "%s: the geometry's entry %d must be an integer, got %s", fname, i + 1, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    *g = (fl_window){ v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], 0 };
+}
+
+/* im2col(x[N, C, H, W], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr} [, pad_value=0]) → [N, C, kh·kw, OH·OW]: the
+ * windows (fl_unfold); F.unfold, the convolutions and the poolings are made of it (lua/fp8/nn/conv.lua) */
+static int l_im2col(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    fl_window g;
+    check_window(L, 2, "im2col", &g);
+    if (!lua_isnoneornil(L, 3)) {
+        if (lua_type(L, 3) != LUA_TNUMBER)
+            return luaL_error(L, "im2col: pad_value must be a number, got %s", luaL_typename(L, 3));
+        g.pad_value = lua_tonumber(L, 3);
+    }
+    no_extra(L, 4, "im2col");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_unfold(slot, x, &g));
+    return 1;
+}
+
+/* col2im(cols[N, C, kh·kw, OH·OW], h, w, {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}) → [N, C, h, w]: the windows added
+ * back (fl_fold) */
+static int l_col2im(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    int64_t hw[2];
+    for (int i = 0; i < 2; i++) {
+        int isint = 0;
+        hw[i] = (int64_t)lua_tointegerx(L, 2 + i, &isint);
+        if (!isint || lua_type(L, 2 + i) != LUA_TNUMBER || hw[i] < 0)
+            return luaL_error(L, "col2im: %s must be an integer >= 0, got %s", i ? "w" : "h",
+                              luaL_tolstring(L, 2 + i, NULL));
+    }
+    fl_window g;
+    check_window(L, 4, "col2im", &g);
+    no_extra(L, 5, "col2im");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_fold(slot, x, hw[0], hw[1], &g));
+    return 1;
+}
+
+/* conv_depthwise(x[N, C, H, W], w[C·m, 1, kh, kw], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}) → [N, C·m, OH, OW]:
+ * conv2d with groups = C computed directly (fl_conv_depthwise); F.conv2d takes it for such a convolution */
+static int l_conv_depthwise(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
+    fl_window g;
+    check_window(L, 3, "conv_depthwise", &g);
+    no_extra(L, 4, "conv_depthwise");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_conv_depthwise(slot, x, w, &g));
+    return 1;
+}
+
+/* max_pool(x[N, C, H, W], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}) → values, indices [N, C, OH, OW]: each
+ * window's maximum and its flat input position (fl_max_pool); F.max_pool1d/2d are made of it */
+static int l_max_pool(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    fl_window g;
+    check_window(L, 2, "max_pool", &g);
+    no_extra(L, 3, "max_pool");
+    fl_tensor **v = fl_lnewbox(L), **i = fl_lnewbox(L);
+    FL_LCALL(L, fl_max_pool(v, i, x, &g));
+    return 2;
+}
+
+/* matmul_wide(a, b): a·b of two bf16 (or two fp16) tensors, the GEMM in their dtype and the result fp32
+ * (fl_matmul_wide): what a bf16 convolution adds its bias to before rounding once */
+static int l_matmul_wide(lua_State *L) {
+    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    no_extra(L, 3, "matmul_wide");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_matmul_wide(slot, a, b));
+    return 1;
+}
+
 static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
@@ -242,6 +331,8 @@ static const luaL_Reg funcs[] = {
     {"_channel_norm", l_channel_norm}, {"_embedding_bag", l_embedding_bag},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
+    {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise},
+    {"matmul_wide", l_matmul_wide}, {"max_pool", l_max_pool},
     {NULL, NULL},
 };
 

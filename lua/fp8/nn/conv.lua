@@ -1,9 +1,10 @@
--- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops (no kernel of
--- their own): F.unfold / F.fold (im2col and its adjoint, by gather and scatter_add over the padded input's flat
--- positions), F.conv1d / F.conv2d (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's),
--- F.max_pool1d/2d and F.avg_pool1d/2d (unfold, then a max or a mean over each window), and their modules Conv1d,
--- Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8 recipes convert Linear layers only (as
--- TransformerEngine and torchao): a convolution runs in high precision under every recipe.
+-- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops: F.unfold /
+-- F.fold (the core's im2col and col2im, core/im2col.c, from the geometry: no index tensor), F.conv1d / F.conv2d
+-- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; a depthwise one directly over the
+-- planes, core/conv_depthwise.c), F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and
+-- F.avg_pool1d/2d (unfold, then a mean over each window), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
+-- recipes convert Linear layers only (as TransformerEngine and torchao): a convolution runs in high precision under
+-- every recipe.
 -- The max pools' return_indices gives the flat 0-based input position of each maximum (fp32, exact to 2^24; torch's
 -- are int64), which F.max_unpool1d/2d (lua/fp8/nn/unpool.lua) takes. Transposed convolutions:
 -- lua/fp8/nn/conv_transpose.lua.
@@ -14,7 +15,8 @@ local F = require "fp8.nn.functional"
 local init = require "fp8.nn.init_fns"
 
 local G = require "fp8.nn.conv_geometry"
-local pair, one_d, positions, batched, opts_of = G.pair, G.one_d, G.positions, G.batched, G.opts_of
+local pair, one_d, batched, opts_of = G.pair, G.one_d, G.batched, G.opts_of
+local NN = fp8._nn
 
 local M = {}
 
@@ -23,21 +25,17 @@ local function shape_str(t) return t:shape_str() end
 -- Errors here are raised without a position; a public function's come out at its caller's line (fp8.errfmt)
 local public, strip = require("fp8.errfmt").public_of("conv.lua")
 
--- The padded 4-D input's windows: [N, C, K·L] gathered (K = kh·kw, L = OH·OW), with OH and OW. value pads.
+-- The padded 4-D input's windows: [N, C, K, L] (K = kh·kw, L = OH·OW), with OH and OW. value pads; extra: rows and
+-- columns past the padding on the bottom and right (ceil_mode's, an uneven "same").
 local function windows(fname, x, k, s, p, d, value, extra)
-  local N, C = x:size(1), x:size(2)
-  local eh, ew = extra and extra[1] or 0, extra and extra[2] or 0   -- ceil_mode's rows and columns past the padding
-  local xp = (p[1] > 0 or p[2] > 0 or eh > 0 or ew > 0)
-    and F.pad(x, { p[2], p[2] + ew, p[1], p[1] + eh }, { value = value }) or x
-  local hp, wp = xp:size(3), xp:size(4)
-  local idx, oh, ow = positions(hp, wp, k, s, d, fname)
-  if idx == nil then
+  local eh, ew = extra and extra[1] or 0, extra and extra[2] or 0
+  local pads = { p[1], p[1] + eh, p[2], p[2] + ew }
+  local oh, ow = G.counts(x:size(3), x:size(4), k, s, d, pads)
+  if oh < 1 or ow < 1 then
     error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output would "
       .. "be %d×%d"):format(fname, shape_str(x), p[1], p[2], k[1], k[2], d[1], d[2], oh, ow), 0)
   end
-  local KL = idx:numel()
-  local flat = xp:reshape({ N, C, hp * wp })
-  return flat:gather(3, idx:to(x:device()):reshape({ 1, 1, KL }):expand({ N, C, KL })), oh, ow
+  return G.unfold(x, k, s, d, pads, value), oh, ow
 end
 
 -- unfold(input[N, C, H, W], kernel_size [, {dilation=1, padding=0, stride=1}]) → [N, C·kh·kw, L]: torch's im2col
@@ -49,7 +47,7 @@ local function impl_unfold(x, kernel_size, opts, ...)
   local cols = windows("unfold", xb, k, pair("unfold", "stride", opts.stride or 1, 1),
     pair("unfold", "padding", opts.padding or 0, 0), pair("unfold", "dilation", opts.dilation or 1, 1), 0)
   local N, C = xb:size(1), xb:size(2)
-  local out = cols:reshape({ N, C * k[1] * k[2], cols:size(3) // (k[1] * k[2]) })
+  local out = cols:reshape({ N, C * k[1] * k[2], cols:size(4) })
   return unb and out:squeeze(1) or out
 end
 
@@ -63,16 +61,16 @@ local function impl_fold(x, output_size, kernel_size, opts, ...)
   local k = pair("fold", "kernel_size", kernel_size, 1)
   local s, p = pair("fold", "stride", opts.stride or 1, 1), pair("fold", "padding", opts.padding or 0, 0)
   local d = pair("fold", "dilation", opts.dilation or 1, 1)
-  local hp, wp = size[1] + 2 * p[1], size[2] + 2 * p[2]
-  local idx, oh, ow = positions(hp, wp, k, s, d, "fold")
+  local pads = { p[1], p[1], p[2], p[2] }
+  local oh, ow = G.counts(size[1], size[2], k, s, d, pads)
+  local fits = oh >= 1 and ow >= 1
   local K, N = k[1] * k[2], xb:size(1)
-  if idx == nil or xb:size(2) % K ~= 0 or xb:size(3) ~= oh * ow then
+  if not fits or xb:size(2) % K ~= 0 or xb:size(3) ~= oh * ow then
     error(("fold: input %s does not hold blocks of %d×%d over a %d×%d output (padding %d×%d, stride %d×%d, dilation "
       .. "%d×%d: [N, C·%d, %d] expected)"):format(shape_str(xb), k[1], k[2], size[1], size[2], p[1], p[2], s[1], s[2],
-      d[1], d[2], K, idx and oh * ow or 0), 0)
+      d[1], d[2], K, fits and oh * ow or 0), 0)
   end
-  local out = G.col2im(xb:reshape({ N, xb:size(2) // K, idx:numel() }), hp, wp, idx)
-  if p[1] > 0 or p[2] > 0 then out = F.pad(out, { -p[2], -p[2], -p[1], -p[1] }) end
+  local out = G.fold(xb:reshape({ N, xb:size(2) // K, K, oh * ow }), size[1], size[2], k, s, d, pads)
   return unb and out:squeeze(1) or out
 end
 
@@ -119,27 +117,47 @@ local function conv2d(fname, x, w, b, opts)
   local s = pair(fname, "stride", opts.stride or 1, 1)
   local d = pair(fname, "dilation", opts.dilation or 1, 1)
   local pd = conv_padding(fname, opts.padding or 0, k, s, d)
-  local function compute(xb, w, b)
-    if pd[1] ~= pd[2] or pd[3] ~= pd[4] then   -- "same" with an even kernel: pad first, unevenly
-      xb = F.pad(xb, { pd[3], pd[4], pd[1], pd[2] })
-      pd = { 0, 0, 0, 0 }
+  -- wide: bf16 operands and bias outside autocast: the GEMM in bf16 with an fp32 result (fl_matmul_wide), the bias
+  -- added in fp32 and the sum rounded once, as the fp32 compute of the widened operands did (the same products,
+  -- summed in the GEMM's order; its backward in fp32, as that compute's)
+  local function compute(xb, w, b, wide)
+    -- depthwise (groups = in_channels, one dtype, outside autocast): computed directly over the planes
+    -- (core/conv_depthwise.c), not as a GEMM per group of one channel
+    if g == C and g > 1 and xb:dtype() == w:dtype() and fp8.autocast_dtype() == "fp32" then
+      local oh, ow = G.counts(xb:size(3), xb:size(4), k, s, d, pd)
+      if oh < 1 or ow < 1 then
+        error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output "
+          .. "would be %d×%d"):format(fname, shape_str(xb), pd[1], pd[3], k[1], k[2], d[1], d[2], oh, ow), 0)
+      end
+      local out = NN.conv_depthwise(xb, w, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] })
+      if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+      return out
     end
-    local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0)
-    local K, L = k[1] * k[2], cols:size(3) // (k[1] * k[2])
+    -- ("same" with an even kernel pads unevenly: the extra row and column on the bottom and right)
+    local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0, { pd[2] - pd[1], pd[4] - pd[3] })
+    local K, L = k[1] * k[2], cols:size(4)
     local out
+    local function mm(a, c) if wide then return NN.matmul_wide(a, c) end return a:matmul(c) end
     if g == 1 then
-      out = w:reshape({ OC, C * K }):matmul(cols:reshape({ N, C * K, L }))                    -- [N, OC, L]
+      out = mm(w:reshape({ OC, C * K }), cols:reshape({ N, C * K, L }))                       -- [N, OC, L]
     else
       local cg = C // g
-      out = w:reshape({ g, OC // g, cg * K }):matmul(cols:reshape({ N, g, cg * K, L }))       -- [N, g, OC/g, L]
+      out = mm(w:reshape({ g, OC // g, cg * K }), cols:reshape({ N, g, cg * K, L }))          -- [N, g, OC/g, L]
     end
     out = out:reshape({ N, OC, oh, ow })
+    if wide then return (out + b:to("fp32"):reshape({ 1, OC, 1, 1 })):to(xb:dtype()) end
     if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
     return out
   end
   -- With a bias, bf16/fp16 operands compute in fp32 and the sum is rounded once (torch's; the product rounded to
   -- bf16 and then the sum was up to 7 bf16 ulps off, 32 in fp16); without one the GEMM rounds once already
-  local out = b ~= nil and require("fp8.tensor")._low_in_fp32(compute, xb, w, b) or compute(xb, w, b)
+  local out
+  if b ~= nil and xb:dtype() == "bf16" and w:dtype() == "bf16" and b:dtype() == "bf16" and not (g == C and g > 1)
+      and fp8.autocast_dtype() == "fp32" then
+    out = compute(xb, w, b, true)
+  else
+    out = b ~= nil and require("fp8.tensor")._low_in_fp32(compute, xb, w, b) or compute(xb, w, b)
+  end
   return unb and out:squeeze(1) or out
 end
 
@@ -232,52 +250,40 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
   local N, C, H, W = xb:size(1), xb:size(2), xb:size(3), xb:size(4)
   local extra = opts.ceil_mode and { ceil_extra(H, k[1], s[1], p[1], d[1]), ceil_extra(W, k[2], s[2], p[2], d[2]) }
   if extra and extra[1] == 0 and extra[2] == 0 then extra = nil end
-  local cols, oh, ow = windows(fname, xb, k, s, p, d, is_max and -math.huge or 0, extra)
-  local K = k[1] * k[2]
-  local win = cols:reshape({ N, C, K, oh * ow })
+  local eh, ew = extra and extra[1] or 0, extra and extra[2] or 0
   local out
+  if is_max then
+    -- each window's maximum and its flat input position, computed directly (core/max_pool.c: argmax's rule over the
+    -- window padded with -inf, a window of -inf alone taking its first input position, as torch's kernel)
+    local pads = { p[1], p[1] + eh, p[2], p[2] + ew }
+    local oh, ow = G.counts(H, W, k, s, d, pads)
+    if oh < 1 or ow < 1 then
+      error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output would "
+        .. "be %d×%d"):format(fname, shape_str(xb), p[1], p[2], k[1], k[2], d[1], d[2], oh, ow), 0)
+    end
+    if opts.return_indices then   -- positions are fp32 (the index dtype): exact to 2^24
+      local hp, wp = H + pads[1] + pads[2], W + pads[3] + pads[4]
+      O.exact_positions(fname, hp * wp - 1, ("the positions in the padded %d×%d plane"):format(hp, wp))
+    end
+    local at
+    out, at = NN.max_pool(xb, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
+    local function shaped(t)
+      if dims == 1 then t = t:squeeze(3) end
+      return unb and t:squeeze(1) or t
+    end
+    if opts.return_indices then return shaped(out), shaped(at) end
+    return shaped(out)
+  end
+  local win, oh, ow = windows(fname, xb, k, s, p, d, 0, extra)
+  local K = k[1] * k[2]
   -- how many of each window's positions the average counts: torch's, the padding's (count_include_pad) but never
   -- those past it that ceil_mode's last windows reach
   local function counts(of_input)
     local ones = fp8.ones({ 1, 1, of_input and H or H + 2 * p[1], of_input and W or W + 2 * p[2] },
       { device = xb:device() })
-    return windows(fname, ones, k, s, of_input and p or { 0, 0 }, d, 0, extra):reshape({ 1, 1, K, oh * ow }):sum(3)
+    return (windows(fname, ones, k, s, of_input and p or { 0, 0 }, d, 0, extra)):sum(3)
   end
-  local where_max
-  if is_max then
-    local at
-    out, at = win:max(3)
-    local hp, wp = H + 2 * p[1] + (extra and extra[1] or 0), W + 2 * p[2] + (extra and extra[2] or 0)
-    local padded = p[1] > 0 or p[2] > 0 or extra
-    local pos_list   -- the windows' padded positions, [K, L] in order (read once, by either use below)
-    local function positions_list()
-      pos_list = pos_list or positions(hp, wp, k, s, d, fname):tolist()
-      return pos_list
-    end
-    -- a window whose input values are all -inf: max took its first -inf, maybe a padding slot; torch's kernel
-    -- starts at the window's first position inside the input and moves only on a greater value (or NaN), so the
-    -- index, and the gradient, go there
-    if padded and out:eq(-math.huge):any():item() then
-      local L, first = oh * ow, {}
-      for i, pos in ipairs(positions_list()) do
-        local w, r, c = (i - 1) % L + 1, math.tointeger(pos) // wp - p[1], math.tointeger(pos) % wp - p[2]
-        if first[w] == nil and r >= 0 and r < H and c >= 0 and c < W then first[w] = (i - 1) // L end
-      end
-      local fv = fp8.tensor(first, { dtype = at:dtype() }):to(xb:device()):reshape({ 1, 1, L }):expand({ N, C, L })
-      at = require("fp8.tensor").where(out:eq(-math.huge), fv, at)
-      out = win:gather(3, at:reshape({ N, C, 1, L })):reshape({ N, C, L })
-    end
-    if opts.return_indices then
-      -- each window offset's flat input position (h·W + w), from the padded positions the windows read
-      local flat = {}
-      for i, pos in ipairs(positions_list()) do
-        pos = math.tointeger(pos)
-        flat[i] = (pos // wp - p[1]) * W + pos % wp - p[2]
-      end
-      local map = fp8.tensor(flat):to(xb:device()):reshape({ 1, 1, K, oh * ow }):expand({ N, C, K, oh * ow })
-      where_max = map:gather(3, at:reshape({ N, C, 1, oh * ow }))
-    end
-  elseif opts.divisor_override ~= nil then
+  if opts.divisor_override ~= nil then
     out = win:sum(3) / opts.divisor_override
   elseif opts.count_include_pad == false and (p[1] > 0 or p[2] > 0 or extra) then
     out = win:sum(3) / counts(true)
@@ -286,12 +292,8 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
   else
     out = win:sum(3) / K
   end
-  local function shaped(t)
-    t = dims == 2 and t:reshape({ N, C, oh, ow }) or t:reshape({ N, C, ow })
-    return unb and t:squeeze(1) or t
-  end
-  if where_max then return shaped(out), shaped(where_max) end
-  return shaped(out)
+  out = dims == 2 and out:reshape({ N, C, oh, ow }) or out:reshape({ N, C, ow })
+  return unb and out:squeeze(1) or out
 end
 
 local MAX_KEYS = { "stride", "padding", "dilation", "ceil_mode", "return_indices" }

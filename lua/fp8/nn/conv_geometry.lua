@@ -1,7 +1,7 @@
 -- conv_geometry.lua — what the convolutions, their transposes and the poolings share about sizes and windows: a size
--- argument as a pair, a 1-d one, the flat positions unfold reads (cached per geometry), a batched view of an input,
--- an options table checked against the valid names and the refused values, col2im, and the adaptive windows along
--- one dim (adaptive pooling, interpolate's "area"). Errors are raised without a position
+-- argument as a pair, a 1-d one, the window counts, unfold and fold (the core's im2col and col2im), a batched view
+-- of an input, an options table checked against the valid names and the refused values, and the adaptive windows
+-- along one dim (adaptive pooling, interpolate's "area"). Errors are raised without a position
 -- (level 0); the public functions that call these add the caller's (fp8.errfmt).
 local fp8 = require "fp8.core"
 local O = require "fp8.opts"
@@ -23,35 +23,27 @@ function G.pair(fname, what, v, lo)
   return { rawget(v, 1), rawget(v, 2) }
 end
 
--- The flat positions (0-based, into the padded [Hp, Wp] plane) unfold reads, window position by window position:
--- index[k·L + l] for kernel offset k = i·kw + j and output position l = oh·OW + ow; cached per geometry. A plane
--- of more than 2^24 + 1 positions is refused, naming fname: its positions are fp32 (a pixel past 2^24 was read from
--- a neighbour).
-local index_cache = setmetatable({}, { __mode = "v" })
-function G.positions(hp, wp, k, s, d, fname)
-  O.exact_positions(fname, hp * wp - 1, ("the positions in the padded %d×%d plane"):format(hp, wp))
-  local oh = (hp - d[1] * (k[1] - 1) - 1) // s[1] + 1
-  local ow = (wp - d[2] * (k[2] - 1) - 1) // s[2] + 1
-  if oh < 1 or ow < 1 then return nil, oh, ow end
-  local key = table.concat({ hp, wp, k[1], k[2], s[1], s[2], d[1], d[2] }, ",")
-  local t = index_cache[key]
-  if t == nil then
-    local list, n = {}, 0
-    for i = 0, k[1] - 1 do
-      for j = 0, k[2] - 1 do
-        for y = 0, oh - 1 do
-          local row = (y * s[1] + i * d[1]) * wp + j * d[2]
-          for x = 0, ow - 1 do
-            n = n + 1
-            list[n] = row + x * s[2]
-          end
-        end
-      end
-    end
-    t = fp8.tensor(list)
-    index_cache[key] = t
-  end
-  return t, oh, ow
+-- The window counts of a plane of h×w padded by pads {top, bottom, left, right} for kernel k, stride s and dilation
+-- d (pairs): oh, ow, either < 1 where the kernel's span does not fit (the caller says so in its words).
+function G.counts(h, w, k, s, d, pads)
+  local oh = (h + pads[1] + pads[2] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+  local ow = (w + pads[3] + pads[4] - d[2] * (k[2] - 1) - 1) // s[2] + 1
+  return oh, ow
+end
+
+-- unfold(x[N, C, H, W], k, s, d, pads [, value=0]) → [N, C, kh·kw, OH·OW]: each window's values, the kernel offset
+-- outer (torch's im2col as [N, C, K, L]), the padding ({top, bottom, left, right}; bottom and right may reach past
+-- the padding for ceil_mode) holding value; the core's im2col (core/im2col.c, no index tensor), differentiable.
+local NN = fp8._nn
+function G.unfold(x, k, s, d, pads, value)
+  return NN.im2col(x, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] }, value)
+end
+
+-- fold(cols[N, C, kh·kw, OH·OW], h, w, k, s, d, pads) → [N, C, h, w]: unfold's adjoint (col2im), each value added
+-- into the position unfold reads it from, in fp32, rounded once to cols' dtype; bottom and right padding may be
+-- negative (the windows then leave the last rows or columns at 0: a transposed convolution's output_padding).
+function G.fold(cols, h, w, k, s, d, pads)
+  return NN.col2im(cols, h, w, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
 end
 
 -- x: [N, C, H, W] or unbatched [C, H, W] (then returned without the batch dim: squeeze(out))
@@ -132,15 +124,6 @@ function G.conv_args(name, dims, keys, cin, cout, ksize, opts)
     error(("%s: bias must be a boolean, got %s"):format(name, O.got(opts.bias)), 0)
   end
   return cin, cout, k, g, opts
-end
-
--- col2im: the windows' values [N, C, K·L] (in unfold's order, idx their flat positions) added into a zeroed
--- [N, C, hp, wp] plane of their dtype; unfold's adjoint, differentiable (scatter_add)
-function G.col2im(cols, hp, wp, idx)
-  local N, C, KL = cols:size(1), cols:size(2), idx:numel()
-  local planes = fp8.zeros({ N, C, hp * wp }, { dtype = cols:dtype(), device = cols:device() })
-  local out = planes:scatter_add(3, idx:to(cols:device()):reshape({ 1, 1, KL }):expand({ N, C, KL }), cols)
-  return out:reshape({ N, C, hp, wp })
 end
 
 -- adaptive_dim(x, d, m, is_max): x pooled along dim d (1-based) to m positions, the mean or the max of each of

@@ -2,8 +2,9 @@
 -- ConvTranspose1d and ConvTranspose2d, the adjoint of conv1d/conv2d with respect to its input (what upsampling
 -- decoders, U-Nets and GANs use). Built of differentiable ops, as the convolutions are: one batched GEMM per group
 -- (autocast runs it in bf16, as torch's) spreads each input position over a kernel's worth of output positions, and
--- col2im (scatter_add) adds them into the output plane, then the padding is cropped and output_padding added on the
--- bottom and right. Runs in high precision under every FP8 recipe (recipes convert Linear layers only).
+-- col2im (the core's fold, core/im2col.c) adds them into the output plane, the padding cropped and output_padding's
+-- rows and columns on the bottom and right left at 0. Runs in high precision under every FP8 recipe (recipes convert
+-- Linear layers only).
 -- padding_mode other than "zeros" is refused, as torch's.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 local O = require "fp8.opts"
@@ -11,7 +12,7 @@ local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
 local init = require "fp8.nn.init_fns"
 local G = require "fp8.nn.conv_geometry"
-local pair, one_d, positions, batched, opts_of = G.pair, G.one_d, G.positions, G.batched, G.opts_of
+local pair, one_d, batched, opts_of = G.pair, G.one_d, G.batched, G.opts_of
 
 local M = {}
 local public, strip = require("fp8.errfmt").public_of("conv_transpose.lua")
@@ -59,7 +60,7 @@ local function transpose2d(fname, xb, w, b, s, p, op, d, g)
       oh, ow), 0)
   end
   -- bf16/fp16 operands compute in fp32 and the result is rounded once (torch's): in bf16 the overlapping windows'
-  -- sums (col2im's scatter_add) and the bias rounded at every step, up to 136 ulps off
+  -- sums (col2im's) and the bias rounded at every step, up to 136 ulps off
   return require("fp8.tensor")._low_in_fp32(function(xb, w, b)
     local K = k[1] * k[2]
     local cols
@@ -69,13 +70,10 @@ local function transpose2d(fname, xb, w, b, s, p, op, d, g)
       local cg, og = C // g, OC // g
       cols = w:reshape({ g, cg, og * K }):transpose(2, 3):matmul(xb:reshape({ N, g, cg, H * W }))   -- [N, g, og·K, HW]
     end
-    -- unfold's order is [N, OC, K·L] with the kernel offset outer: [N, OC, K, L] flattened
-    cols = cols:reshape({ N, OC, K * H * W })
-    local idx = positions(hf, wf, k, s, d, fname)
-    local out = G.col2im(cols, hf, wf, idx)
-    if p[1] > 0 or p[2] > 0 or op[1] > 0 or op[2] > 0 then   -- crop the padding; output_padding adds zeros
-      out = F.pad(out, { -p[2], op[2] - p[2], -p[1], op[1] - p[1] })
-    end
+    -- unfold's order is [N, OC, K, L], the kernel offset outer. The windows cover the full hf×wf plane: the
+    -- output is its rows p .. hf - p + op - 1, so the padding is p on top and p - op at the bottom (negative where
+    -- output_padding reaches past the windows: those rows stay 0)
+    local out = G.fold(cols:reshape({ N, OC, K, H * W }), oh, ow, k, s, d, { p[1], p[1] - op[1], p[2], p[2] - op[2] })
     if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
     return out
   end, xb, w, b)

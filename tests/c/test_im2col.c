@@ -1,0 +1,117 @@
+/* test_im2col.c — core/im2col.c, conv_depthwise.c and max_pool.c against slow loops written here in double: unfold
+ * reads each window's position (or the pad value), fold is its adjoint (<unfold x, c> = <x, fold c>), the depthwise
+ * convolution sums its kernel's products, max pooling takes each window's first maximum; bad geometries refused. */
+#include "runner.h"
+#include "nn.h"
+#include "tensor.h"
+#include "error.h"
+#include <stdlib.h>
+
+static fl_tensor *filled(int64_t n, int64_t c, int64_t h, int64_t w, unsigned seed) {
+    fl_tensor *t = NULL;
+    const int64_t s[4] = { n, c, h, w };
+    if (fl_tensor_empty(&t, FL_F32, 4, s, FL_DEV_CPU) != FL_OK) return NULL;
+    float *v = fl_tensor_data(t);
+    for (int64_t i = 0; i < n * c * h * w; i++) v[i] = (float)((int)((i * 37 + seed * 11) % 23) - 11) / 8.0f;
+    return t;
+}
+
+/* the value unfold should put at (plane p, kernel offset k, window l), or the pad value */
+static double ref_at(const float *x, int64_t h, int64_t w, const fl_window *g, int64_t ow, int64_t p, int64_t k,
+                     int64_t l) {
+    const int64_t i = k / g->kw, j = k % g->kw, oy = l / ow, ox = l % ow;
+    const int64_t iy = oy * g->sh + i * g->dh - g->pt, ix = ox * g->sw + j * g->dw - g->pl;
+    if (iy < 0 || iy >= h || ix < 0 || ix >= w) return g->pad_value;
+    return x[(p * h + iy) * w + ix];
+}
+
+TEST(im2col_unfold_fold_adjoint) {
+    const fl_window geos[] = {
+        { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0 },
+        { 2, 3, 2, 1, 1, 2, 0, 2, 1, 0, -1.5 },
+        { 3, 2, 3, 2, 2, 1, 2, 0, 0, 3, 0 },
+        { 2, 2, 1, 1, 1, 1, 0, -1, 0, -1, 0 },   /* fold's crop: the last row and column not covered */
+    };
+    for (size_t t = 0; t < sizeof geos / sizeof *geos; t++) {
+        const fl_window *g = &geos[t];
+        const int64_t N = 2, C = 3, H = 5, W = 6;
+        fl_tensor *x = filled(N, C, H, W, (unsigned)t), *cols = NULL, *back = NULL, *c2 = NULL;
+        REQUIRE(x, "alloc");
+        REQUIRE_OK(fl_unfold(&cols, x, g));
+        const int64_t K = g->kh * g->kw, L = cols->shape[3];
+        const int64_t oh = (H + g->pt + g->pb - g->dh * (g->kh - 1) - 1) / g->sh + 1;
+        const int64_t ow = (W + g->pl + g->pr - g->dw * (g->kw - 1) - 1) / g->sw + 1;
+        CHECK(cols->shape[2] == K && L == oh * ow, "geometry %zu: shape [%lld, %lld]", t, (long long)cols->shape[2],
+              (long long)L);
+        const float *xv = fl_tensor_data(x), *cv = fl_tensor_data(cols);
+        for (int64_t p = 0; p < N * C; p++)
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t l = 0; l < L; l++)
+                    CHECK(cv[(p * K + k) * L + l] == (float)ref_at(xv, H, W, g, ow, p, k, l),
+                          "geometry %zu: plane %lld offset %lld window %lld", t, (long long)p, (long long)k,
+                          (long long)l);
+        /* <unfold x, c> = <x, fold c> (pad 0 for the identity) */
+        fl_window z = *g;
+        z.pad_value = 0;
+        fl_tensor *cz = NULL;
+        REQUIRE_OK(fl_unfold(&cz, x, &z));
+        c2 = filled(N, C, K, L, 7);
+        REQUIRE(c2, "alloc");
+        REQUIRE_OK(fl_fold(&back, c2, H, W, g));
+        double lhs = 0, rhs = 0;
+        const float *a = fl_tensor_data(cz), *b = fl_tensor_data(c2), *f = fl_tensor_data(back);
+        for (int64_t i = 0; i < N * C * K * L; i++) lhs += (double)a[i] * b[i];
+        for (int64_t i = 0; i < N * C * H * W; i++) rhs += (double)xv[i] * f[i];
+        CHECK_CLOSE(lhs, rhs, 1e-3, 1e-5);
+        fl_tensor_release(x); fl_tensor_release(cols); fl_tensor_release(cz); fl_tensor_release(c2);
+        fl_tensor_release(back);
+    }
+}
+
+TEST(im2col_depthwise_and_max_pool_vs_loops) {
+    const fl_window g = { 3, 2, 2, 1, 1, 2, 1, 1, 0, 1, 0 };
+    const int64_t N = 2, C = 3, m = 2, H = 7, W = 6;
+    fl_tensor *x = filled(N, C, H, W, 3), *w = filled(C * m, 1, 3, 2, 5), *y = NULL, *mv = NULL, *mi = NULL;
+    REQUIRE(x && w, "alloc");
+    REQUIRE_OK(fl_conv_depthwise(&y, x, w, &g));
+    const int64_t oh = y->shape[2], ow = y->shape[3], K = 6;
+    const float *xv = fl_tensor_data(x), *wv = fl_tensor_data(w), *yv = fl_tensor_data(y);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < C * m; o++)
+            for (int64_t l = 0; l < oh * ow; l++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += wv[o * K + k] * ref_at(xv, H, W, &g, ow, n * C + o / m, k, l);
+                CHECK_CLOSE(yv[(n * C * m + o) * oh * ow + l], s, 1e-5, 1e-5);
+            }
+    REQUIRE_OK(fl_max_pool(&mv, &mi, x, &g));
+    const float *v = fl_tensor_data(mv), *iv = fl_tensor_data(mi);
+    for (int64_t p = 0; p < N * C; p++)
+        for (int64_t l = 0; l < oh * ow; l++) {
+            double best = -INFINITY;
+            int64_t at = -1;
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t i = k / g.kw, j = k % g.kw, iy = (l / ow) * g.sh + i * g.dh - g.pt;
+                const int64_t ix = (l % ow) * g.sw + j * g.dw - g.pl;
+                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                if (at < 0 || xv[(p * H + iy) * W + ix] > best) best = xv[(p * H + iy) * W + ix], at = iy * W + ix;
+            }
+            CHECK(v[p * oh * ow + l] == (float)best && iv[p * oh * ow + l] == (float)at, "window %lld", (long long)l);
+        }
+    fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(y); fl_tensor_release(mv); fl_tensor_release(mi);
+}
+
+TEST(im2col_refuses_bad_geometry) {
+    fl_tensor *x = filled(1, 1, 4, 4, 1), *out = NULL, *o2 = NULL;
+    REQUIRE(x, "alloc");
+    const fl_window zero_k = { 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0 }, neg_top = { 1, 1, 1, 1, 1, 1, -1, 0, 0, 0, 0 };
+    const fl_window too_big = { 5, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0 };
+    const fl_window huge = { (INT64_C(1) << 31) - 1, 1, 1, 1, (INT64_C(1) << 31) - 1, 1, 0, 0, 0, 0, 0 };
+    CHECK(fl_unfold(&out, x, &zero_k) == FL_EINVAL && !out, "kernel 0");
+    CHECK(fl_unfold(&out, x, &neg_top) == FL_EINVAL && !out, "negative top padding");
+    CHECK(fl_unfold(&out, x, &too_big) == FL_EINVAL && !out, "kernel past the plane");
+    CHECK(fl_unfold(&out, x, &huge) == FL_EINVAL && !out, "a span past int64's reach is refused, not wrapped");
+    CHECK(fl_fold(&out, x, 4, 4, &too_big) == FL_EINVAL && !out, "fold: kernel past the plane");
+    CHECK(fl_max_pool(&out, &o2, x, &too_big) == FL_EINVAL && !out && !o2, "max_pool: kernel past the plane");
+    CHECK(fl_conv_depthwise(&out, x, x, &too_big) == FL_EINVAL && !out, "depthwise: weight of the wrong shape");
+    fl_tensor_release(x);
+}
