@@ -374,7 +374,7 @@ fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var
     if (x->ndim < 2) return FL_ERR(FL_EINVAL, "%s: expected an input [N, C, ...], got %s", op, SHAPE(a, x));
     int64_t N, C, P;
     ncp(x, &N, &C, &P);
-    if (groups < 0 || (groups > 0 && C % groups != 0))
+    if (groups < 0 || (groups > 0 && (groups > C || C % groups != 0)))
         return FL_ERR(FL_EINVAL, "%s: groups must be 0 (batch statistics) or a positive divisor of the channels (%lld), "
                       "got %lld", op, (long long)C, (long long)groups);
     const fl_tensor *wb[2] = { w, b };

@@ -322,8 +322,8 @@ local function triangle(name, t, k, lower, ...)
   return r
 end
 -- t:index_select(dim, index) (also fp8.index_select(t, dim, index)): torch's, the positions (a 1-d index, 0-based)
--- of dim in that order, the other dims whole; gather's with the index spread over the other dims, so the gradient
--- goes back to each position taken (a repeat adds).
+-- of dim in that order, the other dims whole (core/gather.c's fl_index_select copies each position's run), the
+-- gradient going back to each position taken (a repeat adds).
 function Tensor.index_select(t, dim, index, ...)
   local dt = check_self("index_select", t)
   no_more("index_select", "(dim, index)", ...)

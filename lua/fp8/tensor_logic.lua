@@ -119,7 +119,7 @@ local function positions(m)
 end
 
 -- masked_select(mask): torch's x[mask] — x's elements where mask (broadcast to x's shape) is nonzero, as a 1-d
--- tensor in row-major order; the gradient goes back to those elements (index_select's gather)
+-- tensor in row-major order; the gradient goes back to those elements (index_select's backward)
 Tensor.masked_select = at_caller(function(t, mask, ...)
   no_more("masked_select", "(mask)", ...)
   check_not_fp8("masked_select", check_self("masked_select", t))

@@ -153,7 +153,7 @@ Tensor.repeat_interleave = at_caller(function(t, repeats, dim, ...)
   if n * (repeats + 0.0) > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24 (a float product)
     error(("repeat_interleave: %d × %d positions along dim %d, more than 2^24"):format(n, repeats, dim))
   end
-  -- position i of the result takes element floor(i / repeats): index_select's gather adds the copies' gradients
+  -- position i of the result takes element floor(i / repeats): index_select's backward adds the copies' gradients
   return t:index_select(dim, (core.arange(n * repeats) / repeats):floor())
 end)
 

@@ -140,3 +140,19 @@ describe("the REPL's Tab completion", function()
     assert.truthy(table.concat(complete("fp8.TERecipe"), " "):find("fp8.TERecipeKwargs", 1, true))
   end)
 end)
+
+describe("the channel norms with no channels", function()
+  it("batch_norm and instance_norm of [N, 0, L] give an empty result, as torch's (a division by zero before)", function()
+    local F = fp8.nn.F
+    local x = fp8.randn { 2, 0, 3 }
+    assert.are.same({ 2, 0, 3 }, F.batch_norm(x, nil, nil, nil, nil, true):shape())
+    assert.are.same({ 2, 0, 3 }, F.batch_norm(x, fp8.zeros { 0 }, fp8.ones { 0 }, nil, nil, false):shape())
+    assert.are.same({ 2, 0, 3 }, F.instance_norm(x):shape())
+    -- the fused kernel's binding refuses more groups than channels (N·groups could overflow; groups = 3 of 0 channels
+    -- "succeeded" with statistics of nothing)
+    local cn = require("fp8._nn")._channel_norm
+    U.fails_with({ "positive divisor of the channels (0), got 3" }, cn, x, 3, nil, nil, 1e-5)
+    U.fails_with({ "positive divisor of the channels (4), got 8" }, cn, fp8.randn { 2, 4, 3 }, 8, nil, nil, 1e-5)
+    U.fails_with({ "got 9223372036854775807" }, cn, fp8.randn { 2, 4, 3 }, math.maxinteger, nil, nil, 1e-5)
+  end)
+end)

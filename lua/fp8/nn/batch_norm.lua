@@ -1,5 +1,6 @@
 -- batch_norm.lua — torch's BatchNorm1d / BatchNorm2d, InstanceNorm1d/2d/3d and GroupNorm, and F.batch_norm /
--- F.instance_norm / F.group_norm, built of differentiable ops. BatchNorm normalizes each channel (dim 2) over the
+-- F.instance_norm / F.group_norm: fused CPU kernels for fp32 (fl_channel_norm, core/cpu/cpu_nn_chnorm.c), a composite
+-- of differentiable ops elsewhere. BatchNorm normalizes each channel (dim 2) over the
 -- batch and the positions: in training by the batch's mean and biased variance, updating running_mean and running_var
 -- (the unbiased variance) by momentum (nil: a cumulative average over num_batches_tracked), in eval by the running
 -- statistics; track_running_stats=false keeps none and always uses the batch's. InstanceNorm normalizes each sample's
@@ -99,7 +100,7 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
   local mean, var
-  if training and x:size(1) == 0 then return empty_batch(x, weight, bias, low) end
+  if training and (x:size(1) == 0 or C == 0) then return empty_batch(x, weight, bias, low) end
   if training then
     local n = x:numel() // C   -- (not of a reshape: a non-contiguous x would be copied for nothing)
     if training and n <= 1 then
@@ -198,7 +199,7 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
   end
   local low = low_of(x)
   x, weight, bias = wide(x), wide(weight), wide(bias)
-  if N == 0 then return empty_batch(x, weight, bias, low) end
+  if N == 0 or C == 0 then return empty_batch(x, weight, bias, low) end
   local P = x:numel() // (N * C)
   if P <= 1 then
     error(("instance_norm: expected more than 1 position per channel, got input %s"):format(shape_str(x)), 0)

@@ -40,7 +40,8 @@ add("optim.RMSprop", "fp8.optim.RMSprop(params [, {lr=1e-2, alpha=0.99, eps=1e-8
   .. "  centered=false, maximize=false}]) / Adagrad(params [, {lr=1e-2, lr_decay=0, weight_decay=0,\n"
   .. "  initial_accumulator_value=0, eps=1e-10, maximize=false}])",
   "torch.optim.RMSprop and torch.optim.Adagrad, their operations in torch's order on fp32 tensors (fused into\n"
-  .. "one pass per parameter on the CPU, the same bits). State: step and square_avg (RMSprop; momentum_buffer, grad_avg with momentum, centered) or sum\n"
+  .. "one pass per parameter on the CPU, the same bits). State: step and square_avg (RMSprop; momentum_buffer,\n"
+  .. "grad_avg with momentum, centered) or sum\n"
   .. "(Adagrad); opt:state_dict() / opt:load_state_dict(sd). MS-AMP takes only Adam and AdamW.")
 add("optim.NAdam", "fp8.optim.NAdam(params [, {lr=2e-3, betas={0.9,0.999}, eps=1e-8, weight_decay=0,\n"
   .. "  momentum_decay=4e-3, decoupled_weight_decay=false, maximize=false}]) / RAdam(params [, {lr=1e-3, betas,\n"
