@@ -7,6 +7,7 @@
  * Computed on the host for every device (host_ops.h), OpenMP over the planes. */
 #include "nn.h"
 #include "ops.h"
+#include "device.h"
 #include "autograd.h"
 #include "format.h"
 #include "host_ops.h"
@@ -158,6 +159,9 @@ static fl_status check(const fl_tensor *x, const fl_tensor *wt, const fl_window 
     if (x->dtype != wt->dtype)
         return FL_ERR(FL_EINVAL, "conv_depthwise: the input's dtype %s differs from the weight's %s",
                       fl_format(x->dtype)->name, fl_format(wt->dtype)->name);
+    if (x->device != wt->device)   /* (matmul's check, which the per-group path had) */
+        return FL_ERR(FL_EINVAL, "conv_depthwise: the input is on %s and the weight on %s: expected one device",
+                      fl_device_name(x->device), fl_device_name(wt->device));
     if (x->ndim != 4 || wt->ndim != 4 || x->shape[1] < 1 || wt->shape[1] != 1 || wt->shape[0] % x->shape[1] != 0 ||
         wt->shape[2] != g->kh || wt->shape[3] != g->kw)
         return FL_ERR(FL_EINVAL, "conv_depthwise: expected an input [N, C, H, W] with C >= 1 and a weight [C·m, 1, "

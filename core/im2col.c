@@ -44,6 +44,11 @@ static fl_status window_counts(const char *fn, const fl_window *g, int64_t h, in
                       (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw);
     *oh = (hp - spanh) / g->sh + 1;
     *ow = (wp - spanw) / g->sw + 1;
+    /* each count is under 2^32 but their product may not be (paddings near 2^31 both ways): checked before anyone
+     * multiplies them (a wrapped product sized a buffer that the windows then overran) */
+    if (*oh > FL_MAX_NUMEL / *ow)
+        return FL_ERR(FL_EINVAL, "%s: %lld×%lld windows are too many (more than %lld)", fn, (long long)*oh,
+                      (long long)*ow, (long long)FL_MAX_NUMEL);
     return FL_OK;
 }
 
@@ -170,7 +175,7 @@ fl_status fl_unfold(fl_tensor **out, const fl_tensor *x, const fl_window *g) {
     int64_t oh, ow, numel;
     FL_TRY(window_counts("unfold", g, H, W, &oh, &ow));
     const int64_t shape[4] = { N, C, g->kh * g->kw, oh * ow };
-    /* (kh·kw and oh·ow each under 2^62; the whole is checked without overflowing) */
+    /* (kh·kw under 2^62, oh·ow under FL_MAX_NUMEL: window_counts; the whole is checked without overflowing) */
     FL_TRY(fl_shape_numel("unfold", 4, shape, &numel));
     const int es = fl_format(x->dtype)->bits / 8;
     fl_tensor *h = NULL, *hc = NULL, *y = NULL;

@@ -151,7 +151,9 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
                 }
                 for (int64_t ox = 0; ox < ow; ox++) {
                     const int64_t l = p * L + oy * ow + ox;
-                    iv[l] = (float)bp[ox];   /* -1: a window with no input position (none of torch's) */
+                    /* -1: a window that holds no input position (padding and dilation can make one; its value is
+                     * -inf and it passes no gradient; torch's index there is past the input) */
+                    iv[l] = (float)bp[ox];
                     if (pv) pv[l] = bp[ox];
                 }
             }

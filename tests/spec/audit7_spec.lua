@@ -156,3 +156,39 @@ describe("the channel norms with no channels", function()
     U.fails_with({ "got 9223372036854775807" }, cn, fp8.randn { 2, 4, 3 }, math.maxinteger, nil, nil, 1e-5)
   end)
 end)
+
+describe("the native windows under hostile geometry (a review of the im2col change)", function()
+  local F = fp8.nn.functional
+  it("refuses window counts whose product overflows (a segfault: the product wrapped and sized the buffer)", function()
+    local P, Q = (1 << 31) - 1, (1 << 31) - 32768   -- (2^32 + 65536)·(2^32 − 65535) ≡ 65536 mod 2^64
+    U.fails_with({ "unfold: 4295032832×4294901761 windows are too many" }, F.unfold, fp8.zeros { 1, 1, 65538, 1 }, 1,
+      { padding = { P, Q } })
+    U.fails_with({ "windows are too many" }, F.conv2d, fp8.zeros { 1, 1, 65538, 1 }, fp8.ones { 1, 1, 1, 1 }, nil,
+      { padding = { P, Q } })
+    U.fails_with({ "fold: 4295032832×4294901761 windows are too many" }, F.fold, fp8.ones { 1, 1, 65536 },
+      { 65538, 1 }, 1, { padding = { P, Q } })
+  end)
+
+  it("1-d geometry past 2^31 - 1 is refused by its public name, and core errors carry no library position", function()
+    local x = fp8.randn { 1, 2, 5 }
+    U.fails_with({ "max_pool1d: stride: expected an integer in 1..2^31-1, got 2147483648" }, F.max_pool1d, x, 2,
+      { stride = 1 << 31 })
+    U.fails_with({ "conv1d: stride: expected an integer in 1..2^31-1, got 2147483648" }, F.conv1d, x,
+      fp8.randn { 2, 2, 1 }, nil, { stride = 1 << 31 })
+    local ok, err = pcall(F.conv2d, fp8.randn { 1, 2, 6, 6 }:quantize("e4m3"), fp8.randn { 4, 2, 3, 3 })
+    assert.is_false(ok)
+    assert.is_nil(err:find("conv_geometry.lua", 1, true), err)
+  end)
+
+  it("max pools' return_indices are limited by the input's plane, not the padded one", function()
+    local _, i = F.max_pool2d(fp8.randn { 1, 1, 4096, 4096 }, 2, { return_indices = true, padding = 1 })
+    assert.are.equal(16777215, i:max():item())
+    U.fails_with({ "the positions in the 4097×4097 input plane would reach 16785408" }, F.max_pool2d,
+      fp8.randn { 1, 1, 4097, 4097 }, 2, { return_indices = true })
+    -- a window holding no input position (padding with dilation): -inf, index -1, no gradient
+    local x = fp8.tensor { { { 1.5 } } }:requires_grad_()
+    local y, idx = F.max_pool1d(x, 2, { stride = 2, padding = 1, dilation = 2, return_indices = true })
+    assert.are.same({ -math.huge }, U.flat(y))
+    assert.are.same({ -1 }, U.flat(idx))
+  end)
+end)

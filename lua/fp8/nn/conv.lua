@@ -261,9 +261,8 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
       error(("%s: the input %s, padded by %d×%d, is smaller than the kernel %d×%d (dilation %d×%d): the output would "
         .. "be %d×%d"):format(fname, shape_str(xb), p[1], p[2], k[1], k[2], d[1], d[2], oh, ow), 0)
     end
-    if opts.return_indices then   -- positions are fp32 (the index dtype): exact to 2^24
-      local hp, wp = H + pads[1] + pads[2], W + pads[3] + pads[4]
-      O.exact_positions(fname, hp * wp - 1, ("the positions in the padded %d×%d plane"):format(hp, wp))
+    if opts.return_indices then   -- positions of the input's plane, fp32 (the index dtype): exact to 2^24
+      O.exact_positions(fname, H * W - 1, ("the positions in the %d×%d input plane"):format(H, W))
     end
     local at
     out, at = NN.max_pool(xb, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })

@@ -35,15 +35,22 @@ end
 -- outer (torch's im2col as [N, C, K, L]), the padding ({top, bottom, left, right}; bottom and right may reach past
 -- the padding for ceil_mode) holding value; the core's im2col (core/im2col.c, no index tensor), differentiable.
 local NN = fp8._nn
+-- the core's error without this file's position (the callers' public wrappers strip only their own files')
+local function nopos(ok, ...)
+  if ok then return ... end
+  local e = ...
+  if type(e) == "string" then e = e:gsub("^[^:\n]*conv_geometry%.lua:%d+: ", "") end
+  error(e, 0)
+end
 function G.unfold(x, k, s, d, pads, value)
-  return NN.im2col(x, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] }, value)
+  return nopos(pcall(NN.im2col, x, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] }, value))
 end
 
 -- fold(cols[N, C, kh·kw, OH·OW], h, w, k, s, d, pads) → [N, C, h, w]: unfold's adjoint (col2im), each value added
 -- into the position unfold reads it from, in fp32, rounded once to cols' dtype; bottom and right padding may be
 -- negative (the windows then leave the last rows or columns at 0: a transposed convolution's output_padding).
 function G.fold(cols, h, w, k, s, d, pads)
-  return NN.col2im(cols, h, w, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
+  return nopos(pcall(NN.col2im, cols, h, w, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] }))
 end
 
 -- x: [N, C, H, W] or unbatched [C, H, W] (then returned without the batch dim: squeeze(out))
@@ -92,6 +99,9 @@ function G.one_d(fname, v, lo, default, strings)
   end
   if math.type(v) ~= "integer" or v < lo then
     error(("%s: expected an integer >= %d, got %s"):format(fname, lo, O.got(v)), 0)
+  end
+  if v > 0x7FFFFFFF then   -- as pair's bound (the core's windows take each number below 2^31)
+    error(("%s: expected an integer in %d..2^31-1, got %s"):format(fname, lo, O.got(v)), 0)
   end
   return v
 end
