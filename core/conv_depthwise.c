@@ -11,28 +11,11 @@
 #include "autograd.h"
 #include "format.h"
 #include "host_ops.h"
+#include "window.h"
 #include "profiler.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define WIN_MAX (INT64_C(1) << 31)
-
-/* the window positions ox whose column ox·s + off falls in [0, w): [*lo, *hi), within [0, ow) */
-static void inside(int64_t off, int64_t s, int64_t w, int64_t ow, int64_t *lo, int64_t *hi) {
-    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t b = w - off <= 0 ? 0 : (w - off + s - 1) / s;
-    if (a > ow) a = ow;
-    if (b > ow) b = ow;
-    if (b < a) b = a;
-    *lo = a, *hi = b;
-}
-
-/* t's values as contiguous fp32 on the host, read only: t itself (retained) where it already is that */
-static fl_status host_f32_read(fl_tensor **h, const fl_tensor *t) {
-    if (t->dtype == FL_F32 && t->device == FL_DEV_CPU) return fl_tensor_contiguous(h, t);
-    return fl_host_f32(h, t);
-}
 
 typedef struct { fl_window g; int64_t oh, ow; } dw_ctx;
 
@@ -51,7 +34,7 @@ static void dw_forward(const float *x, const float *k, float *y, int64_t N, int6
                 const float wv = wk[i * g->kw + j];
                 const int64_t offw = j * g->dw - g->pl;
                 int64_t lo, hi;
-                inside(offw, g->sw, w, ow, &lo, &hi);
+                fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
                 for (int64_t oy = 0; oy < oh; oy++) {
                     const int64_t iy = oy * g->sh + i * g->dh - g->pt;
                     if (iy < 0 || iy >= h) continue;
@@ -82,7 +65,7 @@ static void dw_grad_input(const float *gy, const float *k, float *dx, int64_t N,
             for (int64_t j = 0; j < g->kw; j++) {
                 const int64_t at = i * g->kw + j, offw = j * g->dw - g->pl;
                 int64_t lo, hi;
-                inside(offw, g->sw, w, ow, &lo, &hi);
+                fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
                 for (int64_t oy = 0; oy < oh; oy++) {
                     const int64_t iy = oy * g->sh + i * g->dh - g->pt;
                     if (iy < 0 || iy >= h) continue;
@@ -125,7 +108,7 @@ static fl_status dw_grad_weight(const float *gy, const float *x, float *dk, int6
             for (int64_t j = 0; j < g->kw; j++) {
                 const int64_t offw = j * g->dw - g->pl;
                 int64_t lo, hi;
-                inside(offw, g->sw, w, ow, &lo, &hi);
+                fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
                 memset(acc, 0, (size_t)ow * sizeof(float));
                 for (int64_t n = 0; n < N; n++) {
                     const float *src = x + (n * C + o / m) * h * w, *gr0 = gy + (n * OC + o) * oh * ow;
@@ -171,12 +154,12 @@ static fl_status check(const fl_tensor *x, const fl_tensor *wt, const fl_window 
         return FL_ERR(FL_EINVAL, "conv_depthwise: the padding holds 0, got a pad value %g", g->pad_value);
     const int64_t pos[6] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw };
     for (int i = 0; i < 6; i++)
-        if (pos[i] < 1 || pos[i] >= WIN_MAX)
+        if (pos[i] < 1 || pos[i] >= FL_WIN_MAX)
             return FL_ERR(FL_EINVAL, "conv_depthwise: kernel, stride and dilation must be in 1..2^31-1, got %lld",
                           (long long)pos[i]);
     const int64_t pads[4] = { g->pt, g->pb, g->pl, g->pr };
     for (int i = 0; i < 4; i++)
-        if (pads[i] < 0 || pads[i] >= WIN_MAX)
+        if (pads[i] < 0 || pads[i] >= FL_WIN_MAX)
             return FL_ERR(FL_EINVAL, "conv_depthwise: padding must be in 0..2^31-1, got %lld", (long long)pads[i]);
     const int64_t h = x->shape[2], w = x->shape[3];
     const int64_t spanh = g->dh * (g->kh - 1) + 1, spanw = g->dw * (g->kw - 1) + 1;
@@ -202,8 +185,8 @@ fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor
     FL_TRY(fl_shape_numel("conv_depthwise", 4, shape, &numel));
     FL_PROF_FLOPS(2.0 * (double)numel * (double)(g->kh * g->kw));
     fl_tensor *hx = NULL, *hw = NULL, *y = NULL;
-    fl_status st = host_f32_read(&hx, x);
-    if (st == FL_OK) st = host_f32_read(&hw, wt);
+    fl_status st = fl_host_f32_read(&hx, x);
+    if (st == FL_OK) st = fl_host_f32_read(&hw, wt);
     if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK && numel > 0)
         dw_forward(fl_tensor_data(hx), fl_tensor_data(hw), fl_tensor_data(y), N, C, OC, x->shape[2], x->shape[3], g,
@@ -233,9 +216,9 @@ static fl_status dw_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     const int64_t N = x->shape[0], C = x->shape[1], OC = wt->shape[0], h = x->shape[2], w = x->shape[3];
     const bool need_x = fl_node_input_needs_grad(n, 0), need_w = fl_node_input_needs_grad(n, 1);
     fl_tensor *hg = NULL, *hx = NULL, *hw = NULL, *dx = NULL, *dk = NULL;
-    fl_status st = host_f32_read(&hg, gy);
-    if (st == FL_OK && need_w) st = host_f32_read(&hx, x);
-    if (st == FL_OK && need_x) st = host_f32_read(&hw, wt);
+    fl_status st = fl_host_f32_read(&hg, gy);
+    if (st == FL_OK && need_w) st = fl_host_f32_read(&hx, x);
+    if (st == FL_OK && need_x) st = fl_host_f32_read(&hw, wt);
     if (st == FL_OK && need_x) st = fl_tensor_empty(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
     if (st == FL_OK && need_w) st = fl_tensor_empty(&dk, FL_F32, 4, wt->shape, FL_DEV_CPU);
     if (st == FL_OK && dx && fl_tensor_numel(dx) > 0)

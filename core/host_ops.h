@@ -1,6 +1,6 @@
-/* host_ops.h — for the ops computed on the host (sort.c, scan.c, gather.c; as ops.c's argmax): a tensor's values as
- * contiguous fp32 there, and a result made there moved to the input's device in the dtype it should have. Included
- * by those files only. */
+/* host_ops.h — for the ops computed on the host (sort.c, scan.c, gather.c, im2col.c, conv_depthwise.c, max_pool.c;
+ * as ops.c's argmax): a tensor's values as contiguous fp32 there, and a result made there moved to the input's device
+ * in the dtype it should have. Included by those files only. */
 #ifndef FL_HOST_OPS_H
 #define FL_HOST_OPS_H
 #include "tensor.h"
@@ -14,6 +14,12 @@ static inline fl_status fl_host_f32(fl_tensor **h, const fl_tensor *a) {
     fl_tensor_release(d);
     fl_tensor_release(f);
     return st;
+}
+
+/* t's values as contiguous fp32 on the host, read only: t itself (retained) where it already is that (no copy) */
+static inline fl_status fl_host_f32_read(fl_tensor **h, const fl_tensor *t) {
+    if (t->dtype == FL_F32 && t->device == FL_DEV_CPU) return fl_tensor_contiguous(h, t);
+    return fl_host_f32(h, t);
 }
 
 /* t (contiguous fp32 on the host) → *out in dtype dt on device dev; the reference to t is taken over (released on

@@ -11,12 +11,11 @@
 #include "autograd.h"
 #include "format.h"
 #include "profiler.h"
+#include "window.h"
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- geometry ------------------------------------------------------------------------------------------------ */
-
-#define WIN_MAX (INT64_C(1) << 31)   /* kernel, stride, dilation and padding at most 2^31 - 1 (no int64 overflow) */
 
 /* g checked against a plane of h×w: the window counts *oh, *ow (each >= 1). fn names the caller in messages. */
 static fl_status window_counts(const char *fn, const fl_window *g, int64_t h, int64_t w, int64_t *oh, int64_t *ow) {
@@ -24,12 +23,12 @@ static fl_status window_counts(const char *fn, const fl_window *g, int64_t h, in
     static const char *const names[6] = { "kernel height", "kernel width", "stride height", "stride width",
                                           "dilation height", "dilation width" };
     for (int i = 0; i < 6; i++)
-        if (pos[i] < 1 || pos[i] >= WIN_MAX)
+        if (pos[i] < 1 || pos[i] >= FL_WIN_MAX)
             return FL_ERR(FL_EINVAL, "%s: %s must be in 1..2^31-1, got %lld", fn, names[i], (long long)pos[i]);
     /* top and left at least 0; bottom and right may be negative (fold's crop of a transposed convolution's
      * output_padding: the windows then cover less than the plane, and what they miss stays 0) */
-    if (g->pt < 0 || g->pl < 0 || g->pt >= WIN_MAX || g->pl >= WIN_MAX || g->pb >= WIN_MAX || g->pr >= WIN_MAX ||
-        g->pb <= -WIN_MAX || g->pr <= -WIN_MAX)
+    if (g->pt < 0 || g->pl < 0 || g->pt >= FL_WIN_MAX || g->pl >= FL_WIN_MAX || g->pb >= FL_WIN_MAX ||
+        g->pr >= FL_WIN_MAX || g->pb <= -FL_WIN_MAX || g->pr <= -FL_WIN_MAX)
         return FL_ERR(FL_EINVAL, "%s: padding top %lld, bottom %lld, left %lld, right %lld out of range (top and left "
                       "in 0..2^31-1, bottom and right in -(2^31-1)..2^31-1)", fn, (long long)g->pt, (long long)g->pb,
                       (long long)g->pl, (long long)g->pr);
@@ -52,17 +51,6 @@ static fl_status window_counts(const char *fn, const fl_window *g, int64_t h, in
     return FL_OK;
 }
 
-/* the window positions ox whose column ox·s + off (off = kernel offset · dilation - left padding) falls in [0, w):
- * [*lo, *hi), clamped to [0, ow) */
-static void inside(int64_t off, int64_t s, int64_t w, int64_t ow, int64_t *lo, int64_t *hi) {
-    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;              /* first with ox·s + off >= 0 */
-    int64_t b = w - off <= 0 ? 0 : (w - off + s - 1) / s;       /* first with ox·s + off >= w */
-    if (a > ow) a = ow;
-    if (b > ow) b = ow;
-    if (b < a) b = a;
-    *lo = a, *hi = b;
-}
-
 /* ---- the kernels ---------------------------------------------------------------------------------------------- */
 
 /* unfold of nc contiguous planes [h, w] of elements of type T into [nc, K, oh·ow], the padding pad */
@@ -78,7 +66,7 @@ static void NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_wi
             for (int64_t j = 0; j < g->kw; j++) {                                                                   \
                 const int64_t offw = j * g->dw - g->pl;                                                             \
                 int64_t lo, hi;                                                                                     \
-                inside(offw, g->sw, w, ow, &lo, &hi);                                                               \
+                fl_window_inside(offw, g->sw, w, ow, &lo, &hi);                                                     \
                 T *row = dst + (i * g->kw + j) * L;                                                                 \
                 for (int64_t oy = 0; oy < oh; oy++, row += ow) {                                                    \
                     const int64_t iy = oy * g->sh + i * g->dh - g->pt;                                              \
@@ -113,7 +101,7 @@ static void fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64_t w,
             for (int64_t j = 0; j < g->kw; j++) {
                 const int64_t offw = j * g->dw - g->pl;
                 int64_t lo, hi;
-                inside(offw, g->sw, w, ow, &lo, &hi);
+                fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
                 const float *row = src + (i * g->kw + j) * L;
                 for (int64_t oy = 0; oy < oh; oy++, row += ow) {
                     const int64_t iy = oy * g->sh + i * g->dh - g->pt;

@@ -13,27 +13,10 @@
 #include "autograd.h"
 #include "format.h"
 #include "host_ops.h"
+#include "window.h"
 #include "profiler.h"
 #include <stdlib.h>
 #include <string.h>
-
-#define WIN_MAX (INT64_C(1) << 31)
-
-/* the window positions ox whose column ox·s + off falls in [0, w): [*lo, *hi), within [0, ow) */
-static void inside(int64_t off, int64_t s, int64_t w, int64_t ow, int64_t *lo, int64_t *hi) {
-    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t b = w - off <= 0 ? 0 : (w - off + s - 1) / s;
-    if (a > ow) a = ow;
-    if (b > ow) b = ow;
-    if (b < a) b = a;
-    *lo = a, *hi = b;
-}
-
-/* t's values as contiguous fp32 on the host, read only: t itself (retained) where it already is that */
-static fl_status host_f32_read(fl_tensor **h, const fl_tensor *t) {
-    if (t->dtype == FL_F32 && t->device == FL_DEV_CPU) return fl_tensor_contiguous(h, t);
-    return fl_host_f32(h, t);
-}
 
 /* a node's record: the planes' size, and each window's maximum's input position */
 typedef struct { int64_t h, w, L; int32_t *pos; } mp_ctx;
@@ -49,7 +32,7 @@ static fl_status mp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->inputs[0];
     const int64_t NC = x->shape[0] * x->shape[1], L = c->L, hw = c->h * c->w;
     fl_tensor *hg = NULL, *dx = NULL;
-    fl_status st = host_f32_read(&hg, g);
+    fl_status st = fl_host_f32_read(&hg, g);
     if (st == FL_OK) st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
     if (st == FL_OK && NC * hw > 0 && L > 0) {
         const float *gv = fl_tensor_data(hg);
@@ -82,12 +65,12 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
                       fl_shape_str(s, sizeof s, x->ndim, x->shape));
     const int64_t pos6[6] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw };
     for (int i = 0; i < 6; i++)
-        if (pos6[i] < 1 || pos6[i] >= WIN_MAX)
+        if (pos6[i] < 1 || pos6[i] >= FL_WIN_MAX)
             return FL_ERR(FL_EINVAL, "max_pool: kernel, stride and dilation must be in 1..2^31-1, got %lld",
                           (long long)pos6[i]);
     const int64_t pads[4] = { g->pt, g->pb, g->pl, g->pr };
     for (int i = 0; i < 4; i++)
-        if (pads[i] < 0 || pads[i] >= WIN_MAX)
+        if (pads[i] < 0 || pads[i] >= FL_WIN_MAX)
             return FL_ERR(FL_EINVAL, "max_pool: padding must be in 0..2^31-1, got %lld", (long long)pads[i]);
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
     const int64_t spanh = g->dh * (g->kh - 1) + 1, spanw = g->dw * (g->kw - 1) + 1;
@@ -106,7 +89,7 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
     const bool rec = fl_any_requires_grad(1, &x);
     fl_tensor *hx = NULL, *v = NULL, *ix = NULL;
     int32_t *pv = NULL;   /* for the backward */
-    fl_status st = host_f32_read(&hx, x);
+    fl_status st = fl_host_f32_read(&hx, x);
     if (st == FL_OK) st = fl_tensor_empty(&v, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK) st = fl_tensor_empty(&ix, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK && rec) {
@@ -138,7 +121,7 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
                     for (int64_t j = 0; j < g->kw; j++) {
                         const int64_t offw = j * g->dw - g->pl;
                         int64_t lo, hi;
-                        inside(offw, g->sw, W, ow, &lo, &hi);
+                        fl_window_inside(offw, g->sw, W, ow, &lo, &hi);
                         const float *in = src + iy * W + offw;
                         const int32_t base = (int32_t)(iy * W + offw);
                         for (int64_t ox = lo; ox < hi; ox++) {

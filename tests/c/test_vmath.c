@@ -16,8 +16,8 @@
 static float f_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* The distance of y from the double r in units of the last place of the float nearest `scale`. A result below
- * 2^-120 is measured in units of 2^-143, 2^-120's last place, instead (tiny = true): the subnormal exponentials under it, and the products
- * that carry their rounding (x·e^x of SiLU at x ≈ −104, v·Φ(v) of GELU below v ≈ −13), are exact in absolute terms
+ * 2^-120 is measured in units of 2^-143, 2^-120's last place, instead (tiny = true): the subnormal exponentials
+ * under it, and the products that carry their rounding (x·e^x of SiLU at x ≈ −104, v·Φ(v) of GELU below v ≈ −13), are exact in absolute terms
  * only, which is all a value of 1e-36 needs. */
 static double ulps(float y, double r, double scale, bool *tiny) {
     *tiny = false;
@@ -99,7 +99,8 @@ TEST(vmath_specials) {
     CHECK(fl_vm_normal_cdf(INFINITY, &g) == 1.0f && fl_vm_normal_cdf(-INFINITY, &g) == 0.0f &&
           fl_vm_normal_cdf(0.0f, &g) == 0.5f && g == 1.0f, "Φ specials");
     /* a subnormal sigmoid: e^-100 is 3.7e-44 */
-    CHECK(fl_vm_sigmoid(-100.0f) > 0.0f && fl_vm_sigmoid(-104.0f) == 0.0f, "sigmoid(-100) = %g", (double)fl_vm_sigmoid(-100.0f));
+    CHECK(fl_vm_sigmoid(-100.0f) > 0.0f && fl_vm_sigmoid(-104.0f) == 0.0f, "sigmoid(-100) = %g",
+          (double)fl_vm_sigmoid(-100.0f));
 }
 
 /* The kernels (both ISA copies, threads, ragged spans) give the scalar functions' bits. */
@@ -152,7 +153,8 @@ TEST(vmath_kernels_match_scalar) {
             const float *cy = fl_tensor_data(rc);
             int bad_t = 0;
             for (int64_t i = 0; i < shape[0]; i++)
-                for (int64_t j = 0; j < shape[1]; j++) bad_t += memcmp(&cy[j * shape[0] + i], &ry[i * shape[1] + j], 4) != 0;
+                for (int64_t j = 0; j < shape[1]; j++)
+                    bad_t += memcmp(&cy[j * shape[0] + i], &ry[i * shape[1] + j], 4) != 0;
             CHECK(bad == 0 && bad_t == 0, "%s (wide %d): %d elements differ from the scalar function, %d on the "
                   "transposed input", op ? "sigmoid" : "tanh", wide, bad, bad_t);
             fl_tensor_release(rc);
