@@ -128,15 +128,8 @@ static fl_status index_select_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gi
     }
     free(pos);
     fl_tensor_release(gh);
-    if (st == FL_OK && in->device != FL_DEV_CPU) {
-        fl_tensor *d = NULL;
-        st = fl_tensor_to_device(&d, z, in->device);
-        fl_tensor_release(z);
-        z = d;
-    }
     if (st != FL_OK) { fl_tensor_release(z); return st; }
-    gin[0] = z;
-    return FL_OK;
+    return fl_host_result(&gin[0], z, FL_F32, in->device);   /* (takes z over) */
 }
 
 fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index) {

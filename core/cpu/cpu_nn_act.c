@@ -146,6 +146,17 @@ _Atomic bool fl_cpu_avx512_allowed = true;
 
 /* Elements per task of the span-based loops. */
 #define ACT_SPAN FL_CPU_ACT_SPAN
+/* body once per span [i0, i0 + len) of the caller's n elements, spans split among threads (each element's result is
+ * its own, so the split changes no bit) */
+#define ACT_SPANS(body)                                                                     \
+    do {                                                                                    \
+        const int64_t spans_ = (n + ACT_SPAN - 1) / ACT_SPAN;                               \
+        _Pragma("omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)")             \
+        for (int64_t c_ = 0; c_ < spans_; c_++) {                                           \
+            const int64_t i0 = c_ * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;  \
+            body;                                                                           \
+        }                                                                                   \
+    } while (0)
 
 /* The exact form: v·Φ(v), and Φ(v) + v·φ(v) for the derivative (cpu_vmath.h's Φ, which keeps the left tail's
  * relative precision that 0.5v(1 + erf(v/√2)) lost; vectorised where glibc's erff is a call per element). Threads
@@ -165,23 +176,11 @@ FL_VM_MAPS(fl_vm_silu)
 FL_VM_MAPS(fl_vm_silu_grad)
 
 void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
+    const bool wide = fl_cpu_avx512();
     if (approx) {
-        const bool wide = fl_cpu_avx512();
-        const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
-        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-        for (int64_t c = 0; c < spans; c++) {
-            int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
-            if (wide) gelu_tanh_fwd_span512(x + i0, y + i0, len);
-            else gelu_tanh_fwd_span(x + i0, y + i0, len);
-        }
+        ACT_SPANS(if (wide) gelu_tanh_fwd_span512(x + i0, y + i0, len); else gelu_tanh_fwd_span(x + i0, y + i0, len));
     } else {
-        const bool wide = fl_cpu_avx512();
-        const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
-        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-        for (int64_t c = 0; c < spans; c++) {
-            int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
-            map_gelu_erf1(x + i0, y + i0, len, wide);
-        }
+        ACT_SPANS(map_gelu_erf1(x + i0, y + i0, len, wide));
     }
 }
 
@@ -207,58 +206,32 @@ void fl_cpu_gelu_tanh_bwd_serial(const float *x, const float *dy, float *dx, int
 
 /* Exact derivative: d/dx xΦ(x) = Φ(x) + x·φ(x); the tanh form's is above. */
 void fl_cpu_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n, int approx) {
+    const bool wide = fl_cpu_avx512();
     if (approx) {
-        const bool wide = fl_cpu_avx512();
-        const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
-        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-        for (int64_t c = 0; c < spans; c++) {
-            int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
-            if (wide) gelu_tanh_bwd_span512(x + i0, dy + i0, dx + i0, len);
-            else gelu_tanh_bwd_span(x + i0, dy + i0, dx + i0, len);
-        }
+        ACT_SPANS(if (wide) gelu_tanh_bwd_span512(x + i0, dy + i0, dx + i0, len);
+                  else gelu_tanh_bwd_span(x + i0, dy + i0, dx + i0, len));
     } else {
-        const bool wide = fl_cpu_avx512();
-        const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
-        #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-        for (int64_t c = 0; c < spans; c++) {
-            int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
-            grad_gelu_erf1_d(x + i0, dy + i0, dx + i0, len, wide);
-        }
+        ACT_SPANS(grad_gelu_erf1_d(x + i0, dy + i0, dx + i0, len, wide));
     }
 }
 
 /* SiLU x·σ(x) and its derivative (cpu_vmath.h), the same way */
 void fl_cpu_silu_fwd(const float *x, float *y, int64_t n) {
     const bool wide = fl_cpu_avx512();
-    const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
-    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-    for (int64_t c = 0; c < spans; c++) {
-        int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
-        map_fl_vm_silu(x + i0, y + i0, len, wide);
-    }
+    ACT_SPANS(map_fl_vm_silu(x + i0, y + i0, len, wide));
 }
 
 void fl_cpu_silu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
     const bool wide = fl_cpu_avx512();
-    const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
-    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-    for (int64_t c = 0; c < spans; c++) {
-        int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
-        grad_fl_vm_silu_grad(x + i0, dy + i0, dx + i0, len, wide);
-    }
+    ACT_SPANS(grad_fl_vm_silu_grad(x + i0, dy + i0, dx + i0, len, wide));
 }
 
 FL_VM_MAPS(fl_vm_sigmoid)
 FL_VM_MAPS(fl_vm_tanh)
 void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n) {
     const bool wide = fl_cpu_avx512();
-    const int64_t spans = (n + ACT_SPAN - 1) / ACT_SPAN;
-    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)
-    for (int64_t c = 0; c < spans; c++) {
-        int64_t i0 = c * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;
-        if (tanh_) map_fl_vm_tanh(x + i0, y + i0, len, wide);
-        else map_fl_vm_sigmoid(x + i0, y + i0, len, wide);
-    }
+    ACT_SPANS(if (tanh_) map_fl_vm_tanh(x + i0, y + i0, len, wide);
+              else map_fl_vm_sigmoid(x + i0, y + i0, len, wide));
 }
 
 /* The unary ops' backward in one pass, each operation rounded as their three tensor ops round it */
