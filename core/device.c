@@ -1,5 +1,6 @@
 /* device.c — the device registry. The CPU device always exists; the CUDA device (kernels/) is
  * registered lazily on first request. This is the only core file that knows about FL_HAVE_CUDA. */
+#include <string.h>
 #include "device.h"
 
 static const fl_device *fl_devices[FL_DEV_COUNT];
@@ -39,6 +40,16 @@ const char *fl_device_unavailable(int id) {
 #else
     return id == FL_DEV_CUDA ? "fp8lab was built without CUDA" : "unknown device";
 #endif
+}
+
+int fl_device_has_entry(int id, const char *name) {
+    const fl_device *d = NULL;
+    if (id == FL_DEV_CPU) d = fl_device_get(id);
+    else if (fl_device_count(id) > 0) d = fl_device_get(id);   /* probes quietly: no notice where there is no GPU */
+#define FL_HAS_ENTRY(n, params) if (strcmp(name, #n) == 0) return d != NULL && d->n != NULL;
+    FL_DEVICE_ENTRIES(FL_HAS_ENTRY)
+#undef FL_HAS_ENTRY
+    return -1;
 }
 
 const char *fl_device_name(int id) {

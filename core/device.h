@@ -253,6 +253,10 @@ const char *fl_cpu_fp8_mm_family(void);
  * products on 16 lanes"; core/cpu/cpu_nn_attn_bf16.c, cpu_nn_attn_fma.c. */
 double fl_cpu_sdpa_fused_min_bytes(void);
 const char *fl_device_name(int id);       /* "cpu", "cuda" */
+/* Whether device id's op table fills the entry called name (one of FL_DEVICE_ENTRIES): 1 it does, 0 it leaves it
+ * NULL (the caller runs its composite) or the device is not available, -1 no entry has that name. The Lua side
+ * asks this to pick a fused path, so a device that gains a kernel is used without a change there. */
+int fl_device_has_entry(int id, const char *name);
 /* Why fl_device_get(id) gives NULL ("" for the CPU): for error messages. */
 const char *fl_device_unavailable(int id);
 

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "l_util.h"
+#include "device.h"
 #include "rng.h"
 
 /* Round a double to float with round-to-odd, so the following float → FP8 round-to-nearest-even
@@ -106,7 +107,21 @@ static int l_manual_seed(lua_State *L) {
     return 0;
 }
 
+/* _device_has(device, entry): whether that device's op table fills the entry (core/device.h fl_device_has_entry);
+ * the Lua layers pick their fused paths by it. An entry name no device has is an error (a typo would otherwise
+ * read as "no kernel" and run the composite quietly). */
+static int l_device_has(lua_State *L) {
+    fl_lmaxargs(L, 2, "_device_has", "(device, entry)");
+    int dev = fl_lcheckdevice(L, 1, "_device_has");
+    const char *entry = luaL_checkstring(L, 2);
+    int has = fl_device_has_entry(dev, entry);
+    if (has < 0) return luaL_error(L, "_device_has: no device entry is called '%s'", entry);
+    lua_pushboolean(L, has);
+    return 1;
+}
+
 static const luaL_Reg core_funcs[] = {
+    {"_device_has", l_device_has},
     {"encode", l_encode},
     {"decode", l_decode},
     {"is_nan_code", l_is_nan_code},

@@ -39,11 +39,14 @@ local function wide(t)
 end
 
 -- The fused kernels (fl_channel_norm, core/cpu/cpu_nn_chnorm.c): x, weight and bias fp32 (after wide) on a device
--- that has them (the CPU's); elsewhere, and for an empty x, the composite of elementwise ops below, which they match
--- to fp32 rounding. groups > 0: GroupNorm's statistics; 0: BatchNorm's over the batch. Returns y, mean, var (biased).
-local FUSED_DEVICES = { cpu = true }
+-- whose op table has them (the CPU's; fp8._device_has asks the device, not its name); elsewhere, and for an empty x,
+-- the composite of elementwise ops below, which they match to fp32 rounding. groups > 0: GroupNorm's statistics; 0:
+-- BatchNorm's over the batch. Returns y, mean, var (biased).
+local function device_fuses(dev)
+  return fp8._device_has(dev, "chnorm_fwd") and fp8._device_has(dev, "chnorm_bwd")
+end
 local function fused(x, weight, bias)
-  if not FUSED_DEVICES[x:device()] or x:dtype() ~= "fp32" or x:numel() == 0 then return false end
+  if x:dtype() ~= "fp32" or x:numel() == 0 or not device_fuses(x:device()) then return false end
   for _, t in ipairs { weight or x, bias or x } do
     if t:dtype() ~= "fp32" or t:device() ~= x:device() then return false end
   end

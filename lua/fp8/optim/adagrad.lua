@@ -30,11 +30,12 @@ function Adagrad:_new_state(p, g)
   return { step = 0, sum = fp8.full(p:shape(), g.initial_accumulator_value, { device = p:device() }) }
 end
 
--- fp32 contiguous CPU tensors: the fused kernel (fp8._optim.adagrad_step, core/optim.c), the composite's fp32 operations in
--- one pass (the same bits); elsewhere the composite below
+-- fp32 contiguous tensors on a device with the kernel (fp8._optim.adagrad_step, core/optim.c; the CPU's): the
+-- composite's fp32 operations in one pass (the same bits); elsewhere the composite below
 function Adagrad:_update(p, grad, st, g)
-  local function cpu32(t) return t:device() == "cpu" and t:dtype() == "fp32" and t:is_contiguous() end
-  if cpu32(p) and cpu32(grad) and cpu32(st.sum) then
+  local dev = p:device()
+  local function f32(t) return t:device() == dev and t:dtype() == "fp32" and t:is_contiguous() end
+  if fp8._device_has(dev, "adagrad") and f32(p) and f32(grad) and f32(st.sum) then
     st.step = st.step + 1
     C.adagrad_step(p, grad, st.sum, g.lr / (1 + (st.step - 1) * g.lr_decay), g.eps, g.weight_decay, g.maximize)
     return

@@ -31,13 +31,14 @@ function RMSprop:_new_state(p, g)
   return { step = 0, square_avg = fp8.zeros(p:shape(), { device = p:device() }) }
 end
 
--- fp32 contiguous CPU parameters: the fused kernel (fp8._optim.rmsprop_step, core/optim.c), the same fp32 operations
--- in one pass (the same bits); elsewhere (other devices) the composite below
--- (every tensor fp32, contiguous, on the CPU: a state loaded otherwise keeps the composite)
-local function fused(...)
-  for i = 1, select("#", ...) do
-    local t = select(i, ...)
-    if t ~= nil and not (t:device() == "cpu" and t:dtype() == "fp32" and t:is_contiguous()) then return false end
+-- fp32 contiguous parameters on a device with the kernel (fp8._optim.rmsprop_step, core/optim.c; the CPU's): the
+-- same fp32 operations in one pass (the same bits); elsewhere (a device whose table leaves the entry NULL) the
+-- composite below (every tensor fp32, contiguous, on p's device: a state loaded otherwise keeps the composite)
+local function fused(p, ...)
+  if not fp8._device_has(p:device(), "rmsprop") then return false end
+  for i = 1, select("#", ...) + 1 do
+    local t = i == 1 and p or select(i - 1, ...)
+    if t ~= nil and not (t:device() == p:device() and t:dtype() == "fp32" and t:is_contiguous()) then return false end
   end
   return true
 end
