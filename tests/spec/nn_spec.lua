@@ -1863,6 +1863,13 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       { "ip_bilinear_sf", function(x)
           return F.interpolate(x, { scale_factor = { 0.75, 2.5 }, mode = "bilinear" })
         end, CX },
+      { "ip_bicubic", function(x) return F.interpolate(x, { size = { 9, 5 }, mode = "bicubic" }) end, CX },
+      { "ip_bicubic_ac", function(x)
+          return F.interpolate(x, { scale_factor = 1.5, mode = "bicubic", align_corners = true })
+        end, CX },
+      { "ip_bicubic_sf", function(x)
+          return F.interpolate(x, { scale_factor = { 0.75, 2.5 }, mode = "bicubic" })
+        end, CX },
       { "ip_linear", function(x) return F.interpolate(x, 14, { mode = "linear" }) end, CX1 },
       { "ip_linear_ac", function(x) return F.interpolate(x, { size = 5, mode = "linear", align_corners = true }) end,
         CX1 },
@@ -1988,7 +1995,12 @@ describe("SiLU, RMSNorm, NLLLoss, one_hot, Flatten, Softmax, Identity, the loss 
       tostring(nn.UpsamplingNearest2d { size = { 4, 5 } }))
     assert.are.equal("PixelShuffle(upscale_factor=2)", tostring(nn.PixelShuffle(2)))
     assert.are.equal("bf16", F.interpolate(CX:to("bf16"), { scale_factor = 2, mode = "bilinear" }):dtype())
-    U.fails_with("interpolate: mode \"bicubic\" is not supported", F.interpolate, CX, { size = 3, mode = "bicubic" })
+    assert.are.equal("Upsample(scale_factor=2.0, mode=bicubic)",
+      tostring(nn.Upsample { scale_factor = 2, mode = "bicubic", align_corners = false }))
+    U.fails_with("interpolate: mode \"bicubic\" takes a 4-D input, got [2, 4, 9] (3-D)", F.interpolate, CX1,
+      { size = 3, mode = "bicubic" })
+    U.fails_with("interpolate: antialias=true is not supported", F.interpolate, CX,
+      { size = 3, mode = "bicubic", antialias = true })
     U.fails_with("interpolate: antialias=true is not supported", F.interpolate, CX,
       { size = 3, mode = "bilinear", antialias = true })
     U.fails_with("interpolate: mode \"linear\" takes a 3-D input, got [2, 4, 6, 7] (4-D)", F.interpolate, CX,

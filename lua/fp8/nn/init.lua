@@ -376,11 +376,12 @@ add("nn.Upsample", "fp8.nn.Upsample{size= | scale_factor=, mode=\"nearest\", ali
   .. "recompute_scale_factor=} / UpsamplingNearest2d{...} / UpsamplingBilinear2d{...}; F.interpolate(x, {...}) or "
   .. "F.interpolate(x, size [, {mode=, align_corners=}])",
   "torch's resampling of the last 1-3 dims of [N, C, ...]: mode \"nearest\", \"nearest-exact\", \"linear\" (3-D),\n"
-  .. "\"bilinear\" (4-D), \"trilinear\" (5-D) or \"area\" (adaptive average pooling). Source positions follow\n"
-  .. "torch's kernels in fp32: scale = 1/scale_factor when given (unless recompute_scale_factor=true), else in/out;\n"
-  .. "linear: (dst + 0.5)*scale - 0.5, or dst*(in-1)/(out-1) with align_corners=true (UpsamplingBilinear2d's).\n"
-  .. "Separable gathers and weighted sums, so differentiable; bf16/fp16 in fp32, rounded once. bicubic and\n"
-  .. "antialias are refused.")
+  .. "\"bilinear\" or \"bicubic\" (4-D), \"trilinear\" (5-D) or \"area\" (adaptive average pooling). Source\n"
+  .. "positions follow torch's kernels in fp32: scale = 1/scale_factor when given (unless\n"
+  .. "recompute_scale_factor=true), else in/out; linear: (dst + 0.5)*scale - 0.5, or dst*(in-1)/(out-1) with\n"
+  .. "align_corners=true (UpsamplingBilinear2d's); bicubic: torch's cubic convolution (A = -0.75) over four\n"
+  .. "neighbours, edges clamped. Separable gathers and weighted sums, so differentiable; bf16/fp16 in fp32,\n"
+  .. "rounded once. antialias is refused.")
 add("nn.PixelShuffle", "fp8.nn.PixelShuffle(upscale_factor) / PixelUnshuffle(downscale_factor); "
   .. "F.pixel_shuffle(x, r), F.pixel_unshuffle(x, r)",
   "torch's sub-pixel reshapes: [..., C*r^2, H, W] <-> [..., C, H*r, W*r] (a reshape and a permute; the\n"

@@ -2,14 +2,15 @@
 -- UpsamplingNearest2d and UpsamplingBilinear2d; and the sub-pixel reshapes F.pixel_shuffle / F.pixel_unshuffle with
 -- PixelShuffle and PixelUnshuffle.
 --
--- interpolate resamples the last 1, 2 or 3 dims of [N, C, ...] ("nearest", "nearest-exact", "linear" / "bilinear" /
--- "trilinear" for 3-, 4- and 5-D inputs, "area"). Each mode is separable: one dim after another, each a gather
+-- interpolate resamples the last 1, 2 or 3 dims of [N, C, ...] ("nearest", "nearest-exact", "linear" / "bilinear" or
+-- "bicubic" / "trilinear" for 3-, 4- and 5-D inputs, "area"). Each mode is separable: one dim after another, each a gather
 -- (index_select) of source positions and, for the linear modes, a weighted sum of two neighbours, so gradients flow
 -- as torch's. The source positions and weights follow torch's kernels step by step in fp32 (its float arithmetic
 -- decides which pixel "nearest" picks at a boundary): scale = 1/scale_factor when one is given (and
 -- recompute_scale_factor is not true), else in/out; nearest: floor(dst·scale) (the copy and the doubling exact);
 -- nearest-exact: floor((dst + 0.5)·scale); linear: (dst + 0.5)·scale - 0.5 clamped at 0, or with align_corners
--- dst·(in - 1)/(out - 1); "area" is adaptive average pooling. bicubic and antialias are refused by name.
+-- dst·(in - 1)/(out - 1); "bicubic" (4-D inputs) the weighted sum of four neighbours, cubic_dim below; "area" is
+-- adaptive average pooling. antialias is refused by name.
 local fp8 = require "fp8.core"
 local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
@@ -74,8 +75,48 @@ local function linear_dim(x, d, m, sf, align)
   return x:index_select(d, on_dev(i0, dev)) * w0 + x:index_select(d, on_dev(i1, dev)) * w1
 end
 
-local MODES = { nearest = 1, ["nearest-exact"] = 1, linear = 1, bilinear = 2, trilinear = 3, area = 1 }
-local LINEAR = { linear = true, bilinear = true, trilinear = true }
+-- bicubic along dim d: torch's cubic convolution (A = -0.75) over the four source positions floor(src) - 1 ..
+-- floor(src) + 2, each clamped into [0, n - 1], src = (dst + 0.5)·scale - 0.5 not clamped at 0 (or dst·scale with
+-- align_corners); the weights in fp32 as torch's get_cubic_upsample_coefficients, the sum t0·w0 + t1·w1 + t2·w2 +
+-- t3·w3 left to right
+local CUBIC_A = -0.75
+local function cubic_weights(t)
+  local A = CUBIC_A
+  local function c1(v) return f32(f32(f32(f32(f32((A + 2) * v) - (A + 3)) * v) * v) + 1) end
+  local function c2(v) return f32(f32(f32(f32(f32(f32(A * v) - 5 * A) * v) + 8 * A) * v) - 4 * A) end
+  local u = f32(1 - t)
+  return { c2(f32(t + 1)), c1(t), c1(u), c2(f32(u + 1)) }
+end
+
+local function cubic_dim(x, d, m, sf, align)
+  local n = x:size(d)
+  if m == n then return x end   -- src = dst, t = 0: the weights are 0, 1, 0, 0
+  local scale
+  if align then scale = m > 1 and f32((n - 1) / (m - 1)) or 0
+  else scale = scale_of(n, m, sf) end
+  local idx, wts = { {}, {}, {}, {} }, { {}, {}, {}, {} }
+  for dst = 0, m - 1 do
+    local src = align and f32(scale * dst) or f32(f32(scale * (dst + 0.5)) - 0.5)
+    local a = floor_int(src)
+    local w = cubic_weights(f32(src - a))
+    for j = 1, 4 do
+      idx[j][dst + 1] = math.min(math.max(a - 2 + j, 0), n - 1)
+      wts[j][dst + 1] = w[j]
+    end
+  end
+  local dev = x:device()
+  local shape = { m }
+  for _ = d + 1, x:dim() do shape[#shape + 1] = 1 end
+  local y
+  for j = 1, 4 do
+    local term = x:index_select(d, on_dev(idx[j], dev)) * on_dev(wts[j], dev):reshape(shape)
+    y = y and y + term or term
+  end
+  return y
+end
+
+local MODES = { nearest = 1, ["nearest-exact"] = 1, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 1 }
+local LINEAR = { linear = true, bilinear = true, bicubic = true, trilinear = true }   -- (those taking align_corners)
 
 -- a size or a scale_factor: one value for every spatial dim, or a list of one per dim
 local function per_dim(fname, what, v, k, check)
@@ -98,13 +139,9 @@ local function interpolate(fname, x, o, options_only)
   if not fp8.is_tensor(x) then error(("%s: expected a tensor input, got %s"):format(fname, O.got(x)), 0) end
   if x:is_fp8() then error(("%s: %s tensor: dequantize it first"):format(fname, x:dtype()), 0) end
   local mode = o.mode or "nearest"
-  if mode == "bicubic" then
-    error(("%s: mode \"bicubic\" is not supported (nearest, nearest-exact, linear, bilinear, trilinear, area are)")
-      :format(fname), 0)
-  end
   if MODES[mode] == nil then
-    error(("%s: mode must be one of \"nearest\", \"nearest-exact\", \"linear\", \"bilinear\", \"trilinear\", \"area\", "
-      .. "got %s"):format(fname, O.got(mode)), 0)
+    error(("%s: mode must be one of \"nearest\", \"nearest-exact\", \"linear\", \"bilinear\", \"bicubic\", "
+      .. "\"trilinear\", \"area\", got %s"):format(fname, O.got(mode)), 0)
   end
   if o.antialias ~= nil and o.antialias ~= false then
     error(("%s: antialias=%s is not supported (only false)"):format(fname, O.got(o.antialias)), 0)
@@ -124,8 +161,8 @@ local function interpolate(fname, x, o, options_only)
       error(("%s: align_corners must be a boolean, got %s"):format(fname, O.got(align)), 0)
     end
     if not LINEAR[mode] then
-      error(("%s: align_corners applies to the linear modes (linear, bilinear, trilinear), not to \"%s\""):format(
-        fname, mode), 0)
+      error(("%s: align_corners applies to the linear modes (linear, bilinear, bicubic, trilinear), not to \"%s\"")
+        :format(fname, mode), 0)
     end
   end
   local recompute = o.recompute_scale_factor
@@ -176,6 +213,7 @@ local function interpolate(fname, x, o, options_only)
   for i = k, 1, -1 do
     local d, m, sf = 2 + i, sizes[i], scales and scales[i]
     if mode == "area" then y = G.adaptive_dim(y, d, m, false)
+    elseif mode == "bicubic" then y = cubic_dim(y, d, m, sf, align == true)
     elseif LINEAR[mode] then y = linear_dim(y, d, m, sf, align == true)
     else y = nearest_dim(y, d, m, sf, mode == "nearest-exact", k) end
   end
