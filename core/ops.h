@@ -127,6 +127,12 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
 /* gather.c: torch's index_select, out = a's runs along dim at the 1-d index's positions (0-based, whole numbers;
  * gather's rule and messages), in a's dtype; differentiable in a (an index_add) */
 fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index);
+/* resample.c: x (fp32, any device) resampled along dim to m positions, each the weighted sum of taps (1..8) source
+ * positions, y[..., j, ...] = Σ_t x[..., pos[j·taps + t], ...]·w[j·taps + t] (pos in [0, n), w finite; both m·taps
+ * long, copied), the products rounded and added left to right; differentiable in x. F.interpolate's linear and cubic
+ * modes. */
+fl_status fl_resample(fl_tensor **out, const fl_tensor *x, int dim, int64_t m, int taps, const int64_t *pos,
+                      const float *w);
 /* embedding_bag.c: EmbeddingBag's sum (mean: divided by the count) of weight's rows at ids (any shape, whole numbers
  * in [0, V)) over bags starts[b] <= j < starts[b + 1] (starts [B + 1], rising from 0 to ids' numel), entries equal to
  * pad (-1: none) left out; weight fp32 on the CPU [V, D] (FL_EUNSUPPORTED otherwise); out [B, D], differentiable in

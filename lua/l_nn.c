@@ -290,6 +290,38 @@ static int l_col2im(lua_State *L) {
     return 1;
 }
 
+/* resample(x, dim, taps, pos, w): x (fp32) resampled along dim (1-based) to #pos / taps positions, position j the
+ * weighted sum of x at pos[j·taps + t] (0-based) with weights w[...] (fl_resample); F.interpolate's linear and cubic
+ * modes (lua/fp8/nn/upsample.lua). pos and w are plain lists of equal length, a multiple of taps. */
+static int l_resample(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    const int dim = (int)fl_lcheckint(L, 2, "resample", "dim", 1, x->ndim > 0 ? x->ndim : 1);
+    const int taps = (int)fl_lcheckint(L, 3, "resample", "taps", 1, 8);
+    luaL_checktype(L, 4, LUA_TTABLE);
+    luaL_checktype(L, 5, LUA_TTABLE);
+    no_extra(L, 6, "resample");
+    const lua_Integer k = fl_lcheckrawlist(L, 4, "resample");
+    if (fl_lcheckrawlist(L, 5, "resample") != k || k == 0 || k % taps != 0 || k > FL_LMAX_TABLE_LEN)
+        return luaL_error(L, "resample: pos and w must be lists of one equal length, a positive multiple of taps %d "
+                          "(got %d and %d)", taps, (int)k, (int)lua_rawlen(L, 5));
+    int64_t *pos = lua_newuserdatauv(L, (size_t)k * sizeof *pos, 0);
+    float *w = lua_newuserdatauv(L, (size_t)k * sizeof *w, 0);
+    for (lua_Integer i = 0; i < k; i++) {
+        int isint = 0;
+        lua_rawgeti(L, 4, i + 1);
+        pos[i] = (int64_t)lua_tointegerx(L, -1, &isint);
+        if (!isint) return luaL_error(L, "resample: pos[%d] must be an integer, got %s", (int)i + 1, luaL_typename(L, -1));
+        lua_rawgeti(L, 5, i + 1);
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            return luaL_error(L, "resample: w[%d] must be a number, got %s", (int)i + 1, luaL_typename(L, -1));
+        w[i] = (float)lua_tonumber(L, -1);
+        lua_pop(L, 2);
+    }
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_resample(slot, x, dim - 1, (int64_t)(k / taps), taps, pos, w));
+    return 1;
+}
+
 /* conv_depthwise(x[N, C, H, W], w[C·m, 1, kh, kw], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}) → [N, C·m, OH, OW]:
  * conv2d with groups = C computed directly (fl_conv_depthwise); F.conv2d takes it for such a convolution */
 static int l_conv_depthwise(lua_State *L) {
@@ -331,7 +363,7 @@ static const luaL_Reg funcs[] = {
     {"_channel_norm", l_channel_norm}, {"_embedding_bag", l_embedding_bag},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
-    {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise},
+    {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise}, {"resample", l_resample},
     {"matmul_wide", l_matmul_wide}, {"max_pool", l_max_pool},
     {NULL, NULL},
 };

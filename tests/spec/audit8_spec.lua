@@ -81,3 +81,83 @@ describe("fused paths chosen by the device's entries", function()
     end
   end)
 end)
+
+describe("resample: interpolate's weighted sums in one pass (core/resample.c)", function()
+  local NN = require("fp8.core")._nn
+
+  -- the composite it replaced: one index_select per tap, each times its weights, added left to right
+  local function composite(x, d, taps, pos, w)
+    local m = #pos // taps
+    local shape = { m }
+    for _ = d + 1, x:dim() do shape[#shape + 1] = 1 end
+    local y
+    for t = 1, taps do
+      local p, ws = {}, {}
+      for j = 1, m do p[j], ws[j] = pos[(j - 1) * taps + t], w[(j - 1) * taps + t] end
+      local term = x:index_select(d, fp8.tensor(p)) * fp8.tensor(ws):reshape(shape)
+      y = y and y + term or term
+    end
+    return y
+  end
+
+  it("gives the composite's bits forward and its gradient to rounding", function()
+    fp8.manual_seed(11)
+    local rng = fp8.Generator and nil
+    for _, c in ipairs { { { 3, 5, 7 }, 3, 2, 11 }, { { 3, 5, 7 }, 2, 4, 9 }, { { 2, 6, 4, 5 }, 3, 4, 1 },
+                         { { 4, 33 }, 1, 1, 6 }, { { 2, 3, 8, 9 }, 4, 4, 20 } } do
+      local shape, d, taps, m = c[1], c[2], c[3], c[4]
+      local n = shape[d]
+      local pos, w = {}, {}
+      for k = 1, m * taps do
+        pos[k] = (k * 7 + 3) % n
+        w[k] = fp8.randn({ 1 }):item()
+      end
+      local x = fp8.randn(shape)
+      local xa, xb = x:clone():requires_grad_(), x:clone():requires_grad_()
+      local ya, yb = NN.resample(xa, d, taps, pos, w), composite(xb, d, taps, pos, w)
+      assert.are.same(yb:shape(), ya:shape())
+      assert.are.equal(0, (ya - yb):abs():max():item())   -- the same bits
+      assert.are.equal("ResampleBackward", ya:grad_fn())
+      local g = fp8.randn(ya:shape())
+      ya:backward(g); yb:backward(g)
+      local err = (xa.grad - xb.grad):abs():max():item()
+      assert.is_true(err <= 1e-5 * math.max(1, xb.grad:abs():max():item()), ("gradient off by %g"):format(err))
+      -- a strided input reads the same values
+      local xt = x:transpose(1, #shape):contiguous():transpose(1, #shape)
+      assert.are.equal(0, (NN.resample(xt, d, taps, pos, w) - yb):abs():max():item())
+    end
+  end)
+
+  it("refuses what it cannot compute, naming it", function()
+    local x = fp8.randn { 2, 3, 4 }
+    local cases = {
+      { "source position 4 out of range 0..3 for dim 3", x, 3, 2, { 0, 4 }, { 1, 1 } },
+      { "source position -1 out of range", x, 3, 1, { -1 }, { 1 } },
+      { "pos and w must be lists of one equal length", x, 3, 2, { 0, 1 }, { 1 } },
+      { "a positive multiple of taps 2", x, 3, 2, { 0, 1, 2 }, { 1, 1, 1 } },
+      { "a positive multiple of taps 2", x, 3, 2, {}, {} },
+      { "taps must be an integer in [1, 8]", x, 3, 9, { 0 }, { 1 } },
+      { "dim must be an integer in [1, 3]", x, 4, 1, { 0 }, { 1 } },
+      { "pos[2] must be an integer, got number", x, 3, 1, { 0, 1.5 }, { 1, 1 } },
+      { "w[1] must be a number, got string", x, 3, 1, { 0 }, { "a" } },
+      { "weight 1 of position 0 is inf", x, 3, 1, { 0 }, { math.huge } },
+      { "expected an fp32 input, got bf16", x:to("bf16"), 3, 1, { 0 }, { 1 } },
+      { "too many arguments", x, 3, 1, { 0 }, { 1 }, 5 },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(NN.resample, table.unpack(c, 2, #c))
+      assert.is_false(ok, c[1])
+      assert.matches(c[1], tostring(err), 1, true)
+    end
+  end)
+
+  it("interpolate's linear and cubic modes take it, bicubic with torch's edge clamping", function()
+    local x = fp8.randn { 1, 2, 5, 6 }
+    local y = F.interpolate(x:clone():requires_grad_(), { size = { 7, 3 }, mode = "bicubic" })
+    assert.are.equal("ResampleBackward", y:grad_fn())
+    assert.are.same({ 1, 2, 7, 3 }, y:shape())
+    -- a constant image stays constant: the four weights sum to 1 and the clamped edges repeat the border
+    local c = F.interpolate(fp8.full({ 1, 1, 4, 4 }, 2.5), { scale_factor = 3, mode = "bicubic" })
+    assert.is_true((c - 2.5):abs():max():item() <= 5e-7)   -- 2 ulps (torch: 1.4e-6, 6 ulps)
+  end)
+end)

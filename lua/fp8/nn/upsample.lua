@@ -4,8 +4,8 @@
 --
 -- interpolate resamples the last 1, 2 or 3 dims of [N, C, ...] ("nearest", "nearest-exact", "linear" / "bilinear" or
 -- "bicubic" / "trilinear" for 3-, 4- and 5-D inputs, "area"). Each mode is separable: one dim after another, each a gather
--- (index_select) of source positions and, for the linear modes, a weighted sum of two neighbours, so gradients flow
--- as torch's. The source positions and weights follow torch's kernels step by step in fp32 (its float arithmetic
+-- (index_select) of source positions or, for the linear and cubic modes, a weighted sum of two or four of them (one
+-- pass and one node, core/resample.c), so gradients flow as torch's. The source positions and weights follow torch's kernels step by step in fp32 (its float arithmetic
 -- decides which pixel "nearest" picks at a boundary): scale = 1/scale_factor when one is given (and
 -- recompute_scale_factor is not true), else in/out; nearest: floor(dst·scale) (the copy and the doubling exact);
 -- nearest-exact: floor((dst + 0.5)·scale); linear: (dst + 0.5)·scale - 0.5 clamped at 0, or with align_corners
@@ -16,6 +16,7 @@ local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
 local O = require "fp8.opts"
 local G = require "fp8.nn.conv_geometry"
+local NN = fp8._nn   -- resample: one dim as weighted sums of source positions (core/resample.c)
 
 local M = {}
 local public, strip = require("fp8.errfmt").public_of("upsample.lua")
@@ -55,7 +56,7 @@ local function linear_dim(x, d, m, sf, align)
   local scale
   if align then scale = m > 1 and f32((n - 1) / (m - 1)) or 0
   else scale = scale_of(n, m, sf) end
-  local i0, i1, l0, l1 = {}, {}, {}, {}
+  local pos, w = {}, {}   -- per output position its two sources and their weights (core/resample.c)
   for dst = 0, m - 1 do
     local src
     if align then src = f32(scale * dst)
@@ -65,27 +66,24 @@ local function linear_dim(x, d, m, sf, align)
     end
     local a = math.min(floor_int(src), n - 1)
     local lam = math.min(math.max(f32(src - a), 0), 1)
-    i0[dst + 1], i1[dst + 1] = a, a + (a < n - 1 and 1 or 0)
-    l1[dst + 1], l0[dst + 1] = lam, f32(1 - lam)
+    pos[2 * dst + 1], pos[2 * dst + 2] = a, a + (a < n - 1 and 1 or 0)
+    w[2 * dst + 1], w[2 * dst + 2] = f32(1 - lam), lam
   end
-  local dev = x:device()
-  local shape = { m }   -- the weights broadcast over the dims after d
-  for _ = d + 1, x:dim() do shape[#shape + 1] = 1 end
-  local w0, w1 = on_dev(l0, dev):reshape(shape), on_dev(l1, dev):reshape(shape)
-  return x:index_select(d, on_dev(i0, dev)) * w0 + x:index_select(d, on_dev(i1, dev)) * w1
+  return NN.resample(x, d, 2, pos, w)
 end
 
 -- bicubic along dim d: torch's cubic convolution (A = -0.75) over the four source positions floor(src) - 1 ..
 -- floor(src) + 2, each clamped into [0, n - 1], src = (dst + 0.5)·scale - 0.5 not clamped at 0 (or dst·scale with
--- align_corners); the weights in fp32 as torch's get_cubic_upsample_coefficients, the sum t0·w0 + t1·w1 + t2·w2 +
--- t3·w3 left to right
+-- align_corners); the weights computed in double and rounded once to fp32 (torch rounds each step in float: a
+-- constant image then drifts by 6-12 ulps there, 0-2 here; against float64 both stay within ~3.5e-6 on unit-size
+-- inputs), the sum t0·w0 + t1·w1 + t2·w2 + t3·w3 left to right (core/resample.c)
 local CUBIC_A = -0.75
 local function cubic_weights(t)
   local A = CUBIC_A
-  local function c1(v) return f32(f32(f32(f32(f32((A + 2) * v) - (A + 3)) * v) * v) + 1) end
-  local function c2(v) return f32(f32(f32(f32(f32(f32(A * v) - 5 * A) * v) + 8 * A) * v) - 4 * A) end
-  local u = f32(1 - t)
-  return { c2(f32(t + 1)), c1(t), c1(u), c2(f32(u + 1)) }
+  local function c1(v) return f32((((A + 2) * v) - (A + 3)) * v * v + 1) end
+  local function c2(v) return f32(((A * v - 5 * A) * v + 8 * A) * v - 4 * A) end
+  local u = 1 - t
+  return { c2(t + 1), c1(t), c1(u), c2(u + 1) }
 end
 
 local function cubic_dim(x, d, m, sf, align)
@@ -94,25 +92,17 @@ local function cubic_dim(x, d, m, sf, align)
   local scale
   if align then scale = m > 1 and f32((n - 1) / (m - 1)) or 0
   else scale = scale_of(n, m, sf) end
-  local idx, wts = { {}, {}, {}, {} }, { {}, {}, {}, {} }
+  local pos, wts = {}, {}
   for dst = 0, m - 1 do
     local src = align and f32(scale * dst) or f32(f32(scale * (dst + 0.5)) - 0.5)
     local a = floor_int(src)
     local w = cubic_weights(f32(src - a))
     for j = 1, 4 do
-      idx[j][dst + 1] = math.min(math.max(a - 2 + j, 0), n - 1)
-      wts[j][dst + 1] = w[j]
+      pos[4 * dst + j] = math.min(math.max(a - 2 + j, 0), n - 1)
+      wts[4 * dst + j] = w[j]
     end
   end
-  local dev = x:device()
-  local shape = { m }
-  for _ = d + 1, x:dim() do shape[#shape + 1] = 1 end
-  local y
-  for j = 1, 4 do
-    local term = x:index_select(d, on_dev(idx[j], dev)) * on_dev(wts[j], dev):reshape(shape)
-    y = y and y + term or term
-  end
-  return y
+  return NN.resample(x, d, 4, pos, wts)
 end
 
 local MODES = { nearest = 1, ["nearest-exact"] = 1, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 1 }
