@@ -3,10 +3,15 @@
 fp32): forward under no_grad and forward + backward, the fastest of `rounds` calls (default 4) in ms, wall clock.
     /opt/torch2/bin/python3 scripts/bench_resample_torch.py 4     (torch's threads: OMP_NUM_THREADS, as fp8lab's)"""
 import os, sys, time
-import torch
+
+USAGE = "usage: bench_resample_torch.py [ROUNDS]   (ROUNDS: an integer >= 1, default 4)"
+if len(sys.argv) > 2 or (len(sys.argv) == 2 and not (sys.argv[1].isdigit() and int(sys.argv[1]) >= 1)):
+    sys.exit("bench_resample_torch.py: ROUNDS must be an integer >= 1, got %r\n%s" % (sys.argv[1:], USAGE))
+rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+
+import torch   # (after the arguments: a refusal needs no torch)
 import torch.nn.functional as F
 
-rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 torch.manual_seed(1)
 
