@@ -161,3 +161,12 @@ describe("resample: interpolate's weighted sums in one pass (core/resample.c)", 
     assert.is_true((c - 2.5):abs():max():item() <= 5e-7)   -- 2 ulps (torch: 1.4e-6, 6 ulps)
   end)
 end)
+
+describe("group_norm with no channels", function()
+  it("is refused as torch refuses it (it returned an empty result)", function()
+    local ok, err = pcall(F.group_norm, fp8.randn { 2, 0, 3 }, 1)
+    assert.is_false(ok)
+    assert.matches("group_norm: expected number of channels to be greater than 0, got 0", err, 1, true)
+    assert.are.same({ 0, 4, 3 }, F.group_norm(fp8.randn { 0, 4, 3 }, 2):shape())   -- an empty batch stays allowed
+  end)
+end)

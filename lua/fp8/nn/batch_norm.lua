@@ -148,6 +148,9 @@ local function impl_group_norm(x, num_groups, weight, bias, eps, ...)
       or O.got(x)), 0)
   end
   local N, C = x:size(1), x:size(2)
+  if C == 0 then   -- torch's message (it returned an empty result here until 2026-12-06)
+    error(("group_norm: expected number of channels to be greater than 0, got 0 (input %s)"):format(shape_str(x)), 0)
+  end
   if math.type(num_groups) ~= "integer" or num_groups < 1 or C % num_groups ~= 0 then
     error(("group_norm: num_groups must be a positive integer dividing the channels (%d), got %s"):format(C,
       O.got(num_groups)), 0)
