@@ -133,12 +133,14 @@ fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl
  * modes. */
 fl_status fl_resample(fl_tensor **out, const fl_tensor *x, int dim, int64_t m, int taps, const int64_t *pos,
                       const float *w);
-/* embedding_bag.c: EmbeddingBag's sum (mean: divided by the count) of weight's rows at ids (any shape, whole numbers
- * in [0, V)) over bags starts[b] <= j < starts[b + 1] (starts [B + 1], rising from 0 to ids' numel), entries equal to
- * pad (-1: none) left out; weight fp32 on the CPU [V, D] (FL_EUNSUPPORTED otherwise); out [B, D], differentiable in
- * weight */
+/* embedding_bag.c: EmbeddingBag's sum (mean: divided by the count; max: each column's maximum) of weight's rows at
+ * ids (any shape, whole numbers in [0, V)) over bags starts[b] <= j < starts[b + 1] (starts [B + 1], rising from 0 to
+ * ids' numel), entries equal to pad (-1: none) left out; psw (NULL: none; sum only): fp32 CPU per-sample weights, one
+ * per id, scaling each row; weight fp32 on the CPU [V, D] (FL_EUNSUPPORTED otherwise); out [B, D], differentiable in
+ * weight and psw */
+enum { FL_BAG_SUM, FL_BAG_MEAN, FL_BAG_MAX };
 fl_status fl_embedding_bag(fl_tensor **out, const fl_tensor *ids, const fl_tensor *weight, const fl_tensor *starts,
-                           bool mean, int64_t pad);
+                           int mode, int64_t pad, const fl_tensor *psw);
 /* scatter.c: out = a with src's values written (add false: torch's scatter, the last of repeated positions stays) or
  * added (torch's scatter_add) along dim at index's positions (0-based, whole numbers; index and src of one shape, a's
  * but for dim); differentiable in a and src */

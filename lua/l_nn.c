@@ -149,19 +149,21 @@ static int l_channel_norm(lua_State *L) {
     return 3;
 }
 
-/* _embedding_bag(ids, weight, starts, mean, pad) -> [B, D]: fl_embedding_bag, EmbeddingBag's sum and mean paths
- * (lua/fp8/nn/embedding_bag.lua) for fp32 CPU weights; pad -1: none */
+/* _embedding_bag(ids, weight, starts, mode, pad [, psw]) -> [B, D]: fl_embedding_bag, EmbeddingBag's paths
+ * (lua/fp8/nn/embedding_bag.lua) for fp32 CPU weights; mode "sum", "mean" or "max"; pad -1: none; psw the per-sample
+ * weights (mode "sum") */
 static int l_embedding_bag(lua_State *L) {
     fl_tensor *ids = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2), *starts = fl_lchecktensor(L, 3);
-    luaL_checktype(L, 4, LUA_TBOOLEAN);
-    const bool mean = lua_toboolean(L, 4);
+    static const char *const modes[] = { "sum", "mean", "max", NULL };
+    const int mode = luaL_checkoption(L, 4, NULL, modes);
     int isint = 0;
     lua_Integer pad = lua_tointegerx(L, 5, &isint);
     if (!isint || pad < -1)
         return luaL_argerror(L, 5, lua_pushfstring(L, "pad must be an integer >= -1, got %s", luaL_typename(L, 5)));
-    no_extra(L, 6, "_embedding_bag");
+    fl_tensor *psw = opt_tensor(L, 6);
+    no_extra(L, 7, "_embedding_bag");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_embedding_bag(slot, ids, w, starts, mean, (int64_t)pad));
+    FL_LCALL(L, fl_embedding_bag(slot, ids, w, starts, mode, (int64_t)pad, psw));
     return 1;
 }
 

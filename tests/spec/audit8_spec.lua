@@ -170,3 +170,113 @@ describe("group_norm with no channels", function()
     assert.are.same({ 0, 4, 3 }, F.group_norm(fp8.randn { 0, 4, 3 }, 2):shape())   -- an empty batch stays allowed
   end)
 end)
+
+describe("EmbeddingBag's max mode and per_sample_weights in one pass (core/embedding_bag.c)", function()
+  local nn = fp8.nn
+  local function bits(name, a, b)
+    assert.are.same(b:shape(), a:shape(), name)
+    local x, y = a:reshape(-1):totable(), b:reshape(-1):totable()
+    for i = 1, #x do
+      assert.is_true(x[i] == y[i] or (x[i] ~= x[i] and y[i] ~= y[i]), ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i]))
+    end
+  end
+  -- the composites they replaced (lua/fp8/nn/embedding_bag.lua before): max over each bag's rows padded by its last
+  -- kept entry, zeros for an empty bag; a weighted sum as the embedding times the weights, index_add into the bags
+  local function ref_max(ids, starts, weight, pad)
+    local B, D = #starts - 1, weight:size(2)
+    local kept, Lmax = {}, 0
+    for b = 1, B do
+      local k = {}
+      for j = starts[b] + 1, starts[b + 1] do if ids[j] ~= pad then k[#k + 1] = j end end
+      kept[b], Lmax = k, math.max(Lmax, #k)
+    end
+    if Lmax == 0 then return fp8.zeros { B, D } + weight:sum() * 0 end
+    local at, full = {}, {}
+    for b = 1, B do
+      local k = kept[b]
+      for t = 1, Lmax do at[#at + 1] = ids[k[math.min(t, #k)] or 1] end
+      full[b] = #k == 0 and 0 or 1
+    end
+    local e = F.embedding(fp8.tensor(at), weight):reshape({ B, Lmax, D })
+    return e:max(2) * fp8.tensor(full):reshape({ B, 1 })
+  end
+  local function ref_psw(ids, starts, weight, psw, pad)
+    local tok, bag_of, pos = {}, {}, {}
+    for b = 1, #starts - 1 do
+      for j = starts[b] + 1, starts[b + 1] do
+        if ids[j] ~= pad then tok[#tok + 1] = ids[j]; bag_of[#bag_of + 1] = b - 1; pos[#pos + 1] = j - 1 end
+      end
+    end
+    local e = F.embedding(fp8.tensor(tok), weight) * psw:index_select(1, fp8.tensor(pos)):reshape({ #pos, 1 })
+    return fp8.zeros({ #starts - 1, weight:size(2) }):index_add(1, fp8.tensor(bag_of), e)
+  end
+
+  it("give the composite's bits, values and the weight's gradient; psw's gradient to rounding", function()
+    local r = math.random
+    math.randomseed(92)
+    for case = 1, 30 do
+      local V, D, n = r(1, 12), r(1, 40), r(1, 24)
+      local pad = r() < 0.3 and r(0, V - 1) or nil
+      local ids, starts = {}, { 0 }
+      for i = 1, n do ids[i] = r(0, V - 1) end
+      for _ = 1, r(1, 6) - 1 do starts[#starts + 1] = math.min(n, starts[#starts] + r(0, 6)) end
+      starts[#starts + 1] = n
+      local off = {}
+      for b = 1, #starts - 1 do off[b] = starts[b] end
+      local name = ("case %d V=%d D=%d n=%d pad=%s"):format(case, V, D, n, tostring(pad))
+      -- max: rows with ties (few distinct values) and, in some cases, a NaN
+      local mm = nn.EmbeddingBag(V, D, { mode = "max", padding_idx = pad })
+      fp8.no_grad(function()
+        mm.weight:copy_((fp8.randn { V, D } * 2):round())
+        if case % 5 == 0 then mm.weight:narrow(1, 1, 1):narrow(2, 1, 1):fill_(0 / 0) end
+      end)
+      local y = mm(fp8.tensor(ids), fp8.tensor(off))
+      assert.are.equal("EmbeddingBagBackward", y:grad_fn(), name)
+      local w2 = mm.weight:detach():clone():requires_grad_()
+      local want = ref_max(ids, starts, w2, pad)
+      bits(name .. " max", y, want)
+      local g = fp8.randn(y:shape())
+      ;(y * g):sum():backward()
+      ;(want * g):sum():backward()
+      bits(name .. " max grad", mm.weight.grad, w2.grad)
+      -- sum with per_sample_weights
+      local ms = nn.EmbeddingBag(V, D, { mode = "sum", padding_idx = pad })
+      local p = fp8.randn { n }:requires_grad_()
+      local ys = ms(fp8.tensor(ids), fp8.tensor(off), p)
+      assert.are.equal("EmbeddingBagBackward", ys:grad_fn(), name)
+      local w3, p3 = ms.weight:detach():clone():requires_grad_(), p:detach():clone():requires_grad_()
+      local want_s = ref_psw(ids, starts, w3, p3, pad)
+      bits(name .. " psw", ys, want_s)
+      local gs = fp8.randn(ys:shape())
+      ;(ys * gs):sum():backward()
+      ;(want_s * gs):sum():backward()
+      bits(name .. " psw weight grad", ms.weight.grad, w3.grad)
+      local err = (p.grad - p3.grad):abs():max():item()
+      assert.is_true(err <= 1e-5 * math.max(1, p3.grad:abs():max():item()), name .. (" psw grad off by %g"):format(err))
+    end
+  end)
+
+  it("torch's values for a max with a NaN and ties, and gradients that reach only the first maximum", function()
+    local m = nn.EmbeddingBag(3, 2, { mode = "max" })
+    fp8.no_grad(function() m.weight:copy_(fp8.tensor { { 1, 0 / 0 }, { 1, 5 }, { 2, 5 } }) end)
+    local y = m(fp8.tensor { 1, 0, 2, 1 }, fp8.tensor { 0, 2, 2 })   -- bags {1, 0}, {}, {2, 1}
+    local v = y:totable()
+    assert.are.same({ 1, 5 }, { v[1][1], v[3][2] })
+    assert.is_true(v[1][2] ~= v[1][2])                    -- the NaN wins
+    assert.are.same({ 0, 0 }, v[2])                       -- an empty bag
+    assert.are.same({ 2, 5 }, v[3])
+    y:sum():backward()
+    -- column 1 of bag 1: rows 1 and 0 tie at 1, the first (row 1) takes it; column 2 of bag 3: rows 2 and 1 tie at 5
+    assert.are.same({ { 0, 1 }, { 1, 0 }, { 1, 1 } }, m.weight.grad:totable())
+  end)
+
+  it("keeps the composite for 16-bit weights and refuses per_sample_weights outside sum", function()
+    local w = fp8.randn({ 5, 3 }):to("bf16"):requires_grad_()
+    local y = F.embedding_bag(fp8.tensor { 1, 2 }, w, fp8.tensor { 0 }, { mode = "sum", per_sample_weights = fp8.tensor { 0.5, 2 } })
+    assert.are_not.equal("EmbeddingBagBackward", y:grad_fn())
+    local ok, err = pcall(nn.EmbeddingBag(5, 3, { mode = "max" }), fp8.tensor { 1, 2 }, fp8.tensor { 0 },
+      fp8.tensor { 0.5, 2 })
+    assert.is_false(ok)
+    assert.matches("per_sample_weights are only supported for mode \"sum\"", err, 1, true)
+  end)
+end)

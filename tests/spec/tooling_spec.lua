@@ -110,8 +110,9 @@ describe("bench scripts' options", function()
     refused("scripts/bench_step_ab.lua --precisions ''", "--precisions: no precision given")
     refused("scripts/bench_elementwise.lua abc", "ROUNDS must be an integer >= 1, got 'abc'")
     refused("scripts/bench_elementwise.lua 1 2", "one argument at most, got 2")
-    refused("scripts/bench_resample.lua 0", "ROUNDS must be an integer >= 1, got '0'")
-    refused("scripts/bench_resample.lua 1 2", "one argument at most, got 2")
+    refused("scripts/bench_ops.lua 0", "ROUNDS must be an integer >= 1, got '0'")
+    refused("scripts/bench_ops.lua 1 conv", "GROUP must be resample, embedding_bag or all, got 'conv'")
+    refused("scripts/bench_ops.lua 1 all x", "two arguments at most, got 3")
     refused("scripts/bench_dist.lua 0", "STEPS must be an integer >= 1, got '0'")
     refused("scripts/bench_dist.lua 2 bogus", "PRECISION must be no, te, ao or msamp, got 'bogus'")
     -- options that were taken and changed nothing (2026-12-04): GPT sizes with the MLP, a backend without fp8, the
@@ -125,14 +126,17 @@ describe("bench scripts' options", function()
     refused("scripts/allreduce_prescale.lua 2 1 x", "takes [N] [seed]; got 3 arguments")
     refused("scripts/bench_profiler_windows.lua 8 x", "takes [N]; got 2 arguments")
     refused("scripts/gen_man.lua /tmp", "/tmp is not a readable file")
-    for _, s in ipairs { "bench_elementwise", "bench_dist", "bench_resample" } do
+    for _, s in ipairs { "bench_elementwise", "bench_dist", "bench_ops" } do
       local out, ok = sh(q(bin) .. " scripts/" .. s .. ".lua --help")
       assert.is_true(ok, out)
       assert.matches("^usage: fp8lab scripts/" .. s .. "%.lua", out)
     end
-    local tout, tok = sh("python3 scripts/bench_resample_torch.py 0")   -- refused before it imports torch
+    local tout, tok = sh("python3 scripts/bench_ops_torch.py 0")   -- refused before it imports torch
     assert.is_false(tok, tout)
-    assert.truthy(tout:find("ROUNDS must be an integer >= 1, got ['0']", 1, true), tout)
+    assert.truthy(tout:find("ROUNDS must be an integer >= 1", 1, true), tout)
+    tout, tok = sh("python3 scripts/bench_ops_torch.py 1 conv")
+    assert.is_false(tok, tout)
+    assert.truthy(tout:find("GROUP must be resample, embedding_bag or all, got 'conv'", 1, true), tout)
     -- the GPU peer's mode and argument count, checked before it imports torch
     local out, ok = sh("python3 scripts/bench_gpt_torch_gpu.py bf16-eager 1 64 2 16 2 96 1 1 1")
     assert.is_false(ok, out)

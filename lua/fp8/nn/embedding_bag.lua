@@ -2,8 +2,9 @@
 -- without the [tokens, dim] intermediate a user would reduce by hand. Bags are the rows of a 2-D input, or the
 -- spans of a 1-D input that offsets start (include_last_offset: offsets also end the last one). per_sample_weights
 -- scale each entry (mode "sum" only, torch's rule); padding_idx entries are left out (of the mean's count too); an
--- empty bag gives zeros. Built of embedding, index_add (sum, mean) and a gather of each bag padded by repeating its
--- last entry (max), so gradients flow to the weight and the per-sample weights as torch's.
+-- empty bag gives zeros. fp32 CPU weights take core's one-pass kernel (fused below); otherwise built of embedding,
+-- index_add (sum, mean) and a gather of each bag padded by repeating its last entry (max), so gradients flow to the
+-- weight and the per-sample weights as torch's.
 local fp8 = require "fp8.core"
 local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
@@ -89,17 +90,18 @@ local function starts_of(input, offsets, include_last)
   return fp8.tensor(st)
 end
 
--- sum and mean of fp32 CPU weights without per_sample_weights or max_norm: core's segment sums in one pass over the
--- ids (the same bits as the composite below: each bag's rows added in order from zero); nil where it does not apply
--- or refuses (a bad id: the composite then raises its own message)
+-- fp32 CPU weights (and per_sample_weights) without max_norm: core's segment sums or maxima in one pass over the ids
+-- (core/embedding_bag.c: the same bits as the composite below, each bag's rows added in order from zero, max's
+-- first maximum); nil where it does not apply or refuses (a bad id: the composite then raises its own message)
 local function fused(input, weight, offsets, o, mode, pad)
-  if mode == "max" or o.per_sample_weights ~= nil or o.max_norm ~= nil or input:numel() == 0
-      or weight:device() ~= "cpu" or weight:dtype() ~= "fp32" then
+  local psw = o.per_sample_weights
+  if o.max_norm ~= nil or input:numel() == 0 or weight:device() ~= "cpu" or weight:dtype() ~= "fp32"
+      or (psw ~= nil and (psw:device() ~= "cpu" or psw:dtype() ~= "fp32")) then
     return nil
   end
   local starts = starts_of(input, offsets, o.include_last_offset == true)
   if starts == nil then return nil end
-  local ok, y = pcall(require("fp8._nn")._embedding_bag, input, weight, starts, mode == "mean", pad or -1)
+  local ok, y = pcall(require("fp8._nn")._embedding_bag, input, weight, starts, mode, pad or -1, psw)
   if ok then return y end
   return nil
 end

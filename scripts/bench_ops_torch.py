@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""bench_ops_torch.py [rounds [group]] — scripts/bench_ops.lua's cases in PyTorch 2.x: forward under no_grad and
+forward + backward, the fastest of `rounds` calls (default 4) in ms, wall clock; groups resample, embedding_bag, all.
+    /opt/torch2/bin/python3 scripts/bench_ops_torch.py 4 resample     (torch's threads: OMP_NUM_THREADS, as fp8lab's)"""
+import os, sys, time
+
+USAGE = ("usage: bench_ops_torch.py [ROUNDS [GROUP]]   (ROUNDS: an integer >= 1, default 4; GROUP: resample, "
+         "embedding_bag or all, default all)")
+args = sys.argv[1:]
+if len(args) > 2 or (args and not (args[0].isdigit() and int(args[0]) >= 1)):
+    sys.exit("bench_ops_torch.py: ROUNDS must be an integer >= 1 (and two arguments at most), got %r\n%s"
+             % (args, USAGE))
+rounds = int(args[0]) if args else 4
+group = args[1] if len(args) > 1 else "all"
+if group not in ("resample", "embedding_bag", "all"):
+    sys.exit("bench_ops_torch.py: GROUP must be resample, embedding_bag or all, got %r\n%s" % (group, USAGE))
+
+import torch   # (after the arguments: a refusal needs no torch)
+import torch.nn.functional as F
+
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+torch.manual_seed(1)
+
+def best(f):
+    b = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        f()
+        b = min(b, time.perf_counter() - t)
+    return b * 1e3
+
+def report(name, fwd, both):
+    print("%-34s forward %8.2f ms  forward + backward %8.2f ms" % (name, fwd, both))
+
+if group in ("all", "resample"):
+    x4, x5 = torch.randn(16, 64, 32, 32), torch.randn(2, 16, 16, 32, 32)
+    for mode, x in [("bilinear", x4), ("bicubic", x4), ("trilinear", x5)]:
+        kw = dict(scale_factor=2, mode=mode, align_corners=False)
+        xg = x.clone().requires_grad_()
+        with torch.no_grad():
+            fwd = best(lambda: F.interpolate(x, **kw))
+        report("%s %s" % (mode, list(x.shape)), fwd, best(lambda: F.interpolate(xg, **kw).sum().backward()))
+if group in ("all", "embedding_bag"):
+    ids = torch.randint(0, 100000, (4096, 32))
+    psw = torch.rand(4096, 32)
+    for mode, p in [("sum", None), ("max", None), ("sum", psw)]:
+        m = torch.nn.EmbeddingBag(100000, 64, mode=mode)
+        with torch.no_grad():
+            fwd = best(lambda: m(ids, per_sample_weights=p))
+        report("EmbeddingBag %s%s" % (mode, " per_sample_weights" if p is not None else ""), fwd,
+               best(lambda: m(ids, per_sample_weights=p).sum().backward()))
