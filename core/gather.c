@@ -50,8 +50,7 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
                     const float p = iv[at];
                     /* (in double: size rounded to fp32 refused 2^24 for a dim of 2^24 + 1) */
                     if (!(p >= 0 && (double)p < (double)size && p == (float)(int64_t)p)) {
-                        st = FL_ERR(FL_EINVAL, "gather: index %.9g out of range 0..%lld for dim %d of size %lld",
-                                    (double)p, (long long)size - 1, dim + 1, (long long)size);
+                        st = fl_index_error("gather", p, size, dim);
                         break;
                     }
                     y[at] = x[(o * size + (int64_t)p) * inner + j];
@@ -85,8 +84,7 @@ static fl_status index_positions(int64_t **pos, const float *iv, int64_t k, int6
         if (!(p >= 0 && (double)p < (double)size && p == (float)(int64_t)p)) {
             free(*pos);
             *pos = NULL;
-            return FL_ERR(FL_EINVAL, "index_select: index %.9g out of range 0..%lld for dim %d of size %lld",
-                          (double)p, (long long)size - 1, dim + 1, (long long)size);
+            return fl_index_error("index_select", p, size, dim);
         }
         (*pos)[r] = (int64_t)p;
     }

@@ -34,4 +34,16 @@ static inline fl_status fl_host_result(fl_tensor **out, fl_tensor *t, fl_dtype d
     fl_tensor_release(c);
     return st;
 }
+/* The error for index value p (fp32) that names no position of a dim of `size` (dim 0-based): a fraction and NaN
+ * said as such ("index 3.5 is not a whole number"), else the range ("index 7 out of range 0..3"). fn names the op. */
+static inline fl_status fl_index_error(const char *fn, float p, int64_t size, int dim) {
+    if (p != p)
+        return FL_ERR(FL_EINVAL, "%s: index NaN for dim %d of size %lld (indices are whole numbers 0..%lld)", fn,
+                      dim + 1, (long long)size, (long long)size - 1);
+    if (p > -9.3e18f && p < 9.3e18f && p != (float)(int64_t)p)
+        return FL_ERR(FL_EINVAL, "%s: index %.9g is not a whole number (dim %d of size %lld takes 0..%lld)", fn,
+                      (double)p, dim + 1, (long long)size, (long long)size - 1);
+    return FL_ERR(FL_EINVAL, "%s: index %.9g out of range 0..%lld for dim %d of size %lld", fn, (double)p,
+                  (long long)size - 1, dim + 1, (long long)size);
+}
 #endif

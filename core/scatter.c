@@ -101,8 +101,7 @@ fl_status fl_scatter(fl_tensor **out, const fl_tensor *a, int dim, const fl_tens
         const float *iv = fl_tensor_data(ih);
         for (int64_t i = 0, n = fl_tensor_numel(ih); i < n; i++)
             if (!(iv[i] >= 0 && (double)iv[i] < (double)size && iv[i] == (float)(int64_t)iv[i])) {
-                st = FL_ERR(FL_EINVAL, "%s: index %.9g out of range 0..%lld for dim %d of size %lld", fn, (double)iv[i],
-                            (long long)size - 1, dim + 1, (long long)size);
+                st = fl_index_error(fn, iv[i], size, dim);
                 break;
             }
     }

@@ -142,11 +142,19 @@ static fl_status hook_fn_push(lua_State **Lp, void *ud, int *top, bool *pushed) 
  * exception), where the core's copy of the message is cut at its 1 KiB buffer. Each backward starts with none. */
 static const char hook_err_key = 0;
 
-/* Keeps the error value on top of the stack (popped): a message behind `prefix`, any other value as it is (in a
- * one-slot table, so that a nil or a number comes back as itself: lua_tostring turned a number into a message, and a
- * nil kept looked like none kept). */
+/* A message that starts with this came from a backward of the user's own that a hook runs (fp8.autograd.Function's,
+ * a checkpoint's recompute: lua/fp8/autograd_function.lua's _link): kept as the user's code raised it, without the
+ * hook's prefix (torch re-raises such a backward's exception as it is). core._RAW_BACKWARD_ERROR in Lua. */
+#define RAW_MARK "\x01fp8 backward\x01"
+
+/* Keeps the error value on top of the stack (popped): a message behind `prefix` (not behind RAW_MARK, which is
+ * dropped), any other value as it is (in a one-slot table, so that a nil or a number comes back as itself:
+ * lua_tostring turned a number into a message, and a nil kept looked like none kept). */
 static void hook_err_keep(lua_State *L, const char *prefix) {
-    if (lua_type(L, -1) == LUA_TSTRING) {
+    if (lua_type(L, -1) == LUA_TSTRING && strncmp(lua_tostring(L, -1), RAW_MARK, sizeof RAW_MARK - 1) == 0) {
+        lua_pushstring(L, lua_tostring(L, -1) + sizeof RAW_MARK - 1);
+        lua_remove(L, -2);
+    } else if (lua_type(L, -1) == LUA_TSTRING) {
         lua_pushstring(L, prefix);
         lua_insert(L, -2);
         lua_concat(L, 2);
@@ -159,7 +167,9 @@ static void hook_err_keep(lua_State *L, const char *prefix) {
 
 /* The text of the error value on top of the stack for the core's message, without converting a number in place. */
 static const char *hook_err_text(lua_State *L) {
-    return lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
+    if (lua_type(L, -1) != LUA_TSTRING) return luaL_typename(L, -1);
+    const char *m = lua_tostring(L, -1);
+    return strncmp(m, RAW_MARK, sizeof RAW_MARK - 1) == 0 ? m + sizeof RAW_MARK - 1 : m;
 }
 
 static void hook_err_clear(lua_State *L) {
@@ -785,6 +795,8 @@ void fl_lopen_autograd(lua_State *L) {
     fl_lcallback_safe(L, l_enable_grad);
     fl_lcallback_safe(L, l_pcall_scoped);
     fl_lcallback_safe(L, l_pcall_noyield);
+    lua_pushstring(L, RAW_MARK);
+    lua_setfield(L, lib, "_RAW_BACKWARD_ERROR");
     lua_getfield(L, lib, "Tensor");
     luaL_setfuncs(L, tensor_methods, 0);
     lua_pop(L, 1);

@@ -1173,13 +1173,24 @@ static int l_matmul(lua_State *L) {
     return 1;
 }
 
-/* fp8.cat(list [, dim=1]): the tensors joined along dim (1-based, negative from the end). */
+/* fp8.cat(list [, dim=1]): the tensors joined along dim (1-based, negative from the end); 1-d empty ones beside
+ * others left out, as torch's. */
 static int l_cat(lua_State *L) {
     fl_lmaxargs(L, 2, "cat", "(list [, dim])");
     lua_settop(L, 2);   /* the list's owner goes above the arguments */
     int n = 0;
     fl_tensor **ts = fl_lchecktensorlist(L, 1, "cat", &n);   /* pushes the array's owner */
     if (n == 0) return luaL_error(L, "cat: expected a non-empty list of tensors");
+    /* torch's legacy rule: a 1-d empty tensor ([0], torch.tensor([]): the accumulator a loop starts from) beside
+     * tensors of another shape is left out (it takes no gradient then); the others keep their order */
+    int kept = 0;
+    for (int i = 0; i < n; i++) kept += !(ts[i]->ndim == 1 && ts[i]->shape[0] == 0);
+    if (kept > 0 && kept < n) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (!(ts[i]->ndim == 1 && ts[i]->shape[0] == 0)) ts[k++] = ts[i];
+        n = k;
+    }
     int dim = 0;
     if (!lua_isnoneornil(L, 2)) {
         int64_t d = check_int(L, 2, "cat", "dim");

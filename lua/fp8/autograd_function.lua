@@ -76,7 +76,10 @@ function M._link(args, outs, wanted, on_backward, stand_in)
   s:register_hook(function()
     local g = got
     got = {}
-    results = on_backward(g)
+    local ok, r = pcall(on_backward, g)
+    -- the user's backward (or recompute) failed: its own message, not as a hook's (lua/l_autograd.c's RAW_MARK)
+    if not ok then error(type(r) == "string" and core._RAW_BACKWARD_ERROR .. r or r, 0) end
+    results = r
   end)
   for k, z in ipairs(links) do
     if grad_args[k] ~= nil then

@@ -8,7 +8,9 @@ local M = {}
 
 -- check(fname, opts, valid [, level]) -> opts, or {} when opts is nil. valid: a list of names (listed in its
 -- order) or a set {name = true} (listed sorted). level: what the caller would pass to error() itself (default
--- 2: the caller's caller is blamed). A non-table is refused: "fname: options must be a table, got number".
+-- 2: the caller's caller is blamed). A non-table is refused with the names the table takes (where torch takes them
+-- positionally): "fname: options must be a table {name = value} (torch's later positional arguments go in it by
+-- name: a, b), got 5".
 -- valid is read raw (rawget, next): a table with __index or __len metamethods is read as it holds, never asked.
 -- Whether k is one of valid (a list: searched, they are short; a set: indexed).
 local function has(valid, k)
@@ -180,7 +182,15 @@ function M.check(fname, opts, valid, level)
   level = (level or 2) + 1
   check_valid(valid, tostring(fname), level)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fname, type(opts)), level) end
+  if type(opts) ~= "table" then
+    -- a value where torch takes its next positional argument (F.cross_entropy(x, y, w), F.pad(x, p, "reflect")): the
+    -- names the table takes, so the port reads {weight = w}, {mode = "reflect"}
+    local names = {}
+    for k, v in pairs(valid) do names[#names + 1] = type(k) == "string" and k or v end
+    table.sort(names)
+    error(("%s: options must be a table {name = value} (torch's later positional arguments go in it by name: %s), "
+      .. "got %s"):format(fname, table.concat(names, ", "), M.got(opts)), level)
+  end
   -- a kwargs handler keeps its fields out of pairs' sight: as options it would pass unread
   local kw = getmetatable(opts) ~= nil and package.loaded["fp8.kwargs"]
   if kw and kw.is_handler(opts) then

@@ -280,3 +280,89 @@ describe("EmbeddingBag's max mode and per_sample_weights in one pass (core/embed
     assert.matches("per_sample_weights are only supported for mode \"sum\"", err, 1, true)
   end)
 end)
+
+describe("a torch user's port (a review, 2026-12-06)", function()
+  it("softmax without dim: torch's implicit choice up to 2-d, refused past it (the last dim was taken)", function()
+    local x2 = fp8.tensor { { 1, 2, 3 }, { 0, 0, 1 } }
+    assert.are.same(F.softmax(x2, 2):totable(), F.softmax(x2):totable())
+    assert.are.same(F.log_softmax(fp8.tensor { 1, 2 }, 1):totable(), F.log_softmax(fp8.tensor { 1, 2 }):totable())
+    local x3 = fp8.arange(8):reshape { 2, 2, 2 }
+    for _, f in ipairs { { F.softmax, "softmax" }, { F.log_softmax, "log_softmax" }, { F.softmin, "softmin" } } do
+      local ok, err = pcall(f[1], x3)
+      assert.is_false(ok)
+      assert.matches(f[2] .. ": give dim for a 3-d input (torch's implicit choice, deprecated, would take dim 1", err, 1,
+        true)
+    end
+    local m = fp8.nn.Softmax()
+    assert.are.equal("Softmax(dim=None)", tostring(m))
+    local ok, err = pcall(m, fp8.randn { 1, 2, 2, 2 })
+    assert.is_false(ok)
+    assert.matches("would take dim 2, not the last", err, 1, true)
+    local s = fp8.nn.Softmax(2)(x3):sum(2)   -- an explicit dim is taken as given
+    assert.is_true((s - 1):abs():max():item() < 1e-6)
+    assert.are.equal("GLU(dim=-1)", tostring(fp8.nn.GLU()))
+  end)
+
+  it("an autograd.Function's backward error is its own, not a hook's", function()
+    local Fn = fp8.autograd.Function { forward = function(ctx, x) return x * 2 end,
+                                       backward = function(ctx, g) error("my bug") end }
+    local x = fp8.ones(2):requires_grad_()
+    local ok, err = pcall(function() Fn.apply(x):sum():backward() end)
+    assert.is_false(ok)
+    assert.matches("my bug", err, 1, true)
+    assert.is_nil(err:find("hook", 1, true), err)
+    local Fn2 = fp8.autograd.Function { forward = function(ctx, x) return x * 2 end,
+                                        backward = function(ctx, g) return g, g end }
+    ok, err = pcall(function() Fn2.apply(x):sum():backward() end)
+    assert.matches("backward returned an incorrect number of gradients", err, 1, true)
+    assert.is_nil(err:find("hook raised", 1, true), err)
+    -- a real hook's error keeps its prefix
+    local t = fp8.ones(2):requires_grad_()
+    t:register_hook(function() error("hook bug") end)
+    ok, err = pcall(function() (t * 2):sum():backward() end)
+    assert.matches("backward: a tensor's hook raised: .*hook bug", err)
+  end)
+
+  it("names a fractional or NaN index as such", function()
+    local x = fp8.randn { 3, 4 }
+    local cases = {
+      { "gather: index 3.5 is not a whole number (dim 2 of size 4 takes 0..3)", function() return x:gather(2, fp8.full({ 3, 1 }, 3.5)) end },
+      { "gather: index NaN for dim 2 of size 4", function() return x:gather(2, fp8.full({ 3, 1 }, 0 / 0)) end },
+      { "gather: index 4 out of range 0..3 for dim 2 of size 4", function() return x:gather(2, fp8.full({ 3, 1 }, 4)) end },
+      { "index_add: index 2.5 is not a whole number", function() return x:index_add(2, fp8.tensor { 2.5 }, fp8.ones { 3, 1 }) end },
+      { "scatter: index 0.5 is not a whole number", function() return x:scatter(2, fp8.full({ 3, 1 }, 0.5), 1) end },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(c[2])
+      assert.is_false(ok)
+      assert.matches(c[1], err, 1, true)
+    end
+    local p = fp8.ones(2):requires_grad_()
+    p.grad = fp8.tensor { 0 / 0, 1 }
+    local ok, err = pcall(fp8.nn.utils.clip_grad_norm_, { p }, 1, 2, true)
+    assert.is_false(ok)
+    assert.matches("is non-finite (NaN)", err, 1, true)
+  end)
+
+  it("points a positional torch argument at its option name", function()
+    local ok, err = pcall(F.cross_entropy, fp8.randn { 2, 3 }, fp8.tensor { 0, 1 }, fp8.ones { 3 })
+    assert.is_false(ok)
+    assert.matches("cross_entropy: options must be a table {name = value} (torch's later positional arguments go in "
+      .. "it by name: ignore_index, label_smoothing, reduction, weight), got a tensor", err, 1, true)
+    ok, err = pcall(F.pad, fp8.randn { 1, 2, 3 }, { 1, 1 }, "reflect")
+    assert.matches("by name: mode, value), got \"reflect\"", err, 1, true)
+  end)
+
+  it("cat leaves out a 1-d empty tensor beside others, as torch's legacy rule", function()
+    assert.are.same({ 2, 3 }, fp8.cat({ fp8.tensor {}, fp8.ones { 2, 3 } }):shape())
+    assert.are.same({ 3, 3 }, fp8.cat({ fp8.ones { 2, 3 }, fp8.tensor {}, fp8.ones { 1, 3 } }):shape())
+    assert.are.same({ 2, 6 }, fp8.cat({ fp8.tensor {}, fp8.ones { 2, 3 }, fp8.ones { 2, 3 } }, 2):shape())
+    assert.are.same({ 0 }, fp8.cat({ fp8.tensor {}, fp8.tensor {} }):shape())
+    local ok, err = pcall(fp8.cat, { fp8.zeros { 0, 3 }, fp8.ones { 2, 4 } })   -- a 2-d empty one is still checked
+    assert.is_false(ok)
+    assert.matches("they may differ only in dim 1", err, 1, true)
+    local a = fp8.ones({ 2, 3 }):requires_grad_()
+    fp8.cat({ fp8.tensor {}, a }):sum():backward()
+    assert.are.equal(6, a.grad:sum():item())
+  end)
+end)

@@ -286,7 +286,7 @@ describe("option tables of the Lua functions", function()
     fails_with({ "convert_model: unknown option 'recipie' (did you mean 'recipe'?)", "to_transformer_engine" },
       fp8.convert_model, fp8.nn.Linear(16, 16), { recipie = {} })
     fails_with({ "hist: unknown option 'binz' (valid: scale, amax, margin, axis, width, quiet)" }, fp8.hist, fp8.tensor { 1 }, "e4m3", { binz = 3 })
-    fails_with({ "generate: options must be a table, got string" }, function()
+    fails_with({ "generate: options must be a table {name = value}", "got \"hot\" (a string)" }, function()
       return fp8.nn.GPT { vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 8 }:generate(fp8.zeros { 1, 1 }, 1, "hot")
     end)
   end)

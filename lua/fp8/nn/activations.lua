@@ -1,6 +1,6 @@
 -- activations.lua — parameter-free activation modules: fp8.nn.ReLU(), fp8.nn.GELU([approximate]), fp8.nn.SiLU(),
--- fp8.nn.Sigmoid(), fp8.nn.Tanh(), fp8.nn.Softmax([dim=-1]) (torch's; torch's Softmax() without dim picks one by
--- the input's rank and warns, so here it is the last dim, as its modern default), LogSoftmax and Softmin alike,
+-- fp8.nn.Sigmoid(), fp8.nn.Tanh(), fp8.nn.Softmax([dim]) (torch's; without dim, torch's implicit choice where it is
+-- the last dim, up to 2-d inputs, refused past that: F.softmax's implicit_dim), LogSoftmax and Softmin alike,
 -- GLU([dim=-1]), LeakyReLU, ELU, CELU, Softplus, Hardtanh, Threshold (their numbers), ReLU6, Hardsigmoid,
 -- Hardswish, Mish, SELU, LogSigmoid, Softsign, Tanhshrink, Hardshrink, Softshrink; and PReLU, whose slope is a
 -- parameter.
@@ -111,24 +111,25 @@ function M.Sigmoid:forward(x) return F.sigmoid(x) end
 M.Tanh = Module.class("Tanh")
 function M.Tanh:forward(x) return F.tanh(x) end
 
--- Softmax([dim=-1]) (or {dim=}), and with it LogSoftmax, Softmin and GLU (its halves along dim)
-local function along_dim(name, fn)
+-- Softmax([dim]) (or {dim=}), and with it LogSoftmax, Softmin (without dim: F.softmax's implicit choice at each
+-- call, as torch's dim=None) and GLU([dim=-1]) (its halves along dim)
+local function along_dim(name, fn, default)
   local cls = Module.class(name)
   cls["__init"] = function(self, dim)
     if type(dim) == "table" then dim = O.check(name, dim, { "dim" }, 3).dim end
-    if dim == nil then dim = -1 end
-    if math.type(dim) ~= "integer" or dim == 0 then
+    if dim == nil then dim = default end
+    if dim ~= nil and (math.type(dim) ~= "integer" or dim == 0) then
       error(("%s: dim must be a nonzero integer (1-based, negative from the end), got %s"):format(name, O.got(dim)), 3)
     end
     self.dim = dim
   end
   cls.forward = function(self, x) return F[fn](x, self.dim) end
-  cls.extra_repr = function(self) return ("dim=%d"):format(self.dim) end
+  cls.extra_repr = function(self) return self.dim and ("dim=%d"):format(self.dim) or "dim=None" end
   return cls
 end
 M.Softmax = along_dim("Softmax", "softmax")
 M.LogSoftmax = along_dim("LogSoftmax", "log_softmax")
 M.Softmin = along_dim("Softmin", "softmin")
-M.GLU = along_dim("GLU", "glu")
+M.GLU = along_dim("GLU", "glu", -1)
 
 return M

@@ -304,16 +304,28 @@ local function check_dim(fname, x, dim)
   end
 end
 
+-- softmax's dim when none is given: torch's implicit choice (deprecated there, with a warning) is dim 1 of a 0-, 1- or
+-- 3-d input and dim 2 otherwise (1-based); the last dim is that choice up to 2-d and is taken there. Past 2-d the two
+-- differ, so a missing dim is refused rather than read another way than torch reads it (until 2026-12-06 the last
+-- dim was taken for every rank: a 3-d or 4-d input gave other values than torch's).
+local function implicit_dim(fname, x, dim)
+  if dim ~= nil then return dim end
+  if x:dim() <= 2 then return -1 end
+  error(("%s: give dim for a %d-d input (torch's implicit choice, deprecated, would take dim %d, not the last)")
+    :format(fname, x:dim(), x:dim() == 3 and 1 or 2), 3)
+end
+F._softmax_implicit_dim = implicit_dim
+
 function F.softmax(x, dim, ...)
   no_more("softmax", "(input [, dim]) (no dtype)", ...)
-  check_tensor("softmax", "input", x); if dim == nil then dim = -1 end; check_dim("softmax", x, dim)
+  check_tensor("softmax", "input", x); dim = implicit_dim("softmax", x, dim); check_dim("softmax", x, dim)
   if x:dim() == 0 then return (at_caller(pcall(core().softmax, x:reshape{1}, 1))):reshape{} end
   return (at_caller(pcall(core().softmax, x, dim)))
 end
 
 function F.log_softmax(x, dim, ...)
   no_more("log_softmax", "(input [, dim]) (no dtype)", ...)
-  check_tensor("log_softmax", "input", x); if dim == nil then dim = -1 end; check_dim("log_softmax", x, dim)
+  check_tensor("log_softmax", "input", x); dim = implicit_dim("log_softmax", x, dim); check_dim("log_softmax", x, dim)
   if x:dim() == 0 then return (at_caller(pcall(core().log_softmax, x:reshape{1}, 1))):reshape{} end
   return (at_caller(pcall(core().log_softmax, x, dim)))
 end
@@ -625,7 +637,7 @@ end
 function F.softmin(x, dim, ...)
   no_more("softmin", "(input [, dim]) (no dtype)", ...)
   check_tensor("softmin", "input", x)
-  local r = F.softmax(-x, dim)
+  local r = F.softmax(-x, implicit_dim("softmin", x, dim))
   -- a bf16/fp16 input keeps its dtype, in and out of autocast, as torch's (softmax's kernel gives fp32: rounded once)
   return require("fp8.tensor")._round_to(r, require("fp8.tensor")._low_dtype(x))
 end

@@ -157,13 +157,15 @@ add("nn.EmbeddingBag", "fp8.nn.EmbeddingBag(num_embeddings, embedding_dim [, {mo
 add("nn.Dropout", "fp8.nn.Dropout([p=0.5]) | Dropout{p=}",
   "Zeroes each element with probability p in training and scales the rest by 1/(1-p); the identity in eval mode.")
 add("nn.GELU", "fp8.nn.GELU([approximate=\"none\"|\"tanh\"]) | GELU{approximate=} / fp8.nn.ReLU() / SiLU() / "
-  .. "Sigmoid() / Tanh() / Softmax([dim=-1]) / LogSoftmax / Softmin / GLU([dim=-1]) / "
+  .. "Sigmoid() / Tanh() / Softmax([dim]) / LogSoftmax / Softmin / GLU([dim=-1]) / "
   .. "LeakyReLU([negative_slope=0.01]) / ELU([alpha=1]) / CELU([alpha=1]) / Softplus([beta=1 [, threshold=20]]) / "
   .. "Hardtanh([min_val=-1 [, max_val=1]]) / ReLU6() / Hardsigmoid() / Hardswish() / Mish() / SELU() / LogSigmoid()",
   "The activations as modules (F.gelu: exact erf, or the tanh approximation; F.relu, F.silu = x·sigmoid(x),\n"
   .. "F.sigmoid, F.tanh, F.softmax, F.log_softmax, F.softmin, F.glu, F.leaky_relu, F.elu, F.celu, F.softplus,\n"
   .. "F.hardtanh, F.relu6, F.hardsigmoid, F.hardswish, F.mish, F.selu, F.logsigmoid: torch's, their gradients\n"
-  .. "torch's at 0 and at the kinks too).")
+  .. "torch's at 0 and at the kinks too). Softmax, LogSoftmax, Softmin and their F forms without dim take\n"
+  .. "torch's implicit choice where it is the last dim (inputs up to 2-d) and refuse past that, where torch's\n"
+  .. "deprecated rule takes dim 1 (3-d) or 2 (4-d and up).")
 add("nn.RMSNorm", "fp8.nn.RMSNorm(n [, {eps, elementwise_affine=true}]) / F.rms_norm(x, n [, weight [, eps]])",
   "torch's RMSNorm over the last dimension (F.rms_norm: or the last dims normalized_shape names, {H, W}):\n"
   .. "x / sqrt(mean(x^2) + eps) * weight (ones at first); eps fp32's machine epsilon (2^-23, for\n"

@@ -67,7 +67,7 @@ local function total_norm(fname, tensors, p, error_if_nonfinite)
   if error_if_nonfinite and (total ~= total or total == math.huge) then
     error(("%s: the total norm of order %s of the gradients is non-finite (%s), so it cannot be clipped; "
       .. "error_if_nonfinite=false scales them by it anyway"):format(fname, p == math.huge and "inf"
-      or ("%g"):format(p), tostring(total)), 3)
+      or ("%g"):format(p), total ~= total and "NaN" or tostring(total)), 3)   -- (tostring gives "-nan" or "nan")
   end
   return total
 end
