@@ -186,8 +186,9 @@ add_all {
     doc = "Reductions over everything or one dim (sum and mean: or a list of dims, {1, 3}; sums accumulate in\n"
        .. "double). amax = max |x|, the FP8 sense (torch's amax is max x)." },
   { section = "Tensors", name = "cat", sig = "fp8.cat({a, b, ...} [, dim=1])",
-    doc = "cat joins tensors along dim (the other dims equal; mixed dtypes give fp32); stack puts tensors of one\n"
-       .. "shape along a new dim. Differentiable; FP8 tensors must be dequantized first." },
+    doc = "cat joins tensors along dim (the other dims equal; mixed dtypes give fp32; a 1-d empty tensor beside\n"
+       .. "others is left out, as torch's); stack puts tensors of one shape along a new dim. Differentiable; FP8\n"
+       .. "tensors must be dequantized first." },
   { section = "Tensors", name = "stack", sig = "fp8.stack({a, b, ...} [, dim=1])",
     doc = "Tensors of one shape along a new dim (torch.stack); see help(\"cat\")." },
   { section = "Tensors", name = "Tensor:sort",
