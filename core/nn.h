@@ -90,5 +90,10 @@ fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor
  * flat 0-based input position as fp32 (no history). A NaN is taken first; a window of -inf alone takes its first
  * input position. */
 fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *x, const fl_window *g);
+/* avg_pool.c: torch's average pooling of x [N, C, H, W] (not FP8) over g's windows (dilation 1; bottom and right
+ * padding at least top and left: the excess is ceil_mode's, never counted) → [N, C, OH, OW] in x's dtype: each
+ * window's sum over divisor (> 0), or over the count of its positions in the input (and, count_pad, in the top/left
+ * padding's width on each side). The bits of unfold + sum + divide; differentiable (fp32 gradient). */
+fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, bool count_pad, int64_t divisor);
 
 #endif

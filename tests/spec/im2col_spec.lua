@@ -497,6 +497,93 @@ describe("the convolutions, poolings and transposed convolutions on the native w
     end, { fp8.randn({ 2, 3, 9 }):to("bf16") }, 4)
   end)
 
+  it("avg pools computed directly (core/avg_pool.c) give the old composition's bits on random geometries, fp32, "
+    .. "bf16 and fp16, values and gradients (windows of more than 256 offsets too), in the input's dtype", function()
+    -- the old composition, as conv.lua had it until 2026-12-06: the windows summed over the kernel offsets and
+    -- divided by K, the override, or the windows of ones (the counts); then in x's dtype (a bf16 sum over fp32 counts
+    -- came out fp32: the one change)
+    local function ceil_extra(n, k, s, p)
+      local out = (n + 2 * p - k + s - 1) // s + 1
+      if out > 1 and (out - 1) * s >= n + p then out = out - 1 end
+      local e = (out - 1) * s + k - (n + 2 * p)
+      return e > 0 and e or 0
+    end
+    local function old_avg(x, k, s, p, o)
+      local H, W = x:size(3), x:size(4)
+      local ext = o.ceil_mode and { ceil_extra(H, k[1], s[1], p[1]), ceil_extra(W, k[2], s[2], p[2]) } or { 0, 0 }
+      local extra = ext[1] > 0 or ext[2] > 0
+      local function win(t, pp) return (ref_windows(t, k, s, { 1, 1 }, { pp[1], pp[1] + ext[1], pp[2], pp[2] + ext[2] },
+        0)) end
+      local w, oh, ow = ref_windows(x, k, s, { 1, 1 }, { p[1], p[1] + ext[1], p[2], p[2] + ext[2] }, 0)
+      local out
+      if o.divisor_override then out = w:sum(3) / o.divisor_override
+      elseif o.count_include_pad == false and (p[1] > 0 or p[2] > 0 or extra) then
+        out = w:sum(3) / win(fp8.ones { 1, 1, H, W }, p):sum(3)
+      elseif extra then out = w:sum(3) / win(fp8.ones { 1, 1, H + 2 * p[1], W + 2 * p[2] }, { 0, 0 }):sum(3)
+      else out = w:sum(3) / (k[1] * k[2]) end
+      return out:reshape({ x:size(1), x:size(2), oh, ow }):to(x:dtype())
+    end
+    math.randomseed(92)
+    local dts = { "f32", "bf16", "fp16" }
+    for case = 1, 60 do
+      local k = { math.random(1, 4), math.random(1, 4) }
+      local s = { math.random(1, 3), math.random(1, 3) }
+      local p = { math.random(0, k[1] // 2), math.random(0, k[2] // 2) }
+      local o = { stride = s, padding = p, ceil_mode = case % 3 == 0, count_include_pad = case % 4 ~= 1,
+        divisor_override = case % 7 == 0 and math.random(1, 5) or nil }
+      local dt = dts[case % 3 + 1]
+      local N, C, H, W = math.random(1, 2), math.random(1, 3), math.random(k[1], 9), math.random(k[2], 9)
+      fp8.manual_seed(case)
+      local x = fp8.randn({ N, C, H, W }):to(dt)
+      if case % 2 == 0 then x = fp8.randn({ N, C, W, H }):to(dt):transpose(3, 4) end   -- non-contiguous
+      local what = ("case %d: %s x[%d,%d,%d,%d] k%s s%s p%s ceil %s count_pad %s div %s"):format(case, dt, N, C, H, W,
+        table.concat(k, "x"), table.concat(s, "x"), table.concat(p, "x"), o.ceil_mode, o.count_include_pad,
+        o.divisor_override)
+      same_with_grads(what, function(t) return F.avg_pool2d(t, k, o) end,
+        function(t) return old_avg(t, k, s, p, o) end, { x }, case)
+      -- avg_pool1d: the same on a plane of height 1
+      local o1 = { stride = s[2], padding = p[2], ceil_mode = o.ceil_mode, count_include_pad = o.count_include_pad }
+      same_with_grads(what .. " (1d)", function(t) return F.avg_pool1d(t, k[2], o1) end,
+        function(t) return old_avg(t:unsqueeze(3), { 1, k[2] }, { 1, s[2] }, { 0, p[2] }, o1):squeeze(3) end,
+        { x:select(3, 1) }, case)
+    end
+    -- 17×17 = 289 offsets: the sum in runs of 256 offsets, as the reduction over the columns' middle dim summed them
+    fp8.manual_seed(5)
+    local big = fp8.randn { 2, 2, 20, 21 } * fp8.exp(fp8.randn { 2, 2, 20, 21 } * 8)   -- magnitudes 2^-30..2^30
+    same_with_grads("17x17", function(t) return F.avg_pool2d(t, 17, { stride = 1, padding = 2 }) end,
+      function(t) return old_avg(t, { 17, 17 }, { 1, 1 }, { 2, 2 }, {}) end, { big }, 6)
+    -- unbatched
+    same_with_grads("unbatched", function(t) return F.avg_pool2d(t, 2, { stride = 1 }) end,
+      function(t) return old_avg(t:unsqueeze(1), { 2, 2 }, { 1, 1 }, { 0, 0 }, {}):squeeze(1) end,
+      { fp8.randn { 3, 5, 4 } }, 7)
+    -- the dtype: a bf16 average over counts is bf16 (it was fp32), torch's
+    local xb = fp8.randn({ 1, 2, 7, 6 }):to("bf16")
+    assert.are.equal("bf16", F.avg_pool2d(xb, 3, { stride = 2, padding = 1, count_include_pad = false }):dtype())
+    assert.are.equal("bf16", F.avg_pool2d(xb, 3, { stride = 2, ceil_mode = true }):dtype())
+    assert.are.equal("fp16", F.avg_pool1d(xb:to("fp16"):select(3, 1), 3, { stride = 2, ceil_mode = true }):dtype())
+    -- the core op's refusals
+    local geo = { 2, 2, 1, 1, 1, 1, 0, 0, 0, 0 }
+    U.fails_with("avg_pool: dilation must be 1, got 2×1", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      { 2, 2, 1, 1, 2, 1, 0, 0, 0, 0 }, true, 0)
+    U.fails_with("avg_pool: padding top 1, bottom 0", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      { 2, 2, 1, 1, 1, 1, 1, 0, 0, 0 }, true, 0)
+    U.fails_with("avg_pool: divisor must be an integer >= 0 (0: the count), got -1", NN.avg_pool,
+      fp8.zeros { 1, 1, 4, 4 }, geo, true, -1)
+    U.fails_with("avg_pool: count_include_pad must be a boolean, got number", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      geo, 1, 0)
+    U.fails_with("avg_pool: expected a 4-D input [N, C, H, W], got [4, 4]", NN.avg_pool, fp8.zeros { 4, 4 }, geo, true,
+      0)
+    U.fails_with("avg_pool: the 1×1 plane padded to 1×1 is smaller than the kernel 2×2", NN.avg_pool,
+      fp8.zeros { 1, 1, 1, 1 }, geo, true, 0)
+    U.fails_with("avg_pool: kernel and stride must be in 1..2^31-1, got 0", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      { 0, 2, 1, 1, 1, 1, 0, 0, 0, 0 }, true, 0)
+    U.fails_with("avg_pool: e4m3 tensor: call :dequantize() first", NN.avg_pool, fp8.zeros({ 1, 1, 4, 4 }):quantize("e4m3"),
+      geo, true, 0)
+    -- windows whose count would wrap: refused before the product is formed
+    U.fails_with("avg_pool: 4294967293×4294967293 windows are too many", NN.avg_pool, fp8.zeros { 1, 1, 1, 1 },
+      { 1, 1, 1, 1, 1, 1, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2 }, true, 0)
+  end)
+
   it("conv_transpose2d / 1d give the old composition's bits (output_padding past the padding, groups, dilation)",
      function()
     local function ref_ct(x, w, b, s, p, op, d, g)

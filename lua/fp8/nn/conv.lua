@@ -2,7 +2,7 @@
 -- F.fold (the core's im2col and col2im, core/im2col.c, from the geometry: no index tensor), F.conv1d / F.conv2d
 -- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; a depthwise one directly over the
 -- planes, core/conv_depthwise.c), F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and
--- F.avg_pool1d/2d (unfold, then a mean over each window), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
+-- F.avg_pool1d/2d (each window's average found directly, core/avg_pool.c), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
 -- recipes convert Linear layers only (as TransformerEngine and torchao): a convolution runs in high precision under
 -- every recipe.
 -- The max pools' return_indices gives the flat 0-based input position of each maximum (fp32, exact to 2^24; torch's
@@ -273,7 +273,18 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
     if opts.return_indices then return shaped(out), shaped(at) end
     return shaped(out)
   end
-  local win, oh, ow = windows(fname, xb, k, s, p, d, 0, extra)
+  local pads = { p[1], p[1] + eh, p[2], p[2] + ew }
+  local oh, ow = G.counts(H, W, k, s, d, pads)
+  if oh >= 1 and ow >= 1 and oh * ow > 1 then
+    -- each window's sum and divisor computed directly (core/avg_pool.c: the bits of the columns' sum and division
+    -- below, which a single window per plane keeps: its sum is a contiguous run's, summed in SIMD lanes)
+    out = NN.avg_pool(xb, { k[1], k[2], s[1], s[2], 1, 1, pads[1], pads[2], pads[3], pads[4] },
+      opts.count_include_pad ~= false, opts.divisor_override or 0)
+    out = dims == 2 and out or out:squeeze(3)
+    return unb and out:squeeze(1) or out
+  end
+  local win
+  win, oh, ow = windows(fname, xb, k, s, p, d, 0, extra)
   local K = k[1] * k[2]
   -- how many of each window's positions the average counts: torch's, the padding's (count_include_pad) but never
   -- those past it that ceil_mode's last windows reach
@@ -292,6 +303,8 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
     out = win:sum(3) / K
   end
   out = dims == 2 and out:reshape({ N, C, oh, ow }) or out:reshape({ N, C, ow })
+  -- (a bf16 or fp16 sum over fp32 counts came out fp32 until 2026-12-06; torch's is the input's dtype)
+  if out:dtype() ~= xb:dtype() then out = out:to(xb:dtype()) end
   return unb and out:squeeze(1) or out
 end
 
